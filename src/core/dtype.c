@@ -1,0 +1,162 @@
+#include "core/dtype.h"
+
+#include <string.h>
+#include <strings.h>
+
+#include "core/error.h"
+
+#if defined(__F16C__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+size_t dtype_size(enum dtype t)
+{
+    return t == DTYPE_F32 ? 4 : 2;
+}
+
+const char *dtype_name(enum dtype t)
+{
+    switch (t) {
+    case DTYPE_F32: return "F32";
+    case DTYPE_F16: return "F16";
+    case DTYPE_BF16: return "BF16";
+    }
+    return "?";
+}
+
+int dtype_parse(const char *s, enum dtype *out)
+{
+    static const struct {
+        const char *name;
+        enum dtype t;
+    } names[] = {
+        {"F32", DTYPE_F32},     {"float32", DTYPE_F32}, {"float", DTYPE_F32},
+        {"F16", DTYPE_F16},     {"float16", DTYPE_F16}, {"half", DTYPE_F16},
+        {"BF16", DTYPE_BF16},   {"bfloat16", DTYPE_BF16},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcasecmp(s, names[i].name) == 0) {
+            *out = names[i].t;
+            return 0;
+        }
+    }
+    return ERR_INVALID;
+}
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    if (exp == 0x1f) /* inf or nan */
+        return bits_f32(sign | 0x7f800000u | (man << 13));
+    if (exp == 0) {
+        if (man == 0)
+            return bits_f32(sign);
+        /* subnormal: value = man * 2^-24 */
+        float v = (float)man * (1.0f / 16777216.0f);
+        return sign ? -v : v;
+    }
+    return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+uint16_t f32_to_f16(float f)
+{
+    uint32_t x = f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf or nan */
+        return sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0);
+    if (ax >= 0x477ff000u) /* rounds to >= 65520: overflow to inf */
+        return sign | 0x7c00;
+    if (ax < 0x38800000u) { /* below the smallest normal f16: subnormal or zero */
+        /* magic-number trick: adding 0.5 aligns the mantissa so the FPU rounds to nearest even */
+        float v = bits_f32(ax) + 0.5f;
+        return sign | (uint16_t)(f32_bits(v) - 0x3f000000u);
+    }
+    uint32_t odd = (ax >> 13) & 1;
+    ax += 0xc8000fffu + odd; /* rebias exponent (-112 << 23) and round to nearest even */
+    return sign | (uint16_t)(ax >> 13);
+}
+
+float bf16_to_f32(uint16_t h)
+{
+    return bits_f32((uint32_t)h << 16);
+}
+
+uint16_t f32_to_bf16(float f)
+{
+    uint32_t x = f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) /* nan: keep it a quiet nan */
+        return (uint16_t)((x >> 16) | 0x40);
+    x += 0x7fffu + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+void dtype_to_f32(enum dtype t, const void *src, float *dst, size_t n)
+{
+    switch (t) {
+    case DTYPE_F32:
+        memcpy(dst, src, n * 4);
+        return;
+    case DTYPE_F16: {
+        const uint16_t *s = src;
+        size_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+#endif
+        for (; i < n; i++)
+            dst[i] = f16_to_f32(s[i]);
+        return;
+    }
+    case DTYPE_BF16: {
+        const uint16_t *s = src;
+        size_t i = 0;
+#if defined(__AVX2__)
+        for (; i + 8 <= n; i += 8) {
+            __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
+            _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+        }
+#endif
+        for (; i < n; i++)
+            dst[i] = bf16_to_f32(s[i]);
+        return;
+    }
+    }
+}
+
+void dtype_from_f32(enum dtype t, const float *src, void *dst, size_t n)
+{
+    switch (t) {
+    case DTYPE_F32:
+        memcpy(dst, src, n * 4);
+        return;
+    case DTYPE_F16: {
+        uint16_t *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = f32_to_f16(src[i]);
+        return;
+    }
+    case DTYPE_BF16: {
+        uint16_t *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = f32_to_bf16(src[i]);
+        return;
+    }
+    }
+}

@@ -1,0 +1,58 @@
+/* safetensors checkpoints: one file, or shards listed by an index.
+ *
+ * A checkpoint is opened read-only and memory-mapped; tensors are views into
+ * the mappings and stay valid until st_close(). See safetensors.c for the
+ * byte-by-byte format and the validation rules.
+ */
+#ifndef SHARDSWAP_FORMAT_SAFETENSORS_H
+#define SHARDSWAP_FORMAT_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+
+#define ST_MAX_DIMS 8
+
+struct st_tensor {
+    const char *name;   /* owned by the checkpoint */
+    const char *file;   /* path of the file that holds it; owned by the checkpoint */
+    enum dtype dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    size_t numel;
+    size_t nbytes;
+    size_t file_offset; /* absolute byte offset of the data in `file` */
+    const void *data;   /* into the mapping of `file` */
+};
+
+struct st_checkpoint;
+
+/* Opens `path`: a .safetensors file, a model.safetensors.index.json, or a
+ * directory holding either (the index wins when both are there). Every file
+ * is validated completely before this returns. On failure *out is NULL and the
+ * message names the file and, where there is one, the tensor. */
+int st_open(const char *path, struct st_checkpoint **out);
+void st_close(struct st_checkpoint *ck); /* NULL-safe */
+
+size_t st_count(const struct st_checkpoint *ck);
+const struct st_tensor *st_get(const struct st_checkpoint *ck, size_t i); /* in file, then offset order */
+/* NULL when absent (no error set): callers decide whether that is an error. */
+const struct st_tensor *st_find(const struct st_checkpoint *ck, const char *name);
+size_t st_file_count(const struct st_checkpoint *ck);
+
+/* Writer. Declare every tensor first (name, dtype, shape), then stream the
+ * data of each tensor in declaration order; the writer checks the totals. This
+ * keeps memory flat when generating checkpoints far larger than RAM. */
+struct st_writer;
+int st_writer_open(const char *path, struct st_writer **out);
+int st_writer_declare(struct st_writer *w, const char *name, enum dtype dtype, int ndim,
+                      const int64_t *shape);
+/* Appends raw bytes of the current tensor(s); the first call writes the header. */
+int st_writer_write(struct st_writer *w, const void *data, size_t nbytes);
+/* Checks every declared byte was written, flushes and closes; frees w either way. */
+int st_writer_close(struct st_writer *w);
+/* Frees w and removes the partial file (for error paths). NULL-safe. */
+void st_writer_abort(struct st_writer *w);
+
+#endif

@@ -1,0 +1,48 @@
+#include <math.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "test.h"
+
+int main(void)
+{
+    /* Known bit patterns. */
+    CHECK(f32_to_f16(1.0f) == 0x3c00);
+    CHECK(f32_to_f16(-2.0f) == 0xc000);
+    CHECK(f32_to_f16(65504.0f) == 0x7bff);
+    CHECK(f32_to_f16(65520.0f) == 0x7c00);
+    CHECK(f32_to_f16(5.9604645e-08f) == 0x0001);
+    CHECK(f16_to_f32(0x0001) == 5.9604645e-08f);
+    CHECK(f32_to_bf16(1.0f) == 0x3f80);
+    CHECK(bf16_to_f32(0x3f80) == 1.0f);
+    /* Ties round to even: 1 + 2^-11 is halfway between two f16 values. */
+    CHECK(f32_to_f16(1.0f + 1.0f / 2048) == 0x3c00);
+    CHECK(f32_to_f16(1.0f + 3.0f / 2048) == 0x3c02);
+    /* Every f16 value survives a round trip through f32, and the vector path agrees. */
+    static uint16_t all[65536];
+    static float wide[65536];
+    for (uint32_t i = 0; i < 65536; i++)
+        all[i] = (uint16_t)i;
+    dtype_to_f32(DTYPE_F16, all, wide, 65536);
+    int bad = 0;
+    for (uint32_t i = 0; i < 65536; i++) {
+        float f = f16_to_f32((uint16_t)i);
+        if (isnan(f))
+            continue;
+        if (f32_to_f16(f) != i || memcmp(&f, &wide[i], 4) != 0)
+            bad++;
+    }
+    CHECK_MSG(bad == 0, "%d f16 values do not round-trip", bad);
+    dtype_to_f32(DTYPE_BF16, all, wide, 65536);
+    bad = 0;
+    for (uint32_t i = 0; i < 65536; i++) {
+        float f = bf16_to_f32((uint16_t)i);
+        if (!isnan(f) && (f32_to_bf16(f) != i || memcmp(&f, &wide[i], 4) != 0))
+            bad++;
+    }
+    CHECK_MSG(bad == 0, "%d bf16 values do not round-trip", bad);
+    enum dtype t;
+    CHECK(dtype_parse("bfloat16", &t) == 0 && t == DTYPE_BF16);
+    CHECK(dtype_parse("int8", &t) < 0);
+    return test_finish();
+}
