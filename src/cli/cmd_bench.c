@@ -1,0 +1,206 @@
+/* shardswap bench forward: prefill and decode throughput of one checkpoint,
+ * with decode's weight streaming rate set against this machine's memcpy
+ * bandwidth measured in the same run. */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/cpu/kernels.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/timing.h"
+#include "model/opt.h"
+
+struct copy_job {
+    char *dst;
+    const char *src;
+    size_t n;
+};
+
+static void *copy_run(void *arg)
+{
+    struct copy_job *j = arg;
+    memcpy(j->dst, j->src, j->n);
+    return NULL;
+}
+
+/* Bytes copied per second by memcpy on `threads` threads over a buffer far
+ * larger than the caches; best of 5. Returns 0 when it cannot allocate. */
+static double memcpy_bandwidth(int threads)
+{
+    const size_t n = (size_t)256 << 20;
+    char *src = malloc(n), *dst = malloc(n);
+    double best = 0;
+    if (!src || !dst)
+        goto out;
+    memset(src, 1, n);
+    memset(dst, 2, n);
+    for (int rep = 0; rep < 5; rep++) {
+        pthread_t tid[64];
+        struct copy_job jobs[64];
+        int t_n = threads < 64 ? threads : 64;
+        double t0 = time_now();
+        for (int t = 0; t < t_n; t++) {
+            size_t a = n * t / t_n, b = n * (t + 1) / t_n;
+            jobs[t] = (struct copy_job){dst + a, src + a, b - a};
+            pthread_create(&tid[t], NULL, copy_run, &jobs[t]);
+        }
+        for (int t = 0; t < t_n; t++)
+            pthread_join(tid[t], NULL);
+        double bw = n / (time_now() - t0);
+        if (bw > best)
+            best = bw;
+    }
+out:
+    free(src);
+    free(dst);
+    return best;
+}
+
+struct bench_result {
+    double prefill_s, decode_s;
+};
+
+/* One prefill of (batch, prompt_len) then gen greedy decode steps. */
+static int bench_once(struct opt_model *m, int batch, int prompt_len, int gen,
+                      struct bench_result *r)
+{
+    const int V = m->cfg.vocab;
+    struct opt_kv *kv = NULL;
+    int32_t *ids = malloc((size_t)batch * prompt_len * sizeof(int32_t));
+    float *logits = malloc((size_t)batch * V * sizeof(float));
+    int rc = opt_kv_init(m, batch, prompt_len + gen, &kv);
+    if (rc < 0)
+        goto out;
+    if (!ids || !logits) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    uint64_t x = 12345;
+    for (int i = 0; i < batch * prompt_len; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = 4 + (int32_t)((x >> 33) % (uint64_t)(V - 4));
+    }
+    double t0 = time_now();
+    if ((rc = opt_forward(m, kv, ids, NULL, prompt_len, false, logits)) < 0)
+        goto out;
+    r->prefill_s = time_now() - t0;
+    t0 = time_now();
+    for (int s = 0; s < gen; s++) {
+        for (int b = 0; b < batch; b++) {
+            const float *l = logits + (size_t)b * V;
+            int best = 0;
+            for (int v = 1; v < V; v++)
+                if (l[v] > l[best])
+                    best = v;
+            ids[b] = best;
+        }
+        if ((rc = opt_forward(m, kv, ids, NULL, 1, false, logits)) < 0)
+            goto out;
+    }
+    r->decode_s = time_now() - t0;
+out:
+    opt_kv_free(kv);
+    free(ids);
+    free(logits);
+    return rc;
+}
+
+static int bench_forward(int argc, char **argv)
+{
+    const char *dir = NULL;
+    int batch = 1, prompt_len = 128, gen = 32, threads = 0, repeat = 3;
+    bool json = false;
+    struct flag flags[] = {
+        FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "Hugging Face OPT checkpoint directory"),
+        FLAG("batch", FLAG_INT, &batch, "B", "sequences per batch (default 1)"),
+        FLAG("prompt-len", FLAG_INT, &prompt_len, "L", "prompt tokens per sequence (default 128)"),
+        FLAG("gen", FLAG_INT, &gen, "N", "decode steps (default 32)"),
+        FLAG("threads", FLAG_INT, &threads, "T", "threads (default: all cores)"),
+        FLAG("repeat", FLAG_INT, &repeat, "R", "best of R runs (default 3)"),
+        FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of a table"),
+    };
+    int rc = args_parse("bench forward",
+                        "Measures prefill and decode tokens/s of one checkpoint (random prompt "
+                        "ids, no padding, greedy decode through the KV cache), and decode's "
+                        "weight bytes streamed per second against memcpy bandwidth measured in "
+                        "the same run with the same thread count.",
+                        argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
+    if (rc)
+        return rc;
+    if (batch < 1 || prompt_len < 1 || gen < 1 || repeat < 1) {
+        fprintf(stderr, "shardswap bench forward: --batch, --prompt-len, --gen and --repeat "
+                        "must be >= 1\n");
+        return EXIT_USAGE;
+    }
+    cpu_set_threads(threads);
+    threads = cpu_threads();
+    struct opt_model *m = NULL;
+    if ((rc = opt_model_open(dir, &m)) < 0)
+        return cli_fail("bench forward");
+    if (prompt_len + gen > m->cfg.max_pos) {
+        err_set(ERR_INVALID, "--prompt-len + --gen = %d exceeds the model's %d positions",
+                prompt_len + gen, m->cfg.max_pos);
+        opt_model_close(m);
+        return cli_fail("bench forward");
+    }
+    /* warm-up: page the mapped weights in, let BLAS spin up its threads */
+    struct bench_result best = {1e30, 1e30}, r;
+    if ((rc = bench_once(m, batch, prompt_len < 8 ? prompt_len : 8, 2, &r)) < 0)
+        goto out;
+    for (int i = 0; i < repeat; i++) {
+        if ((rc = bench_once(m, batch, prompt_len, gen, &r)) < 0)
+            goto out;
+        if (r.prefill_s < best.prefill_s)
+            best.prefill_s = r.prefill_s;
+        if (r.decode_s < best.decode_s)
+            best.decode_s = r.decode_s;
+    }
+    double bw = memcpy_bandwidth(threads);
+    double wbytes = (double)opt_model_weight_bytes(m);
+    double prefill_tps = batch * prompt_len / best.prefill_s;
+    double decode_tps = batch * gen / best.decode_s;
+    double stream = wbytes * gen / best.decode_s;
+    if (json) {
+        printf("{\"impl\": \"shardswap\", \"model\": \"%s\", \"threads\": %d, \"batch\": %d, "
+               "\"prompt_len\": %d, \"gen\": %d, \"weight_dtype\": \"%s\", \"weight_bytes\": %.0f, "
+               "\"prefill_s\": %.6f, \"prefill_tok_s\": %.2f, \"decode_s\": %.6f, "
+               "\"decode_tok_s\": %.2f, \"decode_ms_per_step\": %.3f, "
+               "\"decode_weight_gb_s\": %.3f, \"memcpy_gb_s\": %.3f, \"decode_vs_memcpy\": %.3f}\n",
+               dir, threads, batch, prompt_len, gen, dtype_name(m->lm_head.dtype), wbytes,
+               best.prefill_s, prefill_tps, best.decode_s, decode_tps,
+               1e3 * best.decode_s / gen, stream / 1e9, bw / 1e9, stream / bw);
+    } else {
+        printf("model %s: %.1f MB of weights (%s), %d threads, batch %d, prompt %d, gen %d, "
+               "best of %d\n",
+               dir, wbytes / 1e6, dtype_name(m->lm_head.dtype), threads, batch, prompt_len, gen,
+               repeat);
+        printf("%-28s %12s\n", "metric", "value");
+        printf("%-28s %12.1f\n", "prefill tokens/s", prefill_tps);
+        printf("%-28s %12.1f\n", "decode tokens/s", decode_tps);
+        printf("%-28s %12.2f\n", "decode ms/step", 1e3 * best.decode_s / gen);
+        printf("%-28s %12.2f\n", "decode weight GB/s", stream / 1e9);
+        printf("%-28s %12.2f\n", "memcpy GB/s (same threads)", bw / 1e9);
+        printf("%-28s %12.2f\n", "decode / memcpy", stream / bw);
+    }
+out:
+    opt_model_close(m);
+    return rc < 0 ? cli_fail("bench forward") : 0;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    if (argc >= 1 && strcmp(argv[0], "forward") == 0)
+        return bench_forward(argc - 1, argv + 1);
+    if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
+        printf("usage: shardswap bench forward [flags]   (see shardswap bench forward --help)\n");
+        return 0;
+    }
+    fprintf(stderr, "shardswap bench: expected a benchmark name: forward (see shardswap bench "
+                    "forward --help)\n");
+    return EXIT_USAGE;
+}

@@ -1,0 +1,98 @@
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "model/opt.h"
+
+/* Parses "2,250,1345" into a malloc'd array. */
+static int parse_ids(const char *s, int32_t **out, int *n_out)
+{
+    int cap = 16, n = 0;
+    int32_t *ids = malloc((size_t)cap * sizeof(int32_t));
+    if (!ids)
+        return err_set(ERR_NOMEM, "out of memory");
+    const char *p = s;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0')) {
+            free(ids);
+            return err_set(ERR_INVALID, "--ids: \"%s\" is not a comma-separated list of token ids "
+                                        "(expected e.g. 2,250,1345)", s);
+        }
+        if (n == cap) {
+            int32_t *b = realloc(ids, (size_t)(cap *= 2) * sizeof(int32_t));
+            if (!b) {
+                free(ids);
+                return err_set(ERR_NOMEM, "out of memory");
+            }
+            ids = b;
+        }
+        ids[n++] = (int32_t)v;
+        if (*end == '\0')
+            break;
+        p = end + 1;
+    }
+    *out = ids;
+    *n_out = n;
+    return 0;
+}
+
+int cmd_forward(int argc, char **argv)
+{
+    const char *dir = NULL, *ids_s = NULL, *path = NULL;
+    struct flag flags[] = {
+        FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "Hugging Face OPT checkpoint directory"),
+        FLAG_REQUIRED("ids", FLAG_STR, &ids_s, "I,J,...", "token ids, comma-separated"),
+        FLAG_REQUIRED("out", FLAG_STR, &path, "FILE", "where to write the logits"),
+    };
+    int rc = args_parse("forward",
+                        "Runs the token ids through the model and writes the logits of every "
+                        "position to FILE as float32 little-endian, shape [n_ids, vocab_size], "
+                        "row-major.",
+                        argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
+    if (rc)
+        return rc;
+    struct opt_model *m = NULL;
+    struct opt_kv *kv = NULL;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    FILE *f = NULL;
+    int n = 0;
+    if ((rc = parse_ids(ids_s, &ids, &n)) < 0 || (rc = opt_model_open(dir, &m)) < 0 ||
+        (rc = opt_kv_init(m, 1, n, &kv)) < 0)
+        goto out;
+    size_t count = (size_t)n * m->cfg.vocab;
+    if (!(logits = malloc(count * sizeof(float)))) {
+        rc = err_set(ERR_NOMEM, "out of memory for %zu logits", count);
+        goto out;
+    }
+    if ((rc = opt_forward(m, kv, ids, NULL, n, true, logits)) < 0)
+        goto out;
+    if (!(f = fopen(path, "wb"))) {
+        rc = err_set(ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+        goto out;
+    }
+    /* x86 and arm64 are little-endian: the in-memory floats are the file format */
+    if (fwrite(logits, sizeof(float), count, f) != count || fclose(f) != 0) {
+        f = NULL;
+        rc = err_set(ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        goto out;
+    }
+    f = NULL;
+out:
+    if (f)
+        fclose(f);
+    if (rc < 0)
+        rc = cli_fail("forward");
+    free(ids);
+    free(logits);
+    opt_kv_free(kv);
+    opt_model_close(m);
+    return rc;
+}

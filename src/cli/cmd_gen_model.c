@@ -1,0 +1,218 @@
+#include <errno.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/timing.h"
+#include "model/opt_random.h"
+
+/* The byte-level alphabet of GPT-2: printable Latin-1 bytes stand for
+ * themselves, the other bytes for code points 256, 257, ... in byte order. */
+static unsigned byte_symbol(unsigned b)
+{
+    if ((b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff))
+        return b;
+    unsigned n = 0;
+    for (unsigned x = 0; x < b; x++)
+        if (!((x >= '!' && x <= '~') || (x >= 0xa1 && x <= 0xac) || (x >= 0xae && x <= 0xff)))
+            n++;
+    return 256 + n;
+}
+
+static int write_json(json_t *j, const char *dir, const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    int rc = 0;
+    if (!j || json_dump_file(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
+        rc = err_set(ERR_IO, "%s: cannot write", path);
+    json_decref(j);
+    return rc;
+}
+
+/* A valid byte-level BPE tokenizer with no merges: the four OPT specials,
+ * then the 256 byte symbols. Every text round-trips, one token per byte. */
+static int write_minimal_tokenizer(const char *dir)
+{
+    json_t *vocab = json_object();
+    static const char *specials[] = {"<s>", "<pad>", "</s>", "<unk>"};
+    for (int i = 0; i < 4; i++)
+        json_object_set_new(vocab, specials[i], json_integer(i));
+    for (unsigned b = 0; b < 256; b++) {
+        unsigned cp = byte_symbol(b);
+        char utf8[3];
+        if (cp < 0x80) {
+            utf8[0] = (char)cp;
+            utf8[1] = 0;
+        } else {
+            utf8[0] = (char)(0xc0 | (cp >> 6));
+            utf8[1] = (char)(0x80 | (cp & 0x3f));
+            utf8[2] = 0;
+        }
+        json_object_set_new(vocab, utf8, json_integer(4 + b));
+    }
+    int rc = write_json(vocab, dir, "vocab.json");
+    if (rc < 0)
+        return rc;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/merges.txt", dir);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs("#version: 0.2\n", f) < 0 || fclose(f) != 0)
+        return err_set(ERR_IO, "%s: cannot write", path);
+    json_t *cfg = json_pack("{s:b, s:b, s:s, s:s, s:s, s:s, s:s, s:s}", "add_bos_token", 1,
+                            "add_prefix_space", 0, "bos_token", "</s>", "eos_token", "</s>",
+                            "pad_token", "<pad>", "unk_token", "</s>", "errors", "replace",
+                            "tokenizer_class", "GPT2Tokenizer");
+    if ((rc = write_json(cfg, dir, "tokenizer_config.json")) < 0)
+        return rc;
+    json_t *map = json_pack("{s:s, s:s, s:s, s:s}", "bos_token", "</s>", "eos_token", "</s>",
+                            "pad_token", "<pad>", "unk_token", "</s>");
+    return write_json(map, dir, "special_tokens_map.json");
+}
+
+static int copy_file(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb"), *out = NULL;
+    if (!in)
+        return 0; /* absent: nothing to copy */
+    int rc = 0;
+    char buf[1 << 16];
+    size_t n;
+    if (!(out = fopen(to, "wb"))) {
+        rc = err_set(ERR_IO, "%s: cannot write: %s", to, strerror(errno));
+        goto out;
+    }
+    while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) {
+            rc = err_set(ERR_IO, "%s: write failed: %s", to, strerror(errno));
+            goto out;
+        }
+    if (ferror(in))
+        rc = err_set(ERR_IO, "%s: read failed", from);
+out:
+    fclose(in);
+    if (out && fclose(out) != 0 && rc == 0)
+        rc = err_set(ERR_IO, "%s: write failed: %s", to, strerror(errno));
+    return rc == 0 ? 1 : rc;
+}
+
+/* Copies the tokenizer files of a real checkpoint (those that exist). */
+static int copy_tokenizer(const char *from, const char *dir)
+{
+    static const char *files[] = {"vocab.json", "merges.txt", "tokenizer.json",
+                                  "tokenizer_config.json", "special_tokens_map.json",
+                                  "added_tokens.json"};
+    bool bpe_files = false, json_file = false;
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        char a[4096], b[4096];
+        snprintf(a, sizeof(a), "%s/%s", from, files[i]);
+        snprintf(b, sizeof(b), "%s/%s", dir, files[i]);
+        int rc = copy_file(a, b);
+        if (rc < 0)
+            return rc;
+        if (rc == 1 && i < 2)
+            bpe_files = true;
+        if (rc == 1 && i == 2)
+            json_file = true;
+    }
+    if (!bpe_files && !json_file)
+        return err_set(ERR_NOT_FOUND, "--tokenizer-from %s: no vocab.json + merges.txt or "
+                                      "tokenizer.json there", from);
+    return 0;
+}
+
+static void show_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    double *last = ctx;
+    double now = time_now();
+    if (now - *last < 0.2 && done < total)
+        return;
+    *last = now;
+    fprintf(stderr, "\rwriting weights: %.2f / %.2f GB (%3.0f%%)", done / 1e9, total / 1e9,
+            total ? 100.0 * done / total : 100.0);
+    if (done >= total)
+        fputc('\n', stderr);
+}
+
+/* Creates dir, or accepts an existing empty one. */
+static int make_out_dir(const char *dir, bool force)
+{
+    if (mkdir(dir, 0755) == 0)
+        return 0;
+    if (errno != EEXIST)
+        return err_set(ERR_IO, "--out %s: cannot create: %s", dir, strerror(errno));
+    DIR *d = opendir(dir);
+    if (!d)
+        return err_set(ERR_IO, "--out %s: exists and is not a directory", dir);
+    struct dirent *e;
+    bool empty = true;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            empty = false;
+    closedir(d);
+    if (!empty && !force)
+        return err_set(ERR_INVALID, "--out %s: exists and is not empty (use --force to write "
+                                    "over it)", dir);
+    return 0;
+}
+
+int cmd_gen_model(int argc, char **argv)
+{
+    const char *preset = NULL, *dtype_s = "f16", *out = NULL, *tok_from = NULL;
+    int layers = 0;
+    bool force = false;
+    struct opt_random_opts o = {.seed = 0};
+    struct flag flags[] = {
+        FLAG_REQUIRED("preset", FLAG_STR, &preset, "NAME", opt_preset_names()),
+        FLAG("layers", FLAG_INT, &layers, "N", "number of decoder layers (default: the preset's)"),
+        FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "storage dtype (default f16, as OPT ships)"),
+        FLAG("seed", FLAG_U64, &o.seed, "S", "random seed (default 0)"),
+        FLAG_REQUIRED("out", FLAG_STR, &out, "DIR", "output directory (created; must be empty)"),
+        FLAG("tokenizer-from", FLAG_STR, &tok_from, "DIR",
+         "copy real tokenizer files from DIR (default: a minimal byte-level one)"),
+        FLAG("max-shard-bytes", FLAG_U64, &o.max_shard_bytes, "N",
+         "split the weights into files of at most N bytes (default 5000000000)"),
+        FLAG("force", FLAG_BOOL, &force, NULL, "write into a non-empty --out"),
+    };
+    int rc = args_parse("gen-model",
+                        "Writes a random-weight OPT checkpoint in Hugging Face layout "
+                        "(config.json, generation_config.json, safetensors weights, sharded with "
+                        "an index when large, and a tokenizer), initialised as transformers "
+                        "initialises OPT.",
+                        argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
+    if (rc)
+        return rc;
+    struct opt_config cfg;
+    double last = 0;
+    if ((rc = opt_preset(preset, &cfg)) < 0)
+        goto out;
+    if (dtype_parse(dtype_s, &o.dtype) < 0) {
+        rc = err_set(ERR_INVALID, "--dtype \"%s\" is not one of f16, bf16, f32", dtype_s);
+        goto out;
+    }
+    if (flags[1].seen) {
+        if (layers < 1 || layers > 4096) {
+            rc = err_set(ERR_INVALID, "--layers %d is out of range (expected 1..4096)", layers);
+            goto out;
+        }
+        cfg.n_layers = layers;
+    }
+    if (isatty(fileno(stderr))) {
+        o.progress = show_progress;
+        o.progress_ctx = &last;
+    }
+    if ((rc = make_out_dir(out, force)) < 0 || (rc = opt_random_write(&cfg, out, &o)) < 0 ||
+        (rc = tok_from ? copy_tokenizer(tok_from, out) : write_minimal_tokenizer(out)) < 0)
+        goto out;
+    fprintf(stderr, "wrote %s: %s, %d layers, %s, %.3f GB of weights\n", out, preset,
+            cfg.n_layers, dtype_name(o.dtype), opt_checkpoint_bytes(&cfg, o.dtype) / 1e9);
+out:
+    return rc < 0 ? cli_fail("gen-model") : 0;
+}

@@ -1,0 +1,81 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "model/generate.h"
+#include "tokenizer/bpe.h"
+
+struct stream_out {
+    struct bpe_stream st;
+    int rc;
+};
+
+static int print_token(void *ctx, int32_t id)
+{
+    struct stream_out *o = ctx;
+    char buf[256];
+    int n = bpe_stream_push(&o->st, id, buf, sizeof(buf));
+    if (n < 0) {
+        o->rc = n;
+        return 1;
+    }
+    fwrite(buf, 1, (size_t)n, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+int cmd_generate(int argc, char **argv)
+{
+    const char *model_dir = NULL, *prompt = NULL, *tok_dir = NULL;
+    int max_tokens = 32;
+    struct sampler_params sp = {.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
+    struct flag flags[] = {
+        FLAG_REQUIRED("model", FLAG_STR, &model_dir, "DIR", "Hugging Face OPT checkpoint directory"),
+        FLAG_REQUIRED("prompt", FLAG_STR, &prompt, "TEXT", "the prompt (UTF-8)"),
+        FLAG("max-tokens", FLAG_INT, &max_tokens, "N", "most tokens to generate (default 32)"),
+        FLAG("temperature", FLAG_FLOAT, &sp.temperature, "T", "0 = greedy (default 0)"),
+        FLAG("top-k", FLAG_INT, &sp.top_k, "K", "sample among the K most likely (default 0 = off)"),
+        FLAG("top-p", FLAG_FLOAT, &sp.top_p, "P", "nucleus sampling mass (default 1 = off)"),
+        FLAG("seed", FLAG_U64, &sp.seed, "S", "random seed; same seed, same output (default 0)"),
+        FLAG("tokenizer", FLAG_STR, &tok_dir, "DIR", "tokenizer directory (default: the model's)"),
+    };
+    int rc = args_parse("generate",
+                        "Prints the completion of --prompt (without the prompt), streaming it "
+                        "as it is generated. Stops at EOS or after --max-tokens.",
+                        argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
+    if (rc)
+        return rc;
+    struct opt_model *m = NULL;
+    struct bpe *tok = NULL;
+    struct sampler s = {0};
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    int n_out = 0;
+    struct stream_out o = {.rc = 0};
+    if ((rc = sampler_init(&s, &sp)) < 0 || (rc = bpe_open(tok_dir ? tok_dir : model_dir, &tok)) < 0 ||
+        (rc = bpe_encode(tok, prompt, strlen(prompt), true, &ids, &n_ids)) < 0 ||
+        (rc = opt_model_open(model_dir, &m)) < 0)
+        goto out;
+    bpe_stream_init(&o.st, tok);
+    rc = opt_generate(m, ids, (int)n_ids, max_tokens, &s, print_token, &o, NULL, &n_out);
+    if (rc == 0 && o.rc < 0)
+        rc = o.rc;
+    if (rc == 0) {
+        char tail[64];
+        int n = bpe_stream_finish(&o.st, tail, sizeof(tail));
+        if (n > 0)
+            fwrite(tail, 1, (size_t)n, stdout);
+        putchar('\n');
+    }
+out:
+    if (rc < 0)
+        rc = cli_fail("generate");
+    free(ids);
+    sampler_free(&s);
+    bpe_close(tok);
+    opt_model_close(m);
+    return rc;
+}

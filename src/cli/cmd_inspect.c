@@ -1,0 +1,73 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "format/opt_config.h"
+#include "format/safetensors.h"
+
+/* Layer index of a tensor name ("...layers.N.x"), or -1. */
+static int layer_of(const char *name)
+{
+    const char *p = strstr(name, "layers.");
+    return p ? atoi(p + 7) : -1;
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+    const char *dir = NULL;
+    struct flag flags[] = {
+        FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "Hugging Face OPT checkpoint directory"),
+    };
+    int rc = args_parse("inspect", "Describes a checkpoint: its config, tensors and bytes.",
+                        argc, argv, flags, 1);
+    if (rc)
+        return rc;
+    struct opt_config c;
+    struct st_checkpoint *ck = NULL;
+    uint64_t *per_layer = NULL;
+    if ((rc = opt_config_load(dir, &c)) < 0 || (rc = st_open(dir, &ck)) < 0)
+        goto out;
+    printf("model            %s\n", dir);
+    printf("architecture     OPT (%s-LN%s)\n", c.pre_ln ? "pre" : "post",
+           c.embed_dim != c.hidden ? ", project_in/out" : "");
+    printf("hidden_size      %d\nffn_dim          %d\nlayers           %d\nheads            %d\n",
+           c.hidden, c.ffn, c.n_layers, c.n_heads);
+    printf("vocab_size       %d\nmax_positions    %d\nword_embed_dim   %d\n", c.vocab, c.max_pos,
+           c.embed_dim);
+    printf("activation       %s\nbias             %s\nfinal_layer_norm %s\ntied_head        %s\n",
+           opt_act_name(c.act), c.bias ? "yes" : "no", c.final_ln ? "yes" : "no",
+           st_find(ck, "lm_head.weight") ? "no" : "yes");
+    printf("torch_dtype      %s\nfiles            %zu\ntensors          %zu\n",
+           dtype_name(c.torch_dtype), st_file_count(ck), st_count(ck));
+    uint64_t by_dtype[3] = {0}, other = 0, total = 0;
+    per_layer = calloc((size_t)c.n_layers, sizeof(uint64_t));
+    if (!per_layer) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < st_count(ck); i++) {
+        const struct st_tensor *t = st_get(ck, i);
+        by_dtype[t->dtype] += t->nbytes;
+        total += t->nbytes;
+        int l = layer_of(t->name);
+        if (l >= 0 && l < c.n_layers)
+            per_layer[l] += t->nbytes;
+        else
+            other += t->nbytes;
+    }
+    printf("bytes            %llu (%.3f GB)\n", (unsigned long long)total, total / 1e9);
+    for (int d = 0; d < 3; d++)
+        if (by_dtype[d])
+            printf("  %-14s %llu\n", dtype_name((enum dtype)d), (unsigned long long)by_dtype[d]);
+    printf("bytes per layer\n");
+    for (int l = 0; l < c.n_layers; l++)
+        printf("  layer %-8d %llu\n", l, (unsigned long long)per_layer[l]);
+    printf("  %-14s %llu\n", "outside layers", (unsigned long long)other);
+out:
+    free(per_layer);
+    st_close(ck);
+    return rc < 0 ? cli_fail("inspect") : 0;
+}

@@ -1,0 +1,13 @@
+/* The subcommands of `shardswap`. Each takes the arguments after its name
+ * and returns the process exit status. */
+#ifndef SHARDSWAP_CLI_COMMANDS_H
+#define SHARDSWAP_CLI_COMMANDS_H
+
+int cmd_generate(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_forward(int argc, char **argv);
+int cmd_gen_model(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif

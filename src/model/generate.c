@@ -1,0 +1,52 @@
+#include "model/generate.h"
+
+#include <stdlib.h>
+
+#include "core/error.h"
+
+int opt_generate(struct opt_model *m, const int32_t *prompt, int n_prompt, int max_tokens,
+                 struct sampler *s, generate_token_fn on_token, void *ctx, int32_t *out,
+                 int *n_out)
+{
+    const struct opt_config *c = &m->cfg;
+    *n_out = 0;
+    if (n_prompt < 1)
+        return err_set(ERR_INVALID, "the prompt has no tokens");
+    if (n_prompt > c->max_pos)
+        return err_set(ERR_INVALID, "the prompt has %d tokens, more than the model's %d positions",
+                       n_prompt, c->max_pos);
+    if (max_tokens < 0)
+        return err_set(ERR_INVALID, "max_tokens must be >= 0 (got %d)", max_tokens);
+    if (max_tokens > c->max_pos - n_prompt)
+        max_tokens = c->max_pos - n_prompt; /* the position table ends there */
+    if (max_tokens == 0)
+        return 0;
+    struct opt_kv *kv = NULL;
+    float *logits = malloc((size_t)c->vocab * sizeof(float));
+    int rc = opt_kv_init(m, 1, n_prompt + max_tokens, &kv);
+    if (rc < 0)
+        goto out;
+    if (!logits) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    /* prefill, then one step per token */
+    if ((rc = opt_forward(m, kv, prompt, NULL, n_prompt, false, logits)) < 0)
+        goto out;
+    for (int i = 0; i < max_tokens; i++) {
+        int32_t id = sampler_pick(s, logits, c->vocab);
+        if (id == c->eos_id)
+            break;
+        if (out)
+            out[i] = id;
+        (*n_out)++;
+        if ((on_token && on_token(ctx, id)) || i + 1 == max_tokens)
+            break;
+        if ((rc = opt_forward(m, kv, &id, NULL, 1, false, logits)) < 0)
+            goto out;
+    }
+out:
+    opt_kv_free(kv);
+    free(logits);
+    return rc;
+}

@@ -1,0 +1,119 @@
+/* OPT (Zhang et al. 2022) as transformers' OPTForCausalLM computes it.
+ *
+ * A model object is one shard of a checkpoint: a tensor-parallel rank and a
+ * pipeline stage (a contiguous range of layers). With tp_size 1 and the full
+ * layer range it is the whole model. Weights are views into the checkpoint in
+ * its storage dtype (sliced per the shard, never copied); small parameters
+ * (biases, LayerNorms) are widened to f32 once at open.
+ *
+ * Sharding plan (Megatron): q/k/v and fc1 are split by output rows
+ * (column-parallel: each rank owns n_heads/tp heads and ffn/tp hidden units);
+ * out_proj and fc2 are split by input columns (row-parallel) and their outputs
+ * summed across ranks by the all-reduce hook; biases of row-parallel layers
+ * are added by rank 0 only. Embeddings, LayerNorms and the head are
+ * replicated. The first stage owns the embeddings, the last the final
+ * LayerNorm, project_out and the head.
+ */
+#ifndef SHARDSWAP_MODEL_OPT_H
+#define SHARDSWAP_MODEL_OPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cpu/kernels.h"
+#include "format/opt_config.h"
+#include "format/safetensors.h"
+
+struct opt_shard {
+    int tp_rank, tp_size;
+    int layer_begin, layer_end; /* [begin, end) */
+};
+
+struct opt_layer {
+    struct weight_view q, k, v, o, fc1, fc2;
+    const float *q_b, *k_b, *v_b, *fc1_b; /* (rows of q, k, v, fc1) or NULL */
+    const float *o_b, *fc2_b;             /* (hidden), NULL unless bias and tp_rank 0 */
+    const float *ln1_g, *ln1_b;           /* self_attn_layer_norm (hidden) or NULL */
+    const float *ln2_g, *ln2_b;           /* final_layer_norm of the layer (hidden) or NULL */
+};
+
+/* Sums buf[0..n) over the ranks of a tensor-parallel group, in place. */
+typedef void (*opt_allreduce_fn)(void *ctx, float *buf, size_t n);
+
+struct opt_model {
+    struct opt_config cfg;
+    struct opt_shard shard;
+    int heads_local, ffn_local;  /* per TP rank */
+    struct st_checkpoint *ck;    /* owned when opened by path */
+    bool owns_ck;
+
+    /* first stage */
+    struct weight_view embed;       /* (vocab, embed_dim) */
+    struct weight_view pos;         /* (max_pos + 2, hidden) */
+    struct weight_view project_in;  /* (hidden, embed_dim), rows 0 when absent */
+    /* last stage */
+    const float *final_ln_g, *final_ln_b;
+    struct weight_view project_out; /* (embed_dim, hidden), rows 0 when absent */
+    struct weight_view lm_head;     /* (vocab, embed_dim), maybe the embed tensor */
+
+    struct opt_layer *layers;       /* layer_end - layer_begin */
+    float *params;                  /* one block holding every widened small parameter */
+
+    opt_allreduce_fn allreduce;     /* NULL when tp_size is 1 */
+    void *allreduce_ctx;
+};
+
+/* Opens DIR (config.json + safetensors) as the whole model. */
+int opt_model_open(const char *dir, struct opt_model **out);
+/* Binds one shard of an open checkpoint; ck stays owned by the caller. */
+int opt_model_open_shard(const struct opt_config *cfg, struct st_checkpoint *ck,
+                         const struct opt_shard *shard, struct opt_model **out);
+void opt_model_close(struct opt_model *m); /* NULL-safe */
+
+/* KV cache and scratch of a batch of sequences that advance together.
+ * Sequences are left-padded: key_ok marks which cached positions are real. */
+struct opt_kv {
+    int batch, max_len, len;   /* len positions are filled, for every sequence */
+    int layers, heads, head_dim;
+    float *k, *v;              /* (layers, batch, heads, max_len, head_dim) */
+    uint8_t *key_ok;           /* (batch, max_len) */
+    int *n_real;               /* (batch) real tokens so far: the next position id - 1 */
+};
+
+int opt_kv_init(const struct opt_model *m, int batch, int max_len, struct opt_kv **out);
+void opt_kv_reset(struct opt_kv *kv);
+void opt_kv_free(struct opt_kv *kv); /* NULL-safe */
+
+/* Runs t_new tokens of each sequence of the batch through the whole model
+ * (tp_size 1, all layers), appending to the cache.
+ * ids, mask: (batch, t_new); mask 1 = real token, 0 = left padding (padding
+ *            may only precede a sequence's first real token).
+ * logits:    (batch, t_new, vocab) when all_positions, else (batch, vocab) for
+ *            the last position; caller-owned.
+ * Errors: ids outside the vocabulary, the cache or position table full. */
+int opt_forward(struct opt_model *m, struct opt_kv *kv, const int32_t *ids, const uint8_t *mask,
+                int t_new, bool all_positions, float *logits);
+
+/* The stages of opt_forward, for pipeline-parallel workers. x is
+ * (batch * t_new, hidden) activations between stages. */
+/* Checks room for t_new more positions and records which are real keys. */
+int opt_kv_begin(struct opt_kv *kv, const uint8_t *mask, int t_new);
+/* Embeds ids (first stage): x (batch * t_new, hidden). Position ids follow
+ * transformers: the running count of real tokens, + 2; pads get row 1. */
+int opt_forward_embed(const struct opt_model *m, const struct opt_kv *kv, const int32_t *ids,
+                      const uint8_t *mask, int t_new, float *x);
+/* One decoder layer (index local to the shard), in place on x. */
+void opt_forward_layer(const struct opt_model *m, int layer, struct opt_kv *kv, int t_new,
+                       float *x);
+/* Last stage: final LayerNorm, project_out and head on rows[0..n_rows) of x;
+ * logits (n_rows, vocab). */
+void opt_forward_head(const struct opt_model *m, const float *x, const int *rows, int n_rows,
+                      float *logits);
+/* Marks the t_new positions filled once every layer has run. */
+void opt_kv_commit(struct opt_kv *kv, const uint8_t *mask, int t_new);
+
+/* Bytes of weights this shard streams per forward step (for bandwidth math). */
+size_t opt_model_weight_bytes(const struct opt_model *m);
+
+#endif

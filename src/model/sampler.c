@@ -1,0 +1,133 @@
+#include "model/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t xoshiro_next(uint64_t *s)
+{
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+double sampler_uniform(struct sampler *s)
+{
+    return (double)(xoshiro_next(s->s) >> 11) * 0x1.0p-53;
+}
+
+int sampler_init(struct sampler *s, const struct sampler_params *p)
+{
+    if (!(p->temperature >= 0) || !isfinite(p->temperature))
+        return err_set(ERR_INVALID, "temperature must be a finite number >= 0 (got %g)",
+                       (double)p->temperature);
+    if (p->top_k < 0)
+        return err_set(ERR_INVALID, "top_k must be >= 0 (got %d)", p->top_k);
+    if (!(p->top_p > 0 && p->top_p <= 1))
+        return err_set(ERR_INVALID, "top_p must be in (0, 1] (got %g)", (double)p->top_p);
+    s->p = *p;
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++)
+        s->s[i] = splitmix64(&x);
+    s->prob = NULL;
+    s->idx = NULL;
+    s->cap = 0;
+    return 0;
+}
+
+void sampler_free(struct sampler *s)
+{
+    free(s->prob);
+    free(s->idx);
+    s->prob = NULL;
+    s->idx = NULL;
+    s->cap = 0;
+}
+
+static int32_t argmax(const float *x, int n)
+{
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+/* Orders ids by descending probability, ties by ascending id (deterministic). */
+static int cmp_desc(const void *a, const void *b, void *ctx)
+{
+    const float *sort_prob = ctx;
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    if (sort_prob[i] != sort_prob[j])
+        return sort_prob[i] > sort_prob[j] ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+int32_t sampler_pick(struct sampler *s, float *logits, int vocab)
+{
+    if (s->p.temperature == 0)
+        return argmax(logits, vocab);
+    if (s->cap < vocab) {
+        float *p = realloc(s->prob, (size_t)vocab * sizeof(float));
+        if (p)
+            s->prob = p;
+        int32_t *ix = realloc(s->idx, (size_t)vocab * sizeof(int32_t));
+        if (ix)
+            s->idx = ix;
+        if (!p || !ix) /* no memory for sampling: degrade to greedy, never crash */
+            return argmax(logits, vocab);
+        s->cap = vocab;
+    }
+    /* softmax(logits / T), unnormalised: only ratios matter below */
+    float mx = logits[argmax(logits, vocab)];
+    for (int i = 0; i < vocab; i++)
+        s->prob[i] = expf((logits[i] - mx) / s->p.temperature);
+    /* candidates by descending probability; top-k keeps the first k */
+    int n = vocab;
+    for (int i = 0; i < vocab; i++)
+        s->idx[i] = i;
+    qsort_r(s->idx, (size_t)vocab, sizeof(int32_t), cmp_desc, s->prob);
+    if (s->p.top_k > 0 && s->p.top_k < n)
+        n = s->p.top_k;
+    double kept = 0;
+    for (int i = 0; i < n; i++)
+        kept += s->prob[s->idx[i]];
+    /* top-p: the smallest prefix whose mass reaches p of the kept mass */
+    if (s->p.top_p < 1) {
+        double acc = 0;
+        for (int i = 0; i < n; i++) {
+            acc += s->prob[s->idx[i]];
+            if (acc >= s->p.top_p * kept) {
+                n = i + 1;
+                kept = acc;
+                break;
+            }
+        }
+    }
+    double r = sampler_uniform(s) * kept, acc = 0;
+    for (int i = 0; i < n; i++) {
+        acc += s->prob[s->idx[i]];
+        if (r < acc)
+            return s->idx[i];
+    }
+    return s->idx[n - 1];
+}

@@ -1,0 +1,218 @@
+/* The OPT forward against transformers: every fixture under
+ * tests/fixtures/models/ (made by tools/make_fixtures.py) holds a tiny random
+ * checkpoint, the logits transformers computed for a left-padded batch and
+ * for one unpadded prompt, and its greedy continuations.
+ *
+ * Tolerance: max |ours - ref| / max |ref| <= 1e-4 over real (unpadded)
+ * positions (the value the fixture states); greedy ids identical. The KV
+ * cache must reproduce full recomputation within 1e-5. */
+#include <dirent.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "model/generate.h"
+#include "model/opt.h"
+#include "test.h"
+
+#define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/models"
+
+/* max |a - b| / max |b| over n values */
+static double rel_err(const float *a, const float *b, size_t n)
+{
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > md || isnan(d))
+            md = isnan(d) ? INFINITY : d;
+        if (fabs(b[i]) > mb)
+            mb = fabs(b[i]);
+    }
+    return mb > 0 ? md / mb : md;
+}
+
+static int32_t *json_ids(json_t *arr, int *n)
+{
+    *n = (int)json_array_size(arr);
+    int32_t *ids = malloc((size_t)(*n ? *n : 1) * sizeof(int32_t));
+    for (int i = 0; i < *n; i++)
+        ids[i] = (int32_t)json_integer_value(json_array_get(arr, (size_t)i));
+    return ids;
+}
+
+/* The padded batch: compare logits at real positions. */
+static void check_batch(const char *name, struct opt_model *m, json_t *batch,
+                        const struct st_tensor *ref, double tol)
+{
+    json_t *jid = json_object_get(batch, "input_ids"), *jmask = json_object_get(batch, "attention_mask");
+    int B = (int)json_array_size(jid), T = (int)json_array_size(json_array_get(jid, 0));
+    const int V = m->cfg.vocab;
+    CHECK_MSG(ref && ref->ndim == 3 && ref->shape[0] == B && ref->shape[1] == T &&
+                  ref->shape[2] == V, "%s: expected logits shape", name);
+    if (!ref || ref->nbytes != (size_t)B * T * V * 4)
+        return;
+    int32_t *ids = malloc((size_t)B * T * sizeof(int32_t));
+    uint8_t *mask = malloc((size_t)B * T);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            ids[b * T + t] = (int32_t)json_integer_value(json_array_get(json_array_get(jid, b), t));
+            mask[b * T + t] = (uint8_t)json_integer_value(json_array_get(json_array_get(jmask, b), t));
+        }
+    float *logits = malloc((size_t)B * T * V * sizeof(float));
+    struct opt_kv *kv;
+    CHECK(opt_kv_init(m, B, T, &kv) == 0);
+    int rc = opt_forward(m, kv, ids, mask, T, true, logits);
+    CHECK_MSG(rc == 0, "%s: forward failed: %s", name, err_msg());
+    const float *r = ref->data;
+    double worst = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            if (!mask[b * T + t])
+                continue;
+            size_t o = ((size_t)b * T + t) * V;
+            double e = rel_err(logits + o, r + o, (size_t)V);
+            if (e > worst)
+                worst = e;
+        }
+    printf("%s: batch %dx%d logits rel err %.2e (tolerance %.0e)\n", name, B, T, worst, tol);
+    CHECK_MSG(worst <= tol, "%s: batch logits rel err %.3e > %.0e", name, worst, tol);
+    opt_kv_free(kv);
+    free(ids);
+    free(mask);
+    free(logits);
+}
+
+/* One prompt alone: full forward vs ref, then the KV cache one token at a time
+ * against the full forward. */
+static void check_single(const char *name, struct opt_model *m, const int32_t *ids, int n,
+                         const struct st_tensor *ref, double tol)
+{
+    const int V = m->cfg.vocab;
+    float *full = malloc((size_t)n * V * sizeof(float)), *step = malloc((size_t)V * sizeof(float));
+    struct opt_kv *kv;
+    CHECK(opt_kv_init(m, 1, n, &kv) == 0);
+    CHECK(opt_forward(m, kv, ids, NULL, n, true, full) == 0);
+    if (ref && ref->nbytes == (size_t)n * V * 4) {
+        double e = rel_err(full, ref->data, (size_t)n * V);
+        printf("%s: unpadded prompt logits rel err %.2e\n", name, e);
+        CHECK_MSG(e <= tol, "%s: unpadded logits rel err %.3e > %.0e", name, e, tol);
+    }
+    /* incremental: a prefill of half the prompt, then one token per step */
+    opt_kv_reset(kv);
+    int half = n / 2 > 0 ? n / 2 : 1;
+    float *pre = malloc((size_t)half * V * sizeof(float));
+    CHECK(opt_forward(m, kv, ids, NULL, half, true, pre) == 0);
+    double worst = rel_err(pre, full, (size_t)half * V);
+    for (int t = half; t < n; t++) {
+        CHECK(opt_forward(m, kv, &ids[t], NULL, 1, false, step) == 0);
+        double e = rel_err(step, full + (size_t)t * V, (size_t)V);
+        if (e > worst)
+            worst = e;
+    }
+    printf("%s: KV-cache decode vs full recompute rel err %.2e\n", name, worst);
+    CHECK_MSG(worst <= 1e-5, "%s: KV cache differs from recomputation: %.3e", name, worst);
+    opt_kv_free(kv);
+    free(pre);
+    free(full);
+    free(step);
+}
+
+static void check_greedy(const char *name, struct opt_model *m, json_t *greedy)
+{
+    struct sampler_params sp = {.temperature = 0, .top_p = 1};
+    for (size_t i = 0; i < json_array_size(greedy); i++) {
+        json_t *g = json_array_get(greedy, i);
+        int n_prompt, n_exp;
+        int32_t *prompt = json_ids(json_object_get(g, "prompt"), &n_prompt);
+        int32_t *exp = json_ids(json_object_get(g, "output"), &n_exp);
+        int max_new = (int)json_integer_value(json_object_get(g, "max_new_tokens"));
+        int32_t *got = malloc((size_t)(max_new + 1) * sizeof(int32_t));
+        struct sampler s;
+        CHECK(sampler_init(&s, &sp) == 0);
+        int n_got = 0;
+        CHECK(opt_generate(m, prompt, n_prompt, max_new, &s, NULL, NULL, got, &n_got) == 0);
+        /* transformers keeps the EOS it stopped at; we report it by stopping */
+        int n_cmp = n_exp;
+        if (n_exp > 0 && exp[n_exp - 1] == m->cfg.eos_id && n_exp < max_new)
+            n_cmp = n_exp - 1;
+        bool same = n_got == n_cmp && memcmp(got, exp, (size_t)n_cmp * sizeof(int32_t)) == 0;
+        CHECK_MSG(same, "%s: greedy continuation %zu differs (got %d tokens, expected %d)", name,
+                  i, n_got, n_cmp);
+        sampler_free(&s);
+        free(prompt);
+        free(exp);
+        free(got);
+    }
+    printf("%s: %zu greedy continuations checked\n", name, json_array_size(greedy));
+}
+
+static void check_fixture(const char *name)
+{
+    char dir[1024], path[1200];
+    if (strlen(name) > 200)
+        return;
+    snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, name);
+    snprintf(path, sizeof(path), "%s/expected.json", dir);
+    json_error_t jerr;
+    json_t *exp = json_load_file(path, 0, &jerr);
+    CHECK_MSG(exp != NULL, "%s: %s", path, jerr.text);
+    if (!exp)
+        return;
+    /* a fixture may reuse another's expected outputs */
+    json_t *same = json_object_get(exp, "same_as");
+    char ref_dir[1024];
+    snprintf(ref_dir, sizeof(ref_dir), "%s/%s", FIXTURES,
+             same ? json_string_value(same) : name);
+    if (same) {
+        json_decref(exp);
+        snprintf(path, sizeof(path), "%s/expected.json", ref_dir);
+        exp = json_load_file(path, 0, &jerr);
+        CHECK_MSG(exp != NULL, "%s: %s", path, jerr.text);
+        if (!exp)
+            return;
+    }
+    double tol = json_real_value(json_object_get(exp, "tolerance"));
+    if (tol <= 0 || tol > 1e-4)
+        tol = 1e-4;
+    struct opt_model *m = NULL;
+    struct st_checkpoint *ref = NULL;
+    snprintf(path, sizeof(path), "%s/expected_logits.safetensors", ref_dir);
+    int rc = opt_model_open(dir, &m);
+    CHECK_MSG(rc == 0, "%s: open failed: %s", name, err_msg());
+    rc = st_open(path, &ref);
+    CHECK_MSG(rc == 0, "%s: %s", path, err_msg());
+    if (m && ref) {
+        check_batch(name, m, json_object_get(exp, "batch"), st_find(ref, "logits"), tol);
+        json_t *greedy = json_object_get(exp, "greedy");
+        int n0;
+        int32_t *p0 = json_ids(json_object_get(json_array_get(greedy, 0), "prompt"), &n0);
+        check_single(name, m, p0, n0, st_find(ref, "logits_greedy0"), tol);
+        free(p0);
+        check_greedy(name, m, greedy);
+    }
+    st_close(ref);
+    opt_model_close(m);
+    json_decref(exp);
+}
+
+int main(void)
+{
+    DIR *d = opendir(FIXTURES);
+    CHECK_MSG(d != NULL, "no fixtures at %s", FIXTURES);
+    if (!d)
+        return test_finish();
+    struct dirent *e;
+    int n = 0;
+    char names[32][200];
+    while ((e = readdir(d)) && n < 32)
+        if (e->d_name[0] != '.')
+            snprintf(names[n++], sizeof(names[0]), "%s", e->d_name);
+    closedir(d);
+    CHECK_MSG(n >= 4, "expected at least 4 model fixtures, found %d", n);
+    for (int i = 0; i < n; i++)
+        check_fixture(names[i]);
+    return test_finish();
+}
