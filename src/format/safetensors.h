@@ -23,7 +23,8 @@ struct st_tensor {
     size_t numel;
     size_t nbytes;
     size_t file_offset; /* absolute byte offset of the data in `file` */
-    const void *data;   /* into the mapping of `file` */
+    const void *data;   /* into the mapping of `file`; may be unaligned for its dtype when
+                           the writer did not pad (read it with memcpy, not a cast) */
 };
 
 struct st_checkpoint;

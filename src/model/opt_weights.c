@@ -6,6 +6,7 @@
  * embed_tokens. Linear weights are (out_features, in_features).
  */
 #include <assert.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,11 +21,23 @@ struct binder {
     size_t params_left;
 };
 
+/* Finds prefix + name. A tensor whose data is not aligned to its element
+ * size (possible in files from other writers) is refused rather than read
+ * through a misaligned pointer. */
 static const struct st_tensor *bind_find(const struct binder *b, const char *name, char *full,
                                          size_t cap)
 {
     snprintf(full, cap, "%s%s", b->prefix, name);
     return st_find(b->ck, full);
+}
+
+static int bind_aligned(const struct st_tensor *t)
+{
+    if ((uintptr_t)t->data % dtype_size(t->dtype) == 0)
+        return 0;
+    return err_set(ERR_UNSUPPORTED, "%s: tensor %s starts at byte %zu, not a multiple of its "
+                                    "element size %zu", t->file, t->name, t->file_offset,
+                   dtype_size(t->dtype));
 }
 
 static int bind_shape_error(const struct st_tensor *t, int ndim, const int64_t *want)
@@ -51,6 +64,8 @@ static int bind_matrix(const struct binder *b, const char *name, int rows, int c
     int64_t want[2] = {rows, cols};
     if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
         return bind_shape_error(t, 2, want);
+    if (bind_aligned(t) < 0)
+        return ERR_UNSUPPORTED;
     size_t es = dtype_size(t->dtype);
     out->dtype = t->dtype;
     out->data = (const char *)t->data + ((size_t)r0 * cols + c0) * es;
@@ -76,6 +91,8 @@ static int bind_vector(struct binder *b, const char *name, int n, int i0, int co
     int64_t want[1] = {n};
     if (t->ndim != 1 || t->shape[0] != n)
         return bind_shape_error(t, 1, want);
+    if (bind_aligned(t) < 0)
+        return ERR_UNSUPPORTED;
     assert((size_t)count <= b->params_left);
     dtype_to_f32(t->dtype, (const char *)t->data + (size_t)i0 * dtype_size(t->dtype), b->params,
                  (size_t)count);

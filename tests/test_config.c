@@ -1,0 +1,77 @@
+/* config.json: defaults, every computation-changing field, and one specific
+ * error for each kind of bad input. */
+#include <string.h>
+
+#include "core/error.h"
+#include "format/opt_config.h"
+#include "test.h"
+
+#define BASE "\"model_type\": \"opt\", \"hidden_size\": 64, \"ffn_dim\": 256, " \
+             "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 300, " \
+             "\"max_position_embeddings\": 128"
+
+/* Parses json and checks it fails with `code` and a message containing `needle`. */
+static void expect_error(const char *json, int code, const char *needle)
+{
+    struct opt_config c;
+    int rc = opt_config_parse(json, "config.json", &c);
+    CHECK_MSG(rc == code, "%s: got %d, expected %d (%s)", json, rc, code, err_msg());
+    CHECK_MSG(strstr(err_msg(), needle) != NULL, "message \"%s\" lacks \"%s\"", err_msg(),
+              needle);
+}
+
+int main(void)
+{
+    struct opt_config c;
+    /* OPTConfig's defaults for every optional field */
+    CHECK(opt_config_parse("{" BASE "}", "config.json", &c) == 0);
+    CHECK(c.hidden == 64 && c.ffn == 256 && c.n_layers == 2 && c.n_heads == 4 && c.vocab == 300);
+    CHECK(c.max_pos == 128 && c.embed_dim == 64 && c.pre_ln && c.final_ln && c.bias);
+    CHECK(c.ln_affine && c.tie_embeddings && c.act == OPT_ACT_RELU);
+    CHECK(c.pad_id == 1 && c.bos_id == 2 && c.eos_id == 2 && c.torch_dtype == DTYPE_F32);
+
+    /* every field that changes the computation is read */
+    CHECK(opt_config_parse("{" BASE ", \"word_embed_proj_dim\": 32, \"do_layer_norm_before\": "
+                           "false, \"enable_bias\": false, \"layer_norm_elementwise_affine\": "
+                           "false, \"activation_function\": \"gelu_new\", \"torch_dtype\": "
+                           "\"float16\", \"pad_token_id\": 0, \"eos_token_id\": 3, "
+                           "\"tie_word_embeddings\": false}",
+                           "config.json", &c) == 0);
+    CHECK(c.embed_dim == 32 && !c.pre_ln && !c.final_ln && !c.bias && !c.ln_affine);
+    CHECK(c.act == OPT_ACT_GELU_TANH && c.torch_dtype == DTYPE_F16 && c.pad_id == 0);
+    CHECK(c.eos_id == 3 && !c.tie_embeddings);
+    CHECK(opt_config_parse("{" BASE ", \"_remove_final_layer_norm\": true, \"dtype\": "
+                           "\"bfloat16\"}", "config.json", &c) == 0);
+    CHECK(c.pre_ln && !c.final_ln && c.torch_dtype == DTYPE_BF16);
+
+    /* bad input: each its own message */
+    expect_error("{" BASE, ERR_FORMAT, "invalid JSON");
+    expect_error("[1, 2]", ERR_FORMAT, "JSON object");
+    expect_error("{\"hidden_size\": 64}", ERR_FORMAT, "model_type");
+    expect_error("{\"model_type\": \"llama\", \"hidden_size\": 64}", ERR_UNSUPPORTED, "llama");
+    expect_error("{\"model_type\": \"opt\", \"hidden_size\": 64, \"ffn_dim\": 256, "
+                 "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 300}",
+                 ERR_FORMAT, "max_position_embeddings");
+    expect_error("{" BASE ", \"hidden_size\": 64}", ERR_FORMAT, "invalid JSON"); /* duplicate */
+    expect_error("{\"model_type\": \"opt\", \"hidden_size\": \"64\", \"ffn_dim\": 256, "
+                 "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 300, "
+                 "\"max_position_embeddings\": 128}",
+                 ERR_FORMAT, "\"hidden_size\" must be an integer");
+    expect_error("{\"model_type\": \"opt\", \"hidden_size\": -64, \"ffn_dim\": 256, "
+                 "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 300, "
+                 "\"max_position_embeddings\": 128}",
+                 ERR_FORMAT, "\"hidden_size\" is -64");
+    expect_error("{\"model_type\": \"opt\", \"hidden_size\": 66, \"ffn_dim\": 256, "
+                 "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 300, "
+                 "\"max_position_embeddings\": 128}",
+                 ERR_FORMAT, "not a multiple");
+    expect_error("{" BASE ", \"activation_function\": \"mish\"}", ERR_UNSUPPORTED, "mish");
+    expect_error("{" BASE ", \"torch_dtype\": \"int8\"}", ERR_UNSUPPORTED, "int8");
+    expect_error("{" BASE ", \"enable_bias\": 1}", ERR_FORMAT, "true or false");
+    expect_error("{" BASE ", \"eos_token_id\": 300}", ERR_FORMAT, "outside the vocabulary");
+
+    /* a missing file names the path */
+    CHECK(opt_config_load("/nonexistent/model", &c) == ERR_NOT_FOUND);
+    CHECK(strstr(err_msg(), "/nonexistent/model/config.json") != NULL);
+    return test_finish();
+}
