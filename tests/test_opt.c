@@ -208,8 +208,8 @@ int main(void)
     int n = 0;
     char names[32][200];
     while ((e = readdir(d)) && n < 32)
-        if (e->d_name[0] != '.')
-            snprintf(names[n++], sizeof(names[0]), "%s", e->d_name);
+        if (e->d_name[0] != '.' && strlen(e->d_name) < sizeof(names[0]))
+            memcpy(names[n++], e->d_name, strlen(e->d_name) + 1);
     closedir(d);
     CHECK_MSG(n >= 4, "expected at least 4 model fixtures, found %d", n);
     for (int i = 0; i < n; i++)

@@ -1,5 +1,7 @@
 #include "backend/cpu/kernels.h"
 
+#include "backend/cpu/pool.h"
+
 #include <assert.h>
 #include <cblas.h>
 #include <math.h>
@@ -7,14 +9,132 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Rows of a narrow weight widened at once: big enough for BLAS to run at
- * speed, small enough (with K up to ~8k) to stay in L2. */
-#define LINEAR_BLOCK_ROWS 64
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+/* Below this many input rows a linear layer is a matrix-vector product
+ * bound by memory bandwidth: one fused pass that widens each weight row in
+ * registers and feeds it to every input row beats widening into a buffer. */
+#define GEMV_MAX_M 8
+/* Weight rows per pool task of the fused product. */
+#define GEMV_TASK_ROWS 32
+/* Rows of a narrow weight widened per BLAS call on the large-m path. */
+#define WIDEN_BLOCK_ROWS 256
+
+struct gemv_job {
+    float *y;
+    const float *x;
+    int m;
+    const struct weight_view *w;
+};
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+static inline __m256 load8(enum dtype t, const void *p)
+{
+    switch (t) {
+    case DTYPE_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    case DTYPE_BF16:
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    default:
+        return _mm256_loadu_ps((const float *)p);
+    }
+}
+
+static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
+/* y[:, rows of task] for every input row: dot products against widened weights. */
+static void gemv_task(void *ctx, int task)
+{
+    const struct gemv_job *j = ctx;
+    const struct weight_view *w = j->w;
+    const int k = w->cols, n = w->rows, m = j->m;
+    const size_t es = dtype_size(w->dtype);
+    int r0 = task * GEMV_TASK_ROWS, r1 = r0 + GEMV_TASK_ROWS < n ? r0 + GEMV_TASK_ROWS : n;
+    float tail[GEMV_MAX_M];
+    for (int r = r0; r < r1; r++) {
+        const char *wr = weight_row(w, r);
+        int c = 0;
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+        /* independent accumulators hide the FMA latency: four for one input
+         * row, two per row otherwise */
+        if (m == 1) {
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (; c + 32 <= k; c += 32) {
+                a0 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)c * es), _mm256_loadu_ps(j->x + c), a0);
+                a1 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)(c + 8) * es), _mm256_loadu_ps(j->x + c + 8), a1);
+                a2 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)(c + 16) * es), _mm256_loadu_ps(j->x + c + 16), a2);
+                a3 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)(c + 24) * es), _mm256_loadu_ps(j->x + c + 24), a3);
+            }
+            for (; c + 8 <= k; c += 8)
+                a0 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)c * es), _mm256_loadu_ps(j->x + c), a0);
+            tail[0] = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        } else {
+            __m256 acc[GEMV_MAX_M][2];
+            for (int i = 0; i < m; i++)
+                acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+            for (; c + 16 <= k; c += 16) {
+                __m256 w0 = load8(w->dtype, wr + (size_t)c * es);
+                __m256 w1 = load8(w->dtype, wr + (size_t)(c + 8) * es);
+                for (int i = 0; i < m; i++) {
+                    const float *xi = j->x + (size_t)i * k + c;
+                    acc[i][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xi), acc[i][0]);
+                    acc[i][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xi + 8), acc[i][1]);
+                }
+            }
+            for (; c + 8 <= k; c += 8) {
+                __m256 w0 = load8(w->dtype, wr + (size_t)c * es);
+                for (int i = 0; i < m; i++)
+                    acc[i][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(j->x + (size_t)i * k + c), acc[i][0]);
+            }
+            for (int i = 0; i < m; i++)
+                tail[i] = hsum8(_mm256_add_ps(acc[i][0], acc[i][1]));
+        }
+#else
+        for (int i = 0; i < m; i++)
+            tail[i] = 0;
+#endif
+        for (; c < k; c++) {
+            float wv;
+            dtype_to_f32(w->dtype, wr + (size_t)c * es, &wv, 1);
+            for (int i = 0; i < m; i++)
+                tail[i] += wv * j->x[(size_t)i * k + c];
+        }
+        for (int i = 0; i < m; i++)
+            j->y[(size_t)i * n + r] = tail[i];
+    }
+}
+
+struct widen_job {
+    float *dst;
+    const struct weight_view *w;
+    int r0, nb;
+};
+
+static void widen_task(void *ctx, int task)
+{
+    const struct widen_job *j = ctx;
+    const int per = 16, k = j->w->cols;
+    for (int r = task * per; r < (task + 1) * per && r < j->nb; r++)
+        dtype_to_f32(j->w->dtype, weight_row(j->w, j->r0 + r), j->dst + (size_t)r * k, (size_t)k);
+}
 
 void cpu_linear(float *y, const float *x, int m, const struct weight_view *w, const float *bias)
 {
     const int n = w->rows, k = w->cols;
-    if (w->dtype == DTYPE_F32) {
+    if (m <= GEMV_MAX_M) {
+        struct gemv_job j = {.y = y, .x = x, .m = m, .w = w};
+        pool_run(gemv_task, &j, (n + GEMV_TASK_ROWS - 1) / GEMV_TASK_ROWS);
+    } else if (w->dtype == DTYPE_F32) {
         if (m == 1)
             cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w->data, (int)w->ld, x, 1, 0.0f,
                         y, 1);
@@ -22,18 +142,15 @@ void cpu_linear(float *y, const float *x, int m, const struct weight_view *w, co
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w->data,
                         (int)w->ld, 0.0f, y, n);
     } else {
-        float *blk = malloc((size_t)LINEAR_BLOCK_ROWS * k * sizeof(float));
-        assert(blk);
-        for (int r0 = 0; r0 < n; r0 += LINEAR_BLOCK_ROWS) {
-            int nb = n - r0 < LINEAR_BLOCK_ROWS ? n - r0 : LINEAR_BLOCK_ROWS;
-            /* widen rows [r0, r0 + nb) */
-            for (int r = 0; r < nb; r++)
-                dtype_to_f32(w->dtype, weight_row(w, r0 + r), blk + (size_t)r * k, (size_t)k);
-            if (m == 1)
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, nb, k, 1.0f, blk, k, x, 1, 0.0f, y + r0, 1);
-            else
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nb, k, 1.0f, x, k, blk, k,
-                            0.0f, y + r0, n);
+        /* widen a block of rows on the pool, multiply it with BLAS */
+        float *blk = malloc((size_t)WIDEN_BLOCK_ROWS * k * sizeof(float));
+        assert(blk && "out of memory for a weight block");
+        for (int r0 = 0; r0 < n; r0 += WIDEN_BLOCK_ROWS) {
+            int nb = n - r0 < WIDEN_BLOCK_ROWS ? n - r0 : WIDEN_BLOCK_ROWS;
+            struct widen_job j = {.dst = blk, .w = w, .r0 = r0, .nb = nb};
+            pool_run(widen_task, &j, (nb + 15) / 16);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nb, k, 1.0f, x, k, blk, k,
+                        0.0f, y + r0, n);
         }
         free(blk);
     }
@@ -154,6 +271,7 @@ void cpu_set_threads(int n)
     if (n < 1)
         n = (int)sysconf(_SC_NPROCESSORS_ONLN);
     openblas_set_num_threads(n);
+    pool_set_threads(n);
 }
 
 int cpu_threads(void)

@@ -1,0 +1,125 @@
+#include "backend/cpu/pool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "core/timing.h"
+
+#define POOL_MAX 256
+#define POOL_SPIN_S 100e-6 /* spin this long for the next job before sleeping */
+
+static struct {
+    pthread_mutex_t lock;       /* guards the sleeping path and job submission */
+    pthread_cond_t wake;
+    pthread_mutex_t submit;     /* one job at a time */
+    pthread_once_t once;
+    int n_workers;              /* threads besides the caller */
+    pthread_t tid[POOL_MAX];
+    atomic_uint generation;     /* bumped per job; workers sleep on it */
+    /* (generation << 32) | next task to claim: a worker claims a task with
+     * one compare-and-swap, which fails if the job it saw has been replaced */
+    atomic_uint_fast64_t claim;
+    atomic_int n_tasks;
+    pool_task_fn fn;            /* read only after a successful claim */
+    void *ctx;
+    atomic_int done;            /* tasks finished */
+    int want_threads;
+} pool = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .wake = PTHREAD_COND_INITIALIZER,
+    .submit = PTHREAD_MUTEX_INITIALIZER,
+    .once = PTHREAD_ONCE_INIT,
+};
+
+/* Claims and runs tasks of job `gen` until none are left. */
+static void pool_work(unsigned gen)
+{
+    for (;;) {
+        uint_fast64_t w = atomic_load(&pool.claim);
+        if ((unsigned)(w >> 32) != gen || (int)(w & 0xffffffffu) >= atomic_load(&pool.n_tasks))
+            return;
+        if (atomic_compare_exchange_weak(&pool.claim, &w, w + 1)) {
+            pool.fn(pool.ctx, (int)(w & 0xffffffffu));
+            atomic_fetch_add(&pool.done, 1);
+        }
+    }
+}
+
+static void *pool_worker(void *arg)
+{
+    (void)arg;
+    unsigned seen = 0;
+    for (;;) {
+        double t0 = time_now();
+        while (atomic_load(&pool.generation) == seen && time_now() - t0 < POOL_SPIN_S)
+            ;
+        if (atomic_load(&pool.generation) == seen) {
+            pthread_mutex_lock(&pool.lock);
+            while (atomic_load(&pool.generation) == seen)
+                pthread_cond_wait(&pool.wake, &pool.lock);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        seen = atomic_load(&pool.generation);
+        pool_work(seen);
+    }
+    return NULL;
+}
+
+static void pool_start(void)
+{
+    int n = pool.want_threads;
+    if (n < 1)
+        n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n > POOL_MAX)
+        n = POOL_MAX;
+    pool.n_workers = 0;
+    for (int i = 0; i < n - 1; i++) {
+        if (pthread_create(&pool.tid[i], NULL, pool_worker, NULL) != 0)
+            break; /* fewer workers is still correct: the caller does the rest */
+        pthread_detach(pool.tid[i]);
+        pool.n_workers++;
+    }
+}
+
+void pool_set_threads(int n)
+{
+    /* The pool is started once; later calls only matter before the first job. */
+    pool.want_threads = n;
+}
+
+int pool_threads(void)
+{
+    pthread_once(&pool.once, pool_start);
+    return pool.n_workers + 1;
+}
+
+void pool_run(pool_task_fn fn, void *ctx, int n_tasks)
+{
+    if (n_tasks <= 0)
+        return;
+    pthread_once(&pool.once, pool_start);
+    if (n_tasks == 1 || pool.n_workers == 0) {
+        for (int i = 0; i < n_tasks; i++)
+            fn(ctx, i);
+        return;
+    }
+    pthread_mutex_lock(&pool.submit);
+    unsigned gen = atomic_load(&pool.generation) + 1;
+    pool.fn = fn;
+    pool.ctx = ctx;
+    atomic_store(&pool.n_tasks, n_tasks);
+    atomic_store(&pool.done, 0);
+    atomic_store(&pool.claim, (uint_fast64_t)gen << 32);
+    pthread_mutex_lock(&pool.lock);
+    atomic_store(&pool.generation, gen);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    pool_work(gen);
+    while (atomic_load(&pool.done) < n_tasks)
+        ;
+    pthread_mutex_unlock(&pool.submit);
+}

@@ -1,0 +1,150 @@
+/* The shardswap binary, end to end: the exact command forms other issues
+ * rely on, --help everywhere, and one-line errors with non-zero exits. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "format/safetensors.h"
+#include "test.h"
+
+#define BIN SHARDSWAP_BINARY
+#define FIXTURE SHARDSWAP_SOURCE_DIR "/tests/fixtures/models/pre_ln_f32"
+
+static char tmp[64];
+
+/* Runs a shell command; returns its exit status, stdout in out (cap bytes). */
+static int run(const char *cmd, char *out, size_t cap, char *err, size_t err_cap)
+{
+    char full[4096];
+    snprintf(full, sizeof(full), "%s >%s/out 2>%s/err", cmd, tmp, tmp);
+    int st = system(full);
+    char path[128];
+    FILE *f;
+    snprintf(path, sizeof(path), "%s/out", tmp);
+    if (out && (f = fopen(path, "rb"))) {
+        size_t n = fread(out, 1, cap - 1, f);
+        out[n] = 0;
+        fclose(f);
+    }
+    snprintf(path, sizeof(path), "%s/err", tmp);
+    if (err && (f = fopen(path, "rb"))) {
+        size_t n = fread(err, 1, err_cap - 1, f);
+        err[n] = 0;
+        fclose(f);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* A failing command exits non-zero with exactly one line on stderr containing needle. */
+static void expect_fail(const char *cmd, int code, const char *needle)
+{
+    char err[4096] = "";
+    int rc = run(cmd, NULL, 0, err, sizeof(err));
+    CHECK_MSG(rc == code, "%s: exit %d, expected %d", cmd, rc, code);
+    CHECK_MSG(count_lines(err) == 1 && strstr(err, needle), "%s: stderr \"%s\" lacks \"%s\"", cmd,
+              err, needle);
+}
+
+int main(void)
+{
+    snprintf(tmp, sizeof(tmp), "/tmp/shardswap_cli_XXXXXX");
+    CHECK(mkdtemp(tmp) != NULL);
+    char out[1 << 16], err[4096], cmd[2048];
+
+    /* help */
+    static const char *cmds[] = {"generate", "tokenize", "forward", "gen-model", "inspect",
+                                 "bench forward"};
+    CHECK(run(BIN " --help", out, sizeof(out), NULL, 0) == 0 && strstr(out, "gen-model"));
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        snprintf(cmd, sizeof(cmd), "%s %s --help", BIN, cmds[i]);
+        CHECK_MSG(run(cmd, out, sizeof(out), NULL, 0) == 0 && strstr(out, "usage:"), "%s", cmd);
+    }
+
+    /* forward on a fixture equals transformers' logits */
+    snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,250,13,45,7 --out %s/logits.bin",
+             BIN, FIXTURE, tmp);
+    CHECK_MSG(run(cmd, NULL, 0, err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    json_t *exp = json_load_file(FIXTURE "/expected.json", 0, NULL);
+    json_t *p0 = json_object_get(json_array_get(json_object_get(exp, "greedy"), 0), "prompt");
+    char ids[256] = "";
+    for (size_t i = 0; i < json_array_size(p0); i++)
+        snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%lld", i ? "," : "",
+                 (long long)json_integer_value(json_array_get(p0, i)));
+    snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids %s --out %s/logits.bin", BIN, FIXTURE,
+             ids, tmp);
+    CHECK_MSG(run(cmd, NULL, 0, err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    struct st_checkpoint *ref = NULL;
+    CHECK(st_open(FIXTURE "/expected_logits.safetensors", &ref) == 0);
+    const struct st_tensor *t = ref ? st_find(ref, "logits_greedy0") : NULL;
+    char path[128];
+    snprintf(path, sizeof(path), "%s/logits.bin", tmp);
+    struct stat sb;
+    CHECK(t && stat(path, &sb) == 0 && (size_t)sb.st_size == t->nbytes);
+    if (t && (size_t)sb.st_size == t->nbytes) {
+        float *got = malloc(t->nbytes);
+        FILE *f = fopen(path, "rb");
+        CHECK(fread(got, 1, t->nbytes, f) == t->nbytes);
+        fclose(f);
+        const float *r = t->data;
+        double md = 0, mr = 0;
+        for (size_t i = 0; i < t->numel; i++) {
+            md = fmax(md, fabs((double)got[i] - r[i]));
+            mr = fmax(mr, fabs((double)r[i]));
+        }
+        CHECK_MSG(md / mr <= 1e-4, "forward --out rel err %g", md / mr);
+        free(got);
+    }
+    st_close(ref);
+    json_decref(exp);
+
+    /* gen-model -> inspect -> tokenize -> generate, with the minimal tokenizer */
+    snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --layers 1 --dtype bf16 --seed 3 "
+                               "--out %s/m", BIN, tmp);
+    CHECK_MSG(run(cmd, NULL, 0, err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    snprintf(cmd, sizeof(cmd), "%s inspect --model %s/m", BIN, tmp);
+    CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strstr(out, "BF16") &&
+          strstr(out, "layer 0"));
+    snprintf(cmd, sizeof(cmd), "printf 'hi\\n' | %s tokenize --model %s/m", BIN, tmp);
+    CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strcmp(out, "2 108 109 14\n") == 0);
+    snprintf(cmd, sizeof(cmd), "printf 'hi' | %s tokenize --model %s/m --no-bos", BIN, tmp);
+    CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strcmp(out, "108 109\n") == 0);
+    char first[4096];
+    snprintf(cmd, sizeof(cmd), "%s generate --model %s/m --prompt 'Hello' --max-tokens 5 "
+                               "--temperature 0.8 --top-k 40 --top-p 0.9 --seed 11", BIN, tmp);
+    CHECK_MSG(run(cmd, first, sizeof(first), err, sizeof(err)) == 0, "%s", err);
+    CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strcmp(out, first) == 0);
+
+    /* errors: one line, non-zero */
+    expect_fail(BIN " frobnicate", 2, "unknown command");
+    expect_fail(BIN " generate --model x", 2, "missing required flag --prompt");
+    expect_fail(BIN " generate --model x --prompt hi --max-tokens ten", 2,
+                "--max-tokens expects an integer");
+    expect_fail(BIN " forward --model /nonexistent --ids 1 --out /dev/null", 1, "config.json");
+    snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,x --out /dev/null", BIN, FIXTURE);
+    expect_fail(cmd, 1, "comma-separated");
+    snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,99999 --out /dev/null", BIN,
+             FIXTURE);
+    expect_fail(cmd, 1, "outside the vocabulary");
+    snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-1b --out %s/x", BIN, tmp);
+    expect_fail(cmd, 1, "unknown preset");
+    snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --out %s/m", BIN, tmp);
+    expect_fail(cmd, 1, "not empty");
+    snprintf(cmd, sizeof(cmd), "%s generate --model %s/m --prompt hi --top-p 1.5", BIN, tmp);
+    expect_fail(cmd, 1, "top_p");
+
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+    CHECK(system(cmd) == 0);
+    return test_finish();
+}

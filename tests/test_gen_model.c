@@ -1,0 +1,161 @@
+/* Random checkpoints (gen-model) and checkpoint binding errors.
+ * - a generated checkpoint is initialised like transformers (std 0.02 normal,
+ *   zero biases, unit LayerNorms, zero padding row) and runs;
+ * - the same model sharded over several files gives bit-identical logits;
+ * - a missing tensor or a tensor of the wrong shape is named in the error. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "format/safetensors.h"
+#include "model/opt.h"
+#include "model/opt_random.h"
+#include "test.h"
+
+static char tmp[256];
+
+static void small_config(struct opt_config *c)
+{
+    CHECK(opt_preset("opt-125m", c) == 0);
+    c->hidden = 128;
+    c->embed_dim = 128;
+    c->n_heads = 4;
+    c->ffn = 256;
+    c->n_layers = 2;
+    c->vocab = 1000;
+    c->max_pos = 64;
+}
+
+static void forward_ids(struct opt_model *m, float *logits, int n)
+{
+    int32_t ids[8] = {2, 100, 5, 999, 17, 4, 300, 42};
+    struct opt_kv *kv;
+    CHECK(opt_kv_init(m, 1, n, &kv) == 0);
+    CHECK(opt_forward(m, kv, ids, NULL, n, true, logits) == 0);
+    opt_kv_free(kv);
+}
+
+static void check_init(const struct st_checkpoint *ck)
+{
+    const struct st_tensor *e = st_find(ck, "model.decoder.embed_tokens.weight");
+    CHECK(e && e->dtype == DTYPE_F16 && e->shape[0] == 1000 && e->shape[1] == 128);
+    if (!e)
+        return;
+    float *w = malloc(e->numel * sizeof(float));
+    dtype_to_f32(e->dtype, e->data, w, e->numel);
+    double s = 0, s2 = 0;
+    int pad_zero = 1;
+    for (size_t i = 0; i < e->numel; i++) {
+        s += w[i];
+        s2 += (double)w[i] * w[i];
+        if (i / 128 == 1 && w[i] != 0)
+            pad_zero = 0;
+    }
+    double mean = s / e->numel, std = sqrt(s2 / e->numel - mean * mean);
+    CHECK_MSG(fabs(std - 0.02) < 0.001 && fabs(mean) < 0.001, "embed mean %g std %g", mean, std);
+    CHECK(pad_zero);
+    free(w);
+    const struct st_tensor *b = st_find(ck, "model.decoder.layers.1.fc1.bias");
+    const struct st_tensor *g = st_find(ck, "model.decoder.layers.0.self_attn_layer_norm.weight");
+    CHECK(b && g);
+    if (b && g) {
+        float x, y;
+        dtype_to_f32(b->dtype, (const char *)b->data + 2 * 7, &x, 1);
+        dtype_to_f32(g->dtype, (const char *)g->data + 2 * 7, &y, 1);
+        CHECK(x == 0.0f && y == 1.0f);
+    }
+    CHECK(st_find(ck, "lm_head.weight") == NULL); /* tied, as transformers saves it */
+}
+
+/* Copies every tensor of src but `skip` into dir/model.safetensors; `reshape`
+ * gets its two dims swapped. */
+static void write_variant(const struct st_checkpoint *src, const char *dir, const char *skip,
+                          const char *reshape)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    struct st_writer *w;
+    CHECK(st_writer_open(path, &w) == 0);
+    for (size_t i = 0; i < st_count(src); i++) {
+        const struct st_tensor *t = st_get(src, i);
+        if (strcmp(t->name, skip) == 0)
+            continue;
+        int64_t shape[ST_MAX_DIMS];
+        memcpy(shape, t->shape, sizeof(shape));
+        if (strcmp(t->name, reshape) == 0) {
+            shape[0] = t->shape[1];
+            shape[1] = t->shape[0];
+        }
+        CHECK(st_writer_declare(w, t->name, t->dtype, t->ndim, shape) == 0);
+    }
+    for (size_t i = 0; i < st_count(src); i++) {
+        const struct st_tensor *t = st_get(src, i);
+        if (strcmp(t->name, skip) != 0)
+            CHECK(st_writer_write(w, t->data, t->nbytes) == 0);
+    }
+    CHECK(st_writer_close(w) == 0);
+}
+
+int main(void)
+{
+    snprintf(tmp, sizeof(tmp), "/tmp/shardswap_gen_XXXXXX");
+    CHECK(mkdtemp(tmp) != NULL);
+    char one[300], many[300], bad[300];
+    snprintf(one, sizeof(one), "%s/one", tmp);
+    snprintf(many, sizeof(many), "%s/many", tmp);
+    snprintf(bad, sizeof(bad), "%s/bad", tmp);
+    mkdir(one, 0755);
+    mkdir(many, 0755);
+    mkdir(bad, 0755);
+
+    struct opt_config c;
+    small_config(&c);
+    struct opt_random_opts o = {.dtype = DTYPE_F16, .seed = 5};
+    CHECK(opt_random_write(&c, one, &o) == 0);
+    o.max_shard_bytes = 300000; /* forces several files */
+    CHECK(opt_random_write(&c, many, &o) == 0);
+
+    struct opt_model *a = NULL, *b = NULL;
+    CHECK_MSG(opt_model_open(one, &a) == 0, "%s", err_msg());
+    CHECK_MSG(opt_model_open(many, &b) == 0, "%s", err_msg());
+    if (!a || !b)
+        return test_finish();
+    CHECK(st_file_count(a->ck) == 1 && st_file_count(b->ck) > 2);
+    CHECK(a->cfg.torch_dtype == DTYPE_F16 && a->cfg.n_layers == 2);
+    check_init(a->ck);
+    const int n = 8, V = c.vocab;
+    float *la = malloc((size_t)n * V * sizeof(float)), *lb = malloc((size_t)n * V * sizeof(float));
+    forward_ids(a, la, n);
+    forward_ids(b, lb, n);
+    CHECK(memcmp(la, lb, (size_t)n * V * sizeof(float)) == 0);
+    int finite = 1;
+    for (int i = 0; i < n * V; i++)
+        finite &= isfinite(la[i]);
+    CHECK(finite);
+
+    /* a missing tensor and a wrongly shaped one are named */
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "cp %s/config.json %s/", one, bad);
+    CHECK(system(cmd) == 0);
+    struct opt_model *m = NULL;
+    write_variant(a->ck, bad, "model.decoder.layers.1.fc2.weight", "");
+    CHECK(opt_model_open(bad, &m) == ERR_NOT_FOUND);
+    CHECK_MSG(strstr(err_msg(), "model.decoder.layers.1.fc2.weight"), "%s", err_msg());
+    write_variant(a->ck, bad, "", "model.decoder.layers.0.fc1.weight");
+    CHECK(opt_model_open(bad, &m) == ERR_FORMAT);
+    CHECK_MSG(strstr(err_msg(), "model.decoder.layers.0.fc1.weight has shape [128, 256], "
+                                "expected [256, 128]"), "%s", err_msg());
+    CHECK(m == NULL);
+
+    opt_model_close(a);
+    opt_model_close(b);
+    free(la);
+    free(lb);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+    CHECK(system(cmd) == 0);
+    return test_finish();
+}
