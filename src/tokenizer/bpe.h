@@ -1,9 +1,12 @@
 /* GPT-2 byte-level BPE, as OPT and GPT-2 use it.
  *
- * Loaded from a directory holding vocab.json + merges.txt, or tokenizer.json.
- * Special tokens and the BOS rule come from tokenizer_config.json /
- * special_tokens_map.json when present; otherwise OPT's defaults (<s>=0,
- * <pad>=1, </s>=2, <unk>=3, and "</s>" prepended as BOS).
+ * Loaded from a directory holding tokenizer.json, vocab.json + merges.txt, or
+ * OpenAI's encoder.json + vocab.bpe. Special tokens and the BOS rule come from
+ * tokenizer_config.json / special_tokens_map.json when present; otherwise
+ * OPT's defaults, as transformers loads facebook/opt-*: bos = eos = unk =
+ * "</s>" (id 2), pad = "<pad>" (id 1), "</s>" prepended as BOS. ("<s>" = 0
+ * and "<unk>" = 3 are plain vocabulary entries to OPT, not special tokens.)
+ * Added and special tokens that appear in input text encode as single ids.
  */
 #ifndef SHARDSWAP_TOKENIZER_BPE_H
 #define SHARDSWAP_TOKENIZER_BPE_H
@@ -24,7 +27,9 @@ int bpe_encode(const struct bpe *t, const char *text, size_t len, bool add_bos, 
                size_t *n_ids);
 
 /* Decodes ids to UTF-8 bytes (special tokens skipped when skip_special).
- * *text is malloc'd and NUL-terminated, owned by the caller. */
+ * *text is malloc'd and NUL-terminated, owned by the caller. Bytes that do not
+ * form UTF-8 become U+FFFD, as in Hugging Face; ids past the vocabulary decode
+ * to nothing; a negative id is ERR_INVALID. */
 int bpe_decode(const struct bpe *t, const int32_t *ids, size_t n_ids, bool skip_special,
                char **text, size_t *len);
 
@@ -32,18 +37,26 @@ int32_t bpe_vocab_size(const struct bpe *t);
 int32_t bpe_bos_id(const struct bpe *t); /* -1 when none */
 int32_t bpe_eos_id(const struct bpe *t);
 int32_t bpe_pad_id(const struct bpe *t);
+int32_t bpe_unk_id(const struct bpe *t);
+bool bpe_adds_bos(const struct bpe *t);               /* whether add_bos prepends bpe_bos_id() */
+bool bpe_is_special(const struct bpe *t, int32_t id); /* skipped by skip_special */
 
 /* Streaming decoder: feed ids one at a time; each call yields the bytes that
  * now form complete UTF-8 characters, holding back a character whose bytes
- * are split across tokens until the rest arrives. */
+ * are split across tokens until the rest arrives. Special tokens yield
+ * nothing, so the concatenated output equals bpe_decode(..., skip_special =
+ * true, ...). The struct is plain data: copy or reset it freely. */
 struct bpe_stream {
     const struct bpe *t;
     unsigned char pending[8];
     size_t n_pending;
 };
 void bpe_stream_init(struct bpe_stream *s, const struct bpe *t);
-/* Writes at most cap bytes to out; returns the number written or a negative error. */
+/* Writes at most cap bytes to out; returns the number written or a negative
+ * error (ERR_INVALID when cap is too small, leaving the stream unchanged).
+ * A buffer of bpe_stream_chunk_max(t) bytes always suffices. */
 int bpe_stream_push(struct bpe_stream *s, int32_t id, char *out, size_t cap);
+size_t bpe_stream_chunk_max(const struct bpe *t);
 /* Flushes held-back bytes (invalid sequences become U+FFFD, as Hugging Face does). */
 int bpe_stream_finish(struct bpe_stream *s, char *out, size_t cap);
 

@@ -1,0 +1,151 @@
+/* The inside of struct bpe, shared by the tokenizer's files and nobody else.
+ *
+ * Tokens are kept as the raw bytes they stand for, not as the byte-level
+ * strings of vocab.json: encoding works on bytes and merges ids, decoding
+ * concatenates bytes, so the byte-level alphabet is only needed at load time.
+ */
+#ifndef SHARDSWAP_TOKENIZER_BPE_IMPL_H
+#define SHARDSWAP_TOKENIZER_BPE_IMPL_H
+
+#include "tokenizer/bpe.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define BPE_MAX_ID (1 << 24) /* ids at or above this are rejected as malformed */
+
+enum { BPE_TOK_PRESENT = 1, BPE_TOK_SPECIAL = 2 };
+
+/* One entry of the pair table: merging (a, b) gives id `merged`; lower rank merges first. */
+struct bpe_pair {
+    uint64_t key; /* (uint64_t)a << 32 | b; BPE_PAIR_EMPTY when the slot is free */
+    int32_t rank;
+    int32_t merged;
+};
+#define BPE_PAIR_EMPTY UINT64_MAX
+
+/* Open-addressing hash table, pair of ids -> (rank, merged id). */
+struct bpe_pairs {
+    struct bpe_pair *slots; /* (mask + 1) */
+    size_t mask;
+    size_t n;
+};
+
+/* A token matched as a whole in input text, before pre-tokenization. */
+struct bpe_added {
+    char *content; /* NUL-terminated UTF-8, owned */
+    size_t len;
+    int32_t id;
+    bool special;        /* skipped by decode's skip_special */
+    bool lstrip, rstrip; /* swallow whitespace on that side, as Hugging Face does */
+};
+
+struct pretok;
+
+struct bpe {
+    int32_t n_vocab;          /* ids are 0 .. n_vocab - 1; holes are not PRESENT */
+    uint32_t *tok_off;        /* (n_vocab + 1) offsets into tok_bytes */
+    unsigned char *tok_bytes; /* the bytes each id decodes to, back to back */
+    uint8_t *tok_flags;       /* (n_vocab) BPE_TOK_* */
+    size_t max_tok_len;
+    int32_t byte_id[256]; /* id of the single-byte token for each byte */
+    struct bpe_pairs pairs;
+    struct bpe_added *added; /* (n_added), matched leftmost-longest */
+    size_t n_added;
+    bool added_first[256];      /* whether some added token starts with this byte */
+    int32_t bos, eos, pad, unk; /* -1 when none */
+    bool add_bos;
+    struct pretok *pretok;
+};
+
+/* Pair table (bpe_merge.c). */
+int bpe_pairs_init(struct bpe_pairs *p, size_t expected);
+void bpe_pairs_free(struct bpe_pairs *p);
+/* Inserts or overwrites (a, b); the caller has sized the table for every insert. */
+void bpe_pairs_put(struct bpe_pairs *p, int32_t a, int32_t b, int32_t rank, int32_t merged);
+const struct bpe_pair *bpe_pairs_get(const struct bpe_pairs *p, int32_t a, int32_t b);
+
+/* Scratch space for merging one word at a time; one per bpe_encode call. */
+struct bpe_merge_work {
+    struct bpe_merge_sym *sym;
+    size_t sym_cap;
+    struct bpe_merge_cand *heap;
+    size_t heap_cap;
+};
+void bpe_merge_work_free(struct bpe_merge_work *w);
+/* Applies the merges to word (n > 0 bytes) and appends the resulting ids to
+ * out; returns the number appended (at most n) or ERR_NOMEM. */
+int bpe_merge_word(const struct bpe *t, struct bpe_merge_work *w, const unsigned char *word,
+                   size_t n, int32_t *out);
+
+/* GPT-2 byte-level alphabet (byte_level.c): every byte is shown as a printable
+ * code point so that vocab files are valid text. */
+uint32_t byte_level_cp(unsigned char b);
+/* The byte code point cp stands for, or -1 when cp is outside the alphabet. */
+int byte_level_byte(uint32_t cp);
+/* Decodes one UTF-8 code point from s (n > 0 bytes); returns its length, or 0
+ * when the bytes are not valid UTF-8. */
+size_t utf8_decode_one(const unsigned char *s, size_t n, uint32_t *cp);
+/* Writes cp as UTF-8 to out (4 bytes room); returns the length. */
+size_t utf8_encode_one(uint32_t cp, unsigned char *out);
+
+/* Pre-tokenizer (pretokenize.c): GPT-2's regex through PCRE2. */
+int pretok_open(struct pretok **out);
+void pretok_close(struct pretok *p);
+typedef int (*pretok_word_fn)(void *ctx, const unsigned char *word, size_t n);
+/* Splits text into words and calls fn on each in order; stops at the first
+ * negative return and passes it on. Bytes the regex cannot see (invalid
+ * UTF-8) become words of their own. Thread-safe: match data is per call. */
+int pretok_split(const struct pretok *p, const unsigned char *text, size_t n, pretok_word_fn fn,
+                 void *ctx);
+
+/* Loading (bpe.c, bpe_vocab.c, bpe_special.c). */
+/* Reads a whole file; *data is malloc'd and NUL-terminated, owned by the caller. */
+int bpe_file_read(const char *path, char **data, size_t *len);
+/* Parses the JSON object in the file at path into *out (owned by the caller).
+ * When optional, a missing file gives 0 and *out NULL. */
+int bpe_json_load(const char *path, bool optional, json_t **out);
+enum bpe_layout { BPE_LAYOUT_HF, BPE_LAYOUT_TOKENIZER_JSON, BPE_LAYOUT_OPENAI };
+/* Symbol table, the vocabulary as the files spell it: byte-level symbol ->
+ * id. Needed only while loading (bpe_vocab.c). */
+struct bpe_symtab_slot {
+    uint32_t off, len; /* the symbol is text[off, off + len) */
+    int32_t id;        /* -1: free slot */
+    uint32_t hash;
+};
+struct bpe_symtab {
+    struct bpe_symtab_slot *slots; /* (mask + 1) */
+    size_t mask, n;
+    char *text; /* every symbol, back to back */
+    size_t text_len, text_cap;
+    int32_t n_ids; /* highest id + 1 */
+};
+void bpe_symtab_free(struct bpe_symtab *st);
+/* The id of symbol s[0..n), or -1. */
+int32_t bpe_symtab_get(const struct bpe_symtab *st, const char *s, size_t n);
+/* Fills st from vocab.json / encoder.json at path. */
+int bpe_symtab_load_file(struct bpe_symtab *st, const char *path);
+/* Fills st from tokenizer.json's "model"."vocab" object; path labels errors. */
+int bpe_symtab_from_json(struct bpe_symtab *st, json_t *vocab, const char *path);
+
+/* Reads the added and special tokens of dir and the BOS rule into t->added,
+ * t->bos/eos/unk/pad and t->add_bos, giving each token an id: its own, its
+ * vocab entry's, or a new one from *n_ids up (which grows). tokjson is the
+ * parsed tokenizer.json for that layout, else NULL. */
+int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, json_t *tokjson,
+                     const struct bpe_symtab *vocab, int32_t *n_ids);
+/* Builds the token table (n_ids ids) from vocab and t->added. */
+int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids,
+                    const char *vocab_name);
+/* Fills the pair table from merges.txt at path, or from the JSON merge list
+ * (strings "A B" or pairs ["A", "B"]) of tokenizer.json at path (bpe_merges_load.c). */
+int bpe_merges_load_txt(struct bpe *t, const struct bpe_symtab *vocab, const char *path);
+int bpe_merges_load_json(struct bpe *t, const struct bpe_symtab *vocab, json_t *merges,
+                         const char *path);
+/* Writes s[0..n) into buf as a printable, quoted, possibly shortened string
+ * for error messages; returns buf. */
+const char *bpe_quote(const char *s, size_t n, char *buf, size_t cap);
+
+#endif

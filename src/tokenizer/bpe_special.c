@@ -1,0 +1,315 @@
+/* Added and special tokens, and the BOS rule.
+ *
+ * Sources, all optional, in the order they are read:
+ *
+ * tokenizer.json (when that is the layout):
+ *   "added_tokens": [{"id": 2, "content": "</s>", "special": true,
+ *                     "lstrip": false, "rstrip": false, ...}, ...]
+ *   "post_processor": {"type": "TemplateProcessing",
+ *                      "single": [{"SpecialToken": {"id": "</s>", ...}}, {"Sequence": ...}], ...}
+ *     (possibly inside {"type": "Sequence", "processors": [...]}); a template
+ *     that starts with a special token means "prepend it".
+ * tokenizer_config.json:
+ *   "add_bos_token": true | false,
+ *   "bos_token" / "eos_token" / "unk_token" / "pad_token":
+ *       "</s>" | {"content": "</s>", "lstrip": false, "rstrip": false, ...} | null,
+ *   "additional_special_tokens": [<token>, ...],
+ *   "added_tokens_decoder": {"<id>": {"content": ..., "special": ..., "lstrip": ..., ...}}
+ * special_tokens_map.json: the same role and additional keys; where both
+ *   name a role, this file wins, as in transformers.
+ *
+ * A role nobody names takes the layout's default: OPT's for vocab.json and
+ * tokenizer.json (bos = eos = unk = "</s>", pad = "<pad>", prepend BOS),
+ * GPT-2's for encoder.json (bos = eos = unk = "<|endoftext|>", no BOS) --
+ * each only when the vocabulary has that token. A token a file names that the
+ * vocabulary lacks gets the next free id, as transformers does. Every role and
+ * added token is matched whole in input text; roles and tokens marked
+ * "special" are what decode's skip_special drops.
+ */
+#include "core/error.h"
+#include "tokenizer/bpe_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { ROLE_BOS, ROLE_EOS, ROLE_UNK, ROLE_PAD, N_ROLES };
+static const char *const ROLE_KEYS[N_ROLES] = {"bos_token", "eos_token", "unk_token", "pad_token"};
+
+/* Reads a token given as "text" or {"content": "text", ...}: 1 with *tok
+ * filled, 0 for null, or an error naming file and field. */
+static int bpe_token_parse(json_t *v, const char *file, const char *field, struct bpe_added *tok)
+{
+    memset(tok, 0, sizeof(*tok));
+    tok->id = -1;
+    if (json_is_null(v))
+        return 0;
+    json_t *content = json_is_object(v) ? json_object_get(v, "content") : v;
+    if (!json_is_string(content) || json_string_length(content) == 0)
+        return err_set(ERR_FORMAT,
+                       "%s: %s is neither a non-empty string nor an object with a \"content\" "
+                       "string",
+                       file, field);
+    tok->content = (char *)json_string_value(content); /* borrowed until copied by bpe_added_put */
+    tok->len = json_string_length(content);
+    if (json_is_object(v)) {
+        tok->lstrip = json_is_true(json_object_get(v, "lstrip"));
+        tok->rstrip = json_is_true(json_object_get(v, "rstrip"));
+        tok->special = json_is_true(json_object_get(v, "special"));
+        json_t *id = json_object_get(v, "id");
+        if (json_is_integer(id))
+            tok->id = (int32_t)(json_integer_value(id) >= 0 && json_integer_value(id) < BPE_MAX_ID
+                                    ? json_integer_value(id)
+                                    : -2);
+        if (tok->id == -2)
+            return err_set(ERR_FORMAT, "%s: %s has an id outside [0, %d)", file, field, BPE_MAX_ID);
+    }
+    return 1;
+}
+
+static struct bpe_added *bpe_added_find(struct bpe *t, const char *content, size_t len)
+{
+    for (size_t i = 0; i < t->n_added; i++) {
+        if (t->added[i].len == len && memcmp(t->added[i].content, content, len) == 0)
+            return &t->added[i];
+    }
+    return NULL;
+}
+
+/* Adds tok (copying its content) unless a token with that content is already
+ * there, in which case the flags are merged. A token without an id takes its
+ * vocab entry's, or the next free one. Returns the id or an error. */
+static int bpe_added_put(struct bpe *t, const struct bpe_added *tok, const struct bpe_symtab *vocab,
+                         int32_t *n_ids)
+{
+    struct bpe_added *old = bpe_added_find(t, tok->content, tok->len);
+    if (old) {
+        old->special |= tok->special;
+        old->lstrip |= tok->lstrip;
+        old->rstrip |= tok->rstrip;
+        return old->id;
+    }
+    struct bpe_added *grown = realloc(t->added, (t->n_added + 1) * sizeof(*grown));
+    if (!grown)
+        return err_set(ERR_NOMEM, "out of memory for added tokens");
+    t->added = grown;
+    struct bpe_added *a = &t->added[t->n_added];
+    *a = *tok;
+    a->content = malloc(tok->len + 1);
+    if (!a->content)
+        return err_set(ERR_NOMEM, "out of memory for added tokens");
+    memcpy(a->content, tok->content, tok->len);
+    a->content[tok->len] = '\0';
+    t->n_added++;
+    if (a->id < 0) {
+        int32_t id = bpe_symtab_get(vocab, tok->content, tok->len);
+        a->id = id >= 0 ? id : (*n_ids)++;
+    }
+    if (a->id >= *n_ids)
+        *n_ids = a->id + 1;
+    if (*n_ids > BPE_MAX_ID)
+        return err_set(ERR_FORMAT, "too many added tokens: ids reach %d", *n_ids);
+    return a->id;
+}
+
+/* tokenizer.json's "added_tokens" array. */
+static int bpe_special_from_tokjson(struct bpe *t, json_t *tokjson, const struct bpe_symtab *vocab,
+                                    int32_t *n_ids, const char *file)
+{
+    json_t *list = json_object_get(tokjson, "added_tokens");
+    if (!list || json_is_null(list))
+        return 0;
+    if (!json_is_array(list))
+        return err_set(ERR_FORMAT, "%s: added_tokens is not an array", file);
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v)
+    {
+        char field[64];
+        snprintf(field, sizeof(field), "added_tokens[%zu]", i);
+        struct bpe_added tok;
+        int rc = bpe_token_parse(v, file, field, &tok);
+        if (rc == 0 || (rc > 0 && tok.id < 0))
+            return err_set(ERR_FORMAT, "%s: %s needs an \"id\" and a \"content\"", file, field);
+        if (rc < 0 || (rc = bpe_added_put(t, &tok, vocab, n_ids)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* tokenizer_config.json's "added_tokens_decoder" object, keyed by id. */
+static int bpe_special_from_decoder(struct bpe *t, json_t *cfg, const struct bpe_symtab *vocab,
+                                    int32_t *n_ids, const char *file)
+{
+    json_t *dec = json_object_get(cfg, "added_tokens_decoder");
+    if (!dec)
+        return 0;
+    if (!json_is_object(dec))
+        return err_set(ERR_FORMAT, "%s: added_tokens_decoder is not an object", file);
+    const char *key;
+    json_t *v;
+    json_object_foreach(dec, key, v)
+    {
+        char field[96], *end;
+        snprintf(field, sizeof(field), "added_tokens_decoder[\"%.40s\"]", key);
+        errno = 0;
+        long id = strtol(key, &end, 10);
+        if (*key == '\0' || *end != '\0' || errno || id < 0 || id >= BPE_MAX_ID ||
+            !json_is_object(v))
+            return err_set(ERR_FORMAT, "%s: %s: expected an id key and a token object", file,
+                           field);
+        struct bpe_added tok;
+        int rc = bpe_token_parse(v, file, field, &tok);
+        if (rc == 0)
+            continue;
+        tok.id = (int32_t)id;
+        if (rc < 0 || (rc = bpe_added_put(t, &tok, vocab, n_ids)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* "additional_special_tokens" of a config file. */
+static int bpe_special_additional(struct bpe *t, json_t *cfg, const struct bpe_symtab *vocab,
+                                  int32_t *n_ids, const char *file)
+{
+    json_t *list = cfg ? json_object_get(cfg, "additional_special_tokens") : NULL;
+    if (!list || json_is_null(list))
+        return 0;
+    if (!json_is_array(list))
+        return err_set(ERR_FORMAT, "%s: additional_special_tokens is not an array", file);
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v)
+    {
+        char field[64];
+        snprintf(field, sizeof(field), "additional_special_tokens[%zu]", i);
+        struct bpe_added tok;
+        int rc = bpe_token_parse(v, file, field, &tok);
+        if (rc == 0)
+            continue;
+        tok.special = true;
+        tok.id = -1;
+        if (rc < 0 || (rc = bpe_added_put(t, &tok, vocab, n_ids)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* The special token a TemplateProcessing post-processor puts first for a
+ * single sequence, or NULL. */
+static const char *bpe_template_first_special(json_t *pp)
+{
+    if (!json_is_object(pp))
+        return NULL;
+    json_t *type = json_object_get(pp, "type");
+    if (json_is_string(type) && strcmp(json_string_value(type), "Sequence") == 0) {
+        size_t i;
+        json_t *sub;
+        json_array_foreach(json_object_get(pp, "processors"), i, sub)
+        {
+            const char *s = bpe_template_first_special(sub);
+            if (s)
+                return s;
+        }
+        return NULL;
+    }
+    if (!json_is_string(type) || strcmp(json_string_value(type), "TemplateProcessing") != 0)
+        return NULL;
+    json_t *first = json_array_get(json_object_get(pp, "single"), 0);
+    json_t *id = json_object_get(json_object_get(first, "SpecialToken"), "id");
+    return json_is_string(id) ? json_string_value(id) : NULL;
+}
+
+int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, json_t *tokjson,
+                     const struct bpe_symtab *vocab, int32_t *n_ids)
+{
+    static const char *const OPT_DEFAULTS[N_ROLES] = {"</s>", "</s>", "</s>", "<pad>"};
+    static const char *const GPT2_DEFAULTS[N_ROLES] = {"<|endoftext|>", "<|endoftext|>",
+                                                       "<|endoftext|>", NULL};
+    const char *const *defaults = layout == BPE_LAYOUT_OPENAI ? GPT2_DEFAULTS : OPT_DEFAULTS;
+    char cfg_name[4096], map_name[4096];
+    snprintf(cfg_name, sizeof(cfg_name), "%s/tokenizer_config.json", dir);
+    snprintf(map_name, sizeof(map_name), "%s/special_tokens_map.json", dir);
+    json_t *cfg = NULL, *map = NULL;
+    int rc;
+    int32_t *roles[N_ROLES] = {&t->bos, &t->eos, &t->unk, &t->pad};
+
+    if ((rc = bpe_json_load(cfg_name, true, &cfg)) < 0 ||
+        (rc = bpe_json_load(map_name, true, &map)) < 0)
+        goto out;
+
+    /* Tokens with their own ids first, so that new ids go past them. */
+    if (tokjson && (rc = bpe_special_from_tokjson(t, tokjson, vocab, n_ids, "tokenizer.json")) < 0)
+        goto out;
+    if (cfg && (rc = bpe_special_from_decoder(t, cfg, vocab, n_ids, cfg_name)) < 0)
+        goto out;
+
+    /* The four roles. */
+    for (int r = 0; r < N_ROLES; r++) {
+        *roles[r] = -1;
+        json_t *src = map ? json_object_get(map, ROLE_KEYS[r]) : NULL;
+        const char *file = map_name;
+        if (!src && cfg) {
+            src = json_object_get(cfg, ROLE_KEYS[r]);
+            file = cfg_name;
+        }
+        struct bpe_added tok;
+        if (src) {
+            if ((rc = bpe_token_parse(src, file, ROLE_KEYS[r], &tok)) <= 0) {
+                if (rc < 0)
+                    goto out;
+                continue; /* null: no such role */
+            }
+            tok.id = -1;
+        } else {
+            /* A default applies only when the vocabulary has it. */
+            const char *d = defaults[r];
+            if (!d || (bpe_symtab_get(vocab, d, strlen(d)) < 0 && !bpe_added_find(t, d, strlen(d))))
+                continue;
+            tok = (struct bpe_added){.content = (char *)d, .len = strlen(d), .id = -1};
+        }
+        tok.special = true;
+        if ((rc = bpe_added_put(t, &tok, vocab, n_ids)) < 0)
+            goto out;
+        *roles[r] = rc;
+    }
+    if ((rc = bpe_special_additional(t, map, vocab, n_ids, map_name)) < 0 ||
+        (rc = bpe_special_additional(t, cfg, vocab, n_ids, cfg_name)) < 0)
+        goto out;
+    rc = 0;
+
+    /* The BOS rule: the config's flag, else the template's first token, else
+     * the layout's habit. */
+    json_t *flag = cfg ? json_object_get(cfg, "add_bos_token") : NULL;
+    const char *first =
+        tokjson ? bpe_template_first_special(json_object_get(tokjson, "post_processor")) : NULL;
+    if (flag && !json_is_boolean(flag)) {
+        rc = err_set(ERR_FORMAT, "%s: add_bos_token is not true or false", cfg_name);
+        goto out;
+    } else if (flag) {
+        t->add_bos = json_is_true(flag);
+    } else if (first) {
+        struct bpe_added *a = bpe_added_find(t, first, strlen(first));
+        int32_t id = bpe_symtab_get(vocab, first, strlen(first));
+        if (!a && id < 0) {
+            rc = err_set(ERR_FORMAT,
+                         "tokenizer.json: post_processor prepends '%.64s', which is "
+                         "not a known token",
+                         first);
+            goto out;
+        }
+        t->bos = a ? a->id : id;
+        t->add_bos = true;
+    } else {
+        t->add_bos = layout != BPE_LAYOUT_OPENAI;
+    }
+    if (t->bos < 0)
+        t->add_bos = false;
+
+out:
+    json_decref(cfg);
+    json_decref(map);
+    return rc;
+}

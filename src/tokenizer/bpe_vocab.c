@@ -1,0 +1,500 @@
+/* The vocabulary: reading it, and turning it into the token table.
+ *
+ * vocab.json (OpenAI's name: encoder.json; tokenizer.json: "model"."vocab"):
+ *   one JSON object {"<symbol>": <id>, ...} and nothing else. A symbol spells
+ *   the token's bytes in the byte-level alphabet (byte_level.c), e.g. "Ġthe"
+ *   is " the"; JSON escapes (\uXXXX, surrogate pairs, \n, ...) are allowed.
+ *   Ids are integers in [0, BPE_MAX_ID); they need not be dense, and when
+ *   one symbol appears twice the last id wins, as in JSON parsers generally.
+ *   Every one of the 256 single-byte symbols must be present, or some input
+ *   could not be encoded.
+ *
+ * This flat shape gets its own parser rather than a general JSON library:
+ * OPT's 50265 entries load in a few milliseconds instead of tens, which
+ * matters when models are swapped in on demand.
+ */
+#include "core/error.h"
+#include "tokenizer/bpe_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Writes s[0..n) into buf as a printable, quoted, possibly shortened string
+ * for error messages; returns buf. */
+const char *bpe_quote(const char *s, size_t n, char *buf, size_t cap)
+{
+    size_t o = 0;
+    buf[o++] = '\'';
+    for (size_t i = 0; i < n && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7F || c == '\'')
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        else
+            buf[o++] = (char)c;
+        if (i + 1 < n && o + 8 >= cap) {
+            memcpy(buf + o, "...", 3);
+            o += 3;
+        }
+    }
+    buf[o++] = '\'';
+    buf[o] = '\0';
+    return buf;
+}
+
+/* ---- symbol table ---- */
+
+static uint32_t bpe_symtab_hash(const char *s, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ULL;
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+void bpe_symtab_free(struct bpe_symtab *st)
+{
+    free(st->slots);
+    free(st->text);
+    memset(st, 0, sizeof(*st));
+}
+
+static int bpe_symtab_grow(struct bpe_symtab *st, size_t cap)
+{
+    struct bpe_symtab_slot *slots = malloc(cap * sizeof(*slots));
+    if (!slots)
+        return err_set(ERR_NOMEM, "out of memory for a vocabulary of %zu symbols", st->n);
+    for (size_t i = 0; i < cap; i++)
+        slots[i] = (struct bpe_symtab_slot){.id = -1};
+    for (size_t i = 0; st->slots && i <= st->mask; i++) {
+        if (st->slots[i].id < 0)
+            continue;
+        size_t k = st->slots[i].hash & (cap - 1);
+        while (slots[k].id >= 0)
+            k = (k + 1) & (cap - 1);
+        slots[k] = st->slots[i];
+    }
+    free(st->slots);
+    st->slots = slots;
+    st->mask = cap - 1;
+    return 0;
+}
+
+/* Finds the slot of s, or the free slot where it would go. */
+static struct bpe_symtab_slot *bpe_symtab_find(const struct bpe_symtab *st, const char *s, size_t n,
+                                               uint32_t h)
+{
+    size_t k = h & st->mask;
+    for (;;) {
+        struct bpe_symtab_slot *sl = &st->slots[k];
+        if (sl->id < 0 || (sl->hash == h && sl->len == n && memcmp(st->text + sl->off, s, n) == 0))
+            return sl;
+        k = (k + 1) & st->mask;
+    }
+}
+
+int32_t bpe_symtab_get(const struct bpe_symtab *st, const char *s, size_t n)
+{
+    if (!st->slots)
+        return -1;
+    return bpe_symtab_find(st, s, n, bpe_symtab_hash(s, n))->id;
+}
+
+/* Adds s -> id (a repeated symbol takes the new id). */
+static int bpe_symtab_put(struct bpe_symtab *st, const char *s, size_t n, int32_t id)
+{
+    if ((st->n + 1) * 2 > (st->slots ? st->mask + 1 : 0)) {
+        int rc = bpe_symtab_grow(st, st->slots ? 2 * (st->mask + 1) : 1024);
+        if (rc < 0)
+            return rc;
+    }
+    uint32_t h = bpe_symtab_hash(s, n);
+    struct bpe_symtab_slot *sl = bpe_symtab_find(st, s, n, h);
+    if (sl->id < 0) {
+        if (st->text_cap - st->text_len < n) {
+            size_t cap = st->text_cap ? st->text_cap : 1 << 16;
+            while (cap - st->text_len < n)
+                cap *= 2;
+            if (cap > UINT32_MAX)
+                return err_set(ERR_FORMAT, "the vocabulary spells more than 4 GiB of symbols");
+            char *text = realloc(st->text, cap);
+            if (!text)
+                return err_set(ERR_NOMEM, "out of memory for the vocabulary's symbols");
+            st->text = text;
+            st->text_cap = cap;
+        }
+        memcpy(st->text + st->text_len, s, n);
+        *sl =
+            (struct bpe_symtab_slot){.off = (uint32_t)st->text_len, .len = (uint32_t)n, .hash = h};
+        st->text_len += n;
+        st->n++;
+    }
+    sl->id = id;
+    if (id >= st->n_ids)
+        st->n_ids = id + 1;
+    return 0;
+}
+
+/* ---- vocab.json ---- */
+
+struct bpe_json_cur {
+    const char *p, *end, *start;
+    const char *path;
+};
+
+/* A malformed-JSON error at the cursor, with line and column. */
+static int bpe_json_fail(const struct bpe_json_cur *c, const char *what)
+{
+    size_t line = 1, col = 1;
+    for (const char *q = c->start; q < c->p && q < c->end; q++) {
+        if (*q == '\n')
+            line++, col = 1;
+        else
+            col++;
+    }
+    return err_set(ERR_FORMAT, "%s: malformed JSON at line %zu column %zu: %s", c->path, line, col,
+                   what);
+}
+
+static void bpe_json_ws(struct bpe_json_cur *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t'))
+        c->p++;
+}
+
+static int bpe_json_hex4(struct bpe_json_cur *c, uint32_t *out)
+{
+    if (c->end - c->p < 4)
+        return bpe_json_fail(c, "truncated \\u escape");
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        char h = *c->p++;
+        v <<= 4;
+        if (h >= '0' && h <= '9')
+            v |= (uint32_t)(h - '0');
+        else if (h >= 'a' && h <= 'f')
+            v |= (uint32_t)(h - 'a' + 10);
+        else if (h >= 'A' && h <= 'F')
+            v |= (uint32_t)(h - 'A' + 10);
+        else
+            return bpe_json_fail(c, "bad hex digit in \\u escape");
+    }
+    *out = v;
+    return 0;
+}
+
+/* Parses a string at the cursor (which is on its opening quote) into buf,
+ * which has room for the rest of the input; *n gets its length. */
+static int bpe_json_string(struct bpe_json_cur *c, char *buf, size_t *n)
+{
+    size_t o = 0;
+    c->p++; /* the quote */
+    for (;;) {
+        /* The common case: a run of plain characters. */
+        const char *run = c->p;
+        while (c->p < c->end && *c->p != '"' && *c->p != '\\' && (unsigned char)*c->p >= 0x20)
+            c->p++;
+        memcpy(buf + o, run, (size_t)(c->p - run));
+        o += (size_t)(c->p - run);
+        if (c->p >= c->end)
+            return bpe_json_fail(c, "unterminated string");
+        char ch = *c->p;
+        if (ch == '"') {
+            c->p++;
+            break;
+        }
+        if ((unsigned char)ch < 0x20)
+            return bpe_json_fail(c, "control character in a string");
+        c->p++; /* backslash */
+        if (c->p >= c->end)
+            return bpe_json_fail(c, "unterminated string");
+        char e = *c->p++;
+        uint32_t cp = 0;
+        switch (e) {
+        case '"':
+            buf[o++] = '"';
+            continue;
+        case '\\':
+            buf[o++] = '\\';
+            continue;
+        case '/':
+            buf[o++] = '/';
+            continue;
+        case 'b':
+            buf[o++] = '\b';
+            continue;
+        case 'f':
+            buf[o++] = '\f';
+            continue;
+        case 'n':
+            buf[o++] = '\n';
+            continue;
+        case 'r':
+            buf[o++] = '\r';
+            continue;
+        case 't':
+            buf[o++] = '\t';
+            continue;
+        case 'u':
+            break;
+        default:
+            return bpe_json_fail(c, "unknown escape in a string");
+        }
+        int rc = bpe_json_hex4(c, &cp);
+        if (rc < 0)
+            return rc;
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            uint32_t lo = 0;
+            if (c->end - c->p < 2 || c->p[0] != '\\' || c->p[1] != 'u')
+                return bpe_json_fail(c, "unpaired surrogate in a \\u escape");
+            c->p += 2;
+            if ((rc = bpe_json_hex4(c, &lo)) < 0)
+                return rc;
+            if (lo < 0xDC00 || lo > 0xDFFF)
+                return bpe_json_fail(c, "unpaired surrogate in a \\u escape");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            return bpe_json_fail(c, "unpaired surrogate in a \\u escape");
+        } else if (cp == 0) {
+            return bpe_json_fail(c, "\\u0000 in a symbol");
+        }
+        o += utf8_encode_one(cp, (unsigned char *)buf + o);
+    }
+    /* Raw bytes were copied as they are: they must be UTF-8, like all JSON. */
+    for (size_t i = 0; i < o;) {
+        uint32_t cp;
+        size_t len = utf8_decode_one((const unsigned char *)buf + i, o - i, &cp);
+        if (!len)
+            return bpe_json_fail(c, "string is not valid UTF-8");
+        i += len;
+    }
+    *n = o;
+    return 0;
+}
+
+int bpe_symtab_load_file(struct bpe_symtab *st, const char *path)
+{
+    char *data = NULL, *sym = NULL;
+    size_t len = 0;
+    int rc = bpe_file_read(path, &data, &len);
+    if (rc < 0)
+        return rc;
+    struct bpe_json_cur c = {.p = data, .end = data + len, .start = data, .path = path};
+    sym = malloc(len + 1); /* a symbol is never longer than the file */
+    if (!sym) {
+        rc = err_set(ERR_NOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    bpe_json_ws(&c);
+    if (c.p >= c.end || *c.p != '{') {
+        rc = c.p < c.end && (*c.p == '[' || *c.p == '"' || (*c.p >= '0' && *c.p <= '9'))
+                 ? err_set(ERR_FORMAT, "%s: expected a JSON object of symbol -> id", path)
+                 : bpe_json_fail(&c, "expected '{'");
+        goto out;
+    }
+    c.p++;
+    bpe_json_ws(&c);
+    if (c.p < c.end && *c.p == '}') {
+        rc = err_set(ERR_FORMAT, "%s: the vocabulary is empty", path);
+        goto out;
+    }
+    for (;;) {
+        size_t n = 0;
+        bpe_json_ws(&c);
+        if (c.p >= c.end || *c.p != '"') {
+            rc = bpe_json_fail(&c, "expected a symbol in double quotes");
+            goto out;
+        }
+        if ((rc = bpe_json_string(&c, sym, &n)) < 0)
+            goto out;
+        bpe_json_ws(&c);
+        if (c.p >= c.end || *c.p != ':') {
+            rc = bpe_json_fail(&c, "expected ':'");
+            goto out;
+        }
+        c.p++;
+        bpe_json_ws(&c);
+        /* The id: digits only; a sign, fraction or exponent is no id. */
+        const char *num = c.p;
+        int64_t id = 0;
+        while (c.p < c.end && *c.p >= '0' && *c.p <= '9' && id < BPE_MAX_ID)
+            id = id * 10 + (*c.p++ - '0');
+        if (c.p == num || id >= BPE_MAX_ID ||
+            (c.p < c.end &&
+             (*c.p == '.' || *c.p == 'e' || *c.p == 'E' || (*c.p >= '0' && *c.p <= '9'))) ||
+            (c.p - num > 1 && *num == '0')) {
+            char q[96];
+            rc = err_set(ERR_FORMAT, "%s: symbol %s: expected an integer id in [0, %d)", path,
+                         bpe_quote(sym, n, q, sizeof(q)), BPE_MAX_ID);
+            goto out;
+        }
+        if ((rc = bpe_symtab_put(st, sym, n, (int32_t)id)) < 0)
+            goto out;
+        bpe_json_ws(&c);
+        if (c.p < c.end && *c.p == ',') {
+            c.p++;
+            continue;
+        }
+        if (c.p < c.end && *c.p == '}') {
+            c.p++;
+            break;
+        }
+        rc = bpe_json_fail(&c, "expected ',' or '}'");
+        goto out;
+    }
+    bpe_json_ws(&c);
+    if (c.p != c.end)
+        rc = bpe_json_fail(&c, "text after the closing '}'");
+out:
+    free(sym);
+    free(data);
+    return rc;
+}
+
+int bpe_symtab_from_json(struct bpe_symtab *st, json_t *vocab, const char *path)
+{
+    if (!json_is_object(vocab))
+        return err_set(ERR_FORMAT, "%s: the vocabulary is not a JSON object of symbol -> id", path);
+    if (json_object_size(vocab) == 0)
+        return err_set(ERR_FORMAT, "%s: the vocabulary is empty", path);
+    const char *key;
+    json_t *val;
+    json_object_foreach(vocab, key, val)
+    {
+        json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
+        if (id < 0 || id >= BPE_MAX_ID) {
+            char q[96];
+            return err_set(ERR_FORMAT, "%s: symbol %s: expected an integer id in [0, %d)", path,
+                           bpe_quote(key, strlen(key), q, sizeof(q)), BPE_MAX_ID);
+        }
+        int rc = bpe_symtab_put(st, key, strlen(key), (int32_t)id);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- token table ---- */
+
+/* Decodes a byte-level symbol to the bytes it stands for; out has room for
+ * strlen(sym) bytes. Characters outside the alphabet (only added tokens have
+ * them) stand for their own UTF-8. Returns the length. */
+static size_t bpe_symbol_bytes(const char *sym, size_t n, unsigned char *out)
+{
+    const unsigned char *s = (const unsigned char *)sym;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t len = utf8_decode_one(s + i, n - i, &cp);
+        int b = len ? byte_level_byte(cp) : -1;
+        if (b >= 0) {
+            out[o++] = (unsigned char)b;
+        } else {
+            if (!len)
+                len = 1; /* jansson only hands out valid UTF-8; be safe anyway */
+            memcpy(out + o, s + i, len);
+            o += len;
+        }
+        i += len;
+    }
+    return o;
+}
+
+/* The added token that owns id, or NULL. */
+static const struct bpe_added *bpe_added_by_id(const struct bpe *t, int32_t id)
+{
+    for (size_t i = 0; i < t->n_added; i++) {
+        if (t->added[i].id == id)
+            return &t->added[i];
+    }
+    return NULL;
+}
+
+int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids,
+                    const char *vocab_name)
+{
+    int rc = 0;
+    unsigned char *scratch = NULL;
+    bool *is_added = NULL;
+
+    t->n_vocab = n_ids;
+    t->tok_off = calloc((size_t)n_ids + 1, sizeof(*t->tok_off));
+    t->tok_flags = calloc((size_t)n_ids, sizeof(*t->tok_flags));
+    is_added = calloc((size_t)n_ids, sizeof(*is_added));
+    if (!t->tok_off || !t->tok_flags || !is_added)
+        goto nomem;
+    for (size_t i = 0; i < t->n_added; i++)
+        is_added[t->added[i].id] = true;
+
+    /* Pass 1: each id's length (in tok_off[id + 1]). An id that two symbols
+     * share takes the one met last, in both passes. */
+    size_t longest = 0, total = vocab->text_len;
+    for (size_t i = 0; i <= vocab->mask; i++) {
+        if (vocab->slots[i].id >= 0 && vocab->slots[i].len > longest)
+            longest = vocab->slots[i].len;
+    }
+    for (size_t i = 0; i < t->n_added; i++)
+        total += t->added[i].len;
+    if (total > UINT32_MAX) {
+        rc =
+            err_set(ERR_FORMAT, "%s: the vocabulary spells more than 4 GiB of symbols", vocab_name);
+        goto out;
+    }
+    scratch = malloc(longest + 1);
+    t->tok_bytes = malloc(total + 1);
+    if (!scratch || !t->tok_bytes)
+        goto nomem;
+    for (size_t i = 0; i <= vocab->mask; i++) {
+        const struct bpe_symtab_slot *sl = &vocab->slots[i];
+        if (sl->id < 0)
+            continue;
+        t->tok_flags[sl->id] = BPE_TOK_PRESENT;
+        if (!is_added[sl->id])
+            t->tok_off[sl->id + 1] =
+                (uint32_t)bpe_symbol_bytes(vocab->text + sl->off, sl->len, scratch);
+    }
+    for (size_t i = 0; i < t->n_added; i++) {
+        const struct bpe_added *a = &t->added[i];
+        t->tok_off[a->id + 1] = (uint32_t)a->len;
+        t->tok_flags[a->id] = BPE_TOK_PRESENT | (a->special ? BPE_TOK_SPECIAL : 0);
+    }
+    for (int32_t id = 0; id < n_ids; id++) {
+        size_t len = t->tok_off[id + 1];
+        t->max_tok_len = len > t->max_tok_len ? len : t->max_tok_len;
+        t->tok_off[id + 1] += t->tok_off[id];
+    }
+
+    /* Pass 2: the bytes. */
+    for (size_t i = 0; i <= vocab->mask; i++) {
+        const struct bpe_symtab_slot *sl = &vocab->slots[i];
+        if (sl->id >= 0 && !is_added[sl->id])
+            bpe_symbol_bytes(vocab->text + sl->off, sl->len, t->tok_bytes + t->tok_off[sl->id]);
+    }
+    for (int32_t id = 0; id < n_ids; id++) {
+        const struct bpe_added *a = is_added[id] ? bpe_added_by_id(t, id) : NULL;
+        if (a)
+            memcpy(t->tok_bytes + t->tok_off[id], a->content, a->len);
+    }
+
+    /* The single-byte tokens every word starts from. */
+    for (int b = 0; b < 256; b++) {
+        unsigned char sym[4];
+        size_t len = utf8_encode_one(byte_level_cp((unsigned char)b), sym);
+        t->byte_id[b] = bpe_symtab_get(vocab, (const char *)sym, len);
+        if (t->byte_id[b] < 0) {
+            rc = err_set(ERR_FORMAT,
+                         "%s: byte-level symbol '%.*s' (byte 0x%02x) is missing; not a GPT-2 "
+                         "byte-level vocabulary",
+                         vocab_name, (int)len, (const char *)sym, b);
+            goto out;
+        }
+    }
+    goto out;
+
+nomem:
+    rc = err_set(ERR_NOMEM, "%s: out of memory for a vocabulary of %d ids", vocab_name, n_ids);
+out:
+    free(scratch);
+    free(is_added);
+    return rc;
+}
