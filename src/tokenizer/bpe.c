@@ -70,7 +70,7 @@ int bpe_json_load(const char *path, bool optional, json_t **out)
         return rc;
     /* json_loadb, not json_loadf: jansson reads a FILE one getc at a time. */
     json_error_t je;
-    json_t *j = json_loadb(data, len, 0, &je);
+    json_t *j = json_loadb(data, len, JSON_REJECT_DUPLICATES, &je);
     free(data);
     if (!j)
         return err_set(ERR_FORMAT, "%s: malformed JSON at line %d column %d: %s", path, je.line,
