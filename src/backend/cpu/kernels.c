@@ -20,7 +20,7 @@
 /* Weight rows per pool task of the fused product. */
 #define GEMV_TASK_ROWS 32
 /* Rows of a narrow weight widened per BLAS call on the large-m path. */
-#define WIDEN_BLOCK_ROWS 256
+#define WIDEN_BLOCK_ROWS 512
 
 struct gemv_job {
     float *y;
