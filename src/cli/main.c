@@ -22,7 +22,7 @@ static const struct {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: shardswap COMMAND [flags]   (shardswap COMMAND --help for its flags)\n\n"
-               "Serves Hugging Face OPT checkpoints on CPUs and GPUs.\n\ncommands:\n");
+               "Runs Hugging Face OPT checkpoints (safetensors) on the CPU.\n\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
 }
