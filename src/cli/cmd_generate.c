@@ -11,18 +11,22 @@
 struct stream_out {
     struct bpe_stream st;
     int rc;
+    int n_tokens, n_unknown; /* ids the tokenizer has no text for */
+    char *buf;               /* bpe_stream_chunk_max() bytes */
+    size_t cap;
 };
 
 static int print_token(void *ctx, int32_t id)
 {
     struct stream_out *o = ctx;
-    char buf[256];
-    int n = bpe_stream_push(&o->st, id, buf, sizeof(buf));
+    o->n_tokens++;
+    o->n_unknown += id >= bpe_vocab_size(o->st.t);
+    int n = bpe_stream_push(&o->st, id, o->buf, o->cap);
     if (n < 0) {
         o->rc = n;
         return 1;
     }
-    fwrite(buf, 1, (size_t)n, stdout);
+    fwrite(o->buf, 1, (size_t)n, stdout);
     fflush(stdout);
     return 0;
 }
@@ -60,20 +64,31 @@ int cmd_generate(int argc, char **argv)
         (rc = opt_model_open(model_dir, &m)) < 0)
         goto out;
     bpe_stream_init(&o.st, tok);
+    o.cap = bpe_stream_chunk_max(tok);
+    if (!(o.buf = malloc(o.cap))) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto out;
+    }
     rc = opt_generate(m, ids, (int)n_ids, max_tokens, &s, print_token, &o, NULL, &n_out);
     if (rc == 0 && o.rc < 0)
         rc = o.rc;
     if (rc == 0) {
-        char tail[64];
-        int n = bpe_stream_finish(&o.st, tail, sizeof(tail));
+        int n = bpe_stream_finish(&o.st, o.buf, o.cap);
         if (n > 0)
-            fwrite(tail, 1, (size_t)n, stdout);
+            fwrite(o.buf, 1, (size_t)n, stdout);
         putchar('\n');
+        if (o.n_unknown)
+            fprintf(stderr,
+                    "shardswap generate: note: %d of %d generated ids are outside the "
+                    "tokenizer's %d entries and print as nothing (a random-weight model with "
+                    "gen-model's minimal tokenizer?)\n",
+                    o.n_unknown, o.n_tokens, bpe_vocab_size(tok));
     }
 out:
     if (rc < 0)
         rc = cli_fail("generate");
     free(ids);
+    free(o.buf);
     sampler_free(&s);
     bpe_close(tok);
     opt_model_close(m);
