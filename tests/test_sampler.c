@@ -1,6 +1,7 @@
 /* Sampling: greedy is argmax; the same seed gives the same tokens; top-k and
  * top-p never pick outside their sets; frequencies follow softmax(l / T). */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "model/sampler.h"
@@ -81,6 +82,39 @@ int main(void)
         seen2 += id == 2;
     }
     CHECK(outside == 0 && seen2 > 0);
+    sampler_free(&s);
+
+    /* top-k 50 of 1000 random logits, with ties: every pick is in the brute-force top 50,
+     * and top-k 3 frequencies follow the renormalised softmax of those 3 */
+    static float big[1000], tmp[1000];
+    uint64_t x = 99;
+    for (int i = 0; i < 1000; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        big[i] = (float)((x >> 40) % 200) / 20.0f; /* many exact ties */
+    }
+    p = (struct sampler_params){.temperature = 1.0f, .top_k = 50, .top_p = 1, .seed = 3};
+    CHECK(sampler_init(&s, &p) == 0);
+    int bad = 0;
+    for (int i = 0; i < 5000; i++) {
+        memcpy(tmp, big, sizeof(big));
+        int32_t id = sampler_pick(&s, tmp, 1000);
+        int above = 0; /* ids ranked strictly above id (higher logit, or equal and lower id) */
+        for (int j = 0; j < 1000; j++)
+            above += big[j] > big[id] || (big[j] == big[id] && j < id);
+        bad += above >= 50;
+    }
+    CHECK_MSG(bad == 0, "%d top-k picks outside the top 50", bad);
+    sampler_free(&s);
+    p = (struct sampler_params){.temperature = 1.0f, .top_k = 3, .top_p = 1, .seed = 4};
+    CHECK(sampler_init(&s, &p) == 0);
+    memset(count, 0, sizeof(count));
+    for (int i = 0; i < N; i++)
+        count[pick(&s, logits)]++;
+    z = exp(3.0) + exp(2.5) + exp(2.0);
+    CHECK(fabs(count[1] / (double)N - exp(3.0) / z) < 0.01);
+    CHECK(fabs(count[2] / (double)N - exp(2.5) / z) < 0.01);
+    CHECK(fabs(count[5] / (double)N - exp(2.0) / z) < 0.01);
+    CHECK(count[1] + count[2] + count[5] == N);
     sampler_free(&s);
 
     /* invalid parameters are refused */

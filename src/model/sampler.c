@@ -1,6 +1,7 @@
 #include "model/sampler.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "core/error.h"
@@ -82,6 +83,44 @@ static int cmp_desc(const void *a, const void *b, void *ctx)
     return (i > j) - (i < j);
 }
 
+/* True when id a ranks below id b (lower probability, or equal and larger id). */
+static bool ranks_below(const float *prob, int32_t a, int32_t b)
+{
+    return prob[a] < prob[b] || (prob[a] == prob[b] && a > b);
+}
+
+static void heap_sift_down(int32_t *h, int n, int i, const float *prob)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && ranks_below(prob, h[l], h[m]))
+            m = l;
+        if (r < n && ranks_below(prob, h[r], h[m]))
+            m = r;
+        if (m == i)
+            return;
+        int32_t t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+/* out[0..k) = the k highest-ranked ids (unordered): a min-heap of the best so far. */
+static void select_top_k(int32_t *out, int k, const float *prob, int vocab)
+{
+    for (int i = 0; i < k; i++)
+        out[i] = i;
+    for (int i = k / 2 - 1; i >= 0; i--)
+        heap_sift_down(out, k, i, prob);
+    for (int32_t id = k; id < vocab; id++) {
+        if (ranks_below(prob, out[0], id)) {
+            out[0] = id;
+            heap_sift_down(out, k, 0, prob);
+        }
+    }
+}
+
 int32_t sampler_pick(struct sampler *s, float *logits, int vocab)
 {
     if (s->p.temperature == 0)
@@ -101,13 +140,19 @@ int32_t sampler_pick(struct sampler *s, float *logits, int vocab)
     float mx = logits[argmax(logits, vocab)];
     for (int i = 0; i < vocab; i++)
         s->prob[i] = expf((logits[i] - mx) / s->p.temperature);
-    /* candidates by descending probability; top-k keeps the first k */
+    /* candidates by descending probability: all of them (sorted only when
+     * top-p needs the order), or the top k, selected with a heap */
     int n = vocab;
-    for (int i = 0; i < vocab; i++)
-        s->idx[i] = i;
-    qsort_r(s->idx, (size_t)vocab, sizeof(int32_t), cmp_desc, s->prob);
-    if (s->p.top_k > 0 && s->p.top_k < n)
+    if (s->p.top_k > 0 && s->p.top_k < vocab) {
         n = s->p.top_k;
+        select_top_k(s->idx, n, s->prob, vocab);
+        qsort_r(s->idx, (size_t)n, sizeof(int32_t), cmp_desc, s->prob);
+    } else {
+        for (int i = 0; i < vocab; i++)
+            s->idx[i] = i;
+        if (s->p.top_p < 1)
+            qsort_r(s->idx, (size_t)vocab, sizeof(int32_t), cmp_desc, s->prob);
+    }
     double kept = 0;
     for (int i = 0; i < n; i++)
         kept += s->prob[s->idx[i]];
