@@ -78,7 +78,8 @@ int cmd_forward(int argc, char **argv)
         rc = err_set(ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
         goto out;
     }
-    /* x86 and arm64 are little-endian: the in-memory floats are the file format */
+    /* the in-memory floats are the file format on a little-endian machine */
+    _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "--out is little-endian");
     if (fwrite(logits, sizeof(float), count, f) != count || fclose(f) != 0) {
         f = NULL;
         rc = err_set(ERR_IO, "%s: write failed: %s", path, strerror(errno));

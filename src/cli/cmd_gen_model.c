@@ -166,7 +166,7 @@ static int make_out_dir(const char *dir, bool force)
 int cmd_gen_model(int argc, char **argv)
 {
     const char *preset = NULL, *dtype_s = "f16", *out = NULL, *tok_from = NULL;
-    int layers = 0;
+    int layers = -1; /* -1: the preset's */
     bool force = false;
     struct opt_random_opts o = {.seed = 0};
     struct flag flags[] = {
@@ -197,7 +197,7 @@ int cmd_gen_model(int argc, char **argv)
         rc = err_set(ERR_INVALID, "--dtype \"%s\" is not one of f16, bf16, f32", dtype_s);
         goto out;
     }
-    if (flags[1].seen) {
+    if (layers != -1) {
         if (layers < 1 || layers > 4096) {
             rc = err_set(ERR_INVALID, "--layers %d is out of range (expected 1..4096)", layers);
             goto out;
