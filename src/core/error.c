@@ -55,6 +55,7 @@ const char *err_name(int code)
     case ERR_UNSUPPORTED: return "unsupported";
     case ERR_NOMEM: return "out of memory";
     case ERR_NOT_FOUND: return "not found";
+    case ERR_BUSY: return "busy";
     default: return "unknown error";
     }
 }

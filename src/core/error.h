@@ -18,6 +18,7 @@ enum err {
     ERR_UNSUPPORTED = -4, /* well-formed, but not something we implement */
     ERR_NOMEM = -5,       /* an allocation or a budget failed */
     ERR_NOT_FOUND = -6,   /* a named thing (tensor, file, model) is missing */
+    ERR_BUSY = -7,        /* cannot be done now (work in flight); may succeed later */
 };
 
 /* Records a printf-style message for the calling thread; returns code. */

@@ -81,6 +81,13 @@ void opt_kv_commit(struct opt_kv *kv, const uint8_t *mask, int t_new)
     kv->len += t_new;
 }
 
+/* Sums partial results over the TP ranks (row-parallel outputs, embeddings). */
+static void opt_reduce(const struct opt_kv *kv, float *y, size_t n)
+{
+    if (kv->tp.allreduce)
+        kv->tp.allreduce(kv->tp.ctx, y, n);
+}
+
 int opt_forward_embed(const struct opt_model *m, const struct opt_kv *kv, const int32_t *ids,
                       const uint8_t *mask, int t_new, float *x)
 {
@@ -108,18 +115,25 @@ int opt_forward_embed(const struct opt_model *m, const struct opt_kv *kv, const 
                            count, c->max_pos);
         }
     }
-    /* token embeddings, through project_in when word_embed_proj_dim != hidden */
+    /* token embeddings (this rank's vocabulary rows; the all-reduce fills in
+     * the others), through project_in when word_embed_proj_dim != hidden */
+    const int E = c->embed_dim;
+    float *e = x;
+    if (m->project_in.data && !(e = malloc((size_t)n * E * sizeof(float)))) {
+        free(rows);
+        return err_set(ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        int32_t local = ids[i] - m->vocab_begin;
+        if (local >= 0 && local < m->vocab_local)
+            cpu_embed(e + (size_t)i * E, &m->embed, &local, 1);
+        else
+            memset(e + (size_t)i * E, 0, (size_t)E * sizeof(float));
+    }
+    opt_reduce(kv, e, (size_t)n * E);
     if (m->project_in.data) {
-        float *e = malloc((size_t)n * c->embed_dim * sizeof(float));
-        if (!e) {
-            free(rows);
-            return err_set(ERR_NOMEM, "out of memory");
-        }
-        cpu_embed(e, &m->embed, ids, n);
         cpu_linear(x, e, n, &m->project_in, NULL);
         free(e);
-    } else {
-        cpu_embed(x, &m->embed, ids, n);
     }
     /* + learned positions */
     float *p = malloc((size_t)c->hidden * sizeof(float));
@@ -134,13 +148,6 @@ int opt_forward_embed(const struct opt_model *m, const struct opt_kv *kv, const 
     free(p);
     free(rows);
     return 0;
-}
-
-/* Row-parallel output: sum the partial products of every TP rank. */
-static void opt_reduce(const struct opt_model *m, float *y, size_t n)
-{
-    if (m->allreduce)
-        m->allreduce(m->allreduce_ctx, y, n);
 }
 
 void opt_forward_layer(const struct opt_model *m, int layer, struct opt_kv *kv, int t_new,
@@ -188,7 +195,7 @@ void opt_forward_layer(const struct opt_model *m, int layer, struct opt_kv *kv, 
                       m->heads_local, hd, (size_t)kv->max_len, past, t_new,
                       kv->key_ok + (size_t)b * kv->max_len, scores);
     cpu_linear(h, attn, n, &L->o, L->o_b);
-    opt_reduce(m, h, (size_t)n * H);
+    opt_reduce(kv, h, (size_t)n * H);
     cpu_add(x, h, (size_t)n * H);
     if (!c->pre_ln)
         cpu_layernorm(x, x, n, H, L->ln1_g, L->ln1_b, OPT_LN_EPS);
@@ -201,21 +208,23 @@ void opt_forward_layer(const struct opt_model *m, int layer, struct opt_kv *kv, 
     cpu_linear(f, h, n, &L->fc1, L->fc1_b);
     cpu_activation(f, (size_t)n * fr, c->act);
     cpu_linear(h, f, n, &L->fc2, L->fc2_b);
-    opt_reduce(m, h, (size_t)n * H);
+    opt_reduce(kv, h, (size_t)n * H);
     cpu_add(x, h, (size_t)n * H);
     if (!c->pre_ln)
         cpu_layernorm(x, x, n, H, L->ln2_g, L->ln2_b, OPT_LN_EPS);
     free(h);
 }
 
-void opt_forward_head(const struct opt_model *m, const float *x, const int *rows, int n_rows,
-                      float *logits)
+int opt_forward_head(const struct opt_model *m, const struct opt_kv *kv, const float *x,
+                     const int *rows, int n_rows, float *logits)
 {
     const struct opt_config *c = &m->cfg;
-    const int H = c->hidden;
-    float *h = malloc((size_t)n_rows * (H + c->embed_dim) * sizeof(float));
-    assert(h && "out of memory for head scratch");
-    float *e = h + (size_t)n_rows * H;
+    const int H = c->hidden, nv = m->vocab_local;
+    const bool split = kv->tp.gather_cols != NULL;
+    float *h = malloc((size_t)n_rows * (H + c->embed_dim + (split ? nv : 0)) * sizeof(float));
+    if (!h)
+        return err_set(ERR_NOMEM, "out of memory for the head of %d rows", n_rows);
+    float *e = h + (size_t)n_rows * H, *local = split ? e + (size_t)n_rows * c->embed_dim : logits;
     for (int i = 0; i < n_rows; i++)
         memcpy(h + (size_t)i * H, x + (size_t)rows[i] * H, (size_t)H * sizeof(float));
     if (c->final_ln)
@@ -224,8 +233,12 @@ void opt_forward_head(const struct opt_model *m, const float *x, const int *rows
         cpu_linear(e, h, n_rows, &m->project_out, NULL);
     else
         e = h;
-    cpu_linear(logits, e, n_rows, &m->lm_head, NULL);
+    /* this rank's vocabulary block, then every block into rank 0's logits */
+    cpu_linear(local, e, n_rows, &m->lm_head, NULL);
+    if (split)
+        kv->tp.gather_cols(kv->tp.ctx, 0, local, n_rows, nv, m->vocab_begin, logits, c->vocab);
     free(h);
+    return 0;
 }
 
 int opt_forward(struct opt_model *m, struct opt_kv *kv, const int32_t *ids, const uint8_t *mask,
@@ -252,7 +265,7 @@ int opt_forward(struct opt_model *m, struct opt_kv *kv, const int32_t *ids, cons
     for (int b = 0; b < kv->batch; b++)
         for (int t = all_positions ? 0 : t_new - 1; t < t_new; t++)
             rows[n_rows++] = b * t_new + t;
-    opt_forward_head(m, x, rows, n_rows, logits);
+    rc = opt_forward_head(m, kv, x, rows, n_rows, logits);
 out:
     free(x);
     free(rows);

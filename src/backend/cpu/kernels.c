@@ -22,6 +22,24 @@
 /* Rows of a narrow weight widened per BLAS call on the large-m path. */
 #define WIDEN_BLOCK_ROWS 512
 
+static _Thread_local bool kernels_alone;
+
+void cpu_kernels_single_thread(bool alone)
+{
+    kernels_alone = alone;
+}
+
+/* pool_run, or the tasks in order on this thread when it computes alone. */
+static void kernels_run(pool_task_fn fn, void *ctx, int n_tasks)
+{
+    if (!kernels_alone) {
+        pool_run(fn, ctx, n_tasks);
+        return;
+    }
+    for (int i = 0; i < n_tasks; i++)
+        fn(ctx, i);
+}
+
 struct gemv_job {
     float *y;
     const float *x;
@@ -133,7 +151,7 @@ void cpu_linear(float *y, const float *x, int m, const struct weight_view *w, co
     const int n = w->rows, k = w->cols;
     if (m <= GEMV_MAX_M) {
         struct gemv_job j = {.y = y, .x = x, .m = m, .w = w};
-        pool_run(gemv_task, &j, (n + GEMV_TASK_ROWS - 1) / GEMV_TASK_ROWS);
+        kernels_run(gemv_task, &j, (n + GEMV_TASK_ROWS - 1) / GEMV_TASK_ROWS);
     } else if (w->dtype == DTYPE_F32) {
         if (m == 1)
             cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w->data, (int)w->ld, x, 1, 0.0f,
@@ -148,7 +166,7 @@ void cpu_linear(float *y, const float *x, int m, const struct weight_view *w, co
         for (int r0 = 0; r0 < n; r0 += WIDEN_BLOCK_ROWS) {
             int nb = n - r0 < WIDEN_BLOCK_ROWS ? n - r0 : WIDEN_BLOCK_ROWS;
             struct widen_job j = {.dst = blk, .w = w, .r0 = r0, .nb = nb};
-            pool_run(widen_task, &j, (nb + 15) / 16);
+            kernels_run(widen_task, &j, (nb + 15) / 16);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nb, k, 1.0f, x, k, blk, k,
                         0.0f, y + r0, n);
         }

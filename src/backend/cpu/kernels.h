@@ -8,6 +8,7 @@
 #ifndef SHARDSWAP_BACKEND_CPU_KERNELS_H
 #define SHARDSWAP_BACKEND_CPU_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,5 +61,11 @@ void cpu_attention(float *out, size_t ldo, const float *q, size_t ldq, const flo
 /* Threads the CPU kernels may use (BLAS included); n < 1 means all cores. */
 void cpu_set_threads(int n);
 int cpu_threads(void);
+
+/* Makes the calling thread run every kernel on itself alone (no worker pool):
+ * the compute thread of a CPU device is one core. BLAS's own thread count is
+ * process-wide; set it with cpu_set_threads(1) when devices compute in
+ * parallel. */
+void cpu_kernels_single_thread(bool alone);
 
 #endif

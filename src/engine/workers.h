@@ -1,0 +1,46 @@
+/* Device workers: one compute thread per device, each running the shards
+ * placed on its device, in the order their jobs were submitted.
+ *
+ * A forward of a model is one job per shard, submitted to all of the model's
+ * devices under one lock, so every device sees the jobs of all models in the
+ * same relative order: two models sharing devices can never wait on each
+ * other's collectives (the deadlock of interleaved all-reduces).
+ *
+ * A shard's job waits, layer by layer, for the readiness event of the blob it
+ * is about to use, so a forward on a model that is still loading starts as
+ * soon as its first layers are in (layer overlap).
+ */
+#ifndef SHARDSWAP_ENGINE_WORKERS_H
+#define SHARDSWAP_ENGINE_WORKERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "swap/swap.h"
+
+struct workers;
+
+/* One compute thread per device of mgr. CPU devices compute on one core
+ * each (BLAS is set to one thread per caller). */
+int workers_create(struct swap_manager *mgr, struct workers **out);
+void workers_destroy(struct workers *w); /* NULL-safe; waits for queued jobs */
+
+/* The per-execution state of a batch of sequences on one model: a KV cache
+ * per shard, the TP groups of each stage and the channels between stages. */
+struct group_batch;
+int group_batch_create(struct swap_model *model, int batch, int max_len,
+                       struct group_batch **out);
+void group_batch_reset(struct group_batch *gb); /* empties the KV caches */
+void group_batch_free(struct group_batch *gb);  /* NULL-safe */
+
+/* Runs t_new tokens of every sequence (ids, mask: (batch, t_new), mask as in
+ * opt_forward) through every shard of the model on its device and waits.
+ * logits: (batch, vocab) for the last position, or (batch, t_new, vocab) with
+ * all_positions. overlap = false waits for the whole model to be on its
+ * devices before computing (for measuring what overlap buys). The model must
+ * be resident or loading, and in use (swap_use_begin) for the duration. */
+int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
+                  const uint8_t *mask, int t_new, bool all_positions, bool overlap,
+                  float *logits);
+
+#endif

@@ -1,0 +1,156 @@
+/* Loader threads: one per device, each moving only its own device's shards,
+ * so the shards of one model travel in parallel, each over its own link.
+ *
+ * A load walks the shard's blobs in order (embeddings and head, then layer 0,
+ * 1, ...): a blob missing from the host tier is first read from the
+ * checkpoint (only this shard's slices), then queued on the device's copy
+ * stream with the blob's readiness event. Reading blob b + 1 from disk thus
+ * overlaps copying blob b, and the forward overlaps both. */
+#include "core/error.h"
+#include "swap/swap_impl.h"
+
+static int loader_host_copy(struct loader *l, struct swap_shard *sh, int b, uint64_t *disk)
+{
+    size_t n = sh->layout.blob_bytes[b];
+    if (sh->host[b] || n == 0)
+        return 0;
+    void *p;
+    int rc = device_host_alloc(l->mgr->devices[l->device], n, &p);
+    if (rc < 0) {
+        swap_shard_host_unreserve(l->mgr, n);
+        return rc;
+    }
+    if ((rc = opt_shard_fill(sh->m, &sh->layout, sh->model->ck, b, p)) < 0) {
+        device_host_free(l->mgr->devices[l->device], p, n);
+        swap_shard_host_unreserve(l->mgr, n);
+        return rc;
+    }
+    *disk += n;
+    swap_shard_host_filled(l->mgr, sh, b, p);
+    return 0;
+}
+
+static int loader_load(struct loader *l, struct swap_shard *sh, bool to_device)
+{
+    struct device *dev = l->mgr->devices[l->device];
+    uint64_t disk = 0, h2d = 0;
+    int rc = 0, nb = sh->layout.n_blobs;
+    for (int b = 0; b < nb; b++) {
+        if ((rc = loader_host_copy(l, sh, b, &disk)) < 0)
+            break;
+        if (!to_device)
+            continue;
+        if (!sh->dev[b]) { /* an empty blob (a middle stage's ends) */
+            event_set(&sh->ready[b], 0);
+            continue;
+        }
+        if ((rc = device_copy_h2d(dev, sh->dev[b], 0, sh->host[b], sh->layout.blob_bytes[b],
+                                  &sh->ready[b])) < 0)
+            break;
+        h2d += sh->layout.blob_bytes[b];
+    }
+    if (to_device) {
+        device_sync(dev);
+        /* on failure every blob's event still ends set, so no forward waits forever */
+        for (int b = 0; b < nb; b++)
+            if (rc < 0 && !event_is_set(&sh->ready[b]))
+                event_set(&sh->ready[b], rc);
+    }
+    swap_count_bytes(l->mgr, disk, h2d, 0);
+    return rc;
+}
+
+static int loader_offload(struct loader *l, struct swap_shard *sh)
+{
+    struct device *dev = l->mgr->devices[l->device];
+    uint64_t d2h = 0;
+    int rc = 0;
+    for (int b = 0; b < sh->layout.n_blobs && rc == 0; b++) {
+        size_t n = sh->layout.blob_bytes[b];
+        if (sh->host[b] || n == 0)
+            continue;
+        void *p;
+        if ((rc = device_host_alloc(dev, n, &p)) < 0) {
+            swap_shard_host_unreserve(l->mgr, n);
+            break;
+        }
+        if ((rc = device_copy_d2h(dev, p, sh->dev[b], 0, n, NULL)) < 0) {
+            device_host_free(dev, p, n);
+            swap_shard_host_unreserve(l->mgr, n);
+            break;
+        }
+        device_sync(dev);
+        d2h += n;
+        swap_shard_host_filled(l->mgr, sh, b, p);
+    }
+    swap_count_bytes(l->mgr, 0, 0, d2h);
+    return rc;
+}
+
+static void *loader_main(void *arg)
+{
+    struct loader *l = arg;
+    for (;;) {
+        pthread_mutex_lock(&l->lock);
+        while (!l->head && !l->stop)
+            pthread_cond_wait(&l->cond, &l->lock);
+        struct swap_shard *sh = l->head;
+        if (!sh) { /* stopping with nothing left */
+            pthread_mutex_unlock(&l->lock);
+            return NULL;
+        }
+        l->head = sh->job_next;
+        if (!l->head)
+            l->tail = NULL;
+        enum loader_kind kind = (enum loader_kind)sh->job_kind;
+        pthread_mutex_unlock(&l->lock);
+        int rc = kind == LOADER_OFFLOAD ? loader_offload(l, sh)
+                                        : loader_load(l, sh, kind == LOADER_LOAD);
+        swap_shard_done(l->mgr, sh, kind, rc);
+    }
+}
+
+int loader_start(struct loader *l, struct swap_manager *mgr, int device)
+{
+    l->mgr = mgr;
+    l->device = device;
+    l->head = l->tail = NULL;
+    l->stop = false;
+    pthread_mutex_init(&l->lock, NULL);
+    pthread_cond_init(&l->cond, NULL);
+    if (pthread_create(&l->tid, NULL, loader_main, l) != 0) {
+        pthread_mutex_destroy(&l->lock);
+        pthread_cond_destroy(&l->cond);
+        return err_set(ERR_NOMEM, "cannot start the loader thread of device %d", device);
+    }
+    l->started = true;
+    return 0;
+}
+
+void loader_stop(struct loader *l)
+{
+    if (!l->started)
+        return;
+    pthread_mutex_lock(&l->lock);
+    l->stop = true;
+    pthread_cond_signal(&l->cond);
+    pthread_mutex_unlock(&l->lock);
+    pthread_join(l->tid, NULL);
+    pthread_mutex_destroy(&l->lock);
+    pthread_cond_destroy(&l->cond);
+    l->started = false;
+}
+
+void loader_submit(struct loader *l, struct swap_shard *sh, enum loader_kind kind)
+{
+    sh->job_kind = kind;
+    sh->job_next = NULL;
+    pthread_mutex_lock(&l->lock);
+    if (l->tail)
+        l->tail->job_next = sh;
+    else
+        l->head = sh;
+    l->tail = sh;
+    pthread_cond_signal(&l->cond);
+    pthread_mutex_unlock(&l->lock);
+}

@@ -1,0 +1,669 @@
+/* The swap manager: registration, residency transitions, budgets. The data
+ * movement itself runs on the per-device loader threads (loader.c). */
+#include "swap/swap.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/timing.h"
+#include "swap/swap_impl.h"
+
+#define BLOB_ROUND 64
+
+const char *residency_name(enum residency r)
+{
+    switch (r) {
+    case RES_ON_DISK: return "on-disk";
+    case RES_IN_HOST: return "in-host";
+    case RES_LOADING: return "loading";
+    case RES_ON_DEVICE: return "on-device";
+    case RES_OFFLOADING: return "offloading";
+    }
+    return "?";
+}
+
+static uint64_t round_blob(uint64_t n)
+{
+    return (n + BLOB_ROUND - 1) / BLOB_ROUND * BLOB_ROUND;
+}
+
+int swap_manager_create(struct device **devices, int n_devices, const struct swap_config *cfg,
+                        struct swap_manager **out)
+{
+    *out = NULL;
+    if (n_devices < 1 || n_devices > EVICT_MAX_DEVICES)
+        return err_set(ERR_INVALID, "a swap manager needs 1..%d devices (got %d)",
+                       EVICT_MAX_DEVICES, n_devices);
+    const struct evict_policy *policy = evict_policy_find(cfg->policy ? cfg->policy : "lru-bytes");
+    if (!policy)
+        return ERR_INVALID;
+    struct swap_manager *mgr = calloc(1, sizeof(*mgr));
+    if (!mgr)
+        return err_set(ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&mgr->lock, NULL);
+    pthread_cond_init(&mgr->changed, NULL);
+    mgr->n_devices = n_devices;
+    memcpy(mgr->devices, devices, (size_t)n_devices * sizeof(*devices));
+    mgr->policy = policy;
+    mgr->max_loaded = cfg->max_loaded > 0 ? cfg->max_loaded : 1 << 30;
+    mgr->stats.host_budget = cfg->host_budget;
+    for (int d = 0; d < n_devices; d++) {
+        int rc = loader_start(&mgr->loaders[d], mgr, d);
+        if (rc < 0) {
+            mgr->n_devices = d; /* only the started ones get stopped */
+            swap_manager_destroy(mgr);
+            return rc;
+        }
+    }
+    *out = mgr;
+    return 0;
+}
+
+static void shard_release(struct swap_manager *mgr, struct swap_shard *sh)
+{
+    for (int b = 0; b < sh->layout.n_blobs; b++) {
+        if (sh->dev && sh->dev[b])
+            device_free(sh->dev[b]);
+        if (sh->host && sh->host[b]) {
+            device_host_free(mgr->devices[sh->device], sh->host[b], sh->layout.blob_bytes[b]);
+            mgr->stats.host_used -= sh->layout.blob_bytes[b];
+        }
+        if (sh->ready)
+            event_destroy(&sh->ready[b]);
+    }
+    free(sh->dev);
+    free(sh->host);
+    free(sh->ready);
+    opt_layout_free(&sh->layout);
+    opt_model_close(sh->m);
+}
+
+static void model_free(struct swap_manager *mgr, struct swap_model *model)
+{
+    if (!model)
+        return;
+    for (int i = 0; model->shards && i < model->tp * model->pp; i++)
+        shard_release(mgr, &model->shards[i]);
+    free(model->shards);
+    st_close(model->ck);
+    free(model);
+}
+
+void swap_manager_destroy(struct swap_manager *mgr)
+{
+    if (!mgr)
+        return;
+    pthread_mutex_lock(&mgr->lock);
+    for (int i = 0; i < mgr->n_models; i++)
+        while (mgr->models[i]->shards_busy > 0)
+            pthread_cond_wait(&mgr->changed, &mgr->lock);
+    pthread_mutex_unlock(&mgr->lock);
+    for (int d = 0; d < mgr->n_devices; d++)
+        loader_stop(&mgr->loaders[d]);
+    for (int i = 0; i < mgr->n_models; i++)
+        model_free(mgr, mgr->models[i]);
+    free(mgr->models);
+    pthread_mutex_destroy(&mgr->lock);
+    pthread_cond_destroy(&mgr->changed);
+    free(mgr);
+}
+
+uint64_t swap_model_device_bytes(const struct swap_model *model, int d)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < model->tp * model->pp; i++)
+        if (model->shards[i].device == d)
+            n += model->shards[i].device_bytes;
+    return n;
+}
+
+uint64_t swap_model_total_bytes(const struct swap_model *model)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < model->tp * model->pp; i++)
+        n += model->shards[i].host_bytes;
+    return n;
+}
+
+/* Layers of stage s when n layers are split into pp contiguous stages. */
+static void stage_range(int n, int pp, int s, int *begin, int *end)
+{
+    *begin = (int)((long)n * s / pp);
+    *end = (int)((long)n * (s + 1) / pp);
+}
+
+static int shard_init(struct swap_model *model, struct swap_shard *sh, int stage, int rank,
+                      int device)
+{
+    sh->model = model;
+    sh->stage = stage;
+    sh->rank = rank;
+    sh->device = device;
+    sh->state = RES_ON_DISK;
+    struct opt_shard spec = {.tp_rank = rank, .tp_size = model->tp};
+    stage_range(model->cfg.n_layers, model->pp, stage, &spec.layer_begin, &spec.layer_end);
+    int rc = opt_shard_open(&model->cfg, model->ck, &spec, &sh->m, &sh->layout);
+    if (rc < 0)
+        return rc;
+    int nb = sh->layout.n_blobs;
+    sh->host = calloc((size_t)nb, sizeof(*sh->host));
+    sh->dev = calloc((size_t)nb, sizeof(*sh->dev));
+    sh->ready = calloc((size_t)nb, sizeof(*sh->ready));
+    if (!sh->host || !sh->dev || !sh->ready)
+        return err_set(ERR_NOMEM, "out of memory");
+    for (int b = 0; b < nb; b++) {
+        event_init(&sh->ready[b]);
+        sh->device_bytes += round_blob(sh->layout.blob_bytes[b]);
+        sh->host_bytes += sh->layout.blob_bytes[b];
+    }
+    return 0;
+}
+
+int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
+                  const struct placement *pl, bool pinned, struct swap_model **out)
+{
+    *out = NULL;
+    if (pl->tp < 1 || pl->pp < 1)
+        return err_set(ERR_INVALID, "model %s: tp and pp must be >= 1 (got %d, %d)", name, pl->tp,
+                       pl->pp);
+    for (int i = 0; i < pl->tp * pl->pp; i++) {
+        if (pl->devices[i] < 0 || pl->devices[i] >= mgr->n_devices)
+            return err_set(ERR_INVALID, "model %s: device index %d is out of range (0..%d)",
+                           name, pl->devices[i], mgr->n_devices - 1);
+        /* each device runs one shard of a model at a time: two shards of one
+         * model on one device would wait on each other's collectives */
+        for (int j = 0; j < i; j++)
+            if (pl->devices[j] == pl->devices[i])
+                return err_set(ERR_INVALID, "model %s: device %d holds two of its shards "
+                                            "(each shard of a model needs its own device)",
+                               name, pl->devices[i]);
+    }
+    struct swap_model *model = calloc(1, sizeof(*model));
+    if (!model)
+        return err_set(ERR_NOMEM, "out of memory");
+    snprintf(model->name, sizeof(model->name), "%s", name);
+    model->tp = pl->tp;
+    model->pp = pl->pp;
+    model->pinned = pinned;
+    int rc;
+    if ((rc = opt_config_load(dir, &model->cfg)) < 0 || (rc = st_open(dir, &model->ck)) < 0)
+        goto fail;
+    if (pl->pp > model->cfg.n_layers) {
+        rc = err_set(ERR_INVALID, "model %s: pp %d exceeds its %d layers", name, pl->pp,
+                     model->cfg.n_layers);
+        goto fail;
+    }
+    model->shards = calloc((size_t)(pl->tp * pl->pp), sizeof(*model->shards));
+    if (!model->shards) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int s = 0; s < pl->pp; s++)
+        for (int r = 0; r < pl->tp; r++)
+            if ((rc = shard_init(model, &model->shards[s * pl->tp + r], s, r,
+                                 pl->devices[s * pl->tp + r])) < 0)
+                goto fail;
+    /* a model that can never fit is refused now, not at its first request */
+    for (int d = 0; d < mgr->n_devices; d++) {
+        uint64_t need = swap_model_device_bytes(model, d), have = device_budget(mgr->devices[d]);
+        if (need > have) {
+            rc = err_set(ERR_NOMEM, "model %s needs %llu bytes on device %s, whose budget is %llu",
+                         name, (unsigned long long)need, device_name(mgr->devices[d]),
+                         (unsigned long long)have);
+            goto fail;
+        }
+    }
+    if (swap_model_total_bytes(model) > mgr->stats.host_budget) {
+        rc = err_set(ERR_NOMEM, "model %s needs %llu bytes of host memory, the host budget is %llu",
+                     name, (unsigned long long)swap_model_total_bytes(model),
+                     (unsigned long long)mgr->stats.host_budget);
+        goto fail;
+    }
+    pthread_mutex_lock(&mgr->lock);
+    if (mgr->n_models == mgr->cap) {
+        int cap = mgr->cap ? 2 * mgr->cap : 8;
+        struct swap_model **m = realloc(mgr->models, (size_t)cap * sizeof(*m));
+        if (!m) {
+            pthread_mutex_unlock(&mgr->lock);
+            rc = err_set(ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        mgr->models = m;
+        mgr->cap = cap;
+    }
+    model->id = mgr->n_models;
+    mgr->models[mgr->n_models++] = model;
+    pthread_mutex_unlock(&mgr->lock);
+    *out = model;
+    return 0;
+fail:
+    err_wrap(rc, "%s", dir);
+    model_free(mgr, model);
+    return rc;
+}
+
+/* ---- residency, under mgr->lock ---- */
+
+static bool model_resident(const struct swap_model *model)
+{
+    enum residency r = model->shards[0].state;
+    return r == RES_LOADING || r == RES_ON_DEVICE;
+}
+
+static bool model_in_transition(const struct swap_model *model)
+{
+    return model->shards_busy > 0;
+}
+
+static bool shard_host_complete(const struct swap_shard *sh)
+{
+    for (int b = 0; b < sh->layout.n_blobs; b++)
+        if (!sh->host[b] && sh->layout.blob_bytes[b])
+            return false;
+    return true;
+}
+
+static void view_build(struct swap_manager *mgr, struct evict_view *v, struct evict_model *models)
+{
+    v->n_models = mgr->n_models;
+    v->n_devices = mgr->n_devices;
+    v->models = models;
+    v->max_loaded = mgr->max_loaded;
+    for (int d = 0; d < mgr->n_devices; d++)
+        v->free_bytes[d] = device_budget(mgr->devices[d]) - device_used(mgr->devices[d]);
+    for (int i = 0; i < mgr->n_models; i++) {
+        struct swap_model *m = mgr->models[i];
+        struct evict_model *e = &models[i];
+        memset(e, 0, sizeof(*e));
+        e->resident = model_resident(m);
+        e->busy = m->in_flight > 0 || model_in_transition(m);
+        e->pinned = m->pinned;
+        e->last_used = m->last_used;
+        for (int d = 0; d < mgr->n_devices; d++)
+            e->bytes[d] = swap_model_device_bytes(m, d);
+    }
+}
+
+/* Drops host copies of other idle models, least recently used first, until
+ * need more bytes fit the host budget. */
+static int host_make_room(struct swap_manager *mgr, const struct swap_model *keep, uint64_t need)
+{
+    while (mgr->stats.host_used + need > mgr->stats.host_budget) {
+        struct swap_model *victim = NULL;
+        for (int i = 0; i < mgr->n_models; i++) {
+            struct swap_model *m = mgr->models[i];
+            bool has_host = false;
+            for (int s = 0; s < m->tp * m->pp && !has_host; s++)
+                for (int b = 0; b < m->shards[s].layout.n_blobs && !has_host; b++)
+                    has_host = m->shards[s].host[b] != NULL;
+            if (m == keep || !has_host || model_in_transition(m))
+                continue;
+            if (!victim || m->last_used < victim->last_used)
+                victim = m;
+        }
+        if (!victim)
+            return err_set(ERR_BUSY, "host budget of %llu bytes is full: %llu in use, %llu more "
+                                     "needed, and no idle model's host copy can be dropped",
+                           (unsigned long long)mgr->stats.host_budget,
+                           (unsigned long long)mgr->stats.host_used, (unsigned long long)need);
+        for (int s = 0; s < victim->tp * victim->pp; s++) {
+            struct swap_shard *sh = &victim->shards[s];
+            for (int b = 0; b < sh->layout.n_blobs; b++) {
+                if (!sh->host[b])
+                    continue;
+                device_host_free(mgr->devices[sh->device], sh->host[b], sh->layout.blob_bytes[b]);
+                sh->host[b] = NULL;
+                mgr->stats.host_used -= sh->layout.blob_bytes[b];
+            }
+            if (sh->state == RES_IN_HOST)
+                sh->state = RES_ON_DISK;
+        }
+    }
+    return 0;
+}
+
+/* Host bytes the model lacks. */
+static uint64_t host_missing(const struct swap_model *model)
+{
+    uint64_t n = 0;
+    for (int s = 0; s < model->tp * model->pp; s++)
+        for (int b = 0; b < model->shards[s].layout.n_blobs; b++)
+            if (!model->shards[s].host[b])
+                n += model->shards[s].layout.blob_bytes[b];
+    return n;
+}
+
+/* Offloads an idle resident model (mgr->lock held). Shards whose host copy is
+ * complete just release their device memory; the others copy back on their
+ * loader thread when the host budget has room, else drop to disk. */
+static void offload_locked(struct swap_manager *mgr, struct swap_model *model)
+{
+    uint64_t missing = host_missing(model);
+    bool copy_back = missing > 0 && host_make_room(mgr, model, missing) == 0;
+    mgr->stats.offloads++;
+    for (int s = 0; s < model->tp * model->pp; s++) {
+        struct swap_shard *sh = &model->shards[s];
+        if (shard_host_complete(sh) || !copy_back || sh->failed) {
+            for (int b = 0; b < sh->layout.n_blobs; b++) {
+                device_free(sh->dev[b]);
+                sh->dev[b] = NULL;
+                event_reset(&sh->ready[b]);
+            }
+            sh->state = shard_host_complete(sh) ? RES_IN_HOST : RES_ON_DISK;
+            sh->failed = false;
+            continue;
+        }
+        for (int b = 0; b < sh->layout.n_blobs; b++)
+            if (!sh->host[b])
+                mgr->stats.host_used += sh->layout.blob_bytes[b]; /* reserved for the copy */
+        sh->state = RES_OFFLOADING;
+        model->shards_busy++;
+        loader_submit(&mgr->loaders[sh->device], sh, LOADER_OFFLOAD);
+    }
+    if (mgr->stats.host_used > mgr->stats.host_high_water)
+        mgr->stats.host_high_water = mgr->stats.host_used;
+    model->offload_pending = false;
+    pthread_cond_broadcast(&mgr->changed);
+}
+
+/* Allocates every device blob of the model; on failure frees what it took. */
+static int device_alloc_all(struct swap_manager *mgr, struct swap_model *model, int *failed_dev)
+{
+    for (int s = 0; s < model->tp * model->pp; s++) {
+        struct swap_shard *sh = &model->shards[s];
+        for (int b = 0; b < sh->layout.n_blobs; b++) {
+            if (!sh->layout.blob_bytes[b])
+                continue;
+            int rc = device_alloc(mgr->devices[sh->device], sh->layout.blob_bytes[b], &sh->dev[b]);
+            if (rc < 0) {
+                *failed_dev = sh->device;
+                for (int t = 0; t <= s; t++)
+                    for (int c = 0; c < model->shards[t].layout.n_blobs; c++) {
+                        device_free(model->shards[t].dev[c]);
+                        model->shards[t].dev[c] = NULL;
+                    }
+                return rc;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Makes room on the devices and allocates the model's blobs (lock held). */
+static int make_room(struct swap_manager *mgr, struct swap_model *model)
+{
+    struct evict_model *em = calloc((size_t)mgr->n_models, sizeof(*em));
+    if (!em)
+        return err_set(ERR_NOMEM, "out of memory");
+    struct evict_view v;
+    int rc = 0;
+    for (;;) {
+        view_build(mgr, &v, em);
+        int victim = mgr->policy->pick(&v, model->id);
+        if (victim == -1) {
+            int failed = 0;
+            if ((rc = device_alloc_all(mgr, model, &failed)) == 0)
+                break;
+            /* the bytes fit but not in one piece: free more on that device */
+            victim = -1;
+            for (int i = 0; i < v.n_models; i++)
+                if (i != model->id && em[i].resident && !em[i].busy && !em[i].pinned &&
+                    em[i].bytes[failed] > 0 &&
+                    (victim < 0 || em[i].last_used < em[victim].last_used))
+                    victim = i;
+            if (victim < 0)
+                break; /* rc holds the allocation error */
+        } else if (victim < 0) {
+            bool copying_back = false;
+            for (int i = 0; i < mgr->n_models; i++)
+                copying_back |= mgr->models[i]->shards_busy > 0 && !model_resident(mgr->models[i]);
+            if (copying_back) { /* an offload frees its memory when its copy-back ends */
+                pthread_cond_wait(&mgr->changed, &mgr->lock);
+                continue;
+            }
+            rc = err_set(ERR_BUSY, "cannot make room for model %s now: every resident model "
+                                   "that could go has work in flight, is in transition or is "
+                                   "pinned", model->name);
+            break;
+        }
+        mgr->stats.evictions++;
+        offload_locked(mgr, mgr->models[victim]);
+    }
+    free(em);
+    return rc;
+}
+
+int swap_load(struct swap_manager *mgr, struct swap_model *model)
+{
+    pthread_mutex_lock(&mgr->lock);
+    while (model_in_transition(model) && !model_resident(model))
+        pthread_cond_wait(&mgr->changed, &mgr->lock); /* an offload still copying back */
+    model->last_used = ++mgr->clock;
+    if (model_resident(model)) {
+        pthread_mutex_unlock(&mgr->lock);
+        return 0;
+    }
+    int rc = make_room(mgr, model);
+    uint64_t missing = rc == 0 ? host_missing(model) : 0;
+    if (rc == 0 && (rc = host_make_room(mgr, model, missing)) < 0) {
+        for (int s = 0; s < model->tp * model->pp; s++)
+            for (int b = 0; b < model->shards[s].layout.n_blobs; b++) {
+                device_free(model->shards[s].dev[b]);
+                model->shards[s].dev[b] = NULL;
+            }
+    }
+    if (rc < 0) {
+        pthread_mutex_unlock(&mgr->lock);
+        return rc;
+    }
+    mgr->stats.host_used += missing; /* reserved; the loaders fill it */
+    if (mgr->stats.host_used > mgr->stats.host_high_water)
+        mgr->stats.host_high_water = mgr->stats.host_used;
+    mgr->stats.loads++;
+    model->load_status = 0;
+    model->load_t0 = time_now();
+    for (int s = 0; s < model->tp * model->pp; s++) {
+        struct swap_shard *sh = &model->shards[s];
+        for (int b = 0; b < sh->layout.n_blobs; b++) {
+            event_reset(&sh->ready[b]);
+            if (sh->dev[b])
+                opt_shard_bind(sh->m, &sh->layout, b, dbuf_ptr(sh->dev[b]));
+        }
+        sh->state = RES_LOADING;
+        sh->load_t0 = model->load_t0;
+        model->shards_busy++;
+    }
+    for (int s = 0; s < model->tp * model->pp; s++)
+        loader_submit(&mgr->loaders[model->shards[s].device], &model->shards[s], LOADER_LOAD);
+    pthread_cond_broadcast(&mgr->changed);
+    pthread_mutex_unlock(&mgr->lock);
+    return 0;
+}
+
+int swap_prefetch_host(struct swap_manager *mgr, struct swap_model *model)
+{
+    pthread_mutex_lock(&mgr->lock);
+    while (model_in_transition(model))
+        pthread_cond_wait(&mgr->changed, &mgr->lock);
+    uint64_t missing = host_missing(model);
+    int rc = missing ? host_make_room(mgr, model, missing) : 0;
+    if (rc == 0 && missing) {
+        mgr->stats.host_used += missing;
+        if (mgr->stats.host_used > mgr->stats.host_high_water)
+            mgr->stats.host_high_water = mgr->stats.host_used;
+        for (int s = 0; s < model->tp * model->pp; s++) {
+            model->shards_busy++;
+            loader_submit(&mgr->loaders[model->shards[s].device], &model->shards[s],
+                          LOADER_PREFETCH);
+        }
+    }
+    while (rc == 0 && model_in_transition(model))
+        pthread_cond_wait(&mgr->changed, &mgr->lock);
+    pthread_mutex_unlock(&mgr->lock);
+    return rc;
+}
+
+int swap_wait_loaded(struct swap_manager *mgr, struct swap_model *model)
+{
+    pthread_mutex_lock(&mgr->lock);
+    while (model->shards[0].state == RES_LOADING || (model_in_transition(model) &&
+                                                     model_resident(model)))
+        pthread_cond_wait(&mgr->changed, &mgr->lock);
+    int rc = model->load_status;
+    pthread_mutex_unlock(&mgr->lock);
+    return rc;
+}
+
+void swap_wait_idle(struct swap_manager *mgr, struct swap_model *model)
+{
+    pthread_mutex_lock(&mgr->lock);
+    while (model_in_transition(model))
+        pthread_cond_wait(&mgr->changed, &mgr->lock);
+    pthread_mutex_unlock(&mgr->lock);
+}
+
+int swap_offload(struct swap_manager *mgr, struct swap_model *model, bool defer)
+{
+    int rc = 0;
+    pthread_mutex_lock(&mgr->lock);
+    if (!model_resident(model)) {
+        rc = 0; /* nothing on the devices */
+    } else if (model->in_flight > 0 || model_in_transition(model)) {
+        if (defer)
+            model->offload_pending = true;
+        else
+            rc = err_set(ERR_BUSY, "model %s cannot be offloaded now: %s", model->name,
+                         model->in_flight ? "it has work in flight" : "it is still loading");
+    } else {
+        offload_locked(mgr, model);
+    }
+    pthread_mutex_unlock(&mgr->lock);
+    return rc;
+}
+
+int swap_use_begin(struct swap_manager *mgr, struct swap_model *model)
+{
+    pthread_mutex_lock(&mgr->lock);
+    int rc = 0;
+    if (!model_resident(model))
+        rc = err_set(ERR_INVALID, "model %s is not loaded (it is %s)", model->name,
+                     residency_name(model->shards[0].state));
+    else {
+        model->in_flight++;
+        model->last_used = ++mgr->clock;
+    }
+    pthread_mutex_unlock(&mgr->lock);
+    return rc;
+}
+
+void swap_use_end(struct swap_manager *mgr, struct swap_model *model)
+{
+    pthread_mutex_lock(&mgr->lock);
+    if (--model->in_flight == 0 && model->offload_pending && !model_in_transition(model))
+        offload_locked(mgr, model);
+    pthread_cond_broadcast(&mgr->changed);
+    pthread_mutex_unlock(&mgr->lock);
+}
+
+enum residency swap_residency(struct swap_manager *mgr, const struct swap_model *model)
+{
+    pthread_mutex_lock(&mgr->lock);
+    enum residency r = model->shards[0].state;
+    for (int s = 1; s < model->tp * model->pp; s++)
+        if (model->shards[s].state != r) {
+            /* shards in different states: report the transition in progress */
+            enum residency x = model->shards[s].state;
+            if (x == RES_LOADING || x == RES_OFFLOADING)
+                r = x;
+        }
+    pthread_mutex_unlock(&mgr->lock);
+    return r;
+}
+
+struct device *swap_device(struct swap_manager *mgr, int index)
+{
+    return index >= 0 && index < mgr->n_devices ? mgr->devices[index] : NULL;
+}
+
+int swap_device_count(const struct swap_manager *mgr)
+{
+    return mgr->n_devices;
+}
+
+void swap_get_stats(struct swap_manager *mgr, struct swap_stats *st)
+{
+    pthread_mutex_lock(&mgr->lock);
+    *st = mgr->stats;
+    pthread_mutex_unlock(&mgr->lock);
+}
+
+/* Called by a loader thread when a shard's job is done (takes the lock). */
+void swap_shard_done(struct swap_manager *mgr, struct swap_shard *sh, enum loader_kind kind,
+                     int status)
+{
+    struct swap_model *model = sh->model;
+    pthread_mutex_lock(&mgr->lock);
+    switch (kind) {
+    case LOADER_LOAD:
+        /* a failed shard keeps its device memory (a forward may be reading it,
+         * garbage but mapped) until the model is offloaded below */
+        sh->load_t1 = time_now();
+        sh->state = RES_ON_DEVICE;
+        if (status < 0) {
+            model->load_status = status;
+            sh->failed = true;
+        }
+        break;
+    case LOADER_OFFLOAD:
+        for (int b = 0; b < sh->layout.n_blobs; b++) {
+            device_free(sh->dev[b]);
+            sh->dev[b] = NULL;
+            event_reset(&sh->ready[b]);
+        }
+        sh->state = shard_host_complete(sh) ? RES_IN_HOST : RES_ON_DISK;
+        break;
+    case LOADER_PREFETCH:
+        if (sh->state == RES_ON_DISK && shard_host_complete(sh))
+            sh->state = RES_IN_HOST;
+        break;
+    }
+    if (--model->shards_busy == 0) {
+        if (kind == LOADER_LOAD) {
+            model->load_t1 = time_now();
+            if (model->load_status < 0)
+                model->offload_pending = true; /* a failed load leaves the devices */
+        }
+        if (model->offload_pending && model->in_flight == 0 && model_resident(model))
+            offload_locked(mgr, model);
+    }
+    pthread_cond_broadcast(&mgr->changed);
+    pthread_mutex_unlock(&mgr->lock);
+}
+
+/* Called by a loader thread after filling blob b's host copy. */
+void swap_shard_host_filled(struct swap_manager *mgr, struct swap_shard *sh, int b, void *host)
+{
+    pthread_mutex_lock(&mgr->lock);
+    sh->host[b] = host;
+    pthread_mutex_unlock(&mgr->lock);
+}
+
+/* A loader could not allocate the host copy it had reserved. */
+void swap_shard_host_unreserve(struct swap_manager *mgr, uint64_t bytes)
+{
+    pthread_mutex_lock(&mgr->lock);
+    mgr->stats.host_used -= bytes;
+    pthread_mutex_unlock(&mgr->lock);
+}
+
+void swap_count_bytes(struct swap_manager *mgr, uint64_t disk, uint64_t h2d, uint64_t d2h)
+{
+    pthread_mutex_lock(&mgr->lock);
+    mgr->stats.bytes_disk += disk;
+    mgr->stats.bytes_h2d += h2d;
+    mgr->stats.bytes_d2h += d2h;
+    pthread_mutex_unlock(&mgr->lock);
+}

@@ -1,0 +1,128 @@
+/* Model-parallel swapping: every registered model is split into TP x PP
+ * shards, one per device of its placement, and moves between three tiers:
+ *
+ *   disk   the checkpoint itself (memory-mapped; weights are immutable, so
+ *          nothing is ever written back)
+ *   host   a copy of each shard's blobs in host memory, under a byte budget
+ *   device each shard's blobs in its device's memory, under that device's budget
+ *
+ * Residency of each shard: ON_DISK -> IN_HOST -> LOADING -> ON_DEVICE ->
+ * OFFLOADING -> IN_HOST (or ON_DISK when the host copy had to go). A load
+ * moves every shard at once, each on its own device's loader thread and copy
+ * stream, blob by blob (embeddings first, then layer 0, 1, ...), and sets a
+ * readiness event per blob so a forward can start on layer 0 while later
+ * layers are still arriving. An offload releases device memory when the host
+ * still holds the bytes, else copies them back first (or drops to disk when
+ * the host budget has no room).
+ *
+ * Eviction (policy.h) makes room for a load; a model with work in flight, one
+ * in transition and a pinned one are never evicted. All state lives under one
+ * manager lock, taken only at transitions, never on the forward's hot path.
+ */
+#ifndef SHARDSWAP_SWAP_SWAP_H
+#define SHARDSWAP_SWAP_SWAP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/device.h"
+#include "core/event.h"
+#include "model/opt.h"
+#include "swap/policy.h"
+
+enum residency { RES_ON_DISK, RES_IN_HOST, RES_LOADING, RES_ON_DEVICE, RES_OFFLOADING };
+const char *residency_name(enum residency r);
+
+struct swap_config {
+    uint64_t host_budget;  /* bytes of host memory for the host tier */
+    const char *policy;    /* evict_policy_find() name; NULL = "lru-bytes" */
+    int max_loaded;        /* for "lru-count" (0 = unlimited) */
+};
+
+/* Where a model's shards go: shard (stage s, rank r) on devices[s * tp + r]. */
+struct placement {
+    int tp, pp;
+    const int *devices; /* tp * pp indices into the manager's devices */
+};
+
+struct swap_shard {
+    struct swap_model *model;
+    int stage, rank, device;
+    struct opt_model *m;       /* the shard; its views point into dev[] while resident */
+    struct opt_layout layout;
+    void **host;               /* (n_blobs) host copies, NULL where absent */
+    struct dbuf **dev;         /* (n_blobs) device copies, NULL where absent */
+    struct event *ready;       /* (n_blobs) set once blob b is on the device */
+    uint64_t device_bytes, host_bytes;
+    enum residency state;
+    bool failed;               /* the last load failed: the device copy is garbage */
+    double load_t0, load_t1;   /* last load: queued, last blob on the device */
+    /* the shard's place in its loader's queue (a shard has one job at a time) */
+    int job_kind;
+    struct swap_shard *job_next;
+};
+
+struct swap_model {
+    int id;
+    char name[64];
+    struct opt_config cfg;
+    struct st_checkpoint *ck;
+    int tp, pp;
+    struct swap_shard *shards; /* tp * pp, stage-major */
+    bool pinned;
+    int in_flight;             /* batches using it now */
+    bool offload_pending;      /* offload once in_flight drops to 0 / the load ends */
+    uint64_t last_used;
+    int shards_busy;           /* shards still loading or offloading */
+    int load_status;           /* 0, or the error of the last load */
+    double load_t0, load_t1;   /* last load: requested, every shard on its device */
+};
+
+struct swap_manager;
+
+struct swap_stats {
+    uint64_t loads, offloads, evictions, bytes_h2d, bytes_d2h, bytes_disk;
+    uint64_t host_used, host_high_water, host_budget;
+};
+
+/* devices stay owned by the caller and must outlive the manager. */
+int swap_manager_create(struct device **devices, int n_devices, const struct swap_config *cfg,
+                        struct swap_manager **out);
+/* Waits for transitions in progress, then frees every model. */
+void swap_manager_destroy(struct swap_manager *mgr); /* NULL-safe */
+
+/* Registers the checkpoint in dir under name with a placement. Refused, with
+ * the bytes needed and available, when a device's share or the host copy can
+ * never fit its budget. The model starts ON_DISK. */
+int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
+                  const struct placement *pl, bool pinned, struct swap_model **out);
+
+/* Starts loading every shard onto its device (evicting by the policy first);
+ * returns once the copies are queued. Already resident or loading: returns 0.
+ * ERR_BUSY when room cannot be made now (everything evictable is busy). */
+int swap_load(struct swap_manager *mgr, struct swap_model *model);
+/* Waits until the model's last load finished; returns its status. */
+int swap_wait_loaded(struct swap_manager *mgr, struct swap_model *model);
+/* Stages every shard into the host tier (disk -> host) without a device. */
+int swap_prefetch_host(struct swap_manager *mgr, struct swap_model *model);
+
+/* Offloads a resident model. With work in flight or a load in progress:
+ * ERR_BUSY, or with defer the offload happens as soon as that ends (0). */
+int swap_offload(struct swap_manager *mgr, struct swap_model *model, bool defer);
+/* Waits until no shard of the model is in transition. */
+void swap_wait_idle(struct swap_manager *mgr, struct swap_model *model);
+
+/* A batch starts/ends using a resident (or loading) model: while in use it is
+ * never evicted. begin fails with ERR_INVALID when the model is not resident. */
+int swap_use_begin(struct swap_manager *mgr, struct swap_model *model);
+void swap_use_end(struct swap_manager *mgr, struct swap_model *model);
+
+enum residency swap_residency(struct swap_manager *mgr, const struct swap_model *model);
+struct device *swap_device(struct swap_manager *mgr, int index);
+int swap_device_count(const struct swap_manager *mgr);
+void swap_get_stats(struct swap_manager *mgr, struct swap_stats *st);
+/* Device bytes the model needs on device d (0 when it has no shard there). */
+uint64_t swap_model_device_bytes(const struct swap_model *model, int d);
+uint64_t swap_model_total_bytes(const struct swap_model *model);
+
+#endif
