@@ -1,0 +1,298 @@
+/* The CPU device: an arena of host memory with a budget and a copy thread.
+ *
+ * The whole budget is mapped and touched once at open, as a GPU server
+ * reserves device memory up front, so that allocations never fault pages in
+ * later and a swap costs what a memcpy costs. Copies run one at a time, in
+ * submission order, on the device's own thread: each device is one "link",
+ * and devices copy in parallel with nothing shared between them.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "backend/cpu/arena.h"
+#include "backend/device.h"
+#include "backend/device_impl.h"
+#include "core/error.h"
+#include "core/event.h"
+
+static_assert(ARENA_ALIGN == DEVICE_ALIGN, "the arena hands out device-aligned blocks");
+
+/* In AddressSanitizer builds the arena's free space is poisoned, so a
+ * kernel or copy that runs past its buffer into free device memory, or
+ * touches a freed buffer, is reported like a heap overflow. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CPU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CPU_ASAN 1
+#endif
+#endif
+#ifdef CPU_ASAN
+#include <sanitizer/asan_interface.h>
+#define cpu_poison(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define cpu_unpoison(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define cpu_poison(p, n) ((void)(p), (void)(n))
+#define cpu_unpoison(p, n) ((void)(p), (void)(n))
+#endif
+
+/* One queued copy. */
+struct cpu_copy {
+    void *dst;
+    const void *src;
+    size_t n;
+    struct event *ev; /* set when done, or NULL */
+    struct cpu_copy *next;
+};
+
+struct cpu_device {
+    char *base; /* the arena's memory: map_bytes, page aligned */
+    size_t map_bytes;
+    struct arena arena; /* guarded by the device lock (see device_impl.h) */
+
+    /* The copy stream. queued and completed count copies since open:
+     * a sync waits for completed to reach the queued it saw. */
+    pthread_mutex_t lock;
+    pthread_cond_t work; /* a copy was queued, or stopping was set */
+    pthread_cond_t done; /* completed advanced */
+    struct cpu_copy *head, *tail;
+    uint64_t queued, completed;
+    bool stopping;
+    bool thread_started;
+    pthread_t thread;
+};
+
+static void *cpu_copy_thread(void *arg)
+{
+    struct cpu_device *c = arg;
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        while (!c->head && !c->stopping)
+            pthread_cond_wait(&c->work, &c->lock);
+        if (!c->head)
+            break; /* stopping, and drained */
+        struct cpu_copy *r = c->head;
+        c->head = r->next;
+        if (!c->head)
+            c->tail = NULL;
+        pthread_mutex_unlock(&c->lock);
+
+        /* One memcpy however large: glibc streams big copies at full bandwidth. */
+        if (r->n > 0)
+            memcpy(r->dst, r->src, r->n);
+        if (r->ev)
+            event_set(r->ev, 0);
+        free(r);
+
+        pthread_mutex_lock(&c->lock);
+        c->completed++;
+        pthread_cond_broadcast(&c->done);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+/* Stops the copy thread after it drains the queue and frees everything. */
+static void cpu_ctx_destroy(struct cpu_device *c)
+{
+    if (c->thread_started) {
+        pthread_mutex_lock(&c->lock);
+        c->stopping = true;
+        pthread_cond_signal(&c->work);
+        pthread_mutex_unlock(&c->lock);
+        pthread_join(c->thread, NULL);
+    }
+    assert(!c->head);
+    pthread_cond_destroy(&c->done);
+    pthread_cond_destroy(&c->work);
+    pthread_mutex_destroy(&c->lock);
+    arena_destroy(&c->arena);
+    if (c->base) {
+        cpu_unpoison(c->base, c->map_bytes);
+        munmap(c->base, c->map_bytes);
+    }
+    free(c);
+}
+
+static int cpu_alloc(struct device *d, size_t bytes, void **out)
+{
+    struct cpu_device *c = d->ctx;
+    uint64_t off;
+    int rc = arena_alloc(&c->arena, bytes, &off);
+    if (rc < 0)
+        return rc;
+    *out = c->base + off;
+    cpu_unpoison(*out, bytes);
+    return ERR_OK;
+}
+
+static void cpu_free(struct device *d, void *ptr, size_t bytes)
+{
+    struct cpu_device *c = d->ctx;
+    assert((char *)ptr >= c->base && (char *)ptr < c->base + c->map_bytes);
+    arena_free(&c->arena, (uint64_t)((char *)ptr - c->base), bytes);
+    cpu_poison(ptr, bytes);
+}
+
+static uint64_t cpu_largest_free(const struct device *d)
+{
+    const struct cpu_device *c = d->ctx;
+    return arena_largest_free(&c->arena);
+}
+
+static size_t cpu_free_blocks(const struct device *d)
+{
+    const struct cpu_device *c = d->ctx;
+    return arena_free_blocks(&c->arena);
+}
+
+/* Nothing to pin on a CPU: ordinary 64-byte aligned pages (large requests
+ * are mmap'd by the C library). */
+static int cpu_host_alloc(struct device *d, size_t bytes, void **out)
+{
+    int rc = posix_memalign(out, DEVICE_ALIGN, bytes);
+    if (rc != 0) {
+        *out = NULL;
+        return err_set(ERR_NOMEM, "device %s: cannot allocate %zu bytes of host memory: %s",
+                       d->name, bytes, strerror(rc));
+    }
+    return ERR_OK;
+}
+
+static void cpu_host_free(struct device *d, void *p, size_t bytes)
+{
+    (void)d;
+    (void)bytes;
+    free(p);
+}
+
+static int cpu_copy(struct device *d, void *dst, const void *src, size_t n, struct event *ev)
+{
+    struct cpu_device *c = d->ctx;
+    struct cpu_copy *r = malloc(sizeof(*r));
+    if (!r)
+        return err_set(ERR_NOMEM, "device %s: out of host memory to queue a copy", d->name);
+    *r = (struct cpu_copy){.dst = dst, .src = src, .n = n, .ev = ev, .next = NULL};
+
+    pthread_mutex_lock(&c->lock);
+    assert(!c->stopping);
+    if (c->tail)
+        c->tail->next = r;
+    else
+        c->head = r;
+    c->tail = r;
+    c->queued++;
+    pthread_cond_signal(&c->work);
+    pthread_mutex_unlock(&c->lock);
+    return ERR_OK;
+}
+
+static void cpu_sync(struct device *d)
+{
+    struct cpu_device *c = d->ctx;
+    pthread_mutex_lock(&c->lock);
+    uint64_t target = c->queued;
+    while (c->completed < target)
+        pthread_cond_wait(&c->done, &c->lock);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void cpu_close(struct device *d)
+{
+    cpu_ctx_destroy(d->ctx);
+    d->ctx = NULL;
+}
+
+static const struct device_ops cpu_ops = {
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .largest_free = cpu_largest_free,
+    .free_blocks = cpu_free_blocks,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
+    .copy_h2d = cpu_copy,
+    .copy_d2h = cpu_copy,
+    .sync = cpu_sync,
+    .close = cpu_close,
+};
+
+/* Maps budget bytes and faults every page in. Transparent huge pages are
+ * asked for first (fewer TLB misses in big copies); failing that is fine. */
+static int cpu_map_arena(struct cpu_device *c, const char *name, uint64_t budget)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    c->map_bytes = (size_t)((budget + page - 1) / page * page);
+    void *p = mmap(NULL, c->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return err_set(ERR_NOMEM, "device %s: cannot map a %" PRIu64 "-byte arena: %s", name,
+                       budget, strerror(errno));
+    c->base = p;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(c->base, c->map_bytes, MADV_HUGEPAGE);
+#endif
+    volatile char *v = (volatile char *)c->base;
+    for (size_t off = 0; off < c->map_bytes; off += page)
+        v[off] = 0;
+    cpu_poison(c->base, c->map_bytes);
+    return ERR_OK;
+}
+
+int device_open_cpu(int index, uint64_t budget_bytes, struct device **out)
+{
+    assert(out);
+    *out = NULL;
+    char name[32];
+    snprintf(name, sizeof(name), "cpu:%d", index);
+    if (index < 0)
+        return err_set(ERR_INVALID, "device %s: index must be >= 0", name);
+    if (budget_bytes == 0)
+        return err_set(ERR_INVALID, "device %s: budget must be more than 0 bytes", name);
+    uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    if (budget_bytes > phys)
+        return err_set(ERR_NOMEM,
+                       "device %s: budget of %" PRIu64 " bytes exceeds the %" PRIu64
+                       " bytes of physical memory",
+                       name, budget_bytes, phys);
+
+    struct cpu_device *c = calloc(1, sizeof(*c));
+    if (!c)
+        return err_set(ERR_NOMEM, "device %s: out of host memory", name);
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->work, NULL);
+    pthread_cond_init(&c->done, NULL);
+
+    int rc = cpu_map_arena(c, name, budget_bytes);
+    if (rc < 0)
+        goto fail;
+    rc = arena_init(&c->arena, budget_bytes);
+    if (rc < 0) {
+        err_wrap(rc, "device %s", name);
+        goto fail;
+    }
+    int prc = pthread_create(&c->thread, NULL, cpu_copy_thread, c);
+    if (prc != 0) {
+        rc = err_set(ERR_NOMEM, "device %s: cannot start the copy thread: %s", name, strerror(prc));
+        goto fail;
+    }
+    c->thread_started = true;
+    char tname[16]; /* the kernel keeps 15 characters */
+    snprintf(tname, sizeof(tname), "copy-cpu:%u", (unsigned)index % 1000000u);
+    (void)pthread_setname_np(c->thread, tname);
+
+    rc = device_create(&cpu_ops, c, name, budget_bytes, out);
+    if (rc < 0)
+        goto fail;
+    return ERR_OK;
+
+fail:
+    cpu_ctx_destroy(c);
+    return rc;
+}

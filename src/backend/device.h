@@ -1,0 +1,76 @@
+/* Devices: where model shards live and compute.
+ *
+ * A device has memory with a byte budget, a copy stream (asynchronous
+ * host<->device copies executed in submission order, each optionally
+ * completing an event), and the kernels of the forward pass. Host memory for
+ * the host tier comes from the device's backend so it can be pinned where
+ * that helps (CUDA); the CPU backend uses ordinary pages.
+ *
+ * The CPU backend makes a device of a memory arena: its whole budget is
+ * reserved and touched once at open (as a GPU serving system reserves device
+ * memory up front), allocations are carved out of it, and a copy is a real
+ * memcpy on the device's own copy thread, so swap costs are real costs.
+ *
+ * Budgets are exact: device_alloc fails when used + size would exceed the
+ * budget, and the high-water mark of used bytes is kept for tests.
+ */
+#ifndef SHARDSWAP_BACKEND_DEVICE_H
+#define SHARDSWAP_BACKEND_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/event.h"
+
+struct device;
+struct dbuf; /* an allocation in device memory */
+
+/* A CPU device with a memory arena of budget_bytes. index names it "cpu:<index>". */
+int device_open_cpu(int index, uint64_t budget_bytes, struct device **out);
+/* A CUDA device; without CUDA support it returns ERR_UNSUPPORTED ("built without CUDA"). */
+int device_open_cuda(int index, uint64_t budget_bytes, struct device **out);
+/* Waits for queued copies, then frees everything. Every dbuf must be freed first. */
+void device_close(struct device *d); /* NULL-safe */
+
+const char *device_name(const struct device *d);
+uint64_t device_budget(const struct device *d);
+uint64_t device_used(const struct device *d);
+uint64_t device_high_water(const struct device *d);
+/* Largest single allocation that would succeed now (fragmentation aware). */
+uint64_t device_largest_free(const struct device *d);
+/* Number of free blocks in device memory: 1 when nothing is allocated, more
+ * when it is fragmented; 0 when full, or when the backend cannot tell. For
+ * tests and metrics. */
+size_t device_free_blocks(const struct device *d);
+
+/* Allocations are 64-byte aligned. Thread-safe. ERR_NOMEM with a message
+ * naming the device, the size and the bytes in use when it does not fit.
+ * Each allocation counts towards used (and the budget) at its size rounded
+ * up to 64 bytes. bytes == 0 is ERR_INVALID. The caller owns *out and
+ * releases it with device_free before closing d. */
+int device_alloc(struct device *d, size_t bytes, struct dbuf **out);
+/* NULL-safe. No queued copy may still use b: wait for its event, or
+ * device_sync, first (the memory may be handed out again at once). */
+void device_free(struct dbuf *b);
+/* The memory: for the CPU backend addressable by the host. */
+void *dbuf_ptr(const struct dbuf *b);
+size_t dbuf_size(const struct dbuf *b);
+
+/* Host-tier memory from d's backend (pinned where supported), 64-byte aligned.
+ * Not counted in d's budget (the host tier keeps its own). The CPU backend
+ * has nothing to pin and returns ordinary pages. Free with the same d and
+ * bytes; device_host_free is NULL-safe in p. */
+int device_host_alloc(struct device *d, size_t bytes, void **out);
+void device_host_free(struct device *d, void *p, size_t bytes);
+
+/* Queue a copy on d's copy stream. ev, when not NULL, is set (status 0) once
+ * this copy is done; copies complete in submission order. The source must
+ * stay valid and unchanged until then. Thread-safe. */
+int device_copy_h2d(struct device *d, struct dbuf *dst, size_t dst_off, const void *src,
+                    size_t n, struct event *ev);
+int device_copy_d2h(struct device *d, void *dst, const struct dbuf *src, size_t src_off,
+                    size_t n, struct event *ev);
+/* Waits until every copy queued so far on d is done. */
+void device_sync(struct device *d);
+
+#endif

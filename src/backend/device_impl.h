@@ -1,0 +1,82 @@
+/* What a device backend implements, and the generic device object around it.
+ *
+ * Only device.c and the backends include this. A backend fills a
+ * `static const struct device_ops` with designated initializers, builds its
+ * context, and hands both to device_create(); the public functions in
+ * device.c check arguments, keep the byte accounting and call the ops.
+ *
+ * Locking: alloc, free, largest_free and free_blocks are called with
+ * d->lock held, so a backend needs no lock of its own for its allocator.
+ * The copy slots are called without it (copies must not wait on allocations)
+ * and must be thread-safe on their own. No lock is shared between devices.
+ */
+#ifndef SHARDSWAP_BACKEND_DEVICE_IMPL_H
+#define SHARDSWAP_BACKEND_DEVICE_IMPL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/device.h"
+#include "core/event.h"
+
+/* Every allocation starts on, and is accounted in, units of this many bytes. */
+#define DEVICE_ALIGN 64
+
+struct device_ops {
+    /* Carves bytes (a non-zero multiple of DEVICE_ALIGN, already within the
+     * budget) out of device memory. ERR_NOMEM when no free block is large
+     * enough: the wrapper then writes the message. Any other error code
+     * comes with a message set by the backend. */
+    int (*alloc)(struct device *d, size_t bytes, void **out);
+    /* Returns what alloc gave, with the same bytes. */
+    void (*free)(struct device *d, void *ptr, size_t bytes);
+    /* Largest bytes alloc would satisfy now. */
+    uint64_t (*largest_free)(const struct device *d);
+    /* Optional: number of free blocks (1 when memory is unfragmented and
+     * not full); the wrapper answers 0 without it. */
+    size_t (*free_blocks)(const struct device *d);
+
+    /* Host-tier memory, 64-byte aligned; host_free gets the same bytes. */
+    int (*host_alloc)(struct device *d, size_t bytes, void **out);
+    void (*host_free)(struct device *d, void *p, size_t bytes);
+
+    /* Queue a copy on the copy stream (pointers already offset and bounds
+     * checked); set ev (status 0) when it is done, in submission order. */
+    int (*copy_h2d)(struct device *d, void *dst, const void *src, size_t n, struct event *ev);
+    int (*copy_d2h)(struct device *d, void *dst, const void *src, size_t n, struct event *ev);
+    /* Returns once every copy queued before the call is done. */
+    void (*sync)(struct device *d);
+
+    /* Releases ctx and everything the backend holds. Called after sync, with
+     * no allocation left. */
+    void (*close)(struct device *d);
+};
+
+struct device {
+    const struct device_ops *ops;
+    void *ctx;     /* the backend's; freed by ops->close */
+    char name[32]; /* "cpu:0", "cuda:1" */
+    uint64_t budget;
+    /* Guarded by lock. used counts each live allocation at its size rounded
+     * up to DEVICE_ALIGN, i.e. the bytes it takes from the device, so that
+     * used <= budget bounds real memory exactly. */
+    pthread_mutex_t lock;
+    uint64_t used;
+    uint64_t high_water; /* max of used since open */
+    size_t n_bufs;       /* live dbufs; must be 0 at close */
+};
+
+struct dbuf {
+    struct device *dev;
+    void *ptr;       /* from ops->alloc: a host address on CPU, a device address on CUDA */
+    size_t size;     /* as requested */
+    size_t reserved; /* size rounded up to DEVICE_ALIGN: what used counts */
+};
+
+/* Wraps a backend context in a device named name with budget bytes. On
+ * failure (ERR_NOMEM) nothing is created and the caller still owns ctx. */
+int device_create(const struct device_ops *ops, void *ctx, const char *name, uint64_t budget,
+                  struct device **out);
+
+#endif

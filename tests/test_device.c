@@ -1,0 +1,601 @@
+/* The device interface on the CPU backend: exact budgets and accounting,
+ * the arena's first fit and coalescing, the copy stream's ordering and
+ * events, devices copying in parallel, the CUDA stub. Ends with copy
+ * bandwidths, printed and never asserted. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/device.h"
+#include "core/error.h"
+#include "core/event.h"
+#include "core/timing.h"
+#include "test.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+#ifdef TEST_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+#define MiB ((size_t)1 << 20)
+
+static uint64_t rng_next(uint64_t *s)
+{
+    /* xorshift64* */
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1DULL;
+}
+
+static size_t round64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+static void fill_random(void *p, size_t n, uint64_t seed)
+{
+    unsigned char *b = p;
+    uint64_t s = seed | 1;
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)(rng_next(&s) >> 56);
+}
+
+static struct device *open_cpu(int index, uint64_t budget)
+{
+    struct device *d = NULL;
+    int rc = device_open_cpu(index, budget, &d);
+    CHECK_MSG(rc == ERR_OK && d, "open cpu:%d: %s", index, err_msg());
+    if (!d) {
+        fprintf(stderr, "cannot go on without a device\n");
+        exit(1);
+    }
+    return d;
+}
+
+static void test_basics(void)
+{
+    struct device *d = open_cpu(0, 8 * MiB);
+    CHECK(strcmp(device_name(d), "cpu:0") == 0);
+    CHECK(device_budget(d) == 8 * MiB);
+    CHECK(device_used(d) == 0);
+    CHECK(device_high_water(d) == 0);
+    CHECK(device_largest_free(d) == 8 * MiB);
+    CHECK(device_free_blocks(d) == 1);
+
+    struct dbuf *a, *b, *c;
+    CHECK(device_alloc(d, 100, &a) == ERR_OK);
+    CHECK(dbuf_size(a) == 100);
+    CHECK(((uintptr_t)dbuf_ptr(a) & 63) == 0);
+    CHECK(device_used(d) == 128);
+    CHECK(device_alloc(d, 1, &b) == ERR_OK);
+    CHECK(((uintptr_t)dbuf_ptr(b) & 63) == 0);
+    CHECK(device_used(d) == 192);
+    CHECK(device_alloc(d, 64, &c) == ERR_OK);
+    CHECK(device_used(d) == 256);
+    CHECK(device_high_water(d) == 256);
+    /* first fit from the bottom: consecutive */
+    CHECK((char *)dbuf_ptr(b) == (char *)dbuf_ptr(a) + 128);
+    CHECK((char *)dbuf_ptr(c) == (char *)dbuf_ptr(b) + 64);
+    memset(dbuf_ptr(a), 0xab, 100); /* CPU device memory is host addressable */
+
+#ifdef TEST_ASAN
+    /* free device memory is poisoned, live buffers are not */
+    CHECK(!__asan_address_is_poisoned(dbuf_ptr(b)));
+    CHECK(__asan_address_is_poisoned((char *)dbuf_ptr(c) + 64));
+    void *freed = dbuf_ptr(b);
+    device_free(b);
+    CHECK(__asan_address_is_poisoned(freed));
+    CHECK(!__asan_address_is_poisoned(dbuf_ptr(a)));
+#else
+    device_free(b);
+#endif
+    CHECK(device_used(d) == 192);
+    CHECK(device_high_water(d) == 256);
+    CHECK(device_free_blocks(d) == 2);
+    device_free(a);
+    CHECK(device_free_blocks(d) == 2); /* [0, 192) coalesced, plus the tail */
+    device_free(c);
+    CHECK(device_used(d) == 0);
+    CHECK(device_high_water(d) == 256);
+    CHECK(device_free_blocks(d) == 1);
+    CHECK(device_largest_free(d) == 8 * MiB);
+    device_free(NULL);
+
+    struct dbuf *z = (struct dbuf *)1;
+    CHECK(device_alloc(d, 0, &z) == ERR_INVALID);
+    CHECK(z == NULL);
+    CHECK(strstr(err_msg(), "cpu:0") != NULL);
+
+    /* a budget that is not a multiple of 64 still bounds used */
+    struct device *e = open_cpu(5, 1000);
+    CHECK(device_alloc(e, 960, &a) == ERR_OK);
+    CHECK(device_alloc(e, 1, &b) == ERR_NOMEM);
+    CHECK(device_used(e) == 960);
+    device_free(a);
+    device_close(e);
+
+    device_close(d);
+    device_close(NULL);
+}
+
+static void test_fragmentation(void)
+{
+    struct device *d = open_cpu(1, 8 * MiB);
+    struct dbuf *a, *b, *c, *x = NULL;
+    CHECK(device_alloc(d, 2 * MiB, &a) == ERR_OK);
+    CHECK(device_alloc(d, 2 * MiB, &b) == ERR_OK);
+    CHECK(device_alloc(d, 2 * MiB, &c) == ERR_OK);
+    device_free(b);
+    CHECK(device_used(d) == 4 * MiB);
+    CHECK(device_largest_free(d) == 2 * MiB);
+    CHECK(device_free_blocks(d) == 2);
+
+    /* 3 MiB fits the budget (4 MiB free) but no block */
+    CHECK(device_alloc(d, 3 * MiB, &x) == ERR_NOMEM);
+    CHECK(x == NULL);
+    char want[256];
+    snprintf(want, sizeof(want),
+             "device cpu:1: cannot allocate %zu bytes: %zu of %zu in use, largest free block %zu",
+             3 * MiB, 4 * MiB, 8 * MiB, 2 * MiB);
+    CHECK_MSG(strcmp(err_msg(), want) == 0, "got \"%s\"", err_msg());
+    CHECK(device_used(d) == 4 * MiB);
+
+    /* freeing A coalesces [A, B) into 4 MiB at the bottom */
+    void *pa = dbuf_ptr(a);
+    device_free(a);
+    CHECK(device_free_blocks(d) == 2);
+    CHECK(device_largest_free(d) == 4 * MiB);
+    CHECK(device_alloc(d, 3 * MiB, &x) == ERR_OK);
+    CHECK(x && dbuf_ptr(x) == pa);
+    CHECK(device_used(d) == 5 * MiB);
+    CHECK(device_high_water(d) == 6 * MiB);
+
+    /* over the budget outright */
+    struct dbuf *y = NULL;
+    CHECK(device_alloc(d, 4 * MiB, &y) == ERR_NOMEM);
+    snprintf(want, sizeof(want),
+             "device cpu:1: cannot allocate %zu bytes: %zu of %zu in use, largest free block %zu",
+             4 * MiB, 5 * MiB, 8 * MiB, 2 * MiB);
+    CHECK_MSG(strcmp(err_msg(), want) == 0, "got \"%s\"", err_msg());
+    CHECK(device_alloc(d, SIZE_MAX, &y) == ERR_NOMEM);
+    CHECK(device_alloc(d, SIZE_MAX - 10, &y) == ERR_NOMEM);
+    CHECK(y == NULL);
+    device_free(x);
+    device_free(c);
+
+    /* the whole budget in one piece, then nothing more */
+    CHECK(device_alloc(d, 8 * MiB, &x) == ERR_OK);
+    CHECK(device_alloc(d, 1, &y) == ERR_NOMEM);
+    snprintf(want, sizeof(want),
+             "device cpu:1: cannot allocate 1 bytes: %zu of %zu in use, largest free block 0",
+             8 * MiB, 8 * MiB);
+    CHECK_MSG(strcmp(err_msg(), want) == 0, "got \"%s\"", err_msg());
+    CHECK(device_free_blocks(d) == 0);
+    device_free(x);
+    CHECK(device_free_blocks(d) == 1);
+    CHECK(device_used(d) == 0);
+    device_close(d);
+}
+
+/* Random allocs and frees: the budget holds at every step, accounting is
+ * exact, live buffers never overlap, and an alloc succeeds exactly when
+ * its rounded size fits the largest free block. */
+static void test_stress(void)
+{
+    enum { SLOTS = 64, OPS = 10000 };
+    const size_t budget = 8 * MiB;
+    struct device *d = open_cpu(2, budget);
+    struct dbuf *live[SLOTS] = {0};
+    uint64_t s = 0x5eed1234abcdULL;
+    size_t sum = 0, high = 0;
+    int n_ok = 0, n_fail = 0, bad = 0;
+
+    for (int op = 0; op < OPS; op++) {
+        int i = (int)(rng_next(&s) % SLOTS);
+        if (live[i]) {
+            unsigned char *p = dbuf_ptr(live[i]);
+            size_t n = dbuf_size(live[i]);
+            if (p[0] != (unsigned char)i || p[n - 1] != (unsigned char)i)
+                bad++;
+            sum -= round64(n);
+            device_free(live[i]);
+            live[i] = NULL;
+        } else {
+            uint64_t r = rng_next(&s);
+            size_t n = (r & 3) == 0 ? 1 + (size_t)(r >> 8) % (1 * MiB)
+                                    : 1 + (size_t)(r >> 8) % (128 * 1024);
+            uint64_t largest = device_largest_free(d);
+            int rc = device_alloc(d, n, &live[i]);
+            if (round64(n) <= largest) {
+                CHECK_MSG(rc == ERR_OK, "op %d: %zu bytes, largest free %" PRIu64, op, n, largest);
+            } else {
+                CHECK_MSG(rc == ERR_NOMEM, "op %d: %zu bytes, largest free %" PRIu64, op, n,
+                          largest);
+                CHECK(strstr(err_msg(), "device cpu:2: cannot allocate") == err_msg());
+            }
+            if (rc == ERR_OK) {
+                n_ok++;
+                unsigned char *p = dbuf_ptr(live[i]);
+                if (((uintptr_t)p & 63) != 0)
+                    bad++;
+                for (int j = 0; j < SLOTS; j++) {
+                    if (j == i || !live[j])
+                        continue;
+                    unsigned char *q = dbuf_ptr(live[j]);
+                    if (p < q + dbuf_size(live[j]) && q < p + n)
+                        bad++;
+                }
+                p[0] = p[n - 1] = (unsigned char)i;
+                sum += round64(n);
+                if (sum > high)
+                    high = sum;
+            } else {
+                n_fail++;
+            }
+        }
+        uint64_t used = device_used(d);
+        if (used != sum || used > budget || device_high_water(d) != high ||
+            device_high_water(d) > budget)
+            bad++;
+    }
+    CHECK_MSG(bad == 0, "%d broken invariants", bad);
+    CHECK(n_ok > 1000 && n_fail > 10); /* both paths exercised */
+    for (int i = 0; i < SLOTS; i++)
+        device_free(live[i]);
+    CHECK(device_used(d) == 0);
+    CHECK(device_free_blocks(d) == 1);
+    CHECK(device_largest_free(d) == budget);
+    printf("stress: %d allocs, %d refused, high water %zu of %zu\n", n_ok, n_fail, high, budget);
+    device_close(d);
+}
+
+/* 100 cycles of allocating a layer's worth of shards and freeing them in
+ * random order leave nothing behind. */
+static void test_cycles(void)
+{
+    enum { N = 12 };
+    struct device *d = open_cpu(3, 8 * MiB);
+    uint64_t s = 42;
+    int bad = 0;
+    for (int cycle = 0; cycle < 100; cycle++) {
+        struct dbuf *b[N];
+        for (int i = 0; i < N; i++)
+            if (device_alloc(d, 1 + rng_next(&s) % (512 * 1024), &b[i]) != ERR_OK)
+                bad++;
+        for (int i = N - 1; i > 0; i--) {
+            int j = (int)(rng_next(&s) % (uint64_t)(i + 1));
+            struct dbuf *t = b[i];
+            b[i] = b[j];
+            b[j] = t;
+        }
+        for (int i = 0; i < N; i++)
+            device_free(b[i]);
+        if (device_used(d) != 0 || device_free_blocks(d) != 1 || device_largest_free(d) != 8 * MiB)
+            bad++;
+    }
+    CHECK_MSG(bad == 0, "%d cycles left something behind", bad);
+    device_close(d);
+}
+
+static void test_round_trip(void)
+{
+    struct device *d = open_cpu(4, 8 * MiB);
+    const size_t cap = 1 * MiB + 8192;
+    void *src = NULL, *back = NULL;
+    CHECK(device_host_alloc(d, cap, &src) == ERR_OK);
+    CHECK(device_host_alloc(d, cap, &back) == ERR_OK);
+    CHECK(((uintptr_t)src & 63) == 0 && ((uintptr_t)back & 63) == 0);
+    struct dbuf *b;
+    CHECK(device_alloc(d, cap, &b) == ERR_OK);
+
+    static const size_t offs[] = {0, 1, 63, 64, 4097};
+    static const size_t sizes[] = {0, 1, 100, 4096, 65537, 1 * MiB};
+    uint64_t seed = 7;
+    for (size_t io = 0; io < sizeof(offs) / sizeof(offs[0]); io++) {
+        for (size_t is = 0; is < sizeof(sizes) / sizeof(sizes[0]); is++) {
+            size_t off = offs[io], n = sizes[is];
+            fill_random(src, n, seed++);
+            memset(back, 0, n);
+            struct event e1, e2;
+            event_init(&e1);
+            event_init(&e2);
+            int rc1 = device_copy_h2d(d, b, off, src, n, &e1);
+            int rc2 = device_copy_d2h(d, back, b, off, n, &e2);
+            CHECK_MSG(rc1 == ERR_OK && rc2 == ERR_OK, "%s", err_msg());
+            if (rc1 == ERR_OK && rc2 == ERR_OK) {
+                CHECK(event_wait(&e2) == 0);
+                CHECK(event_is_set(&e1)); /* in order */
+                CHECK_MSG(memcmp(src, back, n) == 0, "offset %zu, %zu bytes", off, n);
+                CHECK(memcmp((char *)dbuf_ptr(b) + off, src, n) == 0);
+            }
+            device_sync(d);
+            event_destroy(&e1);
+            event_destroy(&e2);
+        }
+    }
+
+    /* out of range, wrong device, NULL host: refused, nothing queued */
+    struct event e;
+    event_init(&e);
+    CHECK(device_copy_h2d(d, b, cap - 10, src, 11, &e) == ERR_INVALID);
+    CHECK(strstr(err_msg(), "cpu:4") && strstr(err_msg(), "outside"));
+    CHECK(device_copy_d2h(d, back, b, SIZE_MAX, 2, &e) == ERR_INVALID);
+    CHECK(device_copy_h2d(d, b, 0, NULL, 10, &e) == ERR_INVALID);
+    struct device *other = open_cpu(9, 1 * MiB);
+    CHECK(device_copy_h2d(other, b, 0, src, 10, &e) == ERR_INVALID);
+    CHECK(strstr(err_msg(), "belongs to device cpu:4") != NULL);
+    device_sync(d);
+    CHECK(!event_is_set(&e));
+    event_destroy(&e);
+    device_close(other);
+
+    device_free(b);
+    device_host_free(d, src, cap);
+    device_host_free(d, back, cap);
+    device_host_free(d, NULL, 0);
+    device_close(d);
+}
+
+/* 100 copies into one region complete in submission order: the last wins,
+ * and each event is set only after every earlier one. A sync waits for
+ * everything queued before it. */
+static void test_ordering(void)
+{
+    enum { N = 100, LEN = 64 * 1024 };
+    struct device *d = open_cpu(5, 8 * MiB);
+    struct dbuf *b;
+    CHECK(device_alloc(d, LEN, &b) == ERR_OK);
+    uint32_t *src[N];
+    struct event ev[N];
+    for (int i = 0; i < N; i++) {
+        CHECK(device_host_alloc(d, LEN, (void **)&src[i]) == ERR_OK);
+        for (size_t k = 0; k < LEN / 4; k++)
+            src[i][k] = (uint32_t)i;
+        event_init(&ev[i]);
+    }
+    for (int i = 0; i < N; i++)
+        CHECK(device_copy_h2d(d, b, 0, src[i], LEN, &ev[i]) == ERR_OK);
+    int out_of_order = 0;
+    /* wait on a middle event, then the last: all earlier ones must be set by then */
+    CHECK(event_wait(&ev[N / 2]) == 0);
+    for (int j = 0; j < N / 2; j++)
+        out_of_order += !event_is_set(&ev[j]);
+    CHECK(event_wait(&ev[N - 1]) == 0);
+    for (int j = 0; j < N; j++)
+        out_of_order += !event_is_set(&ev[j]);
+    CHECK(out_of_order == 0);
+    uint32_t got[LEN / 4];
+    CHECK(device_copy_d2h(d, got, b, 0, LEN, NULL) == ERR_OK);
+    device_sync(d);
+    int wrong = 0;
+    for (size_t k = 0; k < LEN / 4; k++)
+        wrong += got[k] != N - 1;
+    CHECK(wrong == 0);
+
+    /* sync without events: 16 x 512 KiB into a 8 MiB - LEN device */
+    struct dbuf *big;
+    CHECK(device_alloc(d, 4 * MiB, &big) == ERR_OK);
+    void *h;
+    CHECK(device_host_alloc(d, 4 * MiB, &h) == ERR_OK);
+    fill_random(h, 4 * MiB, 99);
+    for (int i = 0; i < 16; i++)
+        CHECK(device_copy_h2d(d, big, (size_t)i * 256 * 1024, (char *)h + (size_t)i * 256 * 1024,
+                              256 * 1024, NULL) == ERR_OK);
+    device_sync(d);
+    CHECK(memcmp(dbuf_ptr(big), h, 4 * MiB) == 0);
+    device_sync(d); /* nothing queued: returns */
+
+    for (int i = 0; i < N; i++) {
+        event_destroy(&ev[i]);
+        device_host_free(d, src[i], LEN);
+    }
+    device_host_free(d, h, 4 * MiB);
+    device_free(big);
+    device_free(b);
+    device_close(d);
+}
+
+struct worker {
+    struct device *d;
+    struct dbuf *b; /* NULL: allocate its own */
+    size_t base, span;
+    uint64_t seed;
+    int rounds;
+    int errors;
+};
+
+/* Round trips of random sizes through [base, base + span) of w->b. */
+static void *worker_run(void *arg)
+{
+    struct worker *w = arg;
+    unsigned char *src = malloc(w->span), *back = malloc(w->span);
+    uint64_t s = w->seed;
+    for (int r = 0; r < w->rounds; r++) {
+        size_t n = 1 + rng_next(&s) % w->span;
+        size_t off = rng_next(&s) % (w->span - n + 1);
+        fill_random(src, n, rng_next(&s));
+        struct event e;
+        event_init(&e);
+        if (device_copy_h2d(w->d, w->b, w->base + off, src, n, NULL) != ERR_OK ||
+            device_copy_d2h(w->d, back, w->b, w->base + off, n, &e) != ERR_OK) {
+            w->errors++;
+            event_destroy(&e);
+            break;
+        }
+        if (event_wait(&e) != 0 || memcmp(src, back, n) != 0)
+            w->errors++;
+        event_destroy(&e);
+    }
+    free(src);
+    free(back);
+    return NULL;
+}
+
+/* Two devices driven from two threads, and four threads sharing one device. */
+static void test_concurrency(void)
+{
+    struct device *d0 = open_cpu(10, 4 * MiB), *d1 = open_cpu(11, 4 * MiB);
+    struct worker w[4] = {0};
+    CHECK(device_alloc(d0, 2 * MiB, &w[0].b) == ERR_OK);
+    CHECK(device_alloc(d1, 2 * MiB, &w[1].b) == ERR_OK);
+    for (int i = 0; i < 2; i++) {
+        w[i].d = i ? d1 : d0;
+        w[i].span = 2 * MiB;
+        w[i].seed = 100 + (uint64_t)i;
+        w[i].rounds = 40;
+    }
+    pthread_t t[4];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, worker_run, &w[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    CHECK(w[0].errors == 0 && w[1].errors == 0);
+    device_free(w[0].b);
+    device_free(w[1].b);
+
+    /* one device, four submitters on disjoint quarters of one buffer, while
+     * a fifth thread allocates and frees */
+    struct dbuf *shared;
+    CHECK(device_alloc(d0, 2 * MiB, &shared) == ERR_OK);
+    for (int i = 0; i < 4; i++)
+        w[i] = (struct worker){.d = d0,
+                               .b = shared,
+                               .base = (size_t)i * 512 * 1024,
+                               .span = 512 * 1024,
+                               .seed = 200 + (uint64_t)i,
+                               .rounds = 40};
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, worker_run, &w[i]);
+    int alloc_errors = 0;
+    for (int k = 0; k < 200; k++) {
+        struct dbuf *x;
+        if (device_alloc(d0, 1 + (size_t)k * 977, &x) != ERR_OK)
+            alloc_errors++;
+        else
+            device_free(x);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < 4; i++)
+        CHECK(w[i].errors == 0);
+    CHECK(alloc_errors == 0);
+    device_free(shared);
+    CHECK(device_used(d0) == 0 && device_used(d1) == 0);
+    device_close(d0);
+    device_close(d1);
+}
+
+static void test_cuda_stub(void)
+{
+    struct device *d = (struct device *)1;
+    int rc = device_open_cuda(3, 1 * MiB, &d);
+    CHECK(rc == ERR_UNSUPPORTED);
+    CHECK(d == NULL);
+    CHECK_MSG(strcmp(err_msg(), "device cuda:3: built without CUDA support") == 0, "got \"%s\"",
+              err_msg());
+    device_close(d);
+}
+
+static void test_bad_budgets(void)
+{
+    struct device *d = (struct device *)1;
+    CHECK(device_open_cpu(7, 0, &d) == ERR_INVALID);
+    CHECK(d == NULL);
+    CHECK(strstr(err_msg(), "device cpu:7") && strstr(err_msg(), "budget"));
+
+    d = (struct device *)1;
+    uint64_t huge = (uint64_t)1 << 60;
+    CHECK(device_open_cpu(8, huge, &d) == ERR_NOMEM);
+    CHECK(d == NULL);
+    char num[32];
+    snprintf(num, sizeof(num), "%" PRIu64, huge);
+    CHECK_MSG(strstr(err_msg(), "device cpu:8") && strstr(err_msg(), num) &&
+                  strstr(err_msg(), "physical memory"),
+              "got \"%s\"", err_msg());
+
+    CHECK(device_open_cpu(-1, 1 * MiB, &d) == ERR_INVALID);
+    CHECK(d == NULL);
+}
+
+struct bench_job {
+    struct device *d;
+    struct dbuf *b;
+    void *h;
+    struct event e;
+};
+
+/* Submits every job's h2d copy, waits for all; returns seconds. */
+static double bench_copies(struct bench_job *j, int n, size_t bytes)
+{
+    double t0 = time_now();
+    for (int i = 0; i < n; i++) {
+        event_reset(&j[i].e);
+        if (device_copy_h2d(j[i].d, j[i].b, 0, j[i].h, bytes, &j[i].e) != ERR_OK)
+            return -1;
+    }
+    for (int i = 0; i < n; i++)
+        event_wait(&j[i].e);
+    return time_now() - t0;
+}
+
+/* Informational: one device's copy bandwidth, two at once, and a plain
+ * memcpy on this thread for reference. Best of three; never asserted. */
+static void bench_bandwidth(void)
+{
+    const size_t bytes = 256 * MiB;
+    struct bench_job j[2];
+    for (int i = 0; i < 2; i++) {
+        j[i].d = open_cpu(20 + i, bytes);
+        CHECK(device_alloc(j[i].d, bytes, &j[i].b) == ERR_OK);
+        CHECK(device_host_alloc(j[i].d, bytes, &j[i].h) == ERR_OK);
+        memset(j[i].h, i + 1, bytes);
+        event_init(&j[i].e);
+    }
+    const double gb = (double)bytes / 1e9;
+    double t_memcpy = 1e9, t_one = 1e9, t_two = 1e9;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = time_now();
+        memcpy(dbuf_ptr(j[0].b), j[0].h, bytes);
+        double t = time_now() - t0;
+        t_memcpy = t < t_memcpy ? t : t_memcpy;
+        t = bench_copies(j, 1, bytes);
+        t_one = t < t_one ? t : t_one;
+        t = bench_copies(j, 2, bytes);
+        t_two = t < t_two ? t : t_two;
+    }
+    printf("bench: 256 MiB h2d (best of 3)\n");
+    printf("  memcpy on the calling thread   %6.2f GB/s\n", gb / t_memcpy);
+    printf("  one device                     %6.2f GB/s\n", gb / t_one);
+    printf("  two devices at once            %6.2f GB/s each, %6.2f GB/s aggregate\n", gb / t_two,
+           2 * gb / t_two);
+    for (int i = 0; i < 2; i++) {
+        event_destroy(&j[i].e);
+        device_host_free(j[i].d, j[i].h, bytes);
+        device_free(j[i].b);
+        device_close(j[i].d);
+    }
+}
+
+int main(void)
+{
+    test_basics();
+    test_fragmentation();
+    test_stress();
+    test_cycles();
+    test_round_trip();
+    test_ordering();
+    test_concurrency();
+    test_cuda_stub();
+    test_bad_budgets();
+    bench_bandwidth();
+    return test_finish();
+}
