@@ -1,7 +1,6 @@
 /* shardswap bench forward: prefill and decode throughput of one checkpoint,
  * with decode's weight streaming rate set against this machine's memcpy
  * bandwidth measured in the same run. */
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,57 +11,9 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/membw.h"
 #include "core/timing.h"
 #include "model/opt.h"
-
-struct copy_job {
-    char *dst;
-    const char *src;
-    size_t n;
-};
-
-static void *copy_run(void *arg)
-{
-    struct copy_job *j = arg;
-    memcpy(j->dst, j->src, j->n);
-    return NULL;
-}
-
-/* Memory bandwidth of memcpy on `threads` threads over buffers far larger
- * than the caches, best of 5, counted as STREAM counts its Copy kernel: each
- * byte copied is read once and written once, two bytes of traffic. Decode
- * only reads its weights, so this is the number to set it against. Returns 0
- * when it cannot allocate. */
-static double memcpy_bandwidth(int threads)
-{
-    const size_t n = (size_t)256 << 20;
-    char *src = malloc(n), *dst = malloc(n);
-    double best = 0;
-    if (!src || !dst)
-        goto out;
-    memset(src, 1, n);
-    memset(dst, 2, n);
-    for (int rep = 0; rep < 5; rep++) {
-        pthread_t tid[64];
-        struct copy_job jobs[64];
-        int t_n = threads < 64 ? threads : 64;
-        double t0 = time_now();
-        for (int t = 0; t < t_n; t++) {
-            size_t a = n * t / t_n, b = n * (t + 1) / t_n;
-            jobs[t] = (struct copy_job){dst + a, src + a, b - a};
-            pthread_create(&tid[t], NULL, copy_run, &jobs[t]);
-        }
-        for (int t = 0; t < t_n; t++)
-            pthread_join(tid[t], NULL);
-        double bw = 2.0 * n / (time_now() - t0);
-        if (bw > best)
-            best = bw;
-    }
-out:
-    free(src);
-    free(dst);
-    return best;
-}
 
 struct bench_result {
     double prefill_s, decode_s;
@@ -163,7 +114,8 @@ static int bench_forward(int argc, char **argv)
         if (r.decode_s < best.decode_s)
             best.decode_s = r.decode_s;
     }
-    double bw = memcpy_bandwidth(threads);
+    /* STREAM's count: a copy reads and writes each byte; decode only reads */
+    double bw = 2 * membw_memcpy(threads, (size_t)256 << 20, 5);
     double wbytes = (double)opt_model_weight_bytes(m);
     double prefill_tps = batch * prompt_len / best.prefill_s;
     double decode_tps = batch * gen / best.decode_s;
@@ -199,11 +151,15 @@ int cmd_bench(int argc, char **argv)
 {
     if (argc >= 1 && strcmp(argv[0], "forward") == 0)
         return bench_forward(argc - 1, argv + 1);
+    if (argc >= 1 && strcmp(argv[0], "swap") == 0)
+        return bench_swap(argc - 1, argv + 1);
     if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
-        printf("usage: shardswap bench forward [flags]   (see shardswap bench forward --help)\n");
+        printf("usage: shardswap bench forward|swap [flags]   (see shardswap bench NAME --help)\n"
+               "  forward  prefill and decode throughput of one checkpoint\n"
+               "  swap     model-parallel swap-in/out and cold-request latency per TP x PP layout\n");
         return 0;
     }
-    fprintf(stderr, "shardswap bench: expected a benchmark name: forward (see shardswap bench "
-                    "forward --help)\n");
+    fprintf(stderr, "shardswap bench: expected a benchmark name: forward or swap (see shardswap "
+                    "bench --help)\n");
     return EXIT_USAGE;
 }

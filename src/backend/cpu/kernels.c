@@ -70,66 +70,99 @@ static inline float hsum8(__m256 v)
 }
 #endif
 
-/* y[:, rows of task] for every input row: dot products against widened weights. */
+/* Dot products of weight rows ra, rb (ra == rb when only one is left) with
+ * input rows i0 .. i0 + mi - 1 (mi <= 4): a 2 x 4 register block, so each
+ * widened weight vector feeds four FMAs and each input vector two. Missing
+ * input rows repeat the last one and their results are dropped. */
+static void gemv_block(const struct gemv_job *j, int ra, int rb, int i0, int mi)
+{
+    const struct weight_view *w = j->w;
+    const int k = w->cols, n = w->rows;
+    const size_t es = dtype_size(w->dtype);
+    const char *wa = weight_row(w, ra), *wb = weight_row(w, rb);
+    const float *x[4];
+    for (int i = 0; i < 4; i++)
+        x[i] = j->x + (size_t)(i0 + (i < mi ? i : mi - 1)) * k;
+    float ya[4] = {0}, yb[4] = {0};
+    int c = 0;
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (; c + 8 <= k; c += 8) {
+        __m256 va = load8(w->dtype, wa + (size_t)c * es), vb = load8(w->dtype, wb + (size_t)c * es);
+        __m256 x0 = _mm256_loadu_ps(x[0] + c), x1 = _mm256_loadu_ps(x[1] + c);
+        __m256 x2 = _mm256_loadu_ps(x[2] + c), x3 = _mm256_loadu_ps(x[3] + c);
+        a0 = _mm256_fmadd_ps(va, x0, a0);
+        b0 = _mm256_fmadd_ps(vb, x0, b0);
+        a1 = _mm256_fmadd_ps(va, x1, a1);
+        b1 = _mm256_fmadd_ps(vb, x1, b1);
+        a2 = _mm256_fmadd_ps(va, x2, a2);
+        b2 = _mm256_fmadd_ps(vb, x2, b2);
+        a3 = _mm256_fmadd_ps(va, x3, a3);
+        b3 = _mm256_fmadd_ps(vb, x3, b3);
+    }
+    ya[0] = hsum8(a0), ya[1] = hsum8(a1), ya[2] = hsum8(a2), ya[3] = hsum8(a3);
+    yb[0] = hsum8(b0), yb[1] = hsum8(b1), yb[2] = hsum8(b2), yb[3] = hsum8(b3);
+#endif
+    for (; c < k; c++) {
+        float va, vb;
+        dtype_to_f32(w->dtype, wa + (size_t)c * es, &va, 1);
+        dtype_to_f32(w->dtype, wb + (size_t)c * es, &vb, 1);
+        for (int i = 0; i < 4; i++) {
+            ya[i] += va * x[i][c];
+            yb[i] += vb * x[i][c];
+        }
+    }
+    for (int i = 0; i < mi; i++) {
+        j->y[(size_t)(i0 + i) * n + ra] = ya[i];
+        j->y[(size_t)(i0 + i) * n + rb] = yb[i];
+    }
+}
+
+/* One input row: four accumulators hide the FMA latency; bound by memory. */
+static float gemv_dot1(const struct gemv_job *j, int r)
+{
+    const struct weight_view *w = j->w;
+    const int k = w->cols;
+    const size_t es = dtype_size(w->dtype);
+    const char *wr = weight_row(w, r);
+    const float *x = j->x;
+    float sum = 0;
+    int c = 0;
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (; c + 32 <= k; c += 32) {
+        a0 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)c * es), _mm256_loadu_ps(x + c), a0);
+        a1 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)(c + 8) * es), _mm256_loadu_ps(x + c + 8), a1);
+        a2 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)(c + 16) * es), _mm256_loadu_ps(x + c + 16), a2);
+        a3 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)(c + 24) * es), _mm256_loadu_ps(x + c + 24), a3);
+    }
+    for (; c + 8 <= k; c += 8)
+        a0 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)c * es), _mm256_loadu_ps(x + c), a0);
+    sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+#endif
+    for (; c < k; c++) {
+        float v;
+        dtype_to_f32(w->dtype, wr + (size_t)c * es, &v, 1);
+        sum += v * x[c];
+    }
+    return sum;
+}
+
+/* y[:, rows of task] for every input row. */
 static void gemv_task(void *ctx, int task)
 {
     const struct gemv_job *j = ctx;
-    const struct weight_view *w = j->w;
-    const int k = w->cols, n = w->rows, m = j->m;
-    const size_t es = dtype_size(w->dtype);
+    const int n = j->w->rows;
     int r0 = task * GEMV_TASK_ROWS, r1 = r0 + GEMV_TASK_ROWS < n ? r0 + GEMV_TASK_ROWS : n;
-    float tail[GEMV_MAX_M];
-    for (int r = r0; r < r1; r++) {
-        const char *wr = weight_row(w, r);
-        int c = 0;
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-        /* independent accumulators hide the FMA latency: four for one input
-         * row, two per row otherwise */
-        if (m == 1) {
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (; c + 32 <= k; c += 32) {
-                a0 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)c * es), _mm256_loadu_ps(j->x + c), a0);
-                a1 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)(c + 8) * es), _mm256_loadu_ps(j->x + c + 8), a1);
-                a2 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)(c + 16) * es), _mm256_loadu_ps(j->x + c + 16), a2);
-                a3 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)(c + 24) * es), _mm256_loadu_ps(j->x + c + 24), a3);
-            }
-            for (; c + 8 <= k; c += 8)
-                a0 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)c * es), _mm256_loadu_ps(j->x + c), a0);
-            tail[0] = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-        } else {
-            __m256 acc[GEMV_MAX_M][2];
-            for (int i = 0; i < m; i++)
-                acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-            for (; c + 16 <= k; c += 16) {
-                __m256 w0 = load8(w->dtype, wr + (size_t)c * es);
-                __m256 w1 = load8(w->dtype, wr + (size_t)(c + 8) * es);
-                for (int i = 0; i < m; i++) {
-                    const float *xi = j->x + (size_t)i * k + c;
-                    acc[i][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xi), acc[i][0]);
-                    acc[i][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xi + 8), acc[i][1]);
-                }
-            }
-            for (; c + 8 <= k; c += 8) {
-                __m256 w0 = load8(w->dtype, wr + (size_t)c * es);
-                for (int i = 0; i < m; i++)
-                    acc[i][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(j->x + (size_t)i * k + c), acc[i][0]);
-            }
-            for (int i = 0; i < m; i++)
-                tail[i] = hsum8(_mm256_add_ps(acc[i][0], acc[i][1]));
-        }
-#else
-        for (int i = 0; i < m; i++)
-            tail[i] = 0;
-#endif
-        for (; c < k; c++) {
-            float wv;
-            dtype_to_f32(w->dtype, wr + (size_t)c * es, &wv, 1);
-            for (int i = 0; i < m; i++)
-                tail[i] += wv * j->x[(size_t)i * k + c];
-        }
-        for (int i = 0; i < m; i++)
-            j->y[(size_t)i * n + r] = tail[i];
+    if (j->m == 1) {
+        for (int r = r0; r < r1; r++)
+            j->y[r] = gemv_dot1(j, r);
+        return;
     }
+    for (int r = r0; r < r1; r += 2)
+        for (int i0 = 0; i0 < j->m; i0 += 4)
+            gemv_block(j, r, r + 1 < r1 ? r + 1 : r, i0, j->m - i0 < 4 ? j->m - i0 : 4);
 }
 
 struct widen_job {

@@ -1,0 +1,363 @@
+/* shardswap bench swap: how fast a model moves onto its devices under each
+ * TP x PP layout, against memcpy on as many threads measured in the same run,
+ * and what a cold request costs with and without layer overlap. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/membw.h"
+#include "core/timing.h"
+#include "engine/workers.h"
+#include "model/opt_random.h"
+#include "swap/swap.h"
+
+#define MAX_LAYOUTS 8
+#define MAX_WORKERS 16
+
+struct layout_result {
+    int tp, pp;
+    double load_s, offload_s, host_fill_s;
+    double worker_gbs[MAX_WORKERS];
+    uint64_t bytes;
+    double cold_overlap_s, cold_serial_s, warm_s;
+};
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* "1x1,2x1,1x2" -> pairs; ERR_INVALID naming the bad item. */
+static int parse_layouts(const char *s, int *tp, int *pp, int *n)
+{
+    *n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long t = strtol(p, &end, 10);
+        if (end == p || *end != 'x')
+            return err_set(ERR_INVALID, "--layouts: \"%s\" is not a list like 1x1,2x1,1x2", s);
+        long q = strtol(end + 1, &end, 10);
+        if (t < 1 || q < 1 || t * q > MAX_WORKERS || (*end != ',' && *end != '\0'))
+            return err_set(ERR_INVALID, "--layouts: \"%s\": each TPxPP needs 1 <= TP*PP <= %d",
+                           s, MAX_WORKERS);
+        if (*n == MAX_LAYOUTS)
+            return err_set(ERR_INVALID, "--layouts: at most %d layouts", MAX_LAYOUTS);
+        tp[*n] = (int)t;
+        pp[*n] = (int)q;
+        (*n)++;
+        p = *end ? end + 1 : end;
+    }
+    return *n ? 0 : err_set(ERR_INVALID, "--layouts is empty");
+}
+
+/* The preset's checkpoint in the cache, generated on first use. */
+static int cached_model(const char *cache, const char *preset, int layers, const char *dtype_s,
+                        char *dir, size_t cap)
+{
+    struct opt_config cfg;
+    struct opt_random_opts o = {.seed = 0};
+    int rc = opt_preset(preset, &cfg);
+    if (rc < 0)
+        return rc;
+    if (dtype_parse(dtype_s, &o.dtype) < 0)
+        return err_set(ERR_INVALID, "--dtype \"%s\" is not one of f16, bf16, f32", dtype_s);
+    if (layers > 0)
+        cfg.n_layers = layers;
+    snprintf(dir, cap, "%s/%s-l%d-%s", cache, preset, cfg.n_layers, dtype_name(o.dtype));
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    if (access(path, R_OK) == 0)
+        return 0;
+    mkdir(cache, 0755);
+    if (mkdir(dir, 0755) != 0 && access(dir, W_OK) != 0)
+        return err_set(ERR_IO, "cannot create the model cache %s", dir);
+    fprintf(stderr, "generating %s into %s (cached for next time)\n", preset, dir);
+    return opt_random_write(&cfg, dir, &o);
+}
+
+static int make_prompt(const struct swap_model *model, int32_t *ids, int n)
+{
+    ids[0] = model->cfg.bos_id;
+    for (int i = 1; i < n; i++)
+        ids[i] = 4 + (int32_t)((i * 7919u) % (unsigned)(model->cfg.vocab - 4));
+    return n;
+}
+
+/* One request from nothing resident to its first token's logits. */
+static int cold_request(struct swap_manager *mgr, struct workers *w, struct swap_model *model,
+                        bool overlap, int prompt_len, double *secs)
+{
+    int32_t ids[512];
+    make_prompt(model, ids, prompt_len);
+    float *logits = malloc((size_t)model->cfg.vocab * sizeof(float));
+    struct group_batch *gb = NULL;
+    int rc = group_batch_create(model, 1, prompt_len + 1, &gb);
+    if (rc < 0 || !logits)
+        goto out;
+    double t0 = time_now();
+    if ((rc = swap_load(mgr, model)) < 0 || (rc = swap_use_begin(mgr, model)) < 0)
+        goto out;
+    rc = group_forward(w, gb, ids, NULL, prompt_len, false, overlap, logits);
+    *secs = time_now() - t0;
+    swap_use_end(mgr, model);
+    swap_wait_loaded(mgr, model);
+out:
+    group_batch_free(gb);
+    free(logits);
+    return rc;
+}
+
+static int bench_layout(struct device **devs, const char *dir, uint64_t host_budget, int repeat,
+                        int prompt_len, struct layout_result *r)
+{
+    int placement[MAX_WORKERS];
+    for (int i = 0; i < r->tp * r->pp; i++)
+        placement[i] = i;
+    struct swap_config cfg = {.host_budget = host_budget, .policy = "lru-bytes"};
+    struct swap_manager *mgr = NULL;
+    struct workers *w = NULL;
+    struct swap_model *model = NULL;
+    struct placement pl = {.tp = r->tp, .pp = r->pp, .devices = placement};
+    double *load = calloc((size_t)repeat, sizeof(double)), *off = calloc((size_t)repeat, sizeof(double));
+    double *wk = calloc((size_t)repeat * MAX_WORKERS, sizeof(double));
+    double *c_on = calloc((size_t)repeat, sizeof(double)), *c_off = calloc((size_t)repeat, sizeof(double));
+    double *warm = calloc((size_t)repeat, sizeof(double));
+    int rc;
+    if (!load || !off || !wk || !c_on || !c_off || !warm) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = swap_manager_create(devs, r->tp * r->pp, &cfg, &mgr)) < 0 ||
+        (rc = workers_create(mgr, &w)) < 0 ||
+        (rc = swap_register(mgr, "bench", dir, &pl, false, &model)) < 0)
+        goto out;
+    r->bytes = 0;
+    for (int i = 0; i < r->tp * r->pp; i++)
+        r->bytes += model->shards[i].device_bytes;
+    double t0 = time_now();
+    if ((rc = swap_prefetch_host(mgr, model)) < 0)
+        goto out;
+    r->host_fill_s = time_now() - t0;
+    /* swap-in and swap-out, host <-> devices */
+    for (int i = 0; i < repeat; i++) {
+        if ((rc = swap_load(mgr, model)) < 0 || (rc = swap_wait_loaded(mgr, model)) < 0)
+            goto out;
+        load[i] = model->load_t1 - model->load_t0;
+        for (int s = 0; s < r->tp * r->pp; s++) {
+            const struct swap_shard *sh = &model->shards[s];
+            wk[s * repeat + i] = sh->device_bytes / (sh->load_t1 - sh->load_t0) / 1e9;
+        }
+        t0 = time_now();
+        if ((rc = swap_offload(mgr, model, false)) < 0)
+            goto out;
+        swap_wait_idle(mgr, model);
+        off[i] = time_now() - t0;
+    }
+    r->load_s = median(load, repeat);
+    r->offload_s = median(off, repeat);
+    for (int s = 0; s < r->tp * r->pp; s++)
+        r->worker_gbs[s] = median(wk + s * repeat, repeat);
+    /* a cold request, with and without layer overlap; then warm */
+    for (int i = 0; i < repeat; i++) {
+        if ((rc = cold_request(mgr, w, model, true, prompt_len, &c_on[i])) < 0 ||
+            (rc = swap_offload(mgr, model, false)) < 0)
+            goto out;
+        swap_wait_idle(mgr, model);
+        if ((rc = cold_request(mgr, w, model, false, prompt_len, &c_off[i])) < 0)
+            goto out;
+        /* resident now: the same request warm */
+        if ((rc = cold_request(mgr, w, model, true, prompt_len, &warm[i])) < 0 ||
+            (rc = swap_offload(mgr, model, false)) < 0)
+            goto out;
+        swap_wait_idle(mgr, model);
+    }
+    r->cold_overlap_s = median(c_on, repeat);
+    r->cold_serial_s = median(c_off, repeat);
+    r->warm_s = median(warm, repeat);
+out:
+    workers_destroy(w);
+    swap_manager_destroy(mgr);
+    free(load);
+    free(off);
+    free(wk);
+    free(c_on);
+    free(c_off);
+    free(warm);
+    return rc;
+}
+
+static void print_table(const char *dir, const struct layout_result *r, int n, const double *bw,
+                        int max_workers)
+{
+    printf("model %s: %.3f GB of weights; memcpy", dir, r[0].bytes / 1e9);
+    for (int t = 1; t <= max_workers; t++)
+        printf(" %d thr %.2f GB/s%s", t, bw[t] / 1e9, t < max_workers ? "," : "\n");
+    printf("%-7s %9s %9s %9s %10s %8s %8s %s\n", "layout", "load ms", "GB/s", "/memcpy",
+           "speedup", "off ms", "fill ms", "per-worker GB/s");
+    for (int i = 0; i < n; i++) {
+        int k = r[i].tp * r[i].pp;
+        double gbs = r[i].bytes / r[i].load_s;
+        printf("%dx%-5d %9.1f %9.2f %9.2f %9.2fx %8.2f %8.1f", r[i].tp, r[i].pp, r[i].load_s * 1e3,
+               gbs / 1e9, gbs / bw[k], r[0].load_s / r[i].load_s, r[i].offload_s * 1e3,
+               r[i].host_fill_s * 1e3);
+        for (int s = 0; s < k; s++)
+            printf(" %.2f", r[i].worker_gbs[s]);
+        printf("\n");
+    }
+    printf("\ncold request (not resident -> first token's logits)\n");
+    printf("%-7s %12s %12s %10s %14s %12s\n", "layout", "overlap ms", "serial ms", "warm ms",
+           "load+warm ms", "overlap/(l+w)");
+    for (int i = 0; i < n; i++)
+        printf("%dx%-5d %12.1f %12.1f %10.1f %14.1f %12.2f\n", r[i].tp, r[i].pp,
+               r[i].cold_overlap_s * 1e3, r[i].cold_serial_s * 1e3, r[i].warm_s * 1e3,
+               (r[i].load_s + r[i].warm_s) * 1e3,
+               r[i].cold_overlap_s / (r[i].load_s + r[i].warm_s));
+}
+
+static void print_json(const char *dir, const struct layout_result *r, int n, const double *bw,
+                       int max_workers)
+{
+    printf("{\"model\": \"%s\", \"weight_bytes\": %llu, \"memcpy_gb_s\": {", dir,
+           (unsigned long long)r[0].bytes);
+    for (int t = 1; t <= max_workers; t++)
+        printf("\"%d\": %.3f%s", t, bw[t] / 1e9, t < max_workers ? ", " : "}, \"layouts\": [");
+    for (int i = 0; i < n; i++) {
+        int k = r[i].tp * r[i].pp;
+        double gbs = r[i].bytes / r[i].load_s;
+        printf("%s{\"tp\": %d, \"pp\": %d, \"bytes\": %llu, \"load_s\": %.6f, \"load_gb_s\": %.3f, "
+               "\"load_vs_memcpy\": %.3f, \"speedup_vs_1x1\": %.3f, \"offload_s\": %.6f, "
+               "\"host_fill_s\": %.6f, \"worker_gb_s\": [",
+               i ? ", " : "", r[i].tp, r[i].pp, (unsigned long long)r[i].bytes, r[i].load_s,
+               gbs / 1e9, gbs / bw[k], r[0].load_s / r[i].load_s, r[i].offload_s,
+               r[i].host_fill_s);
+        for (int s = 0; s < k; s++)
+            printf("%s%.3f", s ? ", " : "", r[i].worker_gbs[s]);
+        printf("], \"cold_overlap_s\": %.6f, \"cold_serial_s\": %.6f, \"warm_s\": %.6f, "
+               "\"cold_overlap_vs_load_plus_warm\": %.3f}",
+               r[i].cold_overlap_s, r[i].cold_serial_s, r[i].warm_s,
+               r[i].cold_overlap_s / (r[i].load_s + r[i].warm_s));
+    }
+    printf("]}\n");
+}
+
+int bench_swap(int argc, char **argv)
+{
+    const char *preset = NULL, *dir_flag = NULL, *dtype_s = "f16", *layouts_s = "1x1,2x1,1x2";
+    const char *cache = "models";
+    int layers = 0, tp = 0, pp = 0, repeat = 3, prompt_len = 8;
+    bool json = false;
+    struct flag flags[] = {
+        FLAG("preset", FLAG_STR, &preset, "NAME", opt_preset_names()),
+        FLAG("model", FLAG_STR, &dir_flag, "DIR", "a checkpoint directory instead of a preset"),
+        FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "dtype of a generated preset (default f16)"),
+        FLAG("layers", FLAG_INT, &layers, "N", "layers of a generated preset (default: the preset's)"),
+        FLAG("layouts", FLAG_STR, &layouts_s, "TPxPP,...", "layouts to measure (default 1x1,2x1,1x2)"),
+        FLAG("tp", FLAG_INT, &tp, "N", "also measure TP=N (with --pp, default 1)"),
+        FLAG("pp", FLAG_INT, &pp, "N", "also measure PP=N (with --tp, default 1)"),
+        FLAG("repeat", FLAG_INT, &repeat, "R", "median of R runs (default 3)"),
+        FLAG("prompt-len", FLAG_INT, &prompt_len, "L", "tokens of the cold request (default 8)"),
+        FLAG("cache", FLAG_STR, &cache, "DIR", "where generated presets are kept (default models)"),
+        FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of tables"),
+    };
+    int rc = args_parse("bench swap",
+                        "Registers the model on CPU devices (one per worker, budget = the model) "
+                        "and measures, for each TP x PP layout: swap-in time and GB/s (host -> "
+                        "devices, every shard at once), per worker and in aggregate, against "
+                        "memcpy on as many threads in the same run; swap-out time; and a cold "
+                        "request (not resident -> first token) with layer overlap on and off, "
+                        "against load + warm first-token time.",
+                        argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
+    if (rc)
+        return rc;
+    if (!preset == !dir_flag) {
+        fprintf(stderr, "shardswap bench swap: give exactly one of --preset NAME or --model DIR\n");
+        return EXIT_USAGE;
+    }
+    if (repeat < 1 || prompt_len < 1 || prompt_len > 512) {
+        fprintf(stderr, "shardswap bench swap: --repeat must be >= 1 and --prompt-len 1..512\n");
+        return EXIT_USAGE;
+    }
+    struct layout_result res[MAX_LAYOUTS + 1];
+    int tps[MAX_LAYOUTS + 1], pps[MAX_LAYOUTS + 1], n = 0;
+    struct device *devs[MAX_WORKERS] = {0};
+    char dir[4096];
+    int max_workers = 1;
+    double bw[MAX_WORKERS + 1] = {0};
+    struct opt_config cfg;
+    struct st_checkpoint *ck = NULL;
+    memset(res, 0, sizeof(res));
+    if ((rc = parse_layouts(layouts_s, tps, pps, &n)) < 0)
+        goto out;
+    if (tp > 0 || pp > 0) {
+        tps[n] = tp > 0 ? tp : 1;
+        pps[n] = pp > 0 ? pp : 1;
+        if (tps[n] * pps[n] > MAX_WORKERS) {
+            rc = err_set(ERR_INVALID, "--tp x --pp must be at most %d", MAX_WORKERS);
+            goto out;
+        }
+        n++;
+    }
+    if (dir_flag)
+        snprintf(dir, sizeof(dir), "%s", dir_flag);
+    else if ((rc = cached_model(cache, preset, layers, dtype_s, dir, sizeof(dir))) < 0)
+        goto out;
+    if ((rc = opt_config_load(dir, &cfg)) < 0 || (rc = st_open(dir, &ck)) < 0)
+        goto out;
+    uint64_t total = 0, embed = 0;
+    for (size_t i = 0; i < st_count(ck); i++) {
+        const struct st_tensor *t = st_get(ck, i);
+        total += t->nbytes;
+        if (strstr(t->name, "embed_tokens"))
+            embed = t->nbytes;
+    }
+    st_close(ck);
+    ck = NULL;
+    for (int i = 0; i < n; i++) {
+        struct opt_shard s = {.tp_rank = 0, .tp_size = tps[i], .layer_begin = 0, .layer_end = 1};
+        if ((rc = opt_shard_check(&cfg, &s)) < 0)
+            goto out;
+        if (pps[i] > cfg.n_layers) {
+            rc = err_set(ERR_INVALID, "layout %dx%d: PP %d exceeds the model's %d layers", tps[i],
+                         pps[i], pps[i], cfg.n_layers);
+            goto out;
+        }
+        if (tps[i] * pps[i] > max_workers)
+            max_workers = tps[i] * pps[i];
+        res[i].tp = tps[i];
+        res[i].pp = pps[i];
+    }
+    /* every device can hold the whole model (1x1 needs it); a tied head on a
+     * last stage that is not the first holds its own embedding rows */
+    uint64_t budget = total + embed + (16u << 20);
+    for (int d = 0; d < max_workers; d++)
+        if ((rc = device_open_cpu(d, budget, &devs[d])) < 0)
+            goto out;
+    for (int t = 1; t <= max_workers; t++)
+        bw[t] = membw_memcpy(t, (size_t)256 << 20, 5);
+    for (int i = 0; i < n; i++)
+        if ((rc = bench_layout(devs, dir, budget, repeat, prompt_len, &res[i])) < 0)
+            goto out;
+    if (json)
+        print_json(dir, res, n, bw, max_workers);
+    else
+        print_table(dir, res, n, bw, max_workers);
+out:
+    for (int d = 0; d < MAX_WORKERS; d++)
+        device_close(devs[d]);
+    return rc < 0 ? cli_fail("bench swap") : 0;
+}
