@@ -65,7 +65,7 @@ int main(void)
 
     /* help */
     static const char *cmds[] = {"generate", "tokenize", "forward", "gen-model", "inspect",
-                                 "bench forward"};
+                                 "bench forward", "bench swap"};
     CHECK(run(BIN " --help", out, sizeof(out), NULL, 0) == 0 && strstr(out, "gen-model"));
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         snprintf(cmd, sizeof(cmd), "%s %s --help", BIN, cmds[i]);
@@ -126,6 +126,20 @@ int main(void)
     CHECK_MSG(run(cmd, first, sizeof(first), err, sizeof(err)) == 0, "%s", err);
     CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strcmp(out, first) == 0);
 
+    /* bench swap end to end on a fixture: every layout loads and answers */
+    snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 1x1,2x1,1x2 --tp 4 --repeat 1 "
+                               "--json", BIN, FIXTURE);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    json_t *bj = json_loads(out, 0, NULL);
+    json_t *layouts = json_object_get(bj, "layouts");
+    CHECK(json_array_size(layouts) == 4);
+    for (size_t i = 0; i < json_array_size(layouts); i++) {
+        json_t *l = json_array_get(layouts, i);
+        CHECK(json_real_value(json_object_get(l, "load_s")) > 0);
+        CHECK(json_real_value(json_object_get(l, "cold_overlap_s")) > 0);
+    }
+    json_decref(bj);
+
     /* errors: one line, non-zero */
     expect_fail(BIN " frobnicate", 2, "unknown command");
     expect_fail(BIN " generate --model x", 2, "missing required flag --prompt");
@@ -143,6 +157,11 @@ int main(void)
     expect_fail(cmd, 1, "not empty");
     snprintf(cmd, sizeof(cmd), "%s generate --model %s/m --prompt hi --top-p 1.5", BIN, tmp);
     expect_fail(cmd, 1, "top_p");
+    snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 3x1", BIN, FIXTURE);
+    expect_fail(cmd, 1, "must divide num_attention_heads");
+    snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 1x9", BIN, FIXTURE);
+    expect_fail(cmd, 1, "exceeds the model's 2 layers");
+    expect_fail(BIN " bench swap --layouts 1x1", 2, "exactly one of --preset");
 
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
     CHECK(system(cmd) == 0);

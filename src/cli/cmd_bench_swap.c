@@ -202,19 +202,20 @@ out:
 }
 
 static void print_table(const char *dir, const struct layout_result *r, int n, const double *bw,
-                        int max_workers)
+                        const double *sbw, int max_workers)
 {
-    printf("model %s: %.3f GB of weights; memcpy", dir, r[0].bytes / 1e9);
+    printf("model %s: %.3f GB of weights\n", dir, r[0].bytes / 1e9);
     for (int t = 1; t <= max_workers; t++)
-        printf(" %d thr %.2f GB/s%s", t, bw[t] / 1e9, t < max_workers ? "," : "\n");
-    printf("%-7s %9s %9s %9s %10s %8s %8s %s\n", "layout", "load ms", "GB/s", "/memcpy",
-           "speedup", "off ms", "fill ms", "per-worker GB/s");
+        printf("  %d thread%s: memcpy %.2f GB/s, streaming copy %.2f GB/s\n", t, t > 1 ? "s" : "",
+               bw[t] / 1e9, sbw[t] / 1e9);
+    printf("%-7s %9s %9s %8s %8s %9s %8s %8s %s\n", "layout", "load ms", "GB/s", "/memcpy",
+           "/stream", "speedup", "off ms", "fill ms", "per-worker GB/s");
     for (int i = 0; i < n; i++) {
         int k = r[i].tp * r[i].pp;
         double gbs = r[i].bytes / r[i].load_s;
-        printf("%dx%-5d %9.1f %9.2f %9.2f %9.2fx %8.2f %8.1f", r[i].tp, r[i].pp, r[i].load_s * 1e3,
-               gbs / 1e9, gbs / bw[k], r[0].load_s / r[i].load_s, r[i].offload_s * 1e3,
-               r[i].host_fill_s * 1e3);
+        printf("%dx%-5d %9.1f %9.2f %8.2f %8.2f %8.2fx %8.2f %8.1f", r[i].tp, r[i].pp,
+               r[i].load_s * 1e3, gbs / 1e9, gbs / bw[k], gbs / sbw[k], r[0].load_s / r[i].load_s,
+               r[i].offload_s * 1e3, r[i].host_fill_s * 1e3);
         for (int s = 0; s < k; s++)
             printf(" %.2f", r[i].worker_gbs[s]);
         printf("\n");
@@ -230,20 +231,23 @@ static void print_table(const char *dir, const struct layout_result *r, int n, c
 }
 
 static void print_json(const char *dir, const struct layout_result *r, int n, const double *bw,
-                       int max_workers)
+                       const double *sbw, int max_workers)
 {
     printf("{\"model\": \"%s\", \"weight_bytes\": %llu, \"memcpy_gb_s\": {", dir,
            (unsigned long long)r[0].bytes);
     for (int t = 1; t <= max_workers; t++)
-        printf("\"%d\": %.3f%s", t, bw[t] / 1e9, t < max_workers ? ", " : "}, \"layouts\": [");
+        printf("\"%d\": %.3f%s", t, bw[t] / 1e9, t < max_workers ? ", " : "}, ");
+    printf("\"stream_copy_gb_s\": {");
+    for (int t = 1; t <= max_workers; t++)
+        printf("\"%d\": %.3f%s", t, sbw[t] / 1e9, t < max_workers ? ", " : "}, \"layouts\": [");
     for (int i = 0; i < n; i++) {
         int k = r[i].tp * r[i].pp;
         double gbs = r[i].bytes / r[i].load_s;
         printf("%s{\"tp\": %d, \"pp\": %d, \"bytes\": %llu, \"load_s\": %.6f, \"load_gb_s\": %.3f, "
-               "\"load_vs_memcpy\": %.3f, \"speedup_vs_1x1\": %.3f, \"offload_s\": %.6f, "
+               "\"load_vs_memcpy\": %.3f, \"load_vs_stream_copy\": %.3f, \"speedup_vs_1x1\": %.3f, \"offload_s\": %.6f, "
                "\"host_fill_s\": %.6f, \"worker_gb_s\": [",
                i ? ", " : "", r[i].tp, r[i].pp, (unsigned long long)r[i].bytes, r[i].load_s,
-               gbs / 1e9, gbs / bw[k], r[0].load_s / r[i].load_s, r[i].offload_s,
+               gbs / 1e9, gbs / bw[k], gbs / sbw[k], r[0].load_s / r[i].load_s, r[i].offload_s,
                r[i].host_fill_s);
         for (int s = 0; s < k; s++)
             printf("%s%.3f", s ? ", " : "", r[i].worker_gbs[s]);
@@ -297,7 +301,7 @@ int bench_swap(int argc, char **argv)
     struct device *devs[MAX_WORKERS] = {0};
     char dir[4096];
     int max_workers = 1;
-    double bw[MAX_WORKERS + 1] = {0};
+    double bw[MAX_WORKERS + 1] = {0}, sbw[MAX_WORKERS + 1] = {0};
     struct opt_config cfg;
     struct st_checkpoint *ck = NULL;
     memset(res, 0, sizeof(res));
@@ -341,22 +345,46 @@ int bench_swap(int argc, char **argv)
         res[i].tp = tps[i];
         res[i].pp = pps[i];
     }
-    /* every device can hold the whole model (1x1 needs it); a tied head on a
-     * last stage that is not the first holds its own embedding rows */
-    uint64_t budget = total + embed + (16u << 20);
+    /* each device's budget: the most any layout puts on it (the arenas are
+     * real memory, touched at open) */
+    uint64_t need[MAX_WORKERS] = {0};
+    if ((rc = st_open(dir, &ck)) < 0)
+        goto out;
+    for (int i = 0; i < n; i++)
+        for (int d = 0; d < tps[i] * pps[i]; d++) {
+            struct opt_shard s = {.tp_rank = d % tps[i], .tp_size = tps[i]};
+            s.layer_begin = (int)((long)cfg.n_layers * (d / tps[i]) / pps[i]);
+            s.layer_end = (int)((long)cfg.n_layers * (d / tps[i] + 1) / pps[i]);
+            struct opt_model *m = NULL;
+            struct opt_layout lay;
+            if ((rc = opt_shard_open(&cfg, ck, &s, &m, &lay)) < 0)
+                goto out;
+            uint64_t bytes = 0;
+            for (int b = 0; b < lay.n_blobs; b++)
+                bytes += (lay.blob_bytes[b] + 63) / 64 * 64;
+            need[d] = bytes > need[d] ? bytes : need[d];
+            opt_layout_free(&lay);
+            opt_model_close(m);
+        }
+    st_close(ck);
+    ck = NULL;
+    uint64_t budget = total + embed + (16u << 20); /* host tier: any layout's copy */
     for (int d = 0; d < max_workers; d++)
-        if ((rc = device_open_cpu(d, budget, &devs[d])) < 0)
+        if ((rc = device_open_cpu(d, need[d] + (1u << 20), &devs[d])) < 0)
             goto out;
-    for (int t = 1; t <= max_workers; t++)
+    for (int t = 1; t <= max_workers; t++) {
         bw[t] = membw_memcpy(t, (size_t)256 << 20, 5);
+        sbw[t] = membw_stream(t, (size_t)256 << 20, 5);
+    }
     for (int i = 0; i < n; i++)
         if ((rc = bench_layout(devs, dir, budget, repeat, prompt_len, &res[i])) < 0)
             goto out;
     if (json)
-        print_json(dir, res, n, bw, max_workers);
+        print_json(dir, res, n, bw, sbw, max_workers);
     else
-        print_table(dir, res, n, bw, max_workers);
+        print_table(dir, res, n, bw, sbw, max_workers);
 out:
+    st_close(ck);
     for (int d = 0; d < MAX_WORKERS; d++)
         device_close(devs[d]);
     return rc < 0 ? cli_fail("bench swap") : 0;

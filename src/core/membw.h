@@ -6,9 +6,14 @@
 #include <stddef.h>
 
 /* Bytes copied per second by memcpy on `threads` threads at once, each
- * copying its share of `bytes` between buffers touched beforehand (no page
- * faults in the timing); best of `reps`. 0 when it cannot allocate. A copy
- * moves each byte twice (read + write): STREAM's Copy figure is twice this. */
-double membw_memcpy(int threads, size_t bytes, int reps);
+ * copying its own `bytes_per_thread` between buffers touched beforehand (no
+ * page faults in the timing, and long enough that starting the threads does
+ * not count); best of `reps`. 0 when it cannot allocate. A copy moves each
+ * byte twice (read + write): STREAM's Copy figure is twice this. */
+double membw_memcpy(int threads, size_t bytes_per_thread, int reps);
+
+/* The same with copy_stream (core/copy.h), the copy the CPU devices use: the
+ * fastest copy this machine does, so the hardware limit of a swap. */
+double membw_stream(int threads, size_t bytes_per_thread, int reps);
 
 #endif

@@ -2,7 +2,7 @@
  *
  * The whole budget is mapped and touched once at open, as a GPU server
  * reserves device memory up front, so that allocations never fault pages in
- * later and a swap costs what a memcpy costs. Copies run one at a time, in
+ * later and a swap costs what the copy costs. Copies run one at a time, in
  * submission order, on the device's own thread: each device is one "link",
  * and devices copy in parallel with nothing shared between them.
  */
@@ -20,6 +20,7 @@
 #include "backend/cpu/arena.h"
 #include "backend/device.h"
 #include "backend/device_impl.h"
+#include "core/copy.h"
 #include "core/error.h"
 #include "core/event.h"
 
@@ -85,9 +86,9 @@ static void *cpu_copy_thread(void *arg)
             c->tail = NULL;
         pthread_mutex_unlock(&c->lock);
 
-        /* One memcpy however large: glibc streams big copies at full bandwidth. */
+        /* one streaming copy however large: the device's "DMA engine" */
         if (r->n > 0)
-            memcpy(r->dst, r->src, r->n);
+            copy_stream(r->dst, r->src, r->n);
         if (r->ev)
             event_set(r->ev, 0);
         free(r);
