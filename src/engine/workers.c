@@ -125,6 +125,17 @@ void group_batch_reset(struct group_batch *gb)
         opt_kv_reset(gb->kv[i]);
 }
 
+void group_batch_clear_slot(struct group_batch *gb, int b)
+{
+    for (int i = 0; i < gb->n_shards; i++)
+        opt_kv_clear_slot(gb->kv[i], b);
+}
+
+int group_batch_room(const struct group_batch *gb)
+{
+    return gb->max_len - gb->kv[0]->len;
+}
+
 void group_batch_free(struct group_batch *gb)
 {
     if (!gb)

@@ -31,6 +31,10 @@ struct group_batch;
 int group_batch_create(struct swap_model *model, int batch, int max_len,
                        struct group_batch **out);
 void group_batch_reset(struct group_batch *gb); /* empties the KV caches */
+/* Frees sequence slot b on every shard for a new sequence. */
+void group_batch_clear_slot(struct group_batch *gb, int b);
+/* Positions still free in the KV caches. */
+int group_batch_room(const struct group_batch *gb);
 void group_batch_free(struct group_batch *gb);  /* NULL-safe */
 
 /* Runs t_new tokens of every sequence (ids, mask: (batch, t_new), mask as in

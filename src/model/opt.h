@@ -78,6 +78,7 @@ struct opt_model {
     const float *final_ln_g, *final_ln_b;
     struct weight_view project_out; /* (embed_dim, hidden), data NULL when absent */
     struct weight_view lm_head;     /* (vocab_local, embed_dim), maybe the embed view */
+    bool head_is_embed;             /* tied head on the first stage: lm_head = embed */
 
     struct opt_layer *layers;       /* layer_end - layer_begin */
     float *params;                  /* widened small parameters (checkpoint binding) */
@@ -133,6 +134,9 @@ struct opt_kv {
 
 int opt_kv_init(const struct opt_model *m, int batch, int max_len, struct opt_kv **out);
 void opt_kv_reset(struct opt_kv *kv);
+/* Frees slot b for a new sequence: its cached keys stop being visible and
+ * its position count restarts (continuous batching). */
+void opt_kv_clear_slot(struct opt_kv *kv, int b);
 void opt_kv_free(struct opt_kv *kv); /* NULL-safe */
 
 /* Runs t_new tokens of each sequence of the batch through the whole model

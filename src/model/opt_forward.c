@@ -44,6 +44,12 @@ void opt_kv_reset(struct opt_kv *kv)
     memset(kv->n_real, 0, (size_t)kv->batch * sizeof(int));
 }
 
+void opt_kv_clear_slot(struct opt_kv *kv, int b)
+{
+    memset(kv->key_ok + (size_t)b * kv->max_len, 0, (size_t)kv->max_len);
+    kv->n_real[b] = 0;
+}
+
 void opt_kv_free(struct opt_kv *kv)
 {
     if (!kv)

@@ -196,7 +196,8 @@ static int plan_ends(struct planner *p, struct opt_model *m, bool has_lm_head)
                                       "says tie_word_embeddings is false)");
     if (!first) /* tied, on a stage without the embedding: its own copy of the rows */
         return plan_matrix(p, 0, "embed_tokens.weight", true, V, E, v0, nv, 0, E, &m->lm_head);
-    return 0; /* tied to m->embed after binding */
+    m->head_is_embed = true; /* bound to m->embed's memory whenever that is bound */
+    return 0;
 #undef TRY
 }
 
@@ -347,6 +348,6 @@ void opt_shard_bind(struct opt_model *m, const struct opt_layout *layout, int b,
         else
             *q->vec = (const float *)p;
     }
-    if (b == 0 && !m->lm_head.data && m->embed.data)
-        m->lm_head = m->embed; /* tied head on the first stage */
+    if (b == 0 && m->head_is_embed)
+        m->lm_head = m->embed; /* re-bound on every load: the blob moves */
 }

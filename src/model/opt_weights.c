@@ -48,8 +48,8 @@ int opt_model_open_shard(const struct opt_config *cfg, struct st_checkpoint *ck,
             next += q->nr;
         }
     }
-    if (!m->lm_head.data && m->embed.data)
-        m->lm_head = m->embed; /* tied head */
+    if (m->head_is_embed)
+        m->lm_head = m->embed;
     m->ck = ck;
     free(parts);
     *out = m;

@@ -593,6 +593,14 @@ int swap_device_count(const struct swap_manager *mgr)
     return mgr->n_devices;
 }
 
+void swap_set_listener(struct swap_manager *mgr, void (*fn)(void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&mgr->lock);
+    mgr->listener = fn;
+    mgr->listener_ctx = ctx;
+    pthread_mutex_unlock(&mgr->lock);
+}
+
 void swap_get_stats(struct swap_manager *mgr, struct swap_stats *st)
 {
     pthread_mutex_lock(&mgr->lock);
@@ -639,8 +647,12 @@ void swap_shard_done(struct swap_manager *mgr, struct swap_shard *sh, enum loade
         if (model->offload_pending && model->in_flight == 0 && model_resident(model))
             offload_locked(mgr, model);
     }
+    void (*listener)(void *) = mgr->listener;
+    void *listener_ctx = mgr->listener_ctx;
     pthread_cond_broadcast(&mgr->changed);
     pthread_mutex_unlock(&mgr->lock);
+    if (listener)
+        listener(listener_ctx);
 }
 
 /* Called by a loader thread after filling blob b's host copy. */

@@ -117,6 +117,11 @@ void swap_wait_idle(struct swap_manager *mgr, struct swap_model *model);
 int swap_use_begin(struct swap_manager *mgr, struct swap_model *model);
 void swap_use_end(struct swap_manager *mgr, struct swap_model *model);
 
+/* fn(ctx) is called after every transition a loader thread completes (a
+ * load or offload finished), outside the manager's lock: how a scheduler
+ * learns that memory or a model became available without polling. */
+void swap_set_listener(struct swap_manager *mgr, void (*fn)(void *ctx), void *ctx);
+
 enum residency swap_residency(struct swap_manager *mgr, const struct swap_model *model);
 struct device *swap_device(struct swap_manager *mgr, int index);
 int swap_device_count(const struct swap_manager *mgr);

@@ -35,6 +35,8 @@ struct swap_manager {
     int n_models, cap;
     uint64_t clock;                /* logical time of uses, for LRU */
     struct swap_stats stats;       /* host_used/host_high_water/budget live here */
+    void (*listener)(void *ctx);   /* told of every completed transition */
+    void *listener_ctx;
 };
 
 int loader_start(struct loader *l, struct swap_manager *mgr, int device);

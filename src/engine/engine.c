@@ -1,0 +1,556 @@
+#include "engine/engine.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/timing.h"
+#include "engine/sched.h"
+
+#define MAX_ACTIONS 16
+#define JOIN_ROOM 64 /* KV positions a batch keeps for requests joining later */
+
+struct emodel {
+    struct engine *e;
+    int index;
+    struct swap_model *sm;
+    struct engine_request *head, *tail;
+    int queue_len;
+    bool running;         /* the runner has a batch */
+    bool go;              /* the scheduler dispatched a batch */
+    bool offload_pending; /* chosen as a victim while running */
+    bool was_loading;
+    double last_used, loaded_at;
+    pthread_t tid;
+    bool started;
+    pthread_cond_t go_cond;
+};
+
+struct engine {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;  /* the scheduler's: something changed */
+    pthread_cond_t idle;  /* every request completed */
+    struct swap_manager *mgr;
+    struct workers *w;
+    const struct sched_policy *policy;
+    struct engine_config cfg;
+    struct emodel **models;
+    int n_models, cap;
+    pthread_t sched_tid;
+    bool sched_started, stop;
+    uint64_t outstanding;
+    struct engine_stats stats;
+};
+
+static int engine_start(struct engine *e);
+
+/* ---- requests ---- */
+
+static void request_finish(struct engine *e, struct engine_request *r, int status, const char *why)
+{
+    r->status = status;
+    if (status < 0)
+        snprintf(r->error, sizeof(r->error), "%s", why);
+    r->t_done = time_now();
+    sampler_free(&r->sampler);
+    if (r->on_done)
+        r->on_done(r);
+    pthread_mutex_lock(&e->lock);
+    e->stats.completed++;
+    if (--e->outstanding == 0)
+        pthread_cond_broadcast(&e->idle);
+    pthread_mutex_unlock(&e->lock);
+}
+
+int engine_submit(struct engine *e, struct engine_request *r)
+{
+    if (r->model < 0 || r->model >= e->n_models)
+        return err_set(ERR_INVALID, "request names model %d, but %d models are registered",
+                       r->model, e->n_models);
+    struct emodel *m = e->models[r->model];
+    const struct opt_config *c = &m->sm->cfg;
+    if (r->n_prompt < 1 || r->max_tokens < 1 || !r->output)
+        return err_set(ERR_INVALID, "a request needs at least one prompt token, max_tokens >= 1 "
+                                    "and an output buffer");
+    if (r->n_prompt + r->max_tokens > c->max_pos)
+        return err_set(ERR_INVALID, "prompt of %d tokens + max_tokens %d exceeds model %s's %d "
+                                    "positions", r->n_prompt, r->max_tokens, m->sm->name,
+                       c->max_pos);
+    for (int i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= c->vocab)
+            return err_set(ERR_INVALID, "prompt token %d is outside model %s's vocabulary (%d)",
+                           r->prompt[i], m->sm->name, c->vocab);
+    int rc = sampler_init(&r->sampler, &r->sampling);
+    if (rc < 0)
+        return rc;
+    r->n_output = 0;
+    r->status = 0;
+    r->error[0] = '\0';
+    r->next = NULL;
+    r->t_arrival = time_now();
+    pthread_mutex_lock(&e->lock);
+    if ((rc = engine_start(e)) < 0) {
+        pthread_mutex_unlock(&e->lock);
+        sampler_free(&r->sampler);
+        return rc;
+    }
+    if (m->queue_len >= e->cfg.queue_cap) {
+        e->stats.rejected++;
+        pthread_mutex_unlock(&e->lock);
+        sampler_free(&r->sampler);
+        return err_set(ERR_BUSY, "model %s has %d requests waiting, its queue's limit", m->sm->name,
+                       e->cfg.queue_cap);
+    }
+    if (m->tail)
+        m->tail->next = r;
+    else
+        m->head = r;
+    m->tail = r;
+    m->queue_len++;
+    e->outstanding++;
+    e->stats.submitted++;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+    return 0;
+}
+
+/* Same temperature, top-k and top-p (the seed is per request, not a batch
+ * property). */
+static bool same_sampling(const struct sampler_params *a, const struct sampler_params *b)
+{
+    return a->temperature == b->temperature && a->top_k == b->top_k && a->top_p == b->top_p;
+}
+
+/* Takes up to n requests from m's queue (lock held); with same_params, stops
+ * at the first whose sampling differs from the first one's (Computron). */
+static int queue_take(struct emodel *m, struct engine_request **out, int n, bool same_params)
+{
+    int k = 0;
+    while (m->head && k < n) {
+        struct engine_request *r = m->head;
+        if (same_params && k > 0 && !same_sampling(&r->sampling, &out[0]->sampling))
+            break;
+        m->head = r->next;
+        if (!m->head)
+            m->tail = NULL;
+        m->queue_len--;
+        r->next = NULL;
+        out[k++] = r;
+    }
+    return k;
+}
+
+/* ---- a batch, on the model's runner thread ---- */
+
+struct batch {
+    struct emodel *m;
+    struct group_batch *gb;
+    int slots;
+    struct engine_request **req; /* (slots) NULL where free */
+    int32_t *ids;                /* (slots * t) */
+    uint8_t *mask;
+    float *logits;               /* (slots, vocab) */
+    int32_t *last;               /* (slots) the last token of each sequence */
+};
+
+/* Samples the next token of every sequence in the batch; finishes those done. */
+static void batch_sample(struct batch *b, double now)
+{
+    struct engine *e = b->m->e;
+    const struct opt_config *c = &b->m->sm->cfg;
+    for (int s = 0; s < b->slots; s++) {
+        struct engine_request *r = b->req[s];
+        if (!r)
+            continue;
+        int32_t id = sampler_pick(&r->sampler, b->logits + (size_t)s * c->vocab, c->vocab);
+        if (r->n_output == 0)
+            r->t_first_token = now;
+        bool eos = id == c->eos_id;
+        if (!eos)
+            r->output[r->n_output++] = id;
+        b->last[s] = id;
+        if (eos || r->n_output >= r->max_tokens) {
+            b->req[s] = NULL;
+            request_finish(e, r, 0, NULL);
+        }
+    }
+}
+
+/* One forward of the batch: new requests' prompts (left-padded to t), one
+ * token for running sequences, nothing for free slots. */
+static int batch_step(struct batch *b, struct engine_request **joining, int n_join, int t)
+{
+    struct engine *e = b->m->e;
+    memset(b->mask, 0, (size_t)b->slots * t);
+    for (int i = 0; i < b->slots * t; i++)
+        b->ids[i] = b->m->sm->cfg.pad_id;
+    for (int s = 0; s < b->slots; s++)
+        if (b->req[s]) {
+            b->ids[s * t + t - 1] = b->last[s];
+            b->mask[s * t + t - 1] = 1;
+        }
+    for (int j = 0; j < n_join; j++) {
+        struct engine_request *r = joining[j];
+        int s = r->slot;
+        group_batch_clear_slot(b->gb, s);
+        for (int i = 0; i < r->n_prompt; i++) {
+            b->ids[s * t + t - r->n_prompt + i] = r->prompt[i];
+            b->mask[s * t + t - r->n_prompt + i] = 1;
+        }
+        b->req[s] = r;
+    }
+    return group_forward(e->w, b->gb, b->ids, b->mask, t, false, true, b->logits);
+}
+
+static void batch_fail(struct batch *b, int rc)
+{
+    char why[160];
+    snprintf(why, sizeof(why), "%s", err_msg());
+    for (int s = 0; s < b->slots; s++)
+        if (b->req[s]) {
+            struct engine_request *r = b->req[s];
+            b->req[s] = NULL;
+            request_finish(b->m->e, r, rc, why);
+        }
+}
+
+static void batch_run(struct emodel *m, struct engine_request **first, int n_first)
+{
+    struct engine *e = m->e;
+    const struct opt_config *c = &m->sm->cfg;
+    struct batch b = {.m = m, .slots = n_first};
+    int max_prompt = 0, max_tokens = 0;
+    for (int i = 0; i < n_first; i++) {
+        max_prompt = first[i]->n_prompt > max_prompt ? first[i]->n_prompt : max_prompt;
+        max_tokens = first[i]->max_tokens > max_tokens ? first[i]->max_tokens : max_tokens;
+    }
+    /* room for the longest prompt and answer, plus late joiners when
+     * sequences decode for more than one step */
+    int max_len = max_prompt + max_tokens + (max_tokens > 1 ? JOIN_ROOM : 0);
+    if (max_len > c->max_pos)
+        max_len = c->max_pos;
+    int t_cap = max_len;
+    b.req = calloc((size_t)n_first, sizeof(*b.req));
+    b.ids = malloc((size_t)n_first * t_cap * sizeof(int32_t));
+    b.mask = malloc((size_t)n_first * t_cap);
+    b.logits = malloc((size_t)n_first * c->vocab * sizeof(float));
+    b.last = calloc((size_t)n_first, sizeof(int32_t));
+    int rc = group_batch_create(m->sm, n_first, max_len, &b.gb);
+    if (rc == 0 && (!b.req || !b.ids || !b.mask || !b.logits || !b.last))
+        rc = err_set(ERR_NOMEM, "out of memory for a batch of %d", n_first);
+    double now = time_now();
+    for (int i = 0; i < n_first; i++) {
+        first[i]->slot = i;
+        first[i]->t_start = now;
+        first[i]->batch_size = n_first;
+    }
+    if (rc < 0) {
+        for (int i = 0; i < n_first; i++)
+            b.req[i] = NULL;
+        for (int i = 0; i < n_first; i++)
+            request_finish(e, first[i], rc, err_msg());
+        goto out;
+    }
+    /* prefill, then one token per step; waiting requests join freed slots */
+    if ((rc = batch_step(&b, first, n_first, max_prompt)) < 0) {
+        batch_fail(&b, rc);
+        goto out;
+    }
+    batch_sample(&b, time_now());
+    for (;;) {
+        int active = 0, free_slots = 0;
+        for (int s = 0; s < b.slots; s++)
+            active += b.req[s] != NULL;
+        free_slots = b.slots - active;
+        struct engine_request *join[64];
+        int n_join = 0, t = 1;
+        /* positions every running sequence still needs */
+        int need = 1;
+        for (int s = 0; s < b.slots; s++)
+            if (b.req[s] && b.req[s]->max_tokens - b.req[s]->n_output > need)
+                need = b.req[s]->max_tokens - b.req[s]->n_output;
+        if (free_slots > 0 && !e->policy->batch_same_params_only) {
+            /* a join step is t positions long (the longest joining prompt);
+             * after it everybody must still fit their remaining tokens */
+            int room = group_batch_room(b.gb);
+            pthread_mutex_lock(&e->lock);
+            while (m->head && n_join < free_slots && n_join < 64 && !m->offload_pending) {
+                struct engine_request *r = m->head;
+                int t_new = r->n_prompt > t ? r->n_prompt : t;
+                int need_new = r->max_tokens > need ? r->max_tokens : need;
+                if (t_new - 1 + need_new > room)
+                    break;
+                queue_take(m, &join[n_join++], 1, false);
+                t = t_new;
+                need = need_new;
+            }
+            pthread_mutex_unlock(&e->lock);
+        }
+        if (active == 0 && n_join == 0)
+            break;
+        int s_free = 0;
+        now = time_now();
+        for (int j = 0; j < n_join; j++) {
+            while (b.req[s_free])
+                s_free++;
+            join[j]->slot = s_free++;
+            join[j]->t_start = now;
+            join[j]->batch_size = active + n_join;
+        }
+        if ((rc = batch_step(&b, join, n_join, t)) < 0) {
+            batch_fail(&b, rc);
+            break;
+        }
+        batch_sample(&b, time_now());
+    }
+out:
+    group_batch_free(b.gb);
+    free(b.req);
+    free(b.ids);
+    free(b.mask);
+    free(b.logits);
+    free(b.last);
+}
+
+static void *runner_main(void *arg)
+{
+    struct emodel *m = arg;
+    struct engine *e = m->e;
+    struct engine_request **first = malloc((size_t)e->cfg.max_batch * sizeof(*first));
+    pthread_mutex_lock(&e->lock);
+    for (;;) {
+        while (!m->go && !e->stop)
+            pthread_cond_wait(&m->go_cond, &e->lock);
+        if (!m->go)
+            break;
+        m->go = false;
+        int n = first ? queue_take(m, first, e->cfg.max_batch, e->policy->batch_same_params_only)
+                      : 0;
+        pthread_mutex_unlock(&e->lock);
+        double t0 = time_now();
+        if (n > 0)
+            batch_run(m, first, n);
+        double dt = time_now() - t0;
+        swap_use_end(e->mgr, m->sm);
+        pthread_mutex_lock(&e->lock);
+        e->stats.compute_s += dt;
+        e->stats.batches += n > 0;
+        m->running = false;
+        m->offload_pending = false; /* swap_use_end carried out a deferred offload */
+        pthread_cond_signal(&e->wake);
+    }
+    pthread_mutex_unlock(&e->lock);
+    free(first);
+    return NULL;
+}
+
+/* ---- the scheduler ---- */
+
+static void view_build(struct engine *e, struct sched_model *sm, struct sched_view *v)
+{
+    double now = time_now();
+    memset(v, 0, sizeof(*v));
+    v->now = now;
+    v->n_models = e->n_models;
+    v->n_devices = swap_device_count(e->mgr);
+    v->models = sm;
+    v->max_loaded = e->cfg.max_loaded;
+    for (int d = 0; d < v->n_devices; d++) {
+        struct device *dev = swap_device(e->mgr, d);
+        v->free_bytes[d] = device_budget(dev) - device_used(dev);
+    }
+    for (int i = 0; i < e->n_models; i++) {
+        struct emodel *m = e->models[i];
+        enum residency r = swap_residency(e->mgr, m->sm);
+        memset(&sm[i], 0, sizeof(sm[i]));
+        sm[i].queue_len = m->queue_len;
+        sm[i].head_arrival = m->head ? m->head->t_arrival : 0;
+        sm[i].resident = r == RES_LOADING || r == RES_ON_DEVICE;
+        sm[i].loading = r == RES_LOADING;
+        sm[i].running = m->running;
+        sm[i].offload_pending = m->offload_pending;
+        sm[i].pinned = m->sm->pinned;
+        sm[i].last_used = m->last_used;
+        sm[i].loaded_at = m->loaded_at;
+        for (int d = 0; d < v->n_devices; d++)
+            sm[i].bytes[d] = swap_model_device_bytes(m->sm, d);
+        if (m->was_loading && !sm[i].loading) { /* a load finished since last time */
+            m->was_loading = false;
+            e->stats.swap_s += m->sm->load_t1 - m->sm->load_t0;
+        }
+        v->any_loading |= sm[i].loading;
+        v->any_running |= m->running;
+    }
+}
+
+/* Carries out one action (lock held); false when it could not happen now. */
+static bool act(struct engine *e, const struct sched_action *a)
+{
+    struct emodel *m = e->models[a->model];
+    double now = time_now();
+    if (a->kind == SCHED_SERVE) {
+        if (m->running || swap_use_begin(e->mgr, m->sm) < 0)
+            return false;
+        m->running = true;
+        m->go = true;
+        m->last_used = now;
+        pthread_cond_signal(&m->go_cond);
+        return true;
+    }
+    for (int i = 0; i < a->n_victims; i++) {
+        struct emodel *v = e->models[a->victims[i]];
+        if (swap_offload(e->mgr, v->sm, v->running) == 0) {
+            e->stats.evictions++;
+            v->offload_pending = v->running;
+        }
+    }
+    if (swap_load(e->mgr, m->sm) < 0)
+        return false; /* no room yet: a transition or a finished batch will wake us */
+    e->stats.loads++;
+    m->was_loading = true;
+    m->loaded_at = now;
+    m->last_used = now;
+    return true;
+}
+
+static void *sched_main(void *arg)
+{
+    struct engine *e = arg;
+    struct sched_model *sm = calloc((size_t)e->n_models, sizeof(*sm));
+    struct sched_action actions[MAX_ACTIONS];
+    pthread_mutex_lock(&e->lock);
+    while (!e->stop && sm) {
+        struct sched_view v;
+        view_build(e, sm, &v);
+        int n = e->policy->decide(&v, actions, MAX_ACTIONS);
+        bool progress = false;
+        for (int i = 0; i < n; i++)
+            progress |= act(e, &actions[i]);
+        if (!progress)
+            pthread_cond_wait(&e->wake, &e->lock);
+    }
+    pthread_mutex_unlock(&e->lock);
+    free(sm);
+    return NULL;
+}
+
+static void engine_on_swap(void *ctx)
+{
+    struct engine *e = ctx;
+    pthread_mutex_lock(&e->lock);
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* ---- lifecycle ---- */
+
+int engine_create(struct swap_manager *mgr, struct workers *w, const struct engine_config *cfg,
+                  struct engine **out)
+{
+    *out = NULL;
+    const struct sched_policy *p = sched_policy_find(cfg->policy ? cfg->policy
+                                                                 : sched_policy_default());
+    if (!p)
+        return ERR_INVALID;
+    if (cfg->max_batch < 0 || cfg->queue_cap < 0 || cfg->max_loaded < 0)
+        return err_set(ERR_INVALID, "max_batch, queue_cap and max_loaded must be >= 0");
+    struct engine *e = calloc(1, sizeof(*e));
+    if (!e)
+        return err_set(ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->wake, NULL);
+    pthread_cond_init(&e->idle, NULL);
+    e->mgr = mgr;
+    e->w = w;
+    e->policy = p;
+    e->cfg = *cfg;
+    e->cfg.max_batch = cfg->max_batch ? cfg->max_batch : 8;
+    e->cfg.queue_cap = cfg->queue_cap ? cfg->queue_cap : 1024;
+    swap_set_listener(mgr, engine_on_swap, e);
+    *out = e;
+    return 0;
+}
+
+int engine_add_model(struct engine *e, struct swap_model *model)
+{
+    if (e->sched_started)
+        return err_set(ERR_INVALID, "models are added before the first request");
+    if (e->n_models == e->cap) {
+        int cap = e->cap ? 2 * e->cap : 8;
+        struct emodel **m = realloc(e->models, (size_t)cap * sizeof(*m));
+        if (!m)
+            return err_set(ERR_NOMEM, "out of memory");
+        e->models = m;
+        e->cap = cap;
+    }
+    struct emodel *m = calloc(1, sizeof(*m));
+    if (!m)
+        return err_set(ERR_NOMEM, "out of memory");
+    m->e = e;
+    m->index = e->n_models;
+    m->sm = model;
+    pthread_cond_init(&m->go_cond, NULL);
+    if (pthread_create(&m->tid, NULL, runner_main, m) != 0) {
+        pthread_cond_destroy(&m->go_cond);
+        free(m);
+        return err_set(ERR_NOMEM, "cannot start the runner thread of model %s", model->name);
+    }
+    m->started = true;
+    e->models[e->n_models++] = m;
+    return m->index;
+}
+
+static int engine_start(struct engine *e)
+{
+    if (e->sched_started)
+        return 0;
+    if (pthread_create(&e->sched_tid, NULL, sched_main, e) != 0)
+        return err_set(ERR_NOMEM, "cannot start the scheduler thread");
+    e->sched_started = true;
+    return 0;
+}
+
+void engine_drain(struct engine *e)
+{
+    pthread_mutex_lock(&e->lock);
+    while (e->outstanding > 0)
+        pthread_cond_wait(&e->idle, &e->lock);
+    pthread_mutex_unlock(&e->lock);
+}
+
+void engine_destroy(struct engine *e)
+{
+    if (!e)
+        return;
+    engine_drain(e);
+    swap_set_listener(e->mgr, NULL, NULL);
+    pthread_mutex_lock(&e->lock);
+    e->stop = true;
+    pthread_cond_broadcast(&e->wake);
+    for (int i = 0; i < e->n_models; i++)
+        pthread_cond_signal(&e->models[i]->go_cond);
+    pthread_mutex_unlock(&e->lock);
+    if (e->sched_started)
+        pthread_join(e->sched_tid, NULL);
+    for (int i = 0; i < e->n_models; i++) {
+        struct emodel *m = e->models[i];
+        if (m->started)
+            pthread_join(m->tid, NULL);
+        pthread_cond_destroy(&m->go_cond);
+        free(m);
+    }
+    free(e->models);
+    pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->wake);
+    pthread_cond_destroy(&e->idle);
+    free(e);
+}
+
+void engine_get_stats(struct engine *e, struct engine_stats *st)
+{
+    pthread_mutex_lock(&e->lock);
+    *st = e->stats;
+    pthread_mutex_unlock(&e->lock);
+}

@@ -1,0 +1,71 @@
+/* Scheduling policies: given a snapshot of the engine (queues, residency,
+ * batches in flight, memory), what to do next. Pure functions of the
+ * snapshot, so tests can feed hand-made scenarios on a simulated clock.
+ *
+ * The engine calls decide() whenever something changed and carries out the
+ * actions it returns, in order, then calls again; an empty answer means wait
+ * for the next event.
+ */
+#ifndef SHARDSWAP_ENGINE_SCHED_H
+#define SHARDSWAP_ENGINE_SCHED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SCHED_MAX_DEVICES 64
+#define SCHED_MAX_VICTIMS 16
+
+struct sched_model {
+    int queue_len;
+    double head_arrival;  /* arrival time of the oldest waiting request */
+    bool resident;        /* on its devices or loading */
+    bool loading;
+    bool running;         /* a batch is in flight (the model cannot be evicted) */
+    bool offload_pending; /* an eviction waits for its batch to end */
+    bool pinned;
+    double last_used;     /* last dispatch or load, for LRU */
+    double loaded_at;     /* when its current residency began */
+    uint64_t bytes[SCHED_MAX_DEVICES];
+};
+
+struct sched_view {
+    double now;
+    int n_models, n_devices;
+    const struct sched_model *models;
+    uint64_t free_bytes[SCHED_MAX_DEVICES]; /* device budget - used */
+    int max_loaded;                         /* 0 = unlimited */
+    bool any_loading;
+    bool any_running;
+};
+
+enum sched_kind {
+    SCHED_SERVE, /* dispatch a batch of `model` (resident, not running) */
+    SCHED_LOAD,  /* evict `victims` (offload now, or deferred when running), then load `model` */
+};
+
+struct sched_action {
+    enum sched_kind kind;
+    int model;
+    int n_victims;
+    int victims[SCHED_MAX_VICTIMS];
+};
+
+struct sched_policy {
+    const char *name;
+    const char *help;
+    /* Fills up to max actions; returns how many (0: wait for an event). */
+    int (*decide)(const struct sched_view *v, struct sched_action *out, int max);
+    /* Computron cut batches at the first request with different sampling
+     * parameters; ours mixes them. */
+    bool batch_same_params_only;
+};
+
+/* "computron" or "swapwise" (the default). NULL and a message when unknown. */
+const struct sched_policy *sched_policy_find(const char *name);
+const char *sched_policy_names(void);
+const char *sched_policy_default(void);
+
+/* True when `m`'s bytes fit the free bytes of every device. */
+bool sched_fits(const struct sched_view *v, int m);
+
+#endif

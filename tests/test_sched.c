@@ -1,0 +1,159 @@
+/* Scheduling policies on hand-made snapshots (a simulated clock: times are
+ * whatever the scenario says). */
+#include <string.h>
+
+#include "engine/sched.h"
+#include "test.h"
+
+#define MB (1u << 20)
+
+static struct sched_model models[8];
+static struct sched_view view;
+
+/* n models of 100 MB on one device of `free` MB free. */
+static void scenario(int n, uint64_t free_mb, int max_loaded)
+{
+    memset(models, 0, sizeof(models));
+    memset(&view, 0, sizeof(view));
+    for (int i = 0; i < n; i++)
+        models[i].bytes[0] = 100 * MB;
+    view.n_models = n;
+    view.n_devices = 1;
+    view.models = models;
+    view.free_bytes[0] = free_mb * MB;
+    view.max_loaded = max_loaded;
+    view.now = 100;
+}
+
+static void resident(int i, double last_used)
+{
+    models[i].resident = true;
+    models[i].last_used = last_used;
+}
+
+static void waiting(int i, int n, double head)
+{
+    models[i].queue_len = n;
+    models[i].head_arrival = head;
+}
+
+static void finish_view(void)
+{
+    view.any_loading = view.any_running = false;
+    for (int i = 0; i < view.n_models; i++) {
+        view.any_loading |= models[i].loading;
+        view.any_running |= models[i].running;
+    }
+}
+
+int main(void)
+{
+    const struct sched_policy *c = sched_policy_find("computron");
+    const struct sched_policy *s = sched_policy_find(sched_policy_default());
+    CHECK(c && s && sched_policy_find("fifo") == NULL);
+    struct sched_action a[16];
+
+    /* computron serves the oldest head; resident: a batch */
+    scenario(3, 100, 2);
+    resident(0, 10);
+    resident(1, 20);
+    waiting(0, 3, 50);
+    waiting(1, 1, 40);
+    finish_view();
+    CHECK(c->decide(&view, a, 16) == 1 && a[0].kind == SCHED_SERVE && a[0].model == 1);
+
+    /* oldest head not resident, max_loaded reached: evict the LRU one, load, same step */
+    waiting(2, 1, 30);
+    finish_view();
+    CHECK(c->decide(&view, a, 16) == 1 && a[0].kind == SCHED_LOAD && a[0].model == 2);
+    CHECK(a[0].n_victims == 1 && a[0].victims[0] == 0); /* LRU: last used at 10 */
+    /* ...even when the LRU one has requests waiting (Computron counts, nothing else) */
+    models[1].last_used = 5;
+    finish_view();
+    CHECK(c->decide(&view, a, 16) == 1 && a[0].n_victims == 1 && a[0].victims[0] == 1);
+
+    /* one operation at a time: nothing while a batch runs or a load is in progress */
+    models[0].running = true;
+    finish_view();
+    CHECK(c->decide(&view, a, 16) == 0);
+    models[0].running = false;
+    models[2].resident = models[2].loading = true;
+    finish_view();
+    CHECK(c->decide(&view, a, 16) == 0);
+
+    /* below max_loaded and with room: just load */
+    scenario(3, 300, 2);
+    resident(0, 10);
+    waiting(1, 1, 1);
+    finish_view();
+    CHECK(c->decide(&view, a, 16) == 1 && a[0].kind == SCHED_LOAD && a[0].model == 1 &&
+          a[0].n_victims == 0);
+
+    /* computron keeps requests with different sampling apart; swapwise mixes them */
+    CHECK(c->batch_same_params_only && !s->batch_same_params_only);
+
+    /* swapwise: every resident model with work gets a batch, and the oldest
+     * non-resident loads at the same time, evicting an idle model with an
+     * empty queue rather than the LRU one that has requests */
+    scenario(4, 0, 0);
+    resident(0, 5);  /* LRU, but has requests */
+    resident(1, 20); /* idle, empty queue */
+    waiting(0, 2, 60);
+    waiting(2, 1, 30);
+    finish_view();
+    int n = s->decide(&view, a, 16);
+    bool load2 = false, serve0 = false;
+    for (int i = 0; i < n; i++) {
+        if (a[i].kind == SCHED_LOAD && a[i].model == 2 && a[i].n_victims == 1 &&
+            a[i].victims[0] == 1)
+            load2 = true;
+        if (a[i].kind == SCHED_SERVE && a[i].model == 0)
+            serve0 = true;
+    }
+    CHECK(load2 && serve0);
+
+    /* never a model with a batch in flight; pinned never either: wait */
+    scenario(3, 0, 0);
+    resident(0, 1);
+    resident(1, 2);
+    models[0].running = true;
+    models[1].pinned = true;
+    waiting(2, 1, 10);
+    finish_view();
+    n = s->decide(&view, a, 16);
+    for (int i = 0; i < n; i++)
+        CHECK(a[i].kind != SCHED_LOAD);
+
+    /* no starvation: when the waiting model holds the oldest request and only
+     * busy models could make room, they get no new batch (so they go idle) */
+    scenario(3, 0, 0);
+    resident(0, 1);
+    resident(1, 2);
+    waiting(0, 5, 20); /* younger than model 2's head */
+    waiting(1, 5, 25);
+    waiting(2, 1, 10);
+    finish_view();
+    n = s->decide(&view, a, 16);
+    /* both idle with younger requests: evicted for model 2 right away */
+    CHECK(n >= 1 && a[0].kind == SCHED_LOAD && a[0].model == 2 && a[0].n_victims == 1);
+    models[0].running = models[1].running = true; /* both busy: hold their next batches */
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(n == 0);
+    /* ...whereas a model whose request is older than the waiting one keeps being served */
+    models[0].running = false;
+    waiting(0, 5, 5);
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(n == 1 && a[0].kind == SCHED_SERVE && a[0].model == 0);
+
+    /* one load at a time */
+    scenario(3, 1000, 0);
+    models[0].resident = models[0].loading = true;
+    waiting(1, 1, 1);
+    finish_view();
+    n = s->decide(&view, a, 16);
+    for (int i = 0; i < n; i++)
+        CHECK(a[i].kind != SCHED_LOAD);
+    return test_finish();
+}
