@@ -153,13 +153,17 @@ int cmd_bench(int argc, char **argv)
         return bench_forward(argc - 1, argv + 1);
     if (argc >= 1 && strcmp(argv[0], "swap") == 0)
         return bench_swap(argc - 1, argv + 1);
+    if (argc >= 1 && strcmp(argv[0], "workload") == 0)
+        return bench_workload(argc - 1, argv + 1);
     if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
-        printf("usage: shardswap bench forward|swap [flags]   (see shardswap bench NAME --help)\n"
-               "  forward  prefill and decode throughput of one checkpoint\n"
-               "  swap     model-parallel swap-in/out and cold-request latency per TP x PP layout\n");
+        printf("usage: shardswap bench forward|swap|workload [flags]   (see shardswap bench NAME "
+               "--help)\n"
+               "  forward   prefill and decode throughput of one checkpoint\n"
+               "  swap      model-parallel swap-in/out and cold-request latency per TP x PP layout\n"
+               "  workload  Computron's multi-model experiments through the engine, per policy\n");
         return 0;
     }
-    fprintf(stderr, "shardswap bench: expected a benchmark name: forward or swap (see shardswap "
-                    "bench --help)\n");
+    fprintf(stderr, "shardswap bench: expected a benchmark name: forward, swap or workload (see "
+                    "shardswap bench --help)\n");
     return EXIT_USAGE;
 }

@@ -15,7 +15,7 @@ static const struct {
     {"forward", cmd_forward, "write the logits of every position of a token sequence"},
     {"gen-model", cmd_gen_model, "write a random-weight OPT checkpoint in Hugging Face layout"},
     {"inspect", cmd_inspect, "describe a checkpoint: config, tensors, bytes"},
-    {"bench", cmd_bench, "benchmarks: bench forward, bench swap"},
+    {"bench", cmd_bench, "benchmarks: bench forward, bench swap, bench workload"},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 

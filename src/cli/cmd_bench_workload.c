@@ -1,0 +1,588 @@
+/* shardswap bench workload: Computron's experiments, replayed in real time
+ * through the engine on generated models, one run per scheduling policy on
+ * the same arrival sequence, side by side. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/timing.h"
+#include "engine/engine.h"
+#include "engine/sched.h"
+#include "model/opt_random.h"
+#include "workload/arrival.h"
+#include "workload/report.h"
+#include "workload/stats.h"
+
+#define MAX_MODELS 64
+#define MAX_POLICIES 4
+
+/* "Berkeley is the number one public" through the OPT tokenizer (BOS first):
+ * Computron's prompt. */
+static const int32_t computron_prompt[] = {2, 26795, 42676, 16, 5, 346, 65, 285};
+#define PROMPT_LEN (int)(sizeof(computron_prompt) / sizeof(computron_prompt[0]))
+
+struct wl_config {
+    int n_models;
+    double rates[MAX_MODELS];
+    double cv;
+    int max_loaded, max_batch;
+    bool round_robin;
+};
+
+/* Computron's experiments/sim.py configs, in this order: for each rate
+ * vector, CV 0.25, 1, 4. */
+static int computron_config(int k, struct wl_config *c)
+{
+    static const double r3[3][3] = {{1, 1, 1}, {10, 1, 1}, {10, 10, 1}};
+    static const double r6[3][6] = {{1, 1, 1, 1, 1, 1}, {10, 10, 1, 1, 1, 1},
+                                    {10, 10, 10, 10, 1, 1}};
+    static const double cvs[3] = {0.25, 1, 4};
+    memset(c, 0, sizeof(*c));
+    if (k >= 0 && k < 9) {
+        c->n_models = 3;
+        memcpy(c->rates, r3[k / 3], sizeof(r3[0]));
+        c->cv = cvs[k % 3];
+        c->max_loaded = 2;
+        c->max_batch = 8;
+    } else if (k >= 9 && k < 18) {
+        c->n_models = 6;
+        memcpy(c->rates, r6[(k - 9) / 3], sizeof(r6[0]));
+        c->cv = cvs[(k - 9) % 3];
+        c->max_loaded = 4;
+        c->max_batch = 32;
+    } else if (k == 18) {
+        c->n_models = 2;
+        c->rates[0] = c->rates[1] = 1;
+        c->cv = 1;
+        c->max_loaded = 1;
+        c->max_batch = 8;
+    } else {
+        return err_set(ERR_INVALID, "--config computron:%d does not exist (0..18)", k);
+    }
+    return 0;
+}
+
+struct run_result {
+    const char *policy;
+    struct request_record *recs;
+    size_t n;
+    struct engine_stats st;
+    double wall_s;
+};
+
+struct wl_job {
+    struct engine_request r;
+    int32_t out[4];
+    struct request_record *rec;
+    atomic_int *done;
+    pthread_mutex_t *lock;
+    pthread_cond_t *cond;
+};
+
+static void wl_on_done(struct engine_request *r)
+{
+    struct wl_job *j = r->ctx;
+    struct request_record *rec = j->rec;
+    rec->t_start = r->t_start;
+    rec->t_first_token = r->t_first_token;
+    rec->t_done = r->t_done;
+    rec->n_output = r->n_output;
+    rec->batch_size = r->batch_size;
+    rec->status = r->status;
+    pthread_mutex_lock(j->lock);
+    atomic_fetch_add(j->done, 1);
+    pthread_cond_broadcast(j->cond);
+    pthread_mutex_unlock(j->lock);
+}
+
+struct rig {
+    struct device *devs[8];
+    int n_devs;
+    struct swap_manager *mgr;
+    struct workers *w;
+    struct engine *e;
+    struct swap_model *sm[MAX_MODELS];
+};
+
+static void rig_close(struct rig *g)
+{
+    engine_destroy(g->e);
+    workers_destroy(g->w);
+    swap_manager_destroy(g->mgr);
+    for (int d = 0; d < g->n_devs; d++)
+        device_close(g->devs[d]);
+    memset(g, 0, sizeof(*g));
+}
+
+/* Devices with room for max_loaded models (every model has the same shape),
+ * every model over all of them with TP = n_devs; all models start in host
+ * memory, as in Computron. */
+static int rig_open(struct rig *g, char dirs[][512], int n_models, int tp, int max_loaded,
+                    int max_batch, const char *policy)
+{
+    memset(g, 0, sizeof(*g));
+    int placement[8];
+    for (int d = 0; d < tp; d++)
+        placement[d] = d;
+    struct placement pl = {.tp = tp, .pp = 1, .devices = placement};
+    int rc = 0;
+    /* a roomy probe for the per-device bytes of one model */
+    struct device *probe[8] = {0};
+    struct swap_manager *pm = NULL;
+    struct swap_model *pmod = NULL;
+    struct swap_config cfg = {.host_budget = (uint64_t)64 << 30, .policy = "lru-bytes"};
+    uint64_t per = 0, host = 0;
+    for (int d = 0; d < tp && rc == 0; d++)
+        rc = device_open_cpu(d, 1u << 20, &probe[d]);
+    if (rc == 0 && (rc = swap_manager_create(probe, tp, &cfg, &pm)) == 0) {
+        /* registration refuses it (1 MiB devices) but we only need the sizes */
+        struct opt_config c;
+        if ((rc = opt_config_load(dirs[0], &c)) == 0) {
+            struct st_checkpoint *ck = NULL;
+            if ((rc = st_open(dirs[0], &ck)) == 0) {
+                for (int r = 0; r < tp; r++) {
+                    struct opt_shard s = {.tp_rank = r, .tp_size = tp, .layer_end = c.n_layers};
+                    struct opt_model *m = NULL;
+                    struct opt_layout lay;
+                    if ((rc = opt_shard_open(&c, ck, &s, &m, &lay)) < 0)
+                        break;
+                    uint64_t b = 0;
+                    for (int i = 0; i < lay.n_blobs; i++) {
+                        b += (lay.blob_bytes[i] + 63) / 64 * 64;
+                        host += lay.blob_bytes[i];
+                    }
+                    per = b > per ? b : per;
+                    opt_layout_free(&lay);
+                    opt_model_close(m);
+                }
+                st_close(ck);
+            }
+        }
+    }
+    (void)pmod;
+    swap_manager_destroy(pm);
+    for (int d = 0; d < tp; d++)
+        device_close(probe[d]);
+    if (rc < 0)
+        return rc;
+    g->n_devs = tp;
+    for (int d = 0; d < tp; d++)
+        if ((rc = device_open_cpu(d, per * (uint64_t)max_loaded + (1u << 20), &g->devs[d])) < 0)
+            return rc;
+    cfg.host_budget = host * (uint64_t)n_models + (64u << 20);
+    struct engine_config ec = {.policy = policy, .max_batch = max_batch,
+                               .queue_cap = 1 << 20, .max_loaded = max_loaded};
+    if ((rc = swap_manager_create(g->devs, tp, &cfg, &g->mgr)) < 0 ||
+        (rc = workers_create(g->mgr, &g->w)) < 0 || (rc = engine_create(g->mgr, g->w, &ec, &g->e)) < 0)
+        return rc;
+    for (int i = 0; i < n_models; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "m%d", i);
+        if ((rc = swap_register(g->mgr, name, dirs[i], &pl, false, &g->sm[i])) < 0 ||
+            (rc = engine_add_model(g->e, g->sm[i])) < 0 ||
+            (rc = swap_prefetch_host(g->mgr, g->sm[i])) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void sleep_until(double t)
+{
+    double d = t - time_now();
+    if (d <= 0)
+        return;
+    struct timespec ts = {.tv_sec = (time_t)d, .tv_nsec = (long)((d - (time_t)d) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static int run_policy(char dirs[][512], const struct wl_config *c, int tp, const char *policy,
+                      const struct arrival *ev, size_t n_ev, int rr_requests,
+                      struct run_result *out)
+{
+    struct rig g;
+    int rc = rig_open(&g, dirs, c->n_models, tp, c->max_loaded, c->max_batch, policy);
+    size_t n = c->round_robin ? (size_t)rr_requests : n_ev;
+    struct wl_job *jobs = calloc(n, sizeof(*jobs));
+    out->recs = calloc(n, sizeof(*out->recs));
+    out->n = n;
+    out->policy = policy;
+    atomic_int done = 0;
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    if (rc < 0 || !jobs || !out->recs) {
+        if (rc == 0)
+            rc = err_set(ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    double t0 = time_now();
+    for (size_t i = 0; i < n; i++) {
+        struct wl_job *j = &jobs[i];
+        int model = c->round_robin ? (int)(i % (size_t)c->n_models) : ev[i].model;
+        double at = c->round_robin ? 0 : ev[i].t;
+        if (!c->round_robin)
+            sleep_until(t0 + at);
+        j->rec = &out->recs[i];
+        *j->rec = (struct request_record){.id = i, .model = model, .n_prompt = PROMPT_LEN};
+        j->done = &done;
+        j->lock = &lock;
+        j->cond = &cond;
+        j->r = (struct engine_request){
+            .model = model, .prompt = computron_prompt, .n_prompt = PROMPT_LEN, .max_tokens = 1,
+            .sampling = {.temperature = 0.7f, .top_k = 50, .top_p = 0.5f, .seed = i},
+            .output = j->out, .on_done = wl_on_done, .ctx = j};
+        if ((rc = engine_submit(g.e, &j->r)) < 0) {
+            j->rec->t_arrival = time_now() - t0;
+            j->rec->status = rc;
+            atomic_fetch_add(&done, 1);
+            continue;
+        }
+        j->rec->t_arrival = j->r.t_arrival;
+        if (c->round_robin) { /* a blocking client: the next request waits for this one */
+            pthread_mutex_lock(&lock);
+            while (atomic_load(&done) < (int)(i + 1))
+                pthread_cond_wait(&cond, &lock);
+            pthread_mutex_unlock(&lock);
+        }
+    }
+    engine_drain(g.e);
+    out->wall_s = time_now() - t0;
+    engine_get_stats(g.e, &out->st);
+    /* times relative to the start of the run */
+    for (size_t i = 0; i < n; i++) {
+        struct request_record *r = &out->recs[i];
+        if (r->status == 0 && r->t_done > 0) {
+            r->t_arrival -= t0;
+            r->t_start -= t0;
+            r->t_first_token -= t0;
+            r->t_done -= t0;
+        }
+    }
+    rc = 0;
+out:
+    rig_close(&g);
+    free(jobs);
+    return rc;
+}
+
+/* Warm latency of one request on a resident model: the unit of --slo-scale. */
+static int warm_latency(char dirs[][512], int tp, double *secs)
+{
+    struct rig g;
+    int rc = rig_open(&g, dirs, 1, tp, 1, 1, "swapwise");
+    struct wl_job j = {0};
+    struct request_record rec = {0};
+    atomic_int done = 0;
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    *secs = 0;
+    for (int rep = 0; rc == 0 && rep < 4; rep++) {
+        j = (struct wl_job){.rec = &rec, .done = &done, .lock = &lock, .cond = &cond};
+        j.r = (struct engine_request){.model = 0, .prompt = computron_prompt,
+                                      .n_prompt = PROMPT_LEN, .max_tokens = 1,
+                                      .sampling = {.temperature = 0, .top_p = 1},
+                                      .output = j.out, .on_done = wl_on_done, .ctx = &j};
+        if ((rc = engine_submit(g.e, &j.r)) < 0)
+            break;
+        engine_drain(g.e);
+        double lat = rec.t_done - j.r.t_arrival;
+        if (rep > 0 && (*secs == 0 || lat < *secs)) /* the first one loads the model */
+            *secs = lat;
+    }
+    rig_close(&g);
+    return rc;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+struct summary {
+    struct latency_stats all;
+    double slo_attain, throughput, queue_s;
+    size_t failed;
+};
+
+static void summarize(const struct run_result *r, double slo, int model, struct summary *s,
+                      double **lat_out, size_t *n_out)
+{
+    double *lat = calloc(r->n ? r->n : 1, sizeof(double));
+    size_t n = 0;
+    double first = 1e300, last = 0;
+    memset(s, 0, sizeof(*s));
+    for (size_t i = 0; i < r->n; i++) {
+        const struct request_record *q = &r->recs[i];
+        if (model >= 0 && q->model != model)
+            continue;
+        if (q->status != 0) {
+            s->failed++;
+            continue;
+        }
+        lat[n++] = q->t_done - q->t_arrival;
+        s->queue_s += q->t_start - q->t_arrival;
+        first = q->t_arrival < first ? q->t_arrival : first;
+        last = q->t_done > last ? q->t_done : last;
+    }
+    stats_latency_compute(lat, n, &s->all);
+    s->slo_attain = stats_slo_attainment(lat, n, slo);
+    s->throughput = n && last > first ? n / (last - first) : 0;
+    if (lat_out) {
+        qsort(lat, n, sizeof(double), cmp_dbl);
+        *lat_out = lat;
+        *n_out = n;
+    } else {
+        free(lat);
+    }
+}
+
+static int cached_models(const char *cache, const char *preset, int layers, const char *dtype_s,
+                         int n, char dirs[][512])
+{
+    struct opt_config cfg;
+    struct opt_random_opts o = {0};
+    int rc = opt_preset(preset, &cfg);
+    if (rc < 0)
+        return rc;
+    if (dtype_parse(dtype_s, &o.dtype) < 0)
+        return err_set(ERR_INVALID, "--dtype \"%s\" is not one of f16, bf16, f32", dtype_s);
+    if (layers > 0)
+        cfg.n_layers = layers;
+    mkdir(cache, 0755);
+    for (int i = 0; i < n; i++) {
+        snprintf(dirs[i], 512, "%s/%s-l%d-%s-s%d", cache, preset, cfg.n_layers,
+                 dtype_name(o.dtype), i);
+        char path[600];
+        snprintf(path, sizeof(path), "%s/config.json", dirs[i]);
+        if (access(path, R_OK) == 0)
+            continue;
+        if (mkdir(dirs[i], 0755) != 0 && access(dirs[i], W_OK) != 0)
+            return err_set(ERR_IO, "cannot create the model cache %s", dirs[i]);
+        fprintf(stderr, "generating %s (%d layers, seed %d) into %s\n", preset, cfg.n_layers, i,
+                dirs[i]);
+        o.seed = (uint64_t)i;
+        if ((rc = opt_random_write(&cfg, dirs[i], &o)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int bench_workload(int argc, char **argv)
+{
+    const char *config_s = "computron:4", *policies_s = "computron,swapwise", *rates_s = NULL;
+    /* an opt-1.3b-wide model cut to 2 layers (0.41 GB in f16): on 2 cores a
+     * swap (~20 ms) and a request (~30 ms) weigh about the same, and a config
+     * runs in about a minute */
+    const char *preset = "opt-1.3b", *dtype_s = "f16", *cache = "models", *out_dir = "bench-out";
+    int layers = 2, tp = 2, n_models = 0, max_loaded = 0, max_batch = 0, rr_requests = 40;
+    float cv = 0, duration = 20, alpha = -1, total_rate = 0, slo = 0, slo_scale = 5;
+    uint64_t seed = 1;
+    bool json = false;
+    struct flag flags[] = {
+        FLAG("config", FLAG_STR, &config_s, "computron:K|round-robin|custom",
+             "Computron's config K (0..18), its round-robin worst case, or custom (default computron:4)"),
+        FLAG("policy", FLAG_STR, &policies_s, "A,B", "policies to compare (default computron,swapwise)"),
+        FLAG("models", FLAG_INT, &n_models, "N", "custom/round-robin: number of models"),
+        FLAG("rates", FLAG_STR, &rates_s, "R1,R2,...", "custom: requests/s per model"),
+        FLAG("alpha", FLAG_FLOAT, &alpha, "A", "custom: power-law skew instead of --rates"),
+        FLAG("total-rate", FLAG_FLOAT, &total_rate, "R", "custom: requests/s over all models with --alpha"),
+        FLAG("cv", FLAG_FLOAT, &cv, "C", "custom: Gamma CV of inter-arrival times (1 = Poisson)"),
+        FLAG("max-loaded", FLAG_INT, &max_loaded, "K", "models that fit the devices at once"),
+        FLAG("max-batch", FLAG_INT, &max_batch, "B", "requests per batch"),
+        FLAG("duration", FLAG_FLOAT, &duration, "S", "seconds of arrivals (default 20; Computron: 30)"),
+        FLAG("requests", FLAG_INT, &rr_requests, "N", "round-robin: requests (default 40)"),
+        FLAG("slo", FLAG_FLOAT, &slo, "S", "SLO in seconds (default: --slo-scale x warm latency)"),
+        FLAG("slo-scale", FLAG_FLOAT, &slo_scale, "X", "SLO as a multiple of the warm single-request latency (default 5)"),
+        FLAG("preset", FLAG_STR, &preset, "NAME", "model shape (default opt-1.3b)"),
+        FLAG("layers", FLAG_INT, &layers, "N", "layers per model (default 2)"),
+        FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "model dtype (default f16)"),
+        FLAG("tp", FLAG_INT, &tp, "N", "devices per model, all models on the same ones (default 2)"),
+        FLAG("seed", FLAG_U64, &seed, "S", "arrival seed (default 1)"),
+        FLAG("cache", FLAG_STR, &cache, "DIR", "where generated models are kept (default models)"),
+        FLAG("out-dir", FLAG_STR, &out_dir, "DIR", "CSV and plot go here (default bench-out)"),
+        FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of tables"),
+    };
+    int rc = args_parse("bench workload",
+                        "Replays a workload in real time through the engine, once per policy on "
+                        "the same arrival sequence, on generated models that all share the same "
+                        "CPU devices (room for --max-loaded of them; every model starts in host "
+                        "memory). Requests are Computron's: \"Berkeley is the number one public\" "
+                        "(8 tokens), max_tokens 1, top_k 50, top_p 0.5, temperature 0.7. Prints "
+                        "latency mean/p50/p90/p99/max, SLO attainment, throughput, swaps and time "
+                        "spent swapping, computing and queueing, per model and overall; writes a "
+                        "CSV of every request and an SVG latency CDF with one curve per policy.",
+                        argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
+    if (rc)
+        return rc;
+    struct wl_config c = {0};
+    const char *policies[MAX_POLICIES];
+    int n_pol = 0;
+    char pol_buf[256], (*dirs)[512] = NULL;
+    struct run_result res[MAX_POLICIES];
+    struct arrival *ev = NULL;
+    size_t n_ev = 0;
+    memset(res, 0, sizeof(res));
+    snprintf(pol_buf, sizeof(pol_buf), "%s", policies_s);
+    for (char *tok = strtok(pol_buf, ","); tok && n_pol < MAX_POLICIES; tok = strtok(NULL, ",")) {
+        if (!sched_policy_find(tok)) {
+            rc = ERR_INVALID;
+            goto out;
+        }
+        policies[n_pol++] = tok;
+    }
+    if (strncmp(config_s, "computron:", 10) == 0) {
+        char *end;
+        long k = strtol(config_s + 10, &end, 10);
+        if (*end || end == config_s + 10) {
+            rc = err_set(ERR_INVALID, "--config %s: expected computron:K with K in 0..18", config_s);
+            goto out;
+        }
+        if ((rc = computron_config((int)k, &c)) < 0)
+            goto out;
+    } else if (strcmp(config_s, "round-robin") == 0) {
+        c.n_models = n_models ? n_models : 2;
+        c.max_loaded = 1;
+        c.max_batch = 8;
+        c.round_robin = true;
+    } else if (strcmp(config_s, "custom") == 0) {
+        c.n_models = n_models;
+        c.cv = cv > 0 ? cv : 1;
+        c.max_batch = 8;
+        if (rates_s) {
+            if ((rc = arrival_rates_parse(rates_s, c.rates, MAX_MODELS, &c.n_models)) < 0)
+                goto out;
+        } else if (alpha >= 0 && n_models > 0 && total_rate > 0) {
+            arrival_rates_powerlaw(n_models, alpha, total_rate, c.rates);
+        } else {
+            rc = err_set(ERR_INVALID, "--config custom needs --rates, or --models with --alpha and "
+                                      "--total-rate");
+            goto out;
+        }
+        c.max_loaded = c.n_models > 1 ? c.n_models / 2 : 1;
+    } else {
+        rc = err_set(ERR_INVALID, "--config %s: expected computron:K, round-robin or custom",
+                     config_s);
+        goto out;
+    }
+    if (max_loaded > 0)
+        c.max_loaded = max_loaded;
+    if (max_batch > 0)
+        c.max_batch = max_batch;
+    if (c.n_models < 1 || c.n_models > MAX_MODELS || tp < 1 || tp > 8 || duration <= 0) {
+        rc = err_set(ERR_INVALID, "need 1..%d models, --tp 1..8 and --duration > 0", MAX_MODELS);
+        goto out;
+    }
+    if (!(dirs = calloc((size_t)c.n_models, sizeof(*dirs)))) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = cached_models(cache, preset, layers, dtype_s, c.n_models, dirs)) < 0)
+        goto out;
+    if (!c.round_robin) {
+        struct arrival_spec spec = {.kind = ARRIVAL_GAMMA, .n_models = c.n_models, .cv = c.cv,
+                                    .duration_s = duration, .seed = seed};
+        memcpy(spec.rates, c.rates, sizeof(c.rates));
+        if ((rc = arrival_generate(&spec, &ev, &n_ev)) < 0)
+            goto out;
+    }
+    double warm = 0;
+    if ((rc = warm_latency(dirs, tp, &warm)) < 0)
+        goto out;
+    if (slo <= 0)
+        slo = slo_scale * (float)warm;
+    for (int p = 0; p < n_pol; p++) {
+        fprintf(stderr, "running %s with policy %s (%zu requests)...\n", config_s, policies[p],
+                c.round_robin ? (size_t)rr_requests : n_ev);
+        if ((rc = run_policy(dirs, &c, tp, policies[p], ev, n_ev, rr_requests, &res[p])) < 0)
+            goto out;
+    }
+    /* files: a CSV per policy and one CDF plot */
+    mkdir(out_dir, 0755);
+    char tag[64], path[1024];
+    snprintf(tag, sizeof(tag), "%s", config_s);
+    for (char *q = tag; *q; q++)
+        if (*q == ':')
+            *q = '-';
+    double *lat[MAX_POLICIES] = {0};
+    size_t n_lat[MAX_POLICIES] = {0};
+    struct summary sum[MAX_POLICIES];
+    for (int p = 0; p < n_pol; p++) {
+        snprintf(path, sizeof(path), "%s/%s-%s.csv", out_dir, tag, policies[p]);
+        if ((rc = report_write_csv(path, res[p].recs, res[p].n)) < 0)
+            goto out;
+        summarize(&res[p], slo, -1, &sum[p], &lat[p], &n_lat[p]);
+    }
+    char plot[1024], title[256];
+    snprintf(plot, sizeof(plot), "%s/%s-cdf.svg", out_dir, tag);
+    snprintf(title, sizeof(title), "latency CDF, %s (%d models, max_loaded %d, batch %d)", config_s,
+             c.n_models, c.max_loaded, c.max_batch);
+    rc = report_write_cdf_svg(plot, title, policies, (const double *const *)lat, n_lat, n_pol);
+    for (int p = 0; p < n_pol; p++)
+        free(lat[p]);
+    if (rc < 0)
+        goto out;
+    /* the table */
+    if (json) {
+        printf("{\"config\": \"%s\", \"models\": %d, \"max_loaded\": %d, \"max_batch\": %d, "
+               "\"cv\": %g, \"rates\": [", config_s, c.n_models, c.max_loaded, c.max_batch, c.cv);
+        for (int i = 0; i < c.n_models; i++)
+            printf("%s%g", i ? ", " : "", c.rates[i]);
+        printf("], \"warm_latency_s\": %.6f, \"slo_s\": %.6f, \"plot\": \"%s\", \"policies\": [",
+               warm, slo, plot);
+        for (int p = 0; p < n_pol; p++) {
+            const struct summary *s = &sum[p];
+            printf("%s{\"policy\": \"%s\", \"requests\": %zu, \"failed\": %zu, \"mean_s\": %.6f, "
+                   "\"p50_s\": %.6f, \"p90_s\": %.6f, \"p99_s\": %.6f, \"max_s\": %.6f, "
+                   "\"slo_attainment\": %.4f, \"throughput_rps\": %.3f, \"swaps\": %llu, "
+                   "\"swap_s\": %.4f, \"compute_s\": %.4f, \"queue_s\": %.4f, \"batches\": %llu}",
+                   p ? ", " : "", policies[p], s->all.n, s->failed, s->all.mean, s->all.p50,
+                   s->all.p90, s->all.p99, s->all.max, s->slo_attain, s->throughput,
+                   (unsigned long long)res[p].st.loads, res[p].st.swap_s, res[p].st.compute_s,
+                   s->queue_s, (unsigned long long)res[p].st.batches);
+        }
+        printf("]}\n");
+    } else {
+        printf("%s: %d models, rates", config_s, c.n_models);
+        for (int i = 0; i < c.n_models && !c.round_robin; i++)
+            printf("%s%g", i ? "," : " ", c.rates[i]);
+        printf(", CV %g, max_loaded %d, batch %d; warm latency %.1f ms, SLO %.1f ms\n", c.cv,
+               c.max_loaded, c.max_batch, warm * 1e3, slo * 1e3);
+        printf("%-10s %6s %8s %8s %8s %8s %8s %6s %7s %6s %8s %8s %8s\n", "policy", "reqs",
+               "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "SLO%", "req/s", "swaps",
+               "swap s", "comp s", "queue s");
+        for (int p = 0; p < n_pol; p++) {
+            const struct summary *s = &sum[p];
+            printf("%-10s %6zu %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f %7.2f %6llu %8.2f %8.2f %8.2f\n",
+                   policies[p], s->all.n, s->all.mean * 1e3, s->all.p50 * 1e3, s->all.p90 * 1e3,
+                   s->all.p99 * 1e3, s->all.max * 1e3, 100 * s->slo_attain, s->throughput,
+                   (unsigned long long)res[p].st.loads, res[p].st.swap_s, res[p].st.compute_s,
+                   s->queue_s);
+        }
+        printf("per model (p99 ms)");
+        for (int p = 0; p < n_pol; p++) {
+            printf("\n  %-10s", policies[p]);
+            for (int i = 0; i < c.n_models; i++) {
+                struct summary s;
+                summarize(&res[p], slo, i, &s, NULL, NULL);
+                printf(" m%d %.1f", i, s.all.n ? s.all.p99 * 1e3 : 0.0);
+            }
+        }
+        printf("\nplot %s, requests %s/%s-<policy>.csv\n", plot, out_dir, tag);
+    }
+out:
+    for (int p = 0; p < MAX_POLICIES; p++)
+        free(res[p].recs);
+    free(ev);
+    free(dirs);
+    return rc < 0 ? cli_fail("bench workload") : 0;
+}
