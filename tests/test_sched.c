@@ -141,11 +141,31 @@ int main(void)
     n = s->decide(&view, a, 16);
     CHECK(n == 0);
     /* ...whereas a model whose request is older than the waiting one keeps being served */
-    models[0].running = false;
+    models[0].running = models[1].running = false;
     waiting(0, 5, 5);
     finish_view();
     n = s->decide(&view, a, 16);
     CHECK(n == 1 && a[0].kind == SCHED_SERVE && a[0].model == 0);
+
+    /* one batch at a time per device, oldest head first; disjoint devices run together */
+    scenario(3, 1000, 0);
+    resident(0, 1);
+    resident(1, 2);
+    resident(2, 3);
+    waiting(0, 1, 30);
+    waiting(1, 1, 20);
+    waiting(2, 1, 25);
+    models[2].bytes[0] = 0;
+    models[2].bytes[1] = 100 * MB; /* model 2 lives on device 1 alone */
+    view.n_devices = 2;
+    view.free_bytes[1] = 1000 * MB;
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(n == 2 && a[0].kind == SCHED_SERVE && a[0].model == 1 && a[1].model == 2);
+    models[1].running = true;
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(n == 1 && a[0].model == 2); /* device 0 is busy with model 1 */
 
     /* one load at a time */
     scenario(3, 1000, 0);

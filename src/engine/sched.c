@@ -98,9 +98,10 @@ static int computron_decide(const struct sched_view *v, struct sched_action *out
 }
 
 /* ---- swapwise: the default ----
- * - Every resident model with waiting requests and no batch in flight gets a
- *   batch now, also while another model loads (the devices interleave them)
- *   and while its own load is still arriving (layers overlap).
+ * - Batches go in queue-head order to resident models, one at a time per
+ *   device, also while another model loads (the copy engine and the compute
+ *   overlap) and while the model's own load is still arriving (layers
+ *   overlap): Computron instead stops everything for a load.
  * - One load at a time (loads share the memory links): the waiting model
  *   whose queue head is oldest, so no model starves.
  * - Room is made by byte budgets, taking victims in this order: idle models
@@ -155,17 +156,40 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
         if (!need && n < max)
             out[n++] = a;
     }
-    /* Batches for resident models. When the load still lacks room and holds
-     * the oldest request, models that could make room for it get no new
-     * batch: they go idle and are evicted on the next decision. */
-    for (int i = 0; i < v->n_models && n < max; i++) {
-        const struct sched_model *c = &v->models[i];
-        if (c->queue_len == 0 || !c->resident || c->running || c->offload_pending || chosen[i])
-            continue;
-        if (need && load == oldest && !c->pinned && !c->loading &&
-            c->head_arrival > v->models[load].head_arrival)
-            continue;
-        out[n++] = (struct sched_action){.kind = SCHED_SERVE, .model = i};
+    /* Batches for resident models, oldest queue head first, at most one at a
+     * time on any device: two batches sharing devices only slow each other
+     * (processor sharing), while in queue order the oldest request finishes
+     * first. A loading model qualifies: its layers overlap the load. When the
+     * load still lacks room and holds the oldest request, models that could
+     * make room for it get no new batch: they go idle and are evicted next. */
+    bool busy[SCHED_MAX_DEVICES] = {false};
+    for (int i = 0; i < v->n_models; i++)
+        for (int d = 0; d < v->n_devices; d++)
+            if (v->models[i].running && v->models[i].bytes[d] > 0)
+                busy[d] = true;
+    bool served[4096] = {false};
+    while (n < max) {
+        int pick = -1;
+        for (int i = 0; i < v->n_models && i < 4096; i++) {
+            const struct sched_model *c = &v->models[i];
+            if (served[i] || c->queue_len == 0 || !c->resident || c->running ||
+                c->offload_pending || chosen[i])
+                continue;
+            if (need && load == oldest && !c->pinned && !c->loading &&
+                c->head_arrival > v->models[load].head_arrival)
+                continue;
+            bool free_devs = true;
+            for (int d = 0; d < v->n_devices && free_devs; d++)
+                free_devs = !(busy[d] && c->bytes[d] > 0);
+            if (free_devs && (pick < 0 || c->head_arrival < v->models[pick].head_arrival))
+                pick = i;
+        }
+        if (pick < 0)
+            break;
+        served[pick] = true;
+        for (int d = 0; d < v->n_devices; d++)
+            busy[d] |= v->models[pick].bytes[d] > 0;
+        out[n++] = (struct sched_action){.kind = SCHED_SERVE, .model = pick};
     }
     return n;
 }

@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+"""Prints the side-by-side table of `shardswap bench workload --json` lines
+(tools/bench_computron.sh writes them): per config, each policy's mean and
+p99 latency, SLO attainment and swaps, and the default policy's ratios to
+computron's.
+
+    python3 tools/computron_table.py bench-out/results.jsonl
+"""
+import json
+import sys
+
+
+def main():
+    rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+    print("| config | rates | CV | max_loaded | batch | computron mean / p99 ms | swapwise mean / p99 ms "
+          "| p99 ratio | mean ratio | SLO % (c / s) | swaps (c / s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    worst_p99 = worst_mean = 0.0
+    for r in rows:
+        p = {x["policy"]: x for x in r["policies"]}
+        c, s = p["computron"], p["swapwise"]
+        rp99 = s["p99_s"] / c["p99_s"]
+        rmean = s["mean_s"] / c["mean_s"]
+        worst_p99, worst_mean = max(worst_p99, rp99), max(worst_mean, rmean)
+        rates = ",".join(f"{x:g}" for x in r["rates"]) if r["config"] != "round-robin" else "closed loop"
+        print(f"| {r['config']} | {rates} | {r['cv']:g} | {r['max_loaded']} | {r['max_batch']} "
+              f"| {c['mean_s']*1e3:.0f} / {c['p99_s']*1e3:.0f} | {s['mean_s']*1e3:.0f} / {s['p99_s']*1e3:.0f} "
+              f"| {rp99:.2f} | {rmean:.2f} | {c['slo_attainment']*100:.0f} / {s['slo_attainment']*100:.0f} "
+              f"| {c['swaps']} / {s['swaps']} |")
+    print(f"\nworst swapwise/computron ratio: p99 {worst_p99:.2f}, mean {worst_mean:.2f}")
+
+
+if __name__ == "__main__":
+    main()
