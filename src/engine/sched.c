@@ -173,7 +173,7 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
         for (int i = 0; i < v->n_models && i < 4096; i++) {
             const struct sched_model *c = &v->models[i];
             if (served[i] || c->queue_len == 0 || !c->resident || c->running ||
-                c->offload_pending || chosen[i])
+                c->offload_pending || chosen[i] || (c->loading && !v->overlap_loads))
                 continue;
             if (need && load == oldest && !c->pinned && !c->loading &&
                 c->head_arrival > v->models[load].head_arrival)

@@ -36,6 +36,9 @@ struct sched_view {
     int max_loaded;                         /* 0 = unlimited */
     bool any_loading;
     bool any_running;
+    /* the devices copy without taking compute (GPUs' copy engines): a batch
+     * may start on a model whose layers are still arriving */
+    bool overlap_loads;
 };
 
 enum sched_kind {

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "backend/cpu/arena.h"
@@ -71,8 +73,18 @@ struct cpu_device {
     pthread_t thread;
 };
 
+/* The copy engine of a CPU device is a core's time: at the lowest
+ * priority it takes only what the compute threads leave, as a GPU's copy
+ * engine takes nothing from its SMs. A load then fills the gaps of running
+ * batches instead of slowing them (and their collectives) down. */
+static void copy_thread_lower_priority(void)
+{
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+}
+
 static void *cpu_copy_thread(void *arg)
 {
+    copy_thread_lower_priority();
     struct cpu_device *c = arg;
     pthread_mutex_lock(&c->lock);
     for (;;) {
