@@ -73,4 +73,9 @@ int device_copy_d2h(struct device *d, void *dst, const struct dbuf *src, size_t 
 /* Waits until every copy queued so far on d is done. */
 void device_sync(struct device *d);
 
+/* CPU devices only: holds copies to bytes_per_s (0 = unlimited), emulating a
+ * host link such as a GPU's PCIe lane, for experiments that need a GPU's ratio
+ * of swap time to compute time on a CPU. */
+int device_cpu_set_link(struct device *d, double bytes_per_s);
+
 #endif

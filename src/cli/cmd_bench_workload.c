@@ -128,7 +128,7 @@ static void rig_close(struct rig *g)
  * every model over all of them with TP = n_devs; all models start in host
  * memory, as in Computron. */
 static int rig_open(struct rig *g, char dirs[][512], int n_models, int tp, int max_loaded,
-                    int max_batch, const char *policy)
+                    int max_batch, const char *policy, double link_gbps)
 {
     memset(g, 0, sizeof(*g));
     int placement[8];
@@ -177,11 +177,12 @@ static int rig_open(struct rig *g, char dirs[][512], int n_models, int tp, int m
         return rc;
     g->n_devs = tp;
     for (int d = 0; d < tp; d++)
-        if ((rc = device_open_cpu(d, per * (uint64_t)max_loaded + (1u << 20), &g->devs[d])) < 0)
+        if ((rc = device_open_cpu(d, per * (uint64_t)max_loaded + (1u << 20), &g->devs[d])) < 0 ||
+            (rc = device_cpu_set_link(g->devs[d], link_gbps * 1e9)) < 0)
             return rc;
     cfg.host_budget = host * (uint64_t)n_models + (64u << 20);
-    struct engine_config ec = {.policy = policy, .max_batch = max_batch,
-                               .queue_cap = 1 << 20, .max_loaded = max_loaded};
+    struct engine_config ec = {.policy = policy, .max_batch = max_batch, .queue_cap = 1 << 20,
+                               .max_loaded = max_loaded, .overlap_loads = link_gbps > 0};
     if ((rc = swap_manager_create(g->devs, tp, &cfg, &g->mgr)) < 0 ||
         (rc = workers_create(g->mgr, &g->w)) < 0 || (rc = engine_create(g->mgr, g->w, &ec, &g->e)) < 0)
         return rc;
@@ -206,11 +207,11 @@ static void sleep_until(double t)
 }
 
 static int run_policy(char dirs[][512], const struct wl_config *c, int tp, const char *policy,
-                      const struct arrival *ev, size_t n_ev, int rr_requests,
+                      const struct arrival *ev, size_t n_ev, int rr_requests, double link_gbps,
                       struct run_result *out)
 {
     struct rig g;
-    int rc = rig_open(&g, dirs, c->n_models, tp, c->max_loaded, c->max_batch, policy);
+    int rc = rig_open(&g, dirs, c->n_models, tp, c->max_loaded, c->max_batch, policy, link_gbps);
     size_t n = c->round_robin ? (size_t)rr_requests : n_ev;
     struct wl_job *jobs = calloc(n, sizeof(*jobs));
     out->recs = calloc(n, sizeof(*out->recs));
@@ -278,7 +279,7 @@ out:
 static int warm_latency(char dirs[][512], int tp, double *secs)
 {
     struct rig g;
-    int rc = rig_open(&g, dirs, 1, tp, 1, 1, "swapwise");
+    int rc = rig_open(&g, dirs, 1, tp, 1, 1, "swapwise", 0);
     struct wl_job j = {0};
     struct request_record rec = {0};
     atomic_int done = 0;
@@ -385,7 +386,7 @@ int bench_workload(int argc, char **argv)
      * runs in about a minute */
     const char *preset = "opt-1.3b", *dtype_s = "f16", *cache = "models", *out_dir = "bench-out";
     int layers = 2, tp = 2, n_models = 0, max_loaded = 0, max_batch = 0, rr_requests = 40;
-    float cv = 0, duration = 20, alpha = -1, total_rate = 0, slo = 0, slo_scale = 5;
+    float cv = 0, duration = 20, alpha = -1, total_rate = 0, slo = 0, slo_scale = 5, link = 0;
     uint64_t seed = 1;
     bool json = false;
     struct flag flags[] = {
@@ -408,6 +409,9 @@ int bench_workload(int argc, char **argv)
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "model dtype (default f16)"),
         FLAG("tp", FLAG_INT, &tp, "N", "devices per model, all models on the same ones (default 2)"),
         FLAG("seed", FLAG_U64, &seed, "S", "arrival seed (default 1)"),
+        FLAG("link-gbps", FLAG_FLOAT, &link, "G",
+             "emulate a host link of G GB/s per device (a GPU's swap/compute ratio; default: "
+             "memory speed)"),
         FLAG("cache", FLAG_STR, &cache, "DIR", "where generated models are kept (default models)"),
         FLAG("out-dir", FLAG_STR, &out_dir, "DIR", "CSV and plot go here (default bench-out)"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of tables"),
@@ -503,7 +507,7 @@ int bench_workload(int argc, char **argv)
     for (int p = 0; p < n_pol; p++) {
         fprintf(stderr, "running %s with policy %s (%zu requests)...\n", config_s, policies[p],
                 c.round_robin ? (size_t)rr_requests : n_ev);
-        if ((rc = run_policy(dirs, &c, tp, policies[p], ev, n_ev, rr_requests, &res[p])) < 0)
+        if ((rc = run_policy(dirs, &c, tp, policies[p], ev, n_ev, rr_requests, link, &res[p])) < 0)
             goto out;
     }
     /* files: a CSV per policy and one CDF plot */
@@ -537,8 +541,9 @@ int bench_workload(int argc, char **argv)
                "\"cv\": %g, \"rates\": [", config_s, c.n_models, c.max_loaded, c.max_batch, c.cv);
         for (int i = 0; i < c.n_models; i++)
             printf("%s%g", i ? ", " : "", c.rates[i]);
-        printf("], \"warm_latency_s\": %.6f, \"slo_s\": %.6f, \"plot\": \"%s\", \"policies\": [",
-               warm, slo, plot);
+        printf("], \"link_gb_s\": %g, \"warm_latency_s\": %.6f, \"slo_s\": %.6f, \"plot\": "
+               "\"%s\", \"policies\": [",
+               (double)link, warm, slo, plot);
         for (int p = 0; p < n_pol; p++) {
             const struct summary *s = &sum[p];
             printf("%s{\"policy\": \"%s\", \"requests\": %zu, \"failed\": %zu, \"mean_s\": %.6f, "
@@ -555,8 +560,11 @@ int bench_workload(int argc, char **argv)
         printf("%s: %d models, rates", config_s, c.n_models);
         for (int i = 0; i < c.n_models && !c.round_robin; i++)
             printf("%s%g", i ? "," : " ", c.rates[i]);
-        printf(", CV %g, max_loaded %d, batch %d; warm latency %.1f ms, SLO %.1f ms\n", c.cv,
+        printf(", CV %g, max_loaded %d, batch %d; warm latency %.1f ms, SLO %.1f ms", c.cv,
                c.max_loaded, c.max_batch, warm * 1e3, slo * 1e3);
+        if (link > 0)
+            printf("; emulated link %.2f GB/s per device", (double)link);
+        printf("\n");
         printf("%-10s %6s %8s %8s %8s %8s %8s %6s %7s %6s %8s %8s %8s\n", "policy", "reqs",
                "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "SLO%", "req/s", "swaps",
                "swap s", "comp s", "queue s");

@@ -357,10 +357,7 @@ static void view_build(struct engine *e, struct sched_model *sm, struct sched_vi
     v->n_devices = swap_device_count(e->mgr);
     v->models = sm;
     v->max_loaded = e->cfg.max_loaded;
-    /* CPU devices copy on a core of their own machine: a batch started on a
-     * model still loading would compete with its own copy (measured: slower
-     * on 2 cores). Devices with copy engines (CUDA) will set this. */
-    v->overlap_loads = false;
+    v->overlap_loads = e->cfg.overlap_loads;
     for (int d = 0; d < v->n_devices; d++) {
         struct device *dev = swap_device(e->mgr, d);
         v->free_bytes[d] = device_budget(dev) - device_used(dev);

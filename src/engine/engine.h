@@ -50,6 +50,10 @@ struct engine_config {
     int max_batch;        /* sequences per batch (default 8) */
     int queue_cap;        /* waiting requests per model (default 1024) */
     int max_loaded;       /* for policies that count models (computron); 0 = unlimited */
+    /* start a batch on a model whose layers are still arriving: worth it
+     * when copies take no compute (GPU copy engines, an emulated link), not
+     * when a CPU core does the copy (measured slower on 2 cores) */
+    bool overlap_loads;
 };
 
 struct engine_stats {

@@ -17,12 +17,14 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend/cpu/arena.h"
 #include "backend/device.h"
 #include "backend/device_impl.h"
 #include "core/copy.h"
+#include "core/timing.h"
 #include "core/error.h"
 #include "core/event.h"
 
@@ -71,6 +73,7 @@ struct cpu_device {
     bool stopping;
     bool thread_started;
     pthread_t thread;
+    _Atomic double link_bytes_per_s; /* 0 = as fast as memory goes */
 };
 
 /* The copy engine of a CPU device is a core's time: at the lowest
@@ -80,6 +83,24 @@ struct cpu_device {
 static void copy_thread_lower_priority(void)
 {
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+}
+
+/* A copy held to `rate` bytes/s, in 4 MiB pieces: an emulated host link
+ * (PCIe-like) for experiments that need a GPU's ratio of swap to compute. */
+static void copy_paced(void *dst, const void *src, size_t n, double rate)
+{
+    const size_t piece = (size_t)4 << 20;
+    double t0 = time_now();
+    for (size_t off = 0; off < n; off += piece) {
+        size_t k = n - off < piece ? n - off : piece;
+        copy_stream((char *)dst + off, (const char *)src + off, k);
+        double ahead = t0 + (double)(off + k) / rate - time_now();
+        if (ahead > 0) {
+            struct timespec ts = {.tv_sec = (time_t)ahead,
+                                  .tv_nsec = (long)((ahead - (double)(time_t)ahead) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+    }
 }
 
 static void *cpu_copy_thread(void *arg)
@@ -99,8 +120,11 @@ static void *cpu_copy_thread(void *arg)
         pthread_mutex_unlock(&c->lock);
 
         /* one streaming copy however large: the device's "DMA engine" */
-        if (r->n > 0)
+        double rate = c->link_bytes_per_s;
+        if (r->n > 0 && rate <= 0)
             copy_stream(r->dst, r->src, r->n);
+        else if (r->n > 0)
+            copy_paced(r->dst, r->src, r->n, rate);
         if (r->ev)
             event_set(r->ev, 0);
         free(r);
@@ -327,4 +351,15 @@ int device_open_cpu(int index, uint64_t budget_bytes, struct device **out)
 fail:
     cpu_ctx_destroy(c);
     return rc;
+}
+
+int device_cpu_set_link(struct device *d, double bytes_per_s)
+{
+    if (!d || d->ops != &cpu_ops)
+        return err_set(ERR_UNSUPPORTED, "an emulated link rate needs a CPU device");
+    if (!(bytes_per_s >= 0))
+        return err_set(ERR_INVALID, "device %s: link rate must be >= 0 bytes/s", d->name);
+    struct cpu_device *c = d->ctx;
+    c->link_bytes_per_s = bytes_per_s;
+    return 0;
 }
