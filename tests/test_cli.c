@@ -65,7 +65,7 @@ int main(void)
 
     /* help */
     static const char *cmds[] = {"generate", "tokenize", "forward", "gen-model", "inspect",
-                                 "bench forward", "bench swap"};
+                                 "bench forward", "bench swap", "bench workload"};
     CHECK(run(BIN " --help", out, sizeof(out), NULL, 0) == 0 && strstr(out, "gen-model"));
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         snprintf(cmd, sizeof(cmd), "%s %s --help", BIN, cmds[i]);
@@ -140,6 +140,25 @@ int main(void)
     }
     json_decref(bj);
 
+    /* bench workload end to end: tiny generated models, both policies, files written */
+    snprintf(cmd, sizeof(cmd), "%s bench workload --config custom --rates 4,4 --cv 1 --duration 1 "
+                               "--preset opt-125m --layers 1 --cache %s/wl --out-dir %s/wl-out "
+                               "--json", BIN, tmp, tmp);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    json_t *wj = json_loads(out, 0, NULL);
+    json_t *pols = json_object_get(wj, "policies");
+    CHECK(json_array_size(pols) == 2);
+    for (size_t i = 0; i < json_array_size(pols); i++) {
+        json_t *p = json_array_get(pols, i);
+        CHECK(json_integer_value(json_object_get(p, "failed")) == 0);
+        CHECK(json_integer_value(json_object_get(p, "requests")) > 0);
+    }
+    json_decref(wj);
+    snprintf(path, sizeof(path), "%s/wl-out/custom-cdf.svg", tmp);
+    CHECK(stat(path, &sb) == 0 && sb.st_size > 500);
+    snprintf(path, sizeof(path), "%s/wl-out/custom-swapwise.csv", tmp);
+    CHECK(stat(path, &sb) == 0);
+
     /* errors: one line, non-zero */
     expect_fail(BIN " frobnicate", 2, "unknown command");
     expect_fail(BIN " generate --model x", 2, "missing required flag --prompt");
@@ -162,6 +181,8 @@ int main(void)
     snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 1x9", BIN, FIXTURE);
     expect_fail(cmd, 1, "exceeds the model's 2 layers");
     expect_fail(BIN " bench swap --layouts 1x1", 2, "exactly one of --preset");
+    expect_fail(BIN " bench workload --config computron:19", 1, "does not exist");
+    expect_fail(BIN " bench workload --policy fifo", 1, "unknown scheduling policy");
 
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
     CHECK(system(cmd) == 0);
