@@ -12,7 +12,7 @@
 #include "test.h"
 #include "workload/arrival.h"
 #include "workload/report.h"
-#include "workload/rng.h"
+#include "core/rng.h"
 #include "workload/stats.h"
 
 static char tmp[64];

@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_cache.h"
 #include "core/error.h"
 #include "core/membw.h"
 #include "core/timing.h"
@@ -63,31 +64,6 @@ static int parse_layouts(const char *s, int *tp, int *pp, int *n)
         p = *end ? end + 1 : end;
     }
     return *n ? 0 : err_set(ERR_INVALID, "--layouts is empty");
-}
-
-/* The preset's checkpoint in the cache, generated on first use. */
-static int cached_model(const char *cache, const char *preset, int layers, const char *dtype_s,
-                        char *dir, size_t cap)
-{
-    struct opt_config cfg;
-    struct opt_random_opts o = {.seed = 0};
-    int rc = opt_preset(preset, &cfg);
-    if (rc < 0)
-        return rc;
-    if (dtype_parse(dtype_s, &o.dtype) < 0)
-        return err_set(ERR_INVALID, "--dtype \"%s\" is not one of f16, bf16, f32", dtype_s);
-    if (layers > 0)
-        cfg.n_layers = layers;
-    snprintf(dir, cap, "%s/%s-l%d-%s", cache, preset, cfg.n_layers, dtype_name(o.dtype));
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/config.json", dir);
-    if (access(path, R_OK) == 0)
-        return 0;
-    mkdir(cache, 0755);
-    if (mkdir(dir, 0755) != 0 && access(dir, W_OK) != 0)
-        return err_set(ERR_IO, "cannot create the model cache %s", dir);
-    fprintf(stderr, "generating %s into %s (cached for next time)\n", preset, dir);
-    return opt_random_write(&cfg, dir, &o);
 }
 
 static int make_prompt(const struct swap_model *model, int32_t *ids, int n)
@@ -318,7 +294,7 @@ int bench_swap(int argc, char **argv)
     }
     if (dir_flag)
         snprintf(dir, sizeof(dir), "%s", dir_flag);
-    else if ((rc = cached_model(cache, preset, layers, dtype_s, dir, sizeof(dir))) < 0)
+    else if ((rc = model_cache_preset(cache, preset, layers, dtype_s, 0, dir, sizeof(dir))) < 0)
         goto out;
     if ((rc = opt_config_load(dir, &cfg)) < 0 || (rc = st_open(dir, &ck)) < 0)
         goto out;

@@ -14,6 +14,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_cache.h"
 #include "core/error.h"
 #include "core/timing.h"
 #include "engine/engine.h"
@@ -347,37 +348,6 @@ static void summarize(const struct run_result *r, double slo, int model, struct 
     }
 }
 
-static int cached_models(const char *cache, const char *preset, int layers, const char *dtype_s,
-                         int n, char dirs[][512])
-{
-    struct opt_config cfg;
-    struct opt_random_opts o = {0};
-    int rc = opt_preset(preset, &cfg);
-    if (rc < 0)
-        return rc;
-    if (dtype_parse(dtype_s, &o.dtype) < 0)
-        return err_set(ERR_INVALID, "--dtype \"%s\" is not one of f16, bf16, f32", dtype_s);
-    if (layers > 0)
-        cfg.n_layers = layers;
-    mkdir(cache, 0755);
-    for (int i = 0; i < n; i++) {
-        snprintf(dirs[i], 512, "%s/%s-l%d-%s-s%d", cache, preset, cfg.n_layers,
-                 dtype_name(o.dtype), i);
-        char path[600];
-        snprintf(path, sizeof(path), "%s/config.json", dirs[i]);
-        if (access(path, R_OK) == 0)
-            continue;
-        if (mkdir(dirs[i], 0755) != 0 && access(dirs[i], W_OK) != 0)
-            return err_set(ERR_IO, "cannot create the model cache %s", dirs[i]);
-        fprintf(stderr, "generating %s (%d layers, seed %d) into %s\n", preset, cfg.n_layers, i,
-                dirs[i]);
-        o.seed = (uint64_t)i;
-        if ((rc = opt_random_write(&cfg, dirs[i], &o)) < 0)
-            return rc;
-    }
-    return 0;
-}
-
 int bench_workload(int argc, char **argv)
 {
     const char *config_s = "computron:4", *policies_s = "computron,swapwise", *rates_s = NULL;
@@ -490,8 +460,10 @@ int bench_workload(int argc, char **argv)
         rc = err_set(ERR_NOMEM, "out of memory");
         goto out;
     }
-    if ((rc = cached_models(cache, preset, layers, dtype_s, c.n_models, dirs)) < 0)
-        goto out;
+    for (int i = 0; i < c.n_models; i++)
+        if ((rc = model_cache_preset(cache, preset, layers, dtype_s, (uint64_t)i, dirs[i],
+                                     sizeof(dirs[i]))) < 0)
+            goto out;
     if (!c.round_robin) {
         struct arrival_spec spec = {.kind = ARRIVAL_GAMMA, .n_models = c.n_models, .cv = c.cv,
                                     .duration_s = duration, .seed = seed};

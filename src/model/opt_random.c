@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "format/safetensors.h"
 
 static const struct {
@@ -147,26 +148,14 @@ uint64_t opt_checkpoint_bytes(const struct opt_config *cfg, enum dtype dtype)
     return total;
 }
 
-/* splitmix64: a small, well-mixed generator; one stream per tensor so the
- * weights do not depend on the shard layout. */
-static uint64_t rng_next(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* n normal(0, std) floats by Box-Muller. */
-static void fill_normal(float *dst, size_t n, float std, uint64_t *rng)
+/* n normal(0, std) floats by Box-Muller, two per pair of uniforms. */
+static void fill_normal(float *dst, size_t n, float std, struct rng *rng)
 {
     for (size_t i = 0; i < n; i += 2) {
-        double u1 = ((rng_next(rng) >> 11) + 1) * 0x1.0p-53; /* (0, 1] */
-        double u2 = (rng_next(rng) >> 11) * 0x1.0p-53;
-        double r = sqrt(-2.0 * log(u1)) * std;
-        dst[i] = (float)(r * cos(2 * M_PI * u2));
+        double r = sqrt(-2.0 * log(rng_uniform(rng))) * std, a = 2 * M_PI * rng_uniform(rng);
+        dst[i] = (float)(r * cos(a));
         if (i + 1 < n)
-            dst[i + 1] = (float)(r * sin(2 * M_PI * u2));
+            dst[i + 1] = (float)(r * sin(a));
     }
 }
 
@@ -180,10 +169,12 @@ struct writer_state {
 };
 
 /* Generates tensor s and streams it into w in chunks. */
-static int write_tensor(struct st_writer *w, const struct spec *s, uint64_t seed,
+static int write_tensor(struct st_writer *w, const struct spec *s, uint64_t seed, int index,
                         struct writer_state *ws)
 {
-    uint64_t rng = seed;
+    /* one stream per tensor: the weights do not depend on the shard layout */
+    struct rng rng;
+    rng_seed(&rng, seed, (uint64_t)index);
     uint64_t numel = spec_numel(s), row = s->ndim == 2 ? (uint64_t)s->shape[1] : 1;
     size_t es = dtype_size(ws->o->dtype);
     for (uint64_t off = 0; off < numel; off += CHUNK_ELEMS) {
@@ -225,11 +216,9 @@ static int write_file(const char *path, const struct spec *s, int i0, int i1,
     for (int i = i0; i < i1; i++)
         if ((rc = st_writer_declare(w, s[i].name, ws->o->dtype, s[i].ndim, s[i].shape)) < 0)
             goto fail;
-    for (int i = i0; i < i1; i++) {
-        uint64_t seed = ws->o->seed * 0x100000001b3ull + (uint64_t)i * 0x9e3779b97f4a7c15ull;
-        if ((rc = write_tensor(w, &s[i], seed, ws)) < 0)
+    for (int i = i0; i < i1; i++)
+        if ((rc = write_tensor(w, &s[i], ws->o->seed, i, ws)) < 0)
             goto fail;
-    }
     return st_writer_close(w);
 fail:
     st_writer_abort(w);

@@ -6,36 +6,6 @@
 
 #include "core/error.h"
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t xoshiro_next(uint64_t *s)
-{
-    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return r;
-}
-
-double sampler_uniform(struct sampler *s)
-{
-    return (double)(xoshiro_next(s->s) >> 11) * 0x1.0p-53;
-}
-
 int sampler_init(struct sampler *s, const struct sampler_params *p)
 {
     if (!(p->temperature >= 0) || !isfinite(p->temperature))
@@ -46,9 +16,7 @@ int sampler_init(struct sampler *s, const struct sampler_params *p)
     if (!(p->top_p > 0 && p->top_p <= 1))
         return err_set(ERR_INVALID, "top_p must be in (0, 1] (got %g)", (double)p->top_p);
     s->p = *p;
-    uint64_t x = p->seed;
-    for (int i = 0; i < 4; i++)
-        s->s[i] = splitmix64(&x);
+    rng_seed(&s->rng, p->seed, 0);
     s->prob = NULL;
     s->idx = NULL;
     s->cap = 0;
@@ -168,7 +136,7 @@ int32_t sampler_pick(struct sampler *s, float *logits, int vocab)
             }
         }
     }
-    double r = sampler_uniform(s) * kept, acc = 0;
+    double r = rng_uniform(&s->rng) * kept, acc = 0;
     for (int i = 0; i < n; i++) {
         acc += s->prob[s->idx[i]];
         if (r < acc)

@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "core/rng.h"
+
 struct sampler_params {
     float temperature; /* 0 = greedy (argmax) */
     int top_k;         /* 0 = off */
@@ -16,7 +18,7 @@ struct sampler_params {
 
 struct sampler {
     struct sampler_params p;
-    uint64_t s[4];     /* xoshiro256** state */
+    struct rng rng;
     /* scratch for sorting candidates; grown on demand, owned */
     float *prob;
     int32_t *idx;
@@ -30,7 +32,5 @@ void sampler_free(struct sampler *s); /* frees scratch; s itself is the caller's
 /* Picks a token from logits[0..vocab). logits is scratch and may be overwritten. */
 int32_t sampler_pick(struct sampler *s, float *logits, int vocab);
 
-/* Uniform double in [0, 1) from the generator. */
-double sampler_uniform(struct sampler *s);
 
 #endif

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "workload/rng.h"
+#include "core/rng.h"
 
 /* A growable event array. The cap keeps a runaway spec or trace from eating
  * memory: generators check the expected count up front, but a bursty process

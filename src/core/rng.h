@@ -1,10 +1,10 @@
-/* A small seeded generator for workloads: xoshiro256** seeded through
+/* A small seeded generator (workloads, sampling, random weights): xoshiro256** seeded through
  * splitmix64, plus the distributions arrival processes draw from. The same
  * seed (and stream) gives the same numbers on every machine: only IEEE double
  * arithmetic and libm's log/exp/sqrt/cos/pow are involved. Not for
  * cryptography. */
-#ifndef SHARDSWAP_WORKLOAD_RNG_H
-#define SHARDSWAP_WORKLOAD_RNG_H
+#ifndef SHARDSWAP_CORE_RNG_H
+#define SHARDSWAP_CORE_RNG_H
 
 #include <stdint.h>
 

@@ -1,4 +1,4 @@
-#include "workload/rng.h"
+#include "core/rng.h"
 
 #include <assert.h>
 #include <math.h>
