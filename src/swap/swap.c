@@ -596,6 +596,9 @@ int swap_device_count(const struct swap_manager *mgr)
 void swap_set_listener(struct swap_manager *mgr, void (*fn)(void *ctx), void *ctx)
 {
     pthread_mutex_lock(&mgr->lock);
+    /* once this returns, the old listener is not running and never will */
+    while (mgr->listener_calls > 0)
+        pthread_cond_wait(&mgr->changed, &mgr->lock);
     mgr->listener = fn;
     mgr->listener_ctx = ctx;
     pthread_mutex_unlock(&mgr->lock);
@@ -649,10 +652,16 @@ void swap_shard_done(struct swap_manager *mgr, struct swap_shard *sh, enum loade
     }
     void (*listener)(void *) = mgr->listener;
     void *listener_ctx = mgr->listener_ctx;
+    mgr->listener_calls += listener != NULL;
     pthread_cond_broadcast(&mgr->changed);
     pthread_mutex_unlock(&mgr->lock);
-    if (listener)
+    if (listener) {
         listener(listener_ctx);
+        pthread_mutex_lock(&mgr->lock);
+        mgr->listener_calls--;
+        pthread_cond_broadcast(&mgr->changed);
+        pthread_mutex_unlock(&mgr->lock);
+    }
 }
 
 /* Called by a loader thread after filling blob b's host copy. */

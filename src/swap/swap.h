@@ -119,7 +119,8 @@ void swap_use_end(struct swap_manager *mgr, struct swap_model *model);
 
 /* fn(ctx) is called after every transition a loader thread completes (a
  * load or offload finished), outside the manager's lock: how a scheduler
- * learns that memory or a model became available without polling. */
+ * learns that memory or a model became available without polling. When this
+ * returns, the previous listener is not running and will not be called. */
 void swap_set_listener(struct swap_manager *mgr, void (*fn)(void *ctx), void *ctx);
 
 enum residency swap_residency(struct swap_manager *mgr, const struct swap_model *model);

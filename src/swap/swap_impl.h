@@ -37,6 +37,7 @@ struct swap_manager {
     struct swap_stats stats;       /* host_used/host_high_water/budget live here */
     void (*listener)(void *ctx);   /* told of every completed transition */
     void *listener_ctx;
+    int listener_calls;            /* calls in progress (outside the lock) */
 };
 
 int loader_start(struct loader *l, struct swap_manager *mgr, int device);
