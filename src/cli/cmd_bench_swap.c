@@ -324,26 +324,13 @@ int bench_swap(int argc, char **argv)
     /* each device's budget: the most any layout puts on it (the arenas are
      * real memory, touched at open) */
     uint64_t need[MAX_WORKERS] = {0};
-    if ((rc = st_open(dir, &ck)) < 0)
-        goto out;
-    for (int i = 0; i < n; i++)
-        for (int d = 0; d < tps[i] * pps[i]; d++) {
-            struct opt_shard s = {.tp_rank = d % tps[i], .tp_size = tps[i]};
-            s.layer_begin = (int)((long)cfg.n_layers * (d / tps[i]) / pps[i]);
-            s.layer_end = (int)((long)cfg.n_layers * (d / tps[i] + 1) / pps[i]);
-            struct opt_model *m = NULL;
-            struct opt_layout lay;
-            if ((rc = opt_shard_open(&cfg, ck, &s, &m, &lay)) < 0)
-                goto out;
-            uint64_t bytes = 0;
-            for (int b = 0; b < lay.n_blobs; b++)
-                bytes += (lay.blob_bytes[b] + 63) / 64 * 64;
-            need[d] = bytes > need[d] ? bytes : need[d];
-            opt_layout_free(&lay);
-            opt_model_close(m);
-        }
-    st_close(ck);
-    ck = NULL;
+    for (int i = 0; i < n; i++) {
+        uint64_t shard[MAX_WORKERS], host;
+        if ((rc = swap_layout_bytes(dir, tps[i], pps[i], shard, &host)) < 0)
+            goto out;
+        for (int d = 0; d < tps[i] * pps[i]; d++)
+            need[d] = shard[d] > need[d] ? shard[d] : need[d];
+    }
     uint64_t budget = total + embed + (16u << 20); /* host tier: any layout's copy */
     for (int d = 0; d < max_workers; d++)
         if ((rc = device_open_cpu(d, need[d] + (1u << 20), &devs[d])) < 0)

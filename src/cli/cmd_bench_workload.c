@@ -137,45 +137,13 @@ static int rig_open(struct rig *g, char dirs[][512], int n_models, int tp, int m
         placement[d] = d;
     struct placement pl = {.tp = tp, .pp = 1, .devices = placement};
     int rc = 0;
-    /* a roomy probe for the per-device bytes of one model */
-    struct device *probe[8] = {0};
-    struct swap_manager *pm = NULL;
-    struct swap_model *pmod = NULL;
-    struct swap_config cfg = {.host_budget = (uint64_t)64 << 30, .policy = "lru-bytes"};
-    uint64_t per = 0, host = 0;
-    for (int d = 0; d < tp && rc == 0; d++)
-        rc = device_open_cpu(d, 1u << 20, &probe[d]);
-    if (rc == 0 && (rc = swap_manager_create(probe, tp, &cfg, &pm)) == 0) {
-        /* registration refuses it (1 MiB devices) but we only need the sizes */
-        struct opt_config c;
-        if ((rc = opt_config_load(dirs[0], &c)) == 0) {
-            struct st_checkpoint *ck = NULL;
-            if ((rc = st_open(dirs[0], &ck)) == 0) {
-                for (int r = 0; r < tp; r++) {
-                    struct opt_shard s = {.tp_rank = r, .tp_size = tp, .layer_end = c.n_layers};
-                    struct opt_model *m = NULL;
-                    struct opt_layout lay;
-                    if ((rc = opt_shard_open(&c, ck, &s, &m, &lay)) < 0)
-                        break;
-                    uint64_t b = 0;
-                    for (int i = 0; i < lay.n_blobs; i++) {
-                        b += (lay.blob_bytes[i] + 63) / 64 * 64;
-                        host += lay.blob_bytes[i];
-                    }
-                    per = b > per ? b : per;
-                    opt_layout_free(&lay);
-                    opt_model_close(m);
-                }
-                st_close(ck);
-            }
-        }
-    }
-    (void)pmod;
-    swap_manager_destroy(pm);
-    for (int d = 0; d < tp; d++)
-        device_close(probe[d]);
-    if (rc < 0)
+    /* the per-device bytes of one model (all have the same shape) */
+    struct swap_config cfg = {.policy = "lru-bytes"};
+    uint64_t shard[8], per = 0, host = 0;
+    if ((rc = swap_layout_bytes(dirs[0], tp, 1, shard, &host)) < 0)
         return rc;
+    for (int r = 0; r < tp; r++)
+        per = shard[r] > per ? shard[r] : per;
     g->n_devs = tp;
     for (int d = 0; d < tp; d++)
         if ((rc = device_open_cpu(d, per * (uint64_t)max_loaded + (1u << 20), &g->devs[d])) < 0 ||

@@ -135,6 +135,37 @@ static void stage_range(int n, int pp, int s, int *begin, int *end)
     *end = (int)((long)n * (s + 1) / pp);
 }
 
+int swap_layout_bytes(const char *dir, int tp, int pp, uint64_t *device_bytes,
+                      uint64_t *host_bytes)
+{
+    struct opt_config cfg;
+    struct st_checkpoint *ck = NULL;
+    int rc;
+    *host_bytes = 0;
+    if ((rc = opt_config_load(dir, &cfg)) < 0 || (rc = st_open(dir, &ck)) < 0)
+        return rc;
+    if (tp < 1 || pp < 1 || pp > cfg.n_layers)
+        rc = err_set(ERR_INVALID, "%s: a %dx%d layout does not fit its %d layers", dir, tp, pp,
+                     cfg.n_layers);
+    for (int i = 0; rc == 0 && i < tp * pp; i++) {
+        struct opt_shard s = {.tp_rank = i % tp, .tp_size = tp};
+        stage_range(cfg.n_layers, pp, i / tp, &s.layer_begin, &s.layer_end);
+        struct opt_model *m = NULL;
+        struct opt_layout lay;
+        if ((rc = opt_shard_open(&cfg, ck, &s, &m, &lay)) < 0)
+            break;
+        device_bytes[i] = 0;
+        for (int b = 0; b < lay.n_blobs; b++) {
+            device_bytes[i] += round_blob(lay.blob_bytes[b]);
+            *host_bytes += lay.blob_bytes[b];
+        }
+        opt_layout_free(&lay);
+        opt_model_close(m);
+    }
+    st_close(ck);
+    return rc;
+}
+
 static int shard_init(struct swap_model *model, struct swap_shard *sh, int stage, int rank,
                       int device)
 {

@@ -97,6 +97,12 @@ void swap_manager_destroy(struct swap_manager *mgr); /* NULL-safe */
 int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
                   const struct placement *pl, bool pinned, struct swap_model **out);
 
+/* What registering dir with a TP x PP layout would need, without
+ * registering: device bytes of each shard (tp * pp, stage-major, as placed)
+ * and host bytes in all. For sizing devices and budgets. */
+int swap_layout_bytes(const char *dir, int tp, int pp, uint64_t *device_bytes,
+                      uint64_t *host_bytes);
+
 /* Starts loading every shard onto its device (evicting by the policy first);
  * returns once the copies are queued. Already resident or loading: returns 0.
  * ERR_BUSY when room cannot be made now (everything evictable is busy). */
