@@ -489,11 +489,23 @@ int bench_workload(int argc, char **argv)
             printf("%s{\"policy\": \"%s\", \"requests\": %zu, \"failed\": %zu, \"mean_s\": %.6f, "
                    "\"p50_s\": %.6f, \"p90_s\": %.6f, \"p99_s\": %.6f, \"max_s\": %.6f, "
                    "\"slo_attainment\": %.4f, \"throughput_rps\": %.3f, \"swaps\": %llu, "
-                   "\"swap_s\": %.4f, \"compute_s\": %.4f, \"queue_s\": %.4f, \"batches\": %llu}",
+                   "\"swap_s\": %.4f, \"compute_s\": %.4f, \"queue_s\": %.4f, \"batches\": %llu, "
+                   "\"per_model\": [",
                    p ? ", " : "", policies[p], s->all.n, s->failed, s->all.mean, s->all.p50,
                    s->all.p90, s->all.p99, s->all.max, s->slo_attain, s->throughput,
                    (unsigned long long)res[p].st.loads, res[p].st.swap_s, res[p].st.compute_s,
                    s->queue_s, (unsigned long long)res[p].st.batches);
+            for (int i = 0; i < c.n_models; i++) {
+                struct summary m;
+                summarize(&res[p], slo, i, &m, NULL, NULL);
+                printf("%s{\"model\": %d, \"requests\": %zu, \"mean_s\": %.6f, \"p50_s\": %.6f, "
+                       "\"p90_s\": %.6f, \"p99_s\": %.6f, \"max_s\": %.6f, "
+                       "\"slo_attainment\": %.4f}",
+                       i ? ", " : "", i, m.all.n, m.all.n ? m.all.mean : 0, m.all.n ? m.all.p50 : 0,
+                       m.all.n ? m.all.p90 : 0, m.all.n ? m.all.p99 : 0, m.all.n ? m.all.max : 0,
+                       m.all.n ? m.slo_attain : 0);
+            }
+            printf("]}");
         }
         printf("]}\n");
     } else {
@@ -516,16 +528,19 @@ int bench_workload(int argc, char **argv)
                    (unsigned long long)res[p].st.loads, res[p].st.swap_s, res[p].st.compute_s,
                    s->queue_s);
         }
-        printf("per model (p99 ms)");
-        for (int p = 0; p < n_pol; p++) {
-            printf("\n  %-10s", policies[p]);
+        printf("per model\n%-10s %5s %6s %8s %8s %8s %8s %8s %6s\n", "policy", "model", "reqs",
+               "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "SLO%");
+        for (int p = 0; p < n_pol; p++)
             for (int i = 0; i < c.n_models; i++) {
-                struct summary s;
-                summarize(&res[p], slo, i, &s, NULL, NULL);
-                printf(" m%d %.1f", i, s.all.n ? s.all.p99 * 1e3 : 0.0);
+                struct summary m;
+                summarize(&res[p], slo, i, &m, NULL, NULL);
+                if (m.all.n == 0)
+                    continue;
+                printf("%-10s %5d %6zu %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f\n", policies[p], i,
+                       m.all.n, m.all.mean * 1e3, m.all.p50 * 1e3, m.all.p90 * 1e3,
+                       m.all.p99 * 1e3, m.all.max * 1e3, 100 * m.slo_attain);
             }
-        }
-        printf("\nplot %s, requests %s/%s-<policy>.csv\n", plot, out_dir, tag);
+        printf("plot %s, requests %s/%s-<policy>.csv\n", plot, out_dir, tag);
     }
 out:
     for (int p = 0; p < MAX_POLICIES; p++)
