@@ -36,6 +36,23 @@ static inline void test_skip(const char *why)
     exit(77);
 }
 
+/* max |a - b| / max |b| over n values; infinite when a has a NaN. The
+ * relative error every model comparison states its tolerance in. */
+static inline double test_rel_err(const float *a, const float *b, size_t n)
+{
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        d = d < 0 ? -d : d;
+        if (d != d)
+            return 1.0 / 0.0;
+        md = d > md ? d : md;
+        double r = b[i] < 0 ? -(double)b[i] : b[i];
+        mb = r > mb ? r : mb;
+    }
+    return mb > 0 ? md / mb : md;
+}
+
 static inline int test_finish(void)
 {
     printf("%d checks, %d failed\n", test_checks, test_failures);

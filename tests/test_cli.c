@@ -97,13 +97,8 @@ int main(void)
         FILE *f = fopen(path, "rb");
         CHECK(fread(got, 1, t->nbytes, f) == t->nbytes);
         fclose(f);
-        const float *r = t->data;
-        double md = 0, mr = 0;
-        for (size_t i = 0; i < t->numel; i++) {
-            md = fmax(md, fabs((double)got[i] - r[i]));
-            mr = fmax(mr, fabs((double)r[i]));
-        }
-        CHECK_MSG(md / mr <= 1e-4, "forward --out rel err %g", md / mr);
+        double e = test_rel_err(got, t->data, t->numel);
+        CHECK_MSG(e <= 1e-4, "forward --out rel err %g", e);
         free(got);
     }
     st_close(ref);

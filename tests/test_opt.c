@@ -20,20 +20,6 @@
 
 #define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/models"
 
-/* max |a - b| / max |b| over n values */
-static double rel_err(const float *a, const float *b, size_t n)
-{
-    double md = 0, mb = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > md || isnan(d))
-            md = isnan(d) ? INFINITY : d;
-        if (fabs(b[i]) > mb)
-            mb = fabs(b[i]);
-    }
-    return mb > 0 ? md / mb : md;
-}
-
 static int32_t *json_ids(json_t *arr, int *n)
 {
     *n = (int)json_array_size(arr);
@@ -73,7 +59,7 @@ static void check_batch(const char *name, struct opt_model *m, json_t *batch,
             if (!mask[b * T + t])
                 continue;
             size_t o = ((size_t)b * T + t) * V;
-            double e = rel_err(logits + o, r + o, (size_t)V);
+            double e = test_rel_err(logits + o, r + o, (size_t)V);
             if (e > worst)
                 worst = e;
         }
@@ -96,7 +82,7 @@ static void check_single(const char *name, struct opt_model *m, const int32_t *i
     CHECK(opt_kv_init(m, 1, n, &kv) == 0);
     CHECK(opt_forward(m, kv, ids, NULL, n, true, full) == 0);
     if (ref && ref->nbytes == (size_t)n * V * 4) {
-        double e = rel_err(full, ref->data, (size_t)n * V);
+        double e = test_rel_err(full, ref->data, (size_t)n * V);
         printf("%s: unpadded prompt logits rel err %.2e\n", name, e);
         CHECK_MSG(e <= tol, "%s: unpadded logits rel err %.3e > %.0e", name, e, tol);
     }
@@ -105,10 +91,10 @@ static void check_single(const char *name, struct opt_model *m, const int32_t *i
     int half = n / 2 > 0 ? n / 2 : 1;
     float *pre = malloc((size_t)half * V * sizeof(float));
     CHECK(opt_forward(m, kv, ids, NULL, half, true, pre) == 0);
-    double worst = rel_err(pre, full, (size_t)half * V);
+    double worst = test_rel_err(pre, full, (size_t)half * V);
     for (int t = half; t < n; t++) {
         CHECK(opt_forward(m, kv, &ids[t], NULL, 1, false, step) == 0);
-        double e = rel_err(step, full + (size_t)t * V, (size_t)V);
+        double e = test_rel_err(step, full + (size_t)t * V, (size_t)V);
         if (e > worst)
             worst = e;
     }

@@ -22,17 +22,6 @@
 #define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/models"
 #define TOL 1e-5
 
-static double rel_err(const float *a, const float *b, size_t n)
-{
-    double md = 0, mb = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        md = isnan(d) ? INFINITY : fmax(md, d);
-        mb = fmax(mb, fabs((double)b[i]));
-    }
-    return mb > 0 ? md / mb : md;
-}
-
 /* A left-padded batch: 3 sequences of lengths 6, 3, 1 over t = 6 positions. */
 #define B 3
 #define T 6
@@ -62,7 +51,6 @@ static void reference(const char *dir, float *pre, float *steps, int32_t *step_i
     CHECK(opt_kv_init(m, B, T + 4, &kv) == 0);
     CHECK(opt_forward(m, kv, ids, mask, T, true, pre) == 0);
     const float *last = NULL;
-    float *cur = malloc((size_t)B * V * sizeof(float));
     for (int s = 0; s < 4; s++) {
         for (int b = 0; b < B; b++) {
             last = s == 0 ? pre + ((size_t)b * T + T - 1) * V : steps + ((size_t)(s - 1) * B + b) * V;
@@ -74,7 +62,6 @@ static void reference(const char *dir, float *pre, float *steps, int32_t *step_i
         }
         CHECK(opt_forward(m, kv, &step_ids[s * B], NULL, 1, false, steps + (size_t)s * B * V) == 0);
     }
-    free(cur);
     opt_kv_free(kv);
     opt_model_close(m);
 }
@@ -111,11 +98,11 @@ static void check_layout(const char *name, const char *dir, int tp, int pp, cons
         double worst = 0;
         for (int i = 0; i < B * T; i++)
             if (mask[i])
-                worst = fmax(worst, rel_err(got + (size_t)i * V, pre + (size_t)i * V, (size_t)V));
+                worst = fmax(worst, test_rel_err(got + (size_t)i * V, pre + (size_t)i * V, (size_t)V));
         double worst_step = 0;
         for (int s = 0; s < 4; s++) {
             CHECK(group_forward(w, gb, &step_ids[s * B], NULL, 1, false, true, got) == 0);
-            worst_step = fmax(worst_step, rel_err(got, steps + (size_t)s * B * V, (size_t)B * V));
+            worst_step = fmax(worst_step, test_rel_err(got, steps + (size_t)s * B * V, (size_t)B * V));
         }
         printf("%-20s tp %d pp %d: prefill rel err %.1e, decode rel err %.1e\n", name, tp, pp,
                worst, worst_step);

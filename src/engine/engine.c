@@ -231,10 +231,9 @@ static void batch_run(struct emodel *m, struct engine_request **first, int n_fir
     int max_len = max_prompt + max_tokens + (max_tokens > 1 ? JOIN_ROOM : 0);
     if (max_len > c->max_pos)
         max_len = c->max_pos;
-    int t_cap = max_len;
     b.req = calloc((size_t)n_first, sizeof(*b.req));
-    b.ids = malloc((size_t)n_first * t_cap * sizeof(int32_t));
-    b.mask = malloc((size_t)n_first * t_cap);
+    b.ids = malloc((size_t)n_first * max_len * sizeof(int32_t));
+    b.mask = malloc((size_t)n_first * max_len);
     b.logits = malloc((size_t)n_first * c->vocab * sizeof(float));
     b.last = calloc((size_t)n_first, sizeof(int32_t));
     int rc = group_batch_create(m->sm, n_first, max_len, &b.gb);
@@ -478,6 +477,8 @@ int engine_add_model(struct engine *e, struct swap_model *model)
 {
     if (e->sched_started)
         return err_set(ERR_INVALID, "models are added before the first request");
+    if (e->n_models == SCHED_MAX_MODELS)
+        return err_set(ERR_INVALID, "an engine serves at most %d models", SCHED_MAX_MODELS);
     if (e->n_models == e->cap) {
         int cap = e->cap ? 2 * e->cap : 8;
         struct emodel **m = realloc(e->models, (size_t)cap * sizeof(*m));

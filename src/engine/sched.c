@@ -5,14 +5,6 @@
 
 #include "core/error.h"
 
-bool sched_fits(const struct sched_view *v, int m)
-{
-    for (int d = 0; d < v->n_devices; d++)
-        if (v->models[m].bytes[d] > v->free_bytes[d])
-            return false;
-    return true;
-}
-
 /* The waiting model with the oldest queue head among those `want` accepts. */
 static int oldest_head(const struct sched_view *v, bool (*want)(const struct sched_model *))
 {
@@ -77,10 +69,10 @@ static int computron_decide(const struct sched_view *v, struct sched_action *out
     int resident = 0;
     for (int i = 0; i < v->n_models; i++)
         resident += v->models[i].resident;
-    bool chosen[4096] = {false};
+    bool chosen[SCHED_MAX_MODELS] = {false};
     while ((v->max_loaded > 0 && resident >= v->max_loaded) || !fits_in(v, m, free_bytes)) {
         int lru = -1;
-        for (int i = 0; i < v->n_models && i < 4096; i++) {
+        for (int i = 0; i < v->n_models; i++) {
             const struct sched_model *c = &v->models[i];
             if (c->resident && !c->pinned && !chosen[i] &&
                 (lru < 0 || c->last_used < v->models[lru].last_used))
@@ -120,7 +112,7 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
     int load = v->any_loading ? -1 : oldest_head(v, not_resident);
     int oldest = oldest_head(v, any_model);
     struct sched_action a = {.kind = SCHED_LOAD, .model = load};
-    bool chosen[4096] = {false};
+    bool chosen[SCHED_MAX_MODELS] = {false};
     bool need = false;
     if (load >= 0) {
         uint64_t free_bytes[SCHED_MAX_DEVICES];
@@ -135,7 +127,7 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
             while ((v->max_loaded > 0 && resident >= v->max_loaded) ||
                    !fits_in(v, load, free_bytes)) {
                 int pick = -1;
-                for (int i = 0; i < v->n_models && i < 4096; i++) {
+                for (int i = 0; i < v->n_models; i++) {
                     const struct sched_model *c = &v->models[i];
                     if (chosen[i] || !victim_ok(c) || (pass == 0 && c->queue_len > 0))
                         continue;
@@ -167,10 +159,10 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
         for (int d = 0; d < v->n_devices; d++)
             if (v->models[i].running && v->models[i].bytes[d] > 0)
                 busy[d] = true;
-    bool served[4096] = {false};
+    bool served[SCHED_MAX_MODELS] = {false};
     while (n < max) {
         int pick = -1;
-        for (int i = 0; i < v->n_models && i < 4096; i++) {
+        for (int i = 0; i < v->n_models; i++) {
             const struct sched_model *c = &v->models[i];
             if (served[i] || c->queue_len == 0 || !c->resident || c->running ||
                 c->offload_pending || chosen[i] || (c->loading && !v->overlap_loads))

@@ -14,6 +14,7 @@
 
 #define SCHED_MAX_DEVICES 64
 #define SCHED_MAX_VICTIMS 16
+#define SCHED_MAX_MODELS 4096 /* models one engine serves */
 
 struct sched_model {
     int queue_len;
@@ -68,7 +69,5 @@ const struct sched_policy *sched_policy_find(const char *name);
 const char *sched_policy_names(void);
 const char *sched_policy_default(void);
 
-/* True when `m`'s bytes fit the free bytes of every device. */
-bool sched_fits(const struct sched_view *v, int m);
 
 #endif

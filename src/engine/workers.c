@@ -119,12 +119,6 @@ fail:
     return rc;
 }
 
-void group_batch_reset(struct group_batch *gb)
-{
-    for (int i = 0; i < gb->n_shards; i++)
-        opt_kv_reset(gb->kv[i]);
-}
-
 void group_batch_clear_slot(struct group_batch *gb, int b)
 {
     for (int i = 0; i < gb->n_shards; i++)

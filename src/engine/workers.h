@@ -30,7 +30,6 @@ void workers_destroy(struct workers *w); /* NULL-safe; waits for queued jobs */
 struct group_batch;
 int group_batch_create(struct swap_model *model, int batch, int max_len,
                        struct group_batch **out);
-void group_batch_reset(struct group_batch *gb); /* empties the KV caches */
 /* Frees sequence slot b on every shard for a new sequence. */
 void group_batch_clear_slot(struct group_batch *gb, int b);
 /* Positions still free in the KV caches. */

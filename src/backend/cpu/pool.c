@@ -91,12 +91,6 @@ void pool_set_threads(int n)
     pool.want_threads = n;
 }
 
-int pool_threads(void)
-{
-    pthread_once(&pool.once, pool_start);
-    return pool.n_workers + 1;
-}
-
 void pool_run(pool_task_fn fn, void *ctx, int n_tasks)
 {
     if (n_tasks <= 0)

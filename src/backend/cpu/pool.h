@@ -10,7 +10,6 @@ typedef void (*pool_task_fn)(void *ctx, int task);
 /* Sets the number of threads (caller included); n < 1 means all cores.
  * Must not be called while a job runs. */
 void pool_set_threads(int n);
-int pool_threads(void);
 
 /* Runs fn(ctx, i) for i in [0, n_tasks) on the pool and waits. Jobs from
  * different threads are serialised. */
