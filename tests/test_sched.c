@@ -112,13 +112,27 @@ int main(void)
     }
     CHECK(load2 && serve0);
 
-    /* never a model with a batch in flight; pinned never either: wait */
+    /* a model with a batch in flight and nothing queued may be named to
+     * leave at its batch's end (the engine defers the offload and loads once
+     * the room is there); a pinned one never */
     scenario(3, 0, 0);
     resident(0, 1);
     resident(1, 2);
     models[0].running = true;
     models[1].pinned = true;
     waiting(2, 1, 10);
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(n == 1 && a[0].kind == SCHED_LOAD && a[0].model == 2 && a[0].n_victims == 1 &&
+          a[0].victims[0] == 0);
+    /* ...and once it is leaving, the load waits for that room, naming nobody else */
+    models[0].offload_pending = true;
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(n == 1 && a[0].kind == SCHED_LOAD && a[0].n_victims == 0);
+    /* with requests of its own queued it stays, and so does the pinned one: wait */
+    models[0].offload_pending = false;
+    waiting(0, 1, 50);
     finish_view();
     n = s->decide(&view, a, 16);
     for (int i = 0; i < n; i++)
@@ -175,5 +189,71 @@ int main(void)
     n = s->decide(&view, a, 16);
     for (int i = 0; i < n; i++)
         CHECK(a[i].kind != SCHED_LOAD);
+
+    /* victims by forecast: of two idle models with empty queues, the one
+     * least likely to be wanted within a load's time goes, even when it is
+     * the most recently used */
+    scenario(3, 0, 2);
+    resident(0, 90); /* a request every 0.1 s until t = 99.9: wanted any moment */
+    resident(1, 99); /* one a second until t = 99: less likely within the next 0.2 s */
+    for (int k = 0; k < 1000; k++)
+        forecast_add(&models[0].arrivals, 0.1 * k);
+    for (int k = 0; k < 100; k++)
+        forecast_add(&models[1].arrivals, k);
+    waiting(2, 1, 99.5);
+    view.load_s = 0.2;
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(n == 1 && a[0].kind == SCHED_LOAD && a[0].model == 2 && a[0].n_victims == 1 &&
+          a[0].victims[0] == 1);
+
+    /* prefetch: with idle links that cost no compute and nothing waiting, a
+     * model likely wanted soon comes in for an idle one clearly less likely */
+    scenario(3, 0, 2);
+    resident(0, 90);
+    resident(1, 99);
+    for (int k = 0; k < 1000; k++) /* model 2: every 0.1 s, evicted at some point */
+        forecast_add(&models[2].arrivals, 0.1 * k);
+    for (int k = 0; k < 100; k++) {
+        forecast_add(&models[0].arrivals, k); /* both: once a second, last at 99 */
+        forecast_add(&models[1].arrivals, k);
+    }
+    view.load_s = 0.2;
+    view.overlap_loads = true;
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(n == 1 && a[0].kind == SCHED_LOAD && a[0].model == 2 && a[0].n_victims == 1);
+    /* ...never where a copy takes compute, never for a busy model */
+    view.overlap_loads = false;
+    CHECK(s->decide(&view, a, 16) == 0);
+    view.overlap_loads = true;
+    models[0].running = models[1].running = true;
+    finish_view();
+    CHECK(s->decide(&view, a, 16) == 0);
+    /* ...and not for a model no more likely wanted than the resident ones */
+    models[0].running = models[1].running = false;
+    memset(&models[2].arrivals, 0, sizeof(models[2].arrivals));
+    for (int k = 0; k < 100; k++)
+        forecast_add(&models[2].arrivals, k);
+    finish_view();
+    CHECK(s->decide(&view, a, 16) == 0);
+
+    /* a loading model gets a batch (its layers overlap the load) only when
+     * no loaded model has work: the batch would hold the devices until the
+     * last layer arrives */
+    scenario(2, 1000, 0);
+    resident(0, 1);
+    resident(1, 2);
+    models[1].loading = true;
+    waiting(0, 1, 20);
+    waiting(1, 1, 10);
+    view.overlap_loads = true;
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(n == 1 && a[0].kind == SCHED_SERVE && a[0].model == 0);
+    models[0].queue_len = 0;
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(n == 1 && a[0].kind == SCHED_SERVE && a[0].model == 1);
     return test_finish();
 }

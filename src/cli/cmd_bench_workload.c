@@ -21,57 +21,17 @@
 #include "engine/sched.h"
 #include "model/opt_random.h"
 #include "workload/arrival.h"
+#include "workload/computron.h"
 #include "workload/report.h"
 #include "workload/stats.h"
 
-#define MAX_MODELS 64
+#define MAX_MODELS WORKLOAD_MAX_MODELS
 #define MAX_POLICIES 4
 
 /* "Berkeley is the number one public" through the OPT tokenizer (BOS first):
  * Computron's prompt. */
 static const int32_t computron_prompt[] = {2, 26795, 42676, 16, 5, 346, 65, 285};
 #define PROMPT_LEN (int)(sizeof(computron_prompt) / sizeof(computron_prompt[0]))
-
-struct wl_config {
-    int n_models;
-    double rates[MAX_MODELS];
-    double cv;
-    int max_loaded, max_batch;
-    bool round_robin;
-};
-
-/* Computron's experiments/sim.py configs, in this order: for each rate
- * vector, CV 0.25, 1, 4. */
-static int computron_config(int k, struct wl_config *c)
-{
-    static const double r3[3][3] = {{1, 1, 1}, {10, 1, 1}, {10, 10, 1}};
-    static const double r6[3][6] = {{1, 1, 1, 1, 1, 1}, {10, 10, 1, 1, 1, 1},
-                                    {10, 10, 10, 10, 1, 1}};
-    static const double cvs[3] = {0.25, 1, 4};
-    memset(c, 0, sizeof(*c));
-    if (k >= 0 && k < 9) {
-        c->n_models = 3;
-        memcpy(c->rates, r3[k / 3], sizeof(r3[0]));
-        c->cv = cvs[k % 3];
-        c->max_loaded = 2;
-        c->max_batch = 8;
-    } else if (k >= 9 && k < 18) {
-        c->n_models = 6;
-        memcpy(c->rates, r6[(k - 9) / 3], sizeof(r6[0]));
-        c->cv = cvs[(k - 9) % 3];
-        c->max_loaded = 4;
-        c->max_batch = 32;
-    } else if (k == 18) {
-        c->n_models = 2;
-        c->rates[0] = c->rates[1] = 1;
-        c->cv = 1;
-        c->max_loaded = 1;
-        c->max_batch = 8;
-    } else {
-        return err_set(ERR_INVALID, "--config computron:%d does not exist (0..18)", k);
-    }
-    return 0;
-}
 
 struct run_result {
     const char *policy;
@@ -175,7 +135,7 @@ static void sleep_until(double t)
     nanosleep(&ts, NULL);
 }
 
-static int run_policy(char dirs[][512], const struct wl_config *c, int tp, const char *policy,
+static int run_policy(char dirs[][512], const struct workload_config *c, int tp, const char *policy,
                       const struct arrival *ev, size_t n_ev, int rr_requests, double link_gbps,
                       struct run_result *out)
 {
@@ -366,7 +326,7 @@ int bench_workload(int argc, char **argv)
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
-    struct wl_config c = {0};
+    struct workload_config c = {0};
     const char *policies[MAX_POLICIES];
     int n_pol = 0;
     char pol_buf[256], (*dirs)[512] = NULL;
@@ -389,7 +349,7 @@ int bench_workload(int argc, char **argv)
             rc = err_set(ERR_INVALID, "--config %s: expected computron:K with K in 0..18", config_s);
             goto out;
         }
-        if ((rc = computron_config((int)k, &c)) < 0)
+        if ((rc = workload_computron((int)k, &c)) < 0)
             goto out;
     } else if (strcmp(config_s, "round-robin") == 0) {
         c.n_models = n_models ? n_models : 2;

@@ -23,6 +23,7 @@ struct emodel {
     bool offload_pending; /* chosen as a victim while running */
     bool was_loading;
     double last_used, loaded_at;
+    struct forecast arrivals;
     pthread_t tid;
     bool started;
     pthread_cond_t go_cond;
@@ -42,6 +43,7 @@ struct engine {
     bool sched_started, stop;
     uint64_t outstanding;
     struct engine_stats stats;
+    double load_s; /* the latest load's time, for the policy's forecasts */
 };
 
 static int engine_start(struct engine *e);
@@ -109,6 +111,7 @@ int engine_submit(struct engine *e, struct engine_request *r)
         m->head = r;
     m->tail = r;
     m->queue_len++;
+    forecast_add(&m->arrivals, r->t_arrival);
     e->outstanding++;
     e->stats.submitted++;
     pthread_cond_signal(&e->wake);
@@ -357,6 +360,7 @@ static void view_build(struct engine *e, struct sched_model *sm, struct sched_vi
     v->models = sm;
     v->max_loaded = e->cfg.max_loaded;
     v->overlap_loads = e->cfg.overlap_loads;
+    v->load_s = e->load_s;
     for (int d = 0; d < v->n_devices; d++) {
         struct device *dev = swap_device(e->mgr, d);
         v->free_bytes[d] = device_budget(dev) - device_used(dev);
@@ -374,11 +378,13 @@ static void view_build(struct engine *e, struct sched_model *sm, struct sched_vi
         sm[i].pinned = m->sm->pinned;
         sm[i].last_used = m->last_used;
         sm[i].loaded_at = m->loaded_at;
+        sm[i].arrivals = m->arrivals;
         for (int d = 0; d < v->n_devices; d++)
             sm[i].bytes[d] = swap_model_device_bytes(m->sm, d);
         if (m->was_loading && !sm[i].loading) { /* a load finished since last time */
             m->was_loading = false;
-            e->stats.swap_s += m->sm->load_t1 - m->sm->load_t0;
+            e->load_s = m->sm->load_t1 - m->sm->load_t0;
+            e->stats.swap_s += e->load_s;
         }
         v->any_loading |= sm[i].loading;
         v->any_running |= m->running;
@@ -405,6 +411,13 @@ static bool act(struct engine *e, const struct sched_action *a)
             e->stats.evictions++;
             v->offload_pending = v->running;
         }
+    }
+    /* a victim with a batch in flight leaves at its end, which wakes us;
+     * loading before would make the swap manager pick victims of its own */
+    for (int d = 0; d < swap_device_count(e->mgr); d++) {
+        struct device *dev = swap_device(e->mgr, d);
+        if (swap_model_device_bytes(m->sm, d) > device_budget(dev) - device_used(dev))
+            return false;
     }
     if (swap_load(e->mgr, m->sm) < 0)
         return false; /* no room yet: a transition or a finished batch will wake us */

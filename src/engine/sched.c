@@ -92,18 +92,133 @@ static int computron_decide(const struct sched_view *v, struct sched_action *out
 /* ---- swapwise: the default ----
  * - Batches go in queue-head order to resident models, one at a time per
  *   device, also while another model loads (the copy engine and the compute
- *   overlap) and while the model's own load is still arriving (layers
- *   overlap): Computron instead stops everything for a load.
- * - One load at a time (loads share the memory links): the waiting model
- *   whose queue head is oldest, so no model starves.
- * - Room is made by byte budgets, taking victims in this order: idle models
- *   with nothing queued (least recently used first); then, only when the
- *   model to load holds the oldest request of all, idle models with younger
- *   requests. A model with a batch in flight is never evicted, and a model
- *   chosen to go gets no new batch, so it becomes idle at its batch's end. */
-static bool victim_ok(const struct sched_model *c)
+ *   overlap). A model whose own load is still arriving gets a batch only when
+ *   no loaded model has work: such a batch holds its devices until the last
+ *   layer arrives.
+ * - One load at a time (loads share the links): the waiting model whose queue
+ *   head is oldest, so no model starves.
+ * - Room is made by byte budgets, taking victims in this order: models with
+ *   nothing queued, the least likely to be wanted within a load's time first
+ *   (forecast.h), waiting for one to finish its batch rather than evicting a
+ *   busier one; then, only when the model to load holds the oldest request of
+ *   all, idle models with younger requests, least recently used first. A
+ *   model with a batch in flight is never evicted under it, and a model
+ *   chosen to go gets no new batch.
+ * - Prefetch: when the links are idle, nothing waits for a load and copies
+ *   take no compute, a model likely wanted soon comes in for resident idle
+ *   models clearly less likely wanted. */
+#define SW_PREFETCH_MIN 0.2    /* likelihood of a request within a load's time */
+#define SW_PREFETCH_MARGIN 0.2 /* over every model it displaces */
+
+/* The chance of a request for m within the time of a load. */
+static double demand(const struct sched_view *v, const struct sched_model *m)
 {
-    return c->resident && !c->loading && !c->running && !c->pinned && !c->offload_pending;
+    return forecast_within(&m->arrivals, v->now, v->load_s > 0 ? v->load_s : 0.1);
+}
+
+/* Room on the devices once the models already leaving have left. */
+struct room {
+    uint64_t free_bytes[SCHED_MAX_DEVICES];
+    int resident;
+};
+
+static void room_init(const struct sched_view *v, struct room *r)
+{
+    memcpy(r->free_bytes, v->free_bytes, sizeof(r->free_bytes));
+    r->resident = 0;
+    for (int i = 0; i < v->n_models; i++) {
+        const struct sched_model *c = &v->models[i];
+        if (c->resident && c->offload_pending)
+            free_victim(v, i, r->free_bytes);
+        r->resident += c->resident && !c->offload_pending;
+    }
+}
+
+static bool room_for(const struct sched_view *v, const struct room *r, int m)
+{
+    return (v->max_loaded <= 0 || r->resident < v->max_loaded) && fits_in(v, m, r->free_bytes);
+}
+
+static void room_take(const struct sched_view *v, struct room *r, struct sched_action *a,
+                      bool *chosen, int victim)
+{
+    chosen[victim] = true;
+    a->victims[a->n_victims++] = victim;
+    free_victim(v, victim, r->free_bytes);
+    r->resident--;
+}
+
+static bool evictable(const struct sched_model *c)
+{
+    return c->resident && !c->loading && !c->pinned && !c->offload_pending;
+}
+
+/* Victims for a load of `load` that waits for a request; true when it fits. */
+static bool demand_victims(const struct sched_view *v, int load, bool oldest, struct room *r,
+                           struct sched_action *a, bool *chosen)
+{
+    while (!room_for(v, r, load) && a->n_victims < SCHED_MAX_VICTIMS) {
+        int pick = -1;
+        double pick_d = 0;
+        for (int i = 0; i < v->n_models; i++) { /* nothing queued, least wanted first */
+            const struct sched_model *c = &v->models[i];
+            if (chosen[i] || !evictable(c) || c->queue_len > 0)
+                continue;
+            double d = demand(v, c);
+            if (pick < 0 || d < pick_d || (d == pick_d && c->last_used < v->models[pick].last_used))
+                pick = i, pick_d = d;
+        }
+        bool younger = pick < 0 && oldest; /* then idle with requests younger than ours, LRU */
+        for (int i = 0; younger && i < v->n_models; i++) {
+            const struct sched_model *c = &v->models[i];
+            if (!chosen[i] && evictable(c) && !c->running && c->queue_len > 0 &&
+                c->head_arrival >= v->models[load].head_arrival &&
+                (pick < 0 || c->last_used < v->models[pick].last_used))
+                pick = i;
+        }
+        if (pick < 0)
+            return false;
+        room_take(v, r, a, chosen, pick);
+    }
+    return room_for(v, r, load);
+}
+
+/* A prefetch: the non-resident model likeliest wanted soon, for idle models
+ * with nothing queued that are clearly less likely wanted; true when found. */
+static bool prefetch(const struct sched_view *v, struct sched_action *a, bool *chosen)
+{
+    int p = -1;
+    double pd = 0;
+    for (int i = 0; i < v->n_models; i++) {
+        const struct sched_model *c = &v->models[i];
+        double d = c->resident ? 0 : demand(v, c);
+        if (!c->resident && (p < 0 || d > pd))
+            p = i, pd = d;
+    }
+    if (p < 0 || pd < SW_PREFETCH_MIN)
+        return false;
+    struct room r;
+    room_init(v, &r);
+    *a = (struct sched_action){.kind = SCHED_LOAD, .model = p};
+    while (!room_for(v, &r, p) && a->n_victims < SCHED_MAX_VICTIMS) {
+        int pick = -1;
+        double pick_d = 0;
+        for (int i = 0; i < v->n_models; i++) {
+            const struct sched_model *c = &v->models[i];
+            double d = demand(v, c);
+            if (!chosen[i] && evictable(c) && !c->running && c->queue_len == 0 &&
+                (pick < 0 || d < pick_d))
+                pick = i, pick_d = d;
+        }
+        if (pick < 0 || pick_d + SW_PREFETCH_MARGIN > pd)
+            break;
+        room_take(v, &r, a, chosen, pick);
+    }
+    if (room_for(v, &r, p))
+        return true;
+    for (int k = 0; k < a->n_victims; k++)
+        chosen[a->victims[k]] = false;
+    return false;
 }
 
 static int swapwise_decide(const struct sched_view *v, struct sched_action *out, int max)
@@ -111,61 +226,44 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
     int n = 0;
     int load = v->any_loading ? -1 : oldest_head(v, not_resident);
     int oldest = oldest_head(v, any_model);
-    struct sched_action a = {.kind = SCHED_LOAD, .model = load};
     bool chosen[SCHED_MAX_MODELS] = {false};
-    bool need = false;
+    bool need = false; /* the load lacks room for now */
+    struct sched_action a = {.kind = SCHED_LOAD, .model = load};
     if (load >= 0) {
-        uint64_t free_bytes[SCHED_MAX_DEVICES];
-        memcpy(free_bytes, v->free_bytes, sizeof(free_bytes));
-        int resident = 0;
-        for (int i = 0; i < v->n_models; i++)
-            resident += v->models[i].resident;
-        for (int pass = 0; pass < 2; pass++) {
-            /* pass 0: idle with an empty queue; pass 1: idle with requests younger than ours */
-            if (pass == 1 && load != oldest)
-                break;
-            while ((v->max_loaded > 0 && resident >= v->max_loaded) ||
-                   !fits_in(v, load, free_bytes)) {
-                int pick = -1;
-                for (int i = 0; i < v->n_models; i++) {
-                    const struct sched_model *c = &v->models[i];
-                    if (chosen[i] || !victim_ok(c) || (pass == 0 && c->queue_len > 0))
-                        continue;
-                    if (pass == 1 && c->head_arrival < v->models[load].head_arrival)
-                        continue;
-                    if (pick < 0 || c->last_used < v->models[pick].last_used)
-                        pick = i;
-                }
-                if (pick < 0 || a.n_victims == SCHED_MAX_VICTIMS)
-                    break;
-                chosen[pick] = true;
-                a.victims[a.n_victims++] = pick;
-                free_victim(v, pick, free_bytes);
-                resident--;
-            }
-        }
-        need = (v->max_loaded > 0 && resident >= v->max_loaded) || !fits_in(v, load, free_bytes);
+        struct room r;
+        room_init(v, &r);
+        /* a victim with a batch in flight leaves at its end: the engine
+         * starts the load once the room is there */
+        need = !demand_victims(v, load, load == oldest, &r, &a, chosen);
         if (!need && n < max)
             out[n++] = a;
+    } else if (!v->any_loading && v->overlap_loads && n < max && prefetch(v, &a, chosen)) {
+        out[n++] = a;
     }
     /* Batches for resident models, oldest queue head first, at most one at a
      * time on any device: two batches sharing devices only slow each other
      * (processor sharing), while in queue order the oldest request finishes
-     * first. A loading model qualifies: its layers overlap the load. When the
-     * load still lacks room and holds the oldest request, models that could
-     * make room for it get no new batch: they go idle and are evicted next. */
+     * first. When the load still lacks room and holds the oldest request,
+     * models that could make room for it get no new batch: they go idle and
+     * are evicted next. */
     bool busy[SCHED_MAX_DEVICES] = {false};
-    for (int i = 0; i < v->n_models; i++)
+    bool ready_work = false; /* a loaded model has requests */
+    for (int i = 0; i < v->n_models; i++) {
+        const struct sched_model *c = &v->models[i];
         for (int d = 0; d < v->n_devices; d++)
-            if (v->models[i].running && v->models[i].bytes[d] > 0)
+            if (c->running && c->bytes[d] > 0)
                 busy[d] = true;
+        ready_work |= c->queue_len > 0 && c->resident && !c->loading && !c->offload_pending &&
+                      !chosen[i];
+    }
     bool served[SCHED_MAX_MODELS] = {false};
     while (n < max) {
         int pick = -1;
         for (int i = 0; i < v->n_models; i++) {
             const struct sched_model *c = &v->models[i];
             if (served[i] || c->queue_len == 0 || !c->resident || c->running ||
-                c->offload_pending || chosen[i] || (c->loading && !v->overlap_loads))
+                c->offload_pending || chosen[i] ||
+                (c->loading && (!v->overlap_loads || ready_work)))
                 continue;
             if (need && load == oldest && !c->pinned && !c->loading &&
                 c->head_arrival > v->models[load].head_arrival)

@@ -12,6 +12,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/forecast.h"
+
 #define SCHED_MAX_DEVICES 64
 #define SCHED_MAX_VICTIMS 16
 #define SCHED_MAX_MODELS 4096 /* models one engine serves */
@@ -26,6 +28,7 @@ struct sched_model {
     bool pinned;
     double last_used;     /* last dispatch or load, for LRU */
     double loaded_at;     /* when its current residency began */
+    struct forecast arrivals; /* its requests so far, to forecast the next */
     uint64_t bytes[SCHED_MAX_DEVICES];
 };
 
@@ -40,6 +43,7 @@ struct sched_view {
     /* the devices copy without taking compute (GPUs' copy engines): a batch
      * may start on a model whose layers are still arriving */
     bool overlap_loads;
+    double load_s; /* how long a load takes (the latest measured; 0: none yet) */
 };
 
 enum sched_kind {

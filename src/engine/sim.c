@@ -1,0 +1,209 @@
+#include "engine/sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+struct smodel {
+    size_t *queue; /* request indices, FIFO */
+    size_t head, tail;
+    bool resident, loading, running, offload_pending;
+    double load_end, batch_end, last_used, loaded_at;
+    struct forecast arrivals;
+    size_t *batch; /* the batch in flight: its requests' indices */
+    int batch_n;
+};
+
+struct sim {
+    const struct sim_config *c;
+    struct sim_request *reqs;
+    struct smodel *m;
+    uint64_t used[SCHED_MAX_DEVICES];
+    struct sim_stats *st;
+};
+
+static uint64_t bytes_of(const struct sim *s, int model, int d)
+{
+    return s->c->bytes[(size_t)model * s->c->n_devices + d];
+}
+
+static void view_build(struct sim *s, double now, struct sched_model *sm, struct sched_view *v)
+{
+    const struct sim_config *c = s->c;
+    memset(v, 0, sizeof(*v));
+    v->now = now;
+    v->n_models = c->n_models;
+    v->n_devices = c->n_devices;
+    v->models = sm;
+    v->max_loaded = c->max_loaded;
+    v->overlap_loads = c->overlap_loads;
+    v->load_s = c->load_s;
+    for (int d = 0; d < c->n_devices; d++)
+        v->free_bytes[d] = c->budget[d] - s->used[d];
+    for (int i = 0; i < c->n_models; i++) {
+        struct smodel *m = &s->m[i];
+        memset(&sm[i], 0, sizeof(sm[i]));
+        sm[i].queue_len = (int)(m->tail - m->head);
+        sm[i].head_arrival = m->tail > m->head ? s->reqs[m->queue[m->head]].arrival : 0;
+        sm[i].resident = m->resident;
+        sm[i].loading = m->loading;
+        sm[i].running = m->running;
+        sm[i].offload_pending = m->offload_pending;
+        sm[i].last_used = m->last_used;
+        sm[i].loaded_at = m->loaded_at;
+        sm[i].arrivals = m->arrivals;
+        for (int d = 0; d < c->n_devices; d++)
+            sm[i].bytes[d] = bytes_of(s, i, d);
+        v->any_loading |= m->loading;
+        v->any_running |= m->running;
+    }
+}
+
+static void evict(struct sim *s, int i)
+{
+    s->m[i].resident = false;
+    s->m[i].offload_pending = false;
+    for (int d = 0; d < s->c->n_devices; d++)
+        s->used[d] -= bytes_of(s, i, d);
+}
+
+/* The engine's act(): false when the action cannot happen now. */
+static bool act(struct sim *s, double now, const struct sched_action *a)
+{
+    const struct sim_config *c = s->c;
+    struct smodel *m = &s->m[a->model];
+    if (a->kind == SCHED_SERVE) {
+        if (m->running || !m->resident || (m->loading && !c->overlap_loads))
+            return false;
+        int b = 0;
+        while (m->head < m->tail && b < c->max_batch) {
+            size_t r = m->queue[m->head++];
+            m->batch[b++] = r;
+            s->reqs[r].start = now;
+        }
+        for (int k = 0; k < b; k++)
+            s->reqs[m->batch[k]].batch_size = b;
+        double compute = c->batch_s[b];
+        double end = now + compute;
+        if (m->loading && m->load_end + c->overlap_tail * compute > end)
+            end = m->load_end + c->overlap_tail * compute;
+        m->running = true;
+        m->batch_n = b;
+        m->batch_end = end;
+        m->last_used = now;
+        s->st->batches += b > 0;
+        s->st->compute_s += end - now;
+        return true;
+    }
+    for (int k = 0; k < a->n_victims; k++) {
+        struct smodel *v = &s->m[a->victims[k]];
+        if (!v->resident || (v->loading && !v->running))
+            continue; /* gone already, or refused as the swap manager refuses */
+        s->st->evictions++;
+        if (v->running || v->loading)
+            v->offload_pending = true;
+        else
+            evict(s, a->victims[k]);
+    }
+    if (m->resident)
+        return false;
+    for (int d = 0; d < c->n_devices; d++)
+        if (bytes_of(s, a->model, d) > c->budget[d] - s->used[d])
+            return false;
+    for (int d = 0; d < c->n_devices; d++) {
+        s->used[d] += bytes_of(s, a->model, d);
+        if (s->used[d] > s->st->high_water[d])
+            s->st->high_water[d] = s->used[d];
+    }
+    m->resident = m->loading = true;
+    m->load_end = now + c->load_s;
+    m->loaded_at = m->last_used = now;
+    s->st->loads++;
+    s->st->swap_s += c->load_s;
+    return true;
+}
+
+int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, struct sim_stats *st)
+{
+    if (c->n_models < 1 || c->n_models > SCHED_MAX_MODELS || c->n_devices < 1 ||
+        c->n_devices > SCHED_MAX_DEVICES || c->max_batch < 1 || c->max_batch > SIM_MAX_BATCH ||
+        !(c->load_s >= 0) || !(c->overlap_tail >= 0 && c->overlap_tail <= 1))
+        return err_set(ERR_INVALID, "simulation needs 1..%d models, 1..%d devices, max_batch "
+                                    "1..%d, load_s >= 0 and overlap_tail in [0, 1]",
+                       SCHED_MAX_MODELS, SCHED_MAX_DEVICES, SIM_MAX_BATCH);
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].model < 0 || reqs[i].model >= c->n_models ||
+            (i > 0 && reqs[i].arrival < reqs[i - 1].arrival))
+            return err_set(ERR_INVALID, "simulated request %zu: model %d of %d, arrivals must be "
+                                        "sorted", i, reqs[i].model, c->n_models);
+    memset(st, 0, sizeof(*st));
+    struct sim s = {.c = c, .reqs = reqs, .st = st};
+    s.m = calloc((size_t)c->n_models, sizeof(*s.m));
+    struct sched_model *sm = calloc((size_t)c->n_models, sizeof(*sm));
+    int rc = s.m && sm ? 0 : err_set(ERR_NOMEM, "out of memory");
+    for (int i = 0; rc == 0 && i < c->n_models; i++) {
+        s.m[i].queue = malloc((n ? n : 1) * sizeof(size_t));
+        s.m[i].batch = malloc((size_t)c->max_batch * sizeof(size_t));
+        if (!s.m[i].queue || !s.m[i].batch)
+            rc = err_set(ERR_NOMEM, "out of memory");
+    }
+    size_t next = 0, done = 0;
+    double now = 0;
+    while (rc == 0 && done < n) {
+        /* everything that happens at `now` */
+        for (; next < n && reqs[next].arrival <= now; next++) {
+            struct smodel *m = &s.m[reqs[next].model];
+            m->queue[m->tail++] = next;
+            forecast_add(&m->arrivals, reqs[next].arrival);
+        }
+        for (int i = 0; i < c->n_models; i++) {
+            struct smodel *m = &s.m[i];
+            if (m->loading && m->load_end <= now) {
+                m->loading = false;
+                if (m->offload_pending && !m->running)
+                    evict(&s, i);
+            }
+            if (m->running && m->batch_end <= now) {
+                for (int k = 0; k < m->batch_n; k++)
+                    reqs[m->batch[k]].done = m->batch_end;
+                done += (size_t)m->batch_n;
+                m->running = false;
+                if (m->offload_pending && !m->loading)
+                    evict(&s, i);
+            }
+        }
+        /* the scheduler, until it has nothing more to do now */
+        for (;;) {
+            struct sched_view v;
+            struct sched_action a[16];
+            view_build(&s, now, sm, &v);
+            int k = c->policy->decide(&v, a, 16);
+            bool progress = false;
+            for (int j = 0; j < k; j++)
+                progress |= act(&s, now, &a[j]);
+            if (!progress)
+                break;
+        }
+        /* the next event */
+        double t = next < n ? reqs[next].arrival : INFINITY;
+        for (int i = 0; i < c->n_models; i++) {
+            if (s.m[i].loading && s.m[i].load_end < t)
+                t = s.m[i].load_end;
+            if (s.m[i].running && s.m[i].batch_end < t)
+                t = s.m[i].batch_end;
+        }
+        if (done < n && isinf(t))
+            rc = err_set(ERR_INVALID, "policy %s left %zu requests waiting with nothing in "
+                                      "progress at t = %.6f s", c->policy->name, n - done, now);
+        now = t;
+    }
+    for (int i = 0; s.m && i < c->n_models; i++) {
+        free(s.m[i].queue);
+        free(s.m[i].batch);
+    }
+    free(s.m);
+    free(sm);
+    return rc;
+}

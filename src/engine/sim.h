@@ -1,0 +1,58 @@
+/* The engine on a simulated clock: the same scheduling policies (sched.h),
+ * fed the same snapshots the engine builds, with loads and batches that take
+ * modelled times instead of running. Computron's experiments/sim.py did the
+ * same for its engine.
+ *
+ * What it models, as the engine does it: per-model FIFO queues; a batch takes
+ * up to max_batch requests from its queue head and runs one forward
+ * (max_tokens 1, Computron's requests); a load makes a model resident after
+ * load_s and is refused when its bytes do not fit; victims leave at once, or
+ * at the end of their batch when one is in flight; with overlap_loads a batch
+ * may start on a loading model and then ends no earlier than the load's end
+ * plus overlap_tail of its compute (the layers that still had to arrive).
+ * What it leaves out: copies slowing compute (CPU devices at memory speed),
+ * compute noise, and two batches sharing a device (neither policy does that).
+ *
+ * Used to compare policies over many seeds in seconds, where a real-time run
+ * of one config takes a minute, and by tests that need exact timing. */
+#ifndef SHARDSWAP_ENGINE_SIM_H
+#define SHARDSWAP_ENGINE_SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/sched.h"
+
+#define SIM_MAX_BATCH 256
+
+struct sim_config {
+    const struct sched_policy *policy;
+    int n_models, n_devices;
+    const uint64_t *bytes;  /* n_models x n_devices: each model's shard bytes per device */
+    uint64_t budget[SCHED_MAX_DEVICES];
+    int max_loaded;         /* 0 = no count limit */
+    int max_batch;          /* 1..SIM_MAX_BATCH */
+    double load_s;          /* one model's swap-in, all shards in parallel */
+    double batch_s[SIM_MAX_BATCH + 1]; /* [b]: compute time of a batch of b requests */
+    double overlap_tail;    /* 0..1 */
+    bool overlap_loads;
+};
+
+struct sim_request {
+    double arrival; /* input; requests sorted by arrival */
+    int model;      /* input */
+    double start, done;
+    int batch_size;
+};
+
+struct sim_stats {
+    uint64_t loads, evictions, batches;
+    double swap_s, compute_s;
+    uint64_t high_water[SCHED_MAX_DEVICES]; /* most bytes resident at once, per device */
+};
+
+/* Runs every request to completion (they all complete: a policy that leaves
+ * work waiting with nothing in progress is an ERR_INVALID naming the policy and the time). */
+int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, struct sim_stats *st);
+
+#endif
