@@ -75,6 +75,12 @@ int main(void)
     CHECK(forecast_within(&b, t, 0.2) > 0.5);
     CHECK(forecast_within(&b, t + 20, 0.2) < 0.05);
 
+    /* the fitted CV: Poisson's about 1, the regular one's below, the bursty
+     * one's above (the first shrunk towards 1 by the prior pseudo-gaps) */
+    CHECK_MSG(close_to(forecast_cv(&f), 1, 0.15), "Poisson CV %g", forecast_cv(&f));
+    CHECK_MSG(forecast_cv(&g) < 0.5, "regular CV %g", forecast_cv(&g));
+    CHECK_MSG(forecast_cv(&b) > 2, "bursty CV %g", forecast_cv(&b));
+
     /* few gaps say little: two gaps of exactly 1 s are not taken as a clock */
     struct forecast few = {0};
     for (int k = 0; k < 3; k++)

@@ -230,6 +230,12 @@ int main(void)
     models[0].running = models[1].running = true;
     finish_view();
     CHECK(s->decide(&view, a, 16) == 0);
+    /* ...nor for a model whose arrivals are bursty, however recent */
+    memset(&models[2].arrivals, 0, sizeof(models[2].arrivals));
+    for (int k = 0; k < 100; k++) /* pairs 10 ms apart, 1.99 s between pairs: CV ~1.4 */
+        forecast_add(&models[2].arrivals, k % 2 ? 2 * (k / 2) + 0.01 : 2 * (k / 2));
+    finish_view();
+    CHECK(forecast_cv(&models[2].arrivals) > 0.8 && s->decide(&view, a, 16) == 0);
     /* ...and not for a model no more likely wanted than the resident ones */
     models[0].running = models[1].running = false;
     memset(&models[2].arrivals, 0, sizeof(models[2].arrivals));

@@ -19,6 +19,7 @@
 #include "core/timing.h"
 #include "engine/engine.h"
 #include "engine/sched.h"
+#include "engine/sim.h"
 #include "model/opt_random.h"
 #include "workload/arrival.h"
 #include "workload/computron.h"
@@ -276,6 +277,219 @@ static void summarize(const struct run_result *r, double slo, int model, struct 
     }
 }
 
+/* ---- --simulate: the same policies on a simulated clock (engine/sim.h) ---- */
+
+/* Costs of the simulation, measured on this rig: one load, and batches of
+ * sizes 1, 2, 3, 4, 6, 8, 12, ... up to max_batch (best of two), linear in
+ * between. */
+static int measure_costs(char dirs[][512], int tp, int max_batch, double link, struct sim_config *sc)
+{
+    struct rig g;
+    int rc = rig_open(&g, dirs, 1, tp, 1, max_batch, "swapwise", link);
+    struct wl_job *jobs = calloc((size_t)max_batch, sizeof(*jobs));
+    struct request_record *recs = calloc((size_t)max_batch, sizeof(*recs));
+    atomic_int done = 0;
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    int sizes[64], n_sizes = 0;
+    for (int b = 1; b < max_batch && n_sizes < 63; b = b < 4 ? b + 1 : b + b / 2)
+        sizes[n_sizes++] = b;
+    sizes[n_sizes++] = max_batch;
+    double t_size[64];
+    if (rc == 0 && (!jobs || !recs))
+        rc = err_set(ERR_NOMEM, "out of memory");
+    for (int si = -1; rc == 0 && si < n_sizes; si++) {
+        int b = si < 0 ? 1 : sizes[si]; /* si = -1: the cold request that loads the model */
+        double best = INFINITY;
+        for (int rep = 0; rc == 0 && rep < (si < 0 ? 1 : 2); rep++) {
+            for (int i = 0; i < b && rc == 0; i++) {
+                struct wl_job *j = &jobs[i];
+                *j = (struct wl_job){.rec = &recs[i], .done = &done, .lock = &lock, .cond = &cond};
+                j->r = (struct engine_request){
+                    .model = 0, .prompt = computron_prompt, .n_prompt = PROMPT_LEN,
+                    .max_tokens = 1, .sampling = {.temperature = 0, .top_p = 1},
+                    .output = j->out, .on_done = wl_on_done, .ctx = j};
+                rc = engine_submit(g.e, &j->r);
+            }
+            engine_drain(g.e);
+            double t0 = INFINITY, t1 = 0;
+            for (int i = 0; i < b; i++) {
+                t0 = recs[i].t_start < t0 ? recs[i].t_start : t0;
+                t1 = recs[i].t_done > t1 ? recs[i].t_done : t1;
+            }
+            best = t1 - t0 < best ? t1 - t0 : best;
+        }
+        if (si >= 0)
+            t_size[si] = best;
+    }
+    if (rc == 0) {
+        struct engine_stats st;
+        engine_get_stats(g.e, &st);
+        sc->load_s = st.swap_s;
+        for (int b = 1; b <= max_batch; b++) {
+            int hi = 0;
+            while (sizes[hi] < b)
+                hi++;
+            if (sizes[hi] == b || hi == 0) {
+                sc->batch_s[b] = t_size[hi];
+            } else {
+                double f = (double)(b - sizes[hi - 1]) / (sizes[hi] - sizes[hi - 1]);
+                sc->batch_s[b] = t_size[hi - 1] + f * (t_size[hi] - t_size[hi - 1]);
+            }
+        }
+        sc->max_batch = max_batch;
+        sc->overlap_tail = 0.5; /* the layers after the embedding's blob, about half */
+        sc->overlap_loads = link > 0;
+    }
+    rig_close(&g);
+    free(jobs);
+    free(recs);
+    return rc;
+}
+
+struct sim_summary {
+    double mean, p50, p90, p99, max, slo, swaps; /* averaged over seeds */
+    double worst_p99_ratio;                     /* against the first policy, per seed */
+};
+
+/* Every policy on seeds seed..seed+seeds-1 of workload c; s[p] per policy. */
+static int simulate_config(const struct workload_config *c, const struct sim_config *costs,
+                           const uint64_t *shard, int tp, const char **policies, int n_pol,
+                           uint64_t seed, int seeds, double duration, double slo,
+                           struct sim_summary *s)
+{
+    int rc = 0;
+    uint64_t *bytes = calloc((size_t)c->n_models * tp, sizeof(uint64_t));
+    if (!bytes)
+        return err_set(ERR_NOMEM, "out of memory");
+    for (int i = 0; i < c->n_models; i++)
+        memcpy(bytes + (size_t)i * tp, shard, sizeof(uint64_t) * (size_t)tp);
+    memset(s, 0, sizeof(*s) * (size_t)n_pol);
+    for (int k = 0; rc == 0 && k < seeds; k++) {
+        struct arrival_spec spec = {.kind = ARRIVAL_GAMMA, .n_models = c->n_models, .cv = c->cv,
+                                    .duration_s = duration, .seed = seed + (uint64_t)k};
+        memcpy(spec.rates, c->rates, sizeof(double) * (size_t)c->n_models);
+        struct arrival *ev = NULL;
+        size_t n = 0;
+        if ((rc = arrival_generate(&spec, &ev, &n)) < 0)
+            break;
+        struct sim_request *rq = calloc(n ? n : 1, sizeof(*rq));
+        double *lat = calloc(n ? n : 1, sizeof(double)), first_p99 = 0;
+        if (!rq || !lat)
+            rc = err_set(ERR_NOMEM, "out of memory");
+        for (int p = 0; rc == 0 && p < n_pol; p++) {
+            struct sim_config sc = *costs;
+            sc.policy = sched_policy_find(policies[p]);
+            sc.n_models = c->n_models;
+            sc.n_devices = tp;
+            sc.bytes = bytes;
+            sc.max_loaded = c->max_loaded;
+            sc.max_batch = c->max_batch;
+            for (int d = 0; d < tp; d++)
+                sc.budget[d] = shard[d] * (uint64_t)c->max_loaded + (1u << 20); /* as rig_open */
+            for (size_t i = 0; i < n; i++)
+                rq[i] = (struct sim_request){.arrival = ev[i].t, .model = ev[i].model};
+            struct sim_stats st;
+            struct latency_stats ls;
+            if ((rc = sim_run(&sc, rq, n, &st)) < 0)
+                break;
+            for (size_t i = 0; i < n; i++)
+                lat[i] = rq[i].done - rq[i].arrival;
+            if ((rc = stats_latency_compute(lat, n, &ls)) < 0 || n == 0)
+                break;
+            struct sim_summary *o = &s[p];
+            o->mean += ls.mean / seeds;
+            o->p50 += ls.p50 / seeds;
+            o->p90 += ls.p90 / seeds;
+            o->p99 += ls.p99 / seeds;
+            o->max += ls.max / seeds;
+            o->slo += stats_slo_attainment(lat, n, slo) / seeds;
+            o->swaps += (double)st.loads / seeds;
+            if (p == 0)
+                first_p99 = ls.p99;
+            else if (ls.p99 / first_p99 > o->worst_p99_ratio)
+                o->worst_p99_ratio = ls.p99 / first_p99;
+        }
+        free(rq);
+        free(lat);
+        free(ev);
+    }
+    free(bytes);
+    return rc;
+}
+
+static int simulate(char dirs[][512], const struct workload_config *one, const char *label,
+                    bool all, int tp,
+                    const char **policies, int n_pol, uint64_t seed, int seeds, double duration,
+                    double slo, double link, bool json)
+{
+    struct sim_config costs;
+    memset(&costs, 0, sizeof(costs));
+    int max_batch = all ? 32 : one->max_batch;
+    if (max_batch > SIM_MAX_BATCH)
+        return err_set(ERR_INVALID, "--simulate models batches of up to %d", SIM_MAX_BATCH);
+    uint64_t shard[8], host;
+    int rc;
+    if ((rc = swap_layout_bytes(dirs[0], tp, 1, shard, &host)) < 0)
+        return rc;
+    fprintf(stderr, "measuring a load and batches of 1..%d on this machine...\n", max_batch);
+    if ((rc = measure_costs(dirs, tp, max_batch, link, &costs)) < 0)
+        return rc;
+    if (json)
+        printf("{\"simulated\": true, \"seeds\": %d, \"duration_s\": %g, \"link_gb_s\": %g, "
+               "\"load_s\": %.6f, \"batch_s\": [", seeds, duration, link, costs.load_s);
+    else
+        printf("simulated clock, costs measured here: load %.1f ms; batch of 1 %.1f ms, of %d "
+               "%.1f ms; %d seeds x %g s per config; averages over seeds, ratios against %s\n",
+               costs.load_s * 1e3, costs.batch_s[1] * 1e3, max_batch,
+               costs.batch_s[max_batch] * 1e3, seeds, duration, policies[0]);
+    for (int b = 1; json && b <= max_batch; b++)
+        printf("%s%.6f", b > 1 ? ", " : "", costs.batch_s[b]);
+    if (json)
+        printf("], \"configs\": [");
+    else
+        printf("%-14s %-10s %8s %8s %8s %8s %8s %6s %6s %9s %10s %10s\n", "config", "policy",
+               "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "SLO%", "swaps", "p99 ratio",
+               "worst seed", "mean ratio");
+    for (int k = all ? 0 : -1; k < (all ? WORKLOAD_COMPUTRON_CONFIGS : 0) && rc == 0; k++) {
+        struct workload_config c = *one;
+        char name[64];
+        if (all) {
+            workload_computron(k, &c);
+            snprintf(name, sizeof(name), "computron:%d", k);
+        } else {
+            snprintf(name, sizeof(name), "%s", label);
+        }
+        struct sim_summary s[MAX_POLICIES];
+        if ((rc = simulate_config(&c, &costs, shard, tp, policies, n_pol, seed, seeds, duration,
+                                  slo, s)) < 0)
+            break;
+        if (json)
+            printf("%s{\"config\": \"%s\", \"policies\": [", k > 0 ? ", " : "", name);
+        for (int p = 0; p < n_pol; p++) {
+            double r99 = s[p].p99 / s[0].p99, rmean = s[p].mean / s[0].mean;
+            if (json)
+                printf("%s{\"policy\": \"%s\", \"mean_s\": %.6f, \"p50_s\": %.6f, \"p90_s\": "
+                       "%.6f, \"p99_s\": %.6f, \"max_s\": %.6f, \"slo_attainment\": %.4f, "
+                       "\"swaps\": %.1f, \"p99_ratio\": %.4f, \"mean_ratio\": %.4f, "
+                       "\"worst_seed_p99_ratio\": %.4f}",
+                       p ? ", " : "", policies[p], s[p].mean, s[p].p50, s[p].p90, s[p].p99,
+                       s[p].max, s[p].slo, s[p].swaps, r99, rmean,
+                       p ? s[p].worst_p99_ratio : 1.0);
+            else
+                printf("%-14s %-10s %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f %6.1f %9.2f %10.2f "
+                       "%10.2f\n", p ? "" : name, policies[p], s[p].mean * 1e3, s[p].p50 * 1e3,
+                       s[p].p90 * 1e3, s[p].p99 * 1e3, s[p].max * 1e3, 100 * s[p].slo,
+                       s[p].swaps, r99, p ? s[p].worst_p99_ratio : 1.0, rmean);
+        }
+        if (json)
+            printf("]}");
+    }
+    if (json && rc == 0)
+        printf("]}\n");
+    return rc;
+}
+
 int bench_workload(int argc, char **argv)
 {
     const char *config_s = "computron:4", *policies_s = "computron,swapwise", *rates_s = NULL;
@@ -286,7 +500,8 @@ int bench_workload(int argc, char **argv)
     int layers = 2, tp = 2, n_models = 0, max_loaded = 0, max_batch = 0, rr_requests = 40;
     float cv = 0, duration = 20, alpha = -1, total_rate = 0, slo = 0, slo_scale = 5, link = 0;
     uint64_t seed = 1;
-    bool json = false;
+    bool json = false, simulated = false;
+    int seeds = 20;
     struct flag flags[] = {
         FLAG("config", FLAG_STR, &config_s, "computron:K|round-robin|custom",
              "Computron's config K (0..18), its round-robin worst case, or custom (default computron:4)"),
@@ -312,6 +527,10 @@ int bench_workload(int argc, char **argv)
              "memory speed)"),
         FLAG("cache", FLAG_STR, &cache, "DIR", "where generated models are kept (default models)"),
         FLAG("out-dir", FLAG_STR, &out_dir, "DIR", "CSV and plot go here (default bench-out)"),
+        FLAG("simulate", FLAG_BOOL, &simulated, NULL,
+             "replay on a simulated clock (engine/sim.h) with a load's and batches' times "
+             "measured here first, over --seeds arrival seeds; --config computron:all runs all 19"),
+        FLAG("seeds", FLAG_INT, &seeds, "N", "--simulate: arrival seeds per config (default 20)"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of tables"),
     };
     int rc = args_parse("bench workload",
@@ -342,7 +561,16 @@ int bench_workload(int argc, char **argv)
         }
         policies[n_pol++] = tok;
     }
-    if (strncmp(config_s, "computron:", 10) == 0) {
+    bool all = false;
+    if (strcmp(config_s, "computron:all") == 0) {
+        if (!simulated) {
+            rc = err_set(ERR_INVALID, "--config computron:all needs --simulate (in real time, "
+                                      "tools/bench_computron.sh runs them one by one)");
+            goto out;
+        }
+        all = true;
+        workload_computron(0, &c);
+    } else if (strncmp(config_s, "computron:", 10) == 0) {
         char *end;
         long k = strtol(config_s + 10, &end, 10);
         if (*end || end == config_s + 10) {
@@ -384,6 +612,14 @@ int bench_workload(int argc, char **argv)
         rc = err_set(ERR_INVALID, "need 1..%d models, --tp 1..8 and --duration > 0", MAX_MODELS);
         goto out;
     }
+    if (simulated && (c.round_robin || seeds < 1)) {
+        rc = err_set(ERR_INVALID, c.round_robin ? "--simulate replays open-loop arrivals; "
+                                                  "round-robin is a closed loop"
+                                                : "--seeds must be >= 1");
+        goto out;
+    }
+    if (simulated) /* one model measures the costs; all have its shape */
+        c.n_models = all ? 1 : c.n_models;
     if (!(dirs = calloc((size_t)c.n_models, sizeof(*dirs)))) {
         rc = err_set(ERR_NOMEM, "out of memory");
         goto out;
@@ -404,6 +640,10 @@ int bench_workload(int argc, char **argv)
         goto out;
     if (slo <= 0)
         slo = slo_scale * (float)warm;
+    if (simulated) {
+        rc = simulate(dirs, &c, config_s, all, tp, policies, n_pol, seed, seeds, duration, slo, link, json);
+        goto out;
+    }
     for (int p = 0; p < n_pol; p++) {
         fprintf(stderr, "running %s with policy %s (%zu requests)...\n", config_s, policies[p],
                 c.round_robin ? (size_t)rr_requests : n_ev);

@@ -103,3 +103,10 @@ double forecast_wait(const struct forecast *f, double now)
     double w = (k * theta * forecast_gamma_q(k + 1, x) - s * q0) / q0;
     return w > 0 ? w : 0;
 }
+
+double forecast_cv(const struct forecast *f)
+{
+    double k, theta;
+    fit(f, f->last, &k, &theta);
+    return sqrt(1 / k);
+}

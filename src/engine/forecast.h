@@ -38,6 +38,9 @@ double forecast_within(const struct forecast *f, double now, double horizon);
  * requested. */
 double forecast_wait(const struct forecast *f, double now);
 
+/* The coefficient of variation of the fitted gaps (1 until 3 arrivals). */
+double forecast_cv(const struct forecast *f);
+
 /* Q(a, x) = Gamma(a, x) / Gamma(a), the regularised upper incomplete gamma
  * function, for a > 0, x >= 0. */
 double forecast_gamma_q(double a, double x);

@@ -105,10 +105,15 @@ static int computron_decide(const struct sched_view *v, struct sched_action *out
  *   model with a batch in flight is never evicted under it, and a model
  *   chosen to go gets no new batch.
  * - Prefetch: when the links are idle, nothing waits for a load and copies
- *   take no compute, a model likely wanted soon comes in for resident idle
- *   models clearly less likely wanted. */
+ *   take no compute, a model with regular arrivals that is likely wanted soon
+ *   comes in for resident idle models clearly less likely wanted. */
 #define SW_PREFETCH_MIN 0.2    /* likelihood of a request within a load's time */
 #define SW_PREFETCH_MARGIN 0.2 /* over every model it displaces */
+/* Only models whose arrivals are regular are prefetched: for them the
+ * forecast says when the next request is due. For Poisson or bursty ones it
+ * says little beyond the rate, and prefetching them was measured to trade
+ * places back and forth (bench workload --simulate, configs with CV 4). */
+#define SW_PREFETCH_MAX_CV 0.8
 
 /* The chance of a request for m within the time of a load. */
 static double demand(const struct sched_view *v, const struct sched_model *m)
@@ -191,8 +196,10 @@ static bool prefetch(const struct sched_view *v, struct sched_action *a, bool *c
     double pd = 0;
     for (int i = 0; i < v->n_models; i++) {
         const struct sched_model *c = &v->models[i];
-        double d = c->resident ? 0 : demand(v, c);
-        if (!c->resident && (p < 0 || d > pd))
+        if (c->resident || forecast_cv(&c->arrivals) >= SW_PREFETCH_MAX_CV)
+            continue;
+        double d = demand(v, c);
+        if (p < 0 || d > pd)
             p = i, pd = d;
     }
     if (p < 0 || pd < SW_PREFETCH_MIN)

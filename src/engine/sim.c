@@ -69,8 +69,32 @@ static void evict(struct sim *s, int i)
         s->used[d] -= bytes_of(s, i, d);
 }
 
-/* The engine's act(): false when the action cannot happen now. */
+static bool act_now(struct sim *s, double now, const struct sched_action *a);
+
+/* "t serve|load model [-victim...] [batch b] | queue and state per model" */
 static bool act(struct sim *s, double now, const struct sched_action *a)
+{
+    bool ok = act_now(s, now, a);
+    FILE *f = s->c->trace;
+    if (!f || !ok)
+        return ok;
+    fprintf(f, "%9.4f %s %d", now, a->kind == SCHED_SERVE ? "serve" : "load ", a->model);
+    for (int k = 0; k < a->n_victims; k++)
+        fprintf(f, " -%d", a->victims[k]);
+    if (a->kind == SCHED_SERVE)
+        fprintf(f, " batch %d", s->m[a->model].batch_n);
+    fprintf(f, " |");
+    for (int i = 0; i < s->c->n_models; i++) {
+        const struct smodel *m = &s->m[i];
+        fprintf(f, " %zu%s%s", m->tail - m->head,
+                m->resident ? (m->loading ? "L" : "R") : "", m->running ? "*" : "");
+    }
+    fprintf(f, "\n");
+    return ok;
+}
+
+/* The engine's act(): false when the action cannot happen now. */
+static bool act_now(struct sim *s, double now, const struct sched_action *a)
 {
     const struct sim_config *c = s->c;
     struct smodel *m = &s->m[a->model];

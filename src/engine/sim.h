@@ -19,6 +19,7 @@
 #define SHARDSWAP_ENGINE_SIM_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "engine/sched.h"
@@ -36,6 +37,7 @@ struct sim_config {
     double batch_s[SIM_MAX_BATCH + 1]; /* [b]: compute time of a batch of b requests */
     double overlap_tail;    /* 0..1 */
     bool overlap_loads;
+    FILE *trace;            /* non-NULL: one line per action carried out */
 };
 
 struct sim_request {
