@@ -149,6 +149,24 @@ int main(void)
         CHECK(json_integer_value(json_object_get(p, "requests")) > 0);
     }
     json_decref(wj);
+
+    /* the same on a simulated clock: costs measured on those models, 3 seeds */
+    snprintf(cmd, sizeof(cmd), "%s bench workload --simulate --seeds 3 --config custom --rates 4,4 "
+                               "--cv 1 --duration 5 --preset opt-125m --layers 1 --cache %s/wl "
+                               "--json", BIN, tmp);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    wj = json_loads(out, 0, NULL);
+    CHECK(json_is_true(json_object_get(wj, "simulated")) &&
+          json_real_value(json_object_get(wj, "load_s")) > 0);
+    pols = json_object_get(json_array_get(json_object_get(wj, "configs"), 0), "policies");
+    CHECK(json_array_size(pols) == 2);
+    for (size_t i = 0; i < json_array_size(pols); i++) {
+        json_t *p = json_array_get(pols, i);
+        double p50 = json_real_value(json_object_get(p, "p50_s"));
+        double p99 = json_real_value(json_object_get(p, "p99_s"));
+        CHECK_MSG(p50 > 0 && p99 >= p50, "simulated p50 %g p99 %g", p50, p99);
+    }
+    json_decref(wj);
     snprintf(path, sizeof(path), "%s/wl-out/custom-cdf.svg", tmp);
     CHECK(stat(path, &sb) == 0 && sb.st_size > 500);
     snprintf(path, sizeof(path), "%s/wl-out/custom-swapwise.csv", tmp);
@@ -178,6 +196,8 @@ int main(void)
     expect_fail(BIN " bench swap --layouts 1x1", 2, "exactly one of --preset");
     expect_fail(BIN " bench workload --config computron:19", 1, "does not exist");
     expect_fail(BIN " bench workload --policy fifo", 1, "unknown scheduling policy");
+    expect_fail(BIN " bench workload --config computron:all", 1, "needs --simulate");
+    expect_fail(BIN " bench workload --simulate --config round-robin", 1, "closed loop");
 
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
     CHECK(system(cmd) == 0);

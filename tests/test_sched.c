@@ -1,5 +1,6 @@
 /* Scheduling policies on hand-made snapshots (a simulated clock: times are
  * whatever the scenario says). */
+#include <math.h>
 #include <string.h>
 
 #include "engine/sched.h"
@@ -148,8 +149,10 @@ int main(void)
     waiting(2, 1, 10);
     finish_view();
     n = s->decide(&view, a, 16);
-    /* both idle with younger requests: evicted for model 2 right away */
-    CHECK(n >= 1 && a[0].kind == SCHED_LOAD && a[0].model == 2 && a[0].n_victims == 1);
+    /* both idle with younger requests: one goes for model 2 right away, after
+     * one last batch of what it holds (so the load waits for that batch) */
+    CHECK(n == 2 && a[0].kind == SCHED_SERVE && a[1].kind == SCHED_LOAD && a[1].model == 2 &&
+          a[1].n_victims == 1 && a[1].victims[0] == a[0].model);
     models[0].running = models[1].running = true; /* both busy: hold their next batches */
     finish_view();
     n = s->decide(&view, a, 16);
@@ -207,6 +210,30 @@ int main(void)
     CHECK(n == 1 && a[0].kind == SCHED_LOAD && a[0].model == 2 && a[0].n_victims == 1 &&
           a[0].victims[0] == 1);
 
+    /* ...and a model whose whole queue fits the batch it gets now counts as
+     * one with nothing queued: it gets that batch, then goes, rather than
+     * the hot idle model */
+    scenario(3, 0, 2);
+    resident(0, 90);
+    resident(1, 99);
+    for (int k = 0; k < 1000; k++)
+        forecast_add(&models[0].arrivals, 0.1 * k);
+    for (int k = 0; k < 100; k++)
+        forecast_add(&models[1].arrivals, k);
+    waiting(1, 1, 99.8);
+    waiting(2, 1, 99.5);
+    view.load_s = 0.2;
+    view.max_batch = 8;
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(n == 2 && a[0].kind == SCHED_SERVE && a[0].model == 1 && a[1].kind == SCHED_LOAD &&
+          a[1].model == 2 && a[1].n_victims == 1 && a[1].victims[0] == 1);
+    /* ...not when its queue is longer than a batch */
+    waiting(1, 9, 99.8);
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(n >= 1 && a[0].kind == SCHED_LOAD && a[0].n_victims == 1 && a[0].victims[0] == 0);
+
     /* prefetch: with idle links that cost no compute and nothing waiting, a
      * model likely wanted soon comes in for an idle one clearly less likely */
     scenario(3, 0, 2);
@@ -244,22 +271,30 @@ int main(void)
     finish_view();
     CHECK(s->decide(&view, a, 16) == 0);
 
-    /* a loading model gets a batch (its layers overlap the load) only when
-     * no loaded model has work: the batch would hold the devices until the
-     * last layer arrives */
+    /* a loading model gets its batch just in time: half its first step before
+     * the load's expected end (the other half overlaps the last layers); until
+     * then it asks to be woken, and loaded models keep being served */
     scenario(2, 1000, 0);
     resident(0, 1);
     resident(1, 2);
     models[1].loading = true;
+    models[1].loaded_at = 100;
+    models[1].batch_s = 0.1;
+    view.load_s = 1;
     waiting(0, 1, 20);
     waiting(1, 1, 10);
     view.overlap_loads = true;
     finish_view();
     n = s->decide(&view, a, 16);
-    CHECK(n == 1 && a[0].kind == SCHED_SERVE && a[0].model == 0);
+    CHECK(n == 2 && a[0].kind == SCHED_SERVE && a[0].model == 0 && a[1].kind == SCHED_WAKE &&
+          fabs(a[1].at - 100.95) < 1e-9);
     models[0].queue_len = 0;
+    view.now = 100.95;
     finish_view();
     n = s->decide(&view, a, 16);
     CHECK(n == 1 && a[0].kind == SCHED_SERVE && a[0].model == 1);
+    /* ...never where copies take compute: it waits for the load's end */
+    view.overlap_loads = false;
+    CHECK(s->decide(&view, a, 16) == 0);
     return test_finish();
 }

@@ -1,9 +1,11 @@
 #include "engine/engine.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "core/timing.h"
@@ -44,6 +46,8 @@ struct engine {
     uint64_t outstanding;
     struct engine_stats stats;
     double load_s; /* the latest load's time, for the policy's forecasts */
+    double *step_s; /* [b]: a first step's time for b requests (moving average; 0: none yet) */
+    double wake_at; /* a policy's SCHED_WAKE, on the time_now() clock */
 };
 
 static int engine_start(struct engine *e);
@@ -256,9 +260,17 @@ static void batch_run(struct emodel *m, struct engine_request **first, int n_fir
         goto out;
     }
     /* prefill, then one token per step; waiting requests join freed slots */
+    bool loaded = swap_residency(e->mgr, m->sm) == RES_ON_DEVICE; /* no layer still arriving */
+    double t_step = time_now();
     if ((rc = batch_step(&b, first, n_first, max_prompt)) < 0) {
         batch_fail(&b, rc);
         goto out;
+    }
+    if (loaded) {
+        double dt = time_now() - t_step, *est = &e->step_s[n_first];
+        pthread_mutex_lock(&e->lock);
+        *est = *est > 0 ? 0.7 * *est + 0.3 * dt : dt;
+        pthread_mutex_unlock(&e->lock);
     }
     batch_sample(&b, time_now());
     for (;;) {
@@ -350,6 +362,20 @@ static void *runner_main(void *arg)
 
 /* ---- the scheduler ---- */
 
+/* A first step's expected time for a batch taken from a queue of q: the
+ * estimate for that size, else the nearest size measured; 0 when none is. */
+static double step_estimate(const struct engine *e, int q)
+{
+    int b = q < e->cfg.max_batch ? q : e->cfg.max_batch;
+    for (int d = 0; b > 0 && d < e->cfg.max_batch; d++) {
+        if (b - d >= 1 && e->step_s[b - d] > 0)
+            return e->step_s[b - d];
+        if (b + d <= e->cfg.max_batch && e->step_s[b + d] > 0)
+            return e->step_s[b + d];
+    }
+    return 0;
+}
+
 static void view_build(struct engine *e, struct sched_model *sm, struct sched_view *v)
 {
     double now = time_now();
@@ -359,6 +385,7 @@ static void view_build(struct engine *e, struct sched_model *sm, struct sched_vi
     v->n_devices = swap_device_count(e->mgr);
     v->models = sm;
     v->max_loaded = e->cfg.max_loaded;
+    v->max_batch = e->cfg.max_batch;
     v->overlap_loads = e->cfg.overlap_loads;
     v->load_s = e->load_s;
     for (int d = 0; d < v->n_devices; d++) {
@@ -379,6 +406,7 @@ static void view_build(struct engine *e, struct sched_model *sm, struct sched_vi
         sm[i].last_used = m->last_used;
         sm[i].loaded_at = m->loaded_at;
         sm[i].arrivals = m->arrivals;
+        sm[i].batch_s = step_estimate(e, m->queue_len);
         for (int d = 0; d < v->n_devices; d++)
             sm[i].bytes[d] = swap_model_device_bytes(m->sm, d);
         if (m->was_loading && !sm[i].loading) { /* a load finished since last time */
@@ -394,6 +422,10 @@ static void view_build(struct engine *e, struct sched_model *sm, struct sched_vi
 /* Carries out one action (lock held); false when it could not happen now. */
 static bool act(struct engine *e, const struct sched_action *a)
 {
+    if (a->kind == SCHED_WAKE) {
+        e->wake_at = a->at < e->wake_at ? a->at : e->wake_at;
+        return false;
+    }
     struct emodel *m = e->models[a->model];
     double now = time_now();
     if (a->kind == SCHED_SERVE) {
@@ -439,10 +471,19 @@ static void *sched_main(void *arg)
         view_build(e, sm, &v);
         int n = e->policy->decide(&v, actions, MAX_ACTIONS);
         bool progress = false;
+        e->wake_at = INFINITY;
         for (int i = 0; i < n; i++)
             progress |= act(e, &actions[i]);
-        if (!progress)
+        if (progress)
+            continue;
+        if (isinf(e->wake_at)) {
             pthread_cond_wait(&e->wake, &e->lock);
+        } else if (e->wake_at > time_now()) { /* the policy asked for a second look then */
+            double at = e->wake_at;
+            struct timespec ts = {.tv_sec = (time_t)at,
+                                  .tv_nsec = (long)((at - (double)(time_t)at) * 1e9)};
+            pthread_cond_timedwait(&e->wake, &e->lock, &ts);
+        }
     }
     pthread_mutex_unlock(&e->lock);
     free(sm);
@@ -473,7 +514,11 @@ int engine_create(struct swap_manager *mgr, struct workers *w, const struct engi
     if (!e)
         return err_set(ERR_NOMEM, "out of memory");
     pthread_mutex_init(&e->lock, NULL);
-    pthread_cond_init(&e->wake, NULL);
+    pthread_condattr_t ca; /* timed waits on time_now()'s clock */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->wake, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_cond_init(&e->idle, NULL);
     e->mgr = mgr;
     e->w = w;
@@ -481,6 +526,13 @@ int engine_create(struct swap_manager *mgr, struct workers *w, const struct engi
     e->cfg = *cfg;
     e->cfg.max_batch = cfg->max_batch ? cfg->max_batch : 8;
     e->cfg.queue_cap = cfg->queue_cap ? cfg->queue_cap : 1024;
+    if (!(e->step_s = calloc((size_t)e->cfg.max_batch + 1, sizeof(double)))) {
+        pthread_mutex_destroy(&e->lock);
+        pthread_cond_destroy(&e->wake);
+        pthread_cond_destroy(&e->idle);
+        free(e);
+        return err_set(ERR_NOMEM, "out of memory");
+    }
     swap_set_listener(mgr, engine_on_swap, e);
     *out = e;
     return 0;
@@ -560,6 +612,7 @@ void engine_destroy(struct engine *e)
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->wake);
     pthread_cond_destroy(&e->idle);
+    free(e->step_s);
     free(e);
 }
 

@@ -1,5 +1,6 @@
 #include "engine/sched.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -115,10 +116,12 @@ static int computron_decide(const struct sched_view *v, struct sched_action *out
  * places back and forth (bench workload --simulate, configs with CV 4). */
 #define SW_PREFETCH_MAX_CV 0.8
 
-/* The chance of a request for m within the time of a load. */
-static double demand(const struct sched_view *v, const struct sched_model *m)
+/* The chance of a request for each model within the time of a load. */
+static void demand_all(const struct sched_view *v, double *demand)
 {
-    return forecast_within(&m->arrivals, v->now, v->load_s > 0 ? v->load_s : 0.1);
+    for (int i = 0; i < v->n_models; i++)
+        demand[i] = forecast_within(&v->models[i].arrivals, v->now,
+                                    v->load_s > 0 ? v->load_s : 0.1);
 }
 
 /* Room on the devices once the models already leaving have left. */
@@ -159,17 +162,29 @@ static bool evictable(const struct sched_model *c)
 }
 
 /* Victims for a load of `load` that waits for a request; true when it fits. */
-static bool demand_victims(const struct sched_view *v, int load, bool oldest, struct room *r,
-                           struct sched_action *a, bool *chosen)
+static bool devices_free(const struct sched_view *v, const struct sched_model *c, const bool *busy)
+{
+    for (int d = 0; d < v->n_devices; d++)
+        if (busy[d] && c->bytes[d] > 0)
+            return false;
+    return true;
+}
+
+static bool demand_victims(const struct sched_view *v, const double *demand, const bool *busy,
+                           int load, bool oldest, struct room *r, struct sched_action *a,
+                           bool *chosen)
 {
     while (!room_for(v, r, load) && a->n_victims < SCHED_MAX_VICTIMS) {
         int pick = -1;
         double pick_d = 0;
         for (int i = 0; i < v->n_models; i++) { /* nothing queued, least wanted first */
             const struct sched_model *c = &v->models[i];
-            if (chosen[i] || !evictable(c) || c->queue_len > 0)
+            /* or all its queue fits the batch it gets now, before it goes */
+            bool drains = c->queue_len > 0 && v->max_batch > 0 &&
+                          c->queue_len <= v->max_batch && !c->running && devices_free(v, c, busy);
+            if (chosen[i] || !evictable(c) || (c->queue_len > 0 && !drains))
                 continue;
-            double d = demand(v, c);
+            double d = demand[i];
             if (pick < 0 || d < pick_d || (d == pick_d && c->last_used < v->models[pick].last_used))
                 pick = i, pick_d = d;
         }
@@ -190,7 +205,8 @@ static bool demand_victims(const struct sched_view *v, int load, bool oldest, st
 
 /* A prefetch: the non-resident model likeliest wanted soon, for idle models
  * with nothing queued that are clearly less likely wanted; true when found. */
-static bool prefetch(const struct sched_view *v, struct sched_action *a, bool *chosen)
+static bool prefetch(const struct sched_view *v, const double *demand, struct sched_action *a,
+                     bool *chosen)
 {
     int p = -1;
     double pd = 0;
@@ -198,7 +214,7 @@ static bool prefetch(const struct sched_view *v, struct sched_action *a, bool *c
         const struct sched_model *c = &v->models[i];
         if (c->resident || forecast_cv(&c->arrivals) >= SW_PREFETCH_MAX_CV)
             continue;
-        double d = demand(v, c);
+        double d = demand[i];
         if (p < 0 || d > pd)
             p = i, pd = d;
     }
@@ -212,7 +228,7 @@ static bool prefetch(const struct sched_view *v, struct sched_action *a, bool *c
         double pick_d = 0;
         for (int i = 0; i < v->n_models; i++) {
             const struct sched_model *c = &v->models[i];
-            double d = demand(v, c);
+            double d = demand[i];
             if (!chosen[i] && evictable(c) && !c->running && c->queue_len == 0 &&
                 (pick < 0 || d < pick_d))
                 pick = i, pick_d = d;
@@ -234,17 +250,33 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
     int load = v->any_loading ? -1 : oldest_head(v, not_resident);
     int oldest = oldest_head(v, any_model);
     bool chosen[SCHED_MAX_MODELS] = {false};
+    double demand[SCHED_MAX_MODELS];
     bool need = false; /* the load lacks room for now */
+    bool busy[SCHED_MAX_DEVICES] = {false};
+    demand_all(v, demand);
+    for (int i = 0; i < v->n_models; i++)
+        for (int d = 0; d < v->n_devices; d++)
+            if (v->models[i].running && v->models[i].bytes[d] > 0)
+                busy[d] = true;
     struct sched_action a = {.kind = SCHED_LOAD, .model = load};
     if (load >= 0) {
         struct room r;
         room_init(v, &r);
         /* a victim with a batch in flight leaves at its end: the engine
          * starts the load once the room is there */
-        need = !demand_victims(v, load, load == oldest, &r, &a, chosen);
+        need = !demand_victims(v, demand, busy, load, load == oldest, &r, &a, chosen);
+        for (int k = 0; !need && k < a.n_victims; k++) {
+            const struct sched_model *c = &v->models[a.victims[k]];
+            if (c->queue_len > 0 && !c->running && n < max) { /* its last batch, then it goes */
+                out[n++] = (struct sched_action){.kind = SCHED_SERVE, .model = a.victims[k]};
+                for (int d = 0; d < v->n_devices; d++)
+                    busy[d] |= c->bytes[d] > 0;
+            }
+        }
         if (!need && n < max)
             out[n++] = a;
-    } else if (!v->any_loading && v->overlap_loads && n < max && prefetch(v, &a, chosen)) {
+    } else if (!v->any_loading && v->overlap_loads && n < max &&
+               prefetch(v, demand, &a, chosen)) {
         out[n++] = a;
     }
     /* Batches for resident models, oldest queue head first, at most one at a
@@ -253,32 +285,26 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
      * first. When the load still lacks room and holds the oldest request,
      * models that could make room for it get no new batch: they go idle and
      * are evicted next. */
-    bool busy[SCHED_MAX_DEVICES] = {false};
-    bool ready_work = false; /* a loaded model has requests */
-    for (int i = 0; i < v->n_models; i++) {
-        const struct sched_model *c = &v->models[i];
-        for (int d = 0; d < v->n_devices; d++)
-            if (c->running && c->bytes[d] > 0)
-                busy[d] = true;
-        ready_work |= c->queue_len > 0 && c->resident && !c->loading && !c->offload_pending &&
-                      !chosen[i];
-    }
     bool served[SCHED_MAX_MODELS] = {false};
+    double wake = INFINITY;
     while (n < max) {
         int pick = -1;
         for (int i = 0; i < v->n_models; i++) {
             const struct sched_model *c = &v->models[i];
             if (served[i] || c->queue_len == 0 || !c->resident || c->running ||
-                c->offload_pending || chosen[i] ||
-                (c->loading && (!v->overlap_loads || ready_work)))
+                c->offload_pending || chosen[i] || (c->loading && !v->overlap_loads))
                 continue;
+            if (c->loading) { /* just in time: half its first step overlaps the last layers */
+                double start = c->loaded_at + v->load_s - c->batch_s / 2;
+                if (v->now < start) {
+                    wake = start < wake ? start : wake;
+                    continue;
+                }
+            }
             if (need && load == oldest && !c->pinned && !c->loading &&
                 c->head_arrival > v->models[load].head_arrival)
                 continue;
-            bool free_devs = true;
-            for (int d = 0; d < v->n_devices && free_devs; d++)
-                free_devs = !(busy[d] && c->bytes[d] > 0);
-            if (free_devs && (pick < 0 || c->head_arrival < v->models[pick].head_arrival))
+            if (devices_free(v, c, busy) && (pick < 0 || c->head_arrival < v->models[pick].head_arrival))
                 pick = i;
         }
         if (pick < 0)
@@ -288,13 +314,16 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
             busy[d] |= v->models[pick].bytes[d] > 0;
         out[n++] = (struct sched_action){.kind = SCHED_SERVE, .model = pick};
     }
+    if (wake < INFINITY && n < max)
+        out[n++] = (struct sched_action){.kind = SCHED_WAKE, .at = wake};
     return n;
 }
 
 static const struct sched_policy policies[] = {
     {.name = "swapwise",
-     .help = "byte budgets; serve resident models while one loads; evict idle models with "
-             "empty queues first; one load at a time, oldest request first",
+     .help = "byte budgets; serve resident models while one loads; evict models with empty "
+             "queues, least likely wanted within a load's time first (forecast); prefetch "
+             "models with regular arrivals; one load at a time, oldest request first",
      .decide = swapwise_decide,
      .batch_same_params_only = false},
     {.name = "computron",

@@ -29,6 +29,7 @@ struct sched_model {
     double last_used;     /* last dispatch or load, for LRU */
     double loaded_at;     /* when its current residency began */
     struct forecast arrivals; /* its requests so far, to forecast the next */
+    double batch_s;       /* expected time of its next batch's first step (0: unknown) */
     uint64_t bytes[SCHED_MAX_DEVICES];
 };
 
@@ -38,6 +39,7 @@ struct sched_view {
     const struct sched_model *models;
     uint64_t free_bytes[SCHED_MAX_DEVICES]; /* device budget - used */
     int max_loaded;                         /* 0 = unlimited */
+    int max_batch;                          /* requests one batch takes (0: unknown) */
     bool any_loading;
     bool any_running;
     /* the devices copy without taking compute (GPUs' copy engines): a batch
@@ -49,6 +51,7 @@ struct sched_view {
 enum sched_kind {
     SCHED_SERVE, /* dispatch a batch of `model` (resident, not running) */
     SCHED_LOAD,  /* evict `victims` (offload now, or deferred when running), then load `model` */
+    SCHED_WAKE,  /* decide again at time `at` even if nothing else happens by then */
 };
 
 struct sched_action {
@@ -56,6 +59,7 @@ struct sched_action {
     int model;
     int n_victims;
     int victims[SCHED_MAX_VICTIMS];
+    double at; /* SCHED_WAKE */
 };
 
 struct sched_policy {

@@ -22,6 +22,7 @@ struct sim {
     struct smodel *m;
     uint64_t used[SCHED_MAX_DEVICES];
     struct sim_stats *st;
+    double wake_at; /* the earliest SCHED_WAKE asked for */
 };
 
 static uint64_t bytes_of(const struct sim *s, int model, int d)
@@ -38,6 +39,7 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
     v->n_devices = c->n_devices;
     v->models = sm;
     v->max_loaded = c->max_loaded;
+    v->max_batch = c->max_batch;
     v->overlap_loads = c->overlap_loads;
     v->load_s = c->load_s;
     for (int d = 0; d < c->n_devices; d++)
@@ -54,6 +56,10 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
         sm[i].last_used = m->last_used;
         sm[i].loaded_at = m->loaded_at;
         sm[i].arrivals = m->arrivals;
+        if (m->tail > m->head) {
+            size_t q = m->tail - m->head;
+            sm[i].batch_s = c->batch_s[q < (size_t)c->max_batch ? q : (size_t)c->max_batch];
+        }
         for (int d = 0; d < c->n_devices; d++)
             sm[i].bytes[d] = bytes_of(s, i, d);
         v->any_loading |= m->loading;
@@ -76,7 +82,7 @@ static bool act(struct sim *s, double now, const struct sched_action *a)
 {
     bool ok = act_now(s, now, a);
     FILE *f = s->c->trace;
-    if (!f || !ok)
+    if (!f || !ok || a->kind == SCHED_WAKE)
         return ok;
     fprintf(f, "%9.4f %s %d", now, a->kind == SCHED_SERVE ? "serve" : "load ", a->model);
     for (int k = 0; k < a->n_victims; k++)
@@ -97,6 +103,11 @@ static bool act(struct sim *s, double now, const struct sched_action *a)
 static bool act_now(struct sim *s, double now, const struct sched_action *a)
 {
     const struct sim_config *c = s->c;
+    if (a->kind == SCHED_WAKE) {
+        if (a->at > now && a->at < s->wake_at)
+            s->wake_at = a->at;
+        return false;
+    }
     struct smodel *m = &s->m[a->model];
     if (a->kind == SCHED_SERVE) {
         if (m->running || !m->resident || (m->loading && !c->overlap_loads))
@@ -199,6 +210,7 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
             }
         }
         /* the scheduler, until it has nothing more to do now */
+        s.wake_at = INFINITY;
         for (;;) {
             struct sched_view v;
             struct sched_action a[16];
@@ -212,6 +224,8 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
         }
         /* the next event */
         double t = next < n ? reqs[next].arrival : INFINITY;
+        if (s.wake_at < t)
+            t = s.wake_at;
         for (int i = 0; i < c->n_models; i++) {
             if (s.m[i].loading && s.m[i].load_end < t)
                 t = s.m[i].load_end;
