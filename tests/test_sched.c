@@ -24,6 +24,7 @@ static void scenario(int n, uint64_t free_mb, int max_loaded)
     view.free_bytes[0] = free_mb * MB;
     view.max_loaded = max_loaded;
     view.now = 100;
+    view.overlap_loads = true; /* copies take no compute, as on GPUs */
 }
 
 static void resident(int i, double last_used)
@@ -296,5 +297,34 @@ int main(void)
     /* ...never where copies take compute: it waits for the load's end */
     view.overlap_loads = false;
     CHECK(s->decide(&view, a, 16) == 0);
+
+    /* where copies take compute, a load occupies its devices as a batch does:
+     * it waits for the batch in flight there, younger work waits for it, and
+     * older work goes first */
+    scenario(3, 100, 0);
+    view.overlap_loads = false;
+    resident(0, 1);
+    models[0].running = true;
+    resident(1, 2);
+    waiting(1, 1, 30); /* younger than the load's */
+    waiting(2, 1, 20);
+    finish_view();
+    CHECK(s->decide(&view, a, 16) == 0);
+    models[0].running = false;
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(n == 1 && a[0].kind == SCHED_LOAD && a[0].model == 2);
+    models[2].resident = models[2].loading = true;
+    finish_view();
+    CHECK(s->decide(&view, a, 16) == 0); /* model 1 waits for the copy */
+    models[2].resident = models[2].loading = false;
+    waiting(1, 1, 10); /* now older than the load's */
+    models[0].running = true;
+    finish_view();
+    CHECK(s->decide(&view, a, 16) == 0);
+    models[0].running = false;
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(n >= 1 && a[0].kind == SCHED_SERVE && a[0].model == 1);
     return test_finish();
 }

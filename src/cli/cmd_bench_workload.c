@@ -541,7 +541,11 @@ int bench_workload(int argc, char **argv)
                         "(8 tokens), max_tokens 1, top_k 50, top_p 0.5, temperature 0.7. Prints "
                         "latency mean/p50/p90/p99/max, SLO attainment, throughput, swaps and time "
                         "spent swapping, computing and queueing, per model and overall; writes a "
-                        "CSV of every request and an SVG latency CDF with one curve per policy.",
+                        "CSV of every request and an SVG latency CDF with one curve per policy. "
+                        "With --simulate, replays on a simulated clock instead (engine/sim.h: "
+                        "the same policy code, loads and batches taking the times measured here "
+                        "first), averaged over --seeds arrival sequences; copies competing with "
+                        "compute are not modelled, so use it with --link-gbps.",
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;

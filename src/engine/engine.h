@@ -4,9 +4,12 @@
  *
  *   engine_submit(request) -> queue of its model (bounded: a full queue is an
  *   immediate ERR_BUSY, never a hang)
- *   scheduler thread: wakes on submissions, finished batches and finished
- *   swaps (never polls); asks the policy for actions: start a load (evicting
- *   named victims), or dispatch a batch of a resident model
+ *   scheduler thread: wakes on submissions, finished batches, finished
+ *   swaps and the deadlines a policy asks for (never polls); asks the policy
+ *   for actions: start a load (evicting named victims, deferred for those
+ *   with a batch in flight), or dispatch a batch of a resident model; keeps
+ *   what the policy forecasts from: each model's arrivals, the latest load's
+ *   time and a moving average of first-step times per batch size
  *   runner thread of the model: runs the batch on the device workers:
  *   prefill, then decode steps; sequences that finish leave, waiting requests
  *   of the same model join at step boundaries (continuous batching); every

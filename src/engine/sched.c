@@ -93,18 +93,22 @@ static int computron_decide(const struct sched_view *v, struct sched_action *out
 /* ---- swapwise: the default ----
  * - Batches go in queue-head order to resident models, one at a time per
  *   device, also while another model loads (the copy engine and the compute
- *   overlap). A model whose own load is still arriving gets a batch only when
- *   no loaded model has work: such a batch holds its devices until the last
- *   layer arrives.
+ *   overlap). A model whose own load is still arriving gets its batch just in
+ *   time: half its first step before the load's expected end, the other half
+ *   overlapping the last layers (a SCHED_WAKE asks for that moment). Started
+ *   earlier, the batch would hold its devices through the load and requests
+ *   arriving meanwhile would miss it.
  * - One load at a time (loads share the links): the waiting model whose queue
  *   head is oldest, so no model starves.
  * - Room is made by byte budgets, taking victims in this order: models with
- *   nothing queued, the least likely to be wanted within a load's time first
- *   (forecast.h), waiting for one to finish its batch rather than evicting a
- *   busier one; then, only when the model to load holds the oldest request of
- *   all, idle models with younger requests, least recently used first. A
- *   model with a batch in flight is never evicted under it, and a model
- *   chosen to go gets no new batch.
+ *   nothing queued, or whose whole queue fits the one batch they get now, the
+ *   least likely to be wanted within a load's time first (forecast.h),
+ *   waiting for one to finish its batch rather than evicting a busier one;
+ *   then, only when the model to load holds the oldest request of all, idle
+ *   models with younger requests, least recently used first, each after one
+ *   last batch. A model with a batch in flight is never evicted under it
+ *   (its offload waits for the batch's end, and the load for the room), and a
+ *   model chosen to go gets no further batch.
  * - Prefetch: when the links are idle, nothing waits for a load and copies
  *   take no compute, a model with regular arrivals that is likely wanted soon
  *   comes in for resident idle models clearly less likely wanted. */
@@ -244,6 +248,22 @@ static bool prefetch(const struct sched_view *v, const double *demand, struct sc
     return false;
 }
 
+/* A loaded model with requests older than load's, on a device load uses. */
+static bool older_work_shares(const struct sched_view *v, int load, const bool *chosen)
+{
+    const struct sched_model *l = &v->models[load];
+    for (int i = 0; i < v->n_models; i++) {
+        const struct sched_model *c = &v->models[i];
+        if (chosen[i] || c->queue_len == 0 || !c->resident || c->loading || c->running ||
+            c->offload_pending || c->head_arrival >= l->head_arrival)
+            continue;
+        for (int d = 0; d < v->n_devices; d++)
+            if (c->bytes[d] > 0 && l->bytes[d] > 0)
+                return true;
+    }
+    return false;
+}
+
 static int swapwise_decide(const struct sched_view *v, struct sched_action *out, int max)
 {
     int n = 0;
@@ -254,10 +274,14 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
     bool need = false; /* the load lacks room for now */
     bool busy[SCHED_MAX_DEVICES] = {false};
     demand_all(v, demand);
+    /* where copies take compute, a load occupies its devices as a batch does */
+    bool copy_busy = !v->overlap_loads;
     for (int i = 0; i < v->n_models; i++)
         for (int d = 0; d < v->n_devices; d++)
-            if (v->models[i].running && v->models[i].bytes[d] > 0)
+            if ((v->models[i].running || (copy_busy && v->models[i].loading)) &&
+                v->models[i].bytes[d] > 0)
                 busy[d] = true;
+    bool held = false; /* the load waits for its devices' batches to end */
     struct sched_action a = {.kind = SCHED_LOAD, .model = load};
     if (load >= 0) {
         struct room r;
@@ -273,8 +297,13 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
                     busy[d] |= c->bytes[d] > 0;
             }
         }
-        if (!need && n < max)
+        held = !need && copy_busy && (!devices_free(v, &v->models[load], busy) ||
+                                      older_work_shares(v, load, chosen));
+        if (!need && !held && n < max) {
             out[n++] = a;
+            for (int d = 0; copy_busy && d < v->n_devices; d++)
+                busy[d] |= v->models[load].bytes[d] > 0;
+        }
     } else if (!v->any_loading && v->overlap_loads && n < max &&
                prefetch(v, demand, &a, chosen)) {
         out[n++] = a;
@@ -285,7 +314,9 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
      * first. When the load still lacks room and holds the oldest request,
      * models that could make room for it get no new batch: they go idle and
      * are evicted next. */
-    bool served[SCHED_MAX_MODELS] = {false};
+    bool served[SCHED_MAX_MODELS] = {false}, held_devs[SCHED_MAX_DEVICES] = {false};
+    for (int d = 0; held && d < v->n_devices; d++)
+        held_devs[d] = v->models[load].bytes[d] > 0;
     double wake = INFINITY;
     while (n < max) {
         int pick = -1;
@@ -304,6 +335,9 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
             if (need && load == oldest && !c->pinned && !c->loading &&
                 c->head_arrival > v->models[load].head_arrival)
                 continue;
+            if (held && c->head_arrival > v->models[load].head_arrival &&
+                !devices_free(v, c, held_devs))
+                continue; /* younger than the held load: it goes after it */
             if (devices_free(v, c, busy) && (pick < 0 || c->head_arrival < v->models[pick].head_arrival))
                 pick = i;
         }
