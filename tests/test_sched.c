@@ -318,6 +318,28 @@ int main(void)
     finish_view();
     CHECK(s->decide(&view, a, 16) == 0); /* model 1 waits for the copy */
     models[2].resident = models[2].loading = false;
+    /* ...and while the load is held, the models that must make room for it
+     * get no batch either (no "last batch" that would start a new wait) */
+    scenario(3, 0, 0);
+    view.overlap_loads = false;
+    resident(0, 1);
+    resident(1, 2);
+    models[0].running = true;
+    waiting(0, 3, 40);
+    waiting(1, 3, 30);
+    waiting(2, 1, 20); /* the oldest request, for a model that is not loaded */
+    finish_view();
+    CHECK(s->decide(&view, a, 16) == 0);
+    models[0].running = false;
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(n == 2 && a[0].kind == SCHED_SERVE && a[1].kind == SCHED_LOAD && a[1].model == 2 &&
+          a[1].n_victims == 1 && a[1].victims[0] == a[0].model);
+    scenario(3, 100, 0);
+    view.overlap_loads = false;
+    resident(0, 1);
+    resident(1, 2);
+    waiting(2, 1, 20);
     waiting(1, 1, 10); /* now older than the load's */
     models[0].running = true;
     finish_view();

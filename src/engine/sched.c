@@ -289,7 +289,9 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
         /* a victim with a batch in flight leaves at its end: the engine
          * starts the load once the room is there */
         need = !demand_victims(v, demand, busy, load, load == oldest, &r, &a, chosen);
-        for (int k = 0; !need && k < a.n_victims; k++) {
+        held = !need && copy_busy && (!devices_free(v, &v->models[load], busy) ||
+                                      older_work_shares(v, load, chosen));
+        for (int k = 0; !need && !held && k < a.n_victims; k++) {
             const struct sched_model *c = &v->models[a.victims[k]];
             if (c->queue_len > 0 && !c->running && n < max) { /* its last batch, then it goes */
                 out[n++] = (struct sched_action){.kind = SCHED_SERVE, .model = a.victims[k]};
@@ -297,8 +299,6 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
                     busy[d] |= c->bytes[d] > 0;
             }
         }
-        held = !need && copy_busy && (!devices_free(v, &v->models[load], busy) ||
-                                      older_work_shares(v, load, chosen));
         if (!need && !held && n < max) {
             out[n++] = a;
             for (int d = 0; copy_busy && d < v->n_devices; d++)
