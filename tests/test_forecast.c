@@ -61,7 +61,12 @@ int main(void)
         forecast_add(&g, t);
     }
     CHECK(forecast_within(&g, t + 0.1, 0.2) < 0.01);
-    CHECK(forecast_within(&g, t + 0.9, 0.2) > 0.3);
+    /* the true process gives 1 - Q(16, 17.6) / Q(16, 14.4) = 0.49 here; the
+     * fit is less sharp on purpose (its CV is shrunk towards 1 by
+     * FORECAST_PRIOR pseudo-gaps, CV 0.34 instead of 0.25), which lowers it
+     * to about 0.4: within 0.3..0.6 */
+    double due = forecast_within(&g, t + 0.9, 0.2);
+    CHECK_MSG(due > 0.3 && due < 0.6, "regular: P(within 0.2 s | 0.9 s) = %g", due);
     CHECK(close_to(forecast_wait(&g, t), 1, 0.1));
 
     /* bursty arrivals (CV 4): another is likely right after one, unlikely

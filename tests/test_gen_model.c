@@ -15,20 +15,9 @@
 #include "model/opt.h"
 #include "model/opt_random.h"
 #include "test.h"
+#include "tiny_opt.h"
 
 static char tmp[256];
-
-static void small_config(struct opt_config *c)
-{
-    CHECK(opt_preset("opt-125m", c) == 0);
-    c->hidden = 128;
-    c->embed_dim = 128;
-    c->n_heads = 4;
-    c->ffn = 256;
-    c->n_layers = 2;
-    c->vocab = 1000;
-    c->max_pos = 64;
-}
 
 static void forward_ids(struct opt_model *m, float *logits, int n)
 {
@@ -113,7 +102,7 @@ int main(void)
     mkdir(bad, 0755);
 
     struct opt_config c;
-    small_config(&c);
+    tiny_opt_config(&c, 2, 1000);
     struct opt_random_opts o = {.dtype = DTYPE_F16, .seed = 5};
     CHECK(opt_random_write(&c, one, &o) == 0);
     o.max_shard_bytes = 300000; /* forces several files */

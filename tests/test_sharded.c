@@ -18,6 +18,7 @@
 #include "model/opt_random.h"
 #include "swap/swap.h"
 #include "test.h"
+#include "tiny_opt.h"
 
 #define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/models"
 #define TOL 1e-5
@@ -151,13 +152,7 @@ int main(void)
     char tmp[] = "/tmp/shardswap_sharded_XXXXXX";
     CHECK(mkdtemp(tmp) != NULL);
     struct opt_config c;
-    CHECK(opt_preset("opt-125m", &c) == 0);
-    c.hidden = c.embed_dim = 128;
-    c.n_heads = 4;
-    c.ffn = 256;
-    c.n_layers = 4;
-    c.vocab = 1001;
-    c.max_pos = 64;
+    tiny_opt_config(&c, 4, 1001);
     struct opt_random_opts o = {.dtype = DTYPE_F16, .seed = 9};
     CHECK(opt_random_write(&c, tmp, &o) == 0);
     check_model("generated-v1001", tmp);

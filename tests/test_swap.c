@@ -12,6 +12,7 @@
 #include "model/opt_random.h"
 #include "swap/swap.h"
 #include "test.h"
+#include "tiny_opt.h"
 
 #define N_MODELS 5
 static char tmp[] = "/tmp/shardswap_swap_XXXXXX";
@@ -21,13 +22,7 @@ static void make_models(void)
 {
     CHECK(mkdtemp(tmp) != NULL);
     struct opt_config c;
-    CHECK(opt_preset("opt-125m", &c) == 0);
-    c.hidden = c.embed_dim = 128;
-    c.n_heads = 4;
-    c.ffn = 256;
-    c.n_layers = 4;
-    c.vocab = 1000;
-    c.max_pos = 64;
+    tiny_opt_config(&c, 4, 1000);
     for (int i = 0; i < N_MODELS; i++) {
         snprintf(dirs[i], sizeof(dirs[i]), "%s/m%d", tmp, i);
         mkdir(dirs[i], 0755);
@@ -222,6 +217,21 @@ static void test_lru_bytes_and_pinned(void)
     struct swap_stats st;
     swap_get_stats(r.mgr, &st);
     CHECK(st.evictions >= 10);
+    /* m0 (pinned) and m4 are resident, with no room for a third: a load
+     * that may not evict is refused and moves nothing... */
+    CHECK(swap_residency(r.mgr, r.m[4]) == RES_ON_DEVICE);
+    CHECK(swap_load_no_evict(r.mgr, r.m[1]) == ERR_BUSY);
+    CHECK(strstr(err_msg(), "does not fit") != NULL);
+    struct swap_stats after;
+    swap_get_stats(r.mgr, &after);
+    CHECK(after.evictions == st.evictions && after.loads == st.loads);
+    CHECK(swap_residency(r.mgr, r.m[4]) == RES_ON_DEVICE);
+    enum residency m1 = swap_residency(r.mgr, r.m[1]);
+    CHECK(m1 != RES_LOADING && m1 != RES_ON_DEVICE);
+    /* ...and goes ahead once the caller has made room */
+    CHECK(swap_offload(r.mgr, r.m[4], false) == 0);
+    CHECK(swap_load_no_evict(r.mgr, r.m[1]) == 0 && swap_wait_loaded(r.mgr, r.m[1]) == 0);
+    CHECK(check_output(&r, 1) <= 1e-5 && budgets_kept(&r));
     rig_close(&r);
 }
 

@@ -205,27 +205,41 @@ out:
     return rc;
 }
 
+/* Submits n greedy requests with Computron's prompt for model 0 at once and
+ * waits for them; recs[i] gets each one's times. */
+static int submit_greedy(struct engine *e, int n, struct wl_job *jobs, struct request_record *recs)
+{
+    atomic_int done = 0;
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        struct wl_job *j = &jobs[i];
+        *j = (struct wl_job){.rec = &recs[i], .done = &done, .lock = &lock, .cond = &cond};
+        j->r = (struct engine_request){.model = 0, .prompt = computron_prompt,
+                                       .n_prompt = PROMPT_LEN, .max_tokens = 1,
+                                       .sampling = {.temperature = 0, .top_p = 1},
+                                       .output = j->out, .on_done = wl_on_done, .ctx = j};
+        rc = engine_submit(e, &j->r);
+    }
+    engine_drain(e);
+    for (int i = 0; i < n; i++)
+        recs[i].t_arrival = jobs[i].r.t_arrival;
+    return rc;
+}
+
 /* Warm latency of one request on a resident model: the unit of --slo-scale. */
 static int warm_latency(char dirs[][512], int tp, double *secs)
 {
     struct rig g;
     int rc = rig_open(&g, dirs, 1, tp, 1, 1, "swapwise", 0);
-    struct wl_job j = {0};
-    struct request_record rec = {0};
-    atomic_int done = 0;
-    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    struct wl_job j;
+    struct request_record rec;
     *secs = 0;
     for (int rep = 0; rc == 0 && rep < 4; rep++) {
-        j = (struct wl_job){.rec = &rec, .done = &done, .lock = &lock, .cond = &cond};
-        j.r = (struct engine_request){.model = 0, .prompt = computron_prompt,
-                                      .n_prompt = PROMPT_LEN, .max_tokens = 1,
-                                      .sampling = {.temperature = 0, .top_p = 1},
-                                      .output = j.out, .on_done = wl_on_done, .ctx = &j};
-        if ((rc = engine_submit(g.e, &j.r)) < 0)
+        if ((rc = submit_greedy(g.e, 1, &j, &rec)) < 0)
             break;
-        engine_drain(g.e);
-        double lat = rec.t_done - j.r.t_arrival;
+        double lat = rec.t_done - rec.t_arrival;
         if (rep > 0 && (*secs == 0 || lat < *secs)) /* the first one loads the model */
             *secs = lat;
     }
@@ -288,9 +302,6 @@ static int measure_costs(char dirs[][512], int tp, int max_batch, double link, s
     int rc = rig_open(&g, dirs, 1, tp, 1, max_batch, "swapwise", link);
     struct wl_job *jobs = calloc((size_t)max_batch, sizeof(*jobs));
     struct request_record *recs = calloc((size_t)max_batch, sizeof(*recs));
-    atomic_int done = 0;
-    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
     int sizes[64], n_sizes = 0;
     for (int b = 1; b < max_batch && n_sizes < 63; b = b < 4 ? b + 1 : b + b / 2)
         sizes[n_sizes++] = b;
@@ -302,16 +313,8 @@ static int measure_costs(char dirs[][512], int tp, int max_batch, double link, s
         int b = si < 0 ? 1 : sizes[si]; /* si = -1: the cold request that loads the model */
         double best = INFINITY;
         for (int rep = 0; rc == 0 && rep < (si < 0 ? 1 : 2); rep++) {
-            for (int i = 0; i < b && rc == 0; i++) {
-                struct wl_job *j = &jobs[i];
-                *j = (struct wl_job){.rec = &recs[i], .done = &done, .lock = &lock, .cond = &cond};
-                j->r = (struct engine_request){
-                    .model = 0, .prompt = computron_prompt, .n_prompt = PROMPT_LEN,
-                    .max_tokens = 1, .sampling = {.temperature = 0, .top_p = 1},
-                    .output = j->out, .on_done = wl_on_done, .ctx = j};
-                rc = engine_submit(g.e, &j->r);
-            }
-            engine_drain(g.e);
+            if ((rc = submit_greedy(g.e, b, jobs, recs)) < 0)
+                break;
             double t0 = INFINITY, t1 = 0;
             for (int i = 0; i < b; i++) {
                 t0 = recs[i].t_start < t0 ? recs[i].t_start : t0;
@@ -622,8 +625,8 @@ int bench_workload(int argc, char **argv)
                                                 : "--seeds must be >= 1");
         goto out;
     }
-    if (simulated) /* one model measures the costs; all have its shape */
-        c.n_models = all ? 1 : c.n_models;
+    if (all) /* one model measures the costs; every config's models have its shape */
+        c.n_models = 1;
     if (!(dirs = calloc((size_t)c.n_models, sizeof(*dirs)))) {
         rc = err_set(ERR_NOMEM, "out of memory");
         goto out;
@@ -632,7 +635,7 @@ int bench_workload(int argc, char **argv)
         if ((rc = model_cache_preset(cache, preset, layers, dtype_s, (uint64_t)i, dirs[i],
                                      sizeof(dirs[i]))) < 0)
             goto out;
-    if (!c.round_robin) {
+    if (!c.round_robin && !simulated) { /* --simulate draws its own, per seed */
         struct arrival_spec spec = {.kind = ARRIVAL_GAMMA, .n_models = c.n_models, .cv = c.cv,
                                     .duration_s = duration, .seed = seed};
         memcpy(spec.rates, c.rates, sizeof(c.rates));

@@ -444,15 +444,11 @@ static bool act(struct engine *e, const struct sched_action *a)
             v->offload_pending = v->running;
         }
     }
-    /* a victim with a batch in flight leaves at its end, which wakes us;
-     * loading before would make the swap manager pick victims of its own */
-    for (int d = 0; d < swap_device_count(e->mgr); d++) {
-        struct device *dev = swap_device(e->mgr, d);
-        if (swap_model_device_bytes(m->sm, d) > device_budget(dev) - device_used(dev))
-            return false;
-    }
-    if (swap_load(e->mgr, m->sm) < 0)
-        return false; /* no room yet: a transition or a finished batch will wake us */
+    /* the policy picks the victims, never the swap manager; no room yet (a
+     * victim with a batch in flight leaves at its end): that end, or a
+     * transition, wakes us */
+    if (swap_load_no_evict(e->mgr, m->sm) < 0)
+        return false;
     e->stats.loads++;
     m->was_loading = true;
     m->loaded_at = now;

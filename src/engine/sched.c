@@ -120,12 +120,14 @@ static int computron_decide(const struct sched_view *v, struct sched_action *out
  * places back and forth (bench workload --simulate, configs with CV 4). */
 #define SW_PREFETCH_MAX_CV 0.8
 
-/* The chance of a request for each model within the time of a load. */
-static void demand_all(const struct sched_view *v, double *demand)
+/* The chance of a request for model i within the time of a load, computed
+ * on first use (an incomplete gamma function per model: only the models a
+ * decision weighs pay for it). memo starts as NaN. */
+static double demand(const struct sched_view *v, double *memo, int i)
 {
-    for (int i = 0; i < v->n_models; i++)
-        demand[i] = forecast_within(&v->models[i].arrivals, v->now,
-                                    v->load_s > 0 ? v->load_s : 0.1);
+    if (isnan(memo[i]))
+        memo[i] = forecast_within(&v->models[i].arrivals, v->now, v->load_s > 0 ? v->load_s : 0.1);
+    return memo[i];
 }
 
 /* Room on the devices once the models already leaving have left. */
@@ -165,7 +167,6 @@ static bool evictable(const struct sched_model *c)
     return c->resident && !c->loading && !c->pinned && !c->offload_pending;
 }
 
-/* Victims for a load of `load` that waits for a request; true when it fits. */
 static bool devices_free(const struct sched_view *v, const struct sched_model *c, const bool *busy)
 {
     for (int d = 0; d < v->n_devices; d++)
@@ -174,24 +175,36 @@ static bool devices_free(const struct sched_view *v, const struct sched_model *c
     return true;
 }
 
-static bool demand_victims(const struct sched_view *v, const double *demand, const bool *busy,
+/* The evictable model least likely wanted within a load's time (least
+ * recently used among equals) that has nothing queued, or, when busy is
+ * given, whose whole queue fits the batch it can get now; idle_only leaves
+ * out models with a batch in flight. -1 when none. */
+static int least_wanted(const struct sched_view *v, double *memo, const bool *chosen,
+                        const bool *busy, bool idle_only)
+{
+    int pick = -1;
+    double pick_d = 0;
+    for (int i = 0; i < v->n_models; i++) {
+        const struct sched_model *c = &v->models[i];
+        bool drains = busy && c->queue_len > 0 && c->queue_len <= v->max_batch && !c->running &&
+                      devices_free(v, c, busy);
+        if (chosen[i] || !evictable(c) || (c->queue_len > 0 && !drains) ||
+            (idle_only && c->running))
+            continue;
+        double d = demand(v, memo, i);
+        if (pick < 0 || d < pick_d || (d == pick_d && c->last_used < v->models[pick].last_used))
+            pick = i, pick_d = d;
+    }
+    return pick;
+}
+
+/* Victims for a load of `load` that waits for a request; true when it fits. */
+static bool demand_victims(const struct sched_view *v, double *memo, const bool *busy,
                            int load, bool oldest, struct room *r, struct sched_action *a,
                            bool *chosen)
 {
     while (!room_for(v, r, load) && a->n_victims < SCHED_MAX_VICTIMS) {
-        int pick = -1;
-        double pick_d = 0;
-        for (int i = 0; i < v->n_models; i++) { /* nothing queued, least wanted first */
-            const struct sched_model *c = &v->models[i];
-            /* or all its queue fits the batch it gets now, before it goes */
-            bool drains = c->queue_len > 0 && v->max_batch > 0 &&
-                          c->queue_len <= v->max_batch && !c->running && devices_free(v, c, busy);
-            if (chosen[i] || !evictable(c) || (c->queue_len > 0 && !drains))
-                continue;
-            double d = demand[i];
-            if (pick < 0 || d < pick_d || (d == pick_d && c->last_used < v->models[pick].last_used))
-                pick = i, pick_d = d;
-        }
+        int pick = least_wanted(v, memo, chosen, busy, false);
         bool younger = pick < 0 && oldest; /* then idle with requests younger than ours, LRU */
         for (int i = 0; younger && i < v->n_models; i++) {
             const struct sched_model *c = &v->models[i];
@@ -209,7 +222,7 @@ static bool demand_victims(const struct sched_view *v, const double *demand, con
 
 /* A prefetch: the non-resident model likeliest wanted soon, for idle models
  * with nothing queued that are clearly less likely wanted; true when found. */
-static bool prefetch(const struct sched_view *v, const double *demand, struct sched_action *a,
+static bool prefetch(const struct sched_view *v, double *memo, struct sched_action *a,
                      bool *chosen)
 {
     int p = -1;
@@ -218,7 +231,7 @@ static bool prefetch(const struct sched_view *v, const double *demand, struct sc
         const struct sched_model *c = &v->models[i];
         if (c->resident || forecast_cv(&c->arrivals) >= SW_PREFETCH_MAX_CV)
             continue;
-        double d = demand[i];
+        double d = demand(v, memo, i);
         if (p < 0 || d > pd)
             p = i, pd = d;
     }
@@ -228,16 +241,8 @@ static bool prefetch(const struct sched_view *v, const double *demand, struct sc
     room_init(v, &r);
     *a = (struct sched_action){.kind = SCHED_LOAD, .model = p};
     while (!room_for(v, &r, p) && a->n_victims < SCHED_MAX_VICTIMS) {
-        int pick = -1;
-        double pick_d = 0;
-        for (int i = 0; i < v->n_models; i++) {
-            const struct sched_model *c = &v->models[i];
-            double d = demand[i];
-            if (!chosen[i] && evictable(c) && !c->running && c->queue_len == 0 &&
-                (pick < 0 || d < pick_d))
-                pick = i, pick_d = d;
-        }
-        if (pick < 0 || pick_d + SW_PREFETCH_MARGIN > pd)
+        int pick = least_wanted(v, memo, chosen, NULL, true);
+        if (pick < 0 || demand(v, memo, pick) + SW_PREFETCH_MARGIN > pd)
             break;
         room_take(v, &r, a, chosen, pick);
     }
@@ -248,14 +253,20 @@ static bool prefetch(const struct sched_view *v, const double *demand, struct sc
     return false;
 }
 
+/* Has requests and could get a batch (not chosen to go, not running). */
+static bool servable(const struct sched_model *c, bool chosen)
+{
+    return c->queue_len > 0 && c->resident && !c->running && !c->offload_pending && !chosen;
+}
+
 /* A loaded model with requests older than load's, on a device load uses. */
+
 static bool older_work_shares(const struct sched_view *v, int load, const bool *chosen)
 {
     const struct sched_model *l = &v->models[load];
     for (int i = 0; i < v->n_models; i++) {
         const struct sched_model *c = &v->models[i];
-        if (chosen[i] || c->queue_len == 0 || !c->resident || c->loading || c->running ||
-            c->offload_pending || c->head_arrival >= l->head_arrival)
+        if (!servable(c, chosen[i]) || c->loading || c->head_arrival >= l->head_arrival)
             continue;
         for (int d = 0; d < v->n_devices; d++)
             if (c->bytes[d] > 0 && l->bytes[d] > 0)
@@ -270,10 +281,11 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
     int load = v->any_loading ? -1 : oldest_head(v, not_resident);
     int oldest = oldest_head(v, any_model);
     bool chosen[SCHED_MAX_MODELS] = {false};
-    double demand[SCHED_MAX_MODELS];
+    double memo[SCHED_MAX_MODELS];
     bool need = false; /* the load lacks room for now */
     bool busy[SCHED_MAX_DEVICES] = {false};
-    demand_all(v, demand);
+    for (int i = 0; i < v->n_models; i++)
+        memo[i] = NAN;
     /* where copies take compute, a load occupies its devices as a batch does */
     bool copy_busy = !v->overlap_loads;
     for (int i = 0; i < v->n_models; i++)
@@ -288,7 +300,7 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
         room_init(v, &r);
         /* a victim with a batch in flight leaves at its end: the engine
          * starts the load once the room is there */
-        need = !demand_victims(v, demand, busy, load, load == oldest, &r, &a, chosen);
+        need = !demand_victims(v, memo, busy, load, load == oldest, &r, &a, chosen);
         held = !need && copy_busy && (!devices_free(v, &v->models[load], busy) ||
                                       older_work_shares(v, load, chosen));
         for (int k = 0; !need && !held && k < a.n_victims; k++) {
@@ -305,7 +317,7 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
                 busy[d] |= v->models[load].bytes[d] > 0;
         }
     } else if (!v->any_loading && v->overlap_loads && n < max &&
-               prefetch(v, demand, &a, chosen)) {
+               prefetch(v, memo, &a, chosen)) {
         out[n++] = a;
     }
     /* Batches for resident models, oldest queue head first, at most one at a
@@ -322,8 +334,7 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
         int pick = -1;
         for (int i = 0; i < v->n_models; i++) {
             const struct sched_model *c = &v->models[i];
-            if (served[i] || c->queue_len == 0 || !c->resident || c->running ||
-                c->offload_pending || chosen[i] || (c->loading && !v->overlap_loads))
+            if (served[i] || !servable(c, chosen[i]) || (c->loading && !v->overlap_loads))
                 continue;
             if (c->loading) { /* just in time: half its first step overlaps the last layers */
                 double start = c->loaded_at + v->load_s - c->batch_s / 2;

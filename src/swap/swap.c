@@ -423,9 +423,17 @@ static int device_alloc_all(struct swap_manager *mgr, struct swap_model *model, 
     return 0;
 }
 
-/* Makes room on the devices and allocates the model's blobs (lock held). */
-static int make_room(struct swap_manager *mgr, struct swap_model *model)
+/* Makes room on the devices and allocates the model's blobs (lock held).
+ * Without evict, the policy picks no victim: the model's bytes must already
+ * fit each device's free memory, and only memory that is free but not in one
+ * piece makes the least recently used idle models go. */
+static int make_room(struct swap_manager *mgr, struct swap_model *model, bool evict)
 {
+    for (int d = 0; !evict && d < mgr->n_devices; d++)
+        if (swap_model_device_bytes(model, d) >
+            device_budget(mgr->devices[d]) - device_used(mgr->devices[d]))
+            return err_set(ERR_BUSY, "model %s does not fit device %d's free memory now",
+                           model->name, d);
     struct evict_model *em = calloc((size_t)mgr->n_models, sizeof(*em));
     if (!em)
         return err_set(ERR_NOMEM, "out of memory");
@@ -433,7 +441,7 @@ static int make_room(struct swap_manager *mgr, struct swap_model *model)
     int rc = 0;
     for (;;) {
         view_build(mgr, &v, em);
-        int victim = mgr->policy->pick(&v, model->id);
+        int victim = evict ? mgr->policy->pick(&v, model->id) : -1;
         if (victim == -1) {
             int failed = 0;
             if ((rc = device_alloc_all(mgr, model, &failed)) == 0)
@@ -467,7 +475,7 @@ static int make_room(struct swap_manager *mgr, struct swap_model *model)
     return rc;
 }
 
-int swap_load(struct swap_manager *mgr, struct swap_model *model)
+static int load(struct swap_manager *mgr, struct swap_model *model, bool evict)
 {
     pthread_mutex_lock(&mgr->lock);
     while (model_in_transition(model) && !model_resident(model))
@@ -477,7 +485,7 @@ int swap_load(struct swap_manager *mgr, struct swap_model *model)
         pthread_mutex_unlock(&mgr->lock);
         return 0;
     }
-    int rc = make_room(mgr, model);
+    int rc = make_room(mgr, model, evict);
     uint64_t missing = rc == 0 ? host_missing(model) : 0;
     if (rc == 0 && (rc = host_make_room(mgr, model, missing)) < 0) {
         for (int s = 0; s < model->tp * model->pp; s++)
@@ -512,6 +520,16 @@ int swap_load(struct swap_manager *mgr, struct swap_model *model)
     pthread_cond_broadcast(&mgr->changed);
     pthread_mutex_unlock(&mgr->lock);
     return 0;
+}
+
+int swap_load(struct swap_manager *mgr, struct swap_model *model)
+{
+    return load(mgr, model, true);
+}
+
+int swap_load_no_evict(struct swap_manager *mgr, struct swap_model *model)
+{
+    return load(mgr, model, false);
 }
 
 int swap_prefetch_host(struct swap_manager *mgr, struct swap_model *model)

@@ -107,6 +107,10 @@ int swap_layout_bytes(const char *dir, int tp, int pp, uint64_t *device_bytes,
  * returns once the copies are queued. Already resident or loading: returns 0.
  * ERR_BUSY when room cannot be made now (everything evictable is busy). */
 int swap_load(struct swap_manager *mgr, struct swap_model *model);
+/* As swap_load, but never evicts: ERR_BUSY when the blobs do not fit the
+ * devices' free memory now. For a caller that picks victims itself (the
+ * engine's scheduler), so the policy here cannot overrule it. */
+int swap_load_no_evict(struct swap_manager *mgr, struct swap_model *model);
 /* Waits until the model's last load finished; returns its status. */
 int swap_wait_loaded(struct swap_manager *mgr, struct swap_model *model);
 /* Stages every shard into the host tier (disk -> host) without a device. */
