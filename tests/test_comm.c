@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/device.h"
 #include "comm/comm.h"
 #include "core/error.h"
 #include "core/timing.h"
@@ -93,7 +94,7 @@ static void ar_exact_rank(void *p, int rank)
         size_t n = ar_sizes[(iter + iter / 4) % 4];
         for (size_t i = 0; i < n; i++)
             buf[i] = ar_base(i, iter) * (float)(rank + 1) + (float)rank;
-        comm_allreduce_sum(a->g, rank, buf, n);
+        comm_allreduce_sum(comm_group_rank(a->g, rank), NULL, buf, n);
         /* sum_r base*(r+1) + r = base*R(R+1)/2 + R(R-1)/2 */
         float k = (float)(R * (R + 1) / 2), c = (float)(R * (R - 1) / 2);
         for (size_t i = 0; i < n; i++)
@@ -137,7 +138,7 @@ static void ar_random_rank(void *p, int rank)
     for (int it = 0; it < RAND_ITERS; it++) {
         size_t n = a->n[it];
         memcpy(buf, a->in[it] + (size_t)rank * n, n * sizeof(float));
-        comm_allreduce_sum(a->g, rank, buf, n);
+        comm_allreduce_sum(comm_group_rank(a->g, rank), NULL, buf, n);
         for (size_t i = 0; i < n; i++)
             bad += memcmp(&buf[i], &a->want[it][i], sizeof(float)) != 0;
     }
@@ -219,7 +220,7 @@ static void gather_rank(void *p, int rank)
                 local[i * w + j] = gather_value(round, i, col0 + j);
         for (int i = 0; i < GATHER_ROWS * T; i++)
             out[i] = -1.0f;
-        comm_gather_cols(a->g, rank, root, local, GATHER_ROWS, w, col0, rank == root ? out : NULL,
+        comm_gather_cols(comm_group_rank(a->g, rank), NULL, root, local, GATHER_ROWS, w, col0, rank == root ? out : NULL,
                          T);
         if (rank != root)
             continue;
@@ -261,7 +262,7 @@ static void barrier_rank(void *p, int rank)
          * rank passed barrier k+1, i.e. finished reading round k. */
         a->cells[k % 2][rank] = k;
         atomic_fetch_add_explicit(&a->counter, 1, memory_order_relaxed);
-        comm_barrier(a->g, rank);
+        comm_barrier(comm_group_rank(a->g, rank));
         int seen = atomic_load_explicit(&a->counter, memory_order_relaxed);
         bad += seen < (k + 1) * R || seen > (k + 2) * R;
         for (int q = 0; q < R; q++)
@@ -294,7 +295,7 @@ static void barrier_late_rank(void *p, int rank)
         if (rank == k % R)
             nanosleep(&(struct timespec){.tv_nsec = 3000000}, NULL);
         a->cells[k % 2][rank] = k;
-        comm_barrier(a->g, rank);
+        comm_barrier(comm_group_rank(a->g, rank));
         for (int q = 0; q < R; q++)
             bad += a->cells[k % 2][q] != k;
     }
@@ -336,11 +337,11 @@ static void chan_rank(void *p, int rank)
         if (rank == 0) {
             for (size_t j = 0; j < n; j++)
                 buf[j] = (float)(i * 4096 + (int)j);
-            a->status[0] |= comm_send(a->c, buf, n);
+            a->status[0] |= comm_send(a->c, NULL, buf, n);
         } else {
             for (size_t j = 0; j < n; j++)
                 buf[j] = -1.0f;
-            a->status[1] |= comm_recv(a->c, buf, n);
+            a->status[1] |= comm_recv(a->c, NULL, buf, n);
             for (size_t j = 0; j < n; j++)
                 a->bad += buf[j] != (float)(i * 4096 + (int)j);
         }
@@ -359,76 +360,34 @@ static void test_channel(void)
     /* A size mismatch is an error naming both sizes; the message is dropped,
      * so the next send does not block and the next receive gets the next one. */
     float ten[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, got[12] = {0};
-    CHECK(comm_send(a.c, ten, 10) == ERR_OK);
-    CHECK(comm_recv(a.c, got, 12) == ERR_INVALID);
+    CHECK(comm_send(a.c, NULL, ten, 10) == ERR_OK);
+    CHECK(comm_recv(a.c, NULL, got, 12) == ERR_INVALID);
     CHECK_MSG(strstr(err_msg(), "10") && strstr(err_msg(), "12"), "message: %s", err_msg());
     CHECK(got[0] == 0.0f);
-    CHECK(comm_send(a.c, ten + 5, 5) == ERR_OK);
-    CHECK(comm_recv(a.c, got, 5) == ERR_OK);
+    CHECK(comm_send(a.c, NULL, ten + 5, 5) == ERR_OK);
+    CHECK(comm_recv(a.c, NULL, got, 5) == ERR_OK);
     CHECK(got[0] == 6.0f && got[4] == 10.0f);
     comm_channel_destroy(a.c);
     comm_channel_destroy(NULL);
 }
 
-/* ---- informational timings ---- */
-
-enum { BENCH_N = 2048, BENCH_ITERS = 10000 };
-
-struct bench {
-    struct comm_group *g;
-    struct comm_channel *c;
-    double seconds;
-};
-
-static void bench_allreduce_rank(void *p, int rank)
+/* Groups by device kind, and the per-rank handles. */
+static void test_group_by_devices(void)
 {
-    struct bench *b = p;
-    float *buf = calloc(BENCH_N, sizeof(float));
-    comm_barrier(b->g, rank);
-    double t0 = time_now();
-    for (int i = 0; i < BENCH_ITERS; i++)
-        comm_allreduce_sum(b->g, rank, buf, BENCH_N);
-    comm_barrier(b->g, rank);
-    if (rank == 0)
-        b->seconds = time_now() - t0;
-    free(buf);
-}
-
-static void bench_channel_rank(void *p, int rank)
-{
-    struct bench *b = p;
-    float *buf = calloc(BENCH_N, sizeof(float));
-    double t0 = time_now();
-    for (int i = 0; i < BENCH_ITERS; i++) {
-        if (rank == 0)
-            comm_send(b->c, buf, BENCH_N);
-        else
-            comm_recv(b->c, buf, BENCH_N);
+    struct device *d[2];
+    CHECK(device_open_cpu(0, 1 << 20, &d[0]) == ERR_OK && device_open_cpu(1, 1 << 20, &d[1]) == 0);
+    struct comm_group *g = NULL;
+    CHECK(comm_group_create(d, 2, &g) == ERR_OK);
+    CHECK(g && comm_group_size(g) == 2);
+    for (int r = 0; g && r < 2; r++) {
+        struct comm *c = comm_group_rank(g, r);
+        CHECK(comm_rank(c) == r && comm_size(c) == 2);
     }
-    if (rank == 1)
-        b->seconds = time_now() - t0;
-    free(buf);
-}
-
-static void bench(void)
-{
-    static const int ranks[] = {2, 4};
-    for (int k = 0; k < 2; k++) {
-        struct bench b = {0};
-        if (comm_group_create_threads(ranks[k], &b.g) != ERR_OK)
-            return;
-        run_ranks(ranks[k], bench_allreduce_rank, &b);
-        printf("all-reduce of %d floats, %d ranks: %.2f us (mean of %d)\n", BENCH_N, ranks[k],
-               b.seconds / BENCH_ITERS * 1e6, BENCH_ITERS);
-        comm_group_destroy(b.g);
-    }
-    struct bench b = {0};
-    if (comm_channel_create(&b.c) != ERR_OK)
-        return;
-    run_ranks(2, bench_channel_rank, &b);
-    printf("send/recv of %d floats: %.2f us (mean of %d)\n", BENCH_N, b.seconds / BENCH_ITERS * 1e6,
-           BENCH_ITERS);
-    comm_channel_destroy(b.c);
+    comm_group_destroy(g);
+    g = (struct comm_group *)&g;
+    CHECK(comm_group_create(d, 0, &g) == ERR_INVALID && g == NULL);
+    device_close(d[0]);
+    device_close(d[1]);
 }
 
 int main(void)
@@ -456,6 +415,6 @@ int main(void)
     test_barrier_late(4);
 
     test_channel();
-    bench();
+    test_group_by_devices();
     return test_finish();
 }

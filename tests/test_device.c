@@ -1,7 +1,8 @@
 /* The device interface on the CPU backend: exact budgets and accounting,
  * the arena's first fit and coalescing, the copy stream's ordering and
- * events, devices copying in parallel, the CUDA stub. Ends with copy
- * bandwidths, printed and never asserted. */
+ * events, compute streams waiting on copy events, devices copying in
+ * parallel, the CUDA stub. (Copy bandwidths are measured by `shardswap
+ * bench swap`, not here.) */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -305,37 +306,36 @@ static void test_round_trip(void)
             size_t off = offs[io], n = sizes[is];
             fill_random(src, n, seed++);
             memset(back, 0, n);
-            struct event e1, e2;
-            event_init(&e1);
-            event_init(&e2);
-            int rc1 = device_copy_h2d(d, b, off, src, n, &e1);
-            int rc2 = device_copy_d2h(d, back, b, off, n, &e2);
+            struct device_event *e1, *e2;
+            CHECK(device_event_create(d, &e1) == 0 && device_event_create(d, &e2) == 0);
+            int rc1 = device_copy_h2d(d, b, off, src, n, e1);
+            int rc2 = device_copy_d2h(d, back, b, off, n, e2);
             CHECK_MSG(rc1 == ERR_OK && rc2 == ERR_OK, "%s", err_msg());
             if (rc1 == ERR_OK && rc2 == ERR_OK) {
-                CHECK(event_wait(&e2) == 0);
-                CHECK(event_is_set(&e1)); /* in order */
+                CHECK(device_event_wait(e2) == 0);
+                CHECK(device_event_done(e1)); /* in order */
                 CHECK_MSG(memcmp(src, back, n) == 0, "offset %zu, %zu bytes", off, n);
                 CHECK(memcmp((char *)dbuf_ptr(b) + off, src, n) == 0);
             }
             device_sync(d);
-            event_destroy(&e1);
-            event_destroy(&e2);
+            device_event_destroy(e1);
+            device_event_destroy(e2);
         }
     }
 
     /* out of range, wrong device, NULL host: refused, nothing queued */
-    struct event e;
-    event_init(&e);
-    CHECK(device_copy_h2d(d, b, cap - 10, src, 11, &e) == ERR_INVALID);
+    struct device_event *e;
+    CHECK(device_event_create(d, &e) == 0);
+    CHECK(device_copy_h2d(d, b, cap - 10, src, 11, e) == ERR_INVALID);
     CHECK(strstr(err_msg(), "cpu:4") && strstr(err_msg(), "outside"));
-    CHECK(device_copy_d2h(d, back, b, SIZE_MAX, 2, &e) == ERR_INVALID);
-    CHECK(device_copy_h2d(d, b, 0, NULL, 10, &e) == ERR_INVALID);
+    CHECK(device_copy_d2h(d, back, b, SIZE_MAX, 2, e) == ERR_INVALID);
+    CHECK(device_copy_h2d(d, b, 0, NULL, 10, e) == ERR_INVALID);
     struct device *other = open_cpu(9, 1 * MiB);
-    CHECK(device_copy_h2d(other, b, 0, src, 10, &e) == ERR_INVALID);
+    CHECK(device_copy_h2d(other, b, 0, src, 10, NULL) == ERR_INVALID);
     CHECK(strstr(err_msg(), "belongs to device cpu:4") != NULL);
     device_sync(d);
-    CHECK(!event_is_set(&e));
-    event_destroy(&e);
+    CHECK(!device_event_done(e));
+    device_event_destroy(e);
     device_close(other);
 
     device_free(b);
@@ -355,23 +355,23 @@ static void test_ordering(void)
     struct dbuf *b;
     CHECK(device_alloc(d, LEN, &b) == ERR_OK);
     uint32_t *src[N];
-    struct event ev[N];
+    struct device_event *ev[N];
     for (int i = 0; i < N; i++) {
         CHECK(device_host_alloc(d, LEN, (void **)&src[i]) == ERR_OK);
         for (size_t k = 0; k < LEN / 4; k++)
             src[i][k] = (uint32_t)i;
-        event_init(&ev[i]);
+        CHECK(device_event_create(d, &ev[i]) == 0);
     }
     for (int i = 0; i < N; i++)
-        CHECK(device_copy_h2d(d, b, 0, src[i], LEN, &ev[i]) == ERR_OK);
+        CHECK(device_copy_h2d(d, b, 0, src[i], LEN, ev[i]) == ERR_OK);
     int out_of_order = 0;
     /* wait on a middle event, then the last: all earlier ones must be set by then */
-    CHECK(event_wait(&ev[N / 2]) == 0);
+    CHECK(device_event_wait(ev[N / 2]) == 0);
     for (int j = 0; j < N / 2; j++)
-        out_of_order += !event_is_set(&ev[j]);
-    CHECK(event_wait(&ev[N - 1]) == 0);
+        out_of_order += !device_event_done(ev[j]);
+    CHECK(device_event_wait(ev[N - 1]) == 0);
     for (int j = 0; j < N; j++)
-        out_of_order += !event_is_set(&ev[j]);
+        out_of_order += !device_event_done(ev[j]);
     CHECK(out_of_order == 0);
     uint32_t got[LEN / 4];
     CHECK(device_copy_d2h(d, got, b, 0, LEN, NULL) == ERR_OK);
@@ -395,7 +395,7 @@ static void test_ordering(void)
     device_sync(d); /* nothing queued: returns */
 
     for (int i = 0; i < N; i++) {
-        event_destroy(&ev[i]);
+        device_event_destroy(ev[i]);
         device_host_free(d, src[i], LEN);
     }
     device_host_free(d, h, 4 * MiB);
@@ -423,17 +423,20 @@ static void *worker_run(void *arg)
         size_t n = 1 + rng_next(&s) % w->span;
         size_t off = rng_next(&s) % (w->span - n + 1);
         fill_random(src, n, rng_next(&s));
-        struct event e;
-        event_init(&e);
-        if (device_copy_h2d(w->d, w->b, w->base + off, src, n, NULL) != ERR_OK ||
-            device_copy_d2h(w->d, back, w->b, w->base + off, n, &e) != ERR_OK) {
+        struct device_event *e;
+        if (device_event_create(w->d, &e) != ERR_OK) {
             w->errors++;
-            event_destroy(&e);
             break;
         }
-        if (event_wait(&e) != 0 || memcmp(src, back, n) != 0)
+        if (device_copy_h2d(w->d, w->b, w->base + off, src, n, NULL) != ERR_OK ||
+            device_copy_d2h(w->d, back, w->b, w->base + off, n, e) != ERR_OK) {
             w->errors++;
-        event_destroy(&e);
+            device_event_destroy(e);
+            break;
+        }
+        if (device_event_wait(e) != 0 || memcmp(src, back, n) != 0)
+            w->errors++;
+        device_event_destroy(e);
     }
     free(src);
     free(back);
@@ -526,65 +529,6 @@ static void test_bad_budgets(void)
     CHECK(d == NULL);
 }
 
-struct bench_job {
-    struct device *d;
-    struct dbuf *b;
-    void *h;
-    struct event e;
-};
-
-/* Submits every job's h2d copy, waits for all; returns seconds. */
-static double bench_copies(struct bench_job *j, int n, size_t bytes)
-{
-    double t0 = time_now();
-    for (int i = 0; i < n; i++) {
-        event_reset(&j[i].e);
-        if (device_copy_h2d(j[i].d, j[i].b, 0, j[i].h, bytes, &j[i].e) != ERR_OK)
-            return -1;
-    }
-    for (int i = 0; i < n; i++)
-        event_wait(&j[i].e);
-    return time_now() - t0;
-}
-
-/* Informational: one device's copy bandwidth, two at once, and a plain
- * memcpy on this thread for reference. Best of three; never asserted. */
-static void bench_bandwidth(void)
-{
-    const size_t bytes = 256 * MiB;
-    struct bench_job j[2];
-    for (int i = 0; i < 2; i++) {
-        j[i].d = open_cpu(20 + i, bytes);
-        CHECK(device_alloc(j[i].d, bytes, &j[i].b) == ERR_OK);
-        CHECK(device_host_alloc(j[i].d, bytes, &j[i].h) == ERR_OK);
-        memset(j[i].h, i + 1, bytes);
-        event_init(&j[i].e);
-    }
-    const double gb = (double)bytes / 1e9;
-    double t_memcpy = 1e9, t_one = 1e9, t_two = 1e9;
-    for (int rep = 0; rep < 3; rep++) {
-        double t0 = time_now();
-        memcpy(dbuf_ptr(j[0].b), j[0].h, bytes);
-        double t = time_now() - t0;
-        t_memcpy = t < t_memcpy ? t : t_memcpy;
-        t = bench_copies(j, 1, bytes);
-        t_one = t < t_one ? t : t_one;
-        t = bench_copies(j, 2, bytes);
-        t_two = t < t_two ? t : t_two;
-    }
-    printf("bench: 256 MiB h2d (best of 3)\n");
-    printf("  memcpy on the calling thread   %6.2f GB/s\n", gb / t_memcpy);
-    printf("  one device                     %6.2f GB/s\n", gb / t_one);
-    printf("  two devices at once            %6.2f GB/s each, %6.2f GB/s aggregate\n", gb / t_two,
-           2 * gb / t_two);
-    for (int i = 0; i < 2; i++) {
-        event_destroy(&j[i].e);
-        device_host_free(j[i].d, j[i].h, bytes);
-        device_free(j[i].b);
-        device_close(j[i].d);
-    }
-}
-
 int main(void)
 {
     test_basics();
@@ -596,6 +540,5 @@ int main(void)
     test_concurrency();
     test_cuda_stub();
     test_bad_budgets();
-    bench_bandwidth();
     return test_finish();
 }

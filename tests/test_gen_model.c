@@ -22,10 +22,10 @@ static char tmp[256];
 static void forward_ids(struct opt_model *m, float *logits, int n)
 {
     int32_t ids[8] = {2, 100, 5, 999, 17, 4, 300, 42};
-    struct opt_kv *kv;
-    CHECK(opt_kv_init(m, 1, n, &kv) == 0);
+    struct opt_exec *kv;
+    CHECK(opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = 1, .max_len = n, .max_rows = (1) * (n)}, &kv) == 0);
     CHECK(opt_forward(m, kv, ids, NULL, n, true, logits) == 0);
-    opt_kv_free(kv);
+    opt_exec_free(kv);
 }
 
 static void check_init(const struct st_checkpoint *ck)

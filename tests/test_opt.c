@@ -48,8 +48,8 @@ static void check_batch(const char *name, struct opt_model *m, json_t *batch,
             mask[b * T + t] = (uint8_t)json_integer_value(json_array_get(json_array_get(jmask, b), t));
         }
     float *logits = malloc((size_t)B * T * V * sizeof(float));
-    struct opt_kv *kv;
-    CHECK(opt_kv_init(m, B, T, &kv) == 0);
+    struct opt_exec *kv;
+    CHECK(opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = B, .max_len = T, .max_rows = (B) * (T)}, &kv) == 0);
     int rc = opt_forward(m, kv, ids, mask, T, true, logits);
     CHECK_MSG(rc == 0, "%s: forward failed: %s", name, err_msg());
     const float *r = ref->data;
@@ -65,7 +65,7 @@ static void check_batch(const char *name, struct opt_model *m, json_t *batch,
         }
     printf("%s: batch %dx%d logits rel err %.2e (tolerance %.0e)\n", name, B, T, worst, tol);
     CHECK_MSG(worst <= tol, "%s: batch logits rel err %.3e > %.0e", name, worst, tol);
-    opt_kv_free(kv);
+    opt_exec_free(kv);
     free(ids);
     free(mask);
     free(logits);
@@ -78,8 +78,8 @@ static void check_single(const char *name, struct opt_model *m, const int32_t *i
 {
     const int V = m->cfg.vocab;
     float *full = malloc((size_t)n * V * sizeof(float)), *step = malloc((size_t)V * sizeof(float));
-    struct opt_kv *kv;
-    CHECK(opt_kv_init(m, 1, n, &kv) == 0);
+    struct opt_exec *kv;
+    CHECK(opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = 1, .max_len = n, .max_rows = (1) * (n)}, &kv) == 0);
     CHECK(opt_forward(m, kv, ids, NULL, n, true, full) == 0);
     if (ref && ref->nbytes == (size_t)n * V * 4) {
         double e = test_rel_err(full, ref->data, (size_t)n * V);
@@ -87,7 +87,7 @@ static void check_single(const char *name, struct opt_model *m, const int32_t *i
         CHECK_MSG(e <= tol, "%s: unpadded logits rel err %.3e > %.0e", name, e, tol);
     }
     /* incremental: a prefill of half the prompt, then one token per step */
-    opt_kv_reset(kv);
+    opt_exec_reset(kv);
     int half = n / 2 > 0 ? n / 2 : 1;
     float *pre = malloc((size_t)half * V * sizeof(float));
     CHECK(opt_forward(m, kv, ids, NULL, half, true, pre) == 0);
@@ -100,7 +100,7 @@ static void check_single(const char *name, struct opt_model *m, const int32_t *i
     }
     printf("%s: KV-cache decode vs full recompute rel err %.2e\n", name, worst);
     CHECK_MSG(worst <= 1e-5, "%s: KV cache differs from recomputation: %.3e", name, worst);
-    opt_kv_free(kv);
+    opt_exec_free(kv);
     free(pre);
     free(full);
     free(step);

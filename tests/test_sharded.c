@@ -48,8 +48,8 @@ static void reference(const char *dir, float *pre, float *steps, int32_t *step_i
     int32_t ids[B * T];
     uint8_t mask[B * T];
     make_batch(V, ids, mask);
-    struct opt_kv *kv;
-    CHECK(opt_kv_init(m, B, T + 4, &kv) == 0);
+    struct opt_exec *kv;
+    CHECK(opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = B, .max_len = T + 4, .max_rows = (B) * (T + 4)}, &kv) == 0);
     CHECK(opt_forward(m, kv, ids, mask, T, true, pre) == 0);
     const float *last = NULL;
     for (int s = 0; s < 4; s++) {
@@ -63,7 +63,7 @@ static void reference(const char *dir, float *pre, float *steps, int32_t *step_i
         }
         CHECK(opt_forward(m, kv, &step_ids[s * B], NULL, 1, false, steps + (size_t)s * B * V) == 0);
     }
-    opt_kv_free(kv);
+    opt_exec_free(kv);
     opt_model_close(m);
 }
 
@@ -94,8 +94,8 @@ static void check_layout(const char *name, const char *dir, int tp, int pp, cons
         float *got = malloc((size_t)B * T * V * sizeof(float));
         CHECK(swap_load(mgr, model) == 0);
         CHECK(swap_use_begin(mgr, model) == 0);
-        CHECK(group_batch_create(model, B, T + 4, &gb) == 0);
-        CHECK(group_forward(w, gb, ids, mask, T, true, true, got) == 0);
+        CHECK(group_batch_create(mgr, model, &(struct opt_exec_shape){.batch = B, .max_len = T + 4, .max_rows = (B) * (T + 4)}, &gb) == 0);
+        CHECK_MSG(group_forward(w, gb, ids, mask, T, true, true, got) == 0, "%s", err_msg());
         double worst = 0;
         for (int i = 0; i < B * T; i++)
             if (mask[i])

@@ -17,17 +17,24 @@ static pthread_mutex_t *device_lock(const struct device *d)
     return (pthread_mutex_t *)&d->lock;
 }
 
-int device_create(const struct device_ops *ops, void *ctx, const char *name, uint64_t budget,
-                  struct device **out)
+int device_create(const struct device_ops *ops, const struct kernel_ops *kern, void *ctx,
+                  const char *name, uint64_t budget, struct device **out)
 {
     assert(ops && ops->alloc && ops->free && ops->largest_free && ops->host_alloc &&
            ops->host_free && ops->copy_h2d && ops->copy_d2h && ops->sync && ops->close);
+    assert(ops->event_create && ops->event_destroy && ops->event_reset && ops->event_signal &&
+           ops->event_wait && ops->event_done && ops->stream_create && ops->stream_destroy &&
+           ops->stream_record && ops->stream_wait_event && ops->stream_sync);
+    assert(kern && kern->linear && kern->embed && kern->layernorm && kern->activation &&
+           kern->add && kern->scale && kern->kv_append && kern->attention &&
+           kern->attention_scratch && kern->gather_rows && kern->copy && kern->to_host && kern->to_device);
     assert(budget <= SIZE_MAX / 2);
     *out = NULL;
     struct device *d = calloc(1, sizeof(*d));
     if (!d)
         return err_set(ERR_NOMEM, "device %s: out of host memory for the device object", name);
     d->ops = ops;
+    d->kern = kern;
     d->ctx = ctx;
     snprintf(d->name, sizeof(d->name), "%s", name);
     d->budget = budget;
@@ -56,6 +63,11 @@ void device_close(struct device *d)
 const char *device_name(const struct device *d)
 {
     return d->name;
+}
+
+enum device_kind device_kind(const struct device *d)
+{
+    return d->ops->kind;
 }
 
 uint64_t device_budget(const struct device *d)
@@ -224,9 +236,9 @@ static int device_check_range(const struct device *d, const struct dbuf *b, size
 }
 
 int device_copy_h2d(struct device *d, struct dbuf *dst, size_t dst_off, const void *src, size_t n,
-                    struct event *ev)
+                    struct device_event *ev)
 {
-    assert(d && dst);
+    assert(d && dst && (!ev || ev->dev == d));
     int rc = device_check_range(d, dst, dst_off, n, src, "copy to device");
     if (rc < 0)
         return rc;
@@ -234,9 +246,9 @@ int device_copy_h2d(struct device *d, struct dbuf *dst, size_t dst_off, const vo
 }
 
 int device_copy_d2h(struct device *d, void *dst, const struct dbuf *src, size_t src_off, size_t n,
-                    struct event *ev)
+                    struct device_event *ev)
 {
-    assert(d && src);
+    assert(d && src && (!ev || ev->dev == d));
     int rc = device_check_range(d, src, src_off, n, dst, "copy to host");
     if (rc < 0)
         return rc;
@@ -247,4 +259,103 @@ void device_sync(struct device *d)
 {
     assert(d);
     d->ops->sync(d);
+}
+
+/* ---- events ---- */
+
+int device_event_create(struct device *d, struct device_event **out)
+{
+    assert(d && out);
+    *out = NULL;
+    struct device_event *ev = calloc(1, sizeof(*ev));
+    if (!ev)
+        return err_set(ERR_NOMEM, "device %s: out of host memory for an event", d->name);
+    ev->dev = d;
+    int rc = d->ops->event_create(d, ev);
+    if (rc < 0) {
+        free(ev);
+        return rc;
+    }
+    *out = ev;
+    return ERR_OK;
+}
+
+void device_event_destroy(struct device_event *ev)
+{
+    if (!ev)
+        return;
+    ev->dev->ops->event_destroy(ev);
+    free(ev);
+}
+
+void device_event_reset(struct device_event *ev)
+{
+    ev->dev->ops->event_reset(ev);
+}
+
+void device_event_signal(struct device_event *ev, int status)
+{
+    assert(status <= 0);
+    ev->dev->ops->event_signal(ev, status);
+}
+
+int device_event_wait(struct device_event *ev)
+{
+    return ev->dev->ops->event_wait(ev);
+}
+
+bool device_event_done(const struct device_event *ev)
+{
+    return ev->dev->ops->event_done(ev);
+}
+
+/* ---- streams ---- */
+
+int device_stream_create(struct device *d, struct stream **out)
+{
+    assert(d && out);
+    *out = NULL;
+    struct stream *s = calloc(1, sizeof(*s));
+    if (!s)
+        return err_set(ERR_NOMEM, "device %s: out of host memory for a stream", d->name);
+    s->dev = d;
+    int rc = d->ops->stream_create(d, s);
+    if (rc < 0) {
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return ERR_OK;
+}
+
+void device_stream_destroy(struct stream *s)
+{
+    if (!s)
+        return;
+    (void)s->dev->ops->stream_sync(s);
+    s->dev->ops->stream_destroy(s);
+    free(s);
+}
+
+struct device *stream_device(const struct stream *s)
+{
+    return s->dev;
+}
+
+int stream_record(struct stream *s, struct device_event *ev)
+{
+    assert(s && ev && ev->dev == s->dev);
+    return s->dev->ops->stream_record(s, ev);
+}
+
+int stream_wait_event(struct stream *s, struct device_event *ev)
+{
+    assert(s && ev && ev->dev == s->dev);
+    return s->dev->ops->stream_wait_event(s, ev);
+}
+
+int stream_sync(struct stream *s)
+{
+    assert(s);
+    return s->dev->ops->stream_sync(s);
 }

@@ -1,10 +1,17 @@
 /* Devices: where model shards live and compute.
  *
- * A device has memory with a byte budget, a copy stream (asynchronous
- * host<->device copies executed in submission order, each optionally
- * completing an event), and the kernels of the forward pass. Host memory for
- * the host tier comes from the device's backend so it can be pinned where
- * that helps (CUDA); the CPU backend uses ordinary pages.
+ * A device is four things, as on a GPU:
+ * - memory with a byte budget (dbufs);
+ * - streams: in-order queues of work. Every device has one copy stream
+ *   (host<->device copies, device_copy_*) and hands out compute streams
+ *   (device_stream_create) on which the kernels of backend/kernels.h run;
+ * - events (struct device_event): a point in a stream's work. Record one on a
+ *   stream, make another stream wait for it without the host in between
+ *   (stream_wait_event: how a forward waits for a layer still being copied),
+ *   or wait for it on the host;
+ * - a kernel table (backend/kernels.h), reached through the stream.
+ * Host memory for the host tier comes from the device's backend so it can be
+ * pinned where that helps (CUDA); the CPU backend uses ordinary pages.
  *
  * The CPU backend makes a device of a memory arena: its whole budget is
  * reserved and touched once at open (as a GPU serving system reserves device
@@ -17,13 +24,14 @@
 #ifndef SHARDSWAP_BACKEND_DEVICE_H
 #define SHARDSWAP_BACKEND_DEVICE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/event.h"
-
 struct device;
-struct dbuf; /* an allocation in device memory */
+struct dbuf;         /* an allocation in device memory */
+struct stream;       /* an in-order queue of work on one device */
+struct device_event; /* a point in a stream's work */
 
 /* A CPU device with a memory arena of budget_bytes. index names it "cpu:<index>". */
 int device_open_cpu(int index, uint64_t budget_bytes, struct device **out);
@@ -32,7 +40,10 @@ int device_open_cuda(int index, uint64_t budget_bytes, struct device **out);
 /* Waits for queued copies, then frees everything. Every dbuf must be freed first. */
 void device_close(struct device *d); /* NULL-safe */
 
+enum device_kind { DEVICE_CPU, DEVICE_CUDA };
+
 const char *device_name(const struct device *d);
+enum device_kind device_kind(const struct device *d);
 uint64_t device_budget(const struct device *d);
 uint64_t device_used(const struct device *d);
 uint64_t device_high_water(const struct device *d);
@@ -63,15 +74,51 @@ size_t dbuf_size(const struct dbuf *b);
 int device_host_alloc(struct device *d, size_t bytes, void **out);
 void device_host_free(struct device *d, void *p, size_t bytes);
 
-/* Queue a copy on d's copy stream. ev, when not NULL, is set (status 0) once
- * this copy is done; copies complete in submission order. The source must
- * stay valid and unchanged until then. Thread-safe. */
+/* Queue a copy on d's copy stream. ev, when not NULL, is recorded on the
+ * copy stream right after it, so it completes (status 0) once this copy is
+ * done; copies complete in submission order. The source must stay valid and
+ * unchanged until then. Thread-safe. */
 int device_copy_h2d(struct device *d, struct dbuf *dst, size_t dst_off, const void *src,
-                    size_t n, struct event *ev);
+                    size_t n, struct device_event *ev);
 int device_copy_d2h(struct device *d, void *dst, const struct dbuf *src, size_t src_off,
-                    size_t n, struct event *ev);
+                    size_t n, struct device_event *ev);
 /* Waits until every copy queued so far on d is done. */
 void device_sync(struct device *d);
+
+/* ---- events ----
+ *
+ * An event starts complete-less ("pending"). It completes when the work
+ * queued on a stream before stream_record() is done, or when the host
+ * signals it (device_event_signal: for work that will never be queued, such
+ * as a failed load, so nobody waits forever). Every event carries a status:
+ * 0, or the error the host signalled. device_event_reset makes it pending
+ * again; only when nothing waits on it or has it recorded. */
+int device_event_create(struct device *d, struct device_event **out);
+void device_event_destroy(struct device_event *ev); /* NULL-safe; nothing may wait on it */
+void device_event_reset(struct device_event *ev);
+void device_event_signal(struct device_event *ev, int status);
+/* Blocks the calling thread until ev completes; returns its status. */
+int device_event_wait(struct device_event *ev);
+bool device_event_done(const struct device_event *ev);
+
+/* ---- compute streams ----
+ *
+ * Kernels queued on a stream run in order. The CPU backend runs them at once
+ * on the calling thread (the device's compute thread), so a CPU stream is
+ * already done when a kernel returns; CUDA queues them. One thread queues
+ * work on a stream at a time. */
+int device_stream_create(struct device *d, struct stream **out);
+void device_stream_destroy(struct stream *s); /* NULL-safe; waits for its work */
+struct device *stream_device(const struct stream *s);
+/* ev completes once the work queued on s so far is done. */
+int stream_record(struct stream *s, struct device_event *ev);
+/* Work queued on s after this call starts only once ev completes, without
+ * blocking the host where the backend can (CUDA); the CPU backend waits
+ * here. Returns ev's status when it is known now (0 otherwise): a forward
+ * waiting for a layer whose load failed learns it. */
+int stream_wait_event(struct stream *s, struct device_event *ev);
+/* Blocks until the work queued on s is done. */
+int stream_sync(struct stream *s);
 
 /* CPU devices only: holds copies to bytes_per_s (0 = unlimited), emulating a
  * host link such as a GPU's PCIe lane, for experiments that need a GPU's ratio

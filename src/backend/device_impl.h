@@ -18,12 +18,13 @@
 #include <stdint.h>
 
 #include "backend/device.h"
-#include "core/event.h"
+#include "backend/kernels_impl.h"
 
 /* Every allocation starts on, and is accounted in, units of this many bytes. */
 #define DEVICE_ALIGN 64
 
 struct device_ops {
+    enum device_kind kind;
     /* Carves bytes (a non-zero multiple of DEVICE_ALIGN, already within the
      * budget) out of device memory. ERR_NOMEM when no free block is large
      * enough: the wrapper then writes the message. Any other error code
@@ -42,11 +43,28 @@ struct device_ops {
     void (*host_free)(struct device *d, void *p, size_t bytes);
 
     /* Queue a copy on the copy stream (pointers already offset and bounds
-     * checked); set ev (status 0) when it is done, in submission order. */
-    int (*copy_h2d)(struct device *d, void *dst, const void *src, size_t n, struct event *ev);
-    int (*copy_d2h)(struct device *d, void *dst, const void *src, size_t n, struct event *ev);
+     * checked); complete ev (status 0) when it is done, in submission order. */
+    int (*copy_h2d)(struct device *d, void *dst, const void *src, size_t n,
+                    struct device_event *ev);
+    int (*copy_d2h)(struct device *d, void *dst, const void *src, size_t n,
+                    struct device_event *ev);
     /* Returns once every copy queued before the call is done. */
     void (*sync)(struct device *d);
+
+    /* Events: the backend's state in ev->ctx (the semantics of device.h). */
+    int (*event_create)(struct device *d, struct device_event *ev);
+    void (*event_destroy)(struct device_event *ev);
+    void (*event_reset)(struct device_event *ev);
+    void (*event_signal)(struct device_event *ev, int status);
+    int (*event_wait)(struct device_event *ev);
+    bool (*event_done)(const struct device_event *ev);
+
+    /* Compute streams: the backend's state in s->ctx. */
+    int (*stream_create)(struct device *d, struct stream *s);
+    void (*stream_destroy)(struct stream *s);
+    int (*stream_record)(struct stream *s, struct device_event *ev);
+    int (*stream_wait_event)(struct stream *s, struct device_event *ev);
+    int (*stream_sync)(struct stream *s);
 
     /* Releases ctx and everything the backend holds. Called after sync, with
      * no allocation left. */
@@ -55,6 +73,7 @@ struct device_ops {
 
 struct device {
     const struct device_ops *ops;
+    const struct kernel_ops *kern;
     void *ctx;     /* the backend's; freed by ops->close */
     char name[32]; /* "cpu:0", "cuda:1" */
     uint64_t budget;
@@ -74,9 +93,19 @@ struct dbuf {
     size_t reserved; /* size rounded up to DEVICE_ALIGN: what used counts */
 };
 
+struct stream {
+    struct device *dev;
+    void *ctx; /* the backend's */
+};
+
+struct device_event {
+    struct device *dev;
+    void *ctx; /* the backend's */
+};
+
 /* Wraps a backend context in a device named name with budget bytes. On
  * failure (ERR_NOMEM) nothing is created and the caller still owns ctx. */
-int device_create(const struct device_ops *ops, void *ctx, const char *name, uint64_t budget,
-                  struct device **out);
+int device_create(const struct device_ops *ops, const struct kernel_ops *kern, void *ctx,
+                  const char *name, uint64_t budget, struct device **out);
 
 #endif

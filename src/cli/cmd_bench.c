@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/cpu.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
@@ -24,10 +24,10 @@ static int bench_once(struct opt_model *m, int batch, int prompt_len, int gen,
                       struct bench_result *r)
 {
     const int V = m->cfg.vocab;
-    struct opt_kv *kv = NULL;
+    struct opt_exec *ex = NULL;
     int32_t *ids = malloc((size_t)batch * prompt_len * sizeof(int32_t));
     float *logits = malloc((size_t)batch * V * sizeof(float));
-    int rc = opt_kv_init(m, batch, prompt_len + gen, &kv);
+    int rc = opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = batch, .max_len = prompt_len + gen}, &ex);
     if (rc < 0)
         goto out;
     if (!ids || !logits) {
@@ -40,7 +40,7 @@ static int bench_once(struct opt_model *m, int batch, int prompt_len, int gen,
         ids[i] = 4 + (int32_t)((x >> 33) % (uint64_t)(V - 4));
     }
     double t0 = time_now();
-    if ((rc = opt_forward(m, kv, ids, NULL, prompt_len, false, logits)) < 0)
+    if ((rc = opt_forward(m, ex, ids, NULL, prompt_len, false, logits)) < 0)
         goto out;
     r->prefill_s = time_now() - t0;
     t0 = time_now();
@@ -53,12 +53,12 @@ static int bench_once(struct opt_model *m, int batch, int prompt_len, int gen,
                     best = v;
             ids[b] = best;
         }
-        if ((rc = opt_forward(m, kv, ids, NULL, 1, false, logits)) < 0)
+        if ((rc = opt_forward(m, ex, ids, NULL, 1, false, logits)) < 0)
             goto out;
     }
     r->decode_s = time_now() - t0;
 out:
-    opt_kv_free(kv);
+    opt_exec_free(ex);
     free(ids);
     free(logits);
     return rc;

@@ -82,7 +82,8 @@ static int cold_request(struct swap_manager *mgr, struct workers *w, struct swap
     make_prompt(model, ids, prompt_len);
     float *logits = malloc((size_t)model->cfg.vocab * sizeof(float));
     struct group_batch *gb = NULL;
-    int rc = group_batch_create(model, 1, prompt_len + 1, &gb);
+    struct opt_exec_shape shape = {.batch = 1, .max_len = prompt_len + 1};
+    int rc = group_batch_create(mgr, model, &shape, &gb);
     if (rc < 0 || !logits)
         goto out;
     double t0 = time_now();

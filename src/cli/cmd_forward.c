@@ -59,20 +59,20 @@ int cmd_forward(int argc, char **argv)
     if (rc)
         return rc;
     struct opt_model *m = NULL;
-    struct opt_kv *kv = NULL;
+    struct opt_exec *ex = NULL;
     int32_t *ids = NULL;
     float *logits = NULL;
     FILE *f = NULL;
     int n = 0;
     if ((rc = parse_ids(ids_s, &ids, &n)) < 0 || (rc = opt_model_open(dir, &m)) < 0 ||
-        (rc = opt_kv_init(m, 1, n, &kv)) < 0)
+        (rc = opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = 1, .max_len = n, .max_rows = n}, &ex)) < 0)
         goto out;
     size_t count = (size_t)n * m->cfg.vocab;
     if (!(logits = malloc(count * sizeof(float)))) {
         rc = err_set(ERR_NOMEM, "out of memory for %zu logits", count);
         goto out;
     }
-    if ((rc = opt_forward(m, kv, ids, NULL, n, true, logits)) < 0)
+    if ((rc = opt_forward(m, ex, ids, NULL, n, true, logits)) < 0)
         goto out;
     if (!(f = fopen(path, "wb"))) {
         rc = err_set(ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
@@ -93,7 +93,7 @@ out:
         rc = cli_fail("forward");
     free(ids);
     free(logits);
-    opt_kv_free(kv);
+    opt_exec_free(ex);
     opt_model_close(m);
     return rc;
 }

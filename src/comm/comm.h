@@ -1,12 +1,19 @@
-/* Collectives inside one model's worker group.
+/* Collectives inside one model's worker group, through per-rank handles.
  *
- * A group has n ranks; rank r calls every collective with its own rank, and
- * all ranks call the same collectives in the same order (as with MPI/NCCL).
- * A collective returns on a rank once every rank has called it and the
- * rank's own part is done; other ranks' buffers may be read and written
- * until then, so buffers of different ranks must not overlap.
- * The in-process implementation (threads) is the one built now; MPI and NCCL
- * implement the same table later (comm_impl.h).
+ * A group has n ranks; each rank holds its own handle (struct comm, owned by
+ * the group) and calls every collective through it, and all ranks call the
+ * same collectives in the same order (as with MPI/NCCL). A collective is
+ * queued on the stream the rank computes on, after the work already queued
+ * there, and later work on that stream sees its result: with the in-process
+ * backend the call returns once the rank's part is done; with NCCL it would
+ * return once queued. Other ranks' buffers may be read and written until the
+ * collective is done, so buffers of different ranks must not overlap.
+ * Errors (a backend failure; later, a peer that failed) come back as a
+ * negative code with a message.
+ *
+ * The group's implementation is chosen by the kind of its devices: threads of
+ * this process for CPU devices (built now); NCCL for GPUs and MPI across
+ * processes implement the same table (comm_impl.h) later.
  *
  * Point-to-point channels carry pipeline-parallel activations from one
  * stage's rank to the next stage's rank.
@@ -16,36 +23,50 @@
 
 #include <stddef.h>
 
+struct device;
+struct stream;
 struct comm_group;
+struct comm; /* one rank's handle on a group */
 
+/* A group whose rank r computes on devices[r]: the implementation follows
+ * the devices' kind (CPU: threads). ERR_UNSUPPORTED, naming the kind, for
+ * devices no built backend serves; ERR_INVALID for mixed kinds or n < 1. */
+int comm_group_create(struct device *const *devices, int n_ranks, struct comm_group **out);
 /* n_ranks threads of this process. ERR_INVALID when n_ranks < 1, ERR_NOMEM;
  * *out is NULL on failure. */
 int comm_group_create_threads(int n_ranks, struct comm_group **out);
 void comm_group_destroy(struct comm_group *g); /* NULL-safe; no collective may be running */
 int comm_group_size(const struct comm_group *g);
+/* Rank r's handle; owned by g, valid until g is destroyed. */
+struct comm *comm_group_rank(struct comm_group *g, int rank);
+
+int comm_rank(const struct comm *c);
+int comm_size(const struct comm *c);
 
 /* buf[0..n) = sum over ranks of buf[0..n), in place, on every rank. Every
  * rank passes the same n. The sum is taken in rank order, so every rank gets
- * bit-identical results. */
-void comm_allreduce_sum(struct comm_group *g, int rank, float *buf, size_t n);
+ * bit-identical results. s: the stream buf is computed on (NULL: the host's
+ * buffers, nothing queued). */
+int comm_allreduce_sum(struct comm *c, struct stream *s, float *buf, size_t n);
 
 /* Gathers column blocks into root's row-major out (rows, total_cols): rank r
  * contributes local (rows, local_cols) as columns [col0, col0 + local_cols).
  * out is only read on root (others pass NULL). Blocks must tile the columns. */
-void comm_gather_cols(struct comm_group *g, int rank, int root, const float *local, int rows,
-                      int local_cols, int col0, float *out, int total_cols);
+int comm_gather_cols(struct comm *c, struct stream *s, int root, const float *local, int rows,
+                     int local_cols, int col0, float *out, int total_cols);
 
-void comm_barrier(struct comm_group *g, int rank);
+int comm_barrier(struct comm *c);
 
 /* A one-way channel between two threads, one message in flight at a time. */
 struct comm_channel;
 int comm_channel_create(struct comm_channel **out);
 void comm_channel_destroy(struct comm_channel *c); /* NULL-safe */
-/* Blocks until the previous message has been received, then hands buf over
- * (copied; buf is free again when this returns). */
-int comm_send(struct comm_channel *c, const float *buf, size_t n);
-/* Blocks until a message arrives; copies it to buf. n must equal the sent n
- * (ERR_INVALID otherwise, naming both). */
-int comm_recv(struct comm_channel *c, float *buf, size_t n);
+/* Waits for s's work (buf is final), then blocks until the previous message
+ * has been received, then hands buf over (copied; buf is free again when
+ * this returns). s may be NULL for host memory. */
+int comm_send(struct comm_channel *c, struct stream *s, const float *buf, size_t n);
+/* Blocks until a message arrives; copies it to buf, in s's order. n must
+ * equal the sent n (ERR_INVALID otherwise, naming both). */
+int comm_recv(struct comm_channel *c, struct stream *s, float *buf, size_t n);
 
 #endif

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "comm/comm.h"
+
+#include "backend/kernels.h"
 #include "comm/comm_impl.h"
 #include "core/error.h"
 
@@ -64,7 +66,7 @@ static void channel_spin(struct comm_channel *c, bool want)
     }
 }
 
-int comm_send(struct comm_channel *c, const float *buf, size_t n)
+int comm_send(struct comm_channel *c, struct stream *s, const float *buf, size_t n)
 {
     channel_spin(c, false);
     pthread_mutex_lock(&c->lock);
@@ -79,7 +81,12 @@ int comm_send(struct comm_channel *c, const float *buf, size_t n)
         c->data = grown;
         c->cap = n;
     }
-    if (n > 0)
+    int rc = s ? kern_to_host(s, c->data, buf, n * sizeof(float)) : 0;
+    if (rc < 0) {
+        pthread_mutex_unlock(&c->lock);
+        return rc;
+    }
+    if (!s && n > 0)
         memcpy(c->data, buf, n * sizeof(float));
     c->n = n;
     c->full = true;
@@ -88,14 +95,17 @@ int comm_send(struct comm_channel *c, const float *buf, size_t n)
     return ERR_OK;
 }
 
-int comm_recv(struct comm_channel *c, float *buf, size_t n)
+int comm_recv(struct comm_channel *c, struct stream *s, float *buf, size_t n)
 {
     channel_spin(c, true);
     pthread_mutex_lock(&c->lock);
     while (!c->full)
         pthread_cond_wait(&c->filled, &c->lock);
     size_t sent = c->n;
-    if (sent == n && n > 0)
+    int rc = 0;
+    if (sent == n && n > 0 && s)
+        rc = kern_to_device(s, buf, c->data, n * sizeof(float));
+    else if (sent == n && n > 0)
         memcpy(buf, c->data, n * sizeof(float));
     /* A mismatched message is dropped too, so neither side hangs on it. */
     c->full = false;
@@ -104,5 +114,5 @@ int comm_recv(struct comm_channel *c, float *buf, size_t n)
     if (sent != n)
         return err_set(ERR_INVALID,
                        "comm_recv: the message has %zu floats, the receiver expected %zu", sent, n);
-    return ERR_OK;
+    return rc;
 }

@@ -1,10 +1,11 @@
 /* What a collectives backend implements (threads now; MPI and NCCL later).
  *
- * A group is { ops, ctx, n_ranks }: the public functions in comm.h check
- * their arguments once and dispatch through the backend's static const ops
- * table, so a backend sees only valid ranks and never re-checks them. Each
- * backend's constructor (comm_group_create_threads, ...) fills in a group
- * with comm_group_wrap().
+ * A group is { ops, ctx, n_ranks, one handle per rank }: the public functions
+ * in comm.c check their arguments once and dispatch through the backend's
+ * static const ops table, so a backend sees only valid ranks and never
+ * re-checks them. Each backend's constructor (comm_group_create_threads, ...)
+ * fills in a group with comm_group_wrap(). A slot returns 0 or a negative
+ * error code with a message; it is called on the rank's own thread.
  */
 #ifndef SHARDSWAP_COMM_COMM_IMPL_H
 #define SHARDSWAP_COMM_COMM_IMPL_H
@@ -15,17 +16,24 @@ struct comm_ops {
     const char *name;
     /* Frees ctx; no collective is running. */
     void (*destroy)(void *ctx);
-    /* The collectives of comm.h, with 0 <= rank (and root) < n_ranks. */
-    void (*allreduce_sum)(void *ctx, int rank, float *buf, size_t n);
-    void (*gather_cols)(void *ctx, int rank, int root, const float *local, int rows, int local_cols,
-                        int col0, float *out, int total_cols);
-    void (*barrier)(void *ctx, int rank);
+    /* The collectives of comm.h, with 0 <= rank (and root) < n_ranks, on
+     * stream s (NULL: host buffers). */
+    int (*allreduce_sum)(void *ctx, int rank, struct stream *s, float *buf, size_t n);
+    int (*gather_cols)(void *ctx, int rank, struct stream *s, int root, const float *local,
+                       int rows, int local_cols, int col0, float *out, int total_cols);
+    int (*barrier)(void *ctx, int rank);
+};
+
+struct comm {
+    struct comm_group *g;
+    int rank;
 };
 
 struct comm_group {
     const struct comm_ops *ops;
     void *ctx; /* owned by the group: ops->destroy frees it */
     int n_ranks;
+    struct comm *ranks; /* (n_ranks) the handles */
 };
 
 /* Allocates a group around a backend's ctx. On failure (ERR_NOMEM) ctx is

@@ -140,12 +140,13 @@ static void slice_of(size_t n, int n_ranks, int rank, size_t *lo, size_t *hi)
     *hi = n - *lo < share ? n : *lo + share;
 }
 
-static void threads_allreduce_sum(void *ctx, int rank, float *buf, size_t n)
+static int threads_allreduce_sum(void *ctx, int rank, struct stream *s, float *buf, size_t n)
 {
+    (void)s; /* CPU streams are done when a kernel returns */
     struct threads_ctx *t = ctx;
     int n_ranks = t->n_ranks;
     if (n_ranks == 1)
-        return;
+        return 0;
     t->slot[rank].buf = buf;
     t->slot[rank].n = n;
     threads_sync(t);
@@ -171,6 +172,7 @@ static void threads_allreduce_sum(void *ctx, int rank, float *buf, size_t n)
             memcpy(t->slot[q].buf + c, acc, m * sizeof(float));
     }
     threads_sync(t);
+    return 0;
 }
 
 #ifndef NDEBUG
@@ -194,9 +196,11 @@ static int blocks_tile(const struct threads_ctx *t, int total_cols)
 }
 #endif
 
-static void threads_gather_cols(void *ctx, int rank, int root, const float *local, int rows,
-                                int local_cols, int col0, float *out, int total_cols)
+static int threads_gather_cols(void *ctx, int rank, struct stream *s, int root,
+                               const float *local, int rows, int local_cols, int col0, float *out,
+                               int total_cols)
 {
+    (void)s;
     struct threads_ctx *t = ctx;
     struct threads_slot *mine = &t->slot[rank];
     mine->local = local;
@@ -217,12 +221,14 @@ static void threads_gather_cols(void *ctx, int rank, int root, const float *loca
                    local + (size_t)i * (size_t)local_cols, (size_t)local_cols * sizeof(float));
     }
     threads_sync(t);
+    return 0;
 }
 
-static void threads_barrier(void *ctx, int rank)
+static int threads_barrier(void *ctx, int rank)
 {
     (void)rank;
     threads_sync(ctx);
+    return 0;
 }
 
 static void threads_destroy(void *ctx)
@@ -266,59 +272,4 @@ int comm_group_create_threads(int n_ranks, struct comm_group **out)
     t->n_ranks = n_ranks;
     t->spin_iters = n_ranks > usable_cpus() ? SPIN_ITERS_OVERSUBSCRIBED : SPIN_ITERS;
     return comm_group_wrap(&threads_ops, t, n_ranks, out);
-}
-
-/* Backend-independent entry points: check arguments once, then dispatch.
- * (They belong in a comm.c of their own once a second backend exists.) */
-
-int comm_group_wrap(const struct comm_ops *ops, void *ctx, int n_ranks, struct comm_group **out)
-{
-    struct comm_group *g = malloc(sizeof *g);
-    if (!g) {
-        ops->destroy(ctx);
-        *out = NULL;
-        return err_set(ERR_NOMEM, "comm: out of memory for a %s group of %d ranks", ops->name,
-                       n_ranks);
-    }
-    g->ops = ops;
-    g->ctx = ctx;
-    g->n_ranks = n_ranks;
-    *out = g;
-    return ERR_OK;
-}
-
-void comm_group_destroy(struct comm_group *g)
-{
-    if (!g)
-        return;
-    g->ops->destroy(g->ctx);
-    free(g);
-}
-
-int comm_group_size(const struct comm_group *g)
-{
-    return g->n_ranks;
-}
-
-void comm_allreduce_sum(struct comm_group *g, int rank, float *buf, size_t n)
-{
-    assert(g && rank >= 0 && rank < g->n_ranks);
-    assert(buf || n == 0);
-    g->ops->allreduce_sum(g->ctx, rank, buf, n);
-}
-
-void comm_gather_cols(struct comm_group *g, int rank, int root, const float *local, int rows,
-                      int local_cols, int col0, float *out, int total_cols)
-{
-    assert(g && rank >= 0 && rank < g->n_ranks && root >= 0 && root < g->n_ranks);
-    assert(rows >= 0 && local_cols >= 0 && col0 >= 0 && col0 + local_cols <= total_cols);
-    assert(local || rows == 0 || local_cols == 0);
-    assert(rank != root || out || rows == 0 || total_cols == 0);
-    g->ops->gather_cols(g->ctx, rank, root, local, rows, local_cols, col0, out, total_cols);
-}
-
-void comm_barrier(struct comm_group *g, int rank)
-{
-    assert(g && rank >= 0 && rank < g->n_ranks);
-    g->ops->barrier(g->ctx, rank);
 }

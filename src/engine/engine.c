@@ -243,7 +243,11 @@ static void batch_run(struct emodel *m, struct engine_request **first, int n_fir
     b.mask = malloc((size_t)n_first * max_len);
     b.logits = malloc((size_t)n_first * c->vocab * sizeof(float));
     b.last = calloc((size_t)n_first, sizeof(int32_t));
-    int rc = group_batch_create(m->sm, n_first, max_len, &b.gb);
+    /* one step takes at most the longest first prompt per sequence; later
+     * joiners' prompts must fit that too */
+    struct opt_exec_shape shape = {.batch = n_first, .max_len = max_len,
+                                   .max_tokens = n_first * max_prompt};
+    int rc = group_batch_create(e->mgr, m->sm, &shape, &b.gb);
     if (rc == 0 && (!b.req || !b.ids || !b.mask || !b.logits || !b.last))
         rc = err_set(ERR_NOMEM, "out of memory for a batch of %d", n_first);
     double now = time_now();
@@ -294,7 +298,7 @@ static void batch_run(struct emodel *m, struct engine_request **first, int n_fir
                 struct engine_request *r = m->head;
                 int t_new = r->n_prompt > t ? r->n_prompt : t;
                 int need_new = r->max_tokens > need ? r->max_tokens : need;
-                if (t_new - 1 + need_new > room)
+                if (t_new - 1 + need_new > room || t_new > group_batch_max_step(b.gb))
                     break;
                 queue_take(m, &join[n_join++], 1, false);
                 t = t_new;

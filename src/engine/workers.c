@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/cpu.h"
 #include "comm/comm.h"
 #include "core/error.h"
 
@@ -18,8 +18,6 @@ struct shard_task {
     int t_new;
     bool all_positions, overlap;
     float *logits;
-    float *x;  /* (batch * t_new, hidden) activations */
-    int *rows; /* (batch * t_new) rows of x for the head */
     struct fwd_call *call;
     struct shard_task *next; /* in the device's queue */
 };
@@ -47,71 +45,69 @@ struct workers {
     struct worker dev[EVICT_MAX_DEVICES];
 };
 
-/* The TP hooks of one shard's rank in its stage's group. */
-struct tp_ctx {
-    struct comm_group *g;
-    int rank;
-};
-
 struct group_batch {
     struct swap_model *model;
-    int batch, max_len, n_shards;
-    struct opt_kv **kv;               /* (n_shards) */
+    struct opt_exec_shape shape;
+    int n_shards;
+    struct opt_exec **ex;             /* (n_shards) on each shard's device */
     struct comm_group **stage_group;  /* (pp) NULL when tp is 1 */
     struct comm_channel **chan;       /* ((pp - 1) * tp): stage s rank r -> stage s + 1 rank r */
-    struct tp_ctx *tp;                /* (n_shards) */
 };
 
 /* ---- the batch state ---- */
 
-static void hook_allreduce(void *ctx, float *buf, size_t n)
+uint64_t group_batch_bytes(const struct swap_model *model, struct swap_manager *mgr,
+                           const struct opt_exec_shape *shape, int device)
 {
-    struct tp_ctx *t = ctx;
-    comm_allreduce_sum(t->g, t->rank, buf, n);
+    uint64_t bytes = 0;
+    for (int i = 0; i < model->tp * model->pp; i++) {
+        const struct swap_shard *sh = &model->shards[i];
+        if (sh->device != device)
+            continue;
+        size_t b = opt_exec_bytes(sh->m, swap_device(mgr, device), shape);
+        if (b == 0)
+            return UINT64_MAX;
+        bytes += (b + 63) / 64 * 64;
+    }
+    return bytes;
 }
 
-static void hook_gather(void *ctx, int root, const float *local, int rows, int local_cols,
-                        int col0, float *out, int total_cols)
-{
-    struct tp_ctx *t = ctx;
-    comm_gather_cols(t->g, t->rank, root, local, rows, local_cols, col0, out, total_cols);
-}
-
-int group_batch_create(struct swap_model *model, int batch, int max_len, struct group_batch **out)
+int group_batch_create(struct swap_manager *mgr, struct swap_model *model,
+                       const struct opt_exec_shape *shape, struct group_batch **out)
 {
     *out = NULL;
     struct group_batch *gb = calloc(1, sizeof(*gb));
     if (!gb)
         return err_set(ERR_NOMEM, "out of memory");
     gb->model = model;
-    gb->batch = batch;
-    gb->max_len = max_len;
+    gb->shape = *shape;
     gb->n_shards = model->tp * model->pp;
-    gb->kv = calloc((size_t)gb->n_shards, sizeof(*gb->kv));
+    gb->ex = calloc((size_t)gb->n_shards, sizeof(*gb->ex));
     gb->stage_group = calloc((size_t)model->pp, sizeof(*gb->stage_group));
     gb->chan = calloc((size_t)(model->pp * model->tp), sizeof(*gb->chan));
-    gb->tp = calloc((size_t)gb->n_shards, sizeof(*gb->tp));
     int rc = 0;
-    if (!gb->kv || !gb->stage_group || !gb->chan || !gb->tp) {
+    if (!gb->ex || !gb->stage_group || !gb->chan) {
         rc = err_set(ERR_NOMEM, "out of memory");
         goto fail;
     }
-    for (int s = 0; s < model->pp && model->tp > 1; s++)
-        if ((rc = comm_group_create_threads(model->tp, &gb->stage_group[s])) < 0)
+    for (int s = 0; s < model->pp && model->tp > 1; s++) {
+        struct device *devs[EVICT_MAX_DEVICES];
+        for (int r = 0; r < model->tp; r++)
+            devs[r] = swap_device(mgr, model->shards[s * model->tp + r].device);
+        if ((rc = comm_group_create(devs, model->tp, &gb->stage_group[s])) < 0)
             goto fail;
+    }
     for (int i = 0; i < (model->pp - 1) * model->tp; i++)
         if ((rc = comm_channel_create(&gb->chan[i])) < 0)
             goto fail;
     for (int i = 0; i < gb->n_shards; i++) {
         const struct swap_shard *sh = &model->shards[i];
-        if ((rc = opt_kv_init(sh->m, batch, max_len, &gb->kv[i])) < 0)
+        struct comm *tp = model->tp > 1 ? comm_group_rank(gb->stage_group[sh->stage], sh->rank)
+                                        : NULL;
+        if ((rc = opt_exec_init(sh->m, swap_device(mgr, sh->device), tp, shape, &gb->ex[i])) < 0)
             goto fail;
-        if (model->tp > 1) {
-            gb->tp[i] = (struct tp_ctx){.g = gb->stage_group[sh->stage], .rank = sh->rank};
-            gb->kv[i]->tp = (struct opt_tp_hooks){
-                .allreduce = hook_allreduce, .gather_cols = hook_gather, .ctx = &gb->tp[i]};
-        }
     }
+    gb->shape = gb->ex[0]->shape; /* with its defaults resolved */
     *out = gb;
     return 0;
 fail:
@@ -122,38 +118,43 @@ fail:
 void group_batch_clear_slot(struct group_batch *gb, int b)
 {
     for (int i = 0; i < gb->n_shards; i++)
-        opt_kv_clear_slot(gb->kv[i], b);
+        opt_exec_clear_slot(gb->ex[i], b);
 }
 
 int group_batch_room(const struct group_batch *gb)
 {
-    return gb->max_len - gb->kv[0]->len;
+    return gb->ex[0]->shape.max_len - gb->ex[0]->len;
+}
+
+int group_batch_max_step(const struct group_batch *gb)
+{
+    return gb->ex[0]->shape.max_tokens / gb->ex[0]->shape.batch;
 }
 
 void group_batch_free(struct group_batch *gb)
 {
     if (!gb)
         return;
-    for (int i = 0; gb->kv && i < gb->n_shards; i++)
-        opt_kv_free(gb->kv[i]);
+    for (int i = 0; gb->ex && i < gb->n_shards; i++)
+        opt_exec_free(gb->ex[i]);
     for (int s = 0; gb->stage_group && s < gb->model->pp; s++)
         comm_group_destroy(gb->stage_group[s]);
     for (int i = 0; gb->chan && i < gb->model->pp * gb->model->tp; i++)
         comm_channel_destroy(gb->chan[i]);
-    free(gb->kv);
+    free(gb->ex);
     free(gb->stage_group);
     free(gb->chan);
-    free(gb->tp);
     free(gb);
 }
 
 /* ---- one shard's part of a forward, on its device's thread ---- */
 
-/* Waits for blob b; remembers a failed load (the memory stays mapped, so
- * computing on goes through the collectives in step with the other shards). */
-static void task_wait_blob(struct swap_shard *sh, int b, int *rc)
+/* Makes the compute stream wait for blob b; remembers a failed load (the
+ * memory stays mapped, so computing on goes through the collectives in step
+ * with the other shards). */
+static void task_wait_blob(struct swap_shard *sh, struct opt_exec *ex, int b, int *rc)
 {
-    int st = event_wait(&sh->ready[b]);
+    int st = stream_wait_event(ex->stream, sh->ready[b]);
     if (st < 0 && *rc == 0)
         *rc = st;
 }
@@ -164,42 +165,42 @@ static int task_run(struct shard_task *t)
     struct swap_model *model = gb->model;
     struct swap_shard *sh = &model->shards[t->shard];
     struct opt_model *m = sh->m;
-    struct opt_kv *kv = gb->kv[t->shard];
-    const int n = gb->batch * t->t_new, H = model->cfg.hidden;
+    struct opt_exec *ex = gb->ex[t->shard];
+    const int n = gb->shape.batch * t->t_new, H = model->cfg.hidden;
     const int n_local = m->shard.layer_end - m->shard.layer_begin;
     const bool first = sh->stage == 0, last = sh->stage == model->pp - 1;
     int rc = 0, wait_rc = 0;
     if (!t->overlap)
         for (int b = 0; b < sh->layout.n_blobs; b++)
-            task_wait_blob(sh, b, &wait_rc);
-    float *x = t->x;
-    int *rows = t->rows;
+            task_wait_blob(sh, ex, b, &wait_rc);
     /* the inputs: embeddings on the first stage, the previous stage's output elsewhere */
-    if ((rc = opt_kv_begin(kv, t->mask, t->t_new)) < 0)
+    if ((rc = opt_exec_begin(ex, t->mask, t->t_new)) < 0)
         goto out;
     if (first) {
-        task_wait_blob(sh, 0, &wait_rc);
-        rc = opt_forward_embed(m, kv, t->ids, t->mask, t->t_new, x);
+        task_wait_blob(sh, ex, 0, &wait_rc);
+        rc = opt_forward_embed(m, ex, t->ids, t->mask, t->t_new);
     } else {
-        rc = comm_recv(gb->chan[(sh->stage - 1) * model->tp + sh->rank], x, (size_t)n * H);
+        rc = comm_recv(gb->chan[(sh->stage - 1) * model->tp + sh->rank], ex->stream, ex->x,
+                       (size_t)n * H);
     }
     if (rc < 0)
         goto out;
-    for (int l = 0; l < n_local; l++) {
-        task_wait_blob(sh, 1 + l, &wait_rc);
-        opt_forward_layer(m, l, kv, t->t_new, x);
+    /* each layer as soon as its weights are in (layer overlap) */
+    for (int l = 0; l < n_local && rc == 0; l++) {
+        task_wait_blob(sh, ex, 1 + l, &wait_rc);
+        rc = opt_forward_layer(m, l, ex, t->t_new);
     }
-    opt_kv_commit(kv, t->mask, t->t_new);
+    if (rc < 0)
+        goto out;
+    opt_exec_commit(ex, t->mask, t->t_new);
     /* the outputs: logits on the last stage, activations to the next one */
     if (last) {
-        task_wait_blob(sh, 0, &wait_rc);
-        int n_rows = 0;
-        for (int b = 0; b < gb->batch; b++)
-            for (int i = t->all_positions ? 0 : t->t_new - 1; i < t->t_new; i++)
-                rows[n_rows++] = b * t->t_new + i;
-        rc = opt_forward_head(m, kv, x, rows, n_rows, sh->rank == 0 ? t->logits : NULL);
+        task_wait_blob(sh, ex, 0, &wait_rc);
+        rc = opt_forward_head(m, ex, t->t_new, t->all_positions,
+                              sh->rank == 0 ? t->logits : NULL);
     } else {
-        rc = comm_send(gb->chan[sh->stage * model->tp + sh->rank], x, (size_t)n * H);
+        rc = comm_send(gb->chan[sh->stage * model->tp + sh->rank], ex->stream, ex->x,
+                       (size_t)n * H);
     }
 out:
     return rc < 0 ? rc : wait_rc;
@@ -285,27 +286,24 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
 {
     struct swap_model *model = gb->model;
     struct fwd_call call = {.remaining = gb->n_shards};
-    const size_t n = (size_t)gb->batch * t_new;
-    /* every buffer before any task is queued: a shard that failed to
-     * allocate mid-way would leave the others waiting in a collective */
+    /* the step's size before any task is queued: a shard that refused it
+     * would leave the others waiting in a collective */
+    if (t_new < 1 || (long)gb->shape.batch * t_new > gb->shape.max_tokens)
+        return err_set(ERR_INVALID, "a step of %d x %d tokens exceeds the %d the batch was sized "
+                                    "for", gb->shape.batch, t_new, gb->shape.max_tokens);
+    if (all_positions && gb->shape.batch * t_new > gb->shape.max_rows)
+        return err_set(ERR_INVALID, "%d rows of logits exceed the %d the batch was sized for",
+                       gb->shape.batch * t_new, gb->shape.max_rows);
     struct shard_task *tasks = calloc((size_t)gb->n_shards, sizeof(*tasks));
-    float *x = malloc((size_t)gb->n_shards * n * model->cfg.hidden * sizeof(float));
-    int *rows = malloc((size_t)gb->n_shards * n * sizeof(int));
-    if (!tasks || !x || !rows) {
-        free(tasks);
-        free(x);
-        free(rows);
-        return err_set(ERR_NOMEM, "out of memory for the activations of %zu tokens", n);
-    }
+    if (!tasks)
+        return err_set(ERR_NOMEM, "out of memory for the tasks of a forward");
     pthread_mutex_init(&call.lock, NULL);
     pthread_cond_init(&call.done, NULL);
     pthread_mutex_lock(&w->order);
     for (int i = 0; i < gb->n_shards; i++) {
         tasks[i] = (struct shard_task){.gb = gb, .shard = i, .ids = ids, .mask = mask,
                                        .t_new = t_new, .all_positions = all_positions,
-                                       .overlap = overlap, .logits = logits, .call = &call,
-                                       .x = x + (size_t)i * n * model->cfg.hidden,
-                                       .rows = rows + (size_t)i * n};
+                                       .overlap = overlap, .logits = logits, .call = &call};
         struct worker *wk = &w->dev[model->shards[i].device];
         pthread_mutex_lock(&wk->lock);
         if (wk->tail)
@@ -324,7 +322,5 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
     pthread_mutex_destroy(&call.lock);
     pthread_cond_destroy(&call.done);
     free(tasks);
-    free(x);
-    free(rows);
     return call.rc;
 }

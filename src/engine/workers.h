@@ -25,15 +25,26 @@ struct workers;
 int workers_create(struct swap_manager *mgr, struct workers **out);
 void workers_destroy(struct workers *w); /* NULL-safe; waits for queued jobs */
 
-/* The per-execution state of a batch of sequences on one model: a KV cache
- * per shard, the TP groups of each stage and the channels between stages. */
+/* The per-execution state of a batch of sequences on one model: an
+ * execution context per shard (KV cache, activations and scratch, allocated
+ * on the shard's device inside its budget), the TP groups of each stage and
+ * the channels between stages. Everything is allocated here, before the
+ * batch's first step; a step allocates nothing on a device. */
 struct group_batch;
-int group_batch_create(struct swap_model *model, int batch, int max_len,
-                       struct group_batch **out);
+/* Device bytes a batch of this shape takes on device `device` (0 when the
+ * model has no shard there; UINT64_MAX when the shape fits no device). */
+uint64_t group_batch_bytes(const struct swap_model *model, struct swap_manager *mgr,
+                           const struct opt_exec_shape *shape, int device);
+/* ERR_NOMEM naming the device and bytes when a shard's context does not fit
+ * its device's budget now (nothing is left allocated then). */
+int group_batch_create(struct swap_manager *mgr, struct swap_model *model,
+                       const struct opt_exec_shape *shape, struct group_batch **out);
 /* Frees sequence slot b on every shard for a new sequence. */
 void group_batch_clear_slot(struct group_batch *gb, int b);
 /* Positions still free in the KV caches. */
 int group_batch_room(const struct group_batch *gb);
+/* The longest step (positions per sequence) the batch was sized for. */
+int group_batch_max_step(const struct group_batch *gb);
 void group_batch_free(struct group_batch *gb);  /* NULL-safe */
 
 /* Runs t_new tokens of every sequence (ids, mask: (batch, t_new), mask as in

@@ -21,9 +21,9 @@ int opt_generate(struct opt_model *m, const int32_t *prompt, int n_prompt, int m
         max_tokens = c->max_pos - n_prompt; /* the position table ends there */
     if (max_tokens == 0)
         return 0;
-    struct opt_kv *kv = NULL;
+    struct opt_exec *ex = NULL;
     float *logits = malloc((size_t)c->vocab * sizeof(float));
-    int rc = opt_kv_init(m, 1, n_prompt + max_tokens, &kv);
+    int rc = opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = 1, .max_len = n_prompt + max_tokens}, &ex);
     if (rc < 0)
         goto out;
     if (!logits) {
@@ -31,7 +31,7 @@ int opt_generate(struct opt_model *m, const int32_t *prompt, int n_prompt, int m
         goto out;
     }
     /* prefill, then one step per token */
-    if ((rc = opt_forward(m, kv, prompt, NULL, n_prompt, false, logits)) < 0)
+    if ((rc = opt_forward(m, ex, prompt, NULL, n_prompt, false, logits)) < 0)
         goto out;
     for (int i = 0; i < max_tokens; i++) {
         int32_t id = sampler_pick(s, logits, c->vocab);
@@ -42,11 +42,11 @@ int opt_generate(struct opt_model *m, const int32_t *prompt, int n_prompt, int m
         (*n_out)++;
         if ((on_token && on_token(ctx, id)) || i + 1 == max_tokens)
             break;
-        if ((rc = opt_forward(m, kv, &id, NULL, 1, false, logits)) < 0)
+        if ((rc = opt_forward(m, ex, &id, NULL, 1, false, logits)) < 0)
             goto out;
     }
 out:
-    opt_kv_free(kv);
+    opt_exec_free(ex);
     free(logits);
     return rc;
 }

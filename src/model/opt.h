@@ -7,11 +7,11 @@
  * Sharding plan (Megatron): q/k/v and fc1 are split by output rows
  * (column-parallel: each rank owns n_heads/tp heads and ffn/tp hidden units);
  * out_proj and fc2 are split by input columns (row-parallel) and their outputs
- * summed across ranks by the all-reduce hook; biases of row-parallel layers
+ * summed across ranks by the all-reduce; biases of row-parallel layers
  * are added by rank 0 only. The embedding table and the head are split by
  * vocabulary rows (vocab-parallel): a rank looks up only the ids in its range
  * and the all-reduce assembles the embeddings; each rank computes the logits
- * of its range and the gather hook assembles them. Splitting them, rather than
+ * of its range and the gather assembles them. Splitting them, rather than
  * replicating, keeps every rank's share of a load equal to 1/tp of the model
  * (the tables are 8% of opt-1.3b). Position embeddings, project_in/out and
  * LayerNorms are replicated. The first stage owns the embeddings, the last
@@ -33,7 +33,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/cpu/kernels.h"
+#include "backend/device.h"
+#include "backend/weight.h"
+#include "comm/comm.h"
 #include "format/opt_config.h"
 #include "format/safetensors.h"
 
@@ -48,18 +50,6 @@ struct opt_layer {
     const float *o_b, *fc2_b;             /* (hidden), NULL unless bias and tp_rank 0 */
     const float *ln1_g, *ln1_b;           /* self_attn_layer_norm (hidden) or NULL */
     const float *ln2_g, *ln2_b;           /* final_layer_norm of the layer (hidden) or NULL */
-};
-
-/* Collectives of the tensor-parallel group a shard runs in; all NULL when
- * tp_size is 1. They belong to an execution (a batch), not to the weights,
- * so they live in the KV cache object. */
-struct opt_tp_hooks {
-    /* buf[0..n) = sum over the ranks of buf[0..n), in place */
-    void (*allreduce)(void *ctx, float *buf, size_t n);
-    /* root's out (rows, total_cols) gets every rank's column block */
-    void (*gather_cols)(void *ctx, int root, const float *local, int rows, int local_cols,
-                        int col0, float *out, int total_cols);
-    void *ctx;
 };
 
 struct opt_model {
@@ -121,53 +111,93 @@ int opt_shard_fill(const struct opt_model *m, const struct opt_layout *layout,
 void opt_shard_bind(struct opt_model *m, const struct opt_layout *layout, int b,
                     const void *base);
 
-/* KV cache and scratch of a batch of sequences that advance together.
- * Sequences are left-padded: key_ok marks which cached positions are real. */
-struct opt_kv {
-    int batch, max_len, len;   /* len positions are filled, for every sequence */
-    int layers, heads, head_dim;
-    float *k, *v;              /* (layers, batch, heads, max_len, head_dim) */
-    uint8_t *key_ok;           /* (batch, max_len) */
-    int *n_real;               /* (batch) real tokens so far: the next position id - 1 */
-    struct opt_tp_hooks tp;    /* the TP group this batch runs in (zeroed by init) */
+/* The execution context of a batch of sequences on one shard: the device,
+ * its compute stream, the shard's TP handle, the KV cache, the activations
+ * and every scratch buffer a forward step needs. All of it is one device
+ * allocation made once per batch, inside the device's budget (opt_exec_bytes
+ * says how much before anything is allocated); a forward step allocates
+ * nothing. Sequences are left-padded: key_ok marks which cached positions
+ * are real. Used by one thread at a time (the device's compute thread). */
+struct opt_exec_shape {
+    int batch;      /* sequences */
+    int max_len;    /* positions each sequence may reach */
+    int max_tokens; /* batch * t_new of the largest step (0: batch * max_len) */
+    int max_rows;   /* rows of logits one step returns (0: batch) */
 };
 
-int opt_kv_init(const struct opt_model *m, int batch, int max_len, struct opt_kv **out);
-void opt_kv_reset(struct opt_kv *kv);
+struct opt_exec {
+    struct device *dev;
+    struct stream *stream;   /* compute stream, owned */
+    struct comm *tp;         /* this shard's rank in its stage's TP group; NULL when tp is 1 */
+    struct opt_exec_shape shape;
+    int len;                 /* positions filled, for every sequence */
+    int layers, heads, head_dim;
+    struct dbuf *mem;        /* everything below that is on the device */
+    float *k, *v;            /* (layers, batch, heads, max_len, head_dim) */
+    uint8_t *key_ok;         /* (batch, max_len) */
+    float *x;                /* (max_tokens, hidden) activations between stages */
+    float *h, *q, *kn, *vn, *attn, *f, *e, *scores; /* per-step scratch */
+    float *logits_local, *logits; /* (max_rows, vocab_local), (max_rows, vocab) */
+    int32_t *ids, *rows;     /* (max_tokens) token ids, position rows / head rows */
+    /* host side */
+    uint8_t *key_ok_host;    /* (batch, max_len) mirror of key_ok */
+    int *n_real;             /* (batch) real tokens so far: the next position id - 1 */
+    int32_t *rows_host;      /* (max_tokens) */
+    bool owns_dev;           /* opt_exec_open_cpu's device, closed with the context */
+};
+
+/* Device bytes opt_exec_init takes for this shape on dev (NULL: on a CPU
+ * device, for sizing one before opening it); 0 when the shape is invalid or
+ * too large for any device. */
+size_t opt_exec_bytes(const struct opt_model *m, const struct device *dev,
+                      const struct opt_exec_shape *shape);
+/* Allocates the context on dev: ERR_INVALID for a bad shape, ERR_NOMEM
+ * (naming the device and bytes) when it does not fit dev's budget now. tp
+ * stays the caller's and may be NULL. */
+int opt_exec_init(const struct opt_model *m, struct device *dev, struct comm *tp,
+                  const struct opt_exec_shape *shape, struct opt_exec **out);
+void opt_exec_reset(struct opt_exec *ex);
 /* Frees slot b for a new sequence: its cached keys stop being visible and
  * its position count restarts (continuous batching). */
-void opt_kv_clear_slot(struct opt_kv *kv, int b);
-void opt_kv_free(struct opt_kv *kv); /* NULL-safe */
+void opt_exec_clear_slot(struct opt_exec *ex, int b);
+void opt_exec_free(struct opt_exec *ex); /* NULL-safe */
+/* For one model computed on the host (opt_model_open's views): a CPU device
+ * of exactly the context's bytes, owned by the context, and the context on
+ * it. */
+int opt_exec_open_cpu(const struct opt_model *m, const struct opt_exec_shape *shape,
+                      struct opt_exec **out);
 
 /* Runs t_new tokens of each sequence of the batch through the whole model
  * (tp_size 1, all layers), appending to the cache.
- * ids, mask: (batch, t_new); mask 1 = real token, 0 = left padding (padding
- *            may only precede a sequence's first real token).
- * logits:    (batch, t_new, vocab) when all_positions, else (batch, vocab) for
- *            the last position; caller-owned.
- * Errors: ids outside the vocabulary, the cache or position table full. */
-int opt_forward(struct opt_model *m, struct opt_kv *kv, const int32_t *ids, const uint8_t *mask,
+ * ids, mask: (batch, t_new) host; mask 1 = real token, 0 = left padding
+ *            (padding may only precede a sequence's first real token).
+ * logits:    host (batch, t_new, vocab) when all_positions, else (batch,
+ *            vocab) for the last position; caller-owned.
+ * Errors: ids outside the vocabulary, the cache or position table full, a
+ * step larger than the context's shape, a kernel failure. */
+int opt_forward(struct opt_model *m, struct opt_exec *ex, const int32_t *ids, const uint8_t *mask,
                 int t_new, bool all_positions, float *logits);
 
-/* The stages of opt_forward, for pipeline-parallel workers. x is
- * (batch * t_new, hidden) activations between stages. */
-/* Checks room for t_new more positions and records which are real keys. */
-int opt_kv_begin(struct opt_kv *kv, const uint8_t *mask, int t_new);
-/* Embeds ids (first stage): x (batch * t_new, hidden). Position ids follow
- * transformers: the running count of real tokens, + 2; pads get row 1.
- * Under TP every rank of the stage calls it (the all-reduce joins them). */
-int opt_forward_embed(const struct opt_model *m, const struct opt_kv *kv, const int32_t *ids,
-                      const uint8_t *mask, int t_new, float *x);
-/* One decoder layer (index local to the shard), in place on x. */
-void opt_forward_layer(const struct opt_model *m, int layer, struct opt_kv *kv, int t_new,
-                       float *x);
-/* Last stage: final LayerNorm, project_out and head on rows[0..n_rows) of x.
- * logits (n_rows, vocab) receives the full logits on TP rank 0; other ranks
+/* The stages of opt_forward, for pipeline-parallel workers; the
+ * activations between stages are ex->x (batch * t_new, hidden). */
+/* Checks room for t_new more positions and the step's size against the
+ * shape, and records which new positions are real keys. */
+int opt_exec_begin(struct opt_exec *ex, const uint8_t *mask, int t_new);
+/* Embeds ids (first stage) into ex->x. Position ids follow transformers:
+ * the running count of real tokens, + 2; pads get row 1. Under TP every
+ * rank of the stage calls it (the all-reduce joins them). */
+int opt_forward_embed(const struct opt_model *m, struct opt_exec *ex, const int32_t *ids,
+                      const uint8_t *mask, int t_new);
+/* One decoder layer (index local to the shard), in place on ex->x. */
+int opt_forward_layer(const struct opt_model *m, int layer, struct opt_exec *ex, int t_new);
+/* Last stage: final LayerNorm, project_out and head on the last position of
+ * every sequence (or every position with all_positions) of ex->x. logits
+ * (host, (rows, vocab)) receives the full logits on TP rank 0; other ranks
  * pass NULL (they contribute their vocabulary block). */
-int opt_forward_head(const struct opt_model *m, const struct opt_kv *kv, const float *x,
-                     const int *rows, int n_rows, float *logits);
+int opt_forward_head(const struct opt_model *m, struct opt_exec *ex, int t_new,
+                     bool all_positions, float *logits);
 /* Marks the t_new positions filled once every layer has run. */
-void opt_kv_commit(struct opt_kv *kv, const uint8_t *mask, int t_new);
+void opt_exec_commit(struct opt_exec *ex, const uint8_t *mask, int t_new);
 
 /* Bytes of weights this shard streams per forward step (for bandwidth math). */
 size_t opt_model_weight_bytes(const struct opt_model *m);

@@ -41,11 +41,11 @@ static int loader_load(struct loader *l, struct swap_shard *sh, bool to_device)
         if (!to_device)
             continue;
         if (!sh->dev[b]) { /* an empty blob (a middle stage's ends) */
-            event_set(&sh->ready[b], 0);
+            device_event_signal(sh->ready[b], 0);
             continue;
         }
         if ((rc = device_copy_h2d(dev, sh->dev[b], 0, sh->host[b], sh->layout.blob_bytes[b],
-                                  &sh->ready[b])) < 0)
+                                  sh->ready[b])) < 0)
             break;
         h2d += sh->layout.blob_bytes[b];
     }
@@ -53,8 +53,8 @@ static int loader_load(struct loader *l, struct swap_shard *sh, bool to_device)
         device_sync(dev);
         /* on failure every blob's event still ends set, so no forward waits forever */
         for (int b = 0; b < nb; b++)
-            if (rc < 0 && !event_is_set(&sh->ready[b]))
-                event_set(&sh->ready[b], rc);
+            if (rc < 0 && !device_event_done(sh->ready[b]))
+                device_event_signal(sh->ready[b], rc);
     }
     swap_count_bytes(l->mgr, disk, h2d, 0);
     return rc;

@@ -72,7 +72,7 @@ static void shard_release(struct swap_manager *mgr, struct swap_shard *sh)
             mgr->stats.host_used -= sh->layout.blob_bytes[b];
         }
         if (sh->ready)
-            event_destroy(&sh->ready[b]);
+            device_event_destroy(sh->ready[b]);
     }
     free(sh->dev);
     free(sh->host);
@@ -166,8 +166,8 @@ int swap_layout_bytes(const char *dir, int tp, int pp, uint64_t *device_bytes,
     return rc;
 }
 
-static int shard_init(struct swap_model *model, struct swap_shard *sh, int stage, int rank,
-                      int device)
+static int shard_init(struct swap_manager *mgr, struct swap_model *model, struct swap_shard *sh,
+                      int stage, int rank, int device)
 {
     sh->model = model;
     sh->stage = stage;
@@ -186,7 +186,8 @@ static int shard_init(struct swap_model *model, struct swap_shard *sh, int stage
     if (!sh->host || !sh->dev || !sh->ready)
         return err_set(ERR_NOMEM, "out of memory");
     for (int b = 0; b < nb; b++) {
-        event_init(&sh->ready[b]);
+        if ((rc = device_event_create(mgr->devices[device], &sh->ready[b])) < 0)
+            return rc;
         sh->device_bytes += round_blob(sh->layout.blob_bytes[b]);
         sh->host_bytes += sh->layout.blob_bytes[b];
     }
@@ -234,7 +235,7 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
     }
     for (int s = 0; s < pl->pp; s++)
         for (int r = 0; r < pl->tp; r++)
-            if ((rc = shard_init(model, &model->shards[s * pl->tp + r], s, r,
+            if ((rc = shard_init(mgr, model, &model->shards[s * pl->tp + r], s, r,
                                  pl->devices[s * pl->tp + r])) < 0)
                 goto fail;
     /* a model that can never fit is refused now, not at its first request */
@@ -381,7 +382,7 @@ static void offload_locked(struct swap_manager *mgr, struct swap_model *model)
             for (int b = 0; b < sh->layout.n_blobs; b++) {
                 device_free(sh->dev[b]);
                 sh->dev[b] = NULL;
-                event_reset(&sh->ready[b]);
+                device_event_reset(sh->ready[b]);
             }
             sh->state = shard_host_complete(sh) ? RES_IN_HOST : RES_ON_DISK;
             sh->failed = false;
@@ -507,7 +508,7 @@ static int load(struct swap_manager *mgr, struct swap_model *model, bool evict)
     for (int s = 0; s < model->tp * model->pp; s++) {
         struct swap_shard *sh = &model->shards[s];
         for (int b = 0; b < sh->layout.n_blobs; b++) {
-            event_reset(&sh->ready[b]);
+            device_event_reset(sh->ready[b]);
             if (sh->dev[b])
                 opt_shard_bind(sh->m, &sh->layout, b, dbuf_ptr(sh->dev[b]));
         }
@@ -681,7 +682,7 @@ void swap_shard_done(struct swap_manager *mgr, struct swap_shard *sh, enum loade
         for (int b = 0; b < sh->layout.n_blobs; b++) {
             device_free(sh->dev[b]);
             sh->dev[b] = NULL;
-            event_reset(&sh->ready[b]);
+            device_event_reset(sh->ready[b]);
         }
         sh->state = shard_host_complete(sh) ? RES_IN_HOST : RES_ON_DISK;
         break;

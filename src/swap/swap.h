@@ -52,7 +52,7 @@ struct swap_shard {
     struct opt_layout layout;
     void **host;               /* (n_blobs) host copies, NULL where absent */
     struct dbuf **dev;         /* (n_blobs) device copies, NULL where absent */
-    struct event *ready;       /* (n_blobs) set once blob b is on the device */
+    struct device_event **ready; /* (n_blobs) complete once blob b is on the device */
     uint64_t device_bytes, host_bytes;
     enum residency state;
     bool failed;               /* the last load failed: the device copy is garbage */

@@ -20,7 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/cpu/arena.h"
+#include "backend/arena.h"
+#include "backend/cpu/cpu_impl.h"
 #include "backend/device.h"
 #include "backend/device_impl.h"
 #include "core/copy.h"
@@ -54,7 +55,7 @@ struct cpu_copy {
     void *dst;
     const void *src;
     size_t n;
-    struct event *ev; /* set when done, or NULL */
+    struct device_event *ev; /* completed when done, or NULL */
     struct cpu_copy *next;
 };
 
@@ -126,7 +127,7 @@ static void *cpu_copy_thread(void *arg)
         else if (r->n > 0)
             copy_paced(r->dst, r->src, r->n, rate);
         if (r->ev)
-            event_set(r->ev, 0);
+            event_set(r->ev->ctx, 0);
         free(r);
 
         pthread_mutex_lock(&c->lock);
@@ -230,7 +231,8 @@ static void cpu_host_free(struct device *d, void *p, size_t bytes)
         free(p);
 }
 
-static int cpu_copy(struct device *d, void *dst, const void *src, size_t n, struct event *ev)
+static int cpu_copy(struct device *d, void *dst, const void *src, size_t n,
+                    struct device_event *ev)
 {
     struct cpu_device *c = d->ctx;
     struct cpu_copy *r = malloc(sizeof(*r));
@@ -261,6 +263,79 @@ static void cpu_sync(struct device *d)
     pthread_mutex_unlock(&c->lock);
 }
 
+/* ---- events: a host event; the copy thread or the host completes it ---- */
+
+static int cpu_event_create(struct device *d, struct device_event *ev)
+{
+    struct event *e = malloc(sizeof(*e));
+    if (!e)
+        return err_set(ERR_NOMEM, "device %s: out of host memory for an event", d->name);
+    event_init(e);
+    ev->ctx = e;
+    return ERR_OK;
+}
+
+static void cpu_event_destroy(struct device_event *ev)
+{
+    event_destroy(ev->ctx);
+    free(ev->ctx);
+}
+
+static void cpu_event_reset(struct device_event *ev)
+{
+    event_reset(ev->ctx);
+}
+
+static void cpu_event_signal(struct device_event *ev, int status)
+{
+    event_set(ev->ctx, status);
+}
+
+static int cpu_event_wait(struct device_event *ev)
+{
+    return event_wait(ev->ctx);
+}
+
+static bool cpu_event_done(const struct device_event *ev)
+{
+    return event_is_set(ev->ctx);
+}
+
+/* ---- compute streams: kernels run on the caller, so a stream has no state
+ * and its work is done when a call returns ---- */
+
+static int cpu_stream_create(struct device *d, struct stream *s)
+{
+    (void)d;
+    s->ctx = NULL;
+    return ERR_OK;
+}
+
+static void cpu_stream_destroy(struct stream *s)
+{
+    (void)s;
+}
+
+static int cpu_stream_record(struct stream *s, struct device_event *ev)
+{
+    (void)s;
+    event_set(ev->ctx, 0);
+    return ERR_OK;
+}
+
+/* The host waits: the calling thread is the stream. */
+static int cpu_stream_wait_event(struct stream *s, struct device_event *ev)
+{
+    (void)s;
+    return event_wait(ev->ctx);
+}
+
+static int cpu_stream_sync(struct stream *s)
+{
+    (void)s;
+    return ERR_OK;
+}
+
 static void cpu_close(struct device *d)
 {
     cpu_ctx_destroy(d->ctx);
@@ -268,6 +343,7 @@ static void cpu_close(struct device *d)
 }
 
 static const struct device_ops cpu_ops = {
+    .kind = DEVICE_CPU,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .largest_free = cpu_largest_free,
@@ -278,6 +354,17 @@ static const struct device_ops cpu_ops = {
     .copy_d2h = cpu_copy,
     .sync = cpu_sync,
     .close = cpu_close,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_reset = cpu_event_reset,
+    .event_signal = cpu_event_signal,
+    .event_wait = cpu_event_wait,
+    .event_done = cpu_event_done,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .stream_record = cpu_stream_record,
+    .stream_wait_event = cpu_stream_wait_event,
+    .stream_sync = cpu_stream_sync,
 };
 
 /* Maps budget bytes and faults every page in. Transparent huge pages are
@@ -343,7 +430,7 @@ int device_open_cpu(int index, uint64_t budget_bytes, struct device **out)
     snprintf(tname, sizeof(tname), "copy-cpu:%u", (unsigned)index % 1000000u);
     (void)pthread_setname_np(c->thread, tname);
 
-    rc = device_create(&cpu_ops, c, name, budget_bytes, out);
+    rc = device_create(&cpu_ops, &cpu_kernel_ops, c, name, budget_bytes, out);
     if (rc < 0)
         goto fail;
     return ERR_OK;

@@ -1,8 +1,10 @@
 #include "backend/cpu/kernels.h"
 
 #include "backend/cpu/pool.h"
+#include "core/error.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -179,7 +181,33 @@ static void widen_task(void *ctx, int task)
         dtype_to_f32(j->w->dtype, weight_row(j->w, j->r0 + r), j->dst + (size_t)r * k, (size_t)k);
 }
 
-void cpu_linear(float *y, const float *x, int m, const struct weight_view *w, const float *bias)
+/* The widened block of the large-m path: one per thread, kept and grown, so
+ * the hot path does not allocate per call. Freed at thread exit. */
+static _Thread_local float *widen_buf;
+static _Thread_local size_t widen_cap;
+static pthread_key_t widen_key;
+static pthread_once_t widen_once = PTHREAD_ONCE_INIT;
+
+static void widen_key_make(void)
+{
+    (void)pthread_key_create(&widen_key, free);
+}
+
+static float *widen_block(size_t floats)
+{
+    if (floats <= widen_cap)
+        return widen_buf;
+    float *p = realloc(widen_buf, floats * sizeof(float));
+    if (!p)
+        return NULL;
+    pthread_once(&widen_once, widen_key_make);
+    (void)pthread_setspecific(widen_key, p);
+    widen_buf = p;
+    widen_cap = floats;
+    return p;
+}
+
+int cpu_linear(float *y, const float *x, int m, const struct weight_view *w, const float *bias)
 {
     const int n = w->rows, k = w->cols;
     if (m <= GEMV_MAX_M) {
@@ -194,8 +222,10 @@ void cpu_linear(float *y, const float *x, int m, const struct weight_view *w, co
                         (int)w->ld, 0.0f, y, n);
     } else {
         /* widen a block of rows on the pool, multiply it with BLAS */
-        float *blk = malloc((size_t)WIDEN_BLOCK_ROWS * k * sizeof(float));
-        assert(blk && "out of memory for a weight block");
+        float *blk = widen_block((size_t)WIDEN_BLOCK_ROWS * k);
+        if (!blk)
+            return err_set(ERR_NOMEM, "out of host memory for a %d x %d weight block",
+                           WIDEN_BLOCK_ROWS, k);
         for (int r0 = 0; r0 < n; r0 += WIDEN_BLOCK_ROWS) {
             int nb = n - r0 < WIDEN_BLOCK_ROWS ? n - r0 : WIDEN_BLOCK_ROWS;
             struct widen_job j = {.dst = blk, .w = w, .r0 = r0, .nb = nb};
@@ -203,11 +233,11 @@ void cpu_linear(float *y, const float *x, int m, const struct weight_view *w, co
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nb, k, 1.0f, x, k, blk, k,
                         0.0f, y + r0, n);
         }
-        free(blk);
     }
     if (bias)
         for (int i = 0; i < m; i++)
             cpu_add(y + (size_t)i * n, bias, (size_t)n);
+    return 0;
 }
 
 void cpu_embed(float *y, const struct weight_view *w, const int32_t *ids, int n)
@@ -246,24 +276,24 @@ void cpu_layernorm(float *y, const float *x, int m, int n, const float *gamma, c
     }
 }
 
-void cpu_activation(float *x, size_t n, enum opt_act act)
+void cpu_activation(float *x, size_t n, enum kern_act act)
 {
     switch (act) {
-    case OPT_ACT_RELU:
+    case KERN_ACT_RELU:
         for (size_t i = 0; i < n; i++)
             x[i] = x[i] > 0 ? x[i] : 0;
         return;
-    case OPT_ACT_GELU:
+    case KERN_ACT_GELU:
         for (size_t i = 0; i < n; i++)
             x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
         return;
-    case OPT_ACT_GELU_TANH:
+    case KERN_ACT_GELU_TANH:
         for (size_t i = 0; i < n; i++) {
             float v = x[i];
             x[i] = 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
         }
         return;
-    case OPT_ACT_SILU:
+    case KERN_ACT_SILU:
         for (size_t i = 0; i < n; i++)
             x[i] = x[i] / (1.0f + expf(-x[i]));
         return;

@@ -1,4 +1,4 @@
-#include "backend/cpu/arena.h"
+#include "backend/arena.h"
 
 #include <assert.h>
 #include <stdbool.h>

@@ -10,8 +10,8 @@
  * Every offset and size is a multiple of ARENA_ALIGN. Not thread-safe: the
  * owner locks (the device lock does).
  */
-#ifndef SHARDSWAP_BACKEND_CPU_ARENA_H
-#define SHARDSWAP_BACKEND_CPU_ARENA_H
+#ifndef SHARDSWAP_BACKEND_ARENA_H
+#define SHARDSWAP_BACKEND_ARENA_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,0 +1,133 @@
+/* The CPU backend's kernel table: the kernels of cpu/kernels.c on host
+ * pointers, run at once on the calling thread (a CPU stream is synchronous:
+ * its compute thread is the caller). */
+#include <string.h>
+
+#include "backend/cpu/cpu_impl.h"
+#include "backend/cpu/kernels.h"
+#include "backend/kernels_impl.h"
+
+static int k_linear(struct stream *s, float *y, const float *x, int m,
+                    const struct weight_view *w, const float *bias)
+{
+    (void)s;
+    return cpu_linear(y, x, m, w, bias);
+}
+
+static int k_embed(struct stream *s, float *y, const struct weight_view *w, const int32_t *ids,
+                   int n, int row0)
+{
+    (void)s;
+    for (int i = 0; i < n; i++) {
+        int32_t r = ids[i] - row0;
+        if (r >= 0 && r < w->rows)
+            cpu_embed(y + (size_t)i * w->cols, w, &r, 1);
+        else
+            memset(y + (size_t)i * w->cols, 0, (size_t)w->cols * sizeof(float));
+    }
+    return 0;
+}
+
+static int k_layernorm(struct stream *s, float *y, const float *x, int m, int n,
+                       const float *gamma, const float *beta, float eps)
+{
+    (void)s;
+    cpu_layernorm(y, x, m, n, gamma, beta, eps);
+    return 0;
+}
+
+static int k_activation(struct stream *s, float *x, size_t n, enum kern_act act)
+{
+    (void)s;
+    cpu_activation(x, n, act);
+    return 0;
+}
+
+static int k_add(struct stream *s, float *y, const float *x, size_t n)
+{
+    (void)s;
+    cpu_add(y, x, n);
+    return 0;
+}
+
+static int k_scale(struct stream *s, float *x, size_t n, float a)
+{
+    (void)s;
+    for (size_t i = 0; i < n; i++)
+        x[i] *= a;
+    return 0;
+}
+
+/* Cache rows of sequence b: (heads, max_t, head_dim). */
+static size_t kv_seq(const struct kv_geom *g, int b)
+{
+    return (size_t)b * g->heads * g->max_t * g->head_dim;
+}
+
+static int k_kv_append(struct stream *s, float *kc, float *vc, const float *k, const float *v,
+                       const struct kv_geom *g, int t_new, int pos)
+{
+    (void)s;
+    const int hd = g->head_dim, width = g->heads * hd;
+    for (int b = 0; b < g->batch; b++)
+        for (int t = 0; t < t_new; t++)
+            for (int h = 0; h < g->heads; h++) {
+                size_t src = ((size_t)b * t_new + t) * width + (size_t)h * hd;
+                size_t dst = kv_seq(g, b) + ((size_t)h * g->max_t + pos + t) * hd;
+                memcpy(kc + dst, k + src, (size_t)hd * sizeof(float));
+                memcpy(vc + dst, v + src, (size_t)hd * sizeof(float));
+            }
+    return 0;
+}
+
+static int k_attention(struct stream *s, float *out, const float *q, const float *kc,
+                       const float *vc, const uint8_t *key_ok, const struct kv_geom *g, int past,
+                       int t_new, float *scratch)
+{
+    (void)s;
+    const size_t width = (size_t)g->heads * g->head_dim;
+    for (int b = 0; b < g->batch; b++)
+        cpu_attention(out + (size_t)b * t_new * width, width, q + (size_t)b * t_new * width,
+                      width, kc + kv_seq(g, b), vc + kv_seq(g, b), g->heads, g->head_dim,
+                      (size_t)g->max_t, past, t_new, key_ok + (size_t)b * g->max_t, scratch);
+    return 0;
+}
+
+/* One sequence at a time: its scores (t_new, t_all). */
+static size_t k_attention_scratch(const struct kv_geom *g, int t_new, int t_all)
+{
+    (void)g;
+    return (size_t)t_new * t_all;
+}
+
+static int k_gather_rows(struct stream *s, float *y, const float *x, const int32_t *rows, int n,
+                         int width)
+{
+    (void)s;
+    for (int i = 0; i < n; i++)
+        memcpy(y + (size_t)i * width, x + (size_t)rows[i] * width, (size_t)width * sizeof(float));
+    return 0;
+}
+
+static int k_copy(struct stream *s, void *dst, const void *src, size_t n)
+{
+    (void)s;
+    memcpy(dst, src, n);
+    return 0;
+}
+
+const struct kernel_ops cpu_kernel_ops = {
+    .linear = k_linear,
+    .embed = k_embed,
+    .layernorm = k_layernorm,
+    .activation = k_activation,
+    .add = k_add,
+    .scale = k_scale,
+    .kv_append = k_kv_append,
+    .attention = k_attention,
+    .attention_scratch = k_attention_scratch,
+    .gather_rows = k_gather_rows,
+    .copy = k_copy,
+    .to_host = k_copy,
+    .to_device = k_copy,
+};

@@ -1,0 +1,86 @@
+/* The kernels of a transformer forward, as every backend provides them.
+ *
+ * Each call queues one kernel on a compute stream (device.h) of the device
+ * that holds its buffers; every pointer is a device address (what dbuf_ptr
+ * gives, plus offsets), except where a parameter says host. Activations
+ * compute in f32; weights may be stored in f32, f16 or bf16 and are widened
+ * on the fly. The wrappers check their arguments (an invalid one is a broken
+ * invariant of the caller and asserts) and dispatch to the stream's backend
+ * table (kernels_impl.h); they return 0, or a negative error code with a
+ * message when the backend fails (a CUDA launch error, say).
+ *
+ * The kernel layer knows no model: shapes come in as numbers and layouts are
+ * stated here, so a model file is a flat list of these calls.
+ */
+#ifndef SHARDSWAP_BACKEND_KERNELS_H
+#define SHARDSWAP_BACKEND_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/device.h"
+#include "backend/weight.h"
+
+enum kern_act {
+    KERN_ACT_RELU,
+    KERN_ACT_GELU,      /* exact, erf-based */
+    KERN_ACT_GELU_TANH, /* tanh approximation */
+    KERN_ACT_SILU,
+};
+
+/* One layer's KV cache for a batch: k and v each (batch, heads, max_t,
+ * head_dim), and key_ok (batch, max_t): 1 where a cached position holds a
+ * real token, 0 for padding and positions not yet written. */
+struct kv_geom {
+    int batch, heads, head_dim, max_t;
+};
+
+/* y[m, w.rows] = x[m, w.cols] @ w^T (+ bias[w.rows] when not NULL): torch's
+ * Linear. x and y are dense (row stride = width) and do not overlap. */
+int kern_linear(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
+                const float *bias);
+/* y[i, w.cols] = row ids[i] - row0 of table w, widened to f32, or zeros when
+ * that row is outside [0, w.rows) (a vocabulary-parallel shard looks up only
+ * its own rows). ids: (n) on the device. */
+int kern_embed(struct stream *s, float *y, const struct weight_view *w, const int32_t *ids, int n,
+               int row0);
+/* y = LayerNorm(x) over m rows of width n; gamma and beta both NULL (no
+ * affine) or both set. y may equal x. */
+int kern_layernorm(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
+                   const float *beta, float eps);
+/* x = act(x), n elements. */
+int kern_activation(struct stream *s, float *x, size_t n, enum kern_act act);
+/* y[i] += x[i] */
+int kern_add(struct stream *s, float *y, const float *x, size_t n);
+/* x[i] *= a */
+int kern_scale(struct stream *s, float *x, size_t n, float a);
+/* Writes the keys and values of t_new new positions into the cache at
+ * positions [pos, pos + t_new) of every sequence: k and v are (batch * t_new,
+ * heads * head_dim), sequence-major. */
+int kern_kv_append(struct stream *s, float *kc, float *vc, const float *k, const float *v,
+                   const struct kv_geom *g, int t_new, int pos);
+/* Causal attention of every sequence's t_new queries against its cache.
+ * q:   (batch * t_new, heads * head_dim), already scaled; out the same shape.
+ * Query t of a sequence sits at position past + t and attends to the keys
+ * s <= past + t with key_ok[s]; a query that sees no key (a pad before any
+ * real token) gets 0. scratch: kern_attention_scratch() floats. */
+int kern_attention(struct stream *s, float *out, const float *q, const float *kc, const float *vc,
+                   const uint8_t *key_ok, const struct kv_geom *g, int past, int t_new,
+                   float *scratch);
+/* Floats of scratch kern_attention on d needs for t_new queries over t_all
+ * keys; d NULL: on a CPU device (for sizing a device before opening it). */
+size_t kern_attention_scratch(const struct device *d, const struct kv_geom *g, int t_new,
+                              int t_all);
+/* y[i, width] = x[rows[i], width] for i < n; rows on the device. */
+int kern_gather_rows(struct stream *s, float *y, const float *x, const int32_t *rows, int n,
+                     int width);
+/* dst = src, n bytes on the device (ranges do not overlap). */
+int kern_copy(struct stream *s, void *dst, const void *src, size_t n);
+/* Copies n bytes from the device to host memory once the stream's earlier
+ * work is done, and returns when the bytes are there (a sync point). */
+int kern_to_host(struct stream *s, void *host, const void *src, size_t n);
+/* Copies n bytes of host memory to the device in stream order; host may be
+ * reused when this returns. */
+int kern_to_device(struct stream *s, void *dst, const void *host, size_t n);
+
+#endif

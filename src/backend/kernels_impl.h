@@ -1,0 +1,34 @@
+/* What a backend implements for backend/kernels.h: one static const table
+ * per backend, with designated initializers, handed to device_create().
+ * Every slot is required. The wrappers in kernels.c have checked the
+ * arguments: a backend sees valid shapes and non-NULL buffers only. Slots
+ * are called on the thread that owns the stream. */
+#ifndef SHARDSWAP_BACKEND_KERNELS_IMPL_H
+#define SHARDSWAP_BACKEND_KERNELS_IMPL_H
+
+#include "backend/kernels.h"
+
+struct kernel_ops {
+    int (*linear)(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
+                  const float *bias);
+    int (*embed)(struct stream *s, float *y, const struct weight_view *w, const int32_t *ids,
+                 int n, int row0);
+    int (*layernorm)(struct stream *s, float *y, const float *x, int m, int n,
+                     const float *gamma, const float *beta, float eps);
+    int (*activation)(struct stream *s, float *x, size_t n, enum kern_act act);
+    int (*add)(struct stream *s, float *y, const float *x, size_t n);
+    int (*scale)(struct stream *s, float *x, size_t n, float a);
+    int (*kv_append)(struct stream *s, float *kc, float *vc, const float *k, const float *v,
+                     const struct kv_geom *g, int t_new, int pos);
+    int (*attention)(struct stream *s, float *out, const float *q, const float *kc,
+                     const float *vc, const uint8_t *key_ok, const struct kv_geom *g, int past,
+                     int t_new, float *scratch);
+    size_t (*attention_scratch)(const struct kv_geom *g, int t_new, int t_all);
+    int (*gather_rows)(struct stream *s, float *y, const float *x, const int32_t *rows, int n,
+                       int width);
+    int (*copy)(struct stream *s, void *dst, const void *src, size_t n);
+    int (*to_host)(struct stream *s, void *host, const void *src, size_t n);
+    int (*to_device)(struct stream *s, void *dst, const void *host, size_t n);
+};
+
+#endif

@@ -1,0 +1,249 @@
+/* The execution context of a batch on one shard: one device allocation
+ * carved into the KV cache, the activations and the scratch of a step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/kernels.h"
+#include "core/error.h"
+#include "model/opt.h"
+
+/* Widths of one shard's buffers. */
+struct exec_dims {
+    int layers, heads, hd, qr, fr, vocab_local;
+    bool first, last, needs_e;
+};
+
+static struct exec_dims exec_dims(const struct opt_model *m)
+{
+    const struct opt_config *c = &m->cfg;
+    struct exec_dims d = {
+        .layers = m->shard.layer_end - m->shard.layer_begin,
+        .heads = m->heads_local,
+        .hd = c->hidden / c->n_heads,
+        .fr = m->ffn_local,
+        .vocab_local = m->vocab_local,
+        .first = m->shard.layer_begin == 0,
+        .last = m->shard.layer_end == c->n_layers,
+    };
+    d.qr = d.heads * d.hd;
+    d.needs_e = c->embed_dim != c->hidden;
+    return d;
+}
+
+/* The shape with its defaults filled in; false when invalid. */
+static bool shape_resolve(const struct opt_exec_shape *in, struct opt_exec_shape *out)
+{
+    *out = *in;
+    if (out->batch < 1 || out->max_len < 1 || out->max_tokens < 0 || out->max_rows < 0)
+        return false;
+    if (out->max_tokens == 0)
+        out->max_tokens = out->batch * out->max_len;
+    if (out->max_rows == 0)
+        out->max_rows = out->batch;
+    if (out->max_tokens < out->batch)
+        out->max_tokens = out->batch;
+    if (out->max_tokens < out->max_rows)
+        out->max_tokens = out->max_rows;
+    return true;
+}
+
+/* Offsets of every buffer in the one allocation, 64-byte aligned. */
+struct exec_layout {
+    size_t k, v, key_ok, x, h, q, kn, vn, attn, f, e, scores, logits_local, logits, ids, rows;
+    size_t total;
+};
+
+static size_t carve(size_t *off, size_t bytes)
+{
+    size_t at = *off;
+    *off += (bytes + 63) / 64 * 64;
+    return at;
+}
+
+static void exec_layout(const struct opt_model *m, const struct device *dev,
+                        const struct opt_exec_shape *sh, struct exec_layout *L)
+{
+    const struct opt_config *c = &m->cfg;
+    struct exec_dims d = exec_dims(m);
+    const size_t T = (size_t)sh->max_tokens, R = (size_t)sh->max_rows, F = sizeof(float);
+    const size_t cache = (size_t)d.layers * sh->batch * d.heads * sh->max_len * d.hd;
+    int t_max = sh->max_tokens / sh->batch < sh->max_len ? sh->max_tokens / sh->batch
+                                                          : sh->max_len;
+    struct kv_geom g = {.batch = sh->batch, .heads = d.heads, .head_dim = d.hd,
+                        .max_t = sh->max_len};
+    size_t off = 0;
+    L->k = carve(&off, cache * F);
+    L->v = carve(&off, cache * F);
+    L->key_ok = carve(&off, (size_t)sh->batch * sh->max_len);
+    L->x = carve(&off, T * c->hidden * F);
+    L->h = carve(&off, T * c->hidden * F);
+    L->q = carve(&off, T * d.qr * F);
+    L->kn = carve(&off, T * d.qr * F);
+    L->vn = carve(&off, T * d.qr * F);
+    L->attn = carve(&off, T * d.qr * F);
+    L->f = carve(&off, T * d.fr * F);
+    L->e = carve(&off, d.needs_e ? T * c->embed_dim * F : 0);
+    L->scores = carve(&off, kern_attention_scratch(dev, &g, t_max, sh->max_len) * F);
+    L->logits_local = carve(&off, d.last ? R * d.vocab_local * F : 0);
+    L->logits = carve(&off, d.last && d.vocab_local != c->vocab ? R * c->vocab * F : 0);
+    L->ids = carve(&off, T * sizeof(int32_t));
+    L->rows = carve(&off, T * sizeof(int32_t));
+    L->total = off;
+}
+
+size_t opt_exec_bytes(const struct opt_model *m, const struct device *dev,
+                      const struct opt_exec_shape *shape)
+{
+    struct opt_exec_shape sh;
+    if (!shape_resolve(shape, &sh))
+        return 0;
+    /* guard the products below against overflow: a context larger than
+     * 2^48 bytes fits no device */
+    double approx = (double)sh.batch * sh.max_len * (m->shard.layer_end - m->shard.layer_begin) *
+                    m->cfg.hidden * 8.0 + (double)sh.max_tokens * m->cfg.ffn * 4.0;
+    if (approx > (double)(1ull << 48))
+        return 0;
+    struct exec_layout L;
+    exec_layout(m, dev, &sh, &L);
+    return L.total;
+}
+
+int opt_exec_init(const struct opt_model *m, struct device *dev, struct comm *tp,
+                  const struct opt_exec_shape *shape, struct opt_exec **out)
+{
+    *out = NULL;
+    struct opt_exec_shape sh;
+    if (!shape_resolve(shape, &sh))
+        return err_set(ERR_INVALID, "an execution context needs batch >= 1 and length >= 1 (got "
+                                    "%d, %d)", shape->batch, shape->max_len);
+    if (sh.max_len > m->cfg.max_pos)
+        return err_set(ERR_INVALID, "sequence of %d tokens exceeds max_position_embeddings %d",
+                       sh.max_len, m->cfg.max_pos);
+    if (opt_exec_bytes(m, dev, &sh) == 0 || !dev)
+        return err_set(ERR_NOMEM, "a batch of %d sequences of %d positions is too large for any "
+                                  "device", sh.batch, sh.max_len);
+    struct exec_dims d = exec_dims(m);
+    struct opt_exec *ex = calloc(1, sizeof(*ex));
+    if (!ex)
+        return err_set(ERR_NOMEM, "out of host memory for an execution context");
+    ex->dev = dev;
+    ex->tp = tp;
+    ex->shape = sh;
+    ex->layers = d.layers;
+    ex->heads = d.heads;
+    ex->head_dim = d.hd;
+    ex->key_ok_host = calloc((size_t)sh.batch * sh.max_len, 1);
+    ex->n_real = calloc((size_t)sh.batch, sizeof(int));
+    ex->rows_host = calloc((size_t)sh.max_tokens, sizeof(int32_t));
+    int rc = 0;
+    if (!ex->key_ok_host || !ex->n_real || !ex->rows_host) {
+        rc = err_set(ERR_NOMEM, "out of host memory for an execution context");
+        goto fail;
+    }
+    if ((rc = device_stream_create(dev, &ex->stream)) < 0)
+        goto fail;
+    struct exec_layout L;
+    exec_layout(m, dev, &sh, &L);
+    if ((rc = device_alloc(dev, L.total, &ex->mem)) < 0) {
+        err_wrap(rc, "KV cache and activations of a batch of %d x %d positions", sh.batch,
+                 sh.max_len);
+        goto fail;
+    }
+    char *base = dbuf_ptr(ex->mem);
+    ex->k = (float *)(base + L.k);
+    ex->v = (float *)(base + L.v);
+    ex->key_ok = (uint8_t *)(base + L.key_ok);
+    ex->x = (float *)(base + L.x);
+    ex->h = (float *)(base + L.h);
+    ex->q = (float *)(base + L.q);
+    ex->kn = (float *)(base + L.kn);
+    ex->vn = (float *)(base + L.vn);
+    ex->attn = (float *)(base + L.attn);
+    ex->f = (float *)(base + L.f);
+    ex->e = d.needs_e ? (float *)(base + L.e) : NULL;
+    ex->scores = (float *)(base + L.scores);
+    ex->logits_local = d.last ? (float *)(base + L.logits_local) : NULL;
+    ex->logits = !d.last ? NULL
+                 : d.vocab_local != m->cfg.vocab ? (float *)(base + L.logits)
+                                                  : ex->logits_local;
+    ex->ids = (int32_t *)(base + L.ids);
+    ex->rows = (int32_t *)(base + L.rows);
+    *out = ex;
+    return 0;
+fail:
+    opt_exec_free(ex);
+    return rc;
+}
+
+void opt_exec_reset(struct opt_exec *ex)
+{
+    ex->len = 0;
+    memset(ex->key_ok_host, 0, (size_t)ex->shape.batch * ex->shape.max_len);
+    memset(ex->n_real, 0, (size_t)ex->shape.batch * sizeof(int));
+}
+
+void opt_exec_clear_slot(struct opt_exec *ex, int b)
+{
+    memset(ex->key_ok_host + (size_t)b * ex->shape.max_len, 0, (size_t)ex->shape.max_len);
+    ex->n_real[b] = 0;
+}
+
+void opt_exec_free(struct opt_exec *ex)
+{
+    if (!ex)
+        return;
+    device_stream_destroy(ex->stream);
+    device_free(ex->mem);
+    if (ex->owns_dev)
+        device_close(ex->dev);
+    free(ex->key_ok_host);
+    free(ex->n_real);
+    free(ex->rows_host);
+    free(ex);
+}
+
+int opt_exec_open_cpu(const struct opt_model *m, const struct opt_exec_shape *shape,
+                      struct opt_exec **out)
+{
+    *out = NULL;
+    size_t bytes = opt_exec_bytes(m, NULL, shape);
+    if (bytes == 0)
+        return opt_exec_init(m, NULL, NULL, shape, out); /* says what is wrong */
+    struct device *dev;
+    int rc = device_open_cpu(0, bytes, &dev);
+    if (rc < 0)
+        return err_wrap(rc, "a device for a batch of %d x %d positions", shape->batch,
+                        shape->max_len);
+    if ((rc = opt_exec_init(m, dev, NULL, shape, out)) < 0) {
+        device_close(dev);
+        return rc;
+    }
+    (*out)->owns_dev = true;
+    return 0;
+}
+
+int opt_exec_begin(struct opt_exec *ex, const uint8_t *mask, int t_new)
+{
+    const struct opt_exec_shape *sh = &ex->shape;
+    if (t_new < 1 || ex->len + t_new > sh->max_len)
+        return err_set(ERR_INVALID, "sequence length %d exceeds the KV cache capacity %d",
+                       ex->len + t_new, sh->max_len);
+    if ((long)sh->batch * t_new > sh->max_tokens)
+        return err_set(ERR_INVALID, "a step of %d x %d tokens exceeds the %d the batch was sized "
+                                    "for", sh->batch, t_new, sh->max_tokens);
+    for (int b = 0; b < sh->batch; b++)
+        for (int t = 0; t < t_new; t++)
+            ex->key_ok_host[(size_t)b * sh->max_len + ex->len + t] =
+                mask ? mask[b * t_new + t] : 1;
+    /* the whole mask: slots cleared since the last step change old columns */
+    return kern_to_device(ex->stream, ex->key_ok, ex->key_ok_host,
+                          (size_t)sh->batch * sh->max_len);
+}
+
+void opt_exec_commit(struct opt_exec *ex, const uint8_t *mask, int t_new)
+{
+    for (int b = 0; b < ex->shape.batch; b++)
+        for (int t = 0; t < t_new; t++)
+            ex->n_real[b] += mask ? mask[b * t_new + t] != 0 : 1;
+    ex->len += t_new;
+}
