@@ -1,5 +1,6 @@
 /* The shardswap binary, end to end: the exact command forms other issues
  * rely on, --help everywhere, and one-line errors with non-zero exits. */
+#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -94,6 +95,87 @@ static void expect_fail(const char *cmd, int code, const char *needle)
     CHECK_MSG(rc == code, "%s: exit %d, expected %d", cmd, rc, code);
     CHECK_MSG(count_lines(err) == 1 && strstr(err, needle), "%s: stderr \"%s\" lacks \"%s\"", cmd,
               err, needle);
+}
+
+/* Whether tmp holds an entry whose name contains part. */
+static int tmp_has(const char *part)
+{
+    DIR *d = opendir(tmp);
+    struct dirent *e;
+    int found = 0;
+    while (d && (e = readdir(d)))
+        found |= strstr(e->d_name, part) != NULL;
+    if (d)
+        closedir(d);
+    return found;
+}
+
+static void put_file(const char *path, const char *content)
+{
+    FILE *f = fopen(path, "w");
+    CHECK_MSG(f && fputs(content, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
+}
+
+/* gen-model checks --tokenizer-from and --out before writing anything, and
+ * writes beside --out: a failed run leaves neither --out nor its staging
+ * directory behind. */
+static void test_gen_model_out(void)
+{
+    char cmd[2048], path[512], bad[256];
+    static const struct {
+        const char *setup, *needle;
+    } cases[] = {
+        {NULL, "--tokenizer-from /nonexistent/tok: No such file or directory"},
+        {"encoder.json", "no vocab.json + merges.txt or tokenizer.json there"},
+        {"vocab.json", "merges.txt"},
+        {"vocab.json+merges.txt", "vocab.json: malformed JSON"},
+    };
+    snprintf(bad, sizeof(bad), "%s/badtok", tmp);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *from = "/nonexistent/tok";
+        if (cases[i].setup) {
+            snprintf(cmd, sizeof(cmd), "rm -rf %s && mkdir %s", bad, bad);
+            CHECK(system(cmd) == 0);
+            snprintf(path, sizeof(path), "%s/%s", bad, strstr(cases[i].setup, "encoder") ?
+                                                        "encoder.json" : "vocab.json");
+            put_file(path, strchr(cases[i].setup, '+') ? "{\"a\": " : "{\"<s>\": 0}");
+            if (strchr(cases[i].setup, '+')) {
+                snprintf(path, sizeof(path), "%s/merges.txt", bad);
+                put_file(path, "#version: 0.2\n");
+            }
+            from = bad;
+        }
+        snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --layers 1 --tokenizer-from %s "
+                                   "--out %s/tokfail", BIN, from, tmp);
+        expect_fail(cmd, 1, cases[i].needle);
+        CHECK_MSG(!tmp_has("tokfail"), "%s left tokfail or its staging directory behind", cmd);
+    }
+    CHECK(!tmp_has(".partial-")); /* nor did the successful runs before */
+
+    /* --out a file, or under a missing directory: refused, nothing written */
+    snprintf(path, sizeof(path), "%s/plainfile", tmp);
+    put_file(path, "x");
+    snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --layers 1 --out %s", BIN, path);
+    expect_fail(cmd, 1, "exists and is not a directory");
+    snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --layers 1 --out %s/nodir/m", BIN,
+             tmp);
+    expect_fail(cmd, 1, "nodir/m.partial-");
+    CHECK(!tmp_has(".partial-") && !tmp_has("nodir"));
+
+    /* --force into a non-empty directory: its other files stay, the model's
+     * files are replaced, no staging directory is left */
+    snprintf(cmd, sizeof(cmd), "mkdir %s/forced && echo keep >%s/forced/notes.txt && echo old "
+                               ">%s/forced/config.json", tmp, tmp, tmp);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --layers 1 --force --out %s/forced",
+             BIN, tmp);
+    char err[4096] = "";
+    CHECK_MSG(run(cmd, NULL, 0, err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    snprintf(cmd, sizeof(cmd), "grep -q keep %s/forced/notes.txt && grep -q hidden_size "
+                               "%s/forced/config.json && test -f %s/forced/model.safetensors",
+             tmp, tmp, tmp);
+    CHECK_MSG(system(cmd) == 0, "--force: %s", cmd);
+    CHECK(!tmp_has(".partial-"));
 }
 
 int main(void)
@@ -269,6 +351,7 @@ int main(void)
     expect_fail(cmd, 1, "not empty");
     snprintf(cmd, sizeof(cmd), "%s generate --model %s/m --prompt hi --top-p 1.5", BIN, tmp);
     expect_fail(cmd, 1, "top_p");
+    test_gen_model_out();
     snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 3x1", BIN, FIXTURE);
     expect_fail(cmd, 1, "must divide num_attention_heads");
     snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 1x9", BIN, FIXTURE);

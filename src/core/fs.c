@@ -61,6 +61,14 @@ int fs_dir_stage(const char *target, char *tmp, size_t cap)
                        cap > 24 ? cap - 24 : 0);
     if (!mkdtemp(tmp))
         return err_set(ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    /* mkdtemp's 0700 would become the target's mode: give it mkdir's */
+    mode_t mask = umask(0);
+    umask(mask);
+    if (chmod(tmp, 0777 & ~mask) != 0) {
+        int e = errno;
+        rmdir(tmp);
+        return err_set(ERR_IO, "cannot set the mode of %s: %s", tmp, strerror(e));
+    }
     return 0;
 }
 

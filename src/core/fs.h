@@ -14,7 +14,9 @@ int fs_tree_remove(const char *path);
 
 /* Creates a new empty directory "TARGET.partial-XXXXXX" beside target (same
  * parent, so fs_dir_commit is a rename on one file system) and writes its
- * path to tmp (cap bytes). Trailing slashes of target are ignored. ERR_IO
+ * path to tmp (cap bytes). Trailing slashes of target are ignored. The
+ * directory gets the mode mkdir would give it (0777 less the umask, which is
+ * read by setting it back, so not while another thread creates files). ERR_IO
  * naming the directory when it cannot be created, ERR_INVALID when the name
  * does not fit cap. */
 int fs_dir_stage(const char *target, char *tmp, size_t cap);
