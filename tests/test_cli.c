@@ -258,8 +258,8 @@ int main(void)
     expect_stdout_full(cmd, "inspect");
     snprintf(cmd, sizeof(cmd), "printf 'hi' | %s tokenize --model %s/mt", BIN, tmp);
     expect_stdout_full(cmd, "tokenize");
-    snprintf(cmd, sizeof(cmd), "%s generate --model %s/mt --prompt 'A photo of' --max-tokens 8", BIN,
-             tmp);
+    snprintf(cmd, sizeof(cmd), "%s generate --model %s/mt --prompt 'A photo of' --max-tokens 8",
+             BIN, tmp);
     expect_stdout_full(cmd, "generate");
     snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 1x1 --repeat 1 --json", BIN,
              FIXTURE);

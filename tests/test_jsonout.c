@@ -70,8 +70,8 @@ int main(void)
     check_string("a\"b\\c/d", "a\"b\\c/d");
     check_string("caf\xc3\xa9 \xf0\x9f\x98\x80", "caf\xc3\xa9 \xf0\x9f\x98\x80");
     check_string("x\xffy", "x\xef\xbf\xbdy");
-    check_string("\xe2\x82", "\xef\xbf\xbd\xef\xbf\xbd");          /* truncated */
-    check_string("\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd");          /* overlong */
+    check_string("\xe2\x82", "\xef\xbf\xbd\xef\xbf\xbd");                 /* truncated */
+    check_string("\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd");                 /* overlong */
     check_string("\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"); /* surrogate */
     n = jsonout_string(NULL);
     CHECK(json_is_null(n));
@@ -82,18 +82,20 @@ int main(void)
     int fd = mkstemp(path);
     CHECK(fd >= 0);
     close(fd);
-    json_t *j = json_pack("{s:o, s:o, s:o, s:i, s:[o, o]}", "model", jsonout_string("di\"r\\\xff"),
-                          "load_s", jsonout_real(0.000123456789, 6), "ratio",
-                          jsonout_real(1.0 / 0.0, 3), "n", 3, "xs", jsonout_real(0.25, 6),
-                          jsonout_real(1e-9, 6));
+    json_t *j =
+        json_pack("{s:o, s:o, s:o, s:i, s:[o, o]}", "model", jsonout_string("di\"r\\\xff"),
+                  "load_s", jsonout_real(0.000123456789, 6), "ratio", jsonout_real(INFINITY, 3),
+                  "n", 3, "xs", jsonout_real(0.25, 6), jsonout_real(1e-9, 6));
     CHECK(print_to(path, j, out, sizeof(out)) == 0);
-    CHECK_MSG(strcmp(out, "{\"model\": \"di\\\"r\\\\\xef\xbf\xbd\", \"load_s\": 0.000123, \"ratio\": "
-                          "null, \"n\": 3, \"xs\": [0.25, 0.0]}\n") == 0,
+    CHECK_MSG(strcmp(out,
+                     "{\"model\": \"di\\\"r\\\\\xef\xbf\xbd\", \"load_s\": 0.000123, \"ratio\": "
+                     "null, \"n\": 3, \"xs\": [0.25, 0.0]}\n") == 0,
               "printed %s", out);
     json_error_t je;
     json_t *back = json_loads(out, 0, &je);
     CHECK_MSG(back && strcmp(json_string_value(json_object_get(back, "model")),
-                             "di\"r\\\xef\xbf\xbd") == 0, "%s", je.text);
+                             "di\"r\\\xef\xbf\xbd") == 0,
+              "%s", je.text);
     json_decref(back);
 
     /* errors: nothing to print, and a device that takes nothing */

@@ -492,7 +492,8 @@ static int simulate(char dirs[][512], const struct workload_config *one, const c
                        s[p].swaps, r99, p ? s[p].worst_p99_ratio : 1.0, rmean);
         }
         if (json)
-            json_array_append_new(configs, json_pack("{s:s, s:o}", "config", name, "policies", pols));
+            json_array_append_new(configs,
+                                  json_pack("{s:s, s:o}", "config", name, "policies", pols));
     }
     if (!json || rc < 0) {
         json_decref(batch_s);

@@ -28,11 +28,24 @@ static unsigned byte_symbol(unsigned b)
     return 256 + n;
 }
 
+/* dir/name into buf; ERR_INVALID when it does not fit. */
+static int path_join(char *buf, size_t cap, const char *dir, const char *name)
+{
+    int n = snprintf(buf, cap, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= cap)
+        return err_set(ERR_INVALID, "%s/%s: path too long (expected under %zu bytes)", dir, name,
+                       cap);
+    return 0;
+}
+
 static int write_json(json_t *j, const char *dir, const char *name)
 {
     char path[4096];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    int rc = 0;
+    int rc = path_join(path, sizeof(path), dir, name);
+    if (rc < 0) {
+        json_decref(j);
+        return rc;
+    }
     if (!j || json_dump_file(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
         rc = err_set(ERR_IO, "%s: cannot write", path);
     json_decref(j);
@@ -64,7 +77,8 @@ static int write_minimal_tokenizer(const char *dir)
     if (rc < 0)
         return rc;
     char path[4096];
-    snprintf(path, sizeof(path), "%s/merges.txt", dir);
+    if ((rc = path_join(path, sizeof(path), dir, "merges.txt")) < 0)
+        return rc;
     FILE *f = fopen(path, "w");
     if (!f || fputs("#version: 0.2\n", f) < 0 || fclose(f) != 0)
         return err_set(ERR_IO, "%s: cannot write", path);
@@ -82,8 +96,10 @@ static int write_minimal_tokenizer(const char *dir)
 static int copy_file(const char *from, const char *to)
 {
     FILE *in = fopen(from, "rb"), *out = NULL;
-    if (!in)
+    if (!in && errno == ENOENT)
         return 0; /* absent: nothing to copy */
+    if (!in)
+        return err_set(ERR_IO, "%s: cannot read: %s", from, strerror(errno));
     int rc = 0;
     char buf[1 << 16];
     size_t n;
@@ -114,10 +130,9 @@ static int copy_tokenizer(const char *from, const char *dir)
     bool bpe_files = false, json_file = false;
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         char a[4096], b[4096];
-        snprintf(a, sizeof(a), "%s/%s", from, files[i]);
-        snprintf(b, sizeof(b), "%s/%s", dir, files[i]);
-        int rc = copy_file(a, b);
-        if (rc < 0)
+        int rc;
+        if ((rc = path_join(a, sizeof(a), from, files[i])) < 0 ||
+            (rc = path_join(b, sizeof(b), dir, files[i])) < 0 || (rc = copy_file(a, b)) < 0)
             return rc;
         if (rc == 1 && i < 2)
             bpe_files = true;
@@ -177,9 +192,11 @@ static int check_out_dir(const char *dir, bool force)
 static int check_tokenizer(const char *from, const struct opt_config *cfg)
 {
     char a[4096], b[4096], c[4096];
-    snprintf(a, sizeof(a), "%s/vocab.json", from);
-    snprintf(b, sizeof(b), "%s/merges.txt", from);
-    snprintf(c, sizeof(c), "%s/tokenizer.json", from);
+    int rc;
+    if ((rc = path_join(a, sizeof(a), from, "vocab.json")) < 0 ||
+        (rc = path_join(b, sizeof(b), from, "merges.txt")) < 0 ||
+        (rc = path_join(c, sizeof(c), from, "tokenizer.json")) < 0)
+        return err_wrap(rc, "--tokenizer-from");
     struct stat st;
     if (stat(from, &st) != 0)
         return err_set(ERR_NOT_FOUND, "--tokenizer-from %s: %s (expected a tokenizer directory)",
@@ -191,7 +208,7 @@ static int check_tokenizer(const char *from, const struct opt_config *cfg)
         return err_set(ERR_NOT_FOUND, "--tokenizer-from %s: no vocab.json + merges.txt or "
                                       "tokenizer.json there", from);
     struct bpe *t = NULL;
-    int rc = bpe_open(from, &t);
+    rc = bpe_open(from, &t);
     if (rc < 0)
         return err_wrap(rc, "--tokenizer-from %s", from);
     int n = bpe_vocab_size(t);
@@ -214,9 +231,11 @@ int cmd_gen_model(int argc, char **argv)
         FLAG("layers", FLAG_INT, &layers, "N", "number of decoder layers (default: the preset's)"),
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "storage dtype (default f16, as OPT ships)"),
         FLAG("seed", FLAG_U64, &o.seed, "S", "random seed (default 0)"),
-        FLAG_REQUIRED("out", FLAG_STR, &out, "DIR", "output directory (absent or empty; written beside it and renamed into place when complete)"),
+        FLAG_REQUIRED("out", FLAG_STR, &out, "DIR",
+                      "output directory, absent or empty (written beside it, renamed when done)"),
         FLAG("tokenizer-from", FLAG_STR, &tok_from, "DIR",
-         "copy a real tokenizer (vocab.json + merges.txt or tokenizer.json) from DIR (default: a minimal byte-level one)"),
+         "copy a real tokenizer (vocab.json + merges.txt, or tokenizer.json) from DIR "
+         "(default: a minimal byte-level one)"),
         FLAG("max-shard-bytes", FLAG_U64, &o.max_shard_bytes, "N",
          "split the weights into files of at most N bytes (default 5000000000)"),
         FLAG("force", FLAG_BOOL, &force, NULL, "write into a non-empty --out"),
@@ -231,7 +250,7 @@ int cmd_gen_model(int argc, char **argv)
         return rc;
     struct opt_config cfg;
     double last = 0;
-    char staged[4200] = "";
+    char staged[4096] = "";
     if ((rc = opt_preset(preset, &cfg)) < 0)
         goto out;
     if (dtype_parse(dtype_s, &o.dtype) < 0) {

@@ -27,7 +27,10 @@ static size_t utf8_seq_len(const unsigned char *s)
     unsigned char c = s[0];
     if (c < 0x80)
         return 1;
-    size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                 : c >= 0xe0 && c <= 0xef ? 3
+                 : c >= 0xf0 && c <= 0xf4 ? 4
+                                          : 0;
     if (!len)
         return 0;
     unsigned char lo = 0x80, hi = 0xbf; /* allowed range of the second byte */
