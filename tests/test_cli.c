@@ -1,5 +1,6 @@
 /* The shardswap binary, end to end: the exact command forms other issues
  * rely on, --help everywhere, and one-line errors with non-zero exits. */
+#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -7,25 +8,28 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "format/safetensors.h"
 #include "test.h"
 
 #define BIN SHARDSWAP_BINARY
 #define FIXTURE SHARDSWAP_SOURCE_DIR "/tests/fixtures/models/pre_ln_f32"
+#define OPT_TOKENIZER SHARDSWAP_SOURCE_DIR "/data/tokenizer/opt"
 
 static char tmp[64];
 
-/* Runs a shell command; returns its exit status, stdout in out (cap bytes). */
-static int run(const char *cmd, char *out, size_t cap, char *err, size_t err_cap)
+/* Runs a shell command with stdout to stdout_path (NULL: a file read back
+ * into out, cap bytes) and stderr into err; returns its exit status. */
+static int run_to(const char *cmd, const char *stdout_path, char *out, size_t cap, char *err,
+                  size_t err_cap)
 {
-    char full[4096];
-    snprintf(full, sizeof(full), "%s >%s/out 2>%s/err", cmd, tmp, tmp);
-    int st = system(full);
-    char path[128];
-    FILE *f;
+    char full[4096], path[128];
     snprintf(path, sizeof(path), "%s/out", tmp);
-    if (out && (f = fopen(path, "rb"))) {
+    snprintf(full, sizeof(full), "%s >%s 2>%s/err", cmd, stdout_path ? stdout_path : path, tmp);
+    int st = system(full);
+    FILE *f;
+    if (out && !stdout_path && (f = fopen(path, "rb"))) {
         size_t n = fread(out, 1, cap - 1, f);
         out[n] = 0;
         fclose(f);
@@ -39,12 +43,48 @@ static int run(const char *cmd, char *out, size_t cap, char *err, size_t err_cap
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+static int run(const char *cmd, char *out, size_t cap, char *err, size_t err_cap)
+{
+    return run_to(cmd, NULL, out, cap, err, err_cap);
+}
+
 static int count_lines(const char *s)
 {
     int n = 0;
     for (; *s; s++)
         n += *s == '\n';
     return n;
+}
+
+/* out is one line holding one JSON object; returns it parsed (NULL after
+ * a failed check). */
+static json_t *parse_json_line(const char *cmd, const char *out)
+{
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    CHECK_MSG(j && json_is_object(j), "%s: output is not a JSON object (%s at line %d column %d)",
+              cmd, je.text, je.line, je.column);
+    CHECK_MSG(count_lines(out) == 1 && out[strlen(out) - 1] == '\n', "%s: want one line, got %d",
+              cmd, count_lines(out));
+    return j;
+}
+
+static int json_str_eq(const json_t *j, const char *s)
+{
+    return json_is_string(j) && strcmp(json_string_value(j), s) == 0;
+}
+
+/* With stdout on a full device a command exits 1 with one line saying so;
+ * name is the command as the message names it ("" for shardswap itself). */
+static void expect_stdout_full(const char *cmd, const char *name)
+{
+    char err[4096] = "", want[128];
+    int rc = run_to(cmd, "/dev/full", NULL, 0, err, sizeof(err));
+    snprintf(want, sizeof(want), "shardswap%s%s: writing to stdout: No space left on device\n",
+             *name ? " " : "", name);
+    CHECK_MSG(rc == 1, "%s >/dev/full: exit %d, expected 1", cmd, rc);
+    CHECK_MSG(strcmp(err, want) == 0, "%s >/dev/full: stderr \"%s\", expected \"%s\"", cmd, err,
+              want);
 }
 
 /* A failing command exits non-zero with exactly one line on stderr containing needle. */
@@ -55,6 +95,87 @@ static void expect_fail(const char *cmd, int code, const char *needle)
     CHECK_MSG(rc == code, "%s: exit %d, expected %d", cmd, rc, code);
     CHECK_MSG(count_lines(err) == 1 && strstr(err, needle), "%s: stderr \"%s\" lacks \"%s\"", cmd,
               err, needle);
+}
+
+/* Whether tmp holds an entry whose name contains part. */
+static int tmp_has(const char *part)
+{
+    DIR *d = opendir(tmp);
+    struct dirent *e;
+    int found = 0;
+    while (d && (e = readdir(d)))
+        found |= strstr(e->d_name, part) != NULL;
+    if (d)
+        closedir(d);
+    return found;
+}
+
+static void put_file(const char *path, const char *content)
+{
+    FILE *f = fopen(path, "w");
+    CHECK_MSG(f && fputs(content, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
+}
+
+/* gen-model checks --tokenizer-from and --out before writing anything, and
+ * writes beside --out: a failed run leaves neither --out nor its staging
+ * directory behind. */
+static void test_gen_model_out(void)
+{
+    char cmd[2048], path[512], bad[256];
+    static const struct {
+        const char *setup, *needle;
+    } cases[] = {
+        {NULL, "--tokenizer-from /nonexistent/tok: No such file or directory"},
+        {"encoder.json", "no vocab.json + merges.txt or tokenizer.json there"},
+        {"vocab.json", "merges.txt"},
+        {"vocab.json+merges.txt", "vocab.json: malformed JSON"},
+    };
+    snprintf(bad, sizeof(bad), "%s/badtok", tmp);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *from = "/nonexistent/tok";
+        if (cases[i].setup) {
+            snprintf(cmd, sizeof(cmd), "rm -rf %s && mkdir %s", bad, bad);
+            CHECK(system(cmd) == 0);
+            snprintf(path, sizeof(path), "%s/%s", bad, strstr(cases[i].setup, "encoder") ?
+                                                        "encoder.json" : "vocab.json");
+            put_file(path, strchr(cases[i].setup, '+') ? "{\"a\": " : "{\"<s>\": 0}");
+            if (strchr(cases[i].setup, '+')) {
+                snprintf(path, sizeof(path), "%s/merges.txt", bad);
+                put_file(path, "#version: 0.2\n");
+            }
+            from = bad;
+        }
+        snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --layers 1 --tokenizer-from %s "
+                                   "--out %s/tokfail", BIN, from, tmp);
+        expect_fail(cmd, 1, cases[i].needle);
+        CHECK_MSG(!tmp_has("tokfail"), "%s left tokfail or its staging directory behind", cmd);
+    }
+    CHECK(!tmp_has(".partial-")); /* nor did the successful runs before */
+
+    /* --out a file, or under a missing directory: refused, nothing written */
+    snprintf(path, sizeof(path), "%s/plainfile", tmp);
+    put_file(path, "x");
+    snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --layers 1 --out %s", BIN, path);
+    expect_fail(cmd, 1, "exists and is not a directory");
+    snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --layers 1 --out %s/nodir/m", BIN,
+             tmp);
+    expect_fail(cmd, 1, "nodir/m.partial-");
+    CHECK(!tmp_has(".partial-") && !tmp_has("nodir"));
+
+    /* --force into a non-empty directory: its other files stay, the model's
+     * files are replaced, no staging directory is left */
+    snprintf(cmd, sizeof(cmd), "mkdir %s/forced && echo keep >%s/forced/notes.txt && echo old "
+                               ">%s/forced/config.json", tmp, tmp, tmp);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --layers 1 --force --out %s/forced",
+             BIN, tmp);
+    char err[4096] = "";
+    CHECK_MSG(run(cmd, NULL, 0, err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    snprintf(cmd, sizeof(cmd), "grep -q keep %s/forced/notes.txt && grep -q hidden_size "
+                               "%s/forced/config.json && test -f %s/forced/model.safetensors",
+             tmp, tmp, tmp);
+    CHECK_MSG(system(cmd) == 0, "--force: %s", cmd);
+    CHECK(!tmp_has(".partial-"));
 }
 
 int main(void)
@@ -88,7 +209,7 @@ int main(void)
     struct st_checkpoint *ref = NULL;
     CHECK(st_open(FIXTURE "/expected_logits.safetensors", &ref) == 0);
     const struct st_tensor *t = ref ? st_find(ref, "logits_greedy0") : NULL;
-    char path[128];
+    char path[256];
     snprintf(path, sizeof(path), "%s/logits.bin", tmp);
     struct stat sb;
     CHECK(t && stat(path, &sb) == 0 && (size_t)sb.st_size == t->nbytes);
@@ -121,11 +242,49 @@ int main(void)
     CHECK_MSG(run(cmd, first, sizeof(first), err, sizeof(err)) == 0, "%s", err);
     CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strcmp(out, first) == 0);
 
-    /* bench swap end to end on a fixture: every layout loads and answers */
-    snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 1x1,2x1,1x2 --tp 4 --repeat 1 "
-                               "--json", BIN, FIXTURE);
+    /* the real OPT tokenizer committed in data/tokenizer/opt, copied by gen-model */
+    snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --layers 1 --seed 3 "
+                               "--tokenizer-from '%s' --out %s/mt", BIN, OPT_TOKENIZER, tmp);
+    CHECK_MSG(run(cmd, NULL, 0, err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    snprintf(cmd, sizeof(cmd), "printf 'A photo of a cat' | %s tokenize --model %s/mt", BIN, tmp);
+    CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strcmp(out, "2 250 1345 9 10 4758\n") == 0);
+
+    /* a write error on stdout fails the command, whichever prints */
+    struct stat full;
+    CHECK_MSG(stat("/dev/full", &full) == 0 && S_ISCHR(full.st_mode), "no /dev/full to test with");
+    expect_stdout_full(BIN " --help", "");
+    expect_stdout_full(BIN " gen-model --help", "gen-model");
+    snprintf(cmd, sizeof(cmd), "%s inspect --model %s/m", BIN, tmp);
+    expect_stdout_full(cmd, "inspect");
+    snprintf(cmd, sizeof(cmd), "printf 'hi' | %s tokenize --model %s/mt", BIN, tmp);
+    expect_stdout_full(cmd, "tokenize");
+    snprintf(cmd, sizeof(cmd), "%s generate --model %s/mt --prompt 'A photo of' --max-tokens 8",
+             BIN, tmp);
+    expect_stdout_full(cmd, "generate");
+    snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 1x1 --repeat 1 --json", BIN,
+             FIXTURE);
+    expect_stdout_full(cmd, "bench swap");
+
+    /* --json output is valid JSON whatever the paths in it: the fixture
+     * through a link whose name holds a quote and a backslash */
+    char weird[128];
+    snprintf(weird, sizeof(weird), "%s/q\"uo\\te", tmp);
+    CHECK(symlink(FIXTURE, weird) == 0);
+    snprintf(cmd, sizeof(cmd), "%s bench forward --model '%s' --prompt-len 4 --gen 2 --repeat 1 "
+                               "--threads 1 --json", BIN, weird);
     CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
-    json_t *bj = json_loads(out, 0, NULL);
+    json_t *fj = parse_json_line(cmd, out);
+    CHECK(json_str_eq(json_object_get(fj, "model"), weird));
+    CHECK(json_real_value(json_object_get(fj, "decode_tok_s")) > 0 &&
+          json_integer_value(json_object_get(fj, "weight_bytes")) > 0);
+    json_decref(fj);
+
+    /* bench swap end to end on a fixture: every layout loads and answers */
+    snprintf(cmd, sizeof(cmd), "%s bench swap --model '%s' --layouts 1x1,2x1,1x2 --tp 4 --repeat 1 "
+                               "--json", BIN, weird);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    json_t *bj = parse_json_line(cmd, out);
+    CHECK(json_str_eq(json_object_get(bj, "model"), weird));
     json_t *layouts = json_object_get(bj, "layouts");
     CHECK(json_array_size(layouts) == 4);
     for (size_t i = 0; i < json_array_size(layouts); i++) {
@@ -136,11 +295,15 @@ int main(void)
     json_decref(bj);
 
     /* bench workload end to end: tiny generated models, both policies, files written */
+    char out_dir[160], plot[200];
+    snprintf(out_dir, sizeof(out_dir), "%s/o\"ut\\dir", tmp);
+    snprintf(plot, sizeof(plot), "%s/custom-cdf.svg", out_dir);
     snprintf(cmd, sizeof(cmd), "%s bench workload --config custom --rates 4,4 --cv 1 --duration 1 "
-                               "--preset opt-125m --layers 1 --cache %s/wl --out-dir %s/wl-out "
-                               "--json", BIN, tmp, tmp);
+                               "--preset opt-125m --layers 1 --cache %s/wl --out-dir '%s' "
+                               "--json", BIN, tmp, out_dir);
     CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
-    json_t *wj = json_loads(out, 0, NULL);
+    json_t *wj = parse_json_line(cmd, out);
+    CHECK(json_str_eq(json_object_get(wj, "plot"), plot));
     json_t *pols = json_object_get(wj, "policies");
     CHECK(json_array_size(pols) == 2);
     for (size_t i = 0; i < json_array_size(pols); i++) {
@@ -155,7 +318,7 @@ int main(void)
                                "--cv 1 --duration 5 --preset opt-125m --layers 1 --cache %s/wl "
                                "--json", BIN, tmp);
     CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
-    wj = json_loads(out, 0, NULL);
+    wj = parse_json_line(cmd, out);
     CHECK(json_is_true(json_object_get(wj, "simulated")) &&
           json_real_value(json_object_get(wj, "load_s")) > 0);
     pols = json_object_get(json_array_get(json_object_get(wj, "configs"), 0), "policies");
@@ -167,9 +330,8 @@ int main(void)
         CHECK_MSG(p50 > 0 && p99 >= p50, "simulated p50 %g p99 %g", p50, p99);
     }
     json_decref(wj);
-    snprintf(path, sizeof(path), "%s/wl-out/custom-cdf.svg", tmp);
-    CHECK(stat(path, &sb) == 0 && sb.st_size > 500);
-    snprintf(path, sizeof(path), "%s/wl-out/custom-swapwise.csv", tmp);
+    CHECK(stat(plot, &sb) == 0 && sb.st_size > 500);
+    snprintf(path, sizeof(path), "%s/custom-swapwise.csv", out_dir);
     CHECK(stat(path, &sb) == 0);
 
     /* errors: one line, non-zero */
@@ -189,6 +351,7 @@ int main(void)
     expect_fail(cmd, 1, "not empty");
     snprintf(cmd, sizeof(cmd), "%s generate --model %s/m --prompt hi --top-p 1.5", BIN, tmp);
     expect_fail(cmd, 1, "top_p");
+    test_gen_model_out();
     snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 3x1", BIN, FIXTURE);
     expect_fail(cmd, 1, "must divide num_attention_heads");
     snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 1x9", BIN, FIXTURE);

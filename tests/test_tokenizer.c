@@ -1,13 +1,14 @@
 /* Tokenizer tests.
  *
- * Without shared data: a minimal tokenizer (the 4 OPT specials + 256 byte
- * symbols, no merges, as `shardswap gen-model` writes it) and small variants
- * of it written to a temp dir, covering round trips, invalid UTF-8, the
- * streaming decoder, tokenizer.json, the config files and bad files.
- * With ../shared/data: OPT's published vectors and a 300-string corpus whose
- * ids come from Hugging Face (tools/make_tokenizer_corpus.py), round trips and
- * streaming over it, the same through tokenizer.json, concurrent encoding, and
- * GPT-2's original files.
+ * A minimal tokenizer (the 4 OPT specials + 256 byte symbols, no merges, as
+ * `shardswap gen-model` writes it) and small variants of it written to a temp
+ * dir, covering round trips, invalid UTF-8, the streaming decoder,
+ * tokenizer.json, the config files and bad files.
+ * The real files committed under data/tokenizer: OPT's published vectors and
+ * a 300-string corpus whose ids come from Hugging Face
+ * (tools/make_tokenizer_corpus.py), round trips and streaming over it, the
+ * same through tokenizer.json, concurrent encoding, and GPT-2's original
+ * files mapped to OPT's ids through fairseq's dict.txt.
  */
 #include "core/error.h"
 #include "test.h"
@@ -257,7 +258,7 @@ static void check_open_fails(const char *dir, const char *needle, const char *wh
         bpe_close(t);
 }
 
-/* ---- tests without shared data ---- */
+/* ---- tests on generated tokenizers ---- */
 
 static void test_minimal(void)
 {
@@ -615,7 +616,7 @@ static void test_errors(void)
     remove_all();
 }
 
-/* ---- tests with the shared OPT and GPT-2 files ---- */
+/* ---- tests on the real OPT and GPT-2 files (data/tokenizer) ---- */
 
 struct corpus {
     json_t *root;
@@ -706,7 +707,7 @@ static void *encode_thread(void *p)
     return NULL;
 }
 
-/* Writes tokenizer.json for the shared OPT files: vocab as is, merges as
+/* Writes tokenizer.json for the real OPT files: vocab as is, merges as
  * [a, b] pairs, "</s>" and "<pad>" as special added tokens. */
 static int write_opt_tokenizer_json(const char *opt_dir)
 {
@@ -810,7 +811,7 @@ static void test_gpt2(const char *gpt2_dir, const struct corpus *c)
     bpe_close(t);
 }
 
-static void test_shared(const char *opt_dir, const char *gpt2_dir)
+static void test_real_files(const char *opt_dir, const char *gpt2_dir)
 {
     double t0 = now_ms();
     struct bpe *t = NULL;
@@ -854,22 +855,19 @@ static void test_shared(const char *opt_dir, const char *gpt2_dir)
     bpe_close(t);
 
     /* The same vocabulary as tokenizer.json. */
-    if (write_opt_tokenizer_json(opt_dir) == 0) {
-        t0 = now_ms();
-        rc = bpe_open(tmp_dir, &t);
-        CHECK_MSG(rc == 0, "OPT tokenizer.json: %s", err_msg());
-        if (rc == 0) {
-            printf("OPT tokenizer.json opened in %.1f ms\n", now_ms() - t0);
-            test_opt_corpus(t, &c, "OPT tokenizer.json");
-            bpe_close(t);
-        }
-        remove_all();
+    CHECK_MSG(write_opt_tokenizer_json(opt_dir) == 0, "cannot read %s to write tokenizer.json",
+              opt_dir);
+    t0 = now_ms();
+    rc = bpe_open(tmp_dir, &t);
+    CHECK_MSG(rc == 0, "OPT tokenizer.json: %s", err_msg());
+    if (rc == 0) {
+        printf("OPT tokenizer.json opened in %.1f ms\n", now_ms() - t0);
+        test_opt_corpus(t, &c, "OPT tokenizer.json");
+        bpe_close(t);
     }
+    remove_all();
 
-    if (access(gpt2_dir, F_OK) == 0)
-        test_gpt2(gpt2_dir, &c);
-    else
-        printf("SKIP GPT-2 part: %s is absent\n", gpt2_dir);
+    test_gpt2(gpt2_dir, &c);
     json_decref(c.root);
 }
 
@@ -885,18 +883,9 @@ int main(void)
     test_formats();
     test_errors();
 
-    const char *opt_dir = SHARDSWAP_SHARED_DIR "/data/opt-tokenizer";
-    const char *gpt2_dir = SHARDSWAP_SHARED_DIR "/data/gpt2";
-    bool have_shared = access(opt_dir, F_OK) == 0;
-    if (have_shared)
-        test_shared(opt_dir, gpt2_dir);
+    test_real_files(SHARDSWAP_SOURCE_DIR "/data/tokenizer/opt",
+                    SHARDSWAP_SOURCE_DIR "/data/tokenizer/gpt2");
     remove_all();
     rmdir(tmp_dir);
-
-    if (!have_shared && test_failures == 0) {
-        test_finish();
-        test_skip("shared tokenizer data not found at " SHARDSWAP_SHARED_DIR
-                  "/data/opt-tokenizer; OPT corpus tests not run");
-    }
     return test_finish();
 }

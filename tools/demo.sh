@@ -10,13 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=models/opt-125m-random
-# The real OPT tokenizer files when ../shared/data has them (random weights
-# then print random but real tokens), else gen-model's minimal byte tokenizer.
-tok=()
-[ -f ../shared/data/opt-tokenizer/vocab.json ] && tok=(--tokenizer-from ../shared/data/opt-tokenizer)
+# The real OPT tokenizer files committed in data/tokenizer/opt: random weights
+# then print random but real tokens.
 if [ ! -f "$model/config.json" ]; then
   mkdir -p models
-  ./build/shardswap gen-model --preset opt-125m --dtype f16 --seed 0 "${tok[@]}" --out "$model"
+  ./build/shardswap gen-model --preset opt-125m --dtype f16 --seed 0 \
+    --tokenizer-from data/tokenizer/opt --out "$model"
 fi
 echo "--- generate (temperature 0.9, top-k 50, top-p 0.95, seed 1)"
 ./build/shardswap generate --model "$model" --prompt "A photo of a cat" --max-tokens 24 \

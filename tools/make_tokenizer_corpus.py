@@ -6,7 +6,8 @@ OPT's BOS ("</s>", id 2). tests/test_tokenizer.c checks that shardswap's BPE
 gives exactly these ids.
 
 The reference is the tokenizer transformers' AutoTokenizer builds for
-facebook/opt-125m: the shared vocab.json and merges.txt next to the hub's
+facebook/opt-125m: the vocab.json and merges.txt committed in data/tokenizer/opt
+(data/tokenizer/README.md) next to the hub's
 tokenizer_config.json, special_tokens_map.json and config.json (model_type
 "opt"), whose contents are written below (bos = eos = unk = "</s>",
 pad = "<pad>", add_bos_token true). With transformers >= 5 that is
@@ -20,10 +21,7 @@ the fast tokenizer and the pure-Python BPE agree on all strings.
 
 Regenerate (needs `pip install transformers tokenizers regex`, no network):
 
-    python3 tools/make_tokenizer_corpus.py [--data ../shared/data/opt-tokenizer]
-
-The vocab files are read from the shared data directory, never copied into
-the project.
+    python3 tools/make_tokenizer_corpus.py [--data data/tokenizer/opt]
 """
 
 import argparse
@@ -37,7 +35,7 @@ import regex
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-DEFAULT_DATA = os.path.join(ROOT, "..", "shared", "data", "opt-tokenizer")
+DEFAULT_DATA = os.path.join(ROOT, "data", "tokenizer", "opt")
 OUT = os.path.join(ROOT, "tests", "fixtures", "tokenizer_corpus.json")
 
 

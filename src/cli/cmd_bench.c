@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/jsonout.h"
 #include "core/membw.h"
 #include "core/timing.h"
 #include "model/opt.h"
@@ -121,14 +122,17 @@ static int bench_forward(int argc, char **argv)
     double decode_tps = batch * gen / best.decode_s;
     double stream = wbytes * gen / best.decode_s;
     if (json) {
-        printf("{\"impl\": \"shardswap\", \"model\": \"%s\", \"threads\": %d, \"batch\": %d, "
-               "\"prompt_len\": %d, \"gen\": %d, \"weight_dtype\": \"%s\", \"weight_bytes\": %.0f, "
-               "\"prefill_s\": %.6f, \"prefill_tok_s\": %.2f, \"decode_s\": %.6f, "
-               "\"decode_tok_s\": %.2f, \"decode_ms_per_step\": %.3f, "
-               "\"decode_weight_gb_s\": %.3f, \"memcpy_gb_s\": %.3f, \"decode_vs_memcpy\": %.3f}\n",
-               dir, threads, batch, prompt_len, gen, dtype_name(m->lm_head.dtype), wbytes,
-               best.prefill_s, prefill_tps, best.decode_s, decode_tps,
-               1e3 * best.decode_s / gen, stream / 1e9, bw / 1e9, stream / bw);
+        json_t *j = json_pack(
+            "{s:s, s:o, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+            "impl", "shardswap", "model", jsonout_string(dir), "threads", threads, "batch", batch,
+            "prompt_len", prompt_len, "gen", gen, "weight_dtype", dtype_name(m->lm_head.dtype),
+            "weight_bytes", (json_int_t)wbytes, "prefill_s", jsonout_real(best.prefill_s, 6),
+            "prefill_tok_s", jsonout_real(prefill_tps, 2), "decode_s",
+            jsonout_real(best.decode_s, 6), "decode_tok_s", jsonout_real(decode_tps, 2),
+            "decode_ms_per_step", jsonout_real(1e3 * best.decode_s / gen, 3),
+            "decode_weight_gb_s", jsonout_real(stream / 1e9, 3), "memcpy_gb_s",
+            jsonout_real(bw / 1e9, 3), "decode_vs_memcpy", jsonout_real(stream / bw, 3));
+        rc = jsonout_print(j);
     } else {
         printf("model %s: %.1f MB of weights (%s), %d threads, batch %d, prompt %d, gen %d, "
                "best of %d\n",

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/model_cache.h"
 #include "core/error.h"
+#include "core/jsonout.h"
 #include "core/membw.h"
 #include "core/timing.h"
 #include "engine/workers.h"
@@ -207,33 +208,55 @@ static void print_table(const char *dir, const struct layout_result *r, int n, c
                r[i].cold_overlap_s / (r[i].load_s + r[i].warm_s));
 }
 
-static void print_json(const char *dir, const struct layout_result *r, int n, const double *bw,
-                       const double *sbw, int max_workers)
+/* GB/s per thread count 1..max_workers, keyed "1", "2", ... */
+static json_t *per_threads_json(const double *bw, int max_workers)
 {
-    printf("{\"model\": \"%s\", \"weight_bytes\": %llu, \"memcpy_gb_s\": {", dir,
-           (unsigned long long)r[0].bytes);
-    for (int t = 1; t <= max_workers; t++)
-        printf("\"%d\": %.3f%s", t, bw[t] / 1e9, t < max_workers ? ", " : "}, ");
-    printf("\"stream_copy_gb_s\": {");
-    for (int t = 1; t <= max_workers; t++)
-        printf("\"%d\": %.3f%s", t, sbw[t] / 1e9, t < max_workers ? ", " : "}, \"layouts\": [");
-    for (int i = 0; i < n; i++) {
+    json_t *o = json_object();
+    for (int t = 1; o && t <= max_workers; t++) {
+        char key[16];
+        snprintf(key, sizeof(key), "%d", t);
+        if (json_object_set_new(o, key, jsonout_real(bw[t] / 1e9, 3)) != 0) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
+}
+
+static int print_json(const char *dir, const struct layout_result *r, int n, const double *bw,
+                      const double *sbw, int max_workers)
+{
+    json_t *layouts = json_array();
+    for (int i = 0; layouts && i < n; i++) {
         int k = r[i].tp * r[i].pp;
         double gbs = r[i].bytes / r[i].load_s;
-        printf("%s{\"tp\": %d, \"pp\": %d, \"bytes\": %llu, \"load_s\": %.6f, \"load_gb_s\": %.3f, "
-               "\"load_vs_memcpy\": %.3f, \"load_vs_stream_copy\": %.3f, \"speedup_vs_1x1\": %.3f, \"offload_s\": %.6f, "
-               "\"host_fill_s\": %.6f, \"worker_gb_s\": [",
-               i ? ", " : "", r[i].tp, r[i].pp, (unsigned long long)r[i].bytes, r[i].load_s,
-               gbs / 1e9, gbs / bw[k], gbs / sbw[k], r[0].load_s / r[i].load_s, r[i].offload_s,
-               r[i].host_fill_s);
-        for (int s = 0; s < k; s++)
-            printf("%s%.3f", s ? ", " : "", r[i].worker_gbs[s]);
-        printf("], \"cold_overlap_s\": %.6f, \"cold_serial_s\": %.6f, \"warm_s\": %.6f, "
-               "\"cold_overlap_vs_load_plus_warm\": %.3f}",
-               r[i].cold_overlap_s, r[i].cold_serial_s, r[i].warm_s,
-               r[i].cold_overlap_s / (r[i].load_s + r[i].warm_s));
+        json_t *workers = json_array();
+        for (int s = 0; workers && s < k; s++)
+            if (json_array_append_new(workers, jsonout_real(r[i].worker_gbs[s], 3)) != 0) {
+                json_decref(workers);
+                workers = NULL;
+            }
+        json_t *l = json_pack(
+            "{s:i, s:i, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "tp",
+            r[i].tp, "pp", r[i].pp, "bytes", (json_int_t)r[i].bytes, "load_s",
+            jsonout_real(r[i].load_s, 6), "load_gb_s", jsonout_real(gbs / 1e9, 3),
+            "load_vs_memcpy", jsonout_real(gbs / bw[k], 3), "load_vs_stream_copy",
+            jsonout_real(gbs / sbw[k], 3), "speedup_vs_1x1",
+            jsonout_real(r[0].load_s / r[i].load_s, 3), "offload_s",
+            jsonout_real(r[i].offload_s, 6), "host_fill_s", jsonout_real(r[i].host_fill_s, 6),
+            "worker_gb_s", workers, "cold_overlap_s", jsonout_real(r[i].cold_overlap_s, 6),
+            "cold_serial_s", jsonout_real(r[i].cold_serial_s, 6), "warm_s",
+            jsonout_real(r[i].warm_s, 6), "cold_overlap_vs_load_plus_warm",
+            jsonout_real(r[i].cold_overlap_s / (r[i].load_s + r[i].warm_s), 3));
+        if (json_array_append_new(layouts, l) != 0) {
+            json_decref(layouts);
+            layouts = NULL;
+        }
     }
-    printf("]}\n");
+    return jsonout_print(json_pack("{s:o, s:I, s:o, s:o, s:o}", "model", jsonout_string(dir),
+                                   "weight_bytes", (json_int_t)r[0].bytes, "memcpy_gb_s",
+                                   per_threads_json(bw, max_workers), "stream_copy_gb_s",
+                                   per_threads_json(sbw, max_workers), "layouts", layouts));
 }
 
 int bench_swap(int argc, char **argv)
@@ -344,7 +367,7 @@ int bench_swap(int argc, char **argv)
         if ((rc = bench_layout(devs, dir, budget, repeat, prompt_len, &res[i])) < 0)
             goto out;
     if (json)
-        print_json(dir, res, n, bw, sbw, max_workers);
+        rc = print_json(dir, res, n, bw, sbw, max_workers);
     else
         print_table(dir, res, n, bw, sbw, max_workers);
 out:

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/model_cache.h"
 #include "core/error.h"
+#include "core/jsonout.h"
 #include "core/timing.h"
 #include "engine/engine.h"
 #include "engine/sched.h"
@@ -421,6 +422,19 @@ static int simulate_config(const struct workload_config *c, const struct sim_con
     return rc;
 }
 
+/* One policy's averages over seeds in simulate()'s JSON. */
+static json_t *sim_policy_json(const char *policy, const struct sim_summary *s,
+                               const struct sim_summary *first, bool is_first)
+{
+    return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "policy", policy,
+                     "mean_s", jsonout_real(s->mean, 6), "p50_s", jsonout_real(s->p50, 6),
+                     "p90_s", jsonout_real(s->p90, 6), "p99_s", jsonout_real(s->p99, 6), "max_s",
+                     jsonout_real(s->max, 6), "slo_attainment", jsonout_real(s->slo, 4), "swaps",
+                     jsonout_real(s->swaps, 1), "p99_ratio", jsonout_real(s->p99 / first->p99, 4),
+                     "mean_ratio", jsonout_real(s->mean / first->mean, 4), "worst_seed_p99_ratio",
+                     jsonout_real(is_first ? 1.0 : s->worst_p99_ratio, 4));
+}
+
 static int simulate(char dirs[][512], const struct workload_config *one, const char *label,
                     bool all, int tp,
                     const char **policies, int n_pol, uint64_t seed, int seeds, double duration,
@@ -438,22 +452,21 @@ static int simulate(char dirs[][512], const struct workload_config *one, const c
     fprintf(stderr, "measuring a load and batches of 1..%d on this machine...\n", max_batch);
     if ((rc = measure_costs(dirs, tp, max_batch, link, &costs)) < 0)
         return rc;
-    if (json)
-        printf("{\"simulated\": true, \"seeds\": %d, \"duration_s\": %g, \"link_gb_s\": %g, "
-               "\"load_s\": %.6f, \"batch_s\": [", seeds, duration, link, costs.load_s);
-    else
+    json_t *batch_s = NULL, *configs = NULL;
+    if (json) {
+        batch_s = json_array();
+        configs = json_array();
+        for (int b = 1; batch_s && b <= max_batch; b++)
+            json_array_append_new(batch_s, jsonout_real(costs.batch_s[b], 6));
+    } else {
         printf("simulated clock, costs measured here: load %.1f ms; batch of 1 %.1f ms, of %d "
                "%.1f ms; %d seeds x %g s per config; averages over seeds, ratios against %s\n",
                costs.load_s * 1e3, costs.batch_s[1] * 1e3, max_batch,
                costs.batch_s[max_batch] * 1e3, seeds, duration, policies[0]);
-    for (int b = 1; json && b <= max_batch; b++)
-        printf("%s%.6f", b > 1 ? ", " : "", costs.batch_s[b]);
-    if (json)
-        printf("], \"configs\": [");
-    else
         printf("%-14s %-10s %8s %8s %8s %8s %8s %6s %6s %9s %10s %10s\n", "config", "policy",
                "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "SLO%", "swaps", "p99 ratio",
                "worst seed", "mean ratio");
+    }
     for (int k = all ? 0 : -1; k < (all ? WORKLOAD_COMPUTRON_CONFIGS : 0) && rc == 0; k++) {
         struct workload_config c = *one;
         char name[64];
@@ -467,18 +480,11 @@ static int simulate(char dirs[][512], const struct workload_config *one, const c
         if ((rc = simulate_config(&c, &costs, shard, tp, policies, n_pol, seed, seeds, duration,
                                   slo, s)) < 0)
             break;
-        if (json)
-            printf("%s{\"config\": \"%s\", \"policies\": [", k > 0 ? ", " : "", name);
+        json_t *pols = json ? json_array() : NULL;
         for (int p = 0; p < n_pol; p++) {
             double r99 = s[p].p99 / s[0].p99, rmean = s[p].mean / s[0].mean;
             if (json)
-                printf("%s{\"policy\": \"%s\", \"mean_s\": %.6f, \"p50_s\": %.6f, \"p90_s\": "
-                       "%.6f, \"p99_s\": %.6f, \"max_s\": %.6f, \"slo_attainment\": %.4f, "
-                       "\"swaps\": %.1f, \"p99_ratio\": %.4f, \"mean_ratio\": %.4f, "
-                       "\"worst_seed_p99_ratio\": %.4f}",
-                       p ? ", " : "", policies[p], s[p].mean, s[p].p50, s[p].p90, s[p].p99,
-                       s[p].max, s[p].slo, s[p].swaps, r99, rmean,
-                       p ? s[p].worst_p99_ratio : 1.0);
+                json_array_append_new(pols, sim_policy_json(policies[p], &s[p], &s[0], p == 0));
             else
                 printf("%-14s %-10s %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f %6.1f %9.2f %10.2f "
                        "%10.2f\n", p ? "" : name, policies[p], s[p].mean * 1e3, s[p].p50 * 1e3,
@@ -486,11 +492,75 @@ static int simulate(char dirs[][512], const struct workload_config *one, const c
                        s[p].swaps, r99, p ? s[p].worst_p99_ratio : 1.0, rmean);
         }
         if (json)
-            printf("]}");
+            json_array_append_new(configs,
+                                  json_pack("{s:s, s:o}", "config", name, "policies", pols));
     }
-    if (json && rc == 0)
-        printf("]}\n");
-    return rc;
+    if (!json || rc < 0) {
+        json_decref(batch_s);
+        json_decref(configs);
+        return rc;
+    }
+    return jsonout_print(json_pack("{s:b, s:i, s:o, s:o, s:o, s:o, s:o}", "simulated", 1, "seeds",
+                                   seeds, "duration_s", jsonout_real(duration, 6), "link_gb_s",
+                                   jsonout_real(link, 6), "load_s", jsonout_real(costs.load_s, 6),
+                                   "batch_s", batch_s, "configs", configs));
+}
+
+/* The latency fields of a summary: mean_s, p50_s, p90_s, p99_s, max_s and
+ * slo_attainment (null when it counted no request). */
+static int summary_json_set(json_t *o, const struct summary *s)
+{
+    return json_object_set_new(o, "mean_s", jsonout_real(s->all.mean, 6)) |
+           json_object_set_new(o, "p50_s", jsonout_real(s->all.p50, 6)) |
+           json_object_set_new(o, "p90_s", jsonout_real(s->all.p90, 6)) |
+           json_object_set_new(o, "p99_s", jsonout_real(s->all.p99, 6)) |
+           json_object_set_new(o, "max_s", jsonout_real(s->all.max, 6)) |
+           json_object_set_new(o, "slo_attainment", jsonout_real(s->slo_attain, 4));
+}
+
+/* One JSON object for a real-time run: the workload, then per policy its
+ * summary, engine counters and per-model summaries. */
+static int print_json(const struct workload_config *c, const char *config_s, double link,
+                      double warm, double slo, const char *plot, const char **policies,
+                      int n_pol, const struct run_result *res, const struct summary *sum)
+{
+    json_t *rates = json_array(), *pols = json_array();
+    int bad = !rates || !pols;
+    for (int i = 0; !bad && i < c->n_models; i++)
+        bad |= json_array_append_new(rates, jsonout_real(c->rates[i], 6));
+    for (int p = 0; !bad && p < n_pol; p++) {
+        const struct summary *s = &sum[p];
+        json_t *per_model = json_array();
+        for (int i = 0; per_model && !bad && i < c->n_models; i++) {
+            struct summary m;
+            summarize(&res[p], slo, i, &m, NULL, NULL);
+            json_t *o = json_pack("{s:i, s:I}", "model", i, "requests", (json_int_t)m.all.n);
+            bad |= !o || summary_json_set(o, &m) != 0;
+            bad |= json_array_append_new(per_model, o);
+        }
+        json_t *o = json_pack("{s:s, s:I, s:I}", "policy", policies[p], "requests",
+                              (json_int_t)s->all.n, "failed", (json_int_t)s->failed);
+        bad |= !o || summary_json_set(o, s) != 0;
+        bad |= json_object_set_new(o, "throughput_rps", jsonout_real(s->throughput, 3)) |
+               json_object_set_new(o, "swaps", json_integer((json_int_t)res[p].st.loads)) |
+               json_object_set_new(o, "swap_s", jsonout_real(res[p].st.swap_s, 4)) |
+               json_object_set_new(o, "compute_s", jsonout_real(res[p].st.compute_s, 4)) |
+               json_object_set_new(o, "queue_s", jsonout_real(s->queue_s, 4)) |
+               json_object_set_new(o, "batches", json_integer((json_int_t)res[p].st.batches)) |
+               json_object_set_new(o, "per_model", per_model);
+        bad |= json_array_append_new(pols, o);
+    }
+    if (bad) {
+        json_decref(rates);
+        json_decref(pols);
+        return jsonout_print(NULL); /* the out-of-memory error */
+    }
+    return jsonout_print(json_pack(
+        "{s:s, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "config", config_s, "models",
+        c->n_models, "max_loaded", c->max_loaded, "max_batch", c->max_batch, "cv",
+        jsonout_real(c->cv, 6), "rates", rates, "link_gb_s", jsonout_real(link, 6),
+        "warm_latency_s", jsonout_real(warm, 6), "slo_s", jsonout_real(slo, 6), "plot",
+        jsonout_string(plot), "policies", pols));
 }
 
 int bench_workload(int argc, char **argv)
@@ -684,37 +754,7 @@ int bench_workload(int argc, char **argv)
         goto out;
     /* the table */
     if (json) {
-        printf("{\"config\": \"%s\", \"models\": %d, \"max_loaded\": %d, \"max_batch\": %d, "
-               "\"cv\": %g, \"rates\": [", config_s, c.n_models, c.max_loaded, c.max_batch, c.cv);
-        for (int i = 0; i < c.n_models; i++)
-            printf("%s%g", i ? ", " : "", c.rates[i]);
-        printf("], \"link_gb_s\": %g, \"warm_latency_s\": %.6f, \"slo_s\": %.6f, \"plot\": "
-               "\"%s\", \"policies\": [",
-               (double)link, warm, slo, plot);
-        for (int p = 0; p < n_pol; p++) {
-            const struct summary *s = &sum[p];
-            printf("%s{\"policy\": \"%s\", \"requests\": %zu, \"failed\": %zu, \"mean_s\": %.6f, "
-                   "\"p50_s\": %.6f, \"p90_s\": %.6f, \"p99_s\": %.6f, \"max_s\": %.6f, "
-                   "\"slo_attainment\": %.4f, \"throughput_rps\": %.3f, \"swaps\": %llu, "
-                   "\"swap_s\": %.4f, \"compute_s\": %.4f, \"queue_s\": %.4f, \"batches\": %llu, "
-                   "\"per_model\": [",
-                   p ? ", " : "", policies[p], s->all.n, s->failed, s->all.mean, s->all.p50,
-                   s->all.p90, s->all.p99, s->all.max, s->slo_attain, s->throughput,
-                   (unsigned long long)res[p].st.loads, res[p].st.swap_s, res[p].st.compute_s,
-                   s->queue_s, (unsigned long long)res[p].st.batches);
-            for (int i = 0; i < c.n_models; i++) {
-                struct summary m;
-                summarize(&res[p], slo, i, &m, NULL, NULL);
-                printf("%s{\"model\": %d, \"requests\": %zu, \"mean_s\": %.6f, \"p50_s\": %.6f, "
-                       "\"p90_s\": %.6f, \"p99_s\": %.6f, \"max_s\": %.6f, "
-                       "\"slo_attainment\": %.4f}",
-                       i ? ", " : "", i, m.all.n, m.all.n ? m.all.mean : 0, m.all.n ? m.all.p50 : 0,
-                       m.all.n ? m.all.p90 : 0, m.all.n ? m.all.p99 : 0, m.all.n ? m.all.max : 0,
-                       m.all.n ? m.slo_attain : 0);
-            }
-            printf("]}");
-        }
-        printf("]}\n");
+        rc = print_json(&c, config_s, link, warm, slo, plot, policies, n_pol, res, sum);
     } else {
         printf("%s: %d models, rates", config_s, c.n_models);
         for (int i = 0; i < c.n_models && !c.round_robin; i++)

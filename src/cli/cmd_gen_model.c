@@ -10,8 +10,10 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/timing.h"
 #include "model/opt_random.h"
+#include "tokenizer/bpe.h"
 
 /* The byte-level alphabet of GPT-2: printable Latin-1 bytes stand for
  * themselves, the other bytes for code points 256, 257, ... in byte order. */
@@ -26,11 +28,24 @@ static unsigned byte_symbol(unsigned b)
     return 256 + n;
 }
 
+/* dir/name into buf; ERR_INVALID when it does not fit. */
+static int path_join(char *buf, size_t cap, const char *dir, const char *name)
+{
+    int n = snprintf(buf, cap, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= cap)
+        return err_set(ERR_INVALID, "%s/%s: path too long (expected under %zu bytes)", dir, name,
+                       cap);
+    return 0;
+}
+
 static int write_json(json_t *j, const char *dir, const char *name)
 {
     char path[4096];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    int rc = 0;
+    int rc = path_join(path, sizeof(path), dir, name);
+    if (rc < 0) {
+        json_decref(j);
+        return rc;
+    }
     if (!j || json_dump_file(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
         rc = err_set(ERR_IO, "%s: cannot write", path);
     json_decref(j);
@@ -62,7 +77,8 @@ static int write_minimal_tokenizer(const char *dir)
     if (rc < 0)
         return rc;
     char path[4096];
-    snprintf(path, sizeof(path), "%s/merges.txt", dir);
+    if ((rc = path_join(path, sizeof(path), dir, "merges.txt")) < 0)
+        return rc;
     FILE *f = fopen(path, "w");
     if (!f || fputs("#version: 0.2\n", f) < 0 || fclose(f) != 0)
         return err_set(ERR_IO, "%s: cannot write", path);
@@ -80,8 +96,10 @@ static int write_minimal_tokenizer(const char *dir)
 static int copy_file(const char *from, const char *to)
 {
     FILE *in = fopen(from, "rb"), *out = NULL;
-    if (!in)
+    if (!in && errno == ENOENT)
         return 0; /* absent: nothing to copy */
+    if (!in)
+        return err_set(ERR_IO, "%s: cannot read: %s", from, strerror(errno));
     int rc = 0;
     char buf[1 << 16];
     size_t n;
@@ -112,10 +130,9 @@ static int copy_tokenizer(const char *from, const char *dir)
     bool bpe_files = false, json_file = false;
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         char a[4096], b[4096];
-        snprintf(a, sizeof(a), "%s/%s", from, files[i]);
-        snprintf(b, sizeof(b), "%s/%s", dir, files[i]);
-        int rc = copy_file(a, b);
-        if (rc < 0)
+        int rc;
+        if ((rc = path_join(a, sizeof(a), from, files[i])) < 0 ||
+            (rc = path_join(b, sizeof(b), dir, files[i])) < 0 || (rc = copy_file(a, b)) < 0)
             return rc;
         if (rc == 1 && i < 2)
             bpe_files = true;
@@ -141,16 +158,22 @@ static void show_progress(void *ctx, uint64_t done, uint64_t total)
         fputc('\n', stderr);
 }
 
-/* Creates dir, or accepts an existing empty one. */
-static int make_out_dir(const char *dir, bool force)
+/* --out may be absent, an empty directory, or with --force a directory
+ * whose files of the same names get replaced. Checked before anything is
+ * written, so a refused --out costs nothing. */
+static int check_out_dir(const char *dir, bool force)
 {
-    if (mkdir(dir, 0755) == 0)
-        return 0;
-    if (errno != EEXIST)
-        return err_set(ERR_IO, "--out %s: cannot create: %s", dir, strerror(errno));
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        if (errno == ENOENT)
+            return 0;
+        return err_set(ERR_IO, "--out %s: %s", dir, strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode))
+        return err_set(ERR_INVALID, "--out %s: exists and is not a directory", dir);
     DIR *d = opendir(dir);
     if (!d)
-        return err_set(ERR_IO, "--out %s: exists and is not a directory", dir);
+        return err_set(ERR_IO, "--out %s: cannot read: %s", dir, strerror(errno));
     struct dirent *e;
     bool empty = true;
     while ((e = readdir(d)))
@@ -160,6 +183,40 @@ static int make_out_dir(const char *dir, bool force)
     if (!empty && !force)
         return err_set(ERR_INVALID, "--out %s: exists and is not empty (use --force to write "
                                     "over it)", dir);
+    return 0;
+}
+
+/* --tokenizer-from must hold a Hugging Face tokenizer (vocab.json +
+ * merges.txt, or tokenizer.json) that loads, with no more tokens than the
+ * model has embeddings: checked before the weights are written. */
+static int check_tokenizer(const char *from, const struct opt_config *cfg)
+{
+    char a[4096], b[4096], c[4096];
+    int rc;
+    if ((rc = path_join(a, sizeof(a), from, "vocab.json")) < 0 ||
+        (rc = path_join(b, sizeof(b), from, "merges.txt")) < 0 ||
+        (rc = path_join(c, sizeof(c), from, "tokenizer.json")) < 0)
+        return err_wrap(rc, "--tokenizer-from");
+    struct stat st;
+    if (stat(from, &st) != 0)
+        return err_set(ERR_NOT_FOUND, "--tokenizer-from %s: %s (expected a tokenizer directory)",
+                       from, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return err_set(ERR_INVALID, "--tokenizer-from %s: not a directory (expected one with "
+                                    "vocab.json + merges.txt or tokenizer.json)", from);
+    if (access(c, F_OK) != 0 && (access(a, F_OK) != 0 || access(b, F_OK) != 0))
+        return err_set(ERR_NOT_FOUND, "--tokenizer-from %s: no vocab.json + merges.txt or "
+                                      "tokenizer.json there", from);
+    struct bpe *t = NULL;
+    rc = bpe_open(from, &t);
+    if (rc < 0)
+        return err_wrap(rc, "--tokenizer-from %s", from);
+    int n = bpe_vocab_size(t);
+    bpe_close(t);
+    if (n > cfg->vocab)
+        return err_set(ERR_INVALID, "--tokenizer-from %s: %d tokens, more than the model's "
+                                    "vocab_size %d (expected a tokenizer for this preset)",
+                       from, n, cfg->vocab);
     return 0;
 }
 
@@ -174,9 +231,11 @@ int cmd_gen_model(int argc, char **argv)
         FLAG("layers", FLAG_INT, &layers, "N", "number of decoder layers (default: the preset's)"),
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "storage dtype (default f16, as OPT ships)"),
         FLAG("seed", FLAG_U64, &o.seed, "S", "random seed (default 0)"),
-        FLAG_REQUIRED("out", FLAG_STR, &out, "DIR", "output directory (created; must be empty)"),
+        FLAG_REQUIRED("out", FLAG_STR, &out, "DIR",
+                      "output directory, absent or empty (written beside it, renamed when done)"),
         FLAG("tokenizer-from", FLAG_STR, &tok_from, "DIR",
-         "copy real tokenizer files from DIR (default: a minimal byte-level one)"),
+         "copy a real tokenizer (vocab.json + merges.txt, or tokenizer.json) from DIR "
+         "(default: a minimal byte-level one)"),
         FLAG("max-shard-bytes", FLAG_U64, &o.max_shard_bytes, "N",
          "split the weights into files of at most N bytes (default 5000000000)"),
         FLAG("force", FLAG_BOOL, &force, NULL, "write into a non-empty --out"),
@@ -191,6 +250,7 @@ int cmd_gen_model(int argc, char **argv)
         return rc;
     struct opt_config cfg;
     double last = 0;
+    char staged[4096] = "";
     if ((rc = opt_preset(preset, &cfg)) < 0)
         goto out;
     if (dtype_parse(dtype_s, &o.dtype) < 0) {
@@ -208,11 +268,29 @@ int cmd_gen_model(int argc, char **argv)
         o.progress = show_progress;
         o.progress_ctx = &last;
     }
-    if ((rc = make_out_dir(out, force)) < 0 || (rc = opt_random_write(&cfg, out, &o)) < 0 ||
-        (rc = tok_from ? copy_tokenizer(tok_from, out) : write_minimal_tokenizer(out)) < 0)
+    if ((rc = check_out_dir(out, force)) < 0 ||
+        (tok_from && (rc = check_tokenizer(tok_from, &cfg)) < 0))
         goto out;
+    /* everything goes into a directory beside --out, renamed to it when
+     * complete: an interrupted or failed run leaves no half model there */
+    if ((rc = fs_dir_stage(out, staged, sizeof(staged))) < 0) {
+        err_wrap(rc, "--out %s", out);
+        goto out;
+    }
+    if ((rc = tok_from ? copy_tokenizer(tok_from, staged) : write_minimal_tokenizer(staged)) < 0 ||
+        (rc = opt_random_write(&cfg, staged, &o)) < 0 || (rc = fs_dir_commit(staged, out)) < 0)
+        goto out;
+    staged[0] = '\0';
     fprintf(stderr, "wrote %s: %s, %d layers, %s, %.3f GB of weights\n", out, preset,
             cfg.n_layers, dtype_name(o.dtype), opt_checkpoint_bytes(&cfg, o.dtype) / 1e9);
 out:
+    if (rc < 0 && staged[0]) {
+        char why[1024], left[1024];
+        snprintf(why, sizeof(why), "%s", err_msg());
+        if (fs_tree_remove(staged) < 0) {
+            snprintf(left, sizeof(left), "%s", err_msg());
+            err_set(rc, "%s (and %s is left behind: %s)", why, staged, left);
+        }
+    }
     return rc < 0 ? cli_fail("gen-model") : 0;
 }

@@ -1,3 +1,4 @@
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +27,12 @@ static int print_token(void *ctx, int32_t id)
         o->rc = n;
         return 1;
     }
-    fwrite(o->buf, 1, (size_t)n, stdout);
-    fflush(stdout);
+    /* streamed, so a full disk or quota stops generation at once */
+    errno = 0;
+    if ((n > 0 && fwrite(o->buf, 1, (size_t)n, stdout) != (size_t)n) || fflush(stdout) != 0) {
+        o->rc = err_set(ERR_IO, "writing to stdout: %s", strerror(errno ? errno : EIO));
+        return 1;
+    }
     return 0;
 }
 

@@ -1,4 +1,5 @@
 /* shardswap: the command-line front end. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,6 +28,19 @@ static void usage(FILE *f)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
 }
 
+/* A command's output is its result: when stdout could not take all of it (a
+ * full disk, a quota) the command fails, saying so, rather than exit 0 with a
+ * truncated result. cmd names the command for the message. */
+static int stdout_check(const char *cmd)
+{
+    errno = 0; /* what a failed flush leaves here is the reason */
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return 0;
+    fprintf(stderr, "shardswap%s%s: writing to stdout: %s\n", cmd ? " " : "", cmd ? cmd : "",
+            strerror(errno ? errno : EIO));
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -36,12 +50,19 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
         usage(stdout);
-        return 0;
+        return stdout_check(NULL);
     }
     for (size_t i = 0; i < N_COMMANDS; i++) {
         if (strcmp(argv[1], commands[i].name) == 0) {
             int rc = commands[i].run(argc - 2, argv + 2);
-            return rc == EXIT_HELP ? 0 : rc;
+            if (rc != 0 && rc != EXIT_HELP)
+                return rc; /* it said why; a write error on top changes nothing */
+            /* "bench swap", not just "bench" */
+            const char *sub =
+                strcmp(argv[1], "bench") == 0 && argc > 2 && argv[2][0] != '-' ? argv[2] : NULL;
+            char name[64];
+            snprintf(name, sizeof(name), "%s%s%.40s", argv[1], sub ? " " : "", sub ? sub : "");
+            return stdout_check(name);
         }
     }
     fprintf(stderr, "shardswap: unknown command \"%s\" (expected generate, tokenize, forward, "

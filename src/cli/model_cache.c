@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "model/opt_random.h"
 
 int model_cache_preset(const char *cache, const char *preset, int layers, const char *dtype_s,
@@ -27,19 +28,20 @@ int model_cache_preset(const char *cache, const char *preset, int layers, const 
     struct stat st;
     if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
         return 0;
-    char partial[4200], cmd[8500];
+    char partial[4200];
     snprintf(partial, sizeof(partial), "%s.partial", dir);
     if (mkdir(cache, 0755) != 0 && errno != EEXIST)
         return err_set(ERR_IO, "cannot create the model cache %s: %s", cache, strerror(errno));
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", partial); /* a previous interrupted attempt */
-    if (strchr(partial, '\'') == NULL && system(cmd) != 0)
-        return err_set(ERR_IO, "cannot clear %s", partial);
+    if ((rc = fs_tree_remove(partial)) < 0) /* a previous interrupted attempt */
+        return rc;
     if (mkdir(partial, 0755) != 0)
         return err_set(ERR_IO, "cannot create %s: %s", partial, strerror(errno));
     fprintf(stderr, "generating %s (%d layers, %s, seed %llu) into %s (cached for next time)\n",
             preset, cfg.n_layers, dtype_name(o.dtype), (unsigned long long)seed, dir);
-    if ((rc = opt_random_write(&cfg, partial, &o)) < 0)
+    if ((rc = opt_random_write(&cfg, partial, &o)) < 0) {
+        fs_tree_remove(partial); /* best effort: the next run clears it too */
         return rc;
+    }
     if (rename(partial, dir) != 0)
         return err_set(ERR_IO, "cannot rename %s to %s: %s", partial, dir, strerror(errno));
     return 0;

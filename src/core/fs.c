@@ -1,0 +1,112 @@
+#include "core/fs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+/* nftw gives its callback no context: the first failure is kept here, per
+ * thread, for fs_tree_remove to report. */
+static _Thread_local struct {
+    int err;
+    char path[4096];
+} remove_fail;
+
+static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    /* FTW_DEPTH: a directory comes after everything in it (FTW_DP); one that
+     * could not be read (FTW_DNR) is tried anyway and fails if not empty */
+    int rc = type == FTW_DP || type == FTW_DNR ? rmdir(path) : unlink(path);
+    if (rc == 0 || errno == ENOENT)
+        return 0;
+    remove_fail.err = errno;
+    snprintf(remove_fail.path, sizeof(remove_fail.path), "%s", path);
+    return 1;
+}
+
+int fs_tree_remove(const char *path)
+{
+    if (!path || !*path)
+        return err_set(ERR_INVALID, "no path to remove (expected a file or directory)");
+    remove_fail.err = 0;
+    int rc = nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (rc == 0)
+        return 0;
+    if (rc == -1) {
+        if (errno == ENOENT)
+            return 0; /* nothing there: already removed */
+        return err_set(ERR_IO, "cannot remove %s: %s", path, strerror(errno));
+    }
+    return err_set(ERR_IO, "cannot remove %s: %s", remove_fail.path, strerror(remove_fail.err));
+}
+
+int fs_dir_stage(const char *target, char *tmp, size_t cap)
+{
+    size_t len = target ? strlen(target) : 0;
+    while (len > 1 && target[len - 1] == '/')
+        len--;
+    if (len == 0)
+        return err_set(ERR_INVALID, "no directory name given (expected a path)");
+    int n = snprintf(tmp, cap, "%.*s.partial-XXXXXX", (int)len, target);
+    if (n < 0 || (size_t)n >= cap)
+        return err_set(ERR_INVALID, "%s: path too long (expected at most %zu bytes)", target,
+                       cap > 24 ? cap - 24 : 0);
+    if (!mkdtemp(tmp))
+        return err_set(ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    /* mkdtemp's 0700 would become the target's mode: give it mkdir's */
+    mode_t mask = umask(0);
+    umask(mask);
+    if (chmod(tmp, 0777 & ~mask) != 0) {
+        int e = errno;
+        rmdir(tmp);
+        return err_set(ERR_IO, "cannot set the mode of %s: %s", tmp, strerror(e));
+    }
+    return 0;
+}
+
+/* Renames every entry of tmp into target, then removes tmp. */
+static int dir_merge(const char *tmp, const char *target)
+{
+    DIR *d = opendir(tmp);
+    if (!d)
+        return err_set(ERR_IO, "cannot read %s: %s", tmp, strerror(errno));
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char from[4096], to[4096];
+        if ((size_t)snprintf(from, sizeof(from), "%s/%s", tmp, e->d_name) >= sizeof(from) ||
+            (size_t)snprintf(to, sizeof(to), "%s/%s", target, e->d_name) >= sizeof(to))
+            rc = err_set(ERR_INVALID, "%s/%s: path too long", target, e->d_name);
+        else if (rename(from, to) != 0)
+            rc = err_set(ERR_IO, "cannot move %s to %s: %s", from, to, strerror(errno));
+    }
+    closedir(d);
+    if (rc == 0 && rmdir(tmp) != 0)
+        rc = err_set(ERR_IO, "cannot remove %s: %s", tmp, strerror(errno));
+    return rc;
+}
+
+int fs_dir_commit(const char *tmp, const char *target)
+{
+    if (rename(tmp, target) == 0)
+        return 0;
+    int e = errno;
+    struct stat st;
+    if ((e == ENOTEMPTY || e == EEXIST || e == EBUSY || e == EINVAL) && stat(target, &st) == 0 &&
+        S_ISDIR(st.st_mode))
+        return dir_merge(tmp, target);
+    if (stat(target, &st) == 0 && !S_ISDIR(st.st_mode))
+        return err_set(ERR_IO, "cannot move %s to %s: %s exists and is not a directory", tmp,
+                       target, target);
+    return err_set(ERR_IO, "cannot move %s to %s: %s", tmp, target, strerror(e));
+}

@@ -1,0 +1,167 @@
+/* core/fs.h: removing trees without following links, and staging a directory
+ * beside its target then moving it into place, with errors naming the entry. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "test.h"
+
+static char tmp[64];
+
+static void put(const char *rel, const char *content)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", tmp, rel);
+    FILE *f = fopen(path, "w");
+    CHECK_MSG(f != NULL, "%s: %s", path, strerror(errno));
+    if (f) {
+        fputs(content, f);
+        fclose(f);
+    }
+}
+
+/* The contents of tmp/rel ("" when absent), in buf. */
+static const char *get(const char *rel, char *buf, size_t cap)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", tmp, rel);
+    buf[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        size_t n = fread(buf, 1, cap - 1, f);
+        buf[n] = 0;
+        fclose(f);
+    }
+    return buf;
+}
+
+static int exists(const char *rel)
+{
+    char path[512];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%s", tmp, rel);
+    return lstat(path, &st) == 0;
+}
+
+static void mk(const char *rel)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", tmp, rel);
+    CHECK_MSG(mkdir(path, 0755) == 0, "mkdir %s: %s", path, strerror(errno));
+}
+
+static void test_tree_remove(void)
+{
+    char path[512], target[512], buf[64];
+    /* a tree with nested directories, files, a link to a directory outside
+     * it and a dangling link: the links go, what they point to stays */
+    mk("keep");
+    put("keep/precious", "still here");
+    mk("t");
+    mk("t/a");
+    mk("t/a/b");
+    mk("t/empty");
+    put("t/f", "x");
+    put("t/a/g", "y");
+    put("t/a/b/h", "z");
+    snprintf(target, sizeof(target), "%s/keep", tmp);
+    snprintf(path, sizeof(path), "%s/t/a/link", tmp);
+    CHECK(symlink(target, path) == 0);
+    snprintf(path, sizeof(path), "%s/t/dangling", tmp);
+    CHECK(symlink("/nonexistent/nowhere", path) == 0);
+    snprintf(path, sizeof(path), "%s/t", tmp);
+    CHECK_MSG(fs_tree_remove(path) == 0, "%s", err_msg());
+    CHECK(!exists("t"));
+    CHECK(strcmp(get("keep/precious", buf, sizeof(buf)), "still here") == 0);
+
+    /* a link as the root: the link goes, not the directory behind it */
+    snprintf(path, sizeof(path), "%s/rootlink", tmp);
+    CHECK(symlink(target, path) == 0);
+    CHECK(fs_tree_remove(path) == 0 && !exists("rootlink") && exists("keep/precious"));
+
+    /* a single file; a missing path is already removed */
+    put("lone", "1");
+    snprintf(path, sizeof(path), "%s/lone", tmp);
+    CHECK(fs_tree_remove(path) == 0 && !exists("lone"));
+    CHECK(fs_tree_remove(path) == 0);
+
+    /* a path through a file cannot be walked: ERR_IO naming it */
+    put("file", "1");
+    snprintf(path, sizeof(path), "%s/file/sub", tmp);
+    CHECK(fs_tree_remove(path) == ERR_IO);
+    CHECK_MSG(strstr(err_msg(), "file/sub") && strstr(err_msg(), "Not a directory"), "%s",
+              err_msg());
+    CHECK(fs_tree_remove("") == ERR_INVALID && fs_tree_remove(NULL) == ERR_INVALID);
+}
+
+static void test_stage_commit(void)
+{
+    char target[512], staged[512], path[600], buf[64];
+    snprintf(target, sizeof(target), "%s/model/", tmp);
+
+    /* stage beside the target (trailing slash ignored), commit by rename */
+    CHECK_MSG(fs_dir_stage(target, staged, sizeof(staged)) == 0, "%s", err_msg());
+    char prefix[512];
+    snprintf(prefix, sizeof(prefix), "%s/model.partial-", tmp);
+    CHECK_MSG(strncmp(staged, prefix, strlen(prefix)) == 0 && strlen(staged) == strlen(prefix) + 6,
+              "staged at %s", staged);
+    CHECK(!exists("model"));
+    snprintf(path, sizeof(path), "%s/a", staged);
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs("new a", f) >= 0 && fclose(f) == 0);
+    CHECK_MSG(fs_dir_commit(staged, target) == 0, "%s", err_msg());
+    CHECK(strcmp(get("model/a", buf, sizeof(buf)), "new a") == 0);
+    struct stat st;
+    CHECK(stat(staged, &st) != 0);
+
+    /* into an existing non-empty directory: entries replaced or added, the
+     * others kept, the staged directory gone */
+    put("model/a", "old a");
+    put("model/other", "kept");
+    CHECK(fs_dir_stage(target, staged, sizeof(staged)) == 0);
+    snprintf(path, sizeof(path), "%s/a", staged);
+    f = fopen(path, "w");
+    CHECK(f && fputs("newer a", f) >= 0 && fclose(f) == 0);
+    snprintf(path, sizeof(path), "%s/b", staged);
+    f = fopen(path, "w");
+    CHECK(f && fputs("b", f) >= 0 && fclose(f) == 0);
+    CHECK_MSG(fs_dir_commit(staged, target) == 0, "%s", err_msg());
+    CHECK(strcmp(get("model/a", buf, sizeof(buf)), "newer a") == 0);
+    CHECK(strcmp(get("model/b", buf, sizeof(buf)), "b") == 0);
+    CHECK(strcmp(get("model/other", buf, sizeof(buf)), "kept") == 0);
+    CHECK(stat(staged, &st) != 0);
+
+    /* a target that is a file: an error naming it; the staged dir stays the caller's */
+    put("plain", "not a dir");
+    snprintf(target, sizeof(target), "%s/plain", tmp);
+    CHECK(fs_dir_stage(target, staged, sizeof(staged)) == 0);
+    CHECK(fs_dir_commit(staged, target) == ERR_IO);
+    CHECK_MSG(strstr(err_msg(), "not a directory") && strstr(err_msg(), "plain"), "%s", err_msg());
+    CHECK(stat(staged, &st) == 0 && S_ISDIR(st.st_mode));
+    CHECK(fs_tree_remove(staged) == 0 && stat(staged, &st) != 0);
+
+    /* staging where nothing can be created, or with no name */
+    CHECK(fs_dir_stage("/nonexistent/dir/model", staged, sizeof(staged)) == ERR_IO);
+    CHECK_MSG(strstr(err_msg(), "/nonexistent/dir/model.partial-"), "%s", err_msg());
+    CHECK(fs_dir_stage("", staged, sizeof(staged)) == ERR_INVALID);
+    char small[16];
+    CHECK(fs_dir_stage(target, small, sizeof(small)) == ERR_INVALID);
+}
+
+int main(void)
+{
+    snprintf(tmp, sizeof(tmp), "/tmp/shardswap_fs_XXXXXX");
+    if (!mkdtemp(tmp)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    test_tree_remove();
+    test_stage_commit();
+    CHECK_MSG(fs_tree_remove(tmp) == 0, "%s", err_msg());
+    return test_finish();
+}
