@@ -1,0 +1,608 @@
+/* Every kernel of backend/kernels.h on a CPU device, through the kernel
+ * table (buffers in device memory, inputs uploaded with kern_to_device,
+ * results read back with kern_to_host), against a plain reference written
+ * here with double accumulation.
+ *
+ * Tolerances, per kernel:
+ * - kern_linear: 1e-5 relative (test_rel_err: max |error| / max |reference|).
+ *   f16 and bf16 weights are compared against the reference on the same
+ *   widened values (decoded here, independently of core/dtype.c), so only
+ *   f32 accumulation error is left and the tolerance stays f32-tight.
+ * - kern_layernorm: 1e-5 relative.
+ * - kern_activation: per element |got - ref| <= 1e-5 |ref| + 1e-6 (the
+ *   absolute part covers 1 + erf(x) cancelling for very negative x).
+ * - kern_attention: 1e-5 relative.
+ * - kern_embed, kern_add, kern_scale, kern_copy, kern_kv_append,
+ *   kern_gather_rows: exact (copies, or one correctly rounded f32 operation).
+ * Each masked kernel also checks that its data make the mask matter: the
+ * reference without the causal mask, or without the padding mask, differs
+ * from the real one by far more than the tolerance.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/device.h"
+#include "backend/kernels.h"
+#include "backend/weight.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "test.h"
+
+#define MiB ((size_t)1 << 20)
+
+static struct device *dev;
+static struct stream *st;
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static uint64_t rng_next(void)
+{
+    /* xorshift64* */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545F4914F6CDD1DULL;
+}
+
+/* Uniform in [lo, hi). */
+static float rng_uniform(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((double)(rng_next() >> 40) / (double)(1ULL << 24));
+}
+
+static void fill_uniform(float *x, size_t n, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = rng_uniform(lo, hi);
+}
+
+/* IEEE half to float, written out so the reference does not share the
+ * library's converters. */
+static double ref_f16(uint16_t h)
+{
+    int sign = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v;
+    if (e == 0)
+        v = ldexp(m, -24);
+    else if (e == 31)
+        v = m ? NAN : INFINITY;
+    else
+        v = ldexp(m + 1024, e - 25);
+    return sign ? -v : v;
+}
+
+static double ref_bf16(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+/* Element i of an array of type t, as the reference sees it. */
+static double ref_elem(enum dtype t, const void *p, size_t i)
+{
+    switch (t) {
+    case DTYPE_F16:
+        return ref_f16(((const uint16_t *)p)[i]);
+    case DTYPE_BF16:
+        return ref_bf16(((const uint16_t *)p)[i]);
+    default:
+        return ((const float *)p)[i];
+    }
+}
+
+/* A device buffer of bytes holding a copy of host (when not NULL). The
+ * caller frees it with device_free. */
+static struct dbuf *upload(const void *host, size_t bytes)
+{
+    struct dbuf *b = NULL;
+    int rc = device_alloc(dev, bytes, &b);
+    CHECK_MSG(rc == ERR_OK, "%s", err_msg());
+    if (rc != ERR_OK) {
+        fprintf(stderr, "cannot go on without device memory\n");
+        exit(1);
+    }
+    if (host)
+        CHECK(kern_to_device(st, dbuf_ptr(b), host, bytes) == 0);
+    return b;
+}
+
+static void download(void *host, const void *dptr, size_t bytes)
+{
+    CHECK(kern_to_host(st, host, dptr, bytes) == 0);
+}
+
+/* ---- kern_linear ---- */
+
+static double worst_linear;
+
+/* One case: y[m, n] = x[m, k] @ w^T (+ bias), w of type t viewed as columns
+ * [c0, c0 + k) of a row-major (n, ld) matrix. Outside the view the matrix
+ * holds 1000s, so a kernel that ignores ld or the view's start fails. */
+static void linear_case(int m, int n, int k, enum dtype t, bool with_bias, size_t ld, size_t c0)
+{
+    const size_t es = dtype_size(t);
+    float *wf = malloc((size_t)n * ld * sizeof(float));
+    void *wt = malloc((size_t)n * ld * es);
+    float *x = malloc((size_t)m * k * sizeof(float));
+    float *bias = malloc((size_t)n * sizeof(float));
+    float *y = malloc((size_t)m * n * sizeof(float));
+    float *ref = malloc((size_t)m * n * sizeof(float));
+    for (size_t i = 0; i < (size_t)n * ld; i++) {
+        size_t c = i % ld;
+        wf[i] = c >= c0 && c < c0 + (size_t)k ? rng_uniform(-1, 1) : 1000.0f;
+    }
+    dtype_from_f32(t, wf, wt, (size_t)n * ld);
+    fill_uniform(x, (size_t)m * k, -1, 1);
+    fill_uniform(bias, (size_t)n, -1, 1);
+
+    /* reference on the stored (widened) weights */
+    for (int i = 0; i < m; i++)
+        for (int r = 0; r < n; r++) {
+            double acc = with_bias ? bias[r] : 0.0;
+            for (int c = 0; c < k; c++)
+                acc += ref_elem(t, wt, (size_t)r * ld + c0 + (size_t)c) * x[(size_t)i * k + c];
+            ref[(size_t)i * n + r] = (float)acc;
+        }
+
+    struct dbuf *dw = upload(wt, (size_t)n * ld * es);
+    struct dbuf *dx = upload(x, (size_t)m * k * sizeof(float));
+    struct dbuf *db = upload(bias, (size_t)n * sizeof(float));
+    struct dbuf *dy = upload(NULL, (size_t)m * n * sizeof(float));
+    struct weight_view w = {
+        .dtype = t, .data = (const char *)dbuf_ptr(dw) + c0 * es, .rows = n, .cols = k, .ld = ld};
+    int rc = kern_linear(st, dbuf_ptr(dy), dbuf_ptr(dx), m, &w, with_bias ? dbuf_ptr(db) : NULL);
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    download(y, dbuf_ptr(dy), (size_t)m * n * sizeof(float));
+    double e = test_rel_err(y, ref, (size_t)m * n);
+    CHECK_MSG(e <= 1e-5, "linear m=%d n=%d k=%d %s bias=%d ld=%zu c0=%zu: rel err %.3g", m, n, k,
+              dtype_name(t), with_bias, ld, c0, e);
+    if (e > worst_linear)
+        worst_linear = e;
+
+    device_free(dw);
+    device_free(dx);
+    device_free(db);
+    device_free(dy);
+    free(wf);
+    free(wt);
+    free(x);
+    free(bias);
+    free(y);
+    free(ref);
+}
+
+static void test_linear(void)
+{
+    /* m <= 8: the fused GEMV path; 17 and 64: BLAS. k = 75 exercises the
+     * vector loops and their scalar tails; n = 37 an odd row count and a
+     * partial task, n = 530 more than one widened block on the BLAS path. */
+    static const int ms[] = {1, 3, 8, 17, 64};
+    static const int ns[] = {37, 530};
+    static const enum dtype ts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    const int k = 75;
+    int cases = 0;
+    for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]); im++)
+        for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++)
+            for (size_t it = 0; it < sizeof(ts) / sizeof(ts[0]); it++)
+                for (int bias = 0; bias < 2; bias++) {
+                    /* dense, then a column slice [5, 5 + k) of a (n, k + 13) matrix */
+                    linear_case(ms[im], ns[in], k, ts[it], bias, (size_t)k, 0);
+                    linear_case(ms[im], ns[in], k, ts[it], bias, (size_t)k + 13, 5);
+                    cases += 2;
+                }
+    printf("linear: %d cases, worst rel err %.3g (tolerance 1e-5)\n", cases, worst_linear);
+}
+
+/* ---- kern_embed ---- */
+
+static void test_embed(void)
+{
+    enum { R = 10, C = 19, LD = 23, N = 9 };
+    const int row0 = 100;
+    /* inside [row0, row0 + R): 100, 109, 105, 104; outside: the rest */
+    static const int32_t ids[N] = {100, 109, 99, 110, 105, -1, 0, 104, 1000};
+    static const enum dtype ts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    for (size_t it = 0; it < sizeof(ts) / sizeof(ts[0]); it++) {
+        for (int sliced = 0; sliced < 2; sliced++) {
+            enum dtype t = ts[it];
+            size_t es = dtype_size(t), ld = sliced ? LD : C, c0 = sliced ? 3 : 0;
+            float wf[R * LD];
+            unsigned char wt[R * LD * 4];
+            fill_uniform(wf, R * ld, -2, 2);
+            dtype_from_f32(t, wf, wt, R * ld);
+            float y[N * C], ref[N * C];
+            for (int i = 0; i < N; i++)
+                for (int c = 0; c < C; c++) {
+                    int r = ids[i] - row0;
+                    ref[i * C + c] =
+                        r >= 0 && r < R ? (float)ref_elem(t, wt, (size_t)r * ld + c0 + c) : 0.0f;
+                }
+            float junk[N * C];
+            for (int i = 0; i < N * C; i++)
+                junk[i] = 7.0f; /* so zero rows must be written, not left */
+            struct dbuf *dw = upload(wt, R * ld * es);
+            struct dbuf *di = upload(ids, sizeof(ids));
+            struct dbuf *dy = upload(junk, sizeof(junk));
+            struct weight_view w = {.dtype = t,
+                                    .data = (const char *)dbuf_ptr(dw) + c0 * es,
+                                    .rows = R,
+                                    .cols = C,
+                                    .ld = ld};
+            CHECK(kern_embed(st, dbuf_ptr(dy), &w, dbuf_ptr(di), N, row0) == 0);
+            download(y, dbuf_ptr(dy), sizeof(y));
+            CHECK_MSG(memcmp(y, ref, sizeof(y)) == 0, "embed %s ld=%zu: not exact", dtype_name(t),
+                      ld);
+            device_free(dw);
+            device_free(di);
+            device_free(dy);
+        }
+    }
+}
+
+/* ---- kern_layernorm ---- */
+
+static void test_layernorm(void)
+{
+    enum { M = 5, N = 67 };
+    const float eps = 1e-5f;
+    double worst = 0;
+    for (int affine = 0; affine < 2; affine++) {
+        for (int in_place = 0; in_place < 2; in_place++) {
+            float x[M * N], g[N], b[N], y[M * N], ref[M * N];
+            fill_uniform(x, M * N, 1, 5); /* a mean far from 0 */
+            fill_uniform(g, N, 0.5f, 1.5f);
+            fill_uniform(b, N, -1, 1);
+            for (int i = 0; i < M; i++) {
+                double mean = 0, var = 0;
+                for (int j = 0; j < N; j++)
+                    mean += x[i * N + j];
+                mean /= N;
+                for (int j = 0; j < N; j++)
+                    var += (x[i * N + j] - mean) * (x[i * N + j] - mean);
+                var /= N; /* biased, as torch */
+                for (int j = 0; j < N; j++) {
+                    double v = (x[i * N + j] - mean) / sqrt(var + eps);
+                    ref[i * N + j] = (float)(affine ? v * g[j] + b[j] : v);
+                }
+            }
+            struct dbuf *dx = upload(x, sizeof(x));
+            struct dbuf *dg = upload(g, sizeof(g));
+            struct dbuf *db = upload(b, sizeof(b));
+            struct dbuf *dy = in_place ? NULL : upload(NULL, sizeof(y));
+            float *py = in_place ? dbuf_ptr(dx) : dbuf_ptr(dy);
+            CHECK(kern_layernorm(st, py, dbuf_ptr(dx), M, N, affine ? dbuf_ptr(dg) : NULL,
+                                 affine ? dbuf_ptr(db) : NULL, eps) == 0);
+            download(y, py, sizeof(y));
+            double e = test_rel_err(y, ref, M * N);
+            CHECK_MSG(e <= 1e-5, "layernorm affine=%d in_place=%d: rel err %.3g", affine, in_place,
+                      e);
+            worst = e > worst ? e : worst;
+            if (!in_place) {
+                float back[M * N];
+                download(back, dbuf_ptr(dx), sizeof(back));
+                CHECK(memcmp(back, x, sizeof(x)) == 0); /* x untouched */
+            }
+            device_free(dx);
+            device_free(dg);
+            device_free(db);
+            device_free(dy);
+        }
+    }
+    printf("layernorm: worst rel err %.3g (tolerance 1e-5)\n", worst);
+}
+
+/* ---- kern_activation ---- */
+
+static double ref_act(enum kern_act a, double x)
+{
+    switch (a) {
+    case KERN_ACT_RELU:
+        return x > 0 ? x : 0;
+    case KERN_ACT_GELU:
+        return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+    case KERN_ACT_GELU_TANH:
+        return 0.5 * x *
+               (1 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+    case KERN_ACT_SILU:
+        return x / (1 + exp(-x));
+    }
+    return NAN;
+}
+
+static void test_activation(void)
+{
+    enum { N = 1001 };
+    static const enum kern_act acts[] = {KERN_ACT_RELU, KERN_ACT_GELU, KERN_ACT_GELU_TANH,
+                                         KERN_ACT_SILU};
+    static const char *names[] = {"relu", "gelu", "gelu_tanh", "silu"};
+    float x[N], y[N];
+    for (int i = 0; i < N; i++)
+        x[i] = -10.0f + 20.0f * (float)i / (N - 1); /* -10 .. 10, 0 included */
+    for (size_t ia = 0; ia < sizeof(acts) / sizeof(acts[0]); ia++) {
+        struct dbuf *dx = upload(x, sizeof(x));
+        CHECK(kern_activation(st, dbuf_ptr(dx), N, acts[ia]) == 0);
+        download(y, dbuf_ptr(dx), sizeof(y));
+        int bad = 0;
+        double worst = 0;
+        for (int i = 0; i < N; i++) {
+            double r = ref_act(acts[ia], x[i]), d = fabs(y[i] - r);
+            if (!(d <= 1e-5 * fabs(r) + 1e-6))
+                bad++;
+            worst = d > worst ? d : worst;
+        }
+        CHECK_MSG(bad == 0, "%s: %d of %d values off, worst abs err %.3g", names[ia], bad, N,
+                  worst);
+        device_free(dx);
+    }
+    /* the two gelus differ by more than the tolerance: a swap would show */
+    double gap = 0;
+    for (int i = 0; i < N; i++) {
+        double d = fabs(ref_act(KERN_ACT_GELU, x[i]) - ref_act(KERN_ACT_GELU_TANH, x[i]));
+        gap = d > gap ? d : gap;
+    }
+    CHECK(gap > 1e-4);
+}
+
+/* ---- kern_add, kern_scale, kern_copy, kern_gather_rows ---- */
+
+static void test_elementwise(void)
+{
+    enum { N = 517 };
+    float x[N], y[N], got[N], ref[N];
+    fill_uniform(x, N, -3, 3);
+    fill_uniform(y, N, -3, 3);
+
+    /* add: one f32 addition per element, so exact */
+    for (int i = 0; i < N; i++)
+        ref[i] = y[i] + x[i];
+    struct dbuf *dx = upload(x, sizeof(x)), *dy = upload(y, sizeof(y));
+    CHECK(kern_add(st, dbuf_ptr(dy), dbuf_ptr(dx), N) == 0);
+    download(got, dbuf_ptr(dy), sizeof(got));
+    CHECK_MSG(memcmp(got, ref, sizeof(got)) == 0, "add not exact");
+    download(got, dbuf_ptr(dx), sizeof(got));
+    CHECK(memcmp(got, x, sizeof(x)) == 0);
+
+    /* scale: one f32 multiplication per element, so exact */
+    const float a = -0.37f;
+    for (int i = 0; i < N; i++)
+        ref[i] = x[i] * a;
+    CHECK(kern_scale(st, dbuf_ptr(dx), N, a) == 0);
+    download(got, dbuf_ptr(dx), sizeof(got));
+    CHECK_MSG(memcmp(got, ref, sizeof(got)) == 0, "scale not exact");
+    /* n = 0 touches nothing */
+    CHECK(kern_scale(st, dbuf_ptr(dx), 0, 0.0f) == 0);
+    download(got, dbuf_ptr(dx), sizeof(got));
+    CHECK(memcmp(got, ref, sizeof(got)) == 0);
+    device_free(dx);
+    device_free(dy);
+
+    /* copy: an odd byte count to an odd address; the bytes around stay */
+    enum { B = 1001, PAD = 16 };
+    unsigned char src[B], dst[B + 2 * PAD + 3], want[B + 2 * PAD + 3];
+    for (int i = 0; i < B; i++)
+        src[i] = (unsigned char)(rng_next() >> 56);
+    memset(want, 0xa5, sizeof(want));
+    memcpy(want + PAD + 3, src, B);
+    struct dbuf *ds = upload(src, sizeof(src));
+    struct dbuf *dd = upload(NULL, sizeof(dst));
+    memset(dst, 0xa5, sizeof(dst));
+    CHECK(kern_to_device(st, dbuf_ptr(dd), dst, sizeof(dst)) == 0);
+    CHECK(kern_copy(st, (char *)dbuf_ptr(dd) + PAD + 3, dbuf_ptr(ds), B) == 0);
+    download(dst, dbuf_ptr(dd), sizeof(dst));
+    CHECK(memcmp(dst, want, sizeof(dst)) == 0);
+    device_free(ds);
+    device_free(dd);
+
+    /* gather_rows: rows repeat and come in any order */
+    enum { R = 9, W = 13, G = 6 };
+    static const int32_t rows[G] = {4, 0, 8, 4, 2, 8};
+    float t[R * W], gy[G * W], gref[G * W];
+    fill_uniform(t, R * W, -1, 1);
+    for (int i = 0; i < G; i++)
+        memcpy(gref + i * W, t + rows[i] * W, W * sizeof(float));
+    struct dbuf *dt = upload(t, sizeof(t)), *dr = upload(rows, sizeof(rows));
+    struct dbuf *dg = upload(NULL, sizeof(gy));
+    CHECK(kern_gather_rows(st, dbuf_ptr(dg), dbuf_ptr(dt), dbuf_ptr(dr), G, W) == 0);
+    download(gy, dbuf_ptr(dg), sizeof(gy));
+    CHECK(memcmp(gy, gref, sizeof(gy)) == 0);
+    device_free(dt);
+    device_free(dr);
+    device_free(dg);
+}
+
+/* ---- kern_kv_append + kern_attention ---- */
+
+enum { KB = 3, KH = 2, KD = 5, KT = 8, KW = KH * KD };
+
+/* Cache index of (sequence b, head h, position p, element i):
+ * (batch, heads, max_t, head_dim). */
+static size_t kv_at(int b, int h, int p, int i)
+{
+    return (((size_t)b * KH + h) * KT + p) * KD + i;
+}
+
+/* The reference of one attention call. causal and padding turn the masks
+ * on; the real reference has both. q, out: (KB * t_new, KW). */
+static void ref_attention(float *out, const float *q, const float *kc, const float *vc,
+                          const uint8_t *key_ok, int past, int t_new, bool causal, bool padding)
+{
+    for (int b = 0; b < KB; b++)
+        for (int h = 0; h < KH; h++)
+            for (int t = 0; t < t_new; t++) {
+                const float *qr = q + ((size_t)b * t_new + t) * KW + h * KD;
+                float *o = out + ((size_t)b * t_new + t) * KW + h * KD;
+                int last = causal ? past + t : past + t_new - 1;
+                double s[KT], mx = -INFINITY;
+                for (int j = 0; j <= last; j++) {
+                    if (padding && !key_ok[b * KT + j]) {
+                        s[j] = -INFINITY;
+                        continue;
+                    }
+                    double acc = 0;
+                    for (int i = 0; i < KD; i++)
+                        acc += (double)qr[i] * kc[kv_at(b, h, j, i)];
+                    s[j] = acc;
+                    mx = acc > mx ? acc : mx;
+                }
+                for (int i = 0; i < KD; i++)
+                    o[i] = 0;
+                if (mx == -INFINITY)
+                    continue; /* sees no key */
+                double sum = 0;
+                for (int j = 0; j <= last; j++) {
+                    s[j] = s[j] == -INFINITY ? 0 : exp(s[j] - mx);
+                    sum += s[j];
+                }
+                for (int i = 0; i < KD; i++) {
+                    double acc = 0;
+                    for (int j = 0; j <= last; j++)
+                        acc += s[j] / sum * vc[kv_at(b, h, j, i)];
+                    o[i] = (float)acc;
+                }
+            }
+}
+
+/* Runs kern_attention and checks it against the reference, and that the
+ * data make both masks matter. */
+static void attention_step(struct dbuf *dkc, struct dbuf *dvc, const float *kc, const float *vc,
+                           struct dbuf *dok, const uint8_t *key_ok, const struct kv_geom *g,
+                           int past, int t_new)
+{
+    const size_t n = (size_t)KB * t_new * KW;
+    float *q = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+    float *ref = malloc(n * sizeof(float)), *alt = malloc(n * sizeof(float));
+    fill_uniform(q, n, -1, 1);
+    for (size_t i = 0; i < n; i++)
+        out[i] = 9.0f; /* rows that see no key must be written as 0 */
+    ref_attention(ref, q, kc, vc, key_ok, past, t_new, true, true);
+
+    size_t scratch = kern_attention_scratch(dev, g, t_new, past + t_new);
+    struct dbuf *dq = upload(q, n * sizeof(float)), *dout = upload(out, n * sizeof(float));
+    struct dbuf *ds = upload(NULL, (scratch ? scratch : 1) * sizeof(float));
+    int rc = kern_attention(st, dbuf_ptr(dout), dbuf_ptr(dq), dbuf_ptr(dkc), dbuf_ptr(dvc),
+                            dbuf_ptr(dok), g, past, t_new, dbuf_ptr(ds));
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    download(out, dbuf_ptr(dout), n * sizeof(float));
+    double e = test_rel_err(out, ref, n);
+    CHECK_MSG(e <= 1e-5, "attention past=%d t_new=%d: rel err %.3g", past, t_new, e);
+    printf("attention past=%d t_new=%d: rel err %.3g (tolerance 1e-5)\n", past, t_new, e);
+
+    /* the padding mask matters in every call; the causal one when there is
+     * more than one query */
+    ref_attention(alt, q, kc, vc, key_ok, past, t_new, true, false);
+    CHECK(test_rel_err(alt, ref, n) > 1e-2);
+    if (t_new > 1) {
+        ref_attention(alt, q, kc, vc, key_ok, past, t_new, false, true);
+        CHECK(test_rel_err(alt, ref, n) > 1e-2);
+    }
+    device_free(dq);
+    device_free(dout);
+    device_free(ds);
+    free(q);
+    free(out);
+    free(ref);
+    free(alt);
+}
+
+/* Appends t_new positions at pos to the device cache and to the host
+ * mirror the reference reads; then checks the whole device cache against
+ * the mirror exactly (layout, and positions not written keep their value). */
+static void append_step(struct dbuf *dkc, struct dbuf *dvc, float *kc, float *vc,
+                        const struct kv_geom *g, int t_new, int pos, const int *pad)
+{
+    const size_t n = (size_t)KB * t_new * KW;
+    float *k = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));
+    for (int b = 0; b < KB; b++)
+        for (int t = 0; t < t_new; t++)
+            for (int c = 0; c < KW; c++) {
+                size_t i = ((size_t)b * t_new + t) * KW + c;
+                /* padding keys are large: if they were not masked they
+                 * would take most of the attention */
+                float scale = pos + t < pad[b] ? 4.0f : 1.0f;
+                k[i] = scale * rng_uniform(-1, 1);
+                v[i] = pos + t < pad[b] ? 50.0f : rng_uniform(-1, 1);
+                kc[kv_at(b, c / KD, pos + t, c % KD)] = k[i];
+                vc[kv_at(b, c / KD, pos + t, c % KD)] = v[i];
+            }
+    struct dbuf *dk = upload(k, n * sizeof(float)), *dv = upload(v, n * sizeof(float));
+    CHECK(kern_kv_append(st, dbuf_ptr(dkc), dbuf_ptr(dvc), dbuf_ptr(dk), dbuf_ptr(dv), g, t_new,
+                         pos) == 0);
+    const size_t cache = (size_t)KB * KH * KT * KD;
+    float *got = malloc(cache * sizeof(float));
+    download(got, dbuf_ptr(dkc), cache * sizeof(float));
+    CHECK_MSG(memcmp(got, kc, cache * sizeof(float)) == 0, "k cache after append at %d", pos);
+    download(got, dbuf_ptr(dvc), cache * sizeof(float));
+    CHECK_MSG(memcmp(got, vc, cache * sizeof(float)) == 0, "v cache after append at %d", pos);
+    device_free(dk);
+    device_free(dv);
+    free(k);
+    free(v);
+    free(got);
+}
+
+static void test_attention(void)
+{
+    const struct kv_geom g = {.batch = KB, .heads = KH, .head_dim = KD, .max_t = KT};
+    /* left padding per sequence: none, 2 (its first two queries see no
+     * key), 3 */
+    static const int pad[KB] = {0, 2, 3};
+    const size_t cache = (size_t)KB * KH * KT * KD;
+    float *kc = malloc(cache * sizeof(float)), *vc = malloc(cache * sizeof(float));
+    for (size_t i = 0; i < cache; i++)
+        kc[i] = vc[i] = -77.0f; /* never written: must stay */
+    uint8_t key_ok[KB * KT] = {0};
+    struct dbuf *dkc = upload(kc, cache * sizeof(float)), *dvc = upload(vc, cache * sizeof(float));
+    struct dbuf *dok = upload(NULL, sizeof(key_ok));
+
+    /* prefill: 4 positions, pads first */
+    for (int b = 0; b < KB; b++)
+        for (int p = 0; p < 4; p++)
+            key_ok[b * KT + p] = p >= pad[b];
+    CHECK(kern_to_device(st, dbuf_ptr(dok), key_ok, sizeof(key_ok)) == 0);
+    append_step(dkc, dvc, kc, vc, &g, 4, 0, pad);
+    attention_step(dkc, dvc, kc, vc, dok, key_ok, &g, 0, 4);
+
+    /* one decode step at position 4 */
+    for (int b = 0; b < KB; b++)
+        key_ok[b * KT + 4] = 1;
+    CHECK(kern_to_device(st, dbuf_ptr(dok), key_ok, sizeof(key_ok)) == 0);
+    append_step(dkc, dvc, kc, vc, &g, 1, 4, pad);
+    attention_step(dkc, dvc, kc, vc, dok, key_ok, &g, 4, 1);
+
+    device_free(dkc);
+    device_free(dvc);
+    device_free(dok);
+    free(kc);
+    free(vc);
+}
+
+int main(void)
+{
+    int rc = device_open_cpu(0, 16 * MiB, &dev);
+    CHECK_MSG(rc == ERR_OK, "%s", err_msg());
+    if (rc != ERR_OK)
+        return test_finish();
+    rc = device_stream_create(dev, &st);
+    CHECK_MSG(rc == ERR_OK, "%s", err_msg());
+    if (rc != ERR_OK) {
+        device_close(dev);
+        return test_finish();
+    }
+    CHECK(stream_device(st) == dev);
+
+    test_linear();
+    test_embed();
+    test_layernorm();
+    test_activation();
+    test_elementwise();
+    test_attention();
+
+    CHECK(device_used(dev) == 0); /* every buffer freed */
+    device_stream_destroy(st);
+    device_close(dev);
+    return test_finish();
+}
