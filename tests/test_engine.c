@@ -130,7 +130,6 @@ static void rig_open(struct rig *g, const char *policy, int max_loaded, int queu
         device_close(probe[d]);
         CHECK(device_open_cpu(d, b1 + b2 + 4096, &g->devs[d]) == 0);
     }
-    cfg.policy = "lru-bytes";
     CHECK(swap_manager_create(g->devs, 2, &cfg, &g->mgr) == 0);
     CHECK(workers_create(g->mgr, &g->w) == 0);
     struct engine_config ec = {.policy = policy, .max_batch = 8, .queue_cap = queue_cap,
