@@ -348,5 +348,31 @@ int main(void)
     finish_view();
     n = s->decide(&view, a, 16);
     CHECK(n >= 1 && a[0].kind == SCHED_SERVE && a[0].model == 1);
+
+    /* the fragmentation step's victim: the least recently used model with
+     * bytes on the device that may leave now; never the incoming one, one
+     * loading, running, already leaving or pinned, nor one elsewhere */
+    scenario(7, 300, 0);
+    view.n_devices = 2;
+    for (int i = 0; i < 7; i++)
+        resident(i, 10 + i);
+    models[0].loading = true;
+    models[1].running = true;
+    models[2].offload_pending = true;
+    models[3].pinned = true;
+    models[4].bytes[0] = 0; /* on device 1 alone */
+    models[4].bytes[1] = 100 * MB;
+    models[6].resident = false; /* the incoming one */
+    models[6].last_used = 1;
+    finish_view();
+    CHECK(sched_defrag_victim(&view, 6, 0) == 5);
+    CHECK(sched_defrag_victim(&view, 6, 1) == 4);
+    models[5].last_used = 1; /* ties go to the lower index */
+    models[4].last_used = 1;
+    models[4].bytes[0] = 100 * MB;
+    CHECK(sched_defrag_victim(&view, 6, 0) == 4);
+    models[4].running = models[5].running = true;
+    finish_view();
+    CHECK(sched_defrag_victim(&view, 6, 0) == -1);
     return test_finish();
 }

@@ -76,7 +76,7 @@ static void check_layout(const char *name, const char *dir, int tp, int pp, cons
         CHECK(device_open_cpu(i, 64u << 20, &devs[i]) == 0);
         placement[i] = i;
     }
-    struct swap_config cfg = {.host_budget = 256u << 20, .policy = "lru-bytes"};
+    struct swap_config cfg = {.host_budget = 256u << 20};
     struct swap_manager *mgr = NULL;
     struct workers *w = NULL;
     struct swap_model *model = NULL;
@@ -92,7 +92,7 @@ static void check_layout(const char *name, const char *dir, int tp, int pp, cons
         uint8_t mask[B * T];
         make_batch(V, ids, mask);
         float *got = malloc((size_t)B * T * V * sizeof(float));
-        CHECK(swap_load(mgr, model) == 0);
+        CHECK(swap_load(mgr, model, NULL) == 0);
         CHECK(swap_use_begin(mgr, model) == 0);
         CHECK(group_batch_create(mgr, model, &(struct opt_exec_shape){.batch = B, .max_len = T + 4, .max_rows = (B) * (T + 4)}, &gb) == 0);
         CHECK_MSG(group_forward(w, gb, ids, mask, T, true, true, got) == 0, "%s", err_msg());

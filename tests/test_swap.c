@@ -1,6 +1,10 @@
-/* The swap engine: residency transitions, eviction policies, budgets, the
- * disk tier, and memory that returns to where it started. Models are small
- * generated checkpoints (different seeds) on CPU devices. */
+/* The swap engine: residency transitions, refusals that say why (bytes,
+ * fragmentation, a model still moving) while the manager never makes a model
+ * leave on its own, the explicit fragmentation step, the LRU helper for
+ * callers without an engine, budgets, the disk tier, and memory that returns
+ * to where it started. Models are small generated checkpoints (different
+ * seeds) on CPU devices; slowed links (device_cpu_set_link) make transient
+ * states last long enough to be checked exactly. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,8 +19,10 @@
 #include "tiny_opt.h"
 
 #define N_MODELS 5
+#define WIDE N_MODELS /* a model with a large first blob, registered where a test needs it */
+#define SLOW_LINK 10e6 /* bytes/s: a load or copy back of one model lasts ~70 ms */
 static char tmp[] = "/tmp/shardswap_swap_XXXXXX";
-static char dirs[N_MODELS][128];
+static char dirs[N_MODELS + 1][128];
 
 static void make_models(void)
 {
@@ -29,34 +35,56 @@ static void make_models(void)
         struct opt_random_opts o = {.dtype = DTYPE_F16, .seed = 100 + (uint64_t)i};
         CHECK(opt_random_write(&c, dirs[i], &o) == 0);
     }
+    /* one layer and a 10x vocabulary: its embeddings blob outweighs a small model */
+    tiny_opt_config(&c, 1, 10000);
+    snprintf(dirs[WIDE], sizeof(dirs[WIDE]), "%s/wide", tmp);
+    mkdir(dirs[WIDE], 0755);
+    struct opt_random_opts o = {.dtype = DTYPE_F16, .seed = 99};
+    CHECK(opt_random_write(&c, dirs[WIDE], &o) == 0);
 }
 
 struct rig {
     struct device *devs[2];
     struct swap_manager *mgr;
     struct workers *w;
-    struct swap_model *m[N_MODELS];
+    struct swap_model *m[N_MODELS + 1];
 };
 
-/* Two devices of dev_budget bytes; every model TP=2 over both. */
-static void rig_open(struct rig *r, uint64_t dev_budget, uint64_t host_budget,
-                     const char *policy, int max_loaded)
+/* Two devices of dev_budget bytes; every model TP=2 over both; m[pinned]
+ * pinned (-1: none); with wide, the wide model too, as m[WIDE]. */
+static void rig_open_with(struct rig *r, uint64_t dev_budget, uint64_t host_budget, int pinned,
+                          bool wide)
 {
     memset(r, 0, sizeof(*r));
     for (int d = 0; d < 2; d++)
         CHECK(device_open_cpu(d, dev_budget, &r->devs[d]) == 0);
-    struct swap_config cfg = {.host_budget = host_budget, .policy = policy,
-                              .max_loaded = max_loaded};
+    struct swap_config cfg = {.host_budget = host_budget};
     CHECK(swap_manager_create(r->devs, 2, &cfg, &r->mgr) == 0);
     CHECK(workers_create(r->mgr, &r->w) == 0);
     static const int both[2] = {0, 1};
     struct placement pl = {.tp = 2, .pp = 1, .devices = both};
-    for (int i = 0; i < N_MODELS; i++) {
+    for (int i = 0; i < N_MODELS + wide; i++) {
         char name[16];
-        snprintf(name, sizeof(name), "m%d", i);
-        int rc = swap_register(r->mgr, name, dirs[i], &pl, false, &r->m[i]);
+        snprintf(name, sizeof(name), i == WIDE ? "wide" : "m%d", i);
+        int rc = swap_register(r->mgr, name, dirs[i], &pl, i == pinned, &r->m[i]);
         CHECK_MSG(rc == 0, "register %s: %s", name, err_msg());
     }
+}
+
+static void rig_open(struct rig *r, uint64_t dev_budget, uint64_t host_budget)
+{
+    rig_open_with(r, dev_budget, host_budget, -1, false);
+}
+
+static void set_links(struct rig *r, double bytes_per_s)
+{
+    for (int d = 0; d < 2; d++)
+        CHECK(device_cpu_set_link(r->devs[d], bytes_per_s) == 0);
+}
+
+static void stats(struct rig *r, struct swap_stats *st)
+{
+    swap_get_stats(r->mgr, st);
 }
 
 static void rig_close(struct rig *r)
@@ -104,19 +132,69 @@ static double check_output(struct rig *r, int i)
     return e;
 }
 
+/* The shared victim choice (policy.h) on hand-made snapshots. */
+static void test_evict_helpers(void)
+{
+    uint64_t b[4][2] = {{100, 0}, {100, 100}, {0, 100}, {100, 100}};
+    struct evict_model m[4];
+    for (int i = 0; i < 4; i++)
+        m[i] = (struct evict_model){.evictable = true, .last_used = 10, .bytes = b[i]};
+    m[1].last_used = 5;
+    m[3].last_used = 5;
+    CHECK(evict_lru(m, 4) == 1); /* oldest; of two equals the lower index */
+    m[1].evictable = false;
+    CHECK(evict_lru(m, 4) == 3);
+    m[3].evictable = false;
+    CHECK(evict_lru(m, 4) == 0);
+    m[0].evictable = m[2].evictable = false;
+    CHECK(evict_lru(m, 4) == -1);
+
+    /* until it fits: 150 on device 1 where 60 are free; useful_only skips
+     * model 0, which frees nothing there */
+    for (int i = 0; i < 4; i++)
+        m[i] = (struct evict_model){.evictable = true, .last_used = i, .bytes = b[i]};
+    uint64_t need[2] = {0, 150};
+    struct evict_room room = {.n_devices = 2, .free_bytes = {500, 60}, .resident = 4};
+    int out[4];
+    CHECK(evict_lru_until_fit(m, 4, need, &room, true, out, 4) == 1 && out[0] == 1);
+    CHECK(!m[1].evictable && room.free_bytes[1] == 160 && room.resident == 3);
+    /* without useful_only, plain recency: model 0 goes first, then 1 */
+    for (int i = 0; i < 4; i++)
+        m[i].evictable = true;
+    room = (struct evict_room){.n_devices = 2, .free_bytes = {500, 60}, .resident = 4};
+    CHECK(evict_lru_until_fit(m, 4, need, &room, false, out, 4) == 2 && out[0] == 0 &&
+          out[1] == 1);
+    /* a count limit: 3 resident of at most 3, bytes fit: one goes */
+    for (int i = 0; i < 4; i++)
+        m[i].evictable = true;
+    room = (struct evict_room){.n_devices = 2, .free_bytes = {500, 500}, .resident = 3,
+                               .max_resident = 3};
+    CHECK(evict_lru_until_fit(m, 4, need, &room, true, out, 4) == 1 && out[0] == 0);
+    /* nothing may go, or too few victims allowed: ERR_BUSY */
+    for (int i = 0; i < 4; i++)
+        m[i].evictable = false;
+    room = (struct evict_room){.n_devices = 2, .free_bytes = {500, 60}, .resident = 4};
+    CHECK(evict_lru_until_fit(m, 4, need, &room, true, out, 4) == ERR_BUSY);
+    for (int i = 0; i < 4; i++)
+        m[i].evictable = true;
+    need[1] = 300;
+    CHECK(evict_lru_until_fit(m, 4, need, &room, true, out, 1) == ERR_BUSY);
+}
+
 static void test_transitions(void)
 {
     struct rig r;
-    rig_open(&r, 8u << 20, 64u << 20, "lru-bytes", 0);
+    rig_open(&r, 8u << 20, 64u << 20);
     struct swap_model *m = r.m[0];
     CHECK(swap_residency(r.mgr, m) == RES_ON_DISK);
     CHECK(swap_prefetch_host(r.mgr, m) == 0);
     CHECK(swap_residency(r.mgr, m) == RES_IN_HOST);
-    CHECK(swap_load(r.mgr, m) == 0);
-    enum residency st = swap_residency(r.mgr, m);
-    CHECK(st == RES_LOADING || st == RES_ON_DEVICE);
+    set_links(&r, SLOW_LINK); /* the load surely lasts past the next check */
+    CHECK(swap_load(r.mgr, m, NULL) == 0);
+    CHECK(swap_residency(r.mgr, m) == RES_LOADING);
     CHECK(swap_wait_loaded(r.mgr, m) == 0);
     CHECK(swap_residency(r.mgr, m) == RES_ON_DEVICE);
+    set_links(&r, 0);
     CHECK(check_output(&r, 0) <= 1e-5);
     /* work in flight: an offload is refused, or deferred to its end */
     CHECK(swap_use_begin(r.mgr, m) == 0);
@@ -129,143 +207,266 @@ static void test_transitions(void)
     CHECK(swap_residency(r.mgr, m) == RES_IN_HOST);
     CHECK(device_used(r.devs[0]) == 0 && device_used(r.devs[1]) == 0);
     /* a load that meets an offload request: refused while loading, or
-     * deferred to its end (links held to 20 MB/s so the load surely lasts) */
-    for (int d = 0; d < 2; d++)
-        CHECK(device_cpu_set_link(r.devs[d], 20e6) == 0);
-    CHECK(swap_load(r.mgr, m) == 0);
+     * deferred to its end */
+    set_links(&r, SLOW_LINK);
+    CHECK(swap_load(r.mgr, m, NULL) == 0);
     CHECK(swap_residency(r.mgr, m) == RES_LOADING);
     CHECK(swap_offload(r.mgr, m, false) == ERR_BUSY);
     CHECK(strstr(err_msg(), "still loading") != NULL);
     CHECK(swap_wait_loaded(r.mgr, m) == 0);
     CHECK(swap_offload(r.mgr, m, false) == 0);
     CHECK(swap_residency(r.mgr, m) == RES_IN_HOST);
-    CHECK(swap_load(r.mgr, m) == 0);
+    CHECK(swap_load(r.mgr, m, NULL) == 0);
     CHECK(swap_residency(r.mgr, m) == RES_LOADING);
     CHECK(swap_offload(r.mgr, m, true) == 0); /* deferred: the load ends first */
+    CHECK(swap_residency(r.mgr, m) == RES_LOADING);
     CHECK(swap_wait_loaded(r.mgr, m) == 0);
     swap_wait_idle(r.mgr, m);
     CHECK(swap_residency(r.mgr, m) == RES_IN_HOST);
-    for (int d = 0; d < 2; d++)
-        CHECK(device_cpu_set_link(r.devs[d], 0) == 0);
+    set_links(&r, 0);
     CHECK(swap_use_begin(r.mgr, m) == ERR_INVALID); /* not loaded */
     CHECK(budgets_kept(&r));
     rig_close(&r);
 }
 
-/* lru-count with max_loaded 2: the third load evicts the least recently used. */
-static void test_lru_count(void)
+/* Room for two models: swap_load refuses a third, naming the device and the
+ * bytes, and moves nothing; swap_load_lru makes room by least recent use. */
+static void test_refusal_and_lru(void)
 {
+    struct rig probe;
+    rig_open(&probe, 64u << 20, 64u << 20);
+    uint64_t per = swap_model_device_bytes(probe.m[0], 0);
+    rig_close(&probe);
+
     struct rig r;
-    rig_open(&r, 8u << 20, 64u << 20, "lru-count", 2);
+    uint64_t budget = per * 2 + per / 2;
+    rig_open(&r, budget, 64u << 20);
     for (int i = 0; i < 2; i++) {
-        CHECK(swap_load(r.mgr, r.m[i]) == 0);
+        CHECK(swap_load(r.mgr, r.m[i], NULL) == 0);
         CHECK(swap_wait_loaded(r.mgr, r.m[i]) == 0);
     }
-    CHECK(swap_use_begin(r.mgr, r.m[0]) == 0); /* m0 used last, and busy */
+    struct swap_stats before, after;
+    stats(&r, &before);
+    struct swap_room why;
+    CHECK(swap_load(r.mgr, r.m[2], &why) == ERR_BUSY);
+    CHECK_MSG(strstr(err_msg(), "model m2 does not fit device cpu:0 now") &&
+                  strstr(err_msg(), "offload a model from cpu:0"), "%s", err_msg());
+    CHECK(why.kind == SWAP_ROOM_BYTES && why.device == 0 && why.need == per &&
+          why.free == budget - 2 * per && why.largest == why.free && why.leaving == 0);
+    /* the manager never evicts on its own: both residents stay, nothing moved */
+    stats(&r, &after);
+    CHECK(after.loads == before.loads && after.offloads == before.offloads &&
+          after.evictions == 0 && after.compactions == 0);
+    CHECK(swap_residency(r.mgr, r.m[0]) == RES_ON_DEVICE &&
+          swap_residency(r.mgr, r.m[1]) == RES_ON_DEVICE);
+    CHECK(swap_residency(r.mgr, r.m[2]) == RES_ON_DISK);
+
+    /* swap_load_lru: the least recently used one goes (m1: m0 was used since) */
+    CHECK(swap_use_begin(r.mgr, r.m[0]) == 0);
     swap_use_end(r.mgr, r.m[0]);
-    CHECK(swap_load(r.mgr, r.m[2]) == 0);
+    CHECK(swap_load_lru(r.mgr, r.m[2]) == 0);
     CHECK(swap_wait_loaded(r.mgr, r.m[2]) == 0);
-    CHECK(swap_residency(r.mgr, r.m[1]) == RES_IN_HOST); /* the LRU one went */
+    CHECK(swap_residency(r.mgr, r.m[1]) == RES_IN_HOST);
     CHECK(swap_residency(r.mgr, r.m[0]) == RES_ON_DEVICE);
-    /* never evict a model with a batch in flight: both residents busy -> ERR_BUSY */
+    stats(&r, &after);
+    CHECK(after.evictions == 1);
+    /* never a model with work in flight: both residents busy -> ERR_BUSY, nothing moves */
     CHECK(swap_use_begin(r.mgr, r.m[0]) == 0);
     CHECK(swap_use_begin(r.mgr, r.m[2]) == 0);
-    CHECK(swap_load(r.mgr, r.m[3]) == ERR_BUSY);
-    CHECK(strstr(err_msg(), "cannot make room for model m3") != NULL);
+    CHECK(swap_load_lru(r.mgr, r.m[3]) == ERR_BUSY);
+    CHECK_MSG(strstr(err_msg(), "no model may leave") && strstr(err_msg(), "cpu:0"), "%s",
+              err_msg());
+    CHECK(swap_residency(r.mgr, r.m[0]) == RES_ON_DEVICE &&
+          swap_residency(r.mgr, r.m[2]) == RES_ON_DEVICE);
     swap_use_end(r.mgr, r.m[2]);
-    CHECK(swap_load(r.mgr, r.m[3]) == 0); /* m2 is idle now, m0 still busy */
+    CHECK(swap_load_lru(r.mgr, r.m[3]) == 0); /* m2 is idle now, m0 still busy */
     CHECK(swap_wait_loaded(r.mgr, r.m[3]) == 0);
     CHECK(swap_residency(r.mgr, r.m[2]) == RES_IN_HOST);
     CHECK(swap_residency(r.mgr, r.m[0]) == RES_ON_DEVICE);
     swap_use_end(r.mgr, r.m[0]);
     CHECK(check_output(&r, 3) <= 1e-5);
+    stats(&r, &after);
+    CHECK(after.evictions == 2 && after.compactions == 0);
     CHECK(budgets_kept(&r));
     rig_close(&r);
 }
 
-/* lru-bytes with room for about two models per device; pinned never goes. */
-static void test_lru_bytes_and_pinned(void)
+/* swap_load_lru with room for about two models per device; the pinned one
+ * never goes, every other load evicts exactly one. */
+static void test_lru_pinned(void)
 {
-    /* probe one model's bytes per device */
     struct rig probe;
-    rig_open(&probe, 64u << 20, 64u << 20, "lru-bytes", 0);
+    rig_open(&probe, 64u << 20, 64u << 20);
     uint64_t per = swap_model_device_bytes(probe.m[0], 0);
     rig_close(&probe);
 
     struct rig r;
-    rig_open(&r, per * 2 + per / 2, 64u << 20, "lru-bytes", 0);
-    swap_manager_destroy(r.mgr); /* re-register with m0 pinned */
-    workers_destroy(r.w);
-    struct swap_config cfg = {.host_budget = 64u << 20, .policy = "lru-bytes"};
-    CHECK(swap_manager_create(r.devs, 2, &cfg, &r.mgr) == 0);
-    CHECK(workers_create(r.mgr, &r.w) == 0);
-    static const int both[2] = {0, 1};
-    struct placement pl = {.tp = 2, .pp = 1, .devices = both};
-    for (int i = 0; i < N_MODELS; i++) {
-        char name[16];
-        snprintf(name, sizeof(name), "m%d", i);
-        CHECK(swap_register(r.mgr, name, dirs[i], &pl, i == 0, &r.m[i]) == 0);
-    }
+    rig_open_with(&r, per * 2 + per / 2, 64u << 20, 0, false);
     for (int round = 0; round < 3; round++)
         for (int i = 0; i < N_MODELS; i++) {
-            CHECK(swap_load(r.mgr, r.m[i]) == 0);
+            CHECK(swap_load_lru(r.mgr, r.m[i]) == 0);
             CHECK(swap_wait_loaded(r.mgr, r.m[i]) == 0);
             CHECK(swap_residency(r.mgr, r.m[0]) == RES_ON_DEVICE); /* pinned stays */
+            CHECK(swap_residency(r.mgr, r.m[i]) == RES_ON_DEVICE);
             CHECK(budgets_kept(&r));
         }
     CHECK(check_output(&r, 0) <= 1e-5 && check_output(&r, 4) <= 1e-5);
+    /* round 0: m2, m3, m4 each evict one; rounds 1, 2: m1..m4 each evict one
+     * (m0 stays loaded) */
     struct swap_stats st;
-    swap_get_stats(r.mgr, &st);
-    CHECK(st.evictions >= 10);
-    /* m0 (pinned) and m4 are resident, with no room for a third: a load
-     * that may not evict is refused and moves nothing... */
-    CHECK(swap_residency(r.mgr, r.m[4]) == RES_ON_DEVICE);
-    CHECK(swap_load_no_evict(r.mgr, r.m[1]) == ERR_BUSY);
-    CHECK(strstr(err_msg(), "does not fit") != NULL);
-    struct swap_stats after;
-    swap_get_stats(r.mgr, &after);
-    CHECK(after.evictions == st.evictions && after.loads == st.loads);
-    CHECK(swap_residency(r.mgr, r.m[4]) == RES_ON_DEVICE);
-    enum residency m1 = swap_residency(r.mgr, r.m[1]);
-    CHECK(m1 != RES_LOADING && m1 != RES_ON_DEVICE);
-    /* ...and goes ahead once the caller has made room */
-    CHECK(swap_offload(r.mgr, r.m[4], false) == 0);
-    CHECK(swap_load_no_evict(r.mgr, r.m[1]) == 0 && swap_wait_loaded(r.mgr, r.m[1]) == 0);
+    stats(&r, &st);
+    CHECK_MSG(st.evictions == 11 && st.loads == 13 && st.offloads == 11,
+              "evictions %llu loads %llu offloads %llu", (unsigned long long)st.evictions,
+              (unsigned long long)st.loads, (unsigned long long)st.offloads);
+    /* m0 (pinned) and m4 are resident: m4 is the only one that may go */
+    CHECK(swap_use_begin(r.mgr, r.m[4]) == 0);
+    CHECK(swap_load_lru(r.mgr, r.m[1]) == ERR_BUSY);
+    swap_use_end(r.mgr, r.m[4]);
+    CHECK(swap_load_lru(r.mgr, r.m[1]) == 0 && swap_wait_loaded(r.mgr, r.m[1]) == 0);
+    CHECK(swap_residency(r.mgr, r.m[4]) == RES_IN_HOST);
     CHECK(check_output(&r, 1) <= 1e-5 && budgets_kept(&r));
     rig_close(&r);
 }
 
-/* A host budget for 2 models: the disk tier takes the rest, host copies of
- * resident models may go, and their offload copies back or drops to disk. */
+/* Devices of five small models' bytes (by device 0's shard) hold four,
+ * m0..m3, in address order; m0 and m2 leave: three free holes, none large
+ * enough for the wide model's first blob (on device 0 each is one small
+ * model's shard exactly). */
+static void fragment(struct rig *r, uint64_t *per, uint64_t *wide, uint64_t *wide_blob)
+{
+    struct rig probe;
+    rig_open_with(&probe, 64u << 20, 64u << 20, -1, true);
+    *per = swap_model_device_bytes(probe.m[0], 0);
+    *wide = swap_model_device_bytes(probe.m[WIDE], 0);
+    *wide_blob = 0;
+    for (int b = 0; b < probe.m[WIDE]->shards[0].layout.n_blobs; b++)
+        if (probe.m[WIDE]->shards[0].layout.blob_bytes[b] > *wide_blob)
+            *wide_blob = probe.m[WIDE]->shards[0].layout.blob_bytes[b];
+    rig_close(&probe);
+    /* the wide model's bytes fit three holes, its first blob no single one */
+    CHECK_MSG(*wide <= 3 * *per && *wide_blob > *per, "wide %llu (blob %llu), small %llu",
+              (unsigned long long)*wide, (unsigned long long)*wide_blob,
+              (unsigned long long)*per);
+    rig_open_with(r, 5 * *per, 64u << 20, -1, true);
+    for (int i = 0; i < 4; i++) {
+        CHECK(swap_load(r->mgr, r->m[i], NULL) == 0);
+        CHECK(swap_wait_loaded(r->mgr, r->m[i]) == 0);
+    }
+    CHECK(swap_offload(r->mgr, r->m[0], false) == 0 && swap_offload(r->mgr, r->m[2], false) == 0);
+    CHECK(device_free_blocks(r->devs[0]) == 3 && device_largest_free(r->devs[0]) == *per);
+    CHECK(device_free_blocks(r->devs[1]) == 3 && device_largest_free(r->devs[1]) < *wide_blob);
+}
+
+/* Free bytes in pieces: the refusal says so, nothing leaves until the caller
+ * takes the explicit step (swap_compact), which then lets the load through. */
+static void test_fragmentation(void)
+{
+    struct rig r;
+    uint64_t per, wide, blob;
+    fragment(&r, &per, &wide, &blob);
+    struct swap_stats before, after;
+    stats(&r, &before);
+    struct swap_room why;
+    CHECK(swap_load(r.mgr, r.m[WIDE], &why) == ERR_BUSY);
+    CHECK_MSG(strstr(err_msg(), "model wide does not fit device cpu:0 now") &&
+                  strstr(err_msg(), "fragmented") && strstr(err_msg(), "swap_compact"), "%s",
+              err_msg());
+    CHECK(why.kind == SWAP_ROOM_FRAGMENTED && why.device == 0 && why.need == wide &&
+          why.free == 3 * per && why.largest == per && why.blob == blob && why.leaving == 0);
+    stats(&r, &after);
+    CHECK(after.offloads == before.offloads && after.loads == before.loads &&
+          after.compactions == 0);
+    CHECK(swap_residency(r.mgr, r.m[1]) == RES_ON_DEVICE &&
+          swap_residency(r.mgr, r.m[3]) == RES_ON_DEVICE);
+    CHECK(swap_residency(r.mgr, r.m[WIDE]) == RES_ON_DISK);
+    /* the step refuses what cannot help: no shard there, not resident, busy */
+    CHECK(swap_compact(r.mgr, 0, r.m[0]) == ERR_INVALID);
+    CHECK(swap_use_begin(r.mgr, r.m[1]) == 0);
+    CHECK(swap_compact(r.mgr, 0, r.m[1]) == ERR_BUSY);
+    swap_use_end(r.mgr, r.m[1]);
+    /* m1 leaves: its block and the holes of m0 and m2 around it become one */
+    CHECK(swap_compact(r.mgr, 0, r.m[1]) == 0);
+    stats(&r, &after);
+    CHECK(after.compactions == 1 && after.evictions == 0);
+    CHECK(swap_residency(r.mgr, r.m[1]) == RES_IN_HOST);
+    CHECK(device_largest_free(r.devs[0]) == 3 * per);
+    CHECK(swap_load(r.mgr, r.m[WIDE], &why) == 0 && why.kind == SWAP_ROOM_OK);
+    CHECK(swap_wait_loaded(r.mgr, r.m[WIDE]) == 0);
+    CHECK(check_output(&r, WIDE) <= 1e-5);
+    CHECK(swap_residency(r.mgr, r.m[3]) == RES_ON_DEVICE);
+    CHECK(budgets_kept(&r));
+    rig_close(&r);
+
+    /* swap_load_lru takes the same step by itself: the least recently used
+     * small model goes (m1), m3 stays */
+    fragment(&r, &per, &wide, &blob);
+    CHECK(swap_load_lru(r.mgr, r.m[WIDE]) == 0);
+    CHECK(swap_wait_loaded(r.mgr, r.m[WIDE]) == 0);
+    stats(&r, &after);
+    CHECK(after.compactions == 1 && after.evictions == 0);
+    CHECK(swap_residency(r.mgr, r.m[1]) == RES_IN_HOST &&
+          swap_residency(r.mgr, r.m[3]) == RES_ON_DEVICE);
+    CHECK(check_output(&r, WIDE) <= 1e-5);
+    rig_close(&r);
+}
+
+/* A host budget for 2.5 models: the disk tier takes the rest, host copies of
+ * idle models go least recently used first, and an offload copies back when
+ * the host has room (a load of the model meanwhile is refused, not waited
+ * for), else drops to disk. */
 static void test_disk_tier(void)
 {
     struct rig probe;
-    rig_open(&probe, 64u << 20, 64u << 20, "lru-bytes", 0);
+    rig_open(&probe, 64u << 20, 64u << 20);
     uint64_t host = swap_model_total_bytes(probe.m[0]);
     rig_close(&probe);
 
     struct rig r;
-    rig_open(&r, 64u << 20, host * 2 + host / 2, "lru-bytes", 0);
+    rig_open(&r, 64u << 20, host * 2 + host / 2);
     for (int i = 0; i < 3; i++) {
-        CHECK(swap_load(r.mgr, r.m[i]) == 0);
+        CHECK(swap_load(r.mgr, r.m[i], NULL) == 0);
         CHECK(swap_wait_loaded(r.mgr, r.m[i]) == 0);
         CHECK(budgets_kept(&r));
     }
     /* m0's host copy went for m2's: all three are on their devices */
     for (int i = 0; i < 3; i++)
         CHECK(swap_residency(r.mgr, r.m[i]) == RES_ON_DEVICE);
-    /* offloading m0 copies it back when the host has room, else drops it to disk */
+    struct swap_stats st;
+    stats(&r, &st);
+    CHECK(st.host_used == 2 * host);
+    /* offloading m0 copies it back (m1's host copy, the least recently used,
+     * makes room); meanwhile a load of m0 is refused, saying why */
+    set_links(&r, SLOW_LINK);
     CHECK(swap_offload(r.mgr, r.m[0], false) == 0);
+    CHECK(swap_residency(r.mgr, r.m[0]) == RES_OFFLOADING);
+    struct swap_room why;
+    CHECK(swap_load(r.mgr, r.m[0], &why) == ERR_BUSY && why.kind == SWAP_ROOM_MOVING);
+    CHECK_MSG(strstr(err_msg(), "model m0 is still offloading"), "%s", err_msg());
     swap_wait_idle(r.mgr, r.m[0]);
-    enum residency st0 = swap_residency(r.mgr, r.m[0]);
-    CHECK(st0 == RES_IN_HOST || st0 == RES_ON_DISK);
-    CHECK(swap_load(r.mgr, r.m[0]) == 0);
+    set_links(&r, 0);
+    CHECK(swap_residency(r.mgr, r.m[0]) == RES_IN_HOST);
+    CHECK(swap_load(r.mgr, r.m[0], NULL) == 0);
     CHECK(swap_wait_loaded(r.mgr, r.m[0]) == 0);
     CHECK(check_output(&r, 0) <= 1e-5); /* the bytes that came back are the right ones */
     CHECK(budgets_kept(&r));
     rig_close(&r);
-}
 
+    /* 1.5 models of host: m1 loading holds the only host copy, so an offload
+     * of m0 (whose host copy went for m1's) drops it to disk */
+    rig_open(&r, 64u << 20, host + host / 2);
+    CHECK(swap_load(r.mgr, r.m[0], NULL) == 0 && swap_wait_loaded(r.mgr, r.m[0]) == 0);
+    set_links(&r, SLOW_LINK);
+    CHECK(swap_load(r.mgr, r.m[1], NULL) == 0);
+    CHECK(swap_residency(r.mgr, r.m[1]) == RES_LOADING);
+    CHECK(swap_offload(r.mgr, r.m[0], false) == 0);
+    CHECK(swap_residency(r.mgr, r.m[0]) == RES_ON_DISK);
+    CHECK(swap_wait_loaded(r.mgr, r.m[1]) == 0);
+    set_links(&r, 0);
+    CHECK(swap_load(r.mgr, r.m[0], NULL) == 0 && swap_wait_loaded(r.mgr, r.m[0]) == 0);
+    CHECK(check_output(&r, 0) <= 1e-5); /* read from disk again */
+    CHECK(budgets_kept(&r));
+    rig_close(&r);
+}
 /* Too large: refused at registration with the numbers. */
 static void test_too_large(void)
 {
@@ -303,10 +504,10 @@ static void test_too_large(void)
 static void test_cycles(void)
 {
     struct rig r;
-    rig_open(&r, 8u << 20, 64u << 20, "lru-bytes", 0);
+    rig_open(&r, 8u << 20, 64u << 20);
     for (int i = 0; i < 100; i++) {
         struct swap_model *m = r.m[i % N_MODELS];
-        CHECK(swap_load(r.mgr, m) == 0);
+        CHECK(swap_load(r.mgr, m, NULL) == 0);
         if (i % 3 == 0)
             CHECK(swap_wait_loaded(r.mgr, m) == 0);
         CHECK(swap_offload(r.mgr, m, true) == 0);
@@ -325,9 +526,11 @@ static void test_cycles(void)
 int main(void)
 {
     make_models();
+    test_evict_helpers();
     test_transitions();
-    test_lru_count();
-    test_lru_bytes_and_pinned();
+    test_refusal_and_lru();
+    test_lru_pinned();
+    test_fragmentation();
     test_disk_tier();
     test_too_large();
     test_cycles();

@@ -88,7 +88,7 @@ static int cold_request(struct swap_manager *mgr, struct workers *w, struct swap
     if (rc < 0 || !logits)
         goto out;
     double t0 = time_now();
-    if ((rc = swap_load(mgr, model)) < 0 || (rc = swap_use_begin(mgr, model)) < 0)
+    if ((rc = swap_load_lru(mgr, model)) < 0 || (rc = swap_use_begin(mgr, model)) < 0)
         goto out;
     rc = group_forward(w, gb, ids, NULL, prompt_len, false, overlap, logits);
     *secs = time_now() - t0;
@@ -106,7 +106,7 @@ static int bench_layout(struct device **devs, const char *dir, uint64_t host_bud
     int placement[MAX_WORKERS];
     for (int i = 0; i < r->tp * r->pp; i++)
         placement[i] = i;
-    struct swap_config cfg = {.host_budget = host_budget, .policy = "lru-bytes"};
+    struct swap_config cfg = {.host_budget = host_budget};
     struct swap_manager *mgr = NULL;
     struct workers *w = NULL;
     struct swap_model *model = NULL;
@@ -133,7 +133,7 @@ static int bench_layout(struct device **devs, const char *dir, uint64_t host_bud
     r->host_fill_s = time_now() - t0;
     /* swap-in and swap-out, host <-> devices */
     for (int i = 0; i < repeat; i++) {
-        if ((rc = swap_load(mgr, model)) < 0 || (rc = swap_wait_loaded(mgr, model)) < 0)
+        if ((rc = swap_load_lru(mgr, model)) < 0 || (rc = swap_wait_loaded(mgr, model)) < 0)
             goto out;
         load[i] = model->load_t1 - model->load_t0;
         for (int s = 0; s < r->tp * r->pp; s++) {

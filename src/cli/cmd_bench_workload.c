@@ -100,7 +100,7 @@ static int rig_open(struct rig *g, char dirs[][512], int n_models, int tp, int m
     struct placement pl = {.tp = tp, .pp = 1, .devices = placement};
     int rc = 0;
     /* the per-device bytes of one model (all have the same shape) */
-    struct swap_config cfg = {.policy = "lru-bytes"};
+    struct swap_config cfg = {0};
     uint64_t shard[8], per = 0, host = 0;
     if ((rc = swap_layout_bytes(dirs[0], tp, 1, shard, &host)) < 0)
         return rc;

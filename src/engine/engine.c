@@ -423,8 +423,32 @@ static void view_build(struct engine *e, struct sched_model *sm, struct sched_vi
     }
 }
 
+/* The load of action a, after its victims have gone. The swap manager
+ * never picks a victim: it refuses (ERR_BUSY) and says why. Short of bytes
+ * (a victim with a batch in flight leaves at its end), or waiting for memory
+ * an offload is still copying back: that end or the listener wakes us. Free
+ * bytes in pieces too small for a blob: the explicit fragmentation step,
+ * offloading the model sched_defrag_victim names (swap_compact, counted),
+ * until the blobs find their blocks. Nothing here waits on the manager. */
+static int load(struct engine *e, struct sched_model *sm, int model)
+{
+    struct swap_model *sw = e->models[model]->sm;
+    struct swap_room why;
+    int rc;
+    while ((rc = swap_load(e->mgr, sw, &why)) == ERR_BUSY &&
+           why.kind == SWAP_ROOM_FRAGMENTED && why.leaving == 0) {
+        struct sched_view v;
+        view_build(e, sm, &v);
+        int victim = sched_defrag_victim(&v, model, why.device);
+        if (victim < 0 || swap_compact(e->mgr, why.device, e->models[victim]->sm) < 0)
+            break;
+        e->stats.evictions++;
+    }
+    return rc;
+}
+
 /* Carries out one action (lock held); false when it could not happen now. */
-static bool act(struct engine *e, const struct sched_action *a)
+static bool act(struct engine *e, struct sched_model *sm, const struct sched_action *a)
 {
     if (a->kind == SCHED_WAKE) {
         e->wake_at = a->at < e->wake_at ? a->at : e->wake_at;
@@ -448,10 +472,7 @@ static bool act(struct engine *e, const struct sched_action *a)
             v->offload_pending = v->running;
         }
     }
-    /* the policy picks the victims, never the swap manager; no room yet (a
-     * victim with a batch in flight leaves at its end): that end, or a
-     * transition, wakes us */
-    if (swap_load_no_evict(e->mgr, m->sm) < 0)
+    if (load(e, sm, a->model) < 0)
         return false;
     e->stats.loads++;
     m->was_loading = true;
@@ -473,7 +494,7 @@ static void *sched_main(void *arg)
         bool progress = false;
         e->wake_at = INFINITY;
         for (int i = 0; i < n; i++)
-            progress |= act(e, &actions[i]);
+            progress |= act(e, sm, &actions[i]);
         if (progress)
             continue;
         if (isinf(e->wake_at)) {

@@ -5,6 +5,9 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "swap/policy.h"
+
+_Static_assert(SCHED_MAX_DEVICES == EVICT_MAX_DEVICES, "sched_model.bytes feeds evict_model.bytes");
 
 /* The waiting model with the oldest queue head among those `want` accepts. */
 static int oldest_head(const struct sched_view *v, bool (*want)(const struct sched_model *))
@@ -30,19 +33,22 @@ static bool not_resident(const struct sched_model *m)
     return !m->resident;
 }
 
-/* Frees the victim's bytes in a scratch copy of the free bytes. */
-static void free_victim(const struct sched_view *v, int victim, uint64_t *free_bytes)
+/* The view as the shared victim choice (swap/policy.h) sees it: every model
+ * with its bytes and last use, none evictable yet; the caller says who may go. */
+static void evict_view(const struct sched_view *v, struct evict_model *em)
 {
-    for (int d = 0; d < v->n_devices; d++)
-        free_bytes[d] += v->models[victim].bytes[d];
+    for (int i = 0; i < v->n_models; i++)
+        em[i] = (struct evict_model){.last_used = v->models[i].last_used,
+                                     .bytes = v->models[i].bytes};
 }
 
-static bool fits_in(const struct sched_view *v, int m, const uint64_t *free_bytes)
+/* The devices' free bytes, the resident count and max_loaded. */
+static void room_of_view(const struct sched_view *v, struct evict_room *r)
 {
-    for (int d = 0; d < v->n_devices; d++)
-        if (v->models[m].bytes[d] > free_bytes[d])
-            return false;
-    return true;
+    r->n_devices = v->n_devices;
+    memcpy(r->free_bytes, v->free_bytes, sizeof(r->free_bytes));
+    r->resident = 0;
+    r->max_resident = v->max_loaded;
 }
 
 /* ---- computron: Computron's engine ----
@@ -65,27 +71,19 @@ static int computron_decide(const struct sched_view *v, struct sched_action *out
         return 1;
     }
     struct sched_action a = {.kind = SCHED_LOAD, .model = m};
-    uint64_t free_bytes[SCHED_MAX_DEVICES];
-    memcpy(free_bytes, v->free_bytes, sizeof(free_bytes));
-    int resident = 0;
-    for (int i = 0; i < v->n_models; i++)
-        resident += v->models[i].resident;
-    bool chosen[SCHED_MAX_MODELS] = {false};
-    while ((v->max_loaded > 0 && resident >= v->max_loaded) || !fits_in(v, m, free_bytes)) {
-        int lru = -1;
-        for (int i = 0; i < v->n_models; i++) {
-            const struct sched_model *c = &v->models[i];
-            if (c->resident && !c->pinned && !chosen[i] &&
-                (lru < 0 || c->last_used < v->models[lru].last_used))
-                lru = i;
-        }
-        if (lru < 0 || a.n_victims == SCHED_MAX_VICTIMS)
-            return 0; /* nothing can go: wait */
-        chosen[lru] = true;
-        a.victims[a.n_victims++] = lru;
-        free_victim(v, lru, free_bytes);
-        resident--;
+    struct evict_model em[SCHED_MAX_MODELS];
+    struct evict_room r;
+    evict_view(v, em);
+    room_of_view(v, &r);
+    for (int i = 0; i < v->n_models; i++) {
+        em[i].evictable = v->models[i].resident && !v->models[i].pinned;
+        r.resident += v->models[i].resident;
     }
+    int n = evict_lru_until_fit(em, v->n_models, v->models[m].bytes, &r, false, a.victims,
+                                SCHED_MAX_VICTIMS);
+    if (n < 0)
+        return 0; /* nothing can go: wait */
+    a.n_victims = n;
     out[0] = a;
     return 1;
 }
@@ -131,35 +129,29 @@ static double demand(const struct sched_view *v, double *memo, int i)
 }
 
 /* Room on the devices once the models already leaving have left. */
-struct room {
-    uint64_t free_bytes[SCHED_MAX_DEVICES];
-    int resident;
-};
-
-static void room_init(const struct sched_view *v, struct room *r)
+static void room_init(const struct sched_view *v, struct evict_room *r)
 {
-    memcpy(r->free_bytes, v->free_bytes, sizeof(r->free_bytes));
-    r->resident = 0;
+    room_of_view(v, r);
     for (int i = 0; i < v->n_models; i++) {
         const struct sched_model *c = &v->models[i];
         if (c->resident && c->offload_pending)
-            free_victim(v, i, r->free_bytes);
+            for (int d = 0; d < v->n_devices; d++)
+                r->free_bytes[d] += c->bytes[d];
         r->resident += c->resident && !c->offload_pending;
     }
 }
 
-static bool room_for(const struct sched_view *v, const struct room *r, int m)
+static bool room_for(const struct sched_view *v, const struct evict_room *r, int m)
 {
-    return (v->max_loaded <= 0 || r->resident < v->max_loaded) && fits_in(v, m, r->free_bytes);
+    return evict_room_fits(r, v->models[m].bytes);
 }
 
-static void room_take(const struct sched_view *v, struct room *r, struct sched_action *a,
+static void room_take(const struct sched_view *v, struct evict_room *r, struct sched_action *a,
                       bool *chosen, int victim)
 {
     chosen[victim] = true;
     a->victims[a->n_victims++] = victim;
-    free_victim(v, victim, r->free_bytes);
-    r->resident--;
+    evict_room_take(r, &(struct evict_model){.bytes = v->models[victim].bytes});
 }
 
 static bool evictable(const struct sched_model *c)
@@ -200,18 +192,20 @@ static int least_wanted(const struct sched_view *v, double *memo, const bool *ch
 
 /* Victims for a load of `load` that waits for a request; true when it fits. */
 static bool demand_victims(const struct sched_view *v, double *memo, const bool *busy,
-                           int load, bool oldest, struct room *r, struct sched_action *a,
+                           int load, bool oldest, struct evict_room *r, struct sched_action *a,
                            bool *chosen)
 {
+    struct evict_model em[SCHED_MAX_MODELS];
     while (!room_for(v, r, load) && a->n_victims < SCHED_MAX_VICTIMS) {
         int pick = least_wanted(v, memo, chosen, busy, false);
-        bool younger = pick < 0 && oldest; /* then idle with requests younger than ours, LRU */
-        for (int i = 0; younger && i < v->n_models; i++) {
-            const struct sched_model *c = &v->models[i];
-            if (!chosen[i] && evictable(c) && !c->running && c->queue_len > 0 &&
-                c->head_arrival >= v->models[load].head_arrival &&
-                (pick < 0 || c->last_used < v->models[pick].last_used))
-                pick = i;
+        if (pick < 0 && oldest) { /* then idle with requests younger than ours, LRU */
+            evict_view(v, em);
+            for (int i = 0; i < v->n_models; i++) {
+                const struct sched_model *c = &v->models[i];
+                em[i].evictable = !chosen[i] && evictable(c) && !c->running && c->queue_len > 0 &&
+                                  c->head_arrival >= v->models[load].head_arrival;
+            }
+            pick = evict_lru(em, v->n_models);
         }
         if (pick < 0)
             return false;
@@ -237,7 +231,7 @@ static bool prefetch(const struct sched_view *v, double *memo, struct sched_acti
     }
     if (p < 0 || pd < SW_PREFETCH_MIN)
         return false;
-    struct room r;
+    struct evict_room r;
     room_init(v, &r);
     *a = (struct sched_action){.kind = SCHED_LOAD, .model = p};
     while (!room_for(v, &r, p) && a->n_victims < SCHED_MAX_VICTIMS) {
@@ -296,7 +290,7 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
     bool held = false; /* the load waits for its devices' batches to end */
     struct sched_action a = {.kind = SCHED_LOAD, .model = load};
     if (load >= 0) {
-        struct room r;
+        struct evict_room r;
         room_init(v, &r);
         /* a victim with a batch in flight leaves at its end: the engine
          * starts the load once the room is there */
@@ -362,6 +356,17 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
     if (wake < INFINITY && n < max)
         out[n++] = (struct sched_action){.kind = SCHED_WAKE, .at = wake};
     return n;
+}
+
+int sched_defrag_victim(const struct sched_view *v, int incoming, int device)
+{
+    struct evict_model em[SCHED_MAX_MODELS];
+    evict_view(v, em);
+    for (int i = 0; i < v->n_models; i++) {
+        const struct sched_model *c = &v->models[i];
+        em[i].evictable = i != incoming && evictable(c) && !c->running && c->bytes[device] > 0;
+    }
+    return evict_lru(em, v->n_models);
 }
 
 static const struct sched_policy policies[] = {

@@ -77,5 +77,12 @@ const struct sched_policy *sched_policy_find(const char *name);
 const char *sched_policy_names(void);
 const char *sched_policy_default(void);
 
+/* The fragmentation step's victim, for a SCHED_LOAD of incoming that the
+ * swap manager refused because device's free bytes suffice but no free block
+ * holds one of its blobs: the least recently used model with bytes on
+ * device that may leave now (resident, not loading, no batch in flight, not
+ * already leaving, not pinned); -1 when none may. Offloading it lets its
+ * blocks join the free memory around them. Every policy uses this one. */
+int sched_defrag_victim(const struct sched_view *v, int incoming, int device);
 
 #endif

@@ -1,87 +1,67 @@
 #include "swap/policy.h"
 
 #include <stddef.h>
-#include <string.h>
 
 #include "core/error.h"
 
-bool evict_fits(const struct evict_view *v, int incoming)
-{
-    const struct evict_model *in = &v->models[incoming];
-    for (int d = 0; d < v->n_devices; d++)
-        if (in->bytes[d] > v->free_bytes[d])
-            return false;
-    return true;
-}
-
-static bool evictable(const struct evict_view *v, int i, int incoming)
-{
-    const struct evict_model *m = &v->models[i];
-    return i != incoming && m->resident && !m->busy && !m->pinned;
-}
-
-/* The least recently used evictable model; with `useful`, only one that frees
- * bytes on a device where incoming lacks room. */
-static int lru_victim(const struct evict_view *v, int incoming, bool useful)
+/* The least recently used evictable model; with lacking (per device: need
+ * lacks room there), only one that frees bytes on such a device. */
+static int lru_min(const struct evict_model *m, int n, const bool *lacking, int n_devices)
 {
     int best = -1;
-    for (int i = 0; i < v->n_models; i++) {
-        if (!evictable(v, i, incoming))
+    for (int i = 0; i < n; i++) {
+        if (!m[i].evictable || (best >= 0 && m[i].last_used >= m[best].last_used))
             continue;
-        if (useful) {
-            bool helps = false;
-            for (int d = 0; d < v->n_devices && !helps; d++)
-                helps = v->models[incoming].bytes[d] > v->free_bytes[d] &&
-                        v->models[i].bytes[d] > 0;
-            if (!helps)
-                continue;
-        }
-        if (best < 0 || v->models[i].last_used < v->models[best].last_used)
+        bool helps = !lacking;
+        for (int d = 0; !helps && d < n_devices; d++)
+            helps = lacking[d] && m[i].bytes[d] > 0;
+        if (helps)
             best = i;
     }
     return best;
 }
 
-static int lru_bytes_pick(const struct evict_view *v, int incoming)
+int evict_lru(const struct evict_model *m, int n)
 {
-    if (evict_fits(v, incoming))
-        return -1;
-    int victim = lru_victim(v, incoming, true);
-    return victim >= 0 ? victim : ERR_BUSY;
+    return lru_min(m, n, NULL, 0);
 }
 
-static int lru_count_pick(const struct evict_view *v, int incoming)
+static bool bytes_fit(const struct evict_room *r, const uint64_t *need)
 {
-    int resident = 0;
-    for (int i = 0; i < v->n_models; i++)
-        resident += i != incoming && v->models[i].resident;
-    if (resident >= v->max_loaded) {
-        int victim = lru_victim(v, incoming, false);
-        return victim >= 0 ? victim : ERR_BUSY;
+    for (int d = 0; d < r->n_devices; d++)
+        if (need[d] > r->free_bytes[d])
+            return false;
+    return true;
+}
+
+bool evict_room_fits(const struct evict_room *r, const uint64_t *need)
+{
+    return (r->max_resident <= 0 || r->resident < r->max_resident) && bytes_fit(r, need);
+}
+
+void evict_room_take(struct evict_room *r, const struct evict_model *v)
+{
+    for (int d = 0; v->bytes && d < r->n_devices; d++)
+        r->free_bytes[d] += v->bytes[d];
+    r->resident--;
+}
+
+int evict_lru_until_fit(struct evict_model *m, int n, const uint64_t *need,
+                        struct evict_room *room, bool useful_only, int *out, int max_out)
+{
+    int taken = 0;
+    while (!evict_room_fits(room, need)) {
+        bool lacking[EVICT_MAX_DEVICES];
+        bool by_bytes = useful_only && (room->max_resident <= 0 ||
+                                        room->resident < room->max_resident);
+        for (int d = 0; by_bytes && d < room->n_devices; d++)
+            lacking[d] = need[d] > room->free_bytes[d];
+        int v = taken < max_out ? lru_min(m, n, by_bytes ? lacking : NULL, room->n_devices) : -1;
+        if (v < 0)
+            return ERR_BUSY;
+        m[v].evictable = false;
+        evict_room_take(room, &m[v]);
+        out[taken++] = v;
     }
-    return lru_bytes_pick(v, incoming);
-}
-
-static const struct evict_policy policies[] = {
-    {.name = "lru-count",
-     .help = "at most max_loaded models resident; evict the least recently used (Computron)",
-     .pick = lru_count_pick},
-    {.name = "lru-bytes",
-     .help = "evict the least recently used models until the incoming one's bytes fit",
-     .pick = lru_bytes_pick},
-};
-
-const struct evict_policy *evict_policy_find(const char *name)
-{
-    for (size_t i = 0; i < sizeof(policies) / sizeof(policies[0]); i++)
-        if (strcmp(policies[i].name, name) == 0)
-            return &policies[i];
-    err_set(ERR_INVALID, "unknown eviction policy \"%s\" (expected %s)", name,
-            evict_policy_names());
-    return NULL;
-}
-
-const char *evict_policy_names(void)
-{
-    return "lru-count|lru-bytes";
+    return taken;
 }

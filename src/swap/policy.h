@@ -1,11 +1,12 @@
-/* Eviction policies: which resident model leaves to make room for one that
- * must load. A policy sees a snapshot of the residency state and answers one
- * victim at a time; the swap manager offloads it, updates the snapshot and
- * asks again until the incoming model fits.
+/* Victim choice by least recent use: the one loop that picks which resident
+ * model leaves, for every caller that picks that way (the engine's policies
+ * where they evict by recency, swap_load_lru for callers without an engine,
+ * the host tier dropping host copies). Pure functions of a snapshot the
+ * caller builds; nothing here moves memory.
  *
- * Rules every policy obeys (the manager also enforces them): a model with
- * work in flight, a model being loaded or offloaded, and a pinned model are
- * never chosen.
+ * The caller states who may go (evictable: resident, idle, not pinned, not
+ * already chosen: its rules); these functions only order by last use and
+ * count room. Ties go to the lower index, so a choice is reproducible.
  */
 #ifndef SHARDSWAP_SWAP_POLICY_H
 #define SHARDSWAP_SWAP_POLICY_H
@@ -15,37 +16,38 @@
 
 #define EVICT_MAX_DEVICES 64
 
+/* One model of the snapshot. */
 struct evict_model {
-    bool resident;       /* on its devices, or loading there */
-    bool busy;           /* work in flight, loading or offloading: untouchable */
-    bool pinned;         /* never evicted */
-    uint64_t last_used;  /* logical clock of the last use; lower = older */
-    uint64_t bytes[EVICT_MAX_DEVICES]; /* device bytes it holds (resident) or needs */
+    bool evictable;        /* may leave now, by the caller's rules */
+    double last_used;      /* any clock; lower = older */
+    const uint64_t *bytes; /* (n_devices) device bytes it holds; NULL when room is not counted */
 };
 
-struct evict_view {
-    int n_models, n_devices;
-    struct evict_model *models;
+/* Room on the devices, updated as victims are taken. */
+struct evict_room {
+    int n_devices;
     uint64_t free_bytes[EVICT_MAX_DEVICES]; /* budget - used, per device */
-    int max_loaded;                         /* lru-count's limit */
+    int resident;                           /* models resident */
+    int max_resident;                       /* at most this many (0 = no count limit) */
 };
 
-struct evict_policy {
-    const char *name;
-    const char *help;
-    /* The next victim for `incoming`: a model index, -1 when it fits already,
-     * or ERR_BUSY when it does not fit and nothing may be evicted. */
-    int (*pick)(const struct evict_view *v, int incoming);
-};
+/* The least recently used evictable model; -1 when none is. */
+int evict_lru(const struct evict_model *m, int n);
 
-/* "lru-count" (Computron: at most max_loaded models resident, evict the least
- * recently used; bytes are checked too, since memory is finite) or
- * "lru-bytes" (evict least recently used models only until the incoming
- * model's bytes fit on each of its devices). NULL and a message when unknown. */
-const struct evict_policy *evict_policy_find(const char *name);
-const char *evict_policy_names(void); /* "lru-count|lru-bytes" */
+/* True when need (n_devices bytes) fits the free bytes of every device and
+ * one more model stays within max_resident. */
+bool evict_room_fits(const struct evict_room *r, const uint64_t *need);
+/* Victim v leaves: its bytes become free, it no longer counts as resident. */
+void evict_room_take(struct evict_room *r, const struct evict_model *v);
 
-/* True when incoming's bytes fit in the free bytes of every device. */
-bool evict_fits(const struct evict_view *v, int incoming);
+/* Takes least recently used evictable models until need fits room: writes
+ * their indices to out (at most max_out), marks each one not evictable in m
+ * and updates room. With useful_only, while the count fits but the bytes do
+ * not, only a model that frees bytes on a device where need lacks room is
+ * taken. Returns how many were taken (0: it fits already), or ERR_BUSY when
+ * nothing more may go or max_out is reached before it fits; m, room and out
+ * then hold the victims taken so far. */
+int evict_lru_until_fit(struct evict_model *m, int n, const uint64_t *need,
+                        struct evict_room *room, bool useful_only, int *out, int max_out);
 
 #endif

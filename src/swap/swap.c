@@ -37,9 +37,6 @@ int swap_manager_create(struct device **devices, int n_devices, const struct swa
     if (n_devices < 1 || n_devices > EVICT_MAX_DEVICES)
         return err_set(ERR_INVALID, "a swap manager needs 1..%d devices (got %d)",
                        EVICT_MAX_DEVICES, n_devices);
-    const struct evict_policy *policy = evict_policy_find(cfg->policy ? cfg->policy : "lru-bytes");
-    if (!policy)
-        return ERR_INVALID;
     struct swap_manager *mgr = calloc(1, sizeof(*mgr));
     if (!mgr)
         return err_set(ERR_NOMEM, "out of memory");
@@ -47,8 +44,6 @@ int swap_manager_create(struct device **devices, int n_devices, const struct swa
     pthread_cond_init(&mgr->changed, NULL);
     mgr->n_devices = n_devices;
     memcpy(mgr->devices, devices, (size_t)n_devices * sizeof(*devices));
-    mgr->policy = policy;
-    mgr->max_loaded = cfg->max_loaded > 0 ? cfg->max_loaded : 1 << 30;
     mgr->stats.host_budget = cfg->host_budget;
     for (int d = 0; d < n_devices; d++) {
         int rc = loader_start(&mgr->loaders[d], mgr, d);
@@ -106,6 +101,8 @@ void swap_manager_destroy(struct swap_manager *mgr)
     for (int i = 0; i < mgr->n_models; i++)
         model_free(mgr, mgr->models[i]);
     free(mgr->models);
+    free(mgr->lru);
+    free(mgr->bytes);
     pthread_mutex_destroy(&mgr->lock);
     pthread_cond_destroy(&mgr->changed);
     free(mgr);
@@ -258,15 +255,24 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
     if (mgr->n_models == mgr->cap) {
         int cap = mgr->cap ? 2 * mgr->cap : 8;
         struct swap_model **m = realloc(mgr->models, (size_t)cap * sizeof(*m));
-        if (!m) {
+        if (m)
+            mgr->models = m;
+        struct evict_model *lru = m ? realloc(mgr->lru, (size_t)cap * sizeof(*lru)) : NULL;
+        if (lru)
+            mgr->lru = lru;
+        uint64_t *bytes = lru ? realloc(mgr->bytes, (size_t)cap * mgr->n_devices * sizeof(*bytes))
+                              : NULL;
+        if (!bytes) {
             pthread_mutex_unlock(&mgr->lock);
             rc = err_set(ERR_NOMEM, "out of memory");
             goto fail;
         }
-        mgr->models = m;
+        mgr->bytes = bytes;
         mgr->cap = cap;
     }
     model->id = mgr->n_models;
+    for (int d = 0; d < mgr->n_devices; d++)
+        mgr->bytes[(size_t)model->id * mgr->n_devices + d] = swap_model_device_bytes(model, d);
     mgr->models[mgr->n_models++] = model;
     pthread_mutex_unlock(&mgr->lock);
     *out = model;
@@ -279,7 +285,7 @@ fail:
 
 /* ---- residency, under mgr->lock ---- */
 
-static bool model_resident(const struct swap_model *model)
+bool swap_model_resident(const struct swap_model *model)
 {
     enum residency r = model->shards[0].state;
     return r == RES_LOADING || r == RES_ON_DEVICE;
@@ -290,6 +296,11 @@ static bool model_in_transition(const struct swap_model *model)
     return model->shards_busy > 0;
 }
 
+bool swap_model_idle(const struct swap_model *model)
+{
+    return model->in_flight == 0 && !model_in_transition(model);
+}
+
 static bool shard_host_complete(const struct swap_shard *sh)
 {
     for (int b = 0; b < sh->layout.n_blobs; b++)
@@ -298,49 +309,34 @@ static bool shard_host_complete(const struct swap_shard *sh)
     return true;
 }
 
-static void view_build(struct swap_manager *mgr, struct evict_view *v, struct evict_model *models)
+static bool model_has_host(const struct swap_model *m)
 {
-    v->n_models = mgr->n_models;
-    v->n_devices = mgr->n_devices;
-    v->models = models;
-    v->max_loaded = mgr->max_loaded;
-    for (int d = 0; d < mgr->n_devices; d++)
-        v->free_bytes[d] = device_budget(mgr->devices[d]) - device_used(mgr->devices[d]);
-    for (int i = 0; i < mgr->n_models; i++) {
-        struct swap_model *m = mgr->models[i];
-        struct evict_model *e = &models[i];
-        memset(e, 0, sizeof(*e));
-        e->resident = model_resident(m);
-        e->busy = m->in_flight > 0 || model_in_transition(m);
-        e->pinned = m->pinned;
-        e->last_used = m->last_used;
-        for (int d = 0; d < mgr->n_devices; d++)
-            e->bytes[d] = swap_model_device_bytes(m, d);
-    }
+    for (int s = 0; s < m->tp * m->pp; s++)
+        for (int b = 0; b < m->shards[s].layout.n_blobs; b++)
+            if (m->shards[s].host[b])
+                return true;
+    return false;
 }
 
 /* Drops host copies of other idle models, least recently used first, until
- * need more bytes fit the host budget. */
+ * need more bytes fit the host budget. The host tier is the manager's cache:
+ * a dropped copy costs a read from disk, never a model's place on a device. */
 static int host_make_room(struct swap_manager *mgr, const struct swap_model *keep, uint64_t need)
 {
     while (mgr->stats.host_used + need > mgr->stats.host_budget) {
-        struct swap_model *victim = NULL;
         for (int i = 0; i < mgr->n_models; i++) {
             struct swap_model *m = mgr->models[i];
-            bool has_host = false;
-            for (int s = 0; s < m->tp * m->pp && !has_host; s++)
-                for (int b = 0; b < m->shards[s].layout.n_blobs && !has_host; b++)
-                    has_host = m->shards[s].host[b] != NULL;
-            if (m == keep || !has_host || model_in_transition(m))
-                continue;
-            if (!victim || m->last_used < victim->last_used)
-                victim = m;
+            mgr->lru[i] = (struct evict_model){
+                .evictable = m != keep && !model_in_transition(m) && model_has_host(m),
+                .last_used = (double)m->last_used};
         }
-        if (!victim)
+        int v = evict_lru(mgr->lru, mgr->n_models);
+        if (v < 0)
             return err_set(ERR_BUSY, "host budget of %llu bytes is full: %llu in use, %llu more "
                                      "needed, and no idle model's host copy can be dropped",
                            (unsigned long long)mgr->stats.host_budget,
                            (unsigned long long)mgr->stats.host_used, (unsigned long long)need);
+        struct swap_model *victim = mgr->models[v];
         for (int s = 0; s < victim->tp * victim->pp; s++) {
             struct swap_shard *sh = &victim->shards[s];
             for (int b = 0; b < sh->layout.n_blobs; b++) {
@@ -368,10 +364,10 @@ static uint64_t host_missing(const struct swap_model *model)
     return n;
 }
 
-/* Offloads an idle resident model (mgr->lock held). Shards whose host copy is
- * complete just release their device memory; the others copy back on their
- * loader thread when the host budget has room, else drop to disk. */
-static void offload_locked(struct swap_manager *mgr, struct swap_model *model)
+/* Offloads an idle resident model. Shards whose host copy is complete just
+ * release their device memory; the others copy back on their loader thread
+ * when the host budget has room, else drop to disk. */
+void swap_offload_locked(struct swap_manager *mgr, struct swap_model *model)
 {
     uint64_t missing = host_missing(model);
     bool copy_back = missing > 0 && host_make_room(mgr, model, missing) == 0;
@@ -401,8 +397,19 @@ static void offload_locked(struct swap_manager *mgr, struct swap_model *model)
     pthread_cond_broadcast(&mgr->changed);
 }
 
-/* Allocates every device blob of the model; on failure frees what it took. */
-static int device_alloc_all(struct swap_manager *mgr, struct swap_model *model, int *failed_dev)
+static void device_free_all(struct swap_model *model)
+{
+    for (int s = 0; s < model->tp * model->pp; s++)
+        for (int b = 0; b < model->shards[s].layout.n_blobs; b++) {
+            device_free(model->shards[s].dev[b]);
+            model->shards[s].dev[b] = NULL;
+        }
+}
+
+/* Allocates every device blob of the model; on failure frees what it took
+ * and says where: the device and the blob's bytes. */
+static int device_alloc_all(struct swap_manager *mgr, struct swap_model *model, int *failed_dev,
+                            uint64_t *failed_blob)
 {
     for (int s = 0; s < model->tp * model->pp; s++) {
         struct swap_shard *sh = &model->shards[s];
@@ -412,11 +419,8 @@ static int device_alloc_all(struct swap_manager *mgr, struct swap_model *model, 
             int rc = device_alloc(mgr->devices[sh->device], sh->layout.blob_bytes[b], &sh->dev[b]);
             if (rc < 0) {
                 *failed_dev = sh->device;
-                for (int t = 0; t <= s; t++)
-                    for (int c = 0; c < model->shards[t].layout.n_blobs; c++) {
-                        device_free(model->shards[t].dev[c]);
-                        model->shards[t].dev[c] = NULL;
-                    }
+                *failed_blob = sh->layout.blob_bytes[b];
+                device_free_all(model);
                 return rc;
             }
         }
@@ -424,81 +428,107 @@ static int device_alloc_all(struct swap_manager *mgr, struct swap_model *model, 
     return 0;
 }
 
-/* Makes room on the devices and allocates the model's blobs (lock held).
- * Without evict, the policy picks no victim: the model's bytes must already
- * fit each device's free memory, and only memory that is free but not in one
- * piece makes the least recently used idle models go. */
-static int make_room(struct swap_manager *mgr, struct swap_model *model, bool evict)
+/* Device bytes on d that offloads under way free without anyone's help:
+ * copies back to the host, offloads waiting for a load's end (not those
+ * waiting for a batch: that end is the caller's). */
+static uint64_t leaving_bytes(const struct swap_manager *mgr, int d)
 {
-    for (int d = 0; !evict && d < mgr->n_devices; d++)
-        if (swap_model_device_bytes(model, d) >
-            device_budget(mgr->devices[d]) - device_used(mgr->devices[d]))
-            return err_set(ERR_BUSY, "model %s does not fit device %d's free memory now",
-                           model->name, d);
-    struct evict_model *em = calloc((size_t)mgr->n_models, sizeof(*em));
-    if (!em)
-        return err_set(ERR_NOMEM, "out of memory");
-    struct evict_view v;
-    int rc = 0;
-    for (;;) {
-        view_build(mgr, &v, em);
-        int victim = evict ? mgr->policy->pick(&v, model->id) : -1;
-        if (victim == -1) {
-            int failed = 0;
-            if ((rc = device_alloc_all(mgr, model, &failed)) == 0)
-                break;
-            /* the bytes fit but not in one piece: free more on that device */
-            victim = -1;
-            for (int i = 0; i < v.n_models; i++)
-                if (i != model->id && em[i].resident && !em[i].busy && !em[i].pinned &&
-                    em[i].bytes[failed] > 0 &&
-                    (victim < 0 || em[i].last_used < em[victim].last_used))
-                    victim = i;
-            if (victim < 0)
-                break; /* rc holds the allocation error */
-        } else if (victim < 0) {
-            bool copying_back = false;
-            for (int i = 0; i < mgr->n_models; i++)
-                copying_back |= mgr->models[i]->shards_busy > 0 && !model_resident(mgr->models[i]);
-            if (copying_back) { /* an offload frees its memory when its copy-back ends */
-                pthread_cond_wait(&mgr->changed, &mgr->lock);
-                continue;
-            }
-            rc = err_set(ERR_BUSY, "cannot make room for model %s now: every resident model "
-                                   "that could go has work in flight, is in transition or is "
-                                   "pinned", model->name);
-            break;
-        }
-        mgr->stats.evictions++;
-        offload_locked(mgr, mgr->models[victim]);
+    uint64_t n = 0;
+    for (int i = 0; i < mgr->n_models; i++) {
+        const struct swap_model *m = mgr->models[i];
+        bool deferred = m->offload_pending && swap_model_resident(m) && m->in_flight == 0;
+        for (int s = 0; s < m->tp * m->pp; s++)
+            if (m->shards[s].device == d && (deferred || m->shards[s].state == RES_OFFLOADING))
+                n += m->shards[s].device_bytes;
     }
-    free(em);
-    return rc;
+    return n;
 }
 
-static int load(struct swap_manager *mgr, struct swap_model *model, bool evict)
+/* "12.0 MiB", "640.0 KiB", "512 B": messages a person reads. */
+static const char *fmt_bytes(char *buf, size_t size, uint64_t n)
 {
-    pthread_mutex_lock(&mgr->lock);
-    while (model_in_transition(model) && !model_resident(model))
-        pthread_cond_wait(&mgr->changed, &mgr->lock); /* an offload still copying back */
-    model->last_used = ++mgr->clock;
-    if (model_resident(model)) {
-        pthread_mutex_unlock(&mgr->lock);
+    if (n >= 1ull << 30)
+        snprintf(buf, size, "%.2f GiB", (double)n / (1ull << 30));
+    else if (n >= 1u << 20)
+        snprintf(buf, size, "%.1f MiB", (double)n / (1u << 20));
+    else if (n >= 1u << 10)
+        snprintf(buf, size, "%.1f KiB", (double)n / (1u << 10));
+    else
+        snprintf(buf, size, "%llu B", (unsigned long long)n);
+    return buf;
+}
+
+/* Fills why for device d and sets the message; returns ERR_BUSY. */
+static int refuse(struct swap_manager *mgr, const struct swap_model *model, enum swap_room_kind kind,
+                  int d, uint64_t blob, struct swap_room *why)
+{
+    struct device *dev = mgr->devices[d];
+    *why = (struct swap_room){.kind = kind, .device = d,
+                              .need = mgr->bytes[(size_t)model->id * mgr->n_devices + d],
+                              .free = device_budget(dev) - device_used(dev),
+                              .largest = device_largest_free(dev), .blob = blob,
+                              .leaving = leaving_bytes(mgr, d)};
+    char need[32], free_s[32], largest[32], blob_s[32];
+    fmt_bytes(need, sizeof(need), why->need);
+    fmt_bytes(free_s, sizeof(free_s), why->free);
+    fmt_bytes(largest, sizeof(largest), why->largest);
+    if (kind == SWAP_ROOM_BYTES)
+        return err_set(ERR_BUSY, "model %s does not fit device %s now: it needs %s there, %s "
+                                 "are free (largest free block %s); offload a model from %s first",
+                       model->name, device_name(dev), need, free_s, largest, device_name(dev));
+    return err_set(ERR_BUSY, "model %s does not fit device %s now: it needs %s there and %s are "
+                             "free, but no free block holds its %s blob (largest %s): the free "
+                             "memory is fragmented; offload a model from %s (swap_compact)",
+                   model->name, device_name(dev), need, free_s,
+                   fmt_bytes(blob_s, sizeof(blob_s), blob), largest, device_name(dev));
+}
+
+/* Allocates the model's blobs if they fit now: first by the devices' free
+ * bytes, then by the blocks they find. */
+static int device_take_room(struct swap_manager *mgr, struct swap_model *model,
+                            struct swap_room *why)
+{
+    for (int d = 0; d < mgr->n_devices; d++) {
+        struct device *dev = mgr->devices[d];
+        if (mgr->bytes[(size_t)model->id * mgr->n_devices + d] >
+            device_budget(dev) - device_used(dev))
+            return refuse(mgr, model, SWAP_ROOM_BYTES, d, 0, why);
+    }
+    int failed = 0;
+    uint64_t blob = 0;
+    if (device_alloc_all(mgr, model, &failed, &blob) < 0)
+        return refuse(mgr, model, SWAP_ROOM_FRAGMENTED, failed, blob, why);
+    return 0;
+}
+
+int swap_load_locked(struct swap_manager *mgr, struct swap_model *model, struct swap_room *why)
+{
+    struct swap_room ignored;
+    why = why ? why : &ignored;
+    *why = (struct swap_room){.kind = SWAP_ROOM_OK, .device = -1};
+    if (swap_model_resident(model)) {
+        model->last_used = ++mgr->clock;
         return 0;
     }
-    int rc = make_room(mgr, model, evict);
-    uint64_t missing = rc == 0 ? host_missing(model) : 0;
-    if (rc == 0 && (rc = host_make_room(mgr, model, missing)) < 0) {
+    if (model_in_transition(model)) {
+        why->kind = SWAP_ROOM_MOVING;
+        bool offloading = false;
         for (int s = 0; s < model->tp * model->pp; s++)
-            for (int b = 0; b < model->shards[s].layout.n_blobs; b++) {
-                device_free(model->shards[s].dev[b]);
-                model->shards[s].dev[b] = NULL;
-            }
+            offloading |= model->shards[s].state == RES_OFFLOADING;
+        return err_set(ERR_BUSY, "model %s is still %s; load it once that ends", model->name,
+                       offloading ? "offloading (copying back to host memory)"
+                                  : "being staged into host memory");
     }
-    if (rc < 0) {
-        pthread_mutex_unlock(&mgr->lock);
+    int rc = device_take_room(mgr, model, why);
+    if (rc < 0)
+        return rc;
+    uint64_t missing = host_missing(model);
+    if ((rc = host_make_room(mgr, model, missing)) < 0) {
+        device_free_all(model);
+        why->kind = SWAP_ROOM_HOST;
         return rc;
     }
+    model->last_used = ++mgr->clock;
     mgr->stats.host_used += missing; /* reserved; the loaders fill it */
     if (mgr->stats.host_used > mgr->stats.host_high_water)
         mgr->stats.host_high_water = mgr->stats.host_used;
@@ -519,18 +549,45 @@ static int load(struct swap_manager *mgr, struct swap_model *model, bool evict)
     for (int s = 0; s < model->tp * model->pp; s++)
         loader_submit(&mgr->loaders[model->shards[s].device], &model->shards[s], LOADER_LOAD);
     pthread_cond_broadcast(&mgr->changed);
-    pthread_mutex_unlock(&mgr->lock);
     return 0;
 }
 
-int swap_load(struct swap_manager *mgr, struct swap_model *model)
+int swap_load(struct swap_manager *mgr, struct swap_model *model, struct swap_room *why)
 {
-    return load(mgr, model, true);
+    pthread_mutex_lock(&mgr->lock);
+    int rc = swap_load_locked(mgr, model, why);
+    pthread_mutex_unlock(&mgr->lock);
+    return rc;
 }
 
-int swap_load_no_evict(struct swap_manager *mgr, struct swap_model *model)
+static int offload_refusal(const struct swap_model *model)
 {
-    return load(mgr, model, false);
+    return err_set(ERR_BUSY, "model %s cannot be offloaded now: %s", model->name,
+                   model->in_flight ? "it has work in flight" : "it is still loading");
+}
+
+int swap_compact_locked(struct swap_manager *mgr, int device, struct swap_model *victim)
+{
+    if (device < 0 || device >= mgr->n_devices ||
+        mgr->bytes[(size_t)victim->id * mgr->n_devices + device] == 0)
+        return err_set(ERR_INVALID, "model %s has no shard on device %d to make room there",
+                       victim->name, device);
+    if (!swap_model_resident(victim))
+        return err_set(ERR_INVALID, "model %s is not on its devices (it is %s)", victim->name,
+                       residency_name(victim->shards[0].state));
+    if (!swap_model_idle(victim))
+        return offload_refusal(victim);
+    mgr->stats.compactions++;
+    swap_offload_locked(mgr, victim);
+    return 0;
+}
+
+int swap_compact(struct swap_manager *mgr, int device, struct swap_model *victim)
+{
+    pthread_mutex_lock(&mgr->lock);
+    int rc = swap_compact_locked(mgr, device, victim);
+    pthread_mutex_unlock(&mgr->lock);
+    return rc;
 }
 
 int swap_prefetch_host(struct swap_manager *mgr, struct swap_model *model)
@@ -560,7 +617,7 @@ int swap_wait_loaded(struct swap_manager *mgr, struct swap_model *model)
 {
     pthread_mutex_lock(&mgr->lock);
     while (model->shards[0].state == RES_LOADING || (model_in_transition(model) &&
-                                                     model_resident(model)))
+                                                     swap_model_resident(model)))
         pthread_cond_wait(&mgr->changed, &mgr->lock);
     int rc = model->load_status;
     pthread_mutex_unlock(&mgr->lock);
@@ -579,16 +636,15 @@ int swap_offload(struct swap_manager *mgr, struct swap_model *model, bool defer)
 {
     int rc = 0;
     pthread_mutex_lock(&mgr->lock);
-    if (!model_resident(model)) {
+    if (!swap_model_resident(model)) {
         rc = 0; /* nothing on the devices */
     } else if (model->in_flight > 0 || model_in_transition(model)) {
         if (defer)
             model->offload_pending = true;
         else
-            rc = err_set(ERR_BUSY, "model %s cannot be offloaded now: %s", model->name,
-                         model->in_flight ? "it has work in flight" : "it is still loading");
+            rc = offload_refusal(model);
     } else {
-        offload_locked(mgr, model);
+        swap_offload_locked(mgr, model);
     }
     pthread_mutex_unlock(&mgr->lock);
     return rc;
@@ -598,7 +654,7 @@ int swap_use_begin(struct swap_manager *mgr, struct swap_model *model)
 {
     pthread_mutex_lock(&mgr->lock);
     int rc = 0;
-    if (!model_resident(model))
+    if (!swap_model_resident(model))
         rc = err_set(ERR_INVALID, "model %s is not loaded (it is %s)", model->name,
                      residency_name(model->shards[0].state));
     else {
@@ -613,7 +669,7 @@ void swap_use_end(struct swap_manager *mgr, struct swap_model *model)
 {
     pthread_mutex_lock(&mgr->lock);
     if (--model->in_flight == 0 && model->offload_pending && !model_in_transition(model))
-        offload_locked(mgr, model);
+        swap_offload_locked(mgr, model);
     pthread_cond_broadcast(&mgr->changed);
     pthread_mutex_unlock(&mgr->lock);
 }
@@ -697,8 +753,8 @@ void swap_shard_done(struct swap_manager *mgr, struct swap_shard *sh, enum loade
             if (model->load_status < 0)
                 model->offload_pending = true; /* a failed load leaves the devices */
         }
-        if (model->offload_pending && model->in_flight == 0 && model_resident(model))
-            offload_locked(mgr, model);
+        if (model->offload_pending && model->in_flight == 0 && swap_model_resident(model))
+            swap_offload_locked(mgr, model);
     }
     void (*listener)(void *) = mgr->listener;
     void *listener_ctx = mgr->listener_ctx;

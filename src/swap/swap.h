@@ -15,9 +15,21 @@
  * still holds the bytes, else copies them back first (or drops to disk when
  * the host budget has no room).
  *
- * Eviction (policy.h) makes room for a load; a model with work in flight, one
- * in transition and a pinned one are never evicted. All state lives under one
- * manager lock, taken only at transitions, never on the forward's hot path.
+ * The manager is mechanism only: it loads, offloads and says why a load
+ * cannot happen now (struct swap_room: which device lacks room, the bytes
+ * needed, free and in the largest free block), but never chooses a model to
+ * leave its devices. Who leaves is decided above it: by the engine's
+ * scheduling policy, or for callers without an engine by swap_load_lru (least
+ * recently used, policy.h). Free device memory that is in pieces too small
+ * for a load is the caller's to resolve too, with an explicit, counted step
+ * (swap_compact). The host tier is the manager's own cache: it drops idle
+ * models' host copies, least recently used first, when its budget needs room.
+ *
+ * Threads: loads, offloads and queries never block on a transfer; only the
+ * wait functions (swap_wait_loaded, swap_wait_idle, swap_prefetch_host,
+ * swap_load_lru) wait, so a caller holding a lock of its own must not call
+ * those. All state lives under one manager lock, taken only at transitions,
+ * never on the forward's hot path and never across a copy.
  */
 #ifndef SHARDSWAP_SWAP_SWAP_H
 #define SHARDSWAP_SWAP_SWAP_H
@@ -28,15 +40,13 @@
 #include "backend/device.h"
 #include "core/event.h"
 #include "model/opt.h"
-#include "swap/policy.h"
+#include "swap/policy.h" /* EVICT_MAX_DEVICES */
 
 enum residency { RES_ON_DISK, RES_IN_HOST, RES_LOADING, RES_ON_DEVICE, RES_OFFLOADING };
 const char *residency_name(enum residency r);
 
 struct swap_config {
     uint64_t host_budget;  /* bytes of host memory for the host tier */
-    const char *policy;    /* evict_policy_find() name; NULL = "lru-bytes" */
-    int max_loaded;        /* for "lru-count" (0 = unlimited) */
 };
 
 /* Where a model's shards go: shard (stage s, rank r) on devices[s * tp + r]. */
@@ -72,7 +82,7 @@ struct swap_model {
     bool pinned;
     int in_flight;             /* batches using it now */
     bool offload_pending;      /* offload once in_flight drops to 0 / the load ends */
-    uint64_t last_used;
+    uint64_t last_used;        /* the manager's clock at its last load or use, for LRU */
     int shards_busy;           /* shards still loading or offloading */
     int load_status;           /* 0, or the error of the last load */
     double load_t0, load_t1;   /* last load: requested, every shard on its device */
@@ -81,8 +91,34 @@ struct swap_model {
 struct swap_manager;
 
 struct swap_stats {
-    uint64_t loads, offloads, evictions, bytes_h2d, bytes_d2h, bytes_disk;
+    uint64_t loads, offloads, bytes_h2d, bytes_d2h, bytes_disk;
+    uint64_t evictions;   /* models swap_load_lru offloaded to make room */
+    uint64_t compactions; /* swap_compact calls that offloaded a model */
     uint64_t host_used, host_high_water, host_budget;
+};
+
+/* Why a load cannot start now. */
+enum swap_room_kind {
+    SWAP_ROOM_OK,         /* it fits (or is resident or loading already) */
+    SWAP_ROOM_BYTES,      /* device lacks free bytes: a model there must leave */
+    SWAP_ROOM_FRAGMENTED, /* device has the free bytes, but no free block holds one of
+                           * the model's blobs: swap_compact */
+    SWAP_ROOM_MOVING,     /* the model itself is still offloading or being prefetched */
+    SWAP_ROOM_HOST,       /* the host budget is full of copies that cannot be dropped now */
+};
+
+struct swap_room {
+    enum swap_room_kind kind;
+    int device;       /* BYTES, FRAGMENTED: the first device that lacks room; else -1 */
+    uint64_t need;    /* device bytes the model needs there */
+    uint64_t free;    /* budget - used there, now */
+    uint64_t largest; /* the largest free block there, now */
+    uint64_t blob;    /* FRAGMENTED: the blob that found no block */
+    /* bytes there that offloads under way will free on their own (copies
+     * back to the host, offloads deferred to the end of a load; not those
+     * deferred to the end of a batch): waiting for the listener may be
+     * enough, before anything else leaves */
+    uint64_t leaving;
 };
 
 /* devices stay owned by the caller and must outlive the manager. */
@@ -103,17 +139,35 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
 int swap_layout_bytes(const char *dir, int tp, int pp, uint64_t *device_bytes,
                       uint64_t *host_bytes);
 
-/* Starts loading every shard onto its device (evicting by the policy first);
- * returns once the copies are queued. Already resident or loading: returns 0.
- * ERR_BUSY when room cannot be made now (everything evictable is busy). */
-int swap_load(struct swap_manager *mgr, struct swap_model *model);
-/* As swap_load, but never evicts: ERR_BUSY when the blobs do not fit the
- * devices' free memory now. For a caller that picks victims itself (the
- * engine's scheduler), so the policy here cannot overrule it. */
-int swap_load_no_evict(struct swap_manager *mgr, struct swap_model *model);
+/* Starts loading every shard onto its device; returns once the copies are
+ * queued, never waiting for a transfer. Already resident or loading: 0.
+ * Never makes a model leave: ERR_BUSY, with a message naming the device and
+ * the bytes (needed, free, largest free block), when the blobs do not fit
+ * the devices' free memory now; why (may be NULL) tells which kind of
+ * refusal it is, so the caller can choose: offload models there (BYTES),
+ * swap_compact (FRAGMENTED), or wait for the transition in progress (MOVING,
+ * or leaving > 0) — the manager's listener fires when it ends. */
+int swap_load(struct swap_manager *mgr, struct swap_model *model, struct swap_room *why);
+/* The explicit step for a load refused with SWAP_ROOM_FRAGMENTED on device:
+ * offloads victim, a resident model with a shard there chosen by the caller
+ * (the engine's policy, or swap_load_lru), so its blocks join the free
+ * memory around them; counted in stats.compactions. Device memory is freed
+ * at once when the host holds the victim's bytes, else when its copy back
+ * ends. ERR_INVALID when victim has no shard on device; ERR_BUSY (as
+ * swap_offload) when it has work in flight or is in transition. */
+int swap_compact(struct swap_manager *mgr, int device, struct swap_model *victim);
+/* For callers without an engine (bench swap, tests): swap_load after making
+ * room by least recent use (policy.h): idle resident models that are not
+ * pinned leave, least recently used first and only ones that free bytes
+ * where model lacks them; free memory in pieces gets swap_compact on the
+ * least recently used idle model of that device. Waits while room is still
+ * being freed by offloads under way or the model itself is offloading.
+ * ERR_BUSY when no model may leave (work in flight, in transition, pinned). */
+int swap_load_lru(struct swap_manager *mgr, struct swap_model *model);
 /* Waits until the model's last load finished; returns its status. */
 int swap_wait_loaded(struct swap_manager *mgr, struct swap_model *model);
-/* Stages every shard into the host tier (disk -> host) without a device. */
+/* Stages every shard into the host tier (disk -> host) without a device;
+ * waits for a transition of the model in progress, then for the copies. */
 int swap_prefetch_host(struct swap_manager *mgr, struct swap_model *model);
 
 /* Offloads a resident model. With work in flight or a load in progress:
@@ -122,15 +176,19 @@ int swap_offload(struct swap_manager *mgr, struct swap_model *model, bool defer)
 /* Waits until no shard of the model is in transition. */
 void swap_wait_idle(struct swap_manager *mgr, struct swap_model *model);
 
-/* A batch starts/ends using a resident (or loading) model: while in use it is
- * never evicted. begin fails with ERR_INVALID when the model is not resident. */
+/* A batch starts/ends using a resident (or loading) model: while in use it
+ * stays on its devices (swap_offload refuses or defers). begin fails with
+ * ERR_INVALID when the model is not resident. */
 int swap_use_begin(struct swap_manager *mgr, struct swap_model *model);
 void swap_use_end(struct swap_manager *mgr, struct swap_model *model);
 
 /* fn(ctx) is called after every transition a loader thread completes (a
- * load or offload finished), outside the manager's lock: how a scheduler
- * learns that memory or a model became available without polling. When this
- * returns, the previous listener is not running and will not be called. */
+ * load or offload finished), on that loader thread, outside the manager's
+ * lock: how a scheduler learns that memory or a model became available
+ * without polling, and re-decides. fn may take the caller's own locks and
+ * call the manager's non-waiting functions; it must not call a wait function
+ * (the loader would wait on itself). When this returns, the previous
+ * listener is not running and will not be called. */
 void swap_set_listener(struct swap_manager *mgr, void (*fn)(void *ctx), void *ctx);
 
 enum residency swap_residency(struct swap_manager *mgr, const struct swap_model *model);

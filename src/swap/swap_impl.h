@@ -29,9 +29,9 @@ struct swap_manager {
     struct device *devices[EVICT_MAX_DEVICES];
     int n_devices;
     struct loader loaders[EVICT_MAX_DEVICES];
-    const struct evict_policy *policy;
-    int max_loaded;
     struct swap_model **models;
+    struct evict_model *lru;       /* (cap) scratch for victim choices under the lock */
+    uint64_t *bytes;               /* (cap, n_devices) device bytes of each model */
     int n_models, cap;
     uint64_t clock;                /* logical time of uses, for LRU */
     struct swap_stats stats;       /* host_used/host_high_water/budget live here */
@@ -39,6 +39,14 @@ struct swap_manager {
     void *listener_ctx;
     int listener_calls;            /* calls in progress (outside the lock) */
 };
+
+/* Under mgr->lock: swap_load, swap_compact and an offload of an idle
+ * resident model, for swap_load_lru (swap_lru.c). */
+int swap_load_locked(struct swap_manager *mgr, struct swap_model *model, struct swap_room *why);
+int swap_compact_locked(struct swap_manager *mgr, int device, struct swap_model *victim);
+void swap_offload_locked(struct swap_manager *mgr, struct swap_model *model);
+bool swap_model_idle(const struct swap_model *model); /* no work in flight, not in transition */
+bool swap_model_resident(const struct swap_model *model);
 
 int loader_start(struct loader *l, struct swap_manager *mgr, int device);
 void loader_stop(struct loader *l);
