@@ -644,6 +644,42 @@ static void test_remove(void)
     rig_close(&g);
 }
 
+/* Load and unload on request, residency per shard in the statistics, and an
+ * unloaded model loaded again on demand. */
+static void test_load_unload(void)
+{
+    struct rig g;
+    rig_open(&g, "swapwise", 0, 64, 8, 2);
+    int t = 0, id = engine_find_model(g.e, names[t]);
+    CHECK(id == g.id[t]);
+    struct engine_model_stats ms;
+    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.residency == RES_ON_DISK && ms.loads == 0);
+    CHECK_MSG(engine_load_model(g.e, id) == 0, "%s", err_msg());
+    CHECK(swap_wait_loaded(g.mgr, g.sm[t]) == 0);
+    CHECK(engine_load_model(g.e, id) == 0); /* resident already: no second load */
+    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.residency == RES_ON_DEVICE &&
+          ms.loads == 1 && ms.bytes_loaded == swap_model_total_bytes(g.sm[t]) &&
+          ms.load_s > 0 && ms.n_shards == 2 && !ms.pinned && strcmp(ms.name, names[t]) == 0);
+    for (int s = 0; s < 2; s++)
+        CHECK(ms.shards[s].device == s && ms.shards[s].bytes > 0 && ms.shards[s].n_blobs > 0 &&
+              ms.shards[s].blobs_ready == ms.shards[s].n_blobs);
+    CHECK(engine_unload_model(g.e, id) == 0);
+    swap_wait_idle(g.mgr, g.sm[t]);
+    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.residency != RES_ON_DEVICE &&
+          ms.unloads == 1 && ms.shards[0].blobs_ready == 0 && ms.shards[1].blobs_ready == 0);
+    struct job j;
+    job_init(&j, g.e, t, 1, 12);
+    struct engine_request_params p = job_params(&j, id, 1);
+    struct engine_req *h;
+    CHECK(engine_submit(g.e, &p, &h) == 0);
+    CHECK(engine_req_wait(h) == 0 && j.n_out == 12);
+    engine_req_release(h);
+    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.loads == 2 && ms.ok == 1 &&
+          ms.batches == 1 && ms.compute_s > 0 && ms.latency.n == 1 && ms.ttft.n == 1 &&
+          ms.ttft.max <= ms.latency.max);
+    rig_close(&g);
+}
+
 /* ---- the live registry under load ---- */
 
 struct live {
@@ -795,6 +831,7 @@ int main(void)
     test_cancel();
     test_deadlines();
     test_remove();
+    test_load_unload();
     test_live_registry("swapwise");
     test_live_registry("computron");
     test_churn("swapwise", 10000);

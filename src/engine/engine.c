@@ -1171,16 +1171,16 @@ int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
     hist_summary(&m->ttft, &out->ttft);
     pthread_mutex_unlock(&e->lock);
     /* residency: the swap manager's word for the model, and per shard the
-     * bytes whose readiness events are set (lock-free reads) */
+     * blobs whose readiness events are set (lock-free reads) */
     out->residency = swap_residency(e->mgr, sm);
     out->n_shards = sm->tp * sm->pp;
     for (int s = 0; s < out->n_shards && s < ENGINE_MAX_SHARDS; s++) {
         const struct swap_shard *sh = &sm->shards[s];
         out->shards[s].device = sh->device;
         out->shards[s].bytes = sh->device_bytes;
+        out->shards[s].n_blobs = sh->layout.n_blobs;
         for (int b = 0; b < sh->layout.n_blobs; b++)
-            if (event_is_set(&sh->ready[b]))
-                out->shards[s].bytes_ready += sh->layout.blob_bytes[b];
+            out->shards[s].blobs_ready += event_is_set(&sh->ready[b]);
     }
     return 0;
 }

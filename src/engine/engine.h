@@ -205,8 +205,9 @@ struct engine_model_stats {
     int n_shards;           /* tp * pp; shards beyond ENGINE_MAX_SHARDS are not listed */
     struct {
         int device;
-        uint64_t bytes;       /* its device bytes */
-        uint64_t bytes_ready; /* of which on the device and ready now */
+        uint64_t bytes;        /* its device bytes */
+        int n_blobs;           /* embeddings, layers, ... (the units a load moves) */
+        int blobs_ready;       /* of which on the device and ready now */
     } shards[ENGINE_MAX_SHARDS];
     uint64_t loads, evictions, unloads; /* evictions: by the policy; unloads: by the admin */
     uint64_t bytes_loaded;  /* host -> device, over its loads */
