@@ -98,8 +98,9 @@ int engine_remove_model(struct engine *e, int id);
 int engine_pin_model(struct engine *e, int id, bool pinned);
 /* Starts loading the model onto its devices now, through the scheduler
  * thread, evicting nothing: ERR_BUSY when it does not fit the devices' free
- * memory now (or that memory is not in one piece). Returns once the load is under way (or the model was resident
- * already); swap_wait_loaded() waits for its end. */
+ * memory now (or that memory is not in one piece). Returns once the load is
+ * under way (or the model was resident already); swap_wait_loaded() waits
+ * for its end. */
 int engine_load_model(struct engine *e, int id);
 /* Offloads the model from its devices, through the scheduler thread: at once
  * when idle, at the end of its batch in flight (which takes no more joiners),
