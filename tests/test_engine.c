@@ -177,10 +177,10 @@ static struct engine_request_params job_params(struct job *j, int id, uint64_t s
 static int submit_retry(struct engine *e, const struct engine_request_params *p,
                         struct engine_req **out)
 {
-    int rc;
     for (;;) {
         int seen = atomic_load(&completed);
-        if ((rc = engine_submit(e, p, out)) != ERR_BUSY)
+        int rc = engine_submit(e, p, out);
+        if (rc != ERR_BUSY)
             return rc;
         progress_wait(seen);
     }

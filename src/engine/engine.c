@@ -569,6 +569,19 @@ static int batch_step(struct batch *b, struct engine_req **joining, int n_join, 
     return group_forward(e->w, b->gb, b->ids, b->mask, t, false, true, b->logits);
 }
 
+/* Adds the batch's time since *mark to the time computing (before
+ * completions, so a request's waiter sees its batch's time counted). */
+static void batch_accrue(struct batch *b, double *mark)
+{
+    struct engine *e = b->m->e;
+    double now = time_now();
+    pthread_mutex_lock(&e->lock);
+    e->stats.compute_s += now - *mark;
+    b->m->compute_s += now - *mark;
+    pthread_mutex_unlock(&e->lock);
+    *mark = now;
+}
+
 static void batch_fail(struct batch *b, int rc)
 {
     char why[160];
@@ -583,6 +596,7 @@ static void batch_run(struct emodel *m, struct engine_req **first, int n_first)
     struct engine *e = m->e;
     const struct opt_config *c = &m->sm->cfg;
     struct batch b = {.m = m, .slots = n_first};
+    double mark = time_now(); /* time computing counted up to here */
     int max_prompt = 0, max_tokens = 0;
     for (int i = 0; i < n_first; i++) {
         max_prompt = first[i]->n_prompt > max_prompt ? first[i]->n_prompt : max_prompt;
@@ -615,6 +629,7 @@ static void batch_run(struct emodel *m, struct engine_req **first, int n_first)
     if (rc < 0) {
         char why[160];
         snprintf(why, sizeof(why), "%s", err_msg());
+        batch_accrue(&b, &mark);
         for (int i = 0; i < n_first; i++)
             req_finish_running(m, first[i], rc, why);
         goto out;
@@ -622,7 +637,9 @@ static void batch_run(struct emodel *m, struct engine_req **first, int n_first)
     /* prefill, then one token per step; waiting requests join freed slots */
     bool loaded = swap_residency(e->mgr, m->sm) == RES_ON_DEVICE; /* no layer still arriving */
     double t_step = time_now();
-    if ((rc = batch_step(&b, first, n_first, max_prompt)) < 0) {
+    rc = batch_step(&b, first, n_first, max_prompt);
+    batch_accrue(&b, &mark);
+    if (rc < 0) {
         batch_fail(&b, rc);
         goto out;
     }
@@ -678,7 +695,9 @@ static void batch_run(struct emodel *m, struct engine_req **first, int n_first)
             join[j]->t.batch_size = active + n_join;
             join[j]->t.batch_id = b.id;
         }
-        if ((rc = batch_step(&b, join, n_join, t)) < 0) {
+        rc = batch_step(&b, join, n_join, t);
+        batch_accrue(&b, &mark);
+        if (rc < 0) {
             batch_fail(&b, rc);
             break;
         }
@@ -691,6 +710,7 @@ out:
     free(b.mask);
     free(b.logits);
     free(b.last);
+    batch_accrue(&b, &mark);
 }
 
 static void *runner_main(void *arg)
@@ -709,14 +729,10 @@ static void *runner_main(void *arg)
                     ? queue_take(m, first, e->cfg.max_batch, e->policy->batch_same_params_only)
                     : 0;
         pthread_mutex_unlock(&e->lock);
-        double t0 = time_now();
         if (n > 0)
-            batch_run(m, first, n);
-        double dt = time_now() - t0;
+            batch_run(m, first, n); /* counts its time computing as it goes */
         swap_use_end(e->mgr, m->sm);
         pthread_mutex_lock(&e->lock);
-        e->stats.compute_s += dt;
-        m->compute_s += dt;
         m->running = false;
         m->offload_pending = false; /* swap_use_end carried out a deferred offload */
         pthread_cond_signal(&e->wake);
@@ -933,6 +949,10 @@ static void *sched_main(void *arg)
         if (e->finished)
             continue;
         admin_run(e);
+        if (e->n_live == 0) { /* nothing to schedule until a model is added */
+            pthread_cond_wait(&e->wake, &e->lock);
+            continue;
+        }
         if (e->n_live > cap) { /* models were added */
             int c = 2 * e->n_live;
             struct sched_model *s2 = realloc(sm, (size_t)c * sizeof(*sm));

@@ -39,8 +39,11 @@
  * thread, or a copy: the swap manager calls made under it (swap_use_begin,
  * swap_offload, swap_load_no_evict, swap_residency) only take the swap
  * manager's lock, which nests inside it (the swap manager calls its listener
- * outside its own lock), and start copies without waiting for them. A
- * request's phase and reference count are atomics, taken without a lock.
+ * outside its own lock), and start copies without waiting for them (a model
+ * still copying back is not loaded until that copy's end wakes the
+ * scheduler, since swap_load would wait for it). A request's phase and
+ * reference count are atomics, taken without a lock; its results are
+ * written by the one thread that completes it, before it is marked done.
  */
 #ifndef SHARDSWAP_ENGINE_ENGINE_H
 #define SHARDSWAP_ENGINE_ENGINE_H
@@ -182,7 +185,7 @@ struct engine_stats {
     uint64_t submitted, completed, rejected, batches, loads, evictions;
     uint64_t ok, failed, cancelled, timed_out; /* completed, by outcome */
     double swap_s;        /* summed load times (request of a load -> on device) */
-    double compute_s;     /* summed batch run times */
+    double compute_s;     /* summed batch run times (counted as batches run) */
 };
 void engine_get_stats(struct engine *e, struct engine_stats *st);
 
