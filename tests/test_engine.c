@@ -20,6 +20,7 @@
  * their requests wait until the test unpins it. */
 #include <jansson.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +78,8 @@ struct job {
     bool plain;                 /* submitted without on_token */
     bool cancel_at_first;       /* on_token cancels it at its first token */
     double hold_until;          /* on_token holds the runner until then (deadline test) */
+    bool hold_until_removed;    /* on_token holds the runner until its model is removed */
+    atomic_int first_token;     /* on_token has run */
     int cancel_rc;
     int n_streamed;
     int32_t streamed[16];
@@ -105,6 +108,9 @@ static void on_token(struct engine_req *r, int32_t id, void *ctx)
         j->cancel_rc = engine_cancel(j->e, r);
     while (j->hold_until > 0 && time_now() <= j->hold_until)
         ; /* a test-only breach of the contract: the deadline passes before the next step */
+    atomic_store(&j->first_token, 1);
+    while (j->hold_until_removed && engine_find_model(j->e, names[j->fix]) >= 0)
+        sched_yield(); /* test-only too: the removal begins before the next step */
 }
 
 static void on_done(struct engine_req *r, void *ctx)
@@ -644,6 +650,41 @@ static void test_remove(void)
     rig_close(&g);
 }
 
+/* A model removed while its batch runs: the sequence leaves at the next step
+ * with the tokens it has and the removal's status; remove returns after the
+ * batch has ended. */
+static void test_remove_running(void)
+{
+    struct rig g;
+    rig_open(&g, "swapwise", 0, 64, 8, 2);
+    atomic_store(&wrong, 0);
+    int t = 1;
+    struct job a;
+    struct engine_req *h;
+    job_init(&a, g.e, t, 0, 12);
+    a.hold_until_removed = true;
+    struct engine_request_params p = job_params(&a, g.id[t], 1);
+    CHECK(engine_submit(g.e, &p, &h) == 0);
+    while (!atomic_load(&a.first_token))
+        sched_yield();
+    CHECK(engine_remove_model(g.e, g.id[t]) == 0);
+    CHECK(engine_req_done(h)); /* its batch ended before remove returned */
+    CHECK_MSG(engine_req_wait(h) == ERR_NOT_FOUND && a.n_out == 1 &&
+                  strstr(a.error, "was removed"),
+              "status %d (%s), %d tokens", a.status, a.error, a.n_out);
+    CHECK(swap_residency(g.mgr, g.sm[t]) != RES_ON_DEVICE); /* offloaded */
+    engine_req_release(h);
+    int ids[N_MODELS];
+    CHECK(engine_list_models(g.e, ids, N_MODELS) == N_MODELS - 1);
+    for (int i = 0, k = 0; i < N_MODELS; i++)
+        if (i != t)
+            CHECK(ids[k++] == g.id[i]);
+    CHECK(engine_list_models(g.e, ids, 2) == N_MODELS - 1 && ids[1] == g.id[2]);
+    CHECK(atomic_load(&wrong) == 0);
+    check_stats_add_up(&g, "remove running");
+    rig_close(&g);
+}
+
 /* Load and unload on request, residency per shard in the statistics, and an
  * unloaded model loaded again on demand. */
 static void test_load_unload(void)
@@ -831,6 +872,7 @@ int main(void)
     test_cancel();
     test_deadlines();
     test_remove();
+    test_remove_running();
     test_load_unload();
     test_live_registry("swapwise");
     test_live_registry("computron");

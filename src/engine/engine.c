@@ -1059,6 +1059,20 @@ int engine_find_model(struct engine *e, const char *name)
     return rc;
 }
 
+int engine_list_models(struct engine *e, int *ids, int max)
+{
+    pthread_mutex_lock(&e->lock);
+    int n = 0;
+    for (int id = 0; id < e->n_ids; id++)
+        if (model_get(e, id)) {
+            if (n < max)
+                ids[n] = id;
+            n++;
+        }
+    pthread_mutex_unlock(&e->lock);
+    return n;
+}
+
 int engine_remove_model(struct engine *e, int id)
 {
     pthread_mutex_lock(&e->lock);

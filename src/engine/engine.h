@@ -89,6 +89,9 @@ void engine_destroy(struct engine *e);
 int engine_add_model(struct engine *e, struct swap_model *model);
 /* The id of the model served under name, or ERR_NOT_FOUND. */
 int engine_find_model(struct engine *e, const char *name);
+/* The ids of the models served, ascending: fills up to max of them into ids
+ * and returns how many there are (which may exceed max). */
+int engine_list_models(struct engine *e, int *ids, int max);
 /* Stops serving model id: its queued requests complete at once with
  * ERR_NOT_FOUND ("model X was removed"), the sequences of its batch in flight
  * leave at the next step boundary with the same status, then its runner
