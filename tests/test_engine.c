@@ -438,6 +438,8 @@ static void test_rejections(void)
     p = job_params(&bad, 0, 1);
     p.max_tokens = 64;
     CHECK(engine_submit(g.e, &p, NULL) == ERR_INVALID && strstr(err_msg(), "positions"));
+    p.max_tokens = 0x7fffffff; /* refused before anything is allocated for it */
+    CHECK(engine_submit(g.e, &p, NULL) == ERR_INVALID && strstr(err_msg(), "positions"));
     int32_t big = 1 << 20;
     p = job_params(&bad, 0, 1);
     p.prompt = &big;

@@ -292,14 +292,46 @@ static struct emodel *model_by_name(struct engine *e, const char *name)
     return NULL;
 }
 
+/* The model a request names (lock held). */
+static struct emodel *model_named(struct engine *e, const struct engine_request_params *p)
+{
+    struct emodel *m = p->model_name ? model_by_name(e, p->model_name) : model_get(e, p->model);
+    if (!m) {
+        if (p->model_name)
+            err_set(ERR_NOT_FOUND, "no model named '%s' is served", p->model_name);
+        else
+            err_set(ERR_NOT_FOUND, "no model with id %d is served (removed, or never added)",
+                    p->model);
+    }
+    return m;
+}
+
 int engine_submit(struct engine *e, const struct engine_request_params *p,
                   struct engine_req **out)
 {
     if (out)
         *out = NULL;
+    /* validate against the model's shape (its swap_model is the caller's and
+     * outlives its time here, so the shape can be read after the lock) */
+    pthread_mutex_lock(&e->lock);
+    struct emodel *m = model_named(e, p);
+    struct swap_model *sm = m ? m->sm : NULL;
+    int id = m ? m->id : -1;
+    pthread_mutex_unlock(&e->lock);
+    if (!sm)
+        return ERR_NOT_FOUND;
+    const struct opt_config *c = &sm->cfg;
     if (p->n_prompt < 1 || p->max_tokens < 1 || !p->prompt)
         return err_set(ERR_INVALID, "a request needs at least one prompt token and "
                                     "max_tokens >= 1");
+    if (p->n_prompt > c->max_pos || p->max_tokens > c->max_pos - p->n_prompt)
+        return err_set(ERR_INVALID, "prompt of %d tokens + max_tokens %d exceeds model %s's %d "
+                                    "positions", p->n_prompt, p->max_tokens, sm->name,
+                       c->max_pos);
+    for (int i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || p->prompt[i] >= c->vocab)
+            return err_set(ERR_INVALID, "prompt token %d is outside model %s's vocabulary (%d)",
+                           p->prompt[i], sm->name, c->vocab);
     struct engine_req *r = calloc(1, sizeof(*r) + sizeof(int32_t) * ((size_t)p->n_prompt +
                                                                     (size_t)p->max_tokens));
     if (!r)
@@ -331,31 +363,14 @@ int engine_submit(struct engine *e, const struct engine_request_params *p,
         r->deadline = r->t.t_arrival + p->timeout_s;
 
     pthread_mutex_lock(&e->lock);
-    struct emodel *m = p->model_name ? model_by_name(e, p->model_name) : model_get(e, p->model);
-    if (!m) {
-        rc = p->model_name ? err_set(ERR_NOT_FOUND, "no model named '%s' is served",
-                                     p->model_name)
-                           : err_set(ERR_NOT_FOUND, "no model with id %d is served (removed, "
-                                                    "or never added)", p->model);
+    if (!(m = model_get(e, id))) { /* removed meanwhile */
+        rc = err_set(ERR_NOT_FOUND, "model %s was removed", sm->name);
         goto fail;
     }
-    const struct opt_config *c = &m->sm->cfg;
-    if (p->n_prompt + p->max_tokens > c->max_pos) {
-        rc = err_set(ERR_INVALID, "prompt of %d tokens + max_tokens %d exceeds model %s's %d "
-                                  "positions", p->n_prompt, p->max_tokens, m->sm->name,
-                     c->max_pos);
-        goto fail;
-    }
-    for (int i = 0; i < p->n_prompt; i++)
-        if (p->prompt[i] < 0 || p->prompt[i] >= c->vocab) {
-            rc = err_set(ERR_INVALID, "prompt token %d is outside model %s's vocabulary (%d)",
-                         p->prompt[i], m->sm->name, c->vocab);
-            goto fail;
-        }
     if (m->queue_len >= e->cfg.queue_cap) {
         e->stats.rejected++;
         m->rejected++;
-        rc = err_set(ERR_BUSY, "model %s has %d requests waiting, its queue's limit", m->sm->name,
+        rc = err_set(ERR_BUSY, "model %s has %d requests waiting, its queue's limit", sm->name,
                      e->cfg.queue_cap);
         goto fail;
     }
