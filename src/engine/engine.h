@@ -27,9 +27,10 @@
  *   queue and returns.
  * - on_done(req, ctx): exactly once per request engine_submit accepted, on an
  *   engine thread (the model's runner thread, or the scheduler thread for a
- *   request that never ran), never on the thread calling into the engine and
- *   never under an engine lock. Same rules as on_token. It may run before
- *   engine_submit has returned.
+ *   request that never ran, where it holds up scheduling while it runs),
+ *   never on the thread calling into the engine and never under an engine
+ *   lock. Same rules as on_token. It may run before engine_submit has
+ *   returned; the engine's reference keeps the handle valid until it returns.
  * - Every other function may be called from any thread that is not an engine
  *   thread (not from a callback), except where it says otherwise.
  *
