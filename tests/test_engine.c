@@ -489,6 +489,12 @@ static void test_streaming(void)
                 CHECK(n == 12 && memcmp(out, expects[m][w].out, sizeof(int32_t) * 12) == 0);
                 CHECK(engine_req_model(r) == g.id[m] && engine_req_ctx(r) == &jobs[m][w][s]);
                 CHECK(jobs[m][w][s].n_streamed == (s ? 12 : 0));
+                struct engine_req_timings tm;
+                engine_req_timings(r, &tm);
+                CHECK(tm.t_arrival > 0 && tm.t_arrival <= tm.t_start &&
+                      tm.t_start <= tm.t_first_token && tm.t_first_token <= tm.t_done &&
+                      tm.batch_id >= 1 && tm.batch_size >= 1 && tm.slot < tm.batch_size &&
+                      engine_req_status(r) == 0 && engine_req_error(r)[0] == '\0');
                 engine_req_release(r);
             }
     engine_req_release(NULL);
