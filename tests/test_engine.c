@@ -5,19 +5,32 @@
  *   fixtures' transformers references, cut to the request's max_tokens),
  *   whatever batch, padding or join it went through;
  * - no starvation: a lone request for a cold model completes while two other
- *   models receive a continuous stream;
+ *   models keep a backlog, before a bounded number of others were submitted;
+ * - a full queue rejects; bad requests are refused;
+ * - streaming: tokens arrive in order on an engine thread and equal the
+ *   output and the reference;
+ * - cancel: a queued request leaves its queue, a running one its batch at
+ *   the next step, and a waiting request joins the freed slot;
+ * - deadlines: a queued request and a running one time out;
+ * - the live registry: models removed (their waiting requests fail with
+ *   "removed"), added again, pinned, unloaded and loaded while two threads
+ *   submit; every request completes exactly once; statistics add up;
  * - free device memory in pieces: the engine takes the explicit fragmentation
  *   step (swap_compact) and serves the model;
  * - submissions are taken at once while the scheduler's load must wait for a
  *   copy back (the engine lock is never held across a wait on the manager);
- * - budgets' high-water marks stay within the budgets; a full queue rejects. */
+ * - budgets' high-water marks stay within the budgets.
+ * Ordering is made by a gate, never by timing: the largest model, pinned on
+ * devices with room for one model, keeps every other model off them, so
+ * their requests wait until the test unpins it. */
 #include <jansson.h>
 #include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "core/timing.h"
@@ -63,34 +76,129 @@ static void load_expectations(void)
     }
 }
 
+/* ---- requests and their callbacks ---- */
+
 struct job {
-    struct engine_request r;
-    int32_t out[16];
-    int which;
+    struct engine *e;
+    int fix, which, max_tokens; /* fixture model and prompt */
+    bool plain;                 /* submitted without on_token */
+    bool cancel_at_first;       /* on_token cancels it at its first token */
+    double hold_until;          /* on_token holds the runner until then (deadline test) */
+    bool hold_until_removed;    /* on_token holds the runner until its model is removed */
+    atomic_int first_token;     /* on_token has run */
+    int cancel_rc;
+    int n_streamed;
+    int32_t streamed[16];
     atomic_int done_count;
+    /* copied by on_done */
+    int status, n_out;
+    int32_t out[16];
+    char error[160];
+    struct engine_req_timings t;
 };
 
-static atomic_int wrong, completed;
+static atomic_int wrong, completed, bad_thread;
+static pthread_mutex_t progress_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t progress = PTHREAD_COND_INITIALIZER;
+static _Thread_local bool caller_thread; /* the test's own threads, never an engine thread */
 
-static void on_done(struct engine_request *r)
+static void on_token(struct engine_req *r, int32_t id, void *ctx)
 {
-    struct job *j = (struct job *)r->ctx;
-    const struct expect *x = &expects[r->model][j->which];
-    bool ok = r->status == 0 && r->n_output == r->max_tokens &&
-              memcmp(r->output, x->out, (size_t)r->n_output * sizeof(int32_t)) == 0;
+    struct job *j = ctx;
+    if (caller_thread)
+        atomic_fetch_add(&bad_thread, 1);
+    if (j->n_streamed < 16)
+        j->streamed[j->n_streamed] = id;
+    j->n_streamed++;
+    if (j->cancel_at_first && j->n_streamed == 1)
+        j->cancel_rc = engine_cancel(j->e, r);
+    while (j->hold_until > 0 && time_now() <= j->hold_until)
+        ; /* a test-only breach of the contract: the deadline passes before the next step */
+    atomic_store(&j->first_token, 1);
+    while (j->hold_until_removed && engine_find_model(j->e, names[j->fix]) >= 0)
+        sched_yield(); /* test-only too: the removal begins before the next step */
+}
+
+static void on_done(struct engine_req *r, void *ctx)
+{
+    struct job *j = ctx;
+    if (caller_thread)
+        atomic_fetch_add(&bad_thread, 1);
+    const struct expect *x = &expects[j->fix][j->which];
+    const int32_t *out = engine_req_output(r, &j->n_out);
+    memcpy(j->out, out, sizeof(int32_t) * (size_t)(j->n_out < 16 ? j->n_out : 16));
+    j->status = engine_req_status(r);
+    snprintf(j->error, sizeof(j->error), "%s", engine_req_error(r));
+    engine_req_timings(r, &j->t);
+    /* whatever the status, the tokens it has are the reference's first ones,
+     * and every one of them was streamed, in order */
+    bool ok = (j->status != 0 || j->n_out == j->max_tokens) && j->n_out <= j->max_tokens &&
+              memcmp(j->out, x->out, (size_t)j->n_out * sizeof(int32_t)) == 0 &&
+              (j->plain || (j->n_streamed == j->n_out &&
+                            memcmp(j->streamed, j->out, (size_t)j->n_out * sizeof(int32_t)) == 0));
     if (!ok && atomic_fetch_add(&wrong, 1) < 3) {
-        fprintf(stderr, "model %d prompt %d status %d (%s) batch %d: got", r->model, j->which,
-                r->status, r->error, r->batch_size);
-        for (int i = 0; i < r->n_output; i++)
-            fprintf(stderr, " %d", r->output[i]);
+        fprintf(stderr, "model %s prompt %d status %d (%s) batch %d, %d streamed: got",
+                names[j->fix], j->which, j->status, j->error, j->t.batch_size, j->n_streamed);
+        for (int i = 0; i < j->n_out; i++)
+            fprintf(stderr, " %d", j->out[i]);
         fprintf(stderr, " expected");
-        for (int i = 0; i < r->max_tokens; i++)
+        for (int i = 0; i < j->max_tokens; i++)
             fprintf(stderr, " %d", x->out[i]);
         fprintf(stderr, "\n");
     }
     atomic_fetch_add(&j->done_count, 1);
+    pthread_mutex_lock(&progress_lock);
     atomic_fetch_add(&completed, 1);
+    pthread_cond_broadcast(&progress);
+    pthread_mutex_unlock(&progress_lock);
 }
+
+/* Waits until more than `seen` requests have completed, or *stop. */
+static void progress_wait_stop(int seen, const atomic_bool *stop)
+{
+    pthread_mutex_lock(&progress_lock);
+    while (atomic_load(&completed) <= seen && !(stop && atomic_load(stop)))
+        pthread_cond_wait(&progress, &progress_lock);
+    pthread_mutex_unlock(&progress_lock);
+}
+
+static void progress_wait(int seen)
+{
+    progress_wait_stop(seen, NULL);
+}
+
+static void job_init(struct job *j, struct engine *e, int fix, int which, int max_tokens)
+{
+    memset(j, 0, sizeof(*j));
+    j->e = e;
+    j->fix = fix;
+    j->which = which;
+    j->max_tokens = max_tokens;
+}
+
+static struct engine_request_params job_params(struct job *j, int id, uint64_t seed)
+{
+    const struct expect *x = &expects[j->fix][j->which];
+    return (struct engine_request_params){
+        .model = id, .prompt = x->prompt, .n_prompt = x->n_prompt, .max_tokens = j->max_tokens,
+        .sampling = {.temperature = 0, .top_p = 1, .seed = seed},
+        .on_token = on_token, .on_done = on_done, .ctx = j};
+}
+
+/* Submits; a full queue waits for a completion and tries again. */
+static int submit_retry(struct engine *e, const struct engine_request_params *p,
+                        struct engine_req **out)
+{
+    for (;;) {
+        int seen = atomic_load(&completed);
+        int rc = engine_submit(e, p, out);
+        if (rc != ERR_BUSY)
+            return rc;
+        progress_wait(seen);
+    }
+}
+
+/* ---- the rig ---- */
 
 struct rig {
     struct device *devs[2];
@@ -98,12 +206,14 @@ struct rig {
     struct workers *w;
     struct engine *e;
     struct swap_model *sm[N_MODELS];
+    int id[N_MODELS];
+    int big; /* the largest model: the gate */
 };
 
-/* Devices of budget bytes (0: room for the two largest models) and a host
- * budget (0: 256 MiB), TP=2 over both. */
+/* Device memory for the `room` largest models, or budget bytes when not 0,
+ * and a host budget (0: 256 MiB); TP=2 over both devices. */
 static void rig_open_budget(struct rig *g, const char *policy, int max_loaded, int queue_cap,
-                            uint64_t budget, uint64_t host_budget)
+                            int max_batch, int room, uint64_t budget, uint64_t host_budget)
 {
     memset(g, 0, sizeof(*g));
     /* probe the models' bytes on a roomy manager first */
@@ -127,6 +237,7 @@ static void rig_open_budget(struct rig *g, const char *policy, int max_loaded, i
         if (b > b1) {
             b2 = b1;
             b1 = b;
+            g->big = m;
         } else if (b > b2) {
             b2 = b;
         }
@@ -134,25 +245,27 @@ static void rig_open_budget(struct rig *g, const char *policy, int max_loaded, i
     swap_manager_destroy(pm);
     for (int d = 0; d < 2; d++) {
         device_close(probe[d]);
-        CHECK(device_open_cpu(d, budget ? budget : b1 + b2 + 4096, &g->devs[d]) == 0);
+        CHECK(device_open_cpu(d, budget ? budget : b1 + (room > 1 ? b2 : 0) + 4096,
+                              &g->devs[d]) == 0);
     }
     if (host_budget)
         cfg.host_budget = host_budget;
     CHECK(swap_manager_create(g->devs, 2, &cfg, &g->mgr) == 0);
     CHECK(workers_create(g->mgr, &g->w) == 0);
-    struct engine_config ec = {.policy = policy, .max_batch = 8, .queue_cap = queue_cap,
+    struct engine_config ec = {.policy = policy, .max_batch = max_batch, .queue_cap = queue_cap,
                                .max_loaded = max_loaded};
     CHECK(engine_create(g->mgr, g->w, &ec, &g->e) == 0);
     for (int m = 0; m < N_MODELS; m++) {
         snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, names[m]);
         CHECK(swap_register(g->mgr, names[m], dir, &pl, false, &g->sm[m]) == 0);
-        CHECK(engine_add_model(g->e, g->sm[m]) == m);
+        CHECK((g->id[m] = engine_add_model(g->e, g->sm[m])) == m);
     }
 }
 
-static void rig_open(struct rig *g, const char *policy, int max_loaded, int queue_cap)
+static void rig_open(struct rig *g, const char *policy, int max_loaded, int queue_cap,
+                     int max_batch, int room)
 {
-    rig_open_budget(g, policy, max_loaded, queue_cap, 0, 0);
+    rig_open_budget(g, policy, max_loaded, queue_cap, max_batch, room, 0, 0);
 }
 
 static void rig_close(struct rig *g)
@@ -166,37 +279,62 @@ static void rig_close(struct rig *g)
         device_close(g->devs[d]);
 }
 
-static void job_init(struct job *j, int model, int which, int max_tokens, uint64_t seed)
+/* With room for one model: the largest, loaded and pinned, keeps every other
+ * model off the devices until gate_open. */
+static void gate_close(struct rig *g)
 {
-    memset(j, 0, sizeof(*j));
-    const struct expect *x = &expects[model][which];
-    j->which = which;
-    j->r.model = model;
-    j->r.prompt = x->prompt;
-    j->r.n_prompt = x->n_prompt;
-    j->r.max_tokens = max_tokens;
-    j->r.sampling = (struct sampler_params){.temperature = 0, .top_p = 1, .seed = seed};
-    j->r.output = j->out;
-    j->r.on_done = on_done;
-    j->r.ctx = j;
+    CHECK(engine_pin_model(g->e, g->id[g->big], true) == 0);
+    CHECK_MSG(engine_load_model(g->e, g->id[g->big]) == 0, "%s", err_msg());
+    CHECK(swap_wait_loaded(g->mgr, g->sm[g->big]) == 0);
 }
 
-static void submit_retry(struct engine *e, struct job *j)
+static void gate_open(struct rig *g)
 {
-    int rc;
-    while ((rc = engine_submit(e, &j->r)) == ERR_BUSY)
-        usleep(200);
-    CHECK_MSG(rc == 0, "submit: %s", err_msg());
+    CHECK(engine_pin_model(g->e, g->id[g->big], false) == 0);
 }
+
+/* A model other than the gate. */
+static int not_big(const struct rig *g, int k)
+{
+    return (g->big + 1 + k) % N_MODELS;
+}
+
+/* submitted = ok + failed + cancelled + timed_out once drained, overall and
+ * summed over the models still served. */
+static void check_stats_add_up(struct rig *g, const char *what)
+{
+    struct engine_stats st;
+    engine_get_stats(g->e, &st);
+    CHECK_MSG(st.submitted == st.ok + st.failed + st.cancelled + st.timed_out &&
+                  st.completed == st.submitted,
+              "%s: submitted %llu, ok %llu, failed %llu, cancelled %llu, timed out %llu", what,
+              (unsigned long long)st.submitted, (unsigned long long)st.ok,
+              (unsigned long long)st.failed, (unsigned long long)st.cancelled,
+              (unsigned long long)st.timed_out);
+    for (int m = 0; m < N_MODELS; m++) {
+        struct engine_model_stats ms;
+        if (engine_model_stats(g->e, g->id[m], &ms) < 0)
+            continue;
+        CHECK_MSG(ms.submitted == ms.ok + ms.failed + ms.cancelled + ms.timed_out &&
+                      ms.queue_len == 0 && ms.running == 0 && ms.latency.n == ms.ok,
+                  "%s: model %s: submitted %llu, ok %llu, failed %llu, cancelled %llu, timed "
+                  "out %llu, queued %d, running %d", what, ms.name,
+                  (unsigned long long)ms.submitted, (unsigned long long)ms.ok,
+                  (unsigned long long)ms.failed, (unsigned long long)ms.cancelled,
+                  (unsigned long long)ms.timed_out, ms.queue_len, ms.running);
+    }
+}
+
+/* ---- tests ---- */
 
 static void test_churn(const char *policy, int n_req)
 {
     struct rig g;
-    rig_open(&g, policy, 2, 64);
+    rig_open(&g, policy, 2, 64, 8, 2);
     struct job *jobs = calloc((size_t)n_req, sizeof(*jobs));
     atomic_store(&wrong, 0);
-    atomic_store(&completed, 0);
     uint64_t x = 42;
+    bool requested[N_MODELS] = {false};
     double t0 = time_now();
     for (int i = 0; i < n_req; i++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
@@ -204,58 +342,80 @@ static void test_churn(const char *policy, int n_req)
         int model = (x >> 60) < 8 ? 0 : (int)((x >> 33) % N_MODELS);
         int which = (int)((x >> 20) % 3);
         int max_tokens = 1 + (int)((x >> 40) % 12);
-        job_init(&jobs[i], model, which, max_tokens, x);
-        submit_retry(g.e, &jobs[i]);
+        requested[model] = true;
+        job_init(&jobs[i], g.e, model, which, max_tokens);
+        struct engine_request_params p = job_params(&jobs[i], g.id[model], x);
+        CHECK_MSG(submit_retry(g.e, &p, NULL) == 0, "submit: %s", err_msg());
     }
     engine_drain(g.e);
     double dt = time_now() - t0;
-    int once = 0;
-    for (int i = 0; i < n_req; i++)
+    int once = 0, ok = 0, n_models = 0;
+    for (int i = 0; i < n_req; i++) {
         once += atomic_load(&jobs[i].done_count) == 1;
+        ok += jobs[i].status == 0;
+    }
+    for (int m = 0; m < N_MODELS; m++)
+        n_models += requested[m];
     struct engine_stats st;
     engine_get_stats(g.e, &st);
     printf("churn %-9s: %d requests in %.2f s, %llu batches, %llu loads, %d wrong\n", policy,
            n_req, dt, (unsigned long long)st.batches, (unsigned long long)st.loads,
            atomic_load(&wrong));
     CHECK_MSG(once == n_req, "%s: %d of %d requests completed exactly once", policy, once, n_req);
+    CHECK_MSG(ok == n_req, "%s: %d of %d requests completed ok", policy, ok, n_req);
     CHECK_MSG(atomic_load(&wrong) == 0, "%s: %d requests got another output", policy,
               atomic_load(&wrong));
-    CHECK(st.completed == (uint64_t)n_req && st.loads >= 4);
+    /* every model starts on disk: each one requested was loaded at least once */
+    CHECK(st.completed == (uint64_t)n_req && st.loads >= (uint64_t)n_models);
+    check_stats_add_up(&g, policy);
+    struct engine_model_stats ms;
+    CHECK(engine_model_stats(g.e, g.id[0], &ms) == 0 && ms.loads >= 1 &&
+          ms.bytes_loaded >= ms.loads * swap_model_total_bytes(g.sm[0]) && ms.latency.n == ms.ok &&
+          ms.latency.p50 <= ms.latency.p99 && ms.latency.p99 <= ms.latency.max &&
+          ms.ttft.p50 <= ms.latency.max);
     rig_close(&g);
     free(jobs);
 }
 
-/* Model 5's single request must complete while models 0 and 1 stay busy. */
+/* Model 5's single request completes while models 0 and 1 keep a backlog:
+ * the stream tops them up as requests complete (no clock involved), and the
+ * lone one must be done before STREAM others were submitted. */
 static void test_starvation(const char *policy)
 {
     struct rig g;
-    rig_open(&g, policy, 2, 100000);
-    enum { STREAM = 20000 };
+    rig_open(&g, policy, 2, 100000, 8, 2);
+    enum { STREAM = 20000, BACKLOG = 32 };
     struct job *jobs = calloc(STREAM, sizeof(*jobs));
     struct job lone;
     atomic_store(&wrong, 0);
+    int base = atomic_load(&completed); /* the stream's completions: completed - base */
     /* warm up models 0 and 1 so they are resident and busy */
     int i = 0;
-    for (; i < 64; i++) {
-        job_init(&jobs[i], i % 2, i % 3, 4, (uint64_t)i);
-        submit_retry(g.e, &jobs[i]);
+    for (; i < BACKLOG; i++) {
+        job_init(&jobs[i], g.e, i % 2, i % 3, 4);
+        struct engine_request_params p = job_params(&jobs[i], g.id[i % 2], (uint64_t)i);
+        CHECK(submit_retry(g.e, &p, NULL) == 0);
     }
-    job_init(&lone, 5, 0, 3, 7);
-    submit_retry(g.e, &lone);
-    double t0 = time_now();
-    while (atomic_load(&lone.done_count) == 0 && i < STREAM && time_now() - t0 < 20) {
-        job_init(&jobs[i], i % 2, i % 3, 4, (uint64_t)i);
-        submit_retry(g.e, &jobs[i]);
+    job_init(&lone, g.e, 5, 0, 3);
+    struct engine_request_params lp = job_params(&lone, g.id[5], 7);
+    CHECK(submit_retry(g.e, &lp, NULL) == 0);
+    while (atomic_load(&lone.done_count) == 0 && i < STREAM) {
+        int seen = atomic_load(&completed);
+        if (i - (seen - base) >= BACKLOG) {
+            progress_wait(seen);
+            continue;
+        }
+        job_init(&jobs[i], g.e, i % 2, i % 3, 4);
+        struct engine_request_params p = job_params(&jobs[i], g.id[i % 2], (uint64_t)i);
+        CHECK(submit_retry(g.e, &p, NULL) == 0);
         i++;
-        if (i % 32 == 0)
-            usleep(1000);
     }
     CHECK_MSG(atomic_load(&lone.done_count) == 1, "%s: the lone request starved (%d submitted "
                                                   "around it)", policy, i);
     printf("starvation %-9s: lone request done after %.3f s with %d others submitted\n", policy,
-           lone.r.t_done - lone.r.t_arrival, i);
+           lone.t.t_done - lone.t.t_arrival, i);
     engine_drain(g.e);
-    CHECK(atomic_load(&wrong) == 0);
+    CHECK(atomic_load(&wrong) == 0 && lone.status == 0);
     rig_close(&g);
     free(jobs);
 }
@@ -270,7 +430,7 @@ static void test_starvation(const char *policy)
 static void test_fragmentation(const char *policy)
 {
     struct rig g;
-    rig_open_budget(&g, policy, 0, 64, 329984, 0);
+    rig_open_budget(&g, policy, 0, 64, 0, 2, 329984, 0);
     const int a = 2, b = 3, c = 4, w = 1; /* indices into names[] */
     for (int i = 0; i < 3; i++) {
         struct swap_model *x = g.sm[i == 0 ? a : i == 1 ? b : c];
@@ -282,8 +442,9 @@ static void test_fragmentation(const char *policy)
     CHECK_MSG(why.kind == SWAP_ROOM_FRAGMENTED && why.device == 0 && why.free >= why.need,
               "%s: not the fragmentation this test needs: %s", policy, err_msg());
     struct job j;
-    job_init(&j, w, 0, 4, 1);
-    submit_retry(g.e, &j);
+    job_init(&j, g.e, w, 0, 4);
+    struct engine_request_params p = job_params(&j, g.id[w], 1);
+    CHECK(submit_retry(g.e, &p, NULL) == 0);
     double t0 = time_now();
     while (atomic_load(&j.done_count) == 0 && time_now() - t0 < 20)
         usleep(1000);
@@ -291,7 +452,7 @@ static void test_fragmentation(const char *policy)
         CHECK_MSG(false, "%s: the engine never loaded the model into fragmented memory", policy);
         exit(test_finish());
     }
-    CHECK(j.r.status == 0);
+    CHECK_MSG(j.status == 0, "%s: %s", policy, j.error);
     struct engine_stats st;
     struct swap_stats ss;
     engine_get_stats(g.e, &st);
@@ -323,7 +484,8 @@ static void test_no_wait_under_lock(const char *policy)
 {
     const int x = 0, y = 1, z = 2;
     struct rig g;
-    rig_open_budget(&g, policy, 0, 64, 64u << 20, host_bytes(x) + host_bytes(y) + host_bytes(z) / 2);
+    rig_open_budget(&g, policy, 0, 64, 0, 2, 64u << 20,
+                    host_bytes(x) + host_bytes(y) + host_bytes(z) / 2);
     /* x, y, z resident; z's host copy pushed x's out: x's offload copies back */
     for (int i = 0; i < 3; i++) {
         struct swap_model *m = g.sm[i == 0 ? x : i == 1 ? y : z];
@@ -334,22 +496,25 @@ static void test_no_wait_under_lock(const char *policy)
     CHECK(swap_offload(g.mgr, g.sm[x], false) == 0);
     CHECK(swap_residency(g.mgr, g.sm[x]) == RES_OFFLOADING);
     struct job jx, jz;
-    job_init(&jx, x, 0, 3, 1);
-    job_init(&jz, z, 1, 3, 2);
-    submit_retry(g.e, &jx);
+    job_init(&jx, g.e, x, 0, 3);
+    job_init(&jz, g.e, z, 1, 3);
+    struct engine_request_params px = job_params(&jx, g.id[x], 1);
+    struct engine_request_params pz = job_params(&jz, g.id[z], 2);
+    CHECK(submit_retry(g.e, &px, NULL) == 0);
     usleep(50000); /* the scheduler meets the copy back */
     double t0 = time_now();
-    submit_retry(g.e, &jz);
+    CHECK(submit_retry(g.e, &pz, NULL) == 0);
     double dt = time_now() - t0;
-    bool still = swap_residency(g.mgr, g.sm[x]) == RES_OFFLOADING;
-    CHECK_MSG(dt < 0.25, "%s: engine_submit took %.3f s during a copy back", policy, dt);
-    CHECK(still); /* the check above measured what it means to */
+    /* the submission returned while the copy back still runs: it did not
+     * wait for it (the link makes that copy last about a second) */
+    CHECK_MSG(swap_residency(g.mgr, g.sm[x]) == RES_OFFLOADING,
+              "%s: engine_submit returned only after the copy back", policy);
     swap_wait_idle(g.mgr, g.sm[x]);
     for (int d = 0; d < 2; d++)
         CHECK(device_cpu_set_link(g.devs[d], 0) == 0);
     engine_drain(g.e);
     CHECK(atomic_load(&jx.done_count) == 1 && atomic_load(&jz.done_count) == 1);
-    CHECK(jx.r.status == 0 && jz.r.status == 0 && atomic_load(&wrong) == 0);
+    CHECK(jx.status == 0 && jz.status == 0 && atomic_load(&wrong) == 0);
     printf("no wait under lock %-9s: submit took %.1f ms during a copy back\n", policy, dt * 1e3);
     rig_close(&g);
 }
@@ -358,39 +523,481 @@ static void test_no_wait_under_lock(const char *policy)
 static void test_rejections(void)
 {
     struct rig g;
-    rig_open(&g, "swapwise", 0, 4);
-    struct job jobs[64];
-    int busy = 0;
-    for (int i = 0; i < 64; i++) {
-        job_init(&jobs[i], 3, 0, 12, 1);
-        int rc = engine_submit(g.e, &jobs[i].r);
-        busy += rc == ERR_BUSY;
-        CHECK(rc == 0 || rc == ERR_BUSY);
+    rig_open(&g, "swapwise", 0, 4, 8, 1);
+    gate_close(&g);
+    int t = not_big(&g, 0);
+    struct job jobs[6];
+    for (int i = 0; i < 6; i++) {
+        job_init(&jobs[i], g.e, t, 0, 12);
+        struct engine_request_params p = job_params(&jobs[i], g.id[t], 1);
+        int rc = engine_submit(g.e, &p, NULL);
+        CHECK_MSG(rc == (i < 4 ? 0 : ERR_BUSY), "request %d: %d (%s)", i, rc, err_msg());
     }
-    CHECK(busy > 0);
+    struct engine_model_stats ms;
+    CHECK(engine_model_stats(g.e, g.id[t], &ms) == 0 && ms.queue_len == 4 && ms.rejected == 2 &&
+          ms.submitted == 4 && ms.residency != RES_ON_DEVICE);
     struct job bad;
-    job_init(&bad, 0, 0, 1, 1);
-    bad.r.model = 7; /* only 6 models */
-    CHECK(engine_submit(g.e, &bad.r) == ERR_INVALID);
-    job_init(&bad, 0, 0, 1, 1);
-    bad.r.max_tokens = 0;
-    CHECK(engine_submit(g.e, &bad.r) == ERR_INVALID);
-    job_init(&bad, 0, 0, 1, 1);
-    bad.r.sampling.top_p = 2;
-    CHECK(engine_submit(g.e, &bad.r) == ERR_INVALID);
+    struct engine_request_params p;
+    job_init(&bad, g.e, 0, 0, 1);
+    p = job_params(&bad, 99, 1); /* only 6 models */
+    CHECK(engine_submit(g.e, &p, NULL) == ERR_NOT_FOUND && strstr(err_msg(), "99"));
+    p.model_name = "nonesuch";
+    CHECK(engine_submit(g.e, &p, NULL) == ERR_NOT_FOUND && strstr(err_msg(), "nonesuch"));
+    p = job_params(&bad, 0, 1);
+    p.max_tokens = 0;
+    CHECK(engine_submit(g.e, &p, NULL) == ERR_INVALID);
+    p = job_params(&bad, 0, 1);
+    p.sampling.top_p = 2;
+    CHECK(engine_submit(g.e, &p, NULL) == ERR_INVALID);
+    p = job_params(&bad, 0, 1);
+    p.max_tokens = 64;
+    CHECK(engine_submit(g.e, &p, NULL) == ERR_INVALID && strstr(err_msg(), "positions"));
+    p.max_tokens = 0x7fffffff; /* refused before anything is allocated for it */
+    CHECK(engine_submit(g.e, &p, NULL) == ERR_INVALID && strstr(err_msg(), "positions"));
     int32_t big = 1 << 20;
-    job_init(&bad, 0, 0, 1, 1);
-    bad.r.prompt = &big;
-    bad.r.n_prompt = 1;
-    CHECK(engine_submit(g.e, &bad.r) == ERR_INVALID && strstr(err_msg(), "vocabulary"));
+    p = job_params(&bad, 0, 1);
+    p.prompt = &big;
+    p.n_prompt = 1;
+    CHECK(engine_submit(g.e, &p, NULL) == ERR_INVALID && strstr(err_msg(), "vocabulary"));
+    CHECK(engine_unload_model(g.e, g.id[g.big]) == ERR_BUSY && strstr(err_msg(), "pinned"));
+    gate_open(&g);
     engine_drain(g.e);
+    for (int i = 0; i < 4; i++)
+        CHECK(atomic_load(&jobs[i].done_count) == 1 && jobs[i].status == 0);
+    for (int i = 4; i < 6; i++)
+        CHECK(atomic_load(&jobs[i].done_count) == 0);
+    check_stats_add_up(&g, "rejections");
     rig_close(&g);
+}
+
+/* Streamed tokens arrive in order on an engine thread and are the output;
+ * a streamed request and a plain one give the reference. */
+static void test_streaming(void)
+{
+    struct rig g;
+    rig_open(&g, "swapwise", 0, 64, 8, 2);
+    atomic_store(&wrong, 0);
+    atomic_store(&bad_thread, 0);
+    struct job jobs[N_MODELS][3][2];
+    struct engine_req *h[N_MODELS][3][2];
+    for (int m = 0; m < N_MODELS; m++)
+        for (int w = 0; w < 3; w++)
+            for (int s = 0; s < 2; s++) {
+                job_init(&jobs[m][w][s], g.e, m, w, 12);
+                struct engine_request_params p = job_params(&jobs[m][w][s], g.id[m], 5);
+                p.model = -1;
+                p.model_name = names[m];
+                if (!s) { /* the plain one: nothing streamed */
+                    p.on_token = NULL;
+                    jobs[m][w][s].plain = true;
+                }
+                CHECK(submit_retry(g.e, &p, &h[m][w][s]) == 0);
+            }
+    for (int m = 0; m < N_MODELS; m++)
+        for (int w = 0; w < 3; w++)
+            for (int s = 0; s < 2; s++) {
+                struct engine_req *r = h[m][w][s];
+                CHECK(engine_req_wait(r) == 0 && engine_req_done(r));
+                int n;
+                const int32_t *out = engine_req_output(r, &n);
+                CHECK(n == 12 && memcmp(out, expects[m][w].out, sizeof(int32_t) * 12) == 0);
+                CHECK(engine_req_model(r) == g.id[m] && engine_req_ctx(r) == &jobs[m][w][s]);
+                CHECK(jobs[m][w][s].n_streamed == (s ? 12 : 0));
+                struct engine_req_timings tm;
+                engine_req_timings(r, &tm);
+                CHECK(tm.t_arrival > 0 && tm.t_arrival <= tm.t_start &&
+                      tm.t_start <= tm.t_first_token && tm.t_first_token <= tm.t_done &&
+                      tm.batch_id >= 1 && tm.batch_size >= 1 && tm.slot < tm.batch_size &&
+                      engine_req_status(r) == 0 && engine_req_error(r)[0] == '\0');
+                engine_req_release(r);
+            }
+    engine_req_release(NULL);
+    engine_drain(g.e);
+    CHECK(atomic_load(&wrong) == 0 && atomic_load(&bad_thread) == 0);
+    rig_close(&g);
+}
+
+/* A queued request cancelled leaves its queue; a running one, cancelled at
+ * its first token, leaves its batch at the next step, and the request
+ * waiting behind it (batches of one) joins its slot in the same batch. */
+static void test_cancel(void)
+{
+    struct rig g;
+    rig_open(&g, "swapwise", 0, 64, 1, 1);
+    atomic_store(&wrong, 0);
+    atomic_store(&bad_thread, 0);
+    gate_close(&g);
+    int t = not_big(&g, 0);
+    struct job q, a, b;
+    struct engine_req *hq, *ha, *hb;
+    job_init(&q, g.e, t, 1, 12);
+    struct engine_request_params p = job_params(&q, g.id[t], 1);
+    CHECK(engine_submit(g.e, &p, &hq) == 0);
+    CHECK(engine_cancel(g.e, hq) == 0);
+    CHECK(engine_req_wait(hq) == ERR_CANCELLED && q.n_out == 0 && q.t.t_start == 0);
+    CHECK(engine_cancel(g.e, hq) == ERR_INVALID);
+    engine_req_release(hq);
+    job_init(&a, g.e, t, 0, 12);
+    a.cancel_at_first = true;
+    p = job_params(&a, g.id[t], 2);
+    CHECK(engine_submit(g.e, &p, &ha) == 0);
+    job_init(&b, g.e, t, 2, 12);
+    p = job_params(&b, g.id[t], 3);
+    CHECK(engine_submit(g.e, &p, &hb) == 0);
+    gate_open(&g);
+    CHECK(engine_req_wait(ha) == ERR_CANCELLED);
+    CHECK(engine_req_wait(hb) == 0);
+    CHECK_MSG(a.cancel_rc == 0 && a.n_out == 1 && a.n_streamed == 1, "cancel %d, %d tokens",
+              a.cancel_rc, a.n_out);
+    CHECK_MSG(b.t.batch_id == a.t.batch_id && b.t.slot == a.t.slot && b.n_out == 12,
+              "b in batch %llu slot %d, a in batch %llu slot %d",
+              (unsigned long long)b.t.batch_id, b.t.slot, (unsigned long long)a.t.batch_id,
+              a.t.slot);
+    engine_req_release(ha);
+    engine_req_release(hb);
+    engine_drain(g.e);
+    struct engine_model_stats ms;
+    CHECK(engine_model_stats(g.e, g.id[t], &ms) == 0 && ms.cancelled == 2 && ms.ok == 1 &&
+          ms.batches == 1);
+    CHECK(atomic_load(&wrong) == 0 && atomic_load(&bad_thread) == 0);
+    check_stats_add_up(&g, "cancel");
+    rig_close(&g);
+}
+
+/* Queued requests time out behind the gate (one with a deadline already
+ * past); a running one whose deadline passes during its first token leaves
+ * at the next step with that token. */
+static void test_deadlines(void)
+{
+    struct rig g;
+    rig_open(&g, "swapwise", 0, 64, 8, 1);
+    atomic_store(&wrong, 0);
+    gate_close(&g);
+    int t = not_big(&g, 0);
+    struct job q1, q2, a;
+    struct engine_req *h1, *h2, *ha;
+    job_init(&q1, g.e, t, 0, 12);
+    struct engine_request_params p = job_params(&q1, g.id[t], 1);
+    p.timeout_s = 0.05;
+    CHECK(engine_submit(g.e, &p, &h1) == 0);
+    job_init(&q2, g.e, t, 1, 12);
+    p = job_params(&q2, g.id[t], 1);
+    p.deadline = time_now() - 1;
+    CHECK(engine_submit(g.e, &p, &h2) == 0);
+    CHECK(engine_req_wait(h1) == ERR_TIMEOUT && q1.n_out == 0 && strstr(q1.error, "queue"));
+    CHECK(engine_req_wait(h2) == ERR_TIMEOUT && q2.n_out == 0);
+    /* the gate makes way for t, loaded before the request comes */
+    gate_open(&g);
+    CHECK(engine_unload_model(g.e, g.id[g.big]) == 0);
+    swap_wait_idle(g.mgr, g.sm[g.big]);
+    CHECK_MSG(engine_load_model(g.e, g.id[t]) == 0, "%s", err_msg());
+    CHECK(swap_wait_loaded(g.mgr, g.sm[t]) == 0);
+    /* on_token holds the runner until the deadline has passed, so the
+     * request leaves at the next step with one token; should the deadline
+     * pass before it even started, it is tried again with a later one (so
+     * the machine's speed decides how many tries, never the outcome) */
+    double timeout = 0.05;
+    for (;;) {
+        job_init(&a, g.e, t, 2, 12);
+        p = job_params(&a, g.id[t], 1);
+        p.deadline = a.hold_until = time_now() + timeout;
+        CHECK(engine_submit(g.e, &p, &ha) == 0);
+        int rc = engine_req_wait(ha);
+        if (rc != ERR_TIMEOUT || a.n_out > 0 || !strstr(a.error, "queue"))
+            break;
+        engine_req_release(ha);
+        timeout *= 2;
+    }
+    CHECK_MSG(a.status == ERR_TIMEOUT && a.n_out == 1 && a.n_streamed == 1 &&
+                  strstr(a.error, "after 1 of 12 tokens"),
+              "status %d (%s), %d tokens", a.status, a.error, a.n_out);
+    engine_req_release(h1);
+    engine_req_release(h2);
+    engine_req_release(ha);
+    engine_drain(g.e);
+    struct engine_model_stats ms;
+    CHECK(engine_model_stats(g.e, g.id[t], &ms) == 0 && ms.timed_out >= 3 && ms.ok == 0 &&
+          ms.timed_out == ms.submitted);
+    CHECK(atomic_load(&wrong) == 0);
+    check_stats_add_up(&g, "deadlines");
+    rig_close(&g);
+}
+
+/* Removing a model fails its waiting requests with a clear status; its name
+ * is free again, and the same swap_model added back gets a new id. */
+static void test_remove(void)
+{
+    struct rig g;
+    rig_open(&g, "swapwise", 0, 64, 8, 1);
+    atomic_store(&wrong, 0);
+    gate_close(&g);
+    int t = not_big(&g, 0);
+    struct job q[3];
+    struct engine_req *h[3];
+    for (int i = 0; i < 3; i++) {
+        job_init(&q[i], g.e, t, i, 12);
+        struct engine_request_params p = job_params(&q[i], g.id[t], 1);
+        CHECK(engine_submit(g.e, &p, &h[i]) == 0);
+    }
+    CHECK(engine_remove_model(g.e, g.id[t]) == 0);
+    CHECK(engine_remove_model(g.e, g.id[t]) == ERR_NOT_FOUND);
+    for (int i = 0; i < 3; i++) {
+        CHECK(engine_req_wait(h[i]) == ERR_NOT_FOUND && strstr(q[i].error, "was removed") &&
+              strstr(q[i].error, names[t]));
+        engine_req_release(h[i]);
+    }
+    struct engine_model_stats ms;
+    CHECK(engine_model_stats(g.e, g.id[t], &ms) == ERR_NOT_FOUND);
+    CHECK(engine_find_model(g.e, names[t]) == ERR_NOT_FOUND);
+    CHECK(engine_pin_model(g.e, g.id[t], true) == ERR_NOT_FOUND);
+    CHECK(engine_load_model(g.e, g.id[t]) == ERR_NOT_FOUND);
+    struct job late;
+    job_init(&late, g.e, t, 0, 12);
+    struct engine_request_params p = job_params(&late, -1, 1);
+    p.model_name = names[t];
+    CHECK(engine_submit(g.e, &p, NULL) == ERR_NOT_FOUND);
+    CHECK(engine_add_model(g.e, g.sm[g.big]) == ERR_INVALID); /* its name is taken */
+    int id = engine_add_model(g.e, g.sm[t]);
+    CHECK(id == N_MODELS && engine_find_model(g.e, names[t]) == id);
+    g.id[t] = id;
+    gate_open(&g);
+    CHECK(engine_submit(g.e, &p, NULL) == 0);
+    engine_drain(g.e);
+    CHECK(late.status == 0 && atomic_load(&late.done_count) == 1 && atomic_load(&wrong) == 0);
+    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.ok == 1 && ms.submitted == 1);
+    struct engine_stats st;
+    engine_get_stats(g.e, &st);
+    CHECK(st.failed == 3 && st.ok == 1);
+    check_stats_add_up(&g, "remove");
+    rig_close(&g);
+}
+
+/* A model removed while its batch runs: the sequence leaves at the next step
+ * with the tokens it has and the removal's status; remove returns after the
+ * batch has ended. */
+static void test_remove_running(void)
+{
+    struct rig g;
+    rig_open(&g, "swapwise", 0, 64, 8, 2);
+    atomic_store(&wrong, 0);
+    int t = 1;
+    struct job a;
+    struct engine_req *h;
+    job_init(&a, g.e, t, 0, 12);
+    a.hold_until_removed = true;
+    struct engine_request_params p = job_params(&a, g.id[t], 1);
+    CHECK(engine_submit(g.e, &p, &h) == 0);
+    while (!atomic_load(&a.first_token))
+        sched_yield();
+    CHECK(engine_remove_model(g.e, g.id[t]) == 0);
+    CHECK(engine_req_done(h)); /* its batch ended before remove returned */
+    CHECK_MSG(engine_req_wait(h) == ERR_NOT_FOUND && a.n_out == 1 &&
+                  strstr(a.error, "was removed"),
+              "status %d (%s), %d tokens", a.status, a.error, a.n_out);
+    CHECK(swap_residency(g.mgr, g.sm[t]) != RES_ON_DEVICE); /* offloaded */
+    engine_req_release(h);
+    int ids[N_MODELS];
+    CHECK(engine_list_models(g.e, ids, N_MODELS) == N_MODELS - 1);
+    for (int i = 0, k = 0; i < N_MODELS; i++)
+        if (i != t)
+            CHECK(ids[k++] == g.id[i]);
+    CHECK(engine_list_models(g.e, ids, 2) == N_MODELS - 1 && ids[1] == g.id[2]);
+    CHECK(atomic_load(&wrong) == 0);
+    check_stats_add_up(&g, "remove running");
+    rig_close(&g);
+}
+
+/* Load and unload on request, residency per shard in the statistics, and an
+ * unloaded model loaded again on demand. */
+static void test_load_unload(void)
+{
+    struct rig g;
+    rig_open(&g, "swapwise", 0, 64, 8, 2);
+    int t = 0, id = engine_find_model(g.e, names[t]);
+    CHECK(id == g.id[t]);
+    struct engine_model_stats ms;
+    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.residency == RES_ON_DISK && ms.loads == 0);
+    CHECK_MSG(engine_load_model(g.e, id) == 0, "%s", err_msg());
+    CHECK(swap_wait_loaded(g.mgr, g.sm[t]) == 0);
+    CHECK(engine_load_model(g.e, id) == 0); /* resident already: no second load */
+    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.residency == RES_ON_DEVICE &&
+          ms.loads == 1 && ms.bytes_loaded == swap_model_total_bytes(g.sm[t]) &&
+          ms.load_s > 0 && ms.n_shards == 2 && !ms.pinned && strcmp(ms.name, names[t]) == 0);
+    for (int s = 0; s < 2; s++)
+        CHECK(ms.shards[s].device == s && ms.shards[s].bytes > 0 && ms.shards[s].n_blobs > 0 &&
+              ms.shards[s].blobs_ready == ms.shards[s].n_blobs);
+    CHECK(engine_unload_model(g.e, id) == 0);
+    swap_wait_idle(g.mgr, g.sm[t]);
+    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.residency != RES_ON_DEVICE &&
+          ms.unloads == 1 && ms.shards[0].blobs_ready == 0 && ms.shards[1].blobs_ready == 0);
+    struct job j;
+    job_init(&j, g.e, t, 1, 12);
+    struct engine_request_params p = job_params(&j, id, 1);
+    struct engine_req *h;
+    CHECK(engine_submit(g.e, &p, &h) == 0);
+    CHECK(engine_req_wait(h) == 0 && j.n_out == 12);
+    engine_req_release(h);
+    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.loads == 2 && ms.ok == 1 &&
+          ms.batches == 1 && ms.compute_s > 0 && ms.latency.n == 1 && ms.ttft.n == 1 &&
+          ms.ttft.max <= ms.latency.max);
+    rig_close(&g);
+}
+
+/* ---- the live registry under load ---- */
+
+struct live {
+    struct rig *g;
+    struct job *jobs;
+    int n_per_thread;
+    atomic_bool stop_admin;
+    atomic_int not_found_at_submit;
+    pthread_mutex_t ids_lock; /* the admin thread re-adds models under new ids */
+};
+
+struct submitter {
+    struct live *l;
+    int index;
+};
+
+static void *submitter_main(void *arg)
+{
+    struct submitter *s = arg;
+    struct live *l = s->l;
+    caller_thread = true;
+    uint64_t x = 1000 + (uint64_t)s->index;
+    for (int i = 0; i < l->n_per_thread; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        int fix = (int)((x >> 33) % N_MODELS);
+        struct job *j = &l->jobs[s->index * l->n_per_thread + i];
+        job_init(j, l->g->e, fix, (int)((x >> 20) % 3), 1 + (int)((x >> 40) % 12));
+        struct engine_request_params p = job_params(j, -1, x);
+        p.model_name = names[fix]; /* by name: whatever id it has now */
+        int rc = submit_retry(l->g->e, &p, NULL);
+        if (rc == ERR_NOT_FOUND) {
+            atomic_fetch_add(&l->not_found_at_submit, 1);
+            j->status = 1; /* never submitted */
+        } else {
+            CHECK_MSG(rc == 0, "submit: %s", err_msg());
+        }
+    }
+    return NULL;
+}
+
+#define ADMIN_EVERY 10
+
+static void *admin_main(void *arg)
+{
+    struct live *l = arg;
+    struct rig *g = l->g;
+    caller_thread = true;
+    int removes = 0, unloads = 0, loads = 0;
+    for (int k = 0; !atomic_load(&l->stop_admin); k++) {
+        /* one admin call per ADMIN_EVERY completions: paced by the work,
+         * not by a clock */
+        progress_wait_stop(atomic_load(&completed) + ADMIN_EVERY - 1, &l->stop_admin);
+        int m = k % N_MODELS;
+        switch (k % 5) {
+        case 0: /* remove, then add back under a new id */
+            CHECK(engine_remove_model(g->e, g->id[m]) == 0);
+            CHECK((g->id[m] = engine_add_model(g->e, g->sm[m])) >= N_MODELS);
+            removes++;
+            break;
+        case 1:
+            CHECK(engine_pin_model(g->e, g->id[m], true) == 0);
+            break;
+        case 2: {
+            int rc = engine_unload_model(g->e, g->id[m]);
+            CHECK_MSG(rc == 0 || rc == ERR_BUSY, "unload: %s", err_msg());
+            unloads += rc == 0;
+            CHECK(engine_pin_model(g->e, g->id[(k + 5) % N_MODELS], false) == 0);
+            break;
+        }
+        case 3: {
+            int rc = engine_load_model(g->e, g->id[m]);
+            CHECK_MSG(rc == 0 || rc == ERR_BUSY, "load: %s", err_msg());
+            loads += rc == 0;
+            break;
+        }
+        case 4: {
+            struct engine_model_stats ms;
+            CHECK(engine_model_stats(g->e, g->id[m], &ms) == 0 && ms.id == g->id[m]);
+            break;
+        }
+        }
+    }
+    for (int m = 0; m < N_MODELS; m++)
+        CHECK(engine_pin_model(g->e, g->id[m], false) == 0);
+    printf("live registry: %d removes, %d unloads, %d loads\n", removes, unloads, loads);
+    return NULL;
+}
+
+static void test_live_registry(const char *policy)
+{
+    struct rig g;
+    rig_open(&g, policy, 2, 64, 8, 2);
+    atomic_store(&wrong, 0);
+    atomic_store(&bad_thread, 0);
+    enum { THREADS = 2, PER_THREAD = 1500 };
+    struct live l = {.g = &g, .n_per_thread = PER_THREAD};
+    l.jobs = calloc(THREADS * PER_THREAD, sizeof(*l.jobs));
+    pthread_t sub[THREADS], admin;
+    struct submitter s[THREADS];
+    CHECK(pthread_create(&admin, NULL, admin_main, &l) == 0);
+    for (int i = 0; i < THREADS; i++) {
+        s[i] = (struct submitter){.l = &l, .index = i};
+        CHECK(pthread_create(&sub[i], NULL, submitter_main, &s[i]) == 0);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(sub[i], NULL);
+    pthread_mutex_lock(&progress_lock);
+    atomic_store(&l.stop_admin, true);
+    pthread_cond_broadcast(&progress);
+    pthread_mutex_unlock(&progress_lock);
+    pthread_join(admin, NULL);
+    engine_drain(g.e);
+    int once = 0, ok = 0, removed = 0, unsent = 0, other = 0;
+    for (int i = 0; i < THREADS * PER_THREAD; i++) {
+        struct job *j = &l.jobs[i];
+        if (j->status == 1) {
+            unsent++;
+            once += atomic_load(&j->done_count) == 0;
+            continue;
+        }
+        once += atomic_load(&j->done_count) == 1;
+        ok += j->status == 0;
+        if (j->status == ERR_NOT_FOUND && strstr(j->error, "was removed"))
+            removed++;
+        else if (j->status != 0 && other++ < 3)
+            fprintf(stderr, "status %d: %s\n", j->status, j->error);
+    }
+    printf("live registry %-9s: %d ok, %d failed as removed, %d refused at submit\n", policy, ok,
+           removed, unsent);
+    CHECK_MSG(once == THREADS * PER_THREAD, "%d of %d requests completed exactly once", once,
+              THREADS * PER_THREAD);
+    CHECK(other == 0 && unsent == atomic_load(&l.not_found_at_submit));
+    CHECK(atomic_load(&wrong) == 0 && atomic_load(&bad_thread) == 0);
+    struct engine_stats st;
+    engine_get_stats(g.e, &st);
+    CHECK(st.ok == (uint64_t)ok && st.failed == (uint64_t)removed &&
+          st.submitted == (uint64_t)(THREADS * PER_THREAD - unsent));
+    check_stats_add_up(&g, "live registry");
+    rig_close(&g);
+    free(l.jobs);
 }
 
 int main(void)
 {
+    caller_thread = true;
     load_expectations();
     test_rejections();
+    test_streaming();
+    test_cancel();
+    test_deadlines();
+    test_remove();
+    test_remove_running();
+    test_load_unload();
+    test_live_registry("swapwise");
+    test_live_registry("computron");
     test_fragmentation("swapwise");
     test_fragmentation("computron");
     test_no_wait_under_lock("swapwise");

@@ -44,24 +44,26 @@ struct run_result {
 };
 
 struct wl_job {
-    struct engine_request r;
-    int32_t out[4];
     struct request_record *rec;
     atomic_int *done;
     pthread_mutex_t *lock;
     pthread_cond_t *cond;
 };
 
-static void wl_on_done(struct engine_request *r)
+/* On the engine's thread that completes the request. */
+static void wl_on_done(struct engine_req *r, void *ctx)
 {
-    struct wl_job *j = r->ctx;
+    struct wl_job *j = ctx;
     struct request_record *rec = j->rec;
-    rec->t_start = r->t_start;
-    rec->t_first_token = r->t_first_token;
-    rec->t_done = r->t_done;
-    rec->n_output = r->n_output;
-    rec->batch_size = r->batch_size;
-    rec->status = r->status;
+    struct engine_req_timings t;
+    engine_req_timings(r, &t);
+    rec->t_arrival = t.t_arrival;
+    rec->t_start = t.t_start;
+    rec->t_first_token = t.t_first_token;
+    rec->t_done = t.t_done;
+    engine_req_output(r, &rec->n_output);
+    rec->batch_size = t.batch_size;
+    rec->status = engine_req_status(r);
     pthread_mutex_lock(j->lock);
     atomic_fetch_add(j->done, 1);
     pthread_cond_broadcast(j->cond);
@@ -168,17 +170,16 @@ static int run_policy(char dirs[][512], const struct workload_config *c, int tp,
         j->done = &done;
         j->lock = &lock;
         j->cond = &cond;
-        j->r = (struct engine_request){
+        struct engine_request_params p = {
             .model = model, .prompt = computron_prompt, .n_prompt = PROMPT_LEN, .max_tokens = 1,
             .sampling = {.temperature = 0.7f, .top_k = 50, .top_p = 0.5f, .seed = i},
-            .output = j->out, .on_done = wl_on_done, .ctx = j};
-        if ((rc = engine_submit(g.e, &j->r)) < 0) {
+            .on_done = wl_on_done, .ctx = j};
+        if ((rc = engine_submit(g.e, &p, NULL)) < 0) { /* wl_on_done records the times */
             j->rec->t_arrival = time_now() - t0;
             j->rec->status = rc;
             atomic_fetch_add(&done, 1);
             continue;
         }
-        j->rec->t_arrival = j->r.t_arrival;
         if (c->round_robin) { /* a blocking client: the next request waits for this one */
             pthread_mutex_lock(&lock);
             while (atomic_load(&done) < (int)(i + 1))
@@ -217,15 +218,13 @@ static int submit_greedy(struct engine *e, int n, struct wl_job *jobs, struct re
     for (int i = 0; i < n && rc == 0; i++) {
         struct wl_job *j = &jobs[i];
         *j = (struct wl_job){.rec = &recs[i], .done = &done, .lock = &lock, .cond = &cond};
-        j->r = (struct engine_request){.model = 0, .prompt = computron_prompt,
-                                       .n_prompt = PROMPT_LEN, .max_tokens = 1,
-                                       .sampling = {.temperature = 0, .top_p = 1},
-                                       .output = j->out, .on_done = wl_on_done, .ctx = j};
-        rc = engine_submit(e, &j->r);
+        struct engine_request_params p = {.model = 0, .prompt = computron_prompt,
+                                          .n_prompt = PROMPT_LEN, .max_tokens = 1,
+                                          .sampling = {.temperature = 0, .top_p = 1},
+                                          .on_done = wl_on_done, .ctx = j};
+        rc = engine_submit(e, &p, NULL); /* wl_on_done records the times */
     }
     engine_drain(e);
-    for (int i = 0; i < n; i++)
-        recs[i].t_arrival = jobs[i].r.t_arrival;
     return rc;
 }
 

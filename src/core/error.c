@@ -56,6 +56,8 @@ const char *err_name(int code)
     case ERR_NOMEM: return "out of memory";
     case ERR_NOT_FOUND: return "not found";
     case ERR_BUSY: return "busy";
+    case ERR_CANCELLED: return "cancelled";
+    case ERR_TIMEOUT: return "timed out";
     default: return "unknown error";
     }
 }

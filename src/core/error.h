@@ -19,6 +19,8 @@ enum err {
     ERR_NOMEM = -5,       /* an allocation or a budget failed */
     ERR_NOT_FOUND = -6,   /* a named thing (tensor, file, model) is missing */
     ERR_BUSY = -7,        /* cannot be done now (work in flight); may succeed later */
+    ERR_CANCELLED = -8,   /* the caller cancelled it (a request) */
+    ERR_TIMEOUT = -9,     /* its deadline passed before it completed (a request) */
 };
 
 /* Records a printf-style message for the calling thread; returns code. */

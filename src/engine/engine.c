@@ -2,125 +2,460 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/error.h"
+#include "core/event.h"
 #include "core/timing.h"
 #include "engine/sched.h"
 
 #define MAX_ACTIONS 16
 #define JOIN_ROOM 64 /* KV positions a batch keeps for requests joining later */
 
+/* ---- latency histograms ---- */
+
+#define HIST_PER_OCTAVE 8
+#define HIST_BUCKETS 256 /* bucket 0: <= 1 us; bucket k: (1 us 2^((k-1)/8), 1 us 2^(k/8)] */
+#define HIST_BASE 1e-6
+
+struct hist {
+    uint64_t n;
+    double sum, max;
+    uint32_t count[HIST_BUCKETS];
+};
+
+static void hist_add(struct hist *h, double x)
+{
+    int b = 0;
+    if (x > HIST_BASE) {
+        b = (int)ceil(log2(x / HIST_BASE) * HIST_PER_OCTAVE);
+        b = b < 1 ? 1 : b >= HIST_BUCKETS ? HIST_BUCKETS - 1 : b;
+    }
+    h->count[b]++;
+    h->n++;
+    h->sum += x;
+    h->max = x > h->max ? x : h->max;
+}
+
+/* The upper edge of the bucket holding the q-quantile, capped at the max. */
+static double hist_quantile(const struct hist *h, double q)
+{
+    uint64_t rank = (uint64_t)ceil(q * (double)h->n), seen = 0;
+    rank = rank < 1 ? 1 : rank;
+    for (int b = 0; b < HIST_BUCKETS; b++) {
+        seen += h->count[b];
+        if (seen >= rank) {
+            double edge = HIST_BASE * exp2((double)b / HIST_PER_OCTAVE);
+            return edge < h->max ? edge : h->max;
+        }
+    }
+    return h->max;
+}
+
+static void hist_summary(const struct hist *h, struct engine_latency *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->n = h->n;
+    if (h->n == 0)
+        return;
+    out->mean = h->sum / (double)h->n;
+    out->p50 = hist_quantile(h, 0.50);
+    out->p90 = hist_quantile(h, 0.90);
+    out->p99 = hist_quantile(h, 0.99);
+    out->max = h->max;
+}
+
+/* ---- state ---- */
+
+/* A request's phase. QUEUED -> RUNNING only under the engine lock (when a
+ * runner takes it), QUEUED -> DONE only under the engine lock (cancelled,
+ * expired or removed in its queue); RUNNING -> CANCELLING (engine_cancel)
+ * and RUNNING/CANCELLING -> DONE (its runner) by compare-and-swap. */
+enum phase { PH_QUEUED, PH_RUNNING, PH_CANCELLING, PH_DONE };
+
+struct engine_req {
+    atomic_int refs;  /* the engine's (until on_done returned) + the caller's */
+    atomic_int phase;
+    struct event done; /* set once the results are final */
+    struct engine *e;
+    int model_id;
+    struct emodel *m; /* while queued or running */
+    int n_prompt, max_tokens;
+    struct sampler_params sampling;
+    struct sampler sampler;
+    double deadline; /* INFINITY: none */
+    void (*on_token)(struct engine_req *r, int32_t token, void *ctx);
+    void (*on_done)(struct engine_req *r, void *ctx);
+    void *ctx;
+    /* results: written by the thread that completes it, before done is set */
+    int n_output;
+    int status;
+    char error[160];
+    struct engine_req_timings t;
+    /* a model's queue (engine lock), then the engine's finished list */
+    struct engine_req *prev, *next;
+    int32_t *prompt; /* (n_prompt) into ids */
+    int32_t *output; /* (max_tokens) into ids */
+    int32_t ids[];   /* prompt, then output: one allocation */
+};
+
+enum admin { ADMIN_NONE, ADMIN_LOAD, ADMIN_UNLOAD };
+
 struct emodel {
     struct engine *e;
-    int index;
+    int id;
     struct swap_model *sm;
-    struct engine_request *head, *tail;
+    struct engine_req *head, *tail; /* its queue */
     int queue_len;
+    int n_running;        /* sequences in its batch */
     bool running;         /* the runner has a batch */
     bool go;              /* the scheduler dispatched a batch */
-    bool offload_pending; /* chosen as a victim while running */
+    bool offload_pending; /* chosen as a victim, or unloaded, while running */
     bool was_loading;
+    bool pinned;
+    bool removed;         /* engine_remove_model began: no submission, no action */
+    bool stop;            /* its runner exits */
+    atomic_bool removing; /* its batch's sequences leave at the next boundary */
+    int users;            /* admin callers waiting on it: it is not freed under them */
+    enum admin admin;     /* an admin request for the scheduler thread */
+    int admin_rc;
+    char admin_msg[160];
     double last_used, loaded_at;
     struct forecast arrivals;
     pthread_t tid;
     bool started;
     pthread_cond_t go_cond;
+    /* statistics (engine lock) */
+    uint64_t loads, evictions, unloads, bytes_loaded, batches;
+    uint64_t submitted, ok, failed, cancelled, timed_out, rejected;
+    double load_s, compute_s;
+    struct hist latency, ttft;
 };
 
 struct engine {
-    pthread_mutex_t lock;
-    pthread_cond_t wake;  /* the scheduler's: something changed */
-    pthread_cond_t idle;  /* every request completed */
+    pthread_mutex_t lock;  /* see engine.h: what it guards, what is never done under it */
+    pthread_cond_t wake;   /* the scheduler's: something changed */
+    pthread_cond_t idle;   /* every request completed */
+    pthread_cond_t admin;  /* an admin request was carried out; a runner stopped */
     struct swap_manager *mgr;
     struct workers *w;
     const struct sched_policy *policy;
     struct engine_config cfg;
-    struct emodel **models;
-    int n_models, cap;
+    struct emodel **models; /* (cap) by id; NULL once removed */
+    int n_ids, cap, n_live;
     pthread_t sched_tid;
     bool sched_started, stop;
-    uint64_t outstanding;
+    uint64_t outstanding;     /* accepted requests whose on_done has not returned */
+    int n_queued_deadlines;   /* queued requests with a deadline */
+    struct engine_req *finished, *finished_tail; /* completed in a queue: on_done pending */
     struct engine_stats stats;
     double load_s; /* the latest load's time, for the policy's forecasts */
     double *step_s; /* [b]: a first step's time for b requests (moving average; 0: none yet) */
     double wake_at; /* a policy's SCHED_WAKE, on the time_now() clock */
 };
 
-static int engine_start(struct engine *e);
-
 /* ---- requests ---- */
 
-static void request_finish(struct engine *e, struct engine_request *r, int status, const char *why)
+static void req_unref(struct engine_req *r)
+{
+    if (atomic_fetch_sub(&r->refs, 1) == 1) {
+        sampler_free(&r->sampler);
+        event_destroy(&r->done);
+        free(r);
+    }
+}
+
+/* Records r's outcome in the statistics (lock held). */
+static void req_account(struct engine *e, struct emodel *m, struct engine_req *r)
+{
+    uint64_t *by_model = NULL, *total = NULL;
+    switch (r->status) {
+    case 0: by_model = &m->ok, total = &e->stats.ok; break;
+    case ERR_CANCELLED: by_model = &m->cancelled, total = &e->stats.cancelled; break;
+    case ERR_TIMEOUT: by_model = &m->timed_out, total = &e->stats.timed_out; break;
+    default: by_model = &m->failed, total = &e->stats.failed; break;
+    }
+    (*by_model)++;
+    (*total)++;
+    e->stats.completed++;
+    if (r->status == 0) {
+        hist_add(&m->latency, r->t.t_done - r->t.t_arrival);
+        hist_add(&m->ttft, r->t.t_first_token - r->t.t_arrival);
+    }
+}
+
+static void req_set_status(struct engine_req *r, int status, const char *why)
 {
     r->status = status;
     if (status < 0)
         snprintf(r->error, sizeof(r->error), "%s", why);
-    r->t_done = time_now();
-    sampler_free(&r->sampler);
+    r->t.t_done = time_now();
+}
+
+/* The last part of a completion, on an engine thread without the lock:
+ * on_done runs, then r is done for waiters (who see what on_done did), then
+ * the engine lets go of it. */
+static void req_complete(struct engine *e, struct engine_req *r)
+{
     if (r->on_done)
-        r->on_done(r);
+        r->on_done(r, r->ctx);
+    event_set(&r->done, r->status);
     pthread_mutex_lock(&e->lock);
-    e->stats.completed++;
     if (--e->outstanding == 0)
         pthread_cond_broadcast(&e->idle);
     pthread_mutex_unlock(&e->lock);
+    req_unref(r);
 }
 
-int engine_submit(struct engine *e, struct engine_request *r)
+/* Completes a request that ran (runner thread, no lock): a cancel that
+ * raced with the completion wins. */
+static void req_finish_running(struct emodel *m, struct engine_req *r, int status, const char *why)
 {
-    if (r->model < 0 || r->model >= e->n_models)
-        return err_set(ERR_INVALID, "request names model %d, but %d models are registered",
-                       r->model, e->n_models);
-    struct emodel *m = e->models[r->model];
-    const struct opt_config *c = &m->sm->cfg;
-    if (r->n_prompt < 1 || r->max_tokens < 1 || !r->output)
-        return err_set(ERR_INVALID, "a request needs at least one prompt token, max_tokens >= 1 "
-                                    "and an output buffer");
-    if (r->n_prompt + r->max_tokens > c->max_pos)
-        return err_set(ERR_INVALID, "prompt of %d tokens + max_tokens %d exceeds model %s's %d "
-                                    "positions", r->n_prompt, r->max_tokens, m->sm->name,
-                       c->max_pos);
-    for (int i = 0; i < r->n_prompt; i++)
-        if (r->prompt[i] < 0 || r->prompt[i] >= c->vocab)
-            return err_set(ERR_INVALID, "prompt token %d is outside model %s's vocabulary (%d)",
-                           r->prompt[i], m->sm->name, c->vocab);
-    int rc = sampler_init(&r->sampler, &r->sampling);
-    if (rc < 0)
-        return rc;
-    r->n_output = 0;
-    r->status = 0;
-    r->error[0] = '\0';
-    r->next = NULL;
-    r->t_arrival = time_now();
+    struct engine *e = m->e;
+    int expect = PH_RUNNING;
+    if (!atomic_compare_exchange_strong(&r->phase, &expect, PH_DONE)) {
+        atomic_store(&r->phase, PH_DONE); /* it was PH_CANCELLING */
+        status = ERR_CANCELLED;
+        why = "cancelled";
+    }
+    req_set_status(r, status, why);
     pthread_mutex_lock(&e->lock);
-    if ((rc = engine_start(e)) < 0) {
-        pthread_mutex_unlock(&e->lock);
-        sampler_free(&r->sampler);
-        return rc;
-    }
-    if (m->queue_len >= e->cfg.queue_cap) {
-        e->stats.rejected++;
-        pthread_mutex_unlock(&e->lock);
-        sampler_free(&r->sampler);
-        return err_set(ERR_BUSY, "model %s has %d requests waiting, its queue's limit", m->sm->name,
-                       e->cfg.queue_cap);
-    }
+    req_account(e, m, r);
+    m->n_running--;
+    pthread_mutex_unlock(&e->lock);
+    req_complete(e, r);
+}
+
+static void queue_push(struct emodel *m, struct engine_req *r)
+{
+    r->prev = m->tail;
+    r->next = NULL;
     if (m->tail)
         m->tail->next = r;
     else
         m->head = r;
     m->tail = r;
     m->queue_len++;
-    forecast_add(&m->arrivals, r->t_arrival);
+    m->e->n_queued_deadlines += !isinf(r->deadline);
+}
+
+static void queue_unlink(struct emodel *m, struct engine_req *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        m->head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    else
+        m->tail = r->prev;
+    r->prev = r->next = NULL;
+    m->queue_len--;
+    m->e->n_queued_deadlines -= !isinf(r->deadline);
+}
+
+/* Takes a queued request out of its queue with a final status and hands it
+ * to the scheduler thread, which calls on_done (lock held). */
+static void queue_fail(struct emodel *m, struct engine_req *r, int status, const char *why)
+{
+    struct engine *e = m->e;
+    queue_unlink(m, r);
+    atomic_store(&r->phase, PH_DONE);
+    req_set_status(r, status, why);
+    req_account(e, m, r);
+    r->m = NULL;
+    if (e->finished_tail)
+        e->finished_tail->next = r;
+    else
+        e->finished = r;
+    e->finished_tail = r;
+    pthread_cond_signal(&e->wake);
+}
+
+/* The served model id (lock held); NULL when unknown or being removed. */
+static struct emodel *model_get(struct engine *e, int id)
+{
+    if (id < 0 || id >= e->n_ids || !e->models[id] || e->models[id]->removed)
+        return NULL;
+    return e->models[id];
+}
+
+static struct emodel *model_by_name(struct engine *e, const char *name)
+{
+    for (int i = 0; i < e->n_ids; i++)
+        if (e->models[i] && !e->models[i]->removed && strcmp(e->models[i]->sm->name, name) == 0)
+            return e->models[i];
+    return NULL;
+}
+
+/* The model a request names (lock held). */
+static struct emodel *model_named(struct engine *e, const struct engine_request_params *p)
+{
+    struct emodel *m = p->model_name ? model_by_name(e, p->model_name) : model_get(e, p->model);
+    if (!m) {
+        if (p->model_name)
+            err_set(ERR_NOT_FOUND, "no model named '%s' is served", p->model_name);
+        else
+            err_set(ERR_NOT_FOUND, "no model with id %d is served (removed, or never added)",
+                    p->model);
+    }
+    return m;
+}
+
+int engine_submit(struct engine *e, const struct engine_request_params *p,
+                  struct engine_req **out)
+{
+    if (out)
+        *out = NULL;
+    /* validate against the model's shape (its swap_model is the caller's and
+     * outlives its time here, so the shape can be read after the lock) */
+    pthread_mutex_lock(&e->lock);
+    struct emodel *m = model_named(e, p);
+    struct swap_model *sm = m ? m->sm : NULL;
+    int id = m ? m->id : -1;
+    pthread_mutex_unlock(&e->lock);
+    if (!sm)
+        return ERR_NOT_FOUND;
+    const struct opt_config *c = &sm->cfg;
+    if (p->n_prompt < 1 || p->max_tokens < 1 || !p->prompt)
+        return err_set(ERR_INVALID, "a request needs at least one prompt token and "
+                                    "max_tokens >= 1");
+    if (p->n_prompt > c->max_pos || p->max_tokens > c->max_pos - p->n_prompt)
+        return err_set(ERR_INVALID, "prompt of %d tokens + max_tokens %d exceeds model %s's %d "
+                                    "positions", p->n_prompt, p->max_tokens, sm->name,
+                       c->max_pos);
+    for (int i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || p->prompt[i] >= c->vocab)
+            return err_set(ERR_INVALID, "prompt token %d is outside model %s's vocabulary (%d)",
+                           p->prompt[i], sm->name, c->vocab);
+    struct engine_req *r = calloc(1, sizeof(*r) + sizeof(int32_t) * ((size_t)p->n_prompt +
+                                                                    (size_t)p->max_tokens));
+    if (!r)
+        return err_set(ERR_NOMEM, "out of memory for a request of %d + %d tokens", p->n_prompt,
+                       p->max_tokens);
+    int rc = sampler_init(&r->sampler, &p->sampling);
+    if (rc < 0) {
+        free(r);
+        return rc;
+    }
+    event_init(&r->done);
+    atomic_init(&r->refs, out ? 2 : 1);
+    atomic_init(&r->phase, PH_QUEUED);
+    r->e = e;
+    r->n_prompt = p->n_prompt;
+    r->max_tokens = p->max_tokens;
+    r->sampling = p->sampling;
+    r->on_token = p->on_token;
+    r->on_done = p->on_done;
+    r->ctx = p->ctx;
+    r->prompt = r->ids;
+    r->output = r->ids + p->n_prompt;
+    memcpy(r->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
+    r->t.t_arrival = time_now();
+    r->deadline = INFINITY;
+    if (p->deadline > 0)
+        r->deadline = p->deadline;
+    if (p->timeout_s > 0 && r->t.t_arrival + p->timeout_s < r->deadline)
+        r->deadline = r->t.t_arrival + p->timeout_s;
+
+    pthread_mutex_lock(&e->lock);
+    if (!(m = model_get(e, id))) { /* removed meanwhile */
+        rc = err_set(ERR_NOT_FOUND, "model %s was removed", sm->name);
+        goto fail;
+    }
+    if (m->queue_len >= e->cfg.queue_cap) {
+        e->stats.rejected++;
+        m->rejected++;
+        rc = err_set(ERR_BUSY, "model %s has %d requests waiting, its queue's limit", sm->name,
+                     e->cfg.queue_cap);
+        goto fail;
+    }
+    r->model_id = m->id;
+    r->m = m;
+    queue_push(m, r);
+    forecast_add(&m->arrivals, r->t.t_arrival);
     e->outstanding++;
     e->stats.submitted++;
+    m->submitted++;
     pthread_cond_signal(&e->wake);
     pthread_mutex_unlock(&e->lock);
+    if (out)
+        *out = r;
     return 0;
+fail:
+    pthread_mutex_unlock(&e->lock);
+    sampler_free(&r->sampler);
+    event_destroy(&r->done);
+    free(r);
+    return rc;
+}
+
+int engine_cancel(struct engine *e, struct engine_req *r)
+{
+    pthread_mutex_lock(&e->lock);
+    int rc = 0;
+    int ph = atomic_load(&r->phase);
+    if (ph == PH_QUEUED) {
+        queue_fail(r->m, r, ERR_CANCELLED, "cancelled");
+    } else {
+        int expect = PH_RUNNING;
+        if (!atomic_compare_exchange_strong(&r->phase, &expect, PH_CANCELLING) &&
+            expect != PH_CANCELLING)
+            rc = err_set(ERR_INVALID, "the request has completed already; nothing to cancel");
+    }
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+void engine_req_release(struct engine_req *r)
+{
+    if (r)
+        req_unref(r);
+}
+
+bool engine_req_done(const struct engine_req *r)
+{
+    return event_is_set(&r->done);
+}
+
+int engine_req_wait(struct engine_req *r)
+{
+    return event_wait(&r->done);
+}
+
+int engine_req_status(const struct engine_req *r)
+{
+    return r->status;
+}
+
+const char *engine_req_error(const struct engine_req *r)
+{
+    return r->error;
+}
+
+const int32_t *engine_req_output(const struct engine_req *r, int *n)
+{
+    *n = r->n_output;
+    return r->output;
+}
+
+void *engine_req_ctx(const struct engine_req *r)
+{
+    return r->ctx;
+}
+
+int engine_req_model(const struct engine_req *r)
+{
+    return r->model_id;
+}
+
+void engine_req_timings(const struct engine_req *r, struct engine_req_timings *t)
+{
+    *t = r->t;
 }
 
 /* Same temperature, top-k and top-p (the seed is per request, not a batch
@@ -130,20 +465,24 @@ static bool same_sampling(const struct sampler_params *a, const struct sampler_p
     return a->temperature == b->temperature && a->top_k == b->top_k && a->top_p == b->top_p;
 }
 
-/* Takes up to n requests from m's queue (lock held); with same_params, stops
- * at the first whose sampling differs from the first one's (Computron). */
-static int queue_take(struct emodel *m, struct engine_request **out, int n, bool same_params)
+/* Takes up to n requests from m's queue for its runner (lock held); with
+ * same_params, stops at the first whose sampling differs from the first
+ * one's (Computron). Requests already past their deadline time out instead. */
+static int queue_take(struct emodel *m, struct engine_req **out, int n, bool same_params)
 {
+    double now = time_now();
     int k = 0;
     while (m->head && k < n) {
-        struct engine_request *r = m->head;
+        struct engine_req *r = m->head;
+        if (r->deadline <= now) {
+            queue_fail(m, r, ERR_TIMEOUT, "its deadline passed while it waited in the queue");
+            continue;
+        }
         if (same_params && k > 0 && !same_sampling(&r->sampling, &out[0]->sampling))
             break;
-        m->head = r->next;
-        if (!m->head)
-            m->tail = NULL;
-        m->queue_len--;
-        r->next = NULL;
+        queue_unlink(m, r);
+        atomic_store(&r->phase, PH_RUNNING);
+        m->n_running++;
         out[k++] = r;
     }
     return k;
@@ -155,39 +494,73 @@ struct batch {
     struct emodel *m;
     struct group_batch *gb;
     int slots;
-    struct engine_request **req; /* (slots) NULL where free */
-    int32_t *ids;                /* (slots * t) */
+    uint64_t id;
+    struct engine_req **req; /* (slots) NULL where free */
+    int32_t *ids;            /* (slots * t) */
     uint8_t *mask;
-    float *logits;               /* (slots, vocab) */
-    int32_t *last;               /* (slots) the last token of each sequence */
+    float *logits;           /* (slots, vocab) */
+    int32_t *last;           /* (slots) the last token of each sequence */
 };
 
-/* Samples the next token of every sequence in the batch; finishes those done. */
+/* A sequence leaves the batch: its slot and KV positions are free at once. */
+static void batch_leave(struct batch *b, int s, int status, const char *why)
+{
+    struct engine_req *r = b->req[s];
+    b->req[s] = NULL;
+    group_batch_clear_slot(b->gb, s);
+    req_finish_running(b->m, r, status, why);
+}
+
+/* Samples the next token of every sequence in the batch, streams it;
+ * finishes those done. */
 static void batch_sample(struct batch *b, double now)
 {
-    struct engine *e = b->m->e;
     const struct opt_config *c = &b->m->sm->cfg;
     for (int s = 0; s < b->slots; s++) {
-        struct engine_request *r = b->req[s];
+        struct engine_req *r = b->req[s];
         if (!r)
             continue;
         int32_t id = sampler_pick(&r->sampler, b->logits + (size_t)s * c->vocab, c->vocab);
         if (r->n_output == 0)
-            r->t_first_token = now;
+            r->t.t_first_token = now;
         bool eos = id == c->eos_id;
-        if (!eos)
+        if (!eos) {
             r->output[r->n_output++] = id;
+            if (r->on_token)
+                r->on_token(r, id, r->ctx);
+        }
         b->last[s] = id;
-        if (eos || r->n_output >= r->max_tokens) {
-            b->req[s] = NULL;
-            request_finish(e, r, 0, NULL);
+        if (eos || r->n_output >= r->max_tokens)
+            batch_leave(b, s, 0, NULL);
+    }
+}
+
+/* At a step boundary: cancelled sequences, those past their deadline and
+ * all of a removed model's leave. */
+static void batch_evict_leavers(struct batch *b, double now)
+{
+    bool removing = atomic_load(&b->m->removing);
+    for (int s = 0; s < b->slots; s++) {
+        struct engine_req *r = b->req[s];
+        if (!r)
+            continue;
+        char why[160];
+        if (atomic_load(&r->phase) == PH_CANCELLING) {
+            batch_leave(b, s, ERR_CANCELLED, "cancelled");
+        } else if (removing) {
+            snprintf(why, sizeof(why), "model %s was removed", b->m->sm->name);
+            batch_leave(b, s, ERR_NOT_FOUND, why);
+        } else if (r->deadline <= now) {
+            snprintf(why, sizeof(why), "its deadline passed after %d of %d tokens", r->n_output,
+                     r->max_tokens);
+            batch_leave(b, s, ERR_TIMEOUT, why);
         }
     }
 }
 
 /* One forward of the batch: new requests' prompts (left-padded to t), one
  * token for running sequences, nothing for free slots. */
-static int batch_step(struct batch *b, struct engine_request **joining, int n_join, int t)
+static int batch_step(struct batch *b, struct engine_req **joining, int n_join, int t)
 {
     struct engine *e = b->m->e;
     memset(b->mask, 0, (size_t)b->slots * t);
@@ -199,8 +572,8 @@ static int batch_step(struct batch *b, struct engine_request **joining, int n_jo
             b->mask[s * t + t - 1] = 1;
         }
     for (int j = 0; j < n_join; j++) {
-        struct engine_request *r = joining[j];
-        int s = r->slot;
+        struct engine_req *r = joining[j];
+        int s = r->t.slot;
         group_batch_clear_slot(b->gb, s);
         for (int i = 0; i < r->n_prompt; i++) {
             b->ids[s * t + t - r->n_prompt + i] = r->prompt[i];
@@ -211,23 +584,34 @@ static int batch_step(struct batch *b, struct engine_request **joining, int n_jo
     return group_forward(e->w, b->gb, b->ids, b->mask, t, false, true, b->logits);
 }
 
+/* Adds the batch's time since *mark to the time computing (before
+ * completions, so a request's waiter sees its batch's time counted). */
+static void batch_accrue(struct batch *b, double *mark)
+{
+    struct engine *e = b->m->e;
+    double now = time_now();
+    pthread_mutex_lock(&e->lock);
+    e->stats.compute_s += now - *mark;
+    b->m->compute_s += now - *mark;
+    pthread_mutex_unlock(&e->lock);
+    *mark = now;
+}
+
 static void batch_fail(struct batch *b, int rc)
 {
     char why[160];
     snprintf(why, sizeof(why), "%s", err_msg());
     for (int s = 0; s < b->slots; s++)
-        if (b->req[s]) {
-            struct engine_request *r = b->req[s];
-            b->req[s] = NULL;
-            request_finish(b->m->e, r, rc, why);
-        }
+        if (b->req[s])
+            batch_leave(b, s, rc, why);
 }
 
-static void batch_run(struct emodel *m, struct engine_request **first, int n_first)
+static void batch_run(struct emodel *m, struct engine_req **first, int n_first)
 {
     struct engine *e = m->e;
     const struct opt_config *c = &m->sm->cfg;
     struct batch b = {.m = m, .slots = n_first};
+    double mark = time_now(); /* time computing counted up to here */
     int max_prompt = 0, max_tokens = 0;
     for (int i = 0; i < n_first; i++) {
         max_prompt = first[i]->n_prompt > max_prompt ? first[i]->n_prompt : max_prompt;
@@ -250,23 +634,31 @@ static void batch_run(struct emodel *m, struct engine_request **first, int n_fir
     int rc = group_batch_create(e->mgr, m->sm, &shape, &b.gb);
     if (rc == 0 && (!b.req || !b.ids || !b.mask || !b.logits || !b.last))
         rc = err_set(ERR_NOMEM, "out of memory for a batch of %d", n_first);
+    pthread_mutex_lock(&e->lock);
+    b.id = ++e->stats.batches;
+    m->batches++;
+    pthread_mutex_unlock(&e->lock);
     double now = time_now();
     for (int i = 0; i < n_first; i++) {
-        first[i]->slot = i;
-        first[i]->t_start = now;
-        first[i]->batch_size = n_first;
+        first[i]->t.slot = i;
+        first[i]->t.t_start = now;
+        first[i]->t.batch_size = n_first;
+        first[i]->t.batch_id = b.id;
     }
     if (rc < 0) {
+        char why[160];
+        snprintf(why, sizeof(why), "%s", err_msg());
+        batch_accrue(&b, &mark);
         for (int i = 0; i < n_first; i++)
-            b.req[i] = NULL;
-        for (int i = 0; i < n_first; i++)
-            request_finish(e, first[i], rc, err_msg());
+            req_finish_running(m, first[i], rc, why);
         goto out;
     }
     /* prefill, then one token per step; waiting requests join freed slots */
     bool loaded = swap_residency(e->mgr, m->sm) == RES_ON_DEVICE; /* no layer still arriving */
     double t_step = time_now();
-    if ((rc = batch_step(&b, first, n_first, max_prompt)) < 0) {
+    rc = batch_step(&b, first, n_first, max_prompt);
+    batch_accrue(&b, &mark);
+    if (rc < 0) {
         batch_fail(&b, rc);
         goto out;
     }
@@ -278,11 +670,12 @@ static void batch_run(struct emodel *m, struct engine_request **first, int n_fir
     }
     batch_sample(&b, time_now());
     for (;;) {
+        batch_evict_leavers(&b, time_now());
         int active = 0, free_slots = 0;
         for (int s = 0; s < b.slots; s++)
             active += b.req[s] != NULL;
         free_slots = b.slots - active;
-        struct engine_request *join[64];
+        struct engine_req *join[64];
         int n_join = 0, t = 1;
         /* positions every running sequence still needs */
         int need = 1;
@@ -294,13 +687,16 @@ static void batch_run(struct emodel *m, struct engine_request **first, int n_fir
              * after it everybody must still fit their remaining tokens */
             int room = group_batch_room(b.gb);
             pthread_mutex_lock(&e->lock);
-            while (m->head && n_join < free_slots && n_join < 64 && !m->offload_pending) {
-                struct engine_request *r = m->head;
+            while (m->head && n_join < free_slots && n_join < 64 && !m->offload_pending &&
+                   !m->removed) {
+                struct engine_req *r = m->head;
                 int t_new = r->n_prompt > t ? r->n_prompt : t;
                 int need_new = r->max_tokens > need ? r->max_tokens : need;
                 if (t_new - 1 + need_new > room || t_new > group_batch_max_step(b.gb))
                     break;
-                queue_take(m, &join[n_join++], 1, false);
+                if (queue_take(m, &join[n_join], 1, false) == 0)
+                    continue; /* it had timed out */
+                n_join++;
                 t = t_new;
                 need = need_new;
             }
@@ -313,11 +709,14 @@ static void batch_run(struct emodel *m, struct engine_request **first, int n_fir
         for (int j = 0; j < n_join; j++) {
             while (b.req[s_free])
                 s_free++;
-            join[j]->slot = s_free++;
-            join[j]->t_start = now;
-            join[j]->batch_size = active + n_join;
+            join[j]->t.slot = s_free++;
+            join[j]->t.t_start = now;
+            join[j]->t.batch_size = active + n_join;
+            join[j]->t.batch_id = b.id;
         }
-        if ((rc = batch_step(&b, join, n_join, t)) < 0) {
+        rc = batch_step(&b, join, n_join, t);
+        batch_accrue(&b, &mark);
+        if (rc < 0) {
             batch_fail(&b, rc);
             break;
         }
@@ -330,34 +729,33 @@ out:
     free(b.mask);
     free(b.logits);
     free(b.last);
+    batch_accrue(&b, &mark);
 }
 
 static void *runner_main(void *arg)
 {
     struct emodel *m = arg;
     struct engine *e = m->e;
-    struct engine_request **first = malloc((size_t)e->cfg.max_batch * sizeof(*first));
+    struct engine_req **first = malloc((size_t)e->cfg.max_batch * sizeof(*first));
     pthread_mutex_lock(&e->lock);
     for (;;) {
-        while (!m->go && !e->stop)
+        while (!m->go && !m->stop && !e->stop)
             pthread_cond_wait(&m->go_cond, &e->lock);
         if (!m->go)
             break;
         m->go = false;
-        int n = first ? queue_take(m, first, e->cfg.max_batch, e->policy->batch_same_params_only)
-                      : 0;
+        int n = first && !m->removed
+                    ? queue_take(m, first, e->cfg.max_batch, e->policy->batch_same_params_only)
+                    : 0;
         pthread_mutex_unlock(&e->lock);
-        double t0 = time_now();
         if (n > 0)
-            batch_run(m, first, n);
-        double dt = time_now() - t0;
+            batch_run(m, first, n); /* counts its time computing as it goes */
         swap_use_end(e->mgr, m->sm);
         pthread_mutex_lock(&e->lock);
-        e->stats.compute_s += dt;
-        e->stats.batches += n > 0;
         m->running = false;
         m->offload_pending = false; /* swap_use_end carried out a deferred offload */
         pthread_cond_signal(&e->wake);
+        pthread_cond_broadcast(&e->admin);
     }
     pthread_mutex_unlock(&e->lock);
     free(first);
@@ -380,12 +778,25 @@ static double step_estimate(const struct engine *e, int q)
     return 0;
 }
 
-static void view_build(struct engine *e, struct sched_model *sm, struct sched_view *v)
+/* Notes a load that finished since the last look (lock held). */
+static void load_check(struct engine *e, struct emodel *m, bool loading)
+{
+    if (m->was_loading && !loading) {
+        m->was_loading = false;
+        e->load_s = m->sm->load_t1 - m->sm->load_t0;
+        e->stats.swap_s += e->load_s;
+        m->load_s += e->load_s;
+    }
+}
+
+/* The policy's snapshot of the models being served: view index i is model
+ * map[i] (lock held). */
+static void view_build(struct engine *e, struct emodel **map, struct sched_model *sm,
+                       struct sched_view *v)
 {
     double now = time_now();
     memset(v, 0, sizeof(*v));
     v->now = now;
-    v->n_models = e->n_models;
     v->n_devices = swap_device_count(e->mgr);
     v->models = sm;
     v->max_loaded = e->cfg.max_loaded;
@@ -396,31 +807,44 @@ static void view_build(struct engine *e, struct sched_model *sm, struct sched_vi
         struct device *dev = swap_device(e->mgr, d);
         v->free_bytes[d] = device_budget(dev) - device_used(dev);
     }
-    for (int i = 0; i < e->n_models; i++) {
-        struct emodel *m = e->models[i];
+    int n = 0;
+    for (int id = 0; id < e->n_ids; id++) {
+        struct emodel *m = model_get(e, id);
+        if (!m)
+            continue;
+        int i = n++;
+        map[i] = m;
         enum residency r = swap_residency(e->mgr, m->sm);
         memset(&sm[i], 0, sizeof(sm[i]));
         sm[i].queue_len = m->queue_len;
-        sm[i].head_arrival = m->head ? m->head->t_arrival : 0;
+        sm[i].head_arrival = m->head ? m->head->t.t_arrival : 0;
         sm[i].resident = r == RES_LOADING || r == RES_ON_DEVICE;
         sm[i].loading = r == RES_LOADING;
         sm[i].running = m->running;
         sm[i].offload_pending = m->offload_pending;
-        sm[i].pinned = m->sm->pinned;
+        sm[i].pinned = m->pinned;
         sm[i].last_used = m->last_used;
         sm[i].loaded_at = m->loaded_at;
         sm[i].arrivals = m->arrivals;
         sm[i].batch_s = step_estimate(e, m->queue_len);
         for (int d = 0; d < v->n_devices; d++)
             sm[i].bytes[d] = swap_model_device_bytes(m->sm, d);
-        if (m->was_loading && !sm[i].loading) { /* a load finished since last time */
-            m->was_loading = false;
-            e->load_s = m->sm->load_t1 - m->sm->load_t0;
-            e->stats.swap_s += e->load_s;
-        }
+        load_check(e, m, sm[i].loading);
         v->any_loading |= sm[i].loading;
         v->any_running |= m->running;
     }
+    v->n_models = n;
+}
+
+/* A load started by the scheduler (lock held). */
+static void load_started(struct engine *e, struct emodel *m, double now)
+{
+    e->stats.loads++;
+    m->loads++;
+    m->bytes_loaded += swap_model_total_bytes(m->sm);
+    m->was_loading = true;
+    m->loaded_at = now;
+    m->last_used = now;
 }
 
 /* The load of action a, after its victims have gone. The swap manager
@@ -430,31 +854,33 @@ static void view_build(struct engine *e, struct sched_model *sm, struct sched_vi
  * bytes in pieces too small for a blob: the explicit fragmentation step,
  * offloading the model sched_defrag_victim names (swap_compact, counted),
  * until the blobs find their blocks. Nothing here waits on the manager. */
-static int load(struct engine *e, struct sched_model *sm, int model)
+static int load(struct engine *e, struct emodel **map, struct sched_model *sm, int model)
 {
-    struct swap_model *sw = e->models[model]->sm;
+    struct swap_model *sw = map[model]->sm;
     struct swap_room why;
     int rc;
     while ((rc = swap_load(e->mgr, sw, &why)) == ERR_BUSY &&
            why.kind == SWAP_ROOM_FRAGMENTED && why.leaving == 0) {
         struct sched_view v;
-        view_build(e, sm, &v);
+        view_build(e, map, sm, &v);
         int victim = sched_defrag_victim(&v, model, why.device);
-        if (victim < 0 || swap_compact(e->mgr, why.device, e->models[victim]->sm) < 0)
+        if (victim < 0 || swap_compact(e->mgr, why.device, map[victim]->sm) < 0)
             break;
         e->stats.evictions++;
+        map[victim]->evictions++;
     }
     return rc;
 }
 
 /* Carries out one action (lock held); false when it could not happen now. */
-static bool act(struct engine *e, struct sched_model *sm, const struct sched_action *a)
+static bool act(struct engine *e, struct emodel **map, struct sched_model *sm,
+                const struct sched_action *a)
 {
     if (a->kind == SCHED_WAKE) {
         e->wake_at = a->at < e->wake_at ? a->at : e->wake_at;
         return false;
     }
-    struct emodel *m = e->models[a->model];
+    struct emodel *m = map[a->model];
     double now = time_now();
     if (a->kind == SCHED_SERVE) {
         if (m->running || swap_use_begin(e->mgr, m->sm) < 0)
@@ -466,41 +892,129 @@ static bool act(struct engine *e, struct sched_model *sm, const struct sched_act
         return true;
     }
     for (int i = 0; i < a->n_victims; i++) {
-        struct emodel *v = e->models[a->victims[i]];
+        struct emodel *v = map[a->victims[i]];
         if (swap_offload(e->mgr, v->sm, v->running) == 0) {
             e->stats.evictions++;
+            v->evictions++;
             v->offload_pending = v->running;
         }
     }
-    if (load(e, sm, a->model) < 0)
+    if (load(e, map, sm, a->model) < 0)
         return false;
-    e->stats.loads++;
-    m->was_loading = true;
-    m->loaded_at = now;
-    m->last_used = now;
+    load_started(e, m, now);
     return true;
+}
+
+/* Carries out the admin loads and unloads asked for (lock held). */
+static void admin_run(struct engine *e)
+{
+    bool done = false;
+    for (int id = 0; id < e->n_ids; id++) {
+        struct emodel *m = model_get(e, id);
+        if (!m || m->admin == ADMIN_NONE)
+            continue;
+        enum residency r = swap_residency(e->mgr, m->sm);
+        bool resident = r == RES_LOADING || r == RES_ON_DEVICE;
+        int rc = 0;
+        if (r == RES_OFFLOADING) {
+            continue; /* its end wakes us */
+        } else if (m->admin == ADMIN_LOAD) {
+            struct swap_room why;
+            if (!resident && (rc = swap_load(e->mgr, m->sm, &why)) == 0)
+                load_started(e, m, time_now());
+        } else if (resident) {
+            if (m->running) {
+                if ((rc = swap_offload(e->mgr, m->sm, true)) == 0)
+                    m->offload_pending = true;
+            } else if (r == RES_LOADING) {
+                continue; /* the load's end wakes us */
+            } else {
+                rc = swap_offload(e->mgr, m->sm, false);
+            }
+            m->unloads += rc == 0;
+        }
+        m->admin_rc = rc;
+        snprintf(m->admin_msg, sizeof(m->admin_msg), "%s", rc < 0 ? err_msg() : "");
+        m->admin = ADMIN_NONE;
+        done = true;
+    }
+    if (done)
+        pthread_cond_broadcast(&e->admin);
+}
+
+/* Times out queued requests past their deadline (lock held); returns the
+ * earliest deadline still ahead (INFINITY: none). */
+static double queue_expire(struct engine *e, double now)
+{
+    double next = INFINITY;
+    for (int id = 0; e->n_queued_deadlines > 0 && id < e->n_ids; id++) {
+        struct emodel *m = e->models[id];
+        for (struct engine_req *r = m ? m->head : NULL, *nx; r; r = nx) {
+            nx = r->next;
+            if (r->deadline <= now)
+                queue_fail(m, r, ERR_TIMEOUT, "its deadline passed while it waited in the queue");
+            else if (r->deadline < next)
+                next = r->deadline;
+        }
+    }
+    return next;
 }
 
 static void *sched_main(void *arg)
 {
     struct engine *e = arg;
-    struct sched_model *sm = calloc((size_t)e->n_models, sizeof(*sm));
+    struct sched_model *sm = NULL;
+    struct emodel **map = NULL;
+    int cap = 0;
     struct sched_action actions[MAX_ACTIONS];
     pthread_mutex_lock(&e->lock);
-    while (!e->stop && sm) {
+    while (!e->stop) {
+        /* requests completed in their queue: on_done, outside the lock */
+        if (e->finished) {
+            struct engine_req *list = e->finished;
+            e->finished = e->finished_tail = NULL;
+            pthread_mutex_unlock(&e->lock);
+            for (struct engine_req *r = list, *nx; r; r = nx) {
+                nx = r->next;
+                r->next = NULL;
+                req_complete(e, r);
+            }
+            pthread_mutex_lock(&e->lock);
+            continue;
+        }
+        double next_deadline = queue_expire(e, time_now());
+        if (e->finished)
+            continue;
+        admin_run(e);
+        if (e->n_live == 0) { /* nothing to schedule until a model is added */
+            pthread_cond_wait(&e->wake, &e->lock);
+            continue;
+        }
+        if (e->n_live > cap) { /* models were added */
+            int c = 2 * e->n_live;
+            struct sched_model *s2 = realloc(sm, (size_t)c * sizeof(*sm));
+            struct emodel **m2 = s2 ? realloc(map, (size_t)c * sizeof(*map)) : NULL;
+            sm = s2 ? s2 : sm;
+            map = m2 ? m2 : map;
+            if (!s2 || !m2) { /* out of memory: try again at the next event */
+                pthread_cond_wait(&e->wake, &e->lock);
+                continue;
+            }
+            cap = c;
+        }
         struct sched_view v;
-        view_build(e, sm, &v);
-        int n = e->policy->decide(&v, actions, MAX_ACTIONS);
+        view_build(e, map, sm, &v);
+        int n = v.n_models ? e->policy->decide(&v, actions, MAX_ACTIONS) : 0;
         bool progress = false;
         e->wake_at = INFINITY;
         for (int i = 0; i < n; i++)
-            progress |= act(e, sm, &actions[i]);
+            progress |= act(e, map, sm, &actions[i]);
         if (progress)
             continue;
-        if (isinf(e->wake_at)) {
+        double at = e->wake_at < next_deadline ? e->wake_at : next_deadline;
+        if (isinf(at)) {
             pthread_cond_wait(&e->wake, &e->lock);
-        } else if (e->wake_at > time_now()) { /* the policy asked for a second look then */
-            double at = e->wake_at;
+        } else if (at > time_now()) { /* the policy asked for a second look then, or a deadline */
             struct timespec ts = {.tv_sec = (time_t)at,
                                   .tv_nsec = (long)((at - (double)(time_t)at) * 1e9)};
             pthread_cond_timedwait(&e->wake, &e->lock, &ts);
@@ -508,6 +1022,7 @@ static void *sched_main(void *arg)
     }
     pthread_mutex_unlock(&e->lock);
     free(sm);
+    free(map);
     return NULL;
 }
 
@@ -517,6 +1032,228 @@ static void engine_on_swap(void *ctx)
     pthread_mutex_lock(&e->lock);
     pthread_cond_signal(&e->wake);
     pthread_mutex_unlock(&e->lock);
+}
+
+/* ---- the registry ---- */
+
+int engine_add_model(struct engine *e, struct swap_model *model)
+{
+    pthread_mutex_lock(&e->lock);
+    int rc = 0;
+    struct emodel *m = NULL;
+    struct emodel *same = model_by_name(e, model->name);
+    if (same) {
+        rc = err_set(ERR_INVALID, "a model named %s is served already (id %d)", model->name,
+                     same->id);
+        goto out;
+    }
+    if (e->n_live == SCHED_MAX_MODELS) {
+        rc = err_set(ERR_INVALID, "an engine serves at most %d models", SCHED_MAX_MODELS);
+        goto out;
+    }
+    if (e->n_ids == e->cap) {
+        int cap = e->cap ? 2 * e->cap : 8;
+        struct emodel **ms = realloc(e->models, (size_t)cap * sizeof(*ms));
+        if (!ms) {
+            rc = err_set(ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        e->models = ms;
+        e->cap = cap;
+    }
+    if (!(m = calloc(1, sizeof(*m)))) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    m->e = e;
+    m->id = e->n_ids;
+    m->sm = model;
+    m->pinned = model->pinned;
+    atomic_init(&m->removing, false);
+    pthread_cond_init(&m->go_cond, NULL);
+    if (pthread_create(&m->tid, NULL, runner_main, m) != 0) {
+        pthread_cond_destroy(&m->go_cond);
+        free(m);
+        rc = err_set(ERR_NOMEM, "cannot start the runner thread of model %s", model->name);
+        goto out;
+    }
+    m->started = true;
+    e->models[e->n_ids++] = m;
+    e->n_live++;
+    rc = m->id;
+    pthread_cond_signal(&e->wake);
+out:
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+int engine_find_model(struct engine *e, const char *name)
+{
+    pthread_mutex_lock(&e->lock);
+    struct emodel *m = model_by_name(e, name);
+    int rc = m ? m->id : err_set(ERR_NOT_FOUND, "no model named '%s' is served", name);
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+int engine_list_models(struct engine *e, int *ids, int max)
+{
+    pthread_mutex_lock(&e->lock);
+    int n = 0;
+    for (int id = 0; id < e->n_ids; id++)
+        if (model_get(e, id)) {
+            if (n < max)
+                ids[n] = id;
+            n++;
+        }
+    pthread_mutex_unlock(&e->lock);
+    return n;
+}
+
+int engine_remove_model(struct engine *e, int id)
+{
+    pthread_mutex_lock(&e->lock);
+    struct emodel *m = model_get(e, id);
+    if (!m) {
+        pthread_mutex_unlock(&e->lock);
+        return err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
+    }
+    /* from here no submission, action or admin request reaches it */
+    m->removed = true;
+    atomic_store(&m->removing, true);
+    char why[160];
+    snprintf(why, sizeof(why), "model %s was removed", m->sm->name);
+    while (m->head)
+        queue_fail(m, m->head, ERR_NOT_FOUND, why);
+    if (m->admin != ADMIN_NONE) {
+        m->admin = ADMIN_NONE;
+        m->admin_rc = ERR_NOT_FOUND;
+        snprintf(m->admin_msg, sizeof(m->admin_msg), "%s", why);
+    }
+    m->stop = true;
+    pthread_cond_signal(&m->go_cond);
+    pthread_cond_broadcast(&e->admin);
+    /* its batch in flight ends at the next step boundary; admin callers let go */
+    while (m->running || m->users > 0)
+        pthread_cond_wait(&e->admin, &e->lock);
+    pthread_mutex_unlock(&e->lock);
+    pthread_join(m->tid, NULL);
+    /* off its devices: after a load in progress, with no lock of ours held */
+    swap_wait_idle(e->mgr, m->sm);
+    swap_offload(e->mgr, m->sm, false);
+    pthread_mutex_lock(&e->lock);
+    e->models[id] = NULL;
+    e->n_live--;
+    pthread_cond_signal(&e->wake); /* its memory is free */
+    pthread_mutex_unlock(&e->lock);
+    pthread_cond_destroy(&m->go_cond);
+    free(m);
+    return 0;
+}
+
+int engine_pin_model(struct engine *e, int id, bool pinned)
+{
+    pthread_mutex_lock(&e->lock);
+    struct emodel *m = model_get(e, id);
+    if (m) {
+        m->pinned = pinned;
+        pthread_cond_signal(&e->wake);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return m ? 0 : err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
+}
+
+/* Hands an admin request to the scheduler thread and waits for it, the lock
+ * released while waiting. */
+static int admin_call(struct engine *e, int id, enum admin what)
+{
+    pthread_mutex_lock(&e->lock);
+    struct emodel *m = model_get(e, id);
+    if (!m) {
+        pthread_mutex_unlock(&e->lock);
+        return err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
+    }
+    if (what == ADMIN_UNLOAD && m->pinned) {
+        pthread_mutex_unlock(&e->lock);
+        return err_set(ERR_BUSY, "model %s is pinned: unpin it before unloading it",
+                       m->sm->name);
+    }
+    m->users++;
+    while (m->admin != ADMIN_NONE && !m->removed) /* one admin request at a time */
+        pthread_cond_wait(&e->admin, &e->lock);
+    int rc = 0;
+    if (m->removed) {
+        rc = err_set(ERR_NOT_FOUND, "model %s was removed", m->sm->name);
+    } else {
+        m->admin = what;
+        pthread_cond_signal(&e->wake);
+        while (m->admin != ADMIN_NONE)
+            pthread_cond_wait(&e->admin, &e->lock);
+        rc = m->admin_rc;
+        if (rc < 0)
+            err_set(rc, "%s", m->admin_msg);
+    }
+    if (--m->users == 0)
+        pthread_cond_broadcast(&e->admin);
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+int engine_load_model(struct engine *e, int id)
+{
+    return admin_call(e, id, ADMIN_LOAD);
+}
+
+int engine_unload_model(struct engine *e, int id)
+{
+    return admin_call(e, id, ADMIN_UNLOAD);
+}
+
+int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&e->lock);
+    struct emodel *m = model_get(e, id);
+    if (!m) {
+        pthread_mutex_unlock(&e->lock);
+        return err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
+    }
+    struct swap_model *sm = m->sm;
+    load_check(e, m, swap_residency(e->mgr, sm) == RES_LOADING);
+    out->id = m->id;
+    snprintf(out->name, sizeof(out->name), "%s", sm->name);
+    out->pinned = m->pinned;
+    out->queue_len = m->queue_len;
+    out->running = m->n_running;
+    out->loads = m->loads;
+    out->evictions = m->evictions;
+    out->unloads = m->unloads;
+    out->bytes_loaded = m->bytes_loaded;
+    out->load_s = m->load_s;
+    out->compute_s = m->compute_s;
+    out->batches = m->batches;
+    out->submitted = m->submitted;
+    out->ok = m->ok;
+    out->failed = m->failed;
+    out->cancelled = m->cancelled;
+    out->timed_out = m->timed_out;
+    out->rejected = m->rejected;
+    hist_summary(&m->latency, &out->latency);
+    hist_summary(&m->ttft, &out->ttft);
+    pthread_mutex_unlock(&e->lock);
+    /* residency: the swap manager's word for the model, and per shard the
+     * blobs whose readiness events are set (lock-free reads) */
+    out->residency = swap_residency(e->mgr, sm);
+    out->n_shards = sm->tp * sm->pp;
+    for (int s = 0; s < out->n_shards && s < ENGINE_MAX_SHARDS; s++) {
+        const struct swap_shard *sh = &sm->shards[s];
+        out->shards[s].device = sh->device;
+        out->shards[s].bytes = sh->device_bytes;
+        out->shards[s].n_blobs = sh->layout.n_blobs;
+        for (int b = 0; b < sh->layout.n_blobs; b++)
+            out->shards[s].blobs_ready += device_event_done(sh->ready[b]);
+    }
+    return 0;
 }
 
 /* ---- lifecycle ---- */
@@ -541,62 +1278,23 @@ int engine_create(struct swap_manager *mgr, struct workers *w, const struct engi
     pthread_cond_init(&e->wake, &ca);
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&e->idle, NULL);
+    pthread_cond_init(&e->admin, NULL);
     e->mgr = mgr;
     e->w = w;
     e->policy = p;
     e->cfg = *cfg;
     e->cfg.max_batch = cfg->max_batch ? cfg->max_batch : 8;
     e->cfg.queue_cap = cfg->queue_cap ? cfg->queue_cap : 1024;
-    if (!(e->step_s = calloc((size_t)e->cfg.max_batch + 1, sizeof(double)))) {
-        pthread_mutex_destroy(&e->lock);
-        pthread_cond_destroy(&e->wake);
-        pthread_cond_destroy(&e->idle);
-        free(e);
-        return err_set(ERR_NOMEM, "out of memory");
+    e->step_s = calloc((size_t)e->cfg.max_batch + 1, sizeof(double));
+    if (!e->step_s || pthread_create(&e->sched_tid, NULL, sched_main, e) != 0) {
+        int rc = e->step_s ? err_set(ERR_NOMEM, "cannot start the scheduler thread")
+                           : err_set(ERR_NOMEM, "out of memory");
+        engine_destroy(e);
+        return rc;
     }
+    e->sched_started = true;
     swap_set_listener(mgr, engine_on_swap, e);
     *out = e;
-    return 0;
-}
-
-int engine_add_model(struct engine *e, struct swap_model *model)
-{
-    if (e->sched_started)
-        return err_set(ERR_INVALID, "models are added before the first request");
-    if (e->n_models == SCHED_MAX_MODELS)
-        return err_set(ERR_INVALID, "an engine serves at most %d models", SCHED_MAX_MODELS);
-    if (e->n_models == e->cap) {
-        int cap = e->cap ? 2 * e->cap : 8;
-        struct emodel **m = realloc(e->models, (size_t)cap * sizeof(*m));
-        if (!m)
-            return err_set(ERR_NOMEM, "out of memory");
-        e->models = m;
-        e->cap = cap;
-    }
-    struct emodel *m = calloc(1, sizeof(*m));
-    if (!m)
-        return err_set(ERR_NOMEM, "out of memory");
-    m->e = e;
-    m->index = e->n_models;
-    m->sm = model;
-    pthread_cond_init(&m->go_cond, NULL);
-    if (pthread_create(&m->tid, NULL, runner_main, m) != 0) {
-        pthread_cond_destroy(&m->go_cond);
-        free(m);
-        return err_set(ERR_NOMEM, "cannot start the runner thread of model %s", model->name);
-    }
-    m->started = true;
-    e->models[e->n_models++] = m;
-    return m->index;
-}
-
-static int engine_start(struct engine *e)
-{
-    if (e->sched_started)
-        return 0;
-    if (pthread_create(&e->sched_tid, NULL, sched_main, e) != 0)
-        return err_set(ERR_NOMEM, "cannot start the scheduler thread");
-    e->sched_started = true;
     return 0;
 }
 
@@ -613,17 +1311,21 @@ void engine_destroy(struct engine *e)
     if (!e)
         return;
     engine_drain(e);
-    swap_set_listener(e->mgr, NULL, NULL);
+    if (e->sched_started)
+        swap_set_listener(e->mgr, NULL, NULL);
     pthread_mutex_lock(&e->lock);
     e->stop = true;
     pthread_cond_broadcast(&e->wake);
-    for (int i = 0; i < e->n_models; i++)
-        pthread_cond_signal(&e->models[i]->go_cond);
+    for (int i = 0; i < e->n_ids; i++)
+        if (e->models[i])
+            pthread_cond_signal(&e->models[i]->go_cond);
     pthread_mutex_unlock(&e->lock);
     if (e->sched_started)
         pthread_join(e->sched_tid, NULL);
-    for (int i = 0; i < e->n_models; i++) {
+    for (int i = 0; i < e->n_ids; i++) {
         struct emodel *m = e->models[i];
+        if (!m)
+            continue;
         if (m->started)
             pthread_join(m->tid, NULL);
         pthread_cond_destroy(&m->go_cond);
@@ -633,6 +1335,7 @@ void engine_destroy(struct engine *e)
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->wake);
     pthread_cond_destroy(&e->idle);
+    pthread_cond_destroy(&e->admin);
     free(e->step_s);
     free(e);
 }

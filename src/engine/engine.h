@@ -1,20 +1,50 @@
-/* The multi-model serving engine: per-model queues, a batcher, and an
- * event-driven scheduler that decides which model to serve and which to swap,
- * by a pluggable policy (sched.h).
+/* The multi-model serving engine: a live registry of models, per-model
+ * queues, a batcher, and an event-driven scheduler that decides which model
+ * to serve and which to swap, by a pluggable policy (sched.h).
  *
- *   engine_submit(request) -> queue of its model (bounded: a full queue is an
- *   immediate ERR_BUSY, never a hang)
+ *   engine_submit(params) -> a request handle, queued on its model (bounded:
+ *   a full queue is an immediate ERR_BUSY, never a hang)
  *   scheduler thread: wakes on submissions, finished batches, finished
- *   swaps and the deadlines a policy asks for (never polls); asks the policy
- *   for actions: start a load (evicting named victims, deferred for those
- *   with a batch in flight), or dispatch a batch of a resident model; keeps
- *   what the policy forecasts from: each model's arrivals, the latest load's
- *   time and a moving average of first-step times per batch size
- *   runner thread of the model: runs the batch on the device workers:
- *   prefill, then decode steps; sequences that finish leave, waiting requests
- *   of the same model join at step boundaries (continuous batching); every
- *   request samples with its own parameters and generator
- *   request->on_done(request) when it completes, on the runner thread
+ *   swaps, admin calls, queued deadlines and the times a policy asks for
+ *   (never polls); asks the policy for actions: start a load (evicting named
+ *   victims, deferred for those with a batch in flight), or dispatch a batch
+ *   of a resident model; carries out admin loads and unloads; completes
+ *   requests that leave a queue without running (cancelled, timed out, model
+ *   removed)
+ *   runner thread of each model: runs the batch on the device workers:
+ *   prefill, then decode steps; sequences that finish, are cancelled or pass
+ *   their deadline leave at step boundaries and waiting requests of the same
+ *   model join the freed slots (continuous batching); every request samples
+ *   with its own parameters and generator
+ *
+ * Threads and callbacks (who calls what):
+ * - on_token(req, id, ctx): on the model's runner thread, once per generated
+ *   token, in order, between two steps of the batch. It holds up every
+ *   sequence of the batch while it runs: it must not block, must not take a
+ *   lock another thread holds for long, and must not call into the engine
+ *   except engine_cancel(), engine_req_release() and the engine_req_*
+ *   accessors. A consumer that may be slow copies the token into its own
+ *   queue and returns.
+ * - on_done(req, ctx): exactly once per request engine_submit accepted, on an
+ *   engine thread (the model's runner thread, or the scheduler thread for a
+ *   request that never ran, where it holds up scheduling while it runs),
+ *   never on the thread calling into the engine and never under an engine
+ *   lock. Same rules as on_token. It may run before engine_submit has
+ *   returned; the engine's reference keeps the handle valid until it returns.
+ * - Every other function may be called from any thread that is not an engine
+ *   thread (not from a callback), except where it says otherwise.
+ *
+ * Locks: one engine lock guards the registry, the queues, every model's
+ * flags and statistics, the admin requests and the engine's counters. It is
+ * never held across a forward, a callback, a thread join, a wait on another
+ * thread, or a copy: the swap manager calls made under it (swap_use_begin,
+ * swap_offload, swap_load, swap_compact, swap_residency) only take the swap
+ * manager's lock, which nests inside it (the swap manager calls its listener
+ * outside its own lock), and start copies without waiting for them (a model
+ * still copying back is not loaded until that copy's end wakes the
+ * scheduler, since swap_load would wait for it). A request's phase and
+ * reference count are atomics, taken without a lock; its results are
+ * written by the one thread that completes it, before it is marked done.
  */
 #ifndef SHARDSWAP_ENGINE_ENGINE_H
 #define SHARDSWAP_ENGINE_ENGINE_H
@@ -26,27 +56,8 @@
 #include "model/sampler.h"
 #include "swap/swap.h"
 
-struct engine_request {
-    /* filled by the caller; prompt and output stay the caller's */
-    int model;                   /* index returned by engine_add_model */
-    const int32_t *prompt;
-    int n_prompt;
-    int max_tokens;              /* >= 1 */
-    struct sampler_params sampling;
-    int32_t *output;             /* room for max_tokens ids */
-    void (*on_done)(struct engine_request *r);
-    void *ctx;                   /* the caller's */
-    /* filled by the engine */
-    int n_output;
-    int status;                  /* 0, or a negative error code (message in error) */
-    char error[160];
-    double t_arrival, t_start, t_first_token, t_done; /* time_now() clock */
-    int batch_size;              /* sequences in its batch at its first step */
-    /* the engine's */
-    struct engine_request *next;
-    struct sampler sampler;
-    int slot;
-};
+struct engine;
+struct engine_req; /* a request handle (opaque) */
 
 struct engine_config {
     const char *policy;   /* sched_policy_find() name; NULL = the default */
@@ -59,28 +70,165 @@ struct engine_config {
     bool overlap_loads;
 };
 
-struct engine_stats {
-    uint64_t submitted, completed, rejected, batches, loads, evictions;
-    double swap_s;        /* summed load times (request of a load -> on device) */
-    double compute_s;     /* summed batch run times */
-};
-
-struct engine;
-
-/* mgr and w stay the caller's and must outlive the engine. */
+/* mgr and w stay the caller's and must outlive the engine. Starts the
+ * scheduler thread. */
 int engine_create(struct swap_manager *mgr, struct workers *w, const struct engine_config *cfg,
                   struct engine **out);
-/* Adds a registered model; returns its index (>= 0) or an error. Models are
- * added before the first submission. */
-int engine_add_model(struct engine *e, struct swap_model *model);
-/* Queues r (validated: model index, prompt length against the model's
- * positions, max_tokens, sampling parameters). ERR_BUSY when the model's
- * queue is full. On error r->on_done is not called. Thread-safe. */
-int engine_submit(struct engine *e, struct engine_request *r);
-/* Waits until every submitted request has completed. */
+/* Waits until every submitted request has completed (on_done returned). */
 void engine_drain(struct engine *e);
-/* Drains, then stops the threads and frees the engine. NULL-safe. */
+/* Drains, then stops the threads and frees the engine. NULL-safe. Nothing
+ * else may be called on e meanwhile. */
 void engine_destroy(struct engine *e);
+
+/* ---- the model registry (admin; any time, also while serving) ---- */
+
+/* Starts serving a model registered with mgr (its swap_model stays the
+ * caller's, and must outlive its time in the engine). Returns its id (>= 0;
+ * ids are never reused, so a model removed and added again gets a new one)
+ * or an error: ERR_INVALID when a model of the same name is served already,
+ * or SCHED_MAX_MODELS are. Its pinned flag starts as model->pinned. */
+int engine_add_model(struct engine *e, struct swap_model *model);
+/* The id of the model served under name, or ERR_NOT_FOUND. */
+int engine_find_model(struct engine *e, const char *name);
+/* The ids of the models served, ascending: fills up to max of them into ids
+ * and returns how many there are (which may exceed max). */
+int engine_list_models(struct engine *e, int *ids, int max);
+/* Stops serving model id: its queued requests complete at once with
+ * ERR_NOT_FOUND ("model X was removed"), the sequences of its batch in flight
+ * leave at the next step boundary with the same status, then its runner
+ * stops and the model is offloaded from its devices (waiting for a load in
+ * progress to end first). Returns once the engine no longer uses the
+ * swap_model. ERR_NOT_FOUND when id is not served. */
+int engine_remove_model(struct engine *e, int id);
+/* A pinned model is never chosen as a victim to make room for another.
+ * Pinning does not load it (engine_load_model does). */
+int engine_pin_model(struct engine *e, int id, bool pinned);
+/* Starts loading the model onto its devices now, through the scheduler
+ * thread, evicting nothing: ERR_BUSY when it does not fit the devices' free
+ * memory now (or that memory is not in one piece). Returns once the load is
+ * under way (or the model was resident already); swap_wait_loaded() waits
+ * for its end. */
+int engine_load_model(struct engine *e, int id);
+/* Offloads the model from its devices, through the scheduler thread: at once
+ * when idle, at the end of its batch in flight (which takes no more joiners),
+ * or at the end of a load in progress. Its queued requests stay queued, and
+ * the model is loaded again on demand when the policy serves them. Returns
+ * once the offload has started or been deferred. ERR_BUSY when it is pinned. */
+int engine_unload_model(struct engine *e, int id);
+
+/* ---- requests ---- */
+
+struct engine_request_params {
+    const char *model_name; /* the model by name; NULL: by id */
+    int model;              /* the id engine_add_model returned (when model_name is NULL) */
+    const int32_t *prompt;  /* copied by engine_submit */
+    int n_prompt;
+    int max_tokens;         /* >= 1 */
+    struct sampler_params sampling;
+    /* the request completes with ERR_TIMEOUT when it has not completed by
+     * then, queued or running (a running one leaves at its next step
+     * boundary, keeping the tokens it has); both 0: no deadline; both set:
+     * the earlier */
+    double deadline;  /* absolute, on the time_now() clock */
+    double timeout_s; /* relative to the submission */
+    void (*on_token)(struct engine_req *r, int32_t token, void *ctx); /* may be NULL */
+    void (*on_done)(struct engine_req *r, void *ctx);                 /* may be NULL */
+    void *ctx; /* the caller's, passed to both */
+};
+
+/* Validates p (model, prompt length against the model's positions, token ids
+ * against its vocabulary, max_tokens, sampling parameters), copies the prompt
+ * and queues the request. On success the request completes exactly once
+ * (on_done); *out, when out is not NULL, is the caller's reference to it,
+ * released with engine_req_release (the engine holds its own until on_done
+ * has returned). Errors: ERR_INVALID, ERR_NOT_FOUND (no such model, or it was
+ * removed), ERR_BUSY when the model's queue is full; on_done is then not
+ * called and *out is NULL. */
+int engine_submit(struct engine *e, const struct engine_request_params *p,
+                  struct engine_req **out);
+/* Cancels r (a handle the caller holds, or the one a callback got): a queued
+ * request leaves its queue at once, a running one leaves its batch at the
+ * next step boundary (its slot and KV positions go to a waiting request);
+ * either completes with ERR_CANCELLED, keeping the tokens it has (a running
+ * one also when it would have finished at that step). Returns 0 when r will
+ * complete as cancelled (also when cancelled twice before it completed),
+ * ERR_INVALID when it has completed, or is completing, already. Also from
+ * on_token and on_done. */
+int engine_cancel(struct engine *e, struct engine_req *r);
+/* Drops the caller's reference; the handle is freed once the engine's is
+ * dropped too. NULL-safe. Also from callbacks. */
+void engine_req_release(struct engine_req *r);
+
+/* Accessors: any thread holding a reference, and callbacks. Results (status,
+ * error, output, timings) are final inside on_done and once
+ * engine_req_done() is true; inside on_token, output holds the tokens so far. */
+bool engine_req_done(const struct engine_req *r); /* true once on_done has returned */
+/* Blocks until r has completed and its on_done has returned; returns its
+ * status. Never from a callback. */
+int engine_req_wait(struct engine_req *r);
+/* 0, or ERR_CANCELLED, ERR_TIMEOUT, ERR_NOT_FOUND (model removed), or the
+ * error that failed its batch (message in engine_req_error). */
+int engine_req_status(const struct engine_req *r);
+const char *engine_req_error(const struct engine_req *r); /* "" when status is 0 */
+/* The generated tokens (EOS not included); *n their number. Owned by r. */
+const int32_t *engine_req_output(const struct engine_req *r, int *n);
+void *engine_req_ctx(const struct engine_req *r);
+int engine_req_model(const struct engine_req *r); /* the model's id */
+
+struct engine_req_timings {
+    double t_arrival, t_start, t_first_token, t_done; /* time_now() clock; 0: not reached */
+    int batch_size;    /* sequences in its batch at its first step */
+    int slot;          /* its sequence slot in that batch */
+    uint64_t batch_id; /* which batch it ran in (1, 2, ... per engine; 0: none) */
+};
+void engine_req_timings(const struct engine_req *r, struct engine_req_timings *t);
+
+/* ---- statistics: readable at any time, from any thread ---- */
+
+struct engine_stats {
+    uint64_t submitted, completed, rejected, batches, loads, evictions;
+    uint64_t ok, failed, cancelled, timed_out; /* completed, by outcome */
+    double swap_s;        /* summed load times (request of a load -> on device) */
+    double compute_s;     /* summed batch run times (counted as batches run) */
+};
 void engine_get_stats(struct engine *e, struct engine_stats *st);
+
+/* A latency summary over a fixed-bucket histogram: 8 buckets per doubling
+ * from 1 us, so percentiles are within 9% (the bucket's upper edge, capped
+ * at the maximum); mean and max are exact. */
+struct engine_latency {
+    uint64_t n;
+    double mean, p50, p90, p99, max; /* seconds; 0 when n == 0 */
+};
+
+#define ENGINE_MAX_SHARDS 64
+
+struct engine_model_stats {
+    int id;
+    char name[64];
+    bool pinned;
+    int queue_len;          /* waiting requests */
+    int running;            /* sequences in its batch in flight */
+    enum residency residency;
+    int n_shards;           /* tp * pp; shards beyond ENGINE_MAX_SHARDS are not listed */
+    struct {
+        int device;
+        uint64_t bytes;        /* its device bytes */
+        int n_blobs;           /* embeddings, layers, ... (the units a load moves) */
+        int blobs_ready;       /* of which on the device and ready now */
+    } shards[ENGINE_MAX_SHARDS];
+    uint64_t loads, evictions, unloads; /* evictions: by the policy; unloads: by the admin */
+    uint64_t bytes_loaded;  /* host -> device, over its loads */
+    double load_s;          /* summed load times */
+    double compute_s;       /* summed batch run times */
+    uint64_t batches;
+    /* requests by outcome: submitted = ok + failed + cancelled + timed_out
+     * + those still queued or running; rejected were refused (queue full) */
+    uint64_t submitted, ok, failed, cancelled, timed_out, rejected;
+    struct engine_latency latency; /* arrival -> done, of ok requests */
+    struct engine_latency ttft;    /* arrival -> first token, of ok requests */
+};
+/* Fills *out for model id; ERR_NOT_FOUND when it is not served. */
+int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out);
 
 #endif
