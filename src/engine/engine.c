@@ -32,6 +32,9 @@ struct emodel {
 };
 
 struct engine {
+    /* every field here and in the emodels; never held across a copy or a
+     * wait on the swap manager (under it, only the manager's non-waiting
+     * calls: swap_load, swap_offload, swap_compact, swap_use_begin, queries) */
     pthread_mutex_t lock;
     pthread_cond_t wake;  /* the scheduler's: something changed */
     pthread_cond_t idle;  /* every request completed */
@@ -426,7 +429,7 @@ static void view_build(struct engine *e, struct sched_model *sm, struct sched_vi
  * bytes in pieces too small for a blob: the explicit fragmentation step,
  * offloading the model sched_defrag_victim names (swap_compact, counted),
  * until the blobs find their blocks. Nothing here waits on the manager. */
-static int load(struct engine *e, struct sched_model *sm, int model)
+static int start_load(struct engine *e, struct sched_model *sm, int model)
 {
     struct swap_model *sw = e->models[model]->sm;
     struct swap_room why;
@@ -468,7 +471,7 @@ static bool act(struct engine *e, struct sched_model *sm, const struct sched_act
             v->offload_pending = v->running;
         }
     }
-    if (load(e, sm, a->model) < 0)
+    if (start_load(e, sm, a->model) < 0)
         return false;
     e->stats.loads++;
     m->was_loading = true;
