@@ -422,7 +422,7 @@ static void view_build(struct engine *e, struct sched_model *sm, struct sched_vi
     }
 }
 
-/* The load of action a, after its victims have gone. The swap manager
+/* Loads model, for a SCHED_LOAD whose victims have gone. The swap manager
  * never picks a victim: it refuses (ERR_BUSY) and says why. Short of bytes
  * (a victim with a batch in flight leaves at its end), or waiting for memory
  * an offload is still copying back: that end or the listener wakes us. Free
