@@ -137,7 +137,11 @@ struct emodel {
 };
 
 struct engine {
-    pthread_mutex_t lock;  /* see engine.h: what it guards, what is never done under it */
+    /* every field here and in the emodels; never held across a copy or a
+     * wait on the swap manager (under it, only the manager's non-waiting
+     * calls: swap_load, swap_offload, swap_compact, swap_use_begin, queries);
+     * engine.h says what else is never done under it */
+    pthread_mutex_t lock;
     pthread_cond_t wake;   /* the scheduler's: something changed */
     pthread_cond_t idle;   /* every request completed */
     pthread_cond_t admin;  /* an admin request was carried out; a runner stopped */
@@ -847,14 +851,14 @@ static void load_started(struct engine *e, struct emodel *m, double now)
     m->last_used = now;
 }
 
-/* The load of action a, after its victims have gone. The swap manager
+/* Loads model, for a SCHED_LOAD whose victims have gone. The swap manager
  * never picks a victim: it refuses (ERR_BUSY) and says why. Short of bytes
  * (a victim with a batch in flight leaves at its end), or waiting for memory
  * an offload is still copying back: that end or the listener wakes us. Free
  * bytes in pieces too small for a blob: the explicit fragmentation step,
  * offloading the model sched_defrag_victim names (swap_compact, counted),
  * until the blobs find their blocks. Nothing here waits on the manager. */
-static int load(struct engine *e, struct emodel **map, struct sched_model *sm, int model)
+static int start_load(struct engine *e, struct emodel **map, struct sched_model *sm, int model)
 {
     struct swap_model *sw = map[model]->sm;
     struct swap_room why;
@@ -899,7 +903,7 @@ static bool act(struct engine *e, struct emodel **map, struct sched_model *sm,
             v->offload_pending = v->running;
         }
     }
-    if (load(e, map, sm, a->model) < 0)
+    if (start_load(e, map, sm, a->model) < 0)
         return false;
     load_started(e, m, now);
     return true;

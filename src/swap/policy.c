@@ -46,14 +46,14 @@ void evict_room_take(struct evict_room *r, const struct evict_model *v)
     r->resident--;
 }
 
-int evict_lru_until_fit(struct evict_model *m, int n, const uint64_t *need,
-                        struct evict_room *room, bool useful_only, int *out, int max_out)
+int evict_lru_until_fit(struct evict_model *m, int n, const uint64_t *need, struct evict_room *room,
+                        bool useful_only, int *out, int max_out)
 {
     int taken = 0;
     while (!evict_room_fits(room, need)) {
         bool lacking[EVICT_MAX_DEVICES];
-        bool by_bytes = useful_only && (room->max_resident <= 0 ||
-                                        room->resident < room->max_resident);
+        bool by_bytes =
+            useful_only && (room->max_resident <= 0 || room->resident < room->max_resident);
         for (int d = 0; by_bytes && d < room->n_devices; d++)
             lacking[d] = need[d] > room->free_bytes[d];
         int v = taken < max_out ? lru_min(m, n, by_bytes ? lacking : NULL, room->n_devices) : -1;

@@ -47,7 +47,7 @@ void evict_room_take(struct evict_room *r, const struct evict_model *v);
  * taken. Returns how many were taken (0: it fits already), or ERR_BUSY when
  * nothing more may go or max_out is reached before it fits; m, room and out
  * then hold the victims taken so far. */
-int evict_lru_until_fit(struct evict_model *m, int n, const uint64_t *need,
-                        struct evict_room *room, bool useful_only, int *out, int max_out);
+int evict_lru_until_fit(struct evict_model *m, int n, const uint64_t *need, struct evict_room *room,
+                        bool useful_only, int *out, int max_out);
 
 #endif

@@ -503,7 +503,7 @@ static int device_take_room(struct swap_manager *mgr, struct swap_model *model,
 
 int swap_load_locked(struct swap_manager *mgr, struct swap_model *model, struct swap_room *why)
 {
-    struct swap_room ignored;
+    struct swap_room ignored = {.device = -1};
     why = why ? why : &ignored;
     *why = (struct swap_room){.kind = SWAP_ROOM_OK, .device = -1};
     if (swap_model_resident(model)) {

@@ -153,16 +153,20 @@ int swap_load(struct swap_manager *mgr, struct swap_model *model, struct swap_ro
  * (the engine's policy, or swap_load_lru), so its blocks join the free
  * memory around them; counted in stats.compactions. Device memory is freed
  * at once when the host holds the victim's bytes, else when its copy back
- * ends. ERR_INVALID when victim has no shard on device; ERR_BUSY (as
- * swap_offload) when it has work in flight or is in transition. */
+ * ends. ERR_INVALID when victim has no shard on device or is not on its
+ * devices; ERR_BUSY (as swap_offload) when it has work in flight or is in
+ * transition. */
 int swap_compact(struct swap_manager *mgr, int device, struct swap_model *victim);
 /* For callers without an engine (bench swap, tests): swap_load after making
  * room by least recent use (policy.h): idle resident models that are not
  * pinned leave, least recently used first and only ones that free bytes
  * where model lacks them; free memory in pieces gets swap_compact on the
  * least recently used idle model of that device. Waits while room is still
- * being freed by offloads under way or the model itself is offloading.
- * ERR_BUSY when no model may leave (work in flight, in transition, pinned). */
+ * being freed by offloads under way or the model itself is offloading, so
+ * never call it holding a lock the listener takes. ERR_BUSY when the models
+ * that may leave cannot make room (the others have work in flight, are in
+ * transition or pinned; short of bytes it then offloads none, short of a
+ * block those it offloaded stay offloaded), or when the host budget cannot. */
 int swap_load_lru(struct swap_manager *mgr, struct swap_model *model);
 /* Waits until the model's last load finished; returns its status. */
 int swap_wait_loaded(struct swap_manager *mgr, struct swap_model *model);

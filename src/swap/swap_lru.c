@@ -18,8 +18,8 @@ static void lru_snapshot(struct swap_manager *mgr, const struct swap_model *mode
         const struct swap_model *m = mgr->models[i];
         const uint64_t *bytes = mgr->bytes + (size_t)i * mgr->n_devices;
         mgr->lru[i] = (struct evict_model){
-            .evictable = m != model && swap_model_resident(m) && swap_model_idle(m) &&
-                         !m->pinned && !m->offload_pending && (on_device < 0 || bytes[on_device] > 0),
+            .evictable = m != model && swap_model_resident(m) && swap_model_idle(m) && !m->pinned &&
+                         !m->offload_pending && (on_device < 0 || bytes[on_device] > 0),
             .last_used = (double)m->last_used,
             .bytes = bytes};
     }
@@ -74,8 +74,10 @@ int swap_load_lru(struct swap_manager *mgr, struct swap_model *model)
         }
         if (rc == ERR_NOMEM)
             break;
-        rc = err_set(ERR_BUSY, "no model may leave to make room (the others have work in flight, "
-                               "are in transition or pinned): %s", refusal);
+        rc = err_set(ERR_BUSY,
+                     "no model may leave to make room (the others have work in flight, "
+                     "are in transition or pinned): %s",
+                     refusal);
         break;
     }
     pthread_mutex_unlock(&mgr->lock);
