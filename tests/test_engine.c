@@ -208,6 +208,7 @@ struct rig {
     struct swap_model *sm[N_MODELS];
     int id[N_MODELS];
     int big; /* the largest model: the gate */
+    struct dbuf *ballast[2]; /* the rest of the devices' memory while the gate is closed */
 };
 
 /* Device memory for the `room` largest models, or budget bytes when not 0,
@@ -225,12 +226,20 @@ static void rig_open_budget(struct rig *g, const char *policy, int max_loaded, i
     CHECK(swap_manager_create(probe, 2, &cfg, &pm) == 0);
     static const int both[2] = {0, 1};
     struct placement pl = {.tp = 2, .pp = 1, .devices = both};
-    uint64_t b1 = 0, b2 = 0;
+    uint64_t b1 = 0, b2 = 0, batch = 0;
     char dir[512];
+    /* the largest batch the engine may run: max_batch of the longest prompt
+     * (16) and answer (16), with room for joiners */
+    struct opt_exec_shape shape = {.batch = max_batch ? max_batch : 8, .max_len = 16 + 16 + 64};
+    shape.max_tokens = shape.batch * 16;
     for (int m = 0; m < N_MODELS; m++) {
         struct swap_model *x;
         snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, names[m]);
         CHECK(swap_register(pm, names[m], dir, &pl, false, &x) == 0);
+        for (int d = 0; d < 2; d++) {
+            uint64_t bb = group_batch_bytes(x, pm, &shape, d);
+            batch = bb > batch ? bb : batch;
+        }
         uint64_t b = swap_model_device_bytes(x, 0) > swap_model_device_bytes(x, 1)
                          ? swap_model_device_bytes(x, 0)
                          : swap_model_device_bytes(x, 1);
@@ -245,7 +254,7 @@ static void rig_open_budget(struct rig *g, const char *policy, int max_loaded, i
     swap_manager_destroy(pm);
     for (int d = 0; d < 2; d++) {
         device_close(probe[d]);
-        CHECK(device_open_cpu(d, budget ? budget : b1 + (room > 1 ? b2 : 0) + 4096,
+        CHECK(device_open_cpu(d, budget ? budget : b1 + (room > 1 ? b2 : 0) + room * batch + 4096,
                               &g->devs[d]) == 0);
     }
     if (host_budget)
@@ -270,6 +279,8 @@ static void rig_open(struct rig *g, const char *policy, int max_loaded, int queu
 
 static void rig_close(struct rig *g)
 {
+    for (int d = 0; d < 2; d++)
+        device_free(g->ballast[d]);
     engine_destroy(g->e);
     workers_destroy(g->w);
     for (int d = 0; d < 2; d++)
@@ -286,10 +297,21 @@ static void gate_close(struct rig *g)
     CHECK(engine_pin_model(g->e, g->id[g->big], true) == 0);
     CHECK_MSG(engine_load_model(g->e, g->id[g->big]) == 0, "%s", err_msg());
     CHECK(swap_wait_loaded(g->mgr, g->sm[g->big]) == 0);
+    /* the memory beside it (kept for batches) is taken too, so no other
+     * model fits however small */
+    for (int d = 0; d < 2; d++) {
+        uint64_t rest = device_largest_free(g->devs[d]);
+        if (rest > 0)
+            CHECK(device_alloc(g->devs[d], rest, &g->ballast[d]) == 0);
+    }
 }
 
 static void gate_open(struct rig *g)
 {
+    for (int d = 0; d < 2; d++) {
+        device_free(g->ballast[d]);
+        g->ballast[d] = NULL;
+    }
     CHECK(engine_pin_model(g->e, g->id[g->big], false) == 0);
 }
 
@@ -421,35 +443,60 @@ static void test_starvation(const char *policy)
 }
 
 /* Free device memory in pieces: a load the policy starts (the free bytes
- * suffice) is refused as fragmented, and the engine takes the explicit step
- * (swap_compact on sched_defrag_victim's choice, counted) and serves it.
- * Device memory, by hand before the first request (blobs of 26..68 KB):
- * pre_ln_f16 | bf16_nobias_untied | no_final_ln | tail, then the first and
- * third leave: post_ln_proj's three blobs fit the free bytes but not the two
- * holes. */
+ * suffice for the model's weights and its batch) is refused as fragmented,
+ * and the engine takes the explicit step (swap_compact on
+ * sched_defrag_victim's choice, counted) and serves it. The test cuts the
+ * free memory beside the one resident model into holes just smaller than
+ * the incoming model's largest blob, with 64-byte pins between them. */
 static void test_fragmentation(const char *policy)
 {
     struct rig g;
-    rig_open_budget(&g, policy, 0, 64, 0, 2, 329984, 0);
-    const int a = 2, b = 3, c = 4, w = 1; /* indices into names[] */
-    for (int i = 0; i < 3; i++) {
-        struct swap_model *x = g.sm[i == 0 ? a : i == 1 ? b : c];
-        CHECK(swap_load(g.mgr, x, NULL) == 0 && swap_wait_loaded(g.mgr, x) == 0);
+    rig_open_budget(&g, policy, 0, 64, 1, 2, 4u << 20, 0);
+    /* the resident model: the largest, so its memory holds the incoming
+     * model's blobs once it leaves */
+    const int b = g.big, w = not_big(&g, 0);
+    CHECK(swap_load(g.mgr, g.sm[b], NULL) == 0 && swap_wait_loaded(g.mgr, g.sm[b]) == 0);
+    size_t largest = 0;
+    for (int s = 0; s < 2; s++)
+        for (int k = 0; k < g.sm[w]->shards[s].layout.n_blobs; k++)
+            if (g.sm[w]->shards[s].layout.blob_bytes[k] > largest)
+                largest = g.sm[w]->shards[s].layout.blob_bytes[k];
+    const size_t hole = (largest - 1) / 64 * 64;
+    enum { MAX_PINS = 4096 };
+    static struct dbuf *pins[2][MAX_PINS], *holes[MAX_PINS];
+    int n_pins[2] = {0, 0};
+    for (int d = 0; d < 2; d++) {
+        int n_holes = 0;
+        while (n_holes < MAX_PINS && device_alloc(g.devs[d], hole, &holes[n_holes]) == 0) {
+            n_holes++;
+            if (device_alloc(g.devs[d], 64, &pins[d][n_pins[d]]) < 0)
+                break;
+            n_pins[d]++;
+        }
+        for (int k = 0; k < n_holes; k++)
+            device_free(holes[k]);
     }
-    CHECK(swap_offload(g.mgr, g.sm[a], false) == 0 && swap_offload(g.mgr, g.sm[c], false) == 0);
     struct swap_room why;
     CHECK(swap_load(g.mgr, g.sm[w], &why) == ERR_BUSY);
-    CHECK_MSG(why.kind == SWAP_ROOM_FRAGMENTED && why.device == 0 && why.free >= why.need,
+    CHECK_MSG(why.kind == SWAP_ROOM_FRAGMENTED && why.free >= why.need,
               "%s: not the fragmentation this test needs: %s", policy, err_msg());
     struct job j;
-    job_init(&j, g.e, w, 0, 4);
+    job_init(&j, g.e, w, 0, 1);
     struct engine_request_params p = job_params(&j, g.id[w], 1);
     CHECK(submit_retry(g.e, &p, NULL) == 0);
     double t0 = time_now();
     while (atomic_load(&j.done_count) == 0 && time_now() - t0 < 20)
         usleep(1000);
     if (atomic_load(&j.done_count) == 0) { /* it would wait forever: stop here */
-        CHECK_MSG(false, "%s: the engine never loaded the model into fragmented memory", policy);
+        struct engine_stats st;
+        struct swap_stats ss;
+        engine_get_stats(g.e, &st);
+        swap_get_stats(g.mgr, &ss);
+        CHECK_MSG(false, "%s: the engine never served the model in fragmented memory (%s; w %s, b "
+                         "%s; %llu compactions, %llu loads)", policy, err_msg(),
+                  residency_name(swap_residency(g.mgr, g.sm[w])),
+                  residency_name(swap_residency(g.mgr, g.sm[b])),
+                  (unsigned long long)ss.compactions, (unsigned long long)st.loads);
         exit(test_finish());
     }
     CHECK_MSG(j.status == 0, "%s: %s", policy, j.error);
@@ -464,6 +511,10 @@ static void test_fragmentation(const char *policy)
     CHECK(swap_residency(g.mgr, g.sm[b]) == RES_IN_HOST); /* the only model that could go */
     CHECK(swap_residency(g.mgr, g.sm[w]) == RES_ON_DEVICE);
     CHECK(atomic_load(&wrong) == 0);
+    engine_drain(g.e);
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < n_pins[d]; k++)
+            device_free(pins[d][k]);
     rig_close(&g);
 }
 

@@ -126,6 +126,13 @@ struct emodel {
     char admin_msg[160];
     double last_used, loaded_at;
     struct forecast arrivals;
+    /* device memory for its batches: the largest batch it may run (max_batch
+     * sequences of the longest prompt and answer submitted so far), held
+     * free for it while it is resident; what its batch in flight has
+     * allocated of it (engine lock) */
+    int longest_prompt, longest_seq;
+    uint64_t reserve[SCHED_MAX_DEVICES], batch_bytes[SCHED_MAX_DEVICES];
+    bool mem_wait; /* its batch did not fit at all: not served until memory is freed */
     pthread_t tid;
     bool started;
     pthread_cond_t go_cond;
@@ -160,6 +167,7 @@ struct engine {
     double load_s; /* the latest load's time, for the policy's forecasts */
     double *step_s; /* [b]: a first step's time for b requests (moving average; 0: none yet) */
     double wake_at; /* a policy's SCHED_WAKE, on the time_now() clock */
+    int batches_running; /* runners holding a batch's device memory */
 };
 
 /* ---- requests ---- */
@@ -310,6 +318,74 @@ static struct emodel *model_named(struct engine *e, const struct engine_request_
     return m;
 }
 
+/* The shape of a batch of n sequences whose longest prompt is max_prompt
+ * and longest prompt + answer is seq: room for the longest sequence, plus
+ * late joiners when sequences decode for more than one step; one step takes
+ * at most the longest prompt per sequence. */
+static struct opt_exec_shape batch_shape(const struct swap_model *sm, int n, int max_prompt,
+                                         int seq, bool decodes)
+{
+    int max_len = seq + (decodes ? JOIN_ROOM : 0);
+    if (max_len > sm->cfg.max_pos)
+        max_len = sm->cfg.max_pos;
+    return (struct opt_exec_shape){.batch = n, .max_len = max_len,
+                                   .max_tokens = n * max_prompt};
+}
+
+/* Grows m's batch reserve for a request of n_prompt + max_tokens (lock
+ * held). */
+static void reserve_grow(struct engine *e, struct emodel *m, int n_prompt, int max_tokens)
+{
+    if (n_prompt <= m->longest_prompt && n_prompt + max_tokens <= m->longest_seq)
+        return;
+    m->longest_prompt = n_prompt > m->longest_prompt ? n_prompt : m->longest_prompt;
+    if (n_prompt + max_tokens > m->longest_seq)
+        m->longest_seq = n_prompt + max_tokens;
+    /* the largest batch that fits beside the weights on every device of the
+     * model (a batch of one, at least: capped to the room there is, so the
+     * model can always be loaded and a batch that cannot fit fails with the
+     * allocation's error instead of never being tried) */
+    const int n_dev = swap_device_count(e->mgr);
+    for (int n = e->cfg.max_batch; n >= 1; n--) {
+        struct opt_exec_shape shape = batch_shape(m->sm, n, m->longest_prompt, m->longest_seq,
+                                                  true);
+        bool fits = true;
+        for (int d = 0; d < n_dev; d++) {
+            uint64_t w = swap_model_device_bytes(m->sm, d),
+                     budget = device_budget(swap_device(e->mgr, d));
+            uint64_t b = w ? group_batch_bytes(m->sm, e->mgr, &shape, d) : 0;
+            fits &= b != UINT64_MAX && w + b <= budget;
+            m->reserve[d] = b == UINT64_MAX || w + b > budget ? (budget > w ? budget - w : 0) : b;
+        }
+        if (fits)
+            break;
+    }
+}
+
+/* ERR_INVALID, naming the device and the bytes, when the model's weights and
+ * a batch of this one request can never fit a device of the model. */
+static int request_fits_ever(struct engine *e, struct swap_model *sm, int n_prompt,
+                             int max_tokens)
+{
+    struct opt_exec_shape one = batch_shape(sm, 1, n_prompt, n_prompt + max_tokens,
+                                            max_tokens > 1);
+    for (int d = 0; d < swap_device_count(e->mgr); d++) {
+        uint64_t w = swap_model_device_bytes(sm, d);
+        if (w == 0)
+            continue;
+        uint64_t b = group_batch_bytes(sm, e->mgr, &one, d), budget =
+                                                                  device_budget(swap_device(e->mgr, d));
+        if (b == UINT64_MAX || w + b > budget)
+            return err_set(ERR_INVALID, "model %s cannot run a request of %d + %d tokens on "
+                                        "device %s: its weights take %llu bytes and the "
+                                        "request's KV cache and activations %llu, over the "
+                                        "budget of %llu", sm->name, n_prompt, max_tokens,
+                           device_name(swap_device(e->mgr, d)), (unsigned long long)w,
+                           (unsigned long long)b, (unsigned long long)budget);
+    }
+    return 0;
+}
+
 int engine_submit(struct engine *e, const struct engine_request_params *p,
                   struct engine_req **out)
 {
@@ -336,12 +412,15 @@ int engine_submit(struct engine *e, const struct engine_request_params *p,
         if (p->prompt[i] < 0 || p->prompt[i] >= c->vocab)
             return err_set(ERR_INVALID, "prompt token %d is outside model %s's vocabulary (%d)",
                            p->prompt[i], sm->name, c->vocab);
+    int rc = request_fits_ever(e, sm, p->n_prompt, p->max_tokens);
+    if (rc < 0)
+        return rc;
     struct engine_req *r = calloc(1, sizeof(*r) + sizeof(int32_t) * ((size_t)p->n_prompt +
                                                                     (size_t)p->max_tokens));
     if (!r)
         return err_set(ERR_NOMEM, "out of memory for a request of %d + %d tokens", p->n_prompt,
                        p->max_tokens);
-    int rc = sampler_init(&r->sampler, &p->sampling);
+    rc = sampler_init(&r->sampler, &p->sampling);
     if (rc < 0) {
         free(r);
         return rc;
@@ -381,6 +460,7 @@ int engine_submit(struct engine *e, const struct engine_request_params *p,
     r->model_id = m->id;
     r->m = m;
     queue_push(m, r);
+    reserve_grow(e, m, r->n_prompt, r->max_tokens);
     forecast_add(&m->arrivals, r->t.t_arrival);
     e->outstanding++;
     e->stats.submitted++;
@@ -610,34 +690,137 @@ static void batch_fail(struct batch *b, int rc)
             batch_leave(b, s, rc, why);
 }
 
+/* Device memory may have been freed: models waiting for it may try again
+ * (lock held). */
+static void mem_wait_clear(struct engine *e)
+{
+    for (int id = 0; id < e->n_ids; id++)
+        if (e->models[id])
+            e->models[id]->mem_wait = false;
+}
+
+/* Hands requests a runner took back to the head of m's queue, in their
+ * order (lock held): they keep their place. One cancelled meanwhile is not
+ * queued again: it goes to *cancelled, for the caller to finish. */
+static void queue_give_back(struct emodel *m, struct engine_req **r, int n,
+                            struct engine_req **cancelled, int *n_cancelled)
+{
+    for (int i = n - 1; i >= 0; i--) {
+        int expect = PH_RUNNING;
+        if (!atomic_compare_exchange_strong(&r[i]->phase, &expect, PH_QUEUED)) {
+            cancelled[(*n_cancelled)++] = r[i];
+            continue;
+        }
+        m->n_running--;
+        r[i]->prev = NULL;
+        r[i]->next = m->head;
+        if (m->head)
+            m->head->prev = r[i];
+        else
+            m->tail = r[i];
+        m->head = r[i];
+        m->queue_len++;
+        m->e->n_queued_deadlines += !isinf(r[i]->deadline);
+    }
+}
+
+/* The device memory of a batch of the first n requests, made smaller until
+ * it fits: a batch that does not fit is halved, the later half going back
+ * to the head of the queue. Allocated under the lock, so the scheduler's
+ * view of free memory and the held reserves change together (an allocation
+ * is no copy and no wait). A single request that does not fit waits for
+ * memory to be freed (given back, the model not served until a batch ends
+ * or a swap completes) when anything is running or moving; when nothing is,
+ * nothing would free it, and it fails with the allocation's error.
+ * Returns the size of the batch (0: nothing to run). */
+static int batch_alloc(struct emodel *m, struct engine_req **first, int n,
+                       struct group_batch **gb, int *max_prompt)
+{
+    struct engine *e = m->e;
+    struct engine_req *cancelled[n];
+    int n_cancelled = 0, rc = 0;
+    char why[160] = "";
+    for (;;) {
+        int seq = 0;
+        bool decodes = false;
+        *max_prompt = 0;
+        for (int i = 0; i < n; i++) {
+            *max_prompt = first[i]->n_prompt > *max_prompt ? first[i]->n_prompt : *max_prompt;
+            if (first[i]->n_prompt + first[i]->max_tokens > seq)
+                seq = first[i]->n_prompt + first[i]->max_tokens;
+            decodes |= first[i]->max_tokens > 1;
+        }
+        struct opt_exec_shape shape = batch_shape(m->sm, n, *max_prompt, seq, decodes);
+        pthread_mutex_lock(&e->lock);
+        rc = group_batch_create(e->mgr, m->sm, &shape, gb);
+        if (rc == 0) {
+            for (int d = 0; d < swap_device_count(e->mgr); d++)
+                m->batch_bytes[d] = group_batch_bytes(m->sm, e->mgr, &shape, d);
+            e->batches_running++;
+            pthread_mutex_unlock(&e->lock);
+            break;
+        }
+        snprintf(why, sizeof(why), "%s", err_msg());
+        bool others = e->batches_running > 0;
+        for (int id = 0; !others && id < e->n_ids; id++) {
+            enum residency r = e->models[id] ? swap_residency(e->mgr, e->models[id]->sm)
+                                             : RES_ON_DISK;
+            others = r == RES_LOADING || r == RES_OFFLOADING;
+        }
+        if (rc == ERR_NOMEM && n > 1) {
+            queue_give_back(m, first + n / 2, n - n / 2, cancelled, &n_cancelled);
+            n /= 2;
+        } else if (rc == ERR_NOMEM && others) {
+            queue_give_back(m, first, n, cancelled, &n_cancelled);
+            m->mem_wait = true;
+            n = 0;
+        }
+        pthread_mutex_unlock(&e->lock);
+        if (n == 0 || rc != ERR_NOMEM || (n == 1 && !others))
+            break;
+    }
+    for (int i = 0; i < n_cancelled; i++)
+        req_finish_running(m, cancelled[i], ERR_CANCELLED, "cancelled");
+    if (rc < 0 && n > 0) {
+        for (int i = 0; i < n; i++)
+            req_finish_running(m, first[i], rc, why);
+        n = 0;
+    }
+    return n;
+}
+
+/* Frees the batch's device memory (see batch_alloc for the lock). */
+static void batch_release(struct emodel *m, struct group_batch *gb)
+{
+    struct engine *e = m->e;
+    if (!gb)
+        return;
+    pthread_mutex_lock(&e->lock);
+    group_batch_free(gb);
+    memset(m->batch_bytes, 0, sizeof(m->batch_bytes));
+    e->batches_running--;
+    pthread_mutex_unlock(&e->lock);
+}
+
 static void batch_run(struct emodel *m, struct engine_req **first, int n_first)
 {
     struct engine *e = m->e;
     const struct opt_config *c = &m->sm->cfg;
-    struct batch b = {.m = m, .slots = n_first};
     double mark = time_now(); /* time computing counted up to here */
-    int max_prompt = 0, max_tokens = 0;
-    for (int i = 0; i < n_first; i++) {
-        max_prompt = first[i]->n_prompt > max_prompt ? first[i]->n_prompt : max_prompt;
-        max_tokens = first[i]->max_tokens > max_tokens ? first[i]->max_tokens : max_tokens;
-    }
-    /* room for the longest prompt and answer, plus late joiners when
-     * sequences decode for more than one step */
-    int max_len = max_prompt + max_tokens + (max_tokens > 1 ? JOIN_ROOM : 0);
-    if (max_len > c->max_pos)
-        max_len = c->max_pos;
+    int max_prompt;
+    struct group_batch *gb = NULL;
+    if ((n_first = batch_alloc(m, first, n_first, &gb, &max_prompt)) == 0)
+        return;
+    struct batch b = {.m = m, .slots = n_first, .gb = gb};
+    int max_len = group_batch_room(gb);
     b.req = calloc((size_t)n_first, sizeof(*b.req));
     b.ids = malloc((size_t)n_first * max_len * sizeof(int32_t));
     b.mask = malloc((size_t)n_first * max_len);
     b.logits = malloc((size_t)n_first * c->vocab * sizeof(float));
     b.last = calloc((size_t)n_first, sizeof(int32_t));
-    /* one step takes at most the longest first prompt per sequence; later
-     * joiners' prompts must fit that too */
-    struct opt_exec_shape shape = {.batch = n_first, .max_len = max_len,
-                                   .max_tokens = n_first * max_prompt};
-    int rc = group_batch_create(e->mgr, m->sm, &shape, &b.gb);
-    if (rc == 0 && (!b.req || !b.ids || !b.mask || !b.logits || !b.last))
-        rc = err_set(ERR_NOMEM, "out of memory for a batch of %d", n_first);
+    int rc = 0;
+    if (!b.req || !b.ids || !b.mask || !b.logits || !b.last)
+        rc = err_set(ERR_NOMEM, "out of host memory for a batch of %d", n_first);
     pthread_mutex_lock(&e->lock);
     b.id = ++e->stats.batches;
     m->batches++;
@@ -727,7 +910,7 @@ static void batch_run(struct emodel *m, struct engine_req **first, int n_first)
         batch_sample(&b, time_now());
     }
 out:
-    group_batch_free(b.gb);
+    batch_release(m, b.gb);
     free(b.req);
     free(b.ids);
     free(b.mask);
@@ -758,6 +941,8 @@ static void *runner_main(void *arg)
         pthread_mutex_lock(&e->lock);
         m->running = false;
         m->offload_pending = false; /* swap_use_end carried out a deferred offload */
+        if (n > 0)
+            mem_wait_clear(e); /* its batch's memory is free again */
         pthread_cond_signal(&e->wake);
         pthread_cond_broadcast(&e->admin);
     }
@@ -807,9 +992,22 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
     v->max_batch = e->cfg.max_batch;
     v->overlap_loads = e->cfg.overlap_loads;
     v->load_s = e->load_s;
+    /* free memory: the budget, less what is allocated, less what resident
+     * models' batches may still allocate (their reserves, held for them) */
+    uint64_t held[SCHED_MAX_DEVICES] = {0};
+    for (int id = 0; id < e->n_ids; id++) {
+        struct emodel *m = e->models[id];
+        enum residency r = m ? swap_residency(e->mgr, m->sm) : RES_ON_DISK;
+        if (r != RES_LOADING && r != RES_ON_DEVICE)
+            continue;
+        for (int d = 0; d < v->n_devices; d++)
+            if (m->reserve[d] > m->batch_bytes[d])
+                held[d] += m->reserve[d] - m->batch_bytes[d];
+    }
     for (int d = 0; d < v->n_devices; d++) {
         struct device *dev = swap_device(e->mgr, d);
-        v->free_bytes[d] = device_budget(dev) - device_used(dev);
+        uint64_t taken = device_used(dev) + held[d];
+        v->free_bytes[d] = taken < device_budget(dev) ? device_budget(dev) - taken : 0;
     }
     int n = 0;
     for (int id = 0; id < e->n_ids; id++) {
@@ -831,8 +1029,11 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
         sm[i].loaded_at = m->loaded_at;
         sm[i].arrivals = m->arrivals;
         sm[i].batch_s = step_estimate(e, m->queue_len);
+        /* its weights and its batches' memory leave or come together */
         for (int d = 0; d < v->n_devices; d++)
-            sm[i].bytes[d] = swap_model_device_bytes(m->sm, d);
+            sm[i].bytes[d] = swap_model_device_bytes(m->sm, d) +
+                             (m->reserve[d] > m->batch_bytes[d] ? m->reserve[d]
+                                                                 : m->batch_bytes[d]);
         load_check(e, m, sm[i].loading);
         v->any_loading |= sm[i].loading;
         v->any_running |= m->running;
@@ -887,7 +1088,7 @@ static bool act(struct engine *e, struct emodel **map, struct sched_model *sm,
     struct emodel *m = map[a->model];
     double now = time_now();
     if (a->kind == SCHED_SERVE) {
-        if (m->running || swap_use_begin(e->mgr, m->sm) < 0)
+        if (m->running || m->mem_wait || swap_use_begin(e->mgr, m->sm) < 0)
             return false;
         m->running = true;
         m->go = true;
@@ -1034,6 +1235,7 @@ static void engine_on_swap(void *ctx)
 {
     struct engine *e = ctx;
     pthread_mutex_lock(&e->lock);
+    mem_wait_clear(e);
     pthread_cond_signal(&e->wake);
     pthread_mutex_unlock(&e->lock);
 }
