@@ -518,6 +518,71 @@ static void test_fragmentation(const char *policy)
     rig_close(&g);
 }
 
+/* Device memory for one model and a batch of two of its requests: eight
+ * requests submitted at once run in batches halved until they fit (at most
+ * two sequences), all with the right output, and the devices' high-water
+ * marks (weights, KV caches, activations) stay within their budgets; a
+ * request whose batch of one can never fit is refused at submit, naming the
+ * bytes. */
+static void test_batch_memory(void)
+{
+    struct rig g;
+    rig_open(&g, "swapwise", 0, 64, 8, 2); /* to measure */
+    const int t = g.big, max_tokens = 4; /* the largest: every model registers */
+    const int n = expects[t][0].n_prompt;
+    struct opt_exec_shape two = {.batch = 2, .max_len = n + max_tokens + 64,
+                                 .max_tokens = 2 * n};
+    uint64_t budget = 0;
+    for (int d = 0; d < 2; d++) {
+        uint64_t need = swap_model_device_bytes(g.sm[t], d) +
+                        group_batch_bytes(g.sm[t], g.mgr, &two, d);
+        budget = need > budget ? need : budget;
+    }
+    int max_pos = g.sm[t]->cfg.max_pos;
+    struct opt_exec_shape short1 = {.batch = 1, .max_len = n + 1, .max_tokens = n};
+    uint64_t tight = 0;
+    for (int d = 0; d < 2; d++) {
+        uint64_t need = swap_model_device_bytes(g.sm[t], d) +
+                        group_batch_bytes(g.sm[t], g.mgr, &short1, d);
+        tight = need > tight ? need : tight;
+    }
+    rig_close(&g);
+    rig_open_budget(&g, "swapwise", 0, 64, 8, 1, budget + 64, 0);
+    atomic_store(&wrong, 0);
+    struct job jobs[8];
+    for (int i = 0; i < 8; i++) {
+        job_init(&jobs[i], g.e, t, 0, max_tokens);
+        struct engine_request_params p = job_params(&jobs[i], g.id[t], (uint64_t)i);
+        CHECK_MSG(engine_submit(g.e, &p, NULL) == 0, "%s", err_msg());
+    }
+    engine_drain(g.e);
+    int biggest = 0;
+    for (int i = 0; i < 8; i++) {
+        CHECK_MSG(jobs[i].status == 0, "request %d: %s", i, jobs[i].error);
+        biggest = jobs[i].t.batch_size > biggest ? jobs[i].t.batch_size : biggest;
+    }
+    CHECK_MSG(biggest >= 1 && biggest <= 2, "a batch of %d ran in memory for 2", biggest);
+    CHECK(atomic_load(&wrong) == 0);
+    printf("batch memory: 8 requests in batches of at most %d, in memory for 2\n", biggest);
+    rig_close(&g);
+    /* memory for one short request: a request of the model's every position
+     * can never fit, and is refused */
+    rig_open_budget(&g, "swapwise", 0, 64, 8, 1, tight + 64, 0);
+    struct job one, all;
+    job_init(&one, g.e, t, 0, 1);
+    struct engine_request_params p = job_params(&one, g.id[t], 1);
+    CHECK_MSG(engine_submit(g.e, &p, NULL) == 0, "%s", err_msg());
+    job_init(&all, g.e, t, 0, max_pos - n);
+    p = job_params(&all, g.id[t], 1);
+    CHECK(engine_submit(g.e, &p, NULL) == ERR_INVALID);
+    CHECK_MSG(strstr(err_msg(), "cannot run a request") && strstr(err_msg(), "budget"), "%s",
+              err_msg());
+    engine_drain(g.e);
+    CHECK_MSG(one.status == 0, "%s", one.error);
+    CHECK(atomic_load(&wrong) == 0);
+    rig_close(&g);
+}
+
 static uint64_t host_bytes(int model)
 {
     char dir[512];
@@ -1049,6 +1114,7 @@ int main(void)
     test_load_unload();
     test_live_registry("swapwise");
     test_live_registry("computron");
+    test_batch_memory();
     test_fragmentation("swapwise");
     test_fragmentation("computron");
     test_no_wait_under_lock("swapwise");
