@@ -1528,12 +1528,15 @@ void engine_destroy(struct engine *e)
     pthread_mutex_unlock(&e->lock);
     if (e->sched_started)
         pthread_join(e->sched_tid, NULL);
+    /* every runner first: one still ending its last batch touches the
+     * others' flags (mem_wait_clear) */
+    for (int i = 0; i < e->n_ids; i++)
+        if (e->models[i] && e->models[i]->started)
+            pthread_join(e->models[i]->tid, NULL);
     for (int i = 0; i < e->n_ids; i++) {
         struct emodel *m = e->models[i];
         if (!m)
             continue;
-        if (m->started)
-            pthread_join(m->tid, NULL);
         pthread_cond_destroy(&m->go_cond);
         free(m);
     }
