@@ -350,7 +350,7 @@ int bench_swap(int argc, char **argv)
     uint64_t need[MAX_WORKERS] = {0};
     for (int i = 0; i < n; i++) {
         uint64_t shard[MAX_WORKERS], host;
-        if ((rc = swap_layout_bytes(dir, tps[i], pps[i], shard, &host)) < 0)
+        if ((rc = swap_layout_bytes(dir, tps[i], pps[i], NULL, shard, &host)) < 0)
             goto out;
         for (int d = 0; d < tps[i] * pps[i]; d++)
             need[d] = shard[d] > need[d] ? shard[d] : need[d];

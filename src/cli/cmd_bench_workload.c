@@ -19,6 +19,7 @@
 #include "core/jsonout.h"
 #include "core/timing.h"
 #include "engine/engine.h"
+#include "engine/stack.h"
 #include "engine/sched.h"
 #include "engine/sim.h"
 #include "model/opt_random.h"
@@ -71,63 +72,54 @@ static void wl_on_done(struct engine_req *r, void *ctx)
 }
 
 struct rig {
-    struct device *devs[8];
-    int n_devs;
-    struct swap_manager *mgr;
-    struct workers *w;
+    struct stack *s;
     struct engine *e;
-    struct swap_model *sm[MAX_MODELS];
 };
 
 static void rig_close(struct rig *g)
 {
-    engine_destroy(g->e);
-    workers_destroy(g->w);
-    swap_manager_destroy(g->mgr);
-    for (int d = 0; d < g->n_devs; d++)
-        device_close(g->devs[d]);
+    stack_close(g->s);
     memset(g, 0, sizeof(*g));
 }
 
-/* Devices with room for max_loaded models (every model has the same shape),
- * every model over all of them with TP = n_devs; all models start in host
- * memory, as in Computron. */
+/* The stack of a workload: tp CPU devices with room for max_loaded models
+ * (every model has the same shape) and the largest batch of Computron's
+ * requests each, every model over all of them with TP = tp; all models start
+ * in host memory, as in Computron. */
+static void rig_config(struct stack_config *sc, struct stack_model_config *mc, char dirs[][512],
+                       char names[][16], int n_models, int tp, int max_loaded, int max_batch,
+                       const char *policy, double link_gbps)
+{
+    memset(sc, 0, sizeof(*sc));
+    sc->device_kind = "cpu";
+    sc->n_devices = tp;
+    sc->link_gbps = link_gbps;
+    sc->fit_models = max_loaded;
+    sc->fit_prompt = PROMPT_LEN;
+    sc->fit_max_tokens = 1;
+    sc->engine = (struct engine_config){.policy = policy, .max_batch = max_batch,
+                                        .queue_cap = 1 << 20, .max_loaded = max_loaded,
+                                        .overlap_loads = link_gbps > 0};
+    sc->prefetch_host = true;
+    for (int i = 0; i < n_models; i++) {
+        snprintf(names[i], 16, "m%d", i);
+        mc[i] = (struct stack_model_config){.name = names[i], .path = dirs[i], .tp = tp, .pp = 1};
+    }
+    sc->models = mc;
+    sc->n_models = n_models;
+}
+
 static int rig_open(struct rig *g, char dirs[][512], int n_models, int tp, int max_loaded,
                     int max_batch, const char *policy, double link_gbps)
 {
     memset(g, 0, sizeof(*g));
-    int placement[8];
-    for (int d = 0; d < tp; d++)
-        placement[d] = d;
-    struct placement pl = {.tp = tp, .pp = 1, .devices = placement};
-    int rc = 0;
-    /* the per-device bytes of one model (all have the same shape) */
-    struct swap_config cfg = {0};
-    uint64_t shard[8], per = 0, host = 0;
-    if ((rc = swap_layout_bytes(dirs[0], tp, 1, shard, &host)) < 0)
-        return rc;
-    for (int r = 0; r < tp; r++)
-        per = shard[r] > per ? shard[r] : per;
-    g->n_devs = tp;
-    for (int d = 0; d < tp; d++)
-        if ((rc = device_open_cpu(d, per * (uint64_t)max_loaded + (1u << 20), &g->devs[d])) < 0 ||
-            (rc = device_cpu_set_link(g->devs[d], link_gbps * 1e9)) < 0)
-            return rc;
-    cfg.host_budget = host * (uint64_t)n_models + (64u << 20);
-    struct engine_config ec = {.policy = policy, .max_batch = max_batch, .queue_cap = 1 << 20,
-                               .max_loaded = max_loaded, .overlap_loads = link_gbps > 0};
-    if ((rc = swap_manager_create(g->devs, tp, &cfg, &g->mgr)) < 0 ||
-        (rc = workers_create(g->mgr, &g->w)) < 0 || (rc = engine_create(g->mgr, g->w, &ec, &g->e)) < 0)
-        return rc;
-    for (int i = 0; i < n_models; i++) {
-        char name[32];
-        snprintf(name, sizeof(name), "m%d", i);
-        if ((rc = swap_register(g->mgr, name, dirs[i], &pl, false, &g->sm[i])) < 0 ||
-            (rc = engine_add_model(g->e, g->sm[i])) < 0 ||
-            (rc = swap_prefetch_host(g->mgr, g->sm[i])) < 0)
-            return rc;
-    }
-    return 0;
+    struct stack_config sc;
+    struct stack_model_config mc[MAX_MODELS];
+    char names[MAX_MODELS][16];
+    rig_config(&sc, mc, dirs, names, n_models, tp, max_loaded, max_batch, policy, link_gbps);
+    int rc = stack_open(&sc, &g->s);
+    g->e = rc == 0 ? g->s->engine : NULL;
+    return rc;
 }
 
 static void sleep_until(double t)
@@ -357,11 +349,23 @@ struct sim_summary {
 
 /* Every policy on seeds seed..seed+seeds-1 of workload c; s[p] per policy. */
 static int simulate_config(const struct workload_config *c, const struct sim_config *costs,
-                           const uint64_t *shard, int tp, const char **policies, int n_pol,
+                           char dirs[][512], int tp, const char **policies, int n_pol,
                            uint64_t seed, int seeds, double duration, double slo,
                            struct sim_summary *s)
 {
-    int rc = 0;
+    /* each model's device bytes (weights and its largest batch) and the
+     * budgets, as the real run's stack sizes them */
+    struct stack_config stc;
+    struct stack_model_config mc[MAX_MODELS];
+    char names[MAX_MODELS][16];
+    rig_config(&stc, mc, dirs, names, 1, tp, 1, c->max_batch, "swapwise", 0);
+    uint64_t shard[STACK_MAX_DEVICES], budget[STACK_MAX_DEVICES], host;
+    int rc = stack_size(&stc, shard, &host);
+    stc.fit_models = c->max_loaded;
+    if (rc < 0 || (rc = stack_size(&stc, budget, &host)) < 0)
+        return rc;
+    for (int d = 0; d < tp; d++)
+        shard[d] -= 1u << 20; /* stack_size's slack, once per device */
     uint64_t *bytes = calloc((size_t)c->n_models * tp, sizeof(uint64_t));
     if (!bytes)
         return err_set(ERR_NOMEM, "out of memory");
@@ -389,7 +393,7 @@ static int simulate_config(const struct workload_config *c, const struct sim_con
             sc.max_loaded = c->max_loaded;
             sc.max_batch = c->max_batch;
             for (int d = 0; d < tp; d++)
-                sc.budget[d] = shard[d] * (uint64_t)c->max_loaded + (1u << 20); /* as rig_open */
+                sc.budget[d] = budget[d]; /* as rig_open */
             for (size_t i = 0; i < n; i++)
                 rq[i] = (struct sim_request){.arrival = ev[i].t, .model = ev[i].model};
             struct sim_stats st;
@@ -444,10 +448,7 @@ static int simulate(char dirs[][512], const struct workload_config *one, const c
     int max_batch = all ? 32 : one->max_batch;
     if (max_batch > SIM_MAX_BATCH)
         return err_set(ERR_INVALID, "--simulate models batches of up to %d", SIM_MAX_BATCH);
-    uint64_t shard[8], host;
     int rc;
-    if ((rc = swap_layout_bytes(dirs[0], tp, 1, shard, &host)) < 0)
-        return rc;
     fprintf(stderr, "measuring a load and batches of 1..%d on this machine...\n", max_batch);
     if ((rc = measure_costs(dirs, tp, max_batch, link, &costs)) < 0)
         return rc;
@@ -476,7 +477,7 @@ static int simulate(char dirs[][512], const struct workload_config *one, const c
             snprintf(name, sizeof(name), "%s", label);
         }
         struct sim_summary s[MAX_POLICIES];
-        if ((rc = simulate_config(&c, &costs, shard, tp, policies, n_pol, seed, seeds, duration,
+        if ((rc = simulate_config(&c, &costs, dirs, tp, policies, n_pol, seed, seeds, duration,
                                   slo, s)) < 0)
             break;
         json_t *pols = json ? json_array() : NULL;

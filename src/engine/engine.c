@@ -130,7 +130,9 @@ struct emodel {
      * sequences of the longest prompt and answer submitted so far), held
      * free for it while it is resident; what its batch in flight has
      * allocated of it (engine lock) */
+    int max_batch; /* sequences per batch: the engine's, or less */
     int longest_prompt, longest_seq;
+    bool decodes; /* some request asked for more than one token */
     uint64_t reserve[SCHED_MAX_DEVICES], batch_bytes[SCHED_MAX_DEVICES];
     bool mem_wait; /* its batch did not fit at all: not served until memory is freed */
     pthread_t tid;
@@ -322,22 +324,30 @@ static struct emodel *model_named(struct engine *e, const struct engine_request_
  * and longest prompt + answer is seq: room for the longest sequence, plus
  * late joiners when sequences decode for more than one step; one step takes
  * at most the longest prompt per sequence. */
+struct opt_exec_shape engine_batch_shape(int max_pos, int n, int max_prompt, int seq,
+                                         bool decodes)
+{
+    int max_len = seq + (decodes ? JOIN_ROOM : 0);
+    if (max_len > max_pos)
+        max_len = max_pos;
+    return (struct opt_exec_shape){.batch = n, .max_len = max_len,
+                                   .max_tokens = n * max_prompt};
+}
+
 static struct opt_exec_shape batch_shape(const struct swap_model *sm, int n, int max_prompt,
                                          int seq, bool decodes)
 {
-    int max_len = seq + (decodes ? JOIN_ROOM : 0);
-    if (max_len > sm->cfg.max_pos)
-        max_len = sm->cfg.max_pos;
-    return (struct opt_exec_shape){.batch = n, .max_len = max_len,
-                                   .max_tokens = n * max_prompt};
+    return engine_batch_shape(sm->cfg.max_pos, n, max_prompt, seq, decodes);
 }
 
 /* Grows m's batch reserve for a request of n_prompt + max_tokens (lock
  * held). */
 static void reserve_grow(struct engine *e, struct emodel *m, int n_prompt, int max_tokens)
 {
-    if (n_prompt <= m->longest_prompt && n_prompt + max_tokens <= m->longest_seq)
+    if (n_prompt <= m->longest_prompt && n_prompt + max_tokens <= m->longest_seq &&
+        (max_tokens == 1 || m->decodes))
         return;
+    m->decodes |= max_tokens > 1;
     m->longest_prompt = n_prompt > m->longest_prompt ? n_prompt : m->longest_prompt;
     if (n_prompt + max_tokens > m->longest_seq)
         m->longest_seq = n_prompt + max_tokens;
@@ -346,9 +356,9 @@ static void reserve_grow(struct engine *e, struct emodel *m, int n_prompt, int m
      * model can always be loaded and a batch that cannot fit fails with the
      * allocation's error instead of never being tried) */
     const int n_dev = swap_device_count(e->mgr);
-    for (int n = e->cfg.max_batch; n >= 1; n--) {
+    for (int n = m->max_batch; n >= 1; n--) {
         struct opt_exec_shape shape = batch_shape(m->sm, n, m->longest_prompt, m->longest_seq,
-                                                  true);
+                                                  m->decodes);
         bool fits = true;
         for (int d = 0; d < n_dev; d++) {
             uint64_t w = swap_model_device_bytes(m->sm, d),
@@ -932,7 +942,7 @@ static void *runner_main(void *arg)
             break;
         m->go = false;
         int n = first && !m->removed
-                    ? queue_take(m, first, e->cfg.max_batch, e->policy->batch_same_params_only)
+                    ? queue_take(m, first, m->max_batch, e->policy->batch_same_params_only)
                     : 0;
         pthread_mutex_unlock(&e->lock);
         if (n > 0)
@@ -1275,6 +1285,7 @@ int engine_add_model(struct engine *e, struct swap_model *model)
     m->id = e->n_ids;
     m->sm = model;
     m->pinned = model->pinned;
+    m->max_batch = e->cfg.max_batch;
     atomic_init(&m->removing, false);
     pthread_cond_init(&m->go_cond, NULL);
     if (pthread_create(&m->tid, NULL, runner_main, m) != 0) {
@@ -1355,6 +1366,30 @@ int engine_remove_model(struct engine *e, int id)
     pthread_cond_destroy(&m->go_cond);
     free(m);
     return 0;
+}
+
+int engine_set_max_batch(struct engine *e, int id, int max_batch)
+{
+    pthread_mutex_lock(&e->lock);
+    struct emodel *m = model_get(e, id);
+    int rc = 0;
+    if (!m) {
+        rc = err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
+    } else if (max_batch < 1 || max_batch > e->cfg.max_batch) {
+        rc = err_set(ERR_INVALID, "model %s: max batch %d is outside 1..%d (the engine's)",
+                     m->sm->name, max_batch, e->cfg.max_batch);
+    } else {
+        m->max_batch = max_batch;
+        int p = m->longest_prompt, seq = m->longest_seq;
+        bool decodes = m->decodes;
+        m->longest_prompt = m->longest_seq = 0; /* recomputed for the new size */
+        m->decodes = false;
+        if (seq > 0)
+            reserve_grow(e, m, p, decodes && seq - p < 2 ? 2 : seq - p);
+        pthread_cond_signal(&e->wake);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return rc;
 }
 
 int engine_pin_model(struct engine *e, int id, bool pinned)

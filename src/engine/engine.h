@@ -100,6 +100,9 @@ int engine_list_models(struct engine *e, int *ids, int max);
  * progress to end first). Returns once the engine no longer uses the
  * swap_model. ERR_NOT_FOUND when id is not served. */
 int engine_remove_model(struct engine *e, int id);
+/* Sequences one batch of model id takes: 1 ..engine_config.max_batch (its
+ * default). Its device memory reserve follows. */
+int engine_set_max_batch(struct engine *e, int id, int max_batch);
 /* A pinned model is never chosen as a victim to make room for another.
  * Pinning does not load it (engine_load_model does). */
 int engine_pin_model(struct engine *e, int id, bool pinned);
@@ -115,6 +118,14 @@ int engine_load_model(struct engine *e, int id);
  * the model is loaded again on demand when the policy serves them. Returns
  * once the offload has started or been deferred. ERR_BUSY when it is pinned. */
 int engine_unload_model(struct engine *e, int id);
+
+/* The shape of the execution context of a batch of n sequences whose
+ * longest prompt is max_prompt and longest prompt + max_tokens is seq (a
+ * decoding batch keeps room for requests joining later), for a model of
+ * max_pos positions: what the engine allocates on the model's devices for
+ * the batch (group_batch_bytes, swap_layout_bytes size it). */
+struct opt_exec_shape engine_batch_shape(int max_pos, int n, int max_prompt, int seq,
+                                         bool decodes);
 
 /* ---- requests ---- */
 

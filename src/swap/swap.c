@@ -132,8 +132,8 @@ static void stage_range(int n, int pp, int s, int *begin, int *end)
     *end = (int)((long)n * (s + 1) / pp);
 }
 
-int swap_layout_bytes(const char *dir, int tp, int pp, uint64_t *device_bytes,
-                      uint64_t *host_bytes)
+int swap_layout_bytes(const char *dir, int tp, int pp, const struct opt_exec_shape *batch,
+                      uint64_t *device_bytes, uint64_t *host_bytes)
 {
     struct opt_config cfg;
     struct st_checkpoint *ck = NULL;
@@ -152,6 +152,13 @@ int swap_layout_bytes(const char *dir, int tp, int pp, uint64_t *device_bytes,
         if ((rc = opt_shard_open(&cfg, ck, &s, &m, &lay)) < 0)
             break;
         device_bytes[i] = 0;
+        if (batch) {
+            size_t eb = opt_exec_bytes(m, NULL, batch);
+            if (eb == 0)
+                rc = err_set(ERR_INVALID, "%s: a batch of %d x %d positions fits no device", dir,
+                             batch->batch, batch->max_len);
+            device_bytes[i] = round_blob(eb);
+        }
         for (int b = 0; b < lay.n_blobs; b++) {
             device_bytes[i] += round_blob(lay.blob_bytes[b]);
             *host_bytes += lay.blob_bytes[b];

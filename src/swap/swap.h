@@ -134,9 +134,12 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
                   const struct placement *pl, bool pinned, struct swap_model **out);
 
 /* What registering dir with a TP x PP layout would need, without
- * registering: device bytes of each shard (tp * pp, stage-major, as placed)
- * and host bytes in all. For sizing devices and budgets. */
-int swap_layout_bytes(const char *dir, int tp, int pp, uint64_t *device_bytes,
+ * registering: device bytes of each shard (tp * pp, stage-major, as placed),
+ * plus, when batch is not NULL, each shard's execution context for a batch
+ * of that shape (on a CPU device; see opt_exec_bytes), and host bytes in
+ * all. For sizing devices and budgets. */
+int swap_layout_bytes(const char *dir, int tp, int pp, const struct opt_exec_shape *batch,
+                      uint64_t *device_bytes,
                       uint64_t *host_bytes);
 
 /* Starts loading every shard onto its device; returns once the copies are

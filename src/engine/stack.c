@@ -1,0 +1,158 @@
+/* stack_open: the serving stack from one config (see stack.h). */
+#include "engine/stack.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "format/opt_config.h"
+
+static int model_tp(const struct stack_model_config *m)
+{
+    return m->tp > 0 ? m->tp : 1;
+}
+
+static int model_pp(const struct stack_model_config *m)
+{
+    return m->pp > 0 ? m->pp : 1;
+}
+
+static int model_device(const struct stack_model_config *m, int shard)
+{
+    return m->devices ? m->devices[shard] : shard;
+}
+
+static int config_check(const struct stack_config *c)
+{
+    if (c->n_devices < 1 || c->n_devices > STACK_MAX_DEVICES)
+        return err_set(ERR_INVALID, "a stack needs 1..%d devices (got %d)", STACK_MAX_DEVICES,
+                       c->n_devices);
+    if (c->n_models < 0 || (c->n_models > 0 && !c->models))
+        return err_set(ERR_INVALID, "a stack's models: %d given without a list", c->n_models);
+    for (int i = 0; i < c->n_models; i++) {
+        const struct stack_model_config *m = &c->models[i];
+        if (!m->name || !m->name[0] || !m->path)
+            return err_set(ERR_INVALID, "model %d needs a name and a path", i);
+        for (int j = 0; j < i; j++)
+            if (strcmp(c->models[j].name, m->name) == 0)
+                return err_set(ERR_INVALID, "two models are named '%s'", m->name);
+        for (int s = 0; s < model_tp(m) * model_pp(m); s++)
+            if (model_device(m, s) < 0 || model_device(m, s) >= c->n_devices)
+                return err_set(ERR_INVALID, "model %s: shard %d is placed on device %d, but the "
+                                            "stack has devices 0..%d", m->name, s,
+                               model_device(m, s), c->n_devices - 1);
+    }
+    return 0;
+}
+
+int stack_size(const struct stack_config *c, uint64_t *device_bytes, uint64_t *host_bytes)
+{
+    int rc = config_check(c);
+    if (rc < 0)
+        return rc;
+    const int fit = c->fit_models > 0 ? c->fit_models : 1;
+    const int prompt = c->fit_prompt > 0 ? c->fit_prompt : 8;
+    const int gen = c->fit_max_tokens > 0 ? c->fit_max_tokens : 1;
+    const int engine_batch = c->engine.max_batch > 0 ? c->engine.max_batch : 8;
+    uint64_t need[STACK_MAX_DEVICES] = {0};
+    *host_bytes = 64u << 20;
+    for (int i = 0; i < c->n_models; i++) {
+        const struct stack_model_config *m = &c->models[i];
+        struct opt_config oc;
+        if ((rc = opt_config_load(m->path, &oc)) < 0)
+            return err_wrap(rc, "model %s", m->name);
+        int n = m->max_batch > 0 ? m->max_batch : engine_batch;
+        int p = prompt < oc.max_pos ? prompt : oc.max_pos - 1;
+        struct opt_exec_shape shape = engine_batch_shape(oc.max_pos, n, p, p + gen, gen > 1);
+        uint64_t shard[STACK_MAX_DEVICES], host = 0;
+        if (model_tp(m) * model_pp(m) > STACK_MAX_DEVICES)
+            return err_set(ERR_INVALID, "model %s: %d x %d shards exceed %d devices", m->name,
+                           model_tp(m), model_pp(m), STACK_MAX_DEVICES);
+        if ((rc = swap_layout_bytes(m->path, model_tp(m), model_pp(m), &shape, shard, &host)) < 0)
+            return err_wrap(rc, "model %s", m->name);
+        for (int s = 0; s < model_tp(m) * model_pp(m); s++) {
+            int d = model_device(m, s);
+            need[d] = shard[s] > need[d] ? shard[s] : need[d];
+        }
+        *host_bytes += host;
+    }
+    for (int d = 0; d < c->n_devices; d++)
+        device_bytes[d] = need[d] ? need[d] * (uint64_t)fit + (1u << 20) : 0;
+    return 0;
+}
+
+int stack_open(const struct stack_config *c, struct stack **out)
+{
+    *out = NULL;
+    uint64_t sized[STACK_MAX_DEVICES] = {0}, host = 0;
+    int rc = stack_size(c, sized, &host);
+    if (rc < 0)
+        return rc;
+    bool cuda = c->device_kind && strcmp(c->device_kind, "cuda") == 0;
+    if (c->device_kind && !cuda && strcmp(c->device_kind, "cpu") != 0)
+        return err_set(ERR_INVALID, "device kind '%s': expected cpu or cuda", c->device_kind);
+    struct stack *s = calloc(1, sizeof(*s));
+    if (!s)
+        return err_set(ERR_NOMEM, "out of memory for a stack");
+    s->models = calloc((size_t)(c->n_models ? c->n_models : 1), sizeof(*s->models));
+    s->ids = calloc((size_t)(c->n_models ? c->n_models : 1), sizeof(*s->ids));
+    if (!s->models || !s->ids) {
+        rc = err_set(ERR_NOMEM, "out of memory for a stack");
+        goto fail;
+    }
+    for (int d = 0; d < c->n_devices; d++) {
+        uint64_t budget = c->device_budget[d] ? c->device_budget[d]
+                          : sized[d]          ? sized[d]
+                                              : 1u << 20;
+        rc = cuda ? device_open_cuda(d, budget, &s->devices[d])
+                  : device_open_cpu(d, budget, &s->devices[d]);
+        if (rc < 0)
+            goto fail;
+        s->n_devices = d + 1;
+        if (!cuda && c->link_gbps > 0 &&
+            (rc = device_cpu_set_link(s->devices[d], c->link_gbps * 1e9)) < 0)
+            goto fail;
+    }
+    struct swap_config sc = {.host_budget = c->host_budget ? c->host_budget : host};
+    if ((rc = swap_manager_create(s->devices, c->n_devices, &sc, &s->mgr)) < 0 ||
+        (rc = workers_create(s->mgr, &s->workers)) < 0 ||
+        (rc = engine_create(s->mgr, s->workers, &c->engine, &s->engine)) < 0)
+        goto fail;
+    for (int i = 0; i < c->n_models; i++) {
+        const struct stack_model_config *m = &c->models[i];
+        int placement[STACK_MAX_DEVICES];
+        for (int k = 0; k < model_tp(m) * model_pp(m); k++)
+            placement[k] = model_device(m, k);
+        struct placement pl = {.tp = model_tp(m), .pp = model_pp(m), .devices = placement};
+        if ((rc = swap_register(s->mgr, m->name, m->path, &pl, m->pinned, &s->models[i])) < 0)
+            goto fail;
+        s->n_models = i + 1;
+        if ((rc = engine_add_model(s->engine, s->models[i])) < 0)
+            goto fail;
+        s->ids[i] = rc;
+        if ((m->max_batch > 0 && (rc = engine_set_max_batch(s->engine, s->ids[i], m->max_batch)) < 0) ||
+            (c->prefetch_host && (rc = swap_prefetch_host(s->mgr, s->models[i])) < 0)) {
+            err_wrap(rc, "model %s", m->name);
+            goto fail;
+        }
+    }
+    *out = s;
+    return 0;
+fail:
+    stack_close(s);
+    return rc;
+}
+
+void stack_close(struct stack *s)
+{
+    if (!s)
+        return;
+    engine_destroy(s->engine);
+    workers_destroy(s->workers);
+    swap_manager_destroy(s->mgr);
+    for (int d = 0; d < s->n_devices; d++)
+        device_close(s->devices[d]);
+    free(s->models);
+    free(s->ids);
+    free(s);
+}

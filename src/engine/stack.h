@@ -1,0 +1,76 @@
+/* The serving stack in one call: devices, swap manager, device workers and
+ * engine, and the models registered and served, from one config struct.
+ * What `bench swap`, `bench workload` and the server build on.
+ *
+ *   stack_open(config) -> devices (each with its byte budget), the swap
+ *   manager (host budget), one compute thread per device, the engine
+ *   (policy, batch size, queue), every model registered under its name with
+ *   its TP x PP placement and served (pinned, max batch as configured)
+ *   stack_close() drains the engine and frees everything, in reverse order
+ *
+ * Budgets left 0 are sized for the config: a device holds `fit_models` of
+ * the largest model placed on it, each with the device memory of its
+ * largest batch (engine_batch_shape of max batch sequences of
+ * fit_prompt + fit_max_tokens tokens), plus 1 MiB; the host holds a copy of
+ * every model plus 64 MiB. All errors name the model, device or field.
+ */
+#ifndef SHARDSWAP_ENGINE_STACK_H
+#define SHARDSWAP_ENGINE_STACK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+
+#define STACK_MAX_DEVICES 64
+
+struct stack_model_config {
+    const char *name; /* unique; what requests name */
+    const char *path; /* Hugging Face checkpoint directory */
+    int tp, pp;       /* 0: 1 */
+    /* shard (stage s, rank r) on device devices[s * tp + r]; NULL: devices
+     * 0 .. tp * pp - 1 */
+    const int *devices;
+    bool pinned;
+    int max_batch; /* 0: the engine's */
+};
+
+struct stack_config {
+    const char *device_kind; /* "cpu" (default) or "cuda" */
+    int n_devices;
+    uint64_t device_budget[STACK_MAX_DEVICES]; /* 0: sized (see above) */
+    double link_gbps;                          /* CPU devices: emulated host link (0: none) */
+    uint64_t host_budget;                      /* 0: sized */
+    /* sizing of budgets left 0 */
+    int fit_models;     /* models resident at once per device (0: 1) */
+    int fit_prompt;     /* prompt tokens of a typical request (0: 8) */
+    int fit_max_tokens; /* generated tokens of one (0: 1) */
+    struct engine_config engine;
+    const struct stack_model_config *models;
+    int n_models;
+    /* every model staged into host memory at open (else on first load) */
+    bool prefetch_host;
+};
+
+struct stack {
+    int n_devices;
+    struct device *devices[STACK_MAX_DEVICES];
+    struct swap_manager *mgr;
+    struct workers *workers;
+    struct engine *engine;
+    int n_models;
+    struct swap_model **models; /* (n_models) as configured */
+    int *ids;                   /* (n_models) their engine ids */
+};
+
+/* Builds the stack; on failure nothing is left and the message names what
+ * failed (a model's path, a device, a budget). */
+int stack_open(const struct stack_config *cfg, struct stack **out);
+/* Drains the engine, then frees everything. NULL-safe. */
+void stack_close(struct stack *s);
+
+/* The device bytes the config would size for device d (0: d holds nothing)
+ * and the host bytes; for benchmarks and simulations that mirror a stack. */
+int stack_size(const struct stack_config *cfg, uint64_t *device_bytes, uint64_t *host_bytes);
+
+#endif
