@@ -186,12 +186,21 @@ int main(void)
 
     /* help */
     static const char *cmds[] = {"generate", "tokenize", "forward", "gen-model", "inspect",
-                                 "bench forward", "bench swap", "bench workload"};
+                                 "bench forward", "bench swap", "bench workload", "bench comm"};
     CHECK(run(BIN " --help", out, sizeof(out), NULL, 0) == 0 && strstr(out, "gen-model"));
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         snprintf(cmd, sizeof(cmd), "%s %s --help", BIN, cmds[i]);
         CHECK_MSG(run(cmd, out, sizeof(out), NULL, 0) == 0 && strstr(out, "usage:"), "%s", cmd);
     }
+
+    /* bench comm: one JSON object with every measurement; bad flags are usage errors */
+    snprintf(cmd, sizeof(cmd), "%s bench comm --iters 20 --max-ranks 3 --json", BIN);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    json_t *bc = parse_json_line(cmd, out);
+    CHECK_MSG(bc && json_array_size(json_object_get(bc, "results")) == 9, "%s: want 9 rows", cmd);
+    json_decref(bc);
+    snprintf(cmd, sizeof(cmd), "%s bench comm --max-ranks 99", BIN);
+    CHECK(run(cmd, NULL, 0, err, sizeof(err)) == 2 && strstr(err, "--max-ranks"));
 
     /* forward on a fixture equals transformers' logits */
     snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,250,13,45,7 --out %s/logits.bin",
