@@ -588,7 +588,7 @@ static uint64_t host_bytes(int model)
     char dir[512];
     uint64_t dev[2], host = 0;
     snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, names[model]);
-    CHECK(swap_layout_bytes(dir, 2, 1, dev, &host) == 0);
+    CHECK(swap_layout_bytes(dir, 2, 1, NULL, dev, &host) == 0);
     return host;
 }
 
