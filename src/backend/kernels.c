@@ -77,8 +77,7 @@ int kern_attention(struct stream *s, float *out, const float *q, const float *kc
     return kern_of(s)->attention(s, out, q, kc, vc, key_ok, g, past, t_new, scratch);
 }
 
-size_t kern_attention_scratch(const struct device *d, const struct kv_geom *g, int t_new,
-                              int t_all)
+size_t kern_attention_scratch(const struct device *d, const struct kv_geom *g, int t_new, int t_all)
 {
     geom_check(g);
     assert(t_new > 0 && t_all >= t_new);

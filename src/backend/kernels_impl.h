@@ -11,18 +11,18 @@
 struct kernel_ops {
     int (*linear)(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
                   const float *bias);
-    int (*embed)(struct stream *s, float *y, const struct weight_view *w, const int32_t *ids,
-                 int n, int row0);
-    int (*layernorm)(struct stream *s, float *y, const float *x, int m, int n,
-                     const float *gamma, const float *beta, float eps);
+    int (*embed)(struct stream *s, float *y, const struct weight_view *w, const int32_t *ids, int n,
+                 int row0);
+    int (*layernorm)(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
+                     const float *beta, float eps);
     int (*activation)(struct stream *s, float *x, size_t n, enum kern_act act);
     int (*add)(struct stream *s, float *y, const float *x, size_t n);
     int (*scale)(struct stream *s, float *x, size_t n, float a);
     int (*kv_append)(struct stream *s, float *kc, float *vc, const float *k, const float *v,
                      const struct kv_geom *g, int t_new, int pos);
-    int (*attention)(struct stream *s, float *out, const float *q, const float *kc,
-                     const float *vc, const uint8_t *key_ok, const struct kv_geom *g, int past,
-                     int t_new, float *scratch);
+    int (*attention)(struct stream *s, float *out, const float *q, const float *kc, const float *vc,
+                     const uint8_t *key_ok, const struct kv_geom *g, int past, int t_new,
+                     float *scratch);
     size_t (*attention_scratch)(const struct kv_geom *g, int t_new, int t_all);
     int (*gather_rows)(struct stream *s, float *y, const float *x, const int32_t *rows, int n,
                        int width);

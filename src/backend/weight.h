@@ -17,7 +17,7 @@ struct weight_view {
     enum dtype dtype;
     const void *data; /* element (0, 0) */
     int rows, cols;
-    size_t ld;        /* elements between the starts of consecutive rows */
+    size_t ld; /* elements between the starts of consecutive rows */
 };
 
 /* Element (r, 0) of w. */

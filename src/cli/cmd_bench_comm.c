@@ -159,13 +159,13 @@ int bench_comm(int argc, char **argv)
                 break;
             int shown = ranks == 1 ? 2 : ranks;
             if (json)
-                json_array_append_new(
-                    rows, json_pack("{s:s, s:i, s:I, s:o, s:o}", "op", op, "ranks", shown,
-                                    "floats", (json_int_t)n, "us", jsonout_real(t * 1e6, 3),
-                                    "memcpy_us", jsonout_real(ref * 1e6, 3)));
+                json_array_append_new(rows, json_pack("{s:s, s:i, s:I, s:o, s:o}", "op", op,
+                                                      "ranks", shown, "floats", (json_int_t)n, "us",
+                                                      jsonout_real(t * 1e6, 3), "memcpy_us",
+                                                      jsonout_real(ref * 1e6, 3)));
             else
-                printf("%-10s %6d %12zu %10.2f %12.2f %10.2f\n", op, shown, n, t * 1e6,
-                       ref * 1e6, ref > 0 ? t / ref : 0);
+                printf("%-10s %6d %12zu %10.2f %12.2f %10.2f\n", op, shown, n, t * 1e6, ref * 1e6,
+                       ref > 0 ? t / ref : 0);
         }
     }
     if (rc < 0) {

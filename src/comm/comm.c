@@ -17,16 +17,20 @@ int comm_group_create(struct device *const *devices, int n_ranks, struct comm_gr
     enum device_kind kind = device_kind(devices[0]);
     for (int r = 1; r < n_ranks; r++)
         if (device_kind(devices[r]) != kind)
-            return err_set(ERR_INVALID, "comm: devices %s and %s of one group are of different "
-                                        "kinds", device_name(devices[0]), device_name(devices[r]));
+            return err_set(ERR_INVALID,
+                           "comm: devices %s and %s of one group are of different "
+                           "kinds",
+                           device_name(devices[0]), device_name(devices[r]));
     switch (kind) {
     case DEVICE_CPU:
         return comm_group_create_threads(n_ranks, out);
     case DEVICE_CUDA:
         break;
     }
-    return err_set(ERR_UNSUPPORTED, "comm: no collectives for %s devices in this build (NCCL comes "
-                                    "with the CUDA backend)", device_name(devices[0]));
+    return err_set(ERR_UNSUPPORTED,
+                   "comm: no collectives for %s devices in this build (NCCL comes "
+                   "with the CUDA backend)",
+                   device_name(devices[0]));
 }
 
 int comm_group_wrap(const struct comm_ops *ops, void *ctx, int n_ranks, struct comm_group **out)

@@ -38,9 +38,10 @@ static int config_check(const struct stack_config *c)
                 return err_set(ERR_INVALID, "two models are named '%s'", m->name);
         for (int s = 0; s < model_tp(m) * model_pp(m); s++)
             if (model_device(m, s) < 0 || model_device(m, s) >= c->n_devices)
-                return err_set(ERR_INVALID, "model %s: shard %d is placed on device %d, but the "
-                                            "stack has devices 0..%d", m->name, s,
-                               model_device(m, s), c->n_devices - 1);
+                return err_set(ERR_INVALID,
+                               "model %s: shard %d is placed on device %d, but the "
+                               "stack has devices 0..%d",
+                               m->name, s, model_device(m, s), c->n_devices - 1);
     }
     return 0;
 }
@@ -130,7 +131,8 @@ int stack_open(const struct stack_config *c, struct stack **out)
         if ((rc = engine_add_model(s->engine, s->models[i])) < 0)
             goto fail;
         s->ids[i] = rc;
-        if ((m->max_batch > 0 && (rc = engine_set_max_batch(s->engine, s->ids[i], m->max_batch)) < 0) ||
+        if ((m->max_batch > 0 &&
+             (rc = engine_set_max_batch(s->engine, s->ids[i], m->max_batch)) < 0) ||
             (c->prefetch_host && (rc = swap_prefetch_host(s->mgr, s->models[i])) < 0)) {
             err_wrap(rc, "model %s", m->name);
             goto fail;

@@ -67,10 +67,9 @@ static void exec_layout(const struct opt_model *m, const struct device *dev,
     struct exec_dims d = exec_dims(m);
     const size_t T = (size_t)sh->max_tokens, R = (size_t)sh->max_rows, F = sizeof(float);
     const size_t cache = (size_t)d.layers * sh->batch * d.heads * sh->max_len * d.hd;
-    int t_max = sh->max_tokens / sh->batch < sh->max_len ? sh->max_tokens / sh->batch
-                                                          : sh->max_len;
-    struct kv_geom g = {.batch = sh->batch, .heads = d.heads, .head_dim = d.hd,
-                        .max_t = sh->max_len};
+    int t_max = sh->max_tokens / sh->batch < sh->max_len ? sh->max_tokens / sh->batch : sh->max_len;
+    struct kv_geom g = {
+        .batch = sh->batch, .heads = d.heads, .head_dim = d.hd, .max_t = sh->max_len};
     size_t off = 0;
     L->k = carve(&off, cache * F);
     L->v = carve(&off, cache * F);
@@ -100,7 +99,8 @@ size_t opt_exec_bytes(const struct opt_model *m, const struct device *dev,
     /* guard the products below against overflow: a context larger than
      * 2^48 bytes fits no device */
     double approx = (double)sh.batch * sh.max_len * (m->shard.layer_end - m->shard.layer_begin) *
-                    m->cfg.hidden * 8.0 + (double)sh.max_tokens * m->cfg.ffn * 4.0;
+                        m->cfg.hidden * 8.0 +
+                    (double)sh.max_tokens * m->cfg.ffn * 4.0;
     if (approx > (double)(1ull << 48))
         return 0;
     struct exec_layout L;
@@ -114,14 +114,18 @@ int opt_exec_init(const struct opt_model *m, struct device *dev, struct comm *tp
     *out = NULL;
     struct opt_exec_shape sh;
     if (!shape_resolve(shape, &sh))
-        return err_set(ERR_INVALID, "an execution context needs batch >= 1 and length >= 1 (got "
-                                    "%d, %d)", shape->batch, shape->max_len);
+        return err_set(ERR_INVALID,
+                       "an execution context needs batch >= 1 and length >= 1 (got "
+                       "%d, %d)",
+                       shape->batch, shape->max_len);
     if (sh.max_len > m->cfg.max_pos)
         return err_set(ERR_INVALID, "sequence of %d tokens exceeds max_position_embeddings %d",
                        sh.max_len, m->cfg.max_pos);
     if (opt_exec_bytes(m, dev, &sh) == 0 || !dev)
-        return err_set(ERR_NOMEM, "a batch of %d sequences of %d positions is too large for any "
-                                  "device", sh.batch, sh.max_len);
+        return err_set(ERR_NOMEM,
+                       "a batch of %d sequences of %d positions is too large for any "
+                       "device",
+                       sh.batch, sh.max_len);
     struct exec_dims d = exec_dims(m);
     struct opt_exec *ex = calloc(1, sizeof(*ex));
     if (!ex)
@@ -163,9 +167,9 @@ int opt_exec_init(const struct opt_model *m, struct device *dev, struct comm *tp
     ex->e = d.needs_e ? (float *)(base + L.e) : NULL;
     ex->scores = (float *)(base + L.scores);
     ex->logits_local = d.last ? (float *)(base + L.logits_local) : NULL;
-    ex->logits = !d.last ? NULL
+    ex->logits = !d.last                         ? NULL
                  : d.vocab_local != m->cfg.vocab ? (float *)(base + L.logits)
-                                                  : ex->logits_local;
+                                                 : ex->logits_local;
     ex->ids = (int32_t *)(base + L.ids);
     ex->rows = (int32_t *)(base + L.rows);
     *out = ex;
@@ -229,15 +233,15 @@ int opt_exec_begin(struct opt_exec *ex, const uint8_t *mask, int t_new)
         return err_set(ERR_INVALID, "sequence length %d exceeds the KV cache capacity %d",
                        ex->len + t_new, sh->max_len);
     if ((long)sh->batch * t_new > sh->max_tokens)
-        return err_set(ERR_INVALID, "a step of %d x %d tokens exceeds the %d the batch was sized "
-                                    "for", sh->batch, t_new, sh->max_tokens);
+        return err_set(ERR_INVALID,
+                       "a step of %d x %d tokens exceeds the %d the batch was sized "
+                       "for",
+                       sh->batch, t_new, sh->max_tokens);
     for (int b = 0; b < sh->batch; b++)
         for (int t = 0; t < t_new; t++)
-            ex->key_ok_host[(size_t)b * sh->max_len + ex->len + t] =
-                mask ? mask[b * t_new + t] : 1;
+            ex->key_ok_host[(size_t)b * sh->max_len + ex->len + t] = mask ? mask[b * t_new + t] : 1;
     /* the whole mask: slots cleared since the last step change old columns */
-    return kern_to_device(ex->stream, ex->key_ok, ex->key_ok_host,
-                          (size_t)sh->batch * sh->max_len);
+    return kern_to_device(ex->stream, ex->key_ok, ex->key_ok_host, (size_t)sh->batch * sh->max_len);
 }
 
 void opt_exec_commit(struct opt_exec *ex, const uint8_t *mask, int t_new)

@@ -85,8 +85,8 @@ int opt_forward_layer(const struct opt_model *m, int layer, struct opt_exec *ex,
     struct stream *s = ex->stream;
     const int H = c->hidden, n = ex->shape.batch * t_new;
     const int hd = ex->head_dim, qr = ex->heads * hd, fr = m->ffn_local;
-    const struct kv_geom g = {.batch = ex->shape.batch, .heads = ex->heads, .head_dim = hd,
-                              .max_t = ex->shape.max_len};
+    const struct kv_geom g = {
+        .batch = ex->shape.batch, .heads = ex->heads, .head_dim = hd, .max_t = ex->shape.max_len};
     const size_t cache = (size_t)g.batch * g.heads * g.max_t * hd;
     float *x = ex->x, *h = ex->h, *kc = ex->k + layer * cache, *vc = ex->v + layer * cache;
 
@@ -122,8 +122,8 @@ int opt_forward_layer(const struct opt_model *m, int layer, struct opt_exec *ex,
     return 0;
 }
 
-int opt_forward_head(const struct opt_model *m, struct opt_exec *ex, int t_new,
-                     bool all_positions, float *logits)
+int opt_forward_head(const struct opt_model *m, struct opt_exec *ex, int t_new, bool all_positions,
+                     float *logits)
 {
     const struct opt_config *c = &m->cfg;
     struct stream *s = ex->stream;
@@ -146,8 +146,8 @@ int opt_forward_head(const struct opt_model *m, struct opt_exec *ex, int t_new,
     /* this rank's vocabulary block, then every block into rank 0's logits */
     TRY(kern_linear(s, ex->logits_local, e, n_rows, &m->lm_head, NULL));
     if (ex->logits != ex->logits_local)
-        TRY(comm_gather_cols(ex->tp, s, 0, ex->logits_local, n_rows, m->vocab_local,
-                             m->vocab_begin, ex->logits, c->vocab));
+        TRY(comm_gather_cols(ex->tp, s, 0, ex->logits_local, n_rows, m->vocab_local, m->vocab_begin,
+                             ex->logits, c->vocab));
     if (!logits)
         return 0;
     return kern_to_host(s, logits, ex->logits, (size_t)n_rows * c->vocab * sizeof(float));

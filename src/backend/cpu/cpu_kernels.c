@@ -7,8 +7,8 @@
 #include "backend/cpu/kernels.h"
 #include "backend/kernels_impl.h"
 
-static int k_linear(struct stream *s, float *y, const float *x, int m,
-                    const struct weight_view *w, const float *bias)
+static int k_linear(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
+                    const float *bias)
 {
     (void)s;
     return cpu_linear(y, x, m, w, bias);
@@ -28,8 +28,8 @@ static int k_embed(struct stream *s, float *y, const struct weight_view *w, cons
     return 0;
 }
 
-static int k_layernorm(struct stream *s, float *y, const float *x, int m, int n,
-                       const float *gamma, const float *beta, float eps)
+static int k_layernorm(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
+                       const float *beta, float eps)
 {
     (void)s;
     cpu_layernorm(y, x, m, n, gamma, beta, eps);
@@ -87,9 +87,9 @@ static int k_attention(struct stream *s, float *out, const float *q, const float
     (void)s;
     const size_t width = (size_t)g->heads * g->head_dim;
     for (int b = 0; b < g->batch; b++)
-        cpu_attention(out + (size_t)b * t_new * width, width, q + (size_t)b * t_new * width,
-                      width, kc + kv_seq(g, b), vc + kv_seq(g, b), g->heads, g->head_dim,
-                      (size_t)g->max_t, past, t_new, key_ok + (size_t)b * g->max_t, scratch);
+        cpu_attention(out + (size_t)b * t_new * width, width, q + (size_t)b * t_new * width, width,
+                      kc + kv_seq(g, b), vc + kv_seq(g, b), g->heads, g->head_dim, (size_t)g->max_t,
+                      past, t_new, key_ok + (size_t)b * g->max_t, scratch);
     return 0;
 }
 

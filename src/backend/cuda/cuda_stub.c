@@ -1,11 +1,11 @@
 /* device_open_cuda when the library is built without CUDA.
  *
  * The library currently always builds this file: there is no CUDA backend
- * yet. When one exists, src/backend/cuda/cuda_device.cu (cudaMalloc of the
- * budget once, sub-allocated with the arena, pinned host memory from
- * cudaHostAlloc, a copy stream with cudaEvents completing struct events)
- * replaces this file in builds where CMake finds nvcc, and CMake leaves this
- * stub out. Everything CUDA-specific stays under src/backend/cuda/. */
+ * yet. When one exists, src/backend/cuda/ (cudaMalloc of the budget once,
+ * sub-allocated with backend/arena.h, pinned host memory, copy and compute
+ * streams, device events as cudaEvents, and a kernel table of cuBLAS calls
+ * and .cu kernels: device_impl.h and kernels_impl.h) replaces this file in
+ * builds where CMake finds nvcc, and CMake leaves this stub out. Everything CUDA-specific stays under src/backend/cuda/. */
 #include <assert.h>
 #include <stddef.h>
 
