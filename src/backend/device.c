@@ -337,6 +337,13 @@ void device_stream_destroy(struct stream *s)
     free(s);
 }
 
+void device_compute_thread_init(struct device *d)
+{
+    assert(d);
+    if (d->ops->compute_thread_init)
+        d->ops->compute_thread_init(d);
+}
+
 struct device *stream_device(const struct stream *s)
 {
     return s->dev;

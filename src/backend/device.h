@@ -108,6 +108,10 @@ bool device_event_done(const struct device_event *ev);
  * already done when a kernel returns; CUDA queues them. One thread queues
  * work on a stream at a time. */
 int device_stream_create(struct device *d, struct stream **out);
+/* Makes the calling thread d's compute thread: one per device, each computing
+ * beside the others (the CPU backend: the thread's kernels run on it alone,
+ * and BLAS on one thread per caller). Call before its first kernel. */
+void device_compute_thread_init(struct device *d);
 void device_stream_destroy(struct stream *s); /* NULL-safe; waits for its work */
 struct device *stream_device(const struct stream *s);
 /* ev completes once the work queued on s so far is done. */

@@ -59,6 +59,8 @@ struct device_ops {
     int (*event_wait)(struct device_event *ev);
     bool (*event_done)(const struct device_event *ev);
 
+    /* Optional: see device_compute_thread_init. */
+    void (*compute_thread_init)(struct device *d);
     /* Compute streams: the backend's state in s->ctx. */
     int (*stream_create)(struct device *d, struct stream *s);
     void (*stream_destroy)(struct stream *s);

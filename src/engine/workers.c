@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/cpu.h"
 #include "comm/comm.h"
 #include "core/error.h"
 
@@ -209,7 +208,7 @@ out:
 static void *worker_main(void *arg)
 {
     struct worker *wk = arg;
-    cpu_kernels_single_thread(true);
+    device_compute_thread_init(swap_device(wk->w->mgr, wk->device));
     for (;;) {
         pthread_mutex_lock(&wk->lock);
         while (!wk->head && !wk->stop)
@@ -242,7 +241,6 @@ int workers_create(struct swap_manager *mgr, struct workers **out)
         return err_set(ERR_NOMEM, "out of memory");
     w->mgr = mgr;
     pthread_mutex_init(&w->order, NULL);
-    cpu_set_threads(1); /* devices compute in parallel, one core each */
     for (int d = 0; d < swap_device_count(mgr); d++) {
         struct worker *wk = &w->dev[d];
         wk->w = w;

@@ -20,8 +20,8 @@
 
 struct workers;
 
-/* One compute thread per device of mgr. CPU devices compute on one core
- * each (BLAS is set to one thread per caller). */
+/* One compute thread per device of mgr (device_compute_thread_init: a CPU
+ * device's thread computes on one core). */
 int workers_create(struct swap_manager *mgr, struct workers **out);
 void workers_destroy(struct workers *w); /* NULL-safe; waits for queued jobs */
 

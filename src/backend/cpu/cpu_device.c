@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "backend/arena.h"
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_impl.h"
 #include "backend/device.h"
 #include "backend/device_impl.h"
@@ -304,6 +305,22 @@ static bool cpu_event_done(const struct device_event *ev)
 /* ---- compute streams: kernels run on the caller, so a stream has no state
  * and its work is done when a call returns ---- */
 
+/* Devices compute in parallel, one core each: this thread runs its kernels
+ * alone, and BLAS (process-wide) uses one thread per caller. */
+static pthread_once_t cpu_blas_once = PTHREAD_ONCE_INIT;
+
+static void cpu_blas_one_thread(void)
+{
+    cpu_set_threads(1);
+}
+
+static void cpu_compute_thread_init(struct device *d)
+{
+    (void)d;
+    cpu_kernels_single_thread(true);
+    pthread_once(&cpu_blas_once, cpu_blas_one_thread);
+}
+
 static int cpu_stream_create(struct device *d, struct stream *s)
 {
     (void)d;
@@ -360,6 +377,7 @@ static const struct device_ops cpu_ops = {
     .event_signal = cpu_event_signal,
     .event_wait = cpu_event_wait,
     .event_done = cpu_event_done,
+    .compute_thread_init = cpu_compute_thread_init,
     .stream_create = cpu_stream_create,
     .stream_destroy = cpu_stream_destroy,
     .stream_record = cpu_stream_record,
