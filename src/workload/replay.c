@@ -1,0 +1,301 @@
+#include "workload/replay.h"
+
+#include <assert.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/timing.h"
+
+/* "Berkeley is the number one public" through the OPT tokenizer (BOS first):
+ * Computron's prompt. */
+static const int32_t computron_prompt[REPLAY_PROMPT_LEN] = {2, 26795, 42676, 16, 5, 346, 65, 285};
+
+/* What the requests of one replay share: a count of completions the
+ * submitting thread can wait on. */
+struct replay_sync {
+    atomic_int done;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+};
+
+struct replay_job {
+    struct request_record *rec;
+    struct replay_sync *sync;
+};
+
+static void replay_sync_init(struct replay_sync *y)
+{
+    atomic_init(&y->done, 0);
+    pthread_mutex_init(&y->lock, NULL);
+    pthread_cond_init(&y->cond, NULL);
+}
+
+static void replay_sync_destroy(struct replay_sync *y)
+{
+    pthread_mutex_destroy(&y->lock);
+    pthread_cond_destroy(&y->cond);
+}
+
+/* Until n requests have completed. Never on an engine thread. */
+static void replay_sync_wait(struct replay_sync *y, int n)
+{
+    pthread_mutex_lock(&y->lock);
+    while (atomic_load(&y->done) < n)
+        pthread_cond_wait(&y->cond, &y->lock);
+    pthread_mutex_unlock(&y->lock);
+}
+
+/* on_done, on the engine thread that completes the request: copies its
+ * times, output length, batch size and status into its record, then counts
+ * it (the lock is held only for the broadcast). */
+static void replay_on_done(struct engine_req *r, void *ctx)
+{
+    struct replay_job *j = ctx;
+    struct request_record *rec = j->rec;
+    struct engine_req_timings t;
+    engine_req_timings(r, &t);
+    rec->t_arrival = t.t_arrival;
+    rec->t_start = t.t_start;
+    rec->t_first_token = t.t_first_token;
+    rec->t_done = t.t_done;
+    engine_req_output(r, &rec->n_output);
+    rec->batch_size = t.batch_size;
+    rec->status = engine_req_status(r);
+    pthread_mutex_lock(&j->sync->lock);
+    atomic_fetch_add(&j->sync->done, 1);
+    pthread_cond_broadcast(&j->sync->cond);
+    pthread_mutex_unlock(&j->sync->lock);
+}
+
+void replay_stack_config(const struct replay_rig *rig, int n_models, int max_loaded,
+                         int max_batch, const char *policy, struct stack_config *sc,
+                         struct stack_model_config *mc, char (*names)[16])
+{
+    memset(sc, 0, sizeof(*sc));
+    sc->device_kind = "cpu";
+    sc->n_devices = rig->tp;
+    sc->link_gbps = rig->link_gbps;
+    sc->fit_models = max_loaded;
+    sc->fit_prompt = REPLAY_PROMPT_LEN;
+    sc->fit_max_tokens = 1;
+    sc->engine = (struct engine_config){.policy = policy, .max_batch = max_batch,
+                                        .queue_cap = 1 << 20, .max_loaded = max_loaded,
+                                        .overlap_loads = rig->link_gbps > 0};
+    sc->prefetch_host = true;
+    for (int i = 0; i < n_models; i++) {
+        snprintf(names[i], 16, "m%d", i);
+        mc[i] = (struct stack_model_config){
+            .name = names[i], .path = rig->paths[i], .tp = rig->tp, .pp = 1};
+    }
+    sc->models = mc;
+    sc->n_models = n_models;
+}
+
+/* A stack of rig's first n_models models, as replay_stack_config makes it
+ * with link (the rig's, or 0 for memory speed). */
+static int replay_stack_open(const struct replay_rig *rig, int n_models, int max_loaded,
+                             int max_batch, const char *policy, double link, struct stack **out)
+{
+    struct stack_config sc;
+    struct stack_model_config mc[WORKLOAD_MAX_MODELS];
+    char names[WORKLOAD_MAX_MODELS][16];
+    struct replay_rig r = *rig;
+    r.link_gbps = link;
+    replay_stack_config(&r, n_models, max_loaded, max_batch, policy, &sc, mc, names);
+    return stack_open(&sc, out);
+}
+
+int replay_arrivals(const struct workload_config *c, double duration, uint64_t seed,
+                    struct arrival **ev, size_t *n)
+{
+    struct arrival_spec spec = {.kind = ARRIVAL_GAMMA, .n_models = c->n_models, .cv = c->cv,
+                                .duration_s = duration, .seed = seed};
+    memcpy(spec.rates, c->rates, sizeof(double) * (size_t)c->n_models);
+    return arrival_generate(&spec, ev, n);
+}
+
+static void sleep_until(double t)
+{
+    double d = t - time_now();
+    if (d <= 0)
+        return;
+    struct timespec ts = {.tv_sec = (time_t)d, .tv_nsec = (long)((d - (time_t)d) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+void replay_result_free(struct replay_result *out)
+{
+    if (!out)
+        return;
+    free(out->recs);
+    memset(out, 0, sizeof(*out));
+}
+
+int replay_run(const struct replay_rig *rig, const struct workload_config *c, const char *policy,
+               const struct arrival *ev, size_t n_ev, int rr_requests, struct replay_result *out)
+{
+    assert(c->n_models >= 1 && c->n_models <= rig->n_models);
+    struct stack *s = NULL;
+    size_t n = c->round_robin ? (size_t)rr_requests : n_ev;
+    memset(out, 0, sizeof(*out));
+    out->policy = policy;
+    out->n = n;
+    int rc = replay_stack_open(rig, c->n_models, c->max_loaded, c->max_batch, policy,
+                               rig->link_gbps, &s);
+    struct replay_job *jobs = calloc(n ? n : 1, sizeof(*jobs));
+    out->recs = calloc(n ? n : 1, sizeof(*out->recs));
+    struct replay_sync sync;
+    replay_sync_init(&sync);
+    if (rc < 0 || !jobs || !out->recs) {
+        if (rc == 0)
+            rc = err_set(ERR_NOMEM, "out of memory for %zu requests", n);
+        goto out;
+    }
+    double t0 = time_now();
+    for (size_t i = 0; i < n; i++) {
+        struct replay_job *j = &jobs[i];
+        int model = c->round_robin ? (int)(i % (size_t)c->n_models) : ev[i].model;
+        if (!c->round_robin)
+            sleep_until(t0 + ev[i].t);
+        *j = (struct replay_job){.rec = &out->recs[i], .sync = &sync};
+        *j->rec = (struct request_record){.id = i, .model = model, .n_prompt = REPLAY_PROMPT_LEN};
+        struct engine_request_params p = {
+            .model = s->ids[model], .prompt = computron_prompt, .n_prompt = REPLAY_PROMPT_LEN,
+            .max_tokens = 1, .sampling = {.temperature = 0.7f, .top_k = 50, .top_p = 0.5f, .seed = i},
+            .on_done = replay_on_done, .ctx = j};
+        int st = engine_submit(s->engine, &p, NULL); /* replay_on_done records the times */
+        if (st < 0) {
+            j->rec->t_arrival = time_now() - t0;
+            j->rec->status = st;
+            atomic_fetch_add(&sync.done, 1);
+            continue;
+        }
+        if (c->round_robin) /* a blocking client: the next request waits for this one */
+            replay_sync_wait(&sync, (int)(i + 1));
+    }
+    engine_drain(s->engine);
+    out->wall_s = time_now() - t0;
+    engine_get_stats(s->engine, &out->st);
+    /* times relative to the start of the run */
+    for (size_t i = 0; i < n; i++) {
+        struct request_record *r = &out->recs[i];
+        if (r->status == 0 && r->t_done > 0) {
+            r->t_arrival -= t0;
+            r->t_start -= t0;
+            r->t_first_token -= t0;
+            r->t_done -= t0;
+        }
+    }
+out:
+    stack_close(s);
+    replay_sync_destroy(&sync);
+    free(jobs);
+    return rc;
+}
+
+/* Submits n greedy requests with Computron's prompt for model 0 of s at once
+ * and waits for them; recs[i] gets each one's times. A request that fails
+ * is an error naming it. */
+static int submit_greedy(struct stack *s, int n, struct replay_job *jobs,
+                         struct request_record *recs)
+{
+    struct replay_sync sync;
+    replay_sync_init(&sync);
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        struct replay_job *j = &jobs[i];
+        *j = (struct replay_job){.rec = &recs[i], .sync = &sync};
+        recs[i] = (struct request_record){.id = (uint64_t)i, .n_prompt = REPLAY_PROMPT_LEN};
+        struct engine_request_params p = {.model = s->ids[0], .prompt = computron_prompt,
+                                          .n_prompt = REPLAY_PROMPT_LEN, .max_tokens = 1,
+                                          .sampling = {.temperature = 0, .top_p = 1},
+                                          .on_done = replay_on_done, .ctx = j};
+        rc = engine_submit(s->engine, &p, NULL); /* replay_on_done records the times */
+    }
+    engine_drain(s->engine);
+    replay_sync_destroy(&sync);
+    for (int i = 0; i < n && rc == 0; i++)
+        if (recs[i].status < 0)
+            rc = err_set(recs[i].status, "measuring request %d of a batch of %d failed: %s", i, n,
+                         err_name(recs[i].status));
+    return rc;
+}
+
+int replay_warm_latency(const struct replay_rig *rig, double *secs)
+{
+    struct stack *s = NULL;
+    int rc = replay_stack_open(rig, 1, 1, 1, "swapwise", 0, &s);
+    struct replay_job j;
+    struct request_record rec;
+    *secs = 0;
+    for (int rep = 0; rc == 0 && rep < 4; rep++) {
+        if ((rc = submit_greedy(s, 1, &j, &rec)) < 0)
+            break;
+        double lat = rec.t_done - rec.t_arrival;
+        if (rep > 0 && (*secs == 0 || lat < *secs)) /* the first one loads the model */
+            *secs = lat;
+    }
+    stack_close(s);
+    return rc;
+}
+
+int replay_measure_costs(const struct replay_rig *rig, int max_batch, struct sim_config *sc)
+{
+    assert(max_batch >= 1 && max_batch <= SIM_MAX_BATCH);
+    struct stack *s = NULL;
+    int rc = replay_stack_open(rig, 1, 1, max_batch, "swapwise", rig->link_gbps, &s);
+    struct replay_job *jobs = calloc((size_t)max_batch, sizeof(*jobs));
+    struct request_record *recs = calloc((size_t)max_batch, sizeof(*recs));
+    int sizes[64], n_sizes = 0;
+    for (int b = 1; b < max_batch && n_sizes < 63; b = b < 4 ? b + 1 : b + b / 2)
+        sizes[n_sizes++] = b;
+    sizes[n_sizes++] = max_batch;
+    double t_size[64];
+    if (rc == 0 && (!jobs || !recs))
+        rc = err_set(ERR_NOMEM, "out of memory for batches of %d", max_batch);
+    for (int si = -1; rc == 0 && si < n_sizes; si++) {
+        int b = si < 0 ? 1 : sizes[si]; /* si = -1: the cold request that loads the model */
+        double best = INFINITY;
+        for (int rep = 0; rc == 0 && rep < (si < 0 ? 1 : 2); rep++) {
+            if ((rc = submit_greedy(s, b, jobs, recs)) < 0)
+                break;
+            double t0 = INFINITY, t1 = 0;
+            for (int i = 0; i < b; i++) {
+                t0 = recs[i].t_start < t0 ? recs[i].t_start : t0;
+                t1 = recs[i].t_done > t1 ? recs[i].t_done : t1;
+            }
+            best = t1 - t0 < best ? t1 - t0 : best;
+        }
+        if (si >= 0)
+            t_size[si] = best;
+    }
+    if (rc == 0) {
+        struct engine_stats st;
+        engine_get_stats(s->engine, &st);
+        sc->load_s = st.swap_s;
+        for (int b = 1; b <= max_batch; b++) {
+            int hi = 0;
+            while (sizes[hi] < b)
+                hi++;
+            if (sizes[hi] == b || hi == 0) {
+                sc->batch_s[b] = t_size[hi];
+            } else {
+                double f = (double)(b - sizes[hi - 1]) / (sizes[hi] - sizes[hi - 1]);
+                sc->batch_s[b] = t_size[hi - 1] + f * (t_size[hi] - t_size[hi - 1]);
+            }
+        }
+        sc->max_batch = max_batch;
+        sc->overlap_tail = 0.5; /* the layers after the embedding's blob, about half */
+        sc->overlap_loads = rig->link_gbps > 0;
+    }
+    stack_close(s);
+    free(jobs);
+    free(recs);
+    return rc;
+}

@@ -1,0 +1,85 @@
+/* Real-time replay of a workload through the engine: the stack a benchmark
+ * runs on (engine/stack.h), Computron's requests released at their arrival
+ * times, and each request's times recorded as it completes.
+ *
+ *   replay_run(rig, workload, policy, arrivals) -> a fresh stack, every
+ *   arrival submitted at its time (or, for a round-robin workload, one
+ *   blocking request after the other), the engine drained; per-request
+ *   records and the engine's counters; the stack closed
+ *   replay_warm_latency(rig) -> one request's latency on a resident model
+ *   replay_measure_costs(rig) -> a load's time and batches of 1..max_batch,
+ *   the costs engine/sim.h replays with
+ *
+ * The rig: rig->tp CPU devices with room for max_loaded models (every model
+ * has the same shape) and the largest batch of Computron's requests each;
+ * every model over all of them with TP = tp; all models start in host memory,
+ * as in Computron. Requests are Computron's: "Berkeley is the number one
+ * public" (8 tokens), max_tokens 1. Every function runs on the caller's
+ * thread and returns once the engine has drained; errors name what failed. */
+#ifndef SHARDSWAP_WORKLOAD_REPLAY_H
+#define SHARDSWAP_WORKLOAD_REPLAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "engine/sim.h"
+#include "engine/stack.h"
+#include "workload/arrival.h"
+#include "workload/computron.h"
+#include "workload/report.h"
+
+#define REPLAY_PROMPT_LEN 8 /* tokens of Computron's prompt */
+
+struct replay_rig {
+    const char *const *paths; /* (n_models) checkpoint directories, the caller's */
+    int n_models;             /* 1..WORKLOAD_MAX_MODELS */
+    int tp;                   /* CPU devices, every model over all of them */
+    double link_gbps;         /* emulated host link per device (0: memory speed) */
+};
+
+struct replay_result {
+    const char *policy;            /* the name passed to replay_run (not copied) */
+    struct request_record *recs;   /* (n) owned; times from the start of the run */
+    size_t n;
+    struct engine_stats st;        /* the engine's counters once drained */
+    double wall_s;                 /* first submission -> drained */
+};
+
+/* The stack config of a rig serving its first n_models models (names "m0",
+ * "m1", ... written into names) with room for max_loaded of them, batches of
+ * max_batch and the policy; mc and names must hold n_models entries and
+ * outlive *sc. For sizing (stack_size) as well as stack_open. */
+void replay_stack_config(const struct replay_rig *rig, int n_models, int max_loaded,
+                         int max_batch, const char *policy, struct stack_config *sc,
+                         struct stack_model_config *mc, char (*names)[16]);
+
+/* The Gamma arrivals of workload c (its rates and CV) over duration seconds
+ * with seed, as arrival_generate makes them; *ev is the caller's to free. */
+int replay_arrivals(const struct workload_config *c, double duration, uint64_t seed,
+                    struct arrival **ev, size_t *n);
+
+/* Replays c with policy on a fresh stack of rig's first c->n_models models:
+ * ev[0..n_ev) released at their times, or, when c->round_robin,
+ * rr_requests blocking requests alternating over the models (ev unused).
+ * *out is the caller's (replay_result_free), also after an error. A request
+ * the engine refuses is recorded with its error status; only a failure to
+ * build the stack or to allocate is an error. */
+int replay_run(const struct replay_rig *rig, const struct workload_config *c, const char *policy,
+               const struct arrival *ev, size_t n_ev, int rr_requests, struct replay_result *out);
+/* Frees out's records and zeroes it. NULL-safe. */
+void replay_result_free(struct replay_result *out);
+
+/* The latency of one request on model 0 once resident (best of three after
+ * the one that loads it), on rig's devices at memory speed: the unit of an
+ * SLO scale. */
+int replay_warm_latency(const struct replay_rig *rig, double *secs);
+
+/* Measures, on model 0 of rig, what engine/sim.h needs: load_s (one load)
+ * and batch_s[1..max_batch] (batches of 1, 2, 3, 4, 6, 8, 12, ... up to
+ * max_batch, best of two, linear in between), and sets max_batch,
+ * overlap_tail and overlap_loads (when rig has a link) to match; the rest
+ * of *sc is left as it was. max_batch in 1..SIM_MAX_BATCH. */
+int replay_measure_costs(const struct replay_rig *rig, int max_batch, struct sim_config *sc);
+
+#endif

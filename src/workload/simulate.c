@@ -1,0 +1,99 @@
+#include "workload/simulate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "engine/stack.h"
+#include "workload/arrival.h"
+#include "workload/stats.h"
+
+/* Adds one seed's latencies lat[0..n) (n >= 1) and loads into *o, each
+ * weighed 1/seeds; *p99 gets the seed's p99. */
+static int summary_add_seed(struct simulate_summary *o, const double *lat, size_t n, double slo,
+                            uint64_t loads, int seeds, double *p99)
+{
+    struct latency_stats ls;
+    int rc = stats_latency_compute(lat, n, &ls);
+    if (rc < 0)
+        return rc;
+    o->mean += ls.mean / seeds;
+    o->p50 += ls.p50 / seeds;
+    o->p90 += ls.p90 / seeds;
+    o->p99 += ls.p99 / seeds;
+    o->max += ls.max / seeds;
+    o->slo += stats_slo_attainment(lat, n, slo) / seeds;
+    o->swaps += (double)loads / seeds;
+    *p99 = ls.p99;
+    return 0;
+}
+
+int simulate_workload(const struct replay_rig *rig, const struct workload_config *c,
+                      const struct sim_config *costs, const char *const *policies, int n_pol,
+                      uint64_t seed, int seeds, double duration, double slo,
+                      struct simulate_summary *s)
+{
+    /* each model's device bytes (weights and its largest batch) and the
+     * budgets, as the real run's stack sizes them */
+    int tp = rig->tp;
+    struct stack_config stc;
+    struct stack_model_config mc[1];
+    char names[1][16];
+    replay_stack_config(rig, 1, 1, c->max_batch, "swapwise", &stc, mc, names);
+    uint64_t shard[STACK_MAX_DEVICES], budget[STACK_MAX_DEVICES], host;
+    int rc = stack_size(&stc, shard, &host);
+    stc.fit_models = c->max_loaded;
+    if (rc < 0 || (rc = stack_size(&stc, budget, &host)) < 0)
+        return rc;
+    for (int d = 0; d < tp; d++)
+        shard[d] -= 1u << 20; /* stack_size's slack, once per device */
+    uint64_t *bytes = calloc((size_t)c->n_models * tp, sizeof(uint64_t));
+    if (!bytes)
+        return err_set(ERR_NOMEM, "out of memory for %d models' sizes", c->n_models);
+    for (int i = 0; i < c->n_models; i++)
+        memcpy(bytes + (size_t)i * tp, shard, sizeof(uint64_t) * (size_t)tp);
+    memset(s, 0, sizeof(*s) * (size_t)n_pol);
+    for (int k = 0; rc == 0 && k < seeds; k++) {
+        struct arrival *ev = NULL;
+        size_t n = 0;
+        if ((rc = replay_arrivals(c, duration, seed + (uint64_t)k, &ev, &n)) < 0)
+            break;
+        struct sim_request *rq = calloc(n ? n : 1, sizeof(*rq));
+        double *lat = calloc(n ? n : 1, sizeof(double)), first_p99 = 0;
+        if (!rq || !lat)
+            rc = err_set(ERR_NOMEM, "out of memory for %zu simulated requests", n);
+        for (int p = 0; rc == 0 && n > 0 && p < n_pol; p++) {
+            struct sim_config sc = *costs;
+            if (!(sc.policy = sched_policy_find(policies[p]))) {
+                rc = ERR_INVALID; /* sched_policy_find says which */
+                break;
+            }
+            sc.n_models = c->n_models;
+            sc.n_devices = tp;
+            sc.bytes = bytes;
+            sc.max_loaded = c->max_loaded;
+            sc.max_batch = c->max_batch;
+            for (int d = 0; d < tp; d++)
+                sc.budget[d] = budget[d]; /* as replay_run's stack */
+            for (size_t i = 0; i < n; i++)
+                rq[i] = (struct sim_request){.arrival = ev[i].t, .model = ev[i].model};
+            struct sim_stats st;
+            double p99;
+            if ((rc = sim_run(&sc, rq, n, &st)) < 0)
+                break;
+            for (size_t i = 0; i < n; i++)
+                lat[i] = rq[i].done - rq[i].arrival;
+            if ((rc = summary_add_seed(&s[p], lat, n, slo, st.loads, seeds, &p99)) < 0)
+                break;
+            if (p == 0)
+                first_p99 = p99;
+            else if (p99 / first_p99 > s[p].worst_p99_ratio)
+                s[p].worst_p99_ratio = p99 / first_p99;
+        }
+        free(rq);
+        free(lat);
+        free(ev);
+    }
+    free(bytes);
+    return rc;
+}

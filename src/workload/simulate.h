@@ -1,0 +1,34 @@
+/* Policies compared on a simulated clock (engine/sim.h) over many arrival
+ * seeds of a workload, with the device bytes and budgets its real-time
+ * replay (workload/replay.h) would have and the costs measured there. */
+#ifndef SHARDSWAP_WORKLOAD_SIMULATE_H
+#define SHARDSWAP_WORKLOAD_SIMULATE_H
+
+#include <stdint.h>
+
+#include "engine/sim.h"
+#include "workload/computron.h"
+#include "workload/replay.h"
+
+/* One policy over the seeds: each field the mean over the seeds of that
+ * seed's statistic (latencies in seconds, arrival -> done). */
+struct simulate_summary {
+    double mean, p50, p90, p99, max; /* latency */
+    double slo;                      /* SLO attainment */
+    double swaps;                    /* loads */
+    double worst_p99_ratio;          /* the largest over seeds of p99 / the first policy's p99
+                                      * (0 for the first policy) */
+};
+
+/* Runs policies[0..n_pol) on the Gamma arrivals of workload c (replay_arrivals)
+ * for seeds seed .. seed + seeds - 1, each over duration seconds, on the
+ * stack rig would build for c (rig->tp devices sized for c->max_loaded
+ * models, every model the shape of rig's model 0) with load and batch times
+ * from costs (replay_measure_costs); s[p] is policy p's summary. A seed
+ * without arrivals adds nothing (every seed weighs 1/seeds). Errors name the policy, the arrivals or the allocation. */
+int simulate_workload(const struct replay_rig *rig, const struct workload_config *c,
+                      const struct sim_config *costs, const char *const *policies, int n_pol,
+                      uint64_t seed, int seeds, double duration, double slo,
+                      struct simulate_summary *s);
+
+#endif
