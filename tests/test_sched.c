@@ -1,6 +1,7 @@
 /* Scheduling policies on hand-made snapshots (a simulated clock: times are
  * whatever the scenario says). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/sched.h"
@@ -47,6 +48,61 @@ static void finish_view(void)
         view.any_running |= models[i].running;
     }
 }
+
+/* An executor that records what sched_act asks of it: "s0 o1d o2 l3 w" for
+ * serve 0, offload 1 deferred, offload 2 now, load 3, a wake-up. */
+struct rec {
+    bool running[8];
+    bool serve_ok, load_ok;
+    double wake_at;
+    char log[64];
+};
+
+static void rec_log(struct rec *r, const char *what, int model, const char *tail)
+{
+    size_t n = strlen(r->log);
+    snprintf(r->log + n, sizeof(r->log) - n, "%s%s%d%s", n ? " " : "", what, model, tail);
+}
+
+static bool rec_running(void *ctx, int model)
+{
+    return ((struct rec *)ctx)->running[model];
+}
+
+static bool rec_serve(void *ctx, int model)
+{
+    struct rec *r = ctx;
+    rec_log(r, "s", model, "");
+    r->running[model] = r->serve_ok;
+    return r->serve_ok;
+}
+
+static void rec_offload(void *ctx, int model, bool defer)
+{
+    rec_log(ctx, "o", model, defer ? "d" : "");
+}
+
+static bool rec_load(void *ctx, int model)
+{
+    struct rec *r = ctx;
+    rec_log(r, "l", model, "");
+    return r->load_ok;
+}
+
+static void rec_wake(void *ctx, double at)
+{
+    struct rec *r = ctx;
+    r->wake_at = at;
+    rec_log(r, "w", 0, "");
+}
+
+static const struct sched_exec_ops rec_ops = {
+    .running = rec_running,
+    .serve = rec_serve,
+    .offload = rec_offload,
+    .load = rec_load,
+    .wake = rec_wake,
+};
 
 int main(void)
 {
@@ -374,5 +430,30 @@ int main(void)
     models[4].running = models[5].running = true;
     finish_view();
     CHECK(sched_defrag_victim(&view, 6, 0) == -1);
+
+    /* sched_act, the one way actions are carried out (engine and simulator):
+     * a wake-up is no progress; a serve only where no batch is in flight (the
+     * executor's state now, not the view's: swapwise serves a victim its
+     * last batch and then names it in the load); a load's victims go first,
+     * each deferred while its batch runs. */
+    scenario(4, 100, 0);
+    struct rec rec = {.serve_ok = true, .load_ok = true};
+    const struct sched_action wake = {.kind = SCHED_WAKE, .at = 7},
+                              serve1 = {.kind = SCHED_SERVE, .model = 1},
+                              load3 = {.kind = SCHED_LOAD, .model = 3, .n_victims = 2,
+                                       .victims = {1, 2}};
+    CHECK(!sched_act(&rec_ops, &rec, &view, &wake) && rec.wake_at == 7);
+    CHECK(sched_act(&rec_ops, &rec, &view, &serve1));
+    CHECK(!sched_act(&rec_ops, &rec, &view, &serve1)); /* now running: not asked */
+    CHECK(sched_act(&rec_ops, &rec, &view, &load3));
+    CHECK_MSG(strcmp(rec.log, "w0 s1 o1d o2 l3") == 0, "%s", rec.log);
+    rec = (struct rec){.serve_ok = false, .load_ok = false};
+    CHECK(!sched_act(&rec_ops, &rec, &view, &serve1) && !sched_act(&rec_ops, &rec, &view, &load3));
+    CHECK_MSG(strcmp(rec.log, "s1 o1 o2 l3") == 0, "%s", rec.log);
+
+    /* the batch rule: at most max; with same_params_only, one sampling class */
+    CHECK(sched_batch_joins(false, 0, 1, false) && !sched_batch_joins(false, 1, 1, true));
+    CHECK(sched_batch_joins(false, 3, 8, false) && sched_batch_joins(true, 3, 8, true));
+    CHECK(!sched_batch_joins(true, 3, 8, false) && sched_batch_joins(true, 0, 8, false));
     return test_finish();
 }

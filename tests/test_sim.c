@@ -140,6 +140,72 @@ int main(void)
         free(ev);
     }
 
+    /* batch_same_params_only (computron, as the engine's queue_take): a batch
+     * stops at the first request whose sampling class differs from its
+     * first's; swapwise mixes them. One cold model, six requests at 0: after
+     * the 1 s load, classes 0 0 1 1 1 0 go as batches of 2, 3 and 1. */
+    for (int p = 0; p < 2; p++) {
+        setup(&c, both[p], 1, 1, bytes);
+        const int cls[6] = {0, 0, 1, 1, 1, 0};
+        struct sim_request r[6];
+        for (int i = 0; i < 6; i++)
+            r[i] = (struct sim_request){.arrival = 0, .model = 0, .params_class = cls[i]};
+        CHECK(sim_run(&c, r, 6, &st) == 0);
+        const double cdone[6] = {1.2, 1.2, 1.5, 1.5, 1.5, 1.6};
+        const int csize[6] = {2, 2, 3, 3, 3, 1};
+        for (int i = 0; i < 6; i++) {
+            double want = p == 0 ? cdone[i] : 1.6;
+            int size = p == 0 ? csize[i] : 6;
+            CHECK_MSG(fabs(r[i].done - want) < 1e-12 && r[i].batch_size == size,
+                      "%s: request %d done at %g in a batch of %d, expected %g and %d", both[p],
+                      i, r[i].done, r[i].batch_size, want, size);
+        }
+        CHECK_MSG(st.batches == (p == 0 ? 3u : 1u), "%s: %llu batches", both[p],
+                  (unsigned long long)st.batches);
+    }
+    /* churn with two alternating classes: computron's batches never mix
+     * them (and still hold several requests), swapwise's do. A batch is a
+     * run of one model's requests with one start, as long as its batch_size. */
+    for (int p = 0; p < 2; p++) {
+        setup(&c, both[p], 6, 2, bytes);
+        measured_costs(&c);
+        struct arrival_spec spec = {.kind = ARRIVAL_GAMMA, .n_models = 6, .cv = 4,
+                                    .duration_s = 500, .seed = 5};
+        for (int i = 0; i < 6; i++)
+            spec.rates[i] = 5.0 / (i + 1);
+        struct arrival *ev;
+        size_t n;
+        CHECK(arrival_generate(&spec, &ev, &n) == 0 && n > 1000);
+        struct sim_request *rq = calloc(n, sizeof(*rq));
+        for (size_t i = 0; i < n; i++)
+            rq[i] = (struct sim_request){.arrival = ev[i].t, .model = ev[i].model,
+                                         .params_class = (int)(i % 2)};
+        CHECK(sim_run(&c, rq, n, &st) == 0);
+        size_t mixed = 0, multi = 0, torn = 0;
+        int first[6], left[6] = {0};
+        for (size_t i = 0; i < n; i++) {
+            int m = rq[i].model;
+            if (left[m] == 0) { /* the first of a batch */
+                first[m] = (int)i;
+                left[m] = rq[i].batch_size;
+                multi += rq[i].batch_size > 1;
+            } else {
+                const struct sim_request *f = &rq[first[m]];
+                torn += rq[i].start != f->start || rq[i].batch_size != f->batch_size;
+                mixed += rq[i].params_class != f->params_class;
+            }
+            left[m]--;
+        }
+        CHECK_MSG(torn == 0, "%s: %zu requests out of their batch", both[p], torn);
+        if (p == 0)
+            CHECK_MSG(mixed == 0 && multi > 100, "computron: %zu requests in a batch of "
+                      "another class; %zu batches of several", mixed, multi);
+        else
+            CHECK_MSG(mixed > 0, "swapwise never mixed classes");
+        free(rq);
+        free(ev);
+    }
+
     /* bad input is refused, not run */
     setup(&c, "swapwise", 1, 1, bytes);
     struct sim_request unsorted[2] = {{.arrival = 1, .model = 0}, {.arrival = 0, .model = 0}};

@@ -559,9 +559,10 @@ static bool same_sampling(const struct sampler_params *a, const struct sampler_p
     return a->temperature == b->temperature && a->top_k == b->top_k && a->top_p == b->top_p;
 }
 
-/* Takes up to n requests from m's queue for its runner (lock held); with
- * same_params, stops at the first whose sampling differs from the first
- * one's (Computron). Requests already past their deadline time out instead. */
+/* Takes up to n requests from m's queue for its runner (lock held), by the
+ * batch rule (sched_batch_joins): with same_params, stops at the first whose
+ * sampling differs from the first one's (Computron). Requests already past
+ * their deadline time out instead. */
 static int queue_take(struct emodel *m, struct engine_req **out, int n, bool same_params)
 {
     double now = time_now();
@@ -572,7 +573,8 @@ static int queue_take(struct emodel *m, struct engine_req **out, int n, bool sam
             queue_fail(m, r, ERR_TIMEOUT, "its deadline passed while it waited in the queue");
             continue;
         }
-        if (same_params && k > 0 && !same_sampling(&r->sampling, &out[0]->sampling))
+        if (!sched_batch_joins(same_params, k, n,
+                               k == 0 || same_sampling(&r->sampling, &out[0]->sampling)))
             break;
         queue_unlink(m, r);
         atomic_store(&r->phase, PH_RUNNING);
@@ -1087,38 +1089,71 @@ static int start_load(struct engine *e, struct emodel **map, struct sched_model 
     return rc;
 }
 
-/* Carries out one action (lock held); false when it could not happen now. */
-static bool act(struct engine *e, struct emodel **map, struct sched_model *sm,
-                const struct sched_action *a)
+/* ---- carrying out the policy's actions (sched_act), lock held ---- */
+
+/* The executor's context: the engine and the view's index map (view index i
+ * is model map[i]); sm is the snapshot's storage, which start_load rebuilds. */
+struct exec {
+    struct engine *e;
+    struct emodel **map;
+    struct sched_model *sm;
+};
+
+static bool exec_running(void *ctx, int model)
 {
-    if (a->kind == SCHED_WAKE) {
-        e->wake_at = a->at < e->wake_at ? a->at : e->wake_at;
+    struct exec *x = ctx;
+    return x->map[model]->running;
+}
+
+/* The runner takes its batch from the queue (runner_main). */
+static bool exec_serve(void *ctx, int model)
+{
+    struct exec *x = ctx;
+    struct emodel *m = x->map[model];
+    if (m->mem_wait || swap_use_begin(x->e->mgr, m->sm) < 0)
         return false;
-    }
-    struct emodel *m = map[a->model];
-    double now = time_now();
-    if (a->kind == SCHED_SERVE) {
-        if (m->running || m->mem_wait || swap_use_begin(e->mgr, m->sm) < 0)
-            return false;
-        m->running = true;
-        m->go = true;
-        m->last_used = now;
-        pthread_cond_signal(&m->go_cond);
-        return true;
-    }
-    for (int i = 0; i < a->n_victims; i++) {
-        struct emodel *v = map[a->victims[i]];
-        if (swap_offload(e->mgr, v->sm, v->running) == 0) {
-            e->stats.evictions++;
-            v->evictions++;
-            v->offload_pending = v->running;
-        }
-    }
-    if (start_load(e, map, sm, a->model) < 0)
-        return false;
-    load_started(e, m, now);
+    m->running = true;
+    m->go = true;
+    m->last_used = time_now();
+    pthread_cond_signal(&m->go_cond);
     return true;
 }
+
+/* The swap manager refuses what may not leave; a deferred offload is carried
+ * out by the runner's swap_use_end. */
+static void exec_offload(void *ctx, int model, bool defer)
+{
+    struct exec *x = ctx;
+    struct emodel *v = x->map[model];
+    if (swap_offload(x->e->mgr, v->sm, defer) == 0) {
+        x->e->stats.evictions++;
+        v->evictions++;
+        v->offload_pending = defer;
+    }
+}
+
+static bool exec_load(void *ctx, int model)
+{
+    struct exec *x = ctx;
+    if (start_load(x->e, x->map, x->sm, model) < 0)
+        return false;
+    load_started(x->e, x->map[model], time_now());
+    return true;
+}
+
+static void exec_wake(void *ctx, double at)
+{
+    struct exec *x = ctx;
+    x->e->wake_at = at < x->e->wake_at ? at : x->e->wake_at;
+}
+
+static const struct sched_exec_ops exec_ops = {
+    .running = exec_running,
+    .serve = exec_serve,
+    .offload = exec_offload,
+    .load = exec_load,
+    .wake = exec_wake,
+};
 
 /* Carries out the admin loads and unloads asked for (lock held). */
 static void admin_run(struct engine *e)
@@ -1222,8 +1257,9 @@ static void *sched_main(void *arg)
         int n = v.n_models ? e->policy->decide(&v, actions, MAX_ACTIONS) : 0;
         bool progress = false;
         e->wake_at = INFINITY;
+        struct exec x = {.e = e, .map = map, .sm = sm};
         for (int i = 0; i < n; i++)
-            progress |= act(e, map, sm, &actions[i]);
+            progress |= sched_act(&exec_ops, &x, &v, &actions[i]);
         if (progress)
             continue;
         double at = e->wake_at < next_deadline ? e->wake_at : next_deadline;

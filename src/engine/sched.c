@@ -1,5 +1,6 @@
 #include "engine/sched.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -356,6 +357,30 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
     if (wake < INFINITY && n < max)
         out[n++] = (struct sched_action){.kind = SCHED_WAKE, .at = wake};
     return n;
+}
+
+bool sched_batch_joins(bool same_params_only, int taken, int max, bool same_as_first)
+{
+    return taken < max && (!same_params_only || taken == 0 || same_as_first);
+}
+
+bool sched_act(const struct sched_exec_ops *ops, void *ctx, const struct sched_view *v,
+               const struct sched_action *a)
+{
+    if (a->kind == SCHED_WAKE) {
+        ops->wake(ctx, a->at);
+        return false;
+    }
+    assert(a->model >= 0 && a->model < v->n_models);
+    if (a->kind == SCHED_SERVE)
+        return !ops->running(ctx, a->model) && ops->serve(ctx, a->model);
+    assert(a->kind == SCHED_LOAD && a->n_victims >= 0 && a->n_victims <= SCHED_MAX_VICTIMS);
+    for (int k = 0; k < a->n_victims; k++) {
+        int victim = a->victims[k];
+        assert(victim >= 0 && victim < v->n_models);
+        ops->offload(ctx, victim, ops->running(ctx, victim));
+    }
+    return ops->load(ctx, a->model);
 }
 
 int sched_defrag_victim(const struct sched_view *v, int incoming, int device)

@@ -3,8 +3,9 @@
  * snapshot, so tests can feed hand-made scenarios on a simulated clock.
  *
  * The engine calls decide() whenever something changed and carries out the
- * actions it returns, in order, then calls again; an empty answer means wait
- * for the next event.
+ * actions it returns, in order (sched_act), then calls again; an empty
+ * answer means wait for the next event. The simulator (sim.h) does the same
+ * on a simulated clock, through the same sched_act.
  */
 #ifndef SHARDSWAP_ENGINE_SCHED_H
 #define SHARDSWAP_ENGINE_SCHED_H
@@ -76,6 +77,46 @@ struct sched_policy {
 const struct sched_policy *sched_policy_find(const char *name);
 const char *sched_policy_names(void);
 const char *sched_policy_default(void);
+
+/* How a batch is formed, one rule for the engine's queues and the
+ * simulator's: a batch takes requests from its model's queue head in FIFO
+ * order, at most max; with same_params_only (the policy's
+ * batch_same_params_only) it stops at the first request whose sampling
+ * differs from the first one's. True when the request now at the head joins
+ * a batch that already holds `taken`; same_as_first: it samples as the
+ * batch's first request (not read when taken is 0). */
+bool sched_batch_joins(bool same_params_only, int taken, int max, bool same_as_first);
+
+/* What carries out actions: the engine (engine.c, under its lock) and the
+ * simulator (sim.c, on its clock). Every slot is required; each acts on the
+ * executor's live state, which may have moved on since the view decide()
+ * saw (an earlier action of the same answer may have started a batch).
+ * Models are view indices. */
+struct sched_exec_ops {
+    /* a batch of model is in flight now */
+    bool (*running)(void *ctx, int model);
+    /* dispatches a batch of model (not running); false when it cannot start
+     * now (not resident, still loading without overlap, no memory) */
+    bool (*serve)(void *ctx, int model);
+    /* model leaves its devices: now, or with defer when its batch in flight
+     * ends. One that may not leave (gone already, a load still arriving
+     * with no batch) stays; the load that follows finds whether there is room. */
+    void (*offload)(void *ctx, int model, bool defer);
+    /* starts model's load (not resident); false when it cannot start now */
+    bool (*load)(void *ctx, int model);
+    /* decide again at `at` even if nothing else happens by then */
+    void (*wake)(void *ctx, double at);
+};
+
+/* Carries out one of the actions decide() returned for view v: SCHED_WAKE
+ * asks for a wake-up; SCHED_SERVE dispatches a batch unless one is in flight;
+ * SCHED_LOAD offloads each victim (deferred to the end of its batch when one
+ * is in flight), then starts the load. True when something was started,
+ * false when the action could not happen now (and for SCHED_WAKE): the
+ * caller decides again after its next event. The one place these semantics
+ * live; the engine and the simulator differ only in their ops. */
+bool sched_act(const struct sched_exec_ops *ops, void *ctx, const struct sched_view *v,
+               const struct sched_action *a);
 
 /* The fragmentation step's victim, for a SCHED_LOAD of incoming that the
  * swap manager refused because device's free bytes suffice but no free block

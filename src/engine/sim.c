@@ -22,6 +22,7 @@ struct sim {
     struct smodel *m;
     uint64_t used[SCHED_MAX_DEVICES];
     struct sim_stats *st;
+    double now;
     double wake_at; /* the earliest SCHED_WAKE asked for */
 };
 
@@ -75,16 +76,113 @@ static void evict(struct sim *s, int i)
         s->used[d] -= bytes_of(s, i, d);
 }
 
-static bool act_now(struct sim *s, double now, const struct sched_action *a);
+/* ---- the executor (sched_act's ops), at s->now ---- */
 
-/* "t serve|load model [-victim...] [batch b] | queue and state per model" */
-static bool act(struct sim *s, double now, const struct sched_action *a)
+static bool exec_running(void *ctx, int model)
 {
-    bool ok = act_now(s, now, a);
+    struct sim *s = ctx;
+    return s->m[model].running;
+}
+
+/* The batch takes its queue's head by the engine's rule (sched_batch_joins):
+ * with batch_same_params_only, one params_class. */
+static bool exec_serve(void *ctx, int model)
+{
+    struct sim *s = ctx;
+    const struct sim_config *c = s->c;
+    struct smodel *m = &s->m[model];
+    double now = s->now;
+    if (!m->resident || (m->loading && !c->overlap_loads))
+        return false;
+    int b = 0;
+    while (m->head < m->tail) {
+        size_t r = m->queue[m->head];
+        bool same = b == 0 || s->reqs[r].params_class == s->reqs[m->batch[0]].params_class;
+        if (!sched_batch_joins(c->policy->batch_same_params_only, b, c->max_batch, same))
+            break;
+        m->head++;
+        m->batch[b++] = r;
+        s->reqs[r].start = now;
+    }
+    for (int k = 0; k < b; k++)
+        s->reqs[m->batch[k]].batch_size = b;
+    double compute = c->batch_s[b];
+    double end = now + compute;
+    if (m->loading && m->load_end + c->overlap_tail * compute > end)
+        end = m->load_end + c->overlap_tail * compute;
+    m->running = true;
+    m->batch_n = b;
+    m->batch_end = end;
+    m->last_used = now;
+    s->st->batches += b > 0;
+    s->st->compute_s += end - now;
+    return true;
+}
+
+/* As the swap manager does: a model gone already, or loading with no batch,
+ * stays; a deferred one leaves when its batch (or its load) ends. */
+static void exec_offload(void *ctx, int model, bool defer)
+{
+    struct sim *s = ctx;
+    struct smodel *v = &s->m[model];
+    if (!v->resident || (v->loading && !v->running))
+        return;
+    s->st->evictions++;
+    if (defer || v->loading)
+        v->offload_pending = true;
+    else
+        evict(s, model);
+}
+
+/* Refused when its bytes do not fit. */
+static bool exec_load(void *ctx, int model)
+{
+    struct sim *s = ctx;
+    const struct sim_config *c = s->c;
+    struct smodel *m = &s->m[model];
+    if (m->resident)
+        return false;
+    for (int d = 0; d < c->n_devices; d++)
+        if (bytes_of(s, model, d) > c->budget[d] - s->used[d])
+            return false;
+    for (int d = 0; d < c->n_devices; d++) {
+        s->used[d] += bytes_of(s, model, d);
+        if (s->used[d] > s->st->high_water[d])
+            s->st->high_water[d] = s->used[d];
+    }
+    m->resident = m->loading = true;
+    m->load_end = s->now + c->load_s;
+    m->loaded_at = m->last_used = s->now;
+    s->st->loads++;
+    s->st->swap_s += c->load_s;
+    return true;
+}
+
+/* Only a time ahead is an event (one at now would never let the clock move). */
+static void exec_wake(void *ctx, double at)
+{
+    struct sim *s = ctx;
+    if (at > s->now && at < s->wake_at)
+        s->wake_at = at;
+}
+
+static const struct sched_exec_ops exec_ops = {
+    .running = exec_running,
+    .serve = exec_serve,
+    .offload = exec_offload,
+    .load = exec_load,
+    .wake = exec_wake,
+};
+
+/* sched_act, traced: "t serve|load model [-victim...] [batch b] | queue and
+ * state per model" */
+static bool act(struct sim *s, const struct sched_view *v, const struct sched_action *a)
+{
+    bool ok = sched_act(&exec_ops, s, v, a);
     FILE *f = s->c->trace;
     if (!f || !ok || a->kind == SCHED_WAKE)
         return ok;
-    fprintf(f, "%9.4f %s %d", now, a->kind == SCHED_SERVE ? "serve" : "load ", a->model);
+    fprintf(f, "%9.4f %s %d", s->now, a->kind == SCHED_SERVE ? "serve" : "load ", a->model);
     for (int k = 0; k < a->n_victims; k++)
         fprintf(f, " -%d", a->victims[k]);
     if (a->kind == SCHED_SERVE)
@@ -97,67 +195,6 @@ static bool act(struct sim *s, double now, const struct sched_action *a)
     }
     fprintf(f, "\n");
     return ok;
-}
-
-/* The engine's act(): false when the action cannot happen now. */
-static bool act_now(struct sim *s, double now, const struct sched_action *a)
-{
-    const struct sim_config *c = s->c;
-    if (a->kind == SCHED_WAKE) {
-        if (a->at > now && a->at < s->wake_at)
-            s->wake_at = a->at;
-        return false;
-    }
-    struct smodel *m = &s->m[a->model];
-    if (a->kind == SCHED_SERVE) {
-        if (m->running || !m->resident || (m->loading && !c->overlap_loads))
-            return false;
-        int b = 0;
-        while (m->head < m->tail && b < c->max_batch) {
-            size_t r = m->queue[m->head++];
-            m->batch[b++] = r;
-            s->reqs[r].start = now;
-        }
-        for (int k = 0; k < b; k++)
-            s->reqs[m->batch[k]].batch_size = b;
-        double compute = c->batch_s[b];
-        double end = now + compute;
-        if (m->loading && m->load_end + c->overlap_tail * compute > end)
-            end = m->load_end + c->overlap_tail * compute;
-        m->running = true;
-        m->batch_n = b;
-        m->batch_end = end;
-        m->last_used = now;
-        s->st->batches += b > 0;
-        s->st->compute_s += end - now;
-        return true;
-    }
-    for (int k = 0; k < a->n_victims; k++) {
-        struct smodel *v = &s->m[a->victims[k]];
-        if (!v->resident || (v->loading && !v->running))
-            continue; /* gone already, or refused as the swap manager refuses */
-        s->st->evictions++;
-        if (v->running || v->loading)
-            v->offload_pending = true;
-        else
-            evict(s, a->victims[k]);
-    }
-    if (m->resident)
-        return false;
-    for (int d = 0; d < c->n_devices; d++)
-        if (bytes_of(s, a->model, d) > c->budget[d] - s->used[d])
-            return false;
-    for (int d = 0; d < c->n_devices; d++) {
-        s->used[d] += bytes_of(s, a->model, d);
-        if (s->used[d] > s->st->high_water[d])
-            s->st->high_water[d] = s->used[d];
-    }
-    m->resident = m->loading = true;
-    m->load_end = now + c->load_s;
-    m->loaded_at = m->last_used = now;
-    s->st->loads++;
-    s->st->swap_s += c->load_s;
-    return true;
 }
 
 int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, struct sim_stats *st)
@@ -210,6 +247,7 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
             }
         }
         /* the scheduler, until it has nothing more to do now */
+        s.now = now;
         s.wake_at = INFINITY;
         for (;;) {
             struct sched_view v;
@@ -218,7 +256,7 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
             int k = c->policy->decide(&v, a, 16);
             bool progress = false;
             for (int j = 0; j < k; j++)
-                progress |= act(&s, now, &a[j]);
+                progress |= act(&s, &v, &a[j]);
             if (!progress)
                 break;
         }

@@ -3,11 +3,16 @@
  * modelled times instead of running. Computron's experiments/sim.py did the
  * same for its engine.
  *
+ * It carries out the policy's actions through the engine's own sched_act,
+ * with simulated operations in place of the engine's.
+ *
  * What it models, as the engine does it: per-model FIFO queues; a batch takes
- * up to max_batch requests from its queue head and runs one forward
- * (max_tokens 1, Computron's requests); a load makes a model resident after
- * load_s and is refused when its bytes do not fit; victims leave at once, or
- * at the end of their batch when one is in flight; with overlap_loads a batch
+ * up to max_batch requests from its queue head by the engine's rule
+ * (sched_batch_joins: with the policy's batch_same_params_only, one
+ * params_class) and runs one forward (max_tokens 1, Computron's requests); a
+ * load makes a model resident after load_s and is refused when its bytes do
+ * not fit; victims leave at once, or at the end of their batch when one is in
+ * flight; with overlap_loads a batch
  * may start on a loading model and then ends no earlier than the load's end
  * plus overlap_tail of its compute (the layers that still had to arrive).
  * What it leaves out: copies slowing compute (CPU devices at memory speed),
@@ -43,6 +48,9 @@ struct sim_config {
 struct sim_request {
     double arrival; /* input; requests sorted by arrival */
     int model;      /* input */
+    /* input: its sampling parameters' class (the engine compares temperature,
+     * top-k and top-p); requests of one class sample alike. 0 for all: one class */
+    int params_class;
     double start, done;
     int batch_size;
 };
