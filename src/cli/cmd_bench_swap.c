@@ -279,7 +279,8 @@ int bench_swap(int argc, char **argv)
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of tables"),
     };
     int rc = args_parse("bench swap",
-                        "Registers the model on CPU devices (one per worker, budget = the model) "
+                        "Registers the model on CPU devices (one per worker, budget = its shard and the cold "
+                        "request's KV cache and activations) "
                         "and measures, for each TP x PP layout: swap-in time and GB/s (host -> "
                         "devices, every shard at once), per worker and in aggregate, against "
                         "memcpy on as many threads in the same run; swap-out time; and a cold "
@@ -350,7 +351,9 @@ int bench_swap(int argc, char **argv)
     uint64_t need[MAX_WORKERS] = {0};
     for (int i = 0; i < n; i++) {
         uint64_t shard[MAX_WORKERS], host;
-        if ((rc = swap_layout_bytes(dir, tps[i], pps[i], NULL, shard, &host)) < 0)
+        /* the weights and the cold request's batch (KV cache, activations) */
+        struct opt_exec_shape cold = {.batch = 1, .max_len = prompt_len + 1};
+        if ((rc = swap_layout_bytes(dir, tps[i], pps[i], &cold, shard, &host)) < 0)
             goto out;
         for (int d = 0; d < tps[i] * pps[i]; d++)
             need[d] = shard[d] > need[d] ? shard[d] : need[d];
