@@ -16,6 +16,7 @@
 #include "core/jsonout.h"
 #include "core/membw.h"
 #include "core/timing.h"
+#include "engine/stack.h"
 #include "engine/workers.h"
 #include "model/opt_random.h"
 #include "swap/swap.h"
@@ -100,17 +101,20 @@ out:
     return rc;
 }
 
-static int bench_layout(struct device **devs, const char *dir, uint64_t host_budget, int repeat,
+/* One layout on a stack of its own: tp x pp CPU devices of the given
+ * budgets, the model placed on them in order. */
+static int bench_layout(const uint64_t *budgets, const char *dir, uint64_t host_budget, int repeat,
                         int prompt_len, struct layout_result *r)
 {
-    int placement[MAX_WORKERS];
-    for (int i = 0; i < r->tp * r->pp; i++)
-        placement[i] = i;
-    struct swap_config cfg = {.host_budget = host_budget};
+    struct stack_model_config mc = {.name = "bench", .path = dir, .tp = r->tp, .pp = r->pp};
+    struct stack_config sc = {.device_kind = "cpu", .n_devices = r->tp * r->pp,
+                              .host_budget = host_budget, .models = &mc, .n_models = 1};
+    for (int d = 0; d < sc.n_devices; d++)
+        sc.device_budget[d] = budgets[d];
+    struct stack *st = NULL;
     struct swap_manager *mgr = NULL;
     struct workers *w = NULL;
     struct swap_model *model = NULL;
-    struct placement pl = {.tp = r->tp, .pp = r->pp, .devices = placement};
     double *load = calloc((size_t)repeat, sizeof(double)), *off = calloc((size_t)repeat, sizeof(double));
     double *wk = calloc((size_t)repeat * MAX_WORKERS, sizeof(double));
     double *c_on = calloc((size_t)repeat, sizeof(double)), *c_off = calloc((size_t)repeat, sizeof(double));
@@ -120,10 +124,11 @@ static int bench_layout(struct device **devs, const char *dir, uint64_t host_bud
         rc = err_set(ERR_NOMEM, "out of memory");
         goto out;
     }
-    if ((rc = swap_manager_create(devs, r->tp * r->pp, &cfg, &mgr)) < 0 ||
-        (rc = workers_create(mgr, &w)) < 0 ||
-        (rc = swap_register(mgr, "bench", dir, &pl, false, &model)) < 0)
+    if ((rc = stack_open(&sc, &st)) < 0)
         goto out;
+    mgr = st->mgr;
+    w = st->workers;
+    model = st->models[0];
     r->bytes = 0;
     for (int i = 0; i < r->tp * r->pp; i++)
         r->bytes += model->shards[i].device_bytes;
@@ -168,8 +173,7 @@ static int bench_layout(struct device **devs, const char *dir, uint64_t host_bud
     r->cold_serial_s = median(c_off, repeat);
     r->warm_s = median(warm, repeat);
 out:
-    workers_destroy(w);
-    swap_manager_destroy(mgr);
+    stack_close(st);
     free(load);
     free(off);
     free(wk);
@@ -299,7 +303,6 @@ int bench_swap(int argc, char **argv)
     }
     struct layout_result res[MAX_LAYOUTS + 1];
     int tps[MAX_LAYOUTS + 1], pps[MAX_LAYOUTS + 1], n = 0;
-    struct device *devs[MAX_WORKERS] = {0};
     char dir[4096];
     int max_workers = 1;
     double bw[MAX_WORKERS + 1] = {0}, sbw[MAX_WORKERS + 1] = {0};
@@ -360,14 +363,13 @@ int bench_swap(int argc, char **argv)
     }
     uint64_t budget = total + embed + (16u << 20); /* host tier: any layout's copy */
     for (int d = 0; d < max_workers; d++)
-        if ((rc = device_open_cpu(d, need[d] + (1u << 20), &devs[d])) < 0)
-            goto out;
+        need[d] += 1u << 20;
     for (int t = 1; t <= max_workers; t++) {
         bw[t] = membw_memcpy(t, (size_t)256 << 20, 5);
         sbw[t] = membw_stream(t, (size_t)256 << 20, 5);
     }
     for (int i = 0; i < n; i++)
-        if ((rc = bench_layout(devs, dir, budget, repeat, prompt_len, &res[i])) < 0)
+        if ((rc = bench_layout(need, dir, budget, repeat, prompt_len, &res[i])) < 0)
             goto out;
     if (json)
         rc = print_json(dir, res, n, bw, sbw, max_workers);
@@ -375,7 +377,5 @@ int bench_swap(int argc, char **argv)
         print_table(dir, res, n, bw, sbw, max_workers);
 out:
     st_close(ck);
-    for (int d = 0; d < MAX_WORKERS; d++)
-        device_close(devs[d]);
     return rc < 0 ? cli_fail("bench swap") : 0;
 }
