@@ -10,7 +10,7 @@
 /* Widths of one shard's buffers. */
 struct exec_dims {
     int layers, heads, hd, qr, fr, vocab_local;
-    bool first, last, needs_e;
+    bool last, needs_e;
 };
 
 static struct exec_dims exec_dims(const struct opt_model *m)
@@ -22,7 +22,6 @@ static struct exec_dims exec_dims(const struct opt_model *m)
         .hd = c->hidden / c->n_heads,
         .fr = m->ffn_local,
         .vocab_local = m->vocab_local,
-        .first = m->shard.layer_begin == 0,
         .last = m->shard.layer_end == c->n_layers,
     };
     d.qr = d.heads * d.hd;
