@@ -365,6 +365,22 @@ int main(void)
     expect_fail(cmd, 1, "must divide num_attention_heads");
     snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 1x9", BIN, FIXTURE);
     expect_fail(cmd, 1, "exceeds the model's 2 layers");
+    /* A cold request longer than the fixture's 64 positions, on one stage and
+     * on two (it once hung with 1x2, stage 1 waiting for a stage 0 that had
+     * failed, and printed an empty message with 1x1, read on the wrong
+     * thread): a one-line error naming the limit, well within the alarm. */
+    alarm(120);
+    snprintf(cmd, sizeof(cmd),
+             "timeout 60 %s bench swap --model %s --layouts 1x1 --repeat 1 "
+             "--prompt-len 100",
+             BIN, FIXTURE);
+    expect_fail(cmd, 1, "exceeds max_position_embeddings 64");
+    snprintf(cmd, sizeof(cmd),
+             "timeout 60 %s bench swap --model %s --layouts 1x2 --repeat 1 "
+             "--prompt-len 100",
+             BIN, FIXTURE);
+    expect_fail(cmd, 1, "exceeds max_position_embeddings 64");
+    alarm(0);
     expect_fail(BIN " bench swap --layouts 1x1", 2, "exactly one of --preset");
     expect_fail(BIN " bench workload --config computron:19", 1, "does not exist");
     expect_fail(BIN " bench workload --policy fifo", 1, "unknown scheduling policy");

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/device.h"
 #include "comm/comm.h"
@@ -371,6 +372,109 @@ static void test_channel(void)
     comm_channel_destroy(NULL);
 }
 
+/* ---- abort ----
+ *
+ * The last rank fails between collectives and aborts the group 5 ms later,
+ * past every spin and yield budget, so the others sleep in the futex of a
+ * collective that will never complete; every pending and later collective
+ * must return the abort's error on every rank. main's alarm turns a hang
+ * into a failure. */
+enum { ABORT_ROUNDS = 20, ABORT_N = 64 };
+
+struct abort_test {
+    struct comm_group *g;
+    int n_ranks, op; /* op: 0 all-reduce, 1 gather, 2 barrier */
+    int rounds_bad[MAX_RANKS], pending[MAX_RANKS], later[MAX_RANKS], msg_bad[MAX_RANKS];
+};
+
+static int abort_op(struct abort_test *a, int rank, float *buf, float *out)
+{
+    struct comm *c = comm_group_rank(a->g, rank);
+    switch (a->op) {
+    case 0:
+        return comm_allreduce_sum(c, NULL, buf, ABORT_N);
+    case 1:
+        return comm_gather_cols(c, NULL, 0, buf, 1, 1, rank, rank == 0 ? out : NULL, a->n_ranks);
+    default:
+        return comm_barrier(c);
+    }
+}
+
+static void abort_rank(void *p, int rank)
+{
+    struct abort_test *a = p;
+    float buf[ABORT_N] = {0}, out[MAX_RANKS];
+    for (int k = 0; k < ABORT_ROUNDS; k++)
+        a->rounds_bad[rank] += abort_op(a, rank, buf, out) != ERR_OK;
+    if (rank == a->n_ranks - 1) {
+        nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+        comm_group_abort(a->g, ERR_IO);
+        comm_group_abort(a->g, ERR_NOMEM); /* the first error stays */
+        a->pending[rank] = ERR_IO;
+    } else {
+        a->pending[rank] = abort_op(a, rank, buf, out);
+    }
+    a->msg_bad[rank] = rank != a->n_ranks - 1 && !strstr(err_msg(), "aborted");
+    a->later[rank] = abort_op(a, rank, buf, out);
+    a->msg_bad[rank] += !strstr(err_msg(), "aborted");
+}
+
+static void test_group_abort(int n_ranks, int op)
+{
+    struct abort_test a = {.n_ranks = n_ranks, .op = op};
+    CHECK(comm_group_create_threads(n_ranks, &a.g) == ERR_OK);
+    CHECK(comm_group_aborted(a.g) == 0);
+    run_ranks(n_ranks, abort_rank, &a);
+    CHECK(comm_group_aborted(a.g) == ERR_IO);
+    for (int r = 0; r < n_ranks; r++)
+        CHECK_MSG(a.rounds_bad[r] == 0 && a.pending[r] == ERR_IO && a.later[r] == ERR_IO &&
+                      a.msg_bad[r] == 0,
+                  "op %d, %d ranks, rank %d: %d bad rounds, pending %d, later %d, %d bad messages",
+                  op, n_ranks, r, a.rounds_bad[r], a.pending[r], a.later[r], a.msg_bad[r]);
+    comm_group_destroy(a.g);
+}
+
+/* A receiver waiting for a stage that failed, and a sender waiting for a
+ * stage that failed to receive, both return the abort's error, as does every
+ * later call; the message in flight is dropped. */
+struct chan_abort_test {
+    struct comm_channel *c;
+    bool sender; /* rank 0 waits in comm_send (the slot is full) rather than in comm_recv */
+    int pending, later, msg_bad;
+};
+
+static void chan_abort_rank(void *p, int rank)
+{
+    struct chan_abort_test *a = p;
+    float x[4] = {1, 2, 3, 4};
+    if (rank == 1) {
+        nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+        comm_channel_abort(a->c, ERR_NOMEM);
+        comm_channel_abort(a->c, ERR_IO); /* the first error stays */
+        return;
+    }
+    a->pending = a->sender ? comm_send(a->c, NULL, x, 4) : comm_recv(a->c, NULL, x, 4);
+    a->msg_bad = !strstr(err_msg(), "aborted");
+    a->later = a->sender ? comm_recv(a->c, NULL, x, 4) : comm_send(a->c, NULL, x, 4);
+    a->msg_bad += !strstr(err_msg(), "aborted");
+}
+
+static void test_channel_abort(bool sender)
+{
+    struct chan_abort_test a = {.sender = sender};
+    float x[4] = {0};
+    CHECK(comm_channel_create(&a.c) == ERR_OK);
+    if (sender)
+        CHECK(comm_send(a.c, NULL, x, 4) == ERR_OK); /* fills the slot */
+    CHECK(comm_channel_aborted(a.c) == 0);
+    run_ranks(2, chan_abort_rank, &a);
+    CHECK(comm_channel_aborted(a.c) == ERR_NOMEM);
+    CHECK_MSG(a.pending == ERR_NOMEM && a.later == ERR_NOMEM && a.msg_bad == 0,
+              "%s: pending %d, later %d, %d bad messages", sender ? "sender" : "receiver",
+              a.pending, a.later, a.msg_bad);
+    comm_channel_destroy(a.c);
+}
+
 /* Groups by device kind, and the per-rank handles. */
 static void test_group_by_devices(void)
 {
@@ -416,5 +520,14 @@ int main(void)
 
     test_channel();
     test_group_by_devices();
+
+    alarm(60); /* a rank that never wakes fails the test instead of hanging it */
+    for (int op = 0; op < 3; op++) {
+        test_group_abort(2, op);
+        test_group_abort(4, op);
+    }
+    test_channel_abort(false);
+    test_channel_abort(true);
+    alarm(0);
     return test_finish();
 }

@@ -5,13 +5,16 @@
  *   - the left-padded batch's logits at every position, and
  *   - four decode steps through the sharded KV caches,
  * within max |diff| / max |ref| <= 1e-5 (sums happen in another order across
- * ranks: f32 rounding, nothing more). */
+ * ranks: f32 rounding, nothing more).
+ * And a shard that fails: every other shard returns, the caller gets the
+ * failing shard's error and message, and the batch stays failed. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "engine/workers.h"
@@ -121,6 +124,71 @@ static void check_layout(const char *name, const char *dir, int tp, int pp, cons
     }
 }
 
+/* A token id outside the vocabulary, which only the first stage checks (it
+ * embeds): its shards fail before sending, and without the abort the later
+ * stages would wait in comm_recv forever (alarm turns that hang into a
+ * failure). The message is the first stage's, read on this thread. */
+static void check_failure(const char *dir, int tp, int pp)
+{
+    struct device *devs[8] = {0};
+    int n = tp * pp, placement[8];
+    for (int i = 0; i < n; i++) {
+        CHECK(device_open_cpu(i, 64u << 20, &devs[i]) == 0);
+        placement[i] = i;
+    }
+    struct swap_config cfg = {.host_budget = 256u << 20};
+    struct swap_manager *mgr = NULL;
+    struct workers *w = NULL;
+    struct swap_model *model = NULL;
+    struct group_batch *gb = NULL;
+    CHECK(swap_manager_create(devs, n, &cfg, &mgr) == 0);
+    CHECK(workers_create(mgr, &w) == 0);
+    struct placement pl = {.tp = tp, .pp = pp, .devices = placement};
+    CHECK(swap_register(mgr, "failing", dir, &pl, false, &model) == 0);
+    CHECK(swap_load(mgr, model, NULL) == 0);
+    CHECK(swap_use_begin(mgr, model) == 0);
+    const int V = model->cfg.vocab;
+    const struct opt_exec_shape shape = {.batch = B, .max_len = T + 4, .max_rows = B * (T + 4)};
+    int32_t ids[B * T];
+    uint8_t mask[B * T];
+    make_batch(V, ids, mask);
+    float *got = malloc((size_t)B * T * V * sizeof(float));
+    CHECK(group_batch_create(mgr, model, &shape, &gb) == 0);
+    ids[T - 1] = V + 5;
+    err_set(ERR_OK, "%s", ""); /* no stale message on this thread */
+    alarm(20);
+    int rc = group_forward(w, gb, ids, mask, T, true, true, got);
+    alarm(0);
+    CHECK_MSG(rc == ERR_INVALID && strstr(err_msg(), "outside the vocabulary"),
+              "tp %d pp %d: rc %d, message '%s'", tp, pp, rc, err_msg());
+    CHECK(group_batch_failed(gb) == ERR_INVALID);
+    /* the failed batch runs no more steps, even valid ones... */
+    make_batch(V, ids, mask);
+    alarm(20);
+    rc = group_forward(w, gb, ids, mask, T, true, true, got);
+    alarm(0);
+    CHECK_MSG(rc == ERR_INVALID && strstr(err_msg(), "earlier step"), "tp %d pp %d: '%s'", tp, pp,
+              err_msg());
+    group_batch_free(gb);
+    gb = NULL;
+    /* ...and a new batch on the same workers does */
+    CHECK(group_batch_create(mgr, model, &shape, &gb) == 0);
+    alarm(20);
+    CHECK_MSG(group_forward(w, gb, ids, mask, T, true, true, got) == 0, "tp %d pp %d: %s", tp, pp,
+              err_msg());
+    alarm(0);
+    CHECK(group_batch_failed(gb) == 0);
+    group_batch_free(gb);
+    swap_use_end(mgr, model);
+    free(got);
+    workers_destroy(w);
+    swap_manager_destroy(mgr);
+    for (int i = 0; i < n; i++) {
+        CHECK(device_used(devs[i]) == 0);
+        device_close(devs[i]);
+    }
+}
+
 static void check_model(const char *name, const char *dir)
 {
     struct opt_config c;
@@ -148,6 +216,10 @@ int main(void)
         snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, fixtures[i]);
         check_model(fixtures[i], dir);
     }
+    snprintf(dir, sizeof(dir), "%s/pre_ln_f32", FIXTURES);
+    check_failure(dir, 1, 1);
+    check_failure(dir, 1, 2);
+    check_failure(dir, 2, 2);
     /* generated: 4 layers, a vocabulary of 1001 (uneven vocab-parallel blocks), f16 */
     char tmp[] = "/tmp/shardswap_sharded_XXXXXX";
     CHECK(mkdtemp(tmp) != NULL);

@@ -3,6 +3,7 @@
 #include "comm/comm.h"
 
 #include <assert.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "backend/device.h"
@@ -48,6 +49,7 @@ int comm_group_wrap(const struct comm_ops *ops, void *ctx, int n_ranks, struct c
     g->ops = ops;
     g->ctx = ctx;
     g->n_ranks = n_ranks;
+    atomic_init(&g->aborted, 0);
     g->ranks = ranks;
     for (int r = 0; r < n_ranks; r++)
         ranks[r] = (struct comm){.g = g, .rank = r};
@@ -85,10 +87,44 @@ int comm_size(const struct comm *c)
     return c->g->n_ranks;
 }
 
+/* The error of a call on an aborted group, on the caller's thread. */
+static int comm_aborted_error(const struct comm_group *g, const char *what)
+{
+    int rc = atomic_load(&g->aborted);
+    return err_set(rc, "comm: %s on a group of %d ranks that was aborted (%s: a peer failed)", what,
+                   g->n_ranks, err_name(rc));
+}
+
+/* A backend's result: the group's abort error when the group was aborted
+ * meanwhile (the backend may have returned early then, with or without an
+ * error of its own), else the backend's own. */
+static int comm_result(const struct comm_group *g, int rc, const char *what)
+{
+    if (atomic_load(&g->aborted) != 0)
+        return comm_aborted_error(g, what);
+    return rc;
+}
+
+void comm_group_abort(struct comm_group *g, int rc)
+{
+    assert(g && rc < 0);
+    int none = 0;
+    if (atomic_compare_exchange_strong(&g->aborted, &none, rc))
+        g->ops->abort(g->ctx, rc);
+}
+
+int comm_group_aborted(const struct comm_group *g)
+{
+    return atomic_load(&g->aborted);
+}
+
 int comm_allreduce_sum(struct comm *c, struct stream *s, float *buf, size_t n)
 {
     assert(c && (buf || n == 0));
-    return c->g->ops->allreduce_sum(c->g->ctx, c->rank, s, buf, n);
+    if (atomic_load(&c->g->aborted))
+        return comm_aborted_error(c->g, "all-reduce");
+    int rc = c->g->ops->allreduce_sum(c->g->ctx, c->rank, s, buf, n);
+    return comm_result(c->g, rc, "all-reduce");
 }
 
 int comm_gather_cols(struct comm *c, struct stream *s, int root, const float *local, int rows,
@@ -98,12 +134,17 @@ int comm_gather_cols(struct comm *c, struct stream *s, int root, const float *lo
     assert(rows >= 0 && local_cols >= 0 && col0 >= 0 && col0 + local_cols <= total_cols);
     assert(local || rows == 0 || local_cols == 0);
     assert(c->rank != root || out || rows == 0 || total_cols == 0);
-    return c->g->ops->gather_cols(c->g->ctx, c->rank, s, root, local, rows, local_cols, col0, out,
-                                  total_cols);
+    if (atomic_load(&c->g->aborted))
+        return comm_aborted_error(c->g, "gather");
+    int rc = c->g->ops->gather_cols(c->g->ctx, c->rank, s, root, local, rows, local_cols, col0, out,
+                                    total_cols);
+    return comm_result(c->g, rc, "gather");
 }
 
 int comm_barrier(struct comm *c)
 {
     assert(c);
-    return c->g->ops->barrier(c->g->ctx, c->rank);
+    if (atomic_load(&c->g->aborted))
+        return comm_aborted_error(c->g, "barrier");
+    return comm_result(c->g, c->g->ops->barrier(c->g->ctx, c->rank), "barrier");
 }

@@ -8,8 +8,14 @@
  * backend the call returns once the rank's part is done; with NCCL it would
  * return once queued. Other ranks' buffers may be read and written until the
  * collective is done, so buffers of different ranks must not overlap.
- * Errors (a backend failure; later, a peer that failed) come back as a
- * negative code with a message.
+ * Errors (a backend failure, or a group aborted because a peer failed) come
+ * back as a negative code with a message.
+ *
+ * A rank that fails outside a collective would leave its peers waiting in
+ * the next one forever: whoever sees the failure aborts the group
+ * (comm_group_abort) and the channels its ranks use (comm_channel_abort), and
+ * every rank's pending and later calls on them return the error. An abort is
+ * for good: the group carries no more collectives; make a new one.
  *
  * The group's implementation is chosen by the kind of its devices: threads of
  * this process for CPU devices (built now); NCCL for GPUs and MPI across
@@ -57,6 +63,16 @@ int comm_gather_cols(struct comm *c, struct stream *s, int root, const float *lo
 
 int comm_barrier(struct comm *c);
 
+/* Any thread, at any time (also while ranks wait in a collective): every
+ * collective of g that is waiting, and every later one, returns rc (< 0) on
+ * every rank, with a message saying the group was aborted. Idempotent: the
+ * first rc stays. After an abort a rank may return from a collective while a
+ * peer still finishes its part of it in that rank's buffer: keep a
+ * collective's buffers alive until every rank has returned. */
+void comm_group_abort(struct comm_group *g, int rc);
+/* 0, or the rc of the first comm_group_abort. */
+int comm_group_aborted(const struct comm_group *g);
+
 /* A one-way channel between two threads, one message in flight at a time. */
 struct comm_channel;
 int comm_channel_create(struct comm_channel **out);
@@ -68,5 +84,11 @@ int comm_send(struct comm_channel *c, struct stream *s, const float *buf, size_t
 /* Blocks until a message arrives; copies it to buf, in s's order. n must
  * equal the sent n (ERR_INVALID otherwise, naming both). */
 int comm_recv(struct comm_channel *c, struct stream *s, float *buf, size_t n);
+/* Any thread, at any time: a comm_send or comm_recv blocked on c, and every
+ * later one, returns rc (< 0) with a message saying the channel was aborted;
+ * a message in flight is dropped. Idempotent: the first rc stays. */
+void comm_channel_abort(struct comm_channel *c, int rc);
+/* 0, or the rc of the first comm_channel_abort. */
+int comm_channel_aborted(struct comm_channel *c);
 
 #endif

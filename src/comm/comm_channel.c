@@ -5,7 +5,11 @@
  * hand-over (50 us per message on the 2-core dev box; 1 us with the spin), so a waiter
  * first polls `full` without the lock for CHANNEL_SPIN_ITERS pause
  * instructions (about 10 us here), which catches the common case of a
- * peer that is just about to send or receive. */
+ * peer that is just about to send or receive.
+ *
+ * comm_channel_abort sets `aborted` under the lock and wakes both sides; a
+ * side waiting (or arriving) then returns the abort's error. */
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -25,6 +29,7 @@ struct comm_channel {
     pthread_cond_t emptied; /* full became false */
     pthread_cond_t filled;  /* full became true */
     atomic_bool full;       /* written under lock; also polled without it */
+    atomic_int aborted;     /* 0 or the abort's rc; written under lock, polled without it */
     size_t n;               /* floats in the message, when full */
     size_t cap;             /* floats data can hold */
     float *data;            /* (cap), owned */
@@ -40,6 +45,7 @@ int comm_channel_create(struct comm_channel **out)
     pthread_cond_init(&c->emptied, NULL);
     pthread_cond_init(&c->filled, NULL);
     atomic_init(&c->full, false);
+    atomic_init(&c->aborted, 0);
     *out = c;
     return ERR_OK;
 }
@@ -55,23 +61,53 @@ void comm_channel_destroy(struct comm_channel *c)
     free(c);
 }
 
-/* Polls until full == want or the spin budget runs out; the caller then
- * re-checks under the lock, so giving up early is always safe. */
+/* Polls until full == want (or an abort) or the spin budget runs out; the
+ * caller then re-checks under the lock, so giving up early is always safe. */
 static void channel_spin(struct comm_channel *c, bool want)
 {
     for (int i = 0; i < CHANNEL_SPIN_ITERS; i++) {
-        if (atomic_load_explicit(&c->full, memory_order_relaxed) == want)
+        if (atomic_load_explicit(&c->full, memory_order_relaxed) == want ||
+            atomic_load_explicit(&c->aborted, memory_order_relaxed) != 0)
             return;
         comm_cpu_relax();
     }
+}
+
+/* The error of a send or receive on an aborted channel (lock held). */
+static int channel_aborted_error(struct comm_channel *c, const char *what)
+{
+    int rc = atomic_load(&c->aborted);
+    pthread_mutex_unlock(&c->lock);
+    return err_set(rc, "%s: the channel was aborted (%s: the peer stage failed)", what,
+                   err_name(rc));
+}
+
+void comm_channel_abort(struct comm_channel *c, int rc)
+{
+    assert(c && rc < 0);
+    pthread_mutex_lock(&c->lock);
+    if (atomic_load(&c->aborted) == 0) {
+        atomic_store(&c->aborted, rc);
+        c->full = false; /* the message in flight is dropped */
+        pthread_cond_broadcast(&c->emptied);
+        pthread_cond_broadcast(&c->filled);
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+int comm_channel_aborted(struct comm_channel *c)
+{
+    return atomic_load(&c->aborted);
 }
 
 int comm_send(struct comm_channel *c, struct stream *s, const float *buf, size_t n)
 {
     channel_spin(c, false);
     pthread_mutex_lock(&c->lock);
-    while (c->full)
+    while (c->full && !c->aborted)
         pthread_cond_wait(&c->emptied, &c->lock);
+    if (c->aborted)
+        return channel_aborted_error(c, "comm_send");
     if (n > c->cap) {
         float *grown = realloc(c->data, n * sizeof(float));
         if (!grown) {
@@ -99,8 +135,10 @@ int comm_recv(struct comm_channel *c, struct stream *s, float *buf, size_t n)
 {
     channel_spin(c, true);
     pthread_mutex_lock(&c->lock);
-    while (!c->full)
+    while (!c->full && !c->aborted)
         pthread_cond_wait(&c->filled, &c->lock);
+    if (c->aborted)
+        return channel_aborted_error(c, "comm_recv");
     size_t sent = c->n;
     int rc = 0;
     if (sent == n && n > 0 && s)

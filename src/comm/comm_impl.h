@@ -22,6 +22,10 @@ struct comm_ops {
     int (*gather_cols)(void *ctx, int rank, struct stream *s, int root, const float *local,
                        int rows, int local_cols, int col0, float *out, int total_cols);
     int (*barrier)(void *ctx, int rank);
+    /* comm_group_abort: from any thread, possibly while ranks wait in a
+     * collective; rc < 0. Must make every waiting rank return promptly and
+     * every later collective return at once, on every rank. */
+    void (*abort)(void *ctx, int rc);
 };
 
 struct comm {
@@ -33,7 +37,8 @@ struct comm_group {
     const struct comm_ops *ops;
     void *ctx; /* owned by the group: ops->destroy frees it */
     int n_ranks;
-    struct comm *ranks; /* (n_ranks) the handles */
+    _Atomic int aborted; /* 0, or the error of the first comm_group_abort */
+    struct comm *ranks;  /* (n_ranks) the handles */
 };
 
 /* Allocates a group around a backend's ctx. On failure (ERR_NOMEM) ctx is

@@ -31,6 +31,13 @@
  * 120 us per all-reduce with the spin, 9 us without), so waiters go straight
  * to yielding. The waker calls FUTEX_WAKE only when a sleeper has announced
  * itself, so the fast path makes no system call.
+ *
+ * Abort (threads_abort, from any thread): sets `aborted`, then bumps `gen`
+ * and wakes every sleeper, exactly as a last arrival would, so every waiter
+ * leaves its wait loop; a rank leaving a barrier (or arriving at one) checks
+ * `aborted` and returns the error instead of going on. `arrived` is garbage
+ * afterwards, which does not matter: an aborted group carries no more
+ * collectives.
  */
 #include <assert.h>
 #include <limits.h>
@@ -70,6 +77,7 @@ struct threads_ctx {
     alignas(CACHE_LINE) atomic_uint arrived;
     alignas(CACHE_LINE) atomic_uint gen; /* also the futex word */
     atomic_uint sleepers;                /* waiters in (or entering) FUTEX_WAIT */
+    atomic_int aborted;                  /* 0, or the rc threads_abort was given */
     int n_ranks;
     int spin_iters;
     struct threads_slot slot[]; /* (n_ranks) */
@@ -111,22 +119,28 @@ static void threads_wait(struct threads_ctx *t, unsigned g)
     }
 }
 
-/* Returns when all n_ranks have called it; everything any rank wrote before
- * it is visible to every rank after it. */
-static void threads_sync(struct threads_ctx *t)
+/* Returns 0 when all n_ranks have called it; everything any rank wrote
+ * before it is visible to every rank after it. Returns the abort's rc
+ * (< 0) when the group is or gets aborted: the ranks are then not in step. */
+static int threads_sync(struct threads_ctx *t)
 {
-    /* Read before arriving: gen cannot move until we have arrived. */
+    /* Read before arriving: gen cannot move until we have arrived (or an
+     * abort moves it, which the check below catches). */
     unsigned g = atomic_load_explicit(&t->gen, memory_order_acquire);
+    int rc = atomic_load_explicit(&t->aborted, memory_order_acquire);
+    if (rc < 0)
+        return rc;
     unsigned before = atomic_fetch_add_explicit(&t->arrived, 1, memory_order_acq_rel);
     if (before + 1 < (unsigned)t->n_ranks) {
         threads_wait(t, g);
-        return;
+        return atomic_load_explicit(&t->aborted, memory_order_acquire);
     }
     /* Last arrival. Nobody touches `arrived` again before seeing the new gen. */
     atomic_store_explicit(&t->arrived, 0, memory_order_relaxed);
     atomic_store_explicit(&t->gen, g + 1, memory_order_seq_cst);
     if (atomic_load_explicit(&t->sleepers, memory_order_seq_cst) > 0)
         futex_wake_all(&t->gen);
+    return atomic_load_explicit(&t->aborted, memory_order_acquire);
 }
 
 /* Rank r's slice [*lo, *hi) of n elements: equal shares rounded up to
@@ -149,7 +163,9 @@ static int threads_allreduce_sum(void *ctx, int rank, struct stream *s, float *b
         return 0;
     t->slot[rank].buf = buf;
     t->slot[rank].n = n;
-    threads_sync(t);
+    int rc = threads_sync(t);
+    if (rc < 0)
+        return rc;
     assert(t->slot[0].n == n && "every rank passes the same n");
 
     /* Sum slice `rank` of every buffer in rank order, then write it back to all. */
@@ -171,8 +187,7 @@ static int threads_allreduce_sum(void *ctx, int rank, struct stream *s, float *b
         for (int q = 0; q < n_ranks; q++)
             memcpy(t->slot[q].buf + c, acc, m * sizeof(float));
     }
-    threads_sync(t);
-    return 0;
+    return threads_sync(t);
 }
 
 #ifndef NDEBUG
@@ -209,7 +224,9 @@ static int threads_gather_cols(void *ctx, int rank, struct stream *s, int root,
     mine->local_cols = local_cols;
     mine->col0 = col0;
     mine->total_cols = total_cols;
-    threads_sync(t);
+    int rc = threads_sync(t);
+    if (rc < 0)
+        return rc;
 
     /* Every rank writes its own block into root's out: disjoint columns. */
     const struct threads_slot *r = &t->slot[root];
@@ -220,15 +237,26 @@ static int threads_gather_cols(void *ctx, int rank, struct stream *s, int root,
             memcpy(r->out + (size_t)i * (size_t)r->total_cols + col0,
                    local + (size_t)i * (size_t)local_cols, (size_t)local_cols * sizeof(float));
     }
-    threads_sync(t);
-    return 0;
+    return threads_sync(t);
 }
 
 static int threads_barrier(void *ctx, int rank)
 {
     (void)rank;
-    threads_sync(ctx);
-    return 0;
+    return threads_sync(ctx);
+}
+
+static void threads_abort(void *ctx, int rc)
+{
+    struct threads_ctx *t = ctx;
+    int none = 0;
+    if (!atomic_compare_exchange_strong(&t->aborted, &none, rc))
+        return;
+    /* As a last arrival does: move gen (seq_cst, after `aborted`), then wake
+     * the sleepers; a waiter that sees the new gen sees `aborted` too. */
+    atomic_fetch_add_explicit(&t->gen, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&t->sleepers, memory_order_seq_cst) > 0)
+        futex_wake_all(&t->gen);
 }
 
 static void threads_destroy(void *ctx)
@@ -253,6 +281,7 @@ static const struct comm_ops threads_ops = {
     .allreduce_sum = threads_allreduce_sum,
     .gather_cols = threads_gather_cols,
     .barrier = threads_barrier,
+    .abort = threads_abort,
 };
 
 int comm_group_create_threads(int n_ranks, struct comm_group **out)
@@ -269,6 +298,7 @@ int comm_group_create_threads(int n_ranks, struct comm_group **out)
     atomic_init(&t->arrived, 0);
     atomic_init(&t->gen, 0);
     atomic_init(&t->sleepers, 0);
+    atomic_init(&t->aborted, 0);
     t->n_ranks = n_ranks;
     t->spin_iters = n_ranks > usable_cpus() ? SPIN_ITERS_OVERSUBSCRIBED : SPIN_ITERS;
     return comm_group_wrap(&threads_ops, t, n_ranks, out);

@@ -693,6 +693,11 @@ static void batch_accrue(struct batch *b, double *mark)
     *mark = now;
 }
 
+/* Fails every request in the batch with a forward's error. The batch's state
+ * is lost with it (group_batch_failed: its KV caches are out of step and its
+ * groups and channels aborted), so the caller ends the batch. err_msg() is
+ * this runner's own: group_forward raises a failed shard's message again on
+ * its caller's thread. */
 static void batch_fail(struct batch *b, int rc)
 {
     char why[160];

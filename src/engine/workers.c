@@ -1,6 +1,8 @@
 #include "engine/workers.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,10 +23,12 @@ struct shard_task {
     struct shard_task *next; /* in the device's queue */
 };
 
+/* Guarded by lock; the caller reads rc and msg after remaining reaches 0. */
 struct fwd_call {
     pthread_mutex_t lock;
     pthread_cond_t done;
     int remaining, rc;
+    char msg[512]; /* the first failed shard's err_msg(), taken on its thread */
 };
 
 struct worker {
@@ -51,6 +55,7 @@ struct group_batch {
     struct opt_exec **ex;             /* (n_shards) on each shard's device */
     struct comm_group **stage_group;  /* (pp) NULL when tp is 1 */
     struct comm_channel **chan;       /* ((pp - 1) * tp): stage s rank r -> stage s + 1 rank r */
+    atomic_int failed;                /* 0, or the error of the step that failed on it */
 };
 
 /* ---- the batch state ---- */
@@ -79,6 +84,7 @@ int group_batch_create(struct swap_manager *mgr, struct swap_model *model,
     if (!gb)
         return err_set(ERR_NOMEM, "out of memory");
     gb->model = model;
+    atomic_init(&gb->failed, 0);
     gb->shape = *shape;
     gb->n_shards = model->tp * model->pp;
     gb->ex = calloc((size_t)gb->n_shards, sizeof(*gb->ex));
@@ -112,6 +118,26 @@ int group_batch_create(struct swap_manager *mgr, struct swap_model *model,
 fail:
     group_batch_free(gb);
     return rc;
+}
+
+int group_batch_failed(const struct group_batch *gb)
+{
+    return atomic_load(&gb->failed);
+}
+
+/* Marks gb failed and aborts its stage groups and channels, so every shard
+ * waiting in a collective or a receive (or about to) returns rc. Called on
+ * the failing shard's thread, before its task counts as done (gb is alive). */
+static void group_batch_abort(struct group_batch *gb, int rc)
+{
+    int none = 0;
+    if (!atomic_compare_exchange_strong(&gb->failed, &none, rc))
+        return;
+    for (int s = 0; s < gb->model->pp; s++)
+        if (gb->stage_group[s])
+            comm_group_abort(gb->stage_group[s], rc);
+    for (int i = 0; i < (gb->model->pp - 1) * gb->model->tp; i++)
+        comm_channel_abort(gb->chan[i], rc);
 }
 
 void group_batch_clear_slot(struct group_batch *gb, int b)
@@ -202,6 +228,9 @@ static int task_run(struct shard_task *t)
                        (size_t)n * H);
     }
 out:
+    if (rc == 0 && wait_rc < 0) /* the loader's message is on the loader's thread */
+        return err_set(wait_rc, "model %s stage %d rank %d: its weights did not load (%s)",
+                       model->name, sh->stage, sh->rank, err_name(wait_rc));
     return rc < 0 ? rc : wait_rc;
 }
 
@@ -224,9 +253,18 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&wk->lock);
         int rc = task_run(t);
         struct fwd_call *c = t->call;
+        if (rc < 0) {
+            /* the message first (err_msg() is this thread's), then the abort,
+             * whose errors on the other shards come second */
+            pthread_mutex_lock(&c->lock);
+            if (c->rc == 0) {
+                c->rc = rc;
+                snprintf(c->msg, sizeof(c->msg), "%s", err_msg());
+            }
+            pthread_mutex_unlock(&c->lock);
+            group_batch_abort(t->gb, rc);
+        }
         pthread_mutex_lock(&c->lock);
-        if (rc < 0 && c->rc == 0)
-            c->rc = rc;
         if (--c->remaining == 0)
             pthread_cond_signal(&c->done);
         pthread_mutex_unlock(&c->lock);
@@ -284,8 +322,14 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
 {
     struct swap_model *model = gb->model;
     struct fwd_call call = {.remaining = gb->n_shards};
-    /* the step's size before any task is queued: a shard that refused it
-     * would leave the others waiting in a collective */
+    int failed = group_batch_failed(gb);
+    if (failed < 0)
+        return err_set(failed,
+                       "the batch failed in an earlier step (%s) and its state is lost; "
+                       "it runs no more steps",
+                       err_name(failed));
+    /* the step's size before any task is queued: refused here, it leaves
+     * the batch usable (a shard refusing it would fail the batch) */
     if (t_new < 1 || (long)gb->shape.batch * t_new > gb->shape.max_tokens)
         return err_set(ERR_INVALID, "a step of %d x %d tokens exceeds the %d the batch was sized "
                                     "for", gb->shape.batch, t_new, gb->shape.max_tokens);
@@ -320,5 +364,7 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
     pthread_mutex_destroy(&call.lock);
     pthread_cond_destroy(&call.done);
     free(tasks);
-    return call.rc;
+    if (call.rc < 0)
+        return err_set(call.rc, "%s", call.msg); /* on the caller's thread */
+    return 0;
 }

@@ -39,6 +39,11 @@ uint64_t group_batch_bytes(const struct swap_model *model, struct swap_manager *
  * its device's budget now (nothing is left allocated then). */
 int group_batch_create(struct swap_manager *mgr, struct swap_model *model,
                        const struct opt_exec_shape *shape, struct group_batch **out);
+/* 0, or the error of the forward that failed on it: a failed step leaves the
+ * shards' KV caches out of step and its groups and channels aborted, so every
+ * later group_forward on gb fails at once (ERR_BUSY is never it: free gb and
+ * create another). */
+int group_batch_failed(const struct group_batch *gb);
 /* Frees sequence slot b on every shard for a new sequence. */
 void group_batch_clear_slot(struct group_batch *gb, int b);
 /* Positions still free in the KV caches. */
@@ -49,6 +54,12 @@ void group_batch_free(struct group_batch *gb);  /* NULL-safe */
 
 /* Runs t_new tokens of every sequence (ids, mask: (batch, t_new), mask as in
  * opt_forward) through every shard of the model on its device and waits.
+ * When a shard fails, its worker aborts the batch's stage groups and
+ * channels, so every other shard returns instead of waiting for it, and
+ * group_forward returns the first shard's error with its message (raised
+ * again on the calling thread: err_msg() there tells it); gb is failed from
+ * then on (group_batch_failed). A step gb was not sized for fails before
+ * any shard runs and leaves gb usable.
  * logits: (batch, vocab) for the last position, or (batch, t_new, vocab) with
  * all_positions. overlap = false waits for the whole model to be on its
  * devices before computing (for measuring what overlap buys). The model must
