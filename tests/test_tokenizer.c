@@ -616,6 +616,34 @@ static void test_errors(void)
     remove_all();
 }
 
+/* ---- consistency of the token tables ---- */
+
+/* vocab.json may spell a symbol as "" (Hugging Face loads it; BPE can never
+ * produce it, so it only ever decodes, to nothing). As the first key it once
+ * handed memcpy a null pointer (UBSan). */
+static void test_empty_symbol(void)
+{
+    write_minimal();
+    json_t *v = json_object();
+    json_object_set_new(v, "", json_integer(260));
+    json_object_update_new(v, minimal_vocab());
+    write_json("vocab.json", v);
+    json_decref(v);
+    struct bpe *t = NULL;
+    int rc = bpe_open(tmp_dir, &t);
+    CHECK_MSG(rc == 0, "vocab.json with \"\" first: %s", err_msg());
+    if (rc == 0) {
+        CHECK(bpe_vocab_size(t) == 261);
+        int32_t want[] = {2, 4 + 'h', 4 + 'i'};
+        check_encode(t, "hi", 2, true, want, 3);
+        int32_t ids[] = {4 + 'h', 260, 4 + 'i', 260};
+        check_decode(t, ids, 4, false, "hi", 2);
+        check_stream(t, ids, 4, "the empty symbol");
+    }
+    bpe_close(t);
+    remove_all();
+}
+
 /* ---- tests on the real OPT and GPT-2 files (data/tokenizer) ---- */
 
 struct corpus {
@@ -882,6 +910,7 @@ int main(void)
     test_minimal();
     test_formats();
     test_errors();
+    test_empty_symbol();
 
     test_real_files(SHARDSWAP_SOURCE_DIR "/data/tokenizer/opt",
                     SHARDSWAP_SOURCE_DIR "/data/tokenizer/gpt2");

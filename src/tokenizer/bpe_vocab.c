@@ -7,7 +7,8 @@
  *   Ids are integers in [0, BPE_MAX_ID); they need not be dense, and when
  *   one symbol appears twice the last id wins, as in JSON parsers generally.
  *   Every one of the 256 single-byte symbols must be present, or some input
- *   could not be encoded.
+ *   could not be encoded. A symbol may be "": Hugging Face loads it, and as
+ *   BPE never produces an empty token, it only ever decodes, to nothing.
  *
  * This flat shape gets its own parser rather than a general JSON library:
  * OPT's 50265 entries load in a few milliseconds instead of tens, which
@@ -111,7 +112,9 @@ static int bpe_symtab_put(struct bpe_symtab *st, const char *s, size_t n, int32_
     uint32_t h = bpe_symtab_hash(s, n);
     struct bpe_symtab_slot *sl = bpe_symtab_find(st, s, n, h);
     if (sl->id < 0) {
-        if (st->text_cap - st->text_len < n) {
+        /* Allocated even for an empty first symbol: text is never NULL once
+         * a symbol is in, so memcpy and memcmp never see a null pointer. */
+        if (!st->text || st->text_cap - st->text_len < n) {
             size_t cap = st->text_cap ? st->text_cap : 1 << 16;
             while (cap - st->text_len < n)
                 cap *= 2;
