@@ -644,6 +644,57 @@ static void test_empty_symbol(void)
     remove_all();
 }
 
+/* 50k added tokens (added_tokens_decoder, with ids) and 1k more without ids
+ * (additional_special_tokens, given new ids in order) load and keep their
+ * ids. Each used to cost a scan of all the tokens before it: 50k took
+ * seconds. */
+static void test_many_added(void)
+{
+    enum { N_DEC = 50000, N_NEW = 1000, FIRST = 50000 };
+    write_minimal();
+    json_t *dec = json_object(), *extra = json_array();
+    char key[32], content[32];
+    for (int i = 0; i < N_DEC; i++) {
+        snprintf(key, sizeof(key), "%d", FIRST + i);
+        snprintf(content, sizeof(content), "<tok%d>", i);
+        json_object_set_new(dec, key, json_pack("{s:s, s:b}", "content", content, "special", 0));
+    }
+    for (int i = 0; i < N_NEW; i++) {
+        snprintf(content, sizeof(content), "<new%d>", i);
+        json_array_append_new(extra, json_string(content));
+    }
+    json_t *cfg =
+        json_pack("{s:o, s:o}", "added_tokens_decoder", dec, "additional_special_tokens", extra);
+    write_json("tokenizer_config.json", cfg);
+    json_decref(cfg);
+    struct bpe *t = NULL;
+    int rc = bpe_open(tmp_dir, &t);
+    CHECK_MSG(rc == 0, "%d added tokens: %s", N_DEC + N_NEW, err_msg());
+    if (rc != 0)
+        return;
+    CHECK(bpe_vocab_size(t) == FIRST + N_DEC + N_NEW);
+    int bad = 0;
+    for (int i = 0; i < N_DEC + N_NEW; i++) {
+        if (i < N_DEC)
+            snprintf(content, sizeof(content), "<tok%d>", i);
+        else
+            snprintf(content, sizeof(content), "<new%d>", i - N_DEC);
+        int32_t id = FIRST + i;
+        char *text = NULL;
+        size_t len = 0;
+        bad += bpe_decode(t, &id, 1, false, &text, &len) != 0 || len != strlen(content) ||
+               memcmp(text, content, len) != 0;
+        bad += bpe_is_special(t, id) != (i >= N_DEC);
+        free(text);
+    }
+    CHECK_MSG(bad == 0, "%d of %d added tokens decode or flag wrongly", bad, N_DEC + N_NEW);
+    const char *s = "a<tok49999><tok0>x<new999>";
+    int32_t want[] = {4 + 'a', FIRST + N_DEC - 1, FIRST, 4 + 'x', FIRST + N_DEC + N_NEW - 1};
+    check_encode(t, s, strlen(s), false, want, 5);
+    bpe_close(t);
+    remove_all();
+}
+
 /* ---- tests on the real OPT and GPT-2 files (data/tokenizer) ---- */
 
 struct corpus {
@@ -911,6 +962,7 @@ int main(void)
     test_formats();
     test_errors();
     test_empty_symbol();
+    test_many_added();
 
     test_real_files(SHARDSWAP_SOURCE_DIR "/data/tokenizer/opt",
                     SHARDSWAP_SOURCE_DIR "/data/tokenizer/gpt2");

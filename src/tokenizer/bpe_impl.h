@@ -123,6 +123,8 @@ struct bpe_symtab {
     int32_t n_ids; /* highest id + 1 */
 };
 void bpe_symtab_free(struct bpe_symtab *st);
+/* FNV-1a of s[0..n), folded to 32 bits: the hash of every string-keyed table here. */
+uint32_t bpe_hash_bytes(const char *s, size_t n);
 /* The id of symbol s[0..n), or -1. */
 int32_t bpe_symtab_get(const struct bpe_symtab *st, const char *s, size_t n);
 /* Fills st from vocab.json / encoder.json at path. */

@@ -45,7 +45,7 @@ const char *bpe_quote(const char *s, size_t n, char *buf, size_t cap)
 
 /* ---- symbol table ---- */
 
-static uint32_t bpe_symtab_hash(const char *s, size_t n)
+uint32_t bpe_hash_bytes(const char *s, size_t n)
 {
     uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
     for (size_t i = 0; i < n; i++)
@@ -98,7 +98,7 @@ int32_t bpe_symtab_get(const struct bpe_symtab *st, const char *s, size_t n)
 {
     if (!st->slots)
         return -1;
-    return bpe_symtab_find(st, s, n, bpe_symtab_hash(s, n))->id;
+    return bpe_symtab_find(st, s, n, bpe_hash_bytes(s, n))->id;
 }
 
 /* Adds s -> id (a repeated symbol takes the new id). */
@@ -109,7 +109,7 @@ static int bpe_symtab_put(struct bpe_symtab *st, const char *s, size_t n, int32_
         if (rc < 0)
             return rc;
     }
-    uint32_t h = bpe_symtab_hash(s, n);
+    uint32_t h = bpe_hash_bytes(s, n);
     struct bpe_symtab_slot *sl = bpe_symtab_find(st, s, n, h);
     if (sl->id < 0) {
         /* Allocated even for an empty first symbol: text is never NULL once
@@ -200,31 +200,23 @@ static size_t bpe_symbol_bytes(const char *sym, size_t n, unsigned char *out)
     return o;
 }
 
-/* The added token that owns id, or NULL. */
-static const struct bpe_added *bpe_added_by_id(const struct bpe *t, int32_t id)
-{
-    for (size_t i = 0; i < t->n_added; i++) {
-        if (t->added[i].id == id)
-            return &t->added[i];
-    }
-    return NULL;
-}
-
 int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids,
                     const char *vocab_name)
 {
     int rc = 0;
     unsigned char *scratch = NULL;
-    bool *is_added = NULL;
+    uint32_t *added_of = NULL; /* (n_ids) id -> index in t->added + 1; 0: not added */
 
     t->n_vocab = n_ids;
     t->tok_off = calloc((size_t)n_ids + 1, sizeof(*t->tok_off));
     t->tok_flags = calloc((size_t)n_ids, sizeof(*t->tok_flags));
-    is_added = calloc((size_t)n_ids, sizeof(*is_added));
-    if (!t->tok_off || !t->tok_flags || !is_added)
+    added_of = calloc((size_t)n_ids, sizeof(*added_of));
+    if (!t->tok_off || !t->tok_flags || !added_of)
         goto nomem;
-    for (size_t i = 0; i < t->n_added; i++)
-        is_added[t->added[i].id] = true;
+    for (size_t i = 0; i < t->n_added; i++) {
+        if (!added_of[t->added[i].id])
+            added_of[t->added[i].id] = (uint32_t)i + 1;
+    }
 
     /* Pass 1: each id's length (in tok_off[id + 1]). An id that two symbols
      * share takes the one met last, in both passes. */
@@ -249,14 +241,16 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
         if (sl->id < 0)
             continue;
         t->tok_flags[sl->id] = BPE_TOK_PRESENT;
-        if (!is_added[sl->id])
+        if (!added_of[sl->id])
             t->tok_off[sl->id + 1] =
                 (uint32_t)bpe_symbol_bytes(vocab->text + sl->off, sl->len, scratch);
     }
-    for (size_t i = 0; i < t->n_added; i++) {
-        const struct bpe_added *a = &t->added[i];
-        t->tok_off[a->id + 1] = (uint32_t)a->len;
-        t->tok_flags[a->id] = BPE_TOK_PRESENT | (a->special ? BPE_TOK_SPECIAL : 0);
+    for (int32_t id = 0; id < n_ids; id++) {
+        if (!added_of[id])
+            continue;
+        const struct bpe_added *a = &t->added[added_of[id] - 1];
+        t->tok_off[id + 1] = (uint32_t)a->len;
+        t->tok_flags[id] = BPE_TOK_PRESENT | (a->special ? BPE_TOK_SPECIAL : 0);
     }
     for (int32_t id = 0; id < n_ids; id++) {
         size_t len = t->tok_off[id + 1];
@@ -267,13 +261,13 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
     /* Pass 2: the bytes. */
     for (size_t i = 0; i <= vocab->mask; i++) {
         const struct bpe_symtab_slot *sl = &vocab->slots[i];
-        if (sl->id >= 0 && !is_added[sl->id])
+        if (sl->id >= 0 && !added_of[sl->id])
             bpe_symbol_bytes(vocab->text + sl->off, sl->len, t->tok_bytes + t->tok_off[sl->id]);
     }
     for (int32_t id = 0; id < n_ids; id++) {
-        const struct bpe_added *a = is_added[id] ? bpe_added_by_id(t, id) : NULL;
-        if (a)
-            memcpy(t->tok_bytes + t->tok_off[id], a->content, a->len);
+        if (added_of[id])
+            memcpy(t->tok_bytes + t->tok_off[id], t->added[added_of[id] - 1].content,
+                   t->added[added_of[id] - 1].len);
     }
 
     /* The single-byte tokens every word starts from. */
@@ -295,6 +289,6 @@ nomem:
     rc = err_set(ERR_NOMEM, "%s: out of memory for a vocabulary of %d ids", vocab_name, n_ids);
 out:
     free(scratch);
-    free(is_added);
+    free(added_of);
     return rc;
 }
