@@ -644,6 +644,65 @@ static void test_empty_symbol(void)
     remove_all();
 }
 
+/* An id that two symbols or two added tokens share would decode to only one
+ * of them: refused, naming the id and both. */
+static void test_shared_ids(void)
+{
+    /* Two vocab.json symbols. */
+    write_minimal();
+    json_t *v = minimal_vocab();
+    json_object_set_new(v, "xy", json_integer(300));
+    json_object_set_new(v, "zw", json_integer(300));
+    write_json("vocab.json", v);
+    json_decref(v);
+    check_open_fails(tmp_dir, "vocab.json: symbols 'xy' and 'zw' both have id 300",
+                     "vocab.json, two symbols with one id");
+    /* A symbol and a byte symbol ("a" is 4 + 'a'). */
+    v = minimal_vocab();
+    json_object_set_new(v, "<mask>", json_integer(4 + 'a'));
+    write_json("vocab.json", v);
+    json_decref(v);
+    check_open_fails(tmp_dir, "symbols 'a' and '<mask>' both have id 101",
+                     "vocab.json, a symbol with a byte symbol's id");
+
+    /* Two added tokens in tokenizer.json, then the same spread over
+     * tokenizer.json and tokenizer_config.json. */
+    remove_all();
+    json_t *tj = json_pack("{s:{s:s}, s:{s:s, s:o, s:[]}, s:[{s:i, s:s}, {s:i, s:s}, {s:i, s:s}]}",
+                           "pre_tokenizer", "type", "ByteLevel", "model", "type", "BPE", "vocab",
+                           minimal_vocab(), "merges", "added_tokens", "id", 50000, "content", "<a>",
+                           "id", 50001, "content", "<b>", "id", 50000, "content", "<c>");
+    write_json("tokenizer.json", tj);
+    json_decref(tj);
+    check_open_fails(tmp_dir, "tokenizer.json: added tokens '<a>' and '<c>' both have id 50000",
+                     "tokenizer.json, two added tokens with one id");
+    tj = json_pack("{s:{s:s}, s:{s:s, s:o, s:[]}, s:[{s:i, s:s}]}", "pre_tokenizer", "type",
+                   "ByteLevel", "model", "type", "BPE", "vocab", minimal_vocab(), "merges",
+                   "added_tokens", "id", 50003, "content", "<|user|>");
+    write_json("tokenizer.json", tj);
+    json_decref(tj);
+    write_file("tokenizer_config.json",
+               "{\"added_tokens_decoder\": {\"50003\": {\"content\": \"<|bot|>\"}}}");
+    check_open_fails(tmp_dir, "added tokens '<|user|>' and '<|bot|>' both have id 50003",
+                     "tokenizer.json and tokenizer_config.json, one id");
+    check_open_fails(tmp_dir, "tokenizer_config.json", "the file of the second token");
+    /* The same content with the same id is one token, not a clash. */
+    write_file("tokenizer_config.json",
+               "{\"added_tokens_decoder\": {\"50003\": {\"content\": \"<|user|>\"}}}");
+    struct bpe *t = NULL;
+    int rc = bpe_open(tmp_dir, &t);
+    CHECK_MSG(rc == 0, "one added token named twice: %s", err_msg());
+    bpe_close(t);
+
+    /* A role whose vocab id an added token already has. */
+    write_minimal();
+    write_file("tokenizer_config.json", "{\"added_tokens_decoder\": {\"0\": {\"content\": "
+                                        "\"<x>\"}}, \"bos_token\": \"<s>\"}");
+    check_open_fails(tmp_dir, "added tokens '<x>' and '<s>' both have id 0",
+                     "bos_token with an added token's id");
+    remove_all();
+}
+
 /* 50k added tokens (added_tokens_decoder, with ids) and 1k more without ids
  * (additional_special_tokens, given new ids in order) load and keep their
  * ids. Each used to cost a scan of all the tokens before it: 50k took
@@ -962,6 +1021,7 @@ int main(void)
     test_formats();
     test_errors();
     test_empty_symbol();
+    test_shared_ids();
     test_many_added();
 
     test_real_files(SHARDSWAP_SOURCE_DIR "/data/tokenizer/opt",

@@ -117,6 +117,7 @@ struct bpe_symtab_slot {
 };
 struct bpe_symtab {
     struct bpe_symtab_slot *slots; /* (mask + 1) */
+    uint32_t *by_id;               /* (mask + 1) id -> index into slots + 1; 0: free */
     size_t mask, n;
     char *text; /* every symbol, back to back */
     size_t text_len, text_cap;

@@ -4,8 +4,9 @@
  *   one JSON object {"<symbol>": <id>, ...} and nothing else. A symbol spells
  *   the token's bytes in the byte-level alphabet (byte_level.c), e.g. "Ġthe"
  *   is " the"; JSON escapes (\uXXXX, surrogate pairs, \n, ...) are allowed.
- *   Ids are integers in [0, BPE_MAX_ID); they need not be dense, and when
- *   one symbol appears twice the last id wins, as in JSON parsers generally.
+ *   Ids are integers in [0, BPE_MAX_ID); they need not be dense, but no
+ *   two symbols may share one (decoding it would be ambiguous), and no
+ *   symbol may appear twice (the JSON reader refuses duplicate keys).
  *   Every one of the 256 single-byte symbols must be present, or some input
  *   could not be encoded. A symbol may be "": Hugging Face loads it, and as
  *   BPE never produces an empty token, it only ever decodes, to nothing.
@@ -17,6 +18,7 @@
 #include "core/error.h"
 #include "tokenizer/bpe_impl.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,15 +58,35 @@ uint32_t bpe_hash_bytes(const char *s, size_t n)
 void bpe_symtab_free(struct bpe_symtab *st)
 {
     free(st->slots);
+    free(st->by_id);
     free(st->text);
     memset(st, 0, sizeof(*st));
+}
+
+static size_t bpe_id_hash(int32_t id)
+{
+    return (size_t)(((uint64_t)(uint32_t)id * 0x9E3779B97F4A7C15ULL) >> 32);
+}
+
+/* The by_id slot of id: the one that holds it, or the free one where it would go. */
+static uint32_t *bpe_symtab_id_slot(const struct bpe_symtab *st, int32_t id)
+{
+    for (size_t k = bpe_id_hash(id) & st->mask;; k = (k + 1) & st->mask) {
+        uint32_t e = st->by_id[k];
+        if (!e || st->slots[e - 1].id == id)
+            return &st->by_id[k];
+    }
 }
 
 static int bpe_symtab_grow(struct bpe_symtab *st, size_t cap)
 {
     struct bpe_symtab_slot *slots = malloc(cap * sizeof(*slots));
-    if (!slots)
+    uint32_t *by_id = calloc(cap, sizeof(*by_id));
+    if (!slots || !by_id) {
+        free(slots);
+        free(by_id);
         return err_set(ERR_NOMEM, "out of memory for a vocabulary of %zu symbols", st->n);
+    }
     for (size_t i = 0; i < cap; i++)
         slots[i] = (struct bpe_symtab_slot){.id = -1};
     for (size_t i = 0; st->slots && i <= st->mask; i++) {
@@ -76,8 +98,14 @@ static int bpe_symtab_grow(struct bpe_symtab *st, size_t cap)
         slots[k] = st->slots[i];
     }
     free(st->slots);
+    free(st->by_id);
     st->slots = slots;
+    st->by_id = by_id;
     st->mask = cap - 1;
+    for (size_t i = 0; i < cap; i++) {
+        if (slots[i].id >= 0)
+            *bpe_symtab_id_slot(st, slots[i].id) = (uint32_t)i + 1;
+    }
     return 0;
 }
 
@@ -101,9 +129,26 @@ int32_t bpe_symtab_get(const struct bpe_symtab *st, const char *s, size_t n)
     return bpe_symtab_find(st, s, n, bpe_hash_bytes(s, n))->id;
 }
 
-/* Adds s -> id (a repeated symbol takes the new id). */
-static int bpe_symtab_put(struct bpe_symtab *st, const char *s, size_t n, int32_t id)
+/* The symbol that has id, as a slot, or NULL. */
+static const struct bpe_symtab_slot *bpe_symtab_by_id(const struct bpe_symtab *st, int32_t id)
 {
+    uint32_t e = st->slots ? *bpe_symtab_id_slot(st, id) : 0;
+    return e ? &st->slots[e - 1] : NULL;
+}
+
+/* Adds s -> id; neither s nor id may be there already (ERR_FORMAT, naming
+ * both symbols, with path). */
+static int bpe_symtab_put(struct bpe_symtab *st, const char *s, size_t n, int32_t id,
+                          const char *path)
+{
+    const struct bpe_symtab_slot *same = bpe_symtab_by_id(st, id);
+    if (same) {
+        char q1[96], q2[96];
+        return err_set(ERR_FORMAT,
+                       "%s: symbols %s and %s both have id %d; expected one symbol per id", path,
+                       bpe_quote(st->text + same->off, same->len, q1, sizeof(q1)),
+                       bpe_quote(s, n, q2, sizeof(q2)), id);
+    }
     if ((st->n + 1) * 2 > (st->slots ? st->mask + 1 : 0)) {
         int rc = bpe_symtab_grow(st, st->slots ? 2 * (st->mask + 1) : 1024);
         if (rc < 0)
@@ -111,28 +156,31 @@ static int bpe_symtab_put(struct bpe_symtab *st, const char *s, size_t n, int32_
     }
     uint32_t h = bpe_hash_bytes(s, n);
     struct bpe_symtab_slot *sl = bpe_symtab_find(st, s, n, h);
-    if (sl->id < 0) {
-        /* Allocated even for an empty first symbol: text is never NULL once
-         * a symbol is in, so memcpy and memcmp never see a null pointer. */
-        if (!st->text || st->text_cap - st->text_len < n) {
-            size_t cap = st->text_cap ? st->text_cap : 1 << 16;
-            while (cap - st->text_len < n)
-                cap *= 2;
-            if (cap > UINT32_MAX)
-                return err_set(ERR_FORMAT, "the vocabulary spells more than 4 GiB of symbols");
-            char *text = realloc(st->text, cap);
-            if (!text)
-                return err_set(ERR_NOMEM, "out of memory for the vocabulary's symbols");
-            st->text = text;
-            st->text_cap = cap;
-        }
-        memcpy(st->text + st->text_len, s, n);
-        *sl =
-            (struct bpe_symtab_slot){.off = (uint32_t)st->text_len, .len = (uint32_t)n, .hash = h};
-        st->text_len += n;
-        st->n++;
+    if (sl->id >= 0) {
+        char q[96];
+        return err_set(ERR_FORMAT, "%s: symbol %s appears twice; expected each once", path,
+                       bpe_quote(s, n, q, sizeof(q)));
     }
+    /* Allocated even for an empty first symbol: text is never NULL once
+     * a symbol is in, so memcpy and memcmp never see a null pointer. */
+    if (!st->text || st->text_cap - st->text_len < n) {
+        size_t cap = st->text_cap ? st->text_cap : 1 << 16;
+        while (cap - st->text_len < n)
+            cap *= 2;
+        if (cap > UINT32_MAX)
+            return err_set(ERR_FORMAT, "the vocabulary spells more than 4 GiB of symbols");
+        char *text = realloc(st->text, cap);
+        if (!text)
+            return err_set(ERR_NOMEM, "out of memory for the vocabulary's symbols");
+        st->text = text;
+        st->text_cap = cap;
+    }
+    memcpy(st->text + st->text_len, s, n);
+    *sl = (struct bpe_symtab_slot){.off = (uint32_t)st->text_len, .len = (uint32_t)n, .hash = h};
+    st->text_len += n;
+    st->n++;
     sl->id = id;
+    *bpe_symtab_id_slot(st, id) = (uint32_t)(sl - st->slots) + 1;
     if (id >= st->n_ids)
         st->n_ids = id + 1;
     return 0;
@@ -167,7 +215,7 @@ int bpe_symtab_from_json(struct bpe_symtab *st, json_t *vocab, const char *path)
             return err_set(ERR_FORMAT, "%s: symbol %s: expected an integer id in [0, %d)", path,
                            bpe_quote(key, strlen(key), q, sizeof(q)), BPE_MAX_ID);
         }
-        int rc = bpe_symtab_put(st, key, strlen(key), (int32_t)id);
+        int rc = bpe_symtab_put(st, key, strlen(key), (int32_t)id, path);
         if (rc < 0)
             return rc;
     }
@@ -214,12 +262,11 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
     if (!t->tok_off || !t->tok_flags || !added_of)
         goto nomem;
     for (size_t i = 0; i < t->n_added; i++) {
-        if (!added_of[t->added[i].id])
-            added_of[t->added[i].id] = (uint32_t)i + 1;
+        assert(!added_of[t->added[i].id]); /* bpe_special_load refuses a shared id */
+        added_of[t->added[i].id] = (uint32_t)i + 1;
     }
 
-    /* Pass 1: each id's length (in tok_off[id + 1]). An id that two symbols
-     * share takes the one met last, in both passes. */
+    /* Pass 1: each id's length (in tok_off[id + 1]). */
     size_t longest = 0, total = vocab->text_len;
     for (size_t i = 0; i <= vocab->mask; i++) {
         if (vocab->slots[i].id >= 0 && vocab->slots[i].len > longest)
