@@ -705,8 +705,8 @@ static void test_shared_ids(void)
 
 /* 50k added tokens (added_tokens_decoder, with ids) and 1k more without ids
  * (additional_special_tokens, given new ids in order) load and keep their
- * ids. Each used to cost a scan of all the tokens before it: 50k took
- * seconds. */
+ * ids. Each used to cost a scan of all the tokens before it, and encoding
+ * one a scan of all of them: 50k took seconds to load. */
 static void test_many_added(void)
 {
     enum { N_DEC = 50000, N_NEW = 1000, FIRST = 50000 };
@@ -738,18 +738,129 @@ static void test_many_added(void)
             snprintf(content, sizeof(content), "<tok%d>", i);
         else
             snprintf(content, sizeof(content), "<new%d>", i - N_DEC);
-        int32_t id = FIRST + i;
+        int32_t *ids = NULL, id = FIRST + i;
+        size_t n = 0;
         char *text = NULL;
         size_t len = 0;
+        bad +=
+            bpe_encode(t, content, strlen(content), false, &ids, &n) != 0 || n != 1 || ids[0] != id;
         bad += bpe_decode(t, &id, 1, false, &text, &len) != 0 || len != strlen(content) ||
                memcmp(text, content, len) != 0;
         bad += bpe_is_special(t, id) != (i >= N_DEC);
+        free(ids);
         free(text);
     }
-    CHECK_MSG(bad == 0, "%d of %d added tokens decode or flag wrongly", bad, N_DEC + N_NEW);
+    CHECK_MSG(bad == 0, "%d of %d added tokens encode, decode or flag wrongly", bad, N_DEC + N_NEW);
     const char *s = "a<tok49999><tok0>x<new999>";
     int32_t want[] = {4 + 'a', FIRST + N_DEC - 1, FIRST, 4 + 'x', FIRST + N_DEC + N_NEW - 1};
     check_encode(t, s, strlen(s), false, want, 5);
+    bpe_close(t);
+    remove_all();
+}
+
+/* 100 KB of '<' with 10k added tokens that start with '<': every position
+ * used to be tried against every token (seconds); now it costs a few steps.
+ * Two tokens sit in the text, one after a '<' that must stay plain. */
+static void test_many_added_in_text(void)
+{
+    enum { N_ADDED = 10000, FIRST = 50000, RUN = 50000 };
+    write_minimal();
+    json_t *dec = json_object();
+    char key[32], content[32];
+    for (int i = 0; i < N_ADDED; i++) {
+        snprintf(key, sizeof(key), "%d", FIRST + i);
+        snprintf(content, sizeof(content), "<tok%d>", i);
+        json_object_set_new(dec, key, json_pack("{s:s}", "content", content));
+    }
+    json_t *cfg = json_pack("{s:o}", "added_tokens_decoder", dec);
+    write_json("tokenizer_config.json", cfg);
+    json_decref(cfg);
+    struct bpe *t = NULL;
+    int rc = bpe_open(tmp_dir, &t);
+    CHECK_MSG(rc == 0, "%d added tokens: %s", N_ADDED, err_msg());
+    if (rc != 0)
+        return;
+    static const char *const tail[2] = {"<tok123>", "<tok9999>"};
+    size_t len = 0;
+    char *text = malloc(2 * RUN + 32);
+    int32_t *want = malloc((2 * RUN + 2) * sizeof(*want));
+    size_t n_want = 0;
+    for (int part = 0; part < 2; part++) {
+        memset(text + len, '<', RUN);
+        len += RUN;
+        for (int i = 0; i < RUN; i++)
+            want[n_want++] = 4 + '<';
+        memcpy(text + len, tail[part], strlen(tail[part]));
+        len += strlen(tail[part]);
+        want[n_want++] = part ? FIRST + 9999 : FIRST + 123;
+    }
+    check_encode(t, text, len, false, want, n_want);
+    free(text);
+    free(want);
+    bpe_close(t);
+    remove_all();
+}
+
+/* Added tokens over a three-letter alphabet, many of them prefixes of each
+ * other, against a brute-force leftmost-longest match on random text. */
+static void test_added_matching(void)
+{
+    enum { N_TOK = 400, TEXT = 4000, FIRST = 300 };
+    static const char ALPHA[] = "<a>";
+    write_minimal();
+    json_t *dec = json_object();
+    char tok[N_TOK][8], key[32];
+    int n_tok = 0;
+    unsigned seed = 12345;
+    while (n_tok < N_TOK) {
+        seed = seed * 1103515245u + 12345u;
+        int len = 1 + (int)((seed >> 16) % 7);
+        char s[8];
+        for (int i = 0; i < len; i++) {
+            seed = seed * 1103515245u + 12345u;
+            s[i] = ALPHA[(seed >> 16) % 3];
+        }
+        s[len] = '\0';
+        bool dup = false;
+        for (int k = 0; k < n_tok && !dup; k++)
+            dup = strcmp(tok[k], s) == 0;
+        if (dup)
+            continue;
+        memcpy(tok[n_tok], s, (size_t)len + 1);
+        snprintf(key, sizeof(key), "%d", FIRST + n_tok);
+        json_object_set_new(dec, key, json_pack("{s:s}", "content", s));
+        n_tok++;
+    }
+    json_t *cfg = json_pack("{s:o}", "added_tokens_decoder", dec);
+    write_json("tokenizer_config.json", cfg);
+    json_decref(cfg);
+    struct bpe *t = NULL;
+    int rc = bpe_open(tmp_dir, &t);
+    CHECK_MSG(rc == 0, "random added tokens: %s", err_msg());
+    if (rc != 0)
+        return;
+    char text[TEXT];
+    for (int i = 0; i < TEXT; i++) {
+        seed = seed * 1103515245u + 12345u;
+        text[i] = (seed >> 16) % 16 == 0 ? 'b' : ALPHA[(seed >> 16) % 3];
+    }
+    int32_t *want = malloc(TEXT * sizeof(*want));
+    size_t n_want = 0;
+    for (size_t i = 0; i < TEXT;) {
+        int best = -1;
+        size_t best_len = 0;
+        for (int k = 0; k < N_TOK; k++) {
+            size_t l = strlen(tok[k]);
+            if (l > best_len && l <= TEXT - i && memcmp(text + i, tok[k], l) == 0) {
+                best = k;
+                best_len = l;
+            }
+        }
+        want[n_want++] = best >= 0 ? FIRST + best : 4 + (unsigned char)text[i];
+        i += best >= 0 ? best_len : 1;
+    }
+    check_encode(t, text, TEXT, false, want, n_want);
+    free(want);
     bpe_close(t);
     remove_all();
 }
@@ -1023,6 +1134,8 @@ int main(void)
     test_empty_symbol();
     test_shared_ids();
     test_many_added();
+    test_many_added_in_text();
+    test_added_matching();
 
     test_real_files(SHARDSWAP_SOURCE_DIR "/data/tokenizer/opt",
                     SHARDSWAP_SOURCE_DIR "/data/tokenizer/gpt2");

@@ -52,9 +52,10 @@ struct bpe {
     size_t max_tok_len;
     int32_t byte_id[256]; /* id of the single-byte token for each byte */
     struct bpe_pairs pairs;
-    struct bpe_added *added; /* (n_added), matched leftmost-longest */
+    struct bpe_added *added; /* (n_added), sorted by content once loaded (bpe_added_sort) */
     size_t n_added;
-    bool added_first[256];      /* whether some added token starts with this byte */
+    /* added[added_from[b] .. added_from[b + 1]) are the tokens that start with byte b. */
+    uint32_t added_from[257];
     int32_t bos, eos, pad, unk; /* -1 when none */
     bool add_bos;
     struct pretok *pretok;
@@ -139,6 +140,9 @@ int bpe_symtab_from_json(struct bpe_symtab *st, json_t *vocab, const char *path)
  * parsed tokenizer.json for that layout, else NULL. */
 int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, json_t *tokjson,
                      const struct bpe_symtab *vocab, int32_t *n_ids);
+/* Sorts t->added by content and fills t->added_from, the order the matcher
+ * of added tokens in text relies on (bpe_encode.c). */
+void bpe_added_sort(struct bpe *t);
 /* Builds the token table (n_ids ids) from vocab and t->added. */
 int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids,
                     const char *vocab_name);
