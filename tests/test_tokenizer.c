@@ -616,6 +616,255 @@ static void test_errors(void)
     remove_all();
 }
 
+/* ---- consistency of the token tables ---- */
+
+/* vocab.json may spell a symbol as "" (Hugging Face loads it; BPE can never
+ * produce it, so it only ever decodes, to nothing). As the first key it once
+ * handed memcpy a null pointer (UBSan). */
+static void test_empty_symbol(void)
+{
+    write_minimal();
+    json_t *v = json_object();
+    json_object_set_new(v, "", json_integer(260));
+    json_object_update_new(v, minimal_vocab());
+    write_json("vocab.json", v);
+    json_decref(v);
+    struct bpe *t = NULL;
+    int rc = bpe_open(tmp_dir, &t);
+    CHECK_MSG(rc == 0, "vocab.json with \"\" first: %s", err_msg());
+    if (rc == 0) {
+        CHECK(bpe_vocab_size(t) == 261);
+        int32_t want[] = {2, 4 + 'h', 4 + 'i'};
+        check_encode(t, "hi", 2, true, want, 3);
+        int32_t ids[] = {4 + 'h', 260, 4 + 'i', 260};
+        check_decode(t, ids, 4, false, "hi", 2);
+        check_stream(t, ids, 4, "the empty symbol");
+    }
+    bpe_close(t);
+    remove_all();
+}
+
+/* An id that two symbols or two added tokens share would decode to only one
+ * of them: refused, naming the id and both. */
+static void test_shared_ids(void)
+{
+    /* Two vocab.json symbols. */
+    write_minimal();
+    json_t *v = minimal_vocab();
+    json_object_set_new(v, "xy", json_integer(300));
+    json_object_set_new(v, "zw", json_integer(300));
+    write_json("vocab.json", v);
+    json_decref(v);
+    check_open_fails(tmp_dir, "vocab.json: symbols 'xy' and 'zw' both have id 300",
+                     "vocab.json, two symbols with one id");
+    /* A symbol and a byte symbol ("a" is 4 + 'a'). */
+    v = minimal_vocab();
+    json_object_set_new(v, "<mask>", json_integer(4 + 'a'));
+    write_json("vocab.json", v);
+    json_decref(v);
+    check_open_fails(tmp_dir, "symbols 'a' and '<mask>' both have id 101",
+                     "vocab.json, a symbol with a byte symbol's id");
+
+    /* Two added tokens in tokenizer.json, then the same spread over
+     * tokenizer.json and tokenizer_config.json. */
+    remove_all();
+    json_t *tj = json_pack("{s:{s:s}, s:{s:s, s:o, s:[]}, s:[{s:i, s:s}, {s:i, s:s}, {s:i, s:s}]}",
+                           "pre_tokenizer", "type", "ByteLevel", "model", "type", "BPE", "vocab",
+                           minimal_vocab(), "merges", "added_tokens", "id", 50000, "content", "<a>",
+                           "id", 50001, "content", "<b>", "id", 50000, "content", "<c>");
+    write_json("tokenizer.json", tj);
+    json_decref(tj);
+    check_open_fails(tmp_dir, "tokenizer.json: added tokens '<a>' and '<c>' both have id 50000",
+                     "tokenizer.json, two added tokens with one id");
+    tj = json_pack("{s:{s:s}, s:{s:s, s:o, s:[]}, s:[{s:i, s:s}]}", "pre_tokenizer", "type",
+                   "ByteLevel", "model", "type", "BPE", "vocab", minimal_vocab(), "merges",
+                   "added_tokens", "id", 50003, "content", "<|user|>");
+    write_json("tokenizer.json", tj);
+    json_decref(tj);
+    write_file("tokenizer_config.json",
+               "{\"added_tokens_decoder\": {\"50003\": {\"content\": \"<|bot|>\"}}}");
+    check_open_fails(tmp_dir, "added tokens '<|user|>' and '<|bot|>' both have id 50003",
+                     "tokenizer.json and tokenizer_config.json, one id");
+    check_open_fails(tmp_dir, "tokenizer_config.json", "the file of the second token");
+    /* The same content with the same id is one token, not a clash. */
+    write_file("tokenizer_config.json",
+               "{\"added_tokens_decoder\": {\"50003\": {\"content\": \"<|user|>\"}}}");
+    struct bpe *t = NULL;
+    int rc = bpe_open(tmp_dir, &t);
+    CHECK_MSG(rc == 0, "one added token named twice: %s", err_msg());
+    bpe_close(t);
+
+    /* A role whose vocab id an added token already has. */
+    write_minimal();
+    write_file("tokenizer_config.json", "{\"added_tokens_decoder\": {\"0\": {\"content\": "
+                                        "\"<x>\"}}, \"bos_token\": \"<s>\"}");
+    check_open_fails(tmp_dir, "added tokens '<x>' and '<s>' both have id 0",
+                     "bos_token with an added token's id");
+    remove_all();
+}
+
+/* 50k added tokens (added_tokens_decoder, with ids) and 1k more without ids
+ * (additional_special_tokens, given new ids in order) load and keep their
+ * ids. Each used to cost a scan of all the tokens before it, and encoding
+ * one a scan of all of them: 50k took seconds to load. */
+static void test_many_added(void)
+{
+    enum { N_DEC = 50000, N_NEW = 1000, FIRST = 50000 };
+    write_minimal();
+    json_t *dec = json_object(), *extra = json_array();
+    char key[32], content[32];
+    for (int i = 0; i < N_DEC; i++) {
+        snprintf(key, sizeof(key), "%d", FIRST + i);
+        snprintf(content, sizeof(content), "<tok%d>", i);
+        json_object_set_new(dec, key, json_pack("{s:s, s:b}", "content", content, "special", 0));
+    }
+    for (int i = 0; i < N_NEW; i++) {
+        snprintf(content, sizeof(content), "<new%d>", i);
+        json_array_append_new(extra, json_string(content));
+    }
+    json_t *cfg =
+        json_pack("{s:o, s:o}", "added_tokens_decoder", dec, "additional_special_tokens", extra);
+    write_json("tokenizer_config.json", cfg);
+    json_decref(cfg);
+    struct bpe *t = NULL;
+    int rc = bpe_open(tmp_dir, &t);
+    CHECK_MSG(rc == 0, "%d added tokens: %s", N_DEC + N_NEW, err_msg());
+    if (rc != 0)
+        return;
+    CHECK(bpe_vocab_size(t) == FIRST + N_DEC + N_NEW);
+    int bad = 0;
+    for (int i = 0; i < N_DEC + N_NEW; i++) {
+        if (i < N_DEC)
+            snprintf(content, sizeof(content), "<tok%d>", i);
+        else
+            snprintf(content, sizeof(content), "<new%d>", i - N_DEC);
+        int32_t *ids = NULL, id = FIRST + i;
+        size_t n = 0;
+        char *text = NULL;
+        size_t len = 0;
+        bad +=
+            bpe_encode(t, content, strlen(content), false, &ids, &n) != 0 || n != 1 || ids[0] != id;
+        bad += bpe_decode(t, &id, 1, false, &text, &len) != 0 || len != strlen(content) ||
+               memcmp(text, content, len) != 0;
+        bad += bpe_is_special(t, id) != (i >= N_DEC);
+        free(ids);
+        free(text);
+    }
+    CHECK_MSG(bad == 0, "%d of %d added tokens encode, decode or flag wrongly", bad, N_DEC + N_NEW);
+    const char *s = "a<tok49999><tok0>x<new999>";
+    int32_t want[] = {4 + 'a', FIRST + N_DEC - 1, FIRST, 4 + 'x', FIRST + N_DEC + N_NEW - 1};
+    check_encode(t, s, strlen(s), false, want, 5);
+    bpe_close(t);
+    remove_all();
+}
+
+/* 100 KB of '<' with 10k added tokens that start with '<': every position
+ * used to be tried against every token (seconds); now it costs a few steps.
+ * Two tokens sit in the text, one after a '<' that must stay plain. */
+static void test_many_added_in_text(void)
+{
+    enum { N_ADDED = 10000, FIRST = 50000, RUN = 50000 };
+    write_minimal();
+    json_t *dec = json_object();
+    char key[32], content[32];
+    for (int i = 0; i < N_ADDED; i++) {
+        snprintf(key, sizeof(key), "%d", FIRST + i);
+        snprintf(content, sizeof(content), "<tok%d>", i);
+        json_object_set_new(dec, key, json_pack("{s:s}", "content", content));
+    }
+    json_t *cfg = json_pack("{s:o}", "added_tokens_decoder", dec);
+    write_json("tokenizer_config.json", cfg);
+    json_decref(cfg);
+    struct bpe *t = NULL;
+    int rc = bpe_open(tmp_dir, &t);
+    CHECK_MSG(rc == 0, "%d added tokens: %s", N_ADDED, err_msg());
+    if (rc != 0)
+        return;
+    static const char *const tail[2] = {"<tok123>", "<tok9999>"};
+    size_t len = 0;
+    char *text = malloc(2 * RUN + 32);
+    int32_t *want = malloc((2 * RUN + 2) * sizeof(*want));
+    size_t n_want = 0;
+    for (int part = 0; part < 2; part++) {
+        memset(text + len, '<', RUN);
+        len += RUN;
+        for (int i = 0; i < RUN; i++)
+            want[n_want++] = 4 + '<';
+        memcpy(text + len, tail[part], strlen(tail[part]));
+        len += strlen(tail[part]);
+        want[n_want++] = part ? FIRST + 9999 : FIRST + 123;
+    }
+    check_encode(t, text, len, false, want, n_want);
+    free(text);
+    free(want);
+    bpe_close(t);
+    remove_all();
+}
+
+/* Added tokens over a three-letter alphabet, many of them prefixes of each
+ * other, against a brute-force leftmost-longest match on random text. */
+static void test_added_matching(void)
+{
+    enum { N_TOK = 400, TEXT = 4000, FIRST = 300 };
+    static const char ALPHA[] = "<a>";
+    write_minimal();
+    json_t *dec = json_object();
+    char tok[N_TOK][8], key[32];
+    int n_tok = 0;
+    unsigned seed = 12345;
+    while (n_tok < N_TOK) {
+        seed = seed * 1103515245u + 12345u;
+        int len = 1 + (int)((seed >> 16) % 7);
+        char s[8];
+        for (int i = 0; i < len; i++) {
+            seed = seed * 1103515245u + 12345u;
+            s[i] = ALPHA[(seed >> 16) % 3];
+        }
+        s[len] = '\0';
+        bool dup = false;
+        for (int k = 0; k < n_tok && !dup; k++)
+            dup = strcmp(tok[k], s) == 0;
+        if (dup)
+            continue;
+        memcpy(tok[n_tok], s, (size_t)len + 1);
+        snprintf(key, sizeof(key), "%d", FIRST + n_tok);
+        json_object_set_new(dec, key, json_pack("{s:s}", "content", s));
+        n_tok++;
+    }
+    json_t *cfg = json_pack("{s:o}", "added_tokens_decoder", dec);
+    write_json("tokenizer_config.json", cfg);
+    json_decref(cfg);
+    struct bpe *t = NULL;
+    int rc = bpe_open(tmp_dir, &t);
+    CHECK_MSG(rc == 0, "random added tokens: %s", err_msg());
+    if (rc != 0)
+        return;
+    char text[TEXT];
+    for (int i = 0; i < TEXT; i++) {
+        seed = seed * 1103515245u + 12345u;
+        text[i] = (seed >> 16) % 16 == 0 ? 'b' : ALPHA[(seed >> 16) % 3];
+    }
+    int32_t *want = malloc(TEXT * sizeof(*want));
+    size_t n_want = 0;
+    for (size_t i = 0; i < TEXT;) {
+        int best = -1;
+        size_t best_len = 0;
+        for (int k = 0; k < N_TOK; k++) {
+            size_t l = strlen(tok[k]);
+            if (l > best_len && l <= TEXT - i && memcmp(text + i, tok[k], l) == 0) {
+                best = k;
+                best_len = l;
+            }
+        }
+        want[n_want++] = best >= 0 ? FIRST + best : 4 + (unsigned char)text[i];
+        i += best >= 0 ? best_len : 1;
+    }
+    check_encode(t, text, TEXT, false, want, n_want);
+    free(want);
+    bpe_close(t);
+    remove_all();
+}
+
 /* ---- tests on the real OPT and GPT-2 files (data/tokenizer) ---- */
 
 struct corpus {
@@ -882,6 +1131,11 @@ int main(void)
     test_minimal();
     test_formats();
     test_errors();
+    test_empty_symbol();
+    test_shared_ids();
+    test_many_added();
+    test_many_added_in_text();
+    test_added_matching();
 
     test_real_files(SHARDSWAP_SOURCE_DIR "/data/tokenizer/opt",
                     SHARDSWAP_SOURCE_DIR "/data/tokenizer/gpt2");

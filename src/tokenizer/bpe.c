@@ -204,8 +204,7 @@ int bpe_open(const char *dir, struct bpe **out)
     int32_t n_ids = vocab.n_ids;
     if ((rc = bpe_special_load(t, dir, layout, tokjson, &vocab, &n_ids)) < 0)
         goto fail;
-    for (size_t i = 0; i < t->n_added; i++)
-        t->added_first[(unsigned char)t->added[i].content[0]] = true;
+    bpe_added_sort(t);
     if ((rc = bpe_vocab_build(t, &vocab, n_ids, vocab_path)) < 0)
         goto fail;
 

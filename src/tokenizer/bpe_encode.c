@@ -36,26 +36,78 @@ static bool bpe_is_space(unsigned char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
-/* Finds the first added token in text[from, n): returns its index in
- * t->added with *at its start, or -1 when there is none. */
+/* ---- added tokens in text ---- */
+
+/* Bytes first, then the shorter of two where one is a prefix of the other. */
+static int bpe_added_cmp(const void *pa, const void *pb)
+{
+    const struct bpe_added *a = pa, *b = pb;
+    int c = memcmp(a->content, b->content, a->len < b->len ? a->len : b->len);
+    return c ? c : (a->len > b->len) - (a->len < b->len);
+}
+
+void bpe_added_sort(struct bpe *t)
+{
+    if (t->n_added)
+        qsort(t->added, t->n_added, sizeof(*t->added), bpe_added_cmp);
+    size_t k = 0;
+    for (int b = 0; b < 256; b++) {
+        t->added_from[b] = (uint32_t)k;
+        while (k < t->n_added && (unsigned char)t->added[k].content[0] == b)
+            k++;
+    }
+    t->added_from[256] = (uint32_t)k;
+}
+
+/* The first k in [lo, hi) whose byte d is at least c; every token there is
+ * longer than d bytes and they are ordered by byte d. */
+static size_t bpe_added_bound(const struct bpe *t, size_t lo, size_t hi, size_t d, unsigned c)
+{
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((unsigned char)t->added[mid].content[d] < c)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The longest added token that s[0, n) starts with (n > 0): its index in
+ * t->added, or -1. The sorted tokens that share the text's first d bytes form
+ * one range, in which the one exactly d bytes long, if any, comes first and
+ * the rest are ordered by their byte d; narrowing the range byte by byte
+ * costs O(longest token * log n_added), however many tokens there are. */
+static int bpe_added_match(const struct bpe *t, const unsigned char *s, size_t n)
+{
+    size_t lo = t->added_from[s[0]], hi = t->added_from[s[0] + 1];
+    int best = -1;
+    for (size_t d = 1; lo < hi; d++) {
+        if (t->added[lo].len == d)
+            best = (int)lo++;
+        if (d == n || lo == hi)
+            break;
+        lo = bpe_added_bound(t, lo, hi, d, s[d]);
+        hi = bpe_added_bound(t, lo, hi, d, s[d] + 1u);
+    }
+    return best;
+}
+
+/* Finds the first added token in text[from, n), the longest where several
+ * start at one position: returns its index in t->added with *at its start,
+ * or -1 when there is none. */
 static int bpe_added_next(const struct bpe *t, const unsigned char *text, size_t from, size_t n,
                           size_t *at)
 {
     if (t->n_added == 0)
         return -1;
     for (size_t i = from; i < n; i++) {
-        if (!t->added_first[text[i]])
+        if (t->added_from[text[i]] == t->added_from[text[i] + 1])
             continue;
-        int best = -1;
-        for (size_t k = 0; k < t->n_added; k++) {
-            const struct bpe_added *a = &t->added[k];
-            if (a->len <= n - i && memcmp(text + i, a->content, a->len) == 0 &&
-                (best < 0 || a->len > t->added[best].len))
-                best = (int)k;
-        }
-        if (best >= 0) {
+        int k = bpe_added_match(t, text + i, n - i);
+        if (k >= 0) {
             *at = i;
-            return best;
+            return k;
         }
     }
     return -1;

@@ -52,9 +52,10 @@ struct bpe {
     size_t max_tok_len;
     int32_t byte_id[256]; /* id of the single-byte token for each byte */
     struct bpe_pairs pairs;
-    struct bpe_added *added; /* (n_added), matched leftmost-longest */
+    struct bpe_added *added; /* (n_added), sorted by content once loaded (bpe_added_sort) */
     size_t n_added;
-    bool added_first[256];      /* whether some added token starts with this byte */
+    /* added[added_from[b] .. added_from[b + 1]) are the tokens that start with byte b. */
+    uint32_t added_from[257];
     int32_t bos, eos, pad, unk; /* -1 when none */
     bool add_bos;
     struct pretok *pretok;
@@ -117,12 +118,15 @@ struct bpe_symtab_slot {
 };
 struct bpe_symtab {
     struct bpe_symtab_slot *slots; /* (mask + 1) */
+    uint32_t *by_id;               /* (mask + 1) id -> index into slots + 1; 0: free */
     size_t mask, n;
     char *text; /* every symbol, back to back */
     size_t text_len, text_cap;
     int32_t n_ids; /* highest id + 1 */
 };
 void bpe_symtab_free(struct bpe_symtab *st);
+/* FNV-1a of s[0..n), folded to 32 bits: the hash of every string-keyed table here. */
+uint32_t bpe_hash_bytes(const char *s, size_t n);
 /* The id of symbol s[0..n), or -1. */
 int32_t bpe_symtab_get(const struct bpe_symtab *st, const char *s, size_t n);
 /* Fills st from vocab.json / encoder.json at path. */
@@ -136,6 +140,9 @@ int bpe_symtab_from_json(struct bpe_symtab *st, json_t *vocab, const char *path)
  * parsed tokenizer.json for that layout, else NULL. */
 int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, json_t *tokjson,
                      const struct bpe_symtab *vocab, int32_t *n_ids);
+/* Sorts t->added by content and fills t->added_from, the order the matcher
+ * of added tokens in text relies on (bpe_encode.c). */
+void bpe_added_sort(struct bpe *t);
 /* Builds the token table (n_ids ids) from vocab and t->added. */
 int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids,
                     const char *vocab_name);

@@ -68,54 +68,138 @@ static int bpe_token_parse(json_t *v, const char *file, const char *field, struc
     return 1;
 }
 
-static struct bpe_added *bpe_added_find(struct bpe *t, const char *content, size_t len)
+/* ---- the added tokens while loading ---- */
+
+/* What the readers below share: the tokenizer being filled, the vocabulary,
+ * the next free id, and an index of t->added by content and by id, so that
+ * each token costs O(1) however many there are (open addressing; a slot
+ * holds an index into t->added plus one, 0 when free). */
+struct bpe_special_ctx {
+    struct bpe *t;
+    const struct bpe_symtab *vocab;
+    int32_t *n_ids;
+    size_t cap;           /* entries allocated in t->added */
+    uint32_t *by_content; /* (mask + 1) */
+    uint32_t *by_id;      /* (mask + 1) */
+    size_t mask;
+};
+
+/* The slot of content[0..len) in the index: its entry, or the free slot where it would go. */
+static uint32_t *bpe_added_slot(const struct bpe_special_ctx *c, const char *content, size_t len)
 {
-    for (size_t i = 0; i < t->n_added; i++) {
-        if (t->added[i].len == len && memcmp(t->added[i].content, content, len) == 0)
-            return &t->added[i];
+    for (size_t k = bpe_hash_bytes(content, len) & c->mask;; k = (k + 1) & c->mask) {
+        uint32_t e = c->by_content[k];
+        const struct bpe_added *a = e ? &c->t->added[e - 1] : NULL;
+        if (!a || (a->len == len && memcmp(a->content, content, len) == 0))
+            return &c->by_content[k];
     }
-    return NULL;
+}
+
+/* The slot of id in the index: its entry, or the free slot where it would go. */
+static uint32_t *bpe_added_id_slot(const struct bpe_special_ctx *c, int32_t id)
+{
+    size_t h = (size_t)(((uint64_t)(uint32_t)id * 0x9E3779B97F4A7C15ULL) >> 32);
+    for (size_t k = h & c->mask;; k = (k + 1) & c->mask) {
+        uint32_t e = c->by_id[k];
+        if (!e || c->t->added[e - 1].id == id)
+            return &c->by_id[k];
+    }
+}
+
+static struct bpe_added *bpe_added_find(const struct bpe_special_ctx *c, const char *content,
+                                        size_t len)
+{
+    uint32_t e = c->by_content ? *bpe_added_slot(c, content, len) : 0;
+    return e ? &c->t->added[e - 1] : NULL;
+}
+
+/* Makes room for one more token in t->added and in the index (kept at most
+ * half full). */
+static int bpe_added_reserve(struct bpe_special_ctx *c)
+{
+    struct bpe *t = c->t;
+    if (t->n_added == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 64;
+        struct bpe_added *grown = realloc(t->added, cap * sizeof(*grown));
+        if (!grown)
+            return err_set(ERR_NOMEM, "out of memory for %zu added tokens", cap);
+        t->added = grown;
+        c->cap = cap;
+    }
+    if ((t->n_added + 1) * 2 <= (c->by_content ? c->mask + 1 : 0))
+        return 0;
+    size_t slots = c->by_content ? 2 * (c->mask + 1) : 128;
+    uint32_t *by_content = calloc(slots, sizeof(*by_content));
+    uint32_t *by_id = calloc(slots, sizeof(*by_id));
+    if (!by_content || !by_id) {
+        free(by_content);
+        free(by_id);
+        return err_set(ERR_NOMEM, "out of memory for an index of %zu added tokens", t->n_added);
+    }
+    free(c->by_content);
+    free(c->by_id);
+    c->by_content = by_content;
+    c->by_id = by_id;
+    c->mask = slots - 1;
+    for (size_t i = 0; i < t->n_added; i++) {
+        *bpe_added_slot(c, t->added[i].content, t->added[i].len) = (uint32_t)i + 1;
+        *bpe_added_id_slot(c, t->added[i].id) = (uint32_t)i + 1;
+    }
+    return 0;
 }
 
 /* Adds tok (copying its content) unless a token with that content is already
  * there, in which case the flags are merged. A token without an id takes its
- * vocab entry's, or the next free one. Returns the id or an error. */
-static int bpe_added_put(struct bpe *t, const struct bpe_added *tok, const struct bpe_symtab *vocab,
-                         int32_t *n_ids)
+ * vocab entry's, or the next free one. An id another added token has is
+ * ERR_FORMAT naming both (file: where tok comes from). Returns the id or an
+ * error. */
+static int bpe_added_put(struct bpe_special_ctx *c, const struct bpe_added *tok, const char *file)
 {
-    struct bpe_added *old = bpe_added_find(t, tok->content, tok->len);
+    struct bpe *t = c->t;
+    struct bpe_added *old = bpe_added_find(c, tok->content, tok->len);
     if (old) {
         old->special |= tok->special;
         old->lstrip |= tok->lstrip;
         old->rstrip |= tok->rstrip;
         return old->id;
     }
-    struct bpe_added *grown = realloc(t->added, (t->n_added + 1) * sizeof(*grown));
-    if (!grown)
-        return err_set(ERR_NOMEM, "out of memory for added tokens");
-    t->added = grown;
+    int32_t id = tok->id;
+    if (id < 0) {
+        id = bpe_symtab_get(c->vocab, tok->content, tok->len);
+        id = id >= 0 ? id : *c->n_ids;
+    }
+    if (id >= BPE_MAX_ID)
+        return err_set(ERR_FORMAT, "too many added tokens: ids reach %d", id + 1);
+    int rc = bpe_added_reserve(c);
+    if (rc < 0)
+        return rc;
+    uint32_t *id_slot = bpe_added_id_slot(c, id);
+    if (*id_slot) {
+        char q1[96], q2[96];
+        const struct bpe_added *same = &t->added[*id_slot - 1];
+        return err_set(ERR_FORMAT,
+                       "%s: added tokens %s and %s both have id %d; expected one token per id",
+                       file, bpe_quote(same->content, same->len, q1, sizeof(q1)),
+                       bpe_quote(tok->content, tok->len, q2, sizeof(q2)), id);
+    }
     struct bpe_added *a = &t->added[t->n_added];
     *a = *tok;
+    a->id = id;
     a->content = malloc(tok->len + 1);
     if (!a->content)
         return err_set(ERR_NOMEM, "out of memory for added tokens");
     memcpy(a->content, tok->content, tok->len);
     a->content[tok->len] = '\0';
+    *bpe_added_slot(c, a->content, a->len) = (uint32_t)t->n_added + 1;
+    *id_slot = (uint32_t)t->n_added + 1;
     t->n_added++;
-    if (a->id < 0) {
-        int32_t id = bpe_symtab_get(vocab, tok->content, tok->len);
-        a->id = id >= 0 ? id : (*n_ids)++;
-    }
-    if (a->id >= *n_ids)
-        *n_ids = a->id + 1;
-    if (*n_ids > BPE_MAX_ID)
-        return err_set(ERR_FORMAT, "too many added tokens: ids reach %d", *n_ids);
-    return a->id;
+    if (id >= *c->n_ids)
+        *c->n_ids = id + 1;
+    return id;
 }
 
 /* tokenizer.json's "added_tokens" array. */
-static int bpe_special_from_tokjson(struct bpe *t, json_t *tokjson, const struct bpe_symtab *vocab,
-                                    int32_t *n_ids, const char *file)
+static int bpe_special_from_tokjson(struct bpe_special_ctx *c, json_t *tokjson, const char *file)
 {
     json_t *list = json_object_get(tokjson, "added_tokens");
     if (!list || json_is_null(list))
@@ -132,15 +216,14 @@ static int bpe_special_from_tokjson(struct bpe *t, json_t *tokjson, const struct
         int rc = bpe_token_parse(v, file, field, &tok);
         if (rc == 0 || (rc > 0 && tok.id < 0))
             return err_set(ERR_FORMAT, "%s: %s needs an \"id\" and a \"content\"", file, field);
-        if (rc < 0 || (rc = bpe_added_put(t, &tok, vocab, n_ids)) < 0)
+        if (rc < 0 || (rc = bpe_added_put(c, &tok, file)) < 0)
             return rc;
     }
     return 0;
 }
 
 /* tokenizer_config.json's "added_tokens_decoder" object, keyed by id. */
-static int bpe_special_from_decoder(struct bpe *t, json_t *cfg, const struct bpe_symtab *vocab,
-                                    int32_t *n_ids, const char *file)
+static int bpe_special_from_decoder(struct bpe_special_ctx *c, json_t *cfg, const char *file)
 {
     json_t *dec = json_object_get(cfg, "added_tokens_decoder");
     if (!dec)
@@ -164,15 +247,14 @@ static int bpe_special_from_decoder(struct bpe *t, json_t *cfg, const struct bpe
         if (rc == 0)
             continue;
         tok.id = (int32_t)id;
-        if (rc < 0 || (rc = bpe_added_put(t, &tok, vocab, n_ids)) < 0)
+        if (rc < 0 || (rc = bpe_added_put(c, &tok, file)) < 0)
             return rc;
     }
     return 0;
 }
 
 /* "additional_special_tokens" of a config file. */
-static int bpe_special_additional(struct bpe *t, json_t *cfg, const struct bpe_symtab *vocab,
-                                  int32_t *n_ids, const char *file)
+static int bpe_special_additional(struct bpe_special_ctx *c, json_t *cfg, const char *file)
 {
     json_t *list = cfg ? json_object_get(cfg, "additional_special_tokens") : NULL;
     if (!list || json_is_null(list))
@@ -191,7 +273,7 @@ static int bpe_special_additional(struct bpe *t, json_t *cfg, const struct bpe_s
             continue;
         tok.special = true;
         tok.id = -1;
-        if (rc < 0 || (rc = bpe_added_put(t, &tok, vocab, n_ids)) < 0)
+        if (rc < 0 || (rc = bpe_added_put(c, &tok, file)) < 0)
             return rc;
     }
     return 0;
@@ -235,15 +317,16 @@ int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, jso
     json_t *cfg = NULL, *map = NULL;
     int rc;
     int32_t *roles[N_ROLES] = {&t->bos, &t->eos, &t->unk, &t->pad};
+    struct bpe_special_ctx c = {.t = t, .vocab = vocab, .n_ids = n_ids};
 
     if ((rc = bpe_json_load(cfg_name, true, &cfg)) < 0 ||
         (rc = bpe_json_load(map_name, true, &map)) < 0)
         goto out;
 
     /* Tokens with their own ids first, so that new ids go past them. */
-    if (tokjson && (rc = bpe_special_from_tokjson(t, tokjson, vocab, n_ids, "tokenizer.json")) < 0)
+    if (tokjson && (rc = bpe_special_from_tokjson(&c, tokjson, "tokenizer.json")) < 0)
         goto out;
-    if (cfg && (rc = bpe_special_from_decoder(t, cfg, vocab, n_ids, cfg_name)) < 0)
+    if (cfg && (rc = bpe_special_from_decoder(&c, cfg, cfg_name)) < 0)
         goto out;
 
     /* The four roles. */
@@ -266,17 +349,19 @@ int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, jso
         } else {
             /* A default applies only when the vocabulary has it. */
             const char *d = defaults[r];
-            if (!d || (bpe_symtab_get(vocab, d, strlen(d)) < 0 && !bpe_added_find(t, d, strlen(d))))
+            if (!d ||
+                (bpe_symtab_get(vocab, d, strlen(d)) < 0 && !bpe_added_find(&c, d, strlen(d))))
                 continue;
             tok = (struct bpe_added){.content = (char *)d, .len = strlen(d), .id = -1};
+            file = dir;
         }
         tok.special = true;
-        if ((rc = bpe_added_put(t, &tok, vocab, n_ids)) < 0)
+        if ((rc = bpe_added_put(&c, &tok, file)) < 0)
             goto out;
         *roles[r] = rc;
     }
-    if ((rc = bpe_special_additional(t, map, vocab, n_ids, map_name)) < 0 ||
-        (rc = bpe_special_additional(t, cfg, vocab, n_ids, cfg_name)) < 0)
+    if ((rc = bpe_special_additional(&c, map, map_name)) < 0 ||
+        (rc = bpe_special_additional(&c, cfg, cfg_name)) < 0)
         goto out;
     rc = 0;
 
@@ -291,7 +376,7 @@ int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, jso
     } else if (flag) {
         t->add_bos = json_is_true(flag);
     } else if (first) {
-        struct bpe_added *a = bpe_added_find(t, first, strlen(first));
+        struct bpe_added *a = bpe_added_find(&c, first, strlen(first));
         int32_t id = bpe_symtab_get(vocab, first, strlen(first));
         if (!a && id < 0) {
             rc = err_set(ERR_FORMAT,
@@ -309,6 +394,8 @@ int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, jso
         t->add_bos = false;
 
 out:
+    free(c.by_content);
+    free(c.by_id);
     json_decref(cfg);
     json_decref(map);
     return rc;

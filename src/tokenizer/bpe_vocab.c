@@ -4,10 +4,12 @@
  *   one JSON object {"<symbol>": <id>, ...} and nothing else. A symbol spells
  *   the token's bytes in the byte-level alphabet (byte_level.c), e.g. "Ġthe"
  *   is " the"; JSON escapes (\uXXXX, surrogate pairs, \n, ...) are allowed.
- *   Ids are integers in [0, BPE_MAX_ID); they need not be dense, and when
- *   one symbol appears twice the last id wins, as in JSON parsers generally.
+ *   Ids are integers in [0, BPE_MAX_ID); they need not be dense, but no
+ *   two symbols may share one (decoding it would be ambiguous), and no
+ *   symbol may appear twice (the JSON reader refuses duplicate keys).
  *   Every one of the 256 single-byte symbols must be present, or some input
- *   could not be encoded.
+ *   could not be encoded. A symbol may be "": Hugging Face loads it, and as
+ *   BPE never produces an empty token, it only ever decodes, to nothing.
  *
  * This flat shape gets its own parser rather than a general JSON library:
  * OPT's 50265 entries load in a few milliseconds instead of tens, which
@@ -16,6 +18,7 @@
 #include "core/error.h"
 #include "tokenizer/bpe_impl.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +47,7 @@ const char *bpe_quote(const char *s, size_t n, char *buf, size_t cap)
 
 /* ---- symbol table ---- */
 
-static uint32_t bpe_symtab_hash(const char *s, size_t n)
+uint32_t bpe_hash_bytes(const char *s, size_t n)
 {
     uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
     for (size_t i = 0; i < n; i++)
@@ -55,15 +58,35 @@ static uint32_t bpe_symtab_hash(const char *s, size_t n)
 void bpe_symtab_free(struct bpe_symtab *st)
 {
     free(st->slots);
+    free(st->by_id);
     free(st->text);
     memset(st, 0, sizeof(*st));
+}
+
+static size_t bpe_id_hash(int32_t id)
+{
+    return (size_t)(((uint64_t)(uint32_t)id * 0x9E3779B97F4A7C15ULL) >> 32);
+}
+
+/* The by_id slot of id: the one that holds it, or the free one where it would go. */
+static uint32_t *bpe_symtab_id_slot(const struct bpe_symtab *st, int32_t id)
+{
+    for (size_t k = bpe_id_hash(id) & st->mask;; k = (k + 1) & st->mask) {
+        uint32_t e = st->by_id[k];
+        if (!e || st->slots[e - 1].id == id)
+            return &st->by_id[k];
+    }
 }
 
 static int bpe_symtab_grow(struct bpe_symtab *st, size_t cap)
 {
     struct bpe_symtab_slot *slots = malloc(cap * sizeof(*slots));
-    if (!slots)
+    uint32_t *by_id = calloc(cap, sizeof(*by_id));
+    if (!slots || !by_id) {
+        free(slots);
+        free(by_id);
         return err_set(ERR_NOMEM, "out of memory for a vocabulary of %zu symbols", st->n);
+    }
     for (size_t i = 0; i < cap; i++)
         slots[i] = (struct bpe_symtab_slot){.id = -1};
     for (size_t i = 0; st->slots && i <= st->mask; i++) {
@@ -75,8 +98,14 @@ static int bpe_symtab_grow(struct bpe_symtab *st, size_t cap)
         slots[k] = st->slots[i];
     }
     free(st->slots);
+    free(st->by_id);
     st->slots = slots;
+    st->by_id = by_id;
     st->mask = cap - 1;
+    for (size_t i = 0; i < cap; i++) {
+        if (slots[i].id >= 0)
+            *bpe_symtab_id_slot(st, slots[i].id) = (uint32_t)i + 1;
+    }
     return 0;
 }
 
@@ -97,39 +126,61 @@ int32_t bpe_symtab_get(const struct bpe_symtab *st, const char *s, size_t n)
 {
     if (!st->slots)
         return -1;
-    return bpe_symtab_find(st, s, n, bpe_symtab_hash(s, n))->id;
+    return bpe_symtab_find(st, s, n, bpe_hash_bytes(s, n))->id;
 }
 
-/* Adds s -> id (a repeated symbol takes the new id). */
-static int bpe_symtab_put(struct bpe_symtab *st, const char *s, size_t n, int32_t id)
+/* The symbol that has id, as a slot, or NULL. */
+static const struct bpe_symtab_slot *bpe_symtab_by_id(const struct bpe_symtab *st, int32_t id)
 {
+    uint32_t e = st->slots ? *bpe_symtab_id_slot(st, id) : 0;
+    return e ? &st->slots[e - 1] : NULL;
+}
+
+/* Adds s -> id; neither s nor id may be there already (ERR_FORMAT, naming
+ * both symbols, with path). */
+static int bpe_symtab_put(struct bpe_symtab *st, const char *s, size_t n, int32_t id,
+                          const char *path)
+{
+    const struct bpe_symtab_slot *same = bpe_symtab_by_id(st, id);
+    if (same) {
+        char q1[96], q2[96];
+        return err_set(ERR_FORMAT,
+                       "%s: symbols %s and %s both have id %d; expected one symbol per id", path,
+                       bpe_quote(st->text + same->off, same->len, q1, sizeof(q1)),
+                       bpe_quote(s, n, q2, sizeof(q2)), id);
+    }
     if ((st->n + 1) * 2 > (st->slots ? st->mask + 1 : 0)) {
         int rc = bpe_symtab_grow(st, st->slots ? 2 * (st->mask + 1) : 1024);
         if (rc < 0)
             return rc;
     }
-    uint32_t h = bpe_symtab_hash(s, n);
+    uint32_t h = bpe_hash_bytes(s, n);
     struct bpe_symtab_slot *sl = bpe_symtab_find(st, s, n, h);
-    if (sl->id < 0) {
-        if (st->text_cap - st->text_len < n) {
-            size_t cap = st->text_cap ? st->text_cap : 1 << 16;
-            while (cap - st->text_len < n)
-                cap *= 2;
-            if (cap > UINT32_MAX)
-                return err_set(ERR_FORMAT, "the vocabulary spells more than 4 GiB of symbols");
-            char *text = realloc(st->text, cap);
-            if (!text)
-                return err_set(ERR_NOMEM, "out of memory for the vocabulary's symbols");
-            st->text = text;
-            st->text_cap = cap;
-        }
-        memcpy(st->text + st->text_len, s, n);
-        *sl =
-            (struct bpe_symtab_slot){.off = (uint32_t)st->text_len, .len = (uint32_t)n, .hash = h};
-        st->text_len += n;
-        st->n++;
+    if (sl->id >= 0) {
+        char q[96];
+        return err_set(ERR_FORMAT, "%s: symbol %s appears twice; expected each once", path,
+                       bpe_quote(s, n, q, sizeof(q)));
     }
+    /* Allocated even for an empty first symbol: text is never NULL once
+     * a symbol is in, so memcpy and memcmp never see a null pointer. */
+    if (!st->text || st->text_cap - st->text_len < n) {
+        size_t cap = st->text_cap ? st->text_cap : 1 << 16;
+        while (cap - st->text_len < n)
+            cap *= 2;
+        if (cap > UINT32_MAX)
+            return err_set(ERR_FORMAT, "the vocabulary spells more than 4 GiB of symbols");
+        char *text = realloc(st->text, cap);
+        if (!text)
+            return err_set(ERR_NOMEM, "out of memory for the vocabulary's symbols");
+        st->text = text;
+        st->text_cap = cap;
+    }
+    memcpy(st->text + st->text_len, s, n);
+    *sl = (struct bpe_symtab_slot){.off = (uint32_t)st->text_len, .len = (uint32_t)n, .hash = h};
+    st->text_len += n;
+    st->n++;
     sl->id = id;
+    *bpe_symtab_id_slot(st, id) = (uint32_t)(sl - st->slots) + 1;
     if (id >= st->n_ids)
         st->n_ids = id + 1;
     return 0;
@@ -164,7 +215,7 @@ int bpe_symtab_from_json(struct bpe_symtab *st, json_t *vocab, const char *path)
             return err_set(ERR_FORMAT, "%s: symbol %s: expected an integer id in [0, %d)", path,
                            bpe_quote(key, strlen(key), q, sizeof(q)), BPE_MAX_ID);
         }
-        int rc = bpe_symtab_put(st, key, strlen(key), (int32_t)id);
+        int rc = bpe_symtab_put(st, key, strlen(key), (int32_t)id, path);
         if (rc < 0)
             return rc;
     }
@@ -197,34 +248,25 @@ static size_t bpe_symbol_bytes(const char *sym, size_t n, unsigned char *out)
     return o;
 }
 
-/* The added token that owns id, or NULL. */
-static const struct bpe_added *bpe_added_by_id(const struct bpe *t, int32_t id)
-{
-    for (size_t i = 0; i < t->n_added; i++) {
-        if (t->added[i].id == id)
-            return &t->added[i];
-    }
-    return NULL;
-}
-
 int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids,
                     const char *vocab_name)
 {
     int rc = 0;
     unsigned char *scratch = NULL;
-    bool *is_added = NULL;
+    uint32_t *added_of = NULL; /* (n_ids) id -> index in t->added + 1; 0: not added */
 
     t->n_vocab = n_ids;
     t->tok_off = calloc((size_t)n_ids + 1, sizeof(*t->tok_off));
     t->tok_flags = calloc((size_t)n_ids, sizeof(*t->tok_flags));
-    is_added = calloc((size_t)n_ids, sizeof(*is_added));
-    if (!t->tok_off || !t->tok_flags || !is_added)
+    added_of = calloc((size_t)n_ids, sizeof(*added_of));
+    if (!t->tok_off || !t->tok_flags || !added_of)
         goto nomem;
-    for (size_t i = 0; i < t->n_added; i++)
-        is_added[t->added[i].id] = true;
+    for (size_t i = 0; i < t->n_added; i++) {
+        assert(!added_of[t->added[i].id]); /* bpe_special_load refuses a shared id */
+        added_of[t->added[i].id] = (uint32_t)i + 1;
+    }
 
-    /* Pass 1: each id's length (in tok_off[id + 1]). An id that two symbols
-     * share takes the one met last, in both passes. */
+    /* Pass 1: each id's length (in tok_off[id + 1]). */
     size_t longest = 0, total = vocab->text_len;
     for (size_t i = 0; i <= vocab->mask; i++) {
         if (vocab->slots[i].id >= 0 && vocab->slots[i].len > longest)
@@ -246,14 +288,16 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
         if (sl->id < 0)
             continue;
         t->tok_flags[sl->id] = BPE_TOK_PRESENT;
-        if (!is_added[sl->id])
+        if (!added_of[sl->id])
             t->tok_off[sl->id + 1] =
                 (uint32_t)bpe_symbol_bytes(vocab->text + sl->off, sl->len, scratch);
     }
-    for (size_t i = 0; i < t->n_added; i++) {
-        const struct bpe_added *a = &t->added[i];
-        t->tok_off[a->id + 1] = (uint32_t)a->len;
-        t->tok_flags[a->id] = BPE_TOK_PRESENT | (a->special ? BPE_TOK_SPECIAL : 0);
+    for (int32_t id = 0; id < n_ids; id++) {
+        if (!added_of[id])
+            continue;
+        const struct bpe_added *a = &t->added[added_of[id] - 1];
+        t->tok_off[id + 1] = (uint32_t)a->len;
+        t->tok_flags[id] = BPE_TOK_PRESENT | (a->special ? BPE_TOK_SPECIAL : 0);
     }
     for (int32_t id = 0; id < n_ids; id++) {
         size_t len = t->tok_off[id + 1];
@@ -264,13 +308,13 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
     /* Pass 2: the bytes. */
     for (size_t i = 0; i <= vocab->mask; i++) {
         const struct bpe_symtab_slot *sl = &vocab->slots[i];
-        if (sl->id >= 0 && !is_added[sl->id])
+        if (sl->id >= 0 && !added_of[sl->id])
             bpe_symbol_bytes(vocab->text + sl->off, sl->len, t->tok_bytes + t->tok_off[sl->id]);
     }
     for (int32_t id = 0; id < n_ids; id++) {
-        const struct bpe_added *a = is_added[id] ? bpe_added_by_id(t, id) : NULL;
-        if (a)
-            memcpy(t->tok_bytes + t->tok_off[id], a->content, a->len);
+        if (added_of[id])
+            memcpy(t->tok_bytes + t->tok_off[id], t->added[added_of[id] - 1].content,
+                   t->added[added_of[id] - 1].len);
     }
 
     /* The single-byte tokens every word starts from. */
@@ -292,6 +336,6 @@ nomem:
     rc = err_set(ERR_NOMEM, "%s: out of memory for a vocabulary of %d ids", vocab_name, n_ids);
 out:
     free(scratch);
-    free(is_added);
+    free(added_of);
     return rc;
 }
