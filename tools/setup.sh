@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-pkgs="build-essential cmake pkg-config libopenblas-dev libpcre2-dev libjansson-dev"
+pkgs="build-essential cmake pkg-config libopenblas-dev libpcre2-dev libjansson-dev clang"
 if ! dpkg -s $pkgs >/dev/null 2>&1; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $pkgs >/dev/null
