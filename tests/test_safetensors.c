@@ -336,6 +336,46 @@ static void test_sharded(void)
     EXPECT_FAIL(tmp_path("nothing/missing.safetensors"), ERR_NOT_FOUND, "missing.safetensors");
 }
 
+/* ---- files that are not regular files ------------------------------------------------ */
+
+/* A FIFO, directory or device where a checkpoint file belongs is refused by type before
+ * anything is read: opening a FIFO without a writer would otherwise block forever, so an
+ * alarm turns a hang into a failed test. */
+static void test_not_regular(void)
+{
+    alarm(30);
+    const char *d = tmp_path("nr");
+    CHECK(mkdir(d, 0700) == 0);
+
+    /* the single file, found through the directory or named */
+    const char *single = tmp_path("nr/model.safetensors");
+    CHECK(mkfifo(single, 0600) == 0);
+    EXPECT_FAIL(d, ERR_IO, single, "is a FIFO, expected a regular file");
+    EXPECT_FAIL(single, ERR_IO, single, "is a FIFO, expected a regular file");
+    EXPECT_FAIL("/dev/zero", ERR_IO, "/dev/zero", "is a character device, expected a regular");
+    CHECK(unlink(single) == 0 && mkdir(single, 0700) == 0);
+    EXPECT_FAIL(d, ERR_IO, single, "is a directory, expected a regular file");
+
+    /* the index, found through the directory or named */
+    const char *index = tmp_path("nr/model.safetensors.index.json");
+    CHECK(mkfifo(index, 0600) == 0);
+    EXPECT_FAIL(d, ERR_IO, index, "is a FIFO, expected a regular file");
+    EXPECT_FAIL(index, ERR_IO, index, "is a FIFO, expected a regular file");
+    CHECK(unlink(index) == 0 && mkdir(index, 0700) == 0);
+    EXPECT_FAIL(d, ERR_IO, index, "is a directory, expected a regular file");
+
+    /* a shard the index names */
+    const char *sd = tmp_path("nrs");
+    CHECK(mkdir(sd, 0700) == 0);
+    const char *sidx = tmp_path("nrs/model.safetensors.index.json");
+    const char *map = "{\"weight_map\":{\"x\":\"" S1 "\"}}";
+    write_bytes(sidx, map, strlen(map));
+    CHECK(mkfifo(tmp_path("nrs/" S1), 0600) == 0);
+    EXPECT_FAIL(sd, ERR_IO, tmp_path("nrs/" S1), "is a FIFO, expected a regular file",
+                "shard of");
+    alarm(0);
+}
+
 /* ---- corrupt single files ---------------------------------------------------------- */
 
 static void test_corrupt(void)
@@ -625,6 +665,7 @@ int main(void)
     }
     test_round_trip();
     test_sharded();
+    test_not_regular();
     test_corrupt();
     test_fuzz();
     test_writer_errors();

@@ -55,6 +55,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 
 _Static_assert(SIZE_MAX >= UINT64_MAX, "offsets and shapes are read as 64-bit sizes");
 
@@ -125,34 +126,25 @@ static int dtype_from_st(const char *s, enum dtype *out)
 
 static int file_map(const char *path, struct st_file *f)
 {
-    int rc = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return open_err(path, "open");
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        rc = open_err(path, "stat");
-        goto out;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        rc = file_err(path, ERR_IO, "not a regular file");
-        goto out;
-    }
-    if (sb.st_size < 8) {
+    int fd;
+    size_t size;
+    int rc = fs_open_regular(path, &fd, &size);
+    if (rc)
+        return rc;
+    if (size < 8) {
         rc = file_err(path, ERR_FORMAT,
-                      "file is %lld bytes, too short for the 8-byte header length "
+                      "file is %zu bytes, too short for the 8-byte header length "
                       "(empty or truncated)",
-                      (long long)sb.st_size);
+                      size);
         goto out;
     }
-    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
-        rc = file_err(path, ERR_IO, "cannot map %lld bytes: %s", (long long)sb.st_size,
-                      strerror(errno));
+        rc = file_err(path, ERR_IO, "cannot map %zu bytes: %s", size, strerror(errno));
         goto out;
     }
     f->map = map;
-    f->size = (size_t)sb.st_size;
+    f->size = size;
 out:
     close(fd);
     return rc;
@@ -508,27 +500,33 @@ static int shard_name_check(const char *index_path, const char *tensor, const ch
 
 static int index_load(const char *path, json_t **out)
 {
-    int rc = 0;
-    FILE *fp = fopen(path, "rbe");
-    if (!fp)
-        return open_err(path, "open");
-    struct stat sb;
-    if (fstat(fileno(fp), &sb) != 0) {
-        rc = open_err(path, "stat");
-        goto out;
-    }
-    if (!S_ISREG(sb.st_mode) || sb.st_size > (off_t)ST_INDEX_MAX) {
-        rc = file_err(path, ERR_FORMAT, "index is not a regular file of at most %u bytes",
+    int fd;
+    size_t size;
+    int rc = fs_open_regular(path, &fd, &size);
+    if (rc)
+        return rc;
+    FILE *fp = NULL;
+    if (size > ST_INDEX_MAX) {
+        rc = file_err(path, ERR_FORMAT, "index is %zu bytes, expected at most %u", size,
                       ST_INDEX_MAX);
         goto out;
     }
+    fp = fdopen(fd, "rb");
+    if (!fp) {
+        rc = file_err(path, ERR_IO, "cannot read: %s", strerror(errno));
+        goto out;
+    }
+    fd = -1; /* fp owns it */
     json_error_t jerr;
     *out = json_loadf(fp, JSON_REJECT_DUPLICATES, &jerr);
     if (!*out)
         rc = file_err(path, ERR_FORMAT, "index is not valid JSON: %s (line %d, column %d)",
                       jerr.text, jerr.line, jerr.column);
 out:
-    fclose(fp);
+    if (fp)
+        fclose(fp);
+    if (fd >= 0)
+        close(fd);
     return rc;
 }
 
@@ -635,10 +633,17 @@ out:
     return rc;
 }
 
-static int is_regular(const char *path)
+/* Whether path exists: 1 if so, 0 if not, an error when it exists but is not a
+ * regular file (a FIFO or directory named like a checkpoint file is a mistake to
+ * report, not a reason to look elsewhere). */
+static int probe_regular(const char *path)
 {
     struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+    if (stat(path, &sb) != 0)
+        return 0;
+    if (!S_ISREG(sb.st_mode))
+        return file_err(path, ERR_IO, "is %s, expected a regular file", fs_kind_name(sb.st_mode));
+    return 1;
 }
 
 static int has_suffix(const char *s, const char *suffix)
@@ -678,14 +683,20 @@ int st_open(const char *path, struct st_checkpoint **out)
             rc = err_set(ERR_NOMEM, "out of memory opening %s", path);
             goto fail;
         }
-        if (!is_regular(sub)) {
+        rc = probe_regular(sub);
+        if (rc < 0)
+            goto fail;
+        if (rc == 0) {
             free(sub);
             if (asprintf(&sub, "%s/%s", path, ST_SINGLE_NAME) < 0) {
                 sub = NULL;
                 rc = err_set(ERR_NOMEM, "out of memory opening %s", path);
                 goto fail;
             }
-            if (!is_regular(sub)) {
+            rc = probe_regular(sub);
+            if (rc < 0)
+                goto fail;
+            if (rc == 0) {
                 rc = file_err(path, ERR_NOT_FOUND,
                               "no checkpoint in this directory (looked for " ST_INDEX_NAME
                               " and " ST_SINGLE_NAME ")");
