@@ -258,6 +258,25 @@ int main(void)
     snprintf(cmd, sizeof(cmd), "printf 'A photo of a cat' | %s tokenize --model %s/mt", BIN, tmp);
     CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strcmp(out, "2 250 1345 9 10 4758\n") == 0);
 
+    /* tokenize reads at most 16 MiB of stdin, says so in --help, and refuses more with one
+     * line before tokenizing any of it */
+    snprintf(cmd, sizeof(cmd), "%s tokenize --help", BIN);
+    CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strstr(out, "at most 16 MiB"));
+    snprintf(path, sizeof(path), "%s/big.txt", tmp);
+    FILE *big = fopen(path, "wb");
+    CHECK_MSG(big != NULL, "cannot write %s", path);
+    if (big) {
+        char line[4096];
+        memset(line, 'a', sizeof(line));
+        for (size_t i = 0; i < ((size_t)16 << 20) / sizeof(line); i++)
+            fwrite(line, 1, sizeof(line), big);
+        fputc('a', big);
+        CHECK(fclose(big) == 0);
+    }
+    snprintf(cmd, sizeof(cmd), "%s tokenize --model %s/mt <%s", BIN, tmp, path);
+    expect_fail(cmd, 1, "stdin holds more than 16777216 bytes of text (expected at most");
+    CHECK(unlink(path) == 0);
+
     /* a write error on stdout fails the command, whichever prints */
     struct stat full;
     CHECK_MSG(stat("/dev/full", &full) == 0 && S_ISCHR(full.st_mode), "no /dev/full to test with");
