@@ -376,6 +376,56 @@ static void test_not_regular(void)
     alarm(0);
 }
 
+/* ---- bounded headers and indexes ---------------------------------------------------- */
+
+/* A header or weight_map of n empty tensors (malloc'd); index: the weight_map of an
+ * index naming shard S1 for each. */
+static char *many_tensors(size_t n, int index, int metadata)
+{
+    size_t cap = 64 + n * 80, at = 0;
+    char *j = malloc(cap);
+    at += (size_t)snprintf(j + at, cap - at, "{%s%s", index ? "\"weight_map\":{" : "",
+                           metadata ? "\"__metadata__\":{\"format\":\"pt\"}," : "");
+    for (size_t i = 0; i < n; i++)
+        at += (size_t)snprintf(j + at, cap - at,
+                               index ? "%s\"t%zu\":\"" S1 "\""
+                                     : "%s\"t%zu\":{\"dtype\":\"F32\",\"shape\":[0],"
+                                       "\"data_offsets\":[0,0]}",
+                               i ? "," : "", i);
+    snprintf(j + at, cap - at, index ? "}}" : "}");
+    return j;
+}
+
+/* At most ST_MAX_TENSORS tensors in a file or an index, counted before the JSON is parsed
+ * (a 100 MB header of empty tensors would otherwise cost gigabytes). */
+static void test_limits(void)
+{
+    const char *p = tmp_path("limit.safetensors");
+    char *j = many_tensors(ST_MAX_TENSORS, 0, 1);
+    write_st(p, j, 0);
+    free(j);
+    struct st_checkpoint *ck = NULL;
+    CHECK_MSG(st_open(p, &ck) == 0, "%s", err_msg());
+    CHECK(ck && st_count(ck) == ST_MAX_TENSORS);
+    st_close(ck);
+
+    j = many_tensors(ST_MAX_TENSORS + 1, 0, 0); /* caught once parsed */
+    write_st(p, j, 0);
+    free(j);
+    EXPECT_FAIL(p, ERR_UNSUPPORTED, p, "header lists more than 65536 tensors",
+                "expected at most 65536");
+    j = many_tensors(4 * ST_MAX_TENSORS, 0, 1); /* caught before */
+    write_st(p, j, 0);
+    free(j);
+    EXPECT_FAIL(p, ERR_UNSUPPORTED, p, "header lists more than 65536 tensors");
+
+    const char *ip = tmp_path("limit.index.json");
+    j = many_tensors(ST_MAX_TENSORS + 1, 1, 0);
+    write_bytes(ip, j, strlen(j));
+    free(j);
+    EXPECT_FAIL(ip, ERR_UNSUPPORTED, ip, "index lists more than 65536 tensors");
+}
+
 /* ---- corrupt single files ---------------------------------------------------------- */
 
 static void test_corrupt(void)
@@ -666,6 +716,7 @@ int main(void)
     test_round_trip();
     test_sharded();
     test_not_regular();
+    test_limits();
     test_corrupt();
     test_fuzz();
     test_writer_errors();

@@ -20,8 +20,10 @@
  *                 little-endian elements, end - begin == product(shape) * dtype size
  *
  * Rules we enforce, so that a truncated, corrupt or hostile file is an error and never an
- * out-of-bounds read: 2 <= N <= 100 MB and N <= file size - 8; the JSON is an object
- * without duplicate keys; sorted by begin, the tensors tile the data section exactly
+ * out-of-bounds read: 2 <= N <= 100 MB (the reference implementation's limit) and
+ * N <= file size - 8; the JSON object has at most ST_MAX_TENSORS (65536) members, counted
+ * before it is parsed, so that a 100 MB header of a million empty tensors costs a scan
+ * and not gigabytes of parse trees; it has no duplicate keys; sorted by begin, the tensors tile the data section exactly
  * (the first begins at 0, each begins where the previous ended, the last ends at the end
  * of the file). Tensors with zero elements are allowed (begin == end).
  *
@@ -35,6 +37,10 @@
  *
  * with the shards beside the index. Every tensor listed must be in its shard, and every
  * tensor of a shard must be listed under that shard. Shard names are plain file names.
+ * The index is a regular file of at most 100 MB whose "weight_map" and "metadata" have at
+ * most ST_MAX_TENSORS members together (counted before parsing); a checkpoint holds at
+ * most ST_MAX_TENSORS tensors in all. Every file (the index, each shard) must be a regular
+ * file: a FIFO, directory or device in its place is refused by type before it is read.
  *
  * The files are mapped read-only and private; descriptors are closed after mapping. If
  * another process truncates a file while it is mapped, touching the lost pages raises
@@ -120,6 +126,40 @@ static int dtype_from_st(const char *s, enum dtype *out)
     else
         return ERR_UNSUPPORTED;
     return 0;
+}
+
+/* Counts the members of the JSON objects nesting `depth` deep in text (1: the top-level
+ * object's members), stopping once the count passes max. A scan of the bytes, not a
+ * parse: malformed JSON gives some count and is rejected by the parser afterwards. */
+static size_t json_members_at(const char *text, size_t len, int depth, size_t max)
+{
+    size_t n = 0;
+    int d = 0, in_str = 0;
+    for (size_t i = 0; i < len && n <= max; i++) {
+        char c = text[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = 0;
+        } else if (c == '"') {
+            in_str = 1;
+        } else if (c == '{' || c == '[') {
+            d++;
+        } else if (c == '}' || c == ']') {
+            d--;
+        } else if (c == ':' && d == depth) {
+            n++;
+        }
+    }
+    return n;
+}
+
+static int tensors_max_err(const char *path)
+{
+    return file_err(path, ERR_UNSUPPORTED,
+                    "header lists more than %d tensors (expected at most %d in one file)",
+                    ST_MAX_TENSORS, ST_MAX_TENSORS);
 }
 
 /* ---- one file ---------------------------------------------------------------------- */
@@ -342,6 +382,13 @@ static int file_load(const char *path, struct st_file *f, struct st_tensor **out
         goto fail;
     }
 
+    /* + 1: __metadata__; the exact count is checked once parsed */
+    if (json_members_at((const char *)f->map + 8, (size_t)hlen, 1, ST_MAX_TENSORS + 1) >
+        ST_MAX_TENSORS + 1) {
+        rc = tensors_max_err(path);
+        goto fail;
+    }
+
     /* Parse a NUL-terminated copy, so nothing in the parser can run past the header. */
     hdr = malloc((size_t)hlen + 1);
     if (!hdr) {
@@ -370,6 +417,10 @@ static int file_load(const char *path, struct st_file *f, struct st_tensor **out
     json_object_foreach(root, key, val) {
         if (strcmp(key, "__metadata__") != 0)
             names_len += strlen(key) + 1;
+    }
+    if (nkeys - (json_object_get(root, "__metadata__") != NULL) > ST_MAX_TENSORS) {
+        rc = tensors_max_err(path);
+        goto fail;
     }
     ts = calloc(nkeys ? nkeys : 1, sizeof(*ts));
     f->names = malloc(names_len ? names_len : 1);
@@ -462,6 +513,14 @@ static int checkpoint_add_file(struct st_checkpoint *ck, const char *path, size_
     int rc = file_load(path, &f, &ts, &n);
     if (rc)
         return rc;
+    if (n > ST_MAX_TENSORS - ck->ntensors) {
+        free(ts);
+        file_unmap(&f);
+        return file_err(path, ERR_UNSUPPORTED,
+                        "checkpoint holds more than %d tensors with this shard (expected at "
+                        "most %d in all)",
+                        ST_MAX_TENSORS, ST_MAX_TENSORS);
+    }
     struct st_file *files = realloc(ck->files, (ck->nfiles + 1) * sizeof(*files));
     if (!files)
         goto nomem;
@@ -502,31 +561,49 @@ static int index_load(const char *path, json_t **out)
 {
     int fd;
     size_t size;
+    char *text = NULL;
     int rc = fs_open_regular(path, &fd, &size);
     if (rc)
         return rc;
-    FILE *fp = NULL;
     if (size > ST_INDEX_MAX) {
-        rc = file_err(path, ERR_FORMAT, "index is %zu bytes, expected at most %u", size,
+        rc = file_err(path, ERR_UNSUPPORTED, "index is %zu bytes, expected at most %u", size,
                       ST_INDEX_MAX);
         goto out;
     }
-    fp = fdopen(fd, "rb");
-    if (!fp) {
-        rc = file_err(path, ERR_IO, "cannot read: %s", strerror(errno));
+    text = malloc(size ? size : 1);
+    if (!text) {
+        rc = file_err(path, ERR_NOMEM, "out of memory for a %zu-byte index", size);
         goto out;
     }
-    fd = -1; /* fp owns it */
+    size_t got = 0;
+    while (got < size) {
+        ssize_t r = read(fd, text + got, size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = file_err(path, ERR_IO, "cannot read: %s", strerror(errno));
+            goto out;
+        }
+        if (r == 0)
+            break; /* shrank while read: parse what is there */
+        got += (size_t)r;
+    }
+    /* weight_map and metadata members, counted before the parse that costs ~1 kB each */
+    if (json_members_at(text, got, 2, ST_MAX_TENSORS) > ST_MAX_TENSORS) {
+        rc = file_err(path, ERR_UNSUPPORTED,
+                      "index lists more than %d tensors and metadata entries (expected at "
+                      "most %d)",
+                      ST_MAX_TENSORS, ST_MAX_TENSORS);
+        goto out;
+    }
     json_error_t jerr;
-    *out = json_loadf(fp, JSON_REJECT_DUPLICATES, &jerr);
+    *out = json_loadb(text, got, JSON_REJECT_DUPLICATES, &jerr);
     if (!*out)
         rc = file_err(path, ERR_FORMAT, "index is not valid JSON: %s (line %d, column %d)",
                       jerr.text, jerr.line, jerr.column);
 out:
-    if (fp)
-        fclose(fp);
-    if (fd >= 0)
-        close(fd);
+    free(text);
+    close(fd);
     return rc;
 }
 
