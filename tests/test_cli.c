@@ -240,7 +240,17 @@ int main(void)
     CHECK_MSG(run(cmd, NULL, 0, err, sizeof(err)) == 0, "%s: %s", cmd, err);
     snprintf(cmd, sizeof(cmd), "%s inspect --model %s/m", BIN, tmp);
     CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strstr(out, "BF16") &&
-          strstr(out, "layer 0"));
+          strstr(out, "layer 0") && strstr(out, "weights          match config.json"));
+    /* inspect runs the loader's shape checks: a checkpoint that forward refuses is reported */
+    snprintf(cmd, sizeof(cmd),
+             "cp -r %s/m %s/mbad && sed -i 's/\"ffn_dim\": 3072/\"ffn_dim\": 1024/' "
+             "%s/mbad/config.json",
+             tmp, tmp, tmp);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof(cmd), "%s inspect --model %s/mbad", BIN, tmp);
+    expect_fail(cmd, 1, "fc1.weight has shape [3072, 768], expected [1024, 768]");
+    snprintf(cmd, sizeof(cmd), "rm -rf %s/mbad", tmp);
+    CHECK(system(cmd) == 0);
     snprintf(cmd, sizeof(cmd), "printf 'hi\\n' | %s tokenize --model %s/m", BIN, tmp);
     CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strcmp(out, "2 108 109 14\n") == 0);
     snprintf(cmd, sizeof(cmd), "printf 'hi' | %s tokenize --model %s/m --no-bos", BIN, tmp);
