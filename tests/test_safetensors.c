@@ -371,8 +371,7 @@ static void test_not_regular(void)
     const char *map = "{\"weight_map\":{\"x\":\"" S1 "\"}}";
     write_bytes(sidx, map, strlen(map));
     CHECK(mkfifo(tmp_path("nrs/" S1), 0600) == 0);
-    EXPECT_FAIL(sd, ERR_IO, tmp_path("nrs/" S1), "is a FIFO, expected a regular file",
-                "shard of");
+    EXPECT_FAIL(sd, ERR_IO, tmp_path("nrs/" S1), "is a FIFO, expected a regular file", "shard of");
     alarm(0);
 }
 

@@ -10,10 +10,7 @@
 /* The most text tokenize reads: the tokenizer holds the whole input and works
  * on it at about 35 bytes of memory per input byte, so 16 MiB of text costs
  * about 600 MB and seconds of work; more is refused, not read. */
-#define TOKENIZE_MAX_MIB 16
-#define TOKENIZE_MAX_BYTES ((size_t)TOKENIZE_MAX_MIB << 20)
-#define STR_(x) #x
-#define STR(x) STR_(x)
+#define TOKENIZE_MAX_BYTES ((size_t)16 << 20) /* --help says "16 MiB" */
 
 /* Reads all of stdin, at most max bytes, into a malloc'd buffer. */
 static int read_stdin(size_t max, char **out, size_t *len)
@@ -63,7 +60,7 @@ int cmd_tokenize(int argc, char **argv)
     };
     int rc = args_parse("tokenize",
                         "Reads UTF-8 text on stdin (all of it, newlines included, at most "
-                        STR(TOKENIZE_MAX_MIB) " MiB) and prints its token ids on one line, separated by single "
+                        "16 MiB) and prints its token ids on one line, separated by single "
                         "spaces.",
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)

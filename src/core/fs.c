@@ -51,8 +51,7 @@ int fs_open_regular(const char *path, int *fd_out, size_t *size_out)
         goto fail;
     }
     if (!S_ISREG(sb.st_mode)) {
-        rc = err_set(ERR_IO, "%s: is %s, expected a regular file", path,
-                     fs_kind_name(sb.st_mode));
+        rc = err_set(ERR_IO, "%s: is %s, expected a regular file", path, fs_kind_name(sb.st_mode));
         goto fail;
     }
     int flags = fcntl(fd, F_GETFL);

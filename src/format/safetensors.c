@@ -21,11 +21,12 @@
  *
  * Rules we enforce, so that a truncated, corrupt or hostile file is an error and never an
  * out-of-bounds read: 2 <= N <= 100 MB (the reference implementation's limit) and
- * N <= file size - 8; the JSON object has at most ST_MAX_TENSORS (65536) members, counted
+ * N <= file size - 8; the JSON object has at most ST_MAX_TENSORS (65536) tensors, counted
  * before it is parsed, so that a 100 MB header of a million empty tensors costs a scan
- * and not gigabytes of parse trees; it has no duplicate keys; sorted by begin, the tensors tile the data section exactly
- * (the first begins at 0, each begins where the previous ended, the last ends at the end
- * of the file). Tensors with zero elements are allowed (begin == end).
+ * and not gigabytes of parse trees; it has no duplicate keys; sorted by begin, the
+ * tensors tile the data section exactly (the first begins at 0, each begins where the
+ * previous ended, the last ends at the end of the file). Tensors with zero elements are
+ * allowed (begin == end).
  *
  * Alignment: a tensor's data is aligned to its element size only if the writer padded
  * the header (ours and the official ones do; others may not). Readers must not cast
