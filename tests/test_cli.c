@@ -240,7 +240,17 @@ int main(void)
     CHECK_MSG(run(cmd, NULL, 0, err, sizeof(err)) == 0, "%s: %s", cmd, err);
     snprintf(cmd, sizeof(cmd), "%s inspect --model %s/m", BIN, tmp);
     CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strstr(out, "BF16") &&
-          strstr(out, "layer 0"));
+          strstr(out, "layer 0") && strstr(out, "weights          match config.json"));
+    /* inspect runs the loader's shape checks: a checkpoint that forward refuses is reported */
+    snprintf(cmd, sizeof(cmd),
+             "cp -r %s/m %s/mbad && sed -i 's/\"ffn_dim\": 3072/\"ffn_dim\": 1024/' "
+             "%s/mbad/config.json",
+             tmp, tmp, tmp);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof(cmd), "%s inspect --model %s/mbad", BIN, tmp);
+    expect_fail(cmd, 1, "fc1.weight has shape [3072, 768], expected [1024, 768]");
+    snprintf(cmd, sizeof(cmd), "rm -rf %s/mbad", tmp);
+    CHECK(system(cmd) == 0);
     snprintf(cmd, sizeof(cmd), "printf 'hi\\n' | %s tokenize --model %s/m", BIN, tmp);
     CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strcmp(out, "2 108 109 14\n") == 0);
     snprintf(cmd, sizeof(cmd), "printf 'hi' | %s tokenize --model %s/m --no-bos", BIN, tmp);
@@ -257,6 +267,25 @@ int main(void)
     CHECK_MSG(run(cmd, NULL, 0, err, sizeof(err)) == 0, "%s: %s", cmd, err);
     snprintf(cmd, sizeof(cmd), "printf 'A photo of a cat' | %s tokenize --model %s/mt", BIN, tmp);
     CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strcmp(out, "2 250 1345 9 10 4758\n") == 0);
+
+    /* tokenize reads at most 16 MiB of stdin, says so in --help, and refuses more with one
+     * line before tokenizing any of it */
+    snprintf(cmd, sizeof(cmd), "%s tokenize --help", BIN);
+    CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strstr(out, "at most 16 MiB"));
+    snprintf(path, sizeof(path), "%s/big.txt", tmp);
+    FILE *big = fopen(path, "wb");
+    CHECK_MSG(big != NULL, "cannot write %s", path);
+    if (big) {
+        char line[4096];
+        memset(line, 'a', sizeof(line));
+        for (size_t i = 0; i < ((size_t)16 << 20) / sizeof(line); i++)
+            fwrite(line, 1, sizeof(line), big);
+        fputc('a', big);
+        CHECK(fclose(big) == 0);
+    }
+    snprintf(cmd, sizeof(cmd), "%s tokenize --model %s/mt <%s", BIN, tmp, path);
+    expect_fail(cmd, 1, "stdin holds more than 16777216 bytes of text (expected at most");
+    CHECK(unlink(path) == 0);
 
     /* a write error on stdout fails the command, whichever prints */
     struct stat full;

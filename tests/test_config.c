@@ -1,6 +1,10 @@
 /* config.json: defaults, every computation-changing field, and one specific
  * error for each kind of bad input. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "format/opt_config.h"
@@ -73,5 +77,26 @@ int main(void)
     /* a missing file names the path */
     CHECK(opt_config_load("/nonexistent/model", &c) == ERR_NOT_FOUND);
     CHECK(strstr(err_msg(), "/nonexistent/model/config.json") != NULL);
+
+    /* config.json that is not a regular file is refused by type before it is read: a
+     * FIFO without a writer would block forever (the alarm turns a hang into a failure) */
+    char dir[] = "/tmp/shardswap_cfg_XXXXXX", path[128];
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    alarm(30);
+    CHECK(mkfifo(path, 0600) == 0);
+    CHECK(opt_config_load(dir, &c) == ERR_IO);
+    CHECK_MSG(strstr(err_msg(), path) && strstr(err_msg(), "is a FIFO, expected a regular file"),
+              "%s", err_msg());
+    CHECK(unlink(path) == 0 && mkdir(path, 0700) == 0);
+    CHECK(opt_config_load(dir, &c) == ERR_IO);
+    CHECK_MSG(strstr(err_msg(), path) &&
+                  strstr(err_msg(), "is a directory, expected a regular file"),
+              "%s", err_msg());
+    alarm(0);
+    CHECK(rmdir(path) == 0 && rmdir(dir) == 0);
     return test_finish();
 }

@@ -4,7 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -153,6 +155,54 @@ static void test_stage_commit(void)
     CHECK(fs_dir_stage(target, small, sizeof(small)) == ERR_INVALID);
 }
 
+/* fs_open_regular opens regular files only, and names whatever else it finds without
+ * reading it or blocking on it (the alarm turns a hang on the FIFO into a failure). */
+static void test_open_regular(void)
+{
+    char path[512];
+    int fd = -1;
+    size_t size = 0;
+    put("r.txt", "hello");
+    snprintf(path, sizeof(path), "%s/r.txt", tmp);
+    CHECK_MSG(fs_open_regular(path, &fd, &size) == 0, "%s", err_msg());
+    char buf[8] = "";
+    CHECK(size == 5 && fd >= 0 && read(fd, buf, sizeof(buf)) == 5 && memcmp(buf, "hello", 5) == 0);
+    if (fd >= 0)
+        close(fd);
+    CHECK(fs_open_regular(path, NULL, NULL) == 0);
+
+    static const struct {
+        const char *rel, *kind;
+    } cases[] = {{"fifo", "is a FIFO"}, {"dir", "is a directory"}, {"sock", "is a socket"}};
+    alarm(30);
+    snprintf(path, sizeof(path), "%s/fifo", tmp);
+    CHECK(mkfifo(path, 0600) == 0);
+    mk("dir");
+    snprintf(path, sizeof(path), "%s/sock", tmp);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    CHECK(strlen(path) < sizeof(sa.sun_path));
+    memcpy(sa.sun_path, path, strlen(path) < sizeof(sa.sun_path) ? strlen(path) : 0);
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(s >= 0 && bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", tmp, cases[i].rel);
+        fd = -1;
+        CHECK(fs_open_regular(path, &fd, &size) == ERR_IO && fd == -1);
+        CHECK_MSG(strstr(err_msg(), path) && strstr(err_msg(), cases[i].kind) &&
+                      strstr(err_msg(), "expected a regular file"),
+                  "%s: %s", cases[i].rel, err_msg());
+    }
+    alarm(0);
+    if (s >= 0)
+        close(s);
+    CHECK(fs_open_regular("/dev/null", NULL, NULL) == ERR_IO);
+    CHECK_MSG(strstr(err_msg(), "/dev/null: is a character device, expected a regular file"), "%s",
+              err_msg());
+    snprintf(path, sizeof(path), "%s/missing", tmp);
+    CHECK(fs_open_regular(path, NULL, NULL) == ERR_NOT_FOUND);
+    CHECK_MSG(strstr(err_msg(), path) && strstr(err_msg(), "No such file"), "%s", err_msg());
+}
+
 int main(void)
 {
     snprintf(tmp, sizeof(tmp), "/tmp/shardswap_fs_XXXXXX");
@@ -162,6 +212,7 @@ int main(void)
     }
     test_tree_remove();
     test_stage_commit();
+    test_open_regular();
     CHECK_MSG(fs_tree_remove(tmp) == 0, "%s", err_msg());
     return test_finish();
 }

@@ -336,6 +336,95 @@ static void test_sharded(void)
     EXPECT_FAIL(tmp_path("nothing/missing.safetensors"), ERR_NOT_FOUND, "missing.safetensors");
 }
 
+/* ---- files that are not regular files ------------------------------------------------ */
+
+/* A FIFO, directory or device where a checkpoint file belongs is refused by type before
+ * anything is read: opening a FIFO without a writer would otherwise block forever, so an
+ * alarm turns a hang into a failed test. */
+static void test_not_regular(void)
+{
+    alarm(30);
+    const char *d = tmp_path("nr");
+    CHECK(mkdir(d, 0700) == 0);
+
+    /* the single file, found through the directory or named */
+    const char *single = tmp_path("nr/model.safetensors");
+    CHECK(mkfifo(single, 0600) == 0);
+    EXPECT_FAIL(d, ERR_IO, single, "is a FIFO, expected a regular file");
+    EXPECT_FAIL(single, ERR_IO, single, "is a FIFO, expected a regular file");
+    EXPECT_FAIL("/dev/zero", ERR_IO, "/dev/zero", "is a character device, expected a regular");
+    CHECK(unlink(single) == 0 && mkdir(single, 0700) == 0);
+    EXPECT_FAIL(d, ERR_IO, single, "is a directory, expected a regular file");
+
+    /* the index, found through the directory or named */
+    const char *index = tmp_path("nr/model.safetensors.index.json");
+    CHECK(mkfifo(index, 0600) == 0);
+    EXPECT_FAIL(d, ERR_IO, index, "is a FIFO, expected a regular file");
+    EXPECT_FAIL(index, ERR_IO, index, "is a FIFO, expected a regular file");
+    CHECK(unlink(index) == 0 && mkdir(index, 0700) == 0);
+    EXPECT_FAIL(d, ERR_IO, index, "is a directory, expected a regular file");
+
+    /* a shard the index names */
+    const char *sd = tmp_path("nrs");
+    CHECK(mkdir(sd, 0700) == 0);
+    const char *sidx = tmp_path("nrs/model.safetensors.index.json");
+    const char *map = "{\"weight_map\":{\"x\":\"" S1 "\"}}";
+    write_bytes(sidx, map, strlen(map));
+    CHECK(mkfifo(tmp_path("nrs/" S1), 0600) == 0);
+    EXPECT_FAIL(sd, ERR_IO, tmp_path("nrs/" S1), "is a FIFO, expected a regular file", "shard of");
+    alarm(0);
+}
+
+/* ---- bounded headers and indexes ---------------------------------------------------- */
+
+/* A header or weight_map of n empty tensors (malloc'd); index: the weight_map of an
+ * index naming shard S1 for each. */
+static char *many_tensors(size_t n, int index, int metadata)
+{
+    size_t cap = 64 + n * 80, at = 0;
+    char *j = malloc(cap);
+    at += (size_t)snprintf(j + at, cap - at, "{%s%s", index ? "\"weight_map\":{" : "",
+                           metadata ? "\"__metadata__\":{\"format\":\"pt\"}," : "");
+    for (size_t i = 0; i < n; i++)
+        at += (size_t)snprintf(j + at, cap - at,
+                               index ? "%s\"t%zu\":\"" S1 "\""
+                                     : "%s\"t%zu\":{\"dtype\":\"F32\",\"shape\":[0],"
+                                       "\"data_offsets\":[0,0]}",
+                               i ? "," : "", i);
+    snprintf(j + at, cap - at, index ? "}}" : "}");
+    return j;
+}
+
+/* At most ST_MAX_TENSORS tensors in a file or an index, counted before the JSON is parsed
+ * (a 100 MB header of empty tensors would otherwise cost gigabytes). */
+static void test_limits(void)
+{
+    const char *p = tmp_path("limit.safetensors");
+    char *j = many_tensors(ST_MAX_TENSORS, 0, 1);
+    write_st(p, j, 0);
+    free(j);
+    struct st_checkpoint *ck = NULL;
+    CHECK_MSG(st_open(p, &ck) == 0, "%s", err_msg());
+    CHECK(ck && st_count(ck) == ST_MAX_TENSORS);
+    st_close(ck);
+
+    j = many_tensors(ST_MAX_TENSORS + 1, 0, 0); /* caught once parsed */
+    write_st(p, j, 0);
+    free(j);
+    EXPECT_FAIL(p, ERR_UNSUPPORTED, p, "header lists more than 65536 tensors",
+                "expected at most 65536");
+    j = many_tensors(4 * ST_MAX_TENSORS, 0, 1); /* caught before */
+    write_st(p, j, 0);
+    free(j);
+    EXPECT_FAIL(p, ERR_UNSUPPORTED, p, "header lists more than 65536 tensors");
+
+    const char *ip = tmp_path("limit.index.json");
+    j = many_tensors(ST_MAX_TENSORS + 1, 1, 0);
+    write_bytes(ip, j, strlen(j));
+    free(j);
+    EXPECT_FAIL(ip, ERR_UNSUPPORTED, ip, "index lists more than 65536 tensors");
+}
+
 /* ---- corrupt single files ---------------------------------------------------------- */
 
 static void test_corrupt(void)
@@ -625,6 +714,8 @@ int main(void)
     }
     test_round_trip();
     test_sharded();
+    test_not_regular();
+    test_limits();
     test_corrupt();
     test_fuzz();
     test_writer_errors();

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "format/opt_config.h"
 #include "format/safetensors.h"
+#include "model/opt.h"
 
 /* "1.23 GB", "45.6 MB", "789 kB" or "12 B". */
 static const char *fmt_bytes(uint64_t n, char *buf, size_t cap)
@@ -35,7 +36,8 @@ int cmd_inspect(int argc, char **argv)
     struct flag flags[] = {
         FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "Hugging Face OPT checkpoint directory"),
     };
-    int rc = args_parse("inspect", "Describes a checkpoint: its config, tensors and bytes.",
+    int rc = args_parse("inspect", "Describes a checkpoint: its config, tensors and bytes, and checks its "
+                        "tensors against config.json as the model loader does.",
                         argc, argv, flags, 1);
     if (rc)
         return rc;
@@ -84,6 +86,18 @@ int cmd_inspect(int argc, char **argv)
                fmt_bytes(per_layer[l], h, sizeof(h)));
     printf("  %-14s %llu (%s)\n", "outside layers", (unsigned long long)other,
            fmt_bytes(other, h, sizeof(h)));
+    /* the loader's own checks (every tensor present with the shape and dtype config.json
+     * implies), so that inspect accepts exactly what forward and generate load */
+    struct opt_model *m = NULL;
+    struct opt_layout layout;
+    struct opt_shard whole = {.tp_size = 1, .layer_end = c.n_layers};
+    if ((rc = opt_shard_open(&c, ck, &whole, &m, &layout)) < 0) {
+        err_wrap(rc, "%s", dir);
+        goto out;
+    }
+    opt_layout_free(&layout);
+    opt_model_close(m);
+    printf("weights          match config.json\n");
 out:
     free(per_layer);
     st_close(ck);

@@ -7,8 +7,13 @@
 #include "core/error.h"
 #include "tokenizer/bpe.h"
 
-/* Reads all of stdin into a malloc'd buffer. */
-static int read_stdin(char **out, size_t *len)
+/* The most text tokenize reads: the tokenizer holds the whole input and works
+ * on it at about 35 bytes of memory per input byte, so 16 MiB of text costs
+ * about 600 MB and seconds of work; more is refused, not read. */
+#define TOKENIZE_MAX_BYTES ((size_t)16 << 20) /* --help says "16 MiB" */
+
+/* Reads all of stdin, at most max bytes, into a malloc'd buffer. */
+static int read_stdin(size_t max, char **out, size_t *len)
 {
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
@@ -17,14 +22,23 @@ static int read_stdin(char **out, size_t *len)
     size_t got;
     while ((got = fread(buf + n, 1, cap - n, stdin)) > 0) {
         n += got;
+        if (n > max) {
+            free(buf);
+            return err_set(ERR_INVALID,
+                           "stdin holds more than %zu bytes of text (expected at most %zu "
+                           "bytes, %zu MiB: split the input)",
+                           max, max, max >> 20);
+        }
         if (n == cap) {
-            char *b = realloc(buf, cap * 2);
+            /* one byte past max is enough to tell that the input is too long */
+            size_t grown = cap * 2 < max + 1 ? cap * 2 : max + 1;
+            char *b = realloc(buf, grown);
             if (!b) {
                 free(buf);
                 return err_set(ERR_NOMEM, "out of memory reading stdin");
             }
             buf = b;
-            cap *= 2;
+            cap = grown;
         }
     }
     if (ferror(stdin)) {
@@ -45,8 +59,9 @@ int cmd_tokenize(int argc, char **argv)
         FLAG("no-bos", FLAG_BOOL, &no_bos, NULL, "do not prepend the BOS token"),
     };
     int rc = args_parse("tokenize",
-                        "Reads UTF-8 text on stdin (all of it, newlines included) and prints "
-                        "its token ids on one line, separated by single spaces.",
+                        "Reads UTF-8 text on stdin (all of it, newlines included, at most "
+                        "16 MiB) and prints its token ids on one line, separated by single "
+                        "spaces.",
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
@@ -54,7 +69,7 @@ int cmd_tokenize(int argc, char **argv)
     char *text = NULL;
     int32_t *ids = NULL;
     size_t len = 0, n = 0;
-    if ((rc = bpe_open(dir, &tok)) < 0 || (rc = read_stdin(&text, &len)) < 0 ||
+    if ((rc = bpe_open(dir, &tok)) < 0 || (rc = read_stdin(TOKENIZE_MAX_BYTES, &text, &len)) < 0 ||
         (rc = bpe_encode(tok, text, len, !no_bos, &ids, &n)) < 0)
         goto out;
     for (size_t i = 0; i < n; i++)

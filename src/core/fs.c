@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,65 @@
 #include <unistd.h>
 
 #include "core/error.h"
+
+const char *fs_kind_name(mode_t mode)
+{
+    if (S_ISREG(mode))
+        return "a regular file";
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    if (S_ISLNK(mode))
+        return "a symbolic link";
+    return "not a file of a known type";
+}
+
+int fs_open_regular(const char *path, int *fd_out, size_t *size_out)
+{
+    int rc = 0;
+    struct stat sb;
+    /* O_NONBLOCK: opening a FIFO waits for a writer otherwise; the type is
+     * checked on the descriptor, so it cannot change between check and read */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ENXIO && stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) /* a socket */
+            return err_set(ERR_IO, "%s: is %s, expected a regular file", path,
+                           fs_kind_name(sb.st_mode));
+        return err_set(e == ENOENT ? ERR_NOT_FOUND : ERR_IO, "%s: cannot open: %s", path,
+                       strerror(e));
+    }
+    if (fstat(fd, &sb) != 0) {
+        rc = err_set(ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        rc = err_set(ERR_IO, "%s: is %s, expected a regular file", path, fs_kind_name(sb.st_mode));
+        goto fail;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        rc = err_set(ERR_IO, "%s: cannot set blocking reads: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (size_out)
+        *size_out = (size_t)sb.st_size;
+    if (fd_out)
+        *fd_out = fd;
+    else
+        close(fd);
+    return 0;
+fail:
+    close(fd);
+    return rc;
+}
 
 /* nftw gives its callback no context: the first failure is kept here, per
  * thread, for fs_tree_remove to report. */

@@ -1,10 +1,24 @@
-/* Directory trees on the local file system: write a directory beside its
- * final place, move it there when complete, and remove trees, with errors
- * as ERR_IO naming the entry that failed (core/error.h). */
+/* Files on the local file system: open a file only when it is a regular
+ * file (never blocking on a FIFO), write a directory beside its final place,
+ * move it there when complete, and remove trees, with errors naming the entry
+ * that failed (core/error.h). */
 #ifndef SHARDSWAP_CORE_FS_H
 #define SHARDSWAP_CORE_FS_H
 
 #include <stddef.h>
+#include <sys/types.h>
+
+/* Opens path read-only (close-on-exec) if it is a regular file and returns
+ * the descriptor in *fd and its size in *size (either may be NULL: a NULL fd
+ * closes it again, to check a path without reading it). Whatever else is at
+ * path (a FIFO, a directory, a device, a socket) is refused before anything
+ * is read from it, and opening a FIFO with no writer does not block:
+ * ERR_IO with "PATH: is a FIFO, expected a regular file". A missing path is
+ * ERR_NOT_FOUND, any other failure ERR_IO, both naming path and why. */
+int fs_open_regular(const char *path, int *fd, size_t *size);
+
+/* "a directory", "a FIFO", "a character device", ... for a stat mode. */
+const char *fs_kind_name(mode_t mode);
 
 /* Removes path and everything under it (as rm -rf), never following
  * symbolic links: a link is removed, not what it points to. A missing path is

@@ -16,11 +16,14 @@
  */
 #include "format/opt_config.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 
 /* Upper bound on any dimension: keeps every size product far from overflow. */
 #define OPT_DIM_MAX (1 << 20)
@@ -167,18 +170,29 @@ int opt_config_parse(const char *json, const char *what, struct opt_config *cfg)
 int opt_config_load(const char *dir, struct opt_config *cfg)
 {
     char path[4096];
-    snprintf(path, sizeof(path), "%s/config.json", dir);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        FILE *f = fopen(path, "rb");
-        if (!f)
-            return err_set(ERR_NOT_FOUND, "%s: cannot open (expected a Hugging Face model "
-                                          "directory with config.json)", path);
-        fclose(f);
-        return err_set(ERR_FORMAT, "%s: invalid JSON at line %d: %s", path, jerr.line, jerr.text);
+    if ((size_t)snprintf(path, sizeof(path), "%s/config.json", dir) >= sizeof(path))
+        return err_set(ERR_INVALID, "%s: path too long (expected at most %zu bytes)", dir,
+                       sizeof(path) - sizeof("/config.json"));
+    /* a FIFO, directory or device named config.json is refused before reading */
+    int fd;
+    int rc = fs_open_regular(path, &fd, NULL);
+    if (rc == ERR_NOT_FOUND)
+        return err_set(ERR_NOT_FOUND, "%s: cannot open (expected a Hugging Face model "
+                                      "directory with config.json)", path);
+    if (rc)
+        return rc;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        rc = err_set(ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+        close(fd);
+        return rc;
     }
-    int rc = cfg_from_json(root, path, cfg);
+    json_error_t jerr;
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(f);
+    if (!root)
+        return err_set(ERR_FORMAT, "%s: invalid JSON at line %d: %s", path, jerr.line, jerr.text);
+    rc = cfg_from_json(root, path, cfg);
     json_decref(root);
     return rc;
 }

@@ -20,10 +20,13 @@
  *                 little-endian elements, end - begin == product(shape) * dtype size
  *
  * Rules we enforce, so that a truncated, corrupt or hostile file is an error and never an
- * out-of-bounds read: 2 <= N <= 100 MB and N <= file size - 8; the JSON is an object
- * without duplicate keys; sorted by begin, the tensors tile the data section exactly
- * (the first begins at 0, each begins where the previous ended, the last ends at the end
- * of the file). Tensors with zero elements are allowed (begin == end).
+ * out-of-bounds read: 2 <= N <= 100 MB (the reference implementation's limit) and
+ * N <= file size - 8; the JSON object has at most ST_MAX_TENSORS (65536) tensors, counted
+ * before it is parsed, so that a 100 MB header of a million empty tensors costs a scan
+ * and not gigabytes of parse trees; it has no duplicate keys; sorted by begin, the
+ * tensors tile the data section exactly (the first begins at 0, each begins where the
+ * previous ended, the last ends at the end of the file). Tensors with zero elements are
+ * allowed (begin == end).
  *
  * Alignment: a tensor's data is aligned to its element size only if the writer padded
  * the header (ours and the official ones do; others may not). Readers must not cast
@@ -35,6 +38,10 @@
  *
  * with the shards beside the index. Every tensor listed must be in its shard, and every
  * tensor of a shard must be listed under that shard. Shard names are plain file names.
+ * The index is a regular file of at most 100 MB whose "weight_map" and "metadata" have at
+ * most ST_MAX_TENSORS members together (counted before parsing); a checkpoint holds at
+ * most ST_MAX_TENSORS tensors in all. Every file (the index, each shard) must be a regular
+ * file: a FIFO, directory or device in its place is refused by type before it is read.
  *
  * The files are mapped read-only and private; descriptors are closed after mapping. If
  * another process truncates a file while it is mapped, touching the lost pages raises
@@ -55,6 +62,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 
 _Static_assert(SIZE_MAX >= UINT64_MAX, "offsets and shapes are read as 64-bit sizes");
 
@@ -121,38 +129,63 @@ static int dtype_from_st(const char *s, enum dtype *out)
     return 0;
 }
 
+/* Counts the members of the JSON objects nesting `depth` deep in text (1: the top-level
+ * object's members), stopping once the count passes max. A scan of the bytes, not a
+ * parse: malformed JSON gives some count and is rejected by the parser afterwards. */
+static size_t json_members_at(const char *text, size_t len, int depth, size_t max)
+{
+    size_t n = 0;
+    int d = 0, in_str = 0;
+    for (size_t i = 0; i < len && n <= max; i++) {
+        char c = text[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = 0;
+        } else if (c == '"') {
+            in_str = 1;
+        } else if (c == '{' || c == '[') {
+            d++;
+        } else if (c == '}' || c == ']') {
+            d--;
+        } else if (c == ':' && d == depth) {
+            n++;
+        }
+    }
+    return n;
+}
+
+static int tensors_max_err(const char *path)
+{
+    return file_err(path, ERR_UNSUPPORTED,
+                    "header lists more than %d tensors (expected at most %d in one file)",
+                    ST_MAX_TENSORS, ST_MAX_TENSORS);
+}
+
 /* ---- one file ---------------------------------------------------------------------- */
 
 static int file_map(const char *path, struct st_file *f)
 {
-    int rc = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return open_err(path, "open");
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        rc = open_err(path, "stat");
-        goto out;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        rc = file_err(path, ERR_IO, "not a regular file");
-        goto out;
-    }
-    if (sb.st_size < 8) {
+    int fd;
+    size_t size;
+    int rc = fs_open_regular(path, &fd, &size);
+    if (rc)
+        return rc;
+    if (size < 8) {
         rc = file_err(path, ERR_FORMAT,
-                      "file is %lld bytes, too short for the 8-byte header length "
+                      "file is %zu bytes, too short for the 8-byte header length "
                       "(empty or truncated)",
-                      (long long)sb.st_size);
+                      size);
         goto out;
     }
-    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
-        rc = file_err(path, ERR_IO, "cannot map %lld bytes: %s", (long long)sb.st_size,
-                      strerror(errno));
+        rc = file_err(path, ERR_IO, "cannot map %zu bytes: %s", size, strerror(errno));
         goto out;
     }
     f->map = map;
-    f->size = (size_t)sb.st_size;
+    f->size = size;
 out:
     close(fd);
     return rc;
@@ -350,6 +383,13 @@ static int file_load(const char *path, struct st_file *f, struct st_tensor **out
         goto fail;
     }
 
+    /* + 1: __metadata__; the exact count is checked once parsed */
+    if (json_members_at((const char *)f->map + 8, (size_t)hlen, 1, ST_MAX_TENSORS + 1) >
+        ST_MAX_TENSORS + 1) {
+        rc = tensors_max_err(path);
+        goto fail;
+    }
+
     /* Parse a NUL-terminated copy, so nothing in the parser can run past the header. */
     hdr = malloc((size_t)hlen + 1);
     if (!hdr) {
@@ -378,6 +418,10 @@ static int file_load(const char *path, struct st_file *f, struct st_tensor **out
     json_object_foreach(root, key, val) {
         if (strcmp(key, "__metadata__") != 0)
             names_len += strlen(key) + 1;
+    }
+    if (nkeys - (json_object_get(root, "__metadata__") != NULL) > ST_MAX_TENSORS) {
+        rc = tensors_max_err(path);
+        goto fail;
     }
     ts = calloc(nkeys ? nkeys : 1, sizeof(*ts));
     f->names = malloc(names_len ? names_len : 1);
@@ -470,6 +514,14 @@ static int checkpoint_add_file(struct st_checkpoint *ck, const char *path, size_
     int rc = file_load(path, &f, &ts, &n);
     if (rc)
         return rc;
+    if (n > ST_MAX_TENSORS - ck->ntensors) {
+        free(ts);
+        file_unmap(&f);
+        return file_err(path, ERR_UNSUPPORTED,
+                        "checkpoint holds more than %d tensors with this shard (expected at "
+                        "most %d in all)",
+                        ST_MAX_TENSORS, ST_MAX_TENSORS);
+    }
     struct st_file *files = realloc(ck->files, (ck->nfiles + 1) * sizeof(*files));
     if (!files)
         goto nomem;
@@ -508,27 +560,51 @@ static int shard_name_check(const char *index_path, const char *tensor, const ch
 
 static int index_load(const char *path, json_t **out)
 {
-    int rc = 0;
-    FILE *fp = fopen(path, "rbe");
-    if (!fp)
-        return open_err(path, "open");
-    struct stat sb;
-    if (fstat(fileno(fp), &sb) != 0) {
-        rc = open_err(path, "stat");
-        goto out;
-    }
-    if (!S_ISREG(sb.st_mode) || sb.st_size > (off_t)ST_INDEX_MAX) {
-        rc = file_err(path, ERR_FORMAT, "index is not a regular file of at most %u bytes",
+    int fd;
+    size_t size;
+    char *text = NULL;
+    int rc = fs_open_regular(path, &fd, &size);
+    if (rc)
+        return rc;
+    if (size > ST_INDEX_MAX) {
+        rc = file_err(path, ERR_UNSUPPORTED, "index is %zu bytes, expected at most %u", size,
                       ST_INDEX_MAX);
         goto out;
     }
+    text = malloc(size ? size : 1);
+    if (!text) {
+        rc = file_err(path, ERR_NOMEM, "out of memory for a %zu-byte index", size);
+        goto out;
+    }
+    size_t got = 0;
+    while (got < size) {
+        ssize_t r = read(fd, text + got, size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = file_err(path, ERR_IO, "cannot read: %s", strerror(errno));
+            goto out;
+        }
+        if (r == 0)
+            break; /* shrank while read: parse what is there */
+        got += (size_t)r;
+    }
+    /* weight_map and metadata members, counted before the parse that costs ~1 kB each */
+    if (json_members_at(text, got, 2, ST_MAX_TENSORS) > ST_MAX_TENSORS) {
+        rc = file_err(path, ERR_UNSUPPORTED,
+                      "index lists more than %d tensors and metadata entries (expected at "
+                      "most %d)",
+                      ST_MAX_TENSORS, ST_MAX_TENSORS);
+        goto out;
+    }
     json_error_t jerr;
-    *out = json_loadf(fp, JSON_REJECT_DUPLICATES, &jerr);
+    *out = json_loadb(text, got, JSON_REJECT_DUPLICATES, &jerr);
     if (!*out)
         rc = file_err(path, ERR_FORMAT, "index is not valid JSON: %s (line %d, column %d)",
                       jerr.text, jerr.line, jerr.column);
 out:
-    fclose(fp);
+    free(text);
+    close(fd);
     return rc;
 }
 
@@ -635,10 +711,17 @@ out:
     return rc;
 }
 
-static int is_regular(const char *path)
+/* Whether path exists: 1 if so, 0 if not, an error when it exists but is not a
+ * regular file (a FIFO or directory named like a checkpoint file is a mistake to
+ * report, not a reason to look elsewhere). */
+static int probe_regular(const char *path)
 {
     struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+    if (stat(path, &sb) != 0)
+        return 0;
+    if (!S_ISREG(sb.st_mode))
+        return file_err(path, ERR_IO, "is %s, expected a regular file", fs_kind_name(sb.st_mode));
+    return 1;
 }
 
 static int has_suffix(const char *s, const char *suffix)
@@ -678,14 +761,20 @@ int st_open(const char *path, struct st_checkpoint **out)
             rc = err_set(ERR_NOMEM, "out of memory opening %s", path);
             goto fail;
         }
-        if (!is_regular(sub)) {
+        rc = probe_regular(sub);
+        if (rc < 0)
+            goto fail;
+        if (rc == 0) {
             free(sub);
             if (asprintf(&sub, "%s/%s", path, ST_SINGLE_NAME) < 0) {
                 sub = NULL;
                 rc = err_set(ERR_NOMEM, "out of memory opening %s", path);
                 goto fail;
             }
-            if (!is_regular(sub)) {
+            rc = probe_regular(sub);
+            if (rc < 0)
+                goto fail;
+            if (rc == 0) {
                 rc = file_err(path, ERR_NOT_FOUND,
                               "no checkpoint in this directory (looked for " ST_INDEX_NAME
                               " and " ST_SINGLE_NAME ")");

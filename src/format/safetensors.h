@@ -13,6 +13,10 @@
 #include "core/dtype.h"
 
 #define ST_MAX_DIMS 8
+/* Most tensors in one file, and in a whole checkpoint (an index's entries
+ * too): OPT-175B has about 1,550; parsing a header costs about 1 kB of
+ * memory per tensor, so this bounds a hostile header's cost to ~70 MB. */
+#define ST_MAX_TENSORS 65536
 
 struct st_tensor {
     const char *name;   /* owned by the checkpoint */
