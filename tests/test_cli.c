@@ -178,6 +178,51 @@ static void test_gen_model_out(void)
     CHECK(!tmp_has(".partial-"));
 }
 
+/* Flag values are checked as they are parsed: a number with a leading
+ * blank is not one, an empty path is not one, a denormal float is a number,
+ * and an out-of-range value names the flag and the range and exits 2. Needs
+ * the model tmp/m. */
+static void test_flag_values(void)
+{
+    char cmd[2048], out[4096], err[4096] = "";
+    static const struct {
+        const char *args, *needle;
+    } cases[] = {
+        {"--seed ' -1'", "--seed expects a non-negative integer, got \" -1\""},
+        {"--seed -1", "--seed expects a non-negative integer"},
+        {"--max-tokens ' 5'", "--max-tokens expects an integer"},
+        {"--top-p 1.5", "--top-p 1.5 is out of range (expected 0 < P <= 1)"},
+        {"--top-p 0", "--top-p 0 is out of range"},
+        {"--top-k -1", "--top-k -1 is out of range (expected K >= 0)"},
+        {"--temperature -1", "--temperature -1 is out of range"},
+        {"--temperature 1e39", "--temperature 1e39 is out of range"},
+        {"--temperature nan", "--temperature expects a number"},
+        {"--max-tokens -3", "--max-tokens -3 is out of range (expected 1..1048576)"},
+        {"--max-tokens 0", "--max-tokens 0 is out of range"},
+        {"--tokenizer ''", "--tokenizer expects a non-empty DIR"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(cmd, sizeof(cmd), "%s generate --model %s/m --prompt hi %s", BIN, tmp,
+                 cases[i].args);
+        expect_fail(cmd, 2, cases[i].needle);
+    }
+    expect_fail(BIN " generate --model '' --prompt hi", 2, "--model expects a non-empty DIR");
+    expect_fail(BIN " forward --model '' --ids 2 --out /dev/null", 2,
+                "--model expects a non-empty DIR");
+    /* 1e-45 is a float (a denormal): accepted, and as good as greedy */
+    snprintf(cmd, sizeof(cmd), "%s generate --model %s/m --prompt hi --max-tokens 3 "
+                               "--temperature 1e-45 --seed 5", BIN, tmp);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    char greedy[4096] = "";
+    snprintf(cmd, sizeof(cmd), "%s generate --model %s/m --prompt hi --max-tokens 3", BIN, tmp);
+    CHECK_MSG(run(cmd, greedy, sizeof(greedy), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    CHECK_MSG(strcmp(out, greedy) == 0, "--temperature 1e-45 \"%s\" vs greedy \"%s\"", out,
+              greedy);
+    /* an empty prompt is a prompt */
+    snprintf(cmd, sizeof(cmd), "%s generate --model %s/m --prompt '' --max-tokens 2", BIN, tmp);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+}
+
 int main(void)
 {
     snprintf(tmp, sizeof(tmp), "/tmp/shardswap_cli_XXXXXX");
@@ -358,8 +403,7 @@ int main(void)
     expect_fail(cmd, 1, "unknown preset");
     snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --out %s/m", BIN, tmp);
     expect_fail(cmd, 1, "not empty");
-    snprintf(cmd, sizeof(cmd), "%s generate --model %s/m --prompt hi --top-p 1.5", BIN, tmp);
-    expect_fail(cmd, 1, "top_p");
+    test_flag_values();
     test_gen_model_out();
     snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 3x1", BIN, FIXTURE);
     expect_fail(cmd, 1, "must divide num_attention_heads");
