@@ -223,6 +223,36 @@ static void test_flag_values(void)
     CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
 }
 
+/* Sizes and paths a user gives are checked before any work is sized by them:
+ * forward's ids against the model's positions, its --out before the model
+ * runs, bench forward's threads against this machine. */
+static void test_checked_first(void)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids $(yes 2 | head -n 40000 | paste -sd,) "
+                               "--out %s/long.bin", BIN, FIXTURE, tmp);
+    expect_fail(cmd, 1, "sequence of 40000 tokens exceeds max_position_embeddings 64");
+    CHECK(!tmp_has("long.bin"));
+    snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,250 --out %s/nodir/x.bin", BIN,
+             FIXTURE, tmp);
+    expect_fail(cmd, 1, "nodir/x.bin: cannot create it in");
+    snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,250 --out %s", BIN, FIXTURE, tmp);
+    expect_fail(cmd, 1, "is a directory (expected a file to write)");
+    /* the path is checked before the model: a missing model is not what it says */
+    snprintf(cmd, sizeof(cmd), "%s forward --model /nonexistent --ids 2 --out %s/nodir/x.bin",
+             BIN, tmp);
+    expect_fail(cmd, 1, "--out");
+    snprintf(cmd, sizeof(cmd), "%s bench forward --model %s --threads 100000", BIN, FIXTURE);
+    expect_fail(cmd, 2, "--threads 100000 is out of range (expected 0..");
+    snprintf(cmd, sizeof(cmd), "%s bench forward --model %s --threads -1", BIN, FIXTURE);
+    expect_fail(cmd, 2, "--threads -1 is out of range");
+    snprintf(cmd, sizeof(cmd), "%s bench forward --model %s --batch 0", BIN, FIXTURE);
+    expect_fail(cmd, 2, "--batch 0 is out of range (expected 1..4096)");
+    snprintf(cmd, sizeof(cmd), "%s bench forward --model %s --prompt-len 60 --gen 10", BIN,
+             FIXTURE);
+    expect_fail(cmd, 1, "exceeds the model's 64 positions");
+}
+
 int main(void)
 {
     snprintf(tmp, sizeof(tmp), "/tmp/shardswap_cli_XXXXXX");
@@ -404,6 +434,7 @@ int main(void)
     snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --out %s/m", BIN, tmp);
     expect_fail(cmd, 1, "not empty");
     test_flag_values();
+    test_checked_first();
     test_gen_model_out();
     snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 3x1", BIN, FIXTURE);
     expect_fail(cmd, 1, "must divide num_attention_heads");
