@@ -253,6 +253,63 @@ static void test_checked_first(void)
     expect_fail(cmd, 1, "exceeds the model's 64 positions");
 }
 
+/* The benchmarks' and gen-model's flags are checked before any model is
+ * generated: ranges exit 2 naming the flag, and a model that cannot fit the
+ * disk is refused with both sizes before a byte is written. */
+static void test_bench_flags(void)
+{
+    char cmd[2048], path[256];
+    struct stat sb;
+    static const struct {
+        const char *args, *needle;
+    } cases[] = {
+        {"gen-model --preset opt-125m --layers -3 --out T/g", "--layers -3 is out of range (expected 1..4096)"},
+        {"bench workload --layers 99999 --cache T/c", "--layers 99999 is out of range (expected 1..4096)"},
+        {"bench workload --layers -1 --cache T/c", "--layers -1 is out of range"},
+        {"bench workload --max-batch -1 --cache T/c", "--max-batch -1 is out of range (expected 1..256)"},
+        {"bench workload --slo -1 --cache T/c", "--slo -1 is out of range (expected 0 < S <= 86400)"},
+        {"bench workload --link-gbps 1e-30 --cache T/c", "--link-gbps 1e-30 is out of range (expected 0.001..10000 GB/s)"},
+        {"bench workload --policy , --cache T/c", "--policy \",\" names no policy"},
+        {"bench workload --policy computron,swapwise,computron,swapwise,computron --cache T/c", "at most 4 policies"},
+        {"bench workload --seed ' -1' --cache T/c", "--seed expects a non-negative integer"},
+        {"bench swap --preset opt-125m --layers -2 --cache T/c", "--layers -2 is out of range"},
+        {"bench swap --preset opt-125m --prompt-len 513 --cache T/c", "--prompt-len 513 is out of range (expected 1..512)"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char args[512] = "";
+        for (const char *p = cases[i].args; *p; p++) { /* "T/": tmp's */
+            size_t n = strlen(args);
+            if (p[0] == 'T' && p[1] == '/')
+                snprintf(args + n, sizeof(args) - n, "%s", tmp);
+            else
+                snprintf(args + n, sizeof(args) - n, "%c", *p);
+        }
+        snprintf(cmd, sizeof(cmd), "%s %s", BIN, args);
+        expect_fail(cmd, 2, cases[i].needle);
+    }
+    /* ~10 TB per model: more than any test machine's disk */
+    snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-30b --layers 4096 --dtype f32 --out "
+                               "%s/huge", BIN, tmp);
+    expect_fail(cmd, 1, "huge: writing 10104.79 GB needs more than the");
+    snprintf(cmd, sizeof(cmd), "%s bench workload --preset opt-30b --layers 4096 --dtype f32 "
+                               "--config custom --rates 1,1 --cache %s/c --out-dir %s/o", BIN,
+             tmp, tmp);
+    expect_fail(cmd, 1, "--cache");
+    expect_fail(cmd, 1, "writing 20209.58 GB needs more than the");
+    snprintf(cmd, sizeof(cmd), "%s bench swap --preset opt-30b --layers 4096 --dtype f32 --cache "
+                               "%s/c", BIN, tmp);
+    expect_fail(cmd, 1, "writing 10104.79 GB needs more than the");
+    /* --out-dir is checked before a model is generated */
+    snprintf(path, sizeof(path), "%s/notadir", tmp);
+    put_file(path, "x");
+    snprintf(cmd, sizeof(cmd), "%s bench workload --config custom --rates 1 --preset opt-125m "
+                               "--layers 1 --cache %s/c --out-dir %s/notadir", BIN, tmp, tmp);
+    expect_fail(cmd, 1, "--out-dir");
+    CHECK(!tmp_has("huge"));
+    snprintf(path, sizeof(path), "%s/c", tmp);
+    CHECK_MSG(stat(path, &sb) != 0, "%s was created by a refused run", path);
+}
+
 int main(void)
 {
     snprintf(tmp, sizeof(tmp), "/tmp/shardswap_cli_XXXXXX");
@@ -435,6 +492,7 @@ int main(void)
     expect_fail(cmd, 1, "not empty");
     test_flag_values();
     test_checked_first();
+    test_bench_flags();
     test_gen_model_out();
     snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 3x1", BIN, FIXTURE);
     expect_fail(cmd, 1, "must divide num_attention_heads");
@@ -442,7 +500,7 @@ int main(void)
     expect_fail(cmd, 1, "exceeds the model's 2 layers");
     expect_fail(BIN " bench swap --layouts 1x1", 2, "exactly one of --preset");
     expect_fail(BIN " bench workload --config computron:19", 1, "does not exist");
-    expect_fail(BIN " bench workload --policy fifo", 1, "unknown scheduling policy");
+    expect_fail(BIN " bench workload --policy fifo", 2, "unknown scheduling policy");
     expect_fail(BIN " bench workload --config computron:all", 1, "needs --simulate");
     expect_fail(BIN " bench workload --simulate --config round-robin", 1, "closed loop");
 

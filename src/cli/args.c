@@ -169,6 +169,12 @@ int args_parse(const char *cmd, const char *summary, int argc, char **argv, stru
     return 0;
 }
 
+int args_usage_fail(const char *cmd)
+{
+    fprintf(stderr, "shardswap %s: %s\n", cmd, err_msg());
+    return EXIT_USAGE;
+}
+
 int cli_fail(const char *cmd)
 {
     fprintf(stderr, "shardswap %s: %s\n", cmd, err_msg());

@@ -46,6 +46,10 @@ int args_parse(const char *cmd, const char *summary, int argc, char **argv, stru
  * the model); returns EXIT_USAGE. */
 int args_range_fail(const char *cmd, const char *name, const char *value, const char *range);
 
+/* Prints "shardswap CMD: <err_msg()>" to stderr; returns EXIT_USAGE (a bad
+ * flag value whose message a check elsewhere set). */
+int args_usage_fail(const char *cmd);
+
 /* Prints "shardswap CMD: <err_msg()>" to stderr; returns 1. */
 int cli_fail(const char *cmd);
 
