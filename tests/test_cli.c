@@ -332,7 +332,9 @@ int main(void)
     CHECK_MSG(bc && json_array_size(json_object_get(bc, "results")) == 9, "%s: want 9 rows", cmd);
     json_decref(bc);
     snprintf(cmd, sizeof(cmd), "%s bench comm --max-ranks 99", BIN);
-    CHECK(run(cmd, NULL, 0, err, sizeof(err)) == 2 && strstr(err, "--max-ranks"));
+    expect_fail(cmd, 2, "--max-ranks 99 is out of range (expected 2..16)");
+    snprintf(cmd, sizeof(cmd), "%s bench comm --iters 0", BIN);
+    expect_fail(cmd, 2, "--iters 0 is out of range (expected 1..10000000)");
 
     /* forward on a fixture equals transformers' logits */
     snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,250,13,45,7 --out %s/logits.bin",
