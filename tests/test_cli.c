@@ -324,6 +324,9 @@ int main(void)
         snprintf(cmd, sizeof(cmd), "%s %s --help", BIN, cmds[i]);
         CHECK_MSG(run(cmd, out, sizeof(out), NULL, 0) == 0 && strstr(out, "usage:"), "%s", cmd);
     }
+    /* --help states the range each value is checked against */
+    CHECK(run(BIN " generate --help", out, sizeof(out), NULL, 0) == 0 &&
+          strstr(out, "[0 < P <= 1]") && strstr(out, "[1..1048576]"));
 
     /* bench comm: one JSON object with every measurement; bad flags are usage errors */
     snprintf(cmd, sizeof(cmd), "%s bench comm --iters 20 --max-ranks 3 --json", BIN);

@@ -28,7 +28,10 @@ static void args_help(const char *cmd, const char *summary, const struct flag *f
         char left[64];
         snprintf(left, sizeof(left), "--%s%s%s", flags[i].name, flags[i].metavar ? " " : "",
                  flags[i].metavar ? flags[i].metavar : "");
-        printf("  %-24s %s\n", left, flags[i].help);
+        if (flags[i].range) /* the range a value is checked against, as the error says it */
+            printf("  %-24s %s [%s]\n", left, flags[i].help, flags[i].range);
+        else
+            printf("  %-24s %s\n", left, flags[i].help);
     }
     printf("  %-24s %s\n", "--help", "show this help and exit");
 }

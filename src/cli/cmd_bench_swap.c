@@ -275,7 +275,7 @@ int bench_swap(int argc, char **argv)
         FLAG("model", FLAG_STR, &dir_flag, "DIR", "a checkpoint directory instead of a preset"),
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "dtype of a generated preset (default f16)"),
         FLAG_RANGE("layers", FLAG_INT, &layers, "N",
-                   "layers of a generated preset, 1..4096 (default: the preset's)", 1, 4096,
+                   "layers of a generated preset (default: the preset's)", 1, 4096,
                    "1..4096"),
         FLAG("layouts", FLAG_STR, &layouts_s, "TPxPP,...", "layouts to measure (default 1x1,2x1,1x2)"),
         FLAG_RANGE("tp", FLAG_INT, &tp, "N", "also measure TP=N (with --pp, default 1)", 1,

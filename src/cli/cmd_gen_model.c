@@ -230,7 +230,7 @@ int cmd_gen_model(int argc, char **argv)
     struct flag flags[] = {
         FLAG_REQUIRED("preset", FLAG_STR, &preset, "NAME", opt_preset_names()),
         FLAG_RANGE("layers", FLAG_INT, &layers, "N",
-                   "number of decoder layers, 1..4096 (default: the preset's)", 1, 4096,
+                   "number of decoder layers (default: the preset's)", 1, 4096,
                    "1..4096"),
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "storage dtype (default f16, as OPT ships)"),
         FLAG("seed", FLAG_U64, &o.seed, "S", "random seed (default 0)"),
