@@ -263,17 +263,24 @@ static void test_bench_flags(void)
     static const struct {
         const char *args, *needle;
     } cases[] = {
-        {"gen-model --preset opt-125m --layers -3 --out T/g", "--layers -3 is out of range (expected 1..4096)"},
-        {"bench workload --layers 99999 --cache T/c", "--layers 99999 is out of range (expected 1..4096)"},
+        {"gen-model --preset opt-125m --layers -3 --out T/g",
+         "--layers -3 is out of range (expected 1..4096)"},
+        {"bench workload --layers 99999 --cache T/c",
+         "--layers 99999 is out of range (expected 1..4096)"},
         {"bench workload --layers -1 --cache T/c", "--layers -1 is out of range"},
-        {"bench workload --max-batch -1 --cache T/c", "--max-batch -1 is out of range (expected 1..256)"},
-        {"bench workload --slo -1 --cache T/c", "--slo -1 is out of range (expected 0 < S <= 86400)"},
-        {"bench workload --link-gbps 1e-30 --cache T/c", "--link-gbps 1e-30 is out of range (expected 0.001..10000 GB/s)"},
+        {"bench workload --max-batch -1 --cache T/c",
+         "--max-batch -1 is out of range (expected 1..256)"},
+        {"bench workload --slo -1 --cache T/c",
+         "--slo -1 is out of range (expected 0 < S <= 86400)"},
+        {"bench workload --link-gbps 1e-30 --cache T/c",
+         "--link-gbps 1e-30 is out of range (expected 0.001..10000 GB/s)"},
         {"bench workload --policy , --cache T/c", "--policy \",\" names no policy"},
-        {"bench workload --policy computron,swapwise,computron,swapwise,computron --cache T/c", "at most 4 policies"},
+        {"bench workload --policy computron,swapwise,computron,swapwise,computron --cache T/c",
+         "at most 4 policies"},
         {"bench workload --seed ' -1' --cache T/c", "--seed expects a non-negative integer"},
         {"bench swap --preset opt-125m --layers -2 --cache T/c", "--layers -2 is out of range"},
-        {"bench swap --preset opt-125m --prompt-len 513 --cache T/c", "--prompt-len 513 is out of range (expected 1..512)"},
+        {"bench swap --preset opt-125m --prompt-len 513 --cache T/c",
+         "--prompt-len 513 is out of range (expected 1..512)"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char args[512] = "";
