@@ -178,6 +178,145 @@ static void test_gen_model_out(void)
     CHECK(!tmp_has(".partial-"));
 }
 
+/* Flag values are checked as they are parsed: a number with a leading
+ * blank is not one, an empty path is not one, a denormal float is a number,
+ * and an out-of-range value names the flag and the range and exits 2. Needs
+ * the model tmp/m. */
+static void test_flag_values(void)
+{
+    char cmd[2048], out[4096], err[4096] = "";
+    static const struct {
+        const char *args, *needle;
+    } cases[] = {
+        {"--seed ' -1'", "--seed expects a non-negative integer, got \" -1\""},
+        {"--seed -1", "--seed expects a non-negative integer"},
+        {"--max-tokens ' 5'", "--max-tokens expects an integer"},
+        {"--top-p 1.5", "--top-p 1.5 is out of range (expected 0 < P <= 1)"},
+        {"--top-p 0", "--top-p 0 is out of range"},
+        {"--top-k -1", "--top-k -1 is out of range (expected K >= 0)"},
+        {"--temperature -1", "--temperature -1 is out of range"},
+        {"--temperature 1e39", "--temperature 1e39 is out of range"},
+        {"--temperature nan", "--temperature expects a number"},
+        {"--max-tokens -3", "--max-tokens -3 is out of range (expected 1..1048576)"},
+        {"--max-tokens 0", "--max-tokens 0 is out of range"},
+        {"--tokenizer ''", "--tokenizer expects a non-empty DIR"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(cmd, sizeof(cmd), "%s generate --model %s/m --prompt hi %s", BIN, tmp,
+                 cases[i].args);
+        expect_fail(cmd, 2, cases[i].needle);
+    }
+    expect_fail(BIN " generate --model '' --prompt hi", 2, "--model expects a non-empty DIR");
+    expect_fail(BIN " forward --model '' --ids 2 --out /dev/null", 2,
+                "--model expects a non-empty DIR");
+    /* 1e-45 is a float (a denormal): accepted, and as good as greedy */
+    snprintf(cmd, sizeof(cmd), "%s generate --model %s/m --prompt hi --max-tokens 3 "
+                               "--temperature 1e-45 --seed 5", BIN, tmp);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    char greedy[4096] = "";
+    snprintf(cmd, sizeof(cmd), "%s generate --model %s/m --prompt hi --max-tokens 3", BIN, tmp);
+    CHECK_MSG(run(cmd, greedy, sizeof(greedy), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    CHECK_MSG(strcmp(out, greedy) == 0, "--temperature 1e-45 \"%s\" vs greedy \"%s\"", out,
+              greedy);
+    /* an empty prompt is a prompt */
+    snprintf(cmd, sizeof(cmd), "%s generate --model %s/m --prompt '' --max-tokens 2", BIN, tmp);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+}
+
+/* Sizes and paths a user gives are checked before any work is sized by them:
+ * forward's ids against the model's positions, its --out before the model
+ * runs, bench forward's threads against this machine. */
+static void test_checked_first(void)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids $(yes 2 | head -n 40000 | paste -sd,) "
+                               "--out %s/long.bin", BIN, FIXTURE, tmp);
+    expect_fail(cmd, 1, "sequence of 40000 tokens exceeds max_position_embeddings 64");
+    CHECK(!tmp_has("long.bin"));
+    snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,250 --out %s/nodir/x.bin", BIN,
+             FIXTURE, tmp);
+    expect_fail(cmd, 1, "nodir/x.bin: cannot create it in");
+    snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,250 --out %s", BIN, FIXTURE, tmp);
+    expect_fail(cmd, 1, "is a directory (expected a file to write)");
+    /* the path is checked before the model: a missing model is not what it says */
+    snprintf(cmd, sizeof(cmd), "%s forward --model /nonexistent --ids 2 --out %s/nodir/x.bin",
+             BIN, tmp);
+    expect_fail(cmd, 1, "--out");
+    snprintf(cmd, sizeof(cmd), "%s bench forward --model %s --threads 100000", BIN, FIXTURE);
+    expect_fail(cmd, 2, "--threads 100000 is out of range (expected 0..");
+    snprintf(cmd, sizeof(cmd), "%s bench forward --model %s --threads -1", BIN, FIXTURE);
+    expect_fail(cmd, 2, "--threads -1 is out of range");
+    snprintf(cmd, sizeof(cmd), "%s bench forward --model %s --batch 0", BIN, FIXTURE);
+    expect_fail(cmd, 2, "--batch 0 is out of range (expected 1..4096)");
+    snprintf(cmd, sizeof(cmd), "%s bench forward --model %s --prompt-len 60 --gen 10", BIN,
+             FIXTURE);
+    expect_fail(cmd, 1, "exceeds the model's 64 positions");
+}
+
+/* The benchmarks' and gen-model's flags are checked before any model is
+ * generated: ranges exit 2 naming the flag, and a model that cannot fit the
+ * disk is refused with both sizes before a byte is written. */
+static void test_bench_flags(void)
+{
+    char cmd[2048], path[256];
+    struct stat sb;
+    static const struct {
+        const char *args, *needle;
+    } cases[] = {
+        {"gen-model --preset opt-125m --layers -3 --out T/g",
+         "--layers -3 is out of range (expected 1..4096)"},
+        {"bench workload --layers 99999 --cache T/c",
+         "--layers 99999 is out of range (expected 1..4096)"},
+        {"bench workload --layers -1 --cache T/c", "--layers -1 is out of range"},
+        {"bench workload --max-batch -1 --cache T/c",
+         "--max-batch -1 is out of range (expected 1..256)"},
+        {"bench workload --slo -1 --cache T/c",
+         "--slo -1 is out of range (expected 0 < S <= 86400)"},
+        {"bench workload --link-gbps 1e-30 --cache T/c",
+         "--link-gbps 1e-30 is out of range (expected 0.001..10000 GB/s)"},
+        {"bench workload --policy , --cache T/c", "--policy \",\" names no policy"},
+        {"bench workload --policy computron,swapwise,computron,swapwise,computron --cache T/c",
+         "at most 4 policies"},
+        {"bench workload --seed ' -1' --cache T/c", "--seed expects a non-negative integer"},
+        {"bench swap --preset opt-125m --layers -2 --cache T/c", "--layers -2 is out of range"},
+        {"bench swap --preset opt-125m --prompt-len 513 --cache T/c",
+         "--prompt-len 513 is out of range (expected 1..512)"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char args[512] = "";
+        for (const char *p = cases[i].args; *p; p++) { /* "T/": tmp's */
+            size_t n = strlen(args);
+            if (p[0] == 'T' && p[1] == '/')
+                snprintf(args + n, sizeof(args) - n, "%s", tmp);
+            else
+                snprintf(args + n, sizeof(args) - n, "%c", *p);
+        }
+        snprintf(cmd, sizeof(cmd), "%s %s", BIN, args);
+        expect_fail(cmd, 2, cases[i].needle);
+    }
+    /* ~10 TB per model: more than any test machine's disk */
+    snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-30b --layers 4096 --dtype f32 --out "
+                               "%s/huge", BIN, tmp);
+    expect_fail(cmd, 1, "huge: writing 10104.79 GB needs more than the");
+    snprintf(cmd, sizeof(cmd), "%s bench workload --preset opt-30b --layers 4096 --dtype f32 "
+                               "--config custom --rates 1,1 --cache %s/c --out-dir %s/o", BIN,
+             tmp, tmp);
+    expect_fail(cmd, 1, "--cache");
+    expect_fail(cmd, 1, "writing 20209.58 GB needs more than the");
+    snprintf(cmd, sizeof(cmd), "%s bench swap --preset opt-30b --layers 4096 --dtype f32 --cache "
+                               "%s/c", BIN, tmp);
+    expect_fail(cmd, 1, "writing 10104.79 GB needs more than the");
+    /* --out-dir is checked before a model is generated */
+    snprintf(path, sizeof(path), "%s/notadir", tmp);
+    put_file(path, "x");
+    snprintf(cmd, sizeof(cmd), "%s bench workload --config custom --rates 1 --preset opt-125m "
+                               "--layers 1 --cache %s/c --out-dir %s/notadir", BIN, tmp, tmp);
+    expect_fail(cmd, 1, "--out-dir");
+    CHECK(!tmp_has("huge"));
+    snprintf(path, sizeof(path), "%s/c", tmp);
+    CHECK_MSG(stat(path, &sb) != 0, "%s was created by a refused run", path);
+}
+
 int main(void)
 {
     snprintf(tmp, sizeof(tmp), "/tmp/shardswap_cli_XXXXXX");
@@ -192,6 +331,9 @@ int main(void)
         snprintf(cmd, sizeof(cmd), "%s %s --help", BIN, cmds[i]);
         CHECK_MSG(run(cmd, out, sizeof(out), NULL, 0) == 0 && strstr(out, "usage:"), "%s", cmd);
     }
+    /* --help states the range each value is checked against */
+    CHECK(run(BIN " generate --help", out, sizeof(out), NULL, 0) == 0 &&
+          strstr(out, "[0 < P <= 1]") && strstr(out, "[1..1048576]"));
 
     /* bench comm: one JSON object with every measurement; bad flags are usage errors */
     snprintf(cmd, sizeof(cmd), "%s bench comm --iters 20 --max-ranks 3 --json", BIN);
@@ -200,7 +342,9 @@ int main(void)
     CHECK_MSG(bc && json_array_size(json_object_get(bc, "results")) == 9, "%s: want 9 rows", cmd);
     json_decref(bc);
     snprintf(cmd, sizeof(cmd), "%s bench comm --max-ranks 99", BIN);
-    CHECK(run(cmd, NULL, 0, err, sizeof(err)) == 2 && strstr(err, "--max-ranks"));
+    expect_fail(cmd, 2, "--max-ranks 99 is out of range (expected 2..16)");
+    snprintf(cmd, sizeof(cmd), "%s bench comm --iters 0", BIN);
+    expect_fail(cmd, 2, "--iters 0 is out of range (expected 1..10000000)");
 
     /* forward on a fixture equals transformers' logits */
     snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,250,13,45,7 --out %s/logits.bin",
@@ -387,8 +531,9 @@ int main(void)
     expect_fail(cmd, 1, "unknown preset");
     snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --out %s/m", BIN, tmp);
     expect_fail(cmd, 1, "not empty");
-    snprintf(cmd, sizeof(cmd), "%s generate --model %s/m --prompt hi --top-p 1.5", BIN, tmp);
-    expect_fail(cmd, 1, "top_p");
+    test_flag_values();
+    test_checked_first();
+    test_bench_flags();
     test_gen_model_out();
     snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 3x1", BIN, FIXTURE);
     expect_fail(cmd, 1, "must divide num_attention_heads");
@@ -412,7 +557,7 @@ int main(void)
     alarm(0);
     expect_fail(BIN " bench swap --layouts 1x1", 2, "exactly one of --preset");
     expect_fail(BIN " bench workload --config computron:19", 1, "does not exist");
-    expect_fail(BIN " bench workload --policy fifo", 1, "unknown scheduling policy");
+    expect_fail(BIN " bench workload --policy fifo", 2, "unknown scheduling policy");
     expect_fail(BIN " bench workload --config computron:all", 1, "needs --simulate");
     expect_fail(BIN " bench workload --simulate --config round-robin", 1, "closed loop");
 

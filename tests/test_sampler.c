@@ -1,9 +1,11 @@
 /* Sampling: greedy is argmax; the same seed gives the same tokens; top-k and
  * top-p never pick outside their sets; frequencies follow softmax(l / T). */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "model/sampler.h"
 #include "test.h"
 
@@ -117,12 +119,23 @@ int main(void)
     CHECK(count[1] + count[2] + count[5] == N);
     sampler_free(&s);
 
-    /* invalid parameters are refused */
+    /* invalid parameters are refused, naming the value and the range */
     p = (struct sampler_params){.temperature = -1, .top_p = 1};
-    CHECK(sampler_init(&s, &p) < 0);
+    CHECK(sampler_init(&s, &p) < 0 &&
+          strstr(err_msg(), "temperature -1 is out of range (expected a finite number >= 0"));
     p = (struct sampler_params){.temperature = 1, .top_p = 0};
-    CHECK(sampler_init(&s, &p) < 0);
+    CHECK(sampler_init(&s, &p) < 0 &&
+          strstr(err_msg(), "top_p 0 is out of range (expected 0 < top_p <= 1)"));
     p = (struct sampler_params){.temperature = 1, .top_k = -3, .top_p = 1};
-    CHECK(sampler_init(&s, &p) < 0);
+    CHECK(sampler_init(&s, &p) < 0 && strstr(err_msg(), "top_k -3 is out of range (expected >= 0"));
+
+    /* the smallest denormal temperature is valid and picks the argmax */
+    p = (struct sampler_params){.temperature = FLT_TRUE_MIN, .top_p = 1, .seed = 9};
+    CHECK(sampler_init(&s, &p) == 0);
+    for (int i = 0; i < 100; i++) {
+        float l[4] = {0.5f, 3.0f, 2.999f, -1.0f};
+        CHECK(sampler_pick(&s, l, 4) == 1);
+    }
+    sampler_free(&s);
     return test_finish();
 }

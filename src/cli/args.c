@@ -1,5 +1,6 @@
 #include "cli/args.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <float.h>
 #include <inttypes.h>
@@ -27,47 +28,92 @@ static void args_help(const char *cmd, const char *summary, const struct flag *f
         char left[64];
         snprintf(left, sizeof(left), "--%s%s%s", flags[i].name, flags[i].metavar ? " " : "",
                  flags[i].metavar ? flags[i].metavar : "");
-        printf("  %-24s %s\n", left, flags[i].help);
+        if (flags[i].range) /* the range a value is checked against, as the error says it */
+            printf("  %-24s %s [%s]\n", left, flags[i].help, flags[i].range);
+        else
+            printf("  %-24s %s\n", left, flags[i].help);
     }
     printf("  %-24s %s\n", "--help", "show this help and exit");
 }
 
+int args_range_fail(const char *cmd, const char *name, const char *value, const char *range)
+{
+    fprintf(stderr, "shardswap %s: --%s %s is out of range (expected %s)\n", cmd, name, value,
+            range);
+    return EXIT_USAGE;
+}
+
+/* Parses v into f->dst. Numbers are refused with leading blanks (strtoull
+ * reads " -1" as 2^64-1) and checked against the flag's range when it has
+ * one; a float too small for a float's normal range (1e-45, a denormal) is a
+ * number, one too large is out of range. */
 static int args_value(const char *cmd, struct flag *f, const char *v)
 {
     char *end;
+    double x = 0;
     errno = 0;
+    if (f->kind != FLAG_STR && f->kind != FLAG_BOOL && (*v == '\0' || isspace((unsigned char)*v)))
+        goto bad;
     switch (f->kind) {
     case FLAG_STR:
+        if (*v == '\0' && !f->empty_ok) {
+            fprintf(stderr, "shardswap %s: --%s expects a non-empty %s, got \"\"\n", cmd,
+                    f->name, f->metavar);
+            return EXIT_USAGE;
+        }
         *(const char **)f->dst = v;
         return 0;
     case FLAG_INT: {
-        long x = strtol(v, &end, 10);
-        if (*v == '\0' || *end || errno || x < INT_MIN || x > INT_MAX)
-            break;
-        *(int *)f->dst = (int)x;
+        long n = strtol(v, &end, 10);
+        if (*end)
+            goto bad;
+        if (errno || n < INT_MIN || n > INT_MAX)
+            goto range;
+        x = (double)n;
+        if (f->range && (x < f->lo || x > f->hi))
+            goto range;
+        *(int *)f->dst = (int)n;
         return 0;
     }
     case FLAG_U64: {
-        unsigned long long x = strtoull(v, &end, 10);
-        if (*v == '\0' || *v == '-' || *end || errno)
-            break;
-        *(uint64_t *)f->dst = x;
+        unsigned long long n = strtoull(v, &end, 10);
+        if (*v == '-' || *end)
+            goto bad;
+        if (errno)
+            goto range;
+        x = (double)n;
+        if (f->range && (x < f->lo || x > f->hi))
+            goto range;
+        *(uint64_t *)f->dst = n;
         return 0;
     }
     case FLAG_FLOAT: {
-        float x = strtof(v, &end);
-        if (*v == '\0' || *end || errno || !isfinite(x))
-            break;
-        *(float *)f->dst = x;
+        float y = strtof(v, &end);
+        if (*end || isnan(y))
+            goto bad;
+        if (!isfinite(y)) /* overflow, or "inf" */
+            goto range;
+        /* ERANGE with a finite result is underflow: still the nearest float */
+        x = y;
+        if (f->range && (x < f->lo || x > f->hi))
+            goto range;
+        *(float *)f->dst = y;
         return 0;
     }
     case FLAG_BOOL:
         break;
     }
+bad:;
     static const char *what[] = {"a string", "an integer", "a non-negative integer", "a number",
                                  "no value"};
     fprintf(stderr, "shardswap %s: --%s expects %s, got \"%s\"\n", cmd, f->name, what[f->kind], v);
     return EXIT_USAGE;
+range:
+    return args_range_fail(cmd, f->name, v,
+                           f->range ? f->range
+                           : f->kind == FLAG_INT ? "an int"
+                           : f->kind == FLAG_U64 ? "a 64-bit integer"
+                                                 : "a finite float");
 }
 
 int args_parse(const char *cmd, const char *summary, int argc, char **argv, struct flag *flags,
@@ -124,6 +170,12 @@ int args_parse(const char *cmd, const char *summary, int argc, char **argv, stru
         }
     }
     return 0;
+}
+
+int args_usage_fail(const char *cmd)
+{
+    fprintf(stderr, "shardswap %s: %s\n", cmd, err_msg());
+    return EXIT_USAGE;
 }
 
 int cli_fail(const char *cmd)

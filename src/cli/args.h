@@ -15,14 +15,22 @@ struct flag {
     const char *metavar; /* "N", "DIR", ... (NULL for FLAG_BOOL) */
     const char *help;    /* one line; mention the default */
     bool required;
+    bool empty_ok;       /* FLAG_STR: "" is a value (otherwise refused) */
+    /* numeric kinds: when range is set, a value outside lo..hi (inclusive)
+     * is refused with "--NAME V is out of range (expected RANGE)" */
+    double lo, hi;
+    const char *range;
     bool seen;           /* set by the parser */
 };
 
-/* Table entries: FLAG(name, kind, dst, metavar, help) and the same with
- * FLAG_REQUIRED. */
+/* Table entries: FLAG(name, kind, dst, metavar, help), the same with
+ * FLAG_REQUIRED, and FLAG_RANGE(..., lo, hi, range) for a number that must
+ * lie in lo..hi, range saying so in words ("1..4096", "0 < P <= 1"). */
 #define FLAG(n, k, d, mv, h) {.name = n, .kind = k, .dst = d, .metavar = mv, .help = h}
 #define FLAG_REQUIRED(n, k, d, mv, h)                                                        \
     {.name = n, .kind = k, .dst = d, .metavar = mv, .help = h, .required = true}
+#define FLAG_RANGE(n, k, d, mv, h, l, u, r)                                                  \
+    {.name = n, .kind = k, .dst = d, .metavar = mv, .help = h, .lo = l, .hi = u, .range = r}
 
 /* Exit statuses of the CLI. */
 enum { EXIT_USAGE = 2, EXIT_HELP = -100 };
@@ -32,6 +40,15 @@ enum { EXIT_USAGE = 2, EXIT_HELP = -100 };
  * "shardswap CMD: <what is wrong>" to stderr. */
 int args_parse(const char *cmd, const char *summary, int argc, char **argv, struct flag *flags,
                int n_flags);
+
+/* Prints "shardswap CMD: --NAME V is out of range (expected RANGE)" to
+ * stderr for a check the table cannot express (a limit of this machine, of
+ * the model); returns EXIT_USAGE. */
+int args_range_fail(const char *cmd, const char *name, const char *value, const char *range);
+
+/* Prints "shardswap CMD: <err_msg()>" to stderr; returns EXIT_USAGE (a bad
+ * flag value whose message a check elsewhere set). */
+int args_usage_fail(const char *cmd);
 
 /* Prints "shardswap CMD: <err_msg()>" to stderr; returns 1. */
 int cli_fail(const char *cmd);

@@ -1,6 +1,7 @@
 /* shardswap bench forward: prefill and decode throughput of one checkpoint,
  * with decode's weight streaming rate set against this machine's memcpy
  * bandwidth measured in the same run. */
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,11 +27,15 @@ static int bench_once(struct opt_model *m, int batch, int prompt_len, int gen,
 {
     const int V = m->cfg.vocab;
     struct opt_exec *ex = NULL;
-    int32_t *ids = malloc((size_t)batch * prompt_len * sizeof(int32_t));
-    float *logits = malloc((size_t)batch * V * sizeof(float));
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    /* the context checks the shape against the model before anything is
+     * sized by it */
     int rc = opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = batch, .max_len = prompt_len + gen}, &ex);
     if (rc < 0)
         goto out;
+    ids = malloc((size_t)batch * prompt_len * sizeof(int32_t));
+    logits = malloc((size_t)batch * V * sizeof(float));
     if (!ids || !logits) {
         rc = err_set(ERR_NOMEM, "out of memory");
         goto out;
@@ -65,6 +70,17 @@ out:
     return rc;
 }
 
+/* CPUs this process may run on: its affinity mask (which containers and
+ * taskset narrow), else the online count, else 1. */
+static int usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 ? (int)online : 1;
+}
+
 static int bench_forward(int argc, char **argv)
 {
     const char *dir = NULL;
@@ -72,11 +88,16 @@ static int bench_forward(int argc, char **argv)
     bool json = false;
     struct flag flags[] = {
         FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "Hugging Face OPT checkpoint directory"),
-        FLAG("batch", FLAG_INT, &batch, "B", "sequences per batch (default 1)"),
-        FLAG("prompt-len", FLAG_INT, &prompt_len, "L", "prompt tokens per sequence (default 128)"),
-        FLAG("gen", FLAG_INT, &gen, "N", "decode steps (default 32)"),
-        FLAG("threads", FLAG_INT, &threads, "T", "threads (default: all cores)"),
-        FLAG("repeat", FLAG_INT, &repeat, "R", "best of R runs (default 3)"),
+        FLAG_RANGE("batch", FLAG_INT, &batch, "B", "sequences per batch (default 1)", 1, 4096,
+                   "1..4096"),
+        FLAG_RANGE("prompt-len", FLAG_INT, &prompt_len, "L",
+                   "prompt tokens per sequence (default 128)", 1, 1 << 20, "1..1048576"),
+        FLAG_RANGE("gen", FLAG_INT, &gen, "N", "decode steps (default 32)", 1, 1 << 20,
+                   "1..1048576"),
+        FLAG("threads", FLAG_INT, &threads, "T",
+             "threads, at most the CPUs this process may use (default 0: all of them)"),
+        FLAG_RANGE("repeat", FLAG_INT, &repeat, "R", "best of R runs (default 3)", 1, 1000,
+                   "1..1000"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of a table"),
     };
     int rc = args_parse("bench forward",
@@ -87,10 +108,14 @@ static int bench_forward(int argc, char **argv)
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
-    if (batch < 1 || prompt_len < 1 || gen < 1 || repeat < 1) {
-        fprintf(stderr, "shardswap bench forward: --batch, --prompt-len, --gen and --repeat "
-                        "must be >= 1\n");
-        return EXIT_USAGE;
+    /* the bandwidth probe takes 256 MiB a thread: threads are bounded by
+     * the machine, not by what was typed */
+    int cpus = usable_cpus();
+    if (threads < 0 || threads > cpus) {
+        char v[16], range[96];
+        snprintf(v, sizeof(v), "%d", threads);
+        snprintf(range, sizeof(range), "0..%d, the CPUs this process may use; 0 = all", cpus);
+        return args_range_fail("bench forward", "threads", v, range);
     }
     cpu_set_threads(threads);
     threads = cpu_threads();

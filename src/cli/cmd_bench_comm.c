@@ -115,8 +115,10 @@ int bench_comm(int argc, char **argv)
     int iters = 2000, max_ranks = 4;
     bool json = false;
     struct flag flags[] = {
-        FLAG("iters", FLAG_INT, &iters, "N", "iterations per measurement (default 2000)"),
-        FLAG("max-ranks", FLAG_INT, &max_ranks, "R", "largest group: 2..R ranks (default 4)"),
+        FLAG_RANGE("iters", FLAG_INT, &iters, "N", "iterations per measurement (default 2000)",
+                   1, 10000000, "1..10000000"),
+        FLAG_RANGE("max-ranks", FLAG_INT, &max_ranks, "R", "largest group: 2..R ranks (default 4)",
+                   2, 16, "2..16"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of a table"),
     };
     int rc = args_parse("bench comm",
@@ -127,11 +129,6 @@ int bench_comm(int argc, char **argv)
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
-    if (iters < 1 || iters > 10000000 || max_ranks < 2 || max_ranks > 16) {
-        fprintf(stderr, "shardswap bench comm: --iters must be 1..10000000 and --max-ranks "
-                        "2..16\n");
-        return EXIT_USAGE;
-    }
     static const size_t sizes[] = {512, 16384, 1u << 20}; /* floats */
     json_t *rows = json ? json_array() : NULL;
     if (!json)

@@ -23,6 +23,7 @@
 
 #define MAX_LAYOUTS 8
 #define MAX_WORKERS 16
+#define MAX_WORKERS_RANGE "1..16" /* in words, for the flags */
 
 struct layout_result {
     int tp, pp;
@@ -273,12 +274,18 @@ int bench_swap(int argc, char **argv)
         FLAG("preset", FLAG_STR, &preset, "NAME", opt_preset_names()),
         FLAG("model", FLAG_STR, &dir_flag, "DIR", "a checkpoint directory instead of a preset"),
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "dtype of a generated preset (default f16)"),
-        FLAG("layers", FLAG_INT, &layers, "N", "layers of a generated preset (default: the preset's)"),
+        FLAG_RANGE("layers", FLAG_INT, &layers, "N",
+                   "layers of a generated preset (default: the preset's)", 1, 4096,
+                   "1..4096"),
         FLAG("layouts", FLAG_STR, &layouts_s, "TPxPP,...", "layouts to measure (default 1x1,2x1,1x2)"),
-        FLAG("tp", FLAG_INT, &tp, "N", "also measure TP=N (with --pp, default 1)"),
-        FLAG("pp", FLAG_INT, &pp, "N", "also measure PP=N (with --tp, default 1)"),
-        FLAG("repeat", FLAG_INT, &repeat, "R", "median of R runs (default 3)"),
-        FLAG("prompt-len", FLAG_INT, &prompt_len, "L", "tokens of the cold request (default 8)"),
+        FLAG_RANGE("tp", FLAG_INT, &tp, "N", "also measure TP=N (with --pp, default 1)", 1,
+                   MAX_WORKERS, MAX_WORKERS_RANGE),
+        FLAG_RANGE("pp", FLAG_INT, &pp, "N", "also measure PP=N (with --tp, default 1)", 1,
+                   MAX_WORKERS, MAX_WORKERS_RANGE),
+        FLAG_RANGE("repeat", FLAG_INT, &repeat, "R", "median of R runs (default 3)", 1, 1000,
+                   "1..1000"),
+        FLAG_RANGE("prompt-len", FLAG_INT, &prompt_len, "L",
+                   "tokens of the cold request (default 8)", 1, 512, "1..512"),
         FLAG("cache", FLAG_STR, &cache, "DIR", "where generated presets are kept (default models)"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of tables"),
     };
@@ -295,10 +302,6 @@ int bench_swap(int argc, char **argv)
         return rc;
     if (!preset == !dir_flag) {
         fprintf(stderr, "shardswap bench swap: give exactly one of --preset NAME or --model DIR\n");
-        return EXIT_USAGE;
-    }
-    if (repeat < 1 || prompt_len < 1 || prompt_len > 512) {
-        fprintf(stderr, "shardswap bench swap: --repeat must be >= 1 and --prompt-len 1..512\n");
         return EXIT_USAGE;
     }
     struct layout_result res[MAX_LAYOUTS + 1];

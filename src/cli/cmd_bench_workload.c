@@ -2,11 +2,14 @@
  * through the engine on generated models, one run per scheduling policy on
  * the same arrival sequence, side by side. The flags, and the tables and
  * JSON; the replay, the measurements and the summaries are workload/'s. */
+#include <errno.h>
+#include <float.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -169,6 +172,20 @@ static int print_json(const struct workload_config *c, const char *config_s, dou
         jsonout_string(plot), "policies", pols));
 }
 
+/* --out-dir: created if absent, and writable; checked before the run so
+ * that its results have somewhere to go. */
+static int check_out_dir(const char *dir)
+{
+    struct stat st;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return err_set(ERR_IO, "--out-dir %s: cannot create it: %s", dir, strerror(errno));
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return err_set(ERR_INVALID, "--out-dir %s: not a directory", dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return err_set(ERR_IO, "--out-dir %s: cannot write there: %s", dir, strerror(errno));
+    return 0;
+}
+
 int bench_workload(int argc, char **argv)
 {
     const char *config_s = "computron:4", *policies_s = "computron,swapwise", *rates_s = NULL;
@@ -185,31 +202,49 @@ int bench_workload(int argc, char **argv)
         FLAG("config", FLAG_STR, &config_s, "computron:K|round-robin|custom",
              "Computron's config K (0..18), its round-robin worst case, or custom (default computron:4)"),
         FLAG("policy", FLAG_STR, &policies_s, "A,B", "policies to compare (default computron,swapwise)"),
-        FLAG("models", FLAG_INT, &n_models, "N", "custom/round-robin: number of models"),
+        FLAG_RANGE("models", FLAG_INT, &n_models, "N", "custom/round-robin: number of models",
+                   1, MAX_MODELS, "1..64"),
         FLAG("rates", FLAG_STR, &rates_s, "R1,R2,...", "custom: requests/s per model"),
-        FLAG("alpha", FLAG_FLOAT, &alpha, "A", "custom: power-law skew instead of --rates"),
-        FLAG("total-rate", FLAG_FLOAT, &total_rate, "R", "custom: requests/s over all models with --alpha"),
-        FLAG("cv", FLAG_FLOAT, &cv, "C", "custom: Gamma CV of inter-arrival times (1 = Poisson)"),
-        FLAG("max-loaded", FLAG_INT, &max_loaded, "K", "models that fit the devices at once"),
-        FLAG("max-batch", FLAG_INT, &max_batch, "B", "requests per batch"),
-        FLAG("duration", FLAG_FLOAT, &duration, "S", "seconds of arrivals (default 20; Computron: 30)"),
-        FLAG("requests", FLAG_INT, &rr_requests, "N", "round-robin: requests (default 40)"),
-        FLAG("slo", FLAG_FLOAT, &slo, "S", "SLO in seconds (default: --slo-scale x warm latency)"),
-        FLAG("slo-scale", FLAG_FLOAT, &slo_scale, "X", "SLO as a multiple of the warm single-request latency (default 5)"),
+        FLAG_RANGE("alpha", FLAG_FLOAT, &alpha, "A", "custom: power-law skew instead of --rates",
+                   0, 100, "0..100"),
+        FLAG_RANGE("total-rate", FLAG_FLOAT, &total_rate, "R",
+                   "custom: requests/s over all models with --alpha", FLT_TRUE_MIN, 1e6,
+                   "0 < R <= 1000000"),
+        FLAG_RANGE("cv", FLAG_FLOAT, &cv, "C",
+                   "custom: Gamma CV of inter-arrival times (1 = Poisson)", FLT_TRUE_MIN, 100,
+                   "0 < C <= 100"),
+        FLAG_RANGE("max-loaded", FLAG_INT, &max_loaded, "K", "models that fit the devices at once",
+                   1, MAX_MODELS, "1..64"),
+        FLAG_RANGE("max-batch", FLAG_INT, &max_batch, "B", "requests per batch", 1, SIM_MAX_BATCH,
+                   "1..256"),
+        FLAG_RANGE("duration", FLAG_FLOAT, &duration, "S",
+                   "seconds of arrivals (default 20; Computron: 30)", FLT_TRUE_MIN, 86400,
+                   "0 < S <= 86400"),
+        FLAG_RANGE("requests", FLAG_INT, &rr_requests, "N", "round-robin: requests (default 40)",
+                   1, 1000000, "1..1000000"),
+        FLAG_RANGE("slo", FLAG_FLOAT, &slo, "S",
+                   "SLO in seconds (default: --slo-scale x warm latency)", FLT_TRUE_MIN, 86400,
+                   "0 < S <= 86400"),
+        FLAG_RANGE("slo-scale", FLAG_FLOAT, &slo_scale, "X",
+                   "SLO as a multiple of the warm single-request latency (default 5)",
+                   FLT_TRUE_MIN, 1e6, "0 < X <= 1000000"),
         FLAG("preset", FLAG_STR, &preset, "NAME", "model shape (default opt-1.3b)"),
-        FLAG("layers", FLAG_INT, &layers, "N", "layers per model (default 2)"),
+        FLAG_RANGE("layers", FLAG_INT, &layers, "N", "layers per model (default 2)", 1, 4096,
+                   "1..4096"),
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "model dtype (default f16)"),
-        FLAG("tp", FLAG_INT, &tp, "N", "devices per model, all models on the same ones (default 2)"),
+        FLAG_RANGE("tp", FLAG_INT, &tp, "N",
+                   "devices per model, all models on the same ones (default 2)", 1, 8, "1..8"),
         FLAG("seed", FLAG_U64, &seed, "S", "arrival seed (default 1)"),
-        FLAG("link-gbps", FLAG_FLOAT, &link, "G",
-             "emulate a host link of G GB/s per device (a GPU's swap/compute ratio; default: "
-             "memory speed)"),
+        FLAG_RANGE("link-gbps", FLAG_FLOAT, &link, "G",
+                   "emulate a host link of G GB/s per device (a GPU's swap/compute ratio; "
+                   "default: memory speed)", 0.001, 10000, "0.001..10000 GB/s"),
         FLAG("cache", FLAG_STR, &cache, "DIR", "where generated models are kept (default models)"),
         FLAG("out-dir", FLAG_STR, &out_dir, "DIR", "CSV and plot go here (default bench-out)"),
         FLAG("simulate", FLAG_BOOL, &simulated, NULL,
              "replay on a simulated clock (engine/sim.h) with a load's and batches' times "
              "measured here first, over --seeds arrival seeds; --config computron:all runs all 19"),
-        FLAG("seeds", FLAG_INT, &seeds, "N", "--simulate: arrival seeds per config (default 20)"),
+        FLAG_RANGE("seeds", FLAG_INT, &seeds, "N",
+                   "--simulate: arrival seeds per config (default 20)", 1, 10000, "1..10000"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of tables"),
     };
     int rc = args_parse("bench workload",
@@ -241,12 +276,22 @@ int bench_workload(int argc, char **argv)
     size_t n_ev = 0;
     memset(res, 0, sizeof(res));
     snprintf(pol_buf, sizeof(pol_buf), "%s", policies_s);
-    for (char *tok = strtok(pol_buf, ","); tok && n_pol < MAX_POLICIES; tok = strtok(NULL, ",")) {
-        if (!sched_policy_find(tok)) {
-            rc = ERR_INVALID;
-            goto out;
+    /* every flag is checked here, before a model is generated or run */
+    for (char *tok = strtok(pol_buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (n_pol == MAX_POLICIES) {
+            fprintf(stderr, "shardswap bench workload: --policy %s: at most %d policies\n",
+                    policies_s, MAX_POLICIES);
+            return EXIT_USAGE;
         }
+        if (!sched_policy_find(tok))
+            return args_usage_fail("bench workload");
         policies[n_pol++] = tok;
+    }
+    if (n_pol == 0) {
+        fprintf(stderr, "shardswap bench workload: --policy \"%s\" names no policy (expected "
+                        "1..%d comma-separated names, e.g. computron,swapwise)\n",
+                policies_s, MAX_POLICIES);
+        return EXIT_USAGE;
     }
     bool all = false;
     if (strcmp(config_s, "computron:all") == 0) {
@@ -307,6 +352,11 @@ int bench_workload(int argc, char **argv)
     }
     if (all) /* one model measures the costs; every config's models have its shape */
         c.n_models = 1;
+    /* where the results go, and room for the models, before any is made */
+    if (!simulated && (rc = check_out_dir(out_dir)) < 0)
+        goto out;
+    if ((rc = model_cache_check(cache, preset, layers, dtype_s, c.n_models)) < 0)
+        goto out;
     if (!(dirs = calloc((size_t)c.n_models, sizeof(*dirs)))) {
         rc = err_set(ERR_NOMEM, "out of memory");
         goto out;
@@ -336,8 +386,7 @@ int bench_workload(int argc, char **argv)
         if ((rc = replay_run(&rig, &c, policies[p], ev, n_ev, rr_requests, &res[p])) < 0)
             goto out;
     }
-    /* files: a CSV per policy and one CDF plot */
-    mkdir(out_dir, 0755);
+    /* files: a CSV per policy and one CDF plot, in out_dir (checked above) */
     char tag[64], path[1024];
     snprintf(tag, sizeof(tag), "%s", config_s);
     for (char *q = tag; *q; q++)

@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -43,6 +45,36 @@ static int parse_ids(const char *s, int32_t **out, int *n_out)
     return 0;
 }
 
+/* --out must be a file this process can create or replace: checked before
+ * the model is opened and run, so a bad path costs nothing (and an existing
+ * file is left as it was). */
+static int check_out_path(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return err_set(ERR_INVALID, "--out %s: is a directory (expected a file to write)",
+                           path);
+        if (access(path, W_OK) != 0)
+            return err_set(ERR_IO, "--out %s: cannot write: %s", path, strerror(errno));
+        return 0;
+    }
+    if (errno != ENOENT)
+        return err_set(ERR_IO, "--out %s: %s", path, strerror(errno));
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == path)
+        snprintf(dir, sizeof(dir), "/");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+    if (access(dir, W_OK | X_OK) != 0)
+        return err_set(ERR_IO, "--out %s: cannot create it in %s: %s", path, dir,
+                       strerror(errno));
+    return 0;
+}
+
 int cmd_forward(int argc, char **argv)
 {
     const char *dir = NULL, *ids_s = NULL, *path = NULL;
@@ -64,7 +96,8 @@ int cmd_forward(int argc, char **argv)
     float *logits = NULL;
     FILE *f = NULL;
     int n = 0;
-    if ((rc = parse_ids(ids_s, &ids, &n)) < 0 || (rc = opt_model_open(dir, &m)) < 0 ||
+    if ((rc = check_out_path(path)) < 0 || (rc = parse_ids(ids_s, &ids, &n)) < 0 ||
+        (rc = opt_model_open(dir, &m)) < 0 ||
         (rc = opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = 1, .max_len = n, .max_rows = n}, &ex)) < 0)
         goto out;
     size_t count = (size_t)n * m->cfg.vocab;

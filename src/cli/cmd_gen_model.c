@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_cache.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/timing.h"
@@ -228,7 +229,9 @@ int cmd_gen_model(int argc, char **argv)
     struct opt_random_opts o = {.seed = 0};
     struct flag flags[] = {
         FLAG_REQUIRED("preset", FLAG_STR, &preset, "NAME", opt_preset_names()),
-        FLAG("layers", FLAG_INT, &layers, "N", "number of decoder layers (default: the preset's)"),
+        FLAG_RANGE("layers", FLAG_INT, &layers, "N",
+                   "number of decoder layers (default: the preset's)", 1, 4096,
+                   "1..4096"),
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "storage dtype (default f16, as OPT ships)"),
         FLAG("seed", FLAG_U64, &o.seed, "S", "random seed (default 0)"),
         FLAG_REQUIRED("out", FLAG_STR, &out, "DIR",
@@ -257,19 +260,15 @@ int cmd_gen_model(int argc, char **argv)
         rc = err_set(ERR_INVALID, "--dtype \"%s\" is not one of f16, bf16, f32", dtype_s);
         goto out;
     }
-    if (layers != -1) {
-        if (layers < 1 || layers > 4096) {
-            rc = err_set(ERR_INVALID, "--layers %d is out of range (expected 1..4096)", layers);
-            goto out;
-        }
+    if (layers != -1)
         cfg.n_layers = layers;
-    }
     if (isatty(fileno(stderr))) {
         o.progress = show_progress;
         o.progress_ctx = &last;
     }
     if ((rc = check_out_dir(out, force)) < 0 ||
-        (tok_from && (rc = check_tokenizer(tok_from, &cfg)) < 0))
+        (tok_from && (rc = check_tokenizer(tok_from, &cfg)) < 0) ||
+        (rc = cli_check_space(out, opt_checkpoint_bytes(&cfg, o.dtype) + (1u << 20), "--out")) < 0)
         goto out;
     /* everything goes into a directory beside --out, renamed to it when
      * complete: an interrupted or failed run leaves no half model there */

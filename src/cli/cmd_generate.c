@@ -1,4 +1,6 @@
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,11 +45,16 @@ int cmd_generate(int argc, char **argv)
     struct sampler_params sp = {.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
     struct flag flags[] = {
         FLAG_REQUIRED("model", FLAG_STR, &model_dir, "DIR", "Hugging Face OPT checkpoint directory"),
-        FLAG_REQUIRED("prompt", FLAG_STR, &prompt, "TEXT", "the prompt (UTF-8)"),
-        FLAG("max-tokens", FLAG_INT, &max_tokens, "N", "most tokens to generate (default 32)"),
-        FLAG("temperature", FLAG_FLOAT, &sp.temperature, "T", "0 = greedy (default 0)"),
-        FLAG("top-k", FLAG_INT, &sp.top_k, "K", "sample among the K most likely (default 0 = off)"),
-        FLAG("top-p", FLAG_FLOAT, &sp.top_p, "P", "nucleus sampling mass (default 1 = off)"),
+        {.name = "prompt", .kind = FLAG_STR, .dst = &prompt, .metavar = "TEXT",
+         .help = "the prompt (UTF-8; may be empty)", .required = true, .empty_ok = true},
+        FLAG_RANGE("max-tokens", FLAG_INT, &max_tokens, "N", "most tokens to generate (default 32)",
+                   1, 1 << 20, "1..1048576"),
+        FLAG_RANGE("temperature", FLAG_FLOAT, &sp.temperature, "T", "0 = greedy (default 0)", 0,
+                   FLT_MAX, "a finite T >= 0"),
+        FLAG_RANGE("top-k", FLAG_INT, &sp.top_k, "K",
+                   "sample among the K most likely (default 0 = off)", 0, INT_MAX, "K >= 0"),
+        FLAG_RANGE("top-p", FLAG_FLOAT, &sp.top_p, "P", "nucleus sampling mass (default 1 = off)",
+                   FLT_TRUE_MIN, 1, "0 < P <= 1"),
         FLAG("seed", FLAG_U64, &sp.seed, "S", "random seed; same seed, same output (default 0)"),
         FLAG("tokenizer", FLAG_STR, &tok_dir, "DIR", "tokenizer directory (default: the model's)"),
     };

@@ -8,13 +8,19 @@
 
 int sampler_init(struct sampler *s, const struct sampler_params *p)
 {
+    /* one line each: the parameter as a request names it, its value, and
+     * what it must be (the CLI checks its flags against the same ranges) */
     if (!(p->temperature >= 0) || !isfinite(p->temperature))
-        return err_set(ERR_INVALID, "temperature must be a finite number >= 0 (got %g)",
+        return err_set(ERR_INVALID,
+                       "temperature %g is out of range (expected a finite number >= 0, 0 = "
+                       "greedy)",
                        (double)p->temperature);
     if (p->top_k < 0)
-        return err_set(ERR_INVALID, "top_k must be >= 0 (got %d)", p->top_k);
+        return err_set(ERR_INVALID, "top_k %d is out of range (expected >= 0, 0 = off)",
+                       p->top_k);
     if (!(p->top_p > 0 && p->top_p <= 1))
-        return err_set(ERR_INVALID, "top_p must be in (0, 1] (got %g)", (double)p->top_p);
+        return err_set(ERR_INVALID, "top_p %g is out of range (expected 0 < top_p <= 1)",
+                       (double)p->top_p);
     s->p = *p;
     rng_seed(&s->rng, p->seed, 0);
     s->prob = NULL;
