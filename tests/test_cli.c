@@ -335,6 +335,33 @@ int main(void)
     CHECK(run(BIN " generate --help", out, sizeof(out), NULL, 0) == 0 &&
           strstr(out, "[0 < P <= 1]") && strstr(out, "[1..1048576]"));
 
+    /* NaN in a weight: inspect names the tensor */
+    {
+        char nan_dir[256], path[512];
+        snprintf(nan_dir, sizeof(nan_dir), "%s/nanmodel", tmp);
+        snprintf(cmd, sizeof(cmd), "cp -r %s %s", FIXTURE, nan_dir);
+        CHECK(system(cmd) == 0);
+        snprintf(path, sizeof(path), "%s/model.safetensors", nan_dir);
+        struct st_checkpoint *ck = NULL;
+        CHECK(st_open(path, &ck) == 0);
+        const struct st_tensor *w = ck ? st_find(ck, "model.decoder.layers.0.fc1.weight") : NULL;
+        CHECK(w && w->dtype == DTYPE_F32);
+        size_t off = w ? w->file_offset + 4 * 7 : 0;
+        st_close(ck);
+        FILE *f = fopen(path, "r+b");
+        const float nan = NAN;
+        CHECK(f && fseek(f, (long)off, SEEK_SET) == 0 && fwrite(&nan, 4, 1, f) == 1);
+        if (f)
+            fclose(f);
+        snprintf(cmd, sizeof(cmd), "%s inspect --model %s", BIN, nan_dir);
+        CHECK(run(cmd, out, sizeof(out), err, sizeof(err)) == 0);
+        CHECK_MSG(strstr(out, "finite           no: model.decoder.layers.0.fc1.weight") &&
+                      strstr(out, "(element 7)") && strstr(err, "warning"),
+                  "%s: %s / %s", cmd, out, err);
+        snprintf(cmd, sizeof(cmd), "%s inspect --model %s", BIN, FIXTURE);
+        CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strstr(out, "finite           yes"));
+    }
+
     /* bench comm: one JSON object with every measurement; bad flags are usage errors */
     snprintf(cmd, sizeof(cmd), "%s bench comm --iters 20 --max-ranks 3 --json", BIN);
     CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);

@@ -44,5 +44,22 @@ int main(void)
     enum dtype t;
     CHECK(dtype_parse("bfloat16", &t) == 0 && t == DTYPE_BF16);
     CHECK(dtype_parse("int8", &t) < 0);
+    /* dtype_find_nonfinite: the first NaN or Inf, at an unaligned address too */
+    {
+        unsigned char buf[1 + 8 * 4];
+        float f[8] = {0, 1, -2, 65504, 1e-40f, 3, 4, 5};
+        memcpy(buf + 1, f, sizeof(f));
+        CHECK(dtype_find_nonfinite(DTYPE_F32, buf + 1, 8) == 8);
+        f[5] = INFINITY;
+        f[6] = NAN;
+        memcpy(buf + 1, f, sizeof(f));
+        CHECK(dtype_find_nonfinite(DTYPE_F32, buf + 1, 8) == 5);
+        uint16_t h[4] = {0x3c00, 0x7bff, 0xfc00, 0x7e00}; /* 1, max, -inf, nan */
+        CHECK(dtype_find_nonfinite(DTYPE_F16, h, 2) == 2);
+        CHECK(dtype_find_nonfinite(DTYPE_F16, h, 4) == 2);
+        uint16_t b[3] = {0x3f80, 0x7f7f, 0x7fc0}; /* 1, max, nan */
+        CHECK(dtype_find_nonfinite(DTYPE_BF16, b, 3) == 2);
+        CHECK(dtype_find_nonfinite(DTYPE_BF16, b, 2) == 2);
+    }
     return test_finish();
 }

@@ -4,6 +4,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "format/opt_config.h"
 #include "format/safetensors.h"
@@ -98,6 +99,21 @@ int cmd_inspect(int argc, char **argv)
     opt_layout_free(&layout);
     opt_model_close(m);
     printf("weights          match config.json\n");
+    /* NaN or Inf in a weight: said here, and named (the first one) */
+    const struct st_tensor *bad = NULL;
+    size_t at = 0;
+    for (size_t i = 0; !bad && st_get(ck, i); i++) {
+        const struct st_tensor *t = st_get(ck, i);
+        if ((at = dtype_find_nonfinite(t->dtype, t->data, t->numel)) < t->numel)
+            bad = t;
+    }
+    if (bad) {
+        printf("finite           no: %s holds NaN or Inf (element %zu)\n", bad->name, at);
+        fprintf(stderr, "shardswap inspect: warning: tensor %s holds NaN or Inf (element %zu)\n",
+                bad->name, at);
+    } else {
+        printf("finite           yes\n");
+    }
 out:
     free(per_layer);
     st_close(ck);

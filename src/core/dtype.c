@@ -160,3 +160,25 @@ void dtype_from_f32(enum dtype t, const float *src, void *dst, size_t n)
     }
     }
 }
+
+size_t dtype_find_nonfinite(enum dtype t, const void *src, size_t n)
+{
+    const unsigned char *p = src;
+    if (t == DTYPE_F32) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, p + 4 * i, 4);
+            if ((u & 0x7f800000u) == 0x7f800000u)
+                return i;
+        }
+        return n;
+    }
+    const uint16_t mask = t == DTYPE_F16 ? 0x7c00 : 0x7f80;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        if ((h & mask) == mask)
+            return i;
+    }
+    return n;
+}

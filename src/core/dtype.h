@@ -28,4 +28,9 @@ void dtype_to_f32(enum dtype t, const void *src, float *dst, size_t n);
 /* dst (type t)[i] = src[i], rounding to nearest even. */
 void dtype_from_f32(enum dtype t, const float *src, void *dst, size_t n);
 
+/* The index of the first NaN or infinity among n elements of type t at src
+ * (which need not be aligned), or n when all are finite. By bit pattern: an
+ * all-ones exponent. */
+size_t dtype_find_nonfinite(enum dtype t, const void *src, size_t n);
+
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/event.h"
 #include "core/timing.h"
@@ -133,6 +134,7 @@ struct emodel {
     int max_batch; /* sequences per batch: the engine's, or less */
     int longest_prompt, longest_seq;
     bool decodes; /* some request asked for more than one token */
+    bool warned_nonfinite; /* its logits were NaN or Inf once (runner thread only) */
     uint64_t reserve[SCHED_MAX_DEVICES], batch_bytes[SCHED_MAX_DEVICES];
     bool mem_wait; /* its batch did not fit at all: not served until memory is freed */
     pthread_t tid;
@@ -616,7 +618,15 @@ static void batch_sample(struct batch *b, double now)
         struct engine_req *r = b->req[s];
         if (!r)
             continue;
-        int32_t id = sampler_pick(&r->sampler, b->logits + (size_t)s * c->vocab, c->vocab);
+        float *row = b->logits + (size_t)s * c->vocab;
+        if (!b->m->warned_nonfinite &&
+            dtype_find_nonfinite(DTYPE_F32, row, (size_t)c->vocab) < (size_t)c->vocab) {
+            b->m->warned_nonfinite = true; /* once per model: a broken checkpoint says so */
+            fprintf(stderr, "shardswap: warning: model %s produced NaN or Inf logits (batch %llu, "
+                            "a sequence's token %d); its weights or activations are not finite\n",
+                    b->m->sm->name, (unsigned long long)b->id, r->n_output + 1);
+        }
+        int32_t id = sampler_pick(&r->sampler, row, c->vocab);
         if (r->n_output == 0)
             r->t.t_first_token = now;
         bool eos = id == c->eos_id;
