@@ -583,7 +583,7 @@ int main(void)
     expect_fail(cmd, 1, "exceeds max_position_embeddings 64");
     alarm(0);
     expect_fail(BIN " bench swap --layouts 1x1", 2, "exactly one of --preset");
-    expect_fail(BIN " bench workload --config computron:19", 1, "does not exist");
+    expect_fail(BIN " bench workload --config computron:19", 2, "does not exist");
     expect_fail(BIN " bench workload --policy fifo", 2, "unknown scheduling policy");
     expect_fail(BIN " bench workload --config computron:all", 1, "needs --simulate");
     expect_fail(BIN " bench workload --simulate --config round-robin", 1, "closed loop");

@@ -188,6 +188,7 @@ static int check_out_dir(const char *dir)
 
 int bench_workload(int argc, char **argv)
 {
+    bool usage = false; /* a bad --config: exit with the usage code */
     const char *config_s = "computron:4", *policies_s = "computron,swapwise", *rates_s = NULL;
     /* an opt-1.3b-wide model cut to 2 layers (0.41 GB in f16): on 2 cores a
      * swap (~20 ms) and a request (~30 ms) weigh about the same, and a config
@@ -298,7 +299,7 @@ int bench_workload(int argc, char **argv)
         if (!simulated) {
             rc = err_set(ERR_INVALID, "--config computron:all needs --simulate (in real time, "
                                       "tools/bench_computron.sh runs them one by one)");
-            goto out;
+            goto bad_flag;
         }
         all = true;
         workload_computron(0, &c);
@@ -307,10 +308,10 @@ int bench_workload(int argc, char **argv)
         long k = strtol(config_s + 10, &end, 10);
         if (*end || end == config_s + 10) {
             rc = err_set(ERR_INVALID, "--config %s: expected computron:K with K in 0..18", config_s);
-            goto out;
+            goto bad_flag;
         }
         if ((rc = workload_computron((int)k, &c)) < 0)
-            goto out;
+            goto bad_flag;
     } else if (strcmp(config_s, "round-robin") == 0) {
         c.n_models = n_models ? n_models : 2;
         c.max_loaded = 1;
@@ -322,19 +323,19 @@ int bench_workload(int argc, char **argv)
         c.max_batch = 8;
         if (rates_s) {
             if ((rc = arrival_rates_parse(rates_s, c.rates, MAX_MODELS, &c.n_models)) < 0)
-                goto out;
+                goto bad_flag;
         } else if (alpha >= 0 && n_models > 0 && total_rate > 0) {
             arrival_rates_powerlaw(n_models, alpha, total_rate, c.rates);
         } else {
             rc = err_set(ERR_INVALID, "--config custom needs --rates, or --models with --alpha and "
                                       "--total-rate");
-            goto out;
+            goto bad_flag;
         }
         c.max_loaded = c.n_models > 1 ? c.n_models / 2 : 1;
     } else {
         rc = err_set(ERR_INVALID, "--config %s: expected computron:K, round-robin or custom",
                      config_s);
-        goto out;
+        goto bad_flag;
     }
     if (max_loaded > 0)
         c.max_loaded = max_loaded;
@@ -452,5 +453,12 @@ out:
     }
     free(ev);
     free(dirs);
+    if (usage) {
+        fprintf(stderr, "shardswap bench workload: %s\n", err_msg());
+        return EXIT_USAGE;
+    }
     return rc < 0 ? cli_fail("bench workload") : 0;
+bad_flag: /* a --config that names no workload: a usage error */
+    usage = true;
+    goto out;
 }
