@@ -585,7 +585,7 @@ int main(void)
     expect_fail(BIN " bench swap --layouts 1x1", 2, "exactly one of --preset");
     expect_fail(BIN " bench workload --config computron:19", 2, "does not exist");
     expect_fail(BIN " bench workload --policy fifo", 2, "unknown scheduling policy");
-    expect_fail(BIN " bench workload --config computron:all", 1, "needs --simulate");
+    expect_fail(BIN " bench workload --config computron:all", 2, "needs --simulate");
     expect_fail(BIN " bench workload --simulate --config round-robin", 1, "closed loop");
 
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
