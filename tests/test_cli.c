@@ -176,6 +176,34 @@ static void test_gen_model_out(void)
              tmp, tmp, tmp);
     CHECK_MSG(system(cmd) == 0, "--force: %s", cmd);
     CHECK(!tmp_has(".partial-"));
+
+    /* a NaN in a weight: generate warns once that the logits are not finite */
+    snprintf(cmd, sizeof(cmd), "cp -r %s/forced %s/nan125", tmp, tmp);
+    CHECK(system(cmd) == 0);
+    snprintf(path, sizeof(path), "%s/nan125/model.safetensors", tmp);
+    struct st_checkpoint *ck = NULL;
+    CHECK(st_open(path, &ck) == 0);
+    const struct st_tensor *w = ck ? st_find(ck, "model.decoder.final_layer_norm.weight") : NULL;
+    if (!w && ck)
+        w = st_find(ck, "decoder.final_layer_norm.weight");
+    CHECK(w != NULL);
+    size_t off = w ? w->file_offset : 0;
+    enum dtype dt = w ? w->dtype : DTYPE_F16;
+    st_close(ck);
+    /* a quiet NaN of the tensor's dtype, little-endian */
+    static const unsigned char nan_f32[4] = {0, 0, 0xc0, 0x7f}, nan_f16[2] = {0, 0x7e},
+                               nan_bf16[2] = {0xc0, 0x7f};
+    const unsigned char *nan_bits = dt == DTYPE_F32 ? nan_f32 : dt == DTYPE_F16 ? nan_f16 : nan_bf16;
+    FILE *f = fopen(path, "r+b");
+    CHECK(f && fseek(f, (long)off, SEEK_SET) == 0 &&
+          fwrite(nan_bits, 1, dtype_size(dt), f) == dtype_size(dt));
+    if (f)
+        fclose(f);
+    snprintf(cmd, sizeof(cmd), "%s generate --model %s/nan125 --prompt hi --max-tokens 2", BIN,
+             tmp);
+    char out2[4096];
+    run(cmd, out2, sizeof(out2), err, sizeof(err));
+    CHECK_MSG(strstr(err, "NaN or Inf logits at generated token 1"), "%s: %s", cmd, err);
 }
 
 /* Flag values are checked as they are parsed: a number with a leading
