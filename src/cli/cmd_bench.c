@@ -1,7 +1,6 @@
 /* shardswap bench forward: prefill and decode throughput of one checkpoint,
  * with decode's weight streaming rate set against this machine's memcpy
  * bandwidth measured in the same run. */
-#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 #include "backend/cpu/cpu.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/cpus.h"
 #include "core/error.h"
 #include "core/jsonout.h"
 #include "core/membw.h"
@@ -70,17 +70,6 @@ out:
     return rc;
 }
 
-/* CPUs this process may run on: its affinity mask (which containers and
- * taskset narrow), else the online count, else 1. */
-static int usable_cpus(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    return online > 0 ? (int)online : 1;
-}
-
 static int bench_forward(int argc, char **argv)
 {
     const char *dir = NULL;
@@ -110,7 +99,7 @@ static int bench_forward(int argc, char **argv)
         return rc;
     /* the bandwidth probe takes 256 MiB a thread: threads are bounded by
      * the machine, not by what was typed */
-    int cpus = usable_cpus();
+    int cpus = cpus_usable();
     if (threads < 0 || threads > cpus) {
         char v[16], range[96];
         snprintf(v, sizeof(v), "%d", threads);

@@ -52,6 +52,7 @@
 
 #include "comm/comm.h"
 #include "comm/comm_impl.h"
+#include "core/cpus.h"
 #include "core/error.h"
 
 enum {
@@ -264,17 +265,6 @@ static void threads_destroy(void *ctx)
     free(ctx);
 }
 
-/* CPUs this process may run on (its affinity mask, which containers and
- * taskset narrow), else the online count, else 1. */
-static int usable_cpus(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    return online > 0 ? (int)online : 1;
-}
-
 static const struct comm_ops threads_ops = {
     .name = "threads",
     .destroy = threads_destroy,
@@ -300,6 +290,6 @@ int comm_group_create_threads(int n_ranks, struct comm_group **out)
     atomic_init(&t->sleepers, 0);
     atomic_init(&t->aborted, 0);
     t->n_ranks = n_ranks;
-    t->spin_iters = n_ranks > usable_cpus() ? SPIN_ITERS_OVERSUBSCRIBED : SPIN_ITERS;
+    t->spin_iters = n_ranks > cpus_usable() ? SPIN_ITERS_OVERSUBSCRIBED : SPIN_ITERS;
     return comm_group_wrap(&threads_ops, t, n_ranks, out);
 }
