@@ -70,24 +70,53 @@ static void reference(const char *dir, float *pre, float *steps, int32_t *step_i
     opt_model_close(m);
 }
 
-static void check_layout(const char *name, const char *dir, int tp, int pp, const float *pre,
-                         const float *steps, const int32_t *step_ids)
+/* tp x pp CPU devices, a swap manager and workers, and the model in dir
+ * registered on them in order. */
+struct rig {
+    struct device *devs[8];
+    int n;
+    struct swap_manager *mgr;
+    struct workers *w;
+    struct swap_model *model;
+};
+
+/* Returns swap_register's result (the rest is checked here). */
+static int rig_open(struct rig *g, const char *name, const char *dir, int tp, int pp)
 {
-    struct device *devs[8] = {0};
-    int n = tp * pp, placement[8];
-    for (int i = 0; i < n; i++) {
-        CHECK(device_open_cpu(i, 64u << 20, &devs[i]) == 0);
+    memset(g, 0, sizeof(*g));
+    int placement[8];
+    g->n = tp * pp;
+    for (int i = 0; i < g->n; i++) {
+        CHECK(device_open_cpu(i, 64u << 20, &g->devs[i]) == 0);
         placement[i] = i;
     }
     struct swap_config cfg = {.host_budget = 256u << 20};
-    struct swap_manager *mgr = NULL;
-    struct workers *w = NULL;
-    struct swap_model *model = NULL;
-    struct group_batch *gb = NULL;
-    CHECK(swap_manager_create(devs, n, &cfg, &mgr) == 0);
-    CHECK(workers_create(mgr, &w) == 0);
+    CHECK(swap_manager_create(g->devs, g->n, &cfg, &g->mgr) == 0);
+    CHECK(workers_create(g->mgr, &g->w) == 0);
     struct placement pl = {.tp = tp, .pp = pp, .devices = placement};
-    int rc = swap_register(mgr, name, dir, &pl, false, &model);
+    return swap_register(g->mgr, name, dir, &pl, false, &g->model);
+}
+
+/* Frees everything; every device's memory must be back. */
+static void rig_close(struct rig *g)
+{
+    workers_destroy(g->w);
+    swap_manager_destroy(g->mgr);
+    for (int i = 0; i < g->n; i++) {
+        CHECK(device_used(g->devs[i]) == 0);
+        device_close(g->devs[i]);
+    }
+}
+
+static void check_layout(const char *name, const char *dir, int tp, int pp, const float *pre,
+                         const float *steps, const int32_t *step_ids)
+{
+    struct rig g;
+    struct group_batch *gb = NULL;
+    int rc = rig_open(&g, name, dir, tp, pp);
+    struct swap_manager *mgr = g.mgr;
+    struct workers *w = g.w;
+    struct swap_model *model = g.model;
     CHECK_MSG(rc == 0, "%s tp %d pp %d: %s", name, tp, pp, err_msg());
     if (rc == 0) {
         const int V = model->cfg.vocab;
@@ -97,7 +126,8 @@ static void check_layout(const char *name, const char *dir, int tp, int pp, cons
         float *got = malloc((size_t)B * T * V * sizeof(float));
         CHECK(swap_load(mgr, model, NULL) == 0);
         CHECK(swap_use_begin(mgr, model) == 0);
-        CHECK(group_batch_create(mgr, model, &(struct opt_exec_shape){.batch = B, .max_len = T + 4, .max_rows = (B) * (T + 4)}, &gb) == 0);
+        const struct opt_exec_shape shape = {.batch = B, .max_len = T + 4, .max_rows = B * (T + 4)};
+        CHECK(group_batch_create(mgr, model, &shape, &gb) == 0);
         CHECK_MSG(group_forward(w, gb, ids, mask, T, true, true, got) == 0, "%s", err_msg());
         double worst = 0;
         for (int i = 0; i < B * T; i++)
@@ -116,12 +146,7 @@ static void check_layout(const char *name, const char *dir, int tp, int pp, cons
         free(got);
     }
     group_batch_free(gb);
-    workers_destroy(w);
-    swap_manager_destroy(mgr);
-    for (int i = 0; i < n; i++) {
-        CHECK(device_used(devs[i]) == 0);
-        device_close(devs[i]);
-    }
+    rig_close(&g);
 }
 
 /* A token id outside the vocabulary, which only the first stage checks (it
@@ -130,21 +155,12 @@ static void check_layout(const char *name, const char *dir, int tp, int pp, cons
  * failure). The message is the first stage's, read on this thread. */
 static void check_failure(const char *dir, int tp, int pp)
 {
-    struct device *devs[8] = {0};
-    int n = tp * pp, placement[8];
-    for (int i = 0; i < n; i++) {
-        CHECK(device_open_cpu(i, 64u << 20, &devs[i]) == 0);
-        placement[i] = i;
-    }
-    struct swap_config cfg = {.host_budget = 256u << 20};
-    struct swap_manager *mgr = NULL;
-    struct workers *w = NULL;
-    struct swap_model *model = NULL;
+    struct rig g;
     struct group_batch *gb = NULL;
-    CHECK(swap_manager_create(devs, n, &cfg, &mgr) == 0);
-    CHECK(workers_create(mgr, &w) == 0);
-    struct placement pl = {.tp = tp, .pp = pp, .devices = placement};
-    CHECK(swap_register(mgr, "failing", dir, &pl, false, &model) == 0);
+    CHECK(rig_open(&g, "failing", dir, tp, pp) == 0);
+    struct swap_manager *mgr = g.mgr;
+    struct workers *w = g.w;
+    struct swap_model *model = g.model;
     CHECK(swap_load(mgr, model, NULL) == 0);
     CHECK(swap_use_begin(mgr, model) == 0);
     const int V = model->cfg.vocab;
@@ -181,12 +197,7 @@ static void check_failure(const char *dir, int tp, int pp)
     group_batch_free(gb);
     swap_use_end(mgr, model);
     free(got);
-    workers_destroy(w);
-    swap_manager_destroy(mgr);
-    for (int i = 0; i < n; i++) {
-        CHECK(device_used(devs[i]) == 0);
-        device_close(devs[i]);
-    }
+    rig_close(&g);
 }
 
 static void check_model(const char *name, const char *dir)
