@@ -37,43 +37,17 @@
 #include "engine/engine.h"
 #include "test.h"
 
-#define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/models"
+#include "fixture_expect.h"
 #define N_MODELS 6
 static const char *names[N_MODELS] = {"pre_ln_f32", "post_ln_proj", "pre_ln_f16",
                                       "bf16_nobias_untied", "no_final_ln", "decoder_prefix_f32"};
 
-struct expect {
-    int n_prompt, n_out;
-    int32_t prompt[16], out[16];
-};
 static struct expect expects[N_MODELS][3];
 
 static void load_expectations(void)
 {
-    for (int m = 0; m < N_MODELS; m++) {
-        char path[512];
-        snprintf(path, sizeof(path), "%s/%s/expected.json", FIXTURES, names[m]);
-        json_t *j = json_load_file(path, 0, NULL);
-        json_t *same = json_object_get(j, "same_as");
-        if (same) {
-            snprintf(path, sizeof(path), "%s/%s/expected.json", FIXTURES, json_string_value(same));
-            json_decref(j);
-            j = json_load_file(path, 0, NULL);
-        }
-        json_t *g = json_object_get(j, "greedy");
-        for (int i = 0; i < 3; i++) {
-            json_t *e = json_array_get(g, (size_t)i);
-            json_t *p = json_object_get(e, "prompt"), *o = json_object_get(e, "output");
-            struct expect *x = &expects[m][i];
-            x->n_prompt = (int)json_array_size(p);
-            x->n_out = (int)json_array_size(o);
-            for (int k = 0; k < x->n_prompt && k < 16; k++)
-                x->prompt[k] = (int32_t)json_integer_value(json_array_get(p, (size_t)k));
-            for (int k = 0; k < x->n_out && k < 16; k++)
-                x->out[k] = (int32_t)json_integer_value(json_array_get(o, (size_t)k));
-        }
-        json_decref(j);
-    }
+    for (int m = 0; m < N_MODELS; m++)
+        expect_load(names[m], expects[m]);
 }
 
 /* ---- requests and their callbacks ---- */

@@ -31,7 +31,7 @@
 #include "swap/swap.h"
 #include "test.h"
 
-#define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/models"
+#include "fixture_expect.h"
 #define MIB (1ull << 20)
 
 /* ---- the references ---- */
@@ -41,43 +41,13 @@ static const char *fix_names[N_FIX] = {"pre_ln_f32", "post_ln_proj", "bf16_nobia
                                        "pre_ln_f16"};
 static char fix_paths[N_FIX][512];
 
-struct expect {
-    int n_prompt, n_out;
-    int32_t prompt[16], out[16];
-};
 static struct expect expects[N_FIX][3];
 
 static void load_expectations(void)
 {
     for (int m = 0; m < N_FIX; m++) {
         snprintf(fix_paths[m], sizeof(fix_paths[m]), "%s/%s", FIXTURES, fix_names[m]);
-        char path[600];
-        snprintf(path, sizeof(path), "%s/%s/expected.json", FIXTURES, fix_names[m]);
-        json_t *j = json_load_file(path, 0, NULL);
-        CHECK_MSG(j != NULL, "%s", path);
-        json_t *same = json_object_get(j, "same_as");
-        if (same) {
-            snprintf(path, sizeof(path), "%s/%s/expected.json", FIXTURES,
-                     json_string_value(same));
-            json_decref(j);
-            j = json_load_file(path, 0, NULL);
-            CHECK_MSG(j != NULL, "%s", path);
-        }
-        json_t *g = json_object_get(j, "greedy");
-        CHECK(json_array_size(g) >= 3);
-        for (int i = 0; i < 3; i++) {
-            json_t *e = json_array_get(g, (size_t)i);
-            json_t *p = json_object_get(e, "prompt"), *o = json_object_get(e, "output");
-            struct expect *x = &expects[m][i];
-            x->n_prompt = (int)json_array_size(p);
-            x->n_out = (int)json_array_size(o);
-            CHECK(x->n_prompt >= 1 && x->n_prompt <= 16 && x->n_out >= 1 && x->n_out <= 16);
-            for (int k = 0; k < x->n_prompt && k < 16; k++)
-                x->prompt[k] = (int32_t)json_integer_value(json_array_get(p, (size_t)k));
-            for (int k = 0; k < x->n_out && k < 16; k++)
-                x->out[k] = (int32_t)json_integer_value(json_array_get(o, (size_t)k));
-        }
-        json_decref(j);
+        expect_load(fix_names[m], expects[m]);
     }
 }
 

@@ -1,0 +1,48 @@
+/* The greedy references of a fixture model (tests/fixtures/models/NAME/
+ * expected.json, following "same_as"): three prompts and transformers'
+ * greedy continuations. Include after test.h. */
+#ifndef SHARDSWAP_TESTS_FIXTURE_EXPECT_H
+#define SHARDSWAP_TESTS_FIXTURE_EXPECT_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/models"
+
+struct expect {
+    int n_prompt, n_out;
+    int32_t prompt[16], out[16];
+};
+
+/* Fills x[0..3) from fixture `name`; a missing or short file fails checks. */
+static inline void expect_load(const char *name, struct expect x[3])
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/%s/expected.json", FIXTURES, name);
+    json_t *j = json_load_file(path, 0, NULL);
+    CHECK_MSG(j != NULL, "%s", path);
+    json_t *same = json_object_get(j, "same_as");
+    if (same) {
+        snprintf(path, sizeof(path), "%s/%s/expected.json", FIXTURES, json_string_value(same));
+        json_decref(j);
+        j = json_load_file(path, 0, NULL);
+        CHECK_MSG(j != NULL, "%s", path);
+    }
+    json_t *g = json_object_get(j, "greedy");
+    CHECK(json_array_size(g) >= 3);
+    for (int i = 0; i < 3; i++) {
+        json_t *e = json_array_get(g, (size_t)i);
+        json_t *p = json_object_get(e, "prompt"), *o = json_object_get(e, "output");
+        x[i].n_prompt = (int)json_array_size(p);
+        x[i].n_out = (int)json_array_size(o);
+        CHECK(x[i].n_prompt >= 1 && x[i].n_prompt <= 16 && x[i].n_out >= 1 && x[i].n_out <= 16);
+        for (int k = 0; k < x[i].n_prompt && k < 16; k++)
+            x[i].prompt[k] = (int32_t)json_integer_value(json_array_get(p, (size_t)k));
+        for (int k = 0; k < x[i].n_out && k < 16; k++)
+            x[i].out[k] = (int32_t)json_integer_value(json_array_get(o, (size_t)k));
+    }
+    json_decref(j);
+}
+
+#endif
