@@ -89,7 +89,7 @@ static int run_ranks(int n_ranks, void *(*fn)(void *), struct comm_group *g,
     return rc;
 }
 
-static double memcpy_s(size_t bytes, int iters)
+static double memcpy_seconds(size_t bytes, int iters)
 {
     char *a = malloc(bytes), *b = malloc(bytes);
     if (!a || !b) {
@@ -137,7 +137,7 @@ int bench_comm(int argc, char **argv)
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]) && rc == 0; k++) {
         size_t n = sizes[k];
         int it = n >= (1u << 20) ? (iters / 50 > 0 ? iters / 50 : 1) : iters;
-        double ref = memcpy_s(n * sizeof(float), it);
+        double ref = memcpy_seconds(n * sizeof(float), it);
         for (int ranks = 1; ranks <= max_ranks && rc == 0; ranks++) {
             double t = 0;
             const char *op = ranks == 1 ? "send/recv" : "allreduce";
