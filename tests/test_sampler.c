@@ -137,5 +137,21 @@ int main(void)
         CHECK(sampler_pick(&s, l, 4) == 1);
     }
     sampler_free(&s);
+    /* a NaN among the logits is noted (sticky), greedy or sampled */
+    for (int k = 0; k < 2; k++) {
+        struct sampler sn;
+        struct sampler_params sp = {.temperature = k ? 0.7f : 0, .top_p = 1, .seed = 3};
+        CHECK(sampler_init(&sn, &sp) == 0);
+        float l[4] = {0.1f, 2.0f, -1.0f, 0.5f};
+        (void)sampler_pick(&sn, l, 4);
+        CHECK(!sampler_nonfinite(&sn));
+        l[2] = NAN;
+        (void)sampler_pick(&sn, l, 4);
+        CHECK(sampler_nonfinite(&sn));
+        l[2] = 0;
+        (void)sampler_pick(&sn, l, 4);
+        CHECK(sampler_nonfinite(&sn));
+        sampler_free(&sn);
+    }
     return test_finish();
 }

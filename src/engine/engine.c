@@ -8,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/dtype.h"
 #include "core/error.h"
 #include "core/event.h"
 #include "core/timing.h"
@@ -618,15 +617,13 @@ static void batch_sample(struct batch *b, double now)
         struct engine_req *r = b->req[s];
         if (!r)
             continue;
-        float *row = b->logits + (size_t)s * c->vocab;
-        if (!b->m->warned_nonfinite &&
-            dtype_find_nonfinite(DTYPE_F32, row, (size_t)c->vocab) < (size_t)c->vocab) {
+        int32_t id = sampler_pick(&r->sampler, b->logits + (size_t)s * c->vocab, c->vocab);
+        if (sampler_nonfinite(&r->sampler) && !b->m->warned_nonfinite) {
             b->m->warned_nonfinite = true; /* once per model: a broken checkpoint says so */
             fprintf(stderr, "shardswap: warning: model %s produced NaN or Inf logits (batch %llu, "
                             "a sequence's token %d); its weights or activations are not finite\n",
                     b->m->sm->name, (unsigned long long)b->id, r->n_output + 1);
         }
-        int32_t id = sampler_pick(&r->sampler, row, c->vocab);
         if (r->n_output == 0)
             r->t.t_first_token = now;
         bool eos = id == c->eos_id;

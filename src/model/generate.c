@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/dtype.h"
 #include "core/error.h"
 
 int opt_generate(struct opt_model *m, const int32_t *prompt, int n_prompt, int max_tokens,
@@ -37,12 +36,12 @@ int opt_generate(struct opt_model *m, const int32_t *prompt, int n_prompt, int m
         goto out;
     bool warned = false;
     for (int i = 0; i < max_tokens; i++) {
-        if (!warned && dtype_find_nonfinite(DTYPE_F32, logits, (size_t)c->vocab) < (size_t)c->vocab) {
+        int32_t id = sampler_pick(s, logits, c->vocab);
+        if (!warned && sampler_nonfinite(s)) {
             warned = true;
             fprintf(stderr, "shardswap: warning: NaN or Inf logits at generated token %d; the "
                             "model's weights or activations are not finite\n", i + 1);
         }
-        int32_t id = sampler_pick(s, logits, c->vocab);
         if (id == c->eos_id)
             break;
         if (out)

@@ -26,6 +26,7 @@ int sampler_init(struct sampler *s, const struct sampler_params *p)
     s->prob = NULL;
     s->idx = NULL;
     s->cap = 0;
+    s->nonfinite = false;
     return 0;
 }
 
@@ -38,12 +39,18 @@ void sampler_free(struct sampler *s)
     s->cap = 0;
 }
 
-static int32_t argmax(const float *x, int n)
+/* The first largest logit; notes in s a NaN or infinity among them (every
+ * pick passes here, so the check costs no pass of its own). */
+static int32_t argmax(struct sampler *s, const float *x, int n)
 {
     int32_t best = 0;
-    for (int i = 1; i < n; i++)
+    bool finite = isfinite(x[0]);
+    for (int i = 1; i < n; i++) {
+        finite &= isfinite(x[i]);
         if (x[i] > x[best])
             best = i;
+    }
+    s->nonfinite |= !finite;
     return best;
 }
 
@@ -98,7 +105,7 @@ static void select_top_k(int32_t *out, int k, const float *prob, int vocab)
 int32_t sampler_pick(struct sampler *s, float *logits, int vocab)
 {
     if (s->p.temperature == 0)
-        return argmax(logits, vocab);
+        return argmax(s, logits, vocab);
     if (s->cap < vocab) {
         float *p = realloc(s->prob, (size_t)vocab * sizeof(float));
         if (p)
@@ -107,11 +114,11 @@ int32_t sampler_pick(struct sampler *s, float *logits, int vocab)
         if (ix)
             s->idx = ix;
         if (!p || !ix) /* no memory for sampling: degrade to greedy, never crash */
-            return argmax(logits, vocab);
+            return argmax(s, logits, vocab);
         s->cap = vocab;
     }
     /* softmax(logits / T), unnormalised: only ratios matter below */
-    float mx = logits[argmax(logits, vocab)];
+    float mx = logits[argmax(s, logits, vocab)];
     for (int i = 0; i < vocab; i++)
         s->prob[i] = expf((logits[i] - mx) / s->p.temperature);
     /* candidates by descending probability: all of them (sorted only when

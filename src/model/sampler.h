@@ -5,6 +5,7 @@
 #ifndef SHARDSWAP_MODEL_SAMPLER_H
 #define SHARDSWAP_MODEL_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/rng.h"
@@ -23,7 +24,14 @@ struct sampler {
     float *prob;
     int32_t *idx;
     int cap;
+    bool nonfinite; /* some pick saw NaN or Inf logits (sticky) */
 };
+
+/* True once a pick of s has seen NaN or Inf among the logits. */
+static inline bool sampler_nonfinite(const struct sampler *s)
+{
+    return s->nonfinite;
+}
 
 /* Validates p: temperature >= 0, top_k >= 0, 0 < top_p <= 1. */
 int sampler_init(struct sampler *s, const struct sampler_params *p);
