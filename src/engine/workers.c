@@ -50,13 +50,18 @@ struct workers {
 
 struct group_batch {
     struct swap_model *model;
-    struct opt_exec_shape shape;
     int n_shards;
     struct opt_exec **ex;             /* (n_shards) on each shard's device */
     struct comm_group **stage_group;  /* (pp) NULL when tp is 1 */
     struct comm_channel **chan;       /* ((pp - 1) * tp): stage s rank r -> stage s + 1 rank r */
     atomic_int failed;                /* 0, or the error of the step that failed on it */
 };
+
+/* The batch's shape, defaults resolved: every shard's context has it. */
+static const struct opt_exec_shape *gb_shape(const struct group_batch *gb)
+{
+    return &gb->ex[0]->shape;
+}
 
 /* ---- the batch state ---- */
 
@@ -85,7 +90,6 @@ int group_batch_create(struct swap_manager *mgr, struct swap_model *model,
         return err_set(ERR_NOMEM, "out of memory");
     gb->model = model;
     atomic_init(&gb->failed, 0);
-    gb->shape = *shape;
     gb->n_shards = model->tp * model->pp;
     gb->ex = calloc((size_t)gb->n_shards, sizeof(*gb->ex));
     gb->stage_group = calloc((size_t)model->pp, sizeof(*gb->stage_group));
@@ -112,7 +116,6 @@ int group_batch_create(struct swap_manager *mgr, struct swap_model *model,
         if ((rc = opt_exec_init(sh->m, swap_device(mgr, sh->device), tp, shape, &gb->ex[i])) < 0)
             goto fail;
     }
-    gb->shape = gb->ex[0]->shape; /* with its defaults resolved */
     *out = gb;
     return 0;
 fail:
@@ -148,12 +151,12 @@ void group_batch_clear_slot(struct group_batch *gb, int b)
 
 int group_batch_room(const struct group_batch *gb)
 {
-    return gb->ex[0]->shape.max_len - gb->ex[0]->len;
+    return gb_shape(gb)->max_len - gb->ex[0]->len;
 }
 
 int group_batch_max_step(const struct group_batch *gb)
 {
-    return gb->ex[0]->shape.max_tokens / gb->ex[0]->shape.batch;
+    return gb_shape(gb)->max_tokens / gb_shape(gb)->batch;
 }
 
 void group_batch_free(struct group_batch *gb)
@@ -191,7 +194,7 @@ static int task_run(struct shard_task *t)
     struct swap_shard *sh = &model->shards[t->shard];
     struct opt_model *m = sh->m;
     struct opt_exec *ex = gb->ex[t->shard];
-    const int n = gb->shape.batch * t->t_new, H = model->cfg.hidden;
+    const int n = gb_shape(gb)->batch * t->t_new, H = model->cfg.hidden;
     const int n_local = m->shard.layer_end - m->shard.layer_begin;
     const bool first = sh->stage == 0, last = sh->stage == model->pp - 1;
     int rc = 0, wait_rc = 0;
@@ -330,12 +333,13 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
                        err_name(failed));
     /* the step's size before any task is queued: refused here, it leaves
      * the batch usable (a shard refusing it would fail the batch) */
-    if (t_new < 1 || (long)gb->shape.batch * t_new > gb->shape.max_tokens)
+    const struct opt_exec_shape *sh = gb_shape(gb);
+    if (t_new < 1 || (long)sh->batch * t_new > sh->max_tokens)
         return err_set(ERR_INVALID, "a step of %d x %d tokens exceeds the %d the batch was sized "
-                                    "for", gb->shape.batch, t_new, gb->shape.max_tokens);
-    if (all_positions && gb->shape.batch * t_new > gb->shape.max_rows)
+                                    "for", sh->batch, t_new, sh->max_tokens);
+    if (all_positions && sh->batch * t_new > sh->max_rows)
         return err_set(ERR_INVALID, "%d rows of logits exceed the %d the batch was sized for",
-                       gb->shape.batch * t_new, gb->shape.max_rows);
+                       sh->batch * t_new, sh->max_rows);
     struct shard_task *tasks = calloc((size_t)gb->n_shards, sizeof(*tasks));
     if (!tasks)
         return err_set(ERR_NOMEM, "out of memory for the tasks of a forward");
