@@ -184,8 +184,22 @@ static void check_fixture(const char *name)
     json_decref(exp);
 }
 
+/* A context longer than the model's positions is refused by its shape,
+ * before a device of its (here many gigabytes of) bytes is opened. */
+static void check_shape_first(void)
+{
+    struct opt_model *m = NULL;
+    CHECK(opt_model_open(FIXTURES "/pre_ln_f32", &m) == 0);
+    struct opt_exec *ex = (struct opt_exec *)&ex;
+    struct opt_exec_shape big = {.batch = 64, .max_len = 1 << 20};
+    CHECK(m && opt_exec_open_cpu(m, &big, &ex) == ERR_INVALID && ex == NULL);
+    CHECK_MSG(strstr(err_msg(), "exceeds max_position_embeddings"), "%s", err_msg());
+    opt_model_close(m);
+}
+
 int main(void)
 {
+    check_shape_first();
     DIR *d = opendir(FIXTURES);
     CHECK_MSG(d != NULL, "no fixtures at %s", FIXTURES);
     if (!d)

@@ -1,5 +1,6 @@
 /* The execution context of a batch on one shard: one device allocation
  * carved into the KV cache, the activations and the scratch of a step. */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,24 +108,36 @@ size_t opt_exec_bytes(const struct opt_model *m, const struct device *dev,
     return L.total;
 }
 
+/* The shape resolved, checked against the model before anything is sized
+ * or allocated; *bytes its size on dev (NULL: a CPU device). */
+static int shape_check(const struct opt_model *m, const struct device *dev,
+                       const struct opt_exec_shape *shape, struct opt_exec_shape *sh,
+                       size_t *bytes)
+{
+    if (!shape_resolve(shape, sh))
+        return err_set(ERR_INVALID,
+                       "an execution context needs batch >= 1 and length >= 1 (got %d, %d)",
+                       shape->batch, shape->max_len);
+    if (sh->max_len > m->cfg.max_pos)
+        return err_set(ERR_INVALID, "sequence of %d tokens exceeds max_position_embeddings %d",
+                       sh->max_len, m->cfg.max_pos);
+    if ((*bytes = opt_exec_bytes(m, dev, sh)) == 0)
+        return err_set(ERR_NOMEM,
+                       "a batch of %d sequences of %d positions is too large for any device",
+                       sh->batch, sh->max_len);
+    return 0;
+}
+
 int opt_exec_init(const struct opt_model *m, struct device *dev, struct comm *tp,
                   const struct opt_exec_shape *shape, struct opt_exec **out)
 {
+    assert(dev);
     *out = NULL;
     struct opt_exec_shape sh;
-    if (!shape_resolve(shape, &sh))
-        return err_set(ERR_INVALID,
-                       "an execution context needs batch >= 1 and length >= 1 (got "
-                       "%d, %d)",
-                       shape->batch, shape->max_len);
-    if (sh.max_len > m->cfg.max_pos)
-        return err_set(ERR_INVALID, "sequence of %d tokens exceeds max_position_embeddings %d",
-                       sh.max_len, m->cfg.max_pos);
-    if (opt_exec_bytes(m, dev, &sh) == 0 || !dev)
-        return err_set(ERR_NOMEM,
-                       "a batch of %d sequences of %d positions is too large for any "
-                       "device",
-                       sh.batch, sh.max_len);
+    size_t bytes;
+    int rc = shape_check(m, dev, shape, &sh, &bytes);
+    if (rc < 0)
+        return rc;
     struct exec_dims d = exec_dims(m);
     struct opt_exec *ex = calloc(1, sizeof(*ex));
     if (!ex)
@@ -138,7 +151,6 @@ int opt_exec_init(const struct opt_model *m, struct device *dev, struct comm *tp
     ex->key_ok_host = calloc((size_t)sh.batch * sh.max_len, 1);
     ex->n_real = calloc((size_t)sh.batch, sizeof(int));
     ex->rows_host = calloc((size_t)sh.max_tokens, sizeof(int32_t));
-    int rc = 0;
     if (!ex->key_ok_host || !ex->n_real || !ex->rows_host) {
         rc = err_set(ERR_NOMEM, "out of host memory for an execution context");
         goto fail;
@@ -147,7 +159,7 @@ int opt_exec_init(const struct opt_model *m, struct device *dev, struct comm *tp
         goto fail;
     struct exec_layout L;
     exec_layout(m, dev, &sh, &L);
-    if ((rc = device_alloc(dev, L.total, &ex->mem)) < 0) {
+    if ((rc = device_alloc(dev, bytes, &ex->mem)) < 0) {
         err_wrap(rc, "KV cache and activations of a batch of %d x %d positions", sh.batch,
                  sh.max_len);
         goto fail;
@@ -209,11 +221,13 @@ int opt_exec_open_cpu(const struct opt_model *m, const struct opt_exec_shape *sh
                       struct opt_exec **out)
 {
     *out = NULL;
-    size_t bytes = opt_exec_bytes(m, NULL, shape);
-    if (bytes == 0)
-        return opt_exec_init(m, NULL, NULL, shape, out); /* says what is wrong */
+    struct opt_exec_shape sh;
+    size_t bytes;
+    int rc = shape_check(m, NULL, shape, &sh, &bytes);
+    if (rc < 0)
+        return rc;
     struct device *dev;
-    int rc = device_open_cpu(0, bytes, &dev);
+    rc = device_open_cpu(0, bytes, &dev);
     if (rc < 0)
         return err_wrap(rc, "a device for a batch of %d x %d positions", shape->batch,
                         shape->max_len);
