@@ -26,7 +26,11 @@ struct hist {
     uint64_t n;
     double sum, max;
     uint32_t count[HIST_BUCKETS];
+    struct engine_hist prom; /* the same observations on Prometheus's bounds */
 };
+
+const double engine_hist_le[ENGINE_HIST_LE] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                               1,     2.5,  5,     10,   30,  60,   120};
 
 static void hist_add(struct hist *h, double x)
 {
@@ -39,6 +43,10 @@ static void hist_add(struct hist *h, double x)
     h->n++;
     h->sum += x;
     h->max = x > h->max ? x : h->max;
+    for (int i = 0; i < ENGINE_HIST_LE; i++)
+        h->prom.le[i] += x <= engine_hist_le[i];
+    h->prom.count++;
+    h->prom.sum += x;
 }
 
 /* The upper edge of the bucket holding the q-quantile, capped at the max. */
@@ -143,7 +151,7 @@ struct emodel {
     uint64_t loads, evictions, unloads, bytes_loaded, batches;
     uint64_t submitted, ok, failed, cancelled, timed_out, rejected;
     double load_s, compute_s;
-    struct hist latency, ttft;
+    struct hist latency, ttft, load;
 };
 
 struct engine {
@@ -999,6 +1007,7 @@ static void load_check(struct engine *e, struct emodel *m, bool loading)
         e->load_s = m->sm->load_t1 - m->sm->load_t0;
         e->stats.swap_s += e->load_s;
         m->load_s += e->load_s;
+        hist_add(&m->load, e->load_s);
     }
 }
 
@@ -1529,6 +1538,9 @@ int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
     out->rejected = m->rejected;
     hist_summary(&m->latency, &out->latency);
     hist_summary(&m->ttft, &out->ttft);
+    out->latency_hist = m->latency.prom;
+    out->ttft_hist = m->ttft.prom;
+    out->load_hist = m->load.prom;
     pthread_mutex_unlock(&e->lock);
     /* residency: the swap manager's word for the model, and per shard the
      * blobs whose readiness events are set (lock-free reads) */

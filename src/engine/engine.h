@@ -212,6 +212,16 @@ struct engine_latency {
     double mean, p50, p90, p99, max; /* seconds; 0 when n == 0 */
 };
 
+/* A Prometheus histogram: how many observations were <= each of the fixed
+ * upper bounds engine_hist_le[] (cumulative, seconds), their count and sum. */
+#define ENGINE_HIST_LE 14
+extern const double engine_hist_le[ENGINE_HIST_LE]; /* 0.005 .. 120 s */
+struct engine_hist {
+    uint64_t le[ENGINE_HIST_LE];
+    uint64_t count;
+    double sum;
+};
+
 #define ENGINE_MAX_SHARDS 64
 
 struct engine_model_stats {
@@ -238,6 +248,9 @@ struct engine_model_stats {
     uint64_t submitted, ok, failed, cancelled, timed_out, rejected;
     struct engine_latency latency; /* arrival -> done, of ok requests */
     struct engine_latency ttft;    /* arrival -> first token, of ok requests */
+    /* the same as Prometheus histograms, and the loads' durations (request
+     * of a load -> every shard on its device) */
+    struct engine_hist latency_hist, ttft_hist, load_hist;
 };
 /* Fills *out for model id; ERR_NOT_FOUND when it is not served. */
 int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out);

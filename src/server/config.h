@@ -1,0 +1,89 @@
+/* The server's configuration: a YAML file (libyaml) and the command line's
+ * shortcuts, turned into the serving stack's config (engine/stack.h) and
+ * the HTTP listener's settings. docs/serve.example.yaml is the commented
+ * example; every key it shows is parsed here and nothing else is accepted
+ * (an unknown key, a wrong type or a value out of range is an error naming
+ * the file, line and key).
+ *
+ *   serve_config_init(c)               defaults
+ *   serve_config_parse_yaml(text, ...) a YAML document into c (the file's
+ *   serve_config_load(path, c)         keys override what c holds)
+ *   serve_config_add_model(c, "NAME=DIR")  --model shortcut
+ *   serve_config_check(c)              what must hold before serving: at
+ *                                      least one model, unique names, TP x PP
+ *                                      within the devices, keys non-empty
+ *   serve_config_stack(c, ...)         the stack_config to stack_open
+ *   serve_config_free(c)
+ */
+#ifndef SHARDSWAP_SERVER_CONFIG_H
+#define SHARDSWAP_SERVER_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/stack.h"
+
+#define SERVE_MAX_MODELS 256
+#define SERVE_MAX_ROOTS 16
+
+enum log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
+
+struct serve_model {
+    char *name;          /* what requests name (owned) */
+    char *path;          /* checkpoint directory (owned) */
+    int tp, pp;          /* >= 1 */
+    int devices[STACK_MAX_DEVICES]; /* when n_devices: shard placement (stack.h) */
+    int n_devices;       /* 0: devices 0 .. tp * pp - 1 */
+    bool pinned;
+    int max_batch;       /* 0: the server's */
+};
+
+struct serve_config {
+    /* listener */
+    char *host;                 /* default "127.0.0.1" */
+    int port;                   /* default 8000; 0: any free port */
+    char *api_key;              /* NULL: no key needed */
+    char *admin_key;            /* NULL: admin routes take api_key */
+    char *model_roots[SERVE_MAX_ROOTS]; /* POST /admin/models may add only below these */
+    int n_model_roots;
+    int http_threads;           /* libmicrohttpd's pool (default 4) */
+    int max_connections;        /* default 256 */
+    int connection_timeout_s;   /* idle or slow client (default 30) */
+    uint64_t max_body_bytes;    /* default 1 MiB */
+    double grace_s;             /* shutdown: in-flight requests get this long (default 30) */
+    enum log_level log_level;   /* default LOG_INFO */
+    /* stack */
+    char *device_kind;          /* "cpu" (default) or "cuda" */
+    int n_devices;              /* default 1 */
+    uint64_t device_budget;     /* bytes per device; 0: sized for every model */
+    uint64_t host_budget;       /* 0: sized */
+    char *policy;               /* NULL: the engine's default */
+    int max_batch;              /* default 8 */
+    int queue_cap;              /* waiting requests per model (default 256) */
+    double link_gbps;           /* CPU devices: emulated host link (0: none) */
+    struct serve_model models[SERVE_MAX_MODELS];
+    int n_models;
+};
+
+void serve_config_init(struct serve_config *c);
+void serve_config_free(struct serve_config *c); /* frees what c owns; NULL-safe */
+
+/* Parses a YAML document (len bytes; name is what messages call it) into c,
+ * overriding the keys it sets and appending its models. Errors: ERR_FORMAT
+ * ("NAME:LINE: key 'X': expected ..."), ERR_INVALID. Never reads files. */
+int serve_config_parse_yaml(const char *text, size_t len, const char *name,
+                            struct serve_config *c);
+/* Reads path (a regular file of at most 1 MiB) and parses it. */
+int serve_config_load(const char *path, struct serve_config *c);
+/* "NAME=DIR": a model with TP = PP = 1 and the server's max batch. */
+int serve_config_add_model(struct serve_config *c, const char *arg);
+/* Parses a byte count: "12345", "512MiB", "2GiB", "1.5GB" ... into *out. */
+int serve_parse_bytes(const char *s, uint64_t *out);
+int serve_config_check(const struct serve_config *c);
+/* Fills *sc (and mc[0..c->n_models)) for stack_open; both point into c,
+ * which must outlive them. */
+void serve_config_stack(const struct serve_config *c, struct stack_config *sc,
+                        struct stack_model_config *mc);
+
+#endif

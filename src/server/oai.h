@@ -1,0 +1,64 @@
+/* The OpenAI completions API's request and error bodies (Jansson): the
+ * server's boundary with untrusted input, pure functions, fuzzed
+ * (fuzz/fuzz_oai.c).
+ *
+ *   oai_parse_completion(body) -> struct completion_req, or an oai_error
+ *   with the HTTP status and the offending field in param
+ *   oai_error_json(err) -> {"error": {"message", "type", "param", "code"}}
+ *
+ * Field shapes and defaults are the OpenAI API's (POST /v1/completions):
+ * max_tokens 16, temperature 1, top_p 1, n 1, stop a string or a list of up
+ * to 4, stream_options.include_usage. Extensions: top_k (0: off). Fields that
+ * change the output and are not implemented (n > 1, best_of > 1, logprobs,
+ * suffix, logit_bias, presence/frequency penalties != 0) are a 400 naming
+ * the field; other unknown fields are ignored, as OpenAI's clients add some.
+ */
+#ifndef SHARDSWAP_SERVER_OAI_H
+#define SHARDSWAP_SERVER_OAI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define OAI_MAX_STOP 4
+
+struct oai_error {
+    int status;          /* HTTP status: 400, 401, 403, 404, 405, 413, 429, 500, 503 */
+    const char *type;    /* "invalid_request_error", "authentication_error", ... (static) */
+    const char *code;    /* NULL, or "model_not_found", "context_length_exceeded", ... (static) */
+    char param[64];      /* the offending field ("" when none) */
+    char message[512];
+};
+
+struct completion_req {
+    char *model;             /* owned */
+    char *prompt_text;       /* owned, NUL-terminated, valid UTF-8; NULL when ids given */
+    size_t prompt_len;
+    int32_t *prompt_ids;     /* owned; when the prompt is an array of token ids */
+    int n_prompt_ids;
+    int max_tokens;          /* >= 1 */
+    float temperature;       /* 0..2 */
+    float top_p;             /* (0, 1] */
+    int top_k;               /* >= 0 */
+    bool has_seed;
+    uint64_t seed;
+    char *stop[OAI_MAX_STOP]; /* owned, non-empty */
+    int n_stop;
+    bool echo, stream, include_usage;
+    char *user;              /* owned or NULL (logged, not used) */
+};
+
+/* Parses a request body of len bytes (need not be NUL-terminated). On error
+ * *err says why (status 400, param the field) and *out holds nothing. */
+int oai_parse_completion(const char *body, size_t len, struct completion_req *out,
+                         struct oai_error *err);
+void completion_req_free(struct completion_req *r); /* NULL-safe; zeroes it */
+
+/* Sets *err (printf-style message); returns ERR_INVALID. */
+int oai_error_set(struct oai_error *err, int status, const char *type, const char *code,
+                  const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* The error body, NUL-terminated and malloc'd (NULL when out of memory). */
+char *oai_error_json(const struct oai_error *err);
+
+#endif
