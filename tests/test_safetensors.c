@@ -372,6 +372,14 @@ static void test_not_regular(void)
     write_bytes(sidx, map, strlen(map));
     CHECK(mkfifo(tmp_path("nrs/" S1), 0600) == 0);
     EXPECT_FAIL(sd, ERR_IO, tmp_path("nrs/" S1), "is a FIFO, expected a regular file", "shard of");
+
+    /* no safetensors at all; PyTorch pickles are pointed at the converter */
+    const char *pd = tmp_path("pt");
+    CHECK(mkdir(pd, 0700) == 0);
+    EXPECT_FAIL(pd, ERR_NOT_FOUND, pd, "no checkpoint in this directory");
+    write_bytes(tmp_path("pt/pytorch_model.bin"), "PK", 2);
+    EXPECT_FAIL(pd, ERR_UNSUPPORTED, pd, "holds pytorch_model.bin",
+                "python3 tools/to_safetensors.py --model");
     alarm(0);
 }
 

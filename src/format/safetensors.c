@@ -54,6 +54,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -724,6 +725,30 @@ static int probe_regular(const char *path)
     return 1;
 }
 
+/* The error for a directory without safetensors weights: one holding
+ * PyTorch pickles (pytorch_model.bin, sharded or not) is pointed at the
+ * converter, since those are what many checkpoints still ship. */
+static int missing_err(const char *dir)
+{
+    static const char *const pickles[] = {"pytorch_model.bin", "pytorch_model.bin.index.json"};
+    for (size_t i = 0; i < sizeof(pickles) / sizeof(pickles[0]); i++) {
+        char *p = NULL;
+        if (asprintf(&p, "%s/%s", dir, pickles[i]) < 0)
+            return err_set(ERR_NOMEM, "out of memory opening %s", dir);
+        bool found = access(p, F_OK) == 0;
+        free(p);
+        if (found)
+            return file_err(dir, ERR_UNSUPPORTED,
+                            "holds %s (PyTorch pickle weights), which shardswap does not read: "
+                            "convert it with `python3 tools/to_safetensors.py --model %s --out "
+                            "NEW_DIR`",
+                            pickles[i], dir);
+    }
+    return file_err(dir, ERR_NOT_FOUND,
+                    "no checkpoint in this directory (looked for " ST_INDEX_NAME
+                    " and " ST_SINGLE_NAME ")");
+}
+
 static int has_suffix(const char *s, const char *suffix)
 {
     size_t n = strlen(s), m = strlen(suffix);
@@ -775,9 +800,7 @@ int st_open(const char *path, struct st_checkpoint **out)
             if (rc < 0)
                 goto fail;
             if (rc == 0) {
-                rc = file_err(path, ERR_NOT_FOUND,
-                              "no checkpoint in this directory (looked for " ST_INDEX_NAME
-                              " and " ST_SINGLE_NAME ")");
+                rc = missing_err(path);
                 goto fail;
             }
         }
