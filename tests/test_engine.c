@@ -28,6 +28,7 @@
 #include <sched.h>
 #include <unistd.h>
 #include <stdatomic.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -369,6 +370,14 @@ static void test_churn(const char *policy, int n_req)
           ms.bytes_loaded >= ms.loads * swap_model_total_bytes(g.sm[0]) && ms.latency.n == ms.ok &&
           ms.latency.p50 <= ms.latency.p99 && ms.latency.p99 <= ms.latency.max &&
           ms.ttft.p50 <= ms.latency.max);
+    /* the Prometheus histograms count the same observations, cumulatively */
+    CHECK(ms.latency_hist.count == ms.ok && ms.ttft_hist.count == ms.ok &&
+          ms.load_hist.count >= 1 && ms.load_hist.count <= ms.loads);
+    CHECK(fabs(ms.latency_hist.sum - ms.latency.mean * (double)ms.ok) <= 1e-6 * (double)ms.ok);
+    const struct engine_hist *hs[] = {&ms.latency_hist, &ms.ttft_hist, &ms.load_hist};
+    for (int h = 0; h < 3; h++)
+        for (int i = 0; i < ENGINE_HIST_LE; i++)
+            CHECK(hs[h]->le[i] <= (i + 1 < ENGINE_HIST_LE ? hs[h]->le[i + 1] : hs[h]->count));
     rig_close(&g);
     free(jobs);
 }
