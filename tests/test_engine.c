@@ -188,6 +188,10 @@ struct rig {
 
 /* Device memory for the `room` largest models, or budget bytes when not 0,
  * and a host budget (0: 256 MiB); TP=2 over both devices. */
+/* The rigs' engines wait for an unpin (the gate below relies on it) unless
+ * a test clears this. */
+static bool rig_wait_for_unpin = true;
+
 static void rig_open_budget(struct rig *g, const char *policy, int max_loaded, int queue_cap,
                             int max_batch, int room, uint64_t budget, uint64_t host_budget)
 {
@@ -237,7 +241,8 @@ static void rig_open_budget(struct rig *g, const char *policy, int max_loaded, i
     CHECK(swap_manager_create(g->devs, 2, &cfg, &g->mgr) == 0);
     CHECK(workers_create(g->mgr, &g->w) == 0);
     struct engine_config ec = {.policy = policy, .max_batch = max_batch, .queue_cap = queue_cap,
-                               .max_loaded = max_loaded};
+                               .max_loaded = max_loaded,
+                               .wait_for_unpin = rig_wait_for_unpin};
     CHECK(engine_create(g->mgr, g->w, &ec, &g->e) == 0);
     for (int m = 0; m < N_MODELS; m++) {
         snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, names[m]);
@@ -716,6 +721,39 @@ static void test_streaming(void)
     rig_close(&g);
 }
 
+/* Without wait_for_unpin, a request for a model that cannot be loaded
+ * beside the pinned ones fails at once with ERR_BUSY saying so, instead of
+ * waiting for an admin; once unpinned, the same request runs. */
+static void test_pinned_block(void)
+{
+    struct rig g;
+    rig_wait_for_unpin = false;
+    rig_open(&g, "swapwise", 0, 64, 1, 1);
+    rig_wait_for_unpin = true;
+    atomic_store(&wrong, 0);
+    atomic_store(&bad_thread, 0);
+    gate_close(&g);
+    int t = not_big(&g, 0);
+    struct job a, b;
+    struct engine_req *ha, *hb;
+    job_init(&a, g.e, t, 0, 4);
+    struct engine_request_params p = job_params(&a, g.id[t], 1);
+    CHECK(engine_submit(g.e, &p, &ha) == 0);
+    CHECK(engine_req_wait(ha) == ERR_BUSY && a.n_out == 0);
+    CHECK_MSG(strstr(engine_req_error(ha), "pinned") && strstr(engine_req_error(ha), names[t]),
+              "%s", engine_req_error(ha));
+    engine_req_release(ha);
+    gate_open(&g);
+    job_init(&b, g.e, t, 0, 4);
+    p = job_params(&b, g.id[t], 1);
+    CHECK(engine_submit(g.e, &p, &hb) == 0);
+    CHECK_MSG(engine_req_wait(hb) == 0, "%s", engine_req_error(hb));
+    engine_req_release(hb);
+    engine_drain(g.e);
+    CHECK(atomic_load(&wrong) == 0 && atomic_load(&bad_thread) == 0);
+    rig_close(&g);
+}
+
 /* A queued request cancelled leaves its queue; a running one, cancelled at
  * its first token, leaves its batch at the next step, and the request
  * waiting behind it (batches of one) joins its slot in the same batch. */
@@ -1091,6 +1129,7 @@ int main(void)
     test_rejections();
     test_streaming();
     test_cancel();
+    test_pinned_block();
     test_deadlines();
     test_remove();
     test_remove_running();

@@ -799,16 +799,20 @@ static int batch_alloc(struct emodel *m, struct engine_req **first, int n,
                                              : RES_ON_DISK;
             others = r == RES_LOADING || r == RES_OFFLOADING;
         }
+        /* halve and try again; a single request waits when something
+         * running or moving may free memory, else fails */
+        bool retry = false;
         if (rc == ERR_NOMEM && n > 1) {
             queue_give_back(m, first + n / 2, n - n / 2, cancelled, &n_cancelled);
             n /= 2;
+            retry = true;
         } else if (rc == ERR_NOMEM && others) {
             queue_give_back(m, first, n, cancelled, &n_cancelled);
             m->mem_wait = true;
             n = 0;
         }
         pthread_mutex_unlock(&e->lock);
-        if (n == 0 || rc != ERR_NOMEM || (n == 1 && !others))
+        if (!retry)
             break;
     }
     for (int i = 0; i < n_cancelled; i++)
@@ -1231,6 +1235,44 @@ static double queue_expire(struct engine *e, double now)
     return next;
 }
 
+/* Fails the queued requests of models that cannot be loaded while the
+ * pinned models stay (lock held): a model whose weights on some device
+ * exceed that device's budget less what resident pinned models hold there
+ * (their weights and batch reserves) would otherwise wait until an admin
+ * unpins, unanswered. Returns whether it failed any. */
+static bool pinned_block(struct engine *e, struct emodel **map, const struct sched_model *sm,
+                         const struct sched_view *v)
+{
+    uint64_t pinned[SCHED_MAX_DEVICES] = {0};
+    for (int i = 0; i < v->n_models; i++)
+        if (sm[i].pinned && sm[i].resident)
+            for (int d = 0; d < v->n_devices; d++)
+                pinned[d] += sm[i].bytes[d];
+    bool failed = false;
+    for (int i = 0; i < v->n_models; i++) {
+        struct emodel *m = map[i];
+        if (sm[i].resident || m->queue_len == 0)
+            continue;
+        for (int d = 0; d < v->n_devices; d++) {
+            uint64_t need = swap_model_device_bytes(m->sm, d);
+            uint64_t budget = device_budget(swap_device(e->mgr, d));
+            if (need == 0 || need + pinned[d] <= budget)
+                continue;
+            char why[256];
+            snprintf(why, sizeof(why),
+                     "model %s cannot be loaded while pinned models hold device %d: it needs "
+                     "%llu bytes there, pinned models hold %llu of its %llu (unpin one)",
+                     m->sm->name, d, (unsigned long long)need, (unsigned long long)pinned[d],
+                     (unsigned long long)budget);
+            while (m->head)
+                queue_fail(m, m->head, ERR_BUSY, why);
+            failed = true;
+            break;
+        }
+    }
+    return failed;
+}
+
 static void *sched_main(void *arg)
 {
     struct engine *e = arg;
@@ -1275,6 +1317,8 @@ static void *sched_main(void *arg)
         }
         struct sched_view v;
         view_build(e, map, sm, &v);
+        if (!e->cfg.wait_for_unpin && pinned_block(e, map, sm, &v))
+            continue;
         int n = v.n_models ? e->policy->decide(&v, actions, MAX_ACTIONS) : 0;
         bool progress = false;
         e->wake_at = INFINITY;
