@@ -12,8 +12,8 @@
 
 struct body_case {
     const char *body;
-    int status;        /* 0: accepted */
-    const char *param; /* when refused */
+    int status;             /* 0: accepted */
+    const char *param;      /* when refused */
     const char *in_message; /* when refused: a part of the message (NULL: any) */
 };
 
@@ -113,12 +113,9 @@ static const struct body_case cases[] = {
     {"{\"model\":\"m\",\"prompt\":\"x\",\"best_of\":3}", 400, "best_of", NULL},
     {"{\"model\":\"m\",\"prompt\":\"x\",\"logprobs\":5}", 400, "logprobs", "not supported"},
     {"{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"end\"}", 400, "suffix", NULL},
-    {"{\"model\":\"m\",\"prompt\":\"x\",\"logit_bias\":{\"50256\":-100}}", 400, "logit_bias",
-     NULL},
-    {"{\"model\":\"m\",\"prompt\":\"x\",\"presence_penalty\":0.5}", 400, "presence_penalty",
-     NULL},
-    {"{\"model\":\"m\",\"prompt\":\"x\",\"frequency_penalty\":-1}", 400, "frequency_penalty",
-     NULL},
+    {"{\"model\":\"m\",\"prompt\":\"x\",\"logit_bias\":{\"50256\":-100}}", 400, "logit_bias", NULL},
+    {"{\"model\":\"m\",\"prompt\":\"x\",\"presence_penalty\":0.5}", 400, "presence_penalty", NULL},
+    {"{\"model\":\"m\",\"prompt\":\"x\",\"frequency_penalty\":-1}", 400, "frequency_penalty", NULL},
     {"{\"model\":\"m\",\"prompt\":\"x\",\"user\":5}", 400, "user", NULL},
 };
 
@@ -163,10 +160,10 @@ static void test_table(void)
             CHECK_MSG(rc < 0, "case %zu (%s) was accepted", i, c->body);
             CHECK_MSG(err.status == c->status, "case %zu: status %d", i, err.status);
             CHECK_MSG(strcmp(err.type, "invalid_request_error") == 0, "case %zu", i);
-            CHECK_MSG(strcmp(err.param, c->param) == 0, "case %zu (%s): param '%s', not '%s'",
-                      i, c->body, err.param, c->param);
-            CHECK_MSG(!c->in_message || strstr(err.message, c->in_message), "case %zu: '%s'",
-                      i, err.message);
+            CHECK_MSG(strcmp(err.param, c->param) == 0, "case %zu (%s): param '%s', not '%s'", i,
+                      c->body, err.param, c->param);
+            CHECK_MSG(!c->in_message || strstr(err.message, c->in_message), "case %zu: '%s'", i,
+                      err.message);
             CHECK_MSG(strchr(err.message, '\n') == NULL, "case %zu", i);
             check_error_json(&err);
             /* nothing is left in a refused request */
@@ -223,8 +220,8 @@ static void test_values(void)
     completion_req_free(&r);
 
     /* a number field takes an integer; the batch of one is its element */
-    if (parse_ok("{\"model\":\"m\",\"prompt\":[\"a b\"],\"temperature\":2,\"stop\":\"x\"}",
-                 &r) == 0) {
+    if (parse_ok("{\"model\":\"m\",\"prompt\":[\"a b\"],\"temperature\":2,\"stop\":\"x\"}", &r) ==
+        0) {
         CHECK(r.temperature == 2.0f);
         CHECK(strcmp(r.prompt_text, "a b") == 0 && r.prompt_len == 3);
         CHECK(r.n_stop == 1 && strcmp(r.stop[0], "x") == 0);
@@ -258,8 +255,7 @@ static void test_limits(void)
     CHECK(oai_parse_completion(deep, strlen(deep), &r, &err) == 0); /* ignored, under the cap */
     completion_req_free(&r);
     memset(deep, '[', n);
-    CHECK(oai_parse_completion(deep, n, &r, &err) < 0 && err.status == 400 &&
-          err.param[0] == '\0');
+    CHECK(oai_parse_completion(deep, n, &r, &err) < 0 && err.status == 400 && err.param[0] == '\0');
     free(deep);
 
     /* a long model name is refused, quoted only in part */

@@ -27,9 +27,9 @@
 
 #include "core/error.h"
 
-#define QUOTE_MAX 64            /* bytes of a request's string quoted in a message */
-#define MODEL_MAX 256           /* bytes of a model name */
-#define STOP_MAX 256            /* bytes of one stop string */
+#define QUOTE_MAX 64             /* bytes of a request's string quoted in a message */
+#define MODEL_MAX 256            /* bytes of a model name */
+#define STOP_MAX 256             /* bytes of one stop string */
 #define PROMPT_IDS_MAX (1 << 20) /* token ids in a prompt */
 #define MAX_TOKENS_MAX (1 << 24)
 #define DEFAULT_MAX_TOKENS 16
@@ -189,12 +189,24 @@ static void describe(const json_t *v, char *buf, size_t cap)
         snprintf(buf, cap, "a string (\"%.*s\"%s)", (int)k, s, k < n ? "..." : "");
         break;
     }
-    case JSON_TRUE: snprintf(buf, cap, "true"); break;
-    case JSON_FALSE: snprintf(buf, cap, "false"); break;
-    case JSON_NULL: snprintf(buf, cap, "null"); break;
-    case JSON_ARRAY: snprintf(buf, cap, "an array"); break;
-    case JSON_OBJECT: snprintf(buf, cap, "an object"); break;
-    default: snprintf(buf, cap, "a value"); break;
+    case JSON_TRUE:
+        snprintf(buf, cap, "true");
+        break;
+    case JSON_FALSE:
+        snprintf(buf, cap, "false");
+        break;
+    case JSON_NULL:
+        snprintf(buf, cap, "null");
+        break;
+    case JSON_ARRAY:
+        snprintf(buf, cap, "an array");
+        break;
+    case JSON_OBJECT:
+        snprintf(buf, cap, "an object");
+        break;
+    default:
+        snprintf(buf, cap, "a value");
+        break;
     }
 }
 
@@ -203,8 +215,8 @@ static int bad_value(struct oai_error *err, const char *param, const char *what,
 {
     char d[QUOTE_MAX + 32];
     describe(got, d, sizeof(d));
-    return oai_error_set(err, 400, "invalid_request_error", NULL, param,
-                         "%s: expected %s, got %s", what, expected, d);
+    return oai_error_set(err, 400, "invalid_request_error", NULL, param, "%s: expected %s, got %s",
+                         what, expected, d);
 }
 
 static int unsupported(struct oai_error *err, const char *param, const char *fmt, ...)
@@ -285,8 +297,8 @@ static int read_bool(const json_t *root, const char *key, bool *out, struct oai_
 }
 
 /* A malloc'd copy of a string field (NULL when absent or null). */
-static int read_string(const json_t *root, const char *key, size_t max, bool required,
-                       char **out, struct oai_error *err)
+static int read_string(const json_t *root, const char *key, size_t max, bool required, char **out,
+                       struct oai_error *err)
 {
     const json_t *v = field(root, key);
     if (!v) {
@@ -310,8 +322,7 @@ static int read_string(const json_t *root, const char *key, size_t max, bool req
 /* One token id in [0, 2^31 - 1]; i is its index for the message. */
 static int read_token_id(const json_t *v, size_t i, int32_t *out, struct oai_error *err)
 {
-    if (json_is_integer(v) && json_integer_value(v) >= 0 &&
-        json_integer_value(v) <= INT32_MAX) {
+    if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= INT32_MAX) {
         *out = (int32_t)json_integer_value(v);
         return 0;
     }
@@ -324,8 +335,8 @@ static int read_prompt_ids(const json_t *arr, struct completion_req *r, struct o
 {
     size_t n = json_array_size(arr);
     if (n > PROMPT_IDS_MAX)
-        return unsupported(err, "prompt",
-                           "prompt: expected at most %d token ids, got %zu", PROMPT_IDS_MAX, n);
+        return unsupported(err, "prompt", "prompt: expected at most %d token ids, got %zu",
+                           PROMPT_IDS_MAX, n);
     r->prompt_ids = malloc(n * sizeof(*r->prompt_ids));
     if (!r->prompt_ids)
         return oai_error_set(err, 500, "server_error", NULL, "", "out of memory");
@@ -362,18 +373,17 @@ static int read_prompt(const json_t *root, struct completion_req *r, struct oai_
         return bad_value(err, "prompt", "prompt", expected, v);
     size_t n = json_array_size(v);
     if (n == 0)
-        return bad_value(err, "prompt", "prompt", "a string or a non-empty array of token ids",
-                         v);
+        return bad_value(err, "prompt", "prompt", "a string or a non-empty array of token ids", v);
     const json_t *first = json_array_get(v, 0);
     if (json_is_string(first) || json_is_array(first)) {
         if (n > 1)
-            return unsupported(err, "prompt", "prompt: batches of prompts are not supported; "
-                                              "send one request per prompt");
+            return unsupported(err, "prompt",
+                               "prompt: batches of prompts are not supported; "
+                               "send one request per prompt");
         if (json_is_string(first))
             return read_prompt_text(first, r, err);
         if (json_array_size(first) == 0)
-            return bad_value(err, "prompt", "prompt[0]", "a non-empty array of token ids",
-                             first);
+            return bad_value(err, "prompt", "prompt[0]", "a non-empty array of token ids", first);
         return read_prompt_ids(first, r, err);
     }
     return read_prompt_ids(v, r, err);
@@ -403,8 +413,7 @@ static int read_stop(const json_t *root, struct completion_req *r, struct oai_er
     }
     for (size_t i = 0; i < n; i++) {
         const json_t *s = items ? items[i] : json_array_get(v, i);
-        if (!json_is_string(s) || json_string_length(s) == 0 ||
-            json_string_length(s) > STOP_MAX) {
+        if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) > STOP_MAX) {
             char what[32];
             if (items)
                 snprintf(what, sizeof(what), "stop");
@@ -421,8 +430,7 @@ static int read_stop(const json_t *root, struct completion_req *r, struct oai_er
 }
 
 /* stream_options: null or {"include_usage": bool}; only with stream true. */
-static int read_stream_options(const json_t *root, struct completion_req *r,
-                               struct oai_error *err)
+static int read_stream_options(const json_t *root, struct completion_req *r, struct oai_error *err)
 {
     const json_t *v = field(root, "stream_options");
     if (!v)
@@ -435,8 +443,7 @@ static int read_stream_options(const json_t *root, struct completion_req *r,
                            "stream_options: only allowed when stream is true");
     const json_t *u = field(v, "include_usage");
     if (u && !json_is_boolean(u))
-        return bad_value(err, "stream_options", "stream_options.include_usage",
-                         "true or false", u);
+        return bad_value(err, "stream_options", "stream_options.include_usage", "true or false", u);
     r->include_usage = u && json_is_true(u);
     return 0;
 }
@@ -450,14 +457,12 @@ static int read_unsupported(const json_t *root, struct oai_error *err)
     if ((rc = read_int(root, "n", JSON_INTEGER_MIN, JSON_INTEGER_MAX, &x, err)) < 0)
         return rc;
     if (x != 1)
-        return unsupported(err, "n", "n: only n = 1 is supported, got %" JSON_INTEGER_FORMAT,
-                           x);
+        return unsupported(err, "n", "n: only n = 1 is supported, got %" JSON_INTEGER_FORMAT, x);
     if ((rc = read_int(root, "best_of", JSON_INTEGER_MIN, JSON_INTEGER_MAX, &x, err)) < 0)
         return rc;
     if (x != 1)
         return unsupported(err, "best_of",
-                           "best_of: only best_of = 1 is supported, got %" JSON_INTEGER_FORMAT,
-                           x);
+                           "best_of: only best_of = 1 is supported, got %" JSON_INTEGER_FORMAT, x);
     x = 0;
     if ((rc = read_int(root, "logprobs", JSON_INTEGER_MIN, JSON_INTEGER_MAX, &x, err)) < 0)
         return rc;
