@@ -447,7 +447,7 @@ static int get_string(const struct walk *w, const struct ynode *y, const char *k
         *out = NULL;
         return 0;
     }
-    if (y->kind != Y_SCALAR || is_null(y))
+    if (y->kind != Y_SCALAR || is_null(y) || !y->value[0])
         return bad(w, y, key, "a non-empty string");
     char *s = strdup(y->value);
     if (!s)
