@@ -263,8 +263,7 @@ int cmd_serve(int argc, char **argv)
     if ((rc = serve_config_check(&c)) < 0)
         goto usage;
     log_set_level(c.log_level);
-    server_block_signals();
-    if ((rc = server_open(&c, &s)) < 0)
+    if ((rc = server_signals_init()) < 0 || (rc = server_open(&c, &s)) < 0)
         goto fail;
     if (port_file && (rc = write_port_file(port_file, server_port(s))) < 0)
         goto fail;

@@ -28,7 +28,7 @@ static void family(FILE *f, const char *name, const char *type, const char *help
 }
 
 struct model_row {
-    const struct srv_model *m;
+    struct srv_model *m;
     struct engine_model_stats st;
 };
 
@@ -66,15 +66,18 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
            "4xx before reaching the engine; rejected: the model's queue was full).");
     for (int i = 0; i < n; i++) {
         const struct engine_model_stats *st = &rows[i].st;
+        /* a stop string cancels its request in the engine: ok to the client */
+        unsigned long long stopped = atomic_load(&rows[i].m->n_stopped);
+        stopped = stopped < st->cancelled ? stopped : st->cancelled;
         const struct {
             const char *outcome;
             unsigned long long v;
-        } o[] = {{"ok", st->ok},
+        } o[] = {{"ok", st->ok + stopped},
                  {"error", st->failed},
-                 {"cancelled", st->cancelled},
+                 {"cancelled", st->cancelled - stopped},
                  {"timeout", st->timed_out},
                  {"rejected", st->rejected},
-                 {"invalid", atomic_load(&((struct srv_model *)rows[i].m)->n_invalid)}};
+                 {"invalid", atomic_load(&rows[i].m->n_invalid)}};
         for (size_t k = 0; k < sizeof(o) / sizeof(o[0]); k++) {
             fputs("shardswap_requests_total{model=\"", f);
             put_label(f, rows[i].m->name);

@@ -4,6 +4,7 @@
 #include "server/server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
@@ -11,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -340,8 +340,10 @@ static void access_log(struct srv_req *r, enum MHD_RequestTerminationCode toe)
     double now = time_now();
     char extra[256] = "";
     if (r->m) {
+        struct engine_req_timings t = {0};
+        if (r->er)
+            engine_req_timings(r->er, &t); /* so far, when it is still running */
         pthread_mutex_lock(&r->lock);
-        struct engine_req_timings t = r->tm;
         int n_gen = r->n_gen;
         pthread_mutex_unlock(&r->lock);
         double wait = t.t_start > 0 ? t.t_start - t.t_arrival : 0;
@@ -357,7 +359,7 @@ static void access_log(struct srv_req *r, enum MHD_RequestTerminationCode toe)
                       : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT ? " (client closed)"
                       : toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? " (timed out)"
                       : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN ? " (shutdown)"
-                                                                       : " (connection error)";
+                                                                       : " (client gone)";
     log_info("%s %s %d%s%s total_ms=%.1f", r->method, r->path, r->http_status ? r->http_status
                                                                               : 499,
              how, extra, (now - r->t0) * 1e3);
@@ -400,14 +402,31 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- lifecycle ---- */
 
-void server_block_signals(void)
+/* The self-pipe: SIGINT and SIGTERM write their number to it, server_run
+ * reads it. (Blocking the signals for a signalfd is not enough: threads that
+ * libraries start before main, OpenBLAS's, would still take them.) */
+static int signal_pipe[2] = {-1, -1};
+
+static void on_signal(int sig)
 {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    ssize_t n = write(signal_pipe[1], &b, 1); /* full pipe: a stop is pending anyway */
+    (void)n;
+    errno = saved;
+}
+
+int server_signals_init(void)
+{
+    if (signal_pipe[0] < 0 && pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+        return err_set(ERR_IO, "pipe: %s", strerror(errno));
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    return 0;
 }
 
 static int listen_start(struct server *s)
@@ -532,28 +551,21 @@ static bool no_live(struct server *s)
 
 int server_run(struct server *s)
 {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    int sfd = signalfd(-1, &set, SFD_CLOEXEC);
-    if (sfd < 0)
-        return err_set(ERR_IO, "signalfd: %s", strerror(errno));
-    struct signalfd_siginfo si;
+    if (signal_pipe[0] < 0)
+        return err_set(ERR_INVALID, "server_run: server_signals_init was not called");
+    unsigned char sig = 0;
     for (;;) {
-        ssize_t n = read(sfd, &si, sizeof(si));
-        if (n == (ssize_t)sizeof(si))
+        struct pollfd pfd = {.fd = signal_pipe[0], .events = POLLIN};
+        if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+            return err_set(ERR_IO, "waiting for a signal: %s", strerror(errno));
+        if (read(signal_pipe[0], &sig, 1) == 1)
             break;
-        if (n < 0 && errno != EINTR) {
-            close(sfd);
-            return err_set(ERR_IO, "reading the signalfd: %s", strerror(errno));
-        }
     }
-    close(sfd);
     const double grace = s->cfg->grace_s;
-    log_info("%s: stopping (in-flight requests get %.0f s)", strsignal((int)si.ssi_signo), grace);
+    log_info("%s: stopping (in-flight requests get %.0f s)", strsignal(sig), grace);
+    /* still accepting through the grace period, so a probe or a client
+     * gets a 503 rather than a refused connection */
     atomic_store(&s->state, SERVER_STOPPING);
-    MHD_socket lfd = MHD_quiesce_daemon(s->mhd);
     pthread_mutex_lock(&s->lock);
     if (!wait_until(s, no_inflight, time_now() + grace)) {
         int n = 0;
@@ -569,6 +581,9 @@ int server_run(struct server *s)
         log_warn("grace period over: cancelled %d request(s)", n);
         wait_until(s, no_inflight, time_now() + 30);
     }
+    pthread_mutex_unlock(&s->lock);
+    MHD_socket lfd = MHD_quiesce_daemon(s->mhd);
+    pthread_mutex_lock(&s->lock);
     /* their responses (cancelled ones get an error) go out to readers that
      * are still reading */
     if (!wait_until(s, no_live, time_now() + 5))

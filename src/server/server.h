@@ -14,8 +14,8 @@
  * DELETE /admin/models/{id}.
  *
  * Threads:
- * - the caller's (main): server_open, server_run (waits on a signalfd),
- *   server_close;
+ * - the caller's (main): server_open, server_run (waits on the self-pipe
+ *   SIGINT/SIGTERM write to), server_close;
  * - libmicrohttpd's pool (http_threads): parse requests, tokenize, submit to
  *   the engine, then suspend the connection until the engine resumes it;
  *   write responses and stream events; never wait on the engine;
@@ -24,8 +24,7 @@
  * - the watcher: polls the sockets of requests in flight for a client that
  *   hung up (MHD does not see it while a connection is suspended) and
  *   cancels their engine request at once.
- * SIGINT and SIGTERM must be blocked in every thread (server_block_signals
- * before any thread starts) so server_run's signalfd gets them.
+ * server_signals_init must be called before server_run.
  */
 #ifndef SHARDSWAP_SERVER_SERVER_H
 #define SHARDSWAP_SERVER_SERVER_H
@@ -34,9 +33,9 @@
 
 struct server;
 
-/* Blocks SIGINT, SIGTERM (and ignores SIGPIPE) in the calling thread, which
- * the threads it starts inherit. Call first, on the main thread. */
-void server_block_signals(void);
+/* Installs the SIGINT and SIGTERM handlers that wake server_run (they only
+ * write a byte to a pipe) and ignores SIGPIPE. Main thread, once. */
+int server_signals_init(void);
 /* c must outlive the server. On failure nothing is left and the message
  * says what failed. */
 int server_open(const struct serve_config *c, struct server **out);
