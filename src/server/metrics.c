@@ -159,14 +159,15 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
 enum MHD_Result srv_metrics(struct srv_req *r)
 {
     struct server *s = r->s;
-    static _Thread_local struct srv_model *ms[SRV_MAX_LIST];
-    int n = srv_models_list_all(s, ms, SRV_MAX_LIST);
+    struct srv_model **ms = malloc(SRV_MAX_LIST * sizeof(*ms));
+    int n = ms ? srv_models_list_all(s, ms, SRV_MAX_LIST) : 0;
     n = n < SRV_MAX_LIST ? n : SRV_MAX_LIST;
     struct model_row *rows = calloc((size_t)(n ? n : 1), sizeof(*rows));
     char *text = NULL;
     size_t len = 0;
-    FILE *f = rows ? open_memstream(&text, &len) : NULL;
+    FILE *f = rows && ms ? open_memstream(&text, &len) : NULL;
     if (!f) {
+        free(ms);
         free(rows);
         return srv_reply_errorf(r, 500, NULL, NULL, "", "Out of memory.");
     }
@@ -179,6 +180,7 @@ enum MHD_Result srv_metrics(struct srv_req *r)
     write_metrics(f, s, rows, k);
     fclose(f);
     free(rows);
+    free(ms);
     enum MHD_Result ret = srv_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", text);
     free(text);
     return ret;

@@ -70,9 +70,7 @@ static enum MHD_Result reply_json_hdr(struct srv_req *r, unsigned status, json_t
         char *b = strdup(oom);
         return b ? reply_buf(r, 500, "application/json", b, strlen(b), NULL, NULL) : MHD_NO;
     }
-    size_t n = strlen(text);
-    text[n] = '\0';
-    return reply_buf(r, status, "application/json", text, n, hdr, value);
+    return reply_buf(r, status, "application/json", text, strlen(text), hdr, value);
 }
 
 enum MHD_Result srv_reply_json(struct srv_req *r, unsigned status, json_t *body)

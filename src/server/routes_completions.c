@@ -596,8 +596,8 @@ enum MHD_Result srv_completions_resumed(struct srv_req *r)
     pthread_mutex_lock(&r->lock);
     bool done = r->done, gone = r->client_gone;
     pthread_mutex_unlock(&r->lock);
-    if (!done && gone)
-        return MHD_NO; /* the watcher woke it to be closed */
+    if (gone)
+        return MHD_NO; /* the watcher woke it to be closed: nobody to answer */
     if (!done && srv_req_suspend_unless(r, req_done))
         return MHD_YES;
     return reply_final(r);

@@ -48,7 +48,9 @@ static enum MHD_Result model_not_found(struct srv_req *r, const char *name)
 
 enum MHD_Result srv_models_list(struct srv_req *r)
 {
-    static _Thread_local struct srv_model *ms[SRV_MAX_LIST];
+    struct srv_model **ms = malloc(SRV_MAX_LIST * sizeof(*ms));
+    if (!ms)
+        return srv_reply_errorf(r, 500, NULL, NULL, "", "Out of memory.");
     int n = srv_models_list_all(r->s, ms, SRV_MAX_LIST);
     n = n < SRV_MAX_LIST ? n : SRV_MAX_LIST;
     json_t *data = json_array();
@@ -57,6 +59,7 @@ enum MHD_Result srv_models_list(struct srv_req *r)
         if (o) /* else removed meanwhile */
             json_array_append_new(data, o);
     }
+    free(ms);
     return srv_reply_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 

@@ -396,7 +396,10 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(msg);
     while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = '\0';
-    snprintf(mhd_last_error, sizeof(mhd_last_error), "%s", msg);
+    struct server *s = cls;
+    /* kept for server_open's message; later, pool threads log concurrently */
+    if (atomic_load(&s->state) == SERVER_STARTING)
+        snprintf(mhd_last_error, sizeof(mhd_last_error), "%s", msg);
     log_debug("libmicrohttpd: %s", msg);
 }
 
