@@ -1,6 +1,7 @@
 /* GET /metrics: the Prometheus text format 0.0.4, from the engine's and the
  * swap manager's statistics and the server's own counters. Every family is
  * written whole (HELP, TYPE, its samples) before the next. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,9 +179,13 @@ enum MHD_Result srv_metrics(struct srv_req *r)
             k++;
     }
     write_metrics(f, s, rows, k);
-    fclose(f);
+    bool bad = fclose(f) != 0 || !text;
     free(rows);
     free(ms);
+    if (bad) {
+        free(text);
+        return srv_reply_errorf(r, 500, NULL, NULL, "", "Out of memory.");
+    }
     enum MHD_Result ret = srv_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", text);
     free(text);
     return ret;

@@ -218,9 +218,10 @@ static json_t *completion_json(const struct srv_req *r, const char *text, size_t
                      "usage", usage ? usage : json_null());
 }
 
-static bool req_done(struct srv_req *r)
+/* Whether the access handler has something to do: answer, or close. */
+static bool req_ready(struct srv_req *r)
 {
-    return r->done;
+    return r->done || r->client_gone;
 }
 
 /* The one response of a non-streamed request, once done. */
@@ -563,11 +564,8 @@ enum MHD_Result srv_completions(struct srv_req *r)
     }
     r->er = er;
     srv_watch(s, r);
-    if (!q->stream) {
-        if (srv_req_suspend_unless(r, req_done))
-            return MHD_YES;
-        return reply_final(r);
-    }
+    if (!q->stream)
+        return srv_completions_resumed(r);
     srv_req_ref(r); /* the response's, dropped by stream_free */
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, r, stream_free);
@@ -591,16 +589,21 @@ refuse:
     return srv_reply_error(r, &e);
 }
 
+/* Answers a non-streamed request once done, closes it once its client is
+ * gone, else suspends it (again: a wake-up may come before the end). */
 enum MHD_Result srv_completions_resumed(struct srv_req *r)
 {
-    pthread_mutex_lock(&r->lock);
-    bool done = r->done, gone = r->client_gone;
-    pthread_mutex_unlock(&r->lock);
-    if (gone)
-        return MHD_NO; /* the watcher woke it to be closed: nobody to answer */
-    if (!done && srv_req_suspend_unless(r, req_done))
-        return MHD_YES;
-    return reply_final(r);
+    for (;;) {
+        pthread_mutex_lock(&r->lock);
+        bool done = r->done, gone = r->client_gone;
+        pthread_mutex_unlock(&r->lock);
+        if (gone)
+            return MHD_NO; /* the watcher saw the client hang up: nobody to answer */
+        if (done)
+            return reply_final(r);
+        if (srv_req_suspend_unless(r, req_ready))
+            return MHD_YES;
+    }
 }
 
 void srv_completions_free(struct srv_req *r)

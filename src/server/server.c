@@ -552,6 +552,20 @@ static bool no_live(struct server *s)
     return s->live == NULL;
 }
 
+/* Cancels every request in flight as the server stops; under s->lock. */
+static void cancel_all(struct server *s)
+{
+    for (struct srv_req *r = s->live; r; r = r->live_next) {
+        pthread_mutex_lock(&r->lock);
+        bool cancel = r->er && !r->done;
+        if (cancel)
+            r->cancel_shutdown = true;
+        pthread_mutex_unlock(&r->lock);
+        if (cancel)
+            engine_cancel(s->stack->engine, r->er);
+    }
+}
+
 int server_run(struct server *s)
 {
     if (signal_pipe[0] < 0)
@@ -571,18 +585,14 @@ int server_run(struct server *s)
     atomic_store(&s->state, SERVER_STOPPING);
     pthread_mutex_lock(&s->lock);
     if (!wait_until(s, no_inflight, time_now() + grace)) {
-        int n = 0;
-        for (struct srv_req *r = s->live; r; r = r->live_next) {
-            pthread_mutex_lock(&r->lock);
-            bool cancel = r->er && !r->done;
-            if (cancel)
-                r->cancel_shutdown = true;
-            pthread_mutex_unlock(&r->lock);
-            if (cancel && engine_cancel(s->stack->engine, r->er) == 0)
-                n++;
+        log_warn("grace period over: cancelling %d request(s)", s->n_inflight);
+        /* again every 100 ms: a request being submitted as the state
+         * changed has no handle in the list yet */
+        for (double end = time_now() + 30; time_now() < end;) {
+            cancel_all(s);
+            if (wait_until(s, no_inflight, time_now() + 0.1))
+                break;
         }
-        log_warn("grace period over: cancelled %d request(s)", n);
-        wait_until(s, no_inflight, time_now() + 30);
     }
     pthread_mutex_unlock(&s->lock);
     MHD_socket lfd = MHD_quiesce_daemon(s->mhd);
