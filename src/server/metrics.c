@@ -94,7 +94,8 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
 
     family(f, "shardswap_queue_depth", "gauge", "Requests waiting in the model's queue.");
     for (int i = 0; i < n; i++)
-        model_sample(f, "shardswap_queue_depth", &rows[i], (unsigned long long)rows[i].st.queue_len);
+        model_sample(f, "shardswap_queue_depth", &rows[i],
+                     (unsigned long long)rows[i].st.queue_len);
     family(f, "shardswap_running", "gauge", "Sequences of the model's batch in flight.");
     for (int i = 0; i < n; i++)
         model_sample(f, "shardswap_running", &rows[i], (unsigned long long)rows[i].st.running);
@@ -151,9 +152,11 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
     }
     struct swap_stats ss;
     swap_get_stats(mgr, &ss);
-    family(f, "shardswap_host_bytes_used", "gauge", "Host memory of the host tier in use, in bytes.");
+    family(f, "shardswap_host_bytes_used", "gauge",
+           "Host memory of the host tier in use, in bytes.");
     fprintf(f, "shardswap_host_bytes_used %llu\n", (unsigned long long)ss.host_used);
-    family(f, "shardswap_host_bytes_budget", "gauge", "Host memory budget of the host tier, in bytes.");
+    family(f, "shardswap_host_bytes_budget", "gauge",
+           "Host memory budget of the host tier, in bytes.");
     fprintf(f, "shardswap_host_bytes_budget %llu\n", (unsigned long long)ss.host_budget);
 }
 

@@ -42,8 +42,7 @@ const char *srv_error_type(int status)
 static enum MHD_Result reply_buf(struct srv_req *r, unsigned status, const char *type, char *buf,
                                  size_t len, const char *hdr, const char *value)
 {
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(buf);
         return MHD_NO;
@@ -87,8 +86,8 @@ enum MHD_Result srv_reply_text(struct srv_req *r, unsigned status, const char *c
     return reply_buf(r, status, content_type, b, strlen(b), NULL, NULL);
 }
 
-enum MHD_Result srv_reply_error_hdr(struct srv_req *r, const struct oai_error *e,
-                                    const char *hdr, const char *value)
+enum MHD_Result srv_reply_error_hdr(struct srv_req *r, const struct oai_error *e, const char *hdr,
+                                    const char *value)
 {
     char *text = oai_error_json(e);
     if (e->status >= 500)
@@ -105,8 +104,8 @@ enum MHD_Result srv_reply_error(struct srv_req *r, const struct oai_error *e)
     return srv_reply_error_hdr(r, e, NULL, NULL);
 }
 
-enum MHD_Result srv_reply_errorf(struct srv_req *r, int status, const char *type,
-                                 const char *code, const char *param, const char *fmt, ...)
+enum MHD_Result srv_reply_errorf(struct srv_req *r, int status, const char *type, const char *code,
+                                 const char *param, const char *fmt, ...)
 {
     struct oai_error e;
     char msg[512];

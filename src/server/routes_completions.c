@@ -208,10 +208,9 @@ static json_t *completion_json(const struct srv_req *r, const char *text, size_t
         json_t *t = json_stringn(text, len);
         if (!t) /* not UTF-8: cannot happen with bpe_stream's output; say so rather than fail */
             t = json_string("\xef\xbf\xbd");
-        json_array_append_new(choices,
-                              json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "text", t, "logprobs",
-                                        "finish_reason",
-                                        finish ? json_string(finish) : json_null()));
+        json_array_append_new(choices, json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "text", t,
+                                                 "logprobs", "finish_reason",
+                                                 finish ? json_string(finish) : json_null()));
     }
     return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", r->id, "object", "text_completion",
                      "created", (json_int_t)r->created, "model", r->m->name, "choices", choices,
@@ -538,7 +537,9 @@ enum MHD_Result srv_completions(struct srv_req *r)
         .prompt = ids,
         .n_prompt = n,
         .max_tokens = q->max_tokens,
-        .sampling = {.temperature = q->temperature, .top_k = q->top_k, .top_p = q->top_p,
+        .sampling = {.temperature = q->temperature,
+                     .top_k = q->top_k,
+                     .top_p = q->top_p,
                      .seed = q->seed},
         .on_token = on_token,
         .on_done = on_done,

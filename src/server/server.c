@@ -27,8 +27,8 @@
 
 /* ---- request state ---- */
 
-static struct srv_req *srv_req_new(struct server *s, struct MHD_Connection *conn,
-                                   const char *url, const char *method)
+static struct srv_req *srv_req_new(struct server *s, struct MHD_Connection *conn, const char *url,
+                                   const char *method)
 {
     struct srv_req *r = calloc(1, sizeof(*r));
     if (!r)
@@ -122,8 +122,7 @@ static const char *const admin_actions[] = {"load", "unload", "pin", "unpin"};
 
 /* Sets r->route (and arg, action) from the path; *allow is the methods the
  * path takes when method is not one of them (then the route stays NONE). */
-static void route_find(struct srv_req *r, const char *url, const char *method,
-                       const char **allow)
+static void route_find(struct srv_req *r, const char *url, const char *method, const char **allow)
 {
     bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     bool post = strcmp(method, "POST") == 0, del = strcmp(method, "DELETE") == 0;
@@ -196,8 +195,9 @@ static bool auth_ok(struct srv_req *r, struct oai_error *e)
     if (tok && key_equal(tok, strlen(tok), key))
         return true;
     oai_error_set(e, 401, "authentication_error", "invalid_api_key", "",
-                  tok ? "Incorrect API key provided%s." : "Missing API key%s: send "
-                                                          "'Authorization: Bearer KEY'.",
+                  tok ? "Incorrect API key provided%s."
+                      : "Missing API key%s: send "
+                        "'Authorization: Bearer KEY'.",
                   admin && c->admin_key ? " (admin routes take the admin key)" : "");
     return false;
 }
@@ -241,8 +241,8 @@ static enum MHD_Result request_start(struct srv_req *r, const char *url, const c
     route_find(r, url, method, &allow);
     struct oai_error e;
     if (r->route == ROUTE_NONE && !allow) {
-        oai_error_set(&e, 404, "invalid_request_error", "not_found", "", "No route %s %s.",
-                      method, url);
+        oai_error_set(&e, 404, "invalid_request_error", "not_found", "", "No route %s %s.", method,
+                      url);
         return srv_reply_error(r, &e);
     }
     if (r->route == ROUTE_NONE) {
@@ -257,8 +257,8 @@ static enum MHD_Result request_start(struct srv_req *r, const char *url, const c
     }
     if (!auth_ok(r, &e))
         return srv_reply_error(r, &e);
-    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *cl =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
         char *end;
         errno = 0;
@@ -302,9 +302,8 @@ static void body_append(struct srv_req *r, const char *data, size_t n)
  * headers, each piece of the body, the end of the body, and again after
  * each resume while no response is queued). */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **req_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
 {
     struct server *s = cls;
     struct srv_req *r = *req_cls;
@@ -355,14 +354,13 @@ static void access_log(struct srv_req *r, enum MHD_RequestTerminationCode toe)
                  r->m->name, r->n_prompt, n_gen, wait * 1e3, ttft * 1e3, compute * 1e3,
                  r->creq.stream ? " stream" : "");
     }
-    const char *how = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? ""
-                      : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT ? " (client closed)"
+    const char *how = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK      ? ""
+                      : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT    ? " (client closed)"
                       : toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? " (timed out)"
                       : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN ? " (shutdown)"
-                                                                       : " (client gone)";
-    log_info("%s %s %d%s%s total_ms=%.1f", r->method, r->path, r->http_status ? r->http_status
-                                                                              : 499,
-             how, extra, (now - r->t0) * 1e3);
+                                                                      : " (client gone)";
+    log_info("%s %s %d%s%s total_ms=%.1f", r->method, r->path,
+             r->http_status ? r->http_status : 499, how, extra, (now - r->t0) * 1e3);
 }
 
 /* MHD's completion notice: once per request the access handler saw, on a
@@ -435,7 +433,8 @@ int server_signals_init(void)
 static int listen_start(struct server *s)
 {
     const struct serve_config *c = s->cfg;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
     char port[16];
@@ -449,15 +448,12 @@ static int listen_start(struct server *s)
         flags |= MHD_USE_IPv6;
     mhd_last_error[0] = '\0';
     s->mhd = MHD_start_daemon(
-        flags, (uint16_t)c->port, NULL, NULL, on_request, s,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
-        MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(c->http_threads > 0 ? c->http_threads : 4),
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->connection_timeout_s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)128,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        flags, (uint16_t)c->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
+        s, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)(c->http_threads > 0 ? c->http_threads : 4), MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)c->connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)128, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd)

@@ -43,7 +43,7 @@ struct srv_model {
     struct bpe *tok;       /* owned; NULL when the directory has no tokenizer */
     int id;                /* engine id */
     int max_pos, vocab;
-    long long created;     /* unix seconds it was added */
+    long long created; /* unix seconds it was added */
     bool removed;
     atomic_ullong n_invalid; /* completions refused by the server (4xx) */
     /* completions ended by a stop string: the engine counts them cancelled */
@@ -62,7 +62,7 @@ struct server {
     struct stack *stack;
     struct MHD_Daemon *mhd;
     int port;
-    atomic_int state; /* enum server_state */
+    atomic_int state;  /* enum server_state */
     long long started; /* unix seconds */
 
     pthread_mutex_t admin_lock; /* serializes adding and removing models */
@@ -114,51 +114,51 @@ struct srv_req {
     enum srv_route route;
     char method[8];
     char path[160];
-    char arg[256];    /* the {id} of the path */
-    char action[16];  /* load, unload, pin, unpin */
+    char arg[256];   /* the {id} of the path */
+    char action[16]; /* load, unload, pin, unpin */
     char *body;
     size_t body_len, body_cap;
     bool body_too_big;
-    int http_status;  /* of the response queued; 0 until then */
-    bool handled;     /* a response or the engine took over */
+    int http_status; /* of the response queued; 0 until then */
+    bool handled;    /* a response or the engine took over */
 
     /* a completion */
     struct completion_req creq;
     bool parsed;
     struct srv_model *m;
     struct engine_req *er;
-    char id[40];       /* cmpl-... */
+    char id[40]; /* cmpl-... */
     long long created;
     int n_prompt;
-    char *echo_text;   /* the prompt as text, when echo */
+    char *echo_text; /* the prompt as text, when echo */
     size_t echo_len;
-    size_t max_stop;   /* longest stop string */
+    size_t max_stop; /* longest stop string */
     /* streaming, HTTP thread only */
-    char *out;         /* events ready to send */
+    char *out; /* events ready to send */
     size_t out_len, out_pos, out_cap;
-    size_t sent;       /* bytes of text sent */
-    int ends_sent;     /* token pieces sent */
+    size_t sent;   /* bytes of text sent */
+    int ends_sent; /* token pieces sent */
     bool echo_sent, final_sent;
 
     /* shared with the engine callbacks, under lock */
     pthread_mutex_t lock;
-    bool suspended;    /* the connection is suspended; whoever clears it resumes */
-    bool conn_gone;    /* MHD has finished with the connection */
-    bool done;         /* on_done ran */
-    bool stop_hit;     /* a stop string matched: text ends before it */
+    bool suspended;       /* the connection is suspended; whoever clears it resumes */
+    bool conn_gone;       /* MHD has finished with the connection */
+    bool done;            /* on_done ran */
+    bool stop_hit;        /* a stop string matched: text ends before it */
     bool cancel_shutdown; /* cancelled because the server is stopping */
-    bool client_gone;  /* the watcher saw the client hang up */
+    bool client_gone;     /* the watcher saw the client hang up */
     struct bpe_stream dec;
-    char *tokbuf;      /* bpe_stream_chunk_max bytes */
+    char *tokbuf; /* bpe_stream_chunk_max bytes */
     size_t tokbuf_cap;
-    char *text;        /* the completion's text so far */
+    char *text; /* the completion's text so far */
     size_t text_len, text_cap;
-    size_t safe;       /* text[0..safe) cannot become part of a stop string */
-    int *ends;         /* text offset after each token's piece */
+    size_t safe; /* text[0..safe) cannot become part of a stop string */
+    int *ends;   /* text offset after each token's piece */
     int n_ends, ends_cap;
-    int n_gen;         /* tokens generated (up to a stop) */
-    int n_out;         /* tokens in the engine's output, once done */
-    int status;        /* engine status, final once done */
+    int n_gen;  /* tokens generated (up to a stop) */
+    int n_out;  /* tokens in the engine's output, once done */
+    int status; /* engine status, final once done */
     char error[256];
     struct engine_req_timings tm;
 };
@@ -182,12 +182,12 @@ enum MHD_Result srv_reply_text(struct srv_req *r, unsigned status, const char *c
                                const char *text);
 /* An OpenAI-style error. */
 enum MHD_Result srv_reply_error(struct srv_req *r, const struct oai_error *e);
-enum MHD_Result srv_reply_errorf(struct srv_req *r, int status, const char *type,
-                                 const char *code, const char *param, const char *fmt, ...)
+enum MHD_Result srv_reply_errorf(struct srv_req *r, int status, const char *type, const char *code,
+                                 const char *param, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 /* Adds a header to a response before it is queued. */
-enum MHD_Result srv_reply_error_hdr(struct srv_req *r, const struct oai_error *e,
-                                    const char *hdr, const char *value);
+enum MHD_Result srv_reply_error_hdr(struct srv_req *r, const struct oai_error *e, const char *hdr,
+                                    const char *value);
 /* The type an HTTP status has in OpenAI's error bodies. */
 const char *srv_error_type(int status);
 void srv_count_status(struct server *s, int status);
@@ -211,7 +211,7 @@ void srv_watch(struct server *s, struct srv_req *r);
 void srv_unwatch(struct server *s, struct srv_req *r);
 
 /* ---- route handlers (HTTP thread; called once the body is in) ---- */
-enum MHD_Result srv_completions(struct srv_req *r);        /* first call: submit */
+enum MHD_Result srv_completions(struct srv_req *r);         /* first call: submit */
 enum MHD_Result srv_completions_resumed(struct srv_req *r); /* after the engine woke it */
 void srv_completions_free(struct srv_req *r);
 enum MHD_Result srv_models_list(struct srv_req *r);
