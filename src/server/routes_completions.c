@@ -141,7 +141,6 @@ static void on_done(struct engine_req *er, void *ctx)
     r->status = engine_req_status(er);
     snprintf(r->error, sizeof(r->error), "%s", engine_req_error(er));
     engine_req_output(er, &r->n_out);
-    engine_req_timings(er, &r->tm);
     if (r->stop_hit && r->status == ERR_CANCELLED)
         atomic_fetch_add(&r->m->n_stopped, 1);
     r->safe = r->text_len;

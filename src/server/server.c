@@ -375,7 +375,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         return;
     *req_cls = NULL;
     pthread_mutex_lock(&r->lock);
-    r->conn_gone = true;
     bool cancel = r->er && !r->done;
     pthread_mutex_unlock(&r->lock);
     if (cancel && engine_cancel(s->stack->engine, r->er) == 0)

@@ -2,16 +2,18 @@
  * the model table, the per-request state, replies and the route handlers.
  *
  * Locks, outermost first:
- * - server.lock guards the model table, the list of live requests, their
- *   count and the HTTP counters' table; never held across an MHD call or a
- *   wait (engine_cancel, which only takes the engine lock, is called under
+ * - server.admin_lock serializes adding and removing models (held across
+ *   the engine's admin calls, which wait on its scheduler);
+ * - server.lock guards the model table, the list of live requests, the
+ *   in-flight count and the HTTP counters; never held across an MHD call or
+ *   a wait (engine_cancel, which only takes the engine lock, is called under
  *   it at shutdown);
- * - srv_req.lock guards what an engine callback shares with the HTTP thread
- *   (text, flags, the suspended flag); held only to copy a few bytes, to
- *   call engine_cancel's caller-side bookkeeping never, and across
- *   MHD_suspend_connection (so a resumer that sees suspended knows the
- *   suspension happened); MHD_resume_connection is called after releasing
- *   it by whoever cleared the flag, so exactly one party resumes;
+ * - srv_req.lock guards what the engine callbacks share with the HTTP
+ *   thread (text, flags, the suspended flag); held to copy a few bytes and
+ *   across MHD_suspend_connection (so a resumer that sees suspended knows
+ *   the suspension happened), never across engine_cancel or
+ *   MHD_resume_connection: whoever clears suspended calls
+ *   MHD_resume_connection after releasing it, so exactly one party resumes;
  * - watch_lock guards the watcher's list; nothing else is taken under it.
  */
 #ifndef SHARDSWAP_SERVER_SERVER_IMPL_H
@@ -65,7 +67,7 @@ struct server {
     atomic_int state;  /* enum server_state */
     long long started; /* unix seconds */
 
-    pthread_mutex_t admin_lock; /* serializes adding and removing models */
+    pthread_mutex_t admin_lock;
     pthread_mutex_t lock;
     struct srv_model *models; /* newest first */
     struct srv_req *live;     /* every request state, until freed */
@@ -73,7 +75,6 @@ struct server {
     pthread_cond_t idle_cv;   /* n_inflight or the live list shrank */
     int http_code[SRV_HTTP_CODES];
     uint64_t http_count[SRV_HTTP_CODES];
-    /* per model: requests refused by the server before the engine (4xx) */
 
     /* the watcher (watcher.c) */
     pthread_t watcher;
@@ -143,7 +144,6 @@ struct srv_req {
     /* shared with the engine callbacks, under lock */
     pthread_mutex_t lock;
     bool suspended;       /* the connection is suspended; whoever clears it resumes */
-    bool conn_gone;       /* MHD has finished with the connection */
     bool done;            /* on_done ran */
     bool stop_hit;        /* a stop string matched: text ends before it */
     bool cancel_shutdown; /* cancelled because the server is stopping */
@@ -160,7 +160,6 @@ struct srv_req {
     int n_out;  /* tokens in the engine's output, once done */
     int status; /* engine status, final once done */
     char error[256];
-    struct engine_req_timings tm;
 };
 
 /* ---- server.c ---- */
