@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "server/log.h"
 #include "server/server_impl.h"
+#include "server/stops.h"
 
 /* ---- text shared with the engine's callbacks (under r->lock) ---- */
 
@@ -46,39 +47,19 @@ static int text_append(struct srv_req *r, const char *p, size_t n)
 }
 
 /* After text grew from old bytes: cuts it at the first stop string (true)
- * or moves safe past what can no longer start one. */
+ * or moves safe past what can no longer start one. Under r->lock. */
 static bool text_check_stops(struct srv_req *r, size_t old)
 {
     const struct completion_req *q = &r->creq;
-    if (q->n_stop == 0) {
-        r->safe = r->text_len;
-        return false;
-    }
-    size_t from = old >= r->max_stop ? old - r->max_stop + 1 : 0;
-    const char *best = NULL;
-    for (int i = 0; i < q->n_stop; i++) {
-        const char *hit =
-            memmem(r->text + from, r->text_len - from, q->stop[i], strlen(q->stop[i]));
-        if (hit && (!best || hit < best))
-            best = hit;
-    }
-    if (best) {
-        r->text_len = (size_t)(best - r->text);
+    long at = stops_find(r->text, r->text_len, old, q->stop, q->n_stop);
+    if (at >= 0) {
+        r->text_len = (size_t)at;
         r->text[r->text_len] = '\0';
         r->safe = r->text_len;
         return true;
     }
-    /* hold back the longest tail that is a prefix of a stop string */
-    size_t hold = 0;
-    for (size_t k = r->max_stop - 1 < r->text_len ? r->max_stop - 1 : r->text_len; k > 0 && !hold;
-         k--)
-        for (int i = 0; i < q->n_stop; i++)
-            if (strlen(q->stop[i]) > k && memcmp(r->text + r->text_len - k, q->stop[i], k) == 0) {
-                hold = k;
-                break;
-            }
-    if (r->text_len - hold > r->safe)
-        r->safe = r->text_len - hold;
+    size_t safe = stops_safe(r->text, r->text_len, q->stop, q->n_stop);
+    r->safe = safe > r->safe ? safe : r->safe;
     return false;
 }
 
@@ -516,9 +497,6 @@ enum MHD_Result srv_completions(struct srv_req *r)
                       r->m->max_pos, (long long)n + q->max_tokens, n, q->max_tokens);
         goto refuse;
     }
-    for (int i = 0; i < q->n_stop; i++)
-        if (strlen(q->stop[i]) > r->max_stop)
-            r->max_stop = strlen(q->stop[i]);
     bpe_stream_init(&r->dec, r->m->tok);
     r->tokbuf_cap = bpe_stream_chunk_max(r->m->tok);
     if (!(r->tokbuf = malloc(r->tokbuf_cap))) {

@@ -133,7 +133,6 @@ struct srv_req {
     int n_prompt;
     char *echo_text; /* the prompt as text, when echo */
     size_t echo_len;
-    size_t max_stop; /* longest stop string */
     /* streaming, HTTP thread only */
     char *out; /* events ready to send */
     size_t out_len, out_pos, out_cap;
