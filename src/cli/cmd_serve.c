@@ -173,7 +173,8 @@ int cmd_serve(int argc, char **argv)
                    86400, "1..86400"),
         FLAG("max-body", FLAG_STR, &max_body, "BYTES", "largest request body (default 1MiB)"),
         FLAG_RANGE("grace", FLAG_FLOAT, &grace, "S",
-                   "on SIGTERM/SIGINT, requests in flight get S seconds, then are cancelled "
+                   "on SIGTERM/SIGINT, requests in flight get S seconds (a second signal ends it), "
+                   "then are cancelled "
                    "(default 30)",
                    0, 86400, "0..86400"),
         FLAG_RANGE("link-gbps", FLAG_FLOAT, &link_gbps, "G",

@@ -499,9 +499,13 @@ int server_open(const struct serve_config *c, struct server **out)
     free(mc);
     if (rc < 0)
         goto fail;
-    for (int i = 0; i < s->stack->n_models; i++)
-        if ((rc = srv_model_add(s, s->stack->models[i], c->models[i].path, s->stack->ids[i])) < 0)
+    for (int i = 0; i < s->stack->n_models; i++) {
+        const struct serve_model *m = &c->models[i];
+        if ((rc = srv_model_add(s, s->stack->models[i], m->path, s->stack->ids[i])) < 0)
             goto fail;
+        log_info("model %s: %s (tp %d, pp %d%s)", m->name, m->path, m->tp, m->pp,
+                 m->pinned ? ", pinned" : "");
+    }
     if ((rc = srv_watcher_start(s)) < 0 || (rc = listen_start(s)) < 0)
         goto fail;
     atomic_store(&s->state, SERVER_SERVING);
@@ -542,6 +546,19 @@ static bool no_inflight(struct server *s)
     return s->n_inflight == 0;
 }
 
+/* The grace period ends early at a second SIGINT/SIGTERM. */
+static bool no_inflight_or_signal(struct server *s)
+{
+    unsigned char b;
+    if (s->n_inflight == 0)
+        return true;
+    if (read(signal_pipe[0], &b, 1) == 1) {
+        log_warn("%s again: ending the grace period", strsignal(b));
+        return true;
+    }
+    return false;
+}
+
 static bool no_live(struct server *s)
 {
     return s->live == NULL;
@@ -579,7 +596,7 @@ int server_run(struct server *s)
      * gets a 503 rather than a refused connection */
     atomic_store(&s->state, SERVER_STOPPING);
     pthread_mutex_lock(&s->lock);
-    if (!wait_until(s, no_inflight, time_now() + grace)) {
+    if (!wait_until(s, no_inflight_or_signal, time_now() + grace) || s->n_inflight > 0) {
         log_warn("grace period over: cancelling %d request(s)", s->n_inflight);
         /* again every 100 ms: a request being submitted as the state
          * changed has no handle in the list yet */
