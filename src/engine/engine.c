@@ -88,6 +88,7 @@ enum phase { PH_QUEUED, PH_RUNNING, PH_CANCELLING, PH_DONE };
 struct engine_req {
     atomic_int refs;  /* the engine's (until on_done returned) + the caller's */
     atomic_int phase;
+    atomic_bool stop_ok; /* PH_CANCELLING by engine_stop: it completes ok */
     struct event done; /* set once the results are final */
     struct engine *e;
     int model_id;
@@ -242,8 +243,9 @@ static void req_finish_running(struct emodel *m, struct engine_req *r, int statu
     int expect = PH_RUNNING;
     if (!atomic_compare_exchange_strong(&r->phase, &expect, PH_DONE)) {
         atomic_store(&r->phase, PH_DONE); /* it was PH_CANCELLING */
-        status = ERR_CANCELLED;
-        why = "cancelled";
+        bool ok = atomic_load(&r->stop_ok) && (status == 0 || status == ERR_CANCELLED);
+        status = ok ? 0 : ERR_CANCELLED;
+        why = ok ? "" : "cancelled";
     }
     req_set_status(r, status, why);
     pthread_mutex_lock(&e->lock);
@@ -497,7 +499,8 @@ fail:
     return rc;
 }
 
-int engine_cancel(struct engine *e, struct engine_req *r)
+/* engine_cancel, and engine_stop when ok. */
+static int req_end(struct engine *e, struct engine_req *r, bool ok)
 {
     pthread_mutex_lock(&e->lock);
     int rc = 0;
@@ -505,6 +508,8 @@ int engine_cancel(struct engine *e, struct engine_req *r)
     if (ph == PH_QUEUED) {
         queue_fail(r->m, r, ERR_CANCELLED, "cancelled");
     } else {
+        if (ok && ph == PH_RUNNING)
+            atomic_store(&r->stop_ok, true);
         int expect = PH_RUNNING;
         if (!atomic_compare_exchange_strong(&r->phase, &expect, PH_CANCELLING) &&
             expect != PH_CANCELLING)
@@ -512,6 +517,16 @@ int engine_cancel(struct engine *e, struct engine_req *r)
     }
     pthread_mutex_unlock(&e->lock);
     return rc;
+}
+
+int engine_cancel(struct engine *e, struct engine_req *r)
+{
+    return req_end(e, r, false);
+}
+
+int engine_stop(struct engine *e, struct engine_req *r)
+{
+    return req_end(e, r, true);
 }
 
 void engine_req_release(struct engine_req *r)
@@ -657,7 +672,7 @@ static void batch_evict_leavers(struct batch *b, double now)
             continue;
         char why[160];
         if (atomic_load(&r->phase) == PH_CANCELLING) {
-            batch_leave(b, s, ERR_CANCELLED, "cancelled");
+            batch_leave(b, s, atomic_load(&r->stop_ok) ? 0 : ERR_CANCELLED, "cancelled");
         } else if (removing) {
             snprintf(why, sizeof(why), "model %s was removed", b->m->sm->name);
             batch_leave(b, s, ERR_NOT_FOUND, why);

@@ -170,6 +170,11 @@ int engine_submit(struct engine *e, const struct engine_request_params *p,
  * ERR_INVALID when it has completed, or is completing, already. Also from
  * on_token and on_done. */
 int engine_cancel(struct engine *e, struct engine_req *r);
+/* Ends r as engine_cancel does, but a running request then completes ok
+ * (status 0, counted and timed as such) with the tokens it has: for a
+ * caller that met its own end condition (a stop string) in the output. A
+ * queued one is cancelled. Same returns and threads as engine_cancel. */
+int engine_stop(struct engine *e, struct engine_req *r);
 /* Drops the caller's reference; the handle is freed once the engine's is
  * dropped too. NULL-safe. Also from callbacks. */
 void engine_req_release(struct engine_req *r);

@@ -67,15 +67,12 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
            "4xx before reaching the engine; rejected: the model's queue was full).");
     for (int i = 0; i < n; i++) {
         const struct engine_model_stats *st = &rows[i].st;
-        /* a stop string cancels its request in the engine: ok to the client */
-        unsigned long long stopped = atomic_load(&rows[i].m->n_stopped);
-        stopped = stopped < st->cancelled ? stopped : st->cancelled;
         const struct {
             const char *outcome;
             unsigned long long v;
-        } o[] = {{"ok", st->ok + stopped},
+        } o[] = {{"ok", st->ok},
                  {"error", st->failed},
-                 {"cancelled", st->cancelled - stopped},
+                 {"cancelled", st->cancelled},
                  {"timeout", st->timed_out},
                  {"rejected", st->rejected},
                  {"invalid", atomic_load(&rows[i].m->n_invalid)}};

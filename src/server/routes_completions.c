@@ -79,11 +79,11 @@ static int ends_push(struct srv_req *r)
 
 /* The engine's on_token: on the model's runner thread, between two steps of
  * its batch. Decodes and checks stops under r->lock (a copy of a few bytes),
- * cancels at a stop, resumes a stream's connection; never blocks. */
+ * ends the request at a stop, resumes a stream's connection; never blocks. */
 static void on_token(struct engine_req *er, int32_t id, void *ctx)
 {
     struct srv_req *r = ctx;
-    bool cancel = false, wake = false;
+    bool cancel = false, stop = false, wake = false;
     pthread_mutex_lock(&r->lock);
     if (!r->stop_hit && !r->done) {
         r->n_gen++;
@@ -92,14 +92,16 @@ static void on_token(struct engine_req *er, int32_t id, void *ctx)
         if (n > 0 && text_append(r, r->tokbuf, (size_t)n) < 0)
             cancel = true; /* out of memory: the request ends with what it has */
         if (text_check_stops(r, old))
-            cancel = r->stop_hit = true;
+            stop = r->stop_hit = true;
         ends_push(r);
         wake = r->suspended && r->creq.stream;
         if (wake)
             r->suspended = false;
     }
     pthread_mutex_unlock(&r->lock);
-    if (cancel)
+    if (stop) /* it completes ok at the next step boundary */
+        engine_stop(r->s->stack->engine, er);
+    else if (cancel)
         engine_cancel(r->s->stack->engine, er);
     if (wake)
         MHD_resume_connection(r->conn);
@@ -122,8 +124,6 @@ static void on_done(struct engine_req *er, void *ctx)
     r->status = engine_req_status(er);
     snprintf(r->error, sizeof(r->error), "%s", engine_req_error(er));
     engine_req_output(er, &r->n_out);
-    if (r->stop_hit && r->status == ERR_CANCELLED)
-        atomic_fetch_add(&r->m->n_stopped, 1);
     r->safe = r->text_len;
     r->done = true;
     bool wake = r->suspended;

@@ -49,7 +49,6 @@ struct srv_model {
     bool removed;
     atomic_ullong n_invalid; /* completions refused by the server (4xx) */
     /* completions ended by a stop string: the engine counts them cancelled */
-    atomic_ullong n_stopped;
     struct srv_model *next;
 };
 
