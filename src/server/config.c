@@ -829,7 +829,13 @@ void serve_config_stack(const struct serve_config *c, struct stack_config *sc,
     for (int i = 0; i < c->n_devices && i < STACK_MAX_DEVICES; i++)
         sc->device_budget[i] = c->device_budget;
     sc->link_gbps = c->link_gbps;
+    /* copies that take no compute (an emulated link): a batch may start
+     * while its model's layers arrive, as the benchmarks run it */
+    sc->engine.overlap_loads = c->link_gbps > 0;
     sc->host_budget = c->host_budget;
+    /* a host tier sized for every model starts with all of them in it, so
+     * no request waits for the disk; a budget set smaller fills on demand */
+    sc->prefetch_host = c->host_budget == 0;
     sc->engine.policy = c->policy;
     sc->engine.max_batch = c->max_batch;
     sc->engine.queue_cap = c->queue_cap;

@@ -86,7 +86,9 @@ int serve_config_add_model(struct serve_config *c, const char *arg);
 int serve_parse_bytes(const char *s, uint64_t *out);
 int serve_config_check(const struct serve_config *c);
 /* Fills *sc (and mc[0..c->n_models)) for stack_open; both point into c,
- * which must outlive them. */
+ * which must outlive them. Loads overlap compute when link_gbps is set (the
+ * copies then take no CPU); with the host budget left sized, every model is
+ * staged into host memory at open. */
 void serve_config_stack(const struct serve_config *c, struct stack_config *sc,
                         struct stack_model_config *mc);
 
