@@ -31,6 +31,12 @@ struct request_record {
  * empty field. Errors: ERR_IO naming the path. */
 int report_write_csv(const char *path, const struct request_record *recs, size_t n);
 
+/* Reads back the latencies of the completed requests (status 0) of a CSV
+ * that report_write_csv wrote (columns found by the header's names), in
+ * file order, into *lat (malloc'd, the caller's; NULL when *n is 0).
+ * Errors: ERR_IO, ERR_FORMAT naming the path and line, ERR_NOMEM. */
+int report_read_latencies(const char *path, double **lat, size_t *n);
+
 /* Writes path as an SVG plot of empirical latency CDFs, one curve per
  * series: x is latency in seconds (linear, from 0, ticks in 1-2-5 steps),
  * y is the fraction of the series' requests done within x (0..1). Series i
