@@ -526,10 +526,12 @@ int http_replay_run(const struct http_replay_opts *o, const struct arrival *ev, 
         rc = err_set(ERR_NOMEM, "out of memory for %zu requests", n);
         goto out;
     }
-    if (o->max_connections > 0) {
+    /* the idle connections kept: without a size, libcurl sizes the cache
+     * by the handles added, and with none between two requests it keeps none */
+    curl_multi_setopt(m, CURLMOPT_MAXCONNECTS,
+                      (long)(o->max_connections > 0 ? o->max_connections : 256));
+    if (o->max_connections > 0)
         curl_multi_setopt(m, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)o->max_connections);
-        curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, (long)o->max_connections);
-    }
     struct replay_clock clk = {.t0 = time_now()};
     size_t next = 0, done = 0, in_flight = 0;
     while (done < n) {
