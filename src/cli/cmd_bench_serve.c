@@ -85,6 +85,43 @@ static int summary_json_set(json_t *o, const struct summary *s)
            json_object_set_new(o, "slo_attainment", jsonout_real(s->slo_attain, 4));
 }
 
+/* The sum of every sample of metric name (all label sets) in a Prometheus
+ * text exposition; NaN when none is there. */
+static double metric_sum(const char *text, const char *name)
+{
+    size_t len = strlen(name);
+    double sum = 0;
+    bool found = false;
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncmp(l, name, len) != 0 || (l[len] != '{' && l[len] != ' '))
+            continue;
+        const char *v = l + len;
+        if (*v == '{' && !(v = strchr(v, '}')))
+            continue;
+        char *end;
+        double x = strtod(v + 1, &end);
+        if (end != v + 1) {
+            sum += x;
+            found = true;
+        }
+    }
+    return found ? sum : NAN;
+}
+
+/* The server's swap counters (shardswap serve's /metrics: swaps and seconds
+ * spent swapping, over all models); NaN when the server has none. */
+static void scrape_swaps(const struct http_target *t, double *swaps, double *swap_s)
+{
+    char *body = NULL;
+    long status = 0;
+    *swaps = *swap_s = NAN;
+    if (http_get(t, "/metrics", &body, &status) == 0 && status == 200) {
+        *swaps = metric_sum(body, "shardswap_swaps_total");
+        *swap_s = metric_sum(body, "shardswap_swap_duration_seconds_sum");
+    }
+    free(body);
+}
+
 /* What one run measured, for the table and the JSON. */
 struct run {
     const char *config_s, *label, *url, *csv, *plot;
@@ -96,6 +133,7 @@ struct run {
     const struct http_replay_result *res;
     struct summary sum;
     struct latency_stats ttft;
+    double swaps, swap_s; /* the server's, during the run (NaN: unknown) */
 };
 
 /* The run as one JSON object, shaped like `bench workload`'s (its one
@@ -133,6 +171,10 @@ static int print_json(const struct run *r)
     bad |= !http || !o || summary_json_set(o, &r->sum) != 0;
     if (!bad)
         bad |= json_object_set_new(o, "throughput_rps", jsonout_real(r->sum.throughput, 3)) |
+               json_object_set_new(o, "swaps", isfinite(r->swaps)
+                                                     ? json_integer((json_int_t)r->swaps)
+                                                     : json_null()) |
+               json_object_set_new(o, "swap_s", jsonout_real(r->swap_s, 4)) |
                json_object_set_new(o, "ttft_p50_s", jsonout_real(r->ttft.p50, 6)) |
                json_object_set_new(o, "ttft_p99_s", jsonout_real(r->ttft.p99, 6)) |
                json_object_set_new(o, "http", http) |
@@ -177,14 +219,20 @@ static void print_table(const struct run *r)
     }
     printf("; %zu requests%s; warm latency %.1f ms over HTTP, SLO %.1f ms\n", r->res->n,
            r->stream ? ", streamed" : "", r->warm * 1e3, r->slo * 1e3);
-    printf("%-10s %6s %8s %8s %8s %8s %8s %6s %7s %6s %5s %5s %5s %5s %5s\n", "policy", "reqs",
-           "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "SLO%", "req/s", "failed", "429",
-           "4xx", "5xx", "net", "bad");
+    printf("%-10s %6s %8s %8s %8s %8s %8s %6s %7s %6s %8s %6s %5s %5s %5s %5s %5s\n", "policy",
+           "reqs", "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "SLO%", "req/s", "swaps",
+           "swap s", "failed", "429", "4xx", "5xx", "net", "bad");
     const struct summary *s = &r->sum;
-    printf("%-10s %6zu %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f %7.2f %6zu %5zu %5zu %5zu %5zu %5zu\n",
+    char swaps[24] = "-", swap_s[24] = "-";
+    if (isfinite(r->swaps))
+        snprintf(swaps, sizeof(swaps), "%.0f", r->swaps);
+    if (isfinite(r->swap_s))
+        snprintf(swap_s, sizeof(swap_s), "%.2f", r->swap_s);
+    printf("%-10s %6zu %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f %7.2f %6s %8s %6zu %5zu %5zu %5zu %5zu "
+           "%5zu\n",
            r->label, s->all.n, s->all.mean * 1e3, s->all.p50 * 1e3, s->all.p90 * 1e3,
-           s->all.p99 * 1e3, s->all.max * 1e3, 100 * s->slo_attain, s->throughput, s->failed,
-           h->busy, h->client, h->server, h->transport, h->malformed + h->other);
+           s->all.p99 * 1e3, s->all.max * 1e3, 100 * s->slo_attain, s->throughput, swaps, swap_s,
+           s->failed, h->busy, h->client, h->server, h->transport, h->malformed + h->other);
     if (r->stream)
         printf("time to first token: p50 %.1f ms, p99 %.1f ms\n", r->ttft.p50 * 1e3,
                r->ttft.p99 * 1e3);
@@ -314,8 +362,8 @@ static int compare(char *files, const char *plot, bool json_out)
     for (int i = 0; i < n; i++) {
         json_t *p = runs[i], *h = json_object_get(p, "http");
         char swaps[16] = "-", c429[16] = "-", c5xx[16] = "-";
-        if (jint(p, "swaps") >= 0)
-            snprintf(swaps, sizeof(swaps), "%lld", jint(p, "swaps"));
+        if (isfinite(jnum(p, "swaps")))
+            snprintf(swaps, sizeof(swaps), "%.0f", jnum(p, "swaps"));
         if (h) {
             snprintf(c429, sizeof(c429), "%lld", jint(h, "status_429"));
             snprintf(c5xx, sizeof(c5xx), "%lld", jint(h, "status_5xx"));
@@ -567,11 +615,15 @@ int bench_serve(int argc, char **argv)
     if (slo <= 0)
         slo = slo_scale * (float)warm;
     fprintf(stderr, "running %s against %s as %s (%zu requests)...\n", config_s, url, label, n_ev);
+    double swaps0, swap_s0, swaps1, swap_s1;
+    scrape_swaps(&o.target, &swaps0, &swap_s0);
     if ((rc = http_replay_run(&o, ev, n_ev, &res)) < 0)
         goto out;
+    scrape_swaps(&o.target, &swaps1, &swap_s1);
     struct run r = {.config_s = config_s, .label = label, .url = url, .csv = csv_s,
                     .plot = plot_s, .c = &c, .names = names, .warm = warm, .slo = slo,
-                    .duration = duration, .seed = seed, .stream = stream, .res = &res};
+                    .duration = duration, .seed = seed, .stream = stream, .res = &res,
+                    .swaps = swaps1 - swaps0, .swap_s = swap_s1 - swap_s0};
     if ((rc = report_write_csv(csv_s, res.recs, res.n)) < 0 ||
         (rc = summary_compute(res.recs, res.n, -1, slo, &r.sum, &lat, &n_lat)) < 0 ||
         (rc = ttft_stats(res.recs, res.n, &r.ttft)) < 0)
