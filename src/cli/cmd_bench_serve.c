@@ -355,8 +355,11 @@ static int compare(char *files, const char *plot, bool json_out)
                                : NULL);
         goto out;
     }
+    int w = 10; /* the name column: the longest name */
+    for (int i = 0; i < n; i++)
+        w = (int)strlen(names[i]) > w ? (int)strlen(names[i]) : w;
     printf("%s; ratios against %s\n", configs[0], names[0]);
-    printf("%-10s %6s %8s %8s %8s %8s %8s %6s %7s %6s %6s %5s %5s %9s %9s\n", "policy", "reqs",
+    printf("%-*s %6s %8s %8s %8s %8s %8s %6s %7s %6s %6s %5s %5s %9s %9s\n", w, "policy", "reqs",
            "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "SLO%", "req/s", "swaps", "failed",
            "429", "5xx", "p50 ratio", "p99 ratio");
     for (int i = 0; i < n; i++) {
@@ -368,9 +371,9 @@ static int compare(char *files, const char *plot, bool json_out)
             snprintf(c429, sizeof(c429), "%lld", jint(h, "status_429"));
             snprintf(c5xx, sizeof(c5xx), "%lld", jint(h, "status_5xx"));
         }
-        printf("%-10s %6lld %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f %7.2f %6s %6lld %5s %5s %9.3f "
+        printf("%-*s %6lld %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f %7.2f %6s %6lld %5s %5s %9.3f "
                "%9.3f\n",
-               names[i], jint(p, "requests"), jnum(p, "mean_s") * 1e3, jnum(p, "p50_s") * 1e3,
+               w, names[i], jint(p, "requests"), jnum(p, "mean_s") * 1e3, jnum(p, "p50_s") * 1e3,
                jnum(p, "p90_s") * 1e3, jnum(p, "p99_s") * 1e3, jnum(p, "max_s") * 1e3,
                100 * jnum(p, "slo_attainment"), jnum(p, "throughput_rps"), swaps,
                jint(p, "failed"), c429, c5xx, jnum(p, "p50_s") / jnum(runs[0], "p50_s"),
