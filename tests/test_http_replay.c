@@ -294,7 +294,8 @@ static void test_outcomes(struct server *s)
     for (size_t i = 0; i < r.n && i < 7; i++) {
         const struct request_record *q = &r.recs[i];
         CHECK_MSG(q->status == want_status[i], "request %zu: status %d", i, q->status);
-        CHECK_MSG(r.http_status[i] == want_http[i], "request %zu: HTTP %d", i, r.http_status[i]);
+        CHECK_MSG(r.recs[i].http_status == want_http[i], "request %zu: HTTP %d", i,
+                  r.recs[i].http_status);
         CHECK(q->id == i && q->model == m[i]);
         CHECK(q->t_arrival >= t[i] - 1e-6 && q->t_arrival < t[i] + 0.05);
         CHECK(q->t_done >= q->t_arrival);
@@ -400,7 +401,7 @@ static void test_transport(void)
     struct http_replay_result r;
     CHECK(replay(models, 1, t, m, 2, false, 0.2, &r) == 0);
     CHECK(r.counts.transport == 2);
-    CHECK(r.recs[0].status == ERR_TIMEOUT && r.http_status[0] == 0);
+    CHECK(r.recs[0].status == ERR_TIMEOUT && r.recs[0].http_status == 0);
     CHECK(r.recs[1].t_done - r.recs[1].t_arrival >= 0.19);
     http_replay_result_free(&r);
 

@@ -270,7 +270,6 @@ struct replay_clock {
  * it is touched only by the thread running http_replay_run. */
 struct xfer {
     CURL *easy;
-    size_t idx;
     char *body;            /* the request's JSON */
     struct membuf resp;    /* non-stream: the body; stream: what is not yet a whole line */
     const struct replay_clock *clk;
@@ -409,14 +408,13 @@ static void xfer_finish(struct http_replay_result *r, struct xfer *x, CURLcode c
     r->connections += (size_t)conns;
     char what[300];
     if (cc != CURLE_OK) {
-        r->http_status[x->idx] = 0;
         snprintf(what, sizeof(what), "%s", x->resp.over ? "response body over 4 MiB"
                                             : *x->errbuf ? x->errbuf : curl_easy_strerror(cc));
         xfer_fail(r, x, cc == CURLE_OPERATION_TIMEDOUT ? ERR_TIMEOUT : ERR_IO, &c->transport,
                   "no response: %s", what);
         return;
     }
-    r->http_status[x->idx] = (int)code;
+    rec->http_status = (int)code;
     if (code != 200) {
         char msg[200];
         error_message(x->resp.p, x->resp.len, msg, sizeof(msg));
@@ -470,7 +468,7 @@ static int xfer_start(CURLM *m, struct xfer *x, size_t i, const struct http_repl
                       const char *url, struct curl_slist *hdrs, int model,
                       struct request_record *rec, const struct replay_clock *clk)
 {
-    *x = (struct xfer){.idx = i, .clk = clk, .rec = rec, .stream = o->stream};
+    *x = (struct xfer){.clk = clk, .rec = rec, .stream = o->stream};
     *rec = (struct request_record){.id = i, .model = model, .t_start = NAN,
                                    .t_first_token = NAN, .t_done = NAN,
                                    .n_prompt = REPLAY_PROMPT_LEN};
@@ -500,7 +498,6 @@ void http_replay_result_free(struct http_replay_result *r)
     if (!r)
         return;
     free(r->recs);
-    free(r->http_status);
     memset(r, 0, sizeof(*r));
 }
 
@@ -520,9 +517,8 @@ int http_replay_run(const struct http_replay_opts *o, const struct arrival *ev, 
     struct curl_slist *hdrs = headers_make(&o->target, true);
     CURLM *m = curl_multi_init();
     out->recs = calloc(n ? n : 1, sizeof(*out->recs));
-    out->http_status = calloc(n ? n : 1, sizeof(*out->http_status));
     out->n = n;
-    if (!xs || !url || !hdrs || !m || !out->recs || !out->http_status) {
+    if (!xs || !url || !hdrs || !m || !out->recs) {
         rc = err_set(ERR_NOMEM, "out of memory for %zu requests", n);
         goto out;
     }

@@ -18,7 +18,8 @@
  * NaN (a client cannot see when the server started it), t_first_token the
  * first byte of the response body (with stream: the first event carrying a
  * choice), t_done when the transfer ended. A request that fails is recorded
- * with a negative status and counted by cause, never dropped:
+ * with a negative status and counted by cause, never dropped (its
+ * http_status is the response's, 0 when none came):
  *
  *   HTTP 200 with a completion body       status 0
  *   HTTP 200 whose body is no completion  ERR_FORMAT   (malformed)
@@ -67,8 +68,8 @@ struct http_counts {
 };
 
 struct http_replay_result {
-    struct request_record *recs; /* (n) owned, in arrival order */
-    int *http_status;            /* (n) owned; 0 when no response came */
+    struct request_record *recs; /* (n) owned, in arrival order; http_status 0 when no
+                                    response came */
     size_t n;
     struct http_counts counts;
     size_t connections;          /* connections opened (the rest reused one) */

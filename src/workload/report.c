@@ -37,7 +37,7 @@ int report_write_csv(const char *path, const struct request_record *recs, size_t
     if (!f)
         return err_set(ERR_IO, "%s: cannot create CSV report: %s", path, strerror(errno));
     fputs("id,model,status,t_arrival,t_start,t_first_token,t_done,latency,ttft,n_prompt,n_output,"
-          "batch_size\n",
+          "batch_size,http_status\n",
           f);
     for (size_t i = 0; i < n; i++) {
         const struct request_record *r = &recs[i];
@@ -52,7 +52,10 @@ int report_write_csv(const char *path, const struct request_record *recs, size_t
             csv_time(f, v[k]);
             fputc(',', f);
         }
-        fprintf(f, "%d,%d,%d\n", r->n_prompt, r->n_output, r->batch_size);
+        fprintf(f, "%d,%d,%d,", r->n_prompt, r->n_output, r->batch_size);
+        if (r->http_status)
+            fprintf(f, "%d", r->http_status);
+        fputc('\n', f);
     }
     return file_close(f, path, "CSV report");
 }
