@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -27,8 +28,8 @@
 
 /* ---- request state ---- */
 
-static struct srv_req *srv_req_new(struct server *s, struct MHD_Connection *conn,
-                                   const char *url, const char *method)
+static struct srv_req *srv_req_new(struct server *s, struct MHD_Connection *conn, const char *url,
+                                   const char *method)
 {
     struct srv_req *r = calloc(1, sizeof(*r));
     if (!r)
@@ -42,6 +43,13 @@ static struct srv_req *srv_req_new(struct server *s, struct MHD_Connection *conn
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci)
         r->fd = ci->connect_fd;
+    ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (!sa || getnameinfo(sa,
+                           sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                     : sizeof(struct sockaddr_in),
+                           r->client, sizeof(r->client), NULL, 0, NI_NUMERICHOST) != 0)
+        snprintf(r->client, sizeof(r->client), "?");
     snprintf(r->method, sizeof(r->method), "%s", method);
     snprintf(r->path, sizeof(r->path), "%s", url);
     pthread_mutex_init(&r->lock, NULL);
@@ -122,8 +130,7 @@ static const char *const admin_actions[] = {"load", "unload", "pin", "unpin"};
 
 /* Sets r->route (and arg, action) from the path; *allow is the methods the
  * path takes when method is not one of them (then the route stays NONE). */
-static void route_find(struct srv_req *r, const char *url, const char *method,
-                       const char **allow)
+static void route_find(struct srv_req *r, const char *url, const char *method, const char **allow)
 {
     bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     bool post = strcmp(method, "POST") == 0, del = strcmp(method, "DELETE") == 0;
@@ -196,8 +203,9 @@ static bool auth_ok(struct srv_req *r, struct oai_error *e)
     if (tok && key_equal(tok, strlen(tok), key))
         return true;
     oai_error_set(e, 401, "authentication_error", "invalid_api_key", "",
-                  tok ? "Incorrect API key provided%s." : "Missing API key%s: send "
-                                                          "'Authorization: Bearer KEY'.",
+                  tok ? "Incorrect API key provided%s."
+                      : "Missing API key%s: send "
+                        "'Authorization: Bearer KEY'.",
                   admin && c->admin_key ? " (admin routes take the admin key)" : "");
     return false;
 }
@@ -232,6 +240,17 @@ static enum MHD_Result dispatch(struct srv_req *r)
     return MHD_NO;
 }
 
+/* MHD's header iterator: counts the Content-Length headers in *cls. */
+static enum MHD_Result count_content_length(void *cls, enum MHD_ValueKind kind, const char *key,
+                                            const char *value)
+{
+    (void)kind;
+    (void)value;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+        (*(int *)cls)++;
+    return MHD_YES;
+}
+
 /* The first call for a request: its route, the server's state, auth and the
  * declared body size. Queues the answer when the request is refused. */
 static enum MHD_Result request_start(struct srv_req *r, const char *url, const char *method)
@@ -241,8 +260,8 @@ static enum MHD_Result request_start(struct srv_req *r, const char *url, const c
     route_find(r, url, method, &allow);
     struct oai_error e;
     if (r->route == ROUTE_NONE && !allow) {
-        oai_error_set(&e, 404, "invalid_request_error", "not_found", "", "No route %s %s.",
-                      method, url);
+        oai_error_set(&e, 404, "invalid_request_error", "not_found", "", "No route %s %s.", method,
+                      url);
         return srv_reply_error(r, &e);
     }
     if (r->route == ROUTE_NONE) {
@@ -257,8 +276,17 @@ static enum MHD_Result request_start(struct srv_req *r, const char *url, const c
     }
     if (!auth_ok(r, &e))
         return srv_reply_error(r, &e);
-    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    /* two Content-Lengths: libmicrohttpd reads the first, a proxy in front
+     * may have used the other (request smuggling); RFC 9112 6.3 says 400 */
+    int n_cl = 0;
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_content_length, &n_cl);
+    if (n_cl > 1) {
+        oai_error_set(&e, 400, "invalid_request_error", NULL, "",
+                      "The request has %d Content-Length headers.", n_cl);
+        return srv_reply_error(r, &e);
+    }
+    const char *cl =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
         char *end;
         errno = 0;
@@ -302,9 +330,8 @@ static void body_append(struct srv_req *r, const char *data, size_t n)
  * headers, each piece of the body, the end of the body, and again after
  * each resume while no response is queued). */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **req_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
 {
     struct server *s = cls;
     struct srv_req *r = *req_cls;
@@ -350,19 +377,18 @@ static void access_log(struct srv_req *r, enum MHD_RequestTerminationCode toe)
         double ttft = t.t_first_token > 0 ? t.t_first_token - t.t_arrival : 0;
         double compute = t.t_done > 0 && t.t_start > 0 ? t.t_done - t.t_start : 0;
         snprintf(extra, sizeof(extra),
-                 " model=%s prompt_tokens=%d completion_tokens=%d queue_load_ms=%.1f "
+                 " model=%s%s%s prompt_tokens=%d completion_tokens=%d queue_load_ms=%.1f "
                  "ttft_ms=%.1f compute_ms=%.1f%s",
-                 r->m->name, r->n_prompt, n_gen, wait * 1e3, ttft * 1e3, compute * 1e3,
-                 r->creq.stream ? " stream" : "");
+                 r->m->name, r->id[0] ? " id=" : "", r->id, r->n_prompt, n_gen, wait * 1e3,
+                 ttft * 1e3, compute * 1e3, r->creq.stream ? " stream" : "");
     }
-    const char *how = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? ""
-                      : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT ? " (client closed)"
+    const char *how = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK      ? ""
+                      : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT    ? " (client closed)"
                       : toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? " (timed out)"
                       : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN ? " (shutdown)"
-                                                                       : " (client gone)";
-    log_info("%s %s %d%s%s total_ms=%.1f", r->method, r->path, r->http_status ? r->http_status
-                                                                              : 499,
-             how, extra, (now - r->t0) * 1e3);
+                                                                      : " (client gone)";
+    log_info("%s %s %s %d%s%s total_ms=%.1f", r->client, r->method, r->path,
+             r->http_status ? r->http_status : 499, how, extra, (now - r->t0) * 1e3);
 }
 
 /* MHD's completion notice: once per request the access handler saw, on a
@@ -377,7 +403,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         return;
     *req_cls = NULL;
     pthread_mutex_lock(&r->lock);
-    r->conn_gone = true;
     bool cancel = r->er && !r->done;
     pthread_mutex_unlock(&r->lock);
     if (cancel && engine_cancel(s->stack->engine, r->er) == 0)
@@ -396,7 +421,10 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(msg);
     while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = '\0';
-    snprintf(mhd_last_error, sizeof(mhd_last_error), "%s", msg);
+    struct server *s = cls;
+    /* kept for server_open's message; later, pool threads log concurrently */
+    if (atomic_load(&s->state) == SERVER_STARTING)
+        snprintf(mhd_last_error, sizeof(mhd_last_error), "%s", msg);
     log_debug("libmicrohttpd: %s", msg);
 }
 
@@ -432,7 +460,8 @@ int server_signals_init(void)
 static int listen_start(struct server *s)
 {
     const struct serve_config *c = s->cfg;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
     char port[16];
@@ -446,15 +475,12 @@ static int listen_start(struct server *s)
         flags |= MHD_USE_IPv6;
     mhd_last_error[0] = '\0';
     s->mhd = MHD_start_daemon(
-        flags, (uint16_t)c->port, NULL, NULL, on_request, s,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
-        MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(c->http_threads > 0 ? c->http_threads : 4),
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->connection_timeout_s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)128,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        flags, (uint16_t)c->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
+        s, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)(c->http_threads > 0 ? c->http_threads : 4), MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)c->connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)128, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd)
@@ -501,9 +527,13 @@ int server_open(const struct serve_config *c, struct server **out)
     free(mc);
     if (rc < 0)
         goto fail;
-    for (int i = 0; i < s->stack->n_models; i++)
-        if ((rc = srv_model_add(s, s->stack->models[i], c->models[i].path, s->stack->ids[i])) < 0)
+    for (int i = 0; i < s->stack->n_models; i++) {
+        const struct serve_model *m = &c->models[i];
+        if ((rc = srv_model_add(s, s->stack->models[i], m->path, s->stack->ids[i])) < 0)
             goto fail;
+        log_info("model %s: %s (tp %d, pp %d%s)", m->name, m->path, m->tp, m->pp,
+                 m->pinned ? ", pinned" : "");
+    }
     if ((rc = srv_watcher_start(s)) < 0 || (rc = listen_start(s)) < 0)
         goto fail;
     atomic_store(&s->state, SERVER_SERVING);
@@ -544,9 +574,36 @@ static bool no_inflight(struct server *s)
     return s->n_inflight == 0;
 }
 
+/* The grace period ends early at a second SIGINT/SIGTERM. */
+static bool no_inflight_or_signal(struct server *s)
+{
+    unsigned char b;
+    if (s->n_inflight == 0)
+        return true;
+    if (read(signal_pipe[0], &b, 1) == 1) {
+        log_warn("%s again: ending the grace period", strsignal(b));
+        return true;
+    }
+    return false;
+}
+
 static bool no_live(struct server *s)
 {
     return s->live == NULL;
+}
+
+/* Cancels every request in flight as the server stops; under s->lock. */
+static void cancel_all(struct server *s)
+{
+    for (struct srv_req *r = s->live; r; r = r->live_next) {
+        pthread_mutex_lock(&r->lock);
+        bool cancel = r->er && !r->done;
+        if (cancel)
+            r->cancel_shutdown = true;
+        pthread_mutex_unlock(&r->lock);
+        if (cancel)
+            engine_cancel(s->stack->engine, r->er);
+    }
 }
 
 int server_run(struct server *s)
@@ -567,19 +624,15 @@ int server_run(struct server *s)
      * gets a 503 rather than a refused connection */
     atomic_store(&s->state, SERVER_STOPPING);
     pthread_mutex_lock(&s->lock);
-    if (!wait_until(s, no_inflight, time_now() + grace)) {
-        int n = 0;
-        for (struct srv_req *r = s->live; r; r = r->live_next) {
-            pthread_mutex_lock(&r->lock);
-            bool cancel = r->er && !r->done;
-            if (cancel)
-                r->cancel_shutdown = true;
-            pthread_mutex_unlock(&r->lock);
-            if (cancel && engine_cancel(s->stack->engine, r->er) == 0)
-                n++;
+    if (!wait_until(s, no_inflight_or_signal, time_now() + grace) || s->n_inflight > 0) {
+        log_warn("grace period over: cancelling %d request(s)", s->n_inflight);
+        /* again every 100 ms: a request being submitted as the state
+         * changed has no handle in the list yet */
+        for (double end = time_now() + 30; time_now() < end;) {
+            cancel_all(s);
+            if (wait_until(s, no_inflight, time_now() + 0.1))
+                break;
         }
-        log_warn("grace period over: cancelled %d request(s)", n);
-        wait_until(s, no_inflight, time_now() + 30);
     }
     pthread_mutex_unlock(&s->lock);
     MHD_socket lfd = MHD_quiesce_daemon(s->mhd);
