@@ -12,14 +12,14 @@
 #    0.25) replayed over HTTP in real time by `bench serve` (same seed, so the
 #    same arrivals), the server stopped with SIGTERM (it must exit 0);
 # 4. the two runs side by side, a /metrics excerpt, the latency-CDF plot.
-# About a minute and a half on a 2-core machine.
+# About a minute on a 2-core machine (DEMO_DURATION=S: seconds of arrivals, default 30).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=./build/shardswap
 out=bench-out
 config=computron:6
 tag=computron-6
-duration=${DEMO_DURATION:-15}
+duration=${DEMO_DURATION:-30}
 mkdir -p models "$out"
 
 pid=

@@ -428,7 +428,7 @@ int bench_serve(int argc, char **argv)
     float cv = 0, duration = 20, alpha = -1, total_rate = 0, slo = 0, slo_scale = 5;
     float timeout = 300;
     uint64_t seed = 1;
-    bool json = false, stream = false;
+    bool json = false, stream = false, prime = false;
     struct flag flags[] = {
         FLAG("url", FLAG_STR, &url, "URL", "the server, e.g. http://127.0.0.1:8000 (required)"),
         FLAG("config", FLAG_STR, &config_s, "computron:K|round-robin|custom",
@@ -463,6 +463,9 @@ int bench_serve(int argc, char **argv)
         FLAG_RANGE("warm-requests", FLAG_INT, &warm_n, "N",
                    "requests to model 0, one at a time, before the run: the warm latency is "
                    "the best after the first (default 4; 0: none, needs --slo)", 0, 64, "0..64"),
+        FLAG("prime", FLAG_BOOL, &prime, NULL,
+             "before the warm-up, one request to every model, the last first: each is read "
+             "from disk once (bench workload's stack stages every model in host memory at open)"),
         FLAG("label", FLAG_STR, &label, "NAME",
              "this run's name in tables, files and the plot, e.g. the server's policy (default "
              "serve)"),
@@ -607,6 +610,21 @@ int bench_serve(int argc, char **argv)
         o.closed_loop = true;
     } else if ((rc = replay_arrivals(&c, duration, seed, &ev, &n_ev)) < 0) {
         goto out;
+    }
+    if (prime) {
+        struct arrival pe[MAX_MODELS];
+        struct http_replay_opts po = o;
+        struct http_replay_result pr;
+        po.closed_loop = true;
+        for (int i = 0; i < c.n_models; i++)
+            pe[i] = (struct arrival){.t = 0, .model = c.n_models - 1 - i};
+        fprintf(stderr, "priming %d models, one request each...\n", c.n_models);
+        rc = http_replay_run(&po, pe, (size_t)c.n_models, &pr);
+        if (rc == 0 && pr.counts.ok != pr.n)
+            rc = err_set(ERR_IO, "--prime: a request failed: %s", pr.first_error);
+        http_replay_result_free(&pr);
+        if (rc < 0)
+            goto out;
     }
     double warm = 0;
     if (warm_n > 0) {
