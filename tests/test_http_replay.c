@@ -260,14 +260,16 @@ static void server_stop(struct server *s)
 static char url[64];
 
 /* Replays events (times t[i], model index m[i]) over models. */
-static int replay(const char *const *models, int n_models, const double *t, const int *m,
-                  size_t n, bool stream, double timeout, struct http_replay_result *res)
+static int replay(const char *const *models, int n_models, const double *t, const int *m, size_t n,
+                  bool stream, double timeout, struct http_replay_result *res)
 {
     struct arrival ev[64];
     for (size_t i = 0; i < n; i++)
         ev[i] = (struct arrival){.t = t[i], .model = m[i]};
     struct http_replay_opts o = {.target = {.url = url, .api_key = "sekret", .timeout_s = timeout},
-                                 .models = models, .n_models = n_models, .stream = stream};
+                                 .models = models,
+                                 .n_models = n_models,
+                                 .stream = stream};
     return http_replay_run(&o, ev, n, res);
 }
 
@@ -361,8 +363,8 @@ static void test_closed_loop(void)
 {
     const char *models[] = {"ok", "slow"};
     struct arrival ev[4] = {{0, 1}, {0, 0}, {0, 1}, {0, 0}};
-    struct http_replay_opts o = {.target = {.url = url}, .models = models, .n_models = 2,
-                                 .closed_loop = true};
+    struct http_replay_opts o = {
+        .target = {.url = url}, .models = models, .n_models = 2, .closed_loop = true};
     struct http_replay_result r;
     CHECK(http_replay_run(&o, ev, 4, &r) == 0);
     CHECK(r.counts.ok == 4);
@@ -416,8 +418,8 @@ static void test_transport(void)
     char dead[64];
     snprintf(dead, sizeof(dead), "http://127.0.0.1:%d/", ntohs(a.sin_port));
     struct arrival ev[3] = {{0, 0}, {0, 0}, {0.01, 0}};
-    struct http_replay_opts o = {.target = {.url = dead, .timeout_s = 2}, .models = models,
-                                 .n_models = 1};
+    struct http_replay_opts o = {
+        .target = {.url = dead, .timeout_s = 2}, .models = models, .n_models = 1};
     CHECK(http_replay_run(&o, ev, 3, &r) == 0);
     CHECK(r.n == 3 && r.counts.transport == 3);
     for (int i = 0; i < 3; i++)

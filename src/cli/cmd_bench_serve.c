@@ -152,34 +152,33 @@ static int print_json(const struct run *r)
             bad = 1;
             break;
         }
-        json_t *o = json_pack("{s:i, s:o, s:I, s:I}", "model", i, "name",
-                              jsonout_string(r->names[i]), "requests", (json_int_t)m.all.n,
-                              "failed", (json_int_t)m.failed);
+        json_t *o =
+            json_pack("{s:i, s:o, s:I, s:I}", "model", i, "name", jsonout_string(r->names[i]),
+                      "requests", (json_int_t)m.all.n, "failed", (json_int_t)m.failed);
         bad |= !o || summary_json_set(o, &m) != 0;
         bad |= json_array_append_new(per_model, o);
     }
     size_t n = r->res->n;
-    json_t *http = json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:I}", "ok", (json_int_t)h->ok, "status_429",
-        (json_int_t)h->busy, "status_4xx", (json_int_t)h->client, "status_5xx",
-        (json_int_t)h->server, "status_other", (json_int_t)h->other, "transport_errors",
-        (json_int_t)h->transport, "malformed", (json_int_t)h->malformed, "share_429",
-        jsonout_real(n ? (double)h->busy / (double)n : NAN, 4), "connections",
-        (json_int_t)r->res->connections);
+    json_t *http = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:I}", "ok",
+                             (json_int_t)h->ok, "status_429", (json_int_t)h->busy, "status_4xx",
+                             (json_int_t)h->client, "status_5xx", (json_int_t)h->server,
+                             "status_other", (json_int_t)h->other, "transport_errors",
+                             (json_int_t)h->transport, "malformed", (json_int_t)h->malformed,
+                             "share_429", jsonout_real(n ? (double)h->busy / (double)n : NAN, 4),
+                             "connections", (json_int_t)r->res->connections);
     json_t *o = json_pack("{s:s, s:I, s:I}", "policy", r->label, "requests",
                           (json_int_t)r->sum.all.n, "failed", (json_int_t)r->sum.failed);
     bad |= !http || !o || summary_json_set(o, &r->sum) != 0;
     if (!bad)
-        bad |= json_object_set_new(o, "throughput_rps", jsonout_real(r->sum.throughput, 3)) |
-               json_object_set_new(o, "swaps", isfinite(r->swaps)
-                                                     ? json_integer((json_int_t)r->swaps)
-                                                     : json_null()) |
-               json_object_set_new(o, "swap_s", jsonout_real(r->swap_s, 4)) |
-               json_object_set_new(o, "ttft_p50_s", jsonout_real(r->ttft.p50, 6)) |
-               json_object_set_new(o, "ttft_p99_s", jsonout_real(r->ttft.p99, 6)) |
-               json_object_set_new(o, "http", http) |
-               json_object_set_new(o, "per_model", per_model) |
-               json_object_set_new(o, "csv", jsonout_string(r->csv));
+        bad |=
+            json_object_set_new(o, "throughput_rps", jsonout_real(r->sum.throughput, 3)) |
+            json_object_set_new(
+                o, "swaps", isfinite(r->swaps) ? json_integer((json_int_t)r->swaps) : json_null()) |
+            json_object_set_new(o, "swap_s", jsonout_real(r->swap_s, 4)) |
+            json_object_set_new(o, "ttft_p50_s", jsonout_real(r->ttft.p50, 6)) |
+            json_object_set_new(o, "ttft_p99_s", jsonout_real(r->ttft.p99, 6)) |
+            json_object_set_new(o, "http", http) | json_object_set_new(o, "per_model", per_model) |
+            json_object_set_new(o, "csv", jsonout_string(r->csv));
     json_t *pols = json_array();
     if (bad || !pols || json_array_append_new(pols, o) < 0) {
         if (bad) {
@@ -195,11 +194,10 @@ static int print_json(const struct run *r)
     return jsonout_print(json_pack(
         "{s:s, s:o, s:s, s:i, s:o, s:i, s:o, s:o, s:o, s:I, s:I, s:b, s:o, s:o, s:o, s:o, s:o}",
         "config", r->config_s, "url", jsonout_string(r->url), "client", "http", "models",
-        c->n_models, "model_names", names, "max_batch", c->max_batch, "cv",
-        jsonout_real(c->cv, 6), "rates", rates, "duration_s", jsonout_real(r->duration, 6),
-        "requests_sent", (json_int_t)n, "seed", (json_int_t)r->seed, "stream",
-        r->stream, "wall_s", jsonout_real(r->res->wall_s, 4), "warm_latency_s",
-        jsonout_real(r->warm, 6), "slo_s", jsonout_real(r->slo, 6), "plot",
+        c->n_models, "model_names", names, "max_batch", c->max_batch, "cv", jsonout_real(c->cv, 6),
+        "rates", rates, "duration_s", jsonout_real(r->duration, 6), "requests_sent", (json_int_t)n,
+        "seed", (json_int_t)r->seed, "stream", r->stream, "wall_s", jsonout_real(r->res->wall_s, 4),
+        "warm_latency_s", jsonout_real(r->warm, 6), "slo_s", jsonout_real(r->slo, 6), "plot",
         jsonout_string(r->plot), "policies", pols));
 }
 
@@ -245,11 +243,11 @@ static void print_table(const struct run *r)
         if (m.all.n == 0 && m.failed == 0)
             continue;
         printf("%-10s %5d %6zu %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f %6zu\n", r->label, i, m.all.n,
-               m.all.mean * 1e3, m.all.p50 * 1e3, m.all.p90 * 1e3, m.all.p99 * 1e3,
-               m.all.max * 1e3, 100 * m.slo_attain, m.failed);
+               m.all.mean * 1e3, m.all.p50 * 1e3, m.all.p90 * 1e3, m.all.p99 * 1e3, m.all.max * 1e3,
+               100 * m.slo_attain, m.failed);
     }
-    printf("connections opened %zu for %zu requests; plot %s, requests %s\n",
-           r->res->connections, r->res->n, r->plot, r->csv);
+    printf("connections opened %zu for %zu requests; plot %s, requests %s\n", r->res->connections,
+           r->res->n, r->plot, r->csv);
     if (r->res->first_error[0])
         printf("first error: %s\n", r->res->first_error);
 }
@@ -293,8 +291,10 @@ static int compare(char *files, const char *plot, bool json_out)
         docs[n_docs++] = d;
         json_t *pols = json_object_get(d, "policies");
         if (!json_is_array(pols) || json_array_size(pols) == 0) {
-            rc = err_set(ERR_FORMAT, "--compare %s: expected the --json output of bench serve or "
-                                     "bench workload (an object with \"policies\")", f);
+            rc = err_set(ERR_FORMAT,
+                         "--compare %s: expected the --json output of bench serve or "
+                         "bench workload (an object with \"policies\")",
+                         f);
             goto out;
         }
         for (size_t i = 0; i < json_array_size(pols); i++) {
@@ -323,14 +323,16 @@ static int compare(char *files, const char *plot, bool json_out)
     }
     for (int i = 1; i < n; i++)
         if (strcmp(configs[i], configs[0]) != 0)
-            fprintf(stderr, "shardswap bench serve: warning: --compare: run %s is of %s, run %s "
-                            "of %s\n", names[i], configs[i], names[0], configs[0]);
+            fprintf(stderr,
+                    "shardswap bench serve: warning: --compare: run %s is of %s, run %s "
+                    "of %s\n",
+                    names[i], configs[i], names[0], configs[0]);
     const char *plot_done = NULL;
     if (plot && have_csv) {
         char title[256];
         snprintf(title, sizeof(title), "latency CDF, %s", configs[0]);
-        if ((rc = report_write_cdf_svg(plot, title, names, (const double *const *)lat, n_lat,
-                                       n)) < 0)
+        if ((rc = report_write_cdf_svg(plot, title, names, (const double *const *)lat, n_lat, n)) <
+            0)
             goto out;
         plot_done = plot;
     }
@@ -340,19 +342,16 @@ static int compare(char *files, const char *plot, bool json_out)
             json_t *o = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o}", "policy", names[i], "config",
                                   configs[i], "p50_s", jsonout_real(jnum(runs[i], "p50_s"), 6),
                                   "p99_s", jsonout_real(jnum(runs[i], "p99_s"), 6), "p50_ratio",
-                                  jsonout_real(jnum(runs[i], "p50_s") / jnum(runs[0], "p50_s"),
-                                               4),
+                                  jsonout_real(jnum(runs[i], "p50_s") / jnum(runs[0], "p50_s"), 4),
                                   "p99_ratio",
-                                  jsonout_real(jnum(runs[i], "p99_s") / jnum(runs[0], "p99_s"),
-                                               4));
+                                  jsonout_real(jnum(runs[i], "p99_s") / jnum(runs[0], "p99_s"), 4));
             if (json_array_append_new(arr, o) < 0) {
                 json_decref(arr);
                 arr = NULL;
             }
         }
-        rc = jsonout_print(arr ? json_pack("{s:o, s:o}", "runs", arr, "plot",
-                                           jsonout_string(plot_done))
-                               : NULL);
+        rc = jsonout_print(
+            arr ? json_pack("{s:o, s:o}", "runs", arr, "plot", jsonout_string(plot_done)) : NULL);
         goto out;
     }
     int w = 10; /* the name column: the longest name */
@@ -375,8 +374,8 @@ static int compare(char *files, const char *plot, bool json_out)
                "%9.3f\n",
                w, names[i], jint(p, "requests"), jnum(p, "mean_s") * 1e3, jnum(p, "p50_s") * 1e3,
                jnum(p, "p90_s") * 1e3, jnum(p, "p99_s") * 1e3, jnum(p, "max_s") * 1e3,
-               100 * jnum(p, "slo_attainment"), jnum(p, "throughput_rps"), swaps,
-               jint(p, "failed"), c429, c5xx, jnum(p, "p50_s") / jnum(runs[0], "p50_s"),
+               100 * jnum(p, "slo_attainment"), jnum(p, "throughput_rps"), swaps, jint(p, "failed"),
+               c429, c5xx, jnum(p, "p50_s") / jnum(runs[0], "p50_s"),
                jnum(p, "p99_s") / jnum(runs[0], "p99_s"));
     }
     if (plot_done)
@@ -440,8 +439,8 @@ int bench_serve(int argc, char **argv)
         FLAG("rates", FLAG_STR, &rates_s, "R1,R2,...", "custom: requests/s per model"),
         FLAG_RANGE("n-models", FLAG_INT, &n_models, "N",
                    "custom with --alpha, round-robin: number of models", 1, MAX_MODELS, "1..64"),
-        FLAG_RANGE("alpha", FLAG_FLOAT, &alpha, "A", "custom: power-law skew instead of --rates",
-                   0, 100, "0..100"),
+        FLAG_RANGE("alpha", FLAG_FLOAT, &alpha, "A", "custom: power-law skew instead of --rates", 0,
+                   100, "0..100"),
         FLAG_RANGE("total-rate", FLAG_FLOAT, &total_rate, "R",
                    "custom: requests/s over all models with --alpha", FLT_TRUE_MIN, 1e6,
                    "0 < R <= 1000000"),
@@ -450,19 +449,20 @@ int bench_serve(int argc, char **argv)
                    "0 < C <= 100"),
         FLAG_RANGE("duration", FLAG_FLOAT, &duration, "S", "seconds of arrivals (default 20)",
                    FLT_TRUE_MIN, 86400, "0 < S <= 86400"),
-        FLAG_RANGE("requests", FLAG_INT, &rr_requests, "N", "round-robin: requests (default 40)",
-                   1, 1000000, "1..1000000"),
+        FLAG_RANGE("requests", FLAG_INT, &rr_requests, "N", "round-robin: requests (default 40)", 1,
+                   1000000, "1..1000000"),
         FLAG("seed", FLAG_U64, &seed, "S",
              "arrival seed (default 1; bench workload's seed gives its arrivals)"),
         FLAG_RANGE("slo", FLAG_FLOAT, &slo, "S",
                    "SLO in seconds (default: --slo-scale x warm latency)", FLT_TRUE_MIN, 86400,
                    "0 < S <= 86400"),
         FLAG_RANGE("slo-scale", FLAG_FLOAT, &slo_scale, "X",
-                   "SLO as a multiple of the warm single-request latency (default 5)",
-                   FLT_TRUE_MIN, 1e6, "0 < X <= 1000000"),
+                   "SLO as a multiple of the warm single-request latency (default 5)", FLT_TRUE_MIN,
+                   1e6, "0 < X <= 1000000"),
         FLAG_RANGE("warm-requests", FLAG_INT, &warm_n, "N",
                    "requests to model 0, one at a time, before the run: the warm latency is "
-                   "the best after the first (default 4; 0: none, needs --slo)", 0, 64, "0..64"),
+                   "the best after the first (default 4; 0: none, needs --slo)",
+                   0, 64, "0..64"),
         FLAG("prime", FLAG_BOOL, &prime, NULL,
              "before the warm-up, one request to every model, the last first: each is read "
              "from disk once (bench workload's stack stages every model in host memory at open)"),
@@ -473,11 +473,11 @@ int bench_serve(int argc, char **argv)
              "stream responses (server-sent events): time to first token per request"),
         FLAG("api-key", FLAG_STR, &api_key, "KEY", "sent as Authorization: Bearer KEY"),
         FLAG_RANGE("timeout", FLAG_FLOAT, &timeout, "S",
-                   "per request; one without a response by then fails (default 300)",
-                   FLT_TRUE_MIN, 86400, "0 < S <= 86400"),
+                   "per request; one without a response by then fails (default 300)", FLT_TRUE_MIN,
+                   86400, "0 < S <= 86400"),
         FLAG_RANGE("max-connections", FLAG_INT, &max_conn, "N",
-                   "connections open at once; more requests wait for one (default 128)", 1,
-                   100000, "1..100000"),
+                   "connections open at once; more requests wait for one (default 128)", 1, 100000,
+                   "1..100000"),
         FLAG("out-dir", FLAG_STR, &out_dir, "DIR", "CSV and plot go here (default bench-out)"),
         FLAG("csv", FLAG_STR, &csv_s, "PATH",
              "the requests' CSV (default OUT-DIR/CONFIG-LABEL.csv)"),
@@ -544,8 +544,12 @@ int bench_serve(int argc, char **argv)
                         "--simulate's; run one config at a time\n");
         return EXIT_USAGE;
     }
-    struct workload_flags wf = {.config = config_s, .rates = rates_s, .n_models = n_models,
-                                .alpha = alpha, .total_rate = total_rate, .cv = cv};
+    struct workload_flags wf = {.config = config_s,
+                                .rates = rates_s,
+                                .n_models = n_models,
+                                .alpha = alpha,
+                                .total_rate = total_rate,
+                                .cv = cv};
     if (workload_config_from_flags(&wf, &c) < 0)
         return args_usage_fail("bench serve");
     if (warm_n == 0 && slo <= 0) {
@@ -563,8 +567,8 @@ int bench_serve(int argc, char **argv)
         if (names_parse(names_buf, names, MAX_MODELS, &n_names) < 0)
             return args_usage_fail("bench serve");
         if (n_names < c.n_models) {
-            fprintf(stderr, "shardswap bench serve: --models names %d models; %s has %d\n",
-                    n_names, config_s, c.n_models);
+            fprintf(stderr, "shardswap bench serve: --models names %d models; %s has %d\n", n_names,
+                    config_s, c.n_models);
             return EXIT_USAGE;
         }
     }
@@ -582,17 +586,20 @@ int bench_serve(int argc, char **argv)
         snprintf(plot_buf, sizeof(plot_buf), "%s/%s-%s-cdf.svg", out_dir, tag, label);
         plot_s = plot_buf;
     }
-    struct http_replay_opts o = {
-        .target = {.url = url, .api_key = api_key, .timeout_s = timeout},
-        .models = names, .n_models = c.n_models, .stream = stream,
-        .max_connections = max_conn};
+    struct http_replay_opts o = {.target = {.url = url, .api_key = api_key, .timeout_s = timeout},
+                                 .models = names,
+                                 .n_models = c.n_models,
+                                 .stream = stream,
+                                 .max_connections = max_conn};
     /* the server's model names: what it lists, unless named */
     if (!models_s) {
         if ((rc = http_list_models(&o.target, &listed, &n_listed)) < 0)
             goto out;
         if (n_listed < c.n_models) {
-            rc = err_set(ERR_INVALID, "%s has %d models, the server lists %d: serve more or "
-                                      "name them with --models", config_s, c.n_models, n_listed);
+            rc = err_set(ERR_INVALID,
+                         "%s has %d models, the server lists %d: serve more or "
+                         "name them with --models",
+                         config_s, c.n_models, n_listed);
             goto out;
         }
         for (int i = 0; i < c.n_models; i++)
@@ -641,17 +648,27 @@ int bench_serve(int argc, char **argv)
     if ((rc = http_replay_run(&o, ev, n_ev, &res)) < 0)
         goto out;
     scrape_swaps(&o.target, &swaps1, &swap_s1);
-    struct run r = {.config_s = config_s, .label = label, .url = url, .csv = csv_s,
-                    .plot = plot_s, .c = &c, .names = names, .warm = warm, .slo = slo,
-                    .duration = duration, .seed = seed, .stream = stream, .res = &res,
-                    .swaps = swaps1 - swaps0, .swap_s = swap_s1 - swap_s0};
+    struct run r = {.config_s = config_s,
+                    .label = label,
+                    .url = url,
+                    .csv = csv_s,
+                    .plot = plot_s,
+                    .c = &c,
+                    .names = names,
+                    .warm = warm,
+                    .slo = slo,
+                    .duration = duration,
+                    .seed = seed,
+                    .stream = stream,
+                    .res = &res,
+                    .swaps = swaps1 - swaps0,
+                    .swap_s = swap_s1 - swap_s0};
     if ((rc = report_write_csv(csv_s, res.recs, res.n)) < 0 ||
         (rc = summary_compute(res.recs, res.n, -1, slo, &r.sum, &lat, &n_lat)) < 0 ||
         (rc = ttft_stats(res.recs, res.n, &r.ttft)) < 0)
         goto out;
     char title[256];
-    snprintf(title, sizeof(title), "latency CDF over HTTP, %s (%d models)", config_s,
-             c.n_models);
+    snprintf(title, sizeof(title), "latency CDF over HTTP, %s (%d models)", config_s, c.n_models);
     const char *series[1] = {label};
     const double *lats[1] = {lat};
     if ((rc = report_write_cdf_svg(plot_s, title, series, lats, &n_lat, 1)) < 0)

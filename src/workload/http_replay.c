@@ -48,8 +48,8 @@ int http_url_check(const char *url)
         curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !*host)
         rc = err_set(ERR_INVALID, "--url %s: not a URL (expected http://HOST:PORT)", url);
     else if (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)
-        rc = err_set(ERR_INVALID, "--url %s: scheme %s (expected http:// or https://)", url,
-                     scheme);
+        rc =
+            err_set(ERR_INVALID, "--url %s: scheme %s (expected http:// or https://)", url, scheme);
     curl_free(scheme);
     curl_free(host);
     curl_url_cleanup(u);
@@ -166,7 +166,9 @@ int http_get(const struct http_target *t, const char *path, char **body, long *s
     CURLcode cc = curl_easy_perform(e);
     if (cc != CURLE_OK) {
         rc = err_set(ERR_IO, "GET %s: %s", url,
-                     m.over ? "response body over 4 MiB" : *errbuf ? errbuf : curl_easy_strerror(cc));
+                     m.over    ? "response body over 4 MiB"
+                     : *errbuf ? errbuf
+                               : curl_easy_strerror(cc));
         goto out;
     }
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, status);
@@ -188,9 +190,8 @@ out:
 static void error_message(const char *body, size_t len, char *out, size_t cap)
 {
     json_t *j = body ? json_loadb(body, len, 0, NULL) : NULL;
-    const char *msg = j ? json_string_value(json_object_get(json_object_get(j, "error"),
-                                                            "message"))
-                        : NULL;
+    const char *msg =
+        j ? json_string_value(json_object_get(json_object_get(j, "error"), "message")) : NULL;
     if (msg)
         snprintf(out, cap, "%s", msg);
     else
@@ -239,8 +240,7 @@ int http_list_models(const struct http_target *t, char ***names_out, int *n_out)
     for (size_t i = 0; i < k; i++) {
         const char *id = json_string_value(json_object_get(json_array_get(data, i), "id"));
         if (!id) {
-            rc = err_set(ERR_FORMAT, "GET %s/v1/models: data[%zu] has no string \"id\"", t->url,
-                         i);
+            rc = err_set(ERR_FORMAT, "GET %s/v1/models: data[%zu] has no string \"id\"", t->url, i);
             goto out;
         }
         if (!(names[n] = strdup(id))) {
@@ -270,12 +270,12 @@ struct replay_clock {
  * it is touched only by the thread running http_replay_run. */
 struct xfer {
     CURL *easy;
-    char *body;            /* the request's JSON */
-    struct membuf resp;    /* non-stream: the body; stream: what is not yet a whole line */
+    char *body;         /* the request's JSON */
+    struct membuf resp; /* non-stream: the body; stream: what is not yet a whole line */
     const struct replay_clock *clk;
     struct request_record *rec;
     bool stream;
-    bool first_seen;       /* t_first_token is set */
+    bool first_seen; /* t_first_token is set */
     bool usage_seen, done_seen, bad_event;
     char event_error[160]; /* an error event in a stream */
     char errbuf[CURL_ERROR_SIZE];
@@ -371,8 +371,8 @@ static char *request_body(const char *model, size_t idx, bool stream)
             json_decref(ids);
             return NULL;
         }
-    json_t *j = json_pack("{s:s, s:o, s:i, s:f, s:i, s:f, s:I, s:b}", "model", model, "prompt",
-                          ids, "max_tokens", REPLAY_MAX_TOKENS, "temperature",
+    json_t *j = json_pack("{s:s, s:o, s:i, s:f, s:i, s:f, s:I, s:b}", "model", model, "prompt", ids,
+                          "max_tokens", REPLAY_MAX_TOKENS, "temperature",
                           (double)REPLAY_TEMPERATURE, "top_k", REPLAY_TOP_K, "top_p",
                           (double)REPLAY_TOP_P, "seed", (json_int_t)idx, "stream", stream);
     if (j && stream &&
@@ -408,8 +408,10 @@ static void xfer_finish(struct http_replay_result *r, struct xfer *x, CURLcode c
     r->connections += (size_t)conns;
     char what[300];
     if (cc != CURLE_OK) {
-        snprintf(what, sizeof(what), "%s", x->resp.over ? "response body over 4 MiB"
-                                            : *x->errbuf ? x->errbuf : curl_easy_strerror(cc));
+        snprintf(what, sizeof(what), "%s",
+                 x->resp.over ? "response body over 4 MiB"
+                 : *x->errbuf ? x->errbuf
+                              : curl_easy_strerror(cc));
         xfer_fail(r, x, cc == CURLE_OPERATION_TIMEDOUT ? ERR_TIMEOUT : ERR_IO, &c->transport,
                   "no response: %s", what);
         return;
@@ -469,11 +471,13 @@ static int xfer_start(CURLM *m, struct xfer *x, size_t i, const struct http_repl
                       struct request_record *rec, const struct replay_clock *clk)
 {
     *x = (struct xfer){.clk = clk, .rec = rec, .stream = o->stream};
-    *rec = (struct request_record){.id = i, .model = model, .t_start = NAN,
-                                   .t_first_token = NAN, .t_done = NAN,
+    *rec = (struct request_record){.id = i,
+                                   .model = model,
+                                   .t_start = NAN,
+                                   .t_first_token = NAN,
+                                   .t_done = NAN,
                                    .n_prompt = REPLAY_PROMPT_LEN};
-    if (!(x->body = request_body(o->models[model], i, o->stream)) ||
-        !(x->easy = curl_easy_init()))
+    if (!(x->body = request_body(o->models[model], i, o->stream)) || !(x->easy = curl_easy_init()))
         return err_set(ERR_NOMEM, "out of memory");
     easy_common(x->easy, &o->target, url, hdrs, x->errbuf);
     curl_easy_setopt(x->easy, CURLOPT_POSTFIELDS, x->body);
@@ -534,8 +538,8 @@ int http_replay_run(const struct http_replay_opts *o, const struct arrival *ev, 
         /* 1. release every request whose time has come */
         double now = time_now() - clk.t0;
         while (next < n && (o->closed_loop ? in_flight == 0 : ev[next].t <= now)) {
-            if ((rc = xfer_start(m, &xs[next], next, o, url, hdrs, ev[next].model,
-                                 &out->recs[next], &clk)) < 0)
+            if ((rc = xfer_start(m, &xs[next], next, o, url, hdrs, ev[next].model, &out->recs[next],
+                                 &clk)) < 0)
                 goto out;
             next++;
             in_flight++;

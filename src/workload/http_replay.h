@@ -55,11 +55,11 @@ struct http_replay_opts {
     struct http_target target;
     const char *const *models; /* (n_models) the server's names: workload model i -> models[i] */
     int n_models;
-    bool stream;          /* "stream": true with include_usage; first token from the events */
-    bool closed_loop;     /* one request at a time, each released when the last one ends
-                             (the arrivals' times are ignored, their models kept) */
-    int max_connections;  /* connections open at once (0: no limit); a request waiting for
-                             one is still timed from its arrival */
+    bool stream;         /* "stream": true with include_usage; first token from the events */
+    bool closed_loop;    /* one request at a time, each released when the last one ends
+                            (the arrivals' times are ignored, their models kept) */
+    int max_connections; /* connections open at once (0: no limit); a request waiting for
+                            one is still timed from its arrival */
 };
 
 /* Requests by outcome (see the table above); they sum to the requests. */
@@ -72,9 +72,9 @@ struct http_replay_result {
                                     response came */
     size_t n;
     struct http_counts counts;
-    size_t connections;          /* connections opened (the rest reused one) */
-    double wall_s;               /* first release -> last completion */
-    char first_error[512];       /* what the first failed request said ("" when none) */
+    size_t connections;    /* connections opened (the rest reused one) */
+    double wall_s;         /* first release -> last completion */
+    char first_error[512]; /* what the first failed request said ("" when none) */
 };
 
 /* Checks that url is an http:// or https:// URL with a host (libcurl's
