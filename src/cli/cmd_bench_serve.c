@@ -192,13 +192,15 @@ static int print_json(const struct run *r)
         return jsonout_print(NULL); /* the out-of-memory error */
     }
     return jsonout_print(json_pack(
-        "{s:s, s:o, s:s, s:i, s:o, s:i, s:o, s:o, s:o, s:I, s:I, s:b, s:o, s:o, s:o, s:o, s:o}",
+        "{s:s, s:o, s:s, s:i, s:o, s:o, s:o, s:o, s:I, s:I, s:b, s:o, s:o, s:o, s:o, s:o, s:o, "
+        "s:o}",
         "config", r->config_s, "url", jsonout_string(r->url), "client", "http", "models",
-        c->n_models, "model_names", names, "max_batch", c->max_batch, "cv", jsonout_real(c->cv, 6),
-        "rates", rates, "duration_s", jsonout_real(r->duration, 6), "requests_sent", (json_int_t)n,
-        "seed", (json_int_t)r->seed, "stream", r->stream, "wall_s", jsonout_real(r->res->wall_s, 4),
-        "warm_latency_s", jsonout_real(r->warm, 6), "slo_s", jsonout_real(r->slo, 6), "plot",
-        jsonout_string(r->plot), "policies", pols));
+        c->n_models, "model_names", names, "cv", jsonout_real(c->cv, 6), "rates", rates,
+        "duration_s", jsonout_real(r->duration, 6), "requests_sent", (json_int_t)n, "seed",
+        (json_int_t)r->seed, "stream", r->stream, "wall_s", jsonout_real(r->res->wall_s, 4),
+        "release_lag_mean_s", jsonout_real(r->res->lag_mean_s, 6), "release_lag_max_s",
+        jsonout_real(r->res->lag_max_s, 6), "warm_latency_s", jsonout_real(r->warm, 6), "slo_s",
+        jsonout_real(r->slo, 6), "plot", jsonout_string(r->plot), "policies", pols));
 }
 
 static void print_table(const struct run *r)
@@ -246,8 +248,10 @@ static void print_table(const struct run *r)
                m.all.mean * 1e3, m.all.p50 * 1e3, m.all.p90 * 1e3, m.all.p99 * 1e3, m.all.max * 1e3,
                100 * m.slo_attain, m.failed);
     }
-    printf("connections opened %zu for %zu requests; plot %s, requests %s\n", r->res->connections,
-           r->res->n, r->plot, r->csv);
+    printf("connections opened %zu for %zu requests; released %.2f ms after their arrival "
+           "times on average (at most %.2f ms)\nplot %s, requests %s\n",
+           r->res->connections, r->res->n, r->res->lag_mean_s * 1e3, r->res->lag_max_s * 1e3,
+           r->plot, r->csv);
     if (r->res->first_error[0])
         printf("first error: %s\n", r->res->first_error);
 }

@@ -588,6 +588,11 @@ int http_replay_run(const struct http_replay_opts *o, const struct arrival *ev, 
         }
     }
     out->wall_s = time_now() - clk.t0;
+    for (size_t i = 0; !o->closed_loop && i < n; i++) {
+        double lag = out->recs[i].t_arrival - ev[i].t;
+        out->lag_mean_s += lag / (double)n;
+        out->lag_max_s = lag > out->lag_max_s ? lag : out->lag_max_s;
+    }
 out:
     for (size_t i = 0; xs && i < n; i++)
         if (xs[i].easy) {

@@ -74,6 +74,8 @@ struct http_replay_result {
     struct http_counts counts;
     size_t connections;    /* connections opened (the rest reused one) */
     double wall_s;         /* first release -> last completion */
+    double lag_mean_s;     /* release after the arrival time, mean and max (open loop; */
+    double lag_max_s;      /* a client that keeps up releases within a millisecond) */
     char first_error[512]; /* what the first failed request said ("" when none) */
 };
 
