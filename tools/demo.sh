@@ -21,6 +21,7 @@ config=computron:6
 tag=computron-6
 duration=${DEMO_DURATION:-30}
 mkdir -p models "$out"
+command -v curl >/dev/null || { echo "demo: needs curl (apt-get install curl)" >&2; exit 1; }
 
 pid=
 cleanup() {
