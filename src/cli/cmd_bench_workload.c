@@ -126,8 +126,8 @@ static int summary_json_set(json_t *o, const struct summary *s)
 
 /* One JSON object for a real-time run: the workload, then per policy its
  * summary, engine counters, per-model summaries and its CSV (csv_prefix-POLICY.csv). */
-static int print_json(const struct workload_config *c, const char *config_s, double link,
-                      double warm, double slo, const char *plot, const char *csv_prefix,
+static int print_json(const struct workload_config *c, const char *config_s,
+                      const struct replay_rig *rig, double warm, double slo, const char *plot, const char *csv_prefix,
                       const char **policies, int n_pol, const struct replay_result *res,
                       const struct summary *sum)
 {
@@ -168,10 +168,21 @@ static int print_json(const struct workload_config *c, const char *config_s, dou
         json_decref(pols);
         return jsonout_print(NULL); /* the out-of-memory error */
     }
+    /* the rig's budgets, so a server can be given the same (bench serve's comparisons) */
+    struct stack_config sc;
+    struct stack_model_config mc[MAX_MODELS];
+    char names[MAX_MODELS][16];
+    uint64_t dev[STACK_MAX_DEVICES] = {0}, host = 0;
+    replay_stack_config(rig, c->n_models, c->max_loaded, c->max_batch, policies[0], &sc, mc,
+                        names);
+    bool sized = stack_size(&sc, dev, &host) == 0;
     return jsonout_print(json_pack(
-        "{s:s, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "config", config_s, "models",
-        c->n_models, "max_loaded", c->max_loaded, "max_batch", c->max_batch, "cv",
-        jsonout_real(c->cv, 6), "rates", rates, "link_gb_s", jsonout_real(link, 6),
+        "{s:s, s:i, s:i, s:i, s:o, s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "config",
+        config_s, "models", c->n_models, "max_loaded", c->max_loaded, "max_batch", c->max_batch,
+        "cv", jsonout_real(c->cv, 6), "rates", rates, "devices", rig->tp, "device_budget_bytes",
+        sized ? json_integer((json_int_t)dev[0]) : json_null(), "host_budget_bytes",
+        sized ? json_integer((json_int_t)host) : json_null(), "link_gb_s",
+        jsonout_real(rig->link_gbps, 6),
         "warm_latency_s", jsonout_real(warm, 6), "slo_s", jsonout_real(slo, 6), "plot",
         jsonout_string(plot), "policies", pols));
 }
@@ -388,7 +399,7 @@ int bench_workload(int argc, char **argv)
     if (json) {
         char csv_prefix[1024];
         snprintf(csv_prefix, sizeof(csv_prefix), "%s/%s", out_dir, tag);
-        rc = print_json(&c, config_s, link, warm, slo, plot, csv_prefix, policies, n_pol, res,
+        rc = print_json(&c, config_s, &rig, warm, slo, plot, csv_prefix, policies, n_pol, res,
                         sum);
     } else {
         printf("%s: %d models, rates", config_s, c.n_models);
