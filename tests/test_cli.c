@@ -309,6 +309,18 @@ static void test_bench_flags(void)
         {"bench swap --preset opt-125m --layers -2 --cache T/c", "--layers -2 is out of range"},
         {"bench swap --preset opt-125m --prompt-len 513 --cache T/c",
          "--prompt-len 513 is out of range (expected 1..512)"},
+        {"bench serve --out-dir T/o", "--url is required (or --compare)"},
+        {"bench serve --url ftp://127.0.0.1 --out-dir T/o",
+         "--url ftp://127.0.0.1: scheme ftp (expected http:// or https://)"},
+        {"bench serve --url nowhere --out-dir T/o", "--url nowhere: not a URL"},
+        {"bench serve --url http://127.0.0.1:1 --config computron:19 --out-dir T/o",
+         "--config computron:19 does not exist (0..18)"},
+        {"bench serve --url http://127.0.0.1:1 --config computron:6 --models a,b --out-dir T/o",
+         "--models names 2 models; computron:6 has 3"},
+        {"bench serve --url http://127.0.0.1:1 --warm-requests 0 --out-dir T/o",
+         "--warm-requests 0 needs --slo"},
+        {"bench serve --url http://127.0.0.1:1 --max-connections 0 --out-dir T/o",
+         "--max-connections 0 is out of range (expected 1..100000)"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char args[512] = "";
@@ -326,6 +338,12 @@ static void test_bench_flags(void)
     snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-30b --layers 4096 --dtype f32 --out "
                                "%s/huge", BIN, tmp);
     expect_fail(cmd, 1, "huge: writing 10104.79 GB needs more than the");
+    /* bench serve: no server there, or --compare of a file that is not a run: one line, exit 1 */
+    snprintf(cmd, sizeof(cmd), "%s bench serve --url http://127.0.0.1:1 --out-dir %s/o", BIN, tmp);
+    expect_fail(cmd, 1, "GET http://127.0.0.1:1/v1/models: ");
+    snprintf(cmd, sizeof(cmd), "%s bench serve --compare %s/none.json --out-dir %s/o", BIN, tmp,
+             tmp);
+    expect_fail(cmd, 1, "none.json");
     snprintf(cmd, sizeof(cmd), "%s bench workload --preset opt-30b --layers 4096 --dtype f32 "
                                "--config custom --rates 1,1 --cache %s/c --out-dir %s/o", BIN,
              tmp, tmp);
@@ -353,7 +371,8 @@ int main(void)
 
     /* help */
     static const char *cmds[] = {"generate", "tokenize", "forward", "gen-model", "inspect",
-                                 "bench forward", "bench swap", "bench workload", "bench comm"};
+                                 "bench forward", "bench swap", "bench workload", "bench serve",
+                                 "bench comm"};
     CHECK(run(BIN " --help", out, sizeof(out), NULL, 0) == 0 && strstr(out, "gen-model"));
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         snprintf(cmd, sizeof(cmd), "%s %s --help", BIN, cmds[i]);

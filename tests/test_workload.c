@@ -446,15 +446,16 @@ static void test_csv(void)
          .n_prompt = 3,
          .n_output = 0,
          .batch_size = 0,
-         .status = ERR_BUSY},
+         .status = ERR_BUSY,
+         .http_status = 429},
     };
     CHECK(report_write_csv(path, r, 2) == 0);
     char *text = read_text(path);
     const char *want =
         "id,model,status,t_arrival,t_start,t_first_token,t_done,latency,ttft,n_prompt,n_output,"
-        "batch_size\n"
-        "1,0,0,0.500000,0.750000,1.000000,2.250000,1.750000,0.500000,8,16,4\n"
-        "18446744073709551615,2,-7,1.000000,,,1.500000,0.500000,,3,0,0\n";
+        "batch_size,http_status\n"
+        "1,0,0,0.500000,0.750000,1.000000,2.250000,1.750000,0.500000,8,16,4,\n"
+        "18446744073709551615,2,-7,1.000000,,,1.500000,0.500000,,3,0,0,429\n";
     CHECK_MSG(text && strcmp(text, want) == 0, "got:\n%s", text ? text : "(none)");
     free(text);
     char bad[160];

@@ -173,18 +173,21 @@ int cmd_bench(int argc, char **argv)
         return bench_swap(argc - 1, argv + 1);
     if (argc >= 1 && strcmp(argv[0], "workload") == 0)
         return bench_workload(argc - 1, argv + 1);
+    if (argc >= 1 && strcmp(argv[0], "serve") == 0)
+        return bench_serve(argc - 1, argv + 1);
     if (argc >= 1 && strcmp(argv[0], "comm") == 0)
         return bench_comm(argc - 1, argv + 1);
     if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
-        printf("usage: shardswap bench forward|swap|workload|comm [flags]   (see shardswap bench NAME "
+        printf("usage: shardswap bench forward|swap|workload|serve|comm [flags]   (see shardswap bench NAME "
                "--help)\n"
                "  forward   prefill and decode throughput of one checkpoint\n"
                "  swap      model-parallel swap-in/out and cold-request latency per TP x PP layout\n"
                "  workload  Computron's multi-model experiments through the engine, per policy\n"
+               "  serve     the same workloads against a running server over HTTP\n"
                "  comm      all-reduce and pipeline channel latency against memcpy\n");
         return 0;
     }
-    fprintf(stderr, "shardswap bench: expected a benchmark name: forward, swap, workload or comm (see "
+    fprintf(stderr, "shardswap bench: expected a benchmark name: forward, swap, workload, serve or comm (see "
                     "shardswap bench --help)\n");
     return EXIT_USAGE;
 }

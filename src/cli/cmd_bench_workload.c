@@ -125,10 +125,11 @@ static int summary_json_set(json_t *o, const struct summary *s)
 }
 
 /* One JSON object for a real-time run: the workload, then per policy its
- * summary, engine counters and per-model summaries. */
-static int print_json(const struct workload_config *c, const char *config_s, double link,
-                      double warm, double slo, const char *plot, const char **policies,
-                      int n_pol, const struct replay_result *res, const struct summary *sum)
+ * summary, engine counters, per-model summaries and its CSV (csv_prefix-POLICY.csv). */
+static int print_json(const struct workload_config *c, const char *config_s,
+                      const struct replay_rig *rig, double warm, double slo, const char *plot, const char *csv_prefix,
+                      const char **policies, int n_pol, const struct replay_result *res,
+                      const struct summary *sum)
 {
     json_t *rates = json_array(), *pols = json_array();
     int bad = !rates || !pols;
@@ -157,6 +158,9 @@ static int print_json(const struct workload_config *c, const char *config_s, dou
                json_object_set_new(o, "queue_s", jsonout_real(s->queue_s, 4)) |
                json_object_set_new(o, "batches", json_integer((json_int_t)res[p].st.batches)) |
                json_object_set_new(o, "per_model", per_model);
+        char csv[1100];
+        snprintf(csv, sizeof(csv), "%s-%s.csv", csv_prefix, policies[p]);
+        bad |= json_object_set_new(o, "csv", jsonout_string(csv));
         bad |= json_array_append_new(pols, o);
     }
     if (bad) {
@@ -164,10 +168,21 @@ static int print_json(const struct workload_config *c, const char *config_s, dou
         json_decref(pols);
         return jsonout_print(NULL); /* the out-of-memory error */
     }
+    /* the rig's budgets, so a server can be given the same (bench serve's comparisons) */
+    struct stack_config sc;
+    struct stack_model_config mc[MAX_MODELS];
+    char names[MAX_MODELS][16];
+    uint64_t dev[STACK_MAX_DEVICES] = {0}, host = 0;
+    replay_stack_config(rig, c->n_models, c->max_loaded, c->max_batch, policies[0], &sc, mc,
+                        names);
+    bool sized = stack_size(&sc, dev, &host) == 0;
     return jsonout_print(json_pack(
-        "{s:s, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "config", config_s, "models",
-        c->n_models, "max_loaded", c->max_loaded, "max_batch", c->max_batch, "cv",
-        jsonout_real(c->cv, 6), "rates", rates, "link_gb_s", jsonout_real(link, 6),
+        "{s:s, s:i, s:i, s:i, s:o, s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "config",
+        config_s, "models", c->n_models, "max_loaded", c->max_loaded, "max_batch", c->max_batch,
+        "cv", jsonout_real(c->cv, 6), "rates", rates, "devices", rig->tp, "device_budget_bytes",
+        sized ? json_integer((json_int_t)dev[0]) : json_null(), "host_budget_bytes",
+        sized ? json_integer((json_int_t)host) : json_null(), "link_gb_s",
+        jsonout_real(rig->link_gbps, 6),
         "warm_latency_s", jsonout_real(warm, 6), "slo_s", jsonout_real(slo, 6), "plot",
         jsonout_string(plot), "policies", pols));
 }
@@ -303,39 +318,11 @@ int bench_workload(int argc, char **argv)
         }
         all = true;
         workload_computron(0, &c);
-    } else if (strncmp(config_s, "computron:", 10) == 0) {
-        char *end;
-        long k = strtol(config_s + 10, &end, 10);
-        if (*end || end == config_s + 10) {
-            rc = err_set(ERR_INVALID, "--config %s: expected computron:K with K in 0..18", config_s);
-            goto bad_flag;
-        }
-        if ((rc = workload_computron((int)k, &c)) < 0)
-            goto bad_flag;
-    } else if (strcmp(config_s, "round-robin") == 0) {
-        c.n_models = n_models ? n_models : 2;
-        c.max_loaded = 1;
-        c.max_batch = 8;
-        c.round_robin = true;
-    } else if (strcmp(config_s, "custom") == 0) {
-        c.n_models = n_models;
-        c.cv = cv > 0 ? cv : 1;
-        c.max_batch = 8;
-        if (rates_s) {
-            if ((rc = arrival_rates_parse(rates_s, c.rates, MAX_MODELS, &c.n_models)) < 0)
-                goto bad_flag;
-        } else if (alpha >= 0 && n_models > 0 && total_rate > 0) {
-            arrival_rates_powerlaw(n_models, alpha, total_rate, c.rates);
-        } else {
-            rc = err_set(ERR_INVALID, "--config custom needs --rates, or --models with --alpha and "
-                                      "--total-rate");
-            goto bad_flag;
-        }
-        c.max_loaded = c.n_models > 1 ? c.n_models / 2 : 1;
     } else {
-        rc = err_set(ERR_INVALID, "--config %s: expected computron:K, round-robin or custom",
-                     config_s);
-        goto bad_flag;
+        struct workload_flags wf = {.config = config_s, .rates = rates_s, .n_models = n_models,
+                                    .alpha = alpha, .total_rate = total_rate, .cv = cv};
+        if ((rc = workload_config_from_flags(&wf, &c)) < 0)
+            goto bad_flag;
     }
     if (max_loaded > 0)
         c.max_loaded = max_loaded;
@@ -410,7 +397,10 @@ int bench_workload(int argc, char **argv)
         goto out;
     /* the table */
     if (json) {
-        rc = print_json(&c, config_s, link, warm, slo, plot, policies, n_pol, res, sum);
+        char csv_prefix[1024];
+        snprintf(csv_prefix, sizeof(csv_prefix), "%s/%s", out_dir, tag);
+        rc = print_json(&c, config_s, &rig, warm, slo, plot, csv_prefix, policies, n_pol, res,
+                        sum);
     } else {
         printf("%s: %d models, rates", config_s, c.n_models);
         for (int i = 0; i < c.n_models && !c.round_robin; i++)

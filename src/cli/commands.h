@@ -13,6 +13,7 @@ int cmd_serve(int argc, char **argv);
 /* bench swap, dispatched by cmd_bench */
 int bench_swap(int argc, char **argv);
 int bench_workload(int argc, char **argv);
+int bench_serve(int argc, char **argv);
 int bench_comm(int argc, char **argv);
 
 #endif

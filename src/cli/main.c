@@ -17,7 +17,7 @@ static const struct {
     {"gen-model", cmd_gen_model, "write a random-weight OPT checkpoint in Hugging Face layout"},
     {"inspect", cmd_inspect, "describe a checkpoint: config, tensors, bytes"},
     {"serve", cmd_serve, "serve models over HTTP (OpenAI completions API)"},
-    {"bench", cmd_bench, "benchmarks: bench forward, bench swap, bench workload"},
+    {"bench", cmd_bench, "benchmarks: bench forward, bench swap, bench workload, bench serve"},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 

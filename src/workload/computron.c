@@ -1,8 +1,10 @@
 #include "workload/computron.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "workload/arrival.h"
 
 int workload_computron(int k, struct workload_config *c)
 {
@@ -32,5 +34,43 @@ int workload_computron(int k, struct workload_config *c)
     } else {
         return err_set(ERR_INVALID, "--config computron:%d does not exist (0..18)", k);
     }
+    return 0;
+}
+
+int workload_config_from_flags(const struct workload_flags *f, struct workload_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    if (strncmp(f->config, "computron:", 10) == 0) {
+        char *end;
+        long k = strtol(f->config + 10, &end, 10);
+        if (*end || end == f->config + 10)
+            return err_set(ERR_INVALID, "--config %s: expected computron:K with K in 0..18",
+                           f->config);
+        return workload_computron((int)k, c);
+    }
+    if (strcmp(f->config, "round-robin") == 0) {
+        c->n_models = f->n_models ? f->n_models : 2;
+        c->max_loaded = 1;
+        c->max_batch = 8;
+        c->round_robin = true;
+        return 0;
+    }
+    if (strcmp(f->config, "custom") != 0)
+        return err_set(ERR_INVALID, "--config %s: expected computron:K, round-robin or custom",
+                       f->config);
+    c->n_models = f->n_models;
+    c->cv = f->cv > 0 ? f->cv : 1;
+    c->max_batch = 8;
+    int rc;
+    if (f->rates) {
+        if ((rc = arrival_rates_parse(f->rates, c->rates, WORKLOAD_MAX_MODELS, &c->n_models)) < 0)
+            return rc;
+    } else if (f->alpha >= 0 && f->n_models > 0 && f->total_rate > 0) {
+        arrival_rates_powerlaw(f->n_models, f->alpha, f->total_rate, c->rates);
+    } else {
+        return err_set(ERR_INVALID, "--config custom needs --rates, or --models with --alpha and "
+                                    "--total-rate");
+    }
+    c->max_loaded = c->n_models > 1 ? c->n_models / 2 : 1;
     return 0;
 }

@@ -23,4 +23,21 @@ struct workload_config {
  * (k = 18). ERR_INVALID for another k. */
 int workload_computron(int k, struct workload_config *c);
 
+/* What a benchmark's flags say about its workload. */
+struct workload_flags {
+    const char *config; /* "computron:K", "round-robin" or "custom" */
+    const char *rates;  /* custom: "R1,R2,..." requests/s per model, or NULL */
+    int n_models;       /* custom with alpha, round-robin: models (0: unset) */
+    double alpha;       /* custom: power-law skew (< 0: unset) */
+    double total_rate;  /* custom with alpha: requests/s over all models */
+    double cv;          /* custom: Gamma CV (<= 0: 1, Poisson) */
+};
+
+/* The workload f names, as `bench workload` and `bench serve` read it:
+ * computron:K is workload_computron(K); round-robin is n_models (default 2)
+ * models in a closed loop, max_loaded 1, batch 8; custom is rates (or
+ * n_models power-law rates summing to total_rate), CV cv, max_loaded half
+ * the models, batch 8. ERR_INVALID naming the flag otherwise. */
+int workload_config_from_flags(const struct workload_flags *f, struct workload_config *c);
+
 #endif

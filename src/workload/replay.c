@@ -12,9 +12,7 @@
 #include "core/error.h"
 #include "core/timing.h"
 
-/* "Berkeley is the number one public" through the OPT tokenizer (BOS first):
- * Computron's prompt. */
-static const int32_t computron_prompt[REPLAY_PROMPT_LEN] = {2, 26795, 42676, 16, 5, 346, 65, 285};
+const int32_t replay_prompt[REPLAY_PROMPT_LEN] = {2, 26795, 42676, 16, 5, 346, 65, 285};
 
 /* What the requests of one replay share: a count of completions the
  * submitting thread can wait on. */
@@ -166,8 +164,10 @@ int replay_run(const struct replay_rig *rig, const struct workload_config *c, co
         *j = (struct replay_job){.rec = &out->recs[i], .sync = &sync};
         *j->rec = (struct request_record){.id = i, .model = model, .n_prompt = REPLAY_PROMPT_LEN};
         struct engine_request_params p = {
-            .model = s->ids[model], .prompt = computron_prompt, .n_prompt = REPLAY_PROMPT_LEN,
-            .max_tokens = 1, .sampling = {.temperature = 0.7f, .top_k = 50, .top_p = 0.5f, .seed = i},
+            .model = s->ids[model], .prompt = replay_prompt, .n_prompt = REPLAY_PROMPT_LEN,
+            .max_tokens = REPLAY_MAX_TOKENS,
+            .sampling = {.temperature = REPLAY_TEMPERATURE, .top_k = REPLAY_TOP_K,
+                         .top_p = REPLAY_TOP_P, .seed = i},
             .on_done = replay_on_done, .ctx = j};
         int st = engine_submit(s->engine, &p, NULL); /* replay_on_done records the times */
         if (st < 0) {
@@ -212,7 +212,7 @@ static int submit_greedy(struct stack *s, int n, struct replay_job *jobs,
         struct replay_job *j = &jobs[i];
         *j = (struct replay_job){.rec = &recs[i], .sync = &sync};
         recs[i] = (struct request_record){.id = (uint64_t)i, .n_prompt = REPLAY_PROMPT_LEN};
-        struct engine_request_params p = {.model = s->ids[0], .prompt = computron_prompt,
+        struct engine_request_params p = {.model = s->ids[0], .prompt = replay_prompt,
                                           .n_prompt = REPLAY_PROMPT_LEN, .max_tokens = 1,
                                           .sampling = {.temperature = 0, .top_p = 1},
                                           .on_done = replay_on_done, .ctx = j};

@@ -31,6 +31,16 @@
 
 #define REPLAY_PROMPT_LEN 8 /* tokens of Computron's prompt */
 
+/* Computron's request, as every replay sends it (through the engine here,
+ * over HTTP in workload/http_replay.h): "Berkeley is the number one public"
+ * through the OPT tokenizer (BOS first), max_tokens 1, top_k 50, top_p 0.5,
+ * temperature 0.7, seeded with the request's index. */
+extern const int32_t replay_prompt[REPLAY_PROMPT_LEN];
+#define REPLAY_MAX_TOKENS 1
+#define REPLAY_TEMPERATURE 0.7f
+#define REPLAY_TOP_K 50
+#define REPLAY_TOP_P 0.5f
+
 struct replay_rig {
     const char *const *paths; /* (n_models) checkpoint directories, the caller's */
     int n_models;             /* 1..WORKLOAD_MAX_MODELS */

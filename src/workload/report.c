@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,7 @@ int report_write_csv(const char *path, const struct request_record *recs, size_t
     if (!f)
         return err_set(ERR_IO, "%s: cannot create CSV report: %s", path, strerror(errno));
     fputs("id,model,status,t_arrival,t_start,t_first_token,t_done,latency,ttft,n_prompt,n_output,"
-          "batch_size\n",
+          "batch_size,http_status\n",
           f);
     for (size_t i = 0; i < n; i++) {
         const struct request_record *r = &recs[i];
@@ -51,9 +52,96 @@ int report_write_csv(const char *path, const struct request_record *recs, size_t
             csv_time(f, v[k]);
             fputc(',', f);
         }
-        fprintf(f, "%d,%d,%d\n", r->n_prompt, r->n_output, r->batch_size);
+        fprintf(f, "%d,%d,%d,", r->n_prompt, r->n_output, r->batch_size);
+        if (r->http_status)
+            fprintf(f, "%d", r->http_status);
+        fputc('\n', f);
     }
     return file_close(f, path, "CSV report");
+}
+
+/* Field k (0-based) of a comma-separated line, copied into out; false when
+ * the line has fewer fields. */
+static bool csv_field(const char *line, int k, char *out, size_t cap)
+{
+    for (int i = 0; i < k; i++) {
+        line = strchr(line, ',');
+        if (!line)
+            return false;
+        line++;
+    }
+    size_t len = strcspn(line, ",\r\n");
+    if (len >= cap)
+        len = cap - 1;
+    memcpy(out, line, len);
+    out[len] = '\0';
+    return true;
+}
+
+int report_read_latencies(const char *path, double **lat_out, size_t *n_out)
+{
+    *lat_out = NULL;
+    *n_out = 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return err_set(ERR_IO, "%s: cannot open CSV report: %s", path, strerror(errno));
+    char line[4096], v[64];
+    double *lat = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0, col_status = -1, col_lat = -1;
+    if (!fgets(line, sizeof(line), f)) {
+        rc = err_set(ERR_FORMAT, "%s: empty, expected a CSV report's header", path);
+        goto out;
+    }
+    for (int k = 0; csv_field(line, k, v, sizeof(v)); k++) {
+        if (strcmp(v, "status") == 0)
+            col_status = k;
+        if (strcmp(v, "latency") == 0)
+            col_lat = k;
+    }
+    if (col_status < 0 || col_lat < 0) {
+        rc = err_set(ERR_FORMAT, "%s:1: expected a header with status and latency columns", path);
+        goto out;
+    }
+    for (size_t lineno = 2; fgets(line, sizeof(line), f); lineno++) {
+        char st[32], *end;
+        if (line[0] == '\n' || line[0] == '\r')
+            continue;
+        if (!csv_field(line, col_status, st, sizeof(st)) ||
+            !csv_field(line, col_lat, v, sizeof(v))) {
+            rc = err_set(ERR_FORMAT, "%s:%zu: fewer fields than the header", path, lineno);
+            goto out;
+        }
+        if (strcmp(st, "0") != 0)
+            continue;
+        double x = strtod(v, &end);
+        if (end == v || *end || !isfinite(x)) {
+            rc = err_set(ERR_FORMAT, "%s:%zu: latency \"%s\" is not a number", path, lineno, v);
+            goto out;
+        }
+        if (n == cap) {
+            size_t c2 = cap ? 2 * cap : 256;
+            double *p = realloc(lat, c2 * sizeof(*lat));
+            if (!p) {
+                rc = err_set(ERR_NOMEM, "out of memory reading %s", path);
+                goto out;
+            }
+            lat = p;
+            cap = c2;
+        }
+        lat[n++] = x;
+    }
+    if (ferror(f)) {
+        rc = err_set(ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+        goto out;
+    }
+    *lat_out = lat;
+    *n_out = n;
+    lat = NULL;
+out:
+    free(lat);
+    fclose(f);
+    return rc;
 }
 
 /* ---- SVG CDF plot ---- */

@@ -20,16 +20,24 @@ struct request_record {
     int n_prompt, n_output; /* tokens */
     int batch_size;         /* size of the batch that ran it (first forward) */
     int status;             /* 0 = completed, else a negative enum err code */
+    int http_status;        /* its HTTP response's status (bench serve); 0: none (in process,
+                               or no response came) */
 };
 
 /* Writes path as CSV, with the header
  *
- *   id,model,status,t_arrival,t_start,t_first_token,t_done,latency,ttft,n_prompt,n_output,batch_size
+ *   id,model,status,t_arrival,t_start,t_first_token,t_done,latency,ttft,n_prompt,n_output,batch_size,http_status
  *
  * and one line per record in the order given. Times use %.6f; latency is
  * t_done - t_arrival, ttft is t_first_token - t_arrival; a NaN value is an
- * empty field. Errors: ERR_IO naming the path. */
+ * empty field, and so is an http_status of 0. Errors: ERR_IO naming the path. */
 int report_write_csv(const char *path, const struct request_record *recs, size_t n);
+
+/* Reads back the latencies of the completed requests (status 0) of a CSV
+ * that report_write_csv wrote (columns found by the header's names), in
+ * file order, into *lat (malloc'd, the caller's; NULL when *n is 0).
+ * Errors: ERR_IO, ERR_FORMAT naming the path and line, ERR_NOMEM. */
+int report_read_latencies(const char *path, double **lat, size_t *n);
 
 /* Writes path as an SVG plot of empirical latency CDFs, one curve per
  * series: x is latency in seconds (linear, from 0, ticks in 1-2-5 steps),
