@@ -456,3 +456,25 @@ def run_tests(tests, server_box):
                 print("      the server died:\n%s" % srv.log_text()[-4000:], flush=True)
                 break
     return failures
+
+
+def main():
+    """By hand: start a server on two tiny models, print where it is, stop
+    it on Enter (or at once with --smoke) and check its exit."""
+    p = common_args("Start shardswap serve on tiny models (a smoke test of the harness).")
+    p.add_argument("--smoke", action="store_true", help="stop at once")
+    a = resolve_args(p.parse_args())
+    models = tiny_models(a.bin, a.work_dir, 2)
+    s = Server(a.bin, models, a.work_dir, device_budget=room_for(models, 1))
+    s.start()
+    print("serving %s on http://127.0.0.1:%d (API key %s, admin key %s); log %s" %
+          (", ".join(models), s.port, s.api_key, s.admin_key, s.log_path), flush=True)
+    if not a.smoke:
+        input("Enter stops it: ")
+    s.stop()
+    print("exited 0, no sanitizer report")
+    cleanup_args(a)
+
+
+if __name__ == "__main__":
+    main()
