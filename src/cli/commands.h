@@ -9,6 +9,7 @@ int cmd_forward(int argc, char **argv);
 int cmd_gen_model(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 /* bench swap, dispatched by cmd_bench */
 int bench_swap(int argc, char **argv);
 int bench_workload(int argc, char **argv);

@@ -16,6 +16,7 @@ static const struct {
     {"forward", cmd_forward, "write the logits of every position of a token sequence"},
     {"gen-model", cmd_gen_model, "write a random-weight OPT checkpoint in Hugging Face layout"},
     {"inspect", cmd_inspect, "describe a checkpoint: config, tensors, bytes"},
+    {"serve", cmd_serve, "serve models over HTTP (OpenAI completions API)"},
     {"bench", cmd_bench, "benchmarks: bench forward, bench swap, bench workload"},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -66,7 +67,7 @@ int main(int argc, char **argv)
         }
     }
     fprintf(stderr, "shardswap: unknown command \"%s\" (expected generate, tokenize, forward, "
-                    "gen-model, inspect or bench; see shardswap --help)\n",
+                    "gen-model, inspect, serve or bench; see shardswap --help)\n",
             argv[1]);
     return EXIT_USAGE;
 }

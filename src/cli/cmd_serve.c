@@ -1,0 +1,284 @@
+/* shardswap serve: the flags and the config file -> the server (server.h). */
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "server/config.h"
+#include "server/log.h"
+#include "server/server.h"
+
+/* Replaces the owned string *dst with a copy of v. */
+static int set_str(char **dst, const char *v)
+{
+    char *c = strdup(v);
+    if (!c)
+        return err_set(ERR_NOMEM, "out of memory");
+    free(*dst);
+    *dst = c;
+    return 0;
+}
+
+/* --devices: "N" (CPU devices) or a list "cpu:0,cpu:1" / "cuda:0,..." whose
+ * indices are 0, 1, ... in order. */
+static int parse_devices(const char *s, struct serve_config *c)
+{
+    char *end;
+    errno = 0;
+    long n = strtol(s, &end, 10);
+    if (end != s && !*end) {
+        if (errno || n < 1 || n > STACK_MAX_DEVICES)
+            return err_set(ERR_INVALID, "--devices %s: expected 1..%d", s, STACK_MAX_DEVICES);
+        c->n_devices = (int)n;
+        return set_str(&c->device_kind, "cpu");
+    }
+    char kind[8] = "";
+    int count = 0;
+    for (const char *p = s; *p;) {
+        const char *colon = strchr(p, ':');
+        size_t klen = colon ? (size_t)(colon - p) : 0;
+        if (!colon || klen == 0 || klen >= sizeof(kind))
+            goto bad;
+        if (count == 0)
+            snprintf(kind, sizeof(kind), "%.*s", (int)klen, p);
+        else if (strncmp(kind, p, klen) != 0 || kind[klen])
+            return err_set(ERR_INVALID, "--devices %s: one kind of device only", s);
+        errno = 0;
+        long idx = strtol(colon + 1, &end, 10);
+        if (end == colon + 1 || errno || (*end && *end != ','))
+            goto bad;
+        if (idx != count)
+            return err_set(ERR_INVALID, "--devices %s: expected indices 0, 1, ... in order", s);
+        if (++count > STACK_MAX_DEVICES)
+            return err_set(ERR_INVALID, "--devices %s: more than %d devices", s,
+                           STACK_MAX_DEVICES);
+        p = *end ? end + 1 : end;
+    }
+    if (strcmp(kind, "cpu") != 0 && strcmp(kind, "cuda") != 0)
+        return err_set(ERR_INVALID, "--devices %s: kind '%s': expected cpu or cuda", s, kind);
+    c->n_devices = count;
+    return set_str(&c->device_kind, kind);
+bad:
+    return err_set(ERR_INVALID, "--devices %s: expected N or a list like cpu:0,cpu:1", s);
+}
+
+/* Writes the port to path (through a temporary file renamed into place, so
+ * a reader never sees half of it). */
+static int write_port_file(const char *path, int port)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return err_set(ERR_IO, "--port-file %s: %s", tmp, strerror(errno));
+    int bad = fprintf(f, "%d\n", port) < 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0)
+        return err_set(ERR_IO, "--port-file %s: %s", path, strerror(errno ? errno : EIO));
+    return 0;
+}
+
+/* --model and --model-root repeat: args_parse keeps only the last value of
+ * a flag, so their values are collected here first. */
+static int collect_repeated(int argc, char **argv, struct serve_config *c, int *n_roots_seen)
+{
+    int rc;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        bool root = false;
+        if (strcmp(a, "--model") == 0 || strcmp(a, "--model-root") == 0) {
+            root = a[7] == '-';
+            v = i + 1 < argc ? argv[++i] : NULL;
+        } else if (strncmp(a, "--model=", 8) == 0) {
+            v = a + 8;
+        } else if (strncmp(a, "--model-root=", 13) == 0) {
+            v = a + 13;
+            root = true;
+        } else {
+            continue;
+        }
+        if (!v)
+            continue; /* args_parse says the value is missing */
+        if (!root) {
+            if ((rc = serve_config_add_model(c, v)) < 0)
+                return rc;
+            continue;
+        }
+        char *abs = realpath(v, NULL);
+        if (!abs)
+            return err_set(ERR_INVALID, "--model-root %s: %s", v, strerror(errno));
+        if (*n_roots_seen == 0) { /* the flags replace the config file's roots */
+            for (int k = 0; k < c->n_model_roots; k++)
+                free(c->model_roots[k]);
+            c->n_model_roots = 0;
+        }
+        (*n_roots_seen)++;
+        if (c->n_model_roots >= SERVE_MAX_ROOTS) {
+            free(abs);
+            return err_set(ERR_INVALID, "--model-root: more than %d roots", SERVE_MAX_ROOTS);
+        }
+        c->model_roots[c->n_model_roots++] = abs;
+    }
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    const char *config = NULL, *model = NULL, *devices = NULL, *device_budget = NULL,
+               *host_budget = NULL, *policy = NULL, *host = NULL, *port_file = NULL,
+               *api_key = NULL, *admin_key = NULL, *model_root = NULL, *log_level = NULL,
+               *max_body = NULL;
+    int max_batch = 0, queue_cap = 0, port = 0, max_conn = 0, timeout = 0, threads = 0;
+    float grace = 0, link_gbps = 0;
+    struct flag flags[] = {
+        FLAG("config", FLAG_STR, &config, "FILE",
+             "YAML config (docs/serve.example.yaml); the flags below override it"),
+        FLAG("model", FLAG_STR, &model, "NAME=DIR",
+             "serve the checkpoint in DIR as NAME (repeatable)"),
+        FLAG("devices", FLAG_STR, &devices, "N|LIST",
+             "N CPU devices, or a list cpu:0,cpu:1 (cuda:0,... needs a CUDA build) (default 1)"),
+        FLAG("device-budget", FLAG_STR, &device_budget, "BYTES",
+             "memory of each device, e.g. 2GiB (default: sized for the models)"),
+        FLAG("host-budget", FLAG_STR, &host_budget, "BYTES",
+             "host memory for model copies (default: sized for the models)"),
+        FLAG("policy", FLAG_STR, &policy, "NAME", "scheduling policy (default: the engine's)"),
+        FLAG_RANGE("max-batch", FLAG_INT, &max_batch, "N", "sequences per batch (default 8)", 1,
+                   4096, "1..4096"),
+        FLAG_RANGE("queue-cap", FLAG_INT, &queue_cap, "N",
+                   "waiting requests per model; beyond it 429 (default 256)", 1, 1 << 20,
+                   "1..1048576"),
+        FLAG("host", FLAG_STR, &host, "ADDR", "address to listen on (default 127.0.0.1)"),
+        FLAG_RANGE("port", FLAG_INT, &port, "PORT", "port to listen on; 0 = any free one "
+                                                    "(default 8000)",
+                   0, 65535, "0..65535"),
+        FLAG("port-file", FLAG_STR, &port_file, "FILE",
+             "write the bound port to FILE once listening"),
+        FLAG("api-key", FLAG_STR, &api_key, "KEY",
+             "require 'Authorization: Bearer KEY' (not on /health, /metrics) (default: none)"),
+        FLAG("admin-key", FLAG_STR, &admin_key, "KEY",
+             "key of the /admin routes (default: the api key)"),
+        FLAG("model-root", FLAG_STR, &model_root, "DIR",
+             "POST /admin/models may add checkpoints below DIR (repeatable; default: disabled)"),
+        FLAG("log-level", FLAG_STR, &log_level, "LEVEL",
+             "error|warn|info|debug (default info: one line per request)"),
+        FLAG_RANGE("max-connections", FLAG_INT, &max_conn, "N",
+                   "connections at once; more are refused (default 256)", 1, 1 << 20,
+                   "1..1048576"),
+        FLAG_RANGE("timeout", FLAG_INT, &timeout, "S",
+                   "close a connection idle (or sending its request) this long (default 30)", 1,
+                   86400, "1..86400"),
+        FLAG("max-body", FLAG_STR, &max_body, "BYTES", "largest request body (default 1MiB)"),
+        FLAG_RANGE("grace", FLAG_FLOAT, &grace, "S",
+                   "on SIGTERM/SIGINT, requests in flight get S seconds, then are cancelled "
+                   "(default 30)",
+                   0, 86400, "0..86400"),
+        FLAG_RANGE("link-gbps", FLAG_FLOAT, &link_gbps, "G",
+                   "CPU devices: emulate a host link of G GB/s (default 0: none)", 0, FLT_MAX,
+                   "G >= 0"),
+        FLAG_RANGE("http-threads", FLAG_INT, &threads, "N", "HTTP worker threads (default 4)",
+                   1, 256, "1..256"),
+    };
+    enum {
+        F_CONFIG, F_MODEL, F_DEVICES, F_DEVICE_BUDGET, F_HOST_BUDGET, F_POLICY, F_MAX_BATCH,
+        F_QUEUE_CAP, F_HOST, F_PORT, F_PORT_FILE, F_API_KEY, F_ADMIN_KEY, F_MODEL_ROOT,
+        F_LOG_LEVEL, F_MAX_CONN, F_TIMEOUT, F_MAX_BODY, F_GRACE, F_LINK, F_THREADS,
+    };
+    /* args_parse refuses a flag given twice: it sees the repeatable ones
+     * (collected by collect_repeated) at most once */
+    char **rest = malloc(((size_t)argc + 1) * sizeof(*rest));
+    if (!rest)
+        return cli_fail("serve");
+    int n_rest = 0;
+    bool kept_model = false, kept_root = false;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        bool is_model = strcmp(a, "--model") == 0 || strncmp(a, "--model=", 8) == 0;
+        bool is_root = strcmp(a, "--model-root") == 0 || strncmp(a, "--model-root=", 13) == 0;
+        bool *kept = is_model ? &kept_model : is_root ? &kept_root : NULL;
+        bool pair = !strchr(a, '=') && i + 1 < argc;
+        if (kept && *kept) {
+            i += pair;
+            continue;
+        }
+        if (kept)
+            *kept = true;
+        rest[n_rest++] = argv[i];
+        if (kept && pair)
+            rest[n_rest++] = argv[++i];
+    }
+    int rc = args_parse("serve",
+                        "Serves the models over HTTP with OpenAI's completions API "
+                        "(POST /v1/completions, GET /v1/models), plus /health, /metrics "
+                        "(Prometheus) and /admin/models routes. Logs \"listening on "
+                        "http://HOST:PORT\" to stderr once serving; SIGTERM or SIGINT stop it "
+                        "gracefully.",
+                        n_rest, rest, flags, sizeof(flags) / sizeof(flags[0]));
+    free(rest);
+    if (rc)
+        return rc;
+    struct serve_config c;
+    struct server *s = NULL;
+    serve_config_init(&c);
+    int n_roots = 0;
+    enum log_level level;
+    if (config && (rc = serve_config_load(config, &c)) < 0)
+        goto usage;
+    if ((rc = collect_repeated(argc, argv, &c, &n_roots)) < 0)
+        goto usage;
+    if ((flags[F_DEVICES].seen && (rc = parse_devices(devices, &c)) < 0) ||
+        (flags[F_DEVICE_BUDGET].seen && (rc = serve_parse_bytes(device_budget, &c.device_budget)) < 0) ||
+        (flags[F_HOST_BUDGET].seen && (rc = serve_parse_bytes(host_budget, &c.host_budget)) < 0) ||
+        (flags[F_MAX_BODY].seen && (rc = serve_parse_bytes(max_body, &c.max_body_bytes)) < 0) ||
+        (flags[F_POLICY].seen && (rc = set_str(&c.policy, policy)) < 0) ||
+        (flags[F_HOST].seen && (rc = set_str(&c.host, host)) < 0) ||
+        (flags[F_API_KEY].seen && (rc = set_str(&c.api_key, api_key)) < 0) ||
+        (flags[F_ADMIN_KEY].seen && (rc = set_str(&c.admin_key, admin_key)) < 0))
+        goto usage;
+    if (flags[F_LOG_LEVEL].seen) {
+        if ((rc = log_level_parse(log_level, &level)) < 0)
+            goto usage;
+        c.log_level = level;
+    }
+    if (flags[F_MAX_BATCH].seen)
+        c.max_batch = max_batch;
+    if (flags[F_QUEUE_CAP].seen)
+        c.queue_cap = queue_cap;
+    if (flags[F_PORT].seen)
+        c.port = port;
+    if (flags[F_MAX_CONN].seen)
+        c.max_connections = max_conn;
+    if (flags[F_TIMEOUT].seen)
+        c.connection_timeout_s = timeout;
+    if (flags[F_GRACE].seen)
+        c.grace_s = grace;
+    if (flags[F_LINK].seen)
+        c.link_gbps = link_gbps;
+    if (flags[F_THREADS].seen)
+        c.http_threads = threads;
+    if ((rc = serve_config_check(&c)) < 0)
+        goto usage;
+    log_set_level(c.log_level);
+    if ((rc = server_signals_init()) < 0 || (rc = server_open(&c, &s)) < 0)
+        goto fail;
+    if (port_file && (rc = write_port_file(port_file, server_port(s))) < 0)
+        goto fail;
+    rc = server_run(s);
+    if (rc < 0)
+        goto fail;
+    server_close(s);
+    serve_config_free(&c);
+    return 0;
+usage:
+    serve_config_free(&c);
+    return args_usage_fail("serve");
+fail:
+    rc = cli_fail("serve");
+    server_close(s);
+    serve_config_free(&c);
+    return rc;
+}

@@ -1,0 +1,22 @@
+/* The server's log: levelled lines on stderr, each with a UTC timestamp and
+ * the level, written whole by one fprintf under stdio's own lock, so lines of
+ * different threads never interleave. Any thread, including engine callbacks
+ * (it does not block on anything but stderr). */
+#ifndef SHARDSWAP_SERVER_LOG_H
+#define SHARDSWAP_SERVER_LOG_H
+
+#include "server/config.h" /* enum log_level */
+
+void log_set_level(enum log_level level);
+enum log_level log_get_level(void);
+/* A line at level (dropped when above the level set); no newline needed. */
+void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "error", "warn", "info", "debug" -> *out; ERR_INVALID otherwise. */
+int log_level_parse(const char *s, enum log_level *out);
+
+#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
+#define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
+
+#endif

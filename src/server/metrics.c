@@ -1,0 +1,185 @@
+/* GET /metrics: the Prometheus text format 0.0.4, from the engine's and the
+ * swap manager's statistics and the server's own counters. Every family is
+ * written whole (HELP, TYPE, its samples) before the next. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server_impl.h"
+
+/* A label value with \, " and newline escaped. */
+static void put_label(FILE *f, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\')
+            fputs("\\\\", f);
+        else if (*v == '"')
+            fputs("\\\"", f);
+        else if (*v == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*v, f);
+    }
+}
+
+static void family(FILE *f, const char *name, const char *type, const char *help)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+struct model_row {
+    struct srv_model *m;
+    struct engine_model_stats st;
+};
+
+static void model_sample(FILE *f, const char *name, const struct model_row *row,
+                         unsigned long long v)
+{
+    fprintf(f, "%s{model=\"", name);
+    put_label(f, row->m->name);
+    fprintf(f, "\"} %llu\n", v);
+}
+
+static void model_hist(FILE *f, const char *name, const struct model_row *row,
+                       const struct engine_hist *h)
+{
+    for (int i = 0; i < ENGINE_HIST_LE; i++) {
+        fprintf(f, "%s_bucket{model=\"", name);
+        put_label(f, row->m->name);
+        fprintf(f, "\",le=\"%g\"} %llu\n", engine_hist_le[i], (unsigned long long)h->le[i]);
+    }
+    fprintf(f, "%s_bucket{model=\"", name);
+    put_label(f, row->m->name);
+    fprintf(f, "\",le=\"+Inf\"} %llu\n", (unsigned long long)h->count);
+    fprintf(f, "%s_sum{model=\"", name);
+    put_label(f, row->m->name);
+    fprintf(f, "\"} %.9g\n", h->sum);
+    fprintf(f, "%s_count{model=\"", name);
+    put_label(f, row->m->name);
+    fprintf(f, "\"} %llu\n", (unsigned long long)h->count);
+}
+
+static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int n)
+{
+    family(f, "shardswap_requests_total", "counter",
+           "Completion requests by model and outcome (invalid: refused by the server with a "
+           "4xx before reaching the engine; rejected: the model's queue was full).");
+    for (int i = 0; i < n; i++) {
+        const struct engine_model_stats *st = &rows[i].st;
+        /* a stop string cancels its request in the engine: ok to the client */
+        unsigned long long stopped = atomic_load(&rows[i].m->n_stopped);
+        stopped = stopped < st->cancelled ? stopped : st->cancelled;
+        const struct {
+            const char *outcome;
+            unsigned long long v;
+        } o[] = {{"ok", st->ok + stopped},
+                 {"error", st->failed},
+                 {"cancelled", st->cancelled - stopped},
+                 {"timeout", st->timed_out},
+                 {"rejected", st->rejected},
+                 {"invalid", atomic_load(&rows[i].m->n_invalid)}};
+        for (size_t k = 0; k < sizeof(o) / sizeof(o[0]); k++) {
+            fputs("shardswap_requests_total{model=\"", f);
+            put_label(f, rows[i].m->name);
+            fprintf(f, "\",outcome=\"%s\"} %llu\n", o[k].outcome, o[k].v);
+        }
+    }
+    family(f, "shardswap_http_responses_total", "counter", "HTTP responses by status code.");
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < SRV_HTTP_CODES && s->http_code[i]; i++)
+        fprintf(f, "shardswap_http_responses_total{code=\"%d\"} %llu\n", s->http_code[i],
+                (unsigned long long)s->http_count[i]);
+    pthread_mutex_unlock(&s->lock);
+
+    family(f, "shardswap_queue_depth", "gauge", "Requests waiting in the model's queue.");
+    for (int i = 0; i < n; i++)
+        model_sample(f, "shardswap_queue_depth", &rows[i], (unsigned long long)rows[i].st.queue_len);
+    family(f, "shardswap_running", "gauge", "Sequences of the model's batch in flight.");
+    for (int i = 0; i < n; i++)
+        model_sample(f, "shardswap_running", &rows[i], (unsigned long long)rows[i].st.running);
+
+    family(f, "shardswap_ttft_seconds", "histogram",
+           "Time from arrival to the first token, of requests that completed.");
+    for (int i = 0; i < n; i++)
+        model_hist(f, "shardswap_ttft_seconds", &rows[i], &rows[i].st.ttft_hist);
+    family(f, "shardswap_request_duration_seconds", "histogram",
+           "Time from arrival to completion, of requests that completed.");
+    for (int i = 0; i < n; i++)
+        model_hist(f, "shardswap_request_duration_seconds", &rows[i], &rows[i].st.latency_hist);
+    family(f, "shardswap_swap_duration_seconds", "histogram",
+           "Time from the request of a load to every shard on its device.");
+    for (int i = 0; i < n; i++)
+        model_hist(f, "shardswap_swap_duration_seconds", &rows[i], &rows[i].st.load_hist);
+
+    family(f, "shardswap_swaps_total", "counter", "Loads of the model onto its devices.");
+    for (int i = 0; i < n; i++)
+        model_sample(f, "shardswap_swaps_total", &rows[i], rows[i].st.loads);
+    family(f, "shardswap_swapped_bytes_total", "counter",
+           "Bytes copied host to device over the model's loads.");
+    for (int i = 0; i < n; i++)
+        model_sample(f, "shardswap_swapped_bytes_total", &rows[i], rows[i].st.bytes_loaded);
+    family(f, "shardswap_evictions_total", "counter",
+           "Times the scheduling policy evicted the model to make room.");
+    for (int i = 0; i < n; i++)
+        model_sample(f, "shardswap_evictions_total", &rows[i], rows[i].st.evictions);
+
+    static const enum residency res[] = {RES_ON_DISK, RES_IN_HOST, RES_LOADING, RES_ON_DEVICE,
+                                         RES_OFFLOADING};
+    family(f, "shardswap_model_resident", "gauge",
+           "1 for the residency the model is in now, 0 for the others.");
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < sizeof(res) / sizeof(res[0]); k++) {
+            fputs("shardswap_model_resident{model=\"", f);
+            put_label(f, rows[i].m->name);
+            fprintf(f, "\",residency=\"%s\"} %d\n", srv_residency_name(res[k]),
+                    rows[i].st.residency == res[k]);
+        }
+
+    struct swap_manager *mgr = s->stack->mgr;
+    family(f, "shardswap_device_bytes_used", "gauge", "Device memory in use, in bytes.");
+    for (int d = 0; d < swap_device_count(mgr); d++) {
+        fputs("shardswap_device_bytes_used{device=\"", f);
+        put_label(f, device_name(swap_device(mgr, d)));
+        fprintf(f, "\"} %llu\n", (unsigned long long)device_used(swap_device(mgr, d)));
+    }
+    family(f, "shardswap_device_bytes_budget", "gauge", "Device memory budget, in bytes.");
+    for (int d = 0; d < swap_device_count(mgr); d++) {
+        fputs("shardswap_device_bytes_budget{device=\"", f);
+        put_label(f, device_name(swap_device(mgr, d)));
+        fprintf(f, "\"} %llu\n", (unsigned long long)device_budget(swap_device(mgr, d)));
+    }
+    struct swap_stats ss;
+    swap_get_stats(mgr, &ss);
+    family(f, "shardswap_host_bytes_used", "gauge", "Host memory of the host tier in use, in bytes.");
+    fprintf(f, "shardswap_host_bytes_used %llu\n", (unsigned long long)ss.host_used);
+    family(f, "shardswap_host_bytes_budget", "gauge", "Host memory budget of the host tier, in bytes.");
+    fprintf(f, "shardswap_host_bytes_budget %llu\n", (unsigned long long)ss.host_budget);
+}
+
+enum MHD_Result srv_metrics(struct srv_req *r)
+{
+    struct server *s = r->s;
+    static _Thread_local struct srv_model *ms[SRV_MAX_LIST];
+    int n = srv_models_list_all(s, ms, SRV_MAX_LIST);
+    n = n < SRV_MAX_LIST ? n : SRV_MAX_LIST;
+    struct model_row *rows = calloc((size_t)(n ? n : 1), sizeof(*rows));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = rows ? open_memstream(&text, &len) : NULL;
+    if (!f) {
+        free(rows);
+        return srv_reply_errorf(r, 500, NULL, NULL, "", "Out of memory.");
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        rows[k].m = ms[i];
+        if (engine_model_stats(s->stack->engine, ms[i]->id, &rows[k].st) == 0)
+            k++;
+    }
+    write_metrics(f, s, rows, k);
+    fclose(f);
+    free(rows);
+    enum MHD_Result ret = srv_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", text);
+    free(text);
+    return ret;
+}

@@ -1,0 +1,121 @@
+/* Replies: JSON bodies (Jansson), OpenAI-style errors and plain text, queued
+ * on the request's connection, and the HTTP status counters /metrics shows.
+ * HTTP thread, from the access handler (or with the connection suspended). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/log.h"
+#include "server/server_impl.h"
+
+void srv_count_status(struct server *s, int status)
+{
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < SRV_HTTP_CODES; i++) {
+        if (s->http_code[i] == status || s->http_code[i] == 0) {
+            s->http_code[i] = status;
+            s->http_count[i]++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+const char *srv_error_type(int status)
+{
+    switch (status) {
+    case 401:
+        return "authentication_error";
+    case 403:
+        return "permission_error";
+    case 404:
+        return "invalid_request_error";
+    case 429:
+        return "rate_limit_error";
+    default:
+        return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+/* Queues buf (malloc'd, taken) with content type and an optional header. */
+static enum MHD_Result reply_buf(struct srv_req *r, unsigned status, const char *type, char *buf,
+                                 size_t len, const char *hdr, const char *value)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(buf);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (hdr)
+        MHD_add_response_header(resp, hdr, value);
+    r->http_status = (int)status;
+    r->handled = true;
+    srv_count_status(r->s, (int)status);
+    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result reply_json_hdr(struct srv_req *r, unsigned status, json_t *body,
+                                      const char *hdr, const char *value)
+{
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
+                                  "\"server_error\",\"param\":null,\"code\":null}}";
+        char *b = strdup(oom);
+        return b ? reply_buf(r, 500, "application/json", b, strlen(b), NULL, NULL) : MHD_NO;
+    }
+    size_t n = strlen(text);
+    text[n] = '\0';
+    return reply_buf(r, status, "application/json", text, n, hdr, value);
+}
+
+enum MHD_Result srv_reply_json(struct srv_req *r, unsigned status, json_t *body)
+{
+    return reply_json_hdr(r, status, body, NULL, NULL);
+}
+
+enum MHD_Result srv_reply_text(struct srv_req *r, unsigned status, const char *content_type,
+                               const char *text)
+{
+    char *b = strdup(text);
+    if (!b)
+        return MHD_NO;
+    return reply_buf(r, status, content_type, b, strlen(b), NULL, NULL);
+}
+
+enum MHD_Result srv_reply_error_hdr(struct srv_req *r, const struct oai_error *e,
+                                    const char *hdr, const char *value)
+{
+    char *text = oai_error_json(e);
+    if (e->status >= 500)
+        log_warn("%s %s: %d %s", r->method, r->path, e->status, e->message);
+    else
+        log_debug("%s %s: %d %s", r->method, r->path, e->status, e->message);
+    if (!text)
+        return MHD_NO;
+    return reply_buf(r, (unsigned)e->status, "application/json", text, strlen(text), hdr, value);
+}
+
+enum MHD_Result srv_reply_error(struct srv_req *r, const struct oai_error *e)
+{
+    return srv_reply_error_hdr(r, e, NULL, NULL);
+}
+
+enum MHD_Result srv_reply_errorf(struct srv_req *r, int status, const char *type,
+                                 const char *code, const char *param, const char *fmt, ...)
+{
+    struct oai_error e;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    oai_error_set(&e, status, type ? type : srv_error_type(status), code, param, "%s", msg);
+    return srv_reply_error(r, &e);
+}

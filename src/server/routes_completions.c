@@ -1,0 +1,617 @@
+/* POST /v1/completions: a request body -> the model's tokenizer -> the
+ * engine, then either one JSON response or server-sent events as tokens
+ * arrive.
+ *
+ * The text of a completion is decoded as the tokens come (bpe_stream, so a
+ * UTF-8 character split across tokens is sent whole) and checked against the
+ * stop strings on the runner thread: at a match the text is cut before it
+ * and the engine request cancelled at once. A stream sends only text that
+ * cannot be the start of a stop string (req.safe); the rest waits for the
+ * next token or the end.
+ *
+ * Non-streamed: the HTTP thread submits and suspends the connection; on_done
+ * resumes it and the access handler answers. Streamed: the response is
+ * queued at once (200, text/event-stream) and its content reader suspends
+ * the connection whenever it has nothing to send; on_token / on_done resume
+ * it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "server/log.h"
+#include "server/server_impl.h"
+
+/* ---- text shared with the engine's callbacks (under r->lock) ---- */
+
+static int text_append(struct srv_req *r, const char *p, size_t n)
+{
+    if (r->text_len + n + 1 > r->text_cap) {
+        size_t cap = r->text_cap ? r->text_cap : 256;
+        while (cap < r->text_len + n + 1)
+            cap *= 2;
+        char *t = realloc(r->text, cap);
+        if (!t)
+            return ERR_NOMEM;
+        r->text = t;
+        r->text_cap = cap;
+    }
+    memcpy(r->text + r->text_len, p, n);
+    r->text_len += n;
+    r->text[r->text_len] = '\0';
+    return 0;
+}
+
+/* After text grew from old bytes: cuts it at the first stop string (true)
+ * or moves safe past what can no longer start one. */
+static bool text_check_stops(struct srv_req *r, size_t old)
+{
+    const struct completion_req *q = &r->creq;
+    if (q->n_stop == 0) {
+        r->safe = r->text_len;
+        return false;
+    }
+    size_t from = old >= r->max_stop ? old - r->max_stop + 1 : 0;
+    const char *best = NULL;
+    for (int i = 0; i < q->n_stop; i++) {
+        const char *hit =
+            memmem(r->text + from, r->text_len - from, q->stop[i], strlen(q->stop[i]));
+        if (hit && (!best || hit < best))
+            best = hit;
+    }
+    if (best) {
+        r->text_len = (size_t)(best - r->text);
+        r->text[r->text_len] = '\0';
+        r->safe = r->text_len;
+        return true;
+    }
+    /* hold back the longest tail that is a prefix of a stop string */
+    size_t hold = 0;
+    for (size_t k = r->max_stop - 1 < r->text_len ? r->max_stop - 1 : r->text_len; k > 0 && !hold;
+         k--)
+        for (int i = 0; i < q->n_stop; i++)
+            if (strlen(q->stop[i]) > k && memcmp(r->text + r->text_len - k, q->stop[i], k) == 0) {
+                hold = k;
+                break;
+            }
+    if (r->text_len - hold > r->safe)
+        r->safe = r->text_len - hold;
+    return false;
+}
+
+static int ends_push(struct srv_req *r)
+{
+    if (r->n_ends == r->ends_cap) {
+        int cap = r->ends_cap ? r->ends_cap * 2 : 64;
+        int *e = realloc(r->ends, (size_t)cap * sizeof(*e));
+        if (!e)
+            return ERR_NOMEM;
+        r->ends = e;
+        r->ends_cap = cap;
+    }
+    r->ends[r->n_ends++] = (int)r->text_len;
+    return 0;
+}
+
+/* The engine's on_token: on the model's runner thread, between two steps of
+ * its batch. Decodes and checks stops under r->lock (a copy of a few bytes),
+ * cancels at a stop, resumes a stream's connection; never blocks. */
+static void on_token(struct engine_req *er, int32_t id, void *ctx)
+{
+    struct srv_req *r = ctx;
+    bool cancel = false, wake = false;
+    pthread_mutex_lock(&r->lock);
+    if (!r->stop_hit && !r->done) {
+        r->n_gen++;
+        int n = bpe_stream_push(&r->dec, id, r->tokbuf, r->tokbuf_cap);
+        size_t old = r->text_len;
+        if (n > 0 && text_append(r, r->tokbuf, (size_t)n) < 0)
+            cancel = true; /* out of memory: the request ends with what it has */
+        if (text_check_stops(r, old))
+            cancel = r->stop_hit = true;
+        ends_push(r);
+        wake = r->suspended && r->creq.stream;
+        if (wake)
+            r->suspended = false;
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (cancel)
+        engine_cancel(r->s->stack->engine, er);
+    if (wake)
+        MHD_resume_connection(r->conn);
+}
+
+/* The engine's on_done: on an engine thread, once. Records the outcome,
+ * resumes the connection and drops the engine's reference (which may free
+ * r: nothing of r is touched after). */
+static void on_done(struct engine_req *er, void *ctx)
+{
+    struct srv_req *r = ctx;
+    struct server *s = r->s;
+    pthread_mutex_lock(&r->lock);
+    if (!r->stop_hit) {
+        int n = bpe_stream_finish(&r->dec, r->tokbuf, r->tokbuf_cap);
+        size_t old = r->text_len;
+        if (n > 0 && text_append(r, r->tokbuf, (size_t)n) == 0)
+            r->stop_hit = text_check_stops(r, old);
+    }
+    r->status = engine_req_status(er);
+    snprintf(r->error, sizeof(r->error), "%s", engine_req_error(er));
+    engine_req_output(er, &r->n_out);
+    engine_req_timings(er, &r->tm);
+    if (r->stop_hit && r->status == ERR_CANCELLED)
+        atomic_fetch_add(&r->m->n_stopped, 1);
+    r->safe = r->text_len;
+    r->done = true;
+    bool wake = r->suspended;
+    r->suspended = false;
+    struct MHD_Connection *conn = r->conn;
+    pthread_mutex_unlock(&r->lock);
+    srv_inflight_add(s, -1);
+    if (wake)
+        MHD_resume_connection(conn);
+    srv_req_unref(r);
+}
+
+/* ---- the outcome ---- */
+
+/* "stop", "length", or NULL when the request failed. Under r->lock, done. */
+static const char *finish_reason(const struct srv_req *r)
+{
+    if (r->stop_hit)
+        return "stop";
+    if (r->status != 0)
+        return NULL;
+    return r->n_out < r->creq.max_tokens ? "stop" : "length";
+}
+
+static int completion_tokens(const struct srv_req *r)
+{
+    return r->stop_hit || r->status != 0 ? r->n_gen : r->n_out;
+}
+
+/* The error a failed request answers with. Under r->lock, done. */
+static void failure(const struct srv_req *r, struct oai_error *e)
+{
+    if (r->status == ERR_TIMEOUT || (r->status == ERR_CANCELLED && r->cancel_shutdown))
+        oai_error_set(e, 503, "server_error", "server_shutting_down", "",
+                      "The request was %s: the server is shutting down.",
+                      r->status == ERR_TIMEOUT ? "timed out" : "cancelled");
+    else if (r->status == ERR_CANCELLED)
+        oai_error_set(e, 503, "server_error", "request_cancelled", "",
+                      "The request was cancelled.");
+    else if (r->status == ERR_NOT_FOUND)
+        oai_error_set(e, 404, "invalid_request_error", "model_not_found", "model", "%s",
+                      r->error[0] ? r->error : "The model was removed.");
+    else
+        oai_error_set(e, 500, "server_error", "engine_error", "", "The engine failed: %s",
+                      r->error[0] ? r->error : err_name(r->status));
+}
+
+static json_t *usage_json(const struct srv_req *r)
+{
+    int c = completion_tokens(r);
+    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", r->n_prompt, "completion_tokens", c,
+                     "total_tokens", r->n_prompt + c);
+}
+
+/* One completion object: a response or a stream chunk. text may be NULL
+ * (an empty choices list, for the usage chunk). */
+static json_t *completion_json(const struct srv_req *r, const char *text, size_t len,
+                               const char *finish, json_t *usage)
+{
+    json_t *choices = json_array();
+    if (text) {
+        json_t *t = json_stringn(text, len);
+        if (!t) /* not UTF-8: cannot happen with bpe_stream's output; say so rather than fail */
+            t = json_string("\xef\xbf\xbd");
+        json_array_append_new(choices,
+                              json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "text", t, "logprobs",
+                                        "finish_reason",
+                                        finish ? json_string(finish) : json_null()));
+    }
+    return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", r->id, "object", "text_completion",
+                     "created", (json_int_t)r->created, "model", r->m->name, "choices", choices,
+                     "usage", usage ? usage : json_null());
+}
+
+static bool req_done(struct srv_req *r)
+{
+    return r->done;
+}
+
+/* The one response of a non-streamed request, once done. */
+static enum MHD_Result reply_final(struct srv_req *r)
+{
+    pthread_mutex_lock(&r->lock);
+    const char *finish = finish_reason(r);
+    struct oai_error e;
+    json_t *body = NULL;
+    if (finish) {
+        size_t n = r->echo_len + r->text_len;
+        char *all = malloc(n + 1);
+        if (all) {
+            memcpy(all, r->echo_text ? r->echo_text : "", r->echo_len);
+            memcpy(all + r->echo_len, r->text ? r->text : "", r->text_len);
+            body = completion_json(r, all, n, finish, usage_json(r));
+            free(all);
+        }
+    } else {
+        failure(r, &e);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return finish ? srv_reply_json(r, 200, body) : srv_reply_error(r, &e);
+}
+
+/* ---- streaming ---- */
+
+static int out_append(struct srv_req *r, const char *p, size_t n)
+{
+    if (r->out_len + n > r->out_cap) {
+        size_t cap = r->out_cap ? r->out_cap : 1024;
+        while (cap < r->out_len + n)
+            cap *= 2;
+        char *o = realloc(r->out, cap);
+        if (!o)
+            return ERR_NOMEM;
+        r->out = o;
+        r->out_cap = cap;
+    }
+    memcpy(r->out + r->out_len, p, n);
+    r->out_len += n;
+    return 0;
+}
+
+/* Appends "data: JSON\n\n"; takes ev. */
+static int out_event(struct srv_req *r, json_t *ev)
+{
+    char *s = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+    json_decref(ev);
+    if (!s)
+        return ERR_NOMEM;
+    int rc = out_append(r, "data: ", 6);
+    if (rc == 0)
+        rc = out_append(r, s, strlen(s));
+    if (rc == 0)
+        rc = out_append(r, "\n\n", 2);
+    free(s);
+    return rc;
+}
+
+static int out_chunk(struct srv_req *r, const char *text, size_t len, const char *finish)
+{
+    return out_event(r, completion_json(r, text, len, finish, NULL));
+}
+
+/* Turns what the callbacks added since the last call into events in r->out.
+ * HTTP thread (the content reader). */
+static int stream_produce(struct srv_req *r)
+{
+    int rc = 0;
+    if (!r->echo_sent) {
+        r->echo_sent = true;
+        if (r->echo_len && (rc = out_chunk(r, r->echo_text, r->echo_len, NULL)) < 0)
+            return rc;
+    }
+    /* copy the new text and its token boundaries out of the lock */
+    pthread_mutex_lock(&r->lock);
+    size_t base = r->sent, safe = r->safe;
+    char *slice = NULL;
+    int *ends = NULL, n_ends = 0;
+    if (safe > base && (slice = malloc(safe - base))) {
+        memcpy(slice, r->text + base, safe - base);
+        int k = r->ends_sent;
+        while (k < r->n_ends && (size_t)r->ends[k] <= safe)
+            k++;
+        if (k > r->ends_sent && (ends = malloc((size_t)(k - r->ends_sent) * sizeof(*ends)))) {
+            memcpy(ends, r->ends + r->ends_sent, (size_t)(k - r->ends_sent) * sizeof(*ends));
+            n_ends = k - r->ends_sent;
+        }
+        r->ends_sent = k;
+    }
+    bool done = r->done, ok = false;
+    const char *finish = NULL;
+    struct oai_error e;
+    json_t *usage = NULL;
+    if (done) {
+        finish = finish_reason(r);
+        ok = finish != NULL;
+        if (!ok)
+            failure(r, &e);
+        else if (r->creq.include_usage)
+            usage = usage_json(r);
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (safe > base && !slice)
+        return ERR_NOMEM;
+    /* one event per token's piece, then what is left up to safe */
+    size_t at = base;
+    for (int i = 0; i < n_ends && rc == 0; i++) {
+        size_t end = (size_t)ends[i];
+        if (end > at)
+            rc = out_chunk(r, slice + (at - base), end - at, NULL);
+        at = end > at ? end : at;
+    }
+    if (rc == 0 && safe > at)
+        rc = out_chunk(r, slice + (at - base), safe - at, NULL);
+    r->sent = safe > base ? safe : base;
+    free(slice);
+    free(ends);
+    if (rc == 0 && done && !r->final_sent) {
+        if (ok) {
+            rc = out_chunk(r, "", 0, finish);
+            if (rc == 0 && usage) {
+                json_t *ev = completion_json(r, NULL, 0, NULL, usage);
+                usage = NULL;
+                rc = out_event(r, ev);
+            }
+        } else {
+            char *err = oai_error_json(&e);
+            json_t *ev = err ? json_loads(err, 0, NULL) : NULL;
+            free(err);
+            rc = out_event(r, ev);
+            log_warn("%s %s: stream ended with an error: %s", r->method, r->path, e.message);
+        }
+        if (rc == 0)
+            rc = out_append(r, "data: [DONE]\n\n", 14);
+        r->final_sent = true;
+    }
+    json_decref(usage);
+    return rc;
+}
+
+static bool stream_ready(struct srv_req *r)
+{
+    return r->safe > r->sent || r->done || r->client_gone;
+}
+
+/* MHD's content reader of a stream: on a pool thread. Sends what is ready;
+ * with nothing ready it suspends the connection and returns 0 (on_token or
+ * on_done resumes it, and MHD calls again). */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct srv_req *r = cls;
+    for (;;) {
+        if (r->out_pos < r->out_len) {
+            size_t n = r->out_len - r->out_pos < max ? r->out_len - r->out_pos : max;
+            memcpy(buf, r->out + r->out_pos, n);
+            r->out_pos += n;
+            if (r->out_pos == r->out_len)
+                r->out_pos = r->out_len = 0;
+            return (ssize_t)n;
+        }
+        if (r->final_sent)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        pthread_mutex_lock(&r->lock);
+        bool gone = r->client_gone;
+        pthread_mutex_unlock(&r->lock);
+        if (gone)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (stream_produce(r) < 0)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (r->out_len || r->final_sent)
+            continue;
+        if (srv_req_suspend_unless(r, stream_ready))
+            return 0;
+    }
+}
+
+static void stream_free(void *cls)
+{
+    srv_req_unref(cls);
+}
+
+/* ---- the request ---- */
+
+static void random_bytes(void *p, size_t n)
+{
+    if (getrandom(p, n, 0) != (ssize_t)n) {
+        /* no entropy source: time and address, good enough for ids and seeds */
+        uint64_t x = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)p ^ (uint64_t)clock();
+        for (size_t i = 0; i < n; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            ((unsigned char *)p)[i] = (unsigned char)(x >> 56);
+        }
+    }
+}
+
+/* The prompt's ids: the text through the model's tokenizer (BOS as
+ * `shardswap generate` adds it), or the ids as given. */
+static int prompt_ids(struct srv_req *r, int32_t **ids, int *n, struct oai_error *e)
+{
+    const struct completion_req *q = &r->creq;
+    const struct srv_model *m = r->m;
+    if (!m->tok) /* the completion's text needs one too */
+        return oai_error_set(e, 400, "invalid_request_error", NULL, "model",
+                             "Model %s has no tokenizer in its directory.", m->name);
+    if (q->prompt_text) {
+        size_t nn = 0;
+        if (bpe_encode(m->tok, q->prompt_text, q->prompt_len, true, ids, &nn) < 0)
+            return oai_error_set(e, 400, "invalid_request_error", NULL, "prompt",
+                                 "The prompt could not be tokenized: %s", err_msg());
+        *n = (int)nn;
+        return 0;
+    }
+    for (int i = 0; i < q->n_prompt_ids; i++)
+        if (q->prompt_ids[i] < 0 || q->prompt_ids[i] >= m->vocab)
+            return oai_error_set(e, 400, "invalid_request_error", "invalid_token", "prompt",
+                                 "Token id %d at prompt[%d] is outside model %s's vocabulary "
+                                 "of %d tokens.",
+                                 (int)q->prompt_ids[i], i, m->name, m->vocab);
+    if (!(*ids = malloc(((size_t)q->n_prompt_ids + 1) * sizeof(**ids))))
+        return oai_error_set(e, 500, "server_error", NULL, "", "Out of memory.");
+    memcpy(*ids, q->prompt_ids, (size_t)q->n_prompt_ids * sizeof(**ids));
+    *n = q->n_prompt_ids;
+    return 0;
+}
+
+/* What echo prepends: the prompt as given, or its ids decoded. */
+static int echo_prepare(struct srv_req *r, struct oai_error *e)
+{
+    const struct completion_req *q = &r->creq;
+    if (!q->echo)
+        return 0;
+    if (q->prompt_text) {
+        r->echo_text = strdup(q->prompt_text);
+        r->echo_len = q->prompt_len;
+    } else {
+        if (bpe_decode(r->m->tok, q->prompt_ids, (size_t)q->n_prompt_ids, true, &r->echo_text,
+                       &r->echo_len) < 0)
+            return oai_error_set(e, 400, "invalid_request_error", NULL, "prompt",
+                                 "The prompt's ids could not be decoded: %s", err_msg());
+    }
+    if (!r->echo_text)
+        return oai_error_set(e, 500, "server_error", NULL, "", "Out of memory.");
+    return 0;
+}
+
+static enum MHD_Result submit_failed(struct srv_req *r, int rc)
+{
+    struct oai_error e;
+    if (rc == ERR_BUSY) {
+        oai_error_set(&e, 429, "rate_limit_error", "queue_full", "",
+                      "Model %s's queue is full; retry later. (%s)", r->m->name, err_msg());
+        return srv_reply_error_hdr(r, &e, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    }
+    if (rc == ERR_NOT_FOUND)
+        oai_error_set(&e, 404, "invalid_request_error", "model_not_found", "model",
+                      "The model '%s' does not exist.", r->creq.model);
+    else if (rc == ERR_INVALID)
+        oai_error_set(&e, 400, "invalid_request_error", NULL, "", "%s", err_msg());
+    else
+        oai_error_set(&e, 500, "server_error", NULL, "", "%s", err_msg());
+    return srv_reply_error(r, &e);
+}
+
+enum MHD_Result srv_completions(struct srv_req *r)
+{
+    struct server *s = r->s;
+    struct completion_req *q = &r->creq;
+    struct oai_error e;
+    int32_t *ids = NULL;
+    int n = 0;
+    if (oai_parse_completion(r->body ? r->body : "", r->body_len, q, &e) < 0)
+        return srv_reply_error(r, &e);
+    r->parsed = true;
+    if (!(r->m = srv_model_find(s, q->model))) {
+        oai_error_set(&e, 404, "invalid_request_error", "model_not_found", "model",
+                      "The model '%s' does not exist.", q->model);
+        return srv_reply_error(r, &e);
+    }
+    if (prompt_ids(r, &ids, &n, &e) < 0 || echo_prepare(r, &e) < 0)
+        goto refuse;
+    r->n_prompt = n;
+    if (n == 0) {
+        oai_error_set(&e, 400, "invalid_request_error", NULL, "prompt",
+                      "The prompt is empty (and model %s's tokenizer adds no BOS).", r->m->name);
+        goto refuse;
+    }
+    if ((long long)n + q->max_tokens > r->m->max_pos) {
+        oai_error_set(&e, 400, "invalid_request_error", "context_length_exceeded", "max_tokens",
+                      "This model's maximum context length is %d tokens, however you requested "
+                      "%lld tokens (%d in your prompt; %d for the completion). Please reduce "
+                      "your prompt or completion length.",
+                      r->m->max_pos, (long long)n + q->max_tokens, n, q->max_tokens);
+        goto refuse;
+    }
+    for (int i = 0; i < q->n_stop; i++)
+        if (strlen(q->stop[i]) > r->max_stop)
+            r->max_stop = strlen(q->stop[i]);
+    bpe_stream_init(&r->dec, r->m->tok);
+    r->tokbuf_cap = bpe_stream_chunk_max(r->m->tok);
+    if (!(r->tokbuf = malloc(r->tokbuf_cap))) {
+        oai_error_set(&e, 500, "server_error", NULL, "", "Out of memory.");
+        goto refuse;
+    }
+    unsigned char rnd[12];
+    random_bytes(rnd, sizeof(rnd));
+    int k = snprintf(r->id, sizeof(r->id), "cmpl-");
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        k += snprintf(r->id + k, sizeof(r->id) - (size_t)k, "%02x", rnd[i]);
+    r->created = (long long)time(NULL);
+    struct engine_request_params p = {
+        .model = r->m->id,
+        .prompt = ids,
+        .n_prompt = n,
+        .max_tokens = q->max_tokens,
+        .sampling = {.temperature = q->temperature, .top_k = q->top_k, .top_p = q->top_p,
+                     .seed = q->seed},
+        .on_token = on_token,
+        .on_done = on_done,
+        .ctx = r,
+    };
+    if (!q->has_seed)
+        random_bytes(&p.sampling.seed, sizeof(p.sampling.seed));
+    if (!srv_accepting(s)) {
+        oai_error_set(&e, 503, "server_error", "server_shutting_down", "",
+                      "The server is shutting down.");
+        goto refuse;
+    }
+    srv_req_ref(r); /* the engine's, dropped by on_done */
+    srv_inflight_add(s, 1);
+    struct engine_req *er = NULL;
+    int rc = engine_submit(s->stack->engine, &p, &er);
+    free(ids);
+    ids = NULL;
+    if (rc < 0) {
+        srv_inflight_add(s, -1);
+        srv_req_unref(r);
+        return submit_failed(r, rc);
+    }
+    r->er = er;
+    srv_watch(s, r);
+    if (!q->stream) {
+        if (srv_req_suspend_unless(r, req_done))
+            return MHD_YES;
+        return reply_final(r);
+    }
+    srv_req_ref(r); /* the response's, dropped by stream_free */
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, r, stream_free);
+    if (!resp) {
+        srv_req_unref(r);
+        engine_cancel(s->stack->engine, er);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    r->http_status = 200;
+    r->handled = true;
+    srv_count_status(s, 200);
+    enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
+    MHD_destroy_response(resp);
+    return ret;
+refuse:
+    free(ids);
+    if (e.status >= 400 && e.status < 500)
+        atomic_fetch_add(&r->m->n_invalid, 1);
+    return srv_reply_error(r, &e);
+}
+
+enum MHD_Result srv_completions_resumed(struct srv_req *r)
+{
+    pthread_mutex_lock(&r->lock);
+    bool done = r->done, gone = r->client_gone;
+    pthread_mutex_unlock(&r->lock);
+    if (!done && gone)
+        return MHD_NO; /* the watcher woke it to be closed */
+    if (!done && srv_req_suspend_unless(r, req_done))
+        return MHD_YES;
+    return reply_final(r);
+}
+
+void srv_completions_free(struct srv_req *r)
+{
+    engine_req_release(r->er);
+    r->er = NULL;
+    if (r->parsed)
+        completion_req_free(&r->creq);
+    free(r->echo_text);
+    free(r->tokbuf);
+    free(r->text);
+    free(r->ends);
+    free(r->out);
+}

@@ -1,0 +1,224 @@
+/* The server's insides, shared by its files (server.h is the contract):
+ * the model table, the per-request state, replies and the route handlers.
+ *
+ * Locks, outermost first:
+ * - server.lock guards the model table, the list of live requests, their
+ *   count and the HTTP counters' table; never held across an MHD call or a
+ *   wait (engine_cancel, which only takes the engine lock, is called under
+ *   it at shutdown);
+ * - srv_req.lock guards what an engine callback shares with the HTTP thread
+ *   (text, flags, the suspended flag); held only to copy a few bytes, to
+ *   call engine_cancel's caller-side bookkeeping never, and across
+ *   MHD_suspend_connection (so a resumer that sees suspended knows the
+ *   suspension happened); MHD_resume_connection is called after releasing
+ *   it by whoever cleared the flag, so exactly one party resumes;
+ * - watch_lock guards the watcher's list; nothing else is taken under it.
+ */
+#ifndef SHARDSWAP_SERVER_SERVER_IMPL_H
+#define SHARDSWAP_SERVER_SERVER_IMPL_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/sched.h"
+#include "engine/stack.h"
+#include "server/config.h"
+#include "server/oai.h"
+#include "server/server.h"
+#include "tokenizer/bpe.h"
+
+enum server_state { SERVER_STARTING, SERVER_SERVING, SERVER_STOPPING };
+
+/* A model the server serves or served. Entries are never freed before
+ * server_close (a removed one is marked, since requests in flight may still
+ * use its tokenizer), so a pointer from srv_model_find stays valid. */
+struct srv_model {
+    char name[64];
+    char *path;            /* owned */
+    struct swap_model *sm; /* the swap manager's */
+    struct bpe *tok;       /* owned; NULL when the directory has no tokenizer */
+    int id;                /* engine id */
+    int max_pos, vocab;
+    long long created;     /* unix seconds it was added */
+    bool removed;
+    atomic_ullong n_invalid; /* completions refused by the server (4xx) */
+    /* completions ended by a stop string: the engine counts them cancelled */
+    atomic_ullong n_stopped;
+    struct srv_model *next;
+};
+
+/* The most models a listing shows (the engine's limit). */
+#define SRV_MAX_LIST SCHED_MAX_MODELS
+
+/* The HTTP status counters /metrics shows (shardswap_http_responses_total). */
+#define SRV_HTTP_CODES 16
+
+struct server {
+    const struct serve_config *cfg;
+    struct stack *stack;
+    struct MHD_Daemon *mhd;
+    int port;
+    atomic_int state; /* enum server_state */
+    long long started; /* unix seconds */
+
+    pthread_mutex_t admin_lock; /* serializes adding and removing models */
+    pthread_mutex_t lock;
+    struct srv_model *models; /* newest first */
+    struct srv_req *live;     /* every request state, until freed */
+    int n_inflight;           /* requests submitted whose on_done has not run */
+    pthread_cond_t idle_cv;   /* n_inflight or the live list shrank */
+    int http_code[SRV_HTTP_CODES];
+    uint64_t http_count[SRV_HTTP_CODES];
+    /* per model: requests refused by the server before the engine (4xx) */
+
+    /* the watcher (watcher.c) */
+    pthread_t watcher;
+    bool watcher_started;
+    pthread_mutex_t watch_lock;
+    pthread_cond_t watch_cv;
+    bool watch_stop;
+    struct srv_req *watched; /* requests in flight, by their watch_next */
+};
+
+enum srv_route {
+    ROUTE_NONE,
+    ROUTE_COMPLETIONS,
+    ROUTE_MODELS,
+    ROUTE_MODEL,
+    ROUTE_HEALTH,
+    ROUTE_METRICS,
+    ROUTE_ADMIN_ADD,
+    ROUTE_ADMIN_MODEL,  /* DELETE /admin/models/{id} */
+    ROUTE_ADMIN_ACTION, /* POST /admin/models/{id}/ACTION */
+};
+
+/* One HTTP request's state (MHD's req_cls). Freed when its last reference
+ * goes: the HTTP side's (dropped at MHD's completion notice), the engine's
+ * (taken before engine_submit, dropped at the end of on_done) and the
+ * watcher's (while it polls). */
+struct srv_req {
+    atomic_int refs;
+    struct server *s;
+    struct MHD_Connection *conn;
+    int fd;
+    double t0;
+    struct srv_req *live_prev, *live_next; /* server.live, under server.lock */
+    struct srv_req *watch_next;            /* server.watched, under watch_lock */
+    bool watched;                          /* under watch_lock */
+
+    /* HTTP thread only */
+    enum srv_route route;
+    char method[8];
+    char path[160];
+    char arg[256];    /* the {id} of the path */
+    char action[16];  /* load, unload, pin, unpin */
+    char *body;
+    size_t body_len, body_cap;
+    bool body_too_big;
+    int http_status;  /* of the response queued; 0 until then */
+    bool handled;     /* a response or the engine took over */
+
+    /* a completion */
+    struct completion_req creq;
+    bool parsed;
+    struct srv_model *m;
+    struct engine_req *er;
+    char id[40];       /* cmpl-... */
+    long long created;
+    int n_prompt;
+    char *echo_text;   /* the prompt as text, when echo */
+    size_t echo_len;
+    size_t max_stop;   /* longest stop string */
+    /* streaming, HTTP thread only */
+    char *out;         /* events ready to send */
+    size_t out_len, out_pos, out_cap;
+    size_t sent;       /* bytes of text sent */
+    int ends_sent;     /* token pieces sent */
+    bool echo_sent, final_sent;
+
+    /* shared with the engine callbacks, under lock */
+    pthread_mutex_t lock;
+    bool suspended;    /* the connection is suspended; whoever clears it resumes */
+    bool conn_gone;    /* MHD has finished with the connection */
+    bool done;         /* on_done ran */
+    bool stop_hit;     /* a stop string matched: text ends before it */
+    bool cancel_shutdown; /* cancelled because the server is stopping */
+    bool client_gone;  /* the watcher saw the client hang up */
+    struct bpe_stream dec;
+    char *tokbuf;      /* bpe_stream_chunk_max bytes */
+    size_t tokbuf_cap;
+    char *text;        /* the completion's text so far */
+    size_t text_len, text_cap;
+    size_t safe;       /* text[0..safe) cannot become part of a stop string */
+    int *ends;         /* text offset after each token's piece */
+    int n_ends, ends_cap;
+    int n_gen;         /* tokens generated (up to a stop) */
+    int n_out;         /* tokens in the engine's output, once done */
+    int status;        /* engine status, final once done */
+    char error[256];
+    struct engine_req_timings tm;
+};
+
+/* ---- server.c ---- */
+void srv_req_ref(struct srv_req *r);
+void srv_req_unref(struct srv_req *r);
+/* Resumes r's connection when it is suspended (any thread but under no lock). */
+void srv_req_wake(struct srv_req *r);
+/* Suspends r's connection until srv_req_wake; HTTP thread, from the access
+ * handler or the content reader. Returns false (not suspending) when
+ * ready() holds under r's lock already. */
+bool srv_req_suspend_unless(struct srv_req *r, bool (*ready)(struct srv_req *r));
+bool srv_accepting(const struct server *s);
+void srv_inflight_add(struct server *s, int d);
+
+/* ---- reply.c: responses (HTTP thread, from the access handler) ---- */
+/* Queues a JSON response; steals body (NULL: 500 "out of memory"). */
+enum MHD_Result srv_reply_json(struct srv_req *r, unsigned status, json_t *body);
+enum MHD_Result srv_reply_text(struct srv_req *r, unsigned status, const char *content_type,
+                               const char *text);
+/* An OpenAI-style error. */
+enum MHD_Result srv_reply_error(struct srv_req *r, const struct oai_error *e);
+enum MHD_Result srv_reply_errorf(struct srv_req *r, int status, const char *type,
+                                 const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* Adds a header to a response before it is queued. */
+enum MHD_Result srv_reply_error_hdr(struct srv_req *r, const struct oai_error *e,
+                                    const char *hdr, const char *value);
+/* The type an HTTP status has in OpenAI's error bodies. */
+const char *srv_error_type(int status);
+void srv_count_status(struct server *s, int status);
+
+/* ---- models.c: the model table ---- */
+/* Adds (tokenizer, config) a model the engine serves as id. */
+int srv_model_add(struct server *s, struct swap_model *sm, const char *path, int id);
+/* The served (not removed) model named name, or NULL. */
+struct srv_model *srv_model_find(struct server *s, const char *name);
+void srv_models_free(struct server *s);
+/* The served models, by engine id ascending: up to max into out; returns
+ * how many there are. */
+int srv_models_list_all(struct server *s, struct srv_model **out, int max);
+/* "on_device", "in_host", ... */
+const char *srv_residency_name(enum residency r);
+
+/* ---- watcher.c ---- */
+int srv_watcher_start(struct server *s);
+void srv_watcher_stop(struct server *s);
+void srv_watch(struct server *s, struct srv_req *r);
+void srv_unwatch(struct server *s, struct srv_req *r);
+
+/* ---- route handlers (HTTP thread; called once the body is in) ---- */
+enum MHD_Result srv_completions(struct srv_req *r);        /* first call: submit */
+enum MHD_Result srv_completions_resumed(struct srv_req *r); /* after the engine woke it */
+void srv_completions_free(struct srv_req *r);
+enum MHD_Result srv_models_list(struct srv_req *r);
+enum MHD_Result srv_model_get(struct srv_req *r);
+enum MHD_Result srv_admin_add(struct srv_req *r);
+enum MHD_Result srv_admin_delete(struct srv_req *r);
+enum MHD_Result srv_admin_action(struct srv_req *r);
+enum MHD_Result srv_metrics(struct srv_req *r);
+
+#endif

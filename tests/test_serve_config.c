@@ -1,0 +1,398 @@
+/* The server's configuration (server/config.c): the committed example file,
+ * every class of error with the line and key its message must name, byte
+ * counts, serve_config_check's refusals, --model, and the stack config. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "server/config.h"
+#include "test.h"
+
+/* Parses text into a fresh config; returns the code (the config freed). */
+static int parse(const char *text)
+{
+    struct serve_config c;
+    serve_config_init(&c);
+    int rc = serve_config_parse_yaml(text, strlen(text), "t.yaml", &c);
+    serve_config_free(&c);
+    return rc;
+}
+
+static void test_example(void)
+{
+    struct serve_config c;
+    serve_config_init(&c);
+    int rc = serve_config_load(SHARDSWAP_SOURCE_DIR "/docs/serve.example.yaml", &c);
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    CHECK(rc == 0 && serve_config_check(&c) == 0);
+    /* the example shows the defaults */
+    struct serve_config d;
+    serve_config_init(&d);
+    CHECK(strcmp(c.host, d.host) == 0 && c.port == d.port);
+    CHECK(c.api_key == NULL && c.admin_key == NULL && c.policy == NULL);
+    CHECK(c.n_model_roots == 0);
+    CHECK(c.http_threads == d.http_threads && c.max_connections == d.max_connections);
+    CHECK(c.connection_timeout_s == d.connection_timeout_s);
+    CHECK(c.max_body_bytes == d.max_body_bytes && c.max_body_bytes == 1u << 20);
+    CHECK(c.grace_s == d.grace_s && c.log_level == LOG_INFO);
+    CHECK(strcmp(c.device_kind, "cpu") == 0 && c.n_devices == d.n_devices);
+    CHECK(c.device_budget == 0 && c.host_budget == 0);
+    CHECK(c.max_batch == d.max_batch && c.queue_cap == d.queue_cap && c.link_gbps == 0);
+    CHECK(c.n_models == 2);
+    if (c.n_models == 2) {
+        CHECK(strcmp(c.models[0].name, "opt-125m") == 0);
+        CHECK(strcmp(c.models[0].path, "/srv/models/opt-125m") == 0);
+        CHECK(c.models[0].tp == 1 && c.models[0].pp == 1 && c.models[0].n_devices == 0);
+        CHECK(c.models[1].n_devices == 1 && c.models[1].devices[0] == 0);
+        CHECK(!c.models[1].pinned && c.models[1].max_batch == 0);
+    }
+    serve_config_free(&d);
+    serve_config_free(&c);
+    serve_config_free(NULL);
+
+    /* files: missing, too large, not regular */
+    serve_config_init(&c);
+    CHECK(serve_config_load(SHARDSWAP_SOURCE_DIR "/docs/no-such.yaml", &c) == ERR_NOT_FOUND);
+    CHECK(strstr(err_msg(), "no-such.yaml") != NULL);
+    CHECK(serve_config_load(SHARDSWAP_SOURCE_DIR "/docs", &c) < 0);
+    char path[] = "/tmp/test_serve_config_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd >= 0) {
+        FILE *f = fdopen(fd, "w");
+        for (int i = 0; i < (1 << 20) / 16 + 1; i++)
+            fputs("# padding line.\n", f); /* 16 bytes */
+        fputs("port: 1\n", f);
+        fclose(f);
+        CHECK(serve_config_load(path, &c) == ERR_INVALID);
+        CHECK(strstr(err_msg(), path) != NULL);
+        CHECK(c.port == 8000);
+        unlink(path);
+    }
+    serve_config_free(&c);
+}
+
+static void test_values(void)
+{
+    const char *text = "host: 0.0.0.0\n"
+                       "port: 0\n"
+                       "api_key: \"sk-1\"\n"
+                       "admin_key: adm\n"
+                       "model_roots: [/srv/models, /data]\n"
+                       "http_threads: 2\n"
+                       "max_connections: 10\n"
+                       "connection_timeout_s: 5\n"
+                       "max_body_bytes: 512KiB\n"
+                       "grace_s: 2.5\n"
+                       "log_level: debug\n"
+                       "devices: {kind: cuda, count: 4, budget: 2GiB}\n"
+                       "host_budget: 8GiB\n"
+                       "policy: computron\n"
+                       "max_batch: 16\n"
+                       "queue_cap: 64\n"
+                       "link_gbps: 12.5\n"
+                       "models:\n"
+                       "  - {name: opt-a, path: /models/a, tp: 2, pp: 2, max_batch: 4,\n"
+                       "     pinned: true, devices: [3, 2, 1, 0]}\n"
+                       "  - name: org/opt-b:v1\n"
+                       "    path: /models/b\n";
+    struct serve_config c;
+    serve_config_init(&c);
+    int rc = serve_config_parse_yaml(text, strlen(text), "v.yaml", &c);
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    CHECK_MSG(serve_config_check(&c) == 0, "%s", err_msg());
+    CHECK(strcmp(c.host, "0.0.0.0") == 0 && c.port == 0);
+    CHECK(strcmp(c.api_key, "sk-1") == 0 && strcmp(c.admin_key, "adm") == 0);
+    CHECK(c.n_model_roots == 2 && strcmp(c.model_roots[1], "/data") == 0);
+    CHECK(c.http_threads == 2 && c.max_connections == 10 && c.connection_timeout_s == 5);
+    CHECK(c.max_body_bytes == 512 * 1024 && c.grace_s == 2.5 && c.log_level == LOG_DEBUG);
+    CHECK(strcmp(c.device_kind, "cuda") == 0 && c.n_devices == 4);
+    CHECK(c.device_budget == 2ull << 30 && c.host_budget == 8ull << 30);
+    CHECK(strcmp(c.policy, "computron") == 0);
+    CHECK(c.max_batch == 16 && c.queue_cap == 64 && c.link_gbps == 12.5);
+    CHECK(c.n_models == 2);
+    const struct serve_model *m = &c.models[0];
+    CHECK(m->tp == 2 && m->pp == 2 && m->max_batch == 4 && m->pinned);
+    CHECK(m->n_devices == 4 && m->devices[0] == 3 && m->devices[3] == 0);
+    CHECK(strcmp(c.models[1].name, "org/opt-b:v1") == 0 && c.models[1].tp == 1);
+
+    struct stack_config sc;
+    struct stack_model_config mc[2];
+    serve_config_stack(&c, &sc, mc);
+    CHECK(strcmp(sc.device_kind, "cuda") == 0 && sc.n_devices == 4);
+    CHECK(sc.device_budget[0] == 2ull << 30 && sc.device_budget[3] == 2ull << 30);
+    CHECK(sc.device_budget[4] == 0);
+    CHECK(sc.host_budget == 8ull << 30 && sc.link_gbps == 12.5);
+    CHECK(strcmp(sc.engine.policy, "computron") == 0);
+    CHECK(sc.engine.max_batch == 16 && sc.engine.queue_cap == 64);
+    CHECK(sc.fit_models == 0 && sc.fit_prompt == 0 && !sc.prefetch_host);
+    CHECK(sc.models == mc && sc.n_models == 2);
+    CHECK(strcmp(mc[0].name, "opt-a") == 0 && strcmp(mc[0].path, "/models/a") == 0);
+    CHECK(mc[0].tp == 2 && mc[0].pp == 2 && mc[0].pinned && mc[0].max_batch == 4);
+    CHECK(mc[0].devices == c.models[0].devices && mc[1].devices == NULL);
+
+    /* a second file overrides keys and appends models; model_roots is replaced */
+    const char *more = "port: 9000\nmodel_roots: [/x]\napi_key: ~\n"
+                       "models: [{name: c, path: /c}]\n";
+    CHECK(serve_config_parse_yaml(more, strlen(more), "more.yaml", &c) == 0);
+    CHECK(c.port == 9000 && c.n_model_roots == 1 && strcmp(c.model_roots[0], "/x") == 0);
+    CHECK(c.api_key == NULL && c.n_models == 3);
+    serve_config_free(&c);
+
+    /* empty stream, empty document, comments only, nulls */
+    CHECK(parse("") == 0);
+    CHECK(parse("---\n") == 0);
+    CHECK(parse("# nothing\n") == 0);
+    CHECK(parse("port:\nhost: ~\ndevices: null\n") == 0);
+}
+
+struct err_case {
+    const char *text;
+    const char *in_message; /* "t.yaml:LINE: ..." and the key */
+};
+
+static const struct err_case errors[] = {
+    /* wrong types and ranges */
+    {"port: 8000\nport2: 1\n", "t.yaml:2: key 'port2': unknown key"},
+    {"port: -1\n", "t.yaml:1: key 'port': expected an integer from 0 to 65535, got '-1'"},
+    {"port: 65536\n", "t.yaml:1: key 'port'"},
+    {"port: abc\n", "got 'abc'"},
+    {"port: 80.5\n", "key 'port'"},
+    {"port: [1]\n", "key 'port': expected an integer from 0 to 65535, got a list"},
+    {"port: \"\"\n", "key 'port'"},
+    {"host: {a: 1}\n", "t.yaml:1: key 'host': expected a non-empty string, got a mapping"},
+    {"http_threads: 0\n", "key 'http_threads'"},
+    {"max_body_bytes: 1.5\n", "key 'max_body_bytes'"},
+    {"max_body_bytes: 0\n", "key 'max_body_bytes'"},
+    {"grace_s: -1\n", "key 'grace_s': expected a number >= 0"},
+    {"grace_s: nan\n", "key 'grace_s'"},
+    {"log_level: verbose\n", "key 'log_level': expected one of error, warn, info, debug"},
+    {"devices: 2\n", "key 'devices': expected a mapping"},
+    {"devices:\n  kind: cpu\n  count: 0\n", "t.yaml:3: key 'devices.count'"},
+    {"devices:\n  kind: cpu\n  size: 1\n", "t.yaml:3: key 'devices.size': unknown key"},
+    {"devices: {budget: 2XB}\n", "key 'devices.budget'"},
+    {"host_budget: -1GiB\n", "key 'host_budget'"},
+    {"max_batch: 0\n", "key 'max_batch'"},
+    {"queue_cap: x\n", "key 'queue_cap'"},
+    {"link_gbps: fast\n", "key 'link_gbps'"},
+    {"model_roots: /srv\n", "key 'model_roots': expected a list"},
+    {"model_roots: [[/a]]\n", "key 'model_roots[0]'"},
+    {"models: {name: a}\n", "key 'models': expected a list"},
+    {"models:\n  - name: a\n    path: /a\n  - name: b\n    path: /b\n  - name: c\n"
+     "    path: /c\n    tp: x\n",
+     "t.yaml:8: key 'models[2].tp': expected an integer from 1 to 64, got 'x'"},
+    {"models:\n  - {name: a, path: /a, pp: 0}\n", "t.yaml:2: key 'models[0].pp'"},
+    {"models:\n  - {name: a, path: /a, pinned: yes}\n",
+     "key 'models[0].pinned': expected true or false, got 'yes'"},
+    {"models:\n  - {name: a, path: /a, devices: [0, 64]}\n", "key 'models[0].devices[1]'"},
+    {"models:\n  - {name: a, path: /a, devices: []}\n", "key 'models[0].devices'"},
+    {"models:\n  - {name: a, path: /a, max_batch: -1}\n", "key 'models[0].max_batch'"},
+    {"models:\n  - {name: a}\n", "t.yaml:2: key 'models[0]': expected a mapping with 'name' and "
+                                 "'path'"},
+    {"models:\n  - {name: a, path: /a, gpu: 1}\n", "key 'models[0].gpu': unknown key"},
+    {"models:\n  - a\n", "key 'models[0]': expected a mapping"},
+    {"models:\n  - {name: ~, path: /a}\n", "key 'models[0].name': expected a non-empty string"},
+    {"api_key: [a]\n", "key 'api_key'"},
+    /* structure */
+    {"- 1\n- 2\n", "t.yaml:1: expected a mapping"},
+    {"just text\n", "t.yaml:1: expected a mapping"},
+    {"port: 1\nhost: a\nport: 2\n", "t.yaml:3: key 'port': given twice (first on line 1)"},
+    {"devices: {count: 1, count: 2}\n", "key 'devices.count': given twice"},
+    {"port: 1\n---\nport: 2\n", "t.yaml:2: a second document"},
+    {"a: &x 1\nport: *x\n", "t.yaml:1: anchors (&x) are not accepted"},
+    {"port: *x\n", "t.yaml:1: aliases"},
+    {"port: !!int 1\n", "t.yaml:1: tags"},
+    {"? [a]\n: 1\n", "keys must be strings"},
+    {"port: [1\n", "t.yaml:2:"},
+    {"port: 1\n  bad indent: 2\n", "t.yaml:2:"},
+    {"port: 1\nhost: \"a\xff\"\n", "t.yaml:2: invalid"},
+};
+
+static void test_errors(void)
+{
+    for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++) {
+        int rc = parse(errors[i].text);
+        CHECK_MSG(rc == ERR_FORMAT, "case %zu (%s): rc %d", i, errors[i].text, rc);
+        CHECK_MSG(strstr(err_msg(), errors[i].in_message) != NULL,
+                  "case %zu: '%s' does not contain '%s'", i, err_msg(), errors[i].in_message);
+    }
+
+    /* nesting, sizes: refused, bounded */
+    size_t n = 5000;
+    char *deep = malloc(n * 2 + 16);
+    strcpy(deep, "a: ");
+    memset(deep + 3, '[', n);
+    memset(deep + 3 + n, ']', n);
+    deep[3 + 2 * n] = '\0';
+    CHECK(parse(deep) == ERR_FORMAT && strstr(err_msg(), "nested deeper") != NULL);
+    free(deep);
+    char *big = malloc(20000);
+    strcpy(big, "host: ");
+    memset(big + 6, 'h', 10000);
+    big[10006] = '\0';
+    CHECK(parse(big) == ERR_FORMAT && strstr(err_msg(), "longer than") != NULL);
+    /* a long unknown key is quoted only in part */
+    memset(big, 'k', 10000);
+    strcpy(big + 1000, ": 1\n");
+    CHECK(parse(big) == ERR_FORMAT && strlen(err_msg()) < 200);
+    free(big);
+    /* billion laughs is refused at its first anchor */
+    const char *lol = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [*a, *a, *a, *a, *a, *a]\n";
+    CHECK(parse(lol) == ERR_FORMAT && strstr(err_msg(), "anchors") != NULL);
+}
+
+struct bytes_case {
+    const char *s;
+    int ok;
+    uint64_t v;
+};
+
+static void test_bytes(void)
+{
+    static const struct bytes_case cases[] = {
+        {"0", 1, 0},
+        {"12345", 1, 12345},
+        {"18446744073709551615", 1, UINT64_MAX},
+        {"18446744073709551616", 0, 0},
+        {"512KiB", 1, 512ull << 10},
+        {"1MiB", 1, 1ull << 20},
+        {"2GiB", 1, 2ull << 30},
+        {"1TiB", 1, 1ull << 40},
+        {"4K", 1, 4096},
+        {"3M", 1, 3ull << 20},
+        {"2G", 1, 2ull << 30},
+        {"1KB", 1, 1000},
+        {"1.5GB", 1, 1500000000ull},
+        {"2 MB", 1, 2000000},
+        {"1.5KiB", 1, 1536},
+        {"0.001KB", 1, 1},
+        {"100B", 1, 100},
+        {"16777215TiB", 1, 16777215ull << 40},
+        {"16777216TiB", 0, 0},
+        {"", 0, 0},
+        {"-1", 0, 0},
+        {"-1GiB", 0, 0},
+        {"+5", 0, 0},
+        {"1.5", 0, 0},
+        {"1.", 0, 0},
+        {".5GB", 0, 0},
+        {"1e9", 0, 0},
+        {"5XB", 0, 0},
+        {"5 ", 0, 0},
+        {" 5", 0, 0},
+        {"5gib", 0, 0},
+        {"1GiBx", 0, 0},
+        {"0x10", 0, 0},
+        {"1.0000000001GB", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint64_t v = 7;
+        int rc = serve_parse_bytes(cases[i].s, &v);
+        if (cases[i].ok)
+            CHECK_MSG(rc == 0 && v == cases[i].v, "'%s': rc %d, %llu", cases[i].s, rc,
+                      (unsigned long long)v);
+        else
+            CHECK_MSG(rc == ERR_INVALID && v == 7, "'%s' accepted (%llu)", cases[i].s,
+                      (unsigned long long)v);
+    }
+}
+
+/* serve_config_check: a valid base config, then one change at a time. */
+static void test_check(void)
+{
+    struct serve_config c;
+    serve_config_init(&c);
+    CHECK(serve_config_check(&c) == ERR_INVALID && strstr(err_msg(), "no models") != NULL);
+    CHECK(serve_config_add_model(&c, "opt-a=/models/a") == 0);
+    CHECK(c.n_models == 1 && strcmp(c.models[0].name, "opt-a") == 0);
+    CHECK(strcmp(c.models[0].path, "/models/a") == 0);
+    CHECK(c.models[0].tp == 1 && c.models[0].pp == 1 && c.models[0].max_batch == 0);
+    CHECK(serve_config_add_model(&c, "b=/x=y") == 0 && strcmp(c.models[1].path, "/x=y") == 0);
+    CHECK(serve_config_check(&c) == 0);
+    CHECK(serve_config_add_model(&c, "=x") == ERR_INVALID);
+    CHECK(serve_config_add_model(&c, "a=") == ERR_INVALID);
+    CHECK(serve_config_add_model(&c, "a") == ERR_INVALID);
+    CHECK(serve_config_add_model(&c, "") == ERR_INVALID);
+    CHECK(c.n_models == 2);
+
+#define EXPECT_BAD(change, restore, text)                                                          \
+    do {                                                                                           \
+        change;                                                                                    \
+        CHECK_MSG(serve_config_check(&c) == ERR_INVALID && strstr(err_msg(), text), "%s: '%s'",    \
+                  #change, err_msg());                                                             \
+        restore;                                                                                   \
+        CHECK_MSG(serve_config_check(&c) == 0, "after %s: %s", #restore, err_msg());               \
+    } while (0)
+
+    char *name = c.models[1].name;
+    EXPECT_BAD(c.models[1].name = "opt-a", c.models[1].name = name, "also the name");
+    EXPECT_BAD(c.models[1].name = "", c.models[1].name = name, "models[1].name");
+    EXPECT_BAD(c.models[1].name = "/abs", c.models[1].name = name, "models[1].name");
+    EXPECT_BAD(c.models[1].name = "a/../b", c.models[1].name = name, "models[1].name");
+    EXPECT_BAD(c.models[1].name = "a b", c.models[1].name = name, "models[1].name");
+    EXPECT_BAD(c.models[1].name = "a?b", c.models[1].name = name, "models[1].name");
+    EXPECT_BAD(c.models[1].name =
+                   "0123456789012345678901234567890123456789012345678901234567890123",
+               c.models[1].name = name, "models[1].name");
+    EXPECT_BAD(c.models[0].tp = 2, c.models[0].tp = 1, "more than the 1 devices");
+    EXPECT_BAD(c.models[0].pp = 0, c.models[0].pp = 1, "tp and pp");
+    EXPECT_BAD((c.n_devices = 4, c.models[0].tp = 2, c.models[0].n_devices = 3),
+               (c.n_devices = 1, c.models[0].tp = 1, c.models[0].n_devices = 0),
+               "expected tp x pp = 2 of them, got 3");
+    EXPECT_BAD((c.n_devices = 4, c.models[0].n_devices = 1, c.models[0].devices[0] = 4),
+               (c.n_devices = 1, c.models[0].n_devices = 0, c.models[0].devices[0] = 0),
+               "devices[0]: expected 0 to 3, got 4");
+    EXPECT_BAD(c.n_devices = 0, c.n_devices = 1, "devices.count");
+    EXPECT_BAD(c.n_devices = STACK_MAX_DEVICES + 1, c.n_devices = 1, "devices.count");
+    EXPECT_BAD(c.port = 65536, c.port = 8000, "port");
+    EXPECT_BAD(c.port = -1, c.port = 8000, "port");
+    char *kind = c.device_kind;
+    EXPECT_BAD(c.device_kind = "tpu", c.device_kind = kind, "devices.kind: expected cpu or cuda");
+    EXPECT_BAD(c.api_key = "", c.api_key = NULL, "api_key");
+    EXPECT_BAD(c.admin_key = "", c.admin_key = NULL, "admin_key");
+    EXPECT_BAD(c.policy = "fifo", c.policy = NULL, "unknown scheduling policy 'fifo'");
+    EXPECT_BAD((c.model_roots[0] = "rel/dir", c.n_model_roots = 1),
+               (c.model_roots[0] = NULL, c.n_model_roots = 0), "model_roots[0]");
+    char *host = c.host;
+    EXPECT_BAD(c.host = NULL, c.host = host, "host");
+    EXPECT_BAD(c.max_batch = 0, c.max_batch = 8, "max_batch");
+    EXPECT_BAD(c.models[0].max_batch = -1, c.models[0].max_batch = 0, "max_batch");
+#undef EXPECT_BAD
+    /* valid policies and a valid placement */
+    c.policy = "swapwise";
+    CHECK(serve_config_check(&c) == 0);
+    c.policy = NULL;
+    c.n_devices = 4;
+    c.models[0].tp = 2;
+    c.models[0].pp = 2;
+    c.models[0].n_devices = 4;
+    for (int i = 0; i < 4; i++)
+        c.models[0].devices[i] = 3 - i;
+    CHECK_MSG(serve_config_check(&c) == 0, "%s", err_msg());
+    serve_config_free(&c);
+
+    /* the model cap */
+    serve_config_init(&c);
+    for (int i = 0; i < SERVE_MAX_MODELS; i++) {
+        char arg[32];
+        snprintf(arg, sizeof(arg), "m%d=/m", i);
+        CHECK(serve_config_add_model(&c, arg) == 0);
+    }
+    CHECK(serve_config_add_model(&c, "one-more=/m") == ERR_INVALID);
+    CHECK(serve_config_parse_yaml("models: [{name: x, path: /x}]\n", 30, "cap.yaml", &c) ==
+          ERR_FORMAT);
+    CHECK(c.n_models == SERVE_MAX_MODELS && serve_config_check(&c) == 0);
+    serve_config_free(&c);
+}
+
+int main(void)
+{
+    test_example();
+    test_values();
+    test_errors();
+    test_bytes();
+    test_check();
+    return test_finish();
+}
