@@ -190,7 +190,7 @@ def sampler(srv, stop, rss, mem, t_start, errors):
 
 def swaps_of(before, after):
     """How far the swap and load counters moved."""
-    return harness.metric_sum(after, r"(swap|load).*_total$") - harness.metric_sum(before, r"(swap|load).*_total$")
+    return harness.metric_sum(after, r"(^|_)swaps_total$") - harness.metric_sum(before, r"(^|_)swaps_total$")
 
 
 def swaps_needed(models, room):
