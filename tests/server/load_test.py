@@ -229,6 +229,16 @@ def main():
                          env={"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=1")
                               + ":quarantine_size_mb=16"})
     srv.start()
+    # warm-up, not measured: every model loaded once (its host copy staged,
+    # its batch memory sized), so the RSS windows compare steady states
+    for _ in range(2):
+        for m in sorted(models):
+            st, j = srv.json("POST", "/v1/completions", {"model": m, "prompt": PROMPTS[0],
+                                                         "max_tokens": GREEDY_TOKENS, "temperature": 0})
+            if st != 200 or j["choices"][0]["text"] != refs[m][PROMPTS[0]]:
+                srv.kill()
+                sys.exit("FAIL: warm-up request on %s: %d %s (shardswap generate: %r)" %
+                         (m, st, j, refs[m][PROMPTS[0]]))
     metrics0 = harness.parse_metrics(srv.metrics())
     stats = Stats()
     stop = threading.Event()
