@@ -232,6 +232,17 @@ static enum MHD_Result dispatch(struct srv_req *r)
     return MHD_NO;
 }
 
+/* MHD's header iterator: counts the Content-Length headers in *cls. */
+static enum MHD_Result count_content_length(void *cls, enum MHD_ValueKind kind, const char *key,
+                                            const char *value)
+{
+    (void)kind;
+    (void)value;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+        (*(int *)cls)++;
+    return MHD_YES;
+}
+
 /* The first call for a request: its route, the server's state, auth and the
  * declared body size. Queues the answer when the request is refused. */
 static enum MHD_Result request_start(struct srv_req *r, const char *url, const char *method)
@@ -257,6 +268,15 @@ static enum MHD_Result request_start(struct srv_req *r, const char *url, const c
     }
     if (!auth_ok(r, &e))
         return srv_reply_error(r, &e);
+    /* two Content-Lengths: libmicrohttpd reads the first, a proxy in front
+     * may have used the other (request smuggling); RFC 9112 6.3 says 400 */
+    int n_cl = 0;
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_content_length, &n_cl);
+    if (n_cl > 1) {
+        oai_error_set(&e, 400, "invalid_request_error", NULL, "",
+                      "The request has %d Content-Length headers.", n_cl);
+        return srv_reply_error(r, &e);
+    }
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
