@@ -482,6 +482,76 @@ def test_disconnect_mid_stream():
     check_normal()
 
 
+def test_disconnect_storm():
+    """Clients that leave at random moments (before the body ends, while
+    queued, mid-stream, right after the answer), 12 at a time: the server
+    stays up (the sanitizer build checks the races) and answers afterwards."""
+    import random
+
+    def one(seed):
+        rnd = random.Random(seed)
+        for _ in range(12):
+            data = completion(stream=rnd.random() < 0.5, max_tokens=rnd.randint(1, 64),
+                              model=rnd.choice(["m1", FX]),
+                              prompt=[2, 5, 6] if rnd.random() < 0.3 else "storm")
+            if b'"model": "fx"' in data and b'"prompt": "storm"' in data:
+                data = data.replace(b'"prompt": "storm"', b'"prompt": [2, 7, 8]')
+            try:
+                c = socket.create_connection(("127.0.0.1", srv().port), timeout=30)
+                cut = rnd.choice([len(data) // 2, len(data), len(data)])
+                c.sendall(data[:cut])
+                if cut == len(data):
+                    time.sleep(rnd.random() * 0.3)
+                    if rnd.random() < 0.5:
+                        c.recv(rnd.randint(1, 400))
+                if rnd.random() < 0.5:  # a reset instead of a FIN
+                    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+                c.close()
+            except OSError:
+                pass
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check(srv().alive(), "the server died")
+    time.sleep(1)
+    check_normal()
+
+
+def test_admin_races():
+    """A second name for m1 added, streamed on, unloaded, deleted while its
+    requests run, added again, for a few rounds: every request gets an
+    answer (200, or 404/503 for one whose model went away) and the server
+    stays up."""
+    admin = "Bearer " + srv().admin_key
+    path = os.path.join(A.work_dir, "models", "m1")
+    results = []
+
+    def ask(i):
+        st, _, body = send_raw(completion(model="mb", stream=i % 2 == 0, max_tokens=40), timeout=120)
+        results.append(st)
+
+    for rnd in range(3):
+        st, _, body = send_raw(req("POST", "/admin/models", {"name": "mb", "path": path}, key=admin))
+        check(st in (200, 201), "round %d: add mb: %s %r" % (rnd, st, body[:200]))
+        ts = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
+        for t in ts:
+            t.start()
+        time.sleep(0.1 * rnd)
+        send_raw(req("POST", "/admin/models/mb/unload", b"", key=admin))
+        st, _, body = send_raw(req("DELETE", "/admin/models/mb", key=admin))
+        check(st in (200, 204), "round %d: delete mb: %s %r" % (rnd, st, body[:200]))
+        for t in ts:
+            t.join(150)
+        check(srv().alive(), "the server died")
+    bad = [st for st in results if st not in (200, 404, 409, 503)]
+    check(len(results) == 18 and not bad, "requests on a model deleted under them: %s" % results)
+    print("      answers: %s" % {st: results.count(st) for st in set(results)})
+    check_normal()
+
+
 def test_survives():
     check_normal()
 
@@ -531,7 +601,8 @@ def main():
     s.start()
     print("server on port %d" % s.port)
     tests = [test_table, test_content_length_lies, test_slowloris, test_too_many_connections,
-             test_disconnect_mid_stream, test_survives, test_sigterm_in_flight]
+             test_disconnect_mid_stream, test_disconnect_storm, test_admin_races, test_survives,
+             test_sigterm_in_flight]
     failures = harness.run_tests(tests, S)
     if not S.get("stopped"):
         try:
