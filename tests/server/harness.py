@@ -355,11 +355,12 @@ class Server:
                     return line
         return None
 
-    def stop(self, sig=signal.SIGTERM):
-        """Sends sig and waits; returns (exit code, the log). Fails the test
-        when the exit code is not 0 or stderr holds a sanitizer report."""
+    def stop(self, sig=signal.SIGTERM, send=True):
+        """Sends sig (unless send is false: it was sent) and waits; returns
+        (exit code, the log). Fails the test when the exit code is not 0 or
+        stderr holds a sanitizer report."""
         check(self.proc is not None, "server never started")
-        if self.proc.poll() is None:
+        if send and self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
             rc = self.proc.wait(timeout=self.grace + 60)
@@ -452,7 +453,7 @@ def run_tests(tests, server_box):
             failures += 1
             print("FAIL  %-40s %s: %s" % (t.__name__, type(e).__name__, e), flush=True)
             srv = server_box.get("srv")
-            if srv is not None and not srv.alive():
+            if srv is not None and not srv.alive() and not server_box.get("stopped"):
                 print("      the server died:\n%s" % srv.log_text()[-4000:], flush=True)
                 break
     return failures

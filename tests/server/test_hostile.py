@@ -15,6 +15,7 @@ the server with exit code 0 and no sanitizer report.
 
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -579,12 +580,30 @@ def test_sigterm_in_flight():
     t.start()
     t0 = time.time()
     S["stopped"] = True
-    srv().stop()
+    srv().proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    # during the grace period: new work is refused (503, or the listener is closed)
+    try:
+        st, _, body = send_raw(completion(), timeout=30)
+    except OSError:
+        st, body = None, b""
+    st_health = None
+    try:
+        st_health, _, _ = send_raw(req("GET", "/health", key=None), timeout=30)
+    except OSError:
+        pass
+    srv().stop(send=False)
     dt = time.time() - t0
     t.join(30)
     s.close()
-    print("      exited 0 %.1f s after SIGTERM with a stream in flight" % dt)
+    print("      exited 0 %.1f s after SIGTERM with a stream in flight; meanwhile a new "
+          "completion got %s, /health %s" % (dt, st, st_health))
     check(dt < srv().grace + 10, "exit took %.1f s, --grace %g" % (dt, srv().grace))
+    check(st in (None, 503), "a completion during the grace period: %s %r" % (st, body[:200]))
+    check(st_health in (None, 503), "/health during the grace period: %s" % st_health)
+    tail = result.get("body", b"")
+    check(b"data: [DONE]\n\n" in tail[-60:], "the stream cut by the shutdown does not end "
+          "with data: [DONE]: %r" % tail[-300:])
 
 
 def main():
