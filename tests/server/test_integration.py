@@ -9,12 +9,13 @@ text: harness.fixture_with_id_tokenizer). Checked against references:
 greedy completions equal `shardswap generate --temperature 0` for the same
 prompt, and on the fixtures transformers' greedy ids (expected.json).
 
-    test_integration.py --bin build/shardswap [--work-dir DIR] [--keep]
+    test_integration.py --bin build/shardswap [--work-dir DIR] [--keep] [--known-bugs]
 """
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -422,9 +423,33 @@ def test_metrics_counters_move():
             check(not v2 or v2[0] >= v, "counter %s%s went back: %g -> %s" % (name, lab, v, v2))
 
 
+def test_pinned_device_full_answers():
+    """Known bug (run with --known-bugs): with room for one model and that
+    one pinned, a request for another model is never answered -- no error,
+    no timeout, and /v1/models shows it in no queue. Any answer within 30 s
+    passes (an error saying the device is held by pinned models, say)."""
+    code, j, body = curl("POST", "/admin/models/m1/load")
+    wait_residency("m1", ("on_device",))
+    code, j, body = curl("POST", "/admin/models/m1/pin")
+    check(code == 200, "pin m1: %d %s" % (code, body))
+    try:
+        st, h, data = srv().request("POST", "/v1/completions", {"model": "m2", "prompt": "x", "max_tokens": 1},
+                                    timeout=30)
+    except OSError as e:
+        st, data = None, str(e)
+    finally:
+        curl("POST", "/admin/models/m1/unpin")
+    check(st is not None, "a request for m2 while pinned m1 fills the device: no answer in 30 s (%s)" % data)
+
+
+KNOWN_BUGS = [test_pinned_device_full_answers]
+
+
 def main():
     global A
     p = harness.common_args(__doc__)
+    p.add_argument("--known-bugs", action="store_true",
+                   help="also run the tests of reported, unfixed server bugs (they fail)")
     A = harness.resolve_args(p.parse_args())
     models = harness.tiny_models(A.bin, A.work_dir, 3)
     A.model_root = os.path.join(A.work_dir, "models")
@@ -445,10 +470,15 @@ def main():
              test_stream_equals_nonstream, test_stream_wire_format, test_fixtures_equal_transformers,
              test_alternating_models_swap, test_stop_strings, test_echo, test_seed_reproducible,
              test_admin_routes, test_metrics_promtool, test_metrics_counters_move]
+    if A.known_bugs:
+        tests += KNOWN_BUGS
+    else:
+        for t in KNOWN_BUGS:
+            print("skip  %-40s a known server bug, not fixed yet (--known-bugs runs it)" % t.__name__)
     failures = harness.run_tests(tests, S)
     try:
-        s.stop()
-        print("ok    server exits 0 on SIGTERM, no sanitizer report")
+        s.stop(signal.SIGINT)
+        print("ok    server exits 0 on SIGINT, no sanitizer report")
     except harness.TestFailure as e:
         failures += 1
         print("FAIL  shutdown: %s" % e)
