@@ -78,11 +78,14 @@ static const struct body_case cases[] = {
     {"{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":99999999999}", 400, "max_tokens",
      "<= 16777216"},
     /* sampling */
-    {"{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":2.5}", 400, "temperature", "got 2.5"},
+    {"{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":2.1}", 400, "temperature",
+     "temperature: expected a number in [0, 2], got 2.1"},
     {"{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":-0.1}", 400, "temperature", NULL},
     {"{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":\"hot\"}", 400, "temperature", NULL},
     {"{\"model\":\"m\",\"prompt\":\"x\",\"top_p\":0}", 400, "top_p", "(0, 1]"},
     {"{\"model\":\"m\",\"prompt\":\"x\",\"top_p\":1.01}", 400, "top_p", NULL},
+    /* positive, but 0 as the float kept (found by fuzz_oai) */
+    {"{\"model\":\"m\",\"prompt\":\"x\",\"top_p\":1e-60}", 400, "top_p", "got 1e-60"},
     {"{\"model\":\"m\",\"prompt\":\"x\",\"top_k\":-1}", 400, "top_k", "got -1"},
     {"{\"model\":\"m\",\"prompt\":\"x\",\"top_k\":1.5}", 400, "top_k", NULL},
     {"{\"model\":\"m\",\"prompt\":\"x\",\"seed\":1.0}", 400, "seed", NULL},

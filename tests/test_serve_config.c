@@ -195,6 +195,7 @@ static const struct err_case errors[] = {
     {"models:\n  - a\n", "key 'models[0]': expected a mapping"},
     {"models:\n  - {name: ~, path: /a}\n", "key 'models[0].name': expected a non-empty string"},
     {"api_key: [a]\n", "key 'api_key'"},
+    {"port: 1\napi_key: \"\"\n", "t.yaml:2: key 'api_key': expected a non-empty string, got ''"},
     /* structure */
     {"- 1\n- 2\n", "t.yaml:1: expected a mapping"},
     {"just text\n", "t.yaml:1: expected a mapping"},

@@ -55,8 +55,7 @@ static int parse_devices(const char *s, struct serve_config *c)
         if (idx != count)
             return err_set(ERR_INVALID, "--devices %s: expected indices 0, 1, ... in order", s);
         if (++count > STACK_MAX_DEVICES)
-            return err_set(ERR_INVALID, "--devices %s: more than %d devices", s,
-                           STACK_MAX_DEVICES);
+            return err_set(ERR_INVALID, "--devices %s: more than %d devices", s, STACK_MAX_DEVICES);
         p = *end ? end + 1 : end;
     }
     if (strcmp(kind, "cpu") != 0 && strcmp(kind, "cuda") != 0)
@@ -153,8 +152,9 @@ int cmd_serve(int argc, char **argv)
                    "waiting requests per model; beyond it 429 (default 256)", 1, 1 << 20,
                    "1..1048576"),
         FLAG("host", FLAG_STR, &host, "ADDR", "address to listen on (default 127.0.0.1)"),
-        FLAG_RANGE("port", FLAG_INT, &port, "PORT", "port to listen on; 0 = any free one "
-                                                    "(default 8000)",
+        FLAG_RANGE("port", FLAG_INT, &port, "PORT",
+                   "port to listen on; 0 = any free one "
+                   "(default 8000)",
                    0, 65535, "0..65535"),
         FLAG("port-file", FLAG_STR, &port_file, "FILE",
              "write the bound port to FILE once listening"),
@@ -167,26 +167,44 @@ int cmd_serve(int argc, char **argv)
         FLAG("log-level", FLAG_STR, &log_level, "LEVEL",
              "error|warn|info|debug (default info: one line per request)"),
         FLAG_RANGE("max-connections", FLAG_INT, &max_conn, "N",
-                   "connections at once; more are refused (default 256)", 1, 1 << 20,
-                   "1..1048576"),
+                   "connections at once; more are refused (default 256)", 1, 1 << 20, "1..1048576"),
         FLAG_RANGE("timeout", FLAG_INT, &timeout, "S",
                    "close a connection idle (or sending its request) this long (default 30)", 1,
                    86400, "1..86400"),
         FLAG("max-body", FLAG_STR, &max_body, "BYTES", "largest request body (default 1MiB)"),
         FLAG_RANGE("grace", FLAG_FLOAT, &grace, "S",
-                   "on SIGTERM/SIGINT, requests in flight get S seconds, then are cancelled "
+                   "on SIGTERM/SIGINT, requests in flight get S seconds (a second signal ends it), "
+                   "then are cancelled "
                    "(default 30)",
                    0, 86400, "0..86400"),
         FLAG_RANGE("link-gbps", FLAG_FLOAT, &link_gbps, "G",
                    "CPU devices: emulate a host link of G GB/s (default 0: none)", 0, FLT_MAX,
                    "G >= 0"),
-        FLAG_RANGE("http-threads", FLAG_INT, &threads, "N", "HTTP worker threads (default 4)",
-                   1, 256, "1..256"),
+        FLAG_RANGE("http-threads", FLAG_INT, &threads, "N", "HTTP worker threads (default 4)", 1,
+                   256, "1..256"),
     };
     enum {
-        F_CONFIG, F_MODEL, F_DEVICES, F_DEVICE_BUDGET, F_HOST_BUDGET, F_POLICY, F_MAX_BATCH,
-        F_QUEUE_CAP, F_HOST, F_PORT, F_PORT_FILE, F_API_KEY, F_ADMIN_KEY, F_MODEL_ROOT,
-        F_LOG_LEVEL, F_MAX_CONN, F_TIMEOUT, F_MAX_BODY, F_GRACE, F_LINK, F_THREADS,
+        F_CONFIG,
+        F_MODEL,
+        F_DEVICES,
+        F_DEVICE_BUDGET,
+        F_HOST_BUDGET,
+        F_POLICY,
+        F_MAX_BATCH,
+        F_QUEUE_CAP,
+        F_HOST,
+        F_PORT,
+        F_PORT_FILE,
+        F_API_KEY,
+        F_ADMIN_KEY,
+        F_MODEL_ROOT,
+        F_LOG_LEVEL,
+        F_MAX_CONN,
+        F_TIMEOUT,
+        F_MAX_BODY,
+        F_GRACE,
+        F_LINK,
+        F_THREADS,
     };
     /* args_parse refuses a flag given twice: it sees the repeatable ones
      * (collected by collect_repeated) at most once */
@@ -231,7 +249,8 @@ int cmd_serve(int argc, char **argv)
     if ((rc = collect_repeated(argc, argv, &c, &n_roots)) < 0)
         goto usage;
     if ((flags[F_DEVICES].seen && (rc = parse_devices(devices, &c)) < 0) ||
-        (flags[F_DEVICE_BUDGET].seen && (rc = serve_parse_bytes(device_budget, &c.device_budget)) < 0) ||
+        (flags[F_DEVICE_BUDGET].seen &&
+         (rc = serve_parse_bytes(device_budget, &c.device_budget)) < 0) ||
         (flags[F_HOST_BUDGET].seen && (rc = serve_parse_bytes(host_budget, &c.host_budget)) < 0) ||
         (flags[F_MAX_BODY].seen && (rc = serve_parse_bytes(max_body, &c.max_body_bytes)) < 0) ||
         (flags[F_POLICY].seen && (rc = set_str(&c.policy, policy)) < 0) ||

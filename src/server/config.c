@@ -447,7 +447,7 @@ static int get_string(const struct walk *w, const struct ynode *y, const char *k
         *out = NULL;
         return 0;
     }
-    if (y->kind != Y_SCALAR || is_null(y))
+    if (y->kind != Y_SCALAR || is_null(y) || !y->value[0])
         return bad(w, y, key, "a non-empty string");
     char *s = strdup(y->value);
     if (!s)
@@ -648,12 +648,13 @@ static int walk_root(const struct walk *w, const struct ynode *root)
         } else if (strcmp(k, "grace_s") == 0) {
             rc = get_double(w, v, k, &c->grace_s);
         } else if (strcmp(k, "log_level") == 0) {
-            rc = bad(w, v, k, "one of error, warn, info, debug");
-            for (int l = 0; l < 4; l++)
-                if (v->kind == Y_SCALAR && strcmp(v->value, levels[l]) == 0) {
-                    c->log_level = (enum log_level)l;
-                    rc = 0;
-                }
+            int l = 0;
+            while (l < 4 && !(v->kind == Y_SCALAR && strcmp(v->value, levels[l]) == 0))
+                l++;
+            if (l < 4)
+                c->log_level = (enum log_level)l;
+            else
+                rc = bad(w, v, k, "one of error, warn, info, debug");
         } else if (strcmp(k, "devices") == 0) {
             rc = walk_devices(w, v);
         } else if (strcmp(k, "host_budget") == 0) {

@@ -12,6 +12,9 @@
  *   serve_config_check(c)              what must hold before serving: at
  *                                      least one model, unique names, TP x PP
  *                                      within the devices, keys non-empty
+ *                                      (policy names through sched_policy_find,
+ *                                      model names safe in URLs); the parser
+ *                                      checks each value's type and range
  *   serve_config_stack(c, ...)         the stack_config to stack_open
  *   serve_config_free(c)
  */
@@ -71,7 +74,8 @@ void serve_config_free(struct serve_config *c); /* frees what c owns; NULL-safe 
 
 /* Parses a YAML document (len bytes; name is what messages call it) into c,
  * overriding the keys it sets and appending its models. Errors: ERR_FORMAT
- * ("NAME:LINE: key 'X': expected ..."), ERR_INVALID. Never reads files. */
+ * ("NAME:LINE: key 'X': expected ..."), ERR_INVALID; c then holds what came
+ * before the error (still for serve_config_free). Never reads files. */
 int serve_config_parse_yaml(const char *text, size_t len, const char *name,
                             struct serve_config *c);
 /* Reads path (a regular file of at most 1 MiB) and parses it. */

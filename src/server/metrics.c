@@ -1,6 +1,7 @@
 /* GET /metrics: the Prometheus text format 0.0.4, from the engine's and the
  * swap manager's statistics and the server's own counters. Every family is
  * written whole (HELP, TYPE, its samples) before the next. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,7 +94,8 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
 
     family(f, "shardswap_queue_depth", "gauge", "Requests waiting in the model's queue.");
     for (int i = 0; i < n; i++)
-        model_sample(f, "shardswap_queue_depth", &rows[i], (unsigned long long)rows[i].st.queue_len);
+        model_sample(f, "shardswap_queue_depth", &rows[i],
+                     (unsigned long long)rows[i].st.queue_len);
     family(f, "shardswap_running", "gauge", "Sequences of the model's batch in flight.");
     for (int i = 0; i < n; i++)
         model_sample(f, "shardswap_running", &rows[i], (unsigned long long)rows[i].st.running);
@@ -150,23 +152,26 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
     }
     struct swap_stats ss;
     swap_get_stats(mgr, &ss);
-    family(f, "shardswap_host_bytes_used", "gauge", "Host memory of the host tier in use, in bytes.");
+    family(f, "shardswap_host_bytes_used", "gauge",
+           "Host memory of the host tier in use, in bytes.");
     fprintf(f, "shardswap_host_bytes_used %llu\n", (unsigned long long)ss.host_used);
-    family(f, "shardswap_host_bytes_budget", "gauge", "Host memory budget of the host tier, in bytes.");
+    family(f, "shardswap_host_bytes_budget", "gauge",
+           "Host memory budget of the host tier, in bytes.");
     fprintf(f, "shardswap_host_bytes_budget %llu\n", (unsigned long long)ss.host_budget);
 }
 
 enum MHD_Result srv_metrics(struct srv_req *r)
 {
     struct server *s = r->s;
-    static _Thread_local struct srv_model *ms[SRV_MAX_LIST];
-    int n = srv_models_list_all(s, ms, SRV_MAX_LIST);
+    struct srv_model **ms = malloc(SRV_MAX_LIST * sizeof(*ms));
+    int n = ms ? srv_models_list_all(s, ms, SRV_MAX_LIST) : 0;
     n = n < SRV_MAX_LIST ? n : SRV_MAX_LIST;
     struct model_row *rows = calloc((size_t)(n ? n : 1), sizeof(*rows));
     char *text = NULL;
     size_t len = 0;
-    FILE *f = rows ? open_memstream(&text, &len) : NULL;
+    FILE *f = rows && ms ? open_memstream(&text, &len) : NULL;
     if (!f) {
+        free(ms);
         free(rows);
         return srv_reply_errorf(r, 500, NULL, NULL, "", "Out of memory.");
     }
@@ -177,8 +182,13 @@ enum MHD_Result srv_metrics(struct srv_req *r)
             k++;
     }
     write_metrics(f, s, rows, k);
-    fclose(f);
+    bool bad = fclose(f) != 0 || !text;
     free(rows);
+    free(ms);
+    if (bad) {
+        free(text);
+        return srv_reply_errorf(r, 500, NULL, NULL, "", "Out of memory.");
+    }
     enum MHD_Result ret = srv_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", text);
     free(text);
     return ret;

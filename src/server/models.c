@@ -23,8 +23,7 @@ int srv_model_add(struct server *s, struct swap_model *sm, const char *path, int
     m->vocab = sm->cfg.vocab;
     m->created = (long long)time(NULL);
     if (bpe_open(path, &m->tok) < 0) {
-        log_warn("model %s: no tokenizer (%s): it takes token-id prompts only", m->name,
-                 err_msg());
+        log_warn("model %s: no tokenizer (%s): it takes token-id prompts only", m->name, err_msg());
         m->tok = NULL;
     }
     pthread_mutex_lock(&s->lock);

@@ -177,7 +177,10 @@ static void describe(const json_t *v, char *buf, size_t cap)
         snprintf(buf, cap, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         break;
     case JSON_REAL: {
-        snprintf(buf, cap, "%.17g", json_real_value(v));
+        /* the shortest of 15 or 17 digits that reads back as the same number */
+        snprintf(buf, cap, "%.15g", json_real_value(v));
+        if (strtod(buf, NULL) != json_real_value(v))
+            snprintf(buf, cap, "%.17g", json_real_value(v));
         if (!strpbrk(buf, ".eEn") && strlen(buf) + 3 <= cap)
             strcat(buf, ".0"); /* 16.0 is not the integer 16: say so */
         break;
@@ -274,9 +277,11 @@ static int read_number(const json_t *root, const char *key, double lo, bool lo_o
     if (!v)
         return 0;
     if (json_is_number(v)) {
+        /* the range holds for the float kept, too: top_p 1e-60 is 0 there */
         double x = json_number_value(v);
-        if ((lo_open ? x > lo : x >= lo) && x <= hi) {
-            *out = (float)x;
+        float f = (float)x;
+        if ((lo_open ? x > lo && f > lo : x >= lo) && x <= hi && f <= hi) {
+            *out = f;
             return 0;
         }
     }

@@ -32,7 +32,9 @@ struct oai_error {
 
 struct completion_req {
     char *model;             /* owned */
-    char *prompt_text;       /* owned, NUL-terminated, valid UTF-8; NULL when ids given */
+    /* owned, NUL-terminated, valid UTF-8; NULL when ids given. May be ""
+     * (prompt_len 0): the sequence is then the tokenizer's BOS alone. */
+    char *prompt_text;
     size_t prompt_len;
     int32_t *prompt_ids;     /* owned; when the prompt is an array of token ids */
     int n_prompt_ids;
@@ -49,7 +51,8 @@ struct completion_req {
 };
 
 /* Parses a request body of len bytes (need not be NUL-terminated). On error
- * *err says why (status 400, param the field) and *out holds nothing. */
+ * *err says why (status 400, param the field; 500 when out of memory) and
+ * *out holds nothing. */
 int oai_parse_completion(const char *body, size_t len, struct completion_req *out,
                          struct oai_error *err);
 void completion_req_free(struct completion_req *r); /* NULL-safe; zeroes it */

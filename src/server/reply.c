@@ -42,8 +42,7 @@ const char *srv_error_type(int status)
 static enum MHD_Result reply_buf(struct srv_req *r, unsigned status, const char *type, char *buf,
                                  size_t len, const char *hdr, const char *value)
 {
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(buf);
         return MHD_NO;
@@ -70,9 +69,7 @@ static enum MHD_Result reply_json_hdr(struct srv_req *r, unsigned status, json_t
         char *b = strdup(oom);
         return b ? reply_buf(r, 500, "application/json", b, strlen(b), NULL, NULL) : MHD_NO;
     }
-    size_t n = strlen(text);
-    text[n] = '\0';
-    return reply_buf(r, status, "application/json", text, n, hdr, value);
+    return reply_buf(r, status, "application/json", text, strlen(text), hdr, value);
 }
 
 enum MHD_Result srv_reply_json(struct srv_req *r, unsigned status, json_t *body)
@@ -89,8 +86,8 @@ enum MHD_Result srv_reply_text(struct srv_req *r, unsigned status, const char *c
     return reply_buf(r, status, content_type, b, strlen(b), NULL, NULL);
 }
 
-enum MHD_Result srv_reply_error_hdr(struct srv_req *r, const struct oai_error *e,
-                                    const char *hdr, const char *value)
+enum MHD_Result srv_reply_error_hdr(struct srv_req *r, const struct oai_error *e, const char *hdr,
+                                    const char *value)
 {
     char *text = oai_error_json(e);
     if (e->status >= 500)
@@ -107,8 +104,8 @@ enum MHD_Result srv_reply_error(struct srv_req *r, const struct oai_error *e)
     return srv_reply_error_hdr(r, e, NULL, NULL);
 }
 
-enum MHD_Result srv_reply_errorf(struct srv_req *r, int status, const char *type,
-                                 const char *code, const char *param, const char *fmt, ...)
+enum MHD_Result srv_reply_errorf(struct srv_req *r, int status, const char *type, const char *code,
+                                 const char *param, const char *fmt, ...)
 {
     struct oai_error e;
     char msg[512];

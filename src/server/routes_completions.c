@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "server/log.h"
 #include "server/server_impl.h"
+#include "server/stops.h"
 
 /* ---- text shared with the engine's callbacks (under r->lock) ---- */
 
@@ -46,39 +47,19 @@ static int text_append(struct srv_req *r, const char *p, size_t n)
 }
 
 /* After text grew from old bytes: cuts it at the first stop string (true)
- * or moves safe past what can no longer start one. */
+ * or moves safe past what can no longer start one. Under r->lock. */
 static bool text_check_stops(struct srv_req *r, size_t old)
 {
     const struct completion_req *q = &r->creq;
-    if (q->n_stop == 0) {
-        r->safe = r->text_len;
-        return false;
-    }
-    size_t from = old >= r->max_stop ? old - r->max_stop + 1 : 0;
-    const char *best = NULL;
-    for (int i = 0; i < q->n_stop; i++) {
-        const char *hit =
-            memmem(r->text + from, r->text_len - from, q->stop[i], strlen(q->stop[i]));
-        if (hit && (!best || hit < best))
-            best = hit;
-    }
-    if (best) {
-        r->text_len = (size_t)(best - r->text);
+    long at = stops_find(r->text, r->text_len, old, q->stop, q->n_stop);
+    if (at >= 0) {
+        r->text_len = (size_t)at;
         r->text[r->text_len] = '\0';
         r->safe = r->text_len;
         return true;
     }
-    /* hold back the longest tail that is a prefix of a stop string */
-    size_t hold = 0;
-    for (size_t k = r->max_stop - 1 < r->text_len ? r->max_stop - 1 : r->text_len; k > 0 && !hold;
-         k--)
-        for (int i = 0; i < q->n_stop; i++)
-            if (strlen(q->stop[i]) > k && memcmp(r->text + r->text_len - k, q->stop[i], k) == 0) {
-                hold = k;
-                break;
-            }
-    if (r->text_len - hold > r->safe)
-        r->safe = r->text_len - hold;
+    size_t safe = stops_safe(r->text, r->text_len, q->stop, q->n_stop);
+    r->safe = safe > r->safe ? safe : r->safe;
     return false;
 }
 
@@ -141,7 +122,6 @@ static void on_done(struct engine_req *er, void *ctx)
     r->status = engine_req_status(er);
     snprintf(r->error, sizeof(r->error), "%s", engine_req_error(er));
     engine_req_output(er, &r->n_out);
-    engine_req_timings(er, &r->tm);
     if (r->stop_hit && r->status == ERR_CANCELLED)
         atomic_fetch_add(&r->m->n_stopped, 1);
     r->safe = r->text_len;
@@ -208,19 +188,19 @@ static json_t *completion_json(const struct srv_req *r, const char *text, size_t
         json_t *t = json_stringn(text, len);
         if (!t) /* not UTF-8: cannot happen with bpe_stream's output; say so rather than fail */
             t = json_string("\xef\xbf\xbd");
-        json_array_append_new(choices,
-                              json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "text", t, "logprobs",
-                                        "finish_reason",
-                                        finish ? json_string(finish) : json_null()));
+        json_array_append_new(choices, json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "text", t,
+                                                 "logprobs", "finish_reason",
+                                                 finish ? json_string(finish) : json_null()));
     }
     return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", r->id, "object", "text_completion",
                      "created", (json_int_t)r->created, "model", r->m->name, "choices", choices,
                      "usage", usage ? usage : json_null());
 }
 
-static bool req_done(struct srv_req *r)
+/* Whether the access handler has something to do: answer, or close. */
+static bool req_ready(struct srv_req *r)
 {
-    return r->done;
+    return r->done || r->client_gone;
 }
 
 /* The one response of a non-streamed request, once done. */
@@ -517,9 +497,6 @@ enum MHD_Result srv_completions(struct srv_req *r)
                       r->m->max_pos, (long long)n + q->max_tokens, n, q->max_tokens);
         goto refuse;
     }
-    for (int i = 0; i < q->n_stop; i++)
-        if (strlen(q->stop[i]) > r->max_stop)
-            r->max_stop = strlen(q->stop[i]);
     bpe_stream_init(&r->dec, r->m->tok);
     r->tokbuf_cap = bpe_stream_chunk_max(r->m->tok);
     if (!(r->tokbuf = malloc(r->tokbuf_cap))) {
@@ -537,7 +514,9 @@ enum MHD_Result srv_completions(struct srv_req *r)
         .prompt = ids,
         .n_prompt = n,
         .max_tokens = q->max_tokens,
-        .sampling = {.temperature = q->temperature, .top_k = q->top_k, .top_p = q->top_p,
+        .sampling = {.temperature = q->temperature,
+                     .top_k = q->top_k,
+                     .top_p = q->top_p,
                      .seed = q->seed},
         .on_token = on_token,
         .on_done = on_done,
@@ -563,11 +542,8 @@ enum MHD_Result srv_completions(struct srv_req *r)
     }
     r->er = er;
     srv_watch(s, r);
-    if (!q->stream) {
-        if (srv_req_suspend_unless(r, req_done))
-            return MHD_YES;
-        return reply_final(r);
-    }
+    if (!q->stream)
+        return srv_completions_resumed(r);
     srv_req_ref(r); /* the response's, dropped by stream_free */
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, r, stream_free);
@@ -591,16 +567,21 @@ refuse:
     return srv_reply_error(r, &e);
 }
 
+/* Answers a non-streamed request once done, closes it once its client is
+ * gone, else suspends it (again: a wake-up may come before the end). */
 enum MHD_Result srv_completions_resumed(struct srv_req *r)
 {
-    pthread_mutex_lock(&r->lock);
-    bool done = r->done, gone = r->client_gone;
-    pthread_mutex_unlock(&r->lock);
-    if (!done && gone)
-        return MHD_NO; /* the watcher woke it to be closed */
-    if (!done && srv_req_suspend_unless(r, req_done))
-        return MHD_YES;
-    return reply_final(r);
+    for (;;) {
+        pthread_mutex_lock(&r->lock);
+        bool done = r->done, gone = r->client_gone;
+        pthread_mutex_unlock(&r->lock);
+        if (gone)
+            return MHD_NO; /* the watcher saw the client hang up: nobody to answer */
+        if (done)
+            return reply_final(r);
+        if (srv_req_suspend_unless(r, req_ready))
+            return MHD_YES;
+    }
 }
 
 void srv_completions_free(struct srv_req *r)

@@ -2,6 +2,7 @@
  * pin, unpin, add (POST /admin/models, only below --model-root) and remove.
  * HTTP thread; the admin calls wait on the engine's scheduler (an admin
  * request is rare and short), never on a batch. */
+#include <ctype.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,16 +27,15 @@ static json_t *model_json(struct server *s, const struct srv_model *m)
     for (int i = 0; i < n; i++) {
         struct device *d = swap_device(s->stack->mgr, st->shards[i].device);
         total += st->shards[i].bytes;
-        json_array_append_new(shards, json_pack("{s:s, s:I}", "device",
-                                                d ? device_name(d) : "?", "bytes",
-                                                (json_int_t)st->shards[i].bytes));
+        json_array_append_new(shards, json_pack("{s:s, s:I}", "device", d ? device_name(d) : "?",
+                                                "bytes", (json_int_t)st->shards[i].bytes));
     }
-    json_t *o = json_pack(
-        "{s:s, s:s, s:I, s:s, s:s, s:b, s:i, s:i, s:I, s:o, s:i, s:i, s:i}", "id", m->name,
-        "object", "model", "created", (json_int_t)m->created, "owned_by", "shardswap",
-        "residency", srv_residency_name(st->residency), "pinned", st->pinned, "tp", m->sm->tp,
-        "pp", m->sm->pp, "bytes", (json_int_t)total, "shards", shards, "max_model_len",
-        m->max_pos, "queue_len", st->queue_len, "running", st->running);
+    json_t *o =
+        json_pack("{s:s, s:s, s:I, s:s, s:s, s:b, s:i, s:i, s:I, s:o, s:i, s:i, s:i}", "id",
+                  m->name, "object", "model", "created", (json_int_t)m->created, "owned_by",
+                  "shardswap", "residency", srv_residency_name(st->residency), "pinned", st->pinned,
+                  "tp", m->sm->tp, "pp", m->sm->pp, "bytes", (json_int_t)total, "shards", shards,
+                  "max_model_len", m->max_pos, "queue_len", st->queue_len, "running", st->running);
     free(st);
     return o;
 }
@@ -48,7 +48,9 @@ static enum MHD_Result model_not_found(struct srv_req *r, const char *name)
 
 enum MHD_Result srv_models_list(struct srv_req *r)
 {
-    static _Thread_local struct srv_model *ms[SRV_MAX_LIST];
+    struct srv_model **ms = malloc(SRV_MAX_LIST * sizeof(*ms));
+    if (!ms)
+        return srv_reply_errorf(r, 500, NULL, NULL, "", "Out of memory.");
     int n = srv_models_list_all(r->s, ms, SRV_MAX_LIST);
     n = n < SRV_MAX_LIST ? n : SRV_MAX_LIST;
     json_t *data = json_array();
@@ -57,6 +59,7 @@ enum MHD_Result srv_models_list(struct srv_req *r)
         if (o) /* else removed meanwhile */
             json_array_append_new(data, o);
     }
+    free(ms);
     return srv_reply_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
@@ -118,8 +121,7 @@ enum MHD_Result srv_admin_delete(struct srv_req *r)
 
 /* An optional integer field of the admin body in lo..hi; *out keeps its
  * default when absent or null. */
-static bool body_int(json_t *body, const char *key, int lo, int hi, int *out,
-                     struct oai_error *e)
+static bool body_int(json_t *body, const char *key, int lo, int hi, int *out, struct oai_error *e)
 {
     json_t *v = json_object_get(body, key);
     if (!v || json_is_null(v))
@@ -130,6 +132,18 @@ static bool body_int(json_t *body, const char *key, int lo, int hi, int *out,
         return false;
     }
     *out = (int)json_integer_value(v);
+    return true;
+}
+
+/* The config file's rule for a model name (config.c's model_name_ok). */
+static bool name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= sizeof(((struct srv_model *)0)->name) || s[0] == '/' || strstr(s, ".."))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("._:/-", s[i]))
+            return false;
     return true;
 }
 
@@ -173,17 +187,12 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     json_t *jn = json_object_get(body, "name"), *jp = json_object_get(body, "path"),
            *jpin = json_object_get(body, "pinned");
     const char *name = json_string_value(jn), *path = json_string_value(jp);
-    if (!name || !name[0] || strlen(name) >= sizeof(((struct srv_model *)0)->name)) {
+    if (!name || !name_ok(name)) {
         oai_error_set(&e, 400, "invalid_request_error", NULL, "name",
-                      "'name' must be a string of 1..63 bytes.");
+                      "'name' must be 1 to 63 bytes of A-Z a-z 0-9 . _ : / -, not starting "
+                      "with '/' and without '..' (as in the config file).");
         goto refuse;
     }
-    for (const char *p = name; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
-            oai_error_set(&e, 400, "invalid_request_error", NULL, "name",
-                          "'name' must not contain control characters.");
-            goto refuse;
-        }
     if (!path || !path[0]) {
         oai_error_set(&e, 400, "invalid_request_error", NULL, "path",
                       "'path' must be a non-empty string (a checkpoint directory).");
@@ -223,7 +232,8 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     struct placement pl = {.tp = tp, .pp = pp, .devices = devices};
     int rc = swap_register(s->stack->mgr, name, dir, &pl, json_is_true(jpin), &sm);
     int id = rc < 0 ? rc : engine_add_model(s->stack->engine, sm);
-    if (id >= 0 && max_batch > 0 && (rc = engine_set_max_batch(s->stack->engine, id, max_batch)) < 0)
+    if (id >= 0 && max_batch > 0 &&
+        (rc = engine_set_max_batch(s->stack->engine, id, max_batch)) < 0)
         engine_remove_model(s->stack->engine, id);
     else if (id >= 0 && (rc = srv_model_add(s, sm, dir, id)) < 0)
         engine_remove_model(s->stack->engine, id);

@@ -27,8 +27,8 @@
 
 /* ---- request state ---- */
 
-static struct srv_req *srv_req_new(struct server *s, struct MHD_Connection *conn,
-                                   const char *url, const char *method)
+static struct srv_req *srv_req_new(struct server *s, struct MHD_Connection *conn, const char *url,
+                                   const char *method)
 {
     struct srv_req *r = calloc(1, sizeof(*r));
     if (!r)
@@ -122,8 +122,7 @@ static const char *const admin_actions[] = {"load", "unload", "pin", "unpin"};
 
 /* Sets r->route (and arg, action) from the path; *allow is the methods the
  * path takes when method is not one of them (then the route stays NONE). */
-static void route_find(struct srv_req *r, const char *url, const char *method,
-                       const char **allow)
+static void route_find(struct srv_req *r, const char *url, const char *method, const char **allow)
 {
     bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     bool post = strcmp(method, "POST") == 0, del = strcmp(method, "DELETE") == 0;
@@ -196,8 +195,9 @@ static bool auth_ok(struct srv_req *r, struct oai_error *e)
     if (tok && key_equal(tok, strlen(tok), key))
         return true;
     oai_error_set(e, 401, "authentication_error", "invalid_api_key", "",
-                  tok ? "Incorrect API key provided%s." : "Missing API key%s: send "
-                                                          "'Authorization: Bearer KEY'.",
+                  tok ? "Incorrect API key provided%s."
+                      : "Missing API key%s: send "
+                        "'Authorization: Bearer KEY'.",
                   admin && c->admin_key ? " (admin routes take the admin key)" : "");
     return false;
 }
@@ -252,8 +252,8 @@ static enum MHD_Result request_start(struct srv_req *r, const char *url, const c
     route_find(r, url, method, &allow);
     struct oai_error e;
     if (r->route == ROUTE_NONE && !allow) {
-        oai_error_set(&e, 404, "invalid_request_error", "not_found", "", "No route %s %s.",
-                      method, url);
+        oai_error_set(&e, 404, "invalid_request_error", "not_found", "", "No route %s %s.", method,
+                      url);
         return srv_reply_error(r, &e);
     }
     if (r->route == ROUTE_NONE) {
@@ -322,9 +322,8 @@ static void body_append(struct srv_req *r, const char *data, size_t n)
  * headers, each piece of the body, the end of the body, and again after
  * each resume while no response is queued). */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **req_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
 {
     struct server *s = cls;
     struct srv_req *r = *req_cls;
@@ -375,14 +374,13 @@ static void access_log(struct srv_req *r, enum MHD_RequestTerminationCode toe)
                  r->m->name, r->n_prompt, n_gen, wait * 1e3, ttft * 1e3, compute * 1e3,
                  r->creq.stream ? " stream" : "");
     }
-    const char *how = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? ""
-                      : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT ? " (client closed)"
+    const char *how = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK      ? ""
+                      : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT    ? " (client closed)"
                       : toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? " (timed out)"
                       : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN ? " (shutdown)"
-                                                                       : " (client gone)";
-    log_info("%s %s %d%s%s total_ms=%.1f", r->method, r->path, r->http_status ? r->http_status
-                                                                              : 499,
-             how, extra, (now - r->t0) * 1e3);
+                                                                      : " (client gone)";
+    log_info("%s %s %d%s%s total_ms=%.1f", r->method, r->path,
+             r->http_status ? r->http_status : 499, how, extra, (now - r->t0) * 1e3);
 }
 
 /* MHD's completion notice: once per request the access handler saw, on a
@@ -397,7 +395,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         return;
     *req_cls = NULL;
     pthread_mutex_lock(&r->lock);
-    r->conn_gone = true;
     bool cancel = r->er && !r->done;
     pthread_mutex_unlock(&r->lock);
     if (cancel && engine_cancel(s->stack->engine, r->er) == 0)
@@ -416,7 +413,10 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(msg);
     while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = '\0';
-    snprintf(mhd_last_error, sizeof(mhd_last_error), "%s", msg);
+    struct server *s = cls;
+    /* kept for server_open's message; later, pool threads log concurrently */
+    if (atomic_load(&s->state) == SERVER_STARTING)
+        snprintf(mhd_last_error, sizeof(mhd_last_error), "%s", msg);
     log_debug("libmicrohttpd: %s", msg);
 }
 
@@ -452,7 +452,8 @@ int server_signals_init(void)
 static int listen_start(struct server *s)
 {
     const struct serve_config *c = s->cfg;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
     char port[16];
@@ -466,15 +467,12 @@ static int listen_start(struct server *s)
         flags |= MHD_USE_IPv6;
     mhd_last_error[0] = '\0';
     s->mhd = MHD_start_daemon(
-        flags, (uint16_t)c->port, NULL, NULL, on_request, s,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
-        MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(c->http_threads > 0 ? c->http_threads : 4),
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->connection_timeout_s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)128,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        flags, (uint16_t)c->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
+        s, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)(c->http_threads > 0 ? c->http_threads : 4), MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)c->connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)128, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd)
@@ -521,9 +519,13 @@ int server_open(const struct serve_config *c, struct server **out)
     free(mc);
     if (rc < 0)
         goto fail;
-    for (int i = 0; i < s->stack->n_models; i++)
-        if ((rc = srv_model_add(s, s->stack->models[i], c->models[i].path, s->stack->ids[i])) < 0)
+    for (int i = 0; i < s->stack->n_models; i++) {
+        const struct serve_model *m = &c->models[i];
+        if ((rc = srv_model_add(s, s->stack->models[i], m->path, s->stack->ids[i])) < 0)
             goto fail;
+        log_info("model %s: %s (tp %d, pp %d%s)", m->name, m->path, m->tp, m->pp,
+                 m->pinned ? ", pinned" : "");
+    }
     if ((rc = srv_watcher_start(s)) < 0 || (rc = listen_start(s)) < 0)
         goto fail;
     atomic_store(&s->state, SERVER_SERVING);
@@ -564,9 +566,36 @@ static bool no_inflight(struct server *s)
     return s->n_inflight == 0;
 }
 
+/* The grace period ends early at a second SIGINT/SIGTERM. */
+static bool no_inflight_or_signal(struct server *s)
+{
+    unsigned char b;
+    if (s->n_inflight == 0)
+        return true;
+    if (read(signal_pipe[0], &b, 1) == 1) {
+        log_warn("%s again: ending the grace period", strsignal(b));
+        return true;
+    }
+    return false;
+}
+
 static bool no_live(struct server *s)
 {
     return s->live == NULL;
+}
+
+/* Cancels every request in flight as the server stops; under s->lock. */
+static void cancel_all(struct server *s)
+{
+    for (struct srv_req *r = s->live; r; r = r->live_next) {
+        pthread_mutex_lock(&r->lock);
+        bool cancel = r->er && !r->done;
+        if (cancel)
+            r->cancel_shutdown = true;
+        pthread_mutex_unlock(&r->lock);
+        if (cancel)
+            engine_cancel(s->stack->engine, r->er);
+    }
 }
 
 int server_run(struct server *s)
@@ -587,19 +616,15 @@ int server_run(struct server *s)
      * gets a 503 rather than a refused connection */
     atomic_store(&s->state, SERVER_STOPPING);
     pthread_mutex_lock(&s->lock);
-    if (!wait_until(s, no_inflight, time_now() + grace)) {
-        int n = 0;
-        for (struct srv_req *r = s->live; r; r = r->live_next) {
-            pthread_mutex_lock(&r->lock);
-            bool cancel = r->er && !r->done;
-            if (cancel)
-                r->cancel_shutdown = true;
-            pthread_mutex_unlock(&r->lock);
-            if (cancel && engine_cancel(s->stack->engine, r->er) == 0)
-                n++;
+    if (!wait_until(s, no_inflight_or_signal, time_now() + grace) || s->n_inflight > 0) {
+        log_warn("grace period over: cancelling %d request(s)", s->n_inflight);
+        /* again every 100 ms: a request being submitted as the state
+         * changed has no handle in the list yet */
+        for (double end = time_now() + 30; time_now() < end;) {
+            cancel_all(s);
+            if (wait_until(s, no_inflight, time_now() + 0.1))
+                break;
         }
-        log_warn("grace period over: cancelled %d request(s)", n);
-        wait_until(s, no_inflight, time_now() + 30);
     }
     pthread_mutex_unlock(&s->lock);
     MHD_socket lfd = MHD_quiesce_daemon(s->mhd);

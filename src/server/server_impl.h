@@ -2,16 +2,18 @@
  * the model table, the per-request state, replies and the route handlers.
  *
  * Locks, outermost first:
- * - server.lock guards the model table, the list of live requests, their
- *   count and the HTTP counters' table; never held across an MHD call or a
- *   wait (engine_cancel, which only takes the engine lock, is called under
+ * - server.admin_lock serializes adding and removing models (held across
+ *   the engine's admin calls, which wait on its scheduler);
+ * - server.lock guards the model table, the list of live requests, the
+ *   in-flight count and the HTTP counters; never held across an MHD call or
+ *   a wait (engine_cancel, which only takes the engine lock, is called under
  *   it at shutdown);
- * - srv_req.lock guards what an engine callback shares with the HTTP thread
- *   (text, flags, the suspended flag); held only to copy a few bytes, to
- *   call engine_cancel's caller-side bookkeeping never, and across
- *   MHD_suspend_connection (so a resumer that sees suspended knows the
- *   suspension happened); MHD_resume_connection is called after releasing
- *   it by whoever cleared the flag, so exactly one party resumes;
+ * - srv_req.lock guards what the engine callbacks share with the HTTP
+ *   thread (text, flags, the suspended flag); held to copy a few bytes and
+ *   across MHD_suspend_connection (so a resumer that sees suspended knows
+ *   the suspension happened), never across engine_cancel or
+ *   MHD_resume_connection: whoever clears suspended calls
+ *   MHD_resume_connection after releasing it, so exactly one party resumes;
  * - watch_lock guards the watcher's list; nothing else is taken under it.
  */
 #ifndef SHARDSWAP_SERVER_SERVER_IMPL_H
@@ -43,7 +45,7 @@ struct srv_model {
     struct bpe *tok;       /* owned; NULL when the directory has no tokenizer */
     int id;                /* engine id */
     int max_pos, vocab;
-    long long created;     /* unix seconds it was added */
+    long long created; /* unix seconds it was added */
     bool removed;
     atomic_ullong n_invalid; /* completions refused by the server (4xx) */
     /* completions ended by a stop string: the engine counts them cancelled */
@@ -62,10 +64,10 @@ struct server {
     struct stack *stack;
     struct MHD_Daemon *mhd;
     int port;
-    atomic_int state; /* enum server_state */
+    atomic_int state;  /* enum server_state */
     long long started; /* unix seconds */
 
-    pthread_mutex_t admin_lock; /* serializes adding and removing models */
+    pthread_mutex_t admin_lock;
     pthread_mutex_t lock;
     struct srv_model *models; /* newest first */
     struct srv_req *live;     /* every request state, until freed */
@@ -73,7 +75,6 @@ struct server {
     pthread_cond_t idle_cv;   /* n_inflight or the live list shrank */
     int http_code[SRV_HTTP_CODES];
     uint64_t http_count[SRV_HTTP_CODES];
-    /* per model: requests refused by the server before the engine (4xx) */
 
     /* the watcher (watcher.c) */
     pthread_t watcher;
@@ -114,53 +115,50 @@ struct srv_req {
     enum srv_route route;
     char method[8];
     char path[160];
-    char arg[256];    /* the {id} of the path */
-    char action[16];  /* load, unload, pin, unpin */
+    char arg[256];   /* the {id} of the path */
+    char action[16]; /* load, unload, pin, unpin */
     char *body;
     size_t body_len, body_cap;
     bool body_too_big;
-    int http_status;  /* of the response queued; 0 until then */
-    bool handled;     /* a response or the engine took over */
+    int http_status; /* of the response queued; 0 until then */
+    bool handled;    /* a response or the engine took over */
 
     /* a completion */
     struct completion_req creq;
     bool parsed;
     struct srv_model *m;
     struct engine_req *er;
-    char id[40];       /* cmpl-... */
+    char id[40]; /* cmpl-... */
     long long created;
     int n_prompt;
-    char *echo_text;   /* the prompt as text, when echo */
+    char *echo_text; /* the prompt as text, when echo */
     size_t echo_len;
-    size_t max_stop;   /* longest stop string */
     /* streaming, HTTP thread only */
-    char *out;         /* events ready to send */
+    char *out; /* events ready to send */
     size_t out_len, out_pos, out_cap;
-    size_t sent;       /* bytes of text sent */
-    int ends_sent;     /* token pieces sent */
+    size_t sent;   /* bytes of text sent */
+    int ends_sent; /* token pieces sent */
     bool echo_sent, final_sent;
 
     /* shared with the engine callbacks, under lock */
     pthread_mutex_t lock;
-    bool suspended;    /* the connection is suspended; whoever clears it resumes */
-    bool conn_gone;    /* MHD has finished with the connection */
-    bool done;         /* on_done ran */
-    bool stop_hit;     /* a stop string matched: text ends before it */
+    bool suspended;       /* the connection is suspended; whoever clears it resumes */
+    bool done;            /* on_done ran */
+    bool stop_hit;        /* a stop string matched: text ends before it */
     bool cancel_shutdown; /* cancelled because the server is stopping */
-    bool client_gone;  /* the watcher saw the client hang up */
+    bool client_gone;     /* the watcher saw the client hang up */
     struct bpe_stream dec;
-    char *tokbuf;      /* bpe_stream_chunk_max bytes */
+    char *tokbuf; /* bpe_stream_chunk_max bytes */
     size_t tokbuf_cap;
-    char *text;        /* the completion's text so far */
+    char *text; /* the completion's text so far */
     size_t text_len, text_cap;
-    size_t safe;       /* text[0..safe) cannot become part of a stop string */
-    int *ends;         /* text offset after each token's piece */
+    size_t safe; /* text[0..safe) cannot become part of a stop string */
+    int *ends;   /* text offset after each token's piece */
     int n_ends, ends_cap;
-    int n_gen;         /* tokens generated (up to a stop) */
-    int n_out;         /* tokens in the engine's output, once done */
-    int status;        /* engine status, final once done */
+    int n_gen;  /* tokens generated (up to a stop) */
+    int n_out;  /* tokens in the engine's output, once done */
+    int status; /* engine status, final once done */
     char error[256];
-    struct engine_req_timings tm;
 };
 
 /* ---- server.c ---- */
@@ -182,12 +180,12 @@ enum MHD_Result srv_reply_text(struct srv_req *r, unsigned status, const char *c
                                const char *text);
 /* An OpenAI-style error. */
 enum MHD_Result srv_reply_error(struct srv_req *r, const struct oai_error *e);
-enum MHD_Result srv_reply_errorf(struct srv_req *r, int status, const char *type,
-                                 const char *code, const char *param, const char *fmt, ...)
+enum MHD_Result srv_reply_errorf(struct srv_req *r, int status, const char *type, const char *code,
+                                 const char *param, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 /* Adds a header to a response before it is queued. */
-enum MHD_Result srv_reply_error_hdr(struct srv_req *r, const struct oai_error *e,
-                                    const char *hdr, const char *value);
+enum MHD_Result srv_reply_error_hdr(struct srv_req *r, const struct oai_error *e, const char *hdr,
+                                    const char *value);
 /* The type an HTTP status has in OpenAI's error bodies. */
 const char *srv_error_type(int status);
 void srv_count_status(struct server *s, int status);
@@ -211,7 +209,7 @@ void srv_watch(struct server *s, struct srv_req *r);
 void srv_unwatch(struct server *s, struct srv_req *r);
 
 /* ---- route handlers (HTTP thread; called once the body is in) ---- */
-enum MHD_Result srv_completions(struct srv_req *r);        /* first call: submit */
+enum MHD_Result srv_completions(struct srv_req *r);         /* first call: submit */
 enum MHD_Result srv_completions_resumed(struct srv_req *r); /* after the engine woke it */
 void srv_completions_free(struct srv_req *r);
 enum MHD_Result srv_models_list(struct srv_req *r);

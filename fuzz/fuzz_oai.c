@@ -1,0 +1,42 @@
+/* libFuzzer target: a request body through the OpenAI completions parser,
+ * then the error body of a refusal. An accepted request must hold what
+ * oai.h promises (a model, exactly one prompt form, fields in range); a
+ * refused one must leave nothing behind and make a JSON error body. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/oai.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct completion_req r;
+    struct oai_error err;
+    if (oai_parse_completion((const char *)data, size, &r, &err) == 0) {
+        if (!r.model || !r.model[0] || (!r.prompt_text == !r.prompt_ids) ||
+            (r.prompt_text && strlen(r.prompt_text) != r.prompt_len) ||
+            (r.prompt_ids && r.n_prompt_ids < 1) || r.max_tokens < 1 ||
+            !(r.temperature >= 0 && r.temperature <= 2) || !(r.top_p > 0 && r.top_p <= 1) ||
+            r.top_k < 0 || r.n_stop < 0 || r.n_stop > OAI_MAX_STOP ||
+            (r.include_usage && !r.stream))
+            abort(); /* accepted a request oai.h rules out */
+        for (int i = 0; i < r.n_prompt_ids; i++)
+            if (r.prompt_ids[i] < 0)
+                abort();
+        for (int i = 0; i < r.n_stop; i++)
+            if (!r.stop[i] || !r.stop[i][0])
+                abort();
+        completion_req_free(&r);
+    } else {
+        if (err.status != 400 && err.status != 500)
+            abort();
+        if (r.model || r.prompt_text || r.prompt_ids || r.user || r.n_stop)
+            abort(); /* a refusal left something behind */
+        char *text = oai_error_json(&err);
+        if (!text)
+            abort();
+        free(text);
+    }
+    return 0;
+}
