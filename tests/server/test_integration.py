@@ -299,6 +299,74 @@ def test_stop_strings():
           "absent stop: %r %r" % (c.choices[0].text, c.choices[0].finish_reason))
 
 
+def test_fixtures_batched():
+    """The fixtures' references again, all at once (prompts of 5, 9 and 1
+    ids batched together, as text and as ids, every fixture model): batching
+    and padding change no id."""
+    import concurrent.futures as cf
+    jobs = []
+    for name in FIXTURE_NAMES:
+        for prompt, out in harness.fixture_expected(name):
+            jobs.append((name, prompt, out, True))
+            jobs.append((name, prompt, out, False))
+    jobs = jobs * 2
+
+    def run(job):
+        name, prompt, out, as_ids = job
+        c = client().completions.create(model="fx_" + name, prompt=prompt if as_ids else harness.ids_text(prompt[1:]),
+                                        max_tokens=len(out), temperature=0)
+        return harness.ids_of_text(c.choices[0].text)
+
+    with cf.ThreadPoolExecutor(12) as ex:
+        got = list(ex.map(run, jobs))
+    bad = ["%s %s (%s): %s, transformers %s" % (j[0], j[1], "ids" if j[3] else "text", g, j[2])
+           for j, g in zip(jobs, got) if g != j[2]]
+    check(not bad, "%d of %d batched fixture completions differ:\n  %s" % (len(bad), len(jobs), "\n  ".join(bad[:8])))
+
+
+def test_context_boundary():
+    """prompt + max_tokens == the context (64 on the fixtures) is served to
+    the last position, as shardswap generate does; one more is a 400."""
+    name = "pre_ln_f32"
+    ids = [2] + [(7 * i) % 250 + 4 for i in range(59)]  # 60 ids, none 2
+    c = client().completions.create(model="fx_" + name, prompt=ids, max_tokens=4, temperature=0)
+    got = harness.ids_of_text(c.choices[0].text)
+    check(c.usage.completion_tokens == 4 and len(got) == 4, "60 + 4 on a 64-position model: %s %s" % (got, c.usage))
+    want = harness.ids_of_text(generate_cli(S["models"]["fx_" + name], harness.ids_text(ids[1:]), 4))
+    check(got == want, "60 + 4: HTTP %s, shardswap generate %s" % (got, want))
+    st, j = srv().json("POST", "/v1/completions", {"model": "fx_" + name, "prompt": ids, "max_tokens": 5})
+    check_error(st, j, 400, "context_length_exceeded", "60 + 5 on a 64-position model")
+    st, j = srv().json("POST", "/v1/completions", {"model": "fx_" + name, "prompt": ids + [5] * 4, "max_tokens": 1})
+    check_error(st, j, 400, "context_length_exceeded", "64 + 1 on a 64-position model")
+
+
+def test_stop_strings_random():
+    """Stop strings cut anywhere in greedy completions (1 to 6 characters,
+    multi-byte ones included), streamed and not: the text is the greedy
+    text up to the stop string's first occurrence."""
+    import random
+    rnd = random.Random(5)
+    for model, p in (("m1", PROMPTS[0]), ("m2", PROMPTS[3]), ("m1", PROMPTS[1])):
+        full = client().completions.create(model=model, prompt=p, max_tokens=20, temperature=0).choices[0].text
+        for _ in range(4):
+            if len(full) < 2:
+                break
+            a = rnd.randrange(0, len(full) - 1)
+            stop = full[a:a + rnd.randint(1, 6)]
+            want = full[:full.find(stop)]
+            for stream in (False, True):
+                if stream:
+                    chunks = list(client().completions.create(model=model, prompt=p, max_tokens=20, temperature=0,
+                                                              stop=[stop], stream=True))
+                    text = "".join(ch.choices[0].text for ch in chunks if ch.choices)
+                    fin = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+                else:
+                    c = client().completions.create(model=model, prompt=p, max_tokens=20, temperature=0, stop=[stop])
+                    text, fin = c.choices[0].text, [c.choices[0].finish_reason]
+                check(text == want and fin == ["stop"], "%s %r stop %r (stream %s): %r %s, want %r (full %r)" %
+                      (model, p, stop, stream, text, fin, want, full))
+
+
 def test_echo():
     p = "Echo this"
     plain = client().completions.create(model="m2", prompt=p, max_tokens=5, temperature=0).choices[0].text
@@ -468,6 +536,7 @@ def main():
                                 max_retries=0, timeout=300)
     tests = [test_health, test_models_list, test_completion_fields, test_greedy_equals_generate_cli,
              test_stream_equals_nonstream, test_stream_wire_format, test_fixtures_equal_transformers,
+             test_fixtures_batched, test_context_boundary, test_stop_strings_random,
              test_alternating_models_swap, test_stop_strings, test_echo, test_seed_reproducible,
              test_admin_routes, test_metrics_promtool, test_metrics_counters_move]
     if A.known_bugs:
