@@ -298,6 +298,17 @@ def main():
             failures.append("%s memory %s: high-water %d bytes over the budget %d" % (k[0], dict(k[1]), hw, want))
     if swaps_needed(models, a.room) and not swaps_of(metrics0, metrics1):
         failures.append("3 models with device room for %d, yet /metrics counted no swap or load" % a.room)
+    # the counters agree with what the clients saw
+    def moved(name_re, **lab):
+        return harness.metric_sum(metrics1, name_re, **lab) - harness.metric_sum(metrics0, name_re, **lab)
+    for what, got, want in (
+            ("requests_total{outcome=ok}", moved(r"^shardswap_requests_total$", outcome="ok"), stats.status.get(200, 0)),
+            ("requests_total{outcome=rejected}", moved(r"^shardswap_requests_total$", outcome="rejected"),
+             stats.status.get(429, 0)),
+            ("http_responses_total{code=429}", moved(r"^shardswap_http_responses_total$", code="429"),
+             stats.status.get(429, 0))):
+        if got != want:
+            failures.append("/metrics %s moved by %g during the run; the clients got %d" % (what, got, want))
     if sampler_errors:
         failures.append("sampling /metrics during the run: %s" % sampler_errors[:3])
     swaps = swaps_of(metrics0, metrics1)
