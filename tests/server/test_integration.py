@@ -367,6 +367,24 @@ def test_stop_strings_random():
                       (model, p, stop, stream, text, fin, want, full))
 
 
+def test_tp_pp_models():
+    """m3 added again with tensor parallelism 2 and pipeline parallelism 2
+    over the two devices: its shards on both, and greedy completions equal
+    shardswap generate's (one device)."""
+    for name, tp, pp in (("m3_tp2", 2, 1), ("m3_pp2", 1, 2)):
+        code, j, body = curl("POST", "/admin/models", {"name": name, "path": A.root_model, "tp": tp, "pp": pp})
+        check(code in (200, 201), "add %s: %d %s" % (name, code, body))
+        info = model_info(name)
+        check(info["tp"] == tp and info["pp"] == pp and len(info["shards"]) == 2 and
+              len({x["device"] for x in info["shards"]}) == 2, "%s: %s" % (name, info))
+        for p in PROMPTS[:3]:
+            want = generate_cli(A.root_model, p, 10)
+            c = client().completions.create(model=name, prompt=p, max_tokens=10, temperature=0)
+            check(c.choices[0].text == want, "%s %r: %r, shardswap generate %r" % (name, p, c.choices[0].text, want))
+        code, j, body = curl("DELETE", "/admin/models/" + name)
+        check(code in (200, 204), "delete %s: %d %s" % (name, code, body))
+
+
 def test_echo():
     p = "Echo this"
     plain = client().completions.create(model="m2", prompt=p, max_tokens=5, temperature=0).choices[0].text
@@ -526,8 +544,10 @@ def main():
     for name in FIXTURE_NAMES:
         served["fx_" + name] = harness.fixture_with_id_tokenizer(A.work_dir, name)
     budget = harness.room_for(models, 1)
+    # two devices: m1, m2 and the fixtures on the first (room for one of m1
+    # and m2), tensor- and pipeline-parallel models across both
     s = harness.Server(A.bin, served, A.work_dir, device_budget=budget, model_root=A.model_root,
-                       max_batch=4)
+                       max_batch=4, devices=2)
     S.update(srv=s, models=served)
     t0 = time.time()
     s.start()
@@ -538,7 +558,7 @@ def main():
              test_stream_equals_nonstream, test_stream_wire_format, test_fixtures_equal_transformers,
              test_fixtures_batched, test_context_boundary, test_stop_strings_random,
              test_alternating_models_swap, test_stop_strings, test_echo, test_seed_reproducible,
-             test_admin_routes, test_metrics_promtool, test_metrics_counters_move]
+             test_admin_routes, test_tp_pp_models, test_metrics_promtool, test_metrics_counters_move]
     if A.known_bugs:
         tests += KNOWN_BUGS
     else:
