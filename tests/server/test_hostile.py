@@ -553,6 +553,22 @@ def test_admin_races():
     check_normal()
 
 
+def test_long_request_beyond_timeout():
+    """--timeout is for idle or slow clients: a completion that computes
+    longer than it (400 tokens) is still answered, streamed or not."""
+    for stream in (False, True):
+        t0 = time.time()
+        st, _, body = send_raw(completion(max_tokens=400, prompt="Long", stream=stream), timeout=300)
+        dt = time.time() - t0
+        check(st == 200, "a %.1f s completion (--timeout %d, stream %s): %s %r" % (dt, TIMEOUT, stream, st, body[-200:]))
+        if stream:
+            check(b"data: [DONE]" in body[-40:], "the %.1f s stream did not end with [DONE]: %r" % (dt, body[-200:]))
+        else:
+            check(json.loads(body)["usage"]["completion_tokens"] == 400, "usage: %r" % body[-200:])
+        print("      stream %s: 400 tokens in %.1f s%s" % (stream, dt, "" if dt > TIMEOUT else
+                                                          " (faster than --timeout: not a test of it)"))
+
+
 def test_survives():
     check_normal()
 
@@ -620,7 +636,8 @@ def main():
     s.start()
     print("server on port %d" % s.port)
     tests = [test_table, test_content_length_lies, test_slowloris, test_too_many_connections,
-             test_disconnect_mid_stream, test_disconnect_storm, test_admin_races, test_survives,
+             test_disconnect_mid_stream, test_disconnect_storm, test_admin_races, test_long_request_beyond_timeout,
+             test_survives,
              test_sigterm_in_flight]
     failures = harness.run_tests(tests, S)
     if not S.get("stopped"):
