@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -42,6 +43,13 @@ static struct srv_req *srv_req_new(struct server *s, struct MHD_Connection *conn
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci)
         r->fd = ci->connect_fd;
+    ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (!sa || getnameinfo(sa,
+                           sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                     : sizeof(struct sockaddr_in),
+                           r->client, sizeof(r->client), NULL, 0, NI_NUMERICHOST) != 0)
+        snprintf(r->client, sizeof(r->client), "?");
     snprintf(r->method, sizeof(r->method), "%s", method);
     snprintf(r->path, sizeof(r->path), "%s", url);
     pthread_mutex_init(&r->lock, NULL);
@@ -277,8 +285,8 @@ static enum MHD_Result request_start(struct srv_req *r, const char *url, const c
                       "The request has %d Content-Length headers.", n_cl);
         return srv_reply_error(r, &e);
     }
-    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *cl =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
         char *end;
         errno = 0;
@@ -369,17 +377,17 @@ static void access_log(struct srv_req *r, enum MHD_RequestTerminationCode toe)
         double ttft = t.t_first_token > 0 ? t.t_first_token - t.t_arrival : 0;
         double compute = t.t_done > 0 && t.t_start > 0 ? t.t_done - t.t_start : 0;
         snprintf(extra, sizeof(extra),
-                 " model=%s prompt_tokens=%d completion_tokens=%d queue_load_ms=%.1f "
+                 " model=%s%s%s prompt_tokens=%d completion_tokens=%d queue_load_ms=%.1f "
                  "ttft_ms=%.1f compute_ms=%.1f%s",
-                 r->m->name, r->n_prompt, n_gen, wait * 1e3, ttft * 1e3, compute * 1e3,
-                 r->creq.stream ? " stream" : "");
+                 r->m->name, r->id[0] ? " id=" : "", r->id, r->n_prompt, n_gen, wait * 1e3,
+                 ttft * 1e3, compute * 1e3, r->creq.stream ? " stream" : "");
     }
     const char *how = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK      ? ""
                       : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT    ? " (client closed)"
                       : toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? " (timed out)"
                       : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN ? " (shutdown)"
                                                                       : " (client gone)";
-    log_info("%s %s %d%s%s total_ms=%.1f", r->method, r->path,
+    log_info("%s %s %s %d%s%s total_ms=%.1f", r->client, r->method, r->path,
              r->http_status ? r->http_status : 499, how, extra, (now - r->t0) * 1e3);
 }
 

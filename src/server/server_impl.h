@@ -113,6 +113,7 @@ struct srv_req {
 
     /* HTTP thread only */
     enum srv_route route;
+    char client[64]; /* the peer's address */
     char method[8];
     char path[160];
     char arg[256];   /* the {id} of the path */
