@@ -433,6 +433,10 @@ def test_admin_routes():
     check(r == "on_device", "m2 60 s after its load: %s" % r)
     code, j, body = curl("POST", "/admin/models/m2/pin")
     check(code == 200 and model_info("m2")["pinned"] is True, "pin m2: %d %s %s" % (code, body, model_info("m2")))
+    code, j, body = curl("POST", "/admin/models/m2/unload")
+    check_error(code, j, 409, None, "unload of a pinned model")
+    check(model_info("m2")["residency"] == "on_device", "pinned m2 after a refused unload: %s" %
+          model_info("m2")["residency"])
     code, j, body = curl("POST", "/admin/models/m2/unpin")
     check(code == 200 and model_info("m2")["pinned"] is False, "unpin m2: %d %s" % (code, body))
     code, j, body = curl("POST", "/admin/models/m2/unload")
@@ -486,6 +490,26 @@ def test_metrics_promtool():
     check(r.returncode == 0, "promtool check metrics:\n%s" % r.stdout.decode(errors="replace"))
     st, h, _ = srv().request("GET", "/metrics")
     check(h.get("content-type", "").startswith("text/plain"), "metrics content-type %r" % h.get("content-type"))
+
+
+def test_metrics_residency_agrees():
+    """shardswap_model_resident says what /v1/models says (the server is
+    idle here, so nothing moves between the two reads), and the device and
+    host bytes in use are within their budgets."""
+    j = srv().json("GET", "/v1/models")[1]
+    samples = metrics()
+    for m in j["data"]:
+        ones = [lab["residency"] for name, lab, v in samples
+                if name == "shardswap_model_resident" and lab.get("model") == m["id"] and v == 1]
+        check(ones == [m["residency"]], "%s: /v1/models says %s, shardswap_model_resident says %s" %
+              (m["id"], m["residency"], ones))
+    for kind in ("device", "host"):
+        used = {tuple(sorted(lab.items())): v for name, lab, v in samples if name == "shardswap_%s_bytes_used" % kind}
+        budget = {tuple(sorted(lab.items())): v for name, lab, v in samples
+                  if name == "shardswap_%s_bytes_budget" % kind}
+        check(used and used.keys() == budget.keys(), "%s bytes: used %s, budget %s" % (kind, used, budget))
+        for k in used:
+            check(0 <= used[k] <= budget[k], "%s %s: %d bytes used of %d" % (kind, k, used[k], budget[k]))
 
 
 def test_metrics_counters_move():
@@ -558,7 +582,8 @@ def main():
              test_stream_equals_nonstream, test_stream_wire_format, test_fixtures_equal_transformers,
              test_fixtures_batched, test_context_boundary, test_stop_strings_random,
              test_alternating_models_swap, test_stop_strings, test_echo, test_seed_reproducible,
-             test_admin_routes, test_tp_pp_models, test_metrics_promtool, test_metrics_counters_move]
+             test_admin_routes, test_tp_pp_models, test_metrics_promtool, test_metrics_residency_agrees,
+             test_metrics_counters_move]
     if A.known_bugs:
         tests += KNOWN_BUGS
     else:
