@@ -13,7 +13,10 @@ Pass/fail is correctness and bounds only, never speed:
     most the largest of the first window * (1 + --rss-tolerance) +
     --rss-slack-mib (windows: 10 s, or a third of the run when shorter);
   * the device and host memory the server reports in /metrics (sampled
-    every 0.5 s) never exceed their budgets.
+    every 0.5 s) never exceed their budgets;
+  * /metrics' ok, rejected and 429 counters moved as the clients saw;
+  * admin load/unload/pin/unpin calls beside the load (every 0.2 s) answer
+    200 or 409.
 It prints requests/s, p50/p99 latency, the 429 share, RSS at start and end
 and the swaps, as a table or (--json) one JSON object.
 
@@ -148,6 +151,29 @@ def client(a, srv, stats, refs, deadline, seed):
         conn.close()
 
 
+def admin_churn(srv, models, stop, seed, counts, problems):
+    """Admin calls in a loop beside the load: load, unload, and pin then
+    unpin one model (never two pinned: room is for fewer than all).
+    Each must answer 200, or 409 when the model does not fit or is pinned."""
+    rnd = random.Random(seed)
+    names = sorted(models)
+    while not stop.wait(0.2):
+        m = rnd.choice(names)
+        action = rnd.choice(["load", "unload", "pin"])
+        seq = [action] if action != "pin" else ["pin", "unpin"]
+        for act in seq:
+            try:
+                st, _, body = srv.request("POST", "/admin/models/%s/%s" % (m, act), key="admin", timeout=60)
+            except OSError as e:
+                problems.append("admin %s %s: %s" % (act, m, e))
+                continue
+            counts[st] = counts.get(st, 0) + 1
+            if st not in (200, 409):
+                problems.append("admin %s %s: %d %r" % (act, m, st, body[:200]))
+            if act == "pin":
+                stop.wait(0.2)
+
+
 def memory_gauges(samples):
     """{(kind, labels): (used, budget)} from the server's metrics: gauges
     whose names say device or host, bytes, and used/resident/allocated vs
@@ -215,6 +241,8 @@ def main():
     p.add_argument("--request-timeout", type=float, default=120)
     p.add_argument("--rss-tolerance", type=float, default=0.10)
     p.add_argument("--rss-slack-mib", type=float, default=8)
+    p.add_argument("--no-admin-churn", dest="admin_churn", action="store_false",
+                   help="no load/unload/pin/unpin calls beside the load")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     a = harness.resolve_args(p.parse_args())
     models = harness.tiny_models(a.bin, a.work_dir, 3)
@@ -247,6 +275,10 @@ def main():
     deadline = t_start + a.duration
     sam = threading.Thread(target=sampler, args=(srv, stop, rss, mem, t_start, sampler_errors))
     sam.start()
+    admin_counts, admin_problems = {}, []
+    churn = threading.Thread(target=admin_churn, args=(srv, models, stop, 99, admin_counts, admin_problems))
+    if a.admin_churn:
+        churn.start()
     threads = [threading.Thread(target=client, args=(a, srv, stats, refs, deadline, i))
                for i in range(a.connections)]
     for t in threads:
@@ -256,6 +288,8 @@ def main():
     elapsed = time.time() - t_start
     stop.set()
     sam.join()
+    if a.admin_churn:
+        churn.join()
     metrics1 = harness.parse_metrics(srv.metrics())
     failures = []
     try:
@@ -309,6 +343,8 @@ def main():
              stats.status.get(429, 0))):
         if got != want:
             failures.append("/metrics %s moved by %g during the run; the clients got %d" % (what, got, want))
+    if admin_problems:
+        failures.append("admin calls during the load: %s" % admin_problems[:5])
     if sampler_errors:
         failures.append("sampling /metrics during the run: %s" % sampler_errors[:3])
     swaps = swaps_of(metrics0, metrics1)
@@ -325,7 +361,8 @@ def main():
         "rss_bound_mib": round(bound / harness.MiB, 1),
         "device_high_water": {str(dict(k[1])): {"bytes": hw, "budget": b} for k, (hw, b) in dev.items()},
         "host_high_water": {str(dict(k[1])): {"bytes": hw, "budget": b} for k, (hw, b) in host.items()},
-        "swaps": swaps, "greedy_mismatches": stats.mismatch, "failures": failures,
+        "swaps": swaps, "greedy_mismatches": stats.mismatch,
+        "admin_calls": {str(k): v for k, v in sorted(admin_counts.items())}, "failures": failures,
     }
     if a.json:
         print(json.dumps(summary, indent=1))
@@ -344,6 +381,7 @@ def main():
             print("  %-22s %.1f MiB of %s" % ("%s %s high-water" % (k[0], ",".join("%s=%s" % x for x in k[1])),
                                              hw / harness.MiB, "%.1f MiB" % (b / harness.MiB) if b else "?"))
         print("  %-22s %g" % ("swaps (metrics)", swaps))
+        print("  %-22s %s" % ("admin calls beside", summary["admin_calls"]))
         for f in failures:
             print("FAIL  " + f)
         print("server log: %s" % srv.log_path if failures or a.keep else "all passed")
