@@ -536,8 +536,9 @@ def test_metrics_counters_move():
 def test_pinned_device_full_answers():
     """Known bug (run with --known-bugs): with room for one model and that
     one pinned, a request for another model is never answered -- no error,
-    no timeout, and /v1/models shows it in no queue. Any answer within 30 s
-    passes (an error saying the device is held by pinned models, say)."""
+    no timeout; it sits in its queue (queue_len 1) until the client gives
+    up or the model is unpinned. Any answer within 30 s passes (an error
+    saying the device is held by pinned models, say)."""
     code, j, body = curl("POST", "/admin/models/m1/load")
     wait_residency("m1", ("on_device",))
     code, j, body = curl("POST", "/admin/models/m1/pin")
