@@ -569,6 +569,33 @@ def test_long_request_beyond_timeout():
                                                           " (faster than --timeout: not a test of it)"))
 
 
+def test_no_smuggling():
+    """A request refused before its body is read (401, 413) has its
+    connection closed: the unread body, itself a request, is never run."""
+    inner = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + srv().api_key.encode() + b"\r\n\r\n"
+    for name, key, body in (("401", None, inner), ("413", True, inner + b" " * (MAX_BODY + 10))):
+        c = socket.create_connection(("127.0.0.1", srv().port), timeout=10)
+        data = req("POST", "/v1/completions", body, key=key).replace(b"Connection: close\r\n", b"")
+        try:
+            c.sendall(data)
+        except OSError:
+            pass
+        got = b""
+        c.settimeout(TIMEOUT + 5)
+        try:
+            while True:
+                x = c.recv(65536)
+                if not x:
+                    break
+                got += x
+        except (socket.timeout, ConnectionResetError):
+            pass
+        c.close()
+        check(got.startswith(b"HTTP/1.1 " + name.encode()), "%s: %r" % (name, got[:100]))
+        check(got.count(b"HTTP/1.1 ") == 1 and b'"object":"list"' not in got,
+              "the body of a refused request (%s) was run as a request: %r" % (name, got[:600]))
+
+
 def test_survives():
     check_normal()
 
@@ -642,7 +669,7 @@ def main():
     print("server on port %d" % s.port)
     tests = [test_table, test_content_length_lies, test_slowloris, test_too_many_connections,
              test_disconnect_mid_stream, test_disconnect_storm, test_admin_races, test_long_request_beyond_timeout,
-             test_survives,
+             test_no_smuggling, test_survives,
              test_sigterm_in_flight]
     failures = harness.run_tests(tests, S)
     if not S.get("stopped"):
