@@ -512,6 +512,31 @@ def test_metrics_residency_agrees():
             check(0 <= used[k] <= budget[k], "%s %s: %d bytes used of %d" % (kind, k, used[k], budget[k]))
 
 
+def test_metrics_histograms_consistent():
+    """Every histogram's buckets are cumulative (non-decreasing in le), its
+    +Inf bucket equals its _count, its _sum is >= 0, and the request
+    histograms counted the requests this test sent."""
+    samples = metrics()
+    series = {}
+    for name, lab, v in samples:
+        if name.endswith("_bucket"):
+            key = (name[:-len("_bucket")], tuple(sorted((k, x) for k, x in lab.items() if k != "le")))
+            series.setdefault(key, []).append((float(lab["le"]), v))
+    check(series, "no histogram in /metrics")
+    counts = {(n[:-len("_count")], tuple(sorted(l.items()))): v for n, l, v in samples if n.endswith("_count")}
+    sums = {(n[:-len("_sum")], tuple(sorted(l.items()))): v for n, l, v in samples if n.endswith("_sum")}
+    for key, b in series.items():
+        b.sort()
+        vals = [v for _, v in b]
+        check(all(x <= y for x, y in zip(vals, vals[1:])), "%s: buckets not cumulative: %s" % (key, b))
+        check(b[-1][0] == float("inf") and b[-1][1] == counts.get(key), "%s: +Inf %s, _count %s" %
+              (key, b[-1], counts.get(key)))
+        check(sums.get(key, -1) >= 0, "%s: _sum %s" % (key, sums.get(key)))
+    n_ok = harness.metric_sum(samples, r"^shardswap_requests_total$", model="m1", outcome="ok")
+    n_hist = harness.metric_sum(samples, r"^shardswap_request_duration_seconds_count$", model="m1")
+    check(n_ok >= 10 and n_hist >= 10, "m1: %g ok requests, %g in the duration histogram" % (n_ok, n_hist))
+
+
 def test_metrics_counters_move():
     before = metrics()
     n = 5
@@ -583,7 +608,7 @@ def main():
              test_stream_equals_nonstream, test_stream_wire_format, test_fixtures_equal_transformers,
              test_fixtures_batched, test_context_boundary, test_stop_strings_random,
              test_alternating_models_swap, test_stop_strings, test_echo, test_seed_reproducible,
-             test_admin_routes, test_tp_pp_models, test_metrics_promtool, test_metrics_residency_agrees,
+             test_admin_routes, test_tp_pp_models, test_metrics_promtool, test_metrics_residency_agrees, test_metrics_histograms_consistent,
              test_metrics_counters_move]
     if A.known_bugs:
         tests += KNOWN_BUGS
