@@ -241,6 +241,8 @@ def main():
     p.add_argument("--request-timeout", type=float, default=120)
     p.add_argument("--rss-tolerance", type=float, default=0.10)
     p.add_argument("--rss-slack-mib", type=float, default=8)
+    p.add_argument("--parallel", choices=("none", "tp", "pp"), default="none",
+                   help="serve every model split over two devices (tensor or pipeline parallel)")
     p.add_argument("--no-admin-churn", dest="admin_churn", action="store_false",
                    help="no load/unload/pin/unpin calls beside the load")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -249,7 +251,19 @@ def main():
     refs = {m: {pr: generate_cli(a.bin, d, pr) for pr in PROMPTS} for m, d in models.items()}
     budget = harness.room_for(models, a.room)
     host_budget = 3 * max(harness.model_bytes(d) for d in models.values()) + 64 * harness.MiB
-    srv = harness.Server(a.bin, models, a.work_dir, device_budget=budget, host_budget=host_budget,
+    served, extra, devices = models, [], 1
+    if a.parallel != "none":
+        # every model split over two devices (TP 2 or PP 2): half of it on each
+        devices = 2
+        budget = a.room * max(harness.model_bytes(d) for d in models.values()) // 2 + harness.BATCH_ROOM
+        cfg = os.path.join(a.work_dir, "load-%s.yaml" % a.parallel)
+        with open(cfg, "w") as f:
+            f.write("models:\n")
+            for name, d in sorted(models.items()):
+                f.write("  - name: %s\n    path: %s\n    %s: 2\n" % (name, d, a.parallel))
+        served, extra = {}, ["--config", cfg]
+    srv = harness.Server(a.bin, served, a.work_dir, device_budget=budget, host_budget=host_budget,
+                         devices=devices, extra=extra,
                          max_batch=a.max_batch, queue_cap=a.queue_cap, log_level="warn",
                          max_connections=a.connections + 16, grace=10,
                          # ASan keeps 256 MiB of freed memory in quarantine by default: RSS
@@ -352,7 +366,7 @@ def main():
     n200 = stats.status.get(200, 0)
     summary = {
         "duration_s": round(elapsed, 2), "connections": a.connections, "models": len(models),
-        "device_room_models": a.room, "device_budget_bytes": budget, "queue_cap": a.queue_cap,
+        "device_room_models": a.room, "parallel": a.parallel, "device_budget_bytes": budget, "queue_cap": a.queue_cap,
         "requests": stats.sent, "answered": stats.answered, "status": {str(k): v for k, v in sorted(stats.status.items())},
         "requests_per_s": round(stats.answered / elapsed, 2), "ok_per_s": round(n200 / elapsed, 2),
         "latency_p50_s": round(pct(stats.latency, 50), 4), "latency_p99_s": round(pct(stats.latency, 99), 4),
@@ -367,8 +381,9 @@ def main():
     if a.json:
         print(json.dumps(summary, indent=1))
     else:
-        print("load: %d connections, %.0f s, 3 models, device room for %d, queue cap %d" %
-              (a.connections, elapsed, a.room, a.queue_cap))
+        print("load: %d connections, %.0f s, 3 models%s, device room for %d, queue cap %d" %
+              (a.connections, elapsed, "" if a.parallel == "none" else " (%s 2 over 2 devices)" % a.parallel.upper(),
+               a.room, a.queue_cap))
         print("  %-22s %s" % ("requests sent/answered", "%d / %d" % (stats.sent, stats.answered)))
         print("  %-22s %s" % ("statuses", summary["status"]))
         print("  %-22s %.1f (200s: %.1f)" % ("requests/s", summary["requests_per_s"], summary["ok_per_s"]))
