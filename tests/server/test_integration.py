@@ -585,7 +585,10 @@ def test_tight_memory_concurrent_requests():
     batch without room for it, and the joiners fail with 500 engine_error
     ("KV cache and activations of a batch of 2 x 266 positions: cannot
     allocate 7065152 bytes"). Each alone fits, so each must get a 200
-    (they may wait their turn)."""
+    (they may wait their turn). Cause: engine.c batch_alloc halves a batch
+    that does not fit, and when the half is 1 and nothing else runs its
+    loop ends on the failed attempt's error (`n == 1 && !others`) instead
+    of trying the batch of one."""
     import threading
     m = {"m1": S["models"]["m1"]}
     t = harness.Server(A.bin, m, A.work_dir, device_budget=harness.model_bytes(m["m1"]) + 6 * harness.MiB,
