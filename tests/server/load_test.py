@@ -241,6 +241,7 @@ def main():
     p.add_argument("--request-timeout", type=float, default=120)
     p.add_argument("--rss-tolerance", type=float, default=0.10)
     p.add_argument("--rss-slack-mib", type=float, default=8)
+    p.add_argument("--policy", default=None, help="the server's scheduling policy (default: its default)")
     p.add_argument("--parallel", choices=("none", "tp", "pp"), default="none",
                    help="serve every model split over two devices (tensor or pipeline parallel)")
     p.add_argument("--no-admin-churn", dest="admin_churn", action="store_false",
@@ -263,7 +264,7 @@ def main():
                 f.write("  - name: %s\n    path: %s\n    %s: 2\n" % (name, d, a.parallel))
         served, extra = {}, ["--config", cfg]
     srv = harness.Server(a.bin, served, a.work_dir, device_budget=budget, host_budget=host_budget,
-                         devices=devices, extra=extra,
+                         devices=devices, extra=extra, policy=a.policy,
                          max_batch=a.max_batch, queue_cap=a.queue_cap, log_level="warn",
                          max_connections=a.connections + 16, grace=10,
                          # ASan keeps 256 MiB of freed memory in quarantine by default: RSS
@@ -366,7 +367,7 @@ def main():
     n200 = stats.status.get(200, 0)
     summary = {
         "duration_s": round(elapsed, 2), "connections": a.connections, "models": len(models),
-        "device_room_models": a.room, "parallel": a.parallel, "device_budget_bytes": budget, "queue_cap": a.queue_cap,
+        "device_room_models": a.room, "parallel": a.parallel, "policy": a.policy, "device_budget_bytes": budget, "queue_cap": a.queue_cap,
         "requests": stats.sent, "answered": stats.answered, "status": {str(k): v for k, v in sorted(stats.status.items())},
         "requests_per_s": round(stats.answered / elapsed, 2), "ok_per_s": round(n200 / elapsed, 2),
         "latency_p50_s": round(pct(stats.latency, 50), 4), "latency_p99_s": round(pct(stats.latency, 99), 4),
