@@ -596,6 +596,58 @@ def test_no_smuggling():
               "the body of a refused request (%s) was run as a request: %r" % (name, got[:600]))
 
 
+def random_request(rnd):
+    """A request whose every field is valid, drawn at random: model, text
+    or id prompt, max_tokens, sampling, stop strings, echo, stream, usage."""
+    b = {"model": rnd.choice(["m1", FX])}
+    if b["model"] == FX or rnd.random() < 0.2:
+        b["prompt"] = [2] + [rnd.randrange(0, 256) for _ in range(rnd.randint(0, 20))]
+    else:
+        b["prompt"] = "".join(rnd.choice(["a", " the", "\u00e9", "\u4e2d", "\U0001F600", "\n", "1", "!", ""])
+                              for _ in range(rnd.randint(0, 12)))
+    b["max_tokens"] = rnd.randint(1, 24)
+    if rnd.random() < 0.5:
+        b["temperature"] = rnd.choice([0, 0.0, 1e-6, 0.7, 1, 2])
+    if rnd.random() < 0.3:
+        b["top_p"] = rnd.choice([1e-6, 0.5, 1])
+    if rnd.random() < 0.3:
+        b["top_k"] = rnd.choice([0, 1, 5, 100000])
+    if rnd.random() < 0.5:
+        b["seed"] = rnd.randrange(0, 2 ** 63)
+    if rnd.random() < 0.3:
+        st = ["".join(rnd.choice("ab \u00e9[]AZ") for _ in range(rnd.randint(1, 3))) for _ in range(rnd.randint(1, 4))]
+        b["stop"] = st if rnd.random() < 0.7 else st[0]
+    for f in ("echo", "stream"):
+        if rnd.random() < 0.3:
+            b[f] = rnd.random() < 0.7
+    if b.get("stream") and rnd.random() < 0.5:
+        b["stream_options"] = {"include_usage": rnd.random() < 0.7}
+    return b
+
+
+def test_random_valid_requests():
+    """200 valid requests drawn at random, 8 at a time: every one is a 200
+    (a stream ending in data: [DONE]), never an error or a crash."""
+    import random
+    rnd = random.Random(2026)
+    reqs = [random_request(rnd) for _ in range(200)]
+    bad = []
+
+    def worker(k):
+        for b in reqs[k::8]:
+            st, _, body = send_raw(req("POST", "/v1/completions", b), timeout=120)
+            ok = st == 200 and (b"data: [DONE]" in body[-40:] if b.get("stream") else body.startswith(b"{"))
+            if not ok:
+                bad.append("%s -> %s %r" % (json.dumps(b)[:300], st, body[-300:]))
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    check(not bad, "%d of 200 valid requests failed:\n        %s" % (len(bad), "\n        ".join(bad[:5])))
+
+
 def test_survives():
     check_normal()
 
@@ -669,7 +721,7 @@ def main():
     print("server on port %d" % s.port)
     tests = [test_table, test_content_length_lies, test_slowloris, test_too_many_connections,
              test_disconnect_mid_stream, test_disconnect_storm, test_admin_races, test_long_request_beyond_timeout,
-             test_no_smuggling, test_survives,
+             test_no_smuggling, test_random_valid_requests, test_survives,
              test_sigterm_in_flight]
     failures = harness.run_tests(tests, S)
     if not S.get("stopped"):
