@@ -555,17 +555,18 @@ def test_admin_races():
 
 def test_long_request_beyond_timeout():
     """--timeout is for idle or slow clients: a completion that computes
-    longer than it (400 tokens) is still answered, streamed or not."""
+    longer than it (--long-tokens tokens) is still answered, streamed or not."""
+    n = A.long_tokens
     for stream in (False, True):
         t0 = time.time()
-        st, _, body = send_raw(completion(max_tokens=400, prompt="Long", stream=stream), timeout=300)
+        st, _, body = send_raw(completion(max_tokens=n, prompt="Long", stream=stream), timeout=300)
         dt = time.time() - t0
         check(st == 200, "a %.1f s completion (--timeout %d, stream %s): %s %r" % (dt, TIMEOUT, stream, st, body[-200:]))
         if stream:
             check(b"data: [DONE]" in body[-40:], "the %.1f s stream did not end with [DONE]: %r" % (dt, body[-200:]))
         else:
-            check(json.loads(body)["usage"]["completion_tokens"] == 400, "usage: %r" % body[-200:])
-        print("      stream %s: 400 tokens in %.1f s%s" % (stream, dt, "" if dt > TIMEOUT else
+            check(json.loads(body)["usage"]["completion_tokens"] == n, "usage: %r" % body[-200:])
+        print("      stream %s: %d tokens in %.1f s%s" % (stream, n, dt, "" if dt > TIMEOUT else
                                                           " (faster than --timeout: not a test of it)"))
 
 
@@ -626,11 +627,11 @@ def random_request(rnd):
 
 
 def test_random_valid_requests():
-    """200 valid requests drawn at random, 8 at a time: every one is a 200
-    (a stream ending in data: [DONE]), never an error or a crash."""
+    """--random-requests valid requests drawn at random, 8 at a time: every
+    one is a 200 (a stream ending in data: [DONE]), never an error or a crash."""
     import random
     rnd = random.Random(2026)
-    reqs = [random_request(rnd) for _ in range(200)]
+    reqs = [random_request(rnd) for _ in range(A.random_requests)]
     bad = []
 
     def worker(k):
@@ -645,7 +646,8 @@ def test_random_valid_requests():
         t.start()
     for t in ts:
         t.join()
-    check(not bad, "%d of 200 valid requests failed:\n        %s" % (len(bad), "\n        ".join(bad[:5])))
+    check(not bad, "%d of %d valid requests failed:\n        %s" %
+          (len(bad), len(reqs), "\n        ".join(bad[:5])))
 
 
 def test_survives():
@@ -709,6 +711,10 @@ def test_sigterm_in_flight():
 def main():
     global A
     p = harness.common_args(__doc__)
+    p.add_argument("--long-tokens", type=int, default=400,
+                   help="tokens of the completion that computes longer than --timeout (default 400)")
+    p.add_argument("--random-requests", type=int, default=200,
+                   help="valid requests drawn at random (default 200)")
     A = harness.resolve_args(p.parse_args())
     models = harness.tiny_models(A.bin, A.work_dir, 1)
     served = dict(models)
