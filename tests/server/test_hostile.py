@@ -628,11 +628,26 @@ def random_request(rnd):
 
 def test_random_valid_requests():
     """--random-requests valid requests drawn at random, 8 at a time: every
-    one is a 200 (a stream ending in data: [DONE]), never an error or a crash."""
+    one is a 200 (a stream ending in data: [DONE]), never an error or a
+    crash; the deterministic ones (greedy, seeded, top_k 1) sent again with
+    stream flipped give the same text and finish reason."""
     import random
     rnd = random.Random(2026)
     reqs = [random_request(rnd) for _ in range(A.random_requests)]
     bad = []
+
+    def outcome(b, body):
+        """(text, finish_reason) of a 200's body, streamed or not."""
+        if not b.get("stream"):
+            c = json.loads(body)["choices"][0]
+            return c["text"], c["finish_reason"]
+        text, fin = "", None
+        for e in body.decode().split("\n\n"):
+            if e.startswith("data: {"):
+                for c in json.loads(e[6:]).get("choices", []):
+                    text += c["text"]
+                    fin = c["finish_reason"] or fin
+        return text, fin
 
     def worker(k):
         for b in reqs[k::8]:
@@ -640,6 +655,15 @@ def test_random_valid_requests():
             ok = st == 200 and (b"data: [DONE]" in body[-40:] if b.get("stream") else body.startswith(b"{"))
             if not ok:
                 bad.append("%s -> %s %r" % (json.dumps(b)[:300], st, body[-300:]))
+                continue
+            # a deterministic one again with stream flipped: the same text and finish
+            if b.get("temperature", 1) == 0 or "seed" in b or b.get("top_k") == 1:
+                twin = dict(b, stream=not b.get("stream"))
+                twin.pop("stream_options", None)
+                st2, _, body2 = send_raw(req("POST", "/v1/completions", twin), timeout=120)
+                if st2 != 200 or outcome(b, body) != outcome(twin, body2):
+                    bad.append("%s: %r, with stream %s: %s %r" % (json.dumps(b)[:300], outcome(b, body), twin["stream"],
+                                                               st2, outcome(twin, body2) if st2 == 200 else body2[-200:]))
 
     ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
     for t in ts:
