@@ -4,6 +4,13 @@
 # targets for a bounded time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The server's tests (tests/server/) use the `openai` client from .venv;
+# configuring again lets the builds find it (SHARDSWAP_PYTHON).
+if [ ! -x .venv/bin/python3 ] || ! .venv/bin/python3 -c 'import openai' 2>/dev/null; then
+  python3 -m venv .venv
+  .venv/bin/pip install -q 'openai>=1,<4'
+fi
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSHARDSWAP_WERROR=ON >/dev/null
 ctest --test-dir build --output-on-failure -j2
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSHARDSWAP_WERROR=ON -DSHARDSWAP_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$(nproc)"

@@ -1,0 +1,775 @@
+#!/usr/bin/env python3
+"""Malformed and hostile requests against `shardswap serve` over raw
+sockets (ctest: server_hostile; the sanitizer build's suite runs it against
+the ASan+UBSan binary).
+
+A table of requests with the status each must get, then the attacks that
+need time or many sockets: a slow client (slowloris), more connections than
+--max-connections, clients that disconnect in the middle of a completion,
+bodies whose Content-Length lies. After all of them /health is still 200, a
+normal completion still works, and SIGTERM with a completion in flight ends
+the server with exit code 0 and no sanitizer report.
+
+    test_hostile.py --bin build-asan/shardswap [--work-dir DIR] [--keep]
+"""
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import check  # noqa: E402
+
+A = None
+S = {}
+TIMEOUT = 3          # --timeout: a client silent this long is dropped
+MAX_CONN = 16        # --max-connections
+MAX_BODY = 256 << 10  # --max-body
+FX = "fx"            # a fixture model: vocab 256, 64 positions
+
+
+def srv():
+    return S["srv"]
+
+
+def req(method, path, body=b"", headers=None, key=True, content_length=True, version="HTTP/1.1"):
+    """The bytes of one request with Connection: close."""
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body).encode()
+    elif isinstance(body, str):
+        body = body.encode()
+    h = ["%s %s %s" % (method, path, version), "Host: 127.0.0.1", "Connection: close"]
+    if key is True:
+        h.append("Authorization: Bearer " + srv().api_key)
+    elif key:
+        h.append("Authorization: " + key)
+    if body and content_length:
+        h.append("Content-Type: application/json")
+        h.append("Content-Length: %d" % len(body))
+    for k, v in (headers or {}).items():
+        h.append("%s: %s" % (k, v))
+    return ("\r\n".join(h) + "\r\n\r\n").encode() + body
+
+
+def completion(**kw):
+    b = {"model": "m1", "prompt": "Hello", "max_tokens": 2, "temperature": 0}
+    b.update(kw)
+    return req("POST", "/v1/completions", b)
+
+
+def completion_raw(text):
+    return req("POST", "/v1/completions", text)
+
+
+def read_response(s, timeout):
+    """(status or None when the server closed without one, headers, body)."""
+    s.settimeout(timeout)
+    data = b""
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except socket.timeout:
+        pass
+    except (ConnectionResetError, BrokenPipeError):
+        pass
+    if not data.startswith(b"HTTP/"):
+        return None, {}, data
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode(errors="replace").split("\r\n")
+    status = int(lines[0].split()[1])
+    hdrs = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        hdrs[k.strip().lower()] = v.strip()
+    if hdrs.get("transfer-encoding", "").lower() == "chunked":
+        body = dechunk(body)
+    return status, hdrs, body
+
+
+def dechunk(b):
+    out = b""
+    while b:
+        size, _, rest = b.partition(b"\r\n")
+        try:
+            n = int(size.split(b";")[0], 16)
+        except ValueError:
+            break
+        if n == 0:
+            break
+        out += rest[:n]
+        b = rest[n + 2:]
+    return out
+
+
+def send_raw(data, timeout=60, connect_timeout=10):
+    """Sends data on a new connection, reads until the server closes it."""
+    s = socket.create_connection(("127.0.0.1", srv().port), timeout=connect_timeout)
+    try:
+        try:
+            s.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        return read_response(s, timeout)
+    finally:
+        s.close()
+
+
+def error_of(body):
+    try:
+        j = json.loads(body)
+    except ValueError:
+        return None
+    return j.get("error") if isinstance(j, dict) else None
+
+
+# The table: name, request bytes, accepted statuses (None: the server may
+# close without answering), the error's param and code when they are sure.
+def big_ids(n):
+    return [2] + [5] * (n - 1)
+
+
+def chunked(*parts):
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+def cases():
+    m = "m1"
+    return [
+        ("bad JSON", completion_raw('{"model": "m1", "prompt": }'), {400}, None, None),
+        ("truncated JSON", completion_raw('{"model": "m1", "prompt": "hi"'), {400}, None, None),
+        ("not JSON at all", completion_raw("model=m1&prompt=hi"), {400}, None, None),
+        ("100k [ (deep nesting)", completion_raw("[" * 100000), {400}, None, None),
+        ("100k [ inside prompt", completion_raw('{"model":"m1","prompt":' + "[" * 100000 + "1" +
+                                                "]" * 100000 + "}"), {400, 413}, None, None),
+        ("100k { nesting", completion_raw('{"a":' * 40000 + "1" + "}" * 40000), {400}, None, None),
+        ("JSON array body", completion_raw("[]"), {400}, None, None),
+        ("JSON null body", completion_raw("null"), {400}, None, None),
+        ("JSON string body", completion_raw('"hello"'), {400}, None, None),
+        ("empty body", req("POST", "/v1/completions", b"", headers={"Content-Length": "0"}), {400}, None, None),
+        ("missing model", completion_raw('{"prompt": "hi"}'), {400}, "model", None),
+        ("missing prompt", completion_raw('{"model": "m1"}'), {400}, "prompt", None),
+        ("model: 123", completion(model=123), {400}, "model", None),
+        ("model: null", completion(model=None), {400}, "model", None),
+        ("prompt: object", completion(prompt={"a": 1}), {400}, "prompt", None),
+        ("prompt: 42", completion(prompt=42), {400}, "prompt", None),
+        ("prompt: list of strings", completion(prompt=["a", "b"]), {400}, "prompt", None),
+        ("prompt: mixed ids", completion(prompt=[2, "x", 5]), {400}, "prompt", None),
+        ("prompt: float ids", completion(prompt=[2, 5.5]), {400}, "prompt", None),
+        ("max_tokens: '16'", completion(max_tokens="16"), {400}, "max_tokens", None),
+        ("max_tokens: -1", completion(max_tokens=-1), {400}, "max_tokens", None),
+        ("max_tokens: 0", completion(max_tokens=0), {400}, "max_tokens", None),
+        ("max_tokens: 1e300", completion_raw('{"model":"m1","prompt":"hi","max_tokens":1e300}'), {400}, "max_tokens", None),
+        # 2**63 does not fit Jansson's integer: the body is invalid JSON (no param)
+        ("max_tokens: 2**63", completion(max_tokens=2 ** 63), {400}, None, None),
+        ("max_tokens: 2**31", completion(max_tokens=2 ** 31), {400}, None, None),
+        ("max_tokens: 1e400 (inf)", completion_raw('{"model":"m1","prompt":"hi","max_tokens":1e400}'), {400}, None, None),
+        ("max_tokens: 2.5", completion(max_tokens=2.5), {400}, "max_tokens", None),
+        ("max_tokens: true", completion(max_tokens=True), {400}, "max_tokens", None),
+        ("temperature: -1", completion(temperature=-1), {400}, "temperature", None),
+        ("temperature: 1e300", completion_raw('{"model":"m1","prompt":"hi","temperature":1e300}'), {400}, "temperature", None),
+        ("temperature: 'hot'", completion(temperature="hot"), {400}, "temperature", None),
+        ("temperature: NaN literal", completion_raw('{"model":"m1","prompt":"hi","temperature":NaN}'), {400}, None, None),
+        ("top_p: 0", completion(top_p=0), {400}, "top_p", None),
+        ("top_p: 1.5", completion(top_p=1.5), {400}, "top_p", None),
+        ("top_k: -1", completion(top_k=-1), {400}, "top_k", None),
+        ("top_k: 2**40", completion(top_k=2 ** 40, max_tokens=1), {200, 400}, None, None),
+        ("seed: 'x'", completion(seed="x"), {400}, "seed", None),
+        ("seed: -1", completion(seed=-1, temperature=1), {200, 400}, None, None),
+        ("seed: 2**64", completion(seed=2 ** 64, temperature=1), {200, 400}, None, None),
+        ("stop: 5 strings", completion(stop=["a", "b", "c", "d", "e"]), {400}, "stop", None),
+        ("stop: 123", completion(stop=123), {400}, "stop", None),
+        ("stop: ['']", completion(stop=[""]), {400}, "stop", None),
+        ("stop: [1]", completion(stop=[1]), {400}, "stop", None),
+        ("stop: 100 KB string", completion(stop="x" * 100000), {200, 400}, None, None),
+        ("echo: 'yes'", completion(echo="yes"), {400}, "echo", None),
+        ("stream: 'true'", completion(stream="true"), {400}, "stream", None),
+        ("stream_options: 5", completion(stream=True, stream_options=5), {400}, "stream_options", None),
+        ("n: 2", completion(n=2), {400}, "n", None),
+        ("n: 0", completion(n=0), {400}, "n", None),
+        ("best_of: 3", completion(best_of=3), {400}, "best_of", None),
+        ("logprobs: 5", completion(logprobs=5), {400}, "logprobs", None),
+        ("logit_bias", completion(logit_bias={"5": 100}), {400}, "logit_bias", None),
+        ("suffix", completion(suffix="end"), {400}, "suffix", None),
+        ("presence_penalty: 1", completion(presence_penalty=1.0), {400}, "presence_penalty", None),
+        ("unknown fields (ignored)", completion(foo=1, bar={"x": [1, 2]}, user="u"), {200}, None, None),
+        ("unknown field of 100k nested arrays", completion_raw('{"model":"m1","prompt":"hi","max_tokens":1,"x":' +
+                                                              "[" * 50000 + "]" * 50000 + "}"), {200, 400}, None, None),
+        ("invalid UTF-8 in prompt", req("POST", "/v1/completions",
+                                        b'{"model":"m1","prompt":"ab\xff\xfe\xc0\x80cd","max_tokens":1}'), {400}, None, None),
+        ("overlong UTF-8 NUL", req("POST", "/v1/completions",
+                                   b'{"model":"m1","prompt":"\xc0\x80","max_tokens":1}'), {400}, None, None),
+        ("lone surrogate escape", completion_raw('{"model":"m1","prompt":"a\\ud800b","max_tokens":1}'), {400}, None, None),
+        ("NUL escape in prompt", completion_raw('{"model":"m1","prompt":"a\\u0000b","max_tokens":1}'), {200, 400}, None, None),
+        ("NUL escape in model name", completion_raw('{"model":"m1\\u0000x","prompt":"a","max_tokens":1}'), {400, 404}, None, None),
+        ("emoji prompt", completion(prompt="\U0001F600\u2603\u4e2d", max_tokens=1), {200}, None, None),
+        ("empty prompt", completion(prompt="", max_tokens=1), {200}, None, None),
+        ("empty id list", completion(prompt=[], max_tokens=1), {200, 400}, None, None),
+        ("unknown model", completion(model="nope"), {404}, "model", "model_not_found"),
+        ("model name with path", completion(model="../../etc/passwd"), {404}, None, "model_not_found"),
+        ("10 KB model name", completion(model="m" * 10000), {400, 404}, None, None),
+        ("context too long (ids, fixture)", completion(model=FX, prompt=big_ids(65), max_tokens=1), {400}, None,
+         "context_length_exceeded"),
+        ("context too long (text, m1)", completion(prompt=" hello" * 2100, max_tokens=1), {400}, None,
+         "context_length_exceeded"),
+        # OpenAI answers 400 here; a server may also stop at the context (finish "length")
+        ("prompt + max_tokens past the context", completion(model=FX, prompt=big_ids(60), max_tokens=10), {200, 400},
+         None, "context_length_exceeded"),
+        ("max_tokens past the context", completion(model=FX, max_tokens=100000), {200, 400}, None,
+         "context_length_exceeded"),
+        ("200 KB single word", completion(prompt="a" * 200000, max_tokens=1), {400}, None, "context_length_exceeded"),
+        ("token id = vocab size", completion(model=FX, prompt=[2, 256], max_tokens=1), {400}, "prompt", None),
+        ("token id 10**9", completion(model=FX, prompt=[2, 10 ** 9], max_tokens=1), {400}, "prompt", None),
+        ("token id -1", completion(prompt=[2, -1], max_tokens=1), {400}, "prompt", None),
+        ("token id 2**63", completion(prompt=[2, 2 ** 63], max_tokens=1), {400}, None, None),
+        ("token id 2**31", completion(prompt=[2, 2 ** 31], max_tokens=1), {400}, "prompt", None),
+        ("token id vocab-1 (ok)", completion(model=FX, prompt=[2, 255], max_tokens=1), {200}, None, None),
+        ("body > --max-body", completion(prompt="x" * (MAX_BODY + 10)), {413}, None, None),
+        ("Content-Length > --max-body, no body", req("POST", "/v1/completions", b"",
+                                                     headers={"Content-Length": str(10 ** 12)}), {413, None}, None, None),
+        ("Content-Length negative", req("POST", "/v1/completions", b"", headers={"Content-Length": "-5"}),
+         {400, 411, 413, None}, None, None),
+        ("Content-Length not a number", req("POST", "/v1/completions", b"", headers={"Content-Length": "abc"}),
+         {400, 411, None}, None, None),
+        ("two Content-Lengths", req("POST", "/v1/completions", b'{"model":"m1","prompt":"hi"}', content_length=False,
+                                    headers={"Content-Length": "28", "Content-Length ": "3"}), {400, 200, None}, None, None),
+        ("duplicate Content-Length", req("POST", "/v1/completions", b'{"model":"m1","prompt":"hi"}',
+                                         content_length=False, headers={"Content-Length": "28", "content-length": "3"}),
+         {400, None}, None, None),
+        ("chunked body", req("POST", "/v1/completions", chunked(b'{"model":"m1","prompt":"hi",', b'"max_tokens": 1}'),
+                             content_length=False, headers={"Transfer-Encoding": "chunked"}), {200}, None, None),
+        ("chunked body > --max-body", req("POST", "/v1/completions",
+                                          b"".join(b"%x\r\n%s\r\n" % (65536, b"x" * 65536) for _ in range(6)) +
+                                          b"0\r\n\r\n", content_length=False,
+                                          headers={"Transfer-Encoding": "chunked"}), {413, None}, None, None),
+        ("bad chunk size", req("POST", "/v1/completions", b"zz\r\nabc\r\n0\r\n\r\n", content_length=False,
+                               headers={"Transfer-Encoding": "chunked"}), {400, None}, None, None),
+        ("64 KB header", req("GET", "/health", headers={"X-Big": "a" * 65536}), {400, 413, 431, None}, None, None),
+        ("1000 headers", req("GET", "/health", headers={"X-H%d" % i: "v" for i in range(1000)}),
+         {200, 400, 413, 431, None}, None, None),
+        ("garbage request line", b"HELLO THERE\r\n\r\n", {400, 405, 501, 505, None}, None, None),
+        ("binary garbage", bytes(range(256)) * 4, {400, None}, None, None),
+        ("HTTP/0.9 request", b"GET /health\r\n\r\n", {400, 505, None}, None, None),
+        ("HTTP/2.0 version", req("GET", "/health", version="HTTP/2.0"), {200, 400, 505, None}, None, None),
+        ("HTTP/1.0 without Host", b"GET /health HTTP/1.0\r\n\r\n", {200}, None, None),
+        ("unknown route", req("GET", "/v2/nothing"), {404}, None, None),
+        ("unknown route under /v1", req("POST", "/v1/chat/completions", {"model": "m1"}), {404}, None, None),
+        ("path traversal", req("GET", "/v1/models/../../etc/passwd"), {400, 404}, None, None),
+        ("encoded path", req("GET", "/v1/models/%2e%2e%2fetc"), {400, 404}, None, None),
+        ("very long path", req("GET", "/v1/models/" + "a" * 20000), {400, 404, 413, 414, 431, None}, None, None),
+        ("query string", req("GET", "/health?x=1&y=%00"), {200, 400}, None, None),
+        ("GET /v1/completions", req("GET", "/v1/completions"), {405}, None, None),
+        ("PUT /v1/completions", req("PUT", "/v1/completions", {"model": "m1"}), {405}, None, None),
+        ("DELETE /v1/models", req("DELETE", "/v1/models"), {405}, None, None),
+        ("POST /health", req("POST", "/health", b"{}"), {405}, None, None),
+        ("unknown method", req("BREW", "/v1/completions"), {400, 405, 501}, None, None),
+        ("no API key", req("POST", "/v1/completions", {"model": "m1", "prompt": "hi"}, key=None), {401}, None, None),
+        ("wrong API key", req("POST", "/v1/completions", {"model": "m1", "prompt": "hi"}, key="Bearer nope"),
+         {401}, None, None),
+        ("API key prefix", req("POST", "/v1/completions", {"model": "m1", "prompt": "hi"},
+                               key="Bearer " + srv().api_key[:-1]), {401}, None, None),
+        ("API key longer", req("POST", "/v1/completions", {"model": "m1", "prompt": "hi"},
+                               key="Bearer " + srv().api_key + "x"), {401}, None, None),
+        ("Basic auth", req("POST", "/v1/completions", {"model": "m1", "prompt": "hi"}, key="Basic dXNlcjpwYXNz"),
+         {401}, None, None),
+        ("empty Bearer", req("POST", "/v1/completions", {"model": "m1", "prompt": "hi"}, key="Bearer "),
+         {401}, None, None),
+        ("no key on /v1/models", req("GET", "/v1/models", key=None), {401}, None, None),
+        ("admin with API key", req("POST", "/admin/models/m1/unload", key=True), {401, 403}, None, None),
+        ("admin add, no key", req("POST", "/admin/models", {"name": "x", "path": "/"}, key=None), {401}, None, None),
+        ("admin add /etc", req("POST", "/admin/models", {"name": "x", "path": "/etc"},
+                               key="Bearer " + srv().admin_key), {403}, None, None),
+        ("admin add bad JSON", req("POST", "/admin/models", "{", key="Bearer " + srv().admin_key), {400}, None, None),
+        ("admin add path: 5", req("POST", "/admin/models", {"name": "x", "path": 5},
+                                  key="Bearer " + srv().admin_key), {400}, None, None),
+        ("admin delete unknown", req("DELETE", "/admin/models/nope", key="Bearer " + srv().admin_key), {404}, None, None),
+        ("admin load unknown", req("POST", "/admin/models/nope/load", key="Bearer " + srv().admin_key), {404},
+         None, "model_not_found"),
+    ]
+
+
+def test_table():
+    bad = []
+    for name, data, ok, param, code in cases():
+        t0 = time.time()
+        try:
+            st, h, body = send_raw(data)
+        except OSError as e:
+            st, h, body = None, {}, str(e).encode()
+        dt = time.time() - t0
+        why = None
+        if st not in ok:
+            why = "status %s, want %s" % (st, sorted(ok, key=str))
+        elif st is not None and st >= 400:
+            e = error_of(body)
+            # rows that may close without answering are HTTP-level: libmicrohttpd's
+            # own answers there need not be OpenAI errors
+            if None not in ok and (st not in (413, 431, 501) or body.strip().startswith(b"{")):
+                if not isinstance(e, dict) or not all(f in e for f in ("message", "type", "param", "code")):
+                    why = "status %d with a body that is not an OpenAI error: %r" % (st, body[:200])
+                elif param is not None and e.get("param") != param:
+                    why = "param %r, want %r" % (e.get("param"), param)
+                elif code is not None and e.get("code") != code:
+                    why = "code %r, want %r" % (e.get("code"), code)
+        if not srv().alive():
+            bad.append("%s: THE SERVER DIED" % name)
+            break
+        print("      %-38s -> %-4s %5.2f s %s" % (name, st, dt, "" if why is None else "  <-- " + why), flush=True)
+        if why:
+            bad.append("%s: %s (body %r)" % (name, why, body[:160]))
+    check(not bad, "%d of the table's requests got the wrong answer:\n        %s" %
+          (len(bad), "\n        ".join(bad)))
+
+
+def test_content_length_lies():
+    # says 100, sends 10, then waits: the server drops it after --timeout
+    s = socket.create_connection(("127.0.0.1", srv().port), timeout=10)
+    t0 = time.time()
+    try:
+        s.sendall(req("POST", "/v1/completions", b"", content_length=False,
+                      headers={"Content-Length": "100", "Content-Type": "application/json"}) + b'{"model":')
+        st, _, _ = read_response(s, TIMEOUT * 3 + 10)
+    finally:
+        s.close()
+    dt = time.time() - t0
+    check(st in (None, 400, 408), "a body shorter than its Content-Length: status %s" % st)
+    check(dt < TIMEOUT * 3 + 9, "a short body kept its connection %.1f s (--timeout %d)" % (dt, TIMEOUT))
+    # says 5, sends a whole body: the rest is a second, garbage request
+    st, _, body = send_raw(req("POST", "/v1/completions", b'{"model":"m1","prompt":"hi","max_tokens":1}',
+                               content_length=False, headers={"Content-Length": "5",
+                                                              "Content-Type": "application/json"}), timeout=TIMEOUT * 3)
+    check(st in (None, 400), "a body longer than its Content-Length: status %s %r" % (st, body[:100]))
+    check_normal()
+
+
+def check_normal():
+    st, h, body = send_raw(completion(), timeout=120)
+    check(st == 200, "a normal completion afterwards: %s %r" % (st, body[:200]))
+    j = json.loads(body)
+    check(j["choices"][0]["text"] is not None, "no text")
+    st, _, _ = send_raw(req("GET", "/health", key=None))
+    check(st == 200, "/health afterwards: %s" % st)
+
+
+def test_slowloris():
+    """Headers byte by byte, slower than --timeout: the server closes the
+    connection; meanwhile another connection is served."""
+    line = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    s = socket.create_connection(("127.0.0.1", srv().port), timeout=10)
+    closed_after = None
+    t0 = time.time()
+    served = []
+    try:
+        for i, b in enumerate(line):
+            try:
+                s.sendall(bytes([b]))
+            except (BrokenPipeError, ConnectionResetError):
+                closed_after = time.time() - t0
+                break
+            if i == 0:
+                st, _, _ = send_raw(completion(), timeout=120)
+                served.append(st)
+            s.settimeout(TIMEOUT + 1.5)
+            try:
+                r = s.recv(4096)
+                if r == b"" or r.startswith(b"HTTP/1.1 408"):
+                    closed_after = time.time() - t0
+                    break
+            except socket.timeout:
+                pass
+            except ConnectionResetError:
+                closed_after = time.time() - t0
+                break
+            if time.time() - t0 > TIMEOUT * 6:
+                break
+    finally:
+        s.close()
+    check(served == [200], "a normal request during the slow one: %s" % served)
+    check(closed_after is not None, "a client sending a byte every %.1f s (--timeout %d) was still "
+          "connected after %.0f s" % (TIMEOUT + 1.5, TIMEOUT, time.time() - t0))
+    print("      slow client dropped after %.1f s" % closed_after)
+
+
+def test_too_many_connections():
+    """More connections than --max-connections, each asking /health with
+    keep-alive at once: at most --max-connections answer within a second
+    (the rest are refused, closed or left waiting), and afterwards a normal
+    request is served."""
+    import select
+    n = MAX_CONN + 12
+    socks = []
+    for _ in range(n):
+        try:
+            socks.append(socket.create_connection(("127.0.0.1", srv().port), timeout=5))
+        except OSError:
+            pass
+    ka = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    live = []
+    for s in socks:
+        try:
+            s.sendall(ka)
+            live.append(s)
+        except OSError:
+            pass
+    got = {s: b"" for s in live}
+    open_ = set(live)
+    deadline = time.time() + min(1.5, TIMEOUT - 1)
+    while open_ and time.time() < deadline:
+        r, _, _ = select.select(list(open_), [], [], max(0.0, deadline - time.time()))
+        for s in r:
+            try:
+                d = s.recv(4096)
+            except OSError:
+                d = b""
+            if not d:
+                open_.discard(s)
+            else:
+                got[s] += d
+                if b"\r\n\r\n" in got[s]:
+                    open_.discard(s)
+    answered = sum(1 for s in live if got[s].startswith(b"HTTP/1.1 200"))
+    for s in socks:
+        s.close()
+    print("      %d connections at once: %d answered within the second, %d refused, closed or "
+          "waiting" % (n, answered, n - answered))
+    check(answered >= 1, "none of %d connections answered (max %d)" % (n, MAX_CONN))
+    check(answered <= MAX_CONN, "%d of %d connections answered, more than --max-connections %d" %
+          (answered, n, MAX_CONN))
+    time.sleep(0.5)
+    check_normal()
+
+
+def cancelled_count():
+    samples = harness.parse_metrics(srv().metrics())
+    n = 0.0
+    for name, lab, v in samples:
+        if not name.endswith("_total"):
+            continue
+        if "cancel" in name or any("cancel" in x for x in lab.values()):
+            n += v
+    return n
+
+
+def test_disconnect_mid_stream():
+    before = cancelled_count()
+    for _ in range(3):
+        s = socket.create_connection(("127.0.0.1", srv().port), timeout=60)
+        s.sendall(completion(stream=True, max_tokens=1500, prompt="Go on and on"))
+        got = b""
+        while got.count(b"data: ") < 3:
+            r = s.recv(4096)
+            check(r, "the stream ended early: %r" % got[-300:])
+            got += r
+        check(got.startswith(b"HTTP/1.1 200"), "stream: %r" % got[:100])
+        s.close()
+    # a non-streamed one that leaves before the answer
+    s = socket.create_connection(("127.0.0.1", srv().port), timeout=60)
+    s.sendall(completion(max_tokens=1500, prompt="Never read"))
+    time.sleep(0.2)
+    s.close()
+    deadline = time.time() + 60
+    while time.time() < deadline and cancelled_count() < before + 3:
+        time.sleep(0.5)
+    after = cancelled_count()
+    check(after >= before + 3, "3 clients left mid-stream: cancelled counters moved by %g (want >= 3)" %
+          (after - before))
+    check_normal()
+
+
+def test_disconnect_storm():
+    """Clients that leave at random moments (before the body ends, while
+    queued, mid-stream, right after the answer), 12 at a time: the server
+    stays up (the sanitizer build checks the races) and answers afterwards."""
+    import random
+
+    def one(seed):
+        rnd = random.Random(seed)
+        for _ in range(12):
+            data = completion(stream=rnd.random() < 0.5, max_tokens=rnd.randint(1, 64),
+                              model=rnd.choice(["m1", FX]),
+                              prompt=[2, 5, 6] if rnd.random() < 0.3 else "storm")
+            if b'"model": "fx"' in data and b'"prompt": "storm"' in data:
+                data = data.replace(b'"prompt": "storm"', b'"prompt": [2, 7, 8]')
+            try:
+                c = socket.create_connection(("127.0.0.1", srv().port), timeout=30)
+                cut = rnd.choice([len(data) // 2, len(data), len(data)])
+                c.sendall(data[:cut])
+                if cut == len(data):
+                    time.sleep(rnd.random() * 0.3)
+                    if rnd.random() < 0.5:
+                        c.recv(rnd.randint(1, 400))
+                if rnd.random() < 0.5:  # a reset instead of a FIN
+                    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+                c.close()
+            except OSError:
+                pass
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check(srv().alive(), "the server died")
+    time.sleep(1)
+    check_normal()
+
+
+def test_admin_races():
+    """A second name for m1 added, streamed on, unloaded, deleted while its
+    requests run, added again, for a few rounds: every request gets an
+    answer (200, or 404/503 for one whose model went away) and the server
+    stays up."""
+    admin = "Bearer " + srv().admin_key
+    path = os.path.join(A.work_dir, "models", "m1")
+    results = []
+
+    def ask(i):
+        st, _, body = send_raw(completion(model="mb", stream=i % 2 == 0, max_tokens=40), timeout=120)
+        results.append(st)
+
+    for rnd in range(3):
+        st, _, body = send_raw(req("POST", "/admin/models", {"name": "mb", "path": path}, key=admin))
+        check(st in (200, 201), "round %d: add mb: %s %r" % (rnd, st, body[:200]))
+        ts = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
+        for t in ts:
+            t.start()
+        time.sleep(0.1 * rnd)
+        send_raw(req("POST", "/admin/models/mb/unload", b"", key=admin))
+        st, _, body = send_raw(req("DELETE", "/admin/models/mb", key=admin))
+        check(st in (200, 204), "round %d: delete mb: %s %r" % (rnd, st, body[:200]))
+        for t in ts:
+            t.join(150)
+        check(srv().alive(), "the server died")
+    bad = [st for st in results if st not in (200, 404, 409, 503)]
+    check(len(results) == 18 and not bad, "requests on a model deleted under them: %s" % results)
+    print("      answers: %s" % {st: results.count(st) for st in set(results)})
+    check_normal()
+
+
+def test_long_request_beyond_timeout():
+    """--timeout is for idle or slow clients: a completion that computes
+    longer than it (--long-tokens tokens) is still answered, streamed or not."""
+    n = A.long_tokens
+    for stream in (False, True):
+        t0 = time.time()
+        st, _, body = send_raw(completion(max_tokens=n, prompt="Long", stream=stream), timeout=300)
+        dt = time.time() - t0
+        check(st == 200, "a %.1f s completion (--timeout %d, stream %s): %s %r" % (dt, TIMEOUT, stream, st, body[-200:]))
+        if stream:
+            check(b"data: [DONE]" in body[-40:], "the %.1f s stream did not end with [DONE]: %r" % (dt, body[-200:]))
+        else:
+            check(json.loads(body)["usage"]["completion_tokens"] == n, "usage: %r" % body[-200:])
+        print("      stream %s: %d tokens in %.1f s%s" % (stream, n, dt, "" if dt > TIMEOUT else
+                                                          " (faster than --timeout: not a test of it)"))
+
+
+def test_no_smuggling():
+    """A request refused before its body is read (401, 413) has its
+    connection closed: the unread body, itself a request, is never run."""
+    inner = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + srv().api_key.encode() + b"\r\n\r\n"
+    for name, key, body in (("401", None, inner), ("413", True, inner + b" " * (MAX_BODY + 10))):
+        c = socket.create_connection(("127.0.0.1", srv().port), timeout=10)
+        data = req("POST", "/v1/completions", body, key=key).replace(b"Connection: close\r\n", b"")
+        try:
+            c.sendall(data)
+        except OSError:
+            pass
+        got = b""
+        c.settimeout(TIMEOUT + 5)
+        try:
+            while True:
+                x = c.recv(65536)
+                if not x:
+                    break
+                got += x
+        except (socket.timeout, ConnectionResetError):
+            pass
+        c.close()
+        check(got.startswith(b"HTTP/1.1 " + name.encode()), "%s: %r" % (name, got[:100]))
+        check(got.count(b"HTTP/1.1 ") == 1 and b'"object":"list"' not in got,
+              "the body of a refused request (%s) was run as a request: %r" % (name, got[:600]))
+
+
+def random_request(rnd):
+    """A request whose every field is valid, drawn at random: model, text
+    or id prompt, max_tokens, sampling, stop strings, echo, stream, usage."""
+    b = {"model": rnd.choice(["m1", FX])}
+    if b["model"] == FX or rnd.random() < 0.2:
+        b["prompt"] = [2] + [rnd.randrange(0, 256) for _ in range(rnd.randint(0, 20))]
+    else:
+        b["prompt"] = "".join(rnd.choice(["a", " the", "\u00e9", "\u4e2d", "\U0001F600", "\n", "1", "!", ""])
+                              for _ in range(rnd.randint(0, 12)))
+    b["max_tokens"] = rnd.randint(1, 24)
+    if rnd.random() < 0.5:
+        b["temperature"] = rnd.choice([0, 0.0, 1e-6, 0.7, 1, 2])
+    if rnd.random() < 0.3:
+        b["top_p"] = rnd.choice([1e-6, 0.5, 1])
+    if rnd.random() < 0.3:
+        b["top_k"] = rnd.choice([0, 1, 5, 100000])
+    if rnd.random() < 0.5:
+        b["seed"] = rnd.randrange(0, 2 ** 63)
+    if rnd.random() < 0.3:
+        st = ["".join(rnd.choice("ab \u00e9[]AZ") for _ in range(rnd.randint(1, 3))) for _ in range(rnd.randint(1, 4))]
+        b["stop"] = st if rnd.random() < 0.7 else st[0]
+    for f in ("echo", "stream"):
+        if rnd.random() < 0.3:
+            b[f] = rnd.random() < 0.7
+    if b.get("stream") and rnd.random() < 0.5:
+        b["stream_options"] = {"include_usage": rnd.random() < 0.7}
+    return b
+
+
+def test_random_valid_requests():
+    """--random-requests valid requests drawn at random, 8 at a time: every
+    one is a 200 (a stream ending in data: [DONE]), never an error or a
+    crash; the deterministic ones (greedy, seeded, top_k 1) sent again with
+    stream flipped give the same text and finish reason."""
+    import random
+    rnd = random.Random(2026)
+    reqs = [random_request(rnd) for _ in range(A.random_requests)]
+    bad = []
+
+    def outcome(b, body):
+        """(text, finish_reason) of a 200's body, streamed or not."""
+        if not b.get("stream"):
+            c = json.loads(body)["choices"][0]
+            return c["text"], c["finish_reason"]
+        text, fin = "", None
+        for e in body.decode().split("\n\n"):
+            if e.startswith("data: {"):
+                for c in json.loads(e[6:]).get("choices", []):
+                    text += c["text"]
+                    fin = c["finish_reason"] or fin
+        return text, fin
+
+    def worker(k):
+        for b in reqs[k::8]:
+            st, _, body = send_raw(req("POST", "/v1/completions", b), timeout=120)
+            ok = st == 200 and (b"data: [DONE]" in body[-40:] if b.get("stream") else body.startswith(b"{"))
+            if not ok:
+                bad.append("%s -> %s %r" % (json.dumps(b)[:300], st, body[-300:]))
+                continue
+            # a deterministic one again with stream flipped: the same text and finish
+            if b.get("temperature", 1) == 0 or "seed" in b or b.get("top_k") == 1:
+                twin = dict(b, stream=not b.get("stream"))
+                twin.pop("stream_options", None)
+                st2, _, body2 = send_raw(req("POST", "/v1/completions", twin), timeout=120)
+                if st2 != 200 or outcome(b, body) != outcome(twin, body2):
+                    bad.append("%s: %r, with stream %s: %s %r" % (json.dumps(b)[:300], outcome(b, body), twin["stream"],
+                                                               st2, outcome(twin, body2) if st2 == 200 else body2[-200:]))
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    check(not bad, "%d of %d valid requests failed:\n        %s" %
+          (len(bad), len(reqs), "\n        ".join(bad[:5])))
+
+
+def test_survives():
+    check_normal()
+
+
+def test_sigterm_in_flight():
+    """SIGTERM while a long stream runs (1200 tokens, longer than the test
+    waits): /health and new completions answer 503; a second SIGTERM ends
+    the grace period (--grace 60), the stream ends with an error event and
+    data: [DONE], and the server exits 0."""
+    s = socket.create_connection(("127.0.0.1", srv().port), timeout=60)
+    s.sendall(completion(stream=True, max_tokens=1200, prompt="Long"))
+    got = b""
+    while got.count(b"data: ") < 2:
+        r = s.recv(4096)
+        check(r, "the stream ended early: %r" % got[-300:])
+        got += r
+    result = {}
+
+    def drain():
+        try:
+            st, _, body = read_response(s, srv().grace + 60)
+            result["body"] = body
+        except OSError as e:
+            result["err"] = e
+
+    t = threading.Thread(target=drain)
+    t.start()
+    t0 = time.time()
+    S["stopped"] = True
+    srv().proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    # during the grace period: new work is refused (503, or the listener is closed)
+    try:
+        st, _, body = send_raw(completion(), timeout=30)
+    except OSError:
+        st, body = None, b""
+    st_health = None
+    try:
+        st_health, _, _ = send_raw(req("GET", "/health", key=None), timeout=30)
+    except OSError:
+        pass
+    t1 = time.time()
+    srv().proc.send_signal(signal.SIGTERM)  # the second ends the grace period
+    srv().stop(send=False)
+    dt = time.time() - t0
+    dt2 = time.time() - t1
+    t.join(30)
+    s.close()
+    print("      exited 0 %.1f s after the first SIGTERM, %.1f s after the second, with a stream in "
+          "flight; meanwhile a new completion got %s, /health %s" % (dt, dt2, st, st_health))
+    check(dt2 < 15, "exit took %.1f s after the second SIGTERM (--grace %g)" % (dt2, srv().grace))
+    check(st in (None, 503), "a completion during the grace period: %s %r" % (st, body[:200]))
+    check(st_health in (None, 503), "/health during the grace period: %s" % st_health)
+    tail = result.get("body", b"")
+    check(b"data: [DONE]\n\n" in tail[-60:], "the stream cut by the shutdown does not end "
+          "with data: [DONE]: %r" % tail[-300:])
+
+
+def main():
+    global A
+    p = harness.common_args(__doc__)
+    p.add_argument("--long-tokens", type=int, default=400,
+                   help="tokens of the completion that computes longer than --timeout (default 400)")
+    p.add_argument("--random-requests", type=int, default=200,
+                   help="valid requests drawn at random (default 200)")
+    A = harness.resolve_args(p.parse_args())
+    models = harness.tiny_models(A.bin, A.work_dir, 1)
+    served = dict(models)
+    served[FX] = harness.fixture_with_id_tokenizer(A.work_dir, "pre_ln_f32")
+    s = harness.Server(A.bin, served, A.work_dir, device_budget=harness.room_for(models, 1),
+                       timeout=TIMEOUT, max_connections=MAX_CONN, max_body=MAX_BODY, grace=60,
+                       model_root=os.path.join(A.work_dir, "models"))
+    S["srv"] = s
+    s.start()
+    print("server on port %d" % s.port)
+    tests = [test_table, test_content_length_lies, test_slowloris, test_too_many_connections,
+             test_disconnect_mid_stream, test_disconnect_storm, test_admin_races, test_long_request_beyond_timeout,
+             test_no_smuggling, test_random_valid_requests, test_survives,
+             test_sigterm_in_flight]
+    failures = harness.run_tests(tests, S)
+    if not S.get("stopped"):
+        try:
+            s.stop()
+        except harness.TestFailure as e:
+            failures += 1
+            print("FAIL  shutdown: %s" % e)
+    elif s.sanitizer_report():
+        failures += 1
+        print("FAIL  sanitizer report: %s" % s.sanitizer_report())
+    if A.keep or failures:
+        print("server log: %s" % s.log_path)
+    if not failures:
+        harness.cleanup_args(A)
+    print("%d of %d failed" % (failures, len(tests)) if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
