@@ -9,7 +9,7 @@ text: harness.fixture_with_id_tokenizer). Checked against references:
 greedy completions equal `shardswap generate --temperature 0` for the same
 prompt, and on the fixtures transformers' greedy ids (expected.json).
 
-    test_integration.py --bin build/shardswap [--work-dir DIR] [--keep] [--known-bugs]
+    test_integration.py --bin build/shardswap [--work-dir DIR] [--keep]
 """
 
 import json
@@ -559,11 +559,9 @@ def test_metrics_counters_move():
 
 
 def test_pinned_device_full_answers():
-    """Known bug (run with --known-bugs): with room for one model and that
-    one pinned, a request for another model is never answered -- no error,
-    no timeout; it sits in its queue (queue_len 1) until the client gives
-    up or the model is unpinned. Any answer within 30 s passes (an error
-    saying the device is held by pinned models, say)."""
+    """With room for one model and that one pinned, a request for another
+    model is answered at once: 503 model_unavailable naming the pinned
+    models (it used to sit in its queue unanswered until an unpin)."""
     code, j, body = curl("POST", "/admin/models/m1/load")
     wait_residency("m1", ("on_device",))
     code, j, body = curl("POST", "/admin/models/m1/pin")
@@ -576,19 +574,21 @@ def test_pinned_device_full_answers():
     finally:
         curl("POST", "/admin/models/m1/unpin")
     check(st is not None, "a request for m2 while pinned m1 fills the device: no answer in 30 s (%s)" % data)
+    check(st == 503, "a request for m2 while pinned m1 fills the device: %s %s" % (st, data[:300]))
+    err = json.loads(data)["error"]
+    check(err["code"] == "model_unavailable" and "pinned" in err["message"], "error: %s" % err)
+    # unpinned, the same request is served
+    st, h, data = srv().request("POST", "/v1/completions", {"model": "m2", "prompt": "x", "max_tokens": 1},
+                                timeout=60)
+    check(st == 200, "m2 after the unpin: %s %s" % (st, data[:300]))
 
 
 def test_tight_memory_concurrent_requests():
-    """Known bug (run with --known-bugs): with device room for the weights
-    and 6 MiB (one 200-token sequence fits, two do not), 4 requests of 200
-    tokens 0.2 s apart: the engine joins a second one into the running
-    batch without room for it, and the joiners fail with 500 engine_error
-    ("KV cache and activations of a batch of 2 x 266 positions: cannot
-    allocate 7065152 bytes"). Each alone fits, so each must get a 200
-    (they may wait their turn). Cause: engine.c batch_alloc halves a batch
-    that does not fit, and when the half is 1 and nothing else runs its
-    loop ends on the failed attempt's error (`n == 1 && !others`) instead
-    of trying the batch of one."""
+    """With device room for the weights and 6 MiB (one 200-token sequence
+    fits, two do not), 4 requests of 200 tokens 0.2 s apart: each alone
+    fits, so each gets a 200 (they may wait their turn). The engine halves
+    a batch that does not fit; a half of one request used to fail on the
+    larger attempt's error (500) when nothing else ran."""
     import threading
     m = {"m1": S["models"]["m1"]}
     t = harness.Server(A.bin, m, A.work_dir, device_budget=harness.model_bytes(m["m1"]) + 6 * harness.MiB,
@@ -614,14 +614,9 @@ def test_tight_memory_concurrent_requests():
     check(not bad, "%d of 4 requests that each fit failed: %s" % (len(bad), bad[:1]))
 
 
-KNOWN_BUGS = [test_pinned_device_full_answers, test_tight_memory_concurrent_requests]
-
-
 def main():
     global A
     p = harness.common_args(__doc__)
-    p.add_argument("--known-bugs", action="store_true",
-                   help="also run the tests of reported, unfixed server bugs (they fail)")
     A = harness.resolve_args(p.parse_args())
     models = harness.tiny_models(A.bin, A.work_dir, 3)
     A.model_root = os.path.join(A.work_dir, "models")
@@ -645,12 +640,8 @@ def main():
              test_fixtures_batched, test_context_boundary, test_stop_strings_random,
              test_alternating_models_swap, test_stop_strings, test_echo, test_seed_reproducible,
              test_admin_routes, test_tp_pp_models, test_metrics_promtool, test_metrics_residency_agrees, test_metrics_histograms_consistent,
-             test_metrics_counters_move]
-    if A.known_bugs:
-        tests += KNOWN_BUGS
-    else:
-        for t in KNOWN_BUGS:
-            print("skip  %-40s a known server bug, not fixed yet (--known-bugs runs it)" % t.__name__)
+             test_metrics_counters_move, test_pinned_device_full_answers,
+             test_tight_memory_concurrent_requests]
     failures = harness.run_tests(tests, S)
     try:
         s.stop(signal.SIGINT)
