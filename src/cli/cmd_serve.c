@@ -253,6 +253,8 @@ int cmd_serve(int argc, char **argv)
          (rc = serve_parse_bytes(device_budget, &c.device_budget)) < 0) ||
         (flags[F_HOST_BUDGET].seen && (rc = serve_parse_bytes(host_budget, &c.host_budget)) < 0) ||
         (flags[F_MAX_BODY].seen && (rc = serve_parse_bytes(max_body, &c.max_body_bytes)) < 0) ||
+        (flags[F_MAX_BODY].seen && c.max_body_bytes == 0 &&
+         (rc = err_set(ERR_INVALID, "--max-body 0: expected at least 1 byte")) < 0) ||
         (flags[F_POLICY].seen && (rc = set_str(&c.policy, policy)) < 0) ||
         (flags[F_HOST].seen && (rc = set_str(&c.host, host)) < 0) ||
         (flags[F_API_KEY].seen && (rc = set_str(&c.api_key, api_key)) < 0) ||

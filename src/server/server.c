@@ -157,18 +157,21 @@ static void route_find(struct srv_req *r, const char *url, const char *method, c
         *allow = "POST";
     } else if (strncmp(url, ap, strlen(ap)) == 0 && url[strlen(ap)]) {
         const char *rest = url + strlen(ap), *slash = strrchr(rest, '/');
-        if (post && slash && slash > rest) {
-            for (size_t i = 0; i < sizeof(admin_actions) / sizeof(admin_actions[0]); i++)
-                if (strcmp(slash + 1, admin_actions[i]) == 0) {
+        bool action = false; /* .../{id}/load etc.; else the path names a model */
+        for (size_t i = 0; slash && slash > rest && i < sizeof(admin_actions) / sizeof(admin_actions[0]);
+             i++)
+            if (strcmp(slash + 1, admin_actions[i]) == 0) {
+                action = true;
+                if (post) {
                     snprintf(r->action, sizeof(r->action), "%s", admin_actions[i]);
                     snprintf(r->arg, sizeof(r->arg), "%.*s", (int)(slash - rest), rest);
                     r->route = ROUTE_ADMIN_ACTION;
                     return;
                 }
-        }
+            }
         snprintf(r->arg, sizeof(r->arg), "%s", rest);
         r->route = del ? ROUTE_ADMIN_MODEL : ROUTE_NONE;
-        *allow = slash ? "POST, DELETE" : "DELETE";
+        *allow = action ? "POST, DELETE" : "DELETE";
     }
 }
 
