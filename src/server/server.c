@@ -158,8 +158,8 @@ static void route_find(struct srv_req *r, const char *url, const char *method, c
     } else if (strncmp(url, ap, strlen(ap)) == 0 && url[strlen(ap)]) {
         const char *rest = url + strlen(ap), *slash = strrchr(rest, '/');
         bool action = false; /* .../{id}/load etc.; else the path names a model */
-        for (size_t i = 0; slash && slash > rest && i < sizeof(admin_actions) / sizeof(admin_actions[0]);
-             i++)
+        for (size_t i = 0;
+             slash && slash > rest && i < sizeof(admin_actions) / sizeof(admin_actions[0]); i++)
             if (strcmp(slash + 1, admin_actions[i]) == 0) {
                 action = true;
                 if (post) {
