@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 
@@ -182,4 +184,16 @@ int cli_fail(const char *cmd)
 {
     fprintf(stderr, "shardswap %s: %s\n", cmd, err_msg());
     return 1;
+}
+
+int cli_check_out_dir(const char *dir)
+{
+    struct stat st;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return err_set(ERR_IO, "--out-dir %s: cannot create it: %s", dir, strerror(errno));
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return err_set(ERR_INVALID, "--out-dir %s: not a directory", dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return err_set(ERR_IO, "--out-dir %s: cannot write there: %s", dir, strerror(errno));
+    return 0;
 }

@@ -52,5 +52,8 @@ int args_usage_fail(const char *cmd);
 
 /* Prints "shardswap CMD: <err_msg()>" to stderr; returns 1. */
 int cli_fail(const char *cmd);
+/* --out-dir DIR: created if absent, and writable; checked before a run so
+ * that its results have somewhere to go. ERR_IO / ERR_INVALID naming it. */
+int cli_check_out_dir(const char *dir);
 
 #endif

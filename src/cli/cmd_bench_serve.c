@@ -46,19 +46,6 @@ static int names_parse(char *buf, const char **names, int max, int *n)
     return 0;
 }
 
-/* --out-dir: created if absent, and writable. */
-static int check_out_dir(const char *dir)
-{
-    struct stat st;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return err_set(ERR_IO, "--out-dir %s: cannot create it: %s", dir, strerror(errno));
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return err_set(ERR_INVALID, "--out-dir %s: not a directory", dir);
-    if (access(dir, W_OK | X_OK) != 0)
-        return err_set(ERR_IO, "--out-dir %s: cannot write there: %s", dir, strerror(errno));
-    return 0;
-}
-
 /* Time to first token of the completed requests of recs. */
 static int ttft_stats(const struct request_record *recs, size_t n, struct latency_stats *out)
 {
@@ -525,7 +512,7 @@ int bench_serve(int argc, char **argv)
         if (!files)
             return cli_fail("bench serve");
         if (!plot_s) {
-            if ((rc = check_out_dir(out_dir)) < 0) {
+            if ((rc = cli_check_out_dir(out_dir)) < 0) {
                 free(files);
                 return cli_fail("bench serve");
             }
@@ -576,7 +563,7 @@ int bench_serve(int argc, char **argv)
             return EXIT_USAGE;
         }
     }
-    if ((!csv_s || !plot_s) && (rc = check_out_dir(out_dir)) < 0)
+    if ((!csv_s || !plot_s) && (rc = cli_check_out_dir(out_dir)) < 0)
         goto out;
     snprintf(tag, sizeof(tag), "%s", config_s);
     for (char *q = tag; *q; q++)

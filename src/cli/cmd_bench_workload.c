@@ -187,20 +187,6 @@ static int print_json(const struct workload_config *c, const char *config_s,
         jsonout_string(plot), "policies", pols));
 }
 
-/* --out-dir: created if absent, and writable; checked before the run so
- * that its results have somewhere to go. */
-static int check_out_dir(const char *dir)
-{
-    struct stat st;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return err_set(ERR_IO, "--out-dir %s: cannot create it: %s", dir, strerror(errno));
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return err_set(ERR_INVALID, "--out-dir %s: not a directory", dir);
-    if (access(dir, W_OK | X_OK) != 0)
-        return err_set(ERR_IO, "--out-dir %s: cannot write there: %s", dir, strerror(errno));
-    return 0;
-}
-
 int bench_workload(int argc, char **argv)
 {
     bool usage = false; /* a bad --config: exit with the usage code */
@@ -341,7 +327,7 @@ int bench_workload(int argc, char **argv)
     if (all) /* one model measures the costs; every config's models have its shape */
         c.n_models = 1;
     /* where the results go, and room for the models, before any is made */
-    if (!simulated && (rc = check_out_dir(out_dir)) < 0)
+    if (!simulated && (rc = cli_check_out_dir(out_dir)) < 0)
         goto out;
     if ((rc = model_cache_check(cache, preset, layers, dtype_s, c.n_models)) < 0)
         goto out;

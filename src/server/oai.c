@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/utf8.h"
 
 #define QUOTE_MAX 64             /* bytes of a request's string quoted in a message */
 #define MODEL_MAX 256            /* bytes of a model name */
@@ -44,34 +45,8 @@ _Static_assert(sizeof(json_int_t) == sizeof(long long), "json_int_t is long long
  * U+10FFFF, truncated): the same rules Jansson applies. */
 static size_t utf8_seq_len(const unsigned char *s, size_t n)
 {
-    unsigned c = s[0];
-    size_t len;
-    unsigned cp;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-        cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    if (n < len)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
+    uint32_t cp;
+    return utf8_decode_one(s, n, &cp);
 }
 
 /* The longest prefix of s[0..n) of at most max bytes that ends on a

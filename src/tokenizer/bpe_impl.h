@@ -7,6 +7,7 @@
 #ifndef SHARDSWAP_TOKENIZER_BPE_IMPL_H
 #define SHARDSWAP_TOKENIZER_BPE_IMPL_H
 
+#include "core/utf8.h"
 #include "tokenizer/bpe.h"
 
 #include <jansson.h>
@@ -86,11 +87,6 @@ int bpe_merge_word(const struct bpe *t, struct bpe_merge_work *w, const unsigned
 uint32_t byte_level_cp(unsigned char b);
 /* The byte code point cp stands for, or -1 when cp is outside the alphabet. */
 int byte_level_byte(uint32_t cp);
-/* Decodes one UTF-8 code point from s (n > 0 bytes); returns its length, or 0
- * when the bytes are not valid UTF-8. */
-size_t utf8_decode_one(const unsigned char *s, size_t n, uint32_t *cp);
-/* Writes cp as UTF-8 to out (4 bytes room); returns the length. */
-size_t utf8_encode_one(uint32_t cp, unsigned char *out);
 
 /* Pre-tokenizer (pretokenize.c): GPT-2's regex through PCRE2. */
 int pretok_open(struct pretok **out);
