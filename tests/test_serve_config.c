@@ -168,6 +168,7 @@ static const struct err_case errors[] = {
     {"max_body_bytes: 0\n", "key 'max_body_bytes'"},
     {"grace_s: -1\n", "key 'grace_s': expected a number >= 0"},
     {"grace_s: nan\n", "key 'grace_s'"},
+    {"request_timeout_s: -1\n", "key 'request_timeout_s': expected a number >= 0"},
     {"log_level: verbose\n", "key 'log_level': expected one of error, warn, info, debug"},
     {"devices: 2\n", "key 'devices': expected a mapping"},
     {"devices:\n  kind: cpu\n  count: 0\n", "t.yaml:3: key 'devices.count'"},

@@ -133,7 +133,7 @@ int cmd_serve(int argc, char **argv)
                *api_key = NULL, *admin_key = NULL, *model_root = NULL, *log_level = NULL,
                *max_body = NULL;
     int max_batch = 0, queue_cap = 0, port = 0, max_conn = 0, timeout = 0, threads = 0;
-    float grace = 0, link_gbps = 0;
+    float grace = 0, link_gbps = 0, req_timeout = 0;
     struct flag flags[] = {
         FLAG("config", FLAG_STR, &config, "FILE",
              "YAML config (docs/serve.example.yaml); the flags below override it"),
@@ -177,6 +177,10 @@ int cmd_serve(int argc, char **argv)
                    "then are cancelled "
                    "(default 30)",
                    0, 86400, "0..86400"),
+        FLAG_RANGE("request-timeout", FLAG_FLOAT, &req_timeout, "S",
+                   "a completion not done S seconds after it arrived ends with 504, queued or "
+                   "running (default 0: none)",
+                   0, 86400, "0..86400"),
         FLAG_RANGE("link-gbps", FLAG_FLOAT, &link_gbps, "G",
                    "CPU devices: emulate a host link of G GB/s (default 0: none)", 0, FLT_MAX,
                    "G >= 0"),
@@ -203,6 +207,7 @@ int cmd_serve(int argc, char **argv)
         F_TIMEOUT,
         F_MAX_BODY,
         F_GRACE,
+        F_REQ_TIMEOUT,
         F_LINK,
         F_THREADS,
     };
@@ -277,6 +282,8 @@ int cmd_serve(int argc, char **argv)
         c.connection_timeout_s = timeout;
     if (flags[F_GRACE].seen)
         c.grace_s = grace;
+    if (flags[F_REQ_TIMEOUT].seen)
+        c.request_timeout_s = req_timeout;
     if (flags[F_LINK].seen)
         c.link_gbps = link_gbps;
     if (flags[F_THREADS].seen)

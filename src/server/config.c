@@ -600,6 +600,7 @@ static int walk_root(const struct walk *w, const struct ynode *root)
                                         "connection_timeout_s",
                                         "max_body_bytes",
                                         "grace_s",
+                                        "request_timeout_s",
                                         "log_level",
                                         "devices",
                                         "host_budget",
@@ -647,6 +648,8 @@ static int walk_root(const struct walk *w, const struct ynode *root)
                 rc = bad(w, v, k, "a byte count >= 1");
         } else if (strcmp(k, "grace_s") == 0) {
             rc = get_double(w, v, k, &c->grace_s);
+        } else if (strcmp(k, "request_timeout_s") == 0) {
+            rc = get_double(w, v, k, &c->request_timeout_s);
         } else if (strcmp(k, "log_level") == 0) {
             int l = 0;
             while (l < 4 && !(v->kind == Y_SCALAR && strcmp(v->value, levels[l]) == 0))
@@ -761,8 +764,9 @@ int serve_config_check(const struct serve_config *c)
                                     "expected >= 1");
     if (c->max_body_bytes < 1)
         return err_set(ERR_INVALID, "max_body_bytes: expected >= 1");
-    if (!(c->grace_s >= 0) || !(c->link_gbps >= 0))
-        return err_set(ERR_INVALID, "grace_s and link_gbps: expected a number >= 0");
+    if (!(c->grace_s >= 0) || !(c->link_gbps >= 0) || !(c->request_timeout_s >= 0))
+        return err_set(ERR_INVALID,
+                       "grace_s, request_timeout_s and link_gbps: expected a number >= 0");
     if (!c->device_kind ||
         (strcmp(c->device_kind, "cpu") != 0 && strcmp(c->device_kind, "cuda") != 0))
         return err_set(ERR_INVALID, "devices.kind: expected cpu or cuda, got '%.*s'", QUOTE_MAX,

@@ -55,6 +55,7 @@ struct serve_config {
     int connection_timeout_s;   /* idle or slow client (default 30) */
     uint64_t max_body_bytes;    /* default 1 MiB */
     double grace_s;             /* shutdown: in-flight requests get this long (default 30) */
+    double request_timeout_s;   /* a completion not done by then ends with 504 (0: none) */
     enum log_level log_level;   /* default LOG_INFO */
     /* stack */
     char *device_kind;          /* "cpu" (default) or "cuda" */

@@ -156,10 +156,13 @@ static int completion_tokens(const struct srv_req *r)
 /* The error a failed request answers with. Under r->lock, done. */
 static void failure(const struct srv_req *r, struct oai_error *e)
 {
-    if (r->status == ERR_TIMEOUT || (r->status == ERR_CANCELLED && r->cancel_shutdown))
+    if (r->status == ERR_CANCELLED && r->cancel_shutdown)
         oai_error_set(e, 503, "server_error", "server_shutting_down", "",
-                      "The request was %s: the server is shutting down.",
-                      r->status == ERR_TIMEOUT ? "timed out" : "cancelled");
+                      "The request was cancelled: the server is shutting down.");
+    else if (r->status == ERR_TIMEOUT)
+        oai_error_set(e, 504, "server_error", "request_timeout", "",
+                      "The request was not done within the server's request timeout (%g s): %s.",
+                      r->s->cfg->request_timeout_s, r->error[0] ? r->error : "timed out");
     else if (r->status == ERR_CANCELLED)
         oai_error_set(e, 503, "server_error", "request_cancelled", "",
                       "The request was cancelled.");
@@ -524,6 +527,7 @@ enum MHD_Result srv_completions(struct srv_req *r)
         .on_token = on_token,
         .on_done = on_done,
         .ctx = r,
+        .timeout_s = s->cfg->request_timeout_s,
     };
     if (!q->has_seed)
         random_bytes(&p.sampling.seed, sizeof(p.sampling.seed));

@@ -583,6 +583,28 @@ def test_pinned_device_full_answers():
     check(st == 200, "m2 after the unpin: %s %s" % (st, data[:300]))
 
 
+def test_request_timeout():
+    """--request-timeout: a completion still running when it passes ends
+    with 504 request_timeout (the engine drops it at its next step); one
+    that finishes in time is a 200."""
+    m = {"m1": S["models"]["m1"]}
+    t = harness.Server(A.bin, m, A.work_dir, log_level="warn", extra=("--request-timeout", "1"))
+    t.start()
+    try:
+        st, _, body = t.request("POST", "/v1/completions",
+                                {"model": "m1", "prompt": "hi", "max_tokens": 1500, "temperature": 0},
+                                timeout=120)
+        check(st == 504, "a 1500-token completion under a 1 s timeout: %s %s" % (st, body[:300]))
+        err = json.loads(body)["error"]
+        check(err["code"] == "request_timeout" and "(1 s)" in err["message"], "error: %s" % err)
+        st, _, body = t.request("POST", "/v1/completions",
+                                {"model": "m1", "prompt": "hi", "max_tokens": 1, "temperature": 0},
+                                timeout=120)
+        check(st == 200, "a one-token completion: %s %s" % (st, body[:300]))
+    finally:
+        t.stop()
+
+
 def test_tight_memory_concurrent_requests():
     """With device room for the weights and 6 MiB (one 200-token sequence
     fits, two do not), 4 requests of 200 tokens 0.2 s apart: each alone
@@ -641,7 +663,7 @@ def main():
              test_alternating_models_swap, test_stop_strings, test_echo, test_seed_reproducible,
              test_admin_routes, test_tp_pp_models, test_metrics_promtool, test_metrics_residency_agrees, test_metrics_histograms_consistent,
              test_metrics_counters_move, test_pinned_device_full_answers,
-             test_tight_memory_concurrent_requests]
+             test_tight_memory_concurrent_requests, test_request_timeout]
     failures = harness.run_tests(tests, S)
     try:
         s.stop(signal.SIGINT)
