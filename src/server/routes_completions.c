@@ -5,7 +5,7 @@
  * The text of a completion is decoded as the tokens come (bpe_stream, so a
  * UTF-8 character split across tokens is sent whole) and checked against the
  * stop strings on the runner thread: at a match the text is cut before it
- * and the engine request cancelled at once. A stream sends only text that
+ * and the engine request ended at once (engine_stop: it completes ok). A stream sends only text that
  * cannot be the start of a stop string (req.safe); the rest waits for the
  * next token or the end.
  *
