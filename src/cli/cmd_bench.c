@@ -138,7 +138,7 @@ static int bench_forward(int argc, char **argv)
     double stream = wbytes * gen / best.decode_s;
     if (json) {
         json_t *j = json_pack(
-            "{s:s, s:o, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+            "{s:s, s:o, s:o, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
             "impl", "shardswap", "model", jsonout_string(dir), "blas_core",
             jsonout_string(blas_core_name()), "threads", threads, "batch", batch,
             "prompt_len", prompt_len, "gen", gen, "weight_dtype", dtype_name(m->lm_head.dtype),
