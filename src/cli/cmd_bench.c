@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/blas_core.h"
 #include "core/cpus.h"
 #include "core/error.h"
 #include "core/jsonout.h"
@@ -137,8 +138,9 @@ static int bench_forward(int argc, char **argv)
     double stream = wbytes * gen / best.decode_s;
     if (json) {
         json_t *j = json_pack(
-            "{s:s, s:o, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
-            "impl", "shardswap", "model", jsonout_string(dir), "threads", threads, "batch", batch,
+            "{s:s, s:o, s:o, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+            "impl", "shardswap", "model", jsonout_string(dir), "blas_core",
+            jsonout_string(blas_core_name()), "threads", threads, "batch", batch,
             "prompt_len", prompt_len, "gen", gen, "weight_dtype", dtype_name(m->lm_head.dtype),
             "weight_bytes", (json_int_t)wbytes, "prefill_s", jsonout_real(best.prefill_s, 6),
             "prefill_tok_s", jsonout_real(prefill_tps, 2), "decode_s",
@@ -149,9 +151,9 @@ static int bench_forward(int argc, char **argv)
         rc = jsonout_print(j);
     } else {
         printf("model %s: %.1f MB of weights (%s), %d threads, batch %d, prompt %d, gen %d, "
-               "best of %d\n",
+               "best of %d, openblas core %s\n",
                dir, wbytes / 1e6, dtype_name(m->lm_head.dtype), threads, batch, prompt_len, gen,
-               repeat);
+               repeat, blas_core_name());
         printf("%-28s %12s\n", "metric", "value");
         printf("%-28s %12.1f\n", "prefill tokens/s", prefill_tps);
         printf("%-28s %12.1f\n", "decode tokens/s", decode_tps);

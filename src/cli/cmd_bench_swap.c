@@ -14,6 +14,7 @@
 #include "cli/model_cache.h"
 #include "core/error.h"
 #include "core/jsonout.h"
+#include "core/copy.h"
 #include "core/membw.h"
 #include "core/timing.h"
 #include "engine/stack.h"
@@ -191,6 +192,13 @@ static void print_table(const char *dir, const struct layout_result *r, int n, c
     for (int t = 1; t <= max_workers; t++)
         printf("  %d thread%s: memcpy %.2f GB/s, streaming copy %.2f GB/s\n", t, t > 1 ? "s" : "",
                bw[t] / 1e9, sbw[t] / 1e9);
+    const struct copy_choice *cc = copy_choose();
+    if (cc->forced)
+        printf("  devices copy with: %s (SHARDSWAP_COPY)\n", cc->name);
+    else
+        printf("  devices copy with: %s (measured at open in %.0f ms, 1 thread: memcpy %.2f GB/s, "
+               "stream %.2f GB/s)\n",
+               cc->name, cc->calib_s * 1e3, cc->memcpy_gb_s, cc->stream_gb_s);
     printf("%-7s %9s %9s %8s %8s %9s %8s %8s %s\n", "layout", "load ms", "GB/s", "/memcpy",
            "/stream", "speedup", "off ms", "fill ms", "per-worker GB/s");
     for (int i = 0; i < n; i++) {
@@ -258,10 +266,16 @@ static int print_json(const char *dir, const struct layout_result *r, int n, con
             layouts = NULL;
         }
     }
-    return jsonout_print(json_pack("{s:o, s:I, s:o, s:o, s:o}", "model", jsonout_string(dir),
+    const struct copy_choice *cc = copy_choose();
+    json_t *copy = json_pack("{s:o, s:b, s:o, s:o, s:o}", "method", jsonout_string(cc->name),
+                             "forced", cc->forced, "memcpy_gb_s", jsonout_real(cc->memcpy_gb_s, 3),
+                             "stream_gb_s", jsonout_real(cc->stream_gb_s, 3), "calib_s",
+                             jsonout_real(cc->calib_s, 6));
+    return jsonout_print(json_pack("{s:o, s:I, s:o, s:o, s:o, s:o}", "model", jsonout_string(dir),
                                    "weight_bytes", (json_int_t)r[0].bytes, "memcpy_gb_s",
                                    per_threads_json(bw, max_workers), "stream_copy_gb_s",
-                                   per_threads_json(sbw, max_workers), "layouts", layouts));
+                                   per_threads_json(sbw, max_workers), "device_copy", copy,
+                                   "layouts", layouts));
 }
 
 int bench_swap(int argc, char **argv)

@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/blas_core.h"
 
 static const struct {
     const char *name;
@@ -24,7 +25,8 @@ static const struct {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: shardswap COMMAND [flags]   (shardswap COMMAND --help for its flags)\n\n"
-               "Runs Hugging Face OPT checkpoints (safetensors) on the CPU.\n\ncommands:\n");
+               "Runs Hugging Face OPT checkpoints (safetensors) on the CPU.\n"
+               "shardswap --version prints the version and the OpenBLAS core in use.\n\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
 }
@@ -44,6 +46,8 @@ static int stdout_check(const char *cmd)
 
 int main(int argc, char **argv)
 {
+    /* OpenBLAS's kernels for this CPU: may re-execute this binary */
+    blas_core_check(argv);
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;
@@ -51,6 +55,10 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
         usage(stdout);
+        return stdout_check(NULL);
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("shardswap %s\nopenblas core %s\n", SHARDSWAP_VERSION, blas_core_name());
         return stdout_check(NULL);
     }
     for (size_t i = 0; i < N_COMMANDS; i++) {

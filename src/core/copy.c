@@ -1,7 +1,13 @@
 #include "core/copy.h"
 
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
+#include "core/timing.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -49,4 +55,98 @@ void copy_stream(void *dst, const void *src, size_t n)
 #else
     memcpy(dst, src, n);
 #endif
+}
+
+/* ---- choosing between memcpy and copy_stream, by measurement ---- */
+
+/* Far beyond the L2 and a core's share of a shared L3, and a layer's size
+ * (opt-1.3b f32 layers are 50 MB); small enough to touch and time in well
+ * under 100 ms. Each copy reads one half and writes the other. */
+#define CAL_BYTES ((size_t)64 << 20)
+#define CAL_REPS 3
+
+static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
+static struct copy_choice choice = {.method = COPY_MEMCPY, .name = "memcpy"};
+
+static void choice_set(enum copy_method m)
+{
+    choice.method = m;
+    choice.name = m == COPY_STREAM ? "stream" : "memcpy";
+}
+
+/* Seconds one copy of n bytes takes with method m. */
+static double copy_time(enum copy_method m, char *dst, const char *src, size_t n)
+{
+    double t0 = time_now();
+    if (m == COPY_STREAM)
+        copy_stream(dst, src, n);
+    else
+        memcpy(dst, src, n);
+    return time_now() - t0;
+}
+
+/* Times both methods on fresh memory, alternating so drift in the machine's
+ * load (other processes) falls on both; keeps memcpy when allocation fails. */
+static void choose_by_measurement(void)
+{
+    char *buf =
+        mmap(NULL, 2 * CAL_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED)
+        return;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(buf, 2 * CAL_BYTES, MADV_HUGEPAGE); /* as the device arenas have */
+#endif
+    memset(buf, 1, 2 * CAL_BYTES);
+    char *src = buf, *dst = buf + CAL_BYTES;
+    double best[2] = {1e30, 1e30};
+    for (int rep = 0; rep < CAL_REPS; rep++) {
+        for (int k = 0; k < 2; k++) {
+            /* alternate which method goes first in a round */
+            enum copy_method m = (enum copy_method)((rep + k) & 1);
+            double t = copy_time(m, dst, src, CAL_BYTES);
+            if (t < best[m])
+                best[m] = t;
+        }
+    }
+    munmap(buf, 2 * CAL_BYTES);
+    choice.memcpy_gb_s = (double)CAL_BYTES / best[COPY_MEMCPY] / 1e9;
+    choice.stream_gb_s = (double)CAL_BYTES / best[COPY_STREAM] / 1e9;
+    choice_set(best[COPY_STREAM] < best[COPY_MEMCPY] ? COPY_STREAM : COPY_MEMCPY);
+}
+
+static void choose(void)
+{
+    double t0 = time_now();
+    const char *env = getenv("SHARDSWAP_COPY");
+    if (env && (strcmp(env, "memcpy") == 0 || strcmp(env, "stream") == 0)) {
+        choice_set(strcmp(env, "stream") == 0 ? COPY_STREAM : COPY_MEMCPY);
+        choice.forced = true;
+    } else {
+        if (env)
+            fprintf(stderr,
+                    "shardswap: SHARDSWAP_COPY=\"%.40s\" is neither memcpy nor stream; "
+                    "choosing by measurement\n",
+                    env);
+        choose_by_measurement();
+    }
+    choice.calib_s = time_now() - t0;
+}
+
+const struct copy_choice *copy_choose(void)
+{
+    pthread_once(&choose_once, choose);
+    return &choice;
+}
+
+const char *copy_method_name(void)
+{
+    return copy_choose()->name;
+}
+
+void copy_large(void *dst, const void *src, size_t n)
+{
+    if (copy_choose()->method == COPY_STREAM)
+        copy_stream(dst, src, n);
+    else
+        memcpy(dst, src, n);
 }

@@ -95,7 +95,7 @@ static void copy_paced(void *dst, const void *src, size_t n, double rate)
     double t0 = time_now();
     for (size_t off = 0; off < n; off += piece) {
         size_t k = n - off < piece ? n - off : piece;
-        copy_stream((char *)dst + off, (const char *)src + off, k);
+        copy_large((char *)dst + off, (const char *)src + off, k);
         double ahead = t0 + (double)(off + k) / rate - time_now();
         if (ahead > 0) {
             struct timespec ts = {.tv_sec = (time_t)ahead,
@@ -121,10 +121,11 @@ static void *cpu_copy_thread(void *arg)
             c->tail = NULL;
         pthread_mutex_unlock(&c->lock);
 
-        /* one streaming copy however large: the device's "DMA engine" */
+        /* one copy however large, by the method measured fastest on this
+         * machine: the device's "DMA engine" */
         double rate = c->link_bytes_per_s;
         if (r->n > 0 && rate <= 0)
-            copy_stream(r->dst, r->src, r->n);
+            copy_large(r->dst, r->src, r->n);
         else if (r->n > 0)
             copy_paced(r->dst, r->src, r->n, rate);
         if (r->ev)
@@ -422,6 +423,10 @@ int device_open_cpu(int index, uint64_t budget_bytes, struct device **out)
                        "device %s: budget of %" PRIu64 " bytes exceeds the %" PRIu64
                        " bytes of physical memory",
                        name, budget_bytes, phys);
+
+    /* the copy engine's method: measured once per process, here rather than
+     * on the first copy so that no swap-in pays for it */
+    (void)copy_choose();
 
     struct cpu_device *c = calloc(1, sizeof(*c));
     if (!c)
