@@ -4,6 +4,9 @@
 #include "backend/kernels.h"
 
 #include <assert.h>
+#include <string.h>
+
+#include "core/error.h"
 
 #include "backend/cpu/cpu_impl.h"
 #include "backend/device_impl.h"
@@ -14,12 +17,29 @@ static const struct kernel_ops *kern_of(const struct stream *s)
     return s->dev->kern;
 }
 
+const char *kern_compute_name(enum kern_compute c)
+{
+    return c == KERN_COMPUTE_BF16 ? "bf16" : "f32";
+}
+
+int kern_compute_parse(const char *s, enum kern_compute *out)
+{
+    if (s && strcmp(s, "f32") == 0)
+        *out = KERN_COMPUTE_F32;
+    else if (s && strcmp(s, "bf16") == 0)
+        *out = KERN_COMPUTE_BF16;
+    else
+        return err_set(ERR_INVALID, "compute precision '%s': expected f32 or bf16", s ? s : "");
+    return 0;
+}
+
 int kern_linear(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
-                const float *bias)
+                const float *bias, enum kern_compute c)
 {
     assert(y && x && w && w->data && m > 0 && w->rows > 0 && w->cols > 0 &&
-           w->ld >= (size_t)w->cols && y != x);
-    return kern_of(s)->linear(s, y, x, m, w, bias);
+           w->ld >= (size_t)w->cols && y != x &&
+           (c == KERN_COMPUTE_F32 || c == KERN_COMPUTE_BF16));
+    return kern_of(s)->linear(s, y, x, m, w, bias, c);
 }
 
 int kern_embed(struct stream *s, float *y, const struct weight_view *w, const int32_t *ids, int n,

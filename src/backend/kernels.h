@@ -35,10 +35,28 @@ struct kv_geom {
     int batch, heads, head_dim, max_t;
 };
 
+/* The precision a linear layer computes in (activations stay f32 between
+ * kernels either way; accumulation is always f32).
+ * - KERN_COMPUTE_F32: x in f32, weights widened exactly; transformers' f32
+ *   results within 1e-4.
+ * - KERN_COMPUTE_BF16: x rounded to bf16 (nearest even), weights in bf16
+ *   (f16 and f32 weights may be rounded to bf16), products summed in f32:
+ *   what transformers and vLLM do for a bf16 model, and what bf16 matrix
+ *   hardware (AMX, AVX512-BF16) runs at full speed. */
+enum kern_compute {
+    KERN_COMPUTE_F32,
+    KERN_COMPUTE_BF16,
+};
+
+/* "f32" / "bf16", and back (0, or ERR_INVALID naming the choices). */
+const char *kern_compute_name(enum kern_compute c);
+int kern_compute_parse(const char *s, enum kern_compute *out);
+
 /* y[m, w.rows] = x[m, w.cols] @ w^T (+ bias[w.rows] when not NULL): torch's
- * Linear. x and y are dense (row stride = width) and do not overlap. */
+ * Linear, computed in precision c. x and y are dense (row stride = width)
+ * and do not overlap. */
 int kern_linear(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
-                const float *bias);
+                const float *bias, enum kern_compute c);
 /* y[i, w.cols] = row ids[i] - row0 of table w, widened to f32, or zeros when
  * that row is outside [0, w.rows) (a vocabulary-parallel shard looks up only
  * its own rows). ids: (n) on the device. */

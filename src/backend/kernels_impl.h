@@ -10,7 +10,7 @@
 
 struct kernel_ops {
     int (*linear)(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
-                  const float *bias);
+                  const float *bias, enum kern_compute c);
     int (*embed)(struct stream *s, float *y, const struct weight_view *w, const int32_t *ids, int n,
                  int row0);
     int (*layernorm)(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "backend/device.h"
+#include "backend/kernels.h"
 #include "backend/weight.h"
 #include "comm/comm.h"
 #include "format/opt_config.h"
@@ -71,6 +72,10 @@ struct opt_model {
     bool head_is_embed;             /* tied head on the first stage: lm_head = embed */
 
     struct opt_layer *layers;       /* layer_end - layer_begin */
+    /* the precision of its linear layers: opt_compute_default of the
+     * checkpoint's matrices when opened; the caller may change it (every
+     * shard of a model alike) */
+    enum kern_compute compute;
     float *params;                  /* widened small parameters (checkpoint binding) */
 };
 
@@ -81,6 +86,11 @@ int opt_model_open(const char *dir, struct opt_model **out);
 int opt_model_open_shard(const struct opt_config *cfg, struct st_checkpoint *ck,
                          const struct opt_shard *shard, struct opt_model **out);
 void opt_model_close(struct opt_model *m); /* NULL-safe */
+
+/* The precision a checkpoint whose matrices are stored in `weights` computes
+ * in unless told otherwise: bf16 for bf16 weights (as transformers runs a
+ * bf16 model), f32 for f32 and f16. */
+enum kern_compute opt_compute_default(enum dtype weights);
 
 /* Checks that shard is valid for cfg (TP divides heads and ffn, the layer
  * range is inside the model); a one-line error otherwise. */

@@ -72,7 +72,7 @@ int opt_forward_embed(const struct opt_model *m, struct opt_exec *ex, const int3
     TRY(kern_embed(s, e, &m->embed, ex->ids, n, m->vocab_begin));
     TRY(opt_reduce(ex, e, (size_t)n * E));
     if (m->project_in.data)
-        TRY(kern_linear(s, ex->x, e, n, &m->project_in, NULL));
+        TRY(kern_linear(s, ex->x, e, n, &m->project_in, NULL, m->compute));
     /* + learned positions */
     TRY(kern_embed(s, ex->h, &m->pos, ex->rows, n, 0));
     return kern_add(s, ex->x, ex->h, (size_t)n * H);
@@ -95,13 +95,13 @@ int opt_forward_layer(const struct opt_model *m, int layer, struct opt_exec *ex,
         TRY(kern_layernorm(s, h, x, n, H, L->ln1_g, L->ln1_b, OPT_LN_EPS));
     else
         TRY(kern_copy(s, h, x, (size_t)n * H * sizeof(float)));
-    TRY(kern_linear(s, ex->q, h, n, &L->q, L->q_b));
-    TRY(kern_linear(s, ex->kn, h, n, &L->k, L->k_b));
-    TRY(kern_linear(s, ex->vn, h, n, &L->v, L->v_b));
+    TRY(kern_linear(s, ex->q, h, n, &L->q, L->q_b, m->compute));
+    TRY(kern_linear(s, ex->kn, h, n, &L->k, L->k_b, m->compute));
+    TRY(kern_linear(s, ex->vn, h, n, &L->v, L->v_b, m->compute));
     TRY(kern_scale(s, ex->q, (size_t)n * qr, 1.0f / sqrtf((float)hd)));
     TRY(kern_kv_append(s, kc, vc, ex->kn, ex->vn, &g, t_new, ex->len));
     TRY(kern_attention(s, ex->attn, ex->q, kc, vc, ex->key_ok, &g, ex->len, t_new, ex->scores));
-    TRY(kern_linear(s, h, ex->attn, n, &L->o, L->o_b));
+    TRY(kern_linear(s, h, ex->attn, n, &L->o, L->o_b, m->compute));
     TRY(opt_reduce(ex, h, (size_t)n * H));
     TRY(kern_add(s, x, h, (size_t)n * H));
     if (!c->pre_ln)
@@ -112,9 +112,9 @@ int opt_forward_layer(const struct opt_model *m, int layer, struct opt_exec *ex,
         TRY(kern_layernorm(s, h, x, n, H, L->ln2_g, L->ln2_b, OPT_LN_EPS));
     else
         TRY(kern_copy(s, h, x, (size_t)n * H * sizeof(float)));
-    TRY(kern_linear(s, ex->f, h, n, &L->fc1, L->fc1_b));
+    TRY(kern_linear(s, ex->f, h, n, &L->fc1, L->fc1_b, m->compute));
     TRY(kern_activation(s, ex->f, (size_t)n * fr, act_of(c->act)));
-    TRY(kern_linear(s, h, ex->f, n, &L->fc2, L->fc2_b));
+    TRY(kern_linear(s, h, ex->f, n, &L->fc2, L->fc2_b, m->compute));
     TRY(opt_reduce(ex, h, (size_t)n * H));
     TRY(kern_add(s, x, h, (size_t)n * H));
     if (!c->pre_ln)
@@ -142,9 +142,9 @@ int opt_forward_head(const struct opt_model *m, struct opt_exec *ex, int t_new, 
     if (c->final_ln)
         TRY(kern_layernorm(s, h, h, n_rows, H, m->final_ln_g, m->final_ln_b, OPT_LN_EPS));
     if (m->project_out.data)
-        TRY(kern_linear(s, e, h, n_rows, &m->project_out, NULL));
+        TRY(kern_linear(s, e, h, n_rows, &m->project_out, NULL, m->compute));
     /* this rank's vocabulary block, then every block into rank 0's logits */
-    TRY(kern_linear(s, ex->logits_local, e, n_rows, &m->lm_head, NULL));
+    TRY(kern_linear(s, ex->logits_local, e, n_rows, &m->lm_head, NULL, m->compute));
     if (ex->logits != ex->logits_local)
         TRY(comm_gather_cols(ex->tp, s, 0, ex->logits_local, n_rows, m->vocab_local, m->vocab_begin,
                              ex->logits, c->vocab));

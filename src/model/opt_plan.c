@@ -201,6 +201,12 @@ static int plan_ends(struct planner *p, struct opt_model *m, bool has_lm_head)
 #undef TRY
 }
 
+enum kern_compute opt_compute_default(enum dtype weights)
+{
+    (void)weights; /* bf16 for bf16 weights once the callers choose (issue 11) */
+    return KERN_COMPUTE_F32;
+}
+
 int opt_plan(struct opt_model *m, const struct st_checkpoint *ck, struct opt_part **parts,
              int *n_parts)
 {
@@ -285,6 +291,8 @@ int opt_shard_open(const struct opt_config *cfg, const struct st_checkpoint *ck,
         if (!t)
             goto fail;
         q->dtype = q->matrix ? t->dtype : DTYPE_F32;
+        if (q->matrix)
+            m->compute = opt_compute_default(t->dtype);
         size_t bytes = (size_t)q->nr * q->nc * dtype_size(q->dtype);
         size_t *end = &layout->blob_bytes[q->blob];
         q->offset = (*end + BLOB_ALIGN - 1) / BLOB_ALIGN * BLOB_ALIGN;

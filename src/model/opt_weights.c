@@ -34,6 +34,7 @@ int opt_model_open_shard(const struct opt_config *cfg, struct st_checkpoint *ck,
             goto fail;
         size_t es = dtype_size(t->dtype);
         if (q->matrix) {
+            m->compute = opt_compute_default(t->dtype);
             *q->view = (struct weight_view){
                 .dtype = t->dtype,
                 .data = (const char *)t->data + ((size_t)q->r0 * q->cols + q->c0) * es,

@@ -8,10 +8,10 @@
 #include "backend/kernels_impl.h"
 
 static int k_linear(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
-                    const float *bias)
+                    const float *bias, enum kern_compute c)
 {
     (void)s;
-    return cpu_linear(y, x, m, w, bias);
+    return cpu_linear(y, x, m, w, bias, c);
 }
 
 static int k_embed(struct stream *s, float *y, const struct weight_view *w, const int32_t *ids,

@@ -1,5 +1,8 @@
+/* The CPU backend's kernels (backend/cpu/kernels.h) other than the two
+ * halves of the linear layer (gemv.c, matmul.c). */
 #include "backend/cpu/kernels.h"
 
+#include "backend/cpu/linear.h"
 #include "backend/cpu/pool.h"
 #include "core/error.h"
 
@@ -11,19 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
-
-/* Below this many input rows a linear layer is a matrix-vector product
- * bound by memory bandwidth: one fused pass that widens each weight row in
- * registers and feeds it to every input row beats widening into a buffer. */
-#define GEMV_MAX_M 8
-/* Weight rows per pool task of the fused product. */
-#define GEMV_TASK_ROWS 32
-/* Rows of a narrow weight widened per BLAS call on the large-m path. */
-#define WIDEN_BLOCK_ROWS 512
-
 static _Thread_local bool kernels_alone;
 
 void cpu_kernels_single_thread(bool alone)
@@ -32,7 +22,7 @@ void cpu_kernels_single_thread(bool alone)
 }
 
 /* pool_run, or the tasks in order on this thread when it computes alone. */
-static void kernels_run(pool_task_fn fn, void *ctx, int n_tasks)
+void cpu_kernels_run(pool_task_fn fn, void *ctx, int n_tasks)
 {
     if (!kernels_alone) {
         pool_run(fn, ctx, n_tasks);
@@ -42,198 +32,44 @@ static void kernels_run(pool_task_fn fn, void *ctx, int n_tasks)
         fn(ctx, i);
 }
 
-struct gemv_job {
-    float *y;
-    const float *x;
-    int m;
-    const struct weight_view *w;
-};
+/* x rounded to bf16 for bf16 mode: one buffer per thread, kept and grown. */
+static _Thread_local float *round_buf;
+static _Thread_local size_t round_cap;
+static pthread_key_t round_key;
+static pthread_once_t round_once = PTHREAD_ONCE_INIT;
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-static inline __m256 load8(enum dtype t, const void *p)
+static void round_key_make(void)
 {
-    switch (t) {
-    case DTYPE_F16:
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-    case DTYPE_BF16:
-        return _mm256_castsi256_ps(
-            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-    default:
-        return _mm256_loadu_ps((const float *)p);
+    (void)pthread_key_create(&round_key, free);
+}
+
+static const float *round_bf16(const float *x, size_t n)
+{
+    if (n > round_cap) {
+        float *p = realloc(round_buf, n * sizeof(float));
+        if (!p)
+            return NULL;
+        pthread_once(&round_once, round_key_make);
+        (void)pthread_setspecific(round_key, p);
+        round_buf = p;
+        round_cap = n;
     }
+    for (size_t i = 0; i < n; i++)
+        round_buf[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    return round_buf;
 }
 
-static inline float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
-}
-#endif
-
-/* Dot products of weight rows ra, rb (ra == rb when only one is left) with
- * input rows i0 .. i0 + mi - 1 (mi <= 4): a 2 x 4 register block, so each
- * widened weight vector feeds four FMAs and each input vector two. Missing
- * input rows repeat the last one and their results are dropped. */
-static void gemv_block(const struct gemv_job *j, int ra, int rb, int i0, int mi)
-{
-    const struct weight_view *w = j->w;
-    const int k = w->cols, n = w->rows;
-    const size_t es = dtype_size(w->dtype);
-    const char *wa = weight_row(w, ra), *wb = weight_row(w, rb);
-    const float *x[4];
-    for (int i = 0; i < 4; i++)
-        x[i] = j->x + (size_t)(i0 + (i < mi ? i : mi - 1)) * k;
-    float ya[4] = {0}, yb[4] = {0};
-    int c = 0;
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    for (; c + 8 <= k; c += 8) {
-        __m256 va = load8(w->dtype, wa + (size_t)c * es), vb = load8(w->dtype, wb + (size_t)c * es);
-        __m256 x0 = _mm256_loadu_ps(x[0] + c), x1 = _mm256_loadu_ps(x[1] + c);
-        __m256 x2 = _mm256_loadu_ps(x[2] + c), x3 = _mm256_loadu_ps(x[3] + c);
-        a0 = _mm256_fmadd_ps(va, x0, a0);
-        b0 = _mm256_fmadd_ps(vb, x0, b0);
-        a1 = _mm256_fmadd_ps(va, x1, a1);
-        b1 = _mm256_fmadd_ps(vb, x1, b1);
-        a2 = _mm256_fmadd_ps(va, x2, a2);
-        b2 = _mm256_fmadd_ps(vb, x2, b2);
-        a3 = _mm256_fmadd_ps(va, x3, a3);
-        b3 = _mm256_fmadd_ps(vb, x3, b3);
-    }
-    ya[0] = hsum8(a0), ya[1] = hsum8(a1), ya[2] = hsum8(a2), ya[3] = hsum8(a3);
-    yb[0] = hsum8(b0), yb[1] = hsum8(b1), yb[2] = hsum8(b2), yb[3] = hsum8(b3);
-#endif
-    for (; c < k; c++) {
-        float va, vb;
-        dtype_to_f32(w->dtype, wa + (size_t)c * es, &va, 1);
-        dtype_to_f32(w->dtype, wb + (size_t)c * es, &vb, 1);
-        for (int i = 0; i < 4; i++) {
-            ya[i] += va * x[i][c];
-            yb[i] += vb * x[i][c];
-        }
-    }
-    for (int i = 0; i < mi; i++) {
-        j->y[(size_t)(i0 + i) * n + ra] = ya[i];
-        j->y[(size_t)(i0 + i) * n + rb] = yb[i];
-    }
-}
-
-/* One input row: four accumulators hide the FMA latency; bound by memory. */
-static float gemv_dot1(const struct gemv_job *j, int r)
-{
-    const struct weight_view *w = j->w;
-    const int k = w->cols;
-    const size_t es = dtype_size(w->dtype);
-    const char *wr = weight_row(w, r);
-    const float *x = j->x;
-    float sum = 0;
-    int c = 0;
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (; c + 32 <= k; c += 32) {
-        a0 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)c * es), _mm256_loadu_ps(x + c), a0);
-        a1 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)(c + 8) * es), _mm256_loadu_ps(x + c + 8), a1);
-        a2 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)(c + 16) * es), _mm256_loadu_ps(x + c + 16), a2);
-        a3 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)(c + 24) * es), _mm256_loadu_ps(x + c + 24), a3);
-    }
-    for (; c + 8 <= k; c += 8)
-        a0 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)c * es), _mm256_loadu_ps(x + c), a0);
-    sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-#endif
-    for (; c < k; c++) {
-        float v;
-        dtype_to_f32(w->dtype, wr + (size_t)c * es, &v, 1);
-        sum += v * x[c];
-    }
-    return sum;
-}
-
-/* y[:, rows of task] for every input row. */
-static void gemv_task(void *ctx, int task)
-{
-    const struct gemv_job *j = ctx;
-    const int n = j->w->rows;
-    int r0 = task * GEMV_TASK_ROWS, r1 = r0 + GEMV_TASK_ROWS < n ? r0 + GEMV_TASK_ROWS : n;
-    if (j->m == 1) {
-        for (int r = r0; r < r1; r++)
-            j->y[r] = gemv_dot1(j, r);
-        return;
-    }
-    for (int r = r0; r < r1; r += 2)
-        for (int i0 = 0; i0 < j->m; i0 += 4)
-            gemv_block(j, r, r + 1 < r1 ? r + 1 : r, i0, j->m - i0 < 4 ? j->m - i0 : 4);
-}
-
-struct widen_job {
-    float *dst;
-    const struct weight_view *w;
-    int r0, nb;
-};
-
-static void widen_task(void *ctx, int task)
-{
-    const struct widen_job *j = ctx;
-    const int per = 16, k = j->w->cols;
-    for (int r = task * per; r < (task + 1) * per && r < j->nb; r++)
-        dtype_to_f32(j->w->dtype, weight_row(j->w, j->r0 + r), j->dst + (size_t)r * k, (size_t)k);
-}
-
-/* The widened block of the large-m path: one per thread, kept and grown, so
- * the hot path does not allocate per call. Freed at thread exit. */
-static _Thread_local float *widen_buf;
-static _Thread_local size_t widen_cap;
-static pthread_key_t widen_key;
-static pthread_once_t widen_once = PTHREAD_ONCE_INIT;
-
-static void widen_key_make(void)
-{
-    (void)pthread_key_create(&widen_key, free);
-}
-
-static float *widen_block(size_t floats)
-{
-    if (floats <= widen_cap)
-        return widen_buf;
-    float *p = realloc(widen_buf, floats * sizeof(float));
-    if (!p)
-        return NULL;
-    pthread_once(&widen_once, widen_key_make);
-    (void)pthread_setspecific(widen_key, p);
-    widen_buf = p;
-    widen_cap = floats;
-    return p;
-}
-
-int cpu_linear(float *y, const float *x, int m, const struct weight_view *w, const float *bias)
+int cpu_linear(float *y, const float *x, int m, const struct weight_view *w, const float *bias,
+               enum kern_compute cm)
 {
     const int n = w->rows, k = w->cols;
-    if (m <= GEMV_MAX_M) {
-        struct gemv_job j = {.y = y, .x = x, .m = m, .w = w};
-        kernels_run(gemv_task, &j, (n + GEMV_TASK_ROWS - 1) / GEMV_TASK_ROWS);
-    } else if (w->dtype == DTYPE_F32) {
-        if (m == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w->data, (int)w->ld, x, 1, 0.0f,
-                        y, 1);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w->data,
-                        (int)w->ld, 0.0f, y, n);
-    } else {
-        /* widen a block of rows on the pool, multiply it with BLAS */
-        float *blk = widen_block((size_t)WIDEN_BLOCK_ROWS * k);
-        if (!blk)
-            return err_set(ERR_NOMEM, "out of host memory for a %d x %d weight block",
-                           WIDEN_BLOCK_ROWS, k);
-        for (int r0 = 0; r0 < n; r0 += WIDEN_BLOCK_ROWS) {
-            int nb = n - r0 < WIDEN_BLOCK_ROWS ? n - r0 : WIDEN_BLOCK_ROWS;
-            struct widen_job j = {.dst = blk, .w = w, .r0 = r0, .nb = nb};
-            kernels_run(widen_task, &j, (nb + 15) / 16);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nb, k, 1.0f, x, k, blk, k,
-                        0.0f, y + r0, n);
-        }
-    }
+    /* bf16 mode: the products of bf16 x and the stored weights, summed in
+     * f32 (bf16 weights: exactly the mode; others kept unrounded) */
+    if (cm == KERN_COMPUTE_BF16 && !(x = round_bf16(x, (size_t)m * k)))
+        return err_set(ERR_NOMEM, "out of host memory for %d x %d bf16 activations", m, k);
+    int rc = m <= CPU_GEMV_MAX_M ? cpu_gemv(y, x, m, w) : cpu_matmul(y, x, m, w);
+    if (rc < 0)
+        return rc;
     if (bias)
         for (int i = 0; i < m; i++)
             cpu_add(y + (size_t)i * n, bias, (size_t)n);

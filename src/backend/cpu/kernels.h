@@ -15,9 +15,11 @@
 #include "core/dtype.h"
 
 /* y[m, w.rows] = x[m, w.cols] @ w^T (+ bias[w.rows] when not NULL): torch's
- * Linear. x and y are dense (row stride = width). */
-/* 0, or ERR_NOMEM (with a message) when the widening buffer cannot grow. */
-int cpu_linear(float *y, const float *x, int m, const struct weight_view *w, const float *bias);
+ * Linear, in precision c (backend/kernels.h). x and y are dense (row stride
+ * = width). 0, or ERR_NOMEM (with a message) when a scratch buffer cannot
+ * grow. */
+int cpu_linear(float *y, const float *x, int m, const struct weight_view *w, const float *bias,
+               enum kern_compute c);
 
 /* Copies rows ids[i] of table w (widened to f32) into y[i, w.cols]. */
 void cpu_embed(float *y, const struct weight_view *w, const int32_t *ids, int n);

@@ -1,0 +1,25 @@
+/* The two halves of the CPU backend's linear layer (cpu_linear in
+ * kernels.c picks one by the number of input rows): internal to
+ * backend/cpu/. Both compute y[m, w.rows] = x[m, w.cols] @ w^T in f32 from x
+ * as given (cpu_linear has already rounded x for bf16 mode) and the stored
+ * weights widened; no bias. 0, or a negative error code with a message. */
+#ifndef SHARDSWAP_BACKEND_CPU_LINEAR_H
+#define SHARDSWAP_BACKEND_CPU_LINEAR_H
+
+#include "backend/cpu/pool.h"
+#include "backend/weight.h"
+
+/* Up to this many input rows a linear layer is bound by reading its weights:
+ * cpu_gemv; above, cpu_matmul. */
+#define CPU_GEMV_MAX_M 8
+
+/* Fused matrix-vector product: one pass over the weights for all m rows. */
+int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w);
+/* Matrix product for many rows. */
+int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w);
+
+/* pool_run, or the tasks in order on this thread when it computes alone
+ * (cpu_kernels_single_thread). */
+void cpu_kernels_run(pool_task_fn fn, void *ctx, int n_tasks);
+
+#endif
