@@ -5,6 +5,7 @@
 
 #include "backend/cpu/pool.h"
 #include "core/dtype.h"
+#include "core/error.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -138,8 +139,12 @@ static void gemv_task(void *ctx, int task)
             gemv_block(j, r, r + 1 < r1 ? r + 1 : r, i0, j->m - i0 < 4 ? j->m - i0 : 4);
 }
 
-int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w)
+int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
+             enum kern_compute cm)
 {
+    if (cm == KERN_COMPUTE_BF16 && !(x = cpu_round_bf16(x, (size_t)m * w->cols)))
+        return err_set(ERR_NOMEM, "out of host memory for %d x %d bf16 activations", m,
+                       w->cols);
     struct gemv_job j = {.y = y, .x = x, .m = m, .w = w};
     cpu_kernels_run(gemv_task, &j, (w->rows + GEMV_TASK_ROWS - 1) / GEMV_TASK_ROWS);
     return 0;

@@ -43,7 +43,7 @@ static void round_key_make(void)
     (void)pthread_key_create(&round_key, free);
 }
 
-static const float *round_bf16(const float *x, size_t n)
+const float *cpu_round_bf16(const float *x, size_t n)
 {
     if (n > round_cap) {
         float *p = realloc(round_buf, n * sizeof(float));
@@ -62,12 +62,8 @@ static const float *round_bf16(const float *x, size_t n)
 int cpu_linear(float *y, const float *x, int m, const struct weight_view *w, const float *bias,
                enum kern_compute cm)
 {
-    const int n = w->rows, k = w->cols;
-    /* bf16 mode: the products of bf16 x and the stored weights, summed in
-     * f32 (bf16 weights: exactly the mode; others kept unrounded) */
-    if (cm == KERN_COMPUTE_BF16 && !(x = round_bf16(x, (size_t)m * k)))
-        return err_set(ERR_NOMEM, "out of host memory for %d x %d bf16 activations", m, k);
-    int rc = m <= CPU_GEMV_MAX_M ? cpu_gemv(y, x, m, w) : cpu_matmul(y, x, m, w);
+    const int n = w->rows;
+    int rc = m <= CPU_GEMV_MAX_M ? cpu_gemv(y, x, m, w, cm) : cpu_matmul(y, x, m, w, cm);
     if (rc < 0)
         return rc;
     if (bias)

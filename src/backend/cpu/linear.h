@@ -1,12 +1,15 @@
 /* The two halves of the CPU backend's linear layer (cpu_linear in
  * kernels.c picks one by the number of input rows): internal to
- * backend/cpu/. Both compute y[m, w.rows] = x[m, w.cols] @ w^T in f32 from x
- * as given (cpu_linear has already rounded x for bf16 mode) and the stored
- * weights widened; no bias. 0, or a negative error code with a message. */
+ * backend/cpu/. Both compute y[m, w.rows] = x[m, w.cols] @ w^T in precision
+ * cm (backend/kernels.h), no bias. 0, or a negative error code with a
+ * message. */
 #ifndef SHARDSWAP_BACKEND_CPU_LINEAR_H
 #define SHARDSWAP_BACKEND_CPU_LINEAR_H
 
+#include <stddef.h>
+
 #include "backend/cpu/pool.h"
+#include "backend/kernels.h"
 #include "backend/weight.h"
 
 /* Up to this many input rows a linear layer is bound by reading its weights:
@@ -14,9 +17,17 @@
 #define CPU_GEMV_MAX_M 8
 
 /* Fused matrix-vector product: one pass over the weights for all m rows. */
-int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w);
+int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
+             enum kern_compute cm);
 /* Matrix product for many rows. */
-int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w);
+int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w,
+               enum kern_compute cm);
+
+/* x (n floats) rounded to bf16 (nearest even) and widened back, in a buffer
+ * of the calling thread, kept and grown (valid until its next call); NULL
+ * when it cannot grow. The reference bf16 mode: the products of these and
+ * the stored weights summed in f32 are the mode's result for bf16 weights. */
+const float *cpu_round_bf16(const float *x, size_t n);
 
 /* pool_run, or the tasks in order on this thread when it computes alone
  * (cpu_kernels_single_thread). */

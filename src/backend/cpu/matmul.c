@@ -53,9 +53,12 @@ static float *widen_block(size_t floats)
     return p;
 }
 
-int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w)
+int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w,
+               enum kern_compute cm)
 {
     const int n = w->rows, k = w->cols;
+    if (cm == KERN_COMPUTE_BF16 && !(x = cpu_round_bf16(x, (size_t)m * k)))
+        return err_set(ERR_NOMEM, "out of host memory for %d x %d bf16 activations", m, k);
     if (w->dtype == DTYPE_F32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w->data,
                     (int)w->ld, 0.0f, y, n);
