@@ -3,9 +3,17 @@
  * checkpoint, the logits transformers computed for a left-padded batch and
  * for one unpadded prompt, and its greedy continuations.
  *
- * Tolerance: max |ours - ref| / max |ref| <= 1e-4 over real (unpadded)
- * positions (the value the fixture states); greedy ids identical. The KV
- * cache must reproduce full recomputation within 1e-5. */
+ * f32 mode against transformers in float32 (expected.json): max |ours - ref|
+ * / max |ref| <= 1e-4 over real (unpadded) positions (the value the fixture
+ * states); greedy ids identical.
+ * bf16 mode against transformers in bfloat16 (expected_bf16.json, made by
+ * tools/make_bf16_expect.py): the tolerance that file states (3e-2: both
+ * round differently, see there); greedy ids identical up to the first step
+ * where transformers' bf16 logits tie for the top (its margin below
+ * margin_min: a choice of the rounding, not of the model).
+ * The KV cache reproduces full recomputation within 1e-5 in f32 mode; in
+ * bf16 mode within 1e-2, as a last-bit difference between the two orders of
+ * summation can round an activation to the neighbouring bf16 value. */
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
@@ -99,14 +107,27 @@ static void check_single(const char *name, struct opt_model *m, const int32_t *i
             worst = e;
     }
     printf("%s: KV-cache decode vs full recompute rel err %.2e\n", name, worst);
-    CHECK_MSG(worst <= 1e-5, "%s: KV cache differs from recomputation: %.3e", name, worst);
+    double kv_tol = m->compute == KERN_COMPUTE_BF16 ? 1e-2 : 1e-5;
+    CHECK_MSG(worst <= kv_tol, "%s: KV cache differs from recomputation: %.3e", name, worst);
     opt_exec_free(kv);
     free(pre);
     free(full);
     free(step);
 }
 
-static void check_greedy(const char *name, struct opt_model *m, json_t *greedy)
+/* Steps of greedy continuation g that are decided by the model: all of
+ * them, or those before the first whose margin (bf16 references) is below
+ * margin_min. */
+static int decided_steps(json_t *g, int n, double margin_min)
+{
+    json_t *margins = json_object_get(g, "margins");
+    for (int i = 0; margins && i < n && i < (int)json_array_size(margins); i++)
+        if (json_real_value(json_array_get(margins, (size_t)i)) < margin_min)
+            return i;
+    return n;
+}
+
+static void check_greedy(const char *name, struct opt_model *m, json_t *greedy, double margin_min)
 {
     struct sampler_params sp = {.temperature = 0, .top_p = 1};
     for (size_t i = 0; i < json_array_size(greedy); i++) {
@@ -124,9 +145,15 @@ static void check_greedy(const char *name, struct opt_model *m, json_t *greedy)
         int n_cmp = n_exp;
         if (n_exp > 0 && exp[n_exp - 1] == m->cfg.eos_id && n_exp < max_new)
             n_cmp = n_exp - 1;
-        bool same = n_got == n_cmp && memcmp(got, exp, (size_t)n_cmp * sizeof(int32_t)) == 0;
+        int decided = decided_steps(g, n_cmp, margin_min);
+        bool same = decided < n_cmp ? n_got >= decided
+                                    : n_got == n_cmp;
+        same = same && memcmp(got, exp, (size_t)decided * sizeof(int32_t)) == 0;
         CHECK_MSG(same, "%s: greedy continuation %zu differs (got %d tokens, expected %d)", name,
                   i, n_got, n_cmp);
+        if (decided < n_cmp)
+            printf("%s: continuation %zu compared for its first %d of %d tokens (then a bf16 "
+                   "tie)\n", name, i, decided, n_cmp);
         sampler_free(&s);
         free(prompt);
         free(exp);
@@ -135,13 +162,14 @@ static void check_greedy(const char *name, struct opt_model *m, json_t *greedy)
     printf("%s: %zu greedy continuations checked\n", name, json_array_size(greedy));
 }
 
-static void check_fixture(const char *name)
+static void check_fixture(const char *name, enum kern_compute mode)
 {
     char dir[1024], path[1200];
+    const char *suffix = mode == KERN_COMPUTE_BF16 ? "_bf16" : "";
     if (strlen(name) > 200)
         return;
     snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, name);
-    snprintf(path, sizeof(path), "%s/expected.json", dir);
+    snprintf(path, sizeof(path), "%s/expected%s.json", dir, suffix);
     json_error_t jerr;
     json_t *exp = json_load_file(path, 0, &jerr);
     CHECK_MSG(exp != NULL, "%s: %s", path, jerr.text);
@@ -154,30 +182,36 @@ static void check_fixture(const char *name)
              same ? json_string_value(same) : name);
     if (same) {
         json_decref(exp);
-        snprintf(path, sizeof(path), "%s/expected.json", ref_dir);
+        snprintf(path, sizeof(path), "%s/expected%s.json", ref_dir, suffix);
         exp = json_load_file(path, 0, &jerr);
         CHECK_MSG(exp != NULL, "%s: %s", path, jerr.text);
         if (!exp)
             return;
     }
     double tol = json_real_value(json_object_get(exp, "tolerance"));
-    if (tol <= 0 || tol > 1e-4)
-        tol = 1e-4;
+    double cap = mode == KERN_COMPUTE_BF16 ? 3e-2 : 1e-4;
+    if (tol <= 0 || tol > cap)
+        tol = cap;
+    double margin_min = json_real_value(json_object_get(exp, "margin_min"));
     struct opt_model *m = NULL;
     struct st_checkpoint *ref = NULL;
-    snprintf(path, sizeof(path), "%s/expected_logits.safetensors", ref_dir);
+    snprintf(path, sizeof(path), "%s/expected_logits%s.safetensors", ref_dir, suffix);
     int rc = opt_model_open(dir, &m);
     CHECK_MSG(rc == 0, "%s: open failed: %s", name, err_msg());
     rc = st_open(path, &ref);
     CHECK_MSG(rc == 0, "%s: %s", path, err_msg());
+    char label[300];
+    snprintf(label, sizeof(label), "%s [%s]", name, kern_compute_name(mode));
+    name = label;
     if (m && ref) {
+        m->compute = mode;
         check_batch(name, m, json_object_get(exp, "batch"), st_find(ref, "logits"), tol);
         json_t *greedy = json_object_get(exp, "greedy");
         int n0;
         int32_t *p0 = json_ids(json_object_get(json_array_get(greedy, 0), "prompt"), &n0);
         check_single(name, m, p0, n0, st_find(ref, "logits_greedy0"), tol);
         free(p0);
-        check_greedy(name, m, greedy);
+        check_greedy(name, m, greedy, margin_min);
     }
     st_close(ref);
     opt_model_close(m);
@@ -212,7 +246,9 @@ int main(void)
             memcpy(names[n++], e->d_name, strlen(e->d_name) + 1);
     closedir(d);
     CHECK_MSG(n >= 4, "expected at least 4 model fixtures, found %d", n);
-    for (int i = 0; i < n; i++)
-        check_fixture(names[i]);
+    for (int i = 0; i < n; i++) {
+        check_fixture(names[i], KERN_COMPUTE_F32);
+        check_fixture(names[i], KERN_COMPUTE_BF16);
+    }
     return test_finish();
 }
