@@ -186,6 +186,17 @@ int cli_fail(const char *cmd)
     return 1;
 }
 
+int cli_compute(const char *s, bool *set, enum kern_compute *c)
+{
+    *set = false;
+    if (!s || strcmp(s, "auto") == 0)
+        return 0;
+    if (kern_compute_parse(s, c) < 0)
+        return err_set(ERR_INVALID, "--compute %s: expected f32, bf16 or auto", s);
+    *set = true;
+    return 0;
+}
+
 int cli_check_out_dir(const char *dir)
 {
     struct stat st;

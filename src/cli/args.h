@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend/kernels.h"
+
 enum flag_kind { FLAG_STR, FLAG_INT, FLAG_U64, FLAG_FLOAT, FLAG_BOOL };
 
 struct flag {
@@ -52,6 +54,16 @@ int args_usage_fail(const char *cmd);
 
 /* Prints "shardswap CMD: <err_msg()>" to stderr; returns 1. */
 int cli_fail(const char *cmd);
+/* --compute: the linear layers' precision (backend/kernels.h). */
+#define COMPUTE_FLAG(dst)                                                                          \
+    FLAG("compute", FLAG_STR, dst, "f32|bf16|auto",                                                \
+         "precision of the linear layers: f32 (exact), bf16 (bf16 activations and weights, f32 "  \
+         "sums, as transformers runs a bf16 model) or auto (default: bf16 for bf16 checkpoints, " \
+         "else f32)")
+/* Checks a --compute value: NULL or "auto" leave *set false; else f32 or
+ * bf16 into *c. 0, or ERR_INVALID naming the flag and the choices. */
+int cli_compute(const char *s, bool *set, enum kern_compute *c);
+
 /* --out-dir DIR: created if absent, and writable; checked before a run so
  * that its results have somewhere to go. ERR_IO / ERR_INVALID naming it. */
 int cli_check_out_dir(const char *dir);

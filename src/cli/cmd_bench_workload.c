@@ -177,8 +177,8 @@ static int print_json(const struct workload_config *c, const char *config_s,
                         names);
     bool sized = stack_size(&sc, dev, &host) == 0;
     return jsonout_print(json_pack(
-        "{s:s, s:i, s:i, s:i, s:o, s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "config",
-        config_s, "models", c->n_models, "max_loaded", c->max_loaded, "max_batch", c->max_batch,
+        "{s:s, s:s, s:i, s:i, s:i, s:o, s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "config",
+        config_s, "compute", rig->compute ? rig->compute : "auto", "models", c->n_models, "max_loaded", c->max_loaded, "max_batch", c->max_batch,
         "cv", jsonout_real(c->cv, 6), "rates", rates, "devices", rig->tp, "device_budget_bytes",
         sized ? json_integer((json_int_t)dev[0]) : json_null(), "host_budget_bytes",
         sized ? json_integer((json_int_t)host) : json_null(), "link_gb_s",
@@ -195,6 +195,7 @@ int bench_workload(int argc, char **argv)
      * swap (~20 ms) and a request (~30 ms) weigh about the same, and a config
      * runs in about a minute */
     const char *preset = "opt-1.3b", *dtype_s = "f16", *cache = "models", *out_dir = "bench-out";
+    const char *compute_s = NULL;
     int layers = 2, tp = 2, n_models = 0, max_loaded = 0, max_batch = 0, rr_requests = 40;
     float cv = 0, duration = 20, alpha = -1, total_rate = 0, slo = 0, slo_scale = 5, link = 0;
     uint64_t seed = 1;
@@ -234,6 +235,7 @@ int bench_workload(int argc, char **argv)
         FLAG_RANGE("layers", FLAG_INT, &layers, "N", "layers per model (default 2)", 1, 4096,
                    "1..4096"),
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "model dtype (default f16)"),
+        COMPUTE_FLAG(&compute_s),
         FLAG_RANGE("tp", FLAG_INT, &tp, "N",
                    "devices per model, all models on the same ones (default 2)", 1, 8, "1..8"),
         FLAG("seed", FLAG_U64, &seed, "S", "arrival seed (default 1)"),
@@ -270,7 +272,11 @@ int bench_workload(int argc, char **argv)
     int n_pol = 0;
     char pol_buf[256], (*dirs)[512] = NULL;
     const char *paths[MAX_MODELS];
-    struct replay_rig rig = {.paths = paths, .tp = tp, .link_gbps = link};
+    struct replay_rig rig = {.paths = paths, .tp = tp, .link_gbps = link, .compute = compute_s};
+    bool compute_set;
+    enum kern_compute compute;
+    if (cli_compute(compute_s, &compute_set, &compute) < 0)
+        return args_usage_fail("bench workload");
     struct replay_result res[MAX_POLICIES];
     double *lat[MAX_POLICIES] = {0}; /* each policy's latencies, for the plot */
     size_t n_lat[MAX_POLICIES] = {0};

@@ -77,11 +77,12 @@ static int check_out_path(const char *path)
 
 int cmd_forward(int argc, char **argv)
 {
-    const char *dir = NULL, *ids_s = NULL, *path = NULL;
+    const char *dir = NULL, *ids_s = NULL, *path = NULL, *compute_s = NULL;
     struct flag flags[] = {
         FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "Hugging Face OPT checkpoint directory"),
         FLAG_REQUIRED("ids", FLAG_STR, &ids_s, "I,J,...", "token ids, comma-separated"),
         FLAG_REQUIRED("out", FLAG_STR, &path, "FILE", "where to write the logits"),
+        COMPUTE_FLAG(&compute_s),
     };
     int rc = args_parse("forward",
                         "Runs the token ids through the model and writes the logits of every "
@@ -90,6 +91,10 @@ int cmd_forward(int argc, char **argv)
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
+    bool compute_set;
+    enum kern_compute compute;
+    if (cli_compute(compute_s, &compute_set, &compute) < 0)
+        return args_usage_fail("forward");
     struct opt_model *m = NULL;
     struct opt_exec *ex = NULL;
     int32_t *ids = NULL;
@@ -97,8 +102,11 @@ int cmd_forward(int argc, char **argv)
     FILE *f = NULL;
     int n = 0;
     if ((rc = check_out_path(path)) < 0 || (rc = parse_ids(ids_s, &ids, &n)) < 0 ||
-        (rc = opt_model_open(dir, &m)) < 0 ||
-        (rc = opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = 1, .max_len = n, .max_rows = n}, &ex)) < 0)
+        (rc = opt_model_open(dir, &m)) < 0)
+        goto out;
+    if (compute_set)
+        m->compute = compute;
+    if ((rc = opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = 1, .max_len = n, .max_rows = n}, &ex)) < 0)
         goto out;
     size_t count = (size_t)n * m->cfg.vocab;
     if (!(logits = malloc(count * sizeof(float)))) {

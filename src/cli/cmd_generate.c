@@ -40,7 +40,7 @@ static int print_token(void *ctx, int32_t id)
 
 int cmd_generate(int argc, char **argv)
 {
-    const char *model_dir = NULL, *prompt = NULL, *tok_dir = NULL;
+    const char *model_dir = NULL, *prompt = NULL, *tok_dir = NULL, *compute_s = NULL;
     int max_tokens = 32;
     struct sampler_params sp = {.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
     struct flag flags[] = {
@@ -57,6 +57,7 @@ int cmd_generate(int argc, char **argv)
                    FLT_TRUE_MIN, 1, "0 < P <= 1"),
         FLAG("seed", FLAG_U64, &sp.seed, "S", "random seed; same seed, same output (default 0)"),
         FLAG("tokenizer", FLAG_STR, &tok_dir, "DIR", "tokenizer directory (default: the model's)"),
+        COMPUTE_FLAG(&compute_s),
     };
     int rc = args_parse("generate",
                         "Prints the completion of --prompt (without the prompt), streaming it "
@@ -64,6 +65,10 @@ int cmd_generate(int argc, char **argv)
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
+    bool compute_set;
+    enum kern_compute compute;
+    if (cli_compute(compute_s, &compute_set, &compute) < 0)
+        return args_usage_fail("generate");
     struct opt_model *m = NULL;
     struct bpe *tok = NULL;
     struct sampler s = {0};
@@ -75,6 +80,8 @@ int cmd_generate(int argc, char **argv)
         (rc = bpe_encode(tok, prompt, strlen(prompt), true, &ids, &n_ids)) < 0 ||
         (rc = opt_model_open(model_dir, &m)) < 0)
         goto out;
+    if (compute_set)
+        m->compute = compute;
     bpe_stream_init(&o.st, tok);
     o.cap = bpe_stream_chunk_max(tok);
     if (!(o.buf = malloc(o.cap))) {

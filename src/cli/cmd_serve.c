@@ -131,7 +131,7 @@ int cmd_serve(int argc, char **argv)
     const char *config = NULL, *model = NULL, *devices = NULL, *device_budget = NULL,
                *host_budget = NULL, *policy = NULL, *host = NULL, *port_file = NULL,
                *api_key = NULL, *admin_key = NULL, *model_root = NULL, *log_level = NULL,
-               *max_body = NULL;
+               *max_body = NULL, *compute = NULL;
     int max_batch = 0, queue_cap = 0, port = 0, max_conn = 0, timeout = 0, threads = 0;
     float grace = 0, link_gbps = 0, req_timeout = 0;
     struct flag flags[] = {
@@ -186,6 +186,7 @@ int cmd_serve(int argc, char **argv)
                    "G >= 0"),
         FLAG_RANGE("http-threads", FLAG_INT, &threads, "N", "HTTP worker threads (default 4)", 1,
                    256, "1..256"),
+        COMPUTE_FLAG(&compute),
     };
     enum {
         F_CONFIG,
@@ -210,6 +211,7 @@ int cmd_serve(int argc, char **argv)
         F_REQ_TIMEOUT,
         F_LINK,
         F_THREADS,
+        F_COMPUTE,
     };
     /* args_parse refuses a flag given twice: it sees the repeatable ones
      * (collected by collect_repeated) at most once */
@@ -261,6 +263,7 @@ int cmd_serve(int argc, char **argv)
         (flags[F_MAX_BODY].seen && c.max_body_bytes == 0 &&
          (rc = err_set(ERR_INVALID, "--max-body 0: expected at least 1 byte")) < 0) ||
         (flags[F_POLICY].seen && (rc = set_str(&c.policy, policy)) < 0) ||
+        (flags[F_COMPUTE].seen && (rc = set_str(&c.compute, compute)) < 0) ||
         (flags[F_HOST].seen && (rc = set_str(&c.host, host)) < 0) ||
         (flags[F_API_KEY].seen && (rc = set_str(&c.api_key, api_key)) < 0) ||
         (flags[F_ADMIN_KEY].seen && (rc = set_str(&c.admin_key, admin_key)) < 0))

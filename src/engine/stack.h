@@ -33,6 +33,8 @@ struct stack_model_config {
     const int *devices;
     bool pinned;
     int max_batch; /* 0: the engine's */
+    /* "f32", "bf16", or NULL / "auto": stack_config.compute */
+    const char *compute;
 };
 
 struct stack_config {
@@ -50,6 +52,9 @@ struct stack_config {
     int n_models;
     /* every model staged into host memory at open (else on first load) */
     bool prefetch_host;
+    /* the models' precision unless they say: "f32", "bf16", or NULL /
+     * "auto": each checkpoint's (opt_compute_default) */
+    const char *compute;
 };
 
 struct stack {

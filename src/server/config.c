@@ -70,6 +70,7 @@ static void model_free(struct serve_model *m)
 {
     free(m->name);
     free(m->path);
+    free(m->compute);
     memset(m, 0, sizeof(*m));
 }
 
@@ -84,6 +85,7 @@ void serve_config_free(struct serve_config *c)
         free(c->model_roots[i]);
     free(c->device_kind);
     free(c->policy);
+    free(c->compute);
     for (int i = 0; i < c->n_models; i++)
         model_free(&c->models[i]);
     memset(c, 0, sizeof(*c));
@@ -508,8 +510,8 @@ static int walk_devices(const struct walk *w, const struct ynode *y)
 
 static int walk_model(const struct walk *w, const struct ynode *y, int index)
 {
-    static const char *const known[] = {"name",      "path",   "tp",      "pp",
-                                        "max_batch", "pinned", "devices", NULL};
+    static const char *const known[] = {"name",   "path",    "tp",      "pp", "max_batch",
+                                        "pinned", "devices", "compute", NULL};
     struct serve_config *c = w->c;
     char prefix[32], key[64];
     snprintf(prefix, sizeof(prefix), "models[%d]", index);
@@ -540,6 +542,8 @@ static int walk_model(const struct walk *w, const struct ynode *y, int index)
             rc = get_int(w, v, key, 0, BATCH_MAX, &m.max_batch);
         } else if (strcmp(k, "pinned") == 0) {
             rc = get_bool(w, v, key, &m.pinned);
+        } else if (strcmp(k, "compute") == 0) {
+            rc = get_string(w, v, key, false, &m.compute);
         } else { /* devices */
             if (v->kind != Y_SEQ || v->n < 1 || v->n > STACK_MAX_DEVICES) {
                 rc = bad(w, v, key, "a list of 1 to 64 device indices such as [0, 1]");
@@ -608,6 +612,7 @@ static int walk_root(const struct walk *w, const struct ynode *root)
                                         "max_batch",
                                         "queue_cap",
                                         "link_gbps",
+                                        "compute",
                                         "models",
                                         NULL};
     static const char *const levels[] = {"error", "warn", "info", "debug"};
@@ -628,6 +633,8 @@ static int walk_root(const struct walk *w, const struct ynode *root)
             rc = get_string(w, v, k, true, &c->admin_key);
         } else if (strcmp(k, "policy") == 0) {
             rc = get_string(w, v, k, true, &c->policy);
+        } else if (strcmp(k, "compute") == 0) {
+            rc = get_string(w, v, k, true, &c->compute);
         } else if (is_null(v)) {
             continue; /* the default */
         } else if (strcmp(k, "host") == 0) {
@@ -745,6 +752,13 @@ static bool model_name_ok(const char *s)
     return true;
 }
 
+/* NULL (the default), auto, f32 or bf16 */
+static bool compute_ok(const char *s)
+{
+    enum kern_compute c;
+    return !s || strcmp(s, "auto") == 0 || kern_compute_parse(s, &c) == 0;
+}
+
 int serve_config_check(const struct serve_config *c)
 {
     if (!c->host || !c->host[0])
@@ -779,6 +793,9 @@ int serve_config_check(const struct serve_config *c)
                        QUOTE_MAX, c->policy, sched_policy_names());
     if (c->max_batch < 1 || c->queue_cap < 1)
         return err_set(ERR_INVALID, "max_batch and queue_cap: expected >= 1");
+    if (!compute_ok(c->compute))
+        return err_set(ERR_INVALID, "compute: expected f32, bf16 or auto, got '%.*s'", QUOTE_MAX,
+                       c->compute);
     if (c->n_models < 1)
         return err_set(ERR_INVALID, "no models: give at least one (models: in the config file, "
                                     "or --model NAME=DIR)");
@@ -806,6 +823,9 @@ int serve_config_check(const struct serve_config *c)
                            "model %s: tp x pp = %d x %d shards, more than the %d "
                            "devices",
                            name, m->tp, m->pp, c->n_devices);
+        if (!compute_ok(m->compute))
+            return err_set(ERR_INVALID, "model %s: compute: expected f32, bf16 or auto, got '%.*s'",
+                           name, QUOTE_MAX, m->compute);
         if (m->max_batch < 0)
             return err_set(ERR_INVALID,
                            "model %s: max_batch: expected >= 0 (0: the server's), "
@@ -843,6 +863,7 @@ void serve_config_stack(const struct serve_config *c, struct stack_config *sc,
     sc->engine.policy = c->policy;
     sc->engine.max_batch = c->max_batch;
     sc->engine.queue_cap = c->queue_cap;
+    sc->compute = c->compute;
     for (int i = 0; i < c->n_models; i++) {
         const struct serve_model *m = &c->models[i];
         mc[i] = (struct stack_model_config){
@@ -853,6 +874,7 @@ void serve_config_stack(const struct serve_config *c, struct stack_config *sc,
             .devices = m->n_devices ? m->devices : NULL,
             .pinned = m->pinned,
             .max_batch = m->max_batch,
+            .compute = m->compute,
         };
     }
     sc->models = mc;

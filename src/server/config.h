@@ -40,6 +40,7 @@ struct serve_model {
     int n_devices;       /* 0: devices 0 .. tp * pp - 1 */
     bool pinned;
     int max_batch;       /* 0: the server's */
+    char *compute;       /* "f32", "bf16", "auto"; NULL: the server's (owned) */
 };
 
 struct serve_config {
@@ -66,6 +67,7 @@ struct serve_config {
     int max_batch;              /* default 8 */
     int queue_cap;              /* waiting requests per model (default 256) */
     double link_gbps;           /* CPU devices: emulated host link (0: none) */
+    char *compute;              /* "f32", "bf16"; NULL or "auto": each checkpoint's */
     struct serve_model models[SERVE_MAX_MODELS];
     int n_models;
 };

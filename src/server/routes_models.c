@@ -31,10 +31,11 @@ static json_t *model_json(struct server *s, const struct srv_model *m)
                                                 "bytes", (json_int_t)st->shards[i].bytes));
     }
     json_t *o =
-        json_pack("{s:s, s:s, s:I, s:s, s:s, s:b, s:i, s:i, s:I, s:o, s:i, s:i, s:i}", "id",
+        json_pack("{s:s, s:s, s:I, s:s, s:s, s:b, s:i, s:i, s:s, s:I, s:o, s:i, s:i, s:i}", "id",
                   m->name, "object", "model", "created", (json_int_t)m->created, "owned_by",
                   "shardswap", "residency", srv_residency_name(st->residency), "pinned", st->pinned,
-                  "tp", m->sm->tp, "pp", m->sm->pp, "bytes", (json_int_t)total, "shards", shards,
+                  "tp", m->sm->tp, "pp", m->sm->pp, "compute",
+                  kern_compute_name(swap_model_compute(m->sm)), "bytes", (json_int_t)total, "shards", shards,
                   "max_model_len", m->max_pos, "queue_len", st->queue_len, "running", st->running);
     free(st);
     return o;
@@ -185,8 +186,18 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
         goto refuse;
     }
     json_t *jn = json_object_get(body, "name"), *jp = json_object_get(body, "path"),
-           *jpin = json_object_get(body, "pinned");
+           *jpin = json_object_get(body, "pinned"), *jc = json_object_get(body, "compute");
     const char *name = json_string_value(jn), *path = json_string_value(jp);
+    /* the model's precision: the body's, else the server's, else the checkpoint's */
+    const char *compute = jc && !json_is_null(jc) ? json_string_value(jc) : c->compute;
+    enum kern_compute kc = KERN_COMPUTE_F32;
+    bool compute_set = compute && strcmp(compute, "auto") != 0;
+    if ((jc && !json_is_null(jc) && !compute) ||
+        (compute_set && kern_compute_parse(compute, &kc) < 0)) {
+        oai_error_set(&e, 400, "invalid_request_error", NULL, "compute",
+                      "'compute' must be \"f32\", \"bf16\" or \"auto\".");
+        goto refuse;
+    }
     if (!name || !name_ok(name)) {
         oai_error_set(&e, 400, "invalid_request_error", NULL, "name",
                       "'name' must be 1 to 63 bytes of A-Z a-z 0-9 . _ : / -, not starting "
@@ -231,6 +242,8 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
         devices[i] = i;
     struct placement pl = {.tp = tp, .pp = pp, .devices = devices};
     int rc = swap_register(s->stack->mgr, name, dir, &pl, json_is_true(jpin), &sm);
+    if (rc == 0 && compute_set)
+        swap_model_set_compute(sm, kc);
     int id = rc < 0 ? rc : engine_add_model(s->stack->engine, sm);
     if (id >= 0 && max_batch > 0 &&
         (rc = engine_set_max_batch(s->stack->engine, id, max_batch)) < 0)

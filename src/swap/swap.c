@@ -125,6 +125,17 @@ uint64_t swap_model_total_bytes(const struct swap_model *model)
     return n;
 }
 
+enum kern_compute swap_model_compute(const struct swap_model *model)
+{
+    return model->shards[0].m->compute;
+}
+
+void swap_model_set_compute(struct swap_model *model, enum kern_compute c)
+{
+    for (int i = 0; i < model->tp * model->pp; i++)
+        model->shards[i].m->compute = c;
+}
+
 /* Layers of stage s when n layers are split into pp contiguous stages. */
 static void stage_range(int n, int pp, int s, int *begin, int *end)
 {

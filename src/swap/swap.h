@@ -205,5 +205,9 @@ void swap_get_stats(struct swap_manager *mgr, struct swap_stats *st);
 /* Device bytes the model needs on device d (0 when it has no shard there). */
 uint64_t swap_model_device_bytes(const struct swap_model *model, int d);
 uint64_t swap_model_total_bytes(const struct swap_model *model);
+/* The precision its shards compute in (the checkpoint's default at
+ * registration); set it before the model serves its first batch. */
+enum kern_compute swap_model_compute(const struct swap_model *model);
+void swap_model_set_compute(struct swap_model *model, enum kern_compute c);
 
 #endif

@@ -86,6 +86,7 @@ void replay_stack_config(const struct replay_rig *rig, int n_models, int max_loa
                                         .queue_cap = 1 << 20, .max_loaded = max_loaded,
                                         .overlap_loads = rig->link_gbps > 0};
     sc->prefetch_host = true;
+    sc->compute = rig->compute;
     for (int i = 0; i < n_models; i++) {
         snprintf(names[i], 16, "m%d", i);
         mc[i] = (struct stack_model_config){

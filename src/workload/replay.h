@@ -46,6 +46,7 @@ struct replay_rig {
     int n_models;             /* 1..WORKLOAD_MAX_MODELS */
     int tp;                   /* CPU devices, every model over all of them */
     double link_gbps;         /* emulated host link per device (0: memory speed) */
+    const char *compute;      /* stack_config.compute: "f32", "bf16", NULL: auto */
 };
 
 struct replay_result {
