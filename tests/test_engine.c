@@ -251,6 +251,8 @@ static void rig_open_budget(struct rig *g, const char *policy, int max_loaded, i
     for (int m = 0; m < N_MODELS; m++) {
         snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, names[m]);
         CHECK(swap_register(g->mgr, names[m], dir, &pl, false, &g->sm[m]) == 0);
+        /* f32: transformers' f32 references exactly, however batched */
+        swap_model_set_compute(g->sm[m], KERN_COMPUTE_F32);
         CHECK((g->id[m] = engine_add_model(g->e, g->sm[m])) == m);
     }
 }

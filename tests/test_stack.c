@@ -127,9 +127,10 @@ static const int *const serve_devices[N_SERVE] = {both, pp_rev, dev1};
 
 static struct stack_config serve_config(int fit)
 {
+    /* f32: transformers' f32 references exactly, whatever the layout */
     struct stack_config c = {.device_kind = "cpu", .n_devices = 2, .fit_models = fit,
                              .engine = {.policy = "swapwise"}, .models = serve_models,
-                             .n_models = N_SERVE};
+                             .n_models = N_SERVE, .compute = "f32"};
     longest(&c.fit_prompt, &c.fit_max_tokens);
     return c;
 }
@@ -352,6 +353,31 @@ static void test_errors(void)
     c.n_devices = 1;
     expect_open_fails(&c, ERR_INVALID, "default placement beyond the stack", "tp2", "device 1",
                       (char *)NULL);
+
+    /* a model's own precision overrides the stack's */
+    c = serve_config(1);
+    m[0] = serve_models[2];
+    m[0].compute = "bf16";
+    m[1] = serve_models[0];
+    c.models = m;
+    c.n_models = 2;
+    struct stack *sp = NULL;
+    CHECK_MSG(stack_open(&c, &sp) == 0, "%s", err_msg());
+    CHECK(sp && swap_model_compute(sp->models[0]) == KERN_COMPUTE_BF16 &&
+          swap_model_compute(sp->models[1]) == KERN_COMPUTE_F32);
+    stack_close(sp);
+
+    /* a precision that does not exist, for the stack and for one model */
+    c = serve_config(1);
+    c.compute = "f8";
+    expect_open_fails(&c, ERR_INVALID, "stack compute f8", "f8", "expected f32 or bf16",
+                      (char *)NULL);
+    c = serve_config(1);
+    m[0] = serve_models[0];
+    m[0].compute = "half";
+    c.models = m;
+    c.n_models = 1;
+    expect_open_fails(&c, ERR_INVALID, "model compute half", "tp2", "half", (char *)NULL);
 
     /* a checkpoint that is not there */
     c = serve_config(1);

@@ -203,8 +203,7 @@ static int plan_ends(struct planner *p, struct opt_model *m, bool has_lm_head)
 
 enum kern_compute opt_compute_default(enum dtype weights)
 {
-    (void)weights; /* bf16 for bf16 weights once the callers choose (issue 11) */
-    return KERN_COMPUTE_F32;
+    return weights == DTYPE_BF16 ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
 }
 
 int opt_plan(struct opt_model *m, const struct st_checkpoint *ck, struct opt_part **parts,
