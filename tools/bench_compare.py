@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 """Runs `shardswap bench forward` and tools/bench_hf.py (transformers on the
-CPU, same thread count, same shapes) on each checkpoint and prints one
-markdown table of ours/theirs ratios.
+CPU, same thread count, same shapes) on each checkpoint, in f32 and in bf16,
+and prints one markdown table of ours/theirs ratios.
 
     python3 tools/bench_compare.py --models DIR [DIR ...] [--batch 1] \
-        [--prompt-len 128] [--gen 32] [--threads 2] [--repeat 3] [--json]
+        [--prompt-len 128] [--gen 32] [--threads 2] [--repeat 3] \
+        [--precisions f32,bf16] [--python PY] [--json]
 
-transformers always computes in float32 (the checkpoint is widened on load);
-shardswap keeps the checkpoint's dtype in memory and widens on the fly, so an
-f16 checkpoint streams half the bytes per decode step.
+Each precision runs both sides the same way: f32 is shardswap's
+`--compute f32` (weights widened on the fly, kept at the checkpoint's dtype
+in memory) against transformers loaded in float32; bf16 is `--compute bf16`
+against transformers loaded in bfloat16. "best HF" is transformers' faster
+precision, the issue's yardstick: prefill >= 1.0x and decode >= 1.5x of it.
+--python names the interpreter that has torch and transformers (default:
+this one).
 """
 import argparse
 import json
@@ -33,28 +38,50 @@ def main():
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--precisions", default="f32,bf16")
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--bin", default=BIN)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    precs = [p for p in a.precisions.split(",") if p]
+    for p in precs:
+        if p not in ("f32", "bf16"):
+            sys.exit(f"--precisions: '{p}' is not f32 or bf16")
     shape = ["--batch", str(a.batch), "--prompt-len", str(a.prompt_len), "--gen", str(a.gen),
              "--threads", str(a.threads), "--repeat", str(a.repeat), "--json"]
     rows = []
     for m in a.models:
-        ours = run_json([BIN, "bench", "forward", "--model", m] + shape)
-        theirs = run_json([sys.executable, os.path.join(HERE, "bench_hf.py"), "--model", m] + shape)
-        rows.append({"model": m, "shardswap": ours, "transformers": theirs})
+        row = {"model": m, "shardswap": {}, "transformers": {}}
+        for p in precs:
+            row["shardswap"][p] = run_json([a.bin, "bench", "forward", "--model", m,
+                                            "--compute", p] + shape)
+            row["transformers"][p] = run_json([a.python, os.path.join(HERE, "bench_hf.py"),
+                                               "--model", m, "--dtype", p] + shape)
+        rows.append(row)
     if a.json:
         print(json.dumps(rows, indent=1))
         return
-    print(f"batch {a.batch}, prompt {a.prompt_len}, gen {a.gen}, {a.threads} threads, best of {a.repeat}")
-    print("| checkpoint | weights | prefill tok/s ours / HF | ratio | decode tok/s ours / HF | ratio "
-          "| decode GB/s | memcpy GB/s | decode / memcpy |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"batch {a.batch}, prompt {a.prompt_len}, gen {a.gen}, {a.threads} threads, "
+          f"best of {a.repeat}; tok/s")
+    print("| checkpoint | weights | compute | prefill ours / HF | ratio | vs best HF "
+          "| decode ours / HF | ratio | vs best HF | decode GB/s | read GB/s | decode / read |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        o, t = r["shardswap"], r["transformers"]
-        print(f"| {os.path.basename(r['model'].rstrip('/'))} | {o['weight_dtype']} {o['weight_bytes']/1e9:.2f} GB "
-              f"| {o['prefill_tok_s']:.0f} / {t['prefill_tok_s']:.0f} | {o['prefill_tok_s']/t['prefill_tok_s']:.2f}x "
-              f"| {o['decode_tok_s']:.1f} / {t['decode_tok_s']:.1f} | {o['decode_tok_s']/t['decode_tok_s']:.2f}x "
-              f"| {o['decode_weight_gb_s']:.1f} | {o['memcpy_gb_s']:.1f} | {o['decode_vs_memcpy']:.2f} |")
+        best_pf = max(t["prefill_tok_s"] for t in r["transformers"].values())
+        best_dc = max(t["decode_tok_s"] for t in r["transformers"].values())
+        for p in precs:
+            o, t = r["shardswap"][p], r["transformers"][p]
+            read = o.get("read_gb_s") or o.get("memcpy_gb_s") or 0
+            print(f"| {os.path.basename(r['model'].rstrip('/'))} "
+                  f"| {o['weight_dtype']} {o['weight_bytes'] / 1e9:.2f} GB | {p} "
+                  f"| {o['prefill_tok_s']:.0f} / {t['prefill_tok_s']:.0f} "
+                  f"| {o['prefill_tok_s'] / t['prefill_tok_s']:.2f}x "
+                  f"| {o['prefill_tok_s'] / best_pf:.2f}x "
+                  f"| {o['decode_tok_s']:.1f} / {t['decode_tok_s']:.1f} "
+                  f"| {o['decode_tok_s'] / t['decode_tok_s']:.2f}x "
+                  f"| {o['decode_tok_s'] / best_dc:.2f}x "
+                  f"| {o['decode_weight_gb_s']:.1f} | {read:.1f} "
+                  f"| {o['decode_weight_gb_s'] / read if read else 0:.2f} |")
 
 
 if __name__ == "__main__":

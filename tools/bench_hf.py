@@ -2,10 +2,12 @@
 """Peer benchmark: Hugging Face transformers OPTForCausalLM on CPU (prefill + greedy decode).
 
     python3 tools/bench_hf.py --model DIR [--batch B] [--prompt-len L] [--gen N]
-                              [--threads T] [--dtype f32|checkpoint] [--json] [--repeat R]
+                              [--threads T] [--dtype f32|bf16|checkpoint] [--json] [--repeat R]
 
 DIR is a Hugging Face checkpoint directory (config.json + *.safetensors). Weights are loaded
-as float32 by default (shardswap computes in f32); --dtype checkpoint keeps the stored dtype.
+as float32 by default (shardswap's f32 mode); --dtype bf16 runs the model in bfloat16 (weights
+and activations, as transformers serves a bf16 model; shardswap's bf16 mode); --dtype
+checkpoint keeps the stored dtype.
 Prompts are random ids (seeded), shape [B, L], no padding. Under torch.inference_mode():
 
   prefill = one forward over [B, L] with use_cache=True; one untimed warm-up, then timed.
@@ -30,7 +32,7 @@ from transformers import OPTForCausalLM
 
 
 def load(model_dir, dtype):
-    d = torch.float32 if dtype == "f32" else "auto"
+    d = {"f32": torch.float32, "bf16": torch.bfloat16}.get(dtype, "auto")
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
     model = OPTForCausalLM.from_pretrained(model_dir, **{key: d})
@@ -44,7 +46,7 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--gen", type=int, default=32, help="decode steps")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--dtype", choices=["f32", "checkpoint"], default="f32")
+    ap.add_argument("--dtype", choices=["f32", "bf16", "checkpoint"], default="f32")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
