@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,6 +20,11 @@ static _Thread_local bool kernels_alone;
 void cpu_kernels_single_thread(bool alone)
 {
     kernels_alone = alone;
+}
+
+bool cpu_kernels_alone(void)
+{
+    return kernels_alone;
 }
 
 /* pool_run, or the tasks in order on this thread when it computes alone. */
@@ -185,6 +191,9 @@ void cpu_set_threads(int n)
         n = (int)sysconf(_SC_NPROCESSORS_ONLN);
     openblas_set_num_threads(n);
     pool_set_threads(n);
+    /* oneDNN's OpenMP count is per thread: cpu_matmul sets it on the
+     * thread that computes; this covers OpenMP's default for this one */
+    omp_set_num_threads(n);
 }
 
 int cpu_threads(void)
