@@ -29,6 +29,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -54,13 +55,14 @@ struct scratch {
     size_t cap;
 };
 
-static pthread_key_t scratch_key[2];
+/* 0: a converted weight block, 1: x in bf16, 2: a task's output block */
+static pthread_key_t scratch_key[3];
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static _Thread_local struct scratch scratch_tl[2]; /* 0: weight block, 1: x in bf16 */
+static _Thread_local struct scratch scratch_tl[3];
 
 static void scratch_keys_make(void)
 {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         (void)pthread_key_create(&scratch_key[i], free);
 }
 
@@ -158,11 +160,12 @@ static dnnl_stream_t stream_get(void)
 
 /* ---- the primitive cache ---- */
 
-/* y[m, n] = a[m, k] @ b where b is W^T of a row-major W (n x k, row stride
- * ld): a and b of type dt, y in f32. */
+/* y[m, n] (row stride ldy) = a[m, k] @ b where b is W^T of a row-major W
+ * (n x k, row stride ld): a and b of type dt, y in f32. Made and run on one
+ * OpenMP thread (the plan depends on the count). */
 struct prim_key {
-    int m, n, k, threads;
-    size_t ld;
+    int m, n, k;
+    size_t ld, ldy;
     dnnl_data_type_t dt;
 };
 
@@ -181,6 +184,7 @@ static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct prim *cache[PRIM_CACHE_SIZE];
 static uint64_t cache_tick;
 static uint64_t cache_misses;
+static char last_impl[64]; /* the implementation last taken, by any thread */
 
 static void prim_free(struct prim *p)
 {
@@ -206,7 +210,7 @@ static int prim_create(const struct prim_key *key, struct prim **out)
                                               (dnnl_dims_t){1, (dnnl_dim_t)key->ld}),
              m, n, k);
     DNNL_TRY(dnnl_memory_desc_init_by_strides(&c, 2, (dnnl_dims_t){m, n}, dnnl_f32,
-                                              (dnnl_dims_t){n, 1}),
+                                              (dnnl_dims_t){(dnnl_dim_t)key->ldy, 1}),
              m, n, k);
     dnnl_matmul_desc_t md;
     DNNL_TRY(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c), m, n, k);
@@ -228,8 +232,8 @@ out:
 
 static bool key_eq(const struct prim_key *a, const struct prim_key *b)
 {
-    return a->m == b->m && a->n == b->n && a->k == b->k && a->threads == b->threads &&
-           a->ld == b->ld && a->dt == b->dt;
+    return a->m == b->m && a->n == b->n && a->k == b->k && a->ld == b->ld && a->ldy == b->ldy &&
+           a->dt == b->dt;
 }
 
 /* The primitive for key, taken (users + 1) until prim_release. A miss
@@ -243,6 +247,7 @@ static int prim_take(const struct prim_key *key, struct prim **out)
         if (cache[i] && key_eq(&cache[i]->key, key)) {
             cache[i]->users++;
             cache[i]->used = ++cache_tick;
+            memcpy(last_impl, cache[i]->impl, sizeof(last_impl));
             *out = cache[i];
             pthread_mutex_unlock(&cache_lock);
             return 0;
@@ -257,6 +262,7 @@ static int prim_take(const struct prim_key *key, struct prim **out)
     p->users = 1;
     struct prim *evicted = NULL;
     pthread_mutex_lock(&cache_lock);
+    memcpy(last_impl, p->impl, sizeof(last_impl));
     int slot = -1;
     for (int i = 0; i < PRIM_CACHE_SIZE; i++) {
         if (!cache[i]) {
@@ -292,37 +298,34 @@ static void prim_release(struct prim *p)
 }
 
 /* Remembers the last primitive's implementation for cpu_matmul_ceiling. */
-static _Thread_local char last_impl[64];
-
-/* y[m, n] = a[m, k] @ W^T, W (n x k, row stride ld) at b; a, W of type dt. */
-static int dnnl_matmul_run(float *y, const void *a, int m, const void *b, int n, int k, size_t ld,
-                           dnnl_data_type_t dt)
+/* y[m, n] (row stride ldy) = a[m, k] @ W^T, W (n x k, row stride ld) at b;
+ * a and W of type dt; on one OpenMP thread, the calling one. */
+static int dnnl_matmul_run(float *y, size_t ldy, const void *a, int m, const void *b, int n, int k,
+                           size_t ld, dnnl_data_type_t dt)
 {
     dnnl_stream_t s = stream_get();
     if (!s)
         return ERR_UNSUPPORTED;
-    const int threads = cpu_kernels_alone() ? 1 : cpu_threads();
-    if (omp_get_max_threads() != threads)
-        omp_set_num_threads(threads);
-    struct prim_key key = {.m = m, .n = n, .k = k, .threads = threads, .ld = ld, .dt = dt};
+    if (omp_get_max_threads() != 1)
+        omp_set_num_threads(1);
+    struct prim_key key = {.m = m, .n = n, .k = k, .ldy = ldy, .ld = ld, .dt = dt};
     struct prim *p;
     int rc = prim_take(&key, &p);
     if (rc < 0)
         return rc;
-    memcpy(last_impl, p->impl, sizeof(last_impl));
     dnnl_memory_t am = NULL, bm = NULL, cm = NULL;
-    const dnnl_memory_desc_t *ad, *bd, *cd;
-    dnnl_primitive_desc_t pd;
-    DNNL_TRY(dnnl_primitive_get_primitive_desc(p->p, (const_dnnl_primitive_desc_t *)&pd), m, n,
-             k);
-    ad = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
-    bd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    cd = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-    DNNL_TRY(dnnl_memory_create(&am, ad, engine, (void *)a), m, n, k);
-    DNNL_TRY(dnnl_memory_create(&bm, bd, engine, (void *)b), m, n, k);
-    DNNL_TRY(dnnl_memory_create(&cm, cd, engine, y), m, n, k);
-    dnnl_exec_arg_t args[] = {
-        {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+    const_dnnl_primitive_desc_t pd;
+    DNNL_TRY(dnnl_primitive_get_primitive_desc(p->p, &pd), m, n, k);
+    DNNL_TRY(dnnl_memory_create(&am, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
+                                engine, (void *)a),
+             m, n, k);
+    DNNL_TRY(dnnl_memory_create(&bm, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
+                                engine, (void *)b),
+             m, n, k);
+    DNNL_TRY(dnnl_memory_create(&cm, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0),
+                                engine, y),
+             m, n, k);
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
     DNNL_TRY(dnnl_primitive_execute(p->p, s, 3, args), m, n, k);
     DNNL_TRY(dnnl_stream_wait(s), m, n, k);
 out:
@@ -333,63 +336,96 @@ out:
     return rc;
 }
 
-/* ---- widening blocks of narrow weights ---- */
+/* ---- the product, a block of weight rows per pool task ---- */
 
-struct widen_job {
-    void *dst; /* (nb, k) dense, f32 or bf16 */
-    bool to_bf16;
+/* y = x @ w^T split by rows of w (columns of y) over the kernel pool: each
+ * task runs a one-thread primitive on its block, the weights in place or
+ * first converted to dt (f32 or bf16) into the task thread's scratch.
+ * oneDNN's own OpenMP team is never used: libgomp's threads spin after each
+ * parallel region (its default, read before main) and took the cores from
+ * the pool and OpenBLAS that ran next: prefill measured 2.5x slower. */
+struct mm_job {
+    float *y;      /* (m, w.rows) */
+    const void *x; /* (m, k) of type dt */
+    int m, rows;   /* rows of w per task */
     const struct weight_view *w;
-    int r0, nb;
+    dnnl_data_type_t dt;
+    bool convert;
+    atomic_int rc; /* the first failure; its message in msg */
+    char msg[256];
 };
 
-static void widen_task(void *ctx, int task)
+static void convert_rows(void *dst, bool to_bf16, const struct weight_view *w, int r0, int nb)
 {
-    const struct widen_job *j = ctx;
-    const int per = 16, k = j->w->cols;
-    for (int r = task * per; r < (task + 1) * per && r < j->nb; r++) {
-        const void *src = weight_row(j->w, j->r0 + r);
-        if (!j->to_bf16) {
-            dtype_to_f32(j->w->dtype, src, (float *)j->dst + (size_t)r * k, (size_t)k);
+    const int k = w->cols;
+    for (int r = 0; r < nb; r++) {
+        const void *src = weight_row(w, r0 + r);
+        if (!to_bf16) {
+            dtype_to_f32(w->dtype, src, (float *)dst + (size_t)r * k, (size_t)k);
             continue;
         }
-        uint16_t *d = (uint16_t *)j->dst + (size_t)r * k;
+        uint16_t *d = (uint16_t *)dst + (size_t)r * k;
         for (int c = 0; c < k; c++)
-            d[c] = j->w->dtype == DTYPE_F32 ? f32_to_bf16(((const float *)src)[c])
-                                            : f32_to_bf16(f16_to_f32(((const uint16_t *)src)[c]));
+            d[c] = w->dtype == DTYPE_F32 ? f32_to_bf16(((const float *)src)[c])
+                                         : f32_to_bf16(f16_to_f32(((const uint16_t *)src)[c]));
     }
 }
 
-/* y = x @ w^T with w converted a block of rows at a time (to f32, or to
- * bf16 when dt is bf16; x already of type dt), each block multiplied by
- * oneDNN. */
-static int matmul_blocks(float *y, const void *x, int m, const struct weight_view *w,
-                         dnnl_data_type_t dt)
+/* Runs on a pool thread (or the caller): errors go to the job, since the
+ * message is thread-local. */
+static void mm_task(void *ctx, int task)
 {
-    const int n = w->rows, k = w->cols;
-    const size_t es = dt == dnnl_bf16 ? 2 : 4;
-    const int rows = n < WIDEN_BLOCK_ROWS ? n : WIDEN_BLOCK_ROWS;
-    void *blk = scratch_get(0, (size_t)rows * k * es);
-    if (!blk)
-        return err_set(ERR_NOMEM, "out of host memory for a %d x %d weight block", rows, k);
-    float *yb = NULL;
-    if (n > rows && !(yb = malloc((size_t)m * rows * sizeof(float))))
-        return err_set(ERR_NOMEM, "out of host memory for a %d x %d output block", m, rows);
+    struct mm_job *j = ctx;
+    const struct weight_view *w = j->w;
+    const int k = w->cols, r0 = task * j->rows;
+    const int nb = w->rows - r0 < j->rows ? w->rows - r0 : j->rows;
+    const void *b = weight_row(w, r0);
+    size_t ld = w->ld;
     int rc = 0;
-    for (int r0 = 0; r0 < n && rc == 0; r0 += rows) {
-        int nb = n - r0 < rows ? n - r0 : rows;
-        struct widen_job j = {.dst = blk, .to_bf16 = dt == dnnl_bf16, .w = w, .r0 = r0, .nb = nb};
-        cpu_kernels_run(widen_task, &j, (nb + 15) / 16);
-        /* one block is the whole output; more go through yb into y's columns */
-        if (!yb) {
-            rc = dnnl_matmul_run(y, x, m, blk, nb, k, (size_t)k, dt);
-            continue;
+    if (j->convert) {
+        void *blk = scratch_get(0, (size_t)nb * k * (j->dt == dnnl_bf16 ? 2 : 4));
+        if (!blk) {
+            rc = err_set(ERR_NOMEM, "out of host memory for a %d x %d weight block", nb, k);
+            goto out;
         }
-        rc = dnnl_matmul_run(yb, x, m, blk, nb, k, (size_t)k, dt);
-        for (int i = 0; i < m && rc == 0; i++)
-            memcpy(y + (size_t)i * n + r0, yb + (size_t)i * nb, (size_t)nb * sizeof(float));
+        convert_rows(blk, j->dt == dnnl_bf16, w, r0, nb);
+        b = blk;
+        ld = (size_t)k;
     }
-    free(yb);
-    return rc;
+    if (nb == w->rows) {
+        rc = dnnl_matmul_run(j->y, (size_t)nb, j->x, j->m, b, nb, k, ld, j->dt);
+        goto out;
+    }
+    /* oneDNN's brgemm wants a dense output (a strided one runs gemm:jit,
+     * ~12% slower): the block goes through scratch into y's columns */
+    float *yb = scratch_get(2, (size_t)j->m * nb * sizeof(float));
+    if (!yb) {
+        rc = err_set(ERR_NOMEM, "out of host memory for a %d x %d output block", j->m, nb);
+        goto out;
+    }
+    rc = dnnl_matmul_run(yb, (size_t)nb, j->x, j->m, b, nb, k, ld, j->dt);
+    for (int i = 0; i < j->m && rc == 0; i++)
+        memcpy(j->y + (size_t)i * w->rows + r0, yb + (size_t)i * nb, (size_t)nb * sizeof(float));
+out:;
+    int none = 0;
+    if (rc < 0 && atomic_compare_exchange_strong(&j->rc, &none, rc))
+        snprintf(j->msg, sizeof(j->msg), "%s", err_msg());
+}
+
+static int matmul_pool(float *y, const void *x, int m, const struct weight_view *w,
+                       dnnl_data_type_t dt, bool convert)
+{
+    const int n = w->rows, threads = cpu_kernels_alone() ? 1 : cpu_threads();
+    /* a block per thread, a multiple of 64 rows; converted blocks at most
+     * WIDEN_BLOCK_ROWS, so the scratch stays small (more tasks balance) */
+    int rows = ((n + threads - 1) / threads + 63) / 64 * 64;
+    if (convert && rows > WIDEN_BLOCK_ROWS)
+        rows = WIDEN_BLOCK_ROWS;
+    struct mm_job j = {.y = y, .x = x, .m = m, .rows = rows, .w = w, .dt = dt, .convert = convert};
+    atomic_init(&j.rc, 0);
+    cpu_kernels_run(mm_task, &j, (n + rows - 1) / rows);
+    int rc = atomic_load(&j.rc);
+    return rc < 0 ? err_set(rc, "%s", j.msg) : 0;
 }
 
 static int native_bf16 = -1; /* -1: what the ISA says (AMX) */
@@ -407,22 +443,18 @@ int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w,
         return ERR_UNSUPPORTED;
     bool bf16 = cm == KERN_COMPUTE_BF16 && (native_bf16 < 0 ? engine_amx : native_bf16 > 0);
     if (bf16) {
-        /* x to bf16, then bf16 weights in place, others a block at a time */
+        /* x to bf16, then bf16 weights in place, others converted */
         uint16_t *xb = scratch_get(1, (size_t)m * k * sizeof(uint16_t));
         if (!xb)
             return err_set(ERR_NOMEM, "out of host memory for %d x %d bf16 activations", m, k);
         for (size_t i = 0; i < (size_t)m * k; i++)
             xb[i] = f32_to_bf16(x[i]);
-        if (w->dtype == DTYPE_BF16)
-            return dnnl_matmul_run(y, xb, m, w->data, n, k, w->ld, dnnl_bf16);
-        return matmul_blocks(y, xb, m, w, dnnl_bf16);
+        return matmul_pool(y, xb, m, w, dnnl_bf16, w->dtype != DTYPE_BF16);
     }
     if (cm == KERN_COMPUTE_BF16 && !(x = cpu_round_bf16(x, (size_t)m * k)))
         return err_set(ERR_NOMEM, "out of host memory for %d x %d bf16 activations", m, k);
-    if (w->dtype != DTYPE_F32)
-        return matmul_blocks(y, x, m, w, dnnl_f32);
-    if (w->ld == (size_t)k)
-        return dnnl_matmul_run(y, x, m, w->data, n, k, w->ld, dnnl_f32);
+    if (w->dtype != DTYPE_F32 || w->ld == (size_t)k)
+        return matmul_pool(y, x, m, w, dnnl_f32, w->dtype != DTYPE_F32);
     /* a column slice: OpenBLAS takes the stride at full speed, oneDNN not */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w->data, (int)w->ld,
                 0.0f, y, n);
@@ -462,7 +494,9 @@ int cpu_matmul_ceiling(int m, int n, int k, enum kern_compute cm, int threads,
     if (rc < 0)
         goto out;
     out->gflops = 2.0 * m * n * k / best / 1e9;
+    pthread_mutex_lock(&cache_lock);
     snprintf(out->impl, sizeof(out->impl), "%s", last_impl);
+    pthread_mutex_unlock(&cache_lock);
 out:
     free(x);
     free(y);
