@@ -7,7 +7,9 @@
 
 #include "backend/kernels.h"
 
-/* Threads the CPU kernels may use (BLAS included); n < 1 means all cores. */
+/* Threads the CPU kernels may use (BLAS and oneDNN's matmul included: the
+ * matmul splits over the kernel pool, one OpenMP thread per task); n < 1
+ * means all cores. */
 void cpu_set_threads(int n);
 int cpu_threads(void);
 

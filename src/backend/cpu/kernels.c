@@ -10,7 +10,6 @@
 #include <pthread.h>
 #include <cblas.h>
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -191,9 +190,6 @@ void cpu_set_threads(int n)
         n = (int)sysconf(_SC_NPROCESSORS_ONLN);
     openblas_set_num_threads(n);
     pool_set_threads(n);
-    /* oneDNN's OpenMP count is per thread: cpu_matmul sets it on the
-     * thread that computes; this covers OpenMP's default for this one */
-    omp_set_num_threads(n);
 }
 
 int cpu_threads(void)

@@ -18,9 +18,11 @@
  *   above multiply it: the same products (bf16 x bf16 is exact in f32) and
  *   f32 sums either way.
  *
- * oneDNN threads with OpenMP: each call sets the calling thread's OpenMP
- * thread count to the kernels' (cpu_threads, or 1 on a thread that
- * computes alone) before it runs, since that setting is per thread.
+ * Threads: the product is split by rows of the weights over the kernel
+ * pool (cpu_kernels_run: cpu_threads tasks' worth, or all on the calling
+ * thread when it computes alone), and every primitive runs on one OpenMP
+ * thread, the one that calls it (omp_set_num_threads(1) there; the setting
+ * is per thread). oneDNN's own OpenMP team is never started: see mm_job.
  */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/linear.h"
