@@ -123,11 +123,15 @@ static const char *dnnl_status_name(dnnl_status_t s)
     return "unknown status";
 }
 
-/* A failed oneDNN call as the project's error, naming the call and shape. */
+/* A failed oneDNN call as the project's error, naming the function (call
+ * is its text, up to the parenthesis) and the shape (none when m is 0). */
 static int dnnl_fail(dnnl_status_t s, const char *call, int m, int n, int k)
 {
-    return err_set(s == dnnl_out_of_memory ? ERR_NOMEM : ERR_UNSUPPORTED,
-                   "oneDNN %s failed (%s) for a %d x %d by %d x %d matmul", call,
+    const int code = s == dnnl_out_of_memory ? ERR_NOMEM : ERR_UNSUPPORTED;
+    const int len = (int)strcspn(call, "(");
+    if (m == 0)
+        return err_set(code, "oneDNN %.*s failed (%s)", len, call, dnnl_status_name(s));
+    return err_set(code, "oneDNN %.*s failed (%s) for a %d x %d by %d x %d matmul", len, call,
                    dnnl_status_name(s), m, k, k, n);
 }
 
