@@ -243,7 +243,8 @@ static void test_linear(void)
 
 /* Each thread runs cpu_linear (the backend's own, on host memory) at more
  * distinct m than the cache holds, f32 and bf16 mode, and checks every
- * result against a double reference. */
+ * result against a double reference. Both threads use the same shapes, so
+ * one primitive runs on two threads at once. */
 struct cache_job {
     int seed;
     int failed;
@@ -252,7 +253,10 @@ struct cache_job {
 static void *cache_thread(void *arg)
 {
     struct cache_job *j = arg;
-    enum { N = 40, K = 48, M_LO = 9, M_HI = 60 };
+    /* as a tensor-parallel rank computes: alone, so the two threads run
+     * primitives at once (the pool would serialise them) */
+    cpu_kernels_single_thread(true);
+    enum { N = 160, K = 200, M_LO = 9, M_HI = 60 };
     float *w = malloc((size_t)N * K * sizeof(float));
     float *x = malloc((size_t)M_HI * K * sizeof(float));
     float *y = malloc((size_t)M_HI * N * sizeof(float));

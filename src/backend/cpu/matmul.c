@@ -57,14 +57,16 @@ struct scratch {
     size_t cap;
 };
 
-/* 0: a converted weight block, 1: x in bf16, 2: a task's output block */
-static pthread_key_t scratch_key[3];
+/* 0: a converted weight block, 1: x in bf16, 2: a task's output block,
+ * 3: the primitive's scratchpad */
+#define SCRATCH_SLOTS 4
+static pthread_key_t scratch_key[SCRATCH_SLOTS];
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static _Thread_local struct scratch scratch_tl[3];
+static _Thread_local struct scratch scratch_tl[SCRATCH_SLOTS];
 
 static void scratch_keys_make(void)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < SCRATCH_SLOTS; i++)
         (void)pthread_key_create(&scratch_key[i], free);
 }
 
@@ -205,6 +207,7 @@ static int prim_create(const struct prim_key *key, struct prim **out)
     const int m = key->m, n = key->n, k = key->k;
     int rc = 0;
     dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_attr_t attr = NULL;
     struct prim *p = calloc(1, sizeof(*p));
     if (!p)
         return err_set(ERR_NOMEM, "out of host memory for a matmul primitive");
@@ -220,7 +223,12 @@ static int prim_create(const struct prim_key *key, struct prim **out)
              m, n, k);
     dnnl_matmul_desc_t md;
     DNNL_TRY(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c), m, n, k);
-    DNNL_TRY(dnnl_primitive_desc_create(&pd, &md, NULL, engine, NULL), m, n, k);
+    /* the scratchpad (brgemm's copy of B, ...) comes from the calling
+     * thread: with the library's, one primitive run from two threads at
+     * once raced (tensor-parallel ranks, measured wrong results) */
+    DNNL_TRY(dnnl_primitive_attr_create(&attr), m, n, k);
+    DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), m, n, k);
+    DNNL_TRY(dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL), m, n, k);
     const char *impl = NULL;
     DNNL_TRY(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl), m, n, k);
     snprintf(p->impl, sizeof(p->impl), "%s", impl ? impl : "?");
@@ -228,6 +236,7 @@ static int prim_create(const struct prim_key *key, struct prim **out)
     p->key = *key;
 out:
     dnnl_primitive_desc_destroy(pd);
+    dnnl_primitive_attr_destroy(attr);
     if (rc < 0) {
         free(p);
         return rc;
@@ -319,7 +328,7 @@ static int dnnl_matmul_run(float *y, size_t ldy, const void *a, int m, const voi
     int rc = prim_take(&key, &p);
     if (rc < 0)
         return rc;
-    dnnl_memory_t am = NULL, bm = NULL, cm = NULL;
+    dnnl_memory_t am = NULL, bm = NULL, cm = NULL, sm = NULL;
     const_dnnl_primitive_desc_t pd;
     DNNL_TRY(dnnl_primitive_get_primitive_desc(p->p, &pd), m, n, k);
     DNNL_TRY(dnnl_memory_create(&am, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
@@ -331,13 +340,25 @@ static int dnnl_matmul_run(float *y, size_t ldy, const void *a, int m, const voi
     DNNL_TRY(dnnl_memory_create(&cm, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0),
                                 engine, y),
              m, n, k);
-    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-    DNNL_TRY(dnnl_primitive_execute(p->p, s, 3, args), m, n, k);
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t sbytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
+    void *spad = scratch_get(3, sbytes ? sbytes : 64);
+    if (!spad) {
+        rc = err_set(ERR_NOMEM, "out of host memory for a %zu-byte matmul scratchpad", sbytes);
+        goto out;
+    }
+    DNNL_TRY(dnnl_memory_create(&sm, smd, engine, spad), m, n, k);
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, am},
+                              {DNNL_ARG_WEIGHTS, bm},
+                              {DNNL_ARG_DST, cm},
+                              {DNNL_ARG_SCRATCHPAD, sm}};
+    DNNL_TRY(dnnl_primitive_execute(p->p, s, 4, args), m, n, k);
     DNNL_TRY(dnnl_stream_wait(s), m, n, k);
 out:
     dnnl_memory_destroy(am);
     dnnl_memory_destroy(bm);
     dnnl_memory_destroy(cm);
+    dnnl_memory_destroy(sm);
     prim_release(p);
     return rc;
 }
