@@ -28,8 +28,8 @@
 #include "backend/cpu/linear.h"
 
 #include <cblas.h>
-#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -114,13 +114,20 @@ static void engine_make(void)
 static const char *dnnl_status_name(dnnl_status_t s)
 {
     switch (s) {
-    case dnnl_success: return "success";
-    case dnnl_out_of_memory: return "out of memory";
-    case dnnl_invalid_arguments: return "invalid arguments";
-    case dnnl_unimplemented: return "unimplemented";
-    case dnnl_iterator_ends: return "iterator ends";
-    case dnnl_runtime_error: return "runtime error";
-    case dnnl_not_required: return "not required";
+    case dnnl_success:
+        return "success";
+    case dnnl_out_of_memory:
+        return "out of memory";
+    case dnnl_invalid_arguments:
+        return "invalid arguments";
+    case dnnl_unimplemented:
+        return "unimplemented";
+    case dnnl_iterator_ends:
+        return "iterator ends";
+    case dnnl_runtime_error:
+        return "runtime error";
+    case dnnl_not_required:
+        return "not required";
     }
     return "unknown status";
 }
@@ -180,9 +187,9 @@ struct prim_key {
 struct prim {
     struct prim_key key;
     dnnl_primitive_t p;
-    char impl[64];  /* what oneDNN chose: "brg:avx512_core", ... */
-    int users;      /* calls running it: not evicted while > 0 */
-    uint64_t used;  /* tick of the last take, for LRU */
+    char impl[64]; /* what oneDNN chose: "brg:avx512_core", ... */
+    int users;     /* calls running it: not evicted while > 0 */
+    uint64_t used; /* tick of the last take, for LRU */
     bool cached;
 };
 
@@ -212,9 +219,9 @@ static int prim_create(const struct prim_key *key, struct prim **out)
     if (!p)
         return err_set(ERR_NOMEM, "out of host memory for a matmul primitive");
     dnnl_memory_desc_t a, b, c;
-    DNNL_TRY(dnnl_memory_desc_init_by_strides(&a, 2, (dnnl_dims_t){m, k}, key->dt,
-                                              (dnnl_dims_t){k, 1}),
-             m, n, k);
+    DNNL_TRY(
+        dnnl_memory_desc_init_by_strides(&a, 2, (dnnl_dims_t){m, k}, key->dt, (dnnl_dims_t){k, 1}),
+        m, n, k);
     DNNL_TRY(dnnl_memory_desc_init_by_strides(&b, 2, (dnnl_dims_t){k, n}, key->dt,
                                               (dnnl_dims_t){1, (dnnl_dim_t)key->ld}),
              m, n, k);
@@ -312,7 +319,6 @@ static void prim_release(struct prim *p)
     pthread_mutex_unlock(&cache_lock);
 }
 
-/* Remembers the last primitive's implementation for cpu_matmul_ceiling. */
 /* y[m, n] (row stride ldy) = a[m, k] @ W^T, W (n x k, row stride ld) at b;
  * a and W of type dt; on one OpenMP thread, the calling one. */
 static int dnnl_matmul_run(float *y, size_t ldy, const void *a, int m, const void *b, int n, int k,
@@ -331,15 +337,15 @@ static int dnnl_matmul_run(float *y, size_t ldy, const void *a, int m, const voi
     dnnl_memory_t am = NULL, bm = NULL, cm = NULL, sm = NULL;
     const_dnnl_primitive_desc_t pd;
     DNNL_TRY(dnnl_primitive_get_primitive_desc(p->p, &pd), m, n, k);
-    DNNL_TRY(dnnl_memory_create(&am, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
-                                engine, (void *)a),
+    DNNL_TRY(dnnl_memory_create(&am, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), engine,
+                                (void *)a),
              m, n, k);
     DNNL_TRY(dnnl_memory_create(&bm, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
                                 engine, (void *)b),
              m, n, k);
-    DNNL_TRY(dnnl_memory_create(&cm, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0),
-                                engine, y),
-             m, n, k);
+    DNNL_TRY(
+        dnnl_memory_create(&cm, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), engine, y),
+        m, n, k);
     const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t sbytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
     void *spad = scratch_get(3, sbytes ? sbytes : 64);
@@ -348,10 +354,8 @@ static int dnnl_matmul_run(float *y, size_t ldy, const void *a, int m, const voi
         goto out;
     }
     DNNL_TRY(dnnl_memory_create(&sm, smd, engine, spad), m, n, k);
-    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, am},
-                              {DNNL_ARG_WEIGHTS, bm},
-                              {DNNL_ARG_DST, cm},
-                              {DNNL_ARG_SCRATCHPAD, sm}};
+    dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}};
     DNNL_TRY(dnnl_primitive_execute(p->p, s, 4, args), m, n, k);
     DNNL_TRY(dnnl_stream_wait(s), m, n, k);
 out:
@@ -462,8 +466,7 @@ void cpu_matmul_native_bf16(int on)
     native_bf16 = on;
 }
 
-int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w,
-               enum kern_compute cm)
+int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w, enum kern_compute cm)
 {
     const int n = w->rows, k = w->cols;
     if (!stream_get())
