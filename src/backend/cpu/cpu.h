@@ -13,8 +13,9 @@
 void cpu_set_threads(int n);
 int cpu_threads(void);
 
-/* Makes the calling thread run every kernel on itself alone (no worker pool):
- * the compute thread of a CPU device is one core. BLAS's own thread count is
+/* Makes the calling thread run every kernel on itself alone (no worker pool;
+ * oneDNN's matmul on this thread only): the compute thread of a CPU device
+ * is one core. OpenBLAS's own thread count (attention, f32 column slices) is
  * process-wide; set it with cpu_set_threads(1) when devices compute in
  * parallel. */
 void cpu_kernels_single_thread(bool alone);
