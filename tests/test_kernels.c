@@ -19,10 +19,13 @@
  * from the real one by far more than the tolerance.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/linear.h"
 #include "backend/device.h"
 #include "backend/kernels.h"
 #include "backend/weight.h"
@@ -210,8 +213,117 @@ static void test_linear(void)
                         linear_case(ms[im], ns[in], k, ts[it], bias, (size_t)k + 13, 5, cm);
                         cases += 2;
                     }
+    /* the matmul path at prefill-like sizes (m > 64, k with a tail past a
+     * vector multiple); bf16 mode both ways: through oneDNN's bf16 x bf16
+     * primitive, and rounded then multiplied in f32 (the default without
+     * AMX) */
+    static const int big_ms[] = {100, 257};
+    static const int big_ks[] = {75, 300};
+    for (int native = 0; native < 2; native++) {
+        cpu_matmul_native_bf16(native);
+        for (size_t im = 0; im < 2; im++)
+            for (size_t ik = 0; ik < 2; ik++)
+                for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++)
+                    for (size_t it = 0; it < sizeof(ts) / sizeof(ts[0]); it++)
+                        for (int cm = native ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
+                             cm <= KERN_COMPUTE_BF16; cm++) {
+                            int kk = big_ks[ik];
+                            linear_case(big_ms[im], ns[in], kk, ts[it], in, (size_t)kk, 0, cm);
+                            linear_case(big_ms[im], ns[in], kk, ts[it], !in, (size_t)kk + 13, 5,
+                                        cm);
+                            cases += 2;
+                        }
+    }
+    cpu_matmul_native_bf16(-1);
     printf("linear: %d cases, worst rel err %.3g in f32 mode, %.3g in bf16 mode with bf16 weights "
            "(tolerance 1e-5)\n", cases, worst_linear, worst_linear_bf16);
+}
+
+/* ---- the matmul's primitive cache, from two threads ---- */
+
+/* Each thread runs cpu_linear (the backend's own, on host memory) at more
+ * distinct m than the cache holds, f32 and bf16 mode, and checks every
+ * result against a double reference. Both threads use the same shapes, so
+ * one primitive runs on two threads at once. */
+struct cache_job {
+    int seed;
+    int failed;
+};
+
+static void *cache_thread(void *arg)
+{
+    struct cache_job *j = arg;
+    /* as a tensor-parallel rank computes: alone, so the two threads run
+     * primitives at once (the pool would serialise them) */
+    cpu_kernels_single_thread(true);
+    enum { N = 160, K = 200, M_LO = 9, M_HI = 60 };
+    float *w = malloc((size_t)N * K * sizeof(float));
+    float *x = malloc((size_t)M_HI * K * sizeof(float));
+    float *y = malloc((size_t)M_HI * N * sizeof(float));
+    float *ref = malloc((size_t)M_HI * N * sizeof(float));
+    uint64_t r = 0x1234567u + (uint64_t)j->seed;
+    for (int i = 0; i < N * K; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        w[i] = bf16_to_f32(f32_to_bf16((float)((r >> 40) & 0xffff) / 65536.0f - 0.5f));
+    }
+    for (int i = 0; i < M_HI * K; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = bf16_to_f32(f32_to_bf16((float)((r >> 40) & 0xffff) / 65536.0f - 0.5f));
+    }
+    struct weight_view wv = {.dtype = DTYPE_F32, .data = w, .rows = N, .cols = K, .ld = K};
+    for (int pass = 0; pass < 2; pass++)
+        for (int m = M_LO; m <= M_HI; m++) {
+            enum kern_compute cm = (m + pass) % 2 ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
+            if (cpu_linear(y, x, m, &wv, NULL, cm) < 0) {
+                j->failed++;
+                continue;
+            }
+            for (int i = 0; i < m; i++)
+                for (int o = 0; o < N; o++) {
+                    double acc = 0;
+                    for (int c = 0; c < K; c++)
+                        acc += (double)x[i * K + c] * w[o * K + c];
+                    ref[i * N + o] = (float)acc;
+                }
+            if (test_rel_err(y, ref, (size_t)m * N) > 1e-5)
+                j->failed++;
+        }
+    free(w);
+    free(x);
+    free(y);
+    free(ref);
+    return NULL;
+}
+
+static void test_matmul_cache(void)
+{
+    uint64_t misses0 = cpu_matmul_cache_misses();
+    struct cache_job jobs[2] = {{.seed = 1}, {.seed = 2}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        CHECK(pthread_create(&t[i], NULL, cache_thread, &jobs[i]) == 0);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_MSG(jobs[i].failed == 0, "matmul cache thread %d: %d wrong results", i,
+                  jobs[i].failed);
+    }
+    /* 52 shapes, two passes, two threads: at least every shape once, and
+     * more than the cache holds, so the second pass evicted and re-made */
+    uint64_t misses = cpu_matmul_cache_misses() - misses0;
+    CHECK_MSG(misses >= 52, "matmul cache: %llu misses for 52 shapes",
+              (unsigned long long)misses);
+
+    /* a shape just used is a hit */
+    struct cpu_matmul_ceiling c;
+    CHECK_MSG(cpu_matmul_ceiling(64, 64, 64, KERN_COMPUTE_F32, 0, &c) == 0, "%s", err_msg());
+    uint64_t before = cpu_matmul_cache_misses();
+    CHECK(cpu_matmul_ceiling(64, 64, 64, KERN_COMPUTE_F32, 0, &c) == 0);
+    CHECK_MSG(cpu_matmul_cache_misses() == before, "matmul cache: a repeated shape missed");
+    /* and the oneDNN path ran a JIT implementation, not the reference one */
+    CHECK_MSG(c.impl[0] && strncmp(c.impl, "ref", 3) != 0, "matmul impl \"%s\"", c.impl);
+    printf("matmul cache: %llu misses over 2 threads x 2 passes x 52 shapes; impl %s, %.1f "
+           "GFLOP/s at 64x64x64\n",
+           (unsigned long long)misses, c.impl, c.gflops);
 }
 
 /* ---- kern_embed ---- */
@@ -612,6 +724,7 @@ int main(void)
     CHECK(stream_device(st) == dev);
 
     test_linear();
+    test_matmul_cache();
     test_embed();
     test_layernorm();
     test_activation();

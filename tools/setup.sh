@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-pkgs="build-essential cmake pkg-config libopenblas-dev libpcre2-dev libjansson-dev clang
+pkgs="build-essential cmake pkg-config libopenblas-dev libdnnl-dev libpcre2-dev libjansson-dev clang
   libmicrohttpd-dev libyaml-dev libcurl4-openssl-dev curl prometheus python3 python3-venv"
 if ! dpkg -s $pkgs >/dev/null 2>&1; then
   $sudo apt-get update -qq

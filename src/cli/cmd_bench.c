@@ -71,9 +71,42 @@ out:
     return rc;
 }
 
+/* Multiply-adds of one prefill's linear layers per token: every layer's
+ * six matrices and project_in for all tokens (the head and project_out run
+ * on each sequence's last token only, added by the caller). */
+static double prefill_params(const struct opt_model *m)
+{
+    double n = 0;
+    for (int i = 0; i < m->shard.layer_end - m->shard.layer_begin; i++) {
+        const struct opt_layer *L = &m->layers[i];
+        const struct weight_view *v[] = {&L->q, &L->k, &L->v, &L->o, &L->fc1, &L->fc2};
+        for (int j = 0; j < 6; j++)
+            n += (double)v[j]->rows * v[j]->cols;
+    }
+    return n + (m->project_in.data ? (double)m->project_in.rows * m->project_in.cols : 0);
+}
+
+/* The machine's matmul ceilings beside the model's prefill: cpu_matmul on
+ * 128 x 2048 by 2048 x 2048 in both modes, on the bench's threads. */
+struct bench_ceilings {
+    struct cpu_matmul_ceiling f32, bf16;
+    char impl[160];
+};
+
+static int bench_ceilings(int threads, struct bench_ceilings *c)
+{
+    int rc = cpu_matmul_ceiling(128, 2048, 2048, KERN_COMPUTE_F32, threads, &c->f32);
+    if (rc == 0)
+        rc = cpu_matmul_ceiling(128, 2048, 2048, KERN_COMPUTE_BF16, threads, &c->bf16);
+    snprintf(c->impl, sizeof(c->impl), "f32 %s, bf16 %s", c->f32.impl[0] ? c->f32.impl : "openblas",
+             c->bf16.impl[0] ? c->bf16.impl : "openblas");
+    return rc;
+}
+
 static int bench_forward(int argc, char **argv)
 {
     const char *dir = NULL;
+    const char *compute = NULL;
     int batch = 1, prompt_len = 128, gen = 32, threads = 0, repeat = 3;
     bool json = false;
     struct flag flags[] = {
@@ -88,6 +121,8 @@ static int bench_forward(int argc, char **argv)
              "threads, at most the CPUs this process may use (default 0: all of them)"),
         FLAG_RANGE("repeat", FLAG_INT, &repeat, "R", "best of R runs (default 3)", 1, 1000,
                    "1..1000"),
+        FLAG("compute", FLAG_STR, &compute, "f32|bf16",
+             "linear layers' precision (default: the checkpoint's, opt_compute_default)"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of a table"),
     };
     int rc = args_parse("bench forward",
@@ -107,11 +142,16 @@ static int bench_forward(int argc, char **argv)
         snprintf(range, sizeof(range), "0..%d, the CPUs this process may use; 0 = all", cpus);
         return args_range_fail("bench forward", "threads", v, range);
     }
+    enum kern_compute cm = KERN_COMPUTE_F32;
+    if (compute && kern_compute_parse(compute, &cm) < 0)
+        return cli_fail("bench forward");
     cpu_set_threads(threads);
     threads = cpu_threads();
     struct opt_model *m = NULL;
     if ((rc = opt_model_open(dir, &m)) < 0)
         return cli_fail("bench forward");
+    if (compute)
+        m->compute = cm;
     if (prompt_len + gen > m->cfg.max_pos) {
         err_set(ERR_INVALID, "--prompt-len + --gen = %d exceeds the model's %d positions",
                 prompt_len + gen, m->cfg.max_pos);
@@ -136,9 +176,17 @@ static int bench_forward(int argc, char **argv)
     double prefill_tps = batch * prompt_len / best.prefill_s;
     double decode_tps = batch * gen / best.decode_s;
     double stream = wbytes * gen / best.decode_s;
+    double head = m->lm_head.rows * (double)m->lm_head.cols +
+                  (m->project_out.data ? m->project_out.rows * (double)m->project_out.cols : 0);
+    double prefill_gflops =
+        2 * (prefill_params(m) * prompt_len + head) * batch / best.prefill_s / 1e9;
+    struct bench_ceilings ceil = {0};
+    if ((rc = bench_ceilings(threads, &ceil)) < 0)
+        goto out;
     if (json) {
         json_t *j = json_pack(
-            "{s:s, s:o, s:o, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+            "{s:s, s:o, s:o, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
+            "s:s, s:o, s:o, s:o, s:o}",
             "impl", "shardswap", "model", jsonout_string(dir), "blas_core",
             jsonout_string(blas_core_name()), "threads", threads, "batch", batch,
             "prompt_len", prompt_len, "gen", gen, "weight_dtype", dtype_name(m->lm_head.dtype),
@@ -147,15 +195,22 @@ static int bench_forward(int argc, char **argv)
             jsonout_real(best.decode_s, 6), "decode_tok_s", jsonout_real(decode_tps, 2),
             "decode_ms_per_step", jsonout_real(1e3 * best.decode_s / gen, 3),
             "decode_weight_gb_s", jsonout_real(stream / 1e9, 3), "memcpy_gb_s",
-            jsonout_real(bw / 1e9, 3), "decode_vs_memcpy", jsonout_real(stream / bw, 3));
+            jsonout_real(bw / 1e9, 3), "decode_vs_memcpy", jsonout_real(stream / bw, 3),
+            "compute", kern_compute_name(m->compute), "prefill_gflops",
+            jsonout_real(prefill_gflops, 2), "matmul_f32_gflops", jsonout_real(ceil.f32.gflops, 2),
+            "matmul_bf16_gflops", jsonout_real(ceil.bf16.gflops, 2), "matmul_impl",
+            jsonout_string(ceil.impl));
         rc = jsonout_print(j);
     } else {
-        printf("model %s: %.1f MB of weights (%s), %d threads, batch %d, prompt %d, gen %d, "
-               "best of %d, openblas core %s\n",
-               dir, wbytes / 1e6, dtype_name(m->lm_head.dtype), threads, batch, prompt_len, gen,
-               repeat, blas_core_name());
+        printf("model %s: %.1f MB of weights (%s), compute %s, %d threads, batch %d, prompt %d, "
+               "gen %d, best of %d, openblas core %s, matmul %s\n",
+               dir, wbytes / 1e6, dtype_name(m->lm_head.dtype), kern_compute_name(m->compute),
+               threads, batch, prompt_len, gen, repeat, blas_core_name(), ceil.impl);
         printf("%-28s %12s\n", "metric", "value");
         printf("%-28s %12.1f\n", "prefill tokens/s", prefill_tps);
+        printf("%-28s %12.1f\n", "prefill GFLOP/s (linear)", prefill_gflops);
+        printf("%-28s %12.1f\n", "matmul f32 GFLOP/s", ceil.f32.gflops);
+        printf("%-28s %12.1f\n", "matmul bf16 GFLOP/s", ceil.bf16.gflops);
         printf("%-28s %12.1f\n", "decode tokens/s", decode_tps);
         printf("%-28s %12.2f\n", "decode ms/step", 1e3 * best.decode_s / gen);
         printf("%-28s %12.2f\n", "decode weight GB/s", stream / 1e9);

@@ -5,14 +5,32 @@
 
 #include <stdbool.h>
 
-/* Threads the CPU kernels may use (BLAS included); n < 1 means all cores. */
+#include "backend/kernels.h"
+
+/* Threads the CPU kernels may use (BLAS and oneDNN's matmul included: the
+ * matmul splits over the kernel pool, one OpenMP thread per task); n < 1
+ * means all cores. */
 void cpu_set_threads(int n);
 int cpu_threads(void);
 
-/* Makes the calling thread run every kernel on itself alone (no worker pool):
- * the compute thread of a CPU device is one core. BLAS's own thread count is
+/* Makes the calling thread run every kernel on itself alone (no worker pool;
+ * oneDNN's matmul on this thread only): the compute thread of a CPU device
+ * is one core. OpenBLAS's own thread count (attention, f32 column slices) is
  * process-wide; set it with cpu_set_threads(1) when devices compute in
  * parallel. */
 void cpu_kernels_single_thread(bool alone);
+
+/* The machine's matmul ceiling: GFLOP/s of the large-m linear layer
+ * (cpu_matmul) on y[m, n] = x[m, k] @ w^T with dense f32 weights in f32
+ * mode and bf16 weights in bf16 mode, best of 5 after one warm-up call, on
+ * threads threads (< 1: the current count), and the oneDNN implementation
+ * it ran ("brg:avx512_core", ...; "" where OpenBLAS ran). Allocates and
+ * frees its operands. 0, or a negative error code with a message. */
+struct cpu_matmul_ceiling {
+    double gflops;
+    char impl[64];
+};
+int cpu_matmul_ceiling(int m, int n, int k, enum kern_compute cm, int threads,
+                       struct cpu_matmul_ceiling *out);
 
 #endif

@@ -21,6 +21,11 @@ void cpu_kernels_single_thread(bool alone)
     kernels_alone = alone;
 }
 
+bool cpu_kernels_alone(void)
+{
+    return kernels_alone;
+}
+
 /* pool_run, or the tasks in order on this thread when it computes alone. */
 void cpu_kernels_run(pool_task_fn fn, void *ctx, int n_tasks)
 {

@@ -6,7 +6,9 @@
 #ifndef SHARDSWAP_BACKEND_CPU_LINEAR_H
 #define SHARDSWAP_BACKEND_CPU_LINEAR_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backend/cpu/pool.h"
 #include "backend/kernels.h"
@@ -19,15 +21,25 @@
 /* Fused matrix-vector product: one pass over the weights for all m rows. */
 int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
              enum kern_compute cm);
-/* Matrix product for many rows. */
+/* Matrix product for many rows: oneDNN (OpenBLAS for f32 column slices);
+ * see matmul.c for which path runs when. */
 int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w,
                enum kern_compute cm);
+/* Whether bf16 mode runs oneDNN's bf16 x bf16 primitive: 1 yes, 0 no (x
+ * rounded, then the f32 paths), -1 (the default) where oneDNN runs AMX.
+ * For tests and benchmarks; set before computing, not while. */
+void cpu_matmul_native_bf16(int on);
+/* Primitives cpu_matmul has created so far (cache misses), for tests. */
+uint64_t cpu_matmul_cache_misses(void);
 
 /* x (n floats) rounded to bf16 (nearest even) and widened back, in a buffer
  * of the calling thread, kept and grown (valid until its next call); NULL
  * when it cannot grow. The reference bf16 mode: the products of these and
  * the stored weights summed in f32 are the mode's result for bf16 weights. */
 const float *cpu_round_bf16(const float *x, size_t n);
+
+/* Whether the calling thread computes alone (cpu_kernels_single_thread). */
+bool cpu_kernels_alone(void);
 
 /* pool_run, or the tasks in order on this thread when it computes alone
  * (cpu_kernels_single_thread). */

@@ -1,80 +1,543 @@
-/* The CPU backend's linear layers for many input rows: a matrix product
- * through BLAS, narrow weights widened a block of rows at a time. */
+/* The CPU backend's linear layers for many input rows: oneDNN's matmul
+ * primitive, created once per shape and kept in a small cache, with the
+ * weights as its B operand in place (B = W^T is W read with strides
+ * {1, ld}) or, for narrow weights, widened a block of rows at a time.
+ *
+ * Which path runs (measured on a 2-core Xeon with AVX512-BF16 and no AMX,
+ * oneDNN 2.6.3, 128 x 2048 by 2048 x 2048 on one thread):
+ * - f32 weights, dense rows (ld == cols): oneDNN f32 (brg:avx512_core,
+ *   ~156 GFLOP/s; OpenBLAS SkylakeX sgemm ~146).
+ * - f32 weights, a column slice (ld > cols): OpenBLAS sgemm, which takes the
+ *   row stride natively; oneDNN falls back to gemm:jit there (~138).
+ * - f16/bf16 weights in f32 mode: a block of rows widened to f32, then
+ *   oneDNN f32 on the dense block (oneDNN 2.6 has no f32 x bf16 matmul).
+ * - bf16 mode: where oneDNN runs AMX, x rounded to bf16 and a bf16 x bf16
+ *   -> f32 primitive (bf16 weights in place, f16/f32 blocks rounded to
+ *   bf16); without AMX the bf16 primitive (brg:avx512_core_bf16, ~86
+ *   GFLOP/s) is slower than f32, so x is rounded to bf16 and the f32 paths
+ *   above multiply it: the same products (bf16 x bf16 is exact in f32) and
+ *   f32 sums either way.
+ *
+ * Threads: the product is split by rows of the weights over the kernel
+ * pool (cpu_kernels_run: cpu_threads tasks' worth, or all on the calling
+ * thread when it computes alone), and every primitive runs on one OpenMP
+ * thread, the one that calls it (omp_set_num_threads(1) there; the setting
+ * is per thread). oneDNN's own OpenMP team is never started: see mm_job.
+ */
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/linear.h"
 
 #include <cblas.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/pool.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/timing.h"
 
-/* Rows of a narrow weight widened per BLAS call. */
+/* Rows of a narrow weight widened per primitive call. */
 #define WIDEN_BLOCK_ROWS 512
+/* Primitives kept: the shapes of one model's prefill at a few prompt
+ * lengths (4 to 6 shapes per length); more evicts the least recently used. */
+#define PRIM_CACHE_SIZE 32
 
-struct widen_job {
-    float *dst;
-    const struct weight_view *w;
-    int r0, nb;
+/* ---- per-thread scratch ---- */
+
+/* A buffer of the calling thread, kept and grown, freed at thread exit. */
+struct scratch {
+    void *p;
+    size_t cap;
 };
 
-static void widen_task(void *ctx, int task)
+/* 0: a converted weight block, 1: x in bf16, 2: a task's output block,
+ * 3: the primitive's scratchpad */
+#define SCRATCH_SLOTS 4
+static pthread_key_t scratch_key[SCRATCH_SLOTS];
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static _Thread_local struct scratch scratch_tl[SCRATCH_SLOTS];
+
+static void scratch_keys_make(void)
 {
-    const struct widen_job *j = ctx;
-    const int per = 16, k = j->w->cols;
-    for (int r = task * per; r < (task + 1) * per && r < j->nb; r++)
-        dtype_to_f32(j->w->dtype, weight_row(j->w, j->r0 + r), j->dst + (size_t)r * k, (size_t)k);
+    for (int i = 0; i < SCRATCH_SLOTS; i++)
+        (void)pthread_key_create(&scratch_key[i], free);
 }
 
-/* The widened block of the large-m path: one per thread, kept and grown, so
- * the hot path does not allocate per call. Freed at thread exit. */
-static _Thread_local float *widen_buf;
-static _Thread_local size_t widen_cap;
-static pthread_key_t widen_key;
-static pthread_once_t widen_once = PTHREAD_ONCE_INIT;
-
-static void widen_key_make(void)
+/* Scratch slot i of at least bytes (64-byte aligned), or NULL. */
+static void *scratch_get(int i, size_t bytes)
 {
-    (void)pthread_key_create(&widen_key, free);
-}
-
-static float *widen_block(size_t floats)
-{
-    if (floats <= widen_cap)
-        return widen_buf;
-    float *p = realloc(widen_buf, floats * sizeof(float));
+    struct scratch *s = &scratch_tl[i];
+    if (bytes <= s->cap)
+        return s->p;
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!p)
         return NULL;
-    pthread_once(&widen_once, widen_key_make);
-    (void)pthread_setspecific(widen_key, p);
-    widen_buf = p;
-    widen_cap = floats;
+    pthread_once(&scratch_once, scratch_keys_make);
+    free(s->p);
+    (void)pthread_setspecific(scratch_key[i], p);
+    s->p = p;
+    s->cap = bytes;
     return p;
 }
 
-int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w,
-               enum kern_compute cm)
+/* ---- engine, streams ---- */
+
+static dnnl_engine_t engine;
+static dnnl_status_t engine_status;
+static bool engine_amx;
+static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
+
+/* A stream per thread: oneDNN streams are not meant to be shared between
+ * threads that execute at once. Destroyed at thread exit. */
+static _Thread_local dnnl_stream_t stream_tl;
+static pthread_key_t stream_key;
+
+static void stream_destroy(void *s)
+{
+    dnnl_stream_destroy(s);
+}
+
+static void engine_make(void)
+{
+    engine_status = dnnl_engine_create(&engine, dnnl_cpu, 0);
+    engine_amx = dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_amx;
+    (void)pthread_key_create(&stream_key, stream_destroy);
+}
+
+static const char *dnnl_status_name(dnnl_status_t s)
+{
+    switch (s) {
+    case dnnl_success:
+        return "success";
+    case dnnl_out_of_memory:
+        return "out of memory";
+    case dnnl_invalid_arguments:
+        return "invalid arguments";
+    case dnnl_unimplemented:
+        return "unimplemented";
+    case dnnl_iterator_ends:
+        return "iterator ends";
+    case dnnl_runtime_error:
+        return "runtime error";
+    case dnnl_not_required:
+        return "not required";
+    }
+    return "unknown status";
+}
+
+/* A failed oneDNN call as the project's error, naming the function (call
+ * is its text, up to the parenthesis) and the shape (none when m is 0). */
+static int dnnl_fail(dnnl_status_t s, const char *call, int m, int n, int k)
+{
+    const int code = s == dnnl_out_of_memory ? ERR_NOMEM : ERR_UNSUPPORTED;
+    const int len = (int)strcspn(call, "(");
+    if (m == 0)
+        return err_set(code, "oneDNN %.*s failed (%s)", len, call, dnnl_status_name(s));
+    return err_set(code, "oneDNN %.*s failed (%s) for a %d x %d by %d x %d matmul", len, call,
+                   dnnl_status_name(s), m, k, k, n);
+}
+
+#define DNNL_TRY(call, m, n, k)                                                                    \
+    do {                                                                                           \
+        dnnl_status_t st_ = (call);                                                                \
+        if (st_ != dnnl_success) {                                                                 \
+            rc = dnnl_fail(st_, #call, m, n, k);                                                   \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+/* The calling thread's stream, made on first use; NULL with an error set. */
+static dnnl_stream_t stream_get(void)
+{
+    pthread_once(&engine_once, engine_make);
+    if (engine_status != dnnl_success) {
+        dnnl_fail(engine_status, "dnnl_engine_create", 0, 0, 0);
+        return NULL;
+    }
+    if (!stream_tl) {
+        dnnl_status_t s = dnnl_stream_create(&stream_tl, engine, dnnl_stream_default_flags);
+        if (s != dnnl_success) {
+            stream_tl = NULL;
+            dnnl_fail(s, "dnnl_stream_create", 0, 0, 0);
+            return NULL;
+        }
+        (void)pthread_setspecific(stream_key, stream_tl);
+    }
+    return stream_tl;
+}
+
+/* ---- the primitive cache ---- */
+
+/* y[m, n] (row stride ldy) = a[m, k] @ b where b is W^T of a row-major W
+ * (n x k, row stride ld): a and b of type dt, y in f32. Made and run on one
+ * OpenMP thread (the plan depends on the count). */
+struct prim_key {
+    int m, n, k;
+    size_t ld, ldy;
+    dnnl_data_type_t dt;
+};
+
+struct prim {
+    struct prim_key key;
+    dnnl_primitive_t p;
+    char impl[64]; /* what oneDNN chose: "brg:avx512_core", ... */
+    int users;     /* calls running it: not evicted while > 0 */
+    uint64_t used; /* tick of the last take, for LRU */
+    bool cached;
+};
+
+/* The lock guards the table (keys, users, ticks); primitives are created,
+ * executed and destroyed outside it. */
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct prim *cache[PRIM_CACHE_SIZE];
+static uint64_t cache_tick;
+static uint64_t cache_misses;
+static char last_impl[64]; /* the implementation last taken, by any thread */
+
+static void prim_free(struct prim *p)
+{
+    if (p) {
+        dnnl_primitive_destroy(p->p);
+        free(p);
+    }
+}
+
+static int prim_create(const struct prim_key *key, struct prim **out)
+{
+    const int m = key->m, n = key->n, k = key->k;
+    int rc = 0;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    struct prim *p = calloc(1, sizeof(*p));
+    if (!p)
+        return err_set(ERR_NOMEM, "out of host memory for a matmul primitive");
+    dnnl_memory_desc_t a, b, c;
+    DNNL_TRY(
+        dnnl_memory_desc_init_by_strides(&a, 2, (dnnl_dims_t){m, k}, key->dt, (dnnl_dims_t){k, 1}),
+        m, n, k);
+    DNNL_TRY(dnnl_memory_desc_init_by_strides(&b, 2, (dnnl_dims_t){k, n}, key->dt,
+                                              (dnnl_dims_t){1, (dnnl_dim_t)key->ld}),
+             m, n, k);
+    DNNL_TRY(dnnl_memory_desc_init_by_strides(&c, 2, (dnnl_dims_t){m, n}, dnnl_f32,
+                                              (dnnl_dims_t){(dnnl_dim_t)key->ldy, 1}),
+             m, n, k);
+    dnnl_matmul_desc_t md;
+    DNNL_TRY(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c), m, n, k);
+    /* the scratchpad (brgemm's copy of B, ...) comes from the calling
+     * thread: with the library's, one primitive run from two threads at
+     * once raced (tensor-parallel ranks, measured wrong results) */
+    DNNL_TRY(dnnl_primitive_attr_create(&attr), m, n, k);
+    DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), m, n, k);
+    DNNL_TRY(dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL), m, n, k);
+    const char *impl = NULL;
+    DNNL_TRY(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl), m, n, k);
+    snprintf(p->impl, sizeof(p->impl), "%s", impl ? impl : "?");
+    DNNL_TRY(dnnl_primitive_create(&p->p, pd), m, n, k);
+    p->key = *key;
+out:
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_primitive_attr_destroy(attr);
+    if (rc < 0) {
+        free(p);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+static bool key_eq(const struct prim_key *a, const struct prim_key *b)
+{
+    return a->m == b->m && a->n == b->n && a->k == b->k && a->ld == b->ld && a->ldy == b->ldy &&
+           a->dt == b->dt;
+}
+
+/* The primitive for key, taken (users + 1) until prim_release. A miss
+ * creates it outside the lock and caches it in a free slot or in place of
+ * the least recently used idle one; when every slot is busy it is used once
+ * and freed. */
+static int prim_take(const struct prim_key *key, struct prim **out)
+{
+    pthread_mutex_lock(&cache_lock);
+    for (int i = 0; i < PRIM_CACHE_SIZE; i++)
+        if (cache[i] && key_eq(&cache[i]->key, key)) {
+            cache[i]->users++;
+            cache[i]->used = ++cache_tick;
+            memcpy(last_impl, cache[i]->impl, sizeof(last_impl));
+            *out = cache[i];
+            pthread_mutex_unlock(&cache_lock);
+            return 0;
+        }
+    cache_misses++;
+    pthread_mutex_unlock(&cache_lock);
+
+    struct prim *p;
+    int rc = prim_create(key, &p);
+    if (rc < 0)
+        return rc;
+    p->users = 1;
+    struct prim *evicted = NULL;
+    pthread_mutex_lock(&cache_lock);
+    memcpy(last_impl, p->impl, sizeof(last_impl));
+    int slot = -1;
+    for (int i = 0; i < PRIM_CACHE_SIZE; i++) {
+        if (!cache[i]) {
+            slot = i;
+            break;
+        }
+        if (cache[i]->users == 0 && (slot < 0 || cache[i]->used < cache[slot]->used))
+            slot = i;
+    }
+    /* a twin made by a racing miss may sit there already; two copies of one
+     * key are harmless (the older ages out) */
+    if (slot >= 0) {
+        evicted = cache[slot];
+        cache[slot] = p;
+        p->cached = true;
+        p->used = ++cache_tick;
+    }
+    pthread_mutex_unlock(&cache_lock);
+    prim_free(evicted);
+    *out = p;
+    return 0;
+}
+
+static void prim_release(struct prim *p)
+{
+    if (!p->cached) {
+        prim_free(p);
+        return;
+    }
+    pthread_mutex_lock(&cache_lock);
+    p->users--;
+    pthread_mutex_unlock(&cache_lock);
+}
+
+/* y[m, n] (row stride ldy) = a[m, k] @ W^T, W (n x k, row stride ld) at b;
+ * a and W of type dt; on one OpenMP thread, the calling one. */
+static int dnnl_matmul_run(float *y, size_t ldy, const void *a, int m, const void *b, int n, int k,
+                           size_t ld, dnnl_data_type_t dt)
+{
+    dnnl_stream_t s = stream_get();
+    if (!s)
+        return ERR_UNSUPPORTED;
+    if (omp_get_max_threads() != 1)
+        omp_set_num_threads(1);
+    struct prim_key key = {.m = m, .n = n, .k = k, .ldy = ldy, .ld = ld, .dt = dt};
+    struct prim *p;
+    int rc = prim_take(&key, &p);
+    if (rc < 0)
+        return rc;
+    dnnl_memory_t am = NULL, bm = NULL, cm = NULL, sm = NULL;
+    const_dnnl_primitive_desc_t pd;
+    DNNL_TRY(dnnl_primitive_get_primitive_desc(p->p, &pd), m, n, k);
+    DNNL_TRY(dnnl_memory_create(&am, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), engine,
+                                (void *)a),
+             m, n, k);
+    DNNL_TRY(dnnl_memory_create(&bm, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
+                                engine, (void *)b),
+             m, n, k);
+    DNNL_TRY(
+        dnnl_memory_create(&cm, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), engine, y),
+        m, n, k);
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t sbytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
+    void *spad = scratch_get(3, sbytes ? sbytes : 64);
+    if (!spad) {
+        rc = err_set(ERR_NOMEM, "out of host memory for a %zu-byte matmul scratchpad", sbytes);
+        goto out;
+    }
+    DNNL_TRY(dnnl_memory_create(&sm, smd, engine, spad), m, n, k);
+    dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}};
+    DNNL_TRY(dnnl_primitive_execute(p->p, s, 4, args), m, n, k);
+    DNNL_TRY(dnnl_stream_wait(s), m, n, k);
+out:
+    dnnl_memory_destroy(am);
+    dnnl_memory_destroy(bm);
+    dnnl_memory_destroy(cm);
+    dnnl_memory_destroy(sm);
+    prim_release(p);
+    return rc;
+}
+
+/* ---- the product, a block of weight rows per pool task ---- */
+
+/* y = x @ w^T split by rows of w (columns of y) over the kernel pool: each
+ * task runs a one-thread primitive on its block, the weights in place or
+ * first converted to dt (f32 or bf16) into the task thread's scratch.
+ * oneDNN's own OpenMP team is never used: libgomp's threads spin after each
+ * parallel region (its default, read before main) and took the cores from
+ * the pool and OpenBLAS that ran next: prefill measured 2.5x slower. */
+struct mm_job {
+    float *y;      /* (m, w.rows) */
+    const void *x; /* (m, k) of type dt */
+    int m, rows;   /* rows of w per task */
+    const struct weight_view *w;
+    dnnl_data_type_t dt;
+    bool convert;
+    atomic_int rc; /* the first failure; its message in msg */
+    char msg[256];
+};
+
+static void convert_rows(void *dst, bool to_bf16, const struct weight_view *w, int r0, int nb)
+{
+    const int k = w->cols;
+    for (int r = 0; r < nb; r++) {
+        const void *src = weight_row(w, r0 + r);
+        if (!to_bf16) {
+            dtype_to_f32(w->dtype, src, (float *)dst + (size_t)r * k, (size_t)k);
+            continue;
+        }
+        uint16_t *d = (uint16_t *)dst + (size_t)r * k;
+        for (int c = 0; c < k; c++)
+            d[c] = w->dtype == DTYPE_F32 ? f32_to_bf16(((const float *)src)[c])
+                                         : f32_to_bf16(f16_to_f32(((const uint16_t *)src)[c]));
+    }
+}
+
+/* Runs on a pool thread (or the caller): errors go to the job, since the
+ * message is thread-local. */
+static void mm_task(void *ctx, int task)
+{
+    struct mm_job *j = ctx;
+    const struct weight_view *w = j->w;
+    const int k = w->cols, r0 = task * j->rows;
+    const int nb = w->rows - r0 < j->rows ? w->rows - r0 : j->rows;
+    const void *b = weight_row(w, r0);
+    size_t ld = w->ld;
+    int rc = 0;
+    if (j->convert) {
+        void *blk = scratch_get(0, (size_t)nb * k * (j->dt == dnnl_bf16 ? 2 : 4));
+        if (!blk) {
+            rc = err_set(ERR_NOMEM, "out of host memory for a %d x %d weight block", nb, k);
+            goto out;
+        }
+        convert_rows(blk, j->dt == dnnl_bf16, w, r0, nb);
+        b = blk;
+        ld = (size_t)k;
+    }
+    if (nb == w->rows) {
+        rc = dnnl_matmul_run(j->y, (size_t)nb, j->x, j->m, b, nb, k, ld, j->dt);
+        goto out;
+    }
+    /* oneDNN's brgemm wants a dense output (a strided one runs gemm:jit,
+     * ~12% slower): the block goes through scratch into y's columns */
+    float *yb = scratch_get(2, (size_t)j->m * nb * sizeof(float));
+    if (!yb) {
+        rc = err_set(ERR_NOMEM, "out of host memory for a %d x %d output block", j->m, nb);
+        goto out;
+    }
+    rc = dnnl_matmul_run(yb, (size_t)nb, j->x, j->m, b, nb, k, ld, j->dt);
+    for (int i = 0; i < j->m && rc == 0; i++)
+        memcpy(j->y + (size_t)i * w->rows + r0, yb + (size_t)i * nb, (size_t)nb * sizeof(float));
+out:;
+    int none = 0;
+    if (rc < 0 && atomic_compare_exchange_strong(&j->rc, &none, rc))
+        snprintf(j->msg, sizeof(j->msg), "%s", err_msg());
+}
+
+static int matmul_pool(float *y, const void *x, int m, const struct weight_view *w,
+                       dnnl_data_type_t dt, bool convert)
+{
+    const int n = w->rows, threads = cpu_kernels_alone() ? 1 : cpu_threads();
+    /* a block per thread, a multiple of 64 rows; converted blocks at most
+     * WIDEN_BLOCK_ROWS, so the scratch stays small (more tasks balance) */
+    int rows = ((n + threads - 1) / threads + 63) / 64 * 64;
+    if (convert && rows > WIDEN_BLOCK_ROWS)
+        rows = WIDEN_BLOCK_ROWS;
+    struct mm_job j = {.y = y, .x = x, .m = m, .rows = rows, .w = w, .dt = dt, .convert = convert};
+    atomic_init(&j.rc, 0);
+    cpu_kernels_run(mm_task, &j, (n + rows - 1) / rows);
+    int rc = atomic_load(&j.rc);
+    return rc < 0 ? err_set(rc, "%s", j.msg) : 0;
+}
+
+static int native_bf16 = -1; /* -1: what the ISA says (AMX) */
+
+void cpu_matmul_native_bf16(int on)
+{
+    native_bf16 = on;
+}
+
+int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w, enum kern_compute cm)
 {
     const int n = w->rows, k = w->cols;
+    if (!stream_get())
+        return ERR_UNSUPPORTED;
+    bool bf16 = cm == KERN_COMPUTE_BF16 && (native_bf16 < 0 ? engine_amx : native_bf16 > 0);
+    if (bf16) {
+        /* x to bf16, then bf16 weights in place, others converted */
+        uint16_t *xb = scratch_get(1, (size_t)m * k * sizeof(uint16_t));
+        if (!xb)
+            return err_set(ERR_NOMEM, "out of host memory for %d x %d bf16 activations", m, k);
+        for (size_t i = 0; i < (size_t)m * k; i++)
+            xb[i] = f32_to_bf16(x[i]);
+        return matmul_pool(y, xb, m, w, dnnl_bf16, w->dtype != DTYPE_BF16);
+    }
     if (cm == KERN_COMPUTE_BF16 && !(x = cpu_round_bf16(x, (size_t)m * k)))
         return err_set(ERR_NOMEM, "out of host memory for %d x %d bf16 activations", m, k);
-    if (w->dtype == DTYPE_F32) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w->data,
-                    (int)w->ld, 0.0f, y, n);
-        return 0;
-    }
-    /* widen a block of rows on the pool, multiply it with BLAS */
-    float *blk = widen_block((size_t)WIDEN_BLOCK_ROWS * k);
-    if (!blk)
-        return err_set(ERR_NOMEM, "out of host memory for a %d x %d weight block",
-                       WIDEN_BLOCK_ROWS, k);
-    for (int r0 = 0; r0 < n; r0 += WIDEN_BLOCK_ROWS) {
-        int nb = n - r0 < WIDEN_BLOCK_ROWS ? n - r0 : WIDEN_BLOCK_ROWS;
-        struct widen_job j = {.dst = blk, .w = w, .r0 = r0, .nb = nb};
-        cpu_kernels_run(widen_task, &j, (nb + 15) / 16);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nb, k, 1.0f, x, k, blk, k, 0.0f,
-                    y + r0, n);
-    }
+    if (w->dtype != DTYPE_F32 || w->ld == (size_t)k)
+        return matmul_pool(y, x, m, w, dnnl_f32, w->dtype != DTYPE_F32);
+    /* a column slice: OpenBLAS takes the stride at full speed, oneDNN not */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w->data, (int)w->ld,
+                0.0f, y, n);
     return 0;
+}
+
+int cpu_matmul_ceiling(int m, int n, int k, enum kern_compute cm, int threads,
+                       struct cpu_matmul_ceiling *out)
+{
+    memset(out, 0, sizeof(*out));
+    const enum dtype wt = cm == KERN_COMPUTE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+    float *x = malloc((size_t)m * k * sizeof(float));
+    float *y = malloc((size_t)m * n * sizeof(float));
+    void *wd = calloc((size_t)n * k, dtype_size(wt));
+    int rc = 0;
+    if (!x || !y || !wd) {
+        rc = err_set(ERR_NOMEM, "out of host memory for a %d x %d by %d x %d matmul", m, k, k, n);
+        goto out;
+    }
+    for (size_t i = 0; i < (size_t)m * k; i++)
+        x[i] = (float)(i % 7) * 0.25f;
+    int saved = cpu_threads();
+    if (threads > 0)
+        cpu_set_threads(threads);
+    struct weight_view w = {.dtype = wt, .data = wd, .rows = n, .cols = k, .ld = (size_t)k};
+    double best = 1e30;
+    /* the first call creates the primitive; best of the rest */
+    for (int it = 0; it < 6 && rc == 0; it++) {
+        double t0 = time_now();
+        rc = cpu_matmul(y, x, m, &w, cm);
+        double t = time_now() - t0;
+        if (it > 0 && t < best)
+            best = t;
+    }
+    if (threads > 0)
+        cpu_set_threads(saved);
+    if (rc < 0)
+        goto out;
+    out->gflops = 2.0 * m * n * k / best / 1e9;
+    pthread_mutex_lock(&cache_lock);
+    snprintf(out->impl, sizeof(out->impl), "%s", last_impl);
+    pthread_mutex_unlock(&cache_lock);
+out:
+    free(x);
+    free(y);
+    free(wd);
+    return rc;
+}
+
+uint64_t cpu_matmul_cache_misses(void)
+{
+    pthread_mutex_lock(&cache_lock);
+    uint64_t n = cache_misses;
+    pthread_mutex_unlock(&cache_lock);
+    return n;
 }
