@@ -138,9 +138,9 @@ static int bench_forward(int argc, char **argv)
     double stream = wbytes * gen / best.decode_s;
     if (json) {
         json_t *j = json_pack(
-            "{s:s, s:o, s:o, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+            "{s:s, s:o, s:o, s:s, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
             "impl", "shardswap", "model", jsonout_string(dir), "blas_core",
-            jsonout_string(blas_core_name()), "threads", threads, "batch", batch,
+            jsonout_string(blas_core_name()), "gemv_isa", cpu_gemv_isa(), "threads", threads, "batch", batch,
             "prompt_len", prompt_len, "gen", gen, "weight_dtype", dtype_name(m->lm_head.dtype),
             "weight_bytes", (json_int_t)wbytes, "prefill_s", jsonout_real(best.prefill_s, 6),
             "prefill_tok_s", jsonout_real(prefill_tps, 2), "decode_s",
@@ -151,9 +151,9 @@ static int bench_forward(int argc, char **argv)
         rc = jsonout_print(j);
     } else {
         printf("model %s: %.1f MB of weights (%s), %d threads, batch %d, prompt %d, gen %d, "
-               "best of %d, openblas core %s\n",
+               "best of %d, openblas core %s, gemv isa %s\n",
                dir, wbytes / 1e6, dtype_name(m->lm_head.dtype), threads, batch, prompt_len, gen,
-               repeat, blas_core_name());
+               repeat, blas_core_name(), cpu_gemv_isa());
         printf("%-28s %12s\n", "metric", "value");
         printf("%-28s %12.1f\n", "prefill tokens/s", prefill_tps);
         printf("%-28s %12.1f\n", "decode tokens/s", decode_tps);
@@ -179,17 +179,20 @@ int cmd_bench(int argc, char **argv)
         return bench_serve(argc - 1, argv + 1);
     if (argc >= 1 && strcmp(argv[0], "comm") == 0)
         return bench_comm(argc - 1, argv + 1);
+    if (argc >= 1 && strcmp(argv[0], "gemv") == 0)
+        return bench_gemv(argc - 1, argv + 1);
     if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
-        printf("usage: shardswap bench forward|swap|workload|serve|comm [flags]   (see shardswap bench NAME "
+        printf("usage: shardswap bench forward|swap|workload|serve|comm|gemv [flags]   (see shardswap bench NAME "
                "--help)\n"
                "  forward   prefill and decode throughput of one checkpoint\n"
                "  swap      model-parallel swap-in/out and cold-request latency per TP x PP layout\n"
                "  workload  Computron's multi-model experiments through the engine, per policy\n"
                "  serve     the same workloads against a running server over HTTP\n"
-               "  comm      all-reduce and pipeline channel latency against memcpy\n");
+               "  comm      all-reduce and pipeline channel latency against memcpy\n"
+               "  gemv      the CPU's fused GEMV (decode's linear layers) against memory read speed\n");
         return 0;
     }
-    fprintf(stderr, "shardswap bench: expected a benchmark name: forward, swap, workload, serve or comm (see "
+    fprintf(stderr, "shardswap bench: expected a benchmark name: forward, swap, workload, serve, comm or gemv (see "
                     "shardswap bench --help)\n");
     return EXIT_USAGE;
 }

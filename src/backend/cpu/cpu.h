@@ -1,4 +1,5 @@
-/* What only the CPU backend has: how many cores its kernels use.
+/* What only the CPU backend has: how many cores its kernels use, and which
+ * instruction set its GEMV runs.
  * (device_open_cpu and device_cpu_set_link are in backend/device.h.) */
 #ifndef SHARDSWAP_BACKEND_CPU_CPU_H
 #define SHARDSWAP_BACKEND_CPU_CPU_H
@@ -14,5 +15,14 @@ int cpu_threads(void);
  * process-wide; set it with cpu_set_threads(1) when devices compute in
  * parallel. */
 void cpu_kernels_single_thread(bool alone);
+
+/* The instruction set cpu_gemv uses in this process ("avx512bf16",
+ * "avx512", "avx2", "scalar"): the best the CPU has, or SHARDSWAP_ISA's
+ * when the CPU has it (otherwise the best, after one line on stderr). */
+const char *cpu_gemv_isa(void);
+/* Makes cpu_gemv use ISA `name` (NULL: the best again), for tests and
+ * benchmarks; not while a cpu_gemv runs. 0, ERR_UNSUPPORTED when the CPU
+ * lacks it, ERR_INVALID for an unknown name (the choice is then unchanged). */
+int cpu_gemv_set_isa(const char *name);
 
 #endif

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/gemv_isa.h"
 #include "backend/cpu/pool.h"
 #include "core/dtype.h"

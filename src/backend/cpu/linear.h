@@ -19,14 +19,6 @@
 /* Fused matrix-vector product: one pass over the weights for all m rows. */
 int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
              enum kern_compute cm);
-/* The instruction set cpu_gemv uses in this process ("avx512bf16",
- * "avx512", "avx2", "scalar"): the best the CPU has, or SHARDSWAP_ISA's
- * when the CPU has it (otherwise the best, after one line on stderr). */
-const char *cpu_gemv_isa(void);
-/* Makes cpu_gemv use ISA `name` (NULL: the best again), for tests and
- * benchmarks; not while a cpu_gemv runs. 0, ERR_UNSUPPORTED when the CPU
- * lacks it, ERR_INVALID for an unknown name (the choice is then unchanged). */
-int cpu_gemv_set_isa(const char *name);
 /* Matrix product for many rows. */
 int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w,
                enum kern_compute cm);
