@@ -20,6 +20,8 @@
 
 #define GEMV_R 4  /* weight rows per block */
 #define GEMV_MB 4 /* input rows per block */
+#define GEMV_MT 16 /* input rows sharing one pass over the weights */
+#define GEMV_KC 256 /* columns per span when more than GEMV_MB rows share it */
 
 #define GEMV_INLINE static inline __attribute__((always_inline))
 
@@ -57,10 +59,11 @@ GEMV_INLINE float gv_elem_w(enum dtype t, const char *row, int c)
     }
 }
 
-/* Weight rows r .. r + R - 1 times input rows i0 .. i0 + M - 1 (R, M
- * constants after inlining, so the accumulators live in registers). */
+/* Columns [c0, c1) (whole vectors) of weight rows r .. r + R - 1 times
+ * input rows i0 .. i0 + M - 1, added to part[p][i0 + i]. R and M are
+ * constants after inlining, so the accumulators live in registers. */
 GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
-                            const int M)
+                            const int M, int c0, int c1, gv_t part[GEMV_R][GEMV_MT])
 {
     const int k = a->w->cols;
     const char *wr[GEMV_R];
@@ -76,9 +79,8 @@ GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, cons
     for (int p = 0; p < R; p++)
 #pragma GCC unroll 4
         for (int i = 0; i < M; i++)
-            acc[p][i] = gv_zero();
-    int c = 0;
-    for (; c + GV_LANES <= k; c += GV_LANES) {
+            acc[p][i] = part[p][i0 + i];
+    for (int c = c0; c < c1; c += GV_LANES) {
         gv_t wv[GEMV_R];
 #pragma GCC unroll 4
         for (int p = 0; p < R; p++)
@@ -91,53 +93,65 @@ GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, cons
                 acc[p][i] = gv_fma(wv[p], xv, acc[p][i]);
         }
     }
-    float s[GEMV_R][GEMV_MB];
 #pragma GCC unroll 4
     for (int p = 0; p < R; p++)
 #pragma GCC unroll 4
         for (int i = 0; i < M; i++)
-            s[p][i] = gv_hsum(acc[p][i]);
-    for (; c < k; c++)
-#pragma GCC unroll 4
-        for (int p = 0; p < R; p++) {
-            float wv = gv_elem_w(t, wr[p], c);
-#pragma GCC unroll 4
-            for (int i = 0; i < M; i++)
-                s[p][i] += wv * xr[i][c];
-        }
-#pragma GCC unroll 4
-    for (int i = 0; i < M; i++)
-#pragma GCC unroll 4
-        for (int p = 0; p < R; p++)
-            a->y[(size_t)(i0 + i) * a->ldy + r + p] = s[p][i];
+            part[p][i0 + i] = acc[p][i];
 }
 
-/* Every input row against R weight rows from r, in groups of GEMV_MB. */
-GEMV_INLINE void gemv_rowgroup(const struct gemv_args *a, enum dtype t, int r, const int R)
+/* Input rows i0 .. i0 + mt - 1 (mt <= GEMV_MT) against R weight rows from
+ * r. Up to GEMV_MB rows run over all columns at once; more go by in groups
+ * of GEMV_MB over GEMV_KC columns at a time, so that the weights' and the
+ * inputs' columns of that span stay in L1 while every group uses them. */
+GEMV_INLINE void gemv_rowgroup(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
+                               int mt)
 {
-    int i0 = 0;
-    for (; i0 + GEMV_MB <= a->m; i0 += GEMV_MB)
-        gemv_block(a, t, r, R, i0, GEMV_MB);
-    switch (a->m - i0) {
-    case 1:
-        gemv_block(a, t, r, R, i0, 1);
-        break;
-    case 2:
-        gemv_block(a, t, r, R, i0, 2);
-        break;
-    case 3:
-        gemv_block(a, t, r, R, i0, 3);
-        break;
+    const int k = a->w->cols, kv = k / GV_LANES * GV_LANES;
+    const int kc = mt <= GEMV_MB ? kv : GEMV_KC;
+    gv_t part[GEMV_R][GEMV_MT];
+#pragma GCC unroll 4
+    for (int p = 0; p < R; p++)
+        for (int i = 0; i < mt; i++)
+            part[p][i] = gv_zero();
+    for (int c0 = 0; c0 < kv; c0 += kc) {
+        int c1 = c0 + kc < kv ? c0 + kc : kv, ib = 0;
+        for (; ib + GEMV_MB <= mt; ib += GEMV_MB)
+            gemv_block(a, t, r, R, i0 + ib, GEMV_MB, c0, c1, part);
+        switch (mt - ib) {
+        case 1:
+            gemv_block(a, t, r, R, i0 + ib, 1, c0, c1, part);
+            break;
+        case 2:
+            gemv_block(a, t, r, R, i0 + ib, 2, c0, c1, part);
+            break;
+        case 3:
+            gemv_block(a, t, r, R, i0 + ib, 3, c0, c1, part);
+            break;
+        }
+    }
+    /* the sums, the columns after the last whole vector, the results */
+    for (int p = 0; p < R; p++) {
+        const char *wr = weight_row(a->w, r + p);
+        for (int i = 0; i < mt; i++) {
+            const float *xr = a->x + (size_t)(i0 + i) * k;
+            float s = gv_hsum(part[p][i]);
+            for (int c = kv; c < k; c++)
+                s += gv_elem_w(t, wr, c) * xr[c];
+            a->y[(size_t)(i0 + i) * a->ldy + r + p] = s;
+        }
     }
 }
 
 GEMV_INLINE void gemv_rows_typed(const struct gemv_args *a, enum dtype t, int r0, int r1)
 {
-    int r = r0;
-    for (; r + GEMV_R <= r1; r += GEMV_R)
-        gemv_rowgroup(a, t, r, GEMV_R);
-    for (; r < r1; r++)
-        gemv_rowgroup(a, t, r, 1);
+    for (int i0 = 0; i0 < a->m; i0 += GEMV_MT) {
+        int mt = a->m - i0 < GEMV_MT ? a->m - i0 : GEMV_MT, r = r0;
+        for (; r + GEMV_R <= r1; r += GEMV_R)
+            gemv_rowgroup(a, t, r, GEMV_R, i0, mt);
+        for (; r < r1; r++)
+            gemv_rowgroup(a, t, r, 1, i0, mt);
+    }
 }
 
 void GEMV_ROWS_FN(const struct gemv_args *a, int r0, int r1)
