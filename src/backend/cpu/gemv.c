@@ -158,21 +158,74 @@ static int gemv_task_rows(const struct weight_view *w)
     return rows ? (int)rows : 16;
 }
 
+/* x (m rows of k) copied to rows of ldx floats (ldx >= k), rounded to
+ * bf16 when `round`, in a buffer of the calling thread, kept and grown
+ * (valid until its next call); NULL when it cannot grow. */
+static _Thread_local float *pad_buf;
+static _Thread_local size_t pad_cap;
+static pthread_key_t pad_key;
+static pthread_once_t pad_once = PTHREAD_ONCE_INIT;
+
+static void pad_key_make(void)
+{
+    (void)pthread_key_create(&pad_key, free);
+}
+
+static const float *gemv_pad_x(const float *x, int m, int k, size_t ldx, bool round)
+{
+    size_t n = (size_t)m * ldx;
+    if (n > pad_cap) {
+        float *p = realloc(pad_buf, n * sizeof(float));
+        if (!p)
+            return NULL;
+        pthread_once(&pad_once, pad_key_make);
+        (void)pthread_setspecific(pad_key, p);
+        pad_buf = p;
+        pad_cap = n;
+    }
+    for (int i = 0; i < m; i++) {
+        const float *src = x + (size_t)i * k;
+        float *dst = pad_buf + (size_t)i * ldx;
+        if (round)
+            for (int c = 0; c < k; c++)
+                dst[c] = bf16_to_f32(f32_to_bf16(src[c]));
+        else
+            memcpy(dst, src, (size_t)k * sizeof(float));
+    }
+    return pad_buf;
+}
+
+/* The row stride of x for the kernels. Past GEMV_PAD_M rows they read the
+ * rows' columns of one span side by side from L1; rows 2^n bytes apart map
+ * to the same L1 sets and evict each other (16 rows of 4096 floats: 16 lines
+ * per set, more than its ways), so they are copied to rows whose starts
+ * fall 17 cache lines apart modulo 4 KiB, spreading them over every set. */
+#define GEMV_PAD_M 4
+#define GEMV_PAD_PHASE 272 /* floats: 1088 bytes, 17 lines */
+
+static size_t gemv_ldx(int m, int k)
+{
+    if (m <= GEMV_PAD_M)
+        return (size_t)k;
+    return (size_t)k + (size_t)((GEMV_PAD_PHASE - k % 1024 + 1024) % 1024);
+}
+
 int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
              enum kern_compute cm)
 {
     pthread_once(&gemv_once, gemv_choose);
     const struct gemv_isa *isa = gemv_chosen;
     gemv_rows_fn rows = isa->rows;
-    if (cm == KERN_COMPUTE_BF16) {
-        if (!(x = cpu_round_bf16(x, (size_t)m * w->cols)))
-            return err_set(ERR_NOMEM, "out of host memory for %d x %d bf16 activations", m,
-                           w->cols);
-        if (w->dtype == DTYPE_BF16)
-            rows = isa->rows_bf16;
+    const int k = w->cols;
+    size_t ldx = gemv_ldx(m, k);
+    if (cm == KERN_COMPUTE_BF16 && w->dtype == DTYPE_BF16)
+        rows = isa->rows_bf16;
+    if (ldx != (size_t)k || cm == KERN_COMPUTE_BF16) {
+        if (!(x = gemv_pad_x(x, m, k, ldx, cm == KERN_COMPUTE_BF16)))
+            return err_set(ERR_NOMEM, "out of host memory for %d x %d activations", m, k);
     }
     struct gemv_job j = {
-        .a = {.y = y, .ldy = (size_t)w->rows, .x = x, .m = m, .w = w},
+        .a = {.y = y, .ldy = (size_t)w->rows, .x = x, .ldx = ldx, .m = m, .w = w},
         .rows = rows,
         .task_rows = gemv_task_rows(w),
     };

@@ -65,7 +65,6 @@ GEMV_INLINE float gv_elem_w(enum dtype t, const char *row, int c)
 GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
                             const int M, int c0, int c1, gv_t part[GEMV_R][GEMV_MT])
 {
-    const int k = a->w->cols;
     const char *wr[GEMV_R];
     const float *xr[GEMV_MB];
     gv_t acc[GEMV_R][GEMV_MB];
@@ -74,7 +73,7 @@ GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, cons
         wr[p] = weight_row(a->w, r + p);
 #pragma GCC unroll 4
     for (int i = 0; i < M; i++)
-        xr[i] = a->x + (size_t)(i0 + i) * k;
+        xr[i] = a->x + (size_t)(i0 + i) * a->ldx;
 #pragma GCC unroll 4
     for (int p = 0; p < R; p++)
 #pragma GCC unroll 4
@@ -134,7 +133,7 @@ GEMV_INLINE void gemv_rowgroup(const struct gemv_args *a, enum dtype t, int r, c
     for (int p = 0; p < R; p++) {
         const char *wr = weight_row(a->w, r + p);
         for (int i = 0; i < mt; i++) {
-            const float *xr = a->x + (size_t)(i0 + i) * k;
+            const float *xr = a->x + (size_t)(i0 + i) * a->ldx;
             float s = gv_hsum(part[p][i]);
             for (int c = kv; c < k; c++)
                 s += gv_elem_w(t, wr, c) * xr[c];

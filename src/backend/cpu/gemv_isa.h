@@ -9,7 +9,7 @@
 
 #include "backend/weight.h"
 
-/* One call's operands: y[i * ldy + r] = x[i * w.cols ...] . w[r] for the m
+/* One call's operands: y[i * ldy + r] = x[i * ldx ...] . w[r] for the m
  * input rows. xb, when not NULL, is x rounded to bf16 (m * w.cols, nearest
  * even) for a kernel that multiplies bf16 pairs (VDPBF16PS); x is then that
  * rounding widened back, so either gives the bf16 mode's result. */
@@ -17,6 +17,7 @@ struct gemv_args {
     float *y;
     size_t ldy;
     const float *x;
+    size_t ldx;
     const uint16_t *xb;
     int m;
     const struct weight_view *w;
