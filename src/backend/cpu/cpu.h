@@ -16,9 +16,10 @@ int cpu_threads(void);
  * parallel. */
 void cpu_kernels_single_thread(bool alone);
 
-/* The instruction set cpu_gemv uses in this process ("avx512bf16",
- * "avx512", "avx2", "scalar"): the best the CPU has, or SHARDSWAP_ISA's
- * when the CPU has it (otherwise the best, after one line on stderr). */
+/* The instruction set cpu_gemv uses in this process ("avx512", "avx2",
+ * "scalar", or "avx512bf16" on request): the best the CPU has, or
+ * SHARDSWAP_ISA's when the CPU has it (otherwise the best, after one line on
+ * stderr). */
 const char *cpu_gemv_isa(void);
 /* Makes cpu_gemv use ISA `name` (NULL: the best again), for tests and
  * benchmarks; not while a cpu_gemv runs. 0, ERR_UNSUPPORTED when the CPU

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,7 @@ struct gemv_isa {
     gemv_rows_fn rows;
     gemv_rows_fn rows_bf16; /* bf16 weights in bf16 mode (x rounded) */
     bool (*supported)(void);
+    bool on_request; /* never the automatic choice, only SHARDSWAP_ISA's */
 };
 
 static bool has_scalar(void)
@@ -71,19 +73,21 @@ static bool has_avx512bf16(void)
 }
 #endif
 
-/* Best first. */
+/* Best first. VDPBF16PS halves the instructions of a bf16 product but ran
+ * 1.2-1.3x slower than widening and FMAs at every m on the Xeon it was
+ * measured on (bench gemv --compute bf16), so it is there to ask for. */
 static const struct gemv_isa gemv_isas[] = {
-    {"avx512bf16", gemv_rows_avx512, gemv_rows_avx512bf16, has_avx512bf16},
-    {"avx512", gemv_rows_avx512, gemv_rows_avx512, has_avx512},
-    {"avx2", gemv_rows_avx2, gemv_rows_avx2, has_avx2},
-    {"scalar", gemv_rows_scalar, gemv_rows_scalar, has_scalar},
+    {"avx512bf16", gemv_rows_avx512, gemv_rows_avx512bf16, has_avx512bf16, true},
+    {"avx512", gemv_rows_avx512, gemv_rows_avx512, has_avx512, false},
+    {"avx2", gemv_rows_avx2, gemv_rows_avx2, has_avx2, false},
+    {"scalar", gemv_rows_scalar, gemv_rows_scalar, has_scalar, false},
 };
 #define GEMV_N_ISAS (int)(sizeof(gemv_isas) / sizeof(gemv_isas[0]))
 
 static const struct gemv_isa *gemv_best(void)
 {
     for (int i = 0; i < GEMV_N_ISAS; i++)
-        if (gemv_isas[i].supported())
+        if (!gemv_isas[i].on_request && gemv_isas[i].supported())
             return &gemv_isas[i];
     return &gemv_isas[GEMV_N_ISAS - 1];
 }
@@ -159,10 +163,11 @@ static int gemv_task_rows(const struct weight_view *w)
 }
 
 /* x (m rows of k) copied to rows of ldx floats (ldx >= k), rounded to
- * bf16 when `round`, in a buffer of the calling thread, kept and grown
- * (valid until its next call); NULL when it cannot grow. */
+ * bf16 when `round`, and then also as bf16 (*xb, rows of ldx) when `want_xb`,
+ * in one buffer of the calling thread, kept and grown (valid until its next
+ * call); NULL when it cannot grow. */
 static _Thread_local float *pad_buf;
-static _Thread_local size_t pad_cap;
+static _Thread_local size_t pad_cap; /* bytes */
 static pthread_key_t pad_key;
 static pthread_once_t pad_once = PTHREAD_ONCE_INIT;
 
@@ -171,27 +176,51 @@ static void pad_key_make(void)
     (void)pthread_key_create(&pad_key, free);
 }
 
-static const float *gemv_pad_x(const float *x, int m, int k, size_t ldx, bool round)
+/* f32_to_bf16 (core/dtype.h) inline, so that the loops over x vectorise. */
+static inline uint16_t gemv_bf16(float f)
 {
-    size_t n = (size_t)m * ldx;
-    if (n > pad_cap) {
-        float *p = realloc(pad_buf, n * sizeof(float));
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* nan: keep it a quiet nan */
+        return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+static inline float gemv_bf16_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static const float *gemv_pad_x(const float *x, int m, int k, size_t ldx, bool round,
+                               bool want_xb, const uint16_t **xb)
+{
+    size_t n = (size_t)m * ldx, bytes = n * (sizeof(float) + (want_xb ? sizeof(uint16_t) : 0));
+    if (bytes > pad_cap) {
+        float *p = realloc(pad_buf, bytes);
         if (!p)
             return NULL;
         pthread_once(&pad_once, pad_key_make);
         (void)pthread_setspecific(pad_key, p);
         pad_buf = p;
-        pad_cap = n;
+        pad_cap = bytes;
     }
+    uint16_t *b = (uint16_t *)(pad_buf + n);
     for (int i = 0; i < m; i++) {
         const float *src = x + (size_t)i * k;
         float *dst = pad_buf + (size_t)i * ldx;
         if (round)
             for (int c = 0; c < k; c++)
-                dst[c] = bf16_to_f32(f32_to_bf16(src[c]));
+                dst[c] = gemv_bf16_f32(gemv_bf16(src[c]));
         else
             memcpy(dst, src, (size_t)k * sizeof(float));
+        if (want_xb)
+            for (int c = 0; c < k; c++)
+                b[(size_t)i * ldx + c] = gemv_bf16(src[c]);
     }
+    *xb = want_xb ? b : NULL;
     return pad_buf;
 }
 
@@ -218,14 +247,16 @@ int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
     gemv_rows_fn rows = isa->rows;
     const int k = w->cols;
     size_t ldx = gemv_ldx(m, k);
+    const uint16_t *xb = NULL;
+    bool dp = cm == KERN_COMPUTE_BF16 && w->dtype == DTYPE_BF16 && isa->rows_bf16 != isa->rows;
     if (cm == KERN_COMPUTE_BF16 && w->dtype == DTYPE_BF16)
         rows = isa->rows_bf16;
     if (ldx != (size_t)k || cm == KERN_COMPUTE_BF16) {
-        if (!(x = gemv_pad_x(x, m, k, ldx, cm == KERN_COMPUTE_BF16)))
+        if (!(x = gemv_pad_x(x, m, k, ldx, cm == KERN_COMPUTE_BF16, dp, &xb)))
             return err_set(ERR_NOMEM, "out of host memory for %d x %d activations", m, k);
     }
     struct gemv_job j = {
-        .a = {.y = y, .ldy = (size_t)w->rows, .x = x, .ldx = ldx, .m = m, .w = w},
+        .a = {.y = y, .ldy = (size_t)w->rows, .x = x, .ldx = ldx, .xb = xb, .m = m, .w = w},
         .rows = rows,
         .task_rows = gemv_task_rows(w),
     };

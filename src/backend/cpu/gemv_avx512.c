@@ -1,7 +1,6 @@
-/* The fused GEMV for AVX-512 (F + BW + VL), sixteen lanes, and its variant
- * for bf16 weights in bf16 mode with AVX512-BF16: this file alone is
- * compiled with those instruction sets (CMakeLists.txt), and runs only where
- * gemv.c found them. */
+/* The fused GEMV for AVX-512 (F + BW + VL), sixteen lanes: this file alone
+ * is compiled with those instruction sets (CMakeLists.txt), and runs only
+ * where gemv.c found them. */
 #include "backend/cpu/gemv_isa.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -44,19 +43,9 @@ static inline float gv_hsum(gv_t v)
 #define GEMV_ROWS_FN gemv_rows_avx512
 #include "backend/cpu/gemv_body.h"
 
-void gemv_rows_avx512bf16(const struct gemv_args *a, int r0, int r1)
-{
-    gemv_rows_avx512(a, r0, r1);
-}
-
 #else
-/* not x86: gemv.c never picks them */
+/* not x86: gemv.c never picks it */
 void gemv_rows_avx512(const struct gemv_args *a, int r0, int r1)
-{
-    gemv_rows_scalar(a, r0, r1);
-}
-
-void gemv_rows_avx512bf16(const struct gemv_args *a, int r0, int r1)
 {
     gemv_rows_scalar(a, r0, r1);
 }

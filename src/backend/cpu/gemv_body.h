@@ -10,6 +10,12 @@
  *   gv_hsum(v)           the sum of v's lanes
  *   GEMV_ROWS_FN         the name of the gemv_rows_fn to define
  *
+ * A kernel whose operands are not widened floats (VDPBF16PS: pairs of bf16)
+ * defines instead GV_COLS columns per step, GV_WT / GV_XT the weight and
+ * input operand types, gv_load_w(t, row, c), gv_load_x(p), GV_XELEM and
+ * GV_XROWS(a) (the input rows' element type and start), gv_fma(w, x, acc),
+ * and GEMV_BF16_ONLY when it takes bf16 weights alone.
+ *
  * The product is bound by reading the weights, so each widened weight vector
  * feeds GEMV_MB input rows and each input vector GEMV_R weight rows: a
  * GEMV_R x GEMV_MB block of accumulators, with the weight rows of a block
@@ -18,12 +24,22 @@
 
 #include "core/dtype.h"
 
-#define GEMV_R 4  /* weight rows per block */
-#define GEMV_MB 4 /* input rows per block */
+#define GEMV_R 4   /* weight rows per block */
+#define GEMV_MB 4  /* input rows per block */
 #define GEMV_MT 16 /* input rows sharing one pass over the weights */
+#ifndef GEMV_KC
 #define GEMV_KC 256 /* columns per span when more than GEMV_MB rows share it */
+#endif
 
 #define GEMV_INLINE static inline __attribute__((always_inline))
+
+#ifndef GV_COLS
+#define GV_COLS GV_LANES
+#define GV_WT gv_t
+#define GV_XT gv_t
+#define GV_XELEM float
+#define GV_XROWS(a) ((a)->x)
+#define gv_load_x(p) gv_load_f32(p)
 
 GEMV_INLINE gv_t gv_load_w(enum dtype t, const char *row, int c)
 {
@@ -36,6 +52,8 @@ GEMV_INLINE gv_t gv_load_w(enum dtype t, const char *row, int c)
         return gv_load_f32(row + (size_t)c * 4);
     }
 }
+
+#endif
 
 GEMV_INLINE float gv_elem_w(enum dtype t, const char *row, int c)
 {
@@ -66,27 +84,27 @@ GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, cons
                             const int M, int c0, int c1, gv_t part[GEMV_R][GEMV_MT])
 {
     const char *wr[GEMV_R];
-    const float *xr[GEMV_MB];
+    const GV_XELEM *xr[GEMV_MB];
     gv_t acc[GEMV_R][GEMV_MB];
 #pragma GCC unroll 4
     for (int p = 0; p < R; p++)
         wr[p] = weight_row(a->w, r + p);
 #pragma GCC unroll 4
     for (int i = 0; i < M; i++)
-        xr[i] = a->x + (size_t)(i0 + i) * a->ldx;
+        xr[i] = GV_XROWS(a) + (size_t)(i0 + i) * a->ldx;
 #pragma GCC unroll 4
     for (int p = 0; p < R; p++)
 #pragma GCC unroll 4
         for (int i = 0; i < M; i++)
             acc[p][i] = part[p][i0 + i];
-    for (int c = c0; c < c1; c += GV_LANES) {
-        gv_t wv[GEMV_R];
+    for (int c = c0; c < c1; c += GV_COLS) {
+        GV_WT wv[GEMV_R];
 #pragma GCC unroll 4
         for (int p = 0; p < R; p++)
             wv[p] = gv_load_w(t, wr[p], c);
 #pragma GCC unroll 4
         for (int i = 0; i < M; i++) {
-            gv_t xv = gv_load_f32(xr[i] + c);
+            GV_XT xv = gv_load_x(xr[i] + c);
 #pragma GCC unroll 4
             for (int p = 0; p < R; p++)
                 acc[p][i] = gv_fma(wv[p], xv, acc[p][i]);
@@ -106,7 +124,7 @@ GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, cons
 GEMV_INLINE void gemv_rowgroup(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
                                int mt)
 {
-    const int k = a->w->cols, kv = k / GV_LANES * GV_LANES;
+    const int k = a->w->cols, kv = k / GV_COLS * GV_COLS;
     const int kc = mt <= GEMV_MB ? kv : GEMV_KC;
     gv_t part[GEMV_R][GEMV_MT];
 #pragma GCC unroll 4
@@ -156,6 +174,9 @@ GEMV_INLINE void gemv_rows_typed(const struct gemv_args *a, enum dtype t, int r0
 void GEMV_ROWS_FN(const struct gemv_args *a, int r0, int r1)
 {
     /* one loop per dtype: the conversion is chosen outside the inner loop */
+#ifdef GEMV_BF16_ONLY
+    gemv_rows_typed(a, DTYPE_BF16, r0, r1);
+#else
     switch (a->w->dtype) {
     case DTYPE_F16:
         gemv_rows_typed(a, DTYPE_F16, r0, r1);
@@ -167,4 +188,5 @@ void GEMV_ROWS_FN(const struct gemv_args *a, int r0, int r1)
         gemv_rows_typed(a, DTYPE_F32, r0, r1);
         break;
     }
+#endif
 }
