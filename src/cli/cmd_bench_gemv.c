@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/linear.h"
@@ -53,6 +54,25 @@ static double bench_gemv_time(const struct bench_gemv *b, const struct weight_vi
     return best;
 }
 
+/* Weights in huge pages where the kernel allows, as a CPU device's arena
+ * and membw_read's buffers have them; NULL when out of memory. */
+static char *bench_gemv_map(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+static void bench_gemv_unmap(char *p, size_t bytes)
+{
+    if (p)
+        munmap(p, bytes);
+}
+
 int bench_gemv(int argc, char **argv)
 {
     int rows = 4096, cols = 4096, footprint_mb = 1024;
@@ -95,6 +115,7 @@ int bench_gemv(int argc, char **argv)
     float *x = malloc(nx * sizeof(float));
     float *y = malloc((size_t)BENCH_GEMV_MAX_M * rows * sizeof(float));
     char *wbuf = NULL;
+    size_t wbytes = 0;
     json_t *results = json ? json_array() : NULL;
     if (!x || !y) {
         rc = err_set(ERR_NOMEM, "out of memory");
@@ -114,8 +135,9 @@ int bench_gemv(int argc, char **argv)
         if (b.copies < 1)
             b.copies = 1;
         struct weight_view w[b.copies > 0 ? b.copies : 1];
-        free(wbuf);
-        if (!(wbuf = malloc(mbytes * b.copies))) {
+        bench_gemv_unmap(wbuf, wbytes);
+        wbytes = mbytes * b.copies;
+        if (!(wbuf = bench_gemv_map(wbytes))) {
             rc = err_set(ERR_NOMEM, "out of memory for %d copies of %zu bytes", b.copies, mbytes);
             break;
         }
@@ -162,7 +184,7 @@ int bench_gemv(int argc, char **argv)
     else
         json_decref(results);
 out:
-    free(wbuf);
+    bench_gemv_unmap(wbuf, wbytes);
     free(x);
     free(y);
     return rc < 0 ? cli_fail("bench gemv") : 0;

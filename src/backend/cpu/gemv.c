@@ -93,7 +93,7 @@ static const struct gemv_isa *gemv_best(void)
 }
 
 /* Set once (gemv_choose), or by cpu_gemv_set_isa between calls. */
-static const struct gemv_isa *gemv_chosen;
+static const struct gemv_isa *_Atomic gemv_chosen;
 static pthread_once_t gemv_once = PTHREAD_ONCE_INIT;
 
 static int gemv_find(const char *name, const struct gemv_isa **out)
