@@ -31,22 +31,31 @@ struct bench_gemv {
     enum kern_compute cm;
 };
 
-/* Seconds per call of cpu_gemv with m input rows: passes through every
- * copy of the weights (a pass is at least min_s), best of BENCH_GEMV_PASSES.
- * Short passes and the best of many keep out another process's bursts on
- * a shared machine. */
-static double bench_gemv_time(const struct bench_gemv *b, const struct weight_view *w, float *y,
-                              const float *x, int m, int *rc)
+/* w pointed at copy c of the weights, `bytes` apart from base. */
+static const struct weight_view *bench_gemv_copy(struct weight_view *w, const char *base,
+                                                 size_t bytes, int c)
 {
+    w->data = base + bytes * (size_t)c;
+    return w;
+}
+
+/* Seconds per call of cpu_gemv with m input rows: passes through every copy
+ * of the weights (w's, then every `bytes` on; a pass is at least min_s),
+ * best of BENCH_GEMV_PASSES. Short passes and the best of many keep out
+ * another process's bursts on a shared machine. */
+static double bench_gemv_time(const struct bench_gemv *b, struct weight_view w, size_t bytes,
+                              float *y, const float *x, int m, int *rc)
+{
+    const char *base = w.data;
     double best = 1e30;
     for (int c = 0; c < b->copies && *rc == 0; c++) /* warm-up pass */
-        *rc = cpu_gemv(y, x, m, &w[c], b->cm);
+        *rc = cpu_gemv(y, x, m, bench_gemv_copy(&w, base, bytes, c), b->cm);
     for (int rep = 0; rep < BENCH_GEMV_PASSES && *rc == 0; rep++) {
         long calls = 0;
         double t0 = time_now(), t;
         do {
             for (int c = 0; c < b->copies && *rc == 0; c++, calls++)
-                *rc = cpu_gemv(y, x, m, &w[c], b->cm);
+                *rc = cpu_gemv(y, x, m, bench_gemv_copy(&w, base, bytes, c), b->cm);
         } while ((t = time_now() - t0) < b->min_s && *rc == 0);
         if (t / calls < best)
             best = t / calls;
@@ -134,7 +143,6 @@ int bench_gemv(int argc, char **argv)
         b.copies = (int)(((size_t)footprint_mb << 20) / mbytes);
         if (b.copies < 1)
             b.copies = 1;
-        struct weight_view w[b.copies > 0 ? b.copies : 1];
         bench_gemv_unmap(wbuf, wbytes);
         wbytes = mbytes * b.copies;
         if (!(wbuf = bench_gemv_map(wbytes))) {
@@ -144,19 +152,15 @@ int bench_gemv(int argc, char **argv)
         /* small values of every dtype: 0x3c00-ish halves and a few floats */
         for (size_t i = 0; i < mbytes * b.copies; i++)
             wbuf[i] = (char)(dtypes[d] == DTYPE_F32 ? (i % 4 == 3 ? 0x3c : i) : (i % 2 ? 0x3c : i));
-        for (int c = 0; c < b.copies; c++)
-            w[c] = (struct weight_view){.dtype = dtypes[d],
-                                        .data = wbuf + mbytes * c,
-                                        .rows = rows,
-                                        .cols = cols,
-                                        .ld = (size_t)cols};
+        struct weight_view w = {
+            .dtype = dtypes[d], .data = wbuf, .rows = rows, .cols = cols, .ld = (size_t)cols};
         for (int t = 1; t <= max_threads && rc == 0; t++) {
             /* the pool keeps the threads it started with: one thread is
              * this one computing alone */
             cpu_kernels_single_thread(t == 1);
             double read = membw_read(t, (size_t)256 << 20, BENCH_GEMV_PASSES), one = 0;
             for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]) && rc == 0; im++) {
-                double s = bench_gemv_time(&b, w, y, x, ms[im], &rc);
+                double s = bench_gemv_time(&b, w, mbytes, y, x, ms[im], &rc);
                 if (rc < 0)
                     break;
                 if (ms[im] == 1)
