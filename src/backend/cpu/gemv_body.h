@@ -22,6 +22,8 @@
  * kept hot in L1/L2 while the input rows go by in groups of GEMV_MB. */
 #include "backend/cpu/gemv_isa.h"
 
+#include <stdbool.h>
+
 #include "core/dtype.h"
 
 #define GEMV_R 4   /* weight rows per block */
@@ -29,9 +31,12 @@
 #define GEMV_MT 16 /* input rows sharing one pass over the weights */
 /* Weight bytes prefetched ahead of the loads: the hardware prefetcher alone
  * left a single input row at 0.87 of read bandwidth with f16/bf16 weights,
- * 1.0 with this (bench gemv, 1 and 2 threads). Only for blocks of 1-2
- * input rows: 4 rows are bound by the FMAs, which it slowed by 5-10%. */
+ * 1.0 with this (bench gemv, 1 and 2 threads). In blocks of 3-4 input rows
+ * only for up to 4 rows, or for short weight rows (opt-125m's 768 columns:
+ * 8 rows from 2.1x to 1.6x one row); with more rows of 4096 f16/bf16
+ * columns it cost 15-20% (the FMAs bind there, and it takes load slots). */
 #define GEMV_PF_BYTES 2048
+#define GEMV_PF_ROW_BYTES 4096
 #ifndef GEMV_KC
 #define GEMV_KC 256 /* columns per span when more than GEMV_MB rows share it */
 #endif
@@ -86,7 +91,7 @@ GEMV_INLINE float gv_elem_w(enum dtype t, const char *row, int c)
  * input rows i0 .. i0 + M - 1, added to part[p][i0 + i]. R and M are
  * constants after inlining, so the accumulators live in registers. */
 GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
-                            const int M, int c0, int c1, gv_t part[GEMV_R][GEMV_MT])
+                            const int M, int c0, int c1, bool pf, gv_t part[GEMV_R][GEMV_MT])
 {
     const char *wr[GEMV_R];
     const GV_XELEM *xr[GEMV_MB];
@@ -108,7 +113,7 @@ GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, cons
         for (int p = 0; p < R; p++)
             wv[p] = gv_load_w(t, wr[p], c);
 #if GV_COLS >= 8
-        if (M <= 2)
+        if (M <= 2 || pf)
 #pragma GCC unroll 4
             for (int p = 0; p < R; p++)
                 __builtin_prefetch(wr[p] + (size_t)c * (t == DTYPE_F32 ? 4 : 2) + GEMV_PF_BYTES);
@@ -137,6 +142,8 @@ GEMV_INLINE void gemv_rowgroup(const struct gemv_args *a, enum dtype t, int r, c
 {
     const int k = a->w->cols, kv = k / GV_COLS * GV_COLS;
     const int kc = mt <= GEMV_MB ? kv : GEMV_KC;
+    /* prefetching in blocks of 3-4 input rows: see GEMV_PF_BYTES */
+    const bool pf = mt <= GEMV_MB || (size_t)k * (t == DTYPE_F32 ? 4 : 2) <= GEMV_PF_ROW_BYTES;
     gv_t part[GEMV_R][GEMV_MT];
 #pragma GCC unroll 4
     for (int p = 0; p < R; p++)
@@ -145,16 +152,16 @@ GEMV_INLINE void gemv_rowgroup(const struct gemv_args *a, enum dtype t, int r, c
     for (int c0 = 0; c0 < kv; c0 += kc) {
         int c1 = c0 + kc < kv ? c0 + kc : kv, ib = 0;
         for (; ib + GEMV_MB <= mt; ib += GEMV_MB)
-            gemv_block(a, t, r, R, i0 + ib, GEMV_MB, c0, c1, part);
+            gemv_block(a, t, r, R, i0 + ib, GEMV_MB, c0, c1, pf, part);
         switch (mt - ib) {
         case 1:
-            gemv_block(a, t, r, R, i0 + ib, 1, c0, c1, part);
+            gemv_block(a, t, r, R, i0 + ib, 1, c0, c1, pf, part);
             break;
         case 2:
-            gemv_block(a, t, r, R, i0 + ib, 2, c0, c1, part);
+            gemv_block(a, t, r, R, i0 + ib, 2, c0, c1, pf, part);
             break;
         case 3:
-            gemv_block(a, t, r, R, i0 + ib, 3, c0, c1, part);
+            gemv_block(a, t, r, R, i0 + ib, 3, c0, c1, pf, part);
             break;
         }
     }
