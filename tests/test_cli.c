@@ -372,12 +372,14 @@ int main(void)
     /* help */
     static const char *cmds[] = {"generate", "tokenize", "forward", "gen-model", "inspect",
                                  "bench forward", "bench swap", "bench workload", "bench serve",
-                                 "bench comm"};
+                                 "bench comm", "bench gemv"};
     CHECK(run(BIN " --help", out, sizeof(out), NULL, 0) == 0 && strstr(out, "gen-model"));
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         snprintf(cmd, sizeof(cmd), "%s %s --help", BIN, cmds[i]);
         CHECK_MSG(run(cmd, out, sizeof(out), NULL, 0) == 0 && strstr(out, "usage:"), "%s", cmd);
     }
+    /* bench gemv refuses an ISA it does not know before measuring anything */
+    expect_fail(BIN " bench gemv --isa sse9", 2, "unknown ISA");
     /* --help states the range each value is checked against */
     CHECK(run(BIN " generate --help", out, sizeof(out), NULL, 0) == 0 &&
           strstr(out, "[0 < P <= 1]") && strstr(out, "[1..1048576]"));

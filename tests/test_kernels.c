@@ -26,6 +26,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/linear.h"
+#include "backend/cpu/cpu.h"
 #include "backend/device.h"
 #include "backend/kernels.h"
 #include "backend/weight.h"
@@ -193,43 +194,69 @@ static void linear_case(int m, int n, int k, enum dtype t, bool with_bias, size_
     free(ref);
 }
 
-static void test_linear(void)
+/* Every case once per (k, n): k = 75 and 130 leave tails after the 16- and
+ * 32-wide loops, k = 300 spans more than one column block of the GEMV's
+ * many-row path; n = 37 an odd row count and a partial task, n = 530 more
+ * than one widened block on the BLAS path. */
+static const struct {
+    int k, n;
+} linear_shapes[] = {{75, 37}, {75, 530}, {130, 45}, {300, 21}};
+
+/* m <= CPU_GEMV_MAX_M (16): the fused GEMV, whose input rows go in blocks
+ * of 4 (2, 4, 5, 15, 16 hit every remainder); 17 and 64: BLAS. */
+static int linear_cases(const int *ms, size_t n_ms)
 {
-    /* m <= 8: the fused GEMV path; 17 and 64: BLAS. k = 75 exercises the
-     * vector loops and their scalar tails; n = 37 an odd row count and a
-     * partial task, n = 530 more than one widened block on the BLAS path. */
-    static const int ms[] = {1, 3, 8, 17, 64};
-    static const int ns[] = {37, 530};
     static const enum dtype ts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
-    const int k = 75;
     int cases = 0;
-    for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]); im++)
-        for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++)
+    for (size_t im = 0; im < n_ms; im++)
+        for (size_t is = 0; is < sizeof(linear_shapes) / sizeof(linear_shapes[0]); is++)
             for (size_t it = 0; it < sizeof(ts) / sizeof(ts[0]); it++)
                 for (int bias = 0; bias < 2; bias++)
                     for (int cm = KERN_COMPUTE_F32; cm <= KERN_COMPUTE_BF16; cm++) {
+                        int k = linear_shapes[is].k, n = linear_shapes[is].n;
                         /* dense, then a column slice [5, 5 + k) of a (n, k + 13) matrix */
-                        linear_case(ms[im], ns[in], k, ts[it], bias, (size_t)k, 0, cm);
-                        linear_case(ms[im], ns[in], k, ts[it], bias, (size_t)k + 13, 5, cm);
+                        linear_case(ms[im], n, k, ts[it], bias, (size_t)k, 0, cm);
+                        linear_case(ms[im], n, k, ts[it], bias, (size_t)k + 13, 5, cm);
                         cases += 2;
                     }
+    return cases;
+}
+
+static void test_linear(void)
+{
+    static const int gemv_ms[] = {1, 2, 3, 4, 5, 8, 15, 16};
+    static const int blas_ms[] = {17, 64};
+    static const char *const isas[] = {"avx512bf16", "avx512", "avx2", "scalar"};
+    int cases = linear_cases(blas_ms, sizeof(blas_ms) / sizeof(blas_ms[0]));
+    /* the GEMV under every instruction set this CPU has */
+    for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
+        if (cpu_gemv_set_isa(isas[i]) < 0) {
+            printf("linear: %s skipped (%s)\n", isas[i], err_msg());
+            continue;
+        }
+        CHECK(strcmp(cpu_gemv_isa(), isas[i]) == 0);
+        cases += linear_cases(gemv_ms, sizeof(gemv_ms) / sizeof(gemv_ms[0]));
+    }
+    CHECK(cpu_gemv_set_isa(NULL) == 0);
     /* the matmul path at prefill-like sizes (m > 64, k with a tail past a
      * vector multiple); bf16 mode both ways: through oneDNN's bf16 x bf16
      * primitive, and rounded then multiplied in f32 (the default without
      * AMX) */
     static const int big_ms[] = {100, 257};
     static const int big_ks[] = {75, 300};
+    static const int big_ns[] = {37, 530};
+    static const enum dtype ts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
     for (int native = 0; native < 2; native++) {
         cpu_matmul_native_bf16(native);
         for (size_t im = 0; im < 2; im++)
             for (size_t ik = 0; ik < 2; ik++)
-                for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++)
-                    for (size_t it = 0; it < sizeof(ts) / sizeof(ts[0]); it++)
+                for (size_t in = 0; in < 2; in++)
+                    for (size_t it = 0; it < 3; it++)
                         for (int cm = native ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
                              cm <= KERN_COMPUTE_BF16; cm++) {
                             int kk = big_ks[ik];
-                            linear_case(big_ms[im], ns[in], kk, ts[it], in, (size_t)kk, 0, cm);
-                            linear_case(big_ms[im], ns[in], kk, ts[it], !in, (size_t)kk + 13, 5,
+                            linear_case(big_ms[im], big_ns[in], kk, ts[it], in, (size_t)kk, 0, cm);
+                            linear_case(big_ms[im], big_ns[in], kk, ts[it], !in, (size_t)kk + 13, 5,
                                         cm);
                             cases += 2;
                         }
@@ -324,6 +351,32 @@ static void test_matmul_cache(void)
     printf("matmul cache: %llu misses over 2 threads x 2 passes x 52 shapes; impl %s, %.1f "
            "GFLOP/s at 64x64x64\n",
            (unsigned long long)misses, c.impl, c.gflops);
+}
+
+/* An unknown or missing ISA is refused and changes nothing; SHARDSWAP_ISA
+ * naming one costs the process one line on stderr, not its start. */
+static void test_gemv_isa_choice(void)
+{
+    const char *best = cpu_gemv_isa();
+    CHECK(cpu_gemv_set_isa("sse9") == ERR_INVALID);
+    CHECK(strcmp(cpu_gemv_isa(), best) == 0);
+    CHECK(cpu_gemv_set_isa("scalar") == 0); /* every CPU has it */
+    CHECK(cpu_gemv_set_isa(NULL) == 0);
+    CHECK(strcmp(cpu_gemv_isa(), best) == 0);
+
+    FILE *p = popen("SHARDSWAP_ISA=sse9 '" SHARDSWAP_BINARY "' --version 2>&1", "r");
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    char out[1024];
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = 0;
+    int status = pclose(p);
+    CHECK_MSG(status == 0, "shardswap --version with SHARDSWAP_ISA=sse9 exited %d", status);
+    CHECK_MSG(strstr(out, "SHARDSWAP_ISA: unknown ISA \"sse9\"") != NULL, "output: %s", out);
+    char want[64];
+    snprintf(want, sizeof(want), "gemv isa %s\n", best);
+    CHECK_MSG(strstr(out, want) != NULL, "output: %s", out);
 }
 
 /* ---- kern_embed ---- */
@@ -725,6 +778,7 @@ int main(void)
 
     test_linear();
     test_matmul_cache();
+    test_gemv_isa_choice();
     test_embed();
     test_layernorm();
     test_activation();

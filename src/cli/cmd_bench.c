@@ -172,6 +172,8 @@ static int bench_forward(int argc, char **argv)
     }
     /* STREAM's count: a copy reads and writes each byte; decode only reads */
     double bw = 2 * membw_memcpy(threads, (size_t)256 << 20, 5);
+    /* decode only reads its weights: read bandwidth is its ceiling */
+    double rbw = membw_read(threads, (size_t)256 << 20, 5);
     double wbytes = (double)opt_model_weight_bytes(m);
     double prefill_tps = batch * prompt_len / best.prefill_s;
     double decode_tps = batch * gen / best.decode_s;
@@ -185,10 +187,10 @@ static int bench_forward(int argc, char **argv)
         goto out;
     if (json) {
         json_t *j = json_pack(
-            "{s:s, s:o, s:o, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-            "s:s, s:o, s:o, s:o, s:o}",
+            "{s:s, s:o, s:o, s:s, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
+            "s:o, s:o, s:s, s:o, s:o, s:o, s:o}",
             "impl", "shardswap", "model", jsonout_string(dir), "blas_core",
-            jsonout_string(blas_core_name()), "threads", threads, "batch", batch,
+            jsonout_string(blas_core_name()), "gemv_isa", cpu_gemv_isa(), "threads", threads, "batch", batch,
             "prompt_len", prompt_len, "gen", gen, "weight_dtype", dtype_name(m->lm_head.dtype),
             "weight_bytes", (json_int_t)wbytes, "prefill_s", jsonout_real(best.prefill_s, 6),
             "prefill_tok_s", jsonout_real(prefill_tps, 2), "decode_s",
@@ -196,6 +198,8 @@ static int bench_forward(int argc, char **argv)
             "decode_ms_per_step", jsonout_real(1e3 * best.decode_s / gen, 3),
             "decode_weight_gb_s", jsonout_real(stream / 1e9, 3), "memcpy_gb_s",
             jsonout_real(bw / 1e9, 3), "decode_vs_memcpy", jsonout_real(stream / bw, 3),
+            "read_gb_s", jsonout_real(rbw / 1e9, 3), "decode_vs_read",
+            jsonout_real(rbw > 0 ? stream / rbw : 0, 3),
             "compute", kern_compute_name(m->compute), "prefill_gflops",
             jsonout_real(prefill_gflops, 2), "matmul_f32_gflops", jsonout_real(ceil.f32.gflops, 2),
             "matmul_bf16_gflops", jsonout_real(ceil.bf16.gflops, 2), "matmul_impl",
@@ -203,9 +207,9 @@ static int bench_forward(int argc, char **argv)
         rc = jsonout_print(j);
     } else {
         printf("model %s: %.1f MB of weights (%s), compute %s, %d threads, batch %d, prompt %d, "
-               "gen %d, best of %d, openblas core %s, matmul %s\n",
+               "gen %d, best of %d, openblas core %s, gemv isa %s, matmul %s\n",
                dir, wbytes / 1e6, dtype_name(m->lm_head.dtype), kern_compute_name(m->compute),
-               threads, batch, prompt_len, gen, repeat, blas_core_name(), ceil.impl);
+               threads, batch, prompt_len, gen, repeat, blas_core_name(), cpu_gemv_isa(), ceil.impl);
         printf("%-28s %12s\n", "metric", "value");
         printf("%-28s %12.1f\n", "prefill tokens/s", prefill_tps);
         printf("%-28s %12.1f\n", "prefill GFLOP/s (linear)", prefill_gflops);
@@ -216,6 +220,8 @@ static int bench_forward(int argc, char **argv)
         printf("%-28s %12.2f\n", "decode weight GB/s", stream / 1e9);
         printf("%-28s %12.2f\n", "memcpy GB/s (STREAM count)", bw / 1e9);
         printf("%-28s %12.2f\n", "decode / memcpy", stream / bw);
+        printf("%-28s %12.2f\n", "read GB/s", rbw / 1e9);
+        printf("%-28s %12.2f\n", "decode / read", rbw > 0 ? stream / rbw : 0);
     }
 out:
     opt_model_close(m);
@@ -234,17 +240,20 @@ int cmd_bench(int argc, char **argv)
         return bench_serve(argc - 1, argv + 1);
     if (argc >= 1 && strcmp(argv[0], "comm") == 0)
         return bench_comm(argc - 1, argv + 1);
+    if (argc >= 1 && strcmp(argv[0], "gemv") == 0)
+        return bench_gemv(argc - 1, argv + 1);
     if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
-        printf("usage: shardswap bench forward|swap|workload|serve|comm [flags]   (see shardswap bench NAME "
+        printf("usage: shardswap bench forward|swap|workload|serve|comm|gemv [flags]   (see shardswap bench NAME "
                "--help)\n"
                "  forward   prefill and decode throughput of one checkpoint\n"
                "  swap      model-parallel swap-in/out and cold-request latency per TP x PP layout\n"
                "  workload  Computron's multi-model experiments through the engine, per policy\n"
                "  serve     the same workloads against a running server over HTTP\n"
-               "  comm      all-reduce and pipeline channel latency against memcpy\n");
+               "  comm      all-reduce and pipeline channel latency against memcpy\n"
+               "  gemv      the CPU's fused GEMV (decode's linear layers) against memory read speed\n");
         return 0;
     }
-    fprintf(stderr, "shardswap bench: expected a benchmark name: forward, swap, workload, serve or comm (see "
+    fprintf(stderr, "shardswap bench: expected a benchmark name: forward, swap, workload, serve, comm or gemv (see "
                     "shardswap bench --help)\n");
     return EXIT_USAGE;
 }

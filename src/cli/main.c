@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/blas_core.h"
@@ -18,7 +19,7 @@ static const struct {
     {"gen-model", cmd_gen_model, "write a random-weight OPT checkpoint in Hugging Face layout"},
     {"inspect", cmd_inspect, "describe a checkpoint: config, tensors, bytes"},
     {"serve", cmd_serve, "serve models over HTTP (OpenAI completions API)"},
-    {"bench", cmd_bench, "benchmarks: bench forward, bench swap, bench workload, bench serve"},
+    {"bench", cmd_bench, "benchmarks: bench forward, bench swap, bench workload, bench serve, bench gemv"},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -26,7 +27,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: shardswap COMMAND [flags]   (shardswap COMMAND --help for its flags)\n\n"
                "Runs Hugging Face OPT checkpoints (safetensors) on the CPU.\n"
-               "shardswap --version prints the version and the OpenBLAS core in use.\n\ncommands:\n");
+               "shardswap --version prints the version, the OpenBLAS core and the GEMV ISA in use.\n\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
 }
@@ -58,7 +59,8 @@ int main(int argc, char **argv)
         return stdout_check(NULL);
     }
     if (strcmp(argv[1], "--version") == 0) {
-        printf("shardswap %s\nopenblas core %s\n", SHARDSWAP_VERSION, blas_core_name());
+        printf("shardswap %s\nopenblas core %s\ngemv isa %s\n", SHARDSWAP_VERSION, blas_core_name(),
+               cpu_gemv_isa());
         return stdout_check(NULL);
     }
     for (size_t i = 0; i < N_COMMANDS; i++) {

@@ -1,4 +1,4 @@
-/* The machine's memory bandwidth as memcpy sees it: the reference every
+/* The machine's memory bandwidth as memcpy (and a plain read) sees it: the reference every
  * benchmark sets its data movement against, measured in the same run. */
 #ifndef SHARDSWAP_CORE_MEMBW_H
 #define SHARDSWAP_CORE_MEMBW_H
@@ -15,5 +15,11 @@ double membw_memcpy(int threads, size_t bytes_per_thread, int reps);
 /* The same with copy_stream (core/copy.h), the copy the CPU devices use: the
  * fastest copy this machine does, so the hardware limit of a swap. */
 double membw_stream(int threads, size_t bytes_per_thread, int reps);
+
+/* Bytes read per second on `threads` threads at once, each summing its own
+ * `bytes_per_thread` (rounded up to 64) touched beforehand; best of `reps`.
+ * 0 when it cannot allocate. The ceiling of anything that streams weights
+ * (decode): nothing is written, so it is what one pass over memory costs. */
+double membw_read(int threads, size_t bytes_per_thread, int reps);
 
 #endif

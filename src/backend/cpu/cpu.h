@@ -1,4 +1,5 @@
-/* What only the CPU backend has: how many cores its kernels use.
+/* What only the CPU backend has: how many cores its kernels use, and which
+ * instruction set its GEMV runs.
  * (device_open_cpu and device_cpu_set_link are in backend/device.h.) */
 #ifndef SHARDSWAP_BACKEND_CPU_CPU_H
 #define SHARDSWAP_BACKEND_CPU_CPU_H
@@ -32,5 +33,15 @@ struct cpu_matmul_ceiling {
 };
 int cpu_matmul_ceiling(int m, int n, int k, enum kern_compute cm, int threads,
                        struct cpu_matmul_ceiling *out);
+
+/* The instruction set cpu_gemv uses in this process ("avx512", "avx2",
+ * "scalar", or "avx512bf16" on request): the best the CPU has, or
+ * SHARDSWAP_ISA's when the CPU has it (otherwise the best, after one line on
+ * stderr). */
+const char *cpu_gemv_isa(void);
+/* Makes cpu_gemv use ISA `name` (NULL: the best again), for tests and
+ * benchmarks; not while a cpu_gemv runs. 0, ERR_UNSUPPORTED when the CPU
+ * lacks it, ERR_INVALID for an unknown name (the choice is then unchanged). */
+int cpu_gemv_set_isa(const char *name);
 
 #endif

@@ -1,151 +1,265 @@
 /* The fused matrix-vector product of the CPU backend's linear layers for a
- * few input rows: bound by reading the weights, so each weight row is
- * widened in registers once and fed to every input row. */
+ * few input rows: bound by reading the weights, so each weight row is read
+ * once per call and widened in registers for every input row. The kernels
+ * (gemv_<isa>.c) are chosen once per process from what the CPU has, or by
+ * SHARDSWAP_ISA. */
 #include "backend/cpu/linear.h"
 
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/gemv_isa.h"
 #include "backend/cpu/pool.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
+/* A pool task reads about this many weight bytes: long enough that claiming
+ * it costs nothing, short enough that two threads end together. Rows come
+ * in multiples of 16 so tasks write whole cache lines of y. */
+#define GEMV_TASK_BYTES (128 << 10)
+#define GEMV_MIN_TASKS 8
 
-/* Weight rows per pool task of the fused product. */
-#define GEMV_TASK_ROWS 32
-
-struct gemv_job {
-    float *y;
-    const float *x;
-    int m;
-    const struct weight_view *w;
+struct gemv_isa {
+    const char *name;
+    gemv_rows_fn rows;
+    gemv_rows_fn rows_bf16; /* bf16 weights in bf16 mode (x rounded) */
+    bool (*supported)(void);
+    bool on_request; /* never the automatic choice, only SHARDSWAP_ISA's */
 };
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-static inline __m256 load8(enum dtype t, const void *p)
+static bool has_scalar(void)
 {
-    switch (t) {
-    case DTYPE_F16:
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-    case DTYPE_BF16:
-        return _mm256_castsi256_ps(
-            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-    default:
-        return _mm256_loadu_ps((const float *)p);
-    }
+    return true;
 }
 
-static inline float hsum8(__m256 v)
+#if defined(__x86_64__) || defined(__i386__)
+static bool has_avx2(void)
 {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+}
+
+static bool has_avx512(void)
+{
+    __builtin_cpu_init();
+    return has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+}
+
+static bool has_avx512bf16(void)
+{
+    return has_avx512() && __builtin_cpu_supports("avx512bf16");
+}
+#else
+static bool has_avx2(void)
+{
+    return false;
+}
+
+static bool has_avx512(void)
+{
+    return false;
+}
+
+static bool has_avx512bf16(void)
+{
+    return false;
 }
 #endif
 
-/* Dot products of weight rows ra, rb (ra == rb when only one is left) with
- * input rows i0 .. i0 + mi - 1 (mi <= 4): a 2 x 4 register block, so each
- * widened weight vector feeds four FMAs and each input vector two. Missing
- * input rows repeat the last one and their results are dropped. */
-static void gemv_block(const struct gemv_job *j, int ra, int rb, int i0, int mi)
+/* Best first. VDPBF16PS halves the instructions of a bf16 product but ran
+ * 1.2-1.3x slower than widening and FMAs at every m on the Xeon it was
+ * measured on (bench gemv --compute bf16), so it is there to ask for. */
+static const struct gemv_isa gemv_isas[] = {
+    {"avx512bf16", gemv_rows_avx512, gemv_rows_avx512bf16, has_avx512bf16, true},
+    {"avx512", gemv_rows_avx512, gemv_rows_avx512, has_avx512, false},
+    {"avx2", gemv_rows_avx2, gemv_rows_avx2, has_avx2, false},
+    {"scalar", gemv_rows_scalar, gemv_rows_scalar, has_scalar, false},
+};
+#define GEMV_N_ISAS (int)(sizeof(gemv_isas) / sizeof(gemv_isas[0]))
+
+static const struct gemv_isa *gemv_best(void)
 {
-    const struct weight_view *w = j->w;
-    const int k = w->cols, n = w->rows;
-    const size_t es = dtype_size(w->dtype);
-    const char *wa = weight_row(w, ra), *wb = weight_row(w, rb);
-    const float *x[4];
-    for (int i = 0; i < 4; i++)
-        x[i] = j->x + (size_t)(i0 + (i < mi ? i : mi - 1)) * k;
-    float ya[4] = {0}, yb[4] = {0};
-    int c = 0;
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    for (; c + 8 <= k; c += 8) {
-        __m256 va = load8(w->dtype, wa + (size_t)c * es), vb = load8(w->dtype, wb + (size_t)c * es);
-        __m256 x0 = _mm256_loadu_ps(x[0] + c), x1 = _mm256_loadu_ps(x[1] + c);
-        __m256 x2 = _mm256_loadu_ps(x[2] + c), x3 = _mm256_loadu_ps(x[3] + c);
-        a0 = _mm256_fmadd_ps(va, x0, a0);
-        b0 = _mm256_fmadd_ps(vb, x0, b0);
-        a1 = _mm256_fmadd_ps(va, x1, a1);
-        b1 = _mm256_fmadd_ps(vb, x1, b1);
-        a2 = _mm256_fmadd_ps(va, x2, a2);
-        b2 = _mm256_fmadd_ps(vb, x2, b2);
-        a3 = _mm256_fmadd_ps(va, x3, a3);
-        b3 = _mm256_fmadd_ps(vb, x3, b3);
-    }
-    ya[0] = hsum8(a0), ya[1] = hsum8(a1), ya[2] = hsum8(a2), ya[3] = hsum8(a3);
-    yb[0] = hsum8(b0), yb[1] = hsum8(b1), yb[2] = hsum8(b2), yb[3] = hsum8(b3);
-#endif
-    for (; c < k; c++) {
-        float va, vb;
-        dtype_to_f32(w->dtype, wa + (size_t)c * es, &va, 1);
-        dtype_to_f32(w->dtype, wb + (size_t)c * es, &vb, 1);
-        for (int i = 0; i < 4; i++) {
-            ya[i] += va * x[i][c];
-            yb[i] += vb * x[i][c];
+    for (int i = 0; i < GEMV_N_ISAS; i++)
+        if (!gemv_isas[i].on_request && gemv_isas[i].supported())
+            return &gemv_isas[i];
+    return &gemv_isas[GEMV_N_ISAS - 1];
+}
+
+/* Set once (gemv_choose), or by cpu_gemv_set_isa between calls. */
+static const struct gemv_isa *_Atomic gemv_chosen;
+static pthread_once_t gemv_once = PTHREAD_ONCE_INIT;
+
+static int gemv_find(const char *name, const struct gemv_isa **out)
+{
+    for (int i = 0; i < GEMV_N_ISAS; i++)
+        if (strcmp(gemv_isas[i].name, name) == 0) {
+            if (!gemv_isas[i].supported())
+                return err_set(ERR_UNSUPPORTED, "this CPU lacks %s", name);
+            *out = &gemv_isas[i];
+            return 0;
         }
-    }
-    for (int i = 0; i < mi; i++) {
-        j->y[(size_t)(i0 + i) * n + ra] = ya[i];
-        j->y[(size_t)(i0 + i) * n + rb] = yb[i];
-    }
+    return err_set(ERR_INVALID, "unknown ISA \"%s\" (expected avx512bf16, avx512, avx2 or scalar)",
+                   name);
 }
 
-/* One input row: four accumulators hide the FMA latency; bound by memory. */
-static float gemv_dot1(const struct gemv_job *j, int r)
+static void gemv_choose(void)
 {
-    const struct weight_view *w = j->w;
-    const int k = w->cols;
-    const size_t es = dtype_size(w->dtype);
-    const char *wr = weight_row(w, r);
-    const float *x = j->x;
-    float sum = 0;
-    int c = 0;
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (; c + 32 <= k; c += 32) {
-        a0 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)c * es), _mm256_loadu_ps(x + c), a0);
-        a1 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)(c + 8) * es), _mm256_loadu_ps(x + c + 8), a1);
-        a2 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)(c + 16) * es), _mm256_loadu_ps(x + c + 16), a2);
-        a3 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)(c + 24) * es), _mm256_loadu_ps(x + c + 24), a3);
+    const char *req = getenv("SHARDSWAP_ISA");
+    const struct gemv_isa *isa = gemv_best();
+    if (req && *req && gemv_find(req, &isa) < 0) {
+        isa = gemv_best();
+        fprintf(stderr, "shardswap: SHARDSWAP_ISA: %s; using %s\n", err_msg(), isa->name);
     }
-    for (; c + 8 <= k; c += 8)
-        a0 = _mm256_fmadd_ps(load8(w->dtype, wr + (size_t)c * es), _mm256_loadu_ps(x + c), a0);
-    sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-#endif
-    for (; c < k; c++) {
-        float v;
-        dtype_to_f32(w->dtype, wr + (size_t)c * es, &v, 1);
-        sum += v * x[c];
-    }
-    return sum;
+    gemv_chosen = isa;
 }
 
-/* y[:, rows of task] for every input row. */
+const char *cpu_gemv_isa(void)
+{
+    pthread_once(&gemv_once, gemv_choose);
+    return gemv_chosen->name;
+}
+
+int cpu_gemv_set_isa(const char *name)
+{
+    pthread_once(&gemv_once, gemv_choose);
+    const struct gemv_isa *isa = gemv_best();
+    int rc = name ? gemv_find(name, &isa) : 0;
+    if (rc == 0)
+        gemv_chosen = isa;
+    return rc;
+}
+
+struct gemv_job {
+    struct gemv_args a;
+    gemv_rows_fn rows;
+    int task_rows;
+};
+
 static void gemv_task(void *ctx, int task)
 {
     const struct gemv_job *j = ctx;
-    const int n = j->w->rows;
-    int r0 = task * GEMV_TASK_ROWS, r1 = r0 + GEMV_TASK_ROWS < n ? r0 + GEMV_TASK_ROWS : n;
-    if (j->m == 1) {
-        for (int r = r0; r < r1; r++)
-            j->y[r] = gemv_dot1(j, r);
-        return;
+    int r0 = task * j->task_rows, r1 = r0 + j->task_rows;
+    j->rows(&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows);
+}
+
+/* Rows per task: about GEMV_TASK_BYTES of weights, at least
+ * GEMV_MIN_TASKS tasks when the matrix allows, a multiple of 16. */
+static int gemv_task_rows(const struct weight_view *w)
+{
+    size_t row_bytes = (size_t)w->cols * dtype_size(w->dtype);
+    size_t rows = GEMV_TASK_BYTES / (row_bytes ? row_bytes : 1);
+    size_t most = ((size_t)w->rows + GEMV_MIN_TASKS - 1) / GEMV_MIN_TASKS;
+    if (rows > most)
+        rows = most;
+    rows = (rows + 15) / 16 * 16;
+    return rows ? (int)rows : 16;
+}
+
+/* x (m rows of k) copied to rows of ldx floats (ldx >= k), rounded to
+ * bf16 when `round`, and then also as bf16 (*xb, rows of ldx) when `want_xb`,
+ * in one buffer of the calling thread, kept and grown (valid until its next
+ * call); NULL when it cannot grow. */
+static _Thread_local float *pad_buf;
+static _Thread_local size_t pad_cap; /* bytes */
+static pthread_key_t pad_key;
+static pthread_once_t pad_once = PTHREAD_ONCE_INIT;
+
+static void pad_key_make(void)
+{
+    (void)pthread_key_create(&pad_key, free);
+}
+
+/* f32_to_bf16 (core/dtype.h) inline, so that the loops over x vectorise. */
+static inline uint16_t gemv_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* nan: keep it a quiet nan */
+        return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+static inline float gemv_bf16_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static const float *gemv_pad_x(const float *x, int m, int k, size_t ldx, bool round,
+                               bool want_xb, const uint16_t **xb)
+{
+    size_t n = (size_t)m * ldx, bytes = n * (sizeof(float) + (want_xb ? sizeof(uint16_t) : 0));
+    if (bytes > pad_cap) {
+        float *p = realloc(pad_buf, bytes);
+        if (!p)
+            return NULL;
+        pthread_once(&pad_once, pad_key_make);
+        (void)pthread_setspecific(pad_key, p);
+        pad_buf = p;
+        pad_cap = bytes;
     }
-    for (int r = r0; r < r1; r += 2)
-        for (int i0 = 0; i0 < j->m; i0 += 4)
-            gemv_block(j, r, r + 1 < r1 ? r + 1 : r, i0, j->m - i0 < 4 ? j->m - i0 : 4);
+    uint16_t *b = (uint16_t *)(pad_buf + n);
+    for (int i = 0; i < m; i++) {
+        const float *src = x + (size_t)i * k;
+        float *dst = pad_buf + (size_t)i * ldx;
+        if (round)
+            for (int c = 0; c < k; c++)
+                dst[c] = gemv_bf16_f32(gemv_bf16(src[c]));
+        else
+            memcpy(dst, src, (size_t)k * sizeof(float));
+        if (want_xb)
+            for (int c = 0; c < k; c++)
+                b[(size_t)i * ldx + c] = gemv_bf16(src[c]);
+    }
+    *xb = want_xb ? b : NULL;
+    return pad_buf;
+}
+
+/* The row stride of x for the kernels. Past GEMV_PAD_M rows they read the
+ * rows' columns of one span side by side from L1; rows 2^n bytes apart map
+ * to the same L1 sets and evict each other (16 rows of 4096 floats: 16 lines
+ * per set, more than its ways), so they are copied to rows whose starts
+ * fall 17 cache lines apart modulo 4 KiB, spreading them over every set. */
+#define GEMV_PAD_M 4
+#define GEMV_PAD_PHASE 272 /* floats: 1088 bytes, 17 lines */
+
+static size_t gemv_ldx(int m, int k)
+{
+    if (m <= GEMV_PAD_M)
+        return (size_t)k;
+    return (size_t)k + (size_t)((GEMV_PAD_PHASE - k % 1024 + 1024) % 1024);
 }
 
 int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
              enum kern_compute cm)
 {
-    if (cm == KERN_COMPUTE_BF16 && !(x = cpu_round_bf16(x, (size_t)m * w->cols)))
-        return err_set(ERR_NOMEM, "out of host memory for %d x %d bf16 activations", m,
-                       w->cols);
-    struct gemv_job j = {.y = y, .x = x, .m = m, .w = w};
-    cpu_kernels_run(gemv_task, &j, (w->rows + GEMV_TASK_ROWS - 1) / GEMV_TASK_ROWS);
+    pthread_once(&gemv_once, gemv_choose);
+    const struct gemv_isa *isa = gemv_chosen;
+    gemv_rows_fn rows = isa->rows;
+    const int k = w->cols;
+    size_t ldx = gemv_ldx(m, k);
+    const uint16_t *xb = NULL;
+    bool dp = cm == KERN_COMPUTE_BF16 && w->dtype == DTYPE_BF16 && isa->rows_bf16 != isa->rows;
+    if (cm == KERN_COMPUTE_BF16 && w->dtype == DTYPE_BF16)
+        rows = isa->rows_bf16;
+    if (ldx != (size_t)k || cm == KERN_COMPUTE_BF16) {
+        if (!(x = gemv_pad_x(x, m, k, ldx, cm == KERN_COMPUTE_BF16, dp, &xb)))
+            return err_set(ERR_NOMEM, "out of host memory for %d x %d activations", m, k);
+    }
+    struct gemv_job j = {
+        .a = {.y = y, .ldy = (size_t)w->rows, .x = x, .ldx = ldx, .xb = xb, .m = m, .w = w},
+        .rows = rows,
+        .task_rows = gemv_task_rows(w),
+    };
+    cpu_kernels_run(gemv_task, &j, (w->rows + j.task_rows - 1) / j.task_rows);
     return 0;
 }

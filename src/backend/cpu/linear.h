@@ -16,7 +16,7 @@
 
 /* Up to this many input rows a linear layer is bound by reading its weights:
  * cpu_gemv; above, cpu_matmul. */
-#define CPU_GEMV_MAX_M 8
+#define CPU_GEMV_MAX_M 16
 
 /* Fused matrix-vector product: one pass over the weights for all m rows. */
 int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,

@@ -1,0 +1,210 @@
+/* The fused GEMV written once for every vector width: included by each
+ * gemv_<isa>.c after it defines
+ *
+ *   gv_t                 a vector of GV_LANES floats
+ *   gv_zero()            all zeros
+ *   gv_load_f32(p)       GV_LANES floats from p (unaligned)
+ *   gv_load_f16(p)       GV_LANES f16 at p widened
+ *   gv_load_bf16(p)      GV_LANES bf16 at p widened
+ *   gv_fma(a, b, c)      a * b + c
+ *   gv_hsum(v)           the sum of v's lanes
+ *   GEMV_ROWS_FN         the name of the gemv_rows_fn to define
+ *
+ * A kernel whose operands are not widened floats (VDPBF16PS: pairs of bf16)
+ * defines instead GV_COLS columns per step, GV_WT / GV_XT the weight and
+ * input operand types, gv_load_w(t, row, c), gv_load_x(p), GV_XELEM and
+ * GV_XROWS(a) (the input rows' element type and start), gv_fma(w, x, acc),
+ * and GEMV_BF16_ONLY when it takes bf16 weights alone.
+ *
+ * The product is bound by reading the weights, so each widened weight vector
+ * feeds GEMV_MB input rows and each input vector GEMV_R weight rows: a
+ * GEMV_R x GEMV_MB block of accumulators, with the weight rows of a block
+ * kept hot in L1/L2 while the input rows go by in groups of GEMV_MB. */
+#include "backend/cpu/gemv_isa.h"
+
+#include <stdbool.h>
+
+#include "core/dtype.h"
+
+#define GEMV_R 4   /* weight rows per block */
+#define GEMV_MB 4  /* input rows per block */
+#define GEMV_MT 16 /* input rows sharing one pass over the weights */
+/* Weight bytes prefetched ahead of the loads: the hardware prefetcher alone
+ * left a single input row at 0.87 of read bandwidth with f16/bf16 weights,
+ * 1.0 with this (bench gemv, 1 and 2 threads). In blocks of 3-4 input rows
+ * only for up to 4 rows, or for short weight rows (opt-125m's 768 columns:
+ * 8 rows from 2.1x to 1.6x one row); with more rows of 4096 f16/bf16
+ * columns it cost 15-20% (the FMAs bind there, and it takes load slots). */
+#define GEMV_PF_BYTES 2048
+#define GEMV_PF_ROW_BYTES 4096
+#ifndef GEMV_KC
+#define GEMV_KC 256 /* columns per span when more than GEMV_MB rows share it */
+#endif
+
+#define GEMV_INLINE static inline __attribute__((always_inline))
+
+#ifndef GV_COLS
+#define GV_COLS GV_LANES
+#define GV_WT gv_t
+#define GV_XT gv_t
+#define GV_XELEM float
+#define GV_XROWS(a) ((a)->x)
+#define gv_load_x(p) gv_load_f32(p)
+
+GEMV_INLINE gv_t gv_load_w(enum dtype t, const char *row, int c)
+{
+    switch (t) {
+    case DTYPE_F16:
+        return gv_load_f16(row + (size_t)c * 2);
+    case DTYPE_BF16:
+        return gv_load_bf16(row + (size_t)c * 2);
+    default:
+        return gv_load_f32(row + (size_t)c * 4);
+    }
+}
+
+#endif
+
+GEMV_INLINE float gv_elem_w(enum dtype t, const char *row, int c)
+{
+    uint16_t h;
+    switch (t) {
+    case DTYPE_F16:
+        __builtin_memcpy(&h, row + (size_t)c * 2, 2);
+        return f16_to_f32(h);
+    case DTYPE_BF16: {
+        __builtin_memcpy(&h, row + (size_t)c * 2, 2);
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        __builtin_memcpy(&f, &u, 4);
+        return f;
+    }
+    default: {
+        float f;
+        __builtin_memcpy(&f, row + (size_t)c * 4, 4);
+        return f;
+    }
+    }
+}
+
+/* Columns [c0, c1) (whole vectors) of weight rows r .. r + R - 1 times
+ * input rows i0 .. i0 + M - 1, added to part[p][i0 + i]. R and M are
+ * constants after inlining, so the accumulators live in registers. */
+GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
+                            const int M, int c0, int c1, bool pf, gv_t part[GEMV_R][GEMV_MT])
+{
+    const char *wr[GEMV_R];
+    const GV_XELEM *xr[GEMV_MB];
+    gv_t acc[GEMV_R][GEMV_MB];
+#pragma GCC unroll 4
+    for (int p = 0; p < R; p++)
+        wr[p] = weight_row(a->w, r + p);
+#pragma GCC unroll 4
+    for (int i = 0; i < M; i++)
+        xr[i] = GV_XROWS(a) + (size_t)(i0 + i) * a->ldx;
+#pragma GCC unroll 4
+    for (int p = 0; p < R; p++)
+#pragma GCC unroll 4
+        for (int i = 0; i < M; i++)
+            acc[p][i] = part[p][i0 + i];
+    for (int c = c0; c < c1; c += GV_COLS) {
+        GV_WT wv[GEMV_R];
+#pragma GCC unroll 4
+        for (int p = 0; p < R; p++)
+            wv[p] = gv_load_w(t, wr[p], c);
+#if GV_COLS >= 8
+        if (M <= 2 || pf)
+#pragma GCC unroll 4
+            for (int p = 0; p < R; p++)
+                __builtin_prefetch(wr[p] + (size_t)c * (t == DTYPE_F32 ? 4 : 2) + GEMV_PF_BYTES);
+#endif
+#pragma GCC unroll 4
+        for (int i = 0; i < M; i++) {
+            GV_XT xv = gv_load_x(xr[i] + c);
+#pragma GCC unroll 4
+            for (int p = 0; p < R; p++)
+                acc[p][i] = gv_fma(wv[p], xv, acc[p][i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < R; p++)
+#pragma GCC unroll 4
+        for (int i = 0; i < M; i++)
+            part[p][i0 + i] = acc[p][i];
+}
+
+/* Input rows i0 .. i0 + mt - 1 (mt <= GEMV_MT) against R weight rows from
+ * r. Up to GEMV_MB rows run over all columns at once; more go by in groups
+ * of GEMV_MB over GEMV_KC columns at a time, so that the weights' and the
+ * inputs' columns of that span stay in L1 while every group uses them. */
+GEMV_INLINE void gemv_rowgroup(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
+                               int mt)
+{
+    const int k = a->w->cols, kv = k / GV_COLS * GV_COLS;
+    const int kc = mt <= GEMV_MB ? kv : GEMV_KC;
+    /* prefetching in blocks of 3-4 input rows: see GEMV_PF_BYTES */
+    const bool pf = mt <= GEMV_MB || (size_t)k * (t == DTYPE_F32 ? 4 : 2) <= GEMV_PF_ROW_BYTES;
+    gv_t part[GEMV_R][GEMV_MT];
+#pragma GCC unroll 4
+    for (int p = 0; p < R; p++)
+        for (int i = 0; i < mt; i++)
+            part[p][i] = gv_zero();
+    for (int c0 = 0; c0 < kv; c0 += kc) {
+        int c1 = c0 + kc < kv ? c0 + kc : kv, ib = 0;
+        for (; ib + GEMV_MB <= mt; ib += GEMV_MB)
+            gemv_block(a, t, r, R, i0 + ib, GEMV_MB, c0, c1, pf, part);
+        switch (mt - ib) {
+        case 1:
+            gemv_block(a, t, r, R, i0 + ib, 1, c0, c1, pf, part);
+            break;
+        case 2:
+            gemv_block(a, t, r, R, i0 + ib, 2, c0, c1, pf, part);
+            break;
+        case 3:
+            gemv_block(a, t, r, R, i0 + ib, 3, c0, c1, pf, part);
+            break;
+        }
+    }
+    /* the sums, the columns after the last whole vector, the results */
+    for (int p = 0; p < R; p++) {
+        const char *wr = weight_row(a->w, r + p);
+        for (int i = 0; i < mt; i++) {
+            const float *xr = a->x + (size_t)(i0 + i) * a->ldx;
+            float s = gv_hsum(part[p][i]);
+            for (int c = kv; c < k; c++)
+                s += gv_elem_w(t, wr, c) * xr[c];
+            a->y[(size_t)(i0 + i) * a->ldy + r + p] = s;
+        }
+    }
+}
+
+GEMV_INLINE void gemv_rows_typed(const struct gemv_args *a, enum dtype t, int r0, int r1)
+{
+    for (int i0 = 0; i0 < a->m; i0 += GEMV_MT) {
+        int mt = a->m - i0 < GEMV_MT ? a->m - i0 : GEMV_MT, r = r0;
+        for (; r + GEMV_R <= r1; r += GEMV_R)
+            gemv_rowgroup(a, t, r, GEMV_R, i0, mt);
+        for (; r < r1; r++)
+            gemv_rowgroup(a, t, r, 1, i0, mt);
+    }
+}
+
+void GEMV_ROWS_FN(const struct gemv_args *a, int r0, int r1)
+{
+    /* one loop per dtype: the conversion is chosen outside the inner loop */
+#ifdef GEMV_BF16_ONLY
+    gemv_rows_typed(a, DTYPE_BF16, r0, r1);
+#else
+    switch (a->w->dtype) {
+    case DTYPE_F16:
+        gemv_rows_typed(a, DTYPE_F16, r0, r1);
+        break;
+    case DTYPE_BF16:
+        gemv_rows_typed(a, DTYPE_BF16, r0, r1);
+        break;
+    default:
+        gemv_rows_typed(a, DTYPE_F32, r0, r1);
+        break;
+    }
+#endif
+}

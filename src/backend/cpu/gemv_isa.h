@@ -1,0 +1,37 @@
+/* The fused GEMV's kernels, one per instruction set, each in its own
+ * translation unit compiled for that set (CMakeLists.txt); gemv.c picks one
+ * per process at run time. Internal to backend/cpu/. */
+#ifndef SHARDSWAP_BACKEND_CPU_GEMV_ISA_H
+#define SHARDSWAP_BACKEND_CPU_GEMV_ISA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/weight.h"
+
+/* One call's operands: y[i * ldy + r] = x[i * ldx ...] . w[r] for the m
+ * input rows. xb, when not NULL, is x rounded to bf16 (m * w.cols, nearest
+ * even) for a kernel that multiplies bf16 pairs (VDPBF16PS); x is then that
+ * rounding widened back, so either gives the bf16 mode's result. */
+struct gemv_args {
+    float *y;
+    size_t ldy;
+    const float *x;
+    size_t ldx;
+    const uint16_t *xb;
+    int m;
+    const struct weight_view *w;
+};
+
+/* Weight rows [r0, r1) for every input row. Runs on a pool thread; reads
+ * and writes nothing but its operands. */
+typedef void (*gemv_rows_fn)(const struct gemv_args *a, int r0, int r1);
+
+void gemv_rows_scalar(const struct gemv_args *a, int r0, int r1);
+void gemv_rows_avx2(const struct gemv_args *a, int r0, int r1);
+void gemv_rows_avx512(const struct gemv_args *a, int r0, int r1);
+/* gemv_rows_avx512 with bf16 weights times xb by VDPBF16PS (AVX512-BF16);
+ * other dtypes, or xb NULL, as gemv_rows_avx512. */
+void gemv_rows_avx512bf16(const struct gemv_args *a, int r0, int r1);
+
+#endif

@@ -1,0 +1,195 @@
+/* shardswap bench gemv: the CPU backend's fused GEMV (decode's linear
+ * layers) per weight dtype, thread count and number of input rows, its
+ * weight bytes per second set against a plain read of memory measured in
+ * the same run with the same threads, and each row count's cost against one
+ * row's. Several copies of the matrix are cycled through so that the
+ * weights come from memory, not from the last-level cache, as a model's
+ * layers do. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/linear.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/cpus.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/jsonout.h"
+#include "core/membw.h"
+#include "core/timing.h"
+
+#define BENCH_GEMV_MAX_M 16
+#define BENCH_GEMV_PASSES 7
+
+struct bench_gemv {
+    int rows, cols, copies;
+    double min_s; /* time each measurement at least this long */
+    enum kern_compute cm;
+};
+
+/* w pointed at copy c of the weights, `bytes` apart from base. */
+static const struct weight_view *bench_gemv_copy(struct weight_view *w, const char *base,
+                                                 size_t bytes, int c)
+{
+    w->data = base + bytes * (size_t)c;
+    return w;
+}
+
+/* Seconds per call of cpu_gemv with m input rows: passes through every copy
+ * of the weights (w's, then every `bytes` on; a pass is at least min_s),
+ * best of BENCH_GEMV_PASSES. Short passes and the best of many keep out
+ * another process's bursts on a shared machine. */
+static double bench_gemv_time(const struct bench_gemv *b, struct weight_view w, size_t bytes,
+                              float *y, const float *x, int m, int *rc)
+{
+    const char *base = w.data;
+    double best = 1e30;
+    for (int c = 0; c < b->copies && *rc == 0; c++) /* warm-up pass */
+        *rc = cpu_gemv(y, x, m, bench_gemv_copy(&w, base, bytes, c), b->cm);
+    for (int rep = 0; rep < BENCH_GEMV_PASSES && *rc == 0; rep++) {
+        long calls = 0;
+        double t0 = time_now(), t;
+        do {
+            for (int c = 0; c < b->copies && *rc == 0; c++, calls++)
+                *rc = cpu_gemv(y, x, m, bench_gemv_copy(&w, base, bytes, c), b->cm);
+        } while ((t = time_now() - t0) < b->min_s && *rc == 0);
+        if (t / calls < best)
+            best = t / calls;
+    }
+    return best;
+}
+
+/* Weights in huge pages where the kernel allows, as a CPU device's arena
+ * and membw_read's buffers have them; NULL when out of memory. */
+static char *bench_gemv_map(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+static void bench_gemv_unmap(char *p, size_t bytes)
+{
+    if (p)
+        munmap(p, bytes);
+}
+
+int bench_gemv(int argc, char **argv)
+{
+    int rows = 4096, cols = 4096, footprint_mb = 1024;
+    const char *isa = NULL, *compute = "f32";
+    bool json = false;
+    struct flag flags[] = {
+        FLAG_RANGE("rows", FLAG_INT, &rows, "N", "weight rows, outputs (default 4096)", 16, 1 << 20,
+                   "16..1048576"),
+        FLAG_RANGE("cols", FLAG_INT, &cols, "K", "weight columns, inputs (default 4096)", 16,
+                   1 << 20, "16..1048576"),
+        FLAG("isa", FLAG_STR, &isa, "NAME",
+             "kernel: avx512bf16, avx512, avx2 or scalar (default: the best this CPU has)"),
+        FLAG("compute", FLAG_STR, &compute, "f32|bf16", "compute mode (default f32)"),
+        FLAG_RANGE("footprint-mb", FLAG_INT, &footprint_mb, "MB",
+                   "weights cycled through per dtype, above the last-level cache (default 1024)", 1,
+                   1 << 20, "1..1048576"),
+        FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of a table"),
+    };
+    int rc = args_parse("bench gemv",
+                        "Measures the CPU backend's fused GEMV (y = x @ w^T for 1..16 input "
+                        "rows) per weight dtype on 1 and 2 threads: ms per call, weight GB/s, "
+                        "the ratio to a plain read of memory in the same run, and the cost of "
+                        "m rows against one.",
+                        argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
+    if (rc)
+        return rc;
+    struct bench_gemv b = {.rows = rows, .cols = cols, .min_s = 0.05};
+    if (strcmp(compute, "f32") == 0)
+        b.cm = KERN_COMPUTE_F32;
+    else if (strcmp(compute, "bf16") == 0)
+        b.cm = KERN_COMPUTE_BF16;
+    else
+        return args_range_fail("bench gemv", "compute", compute, "f32 or bf16");
+    if (isa && cpu_gemv_set_isa(isa) < 0)
+        return args_usage_fail("bench gemv");
+    static const enum dtype dtypes[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    static const int ms[] = {1, 2, 4, 8, 16};
+    int max_threads = cpus_usable() < 2 ? cpus_usable() : 2;
+    size_t nx = (size_t)BENCH_GEMV_MAX_M * cols;
+    float *x = malloc(nx * sizeof(float));
+    float *y = malloc((size_t)BENCH_GEMV_MAX_M * rows * sizeof(float));
+    char *wbuf = NULL;
+    size_t wbytes = 0;
+    json_t *results = json ? json_array() : NULL;
+    if (!x || !y) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    cpu_set_threads(max_threads);
+    for (size_t i = 0; i < nx; i++)
+        x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    if (!json)
+        printf("gemv isa %s, %d x %d weights, compute %s, %d MB cycled per dtype\n"
+               "%-5s %7s %3s %9s %9s %9s %8s %8s\n",
+               cpu_gemv_isa(), rows, cols, compute, footprint_mb, "dtype", "threads", "m",
+               "ms/call", "GB/s", "read GB/s", "/read", "/m=1");
+    for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]) && rc == 0; d++) {
+        size_t mbytes = (size_t)rows * cols * dtype_size(dtypes[d]);
+        b.copies = (int)(((size_t)footprint_mb << 20) / mbytes);
+        if (b.copies < 1)
+            b.copies = 1;
+        bench_gemv_unmap(wbuf, wbytes);
+        wbytes = mbytes * b.copies;
+        if (!(wbuf = bench_gemv_map(wbytes))) {
+            rc = err_set(ERR_NOMEM, "out of memory for %d copies of %zu bytes", b.copies, mbytes);
+            break;
+        }
+        /* small values of every dtype: 0x3c00-ish halves and a few floats */
+        for (size_t i = 0; i < mbytes * b.copies; i++)
+            wbuf[i] = (char)(dtypes[d] == DTYPE_F32 ? (i % 4 == 3 ? 0x3c : i) : (i % 2 ? 0x3c : i));
+        struct weight_view w = {
+            .dtype = dtypes[d], .data = wbuf, .rows = rows, .cols = cols, .ld = (size_t)cols};
+        for (int t = 1; t <= max_threads && rc == 0; t++) {
+            /* the pool keeps the threads it started with: one thread is
+             * this one computing alone */
+            cpu_kernels_single_thread(t == 1);
+            double read = membw_read(t, (size_t)256 << 20, BENCH_GEMV_PASSES), one = 0;
+            for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]) && rc == 0; im++) {
+                double s = bench_gemv_time(&b, w, mbytes, y, x, ms[im], &rc);
+                if (rc < 0)
+                    break;
+                if (ms[im] == 1)
+                    one = s;
+                double gbs = mbytes / s / 1e9;
+                if (json)
+                    json_array_append_new(
+                        results,
+                        json_pack("{s:s, s:i, s:i, s:o, s:o, s:o, s:o, s:o}", "dtype",
+                                  dtype_name(dtypes[d]), "threads", t, "m", ms[im], "ms_per_call",
+                                  jsonout_real(s * 1e3, 4), "weight_gb_s", jsonout_real(gbs, 3),
+                                  "read_gb_s", jsonout_real(read / 1e9, 3), "vs_read",
+                                  jsonout_real(gbs * 1e9 / read, 3), "vs_m1",
+                                  jsonout_real(s / one, 3)));
+                else
+                    printf("%-5s %7d %3d %9.3f %9.2f %9.2f %8.2f %8.2f\n", dtype_name(dtypes[d]), t,
+                           ms[im], s * 1e3, gbs, read / 1e9, gbs * 1e9 / read, s / one);
+            }
+        }
+    }
+    if (rc == 0 && json)
+        rc =
+            jsonout_print(json_pack("{s:s, s:i, s:i, s:s, s:o}", "gemv_isa", cpu_gemv_isa(), "rows",
+                                    rows, "cols", cols, "compute", compute, "results", results));
+    else
+        json_decref(results);
+out:
+    bench_gemv_unmap(wbuf, wbytes);
+    free(x);
+    free(y);
+    return rc < 0 ? cli_fail("bench gemv") : 0;
+}
