@@ -18,6 +18,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/gemv_isa.h"
 #include "backend/cpu/pool.h"
+#include "backend/cpu/scratch.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -172,20 +173,6 @@ static int gemv_task_rows(const struct weight_view *w)
     return rows ? (int)rows : 16;
 }
 
-/* x (m rows of k) copied to rows of ldx floats (ldx >= k), rounded to
- * bf16 when `round`, and then also as bf16 (*xb, rows of ldx) when `want_xb`,
- * in one buffer of the calling thread, kept and grown (valid until its next
- * call); NULL when it cannot grow. */
-static _Thread_local float *pad_buf;
-static _Thread_local size_t pad_cap; /* bytes */
-static pthread_key_t pad_key;
-static pthread_once_t pad_once = PTHREAD_ONCE_INIT;
-
-static void pad_key_make(void)
-{
-    (void)pthread_key_create(&pad_key, free);
-}
-
 /* f32_to_bf16 (core/dtype.h) inline, so that the loops over x vectorise. */
 static inline uint16_t gemv_bf16(float f)
 {
@@ -204,19 +191,17 @@ static inline float gemv_bf16_f32(uint16_t h)
     return f;
 }
 
+/* x (m rows of k) copied to rows of ldx floats (ldx >= k), rounded to
+ * bf16 when `round`, and then also as bf16 (*xb, rows of ldx) when `want_xb`,
+ * in the calling thread's scratch (valid until its next call); NULL when it
+ * cannot grow. */
 static const float *gemv_pad_x(const float *x, int m, int k, size_t ldx, bool round,
                                bool want_xb, const uint16_t **xb)
 {
     size_t n = (size_t)m * ldx, bytes = n * (sizeof(float) + (want_xb ? sizeof(uint16_t) : 0));
-    if (bytes > pad_cap) {
-        float *p = realloc(pad_buf, bytes);
-        if (!p)
-            return NULL;
-        pthread_once(&pad_once, pad_key_make);
-        (void)pthread_setspecific(pad_key, p);
-        pad_buf = p;
-        pad_cap = bytes;
-    }
+    float *pad_buf = cpu_scratch(CPU_SCRATCH_GEMV_X, bytes);
+    if (!pad_buf)
+        return NULL;
     uint16_t *b = (uint16_t *)(pad_buf + n);
     for (int i = 0; i < m; i++) {
         const float *src = x + (size_t)i * k;

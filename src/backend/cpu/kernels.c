@@ -4,6 +4,7 @@
 
 #include "backend/cpu/linear.h"
 #include "backend/cpu/pool.h"
+#include "backend/cpu/scratch.h"
 #include "core/error.h"
 
 #include <assert.h>
@@ -37,28 +38,11 @@ void cpu_kernels_run(pool_task_fn fn, void *ctx, int n_tasks)
         fn(ctx, i);
 }
 
-/* x rounded to bf16 for bf16 mode: one buffer per thread, kept and grown. */
-static _Thread_local float *round_buf;
-static _Thread_local size_t round_cap;
-static pthread_key_t round_key;
-static pthread_once_t round_once = PTHREAD_ONCE_INIT;
-
-static void round_key_make(void)
-{
-    (void)pthread_key_create(&round_key, free);
-}
-
 const float *cpu_round_bf16(const float *x, size_t n)
 {
-    if (n > round_cap) {
-        float *p = realloc(round_buf, n * sizeof(float));
-        if (!p)
-            return NULL;
-        pthread_once(&round_once, round_key_make);
-        (void)pthread_setspecific(round_key, p);
-        round_buf = p;
-        round_cap = n;
-    }
+    float *round_buf = cpu_scratch(CPU_SCRATCH_ROUND, n * sizeof(float));
+    if (!round_buf)
+        return NULL;
     /* f32_to_bf16 and back, written so the compiler vectorises it (a
      * function call per element cost 15% of a bf16 prefill) */
     const uint32_t *in = (const uint32_t *)(const void *)x;

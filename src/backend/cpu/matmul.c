@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "backend/cpu/pool.h"
+#include "backend/cpu/scratch.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/timing.h"
@@ -48,44 +49,6 @@
 /* Primitives kept: the shapes of one model's prefill at a few prompt
  * lengths (4 to 6 shapes per length); more evicts the least recently used. */
 #define PRIM_CACHE_SIZE 32
-
-/* ---- per-thread scratch ---- */
-
-/* A buffer of the calling thread, kept and grown, freed at thread exit. */
-struct scratch {
-    void *p;
-    size_t cap;
-};
-
-/* 0: a converted weight block, 1: x in bf16, 2: a task's output block,
- * 3: the primitive's scratchpad */
-#define SCRATCH_SLOTS 4
-static pthread_key_t scratch_key[SCRATCH_SLOTS];
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static _Thread_local struct scratch scratch_tl[SCRATCH_SLOTS];
-
-static void scratch_keys_make(void)
-{
-    for (int i = 0; i < SCRATCH_SLOTS; i++)
-        (void)pthread_key_create(&scratch_key[i], free);
-}
-
-/* Scratch slot i of at least bytes (64-byte aligned), or NULL. */
-static void *scratch_get(int i, size_t bytes)
-{
-    struct scratch *s = &scratch_tl[i];
-    if (bytes <= s->cap)
-        return s->p;
-    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!p)
-        return NULL;
-    pthread_once(&scratch_once, scratch_keys_make);
-    free(s->p);
-    (void)pthread_setspecific(scratch_key[i], p);
-    s->p = p;
-    s->cap = bytes;
-    return p;
-}
 
 /* ---- engine, streams ---- */
 
@@ -348,7 +311,7 @@ static int dnnl_matmul_run(float *y, size_t ldy, const void *a, int m, const voi
         m, n, k);
     const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t sbytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
-    void *spad = scratch_get(3, sbytes ? sbytes : 64);
+    void *spad = cpu_scratch(CPU_SCRATCH_MM_PAD, sbytes ? sbytes : 64);
     if (!spad) {
         rc = err_set(ERR_NOMEM, "out of host memory for a %zu-byte matmul scratchpad", sbytes);
         goto out;
@@ -414,7 +377,7 @@ static void mm_task(void *ctx, int task)
     size_t ld = w->ld;
     int rc = 0;
     if (j->convert) {
-        void *blk = scratch_get(0, (size_t)nb * k * (j->dt == dnnl_bf16 ? 2 : 4));
+        void *blk = cpu_scratch(CPU_SCRATCH_MM_BLOCK, (size_t)nb * k * (j->dt == dnnl_bf16 ? 2 : 4));
         if (!blk) {
             rc = err_set(ERR_NOMEM, "out of host memory for a %d x %d weight block", nb, k);
             goto out;
@@ -429,7 +392,7 @@ static void mm_task(void *ctx, int task)
     }
     /* oneDNN's brgemm wants a dense output (a strided one runs gemm:jit,
      * ~12% slower): the block goes through scratch into y's columns */
-    float *yb = scratch_get(2, (size_t)j->m * nb * sizeof(float));
+    float *yb = cpu_scratch(CPU_SCRATCH_MM_Y, (size_t)j->m * nb * sizeof(float));
     if (!yb) {
         rc = err_set(ERR_NOMEM, "out of host memory for a %d x %d output block", j->m, nb);
         goto out;
@@ -474,7 +437,7 @@ int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w, enu
     bool bf16 = cm == KERN_COMPUTE_BF16 && (native_bf16 < 0 ? engine_amx : native_bf16 > 0);
     if (bf16) {
         /* x to bf16, then bf16 weights in place, others converted */
-        uint16_t *xb = scratch_get(1, (size_t)m * k * sizeof(uint16_t));
+        uint16_t *xb = cpu_scratch(CPU_SCRATCH_MM_XB, (size_t)m * k * sizeof(uint16_t));
         if (!xb)
             return err_set(ERR_NOMEM, "out of host memory for %d x %d bf16 activations", m, k);
         for (size_t i = 0; i < (size_t)m * k; i++)

@@ -1,0 +1,25 @@
+/* Scratch buffers of the CPU kernels, one set per thread: kept and grown,
+ * so a kernel allocates nothing once warm, and freed when the thread exits.
+ * Internal to backend/cpu/. Each user has its own slot, so one kernel's
+ * buffer is never another's. */
+#ifndef SHARDSWAP_BACKEND_CPU_SCRATCH_H
+#define SHARDSWAP_BACKEND_CPU_SCRATCH_H
+
+#include <stddef.h>
+
+enum cpu_scratch_slot {
+    CPU_SCRATCH_ROUND,    /* cpu_round_bf16: x rounded to bf16 */
+    CPU_SCRATCH_GEMV_X,   /* gemv: x padded to its row stride (and in bf16) */
+    CPU_SCRATCH_MM_BLOCK, /* matmul: a block of weights converted */
+    CPU_SCRATCH_MM_XB,    /* matmul: x in bf16 */
+    CPU_SCRATCH_MM_Y,     /* matmul: a task's output block */
+    CPU_SCRATCH_MM_PAD,   /* matmul: the primitive's scratchpad */
+    CPU_SCRATCH_SLOTS
+};
+
+/* The calling thread's buffer of slot, at least bytes long and 64-byte
+ * aligned; its contents are not kept when it grows. NULL when it cannot
+ * grow (the old buffer stays). */
+void *cpu_scratch(enum cpu_scratch_slot slot, size_t bytes);
+
+#endif
