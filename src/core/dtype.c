@@ -93,20 +93,6 @@ uint16_t f32_to_f16(float f)
     return sign | (uint16_t)(ax >> 13);
 }
 
-float bf16_to_f32(uint16_t h)
-{
-    return bits_f32((uint32_t)h << 16);
-}
-
-uint16_t f32_to_bf16(float f)
-{
-    uint32_t x = f32_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) /* nan: keep it a quiet nan */
-        return (uint16_t)((x >> 16) | 0x40);
-    x += 0x7fffu + ((x >> 16) & 1);
-    return (uint16_t)(x >> 16);
-}
-
 void dtype_to_f32(enum dtype t, const void *src, float *dst, size_t n)
 {
     switch (t) {

@@ -173,24 +173,6 @@ static int gemv_task_rows(const struct weight_view *w)
     return rows ? (int)rows : 16;
 }
 
-/* f32_to_bf16 (core/dtype.h) inline, so that the loops over x vectorise. */
-static inline uint16_t gemv_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* nan: keep it a quiet nan */
-        return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
-
-static inline float gemv_bf16_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* x (m rows of k) copied to rows of ldx floats (ldx >= k), rounded to
  * bf16 when `round`, and then also as bf16 (*xb, rows of ldx) when `want_xb`,
  * in the calling thread's scratch (valid until its next call); NULL when it
@@ -208,12 +190,12 @@ static const float *gemv_pad_x(const float *x, int m, int k, size_t ldx, bool ro
         float *dst = pad_buf + (size_t)i * ldx;
         if (round)
             for (int c = 0; c < k; c++)
-                dst[c] = gemv_bf16_f32(gemv_bf16(src[c]));
+                dst[c] = bf16_round(src[c]);
         else
             memcpy(dst, src, (size_t)k * sizeof(float));
         if (want_xb)
             for (int c = 0; c < k; c++)
-                b[(size_t)i * ldx + c] = gemv_bf16(src[c]);
+                b[(size_t)i * ldx + c] = f32_to_bf16(src[c]);
     }
     *xb = want_xb ? b : NULL;
     return pad_buf;
