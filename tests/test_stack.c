@@ -370,7 +370,7 @@ static void test_errors(void)
     /* a precision that does not exist, for the stack and for one model */
     c = serve_config(1);
     c.compute = "f8";
-    expect_open_fails(&c, ERR_INVALID, "stack compute f8", "f8", "expected f32 or bf16",
+    expect_open_fails(&c, ERR_INVALID, "stack compute f8", "f8", "expected f32, bf16 or auto",
                       (char *)NULL);
     c = serve_config(1);
     m[0] = serve_models[0];

@@ -33,6 +33,17 @@ int kern_compute_parse(const char *s, enum kern_compute *out)
     return 0;
 }
 
+int kern_compute_choice(const char *s, bool *set, enum kern_compute *out)
+{
+    *set = false;
+    if (!s || strcmp(s, "auto") == 0)
+        return 0;
+    if (kern_compute_parse(s, out) < 0)
+        return err_set(ERR_INVALID, "compute precision '%s': expected f32, bf16 or auto", s);
+    *set = true;
+    return 0;
+}
+
 int kern_linear(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
                 const float *bias, enum kern_compute c)
 {

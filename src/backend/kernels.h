@@ -15,6 +15,7 @@
 #ifndef SHARDSWAP_BACKEND_KERNELS_H
 #define SHARDSWAP_BACKEND_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,6 +52,10 @@ enum kern_compute {
 /* "f32" / "bf16", and back (0, or ERR_INVALID naming the choices). */
 const char *kern_compute_name(enum kern_compute c);
 int kern_compute_parse(const char *s, enum kern_compute *out);
+/* A precision as a user configures it: "f32" or "bf16" (*set true, *out
+ * that one), or NULL or "auto" (*set false: the checkpoint's,
+ * opt_compute_default). 0, or ERR_INVALID naming the three choices. */
+int kern_compute_choice(const char *s, bool *set, enum kern_compute *out);
 
 /* y[m, w.rows] = x[m, w.cols] @ w^T (+ bias[w.rows] when not NULL): torch's
  * Linear, computed in precision c. x and y are dense (row stride = width)

@@ -188,12 +188,8 @@ int cli_fail(const char *cmd)
 
 int cli_compute(const char *s, bool *set, enum kern_compute *c)
 {
-    *set = false;
-    if (!s || strcmp(s, "auto") == 0)
-        return 0;
-    if (kern_compute_parse(s, c) < 0)
+    if (kern_compute_choice(s, set, c) < 0)
         return err_set(ERR_INVALID, "--compute %s: expected f32, bf16 or auto", s);
-    *set = true;
     return 0;
 }
 

@@ -121,8 +121,7 @@ static int bench_forward(int argc, char **argv)
              "threads, at most the CPUs this process may use (default 0: all of them)"),
         FLAG_RANGE("repeat", FLAG_INT, &repeat, "R", "best of R runs (default 3)", 1, 1000,
                    "1..1000"),
-        FLAG("compute", FLAG_STR, &compute, "f32|bf16",
-             "linear layers' precision (default: the checkpoint's, opt_compute_default)"),
+        COMPUTE_FLAG(&compute),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of a table"),
     };
     int rc = args_parse("bench forward",
@@ -142,15 +141,16 @@ static int bench_forward(int argc, char **argv)
         snprintf(range, sizeof(range), "0..%d, the CPUs this process may use; 0 = all", cpus);
         return args_range_fail("bench forward", "threads", v, range);
     }
-    enum kern_compute cm = KERN_COMPUTE_F32;
-    if (compute && kern_compute_parse(compute, &cm) < 0)
-        return cli_fail("bench forward");
+    enum kern_compute cm;
+    bool cm_set;
+    if (cli_compute(compute, &cm_set, &cm) < 0)
+        return args_usage_fail("bench forward");
     cpu_set_threads(threads);
     threads = cpu_threads();
     struct opt_model *m = NULL;
     if ((rc = opt_model_open(dir, &m)) < 0)
         return cli_fail("bench forward");
-    if (compute)
+    if (cm_set)
         m->compute = cm;
     if (prompt_len + gen > m->cfg.max_pos) {
         err_set(ERR_INVALID, "--prompt-len + --gen = %d exceeds the model's %d positions",

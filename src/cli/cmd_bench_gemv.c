@@ -109,11 +109,7 @@ int bench_gemv(int argc, char **argv)
     if (rc)
         return rc;
     struct bench_gemv b = {.rows = rows, .cols = cols, .min_s = 0.05};
-    if (strcmp(compute, "f32") == 0)
-        b.cm = KERN_COMPUTE_F32;
-    else if (strcmp(compute, "bf16") == 0)
-        b.cm = KERN_COMPUTE_BF16;
-    else
+    if (kern_compute_parse(compute, &b.cm) < 0)
         return args_range_fail("bench gemv", "compute", compute, "f32 or bf16");
     if (isa && cpu_gemv_set_isa(isa) < 0)
         return args_usage_fail("bench gemv");

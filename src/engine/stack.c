@@ -128,15 +128,14 @@ int stack_open(const struct stack_config *c, struct stack **out)
         if ((rc = swap_register(s->mgr, m->name, m->path, &pl, m->pinned, &s->models[i])) < 0)
             goto fail;
         s->n_models = i + 1;
-        const char *compute = m->compute ? m->compute : c->compute;
-        if (compute && strcmp(compute, "auto") != 0) {
-            enum kern_compute kc;
-            if ((rc = kern_compute_parse(compute, &kc)) < 0) {
-                err_wrap(rc, "model %s", m->name);
-                goto fail;
-            }
-            swap_model_set_compute(s->models[i], kc);
+        enum kern_compute kc;
+        bool kc_set;
+        if ((rc = kern_compute_choice(m->compute ? m->compute : c->compute, &kc_set, &kc)) < 0) {
+            err_wrap(rc, "model %s", m->name);
+            goto fail;
         }
+        if (kc_set)
+            swap_model_set_compute(s->models[i], kc);
         if ((rc = engine_add_model(s->engine, s->models[i])) < 0)
             goto fail;
         s->ids[i] = rc;

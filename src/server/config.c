@@ -756,7 +756,8 @@ static bool model_name_ok(const char *s)
 static bool compute_ok(const char *s)
 {
     enum kern_compute c;
-    return !s || strcmp(s, "auto") == 0 || kern_compute_parse(s, &c) == 0;
+    bool set;
+    return kern_compute_choice(s, &set, &c) == 0;
 }
 
 int serve_config_check(const struct serve_config *c)

@@ -191,9 +191,9 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     /* the model's precision: the body's, else the server's, else the checkpoint's */
     const char *compute = jc && !json_is_null(jc) ? json_string_value(jc) : c->compute;
     enum kern_compute kc = KERN_COMPUTE_F32;
-    bool compute_set = compute && strcmp(compute, "auto") != 0;
+    bool compute_set = false;
     if ((jc && !json_is_null(jc) && !compute) ||
-        (compute_set && kern_compute_parse(compute, &kc) < 0)) {
+        kern_compute_choice(compute, &compute_set, &kc) < 0) {
         oai_error_set(&e, 400, "invalid_request_error", NULL, "compute",
                       "'compute' must be \"f32\", \"bf16\" or \"auto\".");
         goto refuse;
