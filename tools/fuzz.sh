@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-10}"
 shift || true
-CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DSHARDSWAP_FUZZ=ON \
+CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DSHARDSWAP_FUZZ=ON -DSHARDSWAP_CUDA=OFF \
   -DSHARDSWAP_WERROR=ON >/dev/null
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(config safetensors index tokenizer_files encode oai serve_config)

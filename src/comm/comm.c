@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "backend/device.h"
+#include "comm/comm_cuda.h"
 #include "comm/comm_impl.h"
 #include "core/error.h"
 
@@ -26,12 +27,9 @@ int comm_group_create(struct device *const *devices, int n_ranks, struct comm_gr
     case DEVICE_CPU:
         return comm_group_create_threads(n_ranks, out);
     case DEVICE_CUDA:
-        break;
+        return comm_group_create_cuda(devices, n_ranks, out);
     }
-    return err_set(ERR_UNSUPPORTED,
-                   "comm: no collectives for %s devices in this build (NCCL comes "
-                   "with the CUDA backend)",
-                   device_name(devices[0]));
+    return err_set(ERR_UNSUPPORTED, "comm: no collectives for device %s", device_name(devices[0]));
 }
 
 int comm_group_wrap(const struct comm_ops *ops, void *ctx, int n_ranks, struct comm_group **out)

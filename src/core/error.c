@@ -58,6 +58,7 @@ const char *err_name(int code)
     case ERR_BUSY: return "busy";
     case ERR_CANCELLED: return "cancelled";
     case ERR_TIMEOUT: return "timed out";
+    case ERR_DEVICE: return "device error";
     default: return "unknown error";
     }
 }

@@ -21,6 +21,7 @@ enum err {
     ERR_BUSY = -7,        /* cannot be done now (work in flight); may succeed later */
     ERR_CANCELLED = -8,   /* the caller cancelled it (a request) */
     ERR_TIMEOUT = -9,     /* its deadline passed before it completed (a request) */
+    ERR_DEVICE = -10,     /* a device (GPU driver, cuBLAS, NCCL) call failed */
 };
 
 /* Records a printf-style message for the calling thread; returns code. */

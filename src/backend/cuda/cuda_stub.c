@@ -1,11 +1,6 @@
-/* device_open_cuda when the library is built without CUDA.
- *
- * The library currently always builds this file: there is no CUDA backend
- * yet. When one exists, src/backend/cuda/ (cudaMalloc of the budget once,
- * sub-allocated with backend/arena.h, pinned host memory, copy and compute
- * streams, device events as cudaEvents, and a kernel table of cuBLAS calls
- * and .cu kernels: device_impl.h and kernels_impl.h) replaces this file in
- * builds where CMake finds nvcc, and CMake leaves this stub out. Everything CUDA-specific stays under src/backend/cuda/. */
+/* device_open_cuda when the library is built without CUDA (CMake found no
+ * nvcc, or SHARDSWAP_CUDA=OFF): every CUDA device is refused with a message
+ * saying why. In CUDA builds cuda_device.c replaces this file. */
 #include <assert.h>
 #include <stddef.h>
 
@@ -17,5 +12,8 @@ int device_open_cuda(int index, uint64_t budget_bytes, struct device **out)
     (void)budget_bytes;
     assert(out);
     *out = NULL;
-    return err_set(ERR_UNSUPPORTED, "device cuda:%d: built without CUDA support", index);
+    return err_set(ERR_UNSUPPORTED,
+                   "device cuda:%d: built without CUDA support (rebuild where nvcc is found, "
+                   "or with -DSHARDSWAP_CUDA=ON)",
+                   index);
 }
