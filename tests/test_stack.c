@@ -403,7 +403,7 @@ static void test_errors(void)
 
     /* cuda in a build without it; a build with CUDA (and a GPU) opens it */
     struct device *probe = NULL;
-    int prc = device_open_cuda(0, MIB, &probe);
+    int prc = device_open_cuda(0, 0, MIB, &probe);
     if (prc == ERR_UNSUPPORTED && strstr(err_msg(), "built without CUDA")) {
         c = serve_config(1);
         c.device_kind = "cuda";

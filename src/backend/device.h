@@ -35,8 +35,14 @@ struct device_event; /* a point in a stream's work */
 
 /* A CPU device with a memory arena of budget_bytes. index names it "cpu:<index>". */
 int device_open_cpu(int index, uint64_t budget_bytes, struct device **out);
-/* A CUDA device; without CUDA support it returns ERR_UNSUPPORTED ("built without CUDA"). */
-int device_open_cuda(int index, uint64_t budget_bytes, struct device **out);
+/* A CUDA device: budget_bytes of GPU gpu's memory, taken in one allocation
+ * at open. part > 0 opens a further partition of the same GPU, with its own
+ * budget, named "cuda:<gpu>.<part>" (part 0 is "cuda:<gpu>"): several
+ * devices on one GPU, as tensor parallelism on a one-GPU machine needs.
+ * ERR_INVALID for a GPU that does not exist, ERR_NOMEM when the budget is
+ * more than the GPU has free; without CUDA support ERR_UNSUPPORTED ("built
+ * without CUDA"). */
+int device_open_cuda(int gpu, int part, uint64_t budget_bytes, struct device **out);
 /* Waits for queued copies, then frees everything. Every dbuf must be freed first. */
 void device_close(struct device *d); /* NULL-safe */
 

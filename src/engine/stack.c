@@ -105,8 +105,14 @@ int stack_open(const struct stack_config *c, struct stack **out)
         uint64_t budget = c->device_budget[d] ? c->device_budget[d]
                           : sized[d]          ? sized[d]
                                               : 1u << 20;
-        rc = cuda ? device_open_cuda(d, budget, &s->devices[d])
-                  : device_open_cpu(d, budget, &s->devices[d]);
+        if (cuda) {
+            int gpu = c->gpus_set ? c->gpus[d] : d, part = 0;
+            for (int e = 0; e < d; e++)
+                part += (c->gpus_set ? c->gpus[e] : e) == gpu;
+            rc = device_open_cuda(gpu, part, budget, &s->devices[d]);
+        } else {
+            rc = device_open_cpu(d, budget, &s->devices[d]);
+        }
         if (rc < 0)
             goto fail;
         s->n_devices = d + 1;

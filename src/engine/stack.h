@@ -40,6 +40,10 @@ struct stack_model_config {
 struct stack_config {
     const char *device_kind; /* "cpu" (default) or "cuda" */
     int n_devices;
+    /* cuda: the GPU of device d is gpus[d] (gpus_set false: GPU d). Devices on one GPU
+     * are its partitions, each with its own budget: "cuda:0", "cuda:0.1", ... */
+    int gpus[STACK_MAX_DEVICES];
+    bool gpus_set;
     uint64_t device_budget[STACK_MAX_DEVICES]; /* 0: sized (see above) */
     double link_gbps;                          /* CPU devices: emulated host link (0: none) */
     uint64_t host_budget;                      /* 0: sized */

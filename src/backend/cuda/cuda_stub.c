@@ -7,8 +7,9 @@
 #include "backend/device.h"
 #include "core/error.h"
 
-int device_open_cuda(int index, uint64_t budget_bytes, struct device **out)
+int device_open_cuda(int index, int part, uint64_t budget_bytes, struct device **out)
 {
+    (void)part;
     (void)budget_bytes;
     assert(out);
     *out = NULL;
