@@ -6,9 +6,12 @@
  * One block of ATT_THREADS per (sequence, head, query), online softmax (no
  * scores matrix, no scratch): the visible keys go by in tiles of ATT_TILE.
  * Per tile:
- *   1. scores: each warp takes keys j = warp, warp + ATT_WARPS, ...; its
- *      lanes split head_dim (coalesced loads of the key row), a shuffle sum
- *      gives q . k; masked keys get -inf. Into s_sh[j].
+ *   1. scores: each warp takes ATT_KPW consecutive keys of the tile and
+ *      computes their dot products side by side (ATT_KPW independent loads
+ *      in flight per lane); its lanes split head_dim (coalesced loads of
+ *      each key row), shuffle sums give q . k; masked keys get -inf. Into
+ *      s_sh[j]. (Decode is bound by the latency of these loads, not by
+ *      bandwidth: one block per (sequence, head).)
  *   2. the tile's max over s_sh (every thread, same order: one answer); a
  *      tile with no visible key is skipped.
  *   3. m_new = max(m, tile max); p_j = exp(s_j - m_new) into s_sh (0 for
@@ -32,9 +35,12 @@
 #define ATT_WARPS (ATT_THREADS / 32)
 #define ATT_TILE 64 /* keys per tile; <= ATT_THREADS (step 3: one thread per key) */
 #define ATT_PER_THREAD (CUDA_ATTN_MAX_HEAD_DIM / ATT_THREADS)
+#define ATT_KPW (ATT_TILE / ATT_WARPS) /* keys per warp in step 1 */
+#define ATT_VB 16                      /* rows of v in flight per thread in step 3 */
 
 static_assert(ATT_TILE <= ATT_THREADS, "step 3 gives each key of a tile one thread");
 static_assert(ATT_PER_THREAD * ATT_THREADS == CUDA_ATTN_MAX_HEAD_DIM, "head_dim split");
+static_assert(ATT_KPW * ATT_WARPS == ATT_TILE, "step 1 covers the tile");
 
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_kernel(float *__restrict__ out, const float *__restrict__ q,
@@ -75,19 +81,28 @@ __global__ void __launch_bounds__(ATT_THREADS)
         acc[e] = 0.0f;
 
     for (int s0 = 0; s0 < n_keys; s0 += ATT_TILE) {
-        /* 1. scores of this tile */
-        for (int j = warp; j < ATT_TILE; j += ATT_WARPS) {
-            const int s = s0 + j;
-            float sc = -INFINITY;
-            if (s < n_keys && ok[s]) { /* uniform in the warp: the shuffles see every lane */
-                const float *kr = kh + (size_t)s * head_dim;
-                float dot = 0.0f;
-                for (int d = lane; d < head_dim; d += 32)
-                    dot = fmaf(q_sh[d], kr[d], dot);
-                sc = cuda_warp_sum(dot);
+        /* 1. scores of this tile: warp w takes keys [w * KPW, (w + 1) * KPW)
+         * of it, KPW dot products side by side so their loads overlap */
+        {
+            const int j0 = warp * ATT_KPW;
+            float dot[ATT_KPW];
+#pragma unroll
+            for (int u = 0; u < ATT_KPW; u++)
+                dot[u] = 0.0f;
+            for (int d = lane; d < head_dim; d += 32) {
+                const float qd = q_sh[d];
+#pragma unroll
+                for (int u = 0; u < ATT_KPW; u++)
+                    if (s0 + j0 + u < n_keys) /* the same in every lane */
+                        dot[u] = fmaf(qd, kh[(size_t)(s0 + j0 + u) * head_dim + d], dot[u]);
             }
-            if (lane == 0)
-                s_sh[j] = sc;
+#pragma unroll
+            for (int u = 0; u < ATT_KPW; u++) {
+                const float sc = cuda_warp_sum(dot[u]); /* every lane takes part */
+                const int s = s0 + j0 + u;
+                if (lane == 0)
+                    s_sh[j0 + u] = s < n_keys && ok[s] ? sc : -INFINITY;
+            }
         }
         __syncthreads(); /* scores written -> read */
 
@@ -119,10 +134,20 @@ __global__ void __launch_bounds__(ATT_THREADS)
             const int d = tid + e * ATT_THREADS;
             if (d < head_dim) {
                 float a = acc[e] * alpha;
-                for (int j = 0; j < tile_n; j++) {
-                    const float p = s_sh[j];
-                    if (p != 0.0f)
-                        a = fmaf(p, vh[(size_t)(s0 + j) * head_dim + d], a);
+                /* ATT_VB rows of v loaded before they are used; a masked key
+                 * (p == 0) is skipped, not multiplied: its row may hold
+                 * anything, NaN included */
+                for (int j0 = 0; j0 < tile_n; j0 += ATT_VB) {
+                    float vv[ATT_VB];
+#pragma unroll
+                    for (int u = 0; u < ATT_VB; u++)
+                        vv[u] = j0 + u < tile_n ? vh[(size_t)(s0 + j0 + u) * head_dim + d] : 0.0f;
+#pragma unroll
+                    for (int u = 0; u < ATT_VB; u++) {
+                        const float p = j0 + u < tile_n ? s_sh[j0 + u] : 0.0f;
+                        if (p != 0.0f)
+                            a = fmaf(p, vv[u], a);
+                    }
                 }
                 acc[e] = a;
             }

@@ -33,6 +33,7 @@ static int kern_ctx_make(const char *dev, cudaStream_t st, struct cuda_kernels_c
      * must hold 1e-4 against transformers */
     CUBLAS_CHECK(dev, cublasSetMathMode(k->blas, CUBLAS_DEFAULT_MATH));
     CUDA_CHECK(dev, cudaMalloc(&k->workspace, CUDA_CUBLAS_WORKSPACE));
+    /* after cublasSetStream, which resets the workspace to cuBLAS's pool */
     CUBLAS_CHECK(dev, cublasSetWorkspace(k->blas, k->workspace, CUDA_CUBLAS_WORKSPACE));
     CUDA_CHECK(dev, cudaMalloc(&k->scratch, CUDA_KERN_SCRATCH));
     return 0;
