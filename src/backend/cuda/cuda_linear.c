@@ -134,8 +134,8 @@ int cuda_linear(struct stream *s, float *y, const float *x, int m, const struct 
                        w->ld);
 
     if (m <= CUDA_GEMV_MAX_M) {
-        /* decode: the GEMV, x rounded first in bf16 mode (m * K floats
-         * always fit the scratch: K <= 1M here) */
+        /* decode: the GEMV; in bf16 mode x is rounded into the scratch
+         * first (one small launch more; m * K floats, so K up to 1M) */
         const float *xg = x;
         if (c == KERN_COMPUTE_BF16) {
             if ((size_t)m * k * sizeof(float) > CUDA_KERN_SCRATCH)
