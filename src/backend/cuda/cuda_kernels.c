@@ -1,0 +1,258 @@
+/* The CUDA backend's kernel table: each slot makes the stream's GPU current,
+ * maps the project's enums to the launchers' (cuda_launch.h) and queues the
+ * work on the stream's cudaStream without waiting, except to_host (a sync
+ * point) and to_device from pinned memory (below). Also the per-stream state
+ * the kernels need (cuda_kernels.h), made and freed with the stream. */
+#include "backend/cuda/cuda_kernels.h"
+
+#include <assert.h>
+#include <stdlib.h>
+
+#include "backend/cuda/cuda_launch.h"
+#include "backend/device_impl.h"
+#include "backend/kernels_impl.h"
+#include "core/error.h"
+
+int cuda_kern_enter(struct stream *s, struct cuda_stream **out)
+{
+    struct cuda_stream *cs = s->ctx;
+    assert(cs && cs->kern);
+    CUDA_CHECK(s->dev->name, cudaSetDevice(cs->gpu));
+    *out = cs;
+    return 0;
+}
+
+/* Fills k (zeroed by the caller) on the current device; on failure the
+ * caller releases what was made (kern_ctx_release). */
+static int kern_ctx_make(const char *dev, cudaStream_t st, struct cuda_kernels_ctx *k)
+{
+    CUBLAS_CHECK(dev, cublasCreate(&k->blas));
+    CUBLAS_CHECK(dev, cublasSetStream(k->blas, st));
+    /* CUBLAS_DEFAULT_MATH never uses TF32 for f32 products (only
+     * CUBLAS_TF32_TENSOR_OP_MATH or NVIDIA_TF32_OVERRIDE would): f32 mode
+     * must hold 1e-4 against transformers */
+    CUBLAS_CHECK(dev, cublasSetMathMode(k->blas, CUBLAS_DEFAULT_MATH));
+    CUDA_CHECK(dev, cudaMalloc(&k->workspace, CUDA_CUBLAS_WORKSPACE));
+    /* after cublasSetStream, which resets the workspace to cuBLAS's pool */
+    CUBLAS_CHECK(dev, cublasSetWorkspace(k->blas, k->workspace, CUDA_CUBLAS_WORKSPACE));
+    CUDA_CHECK(dev, cudaMalloc(&k->scratch, CUDA_KERN_SCRATCH));
+    return 0;
+}
+
+/* Teardown cannot fail usefully: a failure here (a GPU already lost) leaves
+ * nothing to undo, so the status is dropped. */
+static void kern_ctx_release(struct cuda_kernels_ctx *k)
+{
+    if (k->blas)
+        (void)cublasDestroy(k->blas);
+    if (k->workspace)
+        (void)cudaFree(k->workspace);
+    if (k->scratch)
+        (void)cudaFree(k->scratch);
+    free(k);
+}
+
+int cuda_kernels_stream_init(struct stream *s)
+{
+    struct cuda_stream *cs = s->ctx;
+    assert(cs && !cs->kern);
+    CUDA_CHECK(s->dev->name, cudaSetDevice(cs->gpu));
+    struct cuda_kernels_ctx *k = calloc(1, sizeof(*k));
+    if (!k)
+        return err_set(ERR_NOMEM, "%s: out of host memory for a stream's kernel state",
+                       s->dev->name);
+    int rc = kern_ctx_make(s->dev->name, cs->s, k);
+    if (rc < 0) {
+        kern_ctx_release(k);
+        return rc;
+    }
+    cs->kern = k;
+    return 0;
+}
+
+void cuda_kernels_stream_free(struct stream *s)
+{
+    struct cuda_stream *cs = s ? s->ctx : NULL;
+    if (!cs || !cs->kern)
+        return;
+    /* cudaFree waits for the device, so nothing queued still uses the
+     * scratch when it goes; the status is dropped as in kern_ctx_release */
+    (void)cudaSetDevice(cs->gpu);
+    kern_ctx_release(cs->kern);
+    cs->kern = NULL;
+}
+
+static int k_embed(struct stream *s, float *y, const struct weight_view *w, const int32_t *ids,
+                   int n, int row0)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cuda_launch_embed(cs->s, y, w->data, cuda_wtype_of(w->dtype), w->rows,
+                                               w->cols, w->ld, ids, n, row0));
+    return 0;
+}
+
+static int k_layernorm(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
+                       const float *beta, float eps)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cuda_launch_layernorm(cs->s, y, x, m, n, gamma, beta, eps));
+    return 0;
+}
+
+static int act_of(enum kern_act act)
+{
+    switch (act) {
+    case KERN_ACT_RELU:
+        return CUDA_ACT_RELU;
+    case KERN_ACT_GELU:
+        return CUDA_ACT_GELU;
+    case KERN_ACT_GELU_TANH:
+        return CUDA_ACT_GELU_TANH;
+    case KERN_ACT_SILU:
+        return CUDA_ACT_SILU;
+    }
+    assert(!"unknown activation");
+    return CUDA_ACT_RELU;
+}
+
+static int k_activation(struct stream *s, float *x, size_t n, enum kern_act act)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cuda_launch_activation(cs->s, x, n, act_of(act)));
+    return 0;
+}
+
+static int k_add(struct stream *s, float *y, const float *x, size_t n)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cuda_launch_add(cs->s, y, x, n));
+    return 0;
+}
+
+static int k_scale(struct stream *s, float *x, size_t n, float a)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cuda_launch_scale(cs->s, x, n, a));
+    return 0;
+}
+
+static int k_kv_append(struct stream *s, float *kc, float *vc, const float *k, const float *v,
+                       const struct kv_geom *g, int t_new, int pos)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cuda_launch_kv_append(cs->s, kc, vc, k, v, g->batch, g->heads,
+                                                   g->head_dim, g->max_t, t_new, pos));
+    return 0;
+}
+
+static int k_attention(struct stream *s, float *out, const float *q, const float *kc,
+                       const float *vc, const uint8_t *key_ok, const struct kv_geom *g, int past,
+                       int t_new, float *scratch)
+{
+    (void)scratch; /* online softmax: nothing to keep between tiles but registers */
+    if (g->head_dim > CUDA_ATTN_MAX_HEAD_DIM)
+        return err_set(ERR_UNSUPPORTED, "%s: attention with head_dim %d (at most %d on CUDA)",
+                       s->dev->name, g->head_dim, CUDA_ATTN_MAX_HEAD_DIM);
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cuda_launch_attention(cs->s, out, q, kc, vc, key_ok, g->batch,
+                                                   g->heads, g->head_dim, g->max_t, past, t_new));
+    return 0;
+}
+
+/* The kernel needs no scratch; the callers carve a buffer of this size
+ * anyway and pass it, so a small non-zero size. */
+static size_t k_attention_scratch(const struct kv_geom *g, int t_new, int t_all)
+{
+    (void)g;
+    (void)t_new;
+    (void)t_all;
+    return 64;
+}
+
+static int k_gather_rows(struct stream *s, float *y, const float *x, const int32_t *rows, int n,
+                         int width)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cuda_launch_gather_rows(cs->s, y, x, rows, n, width));
+    return 0;
+}
+
+static int k_copy(struct stream *s, void *dst, const void *src, size_t n)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, cs->s));
+    return 0;
+}
+
+/* A sync point: the copy is queued behind the stream's work and waited for. */
+static int k_to_host(struct stream *s, void *host, const void *src, size_t n)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cudaMemcpyAsync(host, src, n, cudaMemcpyDeviceToHost, cs->s));
+    CUDA_CHECK(s->dev->name, cudaStreamSynchronize(cs->s));
+    return 0;
+}
+
+/* "host may be reused when this returns": from pageable memory
+ * cudaMemcpyAsync returns once the bytes are staged, but from pinned
+ * (cudaHostAlloc'ed or registered) or managed memory the DMA reads host
+ * memory later, so then the stream is waited for. */
+static int k_to_device(struct stream *s, void *dst, const void *host, size_t n)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    struct cudaPointerAttributes attr;
+    CUDA_CHECK(s->dev->name, cudaPointerGetAttributes(&attr, host));
+    CUDA_CHECK(s->dev->name, cudaMemcpyAsync(dst, host, n, cudaMemcpyHostToDevice, cs->s));
+    if (attr.type != cudaMemoryTypeUnregistered)
+        CUDA_CHECK(s->dev->name, cudaStreamSynchronize(cs->s));
+    return 0;
+}
+
+const struct kernel_ops cuda_kernel_ops = {
+    .linear = cuda_linear,
+    .embed = k_embed,
+    .layernorm = k_layernorm,
+    .activation = k_activation,
+    .add = k_add,
+    .scale = k_scale,
+    .kv_append = k_kv_append,
+    .attention = k_attention,
+    .attention_scratch = k_attention_scratch,
+    .gather_rows = k_gather_rows,
+    .copy = k_copy,
+    .to_host = k_to_host,
+    .to_device = k_to_device,
+};

@@ -1,0 +1,48 @@
+/* The kernel table's private half, shared by cuda_kernels.c (the table and
+ * the per-stream state) and cuda_linear.c (the linear layer): what a
+ * compute stream holds for the kernels, and the linear slot. */
+#ifndef SHARDSWAP_BACKEND_CUDA_CUDA_KERNELS_H
+#define SHARDSWAP_BACKEND_CUDA_CUDA_KERNELS_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/cuda_launch.h"
+#include "backend/kernels.h"
+
+/* cuBLAS's workspace per stream (what NVIDIA recommends for Hopper), and the
+ * conversion scratch of the linear layer: activations narrowed to 16 bits or
+ * rounded to bf16, or weight rows widened to f32, a bounded block at a time
+ * (cuda_linear.c). Both are cudaMalloc'ed at stream creation, outside the
+ * device's budget: a fixed cost per stream, like the CUDA context and the
+ * cuBLAS handle's own allocations. */
+#define CUDA_CUBLAS_WORKSPACE ((size_t)32 << 20)
+#define CUDA_KERN_SCRATCH ((size_t)32 << 20)
+
+/* The kernels' state of one compute stream (struct cuda_stream's kern),
+ * used only by the thread that owns the stream. Everything queued on the
+ * stream runs in order, so the scratch is reused by one linear layer after
+ * another without a wait. */
+struct cuda_kernels_ctx {
+    cublasHandle_t blas; /* bound to the stream; default math (no TF32) */
+    void *workspace;     /* CUDA_CUBLAS_WORKSPACE bytes, cuBLAS's */
+    void *scratch;       /* CUDA_KERN_SCRATCH bytes, 256-byte aligned */
+};
+
+/* A weight dtype as the launchers know it. */
+static inline int cuda_wtype_of(enum dtype t)
+{
+    return t == DTYPE_F16 ? CUDA_W_F16 : t == DTYPE_BF16 ? CUDA_W_BF16 : CUDA_W_F32;
+}
+
+/* The stream's context after making its GPU current on the calling thread:
+ * 0, or the error of cudaSetDevice with a message. */
+int cuda_kern_enter(struct stream *s, struct cuda_stream **out);
+
+/* The kernel table's linear slot (backend/kernels.h's kern_linear). */
+int cuda_linear(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
+                const float *bias, enum kern_compute c);
+
+#endif

@@ -1,0 +1,103 @@
+/* The CUDA kernels' launchers: the only interface between the C host code
+ * (cuda_kernels.c, cuda_linear.c) and the .cu files, so it is valid C and
+ * C++ and includes nothing of the project (whose headers are C11 only).
+ *
+ * Every launcher queues its kernel(s) on stream st of the current device
+ * (the caller has called cudaSetDevice) and returns cudaGetLastError()
+ * after the launch: cudaSuccess, or why the launch failed. Pointers are
+ * device addresses; sizes are elements. A launcher with nothing to do (a
+ * zero dimension) launches nothing and returns cudaSuccess. Shapes the
+ * kernels cannot take (a grid too large) return cudaErrorInvalidValue
+ * before launching anything.
+ */
+#ifndef SHARDSWAP_BACKEND_CUDA_CUDA_LAUNCH_H
+#define SHARDSWAP_BACKEND_CUDA_CUDA_LAUNCH_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Weight element types as the kernels know them (the host maps enum dtype). */
+enum cuda_wtype {
+    CUDA_W_F32 = 0,
+    CUDA_W_F16 = 1,
+    CUDA_W_BF16 = 2,
+};
+
+enum cuda_act {
+    CUDA_ACT_RELU = 0,
+    CUDA_ACT_GELU = 1,      /* exact, erff */
+    CUDA_ACT_GELU_TANH = 2, /* tanh approximation */
+    CUDA_ACT_SILU = 3,
+};
+
+/* Up to this many input rows a linear layer runs the fused GEMV (gemv.cu):
+ * it reads each weight row once for all rows of x, so decode and small
+ * batches are bound by HBM bandwidth as they should be. Above, cuBLAS: its
+ * tensor-core GEMMs win once the weights are reused enough. The kernel
+ * keeps m accumulators per lane in registers, instantiated for 1..this. */
+#define CUDA_GEMV_MAX_M 8
+
+/* Largest head_dim cuda_launch_attention takes (each of its 128 threads
+ * owns head_dim / 128 output elements, at most 2). */
+#define CUDA_ATTN_MAX_HEAD_DIM 256
+
+/* y[m, n] = x[m, k] @ w^T (+ bias[n] when not NULL), 1 <= m <=
+ * CUDA_GEMV_MAX_M. w: n rows of k elements of type wtype, row stride ld
+ * elements (any alignment of w and ld: 16-byte vector loads only where both
+ * allow). x dense f32 (row stride k), y dense (row stride n); f32
+ * accumulation. */
+cudaError_t cuda_launch_gemv(cudaStream_t st, float *y, const float *x, int m, const void *w,
+                             int wtype, int n, int k, size_t ld, const float *bias);
+
+/* dst[i] = x[i] rounded to bf16 (nearest even; NaN stays a quiet NaN),
+ * kept in f32: the input of a bf16-mode linear layer. dst may equal x. */
+cudaError_t cuda_launch_round_bf16(cudaStream_t st, float *dst, const float *x, size_t n);
+/* dst[i] = x[i] as wtype (CUDA_W_F16 or CUDA_W_BF16), nearest even. */
+cudaError_t cuda_launch_to_16bit(cudaStream_t st, void *dst, const float *x, size_t n, int wtype);
+/* dst[r, cols] (dense) = rows [0, rows) of w (row stride ld, type wtype)
+ * widened to f32. */
+cudaError_t cuda_launch_widen_rows(cudaStream_t st, float *dst, const void *w, int wtype, int rows,
+                                   int cols, size_t ld);
+/* y[i, n] += bias[n] for i < m. */
+cudaError_t cuda_launch_add_bias(cudaStream_t st, float *y, const float *bias, int m, int n);
+/* y[i, cols] = row ids[i] - row0 of w (rows x cols, stride ld, type
+ * wtype) widened to f32, or zeros when that row is outside [0, rows). */
+cudaError_t cuda_launch_embed(cudaStream_t st, float *y, const void *w, int wtype, int rows,
+                              int cols, size_t ld, const int32_t *ids, int n, int row0);
+
+/* LayerNorm over m rows of width n (two passes, double sums); gamma and
+ * beta both NULL or both set; y may equal x. */
+cudaError_t cuda_launch_layernorm(cudaStream_t st, float *y, const float *x, int m, int n,
+                                  const float *gamma, const float *beta, float eps);
+
+/* x = act(x) (enum cuda_act); y += x; x *= a. n elements. */
+cudaError_t cuda_launch_activation(cudaStream_t st, float *x, size_t n, int act);
+cudaError_t cuda_launch_add(cudaStream_t st, float *y, const float *x, size_t n);
+cudaError_t cuda_launch_scale(cudaStream_t st, float *x, size_t n, float a);
+
+/* The cache layout of backend/kernels.h: kc, vc (batch, heads, max_t,
+ * head_dim); k, v (batch * t_new, heads * head_dim) written at positions
+ * [pos, pos + t_new). */
+cudaError_t cuda_launch_kv_append(cudaStream_t st, float *kc, float *vc, const float *k,
+                                  const float *v, int batch, int heads, int head_dim, int max_t,
+                                  int t_new, int pos);
+/* Causal + padding attention of kern_attention (backend/kernels.h), online
+ * softmax, no scratch. head_dim <= CUDA_ATTN_MAX_HEAD_DIM. */
+cudaError_t cuda_launch_attention(cudaStream_t st, float *out, const float *q, const float *kc,
+                                  const float *vc, const uint8_t *key_ok, int batch, int heads,
+                                  int head_dim, int max_t, int past, int t_new);
+
+/* y[i, width] = x[rows[i], width] for i < n. */
+cudaError_t cuda_launch_gather_rows(cudaStream_t st, float *y, const float *x, const int32_t *rows,
+                                    int n, int width);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

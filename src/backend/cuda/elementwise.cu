@@ -1,0 +1,137 @@
+/* The elementwise and data-movement kernels: activations, add, scale, the
+ * KV-cache append and the row gather. Grid-stride loops over size_t
+ * indices; each element's formula is the CPU backend's (cpu/kernels.c),
+ * with the same libm functions (erff, tanhf, expf: nvcc's are accurate to a
+ * couple of ulps without --use_fast_math). */
+#include "cuda_common.cuh"
+
+template <int ACT> __device__ __forceinline__ float act_apply(float v)
+{
+    if constexpr (ACT == CUDA_ACT_RELU)
+        return v > 0.0f ? v : 0.0f;
+    else if constexpr (ACT == CUDA_ACT_GELU)
+        return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    else if constexpr (ACT == CUDA_ACT_GELU_TANH)
+        return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+    else
+        return v / (1.0f + expf(-v));
+}
+
+template <int ACT> __global__ void activation_kernel(float *x, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = act_apply<ACT>(x[i]);
+}
+
+extern "C" cudaError_t cuda_launch_activation(cudaStream_t st, float *x, size_t n, int act)
+{
+    if (n == 0)
+        return cudaSuccess;
+    const unsigned blocks = cuda_ew_blocks(n);
+    switch (act) {
+    case CUDA_ACT_RELU:
+        activation_kernel<CUDA_ACT_RELU><<<blocks, CUDA_EW_THREADS, 0, st>>>(x, n);
+        break;
+    case CUDA_ACT_GELU:
+        activation_kernel<CUDA_ACT_GELU><<<blocks, CUDA_EW_THREADS, 0, st>>>(x, n);
+        break;
+    case CUDA_ACT_GELU_TANH:
+        activation_kernel<CUDA_ACT_GELU_TANH><<<blocks, CUDA_EW_THREADS, 0, st>>>(x, n);
+        break;
+    case CUDA_ACT_SILU:
+        activation_kernel<CUDA_ACT_SILU><<<blocks, CUDA_EW_THREADS, 0, st>>>(x, n);
+        break;
+    default:
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+/* y and x may be the same array (y += y): no __restrict__. */
+__global__ void add_kernel(float *y, const float *x, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+extern "C" cudaError_t cuda_launch_add(cudaStream_t st, float *y, const float *x, size_t n)
+{
+    if (n == 0)
+        return cudaSuccess;
+    add_kernel<<<cuda_ew_blocks(n), CUDA_EW_THREADS, 0, st>>>(y, x, n);
+    return cudaGetLastError();
+}
+
+__global__ void scale_kernel(float *x, size_t n, float a)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] *= a;
+}
+
+extern "C" cudaError_t cuda_launch_scale(cudaStream_t st, float *x, size_t n, float a)
+{
+    if (n == 0)
+        return cudaSuccess;
+    scale_kernel<<<cuda_ew_blocks(n), CUDA_EW_THREADS, 0, st>>>(x, n, a);
+    return cudaGetLastError();
+}
+
+/* Element i of the new keys/values (batch * t_new, heads * head_dim) is
+ * (b, t, h, d) in that order, and goes to cache element (b, h, pos + t, d). */
+__global__ void kv_append_kernel(float *__restrict__ kc, float *__restrict__ vc,
+                                 const float *__restrict__ k, const float *__restrict__ v,
+                                 size_t total, int heads, int head_dim, int max_t, int t_new,
+                                 int pos)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t rest = i;
+        const size_t d = rest % (size_t)head_dim;
+        rest /= (size_t)head_dim;
+        const size_t h = rest % (size_t)heads;
+        rest /= (size_t)heads;
+        const size_t t = rest % (size_t)t_new;
+        const size_t b = rest / (size_t)t_new;
+        const size_t dst =
+            ((b * (size_t)heads + h) * (size_t)max_t + (size_t)pos + t) * (size_t)head_dim + d;
+        kc[dst] = k[i];
+        vc[dst] = v[i];
+    }
+}
+
+extern "C" cudaError_t cuda_launch_kv_append(cudaStream_t st, float *kc, float *vc, const float *k,
+                                             const float *v, int batch, int heads, int head_dim,
+                                             int max_t, int t_new, int pos)
+{
+    if (batch <= 0 || heads <= 0 || head_dim <= 0 || t_new <= 0)
+        return cudaSuccess;
+    if (pos < 0 || max_t <= 0 || (int64_t)pos + t_new > max_t)
+        return cudaErrorInvalidValue;
+    const size_t total = (size_t)batch * (size_t)t_new * (size_t)heads * (size_t)head_dim;
+    kv_append_kernel<<<cuda_ew_blocks(total), CUDA_EW_THREADS, 0, st>>>(
+        kc, vc, k, v, total, heads, head_dim, max_t, t_new, pos);
+    return cudaGetLastError();
+}
+
+/* One block per gathered row. */
+__global__ void gather_rows_kernel(float *__restrict__ y, const float *__restrict__ x,
+                                   const int32_t *__restrict__ rows, int width)
+{
+    const size_t i = blockIdx.x;
+    const float *src = x + (size_t)rows[i] * (size_t)width;
+    float *dst = y + i * (size_t)width;
+    for (int c = threadIdx.x; c < width; c += blockDim.x)
+        dst[c] = src[c];
+}
+
+extern "C" cudaError_t cuda_launch_gather_rows(cudaStream_t st, float *y, const float *x,
+                                               const int32_t *rows, int n, int width)
+{
+    if (n <= 0 || width <= 0)
+        return cudaSuccess;
+    gather_rows_kernel<<<(unsigned)n, CUDA_EW_THREADS, 0, st>>>(y, x, rows, width);
+    return cudaGetLastError();
+}

@@ -1,0 +1,620 @@
+/* Every kernel of backend/kernels.h on the CUDA backend against the CPU
+ * backend (ggml's test-backend-ops idea): the same seeded random inputs are
+ * uploaded to cpu:0 and cuda:0 (device_alloc + kern_to_device on each
+ * device's stream), each kernel runs on both, and the results come back with
+ * kern_to_host and are compared. Without a CUDA build or without a GPU,
+ * device_open_cuda fails and the test prints "skip: <why>" and exits 77.
+ *
+ * Tolerances (test_rel_err: max |gpu - cpu| / max |cpu|, unless stated):
+ * - kern_linear, f32 mode: 3e-5. Both sides accumulate in f32 in different
+ *   orders (the GEMV's warp sums, cuBLAS's tiles); TF32 slipping into the
+ *   cuBLAS path would be ~1e-3 and fail.
+ * - kern_linear, bf16 mode: 1e-2. The GPU rounds x to the weights' own
+ *   16-bit type for cuBLAS (f16 for f16 weights), the CPU to bf16; a CPU
+ *   with AMX also rounds f16/f32 weights to bf16.
+ * - kern_layernorm: 1e-5 (both sum in double; the rest is f32).
+ * - kern_activation: per element |gpu - cpu| <= 1e-5 |cpu| + 1e-6 (erff,
+ *   tanhf and expf of two libms, a few ulps apart; the absolute part covers
+ *   GELU's 1 + erf(x) cancelling for very negative x).
+ * - kern_attention: 1e-5 (online softmax against the CPU's scores matrix);
+ *   a query that sees no key must be exactly 0 on the GPU.
+ * - kern_embed, kern_add, kern_scale, kern_kv_append (the whole cache,
+ *   untouched positions included), kern_gather_rows, kern_copy,
+ *   kern_to_host/kern_to_device: exact (copies, or one correctly rounded
+ *   f32 operation).
+ *
+ * Linear covers m in {1, 2, 5, 8, 9, 33, 130} (the GEMV up to 8, cuBLAS
+ * above) x weights {f32, f16, bf16} x both precisions x with/without bias,
+ * on dense weights, column slices (an odd element offset, ld > cols, K not a
+ * multiple of 8) and 16-byte aligned slices, plus two shapes large enough
+ * that the cuBLAS paths convert in several scratch blocks.
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/device.h"
+#include "backend/kernels.h"
+#include "backend/weight.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "test.h"
+
+#define MiB ((uint64_t)1 << 20)
+#define TOL_F32 1e-5
+#define TOL_LINEAR_F32 3e-5
+#define TOL_LINEAR_BF16 1e-2
+
+static struct device *cpu_dev, *gpu_dev;
+static struct stream *cpu_st, *gpu_st;
+static struct rng rng;
+
+static float urand(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)rng_uniform(&rng);
+}
+
+static void fill(float *x, size_t n, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = urand(lo, hi);
+}
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+/* The same buffer on both devices. */
+struct twin {
+    struct dbuf *c, *g;
+};
+
+static struct dbuf *alloc_on(struct device *d, size_t bytes)
+{
+    struct dbuf *b = NULL;
+    int rc = device_alloc(d, bytes, &b);
+    if (rc != ERR_OK) {
+        fprintf(stderr, "%s: %s: cannot go on\n", device_name(d), err_msg());
+        exit(1);
+    }
+    return b;
+}
+
+static struct twin twin_alloc(size_t bytes)
+{
+    struct twin t = {alloc_on(cpu_dev, bytes), alloc_on(gpu_dev, bytes)};
+    return t;
+}
+
+/* Both copies hold host's bytes. */
+static struct twin twin_upload(const void *host, size_t bytes)
+{
+    struct twin t = twin_alloc(bytes);
+    int rc = kern_to_device(cpu_st, dbuf_ptr(t.c), host, bytes);
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    rc = kern_to_device(gpu_st, dbuf_ptr(t.g), host, bytes);
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    return t;
+}
+
+static void twin_download(struct twin t, void *cpu_host, void *gpu_host, size_t bytes)
+{
+    int rc = kern_to_host(cpu_st, cpu_host, dbuf_ptr(t.c), bytes);
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    rc = kern_to_host(gpu_st, gpu_host, dbuf_ptr(t.g), bytes);
+    CHECK_MSG(rc == 0, "%s", err_msg());
+}
+
+static void twin_free(struct twin *t)
+{
+    device_free(t->c);
+    device_free(t->g);
+    t->c = t->g = NULL;
+}
+
+/* Expects rc == 0 from a kernel call, naming it and the error otherwise. */
+#define RUN(what, call)                                                                            \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        CHECK_MSG(rc_ == 0, "%s: %s", (what), err_msg());                                          \
+    } while (0)
+
+/* ---- linear ---- */
+
+struct lin_shape {
+    const char *name;
+    int n, k;       /* rows (outputs), cols (inputs) */
+    size_t ld, off; /* row stride and offset of element (0, 0), elements */
+};
+
+static double worst_linear[2]; /* by enum kern_compute */
+
+static void linear_case(const struct lin_shape *sh, enum dtype dt, int m, enum kern_compute c,
+                        bool with_bias)
+{
+    const int n = sh->n, k = sh->k;
+    const size_t elems = sh->off + (size_t)n * sh->ld, es = dtype_size(dt);
+    float *wf = xmalloc(elems * sizeof(float));
+    void *wd = xmalloc(elems * es);
+    float *x = xmalloc((size_t)m * k * sizeof(float));
+    float *bias = xmalloc((size_t)n * sizeof(float));
+    float *yc = xmalloc((size_t)m * n * sizeof(float));
+    float *yg = xmalloc((size_t)m * n * sizeof(float));
+    fill(wf, elems, -1, 1);
+    dtype_from_f32(dt, wf, wd, elems);
+    fill(x, (size_t)m * k, -1, 1);
+    fill(bias, (size_t)n, -1, 1);
+
+    struct twin tw = twin_upload(wd, elems * es);
+    struct twin tx = twin_upload(x, (size_t)m * k * sizeof(float));
+    struct twin tb = twin_upload(bias, (size_t)n * sizeof(float));
+    struct twin ty = twin_alloc((size_t)m * n * sizeof(float));
+    struct weight_view wc = {.dtype = dt, .rows = n, .cols = k, .ld = sh->ld};
+    struct weight_view wg = wc;
+    wc.data = (const char *)dbuf_ptr(tw.c) + sh->off * es;
+    wg.data = (const char *)dbuf_ptr(tw.g) + sh->off * es;
+
+    RUN("linear cpu", kern_linear(cpu_st, dbuf_ptr(ty.c), dbuf_ptr(tx.c), m, &wc,
+                                  with_bias ? dbuf_ptr(tb.c) : NULL, c));
+    RUN("linear cuda", kern_linear(gpu_st, dbuf_ptr(ty.g), dbuf_ptr(tx.g), m, &wg,
+                                   with_bias ? dbuf_ptr(tb.g) : NULL, c));
+    twin_download(ty, yc, yg, (size_t)m * n * sizeof(float));
+    double err = test_rel_err(yg, yc, (size_t)m * n);
+    double tol = c == KERN_COMPUTE_F32 ? TOL_LINEAR_F32 : TOL_LINEAR_BF16;
+    CHECK_MSG(err <= tol, "linear %s %s m=%d %s%s: rel err %.3g > %.0e", sh->name, dtype_name(dt),
+              m, kern_compute_name(c), with_bias ? " +bias" : "", err, tol);
+    if (err > worst_linear[c])
+        worst_linear[c] = err;
+
+    twin_free(&tw);
+    twin_free(&tx);
+    twin_free(&tb);
+    twin_free(&ty);
+    free(wf);
+    free(wd);
+    free(x);
+    free(bias);
+    free(yc);
+    free(yg);
+}
+
+static void test_linear(void)
+{
+    static const struct lin_shape shapes[] = {
+        {"dense k%8!=0", 67, 203, 203, 0},        {"dense aligned", 96, 256, 256, 0},
+        {"odd column slice", 45, 203, 301, 5},    {"aligned slice, tail", 50, 212, 264, 8},
+        {"long aligned rows", 40, 2056, 2056, 0},
+    };
+    static const int ms[] = {1, 2, 5, 8, 9, 33, 130};
+    static const enum dtype dts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    int cases = 0;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+        for (size_t di = 0; di < 3; di++)
+            for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
+                for (int c = 0; c < 2; c++)
+                    for (int b = 0; b < 2; b++) {
+                        linear_case(&shapes[si], dts[di], ms[mi], (enum kern_compute)c, b);
+                        cases++;
+                    }
+    /* f32 mode on f16 weights wider than one scratch block of widened rows
+     * (2100 x 4096 x 4 bytes > 32 MiB), and bf16 mode with more rows of x
+     * than one block of narrowed activations (4100 x 4096 x 2 > 32 MiB) */
+    static const struct lin_shape big_w = {"W in blocks", 2100, 4096, 4096, 0};
+    static const struct lin_shape big_x = {"x in blocks", 16, 4096, 4096, 0};
+    linear_case(&big_w, DTYPE_F16, 9, KERN_COMPUTE_F32, true);
+    linear_case(&big_x, DTYPE_BF16, 4100, KERN_COMPUTE_BF16, true);
+    linear_case(&big_x, DTYPE_F32, 4100, KERN_COMPUTE_BF16, false);
+    cases += 3;
+    printf("linear: %d cases, worst rel err f32 mode %.3g, bf16 mode %.3g\n", cases,
+           worst_linear[KERN_COMPUTE_F32], worst_linear[KERN_COMPUTE_BF16]);
+}
+
+/* ---- embed ---- */
+
+static void test_embed(void)
+{
+    static const enum dtype dts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    /* a vocabulary shard of rows [row0, row0 + rows), a column slice */
+    const int rows = 50, cols = 67, row0 = 10;
+    const size_t ld = 70, off = 3, elems = off + (size_t)rows * ld;
+    static const int32_t ids[] = {10, 59, 60, 9, 0, 35, -3, 2147483647, 11, 10};
+    const int n = (int)(sizeof(ids) / sizeof(ids[0]));
+    for (size_t di = 0; di < 3; di++) {
+        const enum dtype dt = dts[di];
+        const size_t es = dtype_size(dt);
+        float *wf = xmalloc(elems * sizeof(float));
+        void *wd = xmalloc(elems * es);
+        float *yc = xmalloc((size_t)n * cols * sizeof(float));
+        float *yg = xmalloc((size_t)n * cols * sizeof(float));
+        fill(wf, elems, -2, 2);
+        dtype_from_f32(dt, wf, wd, elems);
+        struct twin tw = twin_upload(wd, elems * es);
+        struct twin ti = twin_upload(ids, sizeof(ids));
+        struct twin ty = twin_alloc((size_t)n * cols * sizeof(float));
+        struct weight_view wc = {.dtype = dt, .rows = rows, .cols = cols, .ld = ld};
+        struct weight_view wg = wc;
+        wc.data = (const char *)dbuf_ptr(tw.c) + off * es;
+        wg.data = (const char *)dbuf_ptr(tw.g) + off * es;
+        /* NaN in every output first: a row the GPU forgets to write shows */
+        float *nan = xmalloc((size_t)n * cols * sizeof(float));
+        for (size_t i = 0; i < (size_t)n * cols; i++)
+            nan[i] = NAN;
+        RUN("embed fill", kern_to_device(gpu_st, dbuf_ptr(ty.g), nan, (size_t)n * cols * 4));
+        RUN("embed cpu", kern_embed(cpu_st, dbuf_ptr(ty.c), &wc, dbuf_ptr(ti.c), n, row0));
+        RUN("embed cuda", kern_embed(gpu_st, dbuf_ptr(ty.g), &wg, dbuf_ptr(ti.g), n, row0));
+        twin_download(ty, yc, yg, (size_t)n * cols * sizeof(float));
+        CHECK_MSG(memcmp(yc, yg, (size_t)n * cols * sizeof(float)) == 0, "embed %s differs",
+                  dtype_name(dt));
+        twin_free(&tw);
+        twin_free(&ti);
+        twin_free(&ty);
+        free(wf);
+        free(wd);
+        free(yc);
+        free(yg);
+        free(nan);
+    }
+    printf("embed: 3 dtypes, exact\n");
+}
+
+/* ---- layernorm ---- */
+
+static void test_layernorm(void)
+{
+    static const int widths[] = {1, 67, 768, 2051};
+    double worst = 0;
+    for (size_t wi = 0; wi < sizeof(widths) / sizeof(widths[0]); wi++)
+        for (int affine = 0; affine < 2; affine++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                const int m = 5, n = widths[wi];
+                const size_t cnt = (size_t)m * n;
+                float *x = xmalloc(cnt * sizeof(float));
+                float *g = xmalloc((size_t)n * sizeof(float));
+                float *b = xmalloc((size_t)n * sizeof(float));
+                float *yc = xmalloc(cnt * sizeof(float));
+                float *yg = xmalloc(cnt * sizeof(float));
+                fill(x, cnt, 2, 5); /* a mean far from 0: the two passes matter */
+                fill(g, (size_t)n, 0.5f, 1.5f);
+                fill(b, (size_t)n, -1, 1);
+                struct twin tx = twin_upload(x, cnt * sizeof(float));
+                struct twin tg = twin_upload(g, (size_t)n * sizeof(float));
+                struct twin tb = twin_upload(b, (size_t)n * sizeof(float));
+                struct twin ty = inplace ? tx : twin_alloc(cnt * sizeof(float));
+                RUN("layernorm cpu", kern_layernorm(cpu_st, dbuf_ptr(ty.c), dbuf_ptr(tx.c), m, n,
+                                                    affine ? dbuf_ptr(tg.c) : NULL,
+                                                    affine ? dbuf_ptr(tb.c) : NULL, 1e-5f));
+                RUN("layernorm cuda", kern_layernorm(gpu_st, dbuf_ptr(ty.g), dbuf_ptr(tx.g), m, n,
+                                                     affine ? dbuf_ptr(tg.g) : NULL,
+                                                     affine ? dbuf_ptr(tb.g) : NULL, 1e-5f));
+                twin_download(ty, yc, yg, cnt * sizeof(float));
+                double err = test_rel_err(yg, yc, cnt);
+                CHECK_MSG(err <= TOL_F32, "layernorm n=%d affine=%d inplace=%d: rel err %.3g", n,
+                          affine, inplace, err);
+                worst = err > worst ? err : worst;
+                if (!inplace)
+                    twin_free(&ty);
+                twin_free(&tx);
+                twin_free(&tg);
+                twin_free(&tb);
+                free(x);
+                free(g);
+                free(b);
+                free(yc);
+                free(yg);
+            }
+    printf("layernorm: 16 cases, worst rel err %.3g\n", worst);
+}
+
+/* ---- activation, add, scale ---- */
+
+static void test_elementwise(void)
+{
+    static const enum kern_act acts[] = {KERN_ACT_RELU, KERN_ACT_GELU, KERN_ACT_GELU_TANH,
+                                         KERN_ACT_SILU};
+    static const char *names[] = {"relu", "gelu", "gelu_tanh", "silu"};
+    const size_t n = 100003;
+    float *x = xmalloc(n * sizeof(float));
+    float *x2 = xmalloc(n * sizeof(float));
+    float *yc = xmalloc(n * sizeof(float));
+    float *yg = xmalloc(n * sizeof(float));
+    for (int a = 0; a < 4; a++) {
+        fill(x, n, -8, 8);
+        struct twin tx = twin_upload(x, n * sizeof(float));
+        RUN("activation cpu", kern_activation(cpu_st, dbuf_ptr(tx.c), n, acts[a]));
+        RUN("activation cuda", kern_activation(gpu_st, dbuf_ptr(tx.g), n, acts[a]));
+        twin_download(tx, yc, yg, n * sizeof(float));
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!(fabs((double)yg[i] - yc[i]) <= 1e-5 * fabs((double)yc[i]) + 1e-6) && !bad++)
+                first = i;
+        CHECK_MSG(bad == 0, "%s: %zu of %zu elements off, first x=%g cpu %g cuda %g", names[a], bad,
+                  n, x[first], yc[first], yg[first]);
+        twin_free(&tx);
+    }
+
+    fill(x, n, -4, 4);
+    fill(x2, n, -4, 4);
+    struct twin ty = twin_upload(x, n * sizeof(float));
+    struct twin tx = twin_upload(x2, n * sizeof(float));
+    RUN("add cpu", kern_add(cpu_st, dbuf_ptr(ty.c), dbuf_ptr(tx.c), n));
+    RUN("add cuda", kern_add(gpu_st, dbuf_ptr(ty.g), dbuf_ptr(tx.g), n));
+    twin_download(ty, yc, yg, n * sizeof(float));
+    CHECK_MSG(memcmp(yc, yg, n * sizeof(float)) == 0, "add differs");
+    RUN("scale cpu", kern_scale(cpu_st, dbuf_ptr(ty.c), n, -0.37f));
+    RUN("scale cuda", kern_scale(gpu_st, dbuf_ptr(ty.g), n, -0.37f));
+    twin_download(ty, yc, yg, n * sizeof(float));
+    CHECK_MSG(memcmp(yc, yg, n * sizeof(float)) == 0, "scale differs");
+    twin_free(&ty);
+    twin_free(&tx);
+    free(x);
+    free(x2);
+    free(yc);
+    free(yg);
+    printf("activation (4), add, scale: within tolerance / exact\n");
+}
+
+/* ---- kv_append + attention ---- */
+
+struct att_state {
+    struct kv_geom g;
+    size_t cache_n; /* floats of kc (and of vc) */
+    struct twin kc, vc, ok;
+    uint8_t *key_ok; /* host copy, uploaded whole after each change */
+    double worst;
+};
+
+static void att_append(struct att_state *a, int pos, int t_new)
+{
+    const struct kv_geom *g = &a->g;
+    const size_t cnt = (size_t)g->batch * t_new * g->heads * g->head_dim;
+    float *k = xmalloc(cnt * sizeof(float)), *v = xmalloc(cnt * sizeof(float));
+    fill(k, cnt, -1, 1);
+    fill(v, cnt, -1, 1);
+    struct twin tk = twin_upload(k, cnt * sizeof(float));
+    struct twin tv = twin_upload(v, cnt * sizeof(float));
+    RUN("kv_append cpu", kern_kv_append(cpu_st, dbuf_ptr(a->kc.c), dbuf_ptr(a->vc.c),
+                                        dbuf_ptr(tk.c), dbuf_ptr(tv.c), g, t_new, pos));
+    RUN("kv_append cuda", kern_kv_append(gpu_st, dbuf_ptr(a->kc.g), dbuf_ptr(a->vc.g),
+                                         dbuf_ptr(tk.g), dbuf_ptr(tv.g), g, t_new, pos));
+    float *cc = xmalloc(a->cache_n * sizeof(float)), *cg = xmalloc(a->cache_n * sizeof(float));
+    twin_download(a->kc, cc, cg, a->cache_n * sizeof(float));
+    CHECK_MSG(memcmp(cc, cg, a->cache_n * sizeof(float)) == 0, "kv_append k cache differs");
+    twin_download(a->vc, cc, cg, a->cache_n * sizeof(float));
+    CHECK_MSG(memcmp(cc, cg, a->cache_n * sizeof(float)) == 0, "kv_append v cache differs");
+    twin_free(&tk);
+    twin_free(&tv);
+    free(k);
+    free(v);
+    free(cc);
+    free(cg);
+}
+
+/* Attention of t_new queries at positions [past, past + t_new); checks the
+ * rows listed blind (queries that see no key) are exactly zero. */
+static void att_run(struct att_state *a, int past, int t_new)
+{
+    const struct kv_geom *g = &a->g;
+    const size_t width = (size_t)g->heads * g->head_dim, cnt = (size_t)g->batch * t_new * width;
+    RUN("key_ok cpu",
+        kern_to_device(cpu_st, dbuf_ptr(a->ok.c), a->key_ok, (size_t)g->batch * g->max_t));
+    RUN("key_ok cuda",
+        kern_to_device(gpu_st, dbuf_ptr(a->ok.g), a->key_ok, (size_t)g->batch * g->max_t));
+    float *q = xmalloc(cnt * sizeof(float));
+    const float scale = 1.0f / sqrtf((float)g->head_dim);
+    fill(q, cnt, -1, 1);
+    for (size_t i = 0; i < cnt; i++)
+        q[i] *= scale * 4; /* scores of a few units: a peaked softmax */
+    struct twin tq = twin_upload(q, cnt * sizeof(float));
+    struct twin to = twin_alloc(cnt * sizeof(float));
+    const int t_all = past + t_new;
+    size_t sc_c = kern_attention_scratch(cpu_dev, g, t_new, t_all);
+    size_t sc_g = kern_attention_scratch(gpu_dev, g, t_new, t_all);
+    CHECK(sc_g > 0);
+    struct dbuf *scr_c = alloc_on(cpu_dev, sc_c * sizeof(float));
+    struct dbuf *scr_g = alloc_on(gpu_dev, sc_g * sizeof(float));
+    RUN("attention cpu",
+        kern_attention(cpu_st, dbuf_ptr(to.c), dbuf_ptr(tq.c), dbuf_ptr(a->kc.c), dbuf_ptr(a->vc.c),
+                       dbuf_ptr(a->ok.c), g, past, t_new, dbuf_ptr(scr_c)));
+    RUN("attention cuda",
+        kern_attention(gpu_st, dbuf_ptr(to.g), dbuf_ptr(tq.g), dbuf_ptr(a->kc.g), dbuf_ptr(a->vc.g),
+                       dbuf_ptr(a->ok.g), g, past, t_new, dbuf_ptr(scr_g)));
+    float *oc = xmalloc(cnt * sizeof(float)), *og = xmalloc(cnt * sizeof(float));
+    twin_download(to, oc, og, cnt * sizeof(float));
+    double err = test_rel_err(og, oc, cnt);
+    CHECK_MSG(err <= TOL_F32, "attention hd=%d past=%d t_new=%d: rel err %.3g", g->head_dim, past,
+              t_new, err);
+    a->worst = err > a->worst ? err : a->worst;
+    /* a query that sees no key: none of s <= past + t has key_ok */
+    int blind = 0;
+    for (int b = 0; b < g->batch; b++)
+        for (int t = 0; t < t_new; t++) {
+            bool any = false;
+            for (int s = 0; s <= past + t; s++)
+                any |= a->key_ok[(size_t)b * g->max_t + s] != 0;
+            if (any)
+                continue;
+            blind++;
+            const float *row = og + ((size_t)b * t_new + t) * width;
+            bool zero = true;
+            for (size_t i = 0; i < width; i++)
+                zero &= row[i] == 0.0f;
+            CHECK_MSG(zero, "attention: blind query b=%d t=%d not zero on cuda", b, t);
+        }
+    if (past == 0)
+        CHECK(blind > 0); /* the data do test it */
+    device_free(scr_c);
+    device_free(scr_g);
+    twin_free(&tq);
+    twin_free(&to);
+    free(q);
+    free(oc);
+    free(og);
+}
+
+/* A prefill of t_pre tokens (past 0) then `steps` decode steps, batch 3:
+ * sequence 0 all real tokens, sequence 1 left-padded by `pad` positions
+ * (its first queries see nothing; pad > 64 leaves a whole key tile masked),
+ * sequence 2 with only position 0 padding (its query 0 sees nothing). */
+static void attention_case(int heads, int head_dim, int max_t, int t_pre, int steps, int pad)
+{
+    struct att_state a = {.g = {.batch = 3, .heads = heads, .head_dim = head_dim, .max_t = max_t}};
+    const struct kv_geom *g = &a.g;
+    a.cache_n = (size_t)g->batch * g->heads * g->max_t * g->head_dim;
+    float *init = xmalloc(a.cache_n * sizeof(float));
+    fill(init, a.cache_n, -1, 1); /* junk where nothing is written yet */
+    a.kc = twin_upload(init, a.cache_n * sizeof(float));
+    fill(init, a.cache_n, -1, 1);
+    a.vc = twin_upload(init, a.cache_n * sizeof(float));
+    free(init);
+    a.key_ok = calloc((size_t)g->batch * g->max_t, 1);
+    if (!a.key_ok)
+        exit(1);
+    a.ok = twin_alloc((size_t)g->batch * g->max_t);
+
+    for (int s = 0; s < t_pre; s++) {
+        a.key_ok[0 * (size_t)max_t + s] = 1;
+        a.key_ok[1 * (size_t)max_t + s] = s >= pad;
+        a.key_ok[2 * (size_t)max_t + s] = s >= 1;
+    }
+    att_append(&a, 0, t_pre);
+    att_run(&a, 0, t_pre);
+    for (int i = 0; i < steps; i++) {
+        const int past = t_pre + i;
+        for (int b = 0; b < g->batch; b++)
+            a.key_ok[(size_t)b * max_t + past] = 1;
+        att_append(&a, past, 1);
+        att_run(&a, past, 1);
+    }
+    printf("attention heads=%d head_dim=%d prefill %d + %d steps: worst rel err %.3g\n", heads,
+           head_dim, t_pre, steps, a.worst);
+    twin_free(&a.kc);
+    twin_free(&a.vc);
+    twin_free(&a.ok);
+    free(a.key_ok);
+}
+
+static void test_attention(void)
+{
+    attention_case(4, 64, 100, 70, 3, 66); /* crosses a 64-key tile */
+    attention_case(3, 80, 40, 13, 4, 5);
+    attention_case(2, 128, 160, 130, 2, 3);
+    attention_case(2, 256, 24, 9, 2, 4);
+    attention_case(5, 1, 20, 6, 2, 2); /* head_dim below a warp */
+}
+
+/* ---- gather_rows, copy, to_host / to_device ---- */
+
+static void test_moves(void)
+{
+    const int rows = 20, width = 37;
+    static const int32_t idx[] = {3, 0, 19, 3, 7};
+    const int n = (int)(sizeof(idx) / sizeof(idx[0]));
+    float *x = xmalloc((size_t)rows * width * sizeof(float));
+    float *yc = xmalloc((size_t)n * width * sizeof(float));
+    float *yg = xmalloc((size_t)n * width * sizeof(float));
+    fill(x, (size_t)rows * width, -1, 1);
+    struct twin tx = twin_upload(x, (size_t)rows * width * sizeof(float));
+    struct twin ti = twin_upload(idx, sizeof(idx));
+    struct twin ty = twin_alloc((size_t)n * width * sizeof(float));
+    RUN("gather cpu",
+        kern_gather_rows(cpu_st, dbuf_ptr(ty.c), dbuf_ptr(tx.c), dbuf_ptr(ti.c), n, width));
+    RUN("gather cuda",
+        kern_gather_rows(gpu_st, dbuf_ptr(ty.g), dbuf_ptr(tx.g), dbuf_ptr(ti.g), n, width));
+    twin_download(ty, yc, yg, (size_t)n * width * sizeof(float));
+    CHECK_MSG(memcmp(yc, yg, (size_t)n * width * sizeof(float)) == 0, "gather_rows differs");
+
+    /* copy of an odd byte count between odd offsets (x is 2960 bytes) */
+    unsigned char *bg = xmalloc(1001);
+    struct dbuf *dc = alloc_on(gpu_dev, 1024);
+    RUN("copy cuda", kern_copy(gpu_st, (char *)dbuf_ptr(dc) + 3, (char *)dbuf_ptr(tx.g) + 5, 1001));
+    RUN("copy back", kern_to_host(gpu_st, bg, (char *)dbuf_ptr(dc) + 3, 1001));
+    CHECK_MSG(memcmp(bg, (const char *)x + 5, 1001) == 0, "copy differs");
+    device_free(dc);
+    free(bg);
+    twin_free(&tx);
+    twin_free(&ti);
+    twin_free(&ty);
+    free(x);
+    free(yc);
+    free(yg);
+
+    /* to_device from pinned host memory: the host buffer is overwritten as
+     * soon as the call returns, so the copy must be done by then */
+    const size_t big = 64 * MiB;
+    void *pinned = NULL;
+    int rc = device_host_alloc(gpu_dev, big, &pinned);
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    if (rc == 0) {
+        unsigned char *back = xmalloc(big);
+        memset(pinned, 0x5a, big);
+        struct dbuf *d = alloc_on(gpu_dev, big);
+        RUN("to_device pinned", kern_to_device(gpu_st, dbuf_ptr(d), pinned, big));
+        memset(pinned, 0xa5, big);
+        RUN("to_host", kern_to_host(gpu_st, back, dbuf_ptr(d), big));
+        size_t bad = 0;
+        for (size_t i = 0; i < big; i++)
+            bad += back[i] != 0x5a;
+        CHECK_MSG(bad == 0, "to_device from pinned memory: %zu bytes changed after return", bad);
+        /* and back into pinned memory */
+        RUN("to_host pinned", kern_to_host(gpu_st, pinned, dbuf_ptr(d), big));
+        CHECK(((unsigned char *)pinned)[0] == 0x5a && ((unsigned char *)pinned)[big - 1] == 0x5a);
+        device_free(d);
+        free(back);
+        device_host_free(gpu_dev, pinned, big);
+    }
+    printf("gather_rows, copy, to_host/to_device (pinned): exact\n");
+}
+
+int main(void)
+{
+    int rc = device_open_cuda(0, 0, 512 * MiB, &gpu_dev);
+    if (rc != ERR_OK) {
+        printf("skip: %s\n", err_msg());
+        return 77;
+    }
+    rc = device_open_cpu(0, 256 * MiB, &cpu_dev);
+    CHECK_MSG(rc == ERR_OK, "%s", err_msg());
+    if (rc != ERR_OK) {
+        device_close(gpu_dev);
+        return test_finish();
+    }
+    rc = device_stream_create(cpu_dev, &cpu_st);
+    CHECK_MSG(rc == ERR_OK, "%s", err_msg());
+    if (rc == ERR_OK) {
+        rc = device_stream_create(gpu_dev, &gpu_st);
+        CHECK_MSG(rc == ERR_OK, "%s", err_msg());
+    }
+    if (rc != ERR_OK) {
+        device_stream_destroy(cpu_st);
+        device_close(cpu_dev);
+        device_close(gpu_dev);
+        return test_finish();
+    }
+    device_compute_thread_init(cpu_dev);
+    device_compute_thread_init(gpu_dev);
+    rng_seed(&rng, 12, 0);
+
+    test_linear();
+    test_embed();
+    test_layernorm();
+    test_elementwise();
+    test_attention();
+    test_moves();
+
+    CHECK(device_used(cpu_dev) == 0 && device_used(gpu_dev) == 0); /* every buffer freed */
+    device_stream_destroy(gpu_st);
+    device_stream_destroy(cpu_st);
+    device_close(gpu_dev);
+    device_close(cpu_dev);
+    return test_finish();
+}
