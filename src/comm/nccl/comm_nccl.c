@@ -29,9 +29,9 @@
  * group's communicators and barrier itself, so its peers do not wait for it.
  */
 #include <assert.h>
-#include <errno.h>
 #include <nccl.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
