@@ -27,7 +27,8 @@
  * Threads: loaders queue copies and record events, compute threads wait
  * on events and queue kernels, the engine polls events: every entry point
  * first makes the device's GPU current on the calling thread. No lock is
- * held across a CUDA call that waits for the GPU.
+ * held across a CUDA call that waits for the GPU, except copy_lock around a
+ * copy of pageable memory (see struct cuda_device).
  */
 #include <assert.h>
 #include <inttypes.h>
@@ -54,7 +55,9 @@ struct cuda_device {
     cudaStream_t h2d, d2h;
     /* Serializes copy submissions, so that a copy and its event's record are
      * adjacent on the stream and h2d_tail marks every H2D copy queued before
-     * a D2H copy. Never held while waiting for the GPU. */
+     * a D2H copy. Held only while queuing, except that a copy to or from
+     * pageable memory (the runtime stages it) may wait for the GPU under it;
+     * the host tier is pinned, so loads and offloads never do. */
     pthread_mutex_t copy_lock;
     cudaEvent_t h2d_tail;
     struct cuda_host_pool host;
