@@ -5,8 +5,8 @@
  * same collectives in the same order (as with MPI/NCCL). A collective is
  * queued on the stream the rank computes on, after the work already queued
  * there, and later work on that stream sees its result: with the in-process
- * backend the call returns once the rank's part is done; with NCCL it would
- * return once queued. Other ranks' buffers may be read and written until the
+ * backends the call returns once the rank's part is done; with NCCL it
+ * returns once queued. Other ranks' buffers may be read and written until the
  * collective is done, so buffers of different ranks must not overlap.
  * Errors (a backend failure, or a group aborted because a peer failed) come
  * back as a negative code with a message.
@@ -18,8 +18,9 @@
  * for good: the group carries no more collectives; make a new one.
  *
  * The group's implementation is chosen by the kind of its devices: threads of
- * this process for CPU devices (built now); NCCL for GPUs and MPI across
- * processes implement the same table (comm_impl.h) later.
+ * this process for CPU devices; for CUDA devices NCCL, or an in-process
+ * implementation when ranks share a GPU (comm_cuda.h); MPI across processes
+ * would implement the same table (comm_impl.h).
  *
  * Point-to-point channels carry pipeline-parallel activations from one
  * stage's rank to the next stage's rank.
@@ -51,8 +52,11 @@ int comm_size(const struct comm *c);
 
 /* buf[0..n) = sum over ranks of buf[0..n), in place, on every rank. Every
  * rank passes the same n. The sum is taken in rank order, so every rank gets
- * bit-identical results. s: the stream buf is computed on (NULL: the host's
- * buffers, nothing queued). */
+ * bit-identical results; NCCL groups (CUDA ranks on distinct GPUs) also give
+ * every rank identical results, but in NCCL's order of summation, which may
+ * differ from the rank-order sum in the last bits. s: the stream buf is
+ * computed on (NULL: the host's buffers, nothing queued; CUDA groups need
+ * it). */
 int comm_allreduce_sum(struct comm *c, struct stream *s, float *buf, size_t n);
 
 /* Gathers column blocks into root's row-major out (rows, total_cols): rank r
