@@ -72,6 +72,19 @@ struct stack {
     int *ids;                   /* (n_models) their engine ids */
 };
 
+/* A device list as the CLI and the server's config give it, into c's
+ * device_kind (a static string), n_devices, gpus[] and gpus_set:
+ *   "N"                  N CPU devices (1..STACK_MAX_DEVICES);
+ *   "cpu:0,cpu:1,..."    CPU devices, indices 0, 1, ... in order;
+ *   "cuda:G,cuda:H,..."  device d on GPU ordinal gpus[d]; a GPU listed again
+ *                        is a further partition of it ("cuda:0,cuda:0": two
+ *                        devices on GPU 0, each with its own budget).
+ * what names the setting in messages ("--devices"). ERR_INVALID with one
+ * line naming what and s (junk, mixed kinds, a negative or out-of-order
+ * index, too many devices); c is unchanged then. Whether a CUDA device
+ * exists is stack_open's question. */
+int stack_parse_devices(const char *what, const char *s, struct stack_config *c);
+
 /* Builds the stack; on failure nothing is left and the message names what
  * failed (a model's path, a device, a budget). */
 int stack_open(const struct stack_config *cfg, struct stack **out);
