@@ -177,6 +177,10 @@ int stack_open(const struct stack_config *c, struct stack **out)
     bool cuda = c->device_kind && strcmp(c->device_kind, "cuda") == 0;
     if (c->device_kind && !cuda && strcmp(c->device_kind, "cpu") != 0)
         return err_set(ERR_INVALID, "device kind '%s': expected cpu or cuda", c->device_kind);
+    if (cuda && c->link_gbps > 0)
+        return err_set(ERR_INVALID, "an emulated host link (%g GB/s) is for CPU devices only: "
+                                    "CUDA devices copy over their own",
+                       c->link_gbps);
     struct stack *s = calloc(1, sizeof(*s));
     if (!s)
         return err_set(ERR_NOMEM, "out of memory for a stack");

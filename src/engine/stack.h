@@ -45,7 +45,7 @@ struct stack_config {
     int gpus[STACK_MAX_DEVICES];
     bool gpus_set;
     uint64_t device_budget[STACK_MAX_DEVICES]; /* 0: sized (see above) */
-    double link_gbps;                          /* CPU devices: emulated host link (0: none) */
+    double link_gbps; /* CPU devices: emulated host link (0: none; with cuda an error) */
     uint64_t host_budget;                      /* 0: sized */
     /* sizing of budgets left 0 */
     int fit_models;     /* models resident at once per device (0: 1) */
