@@ -109,6 +109,15 @@ static int bench_ceilings(int threads, struct bench_ceilings *c)
     return rc;
 }
 
+/* One row of the table: "n/a" for what was not measured (NaN). */
+static void metric_row(const char *name, double v, int decimals)
+{
+    if (isnan(v))
+        printf("%-28s %12s\n", name, "n/a");
+    else
+        printf("%-28s %12.*f\n", name, decimals, v);
+}
+
 static int bench_forward(int argc, char **argv)
 {
     const char *dir = NULL;
@@ -233,17 +242,17 @@ static int bench_forward(int argc, char **argv)
                kern_compute_name(m->compute), threads, batch, prompt_len, gen, repeat,
                blas ? blas : "n/a", isa ? isa : "n/a", ceil.impl);
         printf("%-28s %12s\n", "metric", "value");
-        printf("%-28s %12.1f\n", "prefill tokens/s", prefill_tps);
-        printf("%-28s %12.1f\n", "prefill GFLOP/s (linear)", prefill_gflops);
-        printf("%-28s %12.1f\n", "matmul f32 GFLOP/s", ceil.f32.gflops);
-        printf("%-28s %12.1f\n", "matmul bf16 GFLOP/s", ceil.bf16.gflops);
-        printf("%-28s %12.1f\n", "decode tokens/s", decode_tps);
-        printf("%-28s %12.2f\n", "decode ms/step", 1e3 * best.decode_s / gen);
-        printf("%-28s %12.2f\n", "decode weight GB/s", stream / 1e9);
-        printf("%-28s %12.2f\n", "memcpy GB/s (STREAM count)", bw / 1e9);
-        printf("%-28s %12.2f\n", "decode / memcpy", stream / bw);
-        printf("%-28s %12.2f\n", "read GB/s", rbw / 1e9);
-        printf("%-28s %12.2f\n", "decode / read", rbw > 0 ? stream / rbw : on_cpu ? 0 : NAN);
+        metric_row("prefill tokens/s", prefill_tps, 1);
+        metric_row("prefill GFLOP/s (linear)", prefill_gflops, 1);
+        metric_row("matmul f32 GFLOP/s", ceil.f32.gflops, 1);
+        metric_row("matmul bf16 GFLOP/s", ceil.bf16.gflops, 1);
+        metric_row("decode tokens/s", decode_tps, 1);
+        metric_row("decode ms/step", 1e3 * best.decode_s / gen, 2);
+        metric_row("decode weight GB/s", stream / 1e9, 2);
+        metric_row("memcpy GB/s (STREAM count)", bw / 1e9, 2);
+        metric_row("decode / memcpy", stream / bw, 2);
+        metric_row("read GB/s", rbw / 1e9, 2);
+        metric_row("decode / read", rbw > 0 ? stream / rbw : on_cpu ? 0 : NAN, 2);
     }
 out:
     cli_model_close(&cmod);
