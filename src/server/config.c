@@ -808,9 +808,6 @@ int serve_config_check(const struct serve_config *c)
     if (c->n_devices < 1 || c->n_devices > STACK_MAX_DEVICES)
         return err_set(ERR_INVALID, "devices.count: expected 1 to %d, got %d", STACK_MAX_DEVICES,
                        c->n_devices);
-    if (c->link_gbps > 0 && strcmp(c->device_kind, "cuda") == 0)
-        return err_set(ERR_INVALID, "link_gbps: CPU devices only (a GPU's copies use its own "
-                                    "link), not with devices.kind cuda");
     if (c->n_gpus > 0 && strcmp(c->device_kind, "cuda") != 0)
         return err_set(ERR_INVALID, "devices.gpus: only for devices.kind cuda (kind is %s)",
                        c->device_kind);
