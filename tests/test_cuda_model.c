@@ -73,6 +73,9 @@ static bool place(const char *dir, bool gpu, uint64_t budget, enum kern_compute 
               (unsigned long long)budget, err_msg());
     if (rc < 0)
         return false;
+    /* this thread computes on the GPU (a CPU device keeps its threads) */
+    if (gpu)
+        device_compute_thread_init(p->dev);
     rc = opt_model_open_on(dir, p->dev, &p->m);
     CHECK_MSG(rc == 0, "%s: opt_model_open_on %s: %s", dir, device_name(p->dev), err_msg());
     if (rc < 0) {

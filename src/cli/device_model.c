@@ -41,6 +41,8 @@ int cli_model_open(int gpu, const char *dir, const struct opt_exec_shape *shape,
     /* 1 MiB beside them: what the backend rounds or aligns */
     if ((rc = device_open_cuda(gpu, 0, weights + exec + (1u << 20), &out->dev)) < 0)
         return rc;
+    /* the calling thread runs the forward: it is the device's compute thread */
+    device_compute_thread_init(out->dev);
     if ((rc = opt_model_open_on(dir, out->dev, &out->m)) < 0) {
         cli_model_close(out);
         return rc;

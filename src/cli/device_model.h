@@ -27,7 +27,8 @@ int cli_device_parse(const char *devices, int *gpu);
  * mapped views (opt_model_open, zero copies; opt_exec_open then computes on
  * a CPU device of its own); else GPU gpu, with a budget of the weights plus
  * an opt_exec of shape (max_len capped at the model's positions), the
- * weights copied there (opt_model_open_on). The caller runs opt_exec_open
+ * weights copied there (opt_model_open_on), and the calling thread made
+ * its compute thread (device_compute_thread_init). The caller runs opt_exec_open
  * (at most shape's size) on out->m and closes with cli_model_close. */
 int cli_model_open(int gpu, const char *dir, const struct opt_exec_shape *shape,
                    struct cli_model *out);

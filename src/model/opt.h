@@ -203,8 +203,10 @@ void opt_exec_free(struct opt_exec *ex); /* NULL-safe */
 int opt_exec_open_cpu(const struct opt_model *m, const struct opt_exec_shape *shape,
                       struct opt_exec **out);
 /* The context of a whole model wherever its weights are: on m->dev
- * (opt_model_open_on; the context takes shape's bytes of its budget) or,
- * for host views (m->dev NULL), opt_exec_open_cpu. */
+ * (opt_model_open_on; the context takes shape's bytes of its budget, and
+ * the thread that runs its forwards is m->dev's compute thread,
+ * device_compute_thread_init) or, for host views (m->dev NULL),
+ * opt_exec_open_cpu. */
 int opt_exec_open(const struct opt_model *m, const struct opt_exec_shape *shape,
                   struct opt_exec **out);
 /* opt_exec_bytes on a CPU device, plus room for an attention scratch of
