@@ -10,6 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend/device.h"
+#include "core/error.h"
+#include "engine/stack.h"
 #include "format/safetensors.h"
 #include "test.h"
 
@@ -363,6 +366,129 @@ static void test_bench_flags(void)
     CHECK_MSG(stat(path, &sb) != 0, "%s was created by a refused run", path);
 }
 
+/* --devices: one parser (stack_parse_devices) behind every command; a bad
+ * list is a usage error of one line, checked before a model is opened or
+ * generated; cuda:G without CUDA support is an error of one line too. */
+static void test_devices(void)
+{
+    /* the parser itself */
+    struct stack_config sc = {0};
+    CHECK(stack_parse_devices("--devices", "3", &sc) == 0 && strcmp(sc.device_kind, "cpu") == 0 &&
+          sc.n_devices == 3 && !sc.gpus_set);
+    CHECK(stack_parse_devices("--devices", "cpu:0,cpu:1", &sc) == 0 &&
+          strcmp(sc.device_kind, "cpu") == 0 && sc.n_devices == 2 && !sc.gpus_set);
+    CHECK(stack_parse_devices("--devices", "cuda:0,cuda:0,cuda:3", &sc) == 0 &&
+          strcmp(sc.device_kind, "cuda") == 0 && sc.n_devices == 3 && sc.gpus_set &&
+          sc.gpus[0] == 0 && sc.gpus[1] == 0 && sc.gpus[2] == 3);
+    static const struct {
+        const char *list, *needle;
+    } bad[] = {
+        {"", "expected N, or a list like cpu:0,cpu:1 or cuda:0,cuda:1"},
+        {"0", "expected 1..64 CPU devices"},
+        {"65", "expected 1..64 CPU devices"},
+        {"-1", "expected N, or a list"},
+        {"gpu:0", "expected N, or a list"},
+        {"cuda:0,", "expected N, or a list"},
+        {"cuda:0,,cuda:1", "expected N, or a list"},
+        {"cuda:", "expected cuda:INDEX items separated by commas"},
+        {"cuda:x", "expected cuda:INDEX items"},
+        {"cuda:0 ", "expected cuda:INDEX items"},
+        {"cuda:+1", "expected cuda:INDEX items"},
+        {"cuda:-1", "a negative index"},
+        {"cuda:1024", "GPU ordinal 1024 (expected 0..1023)"},
+        {"cuda:99999999999999999999", "expected cuda:INDEX items"},
+        {"cpu:0,cuda:1", "one kind of device only"},
+        {"cuda:0,cpu:1", "one kind of device only"},
+        {"cpu:1", "expected CPU indices 0, 1, ... in order"},
+        {"cpu:0,cpu:0", "expected CPU indices 0, 1, ... in order"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct stack_config c = {.n_devices = 7};
+        int rc = stack_parse_devices("--devices", bad[i].list, &c);
+        CHECK_MSG(rc == ERR_INVALID && strstr(err_msg(), bad[i].needle) &&
+                      strncmp(err_msg(), "--devices ", 10) == 0 && !strchr(err_msg(), '\n'),
+                  "\"%s\": %d '%s' lacks '%s'", bad[i].list, rc, err_msg(), bad[i].needle);
+        CHECK_MSG(c.n_devices == 7, "\"%s\": the config changed on an error", bad[i].list);
+    }
+    char many[65 * 8 + 1] = "";
+    for (int i = 0; i < 65; i++)
+        strcat(many, i ? ",cuda:0" : "cuda:0");
+    CHECK(stack_parse_devices("--devices", many, &sc) == ERR_INVALID &&
+          strstr(err_msg(), "more than 64 devices"));
+
+    /* every command that takes the flag: usage errors (exit 2) of one line */
+    char cmd[4096];
+    static const struct {
+        const char *args, *needle;
+    } usage[] = {
+        {"serve --devices cpu:0,cuda:1 --model a=F", "shardswap serve: --devices cpu:0,cuda:1: "
+                                                     "one kind of device only"},
+        {"serve --devices cuda:-1 --model a=F", "--devices cuda:-1: a negative index"},
+        {"serve --devices 65 --model a=F", "--devices 65: expected 1..64 CPU devices"},
+        {"generate --model F --prompt hi --devices cuda:0,cuda:0",
+         "shardswap generate: --devices cuda:0,cuda:0: this command runs on one device (got 2)"},
+        {"generate --model F --prompt hi --devices cpu:1", "in order"},
+        {"forward --model F --ids 2 --out T/o.bin --devices tpu:0", "shardswap forward: --devices "
+                                                                    "tpu:0: expected N"},
+        {"bench forward --model F --devices 2", "shardswap bench forward: --devices 2: this "
+                                                "command runs on one device (got 2)"},
+        {"bench swap --preset opt-125m --devices cuda:0 --layouts 1x1,2x1 --cache T/c",
+         "shardswap bench swap: layout 2x1 needs 2 devices; --devices cuda:0 lists 1"},
+        {"bench swap --preset opt-125m --devices cuda:0,cpu:1 --cache T/c",
+         "one kind of device only"},
+        {"bench workload --devices cuda:0 --link-gbps 10 --cache T/c",
+         "--link-gbps is for CPU devices only"},
+        {"bench workload --devices 3 --tp 2 --cache T/c", "--devices 3 names 3 devices but --tp is 2"},
+        {"bench workload --devices cuda:0,cuda:1,cuda:2,cuda:3,cuda:4,cuda:5,cuda:6,cuda:7,cuda:8 "
+         "--cache T/c",
+         "9 devices, at most 8"},
+    };
+    for (size_t i = 0; i < sizeof(usage) / sizeof(usage[0]); i++) {
+        char args[1024] = "";
+        for (const char *p = usage[i].args; *p; p++) { /* "T/": tmp's; "F": the fixture */
+            size_t n = strlen(args);
+            if (p[0] == 'T' && p[1] == '/')
+                snprintf(args + n, sizeof(args) - n, "%s", tmp);
+            else if (p[0] == 'F' && (p[1] == ' ' || p[1] == '\0') && p[-1] != '-')
+                snprintf(args + n, sizeof(args) - n, "%s", FIXTURE);
+            else
+                snprintf(args + n, sizeof(args) - n, "%c", *p);
+        }
+        snprintf(cmd, sizeof(cmd), "%s %s", BIN, args);
+        expect_fail(cmd, 2, usage[i].needle);
+    }
+    char path[256];
+    struct stat sb;
+    snprintf(path, sizeof(path), "%s/c", tmp);
+    CHECK_MSG(stat(path, &sb) != 0, "%s was created by a refused run", path);
+
+    /* cuda:0 where no CUDA device opens: one line, exit 1 (without CUDA
+     * support the stub's "built without CUDA"); not run where one does */
+    struct device *d = NULL;
+    int rc = device_open_cuda(0, 0, 1u << 20, &d);
+    device_close(d);
+    if (rc == 0) {
+        printf("a CUDA device opens: the no-CUDA errors are not checked\n");
+        return;
+    }
+    const char *needle = rc == ERR_UNSUPPORTED ? "built without CUDA" : "cuda";
+    snprintf(cmd, sizeof(cmd), "%s generate --model %s --tokenizer %s --prompt hi --devices cuda:0",
+             BIN, FIXTURE, OPT_TOKENIZER);
+    expect_fail(cmd, 1, needle);
+    snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,5 --out %s/l.bin --devices cuda:0",
+             BIN, FIXTURE, tmp);
+    expect_fail(cmd, 1, needle);
+    snprintf(cmd, sizeof(cmd), "%s bench forward --model %s --devices cuda:0 --prompt-len 2 --gen 1",
+             BIN, FIXTURE);
+    expect_fail(cmd, 1, needle);
+    snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 1x1 --devices cuda:0", BIN,
+             FIXTURE);
+    expect_fail(cmd, 1, needle);
+    snprintf(cmd, sizeof(cmd), "%s serve --model a=%s --port 0 --log-level error --devices cuda:0",
+             BIN, FIXTURE);
+    expect_fail(cmd, 1, needle);
+}
+
 int main(void)
 {
     snprintf(tmp, sizeof(tmp), "/tmp/shardswap_cli_XXXXXX");
@@ -378,6 +504,7 @@ int main(void)
         snprintf(cmd, sizeof(cmd), "%s %s --help", BIN, cmds[i]);
         CHECK_MSG(run(cmd, out, sizeof(out), NULL, 0) == 0 && strstr(out, "usage:"), "%s", cmd);
     }
+    test_devices();
     /* bench gemv refuses an ISA it does not know before measuring anything */
     expect_fail(BIN " bench gemv --isa sse9", 2, "unknown ISA");
     /* --help states the range each value is checked against */

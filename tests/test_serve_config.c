@@ -174,6 +174,11 @@ static const struct err_case errors[] = {
     {"devices:\n  kind: cpu\n  count: 0\n", "t.yaml:3: key 'devices.count'"},
     {"devices:\n  kind: cpu\n  size: 1\n", "t.yaml:3: key 'devices.size': unknown key"},
     {"devices: {budget: 2XB}\n", "key 'devices.budget'"},
+    {"devices: {kind: cuda, gpus: 0}\n", "key 'devices.gpus': expected a list of 1 to 64 GPU"},
+    {"devices: {kind: cuda, gpus: []}\n", "key 'devices.gpus'"},
+    {"devices: {kind: cuda, gpus: [0, -1]}\n", "key 'devices.gpus[1]'"},
+    {"devices: {kind: cuda, gpus: [0, x]}\n", "key 'devices.gpus[1]'"},
+    {"devices: {kind: cuda, gpus: [1024]}\n", "key 'devices.gpus[0]'"},
     {"host_budget: -1GiB\n", "key 'host_budget'"},
     {"max_batch: 0\n", "key 'max_batch'"},
     {"queue_cap: x\n", "key 'queue_cap'"},
@@ -389,6 +394,51 @@ static void test_check(void)
     serve_config_free(&c);
 }
 
+/* devices.gpus: a GPU per device, a repeated one a partition; the count
+ * follows the list unless given (then both must agree), and only with
+ * kind cuda; the stack config carries it. */
+static void test_gpus(void)
+{
+    const char *text = "devices: {kind: cuda, gpus: [0, 0, 1]}\nmodels: [{name: a, path: /a, "
+                       "tp: 3}]\n";
+    struct serve_config c;
+    serve_config_init(&c);
+    CHECK_MSG(serve_config_parse_yaml(text, strlen(text), "g.yaml", &c) == 0, "%s", err_msg());
+    CHECK_MSG(serve_config_check(&c) == 0, "%s", err_msg());
+    CHECK(c.n_devices == 3 && c.n_gpus == 3 && c.gpus[0] == 0 && c.gpus[1] == 0 &&
+          c.gpus[2] == 1);
+    struct stack_config sc;
+    struct stack_model_config mc[1];
+    serve_config_stack(&c, &sc, mc);
+    CHECK(strcmp(sc.device_kind, "cuda") == 0 && sc.n_devices == 3 && sc.gpus_set);
+    CHECK(sc.gpus[0] == 0 && sc.gpus[1] == 0 && sc.gpus[2] == 1);
+    CHECK(sc.engine.overlap_loads); /* a GPU's copies take no compute */
+    serve_config_free(&c);
+
+    /* count given beside the list: they must agree */
+    serve_config_init(&c);
+    text = "devices: {kind: cuda, count: 2, gpus: [0, 0, 0]}\nmodels: [{name: a, path: /a}]\n";
+    CHECK(serve_config_parse_yaml(text, strlen(text), "g.yaml", &c) == 0);
+    CHECK(serve_config_check(&c) == ERR_INVALID &&
+          strstr(err_msg(), "devices.gpus: 3 GPUs for devices.count 2"));
+    serve_config_free(&c);
+    /* kind cpu with GPUs */
+    serve_config_init(&c);
+    text = "devices: {gpus: [0]}\nmodels: [{name: a, path: /a}]\n";
+    CHECK(serve_config_parse_yaml(text, strlen(text), "g.yaml", &c) == 0);
+    CHECK(serve_config_check(&c) == ERR_INVALID &&
+          strstr(err_msg(), "devices.gpus: only for devices.kind cuda"));
+    serve_config_free(&c);
+    /* null: device d on GPU d */
+    serve_config_init(&c);
+    text = "devices: {kind: cuda, count: 2, gpus: null}\nmodels: [{name: a, path: /a}]\n";
+    CHECK(serve_config_parse_yaml(text, strlen(text), "g.yaml", &c) == 0);
+    CHECK(serve_config_check(&c) == 0 && c.n_gpus == 0);
+    serve_config_stack(&c, &sc, mc);
+    CHECK(!sc.gpus_set && sc.n_devices == 2);
+    serve_config_free(&c);
+}
+
 int main(void)
 {
     test_example();
@@ -396,5 +446,6 @@ int main(void)
     test_errors();
     test_bytes();
     test_check();
+    test_gpus();
     return test_finish();
 }

@@ -1,6 +1,7 @@
 /* shardswap bench forward: prefill and decode throughput of one checkpoint,
  * with decode's weight streaming rate set against this machine's memcpy
  * bandwidth measured in the same run. */
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "backend/cpu/cpu.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_model.h"
 #include "core/blas_core.h"
 #include "core/cpus.h"
 #include "core/error.h"
@@ -22,7 +24,10 @@ struct bench_result {
     double prefill_s, decode_s;
 };
 
-/* One prefill of (batch, prompt_len) then gen greedy decode steps. */
+/* One prefill of (batch, prompt_len) then gen greedy decode steps, on the
+ * model's device (opt_exec_open). Each step returns its logits to the host
+ * (kern_to_host, a sync point), so a GPU's queued work is inside the
+ * times. */
 static int bench_once(struct opt_model *m, int batch, int prompt_len, int gen,
                       struct bench_result *r)
 {
@@ -32,7 +37,8 @@ static int bench_once(struct opt_model *m, int batch, int prompt_len, int gen,
     float *logits = NULL;
     /* the context checks the shape against the model before anything is
      * sized by it */
-    int rc = opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = batch, .max_len = prompt_len + gen}, &ex);
+    int rc = opt_exec_open(m, &(struct opt_exec_shape){.batch = batch, .max_len = prompt_len + gen},
+                           &ex);
     if (rc < 0)
         goto out;
     ids = malloc((size_t)batch * prompt_len * sizeof(int32_t));
@@ -103,10 +109,19 @@ static int bench_ceilings(int threads, struct bench_ceilings *c)
     return rc;
 }
 
+/* One row of the table: "n/a" for what was not measured (NaN). */
+static void metric_row(const char *name, double v, int decimals)
+{
+    if (isnan(v))
+        printf("%-28s %12s\n", name, "n/a");
+    else
+        printf("%-28s %12.*f\n", name, decimals, v);
+}
+
 static int bench_forward(int argc, char **argv)
 {
     const char *dir = NULL;
-    const char *compute = NULL;
+    const char *compute = NULL, *devices = NULL;
     int batch = 1, prompt_len = 128, gen = 32, threads = 0, repeat = 3;
     bool json = false;
     struct flag flags[] = {
@@ -122,13 +137,15 @@ static int bench_forward(int argc, char **argv)
         FLAG_RANGE("repeat", FLAG_INT, &repeat, "R", "best of R runs (default 3)", 1, 1000,
                    "1..1000"),
         COMPUTE_FLAG(&compute),
+        DEVICE_FLAG(&devices),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of a table"),
     };
     int rc = args_parse("bench forward",
                         "Measures prefill and decode tokens/s of one checkpoint (random prompt "
-                        "ids, no padding, greedy decode through the KV cache), and decode's "
-                        "weight bytes streamed per second against memcpy bandwidth measured in "
-                        "the same run with the same thread count.",
+                        "ids, no padding, greedy decode through the KV cache) on one device, and "
+                        "on a CPU decode's weight bytes streamed per second against memcpy "
+                        "bandwidth measured in the same run with the same thread count, and the "
+                        "matmul ceilings (on a GPU those columns are n/a, null in --json).",
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
@@ -143,21 +160,30 @@ static int bench_forward(int argc, char **argv)
     }
     enum kern_compute cm;
     bool cm_set;
-    if (cli_compute(compute, &cm_set, &cm) < 0)
+    int gpu;
+    if (cli_compute(compute, &cm_set, &cm) < 0 || cli_device_parse(devices, &gpu) < 0)
         return args_usage_fail("bench forward");
+    const bool on_cpu = gpu < 0;
     cpu_set_threads(threads);
     threads = cpu_threads();
-    struct opt_model *m = NULL;
-    if ((rc = opt_model_open(dir, &m)) < 0)
+    struct cli_model cmod = {0};
+    struct opt_exec_shape shape = {.batch = batch, .max_len = prompt_len + gen};
+    if ((rc = cli_model_open(gpu, dir, &shape, &cmod)) < 0)
         return cli_fail("bench forward");
+    struct opt_model *m = cmod.m;
     if (cm_set)
         m->compute = cm;
     if (prompt_len + gen > m->cfg.max_pos) {
         err_set(ERR_INVALID, "--prompt-len + --gen = %d exceeds the model's %d positions",
                 prompt_len + gen, m->cfg.max_pos);
-        opt_model_close(m);
+        cli_model_close(&cmod);
         return cli_fail("bench forward");
     }
+    char device[32];
+    if (on_cpu)
+        snprintf(device, sizeof(device), "cpu:0");
+    else
+        snprintf(device, sizeof(device), "%s", device_name(cmod.dev));
     /* warm-up: page the mapped weights in, let BLAS spin up its threads */
     struct bench_result best = {1e30, 1e30}, r;
     if ((rc = bench_once(m, batch, prompt_len < 8 ? prompt_len : 8, 2, &r)) < 0)
@@ -170,10 +196,12 @@ static int bench_forward(int argc, char **argv)
         if (r.decode_s < best.decode_s)
             best.decode_s = r.decode_s;
     }
+    /* the host's memory and matmul figures mean something next to a CPU
+     * device only: NaN (n/a, null in JSON) on a GPU */
     /* STREAM's count: a copy reads and writes each byte; decode only reads */
-    double bw = 2 * membw_memcpy(threads, (size_t)256 << 20, 5);
+    double bw = on_cpu ? 2 * membw_memcpy(threads, (size_t)256 << 20, 5) : NAN;
     /* decode only reads its weights: read bandwidth is its ceiling */
-    double rbw = membw_read(threads, (size_t)256 << 20, 5);
+    double rbw = on_cpu ? membw_read(threads, (size_t)256 << 20, 5) : NAN;
     double wbytes = (double)opt_model_weight_bytes(m);
     double prefill_tps = batch * prompt_len / best.prefill_s;
     double decode_tps = batch * gen / best.decode_s;
@@ -182,49 +210,52 @@ static int bench_forward(int argc, char **argv)
                   (m->project_out.data ? m->project_out.rows * (double)m->project_out.cols : 0);
     double prefill_gflops =
         2 * (prefill_params(m) * prompt_len + head) * batch / best.prefill_s / 1e9;
-    struct bench_ceilings ceil = {0};
-    if ((rc = bench_ceilings(threads, &ceil)) < 0)
+    struct bench_ceilings ceil = {.f32.gflops = NAN, .bf16.gflops = NAN, .impl = "n/a"};
+    if (on_cpu && (rc = bench_ceilings(threads, &ceil)) < 0)
         goto out;
+    const char *isa = on_cpu ? cpu_gemv_isa() : NULL, *blas = on_cpu ? blas_core_name() : NULL;
     if (json) {
         json_t *j = json_pack(
-            "{s:s, s:o, s:o, s:s, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-            "s:o, s:o, s:s, s:o, s:o, s:o, s:o}",
-            "impl", "shardswap", "model", jsonout_string(dir), "blas_core",
-            jsonout_string(blas_core_name()), "gemv_isa", cpu_gemv_isa(), "threads", threads, "batch", batch,
-            "prompt_len", prompt_len, "gen", gen, "weight_dtype", dtype_name(m->lm_head.dtype),
-            "weight_bytes", (json_int_t)wbytes, "prefill_s", jsonout_real(best.prefill_s, 6),
-            "prefill_tok_s", jsonout_real(prefill_tps, 2), "decode_s",
-            jsonout_real(best.decode_s, 6), "decode_tok_s", jsonout_real(decode_tps, 2),
-            "decode_ms_per_step", jsonout_real(1e3 * best.decode_s / gen, 3),
-            "decode_weight_gb_s", jsonout_real(stream / 1e9, 3), "memcpy_gb_s",
-            jsonout_real(bw / 1e9, 3), "decode_vs_memcpy", jsonout_real(stream / bw, 3),
-            "read_gb_s", jsonout_real(rbw / 1e9, 3), "decode_vs_read",
-            jsonout_real(rbw > 0 ? stream / rbw : 0, 3),
-            "compute", kern_compute_name(m->compute), "prefill_gflops",
-            jsonout_real(prefill_gflops, 2), "matmul_f32_gflops", jsonout_real(ceil.f32.gflops, 2),
-            "matmul_bf16_gflops", jsonout_real(ceil.bf16.gflops, 2), "matmul_impl",
-            jsonout_string(ceil.impl));
+            "{s:s, s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, "
+            "s:o, s:o, s:o, s:o, s:s, s:o, s:o, s:o, s:o}",
+            "impl", "shardswap", "device", jsonout_string(device), "model", jsonout_string(dir),
+            "blas_core", jsonout_string(blas), "gemv_isa", jsonout_string(isa), "threads",
+            threads, "batch", batch, "prompt_len", prompt_len, "gen", gen, "weight_dtype",
+            dtype_name(m->lm_head.dtype), "weight_bytes", (json_int_t)wbytes, "prefill_s",
+            jsonout_real(best.prefill_s, 6), "prefill_tok_s", jsonout_real(prefill_tps, 2),
+            "decode_s", jsonout_real(best.decode_s, 6), "decode_tok_s",
+            jsonout_real(decode_tps, 2), "decode_ms_per_step",
+            jsonout_real(1e3 * best.decode_s / gen, 3), "decode_weight_gb_s",
+            jsonout_real(stream / 1e9, 3), "memcpy_gb_s", jsonout_real(bw / 1e9, 3),
+            "decode_vs_memcpy", jsonout_real(stream / bw, 3), "read_gb_s",
+            jsonout_real(rbw / 1e9, 3), "decode_vs_read",
+            jsonout_real(rbw > 0 ? stream / rbw : on_cpu ? 0 : NAN, 3), "compute",
+            kern_compute_name(m->compute), "prefill_gflops", jsonout_real(prefill_gflops, 2),
+            "matmul_f32_gflops", jsonout_real(ceil.f32.gflops, 2), "matmul_bf16_gflops",
+            jsonout_real(ceil.bf16.gflops, 2), "matmul_impl",
+            jsonout_string(on_cpu ? ceil.impl : NULL));
         rc = jsonout_print(j);
     } else {
-        printf("model %s: %.1f MB of weights (%s), compute %s, %d threads, batch %d, prompt %d, "
-               "gen %d, best of %d, openblas core %s, gemv isa %s, matmul %s\n",
-               dir, wbytes / 1e6, dtype_name(m->lm_head.dtype), kern_compute_name(m->compute),
-               threads, batch, prompt_len, gen, repeat, blas_core_name(), cpu_gemv_isa(), ceil.impl);
+        printf("model %s on %s: %.1f MB of weights (%s), compute %s, %d threads, batch %d, "
+               "prompt %d, gen %d, best of %d, openblas core %s, gemv isa %s, matmul %s\n",
+               dir, device, wbytes / 1e6, dtype_name(m->lm_head.dtype),
+               kern_compute_name(m->compute), threads, batch, prompt_len, gen, repeat,
+               blas ? blas : "n/a", isa ? isa : "n/a", ceil.impl);
         printf("%-28s %12s\n", "metric", "value");
-        printf("%-28s %12.1f\n", "prefill tokens/s", prefill_tps);
-        printf("%-28s %12.1f\n", "prefill GFLOP/s (linear)", prefill_gflops);
-        printf("%-28s %12.1f\n", "matmul f32 GFLOP/s", ceil.f32.gflops);
-        printf("%-28s %12.1f\n", "matmul bf16 GFLOP/s", ceil.bf16.gflops);
-        printf("%-28s %12.1f\n", "decode tokens/s", decode_tps);
-        printf("%-28s %12.2f\n", "decode ms/step", 1e3 * best.decode_s / gen);
-        printf("%-28s %12.2f\n", "decode weight GB/s", stream / 1e9);
-        printf("%-28s %12.2f\n", "memcpy GB/s (STREAM count)", bw / 1e9);
-        printf("%-28s %12.2f\n", "decode / memcpy", stream / bw);
-        printf("%-28s %12.2f\n", "read GB/s", rbw / 1e9);
-        printf("%-28s %12.2f\n", "decode / read", rbw > 0 ? stream / rbw : 0);
+        metric_row("prefill tokens/s", prefill_tps, 1);
+        metric_row("prefill GFLOP/s (linear)", prefill_gflops, 1);
+        metric_row("matmul f32 GFLOP/s", ceil.f32.gflops, 1);
+        metric_row("matmul bf16 GFLOP/s", ceil.bf16.gflops, 1);
+        metric_row("decode tokens/s", decode_tps, 1);
+        metric_row("decode ms/step", 1e3 * best.decode_s / gen, 2);
+        metric_row("decode weight GB/s", stream / 1e9, 2);
+        metric_row("memcpy GB/s (STREAM count)", bw / 1e9, 2);
+        metric_row("decode / memcpy", stream / bw, 2);
+        metric_row("read GB/s", rbw / 1e9, 2);
+        metric_row("decode / read", rbw > 0 ? stream / rbw : on_cpu ? 0 : NAN, 2);
     }
 out:
-    opt_model_close(m);
+    cli_model_close(&cmod);
     return rc < 0 ? cli_fail("bench forward") : 0;
 }
 

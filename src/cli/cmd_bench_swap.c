@@ -1,5 +1,7 @@
 /* shardswap bench swap: how fast a model moves onto its devices under each
- * TP x PP layout, against memcpy on as many threads measured in the same run,
+ * TP x PP layout, against a reference measured in the same run (CPU
+ * devices: memcpy on as many threads; CUDA devices: the link, a plain
+ * pinned copy of the same bytes onto every device of the layout at once),
  * and what a cold request costs with and without layer overlap. */
 #include <math.h>
 #include <stdbool.h>
@@ -29,6 +31,9 @@
 struct layout_result {
     int tp, pp;
     double load_s, offload_s, host_fill_s;
+    /* CUDA devices: the link, bytes of the layout's shards copied H2D and
+     * D2H on all its devices at once (0: not measured, CPU devices) */
+    double link_h2d_s, link_d2h_s;
     double worker_gbs[MAX_WORKERS];
     uint64_t bytes;
     double cold_overlap_s, cold_serial_s, warm_s;
@@ -103,16 +108,99 @@ out:
     return rc;
 }
 
-/* One layout on a stack of its own: tp x pp CPU devices of the given
- * budgets, the model placed on them in order. */
-static int bench_layout(const uint64_t *budgets, const char *dir, uint64_t host_budget, int repeat,
-                        int prompt_len, struct layout_result *r)
+/* The link of CUDA devices: the bytes of each shard copied from pinned host
+ * memory (device_host_alloc) into one device buffer on every device of the
+ * layout at once (device_copy_h2d, then device_sync on each: exactly a
+ * cudaMemcpyAsync from pinned memory on each copy stream), and back
+ * (device_copy_d2h); medians of repeat runs into r->link_h2d_s and
+ * r->link_d2h_s. Runs while the model is not resident, in the room its
+ * weights take. */
+static int bench_link(struct stack *st, const struct swap_model *model, int repeat,
+                      struct layout_result *r)
+{
+    const int k = r->tp * r->pp;
+    struct dbuf *buf[MAX_WORKERS] = {0};
+    void *host[MAX_WORKERS] = {0};
+    struct device *dev[MAX_WORKERS] = {0};
+    size_t bytes[MAX_WORKERS] = {0};
+    double *h2d = calloc((size_t)repeat, sizeof(double)), *d2h = calloc((size_t)repeat, sizeof(double));
+    int rc = 0;
+    if (!h2d || !d2h) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int s = 0; s < k; s++) {
+        const struct swap_shard *sh = &model->shards[s];
+        dev[s] = st->devices[sh->device];
+        bytes[s] = (size_t)sh->device_bytes;
+        if (bytes[s] == 0)
+            continue;
+        if ((rc = device_alloc(dev[s], bytes[s], &buf[s])) < 0 ||
+            (rc = device_host_alloc(dev[s], bytes[s], &host[s])) < 0) {
+            err_wrap(rc, "the link's copy of shard %d", s);
+            goto out;
+        }
+        memset(host[s], 0x5a, bytes[s]); /* touched: no page faults in the copy */
+    }
+    for (int i = 0; i < repeat; i++) {
+        for (int dir = 0; dir < 2; dir++) {
+            double t0 = time_now();
+            for (int s = 0; s < k && rc == 0; s++)
+                if (bytes[s])
+                    rc = dir == 0 ? device_copy_h2d(dev[s], buf[s], 0, host[s], bytes[s], NULL)
+                                  : device_copy_d2h(dev[s], host[s], buf[s], 0, bytes[s], NULL);
+            for (int s = 0; s < k; s++)
+                device_sync(dev[s]); /* also after a failed submission: nothing in flight */
+            if (rc < 0)
+                goto out;
+            (dir == 0 ? h2d : d2h)[i] = time_now() - t0;
+        }
+    }
+    r->link_h2d_s = median(h2d, repeat);
+    r->link_d2h_s = median(d2h, repeat);
+out:
+    for (int s = 0; s < k; s++) {
+        device_free(buf[s]);
+        if (host[s])
+            device_host_free(dev[s], host[s], bytes[s]);
+    }
+    free(h2d);
+    free(d2h);
+    return rc;
+}
+
+/* The devices the layouts run on: CPU devices (one per shard, opened for
+ * each layout) unless --devices lists CUDA ones; a layout's shards then go
+ * on the first tp x pp of them in order. */
+struct bench_devices {
+    bool cuda;
+    int n;                      /* listed (cuda) */
+    int gpus[STACK_MAX_DEVICES]; /* cuda: the GPU of each */
+};
+
+/* One layout on a stack of its own: tp x pp devices (CPU ones of the given
+ * budgets, or the first tp x pp CUDA devices listed, sized by the stack for
+ * the cold request), the model placed on them in order. */
+static int bench_layout(const struct bench_devices *bd, const uint64_t *budgets, const char *dir,
+                        uint64_t host_budget, int repeat, int prompt_len, struct layout_result *r)
 {
     struct stack_model_config mc = {.name = "bench", .path = dir, .tp = r->tp, .pp = r->pp};
     struct stack_config sc = {.device_kind = "cpu", .n_devices = r->tp * r->pp,
                               .host_budget = host_budget, .models = &mc, .n_models = 1};
-    for (int d = 0; d < sc.n_devices; d++)
-        sc.device_budget[d] = budgets[d];
+    if (bd->cuda) {
+        /* budgets left 0: the stack sizes each device for its shard and one
+         * batch of the cold request (with a GPU's attention scratch) */
+        sc.device_kind = "cuda";
+        sc.gpus_set = true;
+        for (int d = 0; d < sc.n_devices; d++)
+            sc.gpus[d] = bd->gpus[d];
+        sc.fit_prompt = prompt_len;
+        sc.fit_max_tokens = 1;
+        sc.engine.max_batch = 1;
+    } else {
+        for (int d = 0; d < sc.n_devices; d++)
+            sc.device_budget[d] = budgets[d];
+    }
     struct stack *st = NULL;
     struct swap_manager *mgr = NULL;
     struct workers *w = NULL;
@@ -138,6 +226,8 @@ static int bench_layout(const uint64_t *budgets, const char *dir, uint64_t host_
     if ((rc = swap_prefetch_host(mgr, model)) < 0)
         goto out;
     r->host_fill_s = time_now() - t0;
+    if (bd->cuda && (rc = bench_link(st, model, repeat, r)) < 0)
+        goto out;
     /* swap-in and swap-out, host <-> devices */
     for (int i = 0; i < repeat; i++) {
         if ((rc = swap_load_lru(mgr, model)) < 0 || (rc = swap_wait_loaded(mgr, model)) < 0)
@@ -221,6 +311,38 @@ static void print_table(const char *dir, const struct layout_result *r, int n, c
                r[i].cold_overlap_s / (r[i].load_s + r[i].warm_s));
 }
 
+/* CUDA devices: the same table against the link instead of memcpy. */
+static void print_table_cuda(const char *dir, const char *devices,
+                             const struct layout_result *r, int n)
+{
+    printf("model %s: %.3f GB of weights, on %s\n", dir, r[0].bytes / 1e9, devices);
+    printf("  link: pinned host memory <-> each device of the layout at once "
+           "(device_copy_h2d/d2h of the same bytes)\n");
+    printf("%-7s %9s %9s %9s %8s %8s %9s %9s %8s %8s %s\n", "layout", "load ms", "GB/s",
+           "link GB/s", "/link", "speedup", "off ms", "off GB/s", "/link", "fill ms",
+           "per-worker GB/s");
+    for (int i = 0; i < n; i++) {
+        int k = r[i].tp * r[i].pp;
+        double gbs = r[i].bytes / r[i].load_s, link = r[i].bytes / r[i].link_h2d_s;
+        double off = r[i].bytes / r[i].offload_s, link_off = r[i].bytes / r[i].link_d2h_s;
+        printf("%dx%-5d %9.1f %9.2f %9.2f %8.2f %8.2fx %9.1f %9.2f %8.2f %8.1f", r[i].tp,
+               r[i].pp, r[i].load_s * 1e3, gbs / 1e9, link / 1e9, gbs / link,
+               r[0].load_s / r[i].load_s, r[i].offload_s * 1e3, off / 1e9, off / link_off,
+               r[i].host_fill_s * 1e3);
+        for (int s = 0; s < k; s++)
+            printf(" %.2f", r[i].worker_gbs[s]);
+        printf("\n");
+    }
+    printf("\ncold request (not resident -> first token's logits)\n");
+    printf("%-7s %12s %12s %10s %14s %12s\n", "layout", "overlap ms", "serial ms", "warm ms",
+           "load+warm ms", "overlap/(l+w)");
+    for (int i = 0; i < n; i++)
+        printf("%dx%-5d %12.1f %12.1f %10.1f %14.1f %12.2f\n", r[i].tp, r[i].pp,
+               r[i].cold_overlap_s * 1e3, r[i].cold_serial_s * 1e3, r[i].warm_s * 1e3,
+               (r[i].load_s + r[i].warm_s) * 1e3,
+               r[i].cold_overlap_s / (r[i].load_s + r[i].warm_s));
+}
+
 /* GB/s per thread count 1..max_workers, keyed "1", "2", ... */
 static json_t *per_threads_json(const double *bw, int max_workers)
 {
@@ -236,8 +358,24 @@ static json_t *per_threads_json(const double *bw, int max_workers)
     return o;
 }
 
-static int print_json(const char *dir, const struct layout_result *r, int n, const double *bw,
-                      const double *sbw, int max_workers)
+/* bytes / secs in GB/s, or null when secs is 0 (not measured) */
+static json_t *gb_s(double bytes, double secs)
+{
+    return secs > 0 ? jsonout_real(bytes / secs / 1e9, 3) : json_null();
+}
+
+/* a / b, or null when either was not measured */
+static json_t *ratio(double a, double b)
+{
+    return a > 0 && b > 0 ? jsonout_real(a / b, 3) : json_null();
+}
+
+/* The keys of CPU devices' runs stay, null for CUDA devices' where they
+ * compare with the host's memcpy; the link's keys are null for CPU
+ * devices (not measured). */
+static int print_json(const char *dir, const char *devices, bool cuda,
+                      const struct layout_result *r, int n, const double *bw, const double *sbw,
+                      int max_workers)
 {
     json_t *layouts = json_array();
     for (int i = 0; layouts && i < n; i++) {
@@ -249,39 +387,51 @@ static int print_json(const char *dir, const struct layout_result *r, int n, con
                 json_decref(workers);
                 workers = NULL;
             }
+        double link = r[i].link_h2d_s > 0 ? r[i].bytes / r[i].link_h2d_s : 0;
+        double link_off = r[i].link_d2h_s > 0 ? r[i].bytes / r[i].link_d2h_s : 0;
+        double off = r[i].bytes / r[i].offload_s;
         json_t *l = json_pack(
-            "{s:i, s:i, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "tp",
-            r[i].tp, "pp", r[i].pp, "bytes", (json_int_t)r[i].bytes, "load_s",
+            "{s:i, s:i, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
+            "s:o, s:o, s:o, s:o}",
+            "tp", r[i].tp, "pp", r[i].pp, "bytes", (json_int_t)r[i].bytes, "load_s",
             jsonout_real(r[i].load_s, 6), "load_gb_s", jsonout_real(gbs / 1e9, 3),
-            "load_vs_memcpy", jsonout_real(gbs / bw[k], 3), "load_vs_stream_copy",
-            jsonout_real(gbs / sbw[k], 3), "speedup_vs_1x1",
-            jsonout_real(r[0].load_s / r[i].load_s, 3), "offload_s",
+            "load_vs_memcpy", cuda ? json_null() : jsonout_real(gbs / bw[k], 3),
+            "load_vs_stream_copy", cuda ? json_null() : jsonout_real(gbs / sbw[k], 3),
+            "speedup_vs_1x1", jsonout_real(r[0].load_s / r[i].load_s, 3), "offload_s",
             jsonout_real(r[i].offload_s, 6), "host_fill_s", jsonout_real(r[i].host_fill_s, 6),
             "worker_gb_s", workers, "cold_overlap_s", jsonout_real(r[i].cold_overlap_s, 6),
             "cold_serial_s", jsonout_real(r[i].cold_serial_s, 6), "warm_s",
             jsonout_real(r[i].warm_s, 6), "cold_overlap_vs_load_plus_warm",
-            jsonout_real(r[i].cold_overlap_s / (r[i].load_s + r[i].warm_s), 3));
+            jsonout_real(r[i].cold_overlap_s / (r[i].load_s + r[i].warm_s), 3),
+            "offload_gb_s", jsonout_real(off / 1e9, 3), "link_h2d_gb_s",
+            gb_s((double)r[i].bytes, r[i].link_h2d_s), "link_d2h_gb_s",
+            gb_s((double)r[i].bytes, r[i].link_d2h_s), "load_vs_link", ratio(gbs, link),
+            "offload_vs_link", ratio(off, link_off));
         if (json_array_append_new(layouts, l) != 0) {
             json_decref(layouts);
             layouts = NULL;
         }
     }
-    const struct copy_choice *cc = copy_choose();
-    json_t *copy = json_pack("{s:o, s:b, s:o, s:o, s:o}", "method", jsonout_string(cc->name),
-                             "forced", cc->forced, "memcpy_gb_s", jsonout_real(cc->memcpy_gb_s, 3),
-                             "stream_gb_s", jsonout_real(cc->stream_gb_s, 3), "calib_s",
-                             jsonout_real(cc->calib_s, 6));
-    return jsonout_print(json_pack("{s:o, s:I, s:o, s:o, s:o, s:o}", "model", jsonout_string(dir),
-                                   "weight_bytes", (json_int_t)r[0].bytes, "memcpy_gb_s",
-                                   per_threads_json(bw, max_workers), "stream_copy_gb_s",
-                                   per_threads_json(sbw, max_workers), "device_copy", copy,
-                                   "layouts", layouts));
+    json_t *copy = NULL;
+    if (!cuda) {
+        const struct copy_choice *cc = copy_choose();
+        copy = json_pack("{s:o, s:b, s:o, s:o, s:o}", "method", jsonout_string(cc->name),
+                         "forced", cc->forced, "memcpy_gb_s", jsonout_real(cc->memcpy_gb_s, 3),
+                         "stream_gb_s", jsonout_real(cc->stream_gb_s, 3), "calib_s",
+                         jsonout_real(cc->calib_s, 6));
+    }
+    return jsonout_print(json_pack(
+        "{s:o, s:o, s:I, s:o, s:o, s:o, s:o}", "model", jsonout_string(dir), "devices",
+        jsonout_string(devices), "weight_bytes", (json_int_t)r[0].bytes, "memcpy_gb_s",
+        cuda ? json_null() : per_threads_json(bw, max_workers), "stream_copy_gb_s",
+        cuda ? json_null() : per_threads_json(sbw, max_workers), "device_copy",
+        cuda ? json_null() : copy, "layouts", layouts));
 }
 
 int bench_swap(int argc, char **argv)
 {
     const char *preset = NULL, *dir_flag = NULL, *dtype_s = "f16", *layouts_s = "1x1,2x1,1x2";
-    const char *cache = "models";
+    const char *cache = "models", *devices_s = NULL;
     int layers = 0, tp = 0, pp = 0, repeat = 3, prompt_len = 8;
     bool json = false;
     struct flag flags[] = {
@@ -301,14 +451,20 @@ int bench_swap(int argc, char **argv)
         FLAG_RANGE("prompt-len", FLAG_INT, &prompt_len, "L",
                    "tokens of the cold request (default 8)", 1, 512, "1..512"),
         FLAG("cache", FLAG_STR, &cache, "DIR", "where generated presets are kept (default models)"),
+        FLAG("devices", FLAG_STR, &devices_s, "LIST",
+             "cuda:G,... : run the layouts on these CUDA devices, each layout on the first "
+             "TPxPP of them (a GPU listed again is another partition of it); default: CPU "
+             "devices, one per shard"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of tables"),
     };
     int rc = args_parse("bench swap",
                         "Registers the model on CPU devices (one per worker, budget = its shard and the cold "
-                        "request's KV cache and activations) "
+                        "request's KV cache and activations), or on the CUDA devices --devices lists, "
                         "and measures, for each TP x PP layout: swap-in time and GB/s (host -> "
                         "devices, every shard at once), per worker and in aggregate, against "
-                        "memcpy on as many threads in the same run; swap-out time; and a cold "
+                        "memcpy on as many threads in the same run (CUDA: against the link, a "
+                        "pinned copy of the same bytes onto every device at once); swap-out time "
+                        "(CUDA: and GB/s against the link back); and a cold "
                         "request (not resident -> first token) with layer overlap on and off, "
                         "against load + warm first-token time.",
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
@@ -317,6 +473,20 @@ int bench_swap(int argc, char **argv)
     if (!preset == !dir_flag) {
         fprintf(stderr, "shardswap bench swap: give exactly one of --preset NAME or --model DIR\n");
         return EXIT_USAGE;
+    }
+    /* the device list: CPU ones (a number or cpu:0,...) keep the default of
+     * one CPU device per shard, at most as many as listed */
+    struct bench_devices bd = {0};
+    int max_listed = MAX_WORKERS;
+    if (devices_s) {
+        struct stack_config dsc = {0};
+        if (stack_parse_devices("--devices", devices_s, &dsc) < 0)
+            return args_usage_fail("bench swap");
+        bd.cuda = strcmp(dsc.device_kind, "cuda") == 0;
+        bd.n = dsc.n_devices;
+        for (int d = 0; d < dsc.n_devices; d++)
+            bd.gpus[d] = dsc.gpus[d];
+        max_listed = dsc.n_devices;
     }
     struct layout_result res[MAX_LAYOUTS + 1];
     int tps[MAX_LAYOUTS + 1], pps[MAX_LAYOUTS + 1], n = 0;
@@ -337,6 +507,12 @@ int bench_swap(int argc, char **argv)
         }
         n++;
     }
+    for (int i = 0; devices_s && i < n; i++)
+        if (tps[i] * pps[i] > max_listed) {
+            rc = err_set(ERR_INVALID, "layout %dx%d needs %d devices; --devices %s lists %d",
+                         tps[i], pps[i], tps[i] * pps[i], devices_s, max_listed);
+            goto bad_flag;
+        }
     if (dir_flag)
         snprintf(dir, sizeof(dir), "%s", dir_flag);
     else if ((rc = model_cache_preset(cache, preset, layers, dtype_s, 0, dir, sizeof(dir))) < 0)
@@ -381,18 +557,24 @@ int bench_swap(int argc, char **argv)
     uint64_t budget = total + embed + (16u << 20); /* host tier: any layout's copy */
     for (int d = 0; d < max_workers; d++)
         need[d] += 1u << 20;
-    for (int t = 1; t <= max_workers; t++) {
+    /* the host's copy speed: the reference of CPU devices only */
+    for (int t = 1; !bd.cuda && t <= max_workers; t++) {
         bw[t] = membw_memcpy(t, (size_t)256 << 20, 5);
         sbw[t] = membw_stream(t, (size_t)256 << 20, 5);
     }
     for (int i = 0; i < n; i++)
-        if ((rc = bench_layout(need, dir, budget, repeat, prompt_len, &res[i])) < 0)
+        if ((rc = bench_layout(&bd, need, dir, budget, repeat, prompt_len, &res[i])) < 0)
             goto out;
+    const char *dev_words = devices_s ? devices_s : "CPU devices, one per shard";
     if (json)
-        rc = print_json(dir, res, n, bw, sbw, max_workers);
+        rc = print_json(dir, dev_words, bd.cuda, res, n, bw, sbw, max_workers);
+    else if (bd.cuda)
+        print_table_cuda(dir, dev_words, res, n);
     else
         print_table(dir, res, n, bw, sbw, max_workers);
 out:
     st_close(ck);
     return rc < 0 ? cli_fail("bench swap") : 0;
+bad_flag:
+    return args_usage_fail("bench swap");
 }

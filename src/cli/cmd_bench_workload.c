@@ -177,9 +177,11 @@ static int print_json(const struct workload_config *c, const char *config_s,
                         names);
     bool sized = stack_size(&sc, dev, &host) == 0;
     return jsonout_print(json_pack(
-        "{s:s, s:s, s:i, s:i, s:i, s:o, s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "config",
+        "{s:s, s:s, s:i, s:i, s:i, s:o, s:o, s:i, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+        "config",
         config_s, "compute", rig->compute ? rig->compute : "auto", "models", c->n_models, "max_loaded", c->max_loaded, "max_batch", c->max_batch,
-        "cv", jsonout_real(c->cv, 6), "rates", rates, "devices", rig->tp, "device_budget_bytes",
+        "cv", jsonout_real(c->cv, 6), "rates", rates, "devices", rig->tp, "device_kind",
+        rig->device_kind ? rig->device_kind : "cpu", "device_budget_bytes",
         sized ? json_integer((json_int_t)dev[0]) : json_null(), "host_budget_bytes",
         sized ? json_integer((json_int_t)host) : json_null(), "link_gb_s",
         jsonout_real(rig->link_gbps, 6),
@@ -196,7 +198,8 @@ int bench_workload(int argc, char **argv)
      * runs in about a minute */
     const char *preset = "opt-1.3b", *dtype_s = "f16", *cache = "models", *out_dir = "bench-out";
     const char *compute_s = NULL;
-    int layers = 2, tp = 2, n_models = 0, max_loaded = 0, max_batch = 0, rr_requests = 40;
+    const char *devices_s = NULL;
+    int layers = 2, tp = 0 /* 2, or --devices' count */, n_models = 0, max_loaded = 0, max_batch = 0, rr_requests = 40;
     float cv = 0, duration = 20, alpha = -1, total_rate = 0, slo = 0, slo_scale = 5, link = 0;
     uint64_t seed = 1;
     bool json = false, simulated = false;
@@ -237,11 +240,18 @@ int bench_workload(int argc, char **argv)
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "model dtype (default f16)"),
         COMPUTE_FLAG(&compute_s),
         FLAG_RANGE("tp", FLAG_INT, &tp, "N",
-                   "devices per model, all models on the same ones (default 2)", 1, 8, "1..8"),
+                   "devices per model, all models on the same ones (default 2, or --devices' "
+                   "count)",
+                   1, 8, "1..8"),
+        FLAG("devices", FLAG_STR, &devices_s, "N|LIST",
+             "the devices every model spans: N CPU devices, cpu:0,cpu:1,..., or cuda:G,... "
+             "(a GPU listed again is another partition of it; needs a CUDA build) (default: "
+             "--tp CPU devices)"),
         FLAG("seed", FLAG_U64, &seed, "S", "arrival seed (default 1)"),
         FLAG_RANGE("link-gbps", FLAG_FLOAT, &link, "G",
-                   "emulate a host link of G GB/s per device (a GPU's swap/compute ratio; "
-                   "default: memory speed)", 0.001, 10000, "0.001..10000 GB/s"),
+                   "CPU devices only: emulate a host link of G GB/s per device (a GPU's "
+                   "swap/compute ratio; default: memory speed)",
+                   0.001, 10000, "0.001..10000 GB/s"),
         FLAG("cache", FLAG_STR, &cache, "DIR", "where generated models are kept (default models)"),
         FLAG("out-dir", FLAG_STR, &out_dir, "DIR", "CSV and plot go here (default bench-out)"),
         FLAG("simulate", FLAG_BOOL, &simulated, NULL,
@@ -254,7 +264,8 @@ int bench_workload(int argc, char **argv)
     int rc = args_parse("bench workload",
                         "Replays a workload in real time through the engine, once per policy on "
                         "the same arrival sequence, on generated models that all share the same "
-                        "CPU devices (room for --max-loaded of them; every model starts in host "
+                        "devices (--devices, CPU or CUDA; room for --max-loaded of them; every "
+                        "model starts in host "
                         "memory). Requests are Computron's: \"Berkeley is the number one public\" "
                         "(8 tokens), max_tokens 1, top_k 50, top_p 0.5, temperature 0.7. Prints "
                         "latency mean/p50/p90/p99/max, SLO attainment, throughput, swaps and time "
@@ -277,6 +288,35 @@ int bench_workload(int argc, char **argv)
     enum kern_compute compute;
     if (cli_compute(compute_s, &compute_set, &compute) < 0)
         return args_usage_fail("bench workload");
+    struct stack_config dev_sc = {0};
+    if (devices_s) {
+        if (stack_parse_devices("--devices", devices_s, &dev_sc) < 0)
+            return args_usage_fail("bench workload");
+        if (tp > 0 && tp != dev_sc.n_devices) {
+            fprintf(stderr,
+                    "shardswap bench workload: --devices %s names %d devices but --tp is %d "
+                    "(every model spans all of them)\n",
+                    devices_s, dev_sc.n_devices, tp);
+            return EXIT_USAGE;
+        }
+        if (dev_sc.n_devices > 8) {
+            fprintf(stderr, "shardswap bench workload: --devices %s: %d devices, at most 8\n",
+                    devices_s, dev_sc.n_devices);
+            return EXIT_USAGE;
+        }
+        if (strcmp(dev_sc.device_kind, "cuda") == 0 && link > 0) {
+            fprintf(stderr, "shardswap bench workload: --link-gbps is for CPU devices only; "
+                            "--devices %s copies over the GPU's own link\n",
+                    devices_s);
+            return EXIT_USAGE;
+        }
+        tp = dev_sc.n_devices;
+        rig.device_kind = dev_sc.device_kind;
+        rig.gpus = dev_sc.gpus_set ? dev_sc.gpus : NULL;
+    }
+    if (tp == 0)
+        tp = 2;
+    rig.tp = tp;
     struct replay_result res[MAX_POLICIES];
     double *lat[MAX_POLICIES] = {0}; /* each policy's latencies, for the plot */
     size_t n_lat[MAX_POLICIES] = {0};

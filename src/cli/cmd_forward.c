@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_model.h"
 #include "core/error.h"
 #include "model/opt.h"
 
@@ -77,12 +78,13 @@ static int check_out_path(const char *path)
 
 int cmd_forward(int argc, char **argv)
 {
-    const char *dir = NULL, *ids_s = NULL, *path = NULL, *compute_s = NULL;
+    const char *dir = NULL, *ids_s = NULL, *path = NULL, *compute_s = NULL, *devices = NULL;
     struct flag flags[] = {
         FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "Hugging Face OPT checkpoint directory"),
         FLAG_REQUIRED("ids", FLAG_STR, &ids_s, "I,J,...", "token ids, comma-separated"),
         FLAG_REQUIRED("out", FLAG_STR, &path, "FILE", "where to write the logits"),
         COMPUTE_FLAG(&compute_s),
+        DEVICE_FLAG(&devices),
     };
     int rc = args_parse("forward",
                         "Runs the token ids through the model and writes the logits of every "
@@ -93,20 +95,25 @@ int cmd_forward(int argc, char **argv)
         return rc;
     bool compute_set;
     enum kern_compute compute;
-    if (cli_compute(compute_s, &compute_set, &compute) < 0)
+    int gpu;
+    if (cli_compute(compute_s, &compute_set, &compute) < 0 || cli_device_parse(devices, &gpu) < 0)
         return args_usage_fail("forward");
+    struct cli_model cm = {0};
     struct opt_model *m = NULL;
     struct opt_exec *ex = NULL;
     int32_t *ids = NULL;
     float *logits = NULL;
     FILE *f = NULL;
     int n = 0;
-    if ((rc = check_out_path(path)) < 0 || (rc = parse_ids(ids_s, &ids, &n)) < 0 ||
-        (rc = opt_model_open(dir, &m)) < 0)
+    if ((rc = check_out_path(path)) < 0 || (rc = parse_ids(ids_s, &ids, &n)) < 0)
         goto out;
+    const struct opt_exec_shape shape = {.batch = 1, .max_len = n, .max_rows = n};
+    if ((rc = cli_model_open(gpu, dir, &shape, &cm)) < 0)
+        goto out;
+    m = cm.m;
     if (compute_set)
         m->compute = compute;
-    if ((rc = opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = 1, .max_len = n, .max_rows = n}, &ex)) < 0)
+    if ((rc = opt_exec_open(m, &shape, &ex)) < 0)
         goto out;
     size_t count = (size_t)n * m->cfg.vocab;
     if (!(logits = malloc(count * sizeof(float)))) {
@@ -135,6 +142,6 @@ out:
     free(ids);
     free(logits);
     opt_exec_free(ex);
-    opt_model_close(m);
+    cli_model_close(&cm);
     return rc;
 }

@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_model.h"
 #include "core/error.h"
 #include "model/generate.h"
 #include "tokenizer/bpe.h"
@@ -40,7 +41,8 @@ static int print_token(void *ctx, int32_t id)
 
 int cmd_generate(int argc, char **argv)
 {
-    const char *model_dir = NULL, *prompt = NULL, *tok_dir = NULL, *compute_s = NULL;
+    const char *model_dir = NULL, *prompt = NULL, *tok_dir = NULL, *compute_s = NULL,
+               *devices = NULL;
     int max_tokens = 32;
     struct sampler_params sp = {.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
     struct flag flags[] = {
@@ -58,6 +60,7 @@ int cmd_generate(int argc, char **argv)
         FLAG("seed", FLAG_U64, &sp.seed, "S", "random seed; same seed, same output (default 0)"),
         FLAG("tokenizer", FLAG_STR, &tok_dir, "DIR", "tokenizer directory (default: the model's)"),
         COMPUTE_FLAG(&compute_s),
+        DEVICE_FLAG(&devices),
     };
     int rc = args_parse("generate",
                         "Prints the completion of --prompt (without the prompt), streaming it "
@@ -67,8 +70,10 @@ int cmd_generate(int argc, char **argv)
         return rc;
     bool compute_set;
     enum kern_compute compute;
-    if (cli_compute(compute_s, &compute_set, &compute) < 0)
+    int gpu;
+    if (cli_compute(compute_s, &compute_set, &compute) < 0 || cli_device_parse(devices, &gpu) < 0)
         return args_usage_fail("generate");
+    struct cli_model cm = {0};
     struct opt_model *m = NULL;
     struct bpe *tok = NULL;
     struct sampler s = {0};
@@ -77,9 +82,15 @@ int cmd_generate(int argc, char **argv)
     int n_out = 0;
     struct stream_out o = {.rc = 0};
     if ((rc = sampler_init(&s, &sp)) < 0 || (rc = bpe_open(tok_dir ? tok_dir : model_dir, &tok)) < 0 ||
-        (rc = bpe_encode(tok, prompt, strlen(prompt), true, &ids, &n_ids)) < 0 ||
-        (rc = opt_model_open(model_dir, &m)) < 0)
+        (rc = bpe_encode(tok, prompt, strlen(prompt), true, &ids, &n_ids)) < 0)
         goto out;
+    /* a device sized for the longest run opt_generate may make (its
+     * positions capped at the model's) */
+    long len = (long)n_ids + max_tokens;
+    const struct opt_exec_shape shape = {.batch = 1, .max_len = len > INT_MAX ? INT_MAX : (int)len};
+    if ((rc = cli_model_open(gpu, model_dir, &shape, &cm)) < 0)
+        goto out;
+    m = cm.m;
     if (compute_set)
         m->compute = compute;
     bpe_stream_init(&o.st, tok);
@@ -110,6 +121,6 @@ out:
     free(o.buf);
     sampler_free(&s);
     bpe_close(tok);
-    opt_model_close(m);
+    cli_model_close(&cm);
     return rc;
 }

@@ -24,46 +24,19 @@ static int set_str(char **dst, const char *v)
     return 0;
 }
 
-/* --devices: "N" (CPU devices) or a list "cpu:0,cpu:1" / "cuda:0,..." whose
- * indices are 0, 1, ... in order. */
+/* --devices: the list (stack_parse_devices) into c, replacing the config
+ * file's kind, count and GPUs. */
 static int parse_devices(const char *s, struct serve_config *c)
 {
-    char *end;
-    errno = 0;
-    long n = strtol(s, &end, 10);
-    if (end != s && !*end) {
-        if (errno || n < 1 || n > STACK_MAX_DEVICES)
-            return err_set(ERR_INVALID, "--devices %s: expected 1..%d", s, STACK_MAX_DEVICES);
-        c->n_devices = (int)n;
-        return set_str(&c->device_kind, "cpu");
-    }
-    char kind[8] = "";
-    int count = 0;
-    for (const char *p = s; *p;) {
-        const char *colon = strchr(p, ':');
-        size_t klen = colon ? (size_t)(colon - p) : 0;
-        if (!colon || klen == 0 || klen >= sizeof(kind))
-            goto bad;
-        if (count == 0)
-            snprintf(kind, sizeof(kind), "%.*s", (int)klen, p);
-        else if (strncmp(kind, p, klen) != 0 || kind[klen])
-            return err_set(ERR_INVALID, "--devices %s: one kind of device only", s);
-        errno = 0;
-        long idx = strtol(colon + 1, &end, 10);
-        if (end == colon + 1 || errno || (*end && *end != ','))
-            goto bad;
-        if (idx != count)
-            return err_set(ERR_INVALID, "--devices %s: expected indices 0, 1, ... in order", s);
-        if (++count > STACK_MAX_DEVICES)
-            return err_set(ERR_INVALID, "--devices %s: more than %d devices", s, STACK_MAX_DEVICES);
-        p = *end ? end + 1 : end;
-    }
-    if (strcmp(kind, "cpu") != 0 && strcmp(kind, "cuda") != 0)
-        return err_set(ERR_INVALID, "--devices %s: kind '%s': expected cpu or cuda", s, kind);
-    c->n_devices = count;
-    return set_str(&c->device_kind, kind);
-bad:
-    return err_set(ERR_INVALID, "--devices %s: expected N or a list like cpu:0,cpu:1", s);
+    struct stack_config sc = {0};
+    int rc = stack_parse_devices("--devices", s, &sc);
+    if (rc < 0)
+        return rc;
+    c->n_devices = sc.n_devices;
+    c->n_gpus = sc.gpus_set ? sc.n_devices : 0;
+    for (int d = 0; d < c->n_gpus; d++)
+        c->gpus[d] = sc.gpus[d];
+    return set_str(&c->device_kind, sc.device_kind);
 }
 
 /* Writes the port to path (through a temporary file renamed into place, so
@@ -140,7 +113,8 @@ int cmd_serve(int argc, char **argv)
         FLAG("model", FLAG_STR, &model, "NAME=DIR",
              "serve the checkpoint in DIR as NAME (repeatable)"),
         FLAG("devices", FLAG_STR, &devices, "N|LIST",
-             "N CPU devices, or a list cpu:0,cpu:1 (cuda:0,... needs a CUDA build) (default 1)"),
+             "N CPU devices, a list cpu:0,cpu:1,..., or cuda:G,... with G a GPU (a GPU listed "
+             "again is another partition of it; needs a CUDA build) (default 1)"),
         FLAG("device-budget", FLAG_STR, &device_budget, "BYTES",
              "memory of each device, e.g. 2GiB (default: sized for the models)"),
         FLAG("host-budget", FLAG_STR, &host_budget, "BYTES",
@@ -182,7 +156,7 @@ int cmd_serve(int argc, char **argv)
                    "running (default 0: none)",
                    0, 86400, "0..86400"),
         FLAG_RANGE("link-gbps", FLAG_FLOAT, &link_gbps, "G",
-                   "CPU devices: emulate a host link of G GB/s (default 0: none)", 0, FLT_MAX,
+                   "CPU devices only: emulate a host link of G GB/s (default 0: none)", 0, FLT_MAX,
                    "G >= 0"),
         FLAG_RANGE("http-threads", FLAG_INT, &threads, "N", "HTTP worker threads (default 4)", 1,
                    256, "1..256"),

@@ -1,6 +1,8 @@
 /* stack_open: the serving stack from one config (see stack.h). */
 #include "engine/stack.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +22,74 @@ static int model_pp(const struct stack_model_config *m)
 static int model_device(const struct stack_model_config *m, int shard)
 {
     return m->devices ? m->devices[shard] : shard;
+}
+
+/* GPU ordinals a list may name: far beyond any machine, small enough to
+ * print and to count partitions with */
+#define MAX_GPU_ORDINAL 1023
+
+/* A decimal number of digits only (no sign, no blanks) at p, into *v; the
+ * end in *end. false when there is none or it overflows. */
+static bool parse_index(const char *p, const char **end, long *v)
+{
+    if (!isdigit((unsigned char)*p))
+        return false;
+    char *e;
+    errno = 0;
+    *v = strtol(p, &e, 10);
+    *end = e;
+    return errno == 0;
+}
+
+int stack_parse_devices(const char *what, const char *s, struct stack_config *c)
+{
+    const char *end;
+    long n;
+    if (parse_index(s, &end, &n) && *end == '\0') {
+        if (n < 1 || n > STACK_MAX_DEVICES)
+            return err_set(ERR_INVALID, "%s %s: expected 1..%d CPU devices", what, s,
+                           STACK_MAX_DEVICES);
+        c->device_kind = "cpu";
+        c->n_devices = (int)n;
+        c->gpus_set = false;
+        return 0;
+    }
+    int gpus[STACK_MAX_DEVICES], count = 0;
+    bool cuda = false;
+    for (const char *p = s;; p = end + 1) {
+        bool is_cpu = strncmp(p, "cpu:", 4) == 0, is_cuda = strncmp(p, "cuda:", 5) == 0;
+        if (!is_cpu && !is_cuda)
+            return err_set(ERR_INVALID,
+                           "%s %s: expected N, or a list like cpu:0,cpu:1 or cuda:0,cuda:1", what,
+                           s);
+        if (count > 0 && is_cuda != cuda)
+            return err_set(ERR_INVALID, "%s %s: one kind of device only (cpu or cuda)", what, s);
+        cuda = is_cuda;
+        const char *num = p + (is_cuda ? 5 : 4);
+        long idx;
+        if (*num == '-')
+            return err_set(ERR_INVALID, "%s %s: a negative index", what, s);
+        if (!parse_index(num, &end, &idx) || (*end != ',' && *end != '\0'))
+            return err_set(ERR_INVALID, "%s %s: expected %s:INDEX items separated by commas",
+                           what, s, cuda ? "cuda" : "cpu");
+        if (count == STACK_MAX_DEVICES)
+            return err_set(ERR_INVALID, "%s %s: more than %d devices", what, s,
+                           STACK_MAX_DEVICES);
+        if (!cuda && idx != count)
+            return err_set(ERR_INVALID, "%s %s: expected CPU indices 0, 1, ... in order", what, s);
+        if (cuda && idx > MAX_GPU_ORDINAL)
+            return err_set(ERR_INVALID, "%s %s: GPU ordinal %ld (expected 0..%d)", what, s, idx,
+                           MAX_GPU_ORDINAL);
+        gpus[count++] = (int)idx;
+        if (*end == '\0')
+            break;
+    }
+    c->device_kind = cuda ? "cuda" : "cpu";
+    c->n_devices = count;
+    c->gpus_set = cuda;
+    for (int d = 0; d < count; d++)
+        c->gpus[d] = cuda ? gpus[d] : 0;
+    return 0;
 }
 
 static int config_check(const struct stack_config *c)
@@ -55,6 +125,7 @@ int stack_size(const struct stack_config *c, uint64_t *device_bytes, uint64_t *h
     const int prompt = c->fit_prompt > 0 ? c->fit_prompt : 8;
     const int gen = c->fit_max_tokens > 0 ? c->fit_max_tokens : 1;
     const int engine_batch = c->engine.max_batch > 0 ? c->engine.max_batch : 8;
+    const bool cuda = c->device_kind && strcmp(c->device_kind, "cuda") == 0;
     uint64_t need[STACK_MAX_DEVICES] = {0};
     *host_bytes = 64u << 20;
     for (int i = 0; i < c->n_models; i++) {
@@ -71,9 +142,23 @@ int stack_size(const struct stack_config *c, uint64_t *device_bytes, uint64_t *h
                            model_tp(m), model_pp(m), STACK_MAX_DEVICES);
         if ((rc = swap_layout_bytes(m->path, model_tp(m), model_pp(m), &shape, shard, &host)) < 0)
             return err_wrap(rc, "model %s", m->name);
+        /* a GPU's attention may take scratch for every head of the batch at
+         * once where the CPU's takes one sequence's (swap_layout_bytes sizes
+         * the CPU's): room for it, as opt_exec_bytes_bound leaves */
+        uint64_t scratch = 0;
+        if (cuda && shape.batch > 0) {
+            int t_max = shape.max_tokens / shape.batch < shape.max_len
+                            ? shape.max_tokens / shape.batch
+                            : shape.max_len;
+            scratch = ((uint64_t)shape.batch * (uint64_t)(oc.n_heads / model_tp(m)) *
+                           (uint64_t)t_max * (uint64_t)shape.max_len * sizeof(float) +
+                       63) /
+                      64 * 64;
+        }
         for (int s = 0; s < model_tp(m) * model_pp(m); s++) {
             int d = model_device(m, s);
-            need[d] = shard[s] > need[d] ? shard[s] : need[d];
+            uint64_t b = shard[s] + scratch;
+            need[d] = b > need[d] ? b : need[d];
         }
         *host_bytes += host;
     }
@@ -92,6 +177,10 @@ int stack_open(const struct stack_config *c, struct stack **out)
     bool cuda = c->device_kind && strcmp(c->device_kind, "cuda") == 0;
     if (c->device_kind && !cuda && strcmp(c->device_kind, "cpu") != 0)
         return err_set(ERR_INVALID, "device kind '%s': expected cpu or cuda", c->device_kind);
+    if (cuda && c->link_gbps > 0)
+        return err_set(ERR_INVALID, "an emulated host link (%g GB/s) is for CPU devices only: "
+                                    "CUDA devices copy over their own",
+                       c->link_gbps);
     struct stack *s = calloc(1, sizeof(*s));
     if (!s)
         return err_set(ERR_NOMEM, "out of memory for a stack");

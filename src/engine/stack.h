@@ -45,7 +45,7 @@ struct stack_config {
     int gpus[STACK_MAX_DEVICES];
     bool gpus_set;
     uint64_t device_budget[STACK_MAX_DEVICES]; /* 0: sized (see above) */
-    double link_gbps;                          /* CPU devices: emulated host link (0: none) */
+    double link_gbps; /* CPU devices: emulated host link (0: none; with cuda an error) */
     uint64_t host_budget;                      /* 0: sized */
     /* sizing of budgets left 0 */
     int fit_models;     /* models resident at once per device (0: 1) */
@@ -71,6 +71,19 @@ struct stack {
     struct swap_model **models; /* (n_models) as configured */
     int *ids;                   /* (n_models) their engine ids */
 };
+
+/* A device list as the CLI and the server's config give it, into c's
+ * device_kind (a static string), n_devices, gpus[] and gpus_set:
+ *   "N"                  N CPU devices (1..STACK_MAX_DEVICES);
+ *   "cpu:0,cpu:1,..."    CPU devices, indices 0, 1, ... in order;
+ *   "cuda:G,cuda:H,..."  device d on GPU ordinal gpus[d]; a GPU listed again
+ *                        is a further partition of it ("cuda:0,cuda:0": two
+ *                        devices on GPU 0, each with its own budget).
+ * what names the setting in messages ("--devices"). ERR_INVALID with one
+ * line naming what and s (junk, mixed kinds, a negative or out-of-order
+ * index, too many devices); c is unchanged then. Whether a CUDA device
+ * exists is stack_open's question. */
+int stack_parse_devices(const char *what, const char *s, struct stack_config *c);
 
 /* Builds the stack; on failure nothing is left and the message names what
  * failed (a model's path, a device, a budget). */

@@ -24,7 +24,9 @@ int opt_generate(struct opt_model *m, const int32_t *prompt, int n_prompt, int m
         return 0;
     struct opt_exec *ex = NULL;
     float *logits = malloc((size_t)c->vocab * sizeof(float));
-    int rc = opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = 1, .max_len = n_prompt + max_tokens}, &ex);
+    /* on the model's device (opt_model_open_on), else on the host */
+    int rc = opt_exec_open(m, &(struct opt_exec_shape){.batch = 1, .max_len = n_prompt + max_tokens},
+                           &ex);
     if (rc < 0)
         goto out;
     if (!logits) {

@@ -77,6 +77,12 @@ struct opt_model {
      * shard of a model alike) */
     enum kern_compute compute;
     float *params;                  /* widened small parameters (checkpoint binding) */
+    /* opt_model_open_on: the device holding the weights and the blobs there
+     * (n_blobs of them, owned; NULL where a blob is empty); NULL and 0 for
+     * views of a mapped checkpoint and for the swap engine's shards */
+    struct device *dev;
+    struct dbuf **blobs;
+    int n_blobs;
 };
 
 /* Opens DIR (config.json + safetensors) as the whole model, viewing the
@@ -85,7 +91,27 @@ int opt_model_open(const char *dir, struct opt_model **out);
 /* Binds one shard to views of an open checkpoint; ck stays the caller's. */
 int opt_model_open_shard(const struct opt_config *cfg, struct st_checkpoint *ck,
                          const struct opt_shard *shard, struct opt_model **out);
-void opt_model_close(struct opt_model *m); /* NULL-safe */
+/* Frees the model and, for opt_model_open_on, its blobs (before its device
+ * is closed). NULL-safe. */
+void opt_model_close(struct opt_model *m);
+
+struct opt_exec_shape; /* below */
+
+/* Opens DIR as the whole model (one full shard) with its weights in memory
+ * of dev, any backend: the blob layout of opt_shard_open, one device_alloc
+ * per blob, each filled in host memory from dev's backend (pinned where it
+ * pins), copied with device_copy_h2d and bound; the checkpoint is closed
+ * before it returns. m->dev is dev; m owns the blobs; dev stays the
+ * caller's and must outlive m. ERR_NOMEM naming the device when the weights
+ * do not fit its budget. Runs on the calling thread; nothing else may copy
+ * on dev meanwhile (it waits with device_sync). */
+int opt_model_open_on(const char *dir, struct device *dev, struct opt_model **out);
+/* The device bytes opt_model_open_on(dir) takes (*weights: every blob
+ * rounded up to 64 bytes, as device_alloc counts it) and an opt_exec of
+ * shape beside it on any backend (*exec: opt_exec_bytes_bound), for sizing
+ * a device before it is opened. */
+int opt_model_device_bytes(const char *dir, const struct opt_exec_shape *shape,
+                           uint64_t *weights, uint64_t *exec);
 
 /* The precision a checkpoint whose matrices are stored in `weights` computes
  * in unless told otherwise: bf16 for bf16 weights (as transformers runs a
@@ -176,6 +202,18 @@ void opt_exec_free(struct opt_exec *ex); /* NULL-safe */
  * it. */
 int opt_exec_open_cpu(const struct opt_model *m, const struct opt_exec_shape *shape,
                       struct opt_exec **out);
+/* The context of a whole model wherever its weights are: on m->dev
+ * (opt_model_open_on; the context takes shape's bytes of its budget, and
+ * the thread that runs its forwards is m->dev's compute thread,
+ * device_compute_thread_init) or, for host views (m->dev NULL),
+ * opt_exec_open_cpu. */
+int opt_exec_open(const struct opt_model *m, const struct opt_exec_shape *shape,
+                  struct opt_exec **out);
+/* opt_exec_bytes on a CPU device, plus room for an attention scratch of
+ * every head of every sequence at once (batch x heads x step x max_len
+ * floats): enough on any backend whose kern_attention_scratch stays within
+ * that, for sizing a GPU before it is opened. 0 when the shape is invalid. */
+size_t opt_exec_bytes_bound(const struct opt_model *m, const struct opt_exec_shape *shape);
 
 /* Runs t_new tokens of each sequence of the batch through the whole model
  * (tp_size 1, all layers), appending to the cache.

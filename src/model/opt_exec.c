@@ -108,6 +108,19 @@ size_t opt_exec_bytes(const struct opt_model *m, const struct device *dev,
     return L.total;
 }
 
+size_t opt_exec_bytes_bound(const struct opt_model *m, const struct opt_exec_shape *shape)
+{
+    struct opt_exec_shape sh;
+    size_t cpu = opt_exec_bytes(m, NULL, shape);
+    if (cpu == 0 || !shape_resolve(shape, &sh))
+        return 0;
+    /* the longest step exec_layout sizes the scratch for */
+    size_t t_max = (size_t)(sh.max_tokens / sh.batch < sh.max_len ? sh.max_tokens / sh.batch
+                                                                   : sh.max_len);
+    size_t scores = (size_t)sh.batch * m->heads_local * t_max * (size_t)sh.max_len;
+    return cpu + (scores * sizeof(float) + 63) / 64 * 64;
+}
+
 /* The shape resolved, checked against the model before anything is sized
  * or allocated; *bytes its size on dev (NULL: a CPU device). */
 static int shape_check(const struct opt_model *m, const struct device *dev,
@@ -237,6 +250,12 @@ int opt_exec_open_cpu(const struct opt_model *m, const struct opt_exec_shape *sh
     }
     (*out)->owns_dev = true;
     return 0;
+}
+
+int opt_exec_open(const struct opt_model *m, const struct opt_exec_shape *shape,
+                  struct opt_exec **out)
+{
+    return m->dev ? opt_exec_init(m, m->dev, NULL, shape, out) : opt_exec_open_cpu(m, shape, out);
 }
 
 int opt_exec_begin(struct opt_exec *ex, const uint8_t *mask, int t_new)

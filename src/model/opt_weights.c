@@ -88,6 +88,9 @@ void opt_model_close(struct opt_model *m)
         return;
     if (m->owns_ck)
         st_close(m->ck);
+    for (int b = 0; b < m->n_blobs; b++)
+        device_free(m->blobs[b]);
+    free(m->blobs);
     free(m->layers);
     free(m->params);
     free(m);

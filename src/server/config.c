@@ -488,23 +488,42 @@ static int check_keys(const struct walk *w, const struct ynode *y, const char *p
 
 static int walk_devices(const struct walk *w, const struct ynode *y)
 {
-    static const char *const known[] = {"kind", "count", "budget", NULL};
+    static const char *const known[] = {"kind", "count", "gpus", "budget", NULL};
     struct serve_config *c = w->c;
     if (y->kind != Y_MAP)
         return bad(w, y, "devices", "a mapping such as {kind: cpu, count: 2, budget: 2GiB}");
     int rc = check_keys(w, y, "devices", known);
+    bool count_set = false;
     for (int i = 0; i < y->n && rc == 0; i += 2) {
         const char *k = y->items[i]->value;
         const struct ynode *v = y->items[i + 1];
         if (is_null(v))
             continue;
-        if (strcmp(k, "kind") == 0)
+        if (strcmp(k, "kind") == 0) {
             rc = get_string(w, v, "devices.kind", false, &c->device_kind);
-        else if (strcmp(k, "count") == 0)
+        } else if (strcmp(k, "count") == 0) {
             rc = get_int(w, v, "devices.count", 1, STACK_MAX_DEVICES, &c->n_devices);
-        else
+            count_set = true;
+        } else if (strcmp(k, "gpus") == 0) {
+            if (v->kind != Y_SEQ || v->n < 1 || v->n > STACK_MAX_DEVICES) {
+                rc = bad(w, v, "devices.gpus",
+                         "a list of 1 to 64 GPU ordinals such as [0, 0] (one per device)");
+                break;
+            }
+            for (int j = 0; j < v->n && rc == 0; j++) {
+                char item[32];
+                snprintf(item, sizeof(item), "devices.gpus[%d]", j);
+                rc = get_int(w, v->items[j], item, 0, SERVE_MAX_GPU, &c->gpus[j]);
+            }
+            c->n_gpus = v->n;
+        } else {
             rc = get_bytes(w, v, "devices.budget", &c->device_budget);
+        }
     }
+    /* a list of GPUs is a count of devices unless the count is also given
+     * (serve_config_check then wants them to agree) */
+    if (rc == 0 && c->n_gpus > 0 && !count_set)
+        c->n_devices = c->n_gpus;
     return rc;
 }
 
@@ -789,6 +808,17 @@ int serve_config_check(const struct serve_config *c)
     if (c->n_devices < 1 || c->n_devices > STACK_MAX_DEVICES)
         return err_set(ERR_INVALID, "devices.count: expected 1 to %d, got %d", STACK_MAX_DEVICES,
                        c->n_devices);
+    if (c->n_gpus > 0 && strcmp(c->device_kind, "cuda") != 0)
+        return err_set(ERR_INVALID, "devices.gpus: only for devices.kind cuda (kind is %s)",
+                       c->device_kind);
+    if (c->n_gpus > 0 && c->n_gpus != c->n_devices)
+        return err_set(ERR_INVALID,
+                       "devices.gpus: %d GPUs for devices.count %d (expected one per device)",
+                       c->n_gpus, c->n_devices);
+    for (int d = 0; d < c->n_gpus && d < STACK_MAX_DEVICES; d++)
+        if (c->gpus[d] < 0 || c->gpus[d] > SERVE_MAX_GPU)
+            return err_set(ERR_INVALID, "devices.gpus[%d]: expected 0 to %d, got %d", d,
+                           SERVE_MAX_GPU, c->gpus[d]);
     if (c->policy && !sched_policy_find(c->policy))
         return err_set(ERR_INVALID, "policy: unknown scheduling policy '%.*s' (expected %s)",
                        QUOTE_MAX, c->policy, sched_policy_names());
@@ -853,10 +883,15 @@ void serve_config_stack(const struct serve_config *c, struct stack_config *sc,
     sc->n_devices = c->n_devices;
     for (int i = 0; i < c->n_devices && i < STACK_MAX_DEVICES; i++)
         sc->device_budget[i] = c->device_budget;
+    sc->gpus_set = c->n_gpus > 0;
+    for (int i = 0; i < c->n_gpus && i < STACK_MAX_DEVICES; i++)
+        sc->gpus[i] = c->gpus[i];
     sc->link_gbps = c->link_gbps;
-    /* copies that take no compute (an emulated link): a batch may start
-     * while its model's layers arrive, as the benchmarks run it */
-    sc->engine.overlap_loads = c->link_gbps > 0;
+    /* copies that take no compute (a GPU's copy engines, an emulated
+     * link): a batch may start while its model's layers arrive, as the
+     * benchmarks run it */
+    sc->engine.overlap_loads =
+        c->link_gbps > 0 || (c->device_kind && strcmp(c->device_kind, "cuda") == 0);
     sc->host_budget = c->host_budget;
     /* a host tier sized for every model starts with all of them in it, so
      * no request waits for the disk; a budget set smaller fills on demand */

@@ -29,6 +29,7 @@
 
 #define SERVE_MAX_MODELS 256
 #define SERVE_MAX_ROOTS 16
+#define SERVE_MAX_GPU 1023 /* the largest GPU ordinal devices.gpus accepts */
 
 enum log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
@@ -61,6 +62,11 @@ struct serve_config {
     /* stack */
     char *device_kind;          /* "cpu" (default) or "cuda" */
     int n_devices;              /* default 1 */
+    /* cuda: device d is on GPU gpus[d] (a GPU listed again: a further
+     * partition of it); n_gpus 0: device d on GPU d, else n_gpus ==
+     * n_devices (devices.gpus, --devices cuda:G,...) */
+    int gpus[STACK_MAX_DEVICES];
+    int n_gpus;
     uint64_t device_budget;     /* bytes per device; 0: sized for every model */
     uint64_t host_budget;       /* 0: sized */
     char *policy;               /* NULL: the engine's default */

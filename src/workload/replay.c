@@ -76,15 +76,21 @@ void replay_stack_config(const struct replay_rig *rig, int n_models, int max_loa
                          struct stack_model_config *mc, char (*names)[16])
 {
     memset(sc, 0, sizeof(*sc));
-    sc->device_kind = "cpu";
+    const bool cuda = rig->device_kind && strcmp(rig->device_kind, "cuda") == 0;
+    sc->device_kind = cuda ? "cuda" : "cpu";
     sc->n_devices = rig->tp;
+    sc->gpus_set = cuda && rig->gpus;
+    for (int d = 0; sc->gpus_set && d < rig->tp && d < STACK_MAX_DEVICES; d++)
+        sc->gpus[d] = rig->gpus[d];
     sc->link_gbps = rig->link_gbps;
     sc->fit_models = max_loaded;
     sc->fit_prompt = REPLAY_PROMPT_LEN;
     sc->fit_max_tokens = 1;
     sc->engine = (struct engine_config){.policy = policy, .max_batch = max_batch,
                                         .queue_cap = 1 << 20, .max_loaded = max_loaded,
-                                        .overlap_loads = rig->link_gbps > 0};
+                                        /* copies that take no compute: a GPU's
+                                         * copy engines, an emulated link */
+                                        .overlap_loads = cuda || rig->link_gbps > 0};
     sc->prefetch_host = true;
     sc->compute = rig->compute;
     for (int i = 0; i < n_models; i++) {
@@ -293,7 +299,8 @@ int replay_measure_costs(const struct replay_rig *rig, int max_batch, struct sim
         }
         sc->max_batch = max_batch;
         sc->overlap_tail = 0.5; /* the layers after the embedding's blob, about half */
-        sc->overlap_loads = rig->link_gbps > 0;
+        sc->overlap_loads =
+            rig->link_gbps > 0 || (rig->device_kind && strcmp(rig->device_kind, "cuda") == 0);
     }
     stack_close(s);
     free(jobs);

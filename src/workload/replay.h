@@ -10,7 +10,7 @@
  *   replay_measure_costs(rig) -> a load's time and batches of 1..max_batch,
  *   the costs engine/sim.h replays with
  *
- * The rig: rig->tp CPU devices with room for max_loaded models (every model
+ * The rig: rig->tp devices (CPU, or CUDA as rig->device_kind says) with room for max_loaded models (every model
  * has the same shape) and the largest batch of Computron's requests each;
  * every model over all of them with TP = tp; all models start in host memory,
  * as in Computron. Requests are Computron's: "Berkeley is the number one
@@ -44,8 +44,12 @@ extern const int32_t replay_prompt[REPLAY_PROMPT_LEN];
 struct replay_rig {
     const char *const *paths; /* (n_models) checkpoint directories, the caller's */
     int n_models;             /* 1..WORKLOAD_MAX_MODELS */
-    int tp;                   /* CPU devices, every model over all of them */
-    double link_gbps;         /* emulated host link per device (0: memory speed) */
+    int tp;                   /* devices, every model over all of them */
+    const char *device_kind;  /* "cpu" (NULL too) or "cuda" */
+    const int *gpus;          /* cuda: (tp) the GPU of each device (stack_config.gpus);
+                               * NULL: device d on GPU d */
+    double link_gbps;         /* CPU devices: emulated host link per device (0: memory
+                               * speed); a stack of CUDA devices refuses one */
     const char *compute;      /* stack_config.compute: "f32", "bf16", NULL: auto */
 };
 

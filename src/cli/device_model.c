@@ -1,0 +1,61 @@
+#include "cli/device_model.h"
+
+#include <string.h>
+
+#include "core/error.h"
+#include "format/opt_config.h"
+
+int cli_device_parse(const char *devices, int *gpu)
+{
+    *gpu = -1;
+    if (!devices)
+        return 0;
+    struct stack_config sc = {0};
+    int rc = stack_parse_devices("--devices", devices, &sc);
+    if (rc < 0)
+        return rc;
+    if (sc.n_devices != 1)
+        return err_set(ERR_INVALID, "--devices %s: this command runs on one device (got %d)",
+                       devices, sc.n_devices);
+    if (strcmp(sc.device_kind, "cuda") == 0)
+        *gpu = sc.gpus[0];
+    return 0;
+}
+
+int cli_model_open(int gpu, const char *dir, const struct opt_exec_shape *shape,
+                   struct cli_model *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (gpu < 0)
+        return opt_model_open(dir, &out->m);
+    struct opt_config cfg;
+    int rc = opt_config_load(dir, &cfg);
+    if (rc < 0)
+        return rc;
+    struct opt_exec_shape sh = *shape;
+    if (sh.max_len > cfg.max_pos)
+        sh.max_len = cfg.max_pos; /* opt_exec_init refuses more, naming the limit */
+    uint64_t weights, exec;
+    if ((rc = opt_model_device_bytes(dir, &sh, &weights, &exec)) < 0)
+        return rc;
+    /* 1 MiB beside them: what the backend rounds or aligns */
+    if ((rc = device_open_cuda(gpu, 0, weights + exec + (1u << 20), &out->dev)) < 0)
+        return rc;
+    /* the calling thread runs the forward: it is the device's compute thread */
+    device_compute_thread_init(out->dev);
+    if ((rc = opt_model_open_on(dir, out->dev, &out->m)) < 0) {
+        cli_model_close(out);
+        return rc;
+    }
+    return 0;
+}
+
+void cli_model_close(struct cli_model *cm)
+{
+    if (!cm)
+        return;
+    opt_model_close(cm->m);
+    device_close(cm->dev);
+    cm->m = NULL;
+    cm->dev = NULL;
+}

@@ -1,0 +1,121 @@
+/* A whole model copied onto one device of any backend: the swap engine's
+ * blob layout, one allocation per blob, filled through a host staging
+ * buffer from the device's backend. What the single-device commands and the
+ * GPU tests run on. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "model/opt.h"
+
+/* Bytes device_alloc counts for an allocation of n. */
+static uint64_t alloc_bytes(size_t n)
+{
+    return ((uint64_t)n + 63) / 64 * 64;
+}
+
+/* The whole-model shard of cfg. */
+static struct opt_shard whole_shard(const struct opt_config *cfg)
+{
+    return (struct opt_shard){
+        .tp_rank = 0, .tp_size = 1, .layer_begin = 0, .layer_end = cfg->n_layers};
+}
+
+int opt_model_device_bytes(const char *dir, const struct opt_exec_shape *shape, uint64_t *weights,
+                           uint64_t *exec)
+{
+    struct opt_config cfg;
+    struct st_checkpoint *ck = NULL;
+    struct opt_model *m = NULL;
+    struct opt_layout lay;
+    int rc;
+    *weights = *exec = 0;
+    if ((rc = opt_config_load(dir, &cfg)) < 0 || (rc = st_open(dir, &ck)) < 0)
+        return rc;
+    struct opt_shard whole = whole_shard(&cfg);
+    if ((rc = opt_shard_open(&cfg, ck, &whole, &m, &lay)) < 0) {
+        err_wrap(rc, "%s", dir);
+        st_close(ck);
+        return rc;
+    }
+    for (int b = 0; b < lay.n_blobs; b++)
+        *weights += alloc_bytes(lay.blob_bytes[b]);
+    if (shape && (*exec = opt_exec_bytes_bound(m, shape)) == 0)
+        rc = err_set(ERR_INVALID, "%s: a batch of %d x %d positions fits no device", dir,
+                     shape->batch, shape->max_len);
+    opt_layout_free(&lay);
+    opt_model_close(m);
+    st_close(ck);
+    return rc;
+}
+
+/* Allocates, fills, copies and binds every blob of m on dev through one
+ * host staging buffer of the largest blob's size. */
+static int upload_blobs(struct opt_model *m, const struct opt_layout *lay,
+                        const struct st_checkpoint *ck, struct device *dev)
+{
+    size_t max = 0;
+    for (int b = 0; b < lay->n_blobs; b++)
+        max = lay->blob_bytes[b] > max ? lay->blob_bytes[b] : max;
+    if (max == 0)
+        return 0;
+    void *host = NULL;
+    int rc = device_host_alloc(dev, max, &host);
+    if (rc < 0)
+        return err_wrap(rc, "a %zu-byte staging buffer for %s", max, device_name(dev));
+    for (int b = 0; b < lay->n_blobs; b++) {
+        size_t n = lay->blob_bytes[b];
+        if (n == 0) /* an empty blob binds nothing */
+            continue;
+        if ((rc = device_alloc(dev, n, &m->blobs[b])) < 0) {
+            err_wrap(rc, "the model's weights (blob %d of %d)", b, lay->n_blobs);
+            break;
+        }
+        if ((rc = opt_shard_fill(m, lay, ck, b, host)) < 0)
+            break;
+        /* the staging buffer is refilled for the next blob: wait for this copy */
+        if ((rc = device_copy_h2d(dev, m->blobs[b], 0, host, n, NULL)) < 0)
+            break;
+        device_sync(dev);
+        opt_shard_bind(m, lay, b, dbuf_ptr(m->blobs[b]));
+    }
+    device_sync(dev); /* nothing may still read host when it is freed */
+    device_host_free(dev, host, max);
+    return rc;
+}
+
+int opt_model_open_on(const char *dir, struct device *dev, struct opt_model **out)
+{
+    struct opt_config cfg;
+    struct st_checkpoint *ck = NULL;
+    struct opt_model *m = NULL;
+    struct opt_layout lay;
+    int rc;
+    *out = NULL;
+    if ((rc = opt_config_load(dir, &cfg)) < 0 || (rc = st_open(dir, &ck)) < 0)
+        return rc;
+    struct opt_shard whole = whole_shard(&cfg);
+    if ((rc = opt_shard_open(&cfg, ck, &whole, &m, &lay)) < 0) {
+        err_wrap(rc, "%s", dir);
+        st_close(ck);
+        return rc;
+    }
+    m->dev = dev;
+    m->blobs = calloc((size_t)lay.n_blobs, sizeof(*m->blobs));
+    if (!m->blobs) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    m->n_blobs = lay.n_blobs;
+    if ((rc = upload_blobs(m, &lay, ck, dev)) < 0) {
+        err_wrap(rc, "%s on %s", dir, device_name(dev));
+        goto out;
+    }
+    *out = m;
+    m = NULL;
+out:
+    opt_layout_free(&lay);
+    opt_model_close(m);
+    st_close(ck);
+    return rc;
+}

@@ -1,0 +1,555 @@
+/* The OPT forward on a GPU, against transformers and against the CPU
+ * backend. Skipped (77) when device_open_cuda(0, 0, ...) fails: a build
+ * without CUDA, or no GPU.
+ *
+ * - every fixture of tests/fixtures/models/, opened on cuda:0 and on cpu:0
+ *   through the same device-generic path (opt_model_open_on: blobs copied
+ *   onto the device), in both precisions as test_opt runs them:
+ *   f32 compute against expected.json within 1e-4 (max |ours - ref| /
+ *   max |ref| over real positions; the references are computed in f32 on
+ *   the stored, possibly 16-bit, weights, and f32 compute widens them
+ *   exactly); bf16 compute against expected_bf16.json within its stated
+ *   tolerance, at most 3e-2. The padded batch, one prompt alone, the KV
+ *   cache one token at a time against the full forward (1e-5 in f32, 1e-2
+ *   in bf16), greedy continuations identical (bf16: up to the first step
+ *   whose reference margin is below margin_min, a tie), and GPU against
+ *   CPU within the same tolerance;
+ * - the serving stack on cuda:0,cuda:0 (two partitions of GPU 0): TP = 2
+ *   and PP = 2 models, every greedy reference exact through the engine;
+ *   the same on cuda:0,cuda:1 when a second GPU opens;
+ * - swapping on the GPU: two models on one device with room for one,
+ *   requests alternating, each answer exact, each model loaded again and
+ *   again (loads, offloads, events and layer overlap on the GPU). */
+#include <dirent.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/device.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/stack.h"
+#include "model/generate.h"
+#include "model/opt.h"
+#include "test.h"
+
+#include "fixture_expect.h"
+
+#define MIB (1ull << 20)
+
+static int32_t *json_ids(json_t *arr, int *n)
+{
+    *n = (int)json_array_size(arr);
+    int32_t *ids = malloc((size_t)(*n ? *n : 1) * sizeof(int32_t));
+    for (int i = 0; ids && i < *n; i++)
+        ids[i] = (int32_t)json_integer_value(json_array_get(arr, (size_t)i));
+    return ids;
+}
+
+/* ---- one model on one device ---- */
+
+struct placed {
+    struct device *dev;
+    struct opt_model *m;
+};
+
+static void placed_close(struct placed *p)
+{
+    opt_model_close(p->m); /* its blobs, before the device */
+    device_close(p->dev);
+    p->m = NULL;
+    p->dev = NULL;
+}
+
+/* dir on a fresh device (cuda:0 when gpu, else cpu:0) of budget bytes,
+ * the weights copied there; compute mode. */
+static bool place(const char *dir, bool gpu, uint64_t budget, enum kern_compute mode,
+                  struct placed *p)
+{
+    memset(p, 0, sizeof(*p));
+    int rc = gpu ? device_open_cuda(0, 0, budget, &p->dev) : device_open_cpu(0, budget, &p->dev);
+    CHECK_MSG(rc == 0, "%s: open %s with %llu bytes: %s", dir, gpu ? "cuda:0" : "cpu:0",
+              (unsigned long long)budget, err_msg());
+    if (rc < 0)
+        return false;
+    /* this thread computes on the GPU (a CPU device keeps its threads) */
+    if (gpu)
+        device_compute_thread_init(p->dev);
+    rc = opt_model_open_on(dir, p->dev, &p->m);
+    CHECK_MSG(rc == 0, "%s: opt_model_open_on %s: %s", dir, device_name(p->dev), err_msg());
+    if (rc < 0) {
+        placed_close(p);
+        return false;
+    }
+    CHECK(p->m->dev == p->dev && p->m->n_blobs == 1 + p->m->cfg.n_layers);
+    p->m->compute = mode;
+    return true;
+}
+
+/* ---- the forwards of one fixture ---- */
+
+struct batch_in {
+    int B, T;
+    int32_t *ids;
+    uint8_t *mask;
+};
+
+static void batch_in_load(json_t *batch, struct batch_in *in)
+{
+    json_t *jid = json_object_get(batch, "input_ids");
+    json_t *jmask = json_object_get(batch, "attention_mask");
+    in->B = (int)json_array_size(jid);
+    in->T = (int)json_array_size(json_array_get(jid, 0));
+    size_t cells = (size_t)in->B * (size_t)in->T;
+    in->ids = malloc((cells ? cells : 1) * sizeof(int32_t));
+    in->mask = malloc(cells ? cells : 1);
+    for (int b = 0; b < in->B; b++)
+        for (int t = 0; t < in->T; t++) {
+            json_t *row = json_array_get(jid, (size_t)b), *mrow = json_array_get(jmask, (size_t)b);
+            in->ids[b * in->T + t] = (int32_t)json_integer_value(json_array_get(row, (size_t)t));
+            in->mask[b * in->T + t] = (uint8_t)json_integer_value(json_array_get(mrow, (size_t)t));
+        }
+}
+
+/* Worst relative error over the real positions of a (B, T, V) batch. */
+static double batch_err(const struct batch_in *in, const float *got, const float *ref, int V)
+{
+    double worst = 0;
+    for (int b = 0; b < in->B; b++)
+        for (int t = 0; t < in->T; t++) {
+            if (!in->mask[b * in->T + t])
+                continue;
+            size_t o = ((size_t)b * in->T + t) * V;
+            double e = test_rel_err(got + o, ref + o, (size_t)V);
+            worst = e > worst ? e : worst;
+        }
+    return worst;
+}
+
+/* The padded batch on p: its logits (B, T, V) into out; false on failure. */
+static bool run_batch(const char *label, struct placed *p, const struct batch_in *in, float *out)
+{
+    struct opt_exec *ex = NULL;
+    struct opt_exec_shape sh = {.batch = in->B, .max_len = in->T, .max_rows = in->B * in->T};
+    int rc = opt_exec_open(p->m, &sh, &ex);
+    CHECK_MSG(rc == 0, "%s: batch context on %s: %s", label, device_name(p->dev), err_msg());
+    if (rc == 0) {
+        rc = opt_forward(p->m, ex, in->ids, in->mask, in->T, true, out);
+        CHECK_MSG(rc == 0, "%s: batch forward on %s: %s", label, device_name(p->dev), err_msg());
+    }
+    opt_exec_free(ex);
+    return rc == 0;
+}
+
+/* One prompt alone against its reference, then the KV cache: half the
+ * prompt prefilled, one token a step, against the full forward. */
+static void check_single(const char *label, struct placed *p, const int32_t *ids, int n,
+                         const struct st_tensor *ref, double tol)
+{
+    const int V = p->m->cfg.vocab;
+    float *full = malloc((size_t)n * V * sizeof(float)), *step = malloc((size_t)V * sizeof(float));
+    int half = n / 2 > 0 ? n / 2 : 1;
+    float *pre = malloc((size_t)half * V * sizeof(float));
+    struct opt_exec *ex = NULL;
+    int rc =
+        opt_exec_open(p->m, &(struct opt_exec_shape){.batch = 1, .max_len = n, .max_rows = n}, &ex);
+    CHECK_MSG(rc == 0, "%s: single context: %s", label, err_msg());
+    if (rc < 0 || !full || !step || !pre)
+        goto out;
+    rc = opt_forward(p->m, ex, ids, NULL, n, true, full);
+    CHECK_MSG(rc == 0, "%s: single forward: %s", label, err_msg());
+    if (rc < 0)
+        goto out;
+    if (ref && ref->nbytes == (size_t)n * V * 4) {
+        double e = test_rel_err(full, ref->data, (size_t)n * V);
+        printf("%s: unpadded prompt logits rel err %.2e\n", label, e);
+        CHECK_MSG(e <= tol, "%s: unpadded logits rel err %.3e > %.0e", label, e, tol);
+    }
+    opt_exec_reset(ex);
+    rc = opt_forward(p->m, ex, ids, NULL, half, true, pre);
+    CHECK_MSG(rc == 0, "%s: prefill: %s", label, err_msg());
+    if (rc < 0)
+        goto out;
+    double worst = test_rel_err(pre, full, (size_t)half * V);
+    for (int t = half; t < n; t++) {
+        rc = opt_forward(p->m, ex, &ids[t], NULL, 1, false, step);
+        CHECK_MSG(rc == 0, "%s: decode step %d: %s", label, t, err_msg());
+        if (rc < 0)
+            goto out;
+        double e = test_rel_err(step, full + (size_t)t * V, (size_t)V);
+        worst = e > worst ? e : worst;
+    }
+    double kv_tol = p->m->compute == KERN_COMPUTE_BF16 ? 1e-2 : 1e-5;
+    printf("%s: KV-cache decode vs full recompute rel err %.2e (tolerance %.0e)\n", label, worst,
+           kv_tol);
+    CHECK_MSG(worst <= kv_tol, "%s: KV cache differs from recomputation: %.3e", label, worst);
+out:
+    opt_exec_free(ex);
+    free(full);
+    free(step);
+    free(pre);
+}
+
+/* Steps of greedy continuation g decided by the model: all, or those before
+ * the first whose reference margin is below margin_min (bf16 references). */
+static int decided_steps(json_t *g, int n, double margin_min)
+{
+    json_t *margins = json_object_get(g, "margins");
+    for (int i = 0; margins && i < n && i < (int)json_array_size(margins); i++)
+        if (json_real_value(json_array_get(margins, (size_t)i)) < margin_min)
+            return i;
+    return n;
+}
+
+/* Greedy continuations through opt_generate, on the model's device. */
+static void check_greedy(const char *label, struct placed *p, json_t *greedy, double margin_min)
+{
+    struct sampler_params sp = {.temperature = 0, .top_p = 1};
+    for (size_t i = 0; i < json_array_size(greedy); i++) {
+        json_t *g = json_array_get(greedy, i);
+        int n_prompt, n_exp;
+        int32_t *prompt = json_ids(json_object_get(g, "prompt"), &n_prompt);
+        int32_t *exp = json_ids(json_object_get(g, "output"), &n_exp);
+        int max_new = (int)json_integer_value(json_object_get(g, "max_new_tokens"));
+        int32_t *got = malloc((size_t)(max_new + 1) * sizeof(int32_t));
+        struct sampler s;
+        int n_got = 0;
+        CHECK(sampler_init(&s, &sp) == 0);
+        int rc = opt_generate(p->m, prompt, n_prompt, max_new, &s, NULL, NULL, got, &n_got);
+        CHECK_MSG(rc == 0, "%s: generate %zu: %s", label, i, err_msg());
+        /* transformers keeps the EOS it stopped at; opt_generate stops there */
+        int n_cmp = n_exp;
+        if (n_exp > 0 && exp[n_exp - 1] == p->m->cfg.eos_id && n_exp < max_new)
+            n_cmp = n_exp - 1;
+        int decided = decided_steps(g, n_cmp, margin_min);
+        bool same = decided < n_cmp ? n_got >= decided : n_got == n_cmp;
+        same = same && memcmp(got, exp, (size_t)decided * sizeof(int32_t)) == 0;
+        CHECK_MSG(rc == 0 && same,
+                  "%s: greedy continuation %zu differs (got %d tokens, expected %d)", label, i,
+                  n_got, n_cmp);
+        if (decided < n_cmp)
+            printf("%s: continuation %zu compared for its first %d of %d tokens (then a bf16 "
+                   "tie)\n",
+                   label, i, decided, n_cmp);
+        sampler_free(&s);
+        free(prompt);
+        free(exp);
+        free(got);
+    }
+    printf("%s: %zu greedy continuations checked\n", label, json_array_size(greedy));
+}
+
+/* The device bytes every check of one fixture needs at most: the weights
+ * and the largest of its execution contexts (one at a time). */
+static uint64_t fixture_budget(const char *dir, const struct batch_in *in, json_t *greedy)
+{
+    struct opt_exec_shape shapes[8];
+    int n = 0;
+    shapes[n++] =
+        (struct opt_exec_shape){.batch = in->B, .max_len = in->T, .max_rows = in->B * in->T};
+    for (size_t i = 0; i < json_array_size(greedy) && n < 8; i++) {
+        json_t *g = json_array_get(greedy, i);
+        int np = (int)json_array_size(json_object_get(g, "prompt"));
+        int mx = (int)json_integer_value(json_object_get(g, "max_new_tokens"));
+        shapes[n++] = (struct opt_exec_shape){.batch = 1, .max_len = np + mx, .max_rows = np + mx};
+    }
+    uint64_t most = 0, weights = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t w, e;
+        int rc = opt_model_device_bytes(dir, &shapes[i], &w, &e);
+        CHECK_MSG(rc == 0, "%s: sizing: %s", dir, err_msg());
+        weights = w;
+        most = e > most ? e : most;
+    }
+    return weights + most + MIB;
+}
+
+static void check_fixture(const char *name, enum kern_compute mode)
+{
+    char dir[1024], ref_dir[1024], path[1200], label[300];
+    const char *suffix = mode == KERN_COMPUTE_BF16 ? "_bf16" : "";
+    snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, name);
+    snprintf(path, sizeof(path), "%s/expected%s.json", dir, suffix);
+    snprintf(label, sizeof(label), "%s [%s]", name, kern_compute_name(mode));
+    json_error_t jerr;
+    json_t *exp = json_load_file(path, 0, &jerr);
+    CHECK_MSG(exp != NULL, "%s: %s", path, jerr.text);
+    if (!exp)
+        return;
+    json_t *same = json_object_get(exp, "same_as");
+    snprintf(ref_dir, sizeof(ref_dir), "%s/%s", FIXTURES, same ? json_string_value(same) : name);
+    if (same) {
+        json_decref(exp);
+        snprintf(path, sizeof(path), "%s/expected%s.json", ref_dir, suffix);
+        exp = json_load_file(path, 0, &jerr);
+        CHECK_MSG(exp != NULL, "%s: %s", path, jerr.text);
+        if (!exp)
+            return;
+    }
+    /* f32: 1e-4 whatever the storage (f32 compute widens 16-bit weights
+     * exactly, and the references are computed on the stored weights);
+     * bf16: the file's tolerance, at most 3e-2 */
+    double cap = mode == KERN_COMPUTE_BF16 ? 3e-2 : 1e-4;
+    double tol = json_real_value(json_object_get(exp, "tolerance"));
+    if (tol <= 0 || tol > cap)
+        tol = cap;
+    double margin_min = json_real_value(json_object_get(exp, "margin_min"));
+    json_t *greedy = json_object_get(exp, "greedy");
+    struct st_checkpoint *ref = NULL;
+    snprintf(path, sizeof(path), "%s/expected_logits%s.safetensors", ref_dir, suffix);
+    int rc = st_open(path, &ref);
+    CHECK_MSG(rc == 0, "%s: %s", path, err_msg());
+    struct batch_in in = {0};
+    batch_in_load(json_object_get(exp, "batch"), &in);
+    struct placed gpu = {0}, cpu = {0};
+    float *lg = NULL, *lc = NULL;
+    const struct st_tensor *bref = ref ? st_find(ref, "logits") : NULL;
+    if (rc < 0 || !in.ids || !in.mask || in.B < 1 || in.T < 1)
+        goto out;
+    uint64_t budget = fixture_budget(dir, &in, greedy);
+    if (!place(dir, true, budget, mode, &gpu) || !place(dir, false, budget, mode, &cpu))
+        goto out;
+    const int V = gpu.m->cfg.vocab;
+    size_t count = (size_t)in.B * in.T * V;
+    CHECK_MSG(bref && bref->ndim == 3 && bref->nbytes == count * 4, "%s: expected logits shape",
+              label);
+    lg = malloc(count * sizeof(float));
+    lc = malloc(count * sizeof(float));
+    if (!bref || bref->nbytes != count * 4 || !lg || !lc)
+        goto out;
+
+    /* the padded batch: GPU and CPU against the reference and each other */
+    if (run_batch(label, &gpu, &in, lg) && run_batch(label, &cpu, &in, lc)) {
+        double eg = batch_err(&in, lg, bref->data, V), ec = batch_err(&in, lc, bref->data, V);
+        double ed = batch_err(&in, lg, lc, V);
+        printf("%s: batch %dx%d rel err: cuda %.2e, cpu %.2e, cuda vs cpu %.2e (tolerance "
+               "%.0e)\n",
+               label, in.B, in.T, eg, ec, ed, tol);
+        CHECK_MSG(eg <= tol, "%s: cuda batch logits rel err %.3e > %.0e", label, eg, tol);
+        CHECK_MSG(ec <= tol, "%s: cpu (blobs) batch logits rel err %.3e > %.0e", label, ec, tol);
+        CHECK_MSG(ed <= tol, "%s: cuda vs cpu batch logits rel err %.3e > %.0e", label, ed, tol);
+    }
+    /* one prompt alone and the KV cache, then greedy, on the GPU */
+    int n0;
+    int32_t *p0 = json_ids(json_object_get(json_array_get(greedy, 0), "prompt"), &n0);
+    if (p0 && n0 > 0)
+        check_single(label, &gpu, p0, n0, st_find(ref, "logits_greedy0"), tol);
+    free(p0);
+    check_greedy(label, &gpu, greedy, margin_min);
+    /* the device's budget held everything */
+    CHECK_MSG(device_high_water(gpu.dev) <= device_budget(gpu.dev), "%s: high water %llu > %llu",
+              label, (unsigned long long)device_high_water(gpu.dev),
+              (unsigned long long)device_budget(gpu.dev));
+out:
+    free(lg);
+    free(lc);
+    free(in.ids);
+    free(in.mask);
+    placed_close(&gpu);
+    placed_close(&cpu);
+    st_close(ref);
+    json_decref(exp);
+}
+
+/* ---- through the engine ---- */
+
+enum { F_PRE_LN_F32, F_POST_LN_PROJ, F_PRE_LN_F16, N_FIX };
+static const char *fix_names[N_FIX] = {"pre_ln_f32", "post_ln_proj", "pre_ln_f16"};
+static char fix_paths[N_FIX][512];
+static struct expect expects[N_FIX][3];
+
+static void longest(int *prompt, int *out)
+{
+    *prompt = *out = 0;
+    for (int m = 0; m < N_FIX; m++)
+        for (int i = 0; i < 3; i++) {
+            *prompt = expects[m][i].n_prompt > *prompt ? expects[m][i].n_prompt : *prompt;
+            *out = expects[m][i].n_out > *out ? expects[m][i].n_out : *out;
+        }
+}
+
+static struct engine_req *submit(struct stack *s, const char *name, int fix, int which)
+{
+    const struct expect *x = &expects[fix][which];
+    struct engine_request_params p = {.model_name = name,
+                                      .prompt = x->prompt,
+                                      .n_prompt = x->n_prompt,
+                                      .max_tokens = x->n_out,
+                                      .sampling = {.temperature = 0, .top_p = 1, .seed = 1}};
+    struct engine_req *r = NULL;
+    int rc = engine_submit(s->engine, &p, &r);
+    CHECK_MSG(rc == 0 && r != NULL, "submit to %s: %d %s", name, rc, err_msg());
+    return r;
+}
+
+/* Waits for r, releases it; its output must be the reference exactly. */
+static void check_output(struct engine_req *r, const char *what, const char *name, int fix,
+                         int which)
+{
+    if (!r)
+        return;
+    const struct expect *x = &expects[fix][which];
+    int st = engine_req_wait(r);
+    CHECK_MSG(st == 0, "%s: %s prompt %d: status %d (%s)", what, name, which, st,
+              engine_req_error(r));
+    int n = 0;
+    const int32_t *out = engine_req_output(r, &n);
+    bool same = st == 0 && n == x->n_out && memcmp(out, x->out, sizeof(int32_t) * (size_t)n) == 0;
+    CHECK_MSG(same, "%s: %s (fixture %s) prompt %d: %d tokens, expected %d", what, name,
+              fix_names[fix], which, n, x->n_out);
+    if (!same && st == 0) {
+        fprintf(stderr, "  got");
+        for (int i = 0; i < n; i++)
+            fprintf(stderr, " %d", out[i]);
+        fprintf(stderr, "\n  expected");
+        for (int i = 0; i < x->n_out; i++)
+            fprintf(stderr, " %d", x->out[i]);
+        fprintf(stderr, "\n");
+    }
+    engine_req_release(r);
+}
+
+/* TP = 2 and PP = 2 on two CUDA devices (gpus[0], gpus[1]): every prompt
+ * of every model at once, each answer exact. */
+static void test_parallel(const int gpus[2], bool overlap)
+{
+    static const int both[2] = {0, 1}, rev[2] = {1, 0}, one[1] = {1};
+    const struct stack_model_config models[] = {
+        {.name = "tp2", .path = fix_paths[F_PRE_LN_F32], .tp = 2, .pp = 1, .devices = both},
+        {.name = "pp2", .path = fix_paths[F_POST_LN_PROJ], .tp = 1, .pp = 2, .devices = rev},
+        {.name = "tp2f16", .path = fix_paths[F_PRE_LN_F16], .tp = 2, .pp = 1, .devices = both},
+        {.name = "solo", .path = fix_paths[F_PRE_LN_F32], .devices = one},
+    };
+    const int fix[] = {F_PRE_LN_F32, F_POST_LN_PROJ, F_PRE_LN_F16, F_PRE_LN_F32};
+    const int n_models = (int)(sizeof(models) / sizeof(models[0]));
+    struct stack_config c = {.device_kind = "cuda",
+                             .n_devices = 2,
+                             .gpus = {gpus[0], gpus[1]},
+                             .gpus_set = true,
+                             .fit_models = n_models,
+                             .engine = {.overlap_loads = overlap},
+                             .models = models,
+                             .n_models = n_models,
+                             .compute = "f32"};
+    longest(&c.fit_prompt, &c.fit_max_tokens);
+    char what[96];
+    snprintf(what, sizeof(what), "stack on cuda:%d,cuda:%d%s", gpus[0], gpus[1],
+             overlap ? " (overlap)" : "");
+    struct stack *s = NULL;
+    int rc = stack_open(&c, &s);
+    CHECK_MSG(rc == 0 && s, "%s: stack_open: %d %s", what, rc, err_msg());
+    if (!s)
+        return;
+    struct engine_req *r[4][3];
+    for (int i = 0; i < n_models; i++)
+        for (int k = 0; k < 3; k++)
+            r[i][k] = submit(s, models[i].name, fix[i], k);
+    for (int i = 0; i < n_models; i++)
+        for (int k = 0; k < 3; k++)
+            check_output(r[i][k], what, models[i].name, fix[i], k);
+    for (int d = 0; d < s->n_devices; d++)
+        CHECK_MSG(device_high_water(s->devices[d]) <= device_budget(s->devices[d]),
+                  "%s: device %d high water over budget", what, d);
+    printf("%s: %d models x 3 greedy references exact\n", what, n_models);
+    stack_close(s);
+}
+
+/* Two models on one GPU device with room for one: requests alternate, so
+ * each is loaded, evicted and loaded again; every answer exact. */
+static void test_swap(void)
+{
+    const struct stack_model_config models[] = {
+        {.name = "a", .path = fix_paths[F_PRE_LN_F32]},
+        {.name = "b", .path = fix_paths[F_POST_LN_PROJ]},
+    };
+    const int fix[] = {F_PRE_LN_F32, F_POST_LN_PROJ};
+    struct stack_config c = {.device_kind = "cuda",
+                             .n_devices = 1,
+                             .fit_models = 1,
+                             .engine = {.max_batch = 1, .overlap_loads = true},
+                             .models = models,
+                             .n_models = 2,
+                             .compute = "f32"};
+    longest(&c.fit_prompt, &c.fit_max_tokens);
+    /* each model's need alone: the budget holds the larger and half the
+     * smaller, never both */
+    uint64_t need[2], host;
+    for (int i = 0; i < 2; i++) {
+        struct stack_config one = c;
+        one.models = &models[i];
+        one.n_models = 1;
+        uint64_t sized[STACK_MAX_DEVICES] = {0};
+        CHECK_MSG(stack_size(&one, sized, &host) == 0, "%s", err_msg());
+        need[i] = sized[0] - MIB;
+    }
+    uint64_t big = need[0] > need[1] ? need[0] : need[1];
+    uint64_t small = need[0] > need[1] ? need[1] : need[0];
+    c.device_budget[0] = big + small / 2;
+    struct stack *s = NULL;
+    int rc = stack_open(&c, &s);
+    CHECK_MSG(rc == 0 && s, "swap stack_open: %d %s", rc, err_msg());
+    if (!s)
+        return;
+    const int rounds = 3;
+    for (int k = 0; k < rounds; k++)
+        for (int i = 0; i < 2; i++) /* one at a time: each request evicts the other model */
+            check_output(submit(s, models[i].name, fix[i], k % 3), "swap", models[i].name, fix[i],
+                         k % 3);
+    for (int i = 0; i < 2; i++) {
+        struct engine_model_stats ms;
+        CHECK(engine_model_stats(s->engine, s->ids[i], &ms) == 0);
+        printf("swap: model %s: %llu loads, %llu evictions, %llu ok\n", models[i].name,
+               (unsigned long long)ms.loads, (unsigned long long)ms.evictions,
+               (unsigned long long)ms.ok);
+        CHECK_MSG(ms.loads >= (uint64_t)rounds && ms.ok == (uint64_t)rounds,
+                  "swap: model %s: %llu loads, %llu ok (expected %d of each)", models[i].name,
+                  (unsigned long long)ms.loads, (unsigned long long)ms.ok, rounds);
+    }
+    CHECK(device_high_water(s->devices[0]) <= device_budget(s->devices[0]));
+    stack_close(s);
+}
+
+int main(void)
+{
+    struct device *probe = NULL;
+    if (device_open_cuda(0, 0, MIB, &probe) < 0) {
+        char why[600];
+        snprintf(why, sizeof(why), "no CUDA device: %s", err_msg());
+        test_skip(why);
+    }
+    device_close(probe);
+    /* a second GPU for TP across GPUs, when there is one */
+    bool two_gpus = device_open_cuda(1, 0, MIB, &probe) == 0;
+    device_close(probe);
+
+    DIR *d = opendir(FIXTURES);
+    CHECK_MSG(d != NULL, "no fixtures at %s", FIXTURES);
+    if (!d)
+        return test_finish();
+    struct dirent *e;
+    int n = 0;
+    char names[32][200];
+    while ((e = readdir(d)) && n < 32)
+        if (e->d_name[0] != '.' && strlen(e->d_name) < sizeof(names[0]))
+            memcpy(names[n++], e->d_name, strlen(e->d_name) + 1);
+    closedir(d);
+    CHECK_MSG(n >= 4, "expected at least 4 model fixtures, found %d", n);
+    for (int i = 0; i < n; i++) {
+        check_fixture(names[i], KERN_COMPUTE_F32);
+        check_fixture(names[i], KERN_COMPUTE_BF16);
+    }
+
+    for (int m = 0; m < N_FIX; m++) {
+        snprintf(fix_paths[m], sizeof(fix_paths[m]), "%s/%s", FIXTURES, fix_names[m]);
+        expect_load(fix_names[m], expects[m]);
+    }
+    test_parallel((const int[2]){0, 0}, false);
+    test_parallel((const int[2]){0, 0}, true);
+    if (two_gpus)
+        test_parallel((const int[2]){0, 1}, true);
+    else
+        printf("one GPU: TP across GPUs not run\n");
+    test_swap();
+    return test_finish();
+}
