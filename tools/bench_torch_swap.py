@@ -156,6 +156,8 @@ def main():
                                 lambda: module.point_at(pageable))
     del pinned
     module.point_at(pageable)
+    if gpu and hasattr(torch._C, "_host_emptyCache"):
+        torch._C._host_emptyCache()  # give the pinned copies back before the link's buffers
 
     # the link: one pinned buffer of the same bytes, each way
     host = torch.empty(total, dtype=torch.uint8, pin_memory=gpu)
