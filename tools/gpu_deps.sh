@@ -14,12 +14,14 @@
 #                   (numpy left out: PyTorch's environment has it)
 # DIR/MANIFEST      what is there, and what was dropped to stay under the size limit
 #
-# DIR is kept under 60 MiB (the GPU run carries at most 64 MiB beside the
-# tree): if it is over, the least needed wheels go first, and the script says so.
+# DIR is kept under GPU_DEPS_LIMIT_MIB (default 50 MiB: a GPU run moves at most
+# 64 MiB, the repository's tree of about 7 MiB and the carried folders together):
+# when it is over, wheels the GPU machine's PyTorch environment most likely has
+# already go first, and the script says which.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-.gpu-deps}
-limit_mib=60
+limit_mib=${GPU_DEPS_LIMIT_MIB:-50}
 py_version=${GPU_PY_VERSION:-3.12}
 abi="cp${py_version/./}"
 
@@ -33,9 +35,15 @@ base="libc6 libc6-dev libc-dev-bin linux-libc-dev libcrypt1 libcrypt-dev libgcc-
   libnsl2 libnsl-dev libtirpc3 libtirpc-dev libtirpc-common rpcsvc-proto libffi8 debconf
   perl-base dpkg tar libacl1 libattr1 libaudit1 libcap-ng0 libcap2 libmd0 libpam0g libdb5.3
   libgnutls-dane0 libgnutls-openssl27 libgnutlsxx30 libunbound8 libevent-2.1-7 libgmpxx4ldbl"
-# wheels, from the least needed: dropped in this order while DIR is too big
-drop_order="hf_xet pygments rich markdown_it_py mdurl pydantic_core pydantic annotated_types
-  typing_inspection truststore"
+# not needed: the -dev packages that only libmicrohttpd.pc's Requires.private (gnutls)
+# asks for (run.sh deletes that line: nothing links statically), and pcre2's
+# 16- and 32-bit libraries
+unneeded="libgnutls28-dev nettle-dev libgmp-dev libidn2-dev libtasn1-6-dev libp11-kit-dev
+  libpcre2-16-0 libpcre2-32-0 libpcre2-posix3"
+# wheels, from the least needed (hf_xet only downloads; the rest are common in a
+# PyTorch environment): dropped in this order while DIR is too big
+drop_order="hf_xet pygments rich markdown_it_py mdurl pydantic pydantic_core annotated_types
+  typing_inspection truststore click typer shellingham anyio idna h11 annotated_doc"
 
 mkdir -p "$dir/debs" "$dir/wheels"
 dir=$(cd "$dir" && pwd)
@@ -52,7 +60,7 @@ closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflic
   --no-replaces --no-enhances $roots | grep -v '^ ' | grep -v '^<' | sort -u)
 want=""
 for p in $closure; do
-  case " ${base//$'\n'/ } " in *" $p "*) continue ;; esac
+  case " ${base//$'\n'/ } ${unneeded//$'\n'/ } " in *" $p "*) continue ;; esac
   case $p in *openblas*-openmp* | *openblas*-serial* | libopenblas0 | libopenblas64*) continue ;; esac
   want="$want $p"
 done
@@ -63,6 +71,7 @@ rm -f "$dir"/debs/*.deb
 {
   echo "# Debian packages ($(grep -m1 '^PRETTY_NAME=' /etc/os-release | cut -d= -f2)), left out as base:"
   echo "# ${base//$'\n'/ }"
+  echo "# and as not needed: ${unneeded//$'\n'/ }"
   ls "$dir/debs"
 } >>"$manifest"
 

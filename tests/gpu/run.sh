@@ -177,6 +177,9 @@ unpack_deps() {
   # .pc files name /usr (prefix=/usr, or openblas's libdir=/usr/lib/...): point them here
   find "$prefix" -name '*.pc' -type f -exec sed -i -e "s|=/usr|=$prefix/usr|g" \
     -e "s|-I/usr/|-I$prefix/usr/|g" -e "s|-L/usr/|-L$prefix/usr/|g" {} + || return 1
+  # libmicrohttpd.pc requires gnutls.pc for static links only; gpu_deps.sh leaves
+  # gnutls's -dev packages out (the library itself is there)
+  find "$prefix" -name libmicrohttpd.pc -type f -exec sed -i '/^Requires.private:/d' {} + || return 1
   find "$prefix" -type l | while read -r link; do
     target=$(readlink "$link")
     case $target in /*) ln -sfn "$prefix$target" "$link" ;; esac
