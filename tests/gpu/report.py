@@ -192,7 +192,7 @@ def swap_tables(logs, steps):
             off = div(div(byts, off_s), 1e9)
         dl, star = link(l, "link_d2h_gb_s")
         starred |= bool(star)
-        rows_off.append([name(l), f(mul(off_s, 1e3), ".1f"), f(off), f(dl) + star, f(div(off, dl)),
+        rows_off.append([name(l), f(mul(off_s, 1e3), ".2f"), f(off), f(dl) + star, f(div(off, dl)),
                          f(t_off), f(div(off, t_off), ".2f", "x")])
         c_on, c_off = get(l, "cold_overlap_s"), get(l, "cold_serial_s")
         warm, load_s = get(l, "warm_s"), get(l, "load_s")
@@ -213,8 +213,11 @@ def swap_tables(logs, steps):
     out.append(table(["layout", "load GB/s", "link GB/s", "load/link", "torch pageable",
                       "torch pinned", "vs pageable", "vs pinned"], rows_in))
     out.append("\nswap-out (devices -> host)")
-    out.append(table(["layout", "offload ms", "GB/s", "link d2h GB/s", "/link", "torch .to(cpu)",
+    out.append(table(["layout", "offload ms", "eff. GB/s", "link d2h GB/s", "/link", "torch .to(cpu)",
                       "vs torch"], rows_off))
+    out.append("(shardswap copies back only what the host tier lacks: none here, the weights stay in "
+               "host memory, so its swap-out frees the devices; eff. GB/s = bytes / that time. "
+               "PyTorch's module.to('cpu') copies every byte.)")
     out.append("\ncold request (not resident -> first token), ms")
     out.append(table(["layout", "overlap", "serial", "warm", "load", "load+warm", "overlap/(l+w)"],
                      rows_cold))
