@@ -31,10 +31,13 @@
 #   SHARDSWAP_GPU_KEEP_MODELS  1: keep the generated models (OUTDIR/models, about 17 GB);
 #                              by default they are removed at the end
 #
-# OUTDIR receives report.txt (the tables), results.tar.gz (all of logs/, for
-# transfers that take few files) and logs/: steps.tsv (step, status, seconds,
-# note), env.txt, one NAME.log per step, and the JSONs (swap.json,
-# torch-swap.json, forward-b1.json, hf-b1.json, ..., workload-tp1.json, ...).
+# OUTDIR receives report.txt (the tables), build.log, ctest-backend.log,
+# ctest-cpu.log, results.tar.gz (all of these and logs/, for transfers that take
+# few files) and logs/: steps.tsv (step, status, seconds, note), env.txt
+# (commit, nvidia-smi, nvcc --version, torch, transformers), one NAME.log per
+# step, and the JSONs (swap.json, torch-swap.json, forward-b1.json, hf-b1.json,
+# ..., workload-tp1.json, ...). Generated models are cached in OUTDIR/models
+# while it runs.
 #
 # The steps, in order of what matters most (later ones get what time is left):
 #   deps, configure, build      build-gpu/ (Release, CUDA on, portable: SHARDSWAP_NATIVE=OFF)
@@ -52,9 +55,10 @@ if [ $# -ne 1 ]; then
   echo "usage: bash tests/gpu/run.sh OUTDIR" >&2
   exit 2
 fi
-mkdir -p "$1/logs" || exit 1
+mkdir -p "$1" || exit 1
 out=$(cd "$1" && pwd)
 logs=$out/logs
+rm -rf "$logs" && mkdir -p "$logs" || exit 1 # no result of an earlier run may pass for this one's
 models=$out/models
 build=${SHARDSWAP_GPU_BUILD:-$repo/build-gpu}
 deps=${SHARDSWAP_GPU_DEPS:-$repo/.gpu-deps}
@@ -367,7 +371,7 @@ timeout 30 python3 "$repo/tests/gpu/report.py" "$logs" >"$out/report.txt" 2>"$lo
 if [ "${SHARDSWAP_GPU_KEEP_MODELS:-0}" != 1 ]; then
   rm -rf "$models"
 fi
-tar -czf "$out/results.tar.gz" -C "$out" logs build.log 2>/dev/null
+tar -czf "$out/results.tar.gz" -C "$out" logs build.log report.txt 2>/dev/null
 echo
 cat "$out/report.txt"
 echo "(everything: $out; $(($(date +%s) - start)) s)"
