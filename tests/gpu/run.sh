@@ -28,6 +28,8 @@
 #                              where there is no GPU (OFF: every CUDA step fails, recorded)
 #   SHARDSWAP_GPU_PREBUILT     1: skip configure and build, use the build folder's shardswap
 #                              (to try this script's later steps)
+#   SHARDSWAP_GPU_FEW_FILES    1: leave only report.txt and results.tar.gz in OUTDIR (for a
+#                              transfer that brings back few files)
 #   SHARDSWAP_GPU_KEEP_MODELS  1: keep the generated models (OUTDIR/models, about 17 GB);
 #                              by default they are removed at the end
 #
@@ -372,6 +374,9 @@ if [ "${SHARDSWAP_GPU_KEEP_MODELS:-0}" != 1 ]; then
   rm -rf "$models"
 fi
 tar -czf "$out/results.tar.gz" -C "$out" logs build.log report.txt 2>/dev/null
+if [ "${SHARDSWAP_GPU_FEW_FILES:-0}" = 1 ] && [ -s "$out/results.tar.gz" ]; then
+  rm -rf "$logs" "$out/build.log" "$out"/ctest-*.log # all in the tarball
+fi
 echo
 cat "$out/report.txt"
 echo "(everything: $out; $(($(date +%s) - start)) s)"
