@@ -26,6 +26,8 @@
 #   SHARDSWAP_GPU_BUILD, SHARDSWAP_GPU_CUDA  the build folder (default build-gpu) and
 #                              -DSHARDSWAP_CUDA (default ON): for a dry run of this script
 #                              where there is no GPU (OFF: every CUDA step fails, recorded)
+#   SHARDSWAP_GPU_CMAKE_ARGS   more configure flags, split on spaces (e.g.
+#                              -DCMAKE_CUDA_ARCHITECTURES=90 to build for the H200 alone, faster)
 #   SHARDSWAP_GPU_PREBUILT     1: skip configure and build, use the build folder's shardswap
 #                              (to try this script's later steps)
 #   SHARDSWAP_GPU_FEW_FILES    1: leave only report.txt and results.tar.gz in OUTDIR (for a
@@ -240,11 +242,12 @@ fi
 # --- build ---------------------------------------------------------------------
 
 built=0
+read -r -a user_args <<<"${SHARDSWAP_GPU_CMAKE_ARGS:-}"
 if [ "${SHARDSWAP_GPU_PREBUILT:-0}" = 1 ] && [ -x "$ss" ]; then
   record build ok 0 "SHARDSWAP_GPU_PREBUILT=1: $ss as it is"
   built=1
 elif step configure 90 cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSHARDSWAP_CUDA="${SHARDSWAP_GPU_CUDA:-ON}" \
-  -DSHARDSWAP_NATIVE=OFF "${cmake_extra[@]}" &&
+  -DSHARDSWAP_NATIVE=OFF "${cmake_extra[@]}" "${user_args[@]}" &&
   step build 270 cmake --build "$build" -j"$jobs"; then
   built=1
   ldd "$ss" >"$logs/ldd.txt" 2>&1
