@@ -284,12 +284,12 @@ if [ "$built" -eq 1 ]; then
   if [ -d "$big" ]; then
     if has_flag "bench swap" devices; then
       layouts=1x1,2x1
-      step swap 150 --stdout "$logs/swap.json" "${run_env[@]}" "$ss" bench swap --devices "$devs2" \
+      step swap 120 --stdout "$logs/swap.json" "${run_env[@]}" "$ss" bench swap --devices "$devs2" \
         --model "$big" --layouts "$layouts" --json
     else
       record swap skipped 0 "bench swap has no --devices in this tree: it would measure CPU devices"
     fi
-    step torch-swap 150 python3 "$repo/tools/bench_torch_swap.py" --model "$big" --device cuda:0 \
+    step torch-swap 120 python3 "$repo/tools/bench_torch_swap.py" --model "$big" --device cuda:0 \
       --json "$logs/torch-swap.json"
   fi
 
@@ -332,7 +332,7 @@ if [ "$built" -eq 1 ]; then
           "${fwd_dev[@]}" --model "$fwd" --batch "$b" --prompt-len 128 --gen 32 --compute bf16 --json
       fi
       if [ ${#hf_py[@]} -gt 0 ]; then
-        step "hf-b$b" 90 --stdout "$logs/hf-b$b.json" "${hf_py[@]}" "$repo/tools/bench_hf.py" --device cuda \
+        step "hf-b$b" 75 --stdout "$logs/hf-b$b.json" "${hf_py[@]}" "$repo/tools/bench_hf.py" --device cuda \
           --model "$fwd" --batch "$b" --prompt-len 128 --gen 32 --dtype f16 --json
       fi
     done
