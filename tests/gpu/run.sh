@@ -373,8 +373,12 @@ fi
 
 timeout 30 python3 "$repo/tests/gpu/report.py" "$logs" >"$out/report.txt" 2>"$logs/report.log" ||
   echo "report.py failed: $(tail -n 3 "$logs/report.log")" >>"$out/report.txt"
-if [ "${SHARDSWAP_GPU_KEEP_MODELS:-0}" != 1 ]; then
-  rm -rf "$models"
+if [ "${SHARDSWAP_GPU_KEEP_MODELS:-0}" != 1 ]; then # only what this script names
+  for m in opt-13b-l14-f16 opt-13b-l1-f16 opt-1.3b-l1-f16 opt-1.3b-l24-F16-s0 opt-1.3b-l24-F16-s1 \
+    opt-1.3b-l24-F16-s2; do
+    rm -rf "${models:?}/$m" "$models/$m.partial"
+  done
+  rmdir "$models" 2>/dev/null
 fi
 tar -czf "$out/results.tar.gz" -C "$out" logs build.log report.txt 2>/dev/null
 if [ "${SHARDSWAP_GPU_FEW_FILES:-0}" = 1 ] && [ -s "$out/results.tar.gz" ]; then
