@@ -261,7 +261,7 @@ fi
 cat "$logs/configure.log" "$logs/build.log" >"$out/build.log" 2>/dev/null
 if [ "$built" -ne 1 ]; then
   echo "=== the build failed: its first errors, then the last 40 lines of $out/build.log"
-  grep -n -m 15 -E 'error|undefined reference|Error [0-9]' "$out/build.log"
+  grep -n -m 15 -E 'error:|undefined reference|CMake Error|Error [0-9]' "$out/build.log"
   echo "..."
   tail -n 40 "$out/build.log"
 fi
