@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/models"
 
@@ -14,6 +15,29 @@ struct expect {
     int n_prompt, n_out;
     int32_t prompt[16], out[16];
 };
+
+/* A JSON array of token ids as a malloc'd array (the caller frees it);
+ * *n its length. */
+static inline int32_t *json_ids(json_t *arr, int *n)
+{
+    *n = (int)json_array_size(arr);
+    int32_t *ids = malloc((size_t)(*n ? *n : 1) * sizeof(int32_t));
+    for (int i = 0; ids && i < *n; i++)
+        ids[i] = (int32_t)json_integer_value(json_array_get(arr, (size_t)i));
+    return ids;
+}
+
+/* Steps of greedy continuation g that are decided by the model: all n of
+ * them, or those before the first whose margin (bf16 references) is below
+ * margin_min. */
+static inline int decided_steps(json_t *g, int n, double margin_min)
+{
+    json_t *margins = json_object_get(g, "margins");
+    for (int i = 0; margins && i < n && i < (int)json_array_size(margins); i++)
+        if (json_real_value(json_array_get(margins, (size_t)i)) < margin_min)
+            return i;
+    return n;
+}
 
 /* Fills x[0..3) from fixture `name`; a missing or short file fails checks. */
 static inline void expect_load(const char *name, struct expect x[3])

@@ -38,15 +38,6 @@
 
 #define MIB (1ull << 20)
 
-static int32_t *json_ids(json_t *arr, int *n)
-{
-    *n = (int)json_array_size(arr);
-    int32_t *ids = malloc((size_t)(*n ? *n : 1) * sizeof(int32_t));
-    for (int i = 0; ids && i < *n; i++)
-        ids[i] = (int32_t)json_integer_value(json_array_get(arr, (size_t)i));
-    return ids;
-}
-
 /* ---- one model on one device ---- */
 
 struct placed {
@@ -189,17 +180,6 @@ out:
     free(full);
     free(step);
     free(pre);
-}
-
-/* Steps of greedy continuation g decided by the model: all, or those before
- * the first whose reference margin is below margin_min (bf16 references). */
-static int decided_steps(json_t *g, int n, double margin_min)
-{
-    json_t *margins = json_object_get(g, "margins");
-    for (int i = 0; margins && i < n && i < (int)json_array_size(margins); i++)
-        if (json_real_value(json_array_get(margins, (size_t)i)) < margin_min)
-            return i;
-    return n;
 }
 
 /* Greedy continuations through opt_generate, on the model's device. */

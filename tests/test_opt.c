@@ -25,17 +25,7 @@
 #include "model/generate.h"
 #include "model/opt.h"
 #include "test.h"
-
-#define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/models"
-
-static int32_t *json_ids(json_t *arr, int *n)
-{
-    *n = (int)json_array_size(arr);
-    int32_t *ids = malloc((size_t)(*n ? *n : 1) * sizeof(int32_t));
-    for (int i = 0; i < *n; i++)
-        ids[i] = (int32_t)json_integer_value(json_array_get(arr, (size_t)i));
-    return ids;
-}
+#include "fixture_expect.h"
 
 /* The padded batch: compare logits at real positions. */
 static void check_batch(const char *name, struct opt_model *m, json_t *batch,
@@ -115,17 +105,6 @@ static void check_single(const char *name, struct opt_model *m, const int32_t *i
     free(step);
 }
 
-/* Steps of greedy continuation g that are decided by the model: all of
- * them, or those before the first whose margin (bf16 references) is below
- * margin_min. */
-static int decided_steps(json_t *g, int n, double margin_min)
-{
-    json_t *margins = json_object_get(g, "margins");
-    for (int i = 0; margins && i < n && i < (int)json_array_size(margins); i++)
-        if (json_real_value(json_array_get(margins, (size_t)i)) < margin_min)
-            return i;
-    return n;
-}
 
 static void check_greedy(const char *name, struct opt_model *m, json_t *greedy, double margin_min)
 {
