@@ -35,6 +35,7 @@
 #include "test.h"
 
 #include "fixture_expect.h"
+#include "fixture_greedy.h"
 
 #define MIB (1ull << 20)
 
@@ -182,44 +183,6 @@ out:
     free(pre);
 }
 
-/* Greedy continuations through opt_generate, on the model's device. */
-static void check_greedy(const char *label, struct placed *p, json_t *greedy, double margin_min)
-{
-    struct sampler_params sp = {.temperature = 0, .top_p = 1};
-    for (size_t i = 0; i < json_array_size(greedy); i++) {
-        json_t *g = json_array_get(greedy, i);
-        int n_prompt, n_exp;
-        int32_t *prompt = json_ids(json_object_get(g, "prompt"), &n_prompt);
-        int32_t *exp = json_ids(json_object_get(g, "output"), &n_exp);
-        int max_new = (int)json_integer_value(json_object_get(g, "max_new_tokens"));
-        int32_t *got = malloc((size_t)(max_new + 1) * sizeof(int32_t));
-        struct sampler s;
-        int n_got = 0;
-        CHECK(sampler_init(&s, &sp) == 0);
-        int rc = opt_generate(p->m, prompt, n_prompt, max_new, &s, NULL, NULL, got, &n_got);
-        CHECK_MSG(rc == 0, "%s: generate %zu: %s", label, i, err_msg());
-        /* transformers keeps the EOS it stopped at; opt_generate stops there */
-        int n_cmp = n_exp;
-        if (n_exp > 0 && exp[n_exp - 1] == p->m->cfg.eos_id && n_exp < max_new)
-            n_cmp = n_exp - 1;
-        int decided = decided_steps(g, n_cmp, margin_min);
-        bool same = decided < n_cmp ? n_got >= decided : n_got == n_cmp;
-        same = same && memcmp(got, exp, (size_t)decided * sizeof(int32_t)) == 0;
-        CHECK_MSG(rc == 0 && same,
-                  "%s: greedy continuation %zu differs (got %d tokens, expected %d)", label, i,
-                  n_got, n_cmp);
-        if (decided < n_cmp)
-            printf("%s: continuation %zu compared for its first %d of %d tokens (then a bf16 "
-                   "tie)\n",
-                   label, i, decided, n_cmp);
-        sampler_free(&s);
-        free(prompt);
-        free(exp);
-        free(got);
-    }
-    printf("%s: %zu greedy continuations checked\n", label, json_array_size(greedy));
-}
-
 /* The device bytes every check of one fixture needs at most: the weights
  * and the largest of its execution contexts (one at a time). */
 static uint64_t fixture_budget(const char *dir, const struct batch_in *in, json_t *greedy)
@@ -316,7 +279,7 @@ static void check_fixture(const char *name, enum kern_compute mode)
     if (p0 && n0 > 0)
         check_single(label, &gpu, p0, n0, st_find(ref, "logits_greedy0"), tol);
     free(p0);
-    check_greedy(label, &gpu, greedy, margin_min);
+    check_greedy(label, gpu.m, greedy, margin_min);
     /* the device's budget held everything */
     CHECK_MSG(device_high_water(gpu.dev) <= device_budget(gpu.dev), "%s: high water %llu > %llu",
               label, (unsigned long long)device_high_water(gpu.dev),

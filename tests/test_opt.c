@@ -26,6 +26,7 @@
 #include "model/opt.h"
 #include "test.h"
 #include "fixture_expect.h"
+#include "fixture_greedy.h"
 
 /* The padded batch: compare logits at real positions. */
 static void check_batch(const char *name, struct opt_model *m, json_t *batch,
@@ -103,42 +104,6 @@ static void check_single(const char *name, struct opt_model *m, const int32_t *i
     free(pre);
     free(full);
     free(step);
-}
-
-
-static void check_greedy(const char *name, struct opt_model *m, json_t *greedy, double margin_min)
-{
-    struct sampler_params sp = {.temperature = 0, .top_p = 1};
-    for (size_t i = 0; i < json_array_size(greedy); i++) {
-        json_t *g = json_array_get(greedy, i);
-        int n_prompt, n_exp;
-        int32_t *prompt = json_ids(json_object_get(g, "prompt"), &n_prompt);
-        int32_t *exp = json_ids(json_object_get(g, "output"), &n_exp);
-        int max_new = (int)json_integer_value(json_object_get(g, "max_new_tokens"));
-        int32_t *got = malloc((size_t)(max_new + 1) * sizeof(int32_t));
-        struct sampler s;
-        CHECK(sampler_init(&s, &sp) == 0);
-        int n_got = 0;
-        CHECK(opt_generate(m, prompt, n_prompt, max_new, &s, NULL, NULL, got, &n_got) == 0);
-        /* transformers keeps the EOS it stopped at; we report it by stopping */
-        int n_cmp = n_exp;
-        if (n_exp > 0 && exp[n_exp - 1] == m->cfg.eos_id && n_exp < max_new)
-            n_cmp = n_exp - 1;
-        int decided = decided_steps(g, n_cmp, margin_min);
-        bool same = decided < n_cmp ? n_got >= decided
-                                    : n_got == n_cmp;
-        same = same && memcmp(got, exp, (size_t)decided * sizeof(int32_t)) == 0;
-        CHECK_MSG(same, "%s: greedy continuation %zu differs (got %d tokens, expected %d)", name,
-                  i, n_got, n_cmp);
-        if (decided < n_cmp)
-            printf("%s: continuation %zu compared for its first %d of %d tokens (then a bf16 "
-                   "tie)\n", name, i, decided, n_cmp);
-        sampler_free(&s);
-        free(prompt);
-        free(exp);
-        free(got);
-    }
-    printf("%s: %zu greedy continuations checked\n", name, json_array_size(greedy));
 }
 
 static void check_fixture(const char *name, enum kern_compute mode)
