@@ -21,23 +21,35 @@ static struct opt_shard whole_shard(const struct opt_config *cfg)
         .tp_rank = 0, .tp_size = 1, .layer_begin = 0, .layer_end = cfg->n_layers};
 }
 
+/* The checkpoint at dir, opened, and its whole model as one unbound shard
+ * with its blob layout; on failure nothing is left open. */
+static int open_whole(const char *dir, struct st_checkpoint **ck, struct opt_model **m,
+                      struct opt_layout *lay)
+{
+    struct opt_config cfg;
+    int rc;
+    if ((rc = opt_config_load(dir, &cfg)) < 0 || (rc = st_open(dir, ck)) < 0)
+        return rc;
+    struct opt_shard whole = whole_shard(&cfg);
+    if ((rc = opt_shard_open(&cfg, *ck, &whole, m, lay)) < 0) {
+        err_wrap(rc, "%s", dir);
+        st_close(*ck);
+        *ck = NULL;
+        return rc;
+    }
+    return 0;
+}
+
 int opt_model_device_bytes(const char *dir, const struct opt_exec_shape *shape, uint64_t *weights,
                            uint64_t *exec)
 {
-    struct opt_config cfg;
     struct st_checkpoint *ck = NULL;
     struct opt_model *m = NULL;
     struct opt_layout lay;
     int rc;
     *weights = *exec = 0;
-    if ((rc = opt_config_load(dir, &cfg)) < 0 || (rc = st_open(dir, &ck)) < 0)
+    if ((rc = open_whole(dir, &ck, &m, &lay)) < 0)
         return rc;
-    struct opt_shard whole = whole_shard(&cfg);
-    if ((rc = opt_shard_open(&cfg, ck, &whole, &m, &lay)) < 0) {
-        err_wrap(rc, "%s", dir);
-        st_close(ck);
-        return rc;
-    }
     for (int b = 0; b < lay.n_blobs; b++)
         *weights += alloc_bytes(lay.blob_bytes[b]);
     if (shape && (*exec = opt_exec_bytes_bound(m, shape)) == 0)
@@ -86,20 +98,13 @@ static int upload_blobs(struct opt_model *m, const struct opt_layout *lay,
 
 int opt_model_open_on(const char *dir, struct device *dev, struct opt_model **out)
 {
-    struct opt_config cfg;
     struct st_checkpoint *ck = NULL;
     struct opt_model *m = NULL;
     struct opt_layout lay;
     int rc;
     *out = NULL;
-    if ((rc = opt_config_load(dir, &cfg)) < 0 || (rc = st_open(dir, &ck)) < 0)
+    if ((rc = open_whole(dir, &ck, &m, &lay)) < 0)
         return rc;
-    struct opt_shard whole = whole_shard(&cfg);
-    if ((rc = opt_shard_open(&cfg, ck, &whole, &m, &lay)) < 0) {
-        err_wrap(rc, "%s", dir);
-        st_close(ck);
-        return rc;
-    }
     m->dev = dev;
     m->blobs = calloc((size_t)lay.n_blobs, sizeof(*m->blobs));
     if (!m->blobs) {
