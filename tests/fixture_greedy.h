@@ -1,5 +1,5 @@
 /* transformers' greedy continuations of a fixture (expected.json's "greedy"
- * array) against opt_generate on model m, wherever its weights are (the CPU's
+ * array) against model_generate on model m, wherever its weights are (the CPU's
  * mapped checkpoint or a device). Include after test.h and fixture_expect.h. */
 #ifndef SHARDSWAP_TESTS_FIXTURE_GREEDY_H
 #define SHARDSWAP_TESTS_FIXTURE_GREEDY_H
@@ -12,12 +12,12 @@
 
 #include "core/error.h"
 #include "model/generate.h"
-#include "model/opt.h"
+#include "model/model.h"
 #include "model/sampler.h"
 
 /* Every continuation must equal transformers' ids; with bf16 references
  * only up to the first step whose margin is below margin_min (a tie). */
-static inline void check_greedy(const char *label, struct opt_model *m, json_t *greedy,
+static inline void check_greedy(const char *label, struct model *m, json_t *greedy,
                                 double margin_min)
 {
     struct sampler_params sp = {.temperature = 0, .top_p = 1};
@@ -31,11 +31,11 @@ static inline void check_greedy(const char *label, struct opt_model *m, json_t *
         struct sampler s;
         int n_got = 0;
         CHECK(sampler_init(&s, &sp) == 0);
-        int rc = opt_generate(m, prompt, n_prompt, max_new, &s, NULL, NULL, got, &n_got);
+        int rc = model_generate(m, prompt, n_prompt, max_new, &s, NULL, NULL, got, &n_got);
         CHECK_MSG(rc == 0, "%s: generate %zu: %s", label, i, err_msg());
-        /* transformers keeps the EOS it stopped at; opt_generate stops there */
+        /* transformers keeps the EOS it stopped at; model_generate stops there */
         int n_cmp = n_exp;
-        if (n_exp > 0 && exp[n_exp - 1] == m->cfg.eos_id && n_exp < max_new)
+        if (n_exp > 0 && exp[n_exp - 1] == m->info->eos_ids[0] && n_exp < max_new)
             n_cmp = n_exp - 1;
         int decided = decided_steps(g, n_cmp, margin_min);
         bool same = decided < n_cmp ? n_got >= decided : n_got == n_cmp;

@@ -3,7 +3,7 @@
  * without CUDA, or no GPU.
  *
  * - every fixture of tests/fixtures/models/, opened on cuda:0 and on cpu:0
- *   through the same device-generic path (opt_model_open_on: blobs copied
+ *   through the same device-generic path (model_open_on: blobs copied
  *   onto the device), in both precisions as test_opt runs them:
  *   f32 compute against expected.json within 1e-4 (max |ours - ref| /
  *   max |ref| over real positions; the references are computed in f32 on
@@ -31,7 +31,7 @@
 #include "engine/engine.h"
 #include "engine/stack.h"
 #include "model/generate.h"
-#include "model/opt.h"
+#include "model/model.h"
 #include "test.h"
 
 #include "fixture_expect.h"
@@ -43,12 +43,12 @@
 
 struct placed {
     struct device *dev;
-    struct opt_model *m;
+    struct model *m;
 };
 
 static void placed_close(struct placed *p)
 {
-    opt_model_close(p->m); /* its blobs, before the device */
+    model_close(p->m); /* its blobs, before the device */
     device_close(p->dev);
     p->m = NULL;
     p->dev = NULL;
@@ -68,13 +68,13 @@ static bool place(const char *dir, bool gpu, uint64_t budget, enum kern_compute 
     /* this thread computes on the GPU (a CPU device keeps its threads) */
     if (gpu)
         device_compute_thread_init(p->dev);
-    rc = opt_model_open_on(dir, p->dev, &p->m);
-    CHECK_MSG(rc == 0, "%s: opt_model_open_on %s: %s", dir, device_name(p->dev), err_msg());
+    rc = model_open_on(dir, p->dev, &p->m);
+    CHECK_MSG(rc == 0, "%s: model_open_on %s: %s", dir, device_name(p->dev), err_msg());
     if (rc < 0) {
         placed_close(p);
         return false;
     }
-    CHECK(p->m->dev == p->dev && p->m->n_blobs == 1 + p->m->cfg.n_layers);
+    CHECK(p->m->dev == p->dev && p->m->n_blobs == 1 + p->m->info->n_layers);
     p->m->compute = mode;
     return true;
 }
@@ -122,15 +122,15 @@ static double batch_err(const struct batch_in *in, const float *got, const float
 /* The padded batch on p: its logits (B, T, V) into out; false on failure. */
 static bool run_batch(const char *label, struct placed *p, const struct batch_in *in, float *out)
 {
-    struct opt_exec *ex = NULL;
-    struct opt_exec_shape sh = {.batch = in->B, .max_len = in->T, .max_rows = in->B * in->T};
-    int rc = opt_exec_open(p->m, &sh, &ex);
+    struct model_exec *ex = NULL;
+    struct model_exec_shape sh = {.batch = in->B, .max_len = in->T, .max_rows = in->B * in->T};
+    int rc = model_exec_open(p->m, &sh, &ex);
     CHECK_MSG(rc == 0, "%s: batch context on %s: %s", label, device_name(p->dev), err_msg());
     if (rc == 0) {
-        rc = opt_forward(p->m, ex, in->ids, in->mask, in->T, true, out);
+        rc = model_forward(p->m, ex, in->ids, in->mask, in->T, true, out);
         CHECK_MSG(rc == 0, "%s: batch forward on %s: %s", label, device_name(p->dev), err_msg());
     }
-    opt_exec_free(ex);
+    model_exec_free(ex);
     return rc == 0;
 }
 
@@ -139,17 +139,17 @@ static bool run_batch(const char *label, struct placed *p, const struct batch_in
 static void check_single(const char *label, struct placed *p, const int32_t *ids, int n,
                          const struct st_tensor *ref, double tol)
 {
-    const int V = p->m->cfg.vocab;
+    const int V = p->m->info->vocab;
     float *full = malloc((size_t)n * V * sizeof(float)), *step = malloc((size_t)V * sizeof(float));
     int half = n / 2 > 0 ? n / 2 : 1;
     float *pre = malloc((size_t)half * V * sizeof(float));
-    struct opt_exec *ex = NULL;
+    struct model_exec *ex = NULL;
     int rc =
-        opt_exec_open(p->m, &(struct opt_exec_shape){.batch = 1, .max_len = n, .max_rows = n}, &ex);
+        model_exec_open(p->m, &(struct model_exec_shape){.batch = 1, .max_len = n, .max_rows = n}, &ex);
     CHECK_MSG(rc == 0, "%s: single context: %s", label, err_msg());
     if (rc < 0 || !full || !step || !pre)
         goto out;
-    rc = opt_forward(p->m, ex, ids, NULL, n, true, full);
+    rc = model_forward(p->m, ex, ids, NULL, n, true, full);
     CHECK_MSG(rc == 0, "%s: single forward: %s", label, err_msg());
     if (rc < 0)
         goto out;
@@ -158,14 +158,14 @@ static void check_single(const char *label, struct placed *p, const int32_t *ids
         printf("%s: unpadded prompt logits rel err %.2e\n", label, e);
         CHECK_MSG(e <= tol, "%s: unpadded logits rel err %.3e > %.0e", label, e, tol);
     }
-    opt_exec_reset(ex);
-    rc = opt_forward(p->m, ex, ids, NULL, half, true, pre);
+    model_exec_reset(ex);
+    rc = model_forward(p->m, ex, ids, NULL, half, true, pre);
     CHECK_MSG(rc == 0, "%s: prefill: %s", label, err_msg());
     if (rc < 0)
         goto out;
     double worst = test_rel_err(pre, full, (size_t)half * V);
     for (int t = half; t < n; t++) {
-        rc = opt_forward(p->m, ex, &ids[t], NULL, 1, false, step);
+        rc = model_forward(p->m, ex, &ids[t], NULL, 1, false, step);
         CHECK_MSG(rc == 0, "%s: decode step %d: %s", label, t, err_msg());
         if (rc < 0)
             goto out;
@@ -177,7 +177,7 @@ static void check_single(const char *label, struct placed *p, const int32_t *ids
            kv_tol);
     CHECK_MSG(worst <= kv_tol, "%s: KV cache differs from recomputation: %.3e", label, worst);
 out:
-    opt_exec_free(ex);
+    model_exec_free(ex);
     free(full);
     free(step);
     free(pre);
@@ -187,20 +187,20 @@ out:
  * and the largest of its execution contexts (one at a time). */
 static uint64_t fixture_budget(const char *dir, const struct batch_in *in, json_t *greedy)
 {
-    struct opt_exec_shape shapes[8];
+    struct model_exec_shape shapes[8];
     int n = 0;
     shapes[n++] =
-        (struct opt_exec_shape){.batch = in->B, .max_len = in->T, .max_rows = in->B * in->T};
+        (struct model_exec_shape){.batch = in->B, .max_len = in->T, .max_rows = in->B * in->T};
     for (size_t i = 0; i < json_array_size(greedy) && n < 8; i++) {
         json_t *g = json_array_get(greedy, i);
         int np = (int)json_array_size(json_object_get(g, "prompt"));
         int mx = (int)json_integer_value(json_object_get(g, "max_new_tokens"));
-        shapes[n++] = (struct opt_exec_shape){.batch = 1, .max_len = np + mx, .max_rows = np + mx};
+        shapes[n++] = (struct model_exec_shape){.batch = 1, .max_len = np + mx, .max_rows = np + mx};
     }
     uint64_t most = 0, weights = 0;
     for (int i = 0; i < n; i++) {
         uint64_t w, e;
-        int rc = opt_model_device_bytes(dir, &shapes[i], &w, &e);
+        int rc = model_device_bytes(dir, &shapes[i], &w, &e);
         CHECK_MSG(rc == 0, "%s: sizing: %s", dir, err_msg());
         weights = w;
         most = e > most ? e : most;
@@ -253,7 +253,7 @@ static void check_fixture(const char *name, enum kern_compute mode)
     uint64_t budget = fixture_budget(dir, &in, greedy);
     if (!place(dir, true, budget, mode, &gpu) || !place(dir, false, budget, mode, &cpu))
         goto out;
-    const int V = gpu.m->cfg.vocab;
+    const int V = gpu.m->info->vocab;
     size_t count = (size_t)in.B * in.T * V;
     CHECK_MSG(bref && bref->ndim == 3 && bref->nbytes == count * 4, "%s: expected logits shape",
               label);

@@ -213,7 +213,7 @@ static void rig_open_budget(struct rig *g, const char *policy, int max_loaded, i
     char dir[512];
     /* the largest batch the engine may run: max_batch of the longest prompt
      * (16) and answer (16), with room for joiners */
-    struct opt_exec_shape shape = {.batch = max_batch ? max_batch : 8, .max_len = 16 + 16 + 64};
+    struct model_exec_shape shape = {.batch = max_batch ? max_batch : 8, .max_len = 16 + 16 + 64};
     shape.max_tokens = shape.batch * 16;
     for (int m = 0; m < N_MODELS; m++) {
         struct swap_model *x;
@@ -524,7 +524,7 @@ static void test_batch_memory(void)
     rig_open(&g, "swapwise", 0, 64, 8, 2); /* to measure */
     const int t = g.big, max_tokens = 4; /* the largest: every model registers */
     const int n = expects[t][0].n_prompt;
-    struct opt_exec_shape two = {.batch = 2, .max_len = n + max_tokens + 64,
+    struct model_exec_shape two = {.batch = 2, .max_len = n + max_tokens + 64,
                                  .max_tokens = 2 * n};
     uint64_t budget = 0;
     for (int d = 0; d < 2; d++) {
@@ -532,8 +532,8 @@ static void test_batch_memory(void)
                         group_batch_bytes(g.sm[t], g.mgr, &two, d);
         budget = need > budget ? need : budget;
     }
-    int max_pos = g.sm[t]->cfg.max_pos;
-    struct opt_exec_shape short1 = {.batch = 1, .max_len = n + 1, .max_tokens = n};
+    int max_pos = g.sm[t]->info->max_pos;
+    struct model_exec_shape short1 = {.batch = 1, .max_len = n + 1, .max_tokens = n};
     uint64_t tight = 0;
     for (int d = 0; d < 2; d++) {
         uint64_t need = swap_model_device_bytes(g.sm[t], d) +

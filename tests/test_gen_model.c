@@ -12,20 +12,20 @@
 
 #include "core/error.h"
 #include "format/safetensors.h"
-#include "model/opt.h"
-#include "model/opt_random.h"
+#include "model/model.h"
+#include "model/random.h"
 #include "test.h"
 #include "tiny_opt.h"
 
 static char tmp[256];
 
-static void forward_ids(struct opt_model *m, float *logits, int n)
+static void forward_ids(struct model *m, float *logits, int n)
 {
     int32_t ids[8] = {2, 100, 5, 999, 17, 4, 300, 42};
-    struct opt_exec *kv;
-    CHECK(opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = 1, .max_len = n, .max_rows = (1) * (n)}, &kv) == 0);
-    CHECK(opt_forward(m, kv, ids, NULL, n, true, logits) == 0);
-    opt_exec_free(kv);
+    struct model_exec *kv;
+    CHECK(model_exec_open_cpu(m, &(struct model_exec_shape){.batch = 1, .max_len = n, .max_rows = (1) * (n)}, &kv) == 0);
+    CHECK(model_forward(m, kv, ids, NULL, n, true, logits) == 0);
+    model_exec_free(kv);
 }
 
 static void check_init(const struct st_checkpoint *ck)
@@ -101,22 +101,21 @@ int main(void)
     mkdir(many, 0755);
     mkdir(bad, 0755);
 
-    struct opt_config c;
-    tiny_opt_config(&c, 2, 1000);
-    struct opt_random_opts o = {.dtype = DTYPE_F16, .seed = 5};
-    CHECK(opt_random_write(&c, one, &o) == 0);
+    struct model_config *c = tiny_opt_config(2, 1000);
+    struct model_random_opts o = {.dtype = DTYPE_F16, .seed = 5};
+    CHECK(model_random_write(c, one, &o) == 0);
     o.max_shard_bytes = 300000; /* forces several files */
-    CHECK(opt_random_write(&c, many, &o) == 0);
+    CHECK(model_random_write(c, many, &o) == 0);
 
-    struct opt_model *a = NULL, *b = NULL;
-    CHECK_MSG(opt_model_open(one, &a) == 0, "%s", err_msg());
-    CHECK_MSG(opt_model_open(many, &b) == 0, "%s", err_msg());
+    struct model *a = NULL, *b = NULL;
+    CHECK_MSG(model_open(one, &a) == 0, "%s", err_msg());
+    CHECK_MSG(model_open(many, &b) == 0, "%s", err_msg());
     if (!a || !b)
         return test_finish();
     CHECK(st_file_count(a->ck) == 1 && st_file_count(b->ck) > 2);
-    CHECK(a->cfg.torch_dtype == DTYPE_F16 && a->cfg.n_layers == 2);
+    CHECK(a->info->dtype == DTYPE_F16 && a->info->n_layers == 2);
     check_init(a->ck);
-    const int n = 8, V = c.vocab;
+    const int n = 8, V = c->info.vocab;
     float *la = malloc((size_t)n * V * sizeof(float)), *lb = malloc((size_t)n * V * sizeof(float));
     forward_ids(a, la, n);
     forward_ids(b, lb, n);
@@ -130,18 +129,18 @@ int main(void)
     char cmd[1024];
     snprintf(cmd, sizeof(cmd), "cp %s/config.json %s/", one, bad);
     CHECK(system(cmd) == 0);
-    struct opt_model *m = NULL;
+    struct model *m = NULL;
     write_variant(a->ck, bad, "model.decoder.layers.1.fc2.weight", "");
-    CHECK(opt_model_open(bad, &m) == ERR_NOT_FOUND);
+    CHECK(model_open(bad, &m) == ERR_NOT_FOUND);
     CHECK_MSG(strstr(err_msg(), "model.decoder.layers.1.fc2.weight"), "%s", err_msg());
     write_variant(a->ck, bad, "", "model.decoder.layers.0.fc1.weight");
-    CHECK(opt_model_open(bad, &m) == ERR_FORMAT);
+    CHECK(model_open(bad, &m) == ERR_FORMAT);
     CHECK_MSG(strstr(err_msg(), "model.decoder.layers.0.fc1.weight has shape [128, 256], "
                                 "expected [256, 128]"), "%s", err_msg());
     CHECK(m == NULL);
 
-    opt_model_close(a);
-    opt_model_close(b);
+    model_close(a);
+    model_close(b);
     free(la);
     free(lb);
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);

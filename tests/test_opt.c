@@ -23,18 +23,18 @@
 
 #include "core/error.h"
 #include "model/generate.h"
-#include "model/opt.h"
+#include "model/model.h"
 #include "test.h"
 #include "fixture_expect.h"
 #include "fixture_greedy.h"
 
 /* The padded batch: compare logits at real positions. */
-static void check_batch(const char *name, struct opt_model *m, json_t *batch,
+static void check_batch(const char *name, struct model *m, json_t *batch,
                         const struct st_tensor *ref, double tol)
 {
     json_t *jid = json_object_get(batch, "input_ids"), *jmask = json_object_get(batch, "attention_mask");
     int B = (int)json_array_size(jid), T = (int)json_array_size(json_array_get(jid, 0));
-    const int V = m->cfg.vocab;
+    const int V = m->info->vocab;
     CHECK_MSG(ref && ref->ndim == 3 && ref->shape[0] == B && ref->shape[1] == T &&
                   ref->shape[2] == V, "%s: expected logits shape", name);
     if (!ref || ref->nbytes != (size_t)B * T * V * 4)
@@ -47,9 +47,9 @@ static void check_batch(const char *name, struct opt_model *m, json_t *batch,
             mask[b * T + t] = (uint8_t)json_integer_value(json_array_get(json_array_get(jmask, b), t));
         }
     float *logits = malloc((size_t)B * T * V * sizeof(float));
-    struct opt_exec *kv;
-    CHECK(opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = B, .max_len = T, .max_rows = (B) * (T)}, &kv) == 0);
-    int rc = opt_forward(m, kv, ids, mask, T, true, logits);
+    struct model_exec *kv;
+    CHECK(model_exec_open_cpu(m, &(struct model_exec_shape){.batch = B, .max_len = T, .max_rows = (B) * (T)}, &kv) == 0);
+    int rc = model_forward(m, kv, ids, mask, T, true, logits);
     CHECK_MSG(rc == 0, "%s: forward failed: %s", name, err_msg());
     const float *r = ref->data;
     double worst = 0;
@@ -64,7 +64,7 @@ static void check_batch(const char *name, struct opt_model *m, json_t *batch,
         }
     printf("%s: batch %dx%d logits rel err %.2e (tolerance %.0e)\n", name, B, T, worst, tol);
     CHECK_MSG(worst <= tol, "%s: batch logits rel err %.3e > %.0e", name, worst, tol);
-    opt_exec_free(kv);
+    model_exec_free(kv);
     free(ids);
     free(mask);
     free(logits);
@@ -72,27 +72,27 @@ static void check_batch(const char *name, struct opt_model *m, json_t *batch,
 
 /* One prompt alone: full forward vs ref, then the KV cache one token at a time
  * against the full forward. */
-static void check_single(const char *name, struct opt_model *m, const int32_t *ids, int n,
+static void check_single(const char *name, struct model *m, const int32_t *ids, int n,
                          const struct st_tensor *ref, double tol)
 {
-    const int V = m->cfg.vocab;
+    const int V = m->info->vocab;
     float *full = malloc((size_t)n * V * sizeof(float)), *step = malloc((size_t)V * sizeof(float));
-    struct opt_exec *kv;
-    CHECK(opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = 1, .max_len = n, .max_rows = (1) * (n)}, &kv) == 0);
-    CHECK(opt_forward(m, kv, ids, NULL, n, true, full) == 0);
+    struct model_exec *kv;
+    CHECK(model_exec_open_cpu(m, &(struct model_exec_shape){.batch = 1, .max_len = n, .max_rows = (1) * (n)}, &kv) == 0);
+    CHECK(model_forward(m, kv, ids, NULL, n, true, full) == 0);
     if (ref && ref->nbytes == (size_t)n * V * 4) {
         double e = test_rel_err(full, ref->data, (size_t)n * V);
         printf("%s: unpadded prompt logits rel err %.2e\n", name, e);
         CHECK_MSG(e <= tol, "%s: unpadded logits rel err %.3e > %.0e", name, e, tol);
     }
     /* incremental: a prefill of half the prompt, then one token per step */
-    opt_exec_reset(kv);
+    model_exec_reset(kv);
     int half = n / 2 > 0 ? n / 2 : 1;
     float *pre = malloc((size_t)half * V * sizeof(float));
-    CHECK(opt_forward(m, kv, ids, NULL, half, true, pre) == 0);
+    CHECK(model_forward(m, kv, ids, NULL, half, true, pre) == 0);
     double worst = test_rel_err(pre, full, (size_t)half * V);
     for (int t = half; t < n; t++) {
-        CHECK(opt_forward(m, kv, &ids[t], NULL, 1, false, step) == 0);
+        CHECK(model_forward(m, kv, &ids[t], NULL, 1, false, step) == 0);
         double e = test_rel_err(step, full + (size_t)t * V, (size_t)V);
         if (e > worst)
             worst = e;
@@ -100,7 +100,7 @@ static void check_single(const char *name, struct opt_model *m, const int32_t *i
     printf("%s: KV-cache decode vs full recompute rel err %.2e\n", name, worst);
     double kv_tol = m->compute == KERN_COMPUTE_BF16 ? 1e-2 : 1e-5;
     CHECK_MSG(worst <= kv_tol, "%s: KV cache differs from recomputation: %.3e", name, worst);
-    opt_exec_free(kv);
+    model_exec_free(kv);
     free(pre);
     free(full);
     free(step);
@@ -137,10 +137,10 @@ static void check_fixture(const char *name, enum kern_compute mode)
     if (tol <= 0 || tol > cap)
         tol = cap;
     double margin_min = json_real_value(json_object_get(exp, "margin_min"));
-    struct opt_model *m = NULL;
+    struct model *m = NULL;
     struct st_checkpoint *ref = NULL;
     snprintf(path, sizeof(path), "%s/expected_logits%s.safetensors", ref_dir, suffix);
-    int rc = opt_model_open(dir, &m);
+    int rc = model_open(dir, &m);
     CHECK_MSG(rc == 0, "%s: open failed: %s", name, err_msg());
     rc = st_open(path, &ref);
     CHECK_MSG(rc == 0, "%s: %s", path, err_msg());
@@ -158,7 +158,7 @@ static void check_fixture(const char *name, enum kern_compute mode)
         check_greedy(name, m, greedy, margin_min);
     }
     st_close(ref);
-    opt_model_close(m);
+    model_close(m);
     json_decref(exp);
 }
 
@@ -166,13 +166,13 @@ static void check_fixture(const char *name, enum kern_compute mode)
  * before a device of its (here many gigabytes of) bytes is opened. */
 static void check_shape_first(void)
 {
-    struct opt_model *m = NULL;
-    CHECK(opt_model_open(FIXTURES "/pre_ln_f32", &m) == 0);
-    struct opt_exec *ex = (struct opt_exec *)&ex;
-    struct opt_exec_shape big = {.batch = 64, .max_len = 1 << 20};
-    CHECK(m && opt_exec_open_cpu(m, &big, &ex) == ERR_INVALID && ex == NULL);
+    struct model *m = NULL;
+    CHECK(model_open(FIXTURES "/pre_ln_f32", &m) == 0);
+    struct model_exec *ex = (struct model_exec *)&ex;
+    struct model_exec_shape big = {.batch = 64, .max_len = 1 << 20};
+    CHECK(m && model_exec_open_cpu(m, &big, &ex) == ERR_INVALID && ex == NULL);
     CHECK_MSG(strstr(err_msg(), "exceeds max_position_embeddings"), "%s", err_msg());
-    opt_model_close(m);
+    model_close(m);
 }
 
 int main(void)

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
-#include "model/opt_random.h"
+#include "model/random.h"
 #include "test.h"
 #include "workload/replay.h"
 #include "workload/simulate.h"
@@ -48,13 +48,15 @@ static void test_summary(void)
 
 static int make_model(const char *dir)
 {
-    struct opt_config cfg;
-    if (opt_preset("opt-125m", &cfg) < 0)
+    struct model_config *cfg;
+    if (model_preset("opt-125m", &cfg) < 0)
         return -1;
-    cfg.n_layers = 1;
+    cfg->info.n_layers = 1;
     mkdir(dir, 0755);
-    struct opt_random_opts o = {.dtype = DTYPE_F16, .seed = 1};
-    return opt_random_write(&cfg, dir, &o);
+    struct model_random_opts o = {.dtype = DTYPE_F16, .seed = 1};
+    int rc = model_random_write(cfg, dir, &o);
+    model_config_free(cfg);
+    return rc;
 }
 
 static void test_replay(void)

@@ -1,7 +1,7 @@
 /* Sharded execution equals the whole model: every fixture (and a generated
  * checkpoint with a vocabulary that no TP size divides) under TP in {1, 2, 4}
  * x PP in {1, 2}, loaded through the swap engine onto CPU devices and run by
- * the device workers, against opt_forward on the unsharded model:
+ * the device workers, against model_forward on the unsharded model:
  *   - the left-padded batch's logits at every position, and
  *   - four decode steps through the sharded KV caches,
  * within max |diff| / max |ref| <= 1e-5 (sums happen in another order across
@@ -18,7 +18,7 @@
 
 #include "core/error.h"
 #include "engine/workers.h"
-#include "model/opt_random.h"
+#include "model/random.h"
 #include "swap/swap.h"
 #include "test.h"
 #include "tiny_opt.h"
@@ -45,15 +45,15 @@ static void make_batch(int vocab, int32_t *ids, uint8_t *mask)
 /* Reference logits: prefill (B, T, V) then 4 greedy steps (B, V) each. */
 static void reference(const char *dir, float *pre, float *steps, int32_t *step_ids)
 {
-    struct opt_model *m;
-    CHECK(opt_model_open(dir, &m) == 0);
-    const int V = m->cfg.vocab;
+    struct model *m;
+    CHECK(model_open(dir, &m) == 0);
+    const int V = m->info->vocab;
     int32_t ids[B * T];
     uint8_t mask[B * T];
     make_batch(V, ids, mask);
-    struct opt_exec *kv;
-    CHECK(opt_exec_open_cpu(m, &(struct opt_exec_shape){.batch = B, .max_len = T + 4, .max_rows = (B) * (T + 4)}, &kv) == 0);
-    CHECK(opt_forward(m, kv, ids, mask, T, true, pre) == 0);
+    struct model_exec *kv;
+    CHECK(model_exec_open_cpu(m, &(struct model_exec_shape){.batch = B, .max_len = T + 4, .max_rows = (B) * (T + 4)}, &kv) == 0);
+    CHECK(model_forward(m, kv, ids, mask, T, true, pre) == 0);
     const float *last = NULL;
     for (int s = 0; s < 4; s++) {
         for (int b = 0; b < B; b++) {
@@ -64,10 +64,10 @@ static void reference(const char *dir, float *pre, float *steps, int32_t *step_i
                     best = v;
             step_ids[s * B + b] = best;
         }
-        CHECK(opt_forward(m, kv, &step_ids[s * B], NULL, 1, false, steps + (size_t)s * B * V) == 0);
+        CHECK(model_forward(m, kv, &step_ids[s * B], NULL, 1, false, steps + (size_t)s * B * V) == 0);
     }
-    opt_exec_free(kv);
-    opt_model_close(m);
+    model_exec_free(kv);
+    model_close(m);
 }
 
 /* tp x pp CPU devices, a swap manager and workers, and the model in dir
@@ -119,14 +119,14 @@ static void check_layout(const char *name, const char *dir, int tp, int pp, cons
     struct swap_model *model = g.model;
     CHECK_MSG(rc == 0, "%s tp %d pp %d: %s", name, tp, pp, err_msg());
     if (rc == 0) {
-        const int V = model->cfg.vocab;
+        const int V = model->info->vocab;
         int32_t ids[B * T];
         uint8_t mask[B * T];
         make_batch(V, ids, mask);
         float *got = malloc((size_t)B * T * V * sizeof(float));
         CHECK(swap_load(mgr, model, NULL) == 0);
         CHECK(swap_use_begin(mgr, model) == 0);
-        const struct opt_exec_shape shape = {.batch = B, .max_len = T + 4, .max_rows = B * (T + 4)};
+        const struct model_exec_shape shape = {.batch = B, .max_len = T + 4, .max_rows = B * (T + 4)};
         CHECK(group_batch_create(mgr, model, &shape, &gb) == 0);
         CHECK_MSG(group_forward(w, gb, ids, mask, T, true, true, got) == 0, "%s", err_msg());
         double worst = 0;
@@ -163,8 +163,8 @@ static void check_failure(const char *dir, int tp, int pp)
     struct swap_model *model = g.model;
     CHECK(swap_load(mgr, model, NULL) == 0);
     CHECK(swap_use_begin(mgr, model) == 0);
-    const int V = model->cfg.vocab;
-    const struct opt_exec_shape shape = {.batch = B, .max_len = T + 4, .max_rows = B * (T + 4)};
+    const int V = model->info->vocab;
+    const struct model_exec_shape shape = {.batch = B, .max_len = T + 4, .max_rows = B * (T + 4)};
     int32_t ids[B * T];
     uint8_t mask[B * T];
     make_batch(V, ids, mask);
@@ -202,8 +202,12 @@ static void check_failure(const char *dir, int tp, int pp)
 
 static void check_model(const char *name, const char *dir)
 {
-    struct opt_config c;
-    CHECK(opt_config_load(dir, &c) == 0);
+    struct model_config *mc = NULL;
+    CHECK(model_config_load(dir, &mc) == 0);
+    if (!mc)
+        return;
+    const struct model_info c = mc->info;
+    model_config_free(mc);
     size_t V = (size_t)c.vocab;
     float *pre = malloc((size_t)B * T * V * sizeof(float));
     float *steps = malloc((size_t)4 * B * V * sizeof(float));
@@ -234,10 +238,10 @@ int main(void)
     /* generated: 4 layers, a vocabulary of 1001 (uneven vocab-parallel blocks), f16 */
     char tmp[] = "/tmp/shardswap_sharded_XXXXXX";
     CHECK(mkdtemp(tmp) != NULL);
-    struct opt_config c;
-    tiny_opt_config(&c, 4, 1001);
-    struct opt_random_opts o = {.dtype = DTYPE_F16, .seed = 9};
-    CHECK(opt_random_write(&c, tmp, &o) == 0);
+    struct model_config *c = tiny_opt_config(4, 1001);
+    struct model_random_opts o = {.dtype = DTYPE_F16, .seed = 9};
+    CHECK(model_random_write(c, tmp, &o) == 0);
+    model_config_free(c);
     check_model("generated-v1001", tmp);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);

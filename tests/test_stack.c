@@ -27,7 +27,6 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/stack.h"
-#include "format/opt_config.h"
 #include "swap/swap.h"
 #include "test.h"
 
@@ -220,10 +219,12 @@ static void test_size(void)
     for (int i = 0; i < N_SERVE; i++) {
         const struct stack_model_config *m = &serve_models[i];
         int tp = m->tp > 0 ? m->tp : 1, pp = m->pp > 0 ? m->pp : 1;
-        struct opt_config oc;
-        CHECK(opt_config_load(m->path, &oc) == 0);
-        struct opt_exec_shape shape =
-            engine_batch_shape(oc.max_pos, batch, c.fit_prompt, c.fit_prompt + c.fit_max_tokens,
+        struct model_config *oc = NULL;
+        CHECK(model_config_load(m->path, &oc) == 0);
+        const int max_pos = oc ? oc->info.max_pos : 1;
+        model_config_free(oc);
+        struct model_exec_shape shape =
+            engine_batch_shape(max_pos, batch, c.fit_prompt, c.fit_prompt + c.fit_max_tokens,
                                c.fit_max_tokens > 1);
         uint64_t with[4] = {0}, without[4] = {0}, h1 = 0, h2 = 0;
         CHECK(swap_layout_bytes(m->path, tp, pp, &shape, with, &h1) == 0);

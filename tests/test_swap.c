@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "engine/workers.h"
-#include "model/opt_random.h"
+#include "model/random.h"
 #include "swap/swap.h"
 #include "test.h"
 #include "tiny_opt.h"
@@ -27,20 +27,21 @@ static char dirs[N_MODELS + 1][128];
 static void make_models(void)
 {
     CHECK(mkdtemp(tmp) != NULL);
-    struct opt_config c;
-    tiny_opt_config(&c, 4, 1000);
+    struct model_config *c = tiny_opt_config(4, 1000);
     for (int i = 0; i < N_MODELS; i++) {
         snprintf(dirs[i], sizeof(dirs[i]), "%s/m%d", tmp, i);
         mkdir(dirs[i], 0755);
-        struct opt_random_opts o = {.dtype = DTYPE_F16, .seed = 100 + (uint64_t)i};
-        CHECK(opt_random_write(&c, dirs[i], &o) == 0);
+        struct model_random_opts o = {.dtype = DTYPE_F16, .seed = 100 + (uint64_t)i};
+        CHECK(model_random_write(c, dirs[i], &o) == 0);
     }
+    model_config_free(c);
     /* one layer and a 10x vocabulary: its embeddings blob outweighs a small model */
-    tiny_opt_config(&c, 1, 10000);
+    c = tiny_opt_config(1, 10000);
     snprintf(dirs[WIDE], sizeof(dirs[WIDE]), "%s/wide", tmp);
     mkdir(dirs[WIDE], 0755);
-    struct opt_random_opts o = {.dtype = DTYPE_F16, .seed = 99};
-    CHECK(opt_random_write(&c, dirs[WIDE], &o) == 0);
+    struct model_random_opts o = {.dtype = DTYPE_F16, .seed = 99};
+    CHECK(model_random_write(c, dirs[WIDE], &o) == 0);
+    model_config_free(c);
 }
 
 struct rig {
@@ -107,26 +108,26 @@ static bool budgets_kept(struct rig *r)
     return ok;
 }
 
-/* The model's logits for one prompt through the workers vs opt_forward. */
+/* The model's logits for one prompt through the workers vs model_forward. */
 static double check_output(struct rig *r, int i)
 {
     const int32_t ids[5] = {2, 17, 400, 9, 123};
-    struct opt_model *ref;
-    CHECK(opt_model_open(dirs[i], &ref) == 0);
-    const int V = ref->cfg.vocab;
+    struct model *ref;
+    CHECK(model_open(dirs[i], &ref) == 0);
+    const int V = ref->info->vocab;
     float *a = malloc((size_t)V * sizeof(float)), *b = malloc((size_t)V * sizeof(float));
-    struct opt_exec *kv;
-    CHECK(opt_exec_open_cpu(ref, &(struct opt_exec_shape){.batch = 1, .max_len = 5, .max_rows = 5}, &kv) == 0);
-    CHECK(opt_forward(ref, kv, ids, NULL, 5, false, b) == 0);
+    struct model_exec *kv;
+    CHECK(model_exec_open_cpu(ref, &(struct model_exec_shape){.batch = 1, .max_len = 5, .max_rows = 5}, &kv) == 0);
+    CHECK(model_forward(ref, kv, ids, NULL, 5, false, b) == 0);
     struct group_batch *gb;
     CHECK(swap_use_begin(r->mgr, r->m[i]) == 0);
-    CHECK(group_batch_create(r->mgr, r->m[i], &(struct opt_exec_shape){.batch = 1, .max_len = 5, .max_rows = 5}, &gb) == 0);
+    CHECK(group_batch_create(r->mgr, r->m[i], &(struct model_exec_shape){.batch = 1, .max_len = 5, .max_rows = 5}, &gb) == 0);
     CHECK(group_forward(r->w, gb, ids, NULL, 5, false, true, a) == 0);
     swap_use_end(r->mgr, r->m[i]);
     double e = test_rel_err(a, b, (size_t)V);
     group_batch_free(gb);
-    opt_exec_free(kv);
-    opt_model_close(ref);
+    model_exec_free(kv);
+    model_close(ref);
     free(a);
     free(b);
     return e;

@@ -1,20 +1,28 @@
 /* The small OPT shape tests generate random models in: opt-125m's config
  * cut to hidden 128, 4 heads, ffn 256, 64 positions, with the layers and
- * vocabulary a test asks for. Include after test.h. */
+ * vocabulary a test asks for (the caller frees it with model_config_free).
+ * Include after test.h. */
 #ifndef SHARDSWAP_TESTS_TINY_OPT_H
 #define SHARDSWAP_TESTS_TINY_OPT_H
 
-#include "model/opt_random.h"
+#include "model/opt/opt.h"
+#include "model/random.h"
 
-static inline void tiny_opt_config(struct opt_config *c, int n_layers, int vocab)
+static inline struct model_config *tiny_opt_config(int n_layers, int vocab)
 {
-    CHECK(opt_preset("opt-125m", c) == 0);
-    c->hidden = c->embed_dim = 128;
-    c->n_heads = 4;
-    c->ffn = 256;
-    c->n_layers = n_layers;
-    c->vocab = vocab;
-    c->max_pos = 64;
+    struct model_config *c = NULL;
+    CHECK(model_preset("opt-125m", &c) == 0);
+    if (!c)
+        exit(1);
+    struct model_info *in = &c->info;
+    in->hidden = ((struct opt_config *)c)->embed_dim = 128;
+    in->n_heads = in->n_kv_heads = 4;
+    in->head_dim = 32;
+    in->ffn = 256;
+    in->n_layers = n_layers;
+    in->vocab = vocab;
+    in->max_pos = 64;
+    return c;
 }
 
 #endif

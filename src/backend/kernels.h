@@ -33,7 +33,7 @@ enum kern_act {
  * head_dim), and key_ok (batch, max_t): 1 where a cached position holds a
  * real token, 0 for padding and positions not yet written. */
 struct kv_geom {
-    int batch, heads, head_dim, max_t;
+    int batch, heads, kv_heads, head_dim, max_t;
 };
 
 /* The precision a linear layer computes in (activations stay f32 between
@@ -54,7 +54,7 @@ const char *kern_compute_name(enum kern_compute c);
 int kern_compute_parse(const char *s, enum kern_compute *out);
 /* A precision as a user configures it: "f32" or "bf16" (*set true, *out
  * that one), or NULL or "auto" (*set false: the checkpoint's,
- * opt_compute_default). 0, or ERR_INVALID naming the three choices. */
+ * model_compute_default). 0, or ERR_INVALID naming the three choices. */
 int kern_compute_choice(const char *s, bool *set, enum kern_compute *out);
 
 /* y[m, w.rows] = x[m, w.cols] @ w^T (+ bias[w.rows] when not NULL): torch's

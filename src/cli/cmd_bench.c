@@ -18,26 +18,26 @@
 #include "core/jsonout.h"
 #include "core/membw.h"
 #include "core/timing.h"
-#include "model/opt.h"
+#include "model/model.h"
 
 struct bench_result {
     double prefill_s, decode_s;
 };
 
 /* One prefill of (batch, prompt_len) then gen greedy decode steps, on the
- * model's device (opt_exec_open). Each step returns its logits to the host
+ * model's device (model_exec_open). Each step returns its logits to the host
  * (kern_to_host, a sync point), so a GPU's queued work is inside the
  * times. */
-static int bench_once(struct opt_model *m, int batch, int prompt_len, int gen,
+static int bench_once(struct model *m, int batch, int prompt_len, int gen,
                       struct bench_result *r)
 {
-    const int V = m->cfg.vocab;
-    struct opt_exec *ex = NULL;
+    const int V = m->info->vocab;
+    struct model_exec *ex = NULL;
     int32_t *ids = NULL;
     float *logits = NULL;
     /* the context checks the shape against the model before anything is
      * sized by it */
-    int rc = opt_exec_open(m, &(struct opt_exec_shape){.batch = batch, .max_len = prompt_len + gen},
+    int rc = model_exec_open(m, &(struct model_exec_shape){.batch = batch, .max_len = prompt_len + gen},
                            &ex);
     if (rc < 0)
         goto out;
@@ -53,7 +53,7 @@ static int bench_once(struct opt_model *m, int batch, int prompt_len, int gen,
         ids[i] = 4 + (int32_t)((x >> 33) % (uint64_t)(V - 4));
     }
     double t0 = time_now();
-    if ((rc = opt_forward(m, ex, ids, NULL, prompt_len, false, logits)) < 0)
+    if ((rc = model_forward(m, ex, ids, NULL, prompt_len, false, logits)) < 0)
         goto out;
     r->prefill_s = time_now() - t0;
     t0 = time_now();
@@ -66,30 +66,15 @@ static int bench_once(struct opt_model *m, int batch, int prompt_len, int gen,
                     best = v;
             ids[b] = best;
         }
-        if ((rc = opt_forward(m, ex, ids, NULL, 1, false, logits)) < 0)
+        if ((rc = model_forward(m, ex, ids, NULL, 1, false, logits)) < 0)
             goto out;
     }
     r->decode_s = time_now() - t0;
 out:
-    opt_exec_free(ex);
+    model_exec_free(ex);
     free(ids);
     free(logits);
     return rc;
-}
-
-/* Multiply-adds of one prefill's linear layers per token: every layer's
- * six matrices and project_in for all tokens (the head and project_out run
- * on each sequence's last token only, added by the caller). */
-static double prefill_params(const struct opt_model *m)
-{
-    double n = 0;
-    for (int i = 0; i < m->shard.layer_end - m->shard.layer_begin; i++) {
-        const struct opt_layer *L = &m->layers[i];
-        const struct weight_view *v[] = {&L->q, &L->k, &L->v, &L->o, &L->fc1, &L->fc2};
-        for (int j = 0; j < 6; j++)
-            n += (double)v[j]->rows * v[j]->cols;
-    }
-    return n + (m->project_in.data ? (double)m->project_in.rows * m->project_in.cols : 0);
 }
 
 /* The machine's matmul ceilings beside the model's prefill: cpu_matmul on
@@ -167,15 +152,15 @@ static int bench_forward(int argc, char **argv)
     cpu_set_threads(threads);
     threads = cpu_threads();
     struct cli_model cmod = {0};
-    struct opt_exec_shape shape = {.batch = batch, .max_len = prompt_len + gen};
+    struct model_exec_shape shape = {.batch = batch, .max_len = prompt_len + gen};
     if ((rc = cli_model_open(gpu, dir, &shape, &cmod)) < 0)
         return cli_fail("bench forward");
-    struct opt_model *m = cmod.m;
+    struct model *m = cmod.m;
     if (cm_set)
         m->compute = cm;
-    if (prompt_len + gen > m->cfg.max_pos) {
+    if (prompt_len + gen > m->info->max_pos) {
         err_set(ERR_INVALID, "--prompt-len + --gen = %d exceeds the model's %d positions",
-                prompt_len + gen, m->cfg.max_pos);
+                prompt_len + gen, m->info->max_pos);
         cli_model_close(&cmod);
         return cli_fail("bench forward");
     }
@@ -202,14 +187,13 @@ static int bench_forward(int argc, char **argv)
     double bw = on_cpu ? 2 * membw_memcpy(threads, (size_t)256 << 20, 5) : NAN;
     /* decode only reads its weights: read bandwidth is its ceiling */
     double rbw = on_cpu ? membw_read(threads, (size_t)256 << 20, 5) : NAN;
-    double wbytes = (double)opt_model_weight_bytes(m);
+    double wbytes = (double)model_weight_bytes(m);
     double prefill_tps = batch * prompt_len / best.prefill_s;
     double decode_tps = batch * gen / best.decode_s;
     double stream = wbytes * gen / best.decode_s;
-    double head = m->lm_head.rows * (double)m->lm_head.cols +
-                  (m->project_out.data ? m->project_out.rows * (double)m->project_out.cols : 0);
+    /* every token through the layers, each sequence's last through the head */
     double prefill_gflops =
-        2 * (prefill_params(m) * prompt_len + head) * batch / best.prefill_s / 1e9;
+        2 * (m->macs_token * prompt_len + m->macs_row) * batch / best.prefill_s / 1e9;
     struct bench_ceilings ceil = {.f32.gflops = NAN, .bf16.gflops = NAN, .impl = "n/a"};
     if (on_cpu && (rc = bench_ceilings(threads, &ceil)) < 0)
         goto out;
@@ -221,7 +205,7 @@ static int bench_forward(int argc, char **argv)
             "impl", "shardswap", "device", jsonout_string(device), "model", jsonout_string(dir),
             "blas_core", jsonout_string(blas), "gemv_isa", jsonout_string(isa), "threads",
             threads, "batch", batch, "prompt_len", prompt_len, "gen", gen, "weight_dtype",
-            dtype_name(m->lm_head.dtype), "weight_bytes", (json_int_t)wbytes, "prefill_s",
+            dtype_name(m->weight_dtype), "weight_bytes", (json_int_t)wbytes, "prefill_s",
             jsonout_real(best.prefill_s, 6), "prefill_tok_s", jsonout_real(prefill_tps, 2),
             "decode_s", jsonout_real(best.decode_s, 6), "decode_tok_s",
             jsonout_real(decode_tps, 2), "decode_ms_per_step",
@@ -238,7 +222,7 @@ static int bench_forward(int argc, char **argv)
     } else {
         printf("model %s on %s: %.1f MB of weights (%s), compute %s, %d threads, batch %d, "
                "prompt %d, gen %d, best of %d, openblas core %s, gemv isa %s, matmul %s\n",
-               dir, device, wbytes / 1e6, dtype_name(m->lm_head.dtype),
+               dir, device, wbytes / 1e6, dtype_name(m->weight_dtype),
                kern_compute_name(m->compute), threads, batch, prompt_len, gen, repeat,
                blas ? blas : "n/a", isa ? isa : "n/a", ceil.impl);
         printf("%-28s %12s\n", "metric", "value");

@@ -21,7 +21,7 @@
 #include "core/timing.h"
 #include "engine/stack.h"
 #include "engine/workers.h"
-#include "model/opt_random.h"
+#include "model/random.h"
 #include "swap/swap.h"
 
 #define MAX_LAYOUTS 8
@@ -77,9 +77,10 @@ static int parse_layouts(const char *s, int *tp, int *pp, int *n)
 
 static int make_prompt(const struct swap_model *model, int32_t *ids, int n)
 {
-    ids[0] = model->cfg.bos_id;
+    const struct model_info *in = model->info;
+    ids[0] = in->bos_id >= 0 ? in->bos_id : 0;
     for (int i = 1; i < n; i++)
-        ids[i] = 4 + (int32_t)((i * 7919u) % (unsigned)(model->cfg.vocab - 4));
+        ids[i] = 4 + (int32_t)((i * 7919u) % (unsigned)(in->vocab - 4));
     return n;
 }
 
@@ -89,9 +90,9 @@ static int cold_request(struct swap_manager *mgr, struct workers *w, struct swap
 {
     int32_t ids[512];
     make_prompt(model, ids, prompt_len);
-    float *logits = malloc((size_t)model->cfg.vocab * sizeof(float));
+    float *logits = malloc((size_t)model->info->vocab * sizeof(float));
     struct group_batch *gb = NULL;
-    struct opt_exec_shape shape = {.batch = 1, .max_len = prompt_len + 1};
+    struct model_exec_shape shape = {.batch = 1, .max_len = prompt_len + 1};
     int rc = group_batch_create(mgr, model, &shape, &gb);
     if (rc < 0 || !logits)
         goto out;
@@ -435,7 +436,7 @@ int bench_swap(int argc, char **argv)
     int layers = 0, tp = 0, pp = 0, repeat = 3, prompt_len = 8;
     bool json = false;
     struct flag flags[] = {
-        FLAG("preset", FLAG_STR, &preset, "NAME", opt_preset_names()),
+        FLAG("preset", FLAG_STR, &preset, "NAME", model_preset_names()),
         FLAG("model", FLAG_STR, &dir_flag, "DIR", "a checkpoint directory instead of a preset"),
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "dtype of a generated preset (default f16)"),
         FLAG_RANGE("layers", FLAG_INT, &layers, "N",
@@ -493,7 +494,7 @@ int bench_swap(int argc, char **argv)
     char dir[4096];
     int max_workers = 1;
     double bw[MAX_WORKERS + 1] = {0}, sbw[MAX_WORKERS + 1] = {0};
-    struct opt_config cfg;
+    struct model_config *cfg = NULL;
     struct st_checkpoint *ck = NULL;
     memset(res, 0, sizeof(res));
     if ((rc = parse_layouts(layouts_s, tps, pps, &n)) < 0)
@@ -517,7 +518,7 @@ int bench_swap(int argc, char **argv)
         snprintf(dir, sizeof(dir), "%s", dir_flag);
     else if ((rc = model_cache_preset(cache, preset, layers, dtype_s, 0, dir, sizeof(dir))) < 0)
         goto out;
-    if ((rc = opt_config_load(dir, &cfg)) < 0 || (rc = st_open(dir, &ck)) < 0)
+    if ((rc = model_config_load(dir, &cfg)) < 0 || (rc = st_open(dir, &ck)) < 0)
         goto out;
     uint64_t total = 0, embed = 0;
     for (size_t i = 0; i < st_count(ck); i++) {
@@ -529,12 +530,12 @@ int bench_swap(int argc, char **argv)
     st_close(ck);
     ck = NULL;
     for (int i = 0; i < n; i++) {
-        struct opt_shard s = {.tp_rank = 0, .tp_size = tps[i], .layer_begin = 0, .layer_end = 1};
-        if ((rc = opt_shard_check(&cfg, &s)) < 0)
+        struct model_shard s = {.tp_rank = 0, .tp_size = tps[i], .layer_begin = 0, .layer_end = 1};
+        if ((rc = model_shard_check(cfg, &s)) < 0)
             goto out;
-        if (pps[i] > cfg.n_layers) {
+        if (pps[i] > cfg->info.n_layers) {
             rc = err_set(ERR_INVALID, "layout %dx%d: PP %d exceeds the model's %d layers", tps[i],
-                         pps[i], pps[i], cfg.n_layers);
+                         pps[i], pps[i], cfg->info.n_layers);
             goto out;
         }
         if (tps[i] * pps[i] > max_workers)
@@ -548,7 +549,7 @@ int bench_swap(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         uint64_t shard[MAX_WORKERS], host;
         /* the weights and the cold request's batch (KV cache, activations) */
-        struct opt_exec_shape cold = {.batch = 1, .max_len = prompt_len + 1};
+        struct model_exec_shape cold = {.batch = 1, .max_len = prompt_len + 1};
         if ((rc = swap_layout_bytes(dir, tps[i], pps[i], &cold, shard, &host)) < 0)
             goto out;
         for (int d = 0; d < tps[i] * pps[i]; d++)
@@ -574,6 +575,7 @@ int bench_swap(int argc, char **argv)
         print_table(dir, res, n, bw, sbw, max_workers);
 out:
     st_close(ck);
+    model_config_free(cfg);
     return rc < 0 ? cli_fail("bench swap") : 0;
 bad_flag:
     return args_usage_fail("bench swap");

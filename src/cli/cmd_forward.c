@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "cli/device_model.h"
 #include "core/error.h"
-#include "model/opt.h"
+#include "model/model.h"
 
 /* Parses "2,250,1345" into a malloc'd array. */
 static int parse_ids(const char *s, int32_t **out, int *n_out)
@@ -99,28 +99,28 @@ int cmd_forward(int argc, char **argv)
     if (cli_compute(compute_s, &compute_set, &compute) < 0 || cli_device_parse(devices, &gpu) < 0)
         return args_usage_fail("forward");
     struct cli_model cm = {0};
-    struct opt_model *m = NULL;
-    struct opt_exec *ex = NULL;
+    struct model *m = NULL;
+    struct model_exec *ex = NULL;
     int32_t *ids = NULL;
     float *logits = NULL;
     FILE *f = NULL;
     int n = 0;
     if ((rc = check_out_path(path)) < 0 || (rc = parse_ids(ids_s, &ids, &n)) < 0)
         goto out;
-    const struct opt_exec_shape shape = {.batch = 1, .max_len = n, .max_rows = n};
+    const struct model_exec_shape shape = {.batch = 1, .max_len = n, .max_rows = n};
     if ((rc = cli_model_open(gpu, dir, &shape, &cm)) < 0)
         goto out;
     m = cm.m;
     if (compute_set)
         m->compute = compute;
-    if ((rc = opt_exec_open(m, &shape, &ex)) < 0)
+    if ((rc = model_exec_open(m, &shape, &ex)) < 0)
         goto out;
-    size_t count = (size_t)n * m->cfg.vocab;
+    size_t count = (size_t)n * m->info->vocab;
     if (!(logits = malloc(count * sizeof(float)))) {
         rc = err_set(ERR_NOMEM, "out of memory for %zu logits", count);
         goto out;
     }
-    if ((rc = opt_forward(m, ex, ids, NULL, n, true, logits)) < 0)
+    if ((rc = model_forward(m, ex, ids, NULL, n, true, logits)) < 0)
         goto out;
     if (!(f = fopen(path, "wb"))) {
         rc = err_set(ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
@@ -141,7 +141,7 @@ out:
         rc = cli_fail("forward");
     free(ids);
     free(logits);
-    opt_exec_free(ex);
+    model_exec_free(ex);
     cli_model_close(&cm);
     return rc;
 }

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/timing.h"
-#include "model/opt_random.h"
+#include "model/random.h"
 #include "tokenizer/bpe.h"
 
 /* The byte-level alphabet of GPT-2: printable Latin-1 bytes stand for
@@ -190,7 +190,7 @@ static int check_out_dir(const char *dir, bool force)
 /* --tokenizer-from must hold a Hugging Face tokenizer (vocab.json +
  * merges.txt, or tokenizer.json) that loads, with no more tokens than the
  * model has embeddings: checked before the weights are written. */
-static int check_tokenizer(const char *from, const struct opt_config *cfg)
+static int check_tokenizer(const char *from, const struct model_config *cfg)
 {
     char a[4096], b[4096], c[4096];
     int rc;
@@ -214,10 +214,10 @@ static int check_tokenizer(const char *from, const struct opt_config *cfg)
         return err_wrap(rc, "--tokenizer-from %s", from);
     int n = bpe_vocab_size(t);
     bpe_close(t);
-    if (n > cfg->vocab)
+    if (n > cfg->info.vocab)
         return err_set(ERR_INVALID, "--tokenizer-from %s: %d tokens, more than the model's "
                                     "vocab_size %d (expected a tokenizer for this preset)",
-                       from, n, cfg->vocab);
+                       from, n, cfg->info.vocab);
     return 0;
 }
 
@@ -226,9 +226,9 @@ int cmd_gen_model(int argc, char **argv)
     const char *preset = NULL, *dtype_s = "f16", *out = NULL, *tok_from = NULL;
     int layers = -1; /* -1: the preset's */
     bool force = false;
-    struct opt_random_opts o = {.seed = 0};
+    struct model_random_opts o = {.seed = 0};
     struct flag flags[] = {
-        FLAG_REQUIRED("preset", FLAG_STR, &preset, "NAME", opt_preset_names()),
+        FLAG_REQUIRED("preset", FLAG_STR, &preset, "NAME", model_preset_names()),
         FLAG_RANGE("layers", FLAG_INT, &layers, "N",
                    "number of decoder layers (default: the preset's)", 1, 4096,
                    "1..4096"),
@@ -251,24 +251,24 @@ int cmd_gen_model(int argc, char **argv)
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
-    struct opt_config cfg;
+    struct model_config *cfg = NULL;
     double last = 0;
     char staged[4096] = "";
-    if ((rc = opt_preset(preset, &cfg)) < 0)
+    if ((rc = model_preset(preset, &cfg)) < 0)
         goto out;
     if (dtype_parse(dtype_s, &o.dtype) < 0) {
         rc = err_set(ERR_INVALID, "--dtype \"%s\" is not one of f16, bf16, f32", dtype_s);
         goto out;
     }
     if (layers != -1)
-        cfg.n_layers = layers;
+        cfg->info.n_layers = layers;
     if (isatty(fileno(stderr))) {
         o.progress = show_progress;
         o.progress_ctx = &last;
     }
     if ((rc = check_out_dir(out, force)) < 0 ||
-        (tok_from && (rc = check_tokenizer(tok_from, &cfg)) < 0) ||
-        (rc = cli_check_space(out, opt_checkpoint_bytes(&cfg, o.dtype) + (1u << 20), "--out")) < 0)
+        (tok_from && (rc = check_tokenizer(tok_from, cfg)) < 0) ||
+        (rc = cli_check_space(out, model_checkpoint_bytes(cfg, o.dtype) + (1u << 20), "--out")) < 0)
         goto out;
     /* everything goes into a directory beside --out, renamed to it when
      * complete: an interrupted or failed run leaves no half model there */
@@ -277,11 +277,11 @@ int cmd_gen_model(int argc, char **argv)
         goto out;
     }
     if ((rc = tok_from ? copy_tokenizer(tok_from, staged) : write_minimal_tokenizer(staged)) < 0 ||
-        (rc = opt_random_write(&cfg, staged, &o)) < 0 || (rc = fs_dir_commit(staged, out)) < 0)
+        (rc = model_random_write(cfg, staged, &o)) < 0 || (rc = fs_dir_commit(staged, out)) < 0)
         goto out;
     staged[0] = '\0';
     fprintf(stderr, "wrote %s: %s, %d layers, %s, %.3f GB of weights\n", out, preset,
-            cfg.n_layers, dtype_name(o.dtype), opt_checkpoint_bytes(&cfg, o.dtype) / 1e9);
+            cfg->info.n_layers, dtype_name(o.dtype), model_checkpoint_bytes(cfg, o.dtype) / 1e9);
 out:
     if (rc < 0 && staged[0]) {
         char why[1024], left[1024];
@@ -291,5 +291,6 @@ out:
             err_set(rc, "%s (and %s is left behind: %s)", why, staged, left);
         }
     }
+    model_config_free(cfg);
     return rc < 0 ? cli_fail("gen-model") : 0;
 }

@@ -74,7 +74,7 @@ int cmd_generate(int argc, char **argv)
     if (cli_compute(compute_s, &compute_set, &compute) < 0 || cli_device_parse(devices, &gpu) < 0)
         return args_usage_fail("generate");
     struct cli_model cm = {0};
-    struct opt_model *m = NULL;
+    struct model *m = NULL;
     struct bpe *tok = NULL;
     struct sampler s = {0};
     int32_t *ids = NULL;
@@ -84,10 +84,10 @@ int cmd_generate(int argc, char **argv)
     if ((rc = sampler_init(&s, &sp)) < 0 || (rc = bpe_open(tok_dir ? tok_dir : model_dir, &tok)) < 0 ||
         (rc = bpe_encode(tok, prompt, strlen(prompt), true, &ids, &n_ids)) < 0)
         goto out;
-    /* a device sized for the longest run opt_generate may make (its
+    /* a device sized for the longest run model_generate may make (its
      * positions capped at the model's) */
     long len = (long)n_ids + max_tokens;
-    const struct opt_exec_shape shape = {.batch = 1, .max_len = len > INT_MAX ? INT_MAX : (int)len};
+    const struct model_exec_shape shape = {.batch = 1, .max_len = len > INT_MAX ? INT_MAX : (int)len};
     if ((rc = cli_model_open(gpu, model_dir, &shape, &cm)) < 0)
         goto out;
     m = cm.m;
@@ -99,7 +99,7 @@ int cmd_generate(int argc, char **argv)
         rc = err_set(ERR_NOMEM, "out of memory");
         goto out;
     }
-    rc = opt_generate(m, ids, (int)n_ids, max_tokens, &s, print_token, &o, NULL, &n_out);
+    rc = model_generate(m, ids, (int)n_ids, max_tokens, &s, print_token, &o, NULL, &n_out);
     if (rc == 0 && o.rc < 0)
         rc = o.rc;
     if (rc == 0) {

@@ -6,9 +6,8 @@
 #include "cli/commands.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "format/opt_config.h"
 #include "format/safetensors.h"
-#include "model/opt.h"
+#include "model/model.h"
 
 /* "1.23 GB", "45.6 MB", "789 kB" or "12 B". */
 static const char *fmt_bytes(uint64_t n, char *buf, size_t cap)
@@ -35,32 +34,38 @@ int cmd_inspect(int argc, char **argv)
 {
     const char *dir = NULL;
     struct flag flags[] = {
-        FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "Hugging Face OPT checkpoint directory"),
+        FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "Hugging Face checkpoint directory (" "config.json + safetensors)"),
     };
     int rc = args_parse("inspect", "Describes a checkpoint: its config, tensors and bytes, and checks its "
                         "tensors against config.json as the model loader does.",
                         argc, argv, flags, 1);
     if (rc)
         return rc;
-    struct opt_config c;
+    struct model_config *mc = NULL;
     struct st_checkpoint *ck = NULL;
     uint64_t *per_layer = NULL;
-    if ((rc = opt_config_load(dir, &c)) < 0 || (rc = st_open(dir, &ck)) < 0)
+    if ((rc = model_config_load(dir, &mc)) < 0 || (rc = st_open(dir, &ck)) < 0)
         goto out;
+    const struct model_info *c = &mc->info;
+    char eos[96] = "", fam[512];
+    for (int i = 0; i < c->n_eos; i++)
+        snprintf(eos + strlen(eos), sizeof(eos) - strlen(eos), "%s%d", i ? ", " : "",
+                 c->eos_ids[i]);
+    model_config_describe(mc, fam, sizeof(fam));
     printf("model            %s\n", dir);
-    printf("architecture     OPT (%s-LN%s)\n", c.pre_ln ? "pre" : "post",
-           c.embed_dim != c.hidden ? ", project_in/out" : "");
-    printf("hidden_size      %d\nffn_dim          %d\nlayers           %d\nheads            %d\n",
-           c.hidden, c.ffn, c.n_layers, c.n_heads);
-    printf("vocab_size       %d\nmax_positions    %d\nword_embed_dim   %d\n", c.vocab, c.max_pos,
-           c.embed_dim);
-    printf("activation       %s\nbias             %s\nfinal_layer_norm %s\ntied_head        %s\n",
-           opt_act_name(c.act), c.bias ? "yes" : "no", c.final_ln ? "yes" : "no",
-           st_find(ck, "lm_head.weight") ? "no" : "yes");
+    printf("family           %s\narchitecture     %s\n", c->family, c->architecture);
+    printf("hidden_size      %d\nffn              %d\nlayers           %d\n", c->hidden, c->ffn,
+           c->n_layers);
+    printf("heads            %d\nkv_heads         %d\nhead_dim         %d\n", c->n_heads,
+           c->n_kv_heads, c->head_dim);
+    printf("vocab_size       %d\nmax_positions    %d\n", c->vocab, c->max_pos);
+    printf("bos / eos / pad  %d / %s / %d\n", c->bos_id, c->n_eos ? eos : "none", c->pad_id);
+    printf("family config    %s\n", fam);
+    printf("tied_head        %s\n", st_find(ck, "lm_head.weight") ? "no" : "yes");
     printf("torch_dtype      %s\nfiles            %zu\ntensors          %zu\n",
-           dtype_name(c.torch_dtype), st_file_count(ck), st_count(ck));
+           dtype_name(c->dtype), st_file_count(ck), st_count(ck));
     uint64_t by_dtype[3] = {0}, other = 0, total = 0;
-    per_layer = calloc((size_t)c.n_layers, sizeof(uint64_t));
+    per_layer = calloc((size_t)c->n_layers, sizeof(uint64_t));
     if (!per_layer) {
         rc = err_set(ERR_NOMEM, "out of memory");
         goto out;
@@ -70,7 +75,7 @@ int cmd_inspect(int argc, char **argv)
         by_dtype[t->dtype] += t->nbytes;
         total += t->nbytes;
         int l = layer_of(t->name);
-        if (l >= 0 && l < c.n_layers)
+        if (l >= 0 && l < c->n_layers)
             per_layer[l] += t->nbytes;
         else
             other += t->nbytes;
@@ -82,22 +87,22 @@ int cmd_inspect(int argc, char **argv)
             printf("  %-14s %llu (%s)\n", dtype_name((enum dtype)d),
                    (unsigned long long)by_dtype[d], fmt_bytes(by_dtype[d], h, sizeof(h)));
     printf("bytes per layer\n");
-    for (int l = 0; l < c.n_layers; l++)
+    for (int l = 0; l < c->n_layers; l++)
         printf("  layer %-8d %llu (%s)\n", l, (unsigned long long)per_layer[l],
                fmt_bytes(per_layer[l], h, sizeof(h)));
     printf("  %-14s %llu (%s)\n", "outside layers", (unsigned long long)other,
            fmt_bytes(other, h, sizeof(h)));
     /* the loader's own checks (every tensor present with the shape and dtype config.json
      * implies), so that inspect accepts exactly what forward and generate load */
-    struct opt_model *m = NULL;
-    struct opt_layout layout;
-    struct opt_shard whole = {.tp_size = 1, .layer_end = c.n_layers};
-    if ((rc = opt_shard_open(&c, ck, &whole, &m, &layout)) < 0) {
+    struct model *m = NULL;
+    struct model_layout layout;
+    struct model_shard whole = {.tp_size = 1, .layer_end = c->n_layers};
+    if ((rc = model_shard_open(mc, ck, &whole, &m, &layout)) < 0) {
         err_wrap(rc, "%s", dir);
         goto out;
     }
-    opt_layout_free(&layout);
-    opt_model_close(m);
+    model_layout_free(&layout);
+    model_close(m);
     printf("weights          match config.json\n");
     /* NaN or Inf in a weight: said here, and named (the first one) */
     const struct st_tensor *bad = NULL;
@@ -117,5 +122,6 @@ int cmd_inspect(int argc, char **argv)
 out:
     free(per_layer);
     st_close(ck);
+    model_config_free(mc);
     return rc < 0 ? cli_fail("inspect") : 0;
 }

@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "format/opt_config.h"
 
 int cli_device_parse(const char *devices, int *gpu)
 {
@@ -22,28 +21,29 @@ int cli_device_parse(const char *devices, int *gpu)
     return 0;
 }
 
-int cli_model_open(int gpu, const char *dir, const struct opt_exec_shape *shape,
+int cli_model_open(int gpu, const char *dir, const struct model_exec_shape *shape,
                    struct cli_model *out)
 {
     memset(out, 0, sizeof(*out));
     if (gpu < 0)
-        return opt_model_open(dir, &out->m);
-    struct opt_config cfg;
-    int rc = opt_config_load(dir, &cfg);
+        return model_open(dir, &out->m);
+    struct model_config *cfg;
+    int rc = model_config_load(dir, &cfg);
     if (rc < 0)
         return rc;
-    struct opt_exec_shape sh = *shape;
-    if (sh.max_len > cfg.max_pos)
-        sh.max_len = cfg.max_pos; /* opt_exec_init refuses more, naming the limit */
+    struct model_exec_shape sh = *shape;
+    if (sh.max_len > cfg->info.max_pos)
+        sh.max_len = cfg->info.max_pos; /* model_exec_init refuses more, naming the limit */
+    model_config_free(cfg);
     uint64_t weights, exec;
-    if ((rc = opt_model_device_bytes(dir, &sh, &weights, &exec)) < 0)
+    if ((rc = model_device_bytes(dir, &sh, &weights, &exec)) < 0)
         return rc;
     /* 1 MiB beside them: what the backend rounds or aligns */
     if ((rc = device_open_cuda(gpu, 0, weights + exec + (1u << 20), &out->dev)) < 0)
         return rc;
     /* the calling thread runs the forward: it is the device's compute thread */
     device_compute_thread_init(out->dev);
-    if ((rc = opt_model_open_on(dir, out->dev, &out->m)) < 0) {
+    if ((rc = model_open_on(dir, out->dev, &out->m)) < 0) {
         cli_model_close(out);
         return rc;
     }
@@ -54,7 +54,7 @@ void cli_model_close(struct cli_model *cm)
 {
     if (!cm)
         return;
-    opt_model_close(cm->m);
+    model_close(cm->m);
     device_close(cm->dev);
     cm->m = NULL;
     cm->dev = NULL;

@@ -5,7 +5,7 @@
 #define SHARDSWAP_CLI_DEVICE_MODEL_H
 
 #include "engine/stack.h"
-#include "model/opt.h"
+#include "model/model.h"
 
 /* --devices LIST for a command that runs on one device. */
 #define DEVICE_FLAG(dst)                                                                           \
@@ -15,7 +15,7 @@
 
 struct cli_model {
     struct device *dev;  /* cuda: the device, owned; NULL for cpu */
-    struct opt_model *m; /* owned */
+    struct model *m; /* owned */
 };
 
 /* Checks a --devices value of a one-device command: NULL, "1", "cpu:0" or
@@ -24,13 +24,13 @@ struct cli_model {
 int cli_device_parse(const char *devices, int *gpu);
 
 /* Opens the checkpoint in dir on the device gpu names: -1, the host's
- * mapped views (opt_model_open, zero copies; opt_exec_open then computes on
+ * mapped views (model_open, zero copies; model_exec_open then computes on
  * a CPU device of its own); else GPU gpu, with a budget of the weights plus
  * an opt_exec of shape (max_len capped at the model's positions), the
- * weights copied there (opt_model_open_on), and the calling thread made
- * its compute thread (device_compute_thread_init). The caller runs opt_exec_open
+ * weights copied there (model_open_on), and the calling thread made
+ * its compute thread (device_compute_thread_init). The caller runs model_exec_open
  * (at most shape's size) on out->m and closes with cli_model_close. */
-int cli_model_open(int gpu, const char *dir, const struct opt_exec_shape *shape,
+int cli_model_open(int gpu, const char *dir, const struct model_exec_shape *shape,
                    struct cli_model *out);
 void cli_model_close(struct cli_model *cm); /* NULL-safe; the model, then its device */
 

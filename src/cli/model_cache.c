@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
-#include "model/opt_random.h"
+#include "model/random.h"
 
 int cli_check_space(const char *path, uint64_t bytes, const char *what)
 {
@@ -40,18 +40,18 @@ int cli_check_space(const char *path, uint64_t bytes, const char *what)
 /* The config, dtype and cache directory of preset cut to layers (> 0) with
  * seed. */
 static int cache_dir(const char *cache, const char *preset, int layers, const char *dtype_s,
-                     uint64_t seed, struct opt_config *cfg, enum dtype *dtype, char *dir,
+                     uint64_t seed, struct model_config **cfg, enum dtype *dtype, char *dir,
                      size_t cap)
 {
-    int rc = opt_preset(preset, cfg);
-    if (rc < 0)
-        return rc;
     if (dtype_parse(dtype_s, dtype) < 0)
         return err_set(ERR_INVALID, "--dtype \"%s\" is not one of f16, bf16, f32", dtype_s);
+    int rc = model_preset(preset, cfg);
+    if (rc < 0)
+        return rc;
     if (layers > 0)
-        cfg->n_layers = layers;
-    snprintf(dir, cap, "%s/%s-l%d-%s-s%llu", cache, preset, cfg->n_layers, dtype_name(*dtype),
-             (unsigned long long)seed);
+        (*cfg)->info.n_layers = layers;
+    snprintf(dir, cap, "%s/%s-l%d-%s-s%llu", cache, preset, (*cfg)->info.n_layers,
+             dtype_name(*dtype), (unsigned long long)seed);
     return 0;
 }
 
@@ -69,7 +69,7 @@ int model_cache_check(const char *cache, const char *preset, int layers, const c
 {
     uint64_t need = 0;
     for (int s = 0; s < n_seeds; s++) {
-        struct opt_config cfg;
+        struct model_config *cfg;
         enum dtype dt;
         char dir[4096];
         int rc = cache_dir(cache, preset, layers, dtype_s, (uint64_t)s, &cfg, &dt, dir,
@@ -77,7 +77,8 @@ int model_cache_check(const char *cache, const char *preset, int layers, const c
         if (rc < 0)
             return rc;
         if (!is_dir(dir))
-            need += opt_checkpoint_bytes(&cfg, dt) + SLACK_BYTES;
+            need += model_checkpoint_bytes(cfg, dt) + SLACK_BYTES;
+        model_config_free(cfg);
     }
     return cli_check_space(cache, need, "--cache");
 }
@@ -85,31 +86,35 @@ int model_cache_check(const char *cache, const char *preset, int layers, const c
 int model_cache_preset(const char *cache, const char *preset, int layers, const char *dtype_s,
                        uint64_t seed, char *dir, size_t cap)
 {
-    struct opt_config cfg;
-    struct opt_random_opts o = {.seed = seed};
+    struct model_config *cfg = NULL;
+    struct model_random_opts o = {.seed = seed};
     int rc = cache_dir(cache, preset, layers, dtype_s, seed, &cfg, &o.dtype, dir, cap);
-    if (rc < 0)
-        return rc;
-    if (is_dir(dir))
-        return 0;
-    if ((rc = cli_check_space(cache, opt_checkpoint_bytes(&cfg, o.dtype) + SLACK_BYTES,
+    if (rc < 0 || is_dir(dir))
+        goto out;
+    if ((rc = cli_check_space(cache, model_checkpoint_bytes(cfg, o.dtype) + SLACK_BYTES,
                               "--cache")) < 0)
-        return rc;
+        goto out;
     char partial[4200];
     snprintf(partial, sizeof(partial), "%s.partial", dir);
-    if (mkdir(cache, 0755) != 0 && errno != EEXIST)
-        return err_set(ERR_IO, "cannot create the model cache %s: %s", cache, strerror(errno));
+    if (mkdir(cache, 0755) != 0 && errno != EEXIST) {
+        rc = err_set(ERR_IO, "cannot create the model cache %s: %s", cache, strerror(errno));
+        goto out;
+    }
     if ((rc = fs_tree_remove(partial)) < 0) /* a previous interrupted attempt */
-        return rc;
-    if (mkdir(partial, 0755) != 0)
-        return err_set(ERR_IO, "cannot create %s: %s", partial, strerror(errno));
+        goto out;
+    if (mkdir(partial, 0755) != 0) {
+        rc = err_set(ERR_IO, "cannot create %s: %s", partial, strerror(errno));
+        goto out;
+    }
     fprintf(stderr, "generating %s (%d layers, %s, seed %llu) into %s (cached for next time)\n",
-            preset, cfg.n_layers, dtype_name(o.dtype), (unsigned long long)seed, dir);
-    if ((rc = opt_random_write(&cfg, partial, &o)) < 0) {
+            preset, cfg->info.n_layers, dtype_name(o.dtype), (unsigned long long)seed, dir);
+    if ((rc = model_random_write(cfg, partial, &o)) < 0) {
         fs_tree_remove(partial); /* best effort: the next run clears it too */
-        return rc;
+        goto out;
     }
     if (rename(partial, dir) != 0)
-        return err_set(ERR_IO, "cannot rename %s to %s: %s", partial, dir, strerror(errno));
-    return 0;
+        rc = err_set(ERR_IO, "cannot rename %s to %s: %s", partial, dir, strerror(errno));
+out:
+    model_config_free(cfg);
+    return rc;
 }

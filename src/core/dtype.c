@@ -14,6 +14,11 @@ size_t dtype_size(enum dtype t)
     return t == DTYPE_F32 ? 4 : 2;
 }
 
+const char *dtype_torch_name(enum dtype t)
+{
+    return t == DTYPE_F16 ? "float16" : t == DTYPE_BF16 ? "bfloat16" : "float32";
+}
+
 const char *dtype_name(enum dtype t)
 {
     switch (t) {

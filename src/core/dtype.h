@@ -15,6 +15,7 @@ enum dtype { DTYPE_F32, DTYPE_F16, DTYPE_BF16 };
 
 size_t dtype_size(enum dtype t);
 const char *dtype_name(enum dtype t); /* "F32", "F16", "BF16" (safetensors spelling) */
+const char *dtype_torch_name(enum dtype t); /* "float32", "float16", "bfloat16" (config.json's) */
 /* Parses "F32"/"F16"/"BF16" (and the lower-case and torch spellings
  * "float32", "float16", "bfloat16", "f32", "f16", "bf16"); returns 0 or ERR_INVALID. */
 int dtype_parse(const char *s, enum dtype *out);

@@ -335,20 +335,20 @@ static struct emodel *model_named(struct engine *e, const struct engine_request_
  * and longest prompt + answer is seq: room for the longest sequence, plus
  * late joiners when sequences decode for more than one step; one step takes
  * at most the longest prompt per sequence. */
-struct opt_exec_shape engine_batch_shape(int max_pos, int n, int max_prompt, int seq,
+struct model_exec_shape engine_batch_shape(int max_pos, int n, int max_prompt, int seq,
                                          bool decodes)
 {
     int max_len = seq + (decodes ? JOIN_ROOM : 0);
     if (max_len > max_pos)
         max_len = max_pos;
-    return (struct opt_exec_shape){.batch = n, .max_len = max_len,
+    return (struct model_exec_shape){.batch = n, .max_len = max_len,
                                    .max_tokens = n * max_prompt};
 }
 
-static struct opt_exec_shape batch_shape(const struct swap_model *sm, int n, int max_prompt,
+static struct model_exec_shape batch_shape(const struct swap_model *sm, int n, int max_prompt,
                                          int seq, bool decodes)
 {
-    return engine_batch_shape(sm->cfg.max_pos, n, max_prompt, seq, decodes);
+    return engine_batch_shape(sm->info->max_pos, n, max_prompt, seq, decodes);
 }
 
 /* Grows m's batch reserve for a request of n_prompt + max_tokens (lock
@@ -368,7 +368,7 @@ static void reserve_grow(struct engine *e, struct emodel *m, int n_prompt, int m
      * allocation's error instead of never being tried) */
     const int n_dev = swap_device_count(e->mgr);
     for (int n = m->max_batch; n >= 1; n--) {
-        struct opt_exec_shape shape = batch_shape(m->sm, n, m->longest_prompt, m->longest_seq,
+        struct model_exec_shape shape = batch_shape(m->sm, n, m->longest_prompt, m->longest_seq,
                                                   m->decodes);
         bool fits = true;
         for (int d = 0; d < n_dev; d++) {
@@ -388,7 +388,7 @@ static void reserve_grow(struct engine *e, struct emodel *m, int n_prompt, int m
 static int request_fits_ever(struct engine *e, struct swap_model *sm, int n_prompt,
                              int max_tokens)
 {
-    struct opt_exec_shape one = batch_shape(sm, 1, n_prompt, n_prompt + max_tokens,
+    struct model_exec_shape one = batch_shape(sm, 1, n_prompt, n_prompt + max_tokens,
                                             max_tokens > 1);
     for (int d = 0; d < swap_device_count(e->mgr); d++) {
         uint64_t w = swap_model_device_bytes(sm, d);
@@ -421,7 +421,7 @@ int engine_submit(struct engine *e, const struct engine_request_params *p,
     pthread_mutex_unlock(&e->lock);
     if (!sm)
         return ERR_NOT_FOUND;
-    const struct opt_config *c = &sm->cfg;
+    const struct model_info *c = sm->info;
     if (p->n_prompt < 1 || p->max_tokens < 1 || !p->prompt)
         return err_set(ERR_INVALID, "a request needs at least one prompt token and "
                                     "max_tokens >= 1");
@@ -635,7 +635,7 @@ static void batch_leave(struct batch *b, int s, int status, const char *why)
  * finishes those done. */
 static void batch_sample(struct batch *b, double now)
 {
-    const struct opt_config *c = &b->m->sm->cfg;
+    const struct model_info *c = b->m->sm->info;
     for (int s = 0; s < b->slots; s++) {
         struct engine_req *r = b->req[s];
         if (!r)
@@ -649,7 +649,7 @@ static void batch_sample(struct batch *b, double now)
         }
         if (r->n_output == 0)
             r->t.t_first_token = now;
-        bool eos = id == c->eos_id;
+        bool eos = model_info_is_eos(c, id);
         if (!eos) {
             r->output[r->n_output++] = id;
             if (r->on_token)
@@ -691,7 +691,7 @@ static int batch_step(struct batch *b, struct engine_req **joining, int n_join, 
     struct engine *e = b->m->e;
     memset(b->mask, 0, (size_t)b->slots * t);
     for (int i = 0; i < b->slots * t; i++)
-        b->ids[i] = b->m->sm->cfg.pad_id;
+        b->ids[i] = b->m->sm->info->pad_id >= 0 ? b->m->sm->info->pad_id : 0;
     for (int s = 0; s < b->slots; s++)
         if (b->req[s]) {
             b->ids[s * t + t - 1] = b->last[s];
@@ -797,7 +797,7 @@ static int batch_alloc(struct emodel *m, struct engine_req **first, int n,
                 seq = first[i]->n_prompt + first[i]->max_tokens;
             decodes |= first[i]->max_tokens > 1;
         }
-        struct opt_exec_shape shape = batch_shape(m->sm, n, *max_prompt, seq, decodes);
+        struct model_exec_shape shape = batch_shape(m->sm, n, *max_prompt, seq, decodes);
         pthread_mutex_lock(&e->lock);
         rc = group_batch_create(e->mgr, m->sm, &shape, gb);
         if (rc == 0) {
@@ -856,7 +856,7 @@ static void batch_release(struct emodel *m, struct group_batch *gb)
 static void batch_run(struct emodel *m, struct engine_req **first, int n_first)
 {
     struct engine *e = m->e;
-    const struct opt_config *c = &m->sm->cfg;
+    const struct model_info *c = m->sm->info;
     double mark = time_now(); /* time computing counted up to here */
     int max_prompt;
     struct group_batch *gb = NULL;

@@ -128,7 +128,7 @@ int engine_unload_model(struct engine *e, int id);
  * decoding batch keeps room for requests joining later), for a model of
  * max_pos positions: what the engine allocates on the model's devices for
  * the batch (group_batch_bytes, swap_layout_bytes size it). */
-struct opt_exec_shape engine_batch_shape(int max_pos, int n, int max_prompt, int seq,
+struct model_exec_shape engine_batch_shape(int max_pos, int n, int max_prompt, int seq,
                                          bool decodes);
 
 /* ---- requests ---- */

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "format/opt_config.h"
 
 static int model_tp(const struct stack_model_config *m)
 {
@@ -130,12 +129,14 @@ int stack_size(const struct stack_config *c, uint64_t *device_bytes, uint64_t *h
     *host_bytes = 64u << 20;
     for (int i = 0; i < c->n_models; i++) {
         const struct stack_model_config *m = &c->models[i];
-        struct opt_config oc;
-        if ((rc = opt_config_load(m->path, &oc)) < 0)
+        struct model_config *mc;
+        if ((rc = model_config_load(m->path, &mc)) < 0)
             return err_wrap(rc, "model %s", m->name);
+        const int max_pos = mc->info.max_pos, n_heads = mc->info.n_heads;
+        model_config_free(mc);
         int n = m->max_batch > 0 ? m->max_batch : engine_batch;
-        int p = prompt < oc.max_pos ? prompt : oc.max_pos - 1;
-        struct opt_exec_shape shape = engine_batch_shape(oc.max_pos, n, p, p + gen, gen > 1);
+        int p = prompt < max_pos ? prompt : max_pos - 1;
+        struct model_exec_shape shape = engine_batch_shape(max_pos, n, p, p + gen, gen > 1);
         uint64_t shard[STACK_MAX_DEVICES], host = 0;
         if (model_tp(m) * model_pp(m) > STACK_MAX_DEVICES)
             return err_set(ERR_INVALID, "model %s: %d x %d shards exceed %d devices", m->name,
@@ -144,13 +145,13 @@ int stack_size(const struct stack_config *c, uint64_t *device_bytes, uint64_t *h
             return err_wrap(rc, "model %s", m->name);
         /* a GPU's attention may take scratch for every head of the batch at
          * once where the CPU's takes one sequence's (swap_layout_bytes sizes
-         * the CPU's): room for it, as opt_exec_bytes_bound leaves */
+         * the CPU's): room for it, as model_exec_bytes_bound leaves */
         uint64_t scratch = 0;
         if (cuda && shape.batch > 0) {
             int t_max = shape.max_tokens / shape.batch < shape.max_len
                             ? shape.max_tokens / shape.batch
                             : shape.max_len;
-            scratch = ((uint64_t)shape.batch * (uint64_t)(oc.n_heads / model_tp(m)) *
+            scratch = ((uint64_t)shape.batch * (uint64_t)(n_heads / model_tp(m)) *
                            (uint64_t)t_max * (uint64_t)shape.max_len * sizeof(float) +
                        63) /
                       64 * 64;

@@ -57,7 +57,7 @@ struct stack_config {
     /* every model staged into host memory at open (else on first load) */
     bool prefetch_host;
     /* the models' precision unless they say: "f32", "bf16", or NULL /
-     * "auto": each checkpoint's (opt_compute_default) */
+     * "auto": each checkpoint's (model_compute_default) */
     const char *compute;
 };
 

@@ -51,14 +51,14 @@ struct workers {
 struct group_batch {
     struct swap_model *model;
     int n_shards;
-    struct opt_exec **ex;             /* (n_shards) on each shard's device */
+    struct model_exec **ex;             /* (n_shards) on each shard's device */
     struct comm_group **stage_group;  /* (pp) NULL when tp is 1 */
     struct comm_channel **chan;       /* ((pp - 1) * tp): stage s rank r -> stage s + 1 rank r */
     atomic_int failed;                /* 0, or the error of the step that failed on it */
 };
 
 /* The batch's shape, defaults resolved: every shard's context has it. */
-static const struct opt_exec_shape *gb_shape(const struct group_batch *gb)
+static const struct model_exec_shape *gb_shape(const struct group_batch *gb)
 {
     return &gb->ex[0]->shape;
 }
@@ -66,14 +66,14 @@ static const struct opt_exec_shape *gb_shape(const struct group_batch *gb)
 /* ---- the batch state ---- */
 
 uint64_t group_batch_bytes(const struct swap_model *model, struct swap_manager *mgr,
-                           const struct opt_exec_shape *shape, int device)
+                           const struct model_exec_shape *shape, int device)
 {
     uint64_t bytes = 0;
     for (int i = 0; i < model->tp * model->pp; i++) {
         const struct swap_shard *sh = &model->shards[i];
         if (sh->device != device)
             continue;
-        size_t b = opt_exec_bytes(sh->m, swap_device(mgr, device), shape);
+        size_t b = model_exec_bytes(sh->m, swap_device(mgr, device), shape);
         if (b == 0)
             return UINT64_MAX;
         bytes += (b + 63) / 64 * 64;
@@ -82,7 +82,7 @@ uint64_t group_batch_bytes(const struct swap_model *model, struct swap_manager *
 }
 
 int group_batch_create(struct swap_manager *mgr, struct swap_model *model,
-                       const struct opt_exec_shape *shape, struct group_batch **out)
+                       const struct model_exec_shape *shape, struct group_batch **out)
 {
     *out = NULL;
     struct group_batch *gb = calloc(1, sizeof(*gb));
@@ -113,7 +113,7 @@ int group_batch_create(struct swap_manager *mgr, struct swap_model *model,
         const struct swap_shard *sh = &model->shards[i];
         struct comm *tp = model->tp > 1 ? comm_group_rank(gb->stage_group[sh->stage], sh->rank)
                                         : NULL;
-        if ((rc = opt_exec_init(sh->m, swap_device(mgr, sh->device), tp, shape, &gb->ex[i])) < 0)
+        if ((rc = model_exec_init(sh->m, swap_device(mgr, sh->device), tp, shape, &gb->ex[i])) < 0)
             goto fail;
     }
     *out = gb;
@@ -146,7 +146,7 @@ static void group_batch_abort(struct group_batch *gb, int rc)
 void group_batch_clear_slot(struct group_batch *gb, int b)
 {
     for (int i = 0; i < gb->n_shards; i++)
-        opt_exec_clear_slot(gb->ex[i], b);
+        model_exec_clear_slot(gb->ex[i], b);
 }
 
 int group_batch_room(const struct group_batch *gb)
@@ -164,7 +164,7 @@ void group_batch_free(struct group_batch *gb)
     if (!gb)
         return;
     for (int i = 0; gb->ex && i < gb->n_shards; i++)
-        opt_exec_free(gb->ex[i]);
+        model_exec_free(gb->ex[i]);
     for (int s = 0; gb->stage_group && s < gb->model->pp; s++)
         comm_group_destroy(gb->stage_group[s]);
     for (int i = 0; gb->chan && i < gb->model->pp * gb->model->tp; i++)
@@ -180,7 +180,7 @@ void group_batch_free(struct group_batch *gb)
 /* Makes the compute stream wait for blob b; remembers a failed load (the
  * memory stays mapped, so computing on goes through the collectives in step
  * with the other shards). */
-static void task_wait_blob(struct swap_shard *sh, struct opt_exec *ex, int b, int *rc)
+static void task_wait_blob(struct swap_shard *sh, struct model_exec *ex, int b, int *rc)
 {
     int st = stream_wait_event(ex->stream, sh->ready[b]);
     if (st < 0 && *rc == 0)
@@ -192,9 +192,9 @@ static int task_run(struct shard_task *t)
     struct group_batch *gb = t->gb;
     struct swap_model *model = gb->model;
     struct swap_shard *sh = &model->shards[t->shard];
-    struct opt_model *m = sh->m;
-    struct opt_exec *ex = gb->ex[t->shard];
-    const int n = gb_shape(gb)->batch * t->t_new, H = model->cfg.hidden;
+    struct model *m = sh->m;
+    struct model_exec *ex = gb->ex[t->shard];
+    const int n = gb_shape(gb)->batch * t->t_new, H = model->info->hidden;
     const int n_local = m->shard.layer_end - m->shard.layer_begin;
     const bool first = sh->stage == 0, last = sh->stage == model->pp - 1;
     int rc = 0, wait_rc = 0;
@@ -202,11 +202,11 @@ static int task_run(struct shard_task *t)
         for (int b = 0; b < sh->layout.n_blobs; b++)
             task_wait_blob(sh, ex, b, &wait_rc);
     /* the inputs: embeddings on the first stage, the previous stage's output elsewhere */
-    if ((rc = opt_exec_begin(ex, t->mask, t->t_new)) < 0)
+    if ((rc = model_exec_begin(m, ex, t->mask, t->t_new)) < 0)
         goto out;
     if (first) {
         task_wait_blob(sh, ex, 0, &wait_rc);
-        rc = opt_forward_embed(m, ex, t->ids, t->mask, t->t_new);
+        rc = model_forward_embed(m, ex, t->ids, t->mask, t->t_new);
     } else {
         rc = comm_recv(gb->chan[(sh->stage - 1) * model->tp + sh->rank], ex->stream, ex->x,
                        (size_t)n * H);
@@ -216,15 +216,15 @@ static int task_run(struct shard_task *t)
     /* each layer as soon as its weights are in (layer overlap) */
     for (int l = 0; l < n_local && rc == 0; l++) {
         task_wait_blob(sh, ex, 1 + l, &wait_rc);
-        rc = opt_forward_layer(m, l, ex, t->t_new);
+        rc = model_forward_layer(m, l, ex, t->t_new);
     }
     if (rc < 0)
         goto out;
-    opt_exec_commit(ex, t->mask, t->t_new);
+    model_exec_commit(ex, t->mask, t->t_new);
     /* the outputs: logits on the last stage, activations to the next one */
     if (last) {
         task_wait_blob(sh, ex, 0, &wait_rc);
-        rc = opt_forward_head(m, ex, t->t_new, t->all_positions,
+        rc = model_forward_head(m, ex, t->t_new, t->all_positions,
                               sh->rank == 0 ? t->logits : NULL);
     } else {
         rc = comm_send(gb->chan[sh->stage * model->tp + sh->rank], ex->stream, ex->x,
@@ -333,7 +333,7 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
                        err_name(failed));
     /* the step's size before any task is queued: refused here, it leaves
      * the batch usable (a shard refusing it would fail the batch) */
-    const struct opt_exec_shape *sh = gb_shape(gb);
+    const struct model_exec_shape *sh = gb_shape(gb);
     if (t_new < 1 || (long)sh->batch * t_new > sh->max_tokens)
         return err_set(ERR_INVALID, "a step of %d x %d tokens exceeds the %d the batch was sized "
                                     "for", sh->batch, t_new, sh->max_tokens);

@@ -34,11 +34,11 @@ struct group_batch;
 /* Device bytes a batch of this shape takes on device `device` (0 when the
  * model has no shard there; UINT64_MAX when the shape fits no device). */
 uint64_t group_batch_bytes(const struct swap_model *model, struct swap_manager *mgr,
-                           const struct opt_exec_shape *shape, int device);
+                           const struct model_exec_shape *shape, int device);
 /* ERR_NOMEM naming the device and bytes when a shard's context does not fit
  * its device's budget now (nothing is left allocated then). */
 int group_batch_create(struct swap_manager *mgr, struct swap_model *model,
-                       const struct opt_exec_shape *shape, struct group_batch **out);
+                       const struct model_exec_shape *shape, struct group_batch **out);
 /* 0, or the error of the forward that failed on it: a failed step leaves the
  * shards' KV caches out of step and its groups and channels aborted, so every
  * later group_forward on gb fails at once (ERR_BUSY is never it: free gb and
@@ -53,7 +53,7 @@ int group_batch_max_step(const struct group_batch *gb);
 void group_batch_free(struct group_batch *gb);  /* NULL-safe */
 
 /* Runs t_new tokens of every sequence (ids, mask: (batch, t_new), mask as in
- * opt_forward) through every shard of the model on its device and waits.
+ * model_forward) through every shard of the model on its device and waits.
  * When a shard fails, its worker aborts the batch's stage groups and
  * channels, so every other shard returns instead of waiting for it, and
  * group_forward returns the first shard's error with its message (raised

@@ -19,8 +19,8 @@ int srv_model_add(struct server *s, struct swap_model *sm, const char *path, int
     snprintf(m->name, sizeof(m->name), "%s", sm->name);
     m->sm = sm;
     m->id = id;
-    m->max_pos = sm->cfg.max_pos;
-    m->vocab = sm->cfg.vocab;
+    m->max_pos = sm->info->max_pos;
+    m->vocab = sm->info->vocab;
     m->created = (long long)time(NULL);
     if (bpe_open(path, &m->tok) < 0) {
         log_warn("model %s: no tokenizer (%s): its completions will be refused (their text needs one)", m->name, err_msg());

@@ -20,7 +20,7 @@ static int loader_host_copy(struct loader *l, struct swap_shard *sh, int b, uint
         swap_shard_host_unreserve(l->mgr, n);
         return rc;
     }
-    if ((rc = opt_shard_fill(sh->m, &sh->layout, sh->model->ck, b, p)) < 0) {
+    if ((rc = model_shard_fill(sh->m, &sh->layout, sh->model->ck, b, p)) < 0) {
         device_host_free(l->mgr->devices[l->device], p, n);
         swap_shard_host_unreserve(l->mgr, n);
         return rc;

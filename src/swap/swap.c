@@ -72,8 +72,8 @@ static void shard_release(struct swap_manager *mgr, struct swap_shard *sh)
     free(sh->dev);
     free(sh->host);
     free(sh->ready);
-    opt_layout_free(&sh->layout);
-    opt_model_close(sh->m);
+    model_layout_free(&sh->layout);
+    model_close(sh->m);
 }
 
 static void model_free(struct swap_manager *mgr, struct swap_model *model)
@@ -84,6 +84,7 @@ static void model_free(struct swap_manager *mgr, struct swap_model *model)
         shard_release(mgr, &model->shards[i]);
     free(model->shards);
     st_close(model->ck);
+    model_config_free(model->cfg);
     free(model);
 }
 
@@ -143,28 +144,33 @@ static void stage_range(int n, int pp, int s, int *begin, int *end)
     *end = (int)((long)n * (s + 1) / pp);
 }
 
-int swap_layout_bytes(const char *dir, int tp, int pp, const struct opt_exec_shape *batch,
+int swap_layout_bytes(const char *dir, int tp, int pp, const struct model_exec_shape *batch,
                       uint64_t *device_bytes, uint64_t *host_bytes)
 {
-    struct opt_config cfg;
+    struct model_config *cfg = NULL;
     struct st_checkpoint *ck = NULL;
     int rc;
     *host_bytes = 0;
-    if ((rc = opt_config_load(dir, &cfg)) < 0 || (rc = st_open(dir, &ck)) < 0)
+    if ((rc = model_config_load(dir, &cfg)) < 0)
         return rc;
-    if (tp < 1 || pp < 1 || pp > cfg.n_layers)
+    if ((rc = st_open(dir, &ck)) < 0) {
+        model_config_free(cfg);
+        return rc;
+    }
+    const int n_layers = cfg->info.n_layers;
+    if (tp < 1 || pp < 1 || pp > n_layers)
         rc = err_set(ERR_INVALID, "%s: a %dx%d layout does not fit its %d layers", dir, tp, pp,
-                     cfg.n_layers);
+                     n_layers);
     for (int i = 0; rc == 0 && i < tp * pp; i++) {
-        struct opt_shard s = {.tp_rank = i % tp, .tp_size = tp};
-        stage_range(cfg.n_layers, pp, i / tp, &s.layer_begin, &s.layer_end);
-        struct opt_model *m = NULL;
-        struct opt_layout lay;
-        if ((rc = opt_shard_open(&cfg, ck, &s, &m, &lay)) < 0)
+        struct model_shard s = {.tp_rank = i % tp, .tp_size = tp};
+        stage_range(n_layers, pp, i / tp, &s.layer_begin, &s.layer_end);
+        struct model *m = NULL;
+        struct model_layout lay;
+        if ((rc = model_shard_open(cfg, ck, &s, &m, &lay)) < 0)
             break;
         device_bytes[i] = 0;
         if (batch) {
-            size_t eb = opt_exec_bytes(m, NULL, batch);
+            size_t eb = model_exec_bytes(m, NULL, batch);
             if (eb == 0)
                 rc = err_set(ERR_INVALID, "%s: a batch of %d x %d positions fits no device", dir,
                              batch->batch, batch->max_len);
@@ -174,10 +180,11 @@ int swap_layout_bytes(const char *dir, int tp, int pp, const struct opt_exec_sha
             device_bytes[i] += round_blob(lay.blob_bytes[b]);
             *host_bytes += lay.blob_bytes[b];
         }
-        opt_layout_free(&lay);
-        opt_model_close(m);
+        model_layout_free(&lay);
+        model_close(m);
     }
     st_close(ck);
+    model_config_free(cfg);
     return rc;
 }
 
@@ -189,9 +196,9 @@ static int shard_init(struct swap_manager *mgr, struct swap_model *model, struct
     sh->rank = rank;
     sh->device = device;
     sh->state = RES_ON_DISK;
-    struct opt_shard spec = {.tp_rank = rank, .tp_size = model->tp};
-    stage_range(model->cfg.n_layers, model->pp, stage, &spec.layer_begin, &spec.layer_end);
-    int rc = opt_shard_open(&model->cfg, model->ck, &spec, &sh->m, &sh->layout);
+    struct model_shard spec = {.tp_rank = rank, .tp_size = model->tp};
+    stage_range(model->info->n_layers, model->pp, stage, &spec.layer_begin, &spec.layer_end);
+    int rc = model_shard_open(model->cfg, model->ck, &spec, &sh->m, &sh->layout);
     if (rc < 0)
         return rc;
     int nb = sh->layout.n_blobs;
@@ -236,11 +243,12 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
     model->pp = pl->pp;
     model->pinned = pinned;
     int rc;
-    if ((rc = opt_config_load(dir, &model->cfg)) < 0 || (rc = st_open(dir, &model->ck)) < 0)
+    if ((rc = model_config_load(dir, &model->cfg)) < 0 || (rc = st_open(dir, &model->ck)) < 0)
         goto fail;
-    if (pl->pp > model->cfg.n_layers) {
+    model->info = &model->cfg->info;
+    if (pl->pp > model->info->n_layers) {
         rc = err_set(ERR_INVALID, "model %s: pp %d exceeds its %d layers", name, pl->pp,
-                     model->cfg.n_layers);
+                     model->info->n_layers);
         goto fail;
     }
     model->shards = calloc((size_t)(pl->tp * pl->pp), sizeof(*model->shards));
@@ -558,7 +566,7 @@ int swap_load_locked(struct swap_manager *mgr, struct swap_model *model, struct 
         for (int b = 0; b < sh->layout.n_blobs; b++) {
             device_event_reset(sh->ready[b]);
             if (sh->dev[b])
-                opt_shard_bind(sh->m, &sh->layout, b, dbuf_ptr(sh->dev[b]));
+                model_shard_bind(sh->m, &sh->layout, b, dbuf_ptr(sh->dev[b]));
         }
         sh->state = RES_LOADING;
         sh->load_t0 = model->load_t0;

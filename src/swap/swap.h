@@ -39,7 +39,7 @@
 
 #include "backend/device.h"
 #include "core/event.h"
-#include "model/opt.h"
+#include "model/model.h"
 #include "swap/policy.h" /* EVICT_MAX_DEVICES */
 
 enum residency { RES_ON_DISK, RES_IN_HOST, RES_LOADING, RES_ON_DEVICE, RES_OFFLOADING };
@@ -58,8 +58,8 @@ struct placement {
 struct swap_shard {
     struct swap_model *model;
     int stage, rank, device;
-    struct opt_model *m;       /* the shard; its views point into dev[] while resident */
-    struct opt_layout layout;
+    struct model *m;       /* the shard; its views point into dev[] while resident */
+    struct model_layout layout;
     void **host;               /* (n_blobs) host copies, NULL where absent */
     struct dbuf **dev;         /* (n_blobs) device copies, NULL where absent */
     struct device_event **ready; /* (n_blobs) complete once blob b is on the device */
@@ -75,7 +75,8 @@ struct swap_shard {
 struct swap_model {
     int id;
     char name[64];
-    struct opt_config cfg;
+    struct model_config *cfg;  /* owned */
+    const struct model_info *info; /* &cfg->info */
     struct st_checkpoint *ck;
     int tp, pp;
     struct swap_shard *shards; /* tp * pp, stage-major */
@@ -136,9 +137,9 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
 /* What registering dir with a TP x PP layout would need, without
  * registering: device bytes of each shard (tp * pp, stage-major, as placed),
  * plus, when batch is not NULL, each shard's execution context for a batch
- * of that shape (on a CPU device; see opt_exec_bytes), and host bytes in
+ * of that shape (on a CPU device; see model_exec_bytes), and host bytes in
  * all. For sizing devices and budgets. */
-int swap_layout_bytes(const char *dir, int tp, int pp, const struct opt_exec_shape *batch,
+int swap_layout_bytes(const char *dir, int tp, int pp, const struct model_exec_shape *batch,
                       uint64_t *device_bytes,
                       uint64_t *host_bytes);
 

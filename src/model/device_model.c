@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/opt.h"
+#include "model/model.h"
 
 /* Bytes device_alloc counts for an allocation of n. */
 static uint64_t alloc_bytes(size_t n)
@@ -14,56 +14,52 @@ static uint64_t alloc_bytes(size_t n)
     return ((uint64_t)n + 63) / 64 * 64;
 }
 
-/* The whole-model shard of cfg. */
-static struct opt_shard whole_shard(const struct opt_config *cfg)
-{
-    return (struct opt_shard){
-        .tp_rank = 0, .tp_size = 1, .layer_begin = 0, .layer_end = cfg->n_layers};
-}
-
 /* The checkpoint at dir, opened, and its whole model as one unbound shard
  * with its blob layout; on failure nothing is left open. */
-static int open_whole(const char *dir, struct st_checkpoint **ck, struct opt_model **m,
-                      struct opt_layout *lay)
+static int open_whole(const char *dir, struct st_checkpoint **ck, struct model **m,
+                      struct model_layout *lay)
 {
-    struct opt_config cfg;
+    struct model_config *cfg = NULL;
     int rc;
-    if ((rc = opt_config_load(dir, &cfg)) < 0 || (rc = st_open(dir, ck)) < 0)
+    if ((rc = model_config_load(dir, &cfg)) < 0)
         return rc;
-    struct opt_shard whole = whole_shard(&cfg);
-    if ((rc = opt_shard_open(&cfg, *ck, &whole, m, lay)) < 0) {
+    if ((rc = st_open(dir, ck)) < 0)
+        goto out;
+    struct model_shard whole = {.tp_size = 1, .layer_end = cfg->info.n_layers};
+    if ((rc = model_shard_open(cfg, *ck, &whole, m, lay)) < 0) {
         err_wrap(rc, "%s", dir);
         st_close(*ck);
         *ck = NULL;
-        return rc;
     }
-    return 0;
+out:
+    model_config_free(cfg);
+    return rc;
 }
 
-int opt_model_device_bytes(const char *dir, const struct opt_exec_shape *shape, uint64_t *weights,
+int model_device_bytes(const char *dir, const struct model_exec_shape *shape, uint64_t *weights,
                            uint64_t *exec)
 {
     struct st_checkpoint *ck = NULL;
-    struct opt_model *m = NULL;
-    struct opt_layout lay;
+    struct model *m = NULL;
+    struct model_layout lay;
     int rc;
     *weights = *exec = 0;
     if ((rc = open_whole(dir, &ck, &m, &lay)) < 0)
         return rc;
     for (int b = 0; b < lay.n_blobs; b++)
         *weights += alloc_bytes(lay.blob_bytes[b]);
-    if (shape && (*exec = opt_exec_bytes_bound(m, shape)) == 0)
+    if (shape && (*exec = model_exec_bytes_bound(m, shape)) == 0)
         rc = err_set(ERR_INVALID, "%s: a batch of %d x %d positions fits no device", dir,
                      shape->batch, shape->max_len);
-    opt_layout_free(&lay);
-    opt_model_close(m);
+    model_layout_free(&lay);
+    model_close(m);
     st_close(ck);
     return rc;
 }
 
 /* Allocates, fills, copies and binds every blob of m on dev through one
  * host staging buffer of the largest blob's size. */
-static int upload_blobs(struct opt_model *m, const struct opt_layout *lay,
+static int upload_blobs(struct model *m, const struct model_layout *lay,
                         const struct st_checkpoint *ck, struct device *dev)
 {
     size_t max = 0;
@@ -83,24 +79,24 @@ static int upload_blobs(struct opt_model *m, const struct opt_layout *lay,
             err_wrap(rc, "the model's weights (blob %d of %d)", b, lay->n_blobs);
             break;
         }
-        if ((rc = opt_shard_fill(m, lay, ck, b, host)) < 0)
+        if ((rc = model_shard_fill(m, lay, ck, b, host)) < 0)
             break;
         /* the staging buffer is refilled for the next blob: wait for this copy */
         if ((rc = device_copy_h2d(dev, m->blobs[b], 0, host, n, NULL)) < 0)
             break;
         device_sync(dev);
-        opt_shard_bind(m, lay, b, dbuf_ptr(m->blobs[b]));
+        model_shard_bind(m, lay, b, dbuf_ptr(m->blobs[b]));
     }
     device_sync(dev); /* nothing may still read host when it is freed */
     device_host_free(dev, host, max);
     return rc;
 }
 
-int opt_model_open_on(const char *dir, struct device *dev, struct opt_model **out)
+int model_open_on(const char *dir, struct device *dev, struct model **out)
 {
     struct st_checkpoint *ck = NULL;
-    struct opt_model *m = NULL;
-    struct opt_layout lay;
+    struct model *m = NULL;
+    struct model_layout lay;
     int rc;
     *out = NULL;
     if ((rc = open_whole(dir, &ck, &m, &lay)) < 0)
@@ -119,8 +115,8 @@ int opt_model_open_on(const char *dir, struct device *dev, struct opt_model **ou
     *out = m;
     m = NULL;
 out:
-    opt_layout_free(&lay);
-    opt_model_close(m);
+    model_layout_free(&lay);
+    model_close(m);
     st_close(ck);
     return rc;
 }

@@ -6,32 +6,32 @@
 
 #include "backend/kernels.h"
 #include "core/error.h"
-#include "model/opt.h"
+#include "model/arch.h"
 
-/* Widths of one shard's buffers. */
-struct exec_dims {
-    int layers, heads, hd, qr, fr, vocab_local;
-    bool last, needs_e;
+/* Widths of one shard's buffers: the family's, and what every family has. */
+struct dims {
+    struct exec_dims fam;
+    int layers, heads, kv_heads, hd, qr, kvr;
+    bool last;
 };
 
-static struct exec_dims exec_dims(const struct opt_model *m)
+static struct dims dims_of(const struct model *m)
 {
-    const struct opt_config *c = &m->cfg;
-    struct exec_dims d = {
+    struct dims d = {
         .layers = m->shard.layer_end - m->shard.layer_begin,
         .heads = m->heads_local,
-        .hd = c->hidden / c->n_heads,
-        .fr = m->ffn_local,
-        .vocab_local = m->vocab_local,
-        .last = m->shard.layer_end == c->n_layers,
+        .kv_heads = m->kv_heads_local,
+        .hd = m->info->head_dim,
+        .last = m->shard.layer_end == m->info->n_layers,
     };
+    m->arch->exec_dims(m, &d.fam);
     d.qr = d.heads * d.hd;
-    d.needs_e = c->embed_dim != c->hidden;
+    d.kvr = d.kv_heads * d.hd;
     return d;
 }
 
 /* The shape with its defaults filled in; false when invalid. */
-static bool shape_resolve(const struct opt_exec_shape *in, struct opt_exec_shape *out)
+static bool shape_resolve(const struct model_exec_shape *in, struct model_exec_shape *out)
 {
     *out = *in;
     if (out->batch < 1 || out->max_len < 1 || out->max_tokens < 0 || out->max_rows < 0)
@@ -49,7 +49,8 @@ static bool shape_resolve(const struct opt_exec_shape *in, struct opt_exec_shape
 
 /* Offsets of every buffer in the one allocation, 64-byte aligned. */
 struct exec_layout {
-    size_t k, v, key_ok, x, h, q, kn, vn, attn, f, e, scores, logits_local, logits, ids, rows;
+    size_t k, v, key_ok, x, h, q, kn, vn, attn, f, e, scores, aux, logits_local, logits, ids, rows,
+        pos;
     size_t total;
 };
 
@@ -60,47 +61,52 @@ static size_t carve(size_t *off, size_t bytes)
     return at;
 }
 
-static void exec_layout(const struct opt_model *m, const struct device *dev,
-                        const struct opt_exec_shape *sh, struct exec_layout *L)
+static void exec_layout(const struct model *m, const struct device *dev,
+                        const struct model_exec_shape *sh, struct exec_layout *L)
 {
-    const struct opt_config *c = &m->cfg;
-    struct exec_dims d = exec_dims(m);
+    const struct model_info *in = m->info;
+    struct dims d = dims_of(m);
     const size_t T = (size_t)sh->max_tokens, R = (size_t)sh->max_rows, F = sizeof(float);
-    const size_t cache = (size_t)d.layers * sh->batch * d.heads * sh->max_len * d.hd;
+    const size_t cache = (size_t)d.layers * sh->batch * d.kv_heads * sh->max_len * d.hd;
     int t_max = sh->max_tokens / sh->batch < sh->max_len ? sh->max_tokens / sh->batch : sh->max_len;
-    struct kv_geom g = {
-        .batch = sh->batch, .heads = d.heads, .head_dim = d.hd, .max_t = sh->max_len};
+    struct kv_geom g = {.batch = sh->batch,
+                        .heads = d.heads,
+                        .kv_heads = d.kv_heads,
+                        .head_dim = d.hd,
+                        .max_t = sh->max_len};
     size_t off = 0;
     L->k = carve(&off, cache * F);
     L->v = carve(&off, cache * F);
     L->key_ok = carve(&off, (size_t)sh->batch * sh->max_len);
-    L->x = carve(&off, T * c->hidden * F);
-    L->h = carve(&off, T * c->hidden * F);
+    L->x = carve(&off, T * in->hidden * F);
+    L->h = carve(&off, T * in->hidden * F);
     L->q = carve(&off, T * d.qr * F);
-    L->kn = carve(&off, T * d.qr * F);
-    L->vn = carve(&off, T * d.qr * F);
+    L->kn = carve(&off, T * d.kvr * F);
+    L->vn = carve(&off, T * d.kvr * F);
     L->attn = carve(&off, T * d.qr * F);
-    L->f = carve(&off, T * d.fr * F);
-    L->e = carve(&off, d.needs_e ? T * c->embed_dim * F : 0);
+    L->f = carve(&off, T * d.fam.ffn_width * F);
+    L->e = carve(&off, T * d.fam.extra_width * F);
     L->scores = carve(&off, kern_attention_scratch(dev, &g, t_max, sh->max_len) * F);
-    L->logits_local = carve(&off, d.last ? R * d.vocab_local * F : 0);
-    L->logits = carve(&off, d.last && d.vocab_local != c->vocab ? R * c->vocab * F : 0);
+    L->aux = carve(&off, d.fam.aux_floats * F);
+    L->logits_local = carve(&off, d.last ? R * m->vocab_local * F : 0);
+    L->logits = carve(&off, d.last && m->vocab_local != in->vocab ? R * in->vocab * F : 0);
     L->ids = carve(&off, T * sizeof(int32_t));
     L->rows = carve(&off, T * sizeof(int32_t));
+    L->pos = carve(&off, d.fam.positions ? T * sizeof(int32_t) : 0);
     L->total = off;
 }
 
-size_t opt_exec_bytes(const struct opt_model *m, const struct device *dev,
-                      const struct opt_exec_shape *shape)
+size_t model_exec_bytes(const struct model *m, const struct device *dev,
+                      const struct model_exec_shape *shape)
 {
-    struct opt_exec_shape sh;
+    struct model_exec_shape sh;
     if (!shape_resolve(shape, &sh))
         return 0;
     /* guard the products below against overflow: a context larger than
      * 2^48 bytes fits no device */
-    double approx = (double)sh.batch * sh.max_len * (m->shard.layer_end - m->shard.layer_begin) *
-                        m->cfg.hidden * 8.0 +
-                    (double)sh.max_tokens * m->cfg.ffn * 4.0;
+    struct dims d = dims_of(m);
+    double approx = (double)sh.batch * sh.max_len * d.layers * (d.kvr + m->info->hidden) * 8.0 +
+                    (double)sh.max_tokens * (d.fam.ffn_width + d.qr + d.fam.extra_width) * 4.0;
     if (approx > (double)(1ull << 48))
         return 0;
     struct exec_layout L;
@@ -108,10 +114,10 @@ size_t opt_exec_bytes(const struct opt_model *m, const struct device *dev,
     return L.total;
 }
 
-size_t opt_exec_bytes_bound(const struct opt_model *m, const struct opt_exec_shape *shape)
+size_t model_exec_bytes_bound(const struct model *m, const struct model_exec_shape *shape)
 {
-    struct opt_exec_shape sh;
-    size_t cpu = opt_exec_bytes(m, NULL, shape);
+    struct model_exec_shape sh;
+    size_t cpu = model_exec_bytes(m, NULL, shape);
     if (cpu == 0 || !shape_resolve(shape, &sh))
         return 0;
     /* the longest step exec_layout sizes the scratch for */
@@ -123,36 +129,36 @@ size_t opt_exec_bytes_bound(const struct opt_model *m, const struct opt_exec_sha
 
 /* The shape resolved, checked against the model before anything is sized
  * or allocated; *bytes its size on dev (NULL: a CPU device). */
-static int shape_check(const struct opt_model *m, const struct device *dev,
-                       const struct opt_exec_shape *shape, struct opt_exec_shape *sh,
+static int shape_check(const struct model *m, const struct device *dev,
+                       const struct model_exec_shape *shape, struct model_exec_shape *sh,
                        size_t *bytes)
 {
     if (!shape_resolve(shape, sh))
         return err_set(ERR_INVALID,
                        "an execution context needs batch >= 1 and length >= 1 (got %d, %d)",
                        shape->batch, shape->max_len);
-    if (sh->max_len > m->cfg.max_pos)
+    if (sh->max_len > m->info->max_pos)
         return err_set(ERR_INVALID, "sequence of %d tokens exceeds max_position_embeddings %d",
-                       sh->max_len, m->cfg.max_pos);
-    if ((*bytes = opt_exec_bytes(m, dev, sh)) == 0)
+                       sh->max_len, m->info->max_pos);
+    if ((*bytes = model_exec_bytes(m, dev, sh)) == 0)
         return err_set(ERR_NOMEM,
                        "a batch of %d sequences of %d positions is too large for any device",
                        sh->batch, sh->max_len);
     return 0;
 }
 
-int opt_exec_init(const struct opt_model *m, struct device *dev, struct comm *tp,
-                  const struct opt_exec_shape *shape, struct opt_exec **out)
+int model_exec_init(const struct model *m, struct device *dev, struct comm *tp,
+                  const struct model_exec_shape *shape, struct model_exec **out)
 {
     assert(dev);
     *out = NULL;
-    struct opt_exec_shape sh;
+    struct model_exec_shape sh;
     size_t bytes;
     int rc = shape_check(m, dev, shape, &sh, &bytes);
     if (rc < 0)
         return rc;
-    struct exec_dims d = exec_dims(m);
-    struct opt_exec *ex = calloc(1, sizeof(*ex));
+    struct dims d = dims_of(m);
+    struct model_exec *ex = calloc(1, sizeof(*ex));
     if (!ex)
         return err_set(ERR_NOMEM, "out of host memory for an execution context");
     ex->dev = dev;
@@ -160,11 +166,13 @@ int opt_exec_init(const struct opt_model *m, struct device *dev, struct comm *tp
     ex->shape = sh;
     ex->layers = d.layers;
     ex->heads = d.heads;
+    ex->kv_heads = d.kv_heads;
     ex->head_dim = d.hd;
     ex->key_ok_host = calloc((size_t)sh.batch * sh.max_len, 1);
     ex->n_real = calloc((size_t)sh.batch, sizeof(int));
     ex->rows_host = calloc((size_t)sh.max_tokens, sizeof(int32_t));
-    if (!ex->key_ok_host || !ex->n_real || !ex->rows_host) {
+    ex->pos_host = calloc((size_t)sh.max_tokens, sizeof(int32_t));
+    if (!ex->key_ok_host || !ex->n_real || !ex->rows_host || !ex->pos_host) {
         rc = err_set(ERR_NOMEM, "out of host memory for an execution context");
         goto fail;
     }
@@ -188,35 +196,39 @@ int opt_exec_init(const struct opt_model *m, struct device *dev, struct comm *tp
     ex->vn = (float *)(base + L.vn);
     ex->attn = (float *)(base + L.attn);
     ex->f = (float *)(base + L.f);
-    ex->e = d.needs_e ? (float *)(base + L.e) : NULL;
+    ex->e = d.fam.extra_width ? (float *)(base + L.e) : NULL;
     ex->scores = (float *)(base + L.scores);
+    ex->aux = d.fam.aux_floats ? (float *)(base + L.aux) : NULL;
     ex->logits_local = d.last ? (float *)(base + L.logits_local) : NULL;
-    ex->logits = !d.last                         ? NULL
-                 : d.vocab_local != m->cfg.vocab ? (float *)(base + L.logits)
-                                                 : ex->logits_local;
+    ex->logits = !d.last                            ? NULL
+                 : m->vocab_local != m->info->vocab ? (float *)(base + L.logits)
+                                                    : ex->logits_local;
     ex->ids = (int32_t *)(base + L.ids);
     ex->rows = (int32_t *)(base + L.rows);
+    ex->pos = d.fam.positions ? (int32_t *)(base + L.pos) : NULL;
+    if (m->arch->exec_prepare && (rc = m->arch->exec_prepare(m, ex)) < 0)
+        goto fail;
     *out = ex;
     return 0;
 fail:
-    opt_exec_free(ex);
+    model_exec_free(ex);
     return rc;
 }
 
-void opt_exec_reset(struct opt_exec *ex)
+void model_exec_reset(struct model_exec *ex)
 {
     ex->len = 0;
     memset(ex->key_ok_host, 0, (size_t)ex->shape.batch * ex->shape.max_len);
     memset(ex->n_real, 0, (size_t)ex->shape.batch * sizeof(int));
 }
 
-void opt_exec_clear_slot(struct opt_exec *ex, int b)
+void model_exec_clear_slot(struct model_exec *ex, int b)
 {
     memset(ex->key_ok_host + (size_t)b * ex->shape.max_len, 0, (size_t)ex->shape.max_len);
     ex->n_real[b] = 0;
 }
 
-void opt_exec_free(struct opt_exec *ex)
+void model_exec_free(struct model_exec *ex)
 {
     if (!ex)
         return;
@@ -227,14 +239,15 @@ void opt_exec_free(struct opt_exec *ex)
     free(ex->key_ok_host);
     free(ex->n_real);
     free(ex->rows_host);
+    free(ex->pos_host);
     free(ex);
 }
 
-int opt_exec_open_cpu(const struct opt_model *m, const struct opt_exec_shape *shape,
-                      struct opt_exec **out)
+int model_exec_open_cpu(const struct model *m, const struct model_exec_shape *shape,
+                      struct model_exec **out)
 {
     *out = NULL;
-    struct opt_exec_shape sh;
+    struct model_exec_shape sh;
     size_t bytes;
     int rc = shape_check(m, NULL, shape, &sh, &bytes);
     if (rc < 0)
@@ -244,7 +257,7 @@ int opt_exec_open_cpu(const struct opt_model *m, const struct opt_exec_shape *sh
     if (rc < 0)
         return err_wrap(rc, "a device for a batch of %d x %d positions", shape->batch,
                         shape->max_len);
-    if ((rc = opt_exec_init(m, dev, NULL, shape, out)) < 0) {
+    if ((rc = model_exec_init(m, dev, NULL, shape, out)) < 0) {
         device_close(dev);
         return rc;
     }
@@ -252,15 +265,15 @@ int opt_exec_open_cpu(const struct opt_model *m, const struct opt_exec_shape *sh
     return 0;
 }
 
-int opt_exec_open(const struct opt_model *m, const struct opt_exec_shape *shape,
-                  struct opt_exec **out)
+int model_exec_open(const struct model *m, const struct model_exec_shape *shape,
+                  struct model_exec **out)
 {
-    return m->dev ? opt_exec_init(m, m->dev, NULL, shape, out) : opt_exec_open_cpu(m, shape, out);
+    return m->dev ? model_exec_init(m, m->dev, NULL, shape, out) : model_exec_open_cpu(m, shape, out);
 }
 
-int opt_exec_begin(struct opt_exec *ex, const uint8_t *mask, int t_new)
+int model_exec_begin(const struct model *m, struct model_exec *ex, const uint8_t *mask, int t_new)
 {
-    const struct opt_exec_shape *sh = &ex->shape;
+    const struct model_exec_shape *sh = &ex->shape;
     if (t_new < 1 || ex->len + t_new > sh->max_len)
         return err_set(ERR_INVALID, "sequence length %d exceeds the KV cache capacity %d",
                        ex->len + t_new, sh->max_len);
@@ -269,14 +282,29 @@ int opt_exec_begin(struct opt_exec *ex, const uint8_t *mask, int t_new)
                        "a step of %d x %d tokens exceeds the %d the batch was sized "
                        "for",
                        sh->batch, t_new, sh->max_tokens);
-    for (int b = 0; b < sh->batch; b++)
-        for (int t = 0; t < t_new; t++)
-            ex->key_ok_host[(size_t)b * sh->max_len + ex->len + t] = mask ? mask[b * t_new + t] : 1;
+    /* positions: the running count of real tokens (a pad gets 0; no query
+     * sees it) */
+    for (int b = 0; b < sh->batch; b++) {
+        int count = ex->n_real[b];
+        for (int t = 0; t < t_new; t++) {
+            bool real = !mask || mask[b * t_new + t];
+            ex->key_ok_host[(size_t)b * sh->max_len + ex->len + t] = real;
+            ex->pos_host[b * t_new + t] = real ? count : 0;
+            count += real;
+        }
+        if (count > m->info->max_pos)
+            return err_set(ERR_INVALID, "sequence of %d tokens exceeds max_position_embeddings %d",
+                           count, m->info->max_pos);
+    }
     /* the whole mask: slots cleared since the last step change old columns */
-    return kern_to_device(ex->stream, ex->key_ok, ex->key_ok_host, (size_t)sh->batch * sh->max_len);
+    TRY(kern_to_device(ex->stream, ex->key_ok, ex->key_ok_host, (size_t)sh->batch * sh->max_len));
+    if (!ex->pos)
+        return 0;
+    return kern_to_device(ex->stream, ex->pos, ex->pos_host,
+                          (size_t)sh->batch * t_new * sizeof(int32_t));
 }
 
-void opt_exec_commit(struct opt_exec *ex, const uint8_t *mask, int t_new)
+void model_exec_commit(struct model_exec *ex, const uint8_t *mask, int t_new)
 {
     for (int b = 0; b < ex->shape.batch; b++)
         for (int t = 0; t < t_new; t++)

@@ -1,0 +1,74 @@
+/* The forward driver and what every family's embed and head share. */
+#include <assert.h>
+
+#include "backend/kernels.h"
+#include "model/arch.h"
+
+int model_forward_embed(const struct model *m, struct model_exec *ex, const int32_t *ids,
+                        const uint8_t *mask, int t_new)
+{
+    return m->arch->embed(m, ex, ids, mask, t_new);
+}
+
+int model_forward_layer(const struct model *m, int layer, struct model_exec *ex, int t_new)
+{
+    return m->arch->layer(m, layer, ex, t_new);
+}
+
+int model_forward_head(const struct model *m, struct model_exec *ex, int t_new,
+                       bool all_positions, float *logits)
+{
+    return m->arch->head(m, ex, t_new, all_positions, logits);
+}
+
+int model_forward(struct model *m, struct model_exec *ex, const int32_t *ids, const uint8_t *mask,
+                  int t_new, bool all_positions, float *logits)
+{
+    assert(m->shard.tp_size == 1 && m->shard.layer_begin == 0 &&
+           m->shard.layer_end == m->info->n_layers);
+    TRY(model_exec_begin(m, ex, mask, t_new));
+    TRY(model_forward_embed(m, ex, ids, mask, t_new));
+    for (int l = 0; l < m->info->n_layers; l++)
+        TRY(model_forward_layer(m, l, ex, t_new));
+    model_exec_commit(ex, mask, t_new);
+    return model_forward_head(m, ex, t_new, all_positions, logits);
+}
+
+int model_embed_ids(const struct model *m, struct model_exec *ex, const int32_t *ids, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->info->vocab)
+            return err_set(ERR_INVALID, "token id %d is outside the vocabulary (size %d)", ids[i],
+                           m->info->vocab);
+    return kern_to_device(ex->stream, ex->ids, ids, (size_t)n * sizeof(int32_t));
+}
+
+int model_head_rows(const struct model *m, struct model_exec *ex, int t_new, bool all_positions,
+                    int *n_rows)
+{
+    int n = 0;
+    for (int b = 0; b < ex->shape.batch; b++)
+        for (int t = all_positions ? 0 : t_new - 1; t < t_new; t++)
+            ex->rows_host[n++] = b * t_new + t;
+    *n_rows = n;
+    if (n > ex->shape.max_rows)
+        return err_set(ERR_INVALID, "%d rows of logits exceed the %d the batch was sized for", n,
+                       ex->shape.max_rows);
+    TRY(kern_to_device(ex->stream, ex->rows, ex->rows_host, (size_t)n * sizeof(int32_t)));
+    return kern_gather_rows(ex->stream, ex->h, ex->x, ex->rows, n, m->info->hidden);
+}
+
+int model_head_logits(const struct model *m, struct model_exec *ex, const struct weight_view *head,
+                      const float *x, int n_rows, float *logits)
+{
+    struct stream *s = ex->stream;
+    const int V = m->info->vocab;
+    /* this rank's vocabulary block, then every block into rank 0's logits */
+    TRY(kern_linear(s, ex->logits_local, x, n_rows, head, NULL, m->compute));
+    if (ex->logits != ex->logits_local)
+        TRY(comm_gather_cols(ex->tp, s, 0, ex->logits_local, n_rows, m->vocab_local,
+                             m->vocab_begin, ex->logits, V));
+    if (!logits)
+        return 0;
+    return kern_to_host(s, logits, ex->logits, (size_t)n_rows * V * sizeof(float));
+}

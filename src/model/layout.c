@@ -1,0 +1,420 @@
+/* The shard layout of any family: the family's plan lists which slice of
+ * which checkpoint tensor a shard holds; here the slices are checked,
+ * packed into blobs, copied, bound, or bound straight to a mapped
+ * checkpoint. */
+#include <assert.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "model/arch.h"
+
+#define BLOB_ALIGN 64
+
+/* One tensor slice a shard holds. */
+struct model_part {
+    char name[128];            /* checkpoint tensor name */
+    int blob;                  /* 0: embeddings and head, 1 + i: local layer i */
+    bool matrix;               /* else a vector (rows = length, cols = 1) */
+    enum part_use {
+        PART_TOKEN, /* multiplies every token */
+        PART_ROW,   /* multiplies the rows that get logits (the head) */
+        PART_TABLE, /* looked up, not multiplied (unless also bound as a head) */
+    } use;
+    int rows, cols;            /* full tensor shape */
+    int r0, nr, c0, nc;        /* the slice: rows [r0, r0 + nr) x cols [c0, c0 + nc) */
+    enum dtype dtype;          /* in the blob: the checkpoint's for matrices, F32 for vectors */
+    size_t offset;             /* in the blob */
+    struct weight_view *view;  /* where a matrix binds */
+    struct weight_view *also;  /* and a second place (a tied head), or NULL */
+    const float **vec;         /* where a vector binds */
+};
+
+struct model_planner {
+    struct model_part *parts;
+    int n, cap;
+};
+
+/* ---- the shard ---- */
+
+/* An unbound shard: its config, numbers and the family's (empty) views. */
+static int shard_alloc(const struct model_config *cfg, const struct model_shard *s,
+                       struct model **out)
+{
+    *out = NULL;
+    int rc = model_shard_check(cfg, s);
+    if (rc < 0)
+        return rc;
+    struct model *m = calloc(1, sizeof(*m));
+    if (!m)
+        return err_set(ERR_NOMEM, "out of memory for a model shard");
+    if ((rc = model_config_dup(cfg, &m->cfg)) < 0) {
+        free(m);
+        return rc;
+    }
+    m->arch = cfg->arch;
+    m->info = &m->cfg->info;
+    m->shard = *s;
+    const int V = m->info->vocab;
+    /* vocabulary rows: ceil-sized blocks, the last one shorter */
+    int per = (V + s->tp_size - 1) / s->tp_size;
+    m->vocab_begin = per * s->tp_rank < V ? per * s->tp_rank : V;
+    int end = m->vocab_begin + per < V ? m->vocab_begin + per : V;
+    m->vocab_local = end - m->vocab_begin;
+    if ((rc = m->arch->shard_init(m)) < 0) {
+        model_close(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+void model_close(struct model *m)
+{
+    if (!m)
+        return;
+    if (m->owns_ck)
+        st_close(m->ck);
+    for (int b = 0; b < m->n_blobs; b++)
+        device_free(m->blobs[b]);
+    free(m->blobs);
+    if (m->w)
+        m->arch->shard_free(m);
+    free(m->params);
+    model_config_free(m->cfg);
+    free(m);
+}
+
+size_t model_weight_bytes(const struct model *m)
+{
+    return m->streamed_bytes;
+}
+
+/* ---- the plan ---- */
+
+static struct model_part *plan_add(struct model_planner *p, int blob, const char *name)
+{
+    if (p->n == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 64;
+        struct model_part *np = realloc(p->parts, (size_t)cap * sizeof(*np));
+        if (!np)
+            return NULL;
+        p->parts = np;
+        p->cap = cap;
+    }
+    struct model_part *q = &p->parts[p->n++];
+    memset(q, 0, sizeof(*q));
+    snprintf(q->name, sizeof(q->name), "%s", name);
+    q->blob = blob;
+    return q;
+}
+
+static int plan_slice(struct model_planner *p, int blob, const char *name, int rows, int cols,
+                      int r0, int nr, int c0, int nc, struct weight_view *view, enum part_use use)
+{
+    struct model_part *q = plan_add(p, blob, name);
+    if (!q)
+        return err_set(ERR_NOMEM, "out of memory");
+    assert(r0 >= 0 && nr > 0 && r0 + nr <= rows && c0 >= 0 && nc > 0 && c0 + nc <= cols);
+    q->matrix = true;
+    q->use = use;
+    q->rows = rows;
+    q->cols = cols;
+    q->r0 = r0;
+    q->nr = nr;
+    q->c0 = c0;
+    q->nc = nc;
+    q->view = view;
+    return 0;
+}
+
+int plan_matrix(struct model_planner *p, int blob, const char *name, int rows, int cols, int r0,
+                int nr, int c0, int nc, struct weight_view *view)
+{
+    return plan_slice(p, blob, name, rows, cols, r0, nr, c0, nc, view, PART_TOKEN);
+}
+
+int plan_head(struct model_planner *p, int blob, const char *name, int rows, int cols, int r0,
+              int nr, int c0, int nc, struct weight_view *view)
+{
+    return plan_slice(p, blob, name, rows, cols, r0, nr, c0, nc, view, PART_ROW);
+}
+
+int plan_table(struct model_planner *p, int blob, const char *name, int rows, int cols, int r0,
+               int nr, int c0, int nc, struct weight_view *view)
+{
+    return plan_slice(p, blob, name, rows, cols, r0, nr, c0, nc, view, PART_TABLE);
+}
+
+void plan_also(struct model_planner *p, struct weight_view *also)
+{
+    assert(p->n > 0 && p->parts[p->n - 1].matrix);
+    p->parts[p->n - 1].also = also;
+}
+
+int plan_vector(struct model_planner *p, int blob, const char *name, int n, int i0, int count,
+                const float **vec)
+{
+    struct model_part *q = plan_add(p, blob, name);
+    if (!q)
+        return err_set(ERR_NOMEM, "out of memory");
+    assert(i0 >= 0 && count > 0 && i0 + count <= n);
+    q->rows = n;
+    q->cols = 1;
+    q->r0 = i0;
+    q->nr = count;
+    q->nc = 1;
+    q->vec = vec;
+    return 0;
+}
+
+/* The parts of m against ck; *parts malloc'd. */
+static int plan_run(struct model *m, const struct st_checkpoint *ck, struct model_part **parts,
+                    int *n_parts)
+{
+    struct model_planner p = {0};
+    int rc = m->arch->plan(m, ck, &p);
+    if (rc < 0) {
+        free(p.parts);
+        return rc;
+    }
+    *parts = p.parts;
+    *n_parts = p.n;
+    return 0;
+}
+
+static int shape_error(const struct st_tensor *t, const struct model_part *q)
+{
+    char got[128] = "";
+    for (int i = 0; i < t->ndim; i++)
+        snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%lld", i ? ", " : "",
+                 (long long)t->shape[i]);
+    if (q->matrix)
+        return err_set(ERR_FORMAT, "%s: tensor %s has shape [%s], expected [%lld, %lld] from "
+                                   "config.json", t->file, t->name, got, (long long)q->rows,
+                       (long long)q->cols);
+    return err_set(ERR_FORMAT, "%s: tensor %s has shape [%s], expected [%lld] from config.json",
+                   t->file, t->name, got, (long long)q->rows);
+}
+
+/* ck's tensor for q, checked (presence, shape, alignment); NULL and *rc on error. */
+static const struct st_tensor *part_tensor(const struct st_checkpoint *ck,
+                                           const struct model_part *q, int *rc)
+{
+    const struct st_tensor *t = st_find(ck, q->name);
+    *rc = 0;
+    if (!t) {
+        *rc = err_set(ERR_NOT_FOUND, "checkpoint has no tensor %s", q->name);
+        return NULL;
+    }
+    bool ok = q->matrix ? t->ndim == 2 && t->shape[0] == q->rows && t->shape[1] == q->cols
+                        : t->ndim == 1 && t->shape[0] == q->rows;
+    if (!ok) {
+        *rc = shape_error(t, q);
+        return NULL;
+    }
+    /* a tensor not aligned to its element size (possible in files from other
+     * writers) is refused rather than read through a misaligned pointer */
+    if ((uintptr_t)t->data % dtype_size(t->dtype) != 0) {
+        *rc = err_set(ERR_UNSUPPORTED, "%s: tensor %s starts at byte %zu, not a multiple of its "
+                                       "element size %zu", t->file, t->name, t->file_offset,
+                      dtype_size(t->dtype));
+        return NULL;
+    }
+    return t;
+}
+
+static size_t part_bytes(const struct model_part *q, enum dtype dt)
+{
+    return (size_t)q->nr * q->nc * dtype_size(dt);
+}
+
+/* What a matrix part adds to the shard's streamed bytes and multiply-adds. */
+static void part_count(struct model *m, const struct model_part *q, enum dtype dt)
+{
+    double macs = (double)q->nr * q->nc;
+    m->weight_dtype = dt;
+    m->compute = model_compute_default(dt);
+    if (q->use == PART_TOKEN)
+        m->macs_token += macs;
+    else if (q->use == PART_ROW || q->also)
+        m->macs_row += macs;
+    if (q->use != PART_TABLE || q->also)
+        m->streamed_bytes += part_bytes(q, dt);
+}
+
+/* ---- blobs ---- */
+
+int model_shard_open(const struct model_config *cfg, const struct st_checkpoint *ck,
+                     const struct model_shard *shard, struct model **out,
+                     struct model_layout *layout)
+{
+    memset(layout, 0, sizeof(*layout));
+    *out = NULL;
+    struct model *m;
+    int rc = shard_alloc(cfg, shard, &m);
+    if (rc < 0)
+        return rc;
+    if ((rc = plan_run(m, ck, &layout->parts, &layout->n_parts)) < 0)
+        goto fail;
+    layout->n_blobs = 1 + shard->layer_end - shard->layer_begin;
+    layout->blob_bytes = calloc((size_t)layout->n_blobs, sizeof(size_t));
+    if (!layout->blob_bytes) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < layout->n_parts; i++) {
+        struct model_part *q = &layout->parts[i];
+        const struct st_tensor *t = part_tensor(ck, q, &rc);
+        if (!t)
+            goto fail;
+        q->dtype = q->matrix ? t->dtype : DTYPE_F32;
+        if (q->matrix)
+            part_count(m, q, q->dtype);
+        size_t *end = &layout->blob_bytes[q->blob];
+        q->offset = (*end + BLOB_ALIGN - 1) / BLOB_ALIGN * BLOB_ALIGN;
+        *end = q->offset + part_bytes(q, q->dtype);
+    }
+    *out = m;
+    return 0;
+fail:
+    model_layout_free(layout);
+    model_close(m);
+    return rc;
+}
+
+void model_layout_free(struct model_layout *layout)
+{
+    free(layout->parts);
+    free(layout->blob_bytes);
+    memset(layout, 0, sizeof(*layout));
+}
+
+int model_shard_fill(const struct model *m, const struct model_layout *layout,
+                     const struct st_checkpoint *ck, int b, void *dst)
+{
+    (void)m;
+    for (int i = 0; i < layout->n_parts; i++) {
+        const struct model_part *q = &layout->parts[i];
+        if (q->blob != b)
+            continue;
+        int rc;
+        const struct st_tensor *t = part_tensor(ck, q, &rc);
+        if (!t)
+            return rc;
+        char *out = (char *)dst + q->offset;
+        size_t es = dtype_size(t->dtype);
+        if (!q->matrix) {
+            dtype_to_f32(t->dtype, (const char *)t->data + (size_t)q->r0 * es, (float *)out,
+                         (size_t)q->nr);
+        } else if (q->nc == q->cols) { /* whole rows: one contiguous range */
+            memcpy(out, (const char *)t->data + (size_t)q->r0 * q->cols * es,
+                   (size_t)q->nr * q->cols * es);
+        } else { /* a block of columns: part of every row */
+            for (int r = 0; r < q->nr; r++)
+                memcpy(out + (size_t)r * q->nc * es,
+                       (const char *)t->data + (((size_t)q->r0 + r) * q->cols + q->c0) * es,
+                       (size_t)q->nc * es);
+        }
+    }
+    return 0;
+}
+
+void model_shard_bind(struct model *m, const struct model_layout *layout, int b, const void *base)
+{
+    (void)m;
+    for (int i = 0; i < layout->n_parts; i++) {
+        const struct model_part *q = &layout->parts[i];
+        if (q->blob != b)
+            continue;
+        const char *p = (const char *)base + q->offset;
+        if (q->matrix) {
+            *q->view = (struct weight_view){
+                .dtype = q->dtype, .data = p, .rows = q->nr, .cols = q->nc, .ld = (size_t)q->nc};
+            if (q->also) /* re-bound on every load: the blob moves */
+                *q->also = *q->view;
+        } else {
+            *q->vec = (const float *)p;
+        }
+    }
+}
+
+/* ---- views of a mapped checkpoint ---- */
+
+int model_open_shard(const struct model_config *cfg, struct st_checkpoint *ck,
+                     const struct model_shard *shard, struct model **out)
+{
+    struct model *m;
+    struct model_part *parts = NULL;
+    int n = 0, rc = shard_alloc(cfg, shard, &m);
+    *out = NULL;
+    if (rc < 0)
+        return rc;
+    if ((rc = plan_run(m, ck, &parts, &n)) < 0)
+        goto fail;
+    size_t n_params = 0;
+    for (int i = 0; i < n; i++)
+        n_params += parts[i].matrix ? 0 : (size_t)parts[i].nr;
+    if (!(m->params = malloc((n_params ? n_params : 1) * sizeof(float)))) {
+        rc = err_set(ERR_NOMEM, "out of memory for %zu model parameters", n_params);
+        goto fail;
+    }
+    float *next = m->params;
+    for (int i = 0; i < n; i++) {
+        const struct model_part *q = &parts[i];
+        const struct st_tensor *t = part_tensor(ck, q, &rc);
+        if (!t)
+            goto fail;
+        size_t es = dtype_size(t->dtype);
+        if (q->matrix) {
+            part_count(m, q, t->dtype);
+            /* a column slice is a view with the full row stride */
+            *q->view = (struct weight_view){
+                .dtype = t->dtype,
+                .data = (const char *)t->data + ((size_t)q->r0 * q->cols + q->c0) * es,
+                .rows = q->nr,
+                .cols = q->nc,
+                .ld = (size_t)q->cols,
+            };
+            if (q->also)
+                *q->also = *q->view;
+        } else {
+            dtype_to_f32(t->dtype, (const char *)t->data + (size_t)q->r0 * es, next,
+                         (size_t)q->nr);
+            *q->vec = next;
+            next += q->nr;
+        }
+    }
+    m->ck = ck;
+    free(parts);
+    *out = m;
+    return 0;
+fail:
+    free(parts);
+    model_close(m);
+    return rc;
+}
+
+int model_open(const char *dir, struct model **out)
+{
+    struct model_config *cfg = NULL;
+    struct st_checkpoint *ck = NULL;
+    int rc;
+    *out = NULL;
+    if ((rc = model_config_load(dir, &cfg)) < 0)
+        return rc;
+    if ((rc = st_open(dir, &ck)) < 0)
+        goto out;
+    struct model_shard whole = {.tp_size = 1, .layer_end = cfg->info.n_layers};
+    if ((rc = model_open_shard(cfg, ck, &whole, out)) < 0) {
+        err_wrap(rc, "%s", dir);
+        st_close(ck);
+        goto out;
+    }
+    (*out)->owns_ck = true;
+out:
+    model_config_free(cfg);
+    return rc;
+}

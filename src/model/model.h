@@ -1,0 +1,289 @@
+/* A model of any family, as everything above model/ sees it.
+ *
+ * A family (OPT, the Llama family, ...) is a folder under model/ behind one
+ * ops table (model/arch.h). What is the same for every family is written
+ * once here: the config dispatch, the shard layout (which slice of which
+ * checkpoint tensor a TP rank / PP stage holds, packed into blobs), binding,
+ * the execution context of a batch, the forward driver, random checkpoints.
+ * Callers read struct model_info, never a family's config.
+ *
+ * A model object is one shard of a checkpoint: a tensor-parallel rank and a
+ * pipeline stage (a contiguous range of layers). With tp_size 1 and the
+ * full layer range it is the whole model.
+ *
+ * Two ways to hold the weights:
+ * - views straight into a memory-mapped checkpoint (model_open*): zero
+ *   copies, for one process running one model;
+ * - blobs (model_shard_open/fill/bind): each shard's tensors packed into
+ *   one buffer per layer plus one for the embeddings and head, the unit the
+ *   swap engine moves between disk, host and device. Matrices keep the
+ *   checkpoint dtype; vectors are widened to f32.
+ */
+#ifndef SHARDSWAP_MODEL_MODEL_H
+#define SHARDSWAP_MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/device.h"
+#include "backend/kernels.h"
+#include "backend/weight.h"
+#include "comm/comm.h"
+#include "format/safetensors.h"
+
+#define MODEL_MAX_EOS 8
+
+/* What every layer above the model reads of a checkpoint. */
+struct model_info {
+    const char *family;     /* the family's name ("opt", "llama"); static */
+    char architecture[64];  /* config.json's architectures[0] (or the family's class) */
+    int vocab;              /* vocab_size */
+    int max_pos;            /* positions a sequence may reach */
+    int hidden;             /* hidden_size */
+    int n_layers;
+    int n_heads, n_kv_heads, head_dim;
+    int ffn;                /* the MLP's hidden units */
+    int bos_id, pad_id;     /* -1 when the model declares none */
+    int eos_ids[MODEL_MAX_EOS]; /* generation stops at any of them */
+    int n_eos;
+    enum dtype dtype;       /* the storage dtype config.json declares */
+};
+
+/* True when id is one of the model's end-of-sequence ids. */
+bool model_info_is_eos(const struct model_info *info, int32_t id);
+
+/* A parsed config.json of some family: the info and, past it, the family's
+ * own fields (one allocation, model_config_free). */
+struct arch_ops;
+struct model_config {
+    const struct arch_ops *arch;
+    struct model_info info;
+};
+
+/* Reads DIR/config.json, dispatched on model_type (and architectures),
+ * then DIR/generation_config.json when present (its eos_token_id, one id or
+ * a list, replaces config.json's). Errors name the file and the field; an
+ * unsupported model_type names it and lists the supported ones. */
+int model_config_load(const char *dir, struct model_config **out);
+/* The same from config.json's text in memory (`what` names it). */
+int model_config_parse(const char *json, const char *what, struct model_config **out);
+/* A copy of c (the family's fields too). */
+int model_config_dup(const struct model_config *c, struct model_config **out);
+void model_config_free(struct model_config *c); /* NULL-safe */
+/* Writes c as a transformers-style config.json and generation_config.json
+ * into dir (gen-model). */
+int model_config_save(const struct model_config *c, const char *dir);
+/* One line per config field that changes the computation (inspect). */
+void model_config_describe(const struct model_config *c, char *buf, size_t cap);
+/* "opt, llama, mistral, qwen2" for messages. */
+const char *model_families(void);
+
+struct model_shard {
+    int tp_rank, tp_size;
+    int layer_begin, layer_end; /* [begin, end) */
+};
+
+/* Checks that shard is valid for c (TP divides what it must, the layer
+ * range is inside the model); a one-line error naming the numbers. */
+int model_shard_check(const struct model_config *c, const struct model_shard *shard);
+
+struct model {
+    const struct arch_ops *arch;
+    struct model_config *cfg;   /* owned copy */
+    const struct model_info *info; /* &cfg->info */
+    struct model_shard shard;
+    int heads_local, kv_heads_local; /* per TP rank */
+    int kv_head_begin;          /* this rank's first KV head */
+    int ffn_local;
+    int vocab_begin, vocab_local; /* this rank's rows of the embedding and head */
+    /* the precision of its linear layers: model_compute_default of the
+     * checkpoint's matrices when opened; the caller may change it (every
+     * shard of a model alike) */
+    enum kern_compute compute;
+    enum dtype weight_dtype;    /* the checkpoint's matrices (the last one planned) */
+    void *w;                    /* the family's views of this shard (arch.h), owned */
+    size_t streamed_bytes;      /* weight bytes one forward step reads (not lookup tables) */
+    double macs_token, macs_row; /* multiply-adds per token, per row of logits */
+    struct st_checkpoint *ck;   /* the views' checkpoint, when bound to one */
+    bool owns_ck;
+    float *params;              /* widened small parameters (checkpoint binding) */
+    /* model_open_on: the device holding the weights and the blobs there
+     * (n_blobs of them, owned; NULL where a blob is empty); NULL and 0 for
+     * views of a mapped checkpoint and for the swap engine's shards */
+    struct device *dev;
+    struct dbuf **blobs;
+    int n_blobs;
+};
+
+/* Opens DIR (config.json + safetensors) as the whole model, viewing the
+ * mapped checkpoint. */
+int model_open(const char *dir, struct model **out);
+/* Binds one shard to views of an open checkpoint; ck stays the caller's. */
+int model_open_shard(const struct model_config *cfg, struct st_checkpoint *ck,
+                     const struct model_shard *shard, struct model **out);
+/* Frees the model and, for model_open_on, its blobs (before its device is
+ * closed). NULL-safe. */
+void model_close(struct model *m);
+
+struct model_exec_shape; /* below */
+
+/* Opens DIR as the whole model (one full shard) with its weights in memory
+ * of dev, any backend: the blob layout of model_shard_open, one
+ * device_alloc per blob, each filled in host memory from dev's backend
+ * (pinned where it pins), copied with device_copy_h2d and bound; the
+ * checkpoint is closed before it returns. m->dev is dev; m owns the blobs;
+ * dev stays the caller's and must outlive m. ERR_NOMEM naming the device
+ * when the weights do not fit its budget. Runs on the calling thread;
+ * nothing else may copy on dev meanwhile (it waits with device_sync). */
+int model_open_on(const char *dir, struct device *dev, struct model **out);
+/* The device bytes model_open_on(dir) takes (*weights: every blob rounded
+ * up to 64 bytes, as device_alloc counts it) and a model_exec of shape
+ * beside it on any backend (*exec: model_exec_bytes_bound), for sizing a
+ * device before it is opened. */
+int model_device_bytes(const char *dir, const struct model_exec_shape *shape, uint64_t *weights,
+                       uint64_t *exec);
+
+/* The precision a checkpoint whose matrices are stored in `weights`
+ * computes in unless told otherwise: bf16 for bf16 weights (as transformers
+ * runs a bf16 model), f32 for f32 and f16. */
+enum kern_compute model_compute_default(enum dtype weights);
+
+/* The blobs of a shard: blob 0 holds the first/last-stage tensors
+ * (embeddings, head, final norm; empty on middle stages), blob 1 + i the
+ * tensors of local layer i. */
+struct model_part;
+struct model_layout {
+    int n_blobs;
+    size_t *blob_bytes;       /* (n_blobs) */
+    struct model_part *parts; /* every tensor slice of the shard */
+    int n_parts;
+};
+
+/* Creates an unbound shard (no weights yet) and its layout against ck:
+ * checks every tensor the shard needs (presence, shape, dtype, alignment). */
+int model_shard_open(const struct model_config *cfg, const struct st_checkpoint *ck,
+                     const struct model_shard *shard, struct model **m,
+                     struct model_layout *layout);
+void model_layout_free(struct model_layout *layout);
+/* Copies this shard's slices of blob b's tensors from ck into dst
+ * (layout->blob_bytes[b] bytes), reading nothing of other shards' slices. */
+int model_shard_fill(const struct model *m, const struct model_layout *layout,
+                     const struct st_checkpoint *ck, int b, void *dst);
+/* Points the shard's views for blob b at base (a filled copy of the blob). */
+void model_shard_bind(struct model *m, const struct model_layout *layout, int b,
+                      const void *base);
+
+/* The execution context of a batch of sequences on one shard: the device,
+ * its compute stream, the shard's TP handle, the KV cache, the activations
+ * and every scratch buffer a forward step needs. All of it is one device
+ * allocation made once per batch, inside the device's budget
+ * (model_exec_bytes says how much before anything is allocated); a forward
+ * step allocates nothing. Sequences are left-padded: key_ok marks which
+ * cached positions are real. Used by one thread at a time (the device's
+ * compute thread). */
+struct model_exec_shape {
+    int batch;      /* sequences */
+    int max_len;    /* positions each sequence may reach */
+    int max_tokens; /* batch * t_new of the largest step (0: batch * max_len) */
+    int max_rows;   /* rows of logits one step returns (0: batch) */
+};
+
+struct model_exec {
+    struct device *dev;
+    struct stream *stream;   /* compute stream, owned */
+    struct comm *tp;         /* this shard's rank in its stage's TP group; NULL when tp is 1 */
+    struct model_exec_shape shape;
+    int len;                 /* positions filled, for every sequence */
+    int layers, heads, kv_heads, head_dim; /* this shard's */
+    struct dbuf *mem;        /* everything below that is on the device */
+    float *k, *v;            /* (layers, batch, kv_heads, max_len, head_dim) */
+    uint8_t *key_ok;         /* (batch, max_len) */
+    float *x;                /* (max_tokens, hidden) activations between stages */
+    float *h;                /* (max_tokens, hidden) */
+    float *q, *attn;         /* (max_tokens, heads * head_dim) */
+    float *kn, *vn;          /* (max_tokens, kv_heads * head_dim) */
+    float *f;                /* (max_tokens, the family's MLP width) */
+    float *e;                /* (max_tokens, the family's extra width) or NULL */
+    float *scores;           /* attention scratch */
+    float *aux;              /* the family's per-batch tables (rotary frequencies) or NULL */
+    float *logits_local, *logits; /* (max_rows, vocab_local), (max_rows, vocab) */
+    int32_t *ids, *rows;     /* (max_tokens) token ids, position rows / head rows */
+    int32_t *pos;            /* (max_tokens) each new token's position, or NULL */
+    /* host side */
+    uint8_t *key_ok_host;    /* (batch, max_len) mirror of key_ok */
+    int *n_real;             /* (batch) real tokens so far: the next position */
+    int32_t *rows_host;      /* (max_tokens) */
+    int32_t *pos_host;       /* (max_tokens) positions of the step's tokens (0-based) */
+    bool owns_dev;           /* model_exec_open_cpu's device, closed with the context */
+};
+
+/* Device bytes model_exec_init takes for this shape on dev (NULL: on a CPU
+ * device, for sizing one before opening it); 0 when the shape is invalid
+ * or too large for any device. */
+size_t model_exec_bytes(const struct model *m, const struct device *dev,
+                        const struct model_exec_shape *shape);
+/* Allocates the context on dev: ERR_INVALID for a bad shape, ERR_NOMEM
+ * (naming the device and bytes) when it does not fit dev's budget now. tp
+ * stays the caller's and may be NULL. */
+int model_exec_init(const struct model *m, struct device *dev, struct comm *tp,
+                    const struct model_exec_shape *shape, struct model_exec **out);
+void model_exec_reset(struct model_exec *ex);
+/* Frees slot b for a new sequence: its cached keys stop being visible and
+ * its position count restarts (continuous batching). */
+void model_exec_clear_slot(struct model_exec *ex, int b);
+void model_exec_free(struct model_exec *ex); /* NULL-safe */
+/* For one model computed on the host (model_open's views): a CPU device of
+ * exactly the context's bytes, owned by the context, and the context on it. */
+int model_exec_open_cpu(const struct model *m, const struct model_exec_shape *shape,
+                        struct model_exec **out);
+/* The context of a whole model wherever its weights are: on m->dev
+ * (model_open_on; the context takes shape's bytes of its budget, and the
+ * thread that runs its forwards is m->dev's compute thread,
+ * device_compute_thread_init) or, for host views (m->dev NULL),
+ * model_exec_open_cpu. */
+int model_exec_open(const struct model *m, const struct model_exec_shape *shape,
+                    struct model_exec **out);
+/* model_exec_bytes on a CPU device, plus room for an attention scratch of
+ * every head of every sequence at once (batch x heads x step x max_len
+ * floats): enough on any backend whose kern_attention_scratch stays within
+ * that, for sizing a GPU before it is opened. 0 when the shape is invalid. */
+size_t model_exec_bytes_bound(const struct model *m, const struct model_exec_shape *shape);
+
+/* Runs t_new tokens of each sequence of the batch through the whole model
+ * (tp_size 1, all layers), appending to the cache.
+ * ids, mask: (batch, t_new) host; mask 1 = real token, 0 = left padding
+ *            (padding may only precede a sequence's first real token).
+ * logits:    host (batch, t_new, vocab) when all_positions, else (batch,
+ *            vocab) for the last position; caller-owned.
+ * Errors: ids outside the vocabulary, the cache or positions full, a step
+ * larger than the context's shape, a kernel failure. */
+int model_forward(struct model *m, struct model_exec *ex, const int32_t *ids, const uint8_t *mask,
+                  int t_new, bool all_positions, float *logits);
+
+/* The stages of model_forward, for pipeline-parallel workers; the
+ * activations between stages are ex->x (batch * t_new, hidden). */
+/* Checks room for t_new more positions (the cache and the model's
+ * positions) and the step's size against the shape, records which new
+ * positions are real keys and, for families that use them, each new
+ * token's position. Every stage calls it. */
+int model_exec_begin(const struct model *m, struct model_exec *ex, const uint8_t *mask, int t_new);
+/* Embeds ids (first stage) into ex->x. Under TP every rank of the stage
+ * calls it (the all-reduce joins them). */
+int model_forward_embed(const struct model *m, struct model_exec *ex, const int32_t *ids,
+                        const uint8_t *mask, int t_new);
+/* One decoder layer (index local to the shard), in place on ex->x. */
+int model_forward_layer(const struct model *m, int layer, struct model_exec *ex, int t_new);
+/* Last stage: final norm and head on the last position of every sequence
+ * (or every position with all_positions) of ex->x. logits (host, (rows,
+ * vocab)) receives the full logits on TP rank 0; other ranks pass NULL
+ * (they contribute their vocabulary block). */
+int model_forward_head(const struct model *m, struct model_exec *ex, int t_new,
+                       bool all_positions, float *logits);
+/* Marks the t_new positions filled once every layer has run. */
+void model_exec_commit(struct model_exec *ex, const uint8_t *mask, int t_new);
+
+/* Bytes of weights this shard streams per forward step (for bandwidth math). */
+size_t model_weight_bytes(const struct model *m);
+
+#endif

@@ -1,0 +1,150 @@
+/* The sharding plan of OPT: which slice of which checkpoint tensor a shard
+ * holds (model/layout.c checks, packs, copies and binds them).
+ *
+ * Tensor names follow transformers: "model.decoder.layers.N.self_attn.q_proj.weight"
+ * and so on, or the same without the "model." prefix (the opt-6.7b/13b/30b
+ * files). "lm_head.weight" is used when present, else the head is tied to
+ * embed_tokens. Linear weights are (out_features, in_features).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/opt/opt.h"
+
+int opt_shard_check(const struct model_config *mc, const struct model_shard *s)
+{
+    const struct model_info *in = &mc->info;
+    if (in->n_heads % s->tp_size || in->ffn % s->tp_size)
+        return err_set(ERR_INVALID,
+                       "tensor-parallel size %d must divide num_attention_heads %d and ffn_dim %d",
+                       s->tp_size, in->n_heads, in->ffn);
+    return 0;
+}
+
+int opt_shard_init(struct model *m)
+{
+    struct opt_weights *w = calloc(1, sizeof(*w));
+    if (w)
+        w->layers = calloc((size_t)(m->shard.layer_end - m->shard.layer_begin), sizeof(*w->layers));
+    if (!w || !w->layers) {
+        free(w);
+        return err_set(ERR_NOMEM, "out of memory for a model shard");
+    }
+    m->w = w;
+    m->heads_local = m->kv_heads_local = m->info->n_heads / m->shard.tp_size;
+    m->kv_head_begin = m->shard.tp_rank * m->heads_local;
+    m->ffn_local = m->info->ffn / m->shard.tp_size;
+    return 0;
+}
+
+void opt_shard_free(struct model *m)
+{
+    struct opt_weights *w = m->w;
+    free(w->layers);
+    free(w);
+}
+
+/* ---- the plan ---- */
+
+struct names {
+    const char *prefix; /* "model.decoder." or "decoder." */
+    char buf[128];
+};
+
+/* prefix + s */
+static const char *pname(struct names *n, const char *s)
+{
+    snprintf(n->buf, sizeof(n->buf), "%s%s", n->prefix, s);
+    return n->buf;
+}
+
+static int plan_layer(struct model_planner *p, struct names *nm, const struct model *m, int li)
+{
+    const struct opt_config *c = opt_cfg(m);
+    const struct model_info *in = m->info;
+    struct opt_layer *L = &((struct opt_weights *)m->w)->layers[li];
+    const int l = m->shard.layer_begin + li, blob = 1 + li;
+    const int H = in->hidden, hd = in->head_dim;
+    const int qr = m->heads_local * hd, q0 = m->shard.tp_rank * qr;
+    const int fr = m->ffn_local, f0 = m->shard.tp_rank * fr;
+    const bool rank0 = m->shard.tp_rank == 0;
+    char n[96];
+#define LNAME(s) (snprintf(n, sizeof(n), "layers.%d.%s", l, s), pname(nm, n))
+    TRY(plan_matrix(p, blob, LNAME("self_attn.q_proj.weight"), H, H, q0, qr, 0, H, &L->q));
+    TRY(plan_matrix(p, blob, LNAME("self_attn.k_proj.weight"), H, H, q0, qr, 0, H, &L->k));
+    TRY(plan_matrix(p, blob, LNAME("self_attn.v_proj.weight"), H, H, q0, qr, 0, H, &L->v));
+    TRY(plan_matrix(p, blob, LNAME("self_attn.out_proj.weight"), H, H, 0, H, q0, qr, &L->o));
+    TRY(plan_matrix(p, blob, LNAME("fc1.weight"), in->ffn, H, f0, fr, 0, H, &L->fc1));
+    TRY(plan_matrix(p, blob, LNAME("fc2.weight"), H, in->ffn, 0, H, f0, fr, &L->fc2));
+    if (c->bias) {
+        TRY(plan_vector(p, blob, LNAME("self_attn.q_proj.bias"), H, q0, qr, &L->q_b));
+        TRY(plan_vector(p, blob, LNAME("self_attn.k_proj.bias"), H, q0, qr, &L->k_b));
+        TRY(plan_vector(p, blob, LNAME("self_attn.v_proj.bias"), H, q0, qr, &L->v_b));
+        TRY(plan_vector(p, blob, LNAME("fc1.bias"), in->ffn, f0, fr, &L->fc1_b));
+        if (rank0) {
+            TRY(plan_vector(p, blob, LNAME("self_attn.out_proj.bias"), H, 0, H, &L->o_b));
+            TRY(plan_vector(p, blob, LNAME("fc2.bias"), H, 0, H, &L->fc2_b));
+        }
+    }
+    if (c->ln_affine) {
+        TRY(plan_vector(p, blob, LNAME("self_attn_layer_norm.weight"), H, 0, H, &L->ln1_g));
+        TRY(plan_vector(p, blob, LNAME("self_attn_layer_norm.bias"), H, 0, H, &L->ln1_b));
+        TRY(plan_vector(p, blob, LNAME("final_layer_norm.weight"), H, 0, H, &L->ln2_g));
+        TRY(plan_vector(p, blob, LNAME("final_layer_norm.bias"), H, 0, H, &L->ln2_b));
+    }
+#undef LNAME
+    return 0;
+}
+
+static int plan_ends(struct model_planner *p, struct names *n, const struct model *m,
+                     bool has_lm_head)
+{
+    const struct opt_config *c = opt_cfg(m);
+    const struct model_info *in = m->info;
+    struct opt_weights *w = m->w;
+    const bool first = m->shard.layer_begin == 0, last = m->shard.layer_end == in->n_layers;
+    const bool proj = c->embed_dim != in->hidden;
+    const int v0 = m->vocab_begin, nv = m->vocab_local, V = in->vocab, E = c->embed_dim;
+    const int H = in->hidden;
+    if (last && !has_lm_head && !c->tie_embeddings)
+        return err_set(ERR_NOT_FOUND, "checkpoint has no tensor lm_head.weight (config.json "
+                                      "says tie_word_embeddings is false)");
+    if (first) {
+        TRY(plan_table(p, 0, pname(n, "embed_tokens.weight"), V, E, v0, nv, 0, E, &w->embed));
+        if (last && !has_lm_head) /* tied head: bound to the embedding's memory */
+            plan_also(p, &w->lm_head);
+        TRY(plan_table(p, 0, pname(n, "embed_positions.weight"), in->max_pos + 2, H, 0,
+                       in->max_pos + 2, 0, H, &w->pos));
+        if (proj)
+            TRY(plan_matrix(p, 0, pname(n, "project_in.weight"), H, E, 0, H, 0, E,
+                            &w->project_in));
+    }
+    if (!last)
+        return 0;
+    if (c->final_ln && c->ln_affine) {
+        TRY(plan_vector(p, 0, pname(n, "final_layer_norm.weight"), H, 0, H, &w->final_ln_g));
+        TRY(plan_vector(p, 0, pname(n, "final_layer_norm.bias"), H, 0, H, &w->final_ln_b));
+    }
+    if (proj)
+        TRY(plan_head(p, 0, pname(n, "project_out.weight"), E, H, 0, E, 0, H,
+                      &w->project_out));
+    if (has_lm_head)
+        return plan_head(p, 0, "lm_head.weight", V, E, v0, nv, 0, E, &w->lm_head);
+    if (!first) /* tied, on a stage without the embedding: its own copy of the rows */
+        return plan_head(p, 0, pname(n, "embed_tokens.weight"), V, E, v0, nv, 0, E,
+                         &w->lm_head);
+    return 0;
+}
+
+int opt_plan(struct model *m, const struct st_checkpoint *ck, struct model_planner *p)
+{
+    struct names n;
+    n.prefix = st_find(ck, "model.decoder.embed_tokens.weight") ? "model.decoder."
+               : st_find(ck, "decoder.embed_tokens.weight")     ? "decoder."
+                                                                : "model.decoder.";
+    int rc = plan_ends(p, &n, m, st_find(ck, "lm_head.weight") != NULL);
+    for (int i = 0; rc == 0 && i < m->shard.layer_end - m->shard.layer_begin; i++)
+        rc = plan_layer(p, &n, m, i);
+    return rc;
+}
