@@ -6,7 +6,9 @@ model), for shardswap's `--compute bf16` test (tests/test_opt.c).
 
     python3 tools/make_bf16_expect.py [--fixtures tests/fixtures/models]
 
-For each fixture directory with its own expected.json (not "same_as"), it
+For each OPT fixture directory (config.json's model_type "opt"; the
+Llama-family fixtures get theirs from tools/make_llama_fixtures.py) with its
+own expected.json (not "same_as"), it
 reads the prompts and the padded batch from expected.json and writes
   expected_bf16.json                  greedy continuations under bf16, the
                                       smallest top-2 margin seen, the tolerance
@@ -43,6 +45,9 @@ def main():
     torch.manual_seed(0)
     for name in sorted(os.listdir(a.fixtures)):
         d = os.path.join(a.fixtures, name)
+        with open(os.path.join(d, "config.json")) as f:
+            if json.load(f).get("model_type") != "opt":
+                continue
         with open(os.path.join(d, "expected.json")) as f:
             exp = json.load(f)
         if "same_as" in exp:
