@@ -451,10 +451,12 @@ static void test_fragmentation(const char *policy)
     const int b = g.big, w = not_big(&g, 0);
     CHECK(swap_load(g.mgr, g.sm[b], NULL) == 0 && swap_wait_loaded(g.mgr, g.sm[b]) == 0);
     size_t largest = 0;
-    for (int s = 0; s < 2; s++)
-        for (int k = 0; k < g.sm[w]->shards[s].layout.n_blobs; k++)
-            if (g.sm[w]->shards[s].layout.blob_bytes[k] > largest)
-                largest = g.sm[w]->shards[s].layout.blob_bytes[k];
+    for (int s = 0; s < 2; s++) {
+        const struct swap_shard *sh = swap_model_shard(g.sm[w], s);
+        for (int k = 0; k < swap_shard_n_blobs(sh); k++)
+            if (swap_shard_blob_bytes(sh, k) > largest)
+                largest = swap_shard_blob_bytes(sh, k);
+    }
     const size_t hole = (largest - 1) / 64 * 64;
     enum { MAX_PINS = 4096 };
     static struct dbuf *pins[2][MAX_PINS], *holes[MAX_PINS];
@@ -532,7 +534,7 @@ static void test_batch_memory(void)
                         group_batch_bytes(g.sm[t], g.mgr, &two, d);
         budget = need > budget ? need : budget;
     }
-    int max_pos = g.sm[t]->cfg.max_pos;
+    int max_pos = swap_model_config(g.sm[t])->max_pos;
     struct opt_exec_shape short1 = {.batch = 1, .max_len = n + 1, .max_tokens = n};
     uint64_t tight = 0;
     for (int d = 0; d < 2; d++) {

@@ -339,9 +339,10 @@ static void fragment(struct rig *r, uint64_t *per, uint64_t *wide, uint64_t *wid
     *per = swap_model_device_bytes(probe.m[0], 0);
     *wide = swap_model_device_bytes(probe.m[WIDE], 0);
     *wide_blob = 0;
-    for (int b = 0; b < probe.m[WIDE]->shards[0].layout.n_blobs; b++)
-        if (probe.m[WIDE]->shards[0].layout.blob_bytes[b] > *wide_blob)
-            *wide_blob = probe.m[WIDE]->shards[0].layout.blob_bytes[b];
+    const struct swap_shard *sh = swap_model_shard(probe.m[WIDE], 0);
+    for (int b = 0; b < swap_shard_n_blobs(sh); b++)
+        if (swap_shard_blob_bytes(sh, b) > *wide_blob)
+            *wide_blob = swap_shard_blob_bytes(sh, b);
     rig_close(&probe);
     /* the wide model's bytes fit three holes, its first blob no single one */
     CHECK_MSG(*wide <= 3 * *per && *wide_blob > *per, "wide %llu (blob %llu), small %llu",

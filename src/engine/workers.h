@@ -37,7 +37,7 @@ uint64_t group_batch_bytes(const struct swap_model *model, struct swap_manager *
                            const struct opt_exec_shape *shape, int device);
 /* ERR_NOMEM naming the device and bytes when a shard's context does not fit
  * its device's budget now (nothing is left allocated then). */
-int group_batch_create(struct swap_manager *mgr, struct swap_model *model,
+int group_batch_create(struct swap_manager *mgr, const struct swap_model *model,
                        const struct opt_exec_shape *shape, struct group_batch **out);
 /* 0, or the error of the forward that failed on it: a failed step leaves the
  * shards' KV caches out of step and its groups and channels aborted, so every

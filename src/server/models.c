@@ -14,13 +14,13 @@ int srv_model_add(struct server *s, struct swap_model *sm, const char *path, int
     struct srv_model *m = calloc(1, sizeof(*m));
     if (!m || !(m->path = strdup(path))) {
         free(m);
-        return err_set(ERR_NOMEM, "out of memory for model %s", sm->name);
+        return err_set(ERR_NOMEM, "out of memory for model %s", swap_model_name(sm));
     }
-    snprintf(m->name, sizeof(m->name), "%s", sm->name);
+    snprintf(m->name, sizeof(m->name), "%s", swap_model_name(sm));
     m->sm = sm;
     m->id = id;
-    m->max_pos = sm->cfg.max_pos;
-    m->vocab = sm->cfg.vocab;
+    m->max_pos = swap_model_config(sm)->max_pos;
+    m->vocab = swap_model_config(sm)->vocab;
     m->created = (long long)time(NULL);
     if (bpe_open(path, &m->tok) < 0) {
         log_warn("model %s: no tokenizer (%s): its completions will be refused (their text needs one)", m->name, err_msg());

@@ -34,7 +34,7 @@ static json_t *model_json(struct server *s, const struct srv_model *m)
         json_pack("{s:s, s:s, s:I, s:s, s:s, s:b, s:i, s:i, s:s, s:I, s:o, s:i, s:i, s:i}", "id",
                   m->name, "object", "model", "created", (json_int_t)m->created, "owned_by",
                   "shardswap", "residency", srv_residency_name(st->residency), "pinned", st->pinned,
-                  "tp", m->sm->tp, "pp", m->sm->pp, "compute",
+                  "tp", swap_model_tp(m->sm), "pp", swap_model_pp(m->sm), "compute",
                   kern_compute_name(swap_model_compute(m->sm)), "bytes", (json_int_t)total, "shards", shards,
                   "max_model_len", m->max_pos, "queue_len", st->queue_len, "running", st->running);
     free(st);

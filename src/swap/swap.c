@@ -2,6 +2,7 @@
  * movement itself runs on the per-device loader threads (loader.c). */
 #include "swap/swap.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +107,109 @@ void swap_manager_destroy(struct swap_manager *mgr)
     pthread_mutex_destroy(&mgr->lock);
     pthread_cond_destroy(&mgr->changed);
     free(mgr);
+}
+
+/* ---- what a model is made of: fixed while it is registered, no lock ---- */
+
+const char *swap_model_name(const struct swap_model *model)
+{
+    return model->name;
+}
+
+const struct opt_config *swap_model_config(const struct swap_model *model)
+{
+    return &model->cfg;
+}
+
+int swap_model_tp(const struct swap_model *model)
+{
+    return model->tp;
+}
+
+int swap_model_pp(const struct swap_model *model)
+{
+    return model->pp;
+}
+
+bool swap_model_pinned(const struct swap_model *model)
+{
+    return model->pinned;
+}
+
+int swap_model_shard_count(const struct swap_model *model)
+{
+    return model->tp * model->pp;
+}
+
+const struct swap_shard *swap_model_shard(const struct swap_model *model, int i)
+{
+    assert(i >= 0 && i < model->tp * model->pp);
+    return &model->shards[i];
+}
+
+int swap_shard_device(const struct swap_shard *sh)
+{
+    return sh->device;
+}
+
+int swap_shard_stage(const struct swap_shard *sh)
+{
+    return sh->stage;
+}
+
+int swap_shard_rank(const struct swap_shard *sh)
+{
+    return sh->rank;
+}
+
+const struct opt_model *swap_shard_model(const struct swap_shard *sh)
+{
+    return sh->m;
+}
+
+uint64_t swap_shard_device_bytes(const struct swap_shard *sh)
+{
+    return sh->device_bytes;
+}
+
+int swap_shard_n_blobs(const struct swap_shard *sh)
+{
+    return sh->layout.n_blobs;
+}
+
+uint64_t swap_shard_blob_bytes(const struct swap_shard *sh, int b)
+{
+    assert(b >= 0 && b < sh->layout.n_blobs);
+    return sh->layout.blob_bytes[b];
+}
+
+struct device_event *swap_shard_blob_ready(const struct swap_shard *sh, int b)
+{
+    assert(b >= 0 && b < sh->layout.n_blobs);
+    return sh->ready[b];
+}
+
+/* ---- timings, under the lock (the loaders write them) ---- */
+
+static double elapsed(double t0, double t1)
+{
+    return t1 > t0 ? t1 - t0 : 0; /* 0: none yet, or one under way */
+}
+
+double swap_model_load_seconds(struct swap_manager *mgr, const struct swap_model *model)
+{
+    pthread_mutex_lock(&mgr->lock);
+    double s = elapsed(model->load_t0, model->load_t1);
+    pthread_mutex_unlock(&mgr->lock);
+    return s;
+}
+
+double swap_shard_load_seconds(struct swap_manager *mgr, const struct swap_shard *sh)
+{
+    pthread_mutex_lock(&mgr->lock);
+    double s = elapsed(sh->load_t0, sh->load_t1);
+    pthread_mutex_unlock(&mgr->lock);
+    return s;
 }
 
 uint64_t swap_model_device_bytes(const struct swap_model *model, int d)

@@ -1,10 +1,52 @@
-/* Internal to swap/: the manager and its loader threads. */
+/* Internal to swap/: the models, the manager and its loader threads.
+ * Outside swap/, swap.h's accessors read a model and its shards. */
 #ifndef SHARDSWAP_SWAP_SWAP_IMPL_H
 #define SHARDSWAP_SWAP_SWAP_IMPL_H
 
 #include <pthread.h>
 
 #include "swap/swap.h"
+
+/* One TP x PP shard. Fixed once registered, read without the lock: model,
+ * stage, rank, device, m, layout, ready, device_bytes, host_bytes. Under
+ * mgr->lock: host[], dev[], state, failed, the load times (a loader fills
+ * the bytes of host[b] and dev[b] outside it, for the job it holds).
+ * job_kind and job_next: under its loader's lock. */
+struct swap_shard {
+    struct swap_model *model;
+    int stage, rank, device;
+    struct opt_model *m;       /* the shard; its views point into dev[] while resident */
+    struct opt_layout layout;
+    void **host;               /* (n_blobs) host copies, NULL where absent */
+    struct dbuf **dev;         /* (n_blobs) device copies, NULL where absent */
+    struct device_event **ready; /* (n_blobs) complete once blob b is on the device */
+    uint64_t device_bytes, host_bytes;
+    enum residency state;
+    bool failed;               /* the last load failed: the device copy is garbage */
+    double load_t0, load_t1;   /* last load: queued, last blob on the device */
+    /* the shard's place in its loader's queue (a shard has one job at a time) */
+    int job_kind;
+    struct swap_shard *job_next;
+};
+
+/* A registered model. Fixed once registered, read without the lock: name,
+ * cfg, ck, tp, pp, shards, pinned. Under mgr->lock: id (its index into the
+ * manager's models and bytes) and the rest. */
+struct swap_model {
+    int id;
+    char name[64];
+    struct opt_config cfg;
+    struct st_checkpoint *ck;
+    int tp, pp;
+    struct swap_shard *shards; /* tp * pp, stage-major */
+    bool pinned;
+    int in_flight;             /* batches using it now */
+    bool offload_pending;      /* offload once in_flight drops to 0 / the load ends */
+    uint64_t last_used;        /* the manager's clock at its last load or use, for LRU */
+    int shards_busy;           /* shards still loading or offloading */
+    int load_status;           /* 0, or the error of the last load */
+    double load_t0, load_t1;   /* last load: requested, every shard on its device */
+};
 
 enum loader_kind {
     LOADER_LOAD,     /* host copy (from disk if absent), then device copy, blob by blob */
