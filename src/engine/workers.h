@@ -29,7 +29,8 @@ void workers_destroy(struct workers *w); /* NULL-safe; waits for queued jobs */
  * execution context per shard (KV cache, activations and scratch, allocated
  * on the shard's device inside its budget), the TP groups of each stage and
  * the channels between stages. Everything is allocated here, before the
- * batch's first step; a step allocates nothing on a device. */
+ * batch's first step; a step allocates nothing on a device. A batch runs on
+ * its model's shards as registered: free it before swap_unregister. */
 struct group_batch;
 /* Device bytes a batch of this shape takes on device `device` (0 when the
  * model has no shard there; UINT64_MAX when the shape fits no device). */

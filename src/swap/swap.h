@@ -32,9 +32,9 @@
  * never on the forward's hot path and never across a copy.
  *
  * Lifetime: a struct swap_model is the manager's from swap_register to
- * swap_manager_destroy; what a model is made of (its name, config,
- * placement, each shard's opt_model and blob events) is fixed for that
- * whole time, so the accessors that read it take no lock.
+ * swap_unregister (or swap_manager_destroy); what a model is made of (its
+ * name, config, placement, each shard's opt_model and blob events) is fixed
+ * for that whole time, so the accessors that read it take no lock.
  */
 #ifndef SHARDSWAP_SWAP_SWAP_H
 #define SHARDSWAP_SWAP_SWAP_H
@@ -109,6 +109,22 @@ void swap_manager_destroy(struct swap_manager *mgr); /* NULL-safe */
 int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
                   const struct placement *pl, bool pinned, struct swap_model **out);
 
+/* Gives the model back: the reverse of swap_register. Refused with ERR_BUSY
+ * (a one-line message naming the model) while it has work in flight
+ * (between swap_use_begin and swap_use_end) or a shard in transition
+ * (loading, offloading, being staged into host memory): end the work, then
+ * swap_wait_idle. Otherwise, under the manager's lock, it leaves its devices
+ * at once if resident (no copy back: its host copy goes too; counted in
+ * stats.offloads), its host copies are freed (stats.host_used drops by
+ * them) and the manager no longer sees it (no victim choice, no host room
+ * made from it); then, outside the lock, its device events, its shards'
+ * opt_models and layouts are freed and its checkpoint closed (its files
+ * unmapped). model is invalid afterwards, and so is every pointer an
+ * accessor returned for it: free its group batches (workers.h) first, and
+ * let no other thread use it meanwhile. Any thread; it never waits (a
+ * transition in progress refuses it instead). */
+int swap_unregister(struct swap_manager *mgr, struct swap_model *model);
+
 /* What registering dir with a TP x PP layout would need, without
  * registering: device bytes of each shard (tp * pp, stage-major, as placed),
  * plus, when batch is not NULL, each shard's execution context for a batch
@@ -180,9 +196,9 @@ int swap_device_count(const struct swap_manager *mgr);
 void swap_get_stats(struct swap_manager *mgr, struct swap_stats *st);
 /* ---- what a model is made of ----
  * Any thread, no lock: these values are fixed from swap_register to
- * swap_manager_destroy (a pointer returned is valid as long as the model),
- * so a forward on its devices' compute threads reads them without the
- * manager's lock. */
+ * swap_unregister (a pointer returned is valid as long as the model), so a
+ * forward on its devices' compute threads reads them without the manager's
+ * lock. */
 
 const char *swap_model_name(const struct swap_model *model);
 /* Its config.json, as registered. */

@@ -7,11 +7,12 @@
 
 #include "swap/swap.h"
 
-/* One TP x PP shard. Fixed once registered, read without the lock: model,
- * stage, rank, device, m, layout, ready, device_bytes, host_bytes. Under
- * mgr->lock: host[], dev[], state, failed, the load times (a loader fills
- * the bytes of host[b] and dev[b] outside it, for the job it holds).
- * job_kind and job_next: under its loader's lock. */
+/* One TP x PP shard. Fixed from registration to unregistration, read
+ * without the lock: model, stage, rank, device, m, layout, ready,
+ * device_bytes, host_bytes. Under mgr->lock: host[], dev[], state, failed,
+ * the load times (a loader fills the bytes of host[b] and dev[b] outside
+ * it, for the job it holds). job_kind and job_next: under its loader's
+ * lock. */
 struct swap_shard {
     struct swap_model *model;
     int stage, rank, device;
@@ -29,9 +30,9 @@ struct swap_shard {
     struct swap_shard *job_next;
 };
 
-/* A registered model. Fixed once registered, read without the lock: name,
- * cfg, ck, tp, pp, shards, pinned. Under mgr->lock: id (its index into the
- * manager's models and bytes) and the rest. */
+/* A registered model. Fixed from swap_register to swap_unregister, read
+ * without the lock: name, cfg, ck, tp, pp, shards, pinned. Under mgr->lock:
+ * id (its index into the manager's models and bytes) and the rest. */
 struct swap_model {
     int id;
     char name[64];
@@ -71,9 +72,9 @@ struct swap_manager {
     struct device *devices[EVICT_MAX_DEVICES];
     int n_devices;
     struct loader loaders[EVICT_MAX_DEVICES];
-    struct swap_model **models;
+    struct swap_model **models;    /* (cap) in registration order; models[i]->id == i */
     struct evict_model *lru;       /* (cap) scratch for victim choices under the lock */
-    uint64_t *bytes;               /* (cap, n_devices) device bytes of each model */
+    uint64_t *bytes;               /* (cap, n_devices) device bytes of models[i] */
     int n_models, cap;
     uint64_t clock;                /* logical time of uses, for LRU */
     struct swap_stats stats;       /* host_used/host_high_water/budget live here */
