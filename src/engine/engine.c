@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -129,7 +130,8 @@ struct emodel {
     bool removed;         /* engine_remove_model began: no submission, no action */
     bool stop;            /* its runner exits */
     atomic_bool removing; /* its batch's sequences leave at the next boundary */
-    int users;            /* admin callers waiting on it: it is not freed under them */
+    int users;            /* admin callers waiting on it, submissions validating against its
+                           * swap_model outside the lock: neither is freed under them */
     enum admin admin;     /* an admin request for the scheduler thread */
     int admin_rc;
     char admin_msg[160];
@@ -309,6 +311,14 @@ static struct emodel *model_get(struct engine *e, int id)
     return e->models[id];
 }
 
+/* Lets go of m, which the caller pinned (users++) to read it outside the
+ * lock (lock held): the last one lets engine_remove_model go on. */
+static void model_unuse(struct emodel *m)
+{
+    if (--m->users == 0)
+        pthread_cond_broadcast(&m->e->admin);
+}
+
 static struct emodel *model_by_name(struct engine *e, const char *name)
 {
     for (int i = 0; i < e->n_ids; i++)
@@ -414,39 +424,49 @@ int engine_submit(struct engine *e, const struct engine_request_params *p,
 {
     if (out)
         *out = NULL;
-    /* validate against the model's shape (its swap_model is the caller's and
-     * outlives its time here, so the shape can be read after the lock) */
+    /* validate against the model's shape outside the lock: users keeps
+     * engine_remove_model (and so swap_unregister) off its swap_model
+     * meanwhile */
     pthread_mutex_lock(&e->lock);
     struct emodel *m = model_named(e, p);
     struct swap_model *sm = m ? m->sm : NULL;
-    int id = m ? m->id : -1;
+    if (m)
+        m->users++;
     pthread_mutex_unlock(&e->lock);
     if (!sm)
         return ERR_NOT_FOUND;
     const struct opt_config *c = swap_model_config(sm);
-    if (p->n_prompt < 1 || p->max_tokens < 1 || !p->prompt)
-        return err_set(ERR_INVALID, "a request needs at least one prompt token and "
-                                    "max_tokens >= 1");
-    if (p->n_prompt > c->max_pos || p->max_tokens > c->max_pos - p->n_prompt)
-        return err_set(ERR_INVALID, "prompt of %d tokens + max_tokens %d exceeds model %s's %d "
-                                    "positions", p->n_prompt, p->max_tokens, swap_model_name(sm),
-                       c->max_pos);
+    struct engine_req *r = NULL;
+    int rc = 0;
+    if (p->n_prompt < 1 || p->max_tokens < 1 || !p->prompt) {
+        rc = err_set(ERR_INVALID, "a request needs at least one prompt token and "
+                                  "max_tokens >= 1");
+        goto refuse;
+    }
+    if (p->n_prompt > c->max_pos || p->max_tokens > c->max_pos - p->n_prompt) {
+        rc = err_set(ERR_INVALID, "prompt of %d tokens + max_tokens %d exceeds model %s's %d "
+                                  "positions", p->n_prompt, p->max_tokens, swap_model_name(sm),
+                     c->max_pos);
+        goto refuse;
+    }
     for (int i = 0; i < p->n_prompt; i++)
-        if (p->prompt[i] < 0 || p->prompt[i] >= c->vocab)
-            return err_set(ERR_INVALID, "prompt token %d is outside model %s's vocabulary (%d)",
-                           p->prompt[i], swap_model_name(sm), c->vocab);
-    int rc = request_fits_ever(e, sm, p->n_prompt, p->max_tokens);
-    if (rc < 0)
-        return rc;
-    struct engine_req *r = calloc(1, sizeof(*r) + sizeof(int32_t) * ((size_t)p->n_prompt +
-                                                                    (size_t)p->max_tokens));
-    if (!r)
-        return err_set(ERR_NOMEM, "out of memory for a request of %d + %d tokens", p->n_prompt,
-                       p->max_tokens);
-    rc = sampler_init(&r->sampler, &p->sampling);
-    if (rc < 0) {
+        if (p->prompt[i] < 0 || p->prompt[i] >= c->vocab) {
+            rc = err_set(ERR_INVALID, "prompt token %d is outside model %s's vocabulary (%d)",
+                         p->prompt[i], swap_model_name(sm), c->vocab);
+            goto refuse;
+        }
+    if ((rc = request_fits_ever(e, sm, p->n_prompt, p->max_tokens)) < 0)
+        goto refuse;
+    r = calloc(1, sizeof(*r) + sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)p->max_tokens));
+    if (!r) {
+        rc = err_set(ERR_NOMEM, "out of memory for a request of %d + %d tokens", p->n_prompt,
+                     p->max_tokens);
+        goto refuse;
+    }
+    if ((rc = sampler_init(&r->sampler, &p->sampling)) < 0) {
         free(r);
-        return rc;
+        r = NULL;
+        goto refuse;
     }
     event_init(&r->done);
     atomic_init(&r->refs, out ? 2 : 1);
@@ -469,7 +489,8 @@ int engine_submit(struct engine *e, const struct engine_request_params *p,
         r->deadline = r->t.t_arrival + p->timeout_s;
 
     pthread_mutex_lock(&e->lock);
-    if (!(m = model_get(e, id))) { /* removed meanwhile */
+    model_unuse(m);
+    if (m->removed) { /* removal began meanwhile */
         rc = err_set(ERR_NOT_FOUND, "model %s was removed", swap_model_name(sm));
         goto fail;
     }
@@ -498,6 +519,11 @@ fail:
     sampler_free(&r->sampler);
     event_destroy(&r->done);
     free(r);
+    return rc;
+refuse:
+    pthread_mutex_lock(&e->lock);
+    model_unuse(m);
+    pthread_mutex_unlock(&e->lock);
     return rc;
 }
 
@@ -1474,9 +1500,16 @@ int engine_remove_model(struct engine *e, int id)
         pthread_cond_wait(&e->admin, &e->lock);
     pthread_mutex_unlock(&e->lock);
     pthread_join(m->tid, NULL);
-    /* off its devices: after a load in progress, with no lock of ours held */
-    swap_wait_idle(e->mgr, m->sm);
-    swap_offload(e->mgr, m->sm, false);
+    /* off its devices: after a load in progress, with no lock of ours held,
+     * while the scheduler still counts its memory (a copy back it starts is
+     * memory leaving, not free) */
+    struct swap_model *sm = m->sm;
+    swap_wait_idle(e->mgr, sm);
+    swap_offload(e->mgr, sm, false);
+    swap_wait_idle(e->mgr, sm);
+    /* no thread of ours reads sm from here: its runner is gone (with its
+     * batches), no submission or admin call holds it (users), and the
+     * scheduler's snapshots and batch_alloc skip an empty slot */
     pthread_mutex_lock(&e->lock);
     e->models[id] = NULL;
     e->n_live--;
@@ -1484,6 +1517,10 @@ int engine_remove_model(struct engine *e, int id)
     pthread_mutex_unlock(&e->lock);
     pthread_cond_destroy(&m->go_cond);
     free(m);
+    /* its host copy and checkpoint mapping go too (idle: nothing refuses) */
+    int rc = swap_unregister(e->mgr, sm);
+    assert(rc == 0 && "a removed model is in use by a caller other than the engine");
+    (void)rc;
     return 0;
 }
 
@@ -1553,8 +1590,7 @@ static int admin_call(struct engine *e, int id, enum admin what)
         if (rc < 0)
             err_set(rc, "%s", m->admin_msg);
     }
-    if (--m->users == 0)
-        pthread_cond_broadcast(&e->admin);
+    model_unuse(m);
     pthread_mutex_unlock(&e->lock);
     return rc;
 }
@@ -1603,9 +1639,9 @@ int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
     out->latency_hist = m->latency.prom;
     out->ttft_hist = m->ttft.prom;
     out->load_hist = m->load.prom;
-    pthread_mutex_unlock(&e->lock);
     /* residency: the swap manager's word for the model, and per shard the
-     * blobs whose readiness events are set (lock-free reads) */
+     * blobs whose readiness events are set; under the lock, which keeps
+     * engine_remove_model (and its swap_unregister) off sm */
     out->residency = swap_residency(e->mgr, sm);
     out->n_shards = swap_model_shard_count(sm);
     for (int s = 0; s < out->n_shards && s < ENGINE_MAX_SHARDS; s++) {
@@ -1616,6 +1652,7 @@ int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
         for (int b = 0; b < swap_shard_n_blobs(sh); b++)
             out->shards[s].blobs_ready += device_event_done(swap_shard_blob_ready(sh, b));
     }
+    pthread_mutex_unlock(&e->lock);
     return 0;
 }
 
