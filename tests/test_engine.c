@@ -196,6 +196,19 @@ struct rig {
  * a test clears this. */
 static bool rig_wait_for_unpin = true;
 
+/* Registers fixture m as g->sm[m] (TP=2 over both devices), computing in
+ * f32: transformers' f32 references exactly, however batched. Again after
+ * engine_remove_model, which unregisters it. */
+static void rig_register(struct rig *g, int m)
+{
+    static const int both[2] = {0, 1};
+    struct placement pl = {.tp = 2, .pp = 1, .devices = both};
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, names[m]);
+    CHECK(swap_register(g->mgr, names[m], dir, &pl, false, &g->sm[m]) == 0);
+    swap_model_set_compute(g->sm[m], KERN_COMPUTE_F32);
+}
+
 static void rig_open_budget(struct rig *g, const char *policy, int max_loaded, int queue_cap,
                             int max_batch, int room, uint64_t budget, uint64_t host_budget)
 {
@@ -249,10 +262,7 @@ static void rig_open_budget(struct rig *g, const char *policy, int max_loaded, i
                                .wait_for_unpin = rig_wait_for_unpin};
     CHECK(engine_create(g->mgr, g->w, &ec, &g->e) == 0);
     for (int m = 0; m < N_MODELS; m++) {
-        snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, names[m]);
-        CHECK(swap_register(g->mgr, names[m], dir, &pl, false, &g->sm[m]) == 0);
-        /* f32: transformers' f32 references exactly, however batched */
-        swap_model_set_compute(g->sm[m], KERN_COMPUTE_F32);
+        rig_register(g, m);
         CHECK((g->id[m] = engine_add_model(g->e, g->sm[m])) == m);
     }
 }
@@ -451,10 +461,12 @@ static void test_fragmentation(const char *policy)
     const int b = g.big, w = not_big(&g, 0);
     CHECK(swap_load(g.mgr, g.sm[b], NULL) == 0 && swap_wait_loaded(g.mgr, g.sm[b]) == 0);
     size_t largest = 0;
-    for (int s = 0; s < 2; s++)
-        for (int k = 0; k < g.sm[w]->shards[s].layout.n_blobs; k++)
-            if (g.sm[w]->shards[s].layout.blob_bytes[k] > largest)
-                largest = g.sm[w]->shards[s].layout.blob_bytes[k];
+    for (int s = 0; s < 2; s++) {
+        const struct swap_shard *sh = swap_model_shard(g.sm[w], s);
+        for (int k = 0; k < swap_shard_n_blobs(sh); k++)
+            if (swap_shard_blob_bytes(sh, k) > largest)
+                largest = swap_shard_blob_bytes(sh, k);
+    }
     const size_t hole = (largest - 1) / 64 * 64;
     enum { MAX_PINS = 4096 };
     static struct dbuf *pins[2][MAX_PINS], *holes[MAX_PINS];
@@ -532,7 +544,7 @@ static void test_batch_memory(void)
                         group_batch_bytes(g.sm[t], g.mgr, &two, d);
         budget = need > budget ? need : budget;
     }
-    int max_pos = g.sm[t]->info->max_pos;
+    int max_pos = swap_model_info(g.sm[t])->max_pos;
     struct model_exec_shape short1 = {.batch = 1, .max_len = n + 1, .max_tokens = n};
     uint64_t tight = 0;
     for (int d = 0; d < 2; d++) {
@@ -879,8 +891,9 @@ static void test_deadlines(void)
     rig_close(&g);
 }
 
-/* Removing a model fails its waiting requests with a clear status; its name
- * is free again, and the same swap_model added back gets a new id. */
+/* Removing a model fails its waiting requests with a clear status and
+ * unregisters it; its name is free again, and the checkpoint registered and
+ * added again gets a new id. */
 static void test_remove(void)
 {
     struct rig g;
@@ -913,6 +926,7 @@ static void test_remove(void)
     p.model_name = names[t];
     CHECK(engine_submit(g.e, &p, NULL) == ERR_NOT_FOUND);
     CHECK(engine_add_model(g.e, g.sm[g.big]) == ERR_INVALID); /* its name is taken */
+    rig_register(&g, t);
     int id = engine_add_model(g.e, g.sm[t]);
     CHECK(id == N_MODELS && engine_find_model(g.e, names[t]) == id);
     g.id[t] = id;
@@ -930,7 +944,8 @@ static void test_remove(void)
 
 /* A model removed while its batch runs: the sequence leaves at the next step
  * with the tokens it has and the removal's status; remove returns after the
- * batch has ended. */
+ * batch has ended, with the model off its devices and its host copy freed
+ * (it was the only model loaded: device and host memory back to 0). */
 static void test_remove_running(void)
 {
     struct rig g;
@@ -945,12 +960,21 @@ static void test_remove_running(void)
     CHECK(engine_submit(g.e, &p, &h) == 0);
     while (!atomic_load(&a.first_token))
         sched_yield();
+    struct swap_stats ss;
+    swap_get_stats(g.mgr, &ss);
+    CHECK_MSG(ss.host_used == host_bytes(t), "host %llu in use, model %s has %llu",
+              (unsigned long long)ss.host_used, names[t], (unsigned long long)host_bytes(t));
     CHECK(engine_remove_model(g.e, g.id[t]) == 0);
+    g.sm[t] = NULL; /* unregistered */
+    swap_get_stats(g.mgr, &ss);
+    CHECK_MSG(ss.host_used == 0, "host %llu in use after removal",
+              (unsigned long long)ss.host_used);
+    for (int d = 0; d < 2; d++)
+        CHECK(device_used(g.devs[d]) == 0);
     CHECK(engine_req_done(h)); /* its batch ended before remove returned */
     CHECK_MSG(engine_req_wait(h) == ERR_NOT_FOUND && a.n_out == 1 &&
                   strstr(a.error, "was removed"),
               "status %d (%s), %d tokens", a.status, a.error, a.n_out);
-    CHECK(swap_residency(g.mgr, g.sm[t]) != RES_ON_DEVICE); /* offloaded */
     engine_req_release(h);
     int ids[N_MODELS];
     CHECK(engine_list_models(g.e, ids, N_MODELS) == N_MODELS - 1);
@@ -1053,8 +1077,9 @@ static void *admin_main(void *arg)
         progress_wait_stop(atomic_load(&completed) + ADMIN_EVERY - 1, &l->stop_admin);
         int m = k % N_MODELS;
         switch (k % 5) {
-        case 0: /* remove, then add back under a new id */
+        case 0: /* remove (unregisters), then register and add back under a new id */
             CHECK(engine_remove_model(g->e, g->id[m]) == 0);
+            rig_register(g, m);
             CHECK((g->id[m] = engine_add_model(g->e, g->sm[m])) >= N_MODELS);
             removes++;
             break;

@@ -119,7 +119,7 @@ static void check_layout(const char *name, const char *dir, int tp, int pp, cons
     struct swap_model *model = g.model;
     CHECK_MSG(rc == 0, "%s tp %d pp %d: %s", name, tp, pp, err_msg());
     if (rc == 0) {
-        const int V = model->info->vocab;
+        const int V = swap_model_info(model)->vocab;
         int32_t ids[B * T];
         uint8_t mask[B * T];
         make_batch(V, ids, mask);
@@ -163,7 +163,7 @@ static void check_failure(const char *dir, int tp, int pp)
     struct swap_model *model = g.model;
     CHECK(swap_load(mgr, model, NULL) == 0);
     CHECK(swap_use_begin(mgr, model) == 0);
-    const int V = model->info->vocab;
+    const int V = swap_model_info(model)->vocab;
     const struct model_exec_shape shape = {.batch = B, .max_len = T + 4, .max_rows = B * (T + 4)};
     int32_t ids[B * T];
     uint8_t mask[B * T];

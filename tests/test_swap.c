@@ -1,10 +1,12 @@
 /* The swap engine: residency transitions, refusals that say why (bytes,
  * fragmentation, a model still moving) while the manager never makes a model
  * leave on its own, the explicit fragmentation step, the LRU helper for
- * callers without an engine, budgets, the disk tier, and memory that returns
- * to where it started. Models are small generated checkpoints (different
- * seeds) on CPU devices; slowed links (device_cpu_set_link) make transient
- * states last long enough to be checked exactly. */
+ * callers without an engine, budgets, the disk tier, memory that returns
+ * to where it started, and unregistration (refused while busy; host memory
+ * and the checkpoint's mappings returned, cycle after cycle). Models are
+ * small generated checkpoints (different seeds) on CPU devices; slowed links
+ * (device_cpu_set_link) make transient states last long enough to be
+ * checked exactly. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -340,9 +342,10 @@ static void fragment(struct rig *r, uint64_t *per, uint64_t *wide, uint64_t *wid
     *per = swap_model_device_bytes(probe.m[0], 0);
     *wide = swap_model_device_bytes(probe.m[WIDE], 0);
     *wide_blob = 0;
-    for (int b = 0; b < probe.m[WIDE]->shards[0].layout.n_blobs; b++)
-        if (probe.m[WIDE]->shards[0].layout.blob_bytes[b] > *wide_blob)
-            *wide_blob = probe.m[WIDE]->shards[0].layout.blob_bytes[b];
+    const struct swap_shard *sh = swap_model_shard(probe.m[WIDE], 0);
+    for (int b = 0; b < swap_shard_n_blobs(sh); b++)
+        if (swap_shard_blob_bytes(sh, b) > *wide_blob)
+            *wide_blob = swap_shard_blob_bytes(sh, b);
     rig_close(&probe);
     /* the wide model's bytes fit three holes, its first blob no single one */
     CHECK_MSG(*wide <= 3 * *per && *wide_blob > *per, "wide %llu (blob %llu), small %llu",
@@ -524,6 +527,103 @@ static void test_cycles(void)
     rig_close(&r);
 }
 
+/* Lines of /proc/self/maps naming a file in dir: its checkpoint's mappings. */
+static int maps_of(const char *dir)
+{
+    char want[160], line[4096];
+    snprintf(want, sizeof(want), "%s/", dir);
+    FILE *f = fopen("/proc/self/maps", "r");
+    CHECK(f != NULL);
+    int n = 0;
+    while (f && fgets(line, sizeof(line), f))
+        n += strstr(line, want) != NULL;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* swap_unregister: refused while the model is in use or loading; otherwise
+ * it leaves its devices (resident: without a copy back), its host copy
+ * returns to the budget and its checkpoint is unmapped, 50 register / load /
+ * offload / unregister cycles over without growth; a model registered after
+ * one that leaves keeps its own bytes (the ids behind it move down). */
+static void test_unregister(void)
+{
+    struct rig r;
+    rig_open(&r, 8u << 20, 64u << 20);
+    static const int both[2] = {0, 1};
+    struct placement pl = {.tp = 2, .pp = 1, .devices = both};
+    const int mapped = maps_of(dirs[0]);
+    CHECK_MSG(mapped >= 1, "%s: no mapping seen in /proc/self/maps", dirs[0]);
+    /* busy: in use, then loading; the model stays usable */
+    struct swap_model *m = r.m[0];
+    CHECK(swap_load(r.mgr, m, NULL) == 0 && swap_wait_loaded(r.mgr, m) == 0);
+    CHECK(swap_use_begin(r.mgr, m) == 0);
+    CHECK(swap_unregister(r.mgr, m) == ERR_BUSY);
+    CHECK_MSG(strstr(err_msg(), "model m0 cannot be unregistered now: it has work in flight"),
+              "%s", err_msg());
+    swap_use_end(r.mgr, m);
+    CHECK(swap_offload(r.mgr, m, false) == 0);
+    set_links(&r, SLOW_LINK);
+    CHECK(swap_load(r.mgr, m, NULL) == 0 && swap_residency(r.mgr, m) == RES_LOADING);
+    CHECK(swap_unregister(r.mgr, m) == ERR_BUSY);
+    CHECK_MSG(strstr(err_msg(), "model m0 cannot be unregistered now: it is still loading"),
+              "%s", err_msg());
+    CHECK(swap_wait_loaded(r.mgr, m) == 0);
+    set_links(&r, 0);
+    CHECK(check_output(&r, 0) <= 1e-5);
+    CHECK(maps_of(dirs[0]) == mapped);
+    for (int i = 0; i < 50; i++) {
+        if (i > 0) {
+            CHECK(swap_register(r.mgr, "m0", dirs[0], &pl, false, &r.m[0]) == 0);
+            CHECK(maps_of(dirs[0]) == mapped);
+            CHECK(swap_load(r.mgr, r.m[0], NULL) == 0 && swap_wait_loaded(r.mgr, r.m[0]) == 0);
+        }
+        if (i % 10 == 9)
+            CHECK(check_output(&r, 0) <= 1e-5);
+        struct swap_stats before, st;
+        swap_get_stats(r.mgr, &before);
+        CHECK(before.host_used == swap_model_total_bytes(r.m[0]));
+        if (i % 2 == 0) { /* offloaded first: it leaves from the host tier */
+            CHECK(swap_offload(r.mgr, r.m[0], false) == 0);
+            CHECK(swap_residency(r.mgr, r.m[0]) == RES_IN_HOST);
+        } /* else it leaves from its devices */
+        CHECK_MSG(swap_unregister(r.mgr, r.m[0]) == 0, "cycle %d: %s", i, err_msg());
+        r.m[0] = NULL;
+        swap_get_stats(r.mgr, &st);
+        CHECK_MSG(st.host_used == 0 && st.offloads == before.offloads + 1,
+                  "cycle %d: host %llu in use, %llu offloads (%llu before)", i,
+                  (unsigned long long)st.host_used, (unsigned long long)st.offloads,
+                  (unsigned long long)before.offloads);
+        CHECK(device_used(r.devs[0]) == 0 && device_used(r.devs[1]) == 0);
+        CHECK_MSG(maps_of(dirs[0]) == 0, "cycle %d: %d mappings of %s left", i, maps_of(dirs[0]),
+                  dirs[0]);
+    }
+    /* "solo" (dirs[2], TP=1 on device 1) registered after m4, then m2 leaves
+     * from before it: refusals still quote solo's own bytes */
+    static const int dev1[1] = {1};
+    struct placement one = {.tp = 1, .pp = 1, .devices = dev1};
+    struct swap_model *solo = NULL;
+    CHECK(swap_register(r.mgr, "solo", dirs[2], &one, false, &solo) == 0);
+    CHECK(swap_unregister(r.mgr, r.m[2]) == 0);
+    r.m[2] = solo;
+    const uint64_t need = swap_model_device_bytes(solo, 1);
+    CHECK(swap_model_device_bytes(solo, 0) == 0 && need != swap_model_device_bytes(r.m[4], 1));
+    struct dbuf *ballast = NULL;
+    uint64_t free1 = device_budget(r.devs[1]) - device_used(r.devs[1]);
+    CHECK(device_alloc(r.devs[1], free1 - need + 4096, &ballast) == 0);
+    struct swap_room why;
+    CHECK(swap_load(r.mgr, solo, &why) == ERR_BUSY);
+    CHECK_MSG(why.kind == SWAP_ROOM_BYTES && why.device == 1 && why.need == need,
+              "kind %d on device %d, need %llu (solo has %llu)", why.kind, why.device,
+              (unsigned long long)why.need, (unsigned long long)need);
+    device_free(ballast);
+    CHECK(swap_load(r.mgr, solo, NULL) == 0 && swap_wait_loaded(r.mgr, solo) == 0);
+    CHECK(check_output(&r, 2) <= 1e-5);
+    CHECK(budgets_kept(&r));
+    rig_close(&r);
+}
+
 int main(void)
 {
     make_models();
@@ -535,6 +635,7 @@ int main(void)
     test_disk_tier();
     test_too_large();
     test_cycles();
+    test_unregister();
     char cmd[256];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
     CHECK(system(cmd) == 0);

@@ -77,10 +77,10 @@ static int parse_layouts(const char *s, int *tp, int *pp, int *n)
 
 static int make_prompt(const struct swap_model *model, int32_t *ids, int n)
 {
-    const struct model_info *in = model->info;
-    ids[0] = in->bos_id >= 0 ? in->bos_id : 0;
+    const struct model_info *c = swap_model_info(model);
+    ids[0] = c->bos_id >= 0 ? c->bos_id : 0;
     for (int i = 1; i < n; i++)
-        ids[i] = 4 + (int32_t)((i * 7919u) % (unsigned)(in->vocab - 4));
+        ids[i] = 4 + (int32_t)((i * 7919u) % (unsigned)(c->vocab - 4));
     return n;
 }
 
@@ -90,7 +90,7 @@ static int cold_request(struct swap_manager *mgr, struct workers *w, struct swap
 {
     int32_t ids[512];
     make_prompt(model, ids, prompt_len);
-    float *logits = malloc((size_t)model->info->vocab * sizeof(float));
+    float *logits = malloc((size_t)swap_model_info(model)->vocab * sizeof(float));
     struct group_batch *gb = NULL;
     struct model_exec_shape shape = {.batch = 1, .max_len = prompt_len + 1};
     int rc = group_batch_create(mgr, model, &shape, &gb);
@@ -131,9 +131,9 @@ static int bench_link(struct stack *st, const struct swap_model *model, int repe
         goto out;
     }
     for (int s = 0; s < k; s++) {
-        const struct swap_shard *sh = &model->shards[s];
-        dev[s] = st->devices[sh->device];
-        bytes[s] = (size_t)sh->device_bytes;
+        const struct swap_shard *sh = swap_model_shard(model, s);
+        dev[s] = st->devices[swap_shard_device(sh)];
+        bytes[s] = (size_t)swap_shard_device_bytes(sh);
         if (bytes[s] == 0)
             continue;
         if ((rc = device_alloc(dev[s], bytes[s], &buf[s])) < 0 ||
@@ -222,7 +222,7 @@ static int bench_layout(const struct bench_devices *bd, const uint64_t *budgets,
     model = st->models[0];
     r->bytes = 0;
     for (int i = 0; i < r->tp * r->pp; i++)
-        r->bytes += model->shards[i].device_bytes;
+        r->bytes += swap_shard_device_bytes(swap_model_shard(model, i));
     double t0 = time_now();
     if ((rc = swap_prefetch_host(mgr, model)) < 0)
         goto out;
@@ -233,10 +233,11 @@ static int bench_layout(const struct bench_devices *bd, const uint64_t *budgets,
     for (int i = 0; i < repeat; i++) {
         if ((rc = swap_load_lru(mgr, model)) < 0 || (rc = swap_wait_loaded(mgr, model)) < 0)
             goto out;
-        load[i] = model->load_t1 - model->load_t0;
+        load[i] = swap_model_load_seconds(mgr, model);
         for (int s = 0; s < r->tp * r->pp; s++) {
-            const struct swap_shard *sh = &model->shards[s];
-            wk[s * repeat + i] = sh->device_bytes / (sh->load_t1 - sh->load_t0) / 1e9;
+            const struct swap_shard *sh = swap_model_shard(model, s);
+            wk[s * repeat + i] =
+                swap_shard_device_bytes(sh) / swap_shard_load_seconds(mgr, sh) / 1e9;
         }
         t0 = time_now();
         if ((rc = swap_offload(mgr, model, false)) < 0)

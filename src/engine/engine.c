@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -129,7 +130,8 @@ struct emodel {
     bool removed;         /* engine_remove_model began: no submission, no action */
     bool stop;            /* its runner exits */
     atomic_bool removing; /* its batch's sequences leave at the next boundary */
-    int users;            /* admin callers waiting on it: it is not freed under them */
+    int users;            /* admin callers waiting on it, submissions validating against its
+                           * swap_model outside the lock: neither is freed under them */
     enum admin admin;     /* an admin request for the scheduler thread */
     int admin_rc;
     char admin_msg[160];
@@ -309,10 +311,19 @@ static struct emodel *model_get(struct engine *e, int id)
     return e->models[id];
 }
 
+/* Lets go of m, which the caller pinned (users++) to read it outside the
+ * lock (lock held): the last one lets engine_remove_model go on. */
+static void model_unuse(struct emodel *m)
+{
+    if (--m->users == 0)
+        pthread_cond_broadcast(&m->e->admin);
+}
+
 static struct emodel *model_by_name(struct engine *e, const char *name)
 {
     for (int i = 0; i < e->n_ids; i++)
-        if (e->models[i] && !e->models[i]->removed && strcmp(e->models[i]->sm->name, name) == 0)
+        if (e->models[i] && !e->models[i]->removed &&
+            strcmp(swap_model_name(e->models[i]->sm), name) == 0)
             return e->models[i];
     return NULL;
 }
@@ -348,7 +359,7 @@ struct model_exec_shape engine_batch_shape(int max_pos, int n, int max_prompt, i
 static struct model_exec_shape batch_shape(const struct swap_model *sm, int n, int max_prompt,
                                          int seq, bool decodes)
 {
-    return engine_batch_shape(sm->info->max_pos, n, max_prompt, seq, decodes);
+    return engine_batch_shape(swap_model_info(sm)->max_pos, n, max_prompt, seq, decodes);
 }
 
 /* Grows m's batch reserve for a request of n_prompt + max_tokens (lock
@@ -400,7 +411,8 @@ static int request_fits_ever(struct engine *e, struct swap_model *sm, int n_prom
             return err_set(ERR_INVALID, "model %s cannot run a request of %d + %d tokens on "
                                         "device %s: its weights take %llu bytes and the "
                                         "request's KV cache and activations %llu, over the "
-                                        "budget of %llu", sm->name, n_prompt, max_tokens,
+                                        "budget of %llu",
+                           swap_model_name(sm), n_prompt, max_tokens,
                            device_name(swap_device(e->mgr, d)), (unsigned long long)w,
                            (unsigned long long)b, (unsigned long long)budget);
     }
@@ -412,39 +424,49 @@ int engine_submit(struct engine *e, const struct engine_request_params *p,
 {
     if (out)
         *out = NULL;
-    /* validate against the model's shape (its swap_model is the caller's and
-     * outlives its time here, so the shape can be read after the lock) */
+    /* validate against the model's shape outside the lock: users keeps
+     * engine_remove_model (and so swap_unregister) off its swap_model
+     * meanwhile */
     pthread_mutex_lock(&e->lock);
     struct emodel *m = model_named(e, p);
     struct swap_model *sm = m ? m->sm : NULL;
-    int id = m ? m->id : -1;
+    if (m)
+        m->users++;
     pthread_mutex_unlock(&e->lock);
     if (!sm)
         return ERR_NOT_FOUND;
-    const struct model_info *c = sm->info;
-    if (p->n_prompt < 1 || p->max_tokens < 1 || !p->prompt)
-        return err_set(ERR_INVALID, "a request needs at least one prompt token and "
-                                    "max_tokens >= 1");
-    if (p->n_prompt > c->max_pos || p->max_tokens > c->max_pos - p->n_prompt)
-        return err_set(ERR_INVALID, "prompt of %d tokens + max_tokens %d exceeds model %s's %d "
-                                    "positions", p->n_prompt, p->max_tokens, sm->name,
-                       c->max_pos);
+    const struct model_info *c = swap_model_info(sm);
+    struct engine_req *r = NULL;
+    int rc = 0;
+    if (p->n_prompt < 1 || p->max_tokens < 1 || !p->prompt) {
+        rc = err_set(ERR_INVALID, "a request needs at least one prompt token and "
+                                  "max_tokens >= 1");
+        goto refuse;
+    }
+    if (p->n_prompt > c->max_pos || p->max_tokens > c->max_pos - p->n_prompt) {
+        rc = err_set(ERR_INVALID, "prompt of %d tokens + max_tokens %d exceeds model %s's %d "
+                                  "positions", p->n_prompt, p->max_tokens, swap_model_name(sm),
+                     c->max_pos);
+        goto refuse;
+    }
     for (int i = 0; i < p->n_prompt; i++)
-        if (p->prompt[i] < 0 || p->prompt[i] >= c->vocab)
-            return err_set(ERR_INVALID, "prompt token %d is outside model %s's vocabulary (%d)",
-                           p->prompt[i], sm->name, c->vocab);
-    int rc = request_fits_ever(e, sm, p->n_prompt, p->max_tokens);
-    if (rc < 0)
-        return rc;
-    struct engine_req *r = calloc(1, sizeof(*r) + sizeof(int32_t) * ((size_t)p->n_prompt +
-                                                                    (size_t)p->max_tokens));
-    if (!r)
-        return err_set(ERR_NOMEM, "out of memory for a request of %d + %d tokens", p->n_prompt,
-                       p->max_tokens);
-    rc = sampler_init(&r->sampler, &p->sampling);
-    if (rc < 0) {
+        if (p->prompt[i] < 0 || p->prompt[i] >= c->vocab) {
+            rc = err_set(ERR_INVALID, "prompt token %d is outside model %s's vocabulary (%d)",
+                         p->prompt[i], swap_model_name(sm), c->vocab);
+            goto refuse;
+        }
+    if ((rc = request_fits_ever(e, sm, p->n_prompt, p->max_tokens)) < 0)
+        goto refuse;
+    r = calloc(1, sizeof(*r) + sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)p->max_tokens));
+    if (!r) {
+        rc = err_set(ERR_NOMEM, "out of memory for a request of %d + %d tokens", p->n_prompt,
+                     p->max_tokens);
+        goto refuse;
+    }
+    if ((rc = sampler_init(&r->sampler, &p->sampling)) < 0) {
         free(r);
-        return rc;
+        r = NULL;
+        goto refuse;
     }
     event_init(&r->done);
     atomic_init(&r->refs, out ? 2 : 1);
@@ -467,15 +489,16 @@ int engine_submit(struct engine *e, const struct engine_request_params *p,
         r->deadline = r->t.t_arrival + p->timeout_s;
 
     pthread_mutex_lock(&e->lock);
-    if (!(m = model_get(e, id))) { /* removed meanwhile */
-        rc = err_set(ERR_NOT_FOUND, "model %s was removed", sm->name);
+    model_unuse(m);
+    if (m->removed) { /* removal began meanwhile */
+        rc = err_set(ERR_NOT_FOUND, "model %s was removed", swap_model_name(sm));
         goto fail;
     }
     if (m->queue_len >= e->cfg.queue_cap) {
         e->stats.rejected++;
         m->rejected++;
-        rc = err_set(ERR_BUSY, "model %s has %d requests waiting, its queue's limit", sm->name,
-                     e->cfg.queue_cap);
+        rc = err_set(ERR_BUSY, "model %s has %d requests waiting, its queue's limit",
+                     swap_model_name(sm), e->cfg.queue_cap);
         goto fail;
     }
     r->model_id = m->id;
@@ -496,6 +519,11 @@ fail:
     sampler_free(&r->sampler);
     event_destroy(&r->done);
     free(r);
+    return rc;
+refuse:
+    pthread_mutex_lock(&e->lock);
+    model_unuse(m);
+    pthread_mutex_unlock(&e->lock);
     return rc;
 }
 
@@ -635,7 +663,7 @@ static void batch_leave(struct batch *b, int s, int status, const char *why)
  * finishes those done. */
 static void batch_sample(struct batch *b, double now)
 {
-    const struct model_info *c = b->m->sm->info;
+    const struct model_info *c = swap_model_info(b->m->sm);
     for (int s = 0; s < b->slots; s++) {
         struct engine_req *r = b->req[s];
         if (!r)
@@ -645,7 +673,7 @@ static void batch_sample(struct batch *b, double now)
             b->m->warned_nonfinite = true; /* once per model: a broken checkpoint says so */
             fprintf(stderr, "shardswap: warning: model %s produced NaN or Inf logits (batch %llu, "
                             "a sequence's token %d); its weights or activations are not finite\n",
-                    b->m->sm->name, (unsigned long long)b->id, r->n_output + 1);
+                    swap_model_name(b->m->sm), (unsigned long long)b->id, r->n_output + 1);
         }
         if (r->n_output == 0)
             r->t.t_first_token = now;
@@ -674,7 +702,7 @@ static void batch_evict_leavers(struct batch *b, double now)
         if (atomic_load(&r->phase) == PH_CANCELLING) {
             batch_leave(b, s, atomic_load(&r->stop_ok) ? 0 : ERR_CANCELLED, "cancelled");
         } else if (removing) {
-            snprintf(why, sizeof(why), "model %s was removed", b->m->sm->name);
+            snprintf(why, sizeof(why), "model %s was removed", swap_model_name(b->m->sm));
             batch_leave(b, s, ERR_NOT_FOUND, why);
         } else if (r->deadline <= now) {
             snprintf(why, sizeof(why), "its deadline passed after %d of %d tokens", r->n_output,
@@ -691,7 +719,7 @@ static int batch_step(struct batch *b, struct engine_req **joining, int n_join, 
     struct engine *e = b->m->e;
     memset(b->mask, 0, (size_t)b->slots * t);
     for (int i = 0; i < b->slots * t; i++)
-        b->ids[i] = b->m->sm->info->pad_id >= 0 ? b->m->sm->info->pad_id : 0;
+        b->ids[i] = swap_model_info(b->m->sm)->pad_id >= 0 ? swap_model_info(b->m->sm)->pad_id : 0;
     for (int s = 0; s < b->slots; s++)
         if (b->req[s]) {
             b->ids[s * t + t - 1] = b->last[s];
@@ -856,7 +884,7 @@ static void batch_release(struct emodel *m, struct group_batch *gb)
 static void batch_run(struct emodel *m, struct engine_req **first, int n_first)
 {
     struct engine *e = m->e;
-    const struct model_info *c = m->sm->info;
+    const struct model_info *c = swap_model_info(m->sm);
     double mark = time_now(); /* time computing counted up to here */
     int max_prompt;
     struct group_batch *gb = NULL;
@@ -1023,7 +1051,7 @@ static void load_check(struct engine *e, struct emodel *m, bool loading)
 {
     if (m->was_loading && !loading) {
         m->was_loading = false;
-        e->load_s = m->sm->load_t1 - m->sm->load_t0;
+        e->load_s = swap_model_load_seconds(e->mgr, m->sm);
         e->stats.swap_s += e->load_s;
         m->load_s += e->load_s;
         hist_add(&m->load, e->load_s);
@@ -1277,8 +1305,8 @@ static bool pinned_block(struct engine *e, struct emodel **map, const struct sch
             snprintf(why, sizeof(why),
                      "model %s cannot be loaded while pinned models hold device %d: it needs "
                      "%llu bytes there, pinned models hold %llu of its %llu (unpin one)",
-                     m->sm->name, d, (unsigned long long)need, (unsigned long long)pinned[d],
-                     (unsigned long long)budget);
+                     swap_model_name(m->sm), d, (unsigned long long)need,
+                     (unsigned long long)pinned[d], (unsigned long long)budget);
             while (m->head)
                 queue_fail(m, m->head, ERR_BUSY, why);
             failed = true;
@@ -1373,10 +1401,10 @@ int engine_add_model(struct engine *e, struct swap_model *model)
     pthread_mutex_lock(&e->lock);
     int rc = 0;
     struct emodel *m = NULL;
-    struct emodel *same = model_by_name(e, model->name);
+    struct emodel *same = model_by_name(e, swap_model_name(model));
     if (same) {
-        rc = err_set(ERR_INVALID, "a model named %s is served already (id %d)", model->name,
-                     same->id);
+        rc = err_set(ERR_INVALID, "a model named %s is served already (id %d)",
+                     swap_model_name(model), same->id);
         goto out;
     }
     if (e->n_live == SCHED_MAX_MODELS) {
@@ -1400,14 +1428,15 @@ int engine_add_model(struct engine *e, struct swap_model *model)
     m->e = e;
     m->id = e->n_ids;
     m->sm = model;
-    m->pinned = model->pinned;
+    m->pinned = swap_model_pinned(model);
     m->max_batch = e->cfg.max_batch;
     atomic_init(&m->removing, false);
     pthread_cond_init(&m->go_cond, NULL);
     if (pthread_create(&m->tid, NULL, runner_main, m) != 0) {
         pthread_cond_destroy(&m->go_cond);
         free(m);
-        rc = err_set(ERR_NOMEM, "cannot start the runner thread of model %s", model->name);
+        rc = err_set(ERR_NOMEM, "cannot start the runner thread of model %s",
+                     swap_model_name(model));
         goto out;
     }
     m->started = true;
@@ -1455,7 +1484,7 @@ int engine_remove_model(struct engine *e, int id)
     m->removed = true;
     atomic_store(&m->removing, true);
     char why[160];
-    snprintf(why, sizeof(why), "model %s was removed", m->sm->name);
+    snprintf(why, sizeof(why), "model %s was removed", swap_model_name(m->sm));
     while (m->head)
         queue_fail(m, m->head, ERR_NOT_FOUND, why);
     if (m->admin != ADMIN_NONE) {
@@ -1471,9 +1500,16 @@ int engine_remove_model(struct engine *e, int id)
         pthread_cond_wait(&e->admin, &e->lock);
     pthread_mutex_unlock(&e->lock);
     pthread_join(m->tid, NULL);
-    /* off its devices: after a load in progress, with no lock of ours held */
-    swap_wait_idle(e->mgr, m->sm);
-    swap_offload(e->mgr, m->sm, false);
+    /* off its devices: after a load in progress, with no lock of ours held,
+     * while the scheduler still counts its memory (a copy back it starts is
+     * memory leaving, not free) */
+    struct swap_model *sm = m->sm;
+    swap_wait_idle(e->mgr, sm);
+    swap_offload(e->mgr, sm, false);
+    swap_wait_idle(e->mgr, sm);
+    /* no thread of ours reads sm from here: its runner is gone (with its
+     * batches), no submission or admin call holds it (users), and the
+     * scheduler's snapshots and batch_alloc skip an empty slot */
     pthread_mutex_lock(&e->lock);
     e->models[id] = NULL;
     e->n_live--;
@@ -1481,6 +1517,10 @@ int engine_remove_model(struct engine *e, int id)
     pthread_mutex_unlock(&e->lock);
     pthread_cond_destroy(&m->go_cond);
     free(m);
+    /* its host copy and checkpoint mapping go too (idle: nothing refuses) */
+    int rc = swap_unregister(e->mgr, sm);
+    assert(rc == 0 && "a removed model is in use by a caller other than the engine");
+    (void)rc;
     return 0;
 }
 
@@ -1493,7 +1533,7 @@ int engine_set_max_batch(struct engine *e, int id, int max_batch)
         rc = err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
     } else if (max_batch < 1 || max_batch > e->cfg.max_batch) {
         rc = err_set(ERR_INVALID, "model %s: max batch %d is outside 1..%d (the engine's)",
-                     m->sm->name, max_batch, e->cfg.max_batch);
+                     swap_model_name(m->sm), max_batch, e->cfg.max_batch);
     } else {
         m->max_batch = max_batch;
         int p = m->longest_prompt, seq = m->longest_seq;
@@ -1533,14 +1573,14 @@ static int admin_call(struct engine *e, int id, enum admin what)
     if (what == ADMIN_UNLOAD && m->pinned) {
         pthread_mutex_unlock(&e->lock);
         return err_set(ERR_BUSY, "model %s is pinned: unpin it before unloading it",
-                       m->sm->name);
+                       swap_model_name(m->sm));
     }
     m->users++;
     while (m->admin != ADMIN_NONE && !m->removed) /* one admin request at a time */
         pthread_cond_wait(&e->admin, &e->lock);
     int rc = 0;
     if (m->removed) {
-        rc = err_set(ERR_NOT_FOUND, "model %s was removed", m->sm->name);
+        rc = err_set(ERR_NOT_FOUND, "model %s was removed", swap_model_name(m->sm));
     } else {
         m->admin = what;
         pthread_cond_signal(&e->wake);
@@ -1550,8 +1590,7 @@ static int admin_call(struct engine *e, int id, enum admin what)
         if (rc < 0)
             err_set(rc, "%s", m->admin_msg);
     }
-    if (--m->users == 0)
-        pthread_cond_broadcast(&e->admin);
+    model_unuse(m);
     pthread_mutex_unlock(&e->lock);
     return rc;
 }
@@ -1575,10 +1614,10 @@ int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
         pthread_mutex_unlock(&e->lock);
         return err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
     }
-    struct swap_model *sm = m->sm;
+    const struct swap_model *sm = m->sm;
     load_check(e, m, swap_residency(e->mgr, sm) == RES_LOADING);
     out->id = m->id;
-    snprintf(out->name, sizeof(out->name), "%s", sm->name);
+    snprintf(out->name, sizeof(out->name), "%s", swap_model_name(sm));
     out->pinned = m->pinned;
     out->queue_len = m->queue_len;
     out->running = m->n_running;
@@ -1600,19 +1639,20 @@ int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
     out->latency_hist = m->latency.prom;
     out->ttft_hist = m->ttft.prom;
     out->load_hist = m->load.prom;
-    pthread_mutex_unlock(&e->lock);
     /* residency: the swap manager's word for the model, and per shard the
-     * blobs whose readiness events are set (lock-free reads) */
+     * blobs whose readiness events are set; under the lock, which keeps
+     * engine_remove_model (and its swap_unregister) off sm */
     out->residency = swap_residency(e->mgr, sm);
-    out->n_shards = sm->tp * sm->pp;
+    out->n_shards = swap_model_shard_count(sm);
     for (int s = 0; s < out->n_shards && s < ENGINE_MAX_SHARDS; s++) {
-        const struct swap_shard *sh = &sm->shards[s];
-        out->shards[s].device = sh->device;
-        out->shards[s].bytes = sh->device_bytes;
-        out->shards[s].n_blobs = sh->layout.n_blobs;
-        for (int b = 0; b < sh->layout.n_blobs; b++)
-            out->shards[s].blobs_ready += device_event_done(sh->ready[b]);
+        const struct swap_shard *sh = swap_model_shard(sm, s);
+        out->shards[s].device = swap_shard_device(sh);
+        out->shards[s].bytes = swap_shard_device_bytes(sh);
+        out->shards[s].n_blobs = swap_shard_n_blobs(sh);
+        for (int b = 0; b < swap_shard_n_blobs(sh); b++)
+            out->shards[s].blobs_ready += device_event_done(swap_shard_blob_ready(sh, b));
     }
+    pthread_mutex_unlock(&e->lock);
     return 0;
 }
 

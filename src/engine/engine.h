@@ -86,11 +86,17 @@ void engine_destroy(struct engine *e);
 
 /* ---- the model registry (admin; any time, also while serving) ---- */
 
-/* Starts serving a model registered with mgr (its swap_model stays the
- * caller's, and must outlive its time in the engine). Returns its id (>= 0;
- * ids are never reused, so a model removed and added again gets a new one)
- * or an error: ERR_INVALID when a model of the same name is served already,
- * or SCHED_MAX_MODELS are. Its pinned flag starts as model->pinned. */
+/* Starts serving a model registered with mgr. The engine takes the
+ * registration over: engine_remove_model unregisters it (swap_unregister),
+ * and the model pointer is invalid from then on; until then the caller may
+ * keep reading it (swap.h's accessors, swap_residency, swap_wait_loaded) but
+ * must not hold it in use (swap_use_begin) or move it itself. A model still
+ * served at engine_destroy stays registered until swap_manager_destroy; on
+ * an error it stays the caller's. Returns its id (>= 0; ids are never
+ * reused, so a checkpoint removed and registered and added again gets a new
+ * one) or an error: ERR_INVALID when a model of the same name is served
+ * already, or SCHED_MAX_MODELS are. Its pinned flag starts as
+ * swap_model_pinned(model). */
 int engine_add_model(struct engine *e, struct swap_model *model);
 /* The id of the model served under name, or ERR_NOT_FOUND. */
 int engine_find_model(struct engine *e, const char *name);
@@ -100,9 +106,11 @@ int engine_list_models(struct engine *e, int *ids, int max);
 /* Stops serving model id: its queued requests complete at once with
  * ERR_NOT_FOUND ("model X was removed"), the sequences of its batch in flight
  * leave at the next step boundary with the same status, then its runner
- * stops and the model is offloaded from its devices (waiting for a load in
- * progress to end first). Returns once the engine no longer uses the
- * swap_model. ERR_NOT_FOUND when id is not served. */
+ * stops, the model is offloaded from its devices (waiting for a load in
+ * progress to end first) and unregistered: its host copy returns to the
+ * host budget and its checkpoint is unmapped. Returns once that is done;
+ * the swap_model it was added with is invalid then. ERR_NOT_FOUND when id
+ * is not served. */
 int engine_remove_model(struct engine *e, int id);
 /* Sequences one batch of model id takes: 1 ..engine_config.max_batch (its
  * default). Its device memory reserve follows. */

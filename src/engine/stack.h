@@ -68,7 +68,8 @@ struct stack {
     struct workers *workers;
     struct engine *engine;
     int n_models;
-    struct swap_model **models; /* (n_models) as configured */
+    struct swap_model **models; /* (n_models) as configured; models[i] is invalid once
+                                 * engine_remove_model(ids[i]) unregistered it */
     int *ids;                   /* (n_models) their engine ids */
 };
 

@@ -49,8 +49,8 @@ struct workers {
 };
 
 struct group_batch {
-    struct swap_model *model;
-    int n_shards;
+    const struct swap_model *model;
+    int n_shards, tp, pp;             /* the model's, so freeing gb reads nothing of it */
     struct model_exec **ex;             /* (n_shards) on each shard's device */
     struct comm_group **stage_group;  /* (pp) NULL when tp is 1 */
     struct comm_channel **chan;       /* ((pp - 1) * tp): stage s rank r -> stage s + 1 rank r */
@@ -69,11 +69,11 @@ uint64_t group_batch_bytes(const struct swap_model *model, struct swap_manager *
                            const struct model_exec_shape *shape, int device)
 {
     uint64_t bytes = 0;
-    for (int i = 0; i < model->tp * model->pp; i++) {
-        const struct swap_shard *sh = &model->shards[i];
-        if (sh->device != device)
+    for (int i = 0; i < swap_model_shard_count(model); i++) {
+        const struct swap_shard *sh = swap_model_shard(model, i);
+        if (swap_shard_device(sh) != device)
             continue;
-        size_t b = model_exec_bytes(sh->m, swap_device(mgr, device), shape);
+        size_t b = model_exec_bytes(swap_shard_model(sh), swap_device(mgr, device), shape);
         if (b == 0)
             return UINT64_MAX;
         bytes += (b + 63) / 64 * 64;
@@ -81,7 +81,7 @@ uint64_t group_batch_bytes(const struct swap_model *model, struct swap_manager *
     return bytes;
 }
 
-int group_batch_create(struct swap_manager *mgr, struct swap_model *model,
+int group_batch_create(struct swap_manager *mgr, const struct swap_model *model,
                        const struct model_exec_shape *shape, struct group_batch **out)
 {
     *out = NULL;
@@ -90,30 +90,34 @@ int group_batch_create(struct swap_manager *mgr, struct swap_model *model,
         return err_set(ERR_NOMEM, "out of memory");
     gb->model = model;
     atomic_init(&gb->failed, 0);
-    gb->n_shards = model->tp * model->pp;
+    gb->tp = swap_model_tp(model);
+    gb->pp = swap_model_pp(model);
+    gb->n_shards = gb->tp * gb->pp;
     gb->ex = calloc((size_t)gb->n_shards, sizeof(*gb->ex));
-    gb->stage_group = calloc((size_t)model->pp, sizeof(*gb->stage_group));
-    gb->chan = calloc((size_t)(model->pp * model->tp), sizeof(*gb->chan));
+    gb->stage_group = calloc((size_t)gb->pp, sizeof(*gb->stage_group));
+    gb->chan = calloc((size_t)(gb->pp * gb->tp), sizeof(*gb->chan));
     int rc = 0;
     if (!gb->ex || !gb->stage_group || !gb->chan) {
         rc = err_set(ERR_NOMEM, "out of memory");
         goto fail;
     }
-    for (int s = 0; s < model->pp && model->tp > 1; s++) {
+    for (int s = 0; s < gb->pp && gb->tp > 1; s++) {
         struct device *devs[EVICT_MAX_DEVICES];
-        for (int r = 0; r < model->tp; r++)
-            devs[r] = swap_device(mgr, model->shards[s * model->tp + r].device);
-        if ((rc = comm_group_create(devs, model->tp, &gb->stage_group[s])) < 0)
+        for (int r = 0; r < gb->tp; r++)
+            devs[r] = swap_device(mgr, swap_shard_device(swap_model_shard(model, s * gb->tp + r)));
+        if ((rc = comm_group_create(devs, gb->tp, &gb->stage_group[s])) < 0)
             goto fail;
     }
-    for (int i = 0; i < (model->pp - 1) * model->tp; i++)
+    for (int i = 0; i < (gb->pp - 1) * gb->tp; i++)
         if ((rc = comm_channel_create(&gb->chan[i])) < 0)
             goto fail;
     for (int i = 0; i < gb->n_shards; i++) {
-        const struct swap_shard *sh = &model->shards[i];
-        struct comm *tp = model->tp > 1 ? comm_group_rank(gb->stage_group[sh->stage], sh->rank)
-                                        : NULL;
-        if ((rc = model_exec_init(sh->m, swap_device(mgr, sh->device), tp, shape, &gb->ex[i])) < 0)
+        const struct swap_shard *sh = swap_model_shard(model, i);
+        struct comm *tp = gb->tp > 1 ? comm_group_rank(gb->stage_group[swap_shard_stage(sh)],
+                                                       swap_shard_rank(sh))
+                                     : NULL;
+        if ((rc = model_exec_init(swap_shard_model(sh), swap_device(mgr, swap_shard_device(sh)), tp,
+                                shape, &gb->ex[i])) < 0)
             goto fail;
     }
     *out = gb;
@@ -136,10 +140,10 @@ static void group_batch_abort(struct group_batch *gb, int rc)
     int none = 0;
     if (!atomic_compare_exchange_strong(&gb->failed, &none, rc))
         return;
-    for (int s = 0; s < gb->model->pp; s++)
+    for (int s = 0; s < gb->pp; s++)
         if (gb->stage_group[s])
             comm_group_abort(gb->stage_group[s], rc);
-    for (int i = 0; i < (gb->model->pp - 1) * gb->model->tp; i++)
+    for (int i = 0; i < (gb->pp - 1) * gb->tp; i++)
         comm_channel_abort(gb->chan[i], rc);
 }
 
@@ -165,9 +169,9 @@ void group_batch_free(struct group_batch *gb)
         return;
     for (int i = 0; gb->ex && i < gb->n_shards; i++)
         model_exec_free(gb->ex[i]);
-    for (int s = 0; gb->stage_group && s < gb->model->pp; s++)
+    for (int s = 0; gb->stage_group && s < gb->pp; s++)
         comm_group_destroy(gb->stage_group[s]);
-    for (int i = 0; gb->chan && i < gb->model->pp * gb->model->tp; i++)
+    for (int i = 0; gb->chan && i < gb->pp * gb->tp; i++)
         comm_channel_destroy(gb->chan[i]);
     free(gb->ex);
     free(gb->stage_group);
@@ -180,26 +184,27 @@ void group_batch_free(struct group_batch *gb)
 /* Makes the compute stream wait for blob b; remembers a failed load (the
  * memory stays mapped, so computing on goes through the collectives in step
  * with the other shards). */
-static void task_wait_blob(struct swap_shard *sh, struct model_exec *ex, int b, int *rc)
+static void task_wait_blob(const struct swap_shard *sh, struct model_exec *ex, int b, int *rc)
 {
-    int st = stream_wait_event(ex->stream, sh->ready[b]);
+    int st = stream_wait_event(ex->stream, swap_shard_blob_ready(sh, b));
     if (st < 0 && *rc == 0)
         *rc = st;
 }
 
 static int task_run(struct shard_task *t)
 {
+    /* the shard: fixed while its model is registered, read without a lock */
     struct group_batch *gb = t->gb;
-    struct swap_model *model = gb->model;
-    struct swap_shard *sh = &model->shards[t->shard];
-    struct model *m = sh->m;
+    const struct swap_shard *sh = swap_model_shard(gb->model, t->shard);
+    const struct model *m = swap_shard_model(sh);
     struct model_exec *ex = gb->ex[t->shard];
-    const int n = gb_shape(gb)->batch * t->t_new, H = model->info->hidden;
+    const int stage = swap_shard_stage(sh), rank = swap_shard_rank(sh), tp = gb->tp;
+    const int n = gb_shape(gb)->batch * t->t_new, H = swap_model_info(gb->model)->hidden;
     const int n_local = m->shard.layer_end - m->shard.layer_begin;
-    const bool first = sh->stage == 0, last = sh->stage == model->pp - 1;
+    const bool first = stage == 0, last = stage == gb->pp - 1;
     int rc = 0, wait_rc = 0;
     if (!t->overlap)
-        for (int b = 0; b < sh->layout.n_blobs; b++)
+        for (int b = 0; b < swap_shard_n_blobs(sh); b++)
             task_wait_blob(sh, ex, b, &wait_rc);
     /* the inputs: embeddings on the first stage, the previous stage's output elsewhere */
     if ((rc = model_exec_begin(m, ex, t->mask, t->t_new)) < 0)
@@ -208,8 +213,7 @@ static int task_run(struct shard_task *t)
         task_wait_blob(sh, ex, 0, &wait_rc);
         rc = model_forward_embed(m, ex, t->ids, t->mask, t->t_new);
     } else {
-        rc = comm_recv(gb->chan[(sh->stage - 1) * model->tp + sh->rank], ex->stream, ex->x,
-                       (size_t)n * H);
+        rc = comm_recv(gb->chan[(stage - 1) * tp + rank], ex->stream, ex->x, (size_t)n * H);
     }
     if (rc < 0)
         goto out;
@@ -224,16 +228,14 @@ static int task_run(struct shard_task *t)
     /* the outputs: logits on the last stage, activations to the next one */
     if (last) {
         task_wait_blob(sh, ex, 0, &wait_rc);
-        rc = model_forward_head(m, ex, t->t_new, t->all_positions,
-                              sh->rank == 0 ? t->logits : NULL);
+        rc = model_forward_head(m, ex, t->t_new, t->all_positions, rank == 0 ? t->logits : NULL);
     } else {
-        rc = comm_send(gb->chan[sh->stage * model->tp + sh->rank], ex->stream, ex->x,
-                       (size_t)n * H);
+        rc = comm_send(gb->chan[stage * tp + rank], ex->stream, ex->x, (size_t)n * H);
     }
 out:
     if (rc == 0 && wait_rc < 0) /* the loader's message is on the loader's thread */
         return err_set(wait_rc, "model %s stage %d rank %d: its weights did not load (%s)",
-                       model->name, sh->stage, sh->rank, err_name(wait_rc));
+                       swap_model_name(gb->model), stage, rank, err_name(wait_rc));
     return rc < 0 ? rc : wait_rc;
 }
 
@@ -323,7 +325,6 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
                   const uint8_t *mask, int t_new, bool all_positions, bool overlap,
                   float *logits)
 {
-    struct swap_model *model = gb->model;
     struct fwd_call call = {.remaining = gb->n_shards};
     int failed = group_batch_failed(gb);
     if (failed < 0)
@@ -350,7 +351,7 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
         tasks[i] = (struct shard_task){.gb = gb, .shard = i, .ids = ids, .mask = mask,
                                        .t_new = t_new, .all_positions = all_positions,
                                        .overlap = overlap, .logits = logits, .call = &call};
-        struct worker *wk = &w->dev[model->shards[i].device];
+        struct worker *wk = &w->dev[swap_shard_device(swap_model_shard(gb->model, i))];
         pthread_mutex_lock(&wk->lock);
         if (wk->tail)
             wk->tail->next = &tasks[i];

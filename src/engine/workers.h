@@ -29,7 +29,8 @@ void workers_destroy(struct workers *w); /* NULL-safe; waits for queued jobs */
  * execution context per shard (KV cache, activations and scratch, allocated
  * on the shard's device inside its budget), the TP groups of each stage and
  * the channels between stages. Everything is allocated here, before the
- * batch's first step; a step allocates nothing on a device. */
+ * batch's first step; a step allocates nothing on a device. A batch runs on
+ * its model's shards as registered: free it before swap_unregister. */
 struct group_batch;
 /* Device bytes a batch of this shape takes on device `device` (0 when the
  * model has no shard there; UINT64_MAX when the shape fits no device). */
@@ -37,7 +38,7 @@ uint64_t group_batch_bytes(const struct swap_model *model, struct swap_manager *
                            const struct model_exec_shape *shape, int device);
 /* ERR_NOMEM naming the device and bytes when a shard's context does not fit
  * its device's budget now (nothing is left allocated then). */
-int group_batch_create(struct swap_manager *mgr, struct swap_model *model,
+int group_batch_create(struct swap_manager *mgr, const struct swap_model *model,
                        const struct model_exec_shape *shape, struct group_batch **out);
 /* 0, or the error of the forward that failed on it: a failed step leaves the
  * shards' KV caches out of step and its groups and channels aborted, so every

@@ -8,19 +8,23 @@
 #include "server/log.h"
 #include "server/server_impl.h"
 
-/* Any non-engine thread; opens the tokenizer outside s->lock. */
-int srv_model_add(struct server *s, struct swap_model *sm, const char *path, int id)
+/* Any non-engine thread; opens the tokenizer outside s->lock. What the
+ * entry needs of sm is copied now: the entry outlives the swap model (the
+ * engine's removal unregisters it). */
+int srv_model_add(struct server *s, const struct swap_model *sm, const char *path, int id)
 {
     struct srv_model *m = calloc(1, sizeof(*m));
     if (!m || !(m->path = strdup(path))) {
         free(m);
-        return err_set(ERR_NOMEM, "out of memory for model %s", sm->name);
+        return err_set(ERR_NOMEM, "out of memory for model %s", swap_model_name(sm));
     }
-    snprintf(m->name, sizeof(m->name), "%s", sm->name);
-    m->sm = sm;
+    snprintf(m->name, sizeof(m->name), "%s", swap_model_name(sm));
     m->id = id;
-    m->max_pos = sm->info->max_pos;
-    m->vocab = sm->info->vocab;
+    m->tp = swap_model_tp(sm);
+    m->pp = swap_model_pp(sm);
+    m->compute = swap_model_compute(sm);
+    m->max_pos = swap_model_info(sm)->max_pos;
+    m->vocab = swap_model_info(sm)->vocab;
     m->created = (long long)time(NULL);
     if (bpe_open(path, &m->tok) < 0) {
         log_warn("model %s: no tokenizer (%s): its completions will be refused (their text needs one)", m->name, err_msg());

@@ -34,9 +34,9 @@ static json_t *model_json(struct server *s, const struct srv_model *m)
         json_pack("{s:s, s:s, s:I, s:s, s:s, s:b, s:i, s:i, s:s, s:I, s:o, s:i, s:i, s:i}", "id",
                   m->name, "object", "model", "created", (json_int_t)m->created, "owned_by",
                   "shardswap", "residency", srv_residency_name(st->residency), "pinned", st->pinned,
-                  "tp", m->sm->tp, "pp", m->sm->pp, "compute",
-                  kern_compute_name(swap_model_compute(m->sm)), "bytes", (json_int_t)total, "shards", shards,
-                  "max_model_len", m->max_pos, "queue_len", st->queue_len, "running", st->running);
+                  "tp", m->tp, "pp", m->pp, "compute", kern_compute_name(m->compute), "bytes",
+                  (json_int_t)total, "shards", shards, "max_model_len", m->max_pos, "queue_len",
+                  st->queue_len, "running", st->running);
     free(st);
     return o;
 }
@@ -245,6 +245,8 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     if (rc == 0 && compute_set)
         swap_model_set_compute(sm, kc);
     int id = rc < 0 ? rc : engine_add_model(s->stack->engine, sm);
+    if (rc == 0 && id < 0)
+        swap_unregister(s->stack->mgr, sm); /* never served: idle */
     if (id >= 0 && max_batch > 0 &&
         (rc = engine_set_max_batch(s->stack->engine, id, max_batch)) < 0)
         engine_remove_model(s->stack->engine, id);
@@ -255,8 +257,8 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     pthread_mutex_unlock(&s->admin_lock);
     if (rc < 0) {
         /* what swap_register refuses (no checkpoint, does not fit) is the
-         * request's fault; a registered model stays with the manager until
-         * the server closes (it has no unregister) */
+         * request's fault; a model registered for it is unregistered again
+         * (engine_remove_model does that for one the engine took) */
         oai_error_set(&e, 400, "invalid_request_error", NULL, "path",
                       "Model '%s' could not be added: %s", name, err_msg());
         goto refuse;

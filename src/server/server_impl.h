@@ -41,9 +41,12 @@ enum server_state { SERVER_STARTING, SERVER_SERVING, SERVER_STOPPING };
 struct srv_model {
     char name[64];
     char *path;            /* owned */
-    struct swap_model *sm; /* the swap manager's */
     struct bpe *tok;       /* owned; NULL when the directory has no tokenizer */
     int id;                /* engine id */
+    /* the swap model's, copied at add: no pointer into it, which
+     * engine_remove_model frees */
+    int tp, pp;
+    enum kern_compute compute;
     int max_pos, vocab;
     long long created; /* unix seconds it was added */
     bool removed;
@@ -192,7 +195,7 @@ void srv_count_status(struct server *s, int status);
 
 /* ---- models.c: the model table ---- */
 /* Adds (tokenizer, config) a model the engine serves as id. */
-int srv_model_add(struct server *s, struct swap_model *sm, const char *path, int id);
+int srv_model_add(struct server *s, const struct swap_model *sm, const char *path, int id);
 /* The served (not removed) model named name, or NULL. */
 struct srv_model *srv_model_find(struct server *s, const char *name);
 void srv_models_free(struct server *s);

@@ -2,6 +2,7 @@
  * movement itself runs on the per-device loader threads (loader.c). */
 #include "swap/swap.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,15 +58,38 @@ int swap_manager_create(struct device **devices, int n_devices, const struct swa
     return 0;
 }
 
-static void shard_release(struct swap_manager *mgr, struct swap_shard *sh)
+static bool model_in_transition(const struct swap_model *model);
+
+/* Frees the shard's device copies (its views then point nowhere until the
+ * next load binds them) and resets their events (mgr->lock held). */
+static void shard_drop_device(struct swap_shard *sh)
 {
     for (int b = 0; b < sh->layout.n_blobs; b++) {
-        if (sh->dev && sh->dev[b])
-            device_free(sh->dev[b]);
-        if (sh->host && sh->host[b]) {
-            device_host_free(mgr->devices[sh->device], sh->host[b], sh->layout.blob_bytes[b]);
-            mgr->stats.host_used -= sh->layout.blob_bytes[b];
-        }
+        device_free(sh->dev[b]);
+        sh->dev[b] = NULL;
+        device_event_reset(sh->ready[b]);
+    }
+}
+
+/* Frees the shard's host copies, returning their bytes to the host budget
+ * (mgr->lock held). */
+static void shard_drop_host(struct swap_manager *mgr, struct swap_shard *sh)
+{
+    for (int b = 0; b < sh->layout.n_blobs; b++) {
+        if (!sh->host[b])
+            continue;
+        device_host_free(mgr->devices[sh->device], sh->host[b], sh->layout.blob_bytes[b]);
+        sh->host[b] = NULL;
+        mgr->stats.host_used -= sh->layout.blob_bytes[b];
+    }
+}
+
+/* Frees what shard_init made: events, layout, the shard's model. Its copies
+ * are gone already (model_detach_locked) or were never made. */
+static void shard_free(struct swap_shard *sh)
+{
+    for (int b = 0; b < sh->layout.n_blobs; b++) {
+        assert(!(sh->dev && sh->dev[b]) && !(sh->host && sh->host[b]));
         if (sh->ready)
             device_event_destroy(sh->ready[b]);
     }
@@ -76,16 +100,48 @@ static void shard_release(struct swap_manager *mgr, struct swap_shard *sh)
     model_close(sh->m);
 }
 
-static void model_free(struct swap_manager *mgr, struct swap_model *model)
+/* Frees a model the manager no longer sees (detached, or never listed):
+ * no lock, no other thread can reach it. Closes its checkpoint, which
+ * unmaps its files. NULL-safe. */
+static void model_free(struct swap_model *model)
 {
     if (!model)
         return;
     for (int i = 0; model->shards && i < model->tp * model->pp; i++)
-        shard_release(mgr, &model->shards[i]);
+        shard_free(&model->shards[i]);
     free(model->shards);
     st_close(model->ck);
     model_config_free(model->cfg);
     free(model);
+}
+
+/* Takes a model out of the manager (mgr->lock held; nothing of it in
+ * transition): off its devices without a copy back, its host copies freed,
+ * out of the model list (the ids after it move down one, keeping the
+ * registration order the LRU ties go by) and so out of every victim choice
+ * and host room made from then on. */
+static void model_detach_locked(struct swap_manager *mgr, struct swap_model *model)
+{
+    assert(!model_in_transition(model));
+    if (swap_model_resident(model))
+        mgr->stats.offloads++;
+    for (int s = 0; s < model->tp * model->pp; s++) {
+        struct swap_shard *sh = &model->shards[s];
+        shard_drop_device(sh);
+        shard_drop_host(mgr, sh);
+        sh->state = RES_ON_DISK;
+        sh->failed = false;
+    }
+    const int id = model->id, nd = mgr->n_devices, after = mgr->n_models - id - 1;
+    assert(id >= 0 && id < mgr->n_models && mgr->models[id] == model);
+    memmove(&mgr->models[id], &mgr->models[id + 1], (size_t)after * sizeof(*mgr->models));
+    memmove(&mgr->bytes[(size_t)id * nd], &mgr->bytes[(size_t)(id + 1) * nd],
+            (size_t)after * nd * sizeof(*mgr->bytes));
+    mgr->n_models--;
+    for (int i = id; i < mgr->n_models; i++)
+        mgr->models[i]->id = i;
+    model->id = -1;
+    pthread_cond_broadcast(&mgr->changed); /* its device memory is free */
 }
 
 void swap_manager_destroy(struct swap_manager *mgr)
@@ -99,14 +155,151 @@ void swap_manager_destroy(struct swap_manager *mgr)
     pthread_mutex_unlock(&mgr->lock);
     for (int d = 0; d < mgr->n_devices; d++)
         loader_stop(&mgr->loaders[d]);
-    for (int i = 0; i < mgr->n_models; i++)
-        model_free(mgr, mgr->models[i]);
+    /* each model as swap_unregister gives it back (work a caller still has
+     * in flight is that caller's bug: the memory goes all the same) */
+    while (mgr->n_models > 0) {
+        struct swap_model *model = mgr->models[mgr->n_models - 1];
+        pthread_mutex_lock(&mgr->lock);
+        model_detach_locked(mgr, model);
+        pthread_mutex_unlock(&mgr->lock);
+        model_free(model);
+    }
     free(mgr->models);
     free(mgr->lru);
     free(mgr->bytes);
     pthread_mutex_destroy(&mgr->lock);
     pthread_cond_destroy(&mgr->changed);
     free(mgr);
+}
+
+/* What a model in transition is doing, for refusals (mgr->lock held). */
+static const char *transition_name(const struct swap_model *model)
+{
+    for (int s = 0; s < model->tp * model->pp; s++) {
+        if (model->shards[s].state == RES_LOADING)
+            return "it is still loading";
+        if (model->shards[s].state == RES_OFFLOADING)
+            return "it is still offloading (copying back to host memory)";
+    }
+    return "it is being staged into host memory";
+}
+
+int swap_unregister(struct swap_manager *mgr, struct swap_model *model)
+{
+    pthread_mutex_lock(&mgr->lock);
+    if (!swap_model_idle(model)) {
+        int rc = err_set(ERR_BUSY, "model %s cannot be unregistered now: %s", model->name,
+                         model->in_flight ? "it has work in flight" : transition_name(model));
+        pthread_mutex_unlock(&mgr->lock);
+        return rc;
+    }
+    model_detach_locked(mgr, model);
+    pthread_mutex_unlock(&mgr->lock);
+    model_free(model); /* events, layouts, opt_models, the mapping: outside the lock */
+    return 0;
+}
+
+/* ---- what a model is made of: fixed from register to unregister, no lock ---- */
+
+const char *swap_model_name(const struct swap_model *model)
+{
+    return model->name;
+}
+
+const struct model_info *swap_model_info(const struct swap_model *model)
+{
+    return model->info;
+}
+
+int swap_model_tp(const struct swap_model *model)
+{
+    return model->tp;
+}
+
+int swap_model_pp(const struct swap_model *model)
+{
+    return model->pp;
+}
+
+bool swap_model_pinned(const struct swap_model *model)
+{
+    return model->pinned;
+}
+
+int swap_model_shard_count(const struct swap_model *model)
+{
+    return model->tp * model->pp;
+}
+
+const struct swap_shard *swap_model_shard(const struct swap_model *model, int i)
+{
+    assert(i >= 0 && i < model->tp * model->pp);
+    return &model->shards[i];
+}
+
+int swap_shard_device(const struct swap_shard *sh)
+{
+    return sh->device;
+}
+
+int swap_shard_stage(const struct swap_shard *sh)
+{
+    return sh->stage;
+}
+
+int swap_shard_rank(const struct swap_shard *sh)
+{
+    return sh->rank;
+}
+
+const struct model *swap_shard_model(const struct swap_shard *sh)
+{
+    return sh->m;
+}
+
+uint64_t swap_shard_device_bytes(const struct swap_shard *sh)
+{
+    return sh->device_bytes;
+}
+
+int swap_shard_n_blobs(const struct swap_shard *sh)
+{
+    return sh->layout.n_blobs;
+}
+
+uint64_t swap_shard_blob_bytes(const struct swap_shard *sh, int b)
+{
+    assert(b >= 0 && b < sh->layout.n_blobs);
+    return sh->layout.blob_bytes[b];
+}
+
+struct device_event *swap_shard_blob_ready(const struct swap_shard *sh, int b)
+{
+    assert(b >= 0 && b < sh->layout.n_blobs);
+    return sh->ready[b];
+}
+
+/* ---- timings, under the lock (the loaders write them) ---- */
+
+static double elapsed(double t0, double t1)
+{
+    return t1 > t0 ? t1 - t0 : 0; /* 0: none yet, or one under way */
+}
+
+double swap_model_load_seconds(struct swap_manager *mgr, const struct swap_model *model)
+{
+    pthread_mutex_lock(&mgr->lock);
+    double s = elapsed(model->load_t0, model->load_t1);
+    pthread_mutex_unlock(&mgr->lock);
+    return s;
+}
+
+double swap_shard_load_seconds(struct swap_manager *mgr, const struct swap_shard *sh)
+{
+    pthread_mutex_lock(&mgr->lock);
+    double s = elapsed(sh->load_t0, sh->load_t1);
+    pthread_mutex_unlock(&mgr->lock);
+    return s;
 }
 
 uint64_t swap_model_device_bytes(const struct swap_model *model, int d)
@@ -305,7 +498,7 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
     return 0;
 fail:
     err_wrap(rc, "%s", dir);
-    model_free(mgr, model);
+    model_free(model);
     return rc;
 }
 
@@ -365,13 +558,7 @@ static int host_make_room(struct swap_manager *mgr, const struct swap_model *kee
         struct swap_model *victim = mgr->models[v];
         for (int s = 0; s < victim->tp * victim->pp; s++) {
             struct swap_shard *sh = &victim->shards[s];
-            for (int b = 0; b < sh->layout.n_blobs; b++) {
-                if (!sh->host[b])
-                    continue;
-                device_host_free(mgr->devices[sh->device], sh->host[b], sh->layout.blob_bytes[b]);
-                sh->host[b] = NULL;
-                mgr->stats.host_used -= sh->layout.blob_bytes[b];
-            }
+            shard_drop_host(mgr, sh);
             if (sh->state == RES_IN_HOST)
                 sh->state = RES_ON_DISK;
         }
@@ -401,11 +588,7 @@ void swap_offload_locked(struct swap_manager *mgr, struct swap_model *model)
     for (int s = 0; s < model->tp * model->pp; s++) {
         struct swap_shard *sh = &model->shards[s];
         if (shard_host_complete(sh) || !copy_back || sh->failed) {
-            for (int b = 0; b < sh->layout.n_blobs; b++) {
-                device_free(sh->dev[b]);
-                sh->dev[b] = NULL;
-                device_event_reset(sh->ready[b]);
-            }
+            shard_drop_device(sh);
             sh->state = shard_host_complete(sh) ? RES_IN_HOST : RES_ON_DISK;
             sh->failed = false;
             continue;
@@ -761,11 +944,7 @@ void swap_shard_done(struct swap_manager *mgr, struct swap_shard *sh, enum loade
         }
         break;
     case LOADER_OFFLOAD:
-        for (int b = 0; b < sh->layout.n_blobs; b++) {
-            device_free(sh->dev[b]);
-            sh->dev[b] = NULL;
-            device_event_reset(sh->ready[b]);
-        }
+        shard_drop_device(sh);
         sh->state = shard_host_complete(sh) ? RES_IN_HOST : RES_ON_DISK;
         break;
     case LOADER_PREFETCH:

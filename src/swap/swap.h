@@ -30,6 +30,11 @@
  * swap_load_lru) wait, so a caller holding a lock of its own must not call
  * those. All state lives under one manager lock, taken only at transitions,
  * never on the forward's hot path and never across a copy.
+ *
+ * Lifetime: a struct swap_model is the manager's from swap_register to
+ * swap_unregister (or swap_manager_destroy); what a model is made of (its
+ * name, config, placement, each shard's model and blob events) is fixed
+ * for that whole time, so the accessors that read it take no lock.
  */
 #ifndef SHARDSWAP_SWAP_SWAP_H
 #define SHARDSWAP_SWAP_SWAP_H
@@ -55,40 +60,10 @@ struct placement {
     const int *devices; /* tp * pp indices into the manager's devices */
 };
 
-struct swap_shard {
-    struct swap_model *model;
-    int stage, rank, device;
-    struct model *m;       /* the shard; its views point into dev[] while resident */
-    struct model_layout layout;
-    void **host;               /* (n_blobs) host copies, NULL where absent */
-    struct dbuf **dev;         /* (n_blobs) device copies, NULL where absent */
-    struct device_event **ready; /* (n_blobs) complete once blob b is on the device */
-    uint64_t device_bytes, host_bytes;
-    enum residency state;
-    bool failed;               /* the last load failed: the device copy is garbage */
-    double load_t0, load_t1;   /* last load: queued, last blob on the device */
-    /* the shard's place in its loader's queue (a shard has one job at a time) */
-    int job_kind;
-    struct swap_shard *job_next;
-};
-
-struct swap_model {
-    int id;
-    char name[64];
-    struct model_config *cfg;  /* owned */
-    const struct model_info *info; /* &cfg->info */
-    struct st_checkpoint *ck;
-    int tp, pp;
-    struct swap_shard *shards; /* tp * pp, stage-major */
-    bool pinned;
-    int in_flight;             /* batches using it now */
-    bool offload_pending;      /* offload once in_flight drops to 0 / the load ends */
-    uint64_t last_used;        /* the manager's clock at its last load or use, for LRU */
-    int shards_busy;           /* shards still loading or offloading */
-    int load_status;           /* 0, or the error of the last load */
-    double load_t0, load_t1;   /* last load: requested, every shard on its device */
-};
-
+/* A registered model and its shards: opaque handles, the manager's
+ * (swap_impl.h). Read them through the accessors below. */
+struct swap_model;
+struct swap_shard;
 struct swap_manager;
 
 struct swap_stats {
@@ -133,6 +108,22 @@ void swap_manager_destroy(struct swap_manager *mgr); /* NULL-safe */
  * never fit its budget. The model starts ON_DISK. */
 int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
                   const struct placement *pl, bool pinned, struct swap_model **out);
+
+/* Gives the model back: the reverse of swap_register. Refused with ERR_BUSY
+ * (a one-line message naming the model) while it has work in flight
+ * (between swap_use_begin and swap_use_end) or a shard in transition
+ * (loading, offloading, being staged into host memory): end the work, then
+ * swap_wait_idle. Otherwise, under the manager's lock, it leaves its devices
+ * at once if resident (no copy back: its host copy goes too; counted in
+ * stats.offloads), its host copies are freed (stats.host_used drops by
+ * them) and the manager no longer sees it (no victim choice, no host room
+ * made from it); then, outside the lock, its device events, its shards'
+ * models and layouts are freed and its checkpoint closed (its files
+ * unmapped). model is invalid afterwards, and so is every pointer an
+ * accessor returned for it: free its group batches (workers.h) first, and
+ * let no other thread use it meanwhile. Any thread; it never waits (a
+ * transition in progress refuses it instead). */
+int swap_unregister(struct swap_manager *mgr, struct swap_model *model);
 
 /* What registering dir with a TP x PP layout would need, without
  * registering: device bytes of each shard (tp * pp, stage-major, as placed),
@@ -203,6 +194,53 @@ enum residency swap_residency(struct swap_manager *mgr, const struct swap_model 
 struct device *swap_device(struct swap_manager *mgr, int index);
 int swap_device_count(const struct swap_manager *mgr);
 void swap_get_stats(struct swap_manager *mgr, struct swap_stats *st);
+/* ---- what a model is made of ----
+ * Any thread, no lock: these values are fixed from swap_register to
+ * swap_unregister (a pointer returned is valid as long as the model), so a
+ * forward on its devices' compute threads reads them without the manager's
+ * lock. */
+
+const char *swap_model_name(const struct swap_model *model);
+/* Its config.json, as registered. */
+const struct model_info *swap_model_info(const struct swap_model *model);
+int swap_model_tp(const struct swap_model *model);
+int swap_model_pp(const struct swap_model *model);
+/* As registered (the engine keeps its own pinned flag from there). */
+bool swap_model_pinned(const struct swap_model *model);
+/* tp * pp, and shard i of them, stage-major (stage i / tp, rank i % tp).
+ * i must be in 0 .. count - 1. */
+int swap_model_shard_count(const struct swap_model *model);
+const struct swap_shard *swap_model_shard(const struct swap_model *model, int i);
+
+/* The shard's index into the manager's devices, its PP stage and TP rank. */
+int swap_shard_device(const struct swap_shard *sh);
+int swap_shard_stage(const struct swap_shard *sh);
+int swap_shard_rank(const struct swap_shard *sh);
+/* The shard's model, for model_exec_init and the forward; its weight views
+ * point into the shard's device copies while it is resident (or loading:
+ * blob b may be read once swap_shard_blob_ready(sh, b) is complete). */
+const struct model *swap_shard_model(const struct swap_shard *sh);
+/* Device bytes its blobs take (each rounded to the manager's alignment). */
+uint64_t swap_shard_device_bytes(const struct swap_shard *sh);
+/* Its blobs (embeddings and head, then one per layer): how many, the bytes
+ * of blob b, and the event that completes once blob b is on the device (a
+ * load resets it, a failed load signals it with the error). b must be in
+ * 0 .. n_blobs - 1. The event is the manager's: wait on it, never reset,
+ * signal or destroy it. */
+int swap_shard_n_blobs(const struct swap_shard *sh);
+uint64_t swap_shard_blob_bytes(const struct swap_shard *sh, int b);
+struct device_event *swap_shard_blob_ready(const struct swap_shard *sh, int b);
+
+/* ---- the last load's timings ---- */
+
+/* Seconds the model's last load took, from swap_load to its last shard on
+ * its device; the shard's, from the load's request to its last blob there.
+ * Meaningful once that load ended (swap_wait_loaded, or residency past
+ * RES_LOADING); 0 before the first load. Any thread; takes the manager's
+ * lock (never waits under it). */
+double swap_model_load_seconds(struct swap_manager *mgr, const struct swap_model *model);
+double swap_shard_load_seconds(struct swap_manager *mgr, const struct swap_shard *sh);
+
 /* Device bytes the model needs on device d (0 when it has no shard there). */
 uint64_t swap_model_device_bytes(const struct swap_model *model, int d);
 uint64_t swap_model_total_bytes(const struct swap_model *model);

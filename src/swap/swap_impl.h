@@ -1,10 +1,54 @@
-/* Internal to swap/: the manager and its loader threads. */
+/* Internal to swap/: the models, the manager and its loader threads.
+ * Outside swap/, swap.h's accessors read a model and its shards. */
 #ifndef SHARDSWAP_SWAP_SWAP_IMPL_H
 #define SHARDSWAP_SWAP_SWAP_IMPL_H
 
 #include <pthread.h>
 
 #include "swap/swap.h"
+
+/* One TP x PP shard. Fixed from registration to unregistration, read
+ * without the lock: model, stage, rank, device, m, layout, ready,
+ * device_bytes, host_bytes. Under mgr->lock: host[], dev[], state, failed,
+ * the load times (a loader fills the bytes of host[b] and dev[b] outside
+ * it, for the job it holds). job_kind and job_next: under its loader's
+ * lock. */
+struct swap_shard {
+    struct swap_model *model;
+    int stage, rank, device;
+    struct model *m;       /* the shard; its views point into dev[] while resident */
+    struct model_layout layout;
+    void **host;               /* (n_blobs) host copies, NULL where absent */
+    struct dbuf **dev;         /* (n_blobs) device copies, NULL where absent */
+    struct device_event **ready; /* (n_blobs) complete once blob b is on the device */
+    uint64_t device_bytes, host_bytes;
+    enum residency state;
+    bool failed;               /* the last load failed: the device copy is garbage */
+    double load_t0, load_t1;   /* last load: queued, last blob on the device */
+    /* the shard's place in its loader's queue (a shard has one job at a time) */
+    int job_kind;
+    struct swap_shard *job_next;
+};
+
+/* A registered model. Fixed from swap_register to swap_unregister, read
+ * without the lock: name, cfg, ck, tp, pp, shards, pinned. Under mgr->lock:
+ * id (its index into the manager's models and bytes) and the rest. */
+struct swap_model {
+    int id;
+    char name[64];
+    struct model_config *cfg;  /* owned */
+    const struct model_info *info; /* &cfg->info */
+    struct st_checkpoint *ck;
+    int tp, pp;
+    struct swap_shard *shards; /* tp * pp, stage-major */
+    bool pinned;
+    int in_flight;             /* batches using it now */
+    bool offload_pending;      /* offload once in_flight drops to 0 / the load ends */
+    uint64_t last_used;        /* the manager's clock at its last load or use, for LRU */
+    int shards_busy;           /* shards still loading or offloading */
+    int load_status;           /* 0, or the error of the last load */
+    double load_t0, load_t1;   /* last load: requested, every shard on its device */
+};
 
 enum loader_kind {
     LOADER_LOAD,     /* host copy (from disk if absent), then device copy, blob by blob */
@@ -29,9 +73,9 @@ struct swap_manager {
     struct device *devices[EVICT_MAX_DEVICES];
     int n_devices;
     struct loader loaders[EVICT_MAX_DEVICES];
-    struct swap_model **models;
+    struct swap_model **models;    /* (cap) in registration order; models[i]->id == i */
     struct evict_model *lru;       /* (cap) scratch for victim choices under the lock */
-    uint64_t *bytes;               /* (cap, n_devices) device bytes of each model */
+    uint64_t *bytes;               /* (cap, n_devices) device bytes of models[i] */
     int n_models, cap;
     uint64_t clock;                /* logical time of uses, for LRU */
     struct swap_stats stats;       /* host_used/host_high_water/budget live here */
