@@ -17,7 +17,8 @@
  *   tanhf and expf of two libms, a few ulps apart; the absolute part covers
  *   GELU's 1 + erf(x) cancelling for very negative x).
  * - kern_attention: 1e-5 (online softmax against the CPU's scores matrix);
- *   a query that sees no key must be exactly 0 on the GPU.
+ *   a query that sees no key must be exactly 0 on the GPU. With kv_heads ==
+ *   heads, and grouped (kv_heads 1 and between) in prefill and decode.
  * - kern_embed, kern_add, kern_scale, kern_kv_append (the whole cache,
  *   untouched positions included), kern_gather_rows, kern_copy,
  *   kern_to_host/kern_to_device: exact (copies, or one correctly rounded
@@ -376,7 +377,7 @@ struct att_state {
 static void att_append(struct att_state *a, int pos, int t_new)
 {
     const struct kv_geom *g = &a->g;
-    const size_t cnt = (size_t)g->batch * t_new * g->heads * g->head_dim;
+    const size_t cnt = (size_t)g->batch * t_new * g->kv_heads * g->head_dim;
     float *k = xmalloc(cnt * sizeof(float)), *v = xmalloc(cnt * sizeof(float));
     fill(k, cnt, -1, 1);
     fill(v, cnt, -1, 1);
@@ -431,8 +432,8 @@ static void att_run(struct att_state *a, int past, int t_new)
     float *oc = xmalloc(cnt * sizeof(float)), *og = xmalloc(cnt * sizeof(float));
     twin_download(to, oc, og, cnt * sizeof(float));
     double err = test_rel_err(og, oc, cnt);
-    CHECK_MSG(err <= TOL_F32, "attention hd=%d past=%d t_new=%d: rel err %.3g", g->head_dim, past,
-              t_new, err);
+    CHECK_MSG(err <= TOL_F32, "attention heads=%d kv_heads=%d hd=%d past=%d t_new=%d: rel err %.3g",
+              g->heads, g->kv_heads, g->head_dim, past, t_new, err);
     a->worst = err > a->worst ? err : a->worst;
     /* a query that sees no key: none of s <= past + t has key_ok */
     int blind = 0;
@@ -465,11 +466,16 @@ static void att_run(struct att_state *a, int past, int t_new)
  * sequence 0 all real tokens, sequence 1 left-padded by `pad` positions
  * (its first queries see nothing; pad > 64 leaves a whole key tile masked),
  * sequence 2 with only position 0 padding (its query 0 sees nothing). */
-static void attention_case(int heads, int head_dim, int max_t, int t_pre, int steps, int pad)
+static void attention_case(int heads, int kv_heads, int head_dim, int max_t, int t_pre, int steps,
+                           int pad)
 {
-    struct att_state a = {.g = {.batch = 3, .heads = heads, .head_dim = head_dim, .max_t = max_t}};
+    struct att_state a = {.g = {.batch = 3,
+                                .heads = heads,
+                                .kv_heads = kv_heads,
+                                .head_dim = head_dim,
+                                .max_t = max_t}};
     const struct kv_geom *g = &a.g;
-    a.cache_n = (size_t)g->batch * g->heads * g->max_t * g->head_dim;
+    a.cache_n = (size_t)g->batch * g->kv_heads * g->max_t * g->head_dim;
     float *init = xmalloc(a.cache_n * sizeof(float));
     fill(init, a.cache_n, -1, 1); /* junk where nothing is written yet */
     a.kc = twin_upload(init, a.cache_n * sizeof(float));
@@ -495,8 +501,9 @@ static void attention_case(int heads, int head_dim, int max_t, int t_pre, int st
         att_append(&a, past, 1);
         att_run(&a, past, 1);
     }
-    printf("attention heads=%d head_dim=%d prefill %d + %d steps: worst rel err %.3g\n", heads,
-           head_dim, t_pre, steps, a.worst);
+    printf("attention heads=%d kv_heads=%d head_dim=%d prefill %d + %d steps: worst rel err "
+           "%.3g\n",
+           heads, kv_heads, head_dim, t_pre, steps, a.worst);
     twin_free(&a.kc);
     twin_free(&a.vc);
     twin_free(&a.ok);
@@ -505,11 +512,16 @@ static void attention_case(int heads, int head_dim, int max_t, int t_pre, int st
 
 static void test_attention(void)
 {
-    attention_case(4, 64, 100, 70, 3, 66); /* crosses a 64-key tile */
-    attention_case(3, 80, 40, 13, 4, 5);
-    attention_case(2, 128, 160, 130, 2, 3);
-    attention_case(2, 256, 24, 9, 2, 4);
-    attention_case(5, 1, 20, 6, 2, 2); /* head_dim below a warp */
+    attention_case(4, 4, 64, 100, 70, 3, 66); /* crosses a 64-key tile */
+    attention_case(3, 3, 80, 40, 13, 4, 5);
+    attention_case(2, 2, 128, 160, 130, 2, 3);
+    attention_case(2, 2, 256, 24, 9, 2, 4);
+    attention_case(5, 5, 1, 20, 6, 2, 2); /* head_dim below a warp */
+    /* grouped-query: 4 query heads per KV head across a tile, multi-query,
+     * and 2 per KV head (the CPU's decode path reads each group at once) */
+    attention_case(8, 2, 128, 100, 70, 3, 66);
+    attention_case(4, 1, 64, 40, 13, 4, 5);
+    attention_case(6, 3, 80, 24, 9, 2, 4);
 }
 
 /* ---- gather_rows, copy, to_host / to_device ---- */

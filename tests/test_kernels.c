@@ -11,12 +11,13 @@
  * - kern_layernorm: 1e-5 relative.
  * - kern_activation: per element |got - ref| <= 1e-5 |ref| + 1e-6 (the
  *   absolute part covers 1 + erf(x) cancelling for very negative x).
- * - kern_attention: 1e-5 relative.
+ * - kern_attention: 1e-5 relative, with kv_heads 1, 2 and == heads.
  * - kern_embed, kern_add, kern_scale, kern_copy, kern_kv_append,
  *   kern_gather_rows: exact (copies, or one correctly rounded f32 operation).
  * Each masked kernel also checks that its data make the mask matter: the
  * reference without the causal mask, or without the padding mask, differs
- * from the real one by far more than the tolerance.
+ * from the real one by far more than the tolerance; likewise with query
+ * heads mapped to KV heads the other way round (h % kv_heads).
  */
 #include <math.h>
 #include <pthread.h>
@@ -598,35 +599,51 @@ static void test_elementwise(void)
 
 /* ---- kern_kv_append + kern_attention ---- */
 
-enum { KB = 3, KH = 2, KD = 5, KT = 8, KW = KH * KD };
+/* Batch, query heads, head_dim, max_t; the KV heads are each case's. */
+enum { KB = 3, KH = 4, KD = 5, KT = 8, KW = KH * KD };
 
-/* Cache index of (sequence b, head h, position p, element i):
- * (batch, heads, max_t, head_dim). */
-static size_t kv_at(int b, int h, int p, int i)
+/* Cache index of (sequence b, KV head h, position p, element i):
+ * (batch, kv_heads, max_t, head_dim). */
+static size_t kv_at(const struct kv_geom *g, int b, int h, int p, int i)
 {
-    return (((size_t)b * KH + h) * KT + p) * KD + i;
+    return (((size_t)b * g->kv_heads + h) * KT + p) * KD + i;
 }
 
-/* The reference of one attention call. causal and padding turn the masks
- * on; the real reference has both. q, out: (KB * t_new, KW). */
-static void ref_attention(float *out, const float *q, const float *kc, const float *vc,
-                          const uint8_t *key_ok, int past, int t_new, bool causal, bool padding)
+static size_t kv_floats(const struct kv_geom *g)
 {
+    return (size_t)KB * g->kv_heads * KT * KD;
+}
+
+/* What the reference applies of kern_attention's contract: the causal
+ * mask, the padding mask, and query head h reading KV head
+ * h / (heads / kv_heads) (false: h % kv_heads). The real reference has all
+ * three. */
+struct ref_attn {
+    bool causal, padding, groups;
+};
+
+/* q, out: (KB * t_new, KW). */
+static void ref_attention(float *out, const float *q, const float *kc, const float *vc,
+                          const uint8_t *key_ok, const struct kv_geom *g, int past, int t_new,
+                          struct ref_attn how)
+{
+    const int group = KH / g->kv_heads;
     for (int b = 0; b < KB; b++)
         for (int h = 0; h < KH; h++)
             for (int t = 0; t < t_new; t++) {
+                const int kvh = how.groups ? h / group : h % g->kv_heads;
                 const float *qr = q + ((size_t)b * t_new + t) * KW + h * KD;
                 float *o = out + ((size_t)b * t_new + t) * KW + h * KD;
-                int last = causal ? past + t : past + t_new - 1;
+                int last = how.causal ? past + t : past + t_new - 1;
                 double s[KT], mx = -INFINITY;
                 for (int j = 0; j <= last; j++) {
-                    if (padding && !key_ok[b * KT + j]) {
+                    if (how.padding && !key_ok[b * KT + j]) {
                         s[j] = -INFINITY;
                         continue;
                     }
                     double acc = 0;
                     for (int i = 0; i < KD; i++)
-                        acc += (double)qr[i] * kc[kv_at(b, h, j, i)];
+                        acc += (double)qr[i] * kc[kv_at(g, b, kvh, j, i)];
                     s[j] = acc;
                     mx = acc > mx ? acc : mx;
                 }
@@ -642,14 +659,20 @@ static void ref_attention(float *out, const float *q, const float *kc, const flo
                 for (int i = 0; i < KD; i++) {
                     double acc = 0;
                     for (int j = 0; j <= last; j++)
-                        acc += s[j] / sum * vc[kv_at(b, h, j, i)];
+                        acc += s[j] / sum * vc[kv_at(g, b, kvh, j, i)];
                     o[i] = (float)acc;
                 }
             }
 }
 
-/* Runs kern_attention and checks it against the reference, and that the
- * data make both masks matter. */
+/* Floats past the scratch kern_attention_scratch asks for, which must stay
+ * as they were. */
+enum { SCRATCH_GUARD = 64 };
+#define SCRATCH_CANARY 12345.0f
+
+/* Runs kern_attention and checks it against the reference, that the data
+ * make both masks (and the grouping of query heads) matter, and that it
+ * used no more scratch than kern_attention_scratch said. */
 static void attention_step(struct dbuf *dkc, struct dbuf *dvc, const float *kc, const float *vc,
                            struct dbuf *dok, const uint8_t *key_ok, const struct kv_geom *g,
                            int past, int t_new)
@@ -660,25 +683,41 @@ static void attention_step(struct dbuf *dkc, struct dbuf *dvc, const float *kc, 
     fill_uniform(q, n, -1, 1);
     for (size_t i = 0; i < n; i++)
         out[i] = 9.0f; /* rows that see no key must be written as 0 */
-    ref_attention(ref, q, kc, vc, key_ok, past, t_new, true, true);
+    ref_attention(ref, q, kc, vc, key_ok, g, past, t_new, (struct ref_attn){true, true, true});
 
-    size_t scratch = kern_attention_scratch(dev, g, t_new, past + t_new);
+    const size_t scratch = kern_attention_scratch(dev, g, t_new, past + t_new);
+    const size_t sn = scratch + SCRATCH_GUARD;
+    float *guard = malloc(sn * sizeof(float));
+    for (size_t i = 0; i < sn; i++)
+        guard[i] = SCRATCH_CANARY;
     struct dbuf *dq = upload(q, n * sizeof(float)), *dout = upload(out, n * sizeof(float));
-    struct dbuf *ds = upload(NULL, (scratch ? scratch : 1) * sizeof(float));
+    struct dbuf *ds = upload(guard, sn * sizeof(float));
     int rc = kern_attention(st, dbuf_ptr(dout), dbuf_ptr(dq), dbuf_ptr(dkc), dbuf_ptr(dvc),
                             dbuf_ptr(dok), g, past, t_new, dbuf_ptr(ds));
     CHECK_MSG(rc == 0, "%s", err_msg());
     download(out, dbuf_ptr(dout), n * sizeof(float));
     double e = test_rel_err(out, ref, n);
-    CHECK_MSG(e <= 1e-5, "attention past=%d t_new=%d: rel err %.3g", past, t_new, e);
-    printf("attention past=%d t_new=%d: rel err %.3g (tolerance 1e-5)\n", past, t_new, e);
+    CHECK_MSG(e <= 1e-5, "attention kv_heads=%d past=%d t_new=%d: rel err %.3g", g->kv_heads, past,
+              t_new, e);
+    printf("attention kv_heads=%d past=%d t_new=%d: rel err %.3g (tolerance 1e-5)\n", g->kv_heads,
+           past, t_new, e);
+    download(guard, dbuf_ptr(ds), sn * sizeof(float));
+    int spilled = 0;
+    for (size_t i = scratch; i < sn; i++)
+        spilled += guard[i] != SCRATCH_CANARY;
+    CHECK_MSG(spilled == 0, "attention kv_heads=%d t_new=%d: wrote past its %zu floats of scratch",
+              g->kv_heads, t_new, scratch);
 
     /* the padding mask matters in every call; the causal one when there is
-     * more than one query */
-    ref_attention(alt, q, kc, vc, key_ok, past, t_new, true, false);
+     * more than one query; the grouping when it is neither 1 nor heads */
+    ref_attention(alt, q, kc, vc, key_ok, g, past, t_new, (struct ref_attn){true, false, true});
     CHECK(test_rel_err(alt, ref, n) > 1e-2);
     if (t_new > 1) {
-        ref_attention(alt, q, kc, vc, key_ok, past, t_new, false, true);
+        ref_attention(alt, q, kc, vc, key_ok, g, past, t_new, (struct ref_attn){false, true, true});
+        CHECK(test_rel_err(alt, ref, n) > 1e-2);
+    }
+    if (g->kv_heads > 1 && g->kv_heads < KH) {
+        ref_attention(alt, q, kc, vc, key_ok, g, past, t_new, (struct ref_attn){true, true, false});
         CHECK(test_rel_err(alt, ref, n) > 1e-2);
     }
     device_free(dq);
@@ -688,6 +727,7 @@ static void attention_step(struct dbuf *dkc, struct dbuf *dvc, const float *kc, 
     free(out);
     free(ref);
     free(alt);
+    free(guard);
 }
 
 /* Appends t_new positions at pos to the device cache and to the host
@@ -696,24 +736,25 @@ static void attention_step(struct dbuf *dkc, struct dbuf *dvc, const float *kc, 
 static void append_step(struct dbuf *dkc, struct dbuf *dvc, float *kc, float *vc,
                         const struct kv_geom *g, int t_new, int pos, const int *pad)
 {
-    const size_t n = (size_t)KB * t_new * KW;
+    const int kw = g->kv_heads * KD;
+    const size_t n = (size_t)KB * t_new * kw;
     float *k = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));
     for (int b = 0; b < KB; b++)
         for (int t = 0; t < t_new; t++)
-            for (int c = 0; c < KW; c++) {
-                size_t i = ((size_t)b * t_new + t) * KW + c;
+            for (int c = 0; c < kw; c++) {
+                size_t i = ((size_t)b * t_new + t) * kw + c;
                 /* padding keys are large: if they were not masked they
                  * would take most of the attention */
                 float scale = pos + t < pad[b] ? 4.0f : 1.0f;
                 k[i] = scale * rng_uniform(-1, 1);
                 v[i] = pos + t < pad[b] ? 50.0f : rng_uniform(-1, 1);
-                kc[kv_at(b, c / KD, pos + t, c % KD)] = k[i];
-                vc[kv_at(b, c / KD, pos + t, c % KD)] = v[i];
+                kc[kv_at(g, b, c / KD, pos + t, c % KD)] = k[i];
+                vc[kv_at(g, b, c / KD, pos + t, c % KD)] = v[i];
             }
     struct dbuf *dk = upload(k, n * sizeof(float)), *dv = upload(v, n * sizeof(float));
     CHECK(kern_kv_append(st, dbuf_ptr(dkc), dbuf_ptr(dvc), dbuf_ptr(dk), dbuf_ptr(dv), g, t_new,
                          pos) == 0);
-    const size_t cache = (size_t)KB * KH * KT * KD;
+    const size_t cache = kv_floats(g);
     float *got = malloc(cache * sizeof(float));
     download(got, dbuf_ptr(dkc), cache * sizeof(float));
     CHECK_MSG(memcmp(got, kc, cache * sizeof(float)) == 0, "k cache after append at %d", pos);
@@ -726,13 +767,16 @@ static void append_step(struct dbuf *dkc, struct dbuf *dvc, float *kc, float *vc
     free(got);
 }
 
-static void test_attention(void)
+/* A prefill of 4 positions and two decode steps with KH query heads over
+ * kv_heads KV heads. */
+static void attention_case(int kv_heads)
 {
-    const struct kv_geom g = {.batch = KB, .heads = KH, .head_dim = KD, .max_t = KT};
+    const struct kv_geom g = {
+        .batch = KB, .heads = KH, .kv_heads = kv_heads, .head_dim = KD, .max_t = KT};
     /* left padding per sequence: none, 2 (its first two queries see no
      * key), 3 */
     static const int pad[KB] = {0, 2, 3};
-    const size_t cache = (size_t)KB * KH * KT * KD;
+    const size_t cache = kv_floats(&g);
     float *kc = malloc(cache * sizeof(float)), *vc = malloc(cache * sizeof(float));
     for (size_t i = 0; i < cache; i++)
         kc[i] = vc[i] = -77.0f; /* never written: must stay */
@@ -748,18 +792,38 @@ static void test_attention(void)
     append_step(dkc, dvc, kc, vc, &g, 4, 0, pad);
     attention_step(dkc, dvc, kc, vc, dok, key_ok, &g, 0, 4);
 
-    /* one decode step at position 4 */
-    for (int b = 0; b < KB; b++)
-        key_ok[b * KT + 4] = 1;
-    CHECK(kern_to_device(st, dbuf_ptr(dok), key_ok, sizeof(key_ok)) == 0);
-    append_step(dkc, dvc, kc, vc, &g, 1, 4, pad);
-    attention_step(dkc, dvc, kc, vc, dok, key_ok, &g, 4, 1);
+    /* decode steps at positions 4 and 5 */
+    for (int p = 4; p < 6; p++) {
+        for (int b = 0; b < KB; b++)
+            key_ok[b * KT + p] = 1;
+        CHECK(kern_to_device(st, dbuf_ptr(dok), key_ok, sizeof(key_ok)) == 0);
+        append_step(dkc, dvc, kc, vc, &g, 1, p, pad);
+        attention_step(dkc, dvc, kc, vc, dok, key_ok, &g, p, 1);
+    }
 
     device_free(dkc);
     device_free(dvc);
     device_free(dok);
     free(kc);
     free(vc);
+}
+
+static void test_attention(void)
+{
+    attention_case(KH); /* multi-head */
+    attention_case(2);  /* grouped: two query heads per KV head */
+    attention_case(1);  /* multi-query */
+
+    /* the scratch for the most queries and keys serves every smaller call
+     * (a batch's buffers are sized once, for its longest step) */
+    for (int kvh = 1; kvh <= KH; kvh *= 2) {
+        const struct kv_geom g = {
+            .batch = KB, .heads = KH, .kv_heads = kvh, .head_dim = KD, .max_t = KT};
+        const size_t most = kern_attention_scratch(dev, &g, 2, KT);
+        for (int t_new = 1; t_new <= 2; t_new++)
+            for (int t_all = t_new; t_all <= KT; t_all++)
+                CHECK(kern_attention_scratch(dev, &g, t_new, t_all) <= most);
+    }
 }
 
 int main(void)

@@ -87,7 +87,8 @@ int kern_scale(struct stream *s, float *x, size_t n, float a)
 
 static void geom_check(const struct kv_geom *g)
 {
-    assert(g && g->batch > 0 && g->heads > 0 && g->head_dim > 0 && g->max_t > 0);
+    assert(g && g->batch > 0 && g->heads > 0 && g->kv_heads > 0 && g->heads % g->kv_heads == 0 &&
+           g->head_dim > 0 && g->max_t > 0);
 }
 
 int kern_kv_append(struct stream *s, float *kc, float *vc, const float *k, const float *v,

@@ -29,11 +29,15 @@ enum kern_act {
     KERN_ACT_SILU,
 };
 
-/* One layer's KV cache for a batch: k and v each (batch, heads, max_t,
+/* One layer's KV cache for a batch: k and v each (batch, kv_heads, max_t,
  * head_dim), and key_ok (batch, max_t): 1 where a cached position holds a
- * real token, 0 for padding and positions not yet written. */
+ * real token, 0 for padding and positions not yet written. heads are the
+ * query heads: grouped-query attention shares each KV head among
+ * heads / kv_heads consecutive query heads (query head h reads KV head
+ * h / (heads / kv_heads)); kv_heads == heads is multi-head attention.
+ * heads % kv_heads == 0. */
 struct kv_geom {
-    int batch, heads, head_dim, max_t;
+    int batch, heads, kv_heads, head_dim, max_t;
 };
 
 /* The precision a linear layer computes in (activations stay f32 between
@@ -79,11 +83,12 @@ int kern_add(struct stream *s, float *y, const float *x, size_t n);
 int kern_scale(struct stream *s, float *x, size_t n, float a);
 /* Writes the keys and values of t_new new positions into the cache at
  * positions [pos, pos + t_new) of every sequence: k and v are (batch * t_new,
- * heads * head_dim), sequence-major. */
+ * kv_heads * head_dim), sequence-major. */
 int kern_kv_append(struct stream *s, float *kc, float *vc, const float *k, const float *v,
                    const struct kv_geom *g, int t_new, int pos);
 /* Causal attention of every sequence's t_new queries against its cache.
  * q:   (batch * t_new, heads * head_dim), already scaled; out the same shape.
+ * Query head h attends with KV head h / (heads / kv_heads) (struct kv_geom).
  * Query t of a sequence sits at position past + t and attends to the keys
  * s <= past + t with key_ok[s]; a query that sees no key (a pad before any
  * real token) gets 0. scratch: kern_attention_scratch() floats. */

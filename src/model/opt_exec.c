@@ -68,8 +68,11 @@ static void exec_layout(const struct opt_model *m, const struct device *dev,
     const size_t T = (size_t)sh->max_tokens, R = (size_t)sh->max_rows, F = sizeof(float);
     const size_t cache = (size_t)d.layers * sh->batch * d.heads * sh->max_len * d.hd;
     int t_max = sh->max_tokens / sh->batch < sh->max_len ? sh->max_tokens / sh->batch : sh->max_len;
-    struct kv_geom g = {
-        .batch = sh->batch, .heads = d.heads, .head_dim = d.hd, .max_t = sh->max_len};
+    struct kv_geom g = {.batch = sh->batch,
+                        .heads = d.heads,
+                        .kv_heads = d.heads,
+                        .head_dim = d.hd,
+                        .max_t = sh->max_len};
     size_t off = 0;
     L->k = carve(&off, cache * F);
     L->v = carve(&off, cache * F);

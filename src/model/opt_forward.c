@@ -85,8 +85,11 @@ int opt_forward_layer(const struct opt_model *m, int layer, struct opt_exec *ex,
     struct stream *s = ex->stream;
     const int H = c->hidden, n = ex->shape.batch * t_new;
     const int hd = ex->head_dim, qr = ex->heads * hd, fr = m->ffn_local;
-    const struct kv_geom g = {
-        .batch = ex->shape.batch, .heads = ex->heads, .head_dim = hd, .max_t = ex->shape.max_len};
+    const struct kv_geom g = {.batch = ex->shape.batch,
+                              .heads = ex->heads,
+                              .kv_heads = ex->heads,
+                              .head_dim = hd,
+                              .max_t = ex->shape.max_len};
     const size_t cache = (size_t)g.batch * g.heads * g.max_t * hd;
     float *x = ex->x, *h = ex->h, *kc = ex->k + layer * cache, *vc = ex->v + layer * cache;
 

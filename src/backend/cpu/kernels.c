@@ -127,44 +127,71 @@ void cpu_add(float *y, const float *x, size_t n)
         y[i] += x[i];
 }
 
-void cpu_attention(float *out, size_t ldo, const float *q, size_t ldq, const float *kc,
-                   const float *vc, int n_heads, int head_dim, size_t max_t, int past, int t_new,
-                   const uint8_t *key_ok, float *scores)
+size_t cpu_attention_scratch(int n_heads, int n_kv_heads, int t_new, int t_all)
 {
-    const int t_all = past + t_new;
-    for (int h = 0; h < n_heads; h++) {
-        const float *qh = q + (size_t)h * head_dim;
-        const float *kh = kc + (size_t)h * max_t * head_dim;
-        const float *vh = vc + (size_t)h * max_t * head_dim;
-        float *oh = out + (size_t)h * head_dim;
-        /* scores = q_h @ k_h^T over every cached key */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t_new, t_all, head_dim, 1.0f, qh,
-                    (int)ldq, kh, head_dim, 0.0f, scores, t_all);
-        /* causal + padding mask, softmax per query row */
-        for (int t = 0; t < t_new; t++) {
-            float *s = scores + (size_t)t * t_all;
-            int visible = past + t + 1;
-            float mx = -INFINITY;
-            for (int j = 0; j < visible; j++)
-                if (key_ok[j] && s[j] > mx)
-                    mx = s[j];
-            if (mx == -INFINITY) {
-                memset(s, 0, (size_t)t_all * sizeof(float));
-                continue;
-            }
-            float sum = 0;
-            for (int j = 0; j < t_all; j++) {
-                float e = (j < visible && key_ok[j]) ? expf(s[j] - mx) : 0.0f;
-                s[j] = e;
-                sum += e;
-            }
-            float inv = 1.0f / sum;
-            for (int j = 0; j < visible; j++)
-                s[j] *= inv;
+    const int group = n_heads / n_kv_heads;
+    return (size_t)(t_new > group ? t_new : group) * t_all;
+}
+
+/* Attention of `rows` query rows against one KV head (kh, vh: (max_t,
+ * head_dim), keys [0, t_all) filled): q rows of head_dim at row stride ldq,
+ * out likewise at ldo. Row i sits at position pos0 + i * step (step 1: a
+ * sequence's consecutive queries of one head; 0: the query heads of a group
+ * at one position) and sees the keys s <= its position with key_ok[s]; a
+ * row that sees none gets 0. scores: rows * t_all floats. */
+static void attend(float *out, size_t ldo, const float *q, size_t ldq, int rows, int pos0, int step,
+                   const float *kh, const float *vh, int head_dim, int t_all, const uint8_t *key_ok,
+                   float *scores)
+{
+    /* scores = q @ k^T over every cached key */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t_all, head_dim, 1.0f, q, (int)ldq,
+                kh, head_dim, 0.0f, scores, t_all);
+    /* causal + padding mask, softmax per query row */
+    for (int t = 0; t < rows; t++) {
+        float *s = scores + (size_t)t * t_all;
+        int visible = pos0 + t * step + 1;
+        float mx = -INFINITY;
+        for (int j = 0; j < visible; j++)
+            if (key_ok[j] && s[j] > mx)
+                mx = s[j];
+        if (mx == -INFINITY) {
+            memset(s, 0, (size_t)t_all * sizeof(float));
+            continue;
         }
-        /* out_h = P @ v_h */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t_new, head_dim, t_all, 1.0f,
-                    scores, t_all, vh, head_dim, 0.0f, oh, (int)ldo);
+        float sum = 0;
+        for (int j = 0; j < t_all; j++) {
+            float e = (j < visible && key_ok[j]) ? expf(s[j] - mx) : 0.0f;
+            s[j] = e;
+            sum += e;
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j < visible; j++)
+            s[j] *= inv;
+    }
+    /* out = P @ v */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, t_all, 1.0f, scores,
+                t_all, vh, head_dim, 0.0f, out, (int)ldo);
+}
+
+void cpu_attention(float *out, size_t ldo, const float *q, size_t ldq, const float *kc,
+                   const float *vc, int n_heads, int n_kv_heads, int head_dim, size_t max_t,
+                   int past, int t_new, const uint8_t *key_ok, float *scores)
+{
+    const int t_all = past + t_new, group = n_heads / n_kv_heads;
+    for (int kv = 0; kv < n_kv_heads; kv++) {
+        const float *kh = kc + (size_t)kv * max_t * head_dim;
+        const float *vh = vc + (size_t)kv * max_t * head_dim;
+        const size_t h0 = (size_t)kv * group * head_dim; /* the group's first query column */
+        if (t_new == 1 && group > 1) {
+            /* decode: the group's queries are one (group, head_dim) matrix in
+             * the row, so each key and value is read once for all of them */
+            attend(out + h0, (size_t)head_dim, q + h0, (size_t)head_dim, group, past, 0, kh, vh,
+                   head_dim, t_all, key_ok, scores);
+            continue;
+        }
+        for (int j = 0; j < group; j++)
+            attend(out + h0 + (size_t)j * head_dim, ldo, q + h0 + (size_t)j * head_dim, ldq, t_new,
+                   past, 1, kh, vh, head_dim, t_all, key_ok, scores);
     }
 }
 

@@ -158,7 +158,7 @@ static int k_kv_append(struct stream *s, float *kc, float *vc, const float *k, c
     int rc = cuda_kern_enter(s, &cs);
     if (rc < 0)
         return rc;
-    CUDA_CHECK(s->dev->name, cuda_launch_kv_append(cs->s, kc, vc, k, v, g->batch, g->heads,
+    CUDA_CHECK(s->dev->name, cuda_launch_kv_append(cs->s, kc, vc, k, v, g->batch, g->kv_heads,
                                                    g->head_dim, g->max_t, t_new, pos));
     return 0;
 }
@@ -175,8 +175,9 @@ static int k_attention(struct stream *s, float *out, const float *q, const float
     int rc = cuda_kern_enter(s, &cs);
     if (rc < 0)
         return rc;
-    CUDA_CHECK(s->dev->name, cuda_launch_attention(cs->s, out, q, kc, vc, key_ok, g->batch,
-                                                   g->heads, g->head_dim, g->max_t, past, t_new));
+    CUDA_CHECK(s->dev->name,
+               cuda_launch_attention(cs->s, out, q, kc, vc, key_ok, g->batch, g->heads, g->kv_heads,
+                                     g->head_dim, g->max_t, past, t_new));
     return 0;
 }
 

@@ -80,17 +80,19 @@ cudaError_t cuda_launch_activation(cudaStream_t st, float *x, size_t n, int act)
 cudaError_t cuda_launch_add(cudaStream_t st, float *y, const float *x, size_t n);
 cudaError_t cuda_launch_scale(cudaStream_t st, float *x, size_t n, float a);
 
-/* The cache layout of backend/kernels.h: kc, vc (batch, heads, max_t,
- * head_dim); k, v (batch * t_new, heads * head_dim) written at positions
+/* The cache layout of backend/kernels.h: kc, vc (batch, kv_heads, max_t,
+ * head_dim); k, v (batch * t_new, kv_heads * head_dim) written at positions
  * [pos, pos + t_new). */
 cudaError_t cuda_launch_kv_append(cudaStream_t st, float *kc, float *vc, const float *k,
-                                  const float *v, int batch, int heads, int head_dim, int max_t,
+                                  const float *v, int batch, int kv_heads, int head_dim, int max_t,
                                   int t_new, int pos);
 /* Causal + padding attention of kern_attention (backend/kernels.h), online
- * softmax, no scratch. head_dim <= CUDA_ATTN_MAX_HEAD_DIM. */
+ * softmax, no scratch: q and out (batch * t_new, heads * head_dim), query
+ * head h reading KV head h / (heads / kv_heads) of the cache. head_dim <=
+ * CUDA_ATTN_MAX_HEAD_DIM; heads a multiple of kv_heads. */
 cudaError_t cuda_launch_attention(cudaStream_t st, float *out, const float *q, const float *kc,
                                   const float *vc, const uint8_t *key_ok, int batch, int heads,
-                                  int head_dim, int max_t, int past, int t_new);
+                                  int kv_heads, int head_dim, int max_t, int past, int t_new);
 
 /* y[i, width] = x[rows[i], width] for i < n. */
 cudaError_t cuda_launch_gather_rows(cudaStream_t st, float *y, const float *x, const int32_t *rows,

@@ -79,11 +79,11 @@ extern "C" cudaError_t cuda_launch_scale(cudaStream_t st, float *x, size_t n, fl
     return cudaGetLastError();
 }
 
-/* Element i of the new keys/values (batch * t_new, heads * head_dim) is
+/* Element i of the new keys/values (batch * t_new, kv_heads * head_dim) is
  * (b, t, h, d) in that order, and goes to cache element (b, h, pos + t, d). */
 __global__ void kv_append_kernel(float *__restrict__ kc, float *__restrict__ vc,
                                  const float *__restrict__ k, const float *__restrict__ v,
-                                 size_t total, int heads, int head_dim, int max_t, int t_new,
+                                 size_t total, int kv_heads, int head_dim, int max_t, int t_new,
                                  int pos)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
@@ -91,28 +91,28 @@ __global__ void kv_append_kernel(float *__restrict__ kc, float *__restrict__ vc,
         size_t rest = i;
         const size_t d = rest % (size_t)head_dim;
         rest /= (size_t)head_dim;
-        const size_t h = rest % (size_t)heads;
-        rest /= (size_t)heads;
+        const size_t h = rest % (size_t)kv_heads;
+        rest /= (size_t)kv_heads;
         const size_t t = rest % (size_t)t_new;
         const size_t b = rest / (size_t)t_new;
         const size_t dst =
-            ((b * (size_t)heads + h) * (size_t)max_t + (size_t)pos + t) * (size_t)head_dim + d;
+            ((b * (size_t)kv_heads + h) * (size_t)max_t + (size_t)pos + t) * (size_t)head_dim + d;
         kc[dst] = k[i];
         vc[dst] = v[i];
     }
 }
 
 extern "C" cudaError_t cuda_launch_kv_append(cudaStream_t st, float *kc, float *vc, const float *k,
-                                             const float *v, int batch, int heads, int head_dim,
+                                             const float *v, int batch, int kv_heads, int head_dim,
                                              int max_t, int t_new, int pos)
 {
-    if (batch <= 0 || heads <= 0 || head_dim <= 0 || t_new <= 0)
+    if (batch <= 0 || kv_heads <= 0 || head_dim <= 0 || t_new <= 0)
         return cudaSuccess;
     if (pos < 0 || max_t <= 0 || (int64_t)pos + t_new > max_t)
         return cudaErrorInvalidValue;
-    const size_t total = (size_t)batch * (size_t)t_new * (size_t)heads * (size_t)head_dim;
+    const size_t total = (size_t)batch * (size_t)t_new * (size_t)kv_heads * (size_t)head_dim;
     kv_append_kernel<<<cuda_ew_blocks(total), CUDA_EW_THREADS, 0, st>>>(
-        kc, vc, k, v, total, heads, head_dim, max_t, t_new, pos);
+        kc, vc, k, v, total, kv_heads, head_dim, max_t, t_new, pos);
     return cudaGetLastError();
 }
 
