@@ -13,6 +13,10 @@
  *   16-bit type for cuBLAS (f16 for f16 weights), the CPU to bf16; a CPU
  *   with AMX also rounds f16/f32 weights to bf16.
  * - kern_layernorm: 1e-5 (both sum in double; the rest is f32).
+ * - kern_rmsnorm: per element |gpu - cpu| <= 1e-6 |cpu|, on rows of very
+ *   different magnitudes: both round the same double rstd to f32 (sums in
+ *   another order may move it by an ulp) and make the same two f32
+ *   products.
  * - kern_activation: per element |gpu - cpu| <= 1e-5 |cpu| + 1e-6 (erff,
  *   tanhf and expf of two libms, a few ulps apart; the absolute part covers
  *   GELU's 1 + erf(x) cancelling for very negative x).
@@ -314,6 +318,59 @@ static void test_layernorm(void)
                 free(yg);
             }
     printf("layernorm: 16 cases, worst rel err %.3g\n", worst);
+}
+
+/* ---- rmsnorm ---- */
+
+static void test_rmsnorm(void)
+{
+    static const int widths[] = {1, 67, 768, 2051, 4096};
+    const int m = 5; /* row i scaled by 10^(i - 3): eps dominates row 0 */
+    const float eps = 1e-6f;
+    double worst = 0;
+    for (size_t wi = 0; wi < sizeof(widths) / sizeof(widths[0]); wi++)
+        for (int weighted = 0; weighted < 2; weighted++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                const int n = widths[wi];
+                const size_t cnt = (size_t)m * n;
+                float *x = xmalloc(cnt * sizeof(float));
+                float *g = xmalloc((size_t)n * sizeof(float));
+                float *yc = xmalloc(cnt * sizeof(float));
+                float *yg = xmalloc(cnt * sizeof(float));
+                fill(x, cnt, -1, 1);
+                for (size_t k = 0; k < cnt; k++)
+                    x[k] *= powf(10.0f, (float)((int)(k / (size_t)n) - 3));
+                fill(g, (size_t)n, 0.5f, 1.5f);
+                struct twin tx = twin_upload(x, cnt * sizeof(float));
+                struct twin tg = twin_upload(g, (size_t)n * sizeof(float));
+                struct twin ty = inplace ? tx : twin_alloc(cnt * sizeof(float));
+                RUN("rmsnorm cpu", kern_rmsnorm(cpu_st, dbuf_ptr(ty.c), dbuf_ptr(tx.c), m, n,
+                                                weighted ? dbuf_ptr(tg.c) : NULL, eps));
+                RUN("rmsnorm cuda", kern_rmsnorm(gpu_st, dbuf_ptr(ty.g), dbuf_ptr(tx.g), m, n,
+                                                 weighted ? dbuf_ptr(tg.g) : NULL, eps));
+                twin_download(ty, yc, yg, cnt * sizeof(float));
+                size_t bad = 0, first = 0;
+                for (size_t k = 0; k < cnt; k++) {
+                    const double d = fabs((double)yg[k] - yc[k]);
+                    if (!(d <= 1e-6 * fabs((double)yc[k])) && !bad++)
+                        first = k;
+                    if (yc[k] != 0 && d / fabs((double)yc[k]) > worst)
+                        worst = d / fabs((double)yc[k]);
+                }
+                CHECK_MSG(
+                    bad == 0,
+                    "rmsnorm n=%d weighted=%d inplace=%d: %zu of %zu off, first cpu %g cuda %g", n,
+                    weighted, inplace, bad, cnt, yc[first], yg[first]);
+                if (!inplace)
+                    twin_free(&ty);
+                twin_free(&tx);
+                twin_free(&tg);
+                free(x);
+                free(g);
+                free(yc);
+                free(yg);
+            }
+    printf("rmsnorm: 20 cases, worst per-element rel err %.3g\n", worst);
 }
 
 /* ---- activation, add, scale ---- */
@@ -619,6 +676,7 @@ int main(void)
     test_linear();
     test_embed();
     test_layernorm();
+    test_rmsnorm();
     test_elementwise();
     test_attention();
     test_moves();

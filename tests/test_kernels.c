@@ -9,6 +9,9 @@
  *   widened values (decoded here, independently of core/dtype.c), so only
  *   f32 accumulation error is left and the tolerance stays f32-tight.
  * - kern_layernorm: 1e-5 relative.
+ * - kern_rmsnorm: per element |got - ref| <= 1e-6 |ref| (the kernel rounds
+ *   rstd to f32 and then makes two f32 products: 1.5 ulp at most), on rows
+ *   of very different magnitudes.
  * - kern_activation: per element |got - ref| <= 1e-5 |ref| + 1e-6 (the
  *   absolute part covers 1 + erf(x) cancelling for very negative x).
  * - kern_attention: 1e-5 relative, with kv_heads 1, 2 and == heads.
@@ -17,8 +20,10 @@
  * Each masked kernel also checks that its data make the mask matter: the
  * reference without the causal mask, or without the padding mask, differs
  * from the real one by far more than the tolerance; likewise with query
- * heads mapped to KV heads the other way round (h % kv_heads).
+ * heads mapped to KV heads the other way round (h % kv_heads), and with
+ * RMSNorm's eps left out.
  */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -478,6 +483,85 @@ static void test_layernorm(void)
     printf("layernorm: worst rel err %.3g (tolerance 1e-5)\n", worst);
 }
 
+/* ---- kern_rmsnorm ---- */
+
+/* Row i of x scaled by 10^(i - 3): in row 0 mean(x^2) ~ 3e-7 is below eps,
+ * so eps matters; row 4 is large. */
+enum { RMS_M = 5 };
+
+static void ref_rmsnorm(double *ref, const float *x, int n, const float *g, float eps,
+                        bool with_eps)
+{
+    for (int i = 0; i < RMS_M; i++) {
+        double ss = 0;
+        for (int j = 0; j < n; j++)
+            ss += (double)x[i * n + j] * x[i * n + j];
+        double r = 1 / sqrt(ss / n + (with_eps ? eps : 0)); /* mean over n, as torch */
+        for (int j = 0; j < n; j++)
+            ref[i * n + j] = x[i * n + j] * r * (g ? g[j] : 1.0);
+    }
+}
+
+static void test_rmsnorm(void)
+{
+    /* 5: only the tail after the kernel's 8 running sums; 67: both; 1024: none */
+    static const int widths[] = {5, 67, 1024};
+    const float eps = 1e-6f;
+    double worst = 0;
+    for (size_t wi = 0; wi < sizeof(widths) / sizeof(widths[0]); wi++)
+        for (int weighted = 0; weighted < 2; weighted++)
+            for (int in_place = 0; in_place < 2; in_place++) {
+                const int n = widths[wi];
+                const size_t cnt = (size_t)RMS_M * n;
+                float *x = malloc(cnt * sizeof(float)), *y = malloc(cnt * sizeof(float));
+                float *g = malloc((size_t)n * sizeof(float));
+                double *ref = malloc(cnt * sizeof(double)), *alt = malloc(cnt * sizeof(double));
+                for (int i = 0; i < RMS_M; i++)
+                    fill_uniform(x + (size_t)i * n, (size_t)n, -1, 1);
+                for (size_t k = 0; k < cnt; k++)
+                    x[k] *= powf(10.0f, (float)((int)(k / (size_t)n) - 3));
+                fill_uniform(g, (size_t)n, 0.5f, 1.5f);
+                const float *gw = weighted ? g : NULL;
+                ref_rmsnorm(ref, x, n, gw, eps, true);
+
+                struct dbuf *dx = upload(x, cnt * sizeof(float));
+                struct dbuf *dg = upload(g, (size_t)n * sizeof(float));
+                struct dbuf *dy = in_place ? NULL : upload(NULL, cnt * sizeof(float));
+                float *py = in_place ? dbuf_ptr(dx) : dbuf_ptr(dy);
+                CHECK(kern_rmsnorm(st, py, dbuf_ptr(dx), RMS_M, n, weighted ? dbuf_ptr(dg) : NULL,
+                                   eps) == 0);
+                download(y, py, cnt * sizeof(float));
+                int bad = 0;
+                for (size_t k = 0; k < cnt; k++) {
+                    double d = fabs(y[k] - ref[k]);
+                    if (!(d <= 1e-6 * fabs(ref[k]) + FLT_MIN))
+                        bad++;
+                    if (ref[k] != 0 && d / fabs(ref[k]) > worst)
+                        worst = d / fabs(ref[k]);
+                }
+                CHECK_MSG(bad == 0, "rmsnorm n=%d weighted=%d in_place=%d: %d of %zu values off", n,
+                          weighted, in_place, bad, cnt);
+                if (!in_place) {
+                    float *back = malloc(cnt * sizeof(float));
+                    download(back, dbuf_ptr(dx), cnt * sizeof(float));
+                    CHECK(memcmp(back, x, cnt * sizeof(float)) == 0); /* x untouched */
+                    free(back);
+                }
+                /* without eps row 0 would come out far from the reference */
+                ref_rmsnorm(alt, x, n, gw, eps, false);
+                CHECK(fabs(alt[0] - ref[0]) > 0.1 * fabs(ref[0]));
+                device_free(dx);
+                device_free(dg);
+                device_free(dy);
+                free(x);
+                free(y);
+                free(g);
+                free(ref);
+                free(alt);
+            }
+    printf("rmsnorm: 12 cases, worst per-element rel err %.3g (tolerance 1e-6)\n", worst);
+}
+
 /* ---- kern_activation ---- */
 
 static double ref_act(enum kern_act a, double x)
@@ -845,6 +929,7 @@ int main(void)
     test_gemv_isa_choice();
     test_embed();
     test_layernorm();
+    test_rmsnorm();
     test_activation();
     test_elementwise();
     test_attention();

@@ -67,6 +67,13 @@ int kern_layernorm(struct stream *s, float *y, const float *x, int m, int n, con
     return kern_of(s)->layernorm(s, y, x, m, n, gamma, beta, eps);
 }
 
+int kern_rmsnorm(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
+                 float eps)
+{
+    assert(y && x && m > 0 && n > 0 && eps > 0);
+    return kern_of(s)->rmsnorm(s, y, x, m, n, gamma, eps);
+}
+
 int kern_activation(struct stream *s, float *x, size_t n, enum kern_act act)
 {
     assert(x && act >= KERN_ACT_RELU && act <= KERN_ACT_SILU);

@@ -75,6 +75,12 @@ int kern_embed(struct stream *s, float *y, const struct weight_view *w, const in
  * affine) or both set. y may equal x. */
 int kern_layernorm(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
                    const float *beta, float eps);
+/* y = x * rsqrt(mean(x^2) + eps) * gamma over m rows of width n, in that
+ * order and in f32 as transformers' LlamaRMSNorm computes it (the mean of
+ * squares summed accurately, in double); gamma NULL: no weight. y may equal
+ * x. */
+int kern_rmsnorm(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
+                 float eps);
 /* x = act(x), n elements. */
 int kern_activation(struct stream *s, float *x, size_t n, enum kern_act act);
 /* y[i] += x[i] */

@@ -15,6 +15,8 @@ struct kernel_ops {
                  int row0);
     int (*layernorm)(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
                      const float *beta, float eps);
+    int (*rmsnorm)(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
+                   float eps);
     int (*activation)(struct stream *s, float *x, size_t n, enum kern_act act);
     int (*add)(struct stream *s, float *y, const float *x, size_t n);
     int (*scale)(struct stream *s, float *x, size_t n, float a);

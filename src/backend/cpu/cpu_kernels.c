@@ -36,6 +36,14 @@ static int k_layernorm(struct stream *s, float *y, const float *x, int m, int n,
     return 0;
 }
 
+static int k_rmsnorm(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
+                     float eps)
+{
+    (void)s;
+    cpu_rmsnorm(y, x, m, n, gamma, eps);
+    return 0;
+}
+
 static int k_activation(struct stream *s, float *x, size_t n, enum kern_act act)
 {
     (void)s;
@@ -119,6 +127,7 @@ const struct kernel_ops cpu_kernel_ops = {
     .linear = k_linear,
     .embed = k_embed,
     .layernorm = k_layernorm,
+    .rmsnorm = k_rmsnorm,
     .activation = k_activation,
     .add = k_add,
     .scale = k_scale,

@@ -97,6 +97,37 @@ void cpu_layernorm(float *y, const float *x, int m, int n, const float *gamma, c
     }
 }
 
+/* Running sums of the squares in cpu_rmsnorm: independent add chains, so
+ * the loop is bound by throughput, not by the latency of one double add. */
+#define RMS_LANES 8
+
+void cpu_rmsnorm(float *y, const float *x, int m, int n, const float *gamma, float eps)
+{
+    for (int i = 0; i < m; i++) {
+        const float *xi = x + (size_t)i * n;
+        float *yi = y + (size_t)i * n;
+        /* in double, as cpu_layernorm (the square of an f32 is exact there) */
+        double lane[RMS_LANES] = {0};
+        int j = 0;
+        for (; j + RMS_LANES <= n; j += RMS_LANES)
+            for (int u = 0; u < RMS_LANES; u++)
+                lane[u] += (double)xi[j + u] * xi[j + u];
+        double ss = 0;
+        for (; j < n; j++)
+            ss += (double)xi[j] * xi[j];
+        for (int u = 0; u < RMS_LANES; u++)
+            ss += lane[u];
+        const float r = (float)(1.0 / sqrt(ss / n + eps));
+        /* (x * r) * gamma: LlamaRMSNorm's order */
+        if (gamma)
+            for (j = 0; j < n; j++)
+                yi[j] = (xi[j] * r) * gamma[j];
+        else
+            for (j = 0; j < n; j++)
+                yi[j] = xi[j] * r;
+    }
+}
+
 void cpu_activation(float *x, size_t n, enum kern_act act)
 {
     switch (act) {

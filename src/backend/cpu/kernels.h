@@ -29,6 +29,10 @@ void cpu_embed(float *y, const struct weight_view *w, const int32_t *ids, int n)
 void cpu_layernorm(float *y, const float *x, int m, int n, const float *gamma, const float *beta,
                    float eps);
 
+/* y = x * rsqrt(mean(x^2) + eps) * gamma over rows of width n, as
+ * kern_rmsnorm (backend/kernels.h); gamma may be NULL. y may equal x. */
+void cpu_rmsnorm(float *y, const float *x, int m, int n, const float *gamma, float eps);
+
 void cpu_activation(float *x, size_t n, enum kern_act act);
 
 /* y[i] += x[i] */

@@ -105,6 +105,17 @@ static int k_layernorm(struct stream *s, float *y, const float *x, int m, int n,
     return 0;
 }
 
+static int k_rmsnorm(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
+                     float eps)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cuda_launch_rmsnorm(cs->s, y, x, m, n, gamma, eps));
+    return 0;
+}
+
 static int act_of(enum kern_act act)
 {
     switch (act) {
@@ -246,6 +257,7 @@ const struct kernel_ops cuda_kernel_ops = {
     .linear = cuda_linear,
     .embed = k_embed,
     .layernorm = k_layernorm,
+    .rmsnorm = k_rmsnorm,
     .activation = k_activation,
     .add = k_add,
     .scale = k_scale,

@@ -75,6 +75,12 @@ cudaError_t cuda_launch_embed(cudaStream_t st, float *y, const void *w, int wtyp
 cudaError_t cuda_launch_layernorm(cudaStream_t st, float *y, const float *x, int m, int n,
                                   const float *gamma, const float *beta, float eps);
 
+/* RMSNorm over m rows of width n (the squares summed in double), then y =
+ * (x * rstd) * gamma in f32 as kern_rmsnorm states it; gamma may be NULL; y
+ * may equal x. */
+cudaError_t cuda_launch_rmsnorm(cudaStream_t st, float *y, const float *x, int m, int n,
+                                const float *gamma, float eps);
+
 /* x = act(x) (enum cuda_act); y += x; x *= a. n elements. */
 cudaError_t cuda_launch_activation(cudaStream_t st, float *x, size_t n, int act);
 cudaError_t cuda_launch_add(cudaStream_t st, float *y, const float *x, size_t n);
