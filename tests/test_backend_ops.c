@@ -17,6 +17,10 @@
  *   different magnitudes: both round the same double rstd to f32 (sums in
  *   another order may move it by an ulp) and make the same two f32
  *   products.
+ * - kern_rope: 1e-5 (cosf and sinf of two libms, CUDA's within 2 ulp; the
+ *   products and sums are the same f32 operations), at positions up to
+ *   500000 where the arguments need the slow range reduction; elements past
+ *   rot_dim exact.
  * - kern_activation: per element |gpu - cpu| <= 1e-5 |cpu| + 1e-6 (erff,
  *   tanhf and expf of two libms, a few ulps apart; the absolute part covers
  *   GELU's 1 + erf(x) cancelling for very negative x).
@@ -373,6 +377,65 @@ static void test_rmsnorm(void)
     printf("rmsnorm: 20 cases, worst per-element rel err %.3g\n", worst);
 }
 
+/* ---- rope ---- */
+
+static void test_rope(void)
+{
+    static const struct {
+        int n, heads, head_dim, rot_dim;
+        float scale;
+    } cases[] = {
+        {7, 8, 64, 64, 1.0f},    /* prefill */
+        {1, 32, 128, 128, 1.0f}, /* a decode step of a Llama */
+        {3, 28, 128, 128, 1.0f}, /* Qwen2's 28 heads */
+        {5, 4, 80, 32, 1.0f},    /* partial rotation: 48 elements per head stay */
+        {3, 2, 256, 256, 0.8f},  /* a scale */
+    };
+    static const int32_t pos_choices[] = {0, 1, 4095, 131071, 500000, 17, 2};
+    double worst = 0;
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const int n = cases[ci].n, heads = cases[ci].heads, hd = cases[ci].head_dim;
+        const int rot = cases[ci].rot_dim, half = rot / 2;
+        const size_t cnt = (size_t)n * heads * hd;
+        float *x = xmalloc(cnt * sizeof(float));
+        float *inv_freq = xmalloc((size_t)half * sizeof(float));
+        int32_t *pos = xmalloc((size_t)n * sizeof(int32_t));
+        float *yc = xmalloc(cnt * sizeof(float)), *yg = xmalloc(cnt * sizeof(float));
+        fill(x, cnt, -2, 2);
+        for (int i = 0; i < half; i++) /* Llama's, base 500000 (Llama 3) */
+            inv_freq[i] = (float)(1.0 / pow(500000.0, 2.0 * i / rot));
+        for (int r = 0; r < n; r++)
+            pos[r] = pos_choices[(ci + (size_t)r) % (sizeof(pos_choices) / sizeof(pos_choices[0]))];
+        struct twin tx = twin_upload(x, cnt * sizeof(float));
+        struct twin tp = twin_upload(pos, (size_t)n * sizeof(int32_t));
+        struct twin tf = twin_upload(inv_freq, (size_t)half * sizeof(float));
+        RUN("rope cpu", kern_rope(cpu_st, dbuf_ptr(tx.c), n, heads, hd, rot, dbuf_ptr(tp.c),
+                                  dbuf_ptr(tf.c), cases[ci].scale));
+        RUN("rope cuda", kern_rope(gpu_st, dbuf_ptr(tx.g), n, heads, hd, rot, dbuf_ptr(tp.g),
+                                   dbuf_ptr(tf.g), cases[ci].scale));
+        twin_download(tx, yc, yg, cnt * sizeof(float));
+        double err = test_rel_err(yg, yc, cnt);
+        CHECK_MSG(err <= TOL_F32, "rope n=%d heads=%d head_dim=%d rot_dim=%d: rel err %.3g", n,
+                  heads, hd, rot, err);
+        worst = err > worst ? err : worst;
+        size_t moved = 0;
+        for (size_t k = 0; k < cnt; k++)
+            if ((int)(k % (size_t)hd) >= rot && memcmp(&yg[k], &x[k], sizeof(float)) != 0)
+                moved++;
+        CHECK_MSG(moved == 0, "rope rot_dim=%d: %zu elements past rot_dim changed on cuda", rot,
+                  moved);
+        twin_free(&tx);
+        twin_free(&tp);
+        twin_free(&tf);
+        free(x);
+        free(inv_freq);
+        free(pos);
+        free(yc);
+        free(yg);
+    }
+    printf("rope: 5 cases, worst rel err %.3g\n", worst);
+}
+
 /* ---- activation, add, scale ---- */
 
 static void test_elementwise(void)
@@ -677,6 +740,7 @@ int main(void)
     test_embed();
     test_layernorm();
     test_rmsnorm();
+    test_rope();
     test_elementwise();
     test_attention();
     test_moves();

@@ -12,6 +12,9 @@
  * - kern_rmsnorm: per element |got - ref| <= 1e-6 |ref| (the kernel rounds
  *   rstd to f32 and then makes two f32 products: 1.5 ulp at most), on rows
  *   of very different magnitudes.
+ * - kern_rope: 1e-6 relative, against cos and sin in double of the f32
+ *   angle the contract names (an f32 cosf/sinf, a product by scale and the
+ *   rotation: a few f32 roundings); the elements past rot_dim exact.
  * - kern_activation: per element |got - ref| <= 1e-5 |ref| + 1e-6 (the
  *   absolute part covers 1 + erf(x) cancelling for very negative x).
  * - kern_attention: 1e-5 relative, with kv_heads 1, 2 and == heads.
@@ -20,8 +23,9 @@
  * Each masked kernel also checks that its data make the mask matter: the
  * reference without the causal mask, or without the padding mask, differs
  * from the real one by far more than the tolerance; likewise with query
- * heads mapped to KV heads the other way round (h % kv_heads), and with
- * RMSNorm's eps left out.
+ * heads mapped to KV heads the other way round (h % kv_heads), with
+ * RMSNorm's eps left out, and with rope's other pairing (GPT-J's
+ * interleaved pairs) or its angle in double.
  */
 #include <float.h>
 #include <math.h>
@@ -562,6 +566,100 @@ static void test_rmsnorm(void)
     printf("rmsnorm: 12 cases, worst per-element rel err %.3g (tolerance 1e-6)\n", worst);
 }
 
+/* ---- kern_rope ---- */
+
+/* Which rotation the reference applies: the contract's (rotate_half pairs
+ * i and i + half, the angle an f32 product), or a wrong one the data must
+ * tell apart from it. */
+enum rope_ref { ROPE_REF, ROPE_INTERLEAVED, ROPE_ANGLE_DOUBLE };
+
+static void ref_rope(float *out, const float *x, int n, int heads, int hd, int rot,
+                     const int32_t *pos, const float *inv_freq, float scale, enum rope_ref how)
+{
+    const int half = rot / 2;
+    memcpy(out, x, (size_t)n * heads * hd * sizeof(float));
+    for (int r = 0; r < n; r++)
+        for (int h = 0; h < heads; h++)
+            for (int i = 0; i < half; i++) {
+                const float af = (float)pos[r] * inv_freq[i]; /* rounded to f32 */
+                const double a = how == ROPE_ANGLE_DOUBLE ? (double)pos[r] * inv_freq[i] : af;
+                const double c = cos(a) * scale, s = sin(a) * scale;
+                const size_t base = ((size_t)r * heads + h) * hd;
+                const size_t i0 = base + (how == ROPE_INTERLEAVED ? 2 * (size_t)i : (size_t)i);
+                const size_t i1 = how == ROPE_INTERLEAVED ? i0 + 1 : i0 + half;
+                out[i0] = (float)(x[i0] * c - x[i1] * s);
+                out[i1] = (float)(x[i1] * c + x[i0] * s);
+            }
+}
+
+static void test_rope(void)
+{
+    static const struct {
+        int n, heads, head_dim, rot_dim;
+        float scale;
+    } cases[] = {
+        {5, 3, 8, 8, 1.0f},      /* the whole head rotates */
+        {4, 2, 10, 6, 1.0f},     /* dims 6..9 of each head stay */
+        {3, 2, 160, 160, 0.75f}, /* 80 pairs: more than one block of the CPU's; a scale */
+        {1, 4, 64, 32, 1.0f},    /* a decode step, half the head */
+    };
+    /* 0 and 1, and one whose f32 angles are far from the double ones in
+     * every case (131071: an f32 angle there is 2^-7 rad coarse) */
+    static const int32_t pos_choices[] = {0, 1, 7, 131071, 4093, 37};
+    double worst = 0, angle_gap = 0;
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const int n = cases[ci].n, heads = cases[ci].heads, hd = cases[ci].head_dim;
+        const int rot = cases[ci].rot_dim, half = rot / 2;
+        const float scale = cases[ci].scale;
+        const size_t cnt = (size_t)n * heads * hd;
+        float *x = malloc(cnt * sizeof(float)), *y = malloc(cnt * sizeof(float));
+        float *ref = malloc(cnt * sizeof(float)), *alt = malloc(cnt * sizeof(float));
+        float *inv_freq = malloc((size_t)half * sizeof(float));
+        int32_t *pos = malloc((size_t)n * sizeof(int32_t));
+        fill_uniform(x, cnt, -1, 1);
+        for (int i = 0; i < half; i++) /* Llama's, base 10000 */
+            inv_freq[i] = (float)(1.0 / pow(10000.0, 2.0 * i / rot));
+        for (int r = 0; r < n; r++)
+            pos[r] = pos_choices[(ci + (size_t)r) % (sizeof(pos_choices) / sizeof(pos_choices[0]))];
+        ref_rope(ref, x, n, heads, hd, rot, pos, inv_freq, scale, ROPE_REF);
+
+        struct dbuf *dx = upload(x, cnt * sizeof(float));
+        struct dbuf *dp = upload(pos, (size_t)n * sizeof(int32_t));
+        struct dbuf *df = upload(inv_freq, (size_t)half * sizeof(float));
+        CHECK(kern_rope(st, dbuf_ptr(dx), n, heads, hd, rot, dbuf_ptr(dp), dbuf_ptr(df), scale) ==
+              0);
+        download(y, dbuf_ptr(dx), cnt * sizeof(float));
+        double e = test_rel_err(y, ref, cnt);
+        CHECK_MSG(e <= 1e-6, "rope n=%d heads=%d head_dim=%d rot_dim=%d: rel err %.3g", n, heads,
+                  hd, rot, e);
+        worst = e > worst ? e : worst;
+        int moved = 0; /* past rot_dim: the input, bit for bit */
+        for (size_t k = 0; k < cnt; k++)
+            if ((int)(k % (size_t)hd) >= rot && memcmp(&y[k], &x[k], sizeof(float)) != 0)
+                moved++;
+        CHECK_MSG(moved == 0, "rope rot_dim=%d: %d elements past rot_dim changed", rot, moved);
+        /* the pairing matters, and the f32 angle (by how much depends on
+         * how each product rounds: checked over all cases below) */
+        ref_rope(alt, x, n, heads, hd, rot, pos, inv_freq, scale, ROPE_INTERLEAVED);
+        CHECK(test_rel_err(alt, ref, cnt) > 1e-2);
+        ref_rope(alt, x, n, heads, hd, rot, pos, inv_freq, scale, ROPE_ANGLE_DOUBLE);
+        double angle = test_rel_err(alt, ref, cnt);
+        CHECK(angle > 1e-5);
+        angle_gap = angle > angle_gap ? angle : angle_gap;
+        device_free(dx);
+        device_free(dp);
+        device_free(df);
+        free(x);
+        free(y);
+        free(ref);
+        free(alt);
+        free(inv_freq);
+        free(pos);
+    }
+    CHECK(angle_gap > 1e-3);
+    printf("rope: 4 cases, worst rel err %.3g (tolerance 1e-6)\n", worst);
+}
+
 /* ---- kern_activation ---- */
 
 static double ref_act(enum kern_act a, double x)
@@ -930,6 +1028,7 @@ int main(void)
     test_embed();
     test_layernorm();
     test_rmsnorm();
+    test_rope();
     test_activation();
     test_elementwise();
     test_attention();

@@ -74,6 +74,14 @@ int kern_rmsnorm(struct stream *s, float *y, const float *x, int m, int n, const
     return kern_of(s)->rmsnorm(s, y, x, m, n, gamma, eps);
 }
 
+int kern_rope(struct stream *s, float *x, int n, int heads, int head_dim, int rot_dim,
+              const int32_t *pos, const float *inv_freq, float scale)
+{
+    assert(x && pos && inv_freq && n > 0 && heads > 0 && head_dim > 0 && rot_dim > 0 &&
+           rot_dim % 2 == 0 && rot_dim <= head_dim);
+    return kern_of(s)->rope(s, x, n, heads, head_dim, rot_dim, pos, inv_freq, scale);
+}
+
 int kern_activation(struct stream *s, float *x, size_t n, enum kern_act act)
 {
     assert(x && act >= KERN_ACT_RELU && act <= KERN_ACT_SILU);

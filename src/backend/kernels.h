@@ -81,6 +81,18 @@ int kern_layernorm(struct stream *s, float *y, const float *x, int m, int n, con
  * x. */
 int kern_rmsnorm(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
                  float eps);
+/* Rotary position embedding in place, transformers' rotate_half convention
+ * (apply_rotary_pos_emb with cos/sin = cat(freqs, freqs)). x: n rows (one
+ * per token) of heads * head_dim; in every head the first rot_dim elements
+ * rotate (rot_dim even, <= head_dim) and the rest stay. With half =
+ * rot_dim / 2, for i < half: a = (float)pos[r] * inv_freq[i] (an f32
+ * product), c = cosf(a) * scale, s = sinf(a) * scale, and
+ *   x[i]        = x[i] * c - x[i + half] * s
+ *   x[i + half] = x[i + half] * c + x[i] * s.
+ * pos: (n) positions >= 0; inv_freq: (half); both on the device. scale is
+ * the attention scaling of rope variants that have one (1 otherwise). */
+int kern_rope(struct stream *s, float *x, int n, int heads, int head_dim, int rot_dim,
+              const int32_t *pos, const float *inv_freq, float scale);
 /* x = act(x), n elements. */
 int kern_activation(struct stream *s, float *x, size_t n, enum kern_act act);
 /* y[i] += x[i] */

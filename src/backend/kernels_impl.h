@@ -17,6 +17,8 @@ struct kernel_ops {
                      const float *beta, float eps);
     int (*rmsnorm)(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
                    float eps);
+    int (*rope)(struct stream *s, float *x, int n, int heads, int head_dim, int rot_dim,
+                const int32_t *pos, const float *inv_freq, float scale);
     int (*activation)(struct stream *s, float *x, size_t n, enum kern_act act);
     int (*add)(struct stream *s, float *y, const float *x, size_t n);
     int (*scale)(struct stream *s, float *x, size_t n, float a);

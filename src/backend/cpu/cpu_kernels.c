@@ -44,6 +44,14 @@ static int k_rmsnorm(struct stream *s, float *y, const float *x, int m, int n, c
     return 0;
 }
 
+static int k_rope(struct stream *s, float *x, int n, int heads, int head_dim, int rot_dim,
+                  const int32_t *pos, const float *inv_freq, float scale)
+{
+    (void)s;
+    cpu_rope(x, n, heads, head_dim, rot_dim, pos, inv_freq, scale);
+    return 0;
+}
+
 static int k_activation(struct stream *s, float *x, size_t n, enum kern_act act)
 {
     (void)s;
@@ -128,6 +136,7 @@ const struct kernel_ops cpu_kernel_ops = {
     .embed = k_embed,
     .layernorm = k_layernorm,
     .rmsnorm = k_rmsnorm,
+    .rope = k_rope,
     .activation = k_activation,
     .add = k_add,
     .scale = k_scale,

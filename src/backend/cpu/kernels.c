@@ -128,6 +128,39 @@ void cpu_rmsnorm(float *y, const float *x, int m, int n, const float *gamma, flo
     }
 }
 
+/* Pairs of a head whose cos and sin cpu_rope computes at a time, on the
+ * stack: every head of the row reuses them. */
+#define ROPE_BLOCK 64
+
+void cpu_rope(float *x, int n, int heads, int head_dim, int rot_dim, const int32_t *pos,
+              const float *inv_freq, float scale)
+{
+    const int half = rot_dim / 2;
+    float c[ROPE_BLOCK], s[ROPE_BLOCK];
+    for (int r = 0; r < n; r++) {
+        float *row = x + (size_t)r * heads * head_dim;
+        const float p = (float)pos[r];
+        for (int i0 = 0; i0 < half; i0 += ROPE_BLOCK) {
+            const int nb = half - i0 < ROPE_BLOCK ? half - i0 : ROPE_BLOCK;
+            for (int i = 0; i < nb; i++) {
+                const float a = p * inv_freq[i0 + i];
+                c[i] = cosf(a) * scale;
+                s[i] = sinf(a) * scale;
+            }
+            for (int h = 0; h < heads; h++) {
+                /* [i0, i0 + nb) and [i0 + half, ...) do not overlap: nb <= half - i0 */
+                float *restrict lo = row + (size_t)h * head_dim + i0;
+                float *restrict hi = lo + half;
+                for (int i = 0; i < nb; i++) {
+                    const float x0 = lo[i], x1 = hi[i];
+                    lo[i] = x0 * c[i] - x1 * s[i];
+                    hi[i] = x1 * c[i] + x0 * s[i];
+                }
+            }
+        }
+    }
+}
+
 void cpu_activation(float *x, size_t n, enum kern_act act)
 {
     switch (act) {

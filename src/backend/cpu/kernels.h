@@ -33,6 +33,11 @@ void cpu_layernorm(float *y, const float *x, int m, int n, const float *gamma, c
  * kern_rmsnorm (backend/kernels.h); gamma may be NULL. y may equal x. */
 void cpu_rmsnorm(float *y, const float *x, int m, int n, const float *gamma, float eps);
 
+/* Rotary embedding of kern_rope (backend/kernels.h), in place on n rows of
+ * heads * head_dim. */
+void cpu_rope(float *x, int n, int heads, int head_dim, int rot_dim, const int32_t *pos,
+              const float *inv_freq, float scale);
+
 void cpu_activation(float *x, size_t n, enum kern_act act);
 
 /* y[i] += x[i] */

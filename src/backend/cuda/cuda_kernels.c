@@ -116,6 +116,18 @@ static int k_rmsnorm(struct stream *s, float *y, const float *x, int m, int n, c
     return 0;
 }
 
+static int k_rope(struct stream *s, float *x, int n, int heads, int head_dim, int rot_dim,
+                  const int32_t *pos, const float *inv_freq, float scale)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name,
+               cuda_launch_rope(cs->s, x, n, heads, head_dim, rot_dim, pos, inv_freq, scale));
+    return 0;
+}
+
 static int act_of(enum kern_act act)
 {
     switch (act) {
@@ -258,6 +270,7 @@ const struct kernel_ops cuda_kernel_ops = {
     .embed = k_embed,
     .layernorm = k_layernorm,
     .rmsnorm = k_rmsnorm,
+    .rope = k_rope,
     .activation = k_activation,
     .add = k_add,
     .scale = k_scale,

@@ -81,6 +81,12 @@ cudaError_t cuda_launch_layernorm(cudaStream_t st, float *y, const float *x, int
 cudaError_t cuda_launch_rmsnorm(cudaStream_t st, float *y, const float *x, int m, int n,
                                 const float *gamma, float eps);
 
+/* kern_rope (backend/kernels.h) in place on x: n rows of heads * head_dim,
+ * the first rot_dim (even, <= head_dim) elements of each head rotated by
+ * pos[r] * inv_freq[i], cosf and sinf in f32, times scale. */
+cudaError_t cuda_launch_rope(cudaStream_t st, float *x, int n, int heads, int head_dim, int rot_dim,
+                             const int32_t *pos, const float *inv_freq, float scale);
+
 /* x = act(x) (enum cuda_act); y += x; x *= a. n elements. */
 cudaError_t cuda_launch_activation(cudaStream_t st, float *x, size_t n, int act);
 cudaError_t cuda_launch_add(cudaStream_t st, float *y, const float *x, size_t n);
