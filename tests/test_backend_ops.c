@@ -24,6 +24,8 @@
  * - kern_activation: per element |gpu - cpu| <= 1e-5 |cpu| + 1e-6 (erff,
  *   tanhf and expf of two libms, a few ulps apart; the absolute part covers
  *   GELU's 1 + erf(x) cancelling for very negative x).
+ * - kern_gated_act: per element |gpu - cpu| <= 1e-5 |cpu| + 1e-6 |up|
+ *   (kern_activation's tolerance through the product).
  * - kern_attention: 1e-5 (online softmax against the CPU's scores matrix);
  *   a query that sees no key must be exactly 0 on the GPU. With kv_heads ==
  *   heads, and grouped (kv_heads 1 and between) in prefill and decode.
@@ -436,6 +438,50 @@ static void test_rope(void)
     printf("rope: 5 cases, worst rel err %.3g\n", worst);
 }
 
+/* ---- gated activation ---- */
+
+static void test_gated_act(void)
+{
+    static const enum kern_act acts[] = {KERN_ACT_RELU, KERN_ACT_GELU, KERN_ACT_GELU_TANH,
+                                         KERN_ACT_SILU};
+    static const char *names[] = {"relu", "gelu", "gelu_tanh", "silu"};
+    static const char *aliases[] = {"y apart", "y = gate", "y = up"};
+    const size_t n = 100003;
+    float *gate = xmalloc(n * sizeof(float)), *up = xmalloc(n * sizeof(float));
+    float *yc = xmalloc(n * sizeof(float)), *yg = xmalloc(n * sizeof(float));
+    for (int a = 0; a < 4; a++)
+        for (int alias = 0; alias < 3; alias++) {
+            fill(gate, n, -8, 8);
+            fill(up, n, -3, 3);
+            struct twin tg = twin_upload(gate, n * sizeof(float));
+            struct twin tu = twin_upload(up, n * sizeof(float));
+            struct twin ty = alias == 0 ? twin_alloc(n * sizeof(float)) : alias == 1 ? tg : tu;
+            RUN("gated_act cpu",
+                kern_gated_act(cpu_st, dbuf_ptr(ty.c), dbuf_ptr(tg.c), dbuf_ptr(tu.c), n, acts[a]));
+            RUN("gated_act cuda",
+                kern_gated_act(gpu_st, dbuf_ptr(ty.g), dbuf_ptr(tg.g), dbuf_ptr(tu.g), n, acts[a]));
+            twin_download(ty, yc, yg, n * sizeof(float));
+            size_t bad = 0, first = 0;
+            for (size_t i = 0; i < n; i++)
+                if (!(fabs((double)yg[i] - yc[i]) <=
+                      1e-5 * fabs((double)yc[i]) + 1e-6 * fabs((double)up[i])) &&
+                    !bad++)
+                    first = i;
+            CHECK_MSG(bad == 0,
+                      "gated %s, %s: %zu of %zu elements off, first gate=%g cpu %g cuda %g",
+                      names[a], aliases[alias], bad, n, gate[first], yc[first], yg[first]);
+            if (alias == 0)
+                twin_free(&ty);
+            twin_free(&tg);
+            twin_free(&tu);
+        }
+    free(gate);
+    free(up);
+    free(yc);
+    free(yg);
+    printf("gated activation (4 x 3 aliasings): within tolerance\n");
+}
+
 /* ---- activation, add, scale ---- */
 
 static void test_elementwise(void)
@@ -741,6 +787,7 @@ int main(void)
     test_layernorm();
     test_rmsnorm();
     test_rope();
+    test_gated_act();
     test_elementwise();
     test_attention();
     test_moves();

@@ -17,6 +17,9 @@
  *   rotation: a few f32 roundings); the elements past rot_dim exact.
  * - kern_activation: per element |got - ref| <= 1e-5 |ref| + 1e-6 (the
  *   absolute part covers 1 + erf(x) cancelling for very negative x).
+ * - kern_gated_act: per element |got - ref| <= 1e-5 |ref| + 1e-6 |up|
+ *   (kern_activation's tolerance through the product), and bit for bit
+ *   kern_activation(gate) times up in f32.
  * - kern_attention: 1e-5 relative, with kv_heads 1, 2 and == heads.
  * - kern_embed, kern_add, kern_scale, kern_copy, kern_kv_append,
  *   kern_gather_rows: exact (copies, or one correctly rounded f32 operation).
@@ -712,6 +715,52 @@ static void test_activation(void)
     CHECK(gap > 1e-4);
 }
 
+/* ---- kern_gated_act ---- */
+
+static void test_gated_act(void)
+{
+    enum { N = 1001 };
+    static const enum kern_act acts[] = {KERN_ACT_RELU, KERN_ACT_GELU, KERN_ACT_GELU_TANH,
+                                         KERN_ACT_SILU};
+    static const char *names[] = {"relu", "gelu", "gelu_tanh", "silu"};
+    static const char *aliases[] = {"y apart", "y = gate", "y = up"};
+    float gate[N], up[N], y[N], act[N];
+    for (int i = 0; i < N; i++)
+        gate[i] = -10.0f + 20.0f * (float)i / (N - 1);
+    fill_uniform(up, N, -3, 3);
+    for (size_t ia = 0; ia < sizeof(acts) / sizeof(acts[0]); ia++) {
+        /* kern_activation's own result, times up in f32: what the gated
+         * kernel must give bit for bit */
+        struct dbuf *da = upload(gate, sizeof(gate));
+        CHECK(kern_activation(st, dbuf_ptr(da), N, acts[ia]) == 0);
+        download(act, dbuf_ptr(da), sizeof(act));
+        device_free(da);
+        for (int alias = 0; alias < 3; alias++) {
+            struct dbuf *dg = upload(gate, sizeof(gate)), *du = upload(up, sizeof(up));
+            struct dbuf *dy = alias ? NULL : upload(NULL, sizeof(y));
+            float *py = alias == 0 ? dbuf_ptr(dy) : alias == 1 ? dbuf_ptr(dg) : dbuf_ptr(du);
+            CHECK(kern_gated_act(st, py, dbuf_ptr(dg), dbuf_ptr(du), N, acts[ia]) == 0);
+            download(y, py, sizeof(y));
+            int bad = 0, inexact = 0;
+            for (int i = 0; i < N; i++) {
+                double r = ref_act(acts[ia], gate[i]) * up[i], d = fabs(y[i] - r);
+                if (!(d <= 1e-5 * fabs(r) + 1e-6 * fabs(up[i])))
+                    bad++;
+                float want = act[i] * up[i];
+                if (memcmp(&y[i], &want, sizeof(float)) != 0)
+                    inexact++;
+            }
+            CHECK_MSG(bad == 0, "gated %s, %s: %d of %d values off", names[ia], aliases[alias], bad,
+                      N);
+            CHECK_MSG(inexact == 0, "gated %s, %s: %d of %d values not kern_activation * up",
+                      names[ia], aliases[alias], inexact, N);
+            device_free(dg);
+            device_free(du);
+            device_free(dy);
+        }
+    }
+}
+
 /* ---- kern_add, kern_scale, kern_copy, kern_gather_rows ---- */
 
 static void test_elementwise(void)
@@ -1030,6 +1079,7 @@ int main(void)
     test_rmsnorm();
     test_rope();
     test_activation();
+    test_gated_act();
     test_elementwise();
     test_attention();
 

@@ -88,6 +88,13 @@ int kern_activation(struct stream *s, float *x, size_t n, enum kern_act act)
     return n ? kern_of(s)->activation(s, x, n, act) : 0;
 }
 
+int kern_gated_act(struct stream *s, float *y, const float *gate, const float *up, size_t n,
+                   enum kern_act act)
+{
+    assert(y && gate && up && act >= KERN_ACT_RELU && act <= KERN_ACT_SILU);
+    return n ? kern_of(s)->gated_act(s, y, gate, up, n, act) : 0;
+}
+
 int kern_add(struct stream *s, float *y, const float *x, size_t n)
 {
     assert(y && x);

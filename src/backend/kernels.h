@@ -95,6 +95,10 @@ int kern_rope(struct stream *s, float *x, int n, int heads, int head_dim, int ro
               const int32_t *pos, const float *inv_freq, float scale);
 /* x = act(x), n elements. */
 int kern_activation(struct stream *s, float *x, size_t n, enum kern_act act);
+/* y[i] = act(gate[i]) * up[i], n elements (act as kern_activation computes
+ * it): the gated MLP (SwiGLU with KERN_ACT_SILU). y may equal gate or up. */
+int kern_gated_act(struct stream *s, float *y, const float *gate, const float *up, size_t n,
+                   enum kern_act act);
 /* y[i] += x[i] */
 int kern_add(struct stream *s, float *y, const float *x, size_t n);
 /* x[i] *= a */

@@ -59,6 +59,14 @@ static int k_activation(struct stream *s, float *x, size_t n, enum kern_act act)
     return 0;
 }
 
+static int k_gated_act(struct stream *s, float *y, const float *gate, const float *up, size_t n,
+                       enum kern_act act)
+{
+    (void)s;
+    cpu_gated_act(y, gate, up, n, act);
+    return 0;
+}
+
 static int k_add(struct stream *s, float *y, const float *x, size_t n)
 {
     (void)s;
@@ -138,6 +146,7 @@ const struct kernel_ops cpu_kernel_ops = {
     .rmsnorm = k_rmsnorm,
     .rope = k_rope,
     .activation = k_activation,
+    .gated_act = k_gated_act,
     .add = k_add,
     .scale = k_scale,
     .kv_append = k_kv_append,

@@ -161,26 +161,68 @@ void cpu_rope(float *x, int n, int heads, int head_dim, int rot_dim, const int32
     }
 }
 
+/* The activations, one element each: cpu_activation and cpu_gated_act
+ * compute the same formula. */
+static inline float act_relu(float v)
+{
+    return v > 0 ? v : 0;
+}
+
+static inline float act_gelu(float v)
+{
+    return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+}
+
+static inline float act_gelu_tanh(float v)
+{
+    return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+}
+
+static inline float act_silu(float v)
+{
+    return v / (1.0f + expf(-v));
+}
+
 void cpu_activation(float *x, size_t n, enum kern_act act)
 {
     switch (act) {
     case KERN_ACT_RELU:
         for (size_t i = 0; i < n; i++)
-            x[i] = x[i] > 0 ? x[i] : 0;
+            x[i] = act_relu(x[i]);
         return;
     case KERN_ACT_GELU:
         for (size_t i = 0; i < n; i++)
-            x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+            x[i] = act_gelu(x[i]);
         return;
     case KERN_ACT_GELU_TANH:
-        for (size_t i = 0; i < n; i++) {
-            float v = x[i];
-            x[i] = 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-        }
+        for (size_t i = 0; i < n; i++)
+            x[i] = act_gelu_tanh(x[i]);
         return;
     case KERN_ACT_SILU:
         for (size_t i = 0; i < n; i++)
-            x[i] = x[i] / (1.0f + expf(-x[i]));
+            x[i] = act_silu(x[i]);
+        return;
+    }
+}
+
+void cpu_gated_act(float *y, const float *gate, const float *up, size_t n, enum kern_act act)
+{
+    switch (act) {
+    case KERN_ACT_RELU:
+        for (size_t i = 0; i < n; i++)
+            y[i] = act_relu(gate[i]) * up[i];
+        return;
+    case KERN_ACT_GELU:
+        for (size_t i = 0; i < n; i++)
+            y[i] = act_gelu(gate[i]) * up[i];
+        return;
+    case KERN_ACT_GELU_TANH:
+        for (size_t i = 0; i < n; i++)
+            y[i] = act_gelu_tanh(gate[i]) * up[i];
+        return;
+    case KERN_ACT_SILU:
+        for (size_t i = 0; i < n; i++)
+            y[i] = act_silu(gate[i]) * up[i];
         return;
     }
 }

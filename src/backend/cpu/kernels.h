@@ -40,6 +40,10 @@ void cpu_rope(float *x, int n, int heads, int head_dim, int rot_dim, const int32
 
 void cpu_activation(float *x, size_t n, enum kern_act act);
 
+/* y[i] = act(gate[i]) * up[i], act exactly as cpu_activation computes it;
+ * y may equal gate or up. */
+void cpu_gated_act(float *y, const float *gate, const float *up, size_t n, enum kern_act act);
+
 /* y[i] += x[i] */
 void cpu_add(float *y, const float *x, size_t n);
 

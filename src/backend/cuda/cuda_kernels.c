@@ -154,6 +154,17 @@ static int k_activation(struct stream *s, float *x, size_t n, enum kern_act act)
     return 0;
 }
 
+static int k_gated_act(struct stream *s, float *y, const float *gate, const float *up, size_t n,
+                       enum kern_act act)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cuda_launch_gated_act(cs->s, y, gate, up, n, act_of(act)));
+    return 0;
+}
+
 static int k_add(struct stream *s, float *y, const float *x, size_t n)
 {
     struct cuda_stream *cs;
@@ -272,6 +283,7 @@ const struct kernel_ops cuda_kernel_ops = {
     .rmsnorm = k_rmsnorm,
     .rope = k_rope,
     .activation = k_activation,
+    .gated_act = k_gated_act,
     .add = k_add,
     .scale = k_scale,
     .kv_append = k_kv_append,

@@ -91,6 +91,10 @@ cudaError_t cuda_launch_rope(cudaStream_t st, float *x, int n, int heads, int he
 cudaError_t cuda_launch_activation(cudaStream_t st, float *x, size_t n, int act);
 cudaError_t cuda_launch_add(cudaStream_t st, float *y, const float *x, size_t n);
 cudaError_t cuda_launch_scale(cudaStream_t st, float *x, size_t n, float a);
+/* y[i] = act(gate[i]) * up[i] with act as cuda_launch_activation computes
+ * it; y may equal gate or up. */
+cudaError_t cuda_launch_gated_act(cudaStream_t st, float *y, const float *gate, const float *up,
+                                  size_t n, int act);
 
 /* The cache layout of backend/kernels.h: kc, vc (batch, kv_heads, max_t,
  * head_dim); k, v (batch * t_new, kv_heads * head_dim) written at positions

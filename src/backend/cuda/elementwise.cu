@@ -1,5 +1,5 @@
-/* The elementwise and data-movement kernels: activations, add, scale, the
- * KV-cache append and the row gather. Grid-stride loops over size_t
+/* The elementwise and data-movement kernels: activations, the gated
+ * activation, add, scale, the KV-cache append and the row gather. Grid-stride loops over size_t
  * indices; each element's formula is the CPU backend's (cpu/kernels.c),
  * with the same libm functions (erff, tanhf, expf: nvcc's are accurate to a
  * couple of ulps without --use_fast_math). */
@@ -41,6 +41,41 @@ extern "C" cudaError_t cuda_launch_activation(cudaStream_t st, float *x, size_t 
         break;
     case CUDA_ACT_SILU:
         activation_kernel<CUDA_ACT_SILU><<<blocks, CUDA_EW_THREADS, 0, st>>>(x, n);
+        break;
+    default:
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+/* y may be gate or up: no __restrict__. act_apply as activation_kernel
+ * has it, so the activation is the same formula. */
+template <int ACT>
+__global__ void gated_act_kernel(float *y, const float *gate, const float *up, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = act_apply<ACT>(gate[i]) * up[i];
+}
+
+extern "C" cudaError_t cuda_launch_gated_act(cudaStream_t st, float *y, const float *gate,
+                                             const float *up, size_t n, int act)
+{
+    if (n == 0)
+        return cudaSuccess;
+    const unsigned blocks = cuda_ew_blocks(n);
+    switch (act) {
+    case CUDA_ACT_RELU:
+        gated_act_kernel<CUDA_ACT_RELU><<<blocks, CUDA_EW_THREADS, 0, st>>>(y, gate, up, n);
+        break;
+    case CUDA_ACT_GELU:
+        gated_act_kernel<CUDA_ACT_GELU><<<blocks, CUDA_EW_THREADS, 0, st>>>(y, gate, up, n);
+        break;
+    case CUDA_ACT_GELU_TANH:
+        gated_act_kernel<CUDA_ACT_GELU_TANH><<<blocks, CUDA_EW_THREADS, 0, st>>>(y, gate, up, n);
+        break;
+    case CUDA_ACT_SILU:
+        gated_act_kernel<CUDA_ACT_SILU><<<blocks, CUDA_EW_THREADS, 0, st>>>(y, gate, up, n);
         break;
     default:
         return cudaErrorInvalidValue;
