@@ -13,11 +13,22 @@
  *   16-bit type for cuBLAS (f16 for f16 weights), the CPU to bf16; a CPU
  *   with AMX also rounds f16/f32 weights to bf16.
  * - kern_layernorm: 1e-5 (both sum in double; the rest is f32).
+ * - kern_rmsnorm: per element |gpu - cpu| <= 1e-6 |cpu|, on rows of very
+ *   different magnitudes: both round the same double rstd to f32 (sums in
+ *   another order may move it by an ulp) and make the same two f32
+ *   products.
+ * - kern_rope: 1e-5 (cosf and sinf of two libms, CUDA's within 2 ulp; the
+ *   products and sums are the same f32 operations), at positions up to
+ *   500000 where the arguments need the slow range reduction; elements past
+ *   rot_dim exact.
  * - kern_activation: per element |gpu - cpu| <= 1e-5 |cpu| + 1e-6 (erff,
  *   tanhf and expf of two libms, a few ulps apart; the absolute part covers
  *   GELU's 1 + erf(x) cancelling for very negative x).
+ * - kern_gated_act: per element |gpu - cpu| <= 1e-5 |cpu| + 1e-6 |up|
+ *   (kern_activation's tolerance through the product).
  * - kern_attention: 1e-5 (online softmax against the CPU's scores matrix);
- *   a query that sees no key must be exactly 0 on the GPU.
+ *   a query that sees no key must be exactly 0 on the GPU. With kv_heads ==
+ *   heads, and grouped (kv_heads 1 and between) in prefill and decode.
  * - kern_embed, kern_add, kern_scale, kern_kv_append (the whole cache,
  *   untouched positions included), kern_gather_rows, kern_copy,
  *   kern_to_host/kern_to_device: exact (copies, or one correctly rounded
@@ -315,6 +326,162 @@ static void test_layernorm(void)
     printf("layernorm: 16 cases, worst rel err %.3g\n", worst);
 }
 
+/* ---- rmsnorm ---- */
+
+static void test_rmsnorm(void)
+{
+    static const int widths[] = {1, 67, 768, 2051, 4096};
+    const int m = 5; /* row i scaled by 10^(i - 3): eps dominates row 0 */
+    const float eps = 1e-6f;
+    double worst = 0;
+    for (size_t wi = 0; wi < sizeof(widths) / sizeof(widths[0]); wi++)
+        for (int weighted = 0; weighted < 2; weighted++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                const int n = widths[wi];
+                const size_t cnt = (size_t)m * n;
+                float *x = xmalloc(cnt * sizeof(float));
+                float *g = xmalloc((size_t)n * sizeof(float));
+                float *yc = xmalloc(cnt * sizeof(float));
+                float *yg = xmalloc(cnt * sizeof(float));
+                fill(x, cnt, -1, 1);
+                for (size_t k = 0; k < cnt; k++)
+                    x[k] *= powf(10.0f, (float)((int)(k / (size_t)n) - 3));
+                fill(g, (size_t)n, 0.5f, 1.5f);
+                struct twin tx = twin_upload(x, cnt * sizeof(float));
+                struct twin tg = twin_upload(g, (size_t)n * sizeof(float));
+                struct twin ty = inplace ? tx : twin_alloc(cnt * sizeof(float));
+                RUN("rmsnorm cpu", kern_rmsnorm(cpu_st, dbuf_ptr(ty.c), dbuf_ptr(tx.c), m, n,
+                                                weighted ? dbuf_ptr(tg.c) : NULL, eps));
+                RUN("rmsnorm cuda", kern_rmsnorm(gpu_st, dbuf_ptr(ty.g), dbuf_ptr(tx.g), m, n,
+                                                 weighted ? dbuf_ptr(tg.g) : NULL, eps));
+                twin_download(ty, yc, yg, cnt * sizeof(float));
+                size_t bad = 0, first = 0;
+                for (size_t k = 0; k < cnt; k++) {
+                    const double d = fabs((double)yg[k] - yc[k]);
+                    if (!(d <= 1e-6 * fabs((double)yc[k])) && !bad++)
+                        first = k;
+                    if (yc[k] != 0 && d / fabs((double)yc[k]) > worst)
+                        worst = d / fabs((double)yc[k]);
+                }
+                CHECK_MSG(
+                    bad == 0,
+                    "rmsnorm n=%d weighted=%d inplace=%d: %zu of %zu off, first cpu %g cuda %g", n,
+                    weighted, inplace, bad, cnt, yc[first], yg[first]);
+                if (!inplace)
+                    twin_free(&ty);
+                twin_free(&tx);
+                twin_free(&tg);
+                free(x);
+                free(g);
+                free(yc);
+                free(yg);
+            }
+    printf("rmsnorm: 20 cases, worst per-element rel err %.3g\n", worst);
+}
+
+/* ---- rope ---- */
+
+static void test_rope(void)
+{
+    static const struct {
+        int n, heads, head_dim, rot_dim;
+        float scale;
+    } cases[] = {
+        {7, 8, 64, 64, 1.0f},    /* prefill */
+        {1, 32, 128, 128, 1.0f}, /* a decode step of a Llama */
+        {3, 28, 128, 128, 1.0f}, /* Qwen2's 28 heads */
+        {5, 4, 80, 32, 1.0f},    /* partial rotation: 48 elements per head stay */
+        {3, 2, 256, 256, 0.8f},  /* a scale */
+    };
+    static const int32_t pos_choices[] = {0, 1, 4095, 131071, 500000, 17, 2};
+    double worst = 0;
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const int n = cases[ci].n, heads = cases[ci].heads, hd = cases[ci].head_dim;
+        const int rot = cases[ci].rot_dim, half = rot / 2;
+        const size_t cnt = (size_t)n * heads * hd;
+        float *x = xmalloc(cnt * sizeof(float));
+        float *inv_freq = xmalloc((size_t)half * sizeof(float));
+        int32_t *pos = xmalloc((size_t)n * sizeof(int32_t));
+        float *yc = xmalloc(cnt * sizeof(float)), *yg = xmalloc(cnt * sizeof(float));
+        fill(x, cnt, -2, 2);
+        for (int i = 0; i < half; i++) /* Llama's, base 500000 (Llama 3) */
+            inv_freq[i] = (float)(1.0 / pow(500000.0, 2.0 * i / rot));
+        for (int r = 0; r < n; r++)
+            pos[r] = pos_choices[(ci + (size_t)r) % (sizeof(pos_choices) / sizeof(pos_choices[0]))];
+        struct twin tx = twin_upload(x, cnt * sizeof(float));
+        struct twin tp = twin_upload(pos, (size_t)n * sizeof(int32_t));
+        struct twin tf = twin_upload(inv_freq, (size_t)half * sizeof(float));
+        RUN("rope cpu", kern_rope(cpu_st, dbuf_ptr(tx.c), n, heads, hd, rot, dbuf_ptr(tp.c),
+                                  dbuf_ptr(tf.c), cases[ci].scale));
+        RUN("rope cuda", kern_rope(gpu_st, dbuf_ptr(tx.g), n, heads, hd, rot, dbuf_ptr(tp.g),
+                                   dbuf_ptr(tf.g), cases[ci].scale));
+        twin_download(tx, yc, yg, cnt * sizeof(float));
+        double err = test_rel_err(yg, yc, cnt);
+        CHECK_MSG(err <= TOL_F32, "rope n=%d heads=%d head_dim=%d rot_dim=%d: rel err %.3g", n,
+                  heads, hd, rot, err);
+        worst = err > worst ? err : worst;
+        size_t moved = 0;
+        for (size_t k = 0; k < cnt; k++)
+            if ((int)(k % (size_t)hd) >= rot && memcmp(&yg[k], &x[k], sizeof(float)) != 0)
+                moved++;
+        CHECK_MSG(moved == 0, "rope rot_dim=%d: %zu elements past rot_dim changed on cuda", rot,
+                  moved);
+        twin_free(&tx);
+        twin_free(&tp);
+        twin_free(&tf);
+        free(x);
+        free(inv_freq);
+        free(pos);
+        free(yc);
+        free(yg);
+    }
+    printf("rope: 5 cases, worst rel err %.3g\n", worst);
+}
+
+/* ---- gated activation ---- */
+
+static void test_gated_act(void)
+{
+    static const enum kern_act acts[] = {KERN_ACT_RELU, KERN_ACT_GELU, KERN_ACT_GELU_TANH,
+                                         KERN_ACT_SILU};
+    static const char *names[] = {"relu", "gelu", "gelu_tanh", "silu"};
+    static const char *aliases[] = {"y apart", "y = gate", "y = up"};
+    const size_t n = 100003;
+    float *gate = xmalloc(n * sizeof(float)), *up = xmalloc(n * sizeof(float));
+    float *yc = xmalloc(n * sizeof(float)), *yg = xmalloc(n * sizeof(float));
+    for (int a = 0; a < 4; a++)
+        for (int alias = 0; alias < 3; alias++) {
+            fill(gate, n, -8, 8);
+            fill(up, n, -3, 3);
+            struct twin tg = twin_upload(gate, n * sizeof(float));
+            struct twin tu = twin_upload(up, n * sizeof(float));
+            struct twin ty = alias == 0 ? twin_alloc(n * sizeof(float)) : alias == 1 ? tg : tu;
+            RUN("gated_act cpu",
+                kern_gated_act(cpu_st, dbuf_ptr(ty.c), dbuf_ptr(tg.c), dbuf_ptr(tu.c), n, acts[a]));
+            RUN("gated_act cuda",
+                kern_gated_act(gpu_st, dbuf_ptr(ty.g), dbuf_ptr(tg.g), dbuf_ptr(tu.g), n, acts[a]));
+            twin_download(ty, yc, yg, n * sizeof(float));
+            size_t bad = 0, first = 0;
+            for (size_t i = 0; i < n; i++)
+                if (!(fabs((double)yg[i] - yc[i]) <=
+                      1e-5 * fabs((double)yc[i]) + 1e-6 * fabs((double)up[i])) &&
+                    !bad++)
+                    first = i;
+            CHECK_MSG(bad == 0,
+                      "gated %s, %s: %zu of %zu elements off, first gate=%g cpu %g cuda %g",
+                      names[a], aliases[alias], bad, n, gate[first], yc[first], yg[first]);
+            if (alias == 0)
+                twin_free(&ty);
+            twin_free(&tg);
+            twin_free(&tu);
+        }
+    free(gate);
+    free(up);
+    free(yc);
+    free(yg);
+    printf("gated activation (4 x 3 aliasings): within tolerance\n");
+}
+
 /* ---- activation, add, scale ---- */
 
 static void test_elementwise(void)
@@ -376,7 +543,7 @@ struct att_state {
 static void att_append(struct att_state *a, int pos, int t_new)
 {
     const struct kv_geom *g = &a->g;
-    const size_t cnt = (size_t)g->batch * t_new * g->heads * g->head_dim;
+    const size_t cnt = (size_t)g->batch * t_new * g->kv_heads * g->head_dim;
     float *k = xmalloc(cnt * sizeof(float)), *v = xmalloc(cnt * sizeof(float));
     fill(k, cnt, -1, 1);
     fill(v, cnt, -1, 1);
@@ -431,8 +598,8 @@ static void att_run(struct att_state *a, int past, int t_new)
     float *oc = xmalloc(cnt * sizeof(float)), *og = xmalloc(cnt * sizeof(float));
     twin_download(to, oc, og, cnt * sizeof(float));
     double err = test_rel_err(og, oc, cnt);
-    CHECK_MSG(err <= TOL_F32, "attention hd=%d past=%d t_new=%d: rel err %.3g", g->head_dim, past,
-              t_new, err);
+    CHECK_MSG(err <= TOL_F32, "attention heads=%d kv_heads=%d hd=%d past=%d t_new=%d: rel err %.3g",
+              g->heads, g->kv_heads, g->head_dim, past, t_new, err);
     a->worst = err > a->worst ? err : a->worst;
     /* a query that sees no key: none of s <= past + t has key_ok */
     int blind = 0;
@@ -465,11 +632,16 @@ static void att_run(struct att_state *a, int past, int t_new)
  * sequence 0 all real tokens, sequence 1 left-padded by `pad` positions
  * (its first queries see nothing; pad > 64 leaves a whole key tile masked),
  * sequence 2 with only position 0 padding (its query 0 sees nothing). */
-static void attention_case(int heads, int head_dim, int max_t, int t_pre, int steps, int pad)
+static void attention_case(int heads, int kv_heads, int head_dim, int max_t, int t_pre, int steps,
+                           int pad)
 {
-    struct att_state a = {.g = {.batch = 3, .heads = heads, .head_dim = head_dim, .max_t = max_t}};
+    struct att_state a = {.g = {.batch = 3,
+                                .heads = heads,
+                                .kv_heads = kv_heads,
+                                .head_dim = head_dim,
+                                .max_t = max_t}};
     const struct kv_geom *g = &a.g;
-    a.cache_n = (size_t)g->batch * g->heads * g->max_t * g->head_dim;
+    a.cache_n = (size_t)g->batch * g->kv_heads * g->max_t * g->head_dim;
     float *init = xmalloc(a.cache_n * sizeof(float));
     fill(init, a.cache_n, -1, 1); /* junk where nothing is written yet */
     a.kc = twin_upload(init, a.cache_n * sizeof(float));
@@ -495,8 +667,9 @@ static void attention_case(int heads, int head_dim, int max_t, int t_pre, int st
         att_append(&a, past, 1);
         att_run(&a, past, 1);
     }
-    printf("attention heads=%d head_dim=%d prefill %d + %d steps: worst rel err %.3g\n", heads,
-           head_dim, t_pre, steps, a.worst);
+    printf("attention heads=%d kv_heads=%d head_dim=%d prefill %d + %d steps: worst rel err "
+           "%.3g\n",
+           heads, kv_heads, head_dim, t_pre, steps, a.worst);
     twin_free(&a.kc);
     twin_free(&a.vc);
     twin_free(&a.ok);
@@ -505,11 +678,16 @@ static void attention_case(int heads, int head_dim, int max_t, int t_pre, int st
 
 static void test_attention(void)
 {
-    attention_case(4, 64, 100, 70, 3, 66); /* crosses a 64-key tile */
-    attention_case(3, 80, 40, 13, 4, 5);
-    attention_case(2, 128, 160, 130, 2, 3);
-    attention_case(2, 256, 24, 9, 2, 4);
-    attention_case(5, 1, 20, 6, 2, 2); /* head_dim below a warp */
+    attention_case(4, 4, 64, 100, 70, 3, 66); /* crosses a 64-key tile */
+    attention_case(3, 3, 80, 40, 13, 4, 5);
+    attention_case(2, 2, 128, 160, 130, 2, 3);
+    attention_case(2, 2, 256, 24, 9, 2, 4);
+    attention_case(5, 5, 1, 20, 6, 2, 2); /* head_dim below a warp */
+    /* grouped-query: 4 query heads per KV head across a tile, multi-query,
+     * and 2 per KV head (the CPU's decode path reads each group at once) */
+    attention_case(8, 2, 128, 100, 70, 3, 66);
+    attention_case(4, 1, 64, 40, 13, 4, 5);
+    attention_case(6, 3, 80, 24, 9, 2, 4);
 }
 
 /* ---- gather_rows, copy, to_host / to_device ---- */
@@ -607,6 +785,9 @@ int main(void)
     test_linear();
     test_embed();
     test_layernorm();
+    test_rmsnorm();
+    test_rope();
+    test_gated_act();
     test_elementwise();
     test_attention();
     test_moves();

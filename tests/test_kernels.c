@@ -9,15 +9,28 @@
  *   widened values (decoded here, independently of core/dtype.c), so only
  *   f32 accumulation error is left and the tolerance stays f32-tight.
  * - kern_layernorm: 1e-5 relative.
+ * - kern_rmsnorm: per element |got - ref| <= 1e-6 |ref| (the kernel rounds
+ *   rstd to f32 and then makes two f32 products: 1.5 ulp at most), on rows
+ *   of very different magnitudes.
+ * - kern_rope: 1e-6 relative, against cos and sin in double of the f32
+ *   angle the contract names (an f32 cosf/sinf, a product by scale and the
+ *   rotation: a few f32 roundings); the elements past rot_dim exact.
  * - kern_activation: per element |got - ref| <= 1e-5 |ref| + 1e-6 (the
  *   absolute part covers 1 + erf(x) cancelling for very negative x).
- * - kern_attention: 1e-5 relative.
+ * - kern_gated_act: per element |got - ref| <= 1e-5 |ref| + 1e-6 |up|
+ *   (kern_activation's tolerance through the product), and bit for bit
+ *   kern_activation(gate) times up in f32.
+ * - kern_attention: 1e-5 relative, with kv_heads 1, 2 and == heads.
  * - kern_embed, kern_add, kern_scale, kern_copy, kern_kv_append,
  *   kern_gather_rows: exact (copies, or one correctly rounded f32 operation).
  * Each masked kernel also checks that its data make the mask matter: the
  * reference without the causal mask, or without the padding mask, differs
- * from the real one by far more than the tolerance.
+ * from the real one by far more than the tolerance; likewise with query
+ * heads mapped to KV heads the other way round (h % kv_heads), with
+ * RMSNorm's eps left out, and with rope's other pairing (GPT-J's
+ * interleaved pairs) or its angle in double.
  */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -477,6 +490,179 @@ static void test_layernorm(void)
     printf("layernorm: worst rel err %.3g (tolerance 1e-5)\n", worst);
 }
 
+/* ---- kern_rmsnorm ---- */
+
+/* Row i of x scaled by 10^(i - 3): in row 0 mean(x^2) ~ 3e-7 is below eps,
+ * so eps matters; row 4 is large. */
+enum { RMS_M = 5 };
+
+static void ref_rmsnorm(double *ref, const float *x, int n, const float *g, float eps,
+                        bool with_eps)
+{
+    for (int i = 0; i < RMS_M; i++) {
+        double ss = 0;
+        for (int j = 0; j < n; j++)
+            ss += (double)x[i * n + j] * x[i * n + j];
+        double r = 1 / sqrt(ss / n + (with_eps ? eps : 0)); /* mean over n, as torch */
+        for (int j = 0; j < n; j++)
+            ref[i * n + j] = x[i * n + j] * r * (g ? g[j] : 1.0);
+    }
+}
+
+static void test_rmsnorm(void)
+{
+    /* 5: only the tail after the kernel's 8 running sums; 67: both; 1024: none */
+    static const int widths[] = {5, 67, 1024};
+    const float eps = 1e-6f;
+    double worst = 0;
+    for (size_t wi = 0; wi < sizeof(widths) / sizeof(widths[0]); wi++)
+        for (int weighted = 0; weighted < 2; weighted++)
+            for (int in_place = 0; in_place < 2; in_place++) {
+                const int n = widths[wi];
+                const size_t cnt = (size_t)RMS_M * n;
+                float *x = malloc(cnt * sizeof(float)), *y = malloc(cnt * sizeof(float));
+                float *g = malloc((size_t)n * sizeof(float));
+                double *ref = malloc(cnt * sizeof(double)), *alt = malloc(cnt * sizeof(double));
+                for (int i = 0; i < RMS_M; i++)
+                    fill_uniform(x + (size_t)i * n, (size_t)n, -1, 1);
+                for (size_t k = 0; k < cnt; k++)
+                    x[k] *= powf(10.0f, (float)((int)(k / (size_t)n) - 3));
+                fill_uniform(g, (size_t)n, 0.5f, 1.5f);
+                const float *gw = weighted ? g : NULL;
+                ref_rmsnorm(ref, x, n, gw, eps, true);
+
+                struct dbuf *dx = upload(x, cnt * sizeof(float));
+                struct dbuf *dg = upload(g, (size_t)n * sizeof(float));
+                struct dbuf *dy = in_place ? NULL : upload(NULL, cnt * sizeof(float));
+                float *py = in_place ? dbuf_ptr(dx) : dbuf_ptr(dy);
+                CHECK(kern_rmsnorm(st, py, dbuf_ptr(dx), RMS_M, n, weighted ? dbuf_ptr(dg) : NULL,
+                                   eps) == 0);
+                download(y, py, cnt * sizeof(float));
+                int bad = 0;
+                for (size_t k = 0; k < cnt; k++) {
+                    double d = fabs(y[k] - ref[k]);
+                    if (!(d <= 1e-6 * fabs(ref[k]) + FLT_MIN))
+                        bad++;
+                    if (ref[k] != 0 && d / fabs(ref[k]) > worst)
+                        worst = d / fabs(ref[k]);
+                }
+                CHECK_MSG(bad == 0, "rmsnorm n=%d weighted=%d in_place=%d: %d of %zu values off", n,
+                          weighted, in_place, bad, cnt);
+                if (!in_place) {
+                    float *back = malloc(cnt * sizeof(float));
+                    download(back, dbuf_ptr(dx), cnt * sizeof(float));
+                    CHECK(memcmp(back, x, cnt * sizeof(float)) == 0); /* x untouched */
+                    free(back);
+                }
+                /* without eps row 0 would come out far from the reference */
+                ref_rmsnorm(alt, x, n, gw, eps, false);
+                CHECK(fabs(alt[0] - ref[0]) > 0.1 * fabs(ref[0]));
+                device_free(dx);
+                device_free(dg);
+                device_free(dy);
+                free(x);
+                free(y);
+                free(g);
+                free(ref);
+                free(alt);
+            }
+    printf("rmsnorm: 12 cases, worst per-element rel err %.3g (tolerance 1e-6)\n", worst);
+}
+
+/* ---- kern_rope ---- */
+
+/* Which rotation the reference applies: the contract's (rotate_half pairs
+ * i and i + half, the angle an f32 product), or a wrong one the data must
+ * tell apart from it. */
+enum rope_ref { ROPE_REF, ROPE_INTERLEAVED, ROPE_ANGLE_DOUBLE };
+
+static void ref_rope(float *out, const float *x, int n, int heads, int hd, int rot,
+                     const int32_t *pos, const float *inv_freq, float scale, enum rope_ref how)
+{
+    const int half = rot / 2;
+    memcpy(out, x, (size_t)n * heads * hd * sizeof(float));
+    for (int r = 0; r < n; r++)
+        for (int h = 0; h < heads; h++)
+            for (int i = 0; i < half; i++) {
+                const float af = (float)pos[r] * inv_freq[i]; /* rounded to f32 */
+                const double a = how == ROPE_ANGLE_DOUBLE ? (double)pos[r] * inv_freq[i] : af;
+                const double c = cos(a) * scale, s = sin(a) * scale;
+                const size_t base = ((size_t)r * heads + h) * hd;
+                const size_t i0 = base + (how == ROPE_INTERLEAVED ? 2 * (size_t)i : (size_t)i);
+                const size_t i1 = how == ROPE_INTERLEAVED ? i0 + 1 : i0 + half;
+                out[i0] = (float)(x[i0] * c - x[i1] * s);
+                out[i1] = (float)(x[i1] * c + x[i0] * s);
+            }
+}
+
+static void test_rope(void)
+{
+    static const struct {
+        int n, heads, head_dim, rot_dim;
+        float scale;
+    } cases[] = {
+        {5, 3, 8, 8, 1.0f},      /* the whole head rotates */
+        {4, 2, 10, 6, 1.0f},     /* dims 6..9 of each head stay */
+        {3, 2, 160, 160, 0.75f}, /* 80 pairs: more than one block of the CPU's; a scale */
+        {1, 4, 64, 32, 1.0f},    /* a decode step, half the head */
+    };
+    /* 0 and 1, and one whose f32 angles are far from the double ones in
+     * every case (131071: an f32 angle there is 2^-7 rad coarse) */
+    static const int32_t pos_choices[] = {0, 1, 7, 131071, 4093, 37};
+    double worst = 0, angle_gap = 0;
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const int n = cases[ci].n, heads = cases[ci].heads, hd = cases[ci].head_dim;
+        const int rot = cases[ci].rot_dim, half = rot / 2;
+        const float scale = cases[ci].scale;
+        const size_t cnt = (size_t)n * heads * hd;
+        float *x = malloc(cnt * sizeof(float)), *y = malloc(cnt * sizeof(float));
+        float *ref = malloc(cnt * sizeof(float)), *alt = malloc(cnt * sizeof(float));
+        float *inv_freq = malloc((size_t)half * sizeof(float));
+        int32_t *pos = malloc((size_t)n * sizeof(int32_t));
+        fill_uniform(x, cnt, -1, 1);
+        for (int i = 0; i < half; i++) /* Llama's, base 10000 */
+            inv_freq[i] = (float)(1.0 / pow(10000.0, 2.0 * i / rot));
+        for (int r = 0; r < n; r++)
+            pos[r] = pos_choices[(ci + (size_t)r) % (sizeof(pos_choices) / sizeof(pos_choices[0]))];
+        ref_rope(ref, x, n, heads, hd, rot, pos, inv_freq, scale, ROPE_REF);
+
+        struct dbuf *dx = upload(x, cnt * sizeof(float));
+        struct dbuf *dp = upload(pos, (size_t)n * sizeof(int32_t));
+        struct dbuf *df = upload(inv_freq, (size_t)half * sizeof(float));
+        CHECK(kern_rope(st, dbuf_ptr(dx), n, heads, hd, rot, dbuf_ptr(dp), dbuf_ptr(df), scale) ==
+              0);
+        download(y, dbuf_ptr(dx), cnt * sizeof(float));
+        double e = test_rel_err(y, ref, cnt);
+        CHECK_MSG(e <= 1e-6, "rope n=%d heads=%d head_dim=%d rot_dim=%d: rel err %.3g", n, heads,
+                  hd, rot, e);
+        worst = e > worst ? e : worst;
+        int moved = 0; /* past rot_dim: the input, bit for bit */
+        for (size_t k = 0; k < cnt; k++)
+            if ((int)(k % (size_t)hd) >= rot && memcmp(&y[k], &x[k], sizeof(float)) != 0)
+                moved++;
+        CHECK_MSG(moved == 0, "rope rot_dim=%d: %d elements past rot_dim changed", rot, moved);
+        /* the pairing matters, and the f32 angle (by how much depends on
+         * how each product rounds: checked over all cases below) */
+        ref_rope(alt, x, n, heads, hd, rot, pos, inv_freq, scale, ROPE_INTERLEAVED);
+        CHECK(test_rel_err(alt, ref, cnt) > 1e-2);
+        ref_rope(alt, x, n, heads, hd, rot, pos, inv_freq, scale, ROPE_ANGLE_DOUBLE);
+        double angle = test_rel_err(alt, ref, cnt);
+        CHECK(angle > 1e-5);
+        angle_gap = angle > angle_gap ? angle : angle_gap;
+        device_free(dx);
+        device_free(dp);
+        device_free(df);
+        free(x);
+        free(y);
+        free(ref);
+        free(alt);
+        free(inv_freq);
+        free(pos);
+    }
+    CHECK(angle_gap > 1e-3);
+    printf("rope: 4 cases, worst rel err %.3g (tolerance 1e-6)\n", worst);
+}
+
 /* ---- kern_activation ---- */
 
 static double ref_act(enum kern_act a, double x)
@@ -527,6 +713,52 @@ static void test_activation(void)
         gap = d > gap ? d : gap;
     }
     CHECK(gap > 1e-4);
+}
+
+/* ---- kern_gated_act ---- */
+
+static void test_gated_act(void)
+{
+    enum { N = 1001 };
+    static const enum kern_act acts[] = {KERN_ACT_RELU, KERN_ACT_GELU, KERN_ACT_GELU_TANH,
+                                         KERN_ACT_SILU};
+    static const char *names[] = {"relu", "gelu", "gelu_tanh", "silu"};
+    static const char *aliases[] = {"y apart", "y = gate", "y = up"};
+    float gate[N], up[N], y[N], act[N];
+    for (int i = 0; i < N; i++)
+        gate[i] = -10.0f + 20.0f * (float)i / (N - 1);
+    fill_uniform(up, N, -3, 3);
+    for (size_t ia = 0; ia < sizeof(acts) / sizeof(acts[0]); ia++) {
+        /* kern_activation's own result, times up in f32: what the gated
+         * kernel must give bit for bit */
+        struct dbuf *da = upload(gate, sizeof(gate));
+        CHECK(kern_activation(st, dbuf_ptr(da), N, acts[ia]) == 0);
+        download(act, dbuf_ptr(da), sizeof(act));
+        device_free(da);
+        for (int alias = 0; alias < 3; alias++) {
+            struct dbuf *dg = upload(gate, sizeof(gate)), *du = upload(up, sizeof(up));
+            struct dbuf *dy = alias ? NULL : upload(NULL, sizeof(y));
+            float *py = alias == 0 ? dbuf_ptr(dy) : alias == 1 ? dbuf_ptr(dg) : dbuf_ptr(du);
+            CHECK(kern_gated_act(st, py, dbuf_ptr(dg), dbuf_ptr(du), N, acts[ia]) == 0);
+            download(y, py, sizeof(y));
+            int bad = 0, inexact = 0;
+            for (int i = 0; i < N; i++) {
+                double r = ref_act(acts[ia], gate[i]) * up[i], d = fabs(y[i] - r);
+                if (!(d <= 1e-5 * fabs(r) + 1e-6 * fabs(up[i])))
+                    bad++;
+                float want = act[i] * up[i];
+                if (memcmp(&y[i], &want, sizeof(float)) != 0)
+                    inexact++;
+            }
+            CHECK_MSG(bad == 0, "gated %s, %s: %d of %d values off", names[ia], aliases[alias], bad,
+                      N);
+            CHECK_MSG(inexact == 0, "gated %s, %s: %d of %d values not kern_activation * up",
+                      names[ia], aliases[alias], inexact, N);
+            device_free(dg);
+            device_free(du);
+            device_free(dy);
+        }
+    }
 }
 
 /* ---- kern_add, kern_scale, kern_copy, kern_gather_rows ---- */
@@ -598,35 +830,51 @@ static void test_elementwise(void)
 
 /* ---- kern_kv_append + kern_attention ---- */
 
-enum { KB = 3, KH = 2, KD = 5, KT = 8, KW = KH * KD };
+/* Batch, query heads, head_dim, max_t; the KV heads are each case's. */
+enum { KB = 3, KH = 4, KD = 5, KT = 8, KW = KH * KD };
 
-/* Cache index of (sequence b, head h, position p, element i):
- * (batch, heads, max_t, head_dim). */
-static size_t kv_at(int b, int h, int p, int i)
+/* Cache index of (sequence b, KV head h, position p, element i):
+ * (batch, kv_heads, max_t, head_dim). */
+static size_t kv_at(const struct kv_geom *g, int b, int h, int p, int i)
 {
-    return (((size_t)b * KH + h) * KT + p) * KD + i;
+    return (((size_t)b * g->kv_heads + h) * KT + p) * KD + i;
 }
 
-/* The reference of one attention call. causal and padding turn the masks
- * on; the real reference has both. q, out: (KB * t_new, KW). */
-static void ref_attention(float *out, const float *q, const float *kc, const float *vc,
-                          const uint8_t *key_ok, int past, int t_new, bool causal, bool padding)
+static size_t kv_floats(const struct kv_geom *g)
 {
+    return (size_t)KB * g->kv_heads * KT * KD;
+}
+
+/* What the reference applies of kern_attention's contract: the causal
+ * mask, the padding mask, and query head h reading KV head
+ * h / (heads / kv_heads) (false: h % kv_heads). The real reference has all
+ * three. */
+struct ref_attn {
+    bool causal, padding, groups;
+};
+
+/* q, out: (KB * t_new, KW). */
+static void ref_attention(float *out, const float *q, const float *kc, const float *vc,
+                          const uint8_t *key_ok, const struct kv_geom *g, int past, int t_new,
+                          struct ref_attn how)
+{
+    const int group = KH / g->kv_heads;
     for (int b = 0; b < KB; b++)
         for (int h = 0; h < KH; h++)
             for (int t = 0; t < t_new; t++) {
+                const int kvh = how.groups ? h / group : h % g->kv_heads;
                 const float *qr = q + ((size_t)b * t_new + t) * KW + h * KD;
                 float *o = out + ((size_t)b * t_new + t) * KW + h * KD;
-                int last = causal ? past + t : past + t_new - 1;
+                int last = how.causal ? past + t : past + t_new - 1;
                 double s[KT], mx = -INFINITY;
                 for (int j = 0; j <= last; j++) {
-                    if (padding && !key_ok[b * KT + j]) {
+                    if (how.padding && !key_ok[b * KT + j]) {
                         s[j] = -INFINITY;
                         continue;
                     }
                     double acc = 0;
                     for (int i = 0; i < KD; i++)
-                        acc += (double)qr[i] * kc[kv_at(b, h, j, i)];
+                        acc += (double)qr[i] * kc[kv_at(g, b, kvh, j, i)];
                     s[j] = acc;
                     mx = acc > mx ? acc : mx;
                 }
@@ -642,14 +890,20 @@ static void ref_attention(float *out, const float *q, const float *kc, const flo
                 for (int i = 0; i < KD; i++) {
                     double acc = 0;
                     for (int j = 0; j <= last; j++)
-                        acc += s[j] / sum * vc[kv_at(b, h, j, i)];
+                        acc += s[j] / sum * vc[kv_at(g, b, kvh, j, i)];
                     o[i] = (float)acc;
                 }
             }
 }
 
-/* Runs kern_attention and checks it against the reference, and that the
- * data make both masks matter. */
+/* Floats past the scratch kern_attention_scratch asks for, which must stay
+ * as they were. */
+enum { SCRATCH_GUARD = 64 };
+#define SCRATCH_CANARY 12345.0f
+
+/* Runs kern_attention and checks it against the reference, that the data
+ * make both masks (and the grouping of query heads) matter, and that it
+ * used no more scratch than kern_attention_scratch said. */
 static void attention_step(struct dbuf *dkc, struct dbuf *dvc, const float *kc, const float *vc,
                            struct dbuf *dok, const uint8_t *key_ok, const struct kv_geom *g,
                            int past, int t_new)
@@ -660,25 +914,41 @@ static void attention_step(struct dbuf *dkc, struct dbuf *dvc, const float *kc, 
     fill_uniform(q, n, -1, 1);
     for (size_t i = 0; i < n; i++)
         out[i] = 9.0f; /* rows that see no key must be written as 0 */
-    ref_attention(ref, q, kc, vc, key_ok, past, t_new, true, true);
+    ref_attention(ref, q, kc, vc, key_ok, g, past, t_new, (struct ref_attn){true, true, true});
 
-    size_t scratch = kern_attention_scratch(dev, g, t_new, past + t_new);
+    const size_t scratch = kern_attention_scratch(dev, g, t_new, past + t_new);
+    const size_t sn = scratch + SCRATCH_GUARD;
+    float *guard = malloc(sn * sizeof(float));
+    for (size_t i = 0; i < sn; i++)
+        guard[i] = SCRATCH_CANARY;
     struct dbuf *dq = upload(q, n * sizeof(float)), *dout = upload(out, n * sizeof(float));
-    struct dbuf *ds = upload(NULL, (scratch ? scratch : 1) * sizeof(float));
+    struct dbuf *ds = upload(guard, sn * sizeof(float));
     int rc = kern_attention(st, dbuf_ptr(dout), dbuf_ptr(dq), dbuf_ptr(dkc), dbuf_ptr(dvc),
                             dbuf_ptr(dok), g, past, t_new, dbuf_ptr(ds));
     CHECK_MSG(rc == 0, "%s", err_msg());
     download(out, dbuf_ptr(dout), n * sizeof(float));
     double e = test_rel_err(out, ref, n);
-    CHECK_MSG(e <= 1e-5, "attention past=%d t_new=%d: rel err %.3g", past, t_new, e);
-    printf("attention past=%d t_new=%d: rel err %.3g (tolerance 1e-5)\n", past, t_new, e);
+    CHECK_MSG(e <= 1e-5, "attention kv_heads=%d past=%d t_new=%d: rel err %.3g", g->kv_heads, past,
+              t_new, e);
+    printf("attention kv_heads=%d past=%d t_new=%d: rel err %.3g (tolerance 1e-5)\n", g->kv_heads,
+           past, t_new, e);
+    download(guard, dbuf_ptr(ds), sn * sizeof(float));
+    int spilled = 0;
+    for (size_t i = scratch; i < sn; i++)
+        spilled += guard[i] != SCRATCH_CANARY;
+    CHECK_MSG(spilled == 0, "attention kv_heads=%d t_new=%d: wrote past its %zu floats of scratch",
+              g->kv_heads, t_new, scratch);
 
     /* the padding mask matters in every call; the causal one when there is
-     * more than one query */
-    ref_attention(alt, q, kc, vc, key_ok, past, t_new, true, false);
+     * more than one query; the grouping when it is neither 1 nor heads */
+    ref_attention(alt, q, kc, vc, key_ok, g, past, t_new, (struct ref_attn){true, false, true});
     CHECK(test_rel_err(alt, ref, n) > 1e-2);
     if (t_new > 1) {
-        ref_attention(alt, q, kc, vc, key_ok, past, t_new, false, true);
+        ref_attention(alt, q, kc, vc, key_ok, g, past, t_new, (struct ref_attn){false, true, true});
+        CHECK(test_rel_err(alt, ref, n) > 1e-2);
+    }
+    if (g->kv_heads > 1 && g->kv_heads < KH) {
+        ref_attention(alt, q, kc, vc, key_ok, g, past, t_new, (struct ref_attn){true, true, false});
         CHECK(test_rel_err(alt, ref, n) > 1e-2);
     }
     device_free(dq);
@@ -688,6 +958,7 @@ static void attention_step(struct dbuf *dkc, struct dbuf *dvc, const float *kc, 
     free(out);
     free(ref);
     free(alt);
+    free(guard);
 }
 
 /* Appends t_new positions at pos to the device cache and to the host
@@ -696,24 +967,25 @@ static void attention_step(struct dbuf *dkc, struct dbuf *dvc, const float *kc, 
 static void append_step(struct dbuf *dkc, struct dbuf *dvc, float *kc, float *vc,
                         const struct kv_geom *g, int t_new, int pos, const int *pad)
 {
-    const size_t n = (size_t)KB * t_new * KW;
+    const int kw = g->kv_heads * KD;
+    const size_t n = (size_t)KB * t_new * kw;
     float *k = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));
     for (int b = 0; b < KB; b++)
         for (int t = 0; t < t_new; t++)
-            for (int c = 0; c < KW; c++) {
-                size_t i = ((size_t)b * t_new + t) * KW + c;
+            for (int c = 0; c < kw; c++) {
+                size_t i = ((size_t)b * t_new + t) * kw + c;
                 /* padding keys are large: if they were not masked they
                  * would take most of the attention */
                 float scale = pos + t < pad[b] ? 4.0f : 1.0f;
                 k[i] = scale * rng_uniform(-1, 1);
                 v[i] = pos + t < pad[b] ? 50.0f : rng_uniform(-1, 1);
-                kc[kv_at(b, c / KD, pos + t, c % KD)] = k[i];
-                vc[kv_at(b, c / KD, pos + t, c % KD)] = v[i];
+                kc[kv_at(g, b, c / KD, pos + t, c % KD)] = k[i];
+                vc[kv_at(g, b, c / KD, pos + t, c % KD)] = v[i];
             }
     struct dbuf *dk = upload(k, n * sizeof(float)), *dv = upload(v, n * sizeof(float));
     CHECK(kern_kv_append(st, dbuf_ptr(dkc), dbuf_ptr(dvc), dbuf_ptr(dk), dbuf_ptr(dv), g, t_new,
                          pos) == 0);
-    const size_t cache = (size_t)KB * KH * KT * KD;
+    const size_t cache = kv_floats(g);
     float *got = malloc(cache * sizeof(float));
     download(got, dbuf_ptr(dkc), cache * sizeof(float));
     CHECK_MSG(memcmp(got, kc, cache * sizeof(float)) == 0, "k cache after append at %d", pos);
@@ -726,13 +998,16 @@ static void append_step(struct dbuf *dkc, struct dbuf *dvc, float *kc, float *vc
     free(got);
 }
 
-static void test_attention(void)
+/* A prefill of 4 positions and two decode steps with KH query heads over
+ * kv_heads KV heads. */
+static void attention_case(int kv_heads)
 {
-    const struct kv_geom g = {.batch = KB, .heads = KH, .head_dim = KD, .max_t = KT};
+    const struct kv_geom g = {
+        .batch = KB, .heads = KH, .kv_heads = kv_heads, .head_dim = KD, .max_t = KT};
     /* left padding per sequence: none, 2 (its first two queries see no
      * key), 3 */
     static const int pad[KB] = {0, 2, 3};
-    const size_t cache = (size_t)KB * KH * KT * KD;
+    const size_t cache = kv_floats(&g);
     float *kc = malloc(cache * sizeof(float)), *vc = malloc(cache * sizeof(float));
     for (size_t i = 0; i < cache; i++)
         kc[i] = vc[i] = -77.0f; /* never written: must stay */
@@ -748,18 +1023,38 @@ static void test_attention(void)
     append_step(dkc, dvc, kc, vc, &g, 4, 0, pad);
     attention_step(dkc, dvc, kc, vc, dok, key_ok, &g, 0, 4);
 
-    /* one decode step at position 4 */
-    for (int b = 0; b < KB; b++)
-        key_ok[b * KT + 4] = 1;
-    CHECK(kern_to_device(st, dbuf_ptr(dok), key_ok, sizeof(key_ok)) == 0);
-    append_step(dkc, dvc, kc, vc, &g, 1, 4, pad);
-    attention_step(dkc, dvc, kc, vc, dok, key_ok, &g, 4, 1);
+    /* decode steps at positions 4 and 5 */
+    for (int p = 4; p < 6; p++) {
+        for (int b = 0; b < KB; b++)
+            key_ok[b * KT + p] = 1;
+        CHECK(kern_to_device(st, dbuf_ptr(dok), key_ok, sizeof(key_ok)) == 0);
+        append_step(dkc, dvc, kc, vc, &g, 1, p, pad);
+        attention_step(dkc, dvc, kc, vc, dok, key_ok, &g, p, 1);
+    }
 
     device_free(dkc);
     device_free(dvc);
     device_free(dok);
     free(kc);
     free(vc);
+}
+
+static void test_attention(void)
+{
+    attention_case(KH); /* multi-head */
+    attention_case(2);  /* grouped: two query heads per KV head */
+    attention_case(1);  /* multi-query */
+
+    /* the scratch for the most queries and keys serves every smaller call
+     * (a batch's buffers are sized once, for its longest step) */
+    for (int kvh = 1; kvh <= KH; kvh *= 2) {
+        const struct kv_geom g = {
+            .batch = KB, .heads = KH, .kv_heads = kvh, .head_dim = KD, .max_t = KT};
+        const size_t most = kern_attention_scratch(dev, &g, 2, KT);
+        for (int t_new = 1; t_new <= 2; t_new++)
+            for (int t_all = t_new; t_all <= KT; t_all++)
+                CHECK(kern_attention_scratch(dev, &g, t_new, t_all) <= most);
+    }
 }
 
 int main(void)
@@ -781,7 +1076,10 @@ int main(void)
     test_gemv_isa_choice();
     test_embed();
     test_layernorm();
+    test_rmsnorm();
+    test_rope();
     test_activation();
+    test_gated_act();
     test_elementwise();
     test_attention();
 

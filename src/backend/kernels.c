@@ -67,10 +67,32 @@ int kern_layernorm(struct stream *s, float *y, const float *x, int m, int n, con
     return kern_of(s)->layernorm(s, y, x, m, n, gamma, beta, eps);
 }
 
+int kern_rmsnorm(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
+                 float eps)
+{
+    assert(y && x && m > 0 && n > 0 && eps > 0);
+    return kern_of(s)->rmsnorm(s, y, x, m, n, gamma, eps);
+}
+
+int kern_rope(struct stream *s, float *x, int n, int heads, int head_dim, int rot_dim,
+              const int32_t *pos, const float *inv_freq, float scale)
+{
+    assert(x && pos && inv_freq && n > 0 && heads > 0 && head_dim > 0 && rot_dim > 0 &&
+           rot_dim % 2 == 0 && rot_dim <= head_dim);
+    return kern_of(s)->rope(s, x, n, heads, head_dim, rot_dim, pos, inv_freq, scale);
+}
+
 int kern_activation(struct stream *s, float *x, size_t n, enum kern_act act)
 {
     assert(x && act >= KERN_ACT_RELU && act <= KERN_ACT_SILU);
     return n ? kern_of(s)->activation(s, x, n, act) : 0;
+}
+
+int kern_gated_act(struct stream *s, float *y, const float *gate, const float *up, size_t n,
+                   enum kern_act act)
+{
+    assert(y && gate && up && act >= KERN_ACT_RELU && act <= KERN_ACT_SILU);
+    return n ? kern_of(s)->gated_act(s, y, gate, up, n, act) : 0;
 }
 
 int kern_add(struct stream *s, float *y, const float *x, size_t n)
@@ -87,7 +109,8 @@ int kern_scale(struct stream *s, float *x, size_t n, float a)
 
 static void geom_check(const struct kv_geom *g)
 {
-    assert(g && g->batch > 0 && g->heads > 0 && g->head_dim > 0 && g->max_t > 0);
+    assert(g && g->batch > 0 && g->heads > 0 && g->kv_heads > 0 && g->heads % g->kv_heads == 0 &&
+           g->head_dim > 0 && g->max_t > 0);
 }
 
 int kern_kv_append(struct stream *s, float *kc, float *vc, const float *k, const float *v,

@@ -29,9 +29,13 @@ enum kern_act {
     KERN_ACT_SILU,
 };
 
-/* One layer's KV cache for a batch: k and v each (batch, heads, max_t,
+/* One layer's KV cache for a batch: k and v each (batch, kv_heads, max_t,
  * head_dim), and key_ok (batch, max_t): 1 where a cached position holds a
- * real token, 0 for padding and positions not yet written. */
+ * real token, 0 for padding and positions not yet written. heads are the
+ * query heads: grouped-query attention shares each KV head among
+ * heads / kv_heads consecutive query heads (query head h reads KV head
+ * h / (heads / kv_heads)); kv_heads == heads is multi-head attention.
+ * heads % kv_heads == 0. */
 struct kv_geom {
     int batch, heads, kv_heads, head_dim, max_t;
 };
@@ -71,19 +75,42 @@ int kern_embed(struct stream *s, float *y, const struct weight_view *w, const in
  * affine) or both set. y may equal x. */
 int kern_layernorm(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
                    const float *beta, float eps);
+/* y = x * rsqrt(mean(x^2) + eps) * gamma over m rows of width n, in that
+ * order and in f32 as transformers' LlamaRMSNorm computes it (the mean of
+ * squares summed accurately, in double); gamma NULL: no weight. y may equal
+ * x. */
+int kern_rmsnorm(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
+                 float eps);
+/* Rotary position embedding in place, transformers' rotate_half convention
+ * (apply_rotary_pos_emb with cos/sin = cat(freqs, freqs)). x: n rows (one
+ * per token) of heads * head_dim; in every head the first rot_dim elements
+ * rotate (rot_dim even, <= head_dim) and the rest stay. With half =
+ * rot_dim / 2, for i < half: a = (float)pos[r] * inv_freq[i] (an f32
+ * product), c = cosf(a) * scale, s = sinf(a) * scale, and
+ *   x[i]        = x[i] * c - x[i + half] * s
+ *   x[i + half] = x[i + half] * c + x[i] * s.
+ * pos: (n) positions >= 0; inv_freq: (half); both on the device. scale is
+ * the attention scaling of rope variants that have one (1 otherwise). */
+int kern_rope(struct stream *s, float *x, int n, int heads, int head_dim, int rot_dim,
+              const int32_t *pos, const float *inv_freq, float scale);
 /* x = act(x), n elements. */
 int kern_activation(struct stream *s, float *x, size_t n, enum kern_act act);
+/* y[i] = act(gate[i]) * up[i], n elements (act as kern_activation computes
+ * it): the gated MLP (SwiGLU with KERN_ACT_SILU). y may equal gate or up. */
+int kern_gated_act(struct stream *s, float *y, const float *gate, const float *up, size_t n,
+                   enum kern_act act);
 /* y[i] += x[i] */
 int kern_add(struct stream *s, float *y, const float *x, size_t n);
 /* x[i] *= a */
 int kern_scale(struct stream *s, float *x, size_t n, float a);
 /* Writes the keys and values of t_new new positions into the cache at
  * positions [pos, pos + t_new) of every sequence: k and v are (batch * t_new,
- * heads * head_dim), sequence-major. */
+ * kv_heads * head_dim), sequence-major. */
 int kern_kv_append(struct stream *s, float *kc, float *vc, const float *k, const float *v,
                    const struct kv_geom *g, int t_new, int pos);
 /* Causal attention of every sequence's t_new queries against its cache.
  * q:   (batch * t_new, heads * head_dim), already scaled; out the same shape.
+ * Query head h attends with KV head h / (heads / kv_heads) (struct kv_geom).
  * Query t of a sequence sits at position past + t and attends to the keys
  * s <= past + t with key_ok[s]; a query that sees no key (a pad before any
  * real token) gets 0. scratch: kern_attention_scratch() floats. */

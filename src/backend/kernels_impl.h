@@ -15,7 +15,13 @@ struct kernel_ops {
                  int row0);
     int (*layernorm)(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
                      const float *beta, float eps);
+    int (*rmsnorm)(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
+                   float eps);
+    int (*rope)(struct stream *s, float *x, int n, int heads, int head_dim, int rot_dim,
+                const int32_t *pos, const float *inv_freq, float scale);
     int (*activation)(struct stream *s, float *x, size_t n, enum kern_act act);
+    int (*gated_act)(struct stream *s, float *y, const float *gate, const float *up, size_t n,
+                     enum kern_act act);
     int (*add)(struct stream *s, float *y, const float *x, size_t n);
     int (*scale)(struct stream *s, float *x, size_t n, float a);
     int (*kv_append)(struct stream *s, float *kc, float *vc, const float *k, const float *v,

@@ -36,10 +36,34 @@ static int k_layernorm(struct stream *s, float *y, const float *x, int m, int n,
     return 0;
 }
 
+static int k_rmsnorm(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
+                     float eps)
+{
+    (void)s;
+    cpu_rmsnorm(y, x, m, n, gamma, eps);
+    return 0;
+}
+
+static int k_rope(struct stream *s, float *x, int n, int heads, int head_dim, int rot_dim,
+                  const int32_t *pos, const float *inv_freq, float scale)
+{
+    (void)s;
+    cpu_rope(x, n, heads, head_dim, rot_dim, pos, inv_freq, scale);
+    return 0;
+}
+
 static int k_activation(struct stream *s, float *x, size_t n, enum kern_act act)
 {
     (void)s;
     cpu_activation(x, n, act);
+    return 0;
+}
+
+static int k_gated_act(struct stream *s, float *y, const float *gate, const float *up, size_t n,
+                       enum kern_act act)
+{
+    (void)s;
+    cpu_gated_act(y, gate, up, n, act);
     return 0;
 }
 
@@ -58,20 +82,20 @@ static int k_scale(struct stream *s, float *x, size_t n, float a)
     return 0;
 }
 
-/* Cache rows of sequence b: (heads, max_t, head_dim). */
+/* Cache rows of sequence b: (kv_heads, max_t, head_dim). */
 static size_t kv_seq(const struct kv_geom *g, int b)
 {
-    return (size_t)b * g->heads * g->max_t * g->head_dim;
+    return (size_t)b * g->kv_heads * g->max_t * g->head_dim;
 }
 
 static int k_kv_append(struct stream *s, float *kc, float *vc, const float *k, const float *v,
                        const struct kv_geom *g, int t_new, int pos)
 {
     (void)s;
-    const int hd = g->head_dim, width = g->heads * hd;
+    const int hd = g->head_dim, width = g->kv_heads * hd;
     for (int b = 0; b < g->batch; b++)
         for (int t = 0; t < t_new; t++)
-            for (int h = 0; h < g->heads; h++) {
+            for (int h = 0; h < g->kv_heads; h++) {
                 size_t src = ((size_t)b * t_new + t) * width + (size_t)h * hd;
                 size_t dst = kv_seq(g, b) + ((size_t)h * g->max_t + pos + t) * hd;
                 memcpy(kc + dst, k + src, (size_t)hd * sizeof(float));
@@ -88,16 +112,15 @@ static int k_attention(struct stream *s, float *out, const float *q, const float
     const size_t width = (size_t)g->heads * g->head_dim;
     for (int b = 0; b < g->batch; b++)
         cpu_attention(out + (size_t)b * t_new * width, width, q + (size_t)b * t_new * width, width,
-                      kc + kv_seq(g, b), vc + kv_seq(g, b), g->heads, g->head_dim, (size_t)g->max_t,
-                      past, t_new, key_ok + (size_t)b * g->max_t, scratch);
+                      kc + kv_seq(g, b), vc + kv_seq(g, b), g->heads, g->kv_heads, g->head_dim,
+                      (size_t)g->max_t, past, t_new, key_ok + (size_t)b * g->max_t, scratch);
     return 0;
 }
 
-/* One sequence at a time: its scores (t_new, t_all). */
+/* One sequence at a time. */
 static size_t k_attention_scratch(const struct kv_geom *g, int t_new, int t_all)
 {
-    (void)g;
-    return (size_t)t_new * t_all;
+    return cpu_attention_scratch(g->heads, g->kv_heads, t_new, t_all);
 }
 
 static int k_gather_rows(struct stream *s, float *y, const float *x, const int32_t *rows, int n,
@@ -120,7 +143,10 @@ const struct kernel_ops cpu_kernel_ops = {
     .linear = k_linear,
     .embed = k_embed,
     .layernorm = k_layernorm,
+    .rmsnorm = k_rmsnorm,
+    .rope = k_rope,
     .activation = k_activation,
+    .gated_act = k_gated_act,
     .add = k_add,
     .scale = k_scale,
     .kv_append = k_kv_append,

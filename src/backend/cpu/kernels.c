@@ -97,26 +97,132 @@ void cpu_layernorm(float *y, const float *x, int m, int n, const float *gamma, c
     }
 }
 
+/* Running sums of the squares in cpu_rmsnorm: independent add chains, so
+ * the loop is bound by throughput, not by the latency of one double add. */
+#define RMS_LANES 8
+
+void cpu_rmsnorm(float *y, const float *x, int m, int n, const float *gamma, float eps)
+{
+    for (int i = 0; i < m; i++) {
+        const float *xi = x + (size_t)i * n;
+        float *yi = y + (size_t)i * n;
+        /* in double, as cpu_layernorm (the square of an f32 is exact there) */
+        double lane[RMS_LANES] = {0};
+        int j = 0;
+        for (; j + RMS_LANES <= n; j += RMS_LANES)
+            for (int u = 0; u < RMS_LANES; u++)
+                lane[u] += (double)xi[j + u] * xi[j + u];
+        double ss = 0;
+        for (; j < n; j++)
+            ss += (double)xi[j] * xi[j];
+        for (int u = 0; u < RMS_LANES; u++)
+            ss += lane[u];
+        const float r = (float)(1.0 / sqrt(ss / n + eps));
+        /* (x * r) * gamma: LlamaRMSNorm's order */
+        if (gamma)
+            for (j = 0; j < n; j++)
+                yi[j] = (xi[j] * r) * gamma[j];
+        else
+            for (j = 0; j < n; j++)
+                yi[j] = xi[j] * r;
+    }
+}
+
+/* Pairs of a head whose cos and sin cpu_rope computes at a time, on the
+ * stack: every head of the row reuses them. */
+#define ROPE_BLOCK 64
+
+void cpu_rope(float *x, int n, int heads, int head_dim, int rot_dim, const int32_t *pos,
+              const float *inv_freq, float scale)
+{
+    const int half = rot_dim / 2;
+    float c[ROPE_BLOCK], s[ROPE_BLOCK];
+    for (int r = 0; r < n; r++) {
+        float *row = x + (size_t)r * heads * head_dim;
+        const float p = (float)pos[r];
+        for (int i0 = 0; i0 < half; i0 += ROPE_BLOCK) {
+            const int nb = half - i0 < ROPE_BLOCK ? half - i0 : ROPE_BLOCK;
+            for (int i = 0; i < nb; i++) {
+                const float a = p * inv_freq[i0 + i];
+                c[i] = cosf(a) * scale;
+                s[i] = sinf(a) * scale;
+            }
+            for (int h = 0; h < heads; h++) {
+                /* [i0, i0 + nb) and [i0 + half, ...) do not overlap: nb <= half - i0 */
+                float *restrict lo = row + (size_t)h * head_dim + i0;
+                float *restrict hi = lo + half;
+                for (int i = 0; i < nb; i++) {
+                    const float x0 = lo[i], x1 = hi[i];
+                    lo[i] = x0 * c[i] - x1 * s[i];
+                    hi[i] = x1 * c[i] + x0 * s[i];
+                }
+            }
+        }
+    }
+}
+
+/* The activations, one element each: cpu_activation and cpu_gated_act
+ * compute the same formula. */
+static inline float act_relu(float v)
+{
+    return v > 0 ? v : 0;
+}
+
+static inline float act_gelu(float v)
+{
+    return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+}
+
+static inline float act_gelu_tanh(float v)
+{
+    return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+}
+
+static inline float act_silu(float v)
+{
+    return v / (1.0f + expf(-v));
+}
+
 void cpu_activation(float *x, size_t n, enum kern_act act)
 {
     switch (act) {
     case KERN_ACT_RELU:
         for (size_t i = 0; i < n; i++)
-            x[i] = x[i] > 0 ? x[i] : 0;
+            x[i] = act_relu(x[i]);
         return;
     case KERN_ACT_GELU:
         for (size_t i = 0; i < n; i++)
-            x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+            x[i] = act_gelu(x[i]);
         return;
     case KERN_ACT_GELU_TANH:
-        for (size_t i = 0; i < n; i++) {
-            float v = x[i];
-            x[i] = 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-        }
+        for (size_t i = 0; i < n; i++)
+            x[i] = act_gelu_tanh(x[i]);
         return;
     case KERN_ACT_SILU:
         for (size_t i = 0; i < n; i++)
-            x[i] = x[i] / (1.0f + expf(-x[i]));
+            x[i] = act_silu(x[i]);
+        return;
+    }
+}
+
+void cpu_gated_act(float *y, const float *gate, const float *up, size_t n, enum kern_act act)
+{
+    switch (act) {
+    case KERN_ACT_RELU:
+        for (size_t i = 0; i < n; i++)
+            y[i] = act_relu(gate[i]) * up[i];
+        return;
+    case KERN_ACT_GELU:
+        for (size_t i = 0; i < n; i++)
+            y[i] = act_gelu(gate[i]) * up[i];
+        return;
+    case KERN_ACT_GELU_TANH:
+        for (size_t i = 0; i < n; i++)
+            y[i] = act_gelu_tanh(gate[i]) * up[i];
+        return;
+    case KERN_ACT_SILU:
+        for (size_t i = 0; i < n; i++)
+            y[i] = act_silu(gate[i]) * up[i];
         return;
     }
 }
@@ -127,44 +233,71 @@ void cpu_add(float *y, const float *x, size_t n)
         y[i] += x[i];
 }
 
-void cpu_attention(float *out, size_t ldo, const float *q, size_t ldq, const float *kc,
-                   const float *vc, int n_heads, int head_dim, size_t max_t, int past, int t_new,
-                   const uint8_t *key_ok, float *scores)
+size_t cpu_attention_scratch(int n_heads, int n_kv_heads, int t_new, int t_all)
 {
-    const int t_all = past + t_new;
-    for (int h = 0; h < n_heads; h++) {
-        const float *qh = q + (size_t)h * head_dim;
-        const float *kh = kc + (size_t)h * max_t * head_dim;
-        const float *vh = vc + (size_t)h * max_t * head_dim;
-        float *oh = out + (size_t)h * head_dim;
-        /* scores = q_h @ k_h^T over every cached key */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t_new, t_all, head_dim, 1.0f, qh,
-                    (int)ldq, kh, head_dim, 0.0f, scores, t_all);
-        /* causal + padding mask, softmax per query row */
-        for (int t = 0; t < t_new; t++) {
-            float *s = scores + (size_t)t * t_all;
-            int visible = past + t + 1;
-            float mx = -INFINITY;
-            for (int j = 0; j < visible; j++)
-                if (key_ok[j] && s[j] > mx)
-                    mx = s[j];
-            if (mx == -INFINITY) {
-                memset(s, 0, (size_t)t_all * sizeof(float));
-                continue;
-            }
-            float sum = 0;
-            for (int j = 0; j < t_all; j++) {
-                float e = (j < visible && key_ok[j]) ? expf(s[j] - mx) : 0.0f;
-                s[j] = e;
-                sum += e;
-            }
-            float inv = 1.0f / sum;
-            for (int j = 0; j < visible; j++)
-                s[j] *= inv;
+    const int group = n_heads / n_kv_heads;
+    return (size_t)(t_new > group ? t_new : group) * t_all;
+}
+
+/* Attention of `rows` query rows against one KV head (kh, vh: (max_t,
+ * head_dim), keys [0, t_all) filled): q rows of head_dim at row stride ldq,
+ * out likewise at ldo. Row i sits at position pos0 + i * step (step 1: a
+ * sequence's consecutive queries of one head; 0: the query heads of a group
+ * at one position) and sees the keys s <= its position with key_ok[s]; a
+ * row that sees none gets 0. scores: rows * t_all floats. */
+static void attend(float *out, size_t ldo, const float *q, size_t ldq, int rows, int pos0, int step,
+                   const float *kh, const float *vh, int head_dim, int t_all, const uint8_t *key_ok,
+                   float *scores)
+{
+    /* scores = q @ k^T over every cached key */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t_all, head_dim, 1.0f, q, (int)ldq,
+                kh, head_dim, 0.0f, scores, t_all);
+    /* causal + padding mask, softmax per query row */
+    for (int t = 0; t < rows; t++) {
+        float *s = scores + (size_t)t * t_all;
+        int visible = pos0 + t * step + 1;
+        float mx = -INFINITY;
+        for (int j = 0; j < visible; j++)
+            if (key_ok[j] && s[j] > mx)
+                mx = s[j];
+        if (mx == -INFINITY) {
+            memset(s, 0, (size_t)t_all * sizeof(float));
+            continue;
         }
-        /* out_h = P @ v_h */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t_new, head_dim, t_all, 1.0f,
-                    scores, t_all, vh, head_dim, 0.0f, oh, (int)ldo);
+        float sum = 0;
+        for (int j = 0; j < t_all; j++) {
+            float e = (j < visible && key_ok[j]) ? expf(s[j] - mx) : 0.0f;
+            s[j] = e;
+            sum += e;
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j < visible; j++)
+            s[j] *= inv;
+    }
+    /* out = P @ v */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, t_all, 1.0f, scores,
+                t_all, vh, head_dim, 0.0f, out, (int)ldo);
+}
+
+void cpu_attention(float *out, size_t ldo, const float *q, size_t ldq, const float *kc,
+                   const float *vc, int n_heads, int n_kv_heads, int head_dim, size_t max_t,
+                   int past, int t_new, const uint8_t *key_ok, float *scores)
+{
+    const int t_all = past + t_new, group = n_heads / n_kv_heads;
+    for (int kv = 0; kv < n_kv_heads; kv++) {
+        const float *kh = kc + (size_t)kv * max_t * head_dim;
+        const float *vh = vc + (size_t)kv * max_t * head_dim;
+        const size_t h0 = (size_t)kv * group * head_dim; /* the group's first query column */
+        if (t_new == 1 && group > 1) {
+            /* decode: the group's queries are one (group, head_dim) matrix in
+             * the row, so each key and value is read once for all of them */
+            attend(out + h0, (size_t)head_dim, q + h0, (size_t)head_dim, group, past, 0, kh, vh,
+                   head_dim, t_all, key_ok, scores);
+            continue;
+        }
+        for (int j = 0; j < group; j++)
+            attend(out + h0 + (size_t)j * head_dim, ldo, q + h0 + (size_t)j * head_dim, ldq, t_new,
+                   past, 1, kh, vh, head_dim, t_all, key_ok, scores);
     }
 }
 

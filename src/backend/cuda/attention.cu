@@ -1,9 +1,11 @@
 /* Causal + padding attention over the KV cache, as kern_attention states it
  * (backend/kernels.h): query t of sequence b sits at position past + t and
  * attends to the keys s <= past + t with key_ok[b * max_t + s] != 0; a query
- * that sees no key gets zeros. q is already scaled.
+ * that sees no key gets zeros. q is already scaled. Query head h reads KV
+ * head h / (heads / kv_heads) (grouped-query attention; the blocks of one
+ * group read the same cache rows, from L2 after the first).
  *
- * One block of ATT_THREADS per (sequence, head, query), online softmax (no
+ * One block of ATT_THREADS per (sequence, query head, query), online softmax (no
  * scores matrix, no scratch): the visible keys go by in tiles of ATT_TILE.
  * Per tile:
  *   1. scores: each warp takes ATT_KPW consecutive keys of the tile and
@@ -45,8 +47,8 @@ static_assert(ATT_KPW * ATT_WARPS == ATT_TILE, "step 1 covers the tile");
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_kernel(float *__restrict__ out, const float *__restrict__ q,
                      const float *__restrict__ kc, const float *__restrict__ vc,
-                     const uint8_t *__restrict__ key_ok, int heads, int head_dim, int max_t,
-                     int past, int t_new)
+                     const uint8_t *__restrict__ key_ok, int heads, int kv_heads, int head_dim,
+                     int max_t, int past, int t_new)
 {
     __shared__ float q_sh[CUDA_ATTN_MAX_HEAD_DIM];
     __shared__ float s_sh[ATT_TILE];
@@ -64,7 +66,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const size_t row = b * (size_t)t_new + (size_t)t; /* of q and out */
     const float *qr = q + row * width + (size_t)h * head_dim;
     float *orow = out + row * width + (size_t)h * head_dim;
-    const size_t cache0 = (b * (size_t)heads + (size_t)h) * (size_t)max_t * head_dim;
+    const int kvh = h / (heads / kv_heads);
+    const size_t cache0 = (b * (size_t)kv_heads + (size_t)kvh) * (size_t)max_t * head_dim;
     const float *kh = kc + cache0;
     const float *vh = vc + cache0;
     const uint8_t *ok = key_ok + b * (size_t)max_t;
@@ -167,16 +170,18 @@ __global__ void __launch_bounds__(ATT_THREADS)
 extern "C" cudaError_t cuda_launch_attention(cudaStream_t st, float *out, const float *q,
                                              const float *kc, const float *vc,
                                              const uint8_t *key_ok, int batch, int heads,
-                                             int head_dim, int max_t, int past, int t_new)
+                                             int kv_heads, int head_dim, int max_t, int past,
+                                             int t_new)
 {
     if (batch <= 0 || heads <= 0 || head_dim <= 0 || t_new <= 0)
         return cudaSuccess;
-    if (head_dim > CUDA_ATTN_MAX_HEAD_DIM || past < 0 || (int64_t)past + t_new > max_t)
+    if (head_dim > CUDA_ATTN_MAX_HEAD_DIM || past < 0 || (int64_t)past + t_new > max_t ||
+        kv_heads <= 0 || heads % kv_heads != 0)
         return cudaErrorInvalidValue;
     const size_t blocks = (size_t)batch * (size_t)heads * (size_t)t_new;
     if (blocks > 0x7fffffffu)
         return cudaErrorInvalidValue;
-    attention_kernel<<<(unsigned)blocks, ATT_THREADS, 0, st>>>(out, q, kc, vc, key_ok, heads,
-                                                               head_dim, max_t, past, t_new);
+    attention_kernel<<<(unsigned)blocks, ATT_THREADS, 0, st>>>(
+        out, q, kc, vc, key_ok, heads, kv_heads, head_dim, max_t, past, t_new);
     return cudaGetLastError();
 }

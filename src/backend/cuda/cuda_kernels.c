@@ -105,6 +105,29 @@ static int k_layernorm(struct stream *s, float *y, const float *x, int m, int n,
     return 0;
 }
 
+static int k_rmsnorm(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
+                     float eps)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cuda_launch_rmsnorm(cs->s, y, x, m, n, gamma, eps));
+    return 0;
+}
+
+static int k_rope(struct stream *s, float *x, int n, int heads, int head_dim, int rot_dim,
+                  const int32_t *pos, const float *inv_freq, float scale)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name,
+               cuda_launch_rope(cs->s, x, n, heads, head_dim, rot_dim, pos, inv_freq, scale));
+    return 0;
+}
+
 static int act_of(enum kern_act act)
 {
     switch (act) {
@@ -128,6 +151,17 @@ static int k_activation(struct stream *s, float *x, size_t n, enum kern_act act)
     if (rc < 0)
         return rc;
     CUDA_CHECK(s->dev->name, cuda_launch_activation(cs->s, x, n, act_of(act)));
+    return 0;
+}
+
+static int k_gated_act(struct stream *s, float *y, const float *gate, const float *up, size_t n,
+                       enum kern_act act)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cuda_launch_gated_act(cs->s, y, gate, up, n, act_of(act)));
     return 0;
 }
 
@@ -158,7 +192,7 @@ static int k_kv_append(struct stream *s, float *kc, float *vc, const float *k, c
     int rc = cuda_kern_enter(s, &cs);
     if (rc < 0)
         return rc;
-    CUDA_CHECK(s->dev->name, cuda_launch_kv_append(cs->s, kc, vc, k, v, g->batch, g->heads,
+    CUDA_CHECK(s->dev->name, cuda_launch_kv_append(cs->s, kc, vc, k, v, g->batch, g->kv_heads,
                                                    g->head_dim, g->max_t, t_new, pos));
     return 0;
 }
@@ -175,8 +209,9 @@ static int k_attention(struct stream *s, float *out, const float *q, const float
     int rc = cuda_kern_enter(s, &cs);
     if (rc < 0)
         return rc;
-    CUDA_CHECK(s->dev->name, cuda_launch_attention(cs->s, out, q, kc, vc, key_ok, g->batch,
-                                                   g->heads, g->head_dim, g->max_t, past, t_new));
+    CUDA_CHECK(s->dev->name,
+               cuda_launch_attention(cs->s, out, q, kc, vc, key_ok, g->batch, g->heads, g->kv_heads,
+                                     g->head_dim, g->max_t, past, t_new));
     return 0;
 }
 
@@ -245,7 +280,10 @@ const struct kernel_ops cuda_kernel_ops = {
     .linear = cuda_linear,
     .embed = k_embed,
     .layernorm = k_layernorm,
+    .rmsnorm = k_rmsnorm,
+    .rope = k_rope,
     .activation = k_activation,
+    .gated_act = k_gated_act,
     .add = k_add,
     .scale = k_scale,
     .kv_append = k_kv_append,

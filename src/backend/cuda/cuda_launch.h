@@ -75,22 +75,40 @@ cudaError_t cuda_launch_embed(cudaStream_t st, float *y, const void *w, int wtyp
 cudaError_t cuda_launch_layernorm(cudaStream_t st, float *y, const float *x, int m, int n,
                                   const float *gamma, const float *beta, float eps);
 
+/* RMSNorm over m rows of width n (the squares summed in double), then y =
+ * (x * rstd) * gamma in f32 as kern_rmsnorm states it; gamma may be NULL; y
+ * may equal x. */
+cudaError_t cuda_launch_rmsnorm(cudaStream_t st, float *y, const float *x, int m, int n,
+                                const float *gamma, float eps);
+
+/* kern_rope (backend/kernels.h) in place on x: n rows of heads * head_dim,
+ * the first rot_dim (even, <= head_dim) elements of each head rotated by
+ * pos[r] * inv_freq[i], cosf and sinf in f32, times scale. */
+cudaError_t cuda_launch_rope(cudaStream_t st, float *x, int n, int heads, int head_dim, int rot_dim,
+                             const int32_t *pos, const float *inv_freq, float scale);
+
 /* x = act(x) (enum cuda_act); y += x; x *= a. n elements. */
 cudaError_t cuda_launch_activation(cudaStream_t st, float *x, size_t n, int act);
 cudaError_t cuda_launch_add(cudaStream_t st, float *y, const float *x, size_t n);
 cudaError_t cuda_launch_scale(cudaStream_t st, float *x, size_t n, float a);
+/* y[i] = act(gate[i]) * up[i] with act as cuda_launch_activation computes
+ * it; y may equal gate or up. */
+cudaError_t cuda_launch_gated_act(cudaStream_t st, float *y, const float *gate, const float *up,
+                                  size_t n, int act);
 
-/* The cache layout of backend/kernels.h: kc, vc (batch, heads, max_t,
- * head_dim); k, v (batch * t_new, heads * head_dim) written at positions
+/* The cache layout of backend/kernels.h: kc, vc (batch, kv_heads, max_t,
+ * head_dim); k, v (batch * t_new, kv_heads * head_dim) written at positions
  * [pos, pos + t_new). */
 cudaError_t cuda_launch_kv_append(cudaStream_t st, float *kc, float *vc, const float *k,
-                                  const float *v, int batch, int heads, int head_dim, int max_t,
+                                  const float *v, int batch, int kv_heads, int head_dim, int max_t,
                                   int t_new, int pos);
 /* Causal + padding attention of kern_attention (backend/kernels.h), online
- * softmax, no scratch. head_dim <= CUDA_ATTN_MAX_HEAD_DIM. */
+ * softmax, no scratch: q and out (batch * t_new, heads * head_dim), query
+ * head h reading KV head h / (heads / kv_heads) of the cache. head_dim <=
+ * CUDA_ATTN_MAX_HEAD_DIM; heads a multiple of kv_heads. */
 cudaError_t cuda_launch_attention(cudaStream_t st, float *out, const float *q, const float *kc,
                                   const float *vc, const uint8_t *key_ok, int batch, int heads,
-                                  int head_dim, int max_t, int past, int t_new);
+                                  int kv_heads, int head_dim, int max_t, int past, int t_new);
 
 /* y[i, width] = x[rows[i], width] for i < n. */
 cudaError_t cuda_launch_gather_rows(cudaStream_t st, float *y, const float *x, const int32_t *rows,

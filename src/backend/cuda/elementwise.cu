@@ -1,5 +1,5 @@
-/* The elementwise and data-movement kernels: activations, add, scale, the
- * KV-cache append and the row gather. Grid-stride loops over size_t
+/* The elementwise and data-movement kernels: activations, the gated
+ * activation, add, scale, the KV-cache append and the row gather. Grid-stride loops over size_t
  * indices; each element's formula is the CPU backend's (cpu/kernels.c),
  * with the same libm functions (erff, tanhf, expf: nvcc's are accurate to a
  * couple of ulps without --use_fast_math). */
@@ -48,6 +48,41 @@ extern "C" cudaError_t cuda_launch_activation(cudaStream_t st, float *x, size_t 
     return cudaGetLastError();
 }
 
+/* y may be gate or up: no __restrict__. act_apply as activation_kernel
+ * has it, so the activation is the same formula. */
+template <int ACT>
+__global__ void gated_act_kernel(float *y, const float *gate, const float *up, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = act_apply<ACT>(gate[i]) * up[i];
+}
+
+extern "C" cudaError_t cuda_launch_gated_act(cudaStream_t st, float *y, const float *gate,
+                                             const float *up, size_t n, int act)
+{
+    if (n == 0)
+        return cudaSuccess;
+    const unsigned blocks = cuda_ew_blocks(n);
+    switch (act) {
+    case CUDA_ACT_RELU:
+        gated_act_kernel<CUDA_ACT_RELU><<<blocks, CUDA_EW_THREADS, 0, st>>>(y, gate, up, n);
+        break;
+    case CUDA_ACT_GELU:
+        gated_act_kernel<CUDA_ACT_GELU><<<blocks, CUDA_EW_THREADS, 0, st>>>(y, gate, up, n);
+        break;
+    case CUDA_ACT_GELU_TANH:
+        gated_act_kernel<CUDA_ACT_GELU_TANH><<<blocks, CUDA_EW_THREADS, 0, st>>>(y, gate, up, n);
+        break;
+    case CUDA_ACT_SILU:
+        gated_act_kernel<CUDA_ACT_SILU><<<blocks, CUDA_EW_THREADS, 0, st>>>(y, gate, up, n);
+        break;
+    default:
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
 /* y and x may be the same array (y += y): no __restrict__. */
 __global__ void add_kernel(float *y, const float *x, size_t n)
 {
@@ -79,11 +114,11 @@ extern "C" cudaError_t cuda_launch_scale(cudaStream_t st, float *x, size_t n, fl
     return cudaGetLastError();
 }
 
-/* Element i of the new keys/values (batch * t_new, heads * head_dim) is
+/* Element i of the new keys/values (batch * t_new, kv_heads * head_dim) is
  * (b, t, h, d) in that order, and goes to cache element (b, h, pos + t, d). */
 __global__ void kv_append_kernel(float *__restrict__ kc, float *__restrict__ vc,
                                  const float *__restrict__ k, const float *__restrict__ v,
-                                 size_t total, int heads, int head_dim, int max_t, int t_new,
+                                 size_t total, int kv_heads, int head_dim, int max_t, int t_new,
                                  int pos)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
@@ -91,28 +126,28 @@ __global__ void kv_append_kernel(float *__restrict__ kc, float *__restrict__ vc,
         size_t rest = i;
         const size_t d = rest % (size_t)head_dim;
         rest /= (size_t)head_dim;
-        const size_t h = rest % (size_t)heads;
-        rest /= (size_t)heads;
+        const size_t h = rest % (size_t)kv_heads;
+        rest /= (size_t)kv_heads;
         const size_t t = rest % (size_t)t_new;
         const size_t b = rest / (size_t)t_new;
         const size_t dst =
-            ((b * (size_t)heads + h) * (size_t)max_t + (size_t)pos + t) * (size_t)head_dim + d;
+            ((b * (size_t)kv_heads + h) * (size_t)max_t + (size_t)pos + t) * (size_t)head_dim + d;
         kc[dst] = k[i];
         vc[dst] = v[i];
     }
 }
 
 extern "C" cudaError_t cuda_launch_kv_append(cudaStream_t st, float *kc, float *vc, const float *k,
-                                             const float *v, int batch, int heads, int head_dim,
+                                             const float *v, int batch, int kv_heads, int head_dim,
                                              int max_t, int t_new, int pos)
 {
-    if (batch <= 0 || heads <= 0 || head_dim <= 0 || t_new <= 0)
+    if (batch <= 0 || kv_heads <= 0 || head_dim <= 0 || t_new <= 0)
         return cudaSuccess;
     if (pos < 0 || max_t <= 0 || (int64_t)pos + t_new > max_t)
         return cudaErrorInvalidValue;
-    const size_t total = (size_t)batch * (size_t)t_new * (size_t)heads * (size_t)head_dim;
+    const size_t total = (size_t)batch * (size_t)t_new * (size_t)kv_heads * (size_t)head_dim;
     kv_append_kernel<<<cuda_ew_blocks(total), CUDA_EW_THREADS, 0, st>>>(
-        kc, vc, k, v, total, heads, head_dim, max_t, t_new, pos);
+        kc, vc, k, v, total, kv_heads, head_dim, max_t, t_new, pos);
     return cudaGetLastError();
 }
 

@@ -1,10 +1,18 @@
-/* LayerNorm over rows: one block per row, two passes over the row for the
- * mean and then the variance, each summed in double (as the CPU backend
- * does: the most accurate sum is on average the closest to torch's f32 one;
- * the row is read from L1/L2 the second and third time, and double adds are
- * cheap next to the loads), then y = (x - mean) * rstd (* gamma + beta) in
- * f32 exactly as cpu_layernorm writes it. y may equal x: every thread writes
- * only the elements it read, after the block's last read of the row. */
+/* LayerNorm and RMSNorm over rows: one block per row.
+ *
+ * LayerNorm: two passes over the row for the mean and then the variance,
+ * each summed in double (as the CPU backend does: the most accurate sum is
+ * on average the closest to torch's f32 one; the row is read from L1/L2 the
+ * second and third time, and double adds are cheap next to the loads), then
+ * y = (x - mean) * rstd (* gamma + beta) in f32 exactly as cpu_layernorm
+ * writes it.
+ *
+ * RMSNorm: one pass for the sum of squares, in double (the square of an f32
+ * is exact there), rstd = 1 / sqrt(mean + eps) in double rounded once to
+ * f32, then y = (x * rstd) * gamma in f32, exactly as cpu_rmsnorm writes it.
+ *
+ * y may equal x: every thread writes only the elements it read, after the
+ * block's last read of the row. */
 #include "cuda_common.cuh"
 
 #define LN_THREADS 256
@@ -67,5 +75,37 @@ extern "C" cudaError_t cuda_launch_layernorm(cudaStream_t st, float *y, const fl
     if (!gamma != !beta)
         return cudaErrorInvalidValue;
     layernorm_kernel<<<(unsigned)m, LN_THREADS, 0, st>>>(y, x, n, gamma, beta, eps);
+    return cudaGetLastError();
+}
+
+__global__ void __launch_bounds__(LN_THREADS)
+    rmsnorm_kernel(float *y, const float *x, int n, const float *gamma, float eps)
+{
+    __shared__ double red[LN_WARPS];
+    const float *xi = x + (size_t)blockIdx.x * (size_t)n;
+    float *yi = y + (size_t)blockIdx.x * (size_t)n;
+
+    double q = 0;
+    for (int j = threadIdx.x; j < n; j += LN_THREADS) {
+        const double v = xi[j];
+        q += v * v;
+    }
+    const double ms = ln_block_sum(q, red) / n;
+
+    const float rstd = (float)(1.0 / sqrt(ms + (double)eps));
+    for (int j = threadIdx.x; j < n; j += LN_THREADS) {
+        float v = __fmul_rn(xi[j], rstd);
+        if (gamma)
+            v = __fmul_rn(v, gamma[j]);
+        yi[j] = v;
+    }
+}
+
+extern "C" cudaError_t cuda_launch_rmsnorm(cudaStream_t st, float *y, const float *x, int m, int n,
+                                           const float *gamma, float eps)
+{
+    if (m <= 0 || n <= 0)
+        return cudaSuccess;
+    rmsnorm_kernel<<<(unsigned)m, LN_THREADS, 0, st>>>(y, x, n, gamma, eps);
     return cudaGetLastError();
 }
