@@ -24,7 +24,7 @@ struct expect {
  * OPT forward skip them (and say so). */
 static inline bool fixture_is_opt(const char *name)
 {
-    char path[600];
+    char path[8192];
     snprintf(path, sizeof(path), "%s/%s/config.json", FIXTURES, name);
     json_t *j = json_load_file(path, 0, NULL);
     const char *mt = json_string_value(json_object_get(j, "model_type"));
@@ -33,6 +33,17 @@ static inline bool fixture_is_opt(const char *name)
         printf("%s: model_type \"%s\", not an OPT fixture: skipped\n", name, mt ? mt : "?");
     json_decref(j);
     return opt || !j; /* no config.json: let the test fail on it */
+}
+
+/* Whether fixture `name` has the file `file`. */
+static inline bool fixture_has(const char *name, const char *file)
+{
+    char path[8192];
+    snprintf(path, sizeof(path), "%s/%s/%s", FIXTURES, name, file);
+    FILE *f = fopen(path, "rb");
+    if (f)
+        fclose(f);
+    return f != NULL;
 }
 
 /* A JSON array of token ids as a malloc'd array (the caller frees it);

@@ -1,5 +1,6 @@
 /* config.json: defaults, every computation-changing field, and one specific
  * error for each kind of bad input. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "model/llama/llama.h"
 #include "model/opt/opt.h"
 #include "test.h"
 
@@ -39,8 +41,129 @@ static struct opt_config parse_opt(const char *json)
     return c;
 }
 
+#define LDIMS "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, " \
+              "\"max_position_embeddings\": 256"
+#define LHEADS "\"num_attention_heads\": 8, \"vocab_size\": 300, " LDIMS
+#define LBASE "\"model_type\": \"llama\", " LHEADS
+
+/* The Llama family's config of json (the test fails when it does not parse). */
+static struct llama_config parse_llama(const char *json)
+{
+    struct model_config *mc = NULL;
+    struct llama_config c = {0};
+    CHECK_MSG(model_config_parse(json, "config.json", &mc) == 0, "%s: %s", json, err_msg());
+    if (mc) {
+        CHECK(strcmp(mc->info.family, "llama") == 0);
+        c = *ARCH_CONFIG(struct llama_config, mc);
+    }
+    model_config_free(mc);
+    return c;
+}
+
+/* The Llama family: LlamaConfig's defaults, both spellings of the rotary
+ * settings, each variant's quirks, and a one-line error for each hostile
+ * config (before anything is sized). */
+static void test_llama(void)
+{
+    struct llama_config c = parse_llama("{" LBASE "}");
+    const struct model_info *in = &c.base.info;
+    CHECK(in->n_kv_heads == 8 && in->head_dim == 8 && c.rot_dim == 8 && in->max_pos == 256);
+    CHECK(c.rope == ROPE_DEFAULT && c.rope_theta == 10000 && c.act == KERN_ACT_SILU);
+    CHECK(!c.qkv_bias && !c.o_bias && !c.mlp_bias && !c.tie_embeddings && in->n_eos == 0);
+    CHECK(fabsf(c.rms_eps - 1e-6f) < 1e-12f && in->bos_id == -1 && in->pad_id == -1);
+    CHECK(strcmp(in->architecture, "LlamaForCausalLM") == 0);
+    /* Hub spelling: rope_theta + rope_scaling; eos as a list; explicit head_dim */
+    c = parse_llama("{" LBASE ", \"num_key_value_heads\": 2, \"head_dim\": 16, \"rope_theta\": "
+                    "500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+                    "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                    "\"original_max_position_embeddings\": 64}, \"eos_token_id\": [2, 3, 4], "
+                    "\"bos_token_id\": 1, \"attention_bias\": true, \"mlp_bias\": true}");
+    CHECK(in->n_kv_heads == 2 && in->head_dim == 16 && c.rot_dim == 16 && c.rope == ROPE_LLAMA3);
+    CHECK(c.rope_theta == 500000 && c.rope_factor == 8 && c.rope_orig_max_pos == 64);
+    CHECK(in->n_eos == 3 && in->eos_ids[2] == 4 && in->bos_id == 1);
+    CHECK(c.qkv_bias && c.o_bias && c.mlp_bias);
+    /* transformers 5's spelling; "type" as older files say it */
+    c = parse_llama("{" LBASE ", \"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": "
+                    "2.0, \"rope_theta\": 1000.0}}");
+    CHECK(c.rope == ROPE_LINEAR && c.rope_factor == 2 && c.rope_theta == 1000);
+    c = parse_llama("{" LBASE ", \"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0, "
+                    "\"original_max_position_embeddings\": 128}}");
+    CHECK(c.rope == ROPE_DYNAMIC && in->max_pos == 128); /* past it dynamic NTK would apply */
+    c = parse_llama("{" LBASE ", \"partial_rotary_factor\": 0.5}");
+    CHECK(c.rot_dim == 4);
+    /* Qwen2: q/k/v biases always, none on o_proj; its window only when used */
+    c = parse_llama("{\"model_type\": \"qwen2\", " LHEADS ", \"sliding_window\": 16, "
+                    "\"use_sliding_window\": false}");
+    CHECK(c.variant == LLAMA_VARIANT_QWEN2 && c.qkv_bias && !c.o_bias && in->max_pos == 256);
+    /* Mistral's window caps the context (attention within a window is not done) */
+    c = parse_llama("{\"model_type\": \"mistral\", " LHEADS ", \"sliding_window\": 32}");
+    CHECK(c.variant == LLAMA_VARIANT_MISTRAL && in->max_pos == 32 && c.sliding_window == 32);
+    c = parse_llama("{\"model_type\": \"mistral\", " LHEADS ", \"sliding_window\": null}");
+    CHECK(in->max_pos == 256 && c.sliding_window == 0);
+
+    /* hostile: each its own message */
+    expect_error("{" LBASE ", \"num_key_value_heads\": 3}", ERR_FORMAT,
+                 "num_key_value_heads 3 does not divide num_attention_heads 8");
+    expect_error("{" LBASE ", \"num_key_value_heads\": 0}", ERR_FORMAT,
+                 "\"num_key_value_heads\" is 0");
+    expect_error("{\"model_type\": \"llama\", \"vocab_size\": 300, " LDIMS ", \"num_attention_heads\": -8}", ERR_FORMAT,
+                 "\"num_attention_heads\" is -8");
+    expect_error("{\"model_type\": \"llama\", \"vocab_size\": 300, " LDIMS ", \"num_attention_heads\": 0}", ERR_FORMAT,
+                 "\"num_attention_heads\" is 0");
+    expect_error("{\"model_type\": \"llama\", \"vocab_size\": 300, " LDIMS ", \"num_attention_heads\": 7}", ERR_FORMAT, "not a multiple");
+    expect_error("{" LBASE ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}",
+                 ERR_UNSUPPORTED, "rope type \"yarn\" is not supported");
+    expect_error("{" LBASE ", \"rope_scaling\": {\"rope_type\": \"linear\"}}", ERR_FORMAT,
+                 "\"factor\"");
+    expect_error("{" LBASE ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, "
+                 "\"low_freq_factor\": 4, \"high_freq_factor\": 1, "
+                 "\"original_max_position_embeddings\": 64}}",
+                 ERR_FORMAT, "high_freq_factor 1 must exceed low_freq_factor 4");
+    expect_error("{" LBASE ", \"rope_scaling\": 3}", ERR_FORMAT, "must be an object");
+    expect_error("{" LBASE ", \"hidden_act\": \"mish\"}", ERR_UNSUPPORTED,
+                 "hidden_act \"mish\"");
+    expect_error("{" LBASE ", \"head_dim\": 5000}", ERR_FORMAT, "\"head_dim\" is 5000");
+    expect_error("{\"model_type\": \"llama\", \"vocab_size\": 300, " LDIMS ", \"head_dim\": "
+                 "4000, \"num_attention_heads\": 4000, \"num_key_value_heads\": 1}",
+                 ERR_FORMAT, "exceed");
+    expect_error("{" LBASE ", \"partial_rotary_factor\": 0.2}", ERR_FORMAT, "rotary dims");
+    expect_error("{\"model_type\": \"llama\", \"num_attention_heads\": 8, " LDIMS
+                 ", \"vocab_size\": 2000000000}",
+                 ERR_FORMAT, "\"vocab_size\" is");
+    expect_error("{" LBASE ", \"eos_token_id\": [2, 300]}", ERR_FORMAT,
+                 "eos_token_id 300 is outside the vocabulary");
+    expect_error("{" LBASE ", \"eos_token_id\": [1, 2, 3, 4, 5, 6, 7, 8, 9]}", ERR_FORMAT,
+                 "at most 8");
+    expect_error("{" LBASE ", \"rms_norm_eps\": \"small\"}", ERR_FORMAT, "must be a number");
+    expect_error("{\"model_type\": \"llama\", \"hidden_size\": 64}", ERR_FORMAT,
+                 "\"intermediate_size\"");
+
+    /* the layouts it can shard: KV heads split when tp divides them, replicated when tp is
+     * a multiple of them; anything else names the numbers */
+    struct model_config *mc = NULL;
+    CHECK(model_config_parse("{\"model_type\": \"llama\", \"hidden_size\": 96, "
+                             "\"intermediate_size\": 96, \"num_hidden_layers\": 2, "
+                             "\"num_attention_heads\": 12, \"num_key_value_heads\": 6, "
+                             "\"vocab_size\": 300, \"max_position_embeddings\": 64}",
+                             "config.json", &mc) == 0);
+    if (mc) {
+        struct model_shard sh = {.tp_size = 2, .layer_end = 2};
+        CHECK(model_shard_check(mc, &sh) == 0);
+        sh.tp_size = 12; /* replicated: each KV head on 2 ranks */
+        CHECK(model_shard_check(mc, &sh) == 0);
+        sh.tp_size = 4;
+        CHECK(model_shard_check(mc, &sh) == ERR_INVALID &&
+              strstr(err_msg(), "must divide num_key_value_heads 6, or be a multiple"));
+        sh.tp_size = 5;
+        CHECK(model_shard_check(mc, &sh) == ERR_INVALID &&
+              strstr(err_msg(), "must divide num_attention_heads 12"));
+    }
+    model_config_free(mc);
+}
+
 int main(void)
 {
+    test_llama();
     /* OPTConfig's defaults for every optional field */
     struct opt_config c = parse_opt("{" BASE "}");
     const struct model_info *in = &c.base.info;

@@ -1,6 +1,6 @@
-/* The OPT forward against transformers: every fixture under
- * tests/fixtures/models/ (made by tools/make_fixtures.py) holds a tiny random
- * checkpoint, the logits transformers computed for a left-padded batch and
+/* Every family's forward against transformers: every fixture under
+ * tests/fixtures/models/ (OPT by tools/make_fixtures.py, the Llama family by
+ * tools/make_llama_fixtures.py) holds a tiny random checkpoint, the logits transformers computed for a left-padded batch and
  * for one unpadded prompt, and its greedy continuations.
  *
  * f32 mode against transformers in float32 (expected.json): max |ours - ref|
@@ -186,14 +186,17 @@ int main(void)
     int n = 0;
     char names[32][200];
     while ((e = readdir(d)) && n < 32)
-        if (e->d_name[0] != '.' && strlen(e->d_name) < sizeof(names[0]) &&
-            fixture_is_opt(e->d_name))
+        if (e->d_name[0] != '.' && strlen(e->d_name) < sizeof(names[0]))
             memcpy(names[n++], e->d_name, strlen(e->d_name) + 1);
     closedir(d);
-    CHECK_MSG(n >= 4, "expected at least 4 model fixtures, found %d", n);
+    CHECK_MSG(n >= 11, "expected at least 11 model fixtures (6 OPT, 5 Llama family), found %d",
+              n);
     for (int i = 0; i < n; i++) {
         check_fixture(names[i], KERN_COMPUTE_F32);
-        check_fixture(names[i], KERN_COMPUTE_BF16);
+        /* every OPT fixture has bf16 references; of the others, those in
+         * bf16 storage (tools/make_llama_fixtures.py) */
+        if (fixture_is_opt(names[i]) || fixture_has(names[i], "expected_bf16.json"))
+            check_fixture(names[i], KERN_COMPUTE_BF16);
     }
     return test_finish();
 }

@@ -8,9 +8,9 @@
 
 #include "format/hf_config.h"
 
-extern const struct arch_ops opt_arch;
+extern const struct arch_ops opt_arch, llama_arch;
 
-const struct arch_ops *const model_archs[] = {&opt_arch, NULL};
+const struct arch_ops *const model_archs[] = {&opt_arch, &llama_arch, NULL};
 
 const char *model_families(void)
 {
@@ -42,6 +42,7 @@ int arch_config_alloc(const struct arch_ops *arch, struct model_config **out)
     c->arch = arch;
     c->info.family = arch->name;
     c->info.bos_id = c->info.pad_id = -1;
+    c->info.max_pos_from = "max_position_embeddings";
     return 0;
 }
 

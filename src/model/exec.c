@@ -138,8 +138,8 @@ static int shape_check(const struct model *m, const struct device *dev,
                        "an execution context needs batch >= 1 and length >= 1 (got %d, %d)",
                        shape->batch, shape->max_len);
     if (sh->max_len > m->info->max_pos)
-        return err_set(ERR_INVALID, "sequence of %d tokens exceeds max_position_embeddings %d",
-                       sh->max_len, m->info->max_pos);
+        return err_set(ERR_INVALID, "sequence of %d tokens exceeds %s %d", sh->max_len,
+                       m->info->max_pos_from, m->info->max_pos);
     if ((*bytes = model_exec_bytes(m, dev, sh)) == 0)
         return err_set(ERR_NOMEM,
                        "a batch of %d sequences of %d positions is too large for any device",
@@ -206,8 +206,6 @@ int model_exec_init(const struct model *m, struct device *dev, struct comm *tp,
     ex->ids = (int32_t *)(base + L.ids);
     ex->rows = (int32_t *)(base + L.rows);
     ex->pos = d.fam.positions ? (int32_t *)(base + L.pos) : NULL;
-    if (m->arch->exec_prepare && (rc = m->arch->exec_prepare(m, ex)) < 0)
-        goto fail;
     *out = ex;
     return 0;
 fail:
@@ -293,9 +291,13 @@ int model_exec_begin(const struct model *m, struct model_exec *ex, const uint8_t
             count += real;
         }
         if (count > m->info->max_pos)
-            return err_set(ERR_INVALID, "sequence of %d tokens exceeds max_position_embeddings %d",
-                           count, m->info->max_pos);
+            return err_set(ERR_INVALID, "sequence of %d tokens exceeds %s %d", count,
+                           m->info->max_pos_from, m->info->max_pos);
     }
+    /* the family's tables, once, on the thread that computes */
+    if (!ex->aux_ready && m->arch->exec_prepare)
+        TRY(m->arch->exec_prepare(m, ex));
+    ex->aux_ready = true;
     /* the whole mask: slots cleared since the last step change old columns */
     TRY(kern_to_device(ex->stream, ex->key_ok, ex->key_ok_host, (size_t)sh->batch * sh->max_len));
     if (!ex->pos)

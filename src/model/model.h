@@ -40,6 +40,7 @@ struct model_info {
     char architecture[64];  /* config.json's architectures[0] (or the family's class) */
     int vocab;              /* vocab_size */
     int max_pos;            /* positions a sequence may reach */
+    const char *max_pos_from; /* the config field that sets it, for messages; static */
     int hidden;             /* hidden_size */
     int n_layers;
     int n_heads, n_kv_heads, head_dim;
@@ -207,6 +208,7 @@ struct model_exec {
     float *e;                /* (max_tokens, the family's extra width) or NULL */
     float *scores;           /* attention scratch */
     float *aux;              /* the family's per-batch tables (rotary frequencies) or NULL */
+    bool aux_ready;          /* filled (by the first model_exec_begin) */
     float *logits_local, *logits; /* (max_rows, vocab_local), (max_rows, vocab) */
     int32_t *ids, *rows;     /* (max_tokens) token ids, position rows / head rows */
     int32_t *pos;            /* (max_tokens) each new token's position, or NULL */

@@ -1,0 +1,101 @@
+/* The Llama family as transformers computes it: LlamaForCausalLM (Llama 2,
+ * Llama 3.x, SmolLM2, TinyLlama), MistralForCausalLM, Qwen2ForCausalLM.
+ * Internal to model/llama/: the family's config and views behind
+ * llama_arch.
+ *
+ * A decoder layer: x += o(attn(rope(q(n1(x))), rope(k(n1(x))), v(n1(x))));
+ * x += down(act(gate(n2(x))) * up(n2(x))), with RMSNorms n1, n2,
+ * grouped-query attention (n_kv_heads KV heads shared by groups of query
+ * heads) and rotary position embeddings (rotate_half convention, on the
+ * first rot_dim dims of each head).
+ *
+ * Sharding plan: q/k/v and gate/up by output rows (heads, hidden units),
+ * o and down by input columns (row-parallel, summed by the all-reduce; their
+ * biases added by rank 0 only). KV heads are split across ranks when tp
+ * divides them, and replicated when tp exceeds them (tp a multiple of
+ * n_kv_heads: each rank holds the one KV head its query heads use, as
+ * vLLM does). Embedding and head by vocabulary rows; norms replicated.
+ */
+#ifndef SHARDSWAP_MODEL_LLAMA_LLAMA_H
+#define SHARDSWAP_MODEL_LLAMA_LLAMA_H
+
+#include "model/arch.h"
+
+enum rope_kind {
+    ROPE_DEFAULT,
+    ROPE_LINEAR,  /* positions divided by factor */
+    ROPE_DYNAMIC, /* NTK-aware past original_max_position_embeddings: max_pos capped there */
+    ROPE_LLAMA3,  /* Llama 3.1's per-frequency rule */
+};
+
+enum llama_variant { LLAMA_VARIANT_LLAMA, LLAMA_VARIANT_MISTRAL, LLAMA_VARIANT_QWEN2 };
+
+struct llama_config {
+    struct model_config base;
+    enum llama_variant variant;
+    float rms_eps;           /* rms_norm_eps */
+    enum kern_act act;       /* hidden_act */
+    bool qkv_bias, o_bias;   /* attention_bias (Llama: all four; Qwen2: q/k/v only) */
+    bool mlp_bias;
+    bool tie_embeddings;
+    int rot_dim;             /* head_dim * partial_rotary_factor, even */
+    double rope_theta;
+    enum rope_kind rope;
+    double rope_factor;      /* linear, dynamic, llama3 */
+    double low_freq_factor, high_freq_factor; /* llama3 */
+    int rope_orig_max_pos;   /* llama3, dynamic: original_max_position_embeddings */
+    int sliding_window;      /* 0: none (or not used); else max_pos is capped to it */
+    int max_pos_config;      /* max_position_embeddings as config.json says it */
+};
+
+static inline const struct llama_config *llama_cfg(const struct model *m)
+{
+    return ARCH_CONFIG(struct llama_config, m->cfg);
+}
+
+struct llama_layer {
+    struct weight_view q, k, v, o, gate, up, down;
+    const float *q_b, *k_b, *v_b;    /* this rank's rows, or NULL */
+    const float *o_b, *down_b;       /* (hidden), rank 0 only, or NULL */
+    const float *gate_b, *up_b;      /* this rank's rows, or NULL */
+    const float *ln1, *ln2;          /* input_layernorm, post_attention_layernorm (hidden) */
+};
+
+/* A shard's views (model.w). */
+struct llama_weights {
+    struct weight_view embed;   /* (vocab_local, hidden), first stage */
+    const float *norm;          /* model.norm (hidden), last stage */
+    struct weight_view lm_head; /* (vocab_local, hidden), last stage; maybe bound with embed */
+    struct llama_layer *layers; /* layer_end - layer_begin */
+};
+
+static inline const struct llama_weights *llama_w(const struct model *m)
+{
+    return m->w;
+}
+
+/* llama_config.c */
+int llama_config_parse(json_t *root, const char *what, struct model_config **out);
+int llama_config_save(const struct model_config *c, const char *dir);
+void llama_describe(const struct model_config *c, char *buf, size_t cap);
+/* The rotary inverse frequencies (rot_dim / 2) as transformers computes
+ * them in float32 for the config's rope type. */
+void llama_inv_freq(const struct llama_config *c, float *inv_freq);
+/* llama_plan.c */
+int llama_shard_check(const struct model_config *c, const struct model_shard *s);
+int llama_shard_init(struct model *m);
+void llama_shard_free(struct model *m);
+int llama_plan(struct model *m, const struct st_checkpoint *ck, struct model_planner *p);
+/* llama_forward.c */
+void llama_exec_dims(const struct model *m, struct exec_dims *d);
+int llama_exec_prepare(const struct model *m, struct model_exec *ex);
+int llama_embed(const struct model *m, struct model_exec *ex, const int32_t *ids,
+                const uint8_t *mask, int t_new);
+int llama_layer(const struct model *m, int layer, struct model_exec *ex, int t_new);
+int llama_head(const struct model *m, struct model_exec *ex, int t_new, bool all_positions,
+               float *logits);
+/* llama_random.c */
+int llama_preset(const char *name, struct model_config **out);
+int llama_tensors(const struct model_config *c, struct tensor_spec **out, int *n);
+
+#endif

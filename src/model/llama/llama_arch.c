@@ -1,0 +1,25 @@
+/* The Llama family's entry in the family table. */
+#include "model/llama/llama.h"
+
+static const char *const llama_model_types[] = {"llama", "mistral", "qwen2", NULL};
+
+const struct arch_ops llama_arch = {
+    .name = "llama",
+    .model_types = llama_model_types,
+    .config_size = sizeof(struct llama_config),
+    .config_parse = llama_config_parse,
+    .config_save = llama_config_save,
+    .describe = llama_describe,
+    .shard_check = llama_shard_check,
+    .shard_init = llama_shard_init,
+    .shard_free = llama_shard_free,
+    .plan = llama_plan,
+    .exec_dims = llama_exec_dims,
+    .exec_prepare = llama_exec_prepare,
+    .embed = llama_embed,
+    .layer = llama_layer,
+    .head = llama_head,
+    .preset_names = "llama-3.2-1b|llama-3.1-8b|qwen2.5-0.5b|qwen2.5-7b|mistral-7b|tinyllama-1.1b",
+    .preset = llama_preset,
+    .tensors = llama_tensors,
+};

@@ -1,0 +1,335 @@
+/* config.json of the Llama family, as transformers' LlamaConfig,
+ * MistralConfig and Qwen2Config write it. The fields read and their
+ * defaults when absent (the configs' own):
+ *
+ *   hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+ *   vocab_size                          required integers
+ *   num_key_value_heads                 num_attention_heads (1..heads, dividing them)
+ *   head_dim                            hidden_size / num_attention_heads
+ *   max_position_embeddings             required (Mistral: 131072)
+ *   hidden_act                          "silu"
+ *   rms_norm_eps                        1e-6
+ *   rope_theta                          10000
+ *   rope_scaling                        null, or {rope_type (or type): default, linear,
+ *                                       dynamic, llama3; factor; low_freq_factor,
+ *                                       high_freq_factor, original_max_position_embeddings}
+ *   rope_parameters                     transformers 5's spelling of both, preferred
+ *   partial_rotary_factor               1.0
+ *   attention_bias, mlp_bias            false (Qwen2: q/k/v biases always, none on o_proj)
+ *   tie_word_embeddings                 false
+ *   sliding_window                      Mistral: null or a window; Qwen2: only with
+ *                                       use_sliding_window true
+ *   bos_token_id, eos_token_id (one or a list), pad_token_id
+ *   torch_dtype (or "dtype")            float32
+ *
+ * Sequences are limited to max_position_embeddings, and to the sliding
+ * window where one applies (attention inside a window is not implemented:
+ * a longer context is refused rather than computed differently), and for
+ * rope "dynamic" to original_max_position_embeddings (below it dynamic
+ * NTK scaling is the default rope).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "format/hf_config.h"
+#include "model/llama/llama.h"
+
+extern const struct arch_ops llama_arch;
+
+static int cfg_act(json_t *root, const char *what, enum kern_act *out)
+{
+    static const struct {
+        const char *name;
+        enum kern_act act;
+    } acts[] = {
+        {"silu", KERN_ACT_SILU},           {"swish", KERN_ACT_SILU},
+        {"gelu", KERN_ACT_GELU},           {"gelu_new", KERN_ACT_GELU_TANH},
+        {"gelu_pytorch_tanh", KERN_ACT_GELU_TANH}, {"relu", KERN_ACT_RELU},
+    };
+    const char *v;
+    int rc = hf_get_str(root, what, "hidden_act", &v);
+    if (rc < 0)
+        return rc;
+    if (!v) {
+        *out = KERN_ACT_SILU;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(acts) / sizeof(acts[0]); i++)
+        if (strcmp(v, acts[i].name) == 0) {
+            *out = acts[i].act;
+            return 0;
+        }
+    return err_set(ERR_UNSUPPORTED,
+                   "%s: hidden_act \"%s\" is not supported (expected silu, gelu, gelu_new, "
+                   "gelu_pytorch_tanh, relu)",
+                   what, v);
+}
+
+/* rope_theta and the scaling: from rope_parameters (transformers 5), else
+ * rope_theta + rope_scaling. */
+static int cfg_rope(json_t *root, const char *what, struct llama_config *c)
+{
+    json_t *rp = json_object_get(root, "rope_parameters");
+    json_t *scaling = json_object_get(root, "rope_scaling");
+    json_t *theta_from = root;
+    int rc;
+    if (rp && !json_is_null(rp)) {
+        if (!json_is_object(rp))
+            return err_set(ERR_FORMAT, "%s: field \"rope_parameters\" must be an object", what);
+        scaling = rp;
+        if (json_object_get(rp, "rope_theta"))
+            theta_from = rp;
+    }
+    if ((rc = hf_get_num(theta_from, what, "rope_theta", false, 10000.0, 1e-3, 1e12,
+                         &c->rope_theta)) < 0)
+        return rc;
+    c->rope = ROPE_DEFAULT;
+    c->rope_factor = 1.0;
+    if (!scaling || json_is_null(scaling))
+        return 0;
+    if (!json_is_object(scaling))
+        return err_set(ERR_FORMAT, "%s: field \"rope_scaling\" must be an object or null", what);
+    const char *type;
+    if ((rc = hf_get_str(scaling, what, "rope_type", &type)) < 0)
+        return rc;
+    if (!type && (rc = hf_get_str(scaling, what, "type", &type)) < 0)
+        return rc;
+    if (!type || strcmp(type, "default") == 0)
+        return 0;
+    if (strcmp(type, "linear") == 0)
+        c->rope = ROPE_LINEAR;
+    else if (strcmp(type, "dynamic") == 0)
+        c->rope = ROPE_DYNAMIC;
+    else if (strcmp(type, "llama3") == 0)
+        c->rope = ROPE_LLAMA3;
+    else
+        return err_set(ERR_UNSUPPORTED,
+                       "%s: rope type \"%s\" is not supported (expected default, linear, dynamic "
+                       "or llama3)",
+                       what, type);
+    const struct model_info *in = &c->base.info;
+    if ((rc = hf_get_num(scaling, what, "factor", true, 1, 1e-6, 1e6, &c->rope_factor)) < 0)
+        return rc;
+    if (c->rope == ROPE_LINEAR)
+        return 0;
+    if ((rc = hf_get_int(scaling, what, "original_max_position_embeddings", c->rope == ROPE_LLAMA3,
+                         in->max_pos, 1, HF_DIM_MAX, &c->rope_orig_max_pos)) < 0)
+        return rc;
+    if (c->rope == ROPE_DYNAMIC)
+        return 0;
+    if ((rc = hf_get_num(scaling, what, "low_freq_factor", true, 1, 1e-6, 1e6,
+                         &c->low_freq_factor)) < 0 ||
+        (rc = hf_get_num(scaling, what, "high_freq_factor", true, 4, 1e-6, 1e6,
+                         &c->high_freq_factor)) < 0)
+        return rc;
+    if (c->high_freq_factor <= c->low_freq_factor)
+        return err_set(ERR_FORMAT, "%s: rope high_freq_factor %g must exceed low_freq_factor %g",
+                       what, c->high_freq_factor, c->low_freq_factor);
+    return 0;
+}
+
+/* The sliding window that applies (0: none). */
+static int cfg_window(json_t *root, const char *what, struct llama_config *c)
+{
+    int rc;
+    bool use = c->variant == LLAMA_VARIANT_MISTRAL;
+    if (c->variant == LLAMA_VARIANT_QWEN2 &&
+        (rc = hf_get_bool(root, what, "use_sliding_window", false, &use)) < 0)
+        return rc;
+    c->sliding_window = 0;
+    if (!use)
+        return 0;
+    return hf_get_int(root, what, "sliding_window", false, 0, 1, HF_DIM_MAX, &c->sliding_window);
+}
+
+static enum llama_variant variant_of(json_t *root)
+{
+    const char *mt = json_string_value(json_object_get(root, "model_type"));
+    return strcmp(mt, "mistral") == 0 ? LLAMA_VARIANT_MISTRAL
+           : strcmp(mt, "qwen2") == 0 ? LLAMA_VARIANT_QWEN2
+                                      : LLAMA_VARIANT_LLAMA;
+}
+
+static const char *const variant_names[] = {"llama", "mistral", "qwen2"};
+static const char *const variant_archs[] = {"LlamaForCausalLM", "MistralForCausalLM",
+                                            "Qwen2ForCausalLM"};
+
+int llama_config_parse(json_t *root, const char *what, struct model_config **out)
+{
+    int rc = arch_config_alloc(&llama_arch, out);
+    if (rc < 0)
+        return rc;
+    struct llama_config *c = (struct llama_config *)*out;
+    struct model_info *in = &c->base.info;
+    c->variant = variant_of(root);
+    double eps, partial;
+    bool attn_bias;
+    if ((rc = hf_get_int(root, what, "hidden_size", true, 0, 1, HF_DIM_MAX, &in->hidden)) < 0 ||
+        (rc = hf_get_int(root, what, "intermediate_size", true, 0, 1, HF_DIM_MAX, &in->ffn)) < 0 ||
+        (rc = hf_get_int(root, what, "num_hidden_layers", true, 0, 1, 4096, &in->n_layers)) < 0 ||
+        (rc = hf_get_int(root, what, "num_attention_heads", true, 0, 1, 4096, &in->n_heads)) < 0 ||
+        (rc = hf_get_int(root, what, "num_key_value_heads", false, in->n_heads, 1, 4096,
+                         &in->n_kv_heads)) < 0 ||
+        (rc = hf_get_int(root, what, "vocab_size", true, 0, 1, HF_DIM_MAX, &in->vocab)) < 0 ||
+        (rc = hf_get_int(root, what, "max_position_embeddings", true, 0, 1, HF_DIM_MAX,
+                         &in->max_pos)) < 0 ||
+        (rc = hf_get_num(root, what, "rms_norm_eps", false, 1e-6, 1e-30, 1, &eps)) < 0 ||
+        (rc = hf_get_num(root, what, "partial_rotary_factor", false, 1, 1e-6, 1, &partial)) < 0 ||
+        (rc = hf_get_bool(root, what, "attention_bias", false, &attn_bias)) < 0 ||
+        (rc = hf_get_bool(root, what, "mlp_bias", false, &c->mlp_bias)) < 0 ||
+        (rc = hf_get_bool(root, what, "tie_word_embeddings", false, &c->tie_embeddings)) < 0 ||
+        (rc = hf_get_int(root, what, "bos_token_id", false, -1, -1, HF_DIM_MAX, &in->bos_id)) < 0 ||
+        (rc = hf_get_int(root, what, "pad_token_id", false, -1, -1, HF_DIM_MAX, &in->pad_id)) < 0 ||
+        (rc = hf_get_ids(root, what, "eos_token_id", in->vocab, in->eos_ids, MODEL_MAX_EOS,
+                         &in->n_eos)) < 0 ||
+        (rc = cfg_act(root, what, &c->act)) < 0 || (rc = hf_get_dtype(root, what, &in->dtype)) < 0)
+        return rc;
+    if (in->n_heads % in->n_kv_heads != 0)
+        return err_set(ERR_FORMAT,
+                       "%s: num_key_value_heads %d does not divide num_attention_heads %d", what,
+                       in->n_kv_heads, in->n_heads);
+    /* an explicit head_dim (Mistral Nemo: 128 with hidden 5120 and 32 heads) */
+    if (in->hidden % in->n_heads != 0 && !json_object_get(root, "head_dim"))
+        return err_set(ERR_FORMAT,
+                       "%s: hidden_size %d is not a multiple of num_attention_heads %d (and no "
+                       "head_dim is given)",
+                       what, in->hidden, in->n_heads);
+    if ((rc = hf_get_int(root, what, "head_dim", false, in->hidden / in->n_heads, 2, 4096,
+                         &in->head_dim)) < 0)
+        return rc;
+    if ((long)in->head_dim * in->n_heads > HF_DIM_MAX)
+        return err_set(ERR_FORMAT, "%s: %d heads of head_dim %d exceed %d", what, in->n_heads,
+                       in->head_dim, HF_DIM_MAX);
+    c->rot_dim = (int)(in->head_dim * partial);
+    if (c->rot_dim < 2 || c->rot_dim % 2)
+        return err_set(ERR_FORMAT,
+                       "%s: partial_rotary_factor %g of head_dim %d gives %d rotary dims "
+                       "(expected an even number >= 2)",
+                       what, partial, in->head_dim, c->rot_dim);
+    c->rms_eps = (float)eps;
+    c->qkv_bias = attn_bias || c->variant == LLAMA_VARIANT_QWEN2;
+    c->o_bias = attn_bias && c->variant != LLAMA_VARIANT_QWEN2;
+    if ((rc = cfg_rope(root, what, c)) < 0 || (rc = cfg_window(root, what, c)) < 0)
+        return rc;
+    if (in->bos_id >= in->vocab || in->pad_id >= in->vocab)
+        return err_set(ERR_FORMAT, "%s: %s_token_id %d is outside the vocabulary (size %d)",
+                       what, in->bos_id >= in->vocab ? "bos" : "pad",
+                       in->bos_id >= in->vocab ? in->bos_id : in->pad_id, in->vocab);
+    /* the positions a sequence may reach, as computed here (see the top) */
+    c->max_pos_config = in->max_pos;
+    if (c->sliding_window > 0 && c->sliding_window < in->max_pos) {
+        in->max_pos = c->sliding_window;
+        in->max_pos_from = "sliding_window (attention within a window is not implemented)";
+    }
+    if (c->rope == ROPE_DYNAMIC && c->rope_orig_max_pos < in->max_pos) {
+        in->max_pos = c->rope_orig_max_pos;
+        in->max_pos_from = "original_max_position_embeddings (dynamic rope past it is not "
+                           "implemented)";
+    }
+    snprintf(in->architecture, sizeof(in->architecture), "%s", variant_archs[c->variant]);
+    return 0;
+}
+
+static const char *rope_name(enum rope_kind r)
+{
+    return r == ROPE_LINEAR ? "linear" : r == ROPE_DYNAMIC ? "dynamic" : r == ROPE_LLAMA3 ? "llama3"
+                                                                                      : "default";
+}
+
+static const char *act_name(enum kern_act a)
+{
+    return a == KERN_ACT_SILU ? "silu" : a == KERN_ACT_GELU ? "gelu"
+                                     : a == KERN_ACT_GELU_TANH ? "gelu_pytorch_tanh"
+                                                               : "relu";
+}
+
+void llama_describe(const struct model_config *mc, char *buf, size_t cap)
+{
+    const struct llama_config *c = ARCH_CONFIG(struct llama_config, mc);
+    snprintf(buf, cap,
+             "model_type %s, rms_norm_eps %g, %s, rope %s (theta %g, factor %g, %d rotary dims), "
+             "q/k/v bias %s, o bias %s, mlp bias %s, tied head %s, sliding window %d",
+             variant_names[c->variant], c->rms_eps, act_name(c->act), rope_name(c->rope),
+             c->rope_theta, c->rope_factor, c->rot_dim, c->qkv_bias ? "yes" : "no",
+             c->o_bias ? "yes" : "no", c->mlp_bias ? "yes" : "no",
+             c->tie_embeddings ? "yes" : "no", c->sliding_window);
+}
+
+void llama_inv_freq(const struct llama_config *c, float *inv)
+{
+    const int dim = c->rot_dim, half = dim / 2;
+    /* transformers: 1 / base ** (arange(0, dim, 2) / dim), in float32 */
+    for (int i = 0; i < half; i++)
+        inv[i] = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)dim);
+    if (c->rope == ROPE_LINEAR) {
+        for (int i = 0; i < half; i++)
+            inv[i] /= (float)c->rope_factor;
+    } else if (c->rope == ROPE_LLAMA3) {
+        const float factor = (float)c->rope_factor, lo = (float)c->low_freq_factor,
+                    hi = (float)c->high_freq_factor, old = (float)c->rope_orig_max_pos;
+        const float lo_wavelen = old / lo, hi_wavelen = old / hi;
+        for (int i = 0; i < half; i++) {
+            float wavelen = 2.0f * (float)M_PI / inv[i];
+            float f = wavelen > lo_wavelen ? inv[i] / factor : inv[i];
+            if (!(wavelen < hi_wavelen) && !(wavelen > lo_wavelen)) {
+                float smooth = (old / wavelen - lo) / (hi - lo);
+                f = (1 - smooth) * f / factor + smooth * f;
+            }
+            inv[i] = f;
+        }
+    }
+}
+
+int llama_config_save(const struct model_config *mc, const char *dir)
+{
+    const struct llama_config *c = ARCH_CONFIG(struct llama_config, mc);
+    const struct model_info *in = &mc->info;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    json_t *root = json_pack(
+        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:f, s:f, s:b, s:b, s:b, s:i, s:s, "
+        "s:b}",
+        "architectures", variant_archs[c->variant], "model_type", variant_names[c->variant],
+        "hidden_size", in->hidden, "intermediate_size", in->ffn, "num_hidden_layers",
+        in->n_layers, "num_attention_heads", in->n_heads, "num_key_value_heads", in->n_kv_heads,
+        "head_dim", in->head_dim, "hidden_act", act_name(c->act), "max_position_embeddings",
+        c->max_pos_config, "rms_norm_eps",
+        (double)c->rms_eps, "rope_theta", c->rope_theta, "attention_bias",
+        c->variant != LLAMA_VARIANT_QWEN2 && c->qkv_bias, "mlp_bias", c->mlp_bias,
+        "tie_word_embeddings", c->tie_embeddings, "vocab_size", in->vocab, "torch_dtype",
+        dtype_torch_name(in->dtype), "use_cache", 1);
+    if (!root)
+        return err_set(ERR_NOMEM, "%s: cannot build config JSON", path);
+    if (c->rope != ROPE_DEFAULT) {
+        json_t *s = json_pack("{s:s, s:f}", "rope_type", rope_name(c->rope), "factor",
+                              c->rope_factor);
+        if (c->rope != ROPE_LINEAR)
+            json_object_set_new(s, "original_max_position_embeddings",
+                                json_integer(c->rope_orig_max_pos));
+        if (c->rope == ROPE_LLAMA3) {
+            json_object_set_new(s, "low_freq_factor", json_real(c->low_freq_factor));
+            json_object_set_new(s, "high_freq_factor", json_real(c->high_freq_factor));
+        }
+        json_object_set_new(root, "rope_scaling", s);
+    } else {
+        json_object_set_new(root, "rope_scaling", json_null());
+    }
+    if (c->rot_dim != in->head_dim)
+        json_object_set_new(root, "partial_rotary_factor",
+                            json_real((double)c->rot_dim / in->head_dim));
+    if (c->variant == LLAMA_VARIANT_QWEN2)
+        json_object_set_new(root, "use_sliding_window", json_boolean(c->sliding_window > 0));
+    if (c->variant != LLAMA_VARIANT_LLAMA)
+        json_object_set_new(root, "sliding_window",
+                            c->sliding_window ? json_integer(c->sliding_window) : json_null());
+    if (in->bos_id >= 0)
+        json_object_set_new(root, "bos_token_id", json_integer(in->bos_id));
+    if (in->n_eos == 1)
+        json_object_set_new(root, "eos_token_id", json_integer(in->eos_ids[0]));
+    int rc = 0;
+    if (json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
+        rc = err_set(ERR_IO, "%s: cannot write", path);
+    json_decref(root);
+    return rc;
+}

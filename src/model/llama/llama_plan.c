@@ -1,0 +1,165 @@
+/* The sharding plan of the Llama family (llama.h says which slice of what
+ * each rank holds; model/layout.c checks, packs, copies and binds them).
+ *
+ * Tensor names follow transformers: "model.layers.N.self_attn.q_proj.weight",
+ * "model.layers.N.mlp.gate_proj.weight", "model.norm.weight", ... (or the
+ * same without "model."); "lm_head.weight" when present, else the head is
+ * tied to embed_tokens (with tie_word_embeddings true). Linear weights are
+ * (out_features, in_features).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/llama/llama.h"
+
+int llama_shard_check(const struct model_config *mc, const struct model_shard *s)
+{
+    const struct model_info *in = &mc->info;
+    const int tp = s->tp_size, kv = in->n_kv_heads;
+    if (in->n_heads % tp || in->ffn % tp)
+        return err_set(ERR_INVALID,
+                       "tensor-parallel size %d must divide num_attention_heads %d and "
+                       "intermediate_size %d",
+                       tp, in->n_heads, in->ffn);
+    if (tp <= kv ? kv % tp : tp % kv)
+        return err_set(ERR_INVALID,
+                       "tensor-parallel size %d must divide num_key_value_heads %d, or be a "
+                       "multiple of it (KV heads replicated)",
+                       tp, kv);
+    return 0;
+}
+
+int llama_shard_init(struct model *m)
+{
+    struct llama_weights *w = calloc(1, sizeof(*w));
+    if (w)
+        w->layers = calloc((size_t)(m->shard.layer_end - m->shard.layer_begin), sizeof(*w->layers));
+    if (!w || !w->layers) {
+        free(w);
+        return err_set(ERR_NOMEM, "out of memory for a model shard");
+    }
+    m->w = w;
+    const int tp = m->shard.tp_size, rank = m->shard.tp_rank, kv = m->info->n_kv_heads;
+    m->heads_local = m->info->n_heads / tp;
+    m->kv_heads_local = tp <= kv ? kv / tp : 1;
+    /* replicated past tp = kv: the KV head this rank's query heads share */
+    m->kv_head_begin = tp <= kv ? rank * m->kv_heads_local : rank * kv / tp;
+    m->ffn_local = m->info->ffn / tp;
+    return 0;
+}
+
+void llama_shard_free(struct model *m)
+{
+    struct llama_weights *w = m->w;
+    free(w->layers);
+    free(w);
+}
+
+struct names {
+    const char *prefix; /* "model." or "" */
+    char buf[128];
+};
+
+/* prefix + s */
+static const char *pname(struct names *n, const char *s)
+{
+    snprintf(n->buf, sizeof(n->buf), "%s%s", n->prefix, s);
+    return n->buf;
+}
+
+/* prefix + "layers.L." + s */
+static const char *lname(struct names *n, int l, const char *s)
+{
+    snprintf(n->buf, sizeof(n->buf), "%slayers.%d.%s", n->prefix, l, s);
+    return n->buf;
+}
+
+#define NAME(s) lname(nm, l, s)
+
+static int plan_attention(struct model_planner *p, struct names *nm, const struct model *m,
+                          struct llama_layer *L, int l, int blob)
+{
+    const struct llama_config *c = llama_cfg(m);
+    const struct model_info *in = m->info;
+    const int H = in->hidden, hd = in->head_dim;
+    const int Q = in->n_heads * hd, K = in->n_kv_heads * hd;
+    const int qr = m->heads_local * hd, q0 = m->shard.tp_rank * qr;
+    const int kr = m->kv_heads_local * hd, k0 = m->kv_head_begin * hd;
+    TRY(plan_matrix(p, blob, NAME("self_attn.q_proj.weight"), Q, H, q0, qr, 0, H, &L->q));
+    TRY(plan_matrix(p, blob, NAME("self_attn.k_proj.weight"), K, H, k0, kr, 0, H, &L->k));
+    TRY(plan_matrix(p, blob, NAME("self_attn.v_proj.weight"), K, H, k0, kr, 0, H, &L->v));
+    TRY(plan_matrix(p, blob, NAME("self_attn.o_proj.weight"), H, Q, 0, H, q0, qr, &L->o));
+    if (c->qkv_bias) {
+        TRY(plan_vector(p, blob, NAME("self_attn.q_proj.bias"), Q, q0, qr, &L->q_b));
+        TRY(plan_vector(p, blob, NAME("self_attn.k_proj.bias"), K, k0, kr, &L->k_b));
+        TRY(plan_vector(p, blob, NAME("self_attn.v_proj.bias"), K, k0, kr, &L->v_b));
+    }
+    if (c->o_bias && m->shard.tp_rank == 0)
+        TRY(plan_vector(p, blob, NAME("self_attn.o_proj.bias"), H, 0, H, &L->o_b));
+    return 0;
+}
+
+static int plan_layer(struct model_planner *p, struct names *nm, const struct model *m, int li)
+{
+    const struct llama_config *c = llama_cfg(m);
+    const struct model_info *in = m->info;
+    struct llama_layer *L = &((struct llama_weights *)m->w)->layers[li];
+    const int l = m->shard.layer_begin + li, blob = 1 + li, H = in->hidden, F = in->ffn;
+    const int fr = m->ffn_local, f0 = m->shard.tp_rank * fr;
+    TRY(plan_attention(p, nm, m, L, l, blob));
+    TRY(plan_matrix(p, blob, NAME("mlp.gate_proj.weight"), F, H, f0, fr, 0, H, &L->gate));
+    TRY(plan_matrix(p, blob, NAME("mlp.up_proj.weight"), F, H, f0, fr, 0, H, &L->up));
+    TRY(plan_matrix(p, blob, NAME("mlp.down_proj.weight"), H, F, 0, H, f0, fr, &L->down));
+    if (c->mlp_bias) {
+        TRY(plan_vector(p, blob, NAME("mlp.gate_proj.bias"), F, f0, fr, &L->gate_b));
+        TRY(plan_vector(p, blob, NAME("mlp.up_proj.bias"), F, f0, fr, &L->up_b));
+        if (m->shard.tp_rank == 0)
+            TRY(plan_vector(p, blob, NAME("mlp.down_proj.bias"), H, 0, H, &L->down_b));
+    }
+    TRY(plan_vector(p, blob, NAME("input_layernorm.weight"), H, 0, H, &L->ln1));
+    TRY(plan_vector(p, blob, NAME("post_attention_layernorm.weight"), H, 0, H, &L->ln2));
+    return 0;
+}
+
+#undef NAME
+
+static int plan_ends(struct model_planner *p, struct names *nm, const struct model *m,
+                     bool has_lm_head)
+{
+    const struct llama_config *c = llama_cfg(m);
+    const struct model_info *in = m->info;
+    struct llama_weights *w = m->w;
+    const bool first = m->shard.layer_begin == 0, last = m->shard.layer_end == in->n_layers;
+    const int v0 = m->vocab_begin, nv = m->vocab_local, V = in->vocab, H = in->hidden;
+    if (last && !has_lm_head && !c->tie_embeddings)
+        return err_set(ERR_NOT_FOUND, "checkpoint has no tensor lm_head.weight (config.json "
+                                      "says tie_word_embeddings is false)");
+    if (first) {
+        TRY(plan_table(p, 0, pname(nm, "embed_tokens.weight"), V, H, v0, nv, 0, H,
+                       &w->embed));
+        if (last && !has_lm_head) /* tied head: bound to the embedding's memory */
+            plan_also(p, &w->lm_head);
+    }
+    if (!last)
+        return 0;
+    TRY(plan_vector(p, 0, pname(nm, "norm.weight"), H, 0, H, &w->norm));
+    if (has_lm_head)
+        return plan_head(p, 0, "lm_head.weight", V, H, v0, nv, 0, H, &w->lm_head);
+    if (!first) /* tied, on a stage without the embedding: its own copy of the rows */
+        return plan_head(p, 0, pname(nm, "embed_tokens.weight"), V, H, v0, nv, 0, H,
+                         &w->lm_head);
+    return 0;
+}
+
+int llama_plan(struct model *m, const struct st_checkpoint *ck, struct model_planner *p)
+{
+    struct names n;
+    n.prefix = !st_find(ck, "model.embed_tokens.weight") && st_find(ck, "embed_tokens.weight")
+                   ? ""
+                   : "model.";
+    int rc = plan_ends(p, &n, m, st_find(ck, "lm_head.weight") != NULL);
+    for (int i = 0; rc == 0 && i < m->shard.layer_end - m->shard.layer_begin; i++)
+        rc = plan_layer(p, &n, m, i);
+    return rc;
+}

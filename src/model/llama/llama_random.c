@@ -1,0 +1,122 @@
+/* Random-weight Llama-family checkpoints: the shapes of published models,
+ * and their tensors as transformers initialises them (normal std 0.02,
+ * zero biases, unit RMSNorms, a zero padding row). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/llama/llama.h"
+
+extern const struct arch_ops llama_arch;
+
+static const struct preset {
+    const char *name;
+    enum llama_variant variant;
+    int hidden, ffn, layers, heads, kv_heads, head_dim, vocab, max_pos;
+    double theta, eps;
+    enum rope_kind rope;
+    double factor;
+    int orig_max_pos;
+    bool tied, qkv_bias;
+    int bos, eos[3], n_eos;
+} presets[] = {
+    {"llama-3.2-1b", LLAMA_VARIANT_LLAMA, 2048, 8192, 16, 32, 8, 64, 128256, 131072, 500000.0,
+     1e-5, ROPE_LLAMA3, 32.0, 8192, true, false, 128000, {128001, 128008, 128009}, 3},
+    {"llama-3.1-8b", LLAMA_VARIANT_LLAMA, 4096, 14336, 32, 32, 8, 128, 128256, 131072, 500000.0,
+     1e-5, ROPE_LLAMA3, 8.0, 8192, false, false, 128000, {128001, 128008, 128009}, 3},
+    {"qwen2.5-0.5b", LLAMA_VARIANT_QWEN2, 896, 4864, 24, 14, 2, 64, 151936, 32768, 1000000.0,
+     1e-6, ROPE_DEFAULT, 1.0, 0, true, true, 151643, {151645, 151643}, 2},
+    {"qwen2.5-7b", LLAMA_VARIANT_QWEN2, 3584, 18944, 28, 28, 4, 128, 152064, 32768, 1000000.0,
+     1e-6, ROPE_DEFAULT, 1.0, 0, false, true, 151643, {151645, 151643}, 2},
+    {"mistral-7b", LLAMA_VARIANT_MISTRAL, 4096, 14336, 32, 32, 8, 128, 32768, 32768, 1000000.0,
+     1e-5, ROPE_DEFAULT, 1.0, 0, false, false, 1, {2}, 1},
+    {"tinyllama-1.1b", LLAMA_VARIANT_LLAMA, 2048, 5632, 22, 32, 4, 64, 32000, 2048, 10000.0,
+     1e-5, ROPE_DEFAULT, 1.0, 0, false, false, 1, {2}, 1},
+};
+#define N_PRESETS (sizeof(presets) / sizeof(presets[0]))
+
+int llama_preset(const char *name, struct model_config **out)
+{
+    *out = NULL;
+    for (size_t i = 0; i < N_PRESETS; i++) {
+        const struct preset *p = &presets[i];
+        if (strcmp(name, p->name) != 0)
+            continue;
+        int rc = arch_config_alloc(&llama_arch, out);
+        if (rc < 0)
+            return rc;
+        struct llama_config *c = (struct llama_config *)*out;
+        struct model_info *in = &c->base.info;
+        static const char *const archs[] = {"LlamaForCausalLM", "MistralForCausalLM",
+                                            "Qwen2ForCausalLM"};
+        snprintf(in->architecture, sizeof(in->architecture), "%s", archs[p->variant]);
+        in->hidden = p->hidden;
+        in->ffn = p->ffn;
+        in->n_layers = p->layers;
+        in->n_heads = p->heads;
+        in->n_kv_heads = p->kv_heads;
+        in->head_dim = p->head_dim;
+        in->vocab = p->vocab;
+        in->max_pos = c->max_pos_config = p->max_pos;
+        in->bos_id = p->bos;
+        memcpy(in->eos_ids, p->eos, sizeof(p->eos));
+        in->n_eos = p->n_eos;
+        in->dtype = DTYPE_BF16;
+        c->variant = p->variant;
+        c->rms_eps = (float)p->eps;
+        c->act = KERN_ACT_SILU;
+        c->qkv_bias = p->qkv_bias;
+        c->tie_embeddings = p->tied;
+        c->rot_dim = p->head_dim;
+        c->rope_theta = p->theta;
+        c->rope = p->rope;
+        c->rope_factor = p->factor;
+        c->low_freq_factor = 1.0;
+        c->high_freq_factor = 4.0;
+        c->rope_orig_max_pos = p->orig_max_pos;
+        return 0;
+    }
+    return ERR_NOT_FOUND;
+}
+
+int llama_tensors(const struct model_config *mc, struct tensor_spec **out, int *n_out)
+{
+    const struct llama_config *c = ARCH_CONFIG(struct llama_config, mc);
+    const struct model_info *in = &mc->info;
+    int cap = 4 + in->n_layers * 16, n = 0;
+    struct tensor_spec *s = calloc((size_t)cap, sizeof(*s));
+    if (!s)
+        return err_set(ERR_NOMEM, "out of memory");
+#define ADD(nd, r, cl, init, ...) tensor_spec_set(&s[n++], nd, r, cl, init, __VA_ARGS__)
+    const int H = in->hidden, F = in->ffn, Q = in->n_heads * in->head_dim;
+    const int K = in->n_kv_heads * in->head_dim;
+    ADD(2, in->vocab, H, TENSOR_NORMAL, "model.embed_tokens.weight");
+    s[n - 1].zero_row = in->pad_id;
+    for (int l = 0; l < in->n_layers; l++) {
+        static const char *proj[] = {"q_proj", "k_proj", "v_proj"};
+        for (int p = 0; p < 3; p++) {
+            ADD(2, p ? K : Q, H, TENSOR_NORMAL, "model.layers.%d.self_attn.%s.weight", l, proj[p]);
+            if (c->qkv_bias)
+                ADD(1, p ? K : Q, 0, TENSOR_ZERO, "model.layers.%d.self_attn.%s.bias", l, proj[p]);
+        }
+        ADD(2, H, Q, TENSOR_NORMAL, "model.layers.%d.self_attn.o_proj.weight", l);
+        if (c->o_bias)
+            ADD(1, H, 0, TENSOR_ZERO, "model.layers.%d.self_attn.o_proj.bias", l);
+        static const char *mlp[] = {"gate_proj", "up_proj", "down_proj"};
+        for (int p = 0; p < 3; p++) {
+            ADD(2, p < 2 ? F : H, p < 2 ? H : F, TENSOR_NORMAL, "model.layers.%d.mlp.%s.weight", l,
+                mlp[p]);
+            if (c->mlp_bias)
+                ADD(1, p < 2 ? F : H, 0, TENSOR_ZERO, "model.layers.%d.mlp.%s.bias", l, mlp[p]);
+        }
+        ADD(1, H, 0, TENSOR_ONE, "model.layers.%d.input_layernorm.weight", l);
+        ADD(1, H, 0, TENSOR_ONE, "model.layers.%d.post_attention_layernorm.weight", l);
+    }
+    ADD(1, H, 0, TENSOR_ONE, "model.norm.weight");
+    if (!c->tie_embeddings)
+        ADD(2, in->vocab, H, TENSOR_NORMAL, "lm_head.weight");
+#undef ADD
+    *out = s;
+    *n_out = n;
+    return 0;
+}
