@@ -100,7 +100,8 @@ struct swap_room {
 /* devices stay owned by the caller and must outlive the manager. */
 int swap_manager_create(struct device **devices, int n_devices, const struct swap_config *cfg,
                         struct swap_manager **out);
-/* Waits for transitions in progress, then frees every model. */
+/* Waits for transitions in progress, then gives every model back as
+ * swap_unregister does (work still in flight is the caller's bug). */
 void swap_manager_destroy(struct swap_manager *mgr); /* NULL-safe */
 
 /* Registers the checkpoint in dir under name with a placement. Refused, with
