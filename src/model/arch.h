@@ -10,7 +10,9 @@
  *   - shard_check: what TP x PP layouts it can shard (one-line errors
  *     naming the numbers); shard_init: the per-rank numbers of struct
  *     model (heads_local, kv_heads_local, kv_head_begin, ffn_local; the
- *     vocabulary range is generic) and m->w, its views;
+ *     vocabulary range is generic); its views are m->w (weights_size
+ *     bytes) and m->layers (layer_size bytes per local layer), zeroed and
+ *     owned by the generic code;
  *   - plan: every tensor slice the shard holds, through plan_matrix,
  *     plan_head, plan_table and plan_vector (below), pointing at its views;
  *   - exec_dims: the widths of the execution context's buffers, and
@@ -56,13 +58,13 @@ struct arch_ops {
     const char *name;                 /* "opt", "llama" */
     const char *const *model_types;   /* config.json model_type values, NULL-terminated */
     size_t config_size;               /* bytes of its config struct */
+    size_t weights_size, layer_size;  /* bytes of its views: m->w, each of m->layers */
     int (*config_parse)(json_t *root, const char *what, struct model_config **out);
     /* config.json of c into dir (generation_config.json is generic) */
     int (*config_save)(const struct model_config *c, const char *dir);
     void (*describe)(const struct model_config *c, char *buf, size_t cap);
     int (*shard_check)(const struct model_config *c, const struct model_shard *s);
     int (*shard_init)(struct model *m);
-    void (*shard_free)(struct model *m);
     /* ck: for names and optional tensors (prefix, a separate head) */
     int (*plan)(struct model *m, const struct st_checkpoint *ck, struct model_planner *p);
     void (*exec_dims)(const struct model *m, struct exec_dims *d);
@@ -106,6 +108,10 @@ void plan_also(struct model_planner *p, struct weight_view *also);
 /* A vector of n elements sliced to [i0, i0 + count), widened to f32. */
 int plan_vector(struct model_planner *p, int blob, const char *name, int n, int i0, int count,
                 const float **vec);
+/* A tensor name, printf-style, in the planner's buffer (valid until the
+ * next call): what the plan_* calls take. */
+const char *plan_name(struct model_planner *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* ---- helpers for the forward ---- */
 
@@ -121,6 +127,21 @@ int plan_vector(struct model_planner *p, int blob, const char *name, int n, int 
 static inline int model_reduce(struct model_exec *ex, float *y, size_t n)
 {
     return ex->tp ? comm_allreduce_sum(ex->tp, ex->stream, y, n) : 0;
+}
+
+/* Layer `layer`'s KV cache in ex: its geometry, and its k and v caches. */
+static inline struct kv_geom model_layer_kv(const struct model_exec *ex, int layer, float **kc,
+                                            float **vc)
+{
+    struct kv_geom g = {.batch = ex->shape.batch,
+                        .heads = ex->heads,
+                        .kv_heads = ex->kv_heads,
+                        .head_dim = ex->head_dim,
+                        .max_t = ex->shape.max_len};
+    size_t cache = (size_t)g.batch * g.kv_heads * g.max_t * g.head_dim;
+    *kc = ex->k + (size_t)layer * cache;
+    *vc = ex->v + (size_t)layer * cache;
+    return g;
 }
 
 /* Checks ids against the vocabulary and copies them to ex->ids. */

@@ -3,6 +3,7 @@
  * packed into blobs, copied, bound, or bound straight to a mapped
  * checkpoint. */
 #include <assert.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@ struct model_part {
 struct model_planner {
     struct model_part *parts;
     int n, cap;
+    char name[128];
 };
 
 /* ---- the shard ---- */
@@ -63,7 +65,11 @@ static int shard_alloc(const struct model_config *cfg, const struct model_shard 
     m->vocab_begin = per * s->tp_rank < V ? per * s->tp_rank : V;
     int end = m->vocab_begin + per < V ? m->vocab_begin + per : V;
     m->vocab_local = end - m->vocab_begin;
-    if ((rc = m->arch->shard_init(m)) < 0) {
+    m->w = calloc(1, m->arch->weights_size);
+    m->layers = calloc((size_t)(s->layer_end - s->layer_begin), m->arch->layer_size);
+    if (!m->w || !m->layers)
+        rc = err_set(ERR_NOMEM, "out of memory for a model shard");
+    if (rc < 0 || (rc = m->arch->shard_init(m)) < 0) {
         model_close(m);
         return rc;
     }
@@ -80,8 +86,8 @@ void model_close(struct model *m)
     for (int b = 0; b < m->n_blobs; b++)
         device_free(m->blobs[b]);
     free(m->blobs);
-    if (m->w)
-        m->arch->shard_free(m);
+    free(m->w);
+    free(m->layers);
     free(m->params);
     model_config_free(m->cfg);
     free(m);
@@ -168,6 +174,15 @@ int plan_vector(struct model_planner *p, int blob, const char *name, int n, int 
     q->nc = 1;
     q->vec = vec;
     return 0;
+}
+
+const char *plan_name(struct model_planner *p, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->name, sizeof(p->name), fmt, ap);
+    va_end(ap);
+    return p->name;
 }
 
 /* The parts of m against ck; *parts malloc'd. */

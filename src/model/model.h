@@ -104,6 +104,7 @@ struct model {
     enum kern_compute compute;
     enum dtype weight_dtype;    /* the checkpoint's matrices (the last one planned) */
     void *w;                    /* the family's views of this shard (arch.h), owned */
+    void *layers;               /* the family's views of each local layer, owned */
     size_t streamed_bytes;      /* weight bytes one forward step reads (not lookup tables) */
     double macs_token, macs_row; /* multiply-adds per token, per row of logits */
     struct st_checkpoint *ck;   /* the views' checkpoint, when bound to one */

@@ -66,7 +66,6 @@ struct llama_weights {
     struct weight_view embed;   /* (vocab_local, hidden), first stage */
     const float *norm;          /* model.norm (hidden), last stage */
     struct weight_view lm_head; /* (vocab_local, hidden), last stage; maybe bound with embed */
-    struct llama_layer *layers; /* layer_end - layer_begin */
 };
 
 static inline const struct llama_weights *llama_w(const struct model *m)
@@ -74,17 +73,24 @@ static inline const struct llama_weights *llama_w(const struct model *m)
     return m->w;
 }
 
+/* Local layer i's views (model.layers). */
+static inline struct llama_layer *llama_layer_w(const struct model *m, int i)
+{
+    return (struct llama_layer *)m->layers + i;
+}
+
 /* llama_config.c */
 int llama_config_parse(json_t *root, const char *what, struct model_config **out);
 int llama_config_save(const struct model_config *c, const char *dir);
 void llama_describe(const struct model_config *c, char *buf, size_t cap);
+/* "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM". */
+const char *llama_variant_arch(enum llama_variant v);
 /* The rotary inverse frequencies (rot_dim / 2) as transformers computes
  * them in float32 for the config's rope type. */
 void llama_inv_freq(const struct llama_config *c, float *inv_freq);
 /* llama_plan.c */
 int llama_shard_check(const struct model_config *c, const struct model_shard *s);
 int llama_shard_init(struct model *m);
-void llama_shard_free(struct model *m);
 int llama_plan(struct model *m, const struct st_checkpoint *ck, struct model_planner *p);
 /* llama_forward.c */
 void llama_exec_dims(const struct model *m, struct exec_dims *d);

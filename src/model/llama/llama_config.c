@@ -155,6 +155,11 @@ static const char *const variant_names[] = {"llama", "mistral", "qwen2"};
 static const char *const variant_archs[] = {"LlamaForCausalLM", "MistralForCausalLM",
                                             "Qwen2ForCausalLM"};
 
+const char *llama_variant_arch(enum llama_variant v)
+{
+    return variant_archs[v];
+}
+
 int llama_config_parse(json_t *root, const char *what, struct model_config **out)
 {
     int rc = arch_config_alloc(&llama_arch, out);

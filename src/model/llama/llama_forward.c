@@ -41,17 +41,12 @@ int llama_embed(const struct model *m, struct model_exec *ex, const int32_t *ids
 int llama_layer(const struct model *m, int layer, struct model_exec *ex, int t_new)
 {
     const struct llama_config *c = llama_cfg(m);
-    const struct llama_layer *L = &llama_w(m)->layers[layer];
+    const struct llama_layer *L = llama_layer_w(m, layer);
     struct stream *s = ex->stream;
     const int H = m->info->hidden, n = ex->shape.batch * t_new;
     const int hd = ex->head_dim, qr = ex->heads * hd, fr = m->ffn_local;
-    const struct kv_geom g = {.batch = ex->shape.batch,
-                              .heads = ex->heads,
-                              .kv_heads = ex->kv_heads,
-                              .head_dim = hd,
-                              .max_t = ex->shape.max_len};
-    const size_t cache = (size_t)g.batch * g.kv_heads * g.max_t * hd;
-    float *x = ex->x, *h = ex->h, *kc = ex->k + layer * cache, *vc = ex->v + layer * cache;
+    float *x = ex->x, *h = ex->h, *kc, *vc;
+    const struct kv_geom g = model_layer_kv(ex, layer, &kc, &vc);
     float *gate = ex->f, *up = ex->f + (size_t)n * fr;
 
     /* attention block: h = RMSNorm(x); q, k, v; rotary on q and k */

@@ -32,14 +32,6 @@ int llama_shard_check(const struct model_config *mc, const struct model_shard *s
 
 int llama_shard_init(struct model *m)
 {
-    struct llama_weights *w = calloc(1, sizeof(*w));
-    if (w)
-        w->layers = calloc((size_t)(m->shard.layer_end - m->shard.layer_begin), sizeof(*w->layers));
-    if (!w || !w->layers) {
-        free(w);
-        return err_set(ERR_NOMEM, "out of memory for a model shard");
-    }
-    m->w = w;
     const int tp = m->shard.tp_size, rank = m->shard.tp_rank, kv = m->info->n_kv_heads;
     m->heads_local = m->info->n_heads / tp;
     m->kv_heads_local = tp <= kv ? kv / tp : 1;
@@ -49,35 +41,9 @@ int llama_shard_init(struct model *m)
     return 0;
 }
 
-void llama_shard_free(struct model *m)
-{
-    struct llama_weights *w = m->w;
-    free(w->layers);
-    free(w);
-}
+#define NAME(s) plan_name(p, "%slayers.%d.%s", prefix, l, s)
 
-struct names {
-    const char *prefix; /* "model." or "" */
-    char buf[128];
-};
-
-/* prefix + s */
-static const char *pname(struct names *n, const char *s)
-{
-    snprintf(n->buf, sizeof(n->buf), "%s%s", n->prefix, s);
-    return n->buf;
-}
-
-/* prefix + "layers.L." + s */
-static const char *lname(struct names *n, int l, const char *s)
-{
-    snprintf(n->buf, sizeof(n->buf), "%slayers.%d.%s", n->prefix, l, s);
-    return n->buf;
-}
-
-#define NAME(s) lname(nm, l, s)
-
-static int plan_attention(struct model_planner *p, struct names *nm, const struct model *m,
+static int plan_attention(struct model_planner *p, const char *prefix, const struct model *m,
                           struct llama_layer *L, int l, int blob)
 {
     const struct llama_config *c = llama_cfg(m);
@@ -100,14 +66,14 @@ static int plan_attention(struct model_planner *p, struct names *nm, const struc
     return 0;
 }
 
-static int plan_layer(struct model_planner *p, struct names *nm, const struct model *m, int li)
+static int plan_layer(struct model_planner *p, const char *prefix, const struct model *m, int li)
 {
     const struct llama_config *c = llama_cfg(m);
     const struct model_info *in = m->info;
-    struct llama_layer *L = &((struct llama_weights *)m->w)->layers[li];
+    struct llama_layer *L = llama_layer_w(m, li);
     const int l = m->shard.layer_begin + li, blob = 1 + li, H = in->hidden, F = in->ffn;
     const int fr = m->ffn_local, f0 = m->shard.tp_rank * fr;
-    TRY(plan_attention(p, nm, m, L, l, blob));
+    TRY(plan_attention(p, prefix, m, L, l, blob));
     TRY(plan_matrix(p, blob, NAME("mlp.gate_proj.weight"), F, H, f0, fr, 0, H, &L->gate));
     TRY(plan_matrix(p, blob, NAME("mlp.up_proj.weight"), F, H, f0, fr, 0, H, &L->up));
     TRY(plan_matrix(p, blob, NAME("mlp.down_proj.weight"), H, F, 0, H, f0, fr, &L->down));
@@ -124,7 +90,7 @@ static int plan_layer(struct model_planner *p, struct names *nm, const struct mo
 
 #undef NAME
 
-static int plan_ends(struct model_planner *p, struct names *nm, const struct model *m,
+static int plan_ends(struct model_planner *p, const char *prefix, const struct model *m,
                      bool has_lm_head)
 {
     const struct llama_config *c = llama_cfg(m);
@@ -136,30 +102,29 @@ static int plan_ends(struct model_planner *p, struct names *nm, const struct mod
         return err_set(ERR_NOT_FOUND, "checkpoint has no tensor lm_head.weight (config.json "
                                       "says tie_word_embeddings is false)");
     if (first) {
-        TRY(plan_table(p, 0, pname(nm, "embed_tokens.weight"), V, H, v0, nv, 0, H,
+        TRY(plan_table(p, 0, plan_name(p, "%sembed_tokens.weight", prefix), V, H, v0, nv, 0, H,
                        &w->embed));
         if (last && !has_lm_head) /* tied head: bound to the embedding's memory */
             plan_also(p, &w->lm_head);
     }
     if (!last)
         return 0;
-    TRY(plan_vector(p, 0, pname(nm, "norm.weight"), H, 0, H, &w->norm));
+    TRY(plan_vector(p, 0, plan_name(p, "%snorm.weight", prefix), H, 0, H, &w->norm));
     if (has_lm_head)
         return plan_head(p, 0, "lm_head.weight", V, H, v0, nv, 0, H, &w->lm_head);
     if (!first) /* tied, on a stage without the embedding: its own copy of the rows */
-        return plan_head(p, 0, pname(nm, "embed_tokens.weight"), V, H, v0, nv, 0, H,
+        return plan_head(p, 0, plan_name(p, "%sembed_tokens.weight", prefix), V, H, v0, nv, 0, H,
                          &w->lm_head);
     return 0;
 }
 
 int llama_plan(struct model *m, const struct st_checkpoint *ck, struct model_planner *p)
 {
-    struct names n;
-    n.prefix = !st_find(ck, "model.embed_tokens.weight") && st_find(ck, "embed_tokens.weight")
-                   ? ""
-                   : "model.";
-    int rc = plan_ends(p, &n, m, st_find(ck, "lm_head.weight") != NULL);
+    const char *prefix =
+        !st_find(ck, "model.embed_tokens.weight") && st_find(ck, "embed_tokens.weight") ? ""
+                                                                                        : "model.";
+    int rc = plan_ends(p, prefix, m, st_find(ck, "lm_head.weight") != NULL);
     for (int i = 0; rc == 0 && i < m->shard.layer_end - m->shard.layer_begin; i++)
-        rc = plan_layer(p, &n, m, i);
+        rc = plan_layer(p, prefix, m, i);
     return rc;
 }

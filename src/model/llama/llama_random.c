@@ -47,9 +47,7 @@ int llama_preset(const char *name, struct model_config **out)
             return rc;
         struct llama_config *c = (struct llama_config *)*out;
         struct model_info *in = &c->base.info;
-        static const char *const archs[] = {"LlamaForCausalLM", "MistralForCausalLM",
-                                            "Qwen2ForCausalLM"};
-        snprintf(in->architecture, sizeof(in->architecture), "%s", archs[p->variant]);
+        snprintf(in->architecture, sizeof(in->architecture), "%s", llama_variant_arch(p->variant));
         in->hidden = p->hidden;
         in->ffn = p->ffn;
         in->n_layers = p->layers;

@@ -64,12 +64,17 @@ struct opt_weights {
     const float *final_ln_g, *final_ln_b;
     struct weight_view project_out; /* (embed_dim, hidden), data NULL when absent */
     struct weight_view lm_head;     /* (vocab_local, embed_dim), maybe bound with embed */
-    struct opt_layer *layers;       /* layer_end - layer_begin */
 };
 
 static inline const struct opt_weights *opt_w(const struct model *m)
 {
     return m->w;
+}
+
+/* Local layer i's views (model.layers). */
+static inline struct opt_layer *opt_layer_w(const struct model *m, int i)
+{
+    return (struct opt_layer *)m->layers + i;
 }
 
 /* opt_config.c */
@@ -80,7 +85,6 @@ const char *opt_act_name(enum opt_act a);
 /* opt_plan.c */
 int opt_shard_check(const struct model_config *c, const struct model_shard *s);
 int opt_shard_init(struct model *m);
-void opt_shard_free(struct model *m);
 int opt_plan(struct model *m, const struct st_checkpoint *ck, struct model_planner *p);
 /* opt_forward.c */
 void opt_exec_dims(const struct model *m, struct exec_dims *d);

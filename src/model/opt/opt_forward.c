@@ -63,17 +63,12 @@ int opt_embed(const struct model *m, struct model_exec *ex, const int32_t *ids, 
 int opt_layer(const struct model *m, int layer, struct model_exec *ex, int t_new)
 {
     const struct opt_config *c = opt_cfg(m);
-    const struct opt_layer *L = &opt_w(m)->layers[layer];
+    const struct opt_layer *L = opt_layer_w(m, layer);
     struct stream *s = ex->stream;
     const int H = m->info->hidden, n = ex->shape.batch * t_new;
     const int hd = ex->head_dim, qr = ex->heads * hd, fr = m->ffn_local;
-    const struct kv_geom g = {.batch = ex->shape.batch,
-                              .heads = ex->heads,
-                              .kv_heads = ex->kv_heads,
-                              .head_dim = hd,
-                              .max_t = ex->shape.max_len};
-    const size_t cache = (size_t)g.batch * g.heads * g.max_t * hd;
-    float *x = ex->x, *h = ex->h, *kc = ex->k + layer * cache, *vc = ex->v + layer * cache;
+    float *x = ex->x, *h = ex->h, *kc, *vc;
+    const struct kv_geom g = model_layer_kv(ex, layer, &kc, &vc);
 
     /* attention block: h = LN1(x) before (pre-LN) */
     if (c->pre_ln)

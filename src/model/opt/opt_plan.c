@@ -24,53 +24,25 @@ int opt_shard_check(const struct model_config *mc, const struct model_shard *s)
 
 int opt_shard_init(struct model *m)
 {
-    struct opt_weights *w = calloc(1, sizeof(*w));
-    if (w)
-        w->layers = calloc((size_t)(m->shard.layer_end - m->shard.layer_begin), sizeof(*w->layers));
-    if (!w || !w->layers) {
-        free(w);
-        return err_set(ERR_NOMEM, "out of memory for a model shard");
-    }
-    m->w = w;
     m->heads_local = m->kv_heads_local = m->info->n_heads / m->shard.tp_size;
     m->kv_head_begin = m->shard.tp_rank * m->heads_local;
     m->ffn_local = m->info->ffn / m->shard.tp_size;
     return 0;
 }
 
-void opt_shard_free(struct model *m)
-{
-    struct opt_weights *w = m->w;
-    free(w->layers);
-    free(w);
-}
-
 /* ---- the plan ---- */
 
-struct names {
-    const char *prefix; /* "model.decoder." or "decoder." */
-    char buf[128];
-};
-
-/* prefix + s */
-static const char *pname(struct names *n, const char *s)
-{
-    snprintf(n->buf, sizeof(n->buf), "%s%s", n->prefix, s);
-    return n->buf;
-}
-
-static int plan_layer(struct model_planner *p, struct names *nm, const struct model *m, int li)
+static int plan_layer(struct model_planner *p, const char *prefix, const struct model *m, int li)
 {
     const struct opt_config *c = opt_cfg(m);
     const struct model_info *in = m->info;
-    struct opt_layer *L = &((struct opt_weights *)m->w)->layers[li];
+    struct opt_layer *L = opt_layer_w(m, li);
     const int l = m->shard.layer_begin + li, blob = 1 + li;
     const int H = in->hidden, hd = in->head_dim;
     const int qr = m->heads_local * hd, q0 = m->shard.tp_rank * qr;
     const int fr = m->ffn_local, f0 = m->shard.tp_rank * fr;
     const bool rank0 = m->shard.tp_rank == 0;
-    char n[96];
-#define LNAME(s) (snprintf(n, sizeof(n), "layers.%d.%s", l, s), pname(nm, n))
+#define LNAME(s) plan_name(p, "%slayers.%d.%s", prefix, l, s)
     TRY(plan_matrix(p, blob, LNAME("self_attn.q_proj.weight"), H, H, q0, qr, 0, H, &L->q));
     TRY(plan_matrix(p, blob, LNAME("self_attn.k_proj.weight"), H, H, q0, qr, 0, H, &L->k));
     TRY(plan_matrix(p, blob, LNAME("self_attn.v_proj.weight"), H, H, q0, qr, 0, H, &L->v));
@@ -97,7 +69,7 @@ static int plan_layer(struct model_planner *p, struct names *nm, const struct mo
     return 0;
 }
 
-static int plan_ends(struct model_planner *p, struct names *n, const struct model *m,
+static int plan_ends(struct model_planner *p, const char *prefix, const struct model *m,
                      bool has_lm_head)
 {
     const struct opt_config *c = opt_cfg(m);
@@ -111,40 +83,39 @@ static int plan_ends(struct model_planner *p, struct names *n, const struct mode
         return err_set(ERR_NOT_FOUND, "checkpoint has no tensor lm_head.weight (config.json "
                                       "says tie_word_embeddings is false)");
     if (first) {
-        TRY(plan_table(p, 0, pname(n, "embed_tokens.weight"), V, E, v0, nv, 0, E, &w->embed));
+        TRY(plan_table(p, 0, plan_name(p, "%sembed_tokens.weight", prefix), V, E, v0, nv, 0, E, &w->embed));
         if (last && !has_lm_head) /* tied head: bound to the embedding's memory */
             plan_also(p, &w->lm_head);
-        TRY(plan_table(p, 0, pname(n, "embed_positions.weight"), in->max_pos + 2, H, 0,
+        TRY(plan_table(p, 0, plan_name(p, "%sembed_positions.weight", prefix), in->max_pos + 2, H, 0,
                        in->max_pos + 2, 0, H, &w->pos));
         if (proj)
-            TRY(plan_matrix(p, 0, pname(n, "project_in.weight"), H, E, 0, H, 0, E,
+            TRY(plan_matrix(p, 0, plan_name(p, "%sproject_in.weight", prefix), H, E, 0, H, 0, E,
                             &w->project_in));
     }
     if (!last)
         return 0;
     if (c->final_ln && c->ln_affine) {
-        TRY(plan_vector(p, 0, pname(n, "final_layer_norm.weight"), H, 0, H, &w->final_ln_g));
-        TRY(plan_vector(p, 0, pname(n, "final_layer_norm.bias"), H, 0, H, &w->final_ln_b));
+        TRY(plan_vector(p, 0, plan_name(p, "%sfinal_layer_norm.weight", prefix), H, 0, H, &w->final_ln_g));
+        TRY(plan_vector(p, 0, plan_name(p, "%sfinal_layer_norm.bias", prefix), H, 0, H, &w->final_ln_b));
     }
     if (proj)
-        TRY(plan_head(p, 0, pname(n, "project_out.weight"), E, H, 0, E, 0, H,
+        TRY(plan_head(p, 0, plan_name(p, "%sproject_out.weight", prefix), E, H, 0, E, 0, H,
                       &w->project_out));
     if (has_lm_head)
         return plan_head(p, 0, "lm_head.weight", V, E, v0, nv, 0, E, &w->lm_head);
     if (!first) /* tied, on a stage without the embedding: its own copy of the rows */
-        return plan_head(p, 0, pname(n, "embed_tokens.weight"), V, E, v0, nv, 0, E,
+        return plan_head(p, 0, plan_name(p, "%sembed_tokens.weight", prefix), V, E, v0, nv, 0, E,
                          &w->lm_head);
     return 0;
 }
 
 int opt_plan(struct model *m, const struct st_checkpoint *ck, struct model_planner *p)
 {
-    struct names n;
-    n.prefix = st_find(ck, "model.decoder.embed_tokens.weight") ? "model.decoder."
-               : st_find(ck, "decoder.embed_tokens.weight")     ? "decoder."
-                                                                : "model.decoder.";
-    int rc = plan_ends(p, &n, m, st_find(ck, "lm_head.weight") != NULL);
+    const char *prefix = st_find(ck, "model.decoder.embed_tokens.weight") ? "model.decoder."
+                         : st_find(ck, "decoder.embed_tokens.weight")     ? "decoder."
+                                                                          : "model.decoder.";
+    int rc = plan_ends(p, prefix, m, st_find(ck, "lm_head.weight") != NULL);
     for (int i = 0; rc == 0 && i < m->shard.layer_end - m->shard.layer_begin; i++)
-        rc = plan_layer(p, &n, m, i);
+        rc = plan_layer(p, prefix, m, i);
     return rc;
 }
