@@ -108,6 +108,18 @@ void plan_also(struct model_planner *p, struct weight_view *also);
 /* A vector of n elements sliced to [i0, i0 + count), widened to f32. */
 int plan_vector(struct model_planner *p, int blob, const char *name, int n, int i0, int count,
                 const float **vec);
+/* The vocabulary-parallel embedding and head as every family ties them.
+ * plan_vocab_embed (first stage): the table embed_name (vocab, width),
+ * this rank's rows, into *embed; when this stage is also the last and the
+ * checkpoint has no "lm_head.weight", *head is bound to the same memory.
+ * plan_vocab_head (last stage): "lm_head.weight" when the checkpoint has
+ * it, else (tie) nothing more on a first stage, or its own copy of the
+ * embedding's rows; ERR_NOT_FOUND when it has none and tie is false. */
+int plan_vocab_embed(struct model_planner *p, const struct model *m, const struct st_checkpoint *ck,
+                     const char *embed_name, int width, struct weight_view *embed,
+                     struct weight_view *head);
+int plan_vocab_head(struct model_planner *p, const struct model *m, const struct st_checkpoint *ck,
+                    const char *embed_name, int width, bool tie, struct weight_view *head);
 /* A tensor name, printf-style, in the planner's buffer (valid until the
  * next call): what the plan_* calls take. */
 const char *plan_name(struct model_planner *p, const char *fmt, ...)

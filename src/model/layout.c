@@ -176,6 +176,32 @@ int plan_vector(struct model_planner *p, int blob, const char *name, int n, int 
     return 0;
 }
 
+int plan_vocab_embed(struct model_planner *p, const struct model *m, const struct st_checkpoint *ck,
+                     const char *embed_name, int width, struct weight_view *embed,
+                     struct weight_view *head)
+{
+    const int V = m->info->vocab, v0 = m->vocab_begin, nv = m->vocab_local;
+    TRY(plan_table(p, 0, embed_name, V, width, v0, nv, 0, width, embed));
+    if (m->shard.layer_end == m->info->n_layers && !st_find(ck, "lm_head.weight"))
+        plan_also(p, head); /* a tied head, bound to the embedding's memory */
+    return 0;
+}
+
+int plan_vocab_head(struct model_planner *p, const struct model *m, const struct st_checkpoint *ck,
+                    const char *embed_name, int width, bool tie, struct weight_view *head)
+{
+    const int V = m->info->vocab, v0 = m->vocab_begin, nv = m->vocab_local;
+    if (st_find(ck, "lm_head.weight"))
+        return plan_head(p, 0, "lm_head.weight", V, width, v0, nv, 0, width, head);
+    if (!tie)
+        return err_set(ERR_NOT_FOUND, "checkpoint has no tensor lm_head.weight (config.json "
+                                      "says tie_word_embeddings is false)");
+    if (m->shard.layer_begin == 0) /* bound with the embedding (plan_vocab_embed) */
+        return 0;
+    /* tied, on a stage without the embedding: its own copy of the rows */
+    return plan_head(p, 0, embed_name, V, width, v0, nv, 0, width, head);
+}
+
 const char *plan_name(struct model_planner *p, const char *fmt, ...)
 {
     va_list ap;

@@ -91,31 +91,19 @@ static int plan_layer(struct model_planner *p, const char *prefix, const struct 
 #undef NAME
 
 static int plan_ends(struct model_planner *p, const char *prefix, const struct model *m,
-                     bool has_lm_head)
+                     const struct st_checkpoint *ck)
 {
-    const struct llama_config *c = llama_cfg(m);
     const struct model_info *in = m->info;
     struct llama_weights *w = m->w;
-    const bool first = m->shard.layer_begin == 0, last = m->shard.layer_end == in->n_layers;
-    const int v0 = m->vocab_begin, nv = m->vocab_local, V = in->vocab, H = in->hidden;
-    if (last && !has_lm_head && !c->tie_embeddings)
-        return err_set(ERR_NOT_FOUND, "checkpoint has no tensor lm_head.weight (config.json "
-                                      "says tie_word_embeddings is false)");
-    if (first) {
-        TRY(plan_table(p, 0, plan_name(p, "%sembed_tokens.weight", prefix), V, H, v0, nv, 0, H,
-                       &w->embed));
-        if (last && !has_lm_head) /* tied head: bound to the embedding's memory */
-            plan_also(p, &w->lm_head);
-    }
-    if (!last)
+    const int H = in->hidden;
+    char embed[128];
+    snprintf(embed, sizeof(embed), "%sembed_tokens.weight", prefix);
+    if (m->shard.layer_begin == 0)
+        TRY(plan_vocab_embed(p, m, ck, embed, H, &w->embed, &w->lm_head));
+    if (m->shard.layer_end != in->n_layers)
         return 0;
     TRY(plan_vector(p, 0, plan_name(p, "%snorm.weight", prefix), H, 0, H, &w->norm));
-    if (has_lm_head)
-        return plan_head(p, 0, "lm_head.weight", V, H, v0, nv, 0, H, &w->lm_head);
-    if (!first) /* tied, on a stage without the embedding: its own copy of the rows */
-        return plan_head(p, 0, plan_name(p, "%sembed_tokens.weight", prefix), V, H, v0, nv, 0, H,
-                         &w->lm_head);
-    return 0;
+    return plan_vocab_head(p, m, ck, embed, H, llama_cfg(m)->tie_embeddings, &w->lm_head);
 }
 
 int llama_plan(struct model *m, const struct st_checkpoint *ck, struct model_planner *p)
@@ -123,7 +111,7 @@ int llama_plan(struct model *m, const struct st_checkpoint *ck, struct model_pla
     const char *prefix =
         !st_find(ck, "model.embed_tokens.weight") && st_find(ck, "embed_tokens.weight") ? ""
                                                                                         : "model.";
-    int rc = plan_ends(p, prefix, m, st_find(ck, "lm_head.weight") != NULL);
+    int rc = plan_ends(p, prefix, m, ck);
     for (int i = 0; rc == 0 && i < m->shard.layer_end - m->shard.layer_begin; i++)
         rc = plan_layer(p, prefix, m, i);
     return rc;

@@ -70,24 +70,20 @@ static int plan_layer(struct model_planner *p, const char *prefix, const struct 
 }
 
 static int plan_ends(struct model_planner *p, const char *prefix, const struct model *m,
-                     bool has_lm_head)
+                     const struct st_checkpoint *ck)
 {
     const struct opt_config *c = opt_cfg(m);
     const struct model_info *in = m->info;
     struct opt_weights *w = m->w;
     const bool first = m->shard.layer_begin == 0, last = m->shard.layer_end == in->n_layers;
     const bool proj = c->embed_dim != in->hidden;
-    const int v0 = m->vocab_begin, nv = m->vocab_local, V = in->vocab, E = c->embed_dim;
-    const int H = in->hidden;
-    if (last && !has_lm_head && !c->tie_embeddings)
-        return err_set(ERR_NOT_FOUND, "checkpoint has no tensor lm_head.weight (config.json "
-                                      "says tie_word_embeddings is false)");
+    const int E = c->embed_dim, H = in->hidden;
+    char embed[128];
+    snprintf(embed, sizeof(embed), "%sembed_tokens.weight", prefix);
     if (first) {
-        TRY(plan_table(p, 0, plan_name(p, "%sembed_tokens.weight", prefix), V, E, v0, nv, 0, E, &w->embed));
-        if (last && !has_lm_head) /* tied head: bound to the embedding's memory */
-            plan_also(p, &w->lm_head);
-        TRY(plan_table(p, 0, plan_name(p, "%sembed_positions.weight", prefix), in->max_pos + 2, H, 0,
-                       in->max_pos + 2, 0, H, &w->pos));
+        TRY(plan_vocab_embed(p, m, ck, embed, E, &w->embed, &w->lm_head));
+        TRY(plan_table(p, 0, plan_name(p, "%sembed_positions.weight", prefix), in->max_pos + 2,
+                       H, 0, in->max_pos + 2, 0, H, &w->pos));
         if (proj)
             TRY(plan_matrix(p, 0, plan_name(p, "%sproject_in.weight", prefix), H, E, 0, H, 0, E,
                             &w->project_in));
@@ -95,18 +91,15 @@ static int plan_ends(struct model_planner *p, const char *prefix, const struct m
     if (!last)
         return 0;
     if (c->final_ln && c->ln_affine) {
-        TRY(plan_vector(p, 0, plan_name(p, "%sfinal_layer_norm.weight", prefix), H, 0, H, &w->final_ln_g));
-        TRY(plan_vector(p, 0, plan_name(p, "%sfinal_layer_norm.bias", prefix), H, 0, H, &w->final_ln_b));
+        TRY(plan_vector(p, 0, plan_name(p, "%sfinal_layer_norm.weight", prefix), H, 0, H,
+                        &w->final_ln_g));
+        TRY(plan_vector(p, 0, plan_name(p, "%sfinal_layer_norm.bias", prefix), H, 0, H,
+                        &w->final_ln_b));
     }
     if (proj)
         TRY(plan_head(p, 0, plan_name(p, "%sproject_out.weight", prefix), E, H, 0, E, 0, H,
                       &w->project_out));
-    if (has_lm_head)
-        return plan_head(p, 0, "lm_head.weight", V, E, v0, nv, 0, E, &w->lm_head);
-    if (!first) /* tied, on a stage without the embedding: its own copy of the rows */
-        return plan_head(p, 0, plan_name(p, "%sembed_tokens.weight", prefix), V, E, v0, nv, 0, E,
-                         &w->lm_head);
-    return 0;
+    return plan_vocab_head(p, m, ck, embed, E, c->tie_embeddings, &w->lm_head);
 }
 
 int opt_plan(struct model *m, const struct st_checkpoint *ck, struct model_planner *p)
@@ -114,7 +107,7 @@ int opt_plan(struct model *m, const struct st_checkpoint *ck, struct model_plann
     const char *prefix = st_find(ck, "model.decoder.embed_tokens.weight") ? "model.decoder."
                          : st_find(ck, "decoder.embed_tokens.weight")     ? "decoder."
                                                                           : "model.decoder.";
-    int rc = plan_ends(p, prefix, m, st_find(ck, "lm_head.weight") != NULL);
+    int rc = plan_ends(p, prefix, m, ck);
     for (int i = 0; rc == 0 && i < m->shard.layer_end - m->shard.layer_begin; i++)
         rc = plan_layer(p, prefix, m, i);
     return rc;
