@@ -70,7 +70,7 @@ static void test_llama(void)
     CHECK(in->n_kv_heads == 8 && in->head_dim == 8 && c.rot_dim == 8 && in->max_pos == 256);
     CHECK(c.rope == ROPE_DEFAULT && c.rope_theta == 10000 && c.act == KERN_ACT_SILU);
     CHECK(!c.qkv_bias && !c.o_bias && !c.mlp_bias && !c.tie_embeddings && in->n_eos == 0);
-    CHECK(fabsf(c.rms_eps - 1e-6f) < 1e-12f && in->bos_id == -1 && in->pad_id == -1);
+    CHECK(c.rms_eps == 1e-6 && in->bos_id == -1 && in->pad_id == -1);
     CHECK(strcmp(in->architecture, "LlamaForCausalLM") == 0);
     /* Hub spelling: rope_theta + rope_scaling; eos as a list; explicit head_dim */
     c = parse_llama("{" LBASE ", \"num_key_value_heads\": 2, \"head_dim\": 16, \"rope_theta\": "

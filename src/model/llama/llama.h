@@ -33,7 +33,7 @@ enum llama_variant { LLAMA_VARIANT_LLAMA, LLAMA_VARIANT_MISTRAL, LLAMA_VARIANT_Q
 struct llama_config {
     struct model_config base;
     enum llama_variant variant;
-    float rms_eps;           /* rms_norm_eps */
+    double rms_eps;          /* rms_norm_eps (the kernels take it as a float, as torch adds it to f32) */
     enum kern_act act;       /* hidden_act */
     bool qkv_bias, o_bias;   /* attention_bias (Llama: all four; Qwen2: q/k/v only) */
     bool mlp_bias;

@@ -212,7 +212,7 @@ int llama_config_parse(json_t *root, const char *what, struct model_config **out
                        "%s: partial_rotary_factor %g of head_dim %d gives %d rotary dims "
                        "(expected an even number >= 2)",
                        what, partial, in->head_dim, c->rot_dim);
-    c->rms_eps = (float)eps;
+    c->rms_eps = eps;
     c->qkv_bias = attn_bias || c->variant == LLAMA_VARIANT_QWEN2;
     c->o_bias = attn_bias && c->variant != LLAMA_VARIANT_QWEN2;
     if ((rc = cfg_rope(root, what, c)) < 0 || (rc = cfg_window(root, what, c)) < 0)
@@ -300,7 +300,7 @@ int llama_config_save(const struct model_config *mc, const char *dir)
         in->n_layers, "num_attention_heads", in->n_heads, "num_key_value_heads", in->n_kv_heads,
         "head_dim", in->head_dim, "hidden_act", act_name(c->act), "max_position_embeddings",
         c->max_pos_config, "rms_norm_eps",
-        (double)c->rms_eps, "rope_theta", c->rope_theta, "attention_bias",
+        c->rms_eps, "rope_theta", c->rope_theta, "attention_bias",
         c->variant != LLAMA_VARIANT_QWEN2 && c->qkv_bias, "mlp_bias", c->mlp_bias,
         "tie_word_embeddings", c->tie_embeddings, "vocab_size", in->vocab, "torch_dtype",
         dtype_torch_name(in->dtype), "use_cache", 1);

@@ -50,7 +50,7 @@ int llama_layer(const struct model *m, int layer, struct model_exec *ex, int t_n
     float *gate = ex->f, *up = ex->f + (size_t)n * fr;
 
     /* attention block: h = RMSNorm(x); q, k, v; rotary on q and k */
-    TRY(kern_rmsnorm(s, h, x, n, H, L->ln1, c->rms_eps));
+    TRY(kern_rmsnorm(s, h, x, n, H, L->ln1, (float)c->rms_eps));
     TRY(kern_linear(s, ex->q, h, n, &L->q, L->q_b, m->compute));
     TRY(kern_linear(s, ex->kn, h, n, &L->k, L->k_b, m->compute));
     TRY(kern_linear(s, ex->vn, h, n, &L->v, L->v_b, m->compute));
@@ -64,7 +64,7 @@ int llama_layer(const struct model *m, int layer, struct model_exec *ex, int t_n
     TRY(kern_add(s, x, h, (size_t)n * H));
 
     /* MLP block: down(act(gate(h)) * up(h)), h = RMSNorm(x) */
-    TRY(kern_rmsnorm(s, h, x, n, H, L->ln2, c->rms_eps));
+    TRY(kern_rmsnorm(s, h, x, n, H, L->ln2, (float)c->rms_eps));
     TRY(kern_linear(s, gate, h, n, &L->gate, L->gate_b, m->compute));
     TRY(kern_linear(s, up, h, n, &L->up, L->up_b, m->compute));
     TRY(kern_gated_act(s, gate, gate, up, (size_t)n * fr, c->act));
@@ -80,6 +80,6 @@ int llama_head(const struct model *m, struct model_exec *ex, int t_new, bool all
     int n_rows;
     TRY(model_head_rows(m, ex, t_new, all_positions, &n_rows));
     TRY(kern_rmsnorm(ex->stream, ex->h, ex->h, n_rows, m->info->hidden, w->norm,
-                     llama_cfg(m)->rms_eps));
+                     (float)llama_cfg(m)->rms_eps));
     return model_head_logits(m, ex, &w->lm_head, ex->h, n_rows, logits);
 }

@@ -61,7 +61,7 @@ int llama_preset(const char *name, struct model_config **out)
         in->n_eos = p->n_eos;
         in->dtype = DTYPE_BF16;
         c->variant = p->variant;
-        c->rms_eps = (float)p->eps;
+        c->rms_eps = p->eps;
         c->act = KERN_ACT_SILU;
         c->qkv_bias = p->qkv_bias;
         c->tie_embeddings = p->tied;
