@@ -106,6 +106,8 @@ int main(void)
     CHECK(model_random_write(c, one, &o) == 0);
     o.max_shard_bytes = 300000; /* forces several files */
     CHECK(model_random_write(c, many, &o) == 0);
+    const int V = c->info.vocab;
+    model_config_free(c);
 
     struct model *a = NULL, *b = NULL;
     CHECK_MSG(model_open(one, &a) == 0, "%s", err_msg());
@@ -115,7 +117,7 @@ int main(void)
     CHECK(st_file_count(a->ck) == 1 && st_file_count(b->ck) > 2);
     CHECK(a->info->dtype == DTYPE_F16 && a->info->n_layers == 2);
     check_init(a->ck);
-    const int n = 8, V = c->info.vocab;
+    const int n = 8;
     float *la = malloc((size_t)n * V * sizeof(float)), *lb = malloc((size_t)n * V * sizeof(float));
     forward_ids(a, la, n);
     forward_ids(b, lb, n);
