@@ -70,7 +70,7 @@ int cmd_forward(int argc, char **argv)
     float *logits = NULL;
     FILE *f = NULL;
     int n = 0;
-    if ((rc = check_out_path(path)) < 0 || (rc = cli_ids_parse(ids_s, &ids, &n)) < 0)
+    if ((rc = check_out_path(path)) < 0 || (rc = cli_ids_parse("ids", ids_s, &ids, &n)) < 0)
         goto out;
     const struct model_exec_shape shape = {.batch = 1, .max_len = n, .max_rows = n};
     if ((rc = cli_model_open(gpu, dir, &shape, &cm)) < 0)

@@ -101,7 +101,7 @@ int cmd_generate(int argc, char **argv)
     int n_ids = 0;
     int n_out = 0;
     struct stream_out o = {.rc = 0};
-    if (ids_s && cli_ids_parse(ids_s, &ids, &n_ids) < 0)
+    if (ids_s && cli_ids_parse("ids", ids_s, &ids, &n_ids) < 0)
         return args_usage_fail("generate");
     if ((rc = sampler_init(&s, &sp)) < 0)
         goto out;
