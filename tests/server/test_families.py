@@ -11,7 +11,8 @@ models of different families in and out. Checked against transformers'
 greedy ids (expected.json): the Llama-family models take token-id prompts
 and answer "text": "" with the ids in "token_ids" (streamed: each chunk its
 new ones); a text prompt, stop or echo there is a 400 naming the model;
-/v1/models shows each model's family and architecture.
+/v1/models shows each model's family and architecture; `bench serve
+--prompt-ids` replays against them.
 
     test_families.py --bin build/shardswap [--work-dir DIR] [--keep]
 """
@@ -210,6 +211,24 @@ def test_text_needs_a_tokenizer():
     check(c.choices[0].text.startswith(harness.ids_text([5, 6])), "OPT echo: %r" % c.choices[0].text)
 
 
+def test_bench_serve_prompt_ids():
+    """bench serve --prompt-ids against the three models round-robin (its
+    default prompt, OPT's ids of Computron's text, lies outside these
+    fixtures' 256-token vocabularies): every request answered 200."""
+    import json
+    import subprocess
+    out = os.path.join(A.work_dir, "bench-families")
+    for stream in (False, True):
+        a = [A.bin, "bench", "serve", "--url", "http://127.0.0.1:%d" % srv().port, "--api-key", srv().api_key,
+             "--config", "round-robin", "--n-models", "3", "--requests", "9", "--warm-requests", "2",
+             "--prompt-ids", "1,5,9", "--out-dir", out, "--json"] + (["--stream"] if stream else [])
+        r = subprocess.run(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        check(r.returncode == 0, "bench serve: %d %s" % (r.returncode, r.stderr.decode(errors="replace")))
+        pol = json.loads(r.stdout)["policies"][0]
+        check(pol["http"]["ok"] == 9 and pol["failed"] == 0, "bench serve --prompt-ids (stream %s): %s" %
+              (stream, pol["http"]))
+
+
 def main():
     global A
     p = harness.common_args(__doc__)
@@ -230,7 +249,8 @@ def main():
     S["client"] = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % s.port, api_key=s.api_key,
                                 max_retries=0, timeout=300)
     tests = [test_models_show_families, test_alternating_families_swap, test_raw_response_format,
-             test_stream_token_ids, test_batched_llama_requests, test_text_needs_a_tokenizer]
+             test_stream_token_ids, test_batched_llama_requests, test_text_needs_a_tokenizer,
+             test_bench_serve_prompt_ids]
     failures = harness.run_tests(tests, S)
     try:
         s.stop(signal.SIGINT)
