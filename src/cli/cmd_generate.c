@@ -16,7 +16,7 @@
  * text, or, for a model without a tokenizer (tok NULL), as ids. */
 struct stream_out {
     struct bpe_stream st;
-    const struct bpe *tok;   /* NULL: print ids */
+    const struct bpe *tok;   /* NULL: print ids instead */
     int rc;
     int n_tokens, n_unknown; /* ids the tokenizer has no text for */
     char *buf;               /* bpe_stream_chunk_max() bytes */

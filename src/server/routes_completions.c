@@ -545,7 +545,7 @@ static int no_tokenizer_check(const struct srv_req *r, struct oai_error *e)
     return oai_error_set(e, 400, "invalid_request_error", "no_tokenizer", what,
                          "Model %s has no tokenizer: it takes token-id prompts only "
                          "(\"prompt\": [ids]), without stop or echo (got %s).",
-                         r->m->name, q->prompt_text ? "a text prompt" : q->n_stop ? "stop" : "echo");
+                         r->m->name, q->prompt_text ? "a text prompt" : what);
 }
 
 static enum MHD_Result submit_failed(struct srv_req *r, int rc)
