@@ -369,6 +369,74 @@ static void test_bench_flags(void)
 /* --devices: one parser (stack_parse_devices) behind every command; a bad
  * list is a usage error of one line, checked before a model is opened or
  * generated; cuda:G without CUDA support is an error of one line too. */
+/* generate on a Llama-family fixture, which has no tokenizer: --ids gives
+ * transformers' greedy ids back (expected.json), comma-separated on one
+ * line; --prompt there is one line saying so and pointing at --ids; the
+ * two flags are one or the other. gen-model of a Llama preset writes no
+ * tokenizer (its checkpoints are hundreds of MB even with one layer, so
+ * only the refusals before writing are run here). */
+static void test_llama_ids(void)
+{
+    static const char *names[] = {"llama_gqa_f32", "qwen2_bias_f32"};
+    char cmd[4096], out[4096], err[4096], path[512];
+    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+        char dir[256];
+        snprintf(dir, sizeof(dir), "%s/tests/fixtures/models/%s", SHARDSWAP_SOURCE_DIR, names[k]);
+        snprintf(path, sizeof(path), "%s/expected.json", dir);
+        json_t *j = json_load_file(path, 0, NULL);
+        json_t *g = json_array_get(json_object_get(j, "greedy"), 0);
+        json_t *prompt = json_object_get(g, "prompt"), *output = json_object_get(g, "output");
+        CHECK_MSG(json_array_size(prompt) > 0 && json_array_size(output) > 0, "%s", path);
+        char ids[1024] = "", want[1024] = "";
+        for (size_t i = 0; i < json_array_size(prompt); i++)
+            snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%lld", i ? "," : "",
+                     (long long)json_integer_value(json_array_get(prompt, i)));
+        for (size_t i = 0; i < json_array_size(output); i++)
+            snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%lld", i ? "," : "",
+                     (long long)json_integer_value(json_array_get(output, i)));
+        snprintf(want + strlen(want), sizeof(want) - strlen(want), "\n");
+        snprintf(cmd, sizeof(cmd), "%s generate --model %s --ids %s --max-tokens %zu", BIN, dir,
+                 ids, json_array_size(output));
+        CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && strcmp(out, want) == 0,
+                  "%s: printed \"%s\", transformers \"%s\" (%s)", cmd, out, want, err);
+        json_decref(j);
+        if (k == 0) {
+            snprintf(cmd, sizeof(cmd), "%s generate --model %s --prompt hi", BIN, dir);
+            expect_fail(cmd, 1, "has no tokenizer that loads");
+            expect_fail(cmd, 1, "--ids I,J,...");
+            snprintf(cmd, sizeof(cmd), "%s generate --model %s --ids 1,9999", BIN, dir);
+            expect_fail(cmd, 1, "outside the model's vocabulary of 256 tokens");
+            snprintf(cmd, sizeof(cmd), "%s inspect --model %s", BIN, dir);
+            CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 &&
+                          strstr(out, "LlamaForCausalLM") && strstr(out, "llama"),
+                      "%s: %s %s", cmd, out, err);
+        }
+    }
+    /* an OPT model with its tokenizer prints text for --ids, as for --prompt */
+    snprintf(cmd, sizeof(cmd), "%s generate --model %s --tokenizer %s --ids 2,250 --max-tokens 2",
+             BIN, FIXTURE, OPT_TOKENIZER);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && !strchr(out, ','), "%s: %s %s",
+              cmd, out, err);
+    /* exactly one of --prompt and --ids */
+    expect_fail(BIN " generate --model x", 2, "exactly one of --prompt TEXT or --ids");
+    expect_fail(BIN " generate --model x --prompt hi --ids 1,2", 2,
+                "exactly one of --prompt TEXT or --ids");
+    expect_fail(BIN " generate --model x --ids 1,-2", 2, "comma-separated list of token ids");
+    expect_fail(BIN " generate --model x --ids ''", 2, "--ids expects a non-empty");
+    CHECK(run(BIN " generate --help", out, sizeof(out), NULL, 0) == 0 && strstr(out, "--ids") &&
+          !strstr(out, "OPT checkpoint"));
+    /* gen-model's refusals come before anything is written, for a Llama
+     * preset as for OPT */
+    snprintf(cmd, sizeof(cmd), "%s gen-model --preset llama-3.2-1b --layers 1 --tokenizer-from "
+             "%s/none --out %s/llama", BIN, tmp, tmp);
+    expect_fail(cmd, 1, "--tokenizer-from");
+    snprintf(path, sizeof(path), "%s/llama", tmp);
+    struct stat sb;
+    CHECK_MSG(stat(path, &sb) != 0, "%s exists after a refused gen-model", path);
+    CHECK(run(BIN " gen-model --help", out, sizeof(out), NULL, 0) == 0 &&
+          strstr(out, "none for the Llama family"));
+}
+
 static void test_devices(void)
 {
     /* the parser itself */
@@ -721,7 +789,7 @@ int main(void)
 
     /* errors: one line, non-zero */
     expect_fail(BIN " frobnicate", 2, "unknown command");
-    expect_fail(BIN " generate --model x", 2, "missing required flag --prompt");
+    test_llama_ids();
     expect_fail(BIN " generate --model x --prompt hi --max-tokens ten", 2,
                 "--max-tokens expects an integer");
     expect_fail(BIN " forward --model /nonexistent --ids 1 --out /dev/null", 1, "config.json");

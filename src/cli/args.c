@@ -204,3 +204,37 @@ int cli_check_out_dir(const char *dir)
         return err_set(ERR_IO, "--out-dir %s: cannot write there: %s", dir, strerror(errno));
     return 0;
 }
+
+int cli_ids_parse(const char *flag, const char *s, int32_t **out, int *n_out)
+{
+    int cap = 16, n = 0;
+    int32_t *ids = malloc((size_t)cap * sizeof(int32_t));
+    if (!ids)
+        return err_set(ERR_NOMEM, "out of memory");
+    const char *p = s;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0')) {
+            free(ids);
+            return err_set(ERR_INVALID, "--%s: \"%s\" is not a comma-separated list of token ids "
+                                        "(expected e.g. 2,250,1345)", flag, s);
+        }
+        if (n == cap) {
+            int32_t *b = realloc(ids, (size_t)(cap *= 2) * sizeof(int32_t));
+            if (!b) {
+                free(ids);
+                return err_set(ERR_NOMEM, "out of memory");
+            }
+            ids = b;
+        }
+        ids[n++] = (int32_t)v;
+        if (*end == '\0')
+            break;
+        p = end + 1;
+    }
+    *out = ids;
+    *n_out = n;
+    return 0;
+}

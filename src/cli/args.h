@@ -68,4 +68,9 @@ int cli_compute(const char *s, bool *set, enum kern_compute *c);
  * that its results have somewhere to go. ERR_IO / ERR_INVALID naming it. */
 int cli_check_out_dir(const char *dir);
 
+/* Parses token ids "2,250,1345" (the value of --FLAG) into *out (malloc'd,
+ * the caller's) and *n_out. ERR_INVALID naming --FLAG and the value for
+ * anything else (empty, not a number, negative, over INT32_MAX). */
+int cli_ids_parse(const char *flag, const char *s, int32_t **out, int *n_out);
+
 #endif

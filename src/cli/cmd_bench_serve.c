@@ -413,7 +413,7 @@ int bench_serve(int argc, char **argv)
 {
     const char *url = NULL, *config_s = "computron:4", *rates_s = NULL, *models_s = NULL;
     const char *label = "serve", *out_dir = "bench-out", *csv_s = NULL, *plot_s = NULL;
-    const char *api_key = NULL, *compare_s = NULL;
+    const char *api_key = NULL, *compare_s = NULL, *prompt_ids_s = NULL;
     int n_models = 0, rr_requests = 40, warm_n = 4, max_conn = 128;
     float cv = 0, duration = 20, alpha = -1, total_rate = 0, slo = 0, slo_scale = 5;
     float timeout = 300;
@@ -462,6 +462,9 @@ int bench_serve(int argc, char **argv)
              "serve)"),
         FLAG("stream", FLAG_BOOL, &stream, NULL,
              "stream responses (server-sent events): time to first token per request"),
+        FLAG("prompt-ids", FLAG_STR, &prompt_ids_s, "I,J,...",
+             "every request's prompt as these token ids (default: Computron's 8, OPT's ids of "
+             "\"Berkeley is the number one public\"; for a model whose vocabulary lacks them)"),
         FLAG("api-key", FLAG_STR, &api_key, "KEY", "sent as Authorization: Bearer KEY"),
         FLAG_RANGE("timeout", FLAG_FLOAT, &timeout, "S",
                    "per request; one without a response by then fails (default 300)", FLT_TRUE_MIN,
@@ -484,7 +487,8 @@ int bench_serve(int argc, char **argv)
                         "Replays a workload in real time against an OpenAI-compatible server "
                         "(shardswap serve): the arrivals of bench workload with the same "
                         "--config and --seed, each released at its time as the same request "
-                        "(\"Berkeley is the number one public\" as 8 token ids, max_tokens 1, "
+                        "(\"Berkeley is the number one public\" as 8 token ids, or --prompt-ids, "
+                        "max_tokens 1, "
                         "top_k 50, top_p 0.5, temperature 0.7, seed = request index) through one "
                         "libcurl multi handle with kept-alive connections. Prints latency "
                         "(arrival to last byte) mean/p50/p90/p99/max, SLO attainment, throughput "
@@ -563,6 +567,10 @@ int bench_serve(int argc, char **argv)
             return EXIT_USAGE;
         }
     }
+    int32_t *prompt_ids = NULL;
+    int n_prompt_ids = 0;
+    if (prompt_ids_s && cli_ids_parse("prompt-ids", prompt_ids_s, &prompt_ids, &n_prompt_ids) < 0)
+        return args_usage_fail("bench serve");
     if ((!csv_s || !plot_s) && (rc = cli_check_out_dir(out_dir)) < 0)
         goto out;
     snprintf(tag, sizeof(tag), "%s", config_s);
@@ -581,7 +589,9 @@ int bench_serve(int argc, char **argv)
                                  .models = names,
                                  .n_models = c.n_models,
                                  .stream = stream,
-                                 .max_connections = max_conn};
+                                 .max_connections = max_conn,
+                                 .prompt = prompt_ids,
+                                 .n_prompt = n_prompt_ids};
     /* the server's model names: what it lists, unless named */
     if (!models_s) {
         if ((rc = http_list_models(&o.target, &listed, &n_listed)) < 0)
@@ -671,6 +681,7 @@ int bench_serve(int argc, char **argv)
 out:
     http_replay_result_free(&res);
     http_names_free(listed, n_listed);
+    free(prompt_ids);
     free(ev);
     free(lat);
     return rc < 0 ? cli_fail("bench serve") : 0;

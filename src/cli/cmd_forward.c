@@ -11,41 +11,6 @@
 #include "core/error.h"
 #include "model/model.h"
 
-/* Parses "2,250,1345" into a malloc'd array. */
-static int parse_ids(const char *s, int32_t **out, int *n_out)
-{
-    int cap = 16, n = 0;
-    int32_t *ids = malloc((size_t)cap * sizeof(int32_t));
-    if (!ids)
-        return err_set(ERR_NOMEM, "out of memory");
-    const char *p = s;
-    for (;;) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0')) {
-            free(ids);
-            return err_set(ERR_INVALID, "--ids: \"%s\" is not a comma-separated list of token ids "
-                                        "(expected e.g. 2,250,1345)", s);
-        }
-        if (n == cap) {
-            int32_t *b = realloc(ids, (size_t)(cap *= 2) * sizeof(int32_t));
-            if (!b) {
-                free(ids);
-                return err_set(ERR_NOMEM, "out of memory");
-            }
-            ids = b;
-        }
-        ids[n++] = (int32_t)v;
-        if (*end == '\0')
-            break;
-        p = end + 1;
-    }
-    *out = ids;
-    *n_out = n;
-    return 0;
-}
-
 /* --out must be a file this process can create or replace: checked before
  * the model is opened and run, so a bad path costs nothing (and an existing
  * file is left as it was). */
@@ -80,7 +45,7 @@ int cmd_forward(int argc, char **argv)
 {
     const char *dir = NULL, *ids_s = NULL, *path = NULL, *compute_s = NULL, *devices = NULL;
     struct flag flags[] = {
-        FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "Hugging Face OPT checkpoint directory"),
+        FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "Hugging Face checkpoint directory (OPT, Llama, Mistral, Qwen2)"),
         FLAG_REQUIRED("ids", FLAG_STR, &ids_s, "I,J,...", "token ids, comma-separated"),
         FLAG_REQUIRED("out", FLAG_STR, &path, "FILE", "where to write the logits"),
         COMPUTE_FLAG(&compute_s),
@@ -105,7 +70,7 @@ int cmd_forward(int argc, char **argv)
     float *logits = NULL;
     FILE *f = NULL;
     int n = 0;
-    if ((rc = check_out_path(path)) < 0 || (rc = parse_ids(ids_s, &ids, &n)) < 0)
+    if ((rc = check_out_path(path)) < 0 || (rc = cli_ids_parse("ids", ids_s, &ids, &n)) < 0)
         goto out;
     const struct model_exec_shape shape = {.batch = 1, .max_len = n, .max_rows = n};
     if ((rc = cli_model_open(gpu, dir, &shape, &cm)) < 0)

@@ -232,22 +232,24 @@ int cmd_gen_model(int argc, char **argv)
         FLAG_RANGE("layers", FLAG_INT, &layers, "N",
                    "number of decoder layers (default: the preset's)", 1, 4096,
                    "1..4096"),
-        FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "storage dtype (default f16, as OPT ships)"),
+        FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "storage dtype (default f16)"),
         FLAG("seed", FLAG_U64, &o.seed, "S", "random seed (default 0)"),
         FLAG_REQUIRED("out", FLAG_STR, &out, "DIR",
                       "output directory, absent or empty (written beside it, renamed when done)"),
         FLAG("tokenizer-from", FLAG_STR, &tok_from, "DIR",
          "copy a real tokenizer (vocab.json + merges.txt, or tokenizer.json) from DIR "
-         "(default: a minimal byte-level one)"),
+         "(default: a minimal byte-level one for OPT presets, none for the Llama family's, "
+         "whose models then take token-id prompts)"),
         FLAG("max-shard-bytes", FLAG_U64, &o.max_shard_bytes, "N",
          "split the weights into files of at most N bytes (default 5000000000)"),
         FLAG("force", FLAG_BOOL, &force, NULL, "write into a non-empty --out"),
     };
     int rc = args_parse("gen-model",
-                        "Writes a random-weight OPT checkpoint in Hugging Face layout "
-                        "(config.json, generation_config.json, safetensors weights, sharded with "
-                        "an index when large, and a tokenizer), initialised as transformers "
-                        "initialises OPT.",
+                        "Writes a random-weight checkpoint of a preset's shape (OPT, Llama, "
+                        "Mistral, Qwen2) in Hugging Face layout (config.json, "
+                        "generation_config.json, safetensors weights, sharded with an index when "
+                        "large, and for OPT a tokenizer), initialised as transformers initialises "
+                        "the family.",
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
@@ -276,7 +278,17 @@ int cmd_gen_model(int argc, char **argv)
         err_wrap(rc, "--out %s", out);
         goto out;
     }
-    if ((rc = tok_from ? copy_tokenizer(tok_from, staged) : write_minimal_tokenizer(staged)) < 0 ||
+    /* gen-model's minimal tokenizer has OPT's special tokens and ids: right
+     * for OPT only; the other families get none unless told */
+    bool opt = strcmp(cfg->info.family, "opt") == 0;
+    if (!tok_from && !opt)
+        fprintf(stderr, "shardswap gen-model: note: writing no tokenizer (a %s model takes token-id "
+                        "prompts: generate --ids, or \"prompt\": [ids] when served; "
+                        "--tokenizer-from DIR copies a real one)\n",
+                cfg->info.family);
+    if ((rc = tok_from ? copy_tokenizer(tok_from, staged)
+              : opt    ? write_minimal_tokenizer(staged)
+                       : 0) < 0 ||
         (rc = model_random_write(cfg, staged, &o)) < 0 || (rc = fs_dir_commit(staged, out)) < 0)
         goto out;
     staged[0] = '\0';

@@ -16,7 +16,7 @@ static const struct {
     {"generate", cmd_generate, "generate a completion of a prompt"},
     {"tokenize", cmd_tokenize, "print the token ids of the text on stdin"},
     {"forward", cmd_forward, "write the logits of every position of a token sequence"},
-    {"gen-model", cmd_gen_model, "write a random-weight OPT checkpoint in Hugging Face layout"},
+    {"gen-model", cmd_gen_model, "write a random-weight checkpoint (OPT or Llama family) in Hugging Face layout"},
     {"inspect", cmd_inspect, "describe a checkpoint: config, tensors, bytes"},
     {"serve", cmd_serve, "serve models over HTTP (OpenAI completions API)"},
     {"bench", cmd_bench, "benchmarks: bench forward, bench swap, bench workload, bench serve, bench gemv"},
@@ -26,7 +26,8 @@ static const struct {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: shardswap COMMAND [flags]   (shardswap COMMAND --help for its flags)\n\n"
-               "Runs Hugging Face OPT checkpoints (safetensors) on the CPU.\n"
+               "Runs Hugging Face checkpoints (safetensors) of the OPT and Llama families (Llama, Mistral,\n"
+               "Qwen2) on CPUs and NVIDIA GPUs, and serves many of them at once by swapping.\n"
                "shardswap --version prints the version, the OpenBLAS core and the GEMV ISA in use.\n\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);

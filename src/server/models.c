@@ -25,9 +25,12 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
     m->compute = swap_model_compute(sm);
     m->max_pos = swap_model_info(sm)->max_pos;
     m->vocab = swap_model_info(sm)->vocab;
+    m->family = swap_model_info(sm)->family;
+    snprintf(m->architecture, sizeof(m->architecture), "%s", swap_model_info(sm)->architecture);
     m->created = (long long)time(NULL);
     if (bpe_open(path, &m->tok) < 0) {
-        log_warn("model %s: no tokenizer (%s): its completions will be refused (their text needs one)", m->name, err_msg());
+        log_warn("model %s: no tokenizer (%s): it serves token-id prompts only, its completions "
+                 "carry token_ids", m->name, err_msg());
         m->tok = NULL;
     }
     pthread_mutex_lock(&s->lock);

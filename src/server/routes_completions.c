@@ -13,7 +13,12 @@
  * resumes it and the access handler answers. Streamed: the response is
  * queued at once (200, text/event-stream) and its content reader suspends
  * the connection whenever it has nothing to send; on_token / on_done resume
- * it. */
+ * it.
+ *
+ * A model without a tokenizer (srv_model.tok NULL) takes token-id prompts
+ * only: no text prompt, stop strings or echo. Its completions carry
+ * "text": "" and the generated ids in "token_ids" (every id of the
+ * response; in a stream, each chunk's new ones). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +82,20 @@ static int ends_push(struct srv_req *r)
     return 0;
 }
 
+static int ids_push(struct srv_req *r, int32_t id)
+{
+    if (r->n_gen_ids == r->gen_ids_cap) {
+        int cap = r->gen_ids_cap ? r->gen_ids_cap * 2 : 64;
+        int32_t *g = realloc(r->gen_ids, (size_t)cap * sizeof(*g));
+        if (!g)
+            return ERR_NOMEM;
+        r->gen_ids = g;
+        r->gen_ids_cap = cap;
+    }
+    r->gen_ids[r->n_gen_ids++] = id;
+    return 0;
+}
+
 /* The engine's on_token: on the model's runner thread, between two steps of
  * its batch. Decodes and checks stops under r->lock (a copy of a few bytes),
  * ends the request at a stop, resumes a stream's connection; never blocks. */
@@ -85,7 +104,14 @@ static void on_token(struct engine_req *er, int32_t id, void *ctx)
     struct srv_req *r = ctx;
     bool cancel = false, stop = false, wake = false;
     pthread_mutex_lock(&r->lock);
-    if (!r->stop_hit && !r->done) {
+    if (!r->stop_hit && !r->done && !r->m->tok) {
+        r->n_gen++;
+        if (ids_push(r, id) < 0)
+            cancel = true; /* out of memory: the request ends with what it has */
+        wake = r->suspended && r->creq.stream;
+        if (wake)
+            r->suspended = false;
+    } else if (!r->stop_hit && !r->done) {
         r->n_gen++;
         int n = bpe_stream_push(&r->dec, id, r->tokbuf, r->tokbuf_cap);
         size_t old = r->text_len;
@@ -115,7 +141,7 @@ static void on_done(struct engine_req *er, void *ctx)
     struct srv_req *r = ctx;
     struct server *s = r->s;
     pthread_mutex_lock(&r->lock);
-    if (!r->stop_hit) {
+    if (!r->stop_hit && r->m->tok) {
         int n = bpe_stream_finish(&r->dec, r->tokbuf, r->tokbuf_cap);
         size_t old = r->text_len;
         if (n > 0 && text_append(r, r->tokbuf, (size_t)n) == 0)
@@ -185,18 +211,25 @@ static json_t *usage_json(const struct srv_req *r)
 }
 
 /* One completion object: a response or a stream chunk. text may be NULL
- * (an empty choices list, for the usage chunk). */
+ * (an empty choices list, for the usage chunk). For a model without a
+ * tokenizer the choice also carries ids[0..n_ids) as token_ids. */
 static json_t *completion_json(const struct srv_req *r, const char *text, size_t len,
-                               const char *finish, json_t *usage)
+                               const int32_t *ids, int n_ids, const char *finish, json_t *usage)
 {
     json_t *choices = json_array();
     if (text) {
         json_t *t = json_stringn(text, len);
         if (!t) /* not UTF-8: cannot happen with bpe_stream's output; say so rather than fail */
             t = json_string("\xef\xbf\xbd");
-        json_array_append_new(choices, json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "text", t,
-                                                 "logprobs", "finish_reason",
-                                                 finish ? json_string(finish) : json_null()));
+        json_t *c = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "text", t, "logprobs",
+                              "finish_reason", finish ? json_string(finish) : json_null());
+        if (c && !r->m->tok) {
+            json_t *a = json_array();
+            for (int i = 0; a && i < n_ids; i++)
+                json_array_append_new(a, json_integer(ids[i]));
+            json_object_set_new(c, "token_ids", a);
+        }
+        json_array_append_new(choices, c);
     }
     return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", r->id, "object", "text_completion",
                      "created", (json_int_t)r->created, "model", r->m->name, "choices", choices,
@@ -222,7 +255,7 @@ static enum MHD_Result reply_final(struct srv_req *r)
         if (all) {
             memcpy(all, r->echo_text ? r->echo_text : "", r->echo_len);
             memcpy(all + r->echo_len, r->text ? r->text : "", r->text_len);
-            body = completion_json(r, all, n, finish, usage_json(r));
+            body = completion_json(r, all, n, r->gen_ids, r->n_gen_ids, finish, usage_json(r));
             free(all);
         }
     } else {
@@ -269,13 +302,80 @@ static int out_event(struct srv_req *r, json_t *ev)
 
 static int out_chunk(struct srv_req *r, const char *text, size_t len, const char *finish)
 {
-    return out_event(r, completion_json(r, text, len, finish, NULL));
+    return out_event(r, completion_json(r, text, len, NULL, 0, finish, NULL));
+}
+
+/* The end of a stream once done: the finish chunk and usage, or the error
+ * event; then [DONE]. Takes usage. */
+static int stream_end(struct srv_req *r, bool ok, const char *finish, const struct oai_error *e,
+                      json_t *usage)
+{
+    int rc;
+    if (ok) {
+        rc = out_chunk(r, "", 0, finish);
+        if (rc == 0 && usage) {
+            json_t *ev = completion_json(r, NULL, 0, NULL, 0, NULL, usage);
+            usage = NULL;
+            rc = out_event(r, ev);
+        }
+    } else {
+        char *err = oai_error_json(e);
+        json_t *ev = err ? json_loads(err, 0, NULL) : NULL;
+        free(err);
+        rc = out_event(r, ev);
+        log_warn("%s %s: stream ended with an error: %s", r->method, r->path, e->message);
+    }
+    if (rc == 0)
+        rc = out_append(r, "data: [DONE]\n\n", 14);
+    r->final_sent = true;
+    json_decref(usage);
+    return rc;
+}
+
+/* stream_produce for a model without a tokenizer: one chunk per new id,
+ * its text "" and token_ids [id]. */
+static int stream_produce_ids(struct srv_req *r)
+{
+    pthread_mutex_lock(&r->lock);
+    int from = r->ids_sent, to = r->n_gen_ids;
+    int32_t *slice = NULL;
+    if (to > from && (slice = malloc((size_t)(to - from) * sizeof(*slice)))) {
+        memcpy(slice, r->gen_ids + from, (size_t)(to - from) * sizeof(*slice));
+        r->ids_sent = to;
+    }
+    bool done = r->done, ok = false;
+    const char *finish = NULL;
+    struct oai_error e;
+    json_t *usage = NULL;
+    if (done) {
+        finish = finish_reason(r);
+        ok = finish != NULL;
+        if (!ok)
+            failure(r, &e);
+        else if (r->creq.include_usage)
+            usage = usage_json(r);
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (to > from && !slice) {
+        json_decref(usage);
+        return ERR_NOMEM;
+    }
+    int rc = 0;
+    for (int i = 0; i < to - from && rc == 0; i++)
+        rc = out_event(r, completion_json(r, "", 0, slice + i, 1, NULL, NULL));
+    free(slice);
+    if (rc == 0 && done && !r->final_sent)
+        return stream_end(r, ok, finish, &e, usage);
+    json_decref(usage);
+    return rc;
 }
 
 /* Turns what the callbacks added since the last call into events in r->out.
  * HTTP thread (the content reader). */
 static int stream_produce(struct srv_req *r)
 {
+    if (!r->m->tok)
+        return stream_produce_ids(r);
     int rc = 0;
     if (!r->echo_sent) {
         r->echo_sent = true;
@@ -326,32 +426,15 @@ static int stream_produce(struct srv_req *r)
     r->sent = safe > base ? safe : base;
     free(slice);
     free(ends);
-    if (rc == 0 && done && !r->final_sent) {
-        if (ok) {
-            rc = out_chunk(r, "", 0, finish);
-            if (rc == 0 && usage) {
-                json_t *ev = completion_json(r, NULL, 0, NULL, usage);
-                usage = NULL;
-                rc = out_event(r, ev);
-            }
-        } else {
-            char *err = oai_error_json(&e);
-            json_t *ev = err ? json_loads(err, 0, NULL) : NULL;
-            free(err);
-            rc = out_event(r, ev);
-            log_warn("%s %s: stream ended with an error: %s", r->method, r->path, e.message);
-        }
-        if (rc == 0)
-            rc = out_append(r, "data: [DONE]\n\n", 14);
-        r->final_sent = true;
-    }
+    if (rc == 0 && done && !r->final_sent)
+        return stream_end(r, ok, finish, &e, usage);
     json_decref(usage);
     return rc;
 }
 
 static bool stream_ready(struct srv_req *r)
 {
-    return r->safe > r->sent || r->done || r->client_gone;
+    return r->safe > r->sent || r->n_gen_ids > r->ids_sent || r->done || r->client_gone;
 }
 
 /* MHD's content reader of a stream: on a pool thread. Sends what is ready;
@@ -410,9 +493,6 @@ static int prompt_ids(struct srv_req *r, int32_t **ids, int *n, struct oai_error
 {
     const struct completion_req *q = &r->creq;
     const struct srv_model *m = r->m;
-    if (!m->tok) /* the completion's text needs one too */
-        return oai_error_set(e, 400, "invalid_request_error", NULL, "model",
-                             "Model %s has no tokenizer in its directory.", m->name);
     if (q->prompt_text) {
         size_t nn = 0;
         if (bpe_encode(m->tok, q->prompt_text, q->prompt_len, true, ids, &nn) < 0)
@@ -454,6 +534,20 @@ static int echo_prepare(struct srv_req *r, struct oai_error *e)
     return 0;
 }
 
+/* What a model without a tokenizer cannot do: text in (a text prompt),
+ * text matched (stop strings) or text out of the prompt (echo). */
+static int no_tokenizer_check(const struct srv_req *r, struct oai_error *e)
+{
+    const struct completion_req *q = &r->creq;
+    const char *what = q->prompt_text ? "prompt" : q->n_stop ? "stop" : q->echo ? "echo" : NULL;
+    if (r->m->tok || !what)
+        return 0;
+    return oai_error_set(e, 400, "invalid_request_error", "no_tokenizer", what,
+                         "Model %s has no tokenizer: it takes token-id prompts only "
+                         "(\"prompt\": [ids]), without stop or echo (got %s).",
+                         r->m->name, q->prompt_text ? "a text prompt" : what);
+}
+
 static enum MHD_Result submit_failed(struct srv_req *r, int rc)
 {
     struct oai_error e;
@@ -487,7 +581,8 @@ enum MHD_Result srv_completions(struct srv_req *r)
                       "The model '%s' does not exist.", q->model);
         return srv_reply_error(r, &e);
     }
-    if (prompt_ids(r, &ids, &n, &e) < 0 || echo_prepare(r, &e) < 0)
+    if (no_tokenizer_check(r, &e) < 0 || prompt_ids(r, &ids, &n, &e) < 0 ||
+        echo_prepare(r, &e) < 0)
         goto refuse;
     r->n_prompt = n;
     if (n == 0) {
@@ -503,8 +598,12 @@ enum MHD_Result srv_completions(struct srv_req *r)
                       r->m->max_pos, (long long)n + q->max_tokens, n, q->max_tokens);
         goto refuse;
     }
-    bpe_stream_init(&r->dec, r->m->tok);
-    r->tokbuf_cap = bpe_stream_chunk_max(r->m->tok);
+    if (r->m->tok) {
+        bpe_stream_init(&r->dec, r->m->tok);
+        r->tokbuf_cap = bpe_stream_chunk_max(r->m->tok);
+    } else {
+        r->tokbuf_cap = 1; /* unused */
+    }
     if (!(r->tokbuf = malloc(r->tokbuf_cap))) {
         oai_error_set(&e, 500, "server_error", NULL, "", "Out of memory.");
         goto refuse;
@@ -601,5 +700,6 @@ void srv_completions_free(struct srv_req *r)
     free(r->tokbuf);
     free(r->text);
     free(r->ends);
+    free(r->gen_ids);
     free(r->out);
 }

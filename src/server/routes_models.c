@@ -12,8 +12,9 @@
 #include "server/log.h"
 #include "server/server_impl.h"
 
-/* The model object: OpenAI's fields and the server's (residency, shards,
- * queue). NULL when m is no longer served. */
+/* The model object: OpenAI's fields and the server's (family, architecture,
+ * whether it has a tokenizer, residency, shards, queue). NULL when m is no
+ * longer served. */
 static json_t *model_json(struct server *s, const struct srv_model *m)
 {
     struct engine_model_stats *st = malloc(sizeof(*st));
@@ -31,9 +32,11 @@ static json_t *model_json(struct server *s, const struct srv_model *m)
                                                 "bytes", (json_int_t)st->shards[i].bytes));
     }
     json_t *o =
-        json_pack("{s:s, s:s, s:I, s:s, s:s, s:b, s:i, s:i, s:s, s:I, s:o, s:i, s:i, s:i}", "id",
-                  m->name, "object", "model", "created", (json_int_t)m->created, "owned_by",
-                  "shardswap", "residency", srv_residency_name(st->residency), "pinned", st->pinned,
+        json_pack("{s:s, s:s, s:I, s:s, s:s, s:s, s:b, s:s, s:b, s:i, s:i, s:s, s:I, s:o, s:i, "
+                  "s:i, s:i}",
+                  "id", m->name, "object", "model", "created", (json_int_t)m->created, "owned_by",
+                  "shardswap", "family", m->family, "architecture", m->architecture, "tokenizer",
+                  m->tok != NULL, "residency", srv_residency_name(st->residency), "pinned", st->pinned,
                   "tp", m->tp, "pp", m->pp, "compute", kern_compute_name(m->compute), "bytes",
                   (json_int_t)total, "shards", shards, "max_model_len", m->max_pos, "queue_len",
                   st->queue_len, "running", st->running);

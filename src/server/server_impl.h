@@ -41,13 +41,16 @@ enum server_state { SERVER_STARTING, SERVER_SERVING, SERVER_STOPPING };
 struct srv_model {
     char name[64];
     char *path;            /* owned */
-    struct bpe *tok;       /* owned; NULL when the directory has no tokenizer */
+    struct bpe *tok;       /* owned; NULL when none loads: token-id prompts only, and
+                              completions carry their ids (token_ids) */
     int id;                /* engine id */
     /* the swap model's, copied at add: no pointer into it, which
      * engine_remove_model frees */
     int tp, pp;
     enum kern_compute compute;
     int max_pos, vocab;
+    const char *family;     /* model_info's ("opt", "llama"); static */
+    char architecture[64];  /* model_info's ("LlamaForCausalLM") */
     long long created; /* unix seconds it was added */
     bool removed;
     atomic_ullong n_invalid; /* completions refused by the server (4xx) */
@@ -141,6 +144,7 @@ struct srv_req {
     size_t out_len, out_pos, out_cap;
     size_t sent;   /* bytes of text sent */
     int ends_sent; /* token pieces sent */
+    int ids_sent;  /* gen_ids sent (a model without a tokenizer) */
     bool echo_sent, final_sent;
 
     /* shared with the engine callbacks, under lock */
@@ -158,6 +162,8 @@ struct srv_req {
     size_t safe; /* text[0..safe) cannot become part of a stop string */
     int *ends;   /* text offset after each token's piece */
     int n_ends, ends_cap;
+    int32_t *gen_ids; /* the ids generated so far, for a model without a tokenizer */
+    int n_gen_ids, gen_ids_cap;
     int n_gen;  /* tokens generated (up to a stop) */
     int n_out;  /* tokens in the engine's output, once done */
     int status; /* engine status, final once done */

@@ -362,12 +362,16 @@ static size_t xfer_write(char *d, size_t size, size_t nmemb, void *ctx)
     return n;
 }
 
-/* Computron's request for model name, seeded with idx; malloc'd JSON. */
-static char *request_body(const char *model, size_t idx, bool stream)
+/* Computron's request for model name, seeded with idx (its prompt o's or
+ * replay_prompt); malloc'd JSON. */
+static char *request_body(const struct http_replay_opts *o, const char *model, size_t idx,
+                          bool stream)
 {
     json_t *ids = json_array();
-    for (int i = 0; ids && i < REPLAY_PROMPT_LEN; i++)
-        if (json_array_append_new(ids, json_integer(replay_prompt[i])) < 0) {
+    int n = o->prompt ? o->n_prompt : REPLAY_PROMPT_LEN;
+    for (int i = 0; ids && i < n; i++)
+        if (json_array_append_new(ids, json_integer(o->prompt ? o->prompt[i] : replay_prompt[i])) <
+            0) {
             json_decref(ids);
             return NULL;
         }
@@ -476,8 +480,8 @@ static int xfer_start(CURLM *m, struct xfer *x, size_t i, const struct http_repl
                                    .t_start = NAN,
                                    .t_first_token = NAN,
                                    .t_done = NAN,
-                                   .n_prompt = REPLAY_PROMPT_LEN};
-    if (!(x->body = request_body(o->models[model], i, o->stream)) || !(x->easy = curl_easy_init()))
+                                   .n_prompt = o->prompt ? o->n_prompt : REPLAY_PROMPT_LEN};
+    if (!(x->body = request_body(o, o->models[model], i, o->stream)) || !(x->easy = curl_easy_init()))
         return err_set(ERR_NOMEM, "out of memory");
     easy_common(x->easy, &o->target, url, hdrs, x->errbuf);
     curl_easy_setopt(x->easy, CURLOPT_POSTFIELDS, x->body);

@@ -40,6 +40,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "workload/arrival.h"
 #include "workload/report.h"
@@ -60,6 +61,8 @@ struct http_replay_opts {
                             (the arrivals' times are ignored, their models kept) */
     int max_connections; /* connections open at once (0: no limit); a request waiting for
                             one is still timed from its arrival */
+    const int32_t *prompt; /* (n_prompt) the prompt's token ids; NULL: replay_prompt */
+    int n_prompt;
 };
 
 /* Requests by outcome (see the table above); they sum to the requests. */

@@ -11,8 +11,17 @@
 
 #include "core/error.h"
 #include "core/timing.h"
+#include "swap/swap.h"
 
 const int32_t replay_prompt[REPLAY_PROMPT_LEN] = {2, 26795, 42676, 16, 5, 346, 65, 285};
+
+void replay_prompt_for(const struct model_info *info, int32_t out[REPLAY_PROMPT_LEN])
+{
+    for (int i = 0; i < REPLAY_PROMPT_LEN; i++)
+        out[i] = replay_prompt[i] % info->vocab;
+    if (info->bos_id >= 0)
+        out[0] = info->bos_id;
+}
 
 /* What the requests of one replay share: a count of completions the
  * submitting thread can wait on. */
@@ -162,6 +171,9 @@ int replay_run(const struct replay_rig *rig, const struct workload_config *c, co
             rc = err_set(ERR_NOMEM, "out of memory for %zu requests", n);
         goto out;
     }
+    int32_t prompts[WORKLOAD_MAX_MODELS][REPLAY_PROMPT_LEN];
+    for (int m = 0; m < c->n_models; m++)
+        replay_prompt_for(swap_model_info(s->models[m]), prompts[m]);
     double t0 = time_now();
     for (size_t i = 0; i < n; i++) {
         struct replay_job *j = &jobs[i];
@@ -171,7 +183,7 @@ int replay_run(const struct replay_rig *rig, const struct workload_config *c, co
         *j = (struct replay_job){.rec = &out->recs[i], .sync = &sync};
         *j->rec = (struct request_record){.id = i, .model = model, .n_prompt = REPLAY_PROMPT_LEN};
         struct engine_request_params p = {
-            .model = s->ids[model], .prompt = replay_prompt, .n_prompt = REPLAY_PROMPT_LEN,
+            .model = s->ids[model], .prompt = prompts[model], .n_prompt = REPLAY_PROMPT_LEN,
             .max_tokens = REPLAY_MAX_TOKENS,
             .sampling = {.temperature = REPLAY_TEMPERATURE, .top_k = REPLAY_TOP_K,
                          .top_p = REPLAY_TOP_P, .seed = i},
@@ -215,11 +227,13 @@ static int submit_greedy(struct stack *s, int n, struct replay_job *jobs,
     struct replay_sync sync;
     replay_sync_init(&sync);
     int rc = 0;
+    int32_t prompt[REPLAY_PROMPT_LEN];
+    replay_prompt_for(swap_model_info(s->models[0]), prompt);
     for (int i = 0; i < n && rc == 0; i++) {
         struct replay_job *j = &jobs[i];
         *j = (struct replay_job){.rec = &recs[i], .sync = &sync};
         recs[i] = (struct request_record){.id = (uint64_t)i, .n_prompt = REPLAY_PROMPT_LEN};
-        struct engine_request_params p = {.model = s->ids[0], .prompt = replay_prompt,
+        struct engine_request_params p = {.model = s->ids[0], .prompt = prompt,
                                           .n_prompt = REPLAY_PROMPT_LEN, .max_tokens = 1,
                                           .sampling = {.temperature = 0, .top_p = 1},
                                           .on_done = replay_on_done, .ctx = j};

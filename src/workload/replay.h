@@ -14,8 +14,9 @@
  * has the same shape) and the largest batch of Computron's requests each;
  * every model over all of them with TP = tp; all models start in host memory,
  * as in Computron. Requests are Computron's: "Berkeley is the number one
- * public" (8 tokens), max_tokens 1. Every function runs on the caller's
- * thread and returns once the engine has drained; errors name what failed. */
+ * public" (8 tokens, as replay_prompt_for gives them to each model's
+ * family), max_tokens 1. Every function runs on the caller's thread and
+ * returns once the engine has drained; errors name what failed. */
 #ifndef SHARDSWAP_WORKLOAD_REPLAY_H
 #define SHARDSWAP_WORKLOAD_REPLAY_H
 
@@ -25,6 +26,7 @@
 #include "engine/engine.h"
 #include "engine/sim.h"
 #include "engine/stack.h"
+#include "model/model.h"
 #include "workload/arrival.h"
 #include "workload/computron.h"
 #include "workload/report.h"
@@ -36,6 +38,11 @@
  * through the OPT tokenizer (BOS first), max_tokens 1, top_k 50, top_p 0.5,
  * temperature 0.7, seeded with the request's index. */
 extern const int32_t replay_prompt[REPLAY_PROMPT_LEN];
+/* Computron's prompt for a model of any family: its BOS first (OPT's 2
+ * when it declares none), then the same ids folded into its vocabulary
+ * (id % vocab), so a Llama-family model gets its own BOS and ids it has.
+ * For an OPT checkpoint it is replay_prompt. */
+void replay_prompt_for(const struct model_info *info, int32_t out[REPLAY_PROMPT_LEN]);
 #define REPLAY_MAX_TOKENS 1
 #define REPLAY_TEMPERATURE 0.7f
 #define REPLAY_TOP_K 50
