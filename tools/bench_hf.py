@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Peer benchmark: Hugging Face transformers OPTForCausalLM on CPU or a GPU (prefill + greedy decode).
+"""Peer benchmark: Hugging Face transformers on CPU or a GPU (prefill + greedy decode) of any
+causal LM it loads with AutoModelForCausalLM (OPT, Llama, Mistral, Qwen2, ...).
 
     python3 tools/bench_hf.py --model DIR [--device cpu|cuda|cuda:N] [--batch B] [--prompt-len L]
                               [--gen N] [--threads T] [--dtype f32|bf16|f16|checkpoint] [--json]
                               [--repeat R]
 
-DIR is a Hugging Face checkpoint directory (config.json + *.safetensors). Weights are loaded
+DIR is a Hugging Face checkpoint directory (config.json + *.safetensors); a checkpoint whose
+weights do not match the model class exactly (a missing or unexpected tensor, which transformers
+would fill with random values or drop) is refused, so both sides run the same weights. Weights are loaded
 as float32 by default (shardswap's f32 mode); --dtype bf16 runs the model in bfloat16 (weights
 and activations, as transformers serves a bf16 model; shardswap's bf16 mode); --dtype f16 in
 float16 (as OPT is served on GPUs); --dtype checkpoint keeps the stored dtype.
@@ -32,19 +35,25 @@ import time
 
 import torch
 import transformers
-from transformers import OPTForCausalLM
+from transformers import AutoModelForCausalLM
 
 
 def load(model_dir, dtype):
     d = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}.get(dtype, "auto")
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
-    model = OPTForCausalLM.from_pretrained(model_dir, **{key: d})
+    model, info = AutoModelForCausalLM.from_pretrained(model_dir, output_loading_info=True,
+                                                       **{key: d})
+    bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys")
+           and v}
+    if bad:
+        sys.exit(f"{model_dir}: transformers' {type(model).__name__} does not match the checkpoint: "
+                 + "; ".join(f"{k} {sorted(map(str, v))[:5]}" for k, v in bad.items()))
     return model.eval()
 
 
 def main():
-    ap = argparse.ArgumentParser(description="transformers OPT benchmark (prefill + decode)")
+    ap = argparse.ArgumentParser(description="transformers causal LM benchmark (prefill + decode)")
     ap.add_argument("--model", required=True, help="checkpoint directory")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--prompt-len", type=int, default=128)
@@ -121,6 +130,7 @@ def main():
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "model": os.path.abspath(args.model),
+        "model_class": type(model).__name__,
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Makes an N-layer OPT checkpoint out of a shorter one by repeating its layers.
+"""Makes an N-layer checkpoint (OPT, Llama family: any whose layer tensors are named
+`...layers.I....`) out of a shorter one by repeating its layers.
 
     python3 tests/gpu/expand_model.py --src DIR --layers N --out DIR
 
@@ -53,7 +54,7 @@ def copy_range(src, dst, offset, length):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="repeat an OPT checkpoint's layers to N")
+    ap = argparse.ArgumentParser(description="repeat a checkpoint's layers to N")
     ap.add_argument("--src", required=True, help="checkpoint directory with one model.safetensors")
     ap.add_argument("--layers", type=int, required=True, help="layers of the output")
     ap.add_argument("--out", required=True, help="output directory (must not exist)")

@@ -8,12 +8,14 @@ Reads (each may be missing, empty, or not JSON: that row prints n/a, never a tra
   env.txt                         commit, GPUs, nvcc, torch, transformers
   swap.json, torch-swap.json      shardswap bench swap --json; tools/bench_torch_swap.py --json
   forward-b1.json, hf-b1.json...  shardswap bench forward --json; tools/bench_hf.py --json
+  llama-forward-b1.json, llama-hf-b1.json, llama-swap.json   the same on the Llama family
   workload-tp1.json, -tp2.json    shardswap bench workload --json
   ctest-backend.log, ctest-cpu.log
 
-and prints four tables against the issue's targets: swap (load, offload, cold request; ours
+and prints the tables against the issue's targets: swap (load, offload, cold request; ours
 against the pinned link and against PyTorch's module.to), forward (prefill and decode tok/s,
-ours against transformers), workload (latency per policy), and the tests.
+ours against transformers), the same two for the Llama family (an 8B-shaped swap against the
+pinned link only; a llama-3.2-1b-shaped forward), workload (latency per policy), and the tests.
 Standard library only.
 """
 
@@ -147,16 +149,19 @@ def header(logs, steps):
     return "\n".join(lines)
 
 
-def swap_tables(logs, steps):
-    ours = load_json(os.path.join(logs, "swap.json"))
-    torch = load_json(os.path.join(logs, "torch-swap.json"))
+def swap_tables(logs, steps, prefix="", title="SWAP  (opt-13b wide, 14 layers, f16; GB/s = 1e9 bytes/s)",
+                with_torch=True):
+    """The swap tables of PREFIXswap.json (and torch-swap.json when with_torch): steps
+    PREFIXswap-model and PREFIXswap."""
+    ours = load_json(os.path.join(logs, f"{prefix}swap.json"))
+    torch = load_json(os.path.join(logs, "torch-swap.json")) if with_torch else None
     layouts = ours.get("layouts") if isinstance(ours, dict) else None
     layouts = [l for l in layouts if isinstance(l, dict)] if isinstance(layouts, list) else []
-    out = ["SWAP  (opt-13b wide, 14 layers, f16; GB/s = 1e9 bytes/s)"]
+    out = [title]
     if not layouts:
-        out.append(f"  shardswap bench swap: n/a ({why(steps, 'swap-model', 'swap')})")
+        out.append(f"  shardswap bench swap: n/a ({why(steps, f'{prefix}swap-model', f'{prefix}swap')})")
         layouts = [{}]
-    if torch is None:
+    if torch is None and with_torch:
         out.append(f"  PyTorch module.to: n/a ({why(steps, 'swap-model', 'torch-swap')})")
     t_page, t_pin = get(torch, "pageable_h2d_gb_s"), get(torch, "pinned_h2d_gb_s")
     t_off = get(torch, "offload_gb_s")
@@ -205,19 +210,25 @@ def swap_tables(logs, steps):
                           f(cr)])
         checks.append(f"  {name(l)}: load >= {TARGET_LOAD_VS_LINK:.2f} x link: "
                       f"{verdict(ratio, TARGET_LOAD_VS_LINK)} ({f(ratio, '.3f')}); "
-                      f">= {TARGET_VS_PAGEABLE:.0f}x pageable module.to: "
-                      f"{verdict(div(load, t_page), TARGET_VS_PAGEABLE)} ({f(div(load, t_page), '.2f', 'x')}); "
-                      f"cold overlap <= {TARGET_COLD:.2f} x (load + warm): "
+                      + (f">= {TARGET_VS_PAGEABLE:.0f}x pageable module.to: "
+                         f"{verdict(div(load, t_page), TARGET_VS_PAGEABLE)} "
+                         f"({f(div(load, t_page), '.2f', 'x')}); " if with_torch else "")
+                      + f"cold overlap <= {TARGET_COLD:.2f} x (load + warm): "
                       f"{verdict(cr, TARGET_COLD, at_least=False)} ({f(cr, '.3f')})")
+    h_in = ["layout", "load GB/s", "link GB/s", "load/link", "torch pageable", "torch pinned",
+            "vs pageable", "vs pinned"]
+    h_off = ["layout", "offload ms", "eff. GB/s", "link d2h GB/s", "/link", "torch .to(cpu)",
+             "vs torch"]
+    if not with_torch:  # ours against the link alone
+        h_in, h_off = h_in[:4], h_off[:5]
+        rows_in, rows_off = [r[:4] for r in rows_in], [r[:5] for r in rows_off]
     out.append("swap-in (host -> devices, every shard at once)")
-    out.append(table(["layout", "load GB/s", "link GB/s", "load/link", "torch pageable",
-                      "torch pinned", "vs pageable", "vs pinned"], rows_in))
+    out.append(table(h_in, rows_in))
     out.append("\nswap-out (devices -> host)")
-    out.append(table(["layout", "offload ms", "eff. GB/s", "link d2h GB/s", "/link", "torch .to(cpu)",
-                      "vs torch"], rows_off))
+    out.append(table(h_off, rows_off))
     out.append("(shardswap copies back only what the host tier lacks: none here, the weights stay in "
-               "host memory, so its swap-out frees the devices; eff. GB/s = bytes / that time. "
-               "PyTorch's module.to('cpu') copies every byte.)")
+               "host memory, so its swap-out frees the devices; eff. GB/s = bytes / that time."
+               + (" PyTorch's module.to('cpu') copies every byte.)" if with_torch else ")"))
     out.append("\ncold request (not resident -> first token), ms")
     out.append(table(["layout", "overlap", "serial", "warm", "load", "load+warm", "overlap/(l+w)"],
                      rows_cold))
@@ -234,20 +245,26 @@ def swap_tables(logs, steps):
     return "\n".join(out)
 
 
-def forward_table(logs, steps):
-    out = ["FORWARD  (opt-1.3b shape, 24 layers, f16 weights; prompt 128, 32 decode steps; tok/s)"]
+def forward_table(logs, steps, prefix="", batches=(1, 8),
+                  title="FORWARD  (opt-1.3b shape, 24 layers, f16 weights; prompt 128, 32 decode steps; tok/s)"):
+    """PREFIXforward-bB.json against PREFIXhf-bB.json for each batch B (steps PREFIXfwd-model
+    or, for a prefix, PREFIXfwd-model, and PREFIXforward-bB, PREFIXhf-bB)."""
+    out = [title]
     rows, check = [], None
-    for b in (1, 8):
-        ours = load_json(os.path.join(logs, f"forward-b{b}.json"))
-        hf = load_json(os.path.join(logs, f"hf-b{b}.json"))
+    model_step = f"{prefix}fwd-model"
+    for b in batches:
+        ours = load_json(os.path.join(logs, f"{prefix}forward-b{b}.json"))
+        hf = load_json(os.path.join(logs, f"{prefix}hf-b{b}.json"))
         op, hp = get(ours, "prefill_tok_s"), get(hf, "prefill_tok_s")
         od, hd = get(ours, "decode_tok_s"), get(hf, "decode_tok_s")
         rows.append([str(b), f(op, ".0f"), f(hp, ".0f"), f(div(op, hp), ".2f", "x"),
                      f(od, ".0f"), f(hd, ".0f"), f(div(od, hd), ".2f", "x")])
         if ours is None:
-            out.append(f"  batch {b}, shardswap: n/a ({why(steps, 'fwd-model', 'forward', f'forward-b{b}')})")
+            out.append(f"  batch {b}, shardswap: n/a "
+                       f"({why(steps, model_step, 'forward', f'{prefix}forward-b{b}')})")
         if hf is None:
-            out.append(f"  batch {b}, transformers: n/a ({why(steps, 'fwd-model', 'hf', 'hf-wheels', f'hf-b{b}')})")
+            out.append(f"  batch {b}, transformers: n/a "
+                       f"({why(steps, model_step, 'hf', 'hf-wheels', f'{prefix}hf-b{b}')})")
         if b == 1:
             check = div(od, hd)
         if hf is not None and b == 1:
@@ -315,6 +332,12 @@ def main():
     logs = sys.argv[1]
     steps = read_steps(logs)
     parts = [header(logs, steps), swap_tables(logs, steps), forward_table(logs, steps),
+             forward_table(logs, steps, "llama-", (1,),
+                           "LLAMA FORWARD  (llama-3.2-1b shape, 16 layers, bf16 weights, bf16 compute; "
+                           "transformers in bf16; prompt 128, 32 decode steps; tok/s)"),
+             swap_tables(logs, steps, "llama-",
+                         "LLAMA SWAP  (llama-3.1-8b shape, 8 layers, bf16; against the pinned link; "
+                         "GB/s = 1e9 bytes/s)", with_torch=False),
              workload_table(logs, steps),
              "TESTS\n" + "\n".join(ctest_summary(logs, steps, n) for n in ("ctest-backend", "ctest-cpu"))]
     print("\n\n".join(parts))

@@ -32,7 +32,7 @@
 #                              (to try this script's later steps)
 #   SHARDSWAP_GPU_FEW_FILES    1: leave only report.txt and results.tar.gz in OUTDIR (for a
 #                              transfer that brings back few files)
-#   SHARDSWAP_GPU_KEEP_MODELS  1: keep the generated models (OUTDIR/models, about 17 GB);
+#   SHARDSWAP_GPU_KEEP_MODELS  1: keep the generated models (OUTDIR/models, about 30 GB);
 #                              by default they are removed at the end
 #
 # OUTDIR receives report.txt (the tables), build.log, ctest-backend.log,
@@ -40,15 +40,21 @@
 # few files) and logs/: steps.tsv (step, status, seconds, note), env.txt
 # (commit, nvidia-smi, nvcc --version, torch, transformers), one NAME.log per
 # step, and the JSONs (swap.json, torch-swap.json, forward-b1.json, hf-b1.json,
-# ..., workload-tp1.json, ...). Generated models are cached in OUTDIR/models
+# ..., llama-forward-b1.json, llama-hf-b1.json, llama-swap.json, workload-tp1.json,
+# ...). Generated models are cached in OUTDIR/models
 # while it runs.
 #
 # The steps, in order of what matters most (later ones get what time is left):
 #   deps, configure, build      build-gpu/ (Release, CUDA on, portable: SHARDSWAP_NATIVE=OFF)
-#   ctest-backend               the CUDA backend's tests (kernels vs CPU, device, NCCL, model)
+#   ctest-backend               the CUDA backend's tests (kernels vs CPU, device, NCCL, model:
+#                               every fixture, OPT and the Llama family, against transformers)
 #   swap-model, swap            bench swap on an opt-13b-wide model of 14 layers (9.3 GB, f16)
 #   torch-swap                  tools/bench_torch_swap.py on the same checkpoint
 #   fwd-model, forward-bB, hf-bB  bench forward vs tools/bench_hf.py (opt-1.3b shape, B = 1, 8)
+#   llama-fwd-model, llama-forward-b1, llama-hf-b1  the same on the llama-3.2-1b shape (16 layers,
+#                               bf16; transformers in bf16), batch 1
+#   llama-swap-model, llama-swap  bench swap on llama-3.1-8b with 8 layers (5.6 GB, bf16) against
+#                               the pinned link
 #   workload-tp1, workload-tp2  bench workload --config computron:6, both policies
 #   ctest-cpu                   the rest of the suite, if time is left
 set -uo pipefail
@@ -306,28 +312,28 @@ if [ "$built" -eq 1 ]; then
         --out '$models/opt-1.3b-l24-F16-s'\$s || exit 1; done"
   fi
   fwd=$models/opt-1.3b-l24-F16-s0
+  # the forward benchmarks' device flag, and transformers: the system's, else the carried wheels
+  fwd_dev=()
+  if has_flag "bench forward" devices; then
+    fwd_dev=(--devices cuda:0)
+  else
+    record forward skipped 0 "bench forward has no --devices in this tree: CPU only, not run"
+  fi
+  hf_py=()
+  if timeout 60 python3 -c 'import transformers' >/dev/null 2>&1; then
+    hf_py=(python3)
+  elif ls "$deps"/wheels/*.whl >/dev/null 2>&1; then
+    site=${TMPDIR:-/tmp}/shardswap-gpu-site
+    rm -rf "$site"
+    if step hf-wheels 90 bash -c "python3 -m pip install -q --no-index --no-deps --no-compile \
+      --target '$site' '$deps'/wheels/*.whl && PYTHONPATH='$site' python3 -c 'import transformers'"; then
+      hf_py=(env "PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}" python3)
+    fi
+  fi
+  if [ ${#hf_py[@]} -eq 0 ]; then
+    record hf skipped 0 "transformers not importable (and no wheels worked): no comparison"
+  fi
   if [ -d "$fwd" ]; then
-    fwd_dev=()
-    if has_flag "bench forward" devices; then
-      fwd_dev=(--devices cuda:0)
-    else
-      record forward skipped 0 "bench forward has no --devices in this tree: CPU only, not run"
-    fi
-    # transformers: the system's, else the carried wheels
-    hf_py=()
-    if timeout 60 python3 -c 'import transformers' >/dev/null 2>&1; then
-      hf_py=(python3)
-    elif ls "$deps"/wheels/*.whl >/dev/null 2>&1; then
-      site=${TMPDIR:-/tmp}/shardswap-gpu-site
-      rm -rf "$site"
-      if step hf-wheels 90 bash -c "python3 -m pip install -q --no-index --no-deps --no-compile \
-        --target '$site' '$deps'/wheels/*.whl && PYTHONPATH='$site' python3 -c 'import transformers'"; then
-        hf_py=(env "PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}" python3)
-      fi
-    fi
-    if [ ${#hf_py[@]} -eq 0 ]; then
-      record hf skipped 0 "transformers not importable (and no wheels worked): no comparison"
-    fi
     for b in 1 8; do
       if [ ${#fwd_dev[@]} -gt 0 ]; then
         step "forward-b$b" 60 --stdout "$logs/forward-b$b.json" "${run_env[@]}" "$ss" bench forward \
@@ -338,6 +344,47 @@ if [ "$built" -eq 1 ]; then
           --model "$fwd" --batch "$b" --prompt-len 128 --gen 32 --dtype f16 --json
       fi
     done
+  fi
+
+  # the Llama family: llama-3.2-1b shape, all 16 layers, bf16 as it ships (2.5 GB: one
+  # layer from gen-model, the rest by expand_model.py), bench forward against
+  # transformers in bf16 at batch 1 (the CUDA RMSNorm, rotary, SwiGLU and GQA kernels,
+  # whose numbers ctest-backend checked, at speed)
+  lfwd=$models/llama-3.2-1b-l16-bf16
+  if [ ! -d "$lfwd" ]; then
+    rm -rf "$models/llama-3.2-1b-l1-bf16"
+    step llama-fwd-model 60 "${run_env[@]}" bash -c "'$ss' gen-model --preset llama-3.2-1b --layers 1 --dtype bf16 \
+      --out '$models/llama-3.2-1b-l1-bf16' && python3 '$repo/tests/gpu/expand_model.py' \
+      --src '$models/llama-3.2-1b-l1-bf16' --layers 16 --out '$lfwd'"
+  fi
+  if [ -d "$lfwd" ]; then
+    if [ ${#fwd_dev[@]} -gt 0 ]; then
+      step llama-forward-b1 60 --stdout "$logs/llama-forward-b1.json" "${run_env[@]}" "$ss" bench forward \
+        "${fwd_dev[@]}" --model "$lfwd" --batch 1 --prompt-len 128 --gen 32 --compute bf16 --json
+    fi
+    if [ ${#hf_py[@]} -gt 0 ]; then
+      step llama-hf-b1 75 --stdout "$logs/llama-hf-b1.json" "${hf_py[@]}" "$repo/tools/bench_hf.py" --device cuda \
+        --model "$lfwd" --batch 1 --prompt-len 128 --gen 32 --dtype bf16 --json
+    fi
+  fi
+
+  # bench swap of an 8B-shaped Llama (llama-3.1-8b, 8 of its 32 layers, bf16: 5.6 GB,
+  # of which 2.1 GB the untied 128k-vocabulary embedding and head) against the pinned link,
+  # as for OPT above
+  lbig=$models/llama-3.1-8b-l8-bf16
+  if [ ! -d "$lbig" ]; then
+    rm -rf "$models/llama-3.1-8b-l1-bf16"
+    step llama-swap-model 90 "${run_env[@]}" bash -c "'$ss' gen-model --preset llama-3.1-8b --layers 1 --dtype bf16 \
+      --out '$models/llama-3.1-8b-l1-bf16' && python3 '$repo/tests/gpu/expand_model.py' \
+      --src '$models/llama-3.1-8b-l1-bf16' --layers 8 --out '$lbig'"
+  fi
+  if [ -d "$lbig" ]; then
+    if has_flag "bench swap" devices; then
+      step llama-swap 90 --stdout "$logs/llama-swap.json" "${run_env[@]}" "$ss" bench swap --devices "$devs2" \
+        --model "$lbig" --layouts 1x1,2x1 --json
+    else
+      record llama-swap skipped 0 "bench swap has no --devices in this tree: it would measure CPU devices"
+    fi
   fi
 
   # Computron's workload 6 (3 models, rates 10/10/1, CV 0.25, 2 fit), both policies,
@@ -377,7 +424,7 @@ timeout 30 python3 "$repo/tests/gpu/report.py" "$logs" >"$out/report.txt" 2>"$lo
   echo "report.py failed: $(tail -n 3 "$logs/report.log")" >>"$out/report.txt"
 if [ "${SHARDSWAP_GPU_KEEP_MODELS:-0}" != 1 ]; then # only what this script names
   for m in opt-13b-l14-f16 opt-13b-l1-f16 opt-1.3b-l1-f16 opt-1.3b-l24-F16-s0 opt-1.3b-l24-F16-s1 \
-    opt-1.3b-l24-F16-s2; do
+    opt-1.3b-l24-F16-s2 llama-3.2-1b-l1-bf16 llama-3.2-1b-l16-bf16 llama-3.1-8b-l1-bf16 llama-3.1-8b-l8-bf16; do
     rm -rf "${models:?}/$m" "$models/$m.partial"
   done
   rmdir "$models" 2>/dev/null
