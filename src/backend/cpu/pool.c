@@ -103,11 +103,19 @@ void pool_run(pool_task_fn fn, void *ctx, int n_tasks)
     }
     pthread_mutex_lock(&pool.submit);
     unsigned gen = atomic_load(&pool.generation) + 1;
+    /* the new claim word first: a worker still in the previous job's
+     * pool_work may hold that job's exhausted claim (index == its task
+     * count); had n_tasks grown before the claim changed, its compare-and-
+     * swap would succeed and run a task of this job under the old
+     * generation, counting it in `done` twice (the caller then returned
+     * while a task was still running: wrong results about once in 10^4
+     * linear layers). Once the claim has changed, that swap fails. Workers
+     * start on this job only after they see its generation, stored last. */
+    atomic_store(&pool.claim, (uint_fast64_t)gen << 32);
     pool.fn = fn;
     pool.ctx = ctx;
     atomic_store(&pool.n_tasks, n_tasks);
     atomic_store(&pool.done, 0);
-    atomic_store(&pool.claim, (uint_fast64_t)gen << 32);
     pthread_mutex_lock(&pool.lock);
     atomic_store(&pool.generation, gen);
     pthread_cond_broadcast(&pool.wake);
