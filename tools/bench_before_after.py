@@ -6,7 +6,8 @@ of each benchmark's headline numbers (best of --repeat per binary).
     python3 tools/bench_before_after.py --before OLD/build/shardswap --after build/shardswap \
         [--model DIR] [--cache DIR] [--repeat 3] [--prompt-len 128] [--gen 32] [--threads 2] \
         [--swap-preset opt-1.3b] [--swap-layers 4] [--sim-config computron:all] [--sim-seeds 5] \
-        [--before-src DIR] [--after-src DIR] [--json] [--json-out FILE]
+        [--before-src DIR] [--after-src DIR] [--benchmarks forward,swap,simulate,fixed] \
+        [--json] [--json-out FILE]
 
 Benchmarks: `bench forward` on --model (prefill and decode tokens/s; batch 1,
 --prompt-len, --gen, --threads), `bench swap` on --swap-preset with
@@ -125,31 +126,44 @@ def main():
     ap.add_argument("--swap-layers", type=int, default=4)
     ap.add_argument("--sim-config", default="computron:all")
     ap.add_argument("--sim-seeds", type=int, default=5)
+    ap.add_argument("--benchmarks", default="forward,swap,simulate,fixed",
+                    help="which to run (fixed: the simulation on fixed costs)")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the table")
     ap.add_argument("--json-out", help="also write the JSON to this file")
     a = ap.parse_args()
     srcs = {"before": src_of(a.before, a.before_src), "after": src_of(a.after, a.after_src)}
+    which = set(a.benchmarks.split(","))
     runs = {"before": [], "after": []}
-    for _ in range(a.repeat):
-        for side, binary in (("before", a.before), ("after", a.after)):
+    for i in range(a.repeat):
+        # A B, then B A: neither side always runs after the other
+        sides = (("before", a.before), ("after", a.after))
+        for side, binary in sides if i % 2 == 0 else sides[::-1]:
             r = {}
-            if a.model:
+            if a.model and "forward" in which:
                 r.update(forward(binary, a))
-            r.update(swap(binary, a))
-            r.update(simulate(binary, a))
+            if "swap" in which:
+                r.update(swap(binary, a))
+            if "simulate" in which:
+                r.update(simulate(binary, a))
             runs[side].append(r)
     b, f = best(runs["before"]), best(runs["after"])
     rows = [(k, b[k], f[k], f[k] / b[k] if b[k] else float("nan")) for k in b if k in f]
 
     # the simulation on fixed costs, on the model bench workload cached (2 layers, seed 0)
     sim_model = os.path.join(a.cache, "opt-1.3b-l2-F16-s0")
-    with tempfile.TemporaryDirectory() as tmp:
-        outs = {side: fixed_costs(binary, srcs[side], sim_model, a.sim_seeds, tmp, side)
-                for side, binary in (("before", a.before), ("after", a.after))}
+    outs = {"before": "", "after": ""}
+    if "fixed" in which:
+        if not os.path.isdir(sim_model):  # bench workload caches it
+            subprocess.run([a.after, "bench", "workload", "--simulate", "--seeds", "1", "--config",
+                            "computron:0", "--cache", a.cache, "--json"], check=True,
+                           capture_output=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            outs = {side: fixed_costs(binary, srcs[side], sim_model, a.sim_seeds, tmp, side)
+                    for side, binary in (("before", a.before), ("after", a.after))}
     lines = [x.splitlines() for x in outs.values()]
     differ = [i for i, (x, y) in enumerate(zip(*lines)) if x != y]
     identical = outs["before"] == outs["after"] and len(lines[0]) > 0
-    fixed = {"lines": len(lines[0]), "identical": identical,
+    fixed = None if "fixed" not in which else {"lines": len(lines[0]), "identical": identical,
              "first_difference": None if identical else
              {"before": lines[0][differ[0]] if differ else None,
               "after": lines[1][differ[0]] if differ else None}}
@@ -167,9 +181,10 @@ def main():
     print("|---|---:|---:|---:|")
     for k, x, y, q in rows:
         print(f"| {k} | {x:.4g} | {y:.4g} | {q:.3f} |")
-    print(f"\nsimulation on fixed costs (tools/sim_fixed_costs.c, 19 Computron configs x 2 policies, "
-          f"{a.sim_seeds} seeds, {fixed['lines']} lines of 17-digit statistics): "
-          + ("IDENTICAL" if identical else f"DIFFERENT, first at: {fixed['first_difference']}"))
+    if "fixed" in which:
+        print(f"\nsimulation on fixed costs (tools/sim_fixed_costs.c, 19 Computron configs x 2 policies, "
+              f"{a.sim_seeds} seeds, {fixed['lines']} lines of 17-digit statistics): "
+              + ("IDENTICAL" if identical else f"DIFFERENT, first at: {fixed['first_difference']}"))
 
 
 if __name__ == "__main__":

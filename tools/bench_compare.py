@@ -7,7 +7,7 @@ refuses a checkpoint with missing or unexpected tensors).
 
     python3 tools/bench_compare.py --models DIR [DIR ...] [--batch 1] \
         [--prompt-len 128] [--gen 32] [--threads 2] [--repeat 3] \
-        [--precisions f32,bf16] [--step-batches 8] [--python PY] [--json]
+        [--precisions f32,bf16] [--step-batches 8] [--python PY] [--json] [--json-out FILE]
 
 Each precision runs both sides the same way: f32 is shardswap's
 `--compute f32` (weights widened on the fly, kept at the checkpoint's dtype
@@ -47,7 +47,8 @@ def main():
     ap.add_argument("--step-batches", default="", help="our decode step cost at these batches too")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--bin", default=BIN)
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print the JSON instead of the table")
+    ap.add_argument("--json-out", help="also write the JSON to this file")
     a = ap.parse_args()
     precs = [p for p in a.precisions.split(",") if p]
     step_batches = [int(b) for b in a.step_batches.split(",") if b]
@@ -72,6 +73,9 @@ def main():
                 row["steps"][p][b] = run_json([a.bin, "bench", "forward", "--model", m,
                                                "--compute", p] + sh)
         rows.append(row)
+    if a.json_out:
+        with open(a.json_out, "w") as fh:
+            json.dump(rows, fh, indent=1)
     if a.json:
         print(json.dumps(rows, indent=1))
         return
