@@ -332,6 +332,18 @@ static int stream_end(struct srv_req *r, bool ok, const char *finish, const stru
     return rc;
 }
 
+/* How a finished stream ends, under r->lock: *ok and its finish reason,
+ * or the failure in *e; returns the usage chunk's object when asked for. */
+static json_t *stream_outcome(struct srv_req *r, bool *ok, const char **finish,
+                              struct oai_error *e)
+{
+    *finish = finish_reason(r);
+    *ok = *finish != NULL;
+    if (!*ok)
+        failure(r, e);
+    return *ok && r->creq.include_usage ? usage_json(r) : NULL;
+}
+
 /* stream_produce for a model without a tokenizer: one chunk per new id,
  * its text "" and token_ids [id]. */
 static int stream_produce_ids(struct srv_req *r)
@@ -346,15 +358,7 @@ static int stream_produce_ids(struct srv_req *r)
     bool done = r->done, ok = false;
     const char *finish = NULL;
     struct oai_error e;
-    json_t *usage = NULL;
-    if (done) {
-        finish = finish_reason(r);
-        ok = finish != NULL;
-        if (!ok)
-            failure(r, &e);
-        else if (r->creq.include_usage)
-            usage = usage_json(r);
-    }
+    json_t *usage = done ? stream_outcome(r, &ok, &finish, &e) : NULL;
     pthread_mutex_unlock(&r->lock);
     if (to > from && !slice) {
         json_decref(usage);
@@ -401,15 +405,7 @@ static int stream_produce(struct srv_req *r)
     bool done = r->done, ok = false;
     const char *finish = NULL;
     struct oai_error e;
-    json_t *usage = NULL;
-    if (done) {
-        finish = finish_reason(r);
-        ok = finish != NULL;
-        if (!ok)
-            failure(r, &e);
-        else if (r->creq.include_usage)
-            usage = usage_json(r);
-    }
+    json_t *usage = done ? stream_outcome(r, &ok, &finish, &e) : NULL;
     pthread_mutex_unlock(&r->lock);
     if (safe > base && !slice)
         return ERR_NOMEM;
