@@ -134,6 +134,30 @@ def room_for(models, k):
     return k * max(model_bytes(d) for d in models.values()) + BATCH_ROOM
 
 
+def import_openai():
+    """The official `openai` client, or exit 1 saying how to install it."""
+    try:
+        import openai
+    except ImportError:
+        print("FAIL: the `openai` Python package is needed (tools/test.sh installs it into "
+              ".venv: python3 -m venv .venv && .venv/bin/pip install 'openai>=1,<4'); running "
+              "under %s" % sys.executable)
+        sys.exit(1)
+    return openai
+
+
+def fixture_copy(name, dst):
+    """The committed fixture model `name` (its config, generation config and
+    weights, no tokenizer) copied afresh into dst."""
+    src = os.path.join(FIXTURES, name)
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(dst)
+    for f in ("config.json", "generation_config.json", "model.safetensors"):
+        if os.path.exists(os.path.join(src, f)):
+            shutil.copy(os.path.join(src, f), dst)
+    return dst
+
+
 def fixture_with_id_tokenizer(work_dir, name):
     """A copy of the committed fixture model `name` (tests/fixtures/models)
     with a tokenizer that makes ids readable, so completions give the
@@ -148,11 +172,7 @@ def fixture_with_id_tokenizer(work_dir, name):
     lock = _locked(work_dir)
     try:
         if not os.path.exists(os.path.join(dst, "merges.txt")):
-            shutil.rmtree(dst, ignore_errors=True)
-            os.makedirs(dst)
-            for f in ("config.json", "generation_config.json", "model.safetensors"):
-                if os.path.exists(os.path.join(src, f)):
-                    shutil.copy(os.path.join(src, f), dst)
+            fixture_copy(name, dst)
             with open(os.path.join(src, "config.json")) as f:
                 vocab_size = json.load(f)["vocab_size"]
             G = "\u0120"  # the byte-level symbol of ' '

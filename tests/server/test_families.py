@@ -19,7 +19,6 @@ new ones); a text prompt, stop or echo there is a 400 naming the model;
 
 import concurrent.futures as cf
 import os
-import shutil
 import signal
 import sys
 import time
@@ -28,13 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import check  # noqa: E402
 
-try:
-    import openai
-except ImportError:
-    print("FAIL: the `openai` Python package is needed (tools/test.sh installs it into .venv: "
-          "python3 -m venv .venv && .venv/bin/pip install 'openai>=1,<4'); running under %s"
-          % sys.executable)
-    sys.exit(1)
+openai = harness.import_openai()
 
 OPT = "fx_opt"
 LLAMA = {"fx_llama": "llama_gqa_f32", "fx_qwen2": "qwen2_bias_f32"}
@@ -55,14 +48,9 @@ def client():
 
 def llama_copy(work_dir, name):
     """The committed fixture `name` copied as it is (no tokenizer)."""
-    src = os.path.join(harness.FIXTURES, name)
     dst = os.path.join(work_dir, "fixtures-llama", name)
     if not os.path.exists(os.path.join(dst, "model.safetensors")):
-        shutil.rmtree(dst, ignore_errors=True)
-        os.makedirs(dst)
-        for f in ("config.json", "generation_config.json", "model.safetensors"):
-            if os.path.exists(os.path.join(src, f)):
-                shutil.copy(os.path.join(src, f), dst)
+        harness.fixture_copy(name, dst)
     return dst
 
 

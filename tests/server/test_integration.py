@@ -24,13 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import check  # noqa: E402
 
-try:
-    import openai
-except ImportError:
-    print("FAIL: the `openai` Python package is needed (tools/test.sh installs it into .venv: "
-          "python3 -m venv .venv && .venv/bin/pip install 'openai>=1,<4'); running under %s"
-          % sys.executable)
-    sys.exit(1)
+openai = harness.import_openai()
 
 RESIDENCY = {"on_device", "in_host", "on_disk", "loading", "offloading"}
 FIXTURE_NAMES = ["pre_ln_f32", "pre_ln_f16", "bf16_nobias_untied", "no_final_ln", "post_ln_proj",
