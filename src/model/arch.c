@@ -2,6 +2,7 @@
  * dispatch on model_type, generation_config.json, copies, shard checks. */
 #include "model/arch.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,17 +13,23 @@ extern const struct arch_ops opt_arch, llama_arch;
 
 const struct arch_ops *const model_archs[] = {&opt_arch, &llama_arch, NULL};
 
-const char *model_families(void)
+static char family_names[256];
+static pthread_once_t family_names_once = PTHREAD_ONCE_INIT;
+
+static void family_names_make(void)
 {
-    static char names[256];
-    if (names[0])
-        return names;
     size_t at = 0;
     for (int a = 0; model_archs[a]; a++)
         for (int t = 0; model_archs[a]->model_types[t]; t++)
-            at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", at ? ", " : "",
-                                   model_archs[a]->model_types[t]);
-    return names;
+            at += (size_t)snprintf(family_names + at, sizeof(family_names) - at, "%s%s",
+                                   at ? ", " : "", model_archs[a]->model_types[t]);
+}
+
+/* Any thread (error messages are made on many). */
+const char *model_families(void)
+{
+    pthread_once(&family_names_once, family_names_make);
+    return family_names;
 }
 
 bool model_info_is_eos(const struct model_info *info, int32_t id)

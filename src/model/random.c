@@ -4,6 +4,7 @@
 #include "model/random.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,16 +17,21 @@
 #include "format/safetensors.h"
 #include "model/arch.h"
 
-const char *model_preset_names(void)
+static char preset_names[512];
+static pthread_once_t preset_names_once = PTHREAD_ONCE_INIT;
+
+static void preset_names_make(void)
 {
-    static char names[512];
-    if (names[0])
-        return names;
     size_t at = 0;
     for (int a = 0; model_archs[a]; a++)
-        at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", at ? "|" : "",
-                               model_archs[a]->preset_names);
-    return names;
+        at += (size_t)snprintf(preset_names + at, sizeof(preset_names) - at, "%s%s",
+                               at ? "|" : "", model_archs[a]->preset_names);
+}
+
+const char *model_preset_names(void)
+{
+    pthread_once(&preset_names_once, preset_names_make);
+    return preset_names;
 }
 
 int model_preset(const char *name, struct model_config **out)

@@ -42,7 +42,6 @@ int opt_embed(const struct model *m, struct model_exec *ex, const int32_t *ids, 
     const struct opt_weights *w = opt_w(m);
     struct stream *s = ex->stream;
     const int n = ex->shape.batch * t_new, H = m->info->hidden, E = c->embed_dim;
-    (void)mask;
     TRY(model_embed_ids(m, ex, ids, n));
     /* position rows: transformers' offset 2 on cumsum - 1; a pad gets row 1 */
     for (int i = 0; i < n; i++)
