@@ -518,10 +518,12 @@ def dir_size(d):
     return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
 
 
-def build_all(out_root):
+def build_seeded(fixtures, try_build, out_root):
+    """Each fixture built by try_build(spec, seed, out_dir) from its base seed
+    on, until one is not Rejected; the rows try_build returns."""
     os.makedirs(out_root, exist_ok=True)
     rows = []
-    for spec in FIXTURES:
+    for spec in fixtures:
         out_dir = os.path.join(out_root, spec["name"])
         for attempt in range(200):
             seed = spec["seed"] + attempt
@@ -532,6 +534,11 @@ def build_all(out_root):
                 print(f"  {spec['name']}: seed {seed} rejected ({e})", file=sys.stderr)
         else:
             raise SystemExit(f"{spec['name']}: no acceptable seed")
+    return rows
+
+
+def build_all(out_root):
+    rows = build_seeded(FIXTURES, try_build, out_root)
     build_prefix(os.path.join(out_root, PREFIX_FIXTURE["same_as"]),
                  os.path.join(out_root, PREFIX_FIXTURE["name"]), PREFIX_FIXTURE)
     return rows

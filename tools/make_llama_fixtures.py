@@ -91,6 +91,12 @@ from safetensors.torch import load_file, save_file
 from transformers import (GenerationConfig, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# the helpers both generators share (JSON layout, file modes, seed search,
+# the float64 weights, the error measure)
+from make_fixtures import (Rejected, build_seeded, chmod_files, dir_size,  # noqa: E402
+                           np_load_weights, rel_err, write_json)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO, "tests", "fixtures", "models")
 
@@ -246,16 +252,6 @@ COMMON_NOTES = [
 # ---------------------------------------------------------------------------------------------
 # independent numpy float64 reference
 # ---------------------------------------------------------------------------------------------
-
-def np_load_weights(model_dir):
-    """All tensors of model.safetensors as float64 numpy, names without the 'model.' prefix."""
-    sd = load_file(os.path.join(model_dir, "model.safetensors"))
-    out = {}
-    for k, v in sd.items():
-        k = k[len("model."):] if k.startswith("model.") else k
-        out[k] = v.to(torch.float64).numpy()
-    return out
-
 
 def np_rope_params(cfg):
     """RoPE settings from config.json in either spelling -> dict(rope_type, rope_theta, ...)."""
@@ -417,16 +413,6 @@ def np_greedy(W, cfg, prompt, n, eos):
 # ---------------------------------------------------------------------------------------------
 # building
 # ---------------------------------------------------------------------------------------------
-
-class Rejected(Exception):
-    pass
-
-
-def rel_err(a, b):
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    return float(np.abs(a - b).max() / np.abs(b).max())
-
 
 def reinit_(model):
     """Larger-std init so tiny models give well-spread logits (needs torch.manual_seed first)."""
@@ -760,42 +746,6 @@ def try_build(spec, seed, out_dir):
                                                       for g, f in zip(bf16["greedy"], greedy)]))
 
 
-def write_json(path, obj):
-    """Indented JSON, but lists of numbers kept on one line (as tools/make_fixtures.py)."""
-    text = json.dumps(obj, indent=1)
-    text = re.sub(r"\[\s*(-?[0-9][0-9.e+-]*(?:,\s*-?[0-9][0-9.e+-]*)*)\s*\]",
-                  lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
-    assert json.loads(text) == obj
-    with open(path, "w") as f:
-        f.write(text + "\n")
-
-
-def chmod_files(d):
-    for f in os.listdir(d):          # safetensors' save_file creates files 0600
-        os.chmod(os.path.join(d, f), 0o644)
-
-
-def dir_size(d):
-    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
-
-
-def build_all(out_root):
-    os.makedirs(out_root, exist_ok=True)
-    rows = []
-    for spec in FIXTURES:
-        out_dir = os.path.join(out_root, spec["name"])
-        for attempt in range(200):
-            seed = spec["seed"] + attempt
-            try:
-                rows.append(try_build(spec, seed, out_dir))
-                break
-            except Rejected as e:
-                print(f"  {spec['name']}: seed {seed} rejected ({e})", file=sys.stderr)
-        else:
-            raise SystemExit(f"{spec['name']}: no acceptable seed")
-    return rows
-
-
 def check_against(new_root, old_root):
     """Differences between a fresh build and the committed files. Checkpoints, configs and the
     token ids must be identical; logits may differ by float rounding across CPUs/BLAS builds
@@ -854,7 +804,7 @@ def main():
         pass
 
     target = tempfile.mkdtemp(prefix="shardswap_llama_fixtures_") if args.check else args.out
-    rows = build_all(target)
+    rows = build_seeded(FIXTURES, try_build, target)
 
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, numpy {np.__version__}")
     print(f"{'fixture':20s} {'seed':>5s} {'vocab':>5s} {'max|logit|':>10s} {'min margin':>10s} "
