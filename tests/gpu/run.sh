@@ -128,6 +128,17 @@ has_flag() {
   timeout 10 "${run_env[@]}" "$ss" $1 --help 2>&1 | grep -q -- "--$2"
 }
 
+# expand_preset NAME SECONDS PRESET DTYPE LAYERS OUT: a PRESET-shaped checkpoint of
+# LAYERS layers at OUT, unless it is there: one layer drawn by gen-model (~90 MB/s on
+# one thread), repeated by expand_model.py; as step NAME within SECONDS
+expand_preset() {
+  local one="$models/$3-l1-$4"
+  [ -d "$6" ] && return 0
+  rm -rf "$one"
+  step "$1" "$2" "${run_env[@]}" bash -c "'$ss' gen-model --preset $3 --layers 1 --dtype $4 --out '$one' &&
+    python3 '$repo/tests/gpu/expand_model.py' --src '$one' --layers $5 --out '$6'"
+}
+
 # --- the machine ---------------------------------------------------------------
 
 nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
@@ -284,11 +295,7 @@ if [ "$built" -eq 1 ]; then
   # gen-model, repeated by expand_model.py (gen-model draws ~90 MB/s on one thread)
   mkdir -p "$models"
   big=$models/opt-13b-l14-f16
-  if [ ! -d "$big" ]; then
-    rm -rf "$models/opt-13b-l1-f16"
-    step swap-model 120 "${run_env[@]}" bash -c "'$ss' gen-model --preset opt-13b --layers 1 --dtype f16 --out '$models/opt-13b-l1-f16' &&
-      python3 '$repo/tests/gpu/expand_model.py' --src '$models/opt-13b-l1-f16' --layers 14 --out '$big'"
-  fi
+  expand_preset swap-model 120 opt-13b f16 14 "$big"
   if [ -d "$big" ]; then
     if has_flag "bench swap" devices; then
       layouts=1x1,2x1
@@ -351,12 +358,7 @@ if [ "$built" -eq 1 ]; then
   # transformers in bf16 at batch 1 (the CUDA RMSNorm, rotary, SwiGLU and GQA kernels,
   # whose numbers ctest-backend checked, at speed)
   lfwd=$models/llama-3.2-1b-l16-bf16
-  if [ ! -d "$lfwd" ]; then
-    rm -rf "$models/llama-3.2-1b-l1-bf16"
-    step llama-fwd-model 60 "${run_env[@]}" bash -c "'$ss' gen-model --preset llama-3.2-1b --layers 1 --dtype bf16 \
-      --out '$models/llama-3.2-1b-l1-bf16' && python3 '$repo/tests/gpu/expand_model.py' \
-      --src '$models/llama-3.2-1b-l1-bf16' --layers 16 --out '$lfwd'"
-  fi
+  expand_preset llama-fwd-model 60 llama-3.2-1b bf16 16 "$lfwd"
   if [ -d "$lfwd" ]; then
     if [ ${#fwd_dev[@]} -gt 0 ]; then
       step llama-forward-b1 60 --stdout "$logs/llama-forward-b1.json" "${run_env[@]}" "$ss" bench forward \
@@ -372,12 +374,7 @@ if [ "$built" -eq 1 ]; then
   # of which 2.1 GB the untied 128k-vocabulary embedding and head) against the pinned link,
   # as for OPT above
   lbig=$models/llama-3.1-8b-l8-bf16
-  if [ ! -d "$lbig" ]; then
-    rm -rf "$models/llama-3.1-8b-l1-bf16"
-    step llama-swap-model 90 "${run_env[@]}" bash -c "'$ss' gen-model --preset llama-3.1-8b --layers 1 --dtype bf16 \
-      --out '$models/llama-3.1-8b-l1-bf16' && python3 '$repo/tests/gpu/expand_model.py' \
-      --src '$models/llama-3.1-8b-l1-bf16' --layers 8 --out '$lbig'"
-  fi
+  expand_preset llama-swap-model 90 llama-3.1-8b bf16 8 "$lbig"
   if [ -d "$lbig" ]; then
     if has_flag "bench swap" devices; then
       step llama-swap 90 --stdout "$logs/llama-swap.json" "${run_env[@]}" "$ss" bench swap --devices "$devs2" \
