@@ -26,7 +26,7 @@ int cli_device_parse(const char *devices, int *gpu);
 /* Opens the checkpoint in dir on the device gpu names: -1, the host's
  * mapped views (model_open, zero copies; model_exec_open then computes on
  * a CPU device of its own); else GPU gpu, with a budget of the weights plus
- * an opt_exec of shape (max_len capped at the model's positions), the
+ * a model_exec of shape (max_len capped at the model's positions), the
  * weights copied there (model_open_on), and the calling thread made
  * its compute thread (device_compute_thread_init). The caller runs model_exec_open
  * (at most shape's size) on out->m and closes with cli_model_close. */

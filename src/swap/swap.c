@@ -195,7 +195,7 @@ int swap_unregister(struct swap_manager *mgr, struct swap_model *model)
     }
     model_detach_locked(mgr, model);
     pthread_mutex_unlock(&mgr->lock);
-    model_free(model); /* events, layouts, opt_models, the mapping: outside the lock */
+    model_free(model); /* events, layouts, shard models, the mapping: outside the lock */
     return 0;
 }
 
