@@ -54,6 +54,11 @@ int args_usage_fail(const char *cmd);
 
 /* Prints "shardswap CMD: <err_msg()>" to stderr; returns 1. */
 int cli_fail(const char *cmd);
+/* --model DIR, required: the checkpoint every single-model command reads. */
+#define MODEL_FLAG(dst)                                                                            \
+    FLAG_REQUIRED("model", FLAG_STR, dst, "DIR",                                                   \
+                  "Hugging Face checkpoint directory: config.json, safetensors weights (OPT, "     \
+                  "Llama, Mistral, Qwen2)")
 /* --compute: the linear layers' precision (backend/kernels.h). */
 #define COMPUTE_FLAG(dst)                                                                          \
     FLAG("compute", FLAG_STR, dst, "f32|bf16|auto",                                                \

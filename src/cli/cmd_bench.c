@@ -110,7 +110,7 @@ static int bench_forward(int argc, char **argv)
     int batch = 1, prompt_len = 128, gen = 32, threads = 0, repeat = 3;
     bool json = false;
     struct flag flags[] = {
-        FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "Hugging Face checkpoint directory (OPT, Llama, Mistral, Qwen2)"),
+        MODEL_FLAG(&dir),
         FLAG_RANGE("batch", FLAG_INT, &batch, "B", "sequences per batch (default 1)", 1, 4096,
                    "1..4096"),
         FLAG_RANGE("prompt-len", FLAG_INT, &prompt_len, "L",

@@ -45,7 +45,7 @@ int cmd_forward(int argc, char **argv)
 {
     const char *dir = NULL, *ids_s = NULL, *path = NULL, *compute_s = NULL, *devices = NULL;
     struct flag flags[] = {
-        FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "Hugging Face checkpoint directory (OPT, Llama, Mistral, Qwen2)"),
+        MODEL_FLAG(&dir),
         FLAG_REQUIRED("ids", FLAG_STR, &ids_s, "I,J,...", "token ids, comma-separated"),
         FLAG_REQUIRED("out", FLAG_STR, &path, "FILE", "where to write the logits"),
         COMPUTE_FLAG(&compute_s),

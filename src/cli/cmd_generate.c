@@ -54,8 +54,7 @@ int cmd_generate(int argc, char **argv)
     int max_tokens = 32;
     struct sampler_params sp = {.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
     struct flag flags[] = {
-        FLAG_REQUIRED("model", FLAG_STR, &model_dir, "DIR",
-                      "Hugging Face checkpoint directory (OPT, Llama, Mistral, Qwen2)"),
+        MODEL_FLAG(&model_dir),
         {.name = "prompt", .kind = FLAG_STR, .dst = &prompt, .metavar = "TEXT",
          .help = "the prompt (UTF-8; may be empty), through the model's tokenizer with its BOS",
          .empty_ok = true},

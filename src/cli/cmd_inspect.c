@@ -34,7 +34,7 @@ int cmd_inspect(int argc, char **argv)
 {
     const char *dir = NULL;
     struct flag flags[] = {
-        FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "Hugging Face checkpoint directory (" "config.json + safetensors)"),
+        MODEL_FLAG(&dir),
     };
     int rc = args_parse("inspect", "Describes a checkpoint: its config, tensors and bytes, and checks its "
                         "tensors against config.json as the model loader does.",
