@@ -37,6 +37,12 @@ strftime_now is pinned: `datetime` in chat_template_utils is replaced by a
 subclass whose now() is NOW (unix seconds, below), and the script runs with
 TZ=UTC, so strftime_now(fmt) == time.strftime(fmt, time.gmtime(NOW)).
 
+Every case is checked against the public API too: the script stops unless
+PreTrainedTokenizerFast.apply_chat_template(messages, chat_template=...,
+tokenize=False, add_generation_prompt=...) of an in-memory tokenizer whose
+only special tokens are bos_token and eos_token gives the same text (or
+fails too, with the same message for raise_exception).
+
 cases.json also says, per template, whether rendering with `tools` and
 `documents` not passed at all (undefined instead of None) would give a
 different result for any case ("tools_undefined_differs"), for an engine that
@@ -259,6 +265,28 @@ def render(src, msgs, agp, bos, eos, tools_undefined=False):
         return ("error", "jinja", f"{type(e).__name__}: {e}", _template_line(e.__traceback__))
 
 
+_TOKENIZERS = {}
+
+
+def via_apply_chat_template(src, msgs, agp, bos, eos):
+    """The same case through the public API: PreTrainedTokenizerFast.apply_chat_template
+    (tokenize=False) of an in-memory tokenizer whose only special tokens are bos and eos."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    if (bos, eos) not in _TOKENIZERS:
+        tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel({bos: 0, eos: 1}, unk_token=None)),
+                                      bos_token=bos, eos_token=eos)
+        assert tok.special_tokens_map == {"bos_token": bos, "eos_token": eos}, tok.special_tokens_map
+        _TOKENIZERS[(bos, eos)] = tok
+    try:
+        return ("text", _TOKENIZERS[(bos, eos)].apply_chat_template(
+            json.loads(json.dumps(msgs)), chat_template=src, tokenize=False, add_generation_prompt=agp))
+    except Exception as e:  # noqa: BLE001
+        return ("error", type(e).__name__, str(e))
+
+
 def compile_error(src):
     try:
         ctu._compile_jinja_template(src)
@@ -307,6 +335,11 @@ def build():
                         n_err += 1
                 if render(src, conv["messages"], agp, bos, eos, tools_undefined=True)[:2] != r[:2]:
                     differs = True
+                v = via_apply_chat_template(src, conv["messages"], agp, bos, eos)
+                if (v[0] == "text") != (r[0] == "text") or (v[0] == "text" and v[1] != r[1]) \
+                        or (r[0] == "error" and r[1] == "raise_exception" and v[2] != r[2]):
+                    sys.exit(f"self-check: {name} / {conv['name']} / agp={agp}: render_jinja_template "
+                             f"gave {r!r:.300}, apply_chat_template {v!r:.300}")
                 cases.append(c)
         info["tools_undefined_differs"] = differs
         tmpl_info[name] = info
@@ -328,6 +361,10 @@ def build():
             "environment": ["raise_exception", "strftime_now", "dict", "namespace",
                             "range", "lipsum", "cycler", "joiner"],
         },
+        "self_check": "every case is also rendered by PreTrainedTokenizerFast.apply_chat_template(messages, "
+                      "chat_template=..., tokenize=False, add_generation_prompt=...) of a tokenizer whose only "
+                      "special tokens are the template's bos_token and eos_token: same text, or an error too "
+                      "(the same message for raise_exception)",
         "default_tokens": {"bos_token": DEFAULT_TOKENS[0], "eos_token": DEFAULT_TOKENS[1]},
         "templates": tmpl_info,
         "conversations": convs,
@@ -339,7 +376,7 @@ def build():
 def dump(doc):
     j = lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":"))  # noqa: E731
     lines = ["{"]
-    for k in ("generator", "versions", "now", "now_utc", "tz", "globals", "default_tokens"):
+    for k in ("generator", "versions", "now", "now_utc", "tz", "globals", "self_check", "default_tokens"):
         lines.append(f"{j(k)}:{j(doc[k])},")
     lines.append('"templates":{')
     items = list(doc["templates"].items())
@@ -384,7 +421,8 @@ def constructs_of(src):
                 add("lexical", "escape in a string literal: `\\" + {"u": "uXXXX", "x": "xXX", "U": "UXXXXXXXX", "N": "N{...}", "\n": "<newline>"}.get(e, e) + "`")
     # lexical
     for tok, label in (("{%-", "`{%-`"), ("-%}", "`-%}`"), ("{{-", "`{{-`"), ("-}}", "`-}}`"),
-                       ("{%+", "`{%+`"), ("+%}", "`+%}`"), ("{#", "comment `{# #}`")):
+                       ("{%+", "`{%+`"), ("+%}", "`+%}`"), ("{#", "comment `{# #}`"),
+                       ("{#-", "`{#-`"), ("-#}", "`-#}`")):
         if tok in src:
             add("lexical", label)
     if re.search(r"\{%-?\s*raw\s*-?%\}", src):
@@ -498,6 +536,10 @@ def constructs_of(src):
             add("expression", "inline if (a if c else b)" if node.expr2 is not None else "inline if without else")
         elif t in BINOPS:
             add("operator", BINOPS[t])
+            if t is N.Add and (isinstance(node.left, N.List) or isinstance(node.right, N.List)):
+                add("operator", "list + list (concatenation)")
+            if t is N.Mul and any(isinstance(x, N.Const) and isinstance(x.value, str) for x in (node.left, node.right)):
+                add("operator", "'str' * n (repetition)")
             if t is N.Mod and isinstance(node.left, N.Const) and isinstance(node.left.value, str):
                 add("operator", "'fmt' % args (string formatting)")
         elif t is N.Not:
