@@ -478,6 +478,8 @@ def constructs_of(src):
             add("statement", "do")
         elif t is N.Filter:
             add("filter", node.name)
+            if node.name not in env.filters:
+                add("unknown", f"filter `{node.name}` (line {node.lineno})")
             if node.args:
                 add("filter", f"{node.name}({len(node.args)} positional arg{'s' if len(node.args) > 1 else ''})")
             if node.kwargs:
@@ -488,6 +490,8 @@ def constructs_of(src):
                     add("test", f"{node.args[i].value} (named in {node.name})")
         elif t is N.Test:
             add("test", node.name)
+            if node.name not in env.tests:
+                add("unknown", f"test `{node.name}` (line {node.lineno})")
             if node.args:
                 add("test", f"{node.name}(with an argument)")
         elif t is N.Call:
@@ -589,6 +593,9 @@ CATS = [("statement", "Statements"), ("lexical", "Whitespace control and lexical
         ("filter", "Filters"), ("test", "Tests (`is ...`)"), ("method", "Methods (Python methods on values)"),
         ("loop", "`loop` attributes"), ("call", "Calls"), ("operator", "Operators"),
         ("expression", "Expressions"), ("literal", "Literals"),
+        ("unknown", "Filters and tests transformers' environment does not have (inside a conditional, Jinja "
+                    "compiles them and fails only when reached: TemplateRuntimeError \"No filter named 'NAME' found.\"; "
+                    "none is reached by the plain conversations here)"),
         ("variable", "Variables read that the template never sets (its inputs; in cases.json all but messages, add_generation_prompt, bos_token, eos_token, tools, documents and the environment's globals are undefined)")]
 
 
