@@ -71,6 +71,7 @@ static void model_free(struct serve_model *m)
     free(m->name);
     free(m->path);
     free(m->compute);
+    free(m->chat_template);
     memset(m, 0, sizeof(*m));
 }
 
@@ -529,8 +530,9 @@ static int walk_devices(const struct walk *w, const struct ynode *y)
 
 static int walk_model(const struct walk *w, const struct ynode *y, int index)
 {
-    static const char *const known[] = {"name",   "path",    "tp",      "pp", "max_batch",
-                                        "pinned", "devices", "compute", NULL};
+    static const char *const known[] = {"name",    "path",    "tp",           "pp",
+                                        "max_batch", "pinned", "devices", "compute",
+                                        "chat_template", NULL};
     struct serve_config *c = w->c;
     char prefix[32], key[64];
     snprintf(prefix, sizeof(prefix), "models[%d]", index);
@@ -563,6 +565,8 @@ static int walk_model(const struct walk *w, const struct ynode *y, int index)
             rc = get_bool(w, v, key, &m.pinned);
         } else if (strcmp(k, "compute") == 0) {
             rc = get_string(w, v, key, false, &m.compute);
+        } else if (strcmp(k, "chat_template") == 0) {
+            rc = get_string(w, v, key, false, &m.chat_template);
         } else { /* devices */
             if (v->kind != Y_SEQ || v->n < 1 || v->n > STACK_MAX_DEVICES) {
                 rc = bad(w, v, key, "a list of 1 to 64 device indices such as [0, 1]");

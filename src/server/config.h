@@ -42,6 +42,8 @@ struct serve_model {
     bool pinned;
     int max_batch;       /* 0: the server's */
     char *compute;       /* "f32", "bf16", "auto"; NULL: the server's (owned) */
+    char *chat_template; /* a Jinja file for /v1/chat/completions; NULL: the
+                            checkpoint's (tokenizer_config.json, chat_template.jinja) */
 };
 
 struct serve_config {

@@ -253,7 +253,7 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     if (id >= 0 && max_batch > 0 &&
         (rc = engine_set_max_batch(s->stack->engine, id, max_batch)) < 0)
         engine_remove_model(s->stack->engine, id);
-    else if (id >= 0 && (rc = srv_model_add(s, sm, dir, id)) < 0)
+    else if (id >= 0 && (rc = srv_model_add(s, sm, dir, NULL, id)) < 0)
         engine_remove_model(s->stack->engine, id);
     else if (id < 0)
         rc = id;

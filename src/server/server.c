@@ -136,8 +136,9 @@ static void route_find(struct srv_req *r, const char *url, const char *method, c
     bool post = strcmp(method, "POST") == 0, del = strcmp(method, "DELETE") == 0;
     *allow = NULL;
     const char *mp = "/v1/models/", *ap = "/admin/models/";
-    if (strcmp(url, "/v1/completions") == 0) {
-        r->route = post ? ROUTE_COMPLETIONS : ROUTE_NONE;
+    bool chat = strcmp(url, "/v1/chat/completions") == 0;
+    if (chat || strcmp(url, "/v1/completions") == 0) {
+        r->route = !post ? ROUTE_NONE : chat ? ROUTE_CHAT : ROUTE_COMPLETIONS;
         *allow = "POST";
     } else if (strcmp(url, "/v1/models") == 0) {
         r->route = get ? ROUTE_MODELS : ROUTE_NONE;
@@ -219,6 +220,7 @@ static enum MHD_Result dispatch(struct srv_req *r)
 {
     switch (r->route) {
     case ROUTE_COMPLETIONS:
+    case ROUTE_CHAT:
         return srv_completions(r);
     case ROUTE_MODELS:
         return srv_models_list(r);
@@ -532,7 +534,8 @@ int server_open(const struct serve_config *c, struct server **out)
         goto fail;
     for (int i = 0; i < s->stack->n_models; i++) {
         const struct serve_model *m = &c->models[i];
-        if ((rc = srv_model_add(s, s->stack->models[i], m->path, s->stack->ids[i])) < 0)
+        if ((rc = srv_model_add(s, s->stack->models[i], m->path, m->chat_template,
+                                 s->stack->ids[i])) < 0)
             goto fail;
         log_info("model %s: %s (tp %d, pp %d%s)", m->name, m->path, m->tp, m->pp,
                  m->pinned ? ", pinned" : "");

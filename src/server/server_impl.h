@@ -31,6 +31,7 @@
 #include "server/config.h"
 #include "server/oai.h"
 #include "server/server.h"
+#include "template/chat.h"
 #include "tokenizer/bpe.h"
 
 enum server_state { SERVER_STARTING, SERVER_SERVING, SERVER_STOPPING };
@@ -51,9 +52,18 @@ struct srv_model {
     int max_pos, vocab;
     const char *family;     /* model_info's ("opt", "llama"); static */
     char architecture[64];  /* model_info's ("LlamaForCausalLM") */
+    /* /v1/chat/completions: the chat template (owned; NULL: none, and
+     * no_chat says why), and the tokens that end an assistant's turn beside
+     * the model's EOS ids (the template's end-of-turn token, the tokenizer's
+     * eos_token), which end a chat completion and are never in its text */
+    struct chat_template *chat;
+    char no_chat[256];
+    int32_t turn_end[4];
+    int n_turn_end;
     long long created; /* unix seconds it was added */
     bool removed;
     atomic_ullong n_invalid; /* completions refused by the server (4xx) */
+    atomic_ullong n_route[2]; /* requests naming it: [0] /v1/completions, [1] chat */
     /* completions ended by a stop string: the engine counts them cancelled */
     struct srv_model *next;
 };
@@ -93,6 +103,7 @@ struct server {
 enum srv_route {
     ROUTE_NONE,
     ROUTE_COMPLETIONS,
+    ROUTE_CHAT, /* POST /v1/chat/completions */
     ROUTE_MODELS,
     ROUTE_MODEL,
     ROUTE_HEALTH,
@@ -134,7 +145,7 @@ struct srv_req {
     bool parsed;
     struct srv_model *m;
     struct engine_req *er;
-    char id[40]; /* cmpl-... */
+    char id[40]; /* cmpl-... or chatcmpl-... */
     long long created;
     int n_prompt;
     char *echo_text; /* the prompt as text, when echo */
@@ -146,6 +157,7 @@ struct srv_req {
     int ends_sent; /* token pieces sent */
     int ids_sent;  /* gen_ids sent (a model without a tokenizer) */
     bool echo_sent, final_sent;
+    bool role_sent; /* a chat stream's first delta, {"role": "assistant"} */
 
     /* shared with the engine callbacks, under lock */
     pthread_mutex_t lock;
@@ -200,8 +212,13 @@ const char *srv_error_type(int status);
 void srv_count_status(struct server *s, int status);
 
 /* ---- models.c: the model table ---- */
-/* Adds (tokenizer, config) a model the engine serves as id. */
-int srv_model_add(struct server *s, const struct swap_model *sm, const char *path, int id);
+/* Adds (tokenizer, chat template, config) a model the engine serves as id.
+ * chat_template is a Jinja file to use instead of the checkpoint's (NULL:
+ * the checkpoint's); one that does not load is the error, whereas a
+ * checkpoint's own that does not load leaves the model without chat (a
+ * warning, and no_chat says why). */
+int srv_model_add(struct server *s, const struct swap_model *sm, const char *path,
+                  const char *chat_template, int id);
 /* The served (not removed) model named name, or NULL. */
 struct srv_model *srv_model_find(struct server *s, const char *name);
 void srv_models_free(struct server *s);
@@ -218,6 +235,7 @@ void srv_watch(struct server *s, struct srv_req *r);
 void srv_unwatch(struct server *s, struct srv_req *r);
 
 /* ---- route handlers (HTTP thread; called once the body is in) ---- */
+/* POST /v1/completions and /v1/chat/completions (r->route says which) */
 enum MHD_Result srv_completions(struct srv_req *r);         /* first call: submit */
 enum MHD_Result srv_completions_resumed(struct srv_req *r); /* after the engine woke it */
 void srv_completions_free(struct srv_req *r);
