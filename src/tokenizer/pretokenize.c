@@ -110,7 +110,7 @@ static int pretok_add(struct pretok *p, const char *what, struct pretok_step **o
 static int pretok_add_regex(struct pretok *p, const char *what, const char *pattern, bool literal,
                             enum pretok_behavior beh, bool invert)
 {
-    struct pretok_step *s;
+    struct pretok_step *s = NULL;
     int rc = pretok_add(p, what, &s);
     if (rc < 0)
         return rc;
@@ -184,7 +184,7 @@ static int pretok_parse_one(struct pretok *p, json_t *pt, const char *path, int 
         return err_set(ERR_FORMAT, "%s: no \"type\" string", what);
     snprintf(what, sizeof(what), "%s: pre_tokenizer %s", path, type);
     int rc;
-    bool b1, b2;
+    bool b1 = false, b2 = false;
     if (strcmp(type, "Sequence") == 0) {
         json_t *list = json_object_get(pt, "pretokenizers");
         if (!json_is_array(list))
@@ -217,12 +217,12 @@ static int pretok_parse_one(struct pretok *p, json_t *pt, const char *path, int 
         return pretok_add_regex(p, what, re ? re : lit, !re, beh, b1);
     }
     if (strcmp(type, "ByteLevel") == 0) {
-        if ((rc = json_bool_field(pt, "add_prefix_space", true, what, &b1)) < 0 ||
+        if ((rc = json_bool_field(pt, "add_prefix_space", false, what, &b1)) < 0 ||
             (rc = json_bool_field(pt, "use_regex", true, what, &b2)) < 0)
             return rc;
         *byte_level = true;
         if (b1) {
-            struct pretok_step *s;
+            struct pretok_step *s = NULL;
             if ((rc = pretok_add(p, what, &s)) < 0)
                 return rc;
             s->rewrite = RW_PREFIX_SPACE;
@@ -251,7 +251,7 @@ static int pretok_parse_one(struct pretok *p, json_t *pt, const char *path, int 
         if (!repl || !*repl || strlen(repl) > 4 ||
             utf8_decode_one((const unsigned char *)repl, strlen(repl), &cp) != strlen(repl))
             return err_set(ERR_FORMAT, "%s: \"replacement\" must be one character", what);
-        struct pretok_step *s;
+        struct pretok_step *s = NULL;
         if ((rc = json_bool_field(pt, "split", true, what, &b1)) < 0 ||
             (rc = pretok_add(p, what, &s)) < 0)
             return rc;
@@ -259,7 +259,7 @@ static int pretok_parse_one(struct pretok *p, json_t *pt, const char *path, int 
         memcpy(s->repl, repl, strlen(repl) + 1);
         s->repl_len = strlen(repl);
         if (!scheme) { /* older files: "add_prefix_space" */
-            bool aps;
+            bool aps = true;
             if ((rc = json_bool_field(pt, "add_prefix_space", true, what, &aps)) < 0)
                 return rc;
             s->scheme = aps ? SCHEME_ALWAYS : SCHEME_NEVER;
