@@ -128,6 +128,26 @@ static size_t bpe_decode_run(const struct bpe *t, const int32_t *ids, size_t n_i
     return o;
 }
 
+/* The decoder's whole-text Strip on a chunk of output out[0..n) (complete
+ * characters): cuts leading copies of the strip character while the output
+ * has not begun and fewer than strip_start are cut; returns the new length. */
+static size_t bpe_strip_lead(const struct bpe *t, size_t *n_stripped, bool *begun,
+                             unsigned char *out, size_t n)
+{
+    if (*begun)
+        return n;
+    size_t cut = 0, c = t->strip_char_len;
+    while (*n_stripped < t->strip_start && n - cut >= c && c > 0 &&
+           memcmp(out + cut, t->strip_char, c) == 0) {
+        cut += c;
+        (*n_stripped)++;
+    }
+    if (cut < n)
+        *begun = true;
+    memmove(out, out + cut, n - cut);
+    return n - cut;
+}
+
 int bpe_decode(const struct bpe *t, const int32_t *ids, size_t n_ids, bool skip_special,
                char **text, size_t *len)
 {
@@ -146,6 +166,9 @@ int bpe_decode(const struct bpe *t, const int32_t *ids, size_t n_ids, bool skip_
     if (!out)
         return err_set(ERR_NOMEM, "bpe_decode: out of memory for %zu bytes", n);
     bpe_decode_run(t, ids, n_ids, skip_special, out);
+    size_t n_stripped = 0;
+    bool begun = false;
+    n = bpe_strip_lead(t, &n_stripped, &begun, out, n);
     out[n] = '\0';
     *text = (char *)out;
     *len = n;
@@ -184,7 +207,8 @@ int bpe_stream_push(struct bpe_stream *s, int32_t id, char *out, size_t cap)
         return err_set(ERR_INVALID,
                        "bpe_stream_push: token %d needs %zu bytes of output, the buffer has %zu",
                        (int)id, need, cap);
-    return (int)utf8_feed(s->pending, &s->n_pending, b, n, (unsigned char *)out);
+    size_t got = utf8_feed(s->pending, &s->n_pending, b, n, (unsigned char *)out);
+    return (int)bpe_strip_lead(s->t, &s->n_stripped, &s->begun, (unsigned char *)out, got);
 }
 
 int bpe_stream_finish(struct bpe_stream *s, char *out, size_t cap)
@@ -198,5 +222,6 @@ int bpe_stream_finish(struct bpe_stream *s, char *out, size_t cap)
                        "bpe_stream_finish: needs 3 bytes of output, the buffer has %zu", cap);
     memcpy(out, UTF8_REPLACEMENT, 3);
     s->n_pending = 0;
+    s->begun = true;
     return 3;
 }

@@ -224,36 +224,13 @@ int bpe_symtab_from_json(struct bpe_symtab *st, json_t *vocab, const char *path)
 
 /* ---- token table ---- */
 
-/* Decodes a byte-level symbol to the bytes it stands for; out has room for
- * strlen(sym) bytes. Characters outside the alphabet (only added tokens have
- * them) stand for their own UTF-8. Returns the length. */
-static size_t bpe_symbol_bytes(const char *sym, size_t n, unsigned char *out)
-{
-    const unsigned char *s = (const unsigned char *)sym;
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        size_t len = utf8_decode_one(s + i, n - i, &cp);
-        int b = len ? byte_level_byte(cp) : -1;
-        if (b >= 0) {
-            out[o++] = (unsigned char)b;
-        } else {
-            if (!len)
-                len = 1; /* jansson only hands out valid UTF-8; be safe anyway */
-            memcpy(out + o, s + i, len);
-            o += len;
-        }
-        i += len;
-    }
-    return o;
-}
-
 int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids,
-                    const char *vocab_name)
+                    const struct bpe_decoder *dec, const char *vocab_name)
 {
     int rc = 0;
-    unsigned char *scratch = NULL;
     uint32_t *added_of = NULL; /* (n_ids) id -> index in t->added + 1; 0: not added */
+    unsigned char *buf = NULL;
+    size_t len = 0, cap = 0;
 
     t->n_vocab = n_ids;
     t->tok_off = calloc((size_t)n_ids + 1, sizeof(*t->tok_off));
@@ -266,68 +243,61 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
         added_of[t->added[i].id] = (uint32_t)i + 1;
     }
 
-    /* Pass 1: each id's length (in tok_off[id + 1]). */
-    size_t longest = 0, total = vocab->text_len;
-    for (size_t i = 0; i <= vocab->mask; i++) {
-        if (vocab->slots[i].id >= 0 && vocab->slots[i].len > longest)
-            longest = vocab->slots[i].len;
-    }
-    for (size_t i = 0; i < t->n_added; i++)
-        total += t->added[i].len;
-    if (total > UINT32_MAX) {
-        rc =
-            err_set(ERR_FORMAT, "%s: the vocabulary spells more than 4 GiB of symbols", vocab_name);
-        goto out;
-    }
-    scratch = malloc(longest + 1);
-    t->tok_bytes = malloc(total + 1);
-    if (!scratch || !t->tok_bytes)
-        goto nomem;
-    for (size_t i = 0; i <= vocab->mask; i++) {
-        const struct bpe_symtab_slot *sl = &vocab->slots[i];
-        if (sl->id < 0)
-            continue;
-        t->tok_flags[sl->id] = BPE_TOK_PRESENT;
-        if (!added_of[sl->id])
-            t->tok_off[sl->id + 1] =
-                (uint32_t)bpe_symbol_bytes(vocab->text + sl->off, sl->len, scratch);
-    }
+    /* Each id's bytes: what the decoder makes of its symbol (an added
+     * token's content, which wins over a vocabulary entry of the same id). */
     for (int32_t id = 0; id < n_ids; id++) {
-        if (!added_of[id])
-            continue;
-        const struct bpe_added *a = &t->added[added_of[id] - 1];
-        t->tok_off[id + 1] = (uint32_t)a->len;
-        t->tok_flags[id] = BPE_TOK_PRESENT | (a->special ? BPE_TOK_SPECIAL : 0);
-    }
-    for (int32_t id = 0; id < n_ids; id++) {
-        size_t len = t->tok_off[id + 1];
-        t->max_tok_len = len > t->max_tok_len ? len : t->max_tok_len;
-        t->tok_off[id + 1] += t->tok_off[id];
-    }
-
-    /* Pass 2: the bytes. */
-    for (size_t i = 0; i <= vocab->mask; i++) {
-        const struct bpe_symtab_slot *sl = &vocab->slots[i];
-        if (sl->id >= 0 && !added_of[sl->id])
-            bpe_symbol_bytes(vocab->text + sl->off, sl->len, t->tok_bytes + t->tok_off[sl->id]);
-    }
-    for (int32_t id = 0; id < n_ids; id++) {
-        if (added_of[id])
-            memcpy(t->tok_bytes + t->tok_off[id], t->added[added_of[id] - 1].content,
-                   t->added[added_of[id] - 1].len);
-    }
-
-    /* The single-byte tokens every word starts from. */
-    for (int b = 0; b < 256; b++) {
-        unsigned char sym[4];
-        size_t len = utf8_encode_one(byte_level_cp((unsigned char)b), sym);
-        t->byte_id[b] = bpe_symtab_get(vocab, (const char *)sym, len);
-        if (t->byte_id[b] < 0) {
-            rc = err_set(ERR_FORMAT,
-                         "%s: byte-level symbol '%.*s' (byte 0x%02x) is missing; not a GPT-2 "
-                         "byte-level vocabulary",
-                         vocab_name, (int)len, (const char *)sym, b);
+        t->tok_off[id] = (uint32_t)len;
+        const char *sym;
+        size_t n;
+        if (added_of[id]) {
+            const struct bpe_added *a = &t->added[added_of[id] - 1];
+            sym = a->content;
+            n = a->len;
+            t->tok_flags[id] = BPE_TOK_PRESENT | (a->special ? BPE_TOK_SPECIAL : 0);
+        } else {
+            const struct bpe_symtab_slot *sl = bpe_symtab_by_id(vocab, id);
+            if (!sl)
+                continue;
+            sym = vocab->text + sl->off;
+            n = sl->len;
+            t->tok_flags[id] = BPE_TOK_PRESENT;
+        }
+        if ((rc = bpe_decoder_token(dec, sym, n, &buf, &len, &cap)) < 0)
             goto out;
+        if (len > UINT32_MAX) {
+            rc = err_set(ERR_FORMAT, "%s: the vocabulary spells more than 4 GiB of symbols",
+                         vocab_name);
+            goto out;
+        }
+        size_t tl = len - t->tok_off[id];
+        t->max_tok_len = tl > t->max_tok_len ? tl : t->max_tok_len;
+    }
+    t->tok_off[n_ids] = (uint32_t)len;
+    t->tok_bytes = buf ? buf : malloc(1);
+    buf = NULL;
+    if (!t->tok_bytes)
+        goto nomem;
+
+    if (t->byte_level) {
+        /* The single-byte tokens every word starts from. */
+        for (int b = 0; b < 256; b++) {
+            unsigned char sym[4];
+            size_t sl = utf8_encode_one(byte_level_cp((unsigned char)b), sym);
+            t->byte_id[b] = bpe_symtab_get(vocab, (const char *)sym, sl);
+            if (t->byte_id[b] < 0) {
+                rc = err_set(ERR_FORMAT,
+                             "%s: byte-level symbol '%.*s' (byte 0x%02x) is missing; not a GPT-2 "
+                             "byte-level vocabulary",
+                             vocab_name, (int)sl, (const char *)sym, b);
+                goto out;
+            }
+        }
+    } else {
+        /* Byte fallback's <0xNN> tokens, as Hugging Face spells them. */
+        for (int b = 0; b < 256; b++) {
+            char sym[8];
+            snprintf(sym, sizeof(sym), "<0x%02X>", b);
+            t->fallback_id[b] = bpe_symtab_get(vocab, sym, 6);
         }
     }
     goto out;
@@ -335,7 +305,8 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
 nomem:
     rc = err_set(ERR_NOMEM, "%s: out of memory for a vocabulary of %d ids", vocab_name, n_ids);
 out:
-    free(scratch);
+    (void)bpe_decoder_token(dec, NULL, 0, NULL, NULL, NULL);
+    free(buf);
     free(added_of);
     return rc;
 }
