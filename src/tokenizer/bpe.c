@@ -67,6 +67,11 @@ fail:
 
 int bpe_json_load(const char *path, bool optional, json_t **out)
 {
+    return bpe_json_load_flags(path, optional, 0, out);
+}
+
+int bpe_json_load_flags(const char *path, bool optional, size_t flags, json_t **out)
+{
     *out = NULL;
     char *data = NULL;
     size_t len = 0;
@@ -77,7 +82,7 @@ int bpe_json_load(const char *path, bool optional, json_t **out)
         return rc;
     /* json_loadb, not json_loadf: jansson reads a FILE one getc at a time. */
     json_error_t je;
-    json_t *j = json_loadb(data, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *j = json_loadb(data, len, JSON_REJECT_DUPLICATES | flags, &je);
     free(data);
     if (!j)
         return err_set(ERR_FORMAT, "%s: malformed JSON at line %d column %d: %s", path, je.line,

@@ -173,6 +173,9 @@ int bpe_file_read(const char *path, char **data, size_t *len);
 /* Parses the JSON object in the file at path into *out (owned by the caller).
  * When optional, a missing file gives 0 and *out NULL. */
 int bpe_json_load(const char *path, bool optional, json_t **out);
+/* The same with Jansson's decoding flags (JSON_DECODE_INT_AS_REAL for config
+ * files, whose model_max_length is often 1e30 written as an integer). */
+int bpe_json_load_flags(const char *path, bool optional, size_t flags, json_t **out);
 enum bpe_layout { BPE_LAYOUT_HF, BPE_LAYOUT_TOKENIZER_JSON, BPE_LAYOUT_OPENAI };
 /* Symbol table, the vocabulary as the files spell it: byte-level symbol ->
  * id. Needed only while loading (bpe_vocab.c). */

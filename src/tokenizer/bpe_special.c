@@ -438,8 +438,8 @@ int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, jso
     int32_t *roles[N_ROLES] = {&t->bos, &t->eos, &t->unk, &t->pad};
     struct bpe_special_ctx c = {.t = t, .vocab = vocab, .n_ids = n_ids};
 
-    if ((rc = bpe_json_load(cfg_name, true, &cfg)) < 0 ||
-        (rc = bpe_json_load(map_name, true, &map)) < 0)
+    if ((rc = bpe_json_load_flags(cfg_name, true, JSON_DECODE_INT_AS_REAL, &cfg)) < 0 ||
+        (rc = bpe_json_load_flags(map_name, true, JSON_DECODE_INT_AS_REAL, &map)) < 0)
         goto out;
 
     /* Tokens with their own ids first, so that new ids go past them. */

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Writes tests/fixtures/tokenizers/<family>.json: ids and decodes from Hugging Face.
+
+For each tokenizer committed in data/tokenizer/{llama3,qwen2,llama2,phi3}
+(data/tokenizer/README.md), a few thousand seeded random strings (text in
+many scripts, runs of white space including \\r\\n, \\t, U+00A0 and U+3000,
+digit runs, code, the families' special tokens written inside text, emoji
+with joiners and modifiers, combining marks, control characters, case
+tricks for (?i:'s) such as U+017F and U+212A) with what Hugging Face gives:
+
+    {"family": "llama3", "tokenizers": "0.23.3", "transformers": "5.24.0",
+     "cases": [{"t": text,
+                "ids": Tokenizer.from_file(...).encode(t, add_special_tokens=False).ids,
+                "sp": AutoTokenizer(dir)(t)["input_ids"]        (every 4th case only),
+                "dec": AutoTokenizer(dir).decode(ids, skip_special_tokens=True)
+                                                              (only when it is not t)}]}
+
+A case without "dec" round-trips losslessly in Hugging Face: decode(encode(t))
+== t. tests/test_tokenizer_families.c checks every case exactly. The script
+stops with an error when the `tokenizers` library and transformers'
+AutoTokenizer decode differently. Where AutoTokenizer's ids without special
+tokens differ from the file's (transformers' Qwen2Tokenizer class adds an NFC
+normalizer that the committed qwen2 tokenizer.json does not name), the case
+has no "sp" and the count is printed: the reference is the file.
+
+Regenerate (transformers 5 and tokenizers, no network):
+
+    python3 tools/make_tokenizer_families_corpus.py [--n 3000] [--seed 19]
+"""
+
+import argparse
+import json
+import os
+import random
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+FAMILIES = ["llama3", "qwen2", "llama2", "phi3"]
+
+# (first, last) code points of blocks to draw letters from.
+SCRIPTS = [
+    (0x41, 0x5A), (0x61, 0x7A), (0xC0, 0xFF), (0x100, 0x17F), (0x180, 0x24F),
+    (0x370, 0x3FF), (0x400, 0x4FF), (0x531, 0x587), (0x5D0, 0x5EA), (0x620, 0x64A),
+    (0x660, 0x669), (0x900, 0x97F), (0x980, 0x9FF), (0xB80, 0xBFF), (0xE00, 0xE5B),
+    (0x10A0, 0x10FF), (0x1100, 0x11FF), (0x1E00, 0x1EFF), (0x2000, 0x206F),
+    (0x2100, 0x214F), (0x2190, 0x21FF), (0x2200, 0x22FF), (0x2460, 0x24FF),
+    (0x3040, 0x309F), (0x30A0, 0x30FF), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3),
+    (0xFF01, 0xFF5E), (0x1F300, 0x1F5FF), (0x1F600, 0x1F64F), (0x1F900, 0x1F9FF),
+    (0x20000, 0x2A6DF), (0x1D400, 0x1D7FF), (0xE000, 0xE0FF),
+]
+COMBINING = [chr(c) for c in range(0x300, 0x370)] + ["\u0951", "\u093c", "\u0e31", "\u20e3"]
+SPACES = [" ", " ", " ", "  ", "\t", "\n", "\n\n", "\r\n", "\r", "\u00a0", "\u3000", "\u2028",
+          "\u0085", "\u180e", "\x0b", "\x0c", "\x1c", "\u2003", "\u200b", "\ufeff", "\u202f"]
+DIGITS = "0123456789"
+OTHER_DIGITS = ["\u0660\u0661\u0662", "\uff11\uff12\uff13", "\u00b2\u00b3", "\u00bd", "\u2167",
+                "\u0967\u0968", "\U0001d7ce\U0001d7cf"]
+WORDS = ["the", "The", "THE", "hello", "world", "Hello", "don't", "I'm", "we'll", "you've",
+         "they're", "he'd", "it's", "IT'S", "O'Neil", "rock'n'roll", "naïve", "café", "Äpfel",
+         "straße", "İstanbul", "ﬁne", "Ⅻ", "ſ's", "'ſ", "'K", "'\u212a", "été", "ñandú",
+         "привет", "мир", "Γειά", "σου", "שלום", "مرحبا", "नमस्ते", "こんにちは", "世界", "你好",
+         "안녕하세요", "ไทย", "ქართული", "Ελληνικά", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "ǅemal", "ﬀ", "Ǆ",
+         "supercalifragilisticexpialidocious", "antidisestablishmentarianism", "a", "I"]
+CODE = [
+    "def f(x):\n    return x * 2\n", "for (int i = 0; i < n; i++) {\n\tsum += a[i];\n}",
+    "if (a && b || !c) { return -1; }", "#include <stdio.h>\n", "x = [1, 2, 3]\nprint(x)",
+    "SELECT * FROM t WHERE id = 42;", "<div class=\"a\">&nbsp;</div>", "fn main() -> i32 { 0 }",
+    "{\"key\": [1, 2.5e-3, null, true]}", "    \n\t\t  \n", "a+=b; c-=d; e*=f;", "$x = @_;",
+    "```python\nimport os\n```", "0x1F 0b1010 1e10 3.14159", "http://example.com/a?b=c&d=e",
+    "// comment\n/* block */", "λx.x", "i++ --j", "===", "!==", "...", "--", "__init__",
+]
+EMOJI = ["😀", "👍🏽", "👨‍👩‍👧‍👦", "🇫🇷", "❤️", "🏳️‍🌈", "✋🏿", "1️⃣", "🦀", "🤖", "🧑‍💻", "☺"]
+CONTROLS = ["\x00", "\x01", "\x07", "\x1b", "\x7f", "\x1f", "\u200d", "\u200c", "\ufffd",
+            "\U0010ffff", "\ue000"]
+# Special tokens of every family, so that each tokenizer also sees the others'.
+SPECIALS = ["<|eot_id|>", "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+            "<|end_header_id|>", "<|reserved_special_token_5|>", "<|im_start|>", "<|im_end|>",
+            "<|endoftext|>", "<s>", "</s>", "<unk>", "<|user|>", "<|assistant|>", "<|end|>",
+            "<|system|>", "[PAD151650]", "<|im_", "<s", "</s", "<|eot_id|", "<|placeholder1|>"]
+
+
+def rand_chars(rng, n):
+    out = []
+    for _ in range(n):
+        lo, hi = rng.choice(SCRIPTS)
+        out.append(chr(rng.randint(lo, hi)))
+    return "".join(out)
+
+
+def piece(rng):
+    k = rng.randrange(14)
+    if k == 0:
+        return rand_chars(rng, rng.randint(1, 12))
+    if k == 1:
+        return rng.choice(WORDS) + rng.choice(COMBINING) * rng.randint(1, 3)
+    if k == 2:
+        return "".join(rng.choice(SPACES) for _ in range(rng.randint(1, 6)))
+    if k == 3:
+        return "".join(rng.choice(DIGITS) for _ in range(rng.randint(1, 14)))
+    if k == 4:
+        return rng.choice(OTHER_DIGITS)
+    if k == 5:
+        return rng.choice(CODE)
+    if k == 6:
+        sp = rng.choice(SPECIALS)
+        return rng.choice(["", " ", "\n", "x"]) + sp + rng.choice(["", " ", "\n", "y", "  "])
+    if k == 7:
+        return "".join(rng.choice(EMOJI) for _ in range(rng.randint(1, 3)))
+    if k == 8:
+        return rng.choice(CONTROLS)
+    if k == 9:
+        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6)))
+    if k == 10:
+        return rng.choice(WORDS).upper() + rng.choice(["'S", "'T", "'RE", "'LL", "'D", "'M", "'VE"])
+    if k == 11:
+        return rng.choice(" \t\n") * rng.randint(1, 40)
+    if k == 12:
+        return rng.choice(["!", "?", ".", ",", ";", ":", "-", "(", ")", "\"", "'", "«", "»", "—",
+                           "…", "¿", "¡", "、", "。", "・"]) * rng.randint(1, 4)
+    return rng.choice(WORDS)
+
+
+def texts(rng, n):
+    fixed = ["", " ", "  ", "\n", "\r\n", "\t", "a", "<s>", "</s>", "<|eot_id|>", "<|im_start|>",
+             " <s> ", "<s><s>", "Hello world", " Hello world", "\u00a0", "\u3000",
+             "1234567890", "\u00e9", "e\u0301", "ſ", "'s", "'S", "'\u017f", "K", "\U0001f600"]
+    out = list(fixed)
+    while len(out) < n:
+        out.append("".join(piece(rng) for _ in range(rng.randint(1, 8))))
+    return out[:n]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=3000, help="strings per family")
+    ap.add_argument("--seed", type=int, default=19)
+    ap.add_argument("--families", nargs="*", default=FAMILIES)
+    args = ap.parse_args()
+
+    import tokenizers
+    import transformers
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    out_dir = os.path.join(ROOT, "tests", "fixtures", "tokenizers")
+    os.makedirs(out_dir, exist_ok=True)
+    for fam in args.families:
+        d = os.path.join(ROOT, "data", "tokenizer", fam)
+        raw = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+        auto = AutoTokenizer.from_pretrained(d)
+        rng = random.Random(f"{args.seed}-{fam}")
+        cases = []
+        n_sp = n_lossy = n_auto = 0
+        for i, t in enumerate(texts(rng, args.n)):
+            ids = raw.encode(t, add_special_tokens=False).ids
+            case = {"t": t, "ids": ids}
+            if auto(t, add_special_tokens=False)["input_ids"] != ids:
+                n_auto += 1  # the class adds what the file lacks (Qwen2Tokenizer: NFC)
+            elif i % 4 == 0:
+                case["sp"] = auto(t)["input_ids"]
+                n_sp += 1
+            dec = auto.decode(ids, skip_special_tokens=True)
+            if dec != raw.decode(ids, skip_special_tokens=True):
+                sys.exit(f"{fam}: tokenizers and AutoTokenizer decode {t!r} differently")
+            if dec != t:
+                case["dec"] = dec
+                n_lossy += 1
+            cases.append(case)
+        doc = {"family": fam, "tokenizers": tokenizers.__version__,
+               "transformers": transformers.__version__, "seed": args.seed, "cases": cases}
+        path = os.path.join(out_dir, f"{fam}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))
+            f.write("\n")
+        print(f"{fam}: {len(cases)} cases ({n_sp} with special tokens, {n_lossy} not lossless, "
+              f"{n_auto} where AutoTokenizer differs from the file), "
+              f"{os.path.getsize(path)} bytes -> {os.path.relpath(path, ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
