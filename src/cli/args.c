@@ -238,3 +238,41 @@ int cli_ids_parse(const char *flag, const char *s, int32_t **out, int *n_out)
     *n_out = n;
     return 0;
 }
+
+/* Reads all of stdin, at most max bytes, into a malloc'd buffer. */
+int cli_read_stdin(size_t max, char **out, size_t *len)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    if (!buf)
+        return err_set(ERR_NOMEM, "out of memory");
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n, stdin)) > 0) {
+        n += got;
+        if (n > max) {
+            free(buf);
+            return err_set(ERR_INVALID,
+                           "stdin holds more than %zu bytes of text (expected at most %zu "
+                           "bytes, %zu MiB: split the input)",
+                           max, max, max >> 20);
+        }
+        if (n == cap) {
+            /* one byte past max is enough to tell that the input is too long */
+            size_t grown = cap * 2 < max + 1 ? cap * 2 : max + 1;
+            char *b = realloc(buf, grown);
+            if (!b) {
+                free(buf);
+                return err_set(ERR_NOMEM, "out of memory reading stdin");
+            }
+            buf = b;
+            cap = grown;
+        }
+    }
+    if (ferror(stdin)) {
+        free(buf);
+        return err_set(ERR_IO, "cannot read stdin");
+    }
+    *out = buf;
+    *len = n;
+    return 0;
+}

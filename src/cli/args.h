@@ -4,6 +4,7 @@
 #define SHARDSWAP_CLI_ARGS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/kernels.h"
@@ -54,6 +55,9 @@ int args_usage_fail(const char *cmd);
 
 /* Prints "shardswap CMD: <err_msg()>" to stderr; returns 1. */
 int cli_fail(const char *cmd);
+/* Reads all of stdin, at most max bytes, into a malloc'd buffer (the
+ * caller's); more than max is ERR_INVALID, saying so. */
+int cli_read_stdin(size_t max, char **out, size_t *len);
 /* --model DIR, required: the checkpoint every single-model command reads. */
 #define MODEL_FLAG(dst)                                                                            \
     FLAG_REQUIRED("model", FLAG_STR, dst, "DIR",                                                   \

@@ -12,44 +12,6 @@
  * about 600 MB and seconds of work; more is refused, not read. */
 #define TOKENIZE_MAX_BYTES ((size_t)16 << 20) /* --help says "16 MiB" */
 
-/* Reads all of stdin, at most max bytes, into a malloc'd buffer. */
-static int read_stdin(size_t max, char **out, size_t *len)
-{
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf)
-        return err_set(ERR_NOMEM, "out of memory");
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - n, stdin)) > 0) {
-        n += got;
-        if (n > max) {
-            free(buf);
-            return err_set(ERR_INVALID,
-                           "stdin holds more than %zu bytes of text (expected at most %zu "
-                           "bytes, %zu MiB: split the input)",
-                           max, max, max >> 20);
-        }
-        if (n == cap) {
-            /* one byte past max is enough to tell that the input is too long */
-            size_t grown = cap * 2 < max + 1 ? cap * 2 : max + 1;
-            char *b = realloc(buf, grown);
-            if (!b) {
-                free(buf);
-                return err_set(ERR_NOMEM, "out of memory reading stdin");
-            }
-            buf = b;
-            cap = grown;
-        }
-    }
-    if (ferror(stdin)) {
-        free(buf);
-        return err_set(ERR_IO, "cannot read stdin");
-    }
-    *out = buf;
-    *len = n;
-    return 0;
-}
-
 int cmd_tokenize(int argc, char **argv)
 {
     const char *dir = NULL;
@@ -69,7 +31,7 @@ int cmd_tokenize(int argc, char **argv)
     char *text = NULL;
     int32_t *ids = NULL;
     size_t len = 0, n = 0;
-    if ((rc = bpe_open(dir, &tok)) < 0 || (rc = read_stdin(TOKENIZE_MAX_BYTES, &text, &len)) < 0 ||
+    if ((rc = bpe_open(dir, &tok)) < 0 || (rc = cli_read_stdin(TOKENIZE_MAX_BYTES, &text, &len)) < 0 ||
         (rc = bpe_encode(tok, text, len, !no_bos, &ids, &n)) < 0)
         goto out;
     for (size_t i = 0; i < n; i++)

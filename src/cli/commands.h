@@ -5,6 +5,7 @@
 
 int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_chat_template(int argc, char **argv);
 int cmd_forward(int argc, char **argv);
 int cmd_gen_model(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);

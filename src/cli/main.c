@@ -15,6 +15,7 @@ static const struct {
 } commands[] = {
     {"generate", cmd_generate, "generate a completion of a prompt"},
     {"tokenize", cmd_tokenize, "print the token ids of the text on stdin"},
+    {"chat-template", cmd_chat_template, "print the prompt a model's chat template renders from a request on stdin"},
     {"forward", cmd_forward, "write the logits of every position of a token sequence"},
     {"gen-model", cmd_gen_model, "write a random-weight checkpoint (OPT or Llama family) in Hugging Face layout"},
     {"inspect", cmd_inspect, "describe a checkpoint: config, tensors, bytes"},
@@ -30,7 +31,7 @@ static void usage(FILE *f)
                "Qwen2) on CPUs and NVIDIA GPUs, and serves many of them at once by swapping.\n"
                "shardswap --version prints the version, the OpenBLAS core and the GEMV ISA in use.\n\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "  %-13s %s\n", commands[i].name, commands[i].help);
 }
 
 /* A command's output is its result: when stdout could not take all of it (a
@@ -77,7 +78,7 @@ int main(int argc, char **argv)
             return stdout_check(name);
         }
     }
-    fprintf(stderr, "shardswap: unknown command \"%s\" (expected generate, tokenize, forward, "
+    fprintf(stderr, "shardswap: unknown command \"%s\" (expected generate, tokenize, chat-template, forward, "
                     "gen-model, inspect, serve or bench; see shardswap --help)\n",
             argv[1]);
     return EXIT_USAGE;

@@ -1,0 +1,258 @@
+/* Chat templates: found in a model directory as transformers finds them, and
+ * rendered with the variables apply_chat_template passes (see chat.h).
+ *
+ * What the template sees of the messages is what transformers 5 gives it:
+ * keys whose value is null are dropped from each message
+ * (_normalize_chat_messages), and a message with reasoning under
+ * "reasoning_content", "thinking" or "reasoning" gets it under the first two
+ * as well, "thinking" first and "reasoning_content" last unless already
+ * present (_alias_reasoning_fields). tools and documents are None unless
+ * given. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "template/chat.h"
+#include "template/jinja.h"
+
+struct chat_template {
+    struct jinja_template *t;
+    char *bos, *eos;
+};
+
+/* Reads a whole regular file of at most max bytes. */
+static int read_file(const char *path, size_t max, char **out, size_t *len)
+{
+    int fd;
+    size_t size;
+    int rc = fs_open_regular(path, &fd, &size);
+    if (rc < 0)
+        return rc;
+    if (size > max) {
+        close(fd);
+        return err_set(ERR_INVALID, "%s: %zu bytes, more than the %zu a chat template file may have",
+                       path, size, max);
+    }
+    char *buf = malloc(size + 1);
+    if (!buf) {
+        close(fd);
+        return err_set(ERR_NOMEM, "%s: out of memory", path);
+    }
+    size_t n = 0;
+    while (n < size) {
+        ssize_t k = read(fd, buf + n, size - n);
+        if (k <= 0) {
+            close(fd);
+            free(buf);
+            return err_set(ERR_IO, "%s: read failed", path);
+        }
+        n += (size_t)k;
+    }
+    close(fd);
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+/* A special token in tokenizer_config.json: a string, or {"content": ...}. */
+static const char *token_string(json_t *cfg, const char *key)
+{
+    json_t *v = json_object_get(cfg, key);
+    if (json_is_object(v))
+        v = json_object_get(v, "content");
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+int chat_template_parse(const char *text, size_t len, const char *bos_token,
+                        const char *eos_token, struct chat_template **out)
+{
+    *out = NULL;
+    struct chat_template *ct = calloc(1, sizeof(*ct));
+    if (!ct)
+        return err_set(ERR_NOMEM, "out of memory");
+    ct->bos = strdup(bos_token ? bos_token : "");
+    ct->eos = strdup(eos_token ? eos_token : "");
+    if (!ct->bos || !ct->eos) {
+        chat_template_free(ct);
+        return err_set(ERR_NOMEM, "out of memory");
+    }
+    int rc = jinja_parse("chat template", text, len, &ct->t);
+    if (rc < 0) {
+        chat_template_free(ct);
+        return rc;
+    }
+    *out = ct;
+    return 0;
+}
+
+void chat_template_free(struct chat_template *ct)
+{
+    if (!ct)
+        return;
+    jinja_free(ct->t);
+    free(ct->bos);
+    free(ct->eos);
+    free(ct);
+}
+
+const char *chat_template_bos(const struct chat_template *ct) { return ct->bos; }
+const char *chat_template_eos(const struct chat_template *ct) { return ct->eos; }
+
+int chat_template_load(const char *dir, const char *override_path, struct chat_template **out)
+{
+    *out = NULL;
+    char path[4096];
+    json_t *cfg = NULL;
+    char *text = NULL, *cfg_text = NULL;
+    size_t len = 0, cfg_len = 0;
+    const char *src_name = NULL;
+    snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+    int rc = read_file(path, (size_t)64 << 20, &cfg_text, &cfg_len);
+    if (rc == ERR_NOT_FOUND)
+        rc = 0;
+    else if (rc < 0)
+        return rc;
+    char cfg_path[4096];
+    snprintf(cfg_path, sizeof(cfg_path), "%s", path);
+    if (cfg_text) {
+        json_error_t je;
+        cfg = json_loadb(cfg_text, cfg_len, 0, &je);
+        free(cfg_text);
+        if (!cfg || !json_is_object(cfg)) {
+            rc = err_set(ERR_FORMAT, "%s: %s at line %d column %d", cfg_path,
+                         cfg ? "expected a JSON object" : je.text, je.line, je.column);
+            goto out;
+        }
+    }
+    if (override_path) {
+        if ((rc = read_file(override_path, JINJA_MAX_SOURCE, &text, &len)) < 0)
+            goto out;
+        src_name = override_path;
+    } else {
+        json_t *t = cfg ? json_object_get(cfg, "chat_template") : NULL;
+        if (json_is_array(t)) { /* [{"name", "template"}]: the "default" one */
+            json_t *pick = NULL, *e;
+            size_t i;
+            json_array_foreach(t, i, e) {
+                json_t *n = json_object_get(e, "name");
+                if (json_is_string(n) && strcmp(json_string_value(n), "default") == 0)
+                    pick = json_object_get(e, "template");
+            }
+            if (!json_is_string(pick)) {
+                rc = err_set(ERR_FORMAT, "%s: \"chat_template\" is a list without a \"default\" "
+                                         "entry holding a string \"template\"", cfg_path);
+                goto out;
+            }
+            t = pick;
+        } else if (t && !json_is_string(t) && !json_is_null(t)) {
+            rc = err_set(ERR_FORMAT, "%s: \"chat_template\" is neither a string nor a list of "
+                                     "{name, template}", cfg_path);
+            goto out;
+        }
+        if (json_is_string(t)) {
+            len = json_string_length(t);
+            if (!(text = malloc(len + 1))) {
+                rc = err_set(ERR_NOMEM, "out of memory");
+                goto out;
+            }
+            memcpy(text, json_string_value(t), len + 1);
+            src_name = cfg_path;
+        } else {
+            snprintf(path, sizeof(path), "%s/chat_template.jinja", dir);
+            rc = read_file(path, JINJA_MAX_SOURCE, &text, &len);
+            if (rc == ERR_NOT_FOUND) {
+                rc = 0; /* no template: *out stays NULL */
+                goto out;
+            }
+            if (rc < 0)
+                goto out;
+            src_name = path;
+        }
+    }
+    rc = chat_template_parse(text, len, cfg ? token_string(cfg, "bos_token") : NULL,
+                             cfg ? token_string(cfg, "eos_token") : NULL, out);
+    if (rc < 0)
+        err_wrap(rc, "%s", src_name);
+out:
+    free(text);
+    json_decref(cfg);
+    return rc;
+}
+
+/* The messages as transformers hands them to the template (see the top). */
+static int prepare_messages(json_t *messages, json_t **out)
+{
+    *out = NULL;
+    if (!json_is_array(messages))
+        return err_set(ERR_INVALID, "messages must be an array of message objects");
+    json_t *arr = json_array();
+    if (!arr)
+        return err_set(ERR_NOMEM, "out of memory");
+    size_t i;
+    json_t *m;
+    static const char *const reasoning_keys[] = {"reasoning_content", "thinking", "reasoning"};
+    json_array_foreach(messages, i, m) {
+        if (!json_is_object(m)) {
+            json_decref(arr);
+            return err_set(ERR_INVALID, "messages[%zu] is not an object", i);
+        }
+        json_t *reasoning = NULL;
+        for (size_t k = 0; k < 3 && !reasoning; k++) {
+            json_t *v = json_object_get(m, reasoning_keys[k]);
+            if (v && !json_is_null(v))
+                reasoning = v;
+        }
+        json_t *c = json_object();
+        if (!c || (reasoning && json_object_set(c, "thinking", reasoning) < 0))
+            goto nomem;
+        const char *key;
+        json_t *v;
+        json_object_foreach(m, key, v) {
+            if (!json_is_null(v) && json_object_set(c, key, v) < 0)
+                goto nomem_c;
+        }
+        if (reasoning && json_object_set(c, "reasoning_content", reasoning) < 0)
+            goto nomem_c;
+        if (json_array_append_new(arr, c) < 0)
+            goto nomem;
+        continue;
+    nomem_c:
+        json_decref(c);
+    nomem:
+        json_decref(arr);
+        return err_set(ERR_NOMEM, "out of memory");
+    }
+    *out = arr;
+    return 0;
+}
+
+int chat_template_render(const struct chat_template *ct, json_t *messages,
+                         const struct chat_render_opts *o, char **out, size_t *len)
+{
+    *out = NULL;
+    if (len)
+        *len = 0;
+    json_t *msgs = NULL;
+    int rc = prepare_messages(messages, &msgs);
+    if (rc < 0)
+        return rc;
+    json_t *vars = json_object();
+    if (!vars || json_object_set_new(vars, "messages", msgs) < 0 ||
+        json_object_set_new(vars, "add_generation_prompt",
+                            json_boolean(o && o->add_generation_prompt)) < 0 ||
+        json_object_set_new(vars, "bos_token", json_stringn_nocheck(ct->bos, strlen(ct->bos))) < 0 ||
+        json_object_set_new(vars, "eos_token", json_stringn_nocheck(ct->eos, strlen(ct->eos))) < 0 ||
+        json_object_set(vars, "tools", o && o->tools ? o->tools : json_null()) < 0 ||
+        json_object_set_new(vars, "documents", json_null()) < 0) {
+        json_decref(vars);
+        return err_set(ERR_NOMEM, "out of memory");
+    }
+    struct jinja_limits lim = {.max_output = o && o->max_output ? o->max_output : CHAT_MAX_OUTPUT};
+    rc = jinja_render(ct->t, vars, o ? o->now : 0, &lim, out, len);
+    json_decref(vars);
+    return rc;
+}
