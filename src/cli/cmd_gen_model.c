@@ -148,21 +148,19 @@ static int copy_tokenizer(const char *from, const char *dir)
     return 0;
 }
 
-/* --chat-template FILE must be a template the server can parse. */
-static int check_chat_template(const char *file)
-{
-    struct chat_template *ct = NULL;
-    int rc = chat_template_load(".", file, &ct);
-    chat_template_free(ct);
-    return rc < 0 ? err_wrap(rc, "--chat-template") : 0;
-}
-
+/* Writes FILE as dir's chat_template.jinja and loads it back as the server
+ * will (with dir's tokenizer_config.json): it must parse. Before any weight
+ * is written. */
 static int copy_chat_template(const char *file, const char *dir)
 {
     char b[4096];
+    struct chat_template *ct = NULL;
     int rc = path_join(b, sizeof(b), dir, "chat_template.jinja");
     if (rc == 0 && (rc = copy_file(file, b)) == 0)
         rc = err_set(ERR_NOT_FOUND, "--chat-template %s: no such file", file);
+    if (rc >= 0 && (rc = chat_template_load(dir, NULL, &ct)) < 0)
+        err_wrap(rc, "--chat-template %s", file);
+    chat_template_free(ct);
     return rc < 0 ? rc : 0;
 }
 
@@ -293,7 +291,6 @@ int cmd_gen_model(int argc, char **argv)
     }
     if ((rc = check_out_dir(out, force)) < 0 ||
         (tok_from && (rc = check_tokenizer(tok_from, cfg)) < 0) ||
-        (chat && (rc = check_chat_template(chat)) < 0) ||
         (rc = cli_check_space(out, model_checkpoint_bytes(cfg, o.dtype) + (1u << 20), "--out")) < 0)
         goto out;
     /* everything goes into a directory beside --out, renamed to it when
