@@ -13,6 +13,7 @@ OPT model without a template. Checked:
     role, content deltas, a last chunk with finish_reason, [DONE]);
   - greedy chat output = `shardswap generate` on the prompt that
     `shardswap chat-template` renders, tokenized without an added BOS;
+  - /v1/completions with text prompts on every family's tokenizer;
   - a completion ends at the template's end-of-turn token (a copy of the
     Llama 3 model whose head only ever picks "Hello" or <|eot_id|>, and
     whose config names no EOS but <|end_of_text|>): finish_reason "stop",
@@ -218,6 +219,22 @@ def test_greedy_equals_generate():
               (name, j["usage"]["prompt_tokens"], len(ids)))
 
 
+def test_completions_text_every_family():
+    """/v1/completions with a text prompt on each family's tokenizer: the
+    tokenizer's BOS rule (Llama 3's post-processor, Llama 2's add_bos_token,
+    Qwen2's none), greedy text = `shardswap generate --prompt`."""
+    prompt = "The capital of France is Zoë's 42 {x}"
+    for name in CHAT_MODELS:
+        d = S["dirs"][name]
+        ids = run([A.bin, "tokenize", "--model", d], prompt.encode()).decode().split()
+        want = run([A.bin, "generate", "--model", d, "--prompt", prompt, "--max-tokens", "6"]).decode()
+        want = want[:-1] if want.endswith("\n") else want
+        c = client().completions.create(model=name, prompt=prompt, max_tokens=6, temperature=0)
+        check(c.choices[0].text == want, "%s: completion %r, generate %r" % (name, c.choices[0].text, want))
+        check(c.usage.prompt_tokens == len(ids), "%s: prompt_tokens %d, tokenize %d" %
+              (name, c.usage.prompt_tokens, len(ids)))
+
+
 def test_stops_at_end_of_turn():
     stopped = 0
     for i in range(12):
@@ -377,7 +394,7 @@ def main():
     S["client"] = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % s.port, api_key=s.api_key,
                                 max_retries=0, timeout=300)
     tests = [test_plain_and_streamed, test_raw_stream_format, test_greedy_equals_generate,
-             test_stops_at_end_of_turn, test_max_completion_tokens_and_seed, test_refusals,
+             test_completions_text_every_family, test_stops_at_end_of_turn, test_max_completion_tokens_and_seed, test_refusals,
              test_hostile_bodies, test_metrics_count_chat, test_bench_serve_chat]
     failures = harness.run_tests(tests, S)
     try:
