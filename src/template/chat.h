@@ -34,7 +34,8 @@ const char *chat_template_eos(const struct chat_template *ct);
 
 struct chat_render_opts {
     bool add_generation_prompt;
-    json_t *tools;      /* the "tools" variable; NULL: undefined (as transformers passes None) */
+    json_t *tools;      /* the "tools" variable; NULL: none, as transformers passes None
+                           (so `tools is defined` holds and `tools is none` too) */
     long long now;      /* unix seconds strftime_now formats; 0: the clock */
     size_t max_output;  /* bytes; 0: CHAT_MAX_OUTPUT */
 };
