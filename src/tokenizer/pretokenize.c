@@ -78,13 +78,75 @@ void pretok_close(struct pretok *p)
     free(p);
 }
 
+/* Rewrites a Hugging Face (Oniguruma) regex for PCRE2 into out (room for
+ * 64 bytes per input byte). The one difference these patterns meet: \s is
+ * Unicode White_Space in Oniguruma, while PCRE2's also takes U+180E. So \s
+ * becomes the explicit class, inside a class or out, and \S outside one its
+ * complement (a \S inside a class stays PCRE2's). Every other escape, class
+ * and group is copied as it is. */
+static void pretok_translate(const char *in, char *out)
+{
+    size_t o = 0;
+    bool in_class = false;
+    for (size_t i = 0; in[i];) {
+        if (in[i] == '\\' && in[i + 1]) {
+            char e = in[i + 1];
+            const char *rep = NULL;
+            if (e == 's')
+                rep = in_class ? WS_CLASS : "[" WS_CLASS "]";
+            else if (e == 'S' && !in_class)
+                rep = "[^" WS_CLASS "]";
+            if (rep) {
+                memcpy(out + o, rep, strlen(rep));
+                o += strlen(rep);
+            } else {
+                out[o++] = in[i];
+                out[o++] = e;
+            }
+            i += 2;
+            continue;
+        }
+        if (!in_class && in[i] == '[') {
+            in_class = true;
+            out[o++] = in[i++];
+            if (in[i] == '^')
+                out[o++] = in[i++];
+            if (in[i] == ']') /* a ']' first in a class is itself */
+                out[o++] = in[i++];
+            continue;
+        }
+        if (in_class && in[i] == '[' && in[i + 1] == ':') { /* [:alpha:] */
+            const char *end = strstr(in + i + 2, ":]");
+            if (end) {
+                size_t n = (size_t)(end + 2 - (in + i));
+                memcpy(out + o, in + i, n);
+                o += n;
+                i += n;
+                continue;
+            }
+        }
+        if (in_class && in[i] == ']')
+            in_class = false;
+        out[o++] = in[i++];
+    }
+    out[o] = '\0';
+}
+
 /* Compiles pattern (NUL-terminated; a literal when literal) into *re. */
 static int pretok_compile(const char *pattern, bool literal, const char *what, pcre2_code **re)
 {
     int errcode;
     PCRE2_SIZE erroff;
     uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0);
+    char *translated = NULL;
+    if (!literal) {
+        if (!(translated = malloc(strlen(pattern) * 64 + 1)))
+            return err_set(ERR_NOMEM, "%s: out of memory for the regex", what);
+        pretok_translate(pattern, translated);
+        pattern = translated;
+    }
     *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, opts, &errcode, &erroff, NULL);
+    free(translated);
     if (!*re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(errcode, msg, sizeof(msg));
