@@ -152,6 +152,10 @@ typedef int (*pretok_word_fn)(void *ctx, const unsigned char *word, size_t n);
 int pretok_split(const struct pretok *p, const unsigned char *text, size_t n, bool first,
                  pretok_word_fn fn, void *ctx);
 
+/* Rewrites a Hugging Face (Oniguruma) regex for PCRE2 into out, which has
+ * room for 64 bytes per byte of in (pretokenize.c). */
+void bpe_regex_translate(const char *in, char *out);
+
 /* Normalizer (normalize.c). */
 int norm_open_json(json_t *j, const char *path, struct norm **out); /* *out NULL for null */
 void norm_close(struct norm *nm);

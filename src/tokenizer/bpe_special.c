@@ -11,7 +11,7 @@
  *     (or ByteLevel, Bert/RobertaProcessing, or a "Sequence" of them): the ids
  *     put before and after the text; the first one before is the BOS.
  * tokenizer_config.json:
- *   "add_bos_token": true | false, "add_eos_token": true | false,
+ *   "add_bos_token": true | false, "add_eos_token": true | false (without tokenizer.json),
  *   "bos_token" / "eos_token" / "unk_token" / "pad_token":
  *       "</s>" | {"content": "</s>", "lstrip": false, "rstrip": false, ...} | null,
  *   "additional_special_tokens": [<token>, ...],
@@ -484,11 +484,14 @@ int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, jso
         goto out;
     rc = 0;
 
-    /* What encode adds around the text. transformers 5 (TokenizersBackend)
-     * rebuilds the template from bos and eos when tokenizer_config.json sets
-     * add_bos_token or add_eos_token (the other one then counts as false);
-     * otherwise tokenizer.json's post_processor says. Without either, the
-     * layout's habit: BOS first, except for OpenAI's GPT-2 files. */
+    /* What encode adds around the text. With tokenizer.json, its
+     * post_processor alone (null: nothing): transformers 5 drops
+     * tokenizer_config.json's add_bos_token / add_eos_token when there is a
+     * tokenizer.json (PreTrainedTokenizerBase.from_pretrained), and only
+     * classes with their own defaults (LlamaTokenizer, ...) rebuild the
+     * template, which a file-driven tokenizer does not imitate. Without
+     * tokenizer.json, the config's flags, else OPT's habit (BOS first) for
+     * vocab.json + merges.txt and nothing for OpenAI's GPT-2 files. */
     json_t *flag_bos = cfg ? json_object_get(cfg, "add_bos_token") : NULL;
     json_t *flag_eos = cfg ? json_object_get(cfg, "add_eos_token") : NULL;
     json_t *pp = tokjson ? json_object_get(tokjson, "post_processor") : NULL;
@@ -498,17 +501,17 @@ int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, jso
                      cfg_name);
         goto out;
     }
-    if (flag_bos || flag_eos) {
+    if (layout == BPE_LAYOUT_TOKENIZER_JSON) {
+        if (pp && !json_is_null(pp) && (rc = bpe_tpl_parse(&c, pp, &tp, 0)) < 0)
+            goto out;
+        if (tp.n_pre > 0)
+            t->bos = tp.pre[0];
+    } else if (flag_bos || flag_eos) {
         if (json_is_true(flag_bos) && t->bos >= 0)
             tp.pre[tp.n_pre++] = t->bos;
         if (json_is_true(flag_eos) && t->eos >= 0)
             tp.suf[tp.n_suf++] = t->eos;
-    } else if (pp && !json_is_null(pp)) {
-        if ((rc = bpe_tpl_parse(&c, pp, &tp, 0)) < 0)
-            goto out;
-        if (tp.n_pre > 0)
-            t->bos = tp.pre[0];
-    } else if (layout != BPE_LAYOUT_OPENAI && t->bos >= 0) {
+    } else if (layout == BPE_LAYOUT_HF && t->bos >= 0) {
         tp.pre[tp.n_pre++] = t->bos;
     }
     for (size_t i = 0; i < tp.n_pre + tp.n_suf; i++) {

@@ -249,11 +249,19 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
         t->tok_off[id] = (uint32_t)len;
         const char *sym;
         size_t n;
+        unsigned char *normed = NULL;
         if (added_of[id]) {
             const struct bpe_added *a = &t->added[added_of[id] - 1];
             sym = a->content;
             n = a->len;
             t->tok_flags[id] = BPE_TOK_PRESENT | (a->special ? BPE_TOK_SPECIAL : 0);
+            /* A normalized token is its normalized content (Hugging Face
+             * keeps it so, and decodes that). */
+            if (a->normalized && t->normalizer) {
+                if ((rc = norm_run(t->normalizer, (const unsigned char *)sym, n, &normed, &n)) < 0)
+                    goto out;
+                sym = (const char *)normed;
+            }
         } else {
             const struct bpe_symtab_slot *sl = bpe_symtab_by_id(vocab, id);
             if (!sl)
@@ -262,7 +270,9 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
             n = sl->len;
             t->tok_flags[id] = BPE_TOK_PRESENT;
         }
-        if ((rc = bpe_decoder_token(dec, sym, n, &buf, &len, &cap)) < 0)
+        rc = bpe_decoder_token(dec, sym, n, &buf, &len, &cap);
+        free(normed);
+        if (rc < 0)
             goto out;
         if (len > UINT32_MAX) {
             rc = err_set(ERR_FORMAT, "%s: the vocabulary spells more than 4 GiB of symbols",

@@ -119,8 +119,16 @@ static int norm_parse_one(struct norm *nm, json_t *j, const char *path, int dept
     }
     int errcode;
     PCRE2_SIZE erroff;
-    s->re = pcre2_compile((PCRE2_SPTR)json_string_value(re), json_string_length(re),
+    if (json_string_length(re) > 65536)
+        return err_set(ERR_UNSUPPORTED, "%s: normalizer Replace: a pattern of more than 64 KiB",
+                       path);
+    char *translated = malloc(json_string_length(re) * 64 + 1);
+    if (!translated)
+        return err_set(ERR_NOMEM, "out of memory for the normalizer");
+    bpe_regex_translate(json_string_value(re), translated);
+    s->re = pcre2_compile((PCRE2_SPTR)translated, PCRE2_ZERO_TERMINATED,
                           PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &errcode, &erroff, NULL);
+    free(translated);
     if (!s->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(errcode, msg, sizeof(msg));

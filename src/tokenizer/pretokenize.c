@@ -39,6 +39,9 @@ static const char GPT2_PATTERN[] =
 /* Rust's char::is_whitespace (Unicode White_Space), which is not PCRE2's \s
  * (that one takes U+180E as well). */
 #define WS_CLASS "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+/* Rust regex's Unicode \w: Alphabetic, marks, decimal digits, connector
+ * punctuation and the two joiners. */
+#define RUST_WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}"
 /* Hugging Face's is_punctuation: ASCII punctuation or Unicode P*. */
 #define PUNCT_CLASS "\\p{P}!-/:-@\\[-`{-~"
 
@@ -84,7 +87,7 @@ void pretok_close(struct pretok *p)
  * becomes the explicit class, inside a class or out, and \S outside one its
  * complement (a \S inside a class stays PCRE2's). Every other escape, class
  * and group is copied as it is. */
-static void pretok_translate(const char *in, char *out)
+void bpe_regex_translate(const char *in, char *out)
 {
     size_t o = 0;
     bool in_class = false;
@@ -137,14 +140,31 @@ static int pretok_compile(const char *pattern, bool literal, const char *what, p
 {
     int errcode;
     PCRE2_SIZE erroff;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0);
-    char *translated = NULL;
-    if (!literal) {
-        if (!(translated = malloc(strlen(pattern) * 64 + 1)))
-            return err_set(ERR_NOMEM, "%s: out of memory for the regex", what);
-        pretok_translate(pattern, translated);
-        pattern = translated;
+    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF;
+    char *translated = malloc(strlen(pattern) * 64 + 8);
+    if (!translated)
+        return err_set(ERR_NOMEM, "%s: out of memory for the regex", what);
+    if (literal) {
+        /* PCRE2_LITERAL refuses PCRE2_MATCH_INVALID_UTF: quote it instead,
+         * each \E in it closing the quote, written as \\E, and reopening. */
+        size_t o = 0;
+        translated[o++] = '\\';
+        translated[o++] = 'Q';
+        for (const char *c = pattern; *c; c++) {
+            if (c[0] == '\\' && c[1] == 'E') {
+                memcpy(translated + o, "\\E\\\\E\\Q", 8);
+                o += 8;
+                c++;
+            } else {
+                translated[o++] = *c;
+            }
+        }
+        memcpy(translated + o, "\\E", 3);
+        translated[o + 2] = '\0';
+    } else {
+        bpe_regex_translate(pattern, translated);
     }
+    pattern = translated;
     *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, opts, &errcode, &erroff, NULL);
     free(translated);
     if (!*re) {
@@ -296,8 +316,9 @@ static int pretok_parse_one(struct pretok *p, json_t *pt, const char *path, int 
             return rc;
         return pretok_add_regex(p, what, b1 ? "\\p{N}" : "\\p{N}+", false, BEH_ISOLATED, false);
     }
-    if (strcmp(type, "Whitespace") == 0)
-        return pretok_add_regex(p, what, "\\w+|[^\\w\\s]+", false, BEH_REMOVED, true);
+    if (strcmp(type, "Whitespace") == 0) /* with Rust regex's \\w and \\s, as HF has it */
+        return pretok_add_regex(p, what, "[" RUST_WORD "]+|[^" RUST_WORD WS_CLASS "]+", false,
+                                BEH_REMOVED, true);
     if (strcmp(type, "WhitespaceSplit") == 0)
         return pretok_add_regex(p, what, "[" WS_CLASS "]", false, BEH_REMOVED, false);
     if (strcmp(type, "Punctuation") == 0) {
