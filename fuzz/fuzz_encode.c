@@ -52,8 +52,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
-    unsigned k = data[0] % N_TOKENIZERS;
-    const struct bpe *t = tok(k);
+    unsigned which = data[0] % N_TOKENIZERS;
+    const struct bpe *t = tok(which);
     data++;
     size--;
     int32_t *ids = NULL;
@@ -62,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     char *text = NULL;
     size_t len = 0;
-    if (k < 3 && utf8_valid(data, size)) {
+    if (which < 3 && utf8_valid(data, size)) {
         if (bpe_decode(t, ids, n, false, &text, &len) < 0 || len != size ||
             memcmp(text, data, size) != 0)
             abort(); /* valid UTF-8 did not round-trip */
