@@ -268,39 +268,36 @@ static int dec_step(const struct bpe_dec_step *st, const unsigned char *s, size_
     return 0;
 }
 
-int bpe_decoder_token(const struct bpe_decoder *d, const char *sym, size_t n, unsigned char **buf,
-                      size_t *len, size_t *cap)
+void bpe_dec_scratch_free(struct bpe_dec_scratch *sc)
 {
-    /* Two scratch buffers, swapped after each step; kept across calls. */
-    static _Thread_local unsigned char *a, *b;
-    static _Thread_local size_t a_cap, b_cap;
+    free(sc->a);
+    free(sc->b);
+    memset(sc, 0, sizeof(*sc));
+}
+
+int bpe_decoder_token(const struct bpe_decoder *d, struct bpe_dec_scratch *sc, const char *sym,
+                      size_t n, unsigned char **buf, size_t *len, size_t *cap)
+{
+    /* The steps ping-pong between the two scratch buffers. */
     int rc;
-    if (sym == NULL) { /* release the scratch buffers */
-        free(a);
-        free(b);
-        a = b = NULL;
-        a_cap = b_cap = 0;
-        return 0;
-    }
-    if ((rc = buf_reserve(&a, &a_cap, n + 1)) < 0)
+    if ((rc = buf_reserve(&sc->a, &sc->a_cap, n + 1)) < 0)
         return rc;
-    memcpy(a, sym, n);
+    memcpy(sc->a, sym, n);
     size_t an = n;
     for (size_t i = 0; i < d->n; i++) {
         size_t bn;
-        if ((rc = dec_step(&d->steps[i], a, an, &b, &bn, &b_cap)) < 0)
+        if ((rc = dec_step(&d->steps[i], sc->a, an, &sc->b, &bn, &sc->b_cap)) < 0)
             return rc;
-        unsigned char *t = a;
-        size_t tc = a_cap;
-        a = b;
-        a_cap = b_cap;
-        b = t;
-        b_cap = tc;
+        struct bpe_dec_scratch t = *sc;
+        sc->a = t.b;
+        sc->a_cap = t.b_cap;
+        sc->b = t.a;
+        sc->b_cap = t.a_cap;
         an = bn;
     }
     if ((rc = buf_reserve(buf, cap, *len + an + 1)) < 0)
         return rc;
-    memcpy(*buf + *len, a, an);
+    memcpy(*buf + *len, sc->a, an);
     *len += an;
     return 0;
 }

@@ -165,11 +165,17 @@ int norm_run(const struct norm *nm, const unsigned char *in, size_t n, unsigned 
 
 /* Decoder (bpe_decoder.c): parses tokenizer.json's "decoder" (byte_level:
  * what a null decoder means), and turns one symbol into the bytes it decodes
- * to, appended to a malloc'd buffer *buf of *cap bytes at *len. */
+ * to, appended to a malloc'd buffer *buf of *cap bytes at *len, with scratch
+ * space sc (zeroed at first, freed by bpe_dec_scratch_free). */
 int bpe_decoder_parse(struct bpe_decoder *d, json_t *j, bool byte_level, const char *path);
 void bpe_decoder_free(struct bpe_decoder *d);
-int bpe_decoder_token(const struct bpe_decoder *d, const char *sym, size_t n, unsigned char **buf,
-                      size_t *len, size_t *cap);
+struct bpe_dec_scratch {
+    unsigned char *a, *b;
+    size_t a_cap, b_cap;
+};
+int bpe_decoder_token(const struct bpe_decoder *d, struct bpe_dec_scratch *sc, const char *sym,
+                      size_t n, unsigned char **buf, size_t *len, size_t *cap);
+void bpe_dec_scratch_free(struct bpe_dec_scratch *sc);
 
 /* Loading (bpe.c, bpe_vocab.c, bpe_special.c). */
 /* Reads a whole file; *data is malloc'd and NUL-terminated, owned by the caller. */

@@ -231,6 +231,7 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
     uint32_t *added_of = NULL; /* (n_ids) id -> index in t->added + 1; 0: not added */
     unsigned char *buf = NULL;
     size_t len = 0, cap = 0;
+    struct bpe_dec_scratch sc = {0};
 
     t->n_vocab = n_ids;
     t->tok_off = calloc((size_t)n_ids + 1, sizeof(*t->tok_off));
@@ -270,7 +271,7 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
             n = sl->len;
             t->tok_flags[id] = BPE_TOK_PRESENT;
         }
-        rc = bpe_decoder_token(dec, sym, n, &buf, &len, &cap);
+        rc = bpe_decoder_token(dec, &sc, sym, n, &buf, &len, &cap);
         free(normed);
         if (rc < 0)
             goto out;
@@ -315,7 +316,7 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
 nomem:
     rc = err_set(ERR_NOMEM, "%s: out of memory for a vocabulary of %d ids", vocab_name, n_ids);
 out:
-    (void)bpe_decoder_token(dec, NULL, 0, NULL, NULL, NULL);
+    bpe_dec_scratch_free(&sc);
     free(buf);
     free(added_of);
     return rc;
