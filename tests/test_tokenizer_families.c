@@ -337,7 +337,7 @@ static void check_refused(void)
         {"{\"type\": \"Sequence\", \"pretokenizers\": 3}", "", "", "pretokenizers"},
         {"{\"type\": \"ByteLevel\", \"add_prefix_space\": \"yes\"}", "", "", "add_prefix_space"},
         {"[1, 2]", "", "", "pre_tokenizer"},
-        {"null", "", ", \"normalizer\": {\"type\": \"NFKC\"}", "normalizer type \"NFKC\""},
+        {"null", "", ", \"normalizer\": {\"type\": \"Precompiled\"}", "normalizer type \"Precompiled\""},
         {"null", "", ", \"normalizer\": {\"type\": \"Lowercase\"}", "normalizer type \"Lowercase\""},
         {"null", "", ", \"decoder\": {\"type\": \"WordPiece\"}", "decoder type \"WordPiece\""},
         {"null", "", ", \"decoder\": {\"type\": \"Metaspace\"}", "decoder type \"Metaspace\""},

@@ -273,6 +273,17 @@ def variant_specs():
               {"normalizer": SP_NORM,
                "added_tokens+": [added(None, "<|plain|>", special=False, normalized=True),
                                  added(None, "<|R|>", rstrip=True), added(None, "<|L|>", lstrip=True)]}))
+    for form in ["NFC", "NFD", "NFKC", "NFKD"]:
+        v.append((f"normalizer-{form.lower()}", "byte",
+                  {"normalizer": {"type": form},
+                   "pre_tokenizer": seq(split(LLAMA3_RE, iso), bl())}))
+    v.append(("normalizer-strip-nfkc", "byte",
+              {"normalizer": {"type": "Sequence", "normalizers": [
+                  {"type": "Strip", "strip_left": True, "strip_right": True}, {"type": "NFKC"}]},
+               "pre_tokenizer": seq(split(LLAMA3_RE, iso), bl())}))
+    v.append(("sp-nfkc-llama2", "sp",
+              {"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}] +
+                              SP_NORM["normalizers"]}}))
     v.append(("sp-digits-then-metaspace", "sp",
               {"pre_tokenizer": seq({"type": "Digits", "individual_digits": True},
                                     {"type": "Metaspace", "replacement": "\u2581",
@@ -306,7 +317,11 @@ def make_variants(seed):
     base = {"byte": train("byte", train_texts), "sp": train("sp", train_texts)}
     extra = ["<|L|>", " <|L|>x", "x  <|R|>  y", "word", "a word b", "swordfish", "word_x",
              "<|plain|>", " <|plain|> ", "x<|plain|>y", "12345", "a  b   c", " lead", "trail ",
-             "\u2581x", "ab AB aB 's 'S", "\U0001f600\U0001f600", "\u00e9\u00e8", "\x00\x01"]
+             "\u2581x", "ab AB aB 's 'S", "\U0001f600\U0001f600", "\u00e9\u00e8", "\x00\x01",
+             "e\u0301", "\u1e0b\u0323", "q\u0307\u0323", "\uac00\u11a8", "\u1100\u1161\u11a8",
+             "\ufb01", "\u2460", "\u00bd", "\u212b", "\u0344", "\u0f73", "\u1e9b\u0323",
+             "A\u030a\u0301", "a\u0328\u0301\u0323", "\u0300a", "\ufdfa", "\u3300",
+             "\uff21\uff22", "\u00c5\u0316", "\u0b47\u0b3e", "  strip me  "]
     out = []
     for spec in variant_specs():
         name, kind, changes = spec[:3]

@@ -156,6 +156,12 @@ int pretok_split(const struct pretok *p, const unsigned char *text, size_t n, bo
  * room for 64 bytes per byte of in (pretokenize.c). */
 void bpe_regex_translate(const char *in, char *out);
 
+/* Unicode normalization forms (unicode_norm.c): in[0..n) into *out
+ * (malloc'd, owned by the caller); bytes that are not UTF-8 pass through. */
+enum unicode_form { UN_NFC, UN_NFD, UN_NFKC, UN_NFKD };
+int unicode_normalize(enum unicode_form form, const unsigned char *in, size_t n,
+                      unsigned char **out, size_t *out_n);
+
 /* Normalizer (normalize.c). */
 int norm_open_json(json_t *j, const char *path, struct norm **out); /* *out NULL for null */
 void norm_close(struct norm *nm);
