@@ -123,7 +123,8 @@ int unicode_normalize(enum unicode_form form, const unsigned char *in, size_t n,
         unsigned char *copy = malloc(n + 1);
         if (!copy)
             return err_set(ERR_NOMEM, "out of memory normalizing text");
-        memcpy(copy, in, n);
+        if (n > 0)
+            memcpy(copy, in, n);
         *out = copy;
         *out_n = n;
         return 0;
