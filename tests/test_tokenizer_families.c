@@ -340,7 +340,7 @@ static void check_refused(void)
         {"null", "", ", \"normalizer\": {\"type\": \"Precompiled\"}", "normalizer type \"Precompiled\""},
         {"null", "", ", \"normalizer\": {\"type\": \"Lowercase\"}", "normalizer type \"Lowercase\""},
         {"null", "", ", \"decoder\": {\"type\": \"WordPiece\"}", "decoder type \"WordPiece\""},
-        {"null", "", ", \"decoder\": {\"type\": \"Metaspace\"}", "decoder type \"Metaspace\""},
+        {"null", "", ", \"decoder\": {\"type\": \"CTC\"}", "decoder type \"CTC\""},
         {"null", "", ", \"decoder\": null", "null decoder"},
         {"null", "", ", \"post_processor\": {\"type\": \"Weird\"}", "post_processor type \"Weird\""},
         {"null", ", \"dropout\": 0.1", "", "dropout"},

@@ -284,6 +284,17 @@ def variant_specs():
     v.append(("sp-nfkc-llama2", "sp",
               {"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}] +
                               SP_NORM["normalizers"]}}))
+    for scheme in ["first", "always", "never"]:
+        ms = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme, "split": True}
+        v.append((f"sp-metaspace-decoder-{scheme}", "sp",
+                  {"pre_tokenizer": ms,
+                   "decoder": {"type": "Sequence", "decoders": [
+                       ms, {"type": "ByteFallback"}, {"type": "Fuse"}]}}))
+    v.append(("sp-metaspace-decoder-alone", "sp",
+              {"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581",
+                                 "prepend_scheme": "first", "split": False},
+               "decoder": {"type": "Metaspace", "replacement": "\u2581",
+                           "prepend_scheme": "first", "split": False}}))
     v.append(("sp-digits-then-metaspace", "sp",
               {"pre_tokenizer": seq({"type": "Digits", "individual_digits": True},
                                     {"type": "Metaspace", "replacement": "\u2581",

@@ -270,6 +270,9 @@ void bpe_close(struct bpe *t)
     if (t->syms)
         bpe_symtab_free(t->syms);
     free(t->syms);
+    free(t->first_id);
+    free(t->first_off);
+    free(t->first_bytes);
     bpe_addset_free(&t->raw_set);
     bpe_addset_free(&t->norm_set);
     for (size_t i = 0; i < t->n_added; i++)

@@ -58,12 +58,14 @@ struct pretok;
 struct norm;
 
 /* One step of a decoder, applied to each token's text at load (bpe_decoder.c). */
-enum bpe_dec_kind { DEC_BYTE_LEVEL, DEC_REPLACE, DEC_BYTE_FALLBACK, DEC_STRIP };
+enum bpe_dec_kind { DEC_BYTE_LEVEL, DEC_REPLACE, DEC_BYTE_FALLBACK, DEC_STRIP, DEC_METASPACE };
 struct bpe_dec_step {
     enum bpe_dec_kind kind;
-    char *pattern, *content; /* Replace: every pattern -> content; Strip: content is one char */
+    char *pattern, *content; /* Replace: every pattern -> content; Strip: content is one char;
+                              * Metaspace: pattern is the replacement, content " " */
     size_t pattern_len, content_len;
     size_t start, stop; /* Strip: how many content chars to cut at each end */
+    bool drop_first;    /* Metaspace: the first token loses every replacement instead */
 };
 #define BPE_DEC_MAX_STEPS 16
 struct bpe_decoder {
@@ -73,6 +75,7 @@ struct bpe_decoder {
      * copies of strip_char. */
     char strip_char[5];
     size_t strip_char_len, strip_start;
+    bool first_differs; /* a Metaspace step decodes the first token its own way */
 };
 
 struct bpe {
@@ -108,6 +111,13 @@ struct bpe {
     /* Whole-output Strip of the decoder (bpe_decoder.c). */
     char strip_char[5];
     size_t strip_char_len, strip_start;
+    /* Tokens whose bytes differ when they come first (Metaspace's decoder):
+     * first_id[i] (ascending) decodes to first_bytes[first_off[i] ..
+     * first_off[i + 1]) there. */
+    int32_t *first_id;
+    uint32_t *first_off;
+    unsigned char *first_bytes;
+    size_t n_first;
 };
 
 /* Pair table (bpe_merge.c). */
@@ -179,8 +189,9 @@ struct bpe_dec_scratch {
     unsigned char *a, *b;
     size_t a_cap, b_cap;
 };
-int bpe_decoder_token(const struct bpe_decoder *d, struct bpe_dec_scratch *sc, const char *sym,
-                      size_t n, unsigned char **buf, size_t *len, size_t *cap);
+/* first: the token comes first in the output (Metaspace's rule). */
+int bpe_decoder_token(const struct bpe_decoder *d, struct bpe_dec_scratch *sc, bool first,
+                      const char *sym, size_t n, unsigned char **buf, size_t *len, size_t *cap);
 void bpe_dec_scratch_free(struct bpe_dec_scratch *sc);
 
 /* Loading (bpe.c, bpe_vocab.c, bpe_special.c). */

@@ -224,6 +224,57 @@ int bpe_symtab_from_json(struct bpe_symtab *st, json_t *vocab, const char *path)
 
 /* ---- token table ---- */
 
+/* Records id's first-place bytes when they differ from its bytes b[0..n)
+ * (a Metaspace decoder); *cap is the room in t->first_id and t->first_off,
+ * *bcap in t->first_bytes. */
+static int bpe_first_add(struct bpe *t, const struct bpe_decoder *dec, struct bpe_dec_scratch *sc,
+                         int32_t id, const char *sym, size_t sn, const unsigned char *b, size_t n,
+                         size_t *cap, size_t *bcap)
+{
+    unsigned char *f = NULL;
+    size_t fl = 0, fc = 0;
+    int rc = bpe_decoder_token(dec, sc, true, sym, sn, &f, &fl, &fc);
+    if (rc < 0 || (fl == n && (n == 0 || memcmp(f, b, n) == 0))) {
+        free(f);
+        return rc;
+    }
+    if (t->n_first + 2 > *cap) {
+        size_t c = *cap ? 2 * *cap : 1024;
+        int32_t *ids = realloc(t->first_id, c * sizeof(*ids));
+        if (ids)
+            t->first_id = ids;
+        uint32_t *off = realloc(t->first_off, (c + 1) * sizeof(*off));
+        if (off)
+            t->first_off = off;
+        if (!ids || !off) {
+            free(f);
+            return err_set(ERR_NOMEM, "out of memory for the decoder's table");
+        }
+        if (*cap == 0)
+            t->first_off[0] = 0;
+        *cap = c;
+    }
+    uint32_t at = t->first_off[t->n_first];
+    if (at + fl + 1 > *bcap) {
+        size_t c = *bcap ? *bcap : 4096;
+        while (c < at + fl + 1)
+            c *= 2;
+        unsigned char *fb = realloc(t->first_bytes, c);
+        if (!fb) {
+            free(f);
+            return err_set(ERR_NOMEM, "out of memory for the decoder's table");
+        }
+        t->first_bytes = fb;
+        *bcap = c;
+    }
+    if (fl)
+        memcpy(t->first_bytes + at, f, fl);
+    free(f);
+    t->first_id[t->n_first] = id;
+    t->first_off[++t->n_first] = at + (uint32_t)fl;
+    return 0;
+}
+
 int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids,
                     const struct bpe_decoder *dec, const char *vocab_name)
 {
@@ -232,6 +283,7 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
     unsigned char *buf = NULL;
     size_t len = 0, cap = 0;
     struct bpe_dec_scratch sc = {0};
+    size_t first_cap = 0, first_bcap = 0;
 
     t->n_vocab = n_ids;
     t->tok_off = calloc((size_t)n_ids + 1, sizeof(*t->tok_off));
@@ -271,7 +323,10 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
             n = sl->len;
             t->tok_flags[id] = BPE_TOK_PRESENT;
         }
-        rc = bpe_decoder_token(dec, &sc, sym, n, &buf, &len, &cap);
+        rc = bpe_decoder_token(dec, &sc, false, sym, n, &buf, &len, &cap);
+        if (rc == 0 && dec->first_differs)
+            rc = bpe_first_add(t, dec, &sc, id, sym, n, buf + t->tok_off[id], len - t->tok_off[id],
+                               &first_cap, &first_bcap);
         free(normed);
         if (rc < 0)
             goto out;
