@@ -596,8 +596,9 @@ static void test_errors(void)
     remove_all();
     write_file("tokenizer.json", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}");
     check_open_fails(tmp_dir, "WordPiece", "tokenizer.json WordPiece");
-    write_file("tokenizer.json", "{\"normalizer\": {\"type\": \"Lowercase\"}, \"model\": {\"type\": "
-                                 "\"BPE\", \"vocab\": {}, \"merges\": []}}");
+    write_file("tokenizer.json",
+               "{\"normalizer\": {\"type\": \"Lowercase\"}, \"model\": {\"type\": "
+               "\"BPE\", \"vocab\": {}, \"merges\": []}}");
     check_open_fails(tmp_dir, "normalizer", "tokenizer.json with a normalizer");
     json_t *tj = json_pack("{s:{s:s}, s:{s:s, s:o, s:[s, i]}}", "pre_tokenizer", "type",
                            "ByteLevel", "model", "type", "BPE", "vocab", minimal_vocab(), "merges",

@@ -227,14 +227,12 @@ static void check_family(const char *fam, int32_t bos, bool adds_bos, const char
     json_decref(ref);
 
     /* The differential corpus. */
-    snprintf(path, sizeof(path), "%s/tests/fixtures/tokenizers/%s.json", SHARDSWAP_SOURCE_DIR,
-             fam);
+    snprintf(path, sizeof(path), "%s/tests/fixtures/tokenizers/%s.json", SHARDSWAP_SOURCE_DIR, fam);
     json_t *doc = load_json(path);
     struct tally y = {0};
     snprintf(label, sizeof(label), "%s corpus", fam);
     t0 = now_ms();
-    json_array_foreach(json_object_get(doc, "cases"), i, c)
-        check_case(t, c, &y, &shown, label);
+    json_array_foreach(json_object_get(doc, "cases"), i, c) check_case(t, c, &y, &shown, label);
     CHECK_MSG(y.cases >= 1000, "%s: only %zu corpus cases", fam, y.cases);
     CHECK_MSG(y.bad_ids + y.bad_sp + y.bad_dec + y.bad_rt + y.bad_stream == 0,
               "%s: corpus mismatches: ids %zu, with special tokens %zu, decode %zu, round trip "
@@ -304,8 +302,7 @@ static void check_variants(void)
         int shown = 0;
         size_t k;
         json_t *c;
-        json_array_foreach(json_object_get(v, "cases"), k, c)
-            check_case(t, c, &y, &shown, name);
+        json_array_foreach(json_object_get(v, "cases"), k, c) check_case(t, c, &y, &shown, name);
         CHECK_MSG(y.bad_ids + y.bad_sp + y.bad_dec + y.bad_rt + y.bad_stream == 0,
                   "variant %s: mismatches: ids %zu, special %zu, decode %zu, round trip %zu, "
                   "stream %zu",
@@ -337,12 +334,15 @@ static void check_refused(void)
         {"{\"type\": \"Sequence\", \"pretokenizers\": 3}", "", "", "pretokenizers"},
         {"{\"type\": \"ByteLevel\", \"add_prefix_space\": \"yes\"}", "", "", "add_prefix_space"},
         {"[1, 2]", "", "", "pre_tokenizer"},
-        {"null", "", ", \"normalizer\": {\"type\": \"Precompiled\"}", "normalizer type \"Precompiled\""},
-        {"null", "", ", \"normalizer\": {\"type\": \"Lowercase\"}", "normalizer type \"Lowercase\""},
+        {"null", "", ", \"normalizer\": {\"type\": \"Precompiled\"}",
+         "normalizer type \"Precompiled\""},
+        {"null", "", ", \"normalizer\": {\"type\": \"Lowercase\"}",
+         "normalizer type \"Lowercase\""},
         {"null", "", ", \"decoder\": {\"type\": \"WordPiece\"}", "decoder type \"WordPiece\""},
         {"null", "", ", \"decoder\": {\"type\": \"CTC\"}", "decoder type \"CTC\""},
         {"null", "", ", \"decoder\": null", "null decoder"},
-        {"null", "", ", \"post_processor\": {\"type\": \"Weird\"}", "post_processor type \"Weird\""},
+        {"null", "", ", \"post_processor\": {\"type\": \"Weird\"}",
+         "post_processor type \"Weird\""},
         {"null", ", \"dropout\": 0.1", "", "dropout"},
         {"null", ", \"byte_fallback\": 3", "", "byte_fallback"},
     };
@@ -379,8 +379,9 @@ static void check_refused(void)
     /* A huge regex is refused at load, not matched slowly. */
     size_t big = 70000;
     char *tj = malloc(big + 512);
-    int o = snprintf(tj, 512, "{\"pre_tokenizer\": {\"type\": \"Split\", \"behavior\": "
-                              "\"Isolated\", \"pattern\": {\"Regex\": \"");
+    int o = snprintf(tj, 512,
+                     "{\"pre_tokenizer\": {\"type\": \"Split\", \"behavior\": "
+                     "\"Isolated\", \"pattern\": {\"Regex\": \"");
     memset(tj + o, 'a', big);
     snprintf(tj + o + big, 512, "\"}}, \"model\": {\"type\": \"BPE\", %s}}", VOCAB);
     write_text("tokenizer.json", tj);

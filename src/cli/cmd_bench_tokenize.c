@@ -32,7 +32,8 @@ static char *bench_tok_builtin(size_t bytes, size_t *len)
         "printf(\"%s\\n\", argv[i]);\n    return 0;\n}\n\n",
         "Les modèles de langue découpent le texte en unités. Straße, naïve café, ¿qué tal?\n\n",
         "大型语言模型把文本切分成词元。日本語のテキストも同じです。한국어 문장도 있습니다.\n\n",
-        "Привет, мир! Γειά σου κόσμε. مرحبا بالعالم. नमस्ते दुनिया 🙂👍🏽\n\n",
+        "Привет, мир! Γειά σου κόσμε. مرحبا بالعالم. नमस्ते दुनिया "
+        "🙂👍🏽\n\n",
         "   indented\tlines\r\n\twith   runs of    spaces and 3.14159 2.71828 1e-9\n\n",
     };
     size_t n_parts = sizeof(PARTS) / sizeof(PARTS[0]);
@@ -113,8 +114,8 @@ int bench_tokenize(int argc, char **argv)
         FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "directory with the tokenizer files"),
         FLAG("text", FLAG_STR, &text_path, "FILE",
              "UTF-8 text, documents separated by blank lines (default: a built-in mix)"),
-        FLAG_RANGE("mb", FLAG_INT, &mb, "N", "size of the built-in text in MB (default 4)", 1,
-                   1024, "1..1024"),
+        FLAG_RANGE("mb", FLAG_INT, &mb, "N", "size of the built-in text in MB (default 4)", 1, 1024,
+                   "1..1024"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of a table"),
     };
     int rc = args_parse("bench tokenize",
@@ -183,11 +184,11 @@ int bench_tokenize(int argc, char **argv)
     double mbytes = (double)len / 1e6;
     if (json) {
         rc = jsonout_print(json_pack(
-            "{s:s, s:o, s:o, s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "bench", "tokenize",
-            "model", jsonout_string(dir), "text", jsonout_string(text_path ? text_path : "builtin"),
-            "bytes", (json_int_t)len, "documents", (json_int_t)n_docs, "ids", (json_int_t)n_ids,
-            "open_ms", jsonout_real(t_open * 1e3, 1), "encode_s", jsonout_real(best_enc, 6),
-            "encode_mb_s", jsonout_real(mbytes / best_enc, 2), "encode_mtok_s",
+            "{s:s, s:o, s:o, s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "bench", "tokenize", "model",
+            jsonout_string(dir), "text", jsonout_string(text_path ? text_path : "builtin"), "bytes",
+            (json_int_t)len, "documents", (json_int_t)n_docs, "ids", (json_int_t)n_ids, "open_ms",
+            jsonout_real(t_open * 1e3, 1), "encode_s", jsonout_real(best_enc, 6), "encode_mb_s",
+            jsonout_real(mbytes / best_enc, 2), "encode_mtok_s",
             jsonout_real((double)n_ids / best_enc / 1e6, 3), "decode_mb_s",
             jsonout_real((double)dec_len / 1e6 / best_dec, 1)));
     } else {
@@ -198,8 +199,8 @@ int bench_tokenize(int argc, char **argv)
         printf("%-8s %10s %10s %12s\n", "", "seconds", "MB/s", "Mtokens/s");
         printf("%-8s %10.3f %10.2f %12.3f\n", "encode", best_enc, mbytes / best_enc,
                (double)n_ids / best_enc / 1e6);
-        printf("%-8s %10.3f %10.2f %12.3f\n", "decode", best_dec,
-               (double)dec_len / 1e6 / best_dec, (double)n_all / best_dec / 1e6);
+        printf("%-8s %10.3f %10.2f %12.3f\n", "decode", best_dec, (double)dec_len / 1e6 / best_dec,
+               (double)n_all / best_dec / 1e6);
         printf("one thread, best of %d passes; encode is per document, decode the whole text\n",
                BENCH_TOK_PASSES);
     }

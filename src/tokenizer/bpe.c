@@ -223,7 +223,8 @@ int bpe_open(const char *dir, struct bpe **out)
     int32_t n_ids = vocab.n_ids;
     if ((rc = bpe_special_load(t, dir, layout, tokjson, &vocab, &n_ids)) < 0)
         goto fail;
-    if ((rc = bpe_added_sort(t)) < 0 || (rc = bpe_vocab_build(t, &vocab, n_ids, &dec, vocab_path)) < 0)
+    if ((rc = bpe_added_sort(t)) < 0 ||
+        (rc = bpe_vocab_build(t, &vocab, n_ids, &dec, vocab_path)) < 0)
         goto fail;
     memcpy(t->strip_char, dec.strip_char, sizeof(t->strip_char));
     t->strip_char_len = dec.strip_char_len;

@@ -153,13 +153,12 @@ static int dec_parse_one(struct bpe_decoder *d, json_t *j, bool *fused, bool byt
             json_string_length(repl) > 4 ||
             utf8_decode_one((const unsigned char *)json_string_value(repl),
                             json_string_length(repl), &cp) != json_string_length(repl))
-            return err_set(ERR_FORMAT, "%s: decoder Metaspace: \"replacement\" must be one character",
-                           path);
+            return err_set(ERR_FORMAT,
+                           "%s: decoder Metaspace: \"replacement\" must be one character", path);
         if (scheme && !json_is_string(scheme))
             return err_set(ERR_FORMAT, "%s: decoder Metaspace: \"prepend_scheme\" is not a string",
                            path);
-        if ((rc = dec_str(repl, &s->pattern, &s->pattern_len)) < 0 ||
-            !(s->content = malloc(2)))
+        if ((rc = dec_str(repl, &s->pattern, &s->pattern_len)) < 0 || !(s->content = malloc(2)))
             return rc < 0 ? rc : err_set(ERR_NOMEM, "out of memory for the decoder");
         memcpy(s->content, " ", 2);
         s->content_len = 1;

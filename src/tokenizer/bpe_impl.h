@@ -100,10 +100,10 @@ struct bpe {
      * word starts as one symbol per byte; else symbols are text and a word
      * starts as one symbol per character (SentencePiece-style). */
     bool byte_level;
-    bool ignore_merges; /* a word that is itself a symbol is that one id */
-    bool byte_fallback; /* a character without a symbol becomes its <0xNN> bytes */
-    bool fuse_unk;      /* consecutive unknown characters become one unk */
-    int32_t model_unk;  /* the model's unk_token id, -1 when none */
+    bool ignore_merges;       /* a word that is itself a symbol is that one id */
+    bool byte_fallback;       /* a character without a symbol becomes its <0xNN> bytes */
+    bool fuse_unk;            /* consecutive unknown characters become one unk */
+    int32_t model_unk;        /* the model's unk_token id, -1 when none */
     int32_t fallback_id[256]; /* id of <0xNN>, -1 when missing */
     struct bpe_symtab *syms;  /* symbol -> id, as the vocabulary spells it */
     struct norm *normalizer;  /* NULL: none */

@@ -363,7 +363,8 @@ static int bpe_tpl_parse(const struct bpe_special_ctx *c, json_t *pp, struct bpe
     json_t *single = json_object_get(pp, "single");
     json_t *specials = json_object_get(pp, "special_tokens");
     if (!json_is_array(single))
-        return err_set(ERR_FORMAT, "tokenizer.json: TemplateProcessing: \"single\" is not an array");
+        return err_set(ERR_FORMAT,
+                       "tokenizer.json: TemplateProcessing: \"single\" is not an array");
     struct bpe_tpl own = {0};
     bool seen_a = false;
     size_t i;
@@ -382,8 +383,8 @@ static int bpe_tpl_parse(const struct bpe_special_ctx *c, json_t *pp, struct bpe
             continue;
         }
         json_t *name = json_object_get(sp, "id");
-        json_t *ent = json_is_string(name) ? json_object_get(specials, json_string_value(name))
-                                            : NULL;
+        json_t *ent =
+            json_is_string(name) ? json_object_get(specials, json_string_value(name)) : NULL;
         json_t *ids = json_object_get(ent, "ids");
         if (!json_is_array(ids) && json_is_string(name)) {
             /* Not in "special_tokens": the token of that name, as older files mean it. */
@@ -417,7 +418,8 @@ static int bpe_tpl_parse(const struct bpe_special_ctx *c, json_t *pp, struct bpe
         }
     }
     if (!seen_a)
-        return err_set(ERR_FORMAT, "tokenizer.json: TemplateProcessing: \"single\" has no Sequence A");
+        return err_set(ERR_FORMAT,
+                       "tokenizer.json: TemplateProcessing: \"single\" has no Sequence A");
     if ((rc = bpe_tpl_add(tp, true, own.pre, own.n_pre)) < 0)
         return rc;
     return bpe_tpl_add(tp, false, own.suf, own.n_suf);

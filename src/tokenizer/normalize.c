@@ -25,7 +25,7 @@ struct norm_step {
     enum norm_kind kind;
     enum unicode_form form; /* NORM_UNICODE */
     bool left, right;       /* NORM_STRIP: which ends lose their white space */
-    char *text; /* Prepend's text, or Replace's String pattern */
+    char *text;             /* Prepend's text, or Replace's String pattern */
     size_t text_len;
     char *content; /* Replace's replacement */
     size_t content_len;
@@ -157,8 +157,8 @@ static int norm_parse_one(struct norm *nm, json_t *j, const char *path, int dept
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(errcode, msg, sizeof(msg));
         return err_set(ERR_FORMAT,
-                       "%s: normalizer Replace: the regex does not compile at offset %zu: %s",
-                       path, (size_t)erroff, (const char *)msg);
+                       "%s: normalizer Replace: the regex does not compile at offset %zu: %s", path,
+                       (size_t)erroff, (const char *)msg);
     }
     (void)pcre2_jit_compile(s->re, PCRE2_JIT_COMPLETE);
     return 0;
@@ -208,9 +208,9 @@ static int nbuf_put(struct nbuf *b, const void *s, size_t n)
 /* Rust's char::is_whitespace, which Strip uses. */
 static bool norm_is_space(uint32_t cp)
 {
-    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 ||
-           cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
-           cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+           cp == 0x205F || cp == 0x3000;
 }
 
 /* The length of the white-space character at s[i..n), or 0. */
@@ -248,7 +248,8 @@ static const unsigned char *bytes_find(const unsigned char *s, size_t n, const c
 }
 
 /* Applies one step to in[0..n) into out (emptied first). */
-static int norm_apply(const struct norm_step *s, const unsigned char *in, size_t n, struct nbuf *out)
+static int norm_apply(const struct norm_step *s, const unsigned char *in, size_t n,
+                      struct nbuf *out)
 {
     out->n = 0;
     int rc = 0;

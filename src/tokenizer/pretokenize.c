@@ -38,7 +38,9 @@ static const char GPT2_PATTERN[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 /* Rust's char::is_whitespace (Unicode White_Space), which is not PCRE2's \s
  * (that one takes U+180E as well). */
-#define WS_CLASS "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+#define WS_CLASS                                                                                   \
+    "\\t-\\r "                                                                                     \
+    "\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
 /* Rust regex's Unicode \w: Alphabetic, marks, decimal digits, connector
  * punctuation and the two joiners. */
 #define RUST_WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}"
@@ -287,8 +289,8 @@ static int pretok_parse_one(struct pretok *p, json_t *pt, const char *path, int 
         const char *re = json_str(pat, "Regex"), *lit = json_str(pat, "String");
         enum pretok_behavior beh;
         if (!re && !lit)
-            return err_set(ERR_FORMAT, "%s: \"pattern\" must be {\"Regex\": ...} or {\"String\": ...}",
-                           what);
+            return err_set(ERR_FORMAT,
+                           "%s: \"pattern\" must be {\"Regex\": ...} or {\"String\": ...}", what);
         if (strlen(re ? re : lit) > 65536)
             return err_set(ERR_UNSUPPORTED, "%s: a pattern of more than 64 KiB", what);
         if (lit && !*lit)
@@ -476,7 +478,8 @@ static int pretok_split_re(struct pretok_run *r, size_t i, const unsigned char *
                            bool first)
 {
     const struct pretok_step *st = &r->p->steps[i];
-    struct pretok_emit e = {.r = r, .next_step = i + 1, .s = s, .first = first, .beh = st->behavior};
+    struct pretok_emit e = {
+        .r = r, .next_step = i + 1, .s = s, .first = first, .beh = st->behavior};
     pcre2_match_data *md = r->md[i];
     size_t pos = 0, prev = 0;
     uint32_t opts = 0;
@@ -513,8 +516,7 @@ static int pretok_split_re(struct pretok_run *r, size_t i, const unsigned char *
 }
 
 /* Applies step i (and those after it) to the piece s[0..n). */
-static int pretok_step(struct pretok_run *r, size_t i, const unsigned char *s, size_t n,
-                       bool first)
+static int pretok_step(struct pretok_run *r, size_t i, const unsigned char *s, size_t n, bool first)
 {
     if (n == 0)
         return 0;
@@ -567,7 +569,8 @@ int pretok_split(const struct pretok *p, const unsigned char *text, size_t n, bo
     struct pretok_run r = {.p = p, .fn = fn, .ctx = ctx};
     int rc = 0;
     for (size_t i = 0; i < p->n; i++) {
-        if (p->steps[i].re && !(r.md[i] = pcre2_match_data_create_from_pattern(p->steps[i].re, NULL))) {
+        if (p->steps[i].re &&
+            !(r.md[i] = pcre2_match_data_create_from_pattern(p->steps[i].re, NULL))) {
             rc = err_set(ERR_NOMEM, "out of memory for pre-tokenizer match data");
             goto done;
         }
