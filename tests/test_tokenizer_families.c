@@ -203,6 +203,14 @@ static void check_family(const char *fam, int32_t bos, bool adds_bos, const char
               fam, eot, bpe_token_id(t, eot, strlen(eot)), eot_id);
     CHECK(bpe_is_special(t, eot_id));
     CHECK(bpe_token_id(t, "no such token \x01", 15) == -1);
+    /* A vocabulary entry by the bytes it decodes to: " the" is one token in every family. */
+    int32_t *the = NULL;
+    size_t n_the = 0;
+    CHECK(bpe_encode(t, "the the", 7, false, &the, &n_the) == 0 && n_the == 2);
+    if (n_the == 2)
+        CHECK_MSG(bpe_token_id(t, " the", 4) == the[1], "%s: bpe_token_id(\" the\") = %d, want %d",
+                  fam, bpe_token_id(t, " the", 4), the[1]);
+    free(the);
 
     /* llama.cpp's reference cases. */
     snprintf(path, sizeof(path), "%s/tests/fixtures/tokenizers/%s_reference.json",
