@@ -249,6 +249,13 @@ int bpe_open(const char *dir, struct bpe **out)
         goto fail;
     }
     *t->syms = vocab;
+    if (!t->byte_level) {
+        size_t n = 0;
+        const char *c = norm_space_replacement(t->normalizer, &n);
+        if (!c)
+            c = pretok_space_replacement(t->pretok, &n);
+        bpe_split_check(t, c, n);
+    }
     bpe_decoder_free(&dec);
     json_decref(tokjson);
     *out = t;

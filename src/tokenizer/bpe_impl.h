@@ -106,7 +106,11 @@ struct bpe {
     int32_t model_unk;        /* the model's unk_token id, -1 when none */
     int32_t fallback_id[256]; /* id of <0xNN>, -1 when missing */
     struct bpe_symtab *syms;  /* symbol -> id, as the vocabulary spells it */
-    struct norm *normalizer;  /* NULL: none */
+    /* SentencePiece-style: the character that stands for a space, when no
+     * symbol has it after another character (words split there, bpe_merge.c). */
+    char split_char[5];
+    size_t split_len;
+    struct norm *normalizer; /* NULL: none */
     struct pretok *pretok;
     /* Whole-output Strip of the decoder (bpe_decoder.c). */
     char strip_char[5];
@@ -155,6 +159,8 @@ int pretok_open_gpt2(struct pretok **out);
  * *byte_level says whether a ByteLevel step is in it. path labels errors. */
 int pretok_open_json(json_t *pt, const char *path, struct pretok **out, bool *byte_level);
 void pretok_close(struct pretok *p);
+/* Metaspace's replacement character when a step has one, else NULL. */
+const char *pretok_space_replacement(const struct pretok *p, size_t *n);
 typedef int (*pretok_word_fn)(void *ctx, const unsigned char *word, size_t n);
 /* Splits text into words and calls fn on each in order; stops at the first
  * negative return and passes it on. first: the text starts the input
@@ -172,12 +178,21 @@ enum unicode_form { UN_NFC, UN_NFD, UN_NFKC, UN_NFKD };
 int unicode_normalize(enum unicode_form form, const unsigned char *in, size_t n,
                       unsigned char **out, size_t *out_n);
 
+/* Words of a SentencePiece-style model may be split before every space
+ * character c[0..n) (the normalizer's or Metaspace's replacement for " ")
+ * that follows another character when no symbol has c after another
+ * character and c is a symbol: sets t->split_char then (bpe_merge.c). */
+void bpe_split_check(struct bpe *t, const char *c, size_t n);
+
 /* Normalizer (normalize.c). */
 int norm_open_json(json_t *j, const char *path, struct norm **out); /* *out NULL for null */
 void norm_close(struct norm *nm);
 /* Normalizes in[0..n) into *out (malloc'd, owned by the caller). */
 int norm_run(const struct norm *nm, const unsigned char *in, size_t n, unsigned char **out,
              size_t *out_n);
+/* The one-character replacement the normalizer writes for " " (Replace
+ * {"String": " "}), or NULL. */
+const char *norm_space_replacement(const struct norm *nm, size_t *n);
 
 /* Decoder (bpe_decoder.c): parses tokenizer.json's "decoder" (byte_level:
  * what a null decoder means), and turns one symbol into the bytes it decodes

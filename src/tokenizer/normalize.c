@@ -343,3 +343,16 @@ int norm_run(const struct norm *nm, const unsigned char *in, size_t n, unsigned 
     *out_n = a.n;
     return 0;
 }
+
+const char *norm_space_replacement(const struct norm *nm, size_t *n)
+{
+    const char *r = NULL;
+    for (size_t i = 0; nm && i < nm->n; i++) {
+        const struct norm_step *s = &nm->steps[i];
+        if (s->kind == NORM_REPLACE && !s->re && s->text_len == 1 && s->text[0] == ' ') {
+            r = s->content;
+            *n = s->content_len;
+        }
+    }
+    return r;
+}

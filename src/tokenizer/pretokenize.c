@@ -387,6 +387,17 @@ int pretok_open_json(json_t *pt, const char *path, struct pretok **out, bool *by
     return 0;
 }
 
+const char *pretok_space_replacement(const struct pretok *p, size_t *n)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->steps[i].rewrite == RW_METASPACE) {
+            *n = p->steps[i].repl_len;
+            return p->steps[i].repl;
+        }
+    }
+    return NULL;
+}
+
 /* ---- running the steps ---- */
 
 struct pretok_run {
