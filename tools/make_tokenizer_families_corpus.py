@@ -208,6 +208,10 @@ def variant_specs():
     v.append(("split-llama3-regex", "byte", {"pre_tokenizer": seq(split(LLAMA3_RE, iso), bl())}))
     v.append(("bytelevel-gpt2-prefix", "byte", {"pre_tokenizer": bl(True, True)}))
     v.append(("bytelevel-gpt2", "byte", {"pre_tokenizer": bl(False, True)}))
+    v.append(("split-then-bytelevel-prefix", "byte",
+              {"pre_tokenizer": seq(split(LLAMA3_RE, iso), bl(True, False))}))
+    v.append(("split-then-bytelevel-prefix-regex", "byte",
+              {"pre_tokenizer": seq(split(r"\n", "Removed"), bl(True, True))}))
     v.append(("bytelevel-no-regex", "byte", {"pre_tokenizer": bl(False, False)}))
     for beh in ["Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"]:
         for inv in [False, True]:
