@@ -133,8 +133,8 @@ static bool stream_matches(const struct bpe *t, const int32_t *ids, size_t n, co
 }
 
 struct tally {
-    size_t cases, ids, sp, dec, rt, stream;
-    size_t bad_ids, bad_sp, bad_dec, bad_rt, bad_stream;
+    size_t cases, ids, sp, dec, rt, stream, dk;
+    size_t bad_ids, bad_sp, bad_dec, bad_rt, bad_stream, bad_dk;
 };
 
 /* One corpus case {"t", "ids", "sp"?, "dec"?}. */
@@ -174,6 +174,22 @@ static void check_case(const struct bpe *t, json_t *c, struct tally *y, int *sho
         fprintf(stderr, "%s: decode of \"%.*s\" gave \"%.*s\", want \"%.*s\"\n", label,
                 (int)(len > 60 ? 60 : len), text, (int)(got_len > 60 ? 60 : got_len),
                 got ? got : "", (int)(wd_len > 60 ? 60 : wd_len), wd);
+    json_t *dk = json_object_get(c, "dk");
+    if (dk) { /* special tokens kept: their content, through the decoder */
+        char *full = NULL;
+        size_t full_len = 0;
+        int rk = bpe_decode(t, want, n_want, false, &full, &full_len);
+        bool okk = rk == 0 && full_len == json_string_length(dk) &&
+                   memcmp(full, json_string_value(dk), full_len) == 0;
+        y->dk++;
+        y->bad_dk += !okk;
+        if (!okk && (*shown)++ < 5)
+            fprintf(stderr,
+                    "%s: decode with special tokens of \"%.*s\" gave \"%.*s\", want \"%s\"\n",
+                    label, (int)(len > 60 ? 60 : len), text, (int)(full_len > 60 ? 60 : full_len),
+                    full ? full : "", json_string_value(dk));
+        free(full);
+    }
     y->stream++;
     if (rc == 0 && !stream_matches(t, want, n_want, got, got_len)) {
         y->bad_stream++;
@@ -242,15 +258,16 @@ static void check_family(const char *fam, int32_t bos, bool adds_bos, const char
     t0 = now_ms();
     json_array_foreach(json_object_get(doc, "cases"), i, c) check_case(t, c, &y, &shown, label);
     CHECK_MSG(y.cases >= 1000, "%s: only %zu corpus cases", fam, y.cases);
-    CHECK_MSG(y.bad_ids + y.bad_sp + y.bad_dec + y.bad_rt + y.bad_stream == 0,
+    CHECK_MSG(y.bad_ids + y.bad_sp + y.bad_dec + y.bad_rt + y.bad_stream + y.bad_dk == 0,
               "%s: corpus mismatches: ids %zu, with special tokens %zu, decode %zu, round trip "
-              "%zu, stream %zu",
-              fam, y.bad_ids, y.bad_sp, y.bad_dec, y.bad_rt, y.bad_stream);
+              "%zu, stream %zu, decode keeping special tokens %zu",
+              fam, y.bad_ids, y.bad_sp, y.bad_dec, y.bad_rt, y.bad_stream, y.bad_dk);
     printf("%s: %zu corpus cases (tokenizers %s): ids %zu/%zu, with special tokens %zu/%zu, HF "
-           "decode %zu/%zu, lossless round trip %zu/%zu, stream = decode %zu/%zu (%.0f ms)\n",
+           "decode %zu/%zu, lossless round trip %zu/%zu, stream = decode %zu/%zu, decode keeping "
+           "special tokens %zu/%zu (%.0f ms)\n",
            fam, y.cases, json_string_value(json_object_get(doc, "tokenizers")), y.ids - y.bad_ids,
            y.ids, y.sp - y.bad_sp, y.sp, y.dec - y.bad_dec, y.dec, y.rt - y.bad_rt, y.rt,
-           y.stream - y.bad_stream, y.stream, now_ms() - t0);
+           y.stream - y.bad_stream, y.stream, y.dk - y.bad_dk, y.dk, now_ms() - t0);
     json_decref(doc);
     bpe_close(t);
 }
@@ -311,10 +328,10 @@ static void check_variants(void)
         size_t k;
         json_t *c;
         json_array_foreach(json_object_get(v, "cases"), k, c) check_case(t, c, &y, &shown, name);
-        CHECK_MSG(y.bad_ids + y.bad_sp + y.bad_dec + y.bad_rt + y.bad_stream == 0,
+        CHECK_MSG(y.bad_ids + y.bad_sp + y.bad_dec + y.bad_rt + y.bad_stream + y.bad_dk == 0,
                   "variant %s: mismatches: ids %zu, special %zu, decode %zu, round trip %zu, "
-                  "stream %zu",
-                  name, y.bad_ids, y.bad_sp, y.bad_dec, y.bad_rt, y.bad_stream);
+                  "stream %zu, decode keeping special tokens %zu",
+                  name, y.bad_ids, y.bad_sp, y.bad_dec, y.bad_rt, y.bad_stream, y.bad_dk);
         n_var++;
         total += y.cases;
         bpe_close(t);

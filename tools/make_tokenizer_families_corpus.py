@@ -13,7 +13,9 @@ tricks for (?i:'s) such as U+017F and U+212A) with what Hugging Face gives:
                 "ids": Tokenizer.from_file(...).encode(t, add_special_tokens=False).ids,
                 "sp": AutoTokenizer(dir)(t)["input_ids"]        (every 4th case only),
                 "dec": AutoTokenizer(dir).decode(ids, skip_special_tokens=True)
-                                                              (only when it is not t)}]}
+                                                              (only when it is not t),
+                "dk": AutoTokenizer(dir).decode(ids, skip_special_tokens=False)
+                                                              (every 4th case only)}]}
 
 A case without "dec" round-trips losslessly in Hugging Face: decode(encode(t))
 == t. tests/test_tokenizer_families.c checks every case exactly. The script
@@ -26,7 +28,7 @@ has no "sp" and the count is printed: the reference is the file.
 It also writes tests/fixtures/tokenizers/variants.json: small BPEs trained
 here (byte-level, and SentencePiece-style with <0xNN> byte tokens), each
 with one pre-tokenizer, normalizer, model option, post-processor or
-added-token setting, 79 cases each, in the same case format ("sp" from
+added-token setting, 100 cases each, in the same case format ("sp" from
 AutoTokenizer where a post-processor or tokenizer_config.json is given,
 else from tokenizers). Two have a tokenizer_config.json with add_bos_token /
 add_eos_token: transformers 5.24 drops those flags when a tokenizer.json is
@@ -358,6 +360,8 @@ def make_variants(seed):
                 if i % 3 == 0:
                     case["sp"] = (auto(t)["input_ids"] if auto else
                                   raw.encode(t, add_special_tokens=True).ids)
+                if i % 3 == 0:
+                    case["dk"] = raw.decode(ids, skip_special_tokens=False)
                 dec = raw.decode(ids, skip_special_tokens=True)
                 if dec != t:
                     case["dec"] = dec
@@ -404,6 +408,10 @@ def main():
             elif i % 4 == 0:
                 case["sp"] = auto(t)["input_ids"]
                 n_sp += 1
+            if i % 4 == 0:
+                case["dk"] = auto.decode(ids, skip_special_tokens=False)
+                if case["dk"] != raw.decode(ids, skip_special_tokens=False):
+                    sys.exit(f"{fam}: tokenizers and AutoTokenizer decode {t!r} differently")
             dec = auto.decode(ids, skip_special_tokens=True)
             if dec != raw.decode(ids, skip_special_tokens=True):
                 sys.exit(f"{fam}: tokenizers and AutoTokenizer decode {t!r} differently")
