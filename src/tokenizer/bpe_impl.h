@@ -1,8 +1,10 @@
 /* The inside of struct bpe, shared by the tokenizer's files and nobody else.
  *
- * Tokens are kept as the raw bytes they stand for, not as the byte-level
- * strings of vocab.json: encoding works on bytes and merges ids, decoding
- * concatenates bytes, so the byte-level alphabet is only needed at load time.
+ * The token table holds each id as the bytes it decodes to (what the
+ * decoder makes of its symbol: GPT-2's byte-level alphabet undone, "▁" made
+ * a space, <0xNN> made a byte), so decoding concatenates bytes. Encoding
+ * works on ids: a word's first symbols are looked up in the symbol table
+ * (as the vocabulary spells them) and merged through the pair table.
  */
 #ifndef SHARDSWAP_TOKENIZER_BPE_IMPL_H
 #define SHARDSWAP_TOKENIZER_BPE_IMPL_H

@@ -1,15 +1,18 @@
 /* The vocabulary: reading it, and turning it into the token table.
  *
  * vocab.json (OpenAI's name: encoder.json; tokenizer.json: "model"."vocab"):
- *   one JSON object {"<symbol>": <id>, ...} and nothing else. A symbol spells
- *   the token's bytes in the byte-level alphabet (byte_level.c), e.g. "Ġthe"
- *   is " the"; JSON escapes (\uXXXX, surrogate pairs, \n, ...) are allowed.
+ *   one JSON object {"<symbol>": <id>, ...} and nothing else. A byte-level
+ *   symbol spells the token's bytes in the byte-level alphabet (byte_level.c),
+ *   e.g. "Ġthe" is " the"; a SentencePiece-style one is text, e.g. "▁the",
+ *   which the decoder turns into " the"; JSON escapes (\uXXXX, surrogate
+ *   pairs, \n, ...) are allowed.
  *   Ids are integers in [0, BPE_MAX_ID); they need not be dense, but no
  *   two symbols may share one (decoding it would be ambiguous), and no
  *   symbol may appear twice (the JSON reader refuses duplicate keys).
- *   Every one of the 256 single-byte symbols must be present, or some input
- *   could not be encoded. A symbol may be "": Hugging Face loads it, and as
- *   BPE never produces an empty token, it only ever decodes, to nothing.
+ *   For a byte-level vocabulary every one of the 256 single-byte symbols must
+ *   be present, or some input could not be encoded; a SentencePiece-style
+ *   one may have <0x00>..<0xFF> for byte fallback. A symbol may be "": Hugging Face loads it, and
+ * as BPE never produces an empty token, it only ever decodes, to nothing.
  *
  * This flat shape gets its own parser rather than a general JSON library:
  * OPT's 50265 entries load in a few milliseconds instead of tens, which
