@@ -11,8 +11,9 @@
  *   symbol may appear twice (the JSON reader refuses duplicate keys).
  *   For a byte-level vocabulary every one of the 256 single-byte symbols must
  *   be present, or some input could not be encoded; a SentencePiece-style
- *   one may have <0x00>..<0xFF> for byte fallback. A symbol may be "": Hugging Face loads it, and
- * as BPE never produces an empty token, it only ever decodes, to nothing.
+ *   one may have <0x00>..<0xFF> for byte fallback. A symbol may be "":
+ *   Hugging Face loads it, and as BPE never produces an empty token, it only
+ *   ever decodes, to nothing.
  *
  * This flat shape gets its own parser rather than a general JSON library:
  * OPT's 50265 entries load in a few milliseconds instead of tens, which
