@@ -19,6 +19,7 @@
 #define BIN SHARDSWAP_BINARY
 #define FIXTURE SHARDSWAP_SOURCE_DIR "/tests/fixtures/models/pre_ln_f32"
 #define OPT_TOKENIZER SHARDSWAP_SOURCE_DIR "/data/tokenizer/opt"
+#define TOKENIZER_DATA SHARDSWAP_SOURCE_DIR "/data/tokenizer"
 
 static char tmp[64];
 
@@ -682,6 +683,31 @@ int main(void)
     CHECK_MSG(run(cmd, NULL, 0, err, sizeof(err)) == 0, "%s: %s", cmd, err);
     snprintf(cmd, sizeof(cmd), "printf 'A photo of a cat' | %s tokenize --model %s/mt", BIN, tmp);
     CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strcmp(out, "2 250 1345 9 10 4758\n") == 0);
+
+    /* every family's tokenizer.json committed in data/tokenizer, with and without the
+     * special tokens its post-processor adds (Hugging Face's ids) */
+    static const struct {
+        const char *family, *with, *without;
+    } FAMILIES[] = {
+        {"llama3", "9906 1917\n", "9906 1917\n"},
+        {"qwen2", "9707 1879\n", "9707 1879\n"},
+        {"llama2", "1 15043 3186\n", "15043 3186\n"},
+        {"phi3", "1 15043 3186\n", "15043 3186\n"},
+    };
+    for (size_t i = 0; i < sizeof(FAMILIES) / sizeof(FAMILIES[0]); i++) {
+        for (int no_bos = 0; no_bos < 2; no_bos++) {
+            snprintf(cmd, sizeof(cmd), "printf 'Hello world' | %s tokenize --model '%s/%s'%s", BIN,
+                     TOKENIZER_DATA, FAMILIES[i].family, no_bos ? " --no-bos" : "");
+            const char *want = no_bos ? FAMILIES[i].without : FAMILIES[i].with;
+            CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && strcmp(out, want) == 0,
+                      "%s: got \"%s\", want \"%s\" (%s)", cmd, out, want, err);
+        }
+    }
+    snprintf(cmd, sizeof(cmd), "%s bench tokenize --model '%s/llama2' --mb 1 --json", BIN,
+             TOKENIZER_DATA);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 &&
+                  strstr(out, "\"encode_mb_s\"") && strstr(out, "\"bench\": \"tokenize\""),
+              "%s: %s %s", cmd, out, err);
 
     /* tokenize reads at most 16 MiB of stdin, says so in --help, and refuses more with one
      * line before tokenizing any of it */

@@ -223,7 +223,8 @@ int bpe_open(const char *dir, struct bpe **out)
     int32_t n_ids = vocab.n_ids;
     if ((rc = bpe_special_load(t, dir, layout, tokjson, &vocab, &n_ids)) < 0)
         goto fail;
-    if ((rc = bpe_added_sort(t)) < 0 || (rc = bpe_vocab_build(t, &vocab, n_ids, &dec, vocab_path)) < 0)
+    if ((rc = bpe_added_sort(t)) < 0 ||
+        (rc = bpe_vocab_build(t, &vocab, n_ids, &dec, vocab_path)) < 0)
         goto fail;
     memcpy(t->strip_char, dec.strip_char, sizeof(t->strip_char));
     t->strip_char_len = dec.strip_char_len;
@@ -248,6 +249,13 @@ int bpe_open(const char *dir, struct bpe **out)
         goto fail;
     }
     *t->syms = vocab;
+    if (!t->byte_level) {
+        size_t n = 0;
+        const char *c = norm_space_replacement(t->normalizer, &n);
+        if (!c)
+            c = pretok_space_replacement(t->pretok, &n);
+        bpe_split_check(t, c, n);
+    }
     bpe_decoder_free(&dec);
     json_decref(tokjson);
     *out = t;
@@ -270,6 +278,9 @@ void bpe_close(struct bpe *t)
     if (t->syms)
         bpe_symtab_free(t->syms);
     free(t->syms);
+    free(t->first_id);
+    free(t->first_off);
+    free(t->first_bytes);
     bpe_addset_free(&t->raw_set);
     bpe_addset_free(&t->norm_set);
     for (size_t i = 0; i < t->n_added; i++)

@@ -63,6 +63,7 @@ struct bpe_stream {
     size_t n_pending;
     size_t n_stripped; /* leading characters the decoder's Strip has cut so far */
     bool begun;        /* whether anything has been output (the Strip is over) */
+    bool past_first;   /* whether a token has been decoded (Metaspace's first-token rule) */
 };
 void bpe_stream_init(struct bpe_stream *s, const struct bpe *t);
 /* Writes at most cap bytes to out; returns the number written or a negative

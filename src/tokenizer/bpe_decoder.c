@@ -9,6 +9,11 @@
  *   Strip        {"content": " ", "start": 1, "stop": 0}: cuts up to start
  *                (stop) copies of content at the start (end) of each token,
  *                or of the whole text after a Fuse
+ *   Metaspace    {"replacement": "▁", "prepend_scheme": ...}: the replacement
+ *                becomes a space, except in the first token, which loses
+ *                every one of them (unless the scheme is "never"), as
+ *                Hugging Face has it; tokens with a replacement get a second,
+ *                first-place spelling in the table
  * Everything before a Fuse acts on one token at a time, so it is done once at
  * load: the token table holds each token's decoded bytes. A Strip after Fuse
  * is the one whole-text step; its start count is applied as the output
@@ -92,10 +97,12 @@ static int dec_parse_one(struct bpe_decoder *d, json_t *j, bool *fused, bool byt
         kind = DEC_BYTE_FALLBACK;
     else if (strcmp(type, "Strip") == 0)
         kind = DEC_STRIP;
+    else if (strcmp(type, "Metaspace") == 0)
+        kind = DEC_METASPACE;
     else
         return err_set(ERR_UNSUPPORTED,
                        "%s: decoder type \"%.40s\" is not supported (supported: ByteLevel, "
-                       "Replace, ByteFallback, Fuse, Strip, Sequence)",
+                       "Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence)",
                        path, type);
     if (kind == DEC_BYTE_LEVEL && !byte_level)
         return err_set(ERR_UNSUPPORTED,
@@ -138,6 +145,28 @@ static int dec_parse_one(struct bpe_decoder *d, json_t *j, bool *fused, bool byt
             (rc = dec_count(j, "start", path, &s->start)) < 0 ||
             (rc = dec_count(j, "stop", path, &s->stop)) < 0)
             return rc;
+    } else if (kind == DEC_METASPACE) {
+        json_t *repl = json_object_get(j, "replacement");
+        json_t *scheme = json_object_get(j, "prepend_scheme");
+        uint32_t cp;
+        if (!json_is_string(repl) || json_string_length(repl) == 0 ||
+            json_string_length(repl) > 4 ||
+            utf8_decode_one((const unsigned char *)json_string_value(repl),
+                            json_string_length(repl), &cp) != json_string_length(repl))
+            return err_set(ERR_FORMAT,
+                           "%s: decoder Metaspace: \"replacement\" must be one character", path);
+        if (scheme && !json_is_string(scheme))
+            return err_set(ERR_FORMAT, "%s: decoder Metaspace: \"prepend_scheme\" is not a string",
+                           path);
+        if ((rc = dec_str(repl, &s->pattern, &s->pattern_len)) < 0 || !(s->content = malloc(2)))
+            return rc < 0 ? rc : err_set(ERR_NOMEM, "out of memory for the decoder");
+        memcpy(s->content, " ", 2);
+        s->content_len = 1;
+        if (scheme)
+            s->drop_first = strcmp(json_string_value(scheme), "never") != 0;
+        else /* older files: "add_prefix_space" */
+            s->drop_first = !json_is_false(json_object_get(j, "add_prefix_space"));
+        d->first_differs |= s->drop_first;
     } else if (kind == DEC_REPLACE) {
         json_t *pat = json_object_get(j, "pattern"), *content = json_object_get(j, "content");
         json_t *str = json_object_get(pat, "String");
@@ -194,7 +223,7 @@ static int buf_reserve(unsigned char **buf, size_t *cap, size_t need)
 }
 
 /* One step on s[0..n) into out (room for the result is reserved here). */
-static int dec_step(const struct bpe_dec_step *st, const unsigned char *s, size_t n,
+static int dec_step(const struct bpe_dec_step *st, bool first, const unsigned char *s, size_t n,
                     unsigned char **out, size_t *out_n, size_t *out_cap)
 {
     size_t o = 0;
@@ -234,15 +263,19 @@ static int dec_step(const struct bpe_dec_step *st, const unsigned char *s, size_
         }
         break;
     }
+    case DEC_METASPACE:
     case DEC_REPLACE: {
+        bool drop = st->kind == DEC_METASPACE && first && st->drop_first;
         /* At most n / pattern_len replacements. */
         size_t grow = st->content_len > st->pattern_len ? st->content_len - st->pattern_len : 0;
         if ((rc = buf_reserve(out, out_cap, n + (n / st->pattern_len) * grow + 1)) < 0)
             return rc;
         for (size_t i = 0; i < n;) {
             if (n - i >= st->pattern_len && memcmp(s + i, st->pattern, st->pattern_len) == 0) {
-                memcpy(*out + o, st->content, st->content_len);
-                o += st->content_len;
+                if (!drop) {
+                    memcpy(*out + o, st->content, st->content_len);
+                    o += st->content_len;
+                }
                 i += st->pattern_len;
             } else {
                 (*out)[o++] = s[i++];
@@ -268,39 +301,36 @@ static int dec_step(const struct bpe_dec_step *st, const unsigned char *s, size_
     return 0;
 }
 
-int bpe_decoder_token(const struct bpe_decoder *d, const char *sym, size_t n, unsigned char **buf,
-                      size_t *len, size_t *cap)
+void bpe_dec_scratch_free(struct bpe_dec_scratch *sc)
 {
-    /* Two scratch buffers, swapped after each step; kept across calls. */
-    static _Thread_local unsigned char *a, *b;
-    static _Thread_local size_t a_cap, b_cap;
+    free(sc->a);
+    free(sc->b);
+    memset(sc, 0, sizeof(*sc));
+}
+
+int bpe_decoder_token(const struct bpe_decoder *d, struct bpe_dec_scratch *sc, bool first,
+                      const char *sym, size_t n, unsigned char **buf, size_t *len, size_t *cap)
+{
+    /* The steps ping-pong between the two scratch buffers. */
     int rc;
-    if (sym == NULL) { /* release the scratch buffers */
-        free(a);
-        free(b);
-        a = b = NULL;
-        a_cap = b_cap = 0;
-        return 0;
-    }
-    if ((rc = buf_reserve(&a, &a_cap, n + 1)) < 0)
+    if ((rc = buf_reserve(&sc->a, &sc->a_cap, n + 1)) < 0)
         return rc;
-    memcpy(a, sym, n);
+    memcpy(sc->a, sym, n);
     size_t an = n;
     for (size_t i = 0; i < d->n; i++) {
         size_t bn;
-        if ((rc = dec_step(&d->steps[i], a, an, &b, &bn, &b_cap)) < 0)
+        if ((rc = dec_step(&d->steps[i], first, sc->a, an, &sc->b, &bn, &sc->b_cap)) < 0)
             return rc;
-        unsigned char *t = a;
-        size_t tc = a_cap;
-        a = b;
-        a_cap = b_cap;
-        b = t;
-        b_cap = tc;
+        struct bpe_dec_scratch t = *sc;
+        sc->a = t.b;
+        sc->a_cap = t.b_cap;
+        sc->b = t.a;
+        sc->b_cap = t.a_cap;
         an = bn;
     }
     if ((rc = buf_reserve(buf, cap, *len + an + 1)) < 0)
         return rc;
-    memcpy(*buf + *len, a, an);
+    memcpy(*buf + *len, sc->a, an);
     *len += an;
     return 0;
 }

@@ -61,9 +61,9 @@ static int bpe_encode_word(void *ctx, const unsigned char *word, size_t n)
 /* Rust's char::is_whitespace, which Hugging Face's lstrip and rstrip use. */
 static bool bpe_is_space_cp(uint32_t cp)
 {
-    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 ||
-           cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
-           cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+           cp == 0x205F || cp == 0x3000;
 }
 
 /* The length of the white-space character at s[i..n), or 0. */
@@ -254,9 +254,8 @@ static int bpe_encode_normalized(struct bpe_encode_ctx *c, const unsigned char *
     while (pos < len) {
         size_t at = len, end = len;
         const struct bpe_added *a = bpe_added_next(&t->norm_set, s, pos, len, &at, &end);
-        if (at > pos &&
-            (rc = pretok_split(t->pretok, s + pos, at - pos, first && pos == 0, bpe_encode_word,
-                               c)) < 0)
+        if (at > pos && (rc = pretok_split(t->pretok, s + pos, at - pos, first && pos == 0,
+                                           bpe_encode_word, c)) < 0)
             return rc;
         if (a) {
             if ((rc = bpe_ids_reserve(c, 1)) < 0)

@@ -1,8 +1,10 @@
 /* The inside of struct bpe, shared by the tokenizer's files and nobody else.
  *
- * Tokens are kept as the raw bytes they stand for, not as the byte-level
- * strings of vocab.json: encoding works on bytes and merges ids, decoding
- * concatenates bytes, so the byte-level alphabet is only needed at load time.
+ * The token table holds each id as the bytes it decodes to (what the
+ * decoder makes of its symbol: GPT-2's byte-level alphabet undone, "▁" made
+ * a space, <0xNN> made a byte), so decoding concatenates bytes. Encoding
+ * works on ids: a word's first symbols are looked up in the symbol table
+ * (as the vocabulary spells them) and merged through the pair table.
  */
 #ifndef SHARDSWAP_TOKENIZER_BPE_IMPL_H
 #define SHARDSWAP_TOKENIZER_BPE_IMPL_H
@@ -58,12 +60,14 @@ struct pretok;
 struct norm;
 
 /* One step of a decoder, applied to each token's text at load (bpe_decoder.c). */
-enum bpe_dec_kind { DEC_BYTE_LEVEL, DEC_REPLACE, DEC_BYTE_FALLBACK, DEC_STRIP };
+enum bpe_dec_kind { DEC_BYTE_LEVEL, DEC_REPLACE, DEC_BYTE_FALLBACK, DEC_STRIP, DEC_METASPACE };
 struct bpe_dec_step {
     enum bpe_dec_kind kind;
-    char *pattern, *content; /* Replace: every pattern -> content; Strip: content is one char */
+    char *pattern, *content; /* Replace: every pattern -> content; Strip: content is one char;
+                              * Metaspace: pattern is the replacement, content " " */
     size_t pattern_len, content_len;
     size_t start, stop; /* Strip: how many content chars to cut at each end */
+    bool drop_first;    /* Metaspace: the first token loses every replacement instead */
 };
 #define BPE_DEC_MAX_STEPS 16
 struct bpe_decoder {
@@ -73,6 +77,7 @@ struct bpe_decoder {
      * copies of strip_char. */
     char strip_char[5];
     size_t strip_char_len, strip_start;
+    bool first_differs; /* a Metaspace step decodes the first token its own way */
 };
 
 struct bpe {
@@ -97,17 +102,28 @@ struct bpe {
      * word starts as one symbol per byte; else symbols are text and a word
      * starts as one symbol per character (SentencePiece-style). */
     bool byte_level;
-    bool ignore_merges; /* a word that is itself a symbol is that one id */
-    bool byte_fallback; /* a character without a symbol becomes its <0xNN> bytes */
-    bool fuse_unk;      /* consecutive unknown characters become one unk */
-    int32_t model_unk;  /* the model's unk_token id, -1 when none */
+    bool ignore_merges;       /* a word that is itself a symbol is that one id */
+    bool byte_fallback;       /* a character without a symbol becomes its <0xNN> bytes */
+    bool fuse_unk;            /* consecutive unknown characters become one unk */
+    int32_t model_unk;        /* the model's unk_token id, -1 when none */
     int32_t fallback_id[256]; /* id of <0xNN>, -1 when missing */
     struct bpe_symtab *syms;  /* symbol -> id, as the vocabulary spells it */
-    struct norm *normalizer;  /* NULL: none */
+    /* SentencePiece-style: the character that stands for a space, when no
+     * symbol has it after another character (words split there, bpe_merge.c). */
+    char split_char[5];
+    size_t split_len;
+    struct norm *normalizer; /* NULL: none */
     struct pretok *pretok;
     /* Whole-output Strip of the decoder (bpe_decoder.c). */
     char strip_char[5];
     size_t strip_char_len, strip_start;
+    /* Tokens whose bytes differ when they come first (Metaspace's decoder):
+     * first_id[i] (ascending) decodes to first_bytes[first_off[i] ..
+     * first_off[i + 1]) there. */
+    int32_t *first_id;
+    uint32_t *first_off;
+    unsigned char *first_bytes;
+    size_t n_first;
 };
 
 /* Pair table (bpe_merge.c). */
@@ -145,6 +161,8 @@ int pretok_open_gpt2(struct pretok **out);
  * *byte_level says whether a ByteLevel step is in it. path labels errors. */
 int pretok_open_json(json_t *pt, const char *path, struct pretok **out, bool *byte_level);
 void pretok_close(struct pretok *p);
+/* Metaspace's replacement character when a step has one, else NULL. */
+const char *pretok_space_replacement(const struct pretok *p, size_t *n);
 typedef int (*pretok_word_fn)(void *ctx, const unsigned char *word, size_t n);
 /* Splits text into words and calls fn on each in order; stops at the first
  * negative return and passes it on. first: the text starts the input
@@ -152,20 +170,46 @@ typedef int (*pretok_word_fn)(void *ctx, const unsigned char *word, size_t n);
 int pretok_split(const struct pretok *p, const unsigned char *text, size_t n, bool first,
                  pretok_word_fn fn, void *ctx);
 
+/* Rewrites a Hugging Face (Oniguruma) regex for PCRE2 into out, which has
+ * room for 64 bytes per byte of in (pretokenize.c). */
+void bpe_regex_translate(const char *in, char *out);
+
+/* Unicode normalization forms (unicode_norm.c): in[0..n) into *out
+ * (malloc'd, owned by the caller); bytes that are not UTF-8 pass through. */
+enum unicode_form { UN_NFC, UN_NFD, UN_NFKC, UN_NFKD };
+int unicode_normalize(enum unicode_form form, const unsigned char *in, size_t n,
+                      unsigned char **out, size_t *out_n);
+
+/* Words of a SentencePiece-style model may be split before every space
+ * character c[0..n) (the normalizer's or Metaspace's replacement for " ")
+ * that follows another character when no symbol has c after another
+ * character and c is a symbol: sets t->split_char then (bpe_merge.c). */
+void bpe_split_check(struct bpe *t, const char *c, size_t n);
+
 /* Normalizer (normalize.c). */
 int norm_open_json(json_t *j, const char *path, struct norm **out); /* *out NULL for null */
 void norm_close(struct norm *nm);
 /* Normalizes in[0..n) into *out (malloc'd, owned by the caller). */
 int norm_run(const struct norm *nm, const unsigned char *in, size_t n, unsigned char **out,
              size_t *out_n);
+/* The one-character replacement the normalizer writes for " " (Replace
+ * {"String": " "}), or NULL. */
+const char *norm_space_replacement(const struct norm *nm, size_t *n);
 
 /* Decoder (bpe_decoder.c): parses tokenizer.json's "decoder" (byte_level:
  * what a null decoder means), and turns one symbol into the bytes it decodes
- * to, appended to a malloc'd buffer *buf of *cap bytes at *len. */
+ * to, appended to a malloc'd buffer *buf of *cap bytes at *len, with scratch
+ * space sc (zeroed at first, freed by bpe_dec_scratch_free). */
 int bpe_decoder_parse(struct bpe_decoder *d, json_t *j, bool byte_level, const char *path);
 void bpe_decoder_free(struct bpe_decoder *d);
-int bpe_decoder_token(const struct bpe_decoder *d, const char *sym, size_t n, unsigned char **buf,
-                      size_t *len, size_t *cap);
+struct bpe_dec_scratch {
+    unsigned char *a, *b;
+    size_t a_cap, b_cap;
+};
+/* first: the token comes first in the output (Metaspace's rule). */
+int bpe_decoder_token(const struct bpe_decoder *d, struct bpe_dec_scratch *sc, bool first,
+                      const char *sym, size_t n, unsigned char **buf, size_t *len, size_t *cap);
+void bpe_dec_scratch_free(struct bpe_dec_scratch *sc);
 
 /* Loading (bpe.c, bpe_vocab.c, bpe_special.c). */
 /* Reads a whole file; *data is malloc'd and NUL-terminated, owned by the caller. */

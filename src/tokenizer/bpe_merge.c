@@ -13,6 +13,7 @@
 #include "tokenizer/bpe_impl.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct bpe_merge_sym {
     int32_t id;   /* -1 once merged into its left neighbour */
@@ -231,20 +232,10 @@ static size_t bpe_char_symbols(const struct bpe *t, struct bpe_merge_sym *sym,
     return m;
 }
 
-int bpe_merge_word(const struct bpe *t, struct bpe_merge_work *w, const unsigned char *word,
-                   size_t n, int32_t *out)
+/* Merges one piece of a word (n > 0 bytes) into out; returns the count. */
+static int bpe_merge_piece(const struct bpe *t, struct bpe_merge_work *w, const unsigned char *word,
+                           size_t n, int32_t *out)
 {
-    if (t->byte_level && n == 1) {
-        out[0] = t->byte_id[word[0]];
-        return 1;
-    }
-    if (t->ignore_merges) {
-        int32_t id = bpe_whole_word(t, w, word, n);
-        if (id >= 0) {
-            out[0] = id;
-            return 1;
-        }
-    }
     int rc = bpe_merge_work_reserve(w, n);
     if (rc < 0)
         return rc;
@@ -289,4 +280,63 @@ int bpe_merge_word(const struct bpe *t, struct bpe_merge_work *w, const unsigned
     for (int32_t i = 0; i >= 0; i = sym[i].next)
         out[n_out++] = sym[i].id;
     return n_out;
+}
+
+int bpe_merge_word(const struct bpe *t, struct bpe_merge_work *w, const unsigned char *word,
+                   size_t n, int32_t *out)
+{
+    if (t->byte_level && n == 1) {
+        out[0] = t->byte_id[word[0]];
+        return 1;
+    }
+    if (t->ignore_merges) {
+        int32_t id = bpe_whole_word(t, w, word, n);
+        if (id >= 0) {
+            out[0] = id;
+            return 1;
+        }
+    }
+    size_t c = t->split_len;
+    if (c == 0)
+        return bpe_merge_piece(t, w, word, n, out);
+    /* No symbol has the split character after another one (bpe_split_check),
+     * so no merge crosses a point where it follows another character: the
+     * pieces between such points merge alone, each with a small heap. */
+    int total = 0;
+    size_t start = 0;
+    for (size_t i = 1; i + c <= n; i++) {
+        if (memcmp(word + i, t->split_char, c) != 0 ||
+            (i >= c && memcmp(word + i - c, t->split_char, c) == 0))
+            continue;
+        int got = bpe_merge_piece(t, w, word + start, i - start, out + total);
+        if (got < 0)
+            return got;
+        total += got;
+        start = i;
+    }
+    int got = bpe_merge_piece(t, w, word + start, n - start, out + total);
+    return got < 0 ? got : total + got;
+}
+
+void bpe_split_check(struct bpe *t, const char *c, size_t n)
+{
+    t->split_len = 0;
+    if (!c || n == 0 || n > 4 || t->byte_level || bpe_symtab_get(t->syms, c, n) < 0)
+        return;
+    const struct bpe_symtab *st = t->syms;
+    for (size_t i = 0; i <= st->mask; i++) {
+        const struct bpe_symtab_slot *sl = &st->slots[i];
+        if (sl->id < 0)
+            continue;
+        const char *sym = st->text + sl->off;
+        size_t k = 0;
+        while (k + n <= sl->len && memcmp(sym + k, c, n) == 0)
+            k += n; /* a leading run of c is fine */
+        for (; k + n <= sl->len; k++) {
+            if (memcmp(sym + k, c, n) == 0)
+                return; /* c after another character: no splitting */
+        }
+    }
+    memcpy(t->split_char, c, n);
+    t->split_len = n;
 }

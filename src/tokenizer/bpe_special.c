@@ -11,7 +11,7 @@
  *     (or ByteLevel, Bert/RobertaProcessing, or a "Sequence" of them): the ids
  *     put before and after the text; the first one before is the BOS.
  * tokenizer_config.json:
- *   "add_bos_token": true | false, "add_eos_token": true | false,
+ *   "add_bos_token": true | false, "add_eos_token": true | false (without tokenizer.json),
  *   "bos_token" / "eos_token" / "unk_token" / "pad_token":
  *       "</s>" | {"content": "</s>", "lstrip": false, "rstrip": false, ...} | null,
  *   "additional_special_tokens": [<token>, ...],
@@ -363,7 +363,8 @@ static int bpe_tpl_parse(const struct bpe_special_ctx *c, json_t *pp, struct bpe
     json_t *single = json_object_get(pp, "single");
     json_t *specials = json_object_get(pp, "special_tokens");
     if (!json_is_array(single))
-        return err_set(ERR_FORMAT, "tokenizer.json: TemplateProcessing: \"single\" is not an array");
+        return err_set(ERR_FORMAT,
+                       "tokenizer.json: TemplateProcessing: \"single\" is not an array");
     struct bpe_tpl own = {0};
     bool seen_a = false;
     size_t i;
@@ -382,8 +383,8 @@ static int bpe_tpl_parse(const struct bpe_special_ctx *c, json_t *pp, struct bpe
             continue;
         }
         json_t *name = json_object_get(sp, "id");
-        json_t *ent = json_is_string(name) ? json_object_get(specials, json_string_value(name))
-                                            : NULL;
+        json_t *ent =
+            json_is_string(name) ? json_object_get(specials, json_string_value(name)) : NULL;
         json_t *ids = json_object_get(ent, "ids");
         if (!json_is_array(ids) && json_is_string(name)) {
             /* Not in "special_tokens": the token of that name, as older files mean it. */
@@ -417,7 +418,8 @@ static int bpe_tpl_parse(const struct bpe_special_ctx *c, json_t *pp, struct bpe
         }
     }
     if (!seen_a)
-        return err_set(ERR_FORMAT, "tokenizer.json: TemplateProcessing: \"single\" has no Sequence A");
+        return err_set(ERR_FORMAT,
+                       "tokenizer.json: TemplateProcessing: \"single\" has no Sequence A");
     if ((rc = bpe_tpl_add(tp, true, own.pre, own.n_pre)) < 0)
         return rc;
     return bpe_tpl_add(tp, false, own.suf, own.n_suf);
@@ -484,11 +486,14 @@ int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, jso
         goto out;
     rc = 0;
 
-    /* What encode adds around the text. transformers 5 (TokenizersBackend)
-     * rebuilds the template from bos and eos when tokenizer_config.json sets
-     * add_bos_token or add_eos_token (the other one then counts as false);
-     * otherwise tokenizer.json's post_processor says. Without either, the
-     * layout's habit: BOS first, except for OpenAI's GPT-2 files. */
+    /* What encode adds around the text. With tokenizer.json, its
+     * post_processor alone (null: nothing): transformers 5 drops
+     * tokenizer_config.json's add_bos_token / add_eos_token when there is a
+     * tokenizer.json (PreTrainedTokenizerBase.from_pretrained), and only
+     * classes with their own defaults (LlamaTokenizer, ...) rebuild the
+     * template, which a file-driven tokenizer does not imitate. Without
+     * tokenizer.json, the config's flags, else OPT's habit (BOS first) for
+     * vocab.json + merges.txt and nothing for OpenAI's GPT-2 files. */
     json_t *flag_bos = cfg ? json_object_get(cfg, "add_bos_token") : NULL;
     json_t *flag_eos = cfg ? json_object_get(cfg, "add_eos_token") : NULL;
     json_t *pp = tokjson ? json_object_get(tokjson, "post_processor") : NULL;
@@ -498,17 +503,17 @@ int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, jso
                      cfg_name);
         goto out;
     }
-    if (flag_bos || flag_eos) {
+    if (layout == BPE_LAYOUT_TOKENIZER_JSON) {
+        if (pp && !json_is_null(pp) && (rc = bpe_tpl_parse(&c, pp, &tp, 0)) < 0)
+            goto out;
+        if (tp.n_pre > 0)
+            t->bos = tp.pre[0];
+    } else if (flag_bos || flag_eos) {
         if (json_is_true(flag_bos) && t->bos >= 0)
             tp.pre[tp.n_pre++] = t->bos;
         if (json_is_true(flag_eos) && t->eos >= 0)
             tp.suf[tp.n_suf++] = t->eos;
-    } else if (pp && !json_is_null(pp)) {
-        if ((rc = bpe_tpl_parse(&c, pp, &tp, 0)) < 0)
-            goto out;
-        if (tp.n_pre > 0)
-            t->bos = tp.pre[0];
-    } else if (layout != BPE_LAYOUT_OPENAI && t->bos >= 0) {
+    } else if (layout == BPE_LAYOUT_HF && t->bos >= 0) {
         tp.pre[tp.n_pre++] = t->bos;
     }
     for (size_t i = 0; i < tp.n_pre + tp.n_suf; i++) {

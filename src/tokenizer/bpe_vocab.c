@@ -1,15 +1,19 @@
 /* The vocabulary: reading it, and turning it into the token table.
  *
  * vocab.json (OpenAI's name: encoder.json; tokenizer.json: "model"."vocab"):
- *   one JSON object {"<symbol>": <id>, ...} and nothing else. A symbol spells
- *   the token's bytes in the byte-level alphabet (byte_level.c), e.g. "Ġthe"
- *   is " the"; JSON escapes (\uXXXX, surrogate pairs, \n, ...) are allowed.
+ *   one JSON object {"<symbol>": <id>, ...} and nothing else. A byte-level
+ *   symbol spells the token's bytes in the byte-level alphabet (byte_level.c),
+ *   e.g. "Ġthe" is " the"; a SentencePiece-style one is text, e.g. "▁the",
+ *   which the decoder turns into " the"; JSON escapes (\uXXXX, surrogate
+ *   pairs, \n, ...) are allowed.
  *   Ids are integers in [0, BPE_MAX_ID); they need not be dense, but no
  *   two symbols may share one (decoding it would be ambiguous), and no
  *   symbol may appear twice (the JSON reader refuses duplicate keys).
- *   Every one of the 256 single-byte symbols must be present, or some input
- *   could not be encoded. A symbol may be "": Hugging Face loads it, and as
- *   BPE never produces an empty token, it only ever decodes, to nothing.
+ *   For a byte-level vocabulary every one of the 256 single-byte symbols must
+ *   be present, or some input could not be encoded; a SentencePiece-style
+ *   one may have <0x00>..<0xFF> for byte fallback. A symbol may be "":
+ *   Hugging Face loads it, and as BPE never produces an empty token, it only
+ *   ever decodes, to nothing.
  *
  * This flat shape gets its own parser rather than a general JSON library:
  * OPT's 50265 entries load in a few milliseconds instead of tens, which
@@ -224,6 +228,57 @@ int bpe_symtab_from_json(struct bpe_symtab *st, json_t *vocab, const char *path)
 
 /* ---- token table ---- */
 
+/* Records id's first-place bytes when they differ from its bytes b[0..n)
+ * (a Metaspace decoder); *cap is the room in t->first_id and t->first_off,
+ * *bcap in t->first_bytes. */
+static int bpe_first_add(struct bpe *t, const struct bpe_decoder *dec, struct bpe_dec_scratch *sc,
+                         int32_t id, const char *sym, size_t sn, const unsigned char *b, size_t n,
+                         size_t *cap, size_t *bcap)
+{
+    unsigned char *f = NULL;
+    size_t fl = 0, fc = 0;
+    int rc = bpe_decoder_token(dec, sc, true, sym, sn, &f, &fl, &fc);
+    if (rc < 0 || (fl == n && (n == 0 || memcmp(f, b, n) == 0))) {
+        free(f);
+        return rc;
+    }
+    if (t->n_first + 2 > *cap) {
+        size_t c = *cap ? 2 * *cap : 1024;
+        int32_t *ids = realloc(t->first_id, c * sizeof(*ids));
+        if (ids)
+            t->first_id = ids;
+        uint32_t *off = realloc(t->first_off, (c + 1) * sizeof(*off));
+        if (off)
+            t->first_off = off;
+        if (!ids || !off) {
+            free(f);
+            return err_set(ERR_NOMEM, "out of memory for the decoder's table");
+        }
+        if (*cap == 0)
+            t->first_off[0] = 0;
+        *cap = c;
+    }
+    uint32_t at = t->first_off[t->n_first];
+    if (at + fl + 1 > *bcap) {
+        size_t c = *bcap ? *bcap : 4096;
+        while (c < at + fl + 1)
+            c *= 2;
+        unsigned char *fb = realloc(t->first_bytes, c);
+        if (!fb) {
+            free(f);
+            return err_set(ERR_NOMEM, "out of memory for the decoder's table");
+        }
+        t->first_bytes = fb;
+        *bcap = c;
+    }
+    if (fl)
+        memcpy(t->first_bytes + at, f, fl);
+    free(f);
+    t->first_id[t->n_first] = id;
+    t->first_off[++t->n_first] = at + (uint32_t)fl;
+    return 0;
+}
+
 int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids,
                     const struct bpe_decoder *dec, const char *vocab_name)
 {
@@ -231,6 +286,8 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
     uint32_t *added_of = NULL; /* (n_ids) id -> index in t->added + 1; 0: not added */
     unsigned char *buf = NULL;
     size_t len = 0, cap = 0;
+    struct bpe_dec_scratch sc = {0};
+    size_t first_cap = 0, first_bcap = 0;
 
     t->n_vocab = n_ids;
     t->tok_off = calloc((size_t)n_ids + 1, sizeof(*t->tok_off));
@@ -249,11 +306,19 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
         t->tok_off[id] = (uint32_t)len;
         const char *sym;
         size_t n;
+        unsigned char *normed = NULL;
         if (added_of[id]) {
             const struct bpe_added *a = &t->added[added_of[id] - 1];
             sym = a->content;
             n = a->len;
             t->tok_flags[id] = BPE_TOK_PRESENT | (a->special ? BPE_TOK_SPECIAL : 0);
+            /* A normalized token is its normalized content (Hugging Face
+             * keeps it so, and decodes that). */
+            if (a->normalized && t->normalizer) {
+                if ((rc = norm_run(t->normalizer, (const unsigned char *)sym, n, &normed, &n)) < 0)
+                    goto out;
+                sym = (const char *)normed;
+            }
         } else {
             const struct bpe_symtab_slot *sl = bpe_symtab_by_id(vocab, id);
             if (!sl)
@@ -262,7 +327,12 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
             n = sl->len;
             t->tok_flags[id] = BPE_TOK_PRESENT;
         }
-        if ((rc = bpe_decoder_token(dec, sym, n, &buf, &len, &cap)) < 0)
+        rc = bpe_decoder_token(dec, &sc, false, sym, n, &buf, &len, &cap);
+        if (rc == 0 && dec->first_differs)
+            rc = bpe_first_add(t, dec, &sc, id, sym, n, buf + t->tok_off[id], len - t->tok_off[id],
+                               &first_cap, &first_bcap);
+        free(normed);
+        if (rc < 0)
             goto out;
         if (len > UINT32_MAX) {
             rc = err_set(ERR_FORMAT, "%s: the vocabulary spells more than 4 GiB of symbols",
@@ -305,7 +375,7 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
 nomem:
     rc = err_set(ERR_NOMEM, "%s: out of memory for a vocabulary of %d ids", vocab_name, n_ids);
 out:
-    (void)bpe_decoder_token(dec, NULL, 0, NULL, NULL, NULL);
+    bpe_dec_scratch_free(&sc);
     free(buf);
     free(added_of);
     return rc;

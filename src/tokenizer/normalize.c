@@ -6,9 +6,10 @@
  *   Prepend  {"prepend": "▁"}: put in front of a non-empty stretch
  *   Replace  {"pattern": {"String": " "} | {"Regex": "..."}, "content": "▁"}:
  *            every non-overlapping match, leftmost first
- * Unicode normal forms (NFC, NFKC, NFD, NFKD), Lowercase, Strip, BertNormalizer
- * and the rest are refused at load: none of the committed tokenizers uses
- * them, and they would need Unicode tables this project does not carry.
+ *   NFC, NFD, NFKC, NFKD   Unicode normalization (unicode_norm.c)
+ *   Strip    {"strip_left": bool, "strip_right": bool}: white space at the ends
+ * Lowercase, BertNormalizer, Precompiled (SentencePiece's charsmap) and the
+ * rest are refused at load, naming the type.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "core/error.h"
@@ -18,11 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum norm_kind { NORM_PREPEND, NORM_REPLACE };
+enum norm_kind { NORM_PREPEND, NORM_REPLACE, NORM_UNICODE, NORM_STRIP };
 
 struct norm_step {
     enum norm_kind kind;
-    char *text; /* Prepend's text, or Replace's String pattern */
+    enum unicode_form form; /* NORM_UNICODE */
+    bool left, right;       /* NORM_STRIP: which ends lose their white space */
+    char *text;             /* Prepend's text, or Replace's String pattern */
     size_t text_len;
     char *content; /* Replace's replacement */
     size_t content_len;
@@ -80,17 +83,38 @@ static int norm_parse_one(struct norm *nm, json_t *j, const char *path, int dept
         }
         return 0;
     }
+    static const char *const FORMS[] = {"NFC", "NFD", "NFKC", "NFKD"};
+    int form = -1;
+    for (int i = 0; i < 4; i++)
+        form = strcmp(type, FORMS[i]) == 0 ? i : form;
     bool prepend = strcmp(type, "Prepend") == 0, replace = strcmp(type, "Replace") == 0;
-    if (!prepend && !replace)
+    bool strip = strcmp(type, "Strip") == 0;
+    if (!prepend && !replace && !strip && form < 0)
         return err_set(ERR_UNSUPPORTED,
                        "%s: normalizer type \"%.40s\" is not supported (supported: Prepend, "
-                       "Replace, Sequence)",
+                       "Replace, NFC, NFD, NFKC, NFKD, Strip, Sequence)",
                        path, type);
     if (nm->n == NORM_MAX_STEPS)
         return err_set(ERR_UNSUPPORTED, "%s: more than %d normalizer steps", path, NORM_MAX_STEPS);
     struct norm_step *s = &nm->steps[nm->n];
     memset(s, 0, sizeof(*s));
     nm->n++; /* counted now so that norm_close frees what is filled in */
+    if (form >= 0) {
+        s->kind = NORM_UNICODE;
+        s->form = (enum unicode_form)form;
+        return 0;
+    }
+    if (strip) {
+        json_t *l = json_object_get(j, "strip_left"), *r = json_object_get(j, "strip_right");
+        if ((l && !json_is_boolean(l)) || (r && !json_is_boolean(r)))
+            return err_set(ERR_FORMAT,
+                           "%s: normalizer Strip: strip_left and strip_right must be true or false",
+                           path);
+        s->kind = NORM_STRIP;
+        s->left = !l || json_is_true(l);
+        s->right = !r || json_is_true(r);
+        return 0;
+    }
     if (prepend) {
         json_t *v = json_object_get(j, "prepend");
         if (!json_is_string(v))
@@ -119,14 +143,22 @@ static int norm_parse_one(struct norm *nm, json_t *j, const char *path, int dept
     }
     int errcode;
     PCRE2_SIZE erroff;
-    s->re = pcre2_compile((PCRE2_SPTR)json_string_value(re), json_string_length(re),
+    if (json_string_length(re) > 65536)
+        return err_set(ERR_UNSUPPORTED, "%s: normalizer Replace: a pattern of more than 64 KiB",
+                       path);
+    char *translated = malloc(json_string_length(re) * 64 + 1);
+    if (!translated)
+        return err_set(ERR_NOMEM, "out of memory for the normalizer");
+    bpe_regex_translate(json_string_value(re), translated);
+    s->re = pcre2_compile((PCRE2_SPTR)translated, PCRE2_ZERO_TERMINATED,
                           PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &errcode, &erroff, NULL);
+    free(translated);
     if (!s->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(errcode, msg, sizeof(msg));
         return err_set(ERR_FORMAT,
-                       "%s: normalizer Replace: the regex does not compile at offset %zu: %s",
-                       path, (size_t)erroff, (const char *)msg);
+                       "%s: normalizer Replace: the regex does not compile at offset %zu: %s", path,
+                       (size_t)erroff, (const char *)msg);
     }
     (void)pcre2_jit_compile(s->re, PCRE2_JIT_COMPLETE);
     return 0;
@@ -173,6 +205,33 @@ static int nbuf_put(struct nbuf *b, const void *s, size_t n)
     return 0;
 }
 
+/* Rust's char::is_whitespace, which Strip uses. */
+static bool norm_is_space(uint32_t cp)
+{
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+           cp == 0x205F || cp == 0x3000;
+}
+
+/* The length of the white-space character at s[i..n), or 0. */
+static size_t norm_space_at(const unsigned char *s, size_t i, size_t n)
+{
+    uint32_t cp;
+    size_t len = utf8_decode_one(s + i, n - i, &cp);
+    return len && norm_is_space(cp) ? len : 0;
+}
+
+/* The length of the white-space character that ends at s[lo..i), or 0. */
+static size_t norm_space_before(const unsigned char *s, size_t lo, size_t i)
+{
+    for (size_t len = 1; len <= 4 && len <= i - lo; len++) {
+        uint32_t cp;
+        if (utf8_decode_one(s + i - len, len, &cp) == len)
+            return norm_is_space(cp) ? len : 0;
+    }
+    return 0;
+}
+
 /* The first occurrence of pat[0..m) (m > 0) in s[0..n), or NULL. */
 static const unsigned char *bytes_find(const unsigned char *s, size_t n, const char *pat, size_t m)
 {
@@ -189,10 +248,28 @@ static const unsigned char *bytes_find(const unsigned char *s, size_t n, const c
 }
 
 /* Applies one step to in[0..n) into out (emptied first). */
-static int norm_apply(const struct norm_step *s, const unsigned char *in, size_t n, struct nbuf *out)
+static int norm_apply(const struct norm_step *s, const unsigned char *in, size_t n,
+                      struct nbuf *out)
 {
     out->n = 0;
     int rc = 0;
+    if (s->kind == NORM_UNICODE) {
+        unsigned char *u;
+        size_t un;
+        if ((rc = unicode_normalize(s->form, in, n, &u, &un)) < 0)
+            return rc;
+        rc = nbuf_put(out, u, un);
+        free(u);
+        return rc;
+    }
+    if (s->kind == NORM_STRIP) {
+        size_t a = 0, b = n;
+        while (s->left && a < b && norm_space_at(in, a, b))
+            a += norm_space_at(in, a, b);
+        while (s->right && b > a && norm_space_before(in, a, b))
+            b -= norm_space_before(in, a, b);
+        return nbuf_put(out, in + a, b - a);
+    }
     if (s->kind == NORM_PREPEND) {
         if (n > 0 && (rc = nbuf_put(out, s->text, s->text_len)) < 0)
             return rc;
@@ -265,4 +342,17 @@ int norm_run(const struct norm *nm, const unsigned char *in, size_t n, unsigned 
     *out = a.p;
     *out_n = a.n;
     return 0;
+}
+
+const char *norm_space_replacement(const struct norm *nm, size_t *n)
+{
+    const char *r = NULL;
+    for (size_t i = 0; nm && i < nm->n; i++) {
+        const struct norm_step *s = &nm->steps[i];
+        if (s->kind == NORM_REPLACE && !s->re && s->text_len == 1 && s->text[0] == ' ') {
+            r = s->content;
+            *n = s->content_len;
+        }
+    }
+    return r;
 }

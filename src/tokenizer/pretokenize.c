@@ -38,7 +38,12 @@ static const char GPT2_PATTERN[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 /* Rust's char::is_whitespace (Unicode White_Space), which is not PCRE2's \s
  * (that one takes U+180E as well). */
-#define WS_CLASS "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+#define WS_CLASS                                                                                   \
+    "\\t-\\r "                                                                                     \
+    "\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+/* Rust regex's Unicode \w: Alphabetic, marks, decimal digits, connector
+ * punctuation and the two joiners. */
+#define RUST_WORD "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}"
 /* Hugging Face's is_punctuation: ASCII punctuation or Unicode P*. */
 #define PUNCT_CLASS "\\p{P}!-/:-@\\[-`{-~"
 
@@ -78,13 +83,92 @@ void pretok_close(struct pretok *p)
     free(p);
 }
 
+/* Rewrites a Hugging Face (Oniguruma) regex for PCRE2 into out (room for
+ * 64 bytes per input byte). The one difference these patterns meet: \s is
+ * Unicode White_Space in Oniguruma, while PCRE2's also takes U+180E. So \s
+ * becomes the explicit class, inside a class or out, and \S outside one its
+ * complement (a \S inside a class stays PCRE2's). Every other escape, class
+ * and group is copied as it is. */
+void bpe_regex_translate(const char *in, char *out)
+{
+    size_t o = 0;
+    bool in_class = false;
+    for (size_t i = 0; in[i];) {
+        if (in[i] == '\\' && in[i + 1]) {
+            char e = in[i + 1];
+            const char *rep = NULL;
+            if (e == 's')
+                rep = in_class ? WS_CLASS : "[" WS_CLASS "]";
+            else if (e == 'S' && !in_class)
+                rep = "[^" WS_CLASS "]";
+            if (rep) {
+                memcpy(out + o, rep, strlen(rep));
+                o += strlen(rep);
+            } else {
+                out[o++] = in[i];
+                out[o++] = e;
+            }
+            i += 2;
+            continue;
+        }
+        if (!in_class && in[i] == '[') {
+            in_class = true;
+            out[o++] = in[i++];
+            if (in[i] == '^')
+                out[o++] = in[i++];
+            if (in[i] == ']') /* a ']' first in a class is itself */
+                out[o++] = in[i++];
+            continue;
+        }
+        if (in_class && in[i] == '[' && in[i + 1] == ':') { /* [:alpha:] */
+            const char *end = strstr(in + i + 2, ":]");
+            if (end) {
+                size_t n = (size_t)(end + 2 - (in + i));
+                memcpy(out + o, in + i, n);
+                o += n;
+                i += n;
+                continue;
+            }
+        }
+        if (in_class && in[i] == ']')
+            in_class = false;
+        out[o++] = in[i++];
+    }
+    out[o] = '\0';
+}
+
 /* Compiles pattern (NUL-terminated; a literal when literal) into *re. */
 static int pretok_compile(const char *pattern, bool literal, const char *what, pcre2_code **re)
 {
     int errcode;
     PCRE2_SIZE erroff;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0);
+    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF;
+    char *translated = malloc(strlen(pattern) * 64 + 8);
+    if (!translated)
+        return err_set(ERR_NOMEM, "%s: out of memory for the regex", what);
+    if (literal) {
+        /* PCRE2_LITERAL refuses PCRE2_MATCH_INVALID_UTF: quote it instead,
+         * each \E in it closing the quote, written as \\E, and reopening. */
+        size_t o = 0;
+        translated[o++] = '\\';
+        translated[o++] = 'Q';
+        for (const char *c = pattern; *c; c++) {
+            if (c[0] == '\\' && c[1] == 'E') {
+                memcpy(translated + o, "\\E\\\\E\\Q", 8);
+                o += 8;
+                c++;
+            } else {
+                translated[o++] = *c;
+            }
+        }
+        memcpy(translated + o, "\\E", 3);
+        translated[o + 2] = '\0';
+    } else {
+        bpe_regex_translate(pattern, translated);
+    }
+    pattern = translated;
     *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, opts, &errcode, &erroff, NULL);
+    free(translated);
     if (!*re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(errcode, msg, sizeof(msg));
@@ -205,8 +289,8 @@ static int pretok_parse_one(struct pretok *p, json_t *pt, const char *path, int 
         const char *re = json_str(pat, "Regex"), *lit = json_str(pat, "String");
         enum pretok_behavior beh;
         if (!re && !lit)
-            return err_set(ERR_FORMAT, "%s: \"pattern\" must be {\"Regex\": ...} or {\"String\": ...}",
-                           what);
+            return err_set(ERR_FORMAT,
+                           "%s: \"pattern\" must be {\"Regex\": ...} or {\"String\": ...}", what);
         if (strlen(re ? re : lit) > 65536)
             return err_set(ERR_UNSUPPORTED, "%s: a pattern of more than 64 KiB", what);
         if (lit && !*lit)
@@ -234,8 +318,9 @@ static int pretok_parse_one(struct pretok *p, json_t *pt, const char *path, int 
             return rc;
         return pretok_add_regex(p, what, b1 ? "\\p{N}" : "\\p{N}+", false, BEH_ISOLATED, false);
     }
-    if (strcmp(type, "Whitespace") == 0)
-        return pretok_add_regex(p, what, "\\w+|[^\\w\\s]+", false, BEH_REMOVED, true);
+    if (strcmp(type, "Whitespace") == 0) /* with Rust regex's \\w and \\s, as HF has it */
+        return pretok_add_regex(p, what, "[" RUST_WORD "]+|[^" RUST_WORD WS_CLASS "]+", false,
+                                BEH_REMOVED, true);
     if (strcmp(type, "WhitespaceSplit") == 0)
         return pretok_add_regex(p, what, "[" WS_CLASS "]", false, BEH_REMOVED, false);
     if (strcmp(type, "Punctuation") == 0) {
@@ -300,6 +385,17 @@ int pretok_open_json(json_t *pt, const char *path, struct pretok **out, bool *by
     }
     *out = p;
     return 0;
+}
+
+const char *pretok_space_replacement(const struct pretok *p, size_t *n)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->steps[i].rewrite == RW_METASPACE) {
+            *n = p->steps[i].repl_len;
+            return p->steps[i].repl;
+        }
+    }
+    return NULL;
 }
 
 /* ---- running the steps ---- */
@@ -393,7 +489,8 @@ static int pretok_split_re(struct pretok_run *r, size_t i, const unsigned char *
                            bool first)
 {
     const struct pretok_step *st = &r->p->steps[i];
-    struct pretok_emit e = {.r = r, .next_step = i + 1, .s = s, .first = first, .beh = st->behavior};
+    struct pretok_emit e = {
+        .r = r, .next_step = i + 1, .s = s, .first = first, .beh = st->behavior};
     pcre2_match_data *md = r->md[i];
     size_t pos = 0, prev = 0;
     uint32_t opts = 0;
@@ -430,8 +527,7 @@ static int pretok_split_re(struct pretok_run *r, size_t i, const unsigned char *
 }
 
 /* Applies step i (and those after it) to the piece s[0..n). */
-static int pretok_step(struct pretok_run *r, size_t i, const unsigned char *s, size_t n,
-                       bool first)
+static int pretok_step(struct pretok_run *r, size_t i, const unsigned char *s, size_t n, bool first)
 {
     if (n == 0)
         return 0;
@@ -484,7 +580,8 @@ int pretok_split(const struct pretok *p, const unsigned char *text, size_t n, bo
     struct pretok_run r = {.p = p, .fn = fn, .ctx = ctx};
     int rc = 0;
     for (size_t i = 0; i < p->n; i++) {
-        if (p->steps[i].re && !(r.md[i] = pcre2_match_data_create_from_pattern(p->steps[i].re, NULL))) {
+        if (p->steps[i].re &&
+            !(r.md[i] = pcre2_match_data_create_from_pattern(p->steps[i].re, NULL))) {
             rc = err_set(ERR_NOMEM, "out of memory for pre-tokenizer match data");
             goto done;
         }
