@@ -1,14 +1,18 @@
 /* shardswap serve: the flags and the config file -> the server (server.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "server/config.h"
 #include "server/log.h"
 #include "server/server.h"
@@ -39,20 +43,64 @@ static int parse_devices(const char *s, struct serve_config *c)
     return set_str(&c->device_kind, sc.device_kind);
 }
 
-/* Writes the port to path (through a temporary file renamed into place, so
- * a reader never sees half of it). */
-static int write_port_file(const char *path, int port)
+/* --port-file: PATH must be a regular file or absent (it is replaced),
+ * never a link, device, FIFO or directory; checked before the models load,
+ * so a bad one costs nothing. */
+static int port_file_check(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT)
+            return 0;
+        return err_set(ERR_IO, "--port-file %s: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode))
+        return err_set(ERR_INVALID, "--port-file %s: %s, expected a regular file or no file",
+                       path, S_ISLNK(st.st_mode) ? "a symbolic link" : fs_kind_name(st.st_mode));
+    return 0;
+}
+
+/* Writes the port to path through a temporary file beside it (mkstemp:
+ * created new, so a link planted under its name is never followed),
+ * renamed into place so a reader never sees half of it. On failure the
+ * temporary is removed. *written identifies the file for port_file_remove. */
+static int port_file_write(const char *path, int port, struct stat *written)
 {
     char tmp[PATH_MAX];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return err_set(ERR_IO, "--port-file %s: %s", tmp, strerror(errno));
-    int bad = fprintf(f, "%d\n", port) < 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0)
-        return err_set(ERR_IO, "--port-file %s: %s", path, strerror(errno ? errno : EIO));
-    return 0;
+    const char *slash = strrchr(path, '/');
+    int dir_len = slash ? (int)(slash - path) + 1 : 0;
+    if (snprintf(tmp, sizeof(tmp), "%.*s.%s.XXXXXX", dir_len, path,
+                 slash ? slash + 1 : path) >= (int)sizeof(tmp))
+        return err_set(ERR_INVALID, "--port-file %s: path too long", path);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return err_set(ERR_IO, "--port-file %s: cannot create a temporary beside it: %s", path,
+                       strerror(errno));
+    char text[16];
+    int n = snprintf(text, sizeof(text), "%d\n", port);
+    int rc = 0;
+    if (write(fd, text, (size_t)n) != n || fchmod(fd, 0644) != 0 || fstat(fd, written) != 0)
+        rc = err_set(ERR_IO, "--port-file %s: writing %s: %s", path, tmp,
+                     strerror(errno ? errno : EIO));
+    if (close(fd) != 0 && rc == 0)
+        rc = err_set(ERR_IO, "--port-file %s: writing %s: %s", path, tmp, strerror(errno));
+    /* again: something may have been put there while the models loaded */
+    if (rc == 0)
+        rc = port_file_check(path);
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = err_set(ERR_IO, "--port-file %s: %s", path, strerror(errno));
+    if (rc < 0)
+        unlink(tmp);
+    return rc;
+}
+
+/* Removes the port file at exit, when it is still the one written (a file
+ * put there since is left alone). */
+static void port_file_remove(const char *path, const struct stat *written)
+{
+    struct stat st;
+    if (lstat(path, &st) == 0 && st.st_dev == written->st_dev && st.st_ino == written->st_ino)
+        unlink(path);
 }
 
 /* --model and --model-root repeat: args_parse keeps only the last value of
@@ -131,7 +179,8 @@ int cmd_serve(int argc, char **argv)
                    "(default 8000)",
                    0, 65535, "0..65535"),
         FLAG("port-file", FLAG_STR, &port_file, "FILE",
-             "write the bound port to FILE once listening"),
+             "write the bound port to FILE once listening (a regular file or none: it is "
+             "replaced, and removed at exit)"),
         FLAG("api-key", FLAG_STR, &api_key, "KEY",
              "require 'Authorization: Bearer KEY' (not on /health, /metrics) (default: none)"),
         FLAG("admin-key", FLAG_STR, &admin_key, "KEY",
@@ -222,6 +271,8 @@ int cmd_serve(int argc, char **argv)
         return rc;
     struct serve_config c;
     struct server *s = NULL;
+    struct stat port_written;
+    bool port_file_written = false;
     serve_config_init(&c);
     int n_roots = 0;
     enum log_level level;
@@ -265,14 +316,17 @@ int cmd_serve(int argc, char **argv)
         c.link_gbps = link_gbps;
     if (flags[F_THREADS].seen)
         c.http_threads = threads;
-    if ((rc = serve_config_check(&c)) < 0)
+    if ((rc = serve_config_check(&c)) < 0 || (port_file && (rc = port_file_check(port_file)) < 0))
         goto usage;
     log_set_level(c.log_level);
     if ((rc = server_signals_init()) < 0 || (rc = server_open(&c, &s)) < 0)
         goto fail;
-    if (port_file && (rc = write_port_file(port_file, server_port(s))) < 0)
+    if (port_file && (rc = port_file_write(port_file, server_port(s), &port_written)) < 0)
         goto fail;
+    port_file_written = port_file != NULL;
     rc = server_run(s);
+    if (port_file_written)
+        port_file_remove(port_file, &port_written);
     if (rc < 0)
         goto fail;
     server_close(s);
@@ -283,6 +337,8 @@ usage:
     return args_usage_fail("serve");
 fail:
     rc = cli_fail("serve");
+    if (port_file_written)
+        port_file_remove(port_file, &port_written);
     server_close(s);
     serve_config_free(&c);
     return rc;

@@ -672,6 +672,54 @@ def test_log_injection():
     check(any("\\x1b[2J\\xc2\\x85" in ln for ln in lines), "ESC and U+0085 are not escaped in the log")
 
 
+def test_port_file():
+    """--port-file: a target that is not a regular file (a FIFO, a device, a
+    directory, a symbolic link) is refused at start with one line and left
+    as it was; a link planted where the old code wrote its temporary
+    (PATH.tmp) is not followed; the file holds the port while serving and is
+    removed at a clean exit, with no temporary left beside it."""
+    import stat
+    import subprocess
+    d = os.path.join(A.work_dir, "port-file")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    victim = os.path.join(d, "victim")
+    with open(victim, "w") as f:
+        f.write("precious\n")
+    fifo = os.path.join(d, "fifo")
+    os.mkfifo(fifo)
+    link = os.path.join(d, "link")
+    os.symlink(victim, link)
+    m1 = os.path.join(A.work_dir, "models", "m1")
+    for target in (fifo, "/dev/null", d, link):
+        try:
+            p = subprocess.run([A.bin, "serve", "--model", "m1=" + m1, "--port", "0", "--port-file", target],
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=20)
+        except subprocess.TimeoutExpired:
+            raise harness.TestFailure("--port-file %s: still serving after 20 s (killed)" % target)
+        err = p.stderr.decode(errors="replace").strip()
+        check(p.returncode != 0 and "--port-file " + target in err and "regular file" in err and
+              len(err.splitlines()) == 1, "--port-file %s: exit %d, stderr %r" % (target, p.returncode, err))
+    check(stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.path.islink(link),
+          "a refused --port-file target was replaced")
+    # a link planted at PATH.tmp, where the port used to be written first
+    s = harness.Server(A.bin, {"m1": m1}, d, log_level="warn")
+    os.symlink(victim, s.port_file + ".tmp")
+    s.start()
+    try:
+        with open(s.port_file) as f:
+            txt = f.read()
+        check(txt == "%d\n" % s.port and not os.path.islink(s.port_file), "the port file holds %r" % txt)
+        with open(victim) as f:
+            check(f.read() == "precious\n", "the file behind the planted PATH.tmp link was overwritten")
+    finally:
+        s.stop()
+    check(not os.path.exists(s.port_file), "the port file is left after a clean exit")
+    base = os.path.basename(s.port_file)
+    left = [n for n in os.listdir(d) if base in n and n != base + ".tmp"]
+    check(not left, "temporaries left beside the port file: %s" % left)
+
+
 def random_request(rnd):
     """A request whose every field is valid, drawn at random: model, text
     or id prompt, max_tokens, sampling, stop strings, echo, stream, usage."""
@@ -849,7 +897,7 @@ def main():
     print("server on port %d" % s.port)
     tests = [test_table, test_content_length_lies, test_slowloris, test_too_many_connections,
              test_disconnect_mid_stream, test_disconnect_storm, test_admin_races, test_long_request_beyond_timeout,
-             test_no_smuggling, test_log_injection, test_random_valid_requests, test_survives,
+             test_no_smuggling, test_log_injection, test_port_file, test_random_valid_requests, test_survives,
              test_sigterm_in_flight]
     if A.only:
         want = set(A.only.split(","))
