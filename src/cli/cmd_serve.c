@@ -153,7 +153,8 @@ int cmd_serve(int argc, char **argv)
                *host_budget = NULL, *policy = NULL, *host = NULL, *port_file = NULL,
                *api_key = NULL, *admin_key = NULL, *model_root = NULL, *log_level = NULL,
                *max_body = NULL, *compute = NULL;
-    int max_batch = 0, queue_cap = 0, port = 0, max_conn = 0, timeout = 0, threads = 0;
+    int max_batch = 0, queue_cap = 0, port = 0, max_conn = 0, timeout = 0, threads = 0,
+        per_client = 0, header_timeout = 0, body_timeout = 0;
     float grace = 0, link_gbps = 0, req_timeout = 0;
     struct flag flags[] = {
         FLAG("config", FLAG_STR, &config, "FILE",
@@ -168,16 +169,17 @@ int cmd_serve(int argc, char **argv)
         FLAG("host-budget", FLAG_STR, &host_budget, "BYTES",
              "host memory for model copies (default: sized for the models)"),
         FLAG("policy", FLAG_STR, &policy, "NAME", "scheduling policy (default: the engine's)"),
-        FLAG_RANGE("max-batch", FLAG_INT, &max_batch, "N", "sequences per batch (default 8)", 1,
-                   4096, "1..4096"),
+        FLAG_RANGE("max-batch", FLAG_INT, &max_batch, "N", "sequences per batch (default 8)",
+                   SERVE_MAX_BATCH_MIN, SERVE_MAX_BATCH_MAX,
+                   SERVE_RANGE_TEXT(SERVE_MAX_BATCH_MIN, SERVE_MAX_BATCH_MAX)),
         FLAG_RANGE("queue-cap", FLAG_INT, &queue_cap, "N",
-                   "waiting requests per model; beyond it 429 (default 256)", 1, 1 << 20,
-                   "1..1048576"),
+                   "waiting requests per model; beyond it 429 (default 256)", SERVE_QUEUE_CAP_MIN,
+                   SERVE_QUEUE_CAP_MAX, SERVE_RANGE_TEXT(SERVE_QUEUE_CAP_MIN, SERVE_QUEUE_CAP_MAX)),
         FLAG("host", FLAG_STR, &host, "ADDR", "address to listen on (default 127.0.0.1)"),
         FLAG_RANGE("port", FLAG_INT, &port, "PORT",
                    "port to listen on; 0 = any free one "
                    "(default 8000)",
-                   0, 65535, "0..65535"),
+                   SERVE_PORT_MIN, SERVE_PORT_MAX, SERVE_RANGE_TEXT(SERVE_PORT_MIN, SERVE_PORT_MAX)),
         FLAG("port-file", FLAG_STR, &port_file, "FILE",
              "write the bound port to FILE once listening (a regular file or none: it is "
              "replaced, and removed at exit)"),
@@ -190,10 +192,27 @@ int cmd_serve(int argc, char **argv)
         FLAG("log-level", FLAG_STR, &log_level, "LEVEL",
              "error|warn|info|debug (default info: one line per request)"),
         FLAG_RANGE("max-connections", FLAG_INT, &max_conn, "N",
-                   "connections at once; more are refused (default 256)", 1, 1 << 20, "1..1048576"),
+                   "connections at once; more are refused (default 256)",
+                   SERVE_MAX_CONNECTIONS_MIN, SERVE_MAX_CONNECTIONS_MAX,
+                   SERVE_RANGE_TEXT(SERVE_MAX_CONNECTIONS_MIN, SERVE_MAX_CONNECTIONS_MAX)),
+        FLAG_RANGE("max-connections-per-client", FLAG_INT, &per_client, "N",
+                   "connections one client address may hold; more are refused (default 0: half "
+                   "of --max-connections)",
+                   SERVE_PER_CLIENT_MIN, SERVE_PER_CLIENT_MAX,
+                   SERVE_RANGE_TEXT(SERVE_PER_CLIENT_MIN, SERVE_PER_CLIENT_MAX)),
         FLAG_RANGE("timeout", FLAG_INT, &timeout, "S",
-                   "close a connection idle (or sending its request) this long (default 30)", 1,
-                   86400, "1..86400"),
+                   "close a connection idle this long (default 30)", SERVE_TIMEOUT_MIN,
+                   SERVE_TIMEOUT_MAX, SERVE_RANGE_TEXT(SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX)),
+        FLAG_RANGE("header-timeout", FLAG_INT, &header_timeout, "S",
+                   "close a connection whose request headers are not all in S seconds after "
+                   "their first byte, however steadily they come (default 20)",
+                   SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX,
+                   SERVE_RANGE_TEXT(SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX)),
+        FLAG_RANGE("body-timeout", FLAG_INT, &body_timeout, "S",
+                   "close a connection whose request body is not all in S seconds after its "
+                   "headers (default 60)",
+                   SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX,
+                   SERVE_RANGE_TEXT(SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX)),
         FLAG("max-body", FLAG_STR, &max_body, "BYTES", "largest request body (default 1MiB)"),
         FLAG_RANGE("grace", FLAG_FLOAT, &grace, "S",
                    "on SIGTERM/SIGINT, requests in flight get S seconds (a second signal ends it), "
@@ -207,8 +226,9 @@ int cmd_serve(int argc, char **argv)
         FLAG_RANGE("link-gbps", FLAG_FLOAT, &link_gbps, "G",
                    "CPU devices only: emulate a host link of G GB/s (default 0: none)", 0, FLT_MAX,
                    "G >= 0"),
-        FLAG_RANGE("http-threads", FLAG_INT, &threads, "N", "HTTP worker threads (default 4)", 1,
-                   256, "1..256"),
+        FLAG_RANGE("http-threads", FLAG_INT, &threads, "N", "HTTP worker threads (default 4)",
+                   SERVE_HTTP_THREADS_MIN, SERVE_HTTP_THREADS_MAX,
+                   SERVE_RANGE_TEXT(SERVE_HTTP_THREADS_MIN, SERVE_HTTP_THREADS_MAX)),
         COMPUTE_FLAG(&compute),
     };
     enum {
@@ -228,7 +248,10 @@ int cmd_serve(int argc, char **argv)
         F_MODEL_ROOT,
         F_LOG_LEVEL,
         F_MAX_CONN,
+        F_PER_CLIENT,
         F_TIMEOUT,
+        F_HEADER_TIMEOUT,
+        F_BODY_TIMEOUT,
         F_MAX_BODY,
         F_GRACE,
         F_REQ_TIMEOUT,
@@ -306,8 +329,14 @@ int cmd_serve(int argc, char **argv)
         c.port = port;
     if (flags[F_MAX_CONN].seen)
         c.max_connections = max_conn;
+    if (flags[F_PER_CLIENT].seen)
+        c.max_connections_per_client = per_client;
     if (flags[F_TIMEOUT].seen)
         c.connection_timeout_s = timeout;
+    if (flags[F_HEADER_TIMEOUT].seen)
+        c.header_timeout_s = header_timeout;
+    if (flags[F_BODY_TIMEOUT].seen)
+        c.body_timeout_s = body_timeout;
     if (flags[F_GRACE].seen)
         c.grace_s = grace;
     if (flags[F_REQ_TIMEOUT].seen)

@@ -44,8 +44,6 @@
 #define SCALAR_MAX 4096     /* bytes of one scalar */
 #define QUOTE_MAX 64        /* bytes of a value quoted in a message */
 #define NAME_MAX_LEN 63     /* bytes of a model name */
-#define BATCH_MAX 4096
-#define QUEUE_MAX (1 << 20)
 
 /* ---- defaults, add, free ---- */
 
@@ -57,6 +55,8 @@ void serve_config_init(struct serve_config *c)
     c->http_threads = 4;
     c->max_connections = 256;
     c->connection_timeout_s = 30;
+    c->header_timeout_s = 20;
+    c->body_timeout_s = 60;
     c->max_body_bytes = 1u << 20;
     c->grace_s = 30;
     c->log_level = LOG_INFO;
@@ -560,7 +560,7 @@ static int walk_model(const struct walk *w, const struct ynode *y, int index)
         } else if (strcmp(k, "pp") == 0) {
             rc = get_int(w, v, key, 1, STACK_MAX_DEVICES, &m.pp);
         } else if (strcmp(k, "max_batch") == 0) {
-            rc = get_int(w, v, key, 0, BATCH_MAX, &m.max_batch);
+            rc = get_int(w, v, key, 0, SERVE_MAX_BATCH_MAX, &m.max_batch);
         } else if (strcmp(k, "pinned") == 0) {
             rc = get_bool(w, v, key, &m.pinned);
         } else if (strcmp(k, "compute") == 0) {
@@ -625,6 +625,9 @@ static int walk_root(const struct walk *w, const struct ynode *root)
                                         "http_threads",
                                         "max_connections",
                                         "connection_timeout_s",
+                                        "header_timeout_s",
+                                        "body_timeout_s",
+                                        "max_connections_per_client",
                                         "max_body_bytes",
                                         "grace_s",
                                         "request_timeout_s",
@@ -663,15 +666,24 @@ static int walk_root(const struct walk *w, const struct ynode *root)
         } else if (strcmp(k, "host") == 0) {
             rc = get_string(w, v, k, false, &c->host);
         } else if (strcmp(k, "port") == 0) {
-            rc = get_int(w, v, k, 0, 65535, &c->port);
+            rc = get_int(w, v, k, SERVE_PORT_MIN, SERVE_PORT_MAX, &c->port);
         } else if (strcmp(k, "model_roots") == 0) {
             rc = walk_roots(w, v);
         } else if (strcmp(k, "http_threads") == 0) {
-            rc = get_int(w, v, k, 1, 1024, &c->http_threads);
+            rc = get_int(w, v, k, SERVE_HTTP_THREADS_MIN, SERVE_HTTP_THREADS_MAX,
+                         &c->http_threads);
         } else if (strcmp(k, "max_connections") == 0) {
-            rc = get_int(w, v, k, 1, 1 << 20, &c->max_connections);
+            rc = get_int(w, v, k, SERVE_MAX_CONNECTIONS_MIN, SERVE_MAX_CONNECTIONS_MAX,
+                         &c->max_connections);
+        } else if (strcmp(k, "max_connections_per_client") == 0) {
+            rc = get_int(w, v, k, SERVE_PER_CLIENT_MIN, SERVE_PER_CLIENT_MAX,
+                         &c->max_connections_per_client);
         } else if (strcmp(k, "connection_timeout_s") == 0) {
-            rc = get_int(w, v, k, 1, 86400, &c->connection_timeout_s);
+            rc = get_int(w, v, k, SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX, &c->connection_timeout_s);
+        } else if (strcmp(k, "header_timeout_s") == 0) {
+            rc = get_int(w, v, k, SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX, &c->header_timeout_s);
+        } else if (strcmp(k, "body_timeout_s") == 0) {
+            rc = get_int(w, v, k, SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX, &c->body_timeout_s);
         } else if (strcmp(k, "max_body_bytes") == 0) {
             rc = get_bytes(w, v, k, &c->max_body_bytes);
             if (rc == 0 && c->max_body_bytes == 0)
@@ -693,9 +705,9 @@ static int walk_root(const struct walk *w, const struct ynode *root)
         } else if (strcmp(k, "host_budget") == 0) {
             rc = get_bytes(w, v, k, &c->host_budget);
         } else if (strcmp(k, "max_batch") == 0) {
-            rc = get_int(w, v, k, 1, BATCH_MAX, &c->max_batch);
+            rc = get_int(w, v, k, SERVE_MAX_BATCH_MIN, SERVE_MAX_BATCH_MAX, &c->max_batch);
         } else if (strcmp(k, "queue_cap") == 0) {
-            rc = get_int(w, v, k, 1, QUEUE_MAX, &c->queue_cap);
+            rc = get_int(w, v, k, SERVE_QUEUE_CAP_MIN, SERVE_QUEUE_CAP_MAX, &c->queue_cap);
         } else if (strcmp(k, "link_gbps") == 0) {
             rc = get_double(w, v, k, &c->link_gbps);
         } else { /* models */
@@ -797,9 +809,14 @@ int serve_config_check(const struct serve_config *c)
         if (!c->model_roots[i] || c->model_roots[i][0] != '/')
             return err_set(ERR_INVALID, "model_roots[%d]: expected an absolute path, got '%.*s'", i,
                            QUOTE_MAX, c->model_roots[i] ? c->model_roots[i] : "");
-    if (c->http_threads < 1 || c->max_connections < 1 || c->connection_timeout_s < 1)
-        return err_set(ERR_INVALID, "http_threads, max_connections and connection_timeout_s: "
-                                    "expected >= 1");
+    if (c->http_threads < SERVE_HTTP_THREADS_MIN || c->http_threads > SERVE_HTTP_THREADS_MAX)
+        return err_set(ERR_INVALID, "http_threads: expected %d to %d, got %d",
+                       SERVE_HTTP_THREADS_MIN, SERVE_HTTP_THREADS_MAX, c->http_threads);
+    if (c->max_connections < 1 || c->connection_timeout_s < 1 || c->header_timeout_s < 1 ||
+        c->body_timeout_s < 1 || c->max_connections_per_client < 0)
+        return err_set(ERR_INVALID, "max_connections, connection_timeout_s, header_timeout_s and "
+                                    "body_timeout_s: expected >= 1; "
+                                    "max_connections_per_client: expected >= 0");
     if (c->max_body_bytes < 1)
         return err_set(ERR_INVALID, "max_body_bytes: expected >= 1");
     if (!(c->grace_s >= 0) || !(c->link_gbps >= 0) || !(c->request_timeout_s >= 0))
@@ -877,6 +894,13 @@ int serve_config_check(const struct serve_config *c)
                                d, c->n_devices - 1, m->devices[d]);
     }
     return 0;
+}
+
+int serve_config_per_client(const struct serve_config *c)
+{
+    if (c->max_connections_per_client > 0)
+        return c->max_connections_per_client;
+    return c->max_connections / 2 > 0 ? c->max_connections / 2 : 1;
 }
 
 void serve_config_stack(const struct serve_config *c, struct stack_config *sc,

@@ -500,7 +500,8 @@ static int stream_produce(struct srv_req *r)
 
 static bool stream_ready(struct srv_req *r)
 {
-    return r->safe > r->sent || r->n_gen_ids > r->ids_sent || r->done || r->client_gone;
+    return r->safe > r->sent || r->n_gen_ids > r->ids_sent || r->done || r->client_gone ||
+           r->probe;
 }
 
 /* MHD's content reader of a stream: on a pool thread. Sends what is ready;
@@ -521,9 +522,14 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         if (r->final_sent)
             return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&r->lock);
-        bool gone = r->client_gone;
+        bool gone = r->client_gone, probe = r->probe;
+        r->probe = false;
         pthread_mutex_unlock(&r->lock);
         if (gone)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        /* the client half-closed: a comment line (ignored by SSE readers)
+         * makes a client that is gone reset, which the watcher sees */
+        if (probe && out_append(r, ":\n\n", 3) < 0)
             return MHD_CONTENT_READER_END_WITH_ERROR;
         if (stream_produce(r) < 0)
             return MHD_CONTENT_READER_END_WITH_ERROR;

@@ -29,7 +29,7 @@
 /* ---- request state ---- */
 
 static struct srv_req *srv_req_new(struct server *s, struct MHD_Connection *conn, const char *url,
-                                   const char *method)
+                                   const char *method, const char *version)
 {
     struct srv_req *r = calloc(1, sizeof(*r));
     if (!r)
@@ -37,6 +37,8 @@ static struct srv_req *srv_req_new(struct server *s, struct MHD_Connection *conn
     atomic_init(&r->refs, 1);
     r->s = s;
     r->conn = conn;
+    r->sc = srv_conn_of(conn);
+    r->http10 = strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
     r->t0 = time_now();
     r->fd = -1;
     const union MHD_ConnectionInfo *ci =
@@ -341,9 +343,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     struct server *s = cls;
     struct srv_req *r = *req_cls;
     if (!r) {
-        if (!(r = srv_req_new(s, conn, url, method)))
+        if (!(r = srv_req_new(s, conn, url, method, version)))
             return MHD_NO;
         *req_cls = r;
+        srv_conn_headers_in(s, r->sc); /* the body's deadline starts */
         return request_start(r, url, method);
     }
     if (*upload_data_size) {
@@ -351,6 +354,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
+    srv_conn_body_in(s, r->sc);
     if (r->er)
         return srv_completions_resumed(r);
     if (r->handled)
@@ -387,7 +391,8 @@ static void access_log(struct srv_req *r, enum MHD_RequestTerminationCode toe)
                  r->m->name, r->id[0] ? " id=" : "", r->id, r->n_prompt, n_gen, wait * 1e3,
                  ttft * 1e3, compute * 1e3, r->creq.stream ? " stream" : "");
     }
-    const char *how = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK      ? ""
+    const char *how = srv_conn_cut(r->sc)                              ? " (deadline: closed)"
+                      : toe == MHD_REQUEST_TERMINATED_COMPLETED_OK    ? ""
                       : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT    ? " (client closed)"
                       : toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? " (timed out)"
                       : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN ? " (shutdown)"
@@ -414,6 +419,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         log_debug("%s %s: client went away, request cancelled", r->method, r->path);
     srv_unwatch(s, r);
     access_log(r, toe);
+    srv_conn_request_done(s, r->sc);
     srv_req_unref(r);
 }
 
@@ -484,9 +490,11 @@ static int listen_start(struct server *s)
         s, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
         (unsigned)(c->http_threads > 0 ? c->http_threads : 4), MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)c->connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)128, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_END);
+        (unsigned)c->connection_timeout_s, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)serve_config_per_client(c), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)(32 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)128,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, srv_conn_notify,
+        s, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd)
         return err_set(ERR_IO, "could not listen on %s:%d%s%s", c->host, c->port,
@@ -514,6 +522,7 @@ int server_open(const struct serve_config *c, struct server **out)
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&s->watch_lock, NULL);
     pthread_cond_init(&s->watch_cv, NULL);
+    pthread_mutex_init(&s->conn_lock, NULL);
     int rc;
     struct stack_config sc;
     struct stack_model_config *mc = calloc((size_t)(c->n_models ? c->n_models : 1), sizeof(*mc));
@@ -667,6 +676,7 @@ void server_close(struct server *s)
     srv_models_free(s);
     pthread_cond_destroy(&s->watch_cv);
     pthread_mutex_destroy(&s->watch_lock);
+    pthread_mutex_destroy(&s->conn_lock);
     pthread_cond_destroy(&s->idle_cv);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->admin_lock);

@@ -31,6 +31,8 @@ S = {}
 TIMEOUT = 3          # --timeout: a client silent this long is dropped
 MAX_CONN = 16        # --max-connections
 MAX_BODY = 256 << 10  # --max-body
+DEADLINE = 4         # --header-timeout and --body-timeout
+PER_CLIENT = 12      # --max-connections-per-client
 FX = "fx"            # a fixture model: vocab 256, 64 positions
 CHAT = "chat"        # m1 with Qwen2.5's chat template (ChatML)
 CHAT_TEMPLATE = os.path.join(harness.SOURCE_DIR, "tests", "fixtures", "chat_templates", "templates",
@@ -450,6 +452,114 @@ def test_slowloris():
     print("      slow client dropped after %.1f s" % closed_after)
 
 
+def dribble_socket(addr, head):
+    """A connection from addr (any 127.x.y.z is this machine) that sent head."""
+    c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    c.bind((addr, 0))
+    c.settimeout(5)
+    c.connect(("127.0.0.1", srv().port))
+    c.sendall(head)
+    return c
+
+
+def probes_while(cond, every=0.5, timeout=DEADLINE + 15):
+    """/health from 127.0.0.1 every `every` s while cond() holds, each on its
+    own thread; returns [(sent at, seconds to the answer or None, status)]."""
+    out = []
+
+    def one(t):
+        try:
+            st, _, _ = send_raw(req("GET", "/health", key=None), timeout=timeout, connect_timeout=timeout)
+        except OSError:
+            st = None
+        out.append((t, time.time() - t, st))
+
+    ts = []
+    while cond():
+        t = threading.Thread(target=one, args=(time.time(),))
+        t.start()
+        ts.append(t)
+        time.sleep(every)
+    for t in ts:
+        t.join(timeout + 5)
+    return out
+
+
+def test_slowloris_deadlines():
+    """Every slot taken (--max-connections 16) by clients on 4 addresses that
+    each send a byte a second, well inside --timeout: 8 dribble their
+    headers, 8 their body. The header and body deadlines (--header-timeout,
+    --body-timeout 4) close each within a bounded time, however steadily it
+    sends, and every /health probe sent meanwhile from another address is
+    answered within that bound."""
+    head = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    body_head = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
+                 srv().api_key.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: 4000\r\n\r\n")
+    socks = []
+    for i in range(MAX_CONN):
+        socks.append(dribble_socket("127.0.0.%d" % (2 + i % 4), head if i % 2 == 0 else body_head))
+    t0 = time.time()
+    closed = {}
+    stop = []
+
+    def dribble():
+        while not stop and len(closed) < len(socks) and time.time() - t0 < DEADLINE + 10:
+            for i, c in enumerate(socks):
+                if i in closed:
+                    continue
+                try:
+                    c.sendall(b"X-a: b\r\n" if i % 2 == 0 else b" ")
+                except OSError:
+                    closed[i] = time.time() - t0
+            time.sleep(1)
+
+    d = threading.Thread(target=dribble)
+    d.start()
+    probes = probes_while(lambda: d.is_alive() and time.time() - t0 < DEADLINE + 10)
+    stop.append(True)
+    d.join()
+    for c in socks:
+        c.close()
+    bound = DEADLINE + 4
+    late = [(round(t - t0, 1), dt if dt is None else round(dt, 1), st) for t, dt, st in probes
+            if st != 200 or t + dt - t0 > bound]
+    print("      %d dribbling clients closed after %s s; %d probes, the slowest answered in %.1f s" %
+          (len(closed), sorted(set(round(v) for v in closed.values())), len(probes),
+           max(dt for _, dt, _ in probes)))
+    check(len(closed) == len(socks) and max(closed.values()) <= bound + 1.5,
+          "%d of %d clients sending a byte a second were closed within %d s (--header-timeout/--body-timeout %d)"
+          % (len([v for v in closed.values() if v <= bound + 1.5]), len(socks), bound, DEADLINE))
+    check(not late, "/health probes (sent at, seconds, status) not answered within %d s of the attack's "
+          "start: %s" % (bound, late[:6]))
+    check_normal()
+
+
+def test_slowloris_one_address():
+    """One address opening every slot: it gets --max-connections-per-client
+    (12) of the 16, the rest are closed at once, and other clients are
+    answered at once while its connections dribble."""
+    import select
+    socks = [dribble_socket("127.0.0.6", b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n") for _ in range(MAX_CONN)]
+    t0 = time.time()
+    probes = probes_while(lambda: time.time() - t0 < 2, every=0.4)
+    r, _, _ = select.select(socks, [], [], 0.1)
+    refused = 0
+    for c in r:
+        try:
+            refused += c.recv(100) == b""
+        except OSError:
+            refused += 1
+    for c in socks:
+        c.close()
+    slow = [(round(dt, 1) if dt else dt, st) for _, dt, st in probes if st != 200 or dt > 1.5]
+    print("      %d of %d connections from one address refused; probes: %s" %
+          (refused, MAX_CONN, [round(dt, 2) for _, dt, _ in probes]))
+    check(refused == MAX_CONN - PER_CLIENT, "%d of %d connections from one address refused (want %d: "
+          "--max-connections-per-client %d)" % (refused, MAX_CONN, MAX_CONN - PER_CLIENT, PER_CLIENT))
+    check(not slow, "probes from another address while one holds its %d connections: %s" % (PER_CLIENT, slow))
+    time.sleep(0.5)
+
+
 def test_too_many_connections():
     """More connections than --max-connections, each asking /health with
     keep-alive at once: at most --max-connections answer within a second
@@ -533,6 +643,55 @@ def test_disconnect_mid_stream():
     after = cancelled_count()
     check(after >= before + 3, "3 clients left mid-stream: cancelled counters moved by %g (want >= 3)" %
           (after - before))
+    check_normal()
+
+
+def test_half_close():
+    """A client that shuts down its sending side once its request is out
+    (shutdown(SHUT_WR): HTTP/1.1 allows it) and reads on gets its whole
+    answer, streamed or not, completion or chat (an interim 100 Continue may
+    come first); one that closes its socket instead is still cancelled
+    within seconds, long before its 1500 tokens would be done."""
+    for name, data, stream in (("completion", completion(max_tokens=100), False),
+                               ("stream", completion(max_tokens=100, stream=True), True),
+                               ("chat stream", chat(max_tokens=100, stream=True), True),
+                               ("chat", chat(max_tokens=100), False)):
+        c = socket.create_connection(("127.0.0.1", srv().port), timeout=60)
+        c.sendall(data)
+        c.shutdown(socket.SHUT_WR)
+        c.settimeout(60)
+        raw = b""
+        try:
+            while True:
+                x = c.recv(65536)
+                if not x:
+                    break
+                raw += x
+        except (socket.timeout, ConnectionResetError):
+            pass
+        c.close()
+        while raw.startswith(b"HTTP/1.1 100"):
+            raw = raw.partition(b"\r\n\r\n")[2]
+        check(raw.startswith(b"HTTP/1.1 200"), "%s after a half-close: %r" % (name, raw[:200]))
+        head, _, body = raw.partition(b"\r\n\r\n")
+        if stream:
+            check(b"transfer-encoding: chunked" in head.lower() and body.endswith(b"\r\n0\r\n\r\n"),
+                  "%s after a half-close: the chunked body does not end: %r" % (name, body[-200:]))
+            check(b"data: [DONE]\n\n" in dechunk(body)[-40:], "%s after a half-close: no [DONE]: %r" %
+                  (name, body[-200:]))
+        else:
+            j = json.loads(body)
+            check(j["usage"]["completion_tokens"] >= 1, "%s after a half-close: %r" % (name, body[:300]))
+    # a full close right after the request: cancelled, not run to the end
+    before = cancelled_count()
+    c = socket.create_connection(("127.0.0.1", srv().port), timeout=60)
+    c.sendall(completion(max_tokens=1500, prompt="Never read"))
+    time.sleep(0.1)
+    c.close()
+    deadline = time.time() + 10
+    while time.time() < deadline and cancelled_count() < before + 1:
+        time.sleep(0.2)
+    check(cancelled_count() >= before + 1, "a client that closed its socket was not cancelled within 10 s")
     check_normal()
 
 
@@ -891,12 +1050,15 @@ def main():
     served[CHAT] = chat_copy(list(models.values())[0])
     s = harness.Server(A.bin, served, A.work_dir, device_budget=harness.room_for(models, 1),
                        timeout=TIMEOUT, max_connections=MAX_CONN, max_body=MAX_BODY, grace=60,
-                       model_root=os.path.join(A.work_dir, "models"))
+                       model_root=os.path.join(A.work_dir, "models"),
+                       extra=["--header-timeout", str(DEADLINE), "--body-timeout", str(DEADLINE),
+                              "--max-connections-per-client", str(PER_CLIENT)])
     S["srv"] = s
     s.start()
     print("server on port %d" % s.port)
-    tests = [test_table, test_content_length_lies, test_slowloris, test_too_many_connections,
-             test_disconnect_mid_stream, test_disconnect_storm, test_admin_races, test_long_request_beyond_timeout,
+    tests = [test_table, test_content_length_lies, test_slowloris, test_slowloris_deadlines,
+             test_slowloris_one_address, test_too_many_connections,
+             test_disconnect_mid_stream, test_half_close, test_disconnect_storm, test_admin_races, test_long_request_beyond_timeout,
              test_no_smuggling, test_log_injection, test_port_file, test_random_valid_requests, test_survives,
              test_sigterm_in_flight]
     if A.only:
