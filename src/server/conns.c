@@ -185,13 +185,15 @@ void srv_conns_sweep(struct server *s)
     pthread_mutex_unlock(&s->conn_lock);
 }
 
-int srv_conns_close_idle(struct server *s)
+int srv_conns_close_idle(struct server *s, double idle_s)
 {
     int n = 0;
+    double now = time_now();
     pthread_mutex_lock(&s->conn_lock);
     for (struct srv_conn *c = s->conns; c; c = c->next) {
         uint64_t rx;
-        if (c->phase == CONN_IDLE && !c->cut && !(c->fd >= 0 && tcp_rx(c->fd, &rx) && rx > c->rx_mark)) {
+        if (c->phase == CONN_IDLE && !c->cut && now - c->t_phase >= idle_s &&
+            !(c->fd >= 0 && tcp_rx(c->fd, &rx) && rx > c->rx_mark)) {
             conn_shut(c);
             n++;
         }

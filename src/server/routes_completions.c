@@ -738,13 +738,15 @@ enum MHD_Result srv_completions(struct srv_req *r)
     };
     if (!q->has_seed)
         random_bytes(&p.sampling.seed, sizeof(p.sampling.seed));
-    if (!srv_accepting(s)) {
+    /* counted in flight under the lock the shutdown changes the state
+     * under: a request counted here gets the grace period and the
+     * shutdown's cancel, one refused here a 503 */
+    if (!srv_inflight_enter(s)) {
         oai_error_set(&e, 503, "server_error", "server_shutting_down", "",
                       "The server is shutting down.");
         goto refuse;
     }
     srv_req_ref(r); /* the engine's, dropped by on_done */
-    srv_inflight_add(s, 1);
     struct engine_req *er = NULL;
     int rc = engine_submit(s->stack->engine, &p, &er);
     free(ids);
@@ -754,7 +756,9 @@ enum MHD_Result srv_completions(struct srv_req *r)
         srv_req_unref(r);
         return submit_failed(r, rc);
     }
+    pthread_mutex_lock(&r->lock); /* cancel_all reads it under the lock */
     r->er = er;
+    pthread_mutex_unlock(&r->lock);
     srv_watch(s, r);
     if (!q->stream)
         return srv_completions_resumed(r);
@@ -768,6 +772,7 @@ enum MHD_Result srv_completions(struct srv_req *r)
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    srv_reply_closing(r, resp);
     r->http_status = 200;
     r->handled = true;
     srv_count_status(s, 200);

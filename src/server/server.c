@@ -117,6 +117,22 @@ bool srv_accepting(const struct server *s)
     return atomic_load(&s->state) == SERVER_SERVING;
 }
 
+bool srv_inflight_enter(struct server *s)
+{
+    pthread_mutex_lock(&s->lock);
+    bool ok = srv_accepting(s);
+    if (ok)
+        s->n_inflight++;
+    pthread_mutex_unlock(&s->lock);
+    return ok;
+}
+
+void srv_reply_closing(struct srv_req *r, struct MHD_Response *resp)
+{
+    if (atomic_load(&r->s->state) == SERVER_STOPPING)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
 void srv_inflight_add(struct server *s, int d)
 {
     pthread_mutex_lock(&s->lock);
@@ -602,11 +618,6 @@ static bool no_inflight_or_signal(struct server *s)
     return false;
 }
 
-static bool no_live(struct server *s)
-{
-    return s->live == NULL;
-}
-
 /* Cancels every request in flight as the server stops; under s->lock. */
 static void cancel_all(struct server *s)
 {
@@ -618,6 +629,34 @@ static void cancel_all(struct server *s)
         pthread_mutex_unlock(&r->lock);
         if (cancel)
             engine_cancel(s->stack->engine, r->er);
+    }
+}
+
+/* The end of a shutdown: responses (cancelled ones are errors) go out to
+ * clients still reading, each with Connection: close (srv_reply_closing),
+ * and a request arriving on a kept-alive connection gets its 503 and a
+ * close, so connections end after an answer, never before one. A
+ * connection idle for DRAIN_IDLE_S (no byte of a next request) is shut
+ * down; whatever is left after DRAIN_S is closed by MHD_stop_daemon. */
+#define DRAIN_S 5.0
+#define DRAIN_IDLE_S 0.5
+static void drain(struct server *s)
+{
+    double end = time_now() + DRAIN_S;
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        bool live = s->live != NULL;
+        pthread_mutex_unlock(&s->lock);
+        int n = srv_conns_count(s);
+        if (!live && n == 0)
+            return;
+        if (time_now() >= end) {
+            log_warn("closing %d connection(s)%s", n,
+                     live ? " with responses still being sent" : "");
+            return;
+        }
+        srv_conns_close_idle(s, DRAIN_IDLE_S);
+        poll(NULL, 0, 20);
     }
 }
 
@@ -636,9 +675,11 @@ int server_run(struct server *s)
     const double grace = s->cfg->grace_s;
     log_info("%s: stopping (in-flight requests get %.0f s)", strsignal(sig), grace);
     /* still accepting through the grace period, so a probe or a client
-     * gets a 503 rather than a refused connection */
-    atomic_store(&s->state, SERVER_STOPPING);
+     * gets a 503 rather than a refused connection; changed under the lock
+     * srv_inflight_enter counts under, so no request is submitted after
+     * the count below is read */
     pthread_mutex_lock(&s->lock);
+    atomic_store(&s->state, SERVER_STOPPING);
     if (!wait_until(s, no_inflight_or_signal, time_now() + grace) || s->n_inflight > 0) {
         log_warn("grace period over: cancelling %d request(s)", s->n_inflight);
         /* again every 100 ms: a request being submitted as the state
@@ -650,17 +691,13 @@ int server_run(struct server *s)
         }
     }
     pthread_mutex_unlock(&s->lock);
+    /* no new connections: refused from now on, not left in the backlog */
     MHD_socket lfd = MHD_quiesce_daemon(s->mhd);
-    pthread_mutex_lock(&s->lock);
-    /* their responses (cancelled ones get an error) go out to readers that
-     * are still reading */
-    if (!wait_until(s, no_live, time_now() + 5))
-        log_warn("closing connections with responses still being sent");
-    pthread_mutex_unlock(&s->lock);
-    MHD_stop_daemon(s->mhd);
-    s->mhd = NULL;
     if (lfd != MHD_INVALID_SOCKET)
         close(lfd);
+    drain(s);
+    MHD_stop_daemon(s->mhd);
+    s->mhd = NULL;
     log_info("stopped");
     return 0;
 }

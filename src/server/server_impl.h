@@ -206,6 +206,11 @@ void srv_req_wake(struct srv_req *r);
 bool srv_req_suspend_unless(struct srv_req *r, bool (*ready)(struct srv_req *r));
 bool srv_accepting(const struct server *s);
 void srv_inflight_add(struct server *s, int d);
+/* Counts a request in flight unless the server is stopping (false). */
+bool srv_inflight_enter(struct server *s);
+/* Once the server is stopping, resp closes its connection after it
+ * (Connection: close), so no client sends another request on it. */
+void srv_reply_closing(struct srv_req *r, struct MHD_Response *resp);
 
 /* ---- reply.c: responses (HTTP thread, from the access handler) ---- */
 /* Queues a JSON response; steals body (NULL: 500 "out of memory"). */
@@ -264,9 +269,9 @@ void srv_conn_request_done(struct server *s, struct srv_conn *c);
 bool srv_conn_cut(struct srv_conn *c);
 /* Shuts down the sockets of requests past their deadline; the watcher. */
 void srv_conns_sweep(struct server *s);
-/* Shuts down the connections idle between requests (no byte of a next one
- * received); at shutdown. Returns how many. */
-int srv_conns_close_idle(struct server *s);
+/* Shuts down the connections idle between requests for idle_s (no byte
+ * of a next one received); at shutdown. Returns how many. */
+int srv_conns_close_idle(struct server *s, double idle_s);
 int srv_conns_count(struct server *s);
 
 /* ---- route handlers (HTTP thread; called once the body is in) ---- */

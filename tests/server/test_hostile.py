@@ -1022,6 +1022,140 @@ def test_sigterm_in_flight():
           "with data: [DONE]: %r" % tail[-300:])
 
 
+def read_one(c, buf):
+    """One response from a kept-alive connection: (status, headers, body,
+    the bytes after it) or None when the connection ended before a whole
+    one came (buf: bytes already read). A 1xx is skipped."""
+    def more():
+        x = c.recv(65536)
+        if not x:
+            raise EOFError
+        return x
+    try:
+        while True:
+            while b"\r\n\r\n" not in buf:
+                buf += more()
+            head, _, buf = buf.partition(b"\r\n\r\n")
+            lines = head.decode(errors="replace").split("\r\n")
+            st = int(lines[0].split()[1])
+            if st >= 200:
+                break
+        h = {}
+        for ln in lines[1:]:
+            k, _, v = ln.partition(":")
+            h[k.strip().lower()] = v.strip()
+        if "content-length" in h:
+            n = int(h["content-length"])
+            while len(buf) < n:
+                buf += more()
+            return st, h, buf[:n], buf[n:]
+        body = b""
+        while True:  # chunked
+            while b"\r\n" not in buf:
+                buf += more()
+            size, _, buf = buf.partition(b"\r\n")
+            n = int(size.split(b";")[0], 16)
+            while len(buf) < n + 2:
+                buf += more()
+            body += buf[:n]
+            buf = buf[n + 2:]
+            if n == 0:
+                return st, h, body, buf
+    except (EOFError, OSError, ValueError, IndexError):
+        return None
+
+
+def test_sigterm_flood():
+    """SIGTERM (--grace 1) while 96 kept-alive connections send mixed
+    streamed and non-streamed requests back to back (each until an answer
+    says Connection: close): every request sent is answered whole (200 with its JSON or a stream ending in data: [DONE],
+    or 503: an error body, or an error event and [DONE] on a stream), none
+    is met by a closed connection; the server exits 0."""
+    import random
+    import select
+    m1 = os.path.join(A.work_dir, "models", "m1")
+    fx = harness.fixture_with_id_tokenizer(A.work_dir, "pre_ln_f32")
+    s = harness.Server(A.bin, {"m1": m1, FX: fx}, A.work_dir, grace=1, max_connections=512, queue_cap=4096,
+                       extra=["--max-connections-per-client", "512"])
+    s.start()
+    S["srv"], main_srv = s, S["srv"]
+    n_conn = 96
+    results, lost, started = [], [], []
+    lock = threading.Lock()
+
+    def client(k):
+        rnd = random.Random(k)
+        try:
+            c = socket.create_connection(("127.0.0.1", s.port), timeout=120)
+        except OSError:
+            return
+        buf = b""
+        for _ in range(1000):
+            stream = rnd.random() < 0.5
+            data = completion(stream=stream, max_tokens=rnd.randint(1, 32),
+                              model=rnd.choice(["m1", FX]), prompt=[2, 5, 6]).replace(b"Connection: close\r\n", b"")
+            # a connection the server closed while it was idle is not a request lost
+            r, _, _ = select.select([c], [], [], 0)
+            if r and not buf:
+                try:
+                    if c.recv(1, socket.MSG_PEEK) == b"":
+                        break
+                except OSError:
+                    break
+            try:
+                c.sendall(data)
+            except OSError:
+                break
+            with lock:
+                started.append(1)
+            got = read_one(c, buf)
+            if got is None:
+                with lock:
+                    lost.append("stream" if stream else "plain")
+                break
+            st, h, body, buf = got
+            ok = st == 503 or (st == 200 and (body.endswith(b"data: [DONE]\n\n") if stream
+                                              else body.startswith(b"{")))
+            if stream and st == 200 and b'"error"' in body:
+                ok = body.endswith(b"data: [DONE]\n\n")
+            with lock:
+                results.append((st, ok, stream))
+            # a kept-alive client goes on until the server says close
+            if h.get("connection", "").lower() == "close":
+                break
+            time.sleep(rnd.random() * 0.03)  # the client's own work before its next request
+        c.close()
+
+    try:
+        ts = [threading.Thread(target=client, args=(k,)) for k in range(n_conn)]
+        for t in ts:
+            t.start()
+        t0 = time.time()
+        while time.time() - t0 < 3 and len(results) < 40:
+            time.sleep(0.05)
+        t1 = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        for t in ts:
+            t.join(120)
+        t2 = time.time()
+        s.stop(send=False)
+        print("      flood %.1f s before SIGTERM, clients done %.1f s after, exit %.1f s after" %
+              (t1 - t0, t2 - t1, time.time() - t1))
+    finally:
+        S["srv"] = main_srv
+        s.kill()
+    bad = [r for r in results if not r[1]]
+    codes = {}
+    for st, _, stream in results:
+        codes[(st, stream)] = codes.get((st, stream), 0) + 1
+    print("      %d requests sent, %d answered: %s; lost: %d" %
+          (len(started), len(results), sorted(codes.items(), key=str), len(lost)))
+    check(not lost, "%d of %d requests met a closed connection without an answer during SIGTERM (%s)" %
+          (len(lost), len(started), lost[:10]))
+    check(not bad, "%d answers were not whole: %s" % (len(bad), bad[:5]))
+    check(any(st == 503 for st, _, _ in results), "no request got the shutdown's 503: not a test of it")
+
+
 def chat_copy(src):
     """src's files (hard links) and a chat template: m1 that takes chat requests."""
     d = os.path.join(A.work_dir, "hostile-chat")
@@ -1060,7 +1194,7 @@ def main():
              test_slowloris_one_address, test_too_many_connections,
              test_disconnect_mid_stream, test_half_close, test_disconnect_storm, test_admin_races, test_long_request_beyond_timeout,
              test_no_smuggling, test_log_injection, test_port_file, test_random_valid_requests, test_survives,
-             test_sigterm_in_flight]
+             test_sigterm_in_flight, test_sigterm_flood]
     if A.only:
         want = set(A.only.split(","))
         unknown = want - {t.__name__ for t in tests}
