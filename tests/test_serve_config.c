@@ -393,7 +393,8 @@ static void test_check(void)
     CHECK_MSG(serve_config_check(&c) == 0, "%s", err_msg());
     serve_config_free(&c);
 
-    /* the model cap */
+    /* the model cap: the engine's (SCHED_MAX_MODELS), which admin adds count against too */
+    CHECK(SERVE_MAX_MODELS == SCHED_MAX_MODELS);
     serve_config_init(&c);
     for (int i = 0; i < SERVE_MAX_MODELS; i++) {
         char arg[32];

@@ -75,6 +75,22 @@ static void model_free(struct serve_model *m)
     memset(m, 0, sizeof(*m));
 }
 
+/* Appends m (its strings taken) to c's models; on failure m is left to the
+ * caller. */
+static int models_push(struct serve_config *c, const struct serve_model *m)
+{
+    if (c->n_models == c->models_cap) {
+        int cap = c->models_cap ? c->models_cap * 2 : 8;
+        struct serve_model *g = realloc(c->models, (size_t)cap * sizeof(*g));
+        if (!g)
+            return err_set(ERR_NOMEM, "out of memory for the models' list");
+        c->models = g;
+        c->models_cap = cap;
+    }
+    c->models[c->n_models++] = *m;
+    return 0;
+}
+
 void serve_config_free(struct serve_config *c)
 {
     if (!c)
@@ -89,6 +105,7 @@ void serve_config_free(struct serve_config *c)
     free(c->compute);
     for (int i = 0; i < c->n_models; i++)
         model_free(&c->models[i]);
+    free(c->models);
     memset(c, 0, sizeof(*c));
 }
 
@@ -107,8 +124,10 @@ int serve_config_add_model(struct serve_config *c, const char *arg)
         model_free(&m);
         return err_set(ERR_NOMEM, "--model: out of memory");
     }
-    c->models[c->n_models++] = m;
-    return 0;
+    int rc = models_push(c, &m);
+    if (rc < 0)
+        model_free(&m);
+    return rc;
 }
 
 /* ---- byte counts ---- */
@@ -583,12 +602,11 @@ static int walk_model(const struct walk *w, const struct ynode *y, int index)
     if (rc == 0 && (!m.name || !m.path))
         rc = err_set(ERR_FORMAT, "%s:%d: key '%s': expected a mapping with 'name' and 'path'",
                      w->name, y->line, prefix);
-    if (rc < 0) {
+    if (rc == 0)
+        rc = models_push(c, &m);
+    if (rc < 0)
         model_free(&m);
-        return rc;
-    }
-    c->models[c->n_models++] = m;
-    return 0;
+    return rc;
 }
 
 static int walk_roots(const struct walk *w, const struct ynode *y)

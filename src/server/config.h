@@ -25,9 +25,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/sched.h"
 #include "engine/stack.h"
 
-#define SERVE_MAX_MODELS 256
+/* Models a config may list: as many as the engine serves (admin adds
+ * count against the same limit). */
+#define SERVE_MAX_MODELS SCHED_MAX_MODELS
 
 /* The range of each numeric setting, one place for the YAML key and its
  * flag (cmd_serve.c): the lowest and highest value, decimal literals so
@@ -100,8 +103,8 @@ struct serve_config {
     int queue_cap;              /* waiting requests per model (default 256) */
     double link_gbps;           /* CPU devices: emulated host link (0: none) */
     char *compute;              /* "f32", "bf16"; NULL or "auto": each checkpoint's */
-    struct serve_model models[SERVE_MAX_MODELS];
-    int n_models;
+    struct serve_model *models; /* n_models of them (owned; grown as models are added) */
+    int n_models, models_cap;
 };
 
 void serve_config_init(struct serve_config *c);
