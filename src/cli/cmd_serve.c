@@ -205,7 +205,8 @@ int cmd_serve(int argc, char **argv)
                    SERVE_TIMEOUT_MAX, SERVE_RANGE_TEXT(SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX)),
         FLAG_RANGE("header-timeout", FLAG_INT, &header_timeout, "S",
                    "close a connection whose request headers are not all in S seconds after "
-                   "their first byte, however steadily they come (default 20)",
+                   "it opened (or, kept alive, after the next request's first byte), however "
+                   "steadily they come (default 20)",
                    SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX,
                    SERVE_RANGE_TEXT(SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX)),
         FLAG_RANGE("body-timeout", FLAG_INT, &body_timeout, "S",

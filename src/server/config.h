@@ -81,7 +81,8 @@ struct serve_config {
     int http_threads;           /* libmicrohttpd's pool (default 4) */
     int max_connections;        /* default 256 */
     int connection_timeout_s;   /* idle client (default 30) */
-    int header_timeout_s;       /* a request's headers, from its first byte (default 20) */
+    int header_timeout_s;       /* a request's headers, from the connection's start or (kept
+                                   alive) the request's first byte (default 20) */
     int body_timeout_s;         /* a request's body, from the headers' end (default 60) */
     int max_connections_per_client; /* from one address; 0: half of max_connections */
     uint64_t max_body_bytes;    /* default 1 MiB */

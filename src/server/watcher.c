@@ -82,14 +82,18 @@ static void watch_hangup(struct server *s, struct srv_req *r)
     srv_req_wake(r);
 }
 
-/* r's client ended its stream: probe it (above). Returns false when that
- * is taken as a hang-up. */
-static bool watch_half_close(struct srv_req *r)
+enum half_close { HC_PROBED, HC_HANGUP, HC_LATER };
+
+/* r's client ended its stream: probe it (above). HC_LATER: a non-streamed
+ * request not suspended yet (it is about to be), asked again at the next
+ * poll; done ones need no probe (their answer is one). */
+static enum half_close watch_half_close(struct srv_req *r)
 {
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
     if (r->http10)
-        return false;
+        return HC_HANGUP;
     bool wake = false;
+    enum half_close hc = HC_PROBED;
     pthread_mutex_lock(&r->lock);
     if (r->creq.stream) {
         r->probe = true;
@@ -99,11 +103,13 @@ static bool watch_half_close(struct srv_req *r)
         /* a failed or short write is a hang-up's, seen at the next poll */
         ssize_t n = send(r->fd, cont, sizeof(cont) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
         (void)n;
+    } else if (!r->done) {
+        hc = HC_LATER;
     }
     pthread_mutex_unlock(&r->lock);
     if (wake)
         MHD_resume_connection(r->conn);
-    return true;
+    return hc;
 }
 
 static void *watcher_main(void *arg)
@@ -170,8 +176,9 @@ static void *watcher_main(void *arg)
                 pthread_mutex_unlock(&s->watch_lock);
                 bool gone = ev & (POLLHUP | POLLERR | POLLNVAL);
                 if (still && !gone) {
-                    reqs[i]->half_closed = true;
-                    gone = !watch_half_close(reqs[i]);
+                    enum half_close hc = watch_half_close(reqs[i]);
+                    reqs[i]->half_closed = hc == HC_PROBED;
+                    gone = hc == HC_HANGUP;
                 }
                 if (still && gone) {
                     srv_unwatch(s, reqs[i]);
