@@ -219,11 +219,11 @@ int cmd_serve(int argc, char **argv)
                    "on SIGTERM/SIGINT, requests in flight get S seconds (a second signal ends it), "
                    "then are cancelled "
                    "(default 30)",
-                   0, 86400, "0..86400"),
+                   0, SERVE_SECONDS_MAX, SERVE_RANGE_TEXT(0, SERVE_SECONDS_MAX)),
         FLAG_RANGE("request-timeout", FLAG_FLOAT, &req_timeout, "S",
                    "a completion not done S seconds after it arrived ends with 504, queued or "
                    "running (default 0: none)",
-                   0, 86400, "0..86400"),
+                   0, SERVE_SECONDS_MAX, SERVE_RANGE_TEXT(0, SERVE_SECONDS_MAX)),
         FLAG_RANGE("link-gbps", FLAG_FLOAT, &link_gbps, "G",
                    "CPU devices only: emulate a host link of G GB/s (default 0: none)", 0, FLT_MAX,
                    "G >= 0"),

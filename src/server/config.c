@@ -430,14 +430,20 @@ static int get_int(const struct walk *w, const struct ynode *y, const char *key,
     return 0;
 }
 
-static int get_double(const struct walk *w, const struct ynode *y, const char *key, double *out)
+/* A number from 0 to hi (hi INFINITY: any finite one >= 0). */
+static int get_double(const struct walk *w, const struct ynode *y, const char *key, double hi,
+                      double *out)
 {
-    static const char expected[] = "a number >= 0";
+    char expected[64];
+    if (isinf(hi))
+        snprintf(expected, sizeof(expected), "a number >= 0");
+    else
+        snprintf(expected, sizeof(expected), "a number from 0 to %g", hi);
     if (y->kind != Y_SCALAR || !y->value[0] || isspace((unsigned char)y->value[0]))
         return bad(w, y, key, expected);
     char *end;
     double v = strtod(y->value, &end);
-    if (*end || !isfinite(v) || !(v >= 0))
+    if (*end || !isfinite(v) || !(v >= 0) || v > hi)
         return bad(w, y, key, expected);
     *out = v;
     return 0;
@@ -707,9 +713,9 @@ static int walk_root(const struct walk *w, const struct ynode *root)
             if (rc == 0 && c->max_body_bytes == 0)
                 rc = bad(w, v, k, "a byte count >= 1");
         } else if (strcmp(k, "grace_s") == 0) {
-            rc = get_double(w, v, k, &c->grace_s);
+            rc = get_double(w, v, k, SERVE_SECONDS_MAX, &c->grace_s);
         } else if (strcmp(k, "request_timeout_s") == 0) {
-            rc = get_double(w, v, k, &c->request_timeout_s);
+            rc = get_double(w, v, k, SERVE_SECONDS_MAX, &c->request_timeout_s);
         } else if (strcmp(k, "log_level") == 0) {
             int l = 0;
             while (l < 4 && !(v->kind == Y_SCALAR && strcmp(v->value, levels[l]) == 0))
@@ -727,7 +733,7 @@ static int walk_root(const struct walk *w, const struct ynode *root)
         } else if (strcmp(k, "queue_cap") == 0) {
             rc = get_int(w, v, k, SERVE_QUEUE_CAP_MIN, SERVE_QUEUE_CAP_MAX, &c->queue_cap);
         } else if (strcmp(k, "link_gbps") == 0) {
-            rc = get_double(w, v, k, &c->link_gbps);
+            rc = get_double(w, v, k, INFINITY, &c->link_gbps);
         } else { /* models */
             if (v->kind != Y_SEQ) {
                 rc = bad(w, v, k, "a list of models ({name: ..., path: ...})");
@@ -837,9 +843,12 @@ int serve_config_check(const struct serve_config *c)
                                     "max_connections_per_client: expected >= 0");
     if (c->max_body_bytes < 1)
         return err_set(ERR_INVALID, "max_body_bytes: expected >= 1");
-    if (!(c->grace_s >= 0) || !(c->link_gbps >= 0) || !(c->request_timeout_s >= 0))
+    if (!(c->grace_s >= 0 && c->grace_s <= SERVE_SECONDS_MAX) || !(c->link_gbps >= 0) ||
+        !(c->request_timeout_s >= 0 && c->request_timeout_s <= SERVE_SECONDS_MAX))
         return err_set(ERR_INVALID,
-                       "grace_s, request_timeout_s and link_gbps: expected a number >= 0");
+                       "grace_s and request_timeout_s: expected a number from 0 to %d; "
+                       "link_gbps: expected a number >= 0",
+                       SERVE_SECONDS_MAX);
     if (!c->device_kind ||
         (strcmp(c->device_kind, "cpu") != 0 && strcmp(c->device_kind, "cuda") != 0))
         return err_set(ERR_INVALID, "devices.kind: expected cpu or cuda, got '%.*s'", QUOTE_MAX,

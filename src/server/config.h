@@ -45,6 +45,7 @@
 #define SERVE_PER_CLIENT_MAX 1048576
 #define SERVE_TIMEOUT_MIN 1 /* connection, header and body timeouts, seconds */
 #define SERVE_TIMEOUT_MAX 86400
+#define SERVE_SECONDS_MAX 86400 /* grace_s, request_timeout_s (from 0; real numbers) */
 #define SERVE_MAX_BATCH_MIN 1
 #define SERVE_MAX_BATCH_MAX 4096
 #define SERVE_QUEUE_CAP_MIN 1
