@@ -4,13 +4,19 @@ sockets (ctest: server_hostile; the sanitizer build's suite runs it against
 the ASan+UBSan binary).
 
 A table of requests with the status each must get, then the attacks that
-need time or many sockets: a slow client (slowloris), more connections than
---max-connections, clients that disconnect in the middle of a completion,
-bodies whose Content-Length lies. After all of them /health is still 200, a
-normal completion still works, and SIGTERM with a completion in flight ends
-the server with exit code 0 and no sanitizer report.
+need time or many sockets: slow clients (an idle one; every slot taken by
+clients dribbling headers or a body, from several addresses: the
+--header-timeout/--body-timeout deadlines; one address taking every slot:
+--max-connections-per-client), more connections than --max-connections,
+clients that disconnect in the middle of a completion or half-close after
+their request, bodies whose Content-Length lies, paths that would forge log
+lines, --port-file targets that are not regular files. After all of them
+/health is still 200, a normal completion still works, SIGTERM with a
+completion in flight ends the server with exit code 0 and no sanitizer
+report, and SIGTERM under a flood of kept-alive clients answers every
+request they sent.
 
-    test_hostile.py --bin build-asan/shardswap [--work-dir DIR] [--keep]
+    test_hostile.py --bin build-asan/shardswap [--work-dir DIR] [--keep] [--only test_a,test_b]
 """
 
 import json
