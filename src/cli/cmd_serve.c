@@ -55,8 +55,8 @@ static int port_file_check(const char *path)
         return err_set(ERR_IO, "--port-file %s: %s", path, strerror(errno));
     }
     if (!S_ISREG(st.st_mode))
-        return err_set(ERR_INVALID, "--port-file %s: %s, expected a regular file or no file",
-                       path, S_ISLNK(st.st_mode) ? "a symbolic link" : fs_kind_name(st.st_mode));
+        return err_set(ERR_INVALID, "--port-file %s: %s, expected a regular file or no file", path,
+                       S_ISLNK(st.st_mode) ? "a symbolic link" : fs_kind_name(st.st_mode));
     return 0;
 }
 
@@ -69,8 +69,8 @@ static int port_file_write(const char *path, int port, struct stat *written)
     char tmp[PATH_MAX];
     const char *slash = strrchr(path, '/');
     int dir_len = slash ? (int)(slash - path) + 1 : 0;
-    if (snprintf(tmp, sizeof(tmp), "%.*s.%s.XXXXXX", dir_len, path,
-                 slash ? slash + 1 : path) >= (int)sizeof(tmp))
+    if (snprintf(tmp, sizeof(tmp), "%.*s.%s.XXXXXX", dir_len, path, slash ? slash + 1 : path) >=
+        (int)sizeof(tmp))
         return err_set(ERR_INVALID, "--port-file %s: path too long", path);
     int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0)
@@ -179,7 +179,8 @@ int cmd_serve(int argc, char **argv)
         FLAG_RANGE("port", FLAG_INT, &port, "PORT",
                    "port to listen on; 0 = any free one "
                    "(default 8000)",
-                   SERVE_PORT_MIN, SERVE_PORT_MAX, SERVE_RANGE_TEXT(SERVE_PORT_MIN, SERVE_PORT_MAX)),
+                   SERVE_PORT_MIN, SERVE_PORT_MAX,
+                   SERVE_RANGE_TEXT(SERVE_PORT_MIN, SERVE_PORT_MAX)),
         FLAG("port-file", FLAG_STR, &port_file, "FILE",
              "write the bound port to FILE once listening (a regular file or none: it is "
              "replaced, and removed at exit)"),
@@ -192,8 +193,8 @@ int cmd_serve(int argc, char **argv)
         FLAG("log-level", FLAG_STR, &log_level, "LEVEL",
              "error|warn|info|debug (default info: one line per request)"),
         FLAG_RANGE("max-connections", FLAG_INT, &max_conn, "N",
-                   "connections at once; more are refused (default 256)",
-                   SERVE_MAX_CONNECTIONS_MIN, SERVE_MAX_CONNECTIONS_MAX,
+                   "connections at once; more are refused (default 256)", SERVE_MAX_CONNECTIONS_MIN,
+                   SERVE_MAX_CONNECTIONS_MAX,
                    SERVE_RANGE_TEXT(SERVE_MAX_CONNECTIONS_MIN, SERVE_MAX_CONNECTIONS_MAX)),
         FLAG_RANGE("max-connections-per-client", FLAG_INT, &per_client, "N",
                    "connections one client address may hold; more are refused (default 0: half "

@@ -694,8 +694,7 @@ static int walk_root(const struct walk *w, const struct ynode *root)
         } else if (strcmp(k, "model_roots") == 0) {
             rc = walk_roots(w, v);
         } else if (strcmp(k, "http_threads") == 0) {
-            rc = get_int(w, v, k, SERVE_HTTP_THREADS_MIN, SERVE_HTTP_THREADS_MAX,
-                         &c->http_threads);
+            rc = get_int(w, v, k, SERVE_HTTP_THREADS_MIN, SERVE_HTTP_THREADS_MAX, &c->http_threads);
         } else if (strcmp(k, "max_connections") == 0) {
             rc = get_int(w, v, k, SERVE_MAX_CONNECTIONS_MIN, SERVE_MAX_CONNECTIONS_MAX,
                          &c->max_connections);

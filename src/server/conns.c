@@ -40,9 +40,9 @@ struct srv_conn {
     int fd;
     char client[64];
     enum conn_phase phase;
-    double t_phase;    /* when the phase began (time_now) */
-    uint64_t rx_mark;  /* IDLE: bytes received when the last request completed */
-    bool cut;          /* shut down by a deadline */
+    double t_phase;   /* when the phase began (time_now) */
+    uint64_t rx_mark; /* IDLE: bytes received when the last request completed */
+    bool cut;         /* shut down by a deadline */
 };
 
 /* The bytes the socket has received so far; false when the kernel does not

