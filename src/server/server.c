@@ -647,7 +647,7 @@ static void drain(struct server *s)
         pthread_mutex_lock(&s->lock);
         bool live = s->live != NULL;
         pthread_mutex_unlock(&s->lock);
-        int n = srv_conns_count(s);
+        int n = srv_conns_count(s, NULL);
         if (!live && n == 0)
             return;
         if (time_now() >= end) {
@@ -696,6 +696,9 @@ int server_run(struct server *s)
     if (lfd != MHD_INVALID_SOCKET)
         close(lfd);
     drain(s);
+    /* the watcher writes to suspended connections' sockets (its probe):
+     * stopped before MHD closes them */
+    srv_watcher_stop(s);
     MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
     log_info("stopped");
