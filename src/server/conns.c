@@ -181,6 +181,7 @@ void srv_conns_sweep(struct server *s)
         log_info("%s: request %s not in within %.0f s: connection closed", c->client,
                  c->phase == CONN_HEADERS ? "headers" : "body", limit);
         conn_shut(c);
+        s->n_deadline_closes++;
     }
     pthread_mutex_unlock(&s->conn_lock);
 }
@@ -202,10 +203,12 @@ int srv_conns_close_idle(struct server *s, double idle_s)
     return n;
 }
 
-int srv_conns_count(struct server *s)
+int srv_conns_count(struct server *s, uint64_t *deadline_closes)
 {
     pthread_mutex_lock(&s->conn_lock);
     int n = s->n_conns;
+    if (deadline_closes)
+        *deadline_closes = s->n_deadline_closes;
     pthread_mutex_unlock(&s->conn_lock);
     return n;
 }

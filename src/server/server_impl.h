@@ -106,6 +106,7 @@ struct server {
     pthread_mutex_t conn_lock;
     struct srv_conn *conns;
     int n_conns;
+    uint64_t n_deadline_closes; /* connections shut down by a deadline */
 };
 
 enum srv_route {
@@ -272,7 +273,9 @@ void srv_conns_sweep(struct server *s);
 /* Shuts down the connections idle between requests for idle_s (no byte
  * of a next one received); at shutdown. Returns how many. */
 int srv_conns_close_idle(struct server *s, double idle_s);
-int srv_conns_count(struct server *s);
+/* Open connections; *deadline_closes (may be NULL): how many a deadline
+ * has shut down so far. */
+int srv_conns_count(struct server *s, uint64_t *deadline_closes);
 
 /* ---- route handlers (HTTP thread; called once the body is in) ---- */
 /* POST /v1/completions and /v1/chat/completions (r->route says which) */

@@ -498,6 +498,7 @@ def test_slowloris_deadlines():
     --body-timeout 4) close each within a bounded time, however steadily it
     sends, and every /health probe sent meanwhile from another address is
     answered within that bound."""
+    cut0 = metric("shardswap_http_deadline_closes_total")
     head = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
     body_head = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
                  srv().api_key.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: 4000\r\n\r\n")
@@ -537,6 +538,8 @@ def test_slowloris_deadlines():
           % (len([v for v in closed.values() if v <= bound + 1.5]), len(socks), bound, DEADLINE))
     check(not late, "/health probes (sent at, seconds, status) not answered within %d s of the attack's "
           "start: %s" % (bound, late[:6]))
+    cut = metric("shardswap_http_deadline_closes_total") - cut0
+    check(cut == len(socks), "shardswap_http_deadline_closes_total moved by %g, want %d" % (cut, len(socks)))
     check_normal()
 
 
@@ -616,6 +619,30 @@ def test_too_many_connections():
           (answered, n, MAX_CONN))
     time.sleep(0.5)
     check_normal()
+
+
+def metric(name):
+    for n, _, v in harness.parse_metrics(srv().metrics()):
+        if n == name:
+            return v
+    return None
+
+
+def wait_connections_closed(timeout=15):
+    """Waits until the server holds no connection but the one asking
+    (shardswap_http_connections): clients that left are all closed, so the
+    next test starts with every slot free. Returns how many are open."""
+    deadline = time.time() + timeout
+    n = None
+    while time.time() < deadline:
+        try:
+            n = metric("shardswap_http_connections")
+        except OSError:  # refused while the slots are full
+            n = None
+        if n == 1:
+            break
+        time.sleep(0.2)
+    return n
 
 
 def cancelled_count():
@@ -742,7 +769,8 @@ def test_disconnect_storm():
     for t in threads:
         t.join()
     check(srv().alive(), "the server died")
-    time.sleep(1)
+    n = wait_connections_closed()
+    check(n == 1, "%s connections still open 15 s after the storm's clients left" % n)
     check_normal()
 
 
