@@ -494,6 +494,14 @@ static void test_devices(void)
                                                      "one kind of device only"},
         {"serve --devices cuda:-1 --model a=F", "--devices cuda:-1: a negative index"},
         {"serve --devices 65 --model a=F", "--devices 65: expected 1..64 CPU devices"},
+        /* the ranges config.h gives the YAML keys too */
+        {"serve --http-threads 257 --model a=F", "--http-threads 257 is out of range (expected "
+                                                 "1..256)"},
+        {"serve --header-timeout 0 --model a=F", "(expected 1..86400)"},
+        {"serve --max-connections-per-client -1 --model a=F", "(expected 0..1048576)"},
+        {"serve --port-file /dev/null --model a=F", "shardswap serve: --port-file /dev/null: a "
+                                                    "character device, expected a regular file or "
+                                                    "no file"},
         {"generate --model F --prompt hi --devices cuda:0,cuda:0",
          "shardswap generate: --devices cuda:0,cuda:0: this command runs on one device (got 2)"},
         {"generate --model F --prompt hi --devices cpu:1", "in order"},

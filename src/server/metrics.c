@@ -165,6 +165,14 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
     family(f, "shardswap_host_bytes_budget", "gauge",
            "Host memory budget of the host tier, in bytes.");
     fprintf(f, "shardswap_host_bytes_budget %llu\n", (unsigned long long)ss.host_budget);
+    uint64_t cut;
+    int n_conns = srv_conns_count(s, &cut);
+    family(f, "shardswap_http_connections", "gauge", "Open HTTP connections.");
+    fprintf(f, "shardswap_http_connections %d\n", n_conns);
+    family(f, "shardswap_http_deadline_closes_total", "counter",
+           "Connections closed because a request's headers or body were not in within "
+           "header_timeout_s / body_timeout_s.");
+    fprintf(f, "shardswap_http_deadline_closes_total %llu\n", (unsigned long long)cut);
 }
 
 enum MHD_Result srv_metrics(struct srv_req *r)

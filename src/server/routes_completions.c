@@ -500,7 +500,7 @@ static int stream_produce(struct srv_req *r)
 
 static bool stream_ready(struct srv_req *r)
 {
-    return r->safe > r->sent || r->n_gen_ids > r->ids_sent || r->done || r->client_gone;
+    return r->safe > r->sent || r->n_gen_ids > r->ids_sent || r->done || r->client_gone || r->probe;
 }
 
 /* MHD's content reader of a stream: on a pool thread. Sends what is ready;
@@ -521,9 +521,14 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         if (r->final_sent)
             return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&r->lock);
-        bool gone = r->client_gone;
+        bool gone = r->client_gone, probe = r->probe;
+        r->probe = false;
         pthread_mutex_unlock(&r->lock);
         if (gone)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        /* the client half-closed: a comment line (ignored by SSE readers)
+         * makes a client that is gone reset, which the watcher sees */
+        if (probe && out_append(r, ":\n\n", 3) < 0)
             return MHD_CONTENT_READER_END_WITH_ERROR;
         if (stream_produce(r) < 0)
             return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -732,13 +737,15 @@ enum MHD_Result srv_completions(struct srv_req *r)
     };
     if (!q->has_seed)
         random_bytes(&p.sampling.seed, sizeof(p.sampling.seed));
-    if (!srv_accepting(s)) {
+    /* counted in flight under the lock the shutdown changes the state
+     * under: a request counted here gets the grace period and the
+     * shutdown's cancel, one refused here a 503 */
+    if (!srv_inflight_enter(s)) {
         oai_error_set(&e, 503, "server_error", "server_shutting_down", "",
                       "The server is shutting down.");
         goto refuse;
     }
     srv_req_ref(r); /* the engine's, dropped by on_done */
-    srv_inflight_add(s, 1);
     struct engine_req *er = NULL;
     int rc = engine_submit(s->stack->engine, &p, &er);
     free(ids);
@@ -748,7 +755,9 @@ enum MHD_Result srv_completions(struct srv_req *r)
         srv_req_unref(r);
         return submit_failed(r, rc);
     }
+    pthread_mutex_lock(&r->lock); /* cancel_all reads it under the lock */
     r->er = er;
+    pthread_mutex_unlock(&r->lock);
     srv_watch(s, r);
     if (!q->stream)
         return srv_completions_resumed(r);
@@ -762,6 +771,7 @@ enum MHD_Result srv_completions(struct srv_req *r)
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    srv_reply_closing(r, resp);
     r->http_status = 200;
     r->handled = true;
     srv_count_status(s, 200);
