@@ -11,72 +11,18 @@
 
 #include "core/error.h"
 #include "core/event.h"
+#include "core/hist.h"
 #include "core/timing.h"
 #include "engine/sched.h"
 
 #define MAX_ACTIONS 16
 #define JOIN_ROOM 64 /* KV positions a batch keeps for requests joining later */
 
-/* ---- latency histograms ---- */
-
-#define HIST_PER_OCTAVE 8
-#define HIST_BUCKETS 256 /* bucket 0: <= 1 us; bucket k: (1 us 2^((k-1)/8), 1 us 2^(k/8)] */
-#define HIST_BASE 1e-6
-
-struct hist {
-    uint64_t n;
-    double sum, max;
-    uint32_t count[HIST_BUCKETS];
-    struct engine_hist prom; /* the same observations on Prometheus's bounds */
-};
-
+/* Prometheus's bounds for the latency, TTFT and load histograms (hist.h
+ * counts against them as observations arrive). */
+_Static_assert(ENGINE_HIST_LE <= HIST_MAX_LE, "core/hist.h counts at most HIST_MAX_LE bounds");
 const double engine_hist_le[ENGINE_HIST_LE] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                                1,     2.5,  5,     10,   30,  60,   120};
-
-static void hist_add(struct hist *h, double x)
-{
-    int b = 0;
-    if (x > HIST_BASE) {
-        b = (int)ceil(log2(x / HIST_BASE) * HIST_PER_OCTAVE);
-        b = b < 1 ? 1 : b >= HIST_BUCKETS ? HIST_BUCKETS - 1 : b;
-    }
-    h->count[b]++;
-    h->n++;
-    h->sum += x;
-    h->max = x > h->max ? x : h->max;
-    for (int i = 0; i < ENGINE_HIST_LE; i++)
-        h->prom.le[i] += x <= engine_hist_le[i];
-    h->prom.count++;
-    h->prom.sum += x;
-}
-
-/* The upper edge of the bucket holding the q-quantile, capped at the max. */
-static double hist_quantile(const struct hist *h, double q)
-{
-    uint64_t rank = (uint64_t)ceil(q * (double)h->n), seen = 0;
-    rank = rank < 1 ? 1 : rank;
-    for (int b = 0; b < HIST_BUCKETS; b++) {
-        seen += h->count[b];
-        if (seen >= rank) {
-            double edge = HIST_BASE * exp2((double)b / HIST_PER_OCTAVE);
-            return edge < h->max ? edge : h->max;
-        }
-    }
-    return h->max;
-}
-
-static void hist_summary(const struct hist *h, struct engine_latency *out)
-{
-    memset(out, 0, sizeof(*out));
-    out->n = h->n;
-    if (h->n == 0)
-        return;
-    out->mean = h->sum / (double)h->n;
-    out->p50 = hist_quantile(h, 0.50);
-    out->p90 = hist_quantile(h, 0.90);
-    out->p99 = hist_quantile(h, 0.99);
-    out->max = h->max;
-}
 
 /* ---- state ---- */
 
@@ -1430,6 +1376,9 @@ int engine_add_model(struct engine *e, struct swap_model *model)
     m->sm = model;
     m->pinned = swap_model_pinned(model);
     m->max_batch = e->cfg.max_batch;
+    hist_init(&m->latency, engine_hist_le, ENGINE_HIST_LE);
+    hist_init(&m->ttft, engine_hist_le, ENGINE_HIST_LE);
+    hist_init(&m->load, engine_hist_le, ENGINE_HIST_LE);
     atomic_init(&m->removing, false);
     pthread_cond_init(&m->go_cond, NULL);
     if (pthread_create(&m->tid, NULL, runner_main, m) != 0) {
@@ -1605,6 +1554,24 @@ int engine_unload_model(struct engine *e, int id)
     return admin_call(e, id, ADMIN_UNLOAD);
 }
 
+static void latency_of(const struct hist *h, struct engine_latency *out)
+{
+    struct hist_summary s;
+    hist_summarize(h, &s);
+    *out = (struct engine_latency){.n = s.n, .mean = s.mean, .p50 = s.p50, .p90 = s.p90,
+                                   .p99 = s.p99, .max = s.max};
+}
+
+/* The Prometheus histogram: h's counts on engine_hist_le, with its exact count and sum. */
+static void prom_of(const struct hist *h, struct engine_hist *out)
+{
+    memset(out, 0, sizeof(*out));
+    for (int i = 0; i < ENGINE_HIST_LE; i++)
+        out->le[i] = h->le_count[i];
+    out->count = h->n;
+    out->sum = h->sum;
+}
+
 int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
 {
     memset(out, 0, sizeof(*out));
@@ -1634,11 +1601,11 @@ int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
     out->cancelled = m->cancelled;
     out->timed_out = m->timed_out;
     out->rejected = m->rejected;
-    hist_summary(&m->latency, &out->latency);
-    hist_summary(&m->ttft, &out->ttft);
-    out->latency_hist = m->latency.prom;
-    out->ttft_hist = m->ttft.prom;
-    out->load_hist = m->load.prom;
+    latency_of(&m->latency, &out->latency);
+    latency_of(&m->ttft, &out->ttft);
+    prom_of(&m->latency, &out->latency_hist);
+    prom_of(&m->ttft, &out->ttft_hist);
+    prom_of(&m->load, &out->load_hist);
     /* residency: the swap manager's word for the model, and per shard the
      * blobs whose readiness events are set; under the lock, which keeps
      * engine_remove_model (and its swap_unregister) off sm */
