@@ -119,4 +119,16 @@ struct engine {
     int batches_running; /* runners holding a batch's device memory */
 };
 
+
+/* ---- request.c: request handles ---- */
+void req_account(struct engine *e, struct emodel *m, struct engine_req *r);
+void req_set_status(struct engine_req *r, int status, const char *why);
+
+/* ---- queue.c: per-model queues and the batch rule (lock held) ---- */
+void queue_push(struct emodel *m, struct engine_req *r);
+void queue_fail(struct emodel *m, struct engine_req *r, int status, const char *why);
+int queue_take(struct emodel *m, struct engine_req **out, int n, bool same_params);
+void queue_give_back(struct emodel *m, struct engine_req **r, int n,
+                     struct engine_req **cancelled, int *n_cancelled);
+
 #endif
