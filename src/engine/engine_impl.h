@@ -123,6 +123,7 @@ struct engine {
 /* ---- request.c: request handles ---- */
 void req_account(struct engine *e, struct emodel *m, struct engine_req *r);
 void req_set_status(struct engine_req *r, int status, const char *why);
+void req_finish_running(struct emodel *m, struct engine_req *r, int status, const char *why);
 
 /* ---- queue.c: per-model queues and the batch rule (lock held) ---- */
 void queue_push(struct emodel *m, struct engine_req *r);
@@ -130,5 +131,13 @@ void queue_fail(struct emodel *m, struct engine_req *r, int status, const char *
 int queue_take(struct emodel *m, struct engine_req **out, int n, bool same_params);
 void queue_give_back(struct emodel *m, struct engine_req **r, int n,
                      struct engine_req **cancelled, int *n_cancelled);
+
+/* ---- reserve.c: memory reserves and batch shapes ---- */
+void reserve_grow(struct engine *e, struct emodel *m, int n_prompt, int max_tokens);
+int request_fits_ever(struct engine *e, struct swap_model *sm, int n_prompt, int max_tokens);
+void mem_wait_clear(struct engine *e);
+int batch_alloc(struct emodel *m, struct engine_req **first, int n, struct group_batch **gb,
+                int *max_prompt);
+void batch_release(struct emodel *m, struct group_batch *gb);
 
 #endif
