@@ -120,10 +120,15 @@ struct engine {
 };
 
 
+/* ---- the registry (for now in engine.c) ---- */
+struct emodel *model_named(struct engine *e, const struct engine_request_params *p);
+void model_unuse(struct emodel *m);
+
 /* ---- request.c: request handles ---- */
 void req_account(struct engine *e, struct emodel *m, struct engine_req *r);
 void req_set_status(struct engine_req *r, int status, const char *why);
 void req_finish_running(struct emodel *m, struct engine_req *r, int status, const char *why);
+void req_complete(struct engine *e, struct engine_req *r);
 
 /* ---- queue.c: per-model queues and the batch rule (lock held) ---- */
 void queue_push(struct emodel *m, struct engine_req *r);
