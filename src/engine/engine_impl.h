@@ -145,4 +145,7 @@ int batch_alloc(struct emodel *m, struct engine_req **first, int n, struct group
                 int *max_prompt);
 void batch_release(struct emodel *m, struct group_batch *gb);
 
+/* ---- runner.c: the batch runner ---- */
+void *runner_main(void *arg); /* the thread of emodel arg */
+
 #endif
