@@ -121,6 +121,7 @@ struct engine {
 
 
 /* ---- the registry (for now in engine.c) ---- */
+struct emodel *model_get(struct engine *e, int id);
 struct emodel *model_named(struct engine *e, const struct engine_request_params *p);
 void model_unuse(struct emodel *m);
 
@@ -147,5 +148,10 @@ void batch_release(struct emodel *m, struct group_batch *gb);
 
 /* ---- runner.c: the batch runner ---- */
 void *runner_main(void *arg); /* the thread of emodel arg */
+
+/* ---- sched_loop.c: the scheduler thread ---- */
+void load_check(struct engine *e, struct emodel *m, bool loading);
+void *sched_main(void *arg);     /* the thread of engine arg */
+void engine_on_swap(void *ctx); /* the swap manager's listener (ctx: the engine) */
 
 #endif
