@@ -120,7 +120,7 @@ struct engine {
 };
 
 
-/* ---- the registry (for now in engine.c) ---- */
+/* ---- registry.c: the registry, admin calls, statistics ---- */
 struct emodel *model_get(struct engine *e, int id);
 struct emodel *model_named(struct engine *e, const struct engine_request_params *p);
 void model_unuse(struct emodel *m);
