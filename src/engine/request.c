@@ -86,57 +86,43 @@ void req_finish_running(struct emodel *m, struct engine_req *r, int status, cons
     req_complete(e, r);
 }
 
-int engine_submit(struct engine *e, const struct engine_request_params *p,
-                  struct engine_req **out)
+/* The request's checks against its model's shape (no lock: the caller
+ * holds the model in use). */
+static int submit_check(struct engine *e, struct swap_model *sm,
+                        const struct engine_request_params *p)
 {
-    if (out)
-        *out = NULL;
-    /* validate against the model's shape outside the lock: users keeps
-     * engine_remove_model (and so swap_unregister) off its swap_model
-     * meanwhile */
-    pthread_mutex_lock(&e->lock);
-    struct emodel *m = model_named(e, p);
-    struct swap_model *sm = m ? m->sm : NULL;
-    if (m)
-        m->users++;
-    pthread_mutex_unlock(&e->lock);
-    if (!sm)
-        return ERR_NOT_FOUND;
     const struct model_info *c = swap_model_info(sm);
-    struct engine_req *r = NULL;
-    int rc = 0;
-    if (p->n_prompt < 1 || p->max_tokens < 1 || !p->prompt) {
-        rc = err_set(ERR_INVALID, "a request needs at least one prompt token and "
-                                  "max_tokens >= 1");
-        goto refuse;
-    }
-    if (p->n_prompt > c->max_pos || p->max_tokens > c->max_pos - p->n_prompt) {
-        rc = err_set(ERR_INVALID, "prompt of %d tokens + max_tokens %d exceeds model %s's %d "
-                                  "positions", p->n_prompt, p->max_tokens, swap_model_name(sm),
-                     c->max_pos);
-        goto refuse;
-    }
+    if (p->n_prompt < 1 || p->max_tokens < 1 || !p->prompt)
+        return err_set(ERR_INVALID, "a request needs at least one prompt token and "
+                                    "max_tokens >= 1");
+    if (p->n_prompt > c->max_pos || p->max_tokens > c->max_pos - p->n_prompt)
+        return err_set(ERR_INVALID, "prompt of %d tokens + max_tokens %d exceeds model %s's %d "
+                                    "positions", p->n_prompt, p->max_tokens, swap_model_name(sm),
+                       c->max_pos);
     for (int i = 0; i < p->n_prompt; i++)
-        if (p->prompt[i] < 0 || p->prompt[i] >= c->vocab) {
-            rc = err_set(ERR_INVALID, "prompt token %d is outside model %s's vocabulary (%d)",
-                         p->prompt[i], swap_model_name(sm), c->vocab);
-            goto refuse;
-        }
-    if ((rc = request_fits_ever(e, sm, p->n_prompt, p->max_tokens)) < 0)
-        goto refuse;
-    r = calloc(1, sizeof(*r) + sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)p->max_tokens));
-    if (!r) {
-        rc = err_set(ERR_NOMEM, "out of memory for a request of %d + %d tokens", p->n_prompt,
-                     p->max_tokens);
-        goto refuse;
-    }
-    if ((rc = sampler_init(&r->sampler, &p->sampling)) < 0) {
+        if (p->prompt[i] < 0 || p->prompt[i] >= c->vocab)
+            return err_set(ERR_INVALID, "prompt token %d is outside model %s's vocabulary (%d)",
+                           p->prompt[i], swap_model_name(sm), c->vocab);
+    return request_fits_ever(e, sm, p->n_prompt, p->max_tokens);
+}
+
+/* A new handle for p with refs references: its prompt copied, its deadline
+ * set, PH_QUEUED, in no queue yet (no lock). */
+static int req_new(struct engine *e, const struct engine_request_params *p, int refs,
+                   struct engine_req **out)
+{
+    struct engine_req *r =
+        calloc(1, sizeof(*r) + sizeof(int32_t) * ((size_t)p->n_prompt + (size_t)p->max_tokens));
+    if (!r)
+        return err_set(ERR_NOMEM, "out of memory for a request of %d + %d tokens", p->n_prompt,
+                       p->max_tokens);
+    int rc = sampler_init(&r->sampler, &p->sampling);
+    if (rc < 0) {
         free(r);
-        r = NULL;
-        goto refuse;
+        return rc;
     }
     event_init(&r->done);
-    atomic_init(&r->refs, out ? 2 : 1);
+    atomic_init(&r->refs, refs);
     atomic_init(&r->phase, PH_QUEUED);
     r->e = e;
     r->n_prompt = p->n_prompt;
@@ -154,19 +140,30 @@ int engine_submit(struct engine *e, const struct engine_request_params *p,
         r->deadline = p->deadline;
     if (p->timeout_s > 0 && r->t.t_arrival + p->timeout_s < r->deadline)
         r->deadline = r->t.t_arrival + p->timeout_s;
+    *out = r;
+    return 0;
+}
 
-    pthread_mutex_lock(&e->lock);
+/* Frees a handle req_new made that was never queued. */
+static void req_free_unqueued(struct engine_req *r)
+{
+    sampler_free(&r->sampler);
+    event_destroy(&r->done);
+    free(r);
+}
+
+/* Queues r on m, dropping the caller's users++ on m (lock held): refused
+ * when m was removed meanwhile or its queue is full. */
+static int submit_enqueue(struct engine *e, struct emodel *m, struct engine_req *r)
+{
     model_unuse(m);
-    if (m->removed) { /* removal began meanwhile */
-        rc = err_set(ERR_NOT_FOUND, "model %s was removed", swap_model_name(sm));
-        goto fail;
-    }
+    if (m->removed) /* removal began meanwhile */
+        return err_set(ERR_NOT_FOUND, "model %s was removed", swap_model_name(m->sm));
     if (m->queue_len >= e->cfg.queue_cap) {
         e->stats.rejected++;
         m->rejected++;
-        rc = err_set(ERR_BUSY, "model %s has %d requests waiting, its queue's limit",
-                     swap_model_name(sm), e->cfg.queue_cap);
-        goto fail;
+        return err_set(ERR_BUSY, "model %s has %d requests waiting, its queue's limit",
+                       swap_model_name(m->sm), e->cfg.queue_cap);
     }
     r->model_id = m->id;
     r->m = m;
@@ -177,21 +174,45 @@ int engine_submit(struct engine *e, const struct engine_request_params *p,
     e->stats.submitted++;
     m->submitted++;
     pthread_cond_signal(&e->wake);
+    return 0;
+}
+
+int engine_submit(struct engine *e, const struct engine_request_params *p,
+                  struct engine_req **out)
+{
+    if (out)
+        *out = NULL;
+    /* validate against the model's shape outside the lock: users keeps
+     * engine_remove_model (and so swap_unregister) off its swap_model
+     * meanwhile */
+    pthread_mutex_lock(&e->lock);
+    struct emodel *m = model_named(e, p);
+    struct swap_model *sm = m ? m->sm : NULL;
+    if (m)
+        m->users++;
     pthread_mutex_unlock(&e->lock);
+    if (!sm)
+        return ERR_NOT_FOUND;
+    struct engine_req *r = NULL;
+    int rc = submit_check(e, sm, p);
+    if (rc == 0)
+        rc = req_new(e, p, out ? 2 : 1, &r);
+    if (rc < 0) {
+        pthread_mutex_lock(&e->lock);
+        model_unuse(m);
+        pthread_mutex_unlock(&e->lock);
+        return rc;
+    }
+    pthread_mutex_lock(&e->lock);
+    rc = submit_enqueue(e, m, r);
+    pthread_mutex_unlock(&e->lock);
+    if (rc < 0) {
+        req_free_unqueued(r);
+        return rc;
+    }
     if (out)
         *out = r;
     return 0;
-fail:
-    pthread_mutex_unlock(&e->lock);
-    sampler_free(&r->sampler);
-    event_destroy(&r->done);
-    free(r);
-    return rc;
-refuse:
-    pthread_mutex_lock(&e->lock);
-    model_unuse(m);
-    pthread_mutex_unlock(&e->lock);
-    return rc;
 }
 
 /* engine_cancel, and engine_stop when ok. */
