@@ -14,6 +14,8 @@
 #include "core/timing.h"
 #include "engine/engine_impl.h"
 
+#define MAX_JOIN 64 /* requests joining a batch at one step */
+
 struct batch {
     struct emodel *m;
     struct group_batch *gb;
@@ -141,121 +143,170 @@ static void batch_fail(struct batch *b, int rc)
             batch_leave(b, s, rc, why);
 }
 
+/* The batch's host buffers (sized for its room), its number, and its first
+ * requests' timings; ERR_NOMEM when a buffer could not be had (the batch is
+ * numbered and its requests stamped all the same). */
+static int batch_open(struct batch *b, struct engine_req **first)
+{
+    struct engine *e = b->m->e;
+    const struct model_info *c = swap_model_info(b->m->sm);
+    int n = b->slots, max_len = group_batch_room(b->gb);
+    b->req = calloc((size_t)n, sizeof(*b->req));
+    b->ids = malloc((size_t)n * max_len * sizeof(int32_t));
+    b->mask = malloc((size_t)n * max_len);
+    b->logits = malloc((size_t)n * c->vocab * sizeof(float));
+    b->last = calloc((size_t)n, sizeof(int32_t));
+    int rc = 0;
+    if (!b->req || !b->ids || !b->mask || !b->logits || !b->last)
+        rc = err_set(ERR_NOMEM, "out of host memory for a batch of %d", n);
+    pthread_mutex_lock(&e->lock);
+    b->id = ++e->stats.batches;
+    b->m->batches++;
+    pthread_mutex_unlock(&e->lock);
+    double now = time_now();
+    for (int i = 0; i < n; i++) {
+        first[i]->t.slot = i;
+        first[i]->t.t_start = now;
+        first[i]->t.batch_size = n;
+        first[i]->t.batch_id = b->id;
+    }
+    return rc;
+}
+
+/* The first step: every first request's prompt (left-padded to max_prompt),
+ * timed for the policy's estimates when no layer was still arriving; then
+ * their first tokens. A failed forward fails the batch. */
+static int batch_prefill(struct batch *b, struct engine_req **first, int max_prompt,
+                         double *mark)
+{
+    struct engine *e = b->m->e;
+    bool loaded = swap_residency(e->mgr, b->m->sm) == RES_ON_DEVICE; /* no layer still arriving */
+    double t_step = time_now();
+    int rc = batch_step(b, first, b->slots, max_prompt);
+    batch_accrue(b, mark);
+    if (rc < 0) {
+        batch_fail(b, rc);
+        return rc;
+    }
+    if (loaded) {
+        double dt = time_now() - t_step, *est = &e->step_s[b->slots];
+        pthread_mutex_lock(&e->lock);
+        *est = *est > 0 ? 0.7 * *est + 0.3 * dt : dt;
+        pthread_mutex_unlock(&e->lock);
+    }
+    batch_sample(b, time_now());
+    return 0;
+}
+
+/* Takes waiting requests of the model for up to free_slots free slots (the
+ * lock taken here), while they fit: a join step is *t positions long (the
+ * longest joining prompt); after it everybody must still fit their
+ * remaining tokens. None with batch_same_params_only, none once the model
+ * is to be offloaded or removed. Returns how many are in join[]. */
+static int batch_take_joiners(struct batch *b, int free_slots, struct engine_req **join, int *t)
+{
+    struct emodel *m = b->m;
+    struct engine *e = m->e;
+    int n_join = 0;
+    *t = 1;
+    /* positions every running sequence still needs */
+    int need = 1;
+    for (int s = 0; s < b->slots; s++)
+        if (b->req[s] && b->req[s]->max_tokens - b->req[s]->n_output > need)
+            need = b->req[s]->max_tokens - b->req[s]->n_output;
+    if (free_slots == 0 || e->policy->batch_same_params_only)
+        return 0;
+    int room = group_batch_room(b->gb);
+    pthread_mutex_lock(&e->lock);
+    while (m->head && n_join < free_slots && n_join < MAX_JOIN && !m->offload_pending &&
+           !m->removed) {
+        struct engine_req *r = m->head;
+        int t_new = r->n_prompt > *t ? r->n_prompt : *t;
+        int need_new = r->max_tokens > need ? r->max_tokens : need;
+        if (t_new - 1 + need_new > room || t_new > group_batch_max_step(b->gb))
+            break;
+        if (queue_take(m, &join[n_join], 1, false) == 0)
+            continue; /* it had timed out */
+        n_join++;
+        *t = t_new;
+        need = need_new;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return n_join;
+}
+
+/* A step boundary after the first step: leavers leave, waiting requests
+ * join the free slots, then one step (their prompts, one token for the
+ * others) and its tokens. Returns false when the batch is over: no sequence
+ * left, or a failed forward (which failed the batch). */
+static bool batch_next_step(struct batch *b, double *mark)
+{
+    batch_evict_leavers(b, time_now());
+    int active = 0;
+    for (int s = 0; s < b->slots; s++)
+        active += b->req[s] != NULL;
+    struct engine_req *join[MAX_JOIN];
+    int t;
+    int n_join = batch_take_joiners(b, b->slots - active, join, &t);
+    if (active == 0 && n_join == 0)
+        return false;
+    int s_free = 0;
+    double now = time_now();
+    for (int j = 0; j < n_join; j++) {
+        while (b->req[s_free])
+            s_free++;
+        join[j]->t.slot = s_free++;
+        join[j]->t.t_start = now;
+        join[j]->t.batch_size = active + n_join;
+        join[j]->t.batch_id = b->id;
+    }
+    int rc = batch_step(b, join, n_join, t);
+    batch_accrue(b, mark);
+    if (rc < 0) {
+        batch_fail(b, rc);
+        return false;
+    }
+    batch_sample(b, time_now());
+    return true;
+}
+
+/* Frees the batch's device memory and host buffers, then counts its last
+ * time computing. */
+static void batch_close(struct batch *b, double *mark)
+{
+    batch_release(b->m, b->gb);
+    free(b->req);
+    free(b->ids);
+    free(b->mask);
+    free(b->logits);
+    free(b->last);
+    batch_accrue(b, mark);
+}
+
+/* Runs a batch of the first n_first requests taken from m's queue to its
+ * end: allocated (maybe smaller: batch_alloc), prefilled, then one token
+ * per step while waiting requests join freed slots (runner thread, no
+ * lock). */
 static void batch_run(struct emodel *m, struct engine_req **first, int n_first)
 {
-    struct engine *e = m->e;
-    const struct model_info *c = swap_model_info(m->sm);
     double mark = time_now(); /* time computing counted up to here */
     int max_prompt;
     struct group_batch *gb = NULL;
     if ((n_first = batch_alloc(m, first, n_first, &gb, &max_prompt)) == 0)
         return;
     struct batch b = {.m = m, .slots = n_first, .gb = gb};
-    int max_len = group_batch_room(gb);
-    b.req = calloc((size_t)n_first, sizeof(*b.req));
-    b.ids = malloc((size_t)n_first * max_len * sizeof(int32_t));
-    b.mask = malloc((size_t)n_first * max_len);
-    b.logits = malloc((size_t)n_first * c->vocab * sizeof(float));
-    b.last = calloc((size_t)n_first, sizeof(int32_t));
-    int rc = 0;
-    if (!b.req || !b.ids || !b.mask || !b.logits || !b.last)
-        rc = err_set(ERR_NOMEM, "out of host memory for a batch of %d", n_first);
-    pthread_mutex_lock(&e->lock);
-    b.id = ++e->stats.batches;
-    m->batches++;
-    pthread_mutex_unlock(&e->lock);
-    double now = time_now();
-    for (int i = 0; i < n_first; i++) {
-        first[i]->t.slot = i;
-        first[i]->t.t_start = now;
-        first[i]->t.batch_size = n_first;
-        first[i]->t.batch_id = b.id;
-    }
+    int rc = batch_open(&b, first);
     if (rc < 0) {
         char why[160];
         snprintf(why, sizeof(why), "%s", err_msg());
         batch_accrue(&b, &mark);
         for (int i = 0; i < n_first; i++)
             req_finish_running(m, first[i], rc, why);
-        goto out;
+    } else if (batch_prefill(&b, first, max_prompt, &mark) == 0) {
+        while (batch_next_step(&b, &mark))
+            ;
     }
-    /* prefill, then one token per step; waiting requests join freed slots */
-    bool loaded = swap_residency(e->mgr, m->sm) == RES_ON_DEVICE; /* no layer still arriving */
-    double t_step = time_now();
-    rc = batch_step(&b, first, n_first, max_prompt);
-    batch_accrue(&b, &mark);
-    if (rc < 0) {
-        batch_fail(&b, rc);
-        goto out;
-    }
-    if (loaded) {
-        double dt = time_now() - t_step, *est = &e->step_s[n_first];
-        pthread_mutex_lock(&e->lock);
-        *est = *est > 0 ? 0.7 * *est + 0.3 * dt : dt;
-        pthread_mutex_unlock(&e->lock);
-    }
-    batch_sample(&b, time_now());
-    for (;;) {
-        batch_evict_leavers(&b, time_now());
-        int active = 0, free_slots = 0;
-        for (int s = 0; s < b.slots; s++)
-            active += b.req[s] != NULL;
-        free_slots = b.slots - active;
-        struct engine_req *join[64];
-        int n_join = 0, t = 1;
-        /* positions every running sequence still needs */
-        int need = 1;
-        for (int s = 0; s < b.slots; s++)
-            if (b.req[s] && b.req[s]->max_tokens - b.req[s]->n_output > need)
-                need = b.req[s]->max_tokens - b.req[s]->n_output;
-        if (free_slots > 0 && !e->policy->batch_same_params_only) {
-            /* a join step is t positions long (the longest joining prompt);
-             * after it everybody must still fit their remaining tokens */
-            int room = group_batch_room(b.gb);
-            pthread_mutex_lock(&e->lock);
-            while (m->head && n_join < free_slots && n_join < 64 && !m->offload_pending &&
-                   !m->removed) {
-                struct engine_req *r = m->head;
-                int t_new = r->n_prompt > t ? r->n_prompt : t;
-                int need_new = r->max_tokens > need ? r->max_tokens : need;
-                if (t_new - 1 + need_new > room || t_new > group_batch_max_step(b.gb))
-                    break;
-                if (queue_take(m, &join[n_join], 1, false) == 0)
-                    continue; /* it had timed out */
-                n_join++;
-                t = t_new;
-                need = need_new;
-            }
-            pthread_mutex_unlock(&e->lock);
-        }
-        if (active == 0 && n_join == 0)
-            break;
-        int s_free = 0;
-        now = time_now();
-        for (int j = 0; j < n_join; j++) {
-            while (b.req[s_free])
-                s_free++;
-            join[j]->t.slot = s_free++;
-            join[j]->t.t_start = now;
-            join[j]->t.batch_size = active + n_join;
-            join[j]->t.batch_id = b.id;
-        }
-        rc = batch_step(&b, join, n_join, t);
-        batch_accrue(&b, &mark);
-        if (rc < 0) {
-            batch_fail(&b, rc);
-            break;
-        }
-        batch_sample(&b, time_now());
-    }
-out:
-    batch_release(m, b.gb);
-    free(b.req);
-    free(b.ids);
-    free(b.mask);
-    free(b.logits);
-    free(b.last);
-    batch_accrue(&b, &mark);
+    batch_close(&b, &mark);
 }
 
 void *runner_main(void *arg)
