@@ -303,72 +303,104 @@ static bool pinned_block(struct engine *e, struct emodel **map, const struct sch
     return failed;
 }
 
+/* The snapshot's storage, the scheduler thread's own: view index i is model
+ * map[i]; room for cap models. */
+struct snapshot {
+    struct sched_model *sm;
+    struct emodel **map;
+    int cap;
+};
+
+/* Room in s for n_live models (lock held): false when out of memory. */
+static bool snapshot_fit(struct snapshot *s, int n_live)
+{
+    if (n_live <= s->cap)
+        return true;
+    int c = 2 * n_live; /* models were added */
+    struct sched_model *s2 = realloc(s->sm, (size_t)c * sizeof(*s->sm));
+    struct emodel **m2 = s2 ? realloc(s->map, (size_t)c * sizeof(*s->map)) : NULL;
+    s->sm = s2 ? s2 : s->sm;
+    s->map = m2 ? m2 : s->map;
+    if (!s2 || !m2)
+        return false;
+    s->cap = c;
+    return true;
+}
+
+/* The requests completed in their queue: on_done, outside the lock (lock
+ * held on entry and on return, released between). */
+static void sched_complete_finished(struct engine *e)
+{
+    struct engine_req *list = e->finished;
+    e->finished = e->finished_tail = NULL;
+    pthread_mutex_unlock(&e->lock);
+    for (struct engine_req *r = list, *nx; r; r = nx) {
+        nx = r->next;
+        r->next = NULL;
+        req_complete(e, r);
+    }
+    pthread_mutex_lock(&e->lock);
+}
+
+/* One decision (lock held): a fresh view, the pinned models' block, the
+ * policy's actions carried out. Returns whether anything changed (a request
+ * failed, an action made progress), so the caller looks again at once. */
+static bool sched_decide(struct engine *e, struct snapshot *s)
+{
+    struct sched_action actions[MAX_ACTIONS];
+    struct sched_view v;
+    view_build(e, s->map, s->sm, &v);
+    if (!e->cfg.wait_for_unpin && pinned_block(e, s->map, s->sm, &v))
+        return true;
+    int n = v.n_models ? e->policy->decide(&v, actions, MAX_ACTIONS) : 0;
+    bool progress = false;
+    e->wake_at = INFINITY;
+    struct exec x = {.e = e, .map = s->map, .sm = s->sm};
+    for (int i = 0; i < n; i++)
+        progress |= sched_act(&exec_ops, &x, &v, &actions[i]);
+    return progress;
+}
+
+/* Waits for a wake-up, or until at (the time_now() clock) when that is
+ * finite; not at all when at has passed (lock held). */
+static void sched_sleep(struct engine *e, double at)
+{
+    if (isinf(at)) {
+        pthread_cond_wait(&e->wake, &e->lock);
+    } else if (at > time_now()) { /* the policy asked for a second look then, or a deadline */
+        struct timespec ts = {.tv_sec = (time_t)at,
+                              .tv_nsec = (long)((at - (double)(time_t)at) * 1e9)};
+        pthread_cond_timedwait(&e->wake, &e->lock, &ts);
+    }
+}
+
 void *sched_main(void *arg)
 {
     struct engine *e = arg;
-    struct sched_model *sm = NULL;
-    struct emodel **map = NULL;
-    int cap = 0;
-    struct sched_action actions[MAX_ACTIONS];
+    struct snapshot s = {0};
     pthread_mutex_lock(&e->lock);
     while (!e->stop) {
-        /* requests completed in their queue: on_done, outside the lock */
         if (e->finished) {
-            struct engine_req *list = e->finished;
-            e->finished = e->finished_tail = NULL;
-            pthread_mutex_unlock(&e->lock);
-            for (struct engine_req *r = list, *nx; r; r = nx) {
-                nx = r->next;
-                r->next = NULL;
-                req_complete(e, r);
-            }
-            pthread_mutex_lock(&e->lock);
+            sched_complete_finished(e);
             continue;
         }
         double next_deadline = queue_expire(e, time_now());
         if (e->finished)
             continue;
         admin_run(e);
-        if (e->n_live == 0) { /* nothing to schedule until a model is added */
+        /* nothing to schedule until a model is added; out of memory for
+         * the snapshot: try again at the next event */
+        if (e->n_live == 0 || !snapshot_fit(&s, e->n_live)) {
             pthread_cond_wait(&e->wake, &e->lock);
             continue;
         }
-        if (e->n_live > cap) { /* models were added */
-            int c = 2 * e->n_live;
-            struct sched_model *s2 = realloc(sm, (size_t)c * sizeof(*sm));
-            struct emodel **m2 = s2 ? realloc(map, (size_t)c * sizeof(*map)) : NULL;
-            sm = s2 ? s2 : sm;
-            map = m2 ? m2 : map;
-            if (!s2 || !m2) { /* out of memory: try again at the next event */
-                pthread_cond_wait(&e->wake, &e->lock);
-                continue;
-            }
-            cap = c;
-        }
-        struct sched_view v;
-        view_build(e, map, sm, &v);
-        if (!e->cfg.wait_for_unpin && pinned_block(e, map, sm, &v))
+        if (sched_decide(e, &s))
             continue;
-        int n = v.n_models ? e->policy->decide(&v, actions, MAX_ACTIONS) : 0;
-        bool progress = false;
-        e->wake_at = INFINITY;
-        struct exec x = {.e = e, .map = map, .sm = sm};
-        for (int i = 0; i < n; i++)
-            progress |= sched_act(&exec_ops, &x, &v, &actions[i]);
-        if (progress)
-            continue;
-        double at = e->wake_at < next_deadline ? e->wake_at : next_deadline;
-        if (isinf(at)) {
-            pthread_cond_wait(&e->wake, &e->lock);
-        } else if (at > time_now()) { /* the policy asked for a second look then, or a deadline */
-            struct timespec ts = {.tv_sec = (time_t)at,
-                                  .tv_nsec = (long)((at - (double)(time_t)at) * 1e9)};
-            pthread_cond_timedwait(&e->wake, &e->lock, &ts);
-        }
+        sched_sleep(e, e->wake_at < next_deadline ? e->wake_at : next_deadline);
     }
     pthread_mutex_unlock(&e->lock);
-    free(sm);
-    free(map);
+    free(s.sm);
+    free(s.map);
     return NULL;
 }
 
