@@ -18,7 +18,7 @@ struct hist {
     uint64_t n;
     double sum, max;
     uint32_t count[HIST_BUCKETS];
-    const double *le;            /* (n_le) ascending upper bounds: the caller's, outlive h */
+    const double *le; /* (n_le) ascending upper bounds: the caller's, outlive h */
     int n_le;
     uint64_t le_count[HIST_MAX_LE]; /* [i]: observations <= le[i] */
 };

@@ -89,8 +89,8 @@ int queue_take(struct emodel *m, struct engine_req **out, int n, bool same_param
 /* Hands requests a runner took back to the head of m's queue, in their
  * order (lock held): they keep their place. One cancelled meanwhile is not
  * queued again: it goes to *cancelled, for the caller to finish. */
-void queue_give_back(struct emodel *m, struct engine_req **r, int n,
-                            struct engine_req **cancelled, int *n_cancelled)
+void queue_give_back(struct emodel *m, struct engine_req **r, int n, struct engine_req **cancelled,
+                     int *n_cancelled)
 {
     for (int i = n - 1; i >= 0; i--) {
         int expect = PH_RUNNING;

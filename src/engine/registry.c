@@ -275,8 +275,8 @@ static void latency_of(const struct hist *h, struct engine_latency *out)
 {
     struct hist_summary s;
     hist_summarize(h, &s);
-    *out = (struct engine_latency){.n = s.n, .mean = s.mean, .p50 = s.p50, .p90 = s.p90,
-                                   .p99 = s.p99, .max = s.max};
+    *out = (struct engine_latency){
+        .n = s.n, .mean = s.mean, .p50 = s.p50, .p90 = s.p90, .p99 = s.p99, .max = s.max};
 }
 
 /* The Prometheus histogram: h's counts on engine_hist_le, with its exact count and sum. */

@@ -66,8 +66,7 @@ void reserve_grow(struct engine *e, struct emodel *m, int n_prompt, int max_toke
 
 /* ERR_INVALID, naming the device and the bytes, when the model's weights and
  * a batch of this one request can never fit a device of the model. */
-int request_fits_ever(struct engine *e, struct swap_model *sm, int n_prompt,
-                             int max_tokens)
+int request_fits_ever(struct engine *e, struct swap_model *sm, int n_prompt, int max_tokens)
 {
     struct model_exec_shape one = batch_shape(sm, 1, n_prompt, n_prompt + max_tokens,
                                             max_tokens > 1);
@@ -107,8 +106,8 @@ void mem_wait_clear(struct engine *e)
  * or a swap completes) when anything is running or moving; when nothing is,
  * nothing would free it, and it fails with the allocation's error.
  * Returns the size of the batch (0: nothing to run). */
-int batch_alloc(struct emodel *m, struct engine_req **first, int n,
-                       struct group_batch **gb, int *max_prompt)
+int batch_alloc(struct emodel *m, struct engine_req **first, int n, struct group_batch **gb,
+                int *max_prompt)
 {
     struct engine *e = m->e;
     struct engine_req *cancelled[n];

@@ -176,8 +176,7 @@ static int batch_open(struct batch *b, struct engine_req **first)
 /* The first step: every first request's prompt (left-padded to max_prompt),
  * timed for the policy's estimates when no layer was still arriving; then
  * their first tokens. A failed forward fails the batch. */
-static int batch_prefill(struct batch *b, struct engine_req **first, int max_prompt,
-                         double *mark)
+static int batch_prefill(struct batch *b, struct engine_req **first, int max_prompt, double *mark)
 {
     struct engine *e = b->m->e;
     bool loaded = swap_residency(e->mgr, b->m->sm) == RES_ON_DEVICE; /* no layer still arriving */
