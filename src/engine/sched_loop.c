@@ -318,11 +318,13 @@ static bool snapshot_fit(struct snapshot *s, int n_live)
         return true;
     int c = 2 * n_live; /* models were added */
     struct sched_model *s2 = realloc(s->sm, (size_t)c * sizeof(*s->sm));
-    struct emodel **m2 = s2 ? realloc(s->map, (size_t)c * sizeof(*s->map)) : NULL;
-    s->sm = s2 ? s2 : s->sm;
-    s->map = m2 ? m2 : s->map;
-    if (!s2 || !m2)
+    if (!s2)
         return false;
+    s->sm = s2;
+    struct emodel **m2 = realloc(s->map, (size_t)c * sizeof(*s->map));
+    if (!m2)
+        return false;
+    s->map = m2;
     s->cap = c;
     return true;
 }
