@@ -41,11 +41,11 @@
  * condition variables (wake, idle, admin, an emodel's go_cond); starting a
  * model's runner thread (pthread_create waits for nothing). Never under it:
  * a forward (group_forward), a callback (on_token, on_done), a thread join,
- * a wait on another thread or subsystem
- * (swap_wait_idle, swap_use_end, which may carry out a deferred offload,
- * swap_unregister, event_wait), a copy. Lock order, outermost first: the
- * server's request list (it calls engine_cancel under it), the engine lock,
- * the swap manager's lock, a device's lock.
+ * a wait on another thread or subsystem (swap_wait_idle, swap_use_end, which
+ * may carry out a deferred offload, swap_unregister, event_wait), a copy.
+ * Lock order, outermost first: the server's request list (it calls
+ * engine_cancel under it), the engine lock, the swap manager's lock, a
+ * device's lock.
  */
 #ifndef SHARDSWAP_ENGINE_ENGINE_IMPL_H
 #define SHARDSWAP_ENGINE_ENGINE_IMPL_H
