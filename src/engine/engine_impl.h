@@ -1,0 +1,223 @@
+/* The engine's state, shared by the files that implement engine.h, one per
+ * role:
+ *
+ *   request.c     request handles: engine_submit, reference count, phase
+ *                 changes, completion, cancel and stop, accessors
+ *   queue.c       per-model queues and the batch rule (queue_take)
+ *   reserve.c     memory reserves, batch shapes, a batch's allocation
+ *                 (halved until it fits)
+ *   runner.c      the batch runner (a thread per model): continuous
+ *                 batching, sampling, EOS, streaming
+ *   sched_loop.c  the scheduler thread: view, executor, loads and
+ *                 defragmentation, admin loads and unloads, deadlines,
+ *                 pinned blocks
+ *   registry.c    the registry, admin calls, statistics
+ *   engine.c      lifecycle: create, drain, destroy
+ *
+ * Not for callers outside src/engine/.
+ *
+ * Who may touch a field: each one below says which of these it is.
+ *   [lock]    the engine lock (struct engine.lock), for every read and write
+ *   [fixed]   written before the object is published (a request before it is
+ *             queued, a model before it enters engine.models, the engine
+ *             before its threads start) and never again: read without a lock
+ *             until it is freed
+ *   [atomic]  read and written without a lock; the comment says by whom
+ *   [runner]  only the runner thread of the request's (or the model's) model
+ *   [done]    written by the one thread that completes the request (its
+ *             runner without the lock, or, for one that never ran, whoever
+ *             fails it in its queue under the lock), before done is set; read
+ *             by others in on_token/on_done or once done is set
+ *
+ * The engine lock. It guards every [lock] field here. Held, it may make:
+ * the swap manager's calls that do not wait (swap_load, swap_offload,
+ * swap_compact, swap_use_begin, swap_residency, swap_model_load_seconds),
+ * whose lock nests inside it; device queries (device_used, device_budget,
+ * device_event_done); the allocation and freeing of a batch's execution
+ * contexts (group_batch_create, group_batch_free in batch_alloc and
+ * batch_release: allocations, no copy and no wait), so the scheduler's view
+ * of free memory and the reserves it holds change together; the policy's
+ * decide() and sched_act (pure, or the calls above); waits on its own
+ * condition variables (wake, idle, admin, an emodel's go_cond); starting a
+ * model's runner thread (pthread_create waits for nothing). Never under it:
+ * a forward (group_forward), a callback (on_token, on_done), a thread join,
+ * a wait on another thread or subsystem (swap_wait_idle, swap_use_end, which
+ * may carry out a deferred offload, swap_unregister, event_wait), a copy.
+ * Lock order, outermost first: the server's request list (it calls
+ * engine_cancel under it), the engine lock, the swap manager's lock, a
+ * device's lock.
+ */
+#ifndef SHARDSWAP_ENGINE_ENGINE_IMPL_H
+#define SHARDSWAP_ENGINE_ENGINE_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/event.h"
+#include "core/hist.h"
+#include "engine/engine.h"
+#include "engine/forecast.h"
+#include "engine/sched.h"
+#include "model/sampler.h"
+
+/* A request's phase. QUEUED -> RUNNING only under the engine lock (when a
+ * runner takes it), QUEUED -> DONE only under the engine lock (cancelled,
+ * expired or removed in its queue); RUNNING -> CANCELLING (engine_cancel)
+ * and RUNNING/CANCELLING -> DONE (its runner) by compare-and-swap. */
+enum phase { PH_QUEUED, PH_RUNNING, PH_CANCELLING, PH_DONE };
+
+struct engine_req {
+    atomic_int refs;  /* [atomic] the engine's (until on_done returned) + the caller's */
+    atomic_int phase; /* [atomic] enum phase: who changes it when, above */
+    atomic_bool stop_ok; /* [atomic] PH_CANCELLING by engine_stop: it completes ok (set
+                          * under the lock by engine_stop, read by its runner) */
+    struct event done; /* set once the results are final (its own lock) */
+    struct engine *e;  /* [fixed] */
+    int model_id;      /* [fixed] */
+    struct emodel *m;  /* [lock] while queued or running; NULL once failed in its queue */
+    int n_prompt, max_tokens;       /* [fixed] */
+    struct sampler_params sampling; /* [fixed] */
+    struct sampler sampler;         /* [runner] (initialised at submit, freed with r) */
+    double deadline; /* [fixed] INFINITY: none */
+    void (*on_token)(struct engine_req *r, int32_t token, void *ctx); /* [fixed] */
+    void (*on_done)(struct engine_req *r, void *ctx);                 /* [fixed] */
+    void *ctx;                                                        /* [fixed] */
+    /* results: written by the thread that completes it, before done is set */
+    int n_output;   /* [done]; [runner] while it runs (on_token reads it) */
+    int status;     /* [done] */
+    char error[160]; /* [done] */
+    struct engine_req_timings t; /* [done]; t_arrival [fixed]; slot, t_start, batch_size,
+                                  * batch_id, t_first_token [runner] */
+    /* a model's queue (engine lock), then the engine's finished list */
+    struct engine_req *prev, *next; /* [lock]; the scheduler's alone once it took the
+                                     * finished list */
+    int32_t *prompt; /* [fixed] (n_prompt) into ids */
+    int32_t *output; /* [fixed] (max_tokens) into ids: [done] */
+    int32_t ids[];   /* prompt, then output: one allocation */
+};
+
+enum admin { ADMIN_NONE, ADMIN_LOAD, ADMIN_UNLOAD };
+
+struct emodel {
+    struct engine *e;      /* [fixed] */
+    int id;                /* [fixed] */
+    struct swap_model *sm; /* [fixed] until engine_remove_model unregisters it (users and
+                            * its runner's end keep it valid for readers outside the lock) */
+    struct engine_req *head, *tail; /* [lock] its queue */
+    int queue_len;                  /* [lock] */
+    int n_running;        /* [lock] sequences in its batch */
+    bool running;         /* [lock] the runner has a batch */
+    bool go;              /* [lock] the scheduler dispatched a batch */
+    bool offload_pending; /* [lock] chosen as a victim, or unloaded, while running */
+    bool was_loading;     /* [lock] */
+    bool pinned;          /* [lock] */
+    bool removed;         /* [lock] engine_remove_model began: no submission, no action */
+    bool stop;            /* [lock] its runner exits */
+    atomic_bool removing; /* [atomic] its batch's sequences leave at the next boundary (set
+                           * under the lock by engine_remove_model, read by its runner) */
+    int users;            /* [lock] admin callers waiting on it, submissions validating
+                           * against its swap_model outside the lock: neither is freed
+                           * under them */
+    enum admin admin;     /* [lock] an admin request for the scheduler thread */
+    int admin_rc;         /* [lock] */
+    char admin_msg[160];  /* [lock] */
+    double last_used, loaded_at; /* [lock] */
+    struct forecast arrivals;    /* [lock] */
+    /* device memory for its batches: the largest batch it may run (max_batch
+     * sequences of the longest prompt and answer submitted so far), held
+     * free for it while it is resident; what its batch in flight has
+     * allocated of it (engine lock) */
+    int max_batch; /* [lock] sequences per batch: the engine's, or less */
+    int longest_prompt, longest_seq; /* [lock] */
+    bool decodes; /* [lock] some request asked for more than one token */
+    bool warned_nonfinite; /* [runner] its logits were NaN or Inf once */
+    uint64_t reserve[SCHED_MAX_DEVICES], batch_bytes[SCHED_MAX_DEVICES]; /* [lock] */
+    bool mem_wait; /* [lock] its batch did not fit at all: not served until memory is freed */
+    pthread_t tid; /* [fixed] its runner, joined outside the lock */
+    bool started;  /* [fixed] */
+    pthread_cond_t go_cond; /* waited on with the engine lock: its runner's */
+    /* statistics (engine lock) */
+    uint64_t loads, evictions, unloads, bytes_loaded, batches;       /* [lock] */
+    uint64_t submitted, ok, failed, cancelled, timed_out, rejected;  /* [lock] */
+    double load_s, compute_s;                                        /* [lock] */
+    struct hist latency, ttft, load;                                 /* [lock] */
+};
+
+struct engine {
+    /* every [lock] field here, in the emodels and in the queued requests;
+     * what is done and never done under it: the head of this file */
+    pthread_mutex_t lock;
+    pthread_cond_t wake;   /* the scheduler's: something changed */
+    pthread_cond_t idle;   /* every request completed */
+    pthread_cond_t admin;  /* an admin request was carried out; a runner stopped */
+    struct swap_manager *mgr;          /* [fixed] */
+    struct workers *w;                 /* [fixed] */
+    const struct sched_policy *policy; /* [fixed] */
+    struct engine_config cfg;          /* [fixed] */
+    struct emodel **models; /* [lock] (cap) by id; NULL once removed */
+    int n_ids, cap, n_live; /* [lock] */
+    pthread_t sched_tid;    /* [fixed] */
+    bool sched_started, stop; /* sched_started [fixed]; stop [lock] */
+    uint64_t outstanding;     /* [lock] accepted requests whose on_done has not returned */
+    int n_queued_deadlines;   /* [lock] queued requests with a deadline */
+    struct engine_req *finished, *finished_tail; /* [lock] completed in a queue: on_done
+                                                  * pending */
+    struct engine_stats stats; /* [lock] */
+    double load_s;  /* [lock] the latest load's time, for the policy's forecasts */
+    double *step_s; /* [fixed] pointer; [lock] entries: [b]: a first step's time for b
+                     * requests (moving average; 0: none yet) */
+    double wake_at; /* [lock] a policy's SCHED_WAKE, on the time_now() clock */
+    int batches_running; /* [lock] runners holding a batch's device memory */
+};
+
+/* ---- the calls between the files; "lock held": the caller holds the
+ * engine lock; "no lock": the caller must not ---- */
+
+/* registry.c: the registry, admin calls, statistics */
+struct emodel *model_get(struct engine *e, int id); /* lock held; NULL: unknown, removed */
+/* The model p names, by name or id, or NULL with ERR_NOT_FOUND's message (lock held). */
+struct emodel *model_named(struct engine *e, const struct engine_request_params *p);
+void model_unuse(struct emodel *m); /* drops a users++ (lock held) */
+
+/* request.c: request handles */
+void req_account(struct engine *e, struct emodel *m, struct engine_req *r); /* lock held */
+void req_set_status(struct engine_req *r, int status, const char *why); /* [done] fields */
+/* Completes a request its runner ran (the runner thread, no lock). */
+void req_finish_running(struct emodel *m, struct engine_req *r, int status, const char *why);
+/* on_done, done, the engine's reference dropped (an engine thread, no lock). */
+void req_complete(struct engine *e, struct engine_req *r);
+
+/* queue.c: per-model queues and the batch rule (lock held) */
+void queue_push(struct emodel *m, struct engine_req *r);
+/* Out of its queue with a final status, onto the finished list for the
+ * scheduler thread's on_done. */
+void queue_fail(struct emodel *m, struct engine_req *r, int status, const char *why);
+/* Up to n requests for m's runner (PH_RUNNING) by sched_batch_joins; expired
+ * ones are failed instead. */
+int queue_take(struct emodel *m, struct engine_req **out, int n, bool same_params);
+/* Taken requests back to the head, in order; cancelled ones to *cancelled. */
+void queue_give_back(struct emodel *m, struct engine_req **r, int n,
+                     struct engine_req **cancelled, int *n_cancelled);
+
+/* reserve.c: memory reserves and batch shapes */
+void reserve_grow(struct engine *e, struct emodel *m, int n_prompt, int max_tokens); /* lock held */
+/* ERR_INVALID with the bytes when a batch of this request can never fit (no lock). */
+int request_fits_ever(struct engine *e, struct swap_model *sm, int n_prompt, int max_tokens);
+void mem_wait_clear(struct engine *e); /* lock held */
+/* The runner's batch of the first n requests, halved until it fits; returns
+ * its size (0: nothing to run). The runner thread, no lock (it takes it). */
+int batch_alloc(struct emodel *m, struct engine_req **first, int n, struct group_batch **gb,
+                int *max_prompt);
+void batch_release(struct emodel *m, struct group_batch *gb); /* no lock (it takes it) */
+
+/* runner.c: the batch runner */
+void *runner_main(void *arg); /* the thread of emodel arg */
+
+/* sched_loop.c: the scheduler thread */
+void load_check(struct engine *e, struct emodel *m, bool loading); /* lock held */
+void *sched_main(void *arg);    /* the thread of engine arg */
+void engine_on_swap(void *ctx); /* the swap manager's listener (ctx: the engine; no lock) */
+
+#endif

@@ -1,0 +1,180 @@
+/* A model's device memory for its batches: the shape of a batch, the reserve
+ * the scheduler holds for a resident model's largest batch, the check that a
+ * request can ever fit, and a batch's allocation (halved until it fits). */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "engine/engine_impl.h"
+
+#define JOIN_ROOM 64 /* KV positions a batch keeps for requests joining later */
+
+/* The shape of a batch of n sequences whose longest prompt is max_prompt
+ * and longest prompt + answer is seq: room for the longest sequence, plus
+ * late joiners when sequences decode for more than one step; one step takes
+ * at most the longest prompt per sequence. */
+struct model_exec_shape engine_batch_shape(int max_pos, int n, int max_prompt, int seq,
+                                         bool decodes)
+{
+    int max_len = seq + (decodes ? JOIN_ROOM : 0);
+    if (max_len > max_pos)
+        max_len = max_pos;
+    return (struct model_exec_shape){.batch = n, .max_len = max_len,
+                                   .max_tokens = n * max_prompt};
+}
+
+static struct model_exec_shape batch_shape(const struct swap_model *sm, int n, int max_prompt,
+                                         int seq, bool decodes)
+{
+    return engine_batch_shape(swap_model_info(sm)->max_pos, n, max_prompt, seq, decodes);
+}
+
+/* Grows m's batch reserve for a request of n_prompt + max_tokens (lock
+ * held). */
+void reserve_grow(struct engine *e, struct emodel *m, int n_prompt, int max_tokens)
+{
+    if (n_prompt <= m->longest_prompt && n_prompt + max_tokens <= m->longest_seq &&
+        (max_tokens == 1 || m->decodes))
+        return;
+    m->decodes |= max_tokens > 1;
+    m->longest_prompt = n_prompt > m->longest_prompt ? n_prompt : m->longest_prompt;
+    if (n_prompt + max_tokens > m->longest_seq)
+        m->longest_seq = n_prompt + max_tokens;
+    /* the largest batch that fits beside the weights on every device of the
+     * model (a batch of one, at least: capped to the room there is, so the
+     * model can always be loaded and a batch that cannot fit fails with the
+     * allocation's error instead of never being tried) */
+    const int n_dev = swap_device_count(e->mgr);
+    for (int n = m->max_batch; n >= 1; n--) {
+        struct model_exec_shape shape = batch_shape(m->sm, n, m->longest_prompt, m->longest_seq,
+                                                  m->decodes);
+        bool fits = true;
+        for (int d = 0; d < n_dev; d++) {
+            uint64_t w = swap_model_device_bytes(m->sm, d),
+                     budget = device_budget(swap_device(e->mgr, d));
+            uint64_t b = w ? group_batch_bytes(m->sm, e->mgr, &shape, d) : 0;
+            fits &= b != UINT64_MAX && w + b <= budget;
+            m->reserve[d] = b == UINT64_MAX || w + b > budget ? (budget > w ? budget - w : 0) : b;
+        }
+        if (fits)
+            break;
+    }
+}
+
+/* ERR_INVALID, naming the device and the bytes, when the model's weights and
+ * a batch of this one request can never fit a device of the model. */
+int request_fits_ever(struct engine *e, struct swap_model *sm, int n_prompt, int max_tokens)
+{
+    struct model_exec_shape one = batch_shape(sm, 1, n_prompt, n_prompt + max_tokens,
+                                            max_tokens > 1);
+    for (int d = 0; d < swap_device_count(e->mgr); d++) {
+        uint64_t w = swap_model_device_bytes(sm, d);
+        if (w == 0)
+            continue;
+        uint64_t b = group_batch_bytes(sm, e->mgr, &one, d), budget =
+                                                                  device_budget(swap_device(e->mgr, d));
+        if (b == UINT64_MAX || w + b > budget)
+            return err_set(ERR_INVALID, "model %s cannot run a request of %d + %d tokens on "
+                                        "device %s: its weights take %llu bytes and the "
+                                        "request's KV cache and activations %llu, over the "
+                                        "budget of %llu",
+                           swap_model_name(sm), n_prompt, max_tokens,
+                           device_name(swap_device(e->mgr, d)), (unsigned long long)w,
+                           (unsigned long long)b, (unsigned long long)budget);
+    }
+    return 0;
+}
+
+/* Device memory may have been freed: models waiting for it may try again
+ * (lock held). */
+void mem_wait_clear(struct engine *e)
+{
+    for (int id = 0; id < e->n_ids; id++)
+        if (e->models[id])
+            e->models[id]->mem_wait = false;
+}
+
+/* The device memory of a batch of the first n requests, made smaller until
+ * it fits: a batch that does not fit is halved, the later half going back
+ * to the head of the queue. Allocated under the lock, so the scheduler's
+ * view of free memory and the held reserves change together (an allocation
+ * is no copy and no wait). A single request that does not fit waits for
+ * memory to be freed (given back, the model not served until a batch ends
+ * or a swap completes) when anything is running or moving; when nothing is,
+ * nothing would free it, and it fails with the allocation's error.
+ * Returns the size of the batch (0: nothing to run). */
+int batch_alloc(struct emodel *m, struct engine_req **first, int n, struct group_batch **gb,
+                int *max_prompt)
+{
+    struct engine *e = m->e;
+    struct engine_req *cancelled[n];
+    int n_cancelled = 0, rc = 0;
+    char why[160] = "";
+    for (;;) {
+        int seq = 0;
+        bool decodes = false;
+        *max_prompt = 0;
+        for (int i = 0; i < n; i++) {
+            *max_prompt = first[i]->n_prompt > *max_prompt ? first[i]->n_prompt : *max_prompt;
+            if (first[i]->n_prompt + first[i]->max_tokens > seq)
+                seq = first[i]->n_prompt + first[i]->max_tokens;
+            decodes |= first[i]->max_tokens > 1;
+        }
+        struct model_exec_shape shape = batch_shape(m->sm, n, *max_prompt, seq, decodes);
+        pthread_mutex_lock(&e->lock);
+        rc = group_batch_create(e->mgr, m->sm, &shape, gb);
+        if (rc == 0) {
+            for (int d = 0; d < swap_device_count(e->mgr); d++)
+                m->batch_bytes[d] = group_batch_bytes(m->sm, e->mgr, &shape, d);
+            e->batches_running++;
+            pthread_mutex_unlock(&e->lock);
+            break;
+        }
+        snprintf(why, sizeof(why), "%s", err_msg());
+        bool others = e->batches_running > 0;
+        for (int id = 0; !others && id < e->n_ids; id++) {
+            enum residency r = e->models[id] ? swap_residency(e->mgr, e->models[id]->sm)
+                                             : RES_ON_DISK;
+            others = r == RES_LOADING || r == RES_OFFLOADING;
+        }
+        /* halve and try again; a single request waits when something
+         * running or moving may free memory, else fails */
+        bool retry = false;
+        if (rc == ERR_NOMEM && n > 1) {
+            queue_give_back(m, first + n / 2, n - n / 2, cancelled, &n_cancelled);
+            n /= 2;
+            retry = true;
+        } else if (rc == ERR_NOMEM && others) {
+            queue_give_back(m, first, n, cancelled, &n_cancelled);
+            m->mem_wait = true;
+            n = 0;
+        }
+        pthread_mutex_unlock(&e->lock);
+        if (!retry)
+            break;
+    }
+    for (int i = 0; i < n_cancelled; i++)
+        req_finish_running(m, cancelled[i], ERR_CANCELLED, "cancelled");
+    if (rc < 0 && n > 0) {
+        for (int i = 0; i < n; i++)
+            req_finish_running(m, first[i], rc, why);
+        n = 0;
+    }
+    return n;
+}
+
+/* Frees the batch's device memory (see batch_alloc for the lock). */
+void batch_release(struct emodel *m, struct group_batch *gb)
+{
+    struct engine *e = m->e;
+    if (!gb)
+        return;
+    pthread_mutex_lock(&e->lock);
+    group_batch_free(gb);
+    memset(m->batch_bytes, 0, sizeof(m->batch_bytes));
+    e->batches_running--;
+    pthread_mutex_unlock(&e->lock);
+}

@@ -1,0 +1,416 @@
+/* The scheduler thread: the policy's snapshot (view_build), carrying out its
+ * actions (the executor table sched_act calls), loads and the explicit
+ * defragmentation step, admin loads and unloads, queued deadlines, pinned
+ * models that block a load, and completions of requests that never ran. */
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/hist.h"
+#include "core/timing.h"
+#include "engine/engine_impl.h"
+#include "engine/sched.h"
+
+#define MAX_ACTIONS 16
+
+/* A first step's expected time for a batch taken from a queue of q: the
+ * estimate for that size, else the nearest size measured; 0 when none is. */
+static double step_estimate(const struct engine *e, int q)
+{
+    int b = q < e->cfg.max_batch ? q : e->cfg.max_batch;
+    for (int d = 0; b > 0 && d < e->cfg.max_batch; d++) {
+        if (b - d >= 1 && e->step_s[b - d] > 0)
+            return e->step_s[b - d];
+        if (b + d <= e->cfg.max_batch && e->step_s[b + d] > 0)
+            return e->step_s[b + d];
+    }
+    return 0;
+}
+
+/* Notes a load that finished since the last look (lock held). */
+void load_check(struct engine *e, struct emodel *m, bool loading)
+{
+    if (m->was_loading && !loading) {
+        m->was_loading = false;
+        e->load_s = swap_model_load_seconds(e->mgr, m->sm);
+        e->stats.swap_s += e->load_s;
+        m->load_s += e->load_s;
+        hist_add(&m->load, e->load_s);
+    }
+}
+
+/* The policy's snapshot of the models being served: view index i is model
+ * map[i] (lock held). */
+static void view_build(struct engine *e, struct emodel **map, struct sched_model *sm,
+                       struct sched_view *v)
+{
+    double now = time_now();
+    memset(v, 0, sizeof(*v));
+    v->now = now;
+    v->n_devices = swap_device_count(e->mgr);
+    v->models = sm;
+    v->max_loaded = e->cfg.max_loaded;
+    v->max_batch = e->cfg.max_batch;
+    v->overlap_loads = e->cfg.overlap_loads;
+    v->load_s = e->load_s;
+    /* free memory: the budget, less what is allocated, less what resident
+     * models' batches may still allocate (their reserves, held for them) */
+    uint64_t held[SCHED_MAX_DEVICES] = {0};
+    for (int id = 0; id < e->n_ids; id++) {
+        struct emodel *m = e->models[id];
+        enum residency r = m ? swap_residency(e->mgr, m->sm) : RES_ON_DISK;
+        if (r != RES_LOADING && r != RES_ON_DEVICE)
+            continue;
+        for (int d = 0; d < v->n_devices; d++)
+            if (m->reserve[d] > m->batch_bytes[d])
+                held[d] += m->reserve[d] - m->batch_bytes[d];
+    }
+    for (int d = 0; d < v->n_devices; d++) {
+        struct device *dev = swap_device(e->mgr, d);
+        uint64_t taken = device_used(dev) + held[d];
+        v->free_bytes[d] = taken < device_budget(dev) ? device_budget(dev) - taken : 0;
+    }
+    int n = 0;
+    for (int id = 0; id < e->n_ids; id++) {
+        struct emodel *m = model_get(e, id);
+        if (!m)
+            continue;
+        int i = n++;
+        map[i] = m;
+        enum residency r = swap_residency(e->mgr, m->sm);
+        memset(&sm[i], 0, sizeof(sm[i]));
+        sm[i].queue_len = m->queue_len;
+        sm[i].head_arrival = m->head ? m->head->t.t_arrival : 0;
+        sm[i].resident = r == RES_LOADING || r == RES_ON_DEVICE;
+        sm[i].loading = r == RES_LOADING;
+        sm[i].running = m->running;
+        sm[i].offload_pending = m->offload_pending;
+        sm[i].pinned = m->pinned;
+        sm[i].last_used = m->last_used;
+        sm[i].loaded_at = m->loaded_at;
+        sm[i].arrivals = m->arrivals;
+        sm[i].batch_s = step_estimate(e, m->queue_len);
+        /* its weights and its batches' memory leave or come together */
+        for (int d = 0; d < v->n_devices; d++)
+            sm[i].bytes[d] = swap_model_device_bytes(m->sm, d) +
+                             (m->reserve[d] > m->batch_bytes[d] ? m->reserve[d]
+                                                                 : m->batch_bytes[d]);
+        load_check(e, m, sm[i].loading);
+        v->any_loading |= sm[i].loading;
+        v->any_running |= m->running;
+    }
+    v->n_models = n;
+}
+
+/* A load started by the scheduler (lock held). */
+static void load_started(struct engine *e, struct emodel *m, double now)
+{
+    e->stats.loads++;
+    m->loads++;
+    m->bytes_loaded += swap_model_total_bytes(m->sm);
+    m->was_loading = true;
+    m->loaded_at = now;
+    m->last_used = now;
+}
+
+/* Loads model, for a SCHED_LOAD whose victims have gone. The swap manager
+ * never picks a victim: it refuses (ERR_BUSY) and says why. Short of bytes
+ * (a victim with a batch in flight leaves at its end), or waiting for memory
+ * an offload is still copying back: that end or the listener wakes us. Free
+ * bytes in pieces too small for a blob: the explicit fragmentation step,
+ * offloading the model sched_defrag_victim names (swap_compact, counted),
+ * until the blobs find their blocks. Nothing here waits on the manager. */
+static int start_load(struct engine *e, struct emodel **map, struct sched_model *sm, int model)
+{
+    struct swap_model *sw = map[model]->sm;
+    struct swap_room why;
+    int rc;
+    while ((rc = swap_load(e->mgr, sw, &why)) == ERR_BUSY &&
+           why.kind == SWAP_ROOM_FRAGMENTED && why.leaving == 0) {
+        struct sched_view v;
+        view_build(e, map, sm, &v);
+        int victim = sched_defrag_victim(&v, model, why.device);
+        if (victim < 0 || swap_compact(e->mgr, why.device, map[victim]->sm) < 0)
+            break;
+        e->stats.evictions++;
+        map[victim]->evictions++;
+    }
+    return rc;
+}
+
+/* ---- carrying out the policy's actions (sched_act), lock held ---- */
+
+/* The executor's context: the engine and the view's index map (view index i
+ * is model map[i]); sm is the snapshot's storage, which start_load rebuilds. */
+struct exec {
+    struct engine *e;
+    struct emodel **map;
+    struct sched_model *sm;
+};
+
+static bool exec_running(void *ctx, int model)
+{
+    struct exec *x = ctx;
+    return x->map[model]->running;
+}
+
+/* The runner takes its batch from the queue (runner_main). */
+static bool exec_serve(void *ctx, int model)
+{
+    struct exec *x = ctx;
+    struct emodel *m = x->map[model];
+    if (m->mem_wait || swap_use_begin(x->e->mgr, m->sm) < 0)
+        return false;
+    m->running = true;
+    m->go = true;
+    m->last_used = time_now();
+    pthread_cond_signal(&m->go_cond);
+    return true;
+}
+
+/* The swap manager refuses what may not leave; a deferred offload is carried
+ * out by the runner's swap_use_end. */
+static void exec_offload(void *ctx, int model, bool defer)
+{
+    struct exec *x = ctx;
+    struct emodel *v = x->map[model];
+    if (swap_offload(x->e->mgr, v->sm, defer) == 0) {
+        x->e->stats.evictions++;
+        v->evictions++;
+        v->offload_pending = defer;
+    }
+}
+
+static bool exec_load(void *ctx, int model)
+{
+    struct exec *x = ctx;
+    if (start_load(x->e, x->map, x->sm, model) < 0)
+        return false;
+    load_started(x->e, x->map[model], time_now());
+    return true;
+}
+
+static void exec_wake(void *ctx, double at)
+{
+    struct exec *x = ctx;
+    x->e->wake_at = at < x->e->wake_at ? at : x->e->wake_at;
+}
+
+static const struct sched_exec_ops exec_ops = {
+    .running = exec_running,
+    .serve = exec_serve,
+    .offload = exec_offload,
+    .load = exec_load,
+    .wake = exec_wake,
+};
+
+/* Carries out the admin loads and unloads asked for (lock held). */
+static void admin_run(struct engine *e)
+{
+    bool done = false;
+    for (int id = 0; id < e->n_ids; id++) {
+        struct emodel *m = model_get(e, id);
+        if (!m || m->admin == ADMIN_NONE)
+            continue;
+        enum residency r = swap_residency(e->mgr, m->sm);
+        bool resident = r == RES_LOADING || r == RES_ON_DEVICE;
+        int rc = 0;
+        if (r == RES_OFFLOADING) {
+            continue; /* its end wakes us */
+        } else if (m->admin == ADMIN_LOAD) {
+            struct swap_room why;
+            if (!resident && (rc = swap_load(e->mgr, m->sm, &why)) == 0)
+                load_started(e, m, time_now());
+        } else if (resident) {
+            if (m->running) {
+                if ((rc = swap_offload(e->mgr, m->sm, true)) == 0)
+                    m->offload_pending = true;
+            } else if (r == RES_LOADING) {
+                continue; /* the load's end wakes us */
+            } else {
+                rc = swap_offload(e->mgr, m->sm, false);
+            }
+            m->unloads += rc == 0;
+        }
+        m->admin_rc = rc;
+        snprintf(m->admin_msg, sizeof(m->admin_msg), "%s", rc < 0 ? err_msg() : "");
+        m->admin = ADMIN_NONE;
+        done = true;
+    }
+    if (done)
+        pthread_cond_broadcast(&e->admin);
+}
+
+/* Times out queued requests past their deadline (lock held); returns the
+ * earliest deadline still ahead (INFINITY: none). */
+static double queue_expire(struct engine *e, double now)
+{
+    double next = INFINITY;
+    for (int id = 0; e->n_queued_deadlines > 0 && id < e->n_ids; id++) {
+        struct emodel *m = e->models[id];
+        for (struct engine_req *r = m ? m->head : NULL, *nx; r; r = nx) {
+            nx = r->next;
+            if (r->deadline <= now)
+                queue_fail(m, r, ERR_TIMEOUT, "its deadline passed while it waited in the queue");
+            else if (r->deadline < next)
+                next = r->deadline;
+        }
+    }
+    return next;
+}
+
+/* Fails the queued requests of models that cannot be loaded while the
+ * pinned models stay (lock held): a model whose weights on some device
+ * exceed that device's budget less what resident pinned models hold there
+ * (their weights and batch reserves) would otherwise wait until an admin
+ * unpins, unanswered. Returns whether it failed any. */
+static bool pinned_block(struct engine *e, struct emodel **map, const struct sched_model *sm,
+                         const struct sched_view *v)
+{
+    uint64_t pinned[SCHED_MAX_DEVICES] = {0};
+    for (int i = 0; i < v->n_models; i++)
+        if (sm[i].pinned && sm[i].resident)
+            for (int d = 0; d < v->n_devices; d++)
+                pinned[d] += sm[i].bytes[d];
+    bool failed = false;
+    for (int i = 0; i < v->n_models; i++) {
+        struct emodel *m = map[i];
+        if (sm[i].resident || m->queue_len == 0)
+            continue;
+        for (int d = 0; d < v->n_devices; d++) {
+            uint64_t need = swap_model_device_bytes(m->sm, d);
+            uint64_t budget = device_budget(swap_device(e->mgr, d));
+            if (need == 0 || need + pinned[d] <= budget)
+                continue;
+            char why[256];
+            snprintf(why, sizeof(why),
+                     "model %s cannot be loaded while pinned models hold device %d: it needs "
+                     "%llu bytes there, pinned models hold %llu of its %llu (unpin one)",
+                     swap_model_name(m->sm), d, (unsigned long long)need,
+                     (unsigned long long)pinned[d], (unsigned long long)budget);
+            while (m->head)
+                queue_fail(m, m->head, ERR_BUSY, why);
+            failed = true;
+            break;
+        }
+    }
+    return failed;
+}
+
+/* The snapshot's storage, the scheduler thread's own: view index i is model
+ * map[i]; room for cap models. */
+struct snapshot {
+    struct sched_model *sm;
+    struct emodel **map;
+    int cap;
+};
+
+/* Room in s for n_live models (lock held): false when out of memory. */
+static bool snapshot_fit(struct snapshot *s, int n_live)
+{
+    if (n_live <= s->cap)
+        return true;
+    int c = 2 * n_live; /* models were added */
+    struct sched_model *s2 = realloc(s->sm, (size_t)c * sizeof(*s->sm));
+    if (!s2)
+        return false;
+    s->sm = s2;
+    struct emodel **m2 = realloc(s->map, (size_t)c * sizeof(*s->map));
+    if (!m2)
+        return false;
+    s->map = m2;
+    s->cap = c;
+    return true;
+}
+
+/* The requests completed in their queue: on_done, outside the lock (lock
+ * held on entry and on return, released between). */
+static void sched_complete_finished(struct engine *e)
+{
+    struct engine_req *list = e->finished;
+    e->finished = e->finished_tail = NULL;
+    pthread_mutex_unlock(&e->lock);
+    for (struct engine_req *r = list, *nx; r; r = nx) {
+        nx = r->next;
+        r->next = NULL;
+        req_complete(e, r);
+    }
+    pthread_mutex_lock(&e->lock);
+}
+
+/* One decision (lock held): a fresh view, the pinned models' block, the
+ * policy's actions carried out. Returns whether anything changed (a request
+ * failed, an action made progress), so the caller looks again at once. */
+static bool sched_decide(struct engine *e, struct snapshot *s)
+{
+    struct sched_action actions[MAX_ACTIONS];
+    struct sched_view v;
+    view_build(e, s->map, s->sm, &v);
+    if (!e->cfg.wait_for_unpin && pinned_block(e, s->map, s->sm, &v))
+        return true;
+    int n = v.n_models ? e->policy->decide(&v, actions, MAX_ACTIONS) : 0;
+    bool progress = false;
+    e->wake_at = INFINITY;
+    struct exec x = {.e = e, .map = s->map, .sm = s->sm};
+    for (int i = 0; i < n; i++)
+        progress |= sched_act(&exec_ops, &x, &v, &actions[i]);
+    return progress;
+}
+
+/* Waits for a wake-up, or until at (the time_now() clock) when that is
+ * finite; not at all when at has passed (lock held). */
+static void sched_sleep(struct engine *e, double at)
+{
+    if (isinf(at)) {
+        pthread_cond_wait(&e->wake, &e->lock);
+    } else if (at > time_now()) { /* the policy asked for a second look then, or a deadline */
+        struct timespec ts = {.tv_sec = (time_t)at,
+                              .tv_nsec = (long)((at - (double)(time_t)at) * 1e9)};
+        pthread_cond_timedwait(&e->wake, &e->lock, &ts);
+    }
+}
+
+void *sched_main(void *arg)
+{
+    struct engine *e = arg;
+    struct snapshot s = {0};
+    pthread_mutex_lock(&e->lock);
+    while (!e->stop) {
+        if (e->finished) {
+            sched_complete_finished(e);
+            continue;
+        }
+        double next_deadline = queue_expire(e, time_now());
+        if (e->finished)
+            continue;
+        admin_run(e);
+        /* nothing to schedule until a model is added; out of memory for
+         * the snapshot: try again at the next event */
+        if (e->n_live == 0 || !snapshot_fit(&s, e->n_live)) {
+            pthread_cond_wait(&e->wake, &e->lock);
+            continue;
+        }
+        if (sched_decide(e, &s))
+            continue;
+        sched_sleep(e, e->wake_at < next_deadline ? e->wake_at : next_deadline);
+    }
+    pthread_mutex_unlock(&e->lock);
+    free(s.sm);
+    free(s.map);
+    return NULL;
+}
+
+void engine_on_swap(void *ctx)
+{
+    struct engine *e = ctx;
+    pthread_mutex_lock(&e->lock);
+    mem_wait_clear(e);
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+}
