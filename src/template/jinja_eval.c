@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "template/jinja_impl.h"
+#include "template/jinja_str.h"
 
 _Noreturn void jr_fail(struct render *r, int code, const char *fmt, ...)
 {
@@ -421,7 +422,7 @@ static struct jv arith(struct render *r, int op, struct jv a, struct jv b)
     if (op == OP_MUL && (b.k == JK_STR || b.k == JK_LIST) && is_intlike(a))
         return repeat(r, b, as_int(a));
     if (op == OP_MOD && a.k == JK_STR)
-        jr_fail(r, ERR_UNSUPPORTED, "printf-style string formatting ('...' %% x) is not supported");
+        return js_percent_format(r, a.s, b);
     bad_operands(r, opn, a, b);
 overflow:
     jr_fail(r, ERR_UNSUPPORTED, "integer result of %s beyond 64 bits", opn);
@@ -447,7 +448,7 @@ static bool contains(struct render *r, struct jv needle, struct jv hay)
         return false;
     case JK_DICT:
     case JK_NS: return jv_dict_get(hay.d, needle) != NULL;
-    case JK_UNDEF: undefined_use(r, hay);
+    case JK_UNDEF: return false; /* Undefined iterates as empty */
     default:
         jr_fail(r, ERR_INVALID, "argument of type '%s' is not iterable", jv_type_name(hay));
     }
@@ -584,6 +585,8 @@ struct jv jeval(struct render *r, struct frame *f, const struct node *n)
         return jcall(r, f, fn, args, n->args.n, kwn, kwv, n->kw.n);
     }
     case E_FILTER: {
+        if (n->fid < 0)
+            jr_fail(r, ERR_UNSUPPORTED, "filter \"%.*s\" is not supported", (int)n->v.s.n, n->v.s.p);
         struct jv v = jeval(r, f, n->a);
         struct jv *args, *kwv;
         struct jstr *kwn;
@@ -592,6 +595,8 @@ struct jv jeval(struct render *r, struct frame *f, const struct node *n)
         return jfilter(r, f, n->fid, v, args, n->args.n, kwn, kwv, n->kw.n);
     }
     case E_TEST: {
+        if (n->fid < 0)
+            jr_fail(r, ERR_UNSUPPORTED, "test \"%.*s\" is not supported", (int)n->v.s.n, n->v.s.p);
         struct jv v = jeval(r, f, n->a);
         struct jv *args = jr_alloc(r, (n->args.n + 1) * sizeof(struct jv));
         for (size_t i = 0; i < n->args.n; i++)
@@ -679,6 +684,9 @@ static struct jv apply_chain(struct render *r, struct frame *f, const struct nod
     if (chain->t != E_FILTER)
         return v;
     struct jv in = apply_chain(r, f, chain->a, v);
+    if (chain->fid < 0)
+        jr_fail(r, ERR_UNSUPPORTED, "filter \"%.*s\" is not supported", (int)chain->v.s.n,
+                chain->v.s.p);
     struct jv *args, *kwv;
     struct jstr *kwn;
     eval_args(r, f, chain, &args, &kwn, &kwv);

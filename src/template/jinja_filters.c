@@ -197,6 +197,8 @@ static size_t *sorted_order(struct render *r, struct jv *keys, size_t n, bool re
 static struct jv select_items(struct render *r, struct frame *f, struct jv seq, struct fargs *a,
                               bool attr, bool keep)
 {
+    if (!jv_truthy(seq)) /* Jinja's select_or_reject: `if value:` */
+        return jv_list_new(r, 0);
     struct jv items = jv_iter_list(r, seq);
     size_t p = 0;
     struct jstr path = {0};
@@ -507,6 +509,8 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
         return jv_strn(b.p ? b.p : "", b.n);
     }
     case F_MAP: {
+        if (!jv_truthy(v)) /* Jinja's do_map: `if value:` */
+            return jv_list_new(r, 0);
         struct jv l = jv_iter_list(r, v);
         struct jv c = jv_list_new(r, l.l->n);
         struct jv at = arg(r, &a, 99, "attribute", jv_none());

@@ -185,10 +185,7 @@ static struct node *one_filter(struct parser *P, struct node *n)
         f->v.s.n = (size_t)(cur(P)->s.p + cur(P)->s.n - f->v.s.p);
         next(P);
     }
-    f->fid = jinja_filter_id(f->v.s.p, f->v.s.n);
-    if (f->fid < 0)
-        perr(P, ERR_UNSUPPORTED, t->line, "filter \"%.*s\" is not supported",
-             (int)(f->v.s.n > 60 ? 60 : f->v.s.n), f->v.s.p);
+    f->fid = jinja_filter_id(f->v.s.p, f->v.s.n); /* -1: see check_unknown */
     if (skip_op(P, OP_LPAREN))
         call_args(P, &f->args, &f->kw);
     return f;
@@ -210,10 +207,7 @@ static struct node *filters(struct parser *P, struct node *n)
             tn->v = jv_strn(t->s.p, t->s.n);
             next(P);
             tn->a = n;
-            tn->fid = jinja_test_id(tn->v.s.p, tn->v.s.n);
-            if (tn->fid < 0)
-                perr(P, ERR_UNSUPPORTED, t->line, "test \"%.*s\" is not supported",
-                     (int)(tn->v.s.n > 60 ? 60 : tn->v.s.n), tn->v.s.p);
+            tn->fid = jinja_test_id(tn->v.s.p, tn->v.s.n); /* -1: see check_unknown */
             if (skip_op(P, OP_LPAREN)) {
                 struct nlist kw = {0};
                 call_args(P, &tn->args, &kw);
@@ -407,7 +401,8 @@ static struct node *primary(struct parser *P)
     return n;
 }
 
-static struct node *unary(struct parser *P)
+/* Jinja's parse_unary: -x|f is (-x)|f, the sign's operand takes no filters */
+static struct node *unary_f(struct parser *P, bool with_filters)
 {
     enter(P);
     const struct token *t = cur(P);
@@ -416,14 +411,17 @@ static struct node *unary(struct parser *P)
         next(P);
         n = mk(P, E_UN, t->line);
         n->op = t->op == OP_SUB ? OP_NEG : OP_POS;
-        n->a = unary(P);
-        n = filters(P, n);
+        n->a = unary_f(P, false);
     } else {
-        n = filters(P, postfix(P, primary(P)));
+        n = postfix(P, primary(P));
     }
+    if (with_filters)
+        n = filters(P, n);
     P->depth--;
     return n;
 }
+
+static struct node *unary(struct parser *P) { return unary_f(P, true); }
 
 static struct node *bin(struct parser *P, int op, struct node *a, struct node *b, int line)
 {
@@ -820,6 +818,57 @@ static const char *statements(struct parser *P, struct nlist *body, const char *
     return NULL;
 }
 
+static void check_list(struct parser *P, const struct nlist *l, bool soft);
+
+/* A filter or test this engine does not know fails the parse, as Jinja2
+ * fails the compile, unless it is inside an if (condition or branches) or
+ * an inline if, where Jinja2 compiles it and fails only when it is reached;
+ * so does the evaluator then. A for loop's body, a macro, a block set and
+ * a filter block start a hard scope again, as Jinja2's inner frames. */
+static void check_unknown(struct parser *P, const struct node *n, bool soft)
+{
+    if (!n)
+        return;
+    if ((n->t == E_FILTER || n->t == E_TEST) && n->fid < 0 && !soft)
+        perr(P, ERR_UNSUPPORTED, n->line, "%s \"%.*s\" is not supported",
+             n->t == E_FILTER ? "filter" : "test", (int)(n->v.s.n > 60 ? 60 : n->v.s.n),
+             n->v.s.p);
+    switch (n->t) {
+    case N_IF:
+    case E_COND:
+        soft = true;
+        break;
+    case N_FOR:
+        check_unknown(P, n->a, soft);
+        check_unknown(P, n->b, soft);
+        check_unknown(P, n->c, false);
+        check_list(P, &n->body, false);
+        check_list(P, &n->orelse, false);
+        return;
+    case N_MACRO:
+    case N_SETBLOCK:
+    case N_FILTERBLOCK:
+        soft = false;
+        break;
+    default:
+        break;
+    }
+    check_unknown(P, n->a, soft);
+    check_unknown(P, n->b, soft);
+    check_unknown(P, n->c, soft);
+    check_unknown(P, n->d, soft);
+    check_list(P, &n->args, soft);
+    check_list(P, &n->kw, soft);
+    check_list(P, &n->body, soft);
+    check_list(P, &n->orelse, soft);
+}
+
+static void check_list(struct parser *P, const struct nlist *l, bool soft)
+{
+    for (size_t i = 0; i < l->n; i++)
+        check_unknown(P, l->v[i], soft);
+}
+
 int jinja_parse_tokens(const char *name, const struct token *toks, size_t n, struct jarena *a,
                        struct node **root)
 {
@@ -835,6 +884,7 @@ int jinja_parse_tokens(const char *name, const struct token *toks, size_t n, str
         return P->err;
     struct node *r = mk(P, N_GENERATION, 1); /* a body holder */
     statements(P, &r->body, NULL, NULL, 1);
+    check_unknown(P, r, false);
     *root = r;
     return 0;
 }
