@@ -169,6 +169,8 @@ struct jv jgetitem(struct render *r, struct jv obj, struct jv key)
         return undef_named((struct jstr){NULL, 0});
     }
     case JK_LIST:
+        if (obj.l->gen)
+            jr_fail(r, ERR_INVALID, "'generator' object is not subscriptable");
         if (index_of(r, key, obj.l->n, &i))
             return obj.l->v[i];
         if (key.k == JK_STR)
@@ -254,6 +256,8 @@ static struct jv do_slice(struct render *r, struct frame *f, const struct node *
     struct jv b = n->b ? jeval(r, f, n->b) : jv_none(), e = n->c ? jeval(r, f, n->c) : jv_none(),
               s = n->d ? jeval(r, f, n->d) : jv_none();
     long long *idx;
+    if (obj.k == JK_LIST && obj.l->gen)
+        jr_fail(r, ERR_INVALID, "'generator' object is not subscriptable");
     if (obj.k == JK_LIST) {
         size_t cnt = slice_indices(r, (long long)obj.l->n, b, e, s, &idx);
         struct jv l = jv_list_new(r, cnt);
@@ -398,6 +402,14 @@ static struct jv arith(struct render *r, int op, struct jv a, struct jv b)
         case OP_POW: return jv_float(pow(x, y));
         }
     }
+    if (op == OP_ADD && a.k == JK_STR && b.k == JK_STR && (a.safe || b.safe)) {
+        /* Markup + str escapes the str (markupsafe) */
+        struct jv x = a.safe ? a : js_escape(r, a.s), y = b.safe ? b : js_escape(r, b.s);
+        x.safe = y.safe = false;
+        struct jv z = arith(r, OP_ADD, x, y);
+        z.safe = true;
+        return z;
+    }
     if (op == OP_ADD && a.k == JK_STR && b.k == JK_STR) {
         char *s = jr_alloc(r, a.s.n + b.s.n + 1);
         if (a.s.n)
@@ -408,7 +420,8 @@ static struct jv arith(struct render *r, int op, struct jv a, struct jv b)
             jr_fail(r, ERR_INVALID, "string longer than %zu bytes (limit)", r->max_output);
         return jv_strn(s, a.s.n + b.s.n);
     }
-    if (op == OP_ADD && a.k == JK_LIST && b.k == JK_LIST && a.l->tuple == b.l->tuple) {
+    if (op == OP_ADD && a.k == JK_LIST && b.k == JK_LIST && a.l->tuple == b.l->tuple &&
+        !a.l->gen && !b.l->gen) {
         struct jv l = jv_list_new(r, a.l->n + b.l->n);
         l.l->tuple = a.l->tuple;
         for (size_t i = 0; i < a.l->n; i++)
@@ -417,6 +430,8 @@ static struct jv arith(struct render *r, int op, struct jv a, struct jv b)
             jv_list_push(r, l.l, b.l->v[i]);
         return l;
     }
+    if ((a.k == JK_LIST && a.l->gen) || (b.k == JK_LIST && b.l->gen))
+        bad_operands(r, opn, a, b);
     if (op == OP_MUL && (a.k == JK_STR || a.k == JK_LIST) && is_intlike(b))
         return repeat(r, a, as_int(b));
     if (op == OP_MUL && (b.k == JK_STR || b.k == JK_LIST) && is_intlike(a))

@@ -220,6 +220,7 @@ static struct jv select_items(struct render *r, struct frame *f, struct jv seq, 
         p++;
     }
     struct jv out = jv_list_new(r, items.l->n);
+    out.l->gen = true;
     for (size_t i = 0; i < items.l->n; i++) {
         struct jv v = attr ? attr_path(r, items.l->v[i], path) : items.l->v[i];
         bool t = tid < 0 ? jv_truthy(v) : jtest(r, f, tid, v, a->args + p, a->nargs - p);
@@ -233,35 +234,15 @@ static struct jv sized_len(struct render *r, struct jv v)
 {
     switch (v.k) {
     case JK_STR: return jv_int((long long)ju_len(v.s));
-    case JK_LIST: return jv_int((long long)v.l->n);
+    case JK_LIST:
+        if (v.l->gen)
+            jr_fail(r, ERR_INVALID, "object of type 'generator' has no len()");
+        return jv_int((long long)v.l->n);
     case JK_DICT:
     case JK_NS: return jv_int((long long)v.d->n);
     case JK_UNDEF: return jv_int(0);
     default: jr_fail(r, ERR_INVALID, "object of type '%s' has no len()", jv_type_name(v));
     }
-}
-
-static struct jv html_escape(struct render *r, struct jstr s)
-{
-    struct jbuf b = {0};
-    size_t run = 0;
-    for (size_t i = 0; i < s.n; i++) {
-        const char *e = NULL;
-        switch (s.p[i]) {
-        case '&': e = "&amp;"; break;
-        case '<': e = "&lt;"; break;
-        case '>': e = "&gt;"; break;
-        case '"': e = "&#34;"; break;
-        case '\'': e = "&#39;"; break;
-        }
-        if (e) {
-            jb_put(r, &b, s.p + run, i - run);
-            jb_put(r, &b, e, strlen(e));
-            run = i + 1;
-        }
-    }
-    jb_put(r, &b, s.p + run, s.n - run);
-    return jv_strn(b.p ? b.p : "", b.n);
 }
 
 static struct jv to_number(struct render *r, struct jv v, bool want_int, struct jv def, int base)
@@ -314,12 +295,34 @@ static struct jv to_number(struct render *r, struct jv v, bool want_int, struct 
     return def;
 }
 
+static struct jv filter(struct render *r, struct frame *f, int fid, struct jv v, struct jv *args,
+                        size_t nargs, struct jstr *kwn, struct jv *kwv, size_t nkw);
+
 struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struct jv *args,
                   size_t nargs, struct jstr *kwn, struct jv *kwv, size_t nkw)
 {
+    struct jv out = filter(r, f, fid, v, args, nargs, kwn, kwv, nkw);
+    /* string filters keep a Markup a Markup (soft_str and Markup's methods) */
+    if (v.k == JK_STR && v.safe && out.k == JK_STR &&
+        (fid == F_STRING || fid == F_TRIM || fid == F_UPPER || fid == F_LOWER ||
+         fid == F_CAPITALIZE || fid == F_TITLE || fid == F_INDENT))
+        out.safe = true;
+    return out;
+}
+
+static struct jv filter(struct render *r, struct frame *f, int fid, struct jv v, struct jv *args,
+                        size_t nargs, struct jstr *kwn, struct jv *kwv, size_t nkw)
+{
     struct fargs a = {args, nargs, kwn, kwv, nkw, filter_names[fid]};
     switch ((enum filter_id)fid) {
-    case F_SAFE: return v;
+    case F_SAFE: {
+        if (v.k == JK_STR && v.safe)
+            return v;
+        struct jstr s = jv_to_str(r, v);
+        struct jv m = jv_strn(s.p, s.n);
+        m.safe = true;
+        return m;
+    }
     case F_ABS:
         if (v.k == JK_INT)
             return jv_int(v.i < 0 ? -v.i : v.i);
@@ -351,7 +354,7 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
         return js_strip(r, jv_to_str(r, v), chars, 3);
     }
     case F_E:
-    case F_ESCAPE: return html_escape(r, jv_to_str(r, v));
+    case F_ESCAPE: return v.k == JK_STR && v.safe ? v : js_escape(r, jv_to_str(r, v));
     case F_REPLACE: {
         struct jv old = arg(r, &a, 0, "old", jv_undef()), nw = arg(r, &a, 1, "new", jv_undef());
         struct jv cnt = arg(r, &a, 2, "count", jv_none());
@@ -364,6 +367,8 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
         return l.l->n ? l.l->v[0] : jv_undef();
     }
     case F_LAST: {
+        if (v.k == JK_LIST && v.l->gen)
+            jr_fail(r, ERR_INVALID, "'generator' object is not reversible");
         struct jv l = jv_iter_list(r, v);
         return l.l->n ? l.l->v[l.l->n - 1] : jv_undef();
     }
@@ -449,6 +454,7 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
         struct jv at = arg(r, &a, 1, "attribute", jv_none());
         struct jv l = jv_iter_list(r, v);
         struct jv c = jv_list_new(r, l.l->n), seen = jv_list_new(r, l.l->n);
+        c.l->gen = true;
         for (size_t i = 0; i < l.l->n; i++) {
             struct jv k = lower_for_cmp(r, at.k == JK_STR ? attr_path(r, l.l->v[i], at.s) : l.l->v[i], cs);
             bool dup = false;
@@ -513,6 +519,7 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
             return jv_list_new(r, 0);
         struct jv l = jv_iter_list(r, v);
         struct jv c = jv_list_new(r, l.l->n);
+        c.l->gen = true;
         struct jv at = arg(r, &a, 99, "attribute", jv_none());
         if (at.k == JK_STR) {
             struct jv def = arg(r, &a, 99, "default", jv_undef());
@@ -638,7 +645,8 @@ bool jtest(struct render *r, struct frame *f, int tid, struct jv v, struct jv *a
     case X_STRING: return v.k == JK_STR;
     case X_MAPPING: return v.k == JK_DICT;
     case X_ITERABLE: return v.k == JK_STR || v.k == JK_LIST || v.k == JK_DICT || v.k == JK_UNDEF;
-    case X_SEQUENCE: return v.k == JK_STR || v.k == JK_LIST || v.k == JK_DICT || v.k == JK_UNDEF;
+    case X_SEQUENCE:
+        return v.k == JK_STR || (v.k == JK_LIST && !v.l->gen) || v.k == JK_DICT || v.k == JK_UNDEF;
     case X_NUMBER: return v.k == JK_INT || v.k == JK_FLOAT || v.k == JK_BOOL;
     case X_INTEGER: return v.k == JK_INT;
     case X_FLOATT: return v.k == JK_FLOAT;
@@ -690,7 +698,7 @@ bool jtest(struct render *r, struct frame *f, int tid, struct jv v, struct jv *a
         return jv_eq(v, a0) && (v.k == JK_NONE || v.k == JK_BOOL || v.k == JK_INT || v.k == JK_UNDEF ||
                                 (v.k == JK_LIST && v.l == a0.l) || (v.k == JK_DICT && v.d == a0.d) ||
                                 (v.k == JK_STR && v.s.p == a0.s.p));
-    case X_ESCAPED: return false;
+    case X_ESCAPED: return v.k == JK_STR && v.safe;
     case N_TESTS: break;
     }
     jr_fail(r, ERR_UNSUPPORTED, "this test is not supported");

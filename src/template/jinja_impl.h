@@ -48,6 +48,7 @@ struct jstr {
 
 struct jv {
     enum jk k;
+    bool safe; /* JK_STR: a Markup (from |safe, |e): `+` escapes a plain str beside it */
     union {
         bool b;
         long long i;
@@ -65,6 +66,8 @@ struct jlist {
     size_t n, cap;
     struct jv *v;
     bool tuple;
+    bool gen; /* what select/map/unique give, a Python generator: iterable, always true,
+                 but no len(), no index, not JSON */
 };
 
 struct jdict { /* insertion-ordered, linear lookup */

@@ -495,6 +495,31 @@ struct jv js_format(struct render *r, struct jstr fmt, struct jv *args, size_t n
     return buf_str(&b);
 }
 
+struct jv js_escape(struct render *r, struct jstr s)
+{
+    struct jbuf b = {0};
+    size_t run = 0;
+    for (size_t i = 0; i < s.n; i++) {
+        const char *e = NULL;
+        switch (s.p[i]) {
+        case '&': e = "&amp;"; break;
+        case '<': e = "&lt;"; break;
+        case '>': e = "&gt;"; break;
+        case '"': e = "&#34;"; break;
+        case '\'': e = "&#39;"; break;
+        }
+        if (e) {
+            jb_put(r, &b, s.p + run, i - run);
+            jb_put(r, &b, e, strlen(e));
+            run = i + 1;
+        }
+    }
+    jb_put(r, &b, s.p + run, s.n - run);
+    struct jv v = buf_str(&b);
+    v.safe = true;
+    return v;
+}
+
 struct jv js_ascii_escape(struct render *r, struct jstr s)
 {
     struct jbuf b = {0};

@@ -196,7 +196,7 @@ bool jv_truthy(struct jv v)
     case JK_INT: return v.i != 0;
     case JK_FLOAT: return v.f != 0;
     case JK_STR: return v.s.n != 0;
-    case JK_LIST: return v.l->n != 0;
+    case JK_LIST: return v.l->gen || v.l->n != 0;
     case JK_DICT: return v.d->n != 0;
     default: return true;
     }
@@ -223,6 +223,8 @@ bool jv_eq(struct jv a, struct jv b)
     case JK_NONE: return true;
     case JK_STR: return a.s.n == b.s.n && (a.s.n == 0 || memcmp(a.s.p, b.s.p, a.s.n) == 0);
     case JK_LIST:
+        if (a.l->gen || b.l->gen)
+            return a.l == b.l;
         if (a.l->tuple != b.l->tuple || a.l->n != b.l->n)
             return false;
         for (size_t i = 0; i < a.l->n; i++)
@@ -256,6 +258,8 @@ const char *jv_type_name(struct jv v)
     };
     if (v.k == JK_LIST && v.l->tuple)
         return "tuple";
+    if (v.k == JK_LIST && v.l->gen)
+        return "generator";
     return names[v.k];
 }
 
@@ -458,6 +462,10 @@ void jv_repr_into(struct render *r, struct jbuf *b, struct jv v)
         jb_put(r, b, "Undefined", 9);
         return;
     case JK_LIST:
+        if (v.l->gen) {
+            jb_put(r, b, "<generator object>", 18);
+            return;
+        }
         jb_put(r, b, v.l->tuple ? "(" : "[", 1);
         for (size_t i = 0; i < v.l->n; i++) {
             if (i)
@@ -597,6 +605,8 @@ void jv_tojson(struct render *r, struct jbuf *b, struct jv v, const char *indent
     if (level > 200)
         jr_fail(r, ERR_INVALID, "tojson of a value nested deeper than 200 (limit)");
     size_t isl = strlen(item_sep), ksl = strlen(key_sep);
+    if (v.k == JK_LIST && v.l->gen)
+        jr_fail(r, ERR_INVALID, "Object of type generator is not JSON serializable");
     if (v.k == JK_LIST) {
         if (!v.l->n) {
             jb_put(r, b, "[]", 2);
