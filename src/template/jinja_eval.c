@@ -169,8 +169,8 @@ struct jv jgetitem(struct render *r, struct jv obj, struct jv key)
         return undef_named((struct jstr){NULL, 0});
     }
     case JK_LIST:
-        if (obj.l->gen)
-            jr_fail(r, ERR_INVALID, "'generator' object is not subscriptable");
+        if (obj.l->gen) /* Jinja's getitem: a TypeError gives Undefined */
+            return undef_named((struct jstr){NULL, 0});
         if (index_of(r, key, obj.l->n, &i))
             return obj.l->v[i];
         if (key.k == JK_STR)
@@ -256,9 +256,7 @@ static struct jv do_slice(struct render *r, struct frame *f, const struct node *
     struct jv b = n->b ? jeval(r, f, n->b) : jv_none(), e = n->c ? jeval(r, f, n->c) : jv_none(),
               s = n->d ? jeval(r, f, n->d) : jv_none();
     long long *idx;
-    if (obj.k == JK_LIST && obj.l->gen)
-        jr_fail(r, ERR_INVALID, "'generator' object is not subscriptable");
-    if (obj.k == JK_LIST) {
+    if (obj.k == JK_LIST && !obj.l->gen) {
         size_t cnt = slice_indices(r, (long long)obj.l->n, b, e, s, &idx);
         struct jv l = jv_list_new(r, cnt);
         l.l->tuple = obj.l->tuple;
@@ -281,7 +279,7 @@ static struct jv do_slice(struct render *r, struct frame *f, const struct node *
     }
     if (obj.k == JK_UNDEF)
         undefined_use(r, obj);
-    jr_fail(r, ERR_INVALID, "'%s' object is not subscriptable", jv_type_name(obj));
+    return undef_named((struct jstr){NULL, 0}); /* Jinja's getitem: a TypeError gives Undefined */
 }
 
 /* ---- operators ---- */

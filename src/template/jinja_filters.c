@@ -284,11 +284,15 @@ static struct jv to_number(struct render *r, struct jv v, bool want_int, struct 
             long long i = strtoll(s, &end, base);
             if (*end == 0 && errno == 0)
                 return jv_int(i);
+            if (strpbrk(s, "xXpP")) /* Python's float() reads no hex */
+                return def;
             double d = strtod(s, &end);
             if (*end == 0 && isfinite(d) && fabs(d) < 9.2e18)
                 return jv_int((long long)d);
             return def;
         }
+        if (strpbrk(s, "xXpP"))
+            return def;
         double d = strtod(s, &end);
         return *end == 0 ? jv_float(d) : def;
     }

@@ -17,7 +17,7 @@ enum fn_id {
     S_STRIP, S_LSTRIP, S_RSTRIP, S_SPLIT, S_RSPLIT, S_STARTSWITH, S_ENDSWITH, S_UPPER, S_LOWER,
     S_TITLE, S_CAPITALIZE, S_REPLACE, S_FORMAT, S_FIND, S_RFIND, S_COUNT, S_SPLITLINES, S_JOIN,
     S_ISDIGIT, S_ISALPHA, S_ISALNUM, S_ISSPACE, S_ISUPPER, S_ISLOWER, S_REMOVEPREFIX,
-    S_REMOVESUFFIX, S_INDEX,
+    S_REMOVESUFFIX, S_INDEX, S_CENTER,
     D_GET, D_ITEMS, D_KEYS, D_VALUES, D_COPY,
     L_INDEX, L_COUNT, L_COPY,
     U_UNSAFE, /* self: the method's name */
@@ -36,6 +36,7 @@ static const struct {
     {"isdigit", S_ISDIGIT},   {"isalpha", S_ISALPHA},     {"isalnum", S_ISALNUM},
     {"isspace", S_ISSPACE},   {"isupper", S_ISUPPER},     {"islower", S_ISLOWER},
     {"removeprefix", S_REMOVEPREFIX}, {"removesuffix", S_REMOVESUFFIX}, {"index", S_INDEX},
+    {"center", S_CENTER},
 }, dict_methods[] = {
     {"get", D_GET}, {"items", D_ITEMS}, {"keys", D_KEYS}, {"values", D_VALUES}, {"copy", D_COPY},
     {"pop", U_UNSAFE}, {"popitem", U_UNSAFE}, {"update", U_UNSAFE}, {"setdefault", U_UNSAFE},
@@ -178,8 +179,22 @@ static bool affix(struct render *r, struct jstr s, struct jv p, bool end)
     return p.s.n == 0 || memcmp(end ? s.p + s.n - p.s.n : s.p, p.s.p, p.s.n) == 0;
 }
 
+static struct jv call(struct render *r, struct frame *f, struct jfunc *fn, struct jv *args,
+                      size_t nargs, struct jstr *kwn, struct jv *kwv, size_t nkw);
+
 struct jv jfunc_call(struct render *r, struct frame *f, struct jfunc *fn, struct jv *args,
                      size_t nargs, struct jstr *kwn, struct jv *kwv, size_t nkw)
+{
+    struct jv v = call(r, f, fn, args, nargs, kwn, kwv, nkw);
+    if (fn->self.k == JK_STR && fn->self.safe && v.k == JK_STR &&
+        (fn->id == S_STRIP || fn->id == S_LSTRIP || fn->id == S_RSTRIP || fn->id == S_UPPER ||
+         fn->id == S_LOWER || fn->id == S_TITLE || fn->id == S_CAPITALIZE || fn->id == S_CENTER))
+        v.safe = true; /* Markup's methods give a Markup */
+    return v;
+}
+
+static struct jv call(struct render *r, struct frame *f, struct jfunc *fn, struct jv *args,
+                      size_t nargs, struct jstr *kwn, struct jv *kwv, size_t nkw)
 {
     struct jv self = fn->self;
 #define A(i, name, def) argn(args, nargs, i, kwn, kwv, nkw, name, def)
@@ -324,6 +339,23 @@ struct jv jfunc_call(struct render *r, struct frame *f, struct jfunc *fn, struct
         if (a.n && affix(r, self.s, jv_strn(a.p, a.n), end))
             return jv_strn(end ? self.s.p : self.s.p + a.n, self.s.n - a.n);
         return self;
+    }
+    case S_CENTER: {
+        long long w = want_int(r, A(0, "width", jv_undef()), "center()");
+        struct jstr fill = want_str(r, A(1, "fillchar", jv_strn(" ", 1)), "center()");
+        long long n = (long long)ju_len(self.s);
+        if (w <= n)
+            return self;
+        if (w > (long long)r->max_output)
+            jr_fail(r, ERR_INVALID, "center() width over the output limit");
+        long long pad = w - n, left = pad / 2 + (pad & w & 1); /* CPython's pad() */
+        struct jbuf b = {0};
+        for (long long i = 0; i < left; i++)
+            jb_puts(r, &b, fill);
+        jb_puts(r, &b, self.s);
+        for (long long i = 0; i < pad - left; i++)
+            jb_puts(r, &b, fill);
+        return jv_strn(b.p ? b.p : "", b.n);
     }
     case D_GET: {
         struct jv *v = jv_dict_get(self.d, A(0, "key", jv_undef()));

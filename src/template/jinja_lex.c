@@ -144,6 +144,8 @@ static int lex_string(struct lexer *L, struct token *t)
         case 'f': o[k++] = '\f'; break;
         case 'v': o[k++] = '\v'; break;
         case '\n': break;
+        case 'N':
+            return lex_err(L, ERR_UNSUPPORTED, L->line, "\\N{...} escapes in strings are not supported");
         case 'x': nd = 2; break;
         case 'u': nd = 4; break;
         case 'U': nd = 8; break;

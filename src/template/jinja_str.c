@@ -1,6 +1,9 @@
 /* String operations with Python's semantics; see jinja_str.h. */
+#include <locale.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <wctype.h>
 
 #include "core/error.h"
 #include "template/jinja_str.h"
@@ -35,76 +38,114 @@ static bool py_space(unsigned long c)
            c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-static struct jv map_case(struct render *r, struct jstr s, int mode)
-{
-    char *o = jr_alloc(r, s.n + 1);
-    for (size_t i = 0; i < s.n; i++) {
-        char c = s.p[i];
-        if (mode == 1 && c >= 'a' && c <= 'z')
-            c = (char)(c - 32);
-        else if (mode == 0 && c >= 'A' && c <= 'Z')
-            c = (char)(c + 32);
-        o[i] = c;
-    }
-    return jv_strn(o, s.n);
-}
-
-struct jv js_lower(struct render *r, struct jstr s) { return map_case(r, s, 0); }
-struct jv js_upper(struct render *r, struct jstr s) { return map_case(r, s, 1); }
-
-struct jv js_capitalize(struct render *r, struct jstr s)
-{
-    struct jv v = map_case(r, s, 0);
-    char *p = (char *)v.s.p;
-    if (v.s.n && p[0] >= 'a' && p[0] <= 'z')
-        p[0] = (char)(p[0] - 32);
-    return v;
-}
-
 static bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
-struct jv js_title(struct render *r, struct jstr s)
+/* Unicode case mapping through the C.UTF-8 locale (towupper_l), which
+ * covers the simple mappings; Python's special casings (sharp s to "SS")
+ * are not made. Without that locale, ASCII only. */
+static locale_t utf8_locale;
+static pthread_once_t utf8_locale_once = PTHREAD_ONCE_INIT;
+static void utf8_locale_init(void) { utf8_locale = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0); }
+
+static unsigned long cp_case(unsigned long c, bool upper)
 {
-    char *o = jr_alloc(r, s.n + 1);
-    bool prev_cased = false;
-    for (size_t i = 0; i < s.n; i++) {
-        char c = s.p[i];
-        if (is_alpha(c)) {
-            if (prev_cased && c >= 'A' && c <= 'Z')
-                c = (char)(c + 32);
-            else if (!prev_cased && c >= 'a' && c <= 'z')
-                c = (char)(c - 32);
-            prev_cased = true;
-        } else {
-            prev_cased = (unsigned char)c >= 0x80 && prev_cased;
-        }
-        o[i] = c;
+    if (c < 0x80) {
+        if (upper && c >= 'a' && c <= 'z')
+            return c - 32;
+        if (!upper && c >= 'A' && c <= 'Z')
+            return c + 32;
+        return c;
     }
-    return jv_strn(o, s.n);
+    pthread_once(&utf8_locale_once, utf8_locale_init);
+    if (!utf8_locale || c > 0x10FFFF)
+        return c;
+    return (unsigned long)(upper ? towupper_l((wint_t)c, utf8_locale) : towlower_l((wint_t)c, utf8_locale));
 }
 
-struct jv js_title_filter(struct render *r, struct jstr s)
+static bool cp_cased(unsigned long c)
 {
-    /* words begin after runs of [-\s({\[<] */
-    char *o = jr_alloc(r, s.n + 1);
-    bool start = true;
-    for (size_t i = 0; i < s.n; i++) {
-        char c = s.p[i];
-        bool sep = c == '-' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' ||
-                   c == '\v' || c == '(' || c == '{' || c == '[' || c == '<';
-        if (sep) {
-            start = true;
-        } else if (start) {
-            if (c >= 'a' && c <= 'z')
-                c = (char)(c - 32);
-            start = false;
-        } else if (c >= 'A' && c <= 'Z') {
-            c = (char)(c + 32);
-        }
-        o[i] = c;
-    }
-    return jv_strn(o, s.n);
+    if (c < 0x80)
+        return is_alpha((char)c);
+    pthread_once(&utf8_locale_once, utf8_locale_init);
+    return utf8_locale && c <= 0x10FFFF &&
+           (iswupper_l((wint_t)c, utf8_locale) || iswlower_l((wint_t)c, utf8_locale));
 }
+
+static void put_cp(struct render *r, struct jbuf *b, unsigned long c)
+{
+    char o[4];
+    size_t k;
+    if (c < 0x80) {
+        o[0] = (char)c;
+        k = 1;
+    } else if (c < 0x800) {
+        o[0] = (char)(0xC0 | (c >> 6));
+        o[1] = (char)(0x80 | (c & 0x3F));
+        k = 2;
+    } else if (c < 0x10000) {
+        o[0] = (char)(0xE0 | (c >> 12));
+        o[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (c & 0x3F));
+        k = 3;
+    } else {
+        o[0] = (char)(0xF0 | (c >> 18));
+        o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+        o[2] = (char)(0x80 | ((c >> 6) & 0x3F));
+        o[3] = (char)(0x80 | (c & 0x3F));
+        k = 4;
+    }
+    jb_put(r, b, o, k);
+}
+
+enum case_kind { CASE_LOWER, CASE_UPPER, CASE_CAPITALIZE, CASE_TITLE, CASE_TITLE_FILTER };
+
+static struct jv map_case(struct render *r, struct jstr s, enum case_kind kind)
+{
+    struct jbuf b = {0};
+    bool prev_cased = false, word_start = true, first = true;
+    for (size_t i = 0; i < s.n;) {
+        unsigned long c;
+        size_t k = cp_at(s, i, &c);
+        bool valid = k > 1 || c < 0x80;
+        unsigned long o = c;
+        if (!valid) {
+            jb_put(r, &b, s.p + i, 1); /* an invalid byte passes through */
+            i += 1;
+            continue;
+        }
+        switch (kind) {
+        case CASE_LOWER: o = cp_case(c, false); break;
+        case CASE_UPPER: o = cp_case(c, true); break;
+        case CASE_CAPITALIZE: o = cp_case(c, first); break;
+        case CASE_TITLE: {
+            bool cased = cp_cased(c);
+            o = cased ? cp_case(c, !prev_cased) : c;
+            prev_cased = cased;
+            break;
+        }
+        case CASE_TITLE_FILTER: {
+            bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || py_space(c);
+            if (sep)
+                word_start = true;
+            else {
+                o = cp_case(c, word_start);
+                word_start = false;
+            }
+            break;
+        }
+        }
+        first = false;
+        put_cp(r, &b, o);
+        i += k;
+    }
+    return buf_str(&b);
+}
+
+struct jv js_lower(struct render *r, struct jstr s) { return map_case(r, s, CASE_LOWER); }
+struct jv js_upper(struct render *r, struct jstr s) { return map_case(r, s, CASE_UPPER); }
+struct jv js_capitalize(struct render *r, struct jstr s) { return map_case(r, s, CASE_CAPITALIZE); }
+struct jv js_title(struct render *r, struct jstr s) { return map_case(r, s, CASE_TITLE); }
+struct jv js_title_filter(struct render *r, struct jstr s) { return map_case(r, s, CASE_TITLE_FILTER); }
 
 bool js_is_case(struct jstr s, bool upper)
 {
