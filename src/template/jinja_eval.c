@@ -572,7 +572,23 @@ static void eval_args(struct render *r, struct frame *f, const struct node *n, s
 }
 
 /* ---- expressions ---- */
+/* The most nested expression evaluations at once (through macro calls too):
+ * about 300 bytes of C stack each, so a render needs well under 1 MiB. */
+#define MAX_EVAL_NEST 2000
+
+static struct jv eval_node(struct render *r, struct frame *f, const struct node *n);
+
 struct jv jeval(struct render *r, struct frame *f, const struct node *n)
+{
+    if (++r->nest > MAX_EVAL_NEST)
+        jr_fail(r, ERR_INVALID, "expressions nested deeper than %d through macro calls (limit)",
+                MAX_EVAL_NEST);
+    struct jv v = eval_node(r, f, n);
+    r->nest--;
+    return v;
+}
+
+static struct jv eval_node(struct render *r, struct frame *f, const struct node *n)
 {
     step(r, n->line);
     switch (n->t) {

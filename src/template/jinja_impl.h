@@ -203,6 +203,7 @@ struct render {
     size_t max_output;
     long long steps, max_steps, loops, max_loops;
     int depth, max_depth;
+    int nest; /* jeval recursion, all macro calls together: bounds the C stack */
     long long now;
     struct frame *root; /* the template's top-level frame */
     struct jdict globals;
