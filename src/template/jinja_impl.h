@@ -134,7 +134,6 @@ enum nt {
     N_GENERATION,  /* body */
     N_BREAK,
     N_CONTINUE,
-    N_CALLBLOCK, /* a the call, body the caller() */
     /* expressions */
     E_CONST, /* v */
     E_NAME,  /* v.s name */

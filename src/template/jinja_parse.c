@@ -752,20 +752,6 @@ static struct node *statement(struct parser *P)
         block_end(P);
         return n;
     }
-    if (skip_name(P, "call")) {
-        struct node *n = mk(P, N_CALLBLOCK, line);
-        if (is_op(P, OP_LPAREN))
-            perr(P, ERR_UNSUPPORTED, line, "call blocks with caller arguments are not supported");
-        n->a = expr(P);
-        if (n->a->t != E_CALL)
-            perr(P, ERR_FORMAT, line, "call block without a call");
-        block_end(P);
-        static const char *const endcall[] = {"endcall", NULL};
-        statements(P, &n->body, endcall, "call", line);
-        next(P);
-        block_end(P);
-        return n;
-    }
     perr(P, ERR_UNSUPPORTED, line, "statement \"%.*s\" is not supported",
          (int)(t->s.n > 40 ? 40 : t->s.n), t->s.p);
 }
