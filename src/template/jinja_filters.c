@@ -551,6 +551,8 @@ static struct jv filter(struct render *r, struct frame *f, int fid, struct jv v,
         struct jv n = arg(r, &a, 0, "name", jv_undef());
         if (n.k != JK_STR)
             jr_fail(r, ERR_INVALID, "attr() needs a name");
+        if (v.k == JK_DICT) /* an attribute only: a dict's methods, not its items */
+            return jmethod(r, v, n.s);
         return jgetattr(r, v, n.s);
     }
     case F_INT: {
@@ -632,7 +634,12 @@ static struct jv filter(struct render *r, struct frame *f, int fid, struct jv v,
         struct jv out = jv_strn(b.p ? b.p : "", b.n);
         return ascii ? js_ascii_escape(r, out.s) : out;
     }
-    case F_CENTER:
+    case F_CENTER: {
+        struct jstr s = jv_to_str(r, v);
+        struct jv m = jmethod(r, jv_strn(s.p, s.n), (struct jstr){"center", 6});
+        struct jv w = arg(r, &a, 0, "width", jv_int(80));
+        return jfunc_call(r, f, m.fn, &w, 1, NULL, NULL, 0);
+    }
     case F_BATCH:
     case N_FILTERS: break;
     }
