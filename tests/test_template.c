@@ -192,6 +192,14 @@ static void test_limits(void)
     struct jinja_limits steps = {.max_steps = 1000};
     expect_full(__LINE__, "{% for i in range(1000) %}{{ i }}{% endfor %}", NULL, ERR_INVALID,
                 "evaluation steps", &steps);
+    /* a value nested deeper than repr recurses */
+    EXPECT_ERR("{% set ns = namespace(l=[]) %}{% for i in range(300) %}{% set ns.l = [ns.l] %}"
+               "{% endfor %}{{ ns.l }}",
+               ERR_INVALID, "nested deeper than 200");
+    /* substring search is linear (memmem), not needle x haystack */
+    EXPECT("{% set a = 'a' * 2000000 %}{% set b = 'a' * 1000000 ~ 'b' %}{{ b in a }}"
+           "{{ a.count(b) }}{{ a.replace(b, 'x')|length }}{{ a.split(b)|length }}",
+           "False020000001");
     /* deep nesting fails at parse, not on the stack */
     char deep[2100];
     memset(deep, '(', 1000);

@@ -28,6 +28,23 @@ _Noreturn void jr_fail(struct render *r, int code, const char *fmt, ...)
     longjmp(r->fail, 1);
 }
 
+void jr_charge(struct render *r, size_t bytes)
+{
+    r->steps += (long long)(bytes / 64);
+    if (r->steps > r->max_steps)
+        jr_fail(r, ERR_INVALID, "more than %lld evaluation steps (limit)", r->max_steps);
+}
+
+long long js_search(struct jstr hay, size_t from, struct jstr needle)
+{
+    if (from > hay.n || needle.n > hay.n - from)
+        return -1;
+    if (!needle.n)
+        return (long long)from;
+    const char *p = memmem(hay.p + from, hay.n - from, needle.p, needle.n);
+    return p ? (long long)(p - hay.p) : -1;
+}
+
 static void step(struct render *r, int line)
 {
     r->line = line;
@@ -448,12 +465,8 @@ static bool contains(struct render *r, struct jv needle, struct jv hay)
         if (needle.k != JK_STR)
             jr_fail(r, ERR_INVALID, "'in <string>' requires string as left operand, not %s",
                     jv_type_name(needle));
-        if (!needle.s.n)
-            return true;
-        for (size_t i = 0; i + needle.s.n <= hay.s.n; i++)
-            if (memcmp(hay.s.p + i, needle.s.p, needle.s.n) == 0)
-                return true;
-        return false;
+        jr_charge(r, hay.s.n);
+        return js_search(hay.s, 0, needle.s) >= 0;
     case JK_LIST:
         for (size_t i = 0; i < hay.l->n; i++)
             if (jv_eq(hay.l->v[i], needle))

@@ -690,10 +690,8 @@ bool jtest(struct render *r, struct frame *f, int tid, struct jv v, struct jv *a
         if (a0.k == JK_STR) {
             if (v.k != JK_STR)
                 jr_fail(r, ERR_INVALID, "'in <string>' requires string as left operand");
-            for (size_t i = 0; i + v.s.n <= a0.s.n; i++)
-                if (!v.s.n || memcmp(a0.s.p + i, v.s.p, v.s.n) == 0)
-                    return true;
-            return false;
+            jr_charge(r, a0.s.n);
+            return js_search(a0.s, 0, v.s) >= 0;
         }
         for (size_t i = 0; i < l.l->n; i++)
             if (jv_eq(l.l->v[i], v))

@@ -293,7 +293,8 @@ static struct jv call(struct render *r, struct frame *f, struct jfunc *fn, struc
     case S_FIND:
     case S_RFIND:
     case S_INDEX: {
-        long long at = js_find(self.s, want_str(r, A(0, "sub", jv_undef()), "find()"), fn->id == S_RFIND);
+        jr_charge(r, self.s.n);
+        long long at = js_find(r, self.s, want_str(r, A(0, "sub", jv_undef()), "find()"), fn->id == S_RFIND);
         if (at < 0 && fn->id == S_INDEX)
             jr_fail(r, ERR_INVALID, "substring not found");
         return jv_int(at);
@@ -303,13 +304,10 @@ static struct jv call(struct render *r, struct frame *f, struct jfunc *fn, struc
         long long n = 0;
         if (!sub.n)
             return jv_int((long long)ju_len(self.s) + 1);
-        for (size_t i = 0; i + sub.n <= self.s.n;)
-            if (memcmp(self.s.p + i, sub.p, sub.n) == 0) {
-                n++;
-                i += sub.n;
-            } else {
-                i++;
-            }
+        jr_charge(r, self.s.n);
+        for (long long at = js_search(self.s, 0, sub); at >= 0;
+             at = js_search(self.s, (size_t)at + sub.n, sub))
+            n++;
         return jv_int(n);
     }
     case S_SPLITLINES: return js_splitlines(r, self.s, jv_truthy(A(0, "keepends", jv_bool(false))));

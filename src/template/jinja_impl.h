@@ -215,6 +215,11 @@ struct render {
 _Noreturn void jr_fail(struct render *r, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void *jr_alloc(struct render *r, size_t n);
+/* Counts work that is not one evaluation (a byte comparison loop) against
+ * the step limit: about one step per 64 bytes. */
+void jr_charge(struct render *r, size_t bytes);
+/* The byte offset of needle in hay at or after from, or -1 (memmem: linear). */
+long long js_search(struct jstr hay, size_t from, struct jstr needle);
 
 /* values */
 static inline struct jv jv_undef(void) { struct jv v = {.k = JK_UNDEF}; return v; }

@@ -222,18 +222,14 @@ struct jv js_replace(struct render *r, struct jstr s, struct jstr old, struct js
         }
         return buf_str(&b);
     }
-    size_t i = 0, run = 0;
-    long long done = 0;
-    while (i + old.n <= s.n && (count < 0 || done < count)) {
-        if (memcmp(s.p + i, old.p, old.n) == 0) {
-            jb_put(r, &b, s.p + run, i - run);
-            jb_puts(r, &b, nw);
-            i += old.n;
-            run = i;
-            done++;
-        } else {
-            i++;
-        }
+    size_t run = 0;
+    long long done = 0, at;
+    jr_charge(r, s.n);
+    while ((count < 0 || done < count) && (at = js_search(s, run, old)) >= 0) {
+        jb_put(r, &b, s.p + run, (size_t)at - run);
+        jb_puts(r, &b, nw);
+        run = (size_t)at + old.n;
+        done++;
     }
     jb_put(r, &b, s.p + run, s.n - run);
     return buf_str(&b);
@@ -250,18 +246,14 @@ struct jv js_split(struct render *r, struct jstr s, struct jv sep, long long max
     if (sep.k == JK_STR) {
         if (!sep.s.n)
             jr_fail(r, ERR_INVALID, "empty separator");
+        jr_charge(r, s.n);
         if (!right) {
-            size_t b = 0, i = 0;
-            long long done = 0;
-            while (i + sep.s.n <= s.n && (maxsplit < 0 || done < maxsplit)) {
-                if (memcmp(s.p + i, sep.s.p, sep.s.n) == 0) {
-                    push_piece(r, l, s.p + b, i - b);
-                    i += sep.s.n;
-                    b = i;
-                    done++;
-                } else {
-                    i++;
-                }
+            size_t b = 0;
+            long long done = 0, at;
+            while ((maxsplit < 0 || done < maxsplit) && (at = js_search(s, b, sep.s)) >= 0) {
+                push_piece(r, l, s.p + b, (size_t)at - b);
+                b = (size_t)at + sep.s.n;
+                done++;
             }
             push_piece(r, l, s.p + b, s.n - b);
             return l;
@@ -271,6 +263,7 @@ struct jv js_split(struct render *r, struct jstr s, struct jv sep, long long max
         long long done = 0;
         size_t i = s.n;
         while (i >= sep.s.n && (maxsplit < 0 || done < maxsplit)) {
+            jr_charge(r, sep.s.n); /* a comparison from the right: up to sep bytes */
             if (memcmp(s.p + i - sep.s.n, sep.s.p, sep.s.n) == 0) {
                 push_piece(r, l, s.p + i, e - i);
                 i -= sep.s.n;
@@ -580,17 +573,19 @@ struct jv js_ascii_escape(struct render *r, struct jstr s)
     return buf_str(&b);
 }
 
-long long js_find(struct jstr s, struct jstr sub, bool right)
+long long js_find(struct render *r, struct jstr s, struct jstr sub, bool right)
 {
     if (sub.n > s.n)
         return -1;
-    long long at = -1;
-    for (size_t i = 0; i + sub.n <= s.n; i++)
-        if (!sub.n || memcmp(s.p + i, sub.p, sub.n) == 0) {
-            at = (long long)i;
-            if (!right)
-                break;
-        }
+    if (!sub.n)
+        return right ? (long long)ju_len(s) : 0;
+    long long at = js_search(s, 0, sub);
+    /* rfind: the last start; searching on from each hit is linear for
+     * non-overlapping hits, and the caller charged the scan */
+    for (long long nx = at; right && nx >= 0; nx = js_search(s, (size_t)nx + 1, sub)) {
+        jr_charge(r, sub.n);
+        at = nx;
+    }
     if (at < 0)
         return -1;
     return (long long)ju_len((struct jstr){s.p, (size_t)at});

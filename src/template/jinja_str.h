@@ -27,6 +27,7 @@ struct jv js_format(struct render *r, struct jstr fmt, struct jv *args, size_t n
                     struct jstr *kwn, struct jv *kwv, size_t nkw);
 struct jv js_escape(struct render *r, struct jstr s); /* markupsafe.escape: a Markup */
 struct jv js_ascii_escape(struct render *r, struct jstr s); /* non-ASCII as \uXXXX (JSON) */
-long long js_find(struct jstr s, struct jstr sub, bool right); /* byte offset or -1 */
+/* str.find / rfind: the code point index of sub in s, or -1 */
+long long js_find(struct render *r, struct jstr s, struct jstr sub, bool right);
 
 #endif

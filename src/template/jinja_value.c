@@ -209,8 +209,18 @@ double jv_num(struct jv v)
     return v.k == JK_FLOAT ? v.f : v.k == JK_INT ? (double)v.i : v.k == JK_BOOL ? v.b : 0;
 }
 
-bool jv_eq(struct jv a, struct jv b)
+/* Values nested deeper than this are compared unequal and refused by repr
+ * and ordering: their recursion must not exhaust the C stack. */
+#define MAX_VALUE_DEPTH 200
+
+static bool eq_depth(struct jv a, struct jv b, int depth);
+
+bool jv_eq(struct jv a, struct jv b) { return eq_depth(a, b, 0); }
+
+static bool eq_depth(struct jv a, struct jv b, int depth)
 {
+    if (depth > MAX_VALUE_DEPTH)
+        return false;
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.k != JK_FLOAT && b.k != JK_FLOAT)
             return (a.k == JK_BOOL ? a.b : a.i) == (b.k == JK_BOOL ? b.b : b.i);
@@ -228,7 +238,7 @@ bool jv_eq(struct jv a, struct jv b)
         if (a.l->tuple != b.l->tuple || a.l->n != b.l->n)
             return false;
         for (size_t i = 0; i < a.l->n; i++)
-            if (!jv_eq(a.l->v[i], b.l->v[i]))
+            if (!eq_depth(a.l->v[i], b.l->v[i], depth + 1))
                 return false;
         return true;
     case JK_DICT:
@@ -236,7 +246,7 @@ bool jv_eq(struct jv a, struct jv b)
             return false;
         for (size_t i = 0; i < a.d->n; i++) {
             struct jv *o = jv_dict_get(b.d, a.d->key[i]);
-            if (!o || !jv_eq(a.d->val[i], *o))
+            if (!o || !eq_depth(a.d->val[i], *o, depth + 1))
                 return false;
         }
         return true;
@@ -263,8 +273,14 @@ const char *jv_type_name(struct jv v)
     return names[v.k];
 }
 
-int jv_cmp(struct render *r, struct jv a, struct jv b)
+static int cmp_depth(struct render *r, struct jv a, struct jv b, int depth);
+
+int jv_cmp(struct render *r, struct jv a, struct jv b) { return cmp_depth(r, a, b, 0); }
+
+static int cmp_depth(struct render *r, struct jv a, struct jv b, int depth)
 {
+    if (depth > MAX_VALUE_DEPTH)
+        jr_fail(r, ERR_INVALID, "comparison of values nested deeper than %d (limit)", MAX_VALUE_DEPTH);
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.k != JK_FLOAT && b.k != JK_FLOAT) {
             long long x = a.k == JK_BOOL ? a.b : a.i, y = b.k == JK_BOOL ? b.b : b.i;
@@ -285,7 +301,7 @@ int jv_cmp(struct render *r, struct jv a, struct jv b)
         for (size_t i = 0; i < n; i++) {
             if (jv_eq(a.l->v[i], b.l->v[i]))
                 continue;
-            return jv_cmp(r, a.l->v[i], b.l->v[i]);
+            return cmp_depth(r, a.l->v[i], b.l->v[i], depth + 1);
         }
         return (a.l->n > b.l->n) - (a.l->n < b.l->n);
     }
@@ -450,8 +466,14 @@ static void repr_str(struct render *r, struct jbuf *b, struct jstr s)
     jb_put(r, b, &q, 1);
 }
 
-void jv_repr_into(struct render *r, struct jbuf *b, struct jv v)
+static void repr_depth(struct render *r, struct jbuf *b, struct jv v, int depth);
+
+void jv_repr_into(struct render *r, struct jbuf *b, struct jv v) { repr_depth(r, b, v, 0); }
+
+static void repr_depth(struct render *r, struct jbuf *b, struct jv v, int depth)
 {
+    if (depth > MAX_VALUE_DEPTH)
+        jr_fail(r, ERR_INVALID, "printing a value nested deeper than %d (limit)", MAX_VALUE_DEPTH);
     if (++r->steps > r->max_steps)
         jr_fail(r, ERR_INVALID, "more than %lld evaluation steps (limit)", r->max_steps);
     switch (v.k) {
@@ -470,7 +492,7 @@ void jv_repr_into(struct render *r, struct jbuf *b, struct jv v)
         for (size_t i = 0; i < v.l->n; i++) {
             if (i)
                 jb_put(r, b, ", ", 2);
-            jv_repr_into(r, b, v.l->v[i]);
+            repr_depth(r, b, v.l->v[i], depth + 1);
         }
         if (v.l->tuple && v.l->n == 1)
             jb_put(r, b, ",", 1);
@@ -481,9 +503,9 @@ void jv_repr_into(struct render *r, struct jbuf *b, struct jv v)
         for (size_t i = 0; i < v.d->n; i++) {
             if (i)
                 jb_put(r, b, ", ", 2);
-            jv_repr_into(r, b, v.d->key[i]);
+            repr_depth(r, b, v.d->key[i], depth + 1);
             jb_put(r, b, ": ", 2);
-            jv_repr_into(r, b, v.d->val[i]);
+            repr_depth(r, b, v.d->val[i], depth + 1);
         }
         jb_put(r, b, "}", 1);
         return;
@@ -492,9 +514,9 @@ void jv_repr_into(struct render *r, struct jbuf *b, struct jv v)
         for (size_t i = 0; i < v.d->n; i++) {
             if (i)
                 jb_put(r, b, ", ", 2);
-            jv_repr_into(r, b, v.d->key[i]);
+            repr_depth(r, b, v.d->key[i], depth + 1);
             jb_put(r, b, ": ", 2);
-            jv_repr_into(r, b, v.d->val[i]);
+            repr_depth(r, b, v.d->val[i], depth + 1);
         }
         jb_put(r, b, "}>", 2);
         return;
