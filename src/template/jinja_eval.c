@@ -142,6 +142,7 @@ struct jv jgetattr(struct render *r, struct jv obj, struct jstr name)
         struct jv m = jmethod(r, obj, name);
         if (m.k != JK_UNDEF)
             return m;
+        jr_charge(r, obj.d->n * 8); /* the lookup is linear */
         struct jv *v = jv_dict_gets(obj.d, name.p, name.n);
         return v ? *v : undef_named(name);
     }
@@ -178,6 +179,7 @@ struct jv jgetitem(struct render *r, struct jv obj, struct jv key)
     switch (obj.k) {
     case JK_UNDEF: undefined_use(r, obj);
     case JK_DICT: {
+        jr_charge(r, obj.d->n * 8);
         struct jv *v = jv_dict_get(obj.d, key);
         if (v)
             return *v;
@@ -468,12 +470,13 @@ static bool contains(struct render *r, struct jv needle, struct jv hay)
         jr_charge(r, hay.s.n);
         return js_search(hay.s, 0, needle.s) >= 0;
     case JK_LIST:
+        jr_charge(r, hay.l->n * 8);
         for (size_t i = 0; i < hay.l->n; i++)
             if (jv_eq(hay.l->v[i], needle))
                 return true;
         return false;
     case JK_DICT:
-    case JK_NS: return jv_dict_get(hay.d, needle) != NULL;
+    case JK_NS: jr_charge(r, hay.d->n * 8); return jv_dict_get(hay.d, needle) != NULL;
     case JK_UNDEF: return false; /* Undefined iterates as empty */
     default:
         jr_fail(r, ERR_INVALID, "argument of type '%s' is not iterable", jv_type_name(hay));

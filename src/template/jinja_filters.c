@@ -462,6 +462,7 @@ static struct jv filter(struct render *r, struct frame *f, int fid, struct jv v,
         for (size_t i = 0; i < l.l->n; i++) {
             struct jv k = lower_for_cmp(r, at.k == JK_STR ? attr_path(r, l.l->v[i], at.s) : l.l->v[i], cs);
             bool dup = false;
+            jr_charge(r, seen.l->n * 8);
             for (size_t j = 0; j < seen.l->n && !dup; j++)
                 dup = jv_eq(seen.l->v[j], k);
             if (!dup) {

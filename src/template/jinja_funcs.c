@@ -356,6 +356,7 @@ static struct jv call(struct render *r, struct frame *f, struct jfunc *fn, struc
         return jv_strn(b.p ? b.p : "", b.n);
     }
     case D_GET: {
+        jr_charge(r, self.d->n * 8); /* the lookup is linear */
         struct jv *v = jv_dict_get(self.d, A(0, "key", jv_undef()));
         return v ? *v : A(1, "default", jv_none());
     }

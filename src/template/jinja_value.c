@@ -127,13 +127,9 @@ struct jv *jv_dict_gets(const struct jdict *d, const char *k, size_t n)
     return NULL;
 }
 
-void jv_dict_set(struct render *r, struct jdict *d, struct jv k, struct jv v)
+/* Appends k: v, k not yet in d. */
+static void dict_push(struct render *r, struct jdict *d, struct jv k, struct jv v)
 {
-    struct jv *e = jv_dict_get(d, k);
-    if (e) {
-        *e = v;
-        return;
-    }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
         struct jv *nk = jr_alloc(r, cap * sizeof(*nk)), *nv = jr_alloc(r, cap * sizeof(*nv));
@@ -149,6 +145,17 @@ void jv_dict_set(struct render *r, struct jdict *d, struct jv k, struct jv v)
     d->val[d->n++] = v;
 }
 
+void jv_dict_set(struct render *r, struct jdict *d, struct jv k, struct jv v)
+{
+    jr_charge(r, d->n * 8); /* the lookup is linear */
+    struct jv *e = jv_dict_get(d, k);
+    if (e) {
+        *e = v;
+        return;
+    }
+    dict_push(r, d, k, v);
+}
+
 struct jv jv_from_json(struct render *r, const json_t *j)
 {
     if (++r->steps > r->max_steps)
@@ -158,8 +165,8 @@ struct jv jv_from_json(struct render *r, const json_t *j)
         struct jv d = jv_dict_new(r);
         const char *k;
         json_t *v;
-        json_object_foreach((json_t *)j, k, v)
-            jv_dict_set(r, d.d, jv_str_copy(r, k, strlen(k)), jv_from_json(r, v));
+        json_object_foreach((json_t *)j, k, v) /* keys are unique already */
+            dict_push(r, d.d, jv_str_copy(r, k, strlen(k)), jv_from_json(r, v));
         return d;
     }
     case JSON_ARRAY: {
