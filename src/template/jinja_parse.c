@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "template/jinja_impl.h"
 
-#define MAX_NEST 200 /* expression and block nesting: bounds the recursion */
+#define MAX_NEST 500 /* parser recursion (about 3 per bracket or operator level): bounds the C stack */
 
 struct parser {
     const char *name;
