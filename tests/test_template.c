@@ -211,6 +211,74 @@ static void test_limits(void)
     EXPECT_ERR(src, ERR_INVALID, "nesting deeper");
 }
 
+static void test_python_semantics(void)
+{
+    /* select/map give generators: iterable, always true, no len, not JSON */
+    EXPECT("{% if e|select %}t{% endif %}{{ [1, 2]|map('string')|join }}{{ [1]|select|list }}",
+           "t12[1]");
+    EXPECT_ERR("{{ [1]|select|length }}", ERR_INVALID, "has no len()");
+    EXPECT_ERR("{{ [1]|map('string')|tojson }}", ERR_INVALID, "not JSON serializable");
+    /* |safe gives a Markup: a plain str added to it is escaped */
+    EXPECT("{{ ('<a>'|safe) + '<b>' }}|{{ '<b>' ~ ('<a>'|safe) }}|{{ '<'|e }}", "<a>&lt;b&gt;|<b><a>|&lt;");
+    /* the sandbox refuses mutation; attribute errors name the value */
+    EXPECT_ERR("{{ d.update({}) }}", ERR_INVALID, "unsafe");
+    EXPECT("{{ 'HÉllo'|lower }}{{ 'é'|upper }}{{ 'x'.center(5) }}|", "hélloÉ  x  |");
+    EXPECT("{{ 'aXbX'.rsplit('X', 1) }}{{ 'a b'.rfind('b') }}{{ 'abc'.count('') }}", "['aXb', '']24");
+}
+
+/* chat.c: what transformers gives the template besides the engine */
+static void test_chat(void)
+{
+    const char *src = "{{ bos_token }}{% for m in messages %}{{ m|tojson }};{% endfor %}"
+                      "{{ tools is none }}{{ documents is none }}{{ add_generation_prompt }}{{ eos_token }}";
+    struct chat_template *ct = NULL;
+    CHECK(chat_template_parse(src, strlen(src), "<s>", NULL, &ct) == 0);
+    if (!ct)
+        return;
+    CHECK(strcmp(chat_template_bos(ct), "<s>") == 0 && strcmp(chat_template_eos(ct), "") == 0);
+    json_t *msgs = json_loads("[{\"role\": \"user\", \"content\": null, \"x\": 1}, "
+                              "{\"role\": \"assistant\", \"content\": \"a\", \"reasoning\": \"r\"}]",
+                              0, NULL);
+    char *out = NULL;
+    struct chat_render_opts o = {.add_generation_prompt = true};
+    CHECK(chat_template_render(ct, msgs, &o, &out, NULL) == 0);
+    /* nulls dropped; reasoning copied to thinking (first) and reasoning_content (last) */
+    const char *want = "<s>{\"role\": \"user\", \"x\": 1};{\"thinking\": \"r\", \"role\": \"assistant\", "
+                       "\"content\": \"a\", \"reasoning\": \"r\", \"reasoning_content\": \"r\"};TrueTrueTrue";
+    CHECK_MSG(out && strcmp(out, want) == 0, "got [%s]\nwant [%s]", out ? out : "", want);
+    free(out);
+    out = NULL;
+    json_t *bad = json_loads("[1]", 0, NULL);
+    CHECK(chat_template_render(ct, bad, &o, &out, NULL) == ERR_INVALID && !out);
+    json_decref(bad);
+    json_decref(msgs);
+    chat_template_free(ct);
+    chat_template_free(NULL);
+
+    /* a raise is CHAT_RAISED with the template's own message */
+    src = "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}";
+    CHECK(chat_template_parse(src, strlen(src), NULL, NULL, &ct) == 0);
+    json_t *empty = json_array();
+    CHECK(ct && chat_template_render(ct, empty, NULL, &out, NULL) == CHAT_RAISED &&
+          strcmp(err_msg(), "Conversation roles must alternate user/assistant/user/assistant/...") == 0);
+    chat_template_free(ct);
+    /* the output limit */
+    src = "{% for i in range(100) %}xxxxxxxxxx{% endfor %}";
+    CHECK(chat_template_parse(src, strlen(src), NULL, NULL, &ct) == 0);
+    struct chat_render_opts small = {.max_output = 999};
+    CHECK(ct && chat_template_render(ct, empty, &small, &out, NULL) == ERR_INVALID &&
+          strstr(err_msg(), "output longer than 999 bytes"));
+    chat_template_free(ct);
+    json_decref(empty);
+    /* a parse error names the line; a missing directory's template is none */
+    src = "a\n{% if x %}\n{% endfor %}";
+    CHECK(chat_template_parse(src, strlen(src), NULL, NULL, &ct) == ERR_FORMAT &&
+          strstr(err_msg(), "chat template line 3") && !ct);
+    CHECK(chat_template_load("/nonexistent-dir", NULL, &ct) == 0 && !ct);
+    CHECK(chat_template_load("/nonexistent-dir", "/nonexistent-dir/t.jinja", &ct) == ERR_NOT_FOUND &&
+          strstr(err_msg(), "/nonexistent-dir/t.jinja"));
+}
+
 /* ---- the corpus ---- */
 static char *slurp(const char *path, size_t *len)
 {
@@ -359,6 +427,8 @@ int main(void)
     test_statements();
     test_filters();
     test_limits();
+    test_python_semantics();
+    test_chat();
     test_corpus();
     return test_finish();
 }

@@ -197,8 +197,11 @@ static size_t *sorted_order(struct render *r, struct jv *keys, size_t n, bool re
 static struct jv select_items(struct render *r, struct frame *f, struct jv seq, struct fargs *a,
                               bool attr, bool keep)
 {
-    if (!jv_truthy(seq)) /* Jinja's select_or_reject: `if value:` */
-        return jv_list_new(r, 0);
+    if (!jv_truthy(seq)) { /* Jinja's select_or_reject: `if value:`, in a generator */
+        struct jv g = jv_list_new(r, 0);
+        g.l->gen = true;
+        return g;
+    }
     struct jv items = jv_iter_list(r, seq);
     size_t p = 0;
     struct jstr path = {0};
@@ -520,8 +523,11 @@ static struct jv filter(struct render *r, struct frame *f, int fid, struct jv v,
         return jv_strn(b.p ? b.p : "", b.n);
     }
     case F_MAP: {
-        if (!jv_truthy(v)) /* Jinja's do_map: `if value:` */
-            return jv_list_new(r, 0);
+        if (!jv_truthy(v)) { /* Jinja's do_map: `if value:`, in a generator */
+            struct jv g = jv_list_new(r, 0);
+            g.l->gen = true;
+            return g;
+        }
         struct jv l = jv_iter_list(r, v);
         struct jv c = jv_list_new(r, l.l->n);
         c.l->gen = true;
