@@ -28,16 +28,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *msgs = rest_n ? json_loadb((const char *)rest, rest_n, 0, NULL) : NULL;
     if (!json_is_array(msgs)) {
         json_decref(msgs);
-        msgs = json_loads("[{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
-                          "\"content\": \"Hi {{ x }}\"}, {\"role\": \"assistant\", \"content\": \"Hello\", "
-                          "\"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": {\"a\": 1}}}]}]",
-                          0, NULL);
+        msgs = json_loads(
+            "[{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
+            "\"content\": \"Hi {{ x }}\"}, {\"role\": \"assistant\", \"content\": \"Hello\", "
+            "\"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": {\"a\": 1}}}]}]",
+            0, NULL);
     }
-    json_t *vars = json_pack("{s:o, s:b, s:s, s:s, s:n, s:n}", "messages", msgs,
-                             "add_generation_prompt", 1, "bos_token", "<s>", "eos_token", "</s>",
-                             "tools", "documents");
-    const struct jinja_limits lim = {.max_output = 1 << 16, .max_memory = (size_t)64 << 20,
-                                     .max_steps = 200000, .max_loops = 20000, .max_depth = 16};
+    json_t *vars =
+        json_pack("{s:o, s:b, s:s, s:s, s:n, s:n}", "messages", msgs, "add_generation_prompt", 1,
+                  "bos_token", "<s>", "eos_token", "</s>", "tools", "documents");
+    const struct jinja_limits lim = {.max_output = 1 << 16,
+                                     .max_memory = (size_t)64 << 20,
+                                     .max_steps = 200000,
+                                     .max_loops = 20000,
+                                     .max_depth = 16};
     char *out = NULL;
     size_t len = 0;
     rc = jinja_render(t, vars, 1772698147, &lim, &out, &len);

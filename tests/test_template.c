@@ -46,10 +46,11 @@ static void expect_full(int line, const char *src, const char *want, int want_rc
                         const char *want_msg, const struct jinja_limits *lim)
 {
     json_error_t je;
-    json_t *vars = json_loads("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
-                              "\"d\": {\"a\": 1, \"b\": [1, 2.5, \"x\", null, true]}, "
-                              "\"s\": \"Hello World\", \"n\": null, \"e\": [], \"u\": \"h\\u00e9llo\"}",
-                              0, &je);
+    json_t *vars =
+        json_loads("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                   "\"d\": {\"a\": 1, \"b\": [1, 2.5, \"x\", null, true]}, "
+                   "\"s\": \"Hello World\", \"n\": null, \"e\": [], \"u\": \"h\\u00e9llo\"}",
+                   0, &je);
     char *out = NULL;
     int rc;
     render_vars(src, vars, lim, &out, &rc);
@@ -73,14 +74,14 @@ static void test_whitespace(void)
 {
     EXPECT("a\n{% if true %}\nb\n{% endif %}\nc", "a\nb\nc");
     EXPECT("a\n    {% if true %}\n  b\n    {% endif %}\nc", "a\n  b\nc"); /* lstrip_blocks */
-    EXPECT("  {{ 'x' }}  ", "  x  ");                                 /* not for {{ }} */
+    EXPECT("  {{ 'x' }}  ", "  x  ");                                     /* not for {{ }} */
     EXPECT("a  {%- if true %} b {% endif -%}  c", "a b c");
     EXPECT("a {{- 'x' -}} b", "axb");
-    EXPECT("  {%+ if true %}x{% endif %}", "  x");                    /* {%+ keeps */
-    EXPECT("{% if true +%}\nx{% endif %}", "\nx");                    /* +%} keeps the newline */
-    EXPECT("a\n  {# c #}\nb", "a\nb");                                /* comments too */
+    EXPECT("  {%+ if true %}x{% endif %}", "  x"); /* {%+ keeps */
+    EXPECT("{% if true +%}\nx{% endif %}", "\nx"); /* +%} keeps the newline */
+    EXPECT("a\n  {# c #}\nb", "a\nb");             /* comments too */
     EXPECT("a {#- c -#} b", "ab");
-    EXPECT("x\n", "x");                                               /* one trailing newline */
+    EXPECT("x\n", "x"); /* one trailing newline */
     EXPECT("x\n\n", "x\n");
     EXPECT("a\r\nb", "a\nb");
     EXPECT("{% raw %}{{ x }}{% endraw %}", "{{ x }}");
@@ -98,8 +99,9 @@ static void test_expressions(void)
     EXPECT("{{ [1, 'a', none] }} {{ {'k': 'v'} }} {{ (1,) }} {{ d }}",
            "[1, 'a', None] {'k': 'v'} (1,) {'a': 1, 'b': [1, 2.5, 'x', None, True]}");
     EXPECT("{{ \"it's\" }} {{ [\"it's\"] }} {{ ['a\\nb'] }}", "it's [\"it's\"] ['a\\nb']");
-    EXPECT("{{ 'abc'[::-1] }} {{ 'abcdef'[1:3] }} {{ [1,2,3][-1] }} {{ [1,2,3,4][::2] }} {{ u[1:] }}",
-           "cba bc 3 [1, 3] éllo");
+    EXPECT(
+        "{{ 'abc'[::-1] }} {{ 'abcdef'[1:3] }} {{ [1,2,3][-1] }} {{ [1,2,3,4][::2] }} {{ u[1:] }}",
+        "cba bc 3 [1, 3] éllo");
     EXPECT("{{ 'a' ~ 1 ~ none }} {{ 'ab' * 3 }} {{ [1] + [2] }}", "a1None ababab [1, 2]");
     EXPECT("{{ 'x' if false }}|{{ 'y' if n is none else 'z' }}", "|y");
     EXPECT("{{ 1 < 2 < 3 }} {{ 'b' in 'abc' }} {{ 3 not in [1, 2] }} {{ 1 == 1.0 }}",
@@ -120,7 +122,8 @@ static void test_statements(void)
            "01TrueFalse33;12FalseFalse32;23FalseTrue31;");
     EXPECT("{% for x in [1, 2, 3] %}{{ loop.previtem }}-{{ loop.nextitem }};{% endfor %}",
            "-2;1-3;2-;");
-    EXPECT("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}", "a=1;b=[1, 2.5, 'x', None, True];");
+    EXPECT("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}",
+           "a=1;b=[1, 2.5, 'x', None, True];");
     EXPECT("{% for x in e %}x{% else %}empty{% endfor %}", "empty");
     EXPECT("{% for x in [1, 2, 3, 4] if x is even %}{{ x }}{{ loop.length }}{% endfor %}", "2242");
     EXPECT("{% for x in [1, 2, 3] %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 3 %}"
@@ -139,15 +142,18 @@ static void test_statements(void)
     EXPECT("{% generation %}gen{% endgeneration %}", "gen");
     EXPECT("{% if n %}a{% elif s %}b{% else %}c{% endif %}", "b");
     EXPECT_ERR("{% for x in y %}", ERR_FORMAT, "never closed");
-    EXPECT_ERR("\n{% include 'x' %}", ERR_UNSUPPORTED, "template line 2: statement \"include\" is not supported");
+    EXPECT_ERR("\n{% include 'x' %}", ERR_UNSUPPORTED,
+               "template line 2: statement \"include\" is not supported");
     EXPECT_ERR("{{ raise_exception('no way') }}", JINJA_RAISED, "no way");
     EXPECT_ERR("{% set ns = namespace(_x=1) %}", ERR_INVALID, "underscore");
-    EXPECT_ERR("{{ [1].append(2) }}", ERR_INVALID, "access to attribute 'append' of 'list' object is unsafe");
+    EXPECT_ERR("{{ [1].append(2) }}", ERR_INVALID,
+               "access to attribute 'append' of 'list' object is unsafe");
 }
 
 static void test_filters(void)
 {
-    EXPECT("{{ ' a '|trim }}|{{ s|length }}|{{ u|length }}|{{ s|upper }}|{{ s|lower }}|{{ 'ab cd'|title }}",
+    EXPECT("{{ ' a '|trim }}|{{ s|length }}|{{ u|length }}|{{ s|upper }}|{{ s|lower }}|{{ 'ab "
+           "cd'|title }}",
            "a|11|5|HELLO WORLD|hello world|Ab Cd");
     EXPECT("{{ d|tojson }} {{ 'é\"'|tojson }} {{ d|tojson(indent=2) }}",
            "{\"a\": 1, \"b\": [1, 2.5, \"x\", null, true]} \"é\\\"\" "
@@ -155,7 +161,8 @@ static void test_filters(void)
     EXPECT("{{ x|default('dflt') }} {{ ''|default('e', true) }} {{ [1, 2]|join(', ') }} "
            "{{ [3, 1, 2]|sort }} {{ [1, 2, 1]|unique|list }} {{ {'b': 1, 'a': 2}|dictsort }}",
            "dflt e 1, 2 [1, 2, 3] [1, 2] [('a', 2), ('b', 1)]");
-    EXPECT("{{ [{'t': 'a', 'v': 1}, {'t': 'b'}]|selectattr('t', 'equalto', 'a')|map(attribute='v')|list }}"
+    EXPECT("{{ [{'t': 'a', 'v': 1}, {'t': 'b'}]|selectattr('t', 'equalto', "
+           "'a')|map(attribute='v')|list }}"
            "{{ [1, 2, 3]|reject('equalto', 2)|list }}{{ [1, 2]|first }}{{ [1, 2]|last }}",
            "[1][1, 3]12");
     EXPECT("{{ 'a\nb'|indent(2) }}|{{ 'a\nb'|indent(2, first=true) }}", "a\n  b|  a\n  b");
@@ -173,7 +180,8 @@ static void test_filters(void)
            "True True True True False True True True");
     EXPECT("{{ '%s-%d' % ('a', 3) }} {{ strftime_now('%Y-%m-%d') }} {{ range(3)|list }}",
            "a-3 2026-03-05 [0, 1, 2]");
-    EXPECT_ERR("\n\n\n{{ x|wordwrap }}", ERR_UNSUPPORTED, "template line 4: filter \"wordwrap\" is not supported");
+    EXPECT_ERR("\n\n\n{{ x|wordwrap }}", ERR_UNSUPPORTED,
+               "template line 4: filter \"wordwrap\" is not supported");
     EXPECT_ERR("{{ x is foo }}", ERR_UNSUPPORTED, "test \"foo\" is not supported");
 }
 
@@ -183,8 +191,9 @@ static void test_limits(void)
     expect_full(__LINE__, "{% for i in range(1000) %}xx{% endfor %}", NULL, ERR_INVALID,
                 "output longer than 100 bytes", &small);
     struct jinja_limits loops = {.max_loops = 1000};
-    expect_full(__LINE__, "{% for i in range(100) %}{% for j in range(100) %}{% endfor %}{% endfor %}",
-                NULL, ERR_INVALID, "loop iterations (limit)", &loops);
+    expect_full(__LINE__,
+                "{% for i in range(100) %}{% for j in range(100) %}{% endfor %}{% endfor %}", NULL,
+                ERR_INVALID, "loop iterations (limit)", &loops);
     EXPECT_ERR("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", ERR_INVALID,
                "nested deeper than 64");
     EXPECT_ERR("{{ range(1000000)|length }}", ERR_INVALID, "MAX_RANGE");
@@ -219,32 +228,37 @@ static void test_python_semantics(void)
     EXPECT_ERR("{{ [1]|select|length }}", ERR_INVALID, "has no len()");
     EXPECT_ERR("{{ [1]|map('string')|tojson }}", ERR_INVALID, "not JSON serializable");
     /* |safe gives a Markup: a plain str added to it is escaped */
-    EXPECT("{{ ('<a>'|safe) + '<b>' }}|{{ '<b>' ~ ('<a>'|safe) }}|{{ '<'|e }}", "<a>&lt;b&gt;|<b><a>|&lt;");
+    EXPECT("{{ ('<a>'|safe) + '<b>' }}|{{ '<b>' ~ ('<a>'|safe) }}|{{ '<'|e }}",
+           "<a>&lt;b&gt;|<b><a>|&lt;");
     /* the sandbox refuses mutation; attribute errors name the value */
     EXPECT_ERR("{{ d.update({}) }}", ERR_INVALID, "unsafe");
     EXPECT("{{ 'HÉllo'|lower }}{{ 'é'|upper }}{{ 'x'.center(5) }}|", "hélloÉ  x  |");
-    EXPECT("{{ 'aXbX'.rsplit('X', 1) }}{{ 'a b'.rfind('b') }}{{ 'abc'.count('') }}", "['aXb', '']24");
+    EXPECT("{{ 'aXbX'.rsplit('X', 1) }}{{ 'a b'.rfind('b') }}{{ 'abc'.count('') }}",
+           "['aXb', '']24");
 }
 
 /* chat.c: what transformers gives the template besides the engine */
 static void test_chat(void)
 {
-    const char *src = "{{ bos_token }}{% for m in messages %}{{ m|tojson }};{% endfor %}"
-                      "{{ tools is none }}{{ documents is none }}{{ add_generation_prompt }}{{ eos_token }}";
+    const char *src =
+        "{{ bos_token }}{% for m in messages %}{{ m|tojson }};{% endfor %}"
+        "{{ tools is none }}{{ documents is none }}{{ add_generation_prompt }}{{ eos_token }}";
     struct chat_template *ct = NULL;
     CHECK(chat_template_parse(src, strlen(src), "<s>", NULL, &ct) == 0);
     if (!ct)
         return;
     CHECK(strcmp(chat_template_bos(ct), "<s>") == 0 && strcmp(chat_template_eos(ct), "") == 0);
-    json_t *msgs = json_loads("[{\"role\": \"user\", \"content\": null, \"x\": 1}, "
-                              "{\"role\": \"assistant\", \"content\": \"a\", \"reasoning\": \"r\"}]",
-                              0, NULL);
+    json_t *msgs =
+        json_loads("[{\"role\": \"user\", \"content\": null, \"x\": 1}, "
+                   "{\"role\": \"assistant\", \"content\": \"a\", \"reasoning\": \"r\"}]",
+                   0, NULL);
     char *out = NULL;
     struct chat_render_opts o = {.add_generation_prompt = true};
     CHECK(chat_template_render(ct, msgs, &o, &out, NULL) == 0);
     /* nulls dropped; reasoning copied to thinking (first) and reasoning_content (last) */
-    const char *want = "<s>{\"role\": \"user\", \"x\": 1};{\"thinking\": \"r\", \"role\": \"assistant\", "
-                       "\"content\": \"a\", \"reasoning\": \"r\", \"reasoning_content\": \"r\"};TrueTrueTrue";
+    const char *want =
+        "<s>{\"role\": \"user\", \"x\": 1};{\"thinking\": \"r\", \"role\": \"assistant\", "
+        "\"content\": \"a\", \"reasoning\": \"r\", \"reasoning_content\": \"r\"};TrueTrueTrue";
     CHECK_MSG(out && strcmp(out, want) == 0, "got [%s]\nwant [%s]", out ? out : "", want);
     free(out);
     out = NULL;
@@ -256,11 +270,13 @@ static void test_chat(void)
     chat_template_free(NULL);
 
     /* a raise is CHAT_RAISED with the template's own message */
-    src = "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}";
+    src = "{{ raise_exception('Conversation roles must alternate "
+          "user/assistant/user/assistant/...') }}";
     CHECK(chat_template_parse(src, strlen(src), NULL, NULL, &ct) == 0);
     json_t *empty = json_array();
     CHECK(ct && chat_template_render(ct, empty, NULL, &out, NULL) == CHAT_RAISED &&
-          strcmp(err_msg(), "Conversation roles must alternate user/assistant/user/assistant/...") == 0);
+          strcmp(err_msg(),
+                 "Conversation roles must alternate user/assistant/user/assistant/...") == 0);
     chat_template_free(ct);
     /* the output limit */
     src = "{% for i in range(100) %}xxxxxxxxxx{% endfor %}";
@@ -275,7 +291,8 @@ static void test_chat(void)
     CHECK(chat_template_parse(src, strlen(src), NULL, NULL, &ct) == ERR_FORMAT &&
           strstr(err_msg(), "chat template line 3") && !ct);
     CHECK(chat_template_load("/nonexistent-dir", NULL, &ct) == 0 && !ct);
-    CHECK(chat_template_load("/nonexistent-dir", "/nonexistent-dir/t.jinja", &ct) == ERR_NOT_FOUND &&
+    CHECK(chat_template_load("/nonexistent-dir", "/nonexistent-dir/t.jinja", &ct) ==
+              ERR_NOT_FOUND &&
           strstr(err_msg(), "/nonexistent-dir/t.jinja"));
 }
 
@@ -334,14 +351,16 @@ static void test_corpus(void)
     if (!root)
         return;
     long long now = json_integer_value(json_object_get(root, "now"));
-    json_t *templates = json_object_get(root, "templates"), *convs = json_object_get(root, "conversations");
+    json_t *templates = json_object_get(root, "templates"),
+           *convs = json_object_get(root, "conversations");
     json_t *cases = json_object_get(root, "cases");
     const char *only = getenv("TEMPLATE_ONLY");
     int exact_templates = 0, n_templates = 0;
     printf("%-48s %7s  %s\n", "template", "exact", "note");
     const char *name;
     json_t *info;
-    json_object_foreach(templates, name, info) {
+    json_object_foreach(templates, name, info)
+    {
         if (only && strcmp(only, name) != 0)
             continue;
         n_templates++;
@@ -352,8 +371,9 @@ static void test_corpus(void)
         if (!src)
             continue;
         struct chat_template *ct = NULL;
-        int prc = chat_template_parse(src, len, json_string_value(json_object_get(info, "bos_token")),
-                                      json_string_value(json_object_get(info, "eos_token")), &ct);
+        int prc =
+            chat_template_parse(src, len, json_string_value(json_object_get(info, "bos_token")),
+                                json_string_value(json_object_get(info, "eos_token")), &ct);
         char parse_err[512] = "";
         if (prc < 0)
             snprintf(parse_err, sizeof(parse_err), "%s", err_msg());
@@ -363,16 +383,17 @@ static void test_corpus(void)
         char first_bad[600] = "";
         size_t i;
         json_t *c;
-        json_array_foreach(cases, i, c) {
+        json_array_foreach(cases, i, c)
+        {
             if (strcmp(json_string_value(json_object_get(c, "template")), name) != 0)
                 continue;
             total++;
             const char *conv = json_string_value(json_object_get(c, "conversation"));
             json_t *msgs = NULL, *cv;
             size_t k;
-            json_array_foreach(convs, k, cv)
-                if (strcmp(json_string_value(json_object_get(cv, "name")), conv) == 0)
-                    msgs = json_object_get(cv, "messages");
+            json_array_foreach(
+                convs, k, cv) if (strcmp(json_string_value(json_object_get(cv, "name")), conv) == 0)
+                msgs = json_object_get(cv, "messages");
             json_t *want_text = json_object_get(c, "text");
             const char *want_err = json_string_value(json_object_get(c, "error"));
             const char *kind = json_string_value(json_object_get(c, "error_kind"));
@@ -380,9 +401,9 @@ static void test_corpus(void)
             char *out = NULL;
             int rc = prc;
             if (prc == 0) {
-                struct chat_render_opts o = {
-                    .add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt")),
-                    .now = now};
+                struct chat_render_opts o = {.add_generation_prompt = json_is_true(
+                                                 json_object_get(c, "add_generation_prompt")),
+                                             .now = now};
                 rc = chat_template_render(ct, msgs, &o, &out, NULL);
             }
             if (want_text)
@@ -395,8 +416,11 @@ static void test_corpus(void)
                 exact++;
             } else if (!first_bad[0]) {
                 snprintf(first_bad, sizeof(first_bad), "%s/%s: %s", conv,
-                         json_is_true(json_object_get(c, "add_generation_prompt")) ? "agp" : "no-agp",
-                         rc ? err_msg() : want_text ? "text differs" : "rendered, want an error");
+                         json_is_true(json_object_get(c, "add_generation_prompt")) ? "agp"
+                                                                                   : "no-agp",
+                         rc          ? err_msg()
+                         : want_text ? "text differs"
+                                     : "rendered, want an error");
                 if (!why) {
                     fprintf(stderr, "%s %s: want %s%s\n", name, first_bad,
                             want_text ? "text" : "error ", want_text ? "" : want_err);
@@ -409,8 +433,10 @@ static void test_corpus(void)
         chat_template_free(ct);
         exact_templates += exact == total;
         printf("%-48s %3d/%-3d  %s%s%s\n", name, exact, total,
-               exact == total ? "" : why ? why : "UNEXPECTED: ", exact == total || why ? "" : first_bad,
-               parse_err[0] ? "" : "");
+               exact == total ? ""
+               : why          ? why
+                              : "UNEXPECTED: ",
+               exact == total || why ? "" : first_bad, parse_err[0] ? "" : "");
         if (!why)
             CHECK_MSG(exact == total, "%s: %d of %d cases differ", name, total - exact, total);
     }

@@ -13,8 +13,8 @@
 
 /* The request body: {"messages": [...], "add_generation_prompt": bool,
  * "tools": [...]}; the rest is ignored. */
-static int parse_request(const char *text, size_t len, json_t **req, json_t **messages,
-                         bool *agp, json_t **tools)
+static int parse_request(const char *text, size_t len, json_t **req, json_t **messages, bool *agp,
+                         json_t **tools)
 {
     json_error_t je;
     json_t *j = json_loadb(text, len, 0, &je);
@@ -72,15 +72,17 @@ int cmd_chat_template(int argc, char **argv)
     if ((rc = chat_template_load(dir, file, &ct)) < 0)
         goto out;
     if (!ct) {
-        rc = err_set(ERR_NOT_FOUND, "%s: no chat template (no \"chat_template\" in "
-                                    "tokenizer_config.json, no chat_template.jinja); pass --template FILE",
+        rc = err_set(ERR_NOT_FOUND,
+                     "%s: no chat template (no \"chat_template\" in "
+                     "tokenizer_config.json, no chat_template.jinja); pass --template FILE",
                      dir);
         goto out;
     }
     if ((rc = cli_read_stdin(CHAT_TEMPLATE_MAX_INPUT, &text, &len)) < 0 ||
         (rc = parse_request(text, len, &req, &messages, &agp, &tools)) < 0)
         goto out;
-    struct chat_render_opts o = {.add_generation_prompt = agp, .tools = tools, .now = (long long)now};
+    struct chat_render_opts o = {
+        .add_generation_prompt = agp, .tools = tools, .now = (long long)now};
     if ((rc = chat_template_render(ct, messages, &o, &out, &out_len)) < 0)
         goto out;
     fwrite(out, 1, out_len, stdout);

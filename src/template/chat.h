@@ -28,8 +28,8 @@ int chat_template_load(const char *dir, const char *override_path, struct chat_t
  * inline if does not fail the load: as in Jinja2, only a render that reaches
  * it fails (ERR_UNSUPPORTED, naming it and its line). */
 /* The same from template text (len bytes) and the two token strings (NULL: ""). */
-int chat_template_parse(const char *text, size_t len, const char *bos_token,
-                        const char *eos_token, struct chat_template **out);
+int chat_template_parse(const char *text, size_t len, const char *bos_token, const char *eos_token,
+                        struct chat_template **out);
 void chat_template_free(struct chat_template *ct); /* NULL-safe */
 
 const char *chat_template_bos(const struct chat_template *ct); /* "" when none */
@@ -37,10 +37,10 @@ const char *chat_template_eos(const struct chat_template *ct);
 
 struct chat_render_opts {
     bool add_generation_prompt;
-    json_t *tools;      /* the "tools" variable (borrowed); NULL: None, as transformers'
-                           render_jinja_template passes it (so `tools is defined` is true) */
-    long long now;      /* unix seconds strftime_now formats; 0: the clock */
-    size_t max_output;  /* bytes; 0: CHAT_MAX_OUTPUT */
+    json_t *tools;     /* the "tools" variable (borrowed); NULL: None, as transformers'
+                          render_jinja_template passes it (so `tools is defined` is true) */
+    long long now;     /* unix seconds strftime_now formats; 0: the clock */
+    size_t max_output; /* bytes; 0: CHAT_MAX_OUTPUT */
 };
 #define CHAT_MAX_OUTPUT ((size_t)4 << 20)
 
@@ -49,14 +49,13 @@ struct chat_render_opts {
  * eos_token, tools, documents (None), raise_exception, strftime_now. The
  * messages are passed as transformers 5 passes them: keys whose value is null
  * dropped, and reasoning under "reasoning_content", "thinking" or
- * "reasoning" copied to "thinking" and "reasoning_content" (chat.c). *out is malloc'd, NUL-terminated, owned by the caller.
- * Thread-safe on a shared struct chat_template.
- * Errors: CHAT_RAISED when the template called raise_exception (err_msg() is
- * the template's own message); ERR_INVALID when the render exceeds a limit
- * (output bytes, loop iterations, call depth, evaluation steps, memory) or
- * a value has the wrong type for what the template does with it (naming it
- * and the template line); ERR_UNSUPPORTED for a construct reached that is
- * not implemented; ERR_NOMEM. */
+ * "reasoning" copied to "thinking" and "reasoning_content" (chat.c). *out is malloc'd,
+ * NUL-terminated, owned by the caller. Thread-safe on a shared struct chat_template. Errors:
+ * CHAT_RAISED when the template called raise_exception (err_msg() is the template's own message);
+ * ERR_INVALID when the render exceeds a limit (output bytes, loop iterations, call depth,
+ * evaluation steps, memory) or a value has the wrong type for what the template does with it
+ * (naming it and the template line); ERR_UNSUPPORTED for a construct reached that is not
+ * implemented; ERR_NOMEM. */
 #define CHAT_RAISED (-100)
 int chat_template_render(const struct chat_template *ct, json_t *messages,
                          const struct chat_render_opts *o, char **out, size_t *len);

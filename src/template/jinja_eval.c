@@ -85,8 +85,7 @@ static void assign(struct render *r, struct frame *f, const struct node *target,
     /* a, b = v */
     struct jv l = jv_iter_list(r, v);
     if (l.l->n != target->args.n)
-        jr_fail(r, ERR_INVALID, "cannot unpack %zu values into %zu names", l.l->n,
-                target->args.n);
+        jr_fail(r, ERR_INVALID, "cannot unpack %zu values into %zu names", l.l->n, target->args.n);
     for (size_t i = 0; i < l.l->n; i++)
         assign(r, f, target->args.v[i], l.l->v[i]);
 }
@@ -137,7 +136,8 @@ static struct jv loop_attr(struct render *r, struct jloop *L, struct jstr name)
 struct jv jgetattr(struct render *r, struct jv obj, struct jstr name)
 {
     switch (obj.k) {
-    case JK_UNDEF: undefined_use(r, obj);
+    case JK_UNDEF:
+        undefined_use(r, obj);
     case JK_DICT: {
         struct jv m = jmethod(r, obj, name);
         if (m.k != JK_UNDEF)
@@ -150,13 +150,15 @@ struct jv jgetattr(struct render *r, struct jv obj, struct jstr name)
         struct jv *v = jv_dict_gets(obj.d, name.p, name.n);
         return v ? *v : undef_named(name);
     }
-    case JK_LOOP: return loop_attr(r, obj.loop, name);
+    case JK_LOOP:
+        return loop_attr(r, obj.loop, name);
     case JK_STR:
     case JK_LIST: {
         struct jv m = jmethod(r, obj, name);
         return m.k != JK_UNDEF ? m : undef_named(name);
     }
-    default: return undef_named(name);
+    default:
+        return undef_named(name);
     }
 }
 
@@ -177,7 +179,8 @@ struct jv jgetitem(struct render *r, struct jv obj, struct jv key)
 {
     size_t i;
     switch (obj.k) {
-    case JK_UNDEF: undefined_use(r, obj);
+    case JK_UNDEF:
+        undefined_use(r, obj);
     case JK_DICT: {
         jr_charge(r, obj.d->n * 8);
         struct jv *v = jv_dict_get(obj.d, key);
@@ -212,7 +215,8 @@ struct jv jgetitem(struct render *r, struct jv obj, struct jv key)
         if (key.k == JK_STR)
             return jgetattr(r, obj, key.s);
         return undef_named((struct jstr){NULL, 0});
-    default: return undef_named((struct jstr){NULL, 0});
+    default:
+        return undef_named((struct jstr){NULL, 0});
     }
 }
 
@@ -302,8 +306,14 @@ static struct jv do_slice(struct render *r, struct frame *f, const struct node *
 }
 
 /* ---- operators ---- */
-static long long as_int(struct jv v) { return v.k == JK_BOOL ? v.b : v.i; }
-static bool is_intlike(struct jv v) { return v.k == JK_INT || v.k == JK_BOOL; }
+static long long as_int(struct jv v)
+{
+    return v.k == JK_BOOL ? v.b : v.i;
+}
+static bool is_intlike(struct jv v)
+{
+    return v.k == JK_INT || v.k == JK_BOOL;
+}
 
 static _Noreturn void bad_operands(struct render *r, const char *op, struct jv a, struct jv b)
 {
@@ -321,7 +331,8 @@ static struct jv repeat(struct render *r, struct jv seq, long long k)
         k = 0;
     if (seq.k == JK_STR) {
         if (seq.s.n && (unsigned long long)k > r->max_output / seq.s.n)
-            jr_fail(r, ERR_INVALID, "string repetition longer than %zu bytes (limit)", r->max_output);
+            jr_fail(r, ERR_INVALID, "string repetition longer than %zu bytes (limit)",
+                    r->max_output);
         struct jbuf b = {0};
         for (long long i = 0; i < k; i++)
             jb_puts(r, &b, seq.s);
@@ -339,9 +350,9 @@ static struct jv repeat(struct render *r, struct jv seq, long long k)
 
 static struct jv arith(struct render *r, int op, struct jv a, struct jv b)
 {
-    static const char *const names[] = {[OP_ADD] = "+", [OP_SUB] = "-", [OP_MUL] = "*",
-                                        [OP_DIV] = "/", [OP_FLOORDIV] = "//", [OP_MOD] = "%",
-                                        [OP_POW] = "**"};
+    static const char *const names[] = {
+        [OP_ADD] = "+",       [OP_SUB] = "-", [OP_MUL] = "*", [OP_DIV] = "/",
+        [OP_FLOORDIV] = "//", [OP_MOD] = "%", [OP_POW] = "**"};
     const char *opn = names[op];
     if (is_intlike(a) && is_intlike(b)) {
         long long x = as_int(a), y = as_int(b), z;
@@ -393,9 +404,12 @@ static struct jv arith(struct render *r, int op, struct jv a, struct jv b)
     if (jv_is_num(a) && jv_is_num(b)) {
         double x = jv_num(a), y = jv_num(b);
         switch (op) {
-        case OP_ADD: return jv_float(x + y);
-        case OP_SUB: return jv_float(x - y);
-        case OP_MUL: return jv_float(x * y);
+        case OP_ADD:
+            return jv_float(x + y);
+        case OP_SUB:
+            return jv_float(x - y);
+        case OP_MUL:
+            return jv_float(x * y);
         case OP_DIV:
             if (y == 0)
                 jr_fail(r, ERR_INVALID, "float division by zero");
@@ -416,7 +430,8 @@ static struct jv arith(struct render *r, int op, struct jv a, struct jv b)
             double fd = floor(d);
             return jv_float(d - fd > 0.5 ? fd + 1 : fd);
         }
-        case OP_POW: return jv_float(pow(x, y));
+        case OP_POW:
+            return jv_float(pow(x, y));
         }
     }
     if (op == OP_ADD && a.k == JK_STR && b.k == JK_STR && (a.safe || b.safe)) {
@@ -437,8 +452,8 @@ static struct jv arith(struct render *r, int op, struct jv a, struct jv b)
             jr_fail(r, ERR_INVALID, "string longer than %zu bytes (limit)", r->max_output);
         return jv_strn(s, a.s.n + b.s.n);
     }
-    if (op == OP_ADD && a.k == JK_LIST && b.k == JK_LIST && a.l->tuple == b.l->tuple &&
-        !a.l->gen && !b.l->gen) {
+    if (op == OP_ADD && a.k == JK_LIST && b.k == JK_LIST && a.l->tuple == b.l->tuple && !a.l->gen &&
+        !b.l->gen) {
         struct jv l = jv_list_new(r, a.l->n + b.l->n);
         l.l->tuple = a.l->tuple;
         for (size_t i = 0; i < a.l->n; i++)
@@ -476,8 +491,11 @@ static bool contains(struct render *r, struct jv needle, struct jv hay)
                 return true;
         return false;
     case JK_DICT:
-    case JK_NS: jr_charge(r, hay.d->n * 8); return jv_dict_get(hay.d, needle) != NULL;
-    case JK_UNDEF: return false; /* Undefined iterates as empty */
+    case JK_NS:
+        jr_charge(r, hay.d->n * 8);
+        return jv_dict_get(hay.d, needle) != NULL;
+    case JK_UNDEF:
+        return false; /* Undefined iterates as empty */
     default:
         jr_fail(r, ERR_INVALID, "argument of type '%s' is not iterable", jv_type_name(hay));
     }
@@ -486,10 +504,14 @@ static bool contains(struct render *r, struct jv needle, struct jv hay)
 static bool compare(struct render *r, int op, struct jv a, struct jv b)
 {
     switch (op) {
-    case OP_EQ: return jv_eq(a, b);
-    case OP_NE: return !jv_eq(a, b);
-    case OP_IN: return contains(r, a, b);
-    case OP_NOTIN: return !contains(r, a, b);
+    case OP_EQ:
+        return jv_eq(a, b);
+    case OP_NE:
+        return !jv_eq(a, b);
+    case OP_IN:
+        return contains(r, a, b);
+    case OP_NOTIN:
+        return !contains(r, a, b);
     }
     if (a.k == JK_UNDEF)
         undefined_use(r, a);
@@ -497,15 +519,20 @@ static bool compare(struct render *r, int op, struct jv a, struct jv b)
         undefined_use(r, b);
     int c = jv_cmp(r, a, b);
     switch (op) {
-    case OP_LT: return c < 0;
-    case OP_LE: return c <= 0;
-    case OP_GT: return c > 0;
-    default: return c >= 0;
+    case OP_LT:
+        return c < 0;
+    case OP_LE:
+        return c <= 0;
+    case OP_GT:
+        return c > 0;
+    default:
+        return c >= 0;
     }
 }
 
 /* ---- calls ---- */
-static void exec_body(struct render *r, struct frame *f, const struct nlist *body, struct jbuf *out);
+static void exec_body(struct render *r, struct frame *f, const struct nlist *body,
+                      struct jbuf *out);
 
 static struct jv call_macro(struct render *r, const struct node *m, struct jv *args, size_t nargs,
                             struct jstr *kwn, struct jv *kwv, size_t nkw)
@@ -608,8 +635,10 @@ static struct jv eval_node(struct render *r, struct frame *f, const struct node 
 {
     step(r, n->line);
     switch (n->t) {
-    case E_CONST: return n->v;
-    case E_NAME: return lookup(r, f, n->v.s);
+    case E_CONST:
+        return n->v;
+    case E_NAME:
+        return lookup(r, f, n->v.s);
     case E_ATTR: {
         struct jv o = jeval(r, f, n->a);
         r->line = n->line;
@@ -620,7 +649,8 @@ static struct jv eval_node(struct render *r, struct frame *f, const struct node 
         r->line = n->line;
         return jgetitem(r, o, k);
     }
-    case E_SLICE: return do_slice(r, f, n);
+    case E_SLICE:
+        return do_slice(r, f, n);
     case E_CALL: {
         struct jv fn = jeval(r, f, n->a);
         struct jv *args, *kwv;
@@ -631,7 +661,8 @@ static struct jv eval_node(struct render *r, struct frame *f, const struct node 
     }
     case E_FILTER: {
         if (n->fid < 0)
-            jr_fail(r, ERR_UNSUPPORTED, "filter \"%.*s\" is not supported", (int)n->v.s.n, n->v.s.p);
+            jr_fail(r, ERR_UNSUPPORTED, "filter \"%.*s\" is not supported", (int)n->v.s.n,
+                    n->v.s.p);
         struct jv v = jeval(r, f, n->a);
         struct jv *args, *kwv;
         struct jstr *kwn;
@@ -790,7 +821,9 @@ static void exec_body(struct render *r, struct frame *f, const struct nlist *bod
         const struct node *n = body->v[i];
         step(r, n->line);
         switch (n->t) {
-        case N_TEXT: jb_puts(r, out, n->v.s); break;
+        case N_TEXT:
+            jb_puts(r, out, n->v.s);
+            break;
         case N_OUTPUT: {
             struct jv v = jeval(r, f, n->a);
             jv_str_into(r, out, v);
@@ -801,7 +834,9 @@ static void exec_body(struct render *r, struct frame *f, const struct nlist *bod
             exec_body(r, f, jv_truthy(jeval(r, f, c->a)) ? &c->body : &c->orelse, out);
             break;
         }
-        case N_FOR: exec_for(r, f, n, out); break;
+        case N_FOR:
+            exec_for(r, f, n, out);
+            break;
         case N_SET: {
             struct jv v = jeval(r, f, n->b);
             r->line = n->line;
@@ -829,10 +864,17 @@ static void exec_body(struct render *r, struct frame *f, const struct nlist *bod
             jv_str_into(r, out, v);
             break;
         }
-        case N_GENERATION: exec_body(r, f, &n->body, out); break;
-        case N_BREAK: r->loopctl = 1; break;
-        case N_CONTINUE: r->loopctl = 2; break;
-        default: jr_fail(r, ERR_UNSUPPORTED, "this statement is not supported");
+        case N_GENERATION:
+            exec_body(r, f, &n->body, out);
+            break;
+        case N_BREAK:
+            r->loopctl = 1;
+            break;
+        case N_CONTINUE:
+            r->loopctl = 2;
+            break;
+        default:
+            jr_fail(r, ERR_UNSUPPORTED, "this statement is not supported");
         }
     }
 }
@@ -894,11 +936,10 @@ int jinja_render(const struct jinja_template *t, json_t *vars, long long now,
         rc = r->err;
         goto done;
     }
-    static const char *const funcs[] = {"range", "dict", "namespace", "raise_exception",
+    static const char *const funcs[] = {"range",        "dict",   "namespace", "raise_exception",
                                         "strftime_now", "joiner", "cycler"};
     for (size_t i = 0; i < sizeof(funcs) / sizeof(funcs[0]); i++)
-        jv_dict_set(r, &r->globals, jv_strn(funcs[i], strlen(funcs[i])),
-                    jglobal_func(r, funcs[i]));
+        jv_dict_set(r, &r->globals, jv_strn(funcs[i], strlen(funcs[i])), jglobal_func(r, funcs[i]));
     if (vars && json_is_object(vars)) {
         const char *k;
         json_t *v;

@@ -76,8 +76,8 @@ struct jdict { /* insertion-ordered, linear lookup */
 };
 
 struct jfunc {
-    int id;       /* enum jfn in jinja_filters.c */
-    struct jv self; /* the bound object of a method; JK_UNDEF for a global */
+    int id;          /* enum jfn in jinja_filters.c */
+    struct jv self;  /* the bound object of a method; JK_UNDEF for a global */
     long long state; /* joiner/cycler position */
 };
 
@@ -103,12 +103,40 @@ enum tt {
 };
 
 enum op {
-    OP_ADD = 1, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW, OP_TILDE,
-    OP_LBRACKET, OP_RBRACKET, OP_LPAREN, OP_RPAREN, OP_LBRACE, OP_RBRACE,
-    OP_EQ, OP_NE, OP_GT, OP_GE, OP_LT, OP_LE, OP_ASSIGN, OP_DOT, OP_COLON, OP_PIPE,
-    OP_COMMA, OP_SEMICOLON,
+    OP_ADD = 1,
+    OP_SUB,
+    OP_MUL,
+    OP_DIV,
+    OP_FLOORDIV,
+    OP_MOD,
+    OP_POW,
+    OP_TILDE,
+    OP_LBRACKET,
+    OP_RBRACKET,
+    OP_LPAREN,
+    OP_RPAREN,
+    OP_LBRACE,
+    OP_RBRACE,
+    OP_EQ,
+    OP_NE,
+    OP_GT,
+    OP_GE,
+    OP_LT,
+    OP_LE,
+    OP_ASSIGN,
+    OP_DOT,
+    OP_COLON,
+    OP_PIPE,
+    OP_COMMA,
+    OP_SEMICOLON,
     /* not tokens: node ops */
-    OP_IN, OP_NOTIN, OP_NEG, OP_POS, OP_NOT, OP_AND, OP_OR,
+    OP_IN,
+    OP_NOTIN,
+    OP_NEG,
+    OP_POS,
+    OP_NOT,
+    OP_AND,
+    OP_OR,
 };
 
 struct token {
@@ -123,33 +151,33 @@ struct token {
 /* ---- AST ---- */
 enum nt {
     /* statements */
-    N_TEXT,   /* v: the text */
-    N_OUTPUT, /* a */
-    N_IF,     /* a cond, body, orelse */
-    N_FOR,    /* a target, b iter, c filter, body, orelse, recursive unused */
-    N_SET,    /* a target, b value */
-    N_SETBLOCK, /* a target, c filter chain (operand NULL), body */
-    N_MACRO,  /* v name, args params (E_NAME, a default), body */
+    N_TEXT,        /* v: the text */
+    N_OUTPUT,      /* a */
+    N_IF,          /* a cond, body, orelse */
+    N_FOR,         /* a target, b iter, c filter, body, orelse, recursive unused */
+    N_SET,         /* a target, b value */
+    N_SETBLOCK,    /* a target, c filter chain (operand NULL), body */
+    N_MACRO,       /* v name, args params (E_NAME, a default), body */
     N_FILTERBLOCK, /* c filter chain applied to the body's output */
     N_GENERATION,  /* body */
     N_BREAK,
     N_CONTINUE,
     /* expressions */
-    E_CONST, /* v */
-    E_NAME,  /* v.s name */
-    E_ATTR,  /* a . v.s */
-    E_ITEM,  /* a [ b ] */
-    E_SLICE, /* a [ b : c : d ], any of b c d NULL */
-    E_CALL,  /* a ( args, kw ) */
-    E_FILTER, /* v.s name, a operand, args, kw */
-    E_TEST,  /* v.s name, a operand, args; op 1 when negated */
-    E_BIN,   /* op, a, b */
-    E_UN,    /* op, a */
-    E_COND,  /* a if b else c */
-    E_LIST,  /* args */
-    E_TUPLE, /* args */
-    E_DICT,  /* args keys, kw values (as nodes, same count) */
-    E_KW,    /* v.s name = a */
+    E_CONST,   /* v */
+    E_NAME,    /* v.s name */
+    E_ATTR,    /* a . v.s */
+    E_ITEM,    /* a [ b ] */
+    E_SLICE,   /* a [ b : c : d ], any of b c d NULL */
+    E_CALL,    /* a ( args, kw ) */
+    E_FILTER,  /* v.s name, a operand, args, kw */
+    E_TEST,    /* v.s name, a operand, args; op 1 when negated */
+    E_BIN,     /* op, a, b */
+    E_UN,      /* op, a */
+    E_COND,    /* a if b else c */
+    E_LIST,    /* args */
+    E_TUPLE,   /* args */
+    E_DICT,    /* args keys, kw values (as nodes, same count) */
+    E_KW,      /* v.s name = a */
     E_COMPARE, /* a, then args: E_BIN nodes holding op and right operand */
 };
 
@@ -206,7 +234,7 @@ struct render {
     long long now;
     struct frame *root; /* the template's top-level frame */
     struct jdict globals;
-    int line; /* of the node being evaluated, for messages */
+    int line;    /* of the node being evaluated, for messages */
     int loopctl; /* 1 break, 2 continue */
 };
 
@@ -222,11 +250,31 @@ void jr_charge(struct render *r, size_t bytes);
 long long js_search(struct jstr hay, size_t from, struct jstr needle);
 
 /* values */
-static inline struct jv jv_undef(void) { struct jv v = {.k = JK_UNDEF}; return v; }
-static inline struct jv jv_none(void) { struct jv v = {.k = JK_NONE}; return v; }
-static inline struct jv jv_bool(bool b) { struct jv v = {.k = JK_BOOL, .b = b}; return v; }
-static inline struct jv jv_int(long long i) { struct jv v = {.k = JK_INT, .i = i}; return v; }
-static inline struct jv jv_float(double f) { struct jv v = {.k = JK_FLOAT, .f = f}; return v; }
+static inline struct jv jv_undef(void)
+{
+    struct jv v = {.k = JK_UNDEF};
+    return v;
+}
+static inline struct jv jv_none(void)
+{
+    struct jv v = {.k = JK_NONE};
+    return v;
+}
+static inline struct jv jv_bool(bool b)
+{
+    struct jv v = {.k = JK_BOOL, .b = b};
+    return v;
+}
+static inline struct jv jv_int(long long i)
+{
+    struct jv v = {.k = JK_INT, .i = i};
+    return v;
+}
+static inline struct jv jv_float(double f)
+{
+    struct jv v = {.k = JK_FLOAT, .f = f};
+    return v;
+}
 static inline struct jv jv_strn(const char *p, size_t n)
 {
     struct jv v = {.k = JK_STR, .s = {p, n}};
@@ -248,12 +296,15 @@ bool jv_is_num(struct jv v); /* int, float or bool */
 double jv_num(struct jv v);
 
 void jb_put(struct render *r, struct jbuf *b, const char *p, size_t n);
-static inline void jb_puts(struct render *r, struct jbuf *b, struct jstr s) { jb_put(r, b, s.p, s.n); }
+static inline void jb_puts(struct render *r, struct jbuf *b, struct jstr s)
+{
+    jb_put(r, b, s.p, s.n);
+}
 void jb_printf(struct render *r, struct jbuf *b, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void jv_str_into(struct render *r, struct jbuf *b, struct jv v);  /* Python str() */
 void jv_repr_into(struct render *r, struct jbuf *b, struct jv v); /* Python repr() */
-struct jstr jv_to_str(struct render *r, struct jv v);              /* str(), arena-owned */
+struct jstr jv_to_str(struct render *r, struct jv v);             /* str(), arena-owned */
 void jv_float_repr(double f, char *out, size_t cap);
 /* json.dumps(v, ensure_ascii=False, indent=indent (<0: None), separators, sort_keys) */
 void jv_tojson(struct render *r, struct jbuf *b, struct jv v, const char *indent, int level,

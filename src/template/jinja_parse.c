@@ -16,7 +16,8 @@
 #include "core/error.h"
 #include "template/jinja_impl.h"
 
-#define MAX_NEST 500 /* parser recursion (about 3 per bracket or operator level): bounds the C stack */
+#define MAX_NEST                                                                                   \
+    500 /* parser recursion (about 3 per bracket or operator level): bounds the C stack */
 
 struct parser {
     const char *name;
@@ -41,7 +42,10 @@ _Noreturn static void perr(struct parser *P, int code, int line, const char *fmt
     longjmp(P->fail, 1);
 }
 
-static const struct token *cur(struct parser *P) { return &P->t[P->i]; }
+static const struct token *cur(struct parser *P)
+{
+    return &P->t[P->i];
+}
 static const struct token *next(struct parser *P)
 {
     const struct token *t = &P->t[P->i];
@@ -50,7 +54,10 @@ static const struct token *next(struct parser *P)
     return t;
 }
 
-static bool is_op(struct parser *P, int op) { return cur(P)->t == T_OP && cur(P)->op == op; }
+static bool is_op(struct parser *P, int op)
+{
+    return cur(P)->t == T_OP && cur(P)->op == op;
+}
 static bool is_name(struct parser *P, const char *s)
 {
     return cur(P)->t == T_NAME && js_eq(cur(P)->s, s);
@@ -73,17 +80,29 @@ static bool skip_name(struct parser *P, const char *s)
 static const char *tok_desc(const struct token *t, char *buf, size_t cap)
 {
     switch (t->t) {
-    case T_EOF: return "end of template";
-    case T_DATA: return "text";
-    case T_VAR_BEGIN: return "'{{'";
-    case T_VAR_END: return "'}}'";
-    case T_BLOCK_BEGIN: return "'{%'";
-    case T_BLOCK_END: return "'%}'";
-    case T_NAME: snprintf(buf, cap, "'%.*s'", (int)(t->s.n > 40 ? 40 : t->s.n), t->s.p); return buf;
-    case T_STRING: return "a string";
-    case T_INT: return "an integer";
-    case T_FLOAT: return "a number";
-    case T_OP: return "an operator";
+    case T_EOF:
+        return "end of template";
+    case T_DATA:
+        return "text";
+    case T_VAR_BEGIN:
+        return "'{{'";
+    case T_VAR_END:
+        return "'}}'";
+    case T_BLOCK_BEGIN:
+        return "'{%'";
+    case T_BLOCK_END:
+        return "'%}'";
+    case T_NAME:
+        snprintf(buf, cap, "'%.*s'", (int)(t->s.n > 40 ? 40 : t->s.n), t->s.p);
+        return buf;
+    case T_STRING:
+        return "a string";
+    case T_INT:
+        return "an integer";
+    case T_FLOAT:
+        return "a number";
+    case T_OP:
+        return "an operator";
     }
     return "?";
 }
@@ -218,8 +237,8 @@ static struct node *filters(struct parser *P, struct node *n)
                 bool arg = c->t == T_STRING || c->t == T_INT || c->t == T_FLOAT ||
                            (c->t == T_NAME && !is_name(P, "else") && !is_name(P, "or") &&
                             !is_name(P, "and")) ||
-                           (c->t == T_OP && (c->op == OP_LPAREN || c->op == OP_LBRACKET ||
-                                             c->op == OP_LBRACE));
+                           (c->t == T_OP &&
+                            (c->op == OP_LPAREN || c->op == OP_LBRACKET || c->op == OP_LBRACE));
                 if (arg) {
                     if (is_name(P, "is"))
                         perr(P, ERR_FORMAT, c->line, "'is' after a test name");
@@ -421,7 +440,10 @@ static struct node *unary_f(struct parser *P, bool with_filters)
     return n;
 }
 
-static struct node *unary(struct parser *P) { return unary_f(P, true); }
+static struct node *unary(struct parser *P)
+{
+    return unary_f(P, true);
+}
 
 static struct node *bin(struct parser *P, int op, struct node *a, struct node *b, int line)
 {
@@ -479,8 +501,8 @@ static struct node *p_compare(struct parser *P)
     for (;;) {
         int op = 0;
         const struct token *t = cur(P);
-        if (t->t == T_OP && (t->op == OP_EQ || t->op == OP_NE || t->op == OP_LT ||
-                             t->op == OP_LE || t->op == OP_GT || t->op == OP_GE)) {
+        if (t->t == T_OP && (t->op == OP_EQ || t->op == OP_NE || t->op == OP_LT || t->op == OP_LE ||
+                             t->op == OP_GT || t->op == OP_GE)) {
             op = t->op;
             next(P);
         } else if (skip_name(P, "in")) {
@@ -553,7 +575,10 @@ static struct node *expr(struct parser *P)
     return n;
 }
 
-static struct node *expr_nocond(struct parser *P) { return p_or(P); }
+static struct node *expr_nocond(struct parser *P)
+{
+    return p_or(P);
+}
 
 /* expr [, expr ...] as a tuple when there is a comma (Jinja's parse_tuple) */
 static struct node *tuple_expr(struct parser *P, bool cond)
@@ -791,8 +816,9 @@ static const char *statements(struct parser *P, struct nlist *body, const char *
                         return *e;
                     }
             if (k->t == T_NAME && k->s.n > 3 && memcmp(k->s.p, "end", 3) == 0)
-                perr(P, ERR_FORMAT, k->line, "unexpected {%% %.*s %%}%s%s", (int)(k->s.n > 40 ? 40 : k->s.n),
-                     k->s.p, ctx ? " inside " : "", ctx ? ctx : "");
+                perr(P, ERR_FORMAT, k->line, "unexpected {%% %.*s %%}%s%s",
+                     (int)(k->s.n > 40 ? 40 : k->s.n), k->s.p, ctx ? " inside " : "",
+                     ctx ? ctx : "");
             if (k->t == T_NAME && (js_eq(k->s, "elif") || js_eq(k->s, "else")))
                 perr(P, ERR_FORMAT, k->line, "unexpected {%% %.*s %%}", (int)k->s.n, k->s.p);
             nl_push(P, body, statement(P));
@@ -817,8 +843,7 @@ static void check_unknown(struct parser *P, const struct node *n, bool soft)
         return;
     if ((n->t == E_FILTER || n->t == E_TEST) && n->fid < 0 && !soft)
         perr(P, ERR_UNSUPPORTED, n->line, "%s \"%.*s\" is not supported",
-             n->t == E_FILTER ? "filter" : "test", (int)(n->v.s.n > 60 ? 60 : n->v.s.n),
-             n->v.s.p);
+             n->t == E_FILTER ? "filter" : "test", (int)(n->v.s.n > 60 ? 60 : n->v.s.n), n->v.s.p);
     switch (n->t) {
     case N_IF:
     case E_COND:

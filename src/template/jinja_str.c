@@ -8,7 +8,10 @@
 #include "core/error.h"
 #include "template/jinja_str.h"
 
-static struct jv buf_str(struct jbuf *b) { return jv_strn(b->p ? b->p : "", b->n); }
+static struct jv buf_str(struct jbuf *b)
+{
+    return jv_strn(b->p ? b->p : "", b->n);
+}
 
 /* Decodes the code point at s[i] into *cp; returns its byte length (1 for
  * an invalid byte). */
@@ -38,14 +41,20 @@ static bool py_space(unsigned long c)
            c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-static bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+static bool is_alpha(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
 
 /* Unicode case mapping through the C.UTF-8 locale (towupper_l), which
  * covers the simple mappings; Python's special casings (sharp s to "SS")
  * are not made. Without that locale, ASCII only. */
 static locale_t utf8_locale;
 static pthread_once_t utf8_locale_once = PTHREAD_ONCE_INIT;
-static void utf8_locale_init(void) { utf8_locale = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0); }
+static void utf8_locale_init(void)
+{
+    utf8_locale = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
+}
 
 static unsigned long cp_case(unsigned long c, bool upper)
 {
@@ -59,7 +68,8 @@ static unsigned long cp_case(unsigned long c, bool upper)
     pthread_once(&utf8_locale_once, utf8_locale_init);
     if (!utf8_locale || c > 0x10FFFF)
         return c;
-    return (unsigned long)(upper ? towupper_l((wint_t)c, utf8_locale) : towlower_l((wint_t)c, utf8_locale));
+    return (unsigned long)(upper ? towupper_l((wint_t)c, utf8_locale)
+                                 : towlower_l((wint_t)c, utf8_locale));
 }
 
 static bool cp_cased(unsigned long c)
@@ -114,9 +124,15 @@ static struct jv map_case(struct render *r, struct jstr s, enum case_kind kind)
             continue;
         }
         switch (kind) {
-        case CASE_LOWER: o = cp_case(c, false); break;
-        case CASE_UPPER: o = cp_case(c, true); break;
-        case CASE_CAPITALIZE: o = cp_case(c, first); break;
+        case CASE_LOWER:
+            o = cp_case(c, false);
+            break;
+        case CASE_UPPER:
+            o = cp_case(c, true);
+            break;
+        case CASE_CAPITALIZE:
+            o = cp_case(c, first);
+            break;
         case CASE_TITLE: {
             bool cased = cp_cased(c);
             o = cased ? cp_case(c, !prev_cased) : c;
@@ -141,11 +157,26 @@ static struct jv map_case(struct render *r, struct jstr s, enum case_kind kind)
     return buf_str(&b);
 }
 
-struct jv js_lower(struct render *r, struct jstr s) { return map_case(r, s, CASE_LOWER); }
-struct jv js_upper(struct render *r, struct jstr s) { return map_case(r, s, CASE_UPPER); }
-struct jv js_capitalize(struct render *r, struct jstr s) { return map_case(r, s, CASE_CAPITALIZE); }
-struct jv js_title(struct render *r, struct jstr s) { return map_case(r, s, CASE_TITLE); }
-struct jv js_title_filter(struct render *r, struct jstr s) { return map_case(r, s, CASE_TITLE_FILTER); }
+struct jv js_lower(struct render *r, struct jstr s)
+{
+    return map_case(r, s, CASE_LOWER);
+}
+struct jv js_upper(struct render *r, struct jstr s)
+{
+    return map_case(r, s, CASE_UPPER);
+}
+struct jv js_capitalize(struct render *r, struct jstr s)
+{
+    return map_case(r, s, CASE_CAPITALIZE);
+}
+struct jv js_title(struct render *r, struct jstr s)
+{
+    return map_case(r, s, CASE_TITLE);
+}
+struct jv js_title_filter(struct render *r, struct jstr s)
+{
+    return map_case(r, s, CASE_TITLE_FILTER);
+}
 
 bool js_is_case(struct jstr s, bool upper)
 {
@@ -202,7 +233,8 @@ struct jv js_strip(struct render *r, struct jstr s, struct jv chars, int which)
     return jv_strn(s.p + b, e - b);
 }
 
-struct jv js_replace(struct render *r, struct jstr s, struct jstr old, struct jstr nw, long long count)
+struct jv js_replace(struct render *r, struct jstr s, struct jstr old, struct jstr nw,
+                     long long count)
 {
     struct jbuf b = {0};
     if (!old.n) { /* Python inserts nw between every code point, and at both ends */
@@ -446,7 +478,10 @@ struct jv js_percent_format(struct render *r, struct jstr fmt, struct jv args)
             spec[k++] = 'l';
             spec[k++] = conv == 'i' ? 'd' : conv;
             spec[k] = 0;
-            jb_printf(r, &b, spec, v.k == JK_FLOAT ? (long long)v.f : v.k == JK_BOOL ? (long long)v.b : v.i);
+            jb_printf(r, &b, spec,
+                      v.k == JK_FLOAT  ? (long long)v.f
+                      : v.k == JK_BOOL ? (long long)v.b
+                                       : v.i);
             break;
         case 'f':
         case 'F':
@@ -475,7 +510,7 @@ struct jv js_format(struct render *r, struct jstr fmt, struct jv *args, size_t n
     size_t auto_i = 0;
     for (size_t i = 0; i < fmt.n; i++) {
         char c = fmt.p[i];
-        if (c == '}' ) {
+        if (c == '}') {
             if (i + 1 < fmt.n && fmt.p[i + 1] == '}') {
                 jb_put(r, &b, "}", 1);
                 i++;
@@ -500,19 +535,22 @@ struct jv js_format(struct render *r, struct jstr fmt, struct jv *args, size_t n
         struct jstr field = {fmt.p + i + 1, e - i - 1};
         for (size_t j = 0; j < field.n; j++)
             if (field.p[j] == ':' || field.p[j] == '!' || field.p[j] == '.' || field.p[j] == '[')
-                jr_fail(r, ERR_UNSUPPORTED, "str.format field '{%.*s}' is not supported (only {}, {N}, {name})",
+                jr_fail(r, ERR_UNSUPPORTED,
+                        "str.format field '{%.*s}' is not supported (only {}, {N}, {name})",
                         (int)field.n, field.p);
         struct jv v;
         if (!field.n) {
             if (auto_i >= nargs)
-                jr_fail(r, ERR_INVALID, "Replacement index %zu out of range for positional args tuple", auto_i);
+                jr_fail(r, ERR_INVALID,
+                        "Replacement index %zu out of range for positional args tuple", auto_i);
             v = args[auto_i++];
         } else if (field.p[0] >= '0' && field.p[0] <= '9') {
             size_t idx = 0;
             for (size_t j = 0; j < field.n && idx < 100000; j++)
                 idx = idx * 10 + (size_t)(field.p[j] - '0');
             if (idx >= nargs)
-                jr_fail(r, ERR_INVALID, "Replacement index %zu out of range for positional args tuple", idx);
+                jr_fail(r, ERR_INVALID,
+                        "Replacement index %zu out of range for positional args tuple", idx);
             v = args[idx];
         } else {
             size_t k;
@@ -536,11 +574,21 @@ struct jv js_escape(struct render *r, struct jstr s)
     for (size_t i = 0; i < s.n; i++) {
         const char *e = NULL;
         switch (s.p[i]) {
-        case '&': e = "&amp;"; break;
-        case '<': e = "&lt;"; break;
-        case '>': e = "&gt;"; break;
-        case '"': e = "&#34;"; break;
-        case '\'': e = "&#39;"; break;
+        case '&':
+            e = "&amp;";
+            break;
+        case '<':
+            e = "&lt;";
+            break;
+        case '>':
+            e = "&gt;";
+            break;
+        case '"':
+            e = "&#34;";
+            break;
+        case '\'':
+            e = "&#39;";
+            break;
         }
         if (e) {
             jb_put(r, &b, s.p + run, i - run);

@@ -173,8 +173,7 @@ struct jv jv_from_json(struct render *r, const json_t *j)
         struct jv l = jv_list_new(r, json_array_size(j));
         size_t i;
         json_t *v;
-        json_array_foreach(j, i, v)
-            jv_list_push(r, l.l, jv_from_json(r, v));
+        json_array_foreach(j, i, v) jv_list_push(r, l.l, jv_from_json(r, v));
         return l;
     }
     case JSON_STRING:
@@ -198,18 +197,29 @@ bool jv_truthy(struct jv v)
 {
     switch (v.k) {
     case JK_UNDEF:
-    case JK_NONE: return false;
-    case JK_BOOL: return v.b;
-    case JK_INT: return v.i != 0;
-    case JK_FLOAT: return v.f != 0;
-    case JK_STR: return v.s.n != 0;
-    case JK_LIST: return v.l->gen || v.l->n != 0;
-    case JK_DICT: return v.d->n != 0;
-    default: return true;
+    case JK_NONE:
+        return false;
+    case JK_BOOL:
+        return v.b;
+    case JK_INT:
+        return v.i != 0;
+    case JK_FLOAT:
+        return v.f != 0;
+    case JK_STR:
+        return v.s.n != 0;
+    case JK_LIST:
+        return v.l->gen || v.l->n != 0;
+    case JK_DICT:
+        return v.d->n != 0;
+    default:
+        return true;
     }
 }
 
-bool jv_is_num(struct jv v) { return v.k == JK_INT || v.k == JK_FLOAT || v.k == JK_BOOL; }
+bool jv_is_num(struct jv v)
+{
+    return v.k == JK_INT || v.k == JK_FLOAT || v.k == JK_BOOL;
+}
 
 double jv_num(struct jv v)
 {
@@ -222,7 +232,10 @@ double jv_num(struct jv v)
 
 static bool eq_depth(struct jv a, struct jv b, int depth);
 
-bool jv_eq(struct jv a, struct jv b) { return eq_depth(a, b, 0); }
+bool jv_eq(struct jv a, struct jv b)
+{
+    return eq_depth(a, b, 0);
+}
 
 static bool eq_depth(struct jv a, struct jv b, int depth)
 {
@@ -237,8 +250,10 @@ static bool eq_depth(struct jv a, struct jv b, int depth)
         return false;
     switch (a.k) {
     case JK_UNDEF:
-    case JK_NONE: return true;
-    case JK_STR: return a.s.n == b.s.n && (a.s.n == 0 || memcmp(a.s.p, b.s.p, a.s.n) == 0);
+    case JK_NONE:
+        return true;
+    case JK_STR:
+        return a.s.n == b.s.n && (a.s.n == 0 || memcmp(a.s.p, b.s.p, a.s.n) == 0);
     case JK_LIST:
         if (a.l->gen || b.l->gen)
             return a.l == b.l;
@@ -257,11 +272,16 @@ static bool eq_depth(struct jv a, struct jv b, int depth)
                 return false;
         }
         return true;
-    case JK_NS: return a.d == b.d;
-    case JK_MACRO: return a.m == b.m;
-    case JK_FUNC: return a.fn == b.fn;
-    case JK_LOOP: return a.loop == b.loop;
-    default: return false;
+    case JK_NS:
+        return a.d == b.d;
+    case JK_MACRO:
+        return a.m == b.m;
+    case JK_FUNC:
+        return a.fn == b.fn;
+    case JK_LOOP:
+        return a.loop == b.loop;
+    default:
+        return false;
     }
 }
 
@@ -282,12 +302,16 @@ const char *jv_type_name(struct jv v)
 
 static int cmp_depth(struct render *r, struct jv a, struct jv b, int depth);
 
-int jv_cmp(struct render *r, struct jv a, struct jv b) { return cmp_depth(r, a, b, 0); }
+int jv_cmp(struct render *r, struct jv a, struct jv b)
+{
+    return cmp_depth(r, a, b, 0);
+}
 
 static int cmp_depth(struct render *r, struct jv a, struct jv b, int depth)
 {
     if (depth > MAX_VALUE_DEPTH)
-        jr_fail(r, ERR_INVALID, "comparison of values nested deeper than %d (limit)", MAX_VALUE_DEPTH);
+        jr_fail(r, ERR_INVALID, "comparison of values nested deeper than %d (limit)",
+                MAX_VALUE_DEPTH);
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.k != JK_FLOAT && b.k != JK_FLOAT) {
             long long x = a.k == JK_BOOL ? a.b : a.i, y = b.k == JK_BOOL ? b.b : b.i;
@@ -312,8 +336,8 @@ static int cmp_depth(struct render *r, struct jv a, struct jv b, int depth)
         }
         return (a.l->n > b.l->n) - (a.l->n < b.l->n);
     }
-    jr_fail(r, ERR_INVALID, "'<' not supported between instances of '%s' and '%s'",
-            jv_type_name(a), jv_type_name(b));
+    jr_fail(r, ERR_INVALID, "'<' not supported between instances of '%s' and '%s'", jv_type_name(a),
+            jv_type_name(b));
 }
 
 /* ---- buffers ---- */
@@ -475,7 +499,10 @@ static void repr_str(struct render *r, struct jbuf *b, struct jstr s)
 
 static void repr_depth(struct render *r, struct jbuf *b, struct jv v, int depth);
 
-void jv_repr_into(struct render *r, struct jbuf *b, struct jv v) { repr_depth(r, b, v, 0); }
+void jv_repr_into(struct render *r, struct jbuf *b, struct jv v)
+{
+    repr_depth(r, b, v, 0);
+}
 
 static void repr_depth(struct render *r, struct jbuf *b, struct jv v, int depth)
 {
@@ -536,19 +563,35 @@ void jv_str_into(struct render *r, struct jbuf *b, struct jv v)
 {
     char tmp[64];
     switch (v.k) {
-    case JK_UNDEF: return;
-    case JK_NONE: jb_put(r, b, "None", 4); return;
-    case JK_BOOL: jb_put(r, b, v.b ? "True" : "False", v.b ? 4 : 5); return;
-    case JK_INT: jb_printf(r, b, "%lld", v.i); return;
+    case JK_UNDEF:
+        return;
+    case JK_NONE:
+        jb_put(r, b, "None", 4);
+        return;
+    case JK_BOOL:
+        jb_put(r, b, v.b ? "True" : "False", v.b ? 4 : 5);
+        return;
+    case JK_INT:
+        jb_printf(r, b, "%lld", v.i);
+        return;
     case JK_FLOAT:
         jv_float_repr(v.f, tmp, sizeof(tmp));
         jb_put(r, b, tmp, strlen(tmp));
         return;
-    case JK_STR: jb_puts(r, b, v.s); return;
-    case JK_MACRO: jb_printf(r, b, "<Macro '%.*s'>", (int)v.m->v.s.n, v.m->v.s.p); return;
-    case JK_FUNC: jb_put(r, b, "<built-in function>", 19); return;
-    case JK_LOOP: jb_put(r, b, "<LoopContext>", 13); return;
-    default: jv_repr_into(r, b, v);
+    case JK_STR:
+        jb_puts(r, b, v.s);
+        return;
+    case JK_MACRO:
+        jb_printf(r, b, "<Macro '%.*s'>", (int)v.m->v.s.n, v.m->v.s.p);
+        return;
+    case JK_FUNC:
+        jb_put(r, b, "<built-in function>", 19);
+        return;
+    case JK_LOOP:
+        jb_put(r, b, "<LoopContext>", 13);
+        return;
+    default:
+        jv_repr_into(r, b, v);
     }
 }
 
@@ -572,13 +615,27 @@ static void json_str(struct render *r, struct jbuf *b, struct jstr s)
         char tmp[8];
         const char *esc = NULL;
         switch (c) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
+        case '"':
+            esc = "\\\"";
+            break;
+        case '\\':
+            esc = "\\\\";
+            break;
+        case '\n':
+            esc = "\\n";
+            break;
+        case '\r':
+            esc = "\\r";
+            break;
+        case '\t':
+            esc = "\\t";
+            break;
+        case '\b':
+            esc = "\\b";
+            break;
+        case '\f':
+            esc = "\\f";
+            break;
         default:
             if (c < 0x20) {
                 snprintf(tmp, sizeof(tmp), "\\u%04x", c);
@@ -607,9 +664,15 @@ static void json_scalar(struct render *r, struct jbuf *b, struct jv v, bool as_k
 {
     char tmp[64];
     switch (v.k) {
-    case JK_NONE: jb_put(r, b, "null", 4); return;
-    case JK_BOOL: jb_put(r, b, v.b ? "true" : "false", v.b ? 4 : 5); return;
-    case JK_INT: jb_printf(r, b, "%lld", v.i); return;
+    case JK_NONE:
+        jb_put(r, b, "null", 4);
+        return;
+    case JK_BOOL:
+        jb_put(r, b, v.b ? "true" : "false", v.b ? 4 : 5);
+        return;
+    case JK_INT:
+        jb_printf(r, b, "%lld", v.i);
+        return;
     case JK_FLOAT:
         if (isnan(v.f))
             snprintf(tmp, sizeof(tmp), "NaN");
@@ -619,10 +682,12 @@ static void json_scalar(struct render *r, struct jbuf *b, struct jv v, bool as_k
             jv_float_repr(v.f, tmp, sizeof(tmp));
         jb_put(r, b, tmp, strlen(tmp));
         return;
-    case JK_STR: json_str(r, b, v.s); return;
+    case JK_STR:
+        json_str(r, b, v.s);
+        return;
     default:
-        jr_fail(r, ERR_INVALID, "%s of type %s is not JSON serializable", as_key ? "keys" : "Object",
-                jv_type_name(v));
+        jr_fail(r, ERR_INVALID, "%s of type %s is not JSON serializable",
+                as_key ? "keys" : "Object", jv_type_name(v));
     }
 }
 
@@ -665,7 +730,8 @@ void jv_tojson(struct render *r, struct jbuf *b, struct jv v, const char *indent
             order[i] = i;
         if (sort_keys) /* insertion sort: stable, and dicts are small */
             for (size_t i = 1; i < n; i++)
-                for (size_t j = i; j > 0 && jv_cmp(r, v.d->key[order[j - 1]], v.d->key[order[j]]) > 0; j--) {
+                for (size_t j = i;
+                     j > 0 && jv_cmp(r, v.d->key[order[j - 1]], v.d->key[order[j]]) > 0; j--) {
                     size_t t = order[j];
                     order[j] = order[j - 1];
                     order[j - 1] = t;
@@ -717,8 +783,10 @@ size_t ju_offset(struct jstr s, size_t cp)
 struct jv jv_iter_list(struct render *r, struct jv v)
 {
     switch (v.k) {
-    case JK_LIST: return v;
-    case JK_UNDEF: return jv_list_new(r, 0);
+    case JK_LIST:
+        return v;
+    case JK_UNDEF:
+        return jv_list_new(r, 0);
     case JK_DICT:
     case JK_NS: {
         struct jv l = jv_list_new(r, v.d->n);
