@@ -279,7 +279,9 @@ static struct jv do_slice(struct render *r, struct frame *f, const struct node *
     struct jv b = n->b ? jeval(r, f, n->b) : jv_none(), e = n->c ? jeval(r, f, n->c) : jv_none(),
               s = n->d ? jeval(r, f, n->d) : jv_none();
     long long *idx;
-    if (obj.k == JK_LIST && !obj.l->gen) {
+    if (obj.k == JK_LIST && obj.l->gen)
+        jr_fail(r, ERR_INVALID, "'generator' object is not subscriptable");
+    if (obj.k == JK_LIST) {
         size_t cnt = slice_indices(r, (long long)obj.l->n, b, e, s, &idx);
         struct jv l = jv_list_new(r, cnt);
         l.l->tuple = obj.l->tuple;
@@ -302,7 +304,8 @@ static struct jv do_slice(struct render *r, struct frame *f, const struct node *
     }
     if (obj.k == JK_UNDEF)
         undefined_use(r, obj);
-    return undef_named((struct jstr){NULL, 0}); /* Jinja's getitem: a TypeError gives Undefined */
+    /* slices bypass Jinja's getitem (which turns a TypeError into Undefined) */
+    jr_fail(r, ERR_INVALID, "'%s' object is not subscriptable", jv_type_name(obj));
 }
 
 /* ---- operators ---- */

@@ -714,6 +714,8 @@ static struct jv filter(struct render *r, struct frame *f, int fid, struct jv v,
             return jv_float(ceil(x * p) / p);
         if (m.k == JK_STR && js_eq(m.s, "floor"))
             return jv_float(floor(x * p) / p);
+        if (v.k == JK_INT || v.k == JK_BOOL) /* Python's round(int, n) is an int */
+            return prec >= 0 ? jv_int(v.k == JK_BOOL ? v.b : v.i) : jv_float(nearbyint(x * p) / p);
         return jv_float(nearbyint(x * p) / p); /* Python's round: half to even */
     }
     case F_INDENT: {
@@ -733,7 +735,10 @@ static struct jv filter(struct render *r, struct frame *f, int fid, struct jv v,
             memset(s, ' ', (size_t)k);
             ind = (struct jstr){s, (size_t)k};
         }
-        return js_indent(r, jv_to_str(r, v), ind, first, blank);
+        if (v.k != JK_STR) /* Jinja's indent does s += "\n" */
+            jr_fail(r, ERR_INVALID, "unsupported operand type(s) for +=: '%s' and 'str'",
+                    jv_type_name(v));
+        return js_indent(r, v.s, ind, first, blank);
     }
     case F_WORDCOUNT:
         return jv_int(js_wordcount(jv_to_str(r, v)));

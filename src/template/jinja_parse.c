@@ -25,6 +25,7 @@ struct parser {
     size_t n, i;
     struct jarena *a;
     int depth;
+    int loops; /* for bodies around the statement being parsed (a macro starts at 0) */
     jmp_buf fail;
     int err;
 };
@@ -685,7 +686,9 @@ static struct node *statement(struct parser *P)
         if (is_name(P, "recursive"))
             perr(P, ERR_UNSUPPORTED, line, "recursive for loops are not supported");
         block_end(P);
+        P->loops++;
         const char *e = statements(P, &n->body, for_ends, "for", line);
+        P->loops--;
         next(P);
         if (e[1] == 'l') {
             block_end(P);
@@ -744,7 +747,10 @@ static struct node *statement(struct parser *P)
         }
         block_end(P);
         static const char *const endmacro[] = {"endmacro", NULL};
+        int loops = P->loops;
+        P->loops = 0;
         statements(P, &n->body, endmacro, "macro", line);
+        P->loops = loops;
         next(P);
         if (cur(P)->t == T_NAME) /* {% endmacro name %} */
             next(P);
@@ -774,6 +780,9 @@ static struct node *statement(struct parser *P)
     }
     if (skip_name(P, "break") || skip_name(P, "continue")) {
         struct node *n = mk(P, js_eq(t->s, "break") ? N_BREAK : N_CONTINUE, line);
+        if (!P->loops)
+            perr(P, ERR_FORMAT, line, "'%s' outside a for loop",
+                 n->t == N_BREAK ? "break" : "continue");
         block_end(P);
         return n;
     }
