@@ -91,7 +91,7 @@ static void assign(struct render *r, struct frame *f, const struct node *target,
 }
 
 /* ---- attributes and items ---- */
-static _Noreturn void undefined_use(struct render *r, struct jv u)
+_Noreturn void jr_undefined(struct render *r, struct jv u)
 {
     if (u.s.p)
         jr_fail(r, ERR_INVALID, "'%.*s' is undefined", (int)(u.s.n > 60 ? 60 : u.s.n), u.s.p);
@@ -137,7 +137,7 @@ struct jv jgetattr(struct render *r, struct jv obj, struct jstr name)
 {
     switch (obj.k) {
     case JK_UNDEF:
-        undefined_use(r, obj);
+        jr_undefined(r, obj);
     case JK_DICT: {
         struct jv m = jmethod(r, obj, name);
         if (m.k != JK_UNDEF)
@@ -180,7 +180,7 @@ struct jv jgetitem(struct render *r, struct jv obj, struct jv key)
     size_t i;
     switch (obj.k) {
     case JK_UNDEF:
-        undefined_use(r, obj);
+        jr_undefined(r, obj);
     case JK_DICT: {
         jr_charge(r, obj.d->n * 8);
         struct jv *v = jv_dict_get(obj.d, key);
@@ -303,7 +303,7 @@ static struct jv do_slice(struct render *r, struct frame *f, const struct node *
         return jv_strn(out.p ? out.p : "", out.n);
     }
     if (obj.k == JK_UNDEF)
-        undefined_use(r, obj);
+        jr_undefined(r, obj);
     /* slices bypass Jinja's getitem (which turns a TypeError into Undefined) */
     jr_fail(r, ERR_INVALID, "'%s' object is not subscriptable", jv_type_name(obj));
 }
@@ -321,9 +321,9 @@ static bool is_intlike(struct jv v)
 static _Noreturn void bad_operands(struct render *r, const char *op, struct jv a, struct jv b)
 {
     if (a.k == JK_UNDEF)
-        undefined_use(r, a);
+        jr_undefined(r, a);
     if (b.k == JK_UNDEF)
-        undefined_use(r, b);
+        jr_undefined(r, b);
     jr_fail(r, ERR_INVALID, "unsupported operand type(s) for %s: '%s' and '%s'", op,
             jv_type_name(a), jv_type_name(b));
 }
@@ -517,9 +517,9 @@ static bool compare(struct render *r, int op, struct jv a, struct jv b)
         return !contains(r, a, b);
     }
     if (a.k == JK_UNDEF)
-        undefined_use(r, a);
+        jr_undefined(r, a);
     if (b.k == JK_UNDEF)
-        undefined_use(r, b);
+        jr_undefined(r, b);
     int c = jv_cmp(r, a, b);
     switch (op) {
     case OP_LT:
@@ -598,7 +598,7 @@ struct jv jcall(struct render *r, struct frame *f, struct jv fn, struct jv *args
     if (fn.k == JK_FUNC)
         return jfunc_call(r, f, fn.fn, args, nargs, kwn, kwv, nkw);
     if (fn.k == JK_UNDEF)
-        undefined_use(r, fn);
+        jr_undefined(r, fn);
     jr_fail(r, ERR_INVALID, "'%s' object is not callable", jv_type_name(fn));
 }
 
@@ -715,7 +715,7 @@ static struct jv eval_node(struct render *r, struct frame *f, const struct node 
         if (a.k == JK_FLOAT)
             return jv_float(n->op == OP_NEG ? -a.f : a.f);
         if (a.k == JK_UNDEF)
-            undefined_use(r, a);
+            jr_undefined(r, a);
         jr_fail(r, ERR_INVALID, "bad operand type for unary %s: '%s'", n->op == OP_NEG ? "-" : "+",
                 jv_type_name(a));
     }

@@ -369,6 +369,8 @@ static struct jv sized_len(struct render *r, struct jv v)
 
 static struct jv to_number(struct render *r, struct jv v, bool want_int, struct jv def, int base)
 {
+    if (v.k == JK_UNDEF) /* Undefined.__int__ / __float__ raise */
+        jr_undefined(r, v);
     if (v.k == JK_INT)
         return want_int ? v : jv_float((double)v.i);
     if (v.k == JK_BOOL)
@@ -799,6 +801,12 @@ static struct jv filter(struct render *r, struct frame *f, int fid, struct jv v,
 bool jtest(struct render *r, struct frame *f, int tid, struct jv v, struct jv *args, size_t nargs)
 {
     struct jv a0 = nargs ? args[0] : jv_undef();
+    bool unary = tid != X_EQ && tid != X_NE && tid != X_LT && tid != X_LE && tid != X_GT &&
+                 tid != X_GE && tid != X_DIVISIBLEBY && tid != X_IN && tid != X_SAMEAS;
+    if (nargs > (unary ? 0u : 1u))
+        jr_fail(r, ERR_INVALID, "a test given %zu argument(s), more than it takes", nargs);
+    if (!unary && !nargs)
+        jr_fail(r, ERR_INVALID, "a test needs an argument");
     switch ((enum test_id)tid) {
     case X_DEFINED:
         return v.k != JK_UNDEF;

@@ -243,6 +243,9 @@ struct render {
 _Noreturn void jr_fail(struct render *r, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void *jr_alloc(struct render *r, size_t n);
+/* Fails the render for a use of the undefined value u Jinja2 refuses
+ * (attribute, call, arithmetic, int()): "'name' is undefined". */
+_Noreturn void jr_undefined(struct render *r, struct jv u);
 /* Counts work that is not one evaluation (a byte comparison loop) against
  * the step limit: about one step per 64 bytes. */
 void jr_charge(struct render *r, size_t bytes);

@@ -226,6 +226,12 @@ static struct node *filters(struct parser *P, struct node *n)
                 unexpected(P, "a test name");
             tn->v = jv_strn(t->s.p, t->s.n);
             next(P);
+            while (skip_op(P, OP_DOT)) { /* dotted test names, as Jinja's parse_test */
+                if (cur(P)->t != T_NAME)
+                    unexpected(P, "a name");
+                tn->v.s.n = (size_t)(cur(P)->s.p + cur(P)->s.n - tn->v.s.p);
+                next(P);
+            }
             tn->a = n;
             tn->fid = jinja_test_id(tn->v.s.p, tn->v.s.n); /* -1: see check_unknown */
             if (skip_op(P, OP_LPAREN)) {
