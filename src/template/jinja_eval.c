@@ -1,7 +1,7 @@
 /* The Jinja evaluator: statements write into a buffer, expressions give
  * values, with Jinja2's scoping (a for loop's body is a fresh scope each
- * iteration; a macro's body sees its arguments, then the template's
- * top-level names at call time, then the globals) and Python's operator
+ * iteration; a macro's body sees its arguments, then the scope it was
+ * defined in as it is at call time, then the globals) and Python's operator
  * semantics. A failure longjmps to jinja_render, which frees the arena. */
 #include <limits.h>
 #include <math.h>
@@ -537,16 +537,17 @@ static bool compare(struct render *r, int op, struct jv a, struct jv b)
 static void exec_body(struct render *r, struct frame *f, const struct nlist *body,
                       struct jbuf *out);
 
-static struct jv call_macro(struct render *r, const struct node *m, struct jv *args, size_t nargs,
-                            struct jstr *kwn, struct jv *kwv, size_t nkw)
+static struct jv call_macro(struct render *r, const struct jmacro *mac, struct jv *args,
+                            size_t nargs, struct jstr *kwn, struct jv *kwv, size_t nkw)
 {
+    const struct node *m = mac->def;
     if (r->depth >= r->max_depth)
         jr_fail(r, ERR_INVALID, "macro calls nested deeper than %d (limit)", r->max_depth);
     if (nargs > m->args.n)
         jr_fail(r, ERR_INVALID, "macro '%.*s' takes not more than %zu argument(s)", (int)m->v.s.n,
                 m->v.s.p, m->args.n);
     struct frame *f = jr_alloc(r, sizeof(*f));
-    f->parent = r->root;
+    f->parent = mac->closure;
     for (size_t k = 0; k < nkw; k++) {
         size_t i;
         for (i = 0; i < m->args.n; i++)
@@ -856,7 +857,10 @@ static void exec_body(struct render *r, struct frame *f, const struct nlist *bod
             break;
         }
         case N_MACRO: {
-            struct jv m = {.k = JK_MACRO, .m = n};
+            struct jv m = {.k = JK_MACRO};
+            m.m = jr_alloc(r, sizeof(*m.m));
+            m.m->def = n;
+            m.m->closure = f;
             jv_dict_set(r, &f->vars, n->v, m);
             break;
         }

@@ -56,7 +56,7 @@ struct jv {
         struct jstr s;
         struct jlist *l;
         struct jdict *d;
-        const struct node *m;
+        struct jmacro *m;
         struct jfunc *fn;
         struct jloop *loop;
     };
@@ -73,6 +73,12 @@ struct jlist {
 struct jdict { /* insertion-ordered, linear lookup */
     size_t n, cap;
     struct jv *key, *val;
+};
+
+struct frame;
+struct jmacro {
+    const struct node *def; /* the N_MACRO */
+    struct frame *closure;  /* the scope it was defined in: its body sees that scope's names */
 };
 
 struct jfunc {

@@ -582,7 +582,7 @@ void jv_str_into(struct render *r, struct jbuf *b, struct jv v)
         jb_puts(r, b, v.s);
         return;
     case JK_MACRO:
-        jb_printf(r, b, "<Macro '%.*s'>", (int)v.m->v.s.n, v.m->v.s.p);
+        jb_printf(r, b, "<Macro '%.*s'>", (int)v.m->def->v.s.n, v.m->def->v.s.p);
         return;
     case JK_FUNC:
         jb_put(r, b, "<built-in function>", 19);
