@@ -27,6 +27,20 @@ CONVS = {
                   {"role": "user", "content": "3+3?"}],
     "content_list": [{"role": "user", "content": [{"type": "text", "text": "Look: "}, {"type": "text", "text": "hi"}]}],
     "numbers": [{"role": "user", "content": "x", "extra": 1.5, "n": 3, "flag": True}],
+    "two_calls": [{"role": "user", "content": "Weather in Paris and Rome?"},
+                  {"role": "assistant", "content": "", "tool_calls": [
+                      {"id": "a1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+                      {"id": "a2", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Rome", "unit": "c"}}}]},
+                  {"role": "tool", "tool_call_id": "a1", "content": "21"},
+                  {"role": "tool", "tool_call_id": "a2", "content": "25"},
+                  {"role": "user", "content": "And London?"}],
+    "multimodal": [{"role": "system", "content": [{"type": "text", "text": "Sys"}]},
+                   {"role": "user", "content": [{"type": "image", "url": "http://x/y.png"},
+                                                {"type": "text", "text": "What is this?"}]},
+                   {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]}],
+    "thinking": [{"role": "user", "content": "Hi"},
+                 {"role": "assistant", "content": "<think>hmm</think>Hello", "thinking": "hmm"},
+                 {"role": "user", "content": "Again"}],
 }
 
 
