@@ -138,6 +138,11 @@ static void test_statements(void)
     EXPECT("{% set x %}in {{ 1 }}{% endset %}[{{ x }}]", "[in 1]");
     EXPECT("{% macro m(a, b='d') %}({{ a }},{{ b }}){% endmacro %}{{ m(1) }}{{ m(2, b=3) }}",
            "(1,d)(2,3)");
+    EXPECT("{% macro v(a) %}{{ a }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ v(1, 2, k=3) }}",
+           "1(2,){'k': 3}");
+    EXPECT("{% for j in [5, 6] %}{% macro m() %}{{ j }}{% endmacro %}{{ m() }}{% endfor %}", "56");
+    EXPECT_ERR("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", ERR_INVALID, "takes not more than 1");
+    EXPECT_ERR("{% break %}", ERR_FORMAT, "'break' outside a for loop");
     EXPECT("{% filter upper %}abc{% endfilter %}", "ABC");
     EXPECT("{% generation %}gen{% endgeneration %}", "gen");
     EXPECT("{% if n %}a{% elif s %}b{% else %}c{% endif %}", "b");

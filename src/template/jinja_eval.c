@@ -543,17 +543,23 @@ static struct jv call_macro(struct render *r, const struct jmacro *mac, struct j
     const struct node *m = mac->def;
     if (r->depth >= r->max_depth)
         jr_fail(r, ERR_INVALID, "macro calls nested deeper than %d (limit)", r->max_depth);
-    if (nargs > m->args.n)
+    bool varargs = m->op & 1, kwargs = m->op & 2;
+    if (nargs > m->args.n && !varargs)
         jr_fail(r, ERR_INVALID, "macro '%.*s' takes not more than %zu argument(s)", (int)m->v.s.n,
                 m->v.s.p, m->args.n);
     struct frame *f = jr_alloc(r, sizeof(*f));
     f->parent = mac->closure;
+    struct jv extra_kw = jv_dict_new(r);
     for (size_t k = 0; k < nkw; k++) {
         size_t i;
         for (i = 0; i < m->args.n; i++)
             if (m->args.v[i]->v.s.n == kwn[k].n &&
                 memcmp(m->args.v[i]->v.s.p, kwn[k].p, kwn[k].n) == 0)
                 break;
+        if (i == m->args.n && kwargs) {
+            jv_dict_set(r, extra_kw.d, jv_strn(kwn[k].p, kwn[k].n), kwv[k]);
+            continue;
+        }
         if (i == m->args.n)
             jr_fail(r, ERR_INVALID, "macro '%.*s' has no argument '%.*s'", (int)m->v.s.n, m->v.s.p,
                     (int)kwn[k].n, kwn[k].p);
@@ -580,6 +586,15 @@ static struct jv call_macro(struct render *r, const struct jmacro *mac, struct j
             v = p->a ? jeval(r, f, p->a) : undef_named(p->v.s);
         jv_dict_set(r, &f->vars, p->v, v);
     }
+    if (varargs) {
+        struct jv t = jv_list_new(r, nargs > m->args.n ? nargs - m->args.n : 0);
+        t.l->tuple = true;
+        for (size_t i = m->args.n; i < nargs; i++)
+            jv_list_push(r, t.l, args[i]);
+        jv_dict_set(r, &f->vars, jv_strn("varargs", 7), t);
+    }
+    if (kwargs)
+        jv_dict_set(r, &f->vars, jv_strn("kwargs", 6), extra_kw);
     r->depth++;
     struct jbuf out = {0};
     int saved = r->loopctl;

@@ -157,13 +157,13 @@ struct token {
 /* ---- AST ---- */
 enum nt {
     /* statements */
-    N_TEXT,        /* v: the text */
-    N_OUTPUT,      /* a */
-    N_IF,          /* a cond, body, orelse */
-    N_FOR,         /* a target, b iter, c filter, body, orelse, recursive unused */
-    N_SET,         /* a target, b value */
-    N_SETBLOCK,    /* a target, c filter chain (operand NULL), body */
-    N_MACRO,       /* v name, args params (E_NAME, a default), body */
+    N_TEXT,     /* v: the text */
+    N_OUTPUT,   /* a */
+    N_IF,       /* a cond, body, orelse */
+    N_FOR,      /* a target, b iter, c filter, body, orelse, recursive unused */
+    N_SET,      /* a target, b value */
+    N_SETBLOCK, /* a target, c filter chain (operand NULL), body */
+    N_MACRO,    /* v name, args params (E_NAME, a default), body; op 1: reads varargs, 2: kwargs */
     N_FILTERBLOCK, /* c filter chain applied to the body's output */
     N_GENERATION,  /* body */
     N_BREAK,

@@ -647,6 +647,23 @@ static void block_end(struct parser *P)
 static const char *statements(struct parser *P, struct nlist *body, const char *const *ends,
                               const char *ctx, int ctx_line);
 
+/* Whether the subtree reads the variable name (Jinja gives a macro
+ * varargs / kwargs when its body reads them). */
+static bool reads_name(const struct node *n, const char *name)
+{
+    if (!n)
+        return false;
+    if (n->t == E_NAME && js_eq(n->v.s, name))
+        return true;
+    const struct nlist *lists[] = {&n->args, &n->kw, &n->body, &n->orelse};
+    for (size_t k = 0; k < 4; k++)
+        for (size_t i = 0; i < lists[k]->n; i++)
+            if (reads_name(lists[k]->v[i], name))
+                return true;
+    return reads_name(n->a, name) || reads_name(n->b, name) || reads_name(n->c, name) ||
+           reads_name(n->d, name);
+}
+
 static struct node *statement(struct parser *P)
 {
     const struct token *t = cur(P);
@@ -757,6 +774,12 @@ static struct node *statement(struct parser *P)
         P->loops = 0;
         statements(P, &n->body, endmacro, "macro", line);
         P->loops = loops;
+        for (size_t i = 0; i < n->body.n; i++) {
+            if (reads_name(n->body.v[i], "varargs"))
+                n->op |= 1;
+            if (reads_name(n->body.v[i], "kwargs"))
+                n->op |= 2;
+        }
         next(P);
         if (cur(P)->t == T_NAME) /* {% endmacro name %} */
             next(P);
