@@ -125,6 +125,7 @@ static void test_statements(void)
     EXPECT("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}",
            "a=1;b=[1, 2.5, 'x', None, True];");
     EXPECT("{% for x in e %}x{% else %}empty{% endfor %}", "empty");
+    EXPECT("{% for x in [1, 2, 3] %}{{ loop.cycle('a', 'b') }}{% endfor %}", "aba");
     EXPECT("{% for x in [1, 2, 3, 4] if x is even %}{{ x }}{{ loop.length }}{% endfor %}", "2242");
     EXPECT("{% for x in [1, 2, 3] %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 3 %}"
            "{% break %}{% endif %}{{ x }}{% endfor %}",

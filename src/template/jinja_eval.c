@@ -128,8 +128,10 @@ static struct jv loop_attr(struct render *r, struct jloop *L, struct jstr name)
         return jv_int(1);
     if (js_eq(name, "depth0"))
         return jv_int(0);
-    if (js_eq(name, "cycle"))
-        jr_fail(r, ERR_UNSUPPORTED, "loop.cycle is not supported");
+    if (js_eq(name, "cycle")) {
+        struct jv l = {.k = JK_LOOP, .loop = L};
+        return jloop_cycle(r, l);
+    }
     return undef_named(name);
 }
 

@@ -21,6 +21,7 @@ enum fn_id {
     G_JOINER,
     G_JOINER_CALL,
     G_CYCLER,
+    G_LOOP_CYCLE,
     S_STRIP,
     S_LSTRIP,
     S_RSTRIP,
@@ -137,6 +138,11 @@ struct jv jmethod(struct render *r, struct jv obj, struct jstr name)
         FIND_METHOD(list_methods)
     }
     return jv_undef();
+}
+
+struct jv jloop_cycle(struct render *r, struct jv loop)
+{
+    return mkfn(r, G_LOOP_CYCLE, loop);
 }
 
 struct jv jglobal_func(struct render *r, const char *name)
@@ -329,6 +335,10 @@ static struct jv call(struct render *r, struct frame *f, struct jfunc *fn, struc
             return jv_strn("", 0);
         }
         return self;
+    case G_LOOP_CYCLE:
+        if (!nargs)
+            jr_fail(r, ERR_INVALID, "no items for cycling given");
+        return args[(size_t)self.loop->index0 % nargs];
     case G_CYCLER:
         jr_fail(r, ERR_UNSUPPORTED, "cycler() is not supported");
     case S_STRIP:

@@ -338,6 +338,7 @@ bool jtest(struct render *r, struct frame *f, int tid, struct jv v, struct jv *a
 /* a method of obj by name (JK_FUNC bound), or JK_UNDEF when it has none */
 struct jv jmethod(struct render *r, struct jv obj, struct jstr name);
 struct jv jglobal_func(struct render *r, const char *name);
+struct jv jloop_cycle(struct render *r, struct jv loop); /* loop.cycle, bound */
 struct jv jfunc_call(struct render *r, struct frame *f, struct jfunc *fn, struct jv *args,
                      size_t nargs, struct jstr *kwn, struct jv *kwv, size_t nkw);
 
