@@ -6,6 +6,7 @@
  * render exactly, or fail as transformers fails, except the templates in
  * known_failures below. Prints the corpus table. */
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,6 +303,51 @@ static void test_chat(void)
           strstr(err_msg(), "/nonexistent-dir/t.jinja"));
 }
 
+/* One template rendered by several threads at once gives every thread the
+ * single-threaded text (the struct is shared read-only; renders own their
+ * arenas; error messages are per thread). */
+struct shared_render {
+    const struct chat_template *ct;
+    json_t *msgs;
+    const char *want;
+    int bad;
+};
+
+static void *render_thread(void *arg)
+{
+    struct shared_render *s = arg;
+    for (int i = 0; i < 40; i++) {
+        char *out = NULL;
+        struct chat_render_opts o = {.add_generation_prompt = i % 2 == 0};
+        int rc = chat_template_render(s->ct, s->msgs, &o, &out, NULL);
+        if (i % 2 == 0 && (rc != 0 || strcmp(out, s->want) != 0))
+            s->bad++;
+        free(out);
+    }
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    const char *src = "{% for m in messages %}{{ '<|' + m.role + '|>' + m.content|trim }}{% endfor %}"
+                      "{% if add_generation_prompt %}<|assistant|>{% endif %}";
+    struct chat_template *ct = NULL;
+    CHECK(chat_template_parse(src, strlen(src), NULL, NULL, &ct) == 0);
+    json_t *msgs = json_loads("[{\"role\": \"user\", \"content\": \" hi \"}]", 0, NULL);
+    struct shared_render s[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        s[i] = (struct shared_render){ct, msgs, "<|user|>hi<|assistant|>", 0};
+        CHECK(pthread_create(&th[i], NULL, render_thread, &s[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_MSG(s[i].bad == 0, "thread %d: %d renders differ", i, s[i].bad);
+    }
+    json_decref(msgs);
+    chat_template_free(ct);
+}
+
 /* ---- the corpus ---- */
 static char *slurp(const char *path, size_t *len)
 {
@@ -461,6 +507,7 @@ int main(void)
     test_limits();
     test_python_semantics();
     test_chat();
+    test_threads();
     test_corpus();
     return test_finish();
 }
