@@ -208,6 +208,14 @@ static void test_limits(void)
     struct jinja_limits steps = {.max_steps = 1000};
     expect_full(__LINE__, "{% for i in range(1000) %}{{ i }}{% endfor %}", NULL, ERR_INVALID,
                 "evaluation steps", &steps);
+    /* s = s ~ x in a loop appends in place: 2000 x 2 KiB in well under the
+       default 256 MiB (copying would need 4 GB) */
+    EXPECT("{% set ns = namespace(s='') %}{% for i in range(2000) %}{% set ns.s = ns.s ~ ('x' * 2048) ~ "
+           "'' %}{% set keep = ns.s %}{% endfor %}{{ ns.s|length }}",
+           "4096000");
+    EXPECT("{% set a = 'ab' %}{% set b = a ~ 'c' %}{% set c = a ~ 'd' %}{% set d = b ~ 'e' %}"
+           "{{ a }}{{ b }}{{ c }}{{ d }}",
+           "ababcabdabce");
     /* a value nested deeper than repr recurses */
     EXPECT_ERR("{% set ns = namespace(l=[]) %}{% for i in range(300) %}{% set ns.l = [ns.l] %}"
                "{% endfor %}{{ ns.l }}",

@@ -448,14 +448,30 @@ static struct jv arith(struct render *r, int op, struct jv a, struct jv b)
         return z;
     }
     if (op == OP_ADD && a.k == JK_STR && b.k == JK_STR) {
-        char *s = jr_alloc(r, a.s.n + b.s.n + 1);
-        if (a.s.n)
-            memcpy(s, a.s.p, a.s.n);
-        if (b.s.n)
-            memcpy(s + a.s.n, b.s.p, b.s.n);
-        if (a.s.n + b.s.n > r->max_output)
+        size_t n = a.s.n + b.s.n;
+        if (n > r->max_output)
             jr_fail(r, ERR_INVALID, "string longer than %zu bytes (limit)", r->max_output);
-        return jv_strn(s, a.s.n + b.s.n);
+        struct jsb *sb = a.sb;
+        if (!sb || a.s.p != sb->p || a.s.n != sb->used) { /* a new buffer, a copied */
+            sb = jr_alloc(r, sizeof(*sb));
+            sb->cap = n + n / 2 + 16;
+            sb->p = jr_alloc(r, sb->cap);
+            if (a.s.n)
+                memcpy(sb->p, a.s.p, a.s.n);
+            sb->used = a.s.n;
+        } else if (n > sb->cap) { /* grows by half: amortised linear */
+            size_t cap = n + n / 2 + 16;
+            char *p = jr_alloc(r, cap);
+            memcpy(p, sb->p, sb->used);
+            sb->p = p;
+            sb->cap = cap;
+        }
+        if (b.s.n)
+            memcpy(sb->p + sb->used, b.s.p, b.s.n);
+        sb->used = n;
+        struct jv v = jv_strn(sb->p, n);
+        v.sb = sb;
+        return v;
     }
     if (op == OP_ADD && a.k == JK_LIST && b.k == JK_LIST && a.l->tuple == b.l->tuple && !a.l->gen &&
         !b.l->gen) {
@@ -635,6 +651,17 @@ static void eval_args(struct render *r, struct frame *f, const struct node *n, s
     }
 }
 
+/* str(v) as a plain (not Markup) string value; a string keeps its buffer */
+static struct jv plain_str(struct render *r, struct jv v)
+{
+    if (v.k == JK_STR) {
+        v.safe = false;
+        return v;
+    }
+    struct jstr s = jv_to_str(r, v);
+    return jv_strn(s.p, s.n);
+}
+
 /* ---- expressions ---- */
 /* The most nested expression evaluations at once (through macro calls too):
  * about 300 bytes of C stack each, so a render needs well under 1 MiB. */
@@ -713,10 +740,8 @@ static struct jv eval_node(struct render *r, struct frame *f, const struct node 
         }
         struct jv a = jeval(r, f, n->a), b = jeval(r, f, n->b);
         r->line = n->line;
-        if (n->op == OP_TILDE) {
-            struct jstr x = jv_to_str(r, a), y = jv_to_str(r, b);
-            return arith(r, OP_ADD, jv_strn(x.p, x.n), jv_strn(y.p, y.n));
-        }
+        if (n->op == OP_TILDE) /* str_join: plain strings; a's concatenation buffer kept */
+            return arith(r, OP_ADD, plain_str(r, a), plain_str(r, b));
         return arith(r, n->op, a, b);
     }
     case E_UN: {

@@ -46,9 +46,19 @@ struct jstr {
     size_t n;
 };
 
+/* The buffer a concatenation result lives in, with room to grow: `s = s ~ x`
+ * in a loop appends in place when s is the buffer's longest view (views are
+ * immutable prefixes, so shorter ones stay valid), instead of copying s
+ * each time into an arena that frees nothing until the render ends. */
+struct jsb {
+    char *p;
+    size_t used, cap;
+};
+
 struct jv {
     enum jk k;
-    bool safe; /* JK_STR: a Markup (from |safe, |e): `+` escapes a plain str beside it */
+    bool safe;      /* JK_STR: a Markup (from |safe, |e): `+` escapes a plain str beside it */
+    struct jsb *sb; /* JK_STR: the buffer it may grow in (a concatenation), or NULL */
     union {
         bool b;
         long long i;
