@@ -552,8 +552,6 @@ static bool compare(struct render *r, int op, struct jv a, struct jv b)
 }
 
 /* ---- calls ---- */
-static void exec_body(struct render *r, struct frame *f, const struct nlist *body,
-                      struct jbuf *out);
 
 static struct jv call_macro(struct render *r, const struct jmacro *mac, struct jv *args,
                             size_t nargs, struct jstr *kwn, struct jv *kwv, size_t nkw)
@@ -617,7 +615,7 @@ static struct jv call_macro(struct render *r, const struct jmacro *mac, struct j
     struct jbuf out = {0};
     int saved = r->loopctl;
     r->loopctl = 0;
-    exec_body(r, f, &m->body, &out);
+    jexec_body(r, f, &m->body, &out);
     r->loopctl = saved;
     r->depth--;
     r->line = line;
@@ -849,7 +847,7 @@ static void exec_for(struct render *r, struct frame *f, const struct node *n, st
         L->next = i + 1 < items.l->n ? items.l->v[i + 1] : jv_undef();
         jv_dict_set(r, &inner->vars, jv_strn(loopname.p, loopname.n), loopv);
         assign(r, inner, n->a, items.l->v[i]);
-        exec_body(r, inner, &n->body, out);
+        jexec_body(r, inner, &n->body, out);
         int ctl = r->loopctl;
         r->loopctl = 0;
         if (ctl == 1)
@@ -857,11 +855,11 @@ static void exec_for(struct render *r, struct frame *f, const struct node *n, st
     }
     if (!items.l->n && n->orelse.n) {
         inner->vars.n = 0;
-        exec_body(r, inner, &n->orelse, out);
+        jexec_body(r, inner, &n->orelse, out);
     }
 }
 
-static void exec_body(struct render *r, struct frame *f, const struct nlist *body, struct jbuf *out)
+void jexec_body(struct render *r, struct frame *f, const struct nlist *body, struct jbuf *out)
 {
     for (size_t i = 0; i < body->n && !r->loopctl; i++) {
         const struct node *n = body->v[i];
@@ -877,7 +875,7 @@ static void exec_body(struct render *r, struct frame *f, const struct nlist *bod
         }
         case N_IF: {
             const struct node *c = n;
-            exec_body(r, f, jv_truthy(jeval(r, f, c->a)) ? &c->body : &c->orelse, out);
+            jexec_body(r, f, jv_truthy(jeval(r, f, c->a)) ? &c->body : &c->orelse, out);
             break;
         }
         case N_FOR:
@@ -891,7 +889,7 @@ static void exec_body(struct render *r, struct frame *f, const struct nlist *bod
         }
         case N_SETBLOCK: {
             struct jbuf b = {0};
-            exec_body(r, f, &n->body, &b);
+            jexec_body(r, f, &n->body, &b);
             struct jv v = jv_strn(b.p ? b.p : "", b.n);
             if (n->c)
                 v = apply_chain(r, f, n->c, v);
@@ -908,13 +906,13 @@ static void exec_body(struct render *r, struct frame *f, const struct nlist *bod
         }
         case N_FILTERBLOCK: {
             struct jbuf b = {0};
-            exec_body(r, f, &n->body, &b);
+            jexec_body(r, f, &n->body, &b);
             struct jv v = apply_chain(r, f, n->c, jv_strn(b.p ? b.p : "", b.n));
             jv_str_into(r, out, v);
             break;
         }
         case N_GENERATION:
-            exec_body(r, f, &n->body, out);
+            jexec_body(r, f, &n->body, out);
             break;
         case N_BREAK:
             r->loopctl = 1;
@@ -926,91 +924,4 @@ static void exec_body(struct render *r, struct frame *f, const struct nlist *bod
             jr_fail(r, ERR_UNSUPPORTED, "this statement is not supported");
         }
     }
-}
-
-/* ---- entry points ---- */
-int jinja_parse(const char *name, const char *src, size_t len, struct jinja_template **out)
-{
-    *out = NULL;
-    if (len > JINJA_MAX_SOURCE)
-        return err_set(ERR_INVALID, "%s: %zu bytes of source (limit %zu)", name, len,
-                       JINJA_MAX_SOURCE);
-    struct jinja_template *t = calloc(1, sizeof(*t));
-    if (!t || !(t->name = strdup(name))) {
-        free(t);
-        return err_set(ERR_NOMEM, "out of memory");
-    }
-    struct token *toks;
-    size_t n;
-    int rc = jinja_lex(t->name, src, len, &t->arena, &toks, &n);
-    if (!rc)
-        rc = jinja_parse_tokens(t->name, toks, n, &t->arena, &t->root);
-    if (rc) {
-        jinja_free(t);
-        return rc;
-    }
-    *out = t;
-    return 0;
-}
-
-void jinja_free(struct jinja_template *t)
-{
-    if (!t)
-        return;
-    ja_free_all(&t->arena);
-    free(t->name);
-    free(t);
-}
-
-int jinja_render(const struct jinja_template *t, json_t *vars, long long now,
-                 const struct jinja_limits *lim, char **out, size_t *len)
-{
-    *out = NULL;
-    if (len)
-        *len = 0;
-    /* on the heap: everything that changes between setjmp and longjmp */
-    struct render *r = calloc(1, sizeof(*r));
-    if (!r)
-        return err_set(ERR_NOMEM, "out of memory");
-    r->t = t;
-    r->max_output = lim && lim->max_output ? lim->max_output : (size_t)4 << 20;
-    r->arena.limit = lim && lim->max_memory ? lim->max_memory : (size_t)256 << 20;
-    r->max_steps = lim && lim->max_steps ? lim->max_steps : 20000000;
-    r->max_loops = lim && lim->max_loops ? lim->max_loops : 1000000;
-    r->max_depth = lim && lim->max_depth ? lim->max_depth : 64;
-    r->now = now;
-    r->line = 1;
-    int rc = 0;
-    if (setjmp(r->fail)) {
-        rc = r->err;
-        goto done;
-    }
-    static const char *const funcs[] = {"range",        "dict",   "namespace", "raise_exception",
-                                        "strftime_now", "joiner", "cycler"};
-    for (size_t i = 0; i < sizeof(funcs) / sizeof(funcs[0]); i++)
-        jv_dict_set(r, &r->globals, jv_strn(funcs[i], strlen(funcs[i])), jglobal_func(r, funcs[i]));
-    if (vars && json_is_object(vars)) {
-        const char *k;
-        json_t *v;
-        json_object_foreach(vars, k, v)
-            jv_dict_set(r, &r->globals, jv_str_copy(r, k, strlen(k)), jv_from_json(r, v));
-    }
-    r->root = jr_alloc(r, sizeof(*r->root));
-    struct jbuf *b = jr_alloc(r, sizeof(*b));
-    exec_body(r, r->root, &t->root->body, b);
-    char *s = malloc(b->n + 1);
-    if (!s) {
-        rc = err_set(ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    if (b->n)
-        memcpy(s, b->p, b->n);
-    s[b->n] = 0;
-    *out = s;
-    if (len)
-        *len = b->n;
-done:
-    ja_free_all(&r->arena);
-    free(r);
-    return rc;
 }

@@ -335,6 +335,8 @@ size_t ju_offset(struct jstr s, size_t cp);            /* byte offset of code po
 struct jv jv_iter_list(struct render *r, struct jv v); /* list of what `for` iterates */
 
 /* evaluator */
+/* Runs statements, writing into out; stops early at break/continue (r->loopctl). */
+void jexec_body(struct render *r, struct frame *f, const struct nlist *body, struct jbuf *out);
 struct jv jeval(struct render *r, struct frame *f, const struct node *n);
 struct jv jcall(struct render *r, struct frame *f, struct jv fn, struct jv *args, size_t nargs,
                 struct jstr *kwn, struct jv *kwv, size_t nkw);
