@@ -234,8 +234,11 @@ static long long slice_arg(struct render *r, struct jv v, bool *given)
 }
 
 /* Python's slice: the indices of obj[b:e:s] over n elements, into idx. */
-static size_t slice_indices(struct render *r, long long n, struct jv bv, struct jv ev, struct jv sv,
-                            long long **idx)
+/* Python's slice over n elements: obj[b:e:s] is the *count elements at
+ * *start, *start + *step, ... (no overflow: the count is computed, not
+ * stepped to). */
+static size_t slice_range(struct render *r, long long n, struct jv bv, struct jv ev, struct jv sv,
+                          long long *start, long long *step)
 {
     bool gb, ge, gs;
     long long b = slice_arg(r, bv, &gb), e = slice_arg(r, ev, &ge), s = slice_arg(r, sv, &gs);
@@ -247,7 +250,7 @@ static size_t slice_indices(struct render *r, long long n, struct jv bv, struct 
         b = s > 0 ? 0 : n - 1;
     else {
         if (b < 0)
-            b += n;
+            b = b < -n ? -1 : b + n;
         if (b < 0)
             b = s > 0 ? 0 : -1;
         if (b >= n)
@@ -257,22 +260,20 @@ static size_t slice_indices(struct render *r, long long n, struct jv bv, struct 
         e = s > 0 ? n : -1;
     else {
         if (e < 0)
-            e += n;
+            e = e < -n ? -1 : e + n;
         if (e < 0)
             e = s > 0 ? 0 : -1;
         if (e >= n)
             e = s > 0 ? n : n - 1;
     }
-    size_t cnt = 0;
-    long long *v = jr_alloc(r, (size_t)(n + 1) * sizeof(long long));
-    if (s > 0)
-        for (long long i = b; i < e; i += s)
-            v[cnt++] = i;
-    else
-        for (long long i = b; i > e; i += s)
-            v[cnt++] = i;
-    *idx = v;
-    return cnt;
+    unsigned long long cnt = 0, us = s > 0 ? (unsigned long long)s : 0ULL - (unsigned long long)s;
+    if (s > 0 && b < e)
+        cnt = ((unsigned long long)(e - b) - 1) / us + 1;
+    else if (s < 0 && b > e)
+        cnt = ((unsigned long long)(b - e) - 1) / us + 1;
+    *start = b;
+    *step = s;
+    return (size_t)cnt;
 }
 
 static struct jv do_slice(struct render *r, struct frame *f, const struct node *n)
@@ -280,28 +281,43 @@ static struct jv do_slice(struct render *r, struct frame *f, const struct node *
     struct jv obj = jeval(r, f, n->a);
     struct jv b = n->b ? jeval(r, f, n->b) : jv_none(), e = n->c ? jeval(r, f, n->c) : jv_none(),
               s = n->d ? jeval(r, f, n->d) : jv_none();
-    long long *idx;
+    long long start, stp;
     if (obj.k == JK_LIST && obj.l->gen)
         jr_fail(r, ERR_INVALID, "'generator' object is not subscriptable");
     if (obj.k == JK_LIST) {
-        size_t cnt = slice_indices(r, (long long)obj.l->n, b, e, s, &idx);
+        size_t cnt = slice_range(r, (long long)obj.l->n, b, e, s, &start, &stp);
+        if (stp == 1) { /* a view: lists are never changed once built (cap = n: a push copies) */
+            struct jv l = jv_list_new(r, 0);
+            l.l->tuple = obj.l->tuple;
+            l.l->v = obj.l->v + start;
+            l.l->n = l.l->cap = cnt;
+            return l;
+        }
         struct jv l = jv_list_new(r, cnt);
         l.l->tuple = obj.l->tuple;
         for (size_t i = 0; i < cnt; i++)
-            jv_list_push(r, l.l, obj.l->v[idx[i]]);
+            jv_list_push(r, l.l, obj.l->v[start + (long long)i * stp]);
         return l;
     }
-    if (obj.k == JK_STR) {
+    if (obj.k == JK_STR) { /* by code points; the byte offsets of each only when not ASCII */
         size_t n_cp = ju_len(obj.s);
-        size_t *off = jr_alloc(r, (n_cp + 1) * sizeof(size_t));
-        for (size_t i = 0; i <= n_cp; i++)
-            off[i] = i ? ju_offset((struct jstr){obj.s.p + off[i - 1], obj.s.n - off[i - 1]}, 1) +
-                             off[i - 1]
-                       : 0;
-        size_t cnt = slice_indices(r, (long long)n_cp, b, e, s, &idx);
+        size_t *off = NULL;
+        if (n_cp != obj.s.n) {
+            off = jr_alloc(r, (n_cp + 1) * sizeof(size_t));
+            for (size_t i = 1; i <= n_cp; i++)
+                off[i] = off[i - 1] +
+                         ju_offset((struct jstr){obj.s.p + off[i - 1], obj.s.n - off[i - 1]}, 1);
+        }
+#define OFF(i) (off ? off[(i)] : (size_t)(i))
+        size_t cnt = slice_range(r, (long long)n_cp, b, e, s, &start, &stp);
+        if (stp == 1) /* a substring: strings are immutable */
+            return jv_strn(obj.s.p + OFF(start), OFF(start + (long long)cnt) - OFF(start));
         struct jbuf out = {0};
-        for (size_t i = 0; i < cnt; i++)
-            jb_put(r, &out, obj.s.p + off[idx[i]], off[idx[i] + 1] - off[idx[i]]);
+        for (size_t i = 0; i < cnt; i++) {
+            long long j = start + (long long)i * stp;
+            jb_put(r, &out, obj.s.p + OFF(j), OFF(j + 1) - OFF(j));
+        }
+#undef OFF
         return jv_strn(out.p ? out.p : "", out.n);
     }
     if (obj.k == JK_UNDEF)
