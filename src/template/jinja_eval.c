@@ -289,6 +289,8 @@ static struct jv do_slice(struct render *r, struct frame *f, const struct node *
         if (stp == 1) { /* a view: lists are never changed once built (cap = n: a push copies) */
             struct jv l = jv_list_new(r, 0);
             l.l->tuple = obj.l->tuple;
+            if (!cnt)
+                return l;
             l.l->v = obj.l->v + start;
             l.l->n = l.l->cap = cnt;
             return l;
