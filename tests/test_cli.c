@@ -595,6 +595,15 @@ static void test_chat_template(void)
                   strcmp(out, "[{\"type\": \"function\"}]|1970-01-02") == 0,
               "%s: [%s] %s", cmd, out, err);
 
+    /* chat_template_kwargs become variables */
+    write_text(path, "{{ enable_thinking }}|{{ reasoning_effort }}");
+    snprintf(cmd, sizeof(cmd),
+             "printf '%%s' '{\"messages\": [], \"chat_template_kwargs\": {\"enable_thinking\": false, "
+             "\"reasoning_effort\": \"low\"}}' | %s chat-template --model %s --template %s",
+             BIN, dir, path);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && strcmp(out, "False|low") == 0,
+              "%s: [%s] %s", cmd, out, err);
+
     /* raise_exception: non-zero, the template's message on stderr */
     write_text(path, "{% if messages[0].role == 'system' %}{{ raise_exception('System role not "
                      "supported') }}{% endif %}");

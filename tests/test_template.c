@@ -210,7 +210,8 @@ static void test_limits(void)
                 "evaluation steps", &steps);
     /* s = s ~ x in a loop appends in place: 2000 x 2 KiB in well under the
        default 256 MiB (copying would need 4 GB) */
-    EXPECT("{% set ns = namespace(s='') %}{% for i in range(2000) %}{% set ns.s = ns.s ~ ('x' * 2048) ~ "
+    EXPECT("{% set ns = namespace(s='') %}{% for i in range(2000) %}{% set ns.s = ns.s ~ ('x' * "
+           "2048) ~ "
            "'' %}{% set keep = ns.s %}{% endfor %}{{ ns.s|length }}",
            "4096000");
     EXPECT("{% set a = 'ab' %}{% set b = a ~ 'c' %}{% set c = a ~ 'd' %}{% set d = b ~ 'e' %}"
@@ -284,6 +285,21 @@ static void test_chat(void)
     chat_template_free(ct);
     chat_template_free(NULL);
 
+    /* kwargs: more variables, not the ones transformers sets itself */
+    src = "{{ enable_thinking }}";
+    CHECK(chat_template_parse(src, strlen(src), NULL, NULL, &ct) == 0);
+    json_t *kw = json_pack("{s:b}", "enable_thinking", 0), *none = json_array();
+    struct chat_render_opts ko = {.kwargs = kw};
+    CHECK(ct && chat_template_render(ct, none, &ko, &out, NULL) == 0 && strcmp(out, "False") == 0);
+    free(out);
+    out = NULL;
+    json_object_set_new(kw, "tools", json_array());
+    CHECK(ct && chat_template_render(ct, none, &ko, &out, NULL) == ERR_INVALID && !out &&
+          strstr(err_msg(), "may not set \"tools\""));
+    json_decref(kw);
+    json_decref(none);
+    chat_template_free(ct);
+
     /* a raise is CHAT_RAISED with the template's own message */
     src = "{{ raise_exception('Conversation roles must alternate "
           "user/assistant/user/assistant/...') }}";
@@ -337,8 +353,9 @@ static void *render_thread(void *arg)
 
 static void test_threads(void)
 {
-    const char *src = "{% for m in messages %}{{ '<|' + m.role + '|>' + m.content|trim }}{% endfor %}"
-                      "{% if add_generation_prompt %}<|assistant|>{% endif %}";
+    const char *src =
+        "{% for m in messages %}{{ '<|' + m.role + '|>' + m.content|trim }}{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}";
     struct chat_template *ct = NULL;
     CHECK(chat_template_parse(src, strlen(src), NULL, NULL, &ct) == 0);
     json_t *msgs = json_loads("[{\"role\": \"user\", \"content\": \" hi \"}]", 0, NULL);

@@ -3,7 +3,7 @@
 
 Renders every template in a directory with conversations richer than
 tests/fixtures/chat_templates/cases.json's (tool calls, tools, reasoning,
-content lists, null content) through transformers' render_jinja_template and
+content lists, null content, chat_template_kwargs) through transformers' render_jinja_template and
 through the binary, and prints each case whose output (or failure) differs.
 Needs transformers and jinja2 (the /root/hf venv); not part of the test suite.
 
@@ -17,6 +17,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
           "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City"},
                          "unit": {"type": "string", "enum": ["c", "f"]}}, "required": ["city"]}}}]
 CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+KWARGS = {"enable_thinking": False, "reasoning_effort": "low", "thinking": True}
 CONVS = {
     "tool_call": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"},
                   {"role": "assistant", "content": None, "tool_calls": [CALL]},
@@ -55,19 +56,21 @@ def main():
         for name in names:
             src = open(os.path.join(tdir, name + ".jinja")).read()
             for cname, msgs in CONVS.items():
-                for tools in (None, TOOLS):
+                for tools, kwargs in ((None, {}), (TOOLS, {}), (None, KWARGS)):
                     for agp in (False, True):
                         total += 1
                         try:
                             want = render_jinja_template([_normalize_chat_messages(msgs)], tools=tools,
                                                          chat_template=src, add_generation_prompt=agp,
-                                                         bos_token="<s>", eos_token="</s>")[0][0]
+                                                         bos_token="<s>", eos_token="</s>", **kwargs)[0][0]
                         except Exception as e:  # noqa: BLE001
                             want = None
                             werr = f"{type(e).__name__}: {e}"
                         body = {"messages": msgs, "add_generation_prompt": agp}
                         if tools:
                             body["tools"] = tools
+                        if kwargs:
+                            body["chat_template_kwargs"] = kwargs
                         p = subprocess.run([binary, "chat-template", "--model", d, "--template",
                                             os.path.join(tdir, name + ".jinja")],
                                            input=json.dumps(body).encode(), capture_output=True)
@@ -75,7 +78,7 @@ def main():
                         if want == got or (want is None and got is None):
                             continue
                         bad += 1
-                        print(f"== {name} {cname} tools={bool(tools)} agp={agp}")
+                        print(f"== {name} {cname} tools={bool(tools)} kwargs={kwargs} agp={agp}")
                         if want is None:
                             print(f"   transformers failed: {werr[:200]}\n   shardswap rendered {got[:200]!r}")
                         elif got is None:

@@ -267,6 +267,26 @@ int chat_template_render(const struct chat_template *ct, json_t *messages,
         json_decref(vars);
         return err_set(ERR_NOMEM, "out of memory");
     }
+    if (o && o->kwargs) {
+        if (!json_is_object(o->kwargs)) {
+            json_decref(vars);
+            return err_set(ERR_INVALID, "chat template kwargs must be a JSON object");
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(o->kwargs, k, v)
+        {
+            if (!strcmp(k, "messages") || !strcmp(k, "add_generation_prompt") ||
+                !strcmp(k, "tools") || !strcmp(k, "documents")) {
+                json_decref(vars);
+                return err_set(ERR_INVALID, "chat template kwargs may not set \"%s\"", k);
+            }
+            if (json_object_set(vars, k, v) < 0) {
+                json_decref(vars);
+                return err_set(ERR_NOMEM, "out of memory");
+            }
+        }
+    }
     struct jinja_limits lim = {.max_output = o && o->max_output ? o->max_output : CHAT_MAX_OUTPUT};
     rc = jinja_render(ct->t, vars, o ? o->now : 0, &lim, out, len);
     json_decref(vars);

@@ -41,6 +41,10 @@ struct chat_render_opts {
                           render_jinja_template passes it (so `tools is defined` is true) */
     long long now;     /* unix seconds strftime_now formats; 0: the clock */
     size_t max_output; /* bytes; 0: CHAT_MAX_OUTPUT */
+    json_t *kwargs;    /* more variables (borrowed; NULL: none): a JSON object, as
+                          apply_chat_template's **kwargs and vLLM's chat_template_kwargs
+                          (enable_thinking, reasoning_effort, ...); it may not set messages,
+                          add_generation_prompt, tools or documents (ERR_INVALID) */
 };
 #define CHAT_MAX_OUTPUT ((size_t)4 << 20)
 
