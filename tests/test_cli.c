@@ -19,6 +19,7 @@
 #define BIN SHARDSWAP_BINARY
 #define FIXTURE SHARDSWAP_SOURCE_DIR "/tests/fixtures/models/pre_ln_f32"
 #define OPT_TOKENIZER SHARDSWAP_SOURCE_DIR "/data/tokenizer/opt"
+#define TOKENIZER_DATA SHARDSWAP_SOURCE_DIR "/data/tokenizer"
 
 static char tmp[64];
 
@@ -493,6 +494,14 @@ static void test_devices(void)
                                                      "one kind of device only"},
         {"serve --devices cuda:-1 --model a=F", "--devices cuda:-1: a negative index"},
         {"serve --devices 65 --model a=F", "--devices 65: expected 1..64 CPU devices"},
+        /* the ranges config.h gives the YAML keys too */
+        {"serve --http-threads 257 --model a=F", "--http-threads 257 is out of range (expected "
+                                                 "1..256)"},
+        {"serve --header-timeout 0 --model a=F", "(expected 1..86400)"},
+        {"serve --max-connections-per-client -1 --model a=F", "(expected 0..1048576)"},
+        {"serve --port-file /dev/null --model a=F", "shardswap serve: --port-file /dev/null: a "
+                                                    "character device, expected a regular file or "
+                                                    "no file"},
         {"generate --model F --prompt hi --devices cuda:0,cuda:0",
          "shardswap generate: --devices cuda:0,cuda:0: this command runs on one device (got 2)"},
         {"generate --model F --prompt hi --devices cpu:1", "in order"},
@@ -768,6 +777,31 @@ int main(void)
     CHECK_MSG(run(cmd, NULL, 0, err, sizeof(err)) == 0, "%s: %s", cmd, err);
     snprintf(cmd, sizeof(cmd), "printf 'A photo of a cat' | %s tokenize --model %s/mt", BIN, tmp);
     CHECK(run(cmd, out, sizeof(out), NULL, 0) == 0 && strcmp(out, "2 250 1345 9 10 4758\n") == 0);
+
+    /* every family's tokenizer.json committed in data/tokenizer, with and without the
+     * special tokens its post-processor adds (Hugging Face's ids) */
+    static const struct {
+        const char *family, *with, *without;
+    } FAMILIES[] = {
+        {"llama3", "9906 1917\n", "9906 1917\n"},
+        {"qwen2", "9707 1879\n", "9707 1879\n"},
+        {"llama2", "1 15043 3186\n", "15043 3186\n"},
+        {"phi3", "1 15043 3186\n", "15043 3186\n"},
+    };
+    for (size_t i = 0; i < sizeof(FAMILIES) / sizeof(FAMILIES[0]); i++) {
+        for (int no_bos = 0; no_bos < 2; no_bos++) {
+            snprintf(cmd, sizeof(cmd), "printf 'Hello world' | %s tokenize --model '%s/%s'%s", BIN,
+                     TOKENIZER_DATA, FAMILIES[i].family, no_bos ? " --no-bos" : "");
+            const char *want = no_bos ? FAMILIES[i].without : FAMILIES[i].with;
+            CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && strcmp(out, want) == 0,
+                      "%s: got \"%s\", want \"%s\" (%s)", cmd, out, want, err);
+        }
+    }
+    snprintf(cmd, sizeof(cmd), "%s bench tokenize --model '%s/llama2' --mb 1 --json", BIN,
+             TOKENIZER_DATA);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 &&
+                  strstr(out, "\"encode_mb_s\"") && strstr(out, "\"bench\": \"tokenize\""),
+              "%s: %s %s", cmd, out, err);
 
     /* tokenize reads at most 16 MiB of stdin, says so in --help, and refuses more with one
      * line before tokenizing any of it */

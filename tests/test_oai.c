@@ -1,4 +1,4 @@
-/* The OpenAI completions request parser (server/oai.c): a table of bodies
+/* The OpenAI completions and chat request parsers (server/oai.c): tables of bodies
  * with the outcome each must have (accepted, or the status and the field
  * named in param), the values and defaults of accepted ones, and the error
  * body read back with Jansson. */
@@ -305,8 +305,125 @@ static void test_error_json(void)
     free(text);
 }
 
+/* POST /v1/chat/completions bodies: accepted, or the status and param. */
+static const struct body_case chat_cases[] = {
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 0, NULL, NULL},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+     "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]},"
+     "{\"role\":\"assistant\",\"content\":null},{\"role\":\"user\",\"content\":\"\",\"name\":\"b\"}],"
+     "\"max_completion_tokens\":5,\"tools\":[],\"tool_choice\":\"none\",\"logprobs\":false,"
+     "\"response_format\":{\"type\":\"text\"},\"n\":1,\"top_logprobs\":null,\"stream\":true,"
+     "\"stream_options\":{\"include_usage\":true},\"modalities\":[\"text\"]}",
+     0, NULL, NULL},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":4,"
+     "\"max_completion_tokens\":4}",
+     0, NULL, NULL},
+    {"{\"model\":\"m\"}", 400, "messages", "messages: required"},
+    {"{\"model\":\"m\",\"messages\":[]}", 400, "messages", "non-empty array"},
+    {"{\"model\":\"m\",\"messages\":{}}", 400, "messages", "got an object"},
+    {"{\"model\":\"m\",\"messages\":[\"hi\"]}", 400, "messages", "messages[0]"},
+    {"{\"model\":\"m\",\"messages\":[{\"content\":\"hi\"}]}", 400, "messages",
+     "messages[0].role"},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"tool\",\"content\":\"hi\"}]}", 400, "messages",
+     "tool and function messages"},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\"}]}", 400, "messages",
+     "messages[0].content"},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":null}]}", 400, "messages",
+     "messages[0].content"},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
+     400, "messages", "messages[0].content[0].type: only \"text\""},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 400,
+     "messages", "messages[0].content[0].text"},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":1}]}", 400,
+     "messages", "messages[0].name"},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":3,"
+     "\"max_completion_tokens\":4}",
+     400, "max_tokens", "differ"},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+     "\"max_completion_tokens\":0}",
+     400, "max_completion_tokens", ">= 1"},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}", 400,
+     "tools", "tool calling"},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"auto\"}",
+     400, "tool_choice", NULL},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+     "\"response_format\":{\"type\":\"json_object\"}}",
+     400, "response_format", "structured output"},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", 400,
+     "logprobs", NULL},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":3}", 400,
+     "top_logprobs", NULL},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"functions\":[]}", 400,
+     "functions", NULL},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":3}", 400, "n",
+     NULL},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+     "\"frequency_penalty\":0.5}",
+     400, "frequency_penalty", NULL},
+};
+
+static void test_chat_table(void)
+{
+    for (size_t i = 0; i < sizeof(chat_cases) / sizeof(chat_cases[0]); i++) {
+        const struct body_case *c = &chat_cases[i];
+        struct completion_req r;
+        struct oai_error err;
+        int rc = oai_parse_chat(c->body, strlen(c->body), &r, &err);
+        if (c->status == 0) {
+            CHECK_MSG(rc == 0 && r.chat && r.messages, "chat case %zu (%s): %s", i, c->body,
+                      err.message);
+        } else {
+            CHECK_MSG(rc < 0, "chat case %zu (%s) was accepted", i, c->body);
+            CHECK_MSG(err.status == c->status, "chat case %zu: status %d", i, err.status);
+            CHECK_MSG(strcmp(err.param, c->param) == 0, "chat case %zu (%s): param '%s', not '%s'",
+                      i, c->body, err.param, c->param);
+            CHECK_MSG(!c->in_message || strstr(err.message, c->in_message), "chat case %zu: '%s'",
+                      i, err.message);
+            CHECK_MSG(strchr(err.message, '\n') == NULL, "chat case %zu", i);
+            CHECK(r.model == NULL && r.messages == NULL && r.user == NULL);
+        }
+        completion_req_free(&r);
+    }
+}
+
+/* What an accepted chat request holds: the messages as the template sees
+ * them (content one string, text parts joined with "\n"), the defaults. */
+static void test_chat_values(void)
+{
+    static const char body[] =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+        "{\"type\":\"text\",\"text\":\"b \\u00e9\"}],\"name\":\"bob\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"junk\":[1]}]}";
+    struct completion_req r;
+    struct oai_error err;
+    int rc = oai_parse_chat(body, strlen(body), &r, &err);
+    CHECK_MSG(rc == 0, "%s", err.message);
+    if (rc != 0)
+        return;
+    CHECK(r.chat && !r.max_tokens_given && r.max_tokens == OAI_CHAT_DEFAULT_MAX_TOKENS);
+    CHECK(r.prompt_text == NULL && r.prompt_ids == NULL && !r.echo);
+    CHECK(json_array_size(r.messages) == 3);
+    json_t *m1 = json_array_get(r.messages, 1);
+    CHECK(strcmp(json_string_value(json_object_get(m1, "content")), "a\nb \xc3\xa9") == 0);
+    CHECK(strcmp(json_string_value(json_object_get(m1, "name")), "bob") == 0);
+    json_t *m2 = json_array_get(r.messages, 2);
+    CHECK(strcmp(json_string_value(json_object_get(m2, "content")), "") == 0);
+    CHECK(json_object_get(m2, "junk") == NULL);
+    completion_req_free(&r);
+    rc = oai_parse_chat("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                        "\"max_tokens\":7}",
+                        strlen("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                               "\"max_tokens\":7}"),
+                        &r, &err);
+    CHECK(rc == 0 && r.max_tokens == 7 && r.max_tokens_given);
+    completion_req_free(&r);
+}
+
 int main(void)
 {
+    test_chat_table();
+    test_chat_values();
     test_table();
     test_defaults();
     test_values();

@@ -35,6 +35,9 @@ static void test_example(void)
     CHECK(c.n_model_roots == 0);
     CHECK(c.http_threads == d.http_threads && c.max_connections == d.max_connections);
     CHECK(c.connection_timeout_s == d.connection_timeout_s);
+    CHECK(c.header_timeout_s == d.header_timeout_s && c.header_timeout_s == 20);
+    CHECK(c.body_timeout_s == d.body_timeout_s && c.body_timeout_s == 60);
+    CHECK(c.max_connections_per_client == 0 && serve_config_per_client(&c) == 128);
     CHECK(c.max_body_bytes == d.max_body_bytes && c.max_body_bytes == 1u << 20);
     CHECK(c.grace_s == d.grace_s && c.log_level == LOG_INFO);
     CHECK(strcmp(c.device_kind, "cpu") == 0 && c.n_devices == d.n_devices);
@@ -84,6 +87,9 @@ static void test_values(void)
                        "http_threads: 2\n"
                        "max_connections: 10\n"
                        "connection_timeout_s: 5\n"
+                       "header_timeout_s: 7\n"
+                       "body_timeout_s: 9\n"
+                       "max_connections_per_client: 3\n"
                        "max_body_bytes: 512KiB\n"
                        "grace_s: 2.5\n"
                        "log_level: debug\n"
@@ -107,6 +113,7 @@ static void test_values(void)
     CHECK(strcmp(c.api_key, "sk-1") == 0 && strcmp(c.admin_key, "adm") == 0);
     CHECK(c.n_model_roots == 2 && strcmp(c.model_roots[1], "/data") == 0);
     CHECK(c.http_threads == 2 && c.max_connections == 10 && c.connection_timeout_s == 5);
+    CHECK(c.header_timeout_s == 7 && c.body_timeout_s == 9 && serve_config_per_client(&c) == 3);
     CHECK(c.max_body_bytes == 512 * 1024 && c.grace_s == 2.5 && c.log_level == LOG_DEBUG);
     CHECK(strcmp(c.device_kind, "cuda") == 0 && c.n_devices == 4);
     CHECK(c.device_budget == 2ull << 30 && c.host_budget == 8ull << 30);
@@ -164,11 +171,18 @@ static const struct err_case errors[] = {
     {"port: \"\"\n", "key 'port'"},
     {"host: {a: 1}\n", "t.yaml:1: key 'host': expected a non-empty string, got a mapping"},
     {"http_threads: 0\n", "key 'http_threads'"},
+    /* the flag's range (cmd_serve.c takes the same SERVE_HTTP_THREADS_MAX) */
+    {"http_threads: 257\n", "key 'http_threads': expected an integer from 1 to 256"},
+    {"header_timeout_s: 0\n", "key 'header_timeout_s': expected an integer from 1 to 86400"},
+    {"body_timeout_s: 86401\n", "key 'body_timeout_s'"},
+    {"max_connections_per_client: -1\n",
+     "key 'max_connections_per_client': expected an integer from 0 to 1048576"},
     {"max_body_bytes: 1.5\n", "key 'max_body_bytes'"},
     {"max_body_bytes: 0\n", "key 'max_body_bytes'"},
-    {"grace_s: -1\n", "key 'grace_s': expected a number >= 0"},
+    {"grace_s: -1\n", "key 'grace_s': expected a number from 0 to 86400"},
     {"grace_s: nan\n", "key 'grace_s'"},
-    {"request_timeout_s: -1\n", "key 'request_timeout_s': expected a number >= 0"},
+    {"request_timeout_s: -1\n", "key 'request_timeout_s': expected a number from 0 to 86400"},
+    {"grace_s: 86401\n", "key 'grace_s': expected a number from 0 to 86400"},
     {"log_level: verbose\n", "key 'log_level': expected one of error, warn, info, debug"},
     {"devices: 2\n", "key 'devices': expected a mapping"},
     {"devices:\n  kind: cpu\n  count: 0\n", "t.yaml:3: key 'devices.count'"},
@@ -380,7 +394,8 @@ static void test_check(void)
     CHECK_MSG(serve_config_check(&c) == 0, "%s", err_msg());
     serve_config_free(&c);
 
-    /* the model cap */
+    /* the model cap: the engine's (SCHED_MAX_MODELS), which admin adds count against too */
+    CHECK(SERVE_MAX_MODELS == SCHED_MAX_MODELS);
     serve_config_init(&c);
     for (int i = 0; i < SERVE_MAX_MODELS; i++) {
         char arg[32];

@@ -596,8 +596,9 @@ static void test_errors(void)
     remove_all();
     write_file("tokenizer.json", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}");
     check_open_fails(tmp_dir, "WordPiece", "tokenizer.json WordPiece");
-    write_file("tokenizer.json", "{\"normalizer\": {\"type\": \"NFC\"}, \"model\": {\"type\": "
-                                 "\"BPE\", \"vocab\": {}, \"merges\": []}}");
+    write_file("tokenizer.json",
+               "{\"normalizer\": {\"type\": \"Lowercase\"}, \"model\": {\"type\": "
+               "\"BPE\", \"vocab\": {}, \"merges\": []}}");
     check_open_fails(tmp_dir, "normalizer", "tokenizer.json with a normalizer");
     json_t *tj = json_pack("{s:{s:s}, s:{s:s, s:o, s:[s, i]}}", "pre_tokenizer", "type",
                            "ByteLevel", "model", "type", "BPE", "vocab", minimal_vocab(), "merges",
@@ -957,7 +958,8 @@ static void *encode_thread(void *p)
 }
 
 /* Writes tokenizer.json for the real OPT files: vocab as is, merges as
- * [a, b] pairs, "</s>" and "<pad>" as special added tokens. */
+ * [a, b] pairs, "</s>" and "<pad>" as special added tokens, a template that
+ * puts "</s>" first. */
 static int write_opt_tokenizer_json(const char *opt_dir)
 {
     char path[512];
@@ -988,6 +990,10 @@ static int write_opt_tokenizer_json(const char *opt_dir)
                   "normalizer", "pre_tokenizer", "type", "ByteLevel", "model", "type", "BPE",
                   "vocab", vocab, "merges", merges, "added_tokens", "id", 1, "content", "<pad>",
                   "special", 1, "id", 2, "content", "</s>", "special", 1);
+    /* With tokenizer.json the post-processor alone puts "</s>" first. */
+    json_object_set_new(tj, "post_processor",
+                        json_pack("{s:s, s:[{s:{s:s}}, {s:{s:s}}]}", "type", "TemplateProcessing",
+                                  "single", "SpecialToken", "id", "</s>", "Sequence", "id", "A"));
     remove_all();
     write_json("tokenizer.json", tj);
     json_decref(tj);

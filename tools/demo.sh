@@ -11,7 +11,10 @@
 #    policy, Computron's skewed workload (config 6: rates 10,10,1 req/s, CV
 #    0.25) replayed over HTTP in real time by `bench serve` (same seed, so the
 #    same arrivals), the server stopped with SIGTERM (it must exit 0);
-# 4. the two runs side by side, a /metrics excerpt, the latency-CDF plot.
+# 4. the two runs side by side, a /metrics excerpt, the latency-CDF plot;
+# 5. chat: a Llama-3-shaped model (random weights, the test preset
+#    llama-3-tiny) with the real Llama 3 tokenizer and Llama 3.1's chat
+#    template, one /v1/chat/completions request with curl.
 # About a minute on a 2-core machine (DEMO_DURATION=S: seconds of arrivals, default 30).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,15 +50,20 @@ done
 weights=$(stat -c %s models/opt-125m-l2-tok-s0/model.safetensors)
 budget=$((2 * weights + 48 * 1024 * 1024))
 
-# start_server POLICY: a server in the background on a free port; sets
-# $pid, $log and $url once /health answers.
+# start_server POLICY [serve flags...]: a server in the background on a free
+# port (the three OPT models unless flags are given); sets $pid, $log and
+# $url once /health answers.
 start_server() {
-  local portfile="$out/serve-$1.port"
-  log="$out/serve-$1.log"
+  local name=$1
+  shift
+  local portfile="$out/serve-$name.port"
+  log="$out/serve-$name.log"
   rm -f "$portfile"
-  "$bin" serve "${models[@]}" --devices 1 --device-budget "$budget" --policy "$1" \
-    --max-batch 8 --link-gbps 1 --port 0 --port-file "$portfile" --log-level warn \
-    2>"$log" &
+  if [ $# -eq 0 ]; then
+    set -- "${models[@]}" --devices 1 --device-budget "$budget" --policy "$name" --max-batch 8 \
+      --link-gbps 1
+  fi
+  "$bin" serve "$@" --port 0 --port-file "$portfile" --log-level warn 2>"$log" &
   pid=$!
   for _ in $(seq 1 100); do
     if [ -s "$portfile" ]; then
@@ -65,7 +73,7 @@ start_server() {
     if ! kill -0 "$pid" 2>/dev/null; then break; fi
     sleep 0.1
   done
-  echo "demo: the server ($1) did not come up; its log:" >&2
+  echo "demo: the server ($name) did not come up; its log:" >&2
   cat "$log" >&2
   exit 1
 }
@@ -127,3 +135,20 @@ done
 echo "--- side by side: the same arrivals through each policy's server"
 "$bin" bench serve --compare "$(IFS=,; echo "${runs[*]}")" --plot "$out/serve-$tag-cdf.svg" |
   sed "s/^plot /latency CDF plot: /"
+
+echo "--- chat: /v1/chat/completions on a Llama-3-shaped model with Llama 3.1's chat template"
+chat=models/llama-3-tiny-chat
+if [ ! -f "$chat/config.json" ]; then
+  "$bin" gen-model --preset llama-3-tiny --dtype f16 --tokenizer-from data/tokenizer/llama3 \
+    --chat-template tests/fixtures/chat_templates/templates/meta-llama-Llama-3.1-8B-Instruct.jinja \
+    --out "$chat" 2>/dev/null
+fi
+start_server chat --model "llama3=$chat"
+echo '{"messages": [{"role": "user", "content": "Hello!"}], "add_generation_prompt": true}' |
+  "$bin" chat-template --model "$chat" | sed 's/^/    prompt| /'
+echo
+curl -s "$url/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model": "llama3", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 8, "temperature": 0}'
+echo
+echo "    (random weights: real Llama 3 tokens, no meaning)"
+stop_server

@@ -257,18 +257,21 @@ int cmd_bench(int argc, char **argv)
         return bench_comm(argc - 1, argv + 1);
     if (argc >= 1 && strcmp(argv[0], "gemv") == 0)
         return bench_gemv(argc - 1, argv + 1);
+    if (argc >= 1 && strcmp(argv[0], "tokenize") == 0)
+        return bench_tokenize(argc - 1, argv + 1);
     if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
-        printf("usage: shardswap bench forward|swap|workload|serve|comm|gemv [flags]   (see shardswap bench NAME "
+        printf("usage: shardswap bench forward|swap|workload|serve|comm|gemv|tokenize [flags]   (see shardswap bench NAME "
                "--help)\n"
                "  forward   prefill and decode throughput of one checkpoint\n"
                "  swap      model-parallel swap-in/out and cold-request latency per TP x PP layout\n"
                "  workload  Computron's multi-model experiments through the engine, per policy\n"
                "  serve     the same workloads against a running server over HTTP\n"
                "  comm      all-reduce and pipeline channel latency against memcpy\n"
-               "  gemv      the CPU's fused GEMV (decode's linear layers) against memory read speed\n");
+               "  gemv      the CPU's fused GEMV (decode's linear layers) against memory read speed\n"
+               "  tokenize  one tokenizer's encode and decode speed (tools/bench_tokenizer.py: against HF)\n");
         return 0;
     }
-    fprintf(stderr, "shardswap bench: expected a benchmark name: forward, swap, workload, serve, comm or gemv (see "
+    fprintf(stderr, "shardswap bench: expected a benchmark name: forward, swap, workload, serve, comm, gemv or tokenize (see "
                     "shardswap bench --help)\n");
     return EXIT_USAGE;
 }

@@ -414,6 +414,9 @@ int bench_serve(int argc, char **argv)
     const char *url = NULL, *config_s = "computron:4", *rates_s = NULL, *models_s = NULL;
     const char *label = "serve", *out_dir = "bench-out", *csv_s = NULL, *plot_s = NULL;
     const char *api_key = NULL, *compare_s = NULL, *prompt_ids_s = NULL;
+    const char *chat_text = "Berkeley is the number one public";
+    int max_tokens = 1;
+    bool chat = false;
     int n_models = 0, rr_requests = 40, warm_n = 4, max_conn = 128;
     float cv = 0, duration = 20, alpha = -1, total_rate = 0, slo = 0, slo_scale = 5;
     float timeout = 300;
@@ -465,6 +468,14 @@ int bench_serve(int argc, char **argv)
         FLAG("prompt-ids", FLAG_STR, &prompt_ids_s, "I,J,...",
              "every request's prompt as these token ids (default: Computron's 8, OPT's ids of "
              "\"Berkeley is the number one public\"; for a model whose vocabulary lacks them)"),
+        FLAG("chat", FLAG_BOOL, &chat, NULL,
+             "send chat requests (POST /v1/chat/completions) with one user message, "
+             "--chat-text, rendered by each model's chat template"),
+        FLAG("chat-text", FLAG_STR, &chat_text, "TEXT",
+             "the user message of --chat (default \"Berkeley is the number one public\")"),
+        FLAG_RANGE("max-tokens", FLAG_INT, &max_tokens, "N",
+                   "max_tokens of every request (default 1, as Computron's)", 1, 1 << 20,
+                   "1..1048576"),
         FLAG("api-key", FLAG_STR, &api_key, "KEY", "sent as Authorization: Bearer KEY"),
         FLAG_RANGE("timeout", FLAG_FLOAT, &timeout, "S",
                    "per request; one without a response by then fails (default 300)", FLT_TRUE_MIN,
@@ -488,7 +499,7 @@ int bench_serve(int argc, char **argv)
                         "(shardswap serve): the arrivals of bench workload with the same "
                         "--config and --seed, each released at its time as the same request "
                         "(\"Berkeley is the number one public\" as 8 token ids, or --prompt-ids, "
-                        "max_tokens 1, "
+                        "or with --chat as a chat message; max_tokens 1 or --max-tokens, "
                         "top_k 50, top_p 0.5, temperature 0.7, seed = request index) through one "
                         "libcurl multi handle with kept-alive connections. Prints latency "
                         "(arrival to last byte) mean/p50/p90/p99/max, SLO attainment, throughput "
@@ -567,6 +578,11 @@ int bench_serve(int argc, char **argv)
             return EXIT_USAGE;
         }
     }
+    if (chat && prompt_ids_s) {
+        fprintf(stderr, "shardswap bench serve: --chat sends text (--chat-text), not "
+                        "--prompt-ids; give one of them\n");
+        return EXIT_USAGE;
+    }
     int32_t *prompt_ids = NULL;
     int n_prompt_ids = 0;
     if (prompt_ids_s && cli_ids_parse("prompt-ids", prompt_ids_s, &prompt_ids, &n_prompt_ids) < 0)
@@ -591,7 +607,9 @@ int bench_serve(int argc, char **argv)
                                  .stream = stream,
                                  .max_connections = max_conn,
                                  .prompt = prompt_ids,
-                                 .n_prompt = n_prompt_ids};
+                                 .n_prompt = n_prompt_ids,
+                                 .chat_text = chat ? chat_text : NULL,
+                                 .max_tokens = max_tokens};
     /* the server's model names: what it lists, unless named */
     if (!models_s) {
         if ((rc = http_list_models(&o.target, &listed, &n_listed)) < 0)

@@ -14,6 +14,7 @@
 #include "core/fs.h"
 #include "core/timing.h"
 #include "model/random.h"
+#include "template/chat.h"
 #include "tokenizer/bpe.h"
 
 /* The byte-level alphabet of GPT-2: printable Latin-1 bytes stand for
@@ -125,9 +126,10 @@ out:
 /* Copies the tokenizer files of a real checkpoint (those that exist). */
 static int copy_tokenizer(const char *from, const char *dir)
 {
-    static const char *files[] = {"vocab.json", "merges.txt", "tokenizer.json",
-                                  "tokenizer_config.json", "special_tokens_map.json",
-                                  "added_tokens.json"};
+    static const char *files[] = {"vocab.json",         "merges.txt",
+                                  "tokenizer.json",     "tokenizer_config.json",
+                                  "special_tokens_map.json", "added_tokens.json",
+                                  "chat_template.jinja"};
     bool bpe_files = false, json_file = false;
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         char a[4096], b[4096];
@@ -144,6 +146,22 @@ static int copy_tokenizer(const char *from, const char *dir)
         return err_set(ERR_NOT_FOUND, "--tokenizer-from %s: no vocab.json + merges.txt or "
                                       "tokenizer.json there", from);
     return 0;
+}
+
+/* Writes FILE as dir's chat_template.jinja and loads it back as the server
+ * will (with dir's tokenizer_config.json): it must parse. Before any weight
+ * is written. */
+static int copy_chat_template(const char *file, const char *dir)
+{
+    char b[4096];
+    struct chat_template *ct = NULL;
+    int rc = path_join(b, sizeof(b), dir, "chat_template.jinja");
+    if (rc == 0 && (rc = copy_file(file, b)) == 0)
+        rc = err_set(ERR_NOT_FOUND, "--chat-template %s: no such file", file);
+    if (rc >= 0 && (rc = chat_template_load(dir, NULL, &ct)) < 0)
+        err_wrap(rc, "--chat-template %s", file);
+    chat_template_free(ct);
+    return rc < 0 ? rc : 0;
 }
 
 static void show_progress(void *ctx, uint64_t done, uint64_t total)
@@ -223,7 +241,7 @@ static int check_tokenizer(const char *from, const struct model_config *cfg)
 
 int cmd_gen_model(int argc, char **argv)
 {
-    const char *preset = NULL, *dtype_s = "f16", *out = NULL, *tok_from = NULL;
+    const char *preset = NULL, *dtype_s = "f16", *out = NULL, *tok_from = NULL, *chat = NULL;
     int layers = -1; /* -1: the preset's */
     bool force = false;
     struct model_random_opts o = {.seed = 0};
@@ -240,6 +258,9 @@ int cmd_gen_model(int argc, char **argv)
          "copy a real tokenizer (vocab.json + merges.txt, or tokenizer.json) from DIR "
          "(default: a minimal byte-level one for OPT presets, none for the Llama family's, "
          "whose models then take token-id prompts)"),
+        FLAG("chat-template", FLAG_STR, &chat, "FILE",
+         "write the Jinja chat template in FILE as the model's chat_template.jinja (checked: "
+         "it must parse), for /v1/chat/completions"),
         FLAG("max-shard-bytes", FLAG_U64, &o.max_shard_bytes, "N",
          "split the weights into files of at most N bytes (default 5000000000)"),
         FLAG("force", FLAG_BOOL, &force, NULL, "write into a non-empty --out"),
@@ -289,6 +310,7 @@ int cmd_gen_model(int argc, char **argv)
     if ((rc = tok_from ? copy_tokenizer(tok_from, staged)
               : opt    ? write_minimal_tokenizer(staged)
                        : 0) < 0 ||
+        (chat && (rc = copy_chat_template(chat, staged)) < 0) ||
         (rc = model_random_write(cfg, staged, &o)) < 0 || (rc = fs_dir_commit(staged, out)) < 0)
         goto out;
     staged[0] = '\0';

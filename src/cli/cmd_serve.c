@@ -1,14 +1,18 @@
 /* shardswap serve: the flags and the config file -> the server (server.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "server/config.h"
 #include "server/log.h"
 #include "server/server.h"
@@ -39,20 +43,64 @@ static int parse_devices(const char *s, struct serve_config *c)
     return set_str(&c->device_kind, sc.device_kind);
 }
 
-/* Writes the port to path (through a temporary file renamed into place, so
- * a reader never sees half of it). */
-static int write_port_file(const char *path, int port)
+/* --port-file: PATH must be a regular file or absent (it is replaced),
+ * never a link, device, FIFO or directory; checked before the models load,
+ * so a bad one costs nothing. */
+static int port_file_check(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT)
+            return 0;
+        return err_set(ERR_IO, "--port-file %s: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode))
+        return err_set(ERR_INVALID, "--port-file %s: %s, expected a regular file or no file", path,
+                       S_ISLNK(st.st_mode) ? "a symbolic link" : fs_kind_name(st.st_mode));
+    return 0;
+}
+
+/* Writes the port to path through a temporary file beside it (mkstemp:
+ * created new, so a link planted under its name is never followed),
+ * renamed into place so a reader never sees half of it. On failure the
+ * temporary is removed. *written identifies the file for port_file_remove. */
+static int port_file_write(const char *path, int port, struct stat *written)
 {
     char tmp[PATH_MAX];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return err_set(ERR_IO, "--port-file %s: %s", tmp, strerror(errno));
-    int bad = fprintf(f, "%d\n", port) < 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0)
-        return err_set(ERR_IO, "--port-file %s: %s", path, strerror(errno ? errno : EIO));
-    return 0;
+    const char *slash = strrchr(path, '/');
+    int dir_len = slash ? (int)(slash - path) + 1 : 0;
+    if (snprintf(tmp, sizeof(tmp), "%.*s.%s.XXXXXX", dir_len, path, slash ? slash + 1 : path) >=
+        (int)sizeof(tmp))
+        return err_set(ERR_INVALID, "--port-file %s: path too long", path);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return err_set(ERR_IO, "--port-file %s: cannot create a temporary beside it: %s", path,
+                       strerror(errno));
+    char text[16];
+    int n = snprintf(text, sizeof(text), "%d\n", port);
+    int rc = 0;
+    if (write(fd, text, (size_t)n) != n || fchmod(fd, 0644) != 0 || fstat(fd, written) != 0)
+        rc = err_set(ERR_IO, "--port-file %s: writing %s: %s", path, tmp,
+                     strerror(errno ? errno : EIO));
+    if (close(fd) != 0 && rc == 0)
+        rc = err_set(ERR_IO, "--port-file %s: writing %s: %s", path, tmp, strerror(errno));
+    /* again: something may have been put there while the models loaded */
+    if (rc == 0)
+        rc = port_file_check(path);
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = err_set(ERR_IO, "--port-file %s: %s", path, strerror(errno));
+    if (rc < 0)
+        unlink(tmp);
+    return rc;
+}
+
+/* Removes the port file at exit, when it is still the one written (a file
+ * put there since is left alone). */
+static void port_file_remove(const char *path, const struct stat *written)
+{
+    struct stat st;
+    if (lstat(path, &st) == 0 && st.st_dev == written->st_dev && st.st_ino == written->st_ino)
+        unlink(path);
 }
 
 /* --model and --model-root repeat: args_parse keeps only the last value of
@@ -105,7 +153,8 @@ int cmd_serve(int argc, char **argv)
                *host_budget = NULL, *policy = NULL, *host = NULL, *port_file = NULL,
                *api_key = NULL, *admin_key = NULL, *model_root = NULL, *log_level = NULL,
                *max_body = NULL, *compute = NULL;
-    int max_batch = 0, queue_cap = 0, port = 0, max_conn = 0, timeout = 0, threads = 0;
+    int max_batch = 0, queue_cap = 0, port = 0, max_conn = 0, timeout = 0, threads = 0,
+        per_client = 0, header_timeout = 0, body_timeout = 0;
     float grace = 0, link_gbps = 0, req_timeout = 0;
     struct flag flags[] = {
         FLAG("config", FLAG_STR, &config, "FILE",
@@ -120,18 +169,21 @@ int cmd_serve(int argc, char **argv)
         FLAG("host-budget", FLAG_STR, &host_budget, "BYTES",
              "host memory for model copies (default: sized for the models)"),
         FLAG("policy", FLAG_STR, &policy, "NAME", "scheduling policy (default: the engine's)"),
-        FLAG_RANGE("max-batch", FLAG_INT, &max_batch, "N", "sequences per batch (default 8)", 1,
-                   4096, "1..4096"),
+        FLAG_RANGE("max-batch", FLAG_INT, &max_batch, "N", "sequences per batch (default 8)",
+                   SERVE_MAX_BATCH_MIN, SERVE_MAX_BATCH_MAX,
+                   SERVE_RANGE_TEXT(SERVE_MAX_BATCH_MIN, SERVE_MAX_BATCH_MAX)),
         FLAG_RANGE("queue-cap", FLAG_INT, &queue_cap, "N",
-                   "waiting requests per model; beyond it 429 (default 256)", 1, 1 << 20,
-                   "1..1048576"),
+                   "waiting requests per model; beyond it 429 (default 256)", SERVE_QUEUE_CAP_MIN,
+                   SERVE_QUEUE_CAP_MAX, SERVE_RANGE_TEXT(SERVE_QUEUE_CAP_MIN, SERVE_QUEUE_CAP_MAX)),
         FLAG("host", FLAG_STR, &host, "ADDR", "address to listen on (default 127.0.0.1)"),
         FLAG_RANGE("port", FLAG_INT, &port, "PORT",
                    "port to listen on; 0 = any free one "
                    "(default 8000)",
-                   0, 65535, "0..65535"),
+                   SERVE_PORT_MIN, SERVE_PORT_MAX,
+                   SERVE_RANGE_TEXT(SERVE_PORT_MIN, SERVE_PORT_MAX)),
         FLAG("port-file", FLAG_STR, &port_file, "FILE",
-             "write the bound port to FILE once listening"),
+             "write the bound port to FILE once listening (a regular file or none: it is "
+             "replaced, and removed at exit)"),
         FLAG("api-key", FLAG_STR, &api_key, "KEY",
              "require 'Authorization: Bearer KEY' (not on /health, /metrics) (default: none)"),
         FLAG("admin-key", FLAG_STR, &admin_key, "KEY",
@@ -141,25 +193,44 @@ int cmd_serve(int argc, char **argv)
         FLAG("log-level", FLAG_STR, &log_level, "LEVEL",
              "error|warn|info|debug (default info: one line per request)"),
         FLAG_RANGE("max-connections", FLAG_INT, &max_conn, "N",
-                   "connections at once; more are refused (default 256)", 1, 1 << 20, "1..1048576"),
+                   "connections at once; more are refused (default 256)", SERVE_MAX_CONNECTIONS_MIN,
+                   SERVE_MAX_CONNECTIONS_MAX,
+                   SERVE_RANGE_TEXT(SERVE_MAX_CONNECTIONS_MIN, SERVE_MAX_CONNECTIONS_MAX)),
+        FLAG_RANGE("max-connections-per-client", FLAG_INT, &per_client, "N",
+                   "connections one client address may hold; more are refused (default 0: half "
+                   "of --max-connections)",
+                   SERVE_PER_CLIENT_MIN, SERVE_PER_CLIENT_MAX,
+                   SERVE_RANGE_TEXT(SERVE_PER_CLIENT_MIN, SERVE_PER_CLIENT_MAX)),
         FLAG_RANGE("timeout", FLAG_INT, &timeout, "S",
-                   "close a connection idle (or sending its request) this long (default 30)", 1,
-                   86400, "1..86400"),
+                   "close a connection idle this long (default 30)", SERVE_TIMEOUT_MIN,
+                   SERVE_TIMEOUT_MAX, SERVE_RANGE_TEXT(SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX)),
+        FLAG_RANGE("header-timeout", FLAG_INT, &header_timeout, "S",
+                   "close a connection whose request headers are not all in S seconds after "
+                   "it opened (or, kept alive, after the next request's first byte), however "
+                   "steadily they come (default 20)",
+                   SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX,
+                   SERVE_RANGE_TEXT(SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX)),
+        FLAG_RANGE("body-timeout", FLAG_INT, &body_timeout, "S",
+                   "close a connection whose request body is not all in S seconds after its "
+                   "headers (default 60)",
+                   SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX,
+                   SERVE_RANGE_TEXT(SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX)),
         FLAG("max-body", FLAG_STR, &max_body, "BYTES", "largest request body (default 1MiB)"),
         FLAG_RANGE("grace", FLAG_FLOAT, &grace, "S",
                    "on SIGTERM/SIGINT, requests in flight get S seconds (a second signal ends it), "
                    "then are cancelled "
                    "(default 30)",
-                   0, 86400, "0..86400"),
+                   0, SERVE_SECONDS_MAX, SERVE_RANGE_TEXT(0, SERVE_SECONDS_MAX)),
         FLAG_RANGE("request-timeout", FLAG_FLOAT, &req_timeout, "S",
                    "a completion not done S seconds after it arrived ends with 504, queued or "
                    "running (default 0: none)",
-                   0, 86400, "0..86400"),
+                   0, SERVE_SECONDS_MAX, SERVE_RANGE_TEXT(0, SERVE_SECONDS_MAX)),
         FLAG_RANGE("link-gbps", FLAG_FLOAT, &link_gbps, "G",
                    "CPU devices only: emulate a host link of G GB/s (default 0: none)", 0, FLT_MAX,
                    "G >= 0"),
-        FLAG_RANGE("http-threads", FLAG_INT, &threads, "N", "HTTP worker threads (default 4)", 1,
-                   256, "1..256"),
+        FLAG_RANGE("http-threads", FLAG_INT, &threads, "N", "HTTP worker threads (default 4)",
+                   SERVE_HTTP_THREADS_MIN, SERVE_HTTP_THREADS_MAX,
+                   SERVE_RANGE_TEXT(SERVE_HTTP_THREADS_MIN, SERVE_HTTP_THREADS_MAX)),
         COMPUTE_FLAG(&compute),
     };
     enum {
@@ -179,7 +250,10 @@ int cmd_serve(int argc, char **argv)
         F_MODEL_ROOT,
         F_LOG_LEVEL,
         F_MAX_CONN,
+        F_PER_CLIENT,
         F_TIMEOUT,
+        F_HEADER_TIMEOUT,
+        F_BODY_TIMEOUT,
         F_MAX_BODY,
         F_GRACE,
         F_REQ_TIMEOUT,
@@ -222,6 +296,8 @@ int cmd_serve(int argc, char **argv)
         return rc;
     struct serve_config c;
     struct server *s = NULL;
+    struct stat port_written;
+    bool port_file_written = false;
     serve_config_init(&c);
     int n_roots = 0;
     enum log_level level;
@@ -255,8 +331,14 @@ int cmd_serve(int argc, char **argv)
         c.port = port;
     if (flags[F_MAX_CONN].seen)
         c.max_connections = max_conn;
+    if (flags[F_PER_CLIENT].seen)
+        c.max_connections_per_client = per_client;
     if (flags[F_TIMEOUT].seen)
         c.connection_timeout_s = timeout;
+    if (flags[F_HEADER_TIMEOUT].seen)
+        c.header_timeout_s = header_timeout;
+    if (flags[F_BODY_TIMEOUT].seen)
+        c.body_timeout_s = body_timeout;
     if (flags[F_GRACE].seen)
         c.grace_s = grace;
     if (flags[F_REQ_TIMEOUT].seen)
@@ -265,14 +347,17 @@ int cmd_serve(int argc, char **argv)
         c.link_gbps = link_gbps;
     if (flags[F_THREADS].seen)
         c.http_threads = threads;
-    if ((rc = serve_config_check(&c)) < 0)
+    if ((rc = serve_config_check(&c)) < 0 || (port_file && (rc = port_file_check(port_file)) < 0))
         goto usage;
     log_set_level(c.log_level);
     if ((rc = server_signals_init()) < 0 || (rc = server_open(&c, &s)) < 0)
         goto fail;
-    if (port_file && (rc = write_port_file(port_file, server_port(s))) < 0)
+    if (port_file && (rc = port_file_write(port_file, server_port(s), &port_written)) < 0)
         goto fail;
+    port_file_written = port_file != NULL;
     rc = server_run(s);
+    if (port_file_written)
+        port_file_remove(port_file, &port_written);
     if (rc < 0)
         goto fail;
     server_close(s);
@@ -283,6 +368,8 @@ usage:
     return args_usage_fail("serve");
 fail:
     rc = cli_fail("serve");
+    if (port_file_written)
+        port_file_remove(port_file, &port_written);
     server_close(s);
     serve_config_free(&c);
     return rc;

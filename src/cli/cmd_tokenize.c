@@ -18,7 +18,8 @@ int cmd_tokenize(int argc, char **argv)
     bool no_bos = false;
     struct flag flags[] = {
         FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "directory with the tokenizer files"),
-        FLAG("no-bos", FLAG_BOOL, &no_bos, NULL, "do not prepend the BOS token"),
+        FLAG("no-bos", FLAG_BOOL, &no_bos, NULL,
+             "add no special tokens (the BOS and whatever else the post-processor adds)"),
     };
     int rc = args_parse("tokenize",
                         "Reads UTF-8 text on stdin (all of it, newlines included, at most "

@@ -17,5 +17,6 @@ int bench_workload(int argc, char **argv);
 int bench_serve(int argc, char **argv);
 int bench_comm(int argc, char **argv);
 int bench_gemv(int argc, char **argv);
+int bench_tokenize(int argc, char **argv);
 
 #endif

@@ -44,8 +44,6 @@
 #define SCALAR_MAX 4096     /* bytes of one scalar */
 #define QUOTE_MAX 64        /* bytes of a value quoted in a message */
 #define NAME_MAX_LEN 63     /* bytes of a model name */
-#define BATCH_MAX 4096
-#define QUEUE_MAX (1 << 20)
 
 /* ---- defaults, add, free ---- */
 
@@ -57,6 +55,8 @@ void serve_config_init(struct serve_config *c)
     c->http_threads = 4;
     c->max_connections = 256;
     c->connection_timeout_s = 30;
+    c->header_timeout_s = 20;
+    c->body_timeout_s = 60;
     c->max_body_bytes = 1u << 20;
     c->grace_s = 30;
     c->log_level = LOG_INFO;
@@ -71,7 +71,24 @@ static void model_free(struct serve_model *m)
     free(m->name);
     free(m->path);
     free(m->compute);
+    free(m->chat_template);
     memset(m, 0, sizeof(*m));
+}
+
+/* Appends m (its strings taken) to c's models; on failure m is left to the
+ * caller. */
+static int models_push(struct serve_config *c, const struct serve_model *m)
+{
+    if (c->n_models == c->models_cap) {
+        int cap = c->models_cap ? c->models_cap * 2 : 8;
+        struct serve_model *g = realloc(c->models, (size_t)cap * sizeof(*g));
+        if (!g)
+            return err_set(ERR_NOMEM, "out of memory for the models' list");
+        c->models = g;
+        c->models_cap = cap;
+    }
+    c->models[c->n_models++] = *m;
+    return 0;
 }
 
 void serve_config_free(struct serve_config *c)
@@ -88,6 +105,7 @@ void serve_config_free(struct serve_config *c)
     free(c->compute);
     for (int i = 0; i < c->n_models; i++)
         model_free(&c->models[i]);
+    free(c->models);
     memset(c, 0, sizeof(*c));
 }
 
@@ -106,8 +124,10 @@ int serve_config_add_model(struct serve_config *c, const char *arg)
         model_free(&m);
         return err_set(ERR_NOMEM, "--model: out of memory");
     }
-    c->models[c->n_models++] = m;
-    return 0;
+    int rc = models_push(c, &m);
+    if (rc < 0)
+        model_free(&m);
+    return rc;
 }
 
 /* ---- byte counts ---- */
@@ -410,14 +430,20 @@ static int get_int(const struct walk *w, const struct ynode *y, const char *key,
     return 0;
 }
 
-static int get_double(const struct walk *w, const struct ynode *y, const char *key, double *out)
+/* A number from 0 to hi (hi INFINITY: any finite one >= 0). */
+static int get_double(const struct walk *w, const struct ynode *y, const char *key, double hi,
+                      double *out)
 {
-    static const char expected[] = "a number >= 0";
+    char expected[64];
+    if (isinf(hi))
+        snprintf(expected, sizeof(expected), "a number >= 0");
+    else
+        snprintf(expected, sizeof(expected), "a number from 0 to %g", hi);
     if (y->kind != Y_SCALAR || !y->value[0] || isspace((unsigned char)y->value[0]))
         return bad(w, y, key, expected);
     char *end;
     double v = strtod(y->value, &end);
-    if (*end || !isfinite(v) || !(v >= 0))
+    if (*end || !isfinite(v) || !(v >= 0) || v > hi)
         return bad(w, y, key, expected);
     *out = v;
     return 0;
@@ -529,8 +555,9 @@ static int walk_devices(const struct walk *w, const struct ynode *y)
 
 static int walk_model(const struct walk *w, const struct ynode *y, int index)
 {
-    static const char *const known[] = {"name",   "path",    "tp",      "pp", "max_batch",
-                                        "pinned", "devices", "compute", NULL};
+    static const char *const known[] = {"name",    "path",    "tp",           "pp",
+                                        "max_batch", "pinned", "devices", "compute",
+                                        "chat_template", NULL};
     struct serve_config *c = w->c;
     char prefix[32], key[64];
     snprintf(prefix, sizeof(prefix), "models[%d]", index);
@@ -558,11 +585,13 @@ static int walk_model(const struct walk *w, const struct ynode *y, int index)
         } else if (strcmp(k, "pp") == 0) {
             rc = get_int(w, v, key, 1, STACK_MAX_DEVICES, &m.pp);
         } else if (strcmp(k, "max_batch") == 0) {
-            rc = get_int(w, v, key, 0, BATCH_MAX, &m.max_batch);
+            rc = get_int(w, v, key, 0, SERVE_MAX_BATCH_MAX, &m.max_batch);
         } else if (strcmp(k, "pinned") == 0) {
             rc = get_bool(w, v, key, &m.pinned);
         } else if (strcmp(k, "compute") == 0) {
             rc = get_string(w, v, key, false, &m.compute);
+        } else if (strcmp(k, "chat_template") == 0) {
+            rc = get_string(w, v, key, false, &m.chat_template);
         } else { /* devices */
             if (v->kind != Y_SEQ || v->n < 1 || v->n > STACK_MAX_DEVICES) {
                 rc = bad(w, v, key, "a list of 1 to 64 device indices such as [0, 1]");
@@ -579,12 +608,11 @@ static int walk_model(const struct walk *w, const struct ynode *y, int index)
     if (rc == 0 && (!m.name || !m.path))
         rc = err_set(ERR_FORMAT, "%s:%d: key '%s': expected a mapping with 'name' and 'path'",
                      w->name, y->line, prefix);
-    if (rc < 0) {
+    if (rc == 0)
+        rc = models_push(c, &m);
+    if (rc < 0)
         model_free(&m);
-        return rc;
-    }
-    c->models[c->n_models++] = m;
-    return 0;
+    return rc;
 }
 
 static int walk_roots(const struct walk *w, const struct ynode *y)
@@ -621,6 +649,9 @@ static int walk_root(const struct walk *w, const struct ynode *root)
                                         "http_threads",
                                         "max_connections",
                                         "connection_timeout_s",
+                                        "header_timeout_s",
+                                        "body_timeout_s",
+                                        "max_connections_per_client",
                                         "max_body_bytes",
                                         "grace_s",
                                         "request_timeout_s",
@@ -659,23 +690,31 @@ static int walk_root(const struct walk *w, const struct ynode *root)
         } else if (strcmp(k, "host") == 0) {
             rc = get_string(w, v, k, false, &c->host);
         } else if (strcmp(k, "port") == 0) {
-            rc = get_int(w, v, k, 0, 65535, &c->port);
+            rc = get_int(w, v, k, SERVE_PORT_MIN, SERVE_PORT_MAX, &c->port);
         } else if (strcmp(k, "model_roots") == 0) {
             rc = walk_roots(w, v);
         } else if (strcmp(k, "http_threads") == 0) {
-            rc = get_int(w, v, k, 1, 1024, &c->http_threads);
+            rc = get_int(w, v, k, SERVE_HTTP_THREADS_MIN, SERVE_HTTP_THREADS_MAX, &c->http_threads);
         } else if (strcmp(k, "max_connections") == 0) {
-            rc = get_int(w, v, k, 1, 1 << 20, &c->max_connections);
+            rc = get_int(w, v, k, SERVE_MAX_CONNECTIONS_MIN, SERVE_MAX_CONNECTIONS_MAX,
+                         &c->max_connections);
+        } else if (strcmp(k, "max_connections_per_client") == 0) {
+            rc = get_int(w, v, k, SERVE_PER_CLIENT_MIN, SERVE_PER_CLIENT_MAX,
+                         &c->max_connections_per_client);
         } else if (strcmp(k, "connection_timeout_s") == 0) {
-            rc = get_int(w, v, k, 1, 86400, &c->connection_timeout_s);
+            rc = get_int(w, v, k, SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX, &c->connection_timeout_s);
+        } else if (strcmp(k, "header_timeout_s") == 0) {
+            rc = get_int(w, v, k, SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX, &c->header_timeout_s);
+        } else if (strcmp(k, "body_timeout_s") == 0) {
+            rc = get_int(w, v, k, SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX, &c->body_timeout_s);
         } else if (strcmp(k, "max_body_bytes") == 0) {
             rc = get_bytes(w, v, k, &c->max_body_bytes);
             if (rc == 0 && c->max_body_bytes == 0)
                 rc = bad(w, v, k, "a byte count >= 1");
         } else if (strcmp(k, "grace_s") == 0) {
-            rc = get_double(w, v, k, &c->grace_s);
+            rc = get_double(w, v, k, SERVE_SECONDS_MAX, &c->grace_s);
         } else if (strcmp(k, "request_timeout_s") == 0) {
-            rc = get_double(w, v, k, &c->request_timeout_s);
+            rc = get_double(w, v, k, SERVE_SECONDS_MAX, &c->request_timeout_s);
         } else if (strcmp(k, "log_level") == 0) {
             int l = 0;
             while (l < 4 && !(v->kind == Y_SCALAR && strcmp(v->value, levels[l]) == 0))
@@ -689,11 +728,11 @@ static int walk_root(const struct walk *w, const struct ynode *root)
         } else if (strcmp(k, "host_budget") == 0) {
             rc = get_bytes(w, v, k, &c->host_budget);
         } else if (strcmp(k, "max_batch") == 0) {
-            rc = get_int(w, v, k, 1, BATCH_MAX, &c->max_batch);
+            rc = get_int(w, v, k, SERVE_MAX_BATCH_MIN, SERVE_MAX_BATCH_MAX, &c->max_batch);
         } else if (strcmp(k, "queue_cap") == 0) {
-            rc = get_int(w, v, k, 1, QUEUE_MAX, &c->queue_cap);
+            rc = get_int(w, v, k, SERVE_QUEUE_CAP_MIN, SERVE_QUEUE_CAP_MAX, &c->queue_cap);
         } else if (strcmp(k, "link_gbps") == 0) {
-            rc = get_double(w, v, k, &c->link_gbps);
+            rc = get_double(w, v, k, INFINITY, &c->link_gbps);
         } else { /* models */
             if (v->kind != Y_SEQ) {
                 rc = bad(w, v, k, "a list of models ({name: ..., path: ...})");
@@ -793,14 +832,22 @@ int serve_config_check(const struct serve_config *c)
         if (!c->model_roots[i] || c->model_roots[i][0] != '/')
             return err_set(ERR_INVALID, "model_roots[%d]: expected an absolute path, got '%.*s'", i,
                            QUOTE_MAX, c->model_roots[i] ? c->model_roots[i] : "");
-    if (c->http_threads < 1 || c->max_connections < 1 || c->connection_timeout_s < 1)
-        return err_set(ERR_INVALID, "http_threads, max_connections and connection_timeout_s: "
-                                    "expected >= 1");
+    if (c->http_threads < SERVE_HTTP_THREADS_MIN || c->http_threads > SERVE_HTTP_THREADS_MAX)
+        return err_set(ERR_INVALID, "http_threads: expected %d to %d, got %d",
+                       SERVE_HTTP_THREADS_MIN, SERVE_HTTP_THREADS_MAX, c->http_threads);
+    if (c->max_connections < 1 || c->connection_timeout_s < 1 || c->header_timeout_s < 1 ||
+        c->body_timeout_s < 1 || c->max_connections_per_client < 0)
+        return err_set(ERR_INVALID, "max_connections, connection_timeout_s, header_timeout_s and "
+                                    "body_timeout_s: expected >= 1; "
+                                    "max_connections_per_client: expected >= 0");
     if (c->max_body_bytes < 1)
         return err_set(ERR_INVALID, "max_body_bytes: expected >= 1");
-    if (!(c->grace_s >= 0) || !(c->link_gbps >= 0) || !(c->request_timeout_s >= 0))
+    if (!(c->grace_s >= 0 && c->grace_s <= SERVE_SECONDS_MAX) || !(c->link_gbps >= 0) ||
+        !(c->request_timeout_s >= 0 && c->request_timeout_s <= SERVE_SECONDS_MAX))
         return err_set(ERR_INVALID,
-                       "grace_s, request_timeout_s and link_gbps: expected a number >= 0");
+                       "grace_s and request_timeout_s: expected a number from 0 to %d; "
+                       "link_gbps: expected a number >= 0",
+                       SERVE_SECONDS_MAX);
     if (!c->device_kind ||
         (strcmp(c->device_kind, "cpu") != 0 && strcmp(c->device_kind, "cuda") != 0))
         return err_set(ERR_INVALID, "devices.kind: expected cpu or cuda, got '%.*s'", QUOTE_MAX,
@@ -873,6 +920,13 @@ int serve_config_check(const struct serve_config *c)
                                d, c->n_devices - 1, m->devices[d]);
     }
     return 0;
+}
+
+int serve_config_per_client(const struct serve_config *c)
+{
+    if (c->max_connections_per_client > 0)
+        return c->max_connections_per_client;
+    return c->max_connections / 2 > 0 ? c->max_connections / 2 : 1;
 }
 
 void serve_config_stack(const struct serve_config *c, struct stack_config *sc,

@@ -25,9 +25,34 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/sched.h"
 #include "engine/stack.h"
 
-#define SERVE_MAX_MODELS 256
+/* Models a config may list: as many as the engine serves (admin adds
+ * count against the same limit). */
+#define SERVE_MAX_MODELS SCHED_MAX_MODELS
+
+/* The range of each numeric setting, one place for the YAML key and its
+ * flag (cmd_serve.c): the lowest and highest value, decimal literals so
+ * SERVE_RANGE_TEXT can spell them ("1..256"). */
+#define SERVE_PORT_MIN 0
+#define SERVE_PORT_MAX 65535
+#define SERVE_HTTP_THREADS_MIN 1
+#define SERVE_HTTP_THREADS_MAX 256
+#define SERVE_MAX_CONNECTIONS_MIN 1
+#define SERVE_MAX_CONNECTIONS_MAX 1048576
+#define SERVE_PER_CLIENT_MIN 0 /* 0: half of max_connections */
+#define SERVE_PER_CLIENT_MAX 1048576
+#define SERVE_TIMEOUT_MIN 1 /* connection, header and body timeouts, seconds */
+#define SERVE_TIMEOUT_MAX 86400
+#define SERVE_SECONDS_MAX 86400 /* grace_s, request_timeout_s (from 0; real numbers) */
+#define SERVE_MAX_BATCH_MIN 1
+#define SERVE_MAX_BATCH_MAX 4096
+#define SERVE_QUEUE_CAP_MIN 1
+#define SERVE_QUEUE_CAP_MAX 1048576
+#define SERVE_STR_(x) #x
+#define SERVE_STR(x) SERVE_STR_(x)
+#define SERVE_RANGE_TEXT(lo, hi) SERVE_STR(lo) ".." SERVE_STR(hi)
 #define SERVE_MAX_ROOTS 16
 #define SERVE_MAX_GPU 1023 /* the largest GPU ordinal devices.gpus accepts */
 
@@ -42,6 +67,8 @@ struct serve_model {
     bool pinned;
     int max_batch;       /* 0: the server's */
     char *compute;       /* "f32", "bf16", "auto"; NULL: the server's (owned) */
+    char *chat_template; /* a Jinja file for /v1/chat/completions; NULL: the
+                            checkpoint's (tokenizer_config.json, chat_template.jinja) */
 };
 
 struct serve_config {
@@ -54,7 +81,11 @@ struct serve_config {
     int n_model_roots;
     int http_threads;           /* libmicrohttpd's pool (default 4) */
     int max_connections;        /* default 256 */
-    int connection_timeout_s;   /* idle or slow client (default 30) */
+    int connection_timeout_s;   /* idle client (default 30) */
+    int header_timeout_s;       /* a request's headers, from the connection's start or (kept
+                                   alive) the request's first byte (default 20) */
+    int body_timeout_s;         /* a request's body, from the headers' end (default 60) */
+    int max_connections_per_client; /* from one address; 0: half of max_connections */
     uint64_t max_body_bytes;    /* default 1 MiB */
     double grace_s;             /* shutdown: in-flight requests get this long (default 30) */
     double request_timeout_s;   /* a completion not done by then ends with 504 (0: none) */
@@ -74,8 +105,8 @@ struct serve_config {
     int queue_cap;              /* waiting requests per model (default 256) */
     double link_gbps;           /* CPU devices: emulated host link (0: none) */
     char *compute;              /* "f32", "bf16"; NULL or "auto": each checkpoint's */
-    struct serve_model models[SERVE_MAX_MODELS];
-    int n_models;
+    struct serve_model *models; /* n_models of them (owned; grown as models are added) */
+    int n_models, models_cap;
 };
 
 void serve_config_init(struct serve_config *c);
@@ -94,6 +125,9 @@ int serve_config_add_model(struct serve_config *c, const char *arg);
 /* Parses a byte count: "12345", "512MiB", "2GiB", "1.5GB" ... into *out. */
 int serve_parse_bytes(const char *s, uint64_t *out);
 int serve_config_check(const struct serve_config *c);
+/* The connections one client address may hold: max_connections_per_client,
+ * or when 0 half of max_connections (at least 1). */
+int serve_config_per_client(const struct serve_config *c);
 /* Fills *sc (and mc[0..c->n_models)) for stack_open; both point into c,
  * which must outlive them. Loads overlap compute when link_gbps is set (the
  * copies then take no CPU); with the host budget left sized, every model is

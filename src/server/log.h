@@ -5,12 +5,19 @@
 #ifndef SHARDSWAP_SERVER_LOG_H
 #define SHARDSWAP_SERVER_LOG_H
 
+#include <stddef.h>
+
 #include "server/config.h" /* enum log_level */
 
 void log_set_level(enum log_level level);
 enum log_level log_get_level(void);
-/* A line at level (dropped when above the level set); no newline needed. */
+/* A line at level (dropped when above the level set); no newline needed.
+ * The message is escaped (log_escape): one call, one line. */
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* in -> out (cap bytes, NUL-terminated, cut short when full) with control
+ * bytes, DEL and C1 controls written as \xNN: what log_msg does to every
+ * message, so a field a client sent cannot start a line of its own. */
+void log_escape(const char *in, char *out, size_t cap);
 /* "error", "warn", "info", "debug" -> *out; ERR_INVALID otherwise. */
 int log_level_parse(const char *s, enum log_level *out);
 

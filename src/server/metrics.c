@@ -82,6 +82,16 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
             fprintf(f, "\",outcome=\"%s\"} %llu\n", o[k].outcome, o[k].v);
         }
     }
+    family(f, "shardswap_api_requests_total", "counter",
+           "Requests to the generation routes by model and route (completions, chat), "
+           "whatever their outcome.");
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 2; k++) {
+            fputs("shardswap_api_requests_total{model=\"", f);
+            put_label(f, rows[i].m->name);
+            fprintf(f, "\",route=\"%s\"} %llu\n", k ? "chat" : "completions",
+                    (unsigned long long)atomic_load(&rows[i].m->n_route[k]));
+        }
     family(f, "shardswap_http_responses_total", "counter", "HTTP responses by status code.");
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < SRV_HTTP_CODES && s->http_code[i]; i++)
@@ -155,6 +165,14 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
     family(f, "shardswap_host_bytes_budget", "gauge",
            "Host memory budget of the host tier, in bytes.");
     fprintf(f, "shardswap_host_bytes_budget %llu\n", (unsigned long long)ss.host_budget);
+    uint64_t cut;
+    int n_conns = srv_conns_count(s, &cut);
+    family(f, "shardswap_http_connections", "gauge", "Open HTTP connections.");
+    fprintf(f, "shardswap_http_connections %d\n", n_conns);
+    family(f, "shardswap_http_deadline_closes_total", "counter",
+           "Connections closed because a request's headers or body were not in within "
+           "header_timeout_s / body_timeout_s.");
+    fprintf(f, "shardswap_http_deadline_closes_total %llu\n", (unsigned long long)cut);
 }
 
 enum MHD_Result srv_metrics(struct srv_req *r)

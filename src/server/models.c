@@ -8,10 +8,95 @@
 #include "server/log.h"
 #include "server/server_impl.h"
 
-/* Any non-engine thread; opens the tokenizer outside s->lock. What the
- * entry needs of sm is copied now: the entry outlives the swap model (the
- * engine's removal unregisters it). */
-int srv_model_add(struct server *s, const struct swap_model *sm, const char *path, int id)
+/* Adds id to m's turn ends unless it is one already. */
+static void turn_end_add(struct srv_model *m, int32_t id)
+{
+    if (id < 0 || id >= m->vocab)
+        return;
+    for (int i = 0; i < m->n_turn_end; i++)
+        if (m->turn_end[i] == id)
+            return;
+    if (m->n_turn_end < (int)(sizeof(m->turn_end) / sizeof(m->turn_end[0])))
+        m->turn_end[m->n_turn_end++] = id;
+}
+
+/* The token that ends an assistant's turn in m's template: what the
+ * template writes right after an assistant message's content, when that
+ * begins with a special token (Llama 3's <|eot_id|>, ChatML's <|im_end|>,
+ * Mistral's </s>, Gemma's <end_of_turn>). Found by rendering a probe
+ * conversation, so that no family's token is written down here. */
+static void turn_end_probe(struct srv_model *m)
+{
+    static const char probe[] = "PrObE7q";
+    const char *convs[] = {
+        "[{\"role\": \"user\", \"content\": \"hi\"}, "
+        "{\"role\": \"assistant\", \"content\": \"PrObE7q\"}]",
+        "[{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", \"content\": \"hi\"}, "
+        "{\"role\": \"assistant\", \"content\": \"PrObE7q\"}]",
+    };
+    for (size_t c = 0; c < sizeof(convs) / sizeof(convs[0]); c++) {
+        json_t *msgs = json_loads(convs[c], 0, NULL);
+        struct chat_render_opts o = {.add_generation_prompt = false};
+        char *out = NULL;
+        size_t len = 0;
+        int rc = msgs ? chat_template_render(m->chat, msgs, &o, &out, &len) : ERR_NOMEM;
+        json_decref(msgs);
+        const char *at = rc == 0 ? strstr(out, probe) : NULL;
+        if (at) {
+            const char *after = at + strlen(probe);
+            int32_t *ids = NULL;
+            size_t n = 0;
+            if (bpe_encode(m->tok, after, strlen(after), false, &ids, &n) == 0 && n > 0 &&
+                bpe_is_special(m->tok, ids[0]))
+                turn_end_add(m, ids[0]);
+            free(ids);
+        }
+        free(out);
+        if (at)
+            return;
+    }
+}
+
+/* m's chat template: the file the config names (an error when it does not
+ * load), else the checkpoint's (a warning when it does not). Needs m->tok. */
+static int chat_load(struct srv_model *m, const char *path, const char *override)
+{
+    if (!m->tok) {
+        snprintf(m->no_chat, sizeof(m->no_chat), "it has no tokenizer");
+        if (override)
+            return err_set(ERR_INVALID, "model %s: chat_template %s: the model has no tokenizer "
+                                        "to encode the rendered prompt with",
+                           m->name, override);
+        return 0;
+    }
+    int rc = chat_template_load(path, override, &m->chat);
+    if (rc < 0 && override)
+        return err_wrap(rc, "model %s: chat_template %s", m->name, override);
+    if (rc < 0) {
+        snprintf(m->no_chat, sizeof(m->no_chat), "its chat template does not load: %s",
+                 err_msg());
+        log_warn("model %s: %s; /v1/chat/completions refuses it", m->name, m->no_chat);
+        m->chat = NULL;
+        return 0;
+    }
+    if (!m->chat) {
+        snprintf(m->no_chat, sizeof(m->no_chat),
+                 "it has no chat template (tokenizer_config.json's chat_template, "
+                 "chat_template.jinja, or the server config's chat_template: FILE)");
+        return 0;
+    }
+    turn_end_probe(m);
+    const char *eos = chat_template_eos(m->chat);
+    if (eos[0])
+        turn_end_add(m, bpe_token_id(m->tok, eos, strlen(eos)));
+    return 0;
+}
+
+/* Any non-engine thread; opens the tokenizer and the chat template outside
+ * s->lock. What the entry needs of sm is copied now: the entry outlives the
+ * swap model (the engine's removal unregisters it). */
+int srv_model_add(struct server *s, const struct swap_model *sm, const char *path,
+                  const char *chat_template, int id)
 {
     struct srv_model *m = calloc(1, sizeof(*m));
     if (!m || !(m->path = strdup(path))) {
@@ -32,6 +117,14 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
         log_warn("model %s: no tokenizer (%s): it serves token-id prompts only, its completions "
                  "carry token_ids", m->name, err_msg());
         m->tok = NULL;
+    }
+    int rc = chat_load(m, path, chat_template);
+    if (rc < 0) {
+        chat_template_free(m->chat);
+        bpe_close(m->tok);
+        free(m->path);
+        free(m);
+        return rc;
     }
     pthread_mutex_lock(&s->lock);
     for (struct srv_model *o = s->models; o; o = o->next)
@@ -59,6 +152,7 @@ void srv_models_free(struct server *s)
     while (m) {
         struct srv_model *next = m->next;
         bpe_close(m->tok);
+        chat_template_free(m->chat);
         free(m->path);
         free(m);
         m = next;

@@ -428,9 +428,9 @@ static int read_stream_options(const json_t *root, struct completion_req *r, str
     return 0;
 }
 
-/* Fields that would change the output and are not implemented: accepted
- * only at their neutral value. */
-static int read_unsupported(const json_t *root, struct oai_error *err)
+/* Fields of both APIs that would change the output and are not
+ * implemented: accepted only at their neutral value. */
+static int read_unsupported_common(const json_t *root, struct oai_error *err)
 {
     json_int_t x = 1;
     int rc;
@@ -438,6 +438,25 @@ static int read_unsupported(const json_t *root, struct oai_error *err)
         return rc;
     if (x != 1)
         return unsupported(err, "n", "n: only n = 1 is supported, got %" JSON_INTEGER_FORMAT, x);
+    const json_t *v = field(root, "logit_bias");
+    if (v && (!json_is_object(v) || json_object_size(v) != 0))
+        return bad_value(err, "logit_bias", "logit_bias",
+                         "null or {} (logit biases are not supported)", v);
+    static const char *const penalties[] = {"presence_penalty", "frequency_penalty"};
+    for (size_t i = 0; i < 2; i++) {
+        v = field(root, penalties[i]);
+        if (v && (!json_is_number(v) || json_number_value(v) != 0))
+            return bad_value(err, penalties[i], penalties[i],
+                             "null or 0 (penalties are not supported)", v);
+    }
+    return 0;
+}
+
+/* The completions API's own: best_of, logprobs (an integer), suffix. */
+static int read_unsupported_completion(const json_t *root, struct oai_error *err)
+{
+    json_int_t x = 1;
+    int rc;
     if ((rc = read_int(root, "best_of", JSON_INTEGER_MIN, JSON_INTEGER_MAX, &x, err)) < 0)
         return rc;
     if (x != 1)
@@ -454,16 +473,168 @@ static int read_unsupported(const json_t *root, struct oai_error *err)
     const json_t *v = field(root, "suffix");
     if (v)
         return bad_value(err, "suffix", "suffix", "null (suffixes are not supported)", v);
-    v = field(root, "logit_bias");
-    if (v && (!json_is_object(v) || json_object_size(v) != 0))
-        return bad_value(err, "logit_bias", "logit_bias",
-                         "null or {} (logit biases are not supported)", v);
-    static const char *const penalties[] = {"presence_penalty", "frequency_penalty"};
-    for (size_t i = 0; i < 2; i++) {
-        v = field(root, penalties[i]);
-        if (v && (!json_is_number(v) || json_number_value(v) != 0))
-            return bad_value(err, penalties[i], penalties[i],
-                             "null or 0 (penalties are not supported)", v);
+    return 0;
+}
+
+/* The chat API's own: tools and functions, structured output, log
+ * probabilities, audio, predicted outputs. */
+static int read_unsupported_chat(const json_t *root, struct oai_error *err)
+{
+    const json_t *v = field(root, "tools");
+    if (v && (!json_is_array(v) || json_array_size(v) != 0))
+        return bad_value(err, "tools", "tools", "null or [] (tool calling is not supported)", v);
+    v = field(root, "tool_choice");
+    if (v && !(json_is_string(v) && strcmp(json_string_value(v), "none") == 0))
+        return bad_value(err, "tool_choice", "tool_choice",
+                         "null or \"none\" (tool calling is not supported)", v);
+    static const char *const gone[] = {"functions", "function_call", "audio", "prediction"};
+    for (size_t i = 0; i < sizeof(gone) / sizeof(gone[0]); i++)
+        if ((v = field(root, gone[i])))
+            return bad_value(err, gone[i], gone[i], "null (not supported)", v);
+    v = field(root, "response_format");
+    if (v) {
+        const json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+        if (!t || !json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
+            return bad_value(err, "response_format", "response_format",
+                             "null or {\"type\": \"text\"} (structured output is not "
+                             "supported)",
+                             v);
+    }
+    v = field(root, "logprobs");
+    if (v && !json_is_false(v))
+        return bad_value(err, "logprobs", "logprobs",
+                         "null or false (log probabilities are not supported)", v);
+    v = field(root, "top_logprobs");
+    if (v && !(json_is_integer(v) && json_integer_value(v) == 0))
+        return bad_value(err, "top_logprobs", "top_logprobs",
+                         "null or 0 (log probabilities are not supported)", v);
+    v = field(root, "modalities");
+    if (v && !(json_is_array(v) && json_array_size(v) == 1 &&
+               json_is_string(json_array_get(v, 0)) &&
+               strcmp(json_string_value(json_array_get(v, 0)), "text") == 0))
+        return bad_value(err, "modalities", "modalities", "null or [\"text\"]", v);
+    return 0;
+}
+
+/* ---- chat messages ---- */
+
+/* The text of content parts [{"type": "text", "text": "..."}, ...], joined
+ * with "\n" (vLLM's "string" content format). */
+static int join_parts(const json_t *parts, size_t mi, json_t **out, struct oai_error *err)
+{
+    size_t n = json_array_size(parts), total = 0;
+    for (size_t j = 0; j < n; j++) {
+        const json_t *p = json_array_get(parts, j);
+        char what[64];
+        snprintf(what, sizeof(what), "messages[%zu].content[%zu]", mi, j);
+        if (!json_is_object(p))
+            return bad_value(err, "messages", what, "an object {\"type\": \"text\", \"text\": ...}",
+                             p);
+        const json_t *t = json_object_get(p, "type");
+        if (!t || !json_is_string(t)) {
+            snprintf(what, sizeof(what), "messages[%zu].content[%zu].type", mi, j);
+            return bad_value(err, "messages", what, "\"text\"", t ? t : json_null());
+        }
+        if (strcmp(json_string_value(t), "text") != 0) {
+            char d[QUOTE_MAX + 32];
+            describe(t, d, sizeof(d));
+            return oai_error_set(err, 400, "invalid_request_error", NULL, "messages",
+                                 "messages[%zu].content[%zu].type: only \"text\" parts are "
+                                 "supported, got %s",
+                                 mi, j, d);
+        }
+        const json_t *x = json_object_get(p, "text");
+        if (!x || !json_is_string(x)) {
+            snprintf(what, sizeof(what), "messages[%zu].content[%zu].text", mi, j);
+            return bad_value(err, "messages", what, "a string", x ? x : json_null());
+        }
+        total += json_string_length(x) + (j > 0);
+    }
+    char *buf = malloc(total + 1);
+    if (!buf)
+        return oai_error_set(err, 500, "server_error", NULL, "", "out of memory");
+    size_t at = 0;
+    for (size_t j = 0; j < n; j++) {
+        const json_t *x = json_object_get(json_array_get(parts, j), "text");
+        if (j > 0)
+            buf[at++] = '\n';
+        memcpy(buf + at, json_string_value(x), json_string_length(x));
+        at += json_string_length(x);
+    }
+    *out = json_stringn_nocheck(buf, at);
+    free(buf);
+    if (!*out)
+        return oai_error_set(err, 500, "server_error", NULL, "", "out of memory");
+    return 0;
+}
+
+/* messages: a non-empty array of {"role", "content", "name"?}; the copy
+ * kept has content as one string. */
+static int read_messages(const json_t *root, struct completion_req *r, struct oai_error *err)
+{
+    static const char expected[] =
+        "a non-empty array of messages {\"role\": \"system\" | \"user\" | \"assistant\", "
+        "\"content\": ...}";
+    const json_t *v = field(root, "messages");
+    if (!v)
+        return oai_error_set(err, 400, "invalid_request_error", NULL, "messages",
+                             "messages: required, expected %s", expected);
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return bad_value(err, "messages", "messages", expected, v);
+    size_t n = json_array_size(v);
+    if (n > OAI_MAX_MESSAGES)
+        return unsupported(err, "messages", "messages: expected at most %d messages, got %zu",
+                           OAI_MAX_MESSAGES, n);
+    if (!(r->messages = json_array()))
+        return oai_error_set(err, 500, "server_error", NULL, "", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *m = json_array_get(v, i);
+        char what[48];
+        snprintf(what, sizeof(what), "messages[%zu]", i);
+        if (!json_is_object(m))
+            return bad_value(err, "messages", what, "an object {\"role\", \"content\"}", m);
+        const json_t *role = json_object_get(m, "role");
+        snprintf(what, sizeof(what), "messages[%zu].role", i);
+        if (!role || !json_is_string(role))
+            return bad_value(err, "messages", what, "\"system\", \"user\" or \"assistant\"",
+                             role ? role : json_null());
+        const char *rs = json_string_value(role);
+        bool assistant = strcmp(rs, "assistant") == 0;
+        if (!assistant && strcmp(rs, "system") != 0 && strcmp(rs, "user") != 0) {
+            char d[QUOTE_MAX + 32];
+            describe(role, d, sizeof(d));
+            return oai_error_set(err, 400, "invalid_request_error", NULL, "messages",
+                                 "%s: expected \"system\", \"user\" or \"assistant\" (tool and "
+                                 "function messages are not supported), got %s",
+                                 what, d);
+        }
+        const json_t *c = json_object_get(m, "content");
+        snprintf(what, sizeof(what), "messages[%zu].content", i);
+        json_t *content = NULL;
+        int rc;
+        if (c && json_is_string(c))
+            content = json_incref((json_t *)c);
+        else if (c && json_is_array(c)) {
+            if ((rc = join_parts(c, i, &content, err)) < 0)
+                return rc;
+        } else if (assistant && (!c || json_is_null(c)))
+            content = json_string("");
+        else
+            return bad_value(err, "messages", what,
+                             assistant ? "a string, an array of text parts or null"
+                                       : "a string or an array of text parts",
+                             c ? c : json_null());
+        const json_t *name = json_object_get(m, "name");
+        if (name && !json_is_null(name) && !json_is_string(name)) {
+            json_decref(content);
+            snprintf(what, sizeof(what), "messages[%zu].name", i);
+            return bad_value(err, "messages", what, "a string", name);
+        }
+        json_t *copy = json_pack("{s:s, s:o}", "role", rs, "content", content);
+        if (copy && name && json_is_string(name))
+            json_object_set(copy, "name", (json_t *)name);
+        if (!copy || json_array_append_new(r->messages, copy) != 0)
+            return oai_error_set(err, 500, "server_error", NULL, "", "out of memory");
     }
     return 0;
 }
@@ -495,69 +666,120 @@ static int bad_json(const json_error_t *je, size_t len, struct oai_error *err)
     }
 }
 
+/* The fields both APIs share, after the model and the prompt. */
+static int read_common(const json_t *root, struct completion_req *r, struct oai_error *err)
+{
+    json_int_t x;
+    int rc;
+    if ((rc = read_number(root, "temperature", 0, false, 2, &r->temperature, err)) < 0 ||
+        (rc = read_number(root, "top_p", 0, true, 1, &r->top_p, err)) < 0)
+        return rc;
+    x = 0;
+    if ((rc = read_int(root, "top_k", 0, INT32_MAX, &x, err)) < 0)
+        return rc;
+    r->top_k = (int)x;
+    if (field(root, "seed")) {
+        if ((rc = read_int(root, "seed", JSON_INTEGER_MIN, JSON_INTEGER_MAX, &x, err)) < 0)
+            return rc;
+        r->has_seed = true;
+        r->seed = (uint64_t)x;
+    }
+    if ((rc = read_stop(root, r, err)) < 0 || (rc = read_bool(root, "stream", &r->stream, err)) < 0 ||
+        (rc = read_stream_options(root, r, err)) < 0 ||
+        (rc = read_unsupported_common(root, err)) < 0)
+        return rc;
+    const json_t *u = field(root, "user");
+    if (u && !json_is_string(u))
+        return bad_value(err, "user", "user", "a string", u);
+    if (u && !(r->user = strdup(json_string_value(u))))
+        return oai_error_set(err, 500, "server_error", NULL, "", "out of memory");
+    return 0;
+}
+
+/* Parses the body's JSON object; *root is the caller's. */
+static int parse_root(const char *body, size_t len, json_t **root, struct oai_error *err)
+{
+    json_error_t je;
+    *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+    if (!*root)
+        return bad_json(&je, len, err);
+    if (!json_is_object(*root))
+        return bad_value(err, "", "request body", "a JSON object", *root);
+    return 0;
+}
+
 int oai_parse_completion(const char *body, size_t len, struct completion_req *out,
                          struct oai_error *err)
 {
     memset(out, 0, sizeof(*out));
     memset(err, 0, sizeof(*err));
-    json_error_t je;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
-    if (!root)
-        return bad_json(&je, len, err);
-
     struct completion_req r = {
         .max_tokens = DEFAULT_MAX_TOKENS,
         .temperature = 1.0f,
         .top_p = 1.0f,
     };
-    json_int_t x;
+    json_t *root = NULL;
+    json_int_t x = r.max_tokens;
     int rc;
-    if (!json_is_object(root)) {
-        rc = bad_value(err, "", "request body", "a JSON object", root);
-        goto fail;
-    }
-    if ((rc = read_string(root, "model", MODEL_MAX, true, &r.model, err)) < 0)
-        goto fail;
-    if ((rc = read_prompt(root, &r, err)) < 0)
-        goto fail;
-    x = r.max_tokens;
-    if ((rc = read_int(root, "max_tokens", 1, MAX_TOKENS_MAX, &x, err)) < 0)
+    if ((rc = parse_root(body, len, &root, err)) < 0 ||
+        (rc = read_string(root, "model", MODEL_MAX, true, &r.model, err)) < 0 ||
+        (rc = read_prompt(root, &r, err)) < 0 ||
+        (rc = read_int(root, "max_tokens", 1, MAX_TOKENS_MAX, &x, err)) < 0)
         goto fail;
     r.max_tokens = (int)x;
-    if ((rc = read_number(root, "temperature", 0, false, 2, &r.temperature, err)) < 0)
+    r.max_tokens_given = field(root, "max_tokens") != NULL;
+    if ((rc = read_common(root, &r, err)) < 0 || (rc = read_bool(root, "echo", &r.echo, err)) < 0 ||
+        (rc = read_unsupported_completion(root, err)) < 0)
         goto fail;
-    if ((rc = read_number(root, "top_p", 0, true, 1, &r.top_p, err)) < 0)
+    json_decref(root);
+    *out = r;
+    return 0;
+fail:
+    json_decref(root);
+    completion_req_free(&r);
+    return rc;
+}
+
+int oai_parse_chat(const char *body, size_t len, struct completion_req *out,
+                   struct oai_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    memset(err, 0, sizeof(*err));
+    struct completion_req r = {
+        .max_tokens = OAI_CHAT_DEFAULT_MAX_TOKENS,
+        .temperature = 1.0f,
+        .top_p = 1.0f,
+        .chat = true,
+    };
+    json_t *root = NULL;
+    json_int_t x = r.max_tokens;
+    int rc;
+    if ((rc = parse_root(body, len, &root, err)) < 0 ||
+        (rc = read_string(root, "model", MODEL_MAX, true, &r.model, err)) < 0 ||
+        (rc = read_messages(root, &r, err)) < 0)
         goto fail;
-    x = 0;
-    if ((rc = read_int(root, "top_k", 0, INT32_MAX, &x, err)) < 0)
+    /* max_completion_tokens replaced max_tokens; either sets the limit */
+    const char *limit = field(root, "max_completion_tokens") ? "max_completion_tokens"
+                                                             : "max_tokens";
+    if ((rc = read_int(root, limit, 1, MAX_TOKENS_MAX, &x, err)) < 0)
         goto fail;
-    r.top_k = (int)x;
-    if (field(root, "seed")) {
-        if ((rc = read_int(root, "seed", JSON_INTEGER_MIN, JSON_INTEGER_MAX, &x, err)) < 0)
+    r.max_tokens = (int)x;
+    r.max_tokens_given = field(root, limit) != NULL;
+    if (r.max_tokens_given && strcmp(limit, "max_completion_tokens") == 0 &&
+        field(root, "max_tokens")) {
+        json_int_t y = 0;
+        if ((rc = read_int(root, "max_tokens", 1, MAX_TOKENS_MAX, &y, err)) < 0)
             goto fail;
-        r.has_seed = true;
-        r.seed = (uint64_t)x;
-    }
-    if ((rc = read_stop(root, &r, err)) < 0)
-        goto fail;
-    if ((rc = read_bool(root, "echo", &r.echo, err)) < 0 ||
-        (rc = read_bool(root, "stream", &r.stream, err)) < 0)
-        goto fail;
-    if ((rc = read_stream_options(root, &r, err)) < 0)
-        goto fail;
-    if ((rc = read_unsupported(root, err)) < 0)
-        goto fail;
-    {
-        const json_t *u = field(root, "user");
-        if (u && !json_is_string(u)) {
-            rc = bad_value(err, "user", "user", "a string", u);
+        if (y != x) {
+            rc = unsupported(err, "max_tokens",
+                             "max_tokens (%" JSON_INTEGER_FORMAT ") and max_completion_tokens (%"
+                             JSON_INTEGER_FORMAT ") differ: send one of them",
+                             y, x);
             goto fail;
         }
-        if (u && !(r.user = strdup(json_string_value(u)))) {
-            rc = oai_error_set(err, 500, "server_error", NULL, "", "out of memory");
-            goto fail;
-        }
     }
+    if ((rc = read_common(root, &r, err)) < 0 || (rc = read_unsupported_chat(root, err)) < 0)
+        goto fail;
     json_decref(root);
     *out = r;
     return 0;
@@ -577,5 +799,6 @@ void completion_req_free(struct completion_req *r)
     for (int i = 0; i < OAI_MAX_STOP; i++)
         free(r->stop[i]);
     free(r->user);
+    json_decref(r->messages);
     memset(r, 0, sizeof(*r));
 }

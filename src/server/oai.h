@@ -16,11 +16,16 @@
 #ifndef SHARDSWAP_SERVER_OAI_H
 #define SHARDSWAP_SERVER_OAI_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define OAI_MAX_STOP 4
+#define OAI_MAX_MESSAGES 4096 /* messages in one chat request */
+/* A chat request that names no max_tokens generates until an end of turn or
+ * this many tokens (at most the context the prompt leaves). */
+#define OAI_CHAT_DEFAULT_MAX_TOKENS 1024
 
 struct oai_error {
     int status;          /* HTTP status: 400, 401, 403, 404, 405, 413, 429, 500, 503 */
@@ -48,6 +53,12 @@ struct completion_req {
     int n_stop;
     bool echo, stream, include_usage;
     char *user;              /* owned or NULL (logged, not used) */
+    /* a chat request (oai_parse_chat): the messages, each {"role",
+     * "content": a string} with text parts joined, ready for the model's
+     * chat template; the prompt text is rendered from them */
+    bool chat;
+    json_t *messages;        /* owned */
+    bool max_tokens_given;   /* max_tokens or max_completion_tokens was sent */
 };
 
 /* Parses a request body of len bytes (need not be NUL-terminated). On error
@@ -56,6 +67,18 @@ struct completion_req {
 int oai_parse_completion(const char *body, size_t len, struct completion_req *out,
                          struct oai_error *err);
 void completion_req_free(struct completion_req *r); /* NULL-safe; zeroes it */
+
+/* Parses a POST /v1/chat/completions body as oai_parse_completion does,
+ * with the chat API's fields: messages (roles system, user, assistant;
+ * content a string or a list of {"type": "text", "text"} parts, joined
+ * with "\n" as vLLM joins them; an assistant's content may be null),
+ * max_completion_tokens (or the older max_tokens; default
+ * OAI_CHAT_DEFAULT_MAX_TOKENS), temperature, top_p, seed, stop, stream,
+ * stream_options, n = 1. tools, tool_choice, functions, response_format
+ * other than text, logprobs, top_logprobs, logit_bias, penalties, audio and
+ * prediction are a 400 naming the field. */
+int oai_parse_chat(const char *body, size_t len, struct completion_req *out,
+                   struct oai_error *err);
 
 /* Sets *err (printf-style message); returns ERR_INVALID. */
 int oai_error_set(struct oai_error *err, int status, const char *type, const char *code,

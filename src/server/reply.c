@@ -50,6 +50,7 @@ static enum MHD_Result reply_buf(struct srv_req *r, unsigned status, const char 
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     if (hdr)
         MHD_add_response_header(resp, hdr, value);
+    srv_reply_closing(r, resp);
     r->http_status = (int)status;
     r->handled = true;
     srv_count_status(r->s, (int)status);

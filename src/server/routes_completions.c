@@ -1,6 +1,16 @@
-/* POST /v1/completions: a request body -> the model's tokenizer -> the
- * engine, then either one JSON response or server-sent events as tokens
- * arrive.
+/* POST /v1/completions and /v1/chat/completions: a request body -> (for
+ * chat, the model's chat template) -> the model's tokenizer -> the engine,
+ * then either one JSON response or server-sent events as tokens arrive.
+ *
+ * A chat request's messages are rendered with the model's template (as
+ * transformers' apply_chat_template, add_generation_prompt true) and the
+ * text encoded without an added BOS (the template writes its own, as
+ * transformers tokenizes a rendered chat). Its completion ends at the
+ * model's EOS ids (the engine's) and at the tokens that end a turn in the
+ * template (srv_model.turn_end: on_token ends the request there, and the
+ * token's text is never part of the message); the answer is a
+ * chat.completion, or chat.completion.chunk events: the role first, then
+ * content deltas, then the finish reason.
  *
  * The text of a completion is decoded as the tokens come (bpe_stream, so a
  * UTF-8 character split across tokens is sent whole) and checked against the
@@ -96,6 +106,14 @@ static int ids_push(struct srv_req *r, int32_t id)
     return 0;
 }
 
+static bool is_turn_end(const struct srv_model *m, int32_t id)
+{
+    for (int i = 0; i < m->n_turn_end; i++)
+        if (m->turn_end[i] == id)
+            return true;
+    return false;
+}
+
 /* The engine's on_token: on the model's runner thread, between two steps of
  * its batch. Decodes and checks stops under r->lock (a copy of a few bytes),
  * ends the request at a stop, resumes a stream's connection; never blocks. */
@@ -108,6 +126,12 @@ static void on_token(struct engine_req *er, int32_t id, void *ctx)
         r->n_gen++;
         if (ids_push(r, id) < 0)
             cancel = true; /* out of memory: the request ends with what it has */
+        wake = r->suspended && r->creq.stream;
+        if (wake)
+            r->suspended = false;
+    } else if (!r->stop_hit && !r->done && r->creq.chat && is_turn_end(r->m, id)) {
+        r->n_gen++; /* counted, as an EOS is, but never decoded into the message */
+        stop = r->stop_hit = true;
         wake = r->suspended && r->creq.stream;
         if (wake)
             r->suspended = false;
@@ -236,6 +260,40 @@ static json_t *completion_json(const struct srv_req *r, const char *text, size_t
                      "usage", usage ? usage : json_null());
 }
 
+enum chat_part { CHAT_MESSAGE, CHAT_ROLE, CHAT_DELTA, CHAT_FINISH, CHAT_USAGE };
+
+/* A chat.completion (CHAT_MESSAGE: the whole message) or one
+ * chat.completion.chunk: the role's first delta, a content delta, the
+ * finish reason's empty delta, or the usage chunk (no choices). */
+static json_t *chat_json(const struct srv_req *r, enum chat_part part, const char *text,
+                         size_t len, const char *finish, json_t *usage)
+{
+    json_t *choices = json_array();
+    if (part != CHAT_USAGE) {
+        json_t *t = text ? json_stringn(text, len) : json_string("");
+        if (!t)
+            t = json_string("\xef\xbf\xbd");
+        json_t *body = part == CHAT_MESSAGE || part == CHAT_ROLE
+                           ? json_pack("{s:s, s:o}", "role", "assistant", "content", t)
+                       : part == CHAT_DELTA ? json_pack("{s:o}", "content", t)
+                                            : (json_decref(t), json_object());
+        json_array_append_new(choices,
+                              json_pack("{s:i, s:o, s:n, s:o}", "index", 0,
+                                        part == CHAT_MESSAGE ? "message" : "delta", body,
+                                        "logprobs", "finish_reason",
+                                        finish ? json_string(finish) : json_null()));
+    }
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", r->id, "object",
+                          part == CHAT_MESSAGE ? "chat.completion" : "chat.completion.chunk",
+                          "created", (json_int_t)r->created, "model", r->m->name, "choices",
+                          choices);
+    if (o && (part == CHAT_MESSAGE || usage))
+        json_object_set_new(o, "usage", usage ? usage : json_null());
+    else
+        json_decref(usage);
+    return o;
+}
+
 /* Whether the access handler has something to do: answer, or close. */
 static bool req_ready(struct srv_req *r)
 {
@@ -255,7 +313,10 @@ static enum MHD_Result reply_final(struct srv_req *r)
         if (all) {
             memcpy(all, r->echo_text ? r->echo_text : "", r->echo_len);
             memcpy(all + r->echo_len, r->text ? r->text : "", r->text_len);
-            body = completion_json(r, all, n, r->gen_ids, r->n_gen_ids, finish, usage_json(r));
+            body = r->creq.chat
+                       ? chat_json(r, CHAT_MESSAGE, all, n, finish, usage_json(r))
+                       : completion_json(r, all, n, r->gen_ids, r->n_gen_ids, finish,
+                                         usage_json(r));
             free(all);
         }
     } else {
@@ -300,9 +361,12 @@ static int out_event(struct srv_req *r, json_t *ev)
     return rc;
 }
 
+/* A chunk of text, or (finish set) the stream's last one. */
 static int out_chunk(struct srv_req *r, const char *text, size_t len, const char *finish)
 {
-    return out_event(r, completion_json(r, text, len, NULL, 0, finish, NULL));
+    if (!r->creq.chat)
+        return out_event(r, completion_json(r, text, len, NULL, 0, finish, NULL));
+    return out_event(r, chat_json(r, finish ? CHAT_FINISH : CHAT_DELTA, text, len, finish, NULL));
 }
 
 /* The end of a stream once done: the finish chunk and usage, or the error
@@ -314,7 +378,8 @@ static int stream_end(struct srv_req *r, bool ok, const char *finish, const stru
     if (ok) {
         rc = out_chunk(r, "", 0, finish);
         if (rc == 0 && usage) {
-            json_t *ev = completion_json(r, NULL, 0, NULL, 0, NULL, usage);
+            json_t *ev = r->creq.chat ? chat_json(r, CHAT_USAGE, NULL, 0, NULL, usage)
+                                      : completion_json(r, NULL, 0, NULL, 0, NULL, usage);
             usage = NULL;
             rc = out_event(r, ev);
         }
@@ -381,6 +446,11 @@ static int stream_produce(struct srv_req *r)
     if (!r->m->tok)
         return stream_produce_ids(r);
     int rc = 0;
+    if (r->creq.chat && !r->role_sent) {
+        r->role_sent = true;
+        if ((rc = out_event(r, chat_json(r, CHAT_ROLE, "", 0, NULL, NULL))) < 0)
+            return rc;
+    }
     if (!r->echo_sent) {
         r->echo_sent = true;
         if (r->echo_len && (rc = out_chunk(r, r->echo_text, r->echo_len, NULL)) < 0)
@@ -430,7 +500,7 @@ static int stream_produce(struct srv_req *r)
 
 static bool stream_ready(struct srv_req *r)
 {
-    return r->safe > r->sent || r->n_gen_ids > r->ids_sent || r->done || r->client_gone;
+    return r->safe > r->sent || r->n_gen_ids > r->ids_sent || r->done || r->client_gone || r->probe;
 }
 
 /* MHD's content reader of a stream: on a pool thread. Sends what is ready;
@@ -451,9 +521,14 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         if (r->final_sent)
             return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&r->lock);
-        bool gone = r->client_gone;
+        bool gone = r->client_gone, probe = r->probe;
+        r->probe = false;
         pthread_mutex_unlock(&r->lock);
         if (gone)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        /* the client half-closed: a comment line (ignored by SSE readers)
+         * makes a client that is gone reset, which the watcher sees */
+        if (probe && out_append(r, ":\n\n", 3) < 0)
             return MHD_CONTENT_READER_END_WITH_ERROR;
         if (stream_produce(r) < 0)
             return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -491,7 +566,7 @@ static int prompt_ids(struct srv_req *r, int32_t **ids, int *n, struct oai_error
     const struct srv_model *m = r->m;
     if (q->prompt_text) {
         size_t nn = 0;
-        if (bpe_encode(m->tok, q->prompt_text, q->prompt_len, true, ids, &nn) < 0)
+        if (bpe_encode(m->tok, q->prompt_text, q->prompt_len, !q->chat, ids, &nn) < 0)
             return oai_error_set(e, 400, "invalid_request_error", NULL, "prompt",
                                  "The prompt could not be tokenized: %s", err_msg());
         *n = (int)nn;
@@ -530,11 +605,41 @@ static int echo_prepare(struct srv_req *r, struct oai_error *e)
     return 0;
 }
 
+/* A chat request's prompt: its messages through the model's template. */
+static int chat_render(struct srv_req *r, struct oai_error *e)
+{
+    struct completion_req *q = &r->creq;
+    const struct srv_model *m = r->m;
+    if (!m->chat)
+        return oai_error_set(e, 400, "invalid_request_error", "no_chat_template", "model",
+                             "Model %s does not take chat requests: %s. Use /v1/completions, "
+                             "or give it a chat template.",
+                             m->name, m->no_chat);
+    struct chat_render_opts o = {.add_generation_prompt = true};
+    int rc = chat_template_render(m->chat, q->messages, &o, &q->prompt_text, &q->prompt_len);
+    if (rc == CHAT_RAISED)
+        return oai_error_set(e, 400, "invalid_request_error", "chat_template_error", "messages",
+                             "Model %s's chat template rejects the messages: %s", m->name,
+                             err_msg());
+    if (rc == ERR_NOMEM)
+        return oai_error_set(e, 500, "server_error", NULL, "", "Out of memory.");
+    if (rc < 0)
+        return oai_error_set(e, 400, "invalid_request_error", "chat_template_error", "messages",
+                             "Model %s's chat template cannot render the messages: %s", m->name,
+                             err_msg());
+    return 0;
+}
+
 /* What a model without a tokenizer cannot do: text in (a text prompt),
  * text matched (stop strings) or text out of the prompt (echo). */
 static int no_tokenizer_check(const struct srv_req *r, struct oai_error *e)
 {
     const struct completion_req *q = &r->creq;
+    if (!r->m->tok && q->chat)
+        return oai_error_set(e, 400, "invalid_request_error", "no_tokenizer", "model",
+                             "Model %s has no tokenizer: it takes token-id prompts on "
+                             "/v1/completions only, no chat requests.",
+                             r->m->name);
     const char *what = q->prompt_text ? "prompt" : q->n_stop ? "stop" : q->echo ? "echo" : NULL;
     if (r->m->tok || !what)
         return 0;
@@ -569,7 +674,9 @@ enum MHD_Result srv_completions(struct srv_req *r)
     struct oai_error e;
     int32_t *ids = NULL;
     int n = 0;
-    if (oai_parse_completion(r->body ? r->body : "", r->body_len, q, &e) < 0)
+    bool chat = r->route == ROUTE_CHAT;
+    if ((chat ? oai_parse_chat : oai_parse_completion)(r->body ? r->body : "", r->body_len, q,
+                                                       &e) < 0)
         return srv_reply_error(r, &e);
     r->parsed = true;
     if (!(r->m = srv_model_find(s, q->model))) {
@@ -577,10 +684,14 @@ enum MHD_Result srv_completions(struct srv_req *r)
                       "The model '%s' does not exist.", q->model);
         return srv_reply_error(r, &e);
     }
-    if (no_tokenizer_check(r, &e) < 0 || prompt_ids(r, &ids, &n, &e) < 0 ||
-        echo_prepare(r, &e) < 0)
+    atomic_fetch_add(&r->m->n_route[chat], 1);
+    if (no_tokenizer_check(r, &e) < 0 || (chat && chat_render(r, &e) < 0) ||
+        prompt_ids(r, &ids, &n, &e) < 0 || echo_prepare(r, &e) < 0)
         goto refuse;
     r->n_prompt = n;
+    /* a chat without max_tokens answers until its turn ends, within the context */
+    if (chat && !q->max_tokens_given && n < r->m->max_pos && q->max_tokens > r->m->max_pos - n)
+        q->max_tokens = r->m->max_pos - n;
     if (n == 0) {
         oai_error_set(&e, 400, "invalid_request_error", NULL, "prompt",
                       "The prompt is empty (and model %s's tokenizer adds no BOS).", r->m->name);
@@ -606,7 +717,7 @@ enum MHD_Result srv_completions(struct srv_req *r)
     }
     unsigned char rnd[12];
     random_bytes(rnd, sizeof(rnd));
-    int k = snprintf(r->id, sizeof(r->id), "cmpl-");
+    int k = snprintf(r->id, sizeof(r->id), chat ? "chatcmpl-" : "cmpl-");
     for (size_t i = 0; i < sizeof(rnd); i++)
         k += snprintf(r->id + k, sizeof(r->id) - (size_t)k, "%02x", rnd[i]);
     r->created = (long long)time(NULL);
@@ -626,13 +737,15 @@ enum MHD_Result srv_completions(struct srv_req *r)
     };
     if (!q->has_seed)
         random_bytes(&p.sampling.seed, sizeof(p.sampling.seed));
-    if (!srv_accepting(s)) {
+    /* counted in flight under the lock the shutdown changes the state
+     * under: a request counted here gets the grace period and the
+     * shutdown's cancel, one refused here a 503 */
+    if (!srv_inflight_enter(s)) {
         oai_error_set(&e, 503, "server_error", "server_shutting_down", "",
                       "The server is shutting down.");
         goto refuse;
     }
     srv_req_ref(r); /* the engine's, dropped by on_done */
-    srv_inflight_add(s, 1);
     struct engine_req *er = NULL;
     int rc = engine_submit(s->stack->engine, &p, &er);
     free(ids);
@@ -642,7 +755,9 @@ enum MHD_Result srv_completions(struct srv_req *r)
         srv_req_unref(r);
         return submit_failed(r, rc);
     }
+    pthread_mutex_lock(&r->lock); /* cancel_all reads it under the lock */
     r->er = er;
+    pthread_mutex_unlock(&r->lock);
     srv_watch(s, r);
     if (!q->stream)
         return srv_completions_resumed(r);
@@ -656,6 +771,7 @@ enum MHD_Result srv_completions(struct srv_req *r)
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    srv_reply_closing(r, resp);
     r->http_status = 200;
     r->handled = true;
     srv_count_status(s, 200);

@@ -32,11 +32,11 @@ static json_t *model_json(struct server *s, const struct srv_model *m)
                                                 "bytes", (json_int_t)st->shards[i].bytes));
     }
     json_t *o =
-        json_pack("{s:s, s:s, s:I, s:s, s:s, s:s, s:b, s:s, s:b, s:i, s:i, s:s, s:I, s:o, s:i, "
-                  "s:i, s:i}",
+        json_pack("{s:s, s:s, s:I, s:s, s:s, s:s, s:b, s:b, s:s, s:b, s:i, s:i, s:s, s:I, s:o, "
+                  "s:i, s:i, s:i}",
                   "id", m->name, "object", "model", "created", (json_int_t)m->created, "owned_by",
                   "shardswap", "family", m->family, "architecture", m->architecture, "tokenizer",
-                  m->tok != NULL, "residency", srv_residency_name(st->residency), "pinned", st->pinned,
+                  m->tok != NULL, "chat_template", m->chat != NULL, "residency", srv_residency_name(st->residency), "pinned", st->pinned,
                   "tp", m->tp, "pp", m->pp, "compute", kern_compute_name(m->compute), "bytes",
                   (json_int_t)total, "shards", shards, "max_model_len", m->max_pos, "queue_len",
                   st->queue_len, "running", st->running);
@@ -253,7 +253,7 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     if (id >= 0 && max_batch > 0 &&
         (rc = engine_set_max_batch(s->stack->engine, id, max_batch)) < 0)
         engine_remove_model(s->stack->engine, id);
-    else if (id >= 0 && (rc = srv_model_add(s, sm, dir, id)) < 0)
+    else if (id >= 0 && (rc = srv_model_add(s, sm, dir, NULL, id)) < 0)
         engine_remove_model(s->stack->engine, id);
     else if (id < 0)
         rc = id;

@@ -29,7 +29,7 @@
 /* ---- request state ---- */
 
 static struct srv_req *srv_req_new(struct server *s, struct MHD_Connection *conn, const char *url,
-                                   const char *method)
+                                   const char *method, const char *version)
 {
     struct srv_req *r = calloc(1, sizeof(*r));
     if (!r)
@@ -37,6 +37,8 @@ static struct srv_req *srv_req_new(struct server *s, struct MHD_Connection *conn
     atomic_init(&r->refs, 1);
     r->s = s;
     r->conn = conn;
+    r->sc = srv_conn_of(conn);
+    r->http10 = strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
     r->t0 = time_now();
     r->fd = -1;
     const union MHD_ConnectionInfo *ci =
@@ -115,6 +117,22 @@ bool srv_accepting(const struct server *s)
     return atomic_load(&s->state) == SERVER_SERVING;
 }
 
+bool srv_inflight_enter(struct server *s)
+{
+    pthread_mutex_lock(&s->lock);
+    bool ok = srv_accepting(s);
+    if (ok)
+        s->n_inflight++;
+    pthread_mutex_unlock(&s->lock);
+    return ok;
+}
+
+void srv_reply_closing(struct srv_req *r, struct MHD_Response *resp)
+{
+    if (atomic_load(&r->s->state) == SERVER_STOPPING)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
 void srv_inflight_add(struct server *s, int d)
 {
     pthread_mutex_lock(&s->lock);
@@ -136,8 +154,9 @@ static void route_find(struct srv_req *r, const char *url, const char *method, c
     bool post = strcmp(method, "POST") == 0, del = strcmp(method, "DELETE") == 0;
     *allow = NULL;
     const char *mp = "/v1/models/", *ap = "/admin/models/";
-    if (strcmp(url, "/v1/completions") == 0) {
-        r->route = post ? ROUTE_COMPLETIONS : ROUTE_NONE;
+    bool chat = strcmp(url, "/v1/chat/completions") == 0;
+    if (chat || strcmp(url, "/v1/completions") == 0) {
+        r->route = !post ? ROUTE_NONE : chat ? ROUTE_CHAT : ROUTE_COMPLETIONS;
         *allow = "POST";
     } else if (strcmp(url, "/v1/models") == 0) {
         r->route = get ? ROUTE_MODELS : ROUTE_NONE;
@@ -219,6 +238,7 @@ static enum MHD_Result dispatch(struct srv_req *r)
 {
     switch (r->route) {
     case ROUTE_COMPLETIONS:
+    case ROUTE_CHAT:
         return srv_completions(r);
     case ROUTE_MODELS:
         return srv_models_list(r);
@@ -339,9 +359,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     struct server *s = cls;
     struct srv_req *r = *req_cls;
     if (!r) {
-        if (!(r = srv_req_new(s, conn, url, method)))
+        if (!(r = srv_req_new(s, conn, url, method, version)))
             return MHD_NO;
         *req_cls = r;
+        srv_conn_headers_in(s, r->sc); /* the body's deadline starts */
         return request_start(r, url, method);
     }
     if (*upload_data_size) {
@@ -349,6 +370,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
+    srv_conn_body_in(s, r->sc);
     if (r->er)
         return srv_completions_resumed(r);
     if (r->handled)
@@ -385,7 +407,8 @@ static void access_log(struct srv_req *r, enum MHD_RequestTerminationCode toe)
                  r->m->name, r->id[0] ? " id=" : "", r->id, r->n_prompt, n_gen, wait * 1e3,
                  ttft * 1e3, compute * 1e3, r->creq.stream ? " stream" : "");
     }
-    const char *how = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK      ? ""
+    const char *how = srv_conn_cut(r->sc)                             ? " (deadline: closed)"
+                      : toe == MHD_REQUEST_TERMINATED_COMPLETED_OK    ? ""
                       : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT    ? " (client closed)"
                       : toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? " (timed out)"
                       : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN ? " (shutdown)"
@@ -412,6 +435,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         log_debug("%s %s: client went away, request cancelled", r->method, r->path);
     srv_unwatch(s, r);
     access_log(r, toe);
+    srv_conn_request_done(s, r->sc);
     srv_req_unref(r);
 }
 
@@ -482,9 +506,11 @@ static int listen_start(struct server *s)
         s, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
         (unsigned)(c->http_threads > 0 ? c->http_threads : 4), MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)c->connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024),
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)128, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_END);
+        (unsigned)c->connection_timeout_s, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)serve_config_per_client(c), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)(32 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)128,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, srv_conn_notify,
+        s, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd)
         return err_set(ERR_IO, "could not listen on %s:%d%s%s", c->host, c->port,
@@ -512,6 +538,7 @@ int server_open(const struct serve_config *c, struct server **out)
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&s->watch_lock, NULL);
     pthread_cond_init(&s->watch_cv, NULL);
+    pthread_mutex_init(&s->conn_lock, NULL);
     int rc;
     struct stack_config sc;
     struct stack_model_config *mc = calloc((size_t)(c->n_models ? c->n_models : 1), sizeof(*mc));
@@ -532,7 +559,8 @@ int server_open(const struct serve_config *c, struct server **out)
         goto fail;
     for (int i = 0; i < s->stack->n_models; i++) {
         const struct serve_model *m = &c->models[i];
-        if ((rc = srv_model_add(s, s->stack->models[i], m->path, s->stack->ids[i])) < 0)
+        if ((rc = srv_model_add(s, s->stack->models[i], m->path, m->chat_template,
+                                 s->stack->ids[i])) < 0)
             goto fail;
         log_info("model %s: %s (tp %d, pp %d%s)", m->name, m->path, m->tp, m->pp,
                  m->pinned ? ", pinned" : "");
@@ -590,11 +618,6 @@ static bool no_inflight_or_signal(struct server *s)
     return false;
 }
 
-static bool no_live(struct server *s)
-{
-    return s->live == NULL;
-}
-
 /* Cancels every request in flight as the server stops; under s->lock. */
 static void cancel_all(struct server *s)
 {
@@ -606,6 +629,34 @@ static void cancel_all(struct server *s)
         pthread_mutex_unlock(&r->lock);
         if (cancel)
             engine_cancel(s->stack->engine, r->er);
+    }
+}
+
+/* The end of a shutdown: responses (cancelled ones are errors) go out to
+ * clients still reading, each with Connection: close (srv_reply_closing),
+ * and a request arriving on a kept-alive connection gets its 503 and a
+ * close, so connections end after an answer, never before one. A
+ * connection idle for DRAIN_IDLE_S (no byte of a next request) is shut
+ * down; whatever is left after DRAIN_S is closed by MHD_stop_daemon. */
+#define DRAIN_S 5.0
+#define DRAIN_IDLE_S 0.5
+static void drain(struct server *s)
+{
+    double end = time_now() + DRAIN_S;
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        bool live = s->live != NULL;
+        pthread_mutex_unlock(&s->lock);
+        int n = srv_conns_count(s, NULL);
+        if (!live && n == 0)
+            return;
+        if (time_now() >= end) {
+            log_warn("closing %d connection(s)%s", n,
+                     live ? " with responses still being sent" : "");
+            return;
+        }
+        srv_conns_close_idle(s, DRAIN_IDLE_S);
+        poll(NULL, 0, 20);
     }
 }
 
@@ -624,9 +675,11 @@ int server_run(struct server *s)
     const double grace = s->cfg->grace_s;
     log_info("%s: stopping (in-flight requests get %.0f s)", strsignal(sig), grace);
     /* still accepting through the grace period, so a probe or a client
-     * gets a 503 rather than a refused connection */
-    atomic_store(&s->state, SERVER_STOPPING);
+     * gets a 503 rather than a refused connection; changed under the lock
+     * srv_inflight_enter counts under, so no request is submitted after
+     * the count below is read */
     pthread_mutex_lock(&s->lock);
+    atomic_store(&s->state, SERVER_STOPPING);
     if (!wait_until(s, no_inflight_or_signal, time_now() + grace) || s->n_inflight > 0) {
         log_warn("grace period over: cancelling %d request(s)", s->n_inflight);
         /* again every 100 ms: a request being submitted as the state
@@ -638,17 +691,16 @@ int server_run(struct server *s)
         }
     }
     pthread_mutex_unlock(&s->lock);
+    /* no new connections: refused from now on, not left in the backlog */
     MHD_socket lfd = MHD_quiesce_daemon(s->mhd);
-    pthread_mutex_lock(&s->lock);
-    /* their responses (cancelled ones get an error) go out to readers that
-     * are still reading */
-    if (!wait_until(s, no_live, time_now() + 5))
-        log_warn("closing connections with responses still being sent");
-    pthread_mutex_unlock(&s->lock);
-    MHD_stop_daemon(s->mhd);
-    s->mhd = NULL;
     if (lfd != MHD_INVALID_SOCKET)
         close(lfd);
+    drain(s);
+    /* the watcher writes to suspended connections' sockets (its probe):
+     * stopped before MHD closes them */
+    srv_watcher_stop(s);
+    MHD_stop_daemon(s->mhd);
+    s->mhd = NULL;
     log_info("stopped");
     return 0;
 }
@@ -664,6 +716,7 @@ void server_close(struct server *s)
     srv_models_free(s);
     pthread_cond_destroy(&s->watch_cv);
     pthread_mutex_destroy(&s->watch_lock);
+    pthread_mutex_destroy(&s->conn_lock);
     pthread_cond_destroy(&s->idle_cv);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->admin_lock);

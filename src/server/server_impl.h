@@ -14,7 +14,10 @@
  *   the suspension happened), never across engine_cancel or
  *   MHD_resume_connection: whoever clears suspended calls
  *   MHD_resume_connection after releasing it, so exactly one party resumes;
- * - watch_lock guards the watcher's list; nothing else is taken under it.
+ * - watch_lock guards the watcher's list; nothing else is taken under it;
+ * - conn_lock guards the connection list (conns.c); held across the
+ *   shutdown(2) of a socket past its deadline, never across an MHD call;
+ *   nothing else is taken under it.
  */
 #ifndef SHARDSWAP_SERVER_SERVER_IMPL_H
 #define SHARDSWAP_SERVER_SERVER_IMPL_H
@@ -31,6 +34,7 @@
 #include "server/config.h"
 #include "server/oai.h"
 #include "server/server.h"
+#include "template/chat.h"
 #include "tokenizer/bpe.h"
 
 enum server_state { SERVER_STARTING, SERVER_SERVING, SERVER_STOPPING };
@@ -51,9 +55,18 @@ struct srv_model {
     int max_pos, vocab;
     const char *family;     /* model_info's ("opt", "llama"); static */
     char architecture[64];  /* model_info's ("LlamaForCausalLM") */
+    /* /v1/chat/completions: the chat template (owned; NULL: none, and
+     * no_chat says why), and the tokens that end an assistant's turn beside
+     * the model's EOS ids (the template's end-of-turn token, the tokenizer's
+     * eos_token), which end a chat completion and are never in its text */
+    struct chat_template *chat;
+    char no_chat[256];
+    int32_t turn_end[4];
+    int n_turn_end;
     long long created; /* unix seconds it was added */
     bool removed;
     atomic_ullong n_invalid; /* completions refused by the server (4xx) */
+    atomic_ullong n_route[2]; /* requests naming it: [0] /v1/completions, [1] chat */
     /* completions ended by a stop string: the engine counts them cancelled */
     struct srv_model *next;
 };
@@ -88,11 +101,18 @@ struct server {
     pthread_cond_t watch_cv;
     bool watch_stop;
     struct srv_req *watched; /* requests in flight, by their watch_next */
+
+    /* the open connections (conns.c) */
+    pthread_mutex_t conn_lock;
+    struct srv_conn *conns;
+    int n_conns;
+    uint64_t n_deadline_closes; /* connections shut down by a deadline */
 };
 
 enum srv_route {
     ROUTE_NONE,
     ROUTE_COMPLETIONS,
+    ROUTE_CHAT, /* POST /v1/chat/completions */
     ROUTE_MODELS,
     ROUTE_MODEL,
     ROUTE_HEALTH,
@@ -110,11 +130,14 @@ struct srv_req {
     atomic_int refs;
     struct server *s;
     struct MHD_Connection *conn;
+    struct srv_conn *sc; /* its connection's entry (conns.c); NULL: untracked */
     int fd;
+    bool http10; /* an HTTP/1.0 request */
     double t0;
     struct srv_req *live_prev, *live_next; /* server.live, under server.lock */
     struct srv_req *watch_next;            /* server.watched, under watch_lock */
     bool watched;                          /* under watch_lock */
+    bool half_closed; /* the watcher saw the client's end of stream (POLLRDHUP); watcher only */
 
     /* HTTP thread only */
     enum srv_route route;
@@ -134,7 +157,7 @@ struct srv_req {
     bool parsed;
     struct srv_model *m;
     struct engine_req *er;
-    char id[40]; /* cmpl-... */
+    char id[40]; /* cmpl-... or chatcmpl-... */
     long long created;
     int n_prompt;
     char *echo_text; /* the prompt as text, when echo */
@@ -146,6 +169,7 @@ struct srv_req {
     int ends_sent; /* token pieces sent */
     int ids_sent;  /* gen_ids sent (a model without a tokenizer) */
     bool echo_sent, final_sent;
+    bool role_sent; /* a chat stream's first delta, {"role": "assistant"} */
 
     /* shared with the engine callbacks, under lock */
     pthread_mutex_t lock;
@@ -154,6 +178,8 @@ struct srv_req {
     bool stop_hit;        /* a stop string matched: text ends before it */
     bool cancel_shutdown; /* cancelled because the server is stopping */
     bool client_gone;     /* the watcher saw the client hang up */
+    bool probe;           /* a stream's client half-closed: send it an SSE comment,
+                             whose RST tells a full close apart (watcher.c) */
     struct bpe_stream dec;
     char *tokbuf; /* bpe_stream_chunk_max bytes */
     size_t tokbuf_cap;
@@ -181,6 +207,11 @@ void srv_req_wake(struct srv_req *r);
 bool srv_req_suspend_unless(struct srv_req *r, bool (*ready)(struct srv_req *r));
 bool srv_accepting(const struct server *s);
 void srv_inflight_add(struct server *s, int d);
+/* Counts a request in flight unless the server is stopping (false). */
+bool srv_inflight_enter(struct server *s);
+/* Once the server is stopping, resp closes its connection after it
+ * (Connection: close), so no client sends another request on it. */
+void srv_reply_closing(struct srv_req *r, struct MHD_Response *resp);
 
 /* ---- reply.c: responses (HTTP thread, from the access handler) ---- */
 /* Queues a JSON response; steals body (NULL: 500 "out of memory"). */
@@ -200,8 +231,13 @@ const char *srv_error_type(int status);
 void srv_count_status(struct server *s, int status);
 
 /* ---- models.c: the model table ---- */
-/* Adds (tokenizer, config) a model the engine serves as id. */
-int srv_model_add(struct server *s, const struct swap_model *sm, const char *path, int id);
+/* Adds (tokenizer, chat template, config) a model the engine serves as id.
+ * chat_template is a Jinja file to use instead of the checkpoint's (NULL:
+ * the checkpoint's); one that does not load is the error, whereas a
+ * checkpoint's own that does not load leaves the model without chat (a
+ * warning, and no_chat says why). */
+int srv_model_add(struct server *s, const struct swap_model *sm, const char *path,
+                  const char *chat_template, int id);
 /* The served (not removed) model named name, or NULL. */
 struct srv_model *srv_model_find(struct server *s, const char *name);
 void srv_models_free(struct server *s);
@@ -217,7 +253,32 @@ void srv_watcher_stop(struct server *s);
 void srv_watch(struct server *s, struct srv_req *r);
 void srv_unwatch(struct server *s, struct srv_req *r);
 
+/* ---- conns.c: open connections and their request deadlines ---- */
+struct srv_conn;
+/* MHD's connection notice (MHD_OPTION_NOTIFY_CONNECTION). */
+void srv_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                     enum MHD_ConnectionNotificationCode code);
+/* conn's entry (NULL when untracked); HTTP thread. */
+struct srv_conn *srv_conn_of(struct MHD_Connection *conn);
+/* A request's steps (HTTP thread; c may be NULL): headers in (its body's
+ * deadline starts), body in (no deadline), completed (idle until bytes
+ * of the next request arrive). */
+void srv_conn_headers_in(struct server *s, struct srv_conn *c);
+void srv_conn_body_in(struct server *s, struct srv_conn *c);
+void srv_conn_request_done(struct server *s, struct srv_conn *c);
+/* Whether c was shut down by a deadline. */
+bool srv_conn_cut(struct srv_conn *c);
+/* Shuts down the sockets of requests past their deadline; the watcher. */
+void srv_conns_sweep(struct server *s);
+/* Shuts down the connections idle between requests for idle_s (no byte
+ * of a next one received); at shutdown. Returns how many. */
+int srv_conns_close_idle(struct server *s, double idle_s);
+/* Open connections; *deadline_closes (may be NULL): how many a deadline
+ * has shut down so far. */
+int srv_conns_count(struct server *s, uint64_t *deadline_closes);
+
 /* ---- route handlers (HTTP thread; called once the body is in) ---- */
+/* POST /v1/completions and /v1/chat/completions (r->route says which) */
 enum MHD_Result srv_completions(struct srv_req *r);         /* first call: submit */
 enum MHD_Result srv_completions_resumed(struct srv_req *r); /* after the engine woke it */
 void srv_completions_free(struct srv_req *r);

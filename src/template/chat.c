@@ -127,7 +127,7 @@ int chat_template_load(const char *dir, const char *override_path, struct chat_t
     snprintf(cfg_path, sizeof(cfg_path), "%s", path);
     if (cfg_text) {
         json_error_t je;
-        cfg = json_loadb(cfg_text, cfg_len, 0, &je);
+        cfg = json_loadb(cfg_text, cfg_len, JSON_DECODE_INT_AS_REAL, &je);
         free(cfg_text);
         if (!cfg || !json_is_object(cfg)) {
             rc = err_set(ERR_FORMAT, "%s: %s at line %d column %d", cfg_path,

@@ -4,10 +4,17 @@
  *   tokenizer.json            Hugging Face tokenizers' single file (what AutoTokenizer prefers)
  *   vocab.json + merges.txt   Hugging Face's GPT-2/OPT files
  *   encoder.json + vocab.bpe  OpenAI's original GPT-2 release
- * Of tokenizer.json we need "model" {"type": "BPE", "vocab": {...},
- * "merges": [...]}, a null "normalizer" and a ByteLevel "pre_tokenizer"
- * (add_prefix_space false, use_regex true); anything else would tokenize
- * differently, so it is refused as unsupported rather than half-honoured.
+ * tokenizer.json, as its parts are read:
+ *   "model": {"type": "BPE", "vocab": {...}, "merges": ["a b", ...] or [["a", "b"], ...],
+ *             "ignore_merges", "byte_fallback", "fuse_unk": bool, "unk_token": str | null,
+ *             "dropout": null, "continuing_subword_prefix" / "end_of_word_suffix": "" | null}
+ *   "normalizer" (normalize.c), "pre_tokenizer" (pretokenize.c), "decoder"
+ *   (bpe_decoder.c), "added_tokens" and "post_processor" (bpe_special.c).
+ * A ByteLevel pre-tokenizer makes the model byte-level (symbols in GPT-2's
+ * alphabet); without one it is SentencePiece-style (symbols are text). A
+ * part we do not implement is refused with an error naming it, never
+ * half-honoured: it would tokenize differently. The other two layouts are
+ * GPT-2's pipeline: its regex, byte-level symbols and decoder.
  */
 #include "core/error.h"
 #include "tokenizer/bpe_impl.h"
@@ -60,6 +67,11 @@ fail:
 
 int bpe_json_load(const char *path, bool optional, json_t **out)
 {
+    return bpe_json_load_flags(path, optional, 0, out);
+}
+
+int bpe_json_load_flags(const char *path, bool optional, size_t flags, json_t **out)
+{
     *out = NULL;
     char *data = NULL;
     size_t len = 0;
@@ -70,7 +82,7 @@ int bpe_json_load(const char *path, bool optional, json_t **out)
         return rc;
     /* json_loadb, not json_loadf: jansson reads a FILE one getc at a time. */
     json_error_t je;
-    json_t *j = json_loadb(data, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *j = json_loadb(data, len, JSON_REJECT_DUPLICATES | flags, &je);
     free(data);
     if (!j)
         return err_set(ERR_FORMAT, "%s: malformed JSON at line %d column %d: %s", path, je.line,
@@ -97,28 +109,18 @@ static bool bpe_json_type_is(json_t *obj, const char *type)
     return json_is_string(v) && strcmp(json_string_value(v), type) == 0;
 }
 
-/* Whether a pre_tokenizer is GPT-2's plain ByteLevel. */
-static bool bpe_pretok_supported(json_t *pt)
-{
-    if (bpe_json_type_is(pt, "Sequence")) {
-        json_t *list = json_object_get(pt, "pretokenizers");
-        return json_array_size(list) == 1 && bpe_pretok_supported(json_array_get(list, 0));
-    }
-    return bpe_json_type_is(pt, "ByteLevel") &&
-           !json_is_true(json_object_get(pt, "add_prefix_space")) &&
-           !json_is_false(json_object_get(pt, "use_regex"));
-}
-
-/* Checks that tokenizer.json describes a tokenizer we reproduce exactly;
- * *vocab and *merges borrow from tj. */
-static int bpe_tokjson_check(json_t *tj, const char *path, json_t **vocab, json_t **merges)
+/* Reads tokenizer.json's "model" (a BPE: vocab, merges and its options) into
+ * t's flags; *vocab and *merges borrow from tj. */
+static int bpe_tokjson_model(struct bpe *t, json_t *tj, const char *path, json_t **vocab,
+                             json_t **merges)
 {
     json_t *model = json_object_get(tj, "model");
     if (!json_is_object(model))
         return err_set(ERR_FORMAT, "%s: no \"model\" object", path);
     json_t *type = json_object_get(model, "type");
     if (type && !bpe_json_type_is(model, "BPE"))
-        return err_set(ERR_UNSUPPORTED, "%s: model type '%s' is not supported (only BPE)", path,
+        return err_set(ERR_UNSUPPORTED,
+                       "%s: model type \"%.40s\" is not supported (supported: BPE)", path,
                        json_is_string(type) ? json_string_value(type) : "?");
     static const char *const AFFIXES[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (size_t i = 0; i < 2; i++) {
@@ -126,15 +128,21 @@ static int bpe_tokjson_check(json_t *tj, const char *path, json_t **vocab, json_
         if (json_is_string(v) && json_string_length(v) > 0)
             return err_set(ERR_UNSUPPORTED, "%s: model.%s is not supported", path, AFFIXES[i]);
     }
-    json_t *norm = json_object_get(tj, "normalizer");
-    if (norm && !json_is_null(norm))
-        return err_set(ERR_UNSUPPORTED, "%s: a normalizer is not supported (GPT-2 BPE has none)",
-                       path);
-    if (!bpe_pretok_supported(json_object_get(tj, "pre_tokenizer")))
-        return err_set(ERR_UNSUPPORTED,
-                       "%s: pre_tokenizer must be ByteLevel with add_prefix_space false and "
-                       "use_regex true",
-                       path);
+    json_t *dropout = json_object_get(model, "dropout");
+    if (dropout && !json_is_null(dropout) &&
+        !(json_is_number(dropout) && json_number_value(dropout) == 0.0))
+        return err_set(ERR_UNSUPPORTED, "%s: model.dropout is not supported (random merges)", path);
+    static const char *const FLAGS[] = {"ignore_merges", "byte_fallback", "fuse_unk"};
+    bool *dst[] = {&t->ignore_merges, &t->byte_fallback, &t->fuse_unk};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *v = json_object_get(model, FLAGS[i]);
+        if (v && !json_is_null(v) && !json_is_boolean(v))
+            return err_set(ERR_FORMAT, "%s: model.%s is not true or false", path, FLAGS[i]);
+        *dst[i] = json_is_true(v);
+    }
+    json_t *unk = json_object_get(model, "unk_token");
+    if (unk && !json_is_null(unk) && !json_is_string(unk))
+        return err_set(ERR_FORMAT, "%s: model.unk_token is not a string", path);
     *vocab = json_object_get(model, "vocab");
     *merges = json_object_get(model, "merges");
     if (!json_is_object(*vocab) || !json_is_array(*merges))
@@ -184,29 +192,48 @@ int bpe_open(const char *dir, struct bpe **out)
     struct bpe *t = calloc(1, sizeof(*t));
     if (!t)
         return err_set(ERR_NOMEM, "out of memory for a tokenizer");
-    t->bos = t->eos = t->pad = t->unk = -1;
+    t->bos = t->eos = t->pad = t->unk = t->model_unk = -1;
     json_t *tokjson = NULL, *merges = NULL;
     struct bpe_symtab vocab = {0};
+    struct bpe_decoder dec = {0};
     int rc;
 
-    /* The vocabulary: its own file, or inside tokenizer.json. */
+    /* The pipeline and the vocabulary: from tokenizer.json, or GPT-2's. */
     if (layout == BPE_LAYOUT_TOKENIZER_JSON) {
         json_t *vocab_obj = NULL;
         if ((rc = bpe_json_load(vocab_path, false, &tokjson)) < 0 ||
-            (rc = bpe_tokjson_check(tokjson, vocab_path, &vocab_obj, &merges)) < 0 ||
+            (rc = bpe_tokjson_model(t, tokjson, vocab_path, &vocab_obj, &merges)) < 0 ||
+            (rc = norm_open_json(json_object_get(tokjson, "normalizer"), vocab_path,
+                                 &t->normalizer)) < 0 ||
+            (rc = pretok_open_json(json_object_get(tokjson, "pre_tokenizer"), vocab_path,
+                                   &t->pretok, &t->byte_level)) < 0 ||
+            (rc = bpe_decoder_parse(&dec, json_object_get(tokjson, "decoder"), t->byte_level,
+                                    vocab_path)) < 0 ||
             (rc = bpe_symtab_from_json(&vocab, vocab_obj, vocab_path)) < 0)
             goto fail;
-    } else if ((rc = bpe_symtab_load_file(&vocab, vocab_path)) < 0) {
-        goto fail;
+    } else {
+        t->byte_level = true;
+        if ((rc = pretok_open_gpt2(&t->pretok)) < 0 ||
+            (rc = bpe_decoder_parse(&dec, NULL, true, vocab_path)) < 0 ||
+            (rc = bpe_symtab_load_file(&vocab, vocab_path)) < 0)
+            goto fail;
     }
 
     /* Special tokens may add ids, so they come before the token table. */
     int32_t n_ids = vocab.n_ids;
     if ((rc = bpe_special_load(t, dir, layout, tokjson, &vocab, &n_ids)) < 0)
         goto fail;
-    bpe_added_sort(t);
-    if ((rc = bpe_vocab_build(t, &vocab, n_ids, vocab_path)) < 0)
+    if ((rc = bpe_added_sort(t)) < 0 ||
+        (rc = bpe_vocab_build(t, &vocab, n_ids, &dec, vocab_path)) < 0)
         goto fail;
+    memcpy(t->strip_char, dec.strip_char, sizeof(t->strip_char));
+    t->strip_char_len = dec.strip_char_len;
+    t->strip_start = dec.strip_start;
+    if (tokjson) {
+        json_t *unk = json_object_get(json_object_get(tokjson, "model"), "unk_token");
+        if (json_is_string(unk))
+            t->model_unk = bpe_symtab_get(&vocab, json_string_value(unk), json_string_length(unk));
+    }
 
     /* Merges, from their own file or tokenizer.json. */
     if (layout == BPE_LAYOUT_TOKENIZER_JSON)
@@ -216,15 +243,27 @@ int bpe_open(const char *dir, struct bpe **out)
     if (rc < 0)
         goto fail;
 
-    if ((rc = pretok_open(&t->pretok)) < 0)
+    /* The symbol table stays: characters and whole words are looked up in it. */
+    if (!(t->syms = malloc(sizeof(*t->syms)))) {
+        rc = err_set(ERR_NOMEM, "out of memory for a tokenizer");
         goto fail;
-    bpe_symtab_free(&vocab);
+    }
+    *t->syms = vocab;
+    if (!t->byte_level) {
+        size_t n = 0;
+        const char *c = norm_space_replacement(t->normalizer, &n);
+        if (!c)
+            c = pretok_space_replacement(t->pretok, &n);
+        bpe_split_check(t, c, n);
+    }
+    bpe_decoder_free(&dec);
     json_decref(tokjson);
     *out = t;
     return 0;
 
 fail:
     bpe_symtab_free(&vocab);
+    bpe_decoder_free(&dec);
     json_decref(tokjson);
     bpe_close(t);
     return rc;
@@ -235,6 +274,15 @@ void bpe_close(struct bpe *t)
     if (!t)
         return;
     pretok_close(t->pretok);
+    norm_close(t->normalizer);
+    if (t->syms)
+        bpe_symtab_free(t->syms);
+    free(t->syms);
+    free(t->first_id);
+    free(t->first_off);
+    free(t->first_bytes);
+    bpe_addset_free(&t->raw_set);
+    bpe_addset_free(&t->norm_set);
     for (size_t i = 0; i < t->n_added; i++)
         free(t->added[i].content);
     free(t->added);
@@ -278,4 +326,20 @@ bool bpe_adds_bos(const struct bpe *t)
 bool bpe_is_special(const struct bpe *t, int32_t id)
 {
     return id >= 0 && id < t->n_vocab && (t->tok_flags[id] & BPE_TOK_SPECIAL);
+}
+
+int32_t bpe_token_id(const struct bpe *t, const char *s, size_t n)
+{
+    if (!t || (!s && n > 0))
+        return -1;
+    for (size_t i = 0; i < t->n_added; i++) {
+        if (t->added[i].len == n && memcmp(t->added[i].content, s, n) == 0)
+            return t->added[i].id;
+    }
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        if ((t->tok_flags[id] & BPE_TOK_PRESENT) && t->tok_off[id + 1] - t->tok_off[id] == n &&
+            (n == 0 || memcmp(t->tok_bytes + t->tok_off[id], s, n) == 0))
+            return id;
+    }
+    return -1;
 }

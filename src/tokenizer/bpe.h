@@ -1,12 +1,17 @@
-/* GPT-2 byte-level BPE, as OPT and GPT-2 use it.
+/* BPE tokenizers as Hugging Face tokenizers runs them.
  *
  * Loaded from a directory holding tokenizer.json, vocab.json + merges.txt, or
- * OpenAI's encoder.json + vocab.bpe. Special tokens and the BOS rule come from
- * tokenizer_config.json / special_tokens_map.json when present; otherwise
- * OPT's defaults, as transformers loads facebook/opt-*: bos = eos = unk =
- * "</s>" (id 2), pad = "<pad>" (id 1), "</s>" prepended as BOS. ("<s>" = 0
- * and "<unk>" = 3 are plain vocabulary entries to OPT, not special tokens.)
- * Added and special tokens that appear in input text encode as single ids.
+ * OpenAI's encoder.json + vocab.bpe. tokenizer.json is read in full: its
+ * normalizer, pre-tokenizer, BPE model (byte-level like GPT-2, Llama 3 and
+ * Qwen2, or SentencePiece-style with byte fallback like Llama 2 and Phi-3),
+ * added tokens, post-processor and decoder; a part that is not implemented
+ * is an error at open naming it. Special tokens and the BOS rule also come
+ * from tokenizer_config.json / special_tokens_map.json when present (with
+ * add_bos_token / add_eos_token rebuilding the post-processor, as
+ * transformers 5 does); a GPT-2/OPT directory without them gets OPT's
+ * defaults, as transformers loads facebook/opt-*: bos = eos = unk = "</s>"
+ * (id 2), pad = "<pad>" (id 1), "</s>" prepended as BOS. Added and special
+ * tokens that appear in input text encode as single ids.
  */
 #ifndef SHARDSWAP_TOKENIZER_BPE_H
 #define SHARDSWAP_TOKENIZER_BPE_H
@@ -21,8 +26,9 @@ int bpe_open(const char *dir, struct bpe **out);
 void bpe_close(struct bpe *t); /* NULL-safe */
 
 /* Encodes len bytes of UTF-8 text. *ids is malloc'd, owned by the caller.
- * add_bos prepends the BOS id when the tokenizer's rule says to. Thread-safe
- * on a shared struct bpe. */
+ * add_bos adds what the post-processor puts around the text (transformers'
+ * add_special_tokens=True: BOS first for most, nothing for some); false gives
+ * add_special_tokens=False. Thread-safe on a shared struct bpe. */
 int bpe_encode(const struct bpe *t, const char *text, size_t len, bool add_bos, int32_t **ids,
                size_t *n_ids);
 
@@ -40,6 +46,11 @@ int32_t bpe_pad_id(const struct bpe *t);
 int32_t bpe_unk_id(const struct bpe *t);
 bool bpe_adds_bos(const struct bpe *t);               /* whether add_bos prepends bpe_bos_id() */
 bool bpe_is_special(const struct bpe *t, int32_t id); /* skipped by skip_special */
+/* The id of the added or special token whose content is exactly s[0..n),
+ * else of the lowest vocabulary entry that decodes to exactly those bytes,
+ * else -1 (how a caller finds "<|eot_id|>" or "<|im_end|>"). Linear in the
+ * vocabulary: for setup, not per token. */
+int32_t bpe_token_id(const struct bpe *t, const char *s, size_t n);
 
 /* Streaming decoder: feed ids one at a time; each call yields the bytes that
  * now form complete UTF-8 characters, holding back a character whose bytes
@@ -50,6 +61,9 @@ struct bpe_stream {
     const struct bpe *t;
     unsigned char pending[8];
     size_t n_pending;
+    size_t n_stripped; /* leading characters the decoder's Strip has cut so far */
+    bool begun;        /* whether anything has been output (the Strip is over) */
+    bool past_first;   /* whether a token has been decoded (Metaspace's first-token rule) */
 };
 void bpe_stream_init(struct bpe_stream *s, const struct bpe *t);
 /* Writes at most cap bytes to out; returns the number written or a negative

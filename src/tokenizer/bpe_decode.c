@@ -110,22 +110,67 @@ static const unsigned char *bpe_id_bytes(const struct bpe *t, int32_t id, size_t
     return t->tok_bytes + t->tok_off[id];
 }
 
+/* The bytes of id where it is the first token decoded (*past_first false,
+ * then set once id names a token): its first-place spelling if it has one. */
+static const unsigned char *bpe_id_bytes_at(const struct bpe *t, int32_t id, bool *past_first,
+                                            size_t *n)
+{
+    const unsigned char *b = bpe_id_bytes(t, id, n);
+    if (!b || *past_first)
+        return b;
+    *past_first = true;
+    size_t lo = 0, hi = t->n_first;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (t->first_id[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < t->n_first && t->first_id[lo] == id) {
+        *n = t->first_off[lo + 1] - t->first_off[lo];
+        return t->first_bytes + t->first_off[lo];
+    }
+    return b;
+}
+
 /* Runs ids through the state machine; returns the output length. */
 static size_t bpe_decode_run(const struct bpe *t, const int32_t *ids, size_t n_ids,
                              bool skip_special, unsigned char *out)
 {
     unsigned char pend[4];
     size_t n_pend = 0, o = 0;
+    bool past_first = false;
     for (size_t i = 0; i < n_ids; i++) {
         if (skip_special && ids[i] < t->n_vocab && (t->tok_flags[ids[i]] & BPE_TOK_SPECIAL))
             continue;
         size_t n;
-        const unsigned char *b = bpe_id_bytes(t, ids[i], &n);
+        const unsigned char *b = bpe_id_bytes_at(t, ids[i], &past_first, &n);
         o += utf8_feed(pend, &n_pend, b, n, out ? out + o : NULL);
     }
     if (n_pend > 0)
         utf8_emit(out, &o, UTF8_REPLACEMENT, 3);
     return o;
+}
+
+/* The decoder's whole-text Strip on a chunk of output out[0..n) (complete
+ * characters): cuts leading copies of the strip character while the output
+ * has not begun and fewer than strip_start are cut; returns the new length. */
+static size_t bpe_strip_lead(const struct bpe *t, size_t *n_stripped, bool *begun,
+                             unsigned char *out, size_t n)
+{
+    if (*begun)
+        return n;
+    size_t cut = 0, c = t->strip_char_len;
+    while (*n_stripped < t->strip_start && n - cut >= c && c > 0 &&
+           memcmp(out + cut, t->strip_char, c) == 0) {
+        cut += c;
+        (*n_stripped)++;
+    }
+    if (cut < n)
+        *begun = true;
+    memmove(out, out + cut, n - cut);
+    return n - cut;
 }
 
 int bpe_decode(const struct bpe *t, const int32_t *ids, size_t n_ids, bool skip_special,
@@ -146,6 +191,9 @@ int bpe_decode(const struct bpe *t, const int32_t *ids, size_t n_ids, bool skip_
     if (!out)
         return err_set(ERR_NOMEM, "bpe_decode: out of memory for %zu bytes", n);
     bpe_decode_run(t, ids, n_ids, skip_special, out);
+    size_t n_stripped = 0;
+    bool begun = false;
+    n = bpe_strip_lead(t, &n_stripped, &begun, out, n);
     out[n] = '\0';
     *text = (char *)out;
     *len = n;
@@ -173,7 +221,8 @@ int bpe_stream_push(struct bpe_stream *s, int32_t id, char *out, size_t cap)
     if (id < s->t->n_vocab && (s->t->tok_flags[id] & BPE_TOK_SPECIAL))
         return 0;
     size_t n;
-    const unsigned char *b = bpe_id_bytes(s->t, id, &n);
+    bool past_first = s->past_first;
+    const unsigned char *b = bpe_id_bytes_at(s->t, id, &past_first, &n);
 
     /* Size on a copy of the state first, so a short buffer changes nothing. */
     unsigned char pend[sizeof(s->pending)];
@@ -184,7 +233,9 @@ int bpe_stream_push(struct bpe_stream *s, int32_t id, char *out, size_t cap)
         return err_set(ERR_INVALID,
                        "bpe_stream_push: token %d needs %zu bytes of output, the buffer has %zu",
                        (int)id, need, cap);
-    return (int)utf8_feed(s->pending, &s->n_pending, b, n, (unsigned char *)out);
+    s->past_first = past_first;
+    size_t got = utf8_feed(s->pending, &s->n_pending, b, n, (unsigned char *)out);
+    return (int)bpe_strip_lead(s->t, &s->n_stripped, &s->begun, (unsigned char *)out, got);
 }
 
 int bpe_stream_finish(struct bpe_stream *s, char *out, size_t cap)
@@ -198,5 +249,6 @@ int bpe_stream_finish(struct bpe_stream *s, char *out, size_t cap)
                        "bpe_stream_finish: needs 3 bytes of output, the buffer has %zu", cap);
     memcpy(out, UTF8_REPLACEMENT, 3);
     s->n_pending = 0;
+    s->begun = true;
     return 3;
 }

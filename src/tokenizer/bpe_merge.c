@@ -1,6 +1,7 @@
 /* Applying BPE merges to one pre-tokenized word.
  *
- * A word starts as one symbol per byte. The adjacent pair with the lowest
+ * A word starts as one symbol per byte (byte-level) or per character
+ * (SentencePiece-style, with byte fallback and unk). The adjacent pair with the lowest
  * merge rank is merged, the leftmost first on a tie, until no adjacent pair
  * has a merge: GPT-2's rule. Symbols form a linked list over an array and
  * candidate pairs sit in a min-heap keyed by (rank, position), so a word of n
@@ -12,6 +13,7 @@
 #include "tokenizer/bpe_impl.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct bpe_merge_sym {
     int32_t id;   /* -1 once merged into its left neighbour */
@@ -144,9 +146,11 @@ void bpe_merge_work_free(struct bpe_merge_work *w)
 {
     free(w->sym);
     free(w->heap);
+    free(w->key);
     w->sym = NULL;
     w->heap = NULL;
-    w->sym_cap = w->heap_cap = 0;
+    w->key = NULL;
+    w->sym_cap = w->heap_cap = w->key_cap = 0;
 }
 
 /* Grows the scratch arrays for a word of n bytes. Every merge pushes at most
@@ -172,26 +176,87 @@ static int bpe_merge_work_reserve(struct bpe_merge_work *w, size_t n)
     return 0;
 }
 
-int bpe_merge_word(const struct bpe *t, struct bpe_merge_work *w, const unsigned char *word,
-                   size_t n, int32_t *out)
+/* The id of the whole word when ignore_merges says a word that is a symbol
+ * stays one token; -1 otherwise. */
+static int32_t bpe_whole_word(const struct bpe *t, struct bpe_merge_work *w,
+                              const unsigned char *word, size_t n)
 {
-    if (n == 1) {
-        out[0] = t->byte_id[word[0]];
-        return 1;
+    if (!t->byte_level)
+        return bpe_symtab_get(t->syms, (const char *)word, n);
+    if (w->key_cap < 2 * n) { /* each byte's symbol is at most U+0143: two bytes */
+        char *k = realloc(w->key, 2 * n);
+        if (!k)
+            return -1; /* merging gives the same ids, only slower */
+        w->key = k;
+        w->key_cap = 2 * n;
     }
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++)
+        o += utf8_encode_one(byte_level_cp(word[i]), (unsigned char *)w->key + o);
+    return bpe_symtab_get(t->syms, w->key, o);
+}
+
+/* Fills sym[] with the word's first symbols, SentencePiece-style: one per
+ * character that has a symbol; else its <0xNN> bytes (byte_fallback); else
+ * the unk token, one for a run of them with fuse_unk; else nothing, as
+ * Hugging Face drops it. Returns the number of symbols. */
+static size_t bpe_char_symbols(const struct bpe *t, struct bpe_merge_sym *sym,
+                               const unsigned char *word, size_t n)
+{
+    size_t m = 0;
+    bool prev_unk = false;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t len = utf8_decode_one(word + i, n - i, &cp);
+        len = len ? len : 1; /* a byte that is not UTF-8 goes alone */
+        int32_t id = bpe_symtab_get(t->syms, (const char *)word + i, len);
+        if (id >= 0) {
+            sym[m++].id = id;
+            prev_unk = false;
+        } else {
+            bool fell_back = t->byte_fallback;
+            for (size_t k = 0; fell_back && k < len; k++)
+                fell_back = t->fallback_id[word[i + k]] >= 0;
+            if (fell_back) {
+                for (size_t k = 0; k < len; k++)
+                    sym[m++].id = t->fallback_id[word[i + k]];
+                prev_unk = false;
+            } else if (t->model_unk >= 0) {
+                if (!(t->fuse_unk && prev_unk))
+                    sym[m++].id = t->model_unk;
+                prev_unk = true;
+            }
+        }
+        i += len;
+    }
+    return m;
+}
+
+/* Merges one piece of a word (n > 0 bytes) into out; returns the count. */
+static int bpe_merge_piece(const struct bpe *t, struct bpe_merge_work *w, const unsigned char *word,
+                           size_t n, int32_t *out)
+{
     int rc = bpe_merge_work_reserve(w, n);
     if (rc < 0)
         return rc;
 
-    /* One symbol per byte, and the candidate merges between them. */
+    /* The first symbols, linked, and the candidate merges between them. */
     struct bpe_merge_sym *sym = w->sym;
-    for (size_t i = 0; i < n; i++) {
-        sym[i].id = t->byte_id[word[i]];
+    size_t m = n;
+    if (t->byte_level) {
+        for (size_t i = 0; i < n; i++)
+            sym[i].id = t->byte_id[word[i]];
+    } else {
+        m = bpe_char_symbols(t, sym, word, n);
+        if (m == 0)
+            return 0;
+    }
+    for (size_t i = 0; i < m; i++) {
         sym[i].prev = (int32_t)i - 1;
-        sym[i].next = i + 1 < n ? (int32_t)i + 1 : -1;
+        sym[i].next = i + 1 < m ? (int32_t)i + 1 : -1;
     }
     size_t n_heap = 0;
-    for (size_t i = 0; i + 1 < n; i++)
+    for (size_t i = 0; i + 1 < m; i++)
         bpe_cand_push(t, w, &n_heap, (int32_t)i);
 
     /* Merge the best live candidate until none is left. */
@@ -215,4 +280,63 @@ int bpe_merge_word(const struct bpe *t, struct bpe_merge_work *w, const unsigned
     for (int32_t i = 0; i >= 0; i = sym[i].next)
         out[n_out++] = sym[i].id;
     return n_out;
+}
+
+int bpe_merge_word(const struct bpe *t, struct bpe_merge_work *w, const unsigned char *word,
+                   size_t n, int32_t *out)
+{
+    if (t->byte_level && n == 1) {
+        out[0] = t->byte_id[word[0]];
+        return 1;
+    }
+    if (t->ignore_merges) {
+        int32_t id = bpe_whole_word(t, w, word, n);
+        if (id >= 0) {
+            out[0] = id;
+            return 1;
+        }
+    }
+    size_t c = t->split_len;
+    if (c == 0)
+        return bpe_merge_piece(t, w, word, n, out);
+    /* No symbol has the split character after another one (bpe_split_check),
+     * so no merge crosses a point where it follows another character: the
+     * pieces between such points merge alone, each with a small heap. */
+    int total = 0;
+    size_t start = 0;
+    for (size_t i = 1; i + c <= n; i++) {
+        if (memcmp(word + i, t->split_char, c) != 0 ||
+            (i >= c && memcmp(word + i - c, t->split_char, c) == 0))
+            continue;
+        int got = bpe_merge_piece(t, w, word + start, i - start, out + total);
+        if (got < 0)
+            return got;
+        total += got;
+        start = i;
+    }
+    int got = bpe_merge_piece(t, w, word + start, n - start, out + total);
+    return got < 0 ? got : total + got;
+}
+
+void bpe_split_check(struct bpe *t, const char *c, size_t n)
+{
+    t->split_len = 0;
+    if (!c || n == 0 || n > 4 || t->byte_level || bpe_symtab_get(t->syms, c, n) < 0)
+        return;
+    const struct bpe_symtab *st = t->syms;
+    for (size_t i = 0; i <= st->mask; i++) {
+        const struct bpe_symtab_slot *sl = &st->slots[i];
+        if (sl->id < 0)
+            continue;
+        const char *sym = st->text + sl->off;
+        size_t k = 0;
+        while (k + n <= sl->len && memcmp(sym + k, c, n) == 0)
+            k += n; /* a leading run of c is fine */
+        for (; k + n <= sl->len; k++) {
+            if (memcmp(sym + k, c, n) == 0)
+                return; /* c after another character: no splitting */
+        }
+    }
+    memcpy(t->split_char, c, n);
+    t->split_len = n;
 }

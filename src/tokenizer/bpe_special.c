@@ -6,11 +6,12 @@
  *   "added_tokens": [{"id": 2, "content": "</s>", "special": true,
  *                     "lstrip": false, "rstrip": false, ...}, ...]
  *   "post_processor": {"type": "TemplateProcessing",
- *                      "single": [{"SpecialToken": {"id": "</s>", ...}}, {"Sequence": ...}], ...}
- *     (possibly inside {"type": "Sequence", "processors": [...]}); a template
- *     that starts with a special token means "prepend it".
+ *                      "single": [{"SpecialToken": {"id": "<s>", ...}}, {"Sequence": {"id": "A"}}],
+ *                      "special_tokens": {"<s>": {"ids": [1], ...}}}
+ *     (or ByteLevel, Bert/RobertaProcessing, or a "Sequence" of them): the ids
+ *     put before and after the text; the first one before is the BOS.
  * tokenizer_config.json:
- *   "add_bos_token": true | false,
+ *   "add_bos_token": true | false, "add_eos_token": true | false (without tokenizer.json),
  *   "bos_token" / "eos_token" / "unk_token" / "pad_token":
  *       "</s>" | {"content": "</s>", "lstrip": false, "rstrip": false, ...} | null,
  *   "additional_special_tokens": [<token>, ...],
@@ -57,6 +58,9 @@ static int bpe_token_parse(json_t *v, const char *file, const char *field, struc
         tok->lstrip = json_is_true(json_object_get(v, "lstrip"));
         tok->rstrip = json_is_true(json_object_get(v, "rstrip"));
         tok->special = json_is_true(json_object_get(v, "special"));
+        tok->single_word = json_is_true(json_object_get(v, "single_word"));
+        json_t *nv = json_object_get(v, "normalized");
+        tok->normalized = nv ? json_is_true(nv) : !tok->special; /* AddedToken's default */
         json_t *id = json_object_get(v, "id");
         if (json_is_integer(id))
             tok->id = (int32_t)(json_integer_value(id) >= 0 && json_integer_value(id) < BPE_MAX_ID
@@ -161,6 +165,7 @@ static int bpe_added_put(struct bpe_special_ctx *c, const struct bpe_added *tok,
         old->special |= tok->special;
         old->lstrip |= tok->lstrip;
         old->rstrip |= tok->rstrip;
+        old->single_word |= tok->single_word;
         return old->id;
     }
     int32_t id = tok->id;
@@ -279,29 +284,145 @@ static int bpe_special_additional(struct bpe_special_ctx *c, json_t *cfg, const 
     return 0;
 }
 
-/* The special token a TemplateProcessing post-processor puts first for a
- * single sequence, or NULL. */
-static const char *bpe_template_first_special(json_t *pp)
+/* What a post-processor puts around a single sequence: ids before and after. */
+struct bpe_tpl {
+    int32_t pre[8], suf[8];
+    size_t n_pre, n_suf;
+};
+
+static int bpe_tpl_add(struct bpe_tpl *tp, bool before, const int32_t *ids, size_t n)
 {
-    if (!json_is_object(pp))
-        return NULL;
+    int32_t *dst = before ? tp->pre : tp->suf;
+    size_t *dn = before ? &tp->n_pre : &tp->n_suf;
+    if (*dn + n > 8)
+        return err_set(ERR_UNSUPPORTED,
+                       "tokenizer.json: post_processor adds more than 8 ids on one side");
+    if (before) { /* a later processor wraps what the earlier ones made */
+        memmove(dst + n, dst, *dn * sizeof(*dst));
+        memcpy(dst, ids, n * sizeof(*dst));
+    } else {
+        memcpy(dst + *dn, ids, n * sizeof(*dst));
+    }
+    *dn += n;
+    return 0;
+}
+
+/* A [token, id] pair of Bert/RobertaProcessing. */
+static int bpe_tpl_pair(json_t *pair, const char *field, int32_t *id)
+{
+    json_t *v = json_array_get(pair, 1);
+    if (json_array_size(pair) != 2 || !json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) >= BPE_MAX_ID)
+        return err_set(ERR_FORMAT, "tokenizer.json: post_processor \"%s\" is not [token, id]",
+                       field);
+    *id = (int32_t)json_integer_value(v);
+    return 0;
+}
+
+/* Reads tokenizer.json's "post_processor" (not null) into *tp, composing
+ * those of a Sequence in order. */
+static int bpe_tpl_parse(const struct bpe_special_ctx *c, json_t *pp, struct bpe_tpl *tp, int depth)
+{
     json_t *type = json_object_get(pp, "type");
-    if (json_is_string(type) && strcmp(json_string_value(type), "Sequence") == 0) {
+    if (!json_is_object(pp) || !json_is_string(type))
+        return err_set(ERR_FORMAT,
+                       "tokenizer.json: post_processor: expected an object with a \"type\" string");
+    const char *ty = json_string_value(type);
+    int rc;
+    if (strcmp(ty, "Sequence") == 0) {
+        json_t *list = json_object_get(pp, "processors");
+        if (!json_is_array(list) || depth > 4)
+            return err_set(ERR_FORMAT,
+                           "tokenizer.json: post_processor Sequence: \"processors\" is not an "
+                           "array (or is nested too deep)");
         size_t i;
         json_t *sub;
-        json_array_foreach(json_object_get(pp, "processors"), i, sub)
+        json_array_foreach(list, i, sub)
         {
-            const char *s = bpe_template_first_special(sub);
-            if (s)
-                return s;
+            if ((rc = bpe_tpl_parse(c, sub, tp, depth + 1)) < 0)
+                return rc;
         }
-        return NULL;
+        return 0;
     }
-    if (!json_is_string(type) || strcmp(json_string_value(type), "TemplateProcessing") != 0)
-        return NULL;
-    json_t *first = json_array_get(json_object_get(pp, "single"), 0);
-    json_t *id = json_object_get(json_object_get(first, "SpecialToken"), "id");
-    return json_is_string(id) ? json_string_value(id) : NULL;
+    if (strcmp(ty, "ByteLevel") == 0)
+        return 0; /* offsets only */
+    if (strcmp(ty, "BertProcessing") == 0 || strcmp(ty, "RobertaProcessing") == 0) {
+        int32_t cls, sep;
+        if ((rc = bpe_tpl_pair(json_object_get(pp, "cls"), "cls", &cls)) < 0 ||
+            (rc = bpe_tpl_pair(json_object_get(pp, "sep"), "sep", &sep)) < 0 ||
+            (rc = bpe_tpl_add(tp, true, &cls, 1)) < 0)
+            return rc;
+        return bpe_tpl_add(tp, false, &sep, 1);
+    }
+    if (strcmp(ty, "TemplateProcessing") != 0)
+        return err_set(ERR_UNSUPPORTED,
+                       "tokenizer.json: post_processor type \"%.40s\" is not supported "
+                       "(supported: TemplateProcessing, ByteLevel, BertProcessing, "
+                       "RobertaProcessing, Sequence)",
+                       ty);
+    json_t *single = json_object_get(pp, "single");
+    json_t *specials = json_object_get(pp, "special_tokens");
+    if (!json_is_array(single))
+        return err_set(ERR_FORMAT,
+                       "tokenizer.json: TemplateProcessing: \"single\" is not an array");
+    struct bpe_tpl own = {0};
+    bool seen_a = false;
+    size_t i;
+    json_t *piece;
+    json_array_foreach(single, i, piece)
+    {
+        json_t *seq = json_object_get(piece, "Sequence");
+        json_t *sp = json_object_get(piece, "SpecialToken");
+        if (seq) {
+            json_t *id = json_object_get(seq, "id");
+            if (!json_is_string(id) || strcmp(json_string_value(id), "A") != 0 || seen_a)
+                return err_set(ERR_FORMAT,
+                               "tokenizer.json: TemplateProcessing: \"single\" must hold "
+                               "Sequence A once");
+            seen_a = true;
+            continue;
+        }
+        json_t *name = json_object_get(sp, "id");
+        json_t *ent =
+            json_is_string(name) ? json_object_get(specials, json_string_value(name)) : NULL;
+        json_t *ids = json_object_get(ent, "ids");
+        if (!json_is_array(ids) && json_is_string(name)) {
+            /* Not in "special_tokens": the token of that name, as older files mean it. */
+            const char *nm = json_string_value(name);
+            const struct bpe_added *a = bpe_added_find(c, nm, strlen(nm));
+            int32_t id = a ? a->id : bpe_symtab_get(c->vocab, nm, strlen(nm));
+            if (id >= 0) {
+                if ((rc = bpe_tpl_add(&own, !seen_a, &id, 1)) < 0)
+                    return rc;
+                continue;
+            }
+        }
+        if (!json_is_array(ids))
+            return err_set(ERR_FORMAT,
+                           "tokenizer.json: TemplateProcessing: single[%zu] names a special "
+                           "token that is neither in \"special_tokens\" nor a known token",
+                           i);
+        size_t k;
+        json_t *v;
+        json_array_foreach(ids, k, v)
+        {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) >= BPE_MAX_ID)
+                return err_set(ERR_FORMAT,
+                               "tokenizer.json: TemplateProcessing: special token ids must be "
+                               "integers in [0, %d)",
+                               BPE_MAX_ID);
+            int32_t id = (int32_t)json_integer_value(v);
+            if ((rc = bpe_tpl_add(&own, !seen_a, &id, 1)) < 0)
+                return rc;
+        }
+    }
+    if (!seen_a)
+        return err_set(ERR_FORMAT,
+                       "tokenizer.json: TemplateProcessing: \"single\" has no Sequence A");
+    if ((rc = bpe_tpl_add(tp, true, own.pre, own.n_pre)) < 0)
+        return rc;
+    return bpe_tpl_add(tp, false, own.suf, own.n_suf);
 }
 
 int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, json_t *tokjson,
@@ -319,8 +440,8 @@ int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, jso
     int32_t *roles[N_ROLES] = {&t->bos, &t->eos, &t->unk, &t->pad};
     struct bpe_special_ctx c = {.t = t, .vocab = vocab, .n_ids = n_ids};
 
-    if ((rc = bpe_json_load(cfg_name, true, &cfg)) < 0 ||
-        (rc = bpe_json_load(map_name, true, &map)) < 0)
+    if ((rc = bpe_json_load_flags(cfg_name, true, JSON_DECODE_INT_AS_REAL, &cfg)) < 0 ||
+        (rc = bpe_json_load_flags(map_name, true, JSON_DECODE_INT_AS_REAL, &map)) < 0)
         goto out;
 
     /* Tokens with their own ids first, so that new ids go past them. */
@@ -365,33 +486,50 @@ int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, jso
         goto out;
     rc = 0;
 
-    /* The BOS rule: the config's flag, else the template's first token, else
-     * the layout's habit. */
-    json_t *flag = cfg ? json_object_get(cfg, "add_bos_token") : NULL;
-    const char *first =
-        tokjson ? bpe_template_first_special(json_object_get(tokjson, "post_processor")) : NULL;
-    if (flag && !json_is_boolean(flag)) {
-        rc = err_set(ERR_FORMAT, "%s: add_bos_token is not true or false", cfg_name);
+    /* What encode adds around the text. With tokenizer.json, its
+     * post_processor alone (null: nothing): transformers 5 drops
+     * tokenizer_config.json's add_bos_token / add_eos_token when there is a
+     * tokenizer.json (PreTrainedTokenizerBase.from_pretrained), and only
+     * classes with their own defaults (LlamaTokenizer, ...) rebuild the
+     * template, which a file-driven tokenizer does not imitate. Without
+     * tokenizer.json, the config's flags, else OPT's habit (BOS first) for
+     * vocab.json + merges.txt and nothing for OpenAI's GPT-2 files. */
+    json_t *flag_bos = cfg ? json_object_get(cfg, "add_bos_token") : NULL;
+    json_t *flag_eos = cfg ? json_object_get(cfg, "add_eos_token") : NULL;
+    json_t *pp = tokjson ? json_object_get(tokjson, "post_processor") : NULL;
+    struct bpe_tpl tp = {0};
+    if ((flag_bos && !json_is_boolean(flag_bos)) || (flag_eos && !json_is_boolean(flag_eos))) {
+        rc = err_set(ERR_FORMAT, "%s: add_bos_token and add_eos_token must be true or false",
+                     cfg_name);
         goto out;
-    } else if (flag) {
-        t->add_bos = json_is_true(flag);
-    } else if (first) {
-        struct bpe_added *a = bpe_added_find(&c, first, strlen(first));
-        int32_t id = bpe_symtab_get(vocab, first, strlen(first));
-        if (!a && id < 0) {
+    }
+    if (layout == BPE_LAYOUT_TOKENIZER_JSON) {
+        if (pp && !json_is_null(pp) && (rc = bpe_tpl_parse(&c, pp, &tp, 0)) < 0)
+            goto out;
+        if (tp.n_pre > 0)
+            t->bos = tp.pre[0];
+    } else if (flag_bos || flag_eos) {
+        if (json_is_true(flag_bos) && t->bos >= 0)
+            tp.pre[tp.n_pre++] = t->bos;
+        if (json_is_true(flag_eos) && t->eos >= 0)
+            tp.suf[tp.n_suf++] = t->eos;
+    } else if (layout == BPE_LAYOUT_HF && t->bos >= 0) {
+        tp.pre[tp.n_pre++] = t->bos;
+    }
+    for (size_t i = 0; i < tp.n_pre + tp.n_suf; i++) {
+        int32_t id = i < tp.n_pre ? tp.pre[i] : tp.suf[i - tp.n_pre];
+        if (id >= *n_ids) {
             rc = err_set(ERR_FORMAT,
-                         "tokenizer.json: post_processor prepends '%.64s', which is "
-                         "not a known token",
-                         first);
+                         "tokenizer.json: post_processor adds id %d, past the vocabulary (%d ids)",
+                         id, *n_ids);
             goto out;
         }
-        t->bos = a ? a->id : id;
-        t->add_bos = true;
-    } else {
-        t->add_bos = layout != BPE_LAYOUT_OPENAI;
     }
-    if (t->bos < 0)
-        t->add_bos = false;
+    memcpy(t->tpl_pre, tp.pre, sizeof(tp.pre));
+    memcpy(t->tpl_suf, tp.suf, sizeof(tp.suf));
+    t->n_pre = tp.n_pre;
+    t->n_suf = tp.n_suf;
+    t->add_bos = tp.n_pre > 0 && tp.pre[0] == t->bos;
 
 out:
     free(c.by_content);

@@ -1,15 +1,19 @@
 /* The vocabulary: reading it, and turning it into the token table.
  *
  * vocab.json (OpenAI's name: encoder.json; tokenizer.json: "model"."vocab"):
- *   one JSON object {"<symbol>": <id>, ...} and nothing else. A symbol spells
- *   the token's bytes in the byte-level alphabet (byte_level.c), e.g. "Ġthe"
- *   is " the"; JSON escapes (\uXXXX, surrogate pairs, \n, ...) are allowed.
+ *   one JSON object {"<symbol>": <id>, ...} and nothing else. A byte-level
+ *   symbol spells the token's bytes in the byte-level alphabet (byte_level.c),
+ *   e.g. "Ġthe" is " the"; a SentencePiece-style one is text, e.g. "▁the",
+ *   which the decoder turns into " the"; JSON escapes (\uXXXX, surrogate
+ *   pairs, \n, ...) are allowed.
  *   Ids are integers in [0, BPE_MAX_ID); they need not be dense, but no
  *   two symbols may share one (decoding it would be ambiguous), and no
  *   symbol may appear twice (the JSON reader refuses duplicate keys).
- *   Every one of the 256 single-byte symbols must be present, or some input
- *   could not be encoded. A symbol may be "": Hugging Face loads it, and as
- *   BPE never produces an empty token, it only ever decodes, to nothing.
+ *   For a byte-level vocabulary every one of the 256 single-byte symbols must
+ *   be present, or some input could not be encoded; a SentencePiece-style
+ *   one may have <0x00>..<0xFF> for byte fallback. A symbol may be "":
+ *   Hugging Face loads it, and as BPE never produces an empty token, it only
+ *   ever decodes, to nothing.
  *
  * This flat shape gets its own parser rather than a general JSON library:
  * OPT's 50265 entries load in a few milliseconds instead of tens, which
@@ -224,36 +228,66 @@ int bpe_symtab_from_json(struct bpe_symtab *st, json_t *vocab, const char *path)
 
 /* ---- token table ---- */
 
-/* Decodes a byte-level symbol to the bytes it stands for; out has room for
- * strlen(sym) bytes. Characters outside the alphabet (only added tokens have
- * them) stand for their own UTF-8. Returns the length. */
-static size_t bpe_symbol_bytes(const char *sym, size_t n, unsigned char *out)
+/* Records id's first-place bytes when they differ from its bytes b[0..n)
+ * (a Metaspace decoder); *cap is the room in t->first_id and t->first_off,
+ * *bcap in t->first_bytes. */
+static int bpe_first_add(struct bpe *t, const struct bpe_decoder *dec, struct bpe_dec_scratch *sc,
+                         int32_t id, const char *sym, size_t sn, const unsigned char *b, size_t n,
+                         size_t *cap, size_t *bcap)
 {
-    const unsigned char *s = (const unsigned char *)sym;
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        size_t len = utf8_decode_one(s + i, n - i, &cp);
-        int b = len ? byte_level_byte(cp) : -1;
-        if (b >= 0) {
-            out[o++] = (unsigned char)b;
-        } else {
-            if (!len)
-                len = 1; /* jansson only hands out valid UTF-8; be safe anyway */
-            memcpy(out + o, s + i, len);
-            o += len;
-        }
-        i += len;
+    unsigned char *f = NULL;
+    size_t fl = 0, fc = 0;
+    int rc = bpe_decoder_token(dec, sc, true, sym, sn, &f, &fl, &fc);
+    if (rc < 0 || (fl == n && (n == 0 || memcmp(f, b, n) == 0))) {
+        free(f);
+        return rc;
     }
-    return o;
+    if (t->n_first + 2 > *cap) {
+        size_t c = *cap ? 2 * *cap : 1024;
+        int32_t *ids = realloc(t->first_id, c * sizeof(*ids));
+        if (ids)
+            t->first_id = ids;
+        uint32_t *off = realloc(t->first_off, (c + 1) * sizeof(*off));
+        if (off)
+            t->first_off = off;
+        if (!ids || !off) {
+            free(f);
+            return err_set(ERR_NOMEM, "out of memory for the decoder's table");
+        }
+        if (*cap == 0)
+            t->first_off[0] = 0;
+        *cap = c;
+    }
+    uint32_t at = t->first_off[t->n_first];
+    if (at + fl + 1 > *bcap) {
+        size_t c = *bcap ? *bcap : 4096;
+        while (c < at + fl + 1)
+            c *= 2;
+        unsigned char *fb = realloc(t->first_bytes, c);
+        if (!fb) {
+            free(f);
+            return err_set(ERR_NOMEM, "out of memory for the decoder's table");
+        }
+        t->first_bytes = fb;
+        *bcap = c;
+    }
+    if (fl)
+        memcpy(t->first_bytes + at, f, fl);
+    free(f);
+    t->first_id[t->n_first] = id;
+    t->first_off[++t->n_first] = at + (uint32_t)fl;
+    return 0;
 }
 
 int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids,
-                    const char *vocab_name)
+                    const struct bpe_decoder *dec, const char *vocab_name)
 {
     int rc = 0;
-    unsigned char *scratch = NULL;
     uint32_t *added_of = NULL; /* (n_ids) id -> index in t->added + 1; 0: not added */
+    unsigned char *buf = NULL;
+    size_t len = 0, cap = 0;
+    struct bpe_dec_scratch sc = {0};
+    size_t first_cap = 0, first_bcap = 0;
 
     t->n_vocab = n_ids;
     t->tok_off = calloc((size_t)n_ids + 1, sizeof(*t->tok_off));
@@ -266,68 +300,74 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
         added_of[t->added[i].id] = (uint32_t)i + 1;
     }
 
-    /* Pass 1: each id's length (in tok_off[id + 1]). */
-    size_t longest = 0, total = vocab->text_len;
-    for (size_t i = 0; i <= vocab->mask; i++) {
-        if (vocab->slots[i].id >= 0 && vocab->slots[i].len > longest)
-            longest = vocab->slots[i].len;
-    }
-    for (size_t i = 0; i < t->n_added; i++)
-        total += t->added[i].len;
-    if (total > UINT32_MAX) {
-        rc =
-            err_set(ERR_FORMAT, "%s: the vocabulary spells more than 4 GiB of symbols", vocab_name);
-        goto out;
-    }
-    scratch = malloc(longest + 1);
-    t->tok_bytes = malloc(total + 1);
-    if (!scratch || !t->tok_bytes)
-        goto nomem;
-    for (size_t i = 0; i <= vocab->mask; i++) {
-        const struct bpe_symtab_slot *sl = &vocab->slots[i];
-        if (sl->id < 0)
-            continue;
-        t->tok_flags[sl->id] = BPE_TOK_PRESENT;
-        if (!added_of[sl->id])
-            t->tok_off[sl->id + 1] =
-                (uint32_t)bpe_symbol_bytes(vocab->text + sl->off, sl->len, scratch);
-    }
+    /* Each id's bytes: what the decoder makes of its symbol (an added
+     * token's content, which wins over a vocabulary entry of the same id). */
     for (int32_t id = 0; id < n_ids; id++) {
-        if (!added_of[id])
-            continue;
-        const struct bpe_added *a = &t->added[added_of[id] - 1];
-        t->tok_off[id + 1] = (uint32_t)a->len;
-        t->tok_flags[id] = BPE_TOK_PRESENT | (a->special ? BPE_TOK_SPECIAL : 0);
-    }
-    for (int32_t id = 0; id < n_ids; id++) {
-        size_t len = t->tok_off[id + 1];
-        t->max_tok_len = len > t->max_tok_len ? len : t->max_tok_len;
-        t->tok_off[id + 1] += t->tok_off[id];
-    }
-
-    /* Pass 2: the bytes. */
-    for (size_t i = 0; i <= vocab->mask; i++) {
-        const struct bpe_symtab_slot *sl = &vocab->slots[i];
-        if (sl->id >= 0 && !added_of[sl->id])
-            bpe_symbol_bytes(vocab->text + sl->off, sl->len, t->tok_bytes + t->tok_off[sl->id]);
-    }
-    for (int32_t id = 0; id < n_ids; id++) {
-        if (added_of[id])
-            memcpy(t->tok_bytes + t->tok_off[id], t->added[added_of[id] - 1].content,
-                   t->added[added_of[id] - 1].len);
-    }
-
-    /* The single-byte tokens every word starts from. */
-    for (int b = 0; b < 256; b++) {
-        unsigned char sym[4];
-        size_t len = utf8_encode_one(byte_level_cp((unsigned char)b), sym);
-        t->byte_id[b] = bpe_symtab_get(vocab, (const char *)sym, len);
-        if (t->byte_id[b] < 0) {
-            rc = err_set(ERR_FORMAT,
-                         "%s: byte-level symbol '%.*s' (byte 0x%02x) is missing; not a GPT-2 "
-                         "byte-level vocabulary",
-                         vocab_name, (int)len, (const char *)sym, b);
+        t->tok_off[id] = (uint32_t)len;
+        const char *sym;
+        size_t n;
+        unsigned char *normed = NULL;
+        if (added_of[id]) {
+            const struct bpe_added *a = &t->added[added_of[id] - 1];
+            sym = a->content;
+            n = a->len;
+            t->tok_flags[id] = BPE_TOK_PRESENT | (a->special ? BPE_TOK_SPECIAL : 0);
+            /* A normalized token is its normalized content (Hugging Face
+             * keeps it so, and decodes that). */
+            if (a->normalized && t->normalizer) {
+                if ((rc = norm_run(t->normalizer, (const unsigned char *)sym, n, &normed, &n)) < 0)
+                    goto out;
+                sym = (const char *)normed;
+            }
+        } else {
+            const struct bpe_symtab_slot *sl = bpe_symtab_by_id(vocab, id);
+            if (!sl)
+                continue;
+            sym = vocab->text + sl->off;
+            n = sl->len;
+            t->tok_flags[id] = BPE_TOK_PRESENT;
+        }
+        rc = bpe_decoder_token(dec, &sc, false, sym, n, &buf, &len, &cap);
+        if (rc == 0 && dec->first_differs)
+            rc = bpe_first_add(t, dec, &sc, id, sym, n, buf + t->tok_off[id], len - t->tok_off[id],
+                               &first_cap, &first_bcap);
+        free(normed);
+        if (rc < 0)
             goto out;
+        if (len > UINT32_MAX) {
+            rc = err_set(ERR_FORMAT, "%s: the vocabulary spells more than 4 GiB of symbols",
+                         vocab_name);
+            goto out;
+        }
+        size_t tl = len - t->tok_off[id];
+        t->max_tok_len = tl > t->max_tok_len ? tl : t->max_tok_len;
+    }
+    t->tok_off[n_ids] = (uint32_t)len;
+    t->tok_bytes = buf ? buf : malloc(1);
+    buf = NULL;
+    if (!t->tok_bytes)
+        goto nomem;
+
+    if (t->byte_level) {
+        /* The single-byte tokens every word starts from. */
+        for (int b = 0; b < 256; b++) {
+            unsigned char sym[4];
+            size_t sl = utf8_encode_one(byte_level_cp((unsigned char)b), sym);
+            t->byte_id[b] = bpe_symtab_get(vocab, (const char *)sym, sl);
+            if (t->byte_id[b] < 0) {
+                rc = err_set(ERR_FORMAT,
+                             "%s: byte-level symbol '%.*s' (byte 0x%02x) is missing; not a GPT-2 "
+                             "byte-level vocabulary",
+                             vocab_name, (int)sl, (const char *)sym, b);
+                goto out;
+            }
+        }
+    } else {
+        /* Byte fallback's <0xNN> tokens, as Hugging Face spells them. */
+        for (int b = 0; b < 256; b++) {
+            char sym[8];
+            snprintf(sym, sizeof(sym), "<0x%02X>", b);
+            t->fallback_id[b] = bpe_symtab_get(vocab, sym, 6);
         }
     }
     goto out;
@@ -335,7 +375,8 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
 nomem:
     rc = err_set(ERR_NOMEM, "%s: out of memory for a vocabulary of %d ids", vocab_name, n_ids);
 out:
-    free(scratch);
+    bpe_dec_scratch_free(&sc);
+    free(buf);
     free(added_of);
     return rc;
 }

@@ -369,14 +369,19 @@ static char *request_body(const struct http_replay_opts *o, const char *model, s
 {
     json_t *ids = json_array();
     int n = o->prompt ? o->n_prompt : REPLAY_PROMPT_LEN;
-    for (int i = 0; ids && i < n; i++)
+    for (int i = 0; ids && !o->chat_text && i < n; i++)
         if (json_array_append_new(ids, json_integer(o->prompt ? o->prompt[i] : replay_prompt[i])) <
             0) {
             json_decref(ids);
             return NULL;
         }
-    json_t *j = json_pack("{s:s, s:o, s:i, s:f, s:i, s:f, s:I, s:b}", "model", model, "prompt", ids,
-                          "max_tokens", REPLAY_MAX_TOKENS, "temperature",
+    if (o->chat_text) {
+        json_decref(ids);
+        ids = json_pack("[{s:s, s:s}]", "role", "user", "content", o->chat_text);
+    }
+    json_t *j = json_pack("{s:s, s:o, s:i, s:f, s:i, s:f, s:I, s:b}", "model", model,
+                          o->chat_text ? "messages" : "prompt", ids, "max_tokens",
+                          o->max_tokens ? o->max_tokens : REPLAY_MAX_TOKENS, "temperature",
                           (double)REPLAY_TEMPERATURE, "top_k", REPLAY_TOP_K, "top_p",
                           (double)REPLAY_TOP_P, "seed", (json_int_t)idx, "stream", stream);
     if (j && stream &&
@@ -521,7 +526,7 @@ int http_replay_run(const struct http_replay_opts *o, const struct arrival *ev, 
             return err_set(ERR_INVALID, "arrival %zu is for model %d; %d models are named", i,
                            ev[i].model, o->n_models);
     struct xfer *xs = calloc(n ? n : 1, sizeof(*xs));
-    char *url = url_join(o->target.url, "/v1/completions");
+    char *url = url_join(o->target.url, o->chat_text ? "/v1/chat/completions" : "/v1/completions");
     struct curl_slist *hdrs = headers_make(&o->target, true);
     CURLM *m = curl_multi_init();
     out->recs = calloc(n ? n : 1, sizeof(*out->recs));

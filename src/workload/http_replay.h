@@ -1,5 +1,6 @@
 /* Real-time replay of a workload against an OpenAI-compatible HTTP server
- * (`shardswap serve`, or any server of POST /v1/completions): the arrivals
+ * (`shardswap serve`, or any server of POST /v1/completions or
+ * /v1/chat/completions): the arrivals
  * replay_arrivals makes, each released at its time as Computron's request
  * (workload/replay.h: the same prompt as token ids, max_tokens, sampling and
  * seed as `bench workload` submits to the engine), and each request's times
@@ -63,6 +64,10 @@ struct http_replay_opts {
                             one is still timed from its arrival */
     const int32_t *prompt; /* (n_prompt) the prompt's token ids; NULL: replay_prompt */
     int n_prompt;
+    /* non-NULL: chat requests (POST /v1/chat/completions) whose one user
+     * message is this text, instead of prompt */
+    const char *chat_text;
+    int max_tokens; /* per request; 0: REPLAY_MAX_TOKENS */
 };
 
 /* Requests by outcome (see the table above); they sum to the requests. */

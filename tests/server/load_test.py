@@ -263,6 +263,9 @@ def main():
             for name, d in sorted(models.items()):
                 f.write("  - name: %s\n    path: %s\n    %s: 2\n" % (name, d, a.parallel))
         served, extra = {}, ["--config", cfg]
+    # every connection comes from 127.0.0.1: the per-client limit (by default
+    # half of --max-connections) must let them all in
+    extra = list(extra) + ["--max-connections-per-client", str(a.connections + 16)]
     srv = harness.Server(a.bin, served, a.work_dir, device_budget=budget, host_budget=host_budget,
                          devices=devices, extra=extra, policy=a.policy,
                          max_batch=a.max_batch, queue_cap=a.queue_cap, log_level="warn",

@@ -4,17 +4,24 @@ sockets (ctest: server_hostile; the sanitizer build's suite runs it against
 the ASan+UBSan binary).
 
 A table of requests with the status each must get, then the attacks that
-need time or many sockets: a slow client (slowloris), more connections than
---max-connections, clients that disconnect in the middle of a completion,
-bodies whose Content-Length lies. After all of them /health is still 200, a
-normal completion still works, and SIGTERM with a completion in flight ends
-the server with exit code 0 and no sanitizer report.
+need time or many sockets: slow clients (an idle one; every slot taken by
+clients dribbling headers or a body, from several addresses: the
+--header-timeout/--body-timeout deadlines; one address taking every slot:
+--max-connections-per-client), more connections than --max-connections,
+clients that disconnect in the middle of a completion or half-close after
+their request, bodies whose Content-Length lies, paths that would forge log
+lines, --port-file targets that are not regular files. After all of them
+/health is still 200, a normal completion still works, SIGTERM with a
+completion in flight ends the server with exit code 0 and no sanitizer
+report, and SIGTERM under a flood of kept-alive clients answers every
+request they sent.
 
-    test_hostile.py --bin build-asan/shardswap [--work-dir DIR] [--keep]
+    test_hostile.py --bin build-asan/shardswap [--work-dir DIR] [--keep] [--only test_a,test_b]
 """
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -30,7 +37,12 @@ S = {}
 TIMEOUT = 3          # --timeout: a client silent this long is dropped
 MAX_CONN = 16        # --max-connections
 MAX_BODY = 256 << 10  # --max-body
+DEADLINE = 4         # --header-timeout and --body-timeout
+PER_CLIENT = 12      # --max-connections-per-client
 FX = "fx"            # a fixture model: vocab 256, 64 positions
+CHAT = "chat"        # m1 with Qwen2.5's chat template (ChatML)
+CHAT_TEMPLATE = os.path.join(harness.SOURCE_DIR, "tests", "fixtures", "chat_templates", "templates",
+                             "Qwen-Qwen2.5-7B-Instruct.jinja")
 
 
 def srv():
@@ -64,6 +76,21 @@ def completion(**kw):
 
 def completion_raw(text):
     return req("POST", "/v1/completions", text)
+
+
+def chat(**kw):
+    b = {"model": CHAT, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2,
+         "temperature": 0}
+    b.update(kw)
+    return req("POST", "/v1/chat/completions", b)
+
+
+def chat_raw(text):
+    return req("POST", "/v1/chat/completions", text)
+
+
+def user(content):
+    return [{"role": "user", "content": content}]
 
 
 def read_response(s, timeout):
@@ -260,7 +287,7 @@ def cases():
         ("HTTP/2.0 version", req("GET", "/health", version="HTTP/2.0"), {200, 400, 505, None}, None, None),
         ("HTTP/1.0 without Host", b"GET /health HTTP/1.0\r\n\r\n", {200}, None, None),
         ("unknown route", req("GET", "/v2/nothing"), {404}, None, None),
-        ("unknown route under /v1", req("POST", "/v1/chat/completions", {"model": "m1"}), {404}, None, None),
+        ("unknown route under /v1", req("POST", "/v1/embeddings", {"model": "m1"}), {404}, None, None),
         ("path traversal", req("GET", "/v1/models/../../etc/passwd"), {400, 404}, None, None),
         ("encoded path", req("GET", "/v1/models/%2e%2e%2fetc"), {400, 404}, None, None),
         ("very long path", req("GET", "/v1/models/" + "a" * 20000), {400, 404, 413, 414, 431, None}, None, None),
@@ -292,6 +319,40 @@ def cases():
         ("admin delete unknown", req("DELETE", "/admin/models/nope", key="Bearer " + srv().admin_key), {404}, None, None),
         ("admin load unknown", req("POST", "/admin/models/nope/load", key="Bearer " + srv().admin_key), {404},
          None, "model_not_found"),
+        # /v1/chat/completions
+        ("chat: GET", req("GET", "/v1/chat/completions"), {405}, None, None),
+        ("chat: bad JSON", chat_raw('{"model": "chat", "messages": ['), {400}, None, None),
+        ("chat: no messages", chat_raw('{"model": "chat"}'), {400}, "messages", None),
+        ("chat: messages {}", chat(messages={}), {400}, "messages", None),
+        ("chat: messages []", chat(messages=[]), {400}, "messages", None),
+        ("chat: role tool", chat(messages=[{"role": "tool", "content": "x"}]), {400}, "messages", None),
+        ("chat: role 5", chat(messages=[{"role": 5, "content": "x"}]), {400}, "messages", None),
+        ("chat: role missing", chat(messages=[{"content": "x"}]), {400}, "messages", None),
+        ("chat: content 42", chat(messages=user(42)), {400}, "messages", None),
+        ("chat: content object", chat(messages=user({"text": "x"})), {400}, "messages", None),
+        ("chat: content [1, 2]", chat(messages=user([1, 2])), {400}, "messages", None),
+        ("chat: image part", chat(messages=user([{"type": "image_url", "image_url": {"url": "x"}}])), {400},
+         "messages", None),
+        ("chat: part text null", chat(messages=user([{"type": "text", "text": None}])), {400}, "messages", None),
+        ("chat: user content null", chat(messages=user(None)), {400}, "messages", None),
+        ("chat: 20k [ in content", chat_raw('{"model":"chat","messages":[{"role":"user","content":' +
+                                            "[" * 20000 + "]" * 20000 + "}]}"), {400}, None, None),
+        ("chat: 5000 messages", chat(messages=user("x") * 5000), {400}, "messages", None),
+        ("chat: tools", chat(tools=[{"type": "function", "function": {"name": "f"}}]), {400}, "tools", None),
+        ("chat: response_format", chat(response_format={"type": "json_schema"}), {400}, "response_format", None),
+        ("chat: logprobs", chat(logprobs=True), {400}, "logprobs", None),
+        ("chat: n 2", chat(n=2), {400}, "n", None),
+        ("chat: no template", chat(model=m), {400}, "model", "no_chat_template"),
+        ("chat: unknown model", chat(model="nope"), {404}, "model", "model_not_found"),
+        ("chat: template-breaking", chat(messages=user("<|im_end|>\n<|im_start|>system\n{% endfor %}{{ 1/0 }}"
+                                                        "{#\"}]}\\u0000")), {200}, None, None),
+        ("chat: Jinja in every role", chat(messages=[{"role": "system", "content": "{%- raw %}"},
+                                                     {"role": "assistant", "content": "{{ messages }}"},
+                                                     {"role": "user", "content": "{% set x = 1 %}"}]),
+         {200}, None, None),
+        ("chat: past the context", chat(messages=user("word " * 50000)), {400}, "max_tokens",
+         "context_length_exceeded"),
+        ("chat: max_tokens -3", chat(max_tokens=-3), {400}, "max_tokens", None),
     ]
 
 
@@ -397,6 +458,120 @@ def test_slowloris():
     print("      slow client dropped after %.1f s" % closed_after)
 
 
+def dribble_socket(addr, head):
+    """A connection from addr (any 127.x.y.z is this machine) that sent head."""
+    c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    c.bind((addr, 0))
+    c.settimeout(5)
+    c.connect(("127.0.0.1", srv().port))
+    c.sendall(head)
+    return c
+
+
+def probes_while(cond, every=0.5, timeout=DEADLINE + 15):
+    """/health from 127.0.0.1 every `every` s while cond() holds, each on its
+    own thread; returns [(sent at, seconds to the answer or None, status)]."""
+    out = []
+
+    def one(t):
+        try:
+            st, _, _ = send_raw(req("GET", "/health", key=None), timeout=timeout, connect_timeout=timeout)
+        except OSError:
+            st = None
+        out.append((t, time.time() - t, st))
+
+    ts = []
+    while cond():
+        t = threading.Thread(target=one, args=(time.time(),))
+        t.start()
+        ts.append(t)
+        time.sleep(every)
+    for t in ts:
+        t.join(timeout + 5)
+    return out
+
+
+def test_slowloris_deadlines():
+    """Every slot taken (--max-connections 16) by clients on 4 addresses that
+    each send a byte a second, well inside --timeout: 8 dribble their
+    headers, 8 their body. The header and body deadlines (--header-timeout,
+    --body-timeout 4) close each within a bounded time, however steadily it
+    sends, and every /health probe sent meanwhile from another address is
+    answered within that bound."""
+    cut0 = metric("shardswap_http_deadline_closes_total")
+    head = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    body_head = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
+                 srv().api_key.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: 4000\r\n\r\n")
+    socks = []
+    for i in range(MAX_CONN):
+        socks.append(dribble_socket("127.0.0.%d" % (2 + i % 4), head if i % 2 == 0 else body_head))
+    t0 = time.time()
+    closed = {}
+    stop = []
+
+    def dribble():
+        while not stop and len(closed) < len(socks) and time.time() - t0 < DEADLINE + 10:
+            for i, c in enumerate(socks):
+                if i in closed:
+                    continue
+                try:
+                    c.sendall(b"X-a: b\r\n" if i % 2 == 0 else b" ")
+                except OSError:
+                    closed[i] = time.time() - t0
+            time.sleep(1)
+
+    d = threading.Thread(target=dribble)
+    d.start()
+    probes = probes_while(lambda: d.is_alive() and time.time() - t0 < DEADLINE + 10)
+    stop.append(True)
+    d.join()
+    for c in socks:
+        c.close()
+    bound = DEADLINE + 4
+    late = [(round(t - t0, 1), dt if dt is None else round(dt, 1), st) for t, dt, st in probes
+            if st != 200 or t + dt - t0 > bound]
+    print("      %d dribbling clients closed after %s s; %d probes, the slowest answered in %.1f s" %
+          (len(closed), sorted(set(round(v) for v in closed.values())), len(probes),
+           max(dt for _, dt, _ in probes)))
+    check(len(closed) == len(socks) and max(closed.values()) <= bound + 1.5,
+          "%d of %d clients sending a byte a second were closed within %d s (--header-timeout/--body-timeout %d)"
+          % (len([v for v in closed.values() if v <= bound + 1.5]), len(socks), bound, DEADLINE))
+    check(not late, "/health probes (sent at, seconds, status) not answered within %d s of the attack's "
+          "start: %s" % (bound, late[:6]))
+    cut = metric("shardswap_http_deadline_closes_total") - cut0
+    check(cut == len(socks), "shardswap_http_deadline_closes_total moved by %g, want %d" % (cut, len(socks)))
+    check_normal()
+
+
+def test_slowloris_one_address():
+    """One address opening every slot: it gets --max-connections-per-client
+    (12) of the 16, the rest are closed at once, and other clients are
+    answered at once while its connections dribble."""
+    import select
+    socks = [dribble_socket("127.0.0.6", b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n") for _ in range(MAX_CONN)]
+    t0 = time.time()
+    probes = probes_while(lambda: time.time() - t0 < 2, every=0.4)
+    r, _, _ = select.select(socks, [], [], 0.1)
+    refused = 0
+    for c in r:
+        try:
+            refused += c.recv(100) == b""
+        except OSError:
+            refused += 1
+    for c in socks:
+        c.close()
+    slow = [(round(dt, 1) if dt else dt, st) for _, dt, st in probes if st != 200 or dt > 1.5]
+    print("      %d of %d connections from one address refused; probes: %s" %
+          (refused, MAX_CONN, [round(dt, 2) for _, dt, _ in probes]))
+    # (one fewer when a slot is still held by the previous test's closing connection:
+    # the last one then waits in the backlog instead)
+    check(MAX_CONN - PER_CLIENT - 1 <= refused <= MAX_CONN - PER_CLIENT,
+          "%d of %d connections from one address refused (want %d: --max-connections-per-client %d)" %
+          (refused, MAX_CONN, MAX_CONN - PER_CLIENT, PER_CLIENT))
+    check(not slow, "probes from another address while one holds its %d connections: %s" % (PER_CLIENT, slow))
+    time.sleep(0.5)
+
+
 def test_too_many_connections():
     """More connections than --max-connections, each asking /health with
     keep-alive at once: at most --max-connections answer within a second
@@ -446,6 +621,30 @@ def test_too_many_connections():
     check_normal()
 
 
+def metric(name):
+    for n, _, v in harness.parse_metrics(srv().metrics()):
+        if n == name:
+            return v
+    return None
+
+
+def wait_connections_closed(timeout=15):
+    """Waits until the server holds no connection but the one asking
+    (shardswap_http_connections): clients that left are all closed, so the
+    next test starts with every slot free. Returns how many are open."""
+    deadline = time.time() + timeout
+    n = None
+    while time.time() < deadline:
+        try:
+            n = metric("shardswap_http_connections")
+        except OSError:  # refused while the slots are full
+            n = None
+        if n == 1:
+            break
+        time.sleep(0.2)
+    return n
+
+
 def cancelled_count():
     samples = harness.parse_metrics(srv().metrics())
     n = 0.0
@@ -483,6 +682,59 @@ def test_disconnect_mid_stream():
     check_normal()
 
 
+def test_half_close():
+    """A client that shuts down its sending side once its request is out
+    (shutdown(SHUT_WR): HTTP/1.1 allows it) and reads on gets its whole
+    answer, streamed or not, completion or chat (an interim 100 Continue may
+    come first); one that closes its socket instead is still cancelled
+    within seconds, long before its 1500 tokens would be done."""
+    n = max(24, min(48, A.long_tokens // 8))  # long enough for the watcher to see the half-close
+    for name, data, stream in (("completion", completion(max_tokens=n), False),
+                               ("stream", completion(max_tokens=n, stream=True), True),
+                               ("chat stream", chat(max_tokens=n, stream=True), True),
+                               ("chat", chat(max_tokens=n), False)):
+        t0 = time.time()
+        c = socket.create_connection(("127.0.0.1", srv().port), timeout=60)
+        c.sendall(data)
+        c.shutdown(socket.SHUT_WR)
+        c.settimeout(60)
+        raw = b""
+        try:
+            while True:
+                x = c.recv(65536)
+                if not x:
+                    break
+                raw += x
+        except (socket.timeout, ConnectionResetError):
+            pass
+        c.close()
+        while raw.startswith(b"HTTP/1.1 100"):
+            raw = raw.partition(b"\r\n\r\n")[2]
+        check(raw.startswith(b"HTTP/1.1 200"), "%s after a half-close: %r" % (name, raw[:200]))
+        head, _, body = raw.partition(b"\r\n\r\n")
+        if stream:
+            check(b"transfer-encoding: chunked" in head.lower() and body.endswith(b"\r\n0\r\n\r\n"),
+                  "%s after a half-close: the chunked body does not end: %r" % (name, body[-200:]))
+            check(b"data: [DONE]\n\n" in dechunk(body)[-40:], "%s after a half-close: no [DONE]: %r" %
+                  (name, body[-200:]))
+        else:
+            j = json.loads(body)
+            check(j["usage"]["completion_tokens"] >= 1, "%s after a half-close: %r" % (name, body[:300]))
+        print("      %s half-closed: answered whole in %.1f s" % (name, time.time() - t0))
+    # a full close right after the request: cancelled, not run to the end
+    before = cancelled_count()
+    c = socket.create_connection(("127.0.0.1", srv().port), timeout=60)
+    c.sendall(completion(max_tokens=1500, prompt="Never read"))
+    time.sleep(0.1)
+    c.close()
+    deadline = time.time() + 10
+    while time.time() < deadline and cancelled_count() < before + 1:
+        time.sleep(0.2)
+    check(cancelled_count() >= before + 1, "a client that closed its socket was not cancelled within 10 s")
+    print("      a client that closed its socket: cancelled after %.1f s" % (time.time() - deadline + 10))
+    check_normal()
+
+
 def test_disconnect_storm():
     """Clients that leave at random moments (before the body ends, while
     queued, mid-stream, right after the answer), 12 at a time: the server
@@ -517,7 +769,8 @@ def test_disconnect_storm():
     for t in threads:
         t.join()
     check(srv().alive(), "the server died")
-    time.sleep(1)
+    n = wait_connections_closed()
+    check(n == 1, "%s connections still open 15 s after the storm's clients left" % n)
     check_normal()
 
 
@@ -597,11 +850,86 @@ def test_no_smuggling():
               "the body of a refused request (%s) was run as a request: %r" % (name, got[:600]))
 
 
+def test_log_injection():
+    """Request fields that reach the log (the %-decoded path, a model name)
+    with a newline, CR, ESC and U+0085 in them: each stays one line, the
+    control bytes written as \\xNN, so no line can be forged."""
+    forged = "1999-01-01T00:00:00.000Z info  admin: removed model m0"
+    enc = forged.replace(" ", "%20")
+    paths = ["/v1/models/x%0a" + enc, "/v1/models/x%0d%0a" + enc, "/v1/models/x%1b[2J%c2%85" + enc,
+             "/nowhere%0a" + enc]
+    for p in paths:
+        st, _, _ = send_raw(req("GET", p))
+        check(st in (400, 404), "GET %s: %s" % (p, st))
+    # a model name from a body, through an admin add that names it in the log
+    send_raw(req("POST", "/admin/models", {"name": "x\n" + forged, "path": "/nope"},
+                 key="Bearer " + srv().admin_key))
+    time.sleep(0.3)
+    lines = srv().log_text().split("\n")
+    bad = [ln for ln in lines if ln.startswith("1999-") or "\r" in ln or "\x1b" in ln or "\u0085" in ln]
+    check(not bad, "forged log lines: %r" % bad[:3])
+    check(any("\\x0a1999-01-01" in ln for ln in lines), "the escaped path is not in the log")
+    check(any("\\x1b[2J\\xc2\\x85" in ln for ln in lines), "ESC and U+0085 are not escaped in the log")
+
+
+def test_port_file():
+    """--port-file: a target that is not a regular file (a FIFO, a device, a
+    directory, a symbolic link) is refused at start with one line and left
+    as it was; a link planted where the old code wrote its temporary
+    (PATH.tmp) is not followed; the file holds the port while serving and is
+    removed at a clean exit, with no temporary left beside it."""
+    import stat
+    import subprocess
+    d = os.path.join(A.work_dir, "port-file")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    victim = os.path.join(d, "victim")
+    with open(victim, "w") as f:
+        f.write("precious\n")
+    fifo = os.path.join(d, "fifo")
+    os.mkfifo(fifo)
+    link = os.path.join(d, "link")
+    os.symlink(victim, link)
+    m1 = os.path.join(A.work_dir, "models", "m1")
+    for target in (fifo, "/dev/null", d, link):
+        try:
+            p = subprocess.run([A.bin, "serve", "--model", "m1=" + m1, "--port", "0", "--port-file", target],
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=20)
+        except subprocess.TimeoutExpired:
+            raise harness.TestFailure("--port-file %s: still serving after 20 s (killed)" % target)
+        err = p.stderr.decode(errors="replace").strip()
+        check(p.returncode != 0 and "--port-file " + target in err and "regular file" in err and
+              len(err.splitlines()) == 1, "--port-file %s: exit %d, stderr %r" % (target, p.returncode, err))
+    check(stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.path.islink(link),
+          "a refused --port-file target was replaced")
+    # a link planted at PATH.tmp, where the port used to be written first
+    s = harness.Server(A.bin, {"m1": m1}, d, log_level="warn")
+    os.symlink(victim, s.port_file + ".tmp")
+    s.start()
+    try:
+        with open(s.port_file) as f:
+            txt = f.read()
+        check(txt == "%d\n" % s.port and not os.path.islink(s.port_file), "the port file holds %r" % txt)
+        with open(victim) as f:
+            check(f.read() == "precious\n", "the file behind the planted PATH.tmp link was overwritten")
+    finally:
+        s.stop()
+    check(not os.path.exists(s.port_file), "the port file is left after a clean exit")
+    base = os.path.basename(s.port_file)
+    left = [n for n in os.listdir(d) if base in n and n != base + ".tmp"]
+    check(not left, "temporaries left beside the port file: %s" % left)
+
+
 def random_request(rnd):
     """A request whose every field is valid, drawn at random: model, text
     or id prompt, max_tokens, sampling, stop strings, echo, stream, usage."""
-    b = {"model": rnd.choice(["m1", FX])}
-    if b["model"] == FX or rnd.random() < 0.2:
+    b = {"model": rnd.choice(["m1", FX, CHAT])}
+    if b["model"] == CHAT:
+        pieces = ["a", " the", "\u00e9", "\u4e2d", "\U0001F600", "\n", "{{", "%}", "<|im_end|>", '"', ""]
+        b["messages"] = [{"role": rnd.choice(["system", "user", "assistant"]) if i else "user",
+                          "content": "".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 10)))}
+                         for i in range(rnd.randint(1, 5))]
+    elif b["model"] == FX or rnd.random() < 0.2:
         b["prompt"] = [2] + [rnd.randrange(0, 256) for _ in range(rnd.randint(0, 20))]
     else:
         b["prompt"] = "".join(rnd.choice(["a", " the", "\u00e9", "\u4e2d", "\U0001F600", "\n", "1", "!", ""])
@@ -619,7 +947,7 @@ def random_request(rnd):
         st = ["".join(rnd.choice("ab \u00e9[]AZ") for _ in range(rnd.randint(1, 3))) for _ in range(rnd.randint(1, 4))]
         b["stop"] = st if rnd.random() < 0.7 else st[0]
     for f in ("echo", "stream"):
-        if rnd.random() < 0.3:
+        if rnd.random() < 0.3 and not (f == "echo" and "messages" in b):
             b[f] = rnd.random() < 0.7
     if b.get("stream") and rnd.random() < 0.5:
         b["stream_options"] = {"include_usage": rnd.random() < 0.7}
@@ -640,18 +968,21 @@ def test_random_valid_requests():
         """(text, finish_reason) of a 200's body, streamed or not."""
         if not b.get("stream"):
             c = json.loads(body)["choices"][0]
-            return c["text"], c["finish_reason"]
+            return c["message"]["content"] if "messages" in b else c["text"], c["finish_reason"]
         text, fin = "", None
         for e in body.decode().split("\n\n"):
             if e.startswith("data: {"):
                 for c in json.loads(e[6:]).get("choices", []):
-                    text += c["text"]
+                    text += c["delta"].get("content", "") if "messages" in b else c["text"]
                     fin = c["finish_reason"] or fin
         return text, fin
 
+    def path(b):
+        return "/v1/chat/completions" if "messages" in b else "/v1/completions"
+
     def worker(k):
         for b in reqs[k::8]:
-            st, _, body = send_raw(req("POST", "/v1/completions", b), timeout=120)
+            st, _, body = send_raw(req("POST", path(b), b), timeout=120)
             ok = st == 200 and (b"data: [DONE]" in body[-40:] if b.get("stream") else body.startswith(b"{"))
             if not ok:
                 bad.append("%s -> %s %r" % (json.dumps(b)[:300], st, body[-300:]))
@@ -660,7 +991,7 @@ def test_random_valid_requests():
             if b.get("temperature", 1) == 0 or "seed" in b or b.get("top_k") == 1:
                 twin = dict(b, stream=not b.get("stream"))
                 twin.pop("stream_options", None)
-                st2, _, body2 = send_raw(req("POST", "/v1/completions", twin), timeout=120)
+                st2, _, body2 = send_raw(req("POST", path(twin), twin), timeout=120)
                 if st2 != 200 or outcome(b, body) != outcome(twin, body2):
                     bad.append("%s: %r, with stream %s: %s %r" % (json.dumps(b)[:300], outcome(b, body), twin["stream"],
                                                                st2, outcome(twin, body2) if st2 == 200 else body2[-200:]))
@@ -732,6 +1063,152 @@ def test_sigterm_in_flight():
           "with data: [DONE]: %r" % tail[-300:])
 
 
+def read_one(c, buf):
+    """One response from a kept-alive connection: (status, headers, body,
+    the bytes after it) or None when the connection ended before a whole
+    one came (buf: bytes already read). A 1xx is skipped."""
+    def more():
+        x = c.recv(65536)
+        if not x:
+            raise EOFError
+        return x
+    try:
+        while True:
+            while b"\r\n\r\n" not in buf:
+                buf += more()
+            head, _, buf = buf.partition(b"\r\n\r\n")
+            lines = head.decode(errors="replace").split("\r\n")
+            st = int(lines[0].split()[1])
+            if st >= 200:
+                break
+        h = {}
+        for ln in lines[1:]:
+            k, _, v = ln.partition(":")
+            h[k.strip().lower()] = v.strip()
+        if "content-length" in h:
+            n = int(h["content-length"])
+            while len(buf) < n:
+                buf += more()
+            return st, h, buf[:n], buf[n:]
+        body = b""
+        while True:  # chunked
+            while b"\r\n" not in buf:
+                buf += more()
+            size, _, buf = buf.partition(b"\r\n")
+            n = int(size.split(b";")[0], 16)
+            while len(buf) < n + 2:
+                buf += more()
+            body += buf[:n]
+            buf = buf[n + 2:]
+            if n == 0:
+                return st, h, body, buf
+    except (EOFError, OSError, ValueError, IndexError):
+        return None
+
+
+def test_sigterm_flood():
+    """SIGTERM (--grace 1) while 96 kept-alive connections send mixed
+    streamed and non-streamed requests back to back (each until an answer
+    says Connection: close): every request sent is answered whole (200 with its JSON or a stream ending in data: [DONE],
+    or 503: an error body, or an error event and [DONE] on a stream), none
+    is met by a closed connection; the server exits 0."""
+    import random
+    import select
+    m1 = os.path.join(A.work_dir, "models", "m1")
+    fx = harness.fixture_with_id_tokenizer(A.work_dir, "pre_ln_f32")
+    s = harness.Server(A.bin, {"m1": m1, FX: fx}, A.work_dir, grace=1, max_connections=512, queue_cap=4096,
+                       extra=["--max-connections-per-client", "512"])
+    s.start()
+    S["srv"], main_srv = s, S["srv"]
+    n_conn = 96
+    results, lost, started = [], [], []
+    lock = threading.Lock()
+
+    def client(k):
+        rnd = random.Random(k)
+        try:
+            c = socket.create_connection(("127.0.0.1", s.port), timeout=120)
+        except OSError:
+            return
+        buf = b""
+        for _ in range(1000):
+            stream = rnd.random() < 0.5
+            data = completion(stream=stream, max_tokens=rnd.randint(1, 32),
+                              model=rnd.choice(["m1", FX]), prompt=[2, 5, 6]).replace(b"Connection: close\r\n", b"")
+            # a connection the server closed while it was idle is not a request lost
+            r, _, _ = select.select([c], [], [], 0)
+            if r and not buf:
+                try:
+                    if c.recv(1, socket.MSG_PEEK) == b"":
+                        break
+                except OSError:
+                    break
+            try:
+                c.sendall(data)
+            except OSError:
+                break
+            with lock:
+                started.append(1)
+            got = read_one(c, buf)
+            if got is None:
+                with lock:
+                    lost.append("stream" if stream else "plain")
+                break
+            st, h, body, buf = got
+            ok = st == 503 or (st == 200 and (body.endswith(b"data: [DONE]\n\n") if stream
+                                              else body.startswith(b"{")))
+            if stream and st == 200 and b'"error"' in body:
+                ok = body.endswith(b"data: [DONE]\n\n")
+            with lock:
+                results.append((st, ok, stream))
+            # a kept-alive client goes on until the server says close
+            if h.get("connection", "").lower() == "close":
+                break
+            time.sleep(rnd.random() * 0.03)  # the client's own work before its next request
+        c.close()
+
+    try:
+        ts = [threading.Thread(target=client, args=(k,)) for k in range(n_conn)]
+        for t in ts:
+            t.start()
+        t0 = time.time()
+        while time.time() - t0 < 3 and len(results) < 40:
+            time.sleep(0.05)
+        t1 = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        for t in ts:
+            t.join(120)
+        t2 = time.time()
+        s.stop(send=False)
+        print("      flood %.1f s before SIGTERM, clients done %.1f s after, exit %.1f s after" %
+              (t1 - t0, t2 - t1, time.time() - t1))
+    finally:
+        S["srv"] = main_srv
+        s.kill()
+    bad = [r for r in results if not r[1]]
+    codes = {}
+    for st, _, stream in results:
+        codes[(st, stream)] = codes.get((st, stream), 0) + 1
+    print("      %d requests sent, %d answered: %s; lost: %d" %
+          (len(started), len(results), sorted(codes.items(), key=str), len(lost)))
+    check(not lost, "%d of %d requests met a closed connection without an answer during SIGTERM (%s)" %
+          (len(lost), len(started), lost[:10]))
+    check(not bad, "%d answers were not whole: %s" % (len(bad), bad[:5]))
+    check(any(st == 503 for st, _, _ in results), "no request got the shutdown's 503: not a test of it")
+
+
+def chat_copy(src):
+    """src's files (hard links) and a chat template: m1 that takes chat requests."""
+    d = os.path.join(A.work_dir, "hostile-chat")
+    if not os.path.exists(os.path.join(d, "chat_template.jinja")):
+        if os.path.exists(d):
+            shutil.rmtree(d)
+        shutil.copytree(src, d + ".tmp", copy_function=os.link)
+        shutil.copy(CHAT_TEMPLATE, os.path.join(d + ".tmp", "chat_template.jinja"))
+        os.rename(d + ".tmp", d)
+    return d
+
+
 def main():
     global A
     p = harness.common_args(__doc__)
@@ -739,20 +1216,32 @@ def main():
                    help="tokens of the completion that computes longer than --timeout (default 400)")
     p.add_argument("--random-requests", type=int, default=200,
                    help="valid requests drawn at random (default 200)")
+    p.add_argument("--only", default=None,
+                   help="run only these tests (comma-separated names, e.g. test_slowloris)")
     A = harness.resolve_args(p.parse_args())
     models = harness.tiny_models(A.bin, A.work_dir, 1)
     served = dict(models)
     served[FX] = harness.fixture_with_id_tokenizer(A.work_dir, "pre_ln_f32")
+    served[CHAT] = chat_copy(list(models.values())[0])
     s = harness.Server(A.bin, served, A.work_dir, device_budget=harness.room_for(models, 1),
                        timeout=TIMEOUT, max_connections=MAX_CONN, max_body=MAX_BODY, grace=60,
-                       model_root=os.path.join(A.work_dir, "models"))
+                       model_root=os.path.join(A.work_dir, "models"),
+                       extra=["--header-timeout", str(DEADLINE), "--body-timeout", str(DEADLINE),
+                              "--max-connections-per-client", str(PER_CLIENT)])
     S["srv"] = s
     s.start()
     print("server on port %d" % s.port)
-    tests = [test_table, test_content_length_lies, test_slowloris, test_too_many_connections,
-             test_disconnect_mid_stream, test_disconnect_storm, test_admin_races, test_long_request_beyond_timeout,
-             test_no_smuggling, test_random_valid_requests, test_survives,
-             test_sigterm_in_flight]
+    tests = [test_table, test_content_length_lies, test_slowloris, test_slowloris_deadlines,
+             test_slowloris_one_address, test_too_many_connections,
+             test_disconnect_mid_stream, test_half_close, test_disconnect_storm, test_admin_races, test_long_request_beyond_timeout,
+             test_no_smuggling, test_log_injection, test_port_file, test_random_valid_requests, test_survives,
+             test_sigterm_in_flight, test_sigterm_flood]
+    if A.only:
+        want = set(A.only.split(","))
+        unknown = want - {t.__name__ for t in tests}
+        if unknown:
+            sys.exit("FAIL: --only: no test %s" % ", ".join(sorted(unknown)))
+        tests = [t for t in tests if t.__name__ in want]
     failures = harness.run_tests(tests, S)
     if not S.get("stopped"):
         try:
