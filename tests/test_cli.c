@@ -566,6 +566,91 @@ static void test_devices(void)
     expect_fail(cmd, 1, needle);
 }
 
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK_MSG(f && fputs(text, f) >= 0, "cannot write %s", path);
+    if (f)
+        fclose(f);
+}
+
+/* chat-template: the rendered prompt exactly (no newline added), bos/eos and
+ * the template from the model directory, tools passed through, and one-line
+ * errors for raise_exception, bad requests and a missing template. */
+static void test_chat_template(void)
+{
+    char dir[256], path[512], cmd[2048], out[4096], err[4096];
+    snprintf(dir, sizeof(dir), "%s/chat", tmp);
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+    write_text(path, "{\"bos_token\": {\"content\": \"<s>\"}, \"eos_token\": \"</s>\", \"chat_template\": "
+                     "\"{{ bos_token }}{% for m in messages %}[{{ m.role }}:{{ m.content }}]"
+                     "{% endfor %}{% if add_generation_prompt %}>{% endif %}{{ eos_token }}\"}");
+    snprintf(cmd, sizeof(cmd),
+             "printf '%%s' '{\"messages\": [{\"role\": \"user\", \"content\": \"h\\u00e9\"}], "
+             "\"add_generation_prompt\": true}' | %s chat-template --model %s",
+             BIN, dir);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && strcmp(out, "<s>[user:h\xc3\xa9]></s>") == 0,
+              "%s: [%s] %s", cmd, out, err);
+
+    /* --template, tools, --now (strftime_now in local time: TZ=UTC) */
+    snprintf(path, sizeof(path), "%s/t.jinja", dir);
+    write_text(path, "{{ tools | tojson }}|{{ strftime_now('%Y-%m-%d') }}\n");
+    snprintf(cmd, sizeof(cmd),
+             "printf '%%s' '{\"messages\": [], \"tools\": [{\"type\": \"function\"}]}' | TZ=UTC %s "
+             "chat-template --model %s --template %s --now 86400",
+             BIN, dir, path);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 &&
+                  strcmp(out, "[{\"type\": \"function\"}]|1970-01-02") == 0,
+              "%s: [%s] %s", cmd, out, err);
+
+    /* chat_template_kwargs become variables */
+    write_text(path, "{{ enable_thinking }}|{{ reasoning_effort }}");
+    snprintf(cmd, sizeof(cmd),
+             "printf '%%s' '{\"messages\": [], \"chat_template_kwargs\": {\"enable_thinking\": false, "
+             "\"reasoning_effort\": \"low\"}}' | %s chat-template --model %s --template %s",
+             BIN, dir, path);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && strcmp(out, "False|low") == 0,
+              "%s: [%s] %s", cmd, out, err);
+
+    /* raise_exception: non-zero, the template's message on stderr */
+    write_text(path, "{% if messages[0].role == 'system' %}{{ raise_exception('System role not "
+                     "supported') }}{% endif %}");
+    snprintf(cmd, sizeof(cmd),
+             "printf '%%s' '{\"messages\": [{\"role\": \"system\", \"content\": \"x\"}]}' | %s "
+             "chat-template --model %s --template %s",
+             BIN, dir, path);
+    expect_fail(cmd, 1, "System role not supported");
+
+    /* bad requests, a template that does not parse, no template */
+    snprintf(cmd, sizeof(cmd), "printf 'not json' | %s chat-template --model %s", BIN, dir);
+    expect_fail(cmd, 1, "malformed JSON");
+    snprintf(cmd, sizeof(cmd), "printf '{\"messages\": 3}' | %s chat-template --model %s", BIN, dir);
+    expect_fail(cmd, 1, "\"messages\" array");
+    snprintf(cmd, sizeof(cmd), "printf '{\"messages\": [1]}' | %s chat-template --model %s", BIN, dir);
+    expect_fail(cmd, 1, "messages[0] is not an object");
+    write_text(path, "line 1\n{% for x in y %}\n{{ x|wordwrap }}{% endfor %}");
+    snprintf(cmd, sizeof(cmd), "printf '{\"messages\": []}' | %s chat-template --model %s --template %s",
+             BIN, dir, path);
+    expect_fail(cmd, 1, "chat template line 3: filter \"wordwrap\" is not supported");
+    snprintf(cmd, sizeof(cmd), "printf '{\"messages\": []}' | %s chat-template --model %s", BIN, tmp);
+    expect_fail(cmd, 1, "no chat template");
+    expect_fail(BIN " chat-template", 2, "--model");
+
+    /* chat_template as a list of {name, template}, and chat_template.jinja */
+    snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+    write_text(path, "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"}, "
+                     "{\"name\": \"default\", \"template\": \"D{{ bos_token }}\"}]}");
+    snprintf(cmd, sizeof(cmd), "printf '{\"messages\": []}' | %s chat-template --model %s", BIN, dir);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && strcmp(out, "D") == 0, "%s: [%s] %s",
+              cmd, out, err);
+    write_text(path, "{\"eos_token\": \"E\"}");
+    snprintf(path, sizeof(path), "%s/chat_template.jinja", dir);
+    write_text(path, "J{{ eos_token }}\n");
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && strcmp(out, "JE") == 0, "%s: [%s] %s",
+              cmd, out, err);
+}
+
 int main(void)
 {
     snprintf(tmp, sizeof(tmp), "/tmp/shardswap_cli_XXXXXX");
@@ -573,7 +658,7 @@ int main(void)
     char out[1 << 16], err[4096], cmd[2048];
 
     /* help */
-    static const char *cmds[] = {"generate", "tokenize", "forward", "gen-model", "inspect",
+    static const char *cmds[] = {"generate", "tokenize", "chat-template", "forward", "gen-model", "inspect",
                                  "bench forward", "bench swap", "bench workload", "bench serve",
                                  "bench comm", "bench gemv"};
     CHECK(run(BIN " --help", out, sizeof(out), NULL, 0) == 0 && strstr(out, "gen-model"));
@@ -582,6 +667,7 @@ int main(void)
         CHECK_MSG(run(cmd, out, sizeof(out), NULL, 0) == 0 && strstr(out, "usage:"), "%s", cmd);
     }
     test_devices();
+    test_chat_template();
     /* bench gemv refuses an ISA it does not know before measuring anything */
     expect_fail(BIN " bench gemv --isa sse9", 2, "unknown ISA");
     /* --help states the range each value is checked against */

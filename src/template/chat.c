@@ -33,8 +33,9 @@ static int read_file(const char *path, size_t max, char **out, size_t *len)
         return rc;
     if (size > max) {
         close(fd);
-        return err_set(ERR_INVALID, "%s: %zu bytes, more than the %zu a chat template file may have",
-                       path, size, max);
+        return err_set(ERR_INVALID,
+                       "%s: %zu bytes, more than the %zu a chat template file may have", path, size,
+                       max);
     }
     char *buf = malloc(size + 1);
     if (!buf) {
@@ -67,8 +68,8 @@ static const char *token_string(json_t *cfg, const char *key)
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
-int chat_template_parse(const char *text, size_t len, const char *bos_token,
-                        const char *eos_token, struct chat_template **out)
+int chat_template_parse(const char *text, size_t len, const char *bos_token, const char *eos_token,
+                        struct chat_template **out)
 {
     *out = NULL;
     struct chat_template *ct = calloc(1, sizeof(*ct));
@@ -99,8 +100,14 @@ void chat_template_free(struct chat_template *ct)
     free(ct);
 }
 
-const char *chat_template_bos(const struct chat_template *ct) { return ct->bos; }
-const char *chat_template_eos(const struct chat_template *ct) { return ct->eos; }
+const char *chat_template_bos(const struct chat_template *ct)
+{
+    return ct->bos;
+}
+const char *chat_template_eos(const struct chat_template *ct)
+{
+    return ct->eos;
+}
 
 int chat_template_load(const char *dir, const char *override_path, struct chat_template **out)
 {
@@ -137,20 +144,25 @@ int chat_template_load(const char *dir, const char *override_path, struct chat_t
         if (json_is_array(t)) { /* [{"name", "template"}]: the "default" one */
             json_t *pick = NULL, *e;
             size_t i;
-            json_array_foreach(t, i, e) {
+            json_array_foreach(t, i, e)
+            {
                 json_t *n = json_object_get(e, "name");
                 if (json_is_string(n) && strcmp(json_string_value(n), "default") == 0)
                     pick = json_object_get(e, "template");
             }
             if (!json_is_string(pick)) {
-                rc = err_set(ERR_FORMAT, "%s: \"chat_template\" is a list without a \"default\" "
-                                         "entry holding a string \"template\"", cfg_path);
+                rc = err_set(ERR_FORMAT,
+                             "%s: \"chat_template\" is a list without a \"default\" "
+                             "entry holding a string \"template\"",
+                             cfg_path);
                 goto out;
             }
             t = pick;
         } else if (t && !json_is_string(t) && !json_is_null(t)) {
-            rc = err_set(ERR_FORMAT, "%s: \"chat_template\" is neither a string nor a list of "
-                                     "{name, template}", cfg_path);
+            rc = err_set(ERR_FORMAT,
+                         "%s: \"chat_template\" is neither a string nor a list of "
+                         "{name, template}",
+                         cfg_path);
             goto out;
         }
         if (json_is_string(t)) {
@@ -195,7 +207,8 @@ static int prepare_messages(json_t *messages, json_t **out)
     size_t i;
     json_t *m;
     static const char *const reasoning_keys[] = {"reasoning_content", "thinking", "reasoning"};
-    json_array_foreach(messages, i, m) {
+    json_array_foreach(messages, i, m)
+    {
         if (!json_is_object(m)) {
             json_decref(arr);
             return err_set(ERR_INVALID, "messages[%zu] is not an object", i);
@@ -211,7 +224,8 @@ static int prepare_messages(json_t *messages, json_t **out)
             goto nomem;
         const char *key;
         json_t *v;
-        json_object_foreach(m, key, v) {
+        json_object_foreach(m, key, v)
+        {
             if (!json_is_null(v) && json_object_set(c, key, v) < 0)
                 goto nomem_c;
         }
@@ -244,12 +258,34 @@ int chat_template_render(const struct chat_template *ct, json_t *messages,
     if (!vars || json_object_set_new(vars, "messages", msgs) < 0 ||
         json_object_set_new(vars, "add_generation_prompt",
                             json_boolean(o && o->add_generation_prompt)) < 0 ||
-        json_object_set_new(vars, "bos_token", json_stringn_nocheck(ct->bos, strlen(ct->bos))) < 0 ||
-        json_object_set_new(vars, "eos_token", json_stringn_nocheck(ct->eos, strlen(ct->eos))) < 0 ||
+        json_object_set_new(vars, "bos_token", json_stringn_nocheck(ct->bos, strlen(ct->bos))) <
+            0 ||
+        json_object_set_new(vars, "eos_token", json_stringn_nocheck(ct->eos, strlen(ct->eos))) <
+            0 ||
         json_object_set(vars, "tools", o && o->tools ? o->tools : json_null()) < 0 ||
         json_object_set_new(vars, "documents", json_null()) < 0) {
         json_decref(vars);
         return err_set(ERR_NOMEM, "out of memory");
+    }
+    if (o && o->kwargs) {
+        if (!json_is_object(o->kwargs)) {
+            json_decref(vars);
+            return err_set(ERR_INVALID, "chat template kwargs must be a JSON object");
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(o->kwargs, k, v)
+        {
+            if (!strcmp(k, "messages") || !strcmp(k, "add_generation_prompt") ||
+                !strcmp(k, "tools") || !strcmp(k, "documents")) {
+                json_decref(vars);
+                return err_set(ERR_INVALID, "chat template kwargs may not set \"%s\"", k);
+            }
+            if (json_object_set(vars, k, v) < 0) {
+                json_decref(vars);
+                return err_set(ERR_NOMEM, "out of memory");
+            }
+        }
     }
     struct jinja_limits lim = {.max_output = o && o->max_output ? o->max_output : CHAT_MAX_OUTPUT};
     rc = jinja_render(ct->t, vars, o ? o->now : 0, &lim, out, len);

@@ -24,9 +24,12 @@ struct chat_template;
  * implement, is ERR_FORMAT / ERR_UNSUPPORTED with a one-line message naming
  * the construct and its line. */
 int chat_template_load(const char *dir, const char *override_path, struct chat_template **out);
+/* A filter or test that is unknown (or not implemented) inside an if or an
+ * inline if does not fail the load: as in Jinja2, only a render that reaches
+ * it fails (ERR_UNSUPPORTED, naming it and its line). */
 /* The same from template text (len bytes) and the two token strings (NULL: ""). */
-int chat_template_parse(const char *text, size_t len, const char *bos_token,
-                        const char *eos_token, struct chat_template **out);
+int chat_template_parse(const char *text, size_t len, const char *bos_token, const char *eos_token,
+                        struct chat_template **out);
 void chat_template_free(struct chat_template *ct); /* NULL-safe */
 
 const char *chat_template_bos(const struct chat_template *ct); /* "" when none */
@@ -34,23 +37,29 @@ const char *chat_template_eos(const struct chat_template *ct);
 
 struct chat_render_opts {
     bool add_generation_prompt;
-    json_t *tools;      /* the "tools" variable; NULL: none, as transformers passes None
-                           (so `tools is defined` holds and `tools is none` too) */
-    long long now;      /* unix seconds strftime_now formats; 0: the clock */
-    size_t max_output;  /* bytes; 0: CHAT_MAX_OUTPUT */
+    json_t *tools;     /* the "tools" variable (borrowed); NULL: None, as transformers'
+                          render_jinja_template passes it (so `tools is defined` is true) */
+    long long now;     /* unix seconds strftime_now formats; 0: the clock */
+    size_t max_output; /* bytes; 0: CHAT_MAX_OUTPUT */
+    json_t *kwargs;    /* more variables (borrowed; NULL: none): a JSON object, as
+                          apply_chat_template's **kwargs and vLLM's chat_template_kwargs
+                          (enable_thinking, reasoning_effort, ...); it may not set messages,
+                          add_generation_prompt, tools or documents (ERR_INVALID) */
 };
 #define CHAT_MAX_OUTPUT ((size_t)4 << 20)
 
-/* Renders messages (a JSON array of message objects, passed to the template
- * as they are) with the globals transformers passes: messages,
- * add_generation_prompt, bos_token, eos_token, tools, raise_exception,
- * strftime_now. *out is malloc'd, NUL-terminated, owned by the caller.
- * Thread-safe on a shared struct chat_template.
- * Errors: CHAT_RAISED when the template called raise_exception (err_msg() is
- * the template's own message); ERR_INVALID when the render exceeds a limit
- * (output bytes, loop iterations, call depth) or a value has the wrong type
- * for what the template does with it (naming it and the template line);
- * ERR_NOMEM. */
+/* Renders messages (a JSON array of message objects) with the globals
+ * transformers passes: messages, add_generation_prompt, bos_token,
+ * eos_token, tools, documents (None), raise_exception, strftime_now. The
+ * messages are passed as transformers 5 passes them: keys whose value is null
+ * dropped, and reasoning under "reasoning_content", "thinking" or
+ * "reasoning" copied to "thinking" and "reasoning_content" (chat.c). *out is malloc'd,
+ * NUL-terminated, owned by the caller. Thread-safe on a shared struct chat_template. Errors:
+ * CHAT_RAISED when the template called raise_exception (err_msg() is the template's own message);
+ * ERR_INVALID when the render exceeds a limit (output bytes, loop iterations, call depth,
+ * evaluation steps, memory) or a value has the wrong type for what the template does with it
+ * (naming it and the template line); ERR_UNSUPPORTED for a construct reached that is not
+ * implemented; ERR_NOMEM. */
 #define CHAT_RAISED (-100)
 int chat_template_render(const struct chat_template *ct, json_t *messages,
                          const struct chat_render_opts *o, char **out, size_t *len);

@@ -30,8 +30,8 @@ int jinja_parse(const char *name, const char *src, size_t len, struct jinja_temp
 void jinja_free(struct jinja_template *t); /* NULL-safe */
 
 struct jinja_limits {
-    size_t max_output;  /* bytes of output (and of any captured block); 0: 4 MiB */
-    size_t max_memory;  /* bytes the render may allocate; 0: 256 MiB */
+    size_t max_output;   /* bytes of output (and of any captured block); 0: 4 MiB */
+    size_t max_memory;   /* bytes the render may allocate; 0: 256 MiB */
     long long max_steps; /* expressions + statements evaluated; 0: 20 million */
     long long max_loops; /* loop iterations, all loops together; 0: 1 million */
     int max_depth;       /* macro call nesting; 0: 64 */

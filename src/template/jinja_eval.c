@@ -1,7 +1,7 @@
 /* The Jinja evaluator: statements write into a buffer, expressions give
  * values, with Jinja2's scoping (a for loop's body is a fresh scope each
- * iteration; a macro's body sees its arguments, then the template's
- * top-level names at call time, then the globals) and Python's operator
+ * iteration; a macro's body sees its arguments, then the scope it was
+ * defined in as it is at call time, then the globals) and Python's operator
  * semantics. A failure longjmps to jinja_render, which frees the arena. */
 #include <limits.h>
 #include <math.h>
@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "template/jinja_impl.h"
+#include "template/jinja_str.h"
 
 _Noreturn void jr_fail(struct render *r, int code, const char *fmt, ...)
 {
@@ -25,6 +26,23 @@ _Noreturn void jr_fail(struct render *r, int code, const char *fmt, ...)
     else
         r->err = err_set(code, "%s line %d: %s", r->t->name, r->line, msg);
     longjmp(r->fail, 1);
+}
+
+void jr_charge(struct render *r, size_t bytes)
+{
+    r->steps += (long long)(bytes / 64);
+    if (r->steps > r->max_steps)
+        jr_fail(r, ERR_INVALID, "more than %lld evaluation steps (limit)", r->max_steps);
+}
+
+long long js_search(struct jstr hay, size_t from, struct jstr needle)
+{
+    if (from > hay.n || needle.n > hay.n - from)
+        return -1;
+    if (!needle.n)
+        return (long long)from;
+    const char *p = memmem(hay.p + from, hay.n - from, needle.p, needle.n);
+    return p ? (long long)(p - hay.p) : -1;
 }
 
 static void step(struct render *r, int line)
@@ -67,14 +85,13 @@ static void assign(struct render *r, struct frame *f, const struct node *target,
     /* a, b = v */
     struct jv l = jv_iter_list(r, v);
     if (l.l->n != target->args.n)
-        jr_fail(r, ERR_INVALID, "cannot unpack %zu values into %zu names", l.l->n,
-                target->args.n);
+        jr_fail(r, ERR_INVALID, "cannot unpack %zu values into %zu names", l.l->n, target->args.n);
     for (size_t i = 0; i < l.l->n; i++)
         assign(r, f, target->args.v[i], l.l->v[i]);
 }
 
 /* ---- attributes and items ---- */
-static _Noreturn void undefined_use(struct render *r, struct jv u)
+_Noreturn void jr_undefined(struct render *r, struct jv u)
 {
     if (u.s.p)
         jr_fail(r, ERR_INVALID, "'%.*s' is undefined", (int)(u.s.n > 60 ? 60 : u.s.n), u.s.p);
@@ -111,19 +128,23 @@ static struct jv loop_attr(struct render *r, struct jloop *L, struct jstr name)
         return jv_int(1);
     if (js_eq(name, "depth0"))
         return jv_int(0);
-    if (js_eq(name, "cycle"))
-        jr_fail(r, ERR_UNSUPPORTED, "loop.cycle is not supported");
+    if (js_eq(name, "cycle")) {
+        struct jv l = {.k = JK_LOOP, .loop = L};
+        return jloop_cycle(r, l);
+    }
     return undef_named(name);
 }
 
 struct jv jgetattr(struct render *r, struct jv obj, struct jstr name)
 {
     switch (obj.k) {
-    case JK_UNDEF: undefined_use(r, obj);
+    case JK_UNDEF:
+        jr_undefined(r, obj);
     case JK_DICT: {
         struct jv m = jmethod(r, obj, name);
         if (m.k != JK_UNDEF)
             return m;
+        jr_charge(r, obj.d->n * 8); /* the lookup is linear */
         struct jv *v = jv_dict_gets(obj.d, name.p, name.n);
         return v ? *v : undef_named(name);
     }
@@ -131,13 +152,15 @@ struct jv jgetattr(struct render *r, struct jv obj, struct jstr name)
         struct jv *v = jv_dict_gets(obj.d, name.p, name.n);
         return v ? *v : undef_named(name);
     }
-    case JK_LOOP: return loop_attr(r, obj.loop, name);
+    case JK_LOOP:
+        return loop_attr(r, obj.loop, name);
     case JK_STR:
     case JK_LIST: {
         struct jv m = jmethod(r, obj, name);
         return m.k != JK_UNDEF ? m : undef_named(name);
     }
-    default: return undef_named(name);
+    default:
+        return undef_named(name);
     }
 }
 
@@ -158,8 +181,10 @@ struct jv jgetitem(struct render *r, struct jv obj, struct jv key)
 {
     size_t i;
     switch (obj.k) {
-    case JK_UNDEF: undefined_use(r, obj);
+    case JK_UNDEF:
+        jr_undefined(r, obj);
     case JK_DICT: {
+        jr_charge(r, obj.d->n * 8);
         struct jv *v = jv_dict_get(obj.d, key);
         if (v)
             return *v;
@@ -168,6 +193,8 @@ struct jv jgetitem(struct render *r, struct jv obj, struct jv key)
         return undef_named((struct jstr){NULL, 0});
     }
     case JK_LIST:
+        if (obj.l->gen) /* Jinja's getitem: a TypeError gives Undefined */
+            return undef_named((struct jstr){NULL, 0});
         if (index_of(r, key, obj.l->n, &i))
             return obj.l->v[i];
         if (key.k == JK_STR)
@@ -190,7 +217,8 @@ struct jv jgetitem(struct render *r, struct jv obj, struct jv key)
         if (key.k == JK_STR)
             return jgetattr(r, obj, key.s);
         return undef_named((struct jstr){NULL, 0});
-    default: return undef_named((struct jstr){NULL, 0});
+    default:
+        return undef_named((struct jstr){NULL, 0});
     }
 }
 
@@ -206,8 +234,11 @@ static long long slice_arg(struct render *r, struct jv v, bool *given)
 }
 
 /* Python's slice: the indices of obj[b:e:s] over n elements, into idx. */
-static size_t slice_indices(struct render *r, long long n, struct jv bv, struct jv ev, struct jv sv,
-                            long long **idx)
+/* Python's slice over n elements: obj[b:e:s] is the *count elements at
+ * *start, *start + *step, ... (no overflow: the count is computed, not
+ * stepped to). */
+static size_t slice_range(struct render *r, long long n, struct jv bv, struct jv ev, struct jv sv,
+                          long long *start, long long *step)
 {
     bool gb, ge, gs;
     long long b = slice_arg(r, bv, &gb), e = slice_arg(r, ev, &ge), s = slice_arg(r, sv, &gs);
@@ -219,7 +250,7 @@ static size_t slice_indices(struct render *r, long long n, struct jv bv, struct 
         b = s > 0 ? 0 : n - 1;
     else {
         if (b < 0)
-            b += n;
+            b = b < -n ? -1 : b + n;
         if (b < 0)
             b = s > 0 ? 0 : -1;
         if (b >= n)
@@ -229,22 +260,20 @@ static size_t slice_indices(struct render *r, long long n, struct jv bv, struct 
         e = s > 0 ? n : -1;
     else {
         if (e < 0)
-            e += n;
+            e = e < -n ? -1 : e + n;
         if (e < 0)
             e = s > 0 ? 0 : -1;
         if (e >= n)
             e = s > 0 ? n : n - 1;
     }
-    size_t cnt = 0;
-    long long *v = jr_alloc(r, (size_t)(n + 1) * sizeof(long long));
-    if (s > 0)
-        for (long long i = b; i < e; i += s)
-            v[cnt++] = i;
-    else
-        for (long long i = b; i > e; i += s)
-            v[cnt++] = i;
-    *idx = v;
-    return cnt;
+    unsigned long long cnt = 0, us = s > 0 ? (unsigned long long)s : 0ULL - (unsigned long long)s;
+    if (s > 0 && b < e)
+        cnt = ((unsigned long long)(e - b) - 1) / us + 1;
+    else if (s < 0 && b > e)
+        cnt = ((unsigned long long)(b - e) - 1) / us + 1;
+    *start = b;
+    *step = s;
+    return (size_t)cnt;
 }
 
 static struct jv do_slice(struct render *r, struct frame *f, const struct node *n)
@@ -252,43 +281,69 @@ static struct jv do_slice(struct render *r, struct frame *f, const struct node *
     struct jv obj = jeval(r, f, n->a);
     struct jv b = n->b ? jeval(r, f, n->b) : jv_none(), e = n->c ? jeval(r, f, n->c) : jv_none(),
               s = n->d ? jeval(r, f, n->d) : jv_none();
-    long long *idx;
+    long long start, stp;
+    if (obj.k == JK_LIST && obj.l->gen)
+        jr_fail(r, ERR_INVALID, "'generator' object is not subscriptable");
     if (obj.k == JK_LIST) {
-        size_t cnt = slice_indices(r, (long long)obj.l->n, b, e, s, &idx);
+        size_t cnt = slice_range(r, (long long)obj.l->n, b, e, s, &start, &stp);
+        if (stp == 1) { /* a view: lists are never changed once built (cap = n: a push copies) */
+            struct jv l = jv_list_new(r, 0);
+            l.l->tuple = obj.l->tuple;
+            if (!cnt)
+                return l;
+            l.l->v = obj.l->v + start;
+            l.l->n = l.l->cap = cnt;
+            return l;
+        }
         struct jv l = jv_list_new(r, cnt);
         l.l->tuple = obj.l->tuple;
         for (size_t i = 0; i < cnt; i++)
-            jv_list_push(r, l.l, obj.l->v[idx[i]]);
+            jv_list_push(r, l.l, obj.l->v[start + (long long)i * stp]);
         return l;
     }
-    if (obj.k == JK_STR) {
+    if (obj.k == JK_STR) { /* by code points; the byte offsets of each only when not ASCII */
         size_t n_cp = ju_len(obj.s);
-        size_t *off = jr_alloc(r, (n_cp + 1) * sizeof(size_t));
-        for (size_t i = 0; i <= n_cp; i++)
-            off[i] = i ? ju_offset((struct jstr){obj.s.p + off[i - 1], obj.s.n - off[i - 1]}, 1) +
-                             off[i - 1]
-                       : 0;
-        size_t cnt = slice_indices(r, (long long)n_cp, b, e, s, &idx);
+        size_t *off = NULL;
+        if (n_cp != obj.s.n) {
+            off = jr_alloc(r, (n_cp + 1) * sizeof(size_t));
+            for (size_t i = 1; i <= n_cp; i++)
+                off[i] = off[i - 1] +
+                         ju_offset((struct jstr){obj.s.p + off[i - 1], obj.s.n - off[i - 1]}, 1);
+        }
+#define OFF(i) (off ? off[(i)] : (size_t)(i))
+        size_t cnt = slice_range(r, (long long)n_cp, b, e, s, &start, &stp);
+        if (stp == 1) /* a substring: strings are immutable */
+            return jv_strn(obj.s.p + OFF(start), OFF(start + (long long)cnt) - OFF(start));
         struct jbuf out = {0};
-        for (size_t i = 0; i < cnt; i++)
-            jb_put(r, &out, obj.s.p + off[idx[i]], off[idx[i] + 1] - off[idx[i]]);
+        for (size_t i = 0; i < cnt; i++) {
+            long long j = start + (long long)i * stp;
+            jb_put(r, &out, obj.s.p + OFF(j), OFF(j + 1) - OFF(j));
+        }
+#undef OFF
         return jv_strn(out.p ? out.p : "", out.n);
     }
     if (obj.k == JK_UNDEF)
-        undefined_use(r, obj);
+        jr_undefined(r, obj);
+    /* slices bypass Jinja's getitem (which turns a TypeError into Undefined) */
     jr_fail(r, ERR_INVALID, "'%s' object is not subscriptable", jv_type_name(obj));
 }
 
 /* ---- operators ---- */
-static long long as_int(struct jv v) { return v.k == JK_BOOL ? v.b : v.i; }
-static bool is_intlike(struct jv v) { return v.k == JK_INT || v.k == JK_BOOL; }
+static long long as_int(struct jv v)
+{
+    return v.k == JK_BOOL ? v.b : v.i;
+}
+static bool is_intlike(struct jv v)
+{
+    return v.k == JK_INT || v.k == JK_BOOL;
+}
 
 static _Noreturn void bad_operands(struct render *r, const char *op, struct jv a, struct jv b)
 {
     if (a.k == JK_UNDEF)
-        undefined_use(r, a);
+        jr_undefined(r, a);
     if (b.k == JK_UNDEF)
-        undefined_use(r, b);
+        jr_undefined(r, b);
     jr_fail(r, ERR_INVALID, "unsupported operand type(s) for %s: '%s' and '%s'", op,
             jv_type_name(a), jv_type_name(b));
 }
@@ -299,7 +354,8 @@ static struct jv repeat(struct render *r, struct jv seq, long long k)
         k = 0;
     if (seq.k == JK_STR) {
         if (seq.s.n && (unsigned long long)k > r->max_output / seq.s.n)
-            jr_fail(r, ERR_INVALID, "string repetition longer than %zu bytes (limit)", r->max_output);
+            jr_fail(r, ERR_INVALID, "string repetition longer than %zu bytes (limit)",
+                    r->max_output);
         struct jbuf b = {0};
         for (long long i = 0; i < k; i++)
             jb_puts(r, &b, seq.s);
@@ -317,9 +373,9 @@ static struct jv repeat(struct render *r, struct jv seq, long long k)
 
 static struct jv arith(struct render *r, int op, struct jv a, struct jv b)
 {
-    static const char *const names[] = {[OP_ADD] = "+", [OP_SUB] = "-", [OP_MUL] = "*",
-                                        [OP_DIV] = "/", [OP_FLOORDIV] = "//", [OP_MOD] = "%",
-                                        [OP_POW] = "**"};
+    static const char *const names[] = {
+        [OP_ADD] = "+",       [OP_SUB] = "-", [OP_MUL] = "*", [OP_DIV] = "/",
+        [OP_FLOORDIV] = "//", [OP_MOD] = "%", [OP_POW] = "**"};
     const char *opn = names[op];
     if (is_intlike(a) && is_intlike(b)) {
         long long x = as_int(a), y = as_int(b), z;
@@ -371,9 +427,12 @@ static struct jv arith(struct render *r, int op, struct jv a, struct jv b)
     if (jv_is_num(a) && jv_is_num(b)) {
         double x = jv_num(a), y = jv_num(b);
         switch (op) {
-        case OP_ADD: return jv_float(x + y);
-        case OP_SUB: return jv_float(x - y);
-        case OP_MUL: return jv_float(x * y);
+        case OP_ADD:
+            return jv_float(x + y);
+        case OP_SUB:
+            return jv_float(x - y);
+        case OP_MUL:
+            return jv_float(x * y);
         case OP_DIV:
             if (y == 0)
                 jr_fail(r, ERR_INVALID, "float division by zero");
@@ -394,20 +453,46 @@ static struct jv arith(struct render *r, int op, struct jv a, struct jv b)
             double fd = floor(d);
             return jv_float(d - fd > 0.5 ? fd + 1 : fd);
         }
-        case OP_POW: return jv_float(pow(x, y));
+        case OP_POW:
+            return jv_float(pow(x, y));
         }
     }
-    if (op == OP_ADD && a.k == JK_STR && b.k == JK_STR) {
-        char *s = jr_alloc(r, a.s.n + b.s.n + 1);
-        if (a.s.n)
-            memcpy(s, a.s.p, a.s.n);
-        if (b.s.n)
-            memcpy(s + a.s.n, b.s.p, b.s.n);
-        if (a.s.n + b.s.n > r->max_output)
-            jr_fail(r, ERR_INVALID, "string longer than %zu bytes (limit)", r->max_output);
-        return jv_strn(s, a.s.n + b.s.n);
+    if (op == OP_ADD && a.k == JK_STR && b.k == JK_STR && (a.safe || b.safe)) {
+        /* Markup + str escapes the str (markupsafe) */
+        struct jv x = a.safe ? a : js_escape(r, a.s), y = b.safe ? b : js_escape(r, b.s);
+        x.safe = y.safe = false;
+        struct jv z = arith(r, OP_ADD, x, y);
+        z.safe = true;
+        return z;
     }
-    if (op == OP_ADD && a.k == JK_LIST && b.k == JK_LIST && a.l->tuple == b.l->tuple) {
+    if (op == OP_ADD && a.k == JK_STR && b.k == JK_STR) {
+        size_t n = a.s.n + b.s.n;
+        if (n > r->max_output)
+            jr_fail(r, ERR_INVALID, "string longer than %zu bytes (limit)", r->max_output);
+        struct jsb *sb = a.sb;
+        if (!sb || a.s.p != sb->p || a.s.n != sb->used) { /* a new buffer, a copied */
+            sb = jr_alloc(r, sizeof(*sb));
+            sb->cap = n + n / 2 + 16;
+            sb->p = jr_alloc(r, sb->cap);
+            if (a.s.n)
+                memcpy(sb->p, a.s.p, a.s.n);
+            sb->used = a.s.n;
+        } else if (n > sb->cap) { /* grows by half: amortised linear */
+            size_t cap = n + n / 2 + 16;
+            char *p = jr_alloc(r, cap);
+            memcpy(p, sb->p, sb->used);
+            sb->p = p;
+            sb->cap = cap;
+        }
+        if (b.s.n)
+            memcpy(sb->p + sb->used, b.s.p, b.s.n);
+        sb->used = n;
+        struct jv v = jv_strn(sb->p, n);
+        v.sb = sb;
+        return v;
+    }
+    if (op == OP_ADD && a.k == JK_LIST && b.k == JK_LIST && a.l->tuple == b.l->tuple && !a.l->gen &&
+        !b.l->gen) {
         struct jv l = jv_list_new(r, a.l->n + b.l->n);
         l.l->tuple = a.l->tuple;
         for (size_t i = 0; i < a.l->n; i++)
@@ -416,12 +501,14 @@ static struct jv arith(struct render *r, int op, struct jv a, struct jv b)
             jv_list_push(r, l.l, b.l->v[i]);
         return l;
     }
+    if ((a.k == JK_LIST && a.l->gen) || (b.k == JK_LIST && b.l->gen))
+        bad_operands(r, opn, a, b);
     if (op == OP_MUL && (a.k == JK_STR || a.k == JK_LIST) && is_intlike(b))
         return repeat(r, a, as_int(b));
     if (op == OP_MUL && (b.k == JK_STR || b.k == JK_LIST) && is_intlike(a))
         return repeat(r, b, as_int(a));
     if (op == OP_MOD && a.k == JK_STR)
-        jr_fail(r, ERR_UNSUPPORTED, "printf-style string formatting ('...' %% x) is not supported");
+        return js_percent_format(r, a.s, b);
     bad_operands(r, opn, a, b);
 overflow:
     jr_fail(r, ERR_UNSUPPORTED, "integer result of %s beyond 64 bits", opn);
@@ -434,20 +521,20 @@ static bool contains(struct render *r, struct jv needle, struct jv hay)
         if (needle.k != JK_STR)
             jr_fail(r, ERR_INVALID, "'in <string>' requires string as left operand, not %s",
                     jv_type_name(needle));
-        if (!needle.s.n)
-            return true;
-        for (size_t i = 0; i + needle.s.n <= hay.s.n; i++)
-            if (memcmp(hay.s.p + i, needle.s.p, needle.s.n) == 0)
-                return true;
-        return false;
+        jr_charge(r, hay.s.n);
+        return js_search(hay.s, 0, needle.s) >= 0;
     case JK_LIST:
+        jr_charge(r, hay.l->n * 8);
         for (size_t i = 0; i < hay.l->n; i++)
             if (jv_eq(hay.l->v[i], needle))
                 return true;
         return false;
     case JK_DICT:
-    case JK_NS: return jv_dict_get(hay.d, needle) != NULL;
-    case JK_UNDEF: undefined_use(r, hay);
+    case JK_NS:
+        jr_charge(r, hay.d->n * 8);
+        return jv_dict_get(hay.d, needle) != NULL;
+    case JK_UNDEF:
+        return false; /* Undefined iterates as empty */
     default:
         jr_fail(r, ERR_INVALID, "argument of type '%s' is not iterable", jv_type_name(hay));
     }
@@ -456,43 +543,57 @@ static bool contains(struct render *r, struct jv needle, struct jv hay)
 static bool compare(struct render *r, int op, struct jv a, struct jv b)
 {
     switch (op) {
-    case OP_EQ: return jv_eq(a, b);
-    case OP_NE: return !jv_eq(a, b);
-    case OP_IN: return contains(r, a, b);
-    case OP_NOTIN: return !contains(r, a, b);
+    case OP_EQ:
+        return jv_eq(a, b);
+    case OP_NE:
+        return !jv_eq(a, b);
+    case OP_IN:
+        return contains(r, a, b);
+    case OP_NOTIN:
+        return !contains(r, a, b);
     }
     if (a.k == JK_UNDEF)
-        undefined_use(r, a);
+        jr_undefined(r, a);
     if (b.k == JK_UNDEF)
-        undefined_use(r, b);
+        jr_undefined(r, b);
     int c = jv_cmp(r, a, b);
     switch (op) {
-    case OP_LT: return c < 0;
-    case OP_LE: return c <= 0;
-    case OP_GT: return c > 0;
-    default: return c >= 0;
+    case OP_LT:
+        return c < 0;
+    case OP_LE:
+        return c <= 0;
+    case OP_GT:
+        return c > 0;
+    default:
+        return c >= 0;
     }
 }
 
 /* ---- calls ---- */
-static void exec_body(struct render *r, struct frame *f, const struct nlist *body, struct jbuf *out);
 
-static struct jv call_macro(struct render *r, const struct node *m, struct jv *args, size_t nargs,
-                            struct jstr *kwn, struct jv *kwv, size_t nkw)
+static struct jv call_macro(struct render *r, const struct jmacro *mac, struct jv *args,
+                            size_t nargs, struct jstr *kwn, struct jv *kwv, size_t nkw)
 {
+    const struct node *m = mac->def;
     if (r->depth >= r->max_depth)
         jr_fail(r, ERR_INVALID, "macro calls nested deeper than %d (limit)", r->max_depth);
-    if (nargs > m->args.n)
+    bool varargs = m->op & 1, kwargs = m->op & 2;
+    if (nargs > m->args.n && !varargs)
         jr_fail(r, ERR_INVALID, "macro '%.*s' takes not more than %zu argument(s)", (int)m->v.s.n,
                 m->v.s.p, m->args.n);
     struct frame *f = jr_alloc(r, sizeof(*f));
-    f->parent = r->root;
+    f->parent = mac->closure;
+    struct jv extra_kw = jv_dict_new(r);
     for (size_t k = 0; k < nkw; k++) {
         size_t i;
         for (i = 0; i < m->args.n; i++)
             if (m->args.v[i]->v.s.n == kwn[k].n &&
                 memcmp(m->args.v[i]->v.s.p, kwn[k].p, kwn[k].n) == 0)
                 break;
+        if (i == m->args.n && kwargs) {
+            jv_dict_set(r, extra_kw.d, jv_strn(kwn[k].p, kwn[k].n), kwv[k]);
+            continue;
+        }
         if (i == m->args.n)
             jr_fail(r, ERR_INVALID, "macro '%.*s' has no argument '%.*s'", (int)m->v.s.n, m->v.s.p,
                     (int)kwn[k].n, kwn[k].p);
@@ -519,11 +620,20 @@ static struct jv call_macro(struct render *r, const struct node *m, struct jv *a
             v = p->a ? jeval(r, f, p->a) : undef_named(p->v.s);
         jv_dict_set(r, &f->vars, p->v, v);
     }
+    if (varargs) {
+        struct jv t = jv_list_new(r, nargs > m->args.n ? nargs - m->args.n : 0);
+        t.l->tuple = true;
+        for (size_t i = m->args.n; i < nargs; i++)
+            jv_list_push(r, t.l, args[i]);
+        jv_dict_set(r, &f->vars, jv_strn("varargs", 7), t);
+    }
+    if (kwargs)
+        jv_dict_set(r, &f->vars, jv_strn("kwargs", 6), extra_kw);
     r->depth++;
     struct jbuf out = {0};
     int saved = r->loopctl;
     r->loopctl = 0;
-    exec_body(r, f, &m->body, &out);
+    jexec_body(r, f, &m->body, &out);
     r->loopctl = saved;
     r->depth--;
     r->line = line;
@@ -538,7 +648,7 @@ struct jv jcall(struct render *r, struct frame *f, struct jv fn, struct jv *args
     if (fn.k == JK_FUNC)
         return jfunc_call(r, f, fn.fn, args, nargs, kwn, kwv, nkw);
     if (fn.k == JK_UNDEF)
-        undefined_use(r, fn);
+        jr_undefined(r, fn);
     jr_fail(r, ERR_INVALID, "'%s' object is not callable", jv_type_name(fn));
 }
 
@@ -557,13 +667,42 @@ static void eval_args(struct render *r, struct frame *f, const struct node *n, s
     }
 }
 
+/* str(v) as a plain (not Markup) string value; a string keeps its buffer */
+static struct jv plain_str(struct render *r, struct jv v)
+{
+    if (v.k == JK_STR) {
+        v.safe = false;
+        return v;
+    }
+    struct jstr s = jv_to_str(r, v);
+    return jv_strn(s.p, s.n);
+}
+
 /* ---- expressions ---- */
+/* The most nested expression evaluations at once (through macro calls too):
+ * about 300 bytes of C stack each, so a render needs well under 1 MiB. */
+#define MAX_EVAL_NEST 2000
+
+static struct jv eval_node(struct render *r, struct frame *f, const struct node *n);
+
 struct jv jeval(struct render *r, struct frame *f, const struct node *n)
+{
+    if (++r->nest > MAX_EVAL_NEST)
+        jr_fail(r, ERR_INVALID, "expressions nested deeper than %d through macro calls (limit)",
+                MAX_EVAL_NEST);
+    struct jv v = eval_node(r, f, n);
+    r->nest--;
+    return v;
+}
+
+static struct jv eval_node(struct render *r, struct frame *f, const struct node *n)
 {
     step(r, n->line);
     switch (n->t) {
-    case E_CONST: return n->v;
-    case E_NAME: return lookup(r, f, n->v.s);
+    case E_CONST:
+        return n->v;
+    case E_NAME:
+        return lookup(r, f, n->v.s);
     case E_ATTR: {
         struct jv o = jeval(r, f, n->a);
         r->line = n->line;
@@ -574,7 +713,8 @@ struct jv jeval(struct render *r, struct frame *f, const struct node *n)
         r->line = n->line;
         return jgetitem(r, o, k);
     }
-    case E_SLICE: return do_slice(r, f, n);
+    case E_SLICE:
+        return do_slice(r, f, n);
     case E_CALL: {
         struct jv fn = jeval(r, f, n->a);
         struct jv *args, *kwv;
@@ -584,6 +724,9 @@ struct jv jeval(struct render *r, struct frame *f, const struct node *n)
         return jcall(r, f, fn, args, n->args.n, kwn, kwv, n->kw.n);
     }
     case E_FILTER: {
+        if (n->fid < 0)
+            jr_fail(r, ERR_UNSUPPORTED, "filter \"%.*s\" is not supported", (int)n->v.s.n,
+                    n->v.s.p);
         struct jv v = jeval(r, f, n->a);
         struct jv *args, *kwv;
         struct jstr *kwn;
@@ -592,6 +735,8 @@ struct jv jeval(struct render *r, struct frame *f, const struct node *n)
         return jfilter(r, f, n->fid, v, args, n->args.n, kwn, kwv, n->kw.n);
     }
     case E_TEST: {
+        if (n->fid < 0)
+            jr_fail(r, ERR_UNSUPPORTED, "test \"%.*s\" is not supported", (int)n->v.s.n, n->v.s.p);
         struct jv v = jeval(r, f, n->a);
         struct jv *args = jr_alloc(r, (n->args.n + 1) * sizeof(struct jv));
         for (size_t i = 0; i < n->args.n; i++)
@@ -611,10 +756,8 @@ struct jv jeval(struct render *r, struct frame *f, const struct node *n)
         }
         struct jv a = jeval(r, f, n->a), b = jeval(r, f, n->b);
         r->line = n->line;
-        if (n->op == OP_TILDE) {
-            struct jstr x = jv_to_str(r, a), y = jv_to_str(r, b);
-            return arith(r, OP_ADD, jv_strn(x.p, x.n), jv_strn(y.p, y.n));
-        }
+        if (n->op == OP_TILDE) /* str_join: plain strings; a's concatenation buffer kept */
+            return arith(r, OP_ADD, plain_str(r, a), plain_str(r, b));
         return arith(r, n->op, a, b);
     }
     case E_UN: {
@@ -631,7 +774,7 @@ struct jv jeval(struct render *r, struct frame *f, const struct node *n)
         if (a.k == JK_FLOAT)
             return jv_float(n->op == OP_NEG ? -a.f : a.f);
         if (a.k == JK_UNDEF)
-            undefined_use(r, a);
+            jr_undefined(r, a);
         jr_fail(r, ERR_INVALID, "bad operand type for unary %s: '%s'", n->op == OP_NEG ? "-" : "+",
                 jv_type_name(a));
     }
@@ -679,6 +822,9 @@ static struct jv apply_chain(struct render *r, struct frame *f, const struct nod
     if (chain->t != E_FILTER)
         return v;
     struct jv in = apply_chain(r, f, chain->a, v);
+    if (chain->fid < 0)
+        jr_fail(r, ERR_UNSUPPORTED, "filter \"%.*s\" is not supported", (int)chain->v.s.n,
+                chain->v.s.p);
     struct jv *args, *kwv;
     struct jstr *kwn;
     eval_args(r, f, chain, &args, &kwn, &kwv);
@@ -719,7 +865,7 @@ static void exec_for(struct render *r, struct frame *f, const struct node *n, st
         L->next = i + 1 < items.l->n ? items.l->v[i + 1] : jv_undef();
         jv_dict_set(r, &inner->vars, jv_strn(loopname.p, loopname.n), loopv);
         assign(r, inner, n->a, items.l->v[i]);
-        exec_body(r, inner, &n->body, out);
+        jexec_body(r, inner, &n->body, out);
         int ctl = r->loopctl;
         r->loopctl = 0;
         if (ctl == 1)
@@ -727,17 +873,19 @@ static void exec_for(struct render *r, struct frame *f, const struct node *n, st
     }
     if (!items.l->n && n->orelse.n) {
         inner->vars.n = 0;
-        exec_body(r, inner, &n->orelse, out);
+        jexec_body(r, inner, &n->orelse, out);
     }
 }
 
-static void exec_body(struct render *r, struct frame *f, const struct nlist *body, struct jbuf *out)
+void jexec_body(struct render *r, struct frame *f, const struct nlist *body, struct jbuf *out)
 {
     for (size_t i = 0; i < body->n && !r->loopctl; i++) {
         const struct node *n = body->v[i];
         step(r, n->line);
         switch (n->t) {
-        case N_TEXT: jb_puts(r, out, n->v.s); break;
+        case N_TEXT:
+            jb_puts(r, out, n->v.s);
+            break;
         case N_OUTPUT: {
             struct jv v = jeval(r, f, n->a);
             jv_str_into(r, out, v);
@@ -745,10 +893,12 @@ static void exec_body(struct render *r, struct frame *f, const struct nlist *bod
         }
         case N_IF: {
             const struct node *c = n;
-            exec_body(r, f, jv_truthy(jeval(r, f, c->a)) ? &c->body : &c->orelse, out);
+            jexec_body(r, f, jv_truthy(jeval(r, f, c->a)) ? &c->body : &c->orelse, out);
             break;
         }
-        case N_FOR: exec_for(r, f, n, out); break;
+        case N_FOR:
+            exec_for(r, f, n, out);
+            break;
         case N_SET: {
             struct jv v = jeval(r, f, n->b);
             r->line = n->line;
@@ -757,7 +907,7 @@ static void exec_body(struct render *r, struct frame *f, const struct nlist *bod
         }
         case N_SETBLOCK: {
             struct jbuf b = {0};
-            exec_body(r, f, &n->body, &b);
+            jexec_body(r, f, &n->body, &b);
             struct jv v = jv_strn(b.p ? b.p : "", b.n);
             if (n->c)
                 v = apply_chain(r, f, n->c, v);
@@ -765,109 +915,31 @@ static void exec_body(struct render *r, struct frame *f, const struct nlist *bod
             break;
         }
         case N_MACRO: {
-            struct jv m = {.k = JK_MACRO, .m = n};
+            struct jv m = {.k = JK_MACRO};
+            m.m = jr_alloc(r, sizeof(*m.m));
+            m.m->def = n;
+            m.m->closure = f;
             jv_dict_set(r, &f->vars, n->v, m);
             break;
         }
         case N_FILTERBLOCK: {
             struct jbuf b = {0};
-            exec_body(r, f, &n->body, &b);
+            jexec_body(r, f, &n->body, &b);
             struct jv v = apply_chain(r, f, n->c, jv_strn(b.p ? b.p : "", b.n));
             jv_str_into(r, out, v);
             break;
         }
-        case N_GENERATION: exec_body(r, f, &n->body, out); break;
-        case N_BREAK: r->loopctl = 1; break;
-        case N_CONTINUE: r->loopctl = 2; break;
-        default: jr_fail(r, ERR_UNSUPPORTED, "this statement is not supported");
+        case N_GENERATION:
+            jexec_body(r, f, &n->body, out);
+            break;
+        case N_BREAK:
+            r->loopctl = 1;
+            break;
+        case N_CONTINUE:
+            r->loopctl = 2;
+            break;
+        default:
+            jr_fail(r, ERR_UNSUPPORTED, "this statement is not supported");
         }
     }
-}
-
-/* ---- entry points ---- */
-int jinja_parse(const char *name, const char *src, size_t len, struct jinja_template **out)
-{
-    *out = NULL;
-    if (len > JINJA_MAX_SOURCE)
-        return err_set(ERR_INVALID, "%s: %zu bytes of source (limit %zu)", name, len,
-                       JINJA_MAX_SOURCE);
-    struct jinja_template *t = calloc(1, sizeof(*t));
-    if (!t || !(t->name = strdup(name))) {
-        free(t);
-        return err_set(ERR_NOMEM, "out of memory");
-    }
-    struct token *toks;
-    size_t n;
-    int rc = jinja_lex(t->name, src, len, &t->arena, &toks, &n);
-    if (!rc)
-        rc = jinja_parse_tokens(t->name, toks, n, &t->arena, &t->root);
-    if (rc) {
-        jinja_free(t);
-        return rc;
-    }
-    *out = t;
-    return 0;
-}
-
-void jinja_free(struct jinja_template *t)
-{
-    if (!t)
-        return;
-    ja_free_all(&t->arena);
-    free(t->name);
-    free(t);
-}
-
-int jinja_render(const struct jinja_template *t, json_t *vars, long long now,
-                 const struct jinja_limits *lim, char **out, size_t *len)
-{
-    *out = NULL;
-    if (len)
-        *len = 0;
-    /* on the heap: everything that changes between setjmp and longjmp */
-    struct render *r = calloc(1, sizeof(*r));
-    if (!r)
-        return err_set(ERR_NOMEM, "out of memory");
-    r->t = t;
-    r->max_output = lim && lim->max_output ? lim->max_output : (size_t)4 << 20;
-    r->arena.limit = lim && lim->max_memory ? lim->max_memory : (size_t)256 << 20;
-    r->max_steps = lim && lim->max_steps ? lim->max_steps : 20000000;
-    r->max_loops = lim && lim->max_loops ? lim->max_loops : 1000000;
-    r->max_depth = lim && lim->max_depth ? lim->max_depth : 64;
-    r->now = now;
-    r->line = 1;
-    int rc = 0;
-    if (setjmp(r->fail)) {
-        rc = r->err;
-        goto done;
-    }
-    static const char *const funcs[] = {"range", "dict", "namespace", "raise_exception",
-                                        "strftime_now", "joiner", "cycler"};
-    for (size_t i = 0; i < sizeof(funcs) / sizeof(funcs[0]); i++)
-        jv_dict_set(r, &r->globals, jv_strn(funcs[i], strlen(funcs[i])),
-                    jglobal_func(r, funcs[i]));
-    if (vars && json_is_object(vars)) {
-        const char *k;
-        json_t *v;
-        json_object_foreach(vars, k, v)
-            jv_dict_set(r, &r->globals, jv_str_copy(r, k, strlen(k)), jv_from_json(r, v));
-    }
-    r->root = jr_alloc(r, sizeof(*r->root));
-    struct jbuf *b = jr_alloc(r, sizeof(*b));
-    exec_body(r, r->root, &t->root->body, b);
-    char *s = malloc(b->n + 1);
-    if (!s) {
-        rc = err_set(ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    if (b->n)
-        memcpy(s, b->p, b->n);
-    s[b->n] = 0;
-    *out = s;
-    if (len)
-        *len = b->n;
-done:
-    ja_free_all(&r->arena);
-    free(r);
-    return rc;
 }

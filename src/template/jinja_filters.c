@@ -13,35 +13,125 @@
 #include "template/jinja_str.h"
 
 enum filter_id {
-    F_ABS, F_CAPITALIZE, F_COUNT, F_D, F_DEFAULT, F_DICTSORT, F_E, F_ESCAPE, F_FIRST, F_FLOAT,
-    F_FORMAT, F_INDENT, F_INT, F_ITEMS, F_JOIN, F_LAST, F_LENGTH, F_LIST, F_LOWER, F_MAP, F_MAX,
-    F_MIN, F_REJECT, F_REJECTATTR, F_REPLACE, F_REVERSE, F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR,
-    F_SORT, F_STRING, F_SUM, F_TITLE, F_TOJSON, F_TRIM, F_UNIQUE, F_UPPER, F_WORDCOUNT,
-    F_ATTR, F_CENTER, F_BATCH,
+    F_ABS,
+    F_CAPITALIZE,
+    F_COUNT,
+    F_D,
+    F_DEFAULT,
+    F_DICTSORT,
+    F_E,
+    F_ESCAPE,
+    F_FIRST,
+    F_FLOAT,
+    F_FORMAT,
+    F_INDENT,
+    F_INT,
+    F_ITEMS,
+    F_JOIN,
+    F_LAST,
+    F_LENGTH,
+    F_LIST,
+    F_LOWER,
+    F_MAP,
+    F_MAX,
+    F_MIN,
+    F_REJECT,
+    F_REJECTATTR,
+    F_REPLACE,
+    F_REVERSE,
+    F_ROUND,
+    F_SAFE,
+    F_SELECT,
+    F_SELECTATTR,
+    F_SORT,
+    F_STRING,
+    F_SUM,
+    F_TITLE,
+    F_TOJSON,
+    F_TRIM,
+    F_UNIQUE,
+    F_UPPER,
+    F_WORDCOUNT,
+    F_ATTR,
+    F_CENTER,
+    F_BATCH,
     N_FILTERS
 };
 
 static const char *const filter_names[N_FILTERS] = {
-    [F_ABS] = "abs",         [F_CAPITALIZE] = "capitalize", [F_COUNT] = "count",
-    [F_D] = "d",             [F_DEFAULT] = "default",       [F_DICTSORT] = "dictsort",
-    [F_E] = "e",             [F_ESCAPE] = "escape",         [F_FIRST] = "first",
-    [F_FLOAT] = "float",     [F_FORMAT] = "format",         [F_INDENT] = "indent",
-    [F_INT] = "int",         [F_ITEMS] = "items",           [F_JOIN] = "join",
-    [F_LAST] = "last",       [F_LENGTH] = "length",         [F_LIST] = "list",
-    [F_LOWER] = "lower",     [F_MAP] = "map",               [F_MAX] = "max",
-    [F_MIN] = "min",         [F_REJECT] = "reject",         [F_REJECTATTR] = "rejectattr",
-    [F_REPLACE] = "replace", [F_REVERSE] = "reverse",       [F_ROUND] = "round",
-    [F_SAFE] = "safe",       [F_SELECT] = "select",         [F_SELECTATTR] = "selectattr",
-    [F_SORT] = "sort",       [F_STRING] = "string",         [F_SUM] = "sum",
-    [F_TITLE] = "title",     [F_TOJSON] = "tojson",         [F_TRIM] = "trim",
-    [F_UNIQUE] = "unique",   [F_UPPER] = "upper",           [F_WORDCOUNT] = "wordcount",
-    [F_ATTR] = "attr",       [F_CENTER] = "center",         [F_BATCH] = "batch",
+    [F_ABS] = "abs",
+    [F_CAPITALIZE] = "capitalize",
+    [F_COUNT] = "count",
+    [F_D] = "d",
+    [F_DEFAULT] = "default",
+    [F_DICTSORT] = "dictsort",
+    [F_E] = "e",
+    [F_ESCAPE] = "escape",
+    [F_FIRST] = "first",
+    [F_FLOAT] = "float",
+    [F_FORMAT] = "format",
+    [F_INDENT] = "indent",
+    [F_INT] = "int",
+    [F_ITEMS] = "items",
+    [F_JOIN] = "join",
+    [F_LAST] = "last",
+    [F_LENGTH] = "length",
+    [F_LIST] = "list",
+    [F_LOWER] = "lower",
+    [F_MAP] = "map",
+    [F_MAX] = "max",
+    [F_MIN] = "min",
+    [F_REJECT] = "reject",
+    [F_REJECTATTR] = "rejectattr",
+    [F_REPLACE] = "replace",
+    [F_REVERSE] = "reverse",
+    [F_ROUND] = "round",
+    [F_SAFE] = "safe",
+    [F_SELECT] = "select",
+    [F_SELECTATTR] = "selectattr",
+    [F_SORT] = "sort",
+    [F_STRING] = "string",
+    [F_SUM] = "sum",
+    [F_TITLE] = "title",
+    [F_TOJSON] = "tojson",
+    [F_TRIM] = "trim",
+    [F_UNIQUE] = "unique",
+    [F_UPPER] = "upper",
+    [F_WORDCOUNT] = "wordcount",
+    [F_ATTR] = "attr",
+    [F_CENTER] = "center",
+    [F_BATCH] = "batch",
 };
 
 enum test_id {
-    X_DEFINED, X_UNDEFINED, X_NONE, X_STRING, X_MAPPING, X_ITERABLE, X_SEQUENCE, X_NUMBER,
-    X_INTEGER, X_FLOATT, X_BOOLEAN, X_TRUE, X_FALSE, X_EQ, X_NE, X_LT, X_LE, X_GT, X_GE, X_ODD,
-    X_EVEN, X_DIVISIBLEBY, X_IN, X_CALLABLE, X_LOWER, X_UPPER, X_SAMEAS, X_ESCAPED,
+    X_DEFINED,
+    X_UNDEFINED,
+    X_NONE,
+    X_STRING,
+    X_MAPPING,
+    X_ITERABLE,
+    X_SEQUENCE,
+    X_NUMBER,
+    X_INTEGER,
+    X_FLOATT,
+    X_BOOLEAN,
+    X_TRUE,
+    X_FALSE,
+    X_EQ,
+    X_NE,
+    X_LT,
+    X_LE,
+    X_GT,
+    X_GE,
+    X_ODD,
+    X_EVEN,
+    X_DIVISIBLEBY,
+    X_IN,
+    X_CALLABLE,
+    X_LOWER,
+    X_UPPER,
+    X_SAMEAS,
+    X_ESCAPED,
     N_TESTS
 };
 
@@ -49,18 +139,42 @@ static const struct {
     const char *name;
     int id;
 } test_names[] = {
-    {"defined", X_DEFINED},   {"undefined", X_UNDEFINED}, {"none", X_NONE},
-    {"string", X_STRING},     {"mapping", X_MAPPING},     {"iterable", X_ITERABLE},
-    {"sequence", X_SEQUENCE}, {"number", X_NUMBER},       {"integer", X_INTEGER},
-    {"float", X_FLOATT},      {"boolean", X_BOOLEAN},     {"true", X_TRUE},
-    {"false", X_FALSE},       {"eq", X_EQ},               {"equalto", X_EQ},
-    {"==", X_EQ},             {"ne", X_NE},               {"!=", X_NE},
-    {"lt", X_LT},             {"lessthan", X_LT},         {"<", X_LT},
-    {"le", X_LE},             {"<=", X_LE},               {"gt", X_GT},
-    {"greaterthan", X_GT},    {">", X_GT},                {"ge", X_GE},
-    {">=", X_GE},             {"odd", X_ODD},             {"even", X_EVEN},
-    {"divisibleby", X_DIVISIBLEBY}, {"in", X_IN},         {"callable", X_CALLABLE},
-    {"lower", X_LOWER},       {"upper", X_UPPER},         {"sameas", X_SAMEAS},
+    {"defined", X_DEFINED},
+    {"undefined", X_UNDEFINED},
+    {"none", X_NONE},
+    {"string", X_STRING},
+    {"mapping", X_MAPPING},
+    {"iterable", X_ITERABLE},
+    {"sequence", X_SEQUENCE},
+    {"number", X_NUMBER},
+    {"integer", X_INTEGER},
+    {"float", X_FLOATT},
+    {"boolean", X_BOOLEAN},
+    {"true", X_TRUE},
+    {"false", X_FALSE},
+    {"eq", X_EQ},
+    {"equalto", X_EQ},
+    {"==", X_EQ},
+    {"ne", X_NE},
+    {"!=", X_NE},
+    {"lt", X_LT},
+    {"lessthan", X_LT},
+    {"<", X_LT},
+    {"le", X_LE},
+    {"<=", X_LE},
+    {"gt", X_GT},
+    {"greaterthan", X_GT},
+    {">", X_GT},
+    {"ge", X_GE},
+    {">=", X_GE},
+    {"odd", X_ODD},
+    {"even", X_EVEN},
+    {"divisibleby", X_DIVISIBLEBY},
+    {"in", X_IN},
+    {"callable", X_CALLABLE},
+    {"lower", X_LOWER},
+    {"upper", X_UPPER},
+    {"sameas", X_SAMEAS},
     {"escaped", X_ESCAPED},
 };
 
@@ -185,7 +299,8 @@ static void merge_sort(struct sort_ctx *c, size_t *idx, size_t *tmp, size_t n)
 
 static size_t *sorted_order(struct render *r, struct jv *keys, size_t n, bool reverse)
 {
-    size_t *idx = jr_alloc(r, (n + 1) * sizeof(size_t)), *tmp = jr_alloc(r, (n + 1) * sizeof(size_t));
+    size_t *idx = jr_alloc(r, (n + 1) * sizeof(size_t)),
+           *tmp = jr_alloc(r, (n + 1) * sizeof(size_t));
     for (size_t i = 0; i < n; i++)
         idx[i] = i;
     struct sort_ctx c = {r, keys, reverse};
@@ -197,6 +312,11 @@ static size_t *sorted_order(struct render *r, struct jv *keys, size_t n, bool re
 static struct jv select_items(struct render *r, struct frame *f, struct jv seq, struct fargs *a,
                               bool attr, bool keep)
 {
+    if (!jv_truthy(seq)) { /* Jinja's select_or_reject: `if value:`, in a generator */
+        struct jv g = jv_list_new(r, 0);
+        g.l->gen = true;
+        return g;
+    }
     struct jv items = jv_iter_list(r, seq);
     size_t p = 0;
     struct jstr path = {0};
@@ -218,6 +338,7 @@ static struct jv select_items(struct render *r, struct frame *f, struct jv seq, 
         p++;
     }
     struct jv out = jv_list_new(r, items.l->n);
+    out.l->gen = true;
     for (size_t i = 0; i < items.l->n; i++) {
         struct jv v = attr ? attr_path(r, items.l->v[i], path) : items.l->v[i];
         bool t = tid < 0 ? jv_truthy(v) : jtest(r, f, tid, v, a->args + p, a->nargs - p);
@@ -230,40 +351,26 @@ static struct jv select_items(struct render *r, struct frame *f, struct jv seq, 
 static struct jv sized_len(struct render *r, struct jv v)
 {
     switch (v.k) {
-    case JK_STR: return jv_int((long long)ju_len(v.s));
-    case JK_LIST: return jv_int((long long)v.l->n);
+    case JK_STR:
+        return jv_int((long long)ju_len(v.s));
+    case JK_LIST:
+        if (v.l->gen)
+            jr_fail(r, ERR_INVALID, "object of type 'generator' has no len()");
+        return jv_int((long long)v.l->n);
     case JK_DICT:
-    case JK_NS: return jv_int((long long)v.d->n);
-    case JK_UNDEF: return jv_int(0);
-    default: jr_fail(r, ERR_INVALID, "object of type '%s' has no len()", jv_type_name(v));
+    case JK_NS:
+        return jv_int((long long)v.d->n);
+    case JK_UNDEF:
+        return jv_int(0);
+    default:
+        jr_fail(r, ERR_INVALID, "object of type '%s' has no len()", jv_type_name(v));
     }
-}
-
-static struct jv html_escape(struct render *r, struct jstr s)
-{
-    struct jbuf b = {0};
-    size_t run = 0;
-    for (size_t i = 0; i < s.n; i++) {
-        const char *e = NULL;
-        switch (s.p[i]) {
-        case '&': e = "&amp;"; break;
-        case '<': e = "&lt;"; break;
-        case '>': e = "&gt;"; break;
-        case '"': e = "&#34;"; break;
-        case '\'': e = "&#39;"; break;
-        }
-        if (e) {
-            jb_put(r, &b, s.p + run, i - run);
-            jb_put(r, &b, e, strlen(e));
-            run = i + 1;
-        }
-    }
-    jb_put(r, &b, s.p + run, s.n - run);
-    return jv_strn(b.p ? b.p : "", b.n);
 }
 
 static struct jv to_number(struct render *r, struct jv v, bool want_int, struct jv def, int base)
 {
+    if (v.k == JK_UNDEF) /* Undefined.__int__ / __float__ raise */
+        jr_undefined(r, v);
     if (v.k == JK_INT)
         return want_int ? v : jv_float((double)v.i);
     if (v.k == JK_BOOL)
@@ -301,23 +408,49 @@ static struct jv to_number(struct render *r, struct jv v, bool want_int, struct 
             long long i = strtoll(s, &end, base);
             if (*end == 0 && errno == 0)
                 return jv_int(i);
+            if (strpbrk(s, "xXpP")) /* Python's float() reads no hex */
+                return def;
             double d = strtod(s, &end);
             if (*end == 0 && isfinite(d) && fabs(d) < 9.2e18)
                 return jv_int((long long)d);
             return def;
         }
+        if (strpbrk(s, "xXpP"))
+            return def;
         double d = strtod(s, &end);
         return *end == 0 ? jv_float(d) : def;
     }
     return def;
 }
 
+static struct jv filter(struct render *r, struct frame *f, int fid, struct jv v, struct jv *args,
+                        size_t nargs, struct jstr *kwn, struct jv *kwv, size_t nkw);
+
 struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struct jv *args,
                   size_t nargs, struct jstr *kwn, struct jv *kwv, size_t nkw)
 {
+    struct jv out = filter(r, f, fid, v, args, nargs, kwn, kwv, nkw);
+    /* string filters keep a Markup a Markup (soft_str and Markup's methods) */
+    if (v.k == JK_STR && v.safe && out.k == JK_STR &&
+        (fid == F_STRING || fid == F_TRIM || fid == F_UPPER || fid == F_LOWER ||
+         fid == F_CAPITALIZE || fid == F_TITLE || fid == F_INDENT))
+        out.safe = true;
+    return out;
+}
+
+static struct jv filter(struct render *r, struct frame *f, int fid, struct jv v, struct jv *args,
+                        size_t nargs, struct jstr *kwn, struct jv *kwv, size_t nkw)
+{
     struct fargs a = {args, nargs, kwn, kwv, nkw, filter_names[fid]};
     switch ((enum filter_id)fid) {
-    case F_SAFE: return v;
+    case F_SAFE: {
+        if (v.k == JK_STR && v.safe)
+            return v;
+        struct jstr s = jv_to_str(r, v);
+        struct jv m = jv_strn(s.p, s.n);
+        m.safe = true;
+        return m;
+    }
     case F_ABS:
         if (v.k == JK_INT)
             return jv_int(v.i < 0 ? -v.i : v.i);
@@ -335,33 +468,42 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
         return v;
     }
     case F_COUNT:
-    case F_LENGTH: return sized_len(r, v);
+    case F_LENGTH:
+        return sized_len(r, v);
     case F_STRING: {
         struct jstr s = jv_to_str(r, v);
         return jv_strn(s.p, s.n);
     }
-    case F_LOWER: return js_lower(r, jv_to_str(r, v));
-    case F_UPPER: return js_upper(r, jv_to_str(r, v));
-    case F_CAPITALIZE: return js_capitalize(r, jv_to_str(r, v));
-    case F_TITLE: return js_title_filter(r, jv_to_str(r, v));
+    case F_LOWER:
+        return js_lower(r, jv_to_str(r, v));
+    case F_UPPER:
+        return js_upper(r, jv_to_str(r, v));
+    case F_CAPITALIZE:
+        return js_capitalize(r, jv_to_str(r, v));
+    case F_TITLE:
+        return js_title_filter(r, jv_to_str(r, v));
     case F_TRIM: {
         struct jv chars = arg(r, &a, 0, "chars", jv_none());
         return js_strip(r, jv_to_str(r, v), chars, 3);
     }
     case F_E:
-    case F_ESCAPE: return html_escape(r, jv_to_str(r, v));
+    case F_ESCAPE:
+        return v.k == JK_STR && v.safe ? v : js_escape(r, jv_to_str(r, v));
     case F_REPLACE: {
         struct jv old = arg(r, &a, 0, "old", jv_undef()), nw = arg(r, &a, 1, "new", jv_undef());
         struct jv cnt = arg(r, &a, 2, "count", jv_none());
         if (old.k != JK_STR || nw.k != JK_STR)
             jr_fail(r, ERR_INVALID, "replace() needs two strings");
-        return js_replace(r, jv_to_str(r, v), old.s, nw.s, cnt.k == JK_NONE ? -1 : int_arg(r, cnt, "count"));
+        return js_replace(r, jv_to_str(r, v), old.s, nw.s,
+                          cnt.k == JK_NONE ? -1 : int_arg(r, cnt, "count"));
     }
     case F_FIRST: {
         struct jv l = jv_iter_list(r, v);
         return l.l->n ? l.l->v[0] : jv_undef();
     }
     case F_LAST: {
+        if (v.k == JK_LIST && v.l->gen)
+            jr_fail(r, ERR_INVALID, "'generator' object is not reversible");
         struct jv l = jv_iter_list(r, v);
         return l.l->n ? l.l->v[l.l->n - 1] : jv_undef();
     }
@@ -435,7 +577,8 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
         size_t n = l.l->n;
         struct jv *keys = jr_alloc(r, (n + 1) * sizeof(struct jv));
         for (size_t i = 0; i < n; i++)
-            keys[i] = lower_for_cmp(r, at.k == JK_STR ? attr_path(r, l.l->v[i], at.s) : l.l->v[i], cs);
+            keys[i] =
+                lower_for_cmp(r, at.k == JK_STR ? attr_path(r, l.l->v[i], at.s) : l.l->v[i], cs);
         size_t *ord = sorted_order(r, keys, n, rev);
         struct jv c = jv_list_new(r, n);
         for (size_t i = 0; i < n; i++)
@@ -447,9 +590,12 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
         struct jv at = arg(r, &a, 1, "attribute", jv_none());
         struct jv l = jv_iter_list(r, v);
         struct jv c = jv_list_new(r, l.l->n), seen = jv_list_new(r, l.l->n);
+        c.l->gen = true;
         for (size_t i = 0; i < l.l->n; i++) {
-            struct jv k = lower_for_cmp(r, at.k == JK_STR ? attr_path(r, l.l->v[i], at.s) : l.l->v[i], cs);
+            struct jv k =
+                lower_for_cmp(r, at.k == JK_STR ? attr_path(r, l.l->v[i], at.s) : l.l->v[i], cs);
             bool dup = false;
+            jr_charge(r, seen.l->n * 8);
             for (size_t j = 0; j < seen.l->n && !dup; j++)
                 dup = jv_eq(seen.l->v[j], k);
             if (!dup) {
@@ -467,9 +613,11 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
         if (!l.l->n)
             return jv_undef();
         size_t best = 0;
-        struct jv bk = lower_for_cmp(r, at.k == JK_STR ? attr_path(r, l.l->v[0], at.s) : l.l->v[0], cs);
+        struct jv bk =
+            lower_for_cmp(r, at.k == JK_STR ? attr_path(r, l.l->v[0], at.s) : l.l->v[0], cs);
         for (size_t i = 1; i < l.l->n; i++) {
-            struct jv k = lower_for_cmp(r, at.k == JK_STR ? attr_path(r, l.l->v[i], at.s) : l.l->v[i], cs);
+            struct jv k =
+                lower_for_cmp(r, at.k == JK_STR ? attr_path(r, l.l->v[i], at.s) : l.l->v[i], cs);
             int c = jv_cmp(r, k, bk);
             if (fid == F_MIN ? c < 0 : c > 0) {
                 best = i;
@@ -489,7 +637,8 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
             if (total.k == JK_FLOAT || x.k == JK_FLOAT)
                 total = jv_float(jv_num(total) + jv_num(x));
             else
-                total = jv_int((total.k == JK_BOOL ? total.b : total.i) + (x.k == JK_BOOL ? x.b : x.i));
+                total =
+                    jv_int((total.k == JK_BOOL ? total.b : total.i) + (x.k == JK_BOOL ? x.b : x.i));
         }
         return total;
     }
@@ -507,8 +656,14 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
         return jv_strn(b.p ? b.p : "", b.n);
     }
     case F_MAP: {
+        if (!jv_truthy(v)) { /* Jinja's do_map: `if value:`, in a generator */
+            struct jv g = jv_list_new(r, 0);
+            g.l->gen = true;
+            return g;
+        }
         struct jv l = jv_iter_list(r, v);
         struct jv c = jv_list_new(r, l.l->n);
+        c.l->gen = true;
         struct jv at = arg(r, &a, 99, "attribute", jv_none());
         if (at.k == JK_STR) {
             struct jv def = arg(r, &a, 99, "default", jv_undef());
@@ -528,14 +683,20 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
             jv_list_push(r, c.l, jfilter(r, f, id, l.l->v[i], args + 1, nargs - 1, kwn, kwv, nkw));
         return c;
     }
-    case F_SELECT: return select_items(r, f, v, &a, false, true);
-    case F_REJECT: return select_items(r, f, v, &a, false, false);
-    case F_SELECTATTR: return select_items(r, f, v, &a, true, true);
-    case F_REJECTATTR: return select_items(r, f, v, &a, true, false);
+    case F_SELECT:
+        return select_items(r, f, v, &a, false, true);
+    case F_REJECT:
+        return select_items(r, f, v, &a, false, false);
+    case F_SELECTATTR:
+        return select_items(r, f, v, &a, true, true);
+    case F_REJECTATTR:
+        return select_items(r, f, v, &a, true, false);
     case F_ATTR: {
         struct jv n = arg(r, &a, 0, "name", jv_undef());
         if (n.k != JK_STR)
             jr_fail(r, ERR_INVALID, "attr() needs a name");
+        if (v.k == JK_DICT) /* an attribute only: a dict's methods, not its items */
+            return jmethod(r, v, n.s);
         return jgetattr(r, v, n.s);
     }
     case F_INT: {
@@ -543,7 +704,8 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
         struct jv base = arg(r, &a, 1, "base", jv_int(10));
         return to_number(r, v, true, def, (int)int_arg(r, base, "base"));
     }
-    case F_FLOAT: return to_number(r, v, false, arg(r, &a, 0, "default", jv_float(0)), 10);
+    case F_FLOAT:
+        return to_number(r, v, false, arg(r, &a, 0, "default", jv_float(0)), 10);
     case F_ROUND: {
         long long prec = int_arg(r, arg(r, &a, 0, "precision", jv_int(0)), "precision");
         struct jv m = arg(r, &a, 1, "method", jv_strn("common", 6));
@@ -554,6 +716,8 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
             return jv_float(ceil(x * p) / p);
         if (m.k == JK_STR && js_eq(m.s, "floor"))
             return jv_float(floor(x * p) / p);
+        if (v.k == JK_INT || v.k == JK_BOOL) /* Python's round(int, n) is an int */
+            return prec >= 0 ? jv_int(v.k == JK_BOOL ? v.b : v.i) : jv_float(nearbyint(x * p) / p);
         return jv_float(nearbyint(x * p) / p); /* Python's round: half to even */
     }
     case F_INDENT: {
@@ -573,9 +737,13 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
             memset(s, ' ', (size_t)k);
             ind = (struct jstr){s, (size_t)k};
         }
-        return js_indent(r, jv_to_str(r, v), ind, first, blank);
+        if (v.k != JK_STR) /* Jinja's indent does s += "\n" */
+            jr_fail(r, ERR_INVALID, "unsupported operand type(s) for +=: '%s' and 'str'",
+                    jv_type_name(v));
+        return js_indent(r, v.s, ind, first, blank);
     }
-    case F_WORDCOUNT: return jv_int(js_wordcount(jv_to_str(r, v)));
+    case F_WORDCOUNT:
+        return jv_int(js_wordcount(jv_to_str(r, v)));
     case F_FORMAT: {
         struct jstr s = jv_to_str(r, v);
         struct jv l = jv_list_new(r, nargs);
@@ -617,9 +785,15 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
         struct jv out = jv_strn(b.p ? b.p : "", b.n);
         return ascii ? js_ascii_escape(r, out.s) : out;
     }
-    case F_CENTER:
+    case F_CENTER: {
+        struct jstr s = jv_to_str(r, v);
+        struct jv m = jmethod(r, jv_strn(s.p, s.n), (struct jstr){"center", 6});
+        struct jv w = arg(r, &a, 0, "width", jv_int(80));
+        return jfunc_call(r, f, m.fn, &w, 1, NULL, NULL, 0);
+    }
     case F_BATCH:
-    case N_FILTERS: break;
+    case N_FILTERS:
+        break;
     }
     jr_fail(r, ERR_UNSUPPORTED, "filter \"%s\" is not supported", filter_names[fid]);
 }
@@ -627,26 +801,51 @@ struct jv jfilter(struct render *r, struct frame *f, int fid, struct jv v, struc
 bool jtest(struct render *r, struct frame *f, int tid, struct jv v, struct jv *args, size_t nargs)
 {
     struct jv a0 = nargs ? args[0] : jv_undef();
+    bool unary = tid != X_EQ && tid != X_NE && tid != X_LT && tid != X_LE && tid != X_GT &&
+                 tid != X_GE && tid != X_DIVISIBLEBY && tid != X_IN && tid != X_SAMEAS;
+    if (nargs > (unary ? 0u : 1u))
+        jr_fail(r, ERR_INVALID, "a test given %zu argument(s), more than it takes", nargs);
+    if (!unary && !nargs)
+        jr_fail(r, ERR_INVALID, "a test needs an argument");
     switch ((enum test_id)tid) {
-    case X_DEFINED: return v.k != JK_UNDEF;
-    case X_UNDEFINED: return v.k == JK_UNDEF;
-    case X_NONE: return v.k == JK_NONE;
-    case X_STRING: return v.k == JK_STR;
-    case X_MAPPING: return v.k == JK_DICT;
-    case X_ITERABLE: return v.k == JK_STR || v.k == JK_LIST || v.k == JK_DICT || v.k == JK_UNDEF;
-    case X_SEQUENCE: return v.k == JK_STR || v.k == JK_LIST || v.k == JK_DICT || v.k == JK_UNDEF;
-    case X_NUMBER: return v.k == JK_INT || v.k == JK_FLOAT || v.k == JK_BOOL;
-    case X_INTEGER: return v.k == JK_INT;
-    case X_FLOATT: return v.k == JK_FLOAT;
-    case X_BOOLEAN: return v.k == JK_BOOL;
-    case X_TRUE: return v.k == JK_BOOL && v.b;
-    case X_FALSE: return v.k == JK_BOOL && !v.b;
-    case X_EQ: return jv_eq(v, a0);
-    case X_NE: return !jv_eq(v, a0);
-    case X_LT: return jv_cmp(r, v, a0) < 0;
-    case X_LE: return jv_cmp(r, v, a0) <= 0;
-    case X_GT: return jv_cmp(r, v, a0) > 0;
-    case X_GE: return jv_cmp(r, v, a0) >= 0;
+    case X_DEFINED:
+        return v.k != JK_UNDEF;
+    case X_UNDEFINED:
+        return v.k == JK_UNDEF;
+    case X_NONE:
+        return v.k == JK_NONE;
+    case X_STRING:
+        return v.k == JK_STR;
+    case X_MAPPING:
+        return v.k == JK_DICT;
+    case X_ITERABLE:
+        return v.k == JK_STR || v.k == JK_LIST || v.k == JK_DICT || v.k == JK_UNDEF;
+    case X_SEQUENCE:
+        return v.k == JK_STR || (v.k == JK_LIST && !v.l->gen) || v.k == JK_DICT || v.k == JK_UNDEF;
+    case X_NUMBER:
+        return v.k == JK_INT || v.k == JK_FLOAT || v.k == JK_BOOL;
+    case X_INTEGER:
+        return v.k == JK_INT;
+    case X_FLOATT:
+        return v.k == JK_FLOAT;
+    case X_BOOLEAN:
+        return v.k == JK_BOOL;
+    case X_TRUE:
+        return v.k == JK_BOOL && v.b;
+    case X_FALSE:
+        return v.k == JK_BOOL && !v.b;
+    case X_EQ:
+        return jv_eq(v, a0);
+    case X_NE:
+        return !jv_eq(v, a0);
+    case X_LT:
+        return jv_cmp(r, v, a0) < 0;
+    case X_LE:
+        return jv_cmp(r, v, a0) <= 0;
+    case X_GT:
+        return jv_cmp(r, v, a0) > 0;
+    case X_GE:
+        return jv_cmp(r, v, a0) >= 0;
     case X_ODD:
     case X_EVEN:
     case X_DIVISIBLEBY: {
@@ -667,27 +866,31 @@ bool jtest(struct render *r, struct frame *f, int tid, struct jv v, struct jv *a
         if (a0.k == JK_STR) {
             if (v.k != JK_STR)
                 jr_fail(r, ERR_INVALID, "'in <string>' requires string as left operand");
-            for (size_t i = 0; i + v.s.n <= a0.s.n; i++)
-                if (!v.s.n || memcmp(a0.s.p + i, v.s.p, v.s.n) == 0)
-                    return true;
-            return false;
+            jr_charge(r, a0.s.n);
+            return js_search(a0.s, 0, v.s) >= 0;
         }
         for (size_t i = 0; i < l.l->n; i++)
             if (jv_eq(l.l->v[i], v))
                 return true;
         return false;
     }
-    case X_CALLABLE: return v.k == JK_MACRO || v.k == JK_FUNC;
-    case X_LOWER: return v.k == JK_STR && js_is_case(v.s, false);
-    case X_UPPER: return v.k == JK_STR && js_is_case(v.s, true);
+    case X_CALLABLE:
+        return v.k == JK_MACRO || v.k == JK_FUNC;
+    case X_LOWER:
+        return v.k == JK_STR && js_is_case(v.s, false);
+    case X_UPPER:
+        return v.k == JK_STR && js_is_case(v.s, true);
     case X_SAMEAS:
         if (v.k != a0.k)
             return false;
-        return jv_eq(v, a0) && (v.k == JK_NONE || v.k == JK_BOOL || v.k == JK_INT || v.k == JK_UNDEF ||
-                                (v.k == JK_LIST && v.l == a0.l) || (v.k == JK_DICT && v.d == a0.d) ||
-                                (v.k == JK_STR && v.s.p == a0.s.p));
-    case X_ESCAPED: return false;
-    case N_TESTS: break;
+        return jv_eq(v, a0) &&
+               (v.k == JK_NONE || v.k == JK_BOOL || v.k == JK_INT || v.k == JK_UNDEF ||
+                (v.k == JK_LIST && v.l == a0.l) || (v.k == JK_DICT && v.d == a0.d) ||
+                (v.k == JK_STR && v.s.p == a0.s.p));
+    case X_ESCAPED:
+        return v.k == JK_STR && v.safe;
+    case N_TESTS:
+        break;
     }
     jr_fail(r, ERR_UNSUPPORTED, "this test is not supported");
 }

@@ -46,8 +46,19 @@ struct jstr {
     size_t n;
 };
 
+/* The buffer a concatenation result lives in, with room to grow: `s = s ~ x`
+ * in a loop appends in place when s is the buffer's longest view (views are
+ * immutable prefixes, so shorter ones stay valid), instead of copying s
+ * each time into an arena that frees nothing until the render ends. */
+struct jsb {
+    char *p;
+    size_t used, cap;
+};
+
 struct jv {
     enum jk k;
+    bool safe;      /* JK_STR: a Markup (from |safe, |e): `+` escapes a plain str beside it */
+    struct jsb *sb; /* JK_STR: the buffer it may grow in (a concatenation), or NULL */
     union {
         bool b;
         long long i;
@@ -55,7 +66,7 @@ struct jv {
         struct jstr s;
         struct jlist *l;
         struct jdict *d;
-        const struct node *m;
+        struct jmacro *m;
         struct jfunc *fn;
         struct jloop *loop;
     };
@@ -65,6 +76,8 @@ struct jlist {
     size_t n, cap;
     struct jv *v;
     bool tuple;
+    bool gen; /* what select/map/unique give, a Python generator: iterable, always true,
+                 but no len(), no index, not JSON */
 };
 
 struct jdict { /* insertion-ordered, linear lookup */
@@ -72,9 +85,15 @@ struct jdict { /* insertion-ordered, linear lookup */
     struct jv *key, *val;
 };
 
+struct frame;
+struct jmacro {
+    const struct node *def; /* the N_MACRO */
+    struct frame *closure;  /* the scope it was defined in: its body sees that scope's names */
+};
+
 struct jfunc {
-    int id;       /* enum jfn in jinja_filters.c */
-    struct jv self; /* the bound object of a method; JK_UNDEF for a global */
+    int id;          /* enum jfn in jinja_filters.c */
+    struct jv self;  /* the bound object of a method; JK_UNDEF for a global */
     long long state; /* joiner/cycler position */
 };
 
@@ -100,12 +119,40 @@ enum tt {
 };
 
 enum op {
-    OP_ADD = 1, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW, OP_TILDE,
-    OP_LBRACKET, OP_RBRACKET, OP_LPAREN, OP_RPAREN, OP_LBRACE, OP_RBRACE,
-    OP_EQ, OP_NE, OP_GT, OP_GE, OP_LT, OP_LE, OP_ASSIGN, OP_DOT, OP_COLON, OP_PIPE,
-    OP_COMMA, OP_SEMICOLON,
+    OP_ADD = 1,
+    OP_SUB,
+    OP_MUL,
+    OP_DIV,
+    OP_FLOORDIV,
+    OP_MOD,
+    OP_POW,
+    OP_TILDE,
+    OP_LBRACKET,
+    OP_RBRACKET,
+    OP_LPAREN,
+    OP_RPAREN,
+    OP_LBRACE,
+    OP_RBRACE,
+    OP_EQ,
+    OP_NE,
+    OP_GT,
+    OP_GE,
+    OP_LT,
+    OP_LE,
+    OP_ASSIGN,
+    OP_DOT,
+    OP_COLON,
+    OP_PIPE,
+    OP_COMMA,
+    OP_SEMICOLON,
     /* not tokens: node ops */
-    OP_IN, OP_NOTIN, OP_NEG, OP_POS, OP_NOT, OP_AND, OP_OR,
+    OP_IN,
+    OP_NOTIN,
+    OP_NEG,
+    OP_POS,
+    OP_NOT,
+    OP_AND,
+    OP_OR,
 };
 
 struct token {
@@ -120,34 +167,33 @@ struct token {
 /* ---- AST ---- */
 enum nt {
     /* statements */
-    N_TEXT,   /* v: the text */
-    N_OUTPUT, /* a */
-    N_IF,     /* a cond, body, orelse */
-    N_FOR,    /* a target, b iter, c filter, body, orelse, recursive unused */
-    N_SET,    /* a target, b value */
+    N_TEXT,     /* v: the text */
+    N_OUTPUT,   /* a */
+    N_IF,       /* a cond, body, orelse */
+    N_FOR,      /* a target, b iter, c filter, body, orelse, recursive unused */
+    N_SET,      /* a target, b value */
     N_SETBLOCK, /* a target, c filter chain (operand NULL), body */
-    N_MACRO,  /* v name, args params (E_NAME, a default), body */
+    N_MACRO,    /* v name, args params (E_NAME, a default), body; op 1: reads varargs, 2: kwargs */
     N_FILTERBLOCK, /* c filter chain applied to the body's output */
     N_GENERATION,  /* body */
     N_BREAK,
     N_CONTINUE,
-    N_CALLBLOCK, /* a the call, body the caller() */
     /* expressions */
-    E_CONST, /* v */
-    E_NAME,  /* v.s name */
-    E_ATTR,  /* a . v.s */
-    E_ITEM,  /* a [ b ] */
-    E_SLICE, /* a [ b : c : d ], any of b c d NULL */
-    E_CALL,  /* a ( args, kw ) */
-    E_FILTER, /* v.s name, a operand, args, kw */
-    E_TEST,  /* v.s name, a operand, args; op 1 when negated */
-    E_BIN,   /* op, a, b */
-    E_UN,    /* op, a */
-    E_COND,  /* a if b else c */
-    E_LIST,  /* args */
-    E_TUPLE, /* args */
-    E_DICT,  /* args keys, kw values (as nodes, same count) */
-    E_KW,    /* v.s name = a */
+    E_CONST,   /* v */
+    E_NAME,    /* v.s name */
+    E_ATTR,    /* a . v.s */
+    E_ITEM,    /* a [ b ] */
+    E_SLICE,   /* a [ b : c : d ], any of b c d NULL */
+    E_CALL,    /* a ( args, kw ) */
+    E_FILTER,  /* v.s name, a operand, args, kw */
+    E_TEST,    /* v.s name, a operand, args; op 1 when negated */
+    E_BIN,     /* op, a, b */
+    E_UN,      /* op, a */
+    E_COND,    /* a if b else c */
+    E_LIST,    /* args */
+    E_TUPLE,   /* args */
+    E_DICT,    /* args keys, kw values (as nodes, same count) */
+    E_KW,      /* v.s name = a */
     E_COMPARE, /* a, then args: E_BIN nodes holding op and right operand */
 };
 
@@ -200,10 +246,11 @@ struct render {
     size_t max_output;
     long long steps, max_steps, loops, max_loops;
     int depth, max_depth;
+    int nest; /* jeval recursion, all macro calls together: bounds the C stack */
     long long now;
     struct frame *root; /* the template's top-level frame */
     struct jdict globals;
-    int line; /* of the node being evaluated, for messages */
+    int line;    /* of the node being evaluated, for messages */
     int loopctl; /* 1 break, 2 continue */
 };
 
@@ -212,13 +259,41 @@ struct render {
 _Noreturn void jr_fail(struct render *r, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void *jr_alloc(struct render *r, size_t n);
+/* Fails the render for a use of the undefined value u Jinja2 refuses
+ * (attribute, call, arithmetic, int()): "'name' is undefined". */
+_Noreturn void jr_undefined(struct render *r, struct jv u);
+/* Counts work that is not one evaluation (a byte comparison loop) against
+ * the step limit: about one step per 64 bytes. */
+void jr_charge(struct render *r, size_t bytes);
+/* The byte offset of needle in hay at or after from, or -1 (memmem: linear). */
+long long js_search(struct jstr hay, size_t from, struct jstr needle);
 
 /* values */
-static inline struct jv jv_undef(void) { struct jv v = {.k = JK_UNDEF}; return v; }
-static inline struct jv jv_none(void) { struct jv v = {.k = JK_NONE}; return v; }
-static inline struct jv jv_bool(bool b) { struct jv v = {.k = JK_BOOL, .b = b}; return v; }
-static inline struct jv jv_int(long long i) { struct jv v = {.k = JK_INT, .i = i}; return v; }
-static inline struct jv jv_float(double f) { struct jv v = {.k = JK_FLOAT, .f = f}; return v; }
+static inline struct jv jv_undef(void)
+{
+    struct jv v = {.k = JK_UNDEF};
+    return v;
+}
+static inline struct jv jv_none(void)
+{
+    struct jv v = {.k = JK_NONE};
+    return v;
+}
+static inline struct jv jv_bool(bool b)
+{
+    struct jv v = {.k = JK_BOOL, .b = b};
+    return v;
+}
+static inline struct jv jv_int(long long i)
+{
+    struct jv v = {.k = JK_INT, .i = i};
+    return v;
+}
+static inline struct jv jv_float(double f)
+{
+    struct jv v = {.k = JK_FLOAT, .f = f};
+    return v;
+}
 static inline struct jv jv_strn(const char *p, size_t n)
 {
     struct jv v = {.k = JK_STR, .s = {p, n}};
@@ -240,12 +315,15 @@ bool jv_is_num(struct jv v); /* int, float or bool */
 double jv_num(struct jv v);
 
 void jb_put(struct render *r, struct jbuf *b, const char *p, size_t n);
-static inline void jb_puts(struct render *r, struct jbuf *b, struct jstr s) { jb_put(r, b, s.p, s.n); }
+static inline void jb_puts(struct render *r, struct jbuf *b, struct jstr s)
+{
+    jb_put(r, b, s.p, s.n);
+}
 void jb_printf(struct render *r, struct jbuf *b, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void jv_str_into(struct render *r, struct jbuf *b, struct jv v);  /* Python str() */
 void jv_repr_into(struct render *r, struct jbuf *b, struct jv v); /* Python repr() */
-struct jstr jv_to_str(struct render *r, struct jv v);              /* str(), arena-owned */
+struct jstr jv_to_str(struct render *r, struct jv v);             /* str(), arena-owned */
 void jv_float_repr(double f, char *out, size_t cap);
 /* json.dumps(v, ensure_ascii=False, indent=indent (<0: None), separators, sort_keys) */
 void jv_tojson(struct render *r, struct jbuf *b, struct jv v, const char *indent, int level,
@@ -257,6 +335,8 @@ size_t ju_offset(struct jstr s, size_t cp);            /* byte offset of code po
 struct jv jv_iter_list(struct render *r, struct jv v); /* list of what `for` iterates */
 
 /* evaluator */
+/* Runs statements, writing into out; stops early at break/continue (r->loopctl). */
+void jexec_body(struct render *r, struct frame *f, const struct nlist *body, struct jbuf *out);
 struct jv jeval(struct render *r, struct frame *f, const struct node *n);
 struct jv jcall(struct render *r, struct frame *f, struct jv fn, struct jv *args, size_t nargs,
                 struct jstr *kwn, struct jv *kwv, size_t nkw);
@@ -270,6 +350,7 @@ bool jtest(struct render *r, struct frame *f, int tid, struct jv v, struct jv *a
 /* a method of obj by name (JK_FUNC bound), or JK_UNDEF when it has none */
 struct jv jmethod(struct render *r, struct jv obj, struct jstr name);
 struct jv jglobal_func(struct render *r, const char *name);
+struct jv jloop_cycle(struct render *r, struct jv loop); /* loop.cycle, bound */
 struct jv jfunc_call(struct render *r, struct frame *f, struct jfunc *fn, struct jv *args,
                      size_t nargs, struct jstr *kwn, struct jv *kwv, size_t nkw);
 

@@ -133,20 +133,50 @@ static int lex_string(struct lexer *L, struct token *t)
         char d = L->s[++i];
         int nd = 0;
         switch (d) {
-        case 'n': o[k++] = '\n'; break;
-        case 't': o[k++] = '\t'; break;
-        case 'r': o[k++] = '\r'; break;
-        case '\\': o[k++] = '\\'; break;
-        case '\'': o[k++] = '\''; break;
-        case '"': o[k++] = '"'; break;
-        case 'a': o[k++] = '\a'; break;
-        case 'b': o[k++] = '\b'; break;
-        case 'f': o[k++] = '\f'; break;
-        case 'v': o[k++] = '\v'; break;
-        case '\n': break;
-        case 'x': nd = 2; break;
-        case 'u': nd = 4; break;
-        case 'U': nd = 8; break;
+        case 'n':
+            o[k++] = '\n';
+            break;
+        case 't':
+            o[k++] = '\t';
+            break;
+        case 'r':
+            o[k++] = '\r';
+            break;
+        case '\\':
+            o[k++] = '\\';
+            break;
+        case '\'':
+            o[k++] = '\'';
+            break;
+        case '"':
+            o[k++] = '"';
+            break;
+        case 'a':
+            o[k++] = '\a';
+            break;
+        case 'b':
+            o[k++] = '\b';
+            break;
+        case 'f':
+            o[k++] = '\f';
+            break;
+        case 'v':
+            o[k++] = '\v';
+            break;
+        case '\n':
+            break;
+        case 'N':
+            return lex_err(L, ERR_UNSUPPORTED, L->line,
+                           "\\N{...} escapes in strings are not supported");
+        case 'x':
+            nd = 2;
+            break;
+        case 'u':
+            nd = 4;
+            break;
+        case 'U':
+            nd = 8;
+            break;
         default:
             if (d >= '0' && d <= '7') {
                 unsigned c8 = 0;
@@ -165,7 +195,8 @@ static int lex_string(struct lexer *L, struct token *t)
             for (int m = 0; m < nd; m++) {
                 int h = i + 1 + m < e ? hexval(L->s[i + 1 + m]) : -1;
                 if (h < 0)
-                    return lex_err(L, ERR_FORMAT, L->line, "truncated \\x, \\u or \\U escape in a string");
+                    return lex_err(L, ERR_FORMAT, L->line,
+                                   "truncated \\x, \\u or \\U escape in a string");
                 cp = cp * 16 + (unsigned long)h;
             }
             if (cp > 0x10FFFF)
@@ -186,11 +217,12 @@ static const struct {
     const char *s;
     int op;
 } ops[] = {
-    {"//", OP_FLOORDIV}, {"**", OP_POW}, {"==", OP_EQ}, {"!=", OP_NE}, {">=", OP_GE}, {"<=", OP_LE},
-    {"+", OP_ADD},       {"-", OP_SUB},  {"*", OP_MUL}, {"/", OP_DIV}, {"%", OP_MOD}, {"~", OP_TILDE},
-    {"[", OP_LBRACKET},  {"]", OP_RBRACKET}, {"(", OP_LPAREN}, {")", OP_RPAREN}, {"{", OP_LBRACE},
-    {"}", OP_RBRACE},    {">", OP_GT},   {"<", OP_LT},  {"=", OP_ASSIGN}, {".", OP_DOT},
-    {":", OP_COLON},     {"|", OP_PIPE}, {",", OP_COMMA}, {";", OP_SEMICOLON},
+    {"//", OP_FLOORDIV}, {"**", OP_POW},   {"==", OP_EQ},      {"!=", OP_NE},      {">=", OP_GE},
+    {"<=", OP_LE},       {"+", OP_ADD},    {"-", OP_SUB},      {"*", OP_MUL},      {"/", OP_DIV},
+    {"%", OP_MOD},       {"~", OP_TILDE},  {"[", OP_LBRACKET}, {"]", OP_RBRACKET}, {"(", OP_LPAREN},
+    {")", OP_RPAREN},    {"{", OP_LBRACE}, {"}", OP_RBRACE},   {">", OP_GT},       {"<", OP_LT},
+    {"=", OP_ASSIGN},    {".", OP_DOT},    {":", OP_COLON},    {"|", OP_PIPE},     {",", OP_COMMA},
+    {";", OP_SEMICOLON},
 };
 
 /* The tokens of one {{ }} or {% %} tag, from L->pos (after its opening and
@@ -206,8 +238,9 @@ static int lex_tag(struct lexer *L, bool block, bool *ended_nl)
             L->pos++;
         }
         if (L->pos >= L->n)
-            return lex_err(L, ERR_FORMAT, L->line, block ? "unexpected end of template in {% %}"
-                                                         : "unexpected end of template in {{ }}");
+            return lex_err(L, ERR_FORMAT, L->line,
+                           block ? "unexpected end of template in {% %}"
+                                 : "unexpected end of template in {{ }}");
         const char *p = L->s + L->pos;
         size_t left = L->n - L->pos;
         /* the end of the tag, only with brackets balanced */
@@ -259,8 +292,9 @@ static int lex_tag(struct lexer *L, bool block, bool *ended_nl)
             char num[64];
             size_t k = 0, m = 0;
             bool isf = false;
-            while (k < left && ((p[k] >= '0' && p[k] <= '9') || (p[k] == '_' && k + 1 < left &&
-                                                                 p[k + 1] >= '0' && p[k + 1] <= '9'))) {
+            while (k < left &&
+                   ((p[k] >= '0' && p[k] <= '9') ||
+                    (p[k] == '_' && k + 1 < left && p[k + 1] >= '0' && p[k + 1] <= '9'))) {
                 if (p[k] != '_' && m < sizeof(num) - 1)
                     num[m++] = p[k];
                 k++;

@@ -16,7 +16,8 @@
 #include "core/error.h"
 #include "template/jinja_impl.h"
 
-#define MAX_NEST 200 /* expression and block nesting: bounds the recursion */
+#define MAX_NEST                                                                                   \
+    500 /* parser recursion (about 3 per bracket or operator level): bounds the C stack */
 
 struct parser {
     const char *name;
@@ -24,6 +25,7 @@ struct parser {
     size_t n, i;
     struct jarena *a;
     int depth;
+    int loops; /* for bodies around the statement being parsed (a macro starts at 0) */
     jmp_buf fail;
     int err;
 };
@@ -41,7 +43,10 @@ _Noreturn static void perr(struct parser *P, int code, int line, const char *fmt
     longjmp(P->fail, 1);
 }
 
-static const struct token *cur(struct parser *P) { return &P->t[P->i]; }
+static const struct token *cur(struct parser *P)
+{
+    return &P->t[P->i];
+}
 static const struct token *next(struct parser *P)
 {
     const struct token *t = &P->t[P->i];
@@ -50,7 +55,10 @@ static const struct token *next(struct parser *P)
     return t;
 }
 
-static bool is_op(struct parser *P, int op) { return cur(P)->t == T_OP && cur(P)->op == op; }
+static bool is_op(struct parser *P, int op)
+{
+    return cur(P)->t == T_OP && cur(P)->op == op;
+}
 static bool is_name(struct parser *P, const char *s)
 {
     return cur(P)->t == T_NAME && js_eq(cur(P)->s, s);
@@ -73,17 +81,29 @@ static bool skip_name(struct parser *P, const char *s)
 static const char *tok_desc(const struct token *t, char *buf, size_t cap)
 {
     switch (t->t) {
-    case T_EOF: return "end of template";
-    case T_DATA: return "text";
-    case T_VAR_BEGIN: return "'{{'";
-    case T_VAR_END: return "'}}'";
-    case T_BLOCK_BEGIN: return "'{%'";
-    case T_BLOCK_END: return "'%}'";
-    case T_NAME: snprintf(buf, cap, "'%.*s'", (int)(t->s.n > 40 ? 40 : t->s.n), t->s.p); return buf;
-    case T_STRING: return "a string";
-    case T_INT: return "an integer";
-    case T_FLOAT: return "a number";
-    case T_OP: return "an operator";
+    case T_EOF:
+        return "end of template";
+    case T_DATA:
+        return "text";
+    case T_VAR_BEGIN:
+        return "'{{'";
+    case T_VAR_END:
+        return "'}}'";
+    case T_BLOCK_BEGIN:
+        return "'{%'";
+    case T_BLOCK_END:
+        return "'%}'";
+    case T_NAME:
+        snprintf(buf, cap, "'%.*s'", (int)(t->s.n > 40 ? 40 : t->s.n), t->s.p);
+        return buf;
+    case T_STRING:
+        return "a string";
+    case T_INT:
+        return "an integer";
+    case T_FLOAT:
+        return "a number";
+    case T_OP:
+        return "an operator";
     }
     return "?";
 }
@@ -185,10 +205,7 @@ static struct node *one_filter(struct parser *P, struct node *n)
         f->v.s.n = (size_t)(cur(P)->s.p + cur(P)->s.n - f->v.s.p);
         next(P);
     }
-    f->fid = jinja_filter_id(f->v.s.p, f->v.s.n);
-    if (f->fid < 0)
-        perr(P, ERR_UNSUPPORTED, t->line, "filter \"%.*s\" is not supported",
-             (int)(f->v.s.n > 60 ? 60 : f->v.s.n), f->v.s.p);
+    f->fid = jinja_filter_id(f->v.s.p, f->v.s.n); /* -1: see check_unknown */
     if (skip_op(P, OP_LPAREN))
         call_args(P, &f->args, &f->kw);
     return f;
@@ -209,11 +226,14 @@ static struct node *filters(struct parser *P, struct node *n)
                 unexpected(P, "a test name");
             tn->v = jv_strn(t->s.p, t->s.n);
             next(P);
+            while (skip_op(P, OP_DOT)) { /* dotted test names, as Jinja's parse_test */
+                if (cur(P)->t != T_NAME)
+                    unexpected(P, "a name");
+                tn->v.s.n = (size_t)(cur(P)->s.p + cur(P)->s.n - tn->v.s.p);
+                next(P);
+            }
             tn->a = n;
-            tn->fid = jinja_test_id(tn->v.s.p, tn->v.s.n);
-            if (tn->fid < 0)
-                perr(P, ERR_UNSUPPORTED, t->line, "test \"%.*s\" is not supported",
-                     (int)(tn->v.s.n > 60 ? 60 : tn->v.s.n), tn->v.s.p);
+            tn->fid = jinja_test_id(tn->v.s.p, tn->v.s.n); /* -1: see check_unknown */
             if (skip_op(P, OP_LPAREN)) {
                 struct nlist kw = {0};
                 call_args(P, &tn->args, &kw);
@@ -224,8 +244,8 @@ static struct node *filters(struct parser *P, struct node *n)
                 bool arg = c->t == T_STRING || c->t == T_INT || c->t == T_FLOAT ||
                            (c->t == T_NAME && !is_name(P, "else") && !is_name(P, "or") &&
                             !is_name(P, "and")) ||
-                           (c->t == T_OP && (c->op == OP_LPAREN || c->op == OP_LBRACKET ||
-                                             c->op == OP_LBRACE));
+                           (c->t == T_OP &&
+                            (c->op == OP_LPAREN || c->op == OP_LBRACKET || c->op == OP_LBRACE));
                 if (arg) {
                     if (is_name(P, "is"))
                         perr(P, ERR_FORMAT, c->line, "'is' after a test name");
@@ -407,7 +427,8 @@ static struct node *primary(struct parser *P)
     return n;
 }
 
-static struct node *unary(struct parser *P)
+/* Jinja's parse_unary: -x|f is (-x)|f, the sign's operand takes no filters */
+static struct node *unary_f(struct parser *P, bool with_filters)
 {
     enter(P);
     const struct token *t = cur(P);
@@ -416,13 +437,19 @@ static struct node *unary(struct parser *P)
         next(P);
         n = mk(P, E_UN, t->line);
         n->op = t->op == OP_SUB ? OP_NEG : OP_POS;
-        n->a = unary(P);
-        n = filters(P, n);
+        n->a = unary_f(P, false);
     } else {
-        n = filters(P, postfix(P, primary(P)));
+        n = postfix(P, primary(P));
     }
+    if (with_filters)
+        n = filters(P, n);
     P->depth--;
     return n;
+}
+
+static struct node *unary(struct parser *P)
+{
+    return unary_f(P, true);
 }
 
 static struct node *bin(struct parser *P, int op, struct node *a, struct node *b, int line)
@@ -481,8 +508,8 @@ static struct node *p_compare(struct parser *P)
     for (;;) {
         int op = 0;
         const struct token *t = cur(P);
-        if (t->t == T_OP && (t->op == OP_EQ || t->op == OP_NE || t->op == OP_LT ||
-                             t->op == OP_LE || t->op == OP_GT || t->op == OP_GE)) {
+        if (t->t == T_OP && (t->op == OP_EQ || t->op == OP_NE || t->op == OP_LT || t->op == OP_LE ||
+                             t->op == OP_GT || t->op == OP_GE)) {
             op = t->op;
             next(P);
         } else if (skip_name(P, "in")) {
@@ -555,7 +582,10 @@ static struct node *expr(struct parser *P)
     return n;
 }
 
-static struct node *expr_nocond(struct parser *P) { return p_or(P); }
+static struct node *expr_nocond(struct parser *P)
+{
+    return p_or(P);
+}
 
 /* expr [, expr ...] as a tuple when there is a comma (Jinja's parse_tuple) */
 static struct node *tuple_expr(struct parser *P, bool cond)
@@ -617,6 +647,23 @@ static void block_end(struct parser *P)
 static const char *statements(struct parser *P, struct nlist *body, const char *const *ends,
                               const char *ctx, int ctx_line);
 
+/* Whether the subtree reads the variable name (Jinja gives a macro
+ * varargs / kwargs when its body reads them). */
+static bool reads_name(const struct node *n, const char *name)
+{
+    if (!n)
+        return false;
+    if (n->t == E_NAME && js_eq(n->v.s, name))
+        return true;
+    const struct nlist *lists[] = {&n->args, &n->kw, &n->body, &n->orelse};
+    for (size_t k = 0; k < 4; k++)
+        for (size_t i = 0; i < lists[k]->n; i++)
+            if (reads_name(lists[k]->v[i], name))
+                return true;
+    return reads_name(n->a, name) || reads_name(n->b, name) || reads_name(n->c, name) ||
+           reads_name(n->d, name);
+}
+
 static struct node *statement(struct parser *P)
 {
     const struct token *t = cur(P);
@@ -662,7 +709,9 @@ static struct node *statement(struct parser *P)
         if (is_name(P, "recursive"))
             perr(P, ERR_UNSUPPORTED, line, "recursive for loops are not supported");
         block_end(P);
+        P->loops++;
         const char *e = statements(P, &n->body, for_ends, "for", line);
+        P->loops--;
         next(P);
         if (e[1] == 'l') {
             block_end(P);
@@ -721,7 +770,16 @@ static struct node *statement(struct parser *P)
         }
         block_end(P);
         static const char *const endmacro[] = {"endmacro", NULL};
+        int loops = P->loops;
+        P->loops = 0;
         statements(P, &n->body, endmacro, "macro", line);
+        P->loops = loops;
+        for (size_t i = 0; i < n->body.n; i++) {
+            if (reads_name(n->body.v[i], "varargs"))
+                n->op |= 1;
+            if (reads_name(n->body.v[i], "kwargs"))
+                n->op |= 2;
+        }
         next(P);
         if (cur(P)->t == T_NAME) /* {% endmacro name %} */
             next(P);
@@ -751,20 +809,9 @@ static struct node *statement(struct parser *P)
     }
     if (skip_name(P, "break") || skip_name(P, "continue")) {
         struct node *n = mk(P, js_eq(t->s, "break") ? N_BREAK : N_CONTINUE, line);
-        block_end(P);
-        return n;
-    }
-    if (skip_name(P, "call")) {
-        struct node *n = mk(P, N_CALLBLOCK, line);
-        if (is_op(P, OP_LPAREN))
-            perr(P, ERR_UNSUPPORTED, line, "call blocks with caller arguments are not supported");
-        n->a = expr(P);
-        if (n->a->t != E_CALL)
-            perr(P, ERR_FORMAT, line, "call block without a call");
-        block_end(P);
-        static const char *const endcall[] = {"endcall", NULL};
-        statements(P, &n->body, endcall, "call", line);
-        next(P);
+        if (!P->loops)
+            perr(P, ERR_FORMAT, line, "'%s' outside a for loop",
+                 n->t == N_BREAK ? "break" : "continue");
         block_end(P);
         return n;
     }
@@ -807,8 +854,9 @@ static const char *statements(struct parser *P, struct nlist *body, const char *
                         return *e;
                     }
             if (k->t == T_NAME && k->s.n > 3 && memcmp(k->s.p, "end", 3) == 0)
-                perr(P, ERR_FORMAT, k->line, "unexpected {%% %.*s %%}%s%s", (int)(k->s.n > 40 ? 40 : k->s.n),
-                     k->s.p, ctx ? " inside " : "", ctx ? ctx : "");
+                perr(P, ERR_FORMAT, k->line, "unexpected {%% %.*s %%}%s%s",
+                     (int)(k->s.n > 40 ? 40 : k->s.n), k->s.p, ctx ? " inside " : "",
+                     ctx ? ctx : "");
             if (k->t == T_NAME && (js_eq(k->s, "elif") || js_eq(k->s, "else")))
                 perr(P, ERR_FORMAT, k->line, "unexpected {%% %.*s %%}", (int)k->s.n, k->s.p);
             nl_push(P, body, statement(P));
@@ -818,6 +866,56 @@ static const char *statements(struct parser *P, struct nlist *body, const char *
     }
     P->depth--;
     return NULL;
+}
+
+static void check_list(struct parser *P, const struct nlist *l, bool soft);
+
+/* A filter or test this engine does not know fails the parse, as Jinja2
+ * fails the compile, unless it is inside an if (condition or branches) or
+ * an inline if, where Jinja2 compiles it and fails only when it is reached;
+ * so does the evaluator then. A for loop's body, a macro, a block set and
+ * a filter block start a hard scope again, as Jinja2's inner frames. */
+static void check_unknown(struct parser *P, const struct node *n, bool soft)
+{
+    if (!n)
+        return;
+    if ((n->t == E_FILTER || n->t == E_TEST) && n->fid < 0 && !soft)
+        perr(P, ERR_UNSUPPORTED, n->line, "%s \"%.*s\" is not supported",
+             n->t == E_FILTER ? "filter" : "test", (int)(n->v.s.n > 60 ? 60 : n->v.s.n), n->v.s.p);
+    switch (n->t) {
+    case N_IF:
+    case E_COND:
+        soft = true;
+        break;
+    case N_FOR:
+        check_unknown(P, n->a, soft);
+        check_unknown(P, n->b, soft);
+        check_unknown(P, n->c, false);
+        check_list(P, &n->body, false);
+        check_list(P, &n->orelse, false);
+        return;
+    case N_MACRO:
+    case N_SETBLOCK:
+    case N_FILTERBLOCK:
+        soft = false;
+        break;
+    default:
+        break;
+    }
+    check_unknown(P, n->a, soft);
+    check_unknown(P, n->b, soft);
+    check_unknown(P, n->c, soft);
+    check_unknown(P, n->d, soft);
+    check_list(P, &n->args, soft);
+    check_list(P, &n->kw, soft);
+    check_list(P, &n->body, soft);
+    check_list(P, &n->orelse, soft);
+}
+
+static void check_list(struct parser *P, const struct nlist *l, bool soft)
+{
+    for (size_t i = 0; i < l->n; i++)
+        check_unknown(P, l->v[i], soft);
 }
 
 int jinja_parse_tokens(const char *name, const struct token *toks, size_t n, struct jarena *a,
@@ -835,6 +933,7 @@ int jinja_parse_tokens(const char *name, const struct token *toks, size_t n, str
         return P->err;
     struct node *r = mk(P, N_GENERATION, 1); /* a body holder */
     statements(P, &r->body, NULL, NULL, 1);
+    check_unknown(P, r, false);
     *root = r;
     return 0;
 }

@@ -1,11 +1,17 @@
 /* String operations with Python's semantics; see jinja_str.h. */
+#include <locale.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <wctype.h>
 
 #include "core/error.h"
 #include "template/jinja_str.h"
 
-static struct jv buf_str(struct jbuf *b) { return jv_strn(b->p ? b->p : "", b->n); }
+static struct jv buf_str(struct jbuf *b)
+{
+    return jv_strn(b->p ? b->p : "", b->n);
+}
 
 /* Decodes the code point at s[i] into *cp; returns its byte length (1 for
  * an invalid byte). */
@@ -35,75 +41,141 @@ static bool py_space(unsigned long c)
            c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-static struct jv map_case(struct render *r, struct jstr s, int mode)
+static bool is_alpha(char c)
 {
-    char *o = jr_alloc(r, s.n + 1);
-    for (size_t i = 0; i < s.n; i++) {
-        char c = s.p[i];
-        if (mode == 1 && c >= 'a' && c <= 'z')
-            c = (char)(c - 32);
-        else if (mode == 0 && c >= 'A' && c <= 'Z')
-            c = (char)(c + 32);
-        o[i] = c;
-    }
-    return jv_strn(o, s.n);
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
-struct jv js_lower(struct render *r, struct jstr s) { return map_case(r, s, 0); }
-struct jv js_upper(struct render *r, struct jstr s) { return map_case(r, s, 1); }
+/* Unicode case mapping through the C.UTF-8 locale (towupper_l), which
+ * covers the simple mappings; Python's special casings (sharp s to "SS")
+ * are not made. Without that locale, ASCII only. */
+static locale_t utf8_locale;
+static pthread_once_t utf8_locale_once = PTHREAD_ONCE_INIT;
+static void utf8_locale_init(void)
+{
+    utf8_locale = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
+}
 
+static unsigned long cp_case(unsigned long c, bool upper)
+{
+    if (c < 0x80) {
+        if (upper && c >= 'a' && c <= 'z')
+            return c - 32;
+        if (!upper && c >= 'A' && c <= 'Z')
+            return c + 32;
+        return c;
+    }
+    pthread_once(&utf8_locale_once, utf8_locale_init);
+    if (!utf8_locale || c > 0x10FFFF)
+        return c;
+    return (unsigned long)(upper ? towupper_l((wint_t)c, utf8_locale)
+                                 : towlower_l((wint_t)c, utf8_locale));
+}
+
+static bool cp_cased(unsigned long c)
+{
+    if (c < 0x80)
+        return is_alpha((char)c);
+    pthread_once(&utf8_locale_once, utf8_locale_init);
+    return utf8_locale && c <= 0x10FFFF &&
+           (iswupper_l((wint_t)c, utf8_locale) || iswlower_l((wint_t)c, utf8_locale));
+}
+
+static void put_cp(struct render *r, struct jbuf *b, unsigned long c)
+{
+    char o[4];
+    size_t k;
+    if (c < 0x80) {
+        o[0] = (char)c;
+        k = 1;
+    } else if (c < 0x800) {
+        o[0] = (char)(0xC0 | (c >> 6));
+        o[1] = (char)(0x80 | (c & 0x3F));
+        k = 2;
+    } else if (c < 0x10000) {
+        o[0] = (char)(0xE0 | (c >> 12));
+        o[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (c & 0x3F));
+        k = 3;
+    } else {
+        o[0] = (char)(0xF0 | (c >> 18));
+        o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+        o[2] = (char)(0x80 | ((c >> 6) & 0x3F));
+        o[3] = (char)(0x80 | (c & 0x3F));
+        k = 4;
+    }
+    jb_put(r, b, o, k);
+}
+
+enum case_kind { CASE_LOWER, CASE_UPPER, CASE_CAPITALIZE, CASE_TITLE, CASE_TITLE_FILTER };
+
+static struct jv map_case(struct render *r, struct jstr s, enum case_kind kind)
+{
+    struct jbuf b = {0};
+    bool prev_cased = false, word_start = true, first = true;
+    for (size_t i = 0; i < s.n;) {
+        unsigned long c;
+        size_t k = cp_at(s, i, &c);
+        bool valid = k > 1 || c < 0x80;
+        unsigned long o = c;
+        if (!valid) {
+            jb_put(r, &b, s.p + i, 1); /* an invalid byte passes through */
+            i += 1;
+            continue;
+        }
+        switch (kind) {
+        case CASE_LOWER:
+            o = cp_case(c, false);
+            break;
+        case CASE_UPPER:
+            o = cp_case(c, true);
+            break;
+        case CASE_CAPITALIZE:
+            o = cp_case(c, first);
+            break;
+        case CASE_TITLE: {
+            bool cased = cp_cased(c);
+            o = cased ? cp_case(c, !prev_cased) : c;
+            prev_cased = cased;
+            break;
+        }
+        case CASE_TITLE_FILTER: {
+            bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || py_space(c);
+            if (sep)
+                word_start = true;
+            else {
+                o = cp_case(c, word_start);
+                word_start = false;
+            }
+            break;
+        }
+        }
+        first = false;
+        put_cp(r, &b, o);
+        i += k;
+    }
+    return buf_str(&b);
+}
+
+struct jv js_lower(struct render *r, struct jstr s)
+{
+    return map_case(r, s, CASE_LOWER);
+}
+struct jv js_upper(struct render *r, struct jstr s)
+{
+    return map_case(r, s, CASE_UPPER);
+}
 struct jv js_capitalize(struct render *r, struct jstr s)
 {
-    struct jv v = map_case(r, s, 0);
-    char *p = (char *)v.s.p;
-    if (v.s.n && p[0] >= 'a' && p[0] <= 'z')
-        p[0] = (char)(p[0] - 32);
-    return v;
+    return map_case(r, s, CASE_CAPITALIZE);
 }
-
-static bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-
 struct jv js_title(struct render *r, struct jstr s)
 {
-    char *o = jr_alloc(r, s.n + 1);
-    bool prev_cased = false;
-    for (size_t i = 0; i < s.n; i++) {
-        char c = s.p[i];
-        if (is_alpha(c)) {
-            if (prev_cased && c >= 'A' && c <= 'Z')
-                c = (char)(c + 32);
-            else if (!prev_cased && c >= 'a' && c <= 'z')
-                c = (char)(c - 32);
-            prev_cased = true;
-        } else {
-            prev_cased = (unsigned char)c >= 0x80 && prev_cased;
-        }
-        o[i] = c;
-    }
-    return jv_strn(o, s.n);
+    return map_case(r, s, CASE_TITLE);
 }
-
 struct jv js_title_filter(struct render *r, struct jstr s)
 {
-    /* words begin after runs of [-\s({\[<] */
-    char *o = jr_alloc(r, s.n + 1);
-    bool start = true;
-    for (size_t i = 0; i < s.n; i++) {
-        char c = s.p[i];
-        bool sep = c == '-' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' ||
-                   c == '\v' || c == '(' || c == '{' || c == '[' || c == '<';
-        if (sep) {
-            start = true;
-        } else if (start) {
-            if (c >= 'a' && c <= 'z')
-                c = (char)(c - 32);
-            start = false;
-        } else if (c >= 'A' && c <= 'Z') {
-            c = (char)(c + 32);
-        }
-        o[i] = c;
-    }
-    return jv_strn(o, s.n);
+    return map_case(r, s, CASE_TITLE_FILTER);
 }
 
 bool js_is_case(struct jstr s, bool upper)
@@ -161,7 +233,8 @@ struct jv js_strip(struct render *r, struct jstr s, struct jv chars, int which)
     return jv_strn(s.p + b, e - b);
 }
 
-struct jv js_replace(struct render *r, struct jstr s, struct jstr old, struct jstr nw, long long count)
+struct jv js_replace(struct render *r, struct jstr s, struct jstr old, struct jstr nw,
+                     long long count)
 {
     struct jbuf b = {0};
     if (!old.n) { /* Python inserts nw between every code point, and at both ends */
@@ -181,18 +254,14 @@ struct jv js_replace(struct render *r, struct jstr s, struct jstr old, struct js
         }
         return buf_str(&b);
     }
-    size_t i = 0, run = 0;
-    long long done = 0;
-    while (i + old.n <= s.n && (count < 0 || done < count)) {
-        if (memcmp(s.p + i, old.p, old.n) == 0) {
-            jb_put(r, &b, s.p + run, i - run);
-            jb_puts(r, &b, nw);
-            i += old.n;
-            run = i;
-            done++;
-        } else {
-            i++;
-        }
+    size_t run = 0;
+    long long done = 0, at;
+    jr_charge(r, s.n);
+    while ((count < 0 || done < count) && (at = js_search(s, run, old)) >= 0) {
+        jb_put(r, &b, s.p + run, (size_t)at - run);
+        jb_puts(r, &b, nw);
+        run = (size_t)at + old.n;
+        done++;
     }
     jb_put(r, &b, s.p + run, s.n - run);
     return buf_str(&b);
@@ -209,18 +278,14 @@ struct jv js_split(struct render *r, struct jstr s, struct jv sep, long long max
     if (sep.k == JK_STR) {
         if (!sep.s.n)
             jr_fail(r, ERR_INVALID, "empty separator");
+        jr_charge(r, s.n);
         if (!right) {
-            size_t b = 0, i = 0;
-            long long done = 0;
-            while (i + sep.s.n <= s.n && (maxsplit < 0 || done < maxsplit)) {
-                if (memcmp(s.p + i, sep.s.p, sep.s.n) == 0) {
-                    push_piece(r, l, s.p + b, i - b);
-                    i += sep.s.n;
-                    b = i;
-                    done++;
-                } else {
-                    i++;
-                }
+            size_t b = 0;
+            long long done = 0, at;
+            while ((maxsplit < 0 || done < maxsplit) && (at = js_search(s, b, sep.s)) >= 0) {
+                push_piece(r, l, s.p + b, (size_t)at - b);
+                b = (size_t)at + sep.s.n;
+                done++;
             }
             push_piece(r, l, s.p + b, s.n - b);
             return l;
@@ -230,6 +295,7 @@ struct jv js_split(struct render *r, struct jstr s, struct jv sep, long long max
         long long done = 0;
         size_t i = s.n;
         while (i >= sep.s.n && (maxsplit < 0 || done < maxsplit)) {
+            jr_charge(r, sep.s.n); /* a comparison from the right: up to sep bytes */
             if (memcmp(s.p + i - sep.s.n, sep.s.p, sep.s.n) == 0) {
                 push_piece(r, l, s.p + i, e - i);
                 i -= sep.s.n;
@@ -412,7 +478,10 @@ struct jv js_percent_format(struct render *r, struct jstr fmt, struct jv args)
             spec[k++] = 'l';
             spec[k++] = conv == 'i' ? 'd' : conv;
             spec[k] = 0;
-            jb_printf(r, &b, spec, v.k == JK_FLOAT ? (long long)v.f : v.k == JK_BOOL ? (long long)v.b : v.i);
+            jb_printf(r, &b, spec,
+                      v.k == JK_FLOAT  ? (long long)v.f
+                      : v.k == JK_BOOL ? (long long)v.b
+                                       : v.i);
             break;
         case 'f':
         case 'F':
@@ -441,7 +510,7 @@ struct jv js_format(struct render *r, struct jstr fmt, struct jv *args, size_t n
     size_t auto_i = 0;
     for (size_t i = 0; i < fmt.n; i++) {
         char c = fmt.p[i];
-        if (c == '}' ) {
+        if (c == '}') {
             if (i + 1 < fmt.n && fmt.p[i + 1] == '}') {
                 jb_put(r, &b, "}", 1);
                 i++;
@@ -466,19 +535,22 @@ struct jv js_format(struct render *r, struct jstr fmt, struct jv *args, size_t n
         struct jstr field = {fmt.p + i + 1, e - i - 1};
         for (size_t j = 0; j < field.n; j++)
             if (field.p[j] == ':' || field.p[j] == '!' || field.p[j] == '.' || field.p[j] == '[')
-                jr_fail(r, ERR_UNSUPPORTED, "str.format field '{%.*s}' is not supported (only {}, {N}, {name})",
+                jr_fail(r, ERR_UNSUPPORTED,
+                        "str.format field '{%.*s}' is not supported (only {}, {N}, {name})",
                         (int)field.n, field.p);
         struct jv v;
         if (!field.n) {
             if (auto_i >= nargs)
-                jr_fail(r, ERR_INVALID, "Replacement index %zu out of range for positional args tuple", auto_i);
+                jr_fail(r, ERR_INVALID,
+                        "Replacement index %zu out of range for positional args tuple", auto_i);
             v = args[auto_i++];
         } else if (field.p[0] >= '0' && field.p[0] <= '9') {
             size_t idx = 0;
             for (size_t j = 0; j < field.n && idx < 100000; j++)
                 idx = idx * 10 + (size_t)(field.p[j] - '0');
             if (idx >= nargs)
-                jr_fail(r, ERR_INVALID, "Replacement index %zu out of range for positional args tuple", idx);
+                jr_fail(r, ERR_INVALID,
+                        "Replacement index %zu out of range for positional args tuple", idx);
             v = args[idx];
         } else {
             size_t k;
@@ -493,6 +565,41 @@ struct jv js_format(struct render *r, struct jstr fmt, struct jv *args, size_t n
         i = e;
     }
     return buf_str(&b);
+}
+
+struct jv js_escape(struct render *r, struct jstr s)
+{
+    struct jbuf b = {0};
+    size_t run = 0;
+    for (size_t i = 0; i < s.n; i++) {
+        const char *e = NULL;
+        switch (s.p[i]) {
+        case '&':
+            e = "&amp;";
+            break;
+        case '<':
+            e = "&lt;";
+            break;
+        case '>':
+            e = "&gt;";
+            break;
+        case '"':
+            e = "&#34;";
+            break;
+        case '\'':
+            e = "&#39;";
+            break;
+        }
+        if (e) {
+            jb_put(r, &b, s.p + run, i - run);
+            jb_put(r, &b, e, strlen(e));
+            run = i + 1;
+        }
+    }
+    jb_put(r, &b, s.p + run, s.n - run);
+    struct jv v = buf_str(&b);
+    v.safe = true;
+    return v;
 }
 
 struct jv js_ascii_escape(struct render *r, struct jstr s)
@@ -514,17 +621,19 @@ struct jv js_ascii_escape(struct render *r, struct jstr s)
     return buf_str(&b);
 }
 
-long long js_find(struct jstr s, struct jstr sub, bool right)
+long long js_find(struct render *r, struct jstr s, struct jstr sub, bool right)
 {
     if (sub.n > s.n)
         return -1;
-    long long at = -1;
-    for (size_t i = 0; i + sub.n <= s.n; i++)
-        if (!sub.n || memcmp(s.p + i, sub.p, sub.n) == 0) {
-            at = (long long)i;
-            if (!right)
-                break;
-        }
+    if (!sub.n)
+        return right ? (long long)ju_len(s) : 0;
+    long long at = js_search(s, 0, sub);
+    /* rfind: the last start; searching on from each hit is linear for
+     * non-overlapping hits, and the caller charged the scan */
+    for (long long nx = at; right && nx >= 0; nx = js_search(s, (size_t)nx + 1, sub)) {
+        jr_charge(r, sub.n);
+        at = nx;
+    }
     if (at < 0)
         return -1;
     return (long long)ju_len((struct jstr){s.p, (size_t)at});

@@ -14,7 +14,8 @@ struct jv js_title_filter(struct render *r, struct jstr s); /* Jinja's |title */
 bool js_is_case(struct jstr s, bool upper);                 /* str.isupper() / islower() */
 /* str.strip(chars) (which: 1 left, 2 right, 3 both); chars None: whitespace */
 struct jv js_strip(struct render *r, struct jstr s, struct jv chars, int which);
-struct jv js_replace(struct render *r, struct jstr s, struct jstr old, struct jstr nw, long long count);
+struct jv js_replace(struct render *r, struct jstr s, struct jstr old, struct jstr nw,
+                     long long count);
 /* str.split(sep, maxsplit) / rsplit; sep None: runs of whitespace */
 struct jv js_split(struct render *r, struct jstr s, struct jv sep, long long maxsplit, bool right);
 struct jv js_splitlines(struct render *r, struct jstr s, bool keepends);
@@ -25,7 +26,9 @@ struct jv js_percent_format(struct render *r, struct jstr fmt, struct jv args);
 /* str.format(*args, **kw) */
 struct jv js_format(struct render *r, struct jstr fmt, struct jv *args, size_t nargs,
                     struct jstr *kwn, struct jv *kwv, size_t nkw);
+struct jv js_escape(struct render *r, struct jstr s);       /* markupsafe.escape: a Markup */
 struct jv js_ascii_escape(struct render *r, struct jstr s); /* non-ASCII as \uXXXX (JSON) */
-long long js_find(struct jstr s, struct jstr sub, bool right); /* byte offset or -1 */
+/* str.find / rfind: the code point index of sub in s, or -1 */
+long long js_find(struct render *r, struct jstr s, struct jstr sub, bool right);
 
 #endif

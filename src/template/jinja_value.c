@@ -127,13 +127,9 @@ struct jv *jv_dict_gets(const struct jdict *d, const char *k, size_t n)
     return NULL;
 }
 
-void jv_dict_set(struct render *r, struct jdict *d, struct jv k, struct jv v)
+/* Appends k: v, k not yet in d. */
+static void dict_push(struct render *r, struct jdict *d, struct jv k, struct jv v)
 {
-    struct jv *e = jv_dict_get(d, k);
-    if (e) {
-        *e = v;
-        return;
-    }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
         struct jv *nk = jr_alloc(r, cap * sizeof(*nk)), *nv = jr_alloc(r, cap * sizeof(*nv));
@@ -149,6 +145,17 @@ void jv_dict_set(struct render *r, struct jdict *d, struct jv k, struct jv v)
     d->val[d->n++] = v;
 }
 
+void jv_dict_set(struct render *r, struct jdict *d, struct jv k, struct jv v)
+{
+    jr_charge(r, d->n * 8); /* the lookup is linear */
+    struct jv *e = jv_dict_get(d, k);
+    if (e) {
+        *e = v;
+        return;
+    }
+    dict_push(r, d, k, v);
+}
+
 struct jv jv_from_json(struct render *r, const json_t *j)
 {
     if (++r->steps > r->max_steps)
@@ -158,16 +165,15 @@ struct jv jv_from_json(struct render *r, const json_t *j)
         struct jv d = jv_dict_new(r);
         const char *k;
         json_t *v;
-        json_object_foreach((json_t *)j, k, v)
-            jv_dict_set(r, d.d, jv_str_copy(r, k, strlen(k)), jv_from_json(r, v));
+        json_object_foreach((json_t *)j, k, v) /* keys are unique already */
+            dict_push(r, d.d, jv_str_copy(r, k, strlen(k)), jv_from_json(r, v));
         return d;
     }
     case JSON_ARRAY: {
         struct jv l = jv_list_new(r, json_array_size(j));
         size_t i;
         json_t *v;
-        json_array_foreach(j, i, v)
-            jv_list_push(r, l.l, jv_from_json(r, v));
+        json_array_foreach(j, i, v) jv_list_push(r, l.l, jv_from_json(r, v));
         return l;
     }
     case JSON_STRING:
@@ -191,26 +197,50 @@ bool jv_truthy(struct jv v)
 {
     switch (v.k) {
     case JK_UNDEF:
-    case JK_NONE: return false;
-    case JK_BOOL: return v.b;
-    case JK_INT: return v.i != 0;
-    case JK_FLOAT: return v.f != 0;
-    case JK_STR: return v.s.n != 0;
-    case JK_LIST: return v.l->n != 0;
-    case JK_DICT: return v.d->n != 0;
-    default: return true;
+    case JK_NONE:
+        return false;
+    case JK_BOOL:
+        return v.b;
+    case JK_INT:
+        return v.i != 0;
+    case JK_FLOAT:
+        return v.f != 0;
+    case JK_STR:
+        return v.s.n != 0;
+    case JK_LIST:
+        return v.l->gen || v.l->n != 0;
+    case JK_DICT:
+        return v.d->n != 0;
+    default:
+        return true;
     }
 }
 
-bool jv_is_num(struct jv v) { return v.k == JK_INT || v.k == JK_FLOAT || v.k == JK_BOOL; }
+bool jv_is_num(struct jv v)
+{
+    return v.k == JK_INT || v.k == JK_FLOAT || v.k == JK_BOOL;
+}
 
 double jv_num(struct jv v)
 {
     return v.k == JK_FLOAT ? v.f : v.k == JK_INT ? (double)v.i : v.k == JK_BOOL ? v.b : 0;
 }
 
+/* Values nested deeper than this are compared unequal and refused by repr
+ * and ordering: their recursion must not exhaust the C stack. */
+#define MAX_VALUE_DEPTH 200
+
+static bool eq_depth(struct jv a, struct jv b, int depth);
+
 bool jv_eq(struct jv a, struct jv b)
 {
+    return eq_depth(a, b, 0);
+}
+
+static bool eq_depth(struct jv a, struct jv b, int depth)
+{
+    if (depth > MAX_VALUE_DEPTH)
+        return false;
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.k != JK_FLOAT && b.k != JK_FLOAT)
             return (a.k == JK_BOOL ? a.b : a.i) == (b.k == JK_BOOL ? b.b : b.i);
@@ -220,13 +250,17 @@ bool jv_eq(struct jv a, struct jv b)
         return false;
     switch (a.k) {
     case JK_UNDEF:
-    case JK_NONE: return true;
-    case JK_STR: return a.s.n == b.s.n && (a.s.n == 0 || memcmp(a.s.p, b.s.p, a.s.n) == 0);
+    case JK_NONE:
+        return true;
+    case JK_STR:
+        return a.s.n == b.s.n && (a.s.n == 0 || memcmp(a.s.p, b.s.p, a.s.n) == 0);
     case JK_LIST:
+        if (a.l->gen || b.l->gen)
+            return a.l == b.l;
         if (a.l->tuple != b.l->tuple || a.l->n != b.l->n)
             return false;
         for (size_t i = 0; i < a.l->n; i++)
-            if (!jv_eq(a.l->v[i], b.l->v[i]))
+            if (!eq_depth(a.l->v[i], b.l->v[i], depth + 1))
                 return false;
         return true;
     case JK_DICT:
@@ -234,15 +268,20 @@ bool jv_eq(struct jv a, struct jv b)
             return false;
         for (size_t i = 0; i < a.d->n; i++) {
             struct jv *o = jv_dict_get(b.d, a.d->key[i]);
-            if (!o || !jv_eq(a.d->val[i], *o))
+            if (!o || !eq_depth(a.d->val[i], *o, depth + 1))
                 return false;
         }
         return true;
-    case JK_NS: return a.d == b.d;
-    case JK_MACRO: return a.m == b.m;
-    case JK_FUNC: return a.fn == b.fn;
-    case JK_LOOP: return a.loop == b.loop;
-    default: return false;
+    case JK_NS:
+        return a.d == b.d;
+    case JK_MACRO:
+        return a.m == b.m;
+    case JK_FUNC:
+        return a.fn == b.fn;
+    case JK_LOOP:
+        return a.loop == b.loop;
+    default:
+        return false;
     }
 }
 
@@ -256,11 +295,23 @@ const char *jv_type_name(struct jv v)
     };
     if (v.k == JK_LIST && v.l->tuple)
         return "tuple";
+    if (v.k == JK_LIST && v.l->gen)
+        return "generator";
     return names[v.k];
 }
 
+static int cmp_depth(struct render *r, struct jv a, struct jv b, int depth);
+
 int jv_cmp(struct render *r, struct jv a, struct jv b)
 {
+    return cmp_depth(r, a, b, 0);
+}
+
+static int cmp_depth(struct render *r, struct jv a, struct jv b, int depth)
+{
+    if (depth > MAX_VALUE_DEPTH)
+        jr_fail(r, ERR_INVALID, "comparison of values nested deeper than %d (limit)",
+                MAX_VALUE_DEPTH);
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.k != JK_FLOAT && b.k != JK_FLOAT) {
             long long x = a.k == JK_BOOL ? a.b : a.i, y = b.k == JK_BOOL ? b.b : b.i;
@@ -281,12 +332,12 @@ int jv_cmp(struct render *r, struct jv a, struct jv b)
         for (size_t i = 0; i < n; i++) {
             if (jv_eq(a.l->v[i], b.l->v[i]))
                 continue;
-            return jv_cmp(r, a.l->v[i], b.l->v[i]);
+            return cmp_depth(r, a.l->v[i], b.l->v[i], depth + 1);
         }
         return (a.l->n > b.l->n) - (a.l->n < b.l->n);
     }
-    jr_fail(r, ERR_INVALID, "'<' not supported between instances of '%s' and '%s'",
-            jv_type_name(a), jv_type_name(b));
+    jr_fail(r, ERR_INVALID, "'<' not supported between instances of '%s' and '%s'", jv_type_name(a),
+            jv_type_name(b));
 }
 
 /* ---- buffers ---- */
@@ -446,8 +497,17 @@ static void repr_str(struct render *r, struct jbuf *b, struct jstr s)
     jb_put(r, b, &q, 1);
 }
 
+static void repr_depth(struct render *r, struct jbuf *b, struct jv v, int depth);
+
 void jv_repr_into(struct render *r, struct jbuf *b, struct jv v)
 {
+    repr_depth(r, b, v, 0);
+}
+
+static void repr_depth(struct render *r, struct jbuf *b, struct jv v, int depth)
+{
+    if (depth > MAX_VALUE_DEPTH)
+        jr_fail(r, ERR_INVALID, "printing a value nested deeper than %d (limit)", MAX_VALUE_DEPTH);
     if (++r->steps > r->max_steps)
         jr_fail(r, ERR_INVALID, "more than %lld evaluation steps (limit)", r->max_steps);
     switch (v.k) {
@@ -458,11 +518,15 @@ void jv_repr_into(struct render *r, struct jbuf *b, struct jv v)
         jb_put(r, b, "Undefined", 9);
         return;
     case JK_LIST:
+        if (v.l->gen) {
+            jb_put(r, b, "<generator object>", 18);
+            return;
+        }
         jb_put(r, b, v.l->tuple ? "(" : "[", 1);
         for (size_t i = 0; i < v.l->n; i++) {
             if (i)
                 jb_put(r, b, ", ", 2);
-            jv_repr_into(r, b, v.l->v[i]);
+            repr_depth(r, b, v.l->v[i], depth + 1);
         }
         if (v.l->tuple && v.l->n == 1)
             jb_put(r, b, ",", 1);
@@ -473,9 +537,9 @@ void jv_repr_into(struct render *r, struct jbuf *b, struct jv v)
         for (size_t i = 0; i < v.d->n; i++) {
             if (i)
                 jb_put(r, b, ", ", 2);
-            jv_repr_into(r, b, v.d->key[i]);
+            repr_depth(r, b, v.d->key[i], depth + 1);
             jb_put(r, b, ": ", 2);
-            jv_repr_into(r, b, v.d->val[i]);
+            repr_depth(r, b, v.d->val[i], depth + 1);
         }
         jb_put(r, b, "}", 1);
         return;
@@ -484,9 +548,9 @@ void jv_repr_into(struct render *r, struct jbuf *b, struct jv v)
         for (size_t i = 0; i < v.d->n; i++) {
             if (i)
                 jb_put(r, b, ", ", 2);
-            jv_repr_into(r, b, v.d->key[i]);
+            repr_depth(r, b, v.d->key[i], depth + 1);
             jb_put(r, b, ": ", 2);
-            jv_repr_into(r, b, v.d->val[i]);
+            repr_depth(r, b, v.d->val[i], depth + 1);
         }
         jb_put(r, b, "}>", 2);
         return;
@@ -499,19 +563,35 @@ void jv_str_into(struct render *r, struct jbuf *b, struct jv v)
 {
     char tmp[64];
     switch (v.k) {
-    case JK_UNDEF: return;
-    case JK_NONE: jb_put(r, b, "None", 4); return;
-    case JK_BOOL: jb_put(r, b, v.b ? "True" : "False", v.b ? 4 : 5); return;
-    case JK_INT: jb_printf(r, b, "%lld", v.i); return;
+    case JK_UNDEF:
+        return;
+    case JK_NONE:
+        jb_put(r, b, "None", 4);
+        return;
+    case JK_BOOL:
+        jb_put(r, b, v.b ? "True" : "False", v.b ? 4 : 5);
+        return;
+    case JK_INT:
+        jb_printf(r, b, "%lld", v.i);
+        return;
     case JK_FLOAT:
         jv_float_repr(v.f, tmp, sizeof(tmp));
         jb_put(r, b, tmp, strlen(tmp));
         return;
-    case JK_STR: jb_puts(r, b, v.s); return;
-    case JK_MACRO: jb_printf(r, b, "<Macro '%.*s'>", (int)v.m->v.s.n, v.m->v.s.p); return;
-    case JK_FUNC: jb_put(r, b, "<built-in function>", 19); return;
-    case JK_LOOP: jb_put(r, b, "<LoopContext>", 13); return;
-    default: jv_repr_into(r, b, v);
+    case JK_STR:
+        jb_puts(r, b, v.s);
+        return;
+    case JK_MACRO:
+        jb_printf(r, b, "<Macro '%.*s'>", (int)v.m->def->v.s.n, v.m->def->v.s.p);
+        return;
+    case JK_FUNC:
+        jb_put(r, b, "<built-in function>", 19);
+        return;
+    case JK_LOOP:
+        jb_put(r, b, "<LoopContext>", 13);
+        return;
+    default:
+        jv_repr_into(r, b, v);
     }
 }
 
@@ -535,13 +615,27 @@ static void json_str(struct render *r, struct jbuf *b, struct jstr s)
         char tmp[8];
         const char *esc = NULL;
         switch (c) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
+        case '"':
+            esc = "\\\"";
+            break;
+        case '\\':
+            esc = "\\\\";
+            break;
+        case '\n':
+            esc = "\\n";
+            break;
+        case '\r':
+            esc = "\\r";
+            break;
+        case '\t':
+            esc = "\\t";
+            break;
+        case '\b':
+            esc = "\\b";
+            break;
+        case '\f':
+            esc = "\\f";
+            break;
         default:
             if (c < 0x20) {
                 snprintf(tmp, sizeof(tmp), "\\u%04x", c);
@@ -570,9 +664,15 @@ static void json_scalar(struct render *r, struct jbuf *b, struct jv v, bool as_k
 {
     char tmp[64];
     switch (v.k) {
-    case JK_NONE: jb_put(r, b, "null", 4); return;
-    case JK_BOOL: jb_put(r, b, v.b ? "true" : "false", v.b ? 4 : 5); return;
-    case JK_INT: jb_printf(r, b, "%lld", v.i); return;
+    case JK_NONE:
+        jb_put(r, b, "null", 4);
+        return;
+    case JK_BOOL:
+        jb_put(r, b, v.b ? "true" : "false", v.b ? 4 : 5);
+        return;
+    case JK_INT:
+        jb_printf(r, b, "%lld", v.i);
+        return;
     case JK_FLOAT:
         if (isnan(v.f))
             snprintf(tmp, sizeof(tmp), "NaN");
@@ -582,10 +682,12 @@ static void json_scalar(struct render *r, struct jbuf *b, struct jv v, bool as_k
             jv_float_repr(v.f, tmp, sizeof(tmp));
         jb_put(r, b, tmp, strlen(tmp));
         return;
-    case JK_STR: json_str(r, b, v.s); return;
+    case JK_STR:
+        json_str(r, b, v.s);
+        return;
     default:
-        jr_fail(r, ERR_INVALID, "%s of type %s is not JSON serializable", as_key ? "keys" : "Object",
-                jv_type_name(v));
+        jr_fail(r, ERR_INVALID, "%s of type %s is not JSON serializable",
+                as_key ? "keys" : "Object", jv_type_name(v));
     }
 }
 
@@ -597,6 +699,8 @@ void jv_tojson(struct render *r, struct jbuf *b, struct jv v, const char *indent
     if (level > 200)
         jr_fail(r, ERR_INVALID, "tojson of a value nested deeper than 200 (limit)");
     size_t isl = strlen(item_sep), ksl = strlen(key_sep);
+    if (v.k == JK_LIST && v.l->gen)
+        jr_fail(r, ERR_INVALID, "Object of type generator is not JSON serializable");
     if (v.k == JK_LIST) {
         if (!v.l->n) {
             jb_put(r, b, "[]", 2);
@@ -626,7 +730,8 @@ void jv_tojson(struct render *r, struct jbuf *b, struct jv v, const char *indent
             order[i] = i;
         if (sort_keys) /* insertion sort: stable, and dicts are small */
             for (size_t i = 1; i < n; i++)
-                for (size_t j = i; j > 0 && jv_cmp(r, v.d->key[order[j - 1]], v.d->key[order[j]]) > 0; j--) {
+                for (size_t j = i;
+                     j > 0 && jv_cmp(r, v.d->key[order[j - 1]], v.d->key[order[j]]) > 0; j--) {
                     size_t t = order[j];
                     order[j] = order[j - 1];
                     order[j - 1] = t;
@@ -678,8 +783,10 @@ size_t ju_offset(struct jstr s, size_t cp)
 struct jv jv_iter_list(struct render *r, struct jv v)
 {
     switch (v.k) {
-    case JK_LIST: return v;
-    case JK_UNDEF: return jv_list_new(r, 0);
+    case JK_LIST:
+        return v;
+    case JK_UNDEF:
+        return jv_list_new(r, 0);
     case JK_DICT:
     case JK_NS: {
         struct jv l = jv_list_new(r, v.d->n);
