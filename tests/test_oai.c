@@ -318,6 +318,15 @@ static const struct body_case chat_cases[] = {
     {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":4,"
      "\"max_completion_tokens\":4}",
      0, NULL, NULL},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+     "\"chat_template_kwargs\":{\"enable_thinking\":false,\"date_string\":\"1 Jan 2030\"}}",
+     0, NULL, NULL},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+     "\"chat_template_kwargs\":[1]}",
+     400, "chat_template_kwargs", "an object"},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+     "\"chat_template_kwargs\":{\"messages\":[]}}",
+     400, "chat_template_kwargs", "may not set \"messages\""},
     {"{\"model\":\"m\"}", 400, "messages", "messages: required"},
     {"{\"model\":\"m\",\"messages\":[]}", 400, "messages", "non-empty array"},
     {"{\"model\":\"m\",\"messages\":{}}", 400, "messages", "got an object"},

@@ -780,6 +780,26 @@ int oai_parse_chat(const char *body, size_t len, struct completion_req *out,
     }
     if ((rc = read_common(root, &r, err)) < 0 || (rc = read_unsupported_chat(root, err)) < 0)
         goto fail;
+    const json_t *kw = field(root, "chat_template_kwargs");
+    if (kw && !json_is_object(kw)) {
+        rc = bad_value(err, "chat_template_kwargs", "chat_template_kwargs",
+                       "an object of template variables such as {\"enable_thinking\": false}", kw);
+        goto fail;
+    }
+    static const char *const reserved[] = {"messages", "add_generation_prompt", "tools",
+                                           "documents"};
+    for (size_t i = 0; kw && i < sizeof(reserved) / sizeof(reserved[0]); i++)
+        if (json_object_get(kw, reserved[i])) {
+            rc = unsupported(err, "chat_template_kwargs",
+                             "chat_template_kwargs: may not set \"%s\" (the request's own fields "
+                             "do)",
+                             reserved[i]);
+            goto fail;
+        }
+    if (kw && !(r.template_kwargs = json_deep_copy(kw))) {
+        rc = oai_error_set(err, 500, "server_error", NULL, "", "out of memory");
+        goto fail;
+    }
     json_decref(root);
     *out = r;
     return 0;
@@ -800,5 +820,6 @@ void completion_req_free(struct completion_req *r)
         free(r->stop[i]);
     free(r->user);
     json_decref(r->messages);
+    json_decref(r->template_kwargs);
     memset(r, 0, sizeof(*r));
 }

@@ -58,6 +58,8 @@ struct completion_req {
      * chat template; the prompt text is rendered from them */
     bool chat;
     json_t *messages;        /* owned */
+    json_t *template_kwargs; /* owned or NULL: chat_template_kwargs (vLLM's extension), more
+                                variables for the template such as enable_thinking */
     bool max_tokens_given;   /* max_tokens or max_completion_tokens was sent */
 };
 
@@ -74,7 +76,8 @@ void completion_req_free(struct completion_req *r); /* NULL-safe; zeroes it */
  * with "\n" as vLLM joins them; an assistant's content may be null),
  * max_completion_tokens (or the older max_tokens; default
  * OAI_CHAT_DEFAULT_MAX_TOKENS), temperature, top_p, seed, stop, stream,
- * stream_options, n = 1. tools, tool_choice, functions, response_format
+ * stream_options, n = 1; chat_template_kwargs (an object of more template
+ * variables, as vLLM takes them). tools, tool_choice, functions, response_format
  * other than text, logprobs, top_logprobs, logit_bias, penalties, audio and
  * prediction are a 400 naming the field. */
 int oai_parse_chat(const char *body, size_t len, struct completion_req *out,

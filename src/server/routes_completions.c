@@ -615,7 +615,7 @@ static int chat_render(struct srv_req *r, struct oai_error *e)
                              "Model %s does not take chat requests: %s. Use /v1/completions, "
                              "or give it a chat template.",
                              m->name, m->no_chat);
-    struct chat_render_opts o = {.add_generation_prompt = true};
+    struct chat_render_opts o = {.add_generation_prompt = true, .kwargs = q->template_kwargs};
     int rc = chat_template_render(m->chat, q->messages, &o, &q->prompt_text, &q->prompt_len);
     if (rc == CHAT_RAISED)
         return oai_error_set(e, 400, "invalid_request_error", "chat_template_error", "messages",

@@ -219,6 +219,28 @@ def test_greedy_equals_generate():
               (name, j["usage"]["prompt_tokens"], len(ids)))
 
 
+def test_template_kwargs():
+    """chat_template_kwargs reach the template: Llama 3.1's date_string
+    changes the prompt, and the answer is still generate on what
+    chat-template renders with the same kwargs."""
+    d = S["dirs"]["llama3"]
+    kw = {"date_string": "01 Jan 2030"}
+    prompt = rendered(d, {"messages": CONVERSATION, "add_generation_prompt": True, "chat_template_kwargs": kw})
+    check("Today Date: 01 Jan 2030" in prompt, "chat-template ignored the kwargs: %r" % prompt[:200])
+    ids = run([A.bin, "tokenize", "--model", d, "--no-bos"], prompt.encode()).decode().split()
+    want = run([A.bin, "generate", "--model", d, "--ids", ",".join(ids), "--max-tokens", "6"]).decode()[:-1]
+    st, j = chat_raw({"model": "llama3", "messages": CONVERSATION, "max_tokens": 6, "temperature": 0,
+                      "chat_template_kwargs": kw})
+    check(st == 200 and j["usage"]["prompt_tokens"] == len(ids) and j["choices"][0]["message"]["content"] == want,
+          "kwargs: %d %s, want %d prompt tokens and %r" % (st, j, len(ids), want))
+    c = client().chat.completions.create(model="llama3", messages=CONVERSATION, max_tokens=6, temperature=0,
+                                         extra_body={"chat_template_kwargs": kw})
+    check(c.choices[0].message.content == want, "openai extra_body kwargs: %r, want %r" %
+          (c.choices[0].message.content, want))
+    check_400({"model": "llama3", "messages": CONVERSATION, "chat_template_kwargs": {"tools": []}},
+              "chat_template_kwargs", "kwargs setting tools")
+
+
 def test_completions_text_every_family():
     """/v1/completions with a text prompt on each family's tokenizer: the
     tokenizer's BOS rule (Llama 3's post-processor, Llama 2's add_bos_token,
@@ -394,7 +416,7 @@ def main():
     S["client"] = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % s.port, api_key=s.api_key,
                                 max_retries=0, timeout=300)
     tests = [test_plain_and_streamed, test_raw_stream_format, test_greedy_equals_generate,
-             test_completions_text_every_family, test_stops_at_end_of_turn, test_max_completion_tokens_and_seed, test_refusals,
+             test_template_kwargs, test_completions_text_every_family, test_stops_at_end_of_turn, test_max_completion_tokens_and_seed, test_refusals,
              test_hostile_bodies, test_metrics_count_chat, test_bench_serve_chat]
     failures = harness.run_tests(tests, S)
     try:
