@@ -270,13 +270,14 @@ static json_t *chat_json(const struct srv_req *r, enum chat_part part, const cha
 {
     json_t *choices = json_array();
     if (part != CHAT_USAGE) {
-        json_t *t = text ? json_stringn(text, len) : json_string("");
-        if (!t)
-            t = json_string("\xef\xbf\xbd");
-        json_t *body = part == CHAT_MESSAGE || part == CHAT_ROLE
-                           ? json_pack("{s:s, s:o}", "role", "assistant", "content", t)
-                       : part == CHAT_DELTA ? json_pack("{s:o}", "content", t)
-                                            : (json_decref(t), json_object());
+        json_t *body = json_object();
+        if (body && (part == CHAT_MESSAGE || part == CHAT_ROLE))
+            json_object_set_new(body, "role", json_string("assistant"));
+        if (body && part != CHAT_FINISH) {
+            json_t *t = json_stringn(text ? text : "", text ? len : 0);
+            /* not UTF-8: cannot happen with bpe_stream's output */
+            json_object_set_new(body, "content", t ? t : json_string("\xef\xbf\xbd"));
+        }
         json_array_append_new(choices,
                               json_pack("{s:i, s:o, s:n, s:o}", "index", 0,
                                         part == CHAT_MESSAGE ? "message" : "delta", body,
