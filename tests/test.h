@@ -4,8 +4,10 @@
 #ifndef SHARDSWAP_TEST_H
 #define SHARDSWAP_TEST_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int test_failures;
 static int test_checks;
@@ -57,6 +59,75 @@ static inline int test_finish(void)
 {
     printf("%d checks, %d failed\n", test_checks, test_failures);
     return test_failures ? 1 : 0;
+}
+
+/* Named cases (as libuv's test-list.h): TEST(name) { ... } registers a case
+ * at load time, and main is test_main(argc, argv, setup). Without
+ * arguments every case runs, in the order of the file; with names, only
+ * those (ctest runs each as PROGRAM.name: tests/CMakeLists.txt reads the
+ * TEST(...) lines); --list prints them. A case that fails says its name. */
+struct test_case {
+    const char *name;
+    void (*fn)(void);
+};
+#define TEST_MAX_CASES 256
+static struct test_case test_cases[TEST_MAX_CASES];
+static int test_n_cases;
+
+static inline void test_register(const char *name, void (*fn)(void))
+{
+    if (test_n_cases == TEST_MAX_CASES) {
+        fprintf(stderr, "test.h: more than %d cases\n", TEST_MAX_CASES);
+        exit(2);
+    }
+    test_cases[test_n_cases++] = (struct test_case){name, fn};
+}
+
+#define TEST(name)                                                                       \
+    static void test_case_##name(void);                                                  \
+    __attribute__((constructor)) static void test_register_##name(void)                  \
+    {                                                                                    \
+        test_register(#name, test_case_##name);                                          \
+    }                                                                                    \
+    static void test_case_##name(void)
+
+static inline void test_run_case(const struct test_case *c)
+{
+    int before = test_failures;
+    c->fn();
+    if (test_failures > before)
+        fprintf(stderr, "FAIL %s: %d checks failed\n", c->name, test_failures - before);
+    else
+        printf("ok   %s\n", c->name);
+}
+
+/* setup (may be NULL) runs once before the cases. */
+static inline int test_main(int argc, char **argv, void (*setup)(void))
+{
+    if (argc == 2 && strcmp(argv[1], "--list") == 0) {
+        for (int i = 0; i < test_n_cases; i++)
+            printf("%s\n", test_cases[i].name);
+        return 0;
+    }
+    for (int a = 1; a < argc; a++) {
+        int i = 0;
+        while (i < test_n_cases && strcmp(test_cases[i].name, argv[a]) != 0)
+            i++;
+        if (i == test_n_cases) {
+            fprintf(stderr, "%s: no case named \"%s\" (--list shows them)\n", argv[0], argv[a]);
+            return 2;
+        }
+    }
+    if (setup)
+        setup();
+    for (int i = 0; i < test_n_cases; i++) {
+        bool run = argc == 1;
+        for (int a = 1; a < argc && !run; a++)
+            run = strcmp(test_cases[i].name, argv[a]) == 0;
+        if (run)
+            test_run_case(&test_cases[i]);
+    }
+    return test_finish();
 }
 
 #endif

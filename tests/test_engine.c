@@ -1166,28 +1166,109 @@ static void test_live_registry(const char *policy)
     free(l.jobs);
 }
 
-int main(void)
+/* The cases, in the order they run; `ctest -R engine.cancel` runs one. */
+TEST(rejections)
+{
+    test_rejections();
+}
+
+TEST(streaming)
+{
+    test_streaming();
+}
+
+TEST(cancel)
+{
+    test_cancel();
+}
+
+TEST(pinned_block)
+{
+    test_pinned_block();
+}
+
+TEST(deadlines)
+{
+    test_deadlines();
+}
+
+TEST(remove)
+{
+    test_remove();
+}
+
+TEST(remove_running)
+{
+    test_remove_running();
+}
+
+TEST(load_unload)
+{
+    test_load_unload();
+}
+
+TEST(live_registry_swapwise)
+{
+    test_live_registry("swapwise");
+}
+
+TEST(live_registry_computron)
+{
+    test_live_registry("computron");
+}
+
+TEST(batch_memory)
+{
+    test_batch_memory();
+}
+
+TEST(fragmentation_swapwise)
+{
+    test_fragmentation("swapwise");
+}
+
+TEST(fragmentation_computron)
+{
+    test_fragmentation("computron");
+}
+
+TEST(no_wait_under_lock_swapwise)
+{
+    test_no_wait_under_lock("swapwise");
+}
+
+TEST(no_wait_under_lock_computron)
+{
+    test_no_wait_under_lock("computron");
+}
+
+TEST(churn_swapwise)
+{
+    test_churn("swapwise", 10000);
+}
+
+TEST(churn_computron)
+{
+    test_churn("computron", 10000);
+}
+
+TEST(starvation_swapwise)
+{
+    test_starvation("swapwise");
+}
+
+TEST(starvation_computron)
+{
+    test_starvation("computron");
+}
+
+static void setup(void)
 {
     caller_thread = true;
     load_expectations();
-    test_rejections();
-    test_streaming();
-    test_cancel();
-    test_pinned_block();
-    test_deadlines();
-    test_remove();
-    test_remove_running();
-    test_load_unload();
-    test_live_registry("swapwise");
-    test_live_registry("computron");
-    test_batch_memory();
-    test_fragmentation("swapwise");
-    test_fragmentation("computron");
-    test_no_wait_under_lock("swapwise");
-    test_no_wait_under_lock("computron");
-    test_churn("swapwise", 10000);
-    test_churn("computron", 10000);
-    test_starvation("swapwise");
-    test_starvation("computron");
-    return test_finish();
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, setup);
 }
