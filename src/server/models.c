@@ -1,5 +1,6 @@
 /* The server's model table: what it keeps per served model beyond the
- * engine's registry (the tokenizer, the context length, the path). */
+ * engine's registry (the tokenizer, the context length, the path), each
+ * entry reference counted (server_impl.h). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -126,10 +127,9 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
         free(m);
         return rc;
     }
+    atomic_init(&m->refs, 1); /* the table's */
     pthread_mutex_lock(&s->lock);
-    for (struct srv_model *o = s->models; o; o = o->next)
-        if (!o->removed && strcmp(o->name, m->name) == 0)
-            o->removed = true;
+    /* the admin lock and srv_model_find keep names unique: nothing to replace */
     m->next = s->models;
     s->models = m;
     pthread_mutex_unlock(&s->lock);
@@ -140,24 +140,52 @@ struct srv_model *srv_model_find(struct server *s, const char *name)
 {
     pthread_mutex_lock(&s->lock);
     struct srv_model *m = s->models;
-    while (m && (m->removed || strcmp(m->name, name) != 0))
+    while (m && strcmp(m->name, name) != 0)
         m = m->next;
+    if (m)
+        atomic_fetch_add(&m->refs, 1);
     pthread_mutex_unlock(&s->lock);
     return m;
+}
+
+void srv_model_put(struct srv_model *m)
+{
+    if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
+        return;
+    bpe_close(m->tok);
+    chat_template_free(m->chat);
+    free(m->path);
+    free(m);
+}
+
+void srv_model_remove(struct server *s, struct srv_model *m)
+{
+    pthread_mutex_lock(&s->lock);
+    bool listed = !m->removed;
+    if (listed) {
+        struct srv_model **p = &s->models;
+        while (*p && *p != m)
+            p = &(*p)->next;
+        if (*p)
+            *p = m->next;
+        m->next = NULL;
+        m->removed = true;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (listed)
+        srv_model_put(m); /* the table's */
 }
 
 void srv_models_free(struct server *s)
 {
     struct srv_model *m = s->models;
+    s->models = NULL;
     while (m) {
         struct srv_model *next = m->next;
-        bpe_close(m->tok);
-        chat_template_free(m->chat);
-        free(m->path);
-        free(m);
+        m->removed = true;
+        srv_model_put(m); /* the table's; requests are gone by now */
         m = next;
     }
-    s->models = NULL;
 }
 
 int srv_models_list_all(struct server *s, struct srv_model **out, int max)
@@ -165,9 +193,8 @@ int srv_models_list_all(struct server *s, struct srv_model **out, int max)
     int n = 0;
     pthread_mutex_lock(&s->lock);
     for (struct srv_model *m = s->models; m; m = m->next) {
-        if (m->removed)
-            continue;
         if (n < max) {
+            atomic_fetch_add(&m->refs, 1);
             /* insertion by id: the list is short */
             int i = n;
             while (i > 0 && out[i - 1]->id > m->id) {
@@ -180,6 +207,12 @@ int srv_models_list_all(struct server *s, struct srv_model **out, int max)
     }
     pthread_mutex_unlock(&s->lock);
     return n;
+}
+
+void srv_models_put_all(struct srv_model **ms, int n)
+{
+    for (int i = 0; i < n; i++)
+        srv_model_put(ms[i]);
 }
 
 const char *srv_residency_name(enum residency r)

@@ -63,6 +63,7 @@ enum MHD_Result srv_models_list(struct srv_req *r)
         if (o) /* else removed meanwhile */
             json_array_append_new(data, o);
     }
+    srv_models_put_all(ms, n);
     free(ms);
     return srv_reply_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
@@ -71,17 +72,15 @@ enum MHD_Result srv_model_get(struct srv_req *r)
 {
     struct srv_model *m = srv_model_find(r->s, r->arg);
     json_t *o = m ? model_json(r->s, m) : NULL;
+    srv_model_put(m);
     if (!o)
         return model_not_found(r, r->arg);
     return srv_reply_json(r, 200, o);
 }
 
-enum MHD_Result srv_admin_action(struct srv_req *r)
+static enum MHD_Result admin_action(struct srv_req *r, struct srv_model *m)
 {
     struct server *s = r->s;
-    struct srv_model *m = srv_model_find(s, r->arg);
-    if (!m)
-        return model_not_found(r, r->arg);
     struct engine *e = s->stack->engine;
     int rc;
     if (strcmp(r->action, "load") == 0)
@@ -101,6 +100,16 @@ enum MHD_Result srv_admin_action(struct srv_req *r)
     return o ? srv_reply_json(r, 200, o) : model_not_found(r, r->arg);
 }
 
+enum MHD_Result srv_admin_action(struct srv_req *r)
+{
+    struct srv_model *m = srv_model_find(r->s, r->arg);
+    if (!m)
+        return model_not_found(r, r->arg);
+    enum MHD_Result ret = admin_action(r, m);
+    srv_model_put(m);
+    return ret;
+}
+
 enum MHD_Result srv_admin_delete(struct srv_req *r)
 {
     struct server *s = r->s;
@@ -109,11 +118,10 @@ enum MHD_Result srv_admin_delete(struct srv_req *r)
     json_t *o = m ? model_json(s, m) : NULL;
     int rc = o ? engine_remove_model(s->stack->engine, m->id) : ERR_NOT_FOUND;
     if (rc == 0) {
-        pthread_mutex_lock(&s->lock);
-        m->removed = true;
-        pthread_mutex_unlock(&s->lock);
         log_info("admin: removed model %s", m->name);
+        srv_model_remove(s, m); /* freed when its last request ends */
     }
+    srv_model_put(m);
     pthread_mutex_unlock(&s->admin_lock);
     if (rc < 0) {
         json_decref(o);
@@ -234,7 +242,9 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
         goto refuse;
     }
     pthread_mutex_lock(&s->admin_lock);
-    if (srv_model_find(s, name)) {
+    struct srv_model *same = srv_model_find(s, name);
+    srv_model_put(same);
+    if (same) {
         pthread_mutex_unlock(&s->admin_lock);
         oai_error_set(&e, 409, "invalid_request_error", "model_exists", "name",
                       "A model named '%s' is served already.", name);
@@ -269,6 +279,7 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     log_info("admin: added model %s from %s (tp %d, pp %d)", name, dir, tp, pp);
     struct srv_model *m = srv_model_find(s, name);
     json_t *o = m ? model_json(s, m) : NULL;
+    srv_model_put(m);
     json_decref(body);
     free(dir);
     return o ? srv_reply_json(r, 200, o) : model_not_found(r, name);
