@@ -484,6 +484,37 @@ static void test_devices(void)
     CHECK(stack_parse_devices("--devices", many, &sc) == ERR_INVALID &&
           strstr(err_msg(), "more than 64 devices"));
 
+    /* CPU device budgets plus the host budget above the machine's memory:
+     * refused at start, before any arena is touched, naming the numbers */
+    {
+        unsigned long long phys =
+            (unsigned long long)sysconf(_SC_PHYS_PAGES) * (unsigned long long)sysconf(_SC_PAGESIZE);
+        const uint64_t G = 1ull << 30, two[2] = {12 * G, 12 * G};
+        const uint64_t machine = 23 * G + G / 2; /* the 23.5 GiB machine */
+        CHECK(stack_check_memory(two, 1, 4 * G, false, machine) == 0);
+        int rc = stack_check_memory(two, 2, 0, false, machine);
+        CHECK_MSG(rc == ERR_NOMEM && strstr(err_msg(), "(2 devices, 24.00 GiB in all)") &&
+                      strstr(err_msg(), "are 24.00 GiB, more than the machine's 23.50 GiB of "
+                                        "physical memory (MemTotal)"),
+                  "%d %s", rc, err_msg());
+        rc = stack_check_memory(two, 1, 12 * G, true, machine);
+        CHECK_MSG(rc == ERR_NOMEM && strstr(err_msg(), "(1 device, 12.00 GiB in all)") &&
+                      strstr(err_msg(), "host budget (12.00 GiB, sized for every model's weights)"),
+                  "%d %s", rc, err_msg());
+        CHECK(stack_check_memory(two, 2, 0, false, 0) == 0); /* unknown */
+        /* end to end with a host budget above the machine (never touched at
+         * start, so a server that does not refuse listens, and the timeout
+         * ends it) */
+        char c2[2048], e2[4096] = "";
+        snprintf(c2, sizeof(c2), "timeout 20 %s serve --model a=%s --device-budget 64MiB "
+                 "--host-budget %llu --port 0", BIN, FIXTURE, phys / 10 * 12);
+        rc = run(c2, NULL, 0, e2, sizeof(e2));
+        const char *last = strstr(e2, "shardswap serve: ");
+        CHECK_MSG(rc == 1 && last && strstr(last, "the CPU device budgets (1 device, ") &&
+                      strstr(last, "GiB of physical memory (MemTotal)") && count_lines(last) == 1,
+                  "%s: exit %d, stderr \"%s\"", c2, rc, e2);
+    }
+
     /* every command that takes the flag: usage errors (exit 2) of one line */
     char cmd[4096];
     static const struct {
