@@ -17,6 +17,22 @@
  * ERR_NOT_FOUND, any other failure ERR_IO, both naming path and why. */
 int fs_open_regular(const char *path, int *fd, size_t *size);
 
+/* Reads the whole regular file at path (fs_open_regular's checks) of at most
+ * max bytes into *data (malloc'd, NUL-terminated; the caller frees it) and
+ * its length into *len. A larger file is refused by its size before a byte
+ * is read: ERR_INVALID naming path, its size and max. */
+int fs_read_regular(const char *path, size_t max, char **data, size_t *len);
+
+/* Confines the calling thread's fs_open_regular (and fs_read_regular):
+ * while set, a file whose resolved path (the file opened, symbolic links
+ * followed) is not one of roots or below one is refused, ERR_IO with
+ * "PATH: resolves to a file outside every model root", the target not
+ * named. roots (n of them) stay the caller's and must outlive the
+ * confinement; n 0 (or fs_confine(NULL, 0)) ends it. A server adding a
+ * model below --model-root sets it around everything that reads the
+ * model's directory. Thread-local. */
+void fs_confine(const char *const *roots, int n);
+
 /* "a directory", "a FIFO", "a character device", ... for a stat mode. */
 const char *fs_kind_name(mode_t mode);
 

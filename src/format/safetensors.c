@@ -66,6 +66,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/jsonout.h"
 #include "core/fs.h"
 
 _Static_assert(SIZE_MAX >= UINT64_MAX, "offsets and shapes are read as 64-bit sizes");
@@ -413,8 +414,9 @@ static int file_load(const char *path, struct st_file *f, struct st_tensor **out
     json_error_t jerr;
     root = json_loadb(hdr, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
+        char why[JSON_ERROR_TEXT_LENGTH];
         rc = file_err(path, ERR_FORMAT, "header is not valid JSON: %s (line %d, column %d)",
-                      jerr.text, jerr.line, jerr.column);
+                      jsonout_parse_error(&jerr, why, sizeof(why)), jerr.line, jerr.column);
         goto fail;
     }
     if (!json_is_object(root)) {
@@ -610,9 +612,10 @@ static int index_load(const char *path, json_t **out)
     }
     json_error_t jerr;
     *out = json_loadb(text, got, JSON_REJECT_DUPLICATES, &jerr);
+    char why[JSON_ERROR_TEXT_LENGTH];
     if (!*out)
         rc = file_err(path, ERR_FORMAT, "index is not valid JSON: %s (line %d, column %d)",
-                      jerr.text, jerr.line, jerr.column);
+                      jsonout_parse_error(&jerr, why, sizeof(why)), jerr.line, jerr.column);
 out:
     free(text);
     close(fd);

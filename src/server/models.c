@@ -1,8 +1,10 @@
 /* The server's model table: what it keeps per served model beyond the
  * engine's registry (the tokenizer, the context length, the path), each
  * entry reference counted (server_impl.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "core/error.h"
@@ -93,6 +95,22 @@ static int chat_load(struct srv_model *m, const char *path, const char *override
     return 0;
 }
 
+/* Whether dir has any tokenizer file (by name, whatever it is: a link that
+ * leads nowhere counts), so that one that does not load is an error. */
+static bool tokenizer_files(const char *dir)
+{
+    static const char *names[] = {"tokenizer.json", "vocab.json", "merges.txt", "encoder.json",
+                                  "vocab.bpe"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char p[4096];
+        struct stat sb;
+        snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+        if (lstat(p, &sb) == 0)
+            return true;
+    }
+    return false;
+}
+
 /* Any non-engine thread; opens the tokenizer and the chat template outside
  * s->lock. What the entry needs of sm is copied now: the entry outlives the
  * swap model (the engine's removal unregisters it). */
@@ -114,12 +132,22 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
     m->family = swap_model_info(sm)->family;
     snprintf(m->architecture, sizeof(m->architecture), "%s", swap_model_info(sm)->architecture);
     m->created = (long long)time(NULL);
-    if (bpe_open(path, &m->tok) < 0) {
-        log_warn("model %s: no tokenizer (%s): it serves token-id prompts only, its completions "
-                 "carry token_ids", m->name, err_msg());
+    int rc = bpe_open(path, &m->tok);
+    if (rc < 0 && tokenizer_files(path)) {
+        /* files that are there but do not load (a FIFO, a link out of the
+         * root, a malformed vocabulary) are the model's error, not a model
+         * without a tokenizer whose completions would all fail later */
+        err_wrap(rc, "model %s: its tokenizer does not load", m->name);
+        free(m->path);
+        free(m);
+        return rc;
+    }
+    if (rc < 0) {
+        log_info("model %s: no tokenizer files: it serves token-id prompts only, its completions "
+                 "carry token_ids", m->name);
         m->tok = NULL;
     }
-    int rc = chat_load(m, path, chat_template);
+    rc = chat_load(m, path, chat_template);
     if (rc < 0) {
         chat_template_free(m->chat);
         bpe_close(m->tok);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/jsonout.h"
 #include "core/fs.h"
 #include "template/chat.h"
 #include "template/jinja.h"
@@ -123,8 +124,10 @@ int chat_template_load(const char *dir, const char *override_path, struct chat_t
         cfg = json_loadb(cfg_text, cfg_len, JSON_DECODE_INT_AS_REAL, &je);
         free(cfg_text);
         if (!cfg || !json_is_object(cfg)) {
+            char why[JSON_ERROR_TEXT_LENGTH];
             rc = err_set(ERR_FORMAT, "%s: %s at line %d column %d", cfg_path,
-                         cfg ? "expected a JSON object" : je.text, je.line, je.column);
+                         cfg ? "expected a JSON object" : jsonout_parse_error(&je, why, sizeof(why)),
+                         je.line, je.column);
             goto out;
         }
     }

@@ -169,6 +169,9 @@ int bpe_decoder_token(const struct bpe_decoder *d, const char *sym, size_t n, un
 
 /* Loading (bpe.c, bpe_vocab.c, bpe_special.c). */
 /* Reads a whole file; *data is malloc'd and NUL-terminated, owned by the caller. */
+/* The largest tokenizer file read (tokenizer.json of the largest vocabularies
+ * is ~35 MB). */
+#define BPE_FILE_MAX ((size_t)256 << 20)
 int bpe_file_read(const char *path, char **data, size_t *len);
 /* Parses the JSON object in the file at path into *out (owned by the caller).
  * When optional, a missing file gives 0 and *out NULL. */

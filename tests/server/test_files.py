@@ -4,6 +4,10 @@ the sanitizer build's suite runs it against the ASan+UBSan binary).
 
 - a checkpoint truncated while served: that model's requests get an error,
   every other model keeps answering, the process lives on;
+- files of an added model that resolve outside --model-root (links), FIFOs,
+  devices and oversized files as tokenizer files, malformed files whose
+  bytes must not be quoted: each a 400 naming the file and its param, no
+  hang, nothing of the file in the answer or the log;
 - add/delete churn: hundreds of admin adds and deletes (some with a
   request in between, some refused) leave RSS and the mappings of the
   checkpoint flat, and nothing of a refused add behind;
@@ -70,6 +74,111 @@ def test_truncated_checkpoint():
     check(st2 == st and s.alive(), "a second completion on the truncated checkpoint: %d" % st2)
     s.complete("m1", "Hello", max_tokens=2)
     print("      truncated to %d of %d bytes: %d %r; m1 still 200" % (size // 2, size, st, msg[:160]))
+
+
+SECRET = "root:SECRET-7f3a9:19000:0:99999:7:::"
+
+
+def model_dir(name, files):
+    """A model directory under the root: files maps a name to ("link",
+    target), ("fifo",), ("sparse", bytes) or ("text", content); config.json
+    and model.safetensors, when not given, link to m1's (inside the root)."""
+    d = os.path.join(A.work_dir, "files", name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    base = S["churn"]
+    for f in ("config.json", "model.safetensors"):
+        if f not in files:
+            os.symlink(os.path.join(base, f), os.path.join(d, f))
+    for f, spec in files.items():
+        p = os.path.join(d, f)
+        if spec[0] == "link":
+            os.symlink(spec[1], p)
+        elif spec[0] == "fifo":
+            os.mkfifo(p)
+        elif spec[0] == "sparse":
+            with open(p, "wb") as fh:
+                fh.truncate(spec[1])
+        else:
+            with open(p, "w") as fh:
+                fh.write(spec[1])
+    return d
+
+
+def add_refused(name, d, status, param, needles, extra=None):
+    s = srv()
+    body = {"name": name, "path": d}
+    body.update(extra or {})
+    st, j = s.json("POST", "/admin/models", body, key="admin", timeout=30)
+    err = (j or {}).get("error", {})
+    msg = err.get("message", "")
+    check(st == status, "add %s: %d %s (want %d)" % (name, st, j, status))
+    check(err.get("param") == param, "add %s: param %r (want %r): %s" %
+          (name, err.get("param"), param, msg))
+    for n in needles:
+        check(n in msg, "add %s: %r lacks %r" % (name, msg, n))
+    check("SECRET" not in msg, "add %s quotes the file: %r" % (name, msg))
+    st, _ = s.json("GET", "/v1/models/" + name)
+    check(st == 404, "a refused add left %s served: %d" % (name, st))
+    return msg
+
+
+def test_hostile_model_files():
+    """Links out of the root, FIFOs, devices, oversized and malformed
+    tokenizer and config files: 400s naming the file and the param, at once
+    (before: accepted, or a hang on the FIFO holding the admin lock, or the
+    file's first bytes in the answer or the log)."""
+    outside = os.path.join(A.work_dir, "outside")
+    os.makedirs(outside, exist_ok=True)
+    secret = os.path.join(outside, "shadow")
+    with open(secret, "w") as f:
+        f.write(SECRET + "\n")
+    m1 = S["churn"]
+    # every file a link to a model outside the root
+    out_model = os.path.join(outside, "m1")
+    if not os.path.exists(out_model):
+        shutil.copytree(m1, out_model, copy_function=os.link)
+    d = model_dir("h-all-links", {f: ("link", os.path.join(out_model, f))
+                                  for f in os.listdir(out_model)})
+    add_refused("h-all-links", d, 400, "path", ["outside every model root"])
+    cases = [
+        ("h-config-shadow", {"config.json": ("link", secret)}, ["config.json", "outside"]),
+        ("h-merges-shadow", {"vocab.json": ("link", os.path.join(m1, "vocab.json")),
+                             "merges.txt": ("link", secret)}, ["merges.txt", "outside"]),
+        ("h-config-bad", {"config.json": ("text", SECRET)}, ["config.json", "invalid JSON"]),
+        ("h-merges-bad", {"vocab.json": ("link", os.path.join(m1, "vocab.json")),
+                          "merges.txt": ("text", SECRET + "\n")}, ["merges.txt:1: expected two symbols"]),
+        ("h-vocab-bad", {"vocab.json": ("text", SECRET), "merges.txt": ("text", "")},
+         ["vocab.json", "malformed JSON"]),
+        ("h-vocab-fifo", {"vocab.json": ("fifo",), "merges.txt": ("link", os.path.join(m1, "merges.txt"))},
+         ["vocab.json: is a FIFO"]),
+        ("h-merges-fifo", {"vocab.json": ("link", os.path.join(m1, "vocab.json")),
+                           "merges.txt": ("fifo",)}, ["merges.txt: is a FIFO"]),
+        ("h-tokjson-fifo", {"tokenizer.json": ("fifo",)}, ["tokenizer.json: is a FIFO"]),
+        ("h-tokcfg-fifo", {"vocab.json": ("link", os.path.join(m1, "vocab.json")),
+                           "merges.txt": ("link", os.path.join(m1, "merges.txt")),
+                           "tokenizer_config.json": ("fifo",)}, ["tokenizer_config.json: is a FIFO"]),
+        ("h-vocab-zero", {"vocab.json": ("link", "/dev/zero")}, ["vocab.json"]),
+        ("h-vocab-huge", {"vocab.json": ("sparse", 300 << 20)}, ["vocab.json", "more than"]),
+        ("h-merges-missing", {"vocab.json": ("link", os.path.join(m1, "vocab.json"))},
+         ["merges.txt"]),
+    ]
+    for name, files, needles in cases:
+        add_refused(name, model_dir(name, files), 400, "path", needles)
+    # links that stay inside the root are fine; no tokenizer files at all: token ids only
+    for name, files in (("h-inside-links", {f: ("link", os.path.join(m1, f))
+                                            for f in os.listdir(m1)}),
+                        ("h-no-tokenizer", {})):
+        st, j = srv().json("POST", "/admin/models", {"name": name, "path": model_dir(name, files)},
+                           key="admin")
+        check(st == 200, "add %s: %d %s" % (name, st, j))
+        check(j["tokenizer"] == (name == "h-inside-links"), "%s: tokenizer %s" % (name, j["tokenizer"]))
+        st, _ = srv().json("DELETE", "/admin/models/" + name, key="admin")
+        check(st == 200, "delete %s: %d" % (name, st))
+    # the params of other refusals
+    add_refused("h-batch", m1, 400, "max_batch", ["max batch 4096", "could not be added"],
+                {"max_batch": 4096})
+    check("SECRET" not in srv().log_text(), "the server's log quotes a file's contents")
 
 
 def maps_of(pid, path):
@@ -148,7 +257,7 @@ def main():
     S["srv"] = s
     s.start()
     print("server on port %d" % s.port)
-    tests = [test_truncated_checkpoint, test_churn]
+    tests = [test_truncated_checkpoint, test_hostile_model_files, test_churn]
     tests = [t for t in tests if not A.only or A.only in t.__name__]
     failures = harness.run_tests(tests, S)
     try:
