@@ -269,6 +269,43 @@ static void test_checked_first(void)
     expect_fail(cmd, 1, "nodir/x.bin: cannot create it in");
     snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,250 --out %s", BIN, FIXTURE, tmp);
     expect_fail(cmd, 1, "is a directory (expected a file to write)");
+    /* a failed write leaves an existing --out as it was, and nothing beside
+     * it: a size limit (SIGXFSZ ignored, so the write fails with EFBIG) as a
+     * full disk would; and the device itself on /dev/full */
+    {
+        char keep[512], got[64] = "", e2[4096] = "";
+        snprintf(keep, sizeof(keep), "%s/keep.bin", tmp);
+        put_file(keep, "previous logits");
+        snprintf(cmd, sizeof(cmd), "sh -c \"trap '' XFSZ; ulimit -f 1; exec %s forward --model %s "
+                 "--ids 2,3,4,5,6,7,8,9 --out %s\"", BIN, FIXTURE, keep);
+        int rc = run(cmd, NULL, 0, e2, sizeof(e2));
+        FILE *f = fopen(keep, "rb");
+        size_t n = f ? fread(got, 1, sizeof(got) - 1, f) : 0;
+        got[n] = 0;
+        if (f)
+            fclose(f);
+        CHECK_MSG(rc == 1 && strstr(e2, "keep.bin: cannot write the logits: File too large (the "
+                                        "file was left as it was)"),
+                  "%s: exit %d, stderr \"%s\"", cmd, rc, e2);
+        CHECK_MSG(strcmp(got, "previous logits") == 0, "--out was replaced: \"%s\"", got);
+        CHECK_MSG(!tmp_has("keep.bin.tmp"), "a temporary was left beside --out");
+        snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,3 --out /dev/full", BIN, FIXTURE);
+        expect_fail(cmd, 1, "/dev/full: cannot write the logits: No space left on device");
+        struct stat sb;
+        CHECK(stat("/dev/full", &sb) == 0 && S_ISCHR(sb.st_mode));
+        /* and a complete write replaces it */
+        snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,3 --out %s", BIN, FIXTURE, keep);
+        CHECK_MSG(run(cmd, NULL, 0, e2, sizeof(e2)) == 0 && stat(keep, &sb) == 0 &&
+                      sb.st_size == 2 * 256 * 4 && !tmp_has("keep.bin.tmp"),
+                  "%s: %s", cmd, e2);
+        /* ids are digits: no blank or sign before one, as flags refuse */
+        static const char *bad_ids[] = {"' 2'", "'2, 3'", "+2", "-0", "'2 '"};
+        for (size_t i = 0; i < sizeof(bad_ids) / sizeof(bad_ids[0]); i++) {
+            snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids %s --out %s", BIN, FIXTURE,
+                     bad_ids[i], keep);
+            expect_fail(cmd, 1, "is not a comma-separated list of token ids");
+        }
+    }
     /* the path is checked before the model: a missing model is not what it says */
     snprintf(cmd, sizeof(cmd), "%s forward --model /nonexistent --ids 2 --out %s/nodir/x.bin",
              BIN, tmp);

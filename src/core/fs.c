@@ -265,3 +265,67 @@ int fs_dir_commit(const char *tmp, const char *target)
                        target, target);
     return err_set(ERR_IO, "cannot move %s to %s: %s", tmp, target, strerror(e));
 }
+
+int fs_file_begin(const char *target, char *tmp, size_t cap, FILE **f)
+{
+    *f = NULL;
+    struct stat sb;
+    if (cap)
+        tmp[0] = '\0';
+    if (stat(target, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        /* a stream (/dev/null, /dev/stdout, a pipe) is written in place: it
+         * holds no file to leave half-written, and a rename would replace
+         * the node itself */
+        if (!S_ISCHR(sb.st_mode) && !S_ISFIFO(sb.st_mode))
+            return err_set(ERR_IO, "%s: is %s, expected a regular file to replace (or none)",
+                           target, fs_kind_name(sb.st_mode));
+        if (!(*f = fopen(target, "wb")))
+            return err_set(ERR_IO, "%s: cannot open for writing: %s", target, strerror(errno));
+        return 0;
+    }
+    if ((size_t)snprintf(tmp, cap, "%s.tmp-XXXXXX", target) >= cap)
+        return err_set(ERR_INVALID, "%s: the name is too long", target);
+    mode_t um = umask(0);
+    umask(um);
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return err_set(ERR_IO, "%s: cannot create a file beside it: %s", target, strerror(errno));
+    if (fchmod(fd, 0666 & ~um) != 0 || !(*f = fdopen(fd, "wb"))) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        return err_set(ERR_IO, "%s: cannot write a file beside it: %s", target, strerror(e));
+    }
+    return 0;
+}
+
+int fs_file_commit(FILE *f, const char *tmp, const char *target, const char *what)
+{
+    int bad = ferror(f), e = errno;
+    if (fflush(f) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (fclose(f) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (!bad && tmp[0] && rename(tmp, target) != 0) {
+        bad = 1;
+        e = errno;
+    }
+    if (!bad)
+        return 0;
+    if (tmp[0])
+        unlink(tmp);
+    return err_set(ERR_IO, "%s: cannot write %s: %s (the file was left as it was)", target, what,
+                   strerror(e ? e : EIO));
+}
+
+void fs_file_abort(FILE *f, const char *tmp)
+{
+    if (f)
+        fclose(f);
+    if (tmp[0])
+        unlink(tmp);
+}

@@ -6,6 +6,7 @@
 #define SHARDSWAP_CORE_FS_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 /* Opens path read-only (close-on-exec) if it is a regular file and returns
@@ -22,6 +23,23 @@ int fs_open_regular(const char *path, int *fd, size_t *size);
  * its length into *len. A larger file is refused by its size before a byte
  * is read: ERR_INVALID naming path, its size and max. */
 int fs_read_regular(const char *path, size_t max, char **data, size_t *len);
+
+/* A file written beside its target and renamed over it only when complete,
+ * so a failed write (a full disk, a size limit, a crash) leaves the target
+ * as it was and no partial file: fs_file_begin creates "TARGET.tmp-XXXXXX"
+ * (mkstemp: O_EXCL, mode 0666 less the umask as fopen would give) in
+ * target's directory and returns it open for writing in *f; the target must
+ * be a regular file or absent, except a stream (a character device such as
+ * /dev/null, or a FIFO), which is opened and written in place (a rename
+ * would replace the node; tmp is then ""); a directory, socket or block
+ * device at target is refused, ERR_IO naming it. fs_file_commit flushes and closes f (an error
+ * of any earlier write shows there), then renames the temporary over
+ * target; on any failure it removes the temporary and returns ERR_IO naming
+ * target, what (e.g. "CSV report") and why. fs_file_abort closes and
+ * removes it. tmp (cap bytes) holds the temporary's name between them. */
+int fs_file_begin(const char *target, char *tmp, size_t cap, FILE **f);
+int fs_file_commit(FILE *f, const char *tmp, const char *target, const char *what);
+void fs_file_abort(FILE *f, const char *tmp);
 
 /* Confines the calling thread's fs_open_regular (and fs_read_regular):
  * while set, a file whose resolved path (the file opened, symbolic links
