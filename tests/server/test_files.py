@@ -253,7 +253,12 @@ def main():
     # its first request) with room for one model's host copy
     s = harness.Server(A.bin, served, A.work_dir, device_budget=harness.room_for(models, 1),
                        host_budget=harness.model_bytes(models["m1"]) + harness.MiB,
-                       model_root=os.path.join(A.work_dir, "files"))
+                       model_root=os.path.join(A.work_dir, "files"),
+                       # a sanitizer build's quarantine of freed memory would
+                       # read as growth in test_churn: keep it small
+                       env={"ASAN_OPTIONS": os.environ.get(
+                           "ASAN_OPTIONS", "detect_leaks=1:abort_on_error=1") +
+                           ":quarantine_size_mb=16"})
     S["srv"] = s
     s.start()
     print("server on port %d" % s.port)
