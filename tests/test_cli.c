@@ -122,6 +122,32 @@ static void put_file(const char *path, const char *content)
 /* gen-model checks --tokenizer-from and --out before writing anything, and
  * writes beside --out: a failed run leaves neither --out nor its staging
  * directory behind. */
+/* gen-model --tokenizer-from with a FIFO or a device as a tokenizer file:
+ * refused naming the file, at once (before: the FIFO blocked the copy). */
+static void test_gen_model_fifo(void)
+{
+    static const char *names[] = {"vocab.json", "merges.txt", "special_tokens_map.json",
+                                  "tokenizer_config.json", "chat_template.jinja"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        for (int dev = 0; dev < 2; dev++) {
+            char dir[512], cmd[4096];
+            snprintf(dir, sizeof(dir), "%s/fifotok%zu%d", tmp, i, dev);
+            snprintf(cmd, sizeof(cmd),
+                     "rm -rf %s && mkdir %s && ln -s %s/data/tokenizer/opt/vocab.json "
+                     "%s/data/tokenizer/opt/merges.txt %s/ && rm -f %s/%s && %s %s/%s",
+                     dir, dir, SHARDSWAP_SOURCE_DIR, SHARDSWAP_SOURCE_DIR, dir, dir, names[i],
+                     dev ? "ln -s /dev/zero" : "mkfifo", dir, names[i]);
+            CHECK_MSG(system(cmd) == 0, "%s", cmd);
+            char want[600];
+            snprintf(want, sizeof(want), "%s/%s: is %s, expected a regular file", dir, names[i],
+                     dev ? "a character device" : "a FIFO");
+            snprintf(cmd, sizeof(cmd), "timeout 20 %s gen-model --preset opt-125m --layers 1 "
+                     "--out %s/fifo-out --tokenizer-from %s", BIN, tmp, dir);
+            expect_fail(cmd, 1, want);
+        }
+    CHECK(!tmp_has("fifo-out"));
+}
+
 static void test_gen_model_out(void)
 {
     char cmd[2048], path[512], bad[256];
@@ -641,6 +667,7 @@ int main(void)
         CHECK_MSG(run(cmd, out, sizeof(out), NULL, 0) == 0 && strstr(out, "usage:"), "%s", cmd);
     }
     test_devices();
+    test_gen_model_fifo();
     /* bench gemv refuses an ISA it does not know before measuring anything */
     expect_fail(BIN " bench gemv --isa sse9", 2, "unknown ISA");
     /* --help states the range each value is checked against */
