@@ -111,6 +111,44 @@ static bool tokenizer_files(const char *dir)
     return false;
 }
 
+/* What an entry is charged for: 1 MiB (its swap model's layouts and
+ * events, the checkpoint's tensor table, the engine's statistics) and 4x
+ * the bytes of its tokenizer and chat template files, which is what their
+ * parsed tables take (OPT's 1.36 MB of vocab.json + merges.txt held 5.7 MB
+ * resident). An estimate: the bound is on memory, not only on a count. */
+static uint64_t model_charge(const char *dir)
+{
+    static const char *names[] = {"tokenizer.json", "vocab.json", "merges.txt", "encoder.json",
+                                  "vocab.bpe", "tokenizer_config.json", "chat_template.jinja"};
+    uint64_t n = 1u << 20;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char p[4096];
+        struct stat sb;
+        snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
+            n += 4 * (uint64_t)sb.st_size;
+    }
+    return n;
+}
+
+/* Takes bytes of the registration bound for a new entry; ERR_NOMEM naming
+ * the numbers when the served models' charges would pass the host budget. */
+static int charge_take(struct server *s, const char *name, uint64_t bytes)
+{
+    struct swap_stats st;
+    swap_get_stats(s->stack->mgr, &st);
+    uint64_t was = atomic_fetch_add(&s->registered_bytes, bytes);
+    if (st.host_budget == 0 || was + bytes <= st.host_budget)
+        return 0;
+    atomic_fetch_sub(&s->registered_bytes, bytes);
+    return err_set(ERR_NOMEM,
+                   "model %s: the served models' tokenizers and tables would take %.1f MiB of "
+                   "host memory with its %.1f MiB, more than the host budget of %.1f MiB "
+                   "(remove a model, or raise --host-budget)",
+                   name, (double)(was + bytes) / (1 << 20), (double)bytes / (1 << 20),
+                   (double)st.host_budget / (1 << 20));
+}
+
 /* Any non-engine thread; opens the tokenizer and the chat template outside
  * s->lock. What the entry needs of sm is copied now: the entry outlives the
  * swap model (the engine's removal unregisters it). */
@@ -132,6 +170,7 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
     m->family = swap_model_info(sm)->family;
     snprintf(m->architecture, sizeof(m->architecture), "%s", swap_model_info(sm)->architecture);
     m->created = (long long)time(NULL);
+    m->s = s;
     int rc = bpe_open(path, &m->tok);
     if (rc < 0 && tokenizer_files(path)) {
         /* files that are there but do not load (a FIFO, a link out of the
@@ -147,8 +186,18 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
                  "carry token_ids", m->name);
         m->tok = NULL;
     }
+    /* after the tokenizer's own checks (a file over its cap is named as
+     * such), before anything else is built on it */
+    m->charge = model_charge(path);
+    if ((rc = charge_take(s, m->name, m->charge)) < 0) {
+        bpe_close(m->tok);
+        free(m->path);
+        free(m);
+        return rc;
+    }
     rc = chat_load(m, path, chat_template);
     if (rc < 0) {
+        atomic_fetch_sub(&s->registered_bytes, m->charge);
         chat_template_free(m->chat);
         bpe_close(m->tok);
         free(m->path);
@@ -180,6 +229,7 @@ void srv_model_put(struct srv_model *m)
 {
     if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
         return;
+    atomic_fetch_sub(&m->s->registered_bytes, m->charge);
     bpe_close(m->tok);
     chat_template_free(m->chat);
     free(m->path);

@@ -65,6 +65,8 @@ struct srv_model {
     int32_t turn_end[4];
     int n_turn_end;
     long long created; /* unix seconds it was added */
+    struct server *s;  /* whose registered bytes charge holds */
+    uint64_t charge;   /* host memory it is charged for (srv_model_add) */
     bool removed;      /* out of the table (under server.lock) */
     atomic_ullong n_invalid; /* completions refused by the server (4xx) */
     atomic_ullong n_route[2]; /* requests naming it: [0] /v1/completions, [1] chat */
@@ -89,6 +91,9 @@ struct server {
     pthread_mutex_t admin_lock;
     pthread_mutex_t lock;
     struct srv_model *models; /* newest first */
+    /* host memory the entries hold (tokenizers, tables), an estimate kept
+     * within the host budget: what bounds registration beside the count */
+    atomic_ullong registered_bytes;
     struct srv_req *live;     /* every request state, until freed */
     int n_inflight;           /* requests submitted whose on_done has not run */
     pthread_cond_t idle_cv;   /* n_inflight or the live list shrank */

@@ -8,6 +8,8 @@ the sanitizer build's suite runs it against the ASan+UBSan binary).
   devices and oversized files as tokenizer files, malformed files whose
   bytes must not be quoted: each a 400 naming the file and its param, no
   hang, nothing of the file in the answer or the log;
+- registration bounded by memory: adds past the host budget's room for the
+  served models' tokenizers and tables are refused, deletes give it back;
 - add/delete churn: hundreds of admin adds and deletes (some with a
   request in between, some refused) leave RSS and the mappings of the
   checkpoint flat, and nothing of a refused add behind;
@@ -181,6 +183,35 @@ def test_hostile_model_files():
     check("SECRET" not in srv().log_text(), "the server's log quotes a file's contents")
 
 
+def test_registration_bound():
+    """Registration is bounded by memory: each served model is charged its
+    tables and tokenizer (1 MiB + 4x its tokenizer files) against the host
+    budget (here ~105 MiB: about 16 OPT tokenizers), so adds are refused
+    with a 400 naming the budget long before the count limit (before: all
+    30 accepted); removing models gives the room back."""
+    s = srv()
+    added = []
+    refusal = None
+    for i in range(30):
+        st, j = s.json("POST", "/admin/models", {"name": "r%d" % i, "path": S["churn"]},
+                       key="admin")
+        if st != 200:
+            refusal = (st, j)
+            break
+        added.append("r%d" % i)
+    check(refusal is not None, "30 adds of a model with a tokenizer were all accepted")
+    st, j = refusal
+    err = (j or {}).get("error", {})
+    check(st == 400 and err.get("param") == "path" and "host budget" in err.get("message", ""),
+          "the refusal: %d %s" % (st, j))
+    check(len(added) >= 5, "only %d adds fit" % len(added))
+    print("      %d adds accepted, then %d: %s" % (len(added), st, err.get("message", "")[:200]))
+    for n in added:
+        st, _ = s.json("DELETE", "/admin/models/" + n, key="admin")
+        check(st == 200, "delete %s: %d" % (n, st))
+    add_delete(s, "r-again", S["churn"])
+
+
 def maps_of(pid, path):
     """How many mappings of path the process has (/proc/PID/maps)."""
     real = os.path.realpath(path)
@@ -262,7 +293,8 @@ def main():
     S["srv"] = s
     s.start()
     print("server on port %d" % s.port)
-    tests = [test_truncated_checkpoint, test_hostile_model_files, test_churn]
+    tests = [test_truncated_checkpoint, test_hostile_model_files, test_registration_bound,
+             test_churn]
     tests = [t for t in tests if not A.only or A.only in t.__name__]
     failures = harness.run_tests(tests, S)
     try:
