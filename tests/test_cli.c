@@ -578,6 +578,21 @@ static void test_devices(void)
                   "%s: exit %d, stderr \"%s\"", c2, rc, e2);
     }
 
+    /* serve with a FIFO as a model's vocab.json: refused at start, naming it
+     * (before: it blocked before listening, deaf to SIGTERM) */
+    {
+        char dir[512], c3[4096], e3[4096] = "";
+        snprintf(dir, sizeof(dir), "%s/fifomodel", tmp);
+        snprintf(c3, sizeof(c3), "rm -rf %s && mkdir %s && ln -s %s/config.json %s/model.safetensors "
+                 "%s/ && ln -s %s/data/tokenizer/opt/merges.txt %s/ && mkfifo %s/vocab.json",
+                 dir, dir, FIXTURE, FIXTURE, dir, SHARDSWAP_SOURCE_DIR, dir, dir);
+        CHECK_MSG(system(c3) == 0, "%s", c3);
+        snprintf(c3, sizeof(c3), "timeout 20 %s serve --model a=%s --port 0", BIN, dir);
+        int rc = run(c3, NULL, 0, e3, sizeof(e3));
+        CHECK_MSG(rc == 1 && strstr(e3, "vocab.json: is a FIFO, expected a regular file"),
+                  "%s: exit %d, stderr \"%s\"", c3, rc, e3);
+    }
+
     /* every command that takes the flag: usage errors (exit 2) of one line */
     char cmd[4096];
     static const struct {
