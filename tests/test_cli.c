@@ -141,8 +141,10 @@ static void test_gen_model_fifo(void)
             char want[600];
             snprintf(want, sizeof(want), "%s/%s: is %s, expected a regular file", dir, names[i],
                      dev ? "a character device" : "a FIFO");
-            snprintf(cmd, sizeof(cmd), "timeout 20 %s gen-model --preset opt-125m --layers 1 "
-                     "--out %s/fifo-out --tokenizer-from %s", BIN, tmp, dir);
+            snprintf(cmd, sizeof(cmd),
+                     "timeout 20 %s gen-model --preset opt-125m --layers 1 "
+                     "--out %s/fifo-out --tokenizer-from %s",
+                     BIN, tmp, dir);
             expect_fail(cmd, 1, want);
         }
     CHECK(!tmp_has("fifo-out"));
@@ -302,8 +304,10 @@ static void test_checked_first(void)
         char keep[512], got[64] = "", e2[4096] = "";
         snprintf(keep, sizeof(keep), "%s/keep.bin", tmp);
         put_file(keep, "previous logits");
-        snprintf(cmd, sizeof(cmd), "sh -c \"trap '' XFSZ; ulimit -f 1; exec %s forward --model %s "
-                 "--ids 2,3,4,5,6,7,8,9 --out %s\"", BIN, FIXTURE, keep);
+        snprintf(cmd, sizeof(cmd),
+                 "sh -c \"trap '' XFSZ; ulimit -f 1; exec %s forward --model %s "
+                 "--ids 2,3,4,5,6,7,8,9 --out %s\"",
+                 BIN, FIXTURE, keep);
         int rc = run(cmd, NULL, 0, e2, sizeof(e2));
         FILE *f = fopen(keep, "rb");
         size_t n = f ? fread(got, 1, sizeof(got) - 1, f) : 0;
@@ -569,8 +573,10 @@ static void test_devices(void)
          * start, so a server that does not refuse listens, and the timeout
          * ends it) */
         char c2[2048], e2[4096] = "";
-        snprintf(c2, sizeof(c2), "timeout 20 %s serve --model a=%s --device-budget 64MiB "
-                 "--host-budget %llu --port 0", BIN, FIXTURE, phys / 10 * 12);
+        snprintf(c2, sizeof(c2),
+                 "timeout 20 %s serve --model a=%s --device-budget 64MiB "
+                 "--host-budget %llu --port 0",
+                 BIN, FIXTURE, phys / 10 * 12);
         rc = run(c2, NULL, 0, e2, sizeof(e2));
         const char *last = strstr(e2, "shardswap serve: ");
         CHECK_MSG(rc == 1 && last && strstr(last, "the CPU device budgets (1 device, ") &&
@@ -583,7 +589,8 @@ static void test_devices(void)
     {
         char dir[512], c3[4096], e3[4096] = "";
         snprintf(dir, sizeof(dir), "%s/fifomodel", tmp);
-        snprintf(c3, sizeof(c3), "rm -rf %s && mkdir %s && ln -s %s/config.json %s/model.safetensors "
+        snprintf(c3, sizeof(c3),
+                 "rm -rf %s && mkdir %s && ln -s %s/config.json %s/model.safetensors "
                  "%s/ && ln -s %s/data/tokenizer/opt/merges.txt %s/ && mkfifo %s/vocab.json",
                  dir, dir, FIXTURE, FIXTURE, dir, SHARDSWAP_SOURCE_DIR, dir, dir);
         CHECK_MSG(system(c3) == 0, "%s", c3);

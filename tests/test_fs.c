@@ -1,11 +1,11 @@
 /* core/fs.h: removing trees without following links, and staging a directory
  * beside its target then moving it into place, with errors naming the entry. */
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
-#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>

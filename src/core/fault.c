@@ -50,8 +50,9 @@ int fault_guard(int (*fn)(void *arg), void *arg, const char *what)
     sigjmp_buf jb;
     /* savemask 1: the jump out of the handler unblocks SIGBUS again */
     if (sigsetjmp(jb, 1) != 0)
-        return err_set(ERR_IO, "%s: a bus error (SIGBUS) reading mapped memory: the file "
-                               "shrank while mapped",
+        return err_set(ERR_IO,
+                       "%s: a bus error (SIGBUS) reading mapped memory: the file "
+                       "shrank while mapped",
                        what);
     fault_armed = &jb;
     int rc = fn(arg);

@@ -136,8 +136,8 @@ int fs_read_regular(const char *path, size_t max, char **data, size_t *len)
         return rc;
     if (size > max) {
         close(fd);
-        return err_set(ERR_INVALID, "%s: %zu bytes, more than the %zu expected at most", path,
-                       size, max);
+        return err_set(ERR_INVALID, "%s: %zu bytes, more than the %zu expected at most", path, size,
+                       max);
     }
     char *buf = malloc(size + 1);
     if (!buf) {

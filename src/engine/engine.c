@@ -1121,9 +1121,9 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
         sm[i].batch_s = step_estimate(e, m->queue_len);
         /* its weights and its batches' memory leave or come together */
         for (int d = 0; d < v->n_devices; d++)
-            sm[i].bytes[d] = swap_model_device_bytes(m->sm, d) +
-                             (m->reserve[d] > m->batch_bytes[d] ? m->reserve[d]
-                                                                 : m->batch_bytes[d]);
+            sm[i].bytes[d] =
+                swap_model_device_bytes(m->sm, d) +
+                (m->reserve[d] > m->batch_bytes[d] ? m->reserve[d] : m->batch_bytes[d]);
         v->any_loading |= sm[i].loading;
         v->any_running |= m->running;
     }

@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "core/jsonout.h"
 #include "core/fs.h"
+#include "core/jsonout.h"
 
 int hf_json_load(const char *dir, const char *name, bool optional, json_t **root, char *path,
                  size_t cap)

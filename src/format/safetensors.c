@@ -66,8 +66,8 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "core/jsonout.h"
 #include "core/fs.h"
+#include "core/jsonout.h"
 
 _Static_assert(SIZE_MAX >= UINT64_MAX, "offsets and shapes are read as 64-bit sizes");
 
@@ -80,7 +80,7 @@ struct st_file {
     char *path;
     const uint8_t *map; /* whole file, PROT_READ, MAP_PRIVATE */
     size_t size;
-    dev_t dev;          /* the mapped file's identity, for st_check */
+    dev_t dev; /* the mapped file's identity, for st_check */
     ino_t ino;
     char *names;        /* one allocation for the names of this file's tensors */
 };

@@ -118,8 +118,9 @@ static bool tokenizer_files(const char *dir)
  * resident). An estimate: the bound is on memory, not only on a count. */
 static uint64_t model_charge(const char *dir)
 {
-    static const char *names[] = {"tokenizer.json", "vocab.json", "merges.txt", "encoder.json",
-                                  "vocab.bpe", "tokenizer_config.json", "chat_template.jinja"};
+    static const char *names[] = {"tokenizer.json",     "vocab.json", "merges.txt",
+                                  "encoder.json",       "vocab.bpe",  "tokenizer_config.json",
+                                  "chat_template.jinja"};
     uint64_t n = 1u << 20;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         char p[4096];
@@ -183,7 +184,8 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
     }
     if (rc < 0) {
         log_info("model %s: no tokenizer files: it serves token-id prompts only, its completions "
-                 "carry token_ids", m->name);
+                 "carry token_ids",
+                 m->name);
         m->tok = NULL;
     }
     /* after the tokenizer's own checks (a file over its cap is named as

@@ -276,7 +276,7 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     int id = rc < 0 ? rc : engine_add_model(s->stack->engine, sm);
     if (rc == 0 && id < 0) {
         swap_unregister(s->stack->mgr, sm); /* never served: idle */
-        param = "";                          /* the engine's model limit */
+        param = "";                         /* the engine's model limit */
     }
     if (id >= 0 && max_batch > 0 &&
         (rc = engine_set_max_batch(s->stack->engine, id, max_batch)) < 0) {

@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "core/jsonout.h"
 #include "core/fs.h"
+#include "core/jsonout.h"
 #include "template/chat.h"
 #include "template/jinja.h"
 
@@ -125,9 +125,10 @@ int chat_template_load(const char *dir, const char *override_path, struct chat_t
         free(cfg_text);
         if (!cfg || !json_is_object(cfg)) {
             char why[JSON_ERROR_TEXT_LENGTH];
-            rc = err_set(ERR_FORMAT, "%s: %s at line %d column %d", cfg_path,
-                         cfg ? "expected a JSON object" : jsonout_parse_error(&je, why, sizeof(why)),
-                         je.line, je.column);
+            rc =
+                err_set(ERR_FORMAT, "%s: %s at line %d column %d", cfg_path,
+                        cfg ? "expected a JSON object" : jsonout_parse_error(&je, why, sizeof(why)),
+                        je.line, je.column);
             goto out;
         }
     }

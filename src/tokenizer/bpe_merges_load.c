@@ -100,8 +100,9 @@ int bpe_merges_load_txt(struct bpe *t, const struct bpe_symtab *vocab, const cha
         if (!sp || sp == line || sp + 1 == eol || memchr(sp + 1, ' ', (size_t)(eol - sp - 1))) {
             char where[512];
             /* the line is not quoted: the file may be any file a link names */
-            rc = err_set(ERR_FORMAT, "%s: expected two symbols separated by one space (a line "
-                                     "of %zu bytes)",
+            rc = err_set(ERR_FORMAT,
+                         "%s: expected two symbols separated by one space (a line "
+                         "of %zu bytes)",
                          bpe_merge_where(&src, where, sizeof(where)), n);
             goto out;
         }
