@@ -3,7 +3,9 @@
 the sanitizer build's suite runs it against the ASan+UBSan binary).
 
 - a checkpoint truncated while served: that model's requests get an error,
-  every other model keeps answering, the process lives on;
+  every other model keeps answering, the process lives on (seen by the
+  size check before a load, or, truncated behind it, by the loader's SIGBUS
+  guard);
 - files of an added model that resolve outside --model-root (links), FIFOs,
   devices and oversized files as tokenizer files, malformed files whose
   bytes must not be quoted: each a 400 naming the file and its param, no
@@ -123,6 +125,31 @@ def add_refused(name, d, status, param, needles, extra=None):
     st, _ = s.json("GET", "/v1/models/" + name)
     check(st == 404, "a refused add left %s served: %d" % (name, st))
     return msg
+
+
+def test_truncated_under_the_check():
+    """The same with a truncation st_check cannot see: the served file is
+    renamed over (its path now names a new, complete file) and the old one,
+    still mapped, is truncated through another link. The loader's copy
+    faults, its SIGBUS guard fails that load alone (before: exit 135)."""
+    s = srv()
+    path = os.path.join(S["victim2"], "model.safetensors")
+    held = os.path.join(A.work_dir, "files", "victim2-held")
+    if os.path.exists(held):
+        os.unlink(held)
+    os.link(path, held)
+    shutil.copy(path, path + ".new")
+    os.rename(path + ".new", path)
+    os.truncate(held, os.path.getsize(held) // 2)
+    st, j = s.json("POST", "/v1/completions", {"model": "victim2", "prompt": "Hello",
+                                               "max_tokens": 2})
+    check(s.alive(), "the server died on a truncated mapping:\n%s" % s.log_text()[-2000:])
+    msg = (j or {}).get("error", {}).get("message", "")
+    check(st >= 400 and "victim2" in msg and "SIGBUS" in msg,
+          "a completion on the truncated mapping: %d %r" % (st, msg))
+    s.complete("m1", "Hello", max_tokens=2)
+    os.unlink(held)
+    print("      %d %r; m1 still 200" % (st, msg[:160]))
 
 
 def test_hostile_model_files():
@@ -277,9 +304,10 @@ def main():
     A = harness.resolve_args(p.parse_args())
     models = harness.tiny_models(A.bin, A.work_dir, 1)
     S["victim"] = copy_model(models["m1"], "victim")
+    S["victim2"] = copy_model(models["m1"], "victim2")
     S["churn"] = copy_model(models["m1"], "churn")
     S["churn_ids"] = copy_model(models["m1"], "churn-ids", tokenizer=False)
-    served = {"m1": models["m1"], "victim": S["victim"]}
+    served = {"m1": models["m1"], "victim": S["victim"], "victim2": S["victim2"]}
     # a host budget (no prefetch at start: the victim stays on disk until
     # its first request) with room for one model's host copy
     s = harness.Server(A.bin, served, A.work_dir, device_budget=harness.room_for(models, 1),
@@ -293,7 +321,7 @@ def main():
     S["srv"] = s
     s.start()
     print("server on port %d" % s.port)
-    tests = [test_truncated_checkpoint, test_hostile_model_files, test_registration_bound,
+    tests = [test_truncated_checkpoint, test_truncated_under_the_check, test_hostile_model_files, test_registration_bound,
              test_churn]
     tests = [t for t in tests if not A.only or A.only in t.__name__]
     failures = harness.run_tests(tests, S)
