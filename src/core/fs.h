@@ -32,7 +32,8 @@ int fs_read_regular(const char *path, size_t max, char **data, size_t *len);
  * be a regular file or absent, except a stream (a character device such as
  * /dev/null, or a FIFO), which is opened and written in place (a rename
  * would replace the node; tmp is then ""); a directory, socket or block
- * device at target is refused, ERR_IO naming it. fs_file_commit flushes and closes f (an error
+ * device at target is refused, ERR_IO naming it. A symbolic link at target
+ * is replaced by the new file, never written through. fs_file_commit flushes and closes f (an error
  * of any earlier write shows there), then renames the temporary over
  * target; on any failure it removes the temporary and returns ERR_IO naming
  * target, what (e.g. "CSV report") and why. fs_file_abort closes and
