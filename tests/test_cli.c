@@ -123,6 +123,34 @@ static void put_file(const char *path, const char *content)
 /* gen-model checks --tokenizer-from and --out before writing anything, and
  * writes beside --out: a failed run leaves neither --out nor its staging
  * directory behind. */
+/* gen-model --tokenizer-from with a FIFO or a device as a tokenizer file:
+ * refused naming the file, at once (before: the FIFO blocked the copy). */
+static void test_gen_model_fifo(void)
+{
+    static const char *names[] = {"vocab.json", "merges.txt", "special_tokens_map.json",
+                                  "tokenizer_config.json", "chat_template.jinja"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        for (int dev = 0; dev < 2; dev++) {
+            char dir[512], cmd[4096];
+            snprintf(dir, sizeof(dir), "%s/fifotok%zu%d", tmp, i, dev);
+            snprintf(cmd, sizeof(cmd),
+                     "rm -rf %s && mkdir %s && ln -s %s/data/tokenizer/opt/vocab.json "
+                     "%s/data/tokenizer/opt/merges.txt %s/ && rm -f %s/%s && %s %s/%s",
+                     dir, dir, SHARDSWAP_SOURCE_DIR, SHARDSWAP_SOURCE_DIR, dir, dir, names[i],
+                     dev ? "ln -s /dev/zero" : "mkfifo", dir, names[i]);
+            CHECK_MSG(system(cmd) == 0, "%s", cmd);
+            char want[600];
+            snprintf(want, sizeof(want), "%s/%s: is %s, expected a regular file", dir, names[i],
+                     dev ? "a character device" : "a FIFO");
+            snprintf(cmd, sizeof(cmd),
+                     "timeout 20 %s gen-model --preset opt-125m --layers 1 "
+                     "--out %s/fifo-out --tokenizer-from %s",
+                     BIN, tmp, dir);
+            expect_fail(cmd, 1, want);
+        }
+    CHECK(!tmp_has("fifo-out"));
+}
+
 static void test_gen_model_out(void)
 {
     char cmd[2048], path[512], bad[256];
@@ -270,6 +298,45 @@ static void test_checked_first(void)
     expect_fail(cmd, 1, "nodir/x.bin: cannot create it in");
     snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,250 --out %s", BIN, FIXTURE, tmp);
     expect_fail(cmd, 1, "is a directory (expected a file to write)");
+    /* a failed write leaves an existing --out as it was, and nothing beside
+     * it: a size limit (SIGXFSZ ignored, so the write fails with EFBIG) as a
+     * full disk would; and the device itself on /dev/full */
+    {
+        char keep[512], got[64] = "", e2[4096] = "";
+        snprintf(keep, sizeof(keep), "%s/keep.bin", tmp);
+        put_file(keep, "previous logits");
+        snprintf(cmd, sizeof(cmd),
+                 "sh -c \"trap '' XFSZ; ulimit -f 1; exec %s forward --model %s "
+                 "--ids 2,3,4,5,6,7,8,9 --out %s\"",
+                 BIN, FIXTURE, keep);
+        int rc = run(cmd, NULL, 0, e2, sizeof(e2));
+        FILE *f = fopen(keep, "rb");
+        size_t n = f ? fread(got, 1, sizeof(got) - 1, f) : 0;
+        got[n] = 0;
+        if (f)
+            fclose(f);
+        CHECK_MSG(rc == 1 && strstr(e2, "keep.bin: cannot write the logits: File too large (the "
+                                        "file was left as it was)"),
+                  "%s: exit %d, stderr \"%s\"", cmd, rc, e2);
+        CHECK_MSG(strcmp(got, "previous logits") == 0, "--out was replaced: \"%s\"", got);
+        CHECK_MSG(!tmp_has("keep.bin.tmp"), "a temporary was left beside --out");
+        snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,3 --out /dev/full", BIN, FIXTURE);
+        expect_fail(cmd, 1, "/dev/full: cannot write the logits: No space left on device");
+        struct stat sb;
+        CHECK(stat("/dev/full", &sb) == 0 && S_ISCHR(sb.st_mode));
+        /* and a complete write replaces it */
+        snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,3 --out %s", BIN, FIXTURE, keep);
+        CHECK_MSG(run(cmd, NULL, 0, e2, sizeof(e2)) == 0 && stat(keep, &sb) == 0 &&
+                      sb.st_size == 2 * 256 * 4 && !tmp_has("keep.bin.tmp"),
+                  "%s: %s", cmd, e2);
+        /* ids are digits: no blank or sign before one, as flags refuse */
+        static const char *bad_ids[] = {"' 2'", "'2, 3'", "+2", "-0", "'2 '"};
+        for (size_t i = 0; i < sizeof(bad_ids) / sizeof(bad_ids[0]); i++) {
+            snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids %s --out %s", BIN, FIXTURE,
+                     bad_ids[i], keep);
+            expect_fail(cmd, 1, "is not a comma-separated list of token ids");
+        }
+    }
     /* the path is checked before the model: a missing model is not what it says */
     snprintf(cmd, sizeof(cmd), "%s forward --model /nonexistent --ids 2 --out %s/nodir/x.bin",
              BIN, tmp);
@@ -485,6 +552,55 @@ static void test_devices(void)
     CHECK(stack_parse_devices("--devices", many, &sc) == ERR_INVALID &&
           strstr(err_msg(), "more than 64 devices"));
 
+    /* CPU device budgets plus the host budget above the machine's memory:
+     * refused at start, before any arena is touched, naming the numbers */
+    {
+        unsigned long long phys =
+            (unsigned long long)sysconf(_SC_PHYS_PAGES) * (unsigned long long)sysconf(_SC_PAGESIZE);
+        const uint64_t G = 1ull << 30, two[2] = {12 * G, 12 * G};
+        const uint64_t machine = 23 * G + G / 2; /* the issue's 23.5 GiB machine */
+        CHECK(stack_check_memory(two, 1, 4 * G, false, machine) == 0);
+        int rc = stack_check_memory(two, 2, 0, false, machine);
+        CHECK_MSG(rc == ERR_NOMEM && strstr(err_msg(), "(2 devices, 24.00 GiB in all)") &&
+                      strstr(err_msg(), "are 24.00 GiB, more than the machine's 23.50 GiB of "
+                                        "physical memory (MemTotal)"),
+                  "%d %s", rc, err_msg());
+        rc = stack_check_memory(two, 1, 12 * G, true, machine);
+        CHECK_MSG(rc == ERR_NOMEM && strstr(err_msg(), "(1 device, 12.00 GiB in all)") &&
+                      strstr(err_msg(), "host budget (12.00 GiB, sized for every model's weights)"),
+                  "%d %s", rc, err_msg());
+        CHECK(stack_check_memory(two, 2, 0, false, 0) == 0); /* unknown */
+        /* end to end with a host budget above the machine (never touched at
+         * start, so a server that does not refuse listens, and the timeout
+         * ends it) */
+        char c2[2048], e2[4096] = "";
+        snprintf(c2, sizeof(c2),
+                 "timeout 20 %s serve --model a=%s --device-budget 64MiB "
+                 "--host-budget %llu --port 0",
+                 BIN, FIXTURE, phys / 10 * 12);
+        rc = run(c2, NULL, 0, e2, sizeof(e2));
+        const char *last = strstr(e2, "shardswap serve: ");
+        CHECK_MSG(rc == 1 && last && strstr(last, "the CPU device budgets (1 device, ") &&
+                      strstr(last, "GiB of physical memory (MemTotal)") && count_lines(last) == 1,
+                  "%s: exit %d, stderr \"%s\"", c2, rc, e2);
+    }
+
+    /* serve with a FIFO as a model's vocab.json: refused at start, naming it
+     * (before: it blocked before listening, deaf to SIGTERM) */
+    {
+        char dir[512], c3[4096], e3[4096] = "";
+        snprintf(dir, sizeof(dir), "%s/fifomodel", tmp);
+        snprintf(c3, sizeof(c3),
+                 "rm -rf %s && mkdir %s && ln -s %s/config.json %s/model.safetensors "
+                 "%s/ && ln -s %s/data/tokenizer/opt/merges.txt %s/ && mkfifo %s/vocab.json",
+                 dir, dir, FIXTURE, FIXTURE, dir, SHARDSWAP_SOURCE_DIR, dir, dir);
+        CHECK_MSG(system(c3) == 0, "%s", c3);
+        snprintf(c3, sizeof(c3), "timeout 20 %s serve --model a=%s --port 0", BIN, dir);
+        int rc = run(c3, NULL, 0, e3, sizeof(e3));
+        CHECK_MSG(rc == 1 && strstr(e3, "vocab.json: is a FIFO, expected a regular file"),
+                  "%s: exit %d, stderr \"%s\"", c3, rc, e3);
+    }
+
     /* every command that takes the flag: usage errors (exit 2) of one line */
     char cmd[4096];
     static const struct {
@@ -668,6 +784,7 @@ int main(void)
     }
     test_devices();
     test_chat_template();
+    test_gen_model_fifo();
     /* bench gemv refuses an ISA it does not know before measuring anything */
     expect_fail(BIN " bench gemv --isa sse9", 2, "unknown ISA");
     /* --help states the range each value is checked against */

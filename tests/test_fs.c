@@ -1,15 +1,20 @@
 /* core/fs.h: removing trees without following links, and staging a directory
  * beside its target then moving it into place, with errors naming the entry. */
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fault.h"
 #include "core/fs.h"
 #include "test.h"
 
@@ -203,6 +208,112 @@ static void test_open_regular(void)
     CHECK_MSG(strstr(err_msg(), path) && strstr(err_msg(), "No such file"), "%s", err_msg());
 }
 
+/* fs_read_regular: type and size checked before a byte is read;
+ * fs_confine: a link out of the roots is refused, one inside is not. */
+static void test_read_confine(void)
+{
+    char a[512], b[512], fifo[512], link_out[512], link_in[512], big[512], root[512];
+    snprintf(root, sizeof(root), "%s/root", tmp);
+    CHECK(mkdir(root, 0700) == 0);
+    snprintf(a, sizeof(a), "%s/root/a", tmp);
+    snprintf(b, sizeof(b), "%s/outside", tmp);
+    put("root/a", "inside");
+    put("outside", "SECRET");
+    snprintf(fifo, sizeof(fifo), "%s/root/fifo", tmp);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    snprintf(link_out, sizeof(link_out), "%s/root/out", tmp);
+    snprintf(link_in, sizeof(link_in), "%s/root/in", tmp);
+    CHECK(symlink(b, link_out) == 0 && symlink(a, link_in) == 0);
+    snprintf(big, sizeof(big), "%s/root/big", tmp);
+    int fd = open(big, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && ftruncate(fd, 1 << 20) == 0);
+    close(fd);
+    char *data = NULL;
+    size_t len = 0;
+    CHECK(fs_read_regular(a, 16, &data, &len) == 0 && len == 6 && strcmp(data, "inside") == 0);
+    free(data);
+    int rc = fs_read_regular(big, 1000, &data, &len);
+    CHECK_MSG(rc == ERR_INVALID && !data && strstr(err_msg(), "1048576 bytes, more than the 1000"),
+              "%d %s", rc, err_msg());
+    rc = fs_read_regular(fifo, 1000, &data, &len); /* does not block */
+    CHECK_MSG(rc == ERR_IO && strstr(err_msg(), "is a FIFO"), "%d %s", rc, err_msg());
+    rc = fs_read_regular("/dev/zero", 1000, &data, &len);
+    CHECK_MSG(rc == ERR_IO && strstr(err_msg(), "a character device"), "%d %s", rc, err_msg());
+    const char *roots[] = {root};
+    fs_confine(roots, 1);
+    CHECK(fs_open_regular(a, NULL, NULL) == 0 && fs_open_regular(link_in, NULL, NULL) == 0);
+    rc = fs_read_regular(link_out, 1000, &data, &len);
+    CHECK_MSG(rc == ERR_IO && strstr(err_msg(), "resolves to a file outside every model root") &&
+                  !strstr(err_msg(), "SECRET") && !strstr(err_msg(), b),
+              "%d %s", rc, err_msg());
+    fs_confine(NULL, 0);
+    CHECK(fs_read_regular(link_out, 1000, &data, &len) == 0 && strcmp(data, "SECRET") == 0);
+    free(data);
+}
+
+/* ---- core/fault.h: a read past a truncated mapping fails the call, not the process ---- */
+
+struct touch {
+    const volatile char *p;
+    size_t n;
+    unsigned sum;
+};
+
+static int touch_run(void *arg)
+{
+    struct touch *t = arg;
+    for (size_t i = 0; i < t->n; i += 4096)
+        t->sum += (unsigned char)t->p[i];
+    return 7;
+}
+
+static void *guarded_thread(void *arg)
+{
+    struct touch *t = arg;
+    return (void *)(long)fault_guard(touch_run, t, "thread");
+}
+
+static void test_fault_guard(void)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/mapped", tmp);
+    const size_t size = 16 * 4096;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)size) == 0);
+    char *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    CHECK(map != MAP_FAILED);
+    if (fd < 0 || map == MAP_FAILED)
+        return;
+    struct touch whole = {.p = map, .n = size};
+    CHECK(fault_guard(touch_run, &whole, "whole") == 7); /* fn's own result */
+    CHECK(ftruncate(fd, 4096) == 0);
+    struct touch head = {.p = map, .n = 4096}, past = {.p = map, .n = size};
+    CHECK(fault_guard(touch_run, &head, "head") == 7);
+    int rc = fault_guard(touch_run, &past, "ckpt");
+    CHECK_MSG(rc == ERR_IO && strstr(err_msg(), "ckpt: a bus error (SIGBUS)"), "%d %s", rc,
+              err_msg());
+    /* again, and on another thread: the handler stays and is per call */
+    CHECK(fault_guard(touch_run, &past, "again") == ERR_IO);
+    pthread_t th;
+    void *ret = NULL;
+    CHECK(pthread_create(&th, NULL, guarded_thread, &past) == 0 && pthread_join(th, &ret) == 0);
+    CHECK_MSG((long)ret == ERR_IO, "%ld", (long)ret);
+    /* outside a guarded call the fault still ends the process */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        volatile char c = map[size - 1];
+        (void)c;
+        _exit(0);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(!(WIFEXITED(status) && WEXITSTATUS(status) == 0),
+              "an unguarded read past the end did not fault (status %d)", status);
+    munmap(map, size);
+    close(fd);
+}
+
 int main(void)
 {
     snprintf(tmp, sizeof(tmp), "/tmp/shardswap_fs_XXXXXX");
@@ -213,6 +324,8 @@ int main(void)
     test_tree_remove();
     test_stage_commit();
     test_open_regular();
+    test_read_confine();
+    test_fault_guard();
     CHECK_MSG(fs_tree_remove(tmp) == 0, "%s", err_msg());
     return test_finish();
 }

@@ -231,6 +231,33 @@ static void test_round_trip(void)
     st_close(ck);
 }
 
+/* A checkpoint truncated after it was opened: st_check says so, naming the
+ * file and both sizes; renamed over, it is not an error (the mapping keeps
+ * the old file). */
+static void test_truncated_after_open(void)
+{
+    const char *p = tmp_path("trunc.safetensors");
+    CHECK_MSG(write_specs(p) == 0, "write: %s", err_msg());
+    struct st_checkpoint *ck = NULL;
+    CHECK_MSG(st_open(p, &ck) == 0, "open: %s", err_msg());
+    if (!ck)
+        return;
+    CHECK(st_check(ck) == 0);
+    struct stat sb;
+    CHECK(stat(p, &sb) == 0);
+    CHECK(truncate(p, sb.st_size / 2) == 0);
+    int rc = st_check(ck);
+    CHECK_MSG(rc == ERR_IO && strstr(err_msg(), p) && strstr(err_msg(), "truncated while in use"),
+              "%d %s", rc, err_msg());
+    st_close(ck);
+    CHECK_MSG(write_specs(p) == 0, "write: %s", err_msg());
+    CHECK_MSG(st_open(p, &ck) == 0, "open: %s", err_msg());
+    const char *q = tmp_path("trunc2.safetensors");
+    CHECK(write_specs(q) == 0 && truncate(q, 8) == 0 && rename(q, p) == 0);
+    CHECK_MSG(st_check(ck) == 0, "%s", err_msg());
+    st_close(ck);
+}
+
 /* ---- sharded ----------------------------------------------------------------------- */
 
 static const char *shard1 =
@@ -721,6 +748,7 @@ int main(void)
         return 1;
     }
     test_round_trip();
+    test_truncated_after_open();
     test_sharded();
     test_not_regular();
     test_limits();

@@ -57,6 +57,11 @@ int main(void)
     }
     /* nothing to match */
     CHECK(stops_find("abc", 3, 0, NULL, 0) == -1);
+    /* no text yet: a request's buffer is NULL until its first bytes */
+    {
+        char *one[] = {"x"};
+        CHECK(stops_find(NULL, 0, 0, one, 1) == -1 && stops_safe(NULL, 0, one, 1) == 0);
+    }
     CHECK(stops_safe("abc", 3, NULL, 0) == 3);
     char *st[] = {"\xc3\xa9t\xc3\xa9"};
     /* a held-back tail starts on a character boundary */

@@ -215,7 +215,8 @@ int cli_ids_parse(const char *flag, const char *s, int32_t **out, int *n_out)
     for (;;) {
         char *end;
         errno = 0;
-        long v = strtol(p, &end, 10);
+        /* digits only: strtol would take leading blanks and a sign */
+        long v = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : (end = (char *)p, 0);
         if (end == p || errno || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0')) {
             free(ids);
             return err_set(ERR_INVALID, "--%s: \"%s\" is not a comma-separated list of token ids "

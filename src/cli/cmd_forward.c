@@ -9,9 +9,10 @@
 #include "cli/commands.h"
 #include "cli/device_model.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "model/model.h"
 
-/* --out must be a file this process can create or replace: checked before
+/* --out must be a regular file this process can create or replace: checked before
  * the model is opened and run, so a bad path costs nothing (and an existing
  * file is left as it was). */
 static int check_out_path(const char *path)
@@ -21,6 +22,9 @@ static int check_out_path(const char *path)
         if (S_ISDIR(st.st_mode))
             return err_set(ERR_INVALID, "--out %s: is a directory (expected a file to write)",
                            path);
+        if (!S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode) && !S_ISFIFO(st.st_mode))
+            return err_set(ERR_INVALID, "--out %s: is %s (expected a file to write)", path,
+                           fs_kind_name(st.st_mode));
         if (access(path, W_OK) != 0)
             return err_set(ERR_IO, "--out %s: cannot write: %s", path, strerror(errno));
         return 0;
@@ -69,6 +73,7 @@ int cmd_forward(int argc, char **argv)
     int32_t *ids = NULL;
     float *logits = NULL;
     FILE *f = NULL;
+    char tmp[4200];
     int n = 0;
     if ((rc = check_out_path(path)) < 0 || (rc = cli_ids_parse("ids", ids_s, &ids, &n)) < 0)
         goto out;
@@ -87,21 +92,18 @@ int cmd_forward(int argc, char **argv)
     }
     if ((rc = model_forward(m, ex, ids, NULL, n, true, logits)) < 0)
         goto out;
-    if (!(f = fopen(path, "wb"))) {
-        rc = err_set(ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+    /* written beside --out and renamed over it when complete: a full disk
+     * leaves an existing file as it was */
+    if ((rc = fs_file_begin(path, tmp, sizeof(tmp), &f)) < 0)
         goto out;
-    }
     /* the in-memory floats are the file format on a little-endian machine */
     _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "--out is little-endian");
-    if (fwrite(logits, sizeof(float), count, f) != count || fclose(f) != 0) {
-        f = NULL;
-        rc = err_set(ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        goto out;
-    }
+    fwrite(logits, sizeof(float), count, f); /* a short write shows in ferror at the commit */
+    rc = fs_file_commit(f, tmp, path, "the logits");
     f = NULL;
 out:
     if (f)
-        fclose(f);
+        fs_file_abort(f, tmp);
     if (rc < 0)
         rc = cli_fail("forward");
     free(ids);

@@ -97,12 +97,19 @@ static int write_minimal_tokenizer(const char *dir)
 
 static int copy_file(const char *from, const char *to)
 {
-    FILE *in = fopen(from, "rb"), *out = NULL;
-    if (!in && errno == ENOENT)
+    /* the checked open: a FIFO, device or directory of that name is
+     * refused before it is read (a FIFO would block here) */
+    int fd, rc = fs_open_regular(from, &fd, NULL);
+    if (rc == ERR_NOT_FOUND)
         return 0; /* absent: nothing to copy */
-    if (!in)
-        return err_set(ERR_IO, "%s: cannot read: %s", from, strerror(errno));
-    int rc = 0;
+    if (rc < 0)
+        return rc;
+    FILE *in = fdopen(fd, "rb"), *out = NULL;
+    if (!in) {
+        rc = err_set(ERR_IO, "%s: cannot read: %s", from, strerror(errno));
+        close(fd);
+        return rc;
+    }
     char buf[1 << 16];
     size_t n;
     if (!(out = fopen(to, "wb"))) {

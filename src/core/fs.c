@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,57 @@ const char *fs_kind_name(mode_t mode)
     if (S_ISLNK(mode))
         return "a symbolic link";
     return "not a file of a known type";
+}
+
+/* The calling thread's confinement (fs_confine): the roots, owned by the
+ * caller, NULL when none. */
+static _Thread_local const char *const *confine_roots;
+static _Thread_local int confine_n;
+
+void fs_confine(const char *const *roots, int n)
+{
+    confine_roots = n > 0 ? roots : NULL;
+    confine_n = n > 0 ? n : 0;
+}
+
+/* Whether real (a resolved path) is root or lies below it. */
+static bool path_under(const char *real, const char *root)
+{
+    size_t n = strlen(root);
+    while (n > 1 && root[n - 1] == '/')
+        n--;
+    return strncmp(real, root, n) == 0 && (real[n] == '\0' || real[n] == '/' || n == 1);
+}
+
+/* Under a confinement, the file open as fd (what the kernel resolved path
+ * to, read back from /proc/self/fd: no second lookup that a rename could
+ * redirect) must lie under a root. */
+static int confine_check(const char *path, int fd)
+{
+    if (!confine_roots)
+        return 0;
+    char link[64], real[PATH_MAX];
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, real, sizeof(real) - 1);
+    char *rp = NULL;
+    if (n < 0 || (size_t)n >= sizeof(real) - 1) { /* no /proc: resolve the name instead */
+        if (!(rp = realpath(path, NULL)))
+            return err_set(ERR_IO, "%s: cannot resolve: %s", path, strerror(errno));
+        snprintf(real, sizeof(real), "%s", rp);
+        free(rp);
+    } else {
+        real[n] = '\0';
+    }
+    for (int i = 0; i < confine_n; i++) {
+        char *root = realpath(confine_roots[i], NULL);
+        bool in = root && path_under(real, root);
+        free(root);
+        if (in)
+            return 0;
+    }
+    /* the target is not named: the admin learns nothing beyond the roots */
+    return err_set(ERR_IO, "%s: resolves to a file outside every model root (a link out of it?)",
+                   path);
 }
 
 int fs_open_regular(const char *path, int *fd_out, size_t *size_out)
@@ -59,6 +112,8 @@ int fs_open_regular(const char *path, int *fd_out, size_t *size_out)
         rc = err_set(ERR_IO, "%s: cannot set blocking reads: %s", path, strerror(errno));
         goto fail;
     }
+    if ((rc = confine_check(path, fd)) < 0)
+        goto fail;
     if (size_out)
         *size_out = (size_t)sb.st_size;
     if (fd_out)
@@ -69,6 +124,46 @@ int fs_open_regular(const char *path, int *fd_out, size_t *size_out)
 fail:
     close(fd);
     return rc;
+}
+
+int fs_read_regular(const char *path, size_t max, char **data, size_t *len)
+{
+    int fd;
+    size_t size;
+    *data = NULL;
+    int rc = fs_open_regular(path, &fd, &size);
+    if (rc < 0)
+        return rc;
+    if (size > max) {
+        close(fd);
+        return err_set(ERR_INVALID, "%s: %zu bytes, more than the %zu expected at most", path, size,
+                       max);
+    }
+    char *buf = malloc(size + 1);
+    if (!buf) {
+        close(fd);
+        return err_set(ERR_NOMEM, "%s: out of memory for its %zu bytes", path, size);
+    }
+    size_t n = 0;
+    while (n < size) { /* a file that shrinks meanwhile ends early; one that grows is cut */
+        ssize_t k = read(fd, buf + n, size - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            rc = err_set(ERR_IO, "%s: read failed: %s", path, strerror(errno));
+            close(fd);
+            free(buf);
+            return rc;
+        }
+        if (k == 0)
+            break;
+        n += (size_t)k;
+    }
+    close(fd);
+    buf[n] = '\0';
+    *data = buf;
+    *len = n;
+    return 0;
 }
 
 /* nftw gives its callback no context: the first failure is kept here, per
@@ -169,4 +264,68 @@ int fs_dir_commit(const char *tmp, const char *target)
         return err_set(ERR_IO, "cannot move %s to %s: %s exists and is not a directory", tmp,
                        target, target);
     return err_set(ERR_IO, "cannot move %s to %s: %s", tmp, target, strerror(e));
+}
+
+int fs_file_begin(const char *target, char *tmp, size_t cap, FILE **f)
+{
+    *f = NULL;
+    struct stat sb;
+    if (cap)
+        tmp[0] = '\0';
+    if (stat(target, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        /* a stream (/dev/null, /dev/stdout, a pipe) is written in place: it
+         * holds no file to leave half-written, and a rename would replace
+         * the node itself */
+        if (!S_ISCHR(sb.st_mode) && !S_ISFIFO(sb.st_mode))
+            return err_set(ERR_IO, "%s: is %s, expected a regular file to replace (or none)",
+                           target, fs_kind_name(sb.st_mode));
+        if (!(*f = fopen(target, "wb")))
+            return err_set(ERR_IO, "%s: cannot open for writing: %s", target, strerror(errno));
+        return 0;
+    }
+    if ((size_t)snprintf(tmp, cap, "%s.tmp-XXXXXX", target) >= cap)
+        return err_set(ERR_INVALID, "%s: the name is too long", target);
+    mode_t um = umask(0);
+    umask(um);
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return err_set(ERR_IO, "%s: cannot create a file beside it: %s", target, strerror(errno));
+    if (fchmod(fd, 0666 & ~um) != 0 || !(*f = fdopen(fd, "wb"))) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        return err_set(ERR_IO, "%s: cannot write a file beside it: %s", target, strerror(e));
+    }
+    return 0;
+}
+
+int fs_file_commit(FILE *f, const char *tmp, const char *target, const char *what)
+{
+    int bad = ferror(f), e = errno;
+    if (fflush(f) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (fclose(f) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (!bad && tmp[0] && rename(tmp, target) != 0) {
+        bad = 1;
+        e = errno;
+    }
+    if (!bad)
+        return 0;
+    if (tmp[0])
+        unlink(tmp);
+    return err_set(ERR_IO, "%s: cannot write %s: %s (the file was left as it was)", target, what,
+                   strerror(e ? e : EIO));
+}
+
+void fs_file_abort(FILE *f, const char *tmp)
+{
+    if (f)
+        fclose(f);
+    if (tmp[0])
+        unlink(tmp);
 }

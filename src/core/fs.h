@@ -6,6 +6,7 @@
 #define SHARDSWAP_CORE_FS_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 /* Opens path read-only (close-on-exec) if it is a regular file and returns
@@ -16,6 +17,40 @@
  * ERR_IO with "PATH: is a FIFO, expected a regular file". A missing path is
  * ERR_NOT_FOUND, any other failure ERR_IO, both naming path and why. */
 int fs_open_regular(const char *path, int *fd, size_t *size);
+
+/* Reads the whole regular file at path (fs_open_regular's checks) of at most
+ * max bytes into *data (malloc'd, NUL-terminated; the caller frees it) and
+ * its length into *len. A larger file is refused by its size before a byte
+ * is read: ERR_INVALID naming path, its size and max. */
+int fs_read_regular(const char *path, size_t max, char **data, size_t *len);
+
+/* A file written beside its target and renamed over it only when complete,
+ * so a failed write (a full disk, a size limit, a crash) leaves the target
+ * as it was and no partial file: fs_file_begin creates "TARGET.tmp-XXXXXX"
+ * (mkstemp: O_EXCL, mode 0666 less the umask as fopen would give) in
+ * target's directory and returns it open for writing in *f; the target must
+ * be a regular file or absent, except a stream (a character device such as
+ * /dev/null, or a FIFO), which is opened and written in place (a rename
+ * would replace the node; tmp is then ""); a directory, socket or block
+ * device at target is refused, ERR_IO naming it. A symbolic link at target
+ * is replaced by the new file, never written through. fs_file_commit flushes and closes f (an error
+ * of any earlier write shows there), then renames the temporary over
+ * target; on any failure it removes the temporary and returns ERR_IO naming
+ * target, what (e.g. "CSV report") and why. fs_file_abort closes and
+ * removes it. tmp (cap bytes) holds the temporary's name between them. */
+int fs_file_begin(const char *target, char *tmp, size_t cap, FILE **f);
+int fs_file_commit(FILE *f, const char *tmp, const char *target, const char *what);
+void fs_file_abort(FILE *f, const char *tmp);
+
+/* Confines the calling thread's fs_open_regular (and fs_read_regular):
+ * while set, a file whose resolved path (the file opened, symbolic links
+ * followed) is not one of roots or below one is refused, ERR_IO with
+ * "PATH: resolves to a file outside every model root", the target not
+ * named. roots (n of them) stay the caller's and must outlive the
+ * confinement; n 0 (or fs_confine(NULL, 0)) ends it. A server adding a
+ * model below --model-root sets it around everything that reads the
+ * model's directory. Thread-local. */
+void fs_confine(const char *const *roots, int n);
 
 /* "a directory", "a FIFO", "a character device", ... for a stat mode. */
 const char *fs_kind_name(mode_t mode);

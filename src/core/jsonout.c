@@ -93,3 +93,12 @@ int jsonout_print(json_t *j)
         return err_set(ERR_IO, "writing to stdout: %s", strerror(errno ? errno : EIO));
     return 0;
 }
+
+const char *jsonout_parse_error(const json_error_t *je, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", je->text);
+    char *near = strstr(buf, " near ");
+    if (near)
+        *near = '\0';
+    return buf;
+}

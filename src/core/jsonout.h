@@ -26,4 +26,10 @@ json_t *jsonout_string(const char *s);
  * failed), ERR_IO "writing to stdout: <why>" when the write fails. */
 int jsonout_print(json_t *j);
 
+/* What a parse error of a file says without quoting the file: Jansson's
+ * text with its " near '...'" (the offending token, copied from the input)
+ * cut off, in buf (cap bytes). A file named by a link may be any file
+ * (/etc/shadow), so no error or log line repeats its bytes. Returns buf. */
+const char *jsonout_parse_error(const json_error_t *je, char *buf, size_t cap);
+
 #endif

@@ -42,6 +42,15 @@ void load_check(struct engine *e, struct emodel *m, bool loading)
         e->stats.swap_s += e->load_s;
         m->load_s += e->load_s;
         hist_add(&m->load, e->load_s);
+        /* a failed load (a checkpoint truncated while served, ...) leaves the
+         * devices again: the requests that waited for it fail with its
+         * message rather than start another load that fails the same way.
+         * A later request tries again. */
+        char why[320];
+        int code = swap_model_load_error(e->mgr, m->sm, why, sizeof(why));
+        if (code < 0)
+            while (m->head)
+                queue_fail(m, m->head, code, why);
     }
 }
 
@@ -84,6 +93,7 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
         int i = n++;
         map[i] = m;
         enum residency r = swap_residency(e->mgr, m->sm);
+        load_check(e, m, r == RES_LOADING); /* a failed load empties the queue */
         memset(&sm[i], 0, sizeof(sm[i]));
         sm[i].queue_len = m->queue_len;
         sm[i].head_arrival = m->head ? m->head->t.t_arrival : 0;
@@ -101,7 +111,6 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
             sm[i].bytes[d] = swap_model_device_bytes(m->sm, d) +
                              (m->reserve[d] > m->batch_bytes[d] ? m->reserve[d]
                                                                  : m->batch_bytes[d]);
-        load_check(e, m, sm[i].loading);
         v->any_loading |= sm[i].loading;
         v->any_running |= m->running;
     }
@@ -352,6 +361,8 @@ static bool sched_decide(struct engine *e, struct snapshot *s)
     struct sched_action actions[MAX_ACTIONS];
     struct sched_view v;
     view_build(e, s->map, s->sm, &v);
+    if (e->finished) /* a failed load failed its queue (load_check) */
+        return true;
     if (!e->cfg.wait_for_unpin && pinned_block(e, s->map, s->sm, &v))
         return true;
     int n = v.n_models ? e->policy->decide(&v, actions, MAX_ACTIONS) : 0;

@@ -3,8 +3,10 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 
@@ -168,6 +170,39 @@ int stack_size(const struct stack_config *c, uint64_t *device_bytes, uint64_t *h
     return 0;
 }
 
+static double gib(uint64_t n)
+{
+    return (double)n / (double)(1ull << 30);
+}
+
+/* CPU devices' arenas are host memory, mapped and touched at open, and the
+ * host tier's copies are host memory too: together they must fit the
+ * machine (stack.h says why MemTotal). Each device alone is checked by
+ * device_open_cpu. */
+int stack_check_memory(const uint64_t *budgets, int n_cpu, uint64_t host_budget, bool host_sized,
+                       uint64_t phys)
+{
+    uint64_t dev = 0;
+    for (int d = 0; d < n_cpu; d++)
+        dev += budgets[d];
+    if (phys == 0 || dev + host_budget <= phys)
+        return 0;
+    return err_set(ERR_NOMEM,
+                   "the CPU device budgets (%d device%s, %.2f GiB in all) plus the host budget "
+                   "(%.2f GiB%s) are %.2f GiB, more than the machine's %.2f GiB of physical "
+                   "memory (MemTotal); lower --device-budget or --host-budget",
+                   n_cpu, n_cpu == 1 ? "" : "s", gib(dev), gib(host_budget),
+                   host_sized ? ", sized for every model's weights" : "", gib(dev + host_budget),
+                   gib(phys));
+}
+
+/* The machine's physical memory (MemTotal), 0 when unknown. */
+static uint64_t phys_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+}
+
 int stack_open(const struct stack_config *c, struct stack **out)
 {
     *out = NULL;
@@ -182,6 +217,14 @@ int stack_open(const struct stack_config *c, struct stack **out)
         return err_set(ERR_INVALID, "an emulated host link (%g GB/s) is for CPU devices only: "
                                     "CUDA devices copy over their own",
                        c->link_gbps);
+    uint64_t budgets[STACK_MAX_DEVICES] = {0};
+    for (int d = 0; d < c->n_devices; d++)
+        budgets[d] = c->device_budget[d] ? c->device_budget[d] : sized[d] ? sized[d] : 1u << 20;
+    /* a CUDA device's budget is GPU memory: only the host budget counts */
+    if ((rc = stack_check_memory(budgets, cuda ? 0 : c->n_devices,
+                                 c->host_budget ? c->host_budget : host, !c->host_budget,
+                                 phys_bytes())) < 0)
+        return rc;
     struct stack *s = calloc(1, sizeof(*s));
     if (!s)
         return err_set(ERR_NOMEM, "out of memory for a stack");
@@ -192,9 +235,7 @@ int stack_open(const struct stack_config *c, struct stack **out)
         goto fail;
     }
     for (int d = 0; d < c->n_devices; d++) {
-        uint64_t budget = c->device_budget[d] ? c->device_budget[d]
-                          : sized[d]          ? sized[d]
-                                              : 1u << 20;
+        uint64_t budget = budgets[d];
         if (cuda) {
             int gpu = c->gpus_set ? c->gpus[d] : d, part = 0;
             for (int e = 0; e < d; e++)

@@ -87,10 +87,22 @@ struct stack {
 int stack_parse_devices(const char *what, const char *s, struct stack_config *c);
 
 /* Builds the stack; on failure nothing is left and the message names what
- * failed (a model's path, a device, a budget). */
+ * failed (a model's path, a device, a budget). Before any device is opened
+ * it refuses (stack_check_memory) CPU device budgets plus the host budget
+ * above the machine's physical memory. */
 int stack_open(const struct stack_config *cfg, struct stack **out);
 /* Drains the engine, then frees everything. NULL-safe. */
 void stack_close(struct stack *s);
+
+/* Whether n_cpu CPU devices' budgets plus the host budget fit phys bytes of
+ * physical memory: ERR_NOMEM naming every number when not (host_sized: the
+ * host budget was sized for the models, not given). MemTotal rather than
+ * MemAvailable: what is available moves with every other process and the
+ * page cache, so a start checked against it would pass or fail by chance,
+ * while a budget above the physical memory can never be met. phys 0
+ * (unknown) passes. */
+int stack_check_memory(const uint64_t *budgets, int n_cpu, uint64_t host_budget, bool host_sized,
+                       uint64_t phys);
 
 /* The device bytes the config would size for device d (0: d holds nothing)
  * and the host bytes; for benchmarks and simulations that mirror a stack. */

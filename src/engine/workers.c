@@ -233,9 +233,11 @@ static int task_run(struct shard_task *t)
         rc = comm_send(gb->chan[stage * tp + rank], ex->stream, ex->x, (size_t)n * H);
     }
 out:
-    if (rc == 0 && wait_rc < 0) /* the loader's message is on the loader's thread */
-        return err_set(wait_rc, "model %s stage %d rank %d: its weights did not load (%s)",
-                       swap_model_name(gb->model), stage, rank, err_name(wait_rc));
+    if (rc == 0 && wait_rc < 0) /* the loader's message, kept in the shard */
+        return err_set(wait_rc, "model %s stage %d rank %d: its weights did not load: %s",
+                       swap_model_name(gb->model), stage, rank,
+                       swap_shard_load_error(sh)[0] ? swap_shard_load_error(sh)
+                                                    : err_name(wait_rc));
     return rc < 0 ? rc : wait_rc;
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/jsonout.h"
 
 int hf_json_load(const char *dir, const char *name, bool optional, json_t **root, char *path,
                  size_t cap)
@@ -35,8 +36,10 @@ int hf_json_load(const char *dir, const char *name, bool optional, json_t **root
     json_error_t jerr;
     json_t *j = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
     fclose(f);
+    char why[JSON_ERROR_TEXT_LENGTH];
     if (!j)
-        return err_set(ERR_FORMAT, "%s: invalid JSON at line %d: %s", path, jerr.line, jerr.text);
+        return err_set(ERR_FORMAT, "%s: invalid JSON at line %d: %s", path, jerr.line,
+                       jsonout_parse_error(&jerr, why, sizeof(why)));
     if (!json_is_object(j)) {
         json_decref(j);
         return err_set(ERR_FORMAT, "%s: expected a JSON object", path);

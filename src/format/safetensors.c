@@ -43,9 +43,12 @@
  * most ST_MAX_TENSORS tensors in all. Every file (the index, each shard) must be a regular
  * file: a FIFO, directory or device in its place is refused by type before it is read.
  *
- * The files are mapped read-only and private; descriptors are closed after mapping. If
- * another process truncates a file while it is mapped, touching the lost pages raises
- * SIGBUS: checkpoints must not be rewritten in place while served.
+ * The files are mapped read-only and private; descriptors are closed after mapping (a
+ * server holds thousands of models, and a descriptor per file would meet RLIMIT_NOFILE).
+ * If another process truncates a file while it is mapped, touching the lost pages raises
+ * SIGBUS. st_check sees a truncation that has happened (the same file, by device and
+ * inode, now shorter than its mapping); a reader that copies out of the mapping while it
+ * may be truncated guards the copy (core/fault.h), as the swap loaders do.
  */
 #include "format/safetensors.h"
 
@@ -64,6 +67,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/jsonout.h"
 
 _Static_assert(SIZE_MAX >= UINT64_MAX, "offsets and shapes are read as 64-bit sizes");
 
@@ -76,6 +80,8 @@ struct st_file {
     char *path;
     const uint8_t *map; /* whole file, PROT_READ, MAP_PRIVATE */
     size_t size;
+    dev_t dev; /* the mapped file's identity, for st_check */
+    ino_t ino;
     char *names;        /* one allocation for the names of this file's tensors */
 };
 
@@ -187,6 +193,11 @@ static int file_map(const char *path, struct st_file *f)
     }
     f->map = map;
     f->size = size;
+    struct stat sb;
+    if (fstat(fd, &sb) == 0) {
+        f->dev = sb.st_dev;
+        f->ino = sb.st_ino;
+    }
 out:
     close(fd);
     return rc;
@@ -403,8 +414,9 @@ static int file_load(const char *path, struct st_file *f, struct st_tensor **out
     json_error_t jerr;
     root = json_loadb(hdr, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
+        char why[JSON_ERROR_TEXT_LENGTH];
         rc = file_err(path, ERR_FORMAT, "header is not valid JSON: %s (line %d, column %d)",
-                      jerr.text, jerr.line, jerr.column);
+                      jsonout_parse_error(&jerr, why, sizeof(why)), jerr.line, jerr.column);
         goto fail;
     }
     if (!json_is_object(root)) {
@@ -600,9 +612,10 @@ static int index_load(const char *path, json_t **out)
     }
     json_error_t jerr;
     *out = json_loadb(text, got, JSON_REJECT_DUPLICATES, &jerr);
+    char why[JSON_ERROR_TEXT_LENGTH];
     if (!*out)
         rc = file_err(path, ERR_FORMAT, "index is not valid JSON: %s (line %d, column %d)",
-                      jerr.text, jerr.line, jerr.column);
+                      jsonout_parse_error(&jerr, why, sizeof(why)), jerr.line, jerr.column);
 out:
     free(text);
     close(fd);
@@ -853,6 +866,24 @@ const struct st_tensor *st_find(const struct st_checkpoint *ck, const char *name
         s = (s + 1) & (ck->nslots - 1);
     }
     return NULL;
+}
+
+int st_check(const struct st_checkpoint *ck)
+{
+    for (size_t i = 0; i < ck->nfiles; i++) {
+        const struct st_file *f = &ck->files[i];
+        struct stat sb;
+        /* gone or replaced (renamed over): the mapping still holds the old file */
+        if (stat(f->path, &sb) != 0 || sb.st_dev != f->dev || sb.st_ino != f->ino)
+            continue;
+        if ((uint64_t)sb.st_size < f->size)
+            return file_err(f->path, ERR_IO,
+                            "the file is %llu bytes now, %zu when it was opened: it was "
+                            "truncated while in use (restore it, then remove and add the model "
+                            "again)",
+                            (unsigned long long)sb.st_size, f->size);
+    }
+    return 0;
 }
 
 size_t st_file_count(const struct st_checkpoint *ck)

@@ -45,6 +45,13 @@ const struct st_tensor *st_get(const struct st_checkpoint *ck, size_t i); /* in 
 /* NULL when absent (no error set): callers decide whether that is an error. */
 const struct st_tensor *st_find(const struct st_checkpoint *ck, const char *name);
 size_t st_file_count(const struct st_checkpoint *ck);
+/* Checks that no file of ck shrank since it was mapped (stat of each path:
+ * the same device and inode, a size below the mapped one). ERR_IO naming the
+ * file and both sizes. A file since removed or renamed over is not an
+ * error: its mapping still holds the old contents. Reading the mapping
+ * after a 0 still faults if the file is truncated in between: guard the copy
+ * (core/fault.h). Any thread; no lock. */
+int st_check(const struct st_checkpoint *ck);
 
 /* Writer. Declare every tensor first (name, dtype, shape), then stream the
  * data of each tensor in declaration order; the writer checks the totals. This

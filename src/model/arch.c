@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/jsonout.h"
 #include "format/hf_config.h"
 
 extern const struct arch_ops opt_arch, llama_arch;
@@ -97,8 +98,10 @@ int model_config_parse(const char *json, const char *what, struct model_config *
     json_error_t jerr;
     *out = NULL;
     json_t *root = json_loads(json, JSON_REJECT_DUPLICATES, &jerr);
+    char why[JSON_ERROR_TEXT_LENGTH];
     if (!root)
-        return err_set(ERR_FORMAT, "%s: invalid JSON at line %d: %s", what, jerr.line, jerr.text);
+        return err_set(ERR_FORMAT, "%s: invalid JSON at line %d: %s", what, jerr.line,
+                       jsonout_parse_error(&jerr, why, sizeof(why)));
     int rc = config_from_json(root, what, out);
     json_decref(root);
     return rc;

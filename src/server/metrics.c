@@ -186,6 +186,8 @@ enum MHD_Result srv_metrics(struct srv_req *r)
     size_t len = 0;
     FILE *f = rows && ms ? open_memstream(&text, &len) : NULL;
     if (!f) {
+        if (ms)
+            srv_models_put_all(ms, n);
         free(ms);
         free(rows);
         return srv_reply_errorf(r, 500, NULL, NULL, "", "Out of memory.");
@@ -199,6 +201,7 @@ enum MHD_Result srv_metrics(struct srv_req *r)
     write_metrics(f, s, rows, k);
     bool bad = fclose(f) != 0 || !text;
     free(rows);
+    srv_models_put_all(ms, n);
     free(ms);
     if (bad) {
         free(text);

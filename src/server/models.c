@@ -1,7 +1,10 @@
 /* The server's model table: what it keeps per served model beyond the
- * engine's registry (the tokenizer, the context length, the path). */
+ * engine's registry (the tokenizer, the context length, the path), each
+ * entry reference counted (server_impl.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "core/error.h"
@@ -92,6 +95,61 @@ static int chat_load(struct srv_model *m, const char *path, const char *override
     return 0;
 }
 
+/* Whether dir has any tokenizer file (by name, whatever it is: a link that
+ * leads nowhere counts), so that one that does not load is an error. */
+static bool tokenizer_files(const char *dir)
+{
+    static const char *names[] = {"tokenizer.json", "vocab.json", "merges.txt", "encoder.json",
+                                  "vocab.bpe"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char p[4096];
+        struct stat sb;
+        snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+        if (lstat(p, &sb) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* What an entry is charged for: 1 MiB (its swap model's layouts and
+ * events, the checkpoint's tensor table, the engine's statistics) and 4x
+ * the bytes of its tokenizer and chat template files, which is what their
+ * parsed tables take (OPT's 1.36 MB of vocab.json + merges.txt held 5.7 MB
+ * resident). An estimate: the bound is on memory, not only on a count. */
+static uint64_t model_charge(const char *dir)
+{
+    static const char *names[] = {"tokenizer.json",     "vocab.json", "merges.txt",
+                                  "encoder.json",       "vocab.bpe",  "tokenizer_config.json",
+                                  "chat_template.jinja"};
+    uint64_t n = 1u << 20;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char p[4096];
+        struct stat sb;
+        snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
+            n += 4 * (uint64_t)sb.st_size;
+    }
+    return n;
+}
+
+/* Takes bytes of the registration bound for a new entry; ERR_NOMEM naming
+ * the numbers when the served models' charges would pass the host budget. */
+static int charge_take(struct server *s, const char *name, uint64_t bytes)
+{
+    struct swap_stats st;
+    swap_get_stats(s->stack->mgr, &st);
+    uint64_t was = atomic_fetch_add(&s->registered_bytes, bytes);
+    if (st.host_budget == 0 || was + bytes <= st.host_budget)
+        return 0;
+    atomic_fetch_sub(&s->registered_bytes, bytes);
+    return err_set(ERR_NOMEM,
+                   "model %s: the served models' tokenizers and tables would take %.1f MiB of "
+                   "host memory with its %.1f MiB, more than the host budget of %.1f MiB "
+                   "(remove a model, or raise --host-budget)",
+                   name, (double)(was + bytes) / (1 << 20), (double)bytes / (1 << 20),
+                   (double)st.host_budget / (1 << 20));
+}
+
 /* Any non-engine thread; opens the tokenizer and the chat template outside
  * s->lock. What the entry needs of sm is copied now: the entry outlives the
  * swap model (the engine's removal unregisters it). */
@@ -113,23 +171,44 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
     m->family = swap_model_info(sm)->family;
     snprintf(m->architecture, sizeof(m->architecture), "%s", swap_model_info(sm)->architecture);
     m->created = (long long)time(NULL);
-    if (bpe_open(path, &m->tok) < 0) {
-        log_warn("model %s: no tokenizer (%s): it serves token-id prompts only, its completions "
-                 "carry token_ids", m->name, err_msg());
+    m->s = s;
+    int rc = bpe_open(path, &m->tok);
+    if (rc < 0 && tokenizer_files(path)) {
+        /* files that are there but do not load (a FIFO, a link out of the
+         * root, a malformed vocabulary) are the model's error, not a model
+         * without a tokenizer whose completions would all fail later */
+        err_wrap(rc, "model %s: its tokenizer does not load", m->name);
+        free(m->path);
+        free(m);
+        return rc;
+    }
+    if (rc < 0) {
+        log_info("model %s: no tokenizer files: it serves token-id prompts only, its completions "
+                 "carry token_ids",
+                 m->name);
         m->tok = NULL;
     }
-    int rc = chat_load(m, path, chat_template);
+    /* after the tokenizer's own checks (a file over its cap is named as
+     * such), before anything else is built on it */
+    m->charge = model_charge(path);
+    if ((rc = charge_take(s, m->name, m->charge)) < 0) {
+        bpe_close(m->tok);
+        free(m->path);
+        free(m);
+        return rc;
+    }
+    rc = chat_load(m, path, chat_template);
     if (rc < 0) {
+        atomic_fetch_sub(&s->registered_bytes, m->charge);
         chat_template_free(m->chat);
         bpe_close(m->tok);
         free(m->path);
         free(m);
         return rc;
     }
+    atomic_init(&m->refs, 1); /* the table's */
     pthread_mutex_lock(&s->lock);
-    for (struct srv_model *o = s->models; o; o = o->next)
-        if (!o->removed && strcmp(o->name, m->name) == 0)
-            o->removed = true;
+    /* the admin lock and srv_model_find keep names unique: nothing to replace */
     m->next = s->models;
     s->models = m;
     pthread_mutex_unlock(&s->lock);
@@ -140,24 +219,53 @@ struct srv_model *srv_model_find(struct server *s, const char *name)
 {
     pthread_mutex_lock(&s->lock);
     struct srv_model *m = s->models;
-    while (m && (m->removed || strcmp(m->name, name) != 0))
+    while (m && strcmp(m->name, name) != 0)
         m = m->next;
+    if (m)
+        atomic_fetch_add(&m->refs, 1);
     pthread_mutex_unlock(&s->lock);
     return m;
+}
+
+void srv_model_put(struct srv_model *m)
+{
+    if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
+        return;
+    atomic_fetch_sub(&m->s->registered_bytes, m->charge);
+    bpe_close(m->tok);
+    chat_template_free(m->chat);
+    free(m->path);
+    free(m);
+}
+
+void srv_model_remove(struct server *s, struct srv_model *m)
+{
+    pthread_mutex_lock(&s->lock);
+    bool listed = !m->removed;
+    if (listed) {
+        struct srv_model **p = &s->models;
+        while (*p && *p != m)
+            p = &(*p)->next;
+        if (*p)
+            *p = m->next;
+        m->next = NULL;
+        m->removed = true;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (listed)
+        srv_model_put(m); /* the table's */
 }
 
 void srv_models_free(struct server *s)
 {
     struct srv_model *m = s->models;
+    s->models = NULL;
     while (m) {
         struct srv_model *next = m->next;
-        bpe_close(m->tok);
-        chat_template_free(m->chat);
-        free(m->path);
-        free(m);
+        m->removed = true;
+        srv_model_put(m); /* the table's; requests are gone by now */
         m = next;
     }
-    s->models = NULL;
 }
 
 int srv_models_list_all(struct server *s, struct srv_model **out, int max)
@@ -165,9 +273,8 @@ int srv_models_list_all(struct server *s, struct srv_model **out, int max)
     int n = 0;
     pthread_mutex_lock(&s->lock);
     for (struct srv_model *m = s->models; m; m = m->next) {
-        if (m->removed)
-            continue;
         if (n < max) {
+            atomic_fetch_add(&m->refs, 1);
             /* insertion by id: the list is short */
             int i = n;
             while (i > 0 && out[i - 1]->id > m->id) {
@@ -180,6 +287,12 @@ int srv_models_list_all(struct server *s, struct srv_model **out, int max)
     }
     pthread_mutex_unlock(&s->lock);
     return n;
+}
+
+void srv_models_put_all(struct srv_model **ms, int n)
+{
+    for (int i = 0; i < n; i++)
+        srv_model_put(ms[i]);
 }
 
 const char *srv_residency_name(enum residency r)

@@ -815,4 +815,6 @@ void srv_completions_free(struct srv_req *r)
     free(r->ends);
     free(r->gen_ids);
     free(r->out);
+    srv_model_put(r->m); /* its tokenizer was ours until now */
+    r->m = NULL;
 }

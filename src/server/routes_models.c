@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "server/log.h"
 #include "server/server_impl.h"
 
@@ -63,6 +64,7 @@ enum MHD_Result srv_models_list(struct srv_req *r)
         if (o) /* else removed meanwhile */
             json_array_append_new(data, o);
     }
+    srv_models_put_all(ms, n);
     free(ms);
     return srv_reply_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
@@ -71,17 +73,15 @@ enum MHD_Result srv_model_get(struct srv_req *r)
 {
     struct srv_model *m = srv_model_find(r->s, r->arg);
     json_t *o = m ? model_json(r->s, m) : NULL;
+    srv_model_put(m);
     if (!o)
         return model_not_found(r, r->arg);
     return srv_reply_json(r, 200, o);
 }
 
-enum MHD_Result srv_admin_action(struct srv_req *r)
+static enum MHD_Result admin_action(struct srv_req *r, struct srv_model *m)
 {
     struct server *s = r->s;
-    struct srv_model *m = srv_model_find(s, r->arg);
-    if (!m)
-        return model_not_found(r, r->arg);
     struct engine *e = s->stack->engine;
     int rc;
     if (strcmp(r->action, "load") == 0)
@@ -101,6 +101,16 @@ enum MHD_Result srv_admin_action(struct srv_req *r)
     return o ? srv_reply_json(r, 200, o) : model_not_found(r, r->arg);
 }
 
+enum MHD_Result srv_admin_action(struct srv_req *r)
+{
+    struct srv_model *m = srv_model_find(r->s, r->arg);
+    if (!m)
+        return model_not_found(r, r->arg);
+    enum MHD_Result ret = admin_action(r, m);
+    srv_model_put(m);
+    return ret;
+}
+
 enum MHD_Result srv_admin_delete(struct srv_req *r)
 {
     struct server *s = r->s;
@@ -109,11 +119,10 @@ enum MHD_Result srv_admin_delete(struct srv_req *r)
     json_t *o = m ? model_json(s, m) : NULL;
     int rc = o ? engine_remove_model(s->stack->engine, m->id) : ERR_NOT_FOUND;
     if (rc == 0) {
-        pthread_mutex_lock(&s->lock);
-        m->removed = true;
-        pthread_mutex_unlock(&s->lock);
         log_info("admin: removed model %s", m->name);
+        srv_model_remove(s, m); /* freed when its last request ends */
     }
+    srv_model_put(m);
     pthread_mutex_unlock(&s->admin_lock);
     if (rc < 0) {
         json_decref(o);
@@ -166,6 +175,17 @@ static bool under_root(const struct serve_config *c, const char *dir)
             return true;
     }
     return false;
+}
+
+/* Takes a model the engine took for a refused add out again, keeping the
+ * message of the refusal (the removal's own would replace it). */
+static void remove_unserved(struct server *s, int id)
+{
+    char why[1024];
+    snprintf(why, sizeof(why), "%s", err_msg());
+    if (engine_remove_model(s->stack->engine, id) < 0)
+        log_warn("admin: a refused model (id %d) could not be removed: %s", id, err_msg());
+    err_set(ERR_INVALID, "%s", why);
 }
 
 enum MHD_Result srv_admin_add(struct srv_req *r)
@@ -234,7 +254,9 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
         goto refuse;
     }
     pthread_mutex_lock(&s->admin_lock);
-    if (srv_model_find(s, name)) {
+    struct srv_model *same = srv_model_find(s, name);
+    srv_model_put(same);
+    if (same) {
         pthread_mutex_unlock(&s->admin_lock);
         oai_error_set(&e, 409, "invalid_request_error", "model_exists", "name",
                       "A model named '%s' is served already.", name);
@@ -244,31 +266,43 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     for (int i = 0; i < tp * pp; i++)
         devices[i] = i;
     struct placement pl = {.tp = tp, .pp = pp, .devices = devices};
+    /* every file read from the model's directory (config, weights,
+     * tokenizer, chat template) must resolve below a root, links included */
+    fs_confine((const char *const *)c->model_roots, c->n_model_roots);
     int rc = swap_register(s->stack->mgr, name, dir, &pl, json_is_true(jpin), &sm);
     if (rc == 0 && compute_set)
         swap_model_set_compute(sm, kc);
+    const char *param = "path"; /* what the refusal is about */
     int id = rc < 0 ? rc : engine_add_model(s->stack->engine, sm);
-    if (rc == 0 && id < 0)
+    if (rc == 0 && id < 0) {
         swap_unregister(s->stack->mgr, sm); /* never served: idle */
+        param = "";                         /* the engine's model limit */
+    }
     if (id >= 0 && max_batch > 0 &&
-        (rc = engine_set_max_batch(s->stack->engine, id, max_batch)) < 0)
-        engine_remove_model(s->stack->engine, id);
-    else if (id >= 0 && (rc = srv_model_add(s, sm, dir, NULL, id)) < 0)
-        engine_remove_model(s->stack->engine, id);
-    else if (id < 0)
+        (rc = engine_set_max_batch(s->stack->engine, id, max_batch)) < 0) {
+        param = "max_batch";
+        remove_unserved(s, id);
+    } else if (id >= 0 && (rc = srv_model_add(s, sm, dir, NULL, id)) < 0) {
+        remove_unserved(s, id);
+    } else if (id < 0) {
         rc = id;
+    }
+    fs_confine(NULL, 0);
     pthread_mutex_unlock(&s->admin_lock);
     if (rc < 0) {
-        /* what swap_register refuses (no checkpoint, does not fit) is the
-         * request's fault; a model registered for it is unregistered again
-         * (engine_remove_model does that for one the engine took) */
-        oai_error_set(&e, 400, "invalid_request_error", NULL, "path",
+        /* what swap_register refuses (no checkpoint, does not fit, a file
+         * outside the roots), a tokenizer that does not load, a max_batch
+         * no batch fits, the model limit: the request's fault; a model
+         * registered for it is unregistered again (engine_remove_model does
+         * that for one the engine took) */
+        oai_error_set(&e, 400, "invalid_request_error", NULL, param,
                       "Model '%s' could not be added: %s", name, err_msg());
         goto refuse;
     }
     log_info("admin: added model %s from %s (tp %d, pp %d)", name, dir, tp, pp);
     struct srv_model *m = srv_model_find(s, name);
     json_t *o = m ? model_json(s, m) : NULL;
+    srv_model_put(m);
     json_decref(body);
     free(dir);
     return o ? srv_reply_json(r, 200, o) : model_not_found(r, name);

@@ -39,10 +39,14 @@
 
 enum server_state { SERVER_STARTING, SERVER_SERVING, SERVER_STOPPING };
 
-/* A model the server serves or served. Entries are never freed before
- * server_close (a removed one is marked, since requests in flight may still
- * use its tokenizer), so a pointer from srv_model_find stays valid. */
+/* A model the server serves. Reference counted: the table holds one
+ * reference while the model is served, and srv_model_find and
+ * srv_models_list_all hand out one each (a request keeps its model's until
+ * it is freed), so a removed model's tokenizer stays valid for the requests
+ * still using it and everything it holds is freed when the last of them
+ * ends (srv_model_put). */
 struct srv_model {
+    atomic_int refs;
     char name[64];
     char *path;            /* owned */
     struct bpe *tok;       /* owned; NULL when none loads: token-id prompts only, and
@@ -64,7 +68,9 @@ struct srv_model {
     int32_t turn_end[4];
     int n_turn_end;
     long long created; /* unix seconds it was added */
-    bool removed;
+    struct server *s;  /* whose registered bytes charge holds */
+    uint64_t charge;   /* host memory it is charged for (srv_model_add) */
+    bool removed;      /* out of the table (under server.lock) */
     atomic_ullong n_invalid; /* completions refused by the server (4xx) */
     atomic_ullong n_route[2]; /* requests naming it: [0] /v1/completions, [1] chat */
     /* completions ended by a stop string: the engine counts them cancelled */
@@ -88,6 +94,9 @@ struct server {
     pthread_mutex_t admin_lock;
     pthread_mutex_t lock;
     struct srv_model *models; /* newest first */
+    /* host memory the entries hold (tokenizers, tables), an estimate kept
+     * within the host budget: what bounds registration beside the count */
+    atomic_ullong registered_bytes;
     struct srv_req *live;     /* every request state, until freed */
     int n_inflight;           /* requests submitted whose on_done has not run */
     pthread_cond_t idle_cv;   /* n_inflight or the live list shrank */
@@ -239,11 +248,21 @@ void srv_count_status(struct server *s, int status);
 int srv_model_add(struct server *s, const struct swap_model *sm, const char *path,
                   const char *chat_template, int id);
 /* The served (not removed) model named name, or NULL. */
+/* The served model of that name with a reference the caller gives back
+ * with srv_model_put, or NULL. */
 struct srv_model *srv_model_find(struct server *s, const char *name);
+/* Drops a reference; the last frees the entry (tokenizer, chat template,
+ * path). NULL-safe; any thread, no lock held. */
+void srv_model_put(struct srv_model *m);
+/* Takes m out of the table (it is no longer found or listed) and drops the
+ * table's reference. */
+void srv_model_remove(struct server *s, struct srv_model *m);
 void srv_models_free(struct server *s);
-/* The served models, by engine id ascending: up to max into out; returns
- * how many there are. */
+/* The served models, by engine id ascending: up to max into out, each with
+ * a reference (srv_models_put_all gives them back); returns how many there
+ * are. */
 int srv_models_list_all(struct server *s, struct srv_model **out, int max);
+void srv_models_put_all(struct srv_model **ms, int n);
 /* "on_device", "in_host", ... */
 const char *srv_residency_name(enum residency r);
 

@@ -8,7 +8,7 @@ long stops_find(const char *text, size_t len, size_t old, char *const *stops, in
     size_t longest = 0;
     for (int i = 0; i < n; i++)
         longest = strlen(stops[i]) > longest ? strlen(stops[i]) : longest;
-    if (longest == 0)
+    if (longest == 0 || len == 0) /* no text yet (it may be NULL): nothing to match */
         return -1;
     /* a new match ends after old, so it starts at most longest - 1 before */
     size_t from = old >= longest ? old - longest + 1 : 0;

@@ -6,8 +6,38 @@
  * checkpoint (only this shard's slices), then queued on the device's copy
  * stream with the blob's readiness event. Reading blob b + 1 from disk thus
  * overlaps copying blob b, and the forward overlaps both. */
+#include <stdio.h>
+
 #include "core/error.h"
+#include "core/fault.h"
 #include "swap/swap_impl.h"
+
+/* One blob's copy out of the mapped checkpoint, run under fault_guard: a
+ * file truncated under us fails this load, not the process. */
+struct fill_job {
+    const struct swap_shard *sh;
+    int blob;
+    void *dst;
+};
+
+static int fill_run(void *arg)
+{
+    const struct fill_job *j = arg;
+    return model_shard_fill(j->sh->m, &j->sh->layout, j->sh->model->ck, j->blob, j->dst);
+}
+
+/* The checkpoint as it is now (not shrunk since it was mapped), then the
+ * guarded copy; errors name the model. */
+static int loader_fill(struct swap_shard *sh, int b, void *dst)
+{
+    char what[128];
+    snprintf(what, sizeof(what), "model %s: its checkpoint", sh->model->name);
+    int rc = st_check(sh->model->ck);
+    if (rc < 0)
+        return err_wrap(rc, "model %s", sh->model->name);
+    struct fill_job job = {.sh = sh, .blob = b, .dst = dst};
+    return fault_guard(fill_run, &job, what);
+}
 
 static int loader_host_copy(struct loader *l, struct swap_shard *sh, int b, uint64_t *disk)
 {
@@ -20,7 +50,7 @@ static int loader_host_copy(struct loader *l, struct swap_shard *sh, int b, uint
         swap_shard_host_unreserve(l->mgr, n);
         return rc;
     }
-    if ((rc = model_shard_fill(sh->m, &sh->layout, sh->model->ck, b, p)) < 0) {
+    if ((rc = loader_fill(sh, b, p)) < 0) {
         device_host_free(l->mgr->devices[l->device], p, n);
         swap_shard_host_unreserve(l->mgr, n);
         return rc;
@@ -34,8 +64,9 @@ static int loader_load(struct loader *l, struct swap_shard *sh, bool to_device)
 {
     struct device *dev = l->mgr->devices[l->device];
     uint64_t disk = 0, h2d = 0;
-    int rc = 0, nb = sh->layout.n_blobs;
+    int rc = 0, nb = sh->layout.n_blobs, failed_at = nb;
     for (int b = 0; b < nb; b++) {
+        failed_at = b;
         if ((rc = loader_host_copy(l, sh, b, &disk)) < 0)
             break;
         if (!to_device)
@@ -48,6 +79,18 @@ static int loader_load(struct loader *l, struct swap_shard *sh, bool to_device)
                                   sh->ready[b])) < 0)
             break;
         h2d += sh->layout.blob_bytes[b];
+    }
+    if (rc < 0) {
+        /* before the events: a forward that sees one failed reads it */
+        snprintf(sh->load_error, sizeof(sh->load_error), "%s", err_msg());
+        /* the host bytes swap_load reserved for the blobs never reached (the
+         * failed one's are given back already) */
+        uint64_t left = 0;
+        for (int b = failed_at + 1; b < nb; b++)
+            if (!sh->host[b])
+                left += sh->layout.blob_bytes[b];
+        if (left)
+            swap_shard_host_unreserve(l->mgr, left);
     }
     if (to_device) {
         device_sync(dev);

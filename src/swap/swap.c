@@ -279,6 +279,24 @@ struct device_event *swap_shard_blob_ready(const struct swap_shard *sh, int b)
     return sh->ready[b];
 }
 
+const char *swap_shard_load_error(const struct swap_shard *sh)
+{
+    return sh->load_error;
+}
+
+int swap_model_load_error(struct swap_manager *mgr, const struct swap_model *model, char *msg,
+                          size_t cap)
+{
+    pthread_mutex_lock(&mgr->lock);
+    int rc = model->load_status;
+    const char *why = "";
+    for (int s = 0; rc < 0 && s < model->tp * model->pp && !why[0]; s++)
+        why = model->shards[s].load_error;
+    snprintf(msg, cap, "%s", rc < 0 && why[0] ? why : rc < 0 ? err_name(rc) : "");
+    pthread_mutex_unlock(&mgr->lock);
+    return rc;
+}
+
 /* ---- timings, under the lock (the loaders write them) ---- */
 
 static double elapsed(double t0, double t1)
@@ -752,6 +770,7 @@ int swap_load_locked(struct swap_manager *mgr, struct swap_model *model, struct 
                 model_shard_bind(sh->m, &sh->layout, b, dbuf_ptr(sh->dev[b]));
         }
         sh->state = RES_LOADING;
+        sh->load_error[0] = '\0'; /* no loader holds it yet: this load's own */
         sh->load_t0 = model->load_t0;
         model->shards_busy++;
     }

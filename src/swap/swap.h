@@ -231,6 +231,17 @@ uint64_t swap_shard_device_bytes(const struct swap_shard *sh);
 int swap_shard_n_blobs(const struct swap_shard *sh);
 uint64_t swap_shard_blob_bytes(const struct swap_shard *sh, int b);
 struct device_event *swap_shard_blob_ready(const struct swap_shard *sh, int b);
+/* Why the shard's last load failed (its loader's message: a checkpoint file
+ * truncated while served, a host allocation, ...); read it after a wait on
+ * one of its blob events returned an error, while that load's batch still
+ * holds the model (swap_use_begin). "" when none failed. */
+const char *swap_shard_load_error(const struct swap_shard *sh);
+/* The status of the model's last load (0, or the error of its first failed
+ * shard) with that shard's message in msg (cap bytes; "" when it did not
+ * fail). Meaningful once that load ended. Any thread; takes the manager's
+ * lock. */
+int swap_model_load_error(struct swap_manager *mgr, const struct swap_model *model, char *msg,
+                          size_t cap);
 
 /* ---- the last load's timings ---- */
 

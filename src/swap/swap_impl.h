@@ -24,6 +24,9 @@ struct swap_shard {
     uint64_t device_bytes, host_bytes;
     enum residency state;
     bool failed;               /* the last load failed: the device copy is garbage */
+    /* the last failed load's message: written by the loader before it
+     * completes the blob events with the error, read after such a wait */
+    char load_error[256];
     double load_t0, load_t1;   /* last load: queued, last blob on the device */
     /* the shard's place in its loader's queue (a shard has one job at a time) */
     int job_kind;

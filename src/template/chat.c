@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/jsonout.h"
 #include "template/chat.h"
 #include "template/jinja.h"
 
@@ -130,8 +131,11 @@ int chat_template_load(const char *dir, const char *override_path, struct chat_t
         cfg = json_loadb(cfg_text, cfg_len, JSON_DECODE_INT_AS_REAL, &je);
         free(cfg_text);
         if (!cfg || !json_is_object(cfg)) {
-            rc = err_set(ERR_FORMAT, "%s: %s at line %d column %d", cfg_path,
-                         cfg ? "expected a JSON object" : je.text, je.line, je.column);
+            char why[JSON_ERROR_TEXT_LENGTH];
+            rc =
+                err_set(ERR_FORMAT, "%s: %s at line %d column %d", cfg_path,
+                        cfg ? "expected a JSON object" : jsonout_parse_error(&je, why, sizeof(why)),
+                        je.line, je.column);
             goto out;
         }
     }

@@ -17,6 +17,8 @@
  * GPT-2's pipeline: its regex, byte-level symbols and decoder.
  */
 #include "core/error.h"
+#include "core/fs.h"
+#include "core/jsonout.h"
 #include "tokenizer/bpe_impl.h"
 
 #include <errno.h>
@@ -25,44 +27,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Reads a whole file; *data is malloc'd and NUL-terminated. */
+/* Reads a whole file; *data is malloc'd and NUL-terminated. Through the
+ * project's checked open: a regular file (a FIFO, a device, a directory in
+ * its place is refused before it is read, and nothing blocks) of at most
+ * BPE_FILE_MAX bytes. */
 int bpe_file_read(const char *path, char **data, size_t *len)
 {
-    *data = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return err_set(errno == ENOENT ? ERR_NOT_FOUND : ERR_IO, "%s: %s", path, strerror(errno));
-    int rc = 0;
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (cap - n < 65536) {
-            cap = cap ? cap * 2 : 1 << 20;
-            char *nb = realloc(buf, cap + 1);
-            if (!nb) {
-                rc = err_set(ERR_NOMEM, "%s: out of memory reading the file", path);
-                goto fail;
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    if (ferror(f)) {
-        rc = err_set(ERR_IO, "%s: read error", path);
-        goto fail;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    *data = buf;
-    *len = n;
-    return 0;
-fail:
-    fclose(f);
-    free(buf);
-    return rc;
+    return fs_read_regular(path, BPE_FILE_MAX, data, len);
 }
 
 int bpe_json_load(const char *path, bool optional, json_t **out)
@@ -84,9 +55,11 @@ int bpe_json_load_flags(const char *path, bool optional, size_t flags, json_t **
     json_error_t je;
     json_t *j = json_loadb(data, len, JSON_REJECT_DUPLICATES | flags, &je);
     free(data);
-    if (!j)
+    if (!j) {
+        char why[JSON_ERROR_TEXT_LENGTH]; /* je.text less the bytes it quotes */
         return err_set(ERR_FORMAT, "%s: malformed JSON at line %d column %d: %s", path, je.line,
-                       je.column, je.text);
+                       je.column, jsonout_parse_error(&je, why, sizeof(why)));
+    }
     if (!json_is_object(j)) {
         json_decref(j);
         return err_set(ERR_FORMAT, "%s: expected a JSON object at the top level", path);

@@ -213,6 +213,9 @@ void bpe_dec_scratch_free(struct bpe_dec_scratch *sc);
 
 /* Loading (bpe.c, bpe_vocab.c, bpe_special.c). */
 /* Reads a whole file; *data is malloc'd and NUL-terminated, owned by the caller. */
+/* The largest tokenizer file read (tokenizer.json of the largest vocabularies
+ * is ~35 MB). */
+#define BPE_FILE_MAX ((size_t)256 << 20)
 int bpe_file_read(const char *path, char **data, size_t *len);
 /* Parses the JSON object in the file at path into *out (owned by the caller).
  * When optional, a missing file gives 0 and *out NULL. */

@@ -98,11 +98,12 @@ int bpe_merges_load_txt(struct bpe *t, const struct bpe_symtab *vocab, const cha
         struct bpe_merge_src src = {.path = path, .index = line_no};
         char *sp = memchr(line, ' ', n);
         if (!sp || sp == line || sp + 1 == eol || memchr(sp + 1, ' ', (size_t)(eol - sp - 1))) {
-            char q[96];
             char where[512];
-            rc = err_set(ERR_FORMAT, "%s: expected two symbols separated by one space, got %s",
-                         bpe_merge_where(&src, where, sizeof(where)),
-                         bpe_quote(line, n, q, sizeof(q)));
+            /* the line is not quoted: the file may be any file a link names */
+            rc = err_set(ERR_FORMAT,
+                         "%s: expected two symbols separated by one space (a line "
+                         "of %zu bytes)",
+                         bpe_merge_where(&src, where, sizeof(where)), n);
             goto out;
         }
         rc = bpe_merge_add(t, vocab, line, (size_t)(sp - line), sp + 1, (size_t)(eol - sp - 1),

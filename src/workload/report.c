@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "workload/stats.h"
 
 /* ---- CSV ---- */
@@ -18,24 +19,13 @@ static void csv_time(FILE *f, double v)
         fprintf(f, "%.6f", v);
 }
 
-static int file_close(FILE *f, const char *path, const char *what)
-{
-    int bad = ferror(f);
-    int e = errno;
-    if (fclose(f) && !bad) {
-        bad = 1;
-        e = errno;
-    }
-    if (bad)
-        return err_set(ERR_IO, "%s: cannot write %s: %s", path, what, strerror(e));
-    return 0;
-}
-
 int report_write_csv(const char *path, const struct request_record *recs, size_t n)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return err_set(ERR_IO, "%s: cannot create CSV report: %s", path, strerror(errno));
+    FILE *f;
+    char tmp[4200];
+    int rc = fs_file_begin(path, tmp, sizeof(tmp), &f);
+    if (rc < 0)
+        return rc;
     fputs("id,model,status,t_arrival,t_start,t_first_token,t_done,latency,ttft,n_prompt,n_output,"
           "batch_size,http_status\n",
           f);
@@ -57,7 +47,7 @@ int report_write_csv(const char *path, const struct request_record *recs, size_t
             fprintf(f, "%d", r->http_status);
         fputc('\n', f);
     }
-    return file_close(f, path, "CSV report");
+    return fs_file_commit(f, tmp, path, "the CSV report");
 }
 
 /* Field k (0-based) of a comma-separated line, copied into out; false when
@@ -414,11 +404,10 @@ int report_write_cdf_svg(const char *path, const char *title, const char *const 
         if (a.xmax < hi)
             a.xmax += a.xstep;
     }
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        rc = err_set(ERR_IO, "%s: cannot create SVG plot: %s", path, strerror(errno));
+    FILE *f;
+    char tmp[4200];
+    if ((rc = fs_file_begin(path, tmp, sizeof(tmp), &f)) < 0)
         goto out;
-    }
     /* grow the canvas to fit the legend: rows down, and about 7 units per
      * character of the longest name across */
     int height = PY1 + 60, legend_bottom = PY0 + 10 + n_series * ROW_H;
@@ -444,7 +433,7 @@ int report_write_cdf_svg(const char *path, const char *title, const char *const 
         svg_curve(f, &a, &s[i], i);
     svg_legend(f, s, names, n_series);
     fputs("</svg>\n", f);
-    rc = file_close(f, path, "SVG plot");
+    rc = fs_file_commit(f, tmp, path, "the SVG plot");
 out:
     for (int i = 0; i < prepared; i++)
         free(s[i].sorted);
