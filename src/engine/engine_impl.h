@@ -87,7 +87,7 @@ struct engine_req {
     /* results: written by the thread that completes it, before done is set */
     int n_output;   /* [done]; [runner] while it runs (on_token reads it) */
     int status;     /* [done] */
-    char error[160]; /* [done] */
+    char error[512]; /* [done] */
     struct engine_req_timings t; /* [done]; t_arrival [fixed]; slot, t_start, batch_size,
                                   * batch_id, t_first_token [runner] */
     /* a model's queue (engine lock), then the engine's finished list */

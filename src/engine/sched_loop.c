@@ -46,7 +46,7 @@ void load_check(struct engine *e, struct emodel *m, bool loading)
          * devices again: the requests that waited for it fail with its
          * message rather than start another load that fails the same way.
          * A later request tries again. */
-        char why[320];
+        char why[512];
         int code = swap_model_load_error(e->mgr, m->sm, why, sizeof(why));
         if (code < 0)
             while (m->head)

@@ -878,9 +878,8 @@ int st_check(const struct st_checkpoint *ck)
             continue;
         if ((uint64_t)sb.st_size < f->size)
             return file_err(f->path, ERR_IO,
-                            "the file is %llu bytes now, %zu when it was opened: it was "
-                            "truncated while in use (restore it, then remove and add the model "
-                            "again)",
+                            "truncated while in use: %llu bytes now, %zu when it was opened "
+                            "(restore it, then remove and add the model again)",
                             (unsigned long long)sb.st_size, f->size);
     }
     return 0;

@@ -202,7 +202,7 @@ struct srv_req {
     int n_gen;  /* tokens generated (up to a stop) */
     int n_out;  /* tokens in the engine's output, once done */
     int status; /* engine status, final once done */
-    char error[256];
+    char error[512];
 };
 
 /* ---- server.c ---- */

@@ -26,7 +26,7 @@ struct swap_shard {
     bool failed;               /* the last load failed: the device copy is garbage */
     /* the last failed load's message: written by the loader before it
      * completes the blob events with the error, read after such a wait */
-    char load_error[256];
+    char load_error[512];
     double load_t0, load_t1;   /* last load: queued, last blob on the device */
     /* the shard's place in its loader's queue (a shard has one job at a time) */
     int job_kind;
