@@ -492,6 +492,27 @@ def run_tests(tests, server_box):
     return failures
 
 
+def run_and_stop(tests, server_box, args):
+    """The end of a server test's main: run_tests, then the server stopped
+    with SIGINT (it must exit 0 without a sanitizer report), the log's path
+    when asked or on a failure, the work directory cleaned when all passed.
+    Returns the exit status."""
+    srv = server_box["srv"]
+    failures = run_tests(tests, server_box)
+    try:
+        srv.stop(signal.SIGINT)
+        print("ok    server exits 0 on SIGINT, no sanitizer report")
+    except TestFailure as e:
+        failures += 1
+        print("FAIL  shutdown: %s" % e)
+    if args.keep or failures:
+        print("server log: %s" % srv.log_path)
+    if not failures:
+        cleanup_args(args)
+    print("%d of %d failed" % (failures, len(tests) + 1) if failures else "all passed")
+    return 1 if failures else 0
+
+
 def main():
     """By hand: start a server on two tiny models, print where it is, stop
     it on Enter (or at once with --smoke) and check its exit."""

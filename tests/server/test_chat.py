@@ -28,7 +28,6 @@ OPT model without a template. Checked:
 import json
 import os
 import shutil
-import signal
 import struct
 import subprocess
 import sys
@@ -418,19 +417,7 @@ def main():
     tests = [test_plain_and_streamed, test_raw_stream_format, test_greedy_equals_generate,
              test_template_kwargs, test_completions_text_every_family, test_stops_at_end_of_turn, test_max_completion_tokens_and_seed, test_refusals,
              test_hostile_bodies, test_metrics_count_chat, test_bench_serve_chat]
-    failures = harness.run_tests(tests, S)
-    try:
-        s.stop(signal.SIGINT)
-        print("ok    server exits 0 on SIGINT, no sanitizer report")
-    except harness.TestFailure as e:
-        failures += 1
-        print("FAIL  shutdown: %s" % e)
-    if A.keep or failures:
-        print("server log: %s" % s.log_path)
-    if not failures:
-        harness.cleanup_args(A)
-    print("%d of %d failed" % (failures, len(tests) + 1) if failures else "all passed")
-    return 1 if failures else 0
+    return harness.run_and_stop(tests, S, A)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ new ones); a text prompt, stop or echo there is a 400 naming the model;
 
 import concurrent.futures as cf
 import os
-import signal
 import sys
 import time
 
@@ -239,19 +238,7 @@ def main():
     tests = [test_models_show_families, test_alternating_families_swap, test_raw_response_format,
              test_stream_token_ids, test_batched_llama_requests, test_text_needs_a_tokenizer,
              test_bench_serve_prompt_ids]
-    failures = harness.run_tests(tests, S)
-    try:
-        s.stop(signal.SIGINT)
-        print("ok    server exits 0 on SIGINT, no sanitizer report")
-    except harness.TestFailure as e:
-        failures += 1
-        print("FAIL  shutdown: %s" % e)
-    if A.keep or failures:
-        print("server log: %s" % s.log_path)
-    if not failures:
-        harness.cleanup_args(A)
-    print("%d of %d failed" % (failures, len(tests) + 1) if failures else "all passed")
-    return 1 if failures else 0
+    return harness.run_and_stop(tests, S, A)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ prompt, and on the fixtures transformers' greedy ids (expected.json).
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -658,19 +657,7 @@ def main():
              test_admin_routes, test_tp_pp_models, test_metrics_promtool, test_metrics_residency_agrees, test_metrics_histograms_consistent,
              test_metrics_counters_move, test_pinned_device_full_answers,
              test_tight_memory_concurrent_requests, test_request_timeout]
-    failures = harness.run_tests(tests, S)
-    try:
-        s.stop(signal.SIGINT)
-        print("ok    server exits 0 on SIGINT, no sanitizer report")
-    except harness.TestFailure as e:
-        failures += 1
-        print("FAIL  shutdown: %s" % e)
-    if A.keep or failures:
-        print("server log: %s" % s.log_path)
-    if not failures:
-        harness.cleanup_args(A)
-    print("%d of %d failed" % (failures, len(tests) + 1) if failures else "all passed")
-    return 1 if failures else 0
+    return harness.run_and_stop(tests, S, A)
 
 
 if __name__ == "__main__":
