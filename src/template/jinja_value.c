@@ -504,6 +504,18 @@ void jv_repr_into(struct render *r, struct jbuf *b, struct jv v)
     repr_depth(r, b, v, 0);
 }
 
+/* "k: v, k: v" of a dict or a namespace, as Python's repr writes them. */
+static void repr_items(struct render *r, struct jbuf *b, struct jv v, int depth)
+{
+    for (size_t i = 0; i < v.d->n; i++) {
+        if (i)
+            jb_put(r, b, ", ", 2);
+        repr_depth(r, b, v.d->key[i], depth + 1);
+        jb_put(r, b, ": ", 2);
+        repr_depth(r, b, v.d->val[i], depth + 1);
+    }
+}
+
 static void repr_depth(struct render *r, struct jbuf *b, struct jv v, int depth)
 {
     if (depth > MAX_VALUE_DEPTH)
@@ -534,24 +546,12 @@ static void repr_depth(struct render *r, struct jbuf *b, struct jv v, int depth)
         return;
     case JK_DICT:
         jb_put(r, b, "{", 1);
-        for (size_t i = 0; i < v.d->n; i++) {
-            if (i)
-                jb_put(r, b, ", ", 2);
-            repr_depth(r, b, v.d->key[i], depth + 1);
-            jb_put(r, b, ": ", 2);
-            repr_depth(r, b, v.d->val[i], depth + 1);
-        }
+        repr_items(r, b, v, depth);
         jb_put(r, b, "}", 1);
         return;
     case JK_NS:
         jb_put(r, b, "<Namespace {", 12);
-        for (size_t i = 0; i < v.d->n; i++) {
-            if (i)
-                jb_put(r, b, ", ", 2);
-            repr_depth(r, b, v.d->key[i], depth + 1);
-            jb_put(r, b, ": ", 2);
-            repr_depth(r, b, v.d->val[i], depth + 1);
-        }
+        repr_items(r, b, v, depth);
         jb_put(r, b, "}>", 2);
         return;
     default:
