@@ -708,105 +708,133 @@ static int parse_root(const char *body, size_t len, json_t **root, struct oai_er
     return 0;
 }
 
-int oai_parse_completion(const char *body, size_t len, struct completion_req *out,
+/* The fields one API reads before the shared ones (read_common), and after. */
+struct api_fields {
+    int (*before)(const json_t *root, struct completion_req *r, struct oai_error *err);
+    int (*after)(const json_t *root, struct completion_req *r, struct oai_error *err);
+};
+
+/* Both parsers: the body, the model, then the API's fields around the
+ * shared ones, each refusal the first wrong field's; r0 holds the defaults. */
+static int parse_request(const char *body, size_t len, struct completion_req r0,
+                         const struct api_fields *api, struct completion_req *out,
                          struct oai_error *err)
 {
     memset(out, 0, sizeof(*out));
     memset(err, 0, sizeof(*err));
-    struct completion_req r = {
+    struct completion_req r = r0;
+    json_t *root = NULL;
+    int rc;
+    if ((rc = parse_root(body, len, &root, err)) < 0 ||
+        (rc = read_string(root, "model", MODEL_MAX, true, &r.model, err)) < 0 ||
+        (rc = api->before(root, &r, err)) < 0 || (rc = read_common(root, &r, err)) < 0 ||
+        (rc = api->after(root, &r, err)) < 0) {
+        json_decref(root);
+        completion_req_free(&r);
+        return rc;
+    }
+    json_decref(root);
+    *out = r;
+    return 0;
+}
+
+static int completion_before(const json_t *root, struct completion_req *r, struct oai_error *err)
+{
+    json_int_t x = r->max_tokens;
+    int rc;
+    if ((rc = read_prompt(root, r, err)) < 0 ||
+        (rc = read_int(root, "max_tokens", 1, MAX_TOKENS_MAX, &x, err)) < 0)
+        return rc;
+    r->max_tokens = (int)x;
+    r->max_tokens_given = field(root, "max_tokens") != NULL;
+    return 0;
+}
+
+static int completion_after(const json_t *root, struct completion_req *r, struct oai_error *err)
+{
+    int rc = read_bool(root, "echo", &r->echo, err);
+    return rc < 0 ? rc : read_unsupported_completion(root, err);
+}
+
+int oai_parse_completion(const char *body, size_t len, struct completion_req *out,
+                         struct oai_error *err)
+{
+    static const struct api_fields api = {completion_before, completion_after};
+    struct completion_req r0 = {
         .max_tokens = DEFAULT_MAX_TOKENS,
         .temperature = 1.0f,
         .top_p = 1.0f,
     };
-    json_t *root = NULL;
-    json_int_t x = r.max_tokens;
+    return parse_request(body, len, r0, &api, out, err);
+}
+
+/* messages, and max_completion_tokens, which replaced max_tokens: either
+ * sets the limit, and both must agree. */
+static int chat_before(const json_t *root, struct completion_req *r, struct oai_error *err)
+{
+    json_int_t x = r->max_tokens;
     int rc;
-    if ((rc = parse_root(body, len, &root, err)) < 0 ||
-        (rc = read_string(root, "model", MODEL_MAX, true, &r.model, err)) < 0 ||
-        (rc = read_prompt(root, &r, err)) < 0 ||
-        (rc = read_int(root, "max_tokens", 1, MAX_TOKENS_MAX, &x, err)) < 0)
-        goto fail;
-    r.max_tokens = (int)x;
-    r.max_tokens_given = field(root, "max_tokens") != NULL;
-    if ((rc = read_common(root, &r, err)) < 0 || (rc = read_bool(root, "echo", &r.echo, err)) < 0 ||
-        (rc = read_unsupported_completion(root, err)) < 0)
-        goto fail;
-    json_decref(root);
-    *out = r;
+    if ((rc = read_messages(root, r, err)) < 0)
+        return rc;
+    const char *limit = field(root, "max_completion_tokens") ? "max_completion_tokens"
+                                                             : "max_tokens";
+    if ((rc = read_int(root, limit, 1, MAX_TOKENS_MAX, &x, err)) < 0)
+        return rc;
+    r->max_tokens = (int)x;
+    r->max_tokens_given = field(root, limit) != NULL;
+    if (r->max_tokens_given && strcmp(limit, "max_completion_tokens") == 0 &&
+        field(root, "max_tokens")) {
+        json_int_t y = 0;
+        if ((rc = read_int(root, "max_tokens", 1, MAX_TOKENS_MAX, &y, err)) < 0)
+            return rc;
+        if (y != x)
+            return unsupported(err, "max_tokens",
+                               "max_tokens (%" JSON_INTEGER_FORMAT
+                               ") and max_completion_tokens (%" JSON_INTEGER_FORMAT
+                               ") differ: send one of them",
+                               y, x);
+    }
     return 0;
-fail:
-    json_decref(root);
-    completion_req_free(&r);
-    return rc;
+}
+
+/* chat_template_kwargs: an object of more template variables, none of
+ * them one the request's own fields set. */
+static int chat_after(const json_t *root, struct completion_req *r, struct oai_error *err)
+{
+    int rc = read_unsupported_chat(root, err);
+    if (rc < 0)
+        return rc;
+    const json_t *kw = field(root, "chat_template_kwargs");
+    if (!kw)
+        return 0;
+    if (!json_is_object(kw))
+        return bad_value(err, "chat_template_kwargs", "chat_template_kwargs",
+                         "an object of template variables such as {\"enable_thinking\": false}",
+                         kw);
+    static const char *const reserved[] = {"messages", "add_generation_prompt", "tools",
+                                           "documents"};
+    for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
+        if (json_object_get(kw, reserved[i]))
+            return unsupported(err, "chat_template_kwargs",
+                               "chat_template_kwargs: may not set \"%s\" (the request's own "
+                               "fields do)",
+                               reserved[i]);
+    if (!(r->template_kwargs = json_deep_copy(kw)))
+        return oai_error_set(err, 500, "server_error", NULL, "", "out of memory");
+    return 0;
 }
 
 int oai_parse_chat(const char *body, size_t len, struct completion_req *out,
                    struct oai_error *err)
 {
-    memset(out, 0, sizeof(*out));
-    memset(err, 0, sizeof(*err));
-    struct completion_req r = {
+    static const struct api_fields api = {chat_before, chat_after};
+    struct completion_req r0 = {
         .max_tokens = OAI_CHAT_DEFAULT_MAX_TOKENS,
         .temperature = 1.0f,
         .top_p = 1.0f,
         .chat = true,
     };
-    json_t *root = NULL;
-    json_int_t x = r.max_tokens;
-    int rc;
-    if ((rc = parse_root(body, len, &root, err)) < 0 ||
-        (rc = read_string(root, "model", MODEL_MAX, true, &r.model, err)) < 0 ||
-        (rc = read_messages(root, &r, err)) < 0)
-        goto fail;
-    /* max_completion_tokens replaced max_tokens; either sets the limit */
-    const char *limit = field(root, "max_completion_tokens") ? "max_completion_tokens"
-                                                             : "max_tokens";
-    if ((rc = read_int(root, limit, 1, MAX_TOKENS_MAX, &x, err)) < 0)
-        goto fail;
-    r.max_tokens = (int)x;
-    r.max_tokens_given = field(root, limit) != NULL;
-    if (r.max_tokens_given && strcmp(limit, "max_completion_tokens") == 0 &&
-        field(root, "max_tokens")) {
-        json_int_t y = 0;
-        if ((rc = read_int(root, "max_tokens", 1, MAX_TOKENS_MAX, &y, err)) < 0)
-            goto fail;
-        if (y != x) {
-            rc = unsupported(err, "max_tokens",
-                             "max_tokens (%" JSON_INTEGER_FORMAT ") and max_completion_tokens (%"
-                             JSON_INTEGER_FORMAT ") differ: send one of them",
-                             y, x);
-            goto fail;
-        }
-    }
-    if ((rc = read_common(root, &r, err)) < 0 || (rc = read_unsupported_chat(root, err)) < 0)
-        goto fail;
-    const json_t *kw = field(root, "chat_template_kwargs");
-    if (kw && !json_is_object(kw)) {
-        rc = bad_value(err, "chat_template_kwargs", "chat_template_kwargs",
-                       "an object of template variables such as {\"enable_thinking\": false}", kw);
-        goto fail;
-    }
-    static const char *const reserved[] = {"messages", "add_generation_prompt", "tools",
-                                           "documents"};
-    for (size_t i = 0; kw && i < sizeof(reserved) / sizeof(reserved[0]); i++)
-        if (json_object_get(kw, reserved[i])) {
-            rc = unsupported(err, "chat_template_kwargs",
-                             "chat_template_kwargs: may not set \"%s\" (the request's own fields "
-                             "do)",
-                             reserved[i]);
-            goto fail;
-        }
-    if (kw && !(r.template_kwargs = json_deep_copy(kw))) {
-        rc = oai_error_set(err, 500, "server_error", NULL, "", "out of memory");
-        goto fail;
-    }
-    json_decref(root);
-    *out = r;
-    return 0;
-fail:
-    json_decref(root);
-    completion_req_free(&r);
-    return rc;
+    return parse_request(body, len, r0, &api, out, err);
 }
 
 void completion_req_free(struct completion_req *r)
