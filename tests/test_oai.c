@@ -150,31 +150,43 @@ static void check_error_json(const struct oai_error *err)
     free(text);
 }
 
-static void test_table(void)
+typedef int (*parse_fn)(const char *, size_t, struct completion_req *, struct oai_error *);
+
+/* Each body through parse: accepted, or refused with the case's status,
+ * param and message part, leaving nothing in the request. */
+static void run_table(const char *what, parse_fn parse, const struct body_case *table, size_t n)
 {
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        const struct body_case *c = &cases[i];
+    for (size_t i = 0; i < n; i++) {
+        const struct body_case *c = &table[i];
         struct completion_req r;
         struct oai_error err;
-        int rc = oai_parse_completion(c->body, strlen(c->body), &r, &err);
+        int rc = parse(c->body, strlen(c->body), &r, &err);
         if (c->status == 0) {
-            CHECK_MSG(rc == 0, "case %zu (%s): %s", i, c->body, err.message);
+            CHECK_MSG(rc == 0, "%s case %zu (%s): %s", what, i, c->body, err.message);
+            /* an accepted chat request holds its messages */
+            CHECK_MSG(rc != 0 || parse != oai_parse_chat || (r.chat && r.messages), "%s case %zu",
+                      what, i);
         } else {
-            CHECK_MSG(rc < 0, "case %zu (%s) was accepted", i, c->body);
-            CHECK_MSG(err.status == c->status, "case %zu: status %d", i, err.status);
-            CHECK_MSG(strcmp(err.type, "invalid_request_error") == 0, "case %zu", i);
-            CHECK_MSG(strcmp(err.param, c->param) == 0, "case %zu (%s): param '%s', not '%s'", i,
-                      c->body, err.param, c->param);
-            CHECK_MSG(!c->in_message || strstr(err.message, c->in_message), "case %zu: '%s'", i,
-                      err.message);
-            CHECK_MSG(strchr(err.message, '\n') == NULL, "case %zu", i);
+            CHECK_MSG(rc < 0, "%s case %zu (%s) was accepted", what, i, c->body);
+            CHECK_MSG(err.status == c->status, "%s case %zu: status %d", what, i, err.status);
+            CHECK_MSG(strcmp(err.type, "invalid_request_error") == 0, "%s case %zu", what, i);
+            CHECK_MSG(strcmp(err.param, c->param) == 0, "%s case %zu (%s): param '%s', not '%s'",
+                      what, i, c->body, err.param, c->param);
+            CHECK_MSG(!c->in_message || strstr(err.message, c->in_message), "%s case %zu: '%s'",
+                      what, i, err.message);
+            CHECK_MSG(strchr(err.message, '\n') == NULL, "%s case %zu", what, i);
             check_error_json(&err);
-            /* nothing is left in a refused request */
             CHECK(r.model == NULL && r.prompt_text == NULL && r.prompt_ids == NULL &&
-                  r.n_stop == 0 && r.user == NULL);
+                  r.n_stop == 0 && r.user == NULL && r.messages == NULL &&
+                  r.template_kwargs == NULL);
         }
         completion_req_free(&r);
     }
+}
+
+static void test_table(void)
+{
+    run_table("completion", oai_parse_completion, cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 static int parse_ok(const char *body, struct completion_req *r)
@@ -373,26 +385,7 @@ static const struct body_case chat_cases[] = {
 
 static void test_chat_table(void)
 {
-    for (size_t i = 0; i < sizeof(chat_cases) / sizeof(chat_cases[0]); i++) {
-        const struct body_case *c = &chat_cases[i];
-        struct completion_req r;
-        struct oai_error err;
-        int rc = oai_parse_chat(c->body, strlen(c->body), &r, &err);
-        if (c->status == 0) {
-            CHECK_MSG(rc == 0 && r.chat && r.messages, "chat case %zu (%s): %s", i, c->body,
-                      err.message);
-        } else {
-            CHECK_MSG(rc < 0, "chat case %zu (%s) was accepted", i, c->body);
-            CHECK_MSG(err.status == c->status, "chat case %zu: status %d", i, err.status);
-            CHECK_MSG(strcmp(err.param, c->param) == 0, "chat case %zu (%s): param '%s', not '%s'",
-                      i, c->body, err.param, c->param);
-            CHECK_MSG(!c->in_message || strstr(err.message, c->in_message), "chat case %zu: '%s'",
-                      i, err.message);
-            CHECK_MSG(strchr(err.message, '\n') == NULL, "chat case %zu", i);
-            CHECK(r.model == NULL && r.messages == NULL && r.user == NULL);
-        }
-        completion_req_free(&r);
-    }
+    run_table("chat", oai_parse_chat, chat_cases, sizeof(chat_cases) / sizeof(chat_cases[0]));
 }
 
 /* What an accepted chat request holds: the messages as the template sees
