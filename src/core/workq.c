@@ -61,7 +61,7 @@ static void *workq_main(void *p)
 
 int workq_init(struct workq *q, const char *name, const struct workq_ops *ops, void *arg)
 {
-    assert(ops && ops->run);
+    assert(ops && (ops->run || ops->idle));
     memset(q, 0, sizeof(*q));
     q->ops = ops;
     q->arg = arg;
@@ -92,7 +92,7 @@ void workq_post(struct workq *q, struct workq_item *item)
 {
     pthread_mutex_lock(&q->lock);
     /* once stopping, only run may add to what the drain runs */
-    assert(q->started && (!q->stop || pthread_equal(pthread_self(), q->thread)));
+    assert(q->started && q->ops->run && (!q->stop || pthread_equal(pthread_self(), q->thread)));
     queue_insert_tail(&q->items, &item->node);
     q->posted++;
     pthread_cond_signal(&q->work);

@@ -8,7 +8,8 @@
  * Threads and callbacks (all of ops' slots get workq_init's arg):
  * - thread_init (optional) runs on the queue's thread, once, before any
  *   item: per-thread setup (a priority, a device's compute state).
- * - run runs on the queue's thread for each item, without the queue's lock.
+ * - run (optional when idle is set: a queue nothing is posted to) runs on
+ *   the queue's thread for each item, without the queue's lock.
  *   It may block (a copy, a forward, a wait on another thread) and may
  *   workq_post to this queue or any other; it may not workq_sync, workq_stop
  *   or workq_free this queue (each waits for run to return). When it
@@ -58,7 +59,7 @@ struct workq {
 };
 
 /* Starts q's thread, named name (at most 15 characters are kept), running
- * ops (static, outliving q) with arg. ERR_NOMEM when the thread cannot be
+ * ops (static, outliving q; run or idle set) with arg. ERR_NOMEM when the thread cannot be
  * started; q is then left as workq_free expects (zeroed). */
 int workq_init(struct workq *q, const char *name, const struct workq_ops *ops, void *arg);
 

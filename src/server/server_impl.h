@@ -29,6 +29,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/queue.h"
+#include "core/workq.h"
 #include "engine/sched.h"
 #include "engine/stack.h"
 #include "server/config.h"
@@ -36,6 +38,8 @@
 #include "server/server.h"
 #include "template/chat.h"
 #include "tokenizer/bpe.h"
+
+struct pollfd;
 
 enum server_state { SERVER_STARTING, SERVER_SERVING, SERVER_STOPPING };
 
@@ -103,13 +107,16 @@ struct server {
     int http_code[SRV_HTTP_CODES];
     uint64_t http_count[SRV_HTTP_CODES];
 
-    /* the watcher (watcher.c) */
-    pthread_t watcher;
-    bool watcher_started;
+    /* the watcher (watcher.c): a work queue's thread (core/workq.h) that
+     * runs no items, only its idle poll */
+    struct workq watcher;
     pthread_mutex_t watch_lock;
-    pthread_cond_t watch_cv;
-    bool watch_stop;
-    struct srv_req *watched; /* requests in flight, by their watch_next */
+    struct queue watched; /* requests in flight, newest first, by their watch_link */
+    /* the watcher thread's alone: its poll set (watch_cap) and last sweep */
+    struct pollfd *watch_fds;
+    struct srv_req **watch_reqs;
+    int watch_cap;
+    double watch_swept;
 
     /* the open connections (conns.c) */
     pthread_mutex_t conn_lock;
@@ -144,7 +151,7 @@ struct srv_req {
     bool http10; /* an HTTP/1.0 request */
     double t0;
     struct srv_req *live_prev, *live_next; /* server.live, under server.lock */
-    struct srv_req *watch_next;            /* server.watched, under watch_lock */
+    struct queue watch_link;               /* server.watched, under watch_lock */
     bool watched;                          /* under watch_lock */
     bool half_closed; /* the watcher saw the client's end of stream (POLLRDHUP); watcher only */
 
