@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "core/queue.h"
+#include "core/strbuf.h"
 #include "core/workq.h"
 #include "engine/sched.h"
 #include "engine/stack.h"
@@ -179,8 +180,8 @@ struct srv_req {
     char *echo_text; /* the prompt as text, when echo */
     size_t echo_len;
     /* streaming, HTTP thread only */
-    char *out; /* events ready to send */
-    size_t out_len, out_pos, out_cap;
+    struct strbuf out; /* events ready to send */
+    size_t out_pos;    /* out's bytes sent */
     size_t sent;   /* bytes of text sent */
     int ends_sent; /* token pieces sent */
     int ids_sent;  /* gen_ids sent (a model without a tokenizer) */
@@ -199,8 +200,7 @@ struct srv_req {
     struct bpe_stream dec;
     char *tokbuf; /* bpe_stream_chunk_max bytes */
     size_t tokbuf_cap;
-    char *text; /* the completion's text so far */
-    size_t text_len, text_cap;
+    struct strbuf text; /* the completion's text so far */
     size_t safe; /* text[0..safe) cannot become part of a stop string */
     int *ends;   /* text offset after each token's piece */
     int n_ends, ends_cap;
