@@ -128,7 +128,7 @@ static bool watch_reserve(struct server *s, int n)
     return true;
 }
 
-/* What poll saw on the i-th snapshot entry: a hang-up, or an end of stream
+/* What poll saw on r's socket (ev): a hang-up, or an end of stream
  * to probe; only for a request still watched (its fd may be reused). */
 static void watch_event(struct server *s, struct srv_req *r, short ev)
 {
