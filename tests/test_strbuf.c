@@ -48,8 +48,8 @@ TEST(reserve)
     struct strbuf b = {0};
     CHECK(strbuf_reserve(&b, 1000) == 0 && b.cap == 1024 && b.len == 0 && b.p[0] == '\0');
     char *p = b.p;
-    CHECK(strbuf_append(&b, "x", 1) == 0 && b.p == p); /* no move within what was reserved */
-    CHECK(strbuf_reserve(&b, SIZE_MAX) == ERR_NOMEM); /* len + extra + 1 overflows */
+    CHECK(strbuf_append(&b, "x", 1) == 0 && b.p == p);      /* no move within what was reserved */
+    CHECK(strbuf_reserve(&b, SIZE_MAX) == ERR_NOMEM);       /* len + extra + 1 overflows */
     CHECK(b.p == p && b.len == 1 && strcmp(b.p, "x") == 0); /* as it was */
     strbuf_free(&b);
 }

@@ -82,8 +82,9 @@ TEST(queue_links)
     struct queue *q;
     struct queue *want[] = {&a, &b, &c};
     int i = 0;
-    queue_foreach(q, &head)
+    queue_foreach(q, &head) {
         CHECK(i < 3 && q == want[i++]);
+    }
     CHECK(i == 3);
     queue_remove(&b); /* from the middle */
     queue_remove(&b); /* harmless twice */

@@ -50,9 +50,9 @@ struct workq {
     const struct workq_ops *ops;
     void *arg;
     pthread_mutex_t lock;
-    pthread_cond_t work; /* posted, woken or stop changed */
-    pthread_cond_t done; /* completed advanced */
-    struct queue items;  /* posted, not yet taken by the thread */
+    pthread_cond_t work;        /* posted, woken or stop changed */
+    pthread_cond_t done;        /* completed advanced */
+    struct queue items;         /* posted, not yet taken by the thread */
     uint64_t posted, completed; /* items since workq_init; run returned for `completed` */
     bool stop, woken, started;
     pthread_t thread;
