@@ -13,22 +13,11 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/timing.h"
+#include "core/utf8.h"
 #include "model/random.h"
 #include "template/chat.h"
 #include "tokenizer/bpe.h"
-
-/* The byte-level alphabet of GPT-2: printable Latin-1 bytes stand for
- * themselves, the other bytes for code points 256, 257, ... in byte order. */
-static unsigned byte_symbol(unsigned b)
-{
-    if ((b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff))
-        return b;
-    unsigned n = 0;
-    for (unsigned x = 0; x < b; x++)
-        if (!((x >= '!' && x <= '~') || (x >= 0xa1 && x <= 0xac) || (x >= 0xae && x <= 0xff)))
-            n++;
-    return 256 + n;
-}
+#include "tokenizer/byte_level.h"
 
 /* dir/name into buf; ERR_INVALID when it does not fit. */
 static int path_join(char *buf, size_t cap, const char *dir, const char *name)
@@ -63,17 +52,9 @@ static int write_minimal_tokenizer(const char *dir)
     for (int i = 0; i < 4; i++)
         json_object_set_new(vocab, specials[i], json_integer(i));
     for (unsigned b = 0; b < 256; b++) {
-        unsigned cp = byte_symbol(b);
-        char utf8[3];
-        if (cp < 0x80) {
-            utf8[0] = (char)cp;
-            utf8[1] = 0;
-        } else {
-            utf8[0] = (char)(0xc0 | (cp >> 6));
-            utf8[1] = (char)(0x80 | (cp & 0x3f));
-            utf8[2] = 0;
-        }
-        json_object_set_new(vocab, utf8, json_integer(4 + b));
+        unsigned char sym[5];
+        sym[utf8_encode_one(byte_level_cp((unsigned char)b), sym)] = 0;
+        json_object_set_new(vocab, (const char *)sym, json_integer(4 + b));
     }
     int rc = write_json(vocab, dir, "vocab.json");
     if (rc < 0)
