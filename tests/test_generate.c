@@ -39,8 +39,8 @@ static void setup(void)
  * `fail` at it when that is negative. */
 struct greedy {
     int batch, stop, fail, calls;
-    int steps[MAX_STEPS + 1];          /* the step index of each call */
-    int32_t picked[MAX_STEPS + 1][2];  /* each call's ids (batch <= 2) */
+    int steps[MAX_STEPS + 1];         /* the step index of each call */
+    int32_t picked[MAX_STEPS + 1][2]; /* each call's ids (batch <= 2) */
     bool finite;
 };
 

@@ -38,8 +38,8 @@ static bool positive(double x)
 
 static struct swapbench_config config(int n, const int *tp, const int *pp, int repeat)
 {
-    struct swapbench_config c = {.dir = dir, .n_layouts = n, .repeat = repeat, .prompt_len = 4,
-                                 .ref_bytes = 1 << 20};
+    struct swapbench_config c = {
+        .dir = dir, .n_layouts = n, .repeat = repeat, .prompt_len = 4, .ref_bytes = 1 << 20};
     for (int i = 0; i < n; i++) {
         c.tp[i] = tp[i];
         c.pp[i] = pp[i];
@@ -63,9 +63,11 @@ static void check_layout(const struct swapbench_layout *r, int repeat)
     CHECK_MSG(r->stats.loads == loads, "%dx%d: %llu loads, expected %llu", r->tp, r->pp,
               (unsigned long long)r->stats.loads, (unsigned long long)loads);
     CHECK(r->stats.offloads == loads);
-    CHECK_MSG(r->stats.bytes_h2d == loads * host, "%dx%d: %llu bytes host -> device, expected "
-              "%llu x %llu", r->tp, r->pp, (unsigned long long)r->stats.bytes_h2d,
-              (unsigned long long)loads, (unsigned long long)host);
+    CHECK_MSG(r->stats.bytes_h2d == loads * host,
+              "%dx%d: %llu bytes host -> device, expected "
+              "%llu x %llu",
+              r->tp, r->pp, (unsigned long long)r->stats.bytes_h2d, (unsigned long long)loads,
+              (unsigned long long)host);
     CHECK(r->stats.bytes_disk == host); /* the host tier filled once */
     CHECK(r->stats.bytes_d2h == 0);     /* the host kept every byte: nothing copied back */
     CHECK(r->stats.evictions == 0 && r->stats.compactions == 0);

@@ -199,7 +199,6 @@ static int print_json(const char *dir, const char *devices, bool cuda,
         cuda ? json_null() : copy, "layouts", layouts));
 }
 
-
 /* The layouts (--layouts, then --tp/--pp) and the devices (--devices: CPU
  * ones, a number or cpu:0,..., keep the default of one CPU device per
  * shard, at most as many as listed) into c. A usage error (ERR_INVALID with

@@ -25,9 +25,9 @@ int model_generate(struct model *m, const int32_t *prompt, int n_prompt, int max
 
 /* One step of model_generate_steps, on its caller's thread: given the
  * logits of the last forward (batch rows of vocab; step 0: the prefill's),
- * which it may overwrite (a sampler does), writes each sequence's next id into next (batch entries) and returns 0
- * to run them through the model, 1 to stop before that, or a negative
- * error, which the loop returns. */
+ * which it may overwrite (a sampler does), writes each sequence's next id
+ * into next (batch entries) and returns 0 to run them through the model, 1
+ * to stop before that, or a negative error, which the loop returns. */
 typedef int (*generate_step_fn)(void *ctx, int step, float *logits, int32_t *next);
 
 /* The loop: a forward of prompt (batch x n_prompt ids, row-major, batch

@@ -72,7 +72,8 @@ static int bench_link(struct stack *st, const struct swap_model *model, int repe
     void *host[SWAPBENCH_MAX_WORKERS] = {0};
     struct device *dev[SWAPBENCH_MAX_WORKERS] = {0};
     size_t bytes[SWAPBENCH_MAX_WORKERS] = {0};
-    double *h2d = calloc((size_t)repeat, sizeof(double)), *d2h = calloc((size_t)repeat, sizeof(double));
+    double *h2d = calloc((size_t)repeat, sizeof(double)),
+           *d2h = calloc((size_t)repeat, sizeof(double));
     int rc = 0;
     if (!h2d || !d2h) {
         rc = err_set(ERR_NOMEM, "out of memory");
@@ -207,8 +208,11 @@ static void layout_stack_config(const struct swapbench_config *c, const uint64_t
                                 struct stack_model_config *mc, struct stack_config *sc)
 {
     *mc = (struct stack_model_config){.name = "bench", .path = c->dir, .tp = r->tp, .pp = r->pp};
-    *sc = (struct stack_config){.device_kind = "cpu", .n_devices = r->tp * r->pp,
-                                .host_budget = host_budget, .models = mc, .n_models = 1};
+    *sc = (struct stack_config){.device_kind = "cpu",
+                                .n_devices = r->tp * r->pp,
+                                .host_budget = host_budget,
+                                .models = mc,
+                                .n_models = 1};
     if (c->cuda) {
         /* budgets left 0: the stack sizes each device for its shard and one
          * batch of the cold request (with a GPU's attention scratch) */
@@ -273,12 +277,13 @@ static int check_layouts(const struct swapbench_config *c, uint64_t *total, uint
             *embed = t->nbytes;
     }
     for (int i = 0; i < c->n_layouts; i++) {
-        struct model_shard s = {.tp_rank = 0, .tp_size = c->tp[i], .layer_begin = 0, .layer_end = 1};
+        struct model_shard s = {
+            .tp_rank = 0, .tp_size = c->tp[i], .layer_begin = 0, .layer_end = 1};
         if ((rc = model_shard_check(cfg, &s)) < 0)
             goto out;
         if (c->pp[i] > cfg->info.n_layers) {
-            rc = err_set(ERR_INVALID, "layout %dx%d: PP %d exceeds the model's %d layers",
-                         c->tp[i], c->pp[i], c->pp[i], cfg->info.n_layers);
+            rc = err_set(ERR_INVALID, "layout %dx%d: PP %d exceeds the model's %d layers", c->tp[i],
+                         c->pp[i], c->pp[i], cfg->info.n_layers);
             goto out;
         }
     }
@@ -322,14 +327,16 @@ int swapbench_run(const struct swapbench_config *c, struct swapbench_report *out
     memset(out, 0, sizeof(*out));
     if (c->n_layouts < 1 || c->n_layouts > SWAPBENCH_MAX_LAYOUTS || c->repeat < 1 ||
         c->prompt_len < 1 || c->prompt_len > SWAPBENCH_MAX_PROMPT)
-        return err_set(ERR_INVALID, "bench swap: %d layouts, repeat %d, prompt %d (expected "
-                                    "1..%d, >= 1, 1..%d)", c->n_layouts, c->repeat,
-                       c->prompt_len, SWAPBENCH_MAX_LAYOUTS, SWAPBENCH_MAX_PROMPT);
+        return err_set(ERR_INVALID,
+                       "bench swap: %d layouts, repeat %d, prompt %d (expected "
+                       "1..%d, >= 1, 1..%d)",
+                       c->n_layouts, c->repeat, c->prompt_len, SWAPBENCH_MAX_LAYOUTS,
+                       SWAPBENCH_MAX_PROMPT);
     for (int i = 0; i < c->n_layouts; i++)
         if (c->tp[i] < 1 || c->pp[i] < 1 || c->tp[i] * c->pp[i] > SWAPBENCH_MAX_WORKERS ||
             (c->cuda && c->tp[i] * c->pp[i] > c->n_gpus))
-            return err_set(ERR_INVALID, "layout %dx%d: needs 1..%d devices%s", c->tp[i],
-                           c->pp[i], c->cuda ? c->n_gpus : SWAPBENCH_MAX_WORKERS,
+            return err_set(ERR_INVALID, "layout %dx%d: needs 1..%d devices%s", c->tp[i], c->pp[i],
+                           c->cuda ? c->n_gpus : SWAPBENCH_MAX_WORKERS,
                            c->cuda ? " (the CUDA devices listed)" : "");
     uint64_t need[SWAPBENCH_MAX_WORKERS], host_budget;
     int rc = size_budgets(c, need, &host_budget, &out->max_workers);

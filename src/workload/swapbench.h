@@ -71,7 +71,7 @@ struct swapbench_layout {
 struct swapbench_report {
     int n_layouts;
     struct swapbench_layout layouts[SWAPBENCH_MAX_LAYOUTS]; /* as configured */
-    int max_workers; /* the largest tp * pp */
+    int max_workers;                                        /* the largest tp * pp */
     /* CPU devices with ref_bytes: bytes/s of memcpy and of the streaming
      * copy on t threads, [t] for t in 1 .. max_workers ([0] unused) */
     double memcpy_bps[SWAPBENCH_MAX_WORKERS + 1], stream_bps[SWAPBENCH_MAX_WORKERS + 1];
