@@ -153,8 +153,8 @@ static int bench_load_offload(struct swap_manager *mgr, struct swap_model *model
                               struct samples *sm, struct swapbench_layout *r)
 {
     const int k = r->tp * r->pp;
-    int rc;
     for (int i = 0; i < repeat; i++) {
+        int rc;
         if ((rc = swap_load_lru(mgr, model)) < 0 || (rc = swap_wait_loaded(mgr, model)) < 0)
             return rc;
         sm->load[i] = swap_model_load_seconds(mgr, model);
@@ -180,8 +180,8 @@ static int bench_load_offload(struct swap_manager *mgr, struct swap_model *model
 static int bench_cold(struct swap_manager *mgr, struct workers *w, struct swap_model *model,
                       int repeat, int prompt_len, struct samples *sm, struct swapbench_layout *r)
 {
-    int rc;
     for (int i = 0; i < repeat; i++) {
+        int rc;
         if ((rc = cold_request(mgr, w, model, true, prompt_len, &sm->c_on[i])) < 0 ||
             (rc = swap_offload(mgr, model, false)) < 0)
             return rc;
