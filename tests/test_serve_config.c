@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/bytes.h"
 #include "core/error.h"
 #include "server/config.h"
 #include "test.h"
@@ -310,7 +311,7 @@ static void test_bytes(void)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         uint64_t v = 7;
-        int rc = serve_parse_bytes(cases[i].s, &v);
+        int rc = bytes_parse(cases[i].s, &v);
         if (cases[i].ok)
             CHECK_MSG(rc == 0 && v == cases[i].v, "'%s': rc %d, %llu", cases[i].s, rc,
                       (unsigned long long)v);

@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/bytes.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "server/config.h"
@@ -307,9 +308,9 @@ int cmd_serve(int argc, char **argv)
         goto usage;
     if ((flags[F_DEVICES].seen && (rc = parse_devices(devices, &c)) < 0) ||
         (flags[F_DEVICE_BUDGET].seen &&
-         (rc = serve_parse_bytes(device_budget, &c.device_budget)) < 0) ||
-        (flags[F_HOST_BUDGET].seen && (rc = serve_parse_bytes(host_budget, &c.host_budget)) < 0) ||
-        (flags[F_MAX_BODY].seen && (rc = serve_parse_bytes(max_body, &c.max_body_bytes)) < 0) ||
+         (rc = bytes_parse(device_budget, &c.device_budget)) < 0) ||
+        (flags[F_HOST_BUDGET].seen && (rc = bytes_parse(host_budget, &c.host_budget)) < 0) ||
+        (flags[F_MAX_BODY].seen && (rc = bytes_parse(max_body, &c.max_body_bytes)) < 0) ||
         (flags[F_MAX_BODY].seen && c.max_body_bytes == 0 &&
          (rc = err_set(ERR_INVALID, "--max-body 0: expected at least 1 byte")) < 0) ||
         (flags[F_POLICY].seen && (rc = set_str(&c.policy, policy)) < 0) ||

@@ -13,7 +13,7 @@
  *     unknown key;
  *   - a value of the wrong kind or out of the key's range.
  * Scalars: null is "", "~" or "null" unquoted; booleans true/false;
- * integers decimal; byte counts as serve_parse_bytes. A null leaves a key's
+ * integers decimal; byte counts as bytes_parse (core/bytes.h). A null leaves a key's
  * default, except for keys that must have a value (named in the message).
  *
  * Which check is where: this file's parser checks each value's type and
@@ -34,6 +34,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "core/bytes.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "engine/sched.h"
@@ -128,76 +129,6 @@ int serve_config_add_model(struct serve_config *c, const char *arg)
     if (rc < 0)
         model_free(&m);
     return rc;
-}
-
-/* ---- byte counts ---- */
-
-int serve_parse_bytes(const char *s, uint64_t *out)
-{
-    static const struct {
-        const char *suffix;
-        uint64_t mult;
-    } units[] = {
-        {"", 1},
-        {"B", 1},
-        {"K", 1ull << 10},
-        {"M", 1ull << 20},
-        {"G", 1ull << 30},
-        {"T", 1ull << 40},
-        {"KiB", 1ull << 10},
-        {"MiB", 1ull << 20},
-        {"GiB", 1ull << 30},
-        {"TiB", 1ull << 40},
-        {"KB", 1000ull},
-        {"MB", 1000000ull},
-        {"GB", 1000000000ull},
-        {"TB", 1000000000000ull},
-    };
-    const char *p = s;
-    uint64_t whole = 0, frac = 0, frac_scale = 1;
-    if (!isdigit((unsigned char)*p))
-        goto bad;
-    for (; isdigit((unsigned char)*p); p++)
-        if (__builtin_mul_overflow(whole, 10, &whole) ||
-            __builtin_add_overflow(whole, (uint64_t)(*p - '0'), &whole))
-            goto overflow;
-    bool has_frac = *p == '.';
-    if (has_frac) {
-        p++;
-        if (!isdigit((unsigned char)*p))
-            goto bad;
-        for (; isdigit((unsigned char)*p); p++) {
-            if (frac_scale >= 1000000000ull) /* nine digits are a byte below a TB */
-                goto bad;
-            frac = frac * 10 + (uint64_t)(*p - '0');
-            frac_scale *= 10;
-        }
-    }
-    if (*p == ' ' && p[1]) /* "2 GiB"; not "5 " */
-        p++;
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-        if (strcmp(p, units[i].suffix) != 0)
-            continue;
-        if (has_frac && units[i].mult == 1)
-            goto bad; /* a count of bytes is whole */
-        uint64_t v;
-        if (__builtin_mul_overflow(whole, units[i].mult, &v))
-            goto overflow;
-        /* the fraction, rounded down to whole bytes: frac < 1e9, mult < 2^41 */
-        unsigned __int128 f = (unsigned __int128)frac * units[i].mult / frac_scale;
-        if (__builtin_add_overflow(v, (uint64_t)f, &v))
-            goto overflow;
-        *out = v;
-        return 0;
-    }
-bad:
-    return err_set(ERR_INVALID,
-                   "'%.*s': expected a byte count such as 1048576, 512KiB, 1MiB or 1.5GB "
-                   "(K/M/G/T, KiB/MiB/GiB/TiB: 1024s; KB/MB/GB/TB: 1000s)",
-                   QUOTE_MAX, s);
-overflow:
-    return err_set(ERR_INVALID, "'%.*s': byte count too large (at most %llu)", QUOTE_MAX, s,
-                   (unsigned long long)UINT64_MAX);
 }
 
 /* ---- the tree ---- */
@@ -460,7 +391,7 @@ static int get_bool(const struct walk *w, const struct ynode *y, const char *key
 
 static int get_bytes(const struct walk *w, const struct ynode *y, const char *key, uint64_t *out)
 {
-    if (y->kind == Y_SCALAR && serve_parse_bytes(y->value, out) == 0)
+    if (y->kind == Y_SCALAR && bytes_parse(y->value, out) == 0)
         return 0;
     return bad(w, y, key, "a byte count such as 1048576, 512KiB or 2GiB");
 }

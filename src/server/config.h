@@ -122,8 +122,6 @@ int serve_config_parse_yaml(const char *text, size_t len, const char *name,
 int serve_config_load(const char *path, struct serve_config *c);
 /* "NAME=DIR": a model with TP = PP = 1 and the server's max batch. */
 int serve_config_add_model(struct serve_config *c, const char *arg);
-/* Parses a byte count: "12345", "512MiB", "2GiB", "1.5GB" ... into *out. */
-int serve_parse_bytes(const char *s, uint64_t *out);
 int serve_config_check(const struct serve_config *c);
 /* The connections one client address may hold: max_connections_per_client,
  * or when 0 half of max_connections (at least 1). */
