@@ -3,18 +3,15 @@
  * docs/serve.example.yaml shows.
  *
  * The file is one document whose root is a mapping (an empty file or an
- * empty document sets nothing). Refused, each as ERR_FORMAT
- * "NAME:LINE: key 'PATH': ..." with LINE 1-based from libyaml's marks:
- *   - a second document, an alias or an anchor (an alias can make a tree
- *     exponentially larger than its text: "billion laughs"), a tag;
- *   - nesting deeper than DEPTH_MAX, more than NODES_MAX nodes, a scalar
- *     longer than SCALAR_MAX bytes;
+ * empty document sets nothing), read by core/yaml_tree.h (which refuses
+ * anchors, aliases, tags, a second document and oversized trees). Refused
+ * here, each as ERR_FORMAT "NAME:LINE: key 'PATH': ..." with LINE 1-based:
  *   - a key twice in one mapping, a key that is not a plain string, an
  *     unknown key;
  *   - a value of the wrong kind or out of the key's range.
  * Scalars: null is "", "~" or "null" unquoted; booleans true/false;
- * integers decimal; byte counts as bytes_parse (core/bytes.h). A null leaves a key's
- * default, except for keys that must have a value (named in the message).
+ * integers decimal; byte counts as bytes_parse (core/bytes.h). A null
+ * leaves a key's default, except for keys that must have a value (named in the message).
  *
  * Which check is where: this file's parser checks each value's type and
  * range (where one value alone decides it); serve_config_check checks what
@@ -32,17 +29,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <yaml.h>
 
 #include "core/bytes.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/yaml_tree.h"
 #include "engine/sched.h"
 
 #define FILE_MAX (1u << 20) /* bytes of a config file */
-#define DEPTH_MAX 16        /* nested collections */
-#define NODES_MAX 100000    /* nodes in a document */
-#define SCALAR_MAX 4096     /* bytes of one scalar */
 #define QUOTE_MAX 64        /* bytes of a value quoted in a message */
 #define NAME_MAX_LEN 63     /* bytes of a model name */
 
@@ -131,181 +125,6 @@ int serve_config_add_model(struct serve_config *c, const char *arg)
     return rc;
 }
 
-/* ---- the tree ---- */
-
-enum ykind { Y_SCALAR, Y_SEQ, Y_MAP };
-
-struct ynode {
-    enum ykind kind;
-    int line;             /* 1-based */
-    bool plain;           /* scalar: unquoted (only plain scalars can be null) */
-    char *value;          /* scalar: NUL-terminated (owned) */
-    struct ynode **items; /* seq: elements; map: key, value, key, value ... (owned) */
-    int n, cap;
-};
-
-static void ynode_free(struct ynode *y)
-{
-    if (!y)
-        return;
-    for (int i = 0; i < y->n; i++)
-        ynode_free(y->items[i]);
-    free(y->items);
-    free(y->value);
-    free(y);
-}
-
-static int ynode_push(struct ynode *parent, struct ynode *child)
-{
-    if (parent->n == parent->cap) {
-        int cap = parent->cap ? parent->cap * 2 : 8;
-        struct ynode **items = realloc(parent->items, (size_t)cap * sizeof(*items));
-        if (!items)
-            return ERR_NOMEM;
-        parent->items = items;
-        parent->cap = cap;
-    }
-    parent->items[parent->n++] = child;
-    return 0;
-}
-
-/* Reads the whole stream into *root (NULL for an empty stream or document). */
-static int yaml_tree_read(const char *text, size_t len, const char *name, struct ynode **root)
-{
-    yaml_parser_t parser;
-    yaml_event_t ev;
-    struct ynode *stack[DEPTH_MAX + 1];
-    int depth = 0, nodes = 0, documents = 0, rc = 0;
-    struct ynode *top = NULL;
-    *root = NULL;
-    if (!yaml_parser_initialize(&parser))
-        return err_set(ERR_NOMEM, "%s: out of memory", name);
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    for (;;) {
-        if (!yaml_parser_parse(&parser, &ev)) {
-            size_t eline = parser.problem_mark.line + 1;
-            if (parser.error == YAML_READER_ERROR) { /* marks a byte offset only */
-                eline = 1;
-                for (size_t i = 0; i < parser.problem_offset && i < len; i++)
-                    eline += text[i] == '\n';
-            }
-            rc = err_set(ERR_FORMAT, "%s:%zu: %s%s%s", name, eline,
-                         parser.problem ? parser.problem : "malformed YAML",
-                         parser.context ? " " : "", parser.context ? parser.context : "");
-            goto done;
-        }
-        int line = (int)ev.start_mark.line + 1;
-        yaml_event_type_t type = ev.type;
-        struct ynode *y = NULL;
-        switch (type) {
-        case YAML_STREAM_END_EVENT:
-            yaml_event_delete(&ev);
-            goto done;
-        case YAML_DOCUMENT_START_EVENT:
-            if (++documents > 1) {
-                rc = err_set(ERR_FORMAT, "%s:%d: a second document: a config is one document", name,
-                             line);
-                goto fail_event;
-            }
-            break;
-        case YAML_ALIAS_EVENT:
-            rc = err_set(ERR_FORMAT, "%s:%d: aliases (*%.*s) are not accepted", name, line,
-                         QUOTE_MAX, (const char *)ev.data.alias.anchor);
-            goto fail_event;
-        case YAML_SCALAR_EVENT:
-        case YAML_SEQUENCE_START_EVENT:
-        case YAML_MAPPING_START_EVENT: {
-            const yaml_char_t *anchor = type == YAML_SCALAR_EVENT ? ev.data.scalar.anchor
-                                        : type == YAML_SEQUENCE_START_EVENT
-                                            ? ev.data.sequence_start.anchor
-                                            : ev.data.mapping_start.anchor;
-            const yaml_char_t *tag = type == YAML_SCALAR_EVENT ? ev.data.scalar.tag
-                                     : type == YAML_SEQUENCE_START_EVENT
-                                         ? ev.data.sequence_start.tag
-                                         : ev.data.mapping_start.tag;
-            if (anchor) {
-                rc = err_set(ERR_FORMAT, "%s:%d: anchors (&%.*s) are not accepted", name, line,
-                             QUOTE_MAX, (const char *)anchor);
-                goto fail_event;
-            }
-            if (tag) {
-                rc = err_set(ERR_FORMAT, "%s:%d: tags (%.*s) are not accepted", name, line,
-                             QUOTE_MAX, (const char *)tag);
-                goto fail_event;
-            }
-            if (++nodes > NODES_MAX) {
-                rc = err_set(ERR_FORMAT, "%s:%d: more than %d values", name, line, NODES_MAX);
-                goto fail_event;
-            }
-            y = calloc(1, sizeof(*y));
-            if (!y) {
-                rc = err_set(ERR_NOMEM, "%s: out of memory", name);
-                goto fail_event;
-            }
-            y->line = line;
-            if (type == YAML_SCALAR_EVENT) {
-                y->kind = Y_SCALAR;
-                y->plain = ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-                if (ev.data.scalar.length > SCALAR_MAX ||
-                    memchr(ev.data.scalar.value, '\0', ev.data.scalar.length)) {
-                    free(y);
-                    rc = err_set(ERR_FORMAT,
-                                 "%s:%d: a value longer than %d bytes or with a NUL byte", name,
-                                 line, SCALAR_MAX);
-                    goto fail_event;
-                }
-                y->value = strndup((const char *)ev.data.scalar.value, ev.data.scalar.length);
-                if (!y->value) {
-                    free(y);
-                    rc = err_set(ERR_NOMEM, "%s: out of memory", name);
-                    goto fail_event;
-                }
-            } else {
-                y->kind = type == YAML_MAPPING_START_EVENT ? Y_MAP : Y_SEQ;
-            }
-            /* attach to the open collection, or make it the root */
-            if (depth > 0) {
-                if (ynode_push(stack[depth - 1], y) != 0) {
-                    ynode_free(y);
-                    rc = err_set(ERR_NOMEM, "%s: out of memory", name);
-                    goto fail_event;
-                }
-            } else {
-                top = y;
-            }
-            if (y->kind != Y_SCALAR) {
-                if (depth == DEPTH_MAX) {
-                    rc = err_set(ERR_FORMAT, "%s:%d: nested deeper than %d levels", name, line,
-                                 DEPTH_MAX);
-                    goto fail_event;
-                }
-                stack[depth++] = y;
-            }
-            break;
-        }
-        case YAML_SEQUENCE_END_EVENT:
-        case YAML_MAPPING_END_EVENT:
-            depth--;
-            break;
-        default:
-            break;
-        }
-        yaml_event_delete(&ev);
-        continue;
-    fail_event:
-        yaml_event_delete(&ev);
-        goto done;
-    }
-done:
-    yaml_parser_delete(&parser);
-    if (rc < 0) {
-        ynode_free(top);
-        return rc;
-    }
-    *root = top;
-    return 0;
-}
-
 /* ---- the walk ---- */
 
 struct walk {
@@ -313,28 +132,16 @@ struct walk {
     struct serve_config *c;
 };
 
-static bool is_null(const struct ynode *y)
-{
-    return y->kind == Y_SCALAR && y->plain &&
-           (!y->value[0] || strcmp(y->value, "~") == 0 || strcmp(y->value, "null") == 0 ||
-            strcmp(y->value, "Null") == 0 || strcmp(y->value, "NULL") == 0);
-}
-
-static const char *kind_name(const struct ynode *y)
-{
-    return y->kind == Y_MAP ? "a mapping" : y->kind == Y_SEQ ? "a list" : "null";
-}
-
 /* "NAME:LINE: key 'KEY': expected EXPECTED, got 'VALUE'" */
 static int bad(const struct walk *w, const struct ynode *y, const char *key, const char *expected)
 {
-    if (y->kind == Y_SCALAR && !is_null(y)) {
+    if (y->kind == Y_SCALAR && !ynode_is_null(y)) {
         size_t n = strlen(y->value);
         return err_set(ERR_FORMAT, "%s:%d: key '%s': expected %s, got '%.*s'%s", w->name, y->line,
                        key, expected, QUOTE_MAX, y->value, n > QUOTE_MAX ? "..." : "");
     }
     return err_set(ERR_FORMAT, "%s:%d: key '%s': expected %s, got %s", w->name, y->line, key,
-                   expected, kind_name(y));
+                   expected, ynode_kind_name(y));
 }
 
 static int get_int(const struct walk *w, const struct ynode *y, const char *key, long long lo,
@@ -401,12 +208,12 @@ static int get_bytes(const struct walk *w, const struct ynode *y, const char *ke
 static int get_string(const struct walk *w, const struct ynode *y, const char *key, bool nullable,
                       char **out)
 {
-    if (nullable && is_null(y)) {
+    if (nullable && ynode_is_null(y)) {
         free(*out);
         *out = NULL;
         return 0;
     }
-    if (y->kind != Y_SCALAR || is_null(y) || !y->value[0])
+    if (y->kind != Y_SCALAR || ynode_is_null(y) || !y->value[0])
         return bad(w, y, key, "a non-empty string");
     char *s = strdup(y->value);
     if (!s)
@@ -423,7 +230,7 @@ static int check_keys(const struct walk *w, const struct ynode *y, const char *p
 {
     for (int i = 0; i < y->n; i += 2) {
         const struct ynode *k = y->items[i];
-        if (k->kind != Y_SCALAR || is_null(k))
+        if (k->kind != Y_SCALAR || ynode_is_null(k))
             return err_set(ERR_FORMAT, "%s:%d: %s%skeys must be strings", w->name, k->line, prefix,
                            prefix[0] ? ": " : "");
         for (int j = 0; j < i; j += 2)
@@ -454,7 +261,7 @@ static int walk_devices(const struct walk *w, const struct ynode *y)
     for (int i = 0; i < y->n && rc == 0; i += 2) {
         const char *k = y->items[i]->value;
         const struct ynode *v = y->items[i + 1];
-        if (is_null(v))
+        if (ynode_is_null(v))
             continue;
         if (strcmp(k, "kind") == 0) {
             rc = get_string(w, v, "devices.kind", false, &c->device_kind);
@@ -509,7 +316,7 @@ static int walk_model(const struct walk *w, const struct ynode *y, int index)
             rc = get_string(w, v, key, false, &m.name);
         } else if (strcmp(k, "path") == 0) {
             rc = get_string(w, v, key, false, &m.path);
-        } else if (is_null(v)) {
+        } else if (ynode_is_null(v)) {
             continue;
         } else if (strcmp(k, "tp") == 0) {
             rc = get_int(w, v, key, 1, STACK_MAX_DEVICES, &m.tp);
@@ -599,7 +406,7 @@ static int walk_root(const struct walk *w, const struct ynode *root)
     static const char *const levels[] = {"error", "warn", "info", "debug"};
     struct serve_config *c = w->c;
     if (root->kind != Y_MAP) {
-        if (is_null(root))
+        if (ynode_is_null(root))
             return 0; /* an empty document */
         return err_set(ERR_FORMAT, "%s:%d: expected a mapping of keys (host, port, models, ...)",
                        w->name, root->line);
@@ -616,7 +423,7 @@ static int walk_root(const struct walk *w, const struct ynode *root)
             rc = get_string(w, v, k, true, &c->policy);
         } else if (strcmp(k, "compute") == 0) {
             rc = get_string(w, v, k, true, &c->compute);
-        } else if (is_null(v)) {
+        } else if (ynode_is_null(v)) {
             continue; /* the default */
         } else if (strcmp(k, "host") == 0) {
             rc = get_string(w, v, k, false, &c->host);
