@@ -359,7 +359,8 @@ static void test_check(void)
                    "0123456789012345678901234567890123456789012345678901234567890123",
                c.models[1].name = name, "models[1].name");
     EXPECT_BAD(c.models[0].tp = 2, c.models[0].tp = 1, "more than the 1 devices");
-    EXPECT_BAD(c.models[0].pp = 0, c.models[0].pp = 1, "tp and pp");
+    EXPECT_BAD(c.models[0].pp = 0, c.models[0].pp = 1,
+               "models[0].pp: expected an integer from 1 to 64, got 0");
     EXPECT_BAD((c.n_devices = 4, c.models[0].tp = 2, c.models[0].n_devices = 3),
                (c.n_devices = 1, c.models[0].tp = 1, c.models[0].n_devices = 0),
                "expected tp x pp = 2 of them, got 3");
