@@ -52,9 +52,6 @@
 #define SERVE_MAX_BATCH_MAX 4096
 #define SERVE_QUEUE_CAP_MIN 1
 #define SERVE_QUEUE_CAP_MAX 1048576
-#define SERVE_STR_(x) #x
-#define SERVE_STR(x) SERVE_STR_(x)
-#define SERVE_RANGE_TEXT(lo, hi) SERVE_STR(lo) ".." SERVE_STR(hi)
 #define SERVE_MAX_ROOTS 16
 #define SERVE_MAX_GPU STACK_MAX_GPU /* the largest GPU ordinal devices.gpus accepts */
 
