@@ -103,7 +103,7 @@ struct serve_config {
     int max_batch;              /* default 8 */
     int queue_cap;              /* waiting requests per model (default 256) */
     double link_gbps;           /* CPU devices: emulated host link (0: none) */
-    char *compute;              /* "f32", "bf16"; NULL or "auto": each checkpoint's */
+    char *compute;              /* "f32", "bf16"; "auto" (default) or NULL: each checkpoint's */
     struct serve_model *models; /* n_models of them (owned; grown as models are added) */
     int n_models, models_cap;
 };

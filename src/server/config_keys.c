@@ -109,10 +109,10 @@ const struct serve_key serve_keys[] = {
      .hi = INFINITY, .offset = CFG(link_gbps),
      .help = "CPU devices only: emulate a host link of G GB/s; 0: none"},
     {.path = "compute", .flag = "compute", .metavar = "f32|bf16|auto", .type = SK_STRING,
-     .null = SK_NULL_CLEARS, .offset = CFG(compute),
+     .null = SK_NULL_CLEARS, .def_str = "auto", .offset = CFG(compute),
      .help = "precision of the linear layers: f32 (exact), bf16 (bf16 activations and weights, "
              "f32 sums, as transformers runs a bf16 model) or auto (bf16 for bf16 checkpoints, "
-             "else f32); unset: auto"},
+             "else f32; null is auto too)"},
     /* ---- the models served ---- */
     {.path = "models", .flag = "model", .metavar = "NAME=DIR", .type = SK_MODELS,
      .expected = "a list of models ({name: ..., path: ...})",
