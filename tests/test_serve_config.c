@@ -1,11 +1,13 @@
 /* The server's configuration (server/config.c): the committed example file,
  * every class of error with the line and key its message must name, byte
- * counts, serve_config_check's refusals, --model, and the stack config. */
+ * counts, serve_config_check's refusals, --model, and the stack config
+ * (test_serve_keys.c holds the key table to the example and --help). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/bytes.h"
 #include "core/error.h"
 #include "server/config.h"
 #include "test.h"
@@ -20,7 +22,7 @@ static int parse(const char *text)
     return rc;
 }
 
-static void test_example(void)
+TEST(example)
 {
     struct serve_config c;
     serve_config_init(&c);
@@ -77,7 +79,7 @@ static void test_example(void)
     serve_config_free(&c);
 }
 
-static void test_values(void)
+TEST(values)
 {
     const char *text = "host: 0.0.0.0\n"
                        "port: 0\n"
@@ -231,7 +233,7 @@ static const struct err_case errors[] = {
     {"port: 1\nhost: \"a\xff\"\n", "t.yaml:2: invalid"},
 };
 
-static void test_errors(void)
+TEST(errors)
 {
     for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++) {
         int rc = parse(errors[i].text);
@@ -270,7 +272,7 @@ struct bytes_case {
     uint64_t v;
 };
 
-static void test_bytes(void)
+TEST(bytes)
 {
     static const struct bytes_case cases[] = {
         {"0", 1, 0},
@@ -310,7 +312,7 @@ static void test_bytes(void)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         uint64_t v = 7;
-        int rc = serve_parse_bytes(cases[i].s, &v);
+        int rc = bytes_parse(cases[i].s, &v);
         if (cases[i].ok)
             CHECK_MSG(rc == 0 && v == cases[i].v, "'%s': rc %d, %llu", cases[i].s, rc,
                       (unsigned long long)v);
@@ -321,7 +323,7 @@ static void test_bytes(void)
 }
 
 /* serve_config_check: a valid base config, then one change at a time. */
-static void test_check(void)
+TEST(check)
 {
     struct serve_config c;
     serve_config_init(&c);
@@ -358,7 +360,8 @@ static void test_check(void)
                    "0123456789012345678901234567890123456789012345678901234567890123",
                c.models[1].name = name, "models[1].name");
     EXPECT_BAD(c.models[0].tp = 2, c.models[0].tp = 1, "more than the 1 devices");
-    EXPECT_BAD(c.models[0].pp = 0, c.models[0].pp = 1, "tp and pp");
+    EXPECT_BAD(c.models[0].pp = 0, c.models[0].pp = 1,
+               "models[0].pp: expected an integer from 1 to 64, got 0");
     EXPECT_BAD((c.n_devices = 4, c.models[0].tp = 2, c.models[0].n_devices = 3),
                (c.n_devices = 1, c.models[0].tp = 1, c.models[0].n_devices = 0),
                "expected tp x pp = 2 of them, got 3");
@@ -412,7 +415,7 @@ static void test_check(void)
 /* devices.gpus: a GPU per device, a repeated one a partition; the count
  * follows the list unless given (then both must agree), and only with
  * kind cuda; the stack config carries it. */
-static void test_gpus(void)
+TEST(gpus)
 {
     const char *text = "devices: {kind: cuda, gpus: [0, 0, 1]}\nmodels: [{name: a, path: /a, "
                        "tp: 3}]\n";
@@ -420,8 +423,7 @@ static void test_gpus(void)
     serve_config_init(&c);
     CHECK_MSG(serve_config_parse_yaml(text, strlen(text), "g.yaml", &c) == 0, "%s", err_msg());
     CHECK_MSG(serve_config_check(&c) == 0, "%s", err_msg());
-    CHECK(c.n_devices == 3 && c.n_gpus == 3 && c.gpus[0] == 0 && c.gpus[1] == 0 &&
-          c.gpus[2] == 1);
+    CHECK(c.n_devices == 3 && c.n_gpus == 3 && c.gpus[0] == 0 && c.gpus[1] == 0 && c.gpus[2] == 1);
     struct stack_config sc;
     struct stack_model_config mc[1];
     serve_config_stack(&c, &sc, mc);
@@ -454,13 +456,7 @@ static void test_gpus(void)
     serve_config_free(&c);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_example();
-    test_values();
-    test_errors();
-    test_bytes();
-    test_check();
-    test_gpus();
-    return test_finish();
+    return test_main(argc, argv, NULL);
 }

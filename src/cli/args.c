@@ -54,16 +54,28 @@ static int args_value(const char *cmd, struct flag *f, const char *v)
     char *end;
     double x = 0;
     errno = 0;
-    if (f->kind != FLAG_STR && f->kind != FLAG_BOOL && (*v == '\0' || isspace((unsigned char)*v)))
+    if (f->kind != FLAG_STR && f->kind != FLAG_STRS && f->kind != FLAG_BOOL &&
+        (*v == '\0' || isspace((unsigned char)*v)))
         goto bad;
     switch (f->kind) {
     case FLAG_STR:
+    case FLAG_STRS:
         if (*v == '\0' && !f->empty_ok) {
             fprintf(stderr, "shardswap %s: --%s expects a non-empty %s, got \"\"\n", cmd,
                     f->name, f->metavar);
             return EXIT_USAGE;
         }
-        *(const char **)f->dst = v;
+        if (f->kind == FLAG_STR) {
+            *(const char **)f->dst = v;
+            return 0;
+        }
+        struct flag_strs *list = f->dst;
+        if (list->n == list->cap) {
+            fprintf(stderr, "shardswap %s: --%s given more than %d times\n", cmd, f->name,
+                    list->cap);
+            return EXIT_USAGE;
+        }
+        list->v[list->n++] = v;
         return 0;
     case FLAG_INT: {
         long n = strtol(v, &end, 10);
@@ -107,7 +119,7 @@ static int args_value(const char *cmd, struct flag *f, const char *v)
     }
 bad:;
     static const char *what[] = {"a string", "an integer", "a non-negative integer", "a number",
-                                 "no value"};
+                                 "no value", "a string"};
     fprintf(stderr, "shardswap %s: --%s expects %s, got \"%s\"\n", cmd, f->name, what[f->kind], v);
     return EXIT_USAGE;
 range:
@@ -142,7 +154,7 @@ int args_parse(const char *cmd, const char *summary, int argc, char **argv, stru
                     name);
             return EXIT_USAGE;
         }
-        if (f->seen) {
+        if (f->seen && f->kind != FLAG_STRS) {
             fprintf(stderr, "shardswap %s: --%s given twice\n", cmd, f->name);
             return EXIT_USAGE;
         }

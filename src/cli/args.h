@@ -9,12 +9,20 @@
 
 #include "backend/kernels.h"
 
-enum flag_kind { FLAG_STR, FLAG_INT, FLAG_U64, FLAG_FLOAT, FLAG_BOOL };
+enum flag_kind { FLAG_STR, FLAG_INT, FLAG_U64, FLAG_FLOAT, FLAG_BOOL, FLAG_STRS };
+
+/* FLAG_STRS: a string flag that may be given again; each value in turn
+ * into v[n++] (v, the caller's, has room for cap: argc is always enough). */
+struct flag_strs {
+    const char **v;
+    int n, cap;
+};
 
 struct flag {
     const char *name;    /* without the dashes */
     enum flag_kind kind;
-    void *dst;           /* const char **, int *, uint64_t *, float *, bool * */
+    void *dst;           /* const char **, int *, uint64_t *, float *, bool *,
+                            struct flag_strs * */
     const char *metavar; /* "N", "DIR", ... (NULL for FLAG_BOOL) */
     const char *help;    /* one line; mention the default */
     bool required;

@@ -1,7 +1,10 @@
-/* shardswap serve: the flags and the config file -> the server (server.h). */
+/* shardswap serve: the flags and the config file -> the server (server.h).
+ * Every flag but --config and --port-file is a key of the config table
+ * (server/config_keys.h): its name, type, range, default and help come
+ * from there, and a flag given overrides the file's value. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <float.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,9 +14,11 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/bytes.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "server/config.h"
+#include "server/config_keys.h"
 #include "server/log.h"
 #include "server/server.h"
 
@@ -103,186 +108,151 @@ static void port_file_remove(const char *path, const struct stat *written)
         unlink(path);
 }
 
-/* --model and --model-root repeat: args_parse keeps only the last value of
- * a flag, so their values are collected here first. */
-static int collect_repeated(int argc, char **argv, struct serve_config *c, int *n_roots_seen)
+/* --model-root DIR...: each made absolute, together replacing the config
+ * file's roots. */
+static int roots_from_flags(const struct flag_strs *dirs, struct serve_config *c)
 {
-    int rc;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        bool root = false;
-        if (strcmp(a, "--model") == 0 || strcmp(a, "--model-root") == 0) {
-            root = a[7] == '-';
-            v = i + 1 < argc ? argv[++i] : NULL;
-        } else if (strncmp(a, "--model=", 8) == 0) {
-            v = a + 8;
-        } else if (strncmp(a, "--model-root=", 13) == 0) {
-            v = a + 13;
-            root = true;
-        } else {
-            continue;
-        }
-        if (!v)
-            continue; /* args_parse says the value is missing */
-        if (!root) {
-            if ((rc = serve_config_add_model(c, v)) < 0)
-                return rc;
-            continue;
-        }
-        char *abs = realpath(v, NULL);
+    if (dirs->n > SERVE_MAX_ROOTS)
+        return err_set(ERR_INVALID, "--model-root: more than %d roots", SERVE_MAX_ROOTS);
+    for (int k = 0; k < c->n_model_roots; k++)
+        free(c->model_roots[k]);
+    c->n_model_roots = 0;
+    for (int i = 0; i < dirs->n; i++) {
+        char *abs = realpath(dirs->v[i], NULL);
         if (!abs)
-            return err_set(ERR_INVALID, "--model-root %s: %s", v, strerror(errno));
-        if (*n_roots_seen == 0) { /* the flags replace the config file's roots */
-            for (int k = 0; k < c->n_model_roots; k++)
-                free(c->model_roots[k]);
-            c->n_model_roots = 0;
-        }
-        (*n_roots_seen)++;
-        if (c->n_model_roots >= SERVE_MAX_ROOTS) {
-            free(abs);
-            return err_set(ERR_INVALID, "--model-root: more than %d roots", SERVE_MAX_ROOTS);
-        }
+            return err_set(ERR_INVALID, "--model-root %s: %s", dirs->v[i], strerror(errno));
         c->model_roots[c->n_model_roots++] = abs;
     }
     return 0;
 }
 
+#define KEY_FLAGS_MAX 40
+
+/* A flag of the key table, and where args_parse puts its value. */
+struct key_flag {
+    const struct serve_key *key;
+    union {
+        const char *s;
+        int i;
+        float f;
+    } v;
+    struct flag_strs list; /* the repeatable ones: --model, --model-root */
+    char range[64], help[512];
+};
+
+/* flags[i] for each key of the table with a flag (kf[i] holding its
+ * value); returns how many, or ERR_NOMEM. */
+static int key_flags_build(struct key_flag *kf, struct flag *flags, int argc)
+{
+    int n = 0;
+    for (int i = 0; i < serve_n_keys; i++) {
+        const struct serve_key *k = &serve_keys[i];
+        if (!k->flag)
+            continue;
+        assert(n < KEY_FLAGS_MAX);
+        struct key_flag *e = &kf[n];
+        struct flag *f = &flags[n++];
+        char def[64];
+        e->key = k;
+        serve_key_default(k, def, sizeof(def));
+        snprintf(e->help, sizeof(e->help), def[0] ? "%s (default %s)" : "%s", k->help, def);
+        serve_key_range(k, e->range, sizeof(e->range));
+        *f = (struct flag){.name = k->flag,
+                           .kind = FLAG_STR,
+                           .dst = &e->v.s,
+                           .metavar = k->metavar,
+                           .help = e->help,
+                           .range = e->range[0] ? e->range : NULL,
+                           .lo = k->lo,
+                           .hi = k->hi};
+        if (k->type == SK_INT || k->type == SK_DOUBLE) {
+            f->kind = k->type == SK_INT ? FLAG_INT : FLAG_FLOAT;
+            f->dst = k->type == SK_INT ? (void *)&e->v.i : (void *)&e->v.f;
+        } else if (k->type == SK_MODELS || k->type == SK_STRINGS) {
+            e->list =
+                (struct flag_strs){.v = calloc((size_t)argc + 1, sizeof(char *)), .cap = argc};
+            if (!e->list.v)
+                return err_set(ERR_NOMEM, "out of memory");
+            f->kind = FLAG_STRS;
+            f->dst = &e->list;
+        }
+    }
+    return n;
+}
+
+/* The flags given (flags[i].seen), over what c holds from the file. */
+static int key_flags_apply(const struct key_flag *kf, const struct flag *flags, int n,
+                           struct serve_config *c)
+{
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        const struct serve_key *k = kf[i].key;
+        char what[64];
+        if (!flags[i].seen)
+            continue;
+        snprintf(what, sizeof(what), "--%s", k->flag);
+        switch (k->type) {
+        case SK_INT:
+            *(int *)serve_key_field(k, c) = kf[i].v.i;
+            break;
+        case SK_DOUBLE:
+            *(double *)serve_key_field(k, c) = kf[i].v.f;
+            break;
+        case SK_SECTION: /* --devices: the section's kind, count and GPUs at once */
+            assert(strcmp(k->path, "devices") == 0);
+            rc = parse_devices(kf[i].v.s, c);
+            break;
+        case SK_MODELS:
+            for (int j = 0; j < kf[i].list.n && rc == 0; j++)
+                rc = serve_config_add_model(c, kf[i].list.v[j]);
+            break;
+        case SK_STRINGS:
+            rc = roots_from_flags(&kf[i].list, c);
+            break;
+        default:
+            rc = serve_key_set_text(k, c, kf[i].v.s, what);
+            break;
+        }
+    }
+    return rc;
+}
+
+static void key_flags_free(struct key_flag *kf, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(kf[i].list.v);
+}
+
+/* The config: defaults, the file, the flags over it; checked. */
+static int serve_settings(const char *config, const struct key_flag *kf, const struct flag *flags,
+                          int n, struct serve_config *c)
+{
+    int rc = 0;
+    if (config)
+        rc = serve_config_load(config, c);
+    if (rc == 0)
+        rc = key_flags_apply(kf, flags, n, c);
+    if (rc == 0)
+        rc = serve_config_check(c);
+    return rc;
+}
+
 int cmd_serve(int argc, char **argv)
 {
-    const char *config = NULL, *model = NULL, *devices = NULL, *device_budget = NULL,
-               *host_budget = NULL, *policy = NULL, *host = NULL, *port_file = NULL,
-               *api_key = NULL, *admin_key = NULL, *model_root = NULL, *log_level = NULL,
-               *max_body = NULL, *compute = NULL;
-    int max_batch = 0, queue_cap = 0, port = 0, max_conn = 0, timeout = 0, threads = 0,
-        per_client = 0, header_timeout = 0, body_timeout = 0;
-    float grace = 0, link_gbps = 0, req_timeout = 0;
-    struct flag flags[] = {
+    const char *config = NULL, *port_file = NULL;
+    struct key_flag kf[KEY_FLAGS_MAX];
+    struct flag flags[KEY_FLAGS_MAX + 2] = {
         FLAG("config", FLAG_STR, &config, "FILE",
              "YAML config (docs/serve.example.yaml); the flags below override it"),
-        FLAG("model", FLAG_STR, &model, "NAME=DIR",
-             "serve the checkpoint in DIR as NAME (repeatable)"),
-        FLAG("devices", FLAG_STR, &devices, "N|LIST",
-             "N CPU devices, a list cpu:0,cpu:1,..., or cuda:G,... with G a GPU (a GPU listed "
-             "again is another partition of it; needs a CUDA build) (default 1)"),
-        FLAG("device-budget", FLAG_STR, &device_budget, "BYTES",
-             "memory of each device, e.g. 2GiB (default: sized for the models)"),
-        FLAG("host-budget", FLAG_STR, &host_budget, "BYTES",
-             "host memory for model copies (default: sized for the models)"),
-        FLAG("policy", FLAG_STR, &policy, "NAME", "scheduling policy (default: the engine's)"),
-        FLAG_RANGE("max-batch", FLAG_INT, &max_batch, "N", "sequences per batch (default 8)",
-                   SERVE_MAX_BATCH_MIN, SERVE_MAX_BATCH_MAX,
-                   SERVE_RANGE_TEXT(SERVE_MAX_BATCH_MIN, SERVE_MAX_BATCH_MAX)),
-        FLAG_RANGE("queue-cap", FLAG_INT, &queue_cap, "N",
-                   "waiting requests per model; beyond it 429 (default 256)", SERVE_QUEUE_CAP_MIN,
-                   SERVE_QUEUE_CAP_MAX, SERVE_RANGE_TEXT(SERVE_QUEUE_CAP_MIN, SERVE_QUEUE_CAP_MAX)),
-        FLAG("host", FLAG_STR, &host, "ADDR", "address to listen on (default 127.0.0.1)"),
-        FLAG_RANGE("port", FLAG_INT, &port, "PORT",
-                   "port to listen on; 0 = any free one "
-                   "(default 8000)",
-                   SERVE_PORT_MIN, SERVE_PORT_MAX,
-                   SERVE_RANGE_TEXT(SERVE_PORT_MIN, SERVE_PORT_MAX)),
         FLAG("port-file", FLAG_STR, &port_file, "FILE",
              "write the bound port to FILE once listening (a regular file or none: it is "
              "replaced, and removed at exit)"),
-        FLAG("api-key", FLAG_STR, &api_key, "KEY",
-             "require 'Authorization: Bearer KEY' (not on /health, /metrics) (default: none)"),
-        FLAG("admin-key", FLAG_STR, &admin_key, "KEY",
-             "key of the /admin routes (default: the api key)"),
-        FLAG("model-root", FLAG_STR, &model_root, "DIR",
-             "POST /admin/models may add checkpoints below DIR (repeatable; default: disabled)"),
-        FLAG("log-level", FLAG_STR, &log_level, "LEVEL",
-             "error|warn|info|debug (default info: one line per request)"),
-        FLAG_RANGE("max-connections", FLAG_INT, &max_conn, "N",
-                   "connections at once; more are refused (default 256)", SERVE_MAX_CONNECTIONS_MIN,
-                   SERVE_MAX_CONNECTIONS_MAX,
-                   SERVE_RANGE_TEXT(SERVE_MAX_CONNECTIONS_MIN, SERVE_MAX_CONNECTIONS_MAX)),
-        FLAG_RANGE("max-connections-per-client", FLAG_INT, &per_client, "N",
-                   "connections one client address may hold; more are refused (default 0: half "
-                   "of --max-connections)",
-                   SERVE_PER_CLIENT_MIN, SERVE_PER_CLIENT_MAX,
-                   SERVE_RANGE_TEXT(SERVE_PER_CLIENT_MIN, SERVE_PER_CLIENT_MAX)),
-        FLAG_RANGE("timeout", FLAG_INT, &timeout, "S",
-                   "close a connection idle this long (default 30)", SERVE_TIMEOUT_MIN,
-                   SERVE_TIMEOUT_MAX, SERVE_RANGE_TEXT(SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX)),
-        FLAG_RANGE("header-timeout", FLAG_INT, &header_timeout, "S",
-                   "close a connection whose request headers are not all in S seconds after "
-                   "it opened (or, kept alive, after the next request's first byte), however "
-                   "steadily they come (default 20)",
-                   SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX,
-                   SERVE_RANGE_TEXT(SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX)),
-        FLAG_RANGE("body-timeout", FLAG_INT, &body_timeout, "S",
-                   "close a connection whose request body is not all in S seconds after its "
-                   "headers (default 60)",
-                   SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX,
-                   SERVE_RANGE_TEXT(SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX)),
-        FLAG("max-body", FLAG_STR, &max_body, "BYTES", "largest request body (default 1MiB)"),
-        FLAG_RANGE("grace", FLAG_FLOAT, &grace, "S",
-                   "on SIGTERM/SIGINT, requests in flight get S seconds (a second signal ends it), "
-                   "then are cancelled "
-                   "(default 30)",
-                   0, SERVE_SECONDS_MAX, SERVE_RANGE_TEXT(0, SERVE_SECONDS_MAX)),
-        FLAG_RANGE("request-timeout", FLAG_FLOAT, &req_timeout, "S",
-                   "a completion not done S seconds after it arrived ends with 504, queued or "
-                   "running (default 0: none)",
-                   0, SERVE_SECONDS_MAX, SERVE_RANGE_TEXT(0, SERVE_SECONDS_MAX)),
-        FLAG_RANGE("link-gbps", FLAG_FLOAT, &link_gbps, "G",
-                   "CPU devices only: emulate a host link of G GB/s (default 0: none)", 0, FLT_MAX,
-                   "G >= 0"),
-        FLAG_RANGE("http-threads", FLAG_INT, &threads, "N", "HTTP worker threads (default 4)",
-                   SERVE_HTTP_THREADS_MIN, SERVE_HTTP_THREADS_MAX,
-                   SERVE_RANGE_TEXT(SERVE_HTTP_THREADS_MIN, SERVE_HTTP_THREADS_MAX)),
-        COMPUTE_FLAG(&compute),
     };
-    enum {
-        F_CONFIG,
-        F_MODEL,
-        F_DEVICES,
-        F_DEVICE_BUDGET,
-        F_HOST_BUDGET,
-        F_POLICY,
-        F_MAX_BATCH,
-        F_QUEUE_CAP,
-        F_HOST,
-        F_PORT,
-        F_PORT_FILE,
-        F_API_KEY,
-        F_ADMIN_KEY,
-        F_MODEL_ROOT,
-        F_LOG_LEVEL,
-        F_MAX_CONN,
-        F_PER_CLIENT,
-        F_TIMEOUT,
-        F_HEADER_TIMEOUT,
-        F_BODY_TIMEOUT,
-        F_MAX_BODY,
-        F_GRACE,
-        F_REQ_TIMEOUT,
-        F_LINK,
-        F_THREADS,
-        F_COMPUTE,
-    };
-    /* args_parse refuses a flag given twice: it sees the repeatable ones
-     * (collected by collect_repeated) at most once */
-    char **rest = malloc(((size_t)argc + 1) * sizeof(*rest));
-    if (!rest)
+    memset(kf, 0, sizeof(kf));
+    int n = key_flags_build(kf, flags + 2, argc);
+    if (n < 0) {
+        key_flags_free(kf, KEY_FLAGS_MAX);
         return cli_fail("serve");
-    int n_rest = 0;
-    bool kept_model = false, kept_root = false;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        bool is_model = strcmp(a, "--model") == 0 || strncmp(a, "--model=", 8) == 0;
-        bool is_root = strcmp(a, "--model-root") == 0 || strncmp(a, "--model-root=", 13) == 0;
-        bool *kept = is_model ? &kept_model : is_root ? &kept_root : NULL;
-        bool pair = !strchr(a, '=') && i + 1 < argc;
-        if (kept && *kept) {
-            i += pair;
-            continue;
-        }
-        if (kept)
-            *kept = true;
-        rest[n_rest++] = argv[i];
-        if (kept && pair)
-            rest[n_rest++] = argv[++i];
     }
     int rc = args_parse("serve",
                         "Serves the models over HTTP with OpenAI's completions API "
@@ -290,64 +260,19 @@ int cmd_serve(int argc, char **argv)
                         "(Prometheus) and /admin/models routes. Logs \"listening on "
                         "http://HOST:PORT\" to stderr once serving; SIGTERM or SIGINT stop it "
                         "gracefully.",
-                        n_rest, rest, flags, sizeof(flags) / sizeof(flags[0]));
-    free(rest);
-    if (rc)
+                        argc, argv, flags, n + 2);
+    if (rc) {
+        key_flags_free(kf, n);
         return rc;
+    }
     struct serve_config c;
     struct server *s = NULL;
     struct stat port_written;
     bool port_file_written = false;
     serve_config_init(&c);
-    int n_roots = 0;
-    enum log_level level;
-    if (config && (rc = serve_config_load(config, &c)) < 0)
-        goto usage;
-    if ((rc = collect_repeated(argc, argv, &c, &n_roots)) < 0)
-        goto usage;
-    if ((flags[F_DEVICES].seen && (rc = parse_devices(devices, &c)) < 0) ||
-        (flags[F_DEVICE_BUDGET].seen &&
-         (rc = serve_parse_bytes(device_budget, &c.device_budget)) < 0) ||
-        (flags[F_HOST_BUDGET].seen && (rc = serve_parse_bytes(host_budget, &c.host_budget)) < 0) ||
-        (flags[F_MAX_BODY].seen && (rc = serve_parse_bytes(max_body, &c.max_body_bytes)) < 0) ||
-        (flags[F_MAX_BODY].seen && c.max_body_bytes == 0 &&
-         (rc = err_set(ERR_INVALID, "--max-body 0: expected at least 1 byte")) < 0) ||
-        (flags[F_POLICY].seen && (rc = set_str(&c.policy, policy)) < 0) ||
-        (flags[F_COMPUTE].seen && (rc = set_str(&c.compute, compute)) < 0) ||
-        (flags[F_HOST].seen && (rc = set_str(&c.host, host)) < 0) ||
-        (flags[F_API_KEY].seen && (rc = set_str(&c.api_key, api_key)) < 0) ||
-        (flags[F_ADMIN_KEY].seen && (rc = set_str(&c.admin_key, admin_key)) < 0))
-        goto usage;
-    if (flags[F_LOG_LEVEL].seen) {
-        if ((rc = log_level_parse(log_level, &level)) < 0)
-            goto usage;
-        c.log_level = level;
-    }
-    if (flags[F_MAX_BATCH].seen)
-        c.max_batch = max_batch;
-    if (flags[F_QUEUE_CAP].seen)
-        c.queue_cap = queue_cap;
-    if (flags[F_PORT].seen)
-        c.port = port;
-    if (flags[F_MAX_CONN].seen)
-        c.max_connections = max_conn;
-    if (flags[F_PER_CLIENT].seen)
-        c.max_connections_per_client = per_client;
-    if (flags[F_TIMEOUT].seen)
-        c.connection_timeout_s = timeout;
-    if (flags[F_HEADER_TIMEOUT].seen)
-        c.header_timeout_s = header_timeout;
-    if (flags[F_BODY_TIMEOUT].seen)
-        c.body_timeout_s = body_timeout;
-    if (flags[F_GRACE].seen)
-        c.grace_s = grace;
-    if (flags[F_REQ_TIMEOUT].seen)
-        c.request_timeout_s = req_timeout;
-    if (flags[F_LINK].seen)
-        c.link_gbps = link_gbps;
-    if (flags[F_THREADS].seen)
-        c.http_threads = threads;
-    if ((rc = serve_config_check(&c)) < 0 || (port_file && (rc = port_file_check(port_file)) < 0))
+    rc = serve_settings(config, kf, flags + 2, n, &c);
+    key_flags_free(kf, n);
+    if (rc < 0 || (port_file && (rc = port_file_check(port_file)) < 0))
         goto usage;
     log_set_level(c.log_level);
     if ((rc = server_signals_init()) < 0 || (rc = server_open(&c, &s)) < 0)

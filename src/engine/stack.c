@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "engine/sched.h"
 
 static int model_tp(const struct stack_model_config *m)
 {
@@ -24,10 +25,6 @@ static int model_device(const struct stack_model_config *m, int shard)
 {
     return m->devices ? m->devices[shard] : shard;
 }
-
-/* GPU ordinals a list may name: far beyond any machine, small enough to
- * print and to count partitions with */
-#define MAX_GPU_ORDINAL 1023
 
 /* A decimal number of digits only (no sign, no blanks) at p, into *v; the
  * end in *end. false when there is none or it overflows. */
@@ -78,9 +75,9 @@ int stack_parse_devices(const char *what, const char *s, struct stack_config *c)
                            STACK_MAX_DEVICES);
         if (!cuda && idx != count)
             return err_set(ERR_INVALID, "%s %s: expected CPU indices 0, 1, ... in order", what, s);
-        if (cuda && idx > MAX_GPU_ORDINAL)
+        if (cuda && idx > STACK_MAX_GPU)
             return err_set(ERR_INVALID, "%s %s: GPU ordinal %ld (expected 0..%d)", what, s, idx,
-                           MAX_GPU_ORDINAL);
+                           STACK_MAX_GPU);
         gpus[count++] = (int)idx;
         if (*end == '\0')
             break;
@@ -93,33 +90,88 @@ int stack_parse_devices(const char *what, const char *s, struct stack_config *c)
     return 0;
 }
 
-static int config_check(const struct stack_config *c)
+/* The stack's settings, before a model is read. */
+static int settings_check(const struct stack_config *c)
 {
+    bool cuda = c->device_kind && strcmp(c->device_kind, "cuda") == 0;
+    if (c->device_kind && !cuda && strcmp(c->device_kind, "cpu") != 0)
+        return err_set(ERR_INVALID, "device kind '%s': expected cpu or cuda", c->device_kind);
     if (c->n_devices < 1 || c->n_devices > STACK_MAX_DEVICES)
         return err_set(ERR_INVALID, "a stack needs 1..%d devices (got %d)", STACK_MAX_DEVICES,
                        c->n_devices);
+    for (int d = 0; cuda && c->gpus_set && d < c->n_devices; d++)
+        if (c->gpus[d] < 0 || c->gpus[d] > STACK_MAX_GPU)
+            return err_set(ERR_INVALID, "device %d: GPU ordinal %d (expected 0..%d)", d, c->gpus[d],
+                           STACK_MAX_GPU);
+    if (!(c->link_gbps >= 0))
+        return err_set(ERR_INVALID, "an emulated host link of %g GB/s: expected a number >= 0",
+                       c->link_gbps);
+    if (c->engine.policy && !sched_policy_find(c->engine.policy))
+        return err_set(ERR_INVALID, "policy: unknown scheduling policy '%.*s' (expected %s)", 64,
+                       c->engine.policy, sched_policy_names());
+    enum kern_compute kc;
+    bool kc_set;
+    if (kern_compute_choice(c->compute, &kc_set, &kc) < 0)
+        return err_set(ERR_INVALID, "compute: expected f32, bf16 or auto, got '%.*s'", 64,
+                       c->compute);
+    return 0;
+}
+
+/* Model i of c: named, unique, its shards on devices of the stack. */
+static int model_check(const struct stack_config *c, int i)
+{
+    const struct stack_model_config *m = &c->models[i];
+    if (!m->name || !m->name[0] || !m->path || !m->path[0])
+        return err_set(ERR_INVALID, "models[%d]: expected a name and a checkpoint directory (path)",
+                       i);
+    for (int j = 0; j < i; j++)
+        if (strcmp(c->models[j].name, m->name) == 0)
+            return err_set(ERR_INVALID, "models[%d].name '%s': also the name of models[%d]", i,
+                           m->name, j);
+    int tp = model_tp(m), pp = model_pp(m);
+    if (m->tp < 0 || m->pp < 0 || tp > STACK_MAX_DEVICES || pp > STACK_MAX_DEVICES ||
+        tp * pp > STACK_MAX_DEVICES)
+        return err_set(ERR_INVALID, "model %s: tp x pp = %d x %d: expected 1 to %d shards", m->name,
+                       m->tp, m->pp, STACK_MAX_DEVICES);
+    if (tp * pp > c->n_devices) /* one shard of a model per device */
+        return err_set(ERR_INVALID,
+                       "model %s: tp x pp = %d x %d shards, more than the %d devices (shard %d on "
+                       "device %d)",
+                       m->name, tp, pp, c->n_devices, c->n_devices,
+                       m->devices ? m->devices[c->n_devices] : c->n_devices);
+    for (int s = 0; m->devices && s < tp * pp; s++)
+        if (m->devices[s] < 0 || m->devices[s] >= c->n_devices)
+            return err_set(ERR_INVALID,
+                           "model %s: devices[%d]: expected 0 to %d, got %d (no device %d in the "
+                           "stack)",
+                           m->name, s, c->n_devices - 1, m->devices[s], m->devices[s]);
+    if (m->max_batch < 0)
+        return err_set(ERR_INVALID, "model %s: max_batch: expected >= 0 (0: the engine's), got %d",
+                       m->name, m->max_batch);
+    enum kern_compute kc;
+    bool kc_set;
+    if (kern_compute_choice(m->compute, &kc_set, &kc) < 0)
+        return err_set(ERR_INVALID, "model %s: compute: expected f32, bf16 or auto, got '%.*s'",
+                       m->name, 64, m->compute);
+    return 0;
+}
+
+int stack_config_check(const struct stack_config *c)
+{
+    int rc = settings_check(c);
+    if (rc < 0)
+        return rc;
     if (c->n_models < 0 || (c->n_models > 0 && !c->models))
         return err_set(ERR_INVALID, "a stack's models: %d given without a list", c->n_models);
-    for (int i = 0; i < c->n_models; i++) {
-        const struct stack_model_config *m = &c->models[i];
-        if (!m->name || !m->name[0] || !m->path)
-            return err_set(ERR_INVALID, "model %d needs a name and a path", i);
-        for (int j = 0; j < i; j++)
-            if (strcmp(c->models[j].name, m->name) == 0)
-                return err_set(ERR_INVALID, "two models are named '%s'", m->name);
-        for (int s = 0; s < model_tp(m) * model_pp(m); s++)
-            if (model_device(m, s) < 0 || model_device(m, s) >= c->n_devices)
-                return err_set(ERR_INVALID,
-                               "model %s: shard %d is placed on device %d, but the "
-                               "stack has devices 0..%d",
-                               m->name, s, model_device(m, s), c->n_devices - 1);
-    }
+    for (int i = 0; i < c->n_models; i++)
+        if ((rc = model_check(c, i)) < 0)
+            return rc;
     return 0;
 }
 
 int stack_size(const struct stack_config *c, uint64_t *device_bytes, uint64_t *host_bytes)
 {
-    int rc = config_check(c);
+    int rc = stack_config_check(c);
     if (rc < 0)
         return rc;
     const int fit = c->fit_models > 0 ? c->fit_models : 1;
@@ -153,8 +205,8 @@ int stack_size(const struct stack_config *c, uint64_t *device_bytes, uint64_t *h
             int t_max = shape.max_tokens / shape.batch < shape.max_len
                             ? shape.max_tokens / shape.batch
                             : shape.max_len;
-            scratch = ((uint64_t)shape.batch * (uint64_t)(n_heads / model_tp(m)) *
-                           (uint64_t)t_max * (uint64_t)shape.max_len * sizeof(float) +
+            scratch = ((uint64_t)shape.batch * (uint64_t)(n_heads / model_tp(m)) * (uint64_t)t_max *
+                           (uint64_t)shape.max_len * sizeof(float) +
                        63) /
                       64 * 64;
         }
@@ -210,12 +262,13 @@ int stack_open(const struct stack_config *c, struct stack **out)
     int rc = stack_size(c, sized, &host);
     if (rc < 0)
         return rc;
+    /* not stack_config_check's: a config naming CUDA devices and a link is
+     * valid until it is opened (the server's config check accepts it) */
     bool cuda = c->device_kind && strcmp(c->device_kind, "cuda") == 0;
-    if (c->device_kind && !cuda && strcmp(c->device_kind, "cpu") != 0)
-        return err_set(ERR_INVALID, "device kind '%s': expected cpu or cuda", c->device_kind);
     if (cuda && c->link_gbps > 0)
-        return err_set(ERR_INVALID, "an emulated host link (%g GB/s) is for CPU devices only: "
-                                    "CUDA devices copy over their own",
+        return err_set(ERR_INVALID,
+                       "an emulated host link (%g GB/s) is for CPU devices only: "
+                       "CUDA devices copy over their own",
                        c->link_gbps);
     uint64_t budgets[STACK_MAX_DEVICES] = {0};
     for (int d = 0; d < c->n_devices; d++)

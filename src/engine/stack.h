@@ -23,6 +23,9 @@
 #include "engine/engine.h"
 
 #define STACK_MAX_DEVICES 64
+/* GPU ordinals a device list may name: far beyond any machine, small enough
+ * to print and to count partitions with */
+#define STACK_MAX_GPU 1023
 
 struct stack_model_config {
     const char *name; /* unique; what requests name */
@@ -85,6 +88,17 @@ struct stack {
  * index, too many devices); c is unchanged then. Whether a CUDA device
  * exists is stack_open's question. */
 int stack_parse_devices(const char *what, const char *s, struct stack_config *c);
+
+/* What must hold of a config before anything is opened or read, the one
+ * place the stack's settings are checked (stack_size and stack_open call
+ * it; so does the server's serve_config_check): the device kind (cpu,
+ * cuda), 1..STACK_MAX_DEVICES devices, GPU ordinals 0..STACK_MAX_GPU, a
+ * link rate >= 0, a known policy (sched_policy_find), the precisions
+ * (kern_compute_choice); each model named, unique, with a path, its
+ * tp x pp shards (at most one per device) on devices of the stack,
+ * max_batch >= 0. An emulated link with CUDA devices is a valid config
+ * that stack_open refuses. ERR_INVALID, one line naming the model or setting. */
+int stack_config_check(const struct stack_config *c);
 
 /* Builds the stack; on failure nothing is left and the message names what
  * failed (a model's path, a device, a budget). Before any device is opened

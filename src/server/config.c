@@ -1,69 +1,60 @@
-/* The server's configuration file (config.h): YAML read with libyaml's
- * event parser into a small tree, then the tree walked against the schema
- * docs/serve.example.yaml shows.
+/* The server's configuration file (config.h): YAML read into a small tree
+ * (core/yaml_tree.h), then the tree walked against the key table
+ * (config_keys.h), the schema docs/serve.example.yaml shows.
  *
  * The file is one document whose root is a mapping (an empty file or an
- * empty document sets nothing). Refused, each as ERR_FORMAT
- * "NAME:LINE: key 'PATH': ..." with LINE 1-based from libyaml's marks:
- *   - a second document, an alias or an anchor (an alias can make a tree
- *     exponentially larger than its text: "billion laughs"), a tag;
- *   - nesting deeper than DEPTH_MAX, more than NODES_MAX nodes, a scalar
- *     longer than SCALAR_MAX bytes;
- *   - a key twice in one mapping, a key that is not a plain string, an
- *     unknown key;
+ * empty document sets nothing), read by core/yaml_tree.h (which refuses
+ * anchors, aliases, tags, a second document and oversized trees). Refused
+ * here, each as ERR_FORMAT "NAME:LINE: key 'PATH': ..." with LINE 1-based:
+ *   - a key twice in one mapping, a key that is not a plain string, a key
+ *     the table does not have;
  *   - a value of the wrong kind or out of the key's range.
  * Scalars: null is "", "~" or "null" unquoted; booleans true/false;
- * integers decimal; byte counts as serve_parse_bytes. A null leaves a key's
- * default, except for keys that must have a value (named in the message).
+ * integers decimal; byte counts as bytes_parse (core/bytes.h). A null
+ * leaves a key's default, except where the table says it unsets the key or
+ * the key must have a value (named in the message).
  *
- * Which check is where: this file's parser checks each value's type and
- * range (where one value alone decides it); serve_config_check checks what
- * depends on several keys or on other modules (the policy name through
- * sched_policy_find, TP x PP against the devices, unique model names, the
- * device kind), so that the command line's settings are checked as well.
+ * The walk is one loop over a mapping's keys (walk_map) for the root,
+ * devices and each model; what is special is only what is structural: a
+ * section recurses, the models list makes a struct serve_model per item,
+ * lists of numbers and strings. Which check is where: the walk checks each
+ * value's type and range as it reads it; serve_config_check checks them
+ * again from the table (flags and code set values too), then what depends
+ * on several keys, and calls stack_config_check for the stack's settings.
  */
 #include "server/config.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <yaml.h>
 
 #include "core/error.h"
 #include "core/fs.h"
-#include "engine/sched.h"
+#include "core/yaml_tree.h"
+#include "server/config_keys.h"
 
 #define FILE_MAX (1u << 20) /* bytes of a config file */
-#define DEPTH_MAX 16        /* nested collections */
-#define NODES_MAX 100000    /* nodes in a document */
-#define SCALAR_MAX 4096     /* bytes of one scalar */
 #define QUOTE_MAX 64        /* bytes of a value quoted in a message */
-#define NAME_MAX_LEN 63     /* bytes of a model name */
+#define KEY_MAX 96          /* bytes of a key's name in messages ("models[255].chat_template") */
 
 /* ---- defaults, add, free ---- */
 
 void serve_config_init(struct serve_config *c)
 {
     memset(c, 0, sizeof(*c));
-    c->host = strdup("127.0.0.1"); /* NULL when out of memory: serve_config_check says so */
-    c->port = 8000;
-    c->http_threads = 4;
-    c->max_connections = 256;
-    c->connection_timeout_s = 30;
-    c->header_timeout_s = 20;
-    c->body_timeout_s = 60;
-    c->max_body_bytes = 1u << 20;
-    c->grace_s = 30;
-    c->log_level = LOG_INFO;
-    c->device_kind = strdup("cpu");
-    c->n_devices = 1;
-    c->max_batch = 8;
-    c->queue_cap = 256;
+    serve_keys_defaults("", c);
+    serve_keys_defaults("devices", c);
+}
+
+static void model_init(struct serve_model *m)
+{
+    memset(m, 0, sizeof(*m));
+    serve_keys_defaults("models[]", m);
 }
 
 static void model_free(struct serve_model *m)
@@ -117,7 +108,8 @@ int serve_config_add_model(struct serve_config *c, const char *arg)
     if (c->n_models >= SERVE_MAX_MODELS)
         return err_set(ERR_INVALID, "--model '%.*s': more than %d models", QUOTE_MAX, arg,
                        SERVE_MAX_MODELS);
-    struct serve_model m = {.tp = 1, .pp = 1};
+    struct serve_model m;
+    model_init(&m);
     m.name = strndup(arg, (size_t)(eq - arg));
     m.path = strdup(eq + 1);
     if (!m.name || !m.path) {
@@ -130,251 +122,6 @@ int serve_config_add_model(struct serve_config *c, const char *arg)
     return rc;
 }
 
-/* ---- byte counts ---- */
-
-int serve_parse_bytes(const char *s, uint64_t *out)
-{
-    static const struct {
-        const char *suffix;
-        uint64_t mult;
-    } units[] = {
-        {"", 1},
-        {"B", 1},
-        {"K", 1ull << 10},
-        {"M", 1ull << 20},
-        {"G", 1ull << 30},
-        {"T", 1ull << 40},
-        {"KiB", 1ull << 10},
-        {"MiB", 1ull << 20},
-        {"GiB", 1ull << 30},
-        {"TiB", 1ull << 40},
-        {"KB", 1000ull},
-        {"MB", 1000000ull},
-        {"GB", 1000000000ull},
-        {"TB", 1000000000000ull},
-    };
-    const char *p = s;
-    uint64_t whole = 0, frac = 0, frac_scale = 1;
-    if (!isdigit((unsigned char)*p))
-        goto bad;
-    for (; isdigit((unsigned char)*p); p++)
-        if (__builtin_mul_overflow(whole, 10, &whole) ||
-            __builtin_add_overflow(whole, (uint64_t)(*p - '0'), &whole))
-            goto overflow;
-    bool has_frac = *p == '.';
-    if (has_frac) {
-        p++;
-        if (!isdigit((unsigned char)*p))
-            goto bad;
-        for (; isdigit((unsigned char)*p); p++) {
-            if (frac_scale >= 1000000000ull) /* nine digits are a byte below a TB */
-                goto bad;
-            frac = frac * 10 + (uint64_t)(*p - '0');
-            frac_scale *= 10;
-        }
-    }
-    if (*p == ' ' && p[1]) /* "2 GiB"; not "5 " */
-        p++;
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-        if (strcmp(p, units[i].suffix) != 0)
-            continue;
-        if (has_frac && units[i].mult == 1)
-            goto bad; /* a count of bytes is whole */
-        uint64_t v;
-        if (__builtin_mul_overflow(whole, units[i].mult, &v))
-            goto overflow;
-        /* the fraction, rounded down to whole bytes: frac < 1e9, mult < 2^41 */
-        unsigned __int128 f = (unsigned __int128)frac * units[i].mult / frac_scale;
-        if (__builtin_add_overflow(v, (uint64_t)f, &v))
-            goto overflow;
-        *out = v;
-        return 0;
-    }
-bad:
-    return err_set(ERR_INVALID,
-                   "'%.*s': expected a byte count such as 1048576, 512KiB, 1MiB or 1.5GB "
-                   "(K/M/G/T, KiB/MiB/GiB/TiB: 1024s; KB/MB/GB/TB: 1000s)",
-                   QUOTE_MAX, s);
-overflow:
-    return err_set(ERR_INVALID, "'%.*s': byte count too large (at most %llu)", QUOTE_MAX, s,
-                   (unsigned long long)UINT64_MAX);
-}
-
-/* ---- the tree ---- */
-
-enum ykind { Y_SCALAR, Y_SEQ, Y_MAP };
-
-struct ynode {
-    enum ykind kind;
-    int line;             /* 1-based */
-    bool plain;           /* scalar: unquoted (only plain scalars can be null) */
-    char *value;          /* scalar: NUL-terminated (owned) */
-    struct ynode **items; /* seq: elements; map: key, value, key, value ... (owned) */
-    int n, cap;
-};
-
-static void ynode_free(struct ynode *y)
-{
-    if (!y)
-        return;
-    for (int i = 0; i < y->n; i++)
-        ynode_free(y->items[i]);
-    free(y->items);
-    free(y->value);
-    free(y);
-}
-
-static int ynode_push(struct ynode *parent, struct ynode *child)
-{
-    if (parent->n == parent->cap) {
-        int cap = parent->cap ? parent->cap * 2 : 8;
-        struct ynode **items = realloc(parent->items, (size_t)cap * sizeof(*items));
-        if (!items)
-            return ERR_NOMEM;
-        parent->items = items;
-        parent->cap = cap;
-    }
-    parent->items[parent->n++] = child;
-    return 0;
-}
-
-/* Reads the whole stream into *root (NULL for an empty stream or document). */
-static int yaml_tree_read(const char *text, size_t len, const char *name, struct ynode **root)
-{
-    yaml_parser_t parser;
-    yaml_event_t ev;
-    struct ynode *stack[DEPTH_MAX + 1];
-    int depth = 0, nodes = 0, documents = 0, rc = 0;
-    struct ynode *top = NULL;
-    *root = NULL;
-    if (!yaml_parser_initialize(&parser))
-        return err_set(ERR_NOMEM, "%s: out of memory", name);
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    for (;;) {
-        if (!yaml_parser_parse(&parser, &ev)) {
-            size_t eline = parser.problem_mark.line + 1;
-            if (parser.error == YAML_READER_ERROR) { /* marks a byte offset only */
-                eline = 1;
-                for (size_t i = 0; i < parser.problem_offset && i < len; i++)
-                    eline += text[i] == '\n';
-            }
-            rc = err_set(ERR_FORMAT, "%s:%zu: %s%s%s", name, eline,
-                         parser.problem ? parser.problem : "malformed YAML",
-                         parser.context ? " " : "", parser.context ? parser.context : "");
-            goto done;
-        }
-        int line = (int)ev.start_mark.line + 1;
-        yaml_event_type_t type = ev.type;
-        struct ynode *y = NULL;
-        switch (type) {
-        case YAML_STREAM_END_EVENT:
-            yaml_event_delete(&ev);
-            goto done;
-        case YAML_DOCUMENT_START_EVENT:
-            if (++documents > 1) {
-                rc = err_set(ERR_FORMAT, "%s:%d: a second document: a config is one document", name,
-                             line);
-                goto fail_event;
-            }
-            break;
-        case YAML_ALIAS_EVENT:
-            rc = err_set(ERR_FORMAT, "%s:%d: aliases (*%.*s) are not accepted", name, line,
-                         QUOTE_MAX, (const char *)ev.data.alias.anchor);
-            goto fail_event;
-        case YAML_SCALAR_EVENT:
-        case YAML_SEQUENCE_START_EVENT:
-        case YAML_MAPPING_START_EVENT: {
-            const yaml_char_t *anchor = type == YAML_SCALAR_EVENT ? ev.data.scalar.anchor
-                                        : type == YAML_SEQUENCE_START_EVENT
-                                            ? ev.data.sequence_start.anchor
-                                            : ev.data.mapping_start.anchor;
-            const yaml_char_t *tag = type == YAML_SCALAR_EVENT ? ev.data.scalar.tag
-                                     : type == YAML_SEQUENCE_START_EVENT
-                                         ? ev.data.sequence_start.tag
-                                         : ev.data.mapping_start.tag;
-            if (anchor) {
-                rc = err_set(ERR_FORMAT, "%s:%d: anchors (&%.*s) are not accepted", name, line,
-                             QUOTE_MAX, (const char *)anchor);
-                goto fail_event;
-            }
-            if (tag) {
-                rc = err_set(ERR_FORMAT, "%s:%d: tags (%.*s) are not accepted", name, line,
-                             QUOTE_MAX, (const char *)tag);
-                goto fail_event;
-            }
-            if (++nodes > NODES_MAX) {
-                rc = err_set(ERR_FORMAT, "%s:%d: more than %d values", name, line, NODES_MAX);
-                goto fail_event;
-            }
-            y = calloc(1, sizeof(*y));
-            if (!y) {
-                rc = err_set(ERR_NOMEM, "%s: out of memory", name);
-                goto fail_event;
-            }
-            y->line = line;
-            if (type == YAML_SCALAR_EVENT) {
-                y->kind = Y_SCALAR;
-                y->plain = ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-                if (ev.data.scalar.length > SCALAR_MAX ||
-                    memchr(ev.data.scalar.value, '\0', ev.data.scalar.length)) {
-                    free(y);
-                    rc = err_set(ERR_FORMAT,
-                                 "%s:%d: a value longer than %d bytes or with a NUL byte", name,
-                                 line, SCALAR_MAX);
-                    goto fail_event;
-                }
-                y->value = strndup((const char *)ev.data.scalar.value, ev.data.scalar.length);
-                if (!y->value) {
-                    free(y);
-                    rc = err_set(ERR_NOMEM, "%s: out of memory", name);
-                    goto fail_event;
-                }
-            } else {
-                y->kind = type == YAML_MAPPING_START_EVENT ? Y_MAP : Y_SEQ;
-            }
-            /* attach to the open collection, or make it the root */
-            if (depth > 0) {
-                if (ynode_push(stack[depth - 1], y) != 0) {
-                    ynode_free(y);
-                    rc = err_set(ERR_NOMEM, "%s: out of memory", name);
-                    goto fail_event;
-                }
-            } else {
-                top = y;
-            }
-            if (y->kind != Y_SCALAR) {
-                if (depth == DEPTH_MAX) {
-                    rc = err_set(ERR_FORMAT, "%s:%d: nested deeper than %d levels", name, line,
-                                 DEPTH_MAX);
-                    goto fail_event;
-                }
-                stack[depth++] = y;
-            }
-            break;
-        }
-        case YAML_SEQUENCE_END_EVENT:
-        case YAML_MAPPING_END_EVENT:
-            depth--;
-            break;
-        default:
-            break;
-        }
-        yaml_event_delete(&ev);
-        continue;
-    fail_event:
-        yaml_event_delete(&ev);
-        goto done;
-    }
-done:
-    yaml_parser_delete(&parser);
-    if (rc < 0) {
-        ynode_free(top);
-        return rc;
-    }
-    *root = top;
-    return 0;
-}
-
 /* ---- the walk ---- */
 
 struct walk {
@@ -382,38 +129,23 @@ struct walk {
     struct serve_config *c;
 };
 
-static bool is_null(const struct ynode *y)
-{
-    return y->kind == Y_SCALAR && y->plain &&
-           (!y->value[0] || strcmp(y->value, "~") == 0 || strcmp(y->value, "null") == 0 ||
-            strcmp(y->value, "Null") == 0 || strcmp(y->value, "NULL") == 0);
-}
-
-static const char *kind_name(const struct ynode *y)
-{
-    return y->kind == Y_MAP ? "a mapping" : y->kind == Y_SEQ ? "a list" : "null";
-}
-
 /* "NAME:LINE: key 'KEY': expected EXPECTED, got 'VALUE'" */
 static int bad(const struct walk *w, const struct ynode *y, const char *key, const char *expected)
 {
-    if (y->kind == Y_SCALAR && !is_null(y)) {
+    if (y->kind == Y_SCALAR && !ynode_is_null(y)) {
         size_t n = strlen(y->value);
         return err_set(ERR_FORMAT, "%s:%d: key '%s': expected %s, got '%.*s'%s", w->name, y->line,
                        key, expected, QUOTE_MAX, y->value, n > QUOTE_MAX ? "..." : "");
     }
     return err_set(ERR_FORMAT, "%s:%d: key '%s': expected %s, got %s", w->name, y->line, key,
-                   expected, kind_name(y));
+                   expected, ynode_kind_name(y));
 }
 
-static int get_int(const struct walk *w, const struct ynode *y, const char *key, long long lo,
-                   long long hi, int *out)
+static int get_int(const struct walk *w, const struct ynode *y, const char *key, double lo,
+                   double hi, int *out)
 {
     char expected[80];
-    if (hi == INT32_MAX)
-        snprintf(expected, sizeof(expected), "an integer >= %lld", lo);
-    else
-        snprintf(expected, sizeof(expected), "an integer from %lld to %lld", lo, hi);
+    snprintf(expected, sizeof(expected), "an integer from %.0f to %.0f", lo, hi);
     if (y->kind != Y_SCALAR || !y->value[0])
         return bad(w, y, key, expected);
     const char *p = y->value;
@@ -430,69 +162,144 @@ static int get_int(const struct walk *w, const struct ynode *y, const char *key,
     return 0;
 }
 
-/* A number from 0 to hi (hi INFINITY: any finite one >= 0). */
-static int get_double(const struct walk *w, const struct ynode *y, const char *key, double hi,
-                      double *out)
+/* One scalar of k from y into base. */
+static int walk_scalar(const struct walk *w, const struct serve_key *k, const struct ynode *y,
+                       const char *key, void *base)
 {
-    char expected[64];
-    if (isinf(hi))
-        snprintf(expected, sizeof(expected), "a number >= 0");
-    else
-        snprintf(expected, sizeof(expected), "a number from 0 to %g", hi);
-    if (y->kind != Y_SCALAR || !y->value[0] || isspace((unsigned char)y->value[0]))
+    char expected[192];
+    serve_key_expected(k, expected, sizeof(expected));
+    void *f = serve_key_field(k, base);
+    if (y->kind != Y_SCALAR)
         return bad(w, y, key, expected);
-    char *end;
-    double v = strtod(y->value, &end);
-    if (*end || !isfinite(v) || !(v >= 0) || v > hi)
-        return bad(w, y, key, expected);
-    *out = v;
+    switch (k->type) {
+    case SK_INT:
+        return get_int(w, y, key, k->lo, k->hi, f);
+    case SK_DOUBLE: {
+        char *end;
+        double v =
+            y->value[0] && !isspace((unsigned char)y->value[0]) ? strtod(y->value, &end) : NAN;
+        if (isnan(v) || *end || !isfinite(v) || !(v >= k->lo) || v > k->hi)
+            return bad(w, y, key, expected);
+        *(double *)f = v;
+        return 0;
+    }
+    case SK_BOOL:
+        if (strcmp(y->value, "true") != 0 && strcmp(y->value, "false") != 0)
+            return bad(w, y, key, expected);
+        *(bool *)f = y->value[0] == 't';
+        return 0;
+    default: { /* bytes, strings, choices: as a flag's text */
+        char what[KEY_MAX + 64];
+        snprintf(what, sizeof(what), "%s:%d: key '%s'", w->name, y->line, key);
+        int rc = serve_key_set_text(k, base, y->value, what);
+        return rc == ERR_INVALID ? ERR_FORMAT : rc;
+    }
+    }
+}
+
+/* A list of numbers or strings (SK_INTS, SK_STRINGS) into base, replacing
+ * what it held. */
+static int walk_list(const struct walk *w, const struct serve_key *k, const struct ynode *y,
+                     const char *key, void *base)
+{
+    int min = k->type == SK_INTS ? 1 : 0;
+    if (y->kind != Y_SEQ || y->n < min || y->n > k->max_items)
+        return bad(w, y, key, k->expected);
+    int *count = (int *)((char *)base + k->count_offset), rc = 0;
+    char item[KEY_MAX + 16];
+    if (k->type == SK_INTS) {
+        int *items = serve_key_field(k, base);
+        for (int j = 0; j < y->n && rc == 0; j++) {
+            snprintf(item, sizeof(item), "%s[%d]", key, j);
+            rc = get_int(w, y->items[j], item, k->lo, k->hi, &items[j]);
+        }
+        *count = y->n;
+        return rc;
+    }
+    /* strings: all read before the old list goes, so an error leaves it */
+    char **items = serve_key_field(k, base), *got[SERVE_MAX_ROOTS] = {0};
+    const struct serve_key text = {.type = SK_STRING, .offset = 0}; /* one string at &got[j] */
+    assert(k->max_items <= SERVE_MAX_ROOTS);
+    for (int j = 0; j < y->n && rc == 0; j++) {
+        snprintf(item, sizeof(item), "%s[%d]", key, j);
+        if (y->items[j]->kind != Y_SCALAR || ynode_is_null(y->items[j]))
+            rc = bad(w, y->items[j], item, "a non-empty string");
+        else
+            rc = walk_scalar(w, &text, y->items[j], item, &got[j]);
+    }
+    char **drop = rc < 0 ? got : items;
+    for (int j = 0, n = rc < 0 ? y->n : *count; j < n; j++)
+        free(drop[j]);
+    if (rc < 0)
+        return rc;
+    memcpy(items, got, (size_t)y->n * sizeof(*got));
+    *count = y->n;
     return 0;
 }
 
-static int get_bool(const struct walk *w, const struct ynode *y, const char *key, bool *out)
+static int walk_model(const struct walk *w, const struct ynode *y, int index);
+static int walk_map(const struct walk *w, const struct ynode *y, const char *scope,
+                    const char *prefix, void *base);
+
+/* Whether mapping y gives leaf a value. */
+static bool map_sets(const struct ynode *y, const char *leaf)
 {
-    if (y->kind == Y_SCALAR && (strcmp(y->value, "true") == 0 || strcmp(y->value, "false") == 0)) {
-        *out = y->value[0] == 't';
-        return 0;
+    for (int i = 0; i < y->n; i += 2)
+        if (strcmp(y->items[i]->value, leaf) == 0)
+            return !ynode_is_null(y->items[i + 1]);
+    return false;
+}
+
+/* The value v of key k (a non-null one): a section, the models, a list or
+ * a scalar. */
+static int walk_value(const struct walk *w, const struct serve_key *k, const struct ynode *v,
+                      const char *key, void *base)
+{
+    struct serve_config *c = w->c;
+    int rc = 0;
+    switch (k->type) {
+    case SK_SECTION:
+        if (v->kind != Y_MAP)
+            return bad(w, v, key, k->expected);
+        rc = walk_map(w, v, k->path, key, base);
+        /* a list of GPUs is a count of devices unless the count is also
+         * given (serve_config_check then wants them to agree) */
+        if (rc == 0 && strcmp(k->path, "devices") == 0 && c->n_gpus > 0 && !map_sets(v, "count"))
+            c->n_devices = c->n_gpus;
+        return rc;
+    case SK_MODELS:
+        if (v->kind != Y_SEQ)
+            return bad(w, v, key, k->expected);
+        for (int j = 0; j < v->n && rc == 0; j++)
+            rc = walk_model(w, v->items[j], j);
+        return rc;
+    case SK_INTS:
+    case SK_STRINGS:
+        return walk_list(w, k, v, key, base);
+    default:
+        return walk_scalar(w, k, v, key, base);
     }
-    return bad(w, y, key, "true or false");
 }
 
-static int get_bytes(const struct walk *w, const struct ynode *y, const char *key, uint64_t *out)
+/* The table's key LEAF in scope, NULL when it has none. */
+static const struct serve_key *key_in(const char *scope, const char *leaf)
 {
-    if (y->kind == Y_SCALAR && serve_parse_bytes(y->value, out) == 0)
-        return 0;
-    return bad(w, y, key, "a byte count such as 1048576, 512KiB or 2GiB");
-}
-
-/* A non-empty string into *out (the old one freed); null sets NULL when
- * nullable. */
-static int get_string(const struct walk *w, const struct ynode *y, const char *key, bool nullable,
-                      char **out)
-{
-    if (nullable && is_null(y)) {
-        free(*out);
-        *out = NULL;
-        return 0;
+    for (int i = 0; i < serve_n_keys; i++) {
+        const char *l = serve_key_leaf(&serve_keys[i], scope);
+        if (l && strcmp(l, leaf) == 0)
+            return &serve_keys[i];
     }
-    if (y->kind != Y_SCALAR || is_null(y) || !y->value[0])
-        return bad(w, y, key, "a non-empty string");
-    char *s = strdup(y->value);
-    if (!s)
-        return err_set(ERR_NOMEM, "%s: out of memory", w->name);
-    free(*out);
-    *out = s;
-    return 0;
+    return NULL;
 }
 
-/* Checks that the mapping y has only the keys in known (NULL-terminated)
- * and none twice. */
-static int check_keys(const struct walk *w, const struct ynode *y, const char *prefix,
-                      const char *const *known)
+/* Checks that the mapping y has only keys the table has in scope, and
+ * none twice; prefix is how messages name the mapping ("" for the root). */
+static int check_keys(const struct walk *w, const struct ynode *y, const char *scope,
+                      const char *prefix)
 {
     for (int i = 0; i < y->n; i += 2) {
         const struct ynode *k = y->items[i];
-        if (k->kind != Y_SCALAR || is_null(k))
+        if (k->kind != Y_SCALAR || ynode_is_null(k))
             return err_set(ERR_FORMAT, "%s:%d: %s%skeys must be strings", w->name, k->line, prefix,
                            prefix[0] ? ": " : "");
         for (int j = 0; j < i; j += 2)
@@ -500,10 +307,7 @@ static int check_keys(const struct walk *w, const struct ynode *y, const char *p
                 return err_set(ERR_FORMAT, "%s:%d: key '%s%s%.*s': given twice (first on line %d)",
                                w->name, k->line, prefix, prefix[0] ? "." : "", QUOTE_MAX, k->value,
                                y->items[j]->line);
-        bool found = false;
-        for (const char *const *n = known; *n && !found; n++)
-            found = strcmp(*n, k->value) == 0;
-        if (!found)
+        if (!key_in(scope, k->value))
             return err_set(
                 ERR_FORMAT,
                 "%s:%d: key '%s%s%.*s': unknown key (docs/serve.example.yaml shows every key)",
@@ -512,236 +316,65 @@ static int check_keys(const struct walk *w, const struct ynode *y, const char *p
     return 0;
 }
 
-static int walk_devices(const struct walk *w, const struct ynode *y)
+/* The mapping y, whose keys are the table's in scope ("", "devices",
+ * "models[]"), into base (the config, or a model for "models[]"). */
+static int walk_map(const struct walk *w, const struct ynode *y, const char *scope,
+                    const char *prefix, void *base)
 {
-    static const char *const known[] = {"kind", "count", "gpus", "budget", NULL};
-    struct serve_config *c = w->c;
-    if (y->kind != Y_MAP)
-        return bad(w, y, "devices", "a mapping such as {kind: cpu, count: 2, budget: 2GiB}");
-    int rc = check_keys(w, y, "devices", known);
-    bool count_set = false;
+    int rc = check_keys(w, y, scope, prefix);
     for (int i = 0; i < y->n && rc == 0; i += 2) {
-        const char *k = y->items[i]->value;
+        const struct serve_key *k = key_in(scope, y->items[i]->value);
         const struct ynode *v = y->items[i + 1];
-        if (is_null(v))
-            continue;
-        if (strcmp(k, "kind") == 0) {
-            rc = get_string(w, v, "devices.kind", false, &c->device_kind);
-        } else if (strcmp(k, "count") == 0) {
-            rc = get_int(w, v, "devices.count", 1, STACK_MAX_DEVICES, &c->n_devices);
-            count_set = true;
-        } else if (strcmp(k, "gpus") == 0) {
-            if (v->kind != Y_SEQ || v->n < 1 || v->n > STACK_MAX_DEVICES) {
-                rc = bad(w, v, "devices.gpus",
-                         "a list of 1 to 64 GPU ordinals such as [0, 0] (one per device)");
-                break;
-            }
-            for (int j = 0; j < v->n && rc == 0; j++) {
-                char item[32];
-                snprintf(item, sizeof(item), "devices.gpus[%d]", j);
-                rc = get_int(w, v->items[j], item, 0, SERVE_MAX_GPU, &c->gpus[j]);
-            }
-            c->n_gpus = v->n;
-        } else {
-            rc = get_bytes(w, v, "devices.budget", &c->device_budget);
-        }
+        char key[KEY_MAX], expected[192];
+        snprintf(key, sizeof(key), "%s%s%s", prefix, prefix[0] ? "." : "", y->items[i]->value);
+        if (!ynode_is_null(v)) {
+            rc = walk_value(w, k, v, key, base);
+        } else if (k->null == SK_NULL_REFUSED) {
+            serve_key_expected(k, expected, sizeof(expected));
+            rc = bad(w, v, key, expected);
+        } else if (k->null == SK_NULL_CLEARS) {
+            char **s = serve_key_field(k, base);
+            free(*s);
+            *s = NULL;
+        } /* else the value stays */
     }
-    /* a list of GPUs is a count of devices unless the count is also given
-     * (serve_config_check then wants them to agree) */
-    if (rc == 0 && c->n_gpus > 0 && !count_set)
-        c->n_devices = c->n_gpus;
     return rc;
+}
+
+/* "'name' and 'path'": the keys every model must give. */
+static void required_text(char *buf, size_t cap)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < serve_n_keys && len < cap; i++) {
+        const char *leaf = serve_key_leaf(&serve_keys[i], "models[]");
+        if (leaf && serve_keys[i].null == SK_NULL_REFUSED)
+            len += (size_t)snprintf(buf + len, cap - len, "%s'%s'", len ? " and " : "", leaf);
+    }
 }
 
 static int walk_model(const struct walk *w, const struct ynode *y, int index)
 {
-    static const char *const known[] = {"name",    "path",    "tp",           "pp",
-                                        "max_batch", "pinned", "devices", "compute",
-                                        "chat_template", NULL};
     struct serve_config *c = w->c;
-    char prefix[32], key[64];
+    char prefix[32], required[64];
     snprintf(prefix, sizeof(prefix), "models[%d]", index);
     if (y->kind != Y_MAP)
         return bad(w, y, prefix, "a mapping such as {name: opt-a, path: /models/a}");
     if (c->n_models >= SERVE_MAX_MODELS)
         return err_set(ERR_FORMAT, "%s:%d: key '%s': more than %d models", w->name, y->line, prefix,
                        SERVE_MAX_MODELS);
-    int rc = check_keys(w, y, prefix, known);
-    if (rc < 0)
-        return rc;
-    struct serve_model m = {.tp = 1, .pp = 1};
-    for (int i = 0; i < y->n && rc == 0; i += 2) {
-        const char *k = y->items[i]->value;
-        const struct ynode *v = y->items[i + 1];
-        snprintf(key, sizeof(key), "%s.%s", prefix, k);
-        if (strcmp(k, "name") == 0) {
-            rc = get_string(w, v, key, false, &m.name);
-        } else if (strcmp(k, "path") == 0) {
-            rc = get_string(w, v, key, false, &m.path);
-        } else if (is_null(v)) {
-            continue;
-        } else if (strcmp(k, "tp") == 0) {
-            rc = get_int(w, v, key, 1, STACK_MAX_DEVICES, &m.tp);
-        } else if (strcmp(k, "pp") == 0) {
-            rc = get_int(w, v, key, 1, STACK_MAX_DEVICES, &m.pp);
-        } else if (strcmp(k, "max_batch") == 0) {
-            rc = get_int(w, v, key, 0, SERVE_MAX_BATCH_MAX, &m.max_batch);
-        } else if (strcmp(k, "pinned") == 0) {
-            rc = get_bool(w, v, key, &m.pinned);
-        } else if (strcmp(k, "compute") == 0) {
-            rc = get_string(w, v, key, false, &m.compute);
-        } else if (strcmp(k, "chat_template") == 0) {
-            rc = get_string(w, v, key, false, &m.chat_template);
-        } else { /* devices */
-            if (v->kind != Y_SEQ || v->n < 1 || v->n > STACK_MAX_DEVICES) {
-                rc = bad(w, v, key, "a list of 1 to 64 device indices such as [0, 1]");
-                break;
-            }
-            for (int j = 0; j < v->n && rc == 0; j++) {
-                char item[80];
-                snprintf(item, sizeof(item), "%s[%d]", key, j);
-                rc = get_int(w, v->items[j], item, 0, STACK_MAX_DEVICES - 1, &m.devices[j]);
-            }
-            m.n_devices = v->n;
-        }
+    struct serve_model m;
+    model_init(&m);
+    int rc = walk_map(w, y, "models[]", prefix, &m);
+    if (rc == 0 && (!m.name || !m.path)) {
+        required_text(required, sizeof(required));
+        rc = err_set(ERR_FORMAT, "%s:%d: key '%s': expected a mapping with %s", w->name, y->line,
+                     prefix, required);
     }
-    if (rc == 0 && (!m.name || !m.path))
-        rc = err_set(ERR_FORMAT, "%s:%d: key '%s': expected a mapping with 'name' and 'path'",
-                     w->name, y->line, prefix);
     if (rc == 0)
         rc = models_push(c, &m);
     if (rc < 0)
         model_free(&m);
-    return rc;
-}
-
-static int walk_roots(const struct walk *w, const struct ynode *y)
-{
-    struct serve_config *c = w->c;
-    if (y->kind != Y_SEQ || y->n > SERVE_MAX_ROOTS)
-        return bad(w, y, "model_roots", "a list of at most 16 directories");
-    char *roots[SERVE_MAX_ROOTS] = {0};
-    int rc = 0;
-    for (int i = 0; i < y->n && rc == 0; i++) {
-        char key[32];
-        snprintf(key, sizeof(key), "model_roots[%d]", i);
-        rc = get_string(w, y->items[i], key, false, &roots[i]);
-    }
-    if (rc < 0) {
-        for (int i = 0; i < y->n; i++)
-            free(roots[i]);
-        return rc;
-    }
-    for (int i = 0; i < c->n_model_roots; i++)
-        free(c->model_roots[i]);
-    memcpy(c->model_roots, roots, sizeof(roots));
-    c->n_model_roots = y->n;
-    return 0;
-}
-
-static int walk_root(const struct walk *w, const struct ynode *root)
-{
-    static const char *const known[] = {"host",
-                                        "port",
-                                        "api_key",
-                                        "admin_key",
-                                        "model_roots",
-                                        "http_threads",
-                                        "max_connections",
-                                        "connection_timeout_s",
-                                        "header_timeout_s",
-                                        "body_timeout_s",
-                                        "max_connections_per_client",
-                                        "max_body_bytes",
-                                        "grace_s",
-                                        "request_timeout_s",
-                                        "log_level",
-                                        "devices",
-                                        "host_budget",
-                                        "policy",
-                                        "max_batch",
-                                        "queue_cap",
-                                        "link_gbps",
-                                        "compute",
-                                        "models",
-                                        NULL};
-    static const char *const levels[] = {"error", "warn", "info", "debug"};
-    struct serve_config *c = w->c;
-    if (root->kind != Y_MAP) {
-        if (is_null(root))
-            return 0; /* an empty document */
-        return err_set(ERR_FORMAT, "%s:%d: expected a mapping of keys (host, port, models, ...)",
-                       w->name, root->line);
-    }
-    int rc = check_keys(w, root, "", known);
-    for (int i = 0; i < root->n && rc == 0; i += 2) {
-        const char *k = root->items[i]->value;
-        const struct ynode *v = root->items[i + 1];
-        if (strcmp(k, "api_key") == 0) {
-            rc = get_string(w, v, k, true, &c->api_key);
-        } else if (strcmp(k, "admin_key") == 0) {
-            rc = get_string(w, v, k, true, &c->admin_key);
-        } else if (strcmp(k, "policy") == 0) {
-            rc = get_string(w, v, k, true, &c->policy);
-        } else if (strcmp(k, "compute") == 0) {
-            rc = get_string(w, v, k, true, &c->compute);
-        } else if (is_null(v)) {
-            continue; /* the default */
-        } else if (strcmp(k, "host") == 0) {
-            rc = get_string(w, v, k, false, &c->host);
-        } else if (strcmp(k, "port") == 0) {
-            rc = get_int(w, v, k, SERVE_PORT_MIN, SERVE_PORT_MAX, &c->port);
-        } else if (strcmp(k, "model_roots") == 0) {
-            rc = walk_roots(w, v);
-        } else if (strcmp(k, "http_threads") == 0) {
-            rc = get_int(w, v, k, SERVE_HTTP_THREADS_MIN, SERVE_HTTP_THREADS_MAX, &c->http_threads);
-        } else if (strcmp(k, "max_connections") == 0) {
-            rc = get_int(w, v, k, SERVE_MAX_CONNECTIONS_MIN, SERVE_MAX_CONNECTIONS_MAX,
-                         &c->max_connections);
-        } else if (strcmp(k, "max_connections_per_client") == 0) {
-            rc = get_int(w, v, k, SERVE_PER_CLIENT_MIN, SERVE_PER_CLIENT_MAX,
-                         &c->max_connections_per_client);
-        } else if (strcmp(k, "connection_timeout_s") == 0) {
-            rc = get_int(w, v, k, SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX, &c->connection_timeout_s);
-        } else if (strcmp(k, "header_timeout_s") == 0) {
-            rc = get_int(w, v, k, SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX, &c->header_timeout_s);
-        } else if (strcmp(k, "body_timeout_s") == 0) {
-            rc = get_int(w, v, k, SERVE_TIMEOUT_MIN, SERVE_TIMEOUT_MAX, &c->body_timeout_s);
-        } else if (strcmp(k, "max_body_bytes") == 0) {
-            rc = get_bytes(w, v, k, &c->max_body_bytes);
-            if (rc == 0 && c->max_body_bytes == 0)
-                rc = bad(w, v, k, "a byte count >= 1");
-        } else if (strcmp(k, "grace_s") == 0) {
-            rc = get_double(w, v, k, SERVE_SECONDS_MAX, &c->grace_s);
-        } else if (strcmp(k, "request_timeout_s") == 0) {
-            rc = get_double(w, v, k, SERVE_SECONDS_MAX, &c->request_timeout_s);
-        } else if (strcmp(k, "log_level") == 0) {
-            int l = 0;
-            while (l < 4 && !(v->kind == Y_SCALAR && strcmp(v->value, levels[l]) == 0))
-                l++;
-            if (l < 4)
-                c->log_level = (enum log_level)l;
-            else
-                rc = bad(w, v, k, "one of error, warn, info, debug");
-        } else if (strcmp(k, "devices") == 0) {
-            rc = walk_devices(w, v);
-        } else if (strcmp(k, "host_budget") == 0) {
-            rc = get_bytes(w, v, k, &c->host_budget);
-        } else if (strcmp(k, "max_batch") == 0) {
-            rc = get_int(w, v, k, SERVE_MAX_BATCH_MIN, SERVE_MAX_BATCH_MAX, &c->max_batch);
-        } else if (strcmp(k, "queue_cap") == 0) {
-            rc = get_int(w, v, k, SERVE_QUEUE_CAP_MIN, SERVE_QUEUE_CAP_MAX, &c->queue_cap);
-        } else if (strcmp(k, "link_gbps") == 0) {
-            rc = get_double(w, v, k, INFINITY, &c->link_gbps);
-        } else { /* models */
-            if (v->kind != Y_SEQ) {
-                rc = bad(w, v, k, "a list of models ({name: ..., path: ...})");
-                break;
-            }
-            for (int j = 0; j < v->n && rc == 0; j++)
-                rc = walk_model(w, v->items[j], j);
-        }
-    }
     return rc;
 }
 
@@ -754,7 +387,11 @@ int serve_config_parse_yaml(const char *text, size_t len, const char *name, stru
     if (!root)
         return 0; /* an empty stream */
     struct walk w = {.name = name, .c = c};
-    rc = walk_root(&w, root);
+    if (root->kind == Y_MAP)
+        rc = walk_map(&w, root, "", "", c);
+    else if (!ynode_is_null(root)) /* null: an empty document */
+        rc = err_set(ERR_FORMAT, "%s:%d: expected a mapping of keys (host, port, models, ...)",
+                     name, root->line);
     ynode_free(root);
     return rc;
 }
@@ -784,132 +421,6 @@ done:
     free(text);
     close(fd);
     return rc;
-}
-
-/* ---- what must hold before serving ---- */
-
-/* Model names appear in URLs and logs. */
-static bool model_name_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > NAME_MAX_LEN || s[0] == '/' || strstr(s, ".."))
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)s[i]) && !strchr("._:/-", s[i]))
-            return false;
-    return true;
-}
-
-/* NULL (the default), auto, f32 or bf16 */
-static bool compute_ok(const char *s)
-{
-    enum kern_compute c;
-    bool set;
-    return kern_compute_choice(s, &set, &c) == 0;
-}
-
-int serve_config_check(const struct serve_config *c)
-{
-    if (!c->host || !c->host[0])
-        return err_set(ERR_INVALID, "host: expected a host name or address");
-    if (c->port < 0 || c->port > 65535)
-        return err_set(ERR_INVALID, "port: expected 0 to 65535, got %d", c->port);
-    if (c->api_key && !c->api_key[0])
-        return err_set(ERR_INVALID, "api_key: expected a non-empty key when set");
-    if (c->admin_key && !c->admin_key[0])
-        return err_set(ERR_INVALID, "admin_key: expected a non-empty key when set");
-    for (int i = 0; i < c->n_model_roots; i++)
-        if (!c->model_roots[i] || c->model_roots[i][0] != '/')
-            return err_set(ERR_INVALID, "model_roots[%d]: expected an absolute path, got '%.*s'", i,
-                           QUOTE_MAX, c->model_roots[i] ? c->model_roots[i] : "");
-    if (c->http_threads < SERVE_HTTP_THREADS_MIN || c->http_threads > SERVE_HTTP_THREADS_MAX)
-        return err_set(ERR_INVALID, "http_threads: expected %d to %d, got %d",
-                       SERVE_HTTP_THREADS_MIN, SERVE_HTTP_THREADS_MAX, c->http_threads);
-    if (c->max_connections < 1 || c->connection_timeout_s < 1 || c->header_timeout_s < 1 ||
-        c->body_timeout_s < 1 || c->max_connections_per_client < 0)
-        return err_set(ERR_INVALID, "max_connections, connection_timeout_s, header_timeout_s and "
-                                    "body_timeout_s: expected >= 1; "
-                                    "max_connections_per_client: expected >= 0");
-    if (c->max_body_bytes < 1)
-        return err_set(ERR_INVALID, "max_body_bytes: expected >= 1");
-    if (!(c->grace_s >= 0 && c->grace_s <= SERVE_SECONDS_MAX) || !(c->link_gbps >= 0) ||
-        !(c->request_timeout_s >= 0 && c->request_timeout_s <= SERVE_SECONDS_MAX))
-        return err_set(ERR_INVALID,
-                       "grace_s and request_timeout_s: expected a number from 0 to %d; "
-                       "link_gbps: expected a number >= 0",
-                       SERVE_SECONDS_MAX);
-    if (!c->device_kind ||
-        (strcmp(c->device_kind, "cpu") != 0 && strcmp(c->device_kind, "cuda") != 0))
-        return err_set(ERR_INVALID, "devices.kind: expected cpu or cuda, got '%.*s'", QUOTE_MAX,
-                       c->device_kind ? c->device_kind : "");
-    if (c->n_devices < 1 || c->n_devices > STACK_MAX_DEVICES)
-        return err_set(ERR_INVALID, "devices.count: expected 1 to %d, got %d", STACK_MAX_DEVICES,
-                       c->n_devices);
-    if (c->n_gpus > 0 && strcmp(c->device_kind, "cuda") != 0)
-        return err_set(ERR_INVALID, "devices.gpus: only for devices.kind cuda (kind is %s)",
-                       c->device_kind);
-    if (c->n_gpus > 0 && c->n_gpus != c->n_devices)
-        return err_set(ERR_INVALID,
-                       "devices.gpus: %d GPUs for devices.count %d (expected one per device)",
-                       c->n_gpus, c->n_devices);
-    for (int d = 0; d < c->n_gpus && d < STACK_MAX_DEVICES; d++)
-        if (c->gpus[d] < 0 || c->gpus[d] > SERVE_MAX_GPU)
-            return err_set(ERR_INVALID, "devices.gpus[%d]: expected 0 to %d, got %d", d,
-                           SERVE_MAX_GPU, c->gpus[d]);
-    if (c->policy && !sched_policy_find(c->policy))
-        return err_set(ERR_INVALID, "policy: unknown scheduling policy '%.*s' (expected %s)",
-                       QUOTE_MAX, c->policy, sched_policy_names());
-    if (c->max_batch < 1 || c->queue_cap < 1)
-        return err_set(ERR_INVALID, "max_batch and queue_cap: expected >= 1");
-    if (!compute_ok(c->compute))
-        return err_set(ERR_INVALID, "compute: expected f32, bf16 or auto, got '%.*s'", QUOTE_MAX,
-                       c->compute);
-    if (c->n_models < 1)
-        return err_set(ERR_INVALID, "no models: give at least one (models: in the config file, "
-                                    "or --model NAME=DIR)");
-    if (c->n_models > SERVE_MAX_MODELS)
-        return err_set(ERR_INVALID, "%d models: at most %d", c->n_models, SERVE_MAX_MODELS);
-    for (int i = 0; i < c->n_models; i++) {
-        const struct serve_model *m = &c->models[i];
-        const char *name = m->name ? m->name : "";
-        if (!model_name_ok(name))
-            return err_set(ERR_INVALID,
-                           "models[%d].name '%.*s': expected 1 to %d bytes of A-Z a-z 0-9 . _ "
-                           ": / -, not starting with '/' and without '..'",
-                           i, QUOTE_MAX, name, NAME_MAX_LEN);
-        for (int j = 0; j < i; j++)
-            if (strcmp(c->models[j].name, name) == 0)
-                return err_set(ERR_INVALID, "models[%d].name '%s': also the name of models[%d]", i,
-                               name, j);
-        if (!m->path || !m->path[0])
-            return err_set(ERR_INVALID, "model %s: expected a checkpoint directory (path)", name);
-        if (m->tp < 1 || m->pp < 1 || m->tp > STACK_MAX_DEVICES || m->pp > STACK_MAX_DEVICES)
-            return err_set(ERR_INVALID, "model %s: tp and pp: expected >= 1, got %d and %d", name,
-                           m->tp, m->pp);
-        if (m->tp * m->pp > c->n_devices)
-            return err_set(ERR_INVALID,
-                           "model %s: tp x pp = %d x %d shards, more than the %d "
-                           "devices",
-                           name, m->tp, m->pp, c->n_devices);
-        if (!compute_ok(m->compute))
-            return err_set(ERR_INVALID, "model %s: compute: expected f32, bf16 or auto, got '%.*s'",
-                           name, QUOTE_MAX, m->compute);
-        if (m->max_batch < 0)
-            return err_set(ERR_INVALID,
-                           "model %s: max_batch: expected >= 0 (0: the server's), "
-                           "got %d",
-                           name, m->max_batch);
-        if (m->n_devices == 0)
-            continue;
-        if (m->n_devices != m->tp * m->pp)
-            return err_set(ERR_INVALID, "model %s: devices: expected tp x pp = %d of them, got %d",
-                           name, m->tp * m->pp, m->n_devices);
-        for (int d = 0; d < m->n_devices; d++)
-            if (m->devices[d] < 0 || m->devices[d] >= c->n_devices)
-                return err_set(ERR_INVALID, "model %s: devices[%d]: expected 0 to %d, got %d", name,
-                               d, c->n_devices - 1, m->devices[d]);
-    }
-    return 0;
 }
 
 int serve_config_per_client(const struct serve_config *c)

@@ -1,20 +1,22 @@
 /* The server's configuration: a YAML file (libyaml) and the command line's
  * shortcuts, turned into the serving stack's config (engine/stack.h) and
- * the HTTP listener's settings. docs/serve.example.yaml is the commented
- * example; every key it shows is parsed here and nothing else is accepted
- * (an unknown key, a wrong type or a value out of range is an error naming
- * the file, line and key).
+ * the HTTP listener's settings. Every key, its flag, type, range, default
+ * and help is one entry of the table in config_keys.h; docs/serve.example.yaml
+ * is the commented example and shows every key of the table, and nothing
+ * else is accepted (an unknown key, a wrong type or a value out of range is
+ * an error naming the file, line and key).
  *
- *   serve_config_init(c)               defaults
+ *   serve_config_init(c)               the table's defaults
  *   serve_config_parse_yaml(text, ...) a YAML document into c (the file's
  *   serve_config_load(path, c)         keys override what c holds)
  *   serve_config_add_model(c, "NAME=DIR")  --model shortcut
- *   serve_config_check(c)              what must hold before serving: at
- *                                      least one model, unique names, TP x PP
- *                                      within the devices, keys non-empty
- *                                      (policy names through sched_policy_find,
- *                                      model names safe in URLs); the parser
- *                                      checks each value's type and range
+ *   serve_config_check(c)              what must hold before serving: every
+ *                                      key's type and range (the table), at
+ *                                      least one model, model names safe in
+ *                                      URLs, the GPU list against the devices,
+ *                                      then stack_config_check (devices, policy,
+ *                                      precisions, unique names, TP x PP within
+ *                                      the devices)
  *   serve_config_stack(c, ...)         the stack_config to stack_open
  *   serve_config_free(c)
  */
@@ -32,9 +34,9 @@
  * count against the same limit). */
 #define SERVE_MAX_MODELS SCHED_MAX_MODELS
 
-/* The range of each numeric setting, one place for the YAML key and its
- * flag (cmd_serve.c): the lowest and highest value, decimal literals so
- * SERVE_RANGE_TEXT can spell them ("1..256"). */
+/* The range of each numeric setting: the lowest and highest value, as the
+ * key table (config_keys.c) gives them to the YAML key, its flag and
+ * serve_config_check. */
 #define SERVE_PORT_MIN 0
 #define SERVE_PORT_MAX 65535
 #define SERVE_HTTP_THREADS_MIN 1
@@ -50,11 +52,8 @@
 #define SERVE_MAX_BATCH_MAX 4096
 #define SERVE_QUEUE_CAP_MIN 1
 #define SERVE_QUEUE_CAP_MAX 1048576
-#define SERVE_STR_(x) #x
-#define SERVE_STR(x) SERVE_STR_(x)
-#define SERVE_RANGE_TEXT(lo, hi) SERVE_STR(lo) ".." SERVE_STR(hi)
 #define SERVE_MAX_ROOTS 16
-#define SERVE_MAX_GPU 1023 /* the largest GPU ordinal devices.gpus accepts */
+#define SERVE_MAX_GPU STACK_MAX_GPU /* the largest GPU ordinal devices.gpus accepts */
 
 enum log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
@@ -104,7 +103,7 @@ struct serve_config {
     int max_batch;              /* default 8 */
     int queue_cap;              /* waiting requests per model (default 256) */
     double link_gbps;           /* CPU devices: emulated host link (0: none) */
-    char *compute;              /* "f32", "bf16"; NULL or "auto": each checkpoint's */
+    char *compute;              /* "f32", "bf16"; "auto" (default) or NULL: each checkpoint's */
     struct serve_model *models; /* n_models of them (owned; grown as models are added) */
     int n_models, models_cap;
 };
@@ -122,8 +121,6 @@ int serve_config_parse_yaml(const char *text, size_t len, const char *name,
 int serve_config_load(const char *path, struct serve_config *c);
 /* "NAME=DIR": a model with TP = PP = 1 and the server's max batch. */
 int serve_config_add_model(struct serve_config *c, const char *arg);
-/* Parses a byte count: "12345", "512MiB", "2GiB", "1.5GB" ... into *out. */
-int serve_parse_bytes(const char *s, uint64_t *out);
 int serve_config_check(const struct serve_config *c);
 /* The connections one client address may hold: max_connections_per_client,
  * or when 0 half of max_connections (at least 1). */

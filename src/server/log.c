@@ -12,7 +12,7 @@
 #include "core/error.h"
 
 static atomic_int log_level = LOG_INFO;
-static const char *const level_names[] = {"error", "warn", "info", "debug"};
+const char *const log_level_names[] = {"error", "warn", "info", "debug", NULL};
 
 void log_set_level(enum log_level level)
 {
@@ -26,8 +26,8 @@ enum log_level log_get_level(void)
 
 int log_level_parse(const char *s, enum log_level *out)
 {
-    for (int i = 0; i < 4; i++)
-        if (strcmp(s, level_names[i]) == 0) {
+    for (int i = 0; log_level_names[i]; i++)
+        if (strcmp(s, log_level_names[i]) == 0) {
             *out = (enum log_level)i;
             return 0;
         }
@@ -74,7 +74,7 @@ void log_msg(enum log_level level, const char *fmt, ...)
     gmtime_r(&tv.tv_sec, &tm);
     int n = (int)strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
     n += snprintf(line + n, sizeof(line) - (size_t)n, ".%03dZ %-5s ", (int)(tv.tv_usec / 1000),
-                  level_names[level]);
+                  log_level_names[level]);
     char msg[2048];
     va_list ap;
     va_start(ap, fmt);

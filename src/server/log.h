@@ -18,6 +18,8 @@ void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(p
  * bytes, DEL and C1 controls written as \xNN: what log_msg does to every
  * message, so a field a client sent cannot start a line of its own. */
 void log_escape(const char *in, char *out, size_t cap);
+/* The levels' names, indexed by enum log_level, NULL-terminated. */
+extern const char *const log_level_names[];
 /* "error", "warn", "info", "debug" -> *out; ERR_INVALID otherwise. */
 int log_level_parse(const char *s, enum log_level *out);
 

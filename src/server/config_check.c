@@ -1,0 +1,105 @@
+/* serve_config_check (config.h): what must hold before serving. Three
+ * layers, each written once: every key's type and range from the table
+ * (config_keys.h: what a file, a flag or code may have set), what only the
+ * server needs (roots, the GPU list against the devices, model names safe
+ * in URLs), then the stack's own check (stack_config_check: devices,
+ * policy, precisions, unique names, placements) on the stack config the
+ * server would open. */
+#include "server/config.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "server/config_keys.h"
+
+#define QUOTE_MAX 64    /* bytes of a value quoted in a message */
+#define NAME_MAX_LEN 63 /* bytes of a model name */
+#define KEY_MAX 96      /* bytes of a key's name in messages ("models[255].chat_template") */
+
+/* Model names appear in URLs and logs. */
+static bool model_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > NAME_MAX_LEN || s[0] == '/' || strstr(s, ".."))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("._:/-", s[i]))
+            return false;
+    return true;
+}
+
+/* Every value of the table's keys, in c and in each model, against its
+ * type and range: the flags' and the code's values as well as a file's. */
+static int check_keys_values(const struct serve_config *c)
+{
+    char name[KEY_MAX];
+    int rc = 0;
+    for (int i = 0; i < serve_n_keys && rc == 0; i++) {
+        const struct serve_key *k = &serve_keys[i];
+        const char *leaf = serve_key_leaf(k, "models[]");
+        if (!leaf) {
+            if (strncmp(k->path, "models[].", 9) != 0)
+                rc = serve_key_check(k, c, k->path);
+            continue;
+        }
+        for (int m = 0; m < c->n_models && rc == 0; m++) {
+            snprintf(name, sizeof(name), "models[%d].%s", m, leaf);
+            rc = serve_key_check(k, &c->models[m], name);
+        }
+    }
+    return rc;
+}
+
+/* What the server needs beyond the stack: roots, the GPU list against the
+ * devices, models' names safe in URLs, placements as long as tp x pp. */
+static int check_server(const struct serve_config *c)
+{
+    for (int i = 0; i < c->n_model_roots; i++)
+        if (c->model_roots[i][0] != '/')
+            return err_set(ERR_INVALID, "model_roots[%d]: expected an absolute path, got '%.*s'", i,
+                           QUOTE_MAX, c->model_roots[i]);
+    if (c->n_gpus > 0 && strcmp(c->device_kind, "cuda") != 0)
+        return err_set(ERR_INVALID, "devices.gpus: only for devices.kind cuda (kind is %s)",
+                       c->device_kind);
+    if (c->n_gpus > 0 && c->n_gpus != c->n_devices)
+        return err_set(ERR_INVALID,
+                       "devices.gpus: %d GPUs for devices.count %d (expected one per device)",
+                       c->n_gpus, c->n_devices);
+    if (c->n_models < 1)
+        return err_set(ERR_INVALID, "no models: give at least one (models: in the config file, "
+                                    "or --model NAME=DIR)");
+    if (c->n_models > SERVE_MAX_MODELS)
+        return err_set(ERR_INVALID, "%d models: at most %d", c->n_models, SERVE_MAX_MODELS);
+    for (int i = 0; i < c->n_models; i++) {
+        const struct serve_model *m = &c->models[i];
+        if (!model_name_ok(m->name))
+            return err_set(ERR_INVALID,
+                           "models[%d].name '%.*s': expected 1 to %d bytes of A-Z a-z 0-9 . _ "
+                           ": / -, not starting with '/' and without '..'",
+                           i, QUOTE_MAX, m->name, NAME_MAX_LEN);
+        if (m->n_devices != 0 && m->n_devices != m->tp * m->pp)
+            return err_set(ERR_INVALID, "model %s: devices: expected tp x pp = %d of them, got %d",
+                           m->name, m->tp * m->pp, m->n_devices);
+    }
+    return 0;
+}
+
+int serve_config_check(const struct serve_config *c)
+{
+    int rc;
+    if ((rc = check_keys_values(c)) < 0 || (rc = check_server(c)) < 0)
+        return rc;
+    /* the rest is the stack's: devices, policy, precisions, unique names,
+     * placements on the devices there are */
+    struct stack_model_config *mc = calloc((size_t)c->n_models, sizeof(*mc));
+    if (!mc)
+        return err_set(ERR_NOMEM, "out of memory checking the config");
+    struct stack_config sc;
+    serve_config_stack(c, &sc, mc);
+    rc = stack_config_check(&sc);
+    free(mc);
+    return rc;
+}
