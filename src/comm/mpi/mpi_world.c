@@ -1,0 +1,264 @@
+/* The MPI world of this process: MPI_Init_thread, the progress thread that
+ * makes every MPI call (mpi_impl.h says how ops flow through it), and
+ * MPI_Finalize. Data moves on a duplicate of MPI_COMM_WORLD whose errors
+ * return codes (MPI_ERRORS_RETURN) instead of aborting, so a failed
+ * message becomes an error of the op that carried it. */
+#include <assert.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/mpi/mpi_impl.h"
+#include "core/error.h"
+
+enum {
+    OP_NEW,       /* posted, not started */
+    OP_PROBING,   /* a receive waiting for its message to arrive */
+    OP_MOVING,    /* MPI_Isend or MPI_Imrecv in flight */
+    IDLE_YIELDS = 2000, /* rounds without progress before sleeping between rounds */
+    IDLE_SLEEP_NS = 50 * 1000,
+};
+
+struct mpi_world {
+    int proc, procs, max_tag;
+    MPI_Comm data; /* dup of MPI_COMM_WORLD, MPI_ERRORS_RETURN */
+    char library[MPI_MAX_LIBRARY_VERSION_STRING];
+
+    pthread_t thread;
+    pthread_mutex_t lock; /* guards posted, stopping */
+    pthread_cond_t wake;  /* an op was posted, or stopping */
+    struct mpi_op *posted, **posted_tail;
+    bool stopping;
+};
+
+bool mpi_built(void)
+{
+    return true;
+}
+
+static void op_finish(struct mpi_op *op, int status)
+{
+    op->status = status;
+    op->done(op);
+}
+
+/* One step of op; true when it moved (started, matched or completed). */
+static bool op_step(struct mpi_world *w, struct mpi_op *op, bool *finished)
+{
+    int flag = 0, rc;
+    *finished = false;
+    switch (op->state) {
+    case OP_NEW:
+        if (op->kind == MPI_OP_SEND) {
+            rc = MPI_Isend(op->buf, (int)op->len, MPI_BYTE, op->peer, op->tag, w->data, &op->req);
+            op->state = OP_MOVING;
+            if (rc != MPI_SUCCESS) {
+                op_finish(op, ERR_IO);
+                *finished = true;
+            }
+            return true;
+        }
+        op->buf = NULL;
+        op->len = 0;
+        op->state = OP_PROBING;
+        __attribute__((fallthrough)); /* probe at once */
+    case OP_PROBING: {
+        MPI_Status st;
+        rc = MPI_Improbe(op->peer, op->tag, w->data, &flag, &op->msg, &st);
+        if (rc != MPI_SUCCESS) {
+            op_finish(op, ERR_IO);
+            *finished = true;
+            return true;
+        }
+        if (!flag)
+            return false;
+        int count = 0;
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        op->len = (size_t)count;
+        op->buf = count > 0 ? malloc((size_t)count) : NULL;
+        if (count > 0 && !op->buf) {
+            /* The message is matched and must be taken off the wire: a
+             * zero-byte receive consumes it (MPI_ERR_TRUNCATE, returned). */
+            char sink;
+            MPI_Mrecv(&sink, 0, MPI_BYTE, &op->msg, MPI_STATUS_IGNORE);
+            op->len = 0;
+            op_finish(op, ERR_NOMEM);
+            *finished = true;
+            return true;
+        }
+        rc = MPI_Imrecv(op->buf, count, MPI_BYTE, &op->msg, &op->req);
+        op->state = OP_MOVING;
+        if (rc != MPI_SUCCESS) {
+            op_finish(op, ERR_IO);
+            *finished = true;
+        }
+        return true;
+    }
+    case OP_MOVING:
+        rc = MPI_Test(&op->req, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS || flag) {
+            op_finish(op, rc == MPI_SUCCESS ? 0 : ERR_IO);
+            *finished = true;
+            return true;
+        }
+        return false;
+    }
+    assert(!"unknown op state");
+    return false;
+}
+
+static void *progress_main(void *arg)
+{
+    struct mpi_world *w = arg;
+    struct mpi_op *active = NULL, **active_tail = &active;
+    int idle = 0;
+    for (;;) {
+        pthread_mutex_lock(&w->lock);
+        while (!active && !w->posted && !w->stopping)
+            pthread_cond_wait(&w->wake, &w->lock);
+        if (w->posted) { /* append in posting order */
+            *active_tail = w->posted;
+            active_tail = w->posted_tail;
+            w->posted = NULL;
+            w->posted_tail = &w->posted;
+        }
+        bool stopping = w->stopping;
+        pthread_mutex_unlock(&w->lock);
+        if (stopping && !active)
+            break;
+
+        bool moved = false;
+        for (struct mpi_op **p = &active; *p;) {
+            struct mpi_op *op = *p;
+            struct mpi_op *next = op->next; /* done may hand op back to its owner */
+            bool finished;
+            moved |= op_step(w, op, &finished);
+            if (finished) {
+                *p = next;
+                if (!next)
+                    active_tail = p;
+            } else {
+                p = &op->next;
+            }
+        }
+        if (stopping) /* a closing world drops what never arrives */
+            break;
+        if (moved) {
+            idle = 0;
+        } else if (++idle < IDLE_YIELDS) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, IDLE_SLEEP_NS};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return NULL;
+}
+
+void mpi_world_post(struct mpi_world *w, struct mpi_op *op)
+{
+    assert(op->done && (op->kind == MPI_OP_SEND || op->kind == MPI_OP_RECV));
+    op->next = NULL;
+    op->state = OP_NEW;
+    op->status = 0;
+    pthread_mutex_lock(&w->lock);
+    *w->posted_tail = op;
+    w->posted_tail = &op->next;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+}
+
+int mpi_world_open(struct mpi_world **out)
+{
+    *out = NULL;
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized)
+        return err_set(ERR_INVALID, "mpi: the world is already open in this process");
+    int provided = 0;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+        return err_set(ERR_IO, "mpi: MPI_Init_thread failed");
+    if (provided < MPI_THREAD_SERIALIZED) {
+        MPI_Finalize();
+        return err_set(ERR_UNSUPPORTED,
+                       "mpi: the MPI library gives thread level %d, shardswap needs "
+                       "MPI_THREAD_SERIALIZED (%d)",
+                       provided, MPI_THREAD_SERIALIZED);
+    }
+    struct mpi_world *w = calloc(1, sizeof *w);
+    if (!w) {
+        MPI_Finalize();
+        return err_set(ERR_NOMEM, "mpi: out of memory");
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &w->proc);
+    MPI_Comm_size(MPI_COMM_WORLD, &w->procs);
+    int *ub = NULL, found = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
+    w->max_tag = found && ub ? *ub : 32767;
+    int len = 0;
+    MPI_Get_library_version(w->library, &len);
+    char *nl = strchr(w->library, ','); /* "Open MPI v4.1.4, package: ..." */
+    if (nl)
+        *nl = '\0';
+    MPI_Comm_dup(MPI_COMM_WORLD, &w->data);
+    MPI_Comm_set_errhandler(w->data, MPI_ERRORS_RETURN);
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->wake, NULL);
+    w->posted_tail = &w->posted;
+    if (pthread_create(&w->thread, NULL, progress_main, w) != 0) {
+        MPI_Comm_free(&w->data);
+        MPI_Finalize();
+        free(w);
+        return err_set(ERR_IO, "mpi: cannot start the progress thread");
+    }
+    *out = w;
+    return ERR_OK;
+}
+
+void mpi_world_close(struct mpi_world *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->lock);
+    w->stopping = true;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->thread, NULL);
+    MPI_Comm_free(&w->data);
+    MPI_Finalize();
+    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->wake);
+    free(w);
+}
+
+/* The one MPI call made off the progress thread: the job ends either way. */
+void mpi_world_abort(struct mpi_world *w, int code)
+{
+    (void)w;
+    MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code); /* MPI_Abort does not return; in case it does */
+}
+
+int mpi_world_proc(const struct mpi_world *w)
+{
+    return w->proc;
+}
+
+int mpi_world_procs(const struct mpi_world *w)
+{
+    return w->procs;
+}
+
+const char *mpi_world_library(const struct mpi_world *w)
+{
+    return w->library;
+}
+
+int mpi_world_max_tag(const struct mpi_world *w)
+{
+    return w->max_tag;
+}
