@@ -58,6 +58,13 @@ const char *mpi_world_library(const struct mpi_world *w);
 /* Tags run from 0 to this, exclusive (MPI_TAG_UB, at least 32767). */
 int mpi_world_max_tag(const struct mpi_world *w);
 
+/* The reference a bench compares against: MPI's own MPI_Allreduce (sum,
+ * in place) of buf[0..n), iters times between two barriers, over every
+ * process of the job (each calls it), on the progress thread; *seconds
+ * is the time between the barriers. */
+int mpi_world_bench_allreduce(struct mpi_world *w, float *buf, size_t n, int iters,
+                              double *seconds);
+
 /* A group of n_ranks whose rank r is in process proc_of[r] (0 <= proc_of[r] <
  * procs; the ranks of one process need not be consecutive). Created (and destroyed) in every process that
  * holds one of its ranks; ERR_INVALID when this process holds none, for a

@@ -552,28 +552,32 @@ int comm_group_create_mpi(struct mpi_world *w, int n_ranks, const int *proc_of, 
 
 /* One end of a channel between two processes. The sender keeps one message
  * in flight (a comm_send waits for the previous one to leave, then copies
- * buf and returns); the receiver posts a receive per comm_recv. */
+ * buf and returns); the receiver posts a receive per comm_recv. Channels
+ * are one-way (comm.h), but sending and receiving have their own op and
+ * flight, so an end used both ways still never reuses an op in flight. */
 struct mpi_channel {
     struct comm_channel base;
     struct mpi_world *w;
     int peer, tag;
-    struct flight flight;
-    struct mpi_op op;
+    struct flight sending, receiving;
+    struct mpi_op send_op, recv_op;
     float *stage; /* the message in flight, owned */
     size_t stage_cap;
 };
 
 static void mpi_channel_abort(struct comm_channel *base, int rc)
 {
-    flight_abort(&((struct mpi_channel *)base)->flight, rc);
+    struct mpi_channel *c = (struct mpi_channel *)base;
+    flight_abort(&c->sending, rc);
+    flight_abort(&c->receiving, rc);
 }
 
 static int mpi_channel_aborted(struct comm_channel *base)
 {
     struct mpi_channel *c = (struct mpi_channel *)base;
-    pthread_mutex_lock(&c->flight.lock);
-    int rc = c->flight.aborted;
-    pthread_mutex_unlock(&c->flight.lock);
+    pthread_mutex_lock(&c->sending.lock);
+    int rc = c->sending.aborted;
+    pthread_mutex_unlock(&c->sending.lock);
     return rc;
 }
 
@@ -590,7 +594,7 @@ static int mpi_channel_send(struct comm_channel *base, struct stream *s, const f
                             size_t n)
 {
     struct mpi_channel *c = (struct mpi_channel *)base;
-    int rc = flight_wait(&c->flight); /* the previous message is on its way */
+    int rc = flight_wait(&c->sending); /* the previous message is on its way */
     if (rc < 0)
         return channel_error(c, rc, "comm_send");
     if (n > c->stage_cap) {
@@ -604,7 +608,7 @@ static int mpi_channel_send(struct comm_channel *base, struct stream *s, const f
         return rc;
     if (!s && n > 0)
         memcpy(c->stage, buf, n * sizeof(float));
-    flight_post(&c->flight, c->w, &c->op, MPI_OP_SEND, c->peer, c->tag, c->stage,
+    flight_post(&c->sending, c->w, &c->send_op, MPI_OP_SEND, c->peer, c->tag, c->stage,
                 n * sizeof(float));
     return 0;
 }
@@ -612,17 +616,17 @@ static int mpi_channel_send(struct comm_channel *base, struct stream *s, const f
 static int mpi_channel_recv(struct comm_channel *base, struct stream *s, float *buf, size_t n)
 {
     struct mpi_channel *c = (struct mpi_channel *)base;
-    flight_post(&c->flight, c->w, &c->op, MPI_OP_RECV, c->peer, c->tag, NULL, 0);
-    int rc = flight_wait(&c->flight);
+    flight_post(&c->receiving, c->w, &c->recv_op, MPI_OP_RECV, c->peer, c->tag, NULL, 0);
+    int rc = flight_wait(&c->receiving);
     if (rc < 0)
         return channel_error(c, rc, "comm_recv");
-    size_t sent = c->op.len / sizeof(float);
+    size_t sent = c->recv_op.len / sizeof(float);
     if (sent == n && n > 0 && s)
-        rc = kern_to_device(s, buf, c->op.buf, n * sizeof(float));
+        rc = kern_to_device(s, buf, c->recv_op.buf, n * sizeof(float));
     else if (sent == n && n > 0)
-        memcpy(buf, c->op.buf, n * sizeof(float));
-    free(c->op.buf);
-    c->op.buf = NULL;
+        memcpy(buf, c->recv_op.buf, n * sizeof(float));
+    free(c->recv_op.buf);
+    c->recv_op.buf = NULL;
     if (sent != n)
         return err_set(ERR_INVALID,
                        "comm_recv: the message from process %d has %zu floats, the receiver "
@@ -633,11 +637,11 @@ static int mpi_channel_recv(struct comm_channel *base, struct stream *s, float *
 static void mpi_channel_destroy(struct comm_channel *base)
 {
     struct mpi_channel *c = (struct mpi_channel *)base;
-    if (!flight_quiesce(&c->flight))
+    if (!flight_quiesce(&c->sending) || !flight_quiesce(&c->receiving))
         return; /* a message still in flight into this memory: keep it (top of file) */
-    flight_destroy(&c->flight);
-    if (c->op.kind == MPI_OP_RECV)
-        free(c->op.buf);
+    flight_destroy(&c->sending);
+    flight_destroy(&c->receiving);
+    free(c->recv_op.buf);
     free(c->stage);
     free(c);
 }
@@ -668,7 +672,8 @@ int comm_channel_create_mpi(struct mpi_world *w, int peer, int tag, struct comm_
     c->w = w;
     c->peer = peer;
     c->tag = tag;
-    flight_init(&c->flight);
+    flight_init(&c->sending);
+    flight_init(&c->receiving);
     *out = &c->base;
     return 0;
 }

@@ -28,7 +28,10 @@
 
 #include "comm/mpi.h"
 
-enum mpi_op_kind { MPI_OP_SEND, MPI_OP_RECV };
+/* SEND and RECV move one message; CALL runs op->call(op) on the progress
+ * thread (for MPI's own blocking calls, e.g. a reference MPI_Allreduce:
+ * nothing else progresses meanwhile). */
+enum mpi_op_kind { MPI_OP_SEND, MPI_OP_RECV, MPI_OP_CALL };
 
 struct mpi_op {
     /* the caller's */
@@ -40,6 +43,7 @@ struct mpi_op {
     int status; /* set before done: 0 or a negative error code */
     void (*done)(struct mpi_op *op);
     void *arg;
+    int (*call)(struct mpi_op *op, MPI_Comm comm); /* CALL: returns the status */
 
     /* the progress thread's */
     struct mpi_op *next;

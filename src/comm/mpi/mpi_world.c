@@ -4,6 +4,7 @@
  * return codes (MPI_ERRORS_RETURN) instead of aborting, so a failed
  * message becomes an error of the op that carried it. */
 #include <assert.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -14,6 +15,7 @@
 
 #include "comm/mpi/mpi_impl.h"
 #include "core/error.h"
+#include "core/event.h"
 
 enum {
     OP_NEW,       /* posted, not started */
@@ -53,6 +55,11 @@ static bool op_step(struct mpi_world *w, struct mpi_op *op, bool *finished)
     *finished = false;
     switch (op->state) {
     case OP_NEW:
+        if (op->kind == MPI_OP_CALL) {
+            op_finish(op, op->call(op, w->data));
+            *finished = true;
+            return true;
+        }
         if (op->kind == MPI_OP_SEND) {
             rc = MPI_Isend(op->buf, (int)op->len, MPI_BYTE, op->peer, op->tag, w->data, &op->req);
             op->state = OP_MOVING;
@@ -161,7 +168,7 @@ static void *progress_main(void *arg)
 
 void mpi_world_post(struct mpi_world *w, struct mpi_op *op)
 {
-    assert(op->done && (op->kind == MPI_OP_SEND || op->kind == MPI_OP_RECV));
+    assert(op->done && (op->kind != MPI_OP_CALL || op->call));
     op->next = NULL;
     op->state = OP_NEW;
     op->status = 0;
@@ -261,4 +268,51 @@ const char *mpi_world_library(const struct mpi_world *w)
 int mpi_world_max_tag(const struct mpi_world *w)
 {
     return w->max_tag;
+}
+
+struct bench_call {
+    float *buf;
+    size_t n;
+    int iters;
+    double seconds;
+    struct event done;
+};
+
+static int bench_allreduce_call(struct mpi_op *op, MPI_Comm comm)
+{
+    struct bench_call *b = op->arg;
+    if (MPI_Barrier(comm) != MPI_SUCCESS)
+        return ERR_IO;
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < b->iters; i++)
+        if (MPI_Allreduce(MPI_IN_PLACE, b->buf, (int)b->n, MPI_FLOAT, MPI_SUM, comm) != MPI_SUCCESS)
+            return ERR_IO;
+    if (MPI_Barrier(comm) != MPI_SUCCESS)
+        return ERR_IO;
+    b->seconds = MPI_Wtime() - t0;
+    return 0;
+}
+
+static void bench_call_done(struct mpi_op *op)
+{
+    struct bench_call *b = op->arg;
+    event_set(&b->done, op->status);
+}
+
+int mpi_world_bench_allreduce(struct mpi_world *w, float *buf, size_t n, int iters,
+                              double *seconds)
+{
+    if (n > (size_t)INT_MAX)
+        return err_set(ERR_INVALID, "mpi: an all-reduce of %zu floats is too large for MPI", n);
+    struct bench_call b = {.buf = buf, .n = n, .iters = iters};
+    event_init(&b.done);
+    struct mpi_op op = {.kind = MPI_OP_CALL, .call = bench_allreduce_call,
+                        .done = bench_call_done, .arg = &b};
+    mpi_world_post(w, &op);
+    int rc = event_wait(&b.done);
+    event_destroy(&b.done);
+    if (rc < 0)
+        return err_set(rc, "mpi: MPI_Allreduce of %zu floats failed", n);
+    *seconds = b.seconds;
+    return 0;
 }
