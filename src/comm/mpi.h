@@ -55,8 +55,29 @@ int mpi_world_proc(const struct mpi_world *w);
 int mpi_world_procs(const struct mpi_world *w);
 /* The library, e.g. "Open MPI v4.1.4" (static storage). */
 const char *mpi_world_library(const struct mpi_world *w);
-/* Tags run from 0 to this, exclusive (MPI_TAG_UB, at least 32767). */
+/* Tags run from 0 to this, exclusive (MPI_TAG_UB, at least 32767; the tag
+ * above is the heartbeats'). */
 int mpi_world_max_tag(const struct mpi_world *w);
+
+/* Heartbeats: every interval_s process 0 sends one to every other process
+ * and each of them one to process 0 (a star), on the progress thread. A
+ * peer silent for more than timeout_s is lost: lost(arg, proc, silent_s)
+ * is called once, on the progress thread (it may take a short lock and
+ * signal, never block or call into the world); if it is heard again,
+ * found(arg, proc). A process stopped (SIGSTOP) or cut off is lost; one
+ * that dies ends the whole job under OpenMPI's default (mpirun names it).
+ * mpi_world_close with a peer still lost ends the job (MPI_Abort) instead
+ * of hanging in MPI_Finalize, which waits for every process. Once per
+ * world; ERR_INVALID unless 0 < interval_s < timeout_s. */
+struct mpi_watch_config {
+    double interval_s, timeout_s;
+    void (*lost)(void *arg, int proc, double silent_s);
+    void (*found)(void *arg, int proc);
+    void *arg;
+};
+int mpi_world_watch(struct mpi_world *w, const struct mpi_watch_config *cfg);
+/* Whether proc is lost now (false before mpi_world_watch). Any thread. */
+bool mpi_world_proc_lost(struct mpi_world *w, int proc);
 
 /* The reference a bench compares against: MPI's own MPI_Allreduce (sum,
  * in place) of buf[0..n), iters times between two barriers, over every

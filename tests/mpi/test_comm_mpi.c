@@ -5,6 +5,8 @@
  * abort returns at once and leaves the group clean once the peer catches
  * up. Every process runs every case; each case uses its own tags. */
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -391,6 +393,93 @@ TEST(abort_returns)
     run_local(sync, every, 2, s, do_barrier);
     comm_group_destroy(g);
     comm_group_destroy(sync);
+}
+
+static atomic_int lost_count[8], found_count[8];
+
+static void on_lost(void *arg, int proc, double silent_s)
+{
+    (void)arg, (void)silent_s;
+    atomic_fetch_add(&lost_count[proc], 1);
+}
+
+static void on_found(void *arg, int proc)
+{
+    (void)arg;
+    atomic_fetch_add(&found_count[proc], 1);
+}
+
+/* Polls until cond(proc) holds or `limit_s` passes; true when it held.
+ * (Liveness, not timing: the limit is 40 timeouts.) */
+static bool wait_until(bool (*cond)(int), int proc, double limit_s)
+{
+    for (int i = 0; i < (int)(limit_s * 100); i++) {
+        if (cond(proc))
+            return true;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return cond(proc);
+}
+
+static bool is_lost(int proc)
+{
+    return atomic_load(&lost_count[proc]) > 0 && mpi_world_proc_lost(world, proc);
+}
+
+static bool is_found(int proc)
+{
+    return atomic_load(&found_count[proc]) > 0 && !mpi_world_proc_lost(world, proc);
+}
+
+/* Heartbeats: quiet processes are never lost; a process that stops
+ * (SIGSTOP) is lost on process 0 and found again once it continues; and
+ * the job then closes normally (no peer lost at MPI_Finalize). */
+TEST(heartbeats)
+{
+    struct mpi_watch_config bad = {.interval_s = 0.5, .timeout_s = 0.5};
+    CHECK(mpi_world_watch(world, &bad) == ERR_INVALID);
+    struct mpi_watch_config cfg = {.interval_s = 0.02, .timeout_s = 0.5, .lost = on_lost,
+                                   .found = on_found};
+    CHECK(mpi_world_watch(world, &cfg) == 0);
+    CHECK(mpi_world_watch(world, &cfg) == ERR_INVALID);
+    struct timespec quiet = {0, 800 * 1000 * 1000};
+    nanosleep(&quiet, NULL);
+    for (int p = 0; p < procs; p++)
+        CHECK_MSG(atomic_load(&lost_count[p]) == 0, "process %d lost while everyone was up", p);
+
+    int every[8];
+    for (int p = 0; p < procs; p++)
+        every[p] = p;
+    struct comm_group *all = NULL;
+    CHECK(comm_group_create_mpi(world, procs, every, 801, &all) == 0);
+    if (!all)
+        return;
+    if (me == 0) {
+        struct comm_channel *c = NULL;
+        float pid = 0;
+        CHECK(comm_channel_create_mpi(world, 1, 800, &c) == 0);
+        CHECK(c && comm_recv(c, NULL, &pid, 1) == 0);
+        comm_channel_destroy(c);
+        CHECK_MSG(wait_until(is_lost, 1, 20), "process 1 stopped but was not lost");
+        for (int p = 2; p < procs; p++)
+            CHECK_MSG(!mpi_world_proc_lost(world, p), "process %d lost, only 1 stopped", p);
+        kill((pid_t)pid, SIGCONT);
+        CHECK_MSG(wait_until(is_found, 1, 20), "process 1 continued but was not found");
+    } else if (me == 1) {
+        struct comm_channel *c = NULL;
+        float pid = (float)getpid(); /* exact: pids are below 2^24 here */
+        CHECK(comm_channel_create_mpi(world, 0, 800, &c) == 0);
+        CHECK(c && comm_send(c, NULL, &pid, 1) == 0);
+        struct timespec settle = {0, 100 * 1000 * 1000}; /* let the message leave */
+        nanosleep(&settle, NULL);
+        comm_channel_destroy(c);
+        raise(SIGSTOP); /* process 0 sends SIGCONT */
+        CHECK_MSG(wait_until(is_found, 0, 20) || !mpi_world_proc_lost(world, 0),
+                  "process 0 still lost after this process continued");
+    }
+    CHECK(comm_barrier(comm_group_rank(all, me)) == 0);
+    comm_group_destroy(all);
 }
 
 int main(int argc, char **argv)

@@ -73,3 +73,15 @@ int mpi_world_bench_allreduce(struct mpi_world *w, float *buf, size_t n, int ite
     (void)w, (void)buf, (void)n, (void)iters, (void)seconds;
     return err_set(ERR_UNSUPPORTED, "mpi: " NO_MPI);
 }
+
+int mpi_world_watch(struct mpi_world *w, const struct mpi_watch_config *cfg)
+{
+    (void)w, (void)cfg;
+    return err_set(ERR_UNSUPPORTED, "mpi: " NO_MPI);
+}
+
+bool mpi_world_proc_lost(struct mpi_world *w, int proc)
+{
+    (void)w, (void)proc;
+    return false;
+}

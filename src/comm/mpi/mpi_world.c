@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,6 +26,15 @@ enum {
     IDLE_SLEEP_NS = 50 * 1000,
 };
 
+/* Heartbeats with one peer: a standing receive and the send in flight. */
+struct beat {
+    bool watched;
+    MPI_Request recv, send; /* MPI_REQUEST_NULL when none */
+    uint64_t in, out;       /* the received and sent counters (the payload) */
+    double heard;           /* when the last one arrived (or watching began) */
+    bool lost;              /* silent for longer than the timeout */
+};
+
 struct mpi_world {
     int proc, procs, max_tag;
     MPI_Comm data; /* dup of MPI_COMM_WORLD, MPI_ERRORS_RETURN */
@@ -35,7 +45,84 @@ struct mpi_world {
     pthread_cond_t wake;  /* an op was posted, or stopping */
     struct mpi_op *posted, **posted_tail;
     bool stopping;
+
+    /* heartbeats (the progress thread's, but for cfg and the lost flags,
+     * read under lock by mpi_world_proc_lost) */
+    struct mpi_watch_config watch;
+    bool watching;
+    struct beat *beats; /* (procs) */
+    double next_beat;
 };
+
+/* The tag heartbeats use: above every tag mpi_world_max_tag allows. */
+static int beat_tag(const struct mpi_world *w)
+{
+    return w->max_tag;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* One round of heartbeats: take what arrived, send when due, and call
+ * lost/found on changes (progress thread, no lock held). True when a
+ * heartbeat moved. */
+static bool beats_step(struct mpi_world *w)
+{
+    bool moved = false;
+    double now = now_s();
+    bool send_now = now >= w->next_beat;
+    if (send_now)
+        w->next_beat = now + w->watch.interval_s;
+    for (int p = 0; p < w->procs; p++) {
+        struct beat *b = &w->beats[p];
+        if (!b->watched)
+            continue;
+        int flag = 0;
+        if (b->recv == MPI_REQUEST_NULL) /* the first round: the standing receive */
+            MPI_Irecv(&b->in, 1, MPI_UINT64_T, p, beat_tag(w), w->data, &b->recv);
+        else if (MPI_Test(&b->recv, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
+            b->heard = now;
+            moved = true;
+            MPI_Irecv(&b->in, 1, MPI_UINT64_T, p, beat_tag(w), w->data, &b->recv);
+        }
+        if (b->send != MPI_REQUEST_NULL)
+            MPI_Test(&b->send, &flag, MPI_STATUS_IGNORE);
+        if (send_now && b->send == MPI_REQUEST_NULL) {
+            b->out++;
+            MPI_Isend(&b->out, 1, MPI_UINT64_T, p, beat_tag(w), w->data, &b->send);
+        }
+        bool lost = now - b->heard > w->watch.timeout_s;
+        if (lost != b->lost) {
+            pthread_mutex_lock(&w->lock);
+            b->lost = lost;
+            pthread_mutex_unlock(&w->lock);
+            if (lost && w->watch.lost)
+                w->watch.lost(w->watch.arg, p, now - b->heard);
+            else if (!lost && w->watch.found)
+                w->watch.found(w->watch.arg, p);
+        }
+    }
+    return moved;
+}
+
+/* At close: the standing receives cancelled, the sends let go (a send to a
+ * peer that is gone may never complete). */
+static void beats_end(struct mpi_world *w)
+{
+    for (int p = 0; w->beats && p < w->procs; p++) {
+        struct beat *b = &w->beats[p];
+        if (b->recv != MPI_REQUEST_NULL) {
+            MPI_Cancel(&b->recv);
+            MPI_Wait(&b->recv, MPI_STATUS_IGNORE);
+        }
+        if (b->send != MPI_REQUEST_NULL)
+            MPI_Request_free(&b->send);
+    }
+}
 
 bool mpi_built(void)
 {
@@ -125,20 +212,34 @@ static void *progress_main(void *arg)
     int idle = 0;
     for (;;) {
         pthread_mutex_lock(&w->lock);
-        while (!active && !w->posted && !w->stopping)
-            pthread_cond_wait(&w->wake, &w->lock);
+        while (!active && !w->posted && !w->stopping) {
+            if (!w->watching) {
+                pthread_cond_wait(&w->wake, &w->lock);
+                continue;
+            }
+            /* nothing in flight but heartbeats: poll them every millisecond */
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += 1000 * 1000;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            if (pthread_cond_timedwait(&w->wake, &w->lock, &until) != 0)
+                break;
+        }
         if (w->posted) { /* append in posting order */
             *active_tail = w->posted;
             active_tail = w->posted_tail;
             w->posted = NULL;
             w->posted_tail = &w->posted;
         }
-        bool stopping = w->stopping;
+        bool stopping = w->stopping, watching = w->watching;
         pthread_mutex_unlock(&w->lock);
         if (stopping && !active)
             break;
 
-        bool moved = false;
+        bool moved = watching && beats_step(w);
         for (struct mpi_op **p = &active; *p;) {
             struct mpi_op *op = *p;
             struct mpi_op *next = op->next; /* done may hand op back to its owner */
@@ -154,6 +255,8 @@ static void *progress_main(void *arg)
         }
         if (stopping) /* a closing world drops what never arrives */
             break;
+        if (!active)
+            continue;
         if (moved) {
             idle = 0;
         } else if (++idle < IDLE_YIELDS) {
@@ -163,6 +266,8 @@ static void *progress_main(void *arg)
             nanosleep(&ts, NULL);
         }
     }
+    if (w->watching)
+        beats_end(w);
     return NULL;
 }
 
@@ -205,7 +310,7 @@ int mpi_world_open(struct mpi_world **out)
     MPI_Comm_size(MPI_COMM_WORLD, &w->procs);
     int *ub = NULL, found = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
-    w->max_tag = found && ub ? *ub : 32767;
+    w->max_tag = (found && ub ? *ub : 32767) - 1; /* the top tag is the heartbeats' */
     int len = 0;
     MPI_Get_library_version(w->library, &len);
     char *nl = strchr(w->library, ','); /* "Open MPI v4.1.4, package: ..." */
@@ -235,6 +340,17 @@ void mpi_world_close(struct mpi_world *w)
     pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->lock);
     pthread_join(w->thread, NULL);
+    int lost = -1;
+    for (int p = 0; w->beats && p < w->procs && lost < 0; p++)
+        if (w->beats[p].lost)
+            lost = p;
+    if (lost >= 0) {
+        /* MPI_Finalize waits for every process: a silent one would hang it */
+        fprintf(stderr, "shardswap: process %d of %d is not answering; ending the job\n", lost,
+                w->procs);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    free(w->beats);
     MPI_Comm_free(&w->data);
     MPI_Finalize();
     pthread_mutex_destroy(&w->lock);
@@ -315,4 +431,48 @@ int mpi_world_bench_allreduce(struct mpi_world *w, float *buf, size_t n, int ite
         return err_set(rc, "mpi: MPI_Allreduce of %zu floats failed", n);
     *seconds = b.seconds;
     return 0;
+}
+
+int mpi_world_watch(struct mpi_world *w, const struct mpi_watch_config *cfg)
+{
+    if (!(cfg->interval_s > 0) || !(cfg->timeout_s > cfg->interval_s))
+        return err_set(ERR_INVALID,
+                       "mpi: heartbeats need an interval above 0 and a timeout above it "
+                       "(got %g s and %g s)",
+                       cfg->interval_s, cfg->timeout_s);
+    pthread_mutex_lock(&w->lock);
+    bool already = w->watching || w->beats;
+    pthread_mutex_unlock(&w->lock);
+    if (already)
+        return err_set(ERR_INVALID, "mpi: heartbeats are already on");
+    struct beat *beats = calloc((size_t)w->procs, sizeof *beats);
+    if (!beats)
+        return err_set(ERR_NOMEM, "mpi: out of memory");
+    double now = now_s();
+    for (int p = 0; p < w->procs; p++) {
+        beats[p].recv = beats[p].send = MPI_REQUEST_NULL;
+        beats[p].heard = now;
+        /* a star: process 0 watches everyone, everyone watches 0 */
+        beats[p].watched = p != w->proc && (w->proc == 0 || p == 0);
+    }
+    /* The standing receives are made by the progress thread (the only one
+     * that calls MPI): it posts them on its first round. */
+    pthread_mutex_lock(&w->lock);
+    w->watch = *cfg;
+    w->beats = beats;
+    w->next_beat = now;
+    w->watching = true;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    return 0;
+}
+
+bool mpi_world_proc_lost(struct mpi_world *w, int proc)
+{
+    if (proc < 0 || proc >= w->procs)
+        return false;
+    pthread_mutex_lock(&w->lock);
+    bool lost = w->beats && w->beats[proc].lost;
+    pthread_mutex_unlock(&w->lock);
+    return lost;
 }
