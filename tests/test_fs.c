@@ -208,6 +208,35 @@ static void test_open_regular(void)
     CHECK_MSG(strstr(err_msg(), path) && strstr(err_msg(), "No such file"), "%s", err_msg());
 }
 
+/* fs_read_all: what the size says, cut when the file is longer, what is
+ * there when it is shorter (it shrank), NUL-terminated; empty files too. */
+static void test_read_all(void)
+{
+    char path[512];
+    put("all.txt", "0123456789");
+    snprintf(path, sizeof(path), "%s/all.txt", tmp);
+    static const struct {
+        size_t size, want;
+    } cases[] = {{10, 10}, {4, 4}, {20, 10}, {0, 0}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int fd = -1;
+        CHECK(fs_open_regular(path, &fd, NULL) == 0);
+        char *data = NULL;
+        size_t len = 99;
+        CHECK(fs_read_all(fd, path, cases[i].size, &data, &len) == 0);
+        CHECK_MSG(data && len == cases[i].want && memcmp(data, "0123456789", len) == 0 &&
+                      data[len] == '\0',
+                  "size %zu: len %zu", cases[i].size, len);
+        free(data);
+        close(fd);
+    }
+    /* a descriptor that cannot be read: ERR_IO naming the path */
+    char *data = (char *)"x";
+    size_t len = 1;
+    CHECK(fs_read_all(-1, "nowhere", 4, &data, &len) == ERR_IO && data == NULL && len == 0);
+    CHECK_MSG(strstr(err_msg(), "nowhere: read failed"), "%s", err_msg());
+}
+
 /* fs_read_regular: type and size checked before a byte is read;
  * fs_confine: a link out of the roots is refused, one inside is not. */
 static void test_read_confine(void)
@@ -324,6 +353,7 @@ int main(void)
     test_tree_remove();
     test_stage_commit();
     test_open_regular();
+    test_read_all();
     test_read_confine();
     test_fault_guard();
     CHECK_MSG(fs_tree_remove(tmp) == 0, "%s", err_msg());

@@ -4,24 +4,11 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/bytes.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "format/safetensors.h"
 #include "model/model.h"
-
-/* "1.23 GB", "45.6 MB", "789 kB" or "12 B". */
-static const char *fmt_bytes(uint64_t n, char *buf, size_t cap)
-{
-    if (n >= 1000000000ull)
-        snprintf(buf, cap, "%.2f GB", n / 1e9);
-    else if (n >= 1000000)
-        snprintf(buf, cap, "%.1f MB", n / 1e6);
-    else if (n >= 1000)
-        snprintf(buf, cap, "%.0f kB", n / 1e3);
-    else
-        snprintf(buf, cap, "%llu B", (unsigned long long)n);
-    return buf;
-}
 
 /* Layer index of a tensor name ("...layers.N.x"), or -1. */
 static int layer_of(const char *name)
@@ -81,17 +68,19 @@ int cmd_inspect(int argc, char **argv)
             other += t->nbytes;
     }
     char h[32];
-    printf("bytes            %llu (%s)\n", (unsigned long long)total, fmt_bytes(total, h, sizeof(h)));
+    printf("bytes            %llu (%s)\n", (unsigned long long)total,
+           bytes_format(h, sizeof(h), total, BYTES_DECIMAL));
     for (int d = 0; d < 3; d++)
         if (by_dtype[d])
             printf("  %-14s %llu (%s)\n", dtype_name((enum dtype)d),
-                   (unsigned long long)by_dtype[d], fmt_bytes(by_dtype[d], h, sizeof(h)));
+                   (unsigned long long)by_dtype[d],
+                   bytes_format(h, sizeof(h), by_dtype[d], BYTES_DECIMAL));
     printf("bytes per layer\n");
     for (int l = 0; l < c->n_layers; l++)
         printf("  layer %-8d %llu (%s)\n", l, (unsigned long long)per_layer[l],
-               fmt_bytes(per_layer[l], h, sizeof(h)));
+               bytes_format(h, sizeof(h), per_layer[l], BYTES_DECIMAL));
     printf("  %-14s %llu (%s)\n", "outside layers", (unsigned long long)other,
-           fmt_bytes(other, h, sizeof(h)));
+           bytes_format(h, sizeof(h), other, BYTES_DECIMAL));
     /* the loader's own checks (every tensor present with the shape and dtype config.json
      * implies), so that inspect accepts exactly what forward and generate load */
     struct model *m = NULL;

@@ -126,6 +126,33 @@ fail:
     return rc;
 }
 
+int fs_read_all(int fd, const char *path, size_t size, char **data, size_t *len)
+{
+    *data = NULL;
+    *len = 0;
+    char *buf = malloc(size + 1);
+    if (!buf)
+        return err_set(ERR_NOMEM, "%s: out of memory for its %zu bytes", path, size);
+    size_t n = 0;
+    while (n < size) { /* a file that shrinks meanwhile ends early; one that grows is cut */
+        ssize_t k = read(fd, buf + n, size - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            int rc = err_set(ERR_IO, "%s: read failed: %s", path, strerror(errno));
+            free(buf);
+            return rc;
+        }
+        if (k == 0)
+            break;
+        n += (size_t)k;
+    }
+    buf[n] = '\0';
+    *data = buf;
+    *len = n;
+    return 0;
+}
+
 int fs_read_regular(const char *path, size_t max, char **data, size_t *len)
 {
     int fd;
@@ -134,36 +161,13 @@ int fs_read_regular(const char *path, size_t max, char **data, size_t *len)
     int rc = fs_open_regular(path, &fd, &size);
     if (rc < 0)
         return rc;
-    if (size > max) {
-        close(fd);
-        return err_set(ERR_INVALID, "%s: %zu bytes, more than the %zu expected at most", path, size,
-                       max);
-    }
-    char *buf = malloc(size + 1);
-    if (!buf) {
-        close(fd);
-        return err_set(ERR_NOMEM, "%s: out of memory for its %zu bytes", path, size);
-    }
-    size_t n = 0;
-    while (n < size) { /* a file that shrinks meanwhile ends early; one that grows is cut */
-        ssize_t k = read(fd, buf + n, size - n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0) {
-            rc = err_set(ERR_IO, "%s: read failed: %s", path, strerror(errno));
-            close(fd);
-            free(buf);
-            return rc;
-        }
-        if (k == 0)
-            break;
-        n += (size_t)k;
-    }
+    if (size > max)
+        rc = err_set(ERR_INVALID, "%s: %zu bytes, more than the %zu expected at most", path, size,
+                     max);
+    else
+        rc = fs_read_all(fd, path, size, data, len);
     close(fd);
-    buf[n] = '\0';
-    *data = buf;
-    *len = n;
-    return 0;
+    return rc;
 }
 
 /* nftw gives its callback no context: the first failure is kept here, per

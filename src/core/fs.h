@@ -24,6 +24,14 @@ int fs_open_regular(const char *path, int *fd, size_t *size);
  * is read: ERR_INVALID naming path, its size and max. */
 int fs_read_regular(const char *path, size_t max, char **data, size_t *len);
 
+/* fs_read_regular's read, for a caller that opened the file itself
+ * (fs_open_regular) and checked its size against a limit of its own: reads
+ * up to size bytes from fd (which stays the caller's) into *data (malloc'd,
+ * NUL-terminated; the caller frees it), their count into *len. A file that
+ * shrank since its size was taken gives what is there (*len < size), one
+ * that grew is cut at size. ERR_NOMEM or ERR_IO naming path. */
+int fs_read_all(int fd, const char *path, size_t size, char **data, size_t *len);
+
 /* A file written beside its target and renamed over it only when complete,
  * so a failed write (a full disk, a size limit, a crash) leaves the target
  * as it was and no partial file: fs_file_begin creates "TARGET.tmp-XXXXXX"

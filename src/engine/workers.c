@@ -8,6 +8,7 @@
 
 #include "comm/comm.h"
 #include "core/error.h"
+#include "core/workq.h"
 
 struct fwd_call; /* one group_forward: a countdown over its shard tasks */
 
@@ -20,7 +21,7 @@ struct shard_task {
     bool all_positions, overlap;
     float *logits;
     struct fwd_call *call;
-    struct shard_task *next; /* in the device's queue */
+    struct workq_item item; /* in its device's queue */
 };
 
 /* Guarded by lock; the caller reads rc and msg after remaining reaches 0. */
@@ -31,19 +32,18 @@ struct fwd_call {
     char msg[512]; /* the first failed shard's err_msg(), taken on its thread */
 };
 
+/* A device's compute thread: a work queue (core/workq.h) of shard tasks. */
 struct worker {
     struct workers *w;
     int device;
-    pthread_t tid;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    struct shard_task *head, *tail;
-    bool stop, started;
+    struct workq q;
 };
 
 struct workers {
     struct swap_manager *mgr;
-    pthread_mutex_t order; /* makes multi-device submissions atomic */
+    /* makes multi-device submissions atomic: the tasks of two forwards are
+     * in the same order on every device, so their collectives pair up */
+    pthread_mutex_t order;
     int n;
     struct worker dev[EVICT_MAX_DEVICES];
 };
@@ -222,42 +222,40 @@ static int task_run(struct shard_task *t)
     return rc < 0 ? rc : wait_rc;
 }
 
-static void *worker_main(void *arg)
+/* The compute thread's setup, before its first task (core/workq.h). */
+static void worker_thread_init(void *arg)
 {
     struct worker *wk = arg;
     device_compute_thread_init(swap_device(wk->w->mgr, wk->device));
-    for (;;) {
-        pthread_mutex_lock(&wk->lock);
-        while (!wk->head && !wk->stop)
-            pthread_cond_wait(&wk->cond, &wk->lock);
-        struct shard_task *t = wk->head;
-        if (!t) {
-            pthread_mutex_unlock(&wk->lock);
-            return NULL;
-        }
-        wk->head = t->next;
-        if (!wk->head)
-            wk->tail = NULL;
-        pthread_mutex_unlock(&wk->lock);
-        int rc = task_run(t);
-        struct fwd_call *c = t->call;
-        if (rc < 0) {
-            /* the message first (err_msg() is this thread's), then the abort,
-             * whose errors on the other shards come second */
-            pthread_mutex_lock(&c->lock);
-            if (c->rc == 0) {
-                c->rc = rc;
-                snprintf(c->msg, sizeof(c->msg), "%s", err_msg());
-            }
-            pthread_mutex_unlock(&c->lock);
-            group_batch_abort(t->gb, rc);
-        }
-        pthread_mutex_lock(&c->lock);
-        if (--c->remaining == 0)
-            pthread_cond_signal(&c->done);
-        pthread_mutex_unlock(&c->lock);
-    }
 }
+
+/* One shard task, on its device's thread; the forward's countdown last
+ * (the caller may free the task once it reaches 0). */
+static void worker_run(struct workq_item *item, void *arg)
+{
+    (void)arg;
+    struct shard_task *t = queue_data(item, struct shard_task, item);
+    int rc = task_run(t);
+    struct fwd_call *c = t->call;
+    if (rc < 0) {
+        /* the message first (err_msg() is this thread's), then the abort,
+         * whose errors on the other shards come second */
+        pthread_mutex_lock(&c->lock);
+        if (c->rc == 0) {
+            c->rc = rc;
+            snprintf(c->msg, sizeof(c->msg), "%s", err_msg());
+        }
+        pthread_mutex_unlock(&c->lock);
+        group_batch_abort(t->gb, rc);
+    }
+    pthread_mutex_lock(&c->lock);
+    if (--c->remaining == 0)
+        pthread_cond_signal(&c->done);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static const struct workq_ops worker_ops = {.thread_init = worker_thread_init,
+                                            .run = worker_run};
 
 int workers_create(struct swap_manager *mgr, struct workers **out)
 {
@@ -271,35 +269,26 @@ int workers_create(struct swap_manager *mgr, struct workers **out)
         struct worker *wk = &w->dev[d];
         wk->w = w;
         wk->device = d;
-        pthread_mutex_init(&wk->lock, NULL);
-        pthread_cond_init(&wk->cond, NULL);
-        if (pthread_create(&wk->tid, NULL, worker_main, wk) != 0) {
+        char name[24]; /* workq_init keeps 15 characters */
+        snprintf(name, sizeof(name), "compute-%d", d);
+        if (workq_init(&wk->q, name, &worker_ops, wk) < 0) {
             workers_destroy(w);
             return err_set(ERR_NOMEM, "cannot start the compute thread of device %d", d);
         }
-        wk->started = true;
         w->n = d + 1;
     }
     *out = w;
     return 0;
 }
 
+/* Each device's queue drains (tasks of a forward in flight still run), then
+ * its thread is joined. */
 void workers_destroy(struct workers *w)
 {
     if (!w)
         return;
-    for (int d = 0; d < w->n; d++) {
-        struct worker *wk = &w->dev[d];
-        if (wk->started) {
-            pthread_mutex_lock(&wk->lock);
-            wk->stop = true;
-            pthread_cond_signal(&wk->cond);
-            pthread_mutex_unlock(&wk->lock);
-            pthread_join(wk->tid, NULL);
-        }
-        pthread_mutex_destroy(&wk->lock);
-        pthread_cond_destroy(&wk->cond);
-    }
+    for (int d = 0; d < w->n; d++)
+        workq_free(&w->dev[d].q);
     pthread_mutex_destroy(&w->order);
     free(w);
 }
@@ -335,14 +324,7 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
                                        .t_new = t_new, .all_positions = all_positions,
                                        .overlap = overlap, .logits = logits, .call = &call};
         struct worker *wk = &w->dev[swap_shard_device(swap_model_shard(gb->model, i))];
-        pthread_mutex_lock(&wk->lock);
-        if (wk->tail)
-            wk->tail->next = &tasks[i];
-        else
-            wk->head = &tasks[i];
-        wk->tail = &tasks[i];
-        pthread_cond_signal(&wk->cond);
-        pthread_mutex_unlock(&wk->lock);
+        workq_post(&wk->q, &tasks[i].item);
     }
     pthread_mutex_unlock(&w->order);
     pthread_mutex_lock(&call.lock);

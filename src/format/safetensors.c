@@ -584,24 +584,9 @@ static int index_load(const char *path, json_t **out)
                       ST_INDEX_MAX);
         goto out;
     }
-    text = malloc(size ? size : 1);
-    if (!text) {
-        rc = file_err(path, ERR_NOMEM, "out of memory for a %zu-byte index", size);
+    size_t got;
+    if ((rc = fs_read_all(fd, path, size, &text, &got)) < 0) /* shrank: parse what is there */
         goto out;
-    }
-    size_t got = 0;
-    while (got < size) {
-        ssize_t r = read(fd, text + got, size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            rc = file_err(path, ERR_IO, "cannot read: %s", strerror(errno));
-            goto out;
-        }
-        if (r == 0)
-            break; /* shrank while read: parse what is there */
-        got += (size_t)r;
-    }
     /* weight_map and metadata members, counted before the parse that costs ~1 kB each */
     if (json_members_at(text, got, 2, ST_MAX_TENSORS) > ST_MAX_TENSORS) {
         rc = file_err(path, ERR_UNSUPPORTED,

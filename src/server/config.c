@@ -772,23 +772,13 @@ int serve_config_load(const char *path, struct serve_config *c)
                      size, FILE_MAX);
         goto done;
     }
-    text = malloc(size + 1);
-    if (!text) {
-        rc = err_set(ERR_NOMEM, "%s: out of memory", path);
+    size_t got;
+    if ((rc = fs_read_all(fd, path, size, &text, &got)) < 0)
+        goto done;
+    if (got < size) {
+        rc = err_set(ERR_IO, "%s: shorter than its size", path);
         goto done;
     }
-    size_t got = 0;
-    while (got < size) {
-        ssize_t n = read(fd, text + got, size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            rc = err_set(ERR_IO, "%s: %s", path, n < 0 ? strerror(errno) : "shorter than its size");
-            goto done;
-        }
-        got += (size_t)n;
-    }
-    text[size] = '\0';
     rc = serve_config_parse_yaml(text, size, path, c);
 done:
     free(text);

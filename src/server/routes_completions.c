@@ -43,37 +43,18 @@
 
 /* ---- text shared with the engine's callbacks (under r->lock) ---- */
 
-static int text_append(struct srv_req *r, const char *p, size_t n)
-{
-    if (r->text_len + n + 1 > r->text_cap) {
-        size_t cap = r->text_cap ? r->text_cap : 256;
-        while (cap < r->text_len + n + 1)
-            cap *= 2;
-        char *t = realloc(r->text, cap);
-        if (!t)
-            return ERR_NOMEM;
-        r->text = t;
-        r->text_cap = cap;
-    }
-    memcpy(r->text + r->text_len, p, n);
-    r->text_len += n;
-    r->text[r->text_len] = '\0';
-    return 0;
-}
-
 /* After text grew from old bytes: cuts it at the first stop string (true)
  * or moves safe past what can no longer start one. Under r->lock. */
 static bool text_check_stops(struct srv_req *r, size_t old)
 {
     const struct completion_req *q = &r->creq;
-    long at = stops_find(r->text, r->text_len, old, q->stop, q->n_stop);
+    long at = stops_find(r->text.p, r->text.len, old, q->stop, q->n_stop);
     if (at >= 0) {
-        r->text_len = (size_t)at;
-        r->text[r->text_len] = '\0';
-        r->safe = r->text_len;
+        strbuf_truncate(&r->text, (size_t)at);
+        r->safe = r->text.len;
         return true;
     }
-    size_t safe = stops_safe(r->text, r->text_len, q->stop, q->n_stop);
+    size_t safe = stops_safe(r->text.p, r->text.len, q->stop, q->n_stop);
     r->safe = safe > r->safe ? safe : r->safe;
     return false;
 }
@@ -88,7 +69,7 @@ static int ends_push(struct srv_req *r)
         r->ends = e;
         r->ends_cap = cap;
     }
-    r->ends[r->n_ends++] = (int)r->text_len;
+    r->ends[r->n_ends++] = (int)r->text.len;
     return 0;
 }
 
@@ -138,8 +119,8 @@ static void on_token(struct engine_req *er, int32_t id, void *ctx)
     } else if (!r->stop_hit && !r->done) {
         r->n_gen++;
         int n = bpe_stream_push(&r->dec, id, r->tokbuf, r->tokbuf_cap);
-        size_t old = r->text_len;
-        if (n > 0 && text_append(r, r->tokbuf, (size_t)n) < 0)
+        size_t old = r->text.len;
+        if (n > 0 && strbuf_append(&r->text, r->tokbuf, (size_t)n) < 0)
             cancel = true; /* out of memory: the request ends with what it has */
         if (text_check_stops(r, old))
             stop = r->stop_hit = true;
@@ -167,14 +148,14 @@ static void on_done(struct engine_req *er, void *ctx)
     pthread_mutex_lock(&r->lock);
     if (!r->stop_hit && r->m->tok) {
         int n = bpe_stream_finish(&r->dec, r->tokbuf, r->tokbuf_cap);
-        size_t old = r->text_len;
-        if (n > 0 && text_append(r, r->tokbuf, (size_t)n) == 0)
+        size_t old = r->text.len;
+        if (n > 0 && strbuf_append(&r->text, r->tokbuf, (size_t)n) == 0)
             r->stop_hit = text_check_stops(r, old);
     }
     r->status = engine_req_status(er);
     snprintf(r->error, sizeof(r->error), "%s", engine_req_error(er));
     engine_req_output(er, &r->n_out);
-    r->safe = r->text_len;
+    r->safe = r->text.len;
     r->done = true;
     bool wake = r->suspended;
     r->suspended = false;
@@ -309,11 +290,11 @@ static enum MHD_Result reply_final(struct srv_req *r)
     struct oai_error e;
     json_t *body = NULL;
     if (finish) {
-        size_t n = r->echo_len + r->text_len;
+        size_t n = r->echo_len + r->text.len;
         char *all = malloc(n + 1);
         if (all) {
             memcpy(all, r->echo_text ? r->echo_text : "", r->echo_len);
-            memcpy(all + r->echo_len, r->text ? r->text : "", r->text_len);
+            memcpy(all + r->echo_len, r->text.p ? r->text.p : "", r->text.len);
             body = r->creq.chat
                        ? chat_json(r, CHAT_MESSAGE, all, n, finish, usage_json(r))
                        : completion_json(r, all, n, r->gen_ids, r->n_gen_ids, finish,
@@ -329,23 +310,6 @@ static enum MHD_Result reply_final(struct srv_req *r)
 
 /* ---- streaming ---- */
 
-static int out_append(struct srv_req *r, const char *p, size_t n)
-{
-    if (r->out_len + n > r->out_cap) {
-        size_t cap = r->out_cap ? r->out_cap : 1024;
-        while (cap < r->out_len + n)
-            cap *= 2;
-        char *o = realloc(r->out, cap);
-        if (!o)
-            return ERR_NOMEM;
-        r->out = o;
-        r->out_cap = cap;
-    }
-    memcpy(r->out + r->out_len, p, n);
-    r->out_len += n;
-    return 0;
-}
-
 /* Appends "data: JSON\n\n"; takes ev. */
 static int out_event(struct srv_req *r, json_t *ev)
 {
@@ -353,11 +317,11 @@ static int out_event(struct srv_req *r, json_t *ev)
     json_decref(ev);
     if (!s)
         return ERR_NOMEM;
-    int rc = out_append(r, "data: ", 6);
+    int rc = strbuf_append(&r->out, "data: ", 6);
     if (rc == 0)
-        rc = out_append(r, s, strlen(s));
+        rc = strbuf_append(&r->out, s, strlen(s));
     if (rc == 0)
-        rc = out_append(r, "\n\n", 2);
+        rc = strbuf_append(&r->out, "\n\n", 2);
     free(s);
     return rc;
 }
@@ -392,7 +356,7 @@ static int stream_end(struct srv_req *r, bool ok, const char *finish, const stru
         log_warn("%s %s: stream ended with an error: %s", r->method, r->path, e->message);
     }
     if (rc == 0)
-        rc = out_append(r, "data: [DONE]\n\n", 14);
+        rc = strbuf_append(&r->out, "data: [DONE]\n\n", 14);
     r->final_sent = true;
     json_decref(usage);
     return rc;
@@ -463,7 +427,7 @@ static int stream_produce(struct srv_req *r)
     char *slice = NULL;
     int *ends = NULL, n_ends = 0;
     if (safe > base && (slice = malloc(safe - base))) {
-        memcpy(slice, r->text + base, safe - base);
+        memcpy(slice, r->text.p + base, safe - base);
         int k = r->ends_sent;
         while (k < r->n_ends && (size_t)r->ends[k] <= safe)
             k++;
@@ -511,12 +475,14 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     struct srv_req *r = cls;
     for (;;) {
-        if (r->out_pos < r->out_len) {
-            size_t n = r->out_len - r->out_pos < max ? r->out_len - r->out_pos : max;
-            memcpy(buf, r->out + r->out_pos, n);
+        if (r->out_pos < r->out.len) {
+            size_t n = r->out.len - r->out_pos < max ? r->out.len - r->out_pos : max;
+            memcpy(buf, r->out.p + r->out_pos, n);
             r->out_pos += n;
-            if (r->out_pos == r->out_len)
-                r->out_pos = r->out_len = 0;
+            if (r->out_pos == r->out.len) {
+                r->out_pos = 0;
+                strbuf_truncate(&r->out, 0);
+            }
             return (ssize_t)n;
         }
         if (r->final_sent)
@@ -529,11 +495,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_WITH_ERROR;
         /* the client half-closed: a comment line (ignored by SSE readers)
          * makes a client that is gone reset, which the watcher sees */
-        if (probe && out_append(r, ":\n\n", 3) < 0)
+        if (probe && strbuf_append(&r->out, ":\n\n", 3) < 0)
             return MHD_CONTENT_READER_END_WITH_ERROR;
         if (stream_produce(r) < 0)
             return MHD_CONTENT_READER_END_WITH_ERROR;
-        if (r->out_len || r->final_sent)
+        if (r->out.len || r->final_sent)
             continue;
         if (srv_req_suspend_unless(r, stream_ready))
             return 0;
@@ -811,10 +777,10 @@ void srv_completions_free(struct srv_req *r)
         completion_req_free(&r->creq);
     free(r->echo_text);
     free(r->tokbuf);
-    free(r->text);
+    strbuf_free(&r->text);
     free(r->ends);
     free(r->gen_ids);
-    free(r->out);
+    strbuf_free(&r->out);
     srv_model_put(r->m); /* its tokenizer was ours until now */
     r->m = NULL;
 }

@@ -537,7 +537,7 @@ int server_open(const struct serve_config *c, struct server **out)
     pthread_cond_init(&s->idle_cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&s->watch_lock, NULL);
-    pthread_cond_init(&s->watch_cv, NULL);
+    queue_init(&s->watched);
     pthread_mutex_init(&s->conn_lock, NULL);
     int rc;
     struct stack_config sc;
@@ -714,7 +714,7 @@ void server_close(struct server *s)
     srv_watcher_stop(s);
     stack_close(s->stack);
     srv_models_free(s);
-    pthread_cond_destroy(&s->watch_cv);
+    workq_free(&s->watcher);
     pthread_mutex_destroy(&s->watch_lock);
     pthread_mutex_destroy(&s->conn_lock);
     pthread_cond_destroy(&s->idle_cv);

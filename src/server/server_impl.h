@@ -29,6 +29,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/queue.h"
+#include "core/strbuf.h"
+#include "core/workq.h"
 #include "engine/sched.h"
 #include "engine/stack.h"
 #include "server/config.h"
@@ -36,6 +39,8 @@
 #include "server/server.h"
 #include "template/chat.h"
 #include "tokenizer/bpe.h"
+
+struct pollfd;
 
 enum server_state { SERVER_STARTING, SERVER_SERVING, SERVER_STOPPING };
 
@@ -103,13 +108,16 @@ struct server {
     int http_code[SRV_HTTP_CODES];
     uint64_t http_count[SRV_HTTP_CODES];
 
-    /* the watcher (watcher.c) */
-    pthread_t watcher;
-    bool watcher_started;
+    /* the watcher (watcher.c): a work queue's thread (core/workq.h) that
+     * runs no items, only its idle poll */
+    struct workq watcher;
     pthread_mutex_t watch_lock;
-    pthread_cond_t watch_cv;
-    bool watch_stop;
-    struct srv_req *watched; /* requests in flight, by their watch_next */
+    struct queue watched; /* requests in flight, newest first, by their watch_link */
+    /* the watcher thread's alone: its poll set (watch_cap) and last sweep */
+    struct pollfd *watch_fds;
+    struct srv_req **watch_reqs;
+    int watch_cap;
+    double watch_swept;
 
     /* the open connections (conns.c) */
     pthread_mutex_t conn_lock;
@@ -144,7 +152,7 @@ struct srv_req {
     bool http10; /* an HTTP/1.0 request */
     double t0;
     struct srv_req *live_prev, *live_next; /* server.live, under server.lock */
-    struct srv_req *watch_next;            /* server.watched, under watch_lock */
+    struct queue watch_link;               /* server.watched, under watch_lock */
     bool watched;                          /* under watch_lock */
     bool half_closed; /* the watcher saw the client's end of stream (POLLRDHUP); watcher only */
 
@@ -172,8 +180,8 @@ struct srv_req {
     char *echo_text; /* the prompt as text, when echo */
     size_t echo_len;
     /* streaming, HTTP thread only */
-    char *out; /* events ready to send */
-    size_t out_len, out_pos, out_cap;
+    struct strbuf out; /* events ready to send */
+    size_t out_pos;    /* out's bytes sent */
     size_t sent;   /* bytes of text sent */
     int ends_sent; /* token pieces sent */
     int ids_sent;  /* gen_ids sent (a model without a tokenizer) */
@@ -192,8 +200,7 @@ struct srv_req {
     struct bpe_stream dec;
     char *tokbuf; /* bpe_stream_chunk_max bytes */
     size_t tokbuf_cap;
-    char *text; /* the completion's text so far */
-    size_t text_len, text_cap;
+    struct strbuf text; /* the completion's text so far */
     size_t safe; /* text[0..safe) cannot become part of a stop string */
     int *ends;   /* text offset after each token's piece */
     int n_ends, ends_cap;

@@ -5,7 +5,9 @@
  * end. On a hang-up the engine request is cancelled at once (it leaves its
  * batch at the next step boundary) and the connection resumed so MHD closes
  * it. The same thread sweeps the connections' request deadlines (conns.c)
- * every SWEEP_S.
+ * every SWEEP_S. The thread is a work queue's (core/workq.h) to which
+ * nothing is posted: each pass is its idle callback, and srv_watch wakes it
+ * from the sleep it takes while nothing is watched.
  *
  * A hang-up is POLLHUP or POLLERR. The end of the client's stream alone
  * (POLLRDHUP) is not one: HTTP/1.1 lets a client shut down its sending side
@@ -32,6 +34,7 @@
 
 #include "core/error.h"
 #include "core/timing.h"
+#include "core/workq.h"
 #include "server/log.h"
 #include "server/server_impl.h"
 
@@ -45,10 +48,9 @@ void srv_watch(struct server *s, struct srv_req *r)
     srv_req_ref(r);
     pthread_mutex_lock(&s->watch_lock);
     r->watched = true;
-    r->watch_next = s->watched;
-    s->watched = r;
-    pthread_cond_signal(&s->watch_cv);
+    queue_insert_head(&s->watched, &r->watch_link);
     pthread_mutex_unlock(&s->watch_lock);
+    workq_wake(&s->watcher); /* out of its sleep, if the list was empty */
 }
 
 /* Drops r from the list (and the list's reference); any thread. */
@@ -57,11 +59,7 @@ void srv_unwatch(struct server *s, struct srv_req *r)
     bool found = false;
     pthread_mutex_lock(&s->watch_lock);
     if (r->watched) {
-        for (struct srv_req **p = &s->watched; *p; p = &(*p)->watch_next)
-            if (*p == r) {
-                *p = r->watch_next;
-                break;
-            }
+        queue_remove(&r->watch_link);
         r->watched = false;
         found = true;
     }
@@ -112,108 +110,109 @@ static enum half_close watch_half_close(struct srv_req *r)
     return hc;
 }
 
-static void *watcher_main(void *arg)
+/* Room for n in the poll set; false (the set as it was) when out of memory. */
+static bool watch_reserve(struct server *s, int n)
 {
-    struct server *s = arg;
-    struct pollfd *fds = NULL;
-    struct srv_req **reqs = NULL;
-    int cap = 0;
-    double swept = 0;
-    pthread_mutex_lock(&s->watch_lock);
-    while (!s->watch_stop) {
-        if (time_now() - swept >= SWEEP_S) {
-            pthread_mutex_unlock(&s->watch_lock);
-            srv_conns_sweep(s);
-            swept = time_now();
-            pthread_mutex_lock(&s->watch_lock);
-        }
-        if (!s->watched) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += (long)(SWEEP_S * 1e9);
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&s->watch_cv, &s->watch_lock, &ts);
-            continue;
-        }
-        int n = 0;
-        for (struct srv_req *r = s->watched; r; r = r->watch_next)
-            n++;
-        if (n > cap) {
-            int c = n * 2;
-            struct pollfd *f = realloc(fds, (size_t)c * sizeof(*f));
-            if (f)
-                fds = f;
-            struct srv_req **q = realloc(reqs, (size_t)c * sizeof(*q));
-            if (q)
-                reqs = q;
-            if (!f || !q) {
-                /* try again later; a hang-up is then noticed late, not missed */
-                pthread_mutex_unlock(&s->watch_lock);
-                poll(NULL, 0, WATCH_POLL_MS);
-                pthread_mutex_lock(&s->watch_lock);
-                continue;
-            }
-            cap = c;
-        }
-        n = 0;
-        for (struct srv_req *r = s->watched; r; r = r->watch_next) {
-            srv_req_ref(r);
-            reqs[n] = r;
-            /* once half-closed, POLLRDHUP stays: only POLLHUP/POLLERR then */
-            fds[n] = (struct pollfd){.fd = r->fd, .events = r->half_closed ? 0 : POLLRDHUP};
-            n++;
-        }
-        pthread_mutex_unlock(&s->watch_lock);
-        int k = poll(fds, (nfds_t)n, WATCH_POLL_MS);
-        for (int i = 0; i < n; i++) {
-            short ev = k > 0 ? fds[i].revents : 0;
-            if (ev & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
-                pthread_mutex_lock(&s->watch_lock);
-                bool still = reqs[i]->watched;
-                pthread_mutex_unlock(&s->watch_lock);
-                bool gone = ev & (POLLHUP | POLLERR | POLLNVAL);
-                if (still && !gone) {
-                    enum half_close hc = watch_half_close(reqs[i]);
-                    reqs[i]->half_closed = hc == HC_PROBED;
-                    gone = hc == HC_HANGUP;
-                }
-                if (still && gone) {
-                    srv_unwatch(s, reqs[i]);
-                    watch_hangup(s, reqs[i]);
-                }
-            }
-            srv_req_unref(reqs[i]);
-        }
-        pthread_mutex_lock(&s->watch_lock);
-    }
-    pthread_mutex_unlock(&s->watch_lock);
-    free(fds);
-    free(reqs);
-    return NULL;
+    if (n <= s->watch_cap)
+        return true;
+    int c = n * 2;
+    struct pollfd *f = realloc(s->watch_fds, (size_t)c * sizeof(*f));
+    if (f)
+        s->watch_fds = f;
+    struct srv_req **q = realloc(s->watch_reqs, (size_t)c * sizeof(*q));
+    if (q)
+        s->watch_reqs = q;
+    if (!f || !q)
+        return false;
+    s->watch_cap = c;
+    return true;
 }
 
-int srv_watcher_start(struct server *s)
+/* What poll saw on r's socket (ev): a hang-up, or an end of stream
+ * to probe; only for a request still watched (its fd may be reused). */
+static void watch_event(struct server *s, struct srv_req *r, short ev)
 {
-    if (pthread_create(&s->watcher, NULL, watcher_main, s) != 0)
-        return err_set(ERR_NOMEM, "could not start the watcher thread");
-    s->watcher_started = true;
+    if (!(ev & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
+        return;
+    pthread_mutex_lock(&s->watch_lock);
+    bool still = r->watched;
+    pthread_mutex_unlock(&s->watch_lock);
+    bool gone = ev & (POLLHUP | POLLERR | POLLNVAL);
+    if (still && !gone) {
+        enum half_close hc = watch_half_close(r);
+        r->half_closed = hc == HC_PROBED;
+        gone = hc == HC_HANGUP;
+    }
+    if (still && gone) {
+        srv_unwatch(s, r);
+        watch_hangup(s, r);
+    }
+}
+
+/* The watcher thread's one pass, its work queue's idle callback (it runs
+ * no items): the deadline sweep when due, then a poll of the watched
+ * sockets for WATCH_POLL_MS. Returns how long to sleep when nothing is
+ * watched (srv_watch's workq_wake ends the sleep), else 0: poll again. */
+static double watcher_idle(void *arg)
+{
+    struct server *s = arg;
+    if (time_now() - s->watch_swept >= SWEEP_S) {
+        srv_conns_sweep(s);
+        s->watch_swept = time_now();
+    }
+    pthread_mutex_lock(&s->watch_lock);
+    if (queue_empty(&s->watched)) {
+        pthread_mutex_unlock(&s->watch_lock);
+        return SWEEP_S;
+    }
+    int n = 0;
+    struct queue *q;
+    queue_foreach(q, &s->watched)
+        n++;
+    if (!watch_reserve(s, n)) {
+        /* try again later; a hang-up is then noticed late, not missed */
+        pthread_mutex_unlock(&s->watch_lock);
+        poll(NULL, 0, WATCH_POLL_MS);
+        return 0;
+    }
+    n = 0;
+    queue_foreach(q, &s->watched) {
+        struct srv_req *r = queue_data(q, struct srv_req, watch_link);
+        srv_req_ref(r);
+        s->watch_reqs[n] = r;
+        /* once half-closed, POLLRDHUP stays: only POLLHUP/POLLERR then */
+        s->watch_fds[n] = (struct pollfd){.fd = r->fd, .events = r->half_closed ? 0 : POLLRDHUP};
+        n++;
+    }
+    pthread_mutex_unlock(&s->watch_lock);
+    int k = poll(s->watch_fds, (nfds_t)n, WATCH_POLL_MS);
+    for (int i = 0; i < n; i++) {
+        watch_event(s, s->watch_reqs[i], k > 0 ? s->watch_fds[i].revents : 0);
+        srv_req_unref(s->watch_reqs[i]);
+    }
     return 0;
 }
 
+static const struct workq_ops watcher_ops = {.idle = watcher_idle};
+
+int srv_watcher_start(struct server *s)
+{
+    if (workq_init(&s->watcher, "watcher", &watcher_ops, s) < 0)
+        return err_set(ERR_NOMEM, "could not start the watcher thread");
+    return 0;
+}
+
+/* Joins the watcher (a pass in progress ends first, within WATCH_POLL_MS);
+ * server_close frees its queue. */
 void srv_watcher_stop(struct server *s)
 {
-    if (!s->watcher_started)
-        return;
-    pthread_mutex_lock(&s->watch_lock);
-    s->watch_stop = true;
-    pthread_cond_signal(&s->watch_cv);
-    pthread_mutex_unlock(&s->watch_lock);
-    pthread_join(s->watcher, NULL);
-    s->watcher_started = false;
+    workq_stop(&s->watcher);
     /* what is still listed holds references; drop them */
-    while (s->watched)
-        srv_unwatch(s, s->watched);
+    while (!queue_empty(&s->watched))
+        srv_unwatch(s, queue_data(queue_head(&s->watched), struct srv_req, watch_link));
+    free(s->watch_fds);
+    free(s->watch_reqs);
+    s->watch_fds = NULL;
+    s->watch_reqs = NULL;
+    s->watch_cap = 0;
 }

@@ -130,70 +130,39 @@ static int loader_offload(struct loader *l, struct swap_shard *sh)
     return rc;
 }
 
-static void *loader_main(void *arg)
+/* The loader thread's run (core/workq.h): one shard's job, then its end
+ * for the manager (which takes the manager's lock). */
+static void loader_run(struct workq_item *item, void *arg)
 {
     struct loader *l = arg;
-    for (;;) {
-        pthread_mutex_lock(&l->lock);
-        while (!l->head && !l->stop)
-            pthread_cond_wait(&l->cond, &l->lock);
-        struct swap_shard *sh = l->head;
-        if (!sh) { /* stopping with nothing left */
-            pthread_mutex_unlock(&l->lock);
-            return NULL;
-        }
-        l->head = sh->job_next;
-        if (!l->head)
-            l->tail = NULL;
-        enum loader_kind kind = (enum loader_kind)sh->job_kind;
-        pthread_mutex_unlock(&l->lock);
-        int rc = kind == LOADER_OFFLOAD ? loader_offload(l, sh)
-                                        : loader_load(l, sh, kind == LOADER_LOAD);
-        swap_shard_done(l->mgr, sh, kind, rc);
-    }
+    struct swap_shard *sh = queue_data(item, struct swap_shard, job);
+    enum loader_kind kind = (enum loader_kind)sh->job_kind;
+    int rc = kind == LOADER_OFFLOAD ? loader_offload(l, sh)
+                                    : loader_load(l, sh, kind == LOADER_LOAD);
+    swap_shard_done(l->mgr, sh, kind, rc);
 }
+
+static const struct workq_ops loader_ops = {.run = loader_run};
 
 int loader_start(struct loader *l, struct swap_manager *mgr, int device)
 {
     l->mgr = mgr;
     l->device = device;
-    l->head = l->tail = NULL;
-    l->stop = false;
-    pthread_mutex_init(&l->lock, NULL);
-    pthread_cond_init(&l->cond, NULL);
-    if (pthread_create(&l->tid, NULL, loader_main, l) != 0) {
-        pthread_mutex_destroy(&l->lock);
-        pthread_cond_destroy(&l->cond);
+    char name[16];
+    snprintf(name, sizeof(name), "load-%d", device);
+    if (workq_init(&l->q, name, &loader_ops, l) < 0)
         return err_set(ERR_NOMEM, "cannot start the loader thread of device %d", device);
-    }
-    l->started = true;
     return 0;
 }
 
+/* Runs what is still queued, then joins (a stop drains). */
 void loader_stop(struct loader *l)
 {
-    if (!l->started)
-        return;
-    pthread_mutex_lock(&l->lock);
-    l->stop = true;
-    pthread_cond_signal(&l->cond);
-    pthread_mutex_unlock(&l->lock);
-    pthread_join(l->tid, NULL);
-    pthread_mutex_destroy(&l->lock);
-    pthread_cond_destroy(&l->cond);
-    l->started = false;
+    workq_free(&l->q);
 }
 
 void loader_submit(struct loader *l, struct swap_shard *sh, enum loader_kind kind)
 {
     sh->job_kind = kind;
-    sh->job_next = NULL;
-    pthread_mutex_lock(&l->lock);
-    if (l->tail)
-        l->tail->job_next = sh;
-    else
-        l->head = sh;
-    l->tail = sh;
-    pthread_cond_signal(&l->cond);
-    pthread_mutex_unlock(&l->lock);
+    workq_post(&l->q, &sh->job);
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "core/error.h"
 #include "core/timing.h"
 #include "swap/swap_impl.h"
@@ -671,20 +672,6 @@ static uint64_t leaving_bytes(const struct swap_manager *mgr, int d)
     return n;
 }
 
-/* "12.0 MiB", "640.0 KiB", "512 B": messages a person reads. */
-static const char *fmt_bytes(char *buf, size_t size, uint64_t n)
-{
-    if (n >= 1ull << 30)
-        snprintf(buf, size, "%.2f GiB", (double)n / (1ull << 30));
-    else if (n >= 1u << 20)
-        snprintf(buf, size, "%.1f MiB", (double)n / (1u << 20));
-    else if (n >= 1u << 10)
-        snprintf(buf, size, "%.1f KiB", (double)n / (1u << 10));
-    else
-        snprintf(buf, size, "%llu B", (unsigned long long)n);
-    return buf;
-}
-
 /* Fills why for device d and sets the message; returns ERR_BUSY. */
 static int refuse(struct swap_manager *mgr, const struct swap_model *model, enum swap_room_kind kind,
                   int d, uint64_t blob, struct swap_room *why)
@@ -696,9 +683,9 @@ static int refuse(struct swap_manager *mgr, const struct swap_model *model, enum
                               .largest = device_largest_free(dev), .blob = blob,
                               .leaving = leaving_bytes(mgr, d)};
     char need[32], free_s[32], largest[32], blob_s[32];
-    fmt_bytes(need, sizeof(need), why->need);
-    fmt_bytes(free_s, sizeof(free_s), why->free);
-    fmt_bytes(largest, sizeof(largest), why->largest);
+    bytes_format(need, sizeof(need), why->need, BYTES_BINARY);
+    bytes_format(free_s, sizeof(free_s), why->free, BYTES_BINARY);
+    bytes_format(largest, sizeof(largest), why->largest, BYTES_BINARY);
     if (kind == SWAP_ROOM_BYTES)
         return err_set(ERR_BUSY, "model %s does not fit device %s now: it needs %s there, %s "
                                  "are free (largest free block %s); offload a model from %s first",
@@ -707,7 +694,8 @@ static int refuse(struct swap_manager *mgr, const struct swap_model *model, enum
                              "free, but no free block holds its %s blob (largest %s): the free "
                              "memory is fragmented; offload a model from %s (swap_compact)",
                    model->name, device_name(dev), need, free_s,
-                   fmt_bytes(blob_s, sizeof(blob_s), blob), largest, device_name(dev));
+                   bytes_format(blob_s, sizeof(blob_s), blob, BYTES_BINARY), largest,
+                   device_name(dev));
 }
 
 /* Allocates the model's blobs if they fit now: first by the devices' free

@@ -5,14 +5,15 @@
 
 #include <pthread.h>
 
+#include "core/workq.h"
 #include "swap/swap.h"
 
 /* One TP x PP shard. Fixed from registration to unregistration, read
  * without the lock: model, stage, rank, device, m, layout, ready,
  * device_bytes, host_bytes. Under mgr->lock: host[], dev[], state, failed,
  * the load times (a loader fills the bytes of host[b] and dev[b] outside
- * it, for the job it holds). job_kind and job_next: under its loader's
- * lock. */
+ * it, for the job it holds). job_kind: written by loader_submit before it
+ * posts job, read by the loader thread; job: its loader's work queue's. */
 struct swap_shard {
     struct swap_model *model;
     int stage, rank, device;
@@ -30,7 +31,7 @@ struct swap_shard {
     double load_t0, load_t1;   /* last load: queued, last blob on the device */
     /* the shard's place in its loader's queue (a shard has one job at a time) */
     int job_kind;
-    struct swap_shard *job_next;
+    struct workq_item job;
 };
 
 /* A registered model. Fixed from swap_register to swap_unregister, read
@@ -59,15 +60,12 @@ enum loader_kind {
     LOADER_OFFLOAD,  /* device -> host copy of the blobs the host lacks */
 };
 
-/* One thread per device moving that device's shards: FIFO jobs, no polling. */
+/* One thread per device moving that device's shards: FIFO jobs (a work
+ * queue, core/workq.h), no polling. */
 struct loader {
     struct swap_manager *mgr;
     int device;
-    pthread_t tid;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    struct swap_shard *head, *tail; /* linked through job_next */
-    bool stop, started;
+    struct workq q; /* the loader thread; its run is loader_run */
 };
 
 struct swap_manager {

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/strbuf.h"
 #include "core/timing.h"
 #include "workload/replay.h"
 
@@ -71,34 +72,20 @@ static char *url_join(const char *base, const char *path)
     return s;
 }
 
-/* ---- a growing buffer for a response body ---- */
+/* ---- a response body: a string buffer (core/strbuf.h) up to BODY_MAX ---- */
 
 struct membuf {
-    char *p;
-    size_t len, cap;
+    struct strbuf b;
     bool over; /* more than BODY_MAX came */
 };
 
 static bool membuf_append(struct membuf *m, const char *d, size_t n)
 {
-    if (m->len + n > BODY_MAX) {
+    if (m->b.len + n > BODY_MAX) {
         m->over = true;
         return false;
     }
-    if (m->len + n + 1 > m->cap) {
-        size_t cap = m->cap ? m->cap : 1024;
-        while (cap < m->len + n + 1)
-            cap *= 2;
-        char *p = realloc(m->p, cap);
-        if (!p)
-            return false;
-        m->p = p;
-        m->cap = cap;
-    }
-    memcpy(m->p + m->len, d, n);
-    m->len += n;
-    m->p[m->len] = '\0';
-    return true;
+    return strbuf_append(&m->b, d, n) == 0;
 }
 
 static size_t membuf_write(char *d, size_t size, size_t nmemb, void *ctx)
@@ -172,17 +159,17 @@ int http_get(const struct http_target *t, const char *path, char **body, long *s
         goto out;
     }
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, status);
-    if (!m.p && !membuf_append(&m, "", 0)) {
+    if (!m.b.p && !membuf_append(&m, "", 0)) {
         rc = err_set(ERR_NOMEM, "out of memory");
         goto out;
     }
-    *body = m.p;
-    m.p = NULL;
+    *body = m.b.p; /* taken: the buffer is left empty */
+    m.b = (struct strbuf){0};
 out:
     curl_easy_cleanup(e);
     curl_slist_free_all(hdrs);
     free(url);
-    free(m.p);
+    strbuf_free(&m.b);
     return rc;
 }
 
@@ -349,16 +336,15 @@ static size_t xfer_write(char *d, size_t size, size_t nmemb, void *ctx)
     }
     if (!membuf_append(&x->resp, d, n))
         return 0;
-    char *start = x->resp.p, *nl;
-    while ((nl = memchr(start, '\n', x->resp.len - (size_t)(start - x->resp.p)))) {
+    char *start = x->resp.b.p, *nl;
+    while ((nl = memchr(start, '\n', x->resp.b.len - (size_t)(start - x->resp.b.p)))) {
         *nl = '\0';
         stream_line(x, start, (size_t)(nl - start));
         start = nl + 1;
     }
-    size_t rest = x->resp.len - (size_t)(start - x->resp.p);
-    memmove(x->resp.p, start, rest);
-    x->resp.len = rest;
-    x->resp.p[rest] = '\0';
+    size_t rest = x->resp.b.len - (size_t)(start - x->resp.b.p);
+    memmove(x->resp.b.p, start, rest);
+    strbuf_truncate(&x->resp.b, rest);
     return n;
 }
 
@@ -428,7 +414,7 @@ static void xfer_finish(struct http_replay_result *r, struct xfer *x, CURLcode c
     rec->http_status = (int)code;
     if (code != 200) {
         char msg[200];
-        error_message(x->resp.p, x->resp.len, msg, sizeof(msg));
+        error_message(x->resp.b.p, x->resp.b.len, msg, sizeof(msg));
         snprintf(what, sizeof(what), "HTTP %ld: %s", code, msg);
         if (code == 429)
             xfer_fail(r, x, ERR_BUSY, &c->busy, "%s", what);
@@ -441,8 +427,8 @@ static void xfer_finish(struct http_replay_result *r, struct xfer *x, CURLcode c
         return;
     }
     if (x->stream) {
-        if (x->resp.len) /* a last line without its newline */
-            stream_line(x, x->resp.p, x->resp.len);
+        if (x->resp.b.len) /* a last line without its newline */
+            stream_line(x, x->resp.b.p, x->resp.b.len);
         if (x->event_error[0])
             xfer_fail(r, x, ERR_IO, &c->server, "%s", x->event_error);
         else if (x->bad_event || !x->done_seen || !x->first_seen)
@@ -454,7 +440,7 @@ static void xfer_finish(struct http_replay_result *r, struct xfer *x, CURLcode c
             c->ok++;
         return;
     }
-    json_t *j = x->resp.p ? json_loadb(x->resp.p, x->resp.len, 0, NULL) : NULL;
+    json_t *j = x->resp.b.p ? json_loadb(x->resp.b.p, x->resp.b.len, 0, NULL) : NULL;
     json_t *choices = j ? json_object_get(j, "choices") : NULL;
     if (json_is_array(choices) && json_array_size(choices) > 0) {
         read_completion(x, j);
@@ -470,7 +456,7 @@ static void xfer_free(struct xfer *x)
 {
     curl_easy_cleanup(x->easy);
     free(x->body);
-    free(x->resp.p);
+    strbuf_free(&x->resp.b);
     memset(x, 0, sizeof(*x));
 }
 

@@ -29,6 +29,7 @@
 #include "core/timing.h"
 #include "core/error.h"
 #include "core/event.h"
+#include "core/workq.h"
 
 static_assert(ARENA_ALIGN == DEVICE_ALIGN, "the arena hands out device-aligned blocks");
 
@@ -57,7 +58,7 @@ struct cpu_copy {
     const void *src;
     size_t n;
     struct device_event *ev; /* completed when done, or NULL */
-    struct cpu_copy *next;
+    struct workq_item item;  /* in the copy stream */
 };
 
 struct cpu_device {
@@ -65,16 +66,9 @@ struct cpu_device {
     size_t map_bytes;
     struct arena arena; /* guarded by the device lock (see device_impl.h) */
 
-    /* The copy stream. queued and completed count copies since open:
-     * a sync waits for completed to reach the queued it saw. */
-    pthread_mutex_t lock;
-    pthread_cond_t work; /* a copy was queued, or stopping was set */
-    pthread_cond_t done; /* completed advanced */
-    struct cpu_copy *head, *tail;
-    uint64_t queued, completed;
-    bool stopping;
-    bool thread_started;
-    pthread_t thread;
+    /* The copy stream: a work queue (core/workq.h) of struct cpu_copy; a
+     * sync is workq_sync, a wait for the copies queued before it. */
+    struct workq copies;
     _Atomic double link_bytes_per_s; /* 0 = as fast as memory goes */
 };
 
@@ -105,55 +99,37 @@ static void copy_paced(void *dst, const void *src, size_t n, double rate)
     }
 }
 
-static void *cpu_copy_thread(void *arg)
+/* The copy thread's setup (core/workq.h): the lowest priority, above. */
+static void cpu_copy_thread_init(void *arg)
 {
+    (void)arg;
     copy_thread_lower_priority();
-    struct cpu_device *c = arg;
-    pthread_mutex_lock(&c->lock);
-    for (;;) {
-        while (!c->head && !c->stopping)
-            pthread_cond_wait(&c->work, &c->lock);
-        if (!c->head)
-            break; /* stopping, and drained */
-        struct cpu_copy *r = c->head;
-        c->head = r->next;
-        if (!c->head)
-            c->tail = NULL;
-        pthread_mutex_unlock(&c->lock);
-
-        /* one copy however large, by the method measured fastest on this
-         * machine: the device's "DMA engine" */
-        double rate = c->link_bytes_per_s;
-        if (r->n > 0 && rate <= 0)
-            copy_large(r->dst, r->src, r->n);
-        else if (r->n > 0)
-            copy_paced(r->dst, r->src, r->n, rate);
-        if (r->ev)
-            event_set(r->ev->ctx, 0);
-        free(r);
-
-        pthread_mutex_lock(&c->lock);
-        c->completed++;
-        pthread_cond_broadcast(&c->done);
-    }
-    pthread_mutex_unlock(&c->lock);
-    return NULL;
 }
+
+/* One copy, on the copy thread; its event set, its request freed. */
+static void cpu_copy_run(struct workq_item *item, void *arg)
+{
+    struct cpu_device *c = arg;
+    struct cpu_copy *r = queue_data(item, struct cpu_copy, item);
+    /* one copy however large, by the method measured fastest on this
+     * machine: the device's "DMA engine" */
+    double rate = c->link_bytes_per_s;
+    if (r->n > 0 && rate <= 0)
+        copy_large(r->dst, r->src, r->n);
+    else if (r->n > 0)
+        copy_paced(r->dst, r->src, r->n, rate);
+    if (r->ev)
+        event_set(r->ev->ctx, 0);
+    free(r);
+}
+
+static const struct workq_ops cpu_copy_ops = {.thread_init = cpu_copy_thread_init,
+                                              .run = cpu_copy_run};
 
 /* Stops the copy thread after it drains the queue and frees everything. */
 static void cpu_ctx_destroy(struct cpu_device *c)
 {
-    if (c->thread_started) {
-        pthread_mutex_lock(&c->lock);
-        c->stopping = true;
-        pthread_cond_signal(&c->work);
-        pthread_mutex_unlock(&c->lock);
-        pthread_join(c->thread, NULL);
-    }
-    assert(!c->head);
-    pthread_cond_destroy(&c->done);
-    pthread_cond_destroy(&c->work);
-    pthread_mutex_destroy(&c->lock);
+    workq_free(&c->copies); /* a no-op when it never started */
     arena_destroy(&c->arena);
     if (c->base) {
         cpu_unpoison(c->base, c->map_bytes);
@@ -240,29 +216,15 @@ static int cpu_copy(struct device *d, void *dst, const void *src, size_t n,
     struct cpu_copy *r = malloc(sizeof(*r));
     if (!r)
         return err_set(ERR_NOMEM, "device %s: out of host memory to queue a copy", d->name);
-    *r = (struct cpu_copy){.dst = dst, .src = src, .n = n, .ev = ev, .next = NULL};
-
-    pthread_mutex_lock(&c->lock);
-    assert(!c->stopping);
-    if (c->tail)
-        c->tail->next = r;
-    else
-        c->head = r;
-    c->tail = r;
-    c->queued++;
-    pthread_cond_signal(&c->work);
-    pthread_mutex_unlock(&c->lock);
+    *r = (struct cpu_copy){.dst = dst, .src = src, .n = n, .ev = ev};
+    workq_post(&c->copies, &r->item);
     return ERR_OK;
 }
 
 static void cpu_sync(struct device *d)
 {
     struct cpu_device *c = d->ctx;
-    pthread_mutex_lock(&c->lock);
-    uint64_t target = c->queued;
-    while (c->completed < target)
-        pthread_cond_wait(&c->done, &c->lock);
-    pthread_mutex_unlock(&c->lock);
+    workq_sync(&c->copies);
 }
 
 /* ---- events: a host event; the copy thread or the host completes it ---- */
@@ -431,9 +393,6 @@ int device_open_cpu(int index, uint64_t budget_bytes, struct device **out)
     struct cpu_device *c = calloc(1, sizeof(*c));
     if (!c)
         return err_set(ERR_NOMEM, "device %s: out of host memory", name);
-    pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->work, NULL);
-    pthread_cond_init(&c->done, NULL);
 
     int rc = cpu_map_arena(c, name, budget_bytes);
     if (rc < 0)
@@ -443,15 +402,12 @@ int device_open_cpu(int index, uint64_t budget_bytes, struct device **out)
         err_wrap(rc, "device %s", name);
         goto fail;
     }
-    int prc = pthread_create(&c->thread, NULL, cpu_copy_thread, c);
-    if (prc != 0) {
-        rc = err_set(ERR_NOMEM, "device %s: cannot start the copy thread: %s", name, strerror(prc));
-        goto fail;
-    }
-    c->thread_started = true;
     char tname[16]; /* the kernel keeps 15 characters */
     snprintf(tname, sizeof(tname), "copy-cpu:%u", (unsigned)index % 1000000u);
-    (void)pthread_setname_np(c->thread, tname);
+    if ((rc = workq_init(&c->copies, tname, &cpu_copy_ops, c)) < 0) {
+        err_wrap(rc, "device %s", name);
+        goto fail;
+    }
 
     rc = device_create(&cpu_ops, &cpu_kernel_ops, c, name, budget_bytes, out);
     if (rc < 0)

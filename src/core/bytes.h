@@ -1,0 +1,20 @@
+/* A byte count for a person to read: "12.0 MiB", "640.0 KiB", "1.23 GB",
+ * "789 kB", "512 B". */
+#ifndef SHARDSWAP_CORE_BYTES_H
+#define SHARDSWAP_CORE_BYTES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum bytes_units {
+    BYTES_BINARY,  /* powers of 1024: "%.2f GiB", "%.1f MiB", "%.1f KiB" (messages, logs) */
+    BYTES_DECIMAL, /* powers of 1000: "%.2f GB", "%.1f MB", "%.0f kB" (file sizes) */
+};
+
+/* Writes n into buf (cap bytes, cut to fit) in the largest unit of the
+ * system it reaches, at that unit's digits above; under the smallest unit
+ * "%llu B". Gi/G is the largest unit: more is "17179869184.00 GiB". The
+ * digits round (1048575 is "1024.0 KiB"). Returns buf. */
+const char *bytes_format(char *buf, size_t cap, uint64_t n, enum bytes_units units);
+
+#endif
