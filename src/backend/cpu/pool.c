@@ -27,7 +27,7 @@ static struct {
     pool_task_fn fn;            /* read only after a successful claim */
     void *ctx;
     atomic_int done;            /* tasks finished */
-    int want_threads;
+    atomic_int want_threads; /* set by any compute thread's start-up, read once at start */
 } pool = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .wake = PTHREAD_COND_INITIALIZER,
@@ -71,7 +71,7 @@ static void *pool_worker(void *arg)
 
 static void pool_start(void)
 {
-    int n = pool.want_threads;
+    int n = atomic_load_explicit(&pool.want_threads, memory_order_relaxed);
     if (n < 1)
         n = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (n > POOL_MAX)
@@ -88,7 +88,7 @@ static void pool_start(void)
 void pool_set_threads(int n)
 {
     /* The pool is started once; later calls only matter before the first job. */
-    pool.want_threads = n;
+    atomic_store_explicit(&pool.want_threads, n, memory_order_relaxed);
 }
 
 void pool_run(pool_task_fn fn, void *ctx, int n_tasks)
