@@ -3,9 +3,11 @@
  * (device_alloc_at) to the same free bytes, largest block and fragments;
  * its events are host events; copies and streams are refused, naming the
  * owner; and device_alloc_at on a real device refuses a range in use. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/device.h"
+#include "model/model.h"
 #include "core/error.h"
 #include "test.h"
 
@@ -87,6 +89,49 @@ TEST(refusals_and_events)
     device_event_destroy(ev);
     device_free(b);
     device_close(view);
+}
+
+/* A batch's context placed by the view and carried out on the owner at the
+ * same offset computes what a context of its own does (bit for bit). */
+TEST(exec_context_at_the_views_offset)
+{
+    struct model *m = NULL;
+    CHECK(model_open(SHARDSWAP_SOURCE_DIR "/tests/fixtures/models/llama_gqa_f32", &m) == 0);
+    if (!m)
+        return;
+    struct model_exec_shape shape = {.batch = 2, .max_len = 8, .max_rows = 2};
+    struct device *view = NULL, *owner = NULL;
+    CHECK(device_open_remote(1, DEVICE_CPU, "cpu:0", 8 * MIB, &view) == 0);
+    CHECK(device_open_cpu(0, 8 * MIB, &owner) == 0);
+    size_t bytes = model_exec_bytes(m, view, &shape);
+    CHECK(bytes > 0 && bytes == model_exec_bytes(m, owner, &shape));
+    struct dbuf *hole = NULL, *placed = NULL;
+    CHECK(device_alloc(view, 4096, &hole) == 0); /* so the offset is not 0 */
+    CHECK(device_alloc(view, bytes, &placed) == 0);
+    struct dbuf *pad = NULL;
+    CHECK(device_alloc_at(owner, 0, 4096, &pad) == 0);
+    struct model_exec *ex = NULL, *ref = NULL;
+    CHECK(placed && model_exec_init_at(m, owner, NULL, &shape, dbuf_offset(placed), &ex) == 0);
+    CHECK(model_exec_open_cpu(m, &shape, &ref) == 0);
+    const int V = m->info->vocab;
+    int32_t ids[2 * 4] = {1, 5, 9, 13, 2, 6, 10, 14};
+    float *a = malloc(sizeof(float) * 2 * V), *b = malloc(sizeof(float) * 2 * V);
+    CHECK(ex && ref && model_forward(m, ex, ids, NULL, 4, false, a) == 0);
+    CHECK(ex && ref && model_forward(m, ref, ids, NULL, 4, false, b) == 0);
+    CHECK(memcmp(a, b, sizeof(float) * 2 * V) == 0);
+    struct model_exec *clash = NULL; /* the same offset again: taken */
+    CHECK(placed && model_exec_init_at(m, owner, NULL, &shape, dbuf_offset(placed), &clash) ==
+          ERR_NOMEM);
+    free(a);
+    free(b);
+    model_exec_free(ex);
+    model_exec_free(ref);
+    device_free(pad);
+    device_free(hole);
+    device_free(placed);
+    device_close(view);
+    device_close(owner);
+    model_close(m);
 }
 
 int main(int argc, char **argv)

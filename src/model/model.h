@@ -231,6 +231,12 @@ size_t model_exec_bytes(const struct model *m, const struct device *dev,
  * stays the caller's and may be NULL. */
 int model_exec_init(const struct model *m, struct device *dev, struct comm *tp,
                     const struct model_exec_shape *shape, struct model_exec **out);
+/* model_exec_init with its memory at offset `off` of dev (device_alloc_at):
+ * the placement rank 0's view of dev chose, carried out by the process
+ * that owns dev (cluster/). */
+int model_exec_init_at(const struct model *m, struct device *dev, struct comm *tp,
+                       const struct model_exec_shape *shape, uint64_t off,
+                       struct model_exec **out);
 void model_exec_reset(struct model_exec *ex);
 /* Frees slot b for a new sequence: its cached keys stop being visible and
  * its position count restarts (continuous batching). */
