@@ -5,6 +5,7 @@
  * Worker threads never call CHECK (its counters are not thread-safe): each
  * rank counts its own mismatches in bad[rank], and main checks after joining. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -385,6 +386,7 @@ struct abort_test {
     struct comm_group *g;
     int n_ranks, op; /* op: 0 all-reduce, 1 gather, 2 barrier */
     int rounds_bad[MAX_RANKS], pending[MAX_RANKS], later[MAX_RANKS], msg_bad[MAX_RANKS];
+    atomic_int rounds_done; /* ranks past their last round */
 };
 
 static int abort_op(struct abort_test *a, int rank, float *buf, float *out)
@@ -406,7 +408,13 @@ static void abort_rank(void *p, int rank)
     float buf[ABORT_N] = {0}, out[MAX_RANKS];
     for (int k = 0; k < ABORT_ROUNDS; k++)
         a->rounds_bad[rank] += abort_op(a, rank, buf, out) != ERR_OK;
+    atomic_fetch_add(&a->rounds_done, 1);
     if (rank == a->n_ranks - 1) {
+        /* Only once every rank has left its last round: a rank still on its
+         * way out of one (a slow wake-up on a loaded machine) would see the
+         * abort there instead of in the pending call. */
+        while (atomic_load(&a->rounds_done) < a->n_ranks)
+            sched_yield();
         nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
         comm_group_abort(a->g, ERR_IO);
         comm_group_abort(a->g, ERR_NOMEM); /* the first error stays */

@@ -18,22 +18,48 @@
 #include "core/jsonout.h"
 #include "core/membw.h"
 #include "core/timing.h"
+#include "model/generate.h"
 #include "model/model.h"
 
 struct bench_result {
     double prefill_s, decode_s;
 };
 
+/* bench_once's step: the prefill's end timed, then greedy ids for every
+ * sequence, gen steps through the model. */
+struct greedy {
+    int batch, vocab, gen;
+    double prefill_end;
+};
+
+static int greedy_step(void *ctx, int step, float *logits, int32_t *next)
+{
+    struct greedy *g = ctx;
+    if (step == 0)
+        g->prefill_end = time_now();
+    if (step == g->gen)
+        return 1;
+    for (int b = 0; b < g->batch; b++) {
+        const float *l = logits + (size_t)b * g->vocab;
+        int best = 0;
+        for (int v = 1; v < g->vocab; v++)
+            if (l[v] > l[best])
+                best = v;
+        next[b] = best;
+    }
+    return 0;
+}
+
 /* One prefill of (batch, prompt_len) then gen greedy decode steps, on the
- * model's device (model_exec_open). Each step returns its logits to the host
- * (kern_to_host, a sync point), so a GPU's queued work is inside the
- * times. */
+ * model's device (model_exec_open), through model_generate_steps. Each step
+ * returns its logits to the host (kern_to_host, a sync point), so a GPU's
+ * queued work is inside the times. */
 static int bench_once(struct model *m, int batch, int prompt_len, int gen,
                       struct bench_result *r)
 {
     const int V = m->info->vocab;
     struct model_exec *ex = NULL;
-    int32_t *ids = NULL;
+    int32_t *ids = NULL, *next = NULL;
     float *logits = NULL;
     /* the context checks the shape against the model before anything is
      * sized by it */
@@ -42,8 +68,9 @@ static int bench_once(struct model *m, int batch, int prompt_len, int gen,
     if (rc < 0)
         goto out;
     ids = malloc((size_t)batch * prompt_len * sizeof(int32_t));
+    next = malloc((size_t)batch * sizeof(int32_t));
     logits = malloc((size_t)batch * V * sizeof(float));
-    if (!ids || !logits) {
+    if (!ids || !next || !logits) {
         rc = err_set(ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -52,27 +79,17 @@ static int bench_once(struct model *m, int batch, int prompt_len, int gen,
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         ids[i] = 4 + (int32_t)((x >> 33) % (uint64_t)(V - 4));
     }
+    struct greedy g = {.batch = batch, .vocab = V, .gen = gen};
     double t0 = time_now();
-    if ((rc = model_forward(m, ex, ids, NULL, prompt_len, false, logits)) < 0)
+    if ((rc = model_generate_steps(m, ex, ids, prompt_len, logits, next, greedy_step, &g)) < 0)
         goto out;
-    r->prefill_s = time_now() - t0;
-    t0 = time_now();
-    for (int s = 0; s < gen; s++) {
-        for (int b = 0; b < batch; b++) {
-            const float *l = logits + (size_t)b * V;
-            int best = 0;
-            for (int v = 1; v < V; v++)
-                if (l[v] > l[best])
-                    best = v;
-            ids[b] = best;
-        }
-        if ((rc = model_forward(m, ex, ids, NULL, 1, false, logits)) < 0)
-            goto out;
-    }
-    r->decode_s = time_now() - t0;
+    double t1 = time_now();
+    r->prefill_s = g.prefill_end - t0;
+    r->decode_s = t1 - g.prefill_end;
 out:
     model_exec_free(ex);
     free(ids);
+    free(next);
     free(logits);
     return rc;
 }
@@ -103,23 +120,157 @@ static void metric_row(const char *name, double v, int decimals)
         printf("%-28s %12.*f\n", name, decimals, v);
 }
 
+/* What bench forward measures, and on what. */
+struct forward_run {
+    const char *dir;
+    int batch, prompt_len, gen, repeat;
+    struct cli_device_flags dev;
+    /* results: */
+    char device[32];
+    int threads;
+    struct bench_result best;      /* the best of repeat runs, each phase on its own */
+    double wbytes;                 /* the weights' bytes */
+    double macs_token, macs_row;   /* the model's linear MACs per token, per head row */
+    enum dtype weight_dtype;
+    enum kern_compute compute;
+    double bw, rbw;                /* memcpy (STREAM count), read bytes/s; NaN on a GPU */
+    struct bench_ceilings ceil;
+    const char *isa, *blas;        /* CPU only, else NULL */
+};
+
+/* Opens the model on r->dev, times it (a warm-up, then the best of repeat)
+ * and, on a CPU, the host's bandwidth and matmul ceilings beside it. */
+static int forward_measure(struct forward_run *r)
+{
+    const bool on_cpu = r->dev.gpu < 0;
+    struct cli_model cmod = {0};
+    struct model_exec_shape shape = {.batch = r->batch, .max_len = r->prompt_len + r->gen};
+    int rc = cli_model_open(&r->dev, r->dir, &shape, &cmod);
+    if (rc < 0)
+        return rc;
+    struct model *m = cmod.m;
+    if (r->prompt_len + r->gen > m->info->max_pos) {
+        rc = err_set(ERR_INVALID, "--prompt-len + --gen = %d exceeds the model's %d positions",
+                     r->prompt_len + r->gen, m->info->max_pos);
+        goto out;
+    }
+    snprintf(r->device, sizeof(r->device), "%s", on_cpu ? "cpu:0" : device_name(cmod.dev));
+    /* warm-up: page the mapped weights in, let BLAS spin up its threads */
+    struct bench_result one;
+    r->best = (struct bench_result){1e30, 1e30};
+    if ((rc = bench_once(m, r->batch, r->prompt_len < 8 ? r->prompt_len : 8, 2, &one)) < 0)
+        goto out;
+    for (int i = 0; i < r->repeat; i++) {
+        if ((rc = bench_once(m, r->batch, r->prompt_len, r->gen, &one)) < 0)
+            goto out;
+        if (one.prefill_s < r->best.prefill_s)
+            r->best.prefill_s = one.prefill_s;
+        if (one.decode_s < r->best.decode_s)
+            r->best.decode_s = one.decode_s;
+    }
+    r->wbytes = (double)model_weight_bytes(m);
+    r->macs_token = (double)m->macs_token;
+    r->macs_row = (double)m->macs_row;
+    r->weight_dtype = m->weight_dtype;
+    r->compute = m->compute;
+    /* the host's memory and matmul figures mean something next to a CPU
+     * device only: NaN (n/a, null in JSON) on a GPU */
+    /* STREAM's count: a copy reads and writes each byte; decode only reads */
+    r->bw = on_cpu ? 2 * membw_memcpy(r->threads, (size_t)256 << 20, 5) : NAN;
+    /* decode only reads its weights: read bandwidth is its ceiling */
+    r->rbw = on_cpu ? membw_read(r->threads, (size_t)256 << 20, 5) : NAN;
+    r->ceil = (struct bench_ceilings){.f32.gflops = NAN, .bf16.gflops = NAN, .impl = "n/a"};
+    if (on_cpu && (rc = bench_ceilings(r->threads, &r->ceil)) < 0)
+        goto out;
+    r->isa = on_cpu ? cpu_gemv_isa() : NULL;
+    r->blas = on_cpu ? blas_core_name() : NULL;
+out:
+    cli_model_close(&cmod);
+    return rc;
+}
+
+/* The figures both outputs show, from r's times. */
+struct forward_figures {
+    double prefill_tps, decode_tps, stream, prefill_gflops, decode_vs_read;
+};
+
+static struct forward_figures forward_figures(const struct forward_run *r)
+{
+    struct forward_figures f;
+    f.prefill_tps = r->batch * r->prompt_len / r->best.prefill_s;
+    f.decode_tps = r->batch * r->gen / r->best.decode_s;
+    f.stream = r->wbytes * r->gen / r->best.decode_s;
+    /* every token through the layers, each sequence's last through the head */
+    f.prefill_gflops =
+        2 * (r->macs_token * r->prompt_len + r->macs_row) * r->batch / r->best.prefill_s / 1e9;
+    f.decode_vs_read = r->rbw > 0 ? f.stream / r->rbw : r->dev.gpu < 0 ? 0 : NAN;
+    return f;
+}
+
+static int forward_print_json(const struct forward_run *r)
+{
+    const bool on_cpu = r->dev.gpu < 0;
+    struct forward_figures f = forward_figures(r);
+    json_t *j = json_pack(
+        "{s:s, s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, "
+        "s:o, s:o, s:o, s:o, s:s, s:o, s:o, s:o, s:o}",
+        "impl", "shardswap", "device", jsonout_string(r->device), "model", jsonout_string(r->dir),
+        "blas_core", jsonout_string(r->blas), "gemv_isa", jsonout_string(r->isa), "threads",
+        r->threads, "batch", r->batch, "prompt_len", r->prompt_len, "gen", r->gen, "weight_dtype",
+        dtype_name(r->weight_dtype), "weight_bytes", (json_int_t)r->wbytes, "prefill_s",
+        jsonout_real(r->best.prefill_s, 6), "prefill_tok_s", jsonout_real(f.prefill_tps, 2),
+        "decode_s", jsonout_real(r->best.decode_s, 6), "decode_tok_s",
+        jsonout_real(f.decode_tps, 2), "decode_ms_per_step",
+        jsonout_real(1e3 * r->best.decode_s / r->gen, 3), "decode_weight_gb_s",
+        jsonout_real(f.stream / 1e9, 3), "memcpy_gb_s", jsonout_real(r->bw / 1e9, 3),
+        "decode_vs_memcpy", jsonout_real(f.stream / r->bw, 3), "read_gb_s",
+        jsonout_real(r->rbw / 1e9, 3), "decode_vs_read", jsonout_real(f.decode_vs_read, 3),
+        "compute", kern_compute_name(r->compute), "prefill_gflops",
+        jsonout_real(f.prefill_gflops, 2), "matmul_f32_gflops",
+        jsonout_real(r->ceil.f32.gflops, 2), "matmul_bf16_gflops",
+        jsonout_real(r->ceil.bf16.gflops, 2), "matmul_impl",
+        jsonout_string(on_cpu ? r->ceil.impl : NULL));
+    return jsonout_print(j);
+}
+
+static void forward_print_table(const struct forward_run *r)
+{
+    struct forward_figures f = forward_figures(r);
+    printf("model %s on %s: %.1f MB of weights (%s), compute %s, %d threads, batch %d, "
+           "prompt %d, gen %d, best of %d, openblas core %s, gemv isa %s, matmul %s\n",
+           r->dir, r->device, r->wbytes / 1e6, dtype_name(r->weight_dtype),
+           kern_compute_name(r->compute), r->threads, r->batch, r->prompt_len, r->gen, r->repeat,
+           r->blas ? r->blas : "n/a", r->isa ? r->isa : "n/a", r->ceil.impl);
+    printf("%-28s %12s\n", "metric", "value");
+    metric_row("prefill tokens/s", f.prefill_tps, 1);
+    metric_row("prefill GFLOP/s (linear)", f.prefill_gflops, 1);
+    metric_row("matmul f32 GFLOP/s", r->ceil.f32.gflops, 1);
+    metric_row("matmul bf16 GFLOP/s", r->ceil.bf16.gflops, 1);
+    metric_row("decode tokens/s", f.decode_tps, 1);
+    metric_row("decode ms/step", 1e3 * r->best.decode_s / r->gen, 2);
+    metric_row("decode weight GB/s", f.stream / 1e9, 2);
+    metric_row("memcpy GB/s (STREAM count)", r->bw / 1e9, 2);
+    metric_row("decode / memcpy", f.stream / r->bw, 2);
+    metric_row("read GB/s", r->rbw / 1e9, 2);
+    metric_row("decode / read", f.decode_vs_read, 2);
+}
+
 static int bench_forward(int argc, char **argv)
 {
-    const char *dir = NULL;
     const char *compute = NULL, *devices = NULL;
-    int batch = 1, prompt_len = 128, gen = 32, threads = 0, repeat = 3;
+    struct forward_run r = {.batch = 1, .prompt_len = 128, .gen = 32, .repeat = 3};
     bool json = false;
     struct flag flags[] = {
-        MODEL_FLAG(&dir),
-        FLAG_RANGE("batch", FLAG_INT, &batch, "B", "sequences per batch (default 1)", 1, 4096,
+        MODEL_FLAG(&r.dir),
+        FLAG_RANGE("batch", FLAG_INT, &r.batch, "B", "sequences per batch (default 1)", 1, 4096,
                    "1..4096"),
-        FLAG_RANGE("prompt-len", FLAG_INT, &prompt_len, "L",
+        FLAG_RANGE("prompt-len", FLAG_INT, &r.prompt_len, "L",
                    "prompt tokens per sequence (default 128)", 1, 1 << 20, "1..1048576"),
-        FLAG_RANGE("gen", FLAG_INT, &gen, "N", "decode steps (default 32)", 1, 1 << 20,
+        FLAG_RANGE("gen", FLAG_INT, &r.gen, "N", "decode steps (default 32)", 1, 1 << 20,
                    "1..1048576"),
-        FLAG("threads", FLAG_INT, &threads, "T",
+        FLAG("threads", FLAG_INT, &r.threads, "T",
              "threads, at most the CPUs this process may use (default 0: all of them)"),
-        FLAG_RANGE("repeat", FLAG_INT, &repeat, "R", "best of R runs (default 3)", 1, 1000,
+        FLAG_RANGE("repeat", FLAG_INT, &r.repeat, "R", "best of R runs (default 3)", 1, 1000,
                    "1..1000"),
         COMPUTE_FLAG(&compute),
         DEVICE_FLAG(&devices),
@@ -137,109 +288,22 @@ static int bench_forward(int argc, char **argv)
     /* the bandwidth probe takes 256 MiB a thread: threads are bounded by
      * the machine, not by what was typed */
     int cpus = cpus_usable();
-    if (threads < 0 || threads > cpus) {
+    if (r.threads < 0 || r.threads > cpus) {
         char v[16], range[96];
-        snprintf(v, sizeof(v), "%d", threads);
+        snprintf(v, sizeof(v), "%d", r.threads);
         snprintf(range, sizeof(range), "0..%d, the CPUs this process may use; 0 = all", cpus);
         return args_range_fail("bench forward", "threads", v, range);
     }
-    enum kern_compute cm;
-    bool cm_set;
-    int gpu;
-    if (cli_compute(compute, &cm_set, &cm) < 0 || cli_device_parse(devices, &gpu) < 0)
+    if (cli_device_flags_parse(compute, devices, &r.dev) < 0)
         return args_usage_fail("bench forward");
-    const bool on_cpu = gpu < 0;
-    cpu_set_threads(threads);
-    threads = cpu_threads();
-    struct cli_model cmod = {0};
-    struct model_exec_shape shape = {.batch = batch, .max_len = prompt_len + gen};
-    if ((rc = cli_model_open(gpu, dir, &shape, &cmod)) < 0)
+    cpu_set_threads(r.threads);
+    r.threads = cpu_threads();
+    if (forward_measure(&r) < 0)
         return cli_fail("bench forward");
-    struct model *m = cmod.m;
-    if (cm_set)
-        m->compute = cm;
-    if (prompt_len + gen > m->info->max_pos) {
-        err_set(ERR_INVALID, "--prompt-len + --gen = %d exceeds the model's %d positions",
-                prompt_len + gen, m->info->max_pos);
-        cli_model_close(&cmod);
-        return cli_fail("bench forward");
-    }
-    char device[32];
-    if (on_cpu)
-        snprintf(device, sizeof(device), "cpu:0");
+    if (json)
+        rc = forward_print_json(&r);
     else
-        snprintf(device, sizeof(device), "%s", device_name(cmod.dev));
-    /* warm-up: page the mapped weights in, let BLAS spin up its threads */
-    struct bench_result best = {1e30, 1e30}, r;
-    if ((rc = bench_once(m, batch, prompt_len < 8 ? prompt_len : 8, 2, &r)) < 0)
-        goto out;
-    for (int i = 0; i < repeat; i++) {
-        if ((rc = bench_once(m, batch, prompt_len, gen, &r)) < 0)
-            goto out;
-        if (r.prefill_s < best.prefill_s)
-            best.prefill_s = r.prefill_s;
-        if (r.decode_s < best.decode_s)
-            best.decode_s = r.decode_s;
-    }
-    /* the host's memory and matmul figures mean something next to a CPU
-     * device only: NaN (n/a, null in JSON) on a GPU */
-    /* STREAM's count: a copy reads and writes each byte; decode only reads */
-    double bw = on_cpu ? 2 * membw_memcpy(threads, (size_t)256 << 20, 5) : NAN;
-    /* decode only reads its weights: read bandwidth is its ceiling */
-    double rbw = on_cpu ? membw_read(threads, (size_t)256 << 20, 5) : NAN;
-    double wbytes = (double)model_weight_bytes(m);
-    double prefill_tps = batch * prompt_len / best.prefill_s;
-    double decode_tps = batch * gen / best.decode_s;
-    double stream = wbytes * gen / best.decode_s;
-    /* every token through the layers, each sequence's last through the head */
-    double prefill_gflops =
-        2 * (m->macs_token * prompt_len + m->macs_row) * batch / best.prefill_s / 1e9;
-    struct bench_ceilings ceil = {.f32.gflops = NAN, .bf16.gflops = NAN, .impl = "n/a"};
-    if (on_cpu && (rc = bench_ceilings(threads, &ceil)) < 0)
-        goto out;
-    const char *isa = on_cpu ? cpu_gemv_isa() : NULL, *blas = on_cpu ? blas_core_name() : NULL;
-    if (json) {
-        json_t *j = json_pack(
-            "{s:s, s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, "
-            "s:o, s:o, s:o, s:o, s:s, s:o, s:o, s:o, s:o}",
-            "impl", "shardswap", "device", jsonout_string(device), "model", jsonout_string(dir),
-            "blas_core", jsonout_string(blas), "gemv_isa", jsonout_string(isa), "threads",
-            threads, "batch", batch, "prompt_len", prompt_len, "gen", gen, "weight_dtype",
-            dtype_name(m->weight_dtype), "weight_bytes", (json_int_t)wbytes, "prefill_s",
-            jsonout_real(best.prefill_s, 6), "prefill_tok_s", jsonout_real(prefill_tps, 2),
-            "decode_s", jsonout_real(best.decode_s, 6), "decode_tok_s",
-            jsonout_real(decode_tps, 2), "decode_ms_per_step",
-            jsonout_real(1e3 * best.decode_s / gen, 3), "decode_weight_gb_s",
-            jsonout_real(stream / 1e9, 3), "memcpy_gb_s", jsonout_real(bw / 1e9, 3),
-            "decode_vs_memcpy", jsonout_real(stream / bw, 3), "read_gb_s",
-            jsonout_real(rbw / 1e9, 3), "decode_vs_read",
-            jsonout_real(rbw > 0 ? stream / rbw : on_cpu ? 0 : NAN, 3), "compute",
-            kern_compute_name(m->compute), "prefill_gflops", jsonout_real(prefill_gflops, 2),
-            "matmul_f32_gflops", jsonout_real(ceil.f32.gflops, 2), "matmul_bf16_gflops",
-            jsonout_real(ceil.bf16.gflops, 2), "matmul_impl",
-            jsonout_string(on_cpu ? ceil.impl : NULL));
-        rc = jsonout_print(j);
-    } else {
-        printf("model %s on %s: %.1f MB of weights (%s), compute %s, %d threads, batch %d, "
-               "prompt %d, gen %d, best of %d, openblas core %s, gemv isa %s, matmul %s\n",
-               dir, device, wbytes / 1e6, dtype_name(m->weight_dtype),
-               kern_compute_name(m->compute), threads, batch, prompt_len, gen, repeat,
-               blas ? blas : "n/a", isa ? isa : "n/a", ceil.impl);
-        printf("%-28s %12s\n", "metric", "value");
-        metric_row("prefill tokens/s", prefill_tps, 1);
-        metric_row("prefill GFLOP/s (linear)", prefill_gflops, 1);
-        metric_row("matmul f32 GFLOP/s", ceil.f32.gflops, 1);
-        metric_row("matmul bf16 GFLOP/s", ceil.bf16.gflops, 1);
-        metric_row("decode tokens/s", decode_tps, 1);
-        metric_row("decode ms/step", 1e3 * best.decode_s / gen, 2);
-        metric_row("decode weight GB/s", stream / 1e9, 2);
-        metric_row("memcpy GB/s (STREAM count)", bw / 1e9, 2);
-        metric_row("decode / memcpy", stream / bw, 2);
-        metric_row("read GB/s", rbw / 1e9, 2);
-        metric_row("decode / read", rbw > 0 ? stream / rbw : on_cpu ? 0 : NAN, 2);
-    }
-out:
-    cli_model_close(&cmod);
+        forward_print_table(&r);
     return rc < 0 ? cli_fail("bench forward") : 0;
 }
 

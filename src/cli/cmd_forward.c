@@ -45,6 +45,50 @@ static int check_out_path(const char *path)
     return 0;
 }
 
+/* The logits of every position of ids_s's ids through the model in dir,
+ * written to path (beside it, then renamed over it). */
+static int forward_run(const char *dir, const char *ids_s, const char *path,
+                       const struct cli_device_flags *f)
+{
+    struct cli_model cm = {0};
+    struct model_exec *ex = NULL;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    FILE *fp = NULL;
+    char tmp[4200];
+    int n = 0, rc;
+    if ((rc = check_out_path(path)) < 0 || (rc = cli_ids_parse("ids", ids_s, &ids, &n)) < 0)
+        goto out;
+    const struct model_exec_shape shape = {.batch = 1, .max_len = n, .max_rows = n};
+    if ((rc = cli_model_open(f, dir, &shape, &cm)) < 0 ||
+        (rc = model_exec_open(cm.m, &shape, &ex)) < 0)
+        goto out;
+    size_t count = (size_t)n * cm.m->info->vocab;
+    if (!(logits = malloc(count * sizeof(float)))) {
+        rc = err_set(ERR_NOMEM, "out of memory for %zu logits", count);
+        goto out;
+    }
+    if ((rc = model_forward(cm.m, ex, ids, NULL, n, true, logits)) < 0)
+        goto out;
+    /* written beside --out and renamed over it when complete: a full disk
+     * leaves an existing file as it was */
+    if ((rc = fs_file_begin(path, tmp, sizeof(tmp), &fp)) < 0)
+        goto out;
+    /* the in-memory floats are the file format on a little-endian machine */
+    _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "--out is little-endian");
+    fwrite(logits, sizeof(float), count, fp); /* a short write shows in ferror at the commit */
+    rc = fs_file_commit(fp, tmp, path, "the logits");
+    fp = NULL;
+out:
+    if (fp)
+        fs_file_abort(fp, tmp);
+    free(ids);
+    free(logits);
+    model_exec_free(ex);
+    cli_model_close(&cm);
+    return rc;
+}
+
 int cmd_forward(int argc, char **argv)
 {
     const char *dir = NULL, *ids_s = NULL, *path = NULL, *compute_s = NULL, *devices = NULL;
@@ -62,53 +106,8 @@ int cmd_forward(int argc, char **argv)
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
-    bool compute_set;
-    enum kern_compute compute;
-    int gpu;
-    if (cli_compute(compute_s, &compute_set, &compute) < 0 || cli_device_parse(devices, &gpu) < 0)
+    struct cli_device_flags f;
+    if (cli_device_flags_parse(compute_s, devices, &f) < 0)
         return args_usage_fail("forward");
-    struct cli_model cm = {0};
-    struct model *m = NULL;
-    struct model_exec *ex = NULL;
-    int32_t *ids = NULL;
-    float *logits = NULL;
-    FILE *f = NULL;
-    char tmp[4200];
-    int n = 0;
-    if ((rc = check_out_path(path)) < 0 || (rc = cli_ids_parse("ids", ids_s, &ids, &n)) < 0)
-        goto out;
-    const struct model_exec_shape shape = {.batch = 1, .max_len = n, .max_rows = n};
-    if ((rc = cli_model_open(gpu, dir, &shape, &cm)) < 0)
-        goto out;
-    m = cm.m;
-    if (compute_set)
-        m->compute = compute;
-    if ((rc = model_exec_open(m, &shape, &ex)) < 0)
-        goto out;
-    size_t count = (size_t)n * m->info->vocab;
-    if (!(logits = malloc(count * sizeof(float)))) {
-        rc = err_set(ERR_NOMEM, "out of memory for %zu logits", count);
-        goto out;
-    }
-    if ((rc = model_forward(m, ex, ids, NULL, n, true, logits)) < 0)
-        goto out;
-    /* written beside --out and renamed over it when complete: a full disk
-     * leaves an existing file as it was */
-    if ((rc = fs_file_begin(path, tmp, sizeof(tmp), &f)) < 0)
-        goto out;
-    /* the in-memory floats are the file format on a little-endian machine */
-    _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "--out is little-endian");
-    fwrite(logits, sizeof(float), count, f); /* a short write shows in ferror at the commit */
-    rc = fs_file_commit(f, tmp, path, "the logits");
-    f = NULL;
-out:
-    if (f)
-        fs_file_abort(f, tmp);
-    if (rc < 0)
-        rc = cli_fail("forward");
-    free(ids);
-    free(logits);
-    model_exec_free(ex);
-    cli_model_close(&cm);
-    return rc;
+    return forward_run(dir, ids_s, path, &f) < 0 ? cli_fail("forward") : 0;
 }

@@ -13,22 +13,11 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/timing.h"
+#include "core/utf8.h"
 #include "model/random.h"
 #include "template/chat.h"
 #include "tokenizer/bpe.h"
-
-/* The byte-level alphabet of GPT-2: printable Latin-1 bytes stand for
- * themselves, the other bytes for code points 256, 257, ... in byte order. */
-static unsigned byte_symbol(unsigned b)
-{
-    if ((b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff))
-        return b;
-    unsigned n = 0;
-    for (unsigned x = 0; x < b; x++)
-        if (!((x >= '!' && x <= '~') || (x >= 0xa1 && x <= 0xac) || (x >= 0xae && x <= 0xff)))
-            n++;
-    return 256 + n;
-}
+#include "tokenizer/byte_level.h"
 
 /* dir/name into buf; ERR_INVALID when it does not fit. */
 static int path_join(char *buf, size_t cap, const char *dir, const char *name)
@@ -63,17 +52,9 @@ static int write_minimal_tokenizer(const char *dir)
     for (int i = 0; i < 4; i++)
         json_object_set_new(vocab, specials[i], json_integer(i));
     for (unsigned b = 0; b < 256; b++) {
-        unsigned cp = byte_symbol(b);
-        char utf8[3];
-        if (cp < 0x80) {
-            utf8[0] = (char)cp;
-            utf8[1] = 0;
-        } else {
-            utf8[0] = (char)(0xc0 | (cp >> 6));
-            utf8[1] = (char)(0x80 | (cp & 0x3f));
-            utf8[2] = 0;
-        }
-        json_object_set_new(vocab, utf8, json_integer(4 + b));
+        unsigned char sym[5];
+        sym[utf8_encode_one(byte_level_cp((unsigned char)b), sym)] = 0;
+        json_object_set_new(vocab, (const char *)sym, json_integer(4 + b));
     }
     int rc = write_json(vocab, dir, "vocab.json");
     if (rc < 0)
@@ -246,6 +227,46 @@ static int check_tokenizer(const char *from, const struct model_config *cfg)
     return 0;
 }
 
+/* Writes cfg's checkpoint (weights as o says, a tokenizer, a chat template)
+ * to out, checked first so that a refused --out or --tokenizer-from costs
+ * nothing; staged in a directory beside out and renamed to it when
+ * complete, so an interrupted or failed run leaves no half model there. */
+static int gen_model_write(const struct model_config *cfg, const char *out, bool force,
+                           const char *tok_from, const char *chat,
+                           const struct model_random_opts *o)
+{
+    char staged[4096] = "";
+    int rc;
+    if ((rc = check_out_dir(out, force)) < 0 ||
+        (tok_from && (rc = check_tokenizer(tok_from, cfg)) < 0) ||
+        (rc = cli_check_space(out, model_checkpoint_bytes(cfg, o->dtype) + (1u << 20), "--out")) < 0)
+        return rc;
+    if ((rc = fs_dir_stage(out, staged, sizeof(staged))) < 0)
+        return err_wrap(rc, "--out %s", out);
+    /* gen-model's minimal tokenizer has OPT's special tokens and ids: right
+     * for OPT only; the other families get none unless told */
+    bool opt = strcmp(cfg->info.family, "opt") == 0;
+    if (!tok_from && !opt)
+        fprintf(stderr, "shardswap gen-model: note: writing no tokenizer (a %s model takes token-id "
+                        "prompts: generate --ids, or \"prompt\": [ids] when served; "
+                        "--tokenizer-from DIR copies a real one)\n",
+                cfg->info.family);
+    if ((rc = tok_from ? copy_tokenizer(tok_from, staged)
+              : opt    ? write_minimal_tokenizer(staged)
+                       : 0) < 0 ||
+        (chat && (rc = copy_chat_template(chat, staged)) < 0) ||
+        (rc = model_random_write(cfg, staged, o)) < 0 || (rc = fs_dir_commit(staged, out)) < 0) {
+        char why[1024], left[1024];
+        snprintf(why, sizeof(why), "%s", err_msg());
+        if (fs_tree_remove(staged) < 0) {
+            snprintf(left, sizeof(left), "%s", err_msg());
+            err_set(rc, "%s (and %s is left behind: %s)", why, staged, left);
+        }
+        return rc;
+    }
+    return 0;
+}
+
 int cmd_gen_model(int argc, char **argv)
 {
     const char *preset = NULL, *dtype_s = "f16", *out = NULL, *tok_from = NULL, *chat = NULL;
@@ -283,7 +304,6 @@ int cmd_gen_model(int argc, char **argv)
         return rc;
     struct model_config *cfg = NULL;
     double last = 0;
-    char staged[4096] = "";
     if ((rc = model_preset(preset, &cfg)) < 0)
         goto out;
     if (dtype_parse(dtype_s, &o.dtype) < 0) {
@@ -296,42 +316,11 @@ int cmd_gen_model(int argc, char **argv)
         o.progress = show_progress;
         o.progress_ctx = &last;
     }
-    if ((rc = check_out_dir(out, force)) < 0 ||
-        (tok_from && (rc = check_tokenizer(tok_from, cfg)) < 0) ||
-        (rc = cli_check_space(out, model_checkpoint_bytes(cfg, o.dtype) + (1u << 20), "--out")) < 0)
+    if ((rc = gen_model_write(cfg, out, force, tok_from, chat, &o)) < 0)
         goto out;
-    /* everything goes into a directory beside --out, renamed to it when
-     * complete: an interrupted or failed run leaves no half model there */
-    if ((rc = fs_dir_stage(out, staged, sizeof(staged))) < 0) {
-        err_wrap(rc, "--out %s", out);
-        goto out;
-    }
-    /* gen-model's minimal tokenizer has OPT's special tokens and ids: right
-     * for OPT only; the other families get none unless told */
-    bool opt = strcmp(cfg->info.family, "opt") == 0;
-    if (!tok_from && !opt)
-        fprintf(stderr, "shardswap gen-model: note: writing no tokenizer (a %s model takes token-id "
-                        "prompts: generate --ids, or \"prompt\": [ids] when served; "
-                        "--tokenizer-from DIR copies a real one)\n",
-                cfg->info.family);
-    if ((rc = tok_from ? copy_tokenizer(tok_from, staged)
-              : opt    ? write_minimal_tokenizer(staged)
-                       : 0) < 0 ||
-        (chat && (rc = copy_chat_template(chat, staged)) < 0) ||
-        (rc = model_random_write(cfg, staged, &o)) < 0 || (rc = fs_dir_commit(staged, out)) < 0)
-        goto out;
-    staged[0] = '\0';
     fprintf(stderr, "wrote %s: %s, %d layers, %s, %.3f GB of weights\n", out, preset,
             cfg->info.n_layers, dtype_name(o.dtype), model_checkpoint_bytes(cfg, o.dtype) / 1e9);
 out:
-    if (rc < 0 && staged[0]) {
-        char why[1024], left[1024];
-        snprintf(why, sizeof(why), "%s", err_msg());
-        if (fs_tree_remove(staged) < 0) {
-            snprintf(left, sizeof(left), "%s", err_msg());
-            err_set(rc, "%s (and %s is left behind: %s)", why, staged, left);
-        }
-    }
     model_config_free(cfg);
     return rc < 0 ? cli_fail("gen-model") : 0;
 }

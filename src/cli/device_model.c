@@ -2,9 +2,12 @@
 
 #include <string.h>
 
+#include "cli/args.h"
 #include "core/error.h"
 
-int cli_device_parse(const char *devices, int *gpu)
+/* --devices of a one-device command: NULL, "1", "cpu:0" or "cuda:G" (*gpu
+ * = G, else -1). */
+static int device_parse(const char *devices, int *gpu)
 {
     *gpu = -1;
     if (!devices)
@@ -21,12 +24,16 @@ int cli_device_parse(const char *devices, int *gpu)
     return 0;
 }
 
-int cli_model_open(int gpu, const char *dir, const struct model_exec_shape *shape,
-                   struct cli_model *out)
+int cli_device_flags_parse(const char *compute, const char *devices, struct cli_device_flags *out)
 {
-    memset(out, 0, sizeof(*out));
-    if (gpu < 0)
-        return model_open(dir, &out->m);
+    int rc = cli_compute(compute, &out->compute_set, &out->compute);
+    return rc < 0 ? rc : device_parse(devices, &out->gpu);
+}
+
+/* The whole model on GPU gpu, on a device sized for it and shape. */
+static int open_on_gpu(int gpu, const char *dir, const struct model_exec_shape *shape,
+                       struct cli_model *out)
+{
     struct model_config *cfg;
     int rc = model_config_load(dir, &cfg);
     if (rc < 0)
@@ -43,10 +50,20 @@ int cli_model_open(int gpu, const char *dir, const struct model_exec_shape *shap
         return rc;
     /* the calling thread runs the forward: it is the device's compute thread */
     device_compute_thread_init(out->dev);
-    if ((rc = model_open_on(dir, out->dev, &out->m)) < 0) {
+    return model_open_on(dir, out->dev, &out->m);
+}
+
+int cli_model_open(const struct cli_device_flags *f, const char *dir,
+                   const struct model_exec_shape *shape, struct cli_model *out)
+{
+    memset(out, 0, sizeof(*out));
+    int rc = f->gpu < 0 ? model_open(dir, &out->m) : open_on_gpu(f->gpu, dir, shape, out);
+    if (rc < 0) {
         cli_model_close(out);
         return rc;
     }
+    if (f->compute_set)
+        out->m->compute = f->compute;
     return 0;
 }
 

@@ -1,8 +1,11 @@
-/* --devices for the commands that compute on one device (forward,
- * generate, bench forward): the device list parsed as everywhere else
- * (stack_parse_devices), and the whole model opened where it names. */
+/* The model of the commands that compute on one device (forward,
+ * generate, bench forward), opened in one place: --devices parsed as
+ * everywhere else (stack_parse_devices), --compute, and the whole model
+ * opened where they name. */
 #ifndef SHARDSWAP_CLI_DEVICE_MODEL_H
 #define SHARDSWAP_CLI_DEVICE_MODEL_H
+
+#include <stdbool.h>
 
 #include "engine/stack.h"
 #include "model/model.h"
@@ -18,20 +21,29 @@ struct cli_model {
     struct model *m; /* owned */
 };
 
-/* Checks a --devices value of a one-device command: NULL, "1", "cpu:0" or
- * "cuda:G" (*gpu = G, else -1). 0, or ERR_INVALID with a one-line message
- * naming the flag (a usage error). */
-int cli_device_parse(const char *devices, int *gpu);
+/* --compute and --devices of a one-device command (forward, generate,
+ * bench forward), checked before anything is opened. */
+struct cli_device_flags {
+    int gpu;                   /* --devices cuda:G: G; else -1 (cpu:0) */
+    bool compute_set;          /* --compute given: */
+    enum kern_compute compute; /* the model computes in it */
+};
 
-/* Opens the checkpoint in dir on the device gpu names: -1, the host's
+/* Checks the values of --compute (NULL: the checkpoint's) and --devices
+ * (NULL, "1", "cpu:0" or "cuda:G"). 0, or ERR_INVALID with a one-line
+ * message naming the flag (a usage error). */
+int cli_device_flags_parse(const char *compute, const char *devices, struct cli_device_flags *out);
+
+/* Opens the checkpoint in dir on the device f->gpu names: -1, the host's
  * mapped views (model_open, zero copies; model_exec_open then computes on
- * a CPU device of its own); else GPU gpu, with a budget of the weights plus
- * a model_exec of shape (max_len capped at the model's positions), the
- * weights copied there (model_open_on), and the calling thread made
- * its compute thread (device_compute_thread_init). The caller runs model_exec_open
- * (at most shape's size) on out->m and closes with cli_model_close. */
-int cli_model_open(int gpu, const char *dir, const struct model_exec_shape *shape,
-                   struct cli_model *out);
+ * a CPU device of its own); else GPU f->gpu, with a budget of the weights
+ * plus a model_exec of shape (max_len capped at the model's positions), the
+ * weights copied there (model_open_on), and the calling thread made its
+ * compute thread (device_compute_thread_init). With f->compute_set the
+ * model computes in f->compute. The caller runs model_exec_open (at most
+ * shape's size) on out->m and closes with cli_model_close. */
+int cli_model_open(const struct cli_device_flags *f, const char *dir,
+                   const struct model_exec_shape *shape, struct cli_model *out);
 void cli_model_close(struct cli_model *cm); /* NULL-safe; the model, then its device */
 
 #endif

@@ -5,6 +5,52 @@
 
 #include "core/error.h"
 
+int model_generate_steps(struct model *m, struct model_exec *ex, const int32_t *prompt,
+                         int n_prompt, float *logits, int32_t *next, generate_step_fn step,
+                         void *ctx)
+{
+    /* prefill, then one forward per step */
+    int rc = model_forward(m, ex, prompt, NULL, n_prompt, false, logits);
+    for (int i = 0; rc == 0; i++) {
+        if ((rc = step(ctx, i, logits, next)) != 0)
+            return rc < 0 ? rc : 0;
+        rc = model_forward(m, ex, next, NULL, 1, false, logits);
+    }
+    return rc;
+}
+
+/* model_generate's step: sample, stop at EOS, hand the token on. */
+struct sample_ctx {
+    const struct model_info *info;
+    struct sampler *s;
+    int max_tokens;
+    generate_token_fn on_token;
+    void *ctx;
+    int32_t *out;
+    int *n_out;
+    bool warned;
+};
+
+static int sample_step(void *ctx, int i, float *logits, int32_t *next)
+{
+    struct sample_ctx *g = ctx;
+    int32_t id = sampler_pick(g->s, logits, g->info->vocab);
+    if (!g->warned && sampler_nonfinite(g->s)) {
+        g->warned = true;
+        fprintf(stderr, "shardswap: warning: NaN or Inf logits at generated token %d; the "
+                        "model's weights or activations are not finite\n", i + 1);
+    }
+    if (model_info_is_eos(g->info, id))
+        return 1;
+    if (g->out)
+        g->out[i] = id;
+    (*g->n_out)++;
+    if ((g->on_token && g->on_token(g->ctx, id)) || i + 1 == g->max_tokens)
+        return 1;
+    *next = id;
+    return 0;
+}
+
 int model_generate(struct model *m, const int32_t *prompt, int n_prompt, int max_tokens,
                  struct sampler *s, generate_token_fn on_token, void *ctx, int32_t *out,
                  int *n_out)
@@ -33,27 +79,10 @@ int model_generate(struct model *m, const int32_t *prompt, int n_prompt, int max
         rc = err_set(ERR_NOMEM, "out of memory");
         goto out;
     }
-    /* prefill, then one step per token */
-    if ((rc = model_forward(m, ex, prompt, NULL, n_prompt, false, logits)) < 0)
-        goto out;
-    bool warned = false;
-    for (int i = 0; i < max_tokens; i++) {
-        int32_t id = sampler_pick(s, logits, c->vocab);
-        if (!warned && sampler_nonfinite(s)) {
-            warned = true;
-            fprintf(stderr, "shardswap: warning: NaN or Inf logits at generated token %d; the "
-                            "model's weights or activations are not finite\n", i + 1);
-        }
-        if (model_info_is_eos(c, id))
-            break;
-        if (out)
-            out[i] = id;
-        (*n_out)++;
-        if ((on_token && on_token(ctx, id)) || i + 1 == max_tokens)
-            break;
-        if ((rc = model_forward(m, ex, &id, NULL, 1, false, logits)) < 0)
-            goto out;
-    }
+    struct sample_ctx g = {.info = c, .s = s, .max_tokens = max_tokens, .on_token = on_token,
+                           .ctx = ctx, .out = out, .n_out = n_out};
+    int32_t next;
+    rc = model_generate_steps(m, ex, prompt, n_prompt, logits, &next, sample_step, &g);
 out:
     model_exec_free(ex);
     free(logits);

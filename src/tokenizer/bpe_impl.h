@@ -11,6 +11,7 @@
 
 #include "core/utf8.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/byte_level.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -149,11 +150,8 @@ void bpe_merge_work_free(struct bpe_merge_work *w);
 int bpe_merge_word(const struct bpe *t, struct bpe_merge_work *w, const unsigned char *word,
                    size_t n, int32_t *out);
 
-/* GPT-2 byte-level alphabet (byte_level.c): every byte is shown as a printable
- * code point so that vocab files are valid text. */
-uint32_t byte_level_cp(unsigned char b);
-/* The byte code point cp stands for, or -1 when cp is outside the alphabet. */
-int byte_level_byte(uint32_t cp);
+/* GPT-2's byte-level alphabet: byte_level_cp, byte_level_byte
+ * (tokenizer/byte_level.h, included above). */
 
 /* Pre-tokenizer (pretokenize.c): steps of regex splits through PCRE2. */
 int pretok_open_gpt2(struct pretok **out);

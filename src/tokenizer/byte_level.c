@@ -6,7 +6,9 @@
  * increasing order, take U+0100, U+0101, ... So space is U+0120 'Ġ' and
  * newline is U+010A 'Ċ'.
  */
-#include "tokenizer/bpe_impl.h"
+#include "tokenizer/byte_level.h"
+
+#include <stdbool.h>
 
 static bool byte_level_is_self(unsigned b)
 {

@@ -1,0 +1,86 @@
+/* The measurement behind `shardswap bench swap`: how fast one checkpoint
+ * moves onto its devices under each TP x PP layout, and what a cold request
+ * costs with and without layer overlap.
+ *
+ *   swapbench_run(config) -> for each layout, on a stack of its own
+ *   (engine/stack.h: tp x pp devices, the model placed on them in order):
+ *     the host tier filled once (disk -> host, timed);
+ *     CUDA devices only: the link, a pinned copy of the same bytes onto every
+ *       device of the layout at once and back;
+ *     repeat swap-ins (host -> devices, every shard at once) and swap-outs;
+ *     repeat rounds of a cold request (not resident -> first token's
+ *       logits) with layer overlap, one without, and the same request warm;
+ *   medians of the repeat runs; beside them, on CPU devices, the host's
+ *   memcpy and streaming copy on 1 .. max_workers threads, the reference the
+ *   table compares with.
+ *
+ * Everything runs on the caller's thread, which waits for every transfer;
+ * the stacks are closed before it returns. Errors name what failed (a
+ * layout the model cannot be cut into, a device that cannot be opened, a
+ * load that failed). No timing decides anything: the results are numbers
+ * to print. */
+#ifndef SHARDSWAP_WORKLOAD_SWAPBENCH_H
+#define SHARDSWAP_WORKLOAD_SWAPBENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/stack.h"
+#include "swap/swap.h"
+
+#define SWAPBENCH_MAX_LAYOUTS 9  /* --layouts' 8 and --tp/--pp's one */
+#define SWAPBENCH_MAX_WORKERS 16 /* tp * pp of a layout */
+#define SWAPBENCH_MAX_PROMPT 512 /* tokens of the cold request */
+
+struct swapbench_config {
+    const char *dir; /* the checkpoint */
+    int n_layouts;   /* 1 .. SWAPBENCH_MAX_LAYOUTS */
+    int tp[SWAPBENCH_MAX_LAYOUTS], pp[SWAPBENCH_MAX_LAYOUTS];
+    int repeat;     /* medians of this many runs, >= 1 */
+    int prompt_len; /* tokens of the cold request, 1 .. SWAPBENCH_MAX_PROMPT */
+    /* CUDA devices: a layout's shards go on the first tp x pp of gpus[]
+     * (n_gpus of them; a GPU listed again is another partition of it), each
+     * sized by the stack for its shard and the cold request. Else CPU
+     * devices, one per shard, each with a budget of the most any layout
+     * puts on it (its shard, the cold request's KV cache and activations). */
+    bool cuda;
+    int n_gpus;
+    int gpus[STACK_MAX_DEVICES];
+    /* bytes per thread of the host's copy reference (CPU devices only);
+     * 0: not measured (memcpy_bps and stream_bps stay 0) */
+    size_t ref_bytes;
+};
+
+/* One layout's medians, in seconds; 0 where not measured. */
+struct swapbench_layout {
+    int tp, pp;
+    uint64_t bytes; /* device bytes of the weights, all shards (swap_shard_device_bytes) */
+    double load_s, offload_s, host_fill_s;
+    /* CUDA devices: the layout's bytes copied H2D and D2H on all its
+     * devices at once (0 on CPU devices) */
+    double link_h2d_s, link_d2h_s;
+    double worker_gbs[SWAPBENCH_MAX_WORKERS]; /* each shard's load, GB/s (tp * pp) */
+    double cold_overlap_s, cold_serial_s, warm_s;
+    /* the layout's swap manager at the end of its run: every load and byte
+     * the measurement moved (loads: 3 x repeat, each moving every shard's
+     * blobs once) */
+    struct swap_stats stats;
+};
+
+struct swapbench_report {
+    int n_layouts;
+    struct swapbench_layout layouts[SWAPBENCH_MAX_LAYOUTS]; /* as configured */
+    int max_workers;                                        /* the largest tp * pp */
+    /* CPU devices with ref_bytes: bytes/s of memcpy and of the streaming
+     * copy on t threads, [t] for t in 1 .. max_workers ([0] unused) */
+    double memcpy_bps[SWAPBENCH_MAX_WORKERS + 1], stream_bps[SWAPBENCH_MAX_WORKERS + 1];
+};
+
+/* Checks every layout against the model in c->dir (TP against its heads,
+ * PP against its layers), sizes the devices and the host tier, measures the
+ * reference, then each layout in order into out. 0, or an error naming the
+ * layout or the step that failed (out partly filled then). */
+int swapbench_run(const struct swapbench_config *c, struct swapbench_report *out);
+
+#endif
