@@ -59,6 +59,15 @@ const char *mpi_world_library(const struct mpi_world *w);
  * above is the heartbeats'). */
 int mpi_world_max_tag(const struct mpi_world *w);
 
+/* Byte messages with another process, for commands and answers
+ * (cluster/proto.h): mpi_world_send returns once the bytes have left p (it
+ * may be reused); mpi_world_recv waits for the next message from peer with
+ * tag and hands over a malloc'd copy (*p, *n; NULL when n is 0; the caller
+ * frees it). Any thread but the progress thread; one (peer, tag) keeps its
+ * order. ERR_IO when MPI fails. */
+int mpi_world_send(struct mpi_world *w, int peer, int tag, const void *p, size_t n);
+int mpi_world_recv(struct mpi_world *w, int peer, int tag, void **p, size_t *n);
+
 /* Heartbeats: every interval_s process 0 sends one to every other process
  * and each of them one to process 0 (a star), on the progress thread. A
  * peer silent for more than timeout_s is lost: lost(arg, proc, silent_s)

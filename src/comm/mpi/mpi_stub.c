@@ -85,3 +85,17 @@ bool mpi_world_proc_lost(struct mpi_world *w, int proc)
     (void)w, (void)proc;
     return false;
 }
+
+int mpi_world_send(struct mpi_world *w, int peer, int tag, const void *p, size_t n)
+{
+    (void)w, (void)peer, (void)tag, (void)p, (void)n;
+    return err_set(ERR_UNSUPPORTED, "mpi: " NO_MPI);
+}
+
+int mpi_world_recv(struct mpi_world *w, int peer, int tag, void **p, size_t *n)
+{
+    (void)w, (void)peer, (void)tag;
+    *p = NULL;
+    *n = 0;
+    return err_set(ERR_UNSUPPORTED, "mpi: " NO_MPI);
+}

@@ -476,3 +476,47 @@ bool mpi_world_proc_lost(struct mpi_world *w, int proc)
     pthread_mutex_unlock(&w->lock);
     return lost;
 }
+
+static void message_done(struct mpi_op *op)
+{
+    event_set(op->arg, op->status);
+}
+
+/* Posts op and waits for it. */
+static int message_run(struct mpi_world *w, struct mpi_op *op)
+{
+    struct event done;
+    event_init(&done);
+    op->done = message_done;
+    op->arg = &done;
+    mpi_world_post(w, op);
+    int rc = event_wait(&done);
+    event_destroy(&done);
+    return rc;
+}
+
+int mpi_world_send(struct mpi_world *w, int peer, int tag, const void *p, size_t n)
+{
+    if (n > (size_t)INT_MAX)
+        return err_set(ERR_INVALID, "mpi: a message of %zu bytes is too large", n);
+    struct mpi_op op = {.kind = MPI_OP_SEND, .peer = peer, .tag = tag, .buf = (void *)p, .len = n};
+    int rc = message_run(w, &op);
+    if (rc < 0)
+        return err_set(rc, "mpi: sending %zu bytes to process %d failed", n, peer);
+    return 0;
+}
+
+int mpi_world_recv(struct mpi_world *w, int peer, int tag, void **p, size_t *n)
+{
+    struct mpi_op op = {.kind = MPI_OP_RECV, .peer = peer, .tag = tag};
+    int rc = message_run(w, &op);
+    *p = op.buf;
+    *n = op.len;
+    if (rc < 0) {
+        free(op.buf);
+        *p = NULL;
+        *n = 0;
+        return err_set(rc, "mpi: receiving from process %d failed", peer);
+    }
+    return 0;
+}
