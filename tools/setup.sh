@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 pkgs="build-essential cmake pkg-config libopenblas-dev libdnnl-dev libpcre2-dev libjansson-dev clang
-  libmicrohttpd-dev libyaml-dev libcurl4-openssl-dev curl prometheus python3 python3-venv"
+  libmicrohttpd-dev libyaml-dev libcurl4-openssl-dev curl prometheus python3 python3-venv
+  libopenmpi-dev openmpi-bin"
 if ! dpkg -s $pkgs >/dev/null 2>&1; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $pkgs >/dev/null

@@ -86,6 +86,49 @@ int arena_alloc(struct arena *a, uint64_t bytes, uint64_t *off)
     return ERR_OK;
 }
 
+int arena_alloc_at(struct arena *a, uint64_t off, uint64_t bytes)
+{
+    assert(bytes > 0 && bytes % ARENA_ALIGN == 0 && off % ARENA_ALIGN == 0);
+    struct arena_block **link = &a->free;
+    while (*link && (*link)->off + (*link)->size <= off)
+        link = &(*link)->next;
+    struct arena_block *b = *link;
+    if (!b || b->off > off || bytes > b->off + b->size - off)
+        return ERR_NOMEM; /* some of [off, off + bytes) is in use or outside */
+    bool head = b->off < off, tail = off + bytes < b->off + b->size;
+
+    /* Nodes first, while failing is still allowed: the free's spare (b
+     * itself when the block is used up) and, when the range is inside the
+     * block, one for the piece after it. */
+    struct arena_block *spare = head || tail ? malloc(sizeof(*spare)) : b;
+    struct arena_block *after = head && tail ? malloc(sizeof(*after)) : NULL;
+    if (!spare || (head && tail && !after)) {
+        if (spare != b)
+            free(spare);
+        free(after);
+        return ERR_NOMEM;
+    }
+    uint64_t end = b->off + b->size;
+    if (!head && !tail) {
+        *link = b->next;
+        a->n_free--;
+    } else if (!head) {
+        b->off = off + bytes;
+        b->size = end - b->off;
+    } else {
+        b->size = off - b->off;
+        if (tail) {
+            *after = (struct arena_block){.off = off + bytes, .size = end - off - bytes,
+                                          .next = b->next};
+            b->next = after;
+            a->n_free++;
+        }
+    }
+    arena_node_put(a, spare);
+    a->n_live++;
+    return ERR_OK;
+}
+
 void arena_free(struct arena *a, uint64_t off, uint64_t bytes)
 {
     assert(bytes > 0 && bytes % ARENA_ALIGN == 0 && off % ARENA_ALIGN == 0);

@@ -39,6 +39,7 @@ int device_create(const struct device_ops *ops, const struct kernel_ops *kern, v
     d->ctx = ctx;
     snprintf(d->name, sizeof(d->name), "%s", name);
     d->budget = budget;
+    d->proc = -1;
     pthread_mutex_init(&d->lock, NULL);
     *out = d;
     return ERR_OK;
@@ -135,7 +136,8 @@ static int device_nomem(const struct device *d, size_t bytes)
                    d->name, bytes, d->used, d->budget, device_largest_free_locked(d));
 }
 
-int device_alloc(struct device *d, size_t bytes, struct dbuf **out)
+/* device_alloc, or device_alloc_at when at is not NULL. */
+static int device_alloc_impl(struct device *d, size_t bytes, const uint64_t *at, struct dbuf **out)
 {
     assert(d && out);
     *out = NULL;
@@ -156,7 +158,13 @@ int device_alloc(struct device *d, size_t bytes, struct dbuf **out)
         goto fail;
     }
     void *ptr = NULL;
-    rc = d->ops->alloc(d, reserved, &ptr);
+    rc = at ? d->ops->alloc_at(d, *at, reserved, &ptr) : d->ops->alloc(d, reserved, &ptr);
+    if (rc == ERR_NOMEM && at) {
+        rc = err_set(ERR_NOMEM,
+                     "device %s: cannot place %zu bytes at offset %" PRIu64 ": not free there",
+                     d->name, bytes, *at);
+        goto fail;
+    }
     if (rc == ERR_NOMEM) {
         rc = device_nomem(d, bytes);
         goto fail;
@@ -178,6 +186,33 @@ fail:
     pthread_mutex_unlock(&d->lock);
     free(b);
     return rc;
+}
+
+int device_alloc(struct device *d, size_t bytes, struct dbuf **out)
+{
+    return device_alloc_impl(d, bytes, NULL, out);
+}
+
+int device_alloc_at(struct device *d, uint64_t off, size_t bytes, struct dbuf **out)
+{
+    *out = NULL;
+    if (!d->ops->alloc_at)
+        return err_set(ERR_UNSUPPORTED, "device %s cannot place allocations", d->name);
+    if (off % DEVICE_ALIGN != 0)
+        return err_set(ERR_INVALID, "device %s: offset %" PRIu64 " is not a multiple of %d",
+                       d->name, off, DEVICE_ALIGN);
+    return device_alloc_impl(d, bytes, &off, out);
+}
+
+uint64_t dbuf_offset(const struct dbuf *b)
+{
+    assert(b->dev->ops->offset);
+    return b->dev->ops->offset(b->dev, b->ptr);
+}
+
+int device_proc(const struct device *d)
+{
+    return d->proc;
 }
 
 void device_free(struct dbuf *b)

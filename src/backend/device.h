@@ -33,6 +33,8 @@ struct dbuf;         /* an allocation in device memory */
 struct stream;       /* an in-order queue of work on one device */
 struct device_event; /* a point in a stream's work */
 
+enum device_kind { DEVICE_CPU, DEVICE_CUDA };
+
 /* A CPU device with a memory arena of budget_bytes. index names it "cpu:<index>". */
 int device_open_cpu(int index, uint64_t budget_bytes, struct device **out);
 /* A CUDA device: budget_bytes of GPU gpu's memory, taken in one allocation
@@ -43,10 +45,20 @@ int device_open_cpu(int index, uint64_t budget_bytes, struct device **out);
  * more than the GPU has free; without CUDA support ERR_UNSUPPORTED ("built
  * without CUDA"). */
 int device_open_cuda(int gpu, int part, uint64_t budget_bytes, struct device **out);
+/* Another process's device, as rank 0 sees it under mpirun: budget_bytes
+ * of memory that is only bookkeeping (allocations are placements the owner
+ * carries out at the same offsets, device_alloc_at), host events that the
+ * owner's messages signal, and no copies or computations (refused, naming
+ * the process). kind is the owner's; named "<proc>/<name>", e.g. "1/cpu:0".
+ * A CUDA one needs this process built with CUDA (to size batches exactly as
+ * the owner will): ERR_UNSUPPORTED otherwise. */
+int device_open_remote(int proc, enum device_kind kind, const char *name, uint64_t budget_bytes,
+                       struct device **out);
+/* -1 for this process's device, else the process that owns it. */
+int device_proc(const struct device *d);
 /* Waits for queued copies, then frees everything. Every dbuf must be freed first. */
 void device_close(struct device *d); /* NULL-safe */
 
-enum device_kind { DEVICE_CPU, DEVICE_CUDA };
 
 const char *device_name(const struct device *d);
 enum device_kind device_kind(const struct device *d);
@@ -66,6 +78,14 @@ size_t device_free_blocks(const struct device *d);
  * up to 64 bytes. bytes == 0 is ERR_INVALID. The caller owns *out and
  * releases it with device_free before closing d. */
 int device_alloc(struct device *d, size_t bytes, struct dbuf **out);
+/* Allocates exactly [off, off + bytes) of d's memory: the placement rank
+ * 0's view of d chose (a remote device there, backend/remote). ERR_NOMEM
+ * naming the device and offset when the range is not free (the two views
+ * disagree), ERR_INVALID for an offset that is not 64-byte aligned;
+ * otherwise as device_alloc. */
+int device_alloc_at(struct device *d, uint64_t off, size_t bytes, struct dbuf **out);
+/* Where b starts in its device's memory (what device_alloc_at takes). */
+uint64_t dbuf_offset(const struct dbuf *b);
 /* NULL-safe. No queued copy may still use b: wait for its event, or
  * device_sync, first (the memory may be handed out again at once). */
 void device_free(struct dbuf *b);

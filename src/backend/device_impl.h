@@ -30,6 +30,11 @@ struct device_ops {
      * enough: the wrapper then writes the message. Any other error code
      * comes with a message set by the backend. */
     int (*alloc)(struct device *d, size_t bytes, void **out);
+    /* Optional: carves exactly [off, off + bytes) (the placement another
+     * process chose: backend/remote); ERR_NOMEM when it is not free. And the
+     * offset of an allocation's pointer in the device's memory. */
+    int (*alloc_at)(struct device *d, uint64_t off, size_t bytes, void **out);
+    uint64_t (*offset)(const struct device *d, const void *ptr);
     /* Returns what alloc gave, with the same bytes. */
     void (*free)(struct device *d, void *ptr, size_t bytes);
     /* Largest bytes alloc would satisfy now. */
@@ -77,7 +82,8 @@ struct device {
     const struct device_ops *ops;
     const struct kernel_ops *kern;
     void *ctx;     /* the backend's; freed by ops->close */
-    char name[32]; /* "cpu:0", "cuda:1" */
+    char name[32]; /* "cpu:0", "cuda:1"; another process's: "1/cpu:0" */
+    int proc;      /* -1: this process's; else the process that owns it (backend/remote) */
     uint64_t budget;
     /* Guarded by lock. used counts each live allocation at its size rounded
      * up to DEVICE_ALIGN, i.e. the bytes it takes from the device, so that
@@ -104,6 +110,10 @@ struct device_event {
     struct device *dev;
     void *ctx; /* the backend's */
 };
+
+/* The CUDA backend's kernel table, or NULL when built without CUDA (for a
+ * remote CUDA device's sizing, backend/remote). */
+const struct kernel_ops *cuda_kernel_table(void);
 
 /* Wraps a backend context in a device named name with budget bytes. On
  * failure (ERR_NOMEM) nothing is created and the caller still owns ctx. */

@@ -6,6 +6,7 @@
 #include "backend/cpu/cpu.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "comm/mpi.h"
 #include "core/blas_core.h"
 
 static const struct {
@@ -61,9 +62,19 @@ int main(int argc, char **argv)
         return stdout_check(NULL);
     }
     if (strcmp(argv[1], "--version") == 0) {
-        printf("shardswap %s\nopenblas core %s\ngemv isa %s\n", SHARDSWAP_VERSION, blas_core_name(),
-               cpu_gemv_isa());
+        printf("shardswap %s\nopenblas core %s\ngemv isa %s\nmpi %s\n", SHARDSWAP_VERSION,
+               blas_core_name(), cpu_gemv_isa(), mpi_built() ? "built" : "not built");
         return stdout_check(NULL);
+    }
+    /* N processes of one command would each serve, load and print on their
+     * own: refuse what does not run across processes yet. */
+    int procs = mpi_launched();
+    if (procs > 1 && !(strcmp(argv[1], "bench") == 0 && argc > 2 && strcmp(argv[2], "comm") == 0)) {
+        fprintf(stderr,
+                "shardswap: started by mpirun as %d processes, but only \"bench comm\" runs "
+                "across processes in this version; run \"%s\" without mpirun\n",
+                procs, argv[1]);
+        return EXIT_USAGE;
     }
     for (size_t i = 0; i < N_COMMANDS; i++) {
         if (strcmp(argv[1], commands[i].name) == 0) {

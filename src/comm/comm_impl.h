@@ -41,6 +41,23 @@ struct comm_group {
     struct comm *ranks;  /* (n_ranks) the handles */
 };
 
+/* A channel's implementation: a mailbox between two threads of this process
+ * (comm_channel.c) or the two ends of a channel between processes
+ * (comm/mpi). An implementation embeds struct comm_channel first; comm.h's
+ * channel functions dispatch through ops. Slots keep comm.h's contracts. */
+struct comm_channel;
+struct comm_channel_ops {
+    const char *name;
+    void (*destroy)(struct comm_channel *c);
+    int (*send)(struct comm_channel *c, struct stream *s, const float *buf, size_t n);
+    int (*recv)(struct comm_channel *c, struct stream *s, float *buf, size_t n);
+    void (*abort)(struct comm_channel *c, int rc);
+    int (*aborted)(struct comm_channel *c);
+};
+struct comm_channel {
+    const struct comm_channel_ops *ops;
+};
+
 /* Allocates a group around a backend's ctx. On failure (ERR_NOMEM) ctx is
  * destroyed through ops, so a constructor can simply return the code. */
 int comm_group_wrap(const struct comm_ops *ops, void *ctx, int n_ranks, struct comm_group **out);

@@ -181,14 +181,14 @@ void group_batch_free(struct group_batch *gb)
 
 /* ---- one shard's part of a forward, on its device's thread ---- */
 
-/* Makes the compute stream wait for blob b; remembers a failed load (the
- * memory stays mapped, so computing on goes through the collectives in step
- * with the other shards). */
-static void task_wait_blob(const struct swap_shard *sh, struct model_exec *ex, int b, int *rc)
+/* Makes the compute stream wait for blob b (model_forward_stage's wait);
+ * a failed load is reported after the step (the memory stays mapped, so
+ * computing on goes through the collectives in step with the other shards). */
+static int task_wait_blob(void *arg, int b)
 {
-    int st = stream_wait_event(ex->stream, swap_shard_blob_ready(sh, b));
-    if (st < 0 && *rc == 0)
-        *rc = st;
+    const struct shard_task *t = arg;
+    const struct swap_shard *sh = swap_model_shard(t->gb->model, t->shard);
+    return stream_wait_event(t->gb->ex[t->shard]->stream, swap_shard_blob_ready(sh, b));
 }
 
 static int task_run(struct shard_task *t)
@@ -196,43 +196,24 @@ static int task_run(struct shard_task *t)
     /* the shard: fixed while its model is registered, read without a lock */
     struct group_batch *gb = t->gb;
     const struct swap_shard *sh = swap_model_shard(gb->model, t->shard);
-    const struct model *m = swap_shard_model(sh);
     struct model_exec *ex = gb->ex[t->shard];
     const int stage = swap_shard_stage(sh), rank = swap_shard_rank(sh), tp = gb->tp;
-    const int n = gb_shape(gb)->batch * t->t_new, H = swap_model_info(gb->model)->hidden;
-    const int n_local = m->shard.layer_end - m->shard.layer_begin;
-    const bool first = stage == 0, last = stage == gb->pp - 1;
-    int rc = 0, wait_rc = 0;
+    int wait_rc = 0, rc;
     if (!t->overlap)
         for (int b = 0; b < swap_shard_n_blobs(sh); b++)
-            task_wait_blob(sh, ex, b, &wait_rc);
-    /* the inputs: embeddings on the first stage, the previous stage's output elsewhere */
-    if ((rc = model_exec_begin(m, ex, t->mask, t->t_new)) < 0)
-        goto out;
-    if (first) {
-        task_wait_blob(sh, ex, 0, &wait_rc);
-        rc = model_forward_embed(m, ex, t->ids, t->mask, t->t_new);
-    } else {
-        rc = comm_recv(gb->chan[(stage - 1) * tp + rank], ex->stream, ex->x, (size_t)n * H);
-    }
-    if (rc < 0)
-        goto out;
-    /* each layer as soon as its weights are in (layer overlap) */
-    for (int l = 0; l < n_local && rc == 0; l++) {
-        task_wait_blob(sh, ex, 1 + l, &wait_rc);
-        rc = model_forward_layer(m, l, ex, t->t_new);
-    }
-    if (rc < 0)
-        goto out;
-    model_exec_commit(ex, t->mask, t->t_new);
-    /* the outputs: logits on the last stage, activations to the next one */
-    if (last) {
-        task_wait_blob(sh, ex, 0, &wait_rc);
-        rc = model_forward_head(m, ex, t->t_new, t->all_positions, rank == 0 ? t->logits : NULL);
-    } else {
-        rc = comm_send(gb->chan[stage * tp + rank], ex->stream, ex->x, (size_t)n * H);
-    }
-out:
+            if ((rc = task_wait_blob(t, b)) < 0 && wait_rc == 0)
+                wait_rc = rc;
+    struct model_stage_io io = {
+        .in = stage > 0 ? gb->chan[(stage - 1) * tp + rank] : NULL,
+        .out = stage < gb->pp - 1 ? gb->chan[stage * tp + rank] : NULL,
+        .wait = task_wait_blob,
+        .arg = t,
+    };
+    int step_wait_rc = 0;
+    rc = model_forward_stage(swap_shard_model(sh), ex, &io, t->ids, t->mask, t->t_new,
+                             t->all_positions, t->logits, &step_wait_rc);
+    if (wait_rc == 0)
+        wait_rc = step_wait_rc;
     if (rc == 0 && wait_rc < 0) /* the loader's message, kept in the shard */
         return err_set(wait_rc, "model %s stage %d rank %d: its weights did not load: %s",
                        swap_model_name(gb->model), stage, rank,

@@ -147,8 +147,10 @@ static int shape_check(const struct model *m, const struct device *dev,
     return 0;
 }
 
-int model_exec_init(const struct model *m, struct device *dev, struct comm *tp,
-                  const struct model_exec_shape *shape, struct model_exec **out)
+/* model_exec_init, or model_exec_init_at when at is not NULL. */
+static int exec_init(const struct model *m, struct device *dev, struct comm *tp,
+                     const struct model_exec_shape *shape, const uint64_t *at,
+                     struct model_exec **out)
 {
     assert(dev);
     *out = NULL;
@@ -180,7 +182,8 @@ int model_exec_init(const struct model *m, struct device *dev, struct comm *tp,
         goto fail;
     struct exec_layout L;
     exec_layout(m, dev, &sh, &L);
-    if ((rc = device_alloc(dev, bytes, &ex->mem)) < 0) {
+    rc = at ? device_alloc_at(dev, *at, bytes, &ex->mem) : device_alloc(dev, bytes, &ex->mem);
+    if (rc < 0) {
         err_wrap(rc, "KV cache and activations of a batch of %d x %d positions", sh.batch,
                  sh.max_len);
         goto fail;
@@ -211,6 +214,19 @@ int model_exec_init(const struct model *m, struct device *dev, struct comm *tp,
 fail:
     model_exec_free(ex);
     return rc;
+}
+
+int model_exec_init(const struct model *m, struct device *dev, struct comm *tp,
+                    const struct model_exec_shape *shape, struct model_exec **out)
+{
+    return exec_init(m, dev, tp, shape, NULL, out);
+}
+
+int model_exec_init_at(const struct model *m, struct device *dev, struct comm *tp,
+                       const struct model_exec_shape *shape, uint64_t off,
+                       struct model_exec **out)
+{
+    return exec_init(m, dev, tp, shape, &off, out);
 }
 
 void model_exec_reset(struct model_exec *ex)

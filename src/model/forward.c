@@ -2,6 +2,7 @@
 #include <assert.h>
 
 #include "backend/kernels.h"
+#include "comm/comm.h"
 #include "model/arch.h"
 
 int model_forward_embed(const struct model *m, struct model_exec *ex, const int32_t *ids,
@@ -32,6 +33,44 @@ int model_forward(struct model *m, struct model_exec *ex, const int32_t *ids, co
         TRY(model_forward_layer(m, l, ex, t_new));
     model_exec_commit(ex, mask, t_new);
     return model_forward_head(m, ex, t_new, all_positions, logits);
+}
+
+/* Remembers the first failed wait (the step goes on: model.h). */
+static void stage_wait(const struct model_stage_io *io, int blob, int *wait_rc)
+{
+    if (!io->wait)
+        return;
+    int rc = io->wait(io->arg, blob);
+    if (rc < 0 && *wait_rc == 0)
+        *wait_rc = rc;
+}
+
+int model_forward_stage(const struct model *m, struct model_exec *ex,
+                        const struct model_stage_io *io, const int32_t *ids, const uint8_t *mask,
+                        int t_new, bool all_positions, float *logits, int *wait_rc)
+{
+    const size_t n = (size_t)ex->shape.batch * (size_t)t_new * (size_t)m->info->hidden;
+    const int n_local = m->shard.layer_end - m->shard.layer_begin;
+    *wait_rc = 0;
+    /* the inputs: embeddings on the first stage, the previous stage's output elsewhere */
+    TRY(model_exec_begin(m, ex, mask, t_new));
+    if (!io->in) {
+        stage_wait(io, 0, wait_rc);
+        TRY(model_forward_embed(m, ex, ids, mask, t_new));
+    } else {
+        TRY(comm_recv(io->in, ex->stream, ex->x, n));
+    }
+    /* each layer as soon as its weights are in (layer overlap) */
+    for (int l = 0; l < n_local; l++) {
+        stage_wait(io, 1 + l, wait_rc);
+        TRY(model_forward_layer(m, l, ex, t_new));
+    }
+    model_exec_commit(ex, mask, t_new);
+    /* the outputs: logits on the last stage, activations to the next one */
+    if (io->out)
+        return comm_send(io->out, ex->stream, ex->x, n);
+    stage_wait(io, 0, wait_rc);
+    return model_forward_head(m, ex, t_new, all_positions, m->shard.tp_rank == 0 ? logits : NULL);
 }
 
 int model_embed_ids(const struct model *m, struct model_exec *ex, const int32_t *ids, int n)

@@ -231,6 +231,12 @@ size_t model_exec_bytes(const struct model *m, const struct device *dev,
  * stays the caller's and may be NULL. */
 int model_exec_init(const struct model *m, struct device *dev, struct comm *tp,
                     const struct model_exec_shape *shape, struct model_exec **out);
+/* model_exec_init with its memory at offset `off` of dev (device_alloc_at):
+ * the placement rank 0's view of dev chose, carried out by the process
+ * that owns dev (cluster/). */
+int model_exec_init_at(const struct model *m, struct device *dev, struct comm *tp,
+                       const struct model_exec_shape *shape, uint64_t off,
+                       struct model_exec **out);
 void model_exec_reset(struct model_exec *ex);
 /* Frees slot b for a new sequence: its cached keys stop being visible and
  * its position count restarts (continuous batching). */
@@ -285,6 +291,29 @@ int model_forward_head(const struct model *m, struct model_exec *ex, int t_new,
                        bool all_positions, float *logits);
 /* Marks the t_new positions filled once every layer has run. */
 void model_exec_commit(struct model_exec *ex, const uint8_t *mask, int t_new);
+
+/* One shard's part of a forward step, as a pipeline stage: its inputs (the
+ * embeddings on the first stage, else the previous stage's activations
+ * received on in), its layers, and its outputs (the logits on the last
+ * stage, else the activations sent on out), in that order; the forward
+ * driver of every caller that runs shards (the device workers, and a
+ * process running the shards of a model spread over processes).
+ *   in, out:  NULL on the first / last stage;
+ *   wait:     when not NULL, called before blob b is first used (0: the
+ *             embeddings and head, 1 + l: local layer l) on the compute
+ *             thread; a failure is remembered in *wait_rc and the step goes
+ *             on computing, so the collectives and channels stay in step
+ *             with the other shards, and the caller reports it;
+ *   logits:   as model_forward_head (TP rank 0 of the last stage).
+ * Returns 0 or the first compute, collective or channel error. */
+struct model_stage_io {
+    struct comm_channel *in, *out;
+    int (*wait)(void *arg, int blob);
+    void *arg;
+};
+int model_forward_stage(const struct model *m, struct model_exec *ex,
+                        const struct model_stage_io *io, const int32_t *ids, const uint8_t *mask,
+                        int t_new, bool all_positions, float *logits, int *wait_rc);
 
 /* Bytes of weights this shard streams per forward step (for bandwidth math). */
 size_t model_weight_bytes(const struct model *m);

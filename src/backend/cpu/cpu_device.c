@@ -150,6 +150,23 @@ static int cpu_alloc(struct device *d, size_t bytes, void **out)
     return ERR_OK;
 }
 
+static int cpu_alloc_at(struct device *d, uint64_t off, size_t bytes, void **out)
+{
+    struct cpu_device *c = d->ctx;
+    int rc = arena_alloc_at(&c->arena, off, bytes);
+    if (rc < 0)
+        return rc;
+    *out = c->base + off;
+    cpu_unpoison(*out, bytes);
+    return ERR_OK;
+}
+
+static uint64_t cpu_offset(const struct device *d, const void *ptr)
+{
+    const struct cpu_device *c = d->ctx;
+    return (uint64_t)((const char *)ptr - c->base);
+}
+
 static void cpu_free(struct device *d, void *ptr, size_t bytes)
 {
     struct cpu_device *c = d->ctx;
@@ -325,6 +342,8 @@ static void cpu_close(struct device *d)
 static const struct device_ops cpu_ops = {
     .kind = DEVICE_CPU,
     .alloc = cpu_alloc,
+    .alloc_at = cpu_alloc_at,
+    .offset = cpu_offset,
     .free = cpu_free,
     .largest_free = cpu_largest_free,
     .free_blocks = cpu_free_blocks,

@@ -107,6 +107,27 @@ static int cuda_alloc(struct device *d, size_t bytes, void **out)
     return ERR_OK;
 }
 
+static int cuda_alloc_at(struct device *d, uint64_t off, size_t bytes, void **out)
+{
+    struct cuda_device *c = d->ctx;
+    int rc = arena_alloc_at(&c->arena, off, bytes);
+    if (rc < 0)
+        return rc;
+    *out = c->base + off;
+    return ERR_OK;
+}
+
+static uint64_t cuda_offset(const struct device *d, const void *ptr)
+{
+    const struct cuda_device *c = d->ctx;
+    return (uint64_t)((const char *)ptr - c->base);
+}
+
+const struct kernel_ops *cuda_kernel_table(void)
+{
+    return &cuda_kernel_ops;
+}
+
 static void cuda_free(struct device *d, void *ptr, size_t bytes)
 {
     struct cuda_device *c = d->ctx;
@@ -438,6 +459,8 @@ static void cuda_close(struct device *d)
 static const struct device_ops cuda_ops = {
     .kind = DEVICE_CUDA,
     .alloc = cuda_alloc,
+    .alloc_at = cuda_alloc_at,
+    .offset = cuda_offset,
     .free = cuda_free,
     .largest_free = cuda_largest_free,
     .free_blocks = cuda_free_blocks,

@@ -18,3 +18,8 @@ int device_open_cuda(int index, int part, uint64_t budget_bytes, struct device *
                    "or with -DSHARDSWAP_CUDA=ON)",
                    index);
 }
+
+const struct kernel_ops *cuda_kernel_table(void)
+{
+    return NULL; /* built without CUDA */
+}

@@ -1,0 +1,38 @@
+/* A process other than rank 0 in a job serving across processes: it owns
+ * its node's devices and carries out rank 0's commands (cluster/proto.h) on
+ * them, in the order they come: registers a model's checkpoint (its own
+ * copy, same path), loads its shards' blobs at the offsets rank 0's view of
+ * each device chose (device_alloc_at), opens a batch's execution contexts
+ * (model_exec_init_at) with the TP groups and PP channels the command tags,
+ * runs a step on every one of its shards at once (one compute thread per
+ * device, model_forward_stage) and answers with the status and, from the
+ * process holding TP rank 0 of the last stage, the logits.
+ *
+ * Threads: follower_serve runs on the caller's thread (receiving,
+ * handling, answering); steps run on the devices' compute threads (a
+ * core/workq each), and the caller waits for them.
+ *
+ * Not yet: a failure inside a step aborts this process's groups and
+ * channels, but peers in other processes waiting in a collective with it
+ * are not told (rank 0 will broadcast the abort); host copies of shards
+ * (each load reads the checkpoint again). */
+#ifndef SHARDSWAP_CLUSTER_FOLLOWER_H
+#define SHARDSWAP_CLUSTER_FOLLOWER_H
+
+struct device;
+struct mpi_world;
+struct follower;
+
+/* devices[d] is job device d when this process owns it (open, the caller's,
+ * outliving the follower), else NULL; proc_of[d] the process that owns it.
+ * ctl_tag: the tag of rank 0's commands and of the answers. */
+int follower_create(struct mpi_world *w, struct device *const *devices, const int *proc_of,
+                    int n_devices, int ctl_tag, struct follower **out);
+/* Receives and carries out commands from process 0 until SHUTDOWN (0) or
+ * until the channel to process 0 fails (its error). A command that fails
+ * is answered with its error and message; the follower goes on. */
+int follower_serve(struct follower *f);
+/* Frees every model and batch still open. NULL-safe. */
+void follower_destroy(struct follower *f);
+
+#endif

@@ -1,0 +1,116 @@
+/* The messages between rank 0 and the other processes of a job serving
+ * across nodes (docs/ARCHITECTURE.md: "Processes"): rank 0 sends commands,
+ * in one global order per process, and each process answers.
+ *
+ * A message is a header and a body, every field little-endian (core/wire.h):
+ *
+ *   u32 magic   'S','S','W','1' (0x31575353)
+ *   u32 kind    enum proto_kind
+ *   u64 seq     the sender's running count; an answer carries its command's
+ *   body        by kind, below
+ *
+ *   REGISTER     u32 model, str name, str path, u32 tp, u32 pp,
+ *                i32s devices (tp * pp job-wide device indices), str compute
+ *   UNREGISTER   u32 model
+ *   LOAD         u32 model, u32 n, then n x (u32 shard, u32 blob, u64 offset):
+ *                where each blob of the receiver's shards goes on its device
+ *   OFFLOAD      u32 model
+ *   BATCH_OPEN   u64 batch, u32 model, u32 batch_size, u32 max_len,
+ *                u32 max_tokens, u32 max_rows, u32 n, then n x (u32 shard,
+ *                u64 offset): the receiver's shards' execution contexts;
+ *                i32s group_tags (pp: the TP group of each stage, -1 none),
+ *                i32s channel_tags ((pp - 1) * tp, stage-major)
+ *   BATCH_CLEAR  u64 batch, u32 slot
+ *   BATCH_CLOSE  u64 batch
+ *   STEP         u64 batch, u32 t_new, u8 flags (1: all positions,
+ *                2: overlap), i32s ids (batch_size * t_new), u8s mask
+ *                (the same count, or 0: every token real)
+ *   SHUTDOWN     (empty)
+ *   REPLY        i32 status (0 or an error code), str message
+ *   BLOB_READY   u32 model, u32 shard, u32 blob, i32 status, str message
+ *   STEP_DONE    u64 batch, i32 status, str message, f32s logits (only
+ *                from the process holding TP rank 0 of the last stage)
+ *
+ * proto_decode checks everything a receiver relies on before any field is
+ * used: the magic, a known kind, counts within the PROTO_MAX_* limits, and
+ * no byte missing or left over; a refusal is ERR_INVALID naming the kind
+ * and the field. */
+#ifndef SHARDSWAP_CLUSTER_PROTO_H
+#define SHARDSWAP_CLUSTER_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/strbuf.h"
+
+#define PROTO_MAGIC 0x31575353u
+#define PROTO_MAX_SHARDS 64           /* tp * pp of one model */
+#define PROTO_MAX_ENTRIES 65536       /* blobs of one LOAD, contexts of one BATCH_OPEN */
+#define PROTO_MAX_TOKENS (1u << 24)   /* ids of one STEP */
+#define PROTO_MAX_LOGITS (1u << 28)   /* floats of one STEP_DONE */
+#define PROTO_MAX_TEXT 4096           /* names, paths, messages */
+
+enum proto_kind {
+    PROTO_REGISTER = 1,
+    PROTO_UNREGISTER,
+    PROTO_LOAD,
+    PROTO_OFFLOAD,
+    PROTO_BATCH_OPEN,
+    PROTO_BATCH_CLEAR,
+    PROTO_BATCH_CLOSE,
+    PROTO_STEP,
+    PROTO_SHUTDOWN,
+    PROTO_REPLY,
+    PROTO_BLOB_READY,
+    PROTO_STEP_DONE,
+    PROTO_KIND_END,
+};
+const char *proto_kind_name(enum proto_kind k); /* "STEP"; "?" for an unknown one */
+
+struct proto_place {
+    uint32_t shard, blob; /* blob: unused in BATCH_OPEN */
+    uint64_t offset;
+};
+
+/* One message of any kind; the fields of other kinds are zero. Pointers are
+ * owned by the message (proto_msg_free) after proto_decode; for
+ * proto_encode they are the caller's and only read. */
+struct proto_msg {
+    enum proto_kind kind;
+    uint64_t seq;
+    uint32_t model;
+    uint64_t batch;
+    char *name, *path, *compute, *message;
+    uint32_t tp, pp;
+    int32_t *devices; /* REGISTER: (n_devices) */
+    uint32_t n_devices;
+    struct proto_place *places; /* LOAD, BATCH_OPEN: (n_places) */
+    uint32_t n_places;
+    uint32_t batch_size, max_len, max_tokens, max_rows; /* BATCH_OPEN */
+    int32_t *group_tags, *channel_tags;
+    uint32_t n_group_tags, n_channel_tags;
+    uint32_t slot;                /* BATCH_CLEAR */
+    uint32_t t_new;               /* STEP */
+    uint8_t flags;                /* STEP: PROTO_STEP_* */
+    int32_t *ids;                 /* STEP: (n_ids) */
+    uint32_t n_ids;
+    uint8_t *mask;                /* STEP: (n_mask: n_ids or 0) */
+    uint32_t n_mask;
+    int32_t status;               /* REPLY, BLOB_READY, STEP_DONE */
+    uint32_t shard, blob;         /* BLOB_READY */
+    float *logits;                /* STEP_DONE: (n_logits) */
+    uint32_t n_logits;
+};
+#define PROTO_STEP_ALL_POSITIONS 1u
+#define PROTO_STEP_OVERLAP 2u
+
+/* Appends m's header and body to out (a strbuf the caller owns). 0, or
+ * ERR_NOMEM, or ERR_INVALID for counts above the limits (a bug above). */
+int proto_encode(const struct proto_msg *m, struct strbuf *out);
+/* Reads one message from the len bytes at p into *m (zeroed first). 0, or
+ * ERR_INVALID naming the kind and field; *m holds nothing then. */
+int proto_decode(const void *p, size_t len, struct proto_msg *m);
+void proto_msg_free(struct proto_msg *m); /* frees what decode allocated; zeroes m */
+
+#endif

@@ -1,0 +1,307 @@
+/* A model whose shards live in several processes (tests/CMakeLists.txt
+ * runs this as 2 and 3 processes of one job) computes what the whole model
+ * computes in one process: every f32 fixture family (OPT, Llama with GQA,
+ * Mistral's head_dim, Qwen2's biases) under TP 2, PP 2 and TP 2 x PP 2,
+ * shards placed round-robin over the processes (and the other way round),
+ * with TP groups over comm/mpi and PP channels between processes (a
+ * mailbox where both stages are in one process): the left-padded batch's
+ * logits at every position and four decode steps through the sharded KV
+ * caches, within max |diff| / max |ref| <= 1e-5, as test_sharded states for
+ * threads (sums in another order: f32 rounding, nothing more). */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/device.h"
+#include "comm/comm.h"
+#include "comm/mpi.h"
+#include "core/error.h"
+#include "format/safetensors.h"
+#include "model/model.h"
+#include "test.h"
+
+#define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/models"
+#define TOL 1e-5
+#define B 3
+#define T 6
+#define STEPS 4
+#define MAX_SHARDS 4
+
+static struct mpi_world *world;
+static int me, procs, next_tag;
+
+/* A left-padded batch: 3 sequences of lengths 6, 3, 1 over t = 6 positions
+ * (as test_sharded). */
+static void make_batch(int vocab, int32_t *ids, uint8_t *mask)
+{
+    const int len[B] = {6, 3, 1};
+    uint32_t x = 7;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            x = x * 1103515245u + 12345u;
+            bool real = t >= T - len[b];
+            mask[b * T + t] = real;
+            ids[b * T + t] = real ? (t == T - len[b] ? 2 : 4 + (int32_t)((x >> 8) % (vocab - 4))) : 1;
+        }
+}
+
+static int argmax(const float *v, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[best])
+            best = i;
+    return best;
+}
+
+/* The whole model in this process: prefill (B, T, V), then STEPS greedy
+ * steps (B, V) each, and the ids they were fed. */
+static void reference(const char *dir, float *pre, float *steps, int32_t *step_ids)
+{
+    struct model *m;
+    CHECK(model_open(dir, &m) == 0);
+    const int V = m->info->vocab;
+    int32_t ids[B * T];
+    uint8_t mask[B * T];
+    make_batch(V, ids, mask);
+    struct model_exec *kv;
+    struct model_exec_shape shape = {.batch = B, .max_len = T + STEPS, .max_rows = B * T};
+    CHECK(model_exec_open_cpu(m, &shape, &kv) == 0);
+    CHECK(model_forward(m, kv, ids, mask, T, true, pre) == 0);
+    for (int s = 0; s < STEPS; s++) {
+        for (int b = 0; b < B; b++) {
+            const float *last = s == 0 ? pre + ((size_t)b * T + T - 1) * V
+                                       : steps + ((size_t)(s - 1) * B + b) * V;
+            step_ids[s * B + b] = argmax(last, V);
+        }
+        CHECK(model_forward(m, kv, &step_ids[s * B], NULL, 1, false, steps + (size_t)s * B * V) ==
+              0);
+    }
+    model_exec_free(kv);
+    model_close(m);
+}
+
+/* One shard of this process and what it runs on. */
+struct shard {
+    int stage, rank;
+    struct model *m;
+    struct device *dev;
+    struct model_exec *ex;
+    struct model_stage_io io;
+    /* the step in progress */
+    const int32_t *ids;
+    const uint8_t *mask;
+    int t_new;
+    bool all_positions;
+    float *logits;
+    int rc;
+    char msg[512];
+};
+
+static void *shard_step(void *arg)
+{
+    struct shard *sh = arg;
+    int wait_rc = 0;
+    sh->rc = model_forward_stage(sh->m, sh->ex, &sh->io, sh->ids, sh->mask, sh->t_new,
+                                 sh->all_positions, sh->logits, &wait_rc);
+    snprintf(sh->msg, sizeof sh->msg, "%s", sh->rc < 0 ? err_msg() : "");
+    return NULL;
+}
+
+/* Runs one step on every local shard at once (TP ranks meet in
+ * collectives); 0 or the first error, printed. */
+static int step_all(struct shard *local, int n_local)
+{
+    pthread_t t[MAX_SHARDS];
+    for (int i = 0; i < n_local; i++)
+        pthread_create(&t[i], NULL, shard_step, &local[i]);
+    int rc = 0;
+    for (int i = 0; i < n_local; i++) {
+        pthread_join(t[i], NULL);
+        if (local[i].rc < 0 && rc == 0) {
+            rc = local[i].rc;
+            fprintf(stderr, "process %d, stage %d rank %d: %s\n", me, local[i].stage,
+                    local[i].rank, local[i].msg);
+        }
+    }
+    return rc;
+}
+
+struct layout {
+    int tp, pp;
+    int proc_of[MAX_SHARDS]; /* shard s * tp + r -> process */
+};
+
+/* The groups and channels of a layout, made in every process in the same
+ * order with the same tags (next_tag counts alike everywhere). */
+struct wiring {
+    struct comm_group *group[MAX_SHARDS]; /* per stage, when this process holds a rank */
+    struct comm_channel *send[MAX_SHARDS], *recv[MAX_SHARDS]; /* per shard: its out and in */
+    struct comm_channel *shared[MAX_SHARDS]; /* mailboxes inside this process, owned here */
+};
+
+static int wire(const struct layout *l, struct wiring *wr)
+{
+    memset(wr, 0, sizeof *wr);
+    int rc = 0;
+    for (int s = 0; s < l->pp && rc == 0; s++) {
+        int tag = next_tag++;
+        const int *proc_of = &l->proc_of[s * l->tp];
+        bool mine = false;
+        for (int r = 0; r < l->tp; r++)
+            mine |= proc_of[r] == me;
+        if (l->tp > 1 && mine)
+            rc = comm_group_create_mpi(world, l->tp, proc_of, tag, &wr->group[s]);
+    }
+    for (int s = 0; s + 1 < l->pp && rc == 0; s++)
+        for (int r = 0; r < l->tp && rc == 0; r++) {
+            int from = s * l->tp + r, to = from + l->tp, tag = next_tag++;
+            int pf = l->proc_of[from], pt = l->proc_of[to];
+            if (pf == me && pt == me) {
+                rc = comm_channel_create(&wr->shared[from]);
+                wr->send[from] = wr->recv[to] = wr->shared[from];
+            } else if (pf == me) {
+                rc = comm_channel_create_mpi(world, pt, tag, &wr->send[from]);
+            } else if (pt == me) {
+                rc = comm_channel_create_mpi(world, pf, tag, &wr->recv[to]);
+            }
+        }
+    if (rc < 0)
+        fprintf(stderr, "process %d: wiring: %s\n", me, err_msg());
+    return rc;
+}
+
+static void unwire(const struct layout *l, struct wiring *wr)
+{
+    for (int i = 0; i < l->tp * l->pp; i++) {
+        comm_group_destroy(wr->group[i]);
+        if (wr->shared[i])
+            comm_channel_destroy(wr->shared[i]);
+        else if (wr->send[i])
+            comm_channel_destroy(wr->send[i]);
+        if (wr->recv[i] && !(i >= l->tp && wr->shared[i - l->tp]))
+            comm_channel_destroy(wr->recv[i]);
+    }
+}
+
+static void check_layout(const char *name, const char *dir, const struct layout *l)
+{
+    struct model_config *cfg = NULL;
+    struct st_checkpoint *ck = NULL;
+    CHECK(model_config_load(dir, &cfg) == 0);
+    CHECK(st_open(dir, &ck) == 0);
+    if (!cfg || !ck)
+        return;
+    const int V = cfg->info.vocab, L = cfg->info.n_layers;
+    float *pre = malloc(sizeof(float) * B * T * V), *steps = malloc(sizeof(float) * STEPS * B * V);
+    float *got_pre = calloc((size_t)B * T * V, sizeof(float));
+    float *got_step = calloc((size_t)B * V, sizeof(float));
+    int32_t step_ids[STEPS * B], ids[B * T];
+    uint8_t mask[B * T];
+    reference(dir, pre, steps, step_ids);
+    make_batch(V, ids, mask);
+
+    struct wiring wr;
+    int rc = wire(l, &wr);
+    struct shard local[MAX_SHARDS] = {0};
+    int n_local = 0, holder = -1; /* holder: the local index of TP rank 0 of the last stage */
+    for (int i = 0; i < l->tp * l->pp && rc == 0; i++) {
+        if (l->proc_of[i] != me)
+            continue;
+        struct shard *sh = &local[n_local];
+        sh->stage = i / l->tp;
+        sh->rank = i % l->tp;
+        struct model_shard spec = {.tp_rank = sh->rank, .tp_size = l->tp,
+                                   .layer_begin = L * sh->stage / l->pp,
+                                   .layer_end = L * (sh->stage + 1) / l->pp};
+        struct model_exec_shape shape = {.batch = B, .max_len = T + STEPS, .max_rows = B * T};
+        struct comm *tp = wr.group[sh->stage] ? comm_group_rank(wr.group[sh->stage], sh->rank)
+                                              : NULL;
+        if ((rc = model_open_shard(cfg, ck, &spec, &sh->m)) == 0 &&
+            (rc = device_open_cpu(i, 64u << 20, &sh->dev)) == 0)
+            rc = model_exec_init(sh->m, sh->dev, tp, &shape, &sh->ex);
+        CHECK_MSG(rc == 0, "%s shard %d: %s", name, i, err_msg());
+        sh->io = (struct model_stage_io){.in = wr.recv[i], .out = wr.send[i]};
+        if (sh->stage == l->pp - 1 && sh->rank == 0)
+            holder = n_local;
+        n_local++;
+    }
+    /* prefill, every position; then the reference's greedy steps */
+    for (int s = -1; s < STEPS && rc == 0; s++) {
+        for (int i = 0; i < n_local; i++) {
+            local[i].ids = s < 0 ? ids : &step_ids[s * B];
+            local[i].mask = s < 0 ? mask : NULL;
+            local[i].t_new = s < 0 ? T : 1;
+            local[i].all_positions = s < 0;
+            local[i].logits = s < 0 ? got_pre : got_step;
+        }
+        rc = step_all(local, n_local);
+        CHECK_MSG(rc == 0, "%s tp %d pp %d: step %d failed", name, l->tp, l->pp, s);
+        if (rc == 0 && holder >= 0) {
+            double e = s < 0 ? test_rel_err(got_pre, pre, (size_t)B * T * V)
+                             : test_rel_err(got_step, steps + (size_t)s * B * V, (size_t)B * V);
+            CHECK_MSG(e <= TOL, "%s tp %d pp %d over processes (%d %d %d %d): step %d: rel err %g",
+                      name, l->tp, l->pp, l->proc_of[0], l->proc_of[1], l->proc_of[2],
+                      l->proc_of[3], s, e);
+        }
+    }
+    for (int i = 0; i < n_local; i++) {
+        model_exec_free(local[i].ex);
+        model_close(local[i].m);
+        if (local[i].dev)
+            CHECK(device_used(local[i].dev) == 0);
+        device_close(local[i].dev);
+    }
+    unwire(l, &wr);
+    free(pre);
+    free(steps);
+    free(got_pre);
+    free(got_step);
+    st_close(ck);
+    model_config_free(cfg);
+}
+
+static void check_fixture(const char *name)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", FIXTURES, name);
+    /* round-robin from process 0, and from the last process backwards */
+    for (int variant = 0; variant < 2; variant++) {
+        struct layout ls[] = {{2, 1, {0}}, {1, 2, {0}}, {2, 2, {0}}};
+        for (size_t k = 0; k < sizeof ls / sizeof ls[0]; k++) {
+            for (int i = 0; i < ls[k].tp * ls[k].pp; i++)
+                ls[k].proc_of[i] = variant == 0 ? i % procs : (procs - 1) - i % procs;
+            check_layout(name, dir, &ls[k]);
+        }
+    }
+}
+
+TEST(opt)
+{
+    check_fixture("pre_ln_f32");
+    check_fixture("post_ln_proj");
+}
+
+TEST(llama)
+{
+    check_fixture("llama_gqa_f32");
+    check_fixture("mistral_headdim_f32");
+    check_fixture("qwen2_bias_f32");
+}
+
+int main(int argc, char **argv)
+{
+    if (!mpi_built())
+        test_skip("built without MPI");
+    if (mpi_launched() == 0)
+        test_skip("not started by mpirun (tests/CMakeLists.txt launches it)");
+    if (mpi_world_open(&world) < 0) {
+        fprintf(stderr, "%s\n", err_msg());
+        return 1;
+    }
+    me = mpi_world_proc(world);
+    procs = mpi_world_procs(world);
+    int rc = test_main(argc, argv, NULL);
+    mpi_world_close(world);
+    return rc;
+}
