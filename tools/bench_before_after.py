@@ -102,7 +102,17 @@ def fixed_costs(binary, src, model, seeds, tmp, tag):
     with open(os.path.join(build, "CMakeFiles", "shardswap.dir", "link.txt")) as fh:
         words = shlex.split(fh.read())
     libs = words[words.index("-o") + 2:]  # after "-o shardswap": rpath, the libraries
-    libs = [os.path.join(build, w) if w == "libshardswap_lib.a" else w for w in libs]
+    # CMake puts long link lines (a CUDA build's) in response files
+    # (@CMakeFiles/.../linkLibs.rsp), relative to the build directory
+    expanded = []
+    for w in libs:
+        if w.startswith("@"):
+            with open(os.path.join(build, w[1:])) as fh:
+                expanded += shlex.split(fh.read())
+        else:
+            expanded.append(w)
+    libs = [os.path.join(build, w) if w.endswith(".a") and not os.path.isabs(w) else w
+            for w in expanded] + ["-lstdc++"]  # the CUDA objects' C++ runtime
     exe = os.path.join(tmp, f"sim_fixed_costs_{tag}")
     subprocess.run(["cc", "-O2", "-std=c11", "-I", os.path.join(src, "src"),
                     os.path.join(HERE, "sim_fixed_costs.c"), "-o", exe] + libs, check=True)
