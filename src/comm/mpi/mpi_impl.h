@@ -24,6 +24,8 @@
 #define SHARDSWAP_COMM_MPI_IMPL_H
 
 #include <mpi.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "comm/mpi.h"
@@ -54,5 +56,29 @@ struct mpi_op {
 
 /* Hands op to the progress thread; any thread but the progress thread. */
 void mpi_world_post(struct mpi_world *w, struct mpi_op *op);
+
+/* Messages in flight and their completions, for one group or channel
+ * (mpi_flight.c): post several, wait for all of them or an abort. */
+struct flight {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int pending;      /* ops posted and not done */
+    int aborted;      /* 0 or the abort's rc */
+    int failed;       /* 0 or the first op's error */
+};
+void flight_init(struct flight *f);
+void flight_destroy(struct flight *f);
+/* Fills in op and posts it, counted in f. */
+void flight_post(struct flight *f, struct mpi_world *w, struct mpi_op *op, enum mpi_op_kind kind,
+                 int peer, int tag, void *buf, size_t len);
+/* Waits until every op posted is done, or an abort: 0, the first op's
+ * error, or the abort's rc. */
+int flight_wait(struct flight *f);
+/* Any thread: wakes a waiter, which returns rc from then on. */
+void flight_abort(struct flight *f, int rc);
+/* True when no op is in flight (after an abort some may still be). */
+bool flight_idle(struct flight *f);
+/* True when nothing is in flight any more, waiting up to a second. */
+bool flight_quiesce(struct flight *f);
 
 #endif
