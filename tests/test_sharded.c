@@ -25,57 +25,12 @@
 #include "model/random.h"
 #include "swap/swap.h"
 #include "test.h"
+#include "sharded_ref.h"
 #include "tiny_opt.h"
 
 #define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/models"
 #define TOL 1e-5
 #define TOL_BF16 1e-2
-
-/* A left-padded batch: 3 sequences of lengths 6, 3, 1 over t = 6 positions. */
-#define B 3
-#define T 6
-static void make_batch(int vocab, int32_t *ids, uint8_t *mask)
-{
-    const int len[B] = {6, 3, 1};
-    uint32_t x = 7;
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            x = x * 1103515245u + 12345u;
-            bool real = t >= T - len[b];
-            mask[b * T + t] = real;
-            ids[b * T + t] = real ? (t == T - len[b] ? 2 : 4 + (int32_t)((x >> 8) % (vocab - 4))) : 1;
-        }
-}
-
-/* Reference logits: prefill (B, T, V) then 4 greedy steps (B, V) each. */
-static void reference(const char *dir, enum kern_compute compute, float *pre, float *steps,
-                      int32_t *step_ids)
-{
-    struct model *m;
-    CHECK(model_open(dir, &m) == 0);
-    m->compute = compute;
-    const int V = m->info->vocab;
-    int32_t ids[B * T];
-    uint8_t mask[B * T];
-    make_batch(V, ids, mask);
-    struct model_exec *kv;
-    CHECK(model_exec_open_cpu(m, &(struct model_exec_shape){.batch = B, .max_len = T + 4, .max_rows = (B) * (T + 4)}, &kv) == 0);
-    CHECK(model_forward(m, kv, ids, mask, T, true, pre) == 0);
-    const float *last = NULL;
-    for (int s = 0; s < 4; s++) {
-        for (int b = 0; b < B; b++) {
-            last = s == 0 ? pre + ((size_t)b * T + T - 1) * V : steps + ((size_t)(s - 1) * B + b) * V;
-            int best = 0;
-            for (int v = 1; v < V; v++)
-                if (last[v] > last[best])
-                    best = v;
-            step_ids[s * B + b] = best;
-        }
-        CHECK(model_forward(m, kv, &step_ids[s * B], NULL, 1, false, steps + (size_t)s * B * V) == 0);
-    }
-    model_exec_free(kv);
-    model_close(m);
-}
 
 /* tp x pp CPU devices, a swap manager and workers, and the model in dir
  * registered on them in order. */

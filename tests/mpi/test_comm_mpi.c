@@ -16,9 +16,8 @@
 #include "comm/mpi.h"
 #include "core/error.h"
 #include "test.h"
+#include "mpi/mpi_test.h"
 
-static struct mpi_world *world;
-static int me, procs;
 
 /* Rank r's input value i: distinct, exactly representable, mixed signs and
  * magnitudes so that the order of summation shows in the bits. */
@@ -482,19 +481,3 @@ TEST(heartbeats)
     comm_group_destroy(all);
 }
 
-int main(int argc, char **argv)
-{
-    if (!mpi_built())
-        test_skip("built without MPI");
-    if (mpi_launched() == 0)
-        test_skip("not started by mpirun (tests/CMakeLists.txt launches it)");
-    if (mpi_world_open(&world) < 0) {
-        fprintf(stderr, "%s\n", err_msg());
-        return 1;
-    }
-    me = mpi_world_proc(world);
-    procs = mpi_world_procs(world);
-    int rc = test_main(argc, argv, NULL);
-    mpi_world_close(world);
-    return rc;
-}

@@ -19,67 +19,15 @@
 #include "format/safetensors.h"
 #include "model/model.h"
 #include "test.h"
+#include "mpi/mpi_test.h"
+#include "sharded_ref.h"
 
 #define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/models"
 #define TOL 1e-5
-#define B 3
-#define T 6
-#define STEPS 4
+#define STEPS SHARDED_STEPS
 #define MAX_SHARDS 4
 
-static struct mpi_world *world;
-static int me, procs, next_tag;
-
-/* A left-padded batch: 3 sequences of lengths 6, 3, 1 over t = 6 positions
- * (as test_sharded). */
-static void make_batch(int vocab, int32_t *ids, uint8_t *mask)
-{
-    const int len[B] = {6, 3, 1};
-    uint32_t x = 7;
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            x = x * 1103515245u + 12345u;
-            bool real = t >= T - len[b];
-            mask[b * T + t] = real;
-            ids[b * T + t] = real ? (t == T - len[b] ? 2 : 4 + (int32_t)((x >> 8) % (vocab - 4))) : 1;
-        }
-}
-
-static int argmax(const float *v, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[best])
-            best = i;
-    return best;
-}
-
-/* The whole model in this process: prefill (B, T, V), then STEPS greedy
- * steps (B, V) each, and the ids they were fed. */
-static void reference(const char *dir, float *pre, float *steps, int32_t *step_ids)
-{
-    struct model *m;
-    CHECK(model_open(dir, &m) == 0);
-    const int V = m->info->vocab;
-    int32_t ids[B * T];
-    uint8_t mask[B * T];
-    make_batch(V, ids, mask);
-    struct model_exec *kv;
-    struct model_exec_shape shape = {.batch = B, .max_len = T + STEPS, .max_rows = B * T};
-    CHECK(model_exec_open_cpu(m, &shape, &kv) == 0);
-    CHECK(model_forward(m, kv, ids, mask, T, true, pre) == 0);
-    for (int s = 0; s < STEPS; s++) {
-        for (int b = 0; b < B; b++) {
-            const float *last = s == 0 ? pre + ((size_t)b * T + T - 1) * V
-                                       : steps + ((size_t)(s - 1) * B + b) * V;
-            step_ids[s * B + b] = argmax(last, V);
-        }
-        CHECK(model_forward(m, kv, &step_ids[s * B], NULL, 1, false, steps + (size_t)s * B * V) ==
-              0);
-    }
-    model_exec_free(kv);
-    model_close(m);
-}
+static int next_tag;
 
 /* One shard of this process and what it runs on. */
 struct shard {
@@ -198,7 +146,7 @@ static void check_layout(const char *name, const char *dir, const struct layout 
     float *got_step = calloc((size_t)B * V, sizeof(float));
     int32_t step_ids[STEPS * B], ids[B * T];
     uint8_t mask[B * T];
-    reference(dir, pre, steps, step_ids);
+    reference(dir, KERN_COMPUTE_F32, pre, steps, step_ids);
     make_batch(V, ids, mask);
 
     struct wiring wr;
@@ -289,19 +237,3 @@ TEST(llama)
     check_fixture("qwen2_bias_f32");
 }
 
-int main(int argc, char **argv)
-{
-    if (!mpi_built())
-        test_skip("built without MPI");
-    if (mpi_launched() == 0)
-        test_skip("not started by mpirun (tests/CMakeLists.txt launches it)");
-    if (mpi_world_open(&world) < 0) {
-        fprintf(stderr, "%s\n", err_msg());
-        return 1;
-    }
-    me = mpi_world_proc(world);
-    procs = mpi_world_procs(world);
-    int rc = test_main(argc, argv, NULL);
-    mpi_world_close(world);
-    return rc;
-}

@@ -1,0 +1,67 @@
+/* The batch and the reference every sharded-execution test compares
+ * against (test_sharded: threads of one process; tests/mpi: processes): a
+ * left-padded batch of 3 sequences of lengths 6, 3, 1 over 6 positions, and
+ * the whole model's logits for it, the prefill at every position (B, T, V)
+ * and then SHARDED_STEPS greedy steps (B, V) each, with the ids each step
+ * was fed. Include after test.h. */
+#ifndef SHARDSWAP_TESTS_SHARDED_REF_H
+#define SHARDSWAP_TESTS_SHARDED_REF_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+
+#define B 3
+#define T 6
+#define SHARDED_STEPS 4
+
+static void make_batch(int vocab, int32_t *ids, uint8_t *mask)
+{
+    const int len[B] = {6, 3, 1};
+    uint32_t x = 7;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            x = x * 1103515245u + 12345u;
+            bool real = t >= T - len[b];
+            mask[b * T + t] = real;
+            ids[b * T + t] = real ? (t == T - len[b] ? 2 : 4 + (int32_t)((x >> 8) % (vocab - 4))) : 1;
+        }
+}
+
+/* compute: the precision of the reference's linear layers. */
+static void reference(const char *dir, enum kern_compute compute, float *pre, float *steps,
+                      int32_t *step_ids)
+{
+    struct model *m;
+    CHECK(model_open(dir, &m) == 0);
+    if (!m)
+        return;
+    m->compute = compute;
+    const int V = m->info->vocab;
+    int32_t ids[B * T];
+    uint8_t mask[B * T];
+    make_batch(V, ids, mask);
+    struct model_exec *kv;
+    struct model_exec_shape shape = {.batch = B, .max_len = T + SHARDED_STEPS,
+                                     .max_rows = B * (T + SHARDED_STEPS)};
+    CHECK(model_exec_open_cpu(m, &shape, &kv) == 0);
+    CHECK(model_forward(m, kv, ids, mask, T, true, pre) == 0);
+    for (int s = 0; s < SHARDED_STEPS; s++) {
+        for (int b = 0; b < B; b++) {
+            const float *last = s == 0 ? pre + ((size_t)b * T + T - 1) * V
+                                       : steps + ((size_t)(s - 1) * B + b) * V;
+            int best = 0;
+            for (int v = 1; v < V; v++)
+                if (last[v] > last[best])
+                    best = v;
+            step_ids[s * B + b] = best;
+        }
+        CHECK(model_forward(m, kv, &step_ids[s * B], NULL, 1, false, steps + (size_t)s * B * V) ==
+              0);
+    }
+    model_exec_free(kv);
+    model_close(m);
+}
+
+#endif
