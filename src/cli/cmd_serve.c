@@ -255,8 +255,9 @@ int cmd_serve(int argc, char **argv)
         return cli_fail("serve");
     }
     int rc = args_parse("serve",
-                        "Serves the models over HTTP with OpenAI's completions API "
-                        "(POST /v1/completions, GET /v1/models), plus /health, /metrics "
+                        "Serves the models over HTTP with OpenAI's completions and chat "
+                        "completions APIs (POST /v1/completions, POST /v1/chat/completions, "
+                        "GET /v1/models), plus /health, /metrics "
                         "(Prometheus) and /admin/models routes. Logs \"listening on "
                         "http://HOST:PORT\" to stderr once serving; SIGTERM or SIGINT stop it "
                         "gracefully.",
