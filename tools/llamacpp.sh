@@ -88,13 +88,14 @@ build() {
 
 # write_version: what was built, for the table's header and the JSON.
 write_version() {
-    local commit cpu
+    local commit isa
     commit=$(vendored_commit)
-    # ggml's CPU variant names what GGML_NATIVE turned on, e.g. "AVX2 = 1 | AVX512 = 1 | ...";
-    # llama-bench prints it in its cpu_info/backends; the configure log has the -march flags.
-    cpu=$(grep -o 'Adding CPU backend variant.*' "$CACHE/cmake.log" | head -1 | sed 's/"/\\"/g')
-    printf '{"llama_cpp_python": "%s", "llama_cpp_commit": "%s", "cpu_variant": "%s"}\n' \
-        "$PYVER" "${commit:-unknown}" "$cpu" >"$CACHE/VERSION"
+    # GGML_NATIVE compiles ggml-cpu with -march=native: the ISA it was given is what the
+    # compiler predefines for this CPU (AVX2, AVX512*, AVX512_BF16, AMX...).
+    isa=$(${CC:-cc} -march=native -dM -E - </dev/null |
+        grep -oE '__(AVX2|AVX512[A-Z0-9_]*|AMX_[A-Z0-9]*|F16C|FMA)__' | tr -d _ | sort -u | tr '\n' ' ')
+    printf '{"llama_cpp_python": "%s", "llama_cpp_commit": "%s", "march_native": "%s"}\n' \
+        "$PYVER" "${commit:-unknown}" "${isa% }" >"$CACHE/VERSION"
 }
 
 # venv: a venv for convert_hf_to_gguf.py that sees $LLAMACPP_PYTHON's packages (torch,
