@@ -40,7 +40,10 @@ as `n/a (reason)` in the table and as {"error": reason} in the JSON.
 --batch other than 1 leaves llama.cpp out (n/a): llama-bench runs one
 sequence. llama-bench keeps its defaults otherwise (f16 KV cache, flash
 attention auto, weight repacking on, AMX for Q8_0 where the CPU has it);
---llamacpp-args passes more flags, e.g. '--repack 0'.
+--llamacpp-args passes more flags, e.g. '--repack 0'. A GGUF whose
+llama-bench is killed by a signal (seen: Q8_0 prefill through ggml's AMX
+repacked weights, SIGSEGV) is rerun once with --repack 0, and its GGUF cell
+says so ("q8_0 (--repack 0 after ...)", "retried" in the JSON).
 """
 import argparse
 import hashlib
@@ -113,24 +116,40 @@ def gguf_path(m, gtype):
 def llamacpp_bench(a, bench, m, gtype):
     """llama-bench on m's GGUF of gtype: prefill (-p L -n 0) and decode at depth L
     (-p 0 -n N -d L), best of -r repetitions; {"error": reason} when it cannot."""
+    extra, retried = shlex.split(a.llamacpp_args), None
     try:
         g = gguf_path(m, gtype)
-        common = ([bench, "-m", g, "-t", str(a.threads), "-r", str(a.repeat), "-o", "json"]
-                  + shlex.split(a.llamacpp_args))
-        pp = json.loads(run_peer(common + ["-p", str(a.prompt_len), "-n", "0"],
-                                 f"llama-bench {gtype}"))[0]
-        tg = json.loads(run_peer(common + ["-p", "0", "-n", str(a.gen), "-d", str(a.prompt_len)],
-                                 f"llama-bench {gtype}"))[0]
+        while True:
+            common = ([bench, "-m", g, "-t", str(a.threads), "-r", str(a.repeat), "-o", "json"]
+                      + extra)
+            try:
+                pp = json.loads(run_peer(common + ["-p", str(a.prompt_len), "-n", "0"],
+                                         f"llama-bench {gtype}"))[0]
+                tg = json.loads(run_peer(common + ["-p", "0", "-n", str(a.gen),
+                                                   "-d", str(a.prompt_len)],
+                                         f"llama-bench {gtype}"))[0]
+                break
+            except PeerError as e:
+                # Seen here: Q8_0 prefill through ggml's AMX repacked weights dies with
+                # SIGSEGV. Once, and said in the table: rerun without repacked buffers.
+                if "killed by" not in str(e) or "--repack" in extra:
+                    raise
+                extra, retried = extra + ["--repack", "0"], f"--repack 0 after {e}"
     except PeerError as e:
         return {"error": str(e)}
     except (ValueError, IndexError, KeyError) as e:
         return {"error": f"llama-bench {gtype}: unreadable JSON ({e})"}
-    return {"gguf": g, "gguf_type": gtype, "model_size": pp.get("model_size"),
+    return {"gguf": g, "gguf_type": gtype, "retried": retried, "model_size": pp.get("model_size"),
             "model_type": pp.get("model_type"),
             "prefill_tok_s": max(pp["samples_ts"]), "decode_tok_s": max(tg["samples_ts"]),
             "prefill_avg_tok_s": pp["avg_ts"], "decode_avg_tok_s": tg["avg_ts"],
             "cpu_info": pp.get("cpu_info"), "backends": pp.get("backends"),
             "build_commit": pp.get("build_commit"), "n_threads": pp.get("n_threads")}
+
+
+def gguf_label(gtype, ll):
+    """The GGUF's type, and how llama-bench had to be rerun for it, if it was."""
+    return f"{gtype} ({ll['retried']})" if ll.get("retried") else gtype
 
 
 def cell_ratio(ours, theirs, key, fmt):
@@ -251,7 +270,7 @@ def main():
                             f"({sb['decode_ms_per_step'] / o['decode_ms_per_step']:.2f}x) "
                             for sb in (r["steps"][p][b] for b in step_batches))
                   + (f"| n/a ({ll['error']}) | n/a | n/a | n/a | n/a " if "error" in ll
-                     else f"| {pair[p]} " + cell_ratio(o, ll, "prefill_tok_s", ".0f")
+                     else f"| {gguf_label(pair[p], ll)} " + cell_ratio(o, ll, "prefill_tok_s", ".0f")
                      + cell_ratio(o, ll, "decode_tok_s", ".1f")) + "|")
     if not ll_types or not rows:
         return
@@ -271,7 +290,7 @@ def main():
             if "error" in ll:
                 print(f"| {name} | {gt} | n/a ({ll['error']}) | n/a | n/a | n/a | n/a | n/a | n/a |")
                 continue
-            print(f"| {name} | {gt} | {ll['model_size'] / 1e9:.2f} GB | {ll['prefill_tok_s']:.0f} "
+            print(f"| {name} | {gguf_label(gt, ll)} | {ll['model_size'] / 1e9:.2f} GB | {ll['prefill_tok_s']:.0f} "
                   f"| {ll['decode_tok_s']:.1f} " + cell_ratio(o, ll, "prefill_tok_s", ".0f")
                   + cell_ratio(o, ll, "decode_tok_s", ".1f") + "|")
 
