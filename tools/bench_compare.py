@@ -40,7 +40,10 @@ as `n/a (reason)` in the table and as {"error": reason} in the JSON.
 --batch other than 1 leaves llama.cpp out (n/a): llama-bench runs one
 sequence. llama-bench keeps its defaults otherwise (f16 KV cache, flash
 attention auto, weight repacking on, AMX for Q8_0 where the CPU has it);
---llamacpp-args passes more flags, e.g. '--repack 0'. A GGUF whose
+--llamacpp-args passes more flags, e.g. '--repack 0'. ggml's threads spin
+at each node's barrier (OpenMP), so llama.cpp at -t = every core collapses
+when anything else runs: read its columns with the load average the header
+prints. A GGUF whose
 llama-bench is killed by a signal (seen: Q8_0 prefill through ggml's AMX
 repacked weights, SIGSEGV) is rerun once with --repack 0, and its GGUF cell
 says so ("q8_0 (--repack 0 after ...)", "retried" in the JSON).
@@ -207,7 +210,8 @@ def main():
              "--threads", str(a.threads), "--repeat", str(a.repeat), "--json"]
     rows = []
     for m in a.models:
-        row = {"model": m, "shardswap": {}, "transformers": {}, "steps": {}, "llamacpp": {}}
+        row = {"model": m, "shardswap": {}, "transformers": {}, "steps": {}, "llamacpp": {},
+               "loadavg": os.getloadavg()}
         for p in precs:
             row["shardswap"][p] = run_json([a.bin, "bench", "forward", "--model", m,
                                             "--compute", p] + shape)
@@ -236,6 +240,8 @@ def main():
         return
     print(f"batch {a.batch}, prompt {a.prompt_len}, gen {a.gen}, {a.threads} threads, "
           f"best of {a.repeat}; tok/s")
+    print("load average at start of each checkpoint (%d CPUs): " % os.cpu_count()
+          + ", ".join("%.1f" % r["loadavg"][0] for r in rows))
     if ll_ver:
         print(f"llama.cpp {ll_ver.get('llama_cpp_commit')} (from llama-cpp-python "
               f"{ll_ver.get('llama_cpp_python')}), llama-bench on GGUF from its convert_hf_to_gguf.py; "
@@ -272,7 +278,7 @@ def main():
                   + (f"| n/a ({ll['error']}) | n/a | n/a | n/a | n/a " if "error" in ll
                      else f"| {gguf_label(pair[p], ll)} " + cell_ratio(o, ll, "prefill_tok_s", ".0f")
                      + cell_ratio(o, ll, "decode_tok_s", ".1f")) + "|")
-    if not ll_types or not rows:
+    if not ll_types or not rows or "llamacpp" not in peers:
         return
     # llama.cpp's own rows: every GGUF it ran, the reference types too, against our bf16
     # row (or our only row), so Q8_0 reads as "what llama.cpp is usually run as".
