@@ -7,7 +7,8 @@ refuses a checkpoint with missing or unexpected tensors).
 
     python3 tools/bench_compare.py --models DIR [DIR ...] [--batch 1] \
         [--prompt-len 128] [--gen 32] [--threads 2] [--repeat 3] \
-        [--precisions f32,bf16] [--step-batches 8] [--python PY] [--json] [--json-out FILE]
+        [--precisions f32,bf16] [--step-batches 8] [--python PY] [--json] [--json-out FILE] \
+        [--peers hf,llamacpp] [--llamacpp-f32 f16|f32] [--llamacpp-ref q8_0] [--llamacpp-args ARGS]
 
 Each precision runs both sides the same way: f32 is shardswap's
 `--compute f32` (weights widened on the fly, kept at the checkpoint's dtype
