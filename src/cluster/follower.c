@@ -130,8 +130,21 @@ static void model_drop(struct fmodel *fm)
     memset(fm, 0, sizeof *fm);
 }
 
+/* True when a batch of fm is open (its shards' weights are in use). */
+static bool model_busy(struct follower *f, const struct fmodel *fm)
+{
+    for (int i = 0; i < MAX_BATCHES; i++)
+        if (f->batches[i].used && f->batches[i].m == fm)
+            return true;
+    return false;
+}
+
 static int do_register(struct follower *f, const struct proto_msg *c)
 {
+    for (int i = 0; i < MAX_MODELS; i++)
+        if (f->models[i].used && f->models[i].id == c->model)
+            return err_set(ERR_INVALID, "process %d: model %u is registered already", f->me,
+                           c->model);
     struct fmodel *fm = NULL;
     for (int i = 0; i < MAX_MODELS && !fm; i++)
         if (!f->models[i].used)
@@ -358,6 +371,10 @@ static int do_step(struct follower *f, const struct proto_msg *c)
     if (!b)
         return ERR_INVALID;
     struct fmodel *fm = b->m;
+    for (int i = 0; i < fm->n_local; i++)
+        if (!fm->sh[i].loaded)
+            return err_set(ERR_INVALID, "process %d: batch %llu: shard %d of model %u is not loaded",
+                           f->me, (unsigned long long)c->batch, fm->sh[i].index, fm->id);
     int holder = -1;
     for (int i = 0; i < fm->n_local; i++)
         if (fm->sh[i].stage == fm->pp - 1 && fm->sh[i].rank == 0)
@@ -408,9 +425,8 @@ static int handle(struct follower *f, const struct proto_msg *c)
     case PROTO_UNREGISTER:
         if (!(fm = model_find(f, c->model)))
             return ERR_INVALID;
-        for (int i = 0; i < MAX_BATCHES; i++)
-            if (f->batches[i].used && f->batches[i].m == fm)
-                return err_set(ERR_BUSY, "model %u has a batch open", c->model);
+        if (model_busy(f, fm))
+            return err_set(ERR_BUSY, "process %d: model %u has a batch open", f->me, c->model);
         model_drop(fm);
         return 0;
     case PROTO_LOAD:
@@ -418,6 +434,8 @@ static int handle(struct follower *f, const struct proto_msg *c)
     case PROTO_OFFLOAD:
         if (!(fm = model_find(f, c->model)))
             return ERR_INVALID;
+        if (model_busy(f, fm))
+            return err_set(ERR_BUSY, "process %d: model %u has a batch open", f->me, c->model);
         for (int i = 0; i < fm->n_local; i++)
             shard_unload(&fm->sh[i]);
         return 0;

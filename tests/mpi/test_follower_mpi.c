@@ -299,6 +299,16 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
         CHECK_MSG(strstr(why, "no batch 77777") != NULL, "%s", why);
     }
 
+    /* what cannot work is answered with an error naming it: the model
+     * registered again, offloaded under an open batch */
+    if (procs > 1) {
+        CHECK(command_all(&reg, why, sizeof why) == ERR_INVALID);
+        CHECK_MSG(strstr(why, "registered already") != NULL, "%s", why);
+        struct proto_msg busy = {.kind = PROTO_OFFLOAD, .model = id};
+        CHECK(command_all(&busy, why, sizeof why) == ERR_BUSY);
+        CHECK_MSG(strstr(why, "batch open") != NULL, "%s", why);
+    }
+
     struct proto_msg close = {.kind = PROTO_BATCH_CLOSE, .batch = batch_id};
     command_ok(&close);
     struct proto_msg off = {.kind = PROTO_OFFLOAD, .model = id};
