@@ -365,29 +365,32 @@ static void step_run(struct workq_item *item, void *arg)
     pthread_mutex_unlock(&b->lock);
 }
 
-static int do_step(struct follower *f, const struct proto_msg *c)
+/* What must hold before b's step runs; its error otherwise. n_logits: the
+ * floats this process answers with. */
+static int step_check(struct follower *f, struct fbatch *b, const struct proto_msg *c,
+                      uint32_t *n_logits)
 {
-    struct fbatch *b = batch_find(f, c->batch);
-    if (!b)
-        return ERR_INVALID;
     struct fmodel *fm = b->m;
     for (int i = 0; i < fm->n_local; i++)
         if (!fm->sh[i].loaded)
             return err_set(ERR_INVALID, "process %d: batch %llu: shard %d of model %u is not loaded",
                            f->me, (unsigned long long)c->batch, fm->sh[i].index, fm->id);
-    int holder = -1;
+    bool holder = false;
     for (int i = 0; i < fm->n_local; i++)
-        if (fm->sh[i].stage == fm->pp - 1 && fm->sh[i].rank == 0)
-            holder = i;
+        holder |= fm->sh[i].stage == fm->pp - 1 && fm->sh[i].rank == 0;
     int batch = b->shape.batch; /* a process without shards of the model answers too */
-    uint32_t rows = (uint32_t)batch * (c->flags & PROTO_STEP_ALL_POSITIONS ? c->t_new : 1);
-    uint32_t n_logits = holder >= 0 ? rows * (uint32_t)fm->cfg->info.vocab : 0;
     if (c->n_ids != (uint32_t)batch * c->t_new)
         return err_set(ERR_INVALID, "batch %llu: %u ids for %d sequences of %u tokens",
                        (unsigned long long)c->batch, c->n_ids, batch, c->t_new);
-    b->logits = n_logits ? malloc(sizeof(float) * n_logits) : NULL;
-    if (n_logits && !b->logits)
-        return err_set(ERR_NOMEM, "out of memory for %u logits", n_logits);
+    uint32_t rows = (uint32_t)batch * (c->flags & PROTO_STEP_ALL_POSITIONS ? c->t_new : 1);
+    *n_logits = holder ? rows * (uint32_t)fm->cfg->info.vocab : 0;
+    return 0;
+}
+
+/* Runs the step on every local shard at once and waits; the first error. */
+static int step_run_all(struct follower *f, struct fbatch *b, const struct proto_msg *c)
+{
+    struct fmodel *fm = b->m;
     b->cmd = c;
     b->pending = fm->n_local;
     for (int i = 0; i < fm->n_local; i++) {
@@ -398,18 +401,34 @@ static int do_step(struct follower *f, const struct proto_msg *c)
     while (b->pending > 0)
         pthread_cond_wait(&b->cond, &b->lock);
     pthread_mutex_unlock(&b->lock);
-    int rc = 0;
-    for (int i = 0; i < fm->n_local && rc == 0; i++)
+    for (int i = 0; i < fm->n_local; i++)
         if (b->rc[i] < 0)
-            rc = err_set(b->rc[i], "process %d, shard %d: %s", f->me, fm->sh[i].index, b->msg[i]);
+            return err_set(b->rc[i], "process %d, shard %d: %s", f->me, fm->sh[i].index,
+                           b->msg[i]);
+    return 0;
+}
+
+/* A STEP is always answered with a STEP_DONE (an error in it when the step
+ * could not run); 1: answered. */
+static int do_step(struct follower *f, const struct proto_msg *c)
+{
+    struct fbatch *b = batch_find(f, c->batch);
+    uint32_t n_logits = 0;
+    int rc = b ? step_check(f, b, c, &n_logits) : ERR_INVALID;
+    if (rc == 0 && n_logits && !(b->logits = malloc(sizeof(float) * n_logits)))
+        rc = err_set(ERR_NOMEM, "out of memory for %u logits", n_logits);
+    if (rc == 0)
+        rc = step_run_all(f, b, c);
     struct proto_msg done = {.kind = PROTO_STEP_DONE, .seq = c->seq, .batch = c->batch,
                              .status = rc, .message = rc < 0 ? (char *)err_msg() : "",
                              .logits = rc == 0 ? b->logits : NULL,
                              .n_logits = rc == 0 ? n_logits : 0};
     int sent = send_msg(f, &done);
-    free(b->logits);
-    b->logits = NULL;
-    return sent < 0 ? sent : 1; /* 1: answered already */
+    if (b) {
+        free(b->logits);
+        b->logits = NULL;
+    }
+    return sent < 0 ? sent : 1;
 }
 
 /* ---- the loop ---- */

@@ -337,6 +337,62 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
     model_config_free(cfg);
 }
 
+/* A step on a batch whose model was registered but never loaded is
+ * answered with an error by the process holding the shard (never run on
+ * unbound weights), and every process goes on. TP 2 on devices 0 and 1:
+ * shard 1 is process 1's. */
+static void step_before_load(const char *dir)
+{
+    static const uint32_t id = 999;
+    int32_t devices[2] = {0, 1};
+    struct proto_msg reg = {.kind = PROTO_REGISTER, .model = id, .name = "unloaded",
+                            .path = (char *)dir, .tp = 2, .pp = 1, .devices = devices,
+                            .n_devices = 2, .compute = "f32"};
+    command_ok(&reg);
+    struct model *m = NULL;
+    struct model_layout lay = {0};
+    struct model_config *cfg = NULL;
+    struct st_checkpoint *ck = NULL;
+    CHECK(model_config_load(dir, &cfg) == 0 && st_open(dir, &ck) == 0);
+    struct model_shard spec = {.tp_rank = 1, .tp_size = 2, .layer_begin = 0,
+                               .layer_end = cfg ? cfg->info.n_layers : 0};
+    CHECK(cfg && ck && model_shard_open(cfg, ck, &spec, &m, &lay) == 0);
+    struct model_exec_shape shape = {.batch = 1, .max_len = 8, .max_tokens = 4, .max_rows = 1};
+    struct dbuf *ctx = NULL;
+    CHECK(m && device_alloc(dev[1], model_exec_bytes(m, dev[1], &shape), &ctx) == 0);
+    struct proto_place place = {.shard = 1, .offset = ctx ? dbuf_offset(ctx) : 0};
+    int32_t gtags[1] = {next_tag++};
+    struct proto_msg open = {.kind = PROTO_BATCH_OPEN, .batch = 5555, .model = id,
+                             .batch_size = 1, .max_len = 8, .max_tokens = 4, .max_rows = 1,
+                             .places = &place, .n_places = 1, .group_tags = gtags,
+                             .n_group_tags = 1};
+    command_ok(&open);
+    int32_t ids[2] = {1, 2};
+    struct proto_msg step = {.kind = PROTO_STEP, .batch = 5555, .t_new = 2, .ids = ids,
+                             .n_ids = 2};
+    for (int p = 1; p < procs; p++)
+        CHECK(send_to(p, &step) == 0);
+    for (int p = 1; p < procs; p++) {
+        struct proto_msg r;
+        CHECK(answer_from(p, &r) == 0 && r.kind == PROTO_STEP_DONE);
+        if (p == 1)
+            CHECK_MSG(r.status == ERR_INVALID && r.message && strstr(r.message, "not loaded"),
+                      "process 1 answered %d: %s", r.status, r.message ? r.message : "");
+        else
+            CHECK(r.status == 0);
+        proto_msg_free(&r);
+    }
+    struct proto_msg close = {.kind = PROTO_BATCH_CLOSE, .batch = 5555};
+    command_ok(&close);
+    struct proto_msg unreg = {.kind = PROTO_UNREGISTER, .model = id};
+    command_ok(&unreg);
+    device_free(ctx);
+    model_close(m);
+    model_layout_free(&lay);
+    st_close(ck);
+    model_config_free(cfg);
+}
+
 TEST(serve_models)
 {
     /* job device d on process d % procs */
@@ -372,6 +428,7 @@ TEST(serve_models)
         leader_layout(fixtures[k], dir, 1, 2);
         leader_layout(fixtures[k], dir, 2, 2);
     }
+    step_before_load(FIXTURES "/llama_gqa_f32");
     struct proto_msg bye = {.kind = PROTO_SHUTDOWN};
     command_ok(&bye);
     for (int d = 0; d < N_DEV; d++)
