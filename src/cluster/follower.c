@@ -421,7 +421,7 @@ static int do_step(struct follower *f, const struct proto_msg *c)
         rc = step_run_all(f, b, c);
     struct proto_msg done = {.kind = PROTO_STEP_DONE, .seq = c->seq, .batch = c->batch,
                              .status = rc, .message = rc < 0 ? (char *)err_msg() : "",
-                             .logits = rc == 0 ? b->logits : NULL,
+                             .logits = rc == 0 && b ? b->logits : NULL,
                              .n_logits = rc == 0 ? n_logits : 0};
     int sent = send_msg(f, &done);
     if (b) {
