@@ -3,7 +3,7 @@
  * left-padded batch of 3 sequences of lengths 6, 3, 1 over 6 positions, and
  * the whole model's logits for it, the prefill at every position (B, T, V)
  * and then SHARDED_STEPS greedy steps (B, V) each, with the ids each step
- * was fed. Include after test.h. */
+ * was fed. */
 #ifndef SHARDSWAP_TESTS_SHARDED_REF_H
 #define SHARDSWAP_TESTS_SHARDED_REF_H
 
@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "model/model.h"
+#include "test.h"
 
 #define B 3
 #define T 6
@@ -25,7 +26,8 @@ static void make_batch(int vocab, int32_t *ids, uint8_t *mask)
             x = x * 1103515245u + 12345u;
             bool real = t >= T - len[b];
             mask[b * T + t] = real;
-            ids[b * T + t] = real ? (t == T - len[b] ? 2 : 4 + (int32_t)((x >> 8) % (vocab - 4))) : 1;
+            ids[b * T + t] =
+                real ? (t == T - len[b] ? 2 : 4 + (int32_t)((x >> 8) % (vocab - 4))) : 1;
         }
 }
 
@@ -43,14 +45,14 @@ static void reference(const char *dir, enum kern_compute compute, float *pre, fl
     uint8_t mask[B * T];
     make_batch(V, ids, mask);
     struct model_exec *kv;
-    struct model_exec_shape shape = {.batch = B, .max_len = T + SHARDED_STEPS,
-                                     .max_rows = B * (T + SHARDED_STEPS)};
+    struct model_exec_shape shape = {
+        .batch = B, .max_len = T + SHARDED_STEPS, .max_rows = B * (T + SHARDED_STEPS)};
     CHECK(model_exec_open_cpu(m, &shape, &kv) == 0);
     CHECK(model_forward(m, kv, ids, mask, T, true, pre) == 0);
     for (int s = 0; s < SHARDED_STEPS; s++) {
         for (int b = 0; b < B; b++) {
-            const float *last = s == 0 ? pre + ((size_t)b * T + T - 1) * V
-                                       : steps + ((size_t)(s - 1) * B + b) * V;
+            const float *last =
+                s == 0 ? pre + ((size_t)b * T + T - 1) * V : steps + ((size_t)(s - 1) * B + b) * V;
             int best = 0;
             for (int v = 1; v < V; v++)
                 if (last[v] > last[best])

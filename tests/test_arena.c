@@ -22,13 +22,13 @@ TEST(alloc_at_ranges)
     CHECK(arena_alloc_at(&a, 10 * U, 5 * U) == 0); /* inside: two pieces around it */
     CHECK(arena_free_blocks(&a) == 2);
     CHECK(arena_largest_free(&a) == (UNITS - 15) * U);
-    CHECK(arena_alloc_at(&a, 12 * U, U) == ERR_NOMEM); /* in use */
-    CHECK(arena_alloc_at(&a, 8 * U, 3 * U) == ERR_NOMEM); /* overlaps its start */
-    CHECK(arena_alloc_at(&a, 14 * U, 2 * U) == ERR_NOMEM); /* overlaps its end */
+    CHECK(arena_alloc_at(&a, 12 * U, U) == ERR_NOMEM);              /* in use */
+    CHECK(arena_alloc_at(&a, 8 * U, 3 * U) == ERR_NOMEM);           /* overlaps its start */
+    CHECK(arena_alloc_at(&a, 14 * U, 2 * U) == ERR_NOMEM);          /* overlaps its end */
     CHECK(arena_alloc_at(&a, (UNITS - 1) * U, 2 * U) == ERR_NOMEM); /* past the end */
-    CHECK(arena_alloc_at(&a, 0, 10 * U) == 0); /* a whole free block */
+    CHECK(arena_alloc_at(&a, 0, 10 * U) == 0);                      /* a whole free block */
     CHECK(arena_free_blocks(&a) == 1);
-    CHECK(arena_alloc_at(&a, 15 * U, U) == 0); /* at a block's start */
+    CHECK(arena_alloc_at(&a, 15 * U, U) == 0);          /* at a block's start */
     CHECK(arena_alloc_at(&a, (UNITS - 1) * U, U) == 0); /* at its end */
     CHECK(arena_largest_free(&a) == (UNITS - 17) * U);
     uint64_t off = 0;
@@ -68,7 +68,9 @@ TEST(random_history_and_replica)
     CHECK(arena_init(&a, UNITS * U) == 0);
     CHECK(arena_init(&replica, UNITS * U) == 0);
     uint8_t used[UNITS] = {0};
-    struct { uint64_t off, units; } live[UNITS];
+    struct {
+        uint64_t off, units;
+    } live[UNITS];
     int n_live = 0, bad = 0;
     uint32_t x = 12345;
     for (int step = 0; step < 20000; step++) {

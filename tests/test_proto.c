@@ -72,22 +72,22 @@ static bool same(const struct proto_msg *a, const struct proto_msg *b)
 {
     bool ok = a->kind == b->kind && a->seq == b->seq && a->model == b->model &&
               a->batch == b->batch && str_eq(a->name, b->name) && str_eq(a->path, b->path) &&
-              str_eq(a->compute, b->compute) && str_eq(a->message, b->message) &&
-              a->tp == b->tp && a->pp == b->pp && a->n_devices == b->n_devices &&
-              a->n_places == b->n_places && a->batch_size == b->batch_size &&
-              a->max_len == b->max_len && a->max_tokens == b->max_tokens &&
-              a->max_rows == b->max_rows && a->n_group_tags == b->n_group_tags &&
-              a->n_channel_tags == b->n_channel_tags && a->slot == b->slot &&
-              a->t_new == b->t_new && a->flags == b->flags && a->n_ids == b->n_ids &&
-              a->n_mask == b->n_mask && a->status == b->status && a->shard == b->shard &&
-              a->blob == b->blob && a->n_logits == b->n_logits;
+              str_eq(a->compute, b->compute) && str_eq(a->message, b->message) && a->tp == b->tp &&
+              a->pp == b->pp && a->n_devices == b->n_devices && a->n_places == b->n_places &&
+              a->batch_size == b->batch_size && a->max_len == b->max_len &&
+              a->max_tokens == b->max_tokens && a->max_rows == b->max_rows &&
+              a->n_group_tags == b->n_group_tags && a->n_channel_tags == b->n_channel_tags &&
+              a->slot == b->slot && a->t_new == b->t_new && a->flags == b->flags &&
+              a->n_ids == b->n_ids && a->n_mask == b->n_mask && a->status == b->status &&
+              a->shard == b->shard && a->blob == b->blob && a->n_logits == b->n_logits;
     ok = ok && (!a->n_devices || !memcmp(a->devices, b->devices, a->n_devices * 4));
     for (uint32_t i = 0; ok && i < a->n_places; i++)
-        ok = a->places[i].shard == b->places[i].shard && a->places[i].offset == b->places[i].offset &&
+        ok = a->places[i].shard == b->places[i].shard &&
+             a->places[i].offset == b->places[i].offset &&
              (a->kind != PROTO_LOAD || a->places[i].blob == b->places[i].blob);
     ok = ok && (!a->n_group_tags || !memcmp(a->group_tags, b->group_tags, a->n_group_tags * 4));
-    ok = ok && (!a->n_channel_tags ||
-                !memcmp(a->channel_tags, b->channel_tags, a->n_channel_tags * 4));
+    ok = ok &&
+         (!a->n_channel_tags || !memcmp(a->channel_tags, b->channel_tags, a->n_channel_tags * 4));
     ok = ok && (!a->n_ids || !memcmp(a->ids, b->ids, a->n_ids * 4));
     ok = ok && (!a->n_mask || !memcmp(a->mask, b->mask, a->n_mask));
     ok = ok && (!a->n_logits || !memcmp(a->logits, b->logits, a->n_logits * 4));

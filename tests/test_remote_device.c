@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "backend/device.h"
-#include "model/model.h"
 #include "core/error.h"
+#include "model/model.h"
 #include "test.h"
 
 #define MIB (1u << 20)
@@ -120,8 +120,8 @@ TEST(exec_context_at_the_views_offset)
     CHECK(ex && ref && model_forward(m, ref, ids, NULL, 4, false, b) == 0);
     CHECK(memcmp(a, b, sizeof(float) * 2 * V) == 0);
     struct model_exec *clash = NULL; /* the same offset again: taken */
-    CHECK(placed && model_exec_init_at(m, owner, NULL, &shape, dbuf_offset(placed), &clash) ==
-          ERR_NOMEM);
+    CHECK(placed &&
+          model_exec_init_at(m, owner, NULL, &shape, dbuf_offset(placed), &clash) == ERR_NOMEM);
     free(a);
     free(b);
     model_exec_free(ex);

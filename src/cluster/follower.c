@@ -52,7 +52,7 @@ struct fbatch {
     struct model_exec_shape shape;           /* as BATCH_OPEN gave it */
     struct model_exec *ex[PROTO_MAX_SHARDS]; /* per local shard */
     struct model_stage_io io[PROTO_MAX_SHARDS];
-    struct comm_group *group[PROTO_MAX_SHARDS];   /* per stage, when we hold a rank */
+    struct comm_group *group[PROTO_MAX_SHARDS]; /* per stage, when we hold a rank */
     /* per sender shard i: the channel to shard i + tp, when an end is here
      * (one mailbox when both are) */
     struct comm_channel *chan[PROTO_MAX_SHARDS];
@@ -92,7 +92,9 @@ static int send_msg(struct follower *f, const struct proto_msg *m)
 
 static int reply(struct follower *f, const struct proto_msg *cmd, int status)
 {
-    struct proto_msg r = {.kind = PROTO_REPLY, .seq = cmd->seq, .status = status,
+    struct proto_msg r = {.kind = PROTO_REPLY,
+                          .seq = cmd->seq,
+                          .status = status,
                           .message = status < 0 ? (char *)err_msg() : ""};
     return send_msg(f, &r);
 }
@@ -165,9 +167,10 @@ static int do_register(struct follower *f, const struct proto_msg *c)
         if (!f->dev[c->devices[i]])
             continue;
         struct fshard *s = &fm->sh[fm->n_local++];
-        *s = (struct fshard){.index = i, .stage = i / fm->tp, .rank = i % fm->tp,
-                             .device = c->devices[i]};
-        struct model_shard spec = {.tp_rank = s->rank, .tp_size = fm->tp,
+        *s = (struct fshard){
+            .index = i, .stage = i / fm->tp, .rank = i % fm->tp, .device = c->devices[i]};
+        struct model_shard spec = {.tp_rank = s->rank,
+                                   .tp_size = fm->tp,
                                    .layer_begin = L * s->stage / fm->pp,
                                    .layer_end = L * (s->stage + 1) / fm->pp};
         rc = model_shard_open(fm->cfg, fm->ck, &spec, &s->m, &s->layout);
@@ -227,8 +230,9 @@ static int do_load(struct follower *f, const struct proto_msg *c)
     for (uint32_t i = 0; i < c->n_places && rc == 0; i++) {
         struct fshard *s = local_shard(fm, c->places[i].shard);
         if (!s || c->places[i].blob >= (uint32_t)s->layout.n_blobs || s->blobs[c->places[i].blob])
-            rc = err_set(ERR_INVALID, "process %d: load of model %u names shard %u blob %u, "
-                                      "which is not one of its unloaded blobs here",
+            rc = err_set(ERR_INVALID,
+                         "process %d: load of model %u names shard %u blob %u, "
+                         "which is not one of its unloaded blobs here",
                          f->me, c->model, c->places[i].shard, c->places[i].blob);
         else
             rc = load_blob(f, fm, s, (int)c->places[i].blob, c->places[i].offset);
@@ -310,8 +314,10 @@ static int do_batch_open(struct follower *f, const struct proto_msg *c)
     *b = (struct fbatch){.used = true, .id = c->batch, .m = fm};
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->cond, NULL);
-    struct model_exec_shape shape = {.batch = (int)c->batch_size, .max_len = (int)c->max_len,
-                                     .max_tokens = (int)c->max_tokens, .max_rows = (int)c->max_rows};
+    struct model_exec_shape shape = {.batch = (int)c->batch_size,
+                                     .max_len = (int)c->max_len,
+                                     .max_tokens = (int)c->max_tokens,
+                                     .max_rows = (int)c->max_rows};
     b->shape = shape;
     int rc = batch_wire(f, b, c);
     for (int i = 0; i < fm->n_local && rc == 0; i++) {
@@ -373,8 +379,9 @@ static int step_check(struct follower *f, struct fbatch *b, const struct proto_m
     struct fmodel *fm = b->m;
     for (int i = 0; i < fm->n_local; i++)
         if (!fm->sh[i].loaded)
-            return err_set(ERR_INVALID, "process %d: batch %llu: shard %d of model %u is not loaded",
-                           f->me, (unsigned long long)c->batch, fm->sh[i].index, fm->id);
+            return err_set(ERR_INVALID,
+                           "process %d: batch %llu: shard %d of model %u is not loaded", f->me,
+                           (unsigned long long)c->batch, fm->sh[i].index, fm->id);
     bool holder = false;
     for (int i = 0; i < fm->n_local; i++)
         holder |= fm->sh[i].stage == fm->pp - 1 && fm->sh[i].rank == 0;
@@ -403,8 +410,7 @@ static int step_run_all(struct follower *f, struct fbatch *b, const struct proto
     pthread_mutex_unlock(&b->lock);
     for (int i = 0; i < fm->n_local; i++)
         if (b->rc[i] < 0)
-            return err_set(b->rc[i], "process %d, shard %d: %s", f->me, fm->sh[i].index,
-                           b->msg[i]);
+            return err_set(b->rc[i], "process %d, shard %d: %s", f->me, fm->sh[i].index, b->msg[i]);
     return 0;
 }
 
@@ -419,8 +425,11 @@ static int do_step(struct follower *f, const struct proto_msg *c)
         rc = err_set(ERR_NOMEM, "out of memory for %u logits", n_logits);
     if (rc == 0)
         rc = step_run_all(f, b, c);
-    struct proto_msg done = {.kind = PROTO_STEP_DONE, .seq = c->seq, .batch = c->batch,
-                             .status = rc, .message = rc < 0 ? (char *)err_msg() : "",
+    struct proto_msg done = {.kind = PROTO_STEP_DONE,
+                             .seq = c->seq,
+                             .batch = c->batch,
+                             .status = rc,
+                             .message = rc < 0 ? (char *)err_msg() : "",
                              .logits = rc == 0 && b ? b->logits : NULL,
                              .n_logits = rc == 0 ? n_logits : 0};
     int sent = send_msg(f, &done);

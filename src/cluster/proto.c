@@ -11,12 +11,18 @@
 #include "core/wire.h"
 
 static const char *const kind_names[PROTO_KIND_END] = {
-    [PROTO_REGISTER] = "REGISTER",       [PROTO_UNREGISTER] = "UNREGISTER",
-    [PROTO_LOAD] = "LOAD",               [PROTO_OFFLOAD] = "OFFLOAD",
-    [PROTO_BATCH_OPEN] = "BATCH_OPEN",   [PROTO_BATCH_CLEAR] = "BATCH_CLEAR",
-    [PROTO_BATCH_CLOSE] = "BATCH_CLOSE", [PROTO_STEP] = "STEP",
-    [PROTO_SHUTDOWN] = "SHUTDOWN",       [PROTO_REPLY] = "REPLY",
-    [PROTO_BLOB_READY] = "BLOB_READY",   [PROTO_STEP_DONE] = "STEP_DONE",
+    [PROTO_REGISTER] = "REGISTER",
+    [PROTO_UNREGISTER] = "UNREGISTER",
+    [PROTO_LOAD] = "LOAD",
+    [PROTO_OFFLOAD] = "OFFLOAD",
+    [PROTO_BATCH_OPEN] = "BATCH_OPEN",
+    [PROTO_BATCH_CLEAR] = "BATCH_CLEAR",
+    [PROTO_BATCH_CLOSE] = "BATCH_CLOSE",
+    [PROTO_STEP] = "STEP",
+    [PROTO_SHUTDOWN] = "SHUTDOWN",
+    [PROTO_REPLY] = "REPLY",
+    [PROTO_BLOB_READY] = "BLOB_READY",
+    [PROTO_STEP_DONE] = "STEP_DONE",
 };
 
 const char *proto_kind_name(enum proto_kind k)

@@ -45,11 +45,11 @@
 #include "core/strbuf.h"
 
 #define PROTO_MAGIC 0x31575353u
-#define PROTO_MAX_SHARDS 64           /* tp * pp of one model */
-#define PROTO_MAX_ENTRIES 65536       /* blobs of one LOAD, contexts of one BATCH_OPEN */
-#define PROTO_MAX_TOKENS (1u << 24)   /* ids of one STEP */
-#define PROTO_MAX_LOGITS (1u << 28)   /* floats of one STEP_DONE */
-#define PROTO_MAX_TEXT 4096           /* names, paths, messages */
+#define PROTO_MAX_SHARDS 64         /* tp * pp of one model */
+#define PROTO_MAX_ENTRIES 65536     /* blobs of one LOAD, contexts of one BATCH_OPEN */
+#define PROTO_MAX_TOKENS (1u << 24) /* ids of one STEP */
+#define PROTO_MAX_LOGITS (1u << 28) /* floats of one STEP_DONE */
+#define PROTO_MAX_TEXT 4096         /* names, paths, messages */
 
 enum proto_kind {
     PROTO_REGISTER = 1,
@@ -90,16 +90,16 @@ struct proto_msg {
     uint32_t batch_size, max_len, max_tokens, max_rows; /* BATCH_OPEN */
     int32_t *group_tags, *channel_tags;
     uint32_t n_group_tags, n_channel_tags;
-    uint32_t slot;                /* BATCH_CLEAR */
-    uint32_t t_new;               /* STEP */
-    uint8_t flags;                /* STEP: PROTO_STEP_* */
-    int32_t *ids;                 /* STEP: (n_ids) */
+    uint32_t slot;  /* BATCH_CLEAR */
+    uint32_t t_new; /* STEP */
+    uint8_t flags;  /* STEP: PROTO_STEP_* */
+    int32_t *ids;   /* STEP: (n_ids) */
     uint32_t n_ids;
-    uint8_t *mask;                /* STEP: (n_mask: n_ids or 0) */
+    uint8_t *mask; /* STEP: (n_mask: n_ids or 0) */
     uint32_t n_mask;
-    int32_t status;               /* REPLY, BLOB_READY, STEP_DONE */
-    uint32_t shard, blob;         /* BLOB_READY */
-    float *logits;                /* STEP_DONE: (n_logits) */
+    int32_t status;       /* REPLY, BLOB_READY, STEP_DONE */
+    uint32_t shard, blob; /* BLOB_READY */
+    float *logits;        /* STEP_DONE: (n_logits) */
     uint32_t n_logits;
 };
 #define PROTO_STEP_ALL_POSITIONS 1u

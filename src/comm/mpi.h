@@ -96,9 +96,9 @@ int mpi_world_bench_allreduce(struct mpi_world *w, float *buf, size_t n, int ite
                               double *seconds);
 
 /* A group of n_ranks whose rank r is in process proc_of[r] (0 <= proc_of[r] <
- * procs; the ranks of one process need not be consecutive). Created (and destroyed) in every process that
- * holds one of its ranks; ERR_INVALID when this process holds none, for a
- * process out of range or a tag out of range, ERR_NOMEM. */
+ * procs; the ranks of one process need not be consecutive). Created (and destroyed) in every
+ * process that holds one of its ranks; ERR_INVALID when this process holds none, for a process out
+ * of range or a tag out of range, ERR_NOMEM. */
 int comm_group_create_mpi(struct mpi_world *w, int n_ranks, const int *proc_of, int tag,
                           struct comm_group **out);
 

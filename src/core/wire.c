@@ -177,8 +177,7 @@ char *wire_get_str(struct wire_in *r, size_t max, const char *field)
 
 /* Room for n elements of elem bytes each, after their count; NULL when bad
  * or empty. */
-static void *get_array(struct wire_in *r, uint32_t max, uint32_t *n, size_t elem,
-                       const char *field)
+static void *get_array(struct wire_in *r, uint32_t max, uint32_t *n, size_t elem, const char *field)
 {
     *n = get_count(r, max, elem, field);
     if (r->bad || *n == 0)

@@ -1,11 +1,12 @@
 /* The main of every program in tests/mpi: skip without MPI or without
  * mpirun, open the world, run the named cases (test.h), close it. The cases
- * read world, me (this process) and procs. Include after test.h. */
+ * read world, me (this process) and procs. */
 #ifndef SHARDSWAP_TESTS_MPI_TEST_H
 #define SHARDSWAP_TESTS_MPI_TEST_H
 
 #include "comm/mpi.h"
 #include "core/error.h"
+#include "test.h"
 
 static struct mpi_world *world;
 static int me, procs;

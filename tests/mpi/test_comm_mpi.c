@@ -15,9 +15,8 @@
 #include "comm/comm.h"
 #include "comm/mpi.h"
 #include "core/error.h"
-#include "test.h"
 #include "mpi/mpi_test.h"
-
+#include "test.h"
 
 /* Rank r's input value i: distinct, exactly representable, mixed signs and
  * magnitudes so that the order of summation shows in the bits. */
@@ -52,8 +51,8 @@ static void *rank_main(void *arg)
 }
 
 /* Runs fn on a thread per rank of this process; returns how many ran. */
-static int run_local(struct comm_group *g, const int *proc_of, int n_ranks,
-                     struct rank_job *jobs, int (*fn)(struct rank_job *))
+static int run_local(struct comm_group *g, const int *proc_of, int n_ranks, struct rank_job *jobs,
+                     int (*fn)(struct rank_job *))
 {
     pthread_t t[16];
     int k = 0;
@@ -121,8 +120,8 @@ TEST(allreduce_bits)
                     continue;
                 CHECK_MSG(jobs[r].rc == 0, "rank %d: %s", r, jobs[r].msg);
                 CHECK_MSG(n == 0 || memcmp(jobs[r].buf, want, n * sizeof(float)) == 0,
-                          "%d ranks, n %zu: rank %d's sum differs from the rank-order sum",
-                          n_ranks, n, r);
+                          "%d ranks, n %zu: rank %d's sum differs from the rank-order sum", n_ranks,
+                          n, r);
             }
             for (int r = 0; r < n_ranks; r++)
                 free(jobs[r].buf);
@@ -177,8 +176,8 @@ TEST(allreduce_equals_threads)
 
 static int do_gather(struct rank_job *j)
 {
-    return comm_gather_cols(comm_group_rank(j->g, j->rank), NULL, j->root, j->buf, j->rows,
-                            j->cols, j->col0, j->out, j->total);
+    return comm_gather_cols(comm_group_rank(j->g, j->rank), NULL, j->root, j->buf, j->rows, j->cols,
+                            j->col0, j->out, j->total);
 }
 
 TEST(gather_any_root)
@@ -446,8 +445,8 @@ TEST(heartbeats)
     CHECK(mpi_world_watch(world, &bad) == ERR_INVALID);
     /* a timeout far above any scheduling stall of a loaded CI machine (the
      * quiet period checks that nobody is lost while all are up) */
-    struct mpi_watch_config cfg = {.interval_s = 0.05, .timeout_s = 2.0, .lost = on_lost,
-                                   .found = on_found};
+    struct mpi_watch_config cfg = {
+        .interval_s = 0.05, .timeout_s = 2.0, .lost = on_lost, .found = on_found};
     CHECK(mpi_world_watch(world, &cfg) == 0);
     CHECK(mpi_world_watch(world, &cfg) == ERR_INVALID);
     struct timespec quiet = {3, 0};
@@ -482,10 +481,8 @@ TEST(heartbeats)
         nanosleep(&settle, NULL);
         comm_channel_destroy(c);
         raise(SIGSTOP); /* process 0 sends SIGCONT */
-        CHECK_MSG(wait_until(is_up, 0, 20),
-                  "process 0 still lost after this process continued");
+        CHECK_MSG(wait_until(is_up, 0, 20), "process 0 still lost after this process continued");
     }
     CHECK(comm_barrier(comm_group_rank(all, me)) == 0);
     comm_group_destroy(all);
 }
-

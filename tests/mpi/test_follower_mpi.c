@@ -19,9 +19,9 @@
 #include "core/error.h"
 #include "format/safetensors.h"
 #include "model/model.h"
-#include "test.h"
 #include "mpi/mpi_test.h"
 #include "sharded_ref.h"
+#include "test.h"
 
 #define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/models"
 #define TOL 1e-5
@@ -144,14 +144,22 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
         devices[i] = i;
         struct lshard *s = &sh[i];
         *s = (struct lshard){.index = i, .stage = i / tp, .rank = i % tp, .device = i};
-        struct model_shard spec = {.tp_rank = s->rank, .tp_size = tp,
-                                   .layer_begin = L * s->stage / pp, .layer_end = L * (s->stage + 1) / pp};
+        struct model_shard spec = {.tp_rank = s->rank,
+                                   .tp_size = tp,
+                                   .layer_begin = L * s->stage / pp,
+                                   .layer_end = L * (s->stage + 1) / pp};
         CHECK(model_shard_open(cfg, ck, &spec, &s->m, &s->layout) == 0);
         s->blobs = calloc((size_t)s->layout.n_blobs, sizeof *s->blobs);
     }
-    struct proto_msg reg = {.kind = PROTO_REGISTER, .model = id, .name = (char *)name,
-                            .path = (char *)dir, .tp = (uint32_t)tp, .pp = (uint32_t)pp,
-                            .devices = devices, .n_devices = (uint32_t)n, .compute = "f32"};
+    struct proto_msg reg = {.kind = PROTO_REGISTER,
+                            .model = id,
+                            .name = (char *)name,
+                            .path = (char *)dir,
+                            .tp = (uint32_t)tp,
+                            .pp = (uint32_t)pp,
+                            .devices = devices,
+                            .n_devices = (uint32_t)n,
+                            .compute = "f32"};
     command_ok(&reg);
 
     /* LOAD: place every remote blob on its view; load the local ones here */
@@ -165,8 +173,8 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
                 if (sh[i].layout.blob_bytes[b] == 0)
                     continue;
                 CHECK(device_alloc(dev[i], sh[i].layout.blob_bytes[b], &sh[i].blobs[b]) == 0);
-                places[k++] = (struct proto_place){(uint32_t)i, (uint32_t)b,
-                                                   dbuf_offset(sh[i].blobs[b])};
+                places[k++] =
+                    (struct proto_place){(uint32_t)i, (uint32_t)b, dbuf_offset(sh[i].blobs[b])};
             }
         }
         struct proto_msg load = {.kind = PROTO_LOAD, .model = id, .places = places, .n_places = k};
@@ -222,13 +230,22 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
                 continue;
             size_t bytes = model_exec_bytes(sh[i].m, dev[i], &shape);
             CHECK(bytes > 0 && device_alloc(dev[i], bytes, &sh[i].ctx) == 0);
-            places[k++] = (struct proto_place){.shard = (uint32_t)i, .offset = dbuf_offset(sh[i].ctx)};
+            places[k++] =
+                (struct proto_place){.shard = (uint32_t)i, .offset = dbuf_offset(sh[i].ctx)};
         }
-        struct proto_msg open = {.kind = PROTO_BATCH_OPEN, .batch = batch_id, .model = id,
-                                 .batch_size = B, .max_len = T + STEPS, .max_tokens = B * T,
-                                 .max_rows = B * T, .places = places, .n_places = k,
-                                 .group_tags = gtags, .n_group_tags = (uint32_t)pp,
-                                 .channel_tags = ctags, .n_channel_tags = (uint32_t)((pp - 1) * tp)};
+        struct proto_msg open = {.kind = PROTO_BATCH_OPEN,
+                                 .batch = batch_id,
+                                 .model = id,
+                                 .batch_size = B,
+                                 .max_len = T + STEPS,
+                                 .max_tokens = B * T,
+                                 .max_rows = B * T,
+                                 .places = places,
+                                 .n_places = k,
+                                 .group_tags = gtags,
+                                 .n_group_tags = (uint32_t)pp,
+                                 .channel_tags = ctags,
+                                 .n_channel_tags = (uint32_t)((pp - 1) * tp)};
         CHECK(send_to(p, &open) == 0);
     }
     int n_local = 0;
@@ -253,12 +270,14 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
     /* the steps: prefill at every position, then the reference's greedy ids */
     const int holder = (pp - 1) * tp;
     for (int st = -1; st < STEPS; st++) {
-        struct proto_msg step = {.kind = PROTO_STEP, .batch = batch_id,
+        struct proto_msg step = {.kind = PROTO_STEP,
+                                 .batch = batch_id,
                                  .t_new = st < 0 ? T : 1,
                                  .flags = st < 0 ? PROTO_STEP_ALL_POSITIONS : 0,
                                  .ids = st < 0 ? ids : &step_ids[st * B],
                                  .n_ids = st < 0 ? B * T : B,
-                                 .mask = st < 0 ? mask : NULL, .n_mask = st < 0 ? B * T : 0};
+                                 .mask = st < 0 ? mask : NULL,
+                                 .n_mask = st < 0 ? B * T : 0};
         for (int p = 1; p < procs; p++)
             CHECK(send_to(p, &step) == 0);
         pthread_t t[N_DEV];
@@ -345,31 +364,43 @@ static void step_before_load(const char *dir)
 {
     static const uint32_t id = 999;
     int32_t devices[2] = {0, 1};
-    struct proto_msg reg = {.kind = PROTO_REGISTER, .model = id, .name = "unloaded",
-                            .path = (char *)dir, .tp = 2, .pp = 1, .devices = devices,
-                            .n_devices = 2, .compute = "f32"};
+    struct proto_msg reg = {.kind = PROTO_REGISTER,
+                            .model = id,
+                            .name = "unloaded",
+                            .path = (char *)dir,
+                            .tp = 2,
+                            .pp = 1,
+                            .devices = devices,
+                            .n_devices = 2,
+                            .compute = "f32"};
     command_ok(&reg);
     struct model *m = NULL;
     struct model_layout lay = {0};
     struct model_config *cfg = NULL;
     struct st_checkpoint *ck = NULL;
     CHECK(model_config_load(dir, &cfg) == 0 && st_open(dir, &ck) == 0);
-    struct model_shard spec = {.tp_rank = 1, .tp_size = 2, .layer_begin = 0,
-                               .layer_end = cfg ? cfg->info.n_layers : 0};
+    struct model_shard spec = {
+        .tp_rank = 1, .tp_size = 2, .layer_begin = 0, .layer_end = cfg ? cfg->info.n_layers : 0};
     CHECK(cfg && ck && model_shard_open(cfg, ck, &spec, &m, &lay) == 0);
     struct model_exec_shape shape = {.batch = 1, .max_len = 8, .max_tokens = 4, .max_rows = 1};
     struct dbuf *ctx = NULL;
     CHECK(m && device_alloc(dev[1], model_exec_bytes(m, dev[1], &shape), &ctx) == 0);
     struct proto_place place = {.shard = 1, .offset = ctx ? dbuf_offset(ctx) : 0};
     int32_t gtags[1] = {next_tag++};
-    struct proto_msg open = {.kind = PROTO_BATCH_OPEN, .batch = 5555, .model = id,
-                             .batch_size = 1, .max_len = 8, .max_tokens = 4, .max_rows = 1,
-                             .places = &place, .n_places = 1, .group_tags = gtags,
+    struct proto_msg open = {.kind = PROTO_BATCH_OPEN,
+                             .batch = 5555,
+                             .model = id,
+                             .batch_size = 1,
+                             .max_len = 8,
+                             .max_tokens = 4,
+                             .max_rows = 1,
+                             .places = &place,
+                             .n_places = 1,
+                             .group_tags = gtags,
                              .n_group_tags = 1};
     command_ok(&open);
     int32_t ids[2] = {1, 2};
-    struct proto_msg step = {.kind = PROTO_STEP, .batch = 5555, .t_new = 2, .ids = ids,
-                             .n_ids = 2};
+    struct proto_msg step = {.kind = PROTO_STEP, .batch = 5555, .t_new = 2, .ids = ids, .n_ids = 2};
     for (int p = 1; p < procs; p++)
         CHECK(send_to(p, &step) == 0);
     for (int p = 1; p < procs; p++) {
@@ -434,4 +465,3 @@ TEST(serve_models)
     for (int d = 0; d < N_DEV; d++)
         device_close(dev[d]);
 }
-

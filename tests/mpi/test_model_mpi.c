@@ -18,9 +18,9 @@
 #include "core/error.h"
 #include "format/safetensors.h"
 #include "model/model.h"
-#include "test.h"
 #include "mpi/mpi_test.h"
 #include "sharded_ref.h"
+#include "test.h"
 
 #define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/models"
 #define TOL 1e-5
@@ -68,8 +68,8 @@ static int step_all(struct shard *local, int n_local)
         pthread_join(t[i], NULL);
         if (local[i].rc < 0 && rc == 0) {
             rc = local[i].rc;
-            fprintf(stderr, "process %d, stage %d rank %d: %s\n", me, local[i].stage,
-                    local[i].rank, local[i].msg);
+            fprintf(stderr, "process %d, stage %d rank %d: %s\n", me, local[i].stage, local[i].rank,
+                    local[i].msg);
         }
     }
     return rc;
@@ -159,12 +159,13 @@ static void check_layout(const char *name, const char *dir, const struct layout 
         struct shard *sh = &local[n_local];
         sh->stage = i / l->tp;
         sh->rank = i % l->tp;
-        struct model_shard spec = {.tp_rank = sh->rank, .tp_size = l->tp,
+        struct model_shard spec = {.tp_rank = sh->rank,
+                                   .tp_size = l->tp,
                                    .layer_begin = L * sh->stage / l->pp,
                                    .layer_end = L * (sh->stage + 1) / l->pp};
         struct model_exec_shape shape = {.batch = B, .max_len = T + STEPS, .max_rows = B * T};
-        struct comm *tp = wr.group[sh->stage] ? comm_group_rank(wr.group[sh->stage], sh->rank)
-                                              : NULL;
+        struct comm *tp =
+            wr.group[sh->stage] ? comm_group_rank(wr.group[sh->stage], sh->rank) : NULL;
         if ((rc = model_open_shard(cfg, ck, &spec, &sh->m)) == 0 &&
             (rc = device_open_cpu(i, 64u << 20, &sh->dev)) == 0)
             rc = model_exec_init(sh->m, sh->dev, tp, &shape, &sh->ex);
@@ -236,4 +237,3 @@ TEST(llama)
     check_fixture("mistral_headdim_f32");
     check_fixture("qwen2_bias_f32");
 }
-

@@ -173,19 +173,19 @@ static void remote_close(struct device *d)
     free(c);
 }
 
-#define REMOTE_OPS(KIND)                                                                        \
-    {                                                                                          \
-        .kind = KIND, .alloc = remote_alloc, .alloc_at = remote_alloc_at,                       \
-        .offset = remote_offset, .free = remote_free, .largest_free = remote_largest_free,     \
-        .free_blocks = remote_free_blocks, .host_alloc = remote_host_alloc,                     \
-        .host_free = remote_host_free, .copy_h2d = remote_copy, .copy_d2h = remote_copy,        \
-        .sync = remote_sync, .event_create = remote_event_create,                               \
-        .event_destroy = remote_event_destroy, .event_reset = remote_event_reset,               \
-        .event_signal = remote_event_signal, .event_wait = remote_event_wait,                   \
-        .event_done = remote_event_done, .stream_create = remote_stream_create,                 \
-        .stream_destroy = remote_stream_destroy, .stream_record = remote_stream_record,         \
-        .stream_wait_event = remote_stream_wait_event, .stream_sync = remote_stream_sync,       \
-        .close = remote_close,                                                                 \
+#define REMOTE_OPS(KIND)                                                                           \
+    {                                                                                              \
+        .kind = KIND, .alloc = remote_alloc, .alloc_at = remote_alloc_at, .offset = remote_offset, \
+        .free = remote_free, .largest_free = remote_largest_free,                                  \
+        .free_blocks = remote_free_blocks, .host_alloc = remote_host_alloc,                        \
+        .host_free = remote_host_free, .copy_h2d = remote_copy, .copy_d2h = remote_copy,           \
+        .sync = remote_sync, .event_create = remote_event_create,                                  \
+        .event_destroy = remote_event_destroy, .event_reset = remote_event_reset,                  \
+        .event_signal = remote_event_signal, .event_wait = remote_event_wait,                      \
+        .event_done = remote_event_done, .stream_create = remote_stream_create,                    \
+        .stream_destroy = remote_stream_destroy, .stream_record = remote_stream_record,            \
+        .stream_wait_event = remote_stream_wait_event, .stream_sync = remote_stream_sync,          \
+        .close = remote_close,                                                                     \
     }
 static const struct device_ops remote_cpu_ops = REMOTE_OPS(DEVICE_CPU);
 static const struct device_ops remote_cuda_ops = REMOTE_OPS(DEVICE_CUDA);

@@ -67,9 +67,9 @@ struct mpi_slot {
 struct mpi_group {
     struct mpi_world *w;
     int n_ranks, tag, me;
-    int *proc_of;    /* (n_ranks) */
-    int *local_of;   /* (n_ranks) index among this process's ranks, or -1 */
-    int *pos_of;     /* (n_ranks) index among its own process's ranks */
+    int *proc_of;  /* (n_ranks) */
+    int *local_of; /* (n_ranks) index among this process's ranks, or -1 */
+    int *pos_of;   /* (n_ranks) index among its own process's ranks */
     int n_local;
     int *peers;      /* (n_peers) the other processes holding ranks, ascending */
     int *peer_ranks; /* (n_peers) how many ranks each holds */
@@ -77,10 +77,10 @@ struct mpi_group {
     struct comm_group *inner; /* threads over the local ranks */
     struct mpi_slot *slot;    /* (n_local) */
     struct flight flight;
-    struct mpi_op *ops;       /* (2 * n_peers) */
-    void *stage;              /* the outgoing message, grown as needed */
+    struct mpi_op *ops; /* (2 * n_peers) */
+    void *stage;        /* the outgoing message, grown as needed */
     size_t stage_cap;
-    int status;               /* the leader's result, read after the last barrier */
+    int status; /* the leader's result, read after the last barrier */
 };
 
 static int peer_index(const struct mpi_group *g, int proc)
@@ -258,8 +258,10 @@ static int gather_place(struct mpi_group *g, int peer, const char *msg, size_t l
     size_t head = 0;
     if (len < sizeof(int32_t) || h[0] < 0 || h[0] > g->n_ranks ||
         len < (head = (1 + HEADER_INTS * (size_t)h[0]) * sizeof(int32_t)))
-        return err_set(ERR_INVALID, "comm mpi: a gather message of %zu bytes from process %d "
-                                    "has no valid header", len, peer);
+        return err_set(ERR_INVALID,
+                       "comm mpi: a gather message of %zu bytes from process %d "
+                       "has no valid header",
+                       len, peer);
     const float *body = (const float *)(msg + head);
     size_t left = (len - head) / sizeof(float);
     for (int b = 0; b < h[0]; b++) {
@@ -314,8 +316,11 @@ static int mpi_gather_cols(void *ctx, int rank, struct stream *s, int root, cons
     struct mpi_group *g = ctx;
     int li = g->local_of[rank];
     assert(li >= 0 && "a rank of this process");
-    g->slot[li] = (struct mpi_slot){.local = local, .out = out, .rows = rows,
-                                    .local_cols = local_cols, .col0 = col0,
+    g->slot[li] = (struct mpi_slot){.local = local,
+                                    .out = out,
+                                    .rows = rows,
+                                    .local_cols = local_cols,
+                                    .col0 = col0,
                                     .total_cols = total_cols};
     return collective(g, li, gather_step, &root);
 }
@@ -419,8 +424,10 @@ int comm_group_create_mpi(struct mpi_world *w, int n_ranks, const int *proc_of, 
     bool mine = false;
     for (int r = 0; r < n_ranks; r++) {
         if (proc_of[r] < 0 || proc_of[r] >= procs)
-            return err_set(ERR_INVALID, "comm mpi: rank %d is placed on process %d; the job has "
-                                        "processes 0..%d", r, proc_of[r], procs - 1);
+            return err_set(ERR_INVALID,
+                           "comm mpi: rank %d is placed on process %d; the job has "
+                           "processes 0..%d",
+                           r, proc_of[r], procs - 1);
         mine |= proc_of[r] == me;
     }
     if (!mine)

@@ -52,8 +52,7 @@ static int channel_error(struct mpi_channel *c, int rc, const char *what)
                    err_name(rc));
 }
 
-static int mpi_channel_send(struct comm_channel *base, struct stream *s, const float *buf,
-                            size_t n)
+static int mpi_channel_send(struct comm_channel *base, struct stream *s, const float *buf, size_t n)
 {
     struct mpi_channel *c = (struct mpi_channel *)base;
     int rc = flight_wait(&c->sending); /* the previous message is on its way */
@@ -92,7 +91,8 @@ static int mpi_channel_recv(struct comm_channel *base, struct stream *s, float *
     if (sent != n)
         return err_set(ERR_INVALID,
                        "comm_recv: the message from process %d has %zu floats, the receiver "
-                       "expected %zu", c->peer, sent, n);
+                       "expected %zu",
+                       c->peer, sent, n);
     return rc;
 }
 
@@ -121,8 +121,9 @@ int comm_channel_create_mpi(struct mpi_world *w, int peer, int tag, struct comm_
 {
     *out = NULL;
     if (peer < 0 || peer >= mpi_world_procs(w) || peer == mpi_world_proc(w))
-        return err_set(ERR_INVALID, "comm mpi: a channel's peer must be another process of "
-                                    "0..%d, got %d (this is %d)",
+        return err_set(ERR_INVALID,
+                       "comm mpi: a channel's peer must be another process of "
+                       "0..%d, got %d (this is %d)",
                        mpi_world_procs(w) - 1, peer, mpi_world_proc(w));
     if (tag < 0 || tag >= mpi_world_max_tag(w))
         return err_set(ERR_INVALID, "comm mpi: tag %d is out of range 0..%d", tag,

@@ -28,12 +28,16 @@ static void flight_op_done(struct mpi_op *op)
     pthread_mutex_unlock(&f->lock);
 }
 
-void flight_post(struct flight *f, struct mpi_world *w, struct mpi_op *op,
-                        enum mpi_op_kind kind, int peer, int tag, void *buf, size_t len)
+void flight_post(struct flight *f, struct mpi_world *w, struct mpi_op *op, enum mpi_op_kind kind,
+                 int peer, int tag, void *buf, size_t len)
 {
-    *op = (struct mpi_op){
-        .kind = kind, .peer = peer, .tag = tag, .buf = buf, .len = len,
-        .done = flight_op_done, .arg = f};
+    *op = (struct mpi_op){.kind = kind,
+                          .peer = peer,
+                          .tag = tag,
+                          .buf = buf,
+                          .len = len,
+                          .done = flight_op_done,
+                          .arg = f};
     pthread_mutex_lock(&f->lock);
     f->pending++;
     pthread_mutex_unlock(&f->lock);

@@ -62,9 +62,9 @@ void mpi_world_post(struct mpi_world *w, struct mpi_op *op);
 struct flight {
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    int pending;      /* ops posted and not done */
-    int aborted;      /* 0 or the abort's rc */
-    int failed;       /* 0 or the first op's error */
+    int pending; /* ops posted and not done */
+    int aborted; /* 0 or the abort's rc */
+    int failed;  /* 0 or the first op's error */
 };
 void flight_init(struct flight *f);
 void flight_destroy(struct flight *f);

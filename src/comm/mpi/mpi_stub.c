@@ -67,8 +67,7 @@ int comm_channel_create_mpi(struct mpi_world *w, int peer, int tag, struct comm_
     return err_set(ERR_UNSUPPORTED, "comm: a channel across processes needs MPI: " NO_MPI);
 }
 
-int mpi_world_bench_allreduce(struct mpi_world *w, float *buf, size_t n, int iters,
-                              double *seconds)
+int mpi_world_bench_allreduce(struct mpi_world *w, float *buf, size_t n, int iters, double *seconds)
 {
     (void)w, (void)buf, (void)n, (void)iters, (void)seconds;
     return err_set(ERR_UNSUPPORTED, "mpi: " NO_MPI);

@@ -8,8 +8,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -19,9 +19,9 @@
 #include "core/event.h"
 
 enum {
-    OP_NEW,       /* posted, not started */
-    OP_PROBING,   /* a receive waiting for its message to arrive */
-    OP_MOVING,    /* MPI_Isend or MPI_Imrecv in flight */
+    OP_NEW,             /* posted, not started */
+    OP_PROBING,         /* a receive waiting for its message to arrive */
+    OP_MOVING,          /* MPI_Isend or MPI_Imrecv in flight */
     IDLE_YIELDS = 2000, /* rounds without progress before sleeping between rounds */
     IDLE_SLEEP_NS = 50 * 1000,
 };
@@ -415,15 +415,14 @@ static void bench_call_done(struct mpi_op *op)
     event_set(&b->done, op->status);
 }
 
-int mpi_world_bench_allreduce(struct mpi_world *w, float *buf, size_t n, int iters,
-                              double *seconds)
+int mpi_world_bench_allreduce(struct mpi_world *w, float *buf, size_t n, int iters, double *seconds)
 {
     if (n > (size_t)INT_MAX)
         return err_set(ERR_INVALID, "mpi: an all-reduce of %zu floats is too large for MPI", n);
     struct bench_call b = {.buf = buf, .n = n, .iters = iters};
     event_init(&b.done);
-    struct mpi_op op = {.kind = MPI_OP_CALL, .call = bench_allreduce_call,
-                        .done = bench_call_done, .arg = &b};
+    struct mpi_op op = {
+        .kind = MPI_OP_CALL, .call = bench_allreduce_call, .done = bench_call_done, .arg = &b};
     mpi_world_post(w, &op);
     int rc = event_wait(&b.done);
     event_destroy(&b.done);
