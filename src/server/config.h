@@ -53,6 +53,10 @@
 #define SERVE_QUEUE_CAP_MIN 1
 #define SERVE_QUEUE_CAP_MAX 1048576
 #define SERVE_MAX_ROOTS 16
+/* Model names appear in URLs and logs: 1 to this many bytes of A-Z a-z 0-9
+ * . _ : / -, not starting with '/' and without "..". */
+#define SERVE_MODEL_NAME_MAX 63
+bool serve_model_name_ok(const char *s);
 #define SERVE_MAX_GPU STACK_MAX_GPU /* the largest GPU ordinal devices.gpus accepts */
 
 enum log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };

@@ -16,14 +16,12 @@
 #include "server/config_keys.h"
 
 #define QUOTE_MAX 64    /* bytes of a value quoted in a message */
-#define NAME_MAX_LEN 63 /* bytes of a model name */
 #define KEY_MAX 96      /* bytes of a key's name in messages ("models[255].chat_template") */
 
-/* Model names appear in URLs and logs. */
-static bool model_name_ok(const char *s)
+bool serve_model_name_ok(const char *s)
 {
     size_t n = strlen(s);
-    if (n == 0 || n > NAME_MAX_LEN || s[0] == '/' || strstr(s, ".."))
+    if (n == 0 || n > SERVE_MODEL_NAME_MAX || s[0] == '/' || strstr(s, ".."))
         return false;
     for (size_t i = 0; i < n; i++)
         if (!isalnum((unsigned char)s[i]) && !strchr("._:/-", s[i]))
@@ -75,11 +73,11 @@ static int check_server(const struct serve_config *c)
         return err_set(ERR_INVALID, "%d models: at most %d", c->n_models, SERVE_MAX_MODELS);
     for (int i = 0; i < c->n_models; i++) {
         const struct serve_model *m = &c->models[i];
-        if (!model_name_ok(m->name))
+        if (!serve_model_name_ok(m->name))
             return err_set(ERR_INVALID,
                            "models[%d].name '%.*s': expected 1 to %d bytes of A-Z a-z 0-9 . _ "
                            ": / -, not starting with '/' and without '..'",
-                           i, QUOTE_MAX, m->name, NAME_MAX_LEN);
+                           i, QUOTE_MAX, m->name, SERVE_MODEL_NAME_MAX);
         if (m->n_devices != 0 && m->n_devices != m->tp * m->pp)
             return err_set(ERR_INVALID, "model %s: devices: expected tp x pp = %d of them, got %d",
                            m->name, m->tp * m->pp, m->n_devices);

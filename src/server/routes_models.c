@@ -2,7 +2,6 @@
  * pin, unpin, add (POST /admin/models, only below --model-root) and remove.
  * HTTP thread; the admin calls wait on the engine's scheduler (an admin
  * request is rare and short), never on a batch. */
-#include <ctype.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,17 +147,8 @@ static bool body_int(json_t *body, const char *key, int lo, int hi, int *out, st
     return true;
 }
 
-/* The config file's rule for a model name (config.c's model_name_ok). */
-static bool name_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n >= sizeof(((struct srv_model *)0)->name) || s[0] == '/' || strstr(s, ".."))
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)s[i]) && !strchr("._:/-", s[i]))
-            return false;
-    return true;
-}
+_Static_assert(sizeof(((struct srv_model *)0)->name) > SERVE_MODEL_NAME_MAX,
+               "a served model's name holds any name the config allows");
 
 /* Whether dir (a real path) lies in one of the roots (or is one). */
 static bool under_root(const struct serve_config *c, const char *dir)
@@ -221,7 +211,7 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
                       "'compute' must be \"f32\", \"bf16\" or \"auto\".");
         goto refuse;
     }
-    if (!name || !name_ok(name)) {
+    if (!name || !serve_model_name_ok(name)) {
         oai_error_set(&e, 400, "invalid_request_error", NULL, "name",
                       "'name' must be 1 to 63 bytes of A-Z a-z 0-9 . _ : / -, not starting "
                       "with '/' and without '..' (as in the config file).");
