@@ -61,7 +61,7 @@ int summary_tokens(const struct request_record *recs, size_t n, int model, doubl
         if (model >= 0 && q->model != model)
             continue;
         s->n++;
-        if (q->status != 0)
+        if (q->status != 0 || !isfinite(q->t_first_token))
             continue;
         ttft[k] = q->t_first_token - q->t_arrival;
         tpot[k] = q->n_output > 1 ? (q->t_done - q->t_first_token) / (q->n_output - 1) : 0;

@@ -28,7 +28,8 @@ int summary_compute(const struct request_record *recs, size_t n, int model, doub
  * first token (TTFT, arrival -> first token) and time per output token
  * (TPOT, (last token - first token) / (n_output - 1); 0 for a one-token
  * answer). A request meets the SLO when it completed with TTFT <= ttft_slo
- * and TPOT <= tpot_slo; a failed request is a miss. */
+ * and TPOT <= tpot_slo; a failed request, or one without a first token's
+ * time (NaN: over HTTP without streaming), is a miss. */
 struct token_summary {
     size_t n;                 /* requests of the model (failed ones too) */
     size_t met;               /* meeting both SLOs */
