@@ -1020,6 +1020,28 @@ int main(void)
         CHECK_MSG(p50 > 0 && p99 >= p50, "simulated p50 %g p99 %g", p50, p99);
     }
     json_decref(wj);
+
+    /* chat traffic on the same clock: the token SLOs per policy */
+    snprintf(cmd, sizeof(cmd), "%s bench workload --simulate --seeds 2 --config chat:4:0.5 "
+                               "--duration 5 --preset opt-125m --layers 1 --cache %s/wl --json",
+             BIN, tmp);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    wj = parse_json_line(cmd, out);
+    CHECK(json_real_value(json_object_get(wj, "slo_ttft_s")) == 5 &&
+          json_real_value(json_object_get(wj, "prefill_token_s")) >= 0 &&
+          json_array_size(json_object_get(wj, "step_s")) == 8);
+    pols = json_object_get(json_array_get(json_object_get(wj, "configs"), 0), "policies");
+    CHECK(json_array_size(pols) == 2);
+    for (size_t i = 0; i < json_array_size(pols); i++) {
+        json_t *p = json_array_get(pols, i);
+        double att = json_real_value(json_object_get(p, "token_slo_attainment"));
+        double tpot = json_real_value(json_object_get(p, "tpot_p50_s"));
+        CHECK_MSG(att >= 0 && att <= 1 && tpot > 0 &&
+                      json_real_value(json_object_get(p, "ttft_p50_s")) > 0 &&
+                      json_real_value(json_object_get(p, "goodput_rps")) >= 0,
+                  "chat: attainment %g tpot %g", att, tpot);
+    }
+    json_decref(wj);
     CHECK(stat(plot, &sb) == 0 && sb.st_size > 500);
     snprintf(path, sizeof(path), "%s/custom-swapwise.csv", out_dir);
     CHECK(stat(path, &sb) == 0);
@@ -1065,6 +1087,7 @@ int main(void)
     alarm(0);
     expect_fail(BIN " bench swap --layouts 1x1", 2, "exactly one of --preset");
     expect_fail(BIN " bench workload --config computron:19", 2, "does not exist");
+    expect_fail(BIN " bench workload --config chat:0:1", 2, "chat:MODELS:RATE[:CV[:ZIPF]]");
     expect_fail(BIN " bench workload --policy fifo", 2, "unknown scheduling policy");
     expect_fail(BIN " bench workload --config computron:all", 2, "needs --simulate");
     expect_fail(BIN " bench workload --simulate --config round-robin", 1, "closed loop");

@@ -120,6 +120,7 @@ struct run {
     const struct http_replay_result *res;
     struct summary sum;
     struct latency_stats ttft;
+    struct token_summary tok; /* chat configs: the token SLOs (summary_tokens) */
     double swaps, swap_s; /* the server's, during the run (NaN: unknown) */
 };
 
@@ -166,6 +167,13 @@ static int print_json(const struct run *r)
             json_object_set_new(o, "ttft_p99_s", jsonout_real(r->ttft.p99, 6)) |
             json_object_set_new(o, "http", http) | json_object_set_new(o, "per_model", per_model) |
             json_object_set_new(o, "csv", jsonout_string(r->csv));
+    if (!bad && c->chat)
+        bad |= json_object_set_new(o, "tpot_p50_s", jsonout_real(r->tok.tpot.p50, 6)) |
+               json_object_set_new(o, "tpot_p99_s", jsonout_real(r->tok.tpot.p99, 6)) |
+               json_object_set_new(o, "token_slo_attainment", jsonout_real(r->tok.attain, 4)) |
+               json_object_set_new(o, "goodput_rps", jsonout_real(r->tok.goodput, 3)) |
+               json_object_set_new(o, "slo_ttft_s", jsonout_real(c->slo_ttft_s, 6)) |
+               json_object_set_new(o, "slo_tpot_s", jsonout_real(c->slo_tpot_s, 6));
     json_t *pols = json_array();
     if (bad || !pols || json_array_append_new(pols, o) < 0) {
         if (bad) {
@@ -223,6 +231,11 @@ static void print_table(const struct run *r)
     if (r->stream)
         printf("time to first token: p50 %.1f ms, p99 %.1f ms\n", r->ttft.p50 * 1e3,
                r->ttft.p99 * 1e3);
+    if (c->chat)
+        printf("time per output token: p50 %.2f ms, p99 %.2f ms; token SLO (TTFT <= %g s, TPOT "
+               "<= %g s) met by %.1f%%, goodput %.2f req/s\n",
+               r->tok.tpot.p50 * 1e3, r->tok.tpot.p99 * 1e3, c->slo_ttft_s, c->slo_tpot_s,
+               100 * r->tok.attain, r->tok.goodput);
     printf("per model\n%-10s %5s %6s %8s %8s %8s %8s %8s %6s %6s\n", "policy", "model", "reqs",
            "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "SLO%", "failed");
     for (int i = 0; i < c->n_models; i++) {
@@ -419,20 +432,28 @@ int bench_serve(int argc, char **argv)
     bool chat = false;
     int n_models = 0, rr_requests = 40, warm_n = 4, max_conn = 128;
     float cv = 0, duration = 20, alpha = -1, total_rate = 0, slo = 0, slo_scale = 5;
-    float timeout = 300;
+    float timeout = 300, slo_ttft = CHAT_SLO_TTFT_S, slo_tpot = CHAT_SLO_TPOT_S;
     uint64_t seed = 1;
     bool json = false, stream = false, prime = false;
     struct flag flags[] = {
         FLAG("url", FLAG_STR, &url, "URL", "the server, e.g. http://127.0.0.1:8000 (required)"),
-        FLAG("config", FLAG_STR, &config_s, "computron:K|round-robin|custom",
-             "Computron's config K (0..18), its round-robin worst case, or custom (default "
-             "computron:4)"),
+        FLAG("config", FLAG_STR, &config_s, "computron:K|chat:M:R[:CV[:ZIPF]]|round-robin|custom",
+             "Computron's config K (0..18), chat traffic as bench workload's (per request a "
+             "log-normal prompt, median 200 tokens, sigma 1.0, in [1, 1536], and max_tokens, "
+             "median 100, sigma 0.8, in [1, 512]; streamed, for TTFT and TPOT), its round-robin "
+             "worst case, or custom (default computron:4)"),
+        FLAG_RANGE("slo-ttft", FLAG_FLOAT, &slo_ttft, "S",
+                   "chat: SLO on time to first token, seconds (default 5)", FLT_TRUE_MIN, 86400,
+                   "0 < S <= 86400"),
+        FLAG_RANGE("slo-tpot", FLAG_FLOAT, &slo_tpot, "S",
+                   "chat: SLO on time per output token after the first, seconds (default 0.2)",
+                   FLT_TRUE_MIN, 86400, "0 < S <= 86400"),
         FLAG("models", FLAG_STR, &models_s, "A,B,...",
              "the server's names of the config's models 0, 1, ... (default: GET /v1/models, in "
              "its order)"),
         FLAG("rates", FLAG_STR, &rates_s, "R1,R2,...", "custom: requests/s per model"),
         FLAG_RANGE("n-models", FLAG_INT, &n_models, "N",
-                   "custom with --alpha, round-robin: number of models", 1, MAX_MODELS, "1..64"),
+                   "custom with --alpha, round-robin: number of models", 1, MAX_MODELS, "1..256"),
         FLAG_RANGE("alpha", FLAG_FLOAT, &alpha, "A", "custom: power-law skew instead of --rates", 0,
                    100, "0..100"),
         FLAG_RANGE("total-rate", FLAG_FLOAT, &total_rate, "R",
@@ -517,6 +538,7 @@ int bench_serve(int argc, char **argv)
     const char *names[MAX_MODELS];
     struct workload_config c;
     struct arrival *ev = NULL;
+    struct chat_request *lens = NULL; /* chat: (n_ev) each request's lengths */
     size_t n_ev = 0;
     struct http_replay_result res;
     double *lat = NULL;
@@ -558,6 +580,11 @@ int bench_serve(int argc, char **argv)
                                 .cv = cv};
     if (workload_config_from_flags(&wf, &c) < 0)
         return args_usage_fail("bench serve");
+    if (c.chat) { /* TTFT and TPOT come from the streamed tokens */
+        c.slo_ttft_s = slo_ttft;
+        c.slo_tpot_s = slo_tpot;
+        stream = true;
+    }
     if (warm_n == 0 && slo <= 0) {
         fprintf(stderr, "shardswap bench serve: --warm-requests 0 needs --slo\n");
         return EXIT_USAGE;
@@ -663,6 +690,14 @@ int bench_serve(int argc, char **argv)
         slo = slo_scale * (float)warm;
     fprintf(stderr, "running %s against %s as %s (%zu requests)...\n", config_s, url, label, n_ev);
     double swaps0, swap_s0, swaps1, swap_s1;
+    if (c.chat) { /* each request's lengths, as bench workload draws them */
+        if (!(lens = calloc(n_ev ? n_ev : 1, sizeof(*lens)))) {
+            rc = err_set(ERR_NOMEM, "out of memory for %zu requests", n_ev);
+            goto out;
+        }
+        chat_requests_make(&c.lengths, seed, ev, n_ev, lens);
+        o.lens = lens; /* the run's only: priming and the warm latency are Computron's */
+    }
     scrape_swaps(&o.target, &swaps0, &swap_s0);
     if ((rc = http_replay_run(&o, ev, n_ev, &res)) < 0)
         goto out;
@@ -684,7 +719,9 @@ int bench_serve(int argc, char **argv)
                     .swap_s = swap_s1 - swap_s0};
     if ((rc = report_write_csv(csv_s, res.recs, res.n)) < 0 ||
         (rc = summary_compute(res.recs, res.n, -1, slo, &r.sum, &lat, &n_lat)) < 0 ||
-        (rc = ttft_stats(res.recs, res.n, &r.ttft)) < 0)
+        (rc = ttft_stats(res.recs, res.n, &r.ttft)) < 0 ||
+        (c.chat &&
+         (rc = summary_tokens(res.recs, res.n, -1, c.slo_ttft_s, c.slo_tpot_s, &r.tok)) < 0))
         goto out;
     char title[256];
     snprintf(title, sizeof(title), "latency CDF over HTTP, %s (%d models)", config_s, c.n_models);
@@ -700,6 +737,7 @@ out:
     http_replay_result_free(&res);
     http_names_free(listed, n_listed);
     free(prompt_ids);
+    free(lens);
     free(ev);
     free(lat);
     return rc < 0 ? cli_fail("bench serve") : 0;

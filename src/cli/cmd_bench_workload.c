@@ -19,6 +19,7 @@
 #include "engine/sched.h"
 #include "engine/sim.h"
 #include "workload/arrival.h"
+#include "workload/chat.h"
 #include "workload/computron.h"
 #include "workload/replay.h"
 #include "workload/report.h"
@@ -30,15 +31,26 @@
 
 /* One policy's averages over seeds in simulate()'s JSON. */
 static json_t *sim_policy_json(const char *policy, const struct simulate_summary *s,
-                               const struct simulate_summary *first, bool is_first)
+                               const struct simulate_summary *first, bool is_first, bool chat)
 {
-    return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "policy", policy,
+    json_t *o = json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "policy", policy,
                      "mean_s", jsonout_real(s->mean, 6), "p50_s", jsonout_real(s->p50, 6),
                      "p90_s", jsonout_real(s->p90, 6), "p99_s", jsonout_real(s->p99, 6), "max_s",
                      jsonout_real(s->max, 6), "slo_attainment", jsonout_real(s->slo, 4), "swaps",
                      jsonout_real(s->swaps, 1), "p99_ratio", jsonout_real(s->p99 / first->p99, 4),
                      "mean_ratio", jsonout_real(s->mean / first->mean, 4), "worst_seed_p99_ratio",
                      jsonout_real(is_first ? 1.0 : s->worst_p99_ratio, 4));
+    if (o && chat && (json_object_set_new(o, "ttft_p50_s", jsonout_real(s->ttft_p50, 6)) |
+                      json_object_set_new(o, "ttft_p99_s", jsonout_real(s->ttft_p99, 6)) |
+                      json_object_set_new(o, "tpot_p50_s", jsonout_real(s->tpot_p50, 6)) |
+                      json_object_set_new(o, "tpot_p99_s", jsonout_real(s->tpot_p99, 6)) |
+                      json_object_set_new(o, "token_slo_attainment",
+                                          jsonout_real(s->token_slo, 4)) |
+                      json_object_set_new(o, "goodput_rps", jsonout_real(s->goodput, 3)))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 /* --simulate: the policies on a simulated clock (workload/simulate.h), with
@@ -58,6 +70,11 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
     fprintf(stderr, "measuring a load and batches of 1..%d on this machine...\n", max_batch);
     if ((rc = replay_measure_costs(rig, max_batch, &costs)) < 0)
         return rc;
+    if (one->chat) {
+        fprintf(stderr, "measuring prefill per token and decode steps of 1..%d...\n", max_batch);
+        if ((rc = replay_measure_chat_costs(rig, max_batch, &costs)) < 0)
+            return rc;
+    }
     json_t *batch_s = NULL, *configs = NULL;
     if (json) {
         batch_s = json_array();
@@ -69,9 +86,18 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
                "%.1f ms; %d seeds x %g s per config; averages over seeds, ratios against %s\n",
                costs.load_s * 1e3, costs.batch_s[1] * 1e3, max_batch,
                costs.batch_s[max_batch] * 1e3, seeds, duration, policies[0]);
-        printf("%-14s %-10s %8s %8s %8s %8s %8s %6s %6s %9s %10s %10s\n", "config", "policy",
+        if (one->chat)
+            printf("chat: prefill %.3f ms per prompt token beyond %d, decode step of 1 %.1f ms, "
+                   "of %d %.1f ms; token SLO TTFT <= %g s, TPOT <= %g s\n",
+                   costs.prefill_token_s * 1e3, costs.base_prompt, costs.step_s[1] * 1e3,
+                   max_batch, costs.step_s[max_batch] * 1e3, one->slo_ttft_s, one->slo_tpot_s);
+        printf("%-14s %-10s %8s %8s %8s %8s %8s %6s %6s %9s %10s %10s", "config", "policy",
                "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "SLO%", "swaps", "p99 ratio",
                "worst seed", "mean ratio");
+        if (one->chat)
+            printf(" %9s %9s %9s %9s %7s %8s", "ttft50 ms", "ttft99 ms", "tpot50 ms",
+                   "tpot99 ms", "tokSLO%", "good r/s");
+        printf("\n");
     }
     for (int k = all ? 0 : -1; k < (all ? WORKLOAD_COMPUTRON_CONFIGS : 0) && rc == 0; k++) {
         struct workload_config c = *one;
@@ -89,13 +115,20 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
         json_t *pols = json ? json_array() : NULL;
         for (int p = 0; p < n_pol; p++) {
             double r99 = s[p].p99 / s[0].p99, rmean = s[p].mean / s[0].mean;
-            if (json)
-                json_array_append_new(pols, sim_policy_json(policies[p], &s[p], &s[0], p == 0));
-            else
-                printf("%-14s %-10s %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f %6.1f %9.2f %10.2f "
-                       "%10.2f\n", p ? "" : name, policies[p], s[p].mean * 1e3, s[p].p50 * 1e3,
-                       s[p].p90 * 1e3, s[p].p99 * 1e3, s[p].max * 1e3, 100 * s[p].slo,
-                       s[p].swaps, r99, p ? s[p].worst_p99_ratio : 1.0, rmean);
+            if (json) {
+                json_array_append_new(pols, sim_policy_json(policies[p], &s[p], &s[0], p == 0,
+                                                            c.chat));
+                continue;
+            }
+            printf("%-14s %-10s %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f %6.1f %9.2f %10.2f %10.2f",
+                   p ? "" : name, policies[p], s[p].mean * 1e3, s[p].p50 * 1e3, s[p].p90 * 1e3,
+                   s[p].p99 * 1e3, s[p].max * 1e3, 100 * s[p].slo, s[p].swaps, r99,
+                   p ? s[p].worst_p99_ratio : 1.0, rmean);
+            if (c.chat) /* TTFT in ms, TPOT in ms per token, goodput in req/s */
+                printf(" %9.1f %9.1f %9.2f %9.2f %7.1f %8.2f", s[p].ttft_p50 * 1e3,
+                       s[p].ttft_p99 * 1e3, s[p].tpot_p50 * 1e3, s[p].tpot_p99 * 1e3,
+                       100 * s[p].token_slo, s[p].goodput);
+            printf("\n");
         }
         if (json)
             json_array_append_new(configs,
@@ -106,10 +139,23 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
         json_decref(configs);
         return rc;
     }
-    return jsonout_print(json_pack("{s:b, s:i, s:o, s:o, s:o, s:o, s:o}", "simulated", 1, "seeds",
-                                   seeds, "duration_s", jsonout_real(duration, 6), "link_gb_s",
-                                   jsonout_real(link, 6), "load_s", jsonout_real(costs.load_s, 6),
-                                   "batch_s", batch_s, "configs", configs));
+    json_t *top = json_pack("{s:b, s:i, s:o, s:o, s:o, s:o, s:o}", "simulated", 1, "seeds", seeds,
+                            "duration_s", jsonout_real(duration, 6), "link_gb_s",
+                            jsonout_real(link, 6), "load_s", jsonout_real(costs.load_s, 6),
+                            "batch_s", batch_s, "configs", configs);
+    if (top && one->chat) {
+        json_t *step_s = json_array();
+        for (int b = 1; step_s && b <= max_batch; b++)
+            json_array_append_new(step_s, jsonout_real(costs.step_s[b], 6));
+        if (json_object_set_new(top, "prefill_token_s", jsonout_real(costs.prefill_token_s, 9)) |
+            json_object_set_new(top, "step_s", step_s) |
+            json_object_set_new(top, "slo_ttft_s", jsonout_real(one->slo_ttft_s, 6)) |
+            json_object_set_new(top, "slo_tpot_s", jsonout_real(one->slo_tpot_s, 6))) {
+            json_decref(top);
+            top = NULL;
+        }
+    }
+    return jsonout_print(top);
 }
 
 /* The latency fields of a summary: mean_s, p50_s, p90_s, p99_s, max_s and
@@ -129,7 +175,7 @@ static int summary_json_set(json_t *o, const struct summary *s)
 static int print_json(const struct workload_config *c, const char *config_s,
                       const struct replay_rig *rig, double warm, double slo, const char *plot, const char *csv_prefix,
                       const char **policies, int n_pol, const struct replay_result *res,
-                      const struct summary *sum)
+                      const struct summary *sum, const struct token_summary *tok)
 {
     json_t *rates = json_array(), *pols = json_array();
     int bad = !rates || !pols;
@@ -158,6 +204,14 @@ static int print_json(const struct workload_config *c, const char *config_s,
                json_object_set_new(o, "queue_s", jsonout_real(s->queue_s, 4)) |
                json_object_set_new(o, "batches", json_integer((json_int_t)res[p].st.batches)) |
                json_object_set_new(o, "per_model", per_model);
+        if (c->chat) /* the token SLOs (summary_tokens) */
+            bad |= json_object_set_new(o, "ttft_p50_s", jsonout_real(tok[p].ttft.p50, 6)) |
+                   json_object_set_new(o, "ttft_p99_s", jsonout_real(tok[p].ttft.p99, 6)) |
+                   json_object_set_new(o, "tpot_p50_s", jsonout_real(tok[p].tpot.p50, 6)) |
+                   json_object_set_new(o, "tpot_p99_s", jsonout_real(tok[p].tpot.p99, 6)) |
+                   json_object_set_new(o, "token_slo_attainment",
+                                       jsonout_real(tok[p].attain, 4)) |
+                   json_object_set_new(o, "goodput_rps", jsonout_real(tok[p].goodput, 3));
         char csv[1100];
         snprintf(csv, sizeof(csv), "%s-%s.csv", csv_prefix, policies[p]);
         bad |= json_object_set_new(o, "csv", jsonout_string(csv));
@@ -176,7 +230,7 @@ static int print_json(const struct workload_config *c, const char *config_s,
     replay_stack_config(rig, c->n_models, c->max_loaded, c->max_batch, policies[0], &sc, mc,
                         names);
     bool sized = stack_size(&sc, dev, &host) == 0;
-    return jsonout_print(json_pack(
+    json_t *top = json_pack(
         "{s:s, s:s, s:i, s:i, s:i, s:o, s:o, s:i, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
         "config",
         config_s, "compute", rig->compute ? rig->compute : "auto", "models", c->n_models, "max_loaded", c->max_loaded, "max_batch", c->max_batch,
@@ -186,7 +240,15 @@ static int print_json(const struct workload_config *c, const char *config_s,
         sized ? json_integer((json_int_t)host) : json_null(), "link_gb_s",
         jsonout_real(rig->link_gbps, 6),
         "warm_latency_s", jsonout_real(warm, 6), "slo_s", jsonout_real(slo, 6), "plot",
-        jsonout_string(plot), "policies", pols));
+        jsonout_string(plot), "policies", pols);
+    if (top && c->chat &&
+        (json_object_set_new(top, "slo_ttft_s", jsonout_real(c->slo_ttft_s, 6)) |
+         json_object_set_new(top, "slo_tpot_s", jsonout_real(c->slo_tpot_s, 6)) |
+         json_object_set_new(top, "zipf", jsonout_real(c->zipf, 6)))) {
+        json_decref(top);
+        top = NULL;
+    }
+    return jsonout_print(top);
 }
 
 int bench_workload(int argc, char **argv)
@@ -201,15 +263,21 @@ int bench_workload(int argc, char **argv)
     const char *devices_s = NULL;
     int layers = 2, tp = 0 /* 2, or --devices' count */, n_models = 0, max_loaded = 0, max_batch = 0, rr_requests = 40;
     float cv = 0, duration = 20, alpha = -1, total_rate = 0, slo = 0, slo_scale = 5, link = 0;
+    float slo_ttft = CHAT_SLO_TTFT_S, slo_tpot = CHAT_SLO_TPOT_S;
     uint64_t seed = 1;
     bool json = false, simulated = false;
     int seeds = 20;
     struct flag flags[] = {
-        FLAG("config", FLAG_STR, &config_s, "computron:K|round-robin|custom",
-             "Computron's config K (0..18), its round-robin worst case, or custom (default computron:4)"),
+        FLAG("config", FLAG_STR, &config_s, "computron:K|chat:M:R[:CV[:ZIPF]]|round-robin|custom",
+             "Computron's config K (0..18), chat traffic (M models with Zipf(ZIPF, default 1) "
+             "rates summing to R req/s, Gamma CV (default 1); per request a prompt of "
+             "log-normal length, median 200 tokens, sigma 1.0, clipped to [1, 1536], and "
+             "max_tokens log-normal, median 100, sigma 0.8, clipped to [1, 512]; max_loaded "
+             "M/4, batch 8), Computron's round-robin worst case, or custom (default "
+             "computron:4)"),
         FLAG("policy", FLAG_STR, &policies_s, "A,B", "policies to compare (default computron,swapwise)"),
         FLAG_RANGE("models", FLAG_INT, &n_models, "N", "custom/round-robin: number of models",
-                   1, MAX_MODELS, "1..64"),
+                   1, MAX_MODELS, "1..256"),
         FLAG("rates", FLAG_STR, &rates_s, "R1,R2,...", "custom: requests/s per model"),
         FLAG_RANGE("alpha", FLAG_FLOAT, &alpha, "A", "custom: power-law skew instead of --rates",
                    0, 100, "0..100"),
@@ -220,7 +288,7 @@ int bench_workload(int argc, char **argv)
                    "custom: Gamma CV of inter-arrival times (1 = Poisson)", FLT_TRUE_MIN, 100,
                    "0 < C <= 100"),
         FLAG_RANGE("max-loaded", FLAG_INT, &max_loaded, "K", "models that fit the devices at once",
-                   1, MAX_MODELS, "1..64"),
+                   1, MAX_MODELS, "1..256"),
         FLAG_RANGE("max-batch", FLAG_INT, &max_batch, "B", "requests per batch", 1, SIM_MAX_BATCH,
                    "1..256"),
         FLAG_RANGE("duration", FLAG_FLOAT, &duration, "S",
@@ -231,6 +299,12 @@ int bench_workload(int argc, char **argv)
         FLAG_RANGE("slo", FLAG_FLOAT, &slo, "S",
                    "SLO in seconds (default: --slo-scale x warm latency)", FLT_TRUE_MIN, 86400,
                    "0 < S <= 86400"),
+        FLAG_RANGE("slo-ttft", FLAG_FLOAT, &slo_ttft, "S",
+                   "chat: SLO on time to first token, seconds (default 5)", FLT_TRUE_MIN, 86400,
+                   "0 < S <= 86400"),
+        FLAG_RANGE("slo-tpot", FLAG_FLOAT, &slo_tpot, "S",
+                   "chat: SLO on time per output token after the first, seconds (default 0.2)",
+                   FLT_TRUE_MIN, 86400, "0 < S <= 86400"),
         FLAG_RANGE("slo-scale", FLAG_FLOAT, &slo_scale, "X",
                    "SLO as a multiple of the warm single-request latency (default 5)",
                    FLT_TRUE_MIN, 1e6, "0 < X <= 1000000"),
@@ -267,9 +341,14 @@ int bench_workload(int argc, char **argv)
                         "devices (--devices, CPU or CUDA; room for --max-loaded of them; every "
                         "model starts in host "
                         "memory). Requests are Computron's: \"Berkeley is the number one public\" "
-                        "(8 tokens), max_tokens 1, top_k 50, top_p 0.5, temperature 0.7. Prints "
+                        "(8 tokens), max_tokens 1, top_k 50, top_p 0.5, temperature 0.7; a chat "
+                        "config draws each request's prompt length and max_tokens instead (see "
+                        "--config). Prints "
                         "latency mean/p50/p90/p99/max, SLO attainment, throughput, swaps and time "
-                        "spent swapping, computing and queueing, per model and overall; writes a "
+                        "spent swapping, computing and queueing, per model and overall; for chat "
+                        "traffic also TTFT and TPOT (p50, p99), token SLO attainment (TTFT <= "
+                        "--slo-ttft and TPOT <= --slo-tpot; a failed request misses) and goodput "
+                        "(requests/s meeting it); writes a "
                         "CSV of every request and an SVG latency CDF with one curve per policy. "
                         "With --simulate, replays on a simulated clock instead (engine/sim.h: "
                         "the same policy code, loads and batches taking the times measured here "
@@ -321,6 +400,7 @@ int bench_workload(int argc, char **argv)
     double *lat[MAX_POLICIES] = {0}; /* each policy's latencies, for the plot */
     size_t n_lat[MAX_POLICIES] = {0};
     struct arrival *ev = NULL;
+    struct chat_request *lens = NULL; /* chat: (n_ev) each request's lengths */
     size_t n_ev = 0;
     memset(res, 0, sizeof(res));
     snprintf(pol_buf, sizeof(pol_buf), "%s", policies_s);
@@ -356,6 +436,12 @@ int bench_workload(int argc, char **argv)
         if ((rc = workload_config_from_flags(&wf, &c)) < 0)
             goto bad_flag;
     }
+    if (c.chat) {
+        c.slo_ttft_s = slo_ttft;
+        c.slo_tpot_s = slo_tpot;
+        rig.fit_prompt = c.lengths.prompt.max; /* the stack sizes for the longest request */
+        rig.fit_max_tokens = c.lengths.output.max;
+    }
     if (max_loaded > 0)
         c.max_loaded = max_loaded;
     if (max_batch > 0)
@@ -372,25 +458,34 @@ int bench_workload(int argc, char **argv)
     }
     if (all) /* one model measures the costs; every config's models have its shape */
         c.n_models = 1;
+    /* --simulate measures on model 0 only: every simulated model has its shape */
+    int n_gen = simulated ? 1 : c.n_models;
     /* where the results go, and room for the models, before any is made */
     if (!simulated && (rc = cli_check_out_dir(out_dir)) < 0)
         goto out;
-    if ((rc = model_cache_check(cache, preset, layers, dtype_s, c.n_models)) < 0)
+    if ((rc = model_cache_check(cache, preset, layers, dtype_s, n_gen)) < 0)
         goto out;
-    if (!(dirs = calloc((size_t)c.n_models, sizeof(*dirs)))) {
+    if (!(dirs = calloc((size_t)n_gen, sizeof(*dirs)))) {
         rc = err_set(ERR_NOMEM, "out of memory");
         goto out;
     }
-    for (int i = 0; i < c.n_models; i++) {
+    for (int i = 0; i < n_gen; i++) {
         if ((rc = model_cache_preset(cache, preset, layers, dtype_s, (uint64_t)i, dirs[i],
                                      sizeof(dirs[i]))) < 0)
             goto out;
         paths[i] = dirs[i];
     }
-    rig.n_models = c.n_models;
+    rig.n_models = n_gen;
     /* --simulate draws its own, per seed */
     if (!c.round_robin && !simulated && (rc = replay_arrivals(&c, duration, seed, &ev, &n_ev)) < 0)
         goto out;
+    if (c.chat && !simulated) { /* each request's lengths, from the same seed */
+        if (!(lens = calloc(n_ev ? n_ev : 1, sizeof(*lens)))) {
+            rc = err_set(ERR_NOMEM, "out of memory for %zu requests", n_ev);
+            goto out;
+        }
+        chat_requests_make(&c.lengths, seed, ev, n_ev, lens);
+    }
     double warm = 0;
     if ((rc = replay_warm_latency(&rig, &warm)) < 0)
         goto out;
@@ -403,7 +498,8 @@ int bench_workload(int argc, char **argv)
     for (int p = 0; p < n_pol; p++) {
         fprintf(stderr, "running %s with policy %s (%zu requests)...\n", config_s, policies[p],
                 c.round_robin ? (size_t)rr_requests : n_ev);
-        if ((rc = replay_run(&rig, &c, policies[p], ev, n_ev, rr_requests, &res[p])) < 0)
+        if ((rc = lens ? replay_run_chat(&rig, &c, policies[p], ev, n_ev, lens, &res[p])
+                       : replay_run(&rig, &c, policies[p], ev, n_ev, rr_requests, &res[p])) < 0)
             goto out;
     }
     /* files: a CSV per policy and one CDF plot, in out_dir (checked above) */
@@ -413,7 +509,12 @@ int bench_workload(int argc, char **argv)
         if (*q == ':')
             *q = '-';
     struct summary sum[MAX_POLICIES];
+    struct token_summary tok[MAX_POLICIES];
+    memset(tok, 0, sizeof(tok));
     for (int p = 0; p < n_pol; p++) {
+        if (c.chat && (rc = summary_tokens(res[p].recs, res[p].n, -1, c.slo_ttft_s,
+                                           c.slo_tpot_s, &tok[p])) < 0)
+            goto out;
         snprintf(path, sizeof(path), "%s/%s-%s.csv", out_dir, tag, policies[p]);
         if ((rc = report_write_csv(path, res[p].recs, res[p].n)) < 0 ||
             (rc = summary_compute(res[p].recs, res[p].n, -1, slo, &sum[p], &lat[p],
@@ -432,7 +533,7 @@ int bench_workload(int argc, char **argv)
         char csv_prefix[1024];
         snprintf(csv_prefix, sizeof(csv_prefix), "%s/%s", out_dir, tag);
         rc = print_json(&c, config_s, &rig, warm, slo, plot, csv_prefix, policies, n_pol, res,
-                        sum);
+                        sum, tok);
     } else {
         printf("%s: %d models, rates", config_s, c.n_models);
         for (int i = 0; i < c.n_models && !c.round_robin; i++)
@@ -442,16 +543,27 @@ int bench_workload(int argc, char **argv)
         if (link > 0)
             printf("; emulated link %.2f GB/s per device", (double)link);
         printf("\n");
-        printf("%-10s %6s %8s %8s %8s %8s %8s %6s %7s %6s %8s %8s %8s\n", "policy", "reqs",
+        if (c.chat)
+            printf("chat: token SLO TTFT <= %g s, TPOT <= %g s\n", c.slo_ttft_s, c.slo_tpot_s);
+        printf("%-10s %6s %8s %8s %8s %8s %8s %6s %7s %6s %8s %8s %8s", "policy", "reqs",
                "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "SLO%", "req/s", "swaps",
                "swap s", "comp s", "queue s");
+        if (c.chat)
+            printf(" %9s %9s %9s %9s %7s %8s", "ttft50 ms", "ttft99 ms", "tpot50 ms",
+                   "tpot99 ms", "tokSLO%", "good r/s");
+        printf("\n");
         for (int p = 0; p < n_pol; p++) {
             const struct summary *s = &sum[p];
-            printf("%-10s %6zu %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f %7.2f %6llu %8.2f %8.2f %8.2f\n",
+            printf("%-10s %6zu %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f %7.2f %6llu %8.2f %8.2f %8.2f",
                    policies[p], s->all.n, s->all.mean * 1e3, s->all.p50 * 1e3, s->all.p90 * 1e3,
                    s->all.p99 * 1e3, s->all.max * 1e3, 100 * s->slo_attain, s->throughput,
                    (unsigned long long)res[p].st.loads, res[p].st.swap_s, res[p].st.compute_s,
                    s->queue_s);
+            if (c.chat)
+                printf(" %9.1f %9.1f %9.2f %9.2f %7.1f %8.2f", tok[p].ttft.p50 * 1e3,
+                       tok[p].ttft.p99 * 1e3, tok[p].tpot.p50 * 1e3, tok[p].tpot.p99 * 1e3,
+                       100 * tok[p].attain, tok[p].goodput);
+            printf("\n");
         }
         printf("per model\n%-10s %5s %6s %8s %8s %8s %8s %8s %6s\n", "policy", "model", "reqs",
                "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "SLO%");
@@ -474,6 +586,7 @@ out:
         free(lat[p]);
     }
     free(ev);
+    free(lens);
     free(dirs);
     if (usage) {
         fprintf(stderr, "shardswap bench workload: %s\n", err_msg());

@@ -84,6 +84,45 @@ static bool exec_running(void *ctx, int model)
     return s->m[model].running;
 }
 
+/* The compute time of batch[0..b) (b >= 1 requests): batch_s[b] alone for
+ * Computron's requests; for chat requests the prefill (batch_s[b] plus
+ * prefill_token_s per prompt token beyond base_prompt) and then
+ * one step_s[live] per decode step while live requests still generate.
+ * Each chat request's first_token and done are set relative to the batch's
+ * start. */
+static double batch_compute(struct sim *s, const size_t *batch, int b)
+{
+    const struct sim_config *c = s->c;
+    double t = c->batch_s[b];
+    int steps = 0;
+    for (int k = 0; k < b; k++) {
+        const struct sim_request *q = &s->reqs[batch[k]];
+        if (q->n_output <= 0)
+            continue;
+        if (q->n_prompt > c->base_prompt)
+            t += c->prefill_token_s * (q->n_prompt - c->base_prompt);
+        steps = q->n_output - 1 > steps ? q->n_output - 1 : steps;
+    }
+    for (int k = 0; k < b; k++) {
+        struct sim_request *q = &s->reqs[batch[k]];
+        if (q->n_output > 0)
+            q->first_token = q->done = t;
+    }
+    /* step j (1..steps) runs the requests with n_output > j */
+    for (int j = 1; j <= steps; j++) {
+        int live = 0;
+        for (int k = 0; k < b; k++)
+            live += s->reqs[batch[k]].n_output > j;
+        t += c->step_s[live];
+        for (int k = 0; k < b; k++) {
+            struct sim_request *q = &s->reqs[batch[k]];
+            if (q->n_output == j + 1)
+                q->done = t;
+        }
+    }
+    return t;
+}
+
 /* The batch takes its queue's head by the engine's rule (sched_batch_joins):
  * with batch_same_params_only, one params_class. */
 static bool exec_serve(void *ctx, int model)
@@ -106,10 +145,20 @@ static bool exec_serve(void *ctx, int model)
     }
     for (int k = 0; k < b; k++)
         s->reqs[m->batch[k]].batch_size = b;
-    double compute = c->batch_s[b];
+    double compute = batch_compute(s, m->batch, b);
     double end = now + compute;
     if (m->loading && m->load_end + c->overlap_tail * compute > end)
         end = m->load_end + c->overlap_tail * compute;
+    /* the batch's times so far are from its start; a late load shifts them all */
+    for (int k = 0; k < b; k++) {
+        struct sim_request *q = &s->reqs[m->batch[k]];
+        if (q->n_output > 0) {
+            q->first_token += end - compute;
+            q->done += end - compute;
+        } else {
+            q->first_token = q->done = end;
+        }
+    }
     m->running = true;
     m->batch_n = b;
     m->batch_end = end;
@@ -238,8 +287,7 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
                     evict(&s, i);
             }
             if (m->running && m->batch_end <= now) {
-                for (int k = 0; k < m->batch_n; k++)
-                    reqs[m->batch[k]].done = m->batch_end;
+                /* exec_serve set each request's times */
                 done += (size_t)m->batch_n;
                 m->running = false;
                 if (m->offload_pending && !m->loading)

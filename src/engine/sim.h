@@ -9,7 +9,11 @@
  * What it models, as the engine does it: per-model FIFO queues; a batch takes
  * up to max_batch requests from its queue head by the engine's rule
  * (sched_batch_joins: with the policy's batch_same_params_only, one
- * params_class) and runs one forward (max_tokens 1, Computron's requests); a
+ * params_class) and runs one forward (max_tokens 1, Computron's requests), or
+ * for chat requests (n_output > 0) a prefill that grows with the batch's
+ * prompt tokens and then decode steps until its longest request is done,
+ * each request done at its own last step (no request joins a batch in
+ * flight); a
  * load makes a model resident after load_s and is refused when its bytes do
  * not fit; victims leave at once, or at the end of their batch when one is in
  * flight; with overlap_loads a batch
@@ -41,6 +45,14 @@ struct sim_config {
     double load_s;          /* one model's swap-in, all shards in parallel */
     double batch_s[SIM_MAX_BATCH + 1]; /* [b]: compute time of a batch of b requests */
     double overlap_tail;    /* 0..1 */
+    /* Chat requests (sim_request.n_output > 0): batch_s[b] is then the
+     * prefill of b requests of base_prompt tokens each, prefill_token_s the
+     * cost of every prompt token beyond that, and step_s[b] one decode step
+     * of b requests still generating. All 0 for Computron's one-token
+     * requests, whose batches cost batch_s alone. */
+    int base_prompt;
+    double prefill_token_s;
+    double step_s[SIM_MAX_BATCH + 1];
     bool overlap_loads;
     FILE *trace;            /* non-NULL: one line per action carried out */
 };
@@ -51,7 +63,10 @@ struct sim_request {
     /* input: its sampling parameters' class (the engine compares temperature,
      * top-k and top-p); requests of one class sample alike. 0 for all: one class */
     int params_class;
-    double start, done;
+    /* input, chat requests: prompt tokens and tokens to generate; n_output 0
+     * (Computron's) is one token costing batch_s */
+    int n_prompt, n_output;
+    double start, first_token, done;
     int batch_size;
 };
 

@@ -354,20 +354,26 @@ static char *request_body(const struct http_replay_opts *o, const char *model, s
                           bool stream)
 {
     json_t *ids = json_array();
-    int n = o->prompt ? o->n_prompt : REPLAY_PROMPT_LEN;
-    for (int i = 0; ids && !o->chat_text && i < n; i++)
-        if (json_array_append_new(ids, json_integer(o->prompt ? o->prompt[i] : replay_prompt[i])) <
-            0) {
+    const int32_t *base = o->prompt ? o->prompt : replay_prompt;
+    int n_base = o->prompt ? o->n_prompt : REPLAY_PROMPT_LEN;
+    int n = o->lens ? o->lens[idx].n_prompt : n_base;
+    for (int i = 0; ids && !o->chat_text && i < n; i++) {
+        int32_t id = i < n_base ? base[i] : n_base > 1 ? base[1 + (i - 1) % (n_base - 1)] : base[0];
+        if (json_array_append_new(ids, json_integer(id)) < 0) {
             json_decref(ids);
             return NULL;
         }
+    }
     if (o->chat_text) {
         json_decref(ids);
         ids = json_pack("[{s:s, s:s}]", "role", "user", "content", o->chat_text);
     }
     json_t *j = json_pack("{s:s, s:o, s:i, s:f, s:i, s:f, s:I, s:b}", "model", model,
                           o->chat_text ? "messages" : "prompt", ids, "max_tokens",
-                          o->max_tokens ? o->max_tokens : REPLAY_MAX_TOKENS, "temperature",
+                          o->lens         ? o->lens[idx].n_output
+                          : o->max_tokens ? o->max_tokens
+                                          : REPLAY_MAX_TOKENS,
+                          "temperature",
                           (double)REPLAY_TEMPERATURE, "top_k", REPLAY_TOP_K, "top_p",
                           (double)REPLAY_TOP_P, "seed", (json_int_t)idx, "stream", stream);
     if (j && stream &&
@@ -471,7 +477,9 @@ static int xfer_start(CURLM *m, struct xfer *x, size_t i, const struct http_repl
                                    .t_start = NAN,
                                    .t_first_token = NAN,
                                    .t_done = NAN,
-                                   .n_prompt = o->prompt ? o->n_prompt : REPLAY_PROMPT_LEN};
+                                   .n_prompt = o->lens     ? o->lens[i].n_prompt
+                                               : o->prompt ? o->n_prompt
+                                                           : REPLAY_PROMPT_LEN};
     if (!(x->body = request_body(o, o->models[model], i, o->stream)) || !(x->easy = curl_easy_init()))
         return err_set(ERR_NOMEM, "out of memory");
     easy_common(x->easy, &o->target, url, hdrs, x->errbuf);

@@ -44,6 +44,7 @@
 #include <stdint.h>
 
 #include "workload/arrival.h"
+#include "workload/chat.h"
 #include "workload/report.h"
 
 /* Where requests go. */
@@ -68,6 +69,11 @@ struct http_replay_opts {
      * message is this text, instead of prompt */
     const char *chat_text;
     int max_tokens; /* per request; 0: REPLAY_MAX_TOKENS */
+    /* non-NULL: chat traffic (workload/chat.h), one entry per event: request i
+     * has max_tokens lens[i].n_output and a prompt of lens[i].n_prompt ids,
+     * prompt's (or replay_prompt's) repeated after the first (a chat_text
+     * request keeps its text) */
+    const struct chat_request *lens;
 };
 
 /* Requests by outcome (see the table above); they sum to the requests. */

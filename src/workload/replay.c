@@ -23,6 +23,14 @@ void replay_prompt_for(const struct model_info *info, int32_t out[REPLAY_PROMPT_
         out[0] = info->bos_id;
 }
 
+void replay_prompt_fill(const struct model_info *info, int32_t *out, int n)
+{
+    int32_t base[REPLAY_PROMPT_LEN];
+    replay_prompt_for(info, base);
+    for (int i = 0; i < n; i++)
+        out[i] = i < REPLAY_PROMPT_LEN ? base[i] : base[1 + (i - 1) % (REPLAY_PROMPT_LEN - 1)];
+}
+
 /* What the requests of one replay share: a count of completions the
  * submitting thread can wait on. */
 struct replay_sync {
@@ -93,8 +101,8 @@ void replay_stack_config(const struct replay_rig *rig, int n_models, int max_loa
         sc->gpus[d] = rig->gpus[d];
     sc->link_gbps = rig->link_gbps;
     sc->fit_models = max_loaded;
-    sc->fit_prompt = REPLAY_PROMPT_LEN;
-    sc->fit_max_tokens = 1;
+    sc->fit_prompt = rig->fit_prompt > 0 ? rig->fit_prompt : REPLAY_PROMPT_LEN;
+    sc->fit_max_tokens = rig->fit_max_tokens > 0 ? rig->fit_max_tokens : 1;
     sc->engine = (struct engine_config){.policy = policy, .max_batch = max_batch,
                                         .queue_cap = 1 << 20, .max_loaded = max_loaded,
                                         /* copies that take no compute: a GPU's
@@ -151,8 +159,11 @@ void replay_result_free(struct replay_result *out)
     memset(out, 0, sizeof(*out));
 }
 
-int replay_run(const struct replay_rig *rig, const struct workload_config *c, const char *policy,
-               const struct arrival *ev, size_t n_ev, int rr_requests, struct replay_result *out)
+/* replay_run, and with lens (chat) each request's prompt length and
+ * max_tokens from lens[i] instead of Computron's. */
+static int run_lens(const struct replay_rig *rig, const struct workload_config *c,
+                    const char *policy, const struct arrival *ev, size_t n_ev, int rr_requests,
+                    const struct chat_request *lens, struct replay_result *out)
 {
     assert(c->n_models >= 1 && c->n_models <= rig->n_models);
     struct stack *s = NULL;
@@ -166,6 +177,7 @@ int replay_run(const struct replay_rig *rig, const struct workload_config *c, co
     out->recs = calloc(n ? n : 1, sizeof(*out->recs));
     struct replay_sync sync;
     replay_sync_init(&sync);
+    int32_t *chat_prompts = NULL;
     if (rc < 0 || !jobs || !out->recs) {
         if (rc == 0)
             rc = err_set(ERR_NOMEM, "out of memory for %zu requests", n);
@@ -174,6 +186,16 @@ int replay_run(const struct replay_rig *rig, const struct workload_config *c, co
     int32_t prompts[WORKLOAD_MAX_MODELS][REPLAY_PROMPT_LEN];
     for (int m = 0; m < c->n_models; m++)
         replay_prompt_for(swap_model_info(s->models[m]), prompts[m]);
+    /* chat: each model's longest prompt, (n_models, max) */
+    int max_prompt = lens ? c->lengths.prompt.max : 0;
+    if (lens && !(chat_prompts = malloc(sizeof(int32_t) * (size_t)c->n_models *
+                                        (size_t)max_prompt))) {
+        rc = err_set(ERR_NOMEM, "out of memory for %d prompts", c->n_models);
+        goto out;
+    }
+    for (int m = 0; lens && m < c->n_models; m++)
+        replay_prompt_fill(swap_model_info(s->models[m]),
+                           chat_prompts + (size_t)m * (size_t)max_prompt, max_prompt);
     double t0 = time_now();
     for (size_t i = 0; i < n; i++) {
         struct replay_job *j = &jobs[i];
@@ -181,10 +203,12 @@ int replay_run(const struct replay_rig *rig, const struct workload_config *c, co
         if (!c->round_robin)
             sleep_until(t0 + ev[i].t);
         *j = (struct replay_job){.rec = &out->recs[i], .sync = &sync};
-        *j->rec = (struct request_record){.id = i, .model = model, .n_prompt = REPLAY_PROMPT_LEN};
+        int n_prompt = lens ? lens[i].n_prompt : REPLAY_PROMPT_LEN;
+        *j->rec = (struct request_record){.id = i, .model = model, .n_prompt = n_prompt};
         struct engine_request_params p = {
-            .model = s->ids[model], .prompt = prompts[model], .n_prompt = REPLAY_PROMPT_LEN,
-            .max_tokens = REPLAY_MAX_TOKENS,
+            .model = s->ids[model],
+            .prompt = lens ? chat_prompts + (size_t)model * (size_t)max_prompt : prompts[model],
+            .n_prompt = n_prompt, .max_tokens = lens ? lens[i].n_output : REPLAY_MAX_TOKENS,
             .sampling = {.temperature = REPLAY_TEMPERATURE, .top_k = REPLAY_TOP_K,
                          .top_p = REPLAY_TOP_P, .seed = i},
             .on_done = replay_on_done, .ctx = j};
@@ -215,26 +239,42 @@ out:
     stack_close(s);
     replay_sync_destroy(&sync);
     free(jobs);
+    free(chat_prompts);
     return rc;
+}
+
+int replay_run(const struct replay_rig *rig, const struct workload_config *c, const char *policy,
+               const struct arrival *ev, size_t n_ev, int rr_requests, struct replay_result *out)
+{
+    return run_lens(rig, c, policy, ev, n_ev, rr_requests, NULL, out);
+}
+
+int replay_run_chat(const struct replay_rig *rig, const struct workload_config *c,
+                    const char *policy, const struct arrival *ev, size_t n_ev,
+                    const struct chat_request *lens, struct replay_result *out)
+{
+    assert(c->chat && !c->round_robin);
+    return run_lens(rig, c, policy, ev, n_ev, 0, lens, out);
 }
 
 /* Submits n greedy requests with Computron's prompt for model 0 of s at once
  * and waits for them; recs[i] gets each one's times. A request that fails
  * is an error naming it. */
-static int submit_greedy(struct stack *s, int n, struct replay_job *jobs,
-                         struct request_record *recs)
+static int submit_greedy_len(struct stack *s, int n, int n_prompt, int max_tokens,
+                             struct replay_job *jobs, struct request_record *recs)
 {
     struct replay_sync sync;
     replay_sync_init(&sync);
     int rc = 0;
-    int32_t prompt[REPLAY_PROMPT_LEN];
-    replay_prompt_for(swap_model_info(s->models[0]), prompt);
+    int32_t prompt[REPLAY_CHAT_PROBE > REPLAY_PROMPT_LEN ? REPLAY_CHAT_PROBE : REPLAY_PROMPT_LEN];
+    assert(n_prompt >= 1 && n_prompt <= (int)(sizeof(prompt) / sizeof(prompt[0])));
+    replay_prompt_fill(swap_model_info(s->models[0]), prompt, n_prompt);
     for (int i = 0; i < n && rc == 0; i++) {
         struct replay_job *j = &jobs[i];
         *j = (struct replay_job){.rec = &recs[i], .sync = &sync};
-        recs[i] = (struct request_record){.id = (uint64_t)i, .n_prompt = REPLAY_PROMPT_LEN};
+        recs[i] = (struct request_record){.id = (uint64_t)i, .n_prompt = n_prompt};
         struct engine_request_params p = {.model = s->ids[0], .prompt = prompt,
-                                          .n_prompt = REPLAY_PROMPT_LEN, .max_tokens = 1,
+                                          .n_prompt = n_prompt, .max_tokens = max_tokens,
                                           .sampling = {.temperature = 0, .top_p = 1},
                                           .on_done = replay_on_done, .ctx = j};
         rc = engine_submit(s->engine, &p, NULL); /* replay_on_done records the times */
@@ -246,6 +286,12 @@ static int submit_greedy(struct stack *s, int n, struct replay_job *jobs,
             rc = err_set(recs[i].status, "measuring request %d of a batch of %d failed: %s", i, n,
                          err_name(recs[i].status));
     return rc;
+}
+
+static int submit_greedy(struct stack *s, int n, struct replay_job *jobs,
+                         struct request_record *recs)
+{
+    return submit_greedy_len(s, n, REPLAY_PROMPT_LEN, 1, jobs, recs);
 }
 
 int replay_warm_latency(const struct replay_rig *rig, double *secs)
@@ -264,6 +310,23 @@ int replay_warm_latency(const struct replay_rig *rig, double *secs)
     }
     stack_close(s);
     return rc;
+}
+
+/* out[1..max_batch] from t[k], the time of a batch of sizes[k] (ascending,
+ * the last max_batch): exact at the sizes, linear in between. */
+static void sizes_interpolate(const int *sizes, const double *t, int max_batch, double *out)
+{
+    for (int b = 1; b <= max_batch; b++) {
+        int hi = 0;
+        while (sizes[hi] < b)
+            hi++;
+        if (sizes[hi] == b || hi == 0) {
+            out[b] = t[hi];
+        } else {
+            double f = (double)(b - sizes[hi - 1]) / (sizes[hi] - sizes[hi - 1]);
+            out[b] = t[hi - 1] + f * (t[hi] - t[hi - 1]);
+        }
+    }
 }
 
 int replay_measure_costs(const struct replay_rig *rig, int max_batch, struct sim_config *sc)
@@ -300,21 +363,68 @@ int replay_measure_costs(const struct replay_rig *rig, int max_batch, struct sim
         struct engine_stats st;
         engine_get_stats(s->engine, &st);
         sc->load_s = st.swap_s;
-        for (int b = 1; b <= max_batch; b++) {
-            int hi = 0;
-            while (sizes[hi] < b)
-                hi++;
-            if (sizes[hi] == b || hi == 0) {
-                sc->batch_s[b] = t_size[hi];
-            } else {
-                double f = (double)(b - sizes[hi - 1]) / (sizes[hi] - sizes[hi - 1]);
-                sc->batch_s[b] = t_size[hi - 1] + f * (t_size[hi] - t_size[hi - 1]);
-            }
-        }
+        sizes_interpolate(sizes, t_size, max_batch, sc->batch_s);
         sc->max_batch = max_batch;
         sc->overlap_tail = 0.5; /* the layers after the embedding's blob, about half */
         sc->overlap_loads =
             rig->link_gbps > 0 || (rig->device_kind && strcmp(rig->device_kind, "cuda") == 0);
+    }
+    stack_close(s);
+    free(jobs);
+    free(recs);
+    return rc;
+}
+
+int replay_measure_chat_costs(const struct replay_rig *rig, int max_batch, struct sim_config *sc)
+{
+    assert(max_batch >= 1 && max_batch <= SIM_MAX_BATCH);
+    struct stack *s = NULL;
+    int rc = replay_stack_open(rig, 1, 1, max_batch, "swapwise", rig->link_gbps, &s);
+    struct replay_job *jobs = calloc((size_t)max_batch, sizeof(*jobs));
+    struct request_record *recs = calloc((size_t)max_batch, sizeof(*recs));
+    int sizes[64], n_sizes = 0;
+    for (int b = 1; b < max_batch && n_sizes < 63; b = b < 4 ? b + 1 : b + b / 2)
+        sizes[n_sizes++] = b;
+    sizes[n_sizes++] = max_batch;
+    double t_size[64], t_short = INFINITY, t_long = INFINITY;
+    if (rc == 0 && (!jobs || !recs))
+        rc = err_set(ERR_NOMEM, "out of memory for batches of %d", max_batch);
+    /* the cold request that loads the model, then the prefill probes */
+    if (rc == 0)
+        rc = submit_greedy_len(s, 1, REPLAY_PROMPT_LEN, 1, jobs, recs);
+    for (int rep = 0; rc == 0 && rep < 2; rep++) {
+        if ((rc = submit_greedy_len(s, 1, REPLAY_PROMPT_LEN, 1, jobs, recs)) < 0)
+            break;
+        double t = recs[0].t_first_token - recs[0].t_start;
+        t_short = t < t_short ? t : t_short;
+        if ((rc = submit_greedy_len(s, 1, REPLAY_CHAT_PROBE, 1, jobs, recs)) < 0)
+            break;
+        t = recs[0].t_first_token - recs[0].t_start;
+        t_long = t < t_long ? t : t_long;
+    }
+    for (int si = 0; rc == 0 && si < n_sizes; si++) {
+        int b = sizes[si];
+        double best = INFINITY;
+        for (int rep = 0; rc == 0 && rep < 2; rep++) {
+            if ((rc = submit_greedy_len(s, b, REPLAY_PROMPT_LEN, REPLAY_CHAT_STEPS + 1, jobs,
+                                        recs)) < 0)
+                break;
+            double worst = 0;
+            for (int i = 0; i < b; i++)
+                if (recs[i].n_output > 1) {
+                    double t = (recs[i].t_done - recs[i].t_first_token) / (recs[i].n_output - 1);
+                    worst = t > worst ? t : worst;
+                }
+            best = worst < best ? worst : best;
+        }
+        t_size[si] = best;
+    }
+    if (rc == 0) {
+        sc->base_prompt = REPLAY_PROMPT_LEN;
+        sc->prefill_token_s = t_long > t_short
+                                  ? (t_long - t_short) / (REPLAY_CHAT_PROBE - REPLAY_PROMPT_LEN)
+                                  : 0;
+        sizes_interpolate(sizes, t_size, max_batch, sc->step_s);
     }
     stack_close(s);
     free(jobs);

@@ -43,6 +43,9 @@ extern const int32_t replay_prompt[REPLAY_PROMPT_LEN];
  * (id % vocab), so a Llama-family model gets its own BOS and ids it has.
  * For an OPT checkpoint it is replay_prompt. */
 void replay_prompt_for(const struct model_info *info, int32_t out[REPLAY_PROMPT_LEN]);
+/* A prompt of n tokens for a chat request: replay_prompt_for's first, its
+ * ids after the BOS repeated to length n. */
+void replay_prompt_fill(const struct model_info *info, int32_t *out, int n);
 #define REPLAY_MAX_TOKENS 1
 #define REPLAY_TEMPERATURE 0.7f
 #define REPLAY_TOP_K 50
@@ -58,6 +61,8 @@ struct replay_rig {
     double link_gbps;         /* CPU devices: emulated host link per device (0: memory
                                * speed); a stack of CUDA devices refuses one */
     const char *compute;      /* stack_config.compute: "f32", "bf16", NULL: auto */
+    int fit_prompt, fit_max_tokens; /* the largest request the stack sizes for (chat:
+                                     * the lengths' max); 0: Computron's, 8 and 1 */
 };
 
 struct replay_result {
@@ -89,6 +94,13 @@ int replay_arrivals(const struct workload_config *c, double duration, uint64_t s
  * build the stack or to allocate is an error. */
 int replay_run(const struct replay_rig *rig, const struct workload_config *c, const char *policy,
                const struct arrival *ev, size_t n_ev, int rr_requests, struct replay_result *out);
+/* replay_run of a chat workload (c->chat): request i has lens[i]'s prompt
+ * length (replay_prompt_fill's ids) and max_tokens = its output length;
+ * lens (n_ev) as chat_requests_make gives them for ev. The stack sizes for
+ * rig's fit_prompt and fit_max_tokens, which must cover c's lengths. */
+int replay_run_chat(const struct replay_rig *rig, const struct workload_config *c,
+                    const char *policy, const struct arrival *ev, size_t n_ev,
+                    const struct chat_request *lens, struct replay_result *out);
 /* Frees out's records and zeroes it. NULL-safe. */
 void replay_result_free(struct replay_result *out);
 
@@ -103,5 +115,17 @@ int replay_warm_latency(const struct replay_rig *rig, double *secs);
  * overlap_tail and overlap_loads (when rig has a link) to match; the rest
  * of *sc is left as it was. max_batch in 1..SIM_MAX_BATCH. */
 int replay_measure_costs(const struct replay_rig *rig, int max_batch, struct sim_config *sc);
+
+/* Measures, on model 0 of rig, the chat terms of engine/sim.h: base_prompt
+ * (REPLAY_PROMPT_LEN), prefill_token_s (one request of REPLAY_CHAT_PROBE
+ * prompt tokens against one of REPLAY_PROMPT_LEN, best of two, per extra
+ * token) and step_s[1..max_batch] (batches of the sizes replay_measure_costs
+ * uses generating REPLAY_CHAT_STEPS + 1 tokens: the slowest request's time
+ * per token after its first, linear in between). The rest of *sc is left as
+ * it was; rig must fit prompts of REPLAY_CHAT_PROBE tokens and
+ * REPLAY_CHAT_STEPS + 1 outputs (fit_prompt, fit_max_tokens). */
+#define REPLAY_CHAT_PROBE 128
+#define REPLAY_CHAT_STEPS 8
+int replay_measure_chat_costs(const struct replay_rig *rig, int max_batch, struct sim_config *sc);
 
 #endif

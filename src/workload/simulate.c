@@ -7,6 +7,7 @@
 #include "engine/stack.h"
 #include "workload/arrival.h"
 #include "workload/stats.h"
+#include "workload/summary.h"
 
 /* Adds one seed's latencies lat[0..n) (n >= 1) and loads into *o, each
  * weighed 1/seeds; *p99 gets the seed's p99. */
@@ -25,6 +26,34 @@ static int summary_add_seed(struct simulate_summary *o, const double *lat, size_
     o->slo += stats_slo_attainment(lat, n, slo) / seeds;
     o->swaps += (double)loads / seeds;
     *p99 = ls.p99;
+    return 0;
+}
+
+/* Adds one seed's token summary of rq[0..n) against c's SLOs into *o. */
+static int tokens_add_seed(struct simulate_summary *o, const struct workload_config *c,
+                           const struct sim_request *rq, size_t n, int seeds)
+{
+    struct request_record *recs = calloc(n, sizeof(*recs));
+    if (!recs)
+        return err_set(ERR_NOMEM, "out of memory for %zu simulated requests", n);
+    for (size_t i = 0; i < n; i++)
+        recs[i] = (struct request_record){.id = i, .model = rq[i].model,
+                                          .t_arrival = rq[i].arrival, .t_start = rq[i].start,
+                                          .t_first_token = rq[i].first_token,
+                                          .t_done = rq[i].done, .n_prompt = rq[i].n_prompt,
+                                          .n_output = rq[i].n_output,
+                                          .batch_size = rq[i].batch_size};
+    struct token_summary ts;
+    int rc = summary_tokens(recs, n, -1, c->slo_ttft_s, c->slo_tpot_s, &ts);
+    free(recs);
+    if (rc < 0)
+        return rc;
+    o->ttft_p50 += ts.ttft.p50 / seeds;
+    o->ttft_p99 += ts.ttft.p99 / seeds;
+    o->tpot_p50 += ts.tpot.p50 / seeds;
+    o->tpot_p99 += ts.tpot.p99 / seeds;
+    o->token_slo += ts.attain / seeds;
+    o->goodput += ts.goodput / seeds;
     return 0;
 }
 
@@ -60,8 +89,11 @@ int simulate_workload(const struct replay_rig *rig, const struct workload_config
             break;
         struct sim_request *rq = calloc(n ? n : 1, sizeof(*rq));
         double *lat = calloc(n ? n : 1, sizeof(double)), first_p99 = 0;
-        if (!rq || !lat)
+        struct chat_request *cr = c->chat ? calloc(n ? n : 1, sizeof(*cr)) : NULL;
+        if (!rq || !lat || (c->chat && !cr))
             rc = err_set(ERR_NOMEM, "out of memory for %zu simulated requests", n);
+        if (rc == 0 && cr)
+            chat_requests_make(&c->lengths, seed + (uint64_t)k, ev, n, cr);
         for (int p = 0; rc == 0 && n > 0 && p < n_pol; p++) {
             struct sim_config sc = *costs;
             if (!(sc.policy = sched_policy_find(policies[p]))) {
@@ -76,7 +108,9 @@ int simulate_workload(const struct replay_rig *rig, const struct workload_config
             for (int d = 0; d < tp; d++)
                 sc.budget[d] = budget[d]; /* as replay_run's stack */
             for (size_t i = 0; i < n; i++)
-                rq[i] = (struct sim_request){.arrival = ev[i].t, .model = ev[i].model};
+                rq[i] = (struct sim_request){.arrival = ev[i].t, .model = ev[i].model,
+                                             .n_prompt = cr ? cr[i].n_prompt : 0,
+                                             .n_output = cr ? cr[i].n_output : 0};
             struct sim_stats st;
             double p99;
             if ((rc = sim_run(&sc, rq, n, &st)) < 0)
@@ -85,6 +119,8 @@ int simulate_workload(const struct replay_rig *rig, const struct workload_config
                 lat[i] = rq[i].done - rq[i].arrival;
             if ((rc = summary_add_seed(&s[p], lat, n, slo, st.loads, seeds, &p99)) < 0)
                 break;
+            if (cr && (rc = tokens_add_seed(&s[p], c, rq, n, seeds)) < 0)
+                break;
             if (p == 0)
                 first_p99 = p99;
             else if (p99 / first_p99 > s[p].worst_p99_ratio)
@@ -92,6 +128,7 @@ int simulate_workload(const struct replay_rig *rig, const struct workload_config
         }
         free(rq);
         free(lat);
+        free(cr);
         free(ev);
     }
     free(bytes);

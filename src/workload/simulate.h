@@ -18,6 +18,10 @@ struct simulate_summary {
     double swaps;                    /* loads */
     double worst_p99_ratio;          /* the largest over seeds of p99 / the first policy's p99
                                       * (0 for the first policy) */
+    /* chat workloads only (0 otherwise), summary_tokens against c's token SLOs */
+    double ttft_p50, ttft_p99, tpot_p50, tpot_p99; /* seconds */
+    double token_slo;                /* fraction meeting TTFT and TPOT */
+    double goodput;                  /* requests/s meeting them */
 };
 
 /* Runs policies[0..n_pol) on the Gamma arrivals of workload c (replay_arrivals)
@@ -25,7 +29,10 @@ struct simulate_summary {
  * stack rig would build for c (rig->tp devices sized for c->max_loaded
  * models, every model the shape of rig's model 0) with load and batch times
  * from costs (replay_measure_costs); s[p] is policy p's summary. A seed
- * without arrivals adds nothing (every seed weighs 1/seeds). Errors name the policy, the arrivals or the allocation. */
+ * without arrivals adds nothing (every seed weighs 1/seeds). A chat workload
+ * (c->chat) draws each request's lengths (chat_requests_make, with the
+ * seed's arrival seed) and costs them with costs' prefill and decode terms
+ * (engine/sim.h). Errors name the policy, the arrivals or the allocation. */
 int simulate_workload(const struct replay_rig *rig, const struct workload_config *c,
                       const struct sim_config *costs, const char *const *policies, int n_pol,
                       uint64_t seed, int seeds, double duration, double slo,

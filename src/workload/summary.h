@@ -24,4 +24,23 @@ struct summary {
 int summary_compute(const struct request_record *recs, size_t n, int model, double slo,
                     struct summary *s, double **lat, size_t *n_lat);
 
+/* Token SLOs, as DistServe and Aegaeon measure them: a request's time to
+ * first token (TTFT, arrival -> first token) and time per output token
+ * (TPOT, (last token - first token) / (n_output - 1); 0 for a one-token
+ * answer). A request meets the SLO when it completed with TTFT <= ttft_slo
+ * and TPOT <= tpot_slo; a failed request, or one without a first token's
+ * time (NaN: over HTTP without streaming), is a miss. */
+struct token_summary {
+    size_t n;                 /* requests of the model (failed ones too) */
+    size_t met;               /* meeting both SLOs */
+    double attain;            /* met / n; NaN when n == 0 */
+    double goodput;           /* met / (last done - first arrival) of the completed, req/s;
+                               * 0 when none completed */
+    struct latency_stats ttft, tpot; /* over the completed requests */
+};
+
+/* Summarizes recs[0..n) of model (-1: every model). Errors: ERR_NOMEM. */
+int summary_tokens(const struct request_record *recs, size_t n, int model, double ttft_slo,
+                   double tpot_slo, struct token_summary *s);
+
 #endif
