@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "engine/sim.h"
 #include "test.h"
+#include "sim_setup.h"
 #include "workload/arrival.h"
 #include "workload/chat.h"
 #include "workload/computron.h"
@@ -224,26 +225,7 @@ TEST(token_slo)
           s.goodput == 0);
 }
 
-#define MB (1000ull * 1000)
 
-/* one model of 200 MB on each of 2 devices; load 1 s, batch_s[b] = 0.1 b */
-static void setup(struct sim_config *c, const char *policy, int n, int room, uint64_t *bytes)
-{
-    memset(c, 0, sizeof(*c));
-    c->policy = sched_policy_find(policy);
-    c->n_models = n;
-    c->n_devices = 2;
-    for (int i = 0; i < 2 * n; i++)
-        bytes[i] = 200 * MB;
-    c->bytes = bytes;
-    c->budget[0] = c->budget[1] = 200 * MB * (uint64_t)room;
-    c->max_loaded = room;
-    c->max_batch = 8;
-    c->load_s = 1.0;
-    for (int b = 1; b <= SIM_MAX_BATCH; b++)
-        c->batch_s[b] = 0.1 * b;
-    c->overlap_tail = 0.5;
-}
 
 static void chat_costs(struct sim_config *c)
 {

@@ -12,27 +12,9 @@
 #include "workload/computron.h"
 #include "workload/stats.h"
 #include "test.h"
+#include "sim_setup.h"
 
-#define MB (1000ull * 1000)
 
-/* n models of 200 MB on each of 2 devices with room for `room` of them */
-static void setup(struct sim_config *c, const char *policy, int n, int room, uint64_t *bytes)
-{
-    memset(c, 0, sizeof(*c));
-    c->policy = sched_policy_find(policy);
-    c->n_models = n;
-    c->n_devices = 2;
-    for (int i = 0; i < 2 * n; i++)
-        bytes[i] = 200 * MB;
-    c->bytes = bytes;
-    c->budget[0] = c->budget[1] = 200 * MB * (uint64_t)room;
-    c->max_loaded = room;
-    c->max_batch = 8;
-    c->load_s = 1.0;
-    for (int b = 1; b <= SIM_MAX_BATCH; b++)
-        c->batch_s[b] = 0.1 * b;
-    c->overlap_tail = 0.5;
-}
 
 /* Costs measured here in the swap-bound regime (bench workload --link-gbps 1,
  * opt-1.3b-wide 2-layer f16 models, TP 2): a load 213 ms; a batch of 1 takes

@@ -329,6 +329,17 @@ static void sizes_interpolate(const int *sizes, const double *t, int max_batch, 
     }
 }
 
+/* The batch sizes a cost measurement times: 1..4, then growing by half,
+ * and max_batch (at most 64 of them); their count. */
+static int probe_sizes(int max_batch, int sizes[64])
+{
+    int n = 0;
+    for (int b = 1; b < max_batch && n < 63; b = b < 4 ? b + 1 : b + b / 2)
+        sizes[n++] = b;
+    sizes[n++] = max_batch;
+    return n;
+}
+
 int replay_measure_costs(const struct replay_rig *rig, int max_batch, struct sim_config *sc)
 {
     assert(max_batch >= 1 && max_batch <= SIM_MAX_BATCH);
@@ -336,10 +347,7 @@ int replay_measure_costs(const struct replay_rig *rig, int max_batch, struct sim
     int rc = replay_stack_open(rig, 1, 1, max_batch, "swapwise", rig->link_gbps, &s);
     struct replay_job *jobs = calloc((size_t)max_batch, sizeof(*jobs));
     struct request_record *recs = calloc((size_t)max_batch, sizeof(*recs));
-    int sizes[64], n_sizes = 0;
-    for (int b = 1; b < max_batch && n_sizes < 63; b = b < 4 ? b + 1 : b + b / 2)
-        sizes[n_sizes++] = b;
-    sizes[n_sizes++] = max_batch;
+    int sizes[64], n_sizes = probe_sizes(max_batch, sizes);
     double t_size[64];
     if (rc == 0 && (!jobs || !recs))
         rc = err_set(ERR_NOMEM, "out of memory for batches of %d", max_batch);
@@ -382,10 +390,7 @@ int replay_measure_chat_costs(const struct replay_rig *rig, int max_batch, struc
     int rc = replay_stack_open(rig, 1, 1, max_batch, "swapwise", rig->link_gbps, &s);
     struct replay_job *jobs = calloc((size_t)max_batch, sizeof(*jobs));
     struct request_record *recs = calloc((size_t)max_batch, sizeof(*recs));
-    int sizes[64], n_sizes = 0;
-    for (int b = 1; b < max_batch && n_sizes < 63; b = b < 4 ? b + 1 : b + b / 2)
-        sizes[n_sizes++] = b;
-    sizes[n_sizes++] = max_batch;
+    int sizes[64], n_sizes = probe_sizes(max_batch, sizes);
     double t_size[64], t_short = INFINITY, t_long = INFINITY;
     if (rc == 0 && (!jobs || !recs))
         rc = err_set(ERR_NOMEM, "out of memory for batches of %d", max_batch);
