@@ -55,6 +55,15 @@ static inline double test_rel_err(const float *a, const float *b, size_t n)
     return mb > 0 ? md / mb : md;
 }
 
+/* Writes text to path (replacing it); a failure is a failed check. */
+static inline void test_write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK_MSG(f && fputs(text, f) >= 0, "cannot write %s", path);
+    if (f)
+        fclose(f);
+}
+
 static inline int test_finish(void)
 {
     printf("%d checks, %d failed\n", test_checks, test_failures);

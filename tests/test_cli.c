@@ -682,13 +682,6 @@ static void test_devices(void)
     expect_fail(cmd, 1, needle);
 }
 
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK_MSG(f && fputs(text, f) >= 0, "cannot write %s", path);
-    if (f)
-        fclose(f);
-}
 
 /* chat-template: the rendered prompt exactly (no newline added), bos/eos and
  * the template from the model directory, tools passed through, and one-line
@@ -699,7 +692,7 @@ static void test_chat_template(void)
     snprintf(dir, sizeof(dir), "%s/chat", tmp);
     CHECK(mkdir(dir, 0755) == 0);
     snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
-    write_text(path, "{\"bos_token\": {\"content\": \"<s>\"}, \"eos_token\": \"</s>\", \"chat_template\": "
+    test_write_text(path, "{\"bos_token\": {\"content\": \"<s>\"}, \"eos_token\": \"</s>\", \"chat_template\": "
                      "\"{{ bos_token }}{% for m in messages %}[{{ m.role }}:{{ m.content }}]"
                      "{% endfor %}{% if add_generation_prompt %}>{% endif %}{{ eos_token }}\"}");
     snprintf(cmd, sizeof(cmd),
@@ -711,7 +704,7 @@ static void test_chat_template(void)
 
     /* --template, tools, --now (strftime_now in local time: TZ=UTC) */
     snprintf(path, sizeof(path), "%s/t.jinja", dir);
-    write_text(path, "{{ tools | tojson }}|{{ strftime_now('%Y-%m-%d') }}\n");
+    test_write_text(path, "{{ tools | tojson }}|{{ strftime_now('%Y-%m-%d') }}\n");
     snprintf(cmd, sizeof(cmd),
              "printf '%%s' '{\"messages\": [], \"tools\": [{\"type\": \"function\"}]}' | TZ=UTC %s "
              "chat-template --model %s --template %s --now 86400",
@@ -721,7 +714,7 @@ static void test_chat_template(void)
               "%s: [%s] %s", cmd, out, err);
 
     /* chat_template_kwargs become variables */
-    write_text(path, "{{ enable_thinking }}|{{ reasoning_effort }}");
+    test_write_text(path, "{{ enable_thinking }}|{{ reasoning_effort }}");
     snprintf(cmd, sizeof(cmd),
              "printf '%%s' '{\"messages\": [], \"chat_template_kwargs\": {\"enable_thinking\": false, "
              "\"reasoning_effort\": \"low\"}}' | %s chat-template --model %s --template %s",
@@ -730,7 +723,7 @@ static void test_chat_template(void)
               "%s: [%s] %s", cmd, out, err);
 
     /* raise_exception: non-zero, the template's message on stderr */
-    write_text(path, "{% if messages[0].role == 'system' %}{{ raise_exception('System role not "
+    test_write_text(path, "{% if messages[0].role == 'system' %}{{ raise_exception('System role not "
                      "supported') }}{% endif %}");
     snprintf(cmd, sizeof(cmd),
              "printf '%%s' '{\"messages\": [{\"role\": \"system\", \"content\": \"x\"}]}' | %s "
@@ -745,7 +738,7 @@ static void test_chat_template(void)
     expect_fail(cmd, 1, "\"messages\" array");
     snprintf(cmd, sizeof(cmd), "printf '{\"messages\": [1]}' | %s chat-template --model %s", BIN, dir);
     expect_fail(cmd, 1, "messages[0] is not an object");
-    write_text(path, "line 1\n{% for x in y %}\n{{ x|wordwrap }}{% endfor %}");
+    test_write_text(path, "line 1\n{% for x in y %}\n{{ x|wordwrap }}{% endfor %}");
     snprintf(cmd, sizeof(cmd), "printf '{\"messages\": []}' | %s chat-template --model %s --template %s",
              BIN, dir, path);
     expect_fail(cmd, 1, "chat template line 3: filter \"wordwrap\" is not supported");
@@ -755,14 +748,14 @@ static void test_chat_template(void)
 
     /* chat_template as a list of {name, template}, and chat_template.jinja */
     snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
-    write_text(path, "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"}, "
+    test_write_text(path, "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"}, "
                      "{\"name\": \"default\", \"template\": \"D{{ bos_token }}\"}]}");
     snprintf(cmd, sizeof(cmd), "printf '{\"messages\": []}' | %s chat-template --model %s", BIN, dir);
     CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && strcmp(out, "D") == 0, "%s: [%s] %s",
               cmd, out, err);
-    write_text(path, "{\"eos_token\": \"E\"}");
+    test_write_text(path, "{\"eos_token\": \"E\"}");
     snprintf(path, sizeof(path), "%s/chat_template.jinja", dir);
-    write_text(path, "J{{ eos_token }}\n");
+    test_write_text(path, "J{{ eos_token }}\n");
     CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && strcmp(out, "JE") == 0, "%s: [%s] %s",
               cmd, out, err);
 }

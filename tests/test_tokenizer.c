@@ -94,13 +94,7 @@ static void write_file(const char *name, const char *content)
 {
     char path[512];
     snprintf(path, sizeof(path), "%s/%s", tmp_dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        perror(path);
-        exit(2);
-    }
-    fputs(content, f);
-    fclose(f);
+    test_write_text(path, content);
 }
 
 static void remove_file(const char *name)

@@ -280,13 +280,7 @@ static void write_text(const char *name, const char *text)
 {
     char path[512];
     snprintf(path, sizeof(path), "%s/%s", tmp_dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        perror(path);
-        exit(2);
-    }
-    fputs(text, f);
-    fclose(f);
+    test_write_text(path, text);
 }
 
 static void remove_text(const char *name)

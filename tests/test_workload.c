@@ -36,15 +36,6 @@ static char *read_text(const char *path)
     return s;
 }
 
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-}
 
 static size_t count_substr(const char *s, const char *needle)
 {
@@ -332,7 +323,7 @@ static void test_trace(void)
 {
     char path[128];
     snprintf(path, sizeof(path), "%s/trace.csv", tmp);
-    write_text(path, "time,model\n"
+    test_write_text(path, "time,model\n"
                      "2.5,1\n"
                      "0.25,0\r\n"
                      "\n"
@@ -377,7 +368,7 @@ static void test_trace(void)
         {"", "empty trace"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        write_text(path, bad[i].text);
+        test_write_text(path, bad[i].text);
         ev = (struct arrival *)&s;
         CHECK(arrival_trace_load(path, 3, &ev, &n) == ERR_FORMAT && ev == NULL && n == 0);
         CHECK_MSG(strstr(err_msg(), bad[i].want) && strstr(err_msg(), path), "case %zu: %s", i,
