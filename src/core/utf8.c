@@ -55,3 +55,29 @@ size_t utf8_encode_one(uint32_t cp, unsigned char *out)
     out[3] = (unsigned char)(0x80 | (cp & 0x3F));
     return 4;
 }
+
+bool utf8_is_space(uint32_t cp)
+{
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+           cp == 0x205F || cp == 0x3000;
+}
+
+size_t utf8_space_at(const unsigned char *s, size_t i, size_t n)
+{
+    uint32_t cp;
+    size_t len = utf8_decode_one(s + i, n - i, &cp);
+    return len && utf8_is_space(cp) ? len : 0;
+}
+
+size_t utf8_space_before(const unsigned char *s, size_t lo, size_t i)
+{
+    /* at most one suffix of 1..4 bytes is exactly one valid character (a
+     * shorter one would start with a continuation byte) */
+    for (size_t len = 1; len <= 4 && len <= i - lo; len++) {
+        uint32_t cp;
+        if (utf8_decode_one(s + i - len, len, &cp) == len)
+            return utf8_is_space(cp) ? len : 0;
+    }
+    return 0;
+}

@@ -58,38 +58,6 @@ static int bpe_encode_word(void *ctx, const unsigned char *word, size_t n)
     return 0;
 }
 
-/* Rust's char::is_whitespace, which Hugging Face's lstrip and rstrip use. */
-static bool bpe_is_space_cp(uint32_t cp)
-{
-    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
-           cp == 0x205F || cp == 0x3000;
-}
-
-/* The length of the white-space character at s[i..n), or 0. */
-static size_t bpe_space_at(const unsigned char *s, size_t i, size_t n)
-{
-    uint32_t cp;
-    size_t len = utf8_decode_one(s + i, n - i, &cp);
-    return len && bpe_is_space_cp(cp) ? len : 0;
-}
-
-/* The length of the white-space character that ends at s[lo..i), or 0. */
-static size_t bpe_space_before(const unsigned char *s, size_t lo, size_t i)
-{
-    size_t k = i;
-    while (k > lo && i - k < 4 && ((s[k - 1] & 0xC0) == 0x80 || k == i))
-        k--;
-    while (k < i) {
-        uint32_t cp;
-        size_t len = utf8_decode_one(s + k, i - k, &cp);
-        if (len == i - k)
-            return bpe_is_space_cp(cp) ? len : 0;
-        k++;
-    }
-    return 0;
-}
-
 /* Whether the character at s[i..n) (before: the one ending at s[..i)) is a
  * word character for single_word: alphanumeric or '_'. Outside ASCII,
  * anything that is not white space counts, which is close to, not exactly,
@@ -102,7 +70,7 @@ static bool bpe_word_char(const unsigned char *s, size_t lo, size_t i, size_t n,
     if (b < 0x80)
         return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') ||
                b == '_';
-    return before ? bpe_space_before(s, lo, i) == 0 : bpe_space_at(s, i, n) == 0;
+    return before ? utf8_space_before(s, lo, i) == 0 : utf8_space_at(s, i, n) == 0;
 }
 
 /* ---- added tokens in text ---- */
@@ -231,10 +199,10 @@ static const struct bpe_added *bpe_added_next(const struct bpe_addset *set,
             (bpe_word_char(text, from, s, n, true) || bpe_word_char(text, from, e, n, false)))
             continue;
         if (a->lstrip)
-            while ((w = bpe_space_before(text, from, s)) > 0)
+            while ((w = utf8_space_before(text, from, s)) > 0)
                 s -= w;
         if (a->rstrip)
-            while (e < n && (w = bpe_space_at(text, e, n)) > 0)
+            while (e < n && (w = utf8_space_at(text, e, n)) > 0)
                 e += w;
         *at = s;
         *end = e;

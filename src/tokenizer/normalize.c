@@ -205,33 +205,6 @@ static int nbuf_put(struct nbuf *b, const void *s, size_t n)
     return 0;
 }
 
-/* Rust's char::is_whitespace, which Strip uses. */
-static bool norm_is_space(uint32_t cp)
-{
-    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
-           cp == 0x205F || cp == 0x3000;
-}
-
-/* The length of the white-space character at s[i..n), or 0. */
-static size_t norm_space_at(const unsigned char *s, size_t i, size_t n)
-{
-    uint32_t cp;
-    size_t len = utf8_decode_one(s + i, n - i, &cp);
-    return len && norm_is_space(cp) ? len : 0;
-}
-
-/* The length of the white-space character that ends at s[lo..i), or 0. */
-static size_t norm_space_before(const unsigned char *s, size_t lo, size_t i)
-{
-    for (size_t len = 1; len <= 4 && len <= i - lo; len++) {
-        uint32_t cp;
-        if (utf8_decode_one(s + i - len, len, &cp) == len)
-            return norm_is_space(cp) ? len : 0;
-    }
-    return 0;
-}
-
 /* The first occurrence of pat[0..m) (m > 0) in s[0..n), or NULL. */
 static const unsigned char *bytes_find(const unsigned char *s, size_t n, const char *pat, size_t m)
 {
@@ -264,10 +237,10 @@ static int norm_apply(const struct norm_step *s, const unsigned char *in, size_t
     }
     if (s->kind == NORM_STRIP) {
         size_t a = 0, b = n;
-        while (s->left && a < b && norm_space_at(in, a, b))
-            a += norm_space_at(in, a, b);
-        while (s->right && b > a && norm_space_before(in, a, b))
-            b -= norm_space_before(in, a, b);
+        while (s->left && a < b && utf8_space_at(in, a, b))
+            a += utf8_space_at(in, a, b);
+        while (s->right && b > a && utf8_space_before(in, a, b))
+            b -= utf8_space_before(in, a, b);
         return nbuf_put(out, in + a, b - a);
     }
     if (s->kind == NORM_PREPEND) {
