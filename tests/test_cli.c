@@ -779,7 +779,7 @@ int main(void)
     test_chat_template();
     test_gen_model_fifo();
     /* bench gemv refuses an ISA it does not know before measuring anything */
-    expect_fail(BIN " bench gemv --isa sse9", 2, "unknown ISA");
+    expect_fail(BIN " bench gemv --kernel sse9", 2, "unknown GEMV kernel");
     /* --help states the range each value is checked against */
     CHECK(run(BIN " generate --help", out, sizeof(out), NULL, 0) == 0 &&
           strstr(out, "[0 < P <= 1]") && strstr(out, "[1..1048576]"));

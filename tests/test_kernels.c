@@ -239,18 +239,19 @@ static void test_linear(void)
 {
     static const int gemv_ms[] = {1, 2, 3, 4, 5, 8, 15, 16};
     static const int blas_ms[] = {17, 64};
-    static const char *const isas[] = {"avx512bf16", "avx512", "avx2", "scalar"};
+    static const char *const isas[] = {"avx512bf16", "avx512pairs", "avx512", "avx2", "scalar"};
     int cases = linear_cases(blas_ms, sizeof(blas_ms) / sizeof(blas_ms[0]));
-    /* the GEMV under every instruction set this CPU has */
+    /* the GEMV: every kernel this CPU runs, then the measured choices */
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
-        if (cpu_gemv_set_isa(isas[i]) < 0) {
+        if (cpu_gemv_force(isas[i]) < 0) {
             printf("linear: %s skipped (%s)\n", isas[i], err_msg());
             continue;
         }
-        CHECK(strcmp(cpu_gemv_isa(), isas[i]) == 0);
+        CHECK(strncmp(cpu_gemv_kernels(), isas[i], strlen(isas[i])) == 0);
         cases += linear_cases(gemv_ms, sizeof(gemv_ms) / sizeof(gemv_ms[0]));
     }
-    CHECK(cpu_gemv_set_isa(NULL) == 0);
+    CHECK(cpu_gemv_force(NULL) == 0);
+    cases += linear_cases(gemv_ms, sizeof(gemv_ms) / sizeof(gemv_ms[0]));
     /* the matmul path at prefill-like sizes (m > 64, k with a tail past a
      * vector multiple); bf16 mode both ways: through oneDNN's bf16 x bf16
      * primitive, and rounded then multiplied in f32 (the default without
@@ -366,30 +367,46 @@ static void test_matmul_cache(void)
            (unsigned long long)misses, c.impl, c.gflops);
 }
 
-/* An unknown or missing ISA is refused and changes nothing; SHARDSWAP_ISA
- * naming one costs the process one line on stderr, not its start. */
-static void test_gemv_isa_choice(void)
+/* The measured choices name a kernel for every class of weights; an
+ * unknown or missing kernel is refused and changes nothing; SHARDSWAP_GEMV
+ * naming an unknown one costs the process one line on stderr, not its
+ * start, and naming a known one makes every call use it. */
+static void run_version(const char *env, char *out, size_t size)
 {
-    const char *best = cpu_gemv_isa();
-    CHECK(cpu_gemv_set_isa("sse9") == ERR_INVALID);
-    CHECK(strcmp(cpu_gemv_isa(), best) == 0);
-    CHECK(cpu_gemv_set_isa("scalar") == 0); /* every CPU has it */
-    CHECK(cpu_gemv_set_isa(NULL) == 0);
-    CHECK(strcmp(cpu_gemv_isa(), best) == 0);
-
-    FILE *p = popen("SHARDSWAP_ISA=sse9 '" SHARDSWAP_BINARY "' --version 2>&1", "r");
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "%s '" SHARDSWAP_BINARY "' --version 2>&1", env);
+    out[0] = 0;
+    FILE *p = popen(cmd, "r");
     CHECK(p != NULL);
     if (!p)
         return;
-    char out[1024];
-    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    size_t n = fread(out, 1, size - 1, p);
     out[n] = 0;
     int status = pclose(p);
-    CHECK_MSG(status == 0, "shardswap --version with SHARDSWAP_ISA=sse9 exited %d", status);
-    CHECK_MSG(strstr(out, "SHARDSWAP_ISA: unknown ISA \"sse9\"") != NULL, "output: %s", out);
-    char want[64];
-    snprintf(want, sizeof(want), "gemv isa %s\n", best);
-    CHECK_MSG(strstr(out, want) != NULL, "output: %s", out);
+    CHECK_MSG(status == 0, "%s shardswap --version exited %d", env, status);
+}
+
+static void test_gemv_choice(void)
+{
+    char measured[512];
+    snprintf(measured, sizeof(measured), "%s", cpu_gemv_kernels());
+    static const char *const classes[] = {"f32:", "f16:", "bf16:", "bf16/bf16:", "measured in"};
+    for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++)
+        CHECK_MSG(strstr(measured, classes[i]) != NULL, "choices: %s", measured);
+    CHECK(cpu_gemv_force("sse9") == ERR_INVALID);
+    CHECK(strcmp(cpu_gemv_kernels(), measured) == 0);
+    CHECK(cpu_gemv_force("scalar") == 0); /* every CPU has it */
+    CHECK(strcmp(cpu_gemv_kernels(), "scalar (every call, by request)") == 0);
+    CHECK(cpu_gemv_force(NULL) == 0);
+    CHECK(strcmp(cpu_gemv_kernels(), measured) == 0);
+
+    char out[2048];
+    run_version("SHARDSWAP_GEMV=sse9", out, sizeof(out));
+    CHECK_MSG(strstr(out, "SHARDSWAP_GEMV: unknown GEMV kernel \"sse9\"") != NULL, "output: %s",
+              out);
+    CHECK_MSG(strstr(out, "\ngemv f32: ") != NULL, "output: %s", out);
+    run_version("SHARDSWAP_GEMV=scalar", out, sizeof(out));
+    CHECK_MSG(strstr(out, "\ngemv scalar (every call, by request)\n") != NULL, "output: %s", out);
 }
 
 /* ---- kern_embed ---- */
@@ -1073,7 +1090,7 @@ int main(void)
 
     test_linear();
     test_matmul_cache();
-    test_gemv_isa_choice();
+    test_gemv_choice();
     test_embed();
     test_layernorm();
     test_rmsnorm();

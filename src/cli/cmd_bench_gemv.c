@@ -85,15 +85,16 @@ static void bench_gemv_unmap(char *p, size_t bytes)
 int bench_gemv(int argc, char **argv)
 {
     int rows = 4096, cols = 4096, footprint_mb = 1024;
-    const char *isa = NULL, *compute = "f32";
+    const char *kernel = NULL, *compute = "f32";
     bool json = false;
     struct flag flags[] = {
         FLAG_RANGE("rows", FLAG_INT, &rows, "N", "weight rows, outputs (default 4096)", 16, 1 << 20,
                    "16..1048576"),
         FLAG_RANGE("cols", FLAG_INT, &cols, "K", "weight columns, inputs (default 4096)", 16,
                    1 << 20, "16..1048576"),
-        FLAG("isa", FLAG_STR, &isa, "NAME",
-             "kernel: avx512bf16, avx512, avx2 or scalar (default: the best this CPU has)"),
+        FLAG("kernel", FLAG_STR, &kernel, "NAME",
+             "run one kernel: avx512bf16, avx512pairs, avx512, avx2 or scalar (default: each "
+             "class of weights and rows takes the fastest, measured at first use)"),
         FLAG("compute", FLAG_STR, &compute, "f32|bf16", "compute mode (default f32)"),
         FLAG_RANGE("footprint-mb", FLAG_INT, &footprint_mb, "MB",
                    "weights cycled through per dtype, above the last-level cache (default 1024)", 1,
@@ -111,7 +112,7 @@ int bench_gemv(int argc, char **argv)
     struct bench_gemv b = {.rows = rows, .cols = cols, .min_s = 0.05};
     if (kern_compute_parse(compute, &b.cm) < 0)
         return args_range_fail("bench gemv", "compute", compute, "f32 or bf16");
-    if (isa && cpu_gemv_set_isa(isa) < 0)
+    if (kernel && cpu_gemv_force(kernel) < 0)
         return args_usage_fail("bench gemv");
     static const enum dtype dtypes[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
     static const int ms[] = {1, 2, 4, 8, 16};
@@ -130,9 +131,9 @@ int bench_gemv(int argc, char **argv)
     for (size_t i = 0; i < nx; i++)
         x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
     if (!json)
-        printf("gemv isa %s, %d x %d weights, compute %s, %d MB cycled per dtype\n"
+        printf("gemv %s, %d x %d weights, compute %s, %d MB cycled per dtype\n"
                "%-5s %7s %3s %9s %9s %9s %8s %8s\n",
-               cpu_gemv_isa(), rows, cols, compute, footprint_mb, "dtype", "threads", "m",
+               cpu_gemv_kernels(), rows, cols, compute, footprint_mb, "dtype", "threads", "m",
                "ms/call", "GB/s", "read GB/s", "/read", "/m=1");
     for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]) && rc == 0; d++) {
         size_t mbytes = (size_t)rows * cols * dtype_size(dtypes[d]);
@@ -179,7 +180,7 @@ int bench_gemv(int argc, char **argv)
     }
     if (rc == 0 && json)
         rc =
-            jsonout_print(json_pack("{s:s, s:i, s:i, s:s, s:o}", "gemv_isa", cpu_gemv_isa(), "rows",
+            jsonout_print(json_pack("{s:s, s:i, s:i, s:s, s:o}", "gemv_kernels", cpu_gemv_kernels(), "rows",
                                     rows, "cols", cols, "compute", compute, "results", results));
     else
         json_decref(results);

@@ -62,8 +62,8 @@ int main(int argc, char **argv)
         return stdout_check(NULL);
     }
     if (strcmp(argv[1], "--version") == 0) {
-        printf("shardswap %s\nopenblas core %s\ngemv isa %s\nmpi %s\n", SHARDSWAP_VERSION,
-               blas_core_name(), cpu_gemv_isa(), mpi_built() ? "built" : "not built");
+        printf("shardswap %s\nopenblas core %s\ngemv %s\nmpi %s\n", SHARDSWAP_VERSION,
+               blas_core_name(), cpu_gemv_kernels(), mpi_built() ? "built" : "not built");
         return stdout_check(NULL);
     }
     /* N processes of one command would each serve, load and print on their

@@ -34,14 +34,17 @@ struct cpu_matmul_ceiling {
 int cpu_matmul_ceiling(int m, int n, int k, enum kern_compute cm, int threads,
                        struct cpu_matmul_ceiling *out);
 
-/* The instruction set cpu_gemv uses in this process ("avx512", "avx2",
- * "scalar", or "avx512bf16" on request): the best the CPU has, or
- * SHARDSWAP_ISA's when the CPU has it (otherwise the best, after one line on
- * stderr). */
-const char *cpu_gemv_isa(void);
-/* Makes cpu_gemv use ISA `name` (NULL: the best again), for tests and
+/* Which GEMV kernel runs per class of weights (f32, f16, bf16, bf16 in
+ * bf16 mode) and bucket of input rows (m1, m2-4, m5-8, m9-16), as one line:
+ * "f32: avx512; ...; bf16/bf16: m1 avx512pairs, m2-4 avx512bf16, ...
+ * (measured in 12 ms)", calibrating every class not measured yet; or the
+ * one kernel SHARDSWAP_GEMV or cpu_gemv_force names, "NAME (every call, by
+ * request)". Valid until this thread's next call. */
+const char *cpu_gemv_kernels(void);
+/* Makes cpu_gemv run kernel `name` (avx512bf16, avx512pairs, avx512, avx2,
+ * scalar) for every call (NULL: the measured choices again), for tests and
  * benchmarks; not while a cpu_gemv runs. 0, ERR_UNSUPPORTED when the CPU
  * lacks it, ERR_INVALID for an unknown name (the choice is then unchanged). */
-int cpu_gemv_set_isa(const char *name);
+int cpu_gemv_force(const char *name);
 
 #endif

@@ -1,14 +1,18 @@
 /* The fused matrix-vector product of the CPU backend's linear layers for a
  * few input rows: bound by reading the weights, so each weight row is read
  * once per call and widened in registers for every input row. The kernels
- * (gemv_<isa>.c) are chosen once per process from what the CPU has, or by
- * SHARDSWAP_ISA. */
+ * (gemv_<isa>.c) are chosen per process by measurement: at the first call
+ * with a class of weights (f32, f16, bf16, bf16 in bf16 mode) every kernel
+ * this CPU runs for it is timed on this thread at 1, 4, 8 and 16 input
+ * rows (a few milliseconds), and each bucket of rows takes the fastest.
+ * SHARDSWAP_GEMV names one kernel for every call instead. */
 #include "backend/cpu/linear.h"
 
 #include <pthread.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -21,20 +25,13 @@
 #include "backend/cpu/scratch.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/timing.h"
 
 /* A pool task reads about this many weight bytes: long enough that claiming
  * it costs nothing, short enough that two threads end together. Rows come
  * in multiples of 16 so tasks write whole cache lines of y. */
 #define GEMV_TASK_BYTES (128 << 10)
 #define GEMV_MIN_TASKS 8
-
-struct gemv_isa {
-    const char *name;
-    gemv_rows_fn rows;
-    gemv_rows_fn rows_bf16; /* bf16 weights in bf16 mode (x rounded) */
-    bool (*supported)(void);
-    bool on_request; /* never the automatic choice, only SHARDSWAP_ISA's */
-};
 
 static bool has_scalar(void)
 {
@@ -84,66 +81,246 @@ static bool has_avx512bf16(void)
 }
 #endif
 
-/* Best first. VDPBF16PS halves the instructions of a bf16 product but ran
- * 1.2-1.3x slower than widening and FMAs at every m on the Xeon it was
- * measured on (bench gemv --compute bf16), so it is there to ask for. */
-static const struct gemv_isa gemv_isas[] = {
-    {"avx512bf16", gemv_rows_avx512, gemv_rows_avx512bf16, has_avx512bf16, true},
-    {"avx512", gemv_rows_avx512, gemv_rows_avx512, has_avx512, false},
-    {"avx2", gemv_rows_avx2, gemv_rows_avx2, has_avx2, false},
-    {"scalar", gemv_rows_scalar, gemv_rows_scalar, has_scalar, false},
+/* The kernels. Each is compiled for its instruction set (gemv_<isa>.c)
+ * and reads x as `input` says for bf16 weights; `classes` are the weight
+ * classes where it is a kernel of its own, the candidates a calibration
+ * measures (elsewhere it runs gemv_rows_avx512's code). */
+enum gemv_input {
+    GEMV_IN_F32,   /* x (rounded to bf16 and widened back in bf16 mode) */
+    GEMV_IN_BF16,  /* also xb: x rounded to bf16, in bf16 mode (VDPBF16PS) */
+    GEMV_IN_PAIRS, /* also xp: x's columns reordered in pairs of vectors */
 };
-#define GEMV_N_ISAS (int)(sizeof(gemv_isas) / sizeof(gemv_isas[0]))
 
-static const struct gemv_isa *gemv_best(void)
+/* What a call multiplies, and so which kernel is fastest for it. */
+enum gemv_class {
+    GEMV_F32,       /* f32 weights */
+    GEMV_F16,       /* f16 weights */
+    GEMV_BF16,      /* bf16 weights in f32 mode */
+    GEMV_BF16_MODE, /* bf16 weights in bf16 mode (x rounded to bf16) */
+    GEMV_CLASSES
+};
+static const char *const gemv_class_names[GEMV_CLASSES] = {"f32", "f16", "bf16", "bf16/bf16"};
+
+#define C(x) (1u << (x))
+#define ALL_CLASSES (C(GEMV_F32) | C(GEMV_F16) | C(GEMV_BF16) | C(GEMV_BF16_MODE))
+
+struct gemv_kernel {
+    const char *name;
+    gemv_rows_fn rows;
+    bool (*supported)(void);
+    enum gemv_input input;
+    unsigned classes;
+};
+
+static const struct gemv_kernel gemv_kernels[] = {
+    {"avx512bf16", gemv_rows_avx512bf16, has_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
+    {"avx512pairs", gemv_rows_avx512pairs, has_avx512, GEMV_IN_PAIRS,
+     C(GEMV_BF16) | C(GEMV_BF16_MODE)},
+    {"avx512", gemv_rows_avx512, has_avx512, GEMV_IN_F32, ALL_CLASSES},
+    {"avx2", gemv_rows_avx2, has_avx2, GEMV_IN_F32, ALL_CLASSES},
+    /* never a candidate where a vector kernel runs: only by request */
+    {"scalar", gemv_rows_scalar, has_scalar, GEMV_IN_F32, 0},
+};
+#define GEMV_N_KERNELS (int)(sizeof(gemv_kernels) / sizeof(gemv_kernels[0]))
+static const struct gemv_kernel *const gemv_scalar_kernel = &gemv_kernels[GEMV_N_KERNELS - 1];
+
+/* Input rows per call, in buckets chosen for separately: one row is bound
+ * by reading the weights; from a few rows on, by widening and multiplying,
+ * where the kernels differ. Calibrated at the bucket's largest m. */
+#define GEMV_BUCKETS 4
+static const int gemv_bucket_m[GEMV_BUCKETS] = {1, 4, 8, 16};
+static const char *const gemv_bucket_names[GEMV_BUCKETS] = {"m1", "m2-4", "m5-8", "m9-16"};
+
+static int gemv_bucket(int m)
 {
-    for (int i = 0; i < GEMV_N_ISAS; i++)
-        if (!gemv_isas[i].on_request && gemv_isas[i].supported())
-            return &gemv_isas[i];
-    return &gemv_isas[GEMV_N_ISAS - 1];
+    int b = 0;
+    while (b < GEMV_BUCKETS - 1 && m > gemv_bucket_m[b])
+        b++;
+    return b;
 }
 
-/* Set once (gemv_choose), or by cpu_gemv_set_isa between calls. */
-static const struct gemv_isa *_Atomic gemv_chosen;
-static pthread_once_t gemv_once = PTHREAD_ONCE_INIT;
+/* The calibration's operands: weights that fit the last-level cache but
+ * not L1/L2 (what is ranked is the kernels' work per byte, the same in
+ * memory), and repetitions interleaved so a pause of the machine hits every
+ * candidate alike; the fastest of them counts. */
+#define CAL_ROWS 1024
+#define CAL_COLS 1024
+#define CAL_REPS 3
+#define CAL_MARGIN 0.03
 
-static int gemv_find(const char *name, const struct gemv_isa **out)
+/* The choice per class and bucket (calibrated on first use of the class),
+ * and a kernel that replaces every choice (SHARDSWAP_GEMV, cpu_gemv_force). */
+static const struct gemv_kernel *gemv_chosen[GEMV_CLASSES][GEMV_BUCKETS];
+static double gemv_cal_ms[GEMV_CLASSES];
+static atomic_bool gemv_ready[GEMV_CLASSES];
+static pthread_mutex_t gemv_lock = PTHREAD_MUTEX_INITIALIZER; /* guards the calibration */
+static const struct gemv_kernel *_Atomic gemv_forced;
+static pthread_once_t gemv_env_once = PTHREAD_ONCE_INIT;
+
+static int gemv_find(const char *name, const struct gemv_kernel **out)
 {
-    for (int i = 0; i < GEMV_N_ISAS; i++)
-        if (strcmp(gemv_isas[i].name, name) == 0) {
-            if (!gemv_isas[i].supported())
+    for (int i = 0; i < GEMV_N_KERNELS; i++)
+        if (strcmp(gemv_kernels[i].name, name) == 0) {
+            if (!gemv_kernels[i].supported())
                 return err_set(ERR_UNSUPPORTED, "this CPU lacks %s", name);
-            *out = &gemv_isas[i];
+            *out = &gemv_kernels[i];
             return 0;
         }
-    return err_set(ERR_INVALID, "unknown ISA \"%s\" (expected avx512bf16, avx512, avx2 or scalar)",
+    return err_set(ERR_INVALID,
+                   "unknown GEMV kernel \"%s\" (expected avx512bf16, avx512pairs, avx512, avx2 or "
+                   "scalar)",
                    name);
 }
 
-static void gemv_choose(void)
+static void gemv_read_env(void)
 {
-    const char *req = getenv("SHARDSWAP_ISA");
-    const struct gemv_isa *isa = gemv_best();
-    if (req && *req && gemv_find(req, &isa) < 0) {
-        isa = gemv_best();
-        fprintf(stderr, "shardswap: SHARDSWAP_ISA: %s; using %s\n", err_msg(), isa->name);
+    const char *req = getenv("SHARDSWAP_GEMV");
+    const struct gemv_kernel *k;
+    if (!req || !*req)
+        return;
+    if (gemv_find(req, &k) < 0) {
+        fprintf(stderr, "shardswap: SHARDSWAP_GEMV: %s; choosing by measurement\n", err_msg());
+        return;
     }
-    gemv_chosen = isa;
+    gemv_forced = k;
 }
 
-const char *cpu_gemv_isa(void)
+static enum dtype gemv_class_dtype(enum gemv_class c)
 {
-    pthread_once(&gemv_once, gemv_choose);
-    return gemv_chosen->name;
+    return c == GEMV_F32 ? DTYPE_F32 : c == GEMV_F16 ? DTYPE_F16 : DTYPE_BF16;
 }
 
-int cpu_gemv_set_isa(const char *name)
+static int gemv_prepare(const struct gemv_kernel *k, float *y, const float *x, int m,
+                        const struct weight_view *w, enum kern_compute cm, struct gemv_args *a);
+
+/* Times every candidate of class c on this thread and keeps the fastest per
+ * bucket. A class with one candidate takes it unmeasured; failing to
+ * allocate the operands takes the first candidate. Under gemv_lock. */
+static void gemv_calibrate(enum gemv_class c)
 {
-    pthread_once(&gemv_once, gemv_choose);
-    const struct gemv_isa *isa = gemv_best();
-    int rc = name ? gemv_find(name, &isa) : 0;
+    const struct gemv_kernel *cand[GEMV_N_KERNELS];
+    int n = 0;
+    for (int i = 0; i < GEMV_N_KERNELS; i++)
+        if ((gemv_kernels[i].classes & C(c)) && gemv_kernels[i].supported())
+            cand[n++] = &gemv_kernels[i];
+    if (n == 0)
+        cand[n++] = gemv_scalar_kernel;
+    for (int b = 0; b < GEMV_BUCKETS; b++)
+        gemv_chosen[c][b] = cand[0];
+    if (n == 1)
+        return;
+    double t0 = time_now();
+    const enum dtype t = gemv_class_dtype(c);
+    const int mmax = gemv_bucket_m[GEMV_BUCKETS - 1];
+    char *wd = malloc((size_t)CAL_ROWS * CAL_COLS * dtype_size(t));
+    float *x = malloc((size_t)mmax * CAL_COLS * sizeof(float));
+    float *y = malloc((size_t)mmax * CAL_ROWS * sizeof(float));
+    if (wd && x && y) {
+        /* small values of every sign: no subnormals, no overflow */
+        for (size_t i = 0; i < (size_t)CAL_ROWS * CAL_COLS; i++) {
+            float v = (float)((int)(i * 7919 % 13) - 6) * 0.01f;
+            if (t == DTYPE_F32)
+                ((float *)wd)[i] = v;
+            else
+                ((uint16_t *)wd)[i] = t == DTYPE_F16 ? f32_to_f16(v) : f32_to_bf16(v);
+        }
+        for (size_t i = 0; i < (size_t)mmax * CAL_COLS; i++)
+            x[i] = (float)((int)(i % 11) - 5) * 0.1f;
+        struct weight_view w = {.dtype = t, .data = wd, .rows = CAL_ROWS, .cols = CAL_COLS,
+                                .ld = CAL_COLS};
+        const enum kern_compute cm = c == GEMV_BF16_MODE ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
+        for (int b = 0; b < GEMV_BUCKETS; b++) {
+            double best[GEMV_N_KERNELS];
+            for (int i = 0; i < n; i++)
+                best[i] = 1e30;
+            for (int rep = 0; rep < CAL_REPS; rep++)
+                for (int i = 0; i < n; i++) {
+                    struct gemv_args a;
+                    double s = time_now();
+                    if (gemv_prepare(cand[i], y, x, gemv_bucket_m[b], &w, cm, &a) < 0)
+                        continue;
+                    cand[i]->rows(&a, 0, CAL_ROWS);
+                    s = time_now() - s;
+                    if (s < best[i])
+                        best[i] = s;
+                }
+            /* candidates are listed best first by instruction set: a later
+             * one must beat the winner by CAL_MARGIN, so near-ties (which
+             * flip with the machine's noise) keep the earlier one */
+            int win = 0;
+            for (int i = 1; i < n; i++)
+                if (best[i] * (1.0 + CAL_MARGIN) < best[win])
+                    win = i;
+            gemv_chosen[c][b] = cand[win];
+        }
+    }
+    free(wd);
+    free(x);
+    free(y);
+    gemv_cal_ms[c] = (time_now() - t0) * 1e3;
+}
+
+static void gemv_ensure(enum gemv_class c)
+{
+    if (atomic_load(&gemv_ready[c]))
+        return;
+    pthread_mutex_lock(&gemv_lock);
+    if (!atomic_load(&gemv_ready[c])) {
+        gemv_calibrate(c);
+        atomic_store(&gemv_ready[c], true);
+    }
+    pthread_mutex_unlock(&gemv_lock);
+}
+
+static const struct gemv_kernel *gemv_pick(enum gemv_class c, int m)
+{
+    pthread_once(&gemv_env_once, gemv_read_env);
+    const struct gemv_kernel *k = gemv_forced;
+    if (k)
+        return k;
+    gemv_ensure(c);
+    return gemv_chosen[c][gemv_bucket(m)];
+}
+
+const char *cpu_gemv_kernels(void)
+{
+    static _Thread_local char buf[512];
+    pthread_once(&gemv_env_once, gemv_read_env);
+    const struct gemv_kernel *f = gemv_forced;
+    if (f) {
+        snprintf(buf, sizeof(buf), "%s (every call, by request)", f->name);
+        return buf;
+    }
+    size_t used = 0;
+    double ms = 0;
+    buf[0] = '\0';
+    for (int c = 0; c < GEMV_CLASSES; c++) {
+        gemv_ensure(c);
+        ms += gemv_cal_ms[c];
+        used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s%s:", c ? "; " : "",
+                                 gemv_class_names[c]);
+        bool same = true;
+        for (int b = 1; b < GEMV_BUCKETS; b++)
+            same = same && gemv_chosen[c][b] == gemv_chosen[c][0];
+        for (int b = 0; b < (same ? 1 : GEMV_BUCKETS) && used < sizeof(buf); b++)
+            used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s %s%s%s",
+                                     b ? "," : "", same ? "" : gemv_bucket_names[b],
+                                     same ? "" : " ", gemv_chosen[c][b]->name);
+        if (used >= sizeof(buf))
+            break;
+    }
+    if (used < sizeof(buf))
+        snprintf(buf + used, sizeof(buf) - used, " (measured in %.0f ms)", ms);
+    return buf;
+}
+
+int cpu_gemv_force(const char *name)
+{
+    pthread_once(&gemv_env_once, gemv_read_env);
+    const struct gemv_kernel *k = NULL;
+    int rc = name ? gemv_find(name, &k) : 0;
     if (rc == 0)
-        gemv_chosen = isa;
+        gemv_forced = k;
     return rc;
 }
 
@@ -173,34 +350,6 @@ static int gemv_task_rows(const struct weight_view *w)
     return rows ? (int)rows : 16;
 }
 
-/* x (m rows of k) copied to rows of ldx floats (ldx >= k), rounded to
- * bf16 when `round`, and then also as bf16 (*xb, rows of ldx) when `want_xb`,
- * in the calling thread's scratch (valid until its next call); NULL when it
- * cannot grow. */
-static const float *gemv_pad_x(const float *x, int m, int k, size_t ldx, bool round,
-                               bool want_xb, const uint16_t **xb)
-{
-    size_t n = (size_t)m * ldx, bytes = n * (sizeof(float) + (want_xb ? sizeof(uint16_t) : 0));
-    float *pad_buf = cpu_scratch(CPU_SCRATCH_GEMV_X, bytes);
-    if (!pad_buf)
-        return NULL;
-    uint16_t *b = (uint16_t *)(pad_buf + n);
-    for (int i = 0; i < m; i++) {
-        const float *src = x + (size_t)i * k;
-        float *dst = pad_buf + (size_t)i * ldx;
-        if (round)
-            for (int c = 0; c < k; c++)
-                dst[c] = bf16_round(src[c]);
-        else
-            memcpy(dst, src, (size_t)k * sizeof(float));
-        if (want_xb)
-            for (int c = 0; c < k; c++)
-                b[(size_t)i * ldx + c] = f32_to_bf16(src[c]);
-    }
-    *xb = want_xb ? b : NULL;
-    return pad_buf;
-}
-
 /* The row stride of x for the kernels. Past GEMV_PAD_M rows they read the
  * rows' columns of one span side by side from L1; rows 2^n bytes apart map
  * to the same L1 sets and evict each other (16 rows of 4096 floats: 16 lines
@@ -216,27 +365,95 @@ static size_t gemv_ldx(int m, int k)
     return (size_t)k + (size_t)((GEMV_PAD_PHASE - k % 1024 + 1024) % 1024);
 }
 
+/* Weight bytes prefetched ahead of the loads: the hardware prefetcher alone
+ * left a single input row at 0.87 of read bandwidth with f16/bf16 weights,
+ * 1.0 with this (bench gemv, 1 and 2 threads). */
+#define GEMV_PF_BYTES 2048
+
+static size_t gemv_pf(const struct weight_view *w)
+{
+    const char *env = getenv("SHARDSWAP_GEMV_PF");
+    if (env && *env) {
+        long v = atol(env);
+        if (v < 0)
+            return (size_t)(-v) * w->ld * dtype_size(w->dtype);
+        return (size_t)v;
+    }
+    return GEMV_PF_BYTES;
+}
+
+/* x (m rows of k) as kernel k reads it: rows of ldx floats (gemv_ldx),
+ * rounded to bf16 in bf16 mode, and also as bf16 (xb) or with each whole
+ * 32 columns in even-then-odd order (xp) where k reads those for bf16
+ * weights; all in the calling thread's scratch (valid until its next call).
+ * Fills a for rows of w into y. */
+static int gemv_prepare(const struct gemv_kernel *k, float *y, const float *x, int m,
+                        const struct weight_view *w, enum kern_compute cm, struct gemv_args *a)
+{
+    const int cols = w->cols;
+    const bool bf16w = w->dtype == DTYPE_BF16, round = cm == KERN_COMPUTE_BF16;
+    const bool want_xb = k->input == GEMV_IN_BF16 && bf16w && round;
+    const bool want_xp = k->input == GEMV_IN_PAIRS && bf16w;
+    const size_t ldx = gemv_ldx(m, cols);
+    *a = (struct gemv_args){.y = y, .ldy = (size_t)w->rows, .x = x, .ldx = ldx, .m = m, .w = w,
+                            .pf = gemv_pf(w)};
+    if (ldx == (size_t)cols && !round && !want_xp)
+        return 0;
+    const size_t n = (size_t)m * ldx;
+    const size_t bytes = n * (sizeof(float) + (want_xb ? sizeof(uint16_t) : 0) +
+                              (want_xp ? sizeof(float) : 0));
+    float *pad = cpu_scratch(CPU_SCRATCH_GEMV_X, bytes);
+    if (!pad)
+        return err_set(ERR_NOMEM, "out of host memory for %d x %d activations", m, cols);
+    float *xp = want_xp ? pad + n : NULL;
+    uint16_t *xb = want_xb ? (uint16_t *)(pad + n) : NULL;
+    const int whole = cols / 32 * 32;
+    for (int i = 0; i < m; i++) {
+        const float *src = x + (size_t)i * cols;
+        float *dst = pad + (size_t)i * ldx;
+        if (round)
+            for (int c = 0; c < cols; c++)
+                dst[c] = bf16_round(src[c]);
+        else
+            memcpy(dst, src, (size_t)cols * sizeof(float));
+        if (xb)
+            for (int c = 0; c < cols; c++)
+                xb[(size_t)i * ldx + c] = f32_to_bf16(src[c]);
+        if (xp) {
+            float *p = xp + (size_t)i * ldx;
+            for (int c = 0; c < whole; c += 32)
+                for (int j = 0; j < 16; j++) {
+                    p[c + j] = dst[c + 2 * j];
+                    p[c + 16 + j] = dst[c + 2 * j + 1];
+                }
+        }
+    }
+    a->x = pad;
+    a->xb = xb;
+    a->xp = xp;
+    return 0;
+}
+
+static enum gemv_class gemv_class_of(const struct weight_view *w, enum kern_compute cm)
+{
+    switch (w->dtype) {
+    case DTYPE_F16:
+        return GEMV_F16;
+    case DTYPE_BF16:
+        return cm == KERN_COMPUTE_BF16 ? GEMV_BF16_MODE : GEMV_BF16;
+    default:
+        return GEMV_F32;
+    }
+}
+
 int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
              enum kern_compute cm)
 {
-    pthread_once(&gemv_once, gemv_choose);
-    const struct gemv_isa *isa = gemv_chosen;
-    gemv_rows_fn rows = isa->rows;
-    const int k = w->cols;
-    size_t ldx = gemv_ldx(m, k);
-    const uint16_t *xb = NULL;
-    bool dp = cm == KERN_COMPUTE_BF16 && w->dtype == DTYPE_BF16 && isa->rows_bf16 != isa->rows;
-    if (cm == KERN_COMPUTE_BF16 && w->dtype == DTYPE_BF16)
-        rows = isa->rows_bf16;
-    if (ldx != (size_t)k || cm == KERN_COMPUTE_BF16) {
-        if (!(x = gemv_pad_x(x, m, k, ldx, cm == KERN_COMPUTE_BF16, dp, &xb)))
-            return err_set(ERR_NOMEM, "out of host memory for %d x %d activations", m, k);
-    }
-    struct gemv_job j = {
-        .a = {.y = y, .ldy = (size_t)w->rows, .x = x, .ldx = ldx, .xb = xb, .m = m, .w = w},
-        .rows = rows,
-        .task_rows = gemv_task_rows(w),
-    };
+    const struct gemv_kernel *k = gemv_pick(gemv_class_of(w, cm), m);
+    struct gemv_job j = {.rows = k->rows, .task_rows = gemv_task_rows(w)};
+    int rc = gemv_prepare(k, y, x, m, w, cm, &j.a);
+    if (rc < 0)
+        return rc;
     cpu_kernels_run(gemv_task, &j, (w->rows + j.task_rows - 1) / j.task_rows);
     return 0;
 }

@@ -12,13 +12,18 @@
 /* One call's operands: y[i * ldy + r] = x[i * ldx ...] . w[r] for the m
  * input rows. xb, when not NULL, is x rounded to bf16 (m * w.cols, nearest
  * even) for a kernel that multiplies bf16 pairs (VDPBF16PS); x is then that
- * rounding widened back, so either gives the bf16 mode's result. */
+ * rounding widened back, so either gives the bf16 mode's result. xp, when
+ * not NULL, is x with each whole 32 columns reordered as their 16 even then
+ * their 16 odd ones (rows of ldx), for the kernel that widens bf16 weights
+ * in pairs. pf: how many bytes ahead of a weight row's loads to prefetch. */
 struct gemv_args {
     float *y;
     size_t ldy;
     const float *x;
     size_t ldx;
     const uint16_t *xb;
+    const float *xp;
+    size_t pf;
     int m;
     const struct weight_view *w;
 };
@@ -33,5 +38,8 @@ void gemv_rows_avx512(const struct gemv_args *a, int r0, int r1);
 /* gemv_rows_avx512 with bf16 weights times xb by VDPBF16PS (AVX512-BF16);
  * other dtypes, or xb NULL, as gemv_rows_avx512. */
 void gemv_rows_avx512bf16(const struct gemv_args *a, int r0, int r1);
+/* gemv_rows_avx512 with bf16 weights widened in pairs against xp; other
+ * dtypes, or xp NULL, as gemv_rows_avx512. */
+void gemv_rows_avx512pairs(const struct gemv_args *a, int r0, int r1);
 
 #endif
