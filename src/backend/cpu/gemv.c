@@ -370,18 +370,6 @@ static size_t gemv_ldx(int m, int k)
  * 1.0 with this (bench gemv, 1 and 2 threads). */
 #define GEMV_PF_BYTES 2048
 
-static size_t gemv_pf(const struct weight_view *w)
-{
-    const char *env = getenv("SHARDSWAP_GEMV_PF");
-    if (env && *env) {
-        long v = atol(env);
-        if (v < 0)
-            return (size_t)(-v) * w->ld * dtype_size(w->dtype);
-        return (size_t)v;
-    }
-    return GEMV_PF_BYTES;
-}
-
 /* x (m rows of k) as kernel k reads it: rows of ldx floats (gemv_ldx),
  * rounded to bf16 in bf16 mode, and also as bf16 (xb) or with each whole
  * 32 columns in even-then-odd order (xp) where k reads those for bf16
@@ -396,7 +384,7 @@ static int gemv_prepare(const struct gemv_kernel *k, float *y, const float *x, i
     const bool want_xp = k->input == GEMV_IN_PAIRS && bf16w;
     const size_t ldx = gemv_ldx(m, cols);
     *a = (struct gemv_args){.y = y, .ldy = (size_t)w->rows, .x = x, .ldx = ldx, .m = m, .w = w,
-                            .pf = gemv_pf(w)};
+                            .pf = GEMV_PF_BYTES};
     if (ldx == (size_t)cols && !round && !want_xp)
         return 0;
     const size_t n = (size_t)m * ldx;
