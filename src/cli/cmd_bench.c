@@ -135,7 +135,7 @@ struct forward_run {
     enum kern_compute compute;
     double bw, rbw;                /* memcpy (STREAM count), read bytes/s; NaN on a GPU */
     struct bench_ceilings ceil;
-    const char *isa, *blas;        /* CPU only, else NULL */
+    const char *gemv, *blas;        /* CPU only, else NULL */
 };
 
 /* Opens the model on r->dev, times it (a warm-up, then the best of repeat)
@@ -182,7 +182,7 @@ static int forward_measure(struct forward_run *r)
     r->ceil = (struct bench_ceilings){.f32.gflops = NAN, .bf16.gflops = NAN, .impl = "n/a"};
     if (on_cpu && (rc = bench_ceilings(r->threads, &r->ceil)) < 0)
         goto out;
-    r->isa = on_cpu ? cpu_gemv_kernels() : NULL;
+    r->gemv = on_cpu ? cpu_gemv_kernels() : NULL;
     r->blas = on_cpu ? blas_core_name() : NULL;
 out:
     cli_model_close(&cmod);
@@ -215,7 +215,7 @@ static int forward_print_json(const struct forward_run *r)
         "{s:s, s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, "
         "s:o, s:o, s:o, s:o, s:s, s:o, s:o, s:o, s:o}",
         "impl", "shardswap", "device", jsonout_string(r->device), "model", jsonout_string(r->dir),
-        "blas_core", jsonout_string(r->blas), "gemv_kernels", jsonout_string(r->isa), "threads",
+        "blas_core", jsonout_string(r->blas), "gemv_kernels", jsonout_string(r->gemv), "threads",
         r->threads, "batch", r->batch, "prompt_len", r->prompt_len, "gen", r->gen, "weight_dtype",
         dtype_name(r->weight_dtype), "weight_bytes", (json_int_t)r->wbytes, "prefill_s",
         jsonout_real(r->best.prefill_s, 6), "prefill_tok_s", jsonout_real(f.prefill_tps, 2),
@@ -240,7 +240,7 @@ static void forward_print_table(const struct forward_run *r)
            "prompt %d, gen %d, best of %d, openblas core %s, gemv %s, matmul %s\n",
            r->dir, r->device, r->wbytes / 1e6, dtype_name(r->weight_dtype),
            kern_compute_name(r->compute), r->threads, r->batch, r->prompt_len, r->gen, r->repeat,
-           r->blas ? r->blas : "n/a", r->isa ? r->isa : "n/a", r->ceil.impl);
+           r->blas ? r->blas : "n/a", r->gemv ? r->gemv : "n/a", r->ceil.impl);
     printf("%-28s %12s\n", "metric", "value");
     metric_row("prefill tokens/s", f.prefill_tps, 1);
     metric_row("prefill GFLOP/s (linear)", f.prefill_gflops, 1);

@@ -139,10 +139,12 @@ static int gemv_bucket(int m)
     return b;
 }
 
-/* The calibration's operands: weights that fit the last-level cache but
- * not L1/L2 (what is ranked is the kernels' work per byte, the same in
- * memory), and repetitions interleaved so a pause of the machine hits every
- * candidate alike; the fastest of them counts. */
+/* The calibration's operands: weights larger than L1 and about L2's size,
+ * served from the caches (what is ranked is the kernels' work per weight
+ * byte, the same when the bytes come from memory), and repetitions
+ * interleaved so a pause of the machine hits every candidate alike; the
+ * fastest of them counts. Each timing includes the call's preparation of x
+ * (the reordering avx512pairs needs), as a real call does. */
 #define CAL_ROWS 1024
 #define CAL_COLS 1024
 #define CAL_REPS 3
@@ -190,8 +192,71 @@ static enum dtype gemv_class_dtype(enum gemv_class c)
     return c == GEMV_F32 ? DTYPE_F32 : c == GEMV_F16 ? DTYPE_F16 : DTYPE_BF16;
 }
 
+/* The row stride of x for the kernels. Past GEMV_PAD_M rows they read the
+ * rows' columns of one span side by side from L1; rows 2^n bytes apart map
+ * to the same L1 sets and evict each other (16 rows of 4096 floats: 16 lines
+ * per set, more than its ways), so they are copied to rows whose starts
+ * fall 17 cache lines apart modulo 4 KiB, spreading them over every set. */
+#define GEMV_PAD_M 4
+#define GEMV_PAD_PHASE 272 /* floats: 1088 bytes, 17 lines */
+
+static size_t gemv_ldx(int m, int k)
+{
+    if (m <= GEMV_PAD_M)
+        return (size_t)k;
+    return (size_t)k + (size_t)((GEMV_PAD_PHASE - k % 1024 + 1024) % 1024);
+}
+
+/* x (m rows of k) as kernel k reads it: rows of ldx floats (gemv_ldx),
+ * rounded to bf16 in bf16 mode, and also as bf16 (xb) or with each whole
+ * 32 columns in even-then-odd order (xp) where k reads those for bf16
+ * weights; all in the calling thread's scratch (valid until its next call).
+ * Fills a for rows of w into y. */
 static int gemv_prepare(const struct gemv_kernel *k, float *y, const float *x, int m,
-                        const struct weight_view *w, enum kern_compute cm, struct gemv_args *a);
+                        const struct weight_view *w, enum kern_compute cm, struct gemv_args *a)
+{
+    const int cols = w->cols;
+    const bool bf16w = w->dtype == DTYPE_BF16, round = cm == KERN_COMPUTE_BF16;
+    const bool want_xb = k->input == GEMV_IN_BF16 && bf16w && round;
+    const bool want_xp = k->input == GEMV_IN_PAIRS && bf16w;
+    const size_t ldx = gemv_ldx(m, cols);
+    *a = (struct gemv_args){.y = y, .ldy = (size_t)w->rows, .x = x, .ldx = ldx, .m = m, .w = w};
+    if (ldx == (size_t)cols && !round && !want_xp)
+        return 0;
+    const size_t n = (size_t)m * ldx;
+    const size_t bytes = n * (sizeof(float) + (want_xb ? sizeof(uint16_t) : 0) +
+                              (want_xp ? sizeof(float) : 0));
+    float *pad = cpu_scratch(CPU_SCRATCH_GEMV_X, bytes);
+    if (!pad)
+        return err_set(ERR_NOMEM, "out of host memory for %d x %d activations", m, cols);
+    float *xp = want_xp ? pad + n : NULL;
+    uint16_t *xb = want_xb ? (uint16_t *)(pad + n) : NULL;
+    const int whole = cols / 32 * 32;
+    for (int i = 0; i < m; i++) {
+        const float *src = x + (size_t)i * cols;
+        float *dst = pad + (size_t)i * ldx;
+        if (round)
+            for (int c = 0; c < cols; c++)
+                dst[c] = bf16_round(src[c]);
+        else
+            memcpy(dst, src, (size_t)cols * sizeof(float));
+        if (xb)
+            for (int c = 0; c < cols; c++)
+                xb[(size_t)i * ldx + c] = f32_to_bf16(src[c]);
+        if (xp) {
+            float *p = xp + (size_t)i * ldx;
+            for (int c = 0; c < whole; c += 32)
+                for (int j = 0; j < 16; j++) {
+                    p[c + j] = dst[c + 2 * j];
+                    p[c + 16 + j] = dst[c + 2 * j + 1];
+                }
+        }
+    }
+    a->x = pad;
+    a->xb = xb;
+    a->xp = xp;
+    return 0;
+}
 
 /* Times every candidate of class c on this thread and keeps the fastest per
  * bucket. A class with one candidate takes it unmeasured; failing to
@@ -348,78 +413,6 @@ static int gemv_task_rows(const struct weight_view *w)
         rows = most;
     rows = (rows + 15) / 16 * 16;
     return rows ? (int)rows : 16;
-}
-
-/* The row stride of x for the kernels. Past GEMV_PAD_M rows they read the
- * rows' columns of one span side by side from L1; rows 2^n bytes apart map
- * to the same L1 sets and evict each other (16 rows of 4096 floats: 16 lines
- * per set, more than its ways), so they are copied to rows whose starts
- * fall 17 cache lines apart modulo 4 KiB, spreading them over every set. */
-#define GEMV_PAD_M 4
-#define GEMV_PAD_PHASE 272 /* floats: 1088 bytes, 17 lines */
-
-static size_t gemv_ldx(int m, int k)
-{
-    if (m <= GEMV_PAD_M)
-        return (size_t)k;
-    return (size_t)k + (size_t)((GEMV_PAD_PHASE - k % 1024 + 1024) % 1024);
-}
-
-/* Weight bytes prefetched ahead of the loads: the hardware prefetcher alone
- * left a single input row at 0.87 of read bandwidth with f16/bf16 weights,
- * 1.0 with this (bench gemv, 1 and 2 threads). */
-#define GEMV_PF_BYTES 2048
-
-/* x (m rows of k) as kernel k reads it: rows of ldx floats (gemv_ldx),
- * rounded to bf16 in bf16 mode, and also as bf16 (xb) or with each whole
- * 32 columns in even-then-odd order (xp) where k reads those for bf16
- * weights; all in the calling thread's scratch (valid until its next call).
- * Fills a for rows of w into y. */
-static int gemv_prepare(const struct gemv_kernel *k, float *y, const float *x, int m,
-                        const struct weight_view *w, enum kern_compute cm, struct gemv_args *a)
-{
-    const int cols = w->cols;
-    const bool bf16w = w->dtype == DTYPE_BF16, round = cm == KERN_COMPUTE_BF16;
-    const bool want_xb = k->input == GEMV_IN_BF16 && bf16w && round;
-    const bool want_xp = k->input == GEMV_IN_PAIRS && bf16w;
-    const size_t ldx = gemv_ldx(m, cols);
-    *a = (struct gemv_args){.y = y, .ldy = (size_t)w->rows, .x = x, .ldx = ldx, .m = m, .w = w,
-                            .pf = GEMV_PF_BYTES};
-    if (ldx == (size_t)cols && !round && !want_xp)
-        return 0;
-    const size_t n = (size_t)m * ldx;
-    const size_t bytes = n * (sizeof(float) + (want_xb ? sizeof(uint16_t) : 0) +
-                              (want_xp ? sizeof(float) : 0));
-    float *pad = cpu_scratch(CPU_SCRATCH_GEMV_X, bytes);
-    if (!pad)
-        return err_set(ERR_NOMEM, "out of host memory for %d x %d activations", m, cols);
-    float *xp = want_xp ? pad + n : NULL;
-    uint16_t *xb = want_xb ? (uint16_t *)(pad + n) : NULL;
-    const int whole = cols / 32 * 32;
-    for (int i = 0; i < m; i++) {
-        const float *src = x + (size_t)i * cols;
-        float *dst = pad + (size_t)i * ldx;
-        if (round)
-            for (int c = 0; c < cols; c++)
-                dst[c] = bf16_round(src[c]);
-        else
-            memcpy(dst, src, (size_t)cols * sizeof(float));
-        if (xb)
-            for (int c = 0; c < cols; c++)
-                xb[(size_t)i * ldx + c] = f32_to_bf16(src[c]);
-        if (xp) {
-            float *p = xp + (size_t)i * ldx;
-            for (int c = 0; c < whole; c += 32)
-                for (int j = 0; j < 16; j++) {
-                    p[c + j] = dst[c + 2 * j];
-                    p[c + 16 + j] = dst[c + 2 * j + 1];
-                }
-        }
-    }
-    a->x = pad;
-    a->xb = xb;
-    a->xp = xp;
-    return 0;
 }
 
 static enum gemv_class gemv_class_of(const struct weight_view *w, enum kern_compute cm)

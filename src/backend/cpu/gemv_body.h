@@ -29,11 +29,13 @@
 #define GEMV_R 4   /* weight rows per block */
 #define GEMV_MB 4  /* input rows per block */
 #define GEMV_MT 16 /* input rows sharing one pass over the weights */
-/* Weight bytes are prefetched a->pf ahead of the loads (gemv.c says how
- * far). In blocks of 3-4 input rows only for up to 4 rows, or for short
- * weight rows (opt-125m's 768 columns: 8 rows from 2.1x to 1.6x one row);
- * with more rows of 4096 f16/bf16 columns it cost 15-20% (the FMAs bind
- * there, and it takes load slots). */
+/* Weight bytes prefetched ahead of the loads: the hardware prefetcher alone
+ * left a single input row at 0.87 of read bandwidth with f16/bf16 weights,
+ * 1.0 with this (bench gemv, 1 and 2 threads). In blocks of 3-4 input rows
+ * only for up to 4 rows, or for short weight rows (opt-125m's 768 columns:
+ * 8 rows from 2.1x to 1.6x one row); with more rows of 4096 f16/bf16
+ * columns it cost 15-20% (the FMAs bind there, and it takes load slots). */
+#define GEMV_PF_BYTES 2048
 #define GEMV_PF_ROW_BYTES 4096
 #ifndef GEMV_KC
 #define GEMV_KC 256 /* columns per span when more than GEMV_MB rows share it */
@@ -114,7 +116,7 @@ GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, cons
         if (M <= 2 || pf)
 #pragma GCC unroll 4
             for (int p = 0; p < R; p++)
-                __builtin_prefetch(wr[p] + (size_t)c * (t == DTYPE_F32 ? 4 : 2) + a->pf);
+                __builtin_prefetch(wr[p] + (size_t)c * (t == DTYPE_F32 ? 4 : 2) + GEMV_PF_BYTES);
 #endif
 #pragma GCC unroll 4
         for (int i = 0; i < M; i++) {
@@ -140,7 +142,7 @@ GEMV_INLINE void gemv_rowgroup(const struct gemv_args *a, enum dtype t, int r, c
 {
     const int k = a->w->cols, kv = k / GV_COLS * GV_COLS;
     const int kc = mt <= GEMV_MB ? kv : GEMV_KC;
-    /* prefetching in blocks of 3-4 input rows: see GEMV_PF_ROW_BYTES */
+    /* prefetching in blocks of 3-4 input rows: see GEMV_PF_BYTES */
     const bool pf = mt <= GEMV_MB || (size_t)k * (t == DTYPE_F32 ? 4 : 2) <= GEMV_PF_ROW_BYTES;
     gv_t part[GEMV_R][GEMV_MT];
 #pragma GCC unroll 4

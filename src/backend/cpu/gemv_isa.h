@@ -15,7 +15,7 @@
  * rounding widened back, so either gives the bf16 mode's result. xp, when
  * not NULL, is x with each whole 32 columns reordered as their 16 even then
  * their 16 odd ones (rows of ldx), for the kernel that widens bf16 weights
- * in pairs. pf: how many bytes ahead of a weight row's loads to prefetch. */
+ * in pairs. */
 struct gemv_args {
     float *y;
     size_t ldy;
@@ -23,7 +23,6 @@ struct gemv_args {
     size_t ldx;
     const uint16_t *xb;
     const float *xp;
-    size_t pf;
     int m;
     const struct weight_view *w;
 };
