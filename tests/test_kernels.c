@@ -40,6 +40,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/vec.h"
 #include "backend/device.h"
 #include "backend/kernels.h"
 #include "backend/weight.h"
@@ -252,22 +253,27 @@ static void test_linear(void)
     }
     CHECK(cpu_gemv_force(NULL) == 0);
     cases += linear_cases(gemv_ms, sizeof(gemv_ms) / sizeof(gemv_ms[0]));
-    /* the matmul path at prefill-like sizes (m > 64, k with a tail past a
-     * vector multiple); bf16 mode both ways: through oneDNN's bf16 x bf16
-     * primitive, and rounded then multiplied in f32 (the default without
-     * AMX) */
+    /* the matmul at prefill-like sizes (m > 64, k with a tail past a
+     * vector multiple) by every path: f32 products through oneDNN and
+     * OpenBLAS (f32 mode, and bf16 mode's round-f32), and bf16 mode through
+     * oneDNN's bf16 x bf16 primitive; then the measured choices */
     static const int big_ms[] = {100, 257};
     static const int big_ks[] = {75, 300};
     static const int big_ns[] = {37, 530};
     static const enum dtype ts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
-    for (int native = 0; native < 2; native++) {
-        cpu_matmul_native_bf16(native);
+    static const char *const paths[][2] = {
+        {"onednn", "round-f32"}, {"openblas", "round-f32"}, {"onednn", "onednn-bf16"}, {NULL, NULL}};
+    for (size_t ip = 0; ip < sizeof(paths) / sizeof(paths[0]); ip++) {
+        CHECK(cpu_matmul_force(NULL) == 0);
+        for (int c = 0; c < 2 && paths[ip][c]; c++)
+            CHECK(cpu_matmul_force(paths[ip][c]) == 0);
+        /* the bf16 primitive differs from the others in bf16 mode only */
+        const int cm0 = ip == 2 ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
         for (size_t im = 0; im < 2; im++)
             for (size_t ik = 0; ik < 2; ik++)
                 for (size_t in = 0; in < 2; in++)
                     for (size_t it = 0; it < 3; it++)
-                        for (int cm = native ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
-                             cm <= KERN_COMPUTE_BF16; cm++) {
+                        for (int cm = cm0; cm <= KERN_COMPUTE_BF16; cm++) {
                             int kk = big_ks[ik];
                             linear_case(big_ms[im], big_ns[in], kk, ts[it], in, (size_t)kk, 0, cm);
                             linear_case(big_ms[im], big_ns[in], kk, ts[it], !in, (size_t)kk + 13, 5,
@@ -275,7 +281,6 @@ static void test_linear(void)
                             cases += 2;
                         }
     }
-    cpu_matmul_native_bf16(-1);
     printf("linear: %d cases, worst rel err %.3g in f32 mode, %.3g in bf16 mode with bf16 weights "
            "(tolerance 1e-5)\n", cases, worst_linear, worst_linear_bf16);
 }
@@ -407,6 +412,73 @@ static void test_gemv_choice(void)
     CHECK_MSG(strstr(out, "\ngemv f32: ") != NULL, "output: %s", out);
     run_version("SHARDSWAP_GEMV=scalar", out, sizeof(out));
     CHECK_MSG(strstr(out, "\ngemv scalar (every call, by request)\n") != NULL, "output: %s", out);
+}
+
+/* ---- vec.h: the vector loops against the scalar definitions ---- */
+
+static void test_vec(void)
+{
+    enum { N = 67 }; /* four vectors and a tail */
+    float x[N], r[N];
+    uint16_t b[N];
+    uint32_t bits[] = {0x7fc00001u, 0x7f800001u, 0xff800000u, 0x7f800000u, 0x3f808000u,
+                       0x3f818000u, 0x80000001u, 0x7f7fffffu, 0x00000000u, 0x3f7fffffu};
+    fill_uniform(x, N, -100, 100);
+    for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++)
+        memcpy(&x[3 + 5 * i], &bits[i], sizeof(float)); /* NaNs, infinities, ties, tails */
+    vec_round_bf16(r, x, N);
+    vec_to_bf16(b, x, N);
+    int off = 0;
+    for (int i = 0; i < N; i++) {
+        float want = bf16_round(x[i]);
+        off += memcmp(&r[i], &want, sizeof(float)) != 0 || b[i] != f32_to_bf16(x[i]);
+    }
+    CHECK_MSG(off == 0, "vec_round_bf16/vec_to_bf16: %d of %d values not bit-exact", off, N);
+
+    float e[N], g[N], up[N], y[N];
+    fill_uniform(e, N, -80, 80);
+    e[5] = -INFINITY; /* masked softmax scores */
+    memcpy(g, e, sizeof(g));
+    vec_exp(e, N);
+    fill_uniform(up, N, -2, 2);
+    vec_silu(y, g, up, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        double want = exp((double)g[i]), silu = g[i] / (1 + exp(-(double)g[i])) * up[i];
+        bad += !(fabs(e[i] - want) <= 1e-6 * want);
+        bad += i != 5 && !(fabs(y[i] - silu) <= 1e-6 * fabs(silu) + 1e-30);
+    }
+    CHECK(e[5] == 0.0f);
+    CHECK_MSG(bad == 0, "vec_exp/vec_silu: %d values off by more than 1e-6 relative", bad);
+}
+
+/* ---- the matmul's paths: measured, forced, named ---- */
+
+static void test_matmul_choice(void)
+{
+    char measured[512];
+    snprintf(measured, sizeof(measured), "%s", cpu_matmul_paths());
+    static const char *const parts[] = {"f32: ", "; bf16: ", "measured in"};
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+        CHECK_MSG(strstr(measured, parts[i]) != NULL, "paths: %s", measured);
+    CHECK(cpu_matmul_force("mkl") == ERR_INVALID);
+    CHECK(strcmp(cpu_matmul_paths(), measured) == 0);
+    CHECK(cpu_matmul_force("openblas") == 0);
+    CHECK(cpu_matmul_force("onednn-bf16") == 0);
+    CHECK_MSG(strcmp(cpu_matmul_paths(), "f32: openblas (by request); bf16: onednn-bf16 (by request)") == 0,
+              "paths: %s", cpu_matmul_paths());
+    CHECK(cpu_matmul_force(NULL) == 0);
+    CHECK(strcmp(cpu_matmul_paths(), measured) == 0);
+
+    char out[2048];
+    run_version("SHARDSWAP_MATMUL=mkl", out, sizeof(out));
+    CHECK_MSG(strstr(out, "SHARDSWAP_MATMUL: unknown matmul path \"mkl\"") != NULL, "output: %s",
+              out);
+    CHECK_MSG(strstr(out, "\nmatmul f32: ") != NULL, "output: %s", out);
+    run_version("SHARDSWAP_MATMUL=round-f32,openblas", out, sizeof(out));
+    CHECK_MSG(strstr(out, "\nmatmul f32: openblas (by request); bf16: round-f32 (by request)\n") !=
+                  NULL,
+              "output: %s", out);
 }
 
 /* ---- kern_embed ---- */
@@ -848,7 +920,9 @@ static void test_elementwise(void)
 /* ---- kern_kv_append + kern_attention ---- */
 
 /* Batch, query heads, head_dim, max_t; the KV heads are each case's. */
-enum { KB = 3, KH = 4, KD = 5, KT = 8, KW = KH * KD };
+/* KT: room for a prefill of more query rows than one CPU attention task
+ * takes (64) */
+enum { KB = 3, KH = 4, KD = 5, KT = 150, KW = KH * KD };
 
 /* Cache index of (sequence b, KV head h, position p, element i):
  * (batch, kv_heads, max_t, head_dim). */
@@ -1015,9 +1089,9 @@ static void append_step(struct dbuf *dkc, struct dbuf *dvc, float *kc, float *vc
     free(got);
 }
 
-/* A prefill of 4 positions and two decode steps with KH query heads over
- * kv_heads KV heads. */
-static void attention_case(int kv_heads)
+/* A prefill of `prompt` positions and two decode steps with KH query heads
+ * over kv_heads KV heads. */
+static void attention_case(int kv_heads, int prompt)
 {
     const struct kv_geom g = {
         .batch = KB, .heads = KH, .kv_heads = kv_heads, .head_dim = KD, .max_t = KT};
@@ -1032,16 +1106,16 @@ static void attention_case(int kv_heads)
     struct dbuf *dkc = upload(kc, cache * sizeof(float)), *dvc = upload(vc, cache * sizeof(float));
     struct dbuf *dok = upload(NULL, sizeof(key_ok));
 
-    /* prefill: 4 positions, pads first */
+    /* prefill, pads first */
     for (int b = 0; b < KB; b++)
-        for (int p = 0; p < 4; p++)
+        for (int p = 0; p < prompt; p++)
             key_ok[b * KT + p] = p >= pad[b];
     CHECK(kern_to_device(st, dbuf_ptr(dok), key_ok, sizeof(key_ok)) == 0);
-    append_step(dkc, dvc, kc, vc, &g, 4, 0, pad);
-    attention_step(dkc, dvc, kc, vc, dok, key_ok, &g, 0, 4);
+    append_step(dkc, dvc, kc, vc, &g, prompt, 0, pad);
+    attention_step(dkc, dvc, kc, vc, dok, key_ok, &g, 0, prompt);
 
-    /* decode steps at positions 4 and 5 */
-    for (int p = 4; p < 6; p++) {
+    /* two decode steps */
+    for (int p = prompt; p < prompt + 2; p++) {
         for (int b = 0; b < KB; b++)
             key_ok[b * KT + p] = 1;
         CHECK(kern_to_device(st, dbuf_ptr(dok), key_ok, sizeof(key_ok)) == 0);
@@ -1058,9 +1132,12 @@ static void attention_case(int kv_heads)
 
 static void test_attention(void)
 {
-    attention_case(KH); /* multi-head */
-    attention_case(2);  /* grouped: two query heads per KV head */
-    attention_case(1);  /* multi-query */
+    attention_case(KH, 4); /* multi-head */
+    attention_case(2, 4);  /* grouped: two query heads per KV head */
+    attention_case(1, 4);  /* multi-query */
+    /* query rows past one task's block (a prefill of 64 + 64 + 12) */
+    attention_case(KH, KT - 10);
+    attention_case(2, KT - 10);
 
     /* the scratch for the most queries and keys serves every smaller call
      * (a batch's buffers are sized once, for its longest step) */
@@ -1091,6 +1168,8 @@ int main(void)
     test_linear();
     test_matmul_cache();
     test_gemv_choice();
+    test_matmul_choice();
+    test_vec();
     test_embed();
     test_layernorm();
     test_rmsnorm();

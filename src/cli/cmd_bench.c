@@ -135,7 +135,7 @@ struct forward_run {
     enum kern_compute compute;
     double bw, rbw;                /* memcpy (STREAM count), read bytes/s; NaN on a GPU */
     struct bench_ceilings ceil;
-    const char *gemv, *blas;        /* CPU only, else NULL */
+    const char *gemv, *matmul, *blas; /* CPU only, else NULL */
 };
 
 /* Opens the model on r->dev, times it (a warm-up, then the best of repeat)
@@ -183,6 +183,7 @@ static int forward_measure(struct forward_run *r)
     if (on_cpu && (rc = bench_ceilings(r->threads, &r->ceil)) < 0)
         goto out;
     r->gemv = on_cpu ? cpu_gemv_kernels() : NULL;
+    r->matmul = on_cpu ? cpu_matmul_paths() : NULL;
     r->blas = on_cpu ? blas_core_name() : NULL;
 out:
     cli_model_close(&cmod);
@@ -212,10 +213,11 @@ static int forward_print_json(const struct forward_run *r)
     const bool on_cpu = r->dev.gpu < 0;
     struct forward_figures f = forward_figures(r);
     json_t *j = json_pack(
-        "{s:s, s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:o, "
-        "s:o, s:o, s:o, s:o, s:s, s:o, s:o, s:o, s:o}",
+        "{s:s, s:o, s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:o, s:o, "
+        "s:o, s:o, s:o, s:o, s:o, s:s, s:o, s:o, s:o, s:o}",
         "impl", "shardswap", "device", jsonout_string(r->device), "model", jsonout_string(r->dir),
-        "blas_core", jsonout_string(r->blas), "gemv_kernels", jsonout_string(r->gemv), "threads",
+        "blas_core", jsonout_string(r->blas), "gemv_kernels", jsonout_string(r->gemv), "matmul_paths",
+        jsonout_string(r->matmul), "threads",
         r->threads, "batch", r->batch, "prompt_len", r->prompt_len, "gen", r->gen, "weight_dtype",
         dtype_name(r->weight_dtype), "weight_bytes", (json_int_t)r->wbytes, "prefill_s",
         jsonout_real(r->best.prefill_s, 6), "prefill_tok_s", jsonout_real(f.prefill_tps, 2),
@@ -237,10 +239,12 @@ static void forward_print_table(const struct forward_run *r)
 {
     struct forward_figures f = forward_figures(r);
     printf("model %s on %s: %.1f MB of weights (%s), compute %s, %d threads, batch %d, "
-           "prompt %d, gen %d, best of %d, openblas core %s, gemv %s, matmul %s\n",
+           "prompt %d, gen %d, best of %d, openblas core %s, gemv %s, matmul paths %s, "
+           "ceiling matmul %s\n",
            r->dir, r->device, r->wbytes / 1e6, dtype_name(r->weight_dtype),
            kern_compute_name(r->compute), r->threads, r->batch, r->prompt_len, r->gen, r->repeat,
-           r->blas ? r->blas : "n/a", r->gemv ? r->gemv : "n/a", r->ceil.impl);
+           r->blas ? r->blas : "n/a", r->gemv ? r->gemv : "n/a", r->matmul ? r->matmul : "n/a",
+           r->ceil.impl);
     printf("%-28s %12s\n", "metric", "value");
     metric_row("prefill tokens/s", f.prefill_tps, 1);
     metric_row("prefill GFLOP/s (linear)", f.prefill_gflops, 1);

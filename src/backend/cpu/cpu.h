@@ -8,17 +8,16 @@
 
 #include "backend/kernels.h"
 
-/* Threads the CPU kernels may use (BLAS and oneDNN's matmul included: the
- * matmul splits over the kernel pool, one OpenMP thread per task); n < 1
- * means all cores. */
+/* Threads the CPU kernels may use: the matmul, GEMV and attention split
+ * their work over the kernel pool, and oneDNN and OpenBLAS run one thread
+ * per task; n < 1 means all cores. The pool starts at the first job with
+ * the count set by then. */
 void cpu_set_threads(int n);
 int cpu_threads(void);
 
 /* Makes the calling thread run every kernel on itself alone (no worker pool;
  * oneDNN's matmul on this thread only): the compute thread of a CPU device
- * is one core. OpenBLAS's own thread count (attention, f32 column slices) is
- * process-wide; set it with cpu_set_threads(1) when devices compute in
- * parallel. */
+ * is one core. */
 void cpu_kernels_single_thread(bool alone);
 
 /* The machine's matmul ceiling: GFLOP/s of the large-m linear layer
@@ -46,5 +45,20 @@ const char *cpu_gemv_kernels(void);
  * benchmarks; not while a cpu_gemv runs. 0, ERR_UNSUPPORTED when the CPU
  * lacks it, ERR_INVALID for an unknown name (the choice is then unchanged). */
 int cpu_gemv_force(const char *name);
+
+/* Which path the matmul (prefill's linear layers) runs per class, as one
+ * line: "f32: onednn (onednn 161, openblas 146 GFLOP/s); bf16: onednn-bf16
+ * (round-f32 128, onednn-bf16 938 GFLOP/s), 1 thread, 128x1024x1024,
+ * measured in 30 ms", calibrating a class not measured yet; a class
+ * SHARDSWAP_MATMUL or cpu_matmul_force names says "(by request)". f32
+ * products: onednn or openblas; bf16 mode: round-f32 (x rounded to bf16,
+ * the f32 product) or onednn-bf16 (oneDNN's bf16 x bf16 primitive). Valid
+ * until this thread's next call. */
+const char *cpu_matmul_paths(void);
+/* Makes cpu_matmul run path `name` for its class (onednn, openblas,
+ * round-f32, onednn-bf16) for every call (NULL: the measured choices of
+ * both classes again), for tests and benchmarks; not while a product runs.
+ * 0, or ERR_INVALID for an unknown name (the choice is then unchanged). */
+int cpu_matmul_force(const char *name);
 
 #endif

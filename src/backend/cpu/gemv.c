@@ -23,6 +23,7 @@
 #include "backend/cpu/gemv_isa.h"
 #include "backend/cpu/pool.h"
 #include "backend/cpu/scratch.h"
+#include "backend/cpu/vec.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/timing.h"
@@ -236,13 +237,11 @@ static int gemv_prepare(const struct gemv_kernel *k, float *y, const float *x, i
         const float *src = x + (size_t)i * cols;
         float *dst = pad + (size_t)i * ldx;
         if (round)
-            for (int c = 0; c < cols; c++)
-                dst[c] = bf16_round(src[c]);
+            vec_round_bf16(dst, src, (size_t)cols);
         else
             memcpy(dst, src, (size_t)cols * sizeof(float));
         if (xb)
-            for (int c = 0; c < cols; c++)
-                xb[(size_t)i * ldx + c] = f32_to_bf16(src[c]);
+            vec_to_bf16(xb + (size_t)i * ldx, src, (size_t)cols);
         if (xp) {
             float *p = xp + (size_t)i * ldx;
             for (int c = 0; c < whole; c += 32)

@@ -5,10 +5,13 @@
 #include "backend/cpu/linear.h"
 #include "backend/cpu/pool.h"
 #include "backend/cpu/scratch.h"
+#include "backend/cpu/vec.h"
 #include "core/error.h"
 
 #include <assert.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -27,9 +30,19 @@ bool cpu_kernels_alone(void)
     return kernels_alone;
 }
 
+/* OpenBLAS runs on the thread that calls it: the kernels split their work
+ * over the pool themselves (its own threads would spin beside the pool's). */
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_one_thread(void)
+{
+    openblas_set_num_threads(1);
+}
+
 /* pool_run, or the tasks in order on this thread when it computes alone. */
 void cpu_kernels_run(pool_task_fn fn, void *ctx, int n_tasks)
 {
+    pthread_once(&blas_once, blas_one_thread);
     if (!kernels_alone) {
         pool_run(fn, ctx, n_tasks);
         return;
@@ -43,8 +56,7 @@ const float *cpu_round_bf16(const float *x, size_t n)
     float *round_buf = cpu_scratch(CPU_SCRATCH_ROUND, n * sizeof(float));
     if (!round_buf)
         return NULL;
-    for (size_t i = 0; i < n; i++)
-        round_buf[i] = bf16_round(x[i]);
+    vec_round_bf16(round_buf, x, n);
     return round_buf;
 }
 
@@ -178,11 +190,6 @@ static inline float act_gelu_tanh(float v)
     return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
 }
 
-static inline float act_silu(float v)
-{
-    return v / (1.0f + expf(-v));
-}
-
 void cpu_activation(float *x, size_t n, enum kern_act act)
 {
     switch (act) {
@@ -199,8 +206,7 @@ void cpu_activation(float *x, size_t n, enum kern_act act)
             x[i] = act_gelu_tanh(x[i]);
         return;
     case KERN_ACT_SILU:
-        for (size_t i = 0; i < n; i++)
-            x[i] = act_silu(x[i]);
+        vec_silu(x, x, NULL, n);
         return;
     }
 }
@@ -221,8 +227,7 @@ void cpu_gated_act(float *y, const float *gate, const float *up, size_t n, enum 
             y[i] = act_gelu_tanh(gate[i]) * up[i];
         return;
     case KERN_ACT_SILU:
-        for (size_t i = 0; i < n; i++)
-            y[i] = act_silu(gate[i]) * up[i];
+        vec_silu(y, gate, up, n);
         return;
     }
 }
@@ -233,23 +238,22 @@ void cpu_add(float *y, const float *x, size_t n)
         y[i] += x[i];
 }
 
-size_t cpu_attention_scratch(int n_heads, int n_kv_heads, int t_new, int t_all)
-{
-    const int group = n_heads / n_kv_heads;
-    return (size_t)(t_new > group ? t_new : group) * t_all;
-}
+/* Query rows of one head per task in a prefill: a task's scores are
+ * ATTN_ROWS x (the keys its last row sees) floats of its thread's scratch. */
+#define ATTN_ROWS 64
 
 /* Attention of `rows` query rows against one KV head (kh, vh: (max_t,
  * head_dim), keys [0, t_all) filled): q rows of head_dim at row stride ldq,
  * out likewise at ldo. Row i sits at position pos0 + i * step (step 1: a
  * sequence's consecutive queries of one head; 0: the query heads of a group
  * at one position) and sees the keys s <= its position with key_ok[s]; a
- * row that sees none gets 0. scores: rows * t_all floats. */
+ * row that sees none gets 0. t_all covers the last row's position: the
+ * keys past it are seen by no row. scores: rows * t_all floats. */
 static void attend(float *out, size_t ldo, const float *q, size_t ldq, int rows, int pos0, int step,
                    const float *kh, const float *vh, int head_dim, int t_all, const uint8_t *key_ok,
                    float *scores)
 {
-    /* scores = q @ k^T over every cached key */
+    /* scores = q @ k^T over the keys */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t_all, head_dim, 1.0f, q, (int)ldq,
                 kh, head_dim, 0.0f, scores, t_all);
     /* causal + padding mask, softmax per query row */
@@ -264,12 +268,13 @@ static void attend(float *out, size_t ldo, const float *q, size_t ldq, int rows,
             memset(s, 0, (size_t)t_all * sizeof(float));
             continue;
         }
+        for (int j = 0; j < visible; j++)
+            s[j] = key_ok[j] ? s[j] - mx : -INFINITY; /* exp: 0 */
+        vec_exp(s, (size_t)visible);
         float sum = 0;
-        for (int j = 0; j < t_all; j++) {
-            float e = (j < visible && key_ok[j]) ? expf(s[j] - mx) : 0.0f;
-            s[j] = e;
-            sum += e;
-        }
+        for (int j = 0; j < visible; j++)
+            sum += s[j];
+        memset(s + visible, 0, (size_t)(t_all - visible) * sizeof(float));
         float inv = 1.0f / sum;
         for (int j = 0; j < visible; j++)
             s[j] *= inv;
@@ -279,37 +284,93 @@ static void attend(float *out, size_t ldo, const float *q, size_t ldq, int rows,
                 t_all, vh, head_dim, 0.0f, out, (int)ldo);
 }
 
-void cpu_attention(float *out, size_t ldo, const float *q, size_t ldq, const float *kc,
-                   const float *vc, int n_heads, int n_kv_heads, int head_dim, size_t max_t,
-                   int past, int t_new, const uint8_t *key_ok, float *scores)
+/* Every sequence's attention, as pool tasks: in a decode step (one query
+ * per sequence, grouped heads) one task per (sequence, KV head) takes the
+ * group's queries as one matrix, so each key and value is read once for
+ * all of them; otherwise one per (sequence, query head, block of ATTN_ROWS
+ * query rows), a block scoring only the keys its last row sees. */
+struct attn_job {
+    const struct kv_geom *g;
+    float *out;
+    const float *q, *kc, *vc;
+    const uint8_t *key_ok;
+    int past, t_new;
+    bool grouped;   /* decode: a task per KV head */
+    int blocks;     /* row blocks per head (not grouped) */
+    atomic_int rc;  /* the first failure (ERR_NOMEM); its message in msg */
+    char msg[160];
+};
+
+static void attn_task(void *ctx, int task)
 {
-    const int t_all = past + t_new, group = n_heads / n_kv_heads;
-    for (int kv = 0; kv < n_kv_heads; kv++) {
-        const float *kh = kc + (size_t)kv * max_t * head_dim;
-        const float *vh = vc + (size_t)kv * max_t * head_dim;
-        const size_t h0 = (size_t)kv * group * head_dim; /* the group's first query column */
-        if (t_new == 1 && group > 1) {
-            /* decode: the group's queries are one (group, head_dim) matrix in
-             * the row, so each key and value is read once for all of them */
-            attend(out + h0, (size_t)head_dim, q + h0, (size_t)head_dim, group, past, 0, kh, vh,
-                   head_dim, t_all, key_ok, scores);
-            continue;
-        }
-        for (int j = 0; j < group; j++)
-            attend(out + h0 + (size_t)j * head_dim, ldo, q + h0 + (size_t)j * head_dim, ldq, t_new,
-                   past, 1, kh, vh, head_dim, t_all, key_ok, scores);
+    struct attn_job *j = ctx;
+    const struct kv_geom *g = j->g;
+    const int hd = g->head_dim, group = g->heads / g->kv_heads;
+    const size_t width = (size_t)g->heads * hd;
+    int b, kv, rows, r0 = 0, h = 0;
+    if (j->grouped) {
+        b = task / g->kv_heads;
+        kv = task % g->kv_heads;
+        rows = group;
+    } else {
+        int per_seq = g->heads * j->blocks;
+        b = task / per_seq;
+        h = task % per_seq / j->blocks;
+        kv = h / group;
+        r0 = task % j->blocks * ATTN_ROWS;
+        rows = j->t_new - r0 < ATTN_ROWS ? j->t_new - r0 : ATTN_ROWS;
     }
+    const int t_all = j->past + r0 + (j->grouped ? 1 : rows);
+    float *scores = cpu_scratch(CPU_SCRATCH_ATTN, (size_t)rows * t_all * sizeof(float));
+    if (!scores) {
+        int none = 0;
+        if (atomic_compare_exchange_strong(&j->rc, &none, ERR_NOMEM))
+            snprintf(j->msg, sizeof(j->msg), "out of host memory for %d x %d attention scores",
+                     rows, t_all);
+        return;
+    }
+    const size_t seq = (size_t)b * g->kv_heads * g->max_t * hd;
+    const float *kh = j->kc + seq + (size_t)kv * g->max_t * hd;
+    const float *vh = j->vc + seq + (size_t)kv * g->max_t * hd;
+    const uint8_t *key_ok = j->key_ok + (size_t)b * g->max_t;
+    const size_t row0 = (size_t)b * j->t_new * width;
+    if (j->grouped) {
+        const size_t h0 = row0 + (size_t)kv * group * hd; /* the group's first query column */
+        attend(j->out + h0, (size_t)hd, j->q + h0, (size_t)hd, group, j->past, 0, kh, vh, hd,
+               t_all, key_ok, scores);
+        return;
+    }
+    const size_t at = row0 + (size_t)r0 * width + (size_t)h * hd;
+    attend(j->out + at, width, j->q + at, width, rows, j->past + r0, 1, kh, vh, hd, t_all, key_ok,
+           scores);
 }
+
+int cpu_attention(const struct kv_geom *g, float *out, const float *q, const float *kc,
+                  const float *vc, const uint8_t *key_ok, int past, int t_new)
+{
+    const int group = g->heads / g->kv_heads;
+    struct attn_job j = {.g = g, .out = out, .q = q, .kc = kc, .vc = vc, .key_ok = key_ok,
+                         .past = past, .t_new = t_new, .grouped = t_new == 1 && group > 1,
+                         .blocks = (t_new + ATTN_ROWS - 1) / ATTN_ROWS};
+    atomic_init(&j.rc, 0);
+    int tasks = g->batch * (j.grouped ? g->kv_heads : g->heads * j.blocks);
+    cpu_kernels_run(attn_task, &j, tasks);
+    int rc = atomic_load(&j.rc);
+    return rc < 0 ? err_set(rc, "%s", j.msg) : 0;
+}
+
+static atomic_int kernel_threads; /* 0: not set (all cores) */
 
 void cpu_set_threads(int n)
 {
     if (n < 1)
         n = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    openblas_set_num_threads(n);
+    atomic_store(&kernel_threads, n);
     pool_set_threads(n);
 }
 
 int cpu_threads(void)
 {
-    return openblas_get_num_threads();
+    int n = atomic_load(&kernel_threads);
+    return n > 0 ? n : (int)sysconf(_SC_NPROCESSORS_ONLN);
 }

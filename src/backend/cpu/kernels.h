@@ -47,26 +47,19 @@ void cpu_gated_act(float *y, const float *gate, const float *up, size_t n, enum 
 /* y[i] += x[i] */
 void cpu_add(float *y, const float *x, size_t n);
 
-/* Causal attention of one sequence against its KV cache.
- * q:      (t_new, n_heads * head_dim), row stride ldq; already scaled.
- * kc, vc: (n_kv_heads, max_t, head_dim) cache of this sequence, positions
+/* Causal attention of every sequence's t_new queries against its KV cache,
+ * over the kernel pool (scores in each task thread's scratch).
+ * q:      (batch, t_new, heads * head_dim) dense; already scaled.
+ * kc, vc: (batch, kv_heads, max_t, head_dim) caches, positions
  *         [0, past + t_new) filled; query head h reads KV head
- *         h / (n_heads / n_kv_heads).
- * key_ok: (past + t_new) 1 where the key is a real token, 0 for padding.
- * out:    (t_new, n_heads * head_dim), row stride ldo.
- * scores: scratch of cpu_attention_scratch(n_heads, n_kv_heads, t_new,
- *         past + t_new) floats.
+ *         h / (heads / kv_heads).
+ * key_ok: (batch, max_t) 1 where the key is a real token, 0 for padding.
+ * out:    (batch, t_new, heads * head_dim) dense.
  * Query t sits at position past + t and attends to keys s <= past + t with
- * key_ok[s]; a query that sees no key (a pad before any real token) gets 0. */
-void cpu_attention(float *out, size_t ldo, const float *q, size_t ldq, const float *kc,
-                   const float *vc, int n_heads, int n_kv_heads, int head_dim, size_t max_t,
-                   int past, int t_new, const uint8_t *key_ok, float *scores);
-
-/* Floats of scores cpu_attention needs for t_new queries over t_all keys:
- * also enough for every call with fewer queries or keys (one head's
- * (t_new, t_all) scores at a time, or in a decode step a group's
- * (n_heads / n_kv_heads, t_all)). */
-size_t cpu_attention_scratch(int n_heads, int n_kv_heads, int t_new, int t_all);
+ * key_ok[s]; a query that sees no key (a pad before any real token) gets 0.
+ * 0, or ERR_NOMEM with a message when a scratch buffer cannot grow. */
+int cpu_attention(const struct kv_geom *g, float *out, const float *q, const float *kc,
+                  const float *vc, const uint8_t *key_ok, int past, int t_new);
 
 #include "backend/cpu/cpu.h"
 

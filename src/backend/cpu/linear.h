@@ -21,14 +21,10 @@
 /* Fused matrix-vector product: one pass over the weights for all m rows. */
 int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
              enum kern_compute cm);
-/* Matrix product for many rows: oneDNN (OpenBLAS for f32 column slices);
- * see matmul.c for which path runs when. */
+/* Matrix product for many rows: oneDNN or OpenBLAS, by measurement (see
+ * matmul.c for the paths and cpu.h's cpu_matmul_paths). */
 int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w,
                enum kern_compute cm);
-/* Whether bf16 mode runs oneDNN's bf16 x bf16 primitive: 1 yes, 0 no (x
- * rounded, then the f32 paths), -1 (the default) where oneDNN runs AMX.
- * For tests and benchmarks; set before computing, not while. */
-void cpu_matmul_native_bf16(int on);
 /* Primitives cpu_matmul has created so far (cache misses), for tests. */
 uint64_t cpu_matmul_cache_misses(void);
 

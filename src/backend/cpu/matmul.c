@@ -1,28 +1,29 @@
 /* The CPU backend's linear layers for many input rows: oneDNN's matmul
- * primitive, created once per shape and kept in a small cache, with the
- * weights as its B operand in place (B = W^T is W read with strides
- * {1, ld}) or, for narrow weights, widened a block of rows at a time.
+ * primitive or OpenBLAS's sgemm, with the weights as the B operand in place
+ * (B = W^T is W read with strides {1, ld}) or, for narrow weights, widened
+ * a block of rows at a time.
  *
- * Which path runs (measured on a 2-core Xeon with AVX512-BF16 and no AMX,
- * oneDNN 2.6.3, 128 x 2048 by 2048 x 2048 on one thread):
- * - f32 weights, dense rows (ld == cols): oneDNN f32 (brg:avx512_core,
- *   ~156 GFLOP/s; OpenBLAS SkylakeX sgemm ~146).
- * - f32 weights, a column slice (ld > cols): OpenBLAS sgemm, which takes the
- *   row stride natively; oneDNN falls back to gemm:jit there (~138).
- * - f16/bf16 weights in f32 mode: a block of rows widened to f32, then
- *   oneDNN f32 on the dense block (oneDNN 2.6 has no f32 x bf16 matmul).
- * - bf16 mode: where oneDNN runs AMX, x rounded to bf16 and a bf16 x bf16
- *   -> f32 primitive (bf16 weights in place, f16/f32 blocks rounded to
- *   bf16); without AMX the bf16 primitive (brg:avx512_core_bf16, ~86
- *   GFLOP/s) is slower than f32, so x is rounded to bf16 and the f32 paths
- *   above multiply it: the same products (bf16 x bf16 is exact in f32) and
- *   f32 sums either way.
+ * Which path runs is measured on the machine, once per process, at the
+ * first product of each class (matmul_ensure; SHARDSWAP_MATMUL or
+ * cpu_matmul_force names one instead):
+ * - f32 products (f32 weights in f32 mode, widened f16/bf16 blocks, and x
+ *   rounded to bf16 in bf16 mode when the round path below runs): oneDNN's
+ *   f32 primitive ("onednn") or OpenBLAS sgemm ("openblas"). A column slice
+ *   of f32 weights (ld > cols) always takes OpenBLAS, which reads the row
+ *   stride natively; oneDNN falls back to gemm:jit there.
+ * - bf16 mode: x rounded to bf16 and oneDNN's bf16 x bf16 -> f32 primitive
+ *   (bf16 weights in place, f16/f32 blocks rounded to bf16: "onednn-bf16"),
+ *   or x rounded and widened back and the f32 product above ("round-f32"):
+ *   the same products (bf16 x bf16 is exact in f32) and f32 sums either
+ *   way. Where oneDNN runs AMX the first is ~6x the second; on AVX512-BF16
+ *   without AMX (oneDNN 2.6) it measured ~0.6x.
  *
  * Threads: the product is split by rows of the weights over the kernel
  * pool (cpu_kernels_run: cpu_threads tasks' worth, or all on the calling
- * thread when it computes alone), and every primitive runs on one OpenMP
+ * thread when it computes alone); every primitive runs on one OpenMP
  * thread, the one that calls it (omp_set_num_threads(1) there; the setting
- * is per thread). oneDNN's own OpenMP team is never started: see mm_job.
+ * is per thread), and OpenBLAS on one thread per caller (cpu_set_threads).
+ * oneDNN's own OpenMP team is never started: see mm_job.
  */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/linear.h"
@@ -40,6 +41,7 @@
 
 #include "backend/cpu/pool.h"
 #include "backend/cpu/scratch.h"
+#include "backend/cpu/vec.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/timing.h"
@@ -54,7 +56,6 @@
 
 static dnnl_engine_t engine;
 static dnnl_status_t engine_status;
-static bool engine_amx;
 static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
 
 /* A stream per thread: oneDNN streams are not meant to be shared between
@@ -70,7 +71,6 @@ static void stream_destroy(void *s)
 static void engine_make(void)
 {
     engine_status = dnnl_engine_create(&engine, dnnl_cpu, 0);
-    engine_amx = dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_amx;
     (void)pthread_key_create(&stream_key, stream_destroy);
 }
 
@@ -332,19 +332,28 @@ out:
 
 /* ---- the product, a block of weight rows per pool task ---- */
 
-/* y = x @ w^T split by rows of w (columns of y) over the kernel pool: each
- * task runs a one-thread primitive on its block, the weights in place or
- * first converted to dt (f32 or bf16) into the task thread's scratch.
- * oneDNN's own OpenMP team is never used: libgomp's threads spin after each
- * parallel region (its default, read before main) and took the cores from
- * the pool and OpenBLAS that ran next: prefill measured 2.5x slower. */
-struct mm_job {
-    float *y;      /* (m, w.rows) */
-    const void *x; /* (m, k) of type dt */
-    int m, rows;   /* rows of w per task */
-    const struct weight_view *w;
+/* How one product runs: operands of type dt (f32 or bf16), the weights
+ * converted to dt a block at a time or read in place, and for f32 OpenBLAS
+ * or oneDNN. */
+struct mm_plan {
     dnnl_data_type_t dt;
     bool convert;
+    bool blas; /* f32 only: OpenBLAS sgemm instead of oneDNN */
+};
+
+/* y = x @ w^T split by rows of w (columns of y) over the kernel pool: each
+ * task runs a one-thread primitive (or sgemm) on its block, the weights in
+ * place or first converted to dt (f32 or bf16) into the task thread's
+ * scratch. oneDNN's own OpenMP team is never used: libgomp's threads spin
+ * after each parallel region (its default, read before main) and took the
+ * cores from the pool and OpenBLAS that ran next: prefill measured 2.5x
+ * slower. */
+struct mm_job {
+    float *y;      /* (m, w.rows) */
+    const void *x; /* (m, k) of type plan.dt */
+    int m, rows;   /* rows of w per task */
+    const struct weight_view *w;
+    struct mm_plan plan;
     atomic_int rc; /* the first failure; its message in msg */
     char msg[256];
 };
@@ -371,23 +380,30 @@ static void mm_task(void *ctx, int task)
 {
     struct mm_job *j = ctx;
     const struct weight_view *w = j->w;
+    const bool to_bf16 = j->plan.dt == dnnl_bf16;
     const int k = w->cols, r0 = task * j->rows;
     const int nb = w->rows - r0 < j->rows ? w->rows - r0 : j->rows;
     const void *b = weight_row(w, r0);
     size_t ld = w->ld;
     int rc = 0;
-    if (j->convert) {
-        void *blk = cpu_scratch(CPU_SCRATCH_MM_BLOCK, (size_t)nb * k * (j->dt == dnnl_bf16 ? 2 : 4));
+    if (j->plan.convert) {
+        void *blk = cpu_scratch(CPU_SCRATCH_MM_BLOCK, (size_t)nb * k * (to_bf16 ? 2 : 4));
         if (!blk) {
             rc = err_set(ERR_NOMEM, "out of host memory for a %d x %d weight block", nb, k);
             goto out;
         }
-        convert_rows(blk, j->dt == dnnl_bf16, w, r0, nb);
+        convert_rows(blk, to_bf16, w, r0, nb);
         b = blk;
         ld = (size_t)k;
     }
+    if (j->plan.blas) {
+        /* sgemm takes the strides of both operands and of y natively */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->m, nb, k, 1.0f, j->x, k, b,
+                    (int)ld, 0.0f, j->y + r0, w->rows);
+        goto out;
+    }
     if (nb == w->rows) {
-        rc = dnnl_matmul_run(j->y, (size_t)nb, j->x, j->m, b, nb, k, ld, j->dt);
+        rc = dnnl_matmul_run(j->y, (size_t)nb, j->x, j->m, b, nb, k, ld, j->plan.dt);
         goto out;
     }
     /* oneDNN's brgemm wants a dense output (a strided one runs gemm:jit,
@@ -397,7 +413,7 @@ static void mm_task(void *ctx, int task)
         rc = err_set(ERR_NOMEM, "out of host memory for a %d x %d output block", j->m, nb);
         goto out;
     }
-    rc = dnnl_matmul_run(yb, (size_t)nb, j->x, j->m, b, nb, k, ld, j->dt);
+    rc = dnnl_matmul_run(yb, (size_t)nb, j->x, j->m, b, nb, k, ld, j->plan.dt);
     for (int i = 0; i < j->m && rc == 0; i++)
         memcpy(j->y + (size_t)i * w->rows + r0, yb + (size_t)i * nb, (size_t)nb * sizeof(float));
 out:;
@@ -407,51 +423,260 @@ out:;
 }
 
 static int matmul_pool(float *y, const void *x, int m, const struct weight_view *w,
-                       dnnl_data_type_t dt, bool convert)
+                       struct mm_plan plan)
 {
     const int n = w->rows, threads = cpu_kernels_alone() ? 1 : cpu_threads();
     /* a block per thread, a multiple of 64 rows; converted blocks at most
      * WIDEN_BLOCK_ROWS, so the scratch stays small (more tasks balance) */
     int rows = ((n + threads - 1) / threads + 63) / 64 * 64;
-    if (convert && rows > WIDEN_BLOCK_ROWS)
+    if (plan.convert && rows > WIDEN_BLOCK_ROWS)
         rows = WIDEN_BLOCK_ROWS;
-    struct mm_job j = {.y = y, .x = x, .m = m, .rows = rows, .w = w, .dt = dt, .convert = convert};
+    if (plan.blas) {
+        pthread_mutex_lock(&cache_lock);
+        last_impl[0] = '\0'; /* OpenBLAS, not a primitive */
+        pthread_mutex_unlock(&cache_lock);
+    }
+    struct mm_job j = {.y = y, .x = x, .m = m, .rows = rows, .w = w, .plan = plan};
     atomic_init(&j.rc, 0);
     cpu_kernels_run(mm_task, &j, (n + rows - 1) / rows);
     int rc = atomic_load(&j.rc);
     return rc < 0 ? err_set(rc, "%s", j.msg) : 0;
 }
 
-static int native_bf16 = -1; /* -1: what the ISA says (AMX) */
+/* ---- the paths, chosen by measurement ---- */
 
-void cpu_matmul_native_bf16(int on)
+enum mm_class { MM_F32, MM_BF16, MM_CLASSES };
+/* per class, the paths in order of preference on a near-tie */
+static const char *const mm_path_names[MM_CLASSES][2] = {
+    {"onednn", "openblas"},
+    {"round-f32", "onednn-bf16"},
+};
+static const char *const mm_class_names[MM_CLASSES] = {"f32", "bf16"};
+
+#define MM_CAL_M 128    /* rows of x: a prefill's block */
+#define MM_CAL_N 1024   /* weight rows */
+#define MM_CAL_K 1024   /* weight columns */
+#define MM_CAL_REPS 3
+#define MM_CAL_MARGIN 0.03
+/* a path slower than this on the first timed call is not timed again (a
+ * reference implementation where the CPU lacks the instructions) */
+#define MM_CAL_SLOW_S 0.05
+
+static struct {
+    pthread_mutex_t lock; /* guards the calibration */
+    pthread_once_t env_once;
+    atomic_bool ready[MM_CLASSES];
+    atomic_int forced[MM_CLASSES]; /* path index, or -1: measured */
+    int chosen[MM_CLASSES];
+    double gflops[MM_CLASSES][2]; /* 0: not measured */
+    double ms[MM_CLASSES];
+} mm_choice = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .env_once = PTHREAD_ONCE_INIT,
+    .forced = {-1, -1},
+};
+
+static int mm_path_find(const char *name, int *cls, int *path)
 {
-    native_bf16 = on;
+    for (int c = 0; c < MM_CLASSES; c++)
+        for (int p = 0; p < 2; p++)
+            if (strcmp(mm_path_names[c][p], name) == 0) {
+                *cls = c;
+                *path = p;
+                return 0;
+            }
+    return err_set(ERR_INVALID,
+                   "unknown matmul path \"%s\" (expected onednn or openblas for f32 products, "
+                   "round-f32 or onednn-bf16 for bf16 mode)",
+                   name);
 }
 
-int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w, enum kern_compute cm)
+/* SHARDSWAP_MATMUL: a comma-separated list of paths, at most one per class. */
+static void mm_read_env(void)
 {
-    const int n = w->rows, k = w->cols;
-    if (!stream_get())
-        return ERR_UNSUPPORTED;
-    bool bf16 = cm == KERN_COMPUTE_BF16 && (native_bf16 < 0 ? engine_amx : native_bf16 > 0);
-    if (bf16) {
+    const char *req = getenv("SHARDSWAP_MATMUL");
+    if (!req || !*req)
+        return;
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s", req);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int c, p;
+        if (mm_path_find(tok, &c, &p) < 0) {
+            fprintf(stderr, "shardswap: SHARDSWAP_MATMUL: %s; choosing by measurement\n",
+                    err_msg());
+            continue;
+        }
+        atomic_store(&mm_choice.forced[c], p);
+    }
+}
+
+/* The product of class c by path p: f32 operands (x, dense f32 weights w)
+ * for MM_F32; for MM_BF16, x rounded as bf16 mode rounds it and the bf16
+ * product (p 1) or the f32 one by the f32 class's path (p 0). */
+static int mm_run(int c, int p, float *y, const float *x, int m, const struct weight_view *w,
+                  bool f32_blas)
+{
+    const int k = w->cols;
+    if (c == MM_F32)
+        return matmul_pool(y, x, m, w,
+                           (struct mm_plan){.dt = dnnl_f32, .convert = w->dtype != DTYPE_F32,
+                                            .blas = p == 1});
+    if (p == 1) {
         /* x to bf16, then bf16 weights in place, others converted */
         uint16_t *xb = cpu_scratch(CPU_SCRATCH_MM_XB, (size_t)m * k * sizeof(uint16_t));
         if (!xb)
             return err_set(ERR_NOMEM, "out of host memory for %d x %d bf16 activations", m, k);
-        for (size_t i = 0; i < (size_t)m * k; i++)
-            xb[i] = f32_to_bf16(x[i]);
-        return matmul_pool(y, xb, m, w, dnnl_bf16, w->dtype != DTYPE_BF16);
+        vec_to_bf16(xb, x, (size_t)m * k);
+        return matmul_pool(y, xb, m, w,
+                           (struct mm_plan){.dt = dnnl_bf16, .convert = w->dtype != DTYPE_BF16});
     }
-    if (cm == KERN_COMPUTE_BF16 && !(x = cpu_round_bf16(x, (size_t)m * k)))
+    if (!(x = cpu_round_bf16(x, (size_t)m * k)))
         return err_set(ERR_NOMEM, "out of host memory for %d x %d bf16 activations", m, k);
-    if (w->dtype != DTYPE_F32 || w->ld == (size_t)k)
-        return matmul_pool(y, x, m, w, dnnl_f32, w->dtype != DTYPE_F32);
-    /* a column slice: OpenBLAS takes the stride at full speed, oneDNN not */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w->data, (int)w->ld,
-                0.0f, y, n);
+    const bool slice = w->dtype == DTYPE_F32 && w->ld != (size_t)k;
+    return matmul_pool(y, x, m, w,
+                       (struct mm_plan){.dt = dnnl_f32, .convert = w->dtype != DTYPE_F32,
+                                        .blas = f32_blas || slice});
+}
+
+static bool mm_f32_blas(void);
+
+/* Times both paths of class c on this thread alone (best of MM_CAL_REPS,
+ * interleaved, after a call that creates the primitive) and keeps the
+ * faster; the first listed unless the second wins by MM_CAL_MARGIN. A path
+ * that fails, or is slower than MM_CAL_SLOW_S, is not taken. Under
+ * mm_choice.lock. */
+static void mm_calibrate(int c)
+{
+    double t0 = time_now();
+    mm_choice.chosen[c] = 0;
+    const enum dtype t = c == MM_F32 ? DTYPE_F32 : DTYPE_BF16;
+    const bool blas = c == MM_BF16 && mm_f32_blas();
+    char *wd = malloc((size_t)MM_CAL_N * MM_CAL_K * dtype_size(t));
+    float *x = malloc((size_t)MM_CAL_M * MM_CAL_K * sizeof(float));
+    float *y = malloc((size_t)MM_CAL_M * MM_CAL_N * sizeof(float));
+    const bool alone = cpu_kernels_alone();
+    cpu_kernels_single_thread(true);
+    if (wd && x && y) {
+        for (size_t i = 0; i < (size_t)MM_CAL_N * MM_CAL_K; i++) {
+            float v = (float)((int)(i * 7919 % 13) - 6) * 0.01f;
+            if (t == DTYPE_F32)
+                ((float *)wd)[i] = v;
+            else
+                ((uint16_t *)wd)[i] = f32_to_bf16(v);
+        }
+        for (size_t i = 0; i < (size_t)MM_CAL_M * MM_CAL_K; i++)
+            x[i] = (float)((int)(i % 11) - 5) * 0.1f;
+        struct weight_view w = {.dtype = t, .data = wd, .rows = MM_CAL_N, .cols = MM_CAL_K,
+                                .ld = MM_CAL_K};
+        double best[2] = {1e30, 1e30};
+        bool ok[2];
+        for (int p = 0; p < 2; p++) {
+            double s = time_now();
+            ok[p] = mm_run(c, p, y, x, MM_CAL_M, &w, blas) == 0 && time_now() - s < MM_CAL_SLOW_S;
+        }
+        for (int rep = 0; rep < MM_CAL_REPS; rep++)
+            for (int p = 0; p < 2; p++) {
+                if (!ok[p])
+                    continue;
+                double s = time_now();
+                ok[p] = mm_run(c, p, y, x, MM_CAL_M, &w, blas) == 0;
+                s = time_now() - s;
+                if (s < best[p])
+                    best[p] = s;
+            }
+        for (int p = 0; p < 2; p++)
+            mm_choice.gflops[c][p] =
+                ok[p] ? 2.0 * MM_CAL_M * MM_CAL_N * MM_CAL_K / best[p] / 1e9 : 0.0;
+        if (ok[1] && (!ok[0] || best[1] * (1.0 + MM_CAL_MARGIN) < best[0]))
+            mm_choice.chosen[c] = 1;
+    }
+    cpu_kernels_single_thread(alone);
+    free(wd);
+    free(x);
+    free(y);
+    mm_choice.ms[c] = (time_now() - t0) * 1e3;
+}
+
+/* The path class c runs: the forced one, else the measured one (measured
+ * now if not yet). */
+static int mm_path(int c)
+{
+    pthread_once(&mm_choice.env_once, mm_read_env);
+    int f = atomic_load(&mm_choice.forced[c]);
+    if (f >= 0)
+        return f;
+    if (!atomic_load(&mm_choice.ready[c])) {
+        pthread_mutex_lock(&mm_choice.lock);
+        if (!atomic_load(&mm_choice.ready[c])) {
+            mm_calibrate(c);
+            atomic_store(&mm_choice.ready[c], true);
+        }
+        pthread_mutex_unlock(&mm_choice.lock);
+    }
+    return mm_choice.chosen[c];
+}
+
+static bool mm_f32_blas(void)
+{
+    return mm_path(MM_F32) == 1;
+}
+
+int cpu_matmul_force(const char *name)
+{
+    pthread_once(&mm_choice.env_once, mm_read_env);
+    if (!name) {
+        for (int c = 0; c < MM_CLASSES; c++)
+            atomic_store(&mm_choice.forced[c], -1);
+        return 0;
+    }
+    int c, p;
+    int rc = mm_path_find(name, &c, &p);
+    if (rc < 0)
+        return rc;
+    atomic_store(&mm_choice.forced[c], p);
     return 0;
+}
+
+const char *cpu_matmul_paths(void)
+{
+    static _Thread_local char buf[320];
+    size_t off = 0;
+    double ms = 0;
+    bool measured = false;
+    for (int c = 0; c < MM_CLASSES; c++) {
+        int p = mm_path(c);
+        int n = snprintf(buf + off, sizeof(buf) - off, "%s%s: %s", c ? "; " : "",
+                         mm_class_names[c], mm_path_names[c][p]);
+        off += n > 0 && (size_t)n < sizeof(buf) - off ? (size_t)n : 0;
+        if (atomic_load(&mm_choice.forced[c]) >= 0) {
+            n = snprintf(buf + off, sizeof(buf) - off, " (by request)");
+        } else {
+            measured = true;
+            ms += mm_choice.ms[c];
+            double g0 = mm_choice.gflops[c][0], g1 = mm_choice.gflops[c][1];
+            n = snprintf(buf + off, sizeof(buf) - off, " (%s %.0f, %s %.0f GFLOP/s)",
+                         mm_path_names[c][0], g0, mm_path_names[c][1], g1);
+        }
+        off += n > 0 && (size_t)n < sizeof(buf) - off ? (size_t)n : 0;
+    }
+    if (measured)
+        snprintf(buf + off, sizeof(buf) - off, ", 1 thread, %dx%dx%d, measured in %.0f ms",
+                 MM_CAL_M, MM_CAL_N, MM_CAL_K, ms);
+    return buf;
+}
+
+int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w, enum kern_compute cm)
+{
+    const int k = w->cols;
+    if (!stream_get())
+        return ERR_UNSUPPORTED;
+    if (cm == KERN_COMPUTE_BF16)
+        return mm_run(MM_BF16, mm_path(MM_BF16), y, x, m, w, mm_f32_blas());
+    /* a column slice of f32 weights: OpenBLAS takes the stride at full
+     * speed, oneDNN not */
+    const bool slice = w->dtype == DTYPE_F32 && w->ld != (size_t)k;
+    return mm_run(MM_F32, slice ? 1 : mm_path(MM_F32), y, x, m, w, false);
 }
 
 int cpu_matmul_ceiling(int m, int n, int k, enum kern_compute cm, int threads,

@@ -1,0 +1,30 @@
+/* The CPU kernels' element-wise loops that the compiler cannot vectorise
+ * for the baseline instruction set: rounding to bf16 and the exponential
+ * (SiLU, softmax). vec.c picks the AVX-512 versions (vec_avx512.c, compiled
+ * for that set alone) where the CPU has it, else plain C; each gives the
+ * same results on every path: the roundings bit for bit, the exponential
+ * within glibc's vector expf's error (a few ulp) of expf. Internal to
+ * backend/cpu/. */
+#ifndef SHARDSWAP_BACKEND_CPU_VEC_H
+#define SHARDSWAP_BACKEND_CPU_VEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* dst[i] = bf16_round(src[i]) (core/dtype.h); dst may equal src. */
+void vec_round_bf16(float *dst, const float *src, size_t n);
+/* dst[i] = f32_to_bf16(src[i]). */
+void vec_to_bf16(uint16_t *dst, const float *src, size_t n);
+/* x[i] = exp(x[i]) */
+void vec_exp(float *x, size_t n);
+/* y[i] = silu(g[i]) (* up[i] when up is not NULL), silu(v) = v / (1 +
+ * exp(-v)); y may equal g or up. */
+void vec_silu(float *y, const float *g, const float *up, size_t n);
+
+/* The AVX-512 versions (vec_avx512.c): only where the CPU has AVX-512 F. */
+void vec_round_bf16_avx512(float *dst, const float *src, size_t n);
+void vec_to_bf16_avx512(uint16_t *dst, const float *src, size_t n);
+void vec_exp_avx512(float *x, size_t n);
+void vec_silu_avx512(float *y, const float *g, const float *up, size_t n);
+
+#endif
