@@ -25,7 +25,9 @@
 #ifndef SHARDSWAP_COMM_MPI_H
 #define SHARDSWAP_COMM_MPI_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 struct comm_group;
 struct comm_channel;
@@ -67,6 +69,13 @@ int mpi_world_max_tag(const struct mpi_world *w);
  * order. ERR_IO when MPI fails. */
 int mpi_world_send(struct mpi_world *w, int peer, int tag, const void *p, size_t n);
 int mpi_world_recv(struct mpi_world *w, int peer, int tag, void **p, size_t *n);
+/* mpi_world_recv that gives up once *stop is true (set by any thread) while
+ * its message has not started to arrive: ERR_CANCELLED, nothing received,
+ * and the next message from (peer, tag) stays for the next receive. For a
+ * thread that waits on a peer that may never send again (cluster/leader.c's
+ * receivers): it can still be joined. */
+int mpi_world_recv_unless(struct mpi_world *w, int peer, int tag, const atomic_bool *stop,
+                          void **p, size_t *n);
 
 /* Heartbeats: every interval_s process 0 sends one to every other process
  * and each of them one to process 0 (a star), on the progress thread. A
@@ -85,6 +94,10 @@ struct mpi_watch_config {
     void *arg;
 };
 int mpi_world_watch(struct mpi_world *w, const struct mpi_watch_config *cfg);
+/* No lost/found callback is called once this returns (the heartbeats go
+ * on): for an owner of the callbacks' arg that goes away before the world
+ * (cluster/leader.c). The callbacks run under a lock this takes. */
+void mpi_world_unwatch(struct mpi_world *w);
 /* Whether proc is lost now (false before mpi_world_watch). Any thread. */
 bool mpi_world_proc_lost(struct mpi_world *w, int proc);
 

@@ -96,14 +96,14 @@ static bool beats_step(struct mpi_world *w)
             MPI_Isend(&b->out, 1, MPI_UINT64_T, p, beat_tag(w), w->data, &b->send);
         }
         bool lost = now - b->heard > w->watch.timeout_s;
-        if (lost != b->lost) {
+        if (lost != b->lost) { /* the callbacks under the lock: mpi_world_unwatch */
             pthread_mutex_lock(&w->lock);
             b->lost = lost;
-            pthread_mutex_unlock(&w->lock);
             if (lost && w->watch.lost)
                 w->watch.lost(w->watch.arg, p, now - b->heard);
             else if (!lost && w->watch.found)
                 w->watch.found(w->watch.arg, p);
+            pthread_mutex_unlock(&w->lock);
         }
     }
     return moved;
@@ -161,6 +161,11 @@ static bool op_step(struct mpi_world *w, struct mpi_op *op, bool *finished)
         op->state = OP_PROBING;
         __attribute__((fallthrough)); /* probe at once */
     case OP_PROBING: {
+        if (op->stop && atomic_load(op->stop)) { /* nothing matched: nothing to undo */
+            op_finish(op, ERR_CANCELLED);
+            *finished = true;
+            return true;
+        }
         MPI_Status st;
         rc = MPI_Improbe(op->peer, op->tag, w->data, &flag, &op->msg, &st);
         if (rc != MPI_SUCCESS) {
@@ -466,6 +471,15 @@ int mpi_world_watch(struct mpi_world *w, const struct mpi_watch_config *cfg)
     return 0;
 }
 
+void mpi_world_unwatch(struct mpi_world *w)
+{
+    pthread_mutex_lock(&w->lock);
+    w->watch.lost = NULL;
+    w->watch.found = NULL;
+    w->watch.arg = NULL;
+    pthread_mutex_unlock(&w->lock);
+}
+
 bool mpi_world_proc_lost(struct mpi_world *w, int proc)
 {
     if (proc < 0 || proc >= w->procs)
@@ -505,9 +519,10 @@ int mpi_world_send(struct mpi_world *w, int peer, int tag, const void *p, size_t
     return 0;
 }
 
-int mpi_world_recv(struct mpi_world *w, int peer, int tag, void **p, size_t *n)
+int mpi_world_recv_unless(struct mpi_world *w, int peer, int tag, const atomic_bool *stop,
+                          void **p, size_t *n)
 {
-    struct mpi_op op = {.kind = MPI_OP_RECV, .peer = peer, .tag = tag};
+    struct mpi_op op = {.kind = MPI_OP_RECV, .peer = peer, .tag = tag, .stop = stop};
     int rc = message_run(w, &op);
     *p = op.buf;
     *n = op.len;
@@ -515,7 +530,14 @@ int mpi_world_recv(struct mpi_world *w, int peer, int tag, void **p, size_t *n)
         free(op.buf);
         *p = NULL;
         *n = 0;
+        if (rc == ERR_CANCELLED)
+            return err_set(rc, "mpi: the receive from process %d was given up", peer);
         return err_set(rc, "mpi: receiving from process %d failed", peer);
     }
     return 0;
+}
+
+int mpi_world_recv(struct mpi_world *w, int peer, int tag, void **p, size_t *n)
+{
+    return mpi_world_recv_unless(w, peer, tag, NULL, p, n);
 }
