@@ -218,11 +218,15 @@ static int part_status(const struct pending *c, enum proto_kind want)
     if (c->ans.kind != want)
         return err_set(ERR_INVALID, "process %d answered a command with %s, not %s", c->proc,
                        proto_kind_name(c->ans.kind), proto_kind_name(want));
-    if (c->ans.status < 0)
-        return err_set(c->ans.status, "process %d: %s", c->proc,
-                       c->ans.message && c->ans.message[0] ? c->ans.message
-                                                           : err_name(c->ans.status));
-    return 0;
+    if (c->ans.status >= 0)
+        return 0;
+    const char *msg = c->ans.message && c->ans.message[0] ? c->ans.message
+                                                          : err_name(c->ans.status);
+    char named[32]; /* most of the follower's messages name it already */
+    int k = snprintf(named, sizeof named, "process %d", c->proc);
+    if (strncmp(msg, named, (size_t)k) == 0 && (msg[k] == ':' || msg[k] == ','))
+        return err_set(c->ans.status, "%s", msg);
+    return err_set(c->ans.status, "process %d: %s", c->proc, msg);
 }
 
 /* The first failing part's status (its message set), or 0. */
