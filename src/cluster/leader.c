@@ -176,7 +176,7 @@ static void call_procs(struct leader *l, const int *procs, int n, const struct p
         bool lost_now = shutdown && l->watching && mpi_world_proc_lost(l->w, procs[i]);
         pthread_mutex_lock(&l->lock);
         bool send = !p->failed || shutdown;
-        bool wait = !p->failed || (!lost_now && !atomic_load(&p->ended));
+        bool wait = !p->failed || (shutdown && !lost_now && !atomic_load(&p->ended));
         if (!wait) {
             c->done = true;
             c->status = ERR_IO;
