@@ -35,6 +35,7 @@ struct peer {
     bool started;
     atomic_bool stop;    /* the receiver gives up its wait and ends */
     atomic_bool ended;   /* the receiver has left its loop */
+    atomic_bool silent;  /* lost now (heartbeats): a send to it gives up */
     bool failed;         /* under the leader's lock */
     char reason[256];    /* why, when failed */
 };
@@ -92,10 +93,18 @@ static void on_lost(void *arg, int proc, double silent_s)
     struct leader *l = arg;
     if (proc <= 0 || proc >= l->procs)
         return;
+    atomic_store(&l->peers[proc].silent, true);
     char reason[128];
     snprintf(reason, sizeof reason, "process %d is not answering (no heartbeat for %.1f s)", proc,
              silent_s);
     fail_peer(l, proc, reason);
+}
+
+static void on_found(void *arg, int proc)
+{
+    struct leader *l = arg;
+    if (proc > 0 && proc < l->procs)
+        atomic_store(&l->peers[proc].silent, false);
 }
 
 /* ---- receiving ---- */
@@ -138,8 +147,11 @@ static void *receiver_main(void *arg)
         struct proto_msg m;
         rc = proto_decode(buf, n, &m);
         free(buf);
-        if (rc < 0) { /* no sequence number to match it to */
-            fprintf(stderr, "shardswap: an answer from process %d: %s\n", p->proc, err_msg());
+        if (rc < 0) { /* no sequence number to match it to: the channel is broken */
+            char reason[300];
+            snprintf(reason, sizeof reason, "process %d answered what is not a message: %s",
+                     p->proc, err_msg());
+            fail_peer(l, p->proc, reason);
             continue;
         }
         deliver(l, p->proc, &m);
@@ -160,6 +172,7 @@ static void call_procs(struct leader *l, const int *procs, int n, const struct p
 {
     struct proto_msg m = *cmd;
     struct strbuf b = {0};
+    bool given_up = false; /* a send MPI may still read b for */
     pthread_mutex_lock(&l->send_lock);
     m.seq = ++l->seq;
     int rc = proto_encode(&m, &b);
@@ -186,14 +199,20 @@ static void call_procs(struct leader *l, const int *procs, int n, const struct p
             l->pending = c;
         }
         pthread_mutex_unlock(&l->lock);
-        if (send && mpi_world_send(l->w, procs[i], l->cfg.ctl_tag, b.p, b.len) < 0) {
+        /* a send to a silent follower gives up, so one that stopped taking
+         * messages holds the lock no longer than its heartbeat timeout */
+        if (send && (rc = mpi_world_send_unless(l->w, procs[i], l->cfg.ctl_tag, b.p, b.len,
+                                                &p->silent)) < 0) {
+            given_up |= rc == ERR_CANCELLED;
             char reason[300];
             snprintf(reason, sizeof reason, "process %d: %s", procs[i], err_msg());
             fail_peer(l, procs[i], reason);
+            rc = 0;
         }
     }
     pthread_mutex_unlock(&l->send_lock);
-    strbuf_free(&b);
+    if (!given_up) /* else leaked: MPI may still read it (comm/mpi.h) */
+        strbuf_free(&b);
 
     /* every part done, then out of the list */
     pthread_mutex_lock(&l->lock);
@@ -366,28 +385,33 @@ int leader_create(struct mpi_world *w, const struct leader_config *cfg, struct l
     pthread_cond_init(&l->cond, NULL);
     l->peers = calloc((size_t)l->procs, sizeof *l->peers);
     if (!l->peers) {
+        l->shut = true;
         leader_destroy(l);
         return err_set(ERR_NOMEM, "leader: out of memory");
+    }
+    for (int p = 1; p < l->procs; p++) {
+        struct peer *peer = &l->peers[p];
+        peer->proc = p;
+        peer->l = l;
+        atomic_init(&peer->stop, false);
+        atomic_init(&peer->ended, false);
+        atomic_init(&peer->silent, false);
     }
     int rc = 0;
     if (cfg->beat_timeout_s > 0) {
         struct mpi_watch_config wc = {.interval_s = cfg->beat_interval_s,
                                       .timeout_s = cfg->beat_timeout_s,
                                       .lost = on_lost,
+                                      .found = on_found,
                                       .arg = l};
         if ((rc = mpi_world_watch(w, &wc)) == 0)
             l->watching = true;
     }
     for (int p = 1; p < l->procs && rc == 0; p++) {
-        struct peer *peer = &l->peers[p];
-        peer->proc = p;
-        peer->l = l;
-        atomic_init(&peer->stop, false);
-        atomic_init(&peer->ended, false);
-        if (pthread_create(&peer->thread, NULL, receiver_main, peer) != 0)
+        if (pthread_create(&l->peers[p].thread, NULL, receiver_main, &l->peers[p]) != 0)
             rc = err_set(ERR_NOMEM, "leader: cannot start the receiver of process %d", p);
         else
-            peer->started = true;
+            l->peers[p].started = true;
     }
     if (rc < 0) {
         l->shut = true; /* nothing was sent: no follower to tell */

@@ -110,3 +110,10 @@ void mpi_world_unwatch(struct mpi_world *w)
 {
     (void)w;
 }
+
+int mpi_world_send_unless(struct mpi_world *w, int peer, int tag, const void *p, size_t n,
+                          const atomic_bool *stop)
+{
+    (void)stop;
+    return mpi_world_send(w, peer, tag, p, n);
+}

@@ -204,6 +204,18 @@ static bool op_step(struct mpi_world *w, struct mpi_op *op, bool *finished)
             *finished = true;
             return true;
         }
+        if (op->stop && atomic_load(op->stop)) {
+            /* MPI keeps the request (and may still touch the bytes): a
+             * receive's buffer is leaked, a send's is the caller's to leak */
+            MPI_Request_free(&op->req);
+            if (op->kind == MPI_OP_RECV) {
+                op->buf = NULL;
+                op->len = 0;
+            }
+            op_finish(op, ERR_CANCELLED);
+            *finished = true;
+            return true;
+        }
         return false;
     }
     assert(!"unknown op state");
@@ -508,15 +520,24 @@ static int message_run(struct mpi_world *w, struct mpi_op *op)
     return rc;
 }
 
-int mpi_world_send(struct mpi_world *w, int peer, int tag, const void *p, size_t n)
+int mpi_world_send_unless(struct mpi_world *w, int peer, int tag, const void *p, size_t n,
+                          const atomic_bool *stop)
 {
     if (n > (size_t)INT_MAX)
         return err_set(ERR_INVALID, "mpi: a message of %zu bytes is too large", n);
-    struct mpi_op op = {.kind = MPI_OP_SEND, .peer = peer, .tag = tag, .buf = (void *)p, .len = n};
+    struct mpi_op op = {
+        .kind = MPI_OP_SEND, .peer = peer, .tag = tag, .buf = (void *)p, .len = n, .stop = stop};
     int rc = message_run(w, &op);
+    if (rc == ERR_CANCELLED)
+        return err_set(rc, "mpi: sending %zu bytes to process %d was given up", n, peer);
     if (rc < 0)
         return err_set(rc, "mpi: sending %zu bytes to process %d failed", n, peer);
     return 0;
+}
+
+int mpi_world_send(struct mpi_world *w, int peer, int tag, const void *p, size_t n)
+{
+    return mpi_world_send_unless(w, peer, tag, p, n, NULL);
 }
 
 int mpi_world_recv_unless(struct mpi_world *w, int peer, int tag, const atomic_bool *stop,
