@@ -33,11 +33,11 @@ struct peer {
     struct leader *l;
     pthread_t thread;
     bool started;
-    atomic_bool stop;    /* the receiver gives up its wait and ends */
-    atomic_bool ended;   /* the receiver has left its loop */
-    atomic_bool silent;  /* lost now (heartbeats): a send to it gives up */
-    bool failed;         /* under the leader's lock */
-    char reason[256];    /* why, when failed */
+    atomic_bool stop;   /* the receiver gives up its wait and ends */
+    atomic_bool ended;  /* the receiver has left its loop */
+    atomic_bool silent; /* lost now (heartbeats): a send to it gives up */
+    bool failed;        /* under the leader's lock */
+    char reason[256];   /* why, when failed */
 };
 
 struct leader {
@@ -239,8 +239,8 @@ static int part_status(const struct pending *c, enum proto_kind want)
                        proto_kind_name(c->ans.kind), proto_kind_name(want));
     if (c->ans.status >= 0)
         return 0;
-    const char *msg = c->ans.message && c->ans.message[0] ? c->ans.message
-                                                          : err_name(c->ans.status);
+    const char *msg =
+        c->ans.message && c->ans.message[0] ? c->ans.message : err_name(c->ans.status);
     char named[32]; /* most of the follower's messages name it already */
     int k = snprintf(named, sizeof named, "process %d", c->proc);
     if (strncmp(msg, named, (size_t)k) == 0 && (msg[k] == ':' || msg[k] == ','))

@@ -211,8 +211,7 @@ static void run_layout(const char *name, const char *dir, int tp, int pp, const 
         int rc = leader_step(lead, &prefill, got, (size_t)B * T * V, &n_got);
         char want[64];
         snprintf(want, sizeof want, "shard %d of model %u is not loaded", n - 1, id);
-        CHECK_MSG(rc == ERR_INVALID && strstr(err_msg(), want) &&
-                      strstr(err_msg(), "process 1"),
+        CHECK_MSG(rc == ERR_INVALID && strstr(err_msg(), want) && strstr(err_msg(), "process 1"),
                   "%s: a step before the last load gave %d: %s", name, rc, err_msg());
         CHECK_MSG(load_shard(id, &sh[n - 1], n - 1, devices[n - 1]) == 0, "%s: %s", name,
                   err_msg());
@@ -222,9 +221,11 @@ static void run_layout(const char *name, const char *dir, int tp, int pp, const 
     for (int st = -1; st < STEPS; st++) {
         struct proto_msg step = prefill;
         if (st >= 0) {
-            step = (struct proto_msg){
-                .kind = PROTO_STEP, .batch = batch_id, .t_new = 1, .ids = &step_ids[st * B],
-                .n_ids = B};
+            step = (struct proto_msg){.kind = PROTO_STEP,
+                                      .batch = batch_id,
+                                      .t_new = 1,
+                                      .ids = &step_ids[st * B],
+                                      .n_ids = B};
         }
         size_t rows = st < 0 ? (size_t)B * T : B;
         int rc = leader_step(lead, &step, got, (size_t)B * T * V, &n_got);
@@ -427,8 +428,8 @@ TEST(stopped)
      * that no such batch is open) */
     enum { BIG = 1 << 20 };
     int32_t *big = calloc(BIG, sizeof *big);
-    struct proto_msg step = {.kind = PROTO_STEP, .batch = 4242, .t_new = 1, .ids = big,
-                             .n_ids = BIG};
+    struct proto_msg step = {
+        .kind = PROTO_STEP, .batch = 4242, .t_new = 1, .ids = big, .n_ids = BIG};
     float logit;
     size_t got;
     int rc = leader_step(lead, &step, &logit, 1, &got);
