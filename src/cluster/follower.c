@@ -221,27 +221,46 @@ static int load_blob(struct follower *f, struct fmodel *fm, struct fshard *s, in
     return rc;
 }
 
+/* True when every blob of s with bytes is on its device. */
+static bool shard_complete(const struct fshard *s)
+{
+    for (int b = 0; b < s->layout.n_blobs; b++)
+        if (s->layout.blob_bytes[b] > 0 && !s->blobs[b])
+            return false;
+    return true;
+}
+
+/* A LOAD may name some shards only (rank 0 loads a model's shards here by
+ * one command each, or all in one): a shard is loaded once all its blobs
+ * are, and a failure unloads the shards this command named, not those
+ * loaded before. */
 static int do_load(struct follower *f, const struct proto_msg *c)
 {
     struct fmodel *fm = model_find(f, c->model);
     if (!fm)
         return ERR_INVALID;
+    bool named[PROTO_MAX_SHARDS] = {0}; /* by local index */
     int rc = 0;
     for (uint32_t i = 0; i < c->n_places && rc == 0; i++) {
         struct fshard *s = local_shard(fm, c->places[i].shard);
-        if (!s || c->places[i].blob >= (uint32_t)s->layout.n_blobs || s->blobs[c->places[i].blob])
+        if (!s || c->places[i].blob >= (uint32_t)s->layout.n_blobs || s->blobs[c->places[i].blob]) {
             rc = err_set(ERR_INVALID,
                          "process %d: load of model %u names shard %u blob %u, "
                          "which is not one of its unloaded blobs here",
                          f->me, c->model, c->places[i].shard, c->places[i].blob);
-        else
-            rc = load_blob(f, fm, s, (int)c->places[i].blob, c->places[i].offset);
+            break;
+        }
+        named[s - fm->sh] = true;
+        rc = load_blob(f, fm, s, (int)c->places[i].blob, c->places[i].offset);
     }
-    for (int i = 0; i < fm->n_local; i++)
+    for (int i = 0; i < fm->n_local; i++) {
+        if (!named[i])
+            continue;
         if (rc < 0)
             shard_unload(&fm->sh[i]);
         else
-            fm->sh[i].loaded = true;
+            fm->sh[i].loaded = shard_complete(&fm->sh[i]);
+    }
     return rc;
 }
 

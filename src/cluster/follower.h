@@ -2,7 +2,8 @@
  * its node's devices and carries out rank 0's commands (cluster/proto.h) on
  * them, in the order they come: registers a model's checkpoint (its own
  * copy, same path), loads its shards' blobs at the offsets rank 0's view of
- * each device chose (device_alloc_at), opens a batch's execution contexts
+ * each device chose (device_alloc_at; a LOAD names one shard or several, and
+ * a shard is loaded once all its blobs are), opens a batch's execution contexts
  * (model_exec_init_at) with the TP groups and PP channels the command tags,
  * runs a step on every one of its shards at once (one compute thread per
  * device, model_forward_stage) and answers with the status and, from the

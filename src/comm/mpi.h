@@ -25,7 +25,9 @@
 #ifndef SHARDSWAP_COMM_MPI_H
 #define SHARDSWAP_COMM_MPI_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 struct comm_group;
 struct comm_channel;
@@ -67,6 +69,18 @@ int mpi_world_max_tag(const struct mpi_world *w);
  * order. ERR_IO when MPI fails. */
 int mpi_world_send(struct mpi_world *w, int peer, int tag, const void *p, size_t n);
 int mpi_world_recv(struct mpi_world *w, int peer, int tag, void **p, size_t *n);
+/* For a thread that waits on a peer that may never answer again
+ * (cluster/leader.c): the same calls, given up with ERR_CANCELLED once
+ * *stop is true (set by any thread; the progress thread reads it every
+ * round). A receive given up before its message started to arrive received
+ * nothing (the message stays for the next receive); one given up half way
+ * dropped the message, and the order of (peer, tag) is lost. A send given
+ * up may still be read by MPI: the caller must then leave p allocated and
+ * unchanged for good (leak it), as it must a peer that is gone. */
+int mpi_world_recv_unless(struct mpi_world *w, int peer, int tag, const atomic_bool *stop,
+                          void **p, size_t *n);
+int mpi_world_send_unless(struct mpi_world *w, int peer, int tag, const void *p, size_t n,
+                          const atomic_bool *stop);
 
 /* Heartbeats: every interval_s process 0 sends one to every other process
  * and each of them one to process 0 (a star), on the progress thread. A
@@ -85,6 +99,10 @@ struct mpi_watch_config {
     void *arg;
 };
 int mpi_world_watch(struct mpi_world *w, const struct mpi_watch_config *cfg);
+/* No lost/found callback is called once this returns (the heartbeats go
+ * on): for an owner of the callbacks' arg that goes away before the world
+ * (cluster/leader.c). The callbacks run under a lock this takes. */
+void mpi_world_unwatch(struct mpi_world *w);
 /* Whether proc is lost now (false before mpi_world_watch). Any thread. */
 bool mpi_world_proc_lost(struct mpi_world *w, int proc);
 

@@ -1,9 +1,9 @@
 /* cluster/follower under mpirun (2 and 3 processes): process 0 plays rank
- * 0's part by hand (the engine's proxy will do the same): it keeps a view
- * of every other process's device (device_open_remote), places the blobs
- * and batch contexts there, and sends REGISTER, LOAD, BATCH_OPEN, STEP,
- * BATCH_CLOSE, OFFLOAD, UNREGISTER and SHUTDOWN; the other processes run
- * follower_serve. A model's shards over the processes (TP 2, PP 2, TP 2 x
+ * 0's part (the engine's proxy will do the same): it keeps a view of every
+ * other process's device (device_open_remote), places the blobs and batch
+ * contexts there, runs its own shards, and sends REGISTER, LOAD,
+ * BATCH_OPEN, STEP, BATCH_CLOSE, OFFLOAD, UNREGISTER and SHUTDOWN through
+ * the leader (cluster/leader.h); the other processes run follower_serve. A model's shards over the processes (TP 2, PP 2, TP 2 x
  * PP 2; process 0 holding some shards itself) give the whole model's
  * logits within 1e-5 for the prefill and four decode steps, the followers'
  * devices hold exactly the placements the views chose, and commands that
@@ -13,6 +13,7 @@
 
 #include "backend/device.h"
 #include "cluster/follower.h"
+#include "cluster/leader.h"
 #include "cluster/proto.h"
 #include "comm/comm.h"
 #include "comm/mpi.h"
@@ -31,68 +32,16 @@
 #define MIB (1u << 20)
 
 static int next_tag = 100;
-static uint64_t seq;
+static struct leader *lead;
 static struct device *dev[N_DEV]; /* process 0: its own and views of the others' */
 static int proc_of[N_DEV];
 
 /* ---- process 0's side ---- */
 
-/* Sends m (with its seq) to process p. */
-static int send_as(int p, const struct proto_msg *m)
-{
-    struct strbuf b = {0};
-    int rc = proto_encode(m, &b);
-    if (rc == 0)
-        rc = mpi_world_send(world, p, CTL, b.p, b.len);
-    strbuf_free(&b);
-    return rc;
-}
-
-/* Sends m to process p as a new command (the next seq). */
-static int send_to(int p, struct proto_msg *m)
-{
-    m->seq = ++seq;
-    return send_as(p, m);
-}
-
-/* The next answer from p (the caller frees it). */
-static int answer_from(int p, struct proto_msg *m)
-{
-    void *buf = NULL;
-    size_t n = 0;
-    int rc = mpi_world_recv(world, p, CTL, &buf, &n);
-    if (rc == 0)
-        rc = proto_decode(buf, n, m);
-    free(buf);
-    return rc;
-}
-
-/* Sends m to every follower and checks each REPLY; 0 or the first error. */
-static int command_all(struct proto_msg *m, char *why, size_t cap)
-{
-    int first = 0;
-    m->seq = ++seq; /* one command to all: one seq */
-    for (int p = 1; p < procs; p++)
-        CHECK(send_as(p, m) == 0);
-    for (int p = 1; p < procs; p++) {
-        struct proto_msg r;
-        CHECK(answer_from(p, &r) == 0);
-        CHECK(r.kind == PROTO_REPLY && r.seq == m->seq);
-        if (r.status < 0 && first == 0) {
-            first = r.status;
-            snprintf(why, cap, "%s", r.message ? r.message : "");
-        }
-        proto_msg_free(&r);
-    }
-    return first;
-}
-
 /* A command to every follower that must succeed. */
-static void command_ok(struct proto_msg *m)
+static void command_ok(const struct proto_msg *m)
 {
-    char why[512] = "";
-    int rc = command_all(m, why, sizeof why);
-    CHECK_MSG(rc == 0, "%s: %s", proto_kind_name(m->kind), why);
+    CHECK_MSG(leader_call_all(lead, m) == 0, "%s: %s", proto_kind_name(m->kind), err_msg());
 }
 
 struct lshard {
@@ -178,11 +127,7 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
             }
         }
         struct proto_msg load = {.kind = PROTO_LOAD, .model = id, .places = places, .n_places = k};
-        CHECK(send_to(p, &load) == 0);
-        struct proto_msg r;
-        CHECK(answer_from(p, &r) == 0 && r.status == 0);
-        CHECK_MSG(r.status == 0, "load on %d: %s", p, r.message);
-        proto_msg_free(&r);
+        CHECK_MSG(leader_call(lead, p, &load) == 0, "load on %d: %s", p, err_msg());
     }
     for (int i = 0; i < n; i++) {
         if (proc_of[i] != 0)
@@ -222,11 +167,12 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
         else if (from == 0 || to == 0)
             CHECK(comm_channel_create_mpi(world, from == 0 ? to : from, ctags[i], &chan[i]) == 0);
     }
+    /* one BATCH_OPEN for every follower: each takes its own shards' places */
     uint64_t batch_id = 1000 + id;
-    for (int p = 1; p < procs; p++) {
+    {
         uint32_t k = 0;
         for (int i = 0; i < n; i++) {
-            if (proc_of[i] != p)
+            if (proc_of[i] == 0)
                 continue;
             size_t bytes = model_exec_bytes(sh[i].m, dev[i], &shape);
             CHECK(bytes > 0 && device_alloc(dev[i], bytes, &sh[i].ctx) == 0);
@@ -246,7 +192,7 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
                                  .n_group_tags = (uint32_t)pp,
                                  .channel_tags = ctags,
                                  .n_channel_tags = (uint32_t)((pp - 1) * tp)};
-        CHECK(send_to(p, &open) == 0);
+        command_ok(&open);
     }
     int n_local = 0;
     struct lshard *local[N_DEV];
@@ -260,12 +206,6 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
                                         .out = s->stage < pp - 1 ? chan[i] : NULL};
         local[n_local++] = s;
     }
-    for (int p = 1; p < procs; p++) {
-        struct proto_msg r;
-        CHECK(answer_from(p, &r) == 0);
-        CHECK_MSG(r.status == 0, "batch open on %d: %s", p, r.message);
-        proto_msg_free(&r);
-    }
 
     /* the steps: prefill at every position, then the reference's greedy ids */
     const int holder = (pp - 1) * tp;
@@ -278,8 +218,6 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
                                  .n_ids = st < 0 ? B * T : B,
                                  .mask = st < 0 ? mask : NULL,
                                  .n_mask = st < 0 ? B * T : 0};
-        for (int p = 1; p < procs; p++)
-            CHECK(send_to(p, &step) == 0);
         pthread_t t[N_DEV];
         for (int k = 0; k < n_local; k++) {
             struct lshard *s = local[k];
@@ -287,22 +225,14 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
             s->all = st < 0, s->logits = got;
             pthread_create(&t[k], NULL, lshard_step, s);
         }
+        /* the followers' part while ours runs; the holder's logits into got */
+        size_t n_got = 0;
+        int rc = leader_step(lead, &step, got, (size_t)B * T * V, &n_got);
+        CHECK_MSG(rc == 0, "step: %s", err_msg());
+        CHECK(n_got == (proc_of[holder] != 0 ? (size_t)(st < 0 ? B * T : B) * V : 0));
         for (int k = 0; k < n_local; k++) {
             pthread_join(t[k], NULL);
             CHECK_MSG(local[k]->rc == 0, "shard %d here: %s", local[k]->index, err_msg());
-        }
-        for (int p = 1; p < procs; p++) {
-            struct proto_msg r;
-            CHECK(answer_from(p, &r) == 0 && r.kind == PROTO_STEP_DONE);
-            CHECK_MSG(r.status == 0, "step on %d: %s", p, r.message);
-            if (proc_of[holder] == p) {
-                CHECK(r.n_logits == (uint32_t)((st < 0 ? B * T : B) * V));
-                if (r.n_logits)
-                    memcpy(got, r.logits, sizeof(float) * r.n_logits);
-            } else {
-                CHECK(r.n_logits == 0);
-            }
-            proto_msg_free(&r);
         }
         double e = st < 0 ? test_rel_err(got, pre, (size_t)B * T * V)
                           : test_rel_err(got, steps + (size_t)st * B * V, (size_t)B * V);
@@ -312,20 +242,19 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
     /* a step on a batch that is not open is an error naming it, and the
      * follower goes on */
     struct proto_msg bad = {.kind = PROTO_BATCH_CLEAR, .batch = 77777, .slot = 0};
-    char why[512] = "";
     if (procs > 1) {
-        CHECK(command_all(&bad, why, sizeof why) == ERR_INVALID);
-        CHECK_MSG(strstr(why, "no batch 77777") != NULL, "%s", why);
+        CHECK(leader_call_all(lead, &bad) == ERR_INVALID);
+        CHECK_MSG(strstr(err_msg(), "no batch 77777") != NULL, "%s", err_msg());
     }
 
     /* what cannot work is answered with an error naming it: the model
      * registered again, offloaded under an open batch */
     if (procs > 1) {
-        CHECK(command_all(&reg, why, sizeof why) == ERR_INVALID);
-        CHECK_MSG(strstr(why, "registered already") != NULL, "%s", why);
+        CHECK(leader_call_all(lead, &reg) == ERR_INVALID);
+        CHECK_MSG(strstr(err_msg(), "registered already") != NULL, "%s", err_msg());
         struct proto_msg busy = {.kind = PROTO_OFFLOAD, .model = id};
-        CHECK(command_all(&busy, why, sizeof why) == ERR_BUSY);
-        CHECK_MSG(strstr(why, "batch open") != NULL, "%s", why);
+        CHECK(leader_call_all(lead, &busy) == ERR_BUSY);
+        CHECK_MSG(strstr(err_msg(), "batch open") != NULL, "%s", err_msg());
     }
 
     struct proto_msg close = {.kind = PROTO_BATCH_CLOSE, .batch = batch_id};
@@ -401,18 +330,12 @@ static void step_before_load(const char *dir)
     command_ok(&open);
     int32_t ids[2] = {1, 2};
     struct proto_msg step = {.kind = PROTO_STEP, .batch = 5555, .t_new = 2, .ids = ids, .n_ids = 2};
-    for (int p = 1; p < procs; p++)
-        CHECK(send_to(p, &step) == 0);
-    for (int p = 1; p < procs; p++) {
-        struct proto_msg r;
-        CHECK(answer_from(p, &r) == 0 && r.kind == PROTO_STEP_DONE);
-        if (p == 1)
-            CHECK_MSG(r.status == ERR_INVALID && r.message && strstr(r.message, "not loaded"),
-                      "process 1 answered %d: %s", r.status, r.message ? r.message : "");
-        else
-            CHECK(r.status == 0);
-        proto_msg_free(&r);
-    }
+    float logit;
+    size_t n_got = 0;
+    int rc = leader_step(lead, &step, &logit, 1, &n_got); /* only process 1 fails */
+    CHECK_MSG(rc == ERR_INVALID && strstr(err_msg(), "process 1") &&
+                  strstr(err_msg(), "not loaded"),
+              "the step answered %d: %s", rc, err_msg());
     struct proto_msg close = {.kind = PROTO_BATCH_CLOSE, .batch = 5555};
     command_ok(&close);
     struct proto_msg unreg = {.kind = PROTO_UNREGISTER, .model = id};
@@ -451,6 +374,8 @@ TEST(serve_models)
         else
             CHECK(device_open_remote(proc_of[d], DEVICE_CPU, "cpu", 64 * MIB, &dev[d]) == 0);
     }
+    struct leader_config cfg = {.ctl_tag = CTL}; /* no heartbeats: nobody is stopped here */
+    CHECK_MSG(leader_create(world, &cfg, &lead) == 0, "%s", err_msg());
     static const char *fixtures[] = {"pre_ln_f32", "llama_gqa_f32", "qwen2_bias_f32"};
     for (size_t k = 0; k < sizeof fixtures / sizeof fixtures[0]; k++) {
         char dir[512];
@@ -460,8 +385,9 @@ TEST(serve_models)
         leader_layout(fixtures[k], dir, 2, 2);
     }
     step_before_load(FIXTURES "/llama_gqa_f32");
-    struct proto_msg bye = {.kind = PROTO_SHUTDOWN};
-    command_ok(&bye);
+    CHECK_MSG(leader_shutdown(lead) == 0, "%s", err_msg());
+    leader_destroy(lead);
+    lead = NULL;
     for (int d = 0; d < N_DEV; d++)
         device_close(dev[d]);
 }

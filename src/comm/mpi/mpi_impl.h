@@ -25,6 +25,7 @@
 
 #include <mpi.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -46,6 +47,8 @@ struct mpi_op {
     void (*done)(struct mpi_op *op);
     void *arg;
     int (*call)(struct mpi_op *op, MPI_Comm comm); /* CALL: returns the status */
+    const atomic_bool *stop; /* SEND, RECV, or NULL: give up (ERR_CANCELLED) once
+                                true (comm/mpi.h: mpi_world_recv_unless) */
 
     /* the progress thread's */
     struct mpi_op *next;

@@ -98,3 +98,22 @@ int mpi_world_recv(struct mpi_world *w, int peer, int tag, void **p, size_t *n)
     *n = 0;
     return err_set(ERR_UNSUPPORTED, "mpi: " NO_MPI);
 }
+
+int mpi_world_recv_unless(struct mpi_world *w, int peer, int tag, const atomic_bool *stop,
+                          void **p, size_t *n)
+{
+    (void)stop;
+    return mpi_world_recv(w, peer, tag, p, n);
+}
+
+void mpi_world_unwatch(struct mpi_world *w)
+{
+    (void)w;
+}
+
+int mpi_world_send_unless(struct mpi_world *w, int peer, int tag, const void *p, size_t n,
+                          const atomic_bool *stop)
+{
+    (void)stop;
+    return mpi_world_send(w, peer, tag, p, n);
+}

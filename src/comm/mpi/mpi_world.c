@@ -96,14 +96,14 @@ static bool beats_step(struct mpi_world *w)
             MPI_Isend(&b->out, 1, MPI_UINT64_T, p, beat_tag(w), w->data, &b->send);
         }
         bool lost = now - b->heard > w->watch.timeout_s;
-        if (lost != b->lost) {
+        if (lost != b->lost) { /* the callbacks under the lock: mpi_world_unwatch */
             pthread_mutex_lock(&w->lock);
             b->lost = lost;
-            pthread_mutex_unlock(&w->lock);
             if (lost && w->watch.lost)
                 w->watch.lost(w->watch.arg, p, now - b->heard);
             else if (!lost && w->watch.found)
                 w->watch.found(w->watch.arg, p);
+            pthread_mutex_unlock(&w->lock);
         }
     }
     return moved;
@@ -161,6 +161,11 @@ static bool op_step(struct mpi_world *w, struct mpi_op *op, bool *finished)
         op->state = OP_PROBING;
         __attribute__((fallthrough)); /* probe at once */
     case OP_PROBING: {
+        if (op->stop && atomic_load(op->stop)) { /* nothing matched: nothing to undo */
+            op_finish(op, ERR_CANCELLED);
+            *finished = true;
+            return true;
+        }
         MPI_Status st;
         rc = MPI_Improbe(op->peer, op->tag, w->data, &flag, &op->msg, &st);
         if (rc != MPI_SUCCESS) {
@@ -196,6 +201,18 @@ static bool op_step(struct mpi_world *w, struct mpi_op *op, bool *finished)
         rc = MPI_Test(&op->req, &flag, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS || flag) {
             op_finish(op, rc == MPI_SUCCESS ? 0 : ERR_IO);
+            *finished = true;
+            return true;
+        }
+        if (op->stop && atomic_load(op->stop)) {
+            /* MPI keeps the request (and may still touch the bytes): a
+             * receive's buffer is leaked, a send's is the caller's to leak */
+            MPI_Request_free(&op->req);
+            if (op->kind == MPI_OP_RECV) {
+                op->buf = NULL;
+                op->len = 0;
+            }
+            op_finish(op, ERR_CANCELLED);
             *finished = true;
             return true;
         }
@@ -466,6 +483,15 @@ int mpi_world_watch(struct mpi_world *w, const struct mpi_watch_config *cfg)
     return 0;
 }
 
+void mpi_world_unwatch(struct mpi_world *w)
+{
+    pthread_mutex_lock(&w->lock);
+    w->watch.lost = NULL;
+    w->watch.found = NULL;
+    w->watch.arg = NULL;
+    pthread_mutex_unlock(&w->lock);
+}
+
 bool mpi_world_proc_lost(struct mpi_world *w, int proc)
 {
     if (proc < 0 || proc >= w->procs)
@@ -494,20 +520,30 @@ static int message_run(struct mpi_world *w, struct mpi_op *op)
     return rc;
 }
 
-int mpi_world_send(struct mpi_world *w, int peer, int tag, const void *p, size_t n)
+int mpi_world_send_unless(struct mpi_world *w, int peer, int tag, const void *p, size_t n,
+                          const atomic_bool *stop)
 {
     if (n > (size_t)INT_MAX)
         return err_set(ERR_INVALID, "mpi: a message of %zu bytes is too large", n);
-    struct mpi_op op = {.kind = MPI_OP_SEND, .peer = peer, .tag = tag, .buf = (void *)p, .len = n};
+    struct mpi_op op = {
+        .kind = MPI_OP_SEND, .peer = peer, .tag = tag, .buf = (void *)p, .len = n, .stop = stop};
     int rc = message_run(w, &op);
+    if (rc == ERR_CANCELLED)
+        return err_set(rc, "mpi: sending %zu bytes to process %d was given up", n, peer);
     if (rc < 0)
         return err_set(rc, "mpi: sending %zu bytes to process %d failed", n, peer);
     return 0;
 }
 
-int mpi_world_recv(struct mpi_world *w, int peer, int tag, void **p, size_t *n)
+int mpi_world_send(struct mpi_world *w, int peer, int tag, const void *p, size_t n)
 {
-    struct mpi_op op = {.kind = MPI_OP_RECV, .peer = peer, .tag = tag};
+    return mpi_world_send_unless(w, peer, tag, p, n, NULL);
+}
+
+int mpi_world_recv_unless(struct mpi_world *w, int peer, int tag, const atomic_bool *stop,
+                          void **p, size_t *n)
+{
+    struct mpi_op op = {.kind = MPI_OP_RECV, .peer = peer, .tag = tag, .stop = stop};
     int rc = message_run(w, &op);
     *p = op.buf;
     *n = op.len;
@@ -515,7 +551,14 @@ int mpi_world_recv(struct mpi_world *w, int peer, int tag, void **p, size_t *n)
         free(op.buf);
         *p = NULL;
         *n = 0;
+        if (rc == ERR_CANCELLED)
+            return err_set(rc, "mpi: the receive from process %d was given up", peer);
         return err_set(rc, "mpi: receiving from process %d failed", peer);
     }
     return 0;
+}
+
+int mpi_world_recv(struct mpi_world *w, int peer, int tag, void **p, size_t *n)
+{
+    return mpi_world_recv_unless(w, peer, tag, NULL, p, n);
 }

@@ -1,0 +1,473 @@
+/* cluster/leader.h: numbering and sending under one lock, a list of the
+ * calls waiting for their answers, a receiver thread per follower that
+ * hands each answer to its call, and heartbeats that fail a silent
+ * follower's calls. */
+#include "cluster/leader.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/proto.h"
+#include "comm/mpi.h"
+#include "core/error.h"
+#include "core/strbuf.h"
+
+/* One process's part of one call: registered before the command leaves, so
+ * an answer arriving at once finds it. */
+struct pending {
+    struct pending *next;
+    int proc;
+    uint64_t seq;
+    bool done;
+    int status;           /* < 0: no answer (why says what happened) */
+    char why[256];        /* the leader's own failure */
+    struct proto_msg ans; /* the answer, owned, when done with status 0 */
+};
+
+struct peer {
+    int proc;
+    struct leader *l;
+    pthread_t thread;
+    bool started;
+    atomic_bool stop;   /* the receiver gives up its wait and ends */
+    atomic_bool ended;  /* the receiver has left its loop */
+    atomic_bool silent; /* lost now (heartbeats): a send to it gives up */
+    bool failed;        /* under the leader's lock */
+    char reason[256];   /* why, when failed */
+};
+
+struct leader {
+    struct mpi_world *w;
+    struct leader_config cfg;
+    int procs;
+    bool watching;
+    /* guards seq and the order in which commands leave; held across
+     * mpi_world_send, never while taking lock */
+    pthread_mutex_t send_lock;
+    uint64_t seq;
+    /* guards pending, the peers' failed and reason, and shut; never held
+     * across an MPI call. Taken by the heartbeats' lost callback under the
+     * world's lock, so nothing here calls into the world under it. */
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* some pending part is done */
+    struct pending *pending;
+    bool shut;
+    struct peer *peers; /* (procs); [0] unused */
+};
+
+/* ---- failing a follower ---- */
+
+/* Marks proc failed (the first reason stays) and ends its pending calls.
+ * Under l->lock. */
+static void fail_locked(struct leader *l, int proc, const char *reason)
+{
+    struct peer *p = &l->peers[proc];
+    if (!p->failed) {
+        p->failed = true;
+        snprintf(p->reason, sizeof p->reason, "%s", reason);
+    }
+    for (struct pending *c = l->pending; c; c = c->next)
+        if (c->proc == proc && !c->done) {
+            c->done = true;
+            c->status = ERR_IO;
+            snprintf(c->why, sizeof c->why, "%s", p->reason);
+        }
+    pthread_cond_broadcast(&l->cond);
+}
+
+static void fail_peer(struct leader *l, int proc, const char *reason)
+{
+    pthread_mutex_lock(&l->lock);
+    fail_locked(l, proc, reason);
+    pthread_mutex_unlock(&l->lock);
+}
+
+/* The heartbeats' lost callback: the progress thread, under the world's
+ * lock (a short lock and a signal). */
+static void on_lost(void *arg, int proc, double silent_s)
+{
+    struct leader *l = arg;
+    if (proc <= 0 || proc >= l->procs)
+        return;
+    atomic_store(&l->peers[proc].silent, true);
+    char reason[128];
+    snprintf(reason, sizeof reason, "process %d is not answering (no heartbeat for %.1f s)", proc,
+             silent_s);
+    fail_peer(l, proc, reason);
+}
+
+static void on_found(void *arg, int proc)
+{
+    struct leader *l = arg;
+    if (proc > 0 && proc < l->procs)
+        atomic_store(&l->peers[proc].silent, false);
+}
+
+/* ---- receiving ---- */
+
+/* Hands m to the call waiting for it; a stale answer (to a call failed
+ * already) is dropped. */
+static void deliver(struct leader *l, int proc, struct proto_msg *m)
+{
+    pthread_mutex_lock(&l->lock);
+    struct pending *c = l->pending;
+    while (c && !(c->proc == proc && c->seq == m->seq && !c->done))
+        c = c->next;
+    if (c) {
+        c->ans = *m;
+        memset(m, 0, sizeof *m);
+        c->done = true;
+        c->status = 0;
+        pthread_cond_broadcast(&l->cond);
+    }
+    pthread_mutex_unlock(&l->lock);
+    proto_msg_free(m);
+}
+
+static void *receiver_main(void *arg)
+{
+    struct peer *p = arg;
+    struct leader *l = p->l;
+    while (!atomic_load(&p->stop)) {
+        void *buf = NULL;
+        size_t n = 0;
+        int rc = mpi_world_recv_unless(l->w, p->proc, l->cfg.ctl_tag, &p->stop, &buf, &n);
+        if (rc == ERR_CANCELLED)
+            break;
+        if (rc < 0) { /* the transport is broken: nothing more comes */
+            char reason[300];
+            snprintf(reason, sizeof reason, "process %d: %s", p->proc, err_msg());
+            fail_peer(l, p->proc, reason);
+            break;
+        }
+        struct proto_msg m;
+        rc = proto_decode(buf, n, &m);
+        free(buf);
+        if (rc < 0) { /* no sequence number to match it to: the channel is broken */
+            char reason[300];
+            snprintf(reason, sizeof reason, "process %d answered what is not a message: %s",
+                     p->proc, err_msg());
+            fail_peer(l, p->proc, reason);
+            continue;
+        }
+        deliver(l, p->proc, &m);
+    }
+    atomic_store(&p->ended, true);
+    return NULL;
+}
+
+/* ---- calling ---- */
+
+/* Sends cmd, with the next seq, to procs[0..n) and waits for every part;
+ * parts[i] is procs[i]'s (answer owned by the caller: part_free). A failed
+ * follower is skipped (its part fails with the reason), except for a
+ * shutdown, which is sent anyway and waited for only from a follower that
+ * can still answer (not lost now, its receiver running). */
+static void call_procs(struct leader *l, const int *procs, int n, const struct proto_msg *cmd,
+                       struct pending *parts, bool shutdown)
+{
+    struct proto_msg m = *cmd;
+    struct strbuf b = {0};
+    bool given_up = false; /* a send MPI may still read b for */
+    pthread_mutex_lock(&l->send_lock);
+    m.seq = ++l->seq;
+    int rc = proto_encode(&m, &b);
+    for (int i = 0; i < n; i++) {
+        struct pending *c = &parts[i];
+        struct peer *p = &l->peers[procs[i]];
+        *c = (struct pending){.proc = procs[i], .seq = m.seq};
+        if (rc < 0) {
+            c->done = true;
+            c->status = rc;
+            snprintf(c->why, sizeof c->why, "%s", err_msg());
+            continue;
+        }
+        bool lost_now = shutdown && l->watching && mpi_world_proc_lost(l->w, procs[i]);
+        pthread_mutex_lock(&l->lock);
+        bool send = !p->failed || shutdown;
+        bool wait = !p->failed || (shutdown && !lost_now && !atomic_load(&p->ended));
+        if (!wait) {
+            c->done = true;
+            c->status = ERR_IO;
+            snprintf(c->why, sizeof c->why, "%s", p->reason);
+        } else {
+            c->next = l->pending;
+            l->pending = c;
+        }
+        pthread_mutex_unlock(&l->lock);
+        /* a send to a silent follower gives up, so one that stopped taking
+         * messages holds the lock no longer than its heartbeat timeout */
+        if (send && (rc = mpi_world_send_unless(l->w, procs[i], l->cfg.ctl_tag, b.p, b.len,
+                                                &p->silent)) < 0) {
+            given_up |= rc == ERR_CANCELLED;
+            char reason[300];
+            snprintf(reason, sizeof reason, "process %d: %s", procs[i], err_msg());
+            fail_peer(l, procs[i], reason);
+            rc = 0;
+        }
+    }
+    pthread_mutex_unlock(&l->send_lock);
+    if (!given_up) /* else leaked: MPI may still read it (comm/mpi.h) */
+        strbuf_free(&b);
+
+    /* every part done, then out of the list */
+    pthread_mutex_lock(&l->lock);
+    for (int i = 0; i < n; i++)
+        while (!parts[i].done)
+            pthread_cond_wait(&l->cond, &l->lock);
+    for (int i = 0; i < n; i++)
+        for (struct pending **pp = &l->pending; *pp; pp = &(*pp)->next)
+            if (*pp == &parts[i]) {
+                *pp = parts[i].next;
+                break;
+            }
+    pthread_mutex_unlock(&l->lock);
+}
+
+/* The status of one part, its message in err_msg() when it failed:
+ * answered with an error, not answered, or answered with the wrong kind. */
+static int part_status(const struct pending *c, enum proto_kind want)
+{
+    if (c->status < 0)
+        return err_set(c->status, "%s", c->why);
+    if (c->ans.kind != want)
+        return err_set(ERR_INVALID, "process %d answered a command with %s, not %s", c->proc,
+                       proto_kind_name(c->ans.kind), proto_kind_name(want));
+    if (c->ans.status >= 0)
+        return 0;
+    const char *msg =
+        c->ans.message && c->ans.message[0] ? c->ans.message : err_name(c->ans.status);
+    char named[32]; /* most of the follower's messages name it already */
+    int k = snprintf(named, sizeof named, "process %d", c->proc);
+    if (strncmp(msg, named, (size_t)k) == 0 && (msg[k] == ':' || msg[k] == ','))
+        return err_set(c->ans.status, "%s", msg);
+    return err_set(c->ans.status, "process %d: %s", c->proc, msg);
+}
+
+/* The first failing part's status (its message set), or 0. */
+static int parts_status(const struct pending *parts, int n, enum proto_kind want)
+{
+    int first = 0;
+    char msg[512] = "";
+    for (int i = 0; i < n; i++) {
+        int rc = part_status(&parts[i], want);
+        if (rc < 0 && first == 0) {
+            first = rc;
+            snprintf(msg, sizeof msg, "%s", err_msg());
+        }
+    }
+    return first < 0 ? err_set(first, "%s", msg) : 0;
+}
+
+static void parts_free(struct pending *parts, int n)
+{
+    for (int i = 0; i < n; i++)
+        proto_msg_free(&parts[i].ans);
+}
+
+static int check_cmd(struct leader *l, const struct proto_msg *cmd, bool step)
+{
+    pthread_mutex_lock(&l->lock);
+    bool shut = l->shut;
+    pthread_mutex_unlock(&l->lock);
+    if (shut)
+        return err_set(ERR_INVALID, "leader: the followers were shut down already");
+    if (step != (cmd->kind == PROTO_STEP) || cmd->kind == PROTO_SHUTDOWN || cmd->kind <= 0 ||
+        cmd->kind >= PROTO_REPLY)
+        return err_set(ERR_INVALID, "leader: %s is not a command for %s",
+                       proto_kind_name(cmd->kind), step ? "leader_step" : "leader_call");
+    return 0;
+}
+
+int leader_call(struct leader *l, int proc, const struct proto_msg *cmd)
+{
+    int rc = check_cmd(l, cmd, false);
+    if (rc < 0)
+        return rc;
+    if (proc < 1 || proc >= l->procs)
+        return err_set(ERR_INVALID, "leader: process %d is not a follower (1..%d)", proc,
+                       l->procs - 1);
+    struct pending part;
+    call_procs(l, &proc, 1, cmd, &part, false);
+    rc = part_status(&part, PROTO_REPLY);
+    parts_free(&part, 1);
+    return rc;
+}
+
+/* cmd to every follower; parts: (procs - 1), the caller's to free. */
+static int call_every(struct leader *l, const struct proto_msg *cmd, struct pending **parts,
+                      bool shutdown)
+{
+    int n = l->procs - 1;
+    *parts = NULL;
+    if (n == 0)
+        return 0;
+    int *procs = malloc(sizeof(int) * (size_t)n);
+    *parts = calloc((size_t)n, sizeof **parts);
+    if (!procs || !*parts) {
+        free(procs);
+        free(*parts);
+        *parts = NULL;
+        return err_set(ERR_NOMEM, "leader: out of memory");
+    }
+    for (int i = 0; i < n; i++)
+        procs[i] = i + 1;
+    call_procs(l, procs, n, cmd, *parts, shutdown);
+    free(procs);
+    return 0;
+}
+
+int leader_call_all(struct leader *l, const struct proto_msg *cmd)
+{
+    struct pending *parts;
+    int rc = check_cmd(l, cmd, false);
+    if (rc == 0 && (rc = call_every(l, cmd, &parts, false)) == 0 && parts) {
+        rc = parts_status(parts, l->procs - 1, PROTO_REPLY);
+        parts_free(parts, l->procs - 1);
+        free(parts);
+    }
+    return rc;
+}
+
+int leader_step(struct leader *l, const struct proto_msg *step, float *logits, size_t n,
+                size_t *got)
+{
+    *got = 0;
+    struct pending *parts;
+    int rc = check_cmd(l, step, true);
+    if (rc < 0 || (rc = call_every(l, step, &parts, false)) < 0 || !parts)
+        return rc;
+    const int k = l->procs - 1;
+    rc = parts_status(parts, k, PROTO_STEP_DONE);
+    for (int i = 0; i < k && rc == 0; i++) {
+        const struct proto_msg *a = &parts[i].ans;
+        if (a->n_logits == 0)
+            continue;
+        if (*got)
+            rc = err_set(ERR_INVALID, "leader: batch %llu: two processes answered with logits",
+                         (unsigned long long)step->batch);
+        else if (a->n_logits > n)
+            rc = err_set(ERR_INVALID,
+                         "leader: batch %llu: process %d answered %u logits, room for %zu",
+                         (unsigned long long)step->batch, parts[i].proc, a->n_logits, n);
+        else {
+            memcpy(logits, a->logits, sizeof(float) * a->n_logits);
+            *got = a->n_logits;
+        }
+    }
+    parts_free(parts, k);
+    free(parts);
+    return rc;
+}
+
+/* ---- start and end ---- */
+
+int leader_create(struct mpi_world *w, const struct leader_config *cfg, struct leader **out)
+{
+    *out = NULL;
+    if (mpi_world_proc(w) != 0)
+        return err_set(ERR_INVALID, "leader: process %d is not process 0", mpi_world_proc(w));
+    if (cfg->ctl_tag < 0 || cfg->ctl_tag >= mpi_world_max_tag(w))
+        return err_set(ERR_INVALID, "leader: tag %d is out of range 0..%d", cfg->ctl_tag,
+                       mpi_world_max_tag(w) - 1);
+    struct leader *l = calloc(1, sizeof *l);
+    if (!l)
+        return err_set(ERR_NOMEM, "leader: out of memory");
+    l->w = w;
+    l->cfg = *cfg;
+    l->procs = mpi_world_procs(w);
+    pthread_mutex_init(&l->send_lock, NULL);
+    pthread_mutex_init(&l->lock, NULL);
+    pthread_cond_init(&l->cond, NULL);
+    l->peers = calloc((size_t)l->procs, sizeof *l->peers);
+    if (!l->peers) {
+        l->shut = true;
+        leader_destroy(l);
+        return err_set(ERR_NOMEM, "leader: out of memory");
+    }
+    for (int p = 1; p < l->procs; p++) {
+        struct peer *peer = &l->peers[p];
+        peer->proc = p;
+        peer->l = l;
+        atomic_init(&peer->stop, false);
+        atomic_init(&peer->ended, false);
+        atomic_init(&peer->silent, false);
+    }
+    int rc = 0;
+    if (cfg->beat_timeout_s > 0) {
+        struct mpi_watch_config wc = {.interval_s = cfg->beat_interval_s,
+                                      .timeout_s = cfg->beat_timeout_s,
+                                      .lost = on_lost,
+                                      .found = on_found,
+                                      .arg = l};
+        if ((rc = mpi_world_watch(w, &wc)) == 0)
+            l->watching = true;
+    }
+    for (int p = 1; p < l->procs && rc == 0; p++) {
+        if (pthread_create(&l->peers[p].thread, NULL, receiver_main, &l->peers[p]) != 0)
+            rc = err_set(ERR_NOMEM, "leader: cannot start the receiver of process %d", p);
+        else
+            l->peers[p].started = true;
+    }
+    if (rc < 0) {
+        l->shut = true; /* nothing was sent: no follower to tell */
+        leader_destroy(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+int leader_shutdown(struct leader *l)
+{
+    pthread_mutex_lock(&l->lock);
+    bool shut = l->shut;
+    l->shut = true;
+    pthread_mutex_unlock(&l->lock);
+    if (shut)
+        return err_set(ERR_INVALID, "leader: the followers were shut down already");
+    struct proto_msg bye = {.kind = PROTO_SHUTDOWN};
+    struct pending *parts = NULL;
+    int rc = call_every(l, &bye, &parts, true);
+    if (rc == 0 && parts) {
+        rc = parts_status(parts, l->procs - 1, PROTO_REPLY);
+        parts_free(parts, l->procs - 1);
+        free(parts);
+    }
+    char msg[512] = "";
+    if (rc < 0)
+        snprintf(msg, sizeof msg, "%s", err_msg());
+    if (l->watching)
+        mpi_world_unwatch(l->w);
+    for (int p = 1; p < l->procs; p++)
+        if (l->peers[p].started) {
+            atomic_store(&l->peers[p].stop, true);
+            pthread_join(l->peers[p].thread, NULL);
+            l->peers[p].started = false;
+        }
+    return rc < 0 ? err_set(rc, "leader: shutdown: %s", msg) : 0;
+}
+
+void leader_destroy(struct leader *l)
+{
+    if (!l)
+        return;
+    if (!l->shut)
+        leader_shutdown(l);
+    for (int p = 1; l->peers && p < l->procs; p++) /* a create that failed half way */
+        if (l->peers[p].started) {
+            atomic_store(&l->peers[p].stop, true);
+            pthread_join(l->peers[p].thread, NULL);
+        }
+    if (l->watching)
+        mpi_world_unwatch(l->w);
+    free(l->peers);
+    pthread_mutex_destroy(&l->send_lock);
+    pthread_mutex_destroy(&l->lock);
+    pthread_cond_destroy(&l->cond);
+    free(l);
+}

@@ -1,0 +1,68 @@
+/* Rank 0's side of the command channel to the other processes of a job
+ * serving across processes (docs/ARCHITECTURE.md: "Processes"): any thread
+ * of process 0 sends a command (cluster/proto.h) to one follower or to
+ * every one, and waits for that command's answer.
+ *
+ * Order: every command gets the next sequence number of the leader, and a
+ * command to several processes is sent to all of them before any later
+ * command is sent to any (one lock over numbering and sending), so every
+ * follower sees the commands in one global order, the order NCCL's and the
+ * collectives' rule of one order per group needs. Answers are matched to
+ * their command by the sequence number, so callers on several threads get
+ * their own answers.
+ *
+ * Threads: MPI is called only by the world's progress thread
+ * (comm/mpi.h); callers block on their answer; one receiver thread per
+ * follower waits for its answers (mpi_world_recv_unless, so shutdown can
+ * join it even when the follower is silent).
+ *
+ * Failure: with heartbeats on (beat_timeout_s > 0; every follower must
+ * watch with the same numbers, mpi_world_watch), a follower silent for
+ * longer than the timeout is lost: its pending calls and every later one
+ * fail at once with ERR_IO, "process P is not answering (...)". A failure
+ * is final: the follower's state is unknown (a found-again follower is
+ * only told to shut down). A follower that dies ends the job under
+ * OpenMPI's default, and mpirun names its rank. */
+#ifndef SHARDSWAP_CLUSTER_LEADER_H
+#define SHARDSWAP_CLUSTER_LEADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct mpi_world;
+struct proto_msg;
+struct leader;
+
+struct leader_config {
+    int ctl_tag; /* the tag of the commands and answers (follower_create's) */
+    /* heartbeats (mpi_world_watch, turned on by leader_create): 0 for none,
+     * when nothing tells a silent follower from a slow one */
+    double beat_interval_s, beat_timeout_s;
+};
+
+/* Process 0 only; starts a receiver per follower (processes 1..procs-1). */
+int leader_create(struct mpi_world *w, const struct leader_config *cfg, struct leader **out);
+
+/* Sends cmd (any kind but SHUTDOWN; its seq is the leader's, not read) to
+ * process proc and waits for the answer: 0, or the answer's status with
+ * err_msg() "process P: <the follower's message>", or ERR_IO when proc is
+ * lost, ERR_INVALID for proc out of range. Any thread. */
+int leader_call(struct leader *l, int proc, const struct proto_msg *cmd);
+/* cmd to every follower, one sequence number for all; waits for every
+ * answer: 0 or the error of the lowest process that failed (all answer). */
+int leader_call_all(struct leader *l, const struct proto_msg *cmd);
+/* A STEP to every follower; waits for every STEP_DONE. The one process
+ * answering with logits (TP rank 0 of the last stage) fills logits[0..n):
+ * *got is how many it sent (0 when rank 0 holds that shard), ERR_INVALID
+ * when more than n. Errors as leader_call_all. */
+int leader_step(struct leader *l, const struct proto_msg *step, float *logits, size_t n,
+                size_t *got);
+
+/* Tells every follower to leave follower_serve (SHUTDOWN), waits for the
+ * answers of those not lost, and joins the receivers: 0 or the first
+ * error. Later calls fail with ERR_INVALID. Once. */
+int leader_shutdown(struct leader *l);
+/* Shuts down first when leader_shutdown was not called. NULL-safe. */
+void leader_destroy(struct leader *l);
+
+#endif
