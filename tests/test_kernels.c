@@ -211,10 +211,12 @@ static void linear_case(int m, int n, int k, enum dtype t, bool with_bias, size_
 /* Every case once per (k, n): k = 75 and 130 leave tails after the 16- and
  * 32-wide loops, k = 300 spans more than one column block of the GEMV's
  * many-row path; n = 37 an odd row count and a partial task, n = 530 more
- * than one widened block on the BLAS path. */
+ * than one widened block on the BLAS path; k = 96 and 256 (3 and 8 chunks
+ * of 32) are where the AMX kernel multiplies (an odd and an even count of
+ * chunks; n = 37 and 530 leave rows past the last whole 16). */
 static const struct {
     int k, n;
-} linear_shapes[] = {{75, 37}, {75, 530}, {130, 45}, {300, 21}};
+} linear_shapes[] = {{75, 37}, {75, 530}, {130, 45}, {300, 21}, {96, 37}, {256, 530}};
 
 /* m <= CPU_GEMV_MAX_M (16): the fused GEMV, whose input rows go in blocks
  * of 4 (2, 4, 5, 15, 16 hit every remainder); 17 and 64: BLAS. */
@@ -240,7 +242,8 @@ static void test_linear(void)
 {
     static const int gemv_ms[] = {1, 2, 3, 4, 5, 8, 15, 16};
     static const int blas_ms[] = {17, 64};
-    static const char *const isas[] = {"avx512bf16", "avx512pairs", "avx512", "avx2", "scalar"};
+    static const char *const isas[] = {"amx",    "avx512bf16", "avx512pairs",
+                                       "avx512", "avx2",       "scalar"};
     int cases = linear_cases(blas_ms, sizeof(blas_ms) / sizeof(blas_ms[0]));
     /* the GEMV: every kernel this CPU runs, then the measured choices */
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {

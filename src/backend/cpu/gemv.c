@@ -65,6 +65,26 @@ static bool has_avx512bf16(void)
 {
     return has_avx512() && __builtin_cpu_supports("avx512bf16");
 }
+
+/* AMX-TILE and AMX-BF16 (CPUID leaf 7 EDX bits 24, 22), and Linux's grant
+ * of the tile data to this process (asked once) */
+static bool amx_granted;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_ask(void)
+{
+    unsigned a, b, c, d;
+    amx_granted = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24)) &&
+                  (d & (1u << 22)) && gemv_amx_enable();
+}
+
+static bool has_amx(void)
+{
+    if (!has_avx512bf16())
+        return false;
+    pthread_once(&amx_once, amx_ask);
+    return amx_granted;
+}
 #else
 static bool has_avx2(void)
 {
@@ -80,6 +100,11 @@ static bool has_avx512bf16(void)
 {
     return false;
 }
+
+static bool has_amx(void)
+{
+    return false;
+}
 #endif
 
 /* The kernels. Each is compiled for its instruction set (gemv_<isa>.c)
@@ -90,6 +115,7 @@ enum gemv_input {
     GEMV_IN_F32,   /* x (rounded to bf16 and widened back in bf16 mode) */
     GEMV_IN_BF16,  /* also xb: x rounded to bf16, in bf16 mode (VDPBF16PS) */
     GEMV_IN_PAIRS, /* also xp: x's columns reordered in pairs of vectors */
+    GEMV_IN_AMX,   /* also xb and xv: x in bf16, and in AMX's pair layout */
 };
 
 /* What a call multiplies, and so which kernel is fastest for it. */
@@ -114,6 +140,7 @@ struct gemv_kernel {
 };
 
 static const struct gemv_kernel gemv_kernels[] = {
+    {"amx", gemv_rows_amx, has_amx, GEMV_IN_AMX, C(GEMV_BF16_MODE)},
     {"avx512bf16", gemv_rows_avx512bf16, has_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
     {"avx512pairs", gemv_rows_avx512pairs, has_avx512, GEMV_IN_PAIRS,
      C(GEMV_BF16) | C(GEMV_BF16_MODE)},
@@ -170,7 +197,7 @@ static int gemv_find(const char *name, const struct gemv_kernel **out)
             return 0;
         }
     return err_set(ERR_INVALID,
-                   "unknown GEMV kernel \"%s\" (expected avx512bf16, avx512pairs, avx512, avx2 or "
+                   "unknown GEMV kernel \"%s\" (expected amx, avx512bf16, avx512pairs, avx512, avx2 or "
                    "scalar)",
                    name);
 }
@@ -218,7 +245,8 @@ static int gemv_prepare(const struct gemv_kernel *k, float *y, const float *x, i
 {
     const int cols = w->cols;
     const bool bf16w = w->dtype == DTYPE_BF16, round = cm == KERN_COMPUTE_BF16;
-    const bool want_xb = k->input == GEMV_IN_BF16 && bf16w && round;
+    const bool want_xv = k->input == GEMV_IN_AMX && bf16w && round;
+    const bool want_xb = (k->input == GEMV_IN_BF16 || want_xv) && bf16w && round;
     const bool want_xp = k->input == GEMV_IN_PAIRS && bf16w;
     const size_t ldx = gemv_ldx(m, cols);
     *a = (struct gemv_args){.y = y, .ldy = (size_t)w->rows, .x = x, .ldx = ldx, .m = m, .w = w};
@@ -226,12 +254,13 @@ static int gemv_prepare(const struct gemv_kernel *k, float *y, const float *x, i
         return 0;
     const size_t n = (size_t)m * ldx;
     const size_t bytes = n * (sizeof(float) + (want_xb ? sizeof(uint16_t) : 0) +
-                              (want_xp ? sizeof(float) : 0));
+                              (want_xv ? sizeof(uint16_t) : 0) + (want_xp ? sizeof(float) : 0));
     float *pad = cpu_scratch(CPU_SCRATCH_GEMV_X, bytes);
     if (!pad)
         return err_set(ERR_NOMEM, "out of host memory for %d x %d activations", m, cols);
     float *xp = want_xp ? pad + n : NULL;
     uint16_t *xb = want_xb ? (uint16_t *)(pad + n) : NULL;
+    uint16_t *xv = want_xv ? xb + n : NULL;
     const int whole = cols / 32 * 32;
     for (int i = 0; i < m; i++) {
         const float *src = x + (size_t)i * cols;
@@ -242,6 +271,9 @@ static int gemv_prepare(const struct gemv_kernel *k, float *y, const float *x, i
             memcpy(dst, src, (size_t)cols * sizeof(float));
         if (xb)
             vec_to_bf16(xb + (size_t)i * ldx, src, (size_t)cols);
+        if (xv)
+            for (int c = 0; c < cols; c++)
+                xv[((size_t)(c / 2) * m + i) * 2 + c % 2] = xb[(size_t)i * ldx + c];
         if (xp) {
             float *p = xp + (size_t)i * ldx;
             for (int c = 0; c < whole; c += 32)
@@ -254,6 +286,7 @@ static int gemv_prepare(const struct gemv_kernel *k, float *y, const float *x, i
     a->x = pad;
     a->xb = xb;
     a->xp = xp;
+    a->xv = xv;
     return 0;
 }
 

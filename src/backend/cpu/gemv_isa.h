@@ -4,6 +4,7 @@
 #ifndef SHARDSWAP_BACKEND_CPU_GEMV_ISA_H
 #define SHARDSWAP_BACKEND_CPU_GEMV_ISA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,7 +16,9 @@
  * rounding widened back, so either gives the bf16 mode's result. xp, when
  * not NULL, is x with each whole 32 columns reordered as their 16 even then
  * their 16 odd ones (rows of ldx), for the kernel that widens bf16 weights
- * in pairs. */
+ * in pairs. xv, when not NULL, is x rounded to bf16 in AMX's pair layout
+ * (for column pair p and input row i: xv[(p * m + i) * 2 + 0, 1] =
+ * columns 2p, 2p + 1 of row i), for the AMX kernel. */
 struct gemv_args {
     float *y;
     size_t ldy;
@@ -23,6 +26,7 @@ struct gemv_args {
     size_t ldx;
     const uint16_t *xb;
     const float *xp;
+    const uint16_t *xv;
     int m;
     const struct weight_view *w;
 };
@@ -40,5 +44,12 @@ void gemv_rows_avx512bf16(const struct gemv_args *a, int r0, int r1);
 /* gemv_rows_avx512 with bf16 weights widened in pairs against xp; other
  * dtypes, or xp NULL, as gemv_rows_avx512. */
 void gemv_rows_avx512pairs(const struct gemv_args *a, int r0, int r1);
+/* bf16 weights in bf16 mode by AMX tiles against xv (and xb, for rows past
+ * the last whole 16 and for columns not a multiple of 32); other dtypes as
+ * gemv_rows_avx512bf16. Only after gemv_amx_enable returned true. */
+void gemv_rows_amx(const struct gemv_args *a, int r0, int r1);
+/* Asks Linux for the AMX tile data (once per process suffices; repeating
+ * is harmless): true when granted. */
+bool gemv_amx_enable(void);
 
 #endif
