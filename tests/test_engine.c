@@ -646,6 +646,11 @@ static void test_rejections(void)
 {
     struct rig g;
     rig_open(&g, "swapwise", 0, 4, 8, 1);
+    /* the engine cannot run a policy that reads the future */
+    struct engine *none = NULL;
+    CHECK(engine_create(g.mgr, g.w, &(struct engine_config){.policy = "clairvoyant"}, &none) ==
+              ERR_INVALID &&
+          none == NULL && strstr(err_msg(), "future arrivals"));
     gate_close(&g);
     int t = not_big(&g, 0);
     struct job jobs[6];
@@ -1250,6 +1255,16 @@ TEST(churn_swapwise)
 TEST(churn_computron)
 {
     test_churn("computron", 10000);
+}
+
+TEST(churn_lru)
+{
+    test_churn("lru", 10000);
+}
+
+TEST(churn_fifo)
+{
+    test_churn("fifo", 10000);
 }
 
 TEST(starvation_swapwise)

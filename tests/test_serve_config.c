@@ -376,7 +376,9 @@ TEST(check)
     EXPECT_BAD(c.device_kind = "tpu", c.device_kind = kind, "devices.kind: expected cpu or cuda");
     EXPECT_BAD(c.api_key = "", c.api_key = NULL, "api_key");
     EXPECT_BAD(c.admin_key = "", c.admin_key = NULL, "admin_key");
-    EXPECT_BAD(c.policy = "fifo", c.policy = NULL, "unknown scheduling policy 'fifo'");
+    EXPECT_BAD(c.policy = "nosuch", c.policy = NULL, "unknown scheduling policy 'nosuch'");
+    EXPECT_BAD(c.policy = "clairvoyant", c.policy = NULL,
+               "simulator-only (it needs the future arrivals) scheduling policy 'clairvoyant'");
     EXPECT_BAD((c.model_roots[0] = "rel/dir", c.n_model_roots = 1),
                (c.model_roots[0] = NULL, c.n_model_roots = 0), "model_roots[0]");
     char *host = c.host;

@@ -124,6 +124,7 @@ struct emodel {
     int admin_rc;         /* [lock] */
     char admin_msg[160];  /* [lock] */
     double last_used, loaded_at; /* [lock] */
+    double idle_since;           /* [lock] the end of its last batch (time_now()) */
     struct forecast arrivals;    /* [lock] */
     /* device memory for its batches: the largest batch it may run (max_batch
      * sequences of the longest prompt and answer submitted so far), held

@@ -104,6 +104,8 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
         sm[i].pinned = m->pinned;
         sm[i].last_used = m->last_used;
         sm[i].loaded_at = m->loaded_at;
+        sm[i].idle_since = m->idle_since > m->loaded_at ? m->idle_since : m->loaded_at;
+        sm[i].next_arrival = INFINITY; /* the engine does not know the future */
         sm[i].arrivals = m->arrivals;
         sm[i].batch_s = step_estimate(e, m->queue_len);
         /* its weights and its batches' memory leave or come together */
@@ -185,15 +187,16 @@ static bool exec_serve(void *ctx, int model)
 
 /* The swap manager refuses what may not leave; a deferred offload is carried
  * out by the runner's swap_use_end. */
-static void exec_offload(void *ctx, int model, bool defer)
+static bool exec_offload(void *ctx, int model, bool defer)
 {
     struct exec *x = ctx;
     struct emodel *v = x->map[model];
-    if (swap_offload(x->e->mgr, v->sm, defer) == 0) {
-        x->e->stats.evictions++;
-        v->evictions++;
-        v->offload_pending = defer;
-    }
+    if (swap_offload(x->e->mgr, v->sm, defer) < 0)
+        return false;
+    x->e->stats.evictions++;
+    v->evictions++;
+    v->offload_pending = defer;
+    return true;
 }
 
 static bool exec_load(void *ctx, int model)

@@ -107,8 +107,11 @@ static int settings_check(const struct stack_config *c)
         return err_set(ERR_INVALID, "an emulated host link of %g GB/s: expected a number >= 0",
                        c->link_gbps);
     if (c->engine.policy && !sched_policy_find(c->engine.policy))
-        return err_set(ERR_INVALID, "policy: unknown scheduling policy '%.*s' (expected %s)", 64,
-                       c->engine.policy, sched_policy_names());
+        return err_set(ERR_INVALID, "policy: %s scheduling policy '%.*s' (expected %s)",
+                       sched_policy_find_sim(c->engine.policy) ? "simulator-only (it needs the "
+                                                                 "future arrivals)"
+                                                               : "unknown",
+                       64, c->engine.policy, sched_policy_names());
     enum kern_compute kc;
     bool kc_set;
     if (kern_compute_choice(c->compute, &kc_set, &kc) < 0)
