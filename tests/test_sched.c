@@ -24,8 +24,10 @@ static void scenario(int n, uint64_t free_mb, int max_loaded)
     view.n_devices = 1;
     view.models = models;
     view.free_bytes[0] = free_mb * MB;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         models[i].next_arrival = INFINITY; /* as the engine says: the future is unknown */
+        models[i].keep_alive = NAN;        /* the policy's own */
+    }
     view.max_loaded = max_loaded;
     view.now = 100;
     view.overlap_loads = true; /* copies take no compute, as on GPUs */
@@ -188,6 +190,19 @@ static void test_lru(void)
     waiting(1, 1, 40);
     finish_view();
     CHECK(only(a, l->decide(&view, a, 16), SCHED_LOAD) == NULL);
+    /* a model's own keep_alive: 5 s here, forever there */
+    scenario(2, 100, 0);
+    resident(0, 1);
+    resident(1, 1);
+    models[0].idle_since = models[1].idle_since = 90;
+    models[0].keep_alive = 5;
+    models[1].keep_alive = INFINITY;
+    finish_view();
+    n = l->decide(&view, a, 16);
+    CHECK_MSG(n == 1 && a[0].kind == SCHED_UNLOAD && a[0].model == 0, "%d actions", n);
+    models[0].keep_alive = 15; /* expires at 105: asked for then, 1 never */
+    n = l->decide(&view, a, 16);
+    CHECK_MSG(n == 1 && a[0].kind == SCHED_WAKE && a[0].at == 105, "%d actions", n);
     /* pinned models hold the room: it waits */
     scenario(2, 0, 0);
     resident(0, 10);
@@ -626,6 +641,24 @@ int main(void)
     rec.running[1] = true;
     CHECK(sched_act(&rec_ops, &rec, &view, &unload1));
     CHECK_MSG(strcmp(rec.log, "o1 o1d") == 0, "%s", rec.log);
+
+    /* swapwise keeps idle models forever unless they have a keep_alive;
+     * one past it leaves alone in the answer (the next sees the room) */
+    scenario(3, 0, 0);
+    resident(0, 1);
+    resident(1, 2);
+    waiting(2, 1, 95);
+    models[0].idle_since = models[1].idle_since = 50;
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(only(a, n, SCHED_UNLOAD) == NULL && only(a, n, SCHED_LOAD) != NULL);
+    models[1].keep_alive = 0; /* at once when idle */
+    n = s->decide(&view, a, 16);
+    CHECK_MSG(n == 1 && a[0].kind == SCHED_UNLOAD && a[0].model == 1, "%d actions", n);
+    models[1].keep_alive = 60; /* 110: not yet, a wake-up then */
+    n = s->decide(&view, a, 16);
+    const struct sched_action *w = only(a, n, SCHED_WAKE);
+    CHECK(only(a, n, SCHED_UNLOAD) == NULL && w && w->at == 110);
 
     test_lru();
     test_fifo();

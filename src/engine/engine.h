@@ -115,6 +115,14 @@ int engine_remove_model(struct engine *e, int id);
 /* Sequences one batch of model id takes: 1 ..engine_config.max_batch (its
  * default). Its device memory reserve follows. */
 int engine_set_max_batch(struct engine *e, int id, int max_batch);
+/* How long model id stays resident once idle (nothing queued, no batch in
+ * flight), counted from the end of its last batch: seconds >= 0 (0: it
+ * leaves as soon as it is idle), INFINITY (never) or NAN (the policy's own:
+ * lru's 300 s, never for the others; the default). Reading its state
+ * (engine_model_stats, engine_list_models) is not activity. swapwise,
+ * clairvoyant and lru honour it; computron and fifo ignore it. ERR_INVALID
+ * for a negative number, ERR_NOT_FOUND when id is not served. */
+int engine_set_keep_alive(struct engine *e, int id, double seconds);
 /* A pinned model is never chosen as a victim to make room for another.
  * Pinning does not load it (engine_load_model does). */
 int engine_pin_model(struct engine *e, int id, bool pinned);
@@ -258,6 +266,8 @@ struct engine_model_stats {
         int blobs_ready;       /* of which on the device and ready now */
     } shards[ENGINE_MAX_SHARDS];
     uint64_t loads, evictions, unloads; /* evictions: by the policy; unloads: by the admin */
+    uint64_t idle_unloads;  /* by the policy, idle past its keep-alive */
+    double keep_alive;      /* engine_set_keep_alive's (NAN: the policy's own) */
     uint64_t bytes_loaded;  /* host -> device, over its loads */
     double load_s;          /* summed load times */
     double compute_s;       /* summed batch run times */

@@ -125,6 +125,8 @@ struct emodel {
     char admin_msg[160];  /* [lock] */
     double last_used, loaded_at; /* [lock] */
     double idle_since;           /* [lock] the end of its last batch (time_now()) */
+    double keep_alive;           /* [lock] sched_model.keep_alive (NAN: the policy's) */
+    uint64_t idle_unloads;       /* [lock] SCHED_UNLOADs carried out */
     struct forecast arrivals;    /* [lock] */
     /* device memory for its batches: the largest batch it may run (max_batch
      * sequences of the longest prompt and answer submitted so far), held

@@ -290,8 +290,39 @@ static bool older_work_shares(const struct sched_view *v, int load, const bool *
     return false;
 }
 
+/* Resident, nothing queued, no batch in flight, not pinned, not leaving. */
+static bool idle_model(const struct sched_model *c)
+{
+    return evictable(c) && !c->running && c->queue_len == 0;
+}
+
+/* Idle models past their keep-alive (keep_alive, def where the model says
+ * NAN), counted from idle_since: a SCHED_UNLOAD each, into out[n..max),
+ * gone[] marked; *wake is lowered to the next expiry still ahead. Returns
+ * the new n. */
+static int keep_alive_unloads(const struct sched_view *v, double def, bool *gone,
+                              struct sched_action *out, int n, int max, double *wake)
+{
+    for (int i = 0; i < v->n_models && n < max; i++) {
+        const struct sched_model *c = &v->models[i];
+        double ka = isnan(c->keep_alive) ? def : c->keep_alive;
+        if (!idle_model(c) || isinf(ka))
+            continue;
+        double expiry = c->idle_since + ka;
+        if (v->now >= expiry) {
+            gone[i] = true;
+            out[n++] = (struct sched_action){.kind = SCHED_UNLOAD, .model = i};
+        } else if (expiry < *wake) {
+            *wake = expiry;
+        }
+    }
+    return n;
+}
+
 /* swapwise, or with future clairvoyant: the same rules, with the known next
- * arrivals in place of the forecast (demand). */
+ * arrivals in place of the forecast (demand). Models past a keep-alive they
+ * were given leave first, alone in the answer (the next decision sees the
+ * room they free). */
 static int swapwise_run(const struct sched_view *v, struct sched_action *out, int max, bool future)
 {
     int n = 0;
@@ -304,6 +335,9 @@ static int swapwise_run(const struct sched_view *v, struct sched_action *out, in
     bool busy[SCHED_MAX_DEVICES] = {false};
     for (int i = 0; i < v->n_models; i++)
         memo_d[i] = NAN;
+    double wake = INFINITY;
+    if ((n = keep_alive_unloads(v, INFINITY, chosen, out, 0, max, &wake)) > 0)
+        return n;
     /* where copies take compute, a load occupies its devices as a batch does */
     bool copy_busy = !v->overlap_loads;
     for (int i = 0; i < v->n_models; i++)
@@ -347,7 +381,6 @@ static int swapwise_run(const struct sched_view *v, struct sched_action *out, in
     bool served[SCHED_MAX_MODELS] = {false}, held_devs[SCHED_MAX_DEVICES] = {false};
     for (int d = 0; held && d < v->n_devices; d++)
         held_devs[d] = v->models[load].bytes[d] > 0;
-    double wake = INFINITY;
     while (n < max) {
         int pick = -1;
         for (int i = 0; i < v->n_models; i++) {
@@ -434,32 +467,17 @@ static int serve_resident(const struct sched_view *v, bool *busy, const bool *sk
  * until it fits, then, as Ollama does when none is idle, busy ones least
  * recently used first: one with a batch in flight leaves at its end (the load
  * waits for the room), its queued requests wait for its next load. A resident
- * model with nothing queued and no batch leaves once idle for
- * SCHED_LRU_KEEP_ALIVE_S from the end of its last batch (idle_since), at that
- * moment and not before (a SCHED_WAKE asks for it). Resident models are
+ * model with nothing queued and no batch leaves once idle for its keep_alive
+ * (SCHED_LRU_KEEP_ALIVE_S unless it has one) from the end of its last batch
+ * (idle_since), at that moment and not before (a SCHED_WAKE asks for it). Resident models are
  * served as swapwise does: oldest queue head first, one batch per device. */
-static bool lru_idle(const struct sched_model *c)
-{
-    return evictable(c) && !c->running && c->queue_len == 0;
-}
 
 static int lru_decide(const struct sched_view *v, struct sched_action *out, int max)
 {
     int n = 0;
     double wake = INFINITY;
     bool gone[SCHED_MAX_MODELS] = {false};
-    for (int i = 0; i < v->n_models && n < max; i++) {
-        const struct sched_model *c = &v->models[i];
-        if (!lru_idle(c))
-            continue;
-        double expiry = c->idle_since + SCHED_LRU_KEEP_ALIVE_S;
-        if (v->now >= expiry) {
-            gone[i] = true;
-            out[n++] = (struct sched_action){.kind = SCHED_UNLOAD, .model = i};
-        } else if (expiry < wake) {
-            wake = expiry;
-        }
-    }
+    n = keep_alive_unloads(v, SCHED_LRU_KEEP_ALIVE_S, gone, out, n, max, &wake);
     /* batches first: a model served now is used now, the last to go */
     bool busy[SCHED_MAX_DEVICES] = {false}, served[SCHED_MAX_MODELS] = {false};
     for (int i = 0; i < v->n_models; i++)
@@ -483,7 +501,7 @@ static int lru_decide(const struct sched_view *v, struct sched_action *out, int 
         evict_view(v, idle);
         evict_view(v, any);
         for (int i = 0; i < v->n_models; i++) {
-            idle[i].evictable = !gone[i] && !served[i] && lru_idle(&v->models[i]);
+            idle[i].evictable = !gone[i] && !served[i] && idle_model(&v->models[i]);
             any[i].evictable = !gone[i] && evictable(&v->models[i]);
             if (served[i])
                 any[i].last_used = v->now;

@@ -33,6 +33,11 @@ struct sched_model {
      * start of the idle time a keep-alive counts (reads of its state, admin
      * listings and metrics scrapes leave it alone) */
     double idle_since;
+    /* seconds idle (from idle_since) after which it leaves by SCHED_UNLOAD:
+     * NAN the policy's own (lru: SCHED_LRU_KEEP_ALIVE_S; the others: never),
+     * INFINITY never, 0 as soon as it is idle. swapwise, clairvoyant and lru
+     * honour it; computron and fifo never unload an idle model. */
+    double keep_alive;
     /* the arrival of its next request not yet queued (INFINITY: none): only
      * the simulator knows it, for the policies marked needs_future; the
      * engine leaves INFINITY */

@@ -62,6 +62,7 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
         sm[i].loaded_at = m->loaded_at;
         sm[i].idle_since = m->idle_since > m->loaded_at ? m->idle_since : m->loaded_at;
         sm[i].next_arrival = m->upcoming < s->n ? s->reqs[m->upcoming].arrival : INFINITY;
+        sm[i].keep_alive = NAN; /* the policy's own */
         sm[i].arrivals = m->arrivals;
         if (m->tail > m->head) {
             size_t q = m->tail - m->head;

@@ -151,6 +151,9 @@ static int model_check(const struct stack_config *c, int i)
     if (m->max_batch < 0)
         return err_set(ERR_INVALID, "model %s: max_batch: expected >= 0 (0: the engine's), got %d",
                        m->name, m->max_batch);
+    if (m->keep_alive_set && !(m->keep_alive >= 0))
+        return err_set(ERR_INVALID, "model %s: keep_alive: expected seconds >= 0 or forever, "
+                                    "got %g", m->name, m->keep_alive);
     enum kern_compute kc;
     bool kc_set;
     if (kern_compute_choice(m->compute, &kc_set, &kc) < 0)
@@ -334,6 +337,8 @@ int stack_open(const struct stack_config *c, struct stack **out)
         s->ids[i] = rc;
         if ((m->max_batch > 0 &&
              (rc = engine_set_max_batch(s->engine, s->ids[i], m->max_batch)) < 0) ||
+            (m->keep_alive_set &&
+             (rc = engine_set_keep_alive(s->engine, s->ids[i], m->keep_alive)) < 0) ||
             (c->prefetch_host && (rc = swap_prefetch_host(s->mgr, s->models[i])) < 0)) {
             err_wrap(rc, "model %s", m->name);
             goto fail;

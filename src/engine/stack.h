@@ -38,6 +38,10 @@ struct stack_model_config {
     int max_batch; /* 0: the engine's */
     /* "f32", "bf16", or NULL / "auto": stack_config.compute */
     const char *compute;
+    /* with keep_alive_set, engine_set_keep_alive's seconds (0: at once;
+     * INFINITY: never); unset: the policy's own */
+    bool keep_alive_set;
+    double keep_alive;
 };
 
 struct stack_config {
