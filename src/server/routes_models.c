@@ -3,6 +3,7 @@
  * HTTP thread; the admin calls wait on the engine's scheduler (an admin
  * request is rare and short), never on a batch. */
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,14 @@ static json_t *model_json(struct server *s, const struct srv_model *m)
                   "tp", m->tp, "pp", m->pp, "compute", kern_compute_name(m->compute), "bytes",
                   (json_int_t)total, "shards", shards, "max_model_len", m->max_pos, "queue_len",
                   st->queue_len, "running", st->running);
+    /* seconds; -1 forever; null: the policy's own */
+    double ka = st->keep_alive;
+    if (o && json_object_set_new(o, "keep_alive", isnan(ka)   ? json_null()
+                                                  : isinf(ka) ? json_integer(-1)
+                                                              : json_real(ka)) < 0) {
+        json_decref(o);
+        o = NULL;
+    }
     free(st);
     return o;
 }
@@ -147,6 +156,27 @@ static bool body_int(json_t *body, const char *key, int lo, int hi, int *out, st
     return true;
 }
 
+/* The admin body's keep_alive: seconds >= 0 or -1 (forever: INFINITY);
+ * absent or null: the server's keep_alive (*out NAN when that is unset too). */
+static bool body_keep_alive(json_t *body, const struct serve_config *c, double *out,
+                            struct oai_error *e)
+{
+    json_t *v = json_object_get(body, "keep_alive");
+    if (!v || json_is_null(v)) {
+        if (serve_keep_alive_parse(c->keep_alive, out) < 0) /* checked at start */
+            *out = NAN;
+        return true;
+    }
+    double x = json_is_number(v) ? json_number_value(v) : NAN;
+    if (!(x >= 0 || x == -1) || !isfinite(x)) {
+        oai_error_set(e, 400, "invalid_request_error", NULL, "keep_alive",
+                      "'keep_alive' must be a number of seconds >= 0, or -1 (forever).");
+        return false;
+    }
+    *out = x < 0 ? INFINITY : x;
+    return true;
+}
+
 _Static_assert(sizeof(((struct srv_model *)0)->name) > SERVE_MODEL_NAME_MAX,
                "a served model's name holds any name the config allows");
 
@@ -228,8 +258,10 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
         goto refuse;
     }
     int n_dev = s->stack->n_devices, tp = 1, pp = 1, max_batch = 0;
+    double keep_alive;
     if (!body_int(body, "tp", 1, n_dev, &tp, &e) || !body_int(body, "pp", 1, n_dev, &pp, &e) ||
-        !body_int(body, "max_batch", 0, 4096, &max_batch, &e))
+        !body_int(body, "max_batch", 0, 4096, &max_batch, &e) ||
+        !body_keep_alive(body, c, &keep_alive, &e))
         goto refuse;
     if (tp * pp > n_dev) {
         oai_error_set(&e, 400, "invalid_request_error", NULL, "tp",
@@ -271,6 +303,10 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     if (id >= 0 && max_batch > 0 &&
         (rc = engine_set_max_batch(s->stack->engine, id, max_batch)) < 0) {
         param = "max_batch";
+        remove_unserved(s, id);
+    } else if (id >= 0 && !isnan(keep_alive) &&
+               (rc = engine_set_keep_alive(s->stack->engine, id, keep_alive)) < 0) {
+        param = "keep_alive";
         remove_unserved(s, id);
     } else if (id >= 0 && (rc = srv_model_add(s, sm, dir, NULL, id)) < 0) {
         remove_unserved(s, id);
