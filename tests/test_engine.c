@@ -1041,6 +1041,16 @@ static void test_keep_alive(const char *policy)
     CHECK(engine_set_keep_alive(g.e, id, -1) == ERR_INVALID && strstr(err_msg(), "keep_alive"));
     CHECK(engine_set_keep_alive(g.e, 9999, 1) == ERR_NOT_FOUND);
     CHECK(engine_set_keep_alive(g.e, id, 0) == 0);
+    /* the order controls: checked, kept, shown */
+    CHECK(engine_set_priority(g.e, id, ENGINE_PRIORITY_MAX + 1, 0) == ERR_INVALID &&
+          strstr(err_msg(), "priority"));
+    CHECK(engine_set_priority(g.e, id, 0, -1) == ERR_INVALID &&
+          strstr(err_msg(), "max_queue_wait"));
+    CHECK(engine_set_priority(g.e, id, 0, NAN) == ERR_INVALID);
+    CHECK(engine_set_priority(g.e, 9999, 0, 0) == ERR_NOT_FOUND);
+    CHECK(engine_set_priority(g.e, id, -3, 2.5) == 0);
+    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.priority == -3 &&
+          ms.max_queue_wait == 2.5);
     struct job j;
     job_init(&j, g.e, t, 1, 4);
     struct engine_request_params p = job_params(&j, id, 1);

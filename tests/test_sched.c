@@ -281,6 +281,41 @@ static void test_clairvoyant(void)
     CHECK(cv->decide(&view, a, 16) == 0);
 }
 
+/* priority and max_queue_wait (goes_before) under policy p: which of two
+ * waiting models loads, and which resident one gets the device's batch */
+static void test_order(const struct sched_policy *p)
+{
+    struct sched_action a[16];
+    scenario(2, 100, 0); /* room for one */
+    waiting(0, 1, 50);
+    waiting(1, 1, 60);
+    finish_view();
+    const struct sched_action *ld = only(a, p->decide(&view, a, 16), SCHED_LOAD);
+    CHECK_MSG(ld && ld->model == 0, "%s: the older first", p->name);
+    models[1].priority = 1;
+    ld = only(a, p->decide(&view, a, 16), SCHED_LOAD);
+    CHECK_MSG(ld && ld->model == 1, "%s: the higher priority first", p->name);
+    models[0].max_queue_wait = 40; /* waited 50 s: past it, so first */
+    ld = only(a, p->decide(&view, a, 16), SCHED_LOAD);
+    CHECK_MSG(ld && ld->model == 0, "%s: past max_queue_wait first", p->name);
+    models[0].max_queue_wait = 60; /* not yet: priority wins, a wake-up at 110 */
+    int n = p->decide(&view, a, 16);
+    ld = only(a, n, SCHED_LOAD);
+    const struct sched_action *w = only(a, n, SCHED_WAKE);
+    CHECK_MSG(ld && ld->model == 1 && w && w->at == 110, "%s: %d actions", p->name, n);
+    /* batches on one device: one, by the same order */
+    scenario(2, 100, 0);
+    resident(0, 1);
+    resident(1, 2);
+    waiting(0, 1, 50);
+    waiting(1, 1, 60);
+    models[1].priority = 2;
+    finish_view();
+    n = p->decide(&view, a, 16);
+    const struct sched_action *sv = only(a, n, SCHED_SERVE);
+    CHECK_MSG(sv && sv->model == 1, "%s: %d actions", p->name, n);
+}
+
 int main(void)
 {
     const struct sched_policy *c = sched_policy_find("computron");
@@ -660,6 +695,8 @@ int main(void)
     const struct sched_action *w = only(a, n, SCHED_WAKE);
     CHECK(only(a, n, SCHED_UNLOAD) == NULL && w && w->at == 110);
 
+    test_order(s);
+    test_order(sched_policy_find("lru"));
     test_lru();
     test_fifo();
     test_clairvoyant();

@@ -123,6 +123,15 @@ int engine_set_max_batch(struct engine *e, int id, int max_batch);
  * clairvoyant and lru honour it; computron and fifo ignore it. ERR_INVALID
  * for a negative number, ERR_NOT_FOUND when id is not served. */
 int engine_set_keep_alive(struct engine *e, int id, double seconds);
+/* The order in which waiting models get their loads and batches under
+ * swapwise, clairvoyant and lru (computron and fifo keep arrival order): a
+ * model whose oldest request has waited longer than max_queue_wait seconds
+ * (> 0; 0, the default: no bound) goes before those that have not, then the
+ * higher priority (-ENGINE_PRIORITY_MAX..ENGINE_PRIORITY_MAX, default 0), then
+ * the older request. ERR_INVALID out of range, ERR_NOT_FOUND when id is not
+ * served. */
+#define ENGINE_PRIORITY_MAX 1000
+int engine_set_priority(struct engine *e, int id, int priority, double max_queue_wait);
 /* A pinned model is never chosen as a victim to make room for another.
  * Pinning does not load it (engine_load_model does). */
 int engine_pin_model(struct engine *e, int id, bool pinned);
@@ -268,6 +277,8 @@ struct engine_model_stats {
     uint64_t loads, evictions, unloads; /* evictions: by the policy; unloads: by the admin */
     uint64_t idle_unloads;  /* by the policy, idle past its keep-alive */
     double keep_alive;      /* engine_set_keep_alive's (NAN: the policy's own) */
+    int priority;           /* engine_set_priority's */
+    double max_queue_wait;  /* engine_set_priority's (0: no bound) */
     uint64_t bytes_loaded;  /* host -> device, over its loads */
     double load_s;          /* summed load times */
     double compute_s;       /* summed batch run times */

@@ -231,6 +231,24 @@ int engine_set_keep_alive(struct engine *e, int id, double seconds)
     return m ? 0 : err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
 }
 
+int engine_set_priority(struct engine *e, int id, int priority, double max_queue_wait)
+{
+    if (priority < -ENGINE_PRIORITY_MAX || priority > ENGINE_PRIORITY_MAX ||
+        !(max_queue_wait >= 0) || !isfinite(max_queue_wait))
+        return err_set(ERR_INVALID, "priority %d, max_queue_wait %g: expected a priority from %d to "
+                                    "%d and seconds >= 0 (0: no bound)",
+                       priority, max_queue_wait, -ENGINE_PRIORITY_MAX, ENGINE_PRIORITY_MAX);
+    pthread_mutex_lock(&e->lock);
+    struct emodel *m = model_get(e, id);
+    if (m) {
+        m->priority = priority;
+        m->max_queue_wait = max_queue_wait;
+        pthread_cond_signal(&e->wake);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return m ? 0 : err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
+}
+
 int engine_pin_model(struct engine *e, int id, bool pinned)
 {
     pthread_mutex_lock(&e->lock);
@@ -327,6 +345,8 @@ int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
     out->unloads = m->unloads;
     out->idle_unloads = m->idle_unloads;
     out->keep_alive = m->keep_alive;
+    out->priority = m->priority;
+    out->max_queue_wait = m->max_queue_wait;
     out->bytes_loaded = m->bytes_loaded;
     out->load_s = m->load_s;
     out->compute_s = m->compute_s;

@@ -23,6 +23,45 @@ static int oldest_head(const struct sched_view *v, bool (*want)(const struct sch
     return best;
 }
 
+/* Whether i goes before j among waiting models: past its max_queue_wait
+ * first, then the higher priority, then the older queue head. */
+static bool goes_before(const struct sched_view *v, int i, int j)
+{
+    const struct sched_model *a = &v->models[i], *b = &v->models[j];
+    bool sa = a->max_queue_wait > 0 && v->now - a->head_arrival > a->max_queue_wait;
+    bool sb = b->max_queue_wait > 0 && v->now - b->head_arrival > b->max_queue_wait;
+    if (sa != sb)
+        return sa;
+    if (a->priority != b->priority)
+        return a->priority > b->priority;
+    return a->head_arrival < b->head_arrival;
+}
+
+/* The waiting model `want` accepts that goes first (goes_before). */
+static int first_waiting(const struct sched_view *v, bool (*want)(const struct sched_model *))
+{
+    int best = -1;
+    for (int i = 0; i < v->n_models; i++)
+        if (v->models[i].queue_len > 0 && want(&v->models[i]) &&
+            (best < 0 || goes_before(v, i, best)))
+            best = i;
+    return best;
+}
+
+/* The earliest moment ahead at which a waiting model's head passes its
+ * max_queue_wait (the order changes then), or INFINITY. */
+static double queue_wait_expiry(const struct sched_view *v)
+{
+    double at = INFINITY;
+    for (int i = 0; i < v->n_models; i++) {
+        const struct sched_model *c = &v->models[i];
+        double t = c->head_arrival + c->max_queue_wait;
+        if (c->queue_len > 0 && c->max_queue_wait > 0 && t > v->now && t < at)
+            at = t;
+    }
+    return at;
+}
+
 static bool any_model(const struct sched_model *m)
 {
     (void)m;
@@ -90,7 +129,7 @@ static int computron_decide(const struct sched_view *v, struct sched_action *out
 }
 
 /* ---- swapwise: the default ----
- * - Batches go in queue-head order to resident models, one at a time per
+ * - Batches go in queue-head order (goes_before) to resident models, one at a time per
  *   device, also while another model loads (the copy engine and the compute
  *   overlap). A model whose own load is still arriving gets its batch just in
  *   time: half its first step before the load's expected end, the other half
@@ -98,7 +137,8 @@ static int computron_decide(const struct sched_view *v, struct sched_action *out
  *   earlier, the batch would hold its devices through the load and requests
  *   arriving meanwhile would miss it.
  * - One load at a time (loads share the links): the waiting model whose queue
- *   head is oldest, so no model starves.
+ *   head is oldest, so no model starves (before it, a model past its
+ *   max_queue_wait, then one of higher priority: goes_before).
  * - Room is made by byte budgets, taking victims in this order: models with
  *   nothing queued, or whose whole queue fits the one batch they get now, the
  *   least likely to be wanted within a load's time first (forecast.h),
@@ -326,7 +366,7 @@ static int keep_alive_unloads(const struct sched_view *v, double def, bool *gone
 static int swapwise_run(const struct sched_view *v, struct sched_action *out, int max, bool future)
 {
     int n = 0;
-    int load = v->any_loading ? -1 : oldest_head(v, not_resident);
+    int load = v->any_loading ? -1 : first_waiting(v, not_resident);
     int oldest = oldest_head(v, any_model);
     bool chosen[SCHED_MAX_MODELS] = {false};
     double memo_d[SCHED_MAX_MODELS];
@@ -372,7 +412,7 @@ static int swapwise_run(const struct sched_view *v, struct sched_action *out, in
                prefetch(v, memo, &a, chosen)) {
         out[n++] = a;
     }
-    /* Batches for resident models, oldest queue head first, at most one at a
+    /* Batches for resident models, in goes_before order, at most one at a
      * time on any device: two batches sharing devices only slow each other
      * (processor sharing), while in queue order the oldest request finishes
      * first. When the load still lacks room and holds the oldest request,
@@ -400,7 +440,7 @@ static int swapwise_run(const struct sched_view *v, struct sched_action *out, in
             if (held && c->head_arrival > v->models[load].head_arrival &&
                 !devices_free(v, c, held_devs))
                 continue; /* younger than the held load: it goes after it */
-            if (devices_free(v, c, busy) && (pick < 0 || c->head_arrival < v->models[pick].head_arrival))
+            if (devices_free(v, c, busy) && (pick < 0 || goes_before(v, i, pick)))
                 pick = i;
         }
         if (pick < 0)
@@ -410,6 +450,8 @@ static int swapwise_run(const struct sched_view *v, struct sched_action *out, in
             busy[d] |= v->models[pick].bytes[d] > 0;
         out[n++] = (struct sched_action){.kind = SCHED_SERVE, .model = pick};
     }
+    double order = queue_wait_expiry(v); /* the order changes then */
+    wake = order < wake ? order : wake;
     if (wake < INFINITY && n < max)
         out[n++] = (struct sched_action){.kind = SCHED_WAKE, .at = wake};
     return n;
@@ -432,7 +474,7 @@ static int clairvoyant_decide(const struct sched_view *v, struct sched_action *o
 }
 
 /* Batches for resident models with requests (not loading, not leaving, no
- * batch in flight), oldest queue head first, one at a time on any device
+ * batch in flight), in goes_before order, one at a time on any device
  * (busy: devices taken already, updated), with skip[i] left out. Returns how
  * many actions it added to out[n..max). */
 static int serve_resident(const struct sched_view *v, bool *busy, const bool *skip,
@@ -447,7 +489,7 @@ static int serve_resident(const struct sched_view *v, bool *busy, const bool *sk
             if (served[i] || (skip && skip[i]) || !servable(c, false) || c->loading ||
                 !devices_free(v, c, busy))
                 continue;
-            if (pick < 0 || c->head_arrival < v->models[pick].head_arrival)
+            if (pick < 0 || goes_before(v, i, pick))
                 pick = i;
         }
         if (pick < 0)
@@ -462,7 +504,7 @@ static int serve_resident(const struct sched_view *v, bool *busy, const bool *sk
 
 /* ---- lru: an on-demand loader with a keep-alive (Ollama, ServerlessLLM) ----
  * A model is loaded when a request for it waits and it is not resident, one
- * load at a time, oldest request first, evicting idle models (resident, no
+ * load at a time, oldest request first (goes_before), evicting idle models (resident, no
  * batch in flight, nothing queued, not pinned) least recently used first
  * until it fits, then, as Ollama does when none is idle, busy ones least
  * recently used first: one with a batch in flight leaves at its end (the load
@@ -470,7 +512,7 @@ static int serve_resident(const struct sched_view *v, bool *busy, const bool *sk
  * model with nothing queued and no batch leaves once idle for its keep_alive
  * (SCHED_LRU_KEEP_ALIVE_S unless it has one) from the end of its last batch
  * (idle_since), at that moment and not before (a SCHED_WAKE asks for it). Resident models are
- * served as swapwise does: oldest queue head first, one batch per device. */
+ * served as swapwise does: in goes_before order, one batch per device. */
 
 static int lru_decide(const struct sched_view *v, struct sched_action *out, int max)
 {
@@ -489,7 +531,7 @@ static int lru_decide(const struct sched_view *v, struct sched_action *out, int 
     n += serve_resident(v, busy, gone, out, n, max);
     for (int k = first; k < n; k++)
         served[out[k].model] = true;
-    int load = v->any_loading ? -1 : oldest_head(v, not_resident);
+    int load = v->any_loading ? -1 : first_waiting(v, not_resident);
     if (load >= 0 && n < max) {
         struct sched_action a = {.kind = SCHED_LOAD, .model = load};
         struct evict_model idle[SCHED_MAX_MODELS], any[SCHED_MAX_MODELS];
@@ -519,6 +561,8 @@ static int lru_decide(const struct sched_view *v, struct sched_action *out, int 
         if (room_for(v, &r, load)) /* else pinned or loading models hold the room: wait */
             out[n++] = a;
     }
+    double order = queue_wait_expiry(v); /* the order changes then */
+    wake = order < wake ? order : wake;
     if (wake < INFINITY && n < max)
         out[n++] = (struct sched_action){.kind = SCHED_WAKE, .at = wake};
     return n;

@@ -38,6 +38,13 @@ struct sched_model {
      * INFINITY never, 0 as soon as it is idle. swapwise, clairvoyant and lru
      * honour it; computron and fifo never unload an idle model. */
     double keep_alive;
+    /* when several models wait, a model whose oldest request has waited
+     * longer than its max_queue_wait (> 0; 0: no bound) goes first, then the
+     * higher priority, then the older request (sched_first_waiting): the
+     * order of swapwise's and lru's loads and batches. computron and fifo
+     * keep arrival order. */
+    int priority;
+    double max_queue_wait;
     /* the arrival of its next request not yet queued (INFINITY: none): only
      * the simulator knows it, for the policies marked needs_future; the
      * engine leaves INFINITY */
