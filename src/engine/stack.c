@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +152,12 @@ static int model_check(const struct stack_config *c, int i)
     if (m->max_batch < 0)
         return err_set(ERR_INVALID, "model %s: max_batch: expected >= 0 (0: the engine's), got %d",
                        m->name, m->max_batch);
+    if (m->priority < -ENGINE_PRIORITY_MAX || m->priority > ENGINE_PRIORITY_MAX ||
+        !(m->max_queue_wait >= 0) || !isfinite(m->max_queue_wait))
+        return err_set(ERR_INVALID, "model %s: priority %d, max_queue_wait %g: expected a "
+                                    "priority from %d to %d and seconds >= 0",
+                       m->name, m->priority, m->max_queue_wait, -ENGINE_PRIORITY_MAX,
+                       ENGINE_PRIORITY_MAX);
     if (m->keep_alive_set && !(m->keep_alive >= 0))
         return err_set(ERR_INVALID, "model %s: keep_alive: expected seconds >= 0 or forever, "
                                     "got %g", m->name, m->keep_alive);
@@ -339,6 +346,9 @@ int stack_open(const struct stack_config *c, struct stack **out)
              (rc = engine_set_max_batch(s->engine, s->ids[i], m->max_batch)) < 0) ||
             (m->keep_alive_set &&
              (rc = engine_set_keep_alive(s->engine, s->ids[i], m->keep_alive)) < 0) ||
+            ((m->priority != 0 || m->max_queue_wait != 0) &&
+             (rc = engine_set_priority(s->engine, s->ids[i], m->priority, m->max_queue_wait)) <
+                 0) ||
             (c->prefetch_host && (rc = swap_prefetch_host(s->mgr, s->models[i])) < 0)) {
             err_wrap(rc, "model %s", m->name);
             goto fail;

@@ -42,6 +42,8 @@ struct stack_model_config {
      * INFINITY: never); unset: the policy's own */
     bool keep_alive_set;
     double keep_alive;
+    int priority;          /* engine_set_priority's (0: the default) */
+    double max_queue_wait; /* engine_set_priority's (0: no bound) */
 };
 
 struct stack_config {

@@ -481,6 +481,8 @@ void serve_config_stack(const struct serve_config *c, struct stack_config *sc,
             .pinned = m->pinned,
             .max_batch = m->max_batch,
             .compute = m->compute,
+            .priority = m->priority,
+            .max_queue_wait = m->max_queue_wait,
         };
         /* the model's, else the server's; checked already (check_server) */
         double ka;

@@ -73,6 +73,8 @@ struct serve_model {
     char *chat_template; /* a Jinja file for /v1/chat/completions; NULL: the
                             checkpoint's (tokenizer_config.json, chat_template.jinja) */
     char *keep_alive;    /* serve_keep_alive_parse's text; NULL: the server's (owned) */
+    int priority;        /* engine_set_priority's (default 0) */
+    double max_queue_wait; /* seconds; 0: no bound (default) */
 };
 
 struct serve_config {

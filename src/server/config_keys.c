@@ -145,6 +145,14 @@ const struct serve_key serve_keys[] = {
     {.path = "models[].keep_alive", .type = SK_STRING, .offset = MODEL(keep_alive),
      .help = "seconds idle before it leaves its devices (0: at once; -1: forever); unset: the "
              "server's keep_alive"},
+    {.path = "models[].priority", .type = SK_INT, .lo = -ENGINE_PRIORITY_MAX,
+     .hi = ENGINE_PRIORITY_MAX, .offset = MODEL(priority),
+     .help = "when several models wait, the higher one's load and batches go first (after any "
+             "past its max_queue_wait); swapwise and lru"},
+    {.path = "models[].max_queue_wait", .type = SK_DOUBLE, .lo = 0, .hi = INFINITY,
+     .offset = MODEL(max_queue_wait),
+     .help = "seconds: once its oldest waiting request is older, the model goes before every "
+             "model that is not (anti-starvation); 0: no bound; swapwise and lru"},
     {.path = "models[].chat_template", .type = SK_STRING, .offset = MODEL(chat_template),
      .help = "a Jinja file for /v1/chat/completions; unset: the checkpoint's"},
 };

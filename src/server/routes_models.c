@@ -43,9 +43,11 @@ static json_t *model_json(struct server *s, const struct srv_model *m)
                   st->queue_len, "running", st->running);
     /* seconds; -1 forever; null: the policy's own */
     double ka = st->keep_alive;
-    if (o && json_object_set_new(o, "keep_alive", isnan(ka)   ? json_null()
-                                                  : isinf(ka) ? json_integer(-1)
-                                                              : json_real(ka)) < 0) {
+    if (o && (json_object_set_new(o, "keep_alive", isnan(ka)   ? json_null()
+                                                   : isinf(ka) ? json_integer(-1)
+                                                               : json_real(ka)) |
+              json_object_set_new(o, "priority", json_integer(st->priority)) |
+              json_object_set_new(o, "max_queue_wait", json_real(st->max_queue_wait))) < 0) {
         json_decref(o);
         o = NULL;
     }
@@ -258,11 +260,22 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
         goto refuse;
     }
     int n_dev = s->stack->n_devices, tp = 1, pp = 1, max_batch = 0;
-    double keep_alive;
+    int priority = 0;
+    double keep_alive, max_queue_wait = 0;
     if (!body_int(body, "tp", 1, n_dev, &tp, &e) || !body_int(body, "pp", 1, n_dev, &pp, &e) ||
         !body_int(body, "max_batch", 0, 4096, &max_batch, &e) ||
+        !body_int(body, "priority", -ENGINE_PRIORITY_MAX, ENGINE_PRIORITY_MAX, &priority, &e) ||
         !body_keep_alive(body, c, &keep_alive, &e))
         goto refuse;
+    json_t *jw = json_object_get(body, "max_queue_wait");
+    if (jw && !json_is_null(jw)) {
+        max_queue_wait = json_is_number(jw) ? json_number_value(jw) : NAN;
+        if (!(max_queue_wait >= 0) || !isfinite(max_queue_wait)) {
+            oai_error_set(&e, 400, "invalid_request_error", NULL, "max_queue_wait",
+                          "'max_queue_wait' must be a number of seconds >= 0 (0: no bound).");
+            goto refuse;
+        }
+    }
     if (tp * pp > n_dev) {
         oai_error_set(&e, 400, "invalid_request_error", NULL, "tp",
                       "tp x pp = %d shards exceed the server's %d devices.", tp * pp, n_dev);
@@ -307,6 +320,10 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     } else if (id >= 0 && !isnan(keep_alive) &&
                (rc = engine_set_keep_alive(s->stack->engine, id, keep_alive)) < 0) {
         param = "keep_alive";
+        remove_unserved(s, id);
+    } else if (id >= 0 &&
+               (rc = engine_set_priority(s->stack->engine, id, priority, max_queue_wait)) < 0) {
+        param = "priority";
         remove_unserved(s, id);
     } else if (id >= 0 && (rc = srv_model_add(s, sm, dir, NULL, id)) < 0) {
         remove_unserved(s, id);
