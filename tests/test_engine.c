@@ -1050,7 +1050,13 @@ static void test_keep_alive(const char *policy)
     CHECK(engine_set_priority(g.e, 9999, 0, 0) == ERR_NOT_FOUND);
     CHECK(engine_set_priority(g.e, id, -3, 2.5) == 0);
     CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.priority == -3 &&
-          ms.max_queue_wait == 2.5);
+          ms.max_queue_wait == 2.5 && ms.min_resident == 0);
+    CHECK(engine_set_min_resident(g.e, id, -1) == ERR_INVALID && strstr(err_msg(), "min_resident"));
+    CHECK(engine_set_min_resident(g.e, id, INFINITY) == ERR_INVALID);
+    CHECK(engine_set_min_resident(g.e, 9999, 1) == ERR_NOT_FOUND);
+    CHECK(engine_set_min_resident(g.e, id, 4) == 0);
+    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.min_resident == 4);
+    CHECK(engine_set_min_resident(g.e, id, 0) == 0);
     struct job j;
     job_init(&j, g.e, t, 1, 4);
     struct engine_request_params p = job_params(&j, id, 1);

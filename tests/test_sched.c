@@ -281,6 +281,33 @@ static void test_clairvoyant(void)
     CHECK(cv->decide(&view, a, 16) == 0);
 }
 
+/* min_resident under policy p: of two idle models, the one loaded less than
+ * its min_resident ago stays although the other is likelier wanted (or was
+ * used later); it goes only when nothing else can make room */
+static void test_min_resident(const struct sched_policy *p)
+{
+    struct sched_action a[16];
+    scenario(3, 0, 0);
+    resident(0, 10);
+    resident(1, 50);
+    models[0].loaded_at = 95; /* 5 s ago, min_resident 10 */
+    models[0].min_resident = 10;
+    models[1].loaded_at = 20;
+    waiting(2, 1, 99);
+    finish_view();
+    const struct sched_action *ld = only(a, p->decide(&view, a, 16), SCHED_LOAD);
+    CHECK_MSG(ld && ld->n_victims == 1 && ld->victims[0] == 1, "%s: spared the young one",
+              p->name);
+    models[0].min_resident = 4; /* past it: the least recently used goes again */
+    ld = only(a, p->decide(&view, a, 16), SCHED_LOAD);
+    CHECK_MSG(ld && ld->n_victims == 1 && ld->victims[0] == 0, "%s: past min_resident",
+              p->name);
+    models[0].min_resident = 10;
+    models[1].pinned = true; /* nothing else makes room: the young one goes */
+    ld = only(a, p->decide(&view, a, 16), SCHED_LOAD);
+    CHECK_MSG(ld && ld->n_victims == 1 && ld->victims[0] == 0, "%s: the last resort", p->name);
+}
+
 /* priority and max_queue_wait (goes_before) under policy p: which of two
  * waiting models loads, and which resident one gets the device's batch */
 static void test_order(const struct sched_policy *p)
@@ -695,6 +722,8 @@ int main(void)
     const struct sched_action *w = only(a, n, SCHED_WAKE);
     CHECK(only(a, n, SCHED_UNLOAD) == NULL && w && w->at == 110);
 
+    test_min_resident(s);
+    test_min_resident(sched_policy_find("lru"));
     test_order(s);
     test_order(sched_policy_find("lru"));
     test_lru();

@@ -106,7 +106,7 @@ TEST(values)
                        "models:\n"
                        "  - {name: opt-a, path: /models/a, tp: 2, pp: 2, max_batch: 4,\n"
                        "     pinned: true, devices: [3, 2, 1, 0], keep_alive: -1,\n"
-                       "     priority: -7, max_queue_wait: 1.5}\n"
+                       "     priority: -7, max_queue_wait: 1.5, min_resident: 30}\n"
                        "  - name: org/opt-b:v1\n"
                        "    path: /models/b\n";
     struct serve_config c;
@@ -146,8 +146,8 @@ TEST(values)
     CHECK(mc[0].devices == c.models[0].devices && mc[1].devices == NULL);
     /* keep_alive: the model's (-1: forever), else the server's */
     CHECK(mc[0].keep_alive_set && isinf(mc[0].keep_alive));
-    CHECK(mc[0].priority == -7 && mc[0].max_queue_wait == 1.5);
-    CHECK(mc[1].priority == 0 && mc[1].max_queue_wait == 0); /* the defaults */
+    CHECK(mc[0].priority == -7 && mc[0].max_queue_wait == 1.5 && mc[0].min_resident == 30);
+    CHECK(mc[1].priority == 0 && mc[1].max_queue_wait == 0 && mc[1].min_resident == 0);
     CHECK(mc[1].keep_alive_set && mc[1].keep_alive == 300);
     double ka;
     CHECK(serve_keep_alive_parse(NULL, &ka) == 0 && isnan(ka));
@@ -401,6 +401,8 @@ TEST(check)
     EXPECT_BAD(c.models[1].priority = 1001, c.models[1].priority = 0, "models[1].priority");
     EXPECT_BAD(c.models[1].max_queue_wait = -1, c.models[1].max_queue_wait = 0,
                "models[1].max_queue_wait");
+    EXPECT_BAD(c.models[1].min_resident = -2, c.models[1].min_resident = 0,
+               "models[1].min_resident");
     EXPECT_BAD(c.policy = "nosuch", c.policy = NULL, "unknown scheduling policy 'nosuch'");
     EXPECT_BAD(c.policy = "clairvoyant", c.policy = NULL,
                "simulator-only (it needs the future arrivals) scheduling policy 'clairvoyant'");

@@ -132,6 +132,12 @@ int engine_set_keep_alive(struct engine *e, int id, double seconds);
  * served. */
 #define ENGINE_PRIORITY_MAX 1000
 int engine_set_priority(struct engine *e, int id, int priority, double max_queue_wait);
+/* For this many seconds after a load of model id starts, swapwise,
+ * clairvoyant and lru evict it for another model only when no other model
+ * can make the room, and never to prefetch one (0, the default: no such
+ * time). ERR_INVALID when negative or not finite, ERR_NOT_FOUND when id is
+ * not served. */
+int engine_set_min_resident(struct engine *e, int id, double seconds);
 /* A pinned model is never chosen as a victim to make room for another.
  * Pinning does not load it (engine_load_model does). */
 int engine_pin_model(struct engine *e, int id, bool pinned);
@@ -279,6 +285,7 @@ struct engine_model_stats {
     double keep_alive;      /* engine_set_keep_alive's (NAN: the policy's own) */
     int priority;           /* engine_set_priority's */
     double max_queue_wait;  /* engine_set_priority's (0: no bound) */
+    double min_resident;    /* engine_set_min_resident's (0: none) */
     uint64_t bytes_loaded;  /* host -> device, over its loads */
     double load_s;          /* summed load times */
     double compute_s;       /* summed batch run times */

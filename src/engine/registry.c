@@ -249,6 +249,18 @@ int engine_set_priority(struct engine *e, int id, int priority, double max_queue
     return m ? 0 : err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
 }
 
+int engine_set_min_resident(struct engine *e, int id, double seconds)
+{
+    if (!(seconds >= 0) || !isfinite(seconds))
+        return err_set(ERR_INVALID, "min_resident %g: expected seconds >= 0 (0: none)", seconds);
+    pthread_mutex_lock(&e->lock);
+    struct emodel *m = model_get(e, id);
+    if (m)
+        m->min_resident = seconds;
+    pthread_mutex_unlock(&e->lock);
+    return m ? 0 : err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
+}
+
 int engine_pin_model(struct engine *e, int id, bool pinned)
 {
     pthread_mutex_lock(&e->lock);
@@ -347,6 +359,7 @@ int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
     out->keep_alive = m->keep_alive;
     out->priority = m->priority;
     out->max_queue_wait = m->max_queue_wait;
+    out->min_resident = m->min_resident;
     out->bytes_loaded = m->bytes_loaded;
     out->load_s = m->load_s;
     out->compute_s = m->compute_s;

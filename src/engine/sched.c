@@ -226,12 +226,19 @@ static bool devices_free(const struct sched_view *v, const struct sched_model *c
     return true;
 }
 
+/* Loaded less than its min_resident ago. */
+static bool young(const struct sched_view *v, const struct sched_model *c)
+{
+    return c->min_resident > 0 && v->now - c->loaded_at < c->min_resident;
+}
+
 /* The evictable model least likely wanted within a load's time (least
  * recently used among equals) that has nothing queued, or, when busy is
  * given, whose whole queue fits the batch it can get now; idle_only leaves
- * out models with a batch in flight. -1 when none. */
+ * out models with a batch in flight, spare_young those within their
+ * min_resident. -1 when none. */
 static int least_wanted(const struct sched_view *v, struct demand_memo *memo, const bool *chosen,
-                        const bool *busy, bool idle_only)
+                        const bool *busy, bool idle_only, bool spare_young)
 {
     int pick = -1;
     double pick_d = 0;
@@ -240,7 +247,7 @@ static int least_wanted(const struct sched_view *v, struct demand_memo *memo, co
         bool drains = busy && c->queue_len > 0 && c->queue_len <= v->max_batch && !c->running &&
                       devices_free(v, c, busy);
         if (chosen[i] || !evictable(c) || (c->queue_len > 0 && !drains) ||
-            (idle_only && c->running))
+            (idle_only && c->running) || (spare_young && young(v, c)))
             continue;
         double d = demand(v, memo, i);
         if (pick < 0 || d < pick_d || (d == pick_d && c->last_used < v->models[pick].last_used))
@@ -256,15 +263,22 @@ static bool demand_victims(const struct sched_view *v, struct demand_memo *memo,
 {
     struct evict_model em[SCHED_MAX_MODELS];
     while (!room_for(v, r, load) && a->n_victims < SCHED_MAX_VICTIMS) {
-        int pick = least_wanted(v, memo, chosen, busy, false);
-        if (pick < 0 && oldest) { /* then idle with requests younger than ours, LRU */
-            evict_view(v, em);
-            for (int i = 0; i < v->n_models; i++) {
-                const struct sched_model *c = &v->models[i];
-                em[i].evictable = !chosen[i] && evictable(c) && !c->running && c->queue_len > 0 &&
-                                  c->head_arrival >= v->models[load].head_arrival;
+        int pick = -1;
+        /* models within their min_resident only when no other makes room */
+        for (int pass = 0; pass < 2 && pick < 0; pass++) {
+            bool spare = pass == 0;
+            pick = least_wanted(v, memo, chosen, busy, false, spare);
+            if (pick < 0 && oldest) { /* then idle with requests younger than ours, LRU */
+                evict_view(v, em);
+                for (int i = 0; i < v->n_models; i++) {
+                    const struct sched_model *c = &v->models[i];
+                    em[i].evictable = !chosen[i] && evictable(c) && !c->running &&
+                                      c->queue_len > 0 &&
+                                      c->head_arrival >= v->models[load].head_arrival &&
+                                      !(spare && young(v, c));
+                }
+                pick = evict_lru(em, v->n_models);
             }
-            pick = evict_lru(em, v->n_models);
         }
         if (pick < 0)
             return false;
@@ -295,7 +309,7 @@ static bool prefetch(const struct sched_view *v, struct demand_memo *memo, struc
     room_init(v, &r);
     *a = (struct sched_action){.kind = SCHED_LOAD, .model = p};
     while (!room_for(v, &r, p) && a->n_victims < SCHED_MAX_VICTIMS) {
-        int pick = least_wanted(v, memo, chosen, NULL, true);
+        int pick = least_wanted(v, memo, chosen, NULL, true, true);
         double dp = pick < 0 ? 0 : demand(v, memo, pick);
         if (pick < 0 || (memo->future ? dp >= pd : dp + SW_PREFETCH_MARGIN > pd))
             break;
@@ -514,6 +528,18 @@ static int serve_resident(const struct sched_view *v, bool *busy, const bool *sk
  * (idle_since), at that moment and not before (a SCHED_WAKE asks for it). Resident models are
  * served as swapwise does: in goes_before order, one batch per device. */
 
+/* The least recently used of m's evictable models, spare_young leaving out
+ * those within their min_resident; -1 when none. */
+static int lru_among(const struct sched_view *v, const struct evict_model *m, bool spare_young)
+{
+    int pick = -1;
+    for (int i = 0; i < v->n_models; i++)
+        if (m[i].evictable && !(spare_young && young(v, &v->models[i])) &&
+            (pick < 0 || m[i].last_used < m[pick].last_used))
+            pick = i;
+    return pick;
+}
+
 static int lru_decide(const struct sched_view *v, struct sched_action *out, int max)
 {
     int n = 0;
@@ -549,9 +575,10 @@ static int lru_decide(const struct sched_view *v, struct sched_action *out, int 
                 any[i].last_used = v->now;
         }
         while (!room_for(v, &r, load) && a.n_victims < SCHED_MAX_VICTIMS) {
-            int pick = evict_lru(idle, v->n_models);
-            if (pick < 0)
-                pick = evict_lru(any, v->n_models);
+            /* idle, then busy; models within their min_resident last */
+            int pick = -1;
+            for (int pass = 0; pass < 4 && pick < 0; pass++)
+                pick = lru_among(v, pass % 2 ? any : idle, pass < 2);
             if (pick < 0)
                 break;
             idle[pick].evictable = any[pick].evictable = false;

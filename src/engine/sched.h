@@ -45,6 +45,11 @@ struct sched_model {
      * keep arrival order. */
     int priority;
     double max_queue_wait;
+    /* seconds from loaded_at during which swapwise, clairvoyant and lru take
+     * it as a victim only when no other model can make the room (and never
+     * to prefetch another); 0: none. No thrash: a model just loaded gets to
+     * serve. */
+    double min_resident;
     /* the arrival of its next request not yet queued (INFINITY: none): only
      * the simulator knows it, for the policies marked needs_future; the
      * engine leaves INFINITY */

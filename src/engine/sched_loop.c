@@ -109,6 +109,7 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
         sm[i].keep_alive = m->keep_alive;
         sm[i].priority = m->priority;
         sm[i].max_queue_wait = m->max_queue_wait;
+        sm[i].min_resident = m->min_resident;
         sm[i].arrivals = m->arrivals;
         sm[i].batch_s = step_estimate(e, m->queue_len);
         /* its weights and its batches' memory leave or come together */

@@ -158,6 +158,9 @@ static int model_check(const struct stack_config *c, int i)
                                     "priority from %d to %d and seconds >= 0",
                        m->name, m->priority, m->max_queue_wait, -ENGINE_PRIORITY_MAX,
                        ENGINE_PRIORITY_MAX);
+    if (!(m->min_resident >= 0) || !isfinite(m->min_resident))
+        return err_set(ERR_INVALID, "model %s: min_resident: expected seconds >= 0, got %g",
+                       m->name, m->min_resident);
     if (m->keep_alive_set && !(m->keep_alive >= 0))
         return err_set(ERR_INVALID, "model %s: keep_alive: expected seconds >= 0 or forever, "
                                     "got %g", m->name, m->keep_alive);
@@ -349,6 +352,8 @@ int stack_open(const struct stack_config *c, struct stack **out)
             ((m->priority != 0 || m->max_queue_wait != 0) &&
              (rc = engine_set_priority(s->engine, s->ids[i], m->priority, m->max_queue_wait)) <
                  0) ||
+            (m->min_resident != 0 &&
+             (rc = engine_set_min_resident(s->engine, s->ids[i], m->min_resident)) < 0) ||
             (c->prefetch_host && (rc = swap_prefetch_host(s->mgr, s->models[i])) < 0)) {
             err_wrap(rc, "model %s", m->name);
             goto fail;

@@ -44,6 +44,7 @@ struct stack_model_config {
     double keep_alive;
     int priority;          /* engine_set_priority's (0: the default) */
     double max_queue_wait; /* engine_set_priority's (0: no bound) */
+    double min_resident;   /* engine_set_min_resident's (0: none) */
 };
 
 struct stack_config {

@@ -483,6 +483,7 @@ void serve_config_stack(const struct serve_config *c, struct stack_config *sc,
             .compute = m->compute,
             .priority = m->priority,
             .max_queue_wait = m->max_queue_wait,
+            .min_resident = m->min_resident,
         };
         /* the model's, else the server's; checked already (check_server) */
         double ka;

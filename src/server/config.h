@@ -75,6 +75,7 @@ struct serve_model {
     char *keep_alive;    /* serve_keep_alive_parse's text; NULL: the server's (owned) */
     int priority;        /* engine_set_priority's (default 0) */
     double max_queue_wait; /* seconds; 0: no bound (default) */
+    double min_resident;   /* seconds; 0: none (default) */
 };
 
 struct serve_config {

@@ -153,6 +153,10 @@ const struct serve_key serve_keys[] = {
      .offset = MODEL(max_queue_wait),
      .help = "seconds: once its oldest waiting request is older, the model goes before every "
              "model that is not (anti-starvation); 0: no bound; swapwise and lru"},
+    {.path = "models[].min_resident", .type = SK_DOUBLE, .lo = 0, .hi = INFINITY,
+     .offset = MODEL(min_resident),
+     .help = "seconds after a load during which the model is evicted for another only when no "
+             "other model can make the room; 0: none; swapwise and lru"},
     {.path = "models[].chat_template", .type = SK_STRING, .offset = MODEL(chat_template),
      .help = "a Jinja file for /v1/chat/completions; unset: the checkpoint's"},
 };

@@ -47,7 +47,8 @@ static json_t *model_json(struct server *s, const struct srv_model *m)
                                                    : isinf(ka) ? json_integer(-1)
                                                                : json_real(ka)) |
               json_object_set_new(o, "priority", json_integer(st->priority)) |
-              json_object_set_new(o, "max_queue_wait", json_real(st->max_queue_wait))) < 0) {
+              json_object_set_new(o, "max_queue_wait", json_real(st->max_queue_wait)) |
+              json_object_set_new(o, "min_resident", json_real(st->min_resident))) < 0) {
         json_decref(o);
         o = NULL;
     }
@@ -155,6 +156,23 @@ static bool body_int(json_t *body, const char *key, int lo, int hi, int *out, st
         return false;
     }
     *out = (int)json_integer_value(v);
+    return true;
+}
+
+/* An optional field of the admin body in seconds >= 0; *out keeps its
+ * default (0: none) when absent or null. */
+static bool body_seconds(json_t *body, const char *key, double *out, struct oai_error *e)
+{
+    json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v))
+        return true;
+    double x = json_is_number(v) ? json_number_value(v) : NAN;
+    if (!(x >= 0) || !isfinite(x)) {
+        oai_error_set(e, 400, "invalid_request_error", NULL, key,
+                      "'%s' must be a number of seconds >= 0 (0: none).", key);
+        return false;
+    }
+    *out = x;
     return true;
 }
 
@@ -267,15 +285,10 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
         !body_int(body, "priority", -ENGINE_PRIORITY_MAX, ENGINE_PRIORITY_MAX, &priority, &e) ||
         !body_keep_alive(body, c, &keep_alive, &e))
         goto refuse;
-    json_t *jw = json_object_get(body, "max_queue_wait");
-    if (jw && !json_is_null(jw)) {
-        max_queue_wait = json_is_number(jw) ? json_number_value(jw) : NAN;
-        if (!(max_queue_wait >= 0) || !isfinite(max_queue_wait)) {
-            oai_error_set(&e, 400, "invalid_request_error", NULL, "max_queue_wait",
-                          "'max_queue_wait' must be a number of seconds >= 0 (0: no bound).");
-            goto refuse;
-        }
-    }
+    double min_resident = 0;
+    if (!body_seconds(body, "max_queue_wait", &max_queue_wait, &e) ||
+        !body_seconds(body, "min_resident", &min_resident, &e))
+        goto refuse;
     if (tp * pp > n_dev) {
         oai_error_set(&e, 400, "invalid_request_error", NULL, "tp",
                       "tp x pp = %d shards exceed the server's %d devices.", tp * pp, n_dev);
@@ -324,6 +337,10 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     } else if (id >= 0 &&
                (rc = engine_set_priority(s->stack->engine, id, priority, max_queue_wait)) < 0) {
         param = "priority";
+        remove_unserved(s, id);
+    } else if (id >= 0 &&
+               (rc = engine_set_min_resident(s->stack->engine, id, min_resident)) < 0) {
+        param = "min_resident";
         remove_unserved(s, id);
     } else if (id >= 0 && (rc = srv_model_add(s, sm, dir, NULL, id)) < 0) {
         remove_unserved(s, id);

@@ -500,15 +500,16 @@ def test_keep_alive():
     check(code in (200, 204), "delete m5: %d %s" % (code, body))
     code, j, body = curl("POST", "/admin/models", {"name": "m5", "path": A.root_model,
                                                    "keep_alive": -1, "priority": 5,
-                                                   "max_queue_wait": 2.5})
+                                                   "max_queue_wait": 2.5, "min_resident": 3})
     check(code == 200 and j["keep_alive"] == -1, "add m5 with keep_alive -1: %d %s" % (code, body))
     info = model_info("m5")
-    check(info["keep_alive"] == -1 and info["priority"] == 5 and info["max_queue_wait"] == 2.5,
+    check(info["keep_alive"] == -1 and info["priority"] == 5 and info["max_queue_wait"] == 2.5
+          and info["min_resident"] == 3,
           "m5 listed with %r" % info)
     check(model_info("m1")["priority"] == 0 and model_info("m1")["max_queue_wait"] == 0,
           "m1's order controls: %r" % model_info("m1"))
     for field, bad in (("priority", 1001), ("priority", 1.5), ("max_queue_wait", -1),
-                       ("max_queue_wait", "x")):
+                       ("max_queue_wait", "x"), ("min_resident", -0.5), ("min_resident", False)):
         code, j, body = curl("POST", "/admin/models", {"name": "m6", "path": A.root_model,
                                                        field: bad})
         check_error(code, j, 400, None, "%s %r" % (field, bad))
