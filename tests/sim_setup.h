@@ -14,7 +14,7 @@
 static void setup(struct sim_config *c, const char *policy, int n, int room, uint64_t *bytes)
 {
     memset(c, 0, sizeof(*c));
-    c->policy = sched_policy_find(policy);
+    c->policy = sched_policy_find_sim(policy);
     c->n_models = n;
     c->n_devices = 2;
     for (int i = 0; i < 2 * n; i++)

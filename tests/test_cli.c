@@ -374,8 +374,8 @@ static void test_bench_flags(void)
         {"bench workload --link-gbps 1e-30 --cache T/c",
          "--link-gbps 1e-30 is out of range (expected 0.001..10000 GB/s)"},
         {"bench workload --policy , --cache T/c", "--policy \",\" names no policy"},
-        {"bench workload --policy computron,swapwise,computron,swapwise,computron --cache T/c",
-         "at most 4 policies"},
+        {"bench workload --policy computron,swapwise,lru,fifo,computron,swapwise --cache T/c",
+         "at most 5 policies"},
         {"bench workload --seed ' -1' --cache T/c", "--seed expects a non-negative integer"},
         {"bench swap --preset opt-125m --layers -2 --cache T/c", "--layers -2 is out of range"},
         {"bench swap --preset opt-125m --prompt-len 513 --cache T/c",
@@ -1006,13 +1006,28 @@ int main(void)
           json_real_value(json_object_get(wj, "load_s")) > 0);
     pols = json_object_get(json_array_get(json_object_get(wj, "configs"), 0), "policies");
     CHECK(json_array_size(pols) == 2);
+    /* the floor: a bound under every policy, beside them */
+    json_t *fl = json_object_get(json_array_get(json_object_get(wj, "configs"), 0), "floor");
+    double floor99 = json_real_value(json_object_get(fl, "p99_s"));
+    CHECK_MSG(fl && floor99 > 0 && json_real_value(json_object_get(fl, "swaps")) == 0,
+              "floor p99 %g", floor99);
     for (size_t i = 0; i < json_array_size(pols); i++) {
         json_t *p = json_array_get(pols, i);
         double p50 = json_real_value(json_object_get(p, "p50_s"));
         double p99 = json_real_value(json_object_get(p, "p99_s"));
-        CHECK_MSG(p50 > 0 && p99 >= p50, "simulated p50 %g p99 %g", p50, p99);
+        CHECK_MSG(p50 > 0 && p99 >= p50 && p99 >= floor99, "simulated p50 %g p99 %g", p50, p99);
     }
     json_decref(wj);
+
+    /* every policy side by side, clairvoyant too: a table with a floor row */
+    snprintf(cmd, sizeof(cmd), "%s bench workload --simulate --seeds 2 --config custom --rates 4,4 "
+                               "--cv 1 --duration 5 --preset opt-125m --layers 1 --cache %s/wl "
+                               "--policy swapwise,computron,lru,fifo,clairvoyant", BIN, tmp);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    const char *rows[] = {" swapwise ", " computron ", " lru ", " fifo ", " clairvoyant ",
+                          " floor "};
+    for (int i = 0; i < 6; i++)
+        CHECK_MSG(strstr(out, rows[i]) != NULL, "no %s row in:\n%s", rows[i], out);
 
     /* chat traffic on the same clock: the token SLOs per policy */
     snprintf(cmd, sizeof(cmd), "%s bench workload --simulate --seeds 2 --config chat:4:0.5 "
@@ -1081,7 +1096,11 @@ int main(void)
     expect_fail(BIN " bench swap --layouts 1x1", 2, "exactly one of --preset");
     expect_fail(BIN " bench workload --config computron:19", 2, "does not exist");
     expect_fail(BIN " bench workload --config chat:0:1", 2, "chat:MODELS:RATE[:CV[:ZIPF]]");
-    expect_fail(BIN " bench workload --policy fifo", 2, "unknown scheduling policy");
+    expect_fail(BIN " bench workload --policy nosuch", 2, "unknown scheduling policy");
+    expect_fail(BIN " bench workload --policy lru,clairvoyant", 2,
+                "needs the future arrivals, which only the simulator has");
+    expect_fail(BIN " bench workload --simulate --policy swapwise,nosuch", 2,
+                "swapwise|computron|lru|fifo|clairvoyant");
     expect_fail(BIN " bench workload --config computron:all", 2, "needs --simulate");
     expect_fail(BIN " bench workload --simulate --config round-robin", 1, "closed loop");
 

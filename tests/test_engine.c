@@ -646,6 +646,11 @@ static void test_rejections(void)
 {
     struct rig g;
     rig_open(&g, "swapwise", 0, 4, 8, 1);
+    /* the engine cannot run a policy that reads the future */
+    struct engine *none = NULL;
+    CHECK(engine_create(g.mgr, g.w, &(struct engine_config){.policy = "clairvoyant"}, &none) ==
+              ERR_INVALID &&
+          none == NULL && strstr(err_msg(), "future arrivals"));
     gate_close(&g);
     int t = not_big(&g, 0);
     struct job jobs[6];
@@ -1023,6 +1028,69 @@ static void test_load_unload(void)
     rig_close(&g);
 }
 
+/* keep_alive: refused when negative; 0 unloads the model as soon as its
+ * batch has ended (counted as an idle unload, not an eviction), however
+ * often its state is read meanwhile; INFINITY keeps it. */
+static void test_keep_alive(const char *policy)
+{
+    struct rig g;
+    rig_open(&g, policy, 0, 64, 8, 2);
+    int t = not_big(&g, 0), id = g.id[t];
+    struct engine_model_stats ms;
+    CHECK(engine_model_stats(g.e, id, &ms) == 0 && isnan(ms.keep_alive));
+    CHECK(engine_set_keep_alive(g.e, id, -1) == ERR_INVALID && strstr(err_msg(), "keep_alive"));
+    CHECK(engine_set_keep_alive(g.e, 9999, 1) == ERR_NOT_FOUND);
+    CHECK(engine_set_keep_alive(g.e, id, 0) == 0);
+    /* the order controls: checked, kept, shown */
+    CHECK(engine_set_priority(g.e, id, ENGINE_PRIORITY_MAX + 1, 0) == ERR_INVALID &&
+          strstr(err_msg(), "priority"));
+    CHECK(engine_set_priority(g.e, id, 0, -1) == ERR_INVALID &&
+          strstr(err_msg(), "max_queue_wait"));
+    CHECK(engine_set_priority(g.e, id, 0, NAN) == ERR_INVALID);
+    CHECK(engine_set_priority(g.e, 9999, 0, 0) == ERR_NOT_FOUND);
+    CHECK(engine_set_priority(g.e, id, -3, 2.5) == 0);
+    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.priority == -3 &&
+          ms.max_queue_wait == 2.5 && ms.min_resident == 0);
+    CHECK(engine_set_min_resident(g.e, id, -1) == ERR_INVALID && strstr(err_msg(), "min_resident"));
+    CHECK(engine_set_min_resident(g.e, id, INFINITY) == ERR_INVALID);
+    CHECK(engine_set_min_resident(g.e, 9999, 1) == ERR_NOT_FOUND);
+    CHECK(engine_set_min_resident(g.e, id, 4) == 0);
+    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.min_resident == 4);
+    CHECK(engine_set_min_resident(g.e, id, 0) == 0);
+    struct job j;
+    job_init(&j, g.e, t, 1, 4);
+    struct engine_request_params p = job_params(&j, id, 1);
+    struct engine_req *h;
+    CHECK(engine_submit(g.e, &p, &h) == 0);
+    CHECK(engine_req_wait(h) == 0 && j.n_out == 4);
+    engine_req_release(h);
+    /* the unload follows the batch's end: read until it shows (20 s at most) */
+    for (int i = 0; i < 2000; i++) {
+        CHECK(engine_model_stats(g.e, id, &ms) == 0);
+        if (ms.idle_unloads > 0)
+            break;
+        usleep(10000);
+    }
+    swap_wait_idle(g.mgr, g.sm[t]);
+    CHECK(engine_model_stats(g.e, id, &ms) == 0);
+    CHECK_MSG(ms.idle_unloads == 1 && ms.evictions == 0 && ms.unloads == 0 &&
+                  ms.residency != RES_ON_DEVICE && ms.keep_alive == 0 && ms.ok == 1,
+              "%s: %llu idle unloads, %llu evictions, residency %d", policy,
+              (unsigned long long)ms.idle_unloads, (unsigned long long)ms.evictions,
+              (int)ms.residency);
+    /* forever: loaded again for the next request, and it stays */
+    CHECK(engine_set_keep_alive(g.e, id, INFINITY) == 0);
+    job_init(&j, g.e, t, 1, 4);
+    p = job_params(&j, id, 2);
+    CHECK(engine_submit(g.e, &p, &h) == 0);
+    CHECK(engine_req_wait(h) == 0);
+    engine_req_release(h);
+    engine_drain(g.e);
+    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.loads == 2 && ms.idle_unloads == 1 &&
+          ms.residency == RES_ON_DEVICE && isinf(ms.keep_alive));
+    rig_close(&g);
+}
+
 /* ---- the live registry under load ---- */
 
 struct live {
@@ -1250,6 +1318,26 @@ TEST(churn_swapwise)
 TEST(churn_computron)
 {
     test_churn("computron", 10000);
+}
+
+TEST(churn_lru)
+{
+    test_churn("lru", 10000);
+}
+
+TEST(churn_fifo)
+{
+    test_churn("fifo", 10000);
+}
+
+TEST(keep_alive_swapwise)
+{
+    test_keep_alive("swapwise");
+}
+
+TEST(keep_alive_lru)
+{
+    test_keep_alive("lru");
 }
 
 TEST(starvation_swapwise)

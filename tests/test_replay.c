@@ -115,17 +115,24 @@ static void test_replay(void)
     CHECK(costs.batch_s[5] == 0); /* nothing past max_batch */
 
     /* the simulated comparison: every seed summarized, the first policy its own reference */
-    const char *pols[] = {"computron", "swapwise"};
-    struct simulate_summary s[2];
-    CHECK_MSG(simulate_workload(&rig, &c, &costs, pols, 2, 1, 3, 5, 10 * warm, s) == 0, "%s",
-              err_msg());
-    for (int p = 0; p < 2; p++)
+    const char *pols[] = {"computron", "swapwise", "lru", "fifo", "clairvoyant"};
+    struct simulate_summary s[5], floor;
+    CHECK_MSG(simulate_workload_floor(&rig, &c, &costs, pols, 5, 1, 3, 5, 10 * warm, s, &floor) ==
+                  0, "%s", err_msg());
+    for (int p = 0; p < 5; p++) {
         CHECK(s[p].mean > 0 && s[p].p50 <= s[p].p99 && s[p].p99 <= s[p].max && s[p].swaps >= 1 &&
               s[p].slo >= 0 && s[p].slo <= 1);
+        /* the floor bounds each request's latency, so every statistic of it */
+        CHECK_MSG(floor.mean <= s[p].mean && floor.p50 <= s[p].p50 && floor.p99 <= s[p].p99 &&
+                      floor.max <= s[p].max && floor.slo >= s[p].slo,
+                  "%s: p99 %g under the floor's %g", pols[p], s[p].p99, floor.p99);
+    }
+    CHECK(floor.mean > 0 && floor.swaps == 0 && floor.worst_p99_ratio > 0 &&
+          floor.worst_p99_ratio <= 1);
     CHECK(s[0].worst_p99_ratio == 0 && s[1].worst_p99_ratio > 0);
-    const char *bad[] = {"fifo"};
+    const char *bad[] = {"nosuch"};
     CHECK(simulate_workload(&rig, &c, &costs, bad, 1, 1, 1, 5, 1, s) == ERR_INVALID &&
-          strstr(err_msg(), "fifo"));
+          strstr(err_msg(), "nosuch"));
     free(ev);
 
     /* a model that does not exist: the error names its path */

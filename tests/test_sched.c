@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "engine/sched.h"
 #include "test.h"
 
@@ -23,6 +24,10 @@ static void scenario(int n, uint64_t free_mb, int max_loaded)
     view.n_devices = 1;
     view.models = models;
     view.free_bytes[0] = free_mb * MB;
+    for (int i = 0; i < n; i++) {
+        models[i].next_arrival = INFINITY; /* as the engine says: the future is unknown */
+        models[i].keep_alive = NAN;        /* the policy's own */
+    }
     view.max_loaded = max_loaded;
     view.now = 100;
     view.overlap_loads = true; /* copies take no compute, as on GPUs */
@@ -77,9 +82,10 @@ static bool rec_serve(void *ctx, int model)
     return r->serve_ok;
 }
 
-static void rec_offload(void *ctx, int model, bool defer)
+static bool rec_offload(void *ctx, int model, bool defer)
 {
     rec_log(ctx, "o", model, defer ? "d" : "");
+    return true;
 }
 
 static bool rec_load(void *ctx, int model)
@@ -104,11 +110,250 @@ static const struct sched_exec_ops rec_ops = {
     .wake = rec_wake,
 };
 
+/* The only action of kind k in a[0..n), or NULL when none or several. */
+static const struct sched_action *only(const struct sched_action *a, int n, enum sched_kind k)
+{
+    const struct sched_action *f = NULL;
+    for (int i = 0; i < n; i++)
+        if (a[i].kind == k) {
+            if (f)
+                return NULL;
+            f = &a[i];
+        }
+    return f;
+}
+
+static void test_lru(void)
+{
+    const struct sched_policy *l = sched_policy_find("lru");
+    struct sched_action a[16];
+    CHECK(l && !l->needs_future);
+    /* keep-alive on a fake clock: model 0 idle since 0.5 leaves at exactly
+     * 300.5, not before; until then a wake-up is asked for that moment */
+    scenario(2, 100, 0);
+    resident(0, 0.5);
+    models[0].idle_since = 0.5;
+    view.now = 300.25;
+    finish_view();
+    int n = l->decide(&view, a, 16);
+    CHECK_MSG(n == 1 && a[0].kind == SCHED_WAKE && a[0].at == 300.5, "%d actions", n);
+    view.now = nextafter(300.5, 0);
+    CHECK(l->decide(&view, a, 16) == 1 && a[0].kind == SCHED_WAKE);
+    /* reads of its state (an admin listing, a metrics scrape) move nothing
+     * the keep-alive counts: not even last_used, were a reader to touch it */
+    models[0].last_used = 300.4;
+    view.now = 300.5;
+    n = l->decide(&view, a, 16);
+    CHECK_MSG(n == 1 && a[0].kind == SCHED_UNLOAD && a[0].model == 0, "%d actions", n);
+    /* not while it has work, a batch in flight, a load arriving, or a pin */
+    view.now = 1000;
+    waiting(0, 1, 999);
+    finish_view();
+    CHECK(only(a, l->decide(&view, a, 16), SCHED_UNLOAD) == NULL);
+    waiting(0, 0, 0);
+    models[0].running = true;
+    finish_view();
+    CHECK(l->decide(&view, a, 16) == 0);
+    models[0].running = false;
+    models[0].pinned = true;
+    finish_view();
+    CHECK(l->decide(&view, a, 16) == 0);
+    models[0].pinned = false;
+    models[0].loading = true;
+    finish_view();
+    CHECK(l->decide(&view, a, 16) == 0);
+
+    /* on demand: idle models go first (0, though 1 was used longer ago);
+     * the busy resident one gets its batch in the same answer */
+    scenario(3, 0, 0);
+    resident(0, 10);
+    resident(1, 5);
+    waiting(1, 1, 60);
+    waiting(2, 1, 50);
+    finish_view();
+    n = l->decide(&view, a, 16);
+    const struct sched_action *ld = only(a, n, SCHED_LOAD), *sv = only(a, n, SCHED_SERVE);
+    CHECK(ld && ld->model == 2 && ld->n_victims == 1 && ld->victims[0] == 0);
+    CHECK(sv && sv->model == 1);
+    /* none idle: the least recently used busy one goes (it would be
+     * deferred while its batch runs) */
+    models[0].running = true; /* 0 runs a batch: device busy, 1 waits */
+    finish_view();
+    n = l->decide(&view, a, 16);
+    ld = only(a, n, SCHED_LOAD);
+    CHECK_MSG(n == 1 && ld && ld->model == 2 && ld->n_victims == 1 && ld->victims[0] == 1,
+              "%d actions", n);
+    /* one load at a time */
+    models[1].resident = false;
+    models[1].loading = models[0].loading = false;
+    models[2].resident = models[2].loading = true;
+    waiting(1, 1, 40);
+    finish_view();
+    CHECK(only(a, l->decide(&view, a, 16), SCHED_LOAD) == NULL);
+    /* a model's own keep_alive: 5 s here, forever there */
+    scenario(2, 100, 0);
+    resident(0, 1);
+    resident(1, 1);
+    models[0].idle_since = models[1].idle_since = 90;
+    models[0].keep_alive = 5;
+    models[1].keep_alive = INFINITY;
+    finish_view();
+    n = l->decide(&view, a, 16);
+    CHECK_MSG(n == 1 && a[0].kind == SCHED_UNLOAD && a[0].model == 0, "%d actions", n);
+    models[0].keep_alive = 15; /* expires at 105: asked for then, 1 never */
+    n = l->decide(&view, a, 16);
+    CHECK_MSG(n == 1 && a[0].kind == SCHED_WAKE && a[0].at == 105, "%d actions", n);
+    /* pinned models hold the room: it waits */
+    scenario(2, 0, 0);
+    resident(0, 10);
+    models[0].pinned = true;
+    waiting(1, 1, 50);
+    finish_view();
+    CHECK(l->decide(&view, a, 16) == 0);
+}
+
+static void test_fifo(void)
+{
+    const struct sched_policy *f = sched_policy_find("fifo");
+    struct sched_action a[16];
+    CHECK(f);
+    /* the oldest request's model is swapped in over the least recently used */
+    scenario(3, 0, 2);
+    resident(0, 10);
+    resident(1, 20);
+    waiting(1, 2, 40);
+    waiting(2, 1, 30);
+    finish_view();
+    CHECK(f->decide(&view, a, 16) == 1 && a[0].kind == SCHED_LOAD && a[0].model == 2 &&
+          a[0].n_victims == 1 && a[0].victims[0] == 0);
+    /* ...even when that one has requests queued (no look-ahead) */
+    waiting(0, 3, 45);
+    finish_view();
+    CHECK(f->decide(&view, a, 16) == 1 && a[0].kind == SCHED_LOAD && a[0].victims[0] == 0);
+    /* resident: its batch alone, though model 1 could run beside it */
+    waiting(0, 1, 20);
+    finish_view();
+    CHECK(f->decide(&view, a, 16) == 1 && a[0].kind == SCHED_SERVE && a[0].model == 0);
+    /* nothing while a batch runs or a load arrives */
+    models[1].running = true;
+    finish_view();
+    CHECK(f->decide(&view, a, 16) == 0);
+    models[1].running = false;
+    models[0].loading = true;
+    finish_view();
+    CHECK(f->decide(&view, a, 16) == 0);
+}
+
+static void test_clairvoyant(void)
+{
+    const struct sched_policy *cv = sched_policy_find_sim("clairvoyant");
+    struct sched_action a[16];
+    CHECK(cv && cv->needs_future);
+    /* Belady: the victim is the model wanted farthest ahead, not the LRU one */
+    scenario(3, 0, 0);
+    resident(0, 10);
+    resident(1, 5);
+    models[0].next_arrival = 500;
+    models[1].next_arrival = 150;
+    waiting(2, 1, 50);
+    finish_view();
+    const struct sched_action *ld = only(a, cv->decide(&view, a, 16), SCHED_LOAD);
+    CHECK(ld && ld->model == 2 && ld->n_victims == 1 && ld->victims[0] == 0);
+    models[0].next_arrival = 150;
+    models[1].next_arrival = 500;
+    ld = only(a, cv->decide(&view, a, 16), SCHED_LOAD);
+    CHECK(ld && ld->n_victims == 1 && ld->victims[0] == 1);
+    models[1].next_arrival = INFINITY; /* never wanted again: first to go */
+    models[0].next_arrival = 101;
+    ld = only(a, cv->decide(&view, a, 16), SCHED_LOAD);
+    CHECK(ld && ld->n_victims == 1 && ld->victims[0] == 1);
+    /* prefetch, links idle: the soonest wanted comes in for one wanted later */
+    scenario(3, 0, 0);
+    resident(0, 10);
+    models[0].next_arrival = 1000;
+    models[1].next_arrival = 130;
+    models[2].next_arrival = 120;
+    finish_view();
+    int n = cv->decide(&view, a, 16);
+    CHECK_MSG(n == 1 && a[0].kind == SCHED_LOAD && a[0].model == 2 && a[0].n_victims == 1 &&
+              a[0].victims[0] == 0, "%d actions", n);
+    models[0].next_arrival = 110; /* wanted before either: it stays */
+    CHECK(cv->decide(&view, a, 16) == 0);
+}
+
+/* min_resident under policy p: of two idle models, the one loaded less than
+ * its min_resident ago stays although the other is likelier wanted (or was
+ * used later); it goes only when nothing else can make room */
+static void test_min_resident(const struct sched_policy *p)
+{
+    struct sched_action a[16];
+    scenario(3, 0, 0);
+    resident(0, 10);
+    resident(1, 50);
+    models[0].loaded_at = 95; /* 5 s ago, min_resident 10 */
+    models[0].min_resident = 10;
+    models[1].loaded_at = 20;
+    waiting(2, 1, 99);
+    finish_view();
+    const struct sched_action *ld = only(a, p->decide(&view, a, 16), SCHED_LOAD);
+    CHECK_MSG(ld && ld->n_victims == 1 && ld->victims[0] == 1, "%s: spared the young one",
+              p->name);
+    models[0].min_resident = 4; /* past it: the least recently used goes again */
+    ld = only(a, p->decide(&view, a, 16), SCHED_LOAD);
+    CHECK_MSG(ld && ld->n_victims == 1 && ld->victims[0] == 0, "%s: past min_resident",
+              p->name);
+    models[0].min_resident = 10;
+    models[1].pinned = true; /* nothing else makes room: the young one goes */
+    ld = only(a, p->decide(&view, a, 16), SCHED_LOAD);
+    CHECK_MSG(ld && ld->n_victims == 1 && ld->victims[0] == 0, "%s: the last resort", p->name);
+}
+
+/* priority and max_queue_wait (goes_before) under policy p: which of two
+ * waiting models loads, and which resident one gets the device's batch */
+static void test_order(const struct sched_policy *p)
+{
+    struct sched_action a[16];
+    scenario(2, 100, 0); /* room for one */
+    waiting(0, 1, 50);
+    waiting(1, 1, 60);
+    finish_view();
+    const struct sched_action *ld = only(a, p->decide(&view, a, 16), SCHED_LOAD);
+    CHECK_MSG(ld && ld->model == 0, "%s: the older first", p->name);
+    models[1].priority = 1;
+    ld = only(a, p->decide(&view, a, 16), SCHED_LOAD);
+    CHECK_MSG(ld && ld->model == 1, "%s: the higher priority first", p->name);
+    models[0].max_queue_wait = 40; /* waited 50 s: past it, so first */
+    ld = only(a, p->decide(&view, a, 16), SCHED_LOAD);
+    CHECK_MSG(ld && ld->model == 0, "%s: past max_queue_wait first", p->name);
+    models[0].max_queue_wait = 60; /* not yet: priority wins, a wake-up at 110 */
+    int n = p->decide(&view, a, 16);
+    ld = only(a, n, SCHED_LOAD);
+    const struct sched_action *w = only(a, n, SCHED_WAKE);
+    CHECK_MSG(ld && ld->model == 1 && w && w->at == 110, "%s: %d actions", p->name, n);
+    /* batches on one device: one, by the same order */
+    scenario(2, 100, 0);
+    resident(0, 1);
+    resident(1, 2);
+    waiting(0, 1, 50);
+    waiting(1, 1, 60);
+    models[1].priority = 2;
+    finish_view();
+    n = p->decide(&view, a, 16);
+    const struct sched_action *sv = only(a, n, SCHED_SERVE);
+    CHECK_MSG(sv && sv->model == 1, "%s: %d actions", p->name, n);
+}
+
 int main(void)
 {
     const struct sched_policy *c = sched_policy_find("computron");
     const struct sched_policy *s = sched_policy_find(sched_policy_default());
-    CHECK(c && s && sched_policy_find("fifo") == NULL);
+    CHECK(c && s && sched_policy_find("nosuch") == NULL && strstr(err_msg(), "nosuch") &&
+          strstr(err_msg(), "swapwise|computron|lru|fifo"));
+    /* clairvoyant reads the future: the simulator's only */
+    CHECK(sched_policy_find("clairvoyant") == NULL && strstr(err_msg(), "future arrivals"));
+    const struct sched_policy *cv = sched_policy_find_sim("clairvoyant");
+    CHECK(cv && cv->needs_future && sched_policy_find_sim("computron") == c);
+    CHECK(sched_policy_find_sim("nosuch") == NULL && strstr(err_msg(), "clairvoyant"));
     struct sched_action a[16];
 
     /* computron serves the oldest head; resident: a batch */
@@ -450,6 +695,40 @@ int main(void)
     rec = (struct rec){.serve_ok = false, .load_ok = false};
     CHECK(!sched_act(&rec_ops, &rec, &view, &serve1) && !sched_act(&rec_ops, &rec, &view, &load3));
     CHECK_MSG(strcmp(rec.log, "s1 o1 o2 l3") == 0, "%s", rec.log);
+
+    /* an unload goes through the offload op, deferred while a batch runs */
+    rec = (struct rec){.serve_ok = true, .load_ok = true};
+    const struct sched_action unload1 = {.kind = SCHED_UNLOAD, .model = 1};
+    CHECK(sched_act(&rec_ops, &rec, &view, &unload1));
+    rec.running[1] = true;
+    CHECK(sched_act(&rec_ops, &rec, &view, &unload1));
+    CHECK_MSG(strcmp(rec.log, "o1 o1d") == 0, "%s", rec.log);
+
+    /* swapwise keeps idle models forever unless they have a keep_alive;
+     * one past it leaves alone in the answer (the next sees the room) */
+    scenario(3, 0, 0);
+    resident(0, 1);
+    resident(1, 2);
+    waiting(2, 1, 95);
+    models[0].idle_since = models[1].idle_since = 50;
+    finish_view();
+    n = s->decide(&view, a, 16);
+    CHECK(only(a, n, SCHED_UNLOAD) == NULL && only(a, n, SCHED_LOAD) != NULL);
+    models[1].keep_alive = 0; /* at once when idle */
+    n = s->decide(&view, a, 16);
+    CHECK_MSG(n == 1 && a[0].kind == SCHED_UNLOAD && a[0].model == 1, "%d actions", n);
+    models[1].keep_alive = 60; /* 110: not yet, a wake-up then */
+    n = s->decide(&view, a, 16);
+    const struct sched_action *w = only(a, n, SCHED_WAKE);
+    CHECK(only(a, n, SCHED_UNLOAD) == NULL && w && w->at == 110);
+
+    test_min_resident(s);
+    test_min_resident(sched_policy_find("lru"));
+    test_order(s);
+    test_order(sched_policy_find("lru"));
+    test_lru();
+    test_fifo();
+    test_clairvoyant();
 
     /* the batch rule: at most max; with same_params_only, one sampling class */
     CHECK(sched_batch_joins(false, 0, 1, false) && !sched_batch_joins(false, 1, 1, true));

@@ -2,6 +2,7 @@
  * every class of error with the line and key its message must name, byte
  * counts, serve_config_check's refusals, --model, and the stack config
  * (test_serve_keys.c holds the key table to the example and --help). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,9 +102,11 @@ TEST(values)
                        "max_batch: 16\n"
                        "queue_cap: 64\n"
                        "link_gbps: 12.5\n"
+                       "keep_alive: 300\n"
                        "models:\n"
                        "  - {name: opt-a, path: /models/a, tp: 2, pp: 2, max_batch: 4,\n"
-                       "     pinned: true, devices: [3, 2, 1, 0]}\n"
+                       "     pinned: true, devices: [3, 2, 1, 0], keep_alive: -1,\n"
+                       "     priority: -7, max_queue_wait: 1.5, min_resident: 30}\n"
                        "  - name: org/opt-b:v1\n"
                        "    path: /models/b\n";
     struct serve_config c;
@@ -141,6 +144,21 @@ TEST(values)
     CHECK(strcmp(mc[0].name, "opt-a") == 0 && strcmp(mc[0].path, "/models/a") == 0);
     CHECK(mc[0].tp == 2 && mc[0].pp == 2 && mc[0].pinned && mc[0].max_batch == 4);
     CHECK(mc[0].devices == c.models[0].devices && mc[1].devices == NULL);
+    /* keep_alive: the model's (-1: forever), else the server's */
+    CHECK(mc[0].keep_alive_set && isinf(mc[0].keep_alive));
+    CHECK(mc[0].priority == -7 && mc[0].max_queue_wait == 1.5 && mc[0].min_resident == 30);
+    CHECK(mc[1].priority == 0 && mc[1].max_queue_wait == 0 && mc[1].min_resident == 0);
+    CHECK(mc[1].keep_alive_set && mc[1].keep_alive == 300);
+    double ka;
+    CHECK(serve_keep_alive_parse(NULL, &ka) == 0 && isnan(ka));
+    CHECK(serve_keep_alive_parse("0", &ka) == 0 && ka == 0);
+    CHECK(serve_keep_alive_parse("2.5", &ka) == 0 && ka == 2.5);
+    CHECK(serve_keep_alive_parse("-1", &ka) == 0 && isinf(ka));
+    const char *bad_ka[] = {"-2", "", " 1", "5m", "inf", "nan", "1e999"};
+    for (size_t i = 0; i < sizeof(bad_ka) / sizeof(bad_ka[0]); i++)
+        CHECK_MSG(serve_keep_alive_parse(bad_ka[i], &ka) == ERR_INVALID &&
+                      strstr(err_msg(), "expected seconds >= 0 or -1 (forever)"),
+                  "'%s': %s", bad_ka[i], err_msg());
 
     /* a second file overrides keys and appends models; model_roots is replaced */
     const char *more = "port: 9000\nmodel_roots: [/x]\napi_key: ~\n"
@@ -376,7 +394,18 @@ TEST(check)
     EXPECT_BAD(c.device_kind = "tpu", c.device_kind = kind, "devices.kind: expected cpu or cuda");
     EXPECT_BAD(c.api_key = "", c.api_key = NULL, "api_key");
     EXPECT_BAD(c.admin_key = "", c.admin_key = NULL, "admin_key");
-    EXPECT_BAD(c.policy = "fifo", c.policy = NULL, "unknown scheduling policy 'fifo'");
+    EXPECT_BAD(c.keep_alive = "soon", c.keep_alive = NULL,
+               "keep_alive: expected seconds >= 0 or -1 (forever), got 'soon'");
+    EXPECT_BAD(c.models[1].keep_alive = "-3", c.models[1].keep_alive = NULL,
+               "models[1].keep_alive: expected seconds >= 0 or -1 (forever), got '-3'");
+    EXPECT_BAD(c.models[1].priority = 1001, c.models[1].priority = 0, "models[1].priority");
+    EXPECT_BAD(c.models[1].max_queue_wait = -1, c.models[1].max_queue_wait = 0,
+               "models[1].max_queue_wait");
+    EXPECT_BAD(c.models[1].min_resident = -2, c.models[1].min_resident = 0,
+               "models[1].min_resident");
+    EXPECT_BAD(c.policy = "nosuch", c.policy = NULL, "unknown scheduling policy 'nosuch'");
+    EXPECT_BAD(c.policy = "clairvoyant", c.policy = NULL,
+               "simulator-only (it needs the future arrivals) scheduling policy 'clairvoyant'");
     EXPECT_BAD((c.model_roots[0] = "rel/dir", c.n_model_roots = 1),
                (c.model_roots[0] = NULL, c.n_model_roots = 0), "model_roots[0]");
     char *host = c.host;

@@ -3,6 +3,7 @@
  * policy against computron on Computron's 19 configs, over seeds, with the
  * costs this machine measured (deterministic: no clock decides anything). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,11 +94,12 @@ int main(void)
     CHECK_MSG(fabs(r1.start - 0.95) < 1e-12 && fabs(r1.done - 1.05) < 1e-12,
               "overlapped batch %g..%g", r1.start, r1.done);
 
-    /* churn: 6 models, room for 2, 10k requests in bursts; every request
-     * completes once, after its arrival, and no device holds more than its
-     * budget */
-    for (int p = 0; p < 2; p++) {
-        setup(&c, both[p], 6, 2, bytes);
+    /* churn: 6 models, room for 2, 10k requests in bursts; under every
+     * policy every request completes once, after its arrival, and no device
+     * holds more than its budget */
+    const char *all[] = {"computron", "swapwise", "lru", "fifo", "clairvoyant"};
+    for (int p = 0; p < 5; p++) {
+        setup(&c, all[p], 6, 2, bytes);
         measured_costs(&c);
         struct arrival_spec spec = {.kind = ARRIVAL_GAMMA, .n_models = 6, .cv = 4,
                                     .duration_s = 2000, .seed = 3};
@@ -116,10 +118,47 @@ int main(void)
                      rq[i].start >= rq[i].arrival && rq[i].batch_size >= 1);
             served += (size_t)rq[i].batch_size > 0;
         }
-        CHECK_MSG(bad == 0 && served == n, "%s: %zu of %zu requests wrong", both[p], bad, n);
+        CHECK_MSG(bad == 0 && served == n, "%s: %zu of %zu requests wrong", all[p], bad, n);
         CHECK(st.high_water[0] <= c.budget[0] && st.high_water[1] <= c.budget[1]);
         free(rq);
         free(ev);
+    }
+
+    /* lru's keep-alive on the simulated clock: a request at 0 is done at 1.1
+     * (load 1 s, batch 0.1 s); the model leaves at 301.1, 300 s after, as an
+     * unload (the trace's line), so a request at 302 loads it again and one at
+     * 301 does not */
+    for (int late = 0; late < 2; late++) {
+        setup(&c, "lru", 2, 1, bytes);
+        char *buf = NULL;
+        size_t len = 0;
+        c.trace = open_memstream(&buf, &len);
+        struct sim_request r[2] = {{.arrival = 0, .model = 0},
+                                   {.arrival = late ? 302 : 301, .model = 0}};
+        CHECK(c.trace && sim_run(&c, r, 2, &st) == 0);
+        fclose(c.trace);
+        CHECK_MSG(st.loads == (late ? 2u : 1u) && fabs(r[0].done - 1.1) < 1e-9 &&
+                      fabs(r[1].done - r[1].arrival - (late ? 1.1 : 0.1)) < 1e-9,
+                  "arrival %g: %llu loads, done %g", r[1].arrival,
+                  (unsigned long long)st.loads, r[1].done);
+        CHECK_MSG(late ? strstr(buf, " 301.1000 unload 0 |") != NULL : !strstr(buf, "unload"),
+                  "trace:\n%s", buf);
+        free(buf);
+    }
+    /* lru and fifo evict the least recently used model; fifo runs one batch at
+     * a time, lru one per device: two models on one device each, requests at
+     * 0 for both */
+    for (int p = 0; p < 2; p++) {
+        uint64_t one[2 * 2] = {200 * MB, 0, 0, 200 * MB}; /* model 0 on device 0, 1 on 1 */
+        setup(&c, p ? "fifo" : "lru", 2, 1, bytes);
+        c.bytes = one;
+        c.max_loaded = 0;
+        struct sim_request r[2] = {{.arrival = 0, .model = 0}, {.arrival = 0, .model = 1}};
+        CHECK(sim_run(&c, r, 2, &st) == 0);
+        /* lru: load 0 (1 s), then 1 while 0 runs (one load at a time):
+         * 1.1 and 2.1; fifo: load 0, batch, load 1, batch: 1.1 and 2.2 */
+        CHECK_MSG(fabs(r[0].done - 1.1) < 1e-9 && fabs(r[1].done - (p ? 2.2 : 2.1)) < 1e-9,
+                  "%s: done at %g and %g", p ? "fifo" : "lru", r[0].done, r[1].done);
     }
 
     /* batch_same_params_only (computron, as the engine's queue_take): a batch

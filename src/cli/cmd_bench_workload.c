@@ -27,7 +27,7 @@
 #include "workload/summary.h"
 
 #define MAX_MODELS WORKLOAD_MAX_MODELS
-#define MAX_POLICIES 4
+#define MAX_POLICIES 5
 
 /* One policy's averages over seeds in simulate()'s JSON. */
 static json_t *sim_policy_json(const char *policy, const struct simulate_summary *s,
@@ -91,7 +91,7 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
                    "of %d %.1f ms; token SLO TTFT <= %g s, TPOT <= %g s\n",
                    costs.prefill_token_s * 1e3, costs.base_prompt, costs.step_s[1] * 1e3,
                    max_batch, costs.step_s[max_batch] * 1e3, one->slo_ttft_s, one->slo_tpot_s);
-        printf("%-14s %-10s %8s %8s %8s %8s %8s %6s %6s %9s %10s %10s", "config", "policy",
+        printf("%-14s %-11s %8s %8s %8s %8s %8s %6s %6s %9s %10s %10s", "config", "policy",
                "mean ms", "p50 ms", "p90 ms", "p99 ms", "max ms", "SLO%", "swaps", "p99 ratio",
                "worst seed", "mean ratio");
         if (one->chat)
@@ -108,31 +108,39 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
         } else {
             snprintf(name, sizeof(name), "%s", label);
         }
-        struct simulate_summary s[MAX_POLICIES];
-        if ((rc = simulate_workload(rig, &c, &costs, policies, n_pol, seed, seeds, duration, slo,
-                                    s)) < 0)
+        struct simulate_summary s[MAX_POLICIES + 1]; /* [n_pol]: the floor */
+        if ((rc = simulate_workload_floor(rig, &c, &costs, policies, n_pol, seed, seeds, duration,
+                                          slo, s, &s[n_pol])) < 0)
             break;
         json_t *pols = json ? json_array() : NULL;
-        for (int p = 0; p < n_pol; p++) {
+        json_t *floor = NULL;
+        for (int p = 0; p <= n_pol; p++) {
             double r99 = s[p].p99 / s[0].p99, rmean = s[p].mean / s[0].mean;
-            if (json) {
-                json_array_append_new(pols, sim_policy_json(policies[p], &s[p], &s[0], p == 0,
-                                                            c.chat));
+            const char *pname = p < n_pol ? policies[p] : "floor";
+            if (json && p < n_pol) {
+                json_array_append_new(pols, sim_policy_json(pname, &s[p], &s[0], p == 0, c.chat));
                 continue;
             }
-            printf("%-14s %-10s %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f %6.1f %9.2f %10.2f %10.2f",
-                   p ? "" : name, policies[p], s[p].mean * 1e3, s[p].p50 * 1e3, s[p].p90 * 1e3,
+            if (json) { /* a bound, not a policy: beside them */
+                if ((floor = sim_policy_json(pname, &s[p], &s[0], false, false)))
+                    json_object_del(floor, "policy");
+                continue;
+            }
+            printf("%-14s %-11s %8.1f %8.1f %8.1f %8.1f %8.1f %6.1f %6.1f %9.2f %10.2f %10.2f",
+                   p ? "" : name, pname, s[p].mean * 1e3, s[p].p50 * 1e3, s[p].p90 * 1e3,
                    s[p].p99 * 1e3, s[p].max * 1e3, 100 * s[p].slo, s[p].swaps, r99,
                    p ? s[p].worst_p99_ratio : 1.0, rmean);
-            if (c.chat) /* TTFT in ms, TPOT in ms per token, goodput in req/s */
+            if (c.chat && p == n_pol) /* the floor bounds latencies only */
+                printf(" %9s %9s %9s %9s %7s %8s", "-", "-", "-", "-", "-", "-");
+            else if (c.chat) /* TTFT in ms, TPOT in ms per token, goodput in req/s */
                 printf(" %9.1f %9.1f %9.2f %9.2f %7.1f %8.2f", s[p].ttft_p50 * 1e3,
                        s[p].ttft_p99 * 1e3, s[p].tpot_p50 * 1e3, s[p].tpot_p99 * 1e3,
                        100 * s[p].token_slo, s[p].goodput);
             printf("\n");
         }
         if (json)
-            json_array_append_new(configs,
-                                  json_pack("{s:s, s:o}", "config", name, "policies", pols));
+            json_array_append_new(configs, json_pack("{s:s, s:o, s:o*}", "config", name,
+                                                     "policies", pols, "floor", floor));
     }
     if (!json || rc < 0) {
         json_decref(batch_s);
@@ -275,7 +283,11 @@ int bench_workload(int argc, char **argv)
              "max_tokens log-normal, median 100, sigma 0.8, clipped to [1, 512]; max_loaded "
              "M/4, batch 8), Computron's round-robin worst case, or custom (default "
              "computron:4)"),
-        FLAG("policy", FLAG_STR, &policies_s, "A,B", "policies to compare (default computron,swapwise)"),
+        FLAG("policy", FLAG_STR, &policies_s, "A,B",
+             "up to 5 policies to compare, the first the ratios' reference (default "
+             "computron,swapwise): swapwise, computron, lru, fifo, and with --simulate "
+             "clairvoyant (it knows the future arrivals); --simulate adds a floor row, a lower "
+             "bound no policy beats"),
         FLAG_RANGE("models", FLAG_INT, &n_models, "N", "custom/round-robin: number of models",
                    1, MAX_MODELS, "1..256"),
         FLAG("rates", FLAG_STR, &rates_s, "R1,R2,...", "custom: requests/s per model"),
@@ -411,7 +423,7 @@ int bench_workload(int argc, char **argv)
                     policies_s, MAX_POLICIES);
             return EXIT_USAGE;
         }
-        if (!sched_policy_find(tok))
+        if (!(simulated ? sched_policy_find_sim(tok) : sched_policy_find(tok)))
             return args_usage_fail("bench workload");
         policies[n_pol++] = tok;
     }

@@ -115,6 +115,29 @@ int engine_remove_model(struct engine *e, int id);
 /* Sequences one batch of model id takes: 1 ..engine_config.max_batch (its
  * default). Its device memory reserve follows. */
 int engine_set_max_batch(struct engine *e, int id, int max_batch);
+/* How long model id stays resident once idle (nothing queued, no batch in
+ * flight), counted from the end of its last batch: seconds >= 0 (0: it
+ * leaves as soon as it is idle), INFINITY (never) or NAN (the policy's own:
+ * lru's 300 s, never for the others; the default). Reading its state
+ * (engine_model_stats, engine_list_models) is not activity. swapwise,
+ * clairvoyant and lru honour it; computron and fifo ignore it. ERR_INVALID
+ * for a negative number, ERR_NOT_FOUND when id is not served. */
+int engine_set_keep_alive(struct engine *e, int id, double seconds);
+/* The order in which waiting models get their loads and batches under
+ * swapwise, clairvoyant and lru (computron and fifo keep arrival order): a
+ * model whose oldest request has waited longer than max_queue_wait seconds
+ * (> 0; 0, the default: no bound) goes before those that have not, then the
+ * higher priority (-ENGINE_PRIORITY_MAX..ENGINE_PRIORITY_MAX, default 0), then
+ * the older request. ERR_INVALID out of range, ERR_NOT_FOUND when id is not
+ * served. */
+#define ENGINE_PRIORITY_MAX 1000
+int engine_set_priority(struct engine *e, int id, int priority, double max_queue_wait);
+/* For this many seconds after a load of model id starts, swapwise,
+ * clairvoyant and lru evict it for another model only when no other model
+ * can make the room, and never to prefetch one (0, the default: no such
+ * time). ERR_INVALID when negative or not finite, ERR_NOT_FOUND when id is
+ * not served. */
+int engine_set_min_resident(struct engine *e, int id, double seconds);
 /* A pinned model is never chosen as a victim to make room for another.
  * Pinning does not load it (engine_load_model does). */
 int engine_pin_model(struct engine *e, int id, bool pinned);
@@ -258,6 +281,11 @@ struct engine_model_stats {
         int blobs_ready;       /* of which on the device and ready now */
     } shards[ENGINE_MAX_SHARDS];
     uint64_t loads, evictions, unloads; /* evictions: by the policy; unloads: by the admin */
+    uint64_t idle_unloads;  /* by the policy, idle past its keep-alive */
+    double keep_alive;      /* engine_set_keep_alive's (NAN: the policy's own) */
+    int priority;           /* engine_set_priority's */
+    double max_queue_wait;  /* engine_set_priority's (0: no bound) */
+    double min_resident;    /* engine_set_min_resident's (0: none) */
     uint64_t bytes_loaded;  /* host -> device, over its loads */
     double load_s;          /* summed load times */
     double compute_s;       /* summed batch run times */

@@ -2,6 +2,7 @@
  * (max batch, pin, load, unload: the scheduler thread carries out loads and
  * unloads, admin_run) and the statistics. */
 #include <assert.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -92,6 +93,7 @@ int engine_add_model(struct engine *e, struct swap_model *model)
     m->id = e->n_ids;
     m->sm = model;
     m->pinned = swap_model_pinned(model);
+    m->keep_alive = NAN;
     m->max_batch = e->cfg.max_batch;
     hist_init(&m->latency, engine_hist_le, ENGINE_HIST_LE);
     hist_init(&m->ttft, engine_hist_le, ENGINE_HIST_LE);
@@ -214,6 +216,51 @@ int engine_set_max_batch(struct engine *e, int id, int max_batch)
     return rc;
 }
 
+int engine_set_keep_alive(struct engine *e, int id, double seconds)
+{
+    if (!(isnan(seconds) || seconds >= 0))
+        return err_set(ERR_INVALID, "keep_alive %g: expected seconds >= 0, INFINITY (never) or "
+                                    "NAN (the policy's own)", seconds);
+    pthread_mutex_lock(&e->lock);
+    struct emodel *m = model_get(e, id);
+    if (m) {
+        m->keep_alive = seconds;
+        pthread_cond_signal(&e->wake); /* its timer may have run out already */
+    }
+    pthread_mutex_unlock(&e->lock);
+    return m ? 0 : err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
+}
+
+int engine_set_priority(struct engine *e, int id, int priority, double max_queue_wait)
+{
+    if (priority < -ENGINE_PRIORITY_MAX || priority > ENGINE_PRIORITY_MAX ||
+        !(max_queue_wait >= 0) || !isfinite(max_queue_wait))
+        return err_set(ERR_INVALID, "priority %d, max_queue_wait %g: expected a priority from %d to "
+                                    "%d and seconds >= 0 (0: no bound)",
+                       priority, max_queue_wait, -ENGINE_PRIORITY_MAX, ENGINE_PRIORITY_MAX);
+    pthread_mutex_lock(&e->lock);
+    struct emodel *m = model_get(e, id);
+    if (m) {
+        m->priority = priority;
+        m->max_queue_wait = max_queue_wait;
+        pthread_cond_signal(&e->wake);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return m ? 0 : err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
+}
+
+int engine_set_min_resident(struct engine *e, int id, double seconds)
+{
+    if (!(seconds >= 0) || !isfinite(seconds))
+        return err_set(ERR_INVALID, "min_resident %g: expected seconds >= 0 (0: none)", seconds);
+    pthread_mutex_lock(&e->lock);
+    struct emodel *m = model_get(e, id);
+    if (m)
+        m->min_resident = seconds;
+    pthread_mutex_unlock(&e->lock);
+    return m ? 0 : err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
+}
+
 int engine_pin_model(struct engine *e, int id, bool pinned)
 {
     pthread_mutex_lock(&e->lock);
@@ -308,6 +355,11 @@ int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
     out->loads = m->loads;
     out->evictions = m->evictions;
     out->unloads = m->unloads;
+    out->idle_unloads = m->idle_unloads;
+    out->keep_alive = m->keep_alive;
+    out->priority = m->priority;
+    out->max_queue_wait = m->max_queue_wait;
+    out->min_resident = m->min_resident;
     out->bytes_loaded = m->bytes_loaded;
     out->load_s = m->load_s;
     out->compute_s = m->compute_s;

@@ -329,6 +329,7 @@ void *runner_main(void *arg)
         swap_use_end(e->mgr, m->sm);
         pthread_mutex_lock(&e->lock);
         m->running = false;
+        m->idle_since = time_now(); /* a keep-alive counts from here */
         m->offload_pending = false; /* swap_use_end carried out a deferred offload */
         if (n > 0)
             mem_wait_clear(e); /* its batch's memory is free again */

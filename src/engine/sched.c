@@ -23,6 +23,45 @@ static int oldest_head(const struct sched_view *v, bool (*want)(const struct sch
     return best;
 }
 
+/* Whether i goes before j among waiting models: past its max_queue_wait
+ * first, then the higher priority, then the older queue head. */
+static bool goes_before(const struct sched_view *v, int i, int j)
+{
+    const struct sched_model *a = &v->models[i], *b = &v->models[j];
+    bool sa = a->max_queue_wait > 0 && v->now - a->head_arrival > a->max_queue_wait;
+    bool sb = b->max_queue_wait > 0 && v->now - b->head_arrival > b->max_queue_wait;
+    if (sa != sb)
+        return sa;
+    if (a->priority != b->priority)
+        return a->priority > b->priority;
+    return a->head_arrival < b->head_arrival;
+}
+
+/* The waiting model `want` accepts that goes first (goes_before). */
+static int first_waiting(const struct sched_view *v, bool (*want)(const struct sched_model *))
+{
+    int best = -1;
+    for (int i = 0; i < v->n_models; i++)
+        if (v->models[i].queue_len > 0 && want(&v->models[i]) &&
+            (best < 0 || goes_before(v, i, best)))
+            best = i;
+    return best;
+}
+
+/* The earliest moment ahead at which a waiting model's head passes its
+ * max_queue_wait (the order changes then), or INFINITY. */
+static double queue_wait_expiry(const struct sched_view *v)
+{
+    double at = INFINITY;
+    for (int i = 0; i < v->n_models; i++) {
+        const struct sched_model *c = &v->models[i];
+        double t = c->head_arrival + c->max_queue_wait;
+        if (c->queue_len > 0 && c->max_queue_wait > 0 && t > v->now && t < at)
+            at = t;
+    }
+    return at;
+}
+
 static bool any_model(const struct sched_model *m)
 {
     (void)m;
@@ -90,7 +129,7 @@ static int computron_decide(const struct sched_view *v, struct sched_action *out
 }
 
 /* ---- swapwise: the default ----
- * - Batches go in queue-head order to resident models, one at a time per
+ * - Batches go in queue-head order (goes_before) to resident models, one at a time per
  *   device, also while another model loads (the copy engine and the compute
  *   overlap). A model whose own load is still arriving gets its batch just in
  *   time: half its first step before the load's expected end, the other half
@@ -98,7 +137,8 @@ static int computron_decide(const struct sched_view *v, struct sched_action *out
  *   earlier, the batch would hold its devices through the load and requests
  *   arriving meanwhile would miss it.
  * - One load at a time (loads share the links): the waiting model whose queue
- *   head is oldest, so no model starves.
+ *   head is oldest, so no model starves (before it, a model past its
+ *   max_queue_wait, then one of higher priority: goes_before).
  * - Room is made by byte budgets, taking victims in this order: models with
  *   nothing queued, or whose whole queue fits the one batch they get now, the
  *   least likely to be wanted within a load's time first (forecast.h),
@@ -119,14 +159,32 @@ static int computron_decide(const struct sched_view *v, struct sched_action *out
  * places back and forth (bench workload --simulate, configs with CV 4). */
 #define SW_PREFETCH_MAX_CV 0.8
 
-/* The chance of a request for model i within the time of a load, computed
- * on first use (an incomplete gamma function per model: only the models a
- * decision weighs pay for it). memo starts as NaN. */
-static double demand(const struct sched_view *v, double *memo, int i)
+/* How much each model is wanted soon, computed on first use; d starts as
+ * NaN. future: clairvoyant's, from the known next arrival. */
+struct demand_memo {
+    double *d;
+    bool future;
+};
+
+/* The chance of a request for model i within the time of a load (an
+ * incomplete gamma function per model: only the models a decision weighs pay
+ * for it). With the future known, a number that falls as its next request
+ * is farther away: 1 with requests queued, load / (load + wait) for a next
+ * one due after wait, 0 with none to come (so the farthest next use leaves
+ * first, as Belady's rule has it). */
+static double demand(const struct sched_view *v, struct demand_memo *memo, int i)
 {
-    if (isnan(memo[i]))
-        memo[i] = forecast_within(&v->models[i].arrivals, v->now, v->load_s > 0 ? v->load_s : 0.1);
-    return memo[i];
+    double load_s = v->load_s > 0 ? v->load_s : 0.1;
+    if (!isnan(memo->d[i]))
+        return memo->d[i];
+    const struct sched_model *c = &v->models[i];
+    if (!memo->future)
+        memo->d[i] = forecast_within(&c->arrivals, v->now, load_s);
+    else if (c->queue_len > 0 || c->next_arrival <= v->now)
+        memo->d[i] = 1;
+    else
+        memo->d[i] = isinf(c->next_arrival) ? 0 : load_s / (load_s + c->next_arrival - v->now);
+    return memo->d[i];
 }
 
 /* Room on the devices once the models already leaving have left. */
@@ -168,12 +226,19 @@ static bool devices_free(const struct sched_view *v, const struct sched_model *c
     return true;
 }
 
+/* Loaded less than its min_resident ago. */
+static bool young(const struct sched_view *v, const struct sched_model *c)
+{
+    return c->min_resident > 0 && v->now - c->loaded_at < c->min_resident;
+}
+
 /* The evictable model least likely wanted within a load's time (least
  * recently used among equals) that has nothing queued, or, when busy is
  * given, whose whole queue fits the batch it can get now; idle_only leaves
- * out models with a batch in flight. -1 when none. */
-static int least_wanted(const struct sched_view *v, double *memo, const bool *chosen,
-                        const bool *busy, bool idle_only)
+ * out models with a batch in flight, spare_young those within their
+ * min_resident. -1 when none. */
+static int least_wanted(const struct sched_view *v, struct demand_memo *memo, const bool *chosen,
+                        const bool *busy, bool idle_only, bool spare_young)
 {
     int pick = -1;
     double pick_d = 0;
@@ -182,7 +247,7 @@ static int least_wanted(const struct sched_view *v, double *memo, const bool *ch
         bool drains = busy && c->queue_len > 0 && c->queue_len <= v->max_batch && !c->running &&
                       devices_free(v, c, busy);
         if (chosen[i] || !evictable(c) || (c->queue_len > 0 && !drains) ||
-            (idle_only && c->running))
+            (idle_only && c->running) || (spare_young && young(v, c)))
             continue;
         double d = demand(v, memo, i);
         if (pick < 0 || d < pick_d || (d == pick_d && c->last_used < v->models[pick].last_used))
@@ -192,21 +257,28 @@ static int least_wanted(const struct sched_view *v, double *memo, const bool *ch
 }
 
 /* Victims for a load of `load` that waits for a request; true when it fits. */
-static bool demand_victims(const struct sched_view *v, double *memo, const bool *busy,
+static bool demand_victims(const struct sched_view *v, struct demand_memo *memo, const bool *busy,
                            int load, bool oldest, struct evict_room *r, struct sched_action *a,
                            bool *chosen)
 {
     struct evict_model em[SCHED_MAX_MODELS];
     while (!room_for(v, r, load) && a->n_victims < SCHED_MAX_VICTIMS) {
-        int pick = least_wanted(v, memo, chosen, busy, false);
-        if (pick < 0 && oldest) { /* then idle with requests younger than ours, LRU */
-            evict_view(v, em);
-            for (int i = 0; i < v->n_models; i++) {
-                const struct sched_model *c = &v->models[i];
-                em[i].evictable = !chosen[i] && evictable(c) && !c->running && c->queue_len > 0 &&
-                                  c->head_arrival >= v->models[load].head_arrival;
+        int pick = -1;
+        /* models within their min_resident only when no other makes room */
+        for (int pass = 0; pass < 2 && pick < 0; pass++) {
+            bool spare = pass == 0;
+            pick = least_wanted(v, memo, chosen, busy, false, spare);
+            if (pick < 0 && oldest) { /* then idle with requests younger than ours, LRU */
+                evict_view(v, em);
+                for (int i = 0; i < v->n_models; i++) {
+                    const struct sched_model *c = &v->models[i];
+                    em[i].evictable = !chosen[i] && evictable(c) && !c->running &&
+                                      c->queue_len > 0 &&
+                                      c->head_arrival >= v->models[load].head_arrival &&
+                                      !(spare && young(v, c));
+                }
+                pick = evict_lru(em, v->n_models);
             }
-            pick = evict_lru(em, v->n_models);
         }
         if (pick < 0)
             return false;
@@ -217,27 +289,29 @@ static bool demand_victims(const struct sched_view *v, double *memo, const bool 
 
 /* A prefetch: the non-resident model likeliest wanted soon, for idle models
  * with nothing queued that are clearly less likely wanted; true when found. */
-static bool prefetch(const struct sched_view *v, double *memo, struct sched_action *a,
+static bool prefetch(const struct sched_view *v, struct demand_memo *memo, struct sched_action *a,
                      bool *chosen)
 {
     int p = -1;
     double pd = 0;
     for (int i = 0; i < v->n_models; i++) {
         const struct sched_model *c = &v->models[i];
-        if (c->resident || forecast_cv(&c->arrivals) >= SW_PREFETCH_MAX_CV)
+        if (c->resident || (!memo->future && forecast_cv(&c->arrivals) >= SW_PREFETCH_MAX_CV))
             continue;
         double d = demand(v, memo, i);
         if (p < 0 || d > pd)
             p = i, pd = d;
     }
-    if (p < 0 || pd < SW_PREFETCH_MIN)
+    /* knowing the future: the soonest wanted comes in for models wanted later */
+    if (p < 0 || (memo->future ? pd == 0 : pd < SW_PREFETCH_MIN))
         return false;
     struct evict_room r;
     room_init(v, &r);
     *a = (struct sched_action){.kind = SCHED_LOAD, .model = p};
     while (!room_for(v, &r, p) && a->n_victims < SCHED_MAX_VICTIMS) {
-        int pick = least_wanted(v, memo, chosen, NULL, true);
-        if (pick < 0 || demand(v, memo, pick) + SW_PREFETCH_MARGIN > pd)
+        int pick = least_wanted(v, memo, chosen, NULL, true, true);
+        double dp = pick < 0 ? 0 : demand(v, memo, pick);
+        if (pick < 0 || (memo->future ? dp >= pd : dp + SW_PREFETCH_MARGIN > pd))
             break;
         room_take(v, &r, a, chosen, pick);
     }
@@ -270,17 +344,54 @@ static bool older_work_shares(const struct sched_view *v, int load, const bool *
     return false;
 }
 
-static int swapwise_decide(const struct sched_view *v, struct sched_action *out, int max)
+/* Resident, nothing queued, no batch in flight, not pinned, not leaving. */
+static bool idle_model(const struct sched_model *c)
+{
+    return evictable(c) && !c->running && c->queue_len == 0;
+}
+
+/* Idle models past their keep-alive (keep_alive, def where the model says
+ * NAN), counted from idle_since: a SCHED_UNLOAD each, into out[n..max),
+ * gone[] marked; *wake is lowered to the next expiry still ahead. Returns
+ * the new n. */
+static int keep_alive_unloads(const struct sched_view *v, double def, bool *gone,
+                              struct sched_action *out, int n, int max, double *wake)
+{
+    for (int i = 0; i < v->n_models && n < max; i++) {
+        const struct sched_model *c = &v->models[i];
+        double ka = isnan(c->keep_alive) ? def : c->keep_alive;
+        if (!idle_model(c) || isinf(ka))
+            continue;
+        double expiry = c->idle_since + ka;
+        if (v->now >= expiry) {
+            gone[i] = true;
+            out[n++] = (struct sched_action){.kind = SCHED_UNLOAD, .model = i};
+        } else if (expiry < *wake) {
+            *wake = expiry;
+        }
+    }
+    return n;
+}
+
+/* swapwise, or with future clairvoyant: the same rules, with the known next
+ * arrivals in place of the forecast (demand). Models past a keep-alive they
+ * were given leave first, alone in the answer (the next decision sees the
+ * room they free). */
+static int swapwise_run(const struct sched_view *v, struct sched_action *out, int max, bool future)
 {
     int n = 0;
-    int load = v->any_loading ? -1 : oldest_head(v, not_resident);
+    int load = v->any_loading ? -1 : first_waiting(v, not_resident);
     int oldest = oldest_head(v, any_model);
     bool chosen[SCHED_MAX_MODELS] = {false};
-    double memo[SCHED_MAX_MODELS];
+    double memo_d[SCHED_MAX_MODELS];
+    struct demand_memo memo_s = {.d = memo_d, .future = future}, *memo = &memo_s;
     bool need = false; /* the load lacks room for now */
     bool busy[SCHED_MAX_DEVICES] = {false};
     for (int i = 0; i < v->n_models; i++)
-        memo[i] = NAN;
+        memo_d[i] = NAN;
+    double wake = INFINITY;
+    if ((n = keep_alive_unloads(v, INFINITY, chosen, out, 0, max, &wake)) > 0)
+        return n;
     /* where copies take compute, a load occupies its devices as a batch does */
     bool copy_busy = !v->overlap_loads;
     for (int i = 0; i < v->n_models; i++)
@@ -315,7 +426,7 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
                prefetch(v, memo, &a, chosen)) {
         out[n++] = a;
     }
-    /* Batches for resident models, oldest queue head first, at most one at a
+    /* Batches for resident models, in goes_before order, at most one at a
      * time on any device: two batches sharing devices only slow each other
      * (processor sharing), while in queue order the oldest request finishes
      * first. When the load still lacks room and holds the oldest request,
@@ -324,7 +435,6 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
     bool served[SCHED_MAX_MODELS] = {false}, held_devs[SCHED_MAX_DEVICES] = {false};
     for (int d = 0; held && d < v->n_devices; d++)
         held_devs[d] = v->models[load].bytes[d] > 0;
-    double wake = INFINITY;
     while (n < max) {
         int pick = -1;
         for (int i = 0; i < v->n_models; i++) {
@@ -344,7 +454,7 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
             if (held && c->head_arrival > v->models[load].head_arrival &&
                 !devices_free(v, c, held_devs))
                 continue; /* younger than the held load: it goes after it */
-            if (devices_free(v, c, busy) && (pick < 0 || c->head_arrival < v->models[pick].head_arrival))
+            if (devices_free(v, c, busy) && (pick < 0 || goes_before(v, i, pick)))
                 pick = i;
         }
         if (pick < 0)
@@ -354,9 +464,168 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
             busy[d] |= v->models[pick].bytes[d] > 0;
         out[n++] = (struct sched_action){.kind = SCHED_SERVE, .model = pick};
     }
+    double order = queue_wait_expiry(v); /* the order changes then */
+    wake = order < wake ? order : wake;
     if (wake < INFINITY && n < max)
         out[n++] = (struct sched_action){.kind = SCHED_WAKE, .at = wake};
     return n;
+}
+
+static int swapwise_decide(const struct sched_view *v, struct sched_action *out, int max)
+{
+    return swapwise_run(v, out, max, false);
+}
+
+/* ---- clairvoyant: an offline reference, simulator only ----
+ * swapwise's rules knowing each model's next arrival (next_arrival): the
+ * victim is the model whose next request is farthest away (Belady), and when
+ * the links are idle the model whose next request comes soonest is loaded for
+ * models wanted later. Not a proven optimum: a bound no policy can beat is
+ * the simulator's floor (workload/simulate.h). */
+static int clairvoyant_decide(const struct sched_view *v, struct sched_action *out, int max)
+{
+    return swapwise_run(v, out, max, true);
+}
+
+/* Batches for resident models with requests (not loading, not leaving, no
+ * batch in flight), in goes_before order, one at a time on any device
+ * (busy: devices taken already, updated), with skip[i] left out. Returns how
+ * many actions it added to out[n..max). */
+static int serve_resident(const struct sched_view *v, bool *busy, const bool *skip,
+                          struct sched_action *out, int n, int max)
+{
+    bool served[SCHED_MAX_MODELS] = {false};
+    int added = 0;
+    while (n + added < max) {
+        int pick = -1;
+        for (int i = 0; i < v->n_models; i++) {
+            const struct sched_model *c = &v->models[i];
+            if (served[i] || (skip && skip[i]) || !servable(c, false) || c->loading ||
+                !devices_free(v, c, busy))
+                continue;
+            if (pick < 0 || goes_before(v, i, pick))
+                pick = i;
+        }
+        if (pick < 0)
+            break;
+        served[pick] = true;
+        for (int d = 0; d < v->n_devices; d++)
+            busy[d] |= v->models[pick].bytes[d] > 0;
+        out[n + added++] = (struct sched_action){.kind = SCHED_SERVE, .model = pick};
+    }
+    return added;
+}
+
+/* ---- lru: an on-demand loader with a keep-alive (Ollama, ServerlessLLM) ----
+ * A model is loaded when a request for it waits and it is not resident, one
+ * load at a time, oldest request first (goes_before), evicting idle models (resident, no
+ * batch in flight, nothing queued, not pinned) least recently used first
+ * until it fits, then, as Ollama does when none is idle, busy ones least
+ * recently used first: one with a batch in flight leaves at its end (the load
+ * waits for the room), its queued requests wait for its next load. A resident
+ * model with nothing queued and no batch leaves once idle for its keep_alive
+ * (SCHED_LRU_KEEP_ALIVE_S unless it has one) from the end of its last batch
+ * (idle_since), at that moment and not before (a SCHED_WAKE asks for it). Resident models are
+ * served as swapwise does: in goes_before order, one batch per device. */
+
+/* The least recently used of m's evictable models, spare_young leaving out
+ * those within their min_resident; -1 when none. */
+static int lru_among(const struct sched_view *v, const struct evict_model *m, bool spare_young)
+{
+    int pick = -1;
+    for (int i = 0; i < v->n_models; i++)
+        if (m[i].evictable && !(spare_young && young(v, &v->models[i])) &&
+            (pick < 0 || m[i].last_used < m[pick].last_used))
+            pick = i;
+    return pick;
+}
+
+static int lru_decide(const struct sched_view *v, struct sched_action *out, int max)
+{
+    int n = 0;
+    double wake = INFINITY;
+    bool gone[SCHED_MAX_MODELS] = {false};
+    n = keep_alive_unloads(v, SCHED_LRU_KEEP_ALIVE_S, gone, out, n, max, &wake);
+    /* batches first: a model served now is used now, the last to go */
+    bool busy[SCHED_MAX_DEVICES] = {false}, served[SCHED_MAX_MODELS] = {false};
+    for (int i = 0; i < v->n_models; i++)
+        for (int d = 0; d < v->n_devices; d++)
+            if ((v->models[i].running || (!v->overlap_loads && v->models[i].loading)) &&
+                v->models[i].bytes[d] > 0)
+                busy[d] = true;
+    int first = n;
+    n += serve_resident(v, busy, gone, out, n, max);
+    for (int k = first; k < n; k++)
+        served[out[k].model] = true;
+    int load = v->any_loading ? -1 : first_waiting(v, not_resident);
+    if (load >= 0 && n < max) {
+        struct sched_action a = {.kind = SCHED_LOAD, .model = load};
+        struct evict_model idle[SCHED_MAX_MODELS], any[SCHED_MAX_MODELS];
+        struct evict_room r;
+        room_init(v, &r);
+        for (int i = 0; i < v->n_models; i++)
+            if (gone[i]) /* unloaded above */
+                evict_room_take(&r, &(struct evict_model){.bytes = v->models[i].bytes});
+        evict_view(v, idle);
+        evict_view(v, any);
+        for (int i = 0; i < v->n_models; i++) {
+            idle[i].evictable = !gone[i] && !served[i] && idle_model(&v->models[i]);
+            any[i].evictable = !gone[i] && evictable(&v->models[i]);
+            if (served[i])
+                any[i].last_used = v->now;
+        }
+        while (!room_for(v, &r, load) && a.n_victims < SCHED_MAX_VICTIMS) {
+            /* idle, then busy; models within their min_resident last */
+            int pick = -1;
+            for (int pass = 0; pass < 4 && pick < 0; pass++)
+                pick = lru_among(v, pass % 2 ? any : idle, pass < 2);
+            if (pick < 0)
+                break;
+            idle[pick].evictable = any[pick].evictable = false;
+            a.victims[a.n_victims++] = pick;
+            evict_room_take(&r, &any[pick]);
+        }
+        if (room_for(v, &r, load)) /* else pinned or loading models hold the room: wait */
+            out[n++] = a;
+    }
+    double order = queue_wait_expiry(v); /* the order changes then */
+    wake = order < wake ? order : wake;
+    if (wake < INFINITY && n < max)
+        out[n++] = (struct sched_action){.kind = SCHED_WAKE, .at = wake};
+    return n;
+}
+
+/* ---- fifo: llama-swap's swapping ----
+ * Requests in their global order of arrival: the model of the oldest waiting
+ * request gets the next batch, and nothing else runs meanwhile; when it is not
+ * resident it is swapped in, evicting least recently used models (any not
+ * pinned, waiting for a batch in flight to end) until it fits. No look-ahead,
+ * no keep-alive: a model stays until another needs its room. */
+static int fifo_decide(const struct sched_view *v, struct sched_action *out, int max)
+{
+    if (max < 1 || v->any_loading || v->any_running)
+        return 0;
+    int m = oldest_head(v, any_model);
+    if (m < 0)
+        return 0;
+    if (v->models[m].resident) {
+        out[0] = (struct sched_action){.kind = SCHED_SERVE, .model = m};
+        return 1;
+    }
+    struct sched_action a = {.kind = SCHED_LOAD, .model = m};
+    struct evict_model em[SCHED_MAX_MODELS];
+    struct evict_room r;
+    room_init(v, &r);
+    evict_view(v, em);
+    for (int i = 0; i < v->n_models; i++)
+        em[i].evictable = evictable(&v->models[i]);
+    int n = evict_lru_until_fit(em, v->n_models, v->models[m].bytes, &r, false, a.victims,
+                                SCHED_MAX_VICTIMS);
+    if (n < 0)
+        return 0; /* pinned models hold the room: wait */
+    a.n_victims = n;
+    out[0] = a;
+    return 1;
 }
 
 bool sched_batch_joins(bool same_params_only, int taken, int max, bool same_as_first)
@@ -374,6 +643,8 @@ bool sched_act(const struct sched_exec_ops *ops, void *ctx, const struct sched_v
     assert(a->model >= 0 && a->model < v->n_models);
     if (a->kind == SCHED_SERVE)
         return !ops->running(ctx, a->model) && ops->serve(ctx, a->model);
+    if (a->kind == SCHED_UNLOAD)
+        return ops->offload(ctx, a->model, ops->running(ctx, a->model));
     assert(a->kind == SCHED_LOAD && a->n_victims >= 0 && a->n_victims <= SCHED_MAX_VICTIMS);
     for (int k = 0; k < a->n_victims; k++) {
         int victim = a->victims[k];
@@ -406,21 +677,64 @@ static const struct sched_policy policies[] = {
              "least recently used of max_loaded models",
      .decide = computron_decide,
      .batch_same_params_only = true},
+    {.name = "lru",
+     .help = "on-demand loader (Ollama, ServerlessLLM): load on a request, evict idle models "
+             "least recently used first, unload one idle for 300 s (keep-alive)",
+     .decide = lru_decide,
+     .batch_same_params_only = false},
+    {.name = "fifo",
+     .help = "llama-swap's swapping: requests in arrival order, one at a time, the oldest "
+             "one's model swapped in evicting least recently used ones",
+     .decide = fifo_decide,
+     .batch_same_params_only = false},
+    {.name = "clairvoyant",
+     .help = "simulator only: swapwise knowing the future arrivals, evicting the model wanted "
+             "farthest ahead (Belady) and prefetching the one wanted soonest",
+     .decide = clairvoyant_decide,
+     .batch_same_params_only = false,
+     .needs_future = true},
 };
 
-const struct sched_policy *sched_policy_find(const char *name)
+static const struct sched_policy *policy_lookup(const char *name)
 {
     for (size_t i = 0; i < sizeof(policies) / sizeof(policies[0]); i++)
         if (strcmp(policies[i].name, name) == 0)
             return &policies[i];
-    err_set(ERR_INVALID, "unknown scheduling policy \"%s\" (expected %s)", name,
-            sched_policy_names());
     return NULL;
+}
+
+const struct sched_policy *sched_policy_find(const char *name)
+{
+    const struct sched_policy *p = policy_lookup(name);
+    if (p && p->needs_future) {
+        err_set(ERR_INVALID, "scheduling policy \"%s\" needs the future arrivals, which only "
+                             "the simulator has (bench workload --simulate); expected %s",
+                name, sched_policy_names());
+        return NULL;
+    }
+    if (!p)
+        err_set(ERR_INVALID, "unknown scheduling policy \"%s\" (expected %s)", name,
+                sched_policy_names());
+    return p;
+}
+
+const struct sched_policy *sched_policy_find_sim(const char *name)
+{
+    const struct sched_policy *p = policy_lookup(name);
+    if (!p)
+        err_set(ERR_INVALID, "unknown scheduling policy \"%s\" (expected %s)", name,
+                sched_policy_names_sim());
+    return p;
 }
 
 const char *sched_policy_names(void)
 {
-    return "swapwise|computron";
+    return "swapwise|computron|lru|fifo";
+}
+
+const char *sched_policy_names_sim(void)
+{
+    return "swapwise|computron|lru|fifo|clairvoyant";
 }
 
 const char *sched_policy_default(void)

@@ -29,6 +29,31 @@ struct sched_model {
     bool pinned;
     double last_used;     /* last dispatch or load, for LRU */
     double loaded_at;     /* when its current residency began */
+    /* the end of its last batch, or loaded_at when none ended since: the
+     * start of the idle time a keep-alive counts (reads of its state, admin
+     * listings and metrics scrapes leave it alone) */
+    double idle_since;
+    /* seconds idle (from idle_since) after which it leaves by SCHED_UNLOAD:
+     * NAN the policy's own (lru: SCHED_LRU_KEEP_ALIVE_S; the others: never),
+     * INFINITY never, 0 as soon as it is idle. swapwise, clairvoyant and lru
+     * honour it; computron and fifo never unload an idle model. */
+    double keep_alive;
+    /* when several models wait, a model whose oldest request has waited
+     * longer than its max_queue_wait (> 0; 0: no bound) goes first, then the
+     * higher priority, then the older request (sched_first_waiting): the
+     * order of swapwise's and lru's loads and batches. computron and fifo
+     * keep arrival order. */
+    int priority;
+    double max_queue_wait;
+    /* seconds from loaded_at during which swapwise, clairvoyant and lru take
+     * it as a victim only when no other model can make the room (and never
+     * to prefetch another); 0: none. No thrash: a model just loaded gets to
+     * serve. */
+    double min_resident;
+    /* the arrival of its next request not yet queued (INFINITY: none): only
+     * the simulator knows it, for the policies marked needs_future; the
+     * engine leaves INFINITY */
+    double next_arrival;
     struct forecast arrivals; /* its requests so far, to forecast the next */
     double batch_s;       /* expected time of its next batch's first step (0: unknown) */
     uint64_t bytes[SCHED_MAX_DEVICES];
@@ -53,6 +78,7 @@ enum sched_kind {
     SCHED_SERVE, /* dispatch a batch of `model` (resident, not running) */
     SCHED_LOAD,  /* evict `victims` (offload now, or deferred when running), then load `model` */
     SCHED_WAKE,  /* decide again at time `at` even if nothing else happens by then */
+    SCHED_UNLOAD, /* `model` leaves its devices (resident, no batch in flight), nothing follows */
 };
 
 struct sched_action {
@@ -71,12 +97,22 @@ struct sched_policy {
     /* Computron cut batches at the first request with different sampling
      * parameters; ours mixes them. */
     bool batch_same_params_only;
+    /* reads sched_model.next_arrival: only the simulator can run it */
+    bool needs_future;
 };
 
-/* "computron" or "swapwise" (the default). NULL and a message when unknown. */
+/* A policy the engine runs: "swapwise" (the default), "computron", "lru" or
+ * "fifo". NULL and a message when unknown, or when the name is one that
+ * needs the future arrivals (sched_policy_find_sim's only). */
 const struct sched_policy *sched_policy_find(const char *name);
-const char *sched_policy_names(void);
+/* A policy the simulator runs: the engine's and "clairvoyant". NULL and a
+ * message when unknown. */
+const struct sched_policy *sched_policy_find_sim(const char *name);
+const char *sched_policy_names(void);     /* the engine's, "a|b|..." */
+const char *sched_policy_names_sim(void); /* the simulator's */
 const char *sched_policy_default(void);
+/* lru's keep-alive: a resident model idle this long leaves (Ollama's 5 minutes) */
+#define SCHED_LRU_KEEP_ALIVE_S 300.0
 
 /* How a batch is formed, one rule for the engine's queues and the
  * simulator's: a batch takes requests from its model's queue head in FIFO
@@ -100,8 +136,9 @@ struct sched_exec_ops {
     bool (*serve)(void *ctx, int model);
     /* model leaves its devices: now, or with defer when its batch in flight
      * ends. One that may not leave (gone already, a load still arriving
-     * with no batch) stays; the load that follows finds whether there is room. */
-    void (*offload)(void *ctx, int model, bool defer);
+     * with no batch) stays; the load that follows finds whether there is room.
+     * True when it leaves or will leave. */
+    bool (*offload)(void *ctx, int model, bool defer);
     /* starts model's load (not resident); false when it cannot start now */
     bool (*load)(void *ctx, int model);
     /* decide again at `at` even if nothing else happens by then */
@@ -111,7 +148,8 @@ struct sched_exec_ops {
 /* Carries out one of the actions decide() returned for view v: SCHED_WAKE
  * asks for a wake-up; SCHED_SERVE dispatches a batch unless one is in flight;
  * SCHED_LOAD offloads each victim (deferred to the end of its batch when one
- * is in flight), then starts the load. True when something was started,
+ * is in flight), then starts the load; SCHED_UNLOAD offloads the model
+ * (deferred likewise). True when something was started,
  * false when the action could not happen now (and for SCHED_WAKE): the
  * caller decides again after its next event. The one place these semantics
  * live; the engine and the simulator differ only in their ops. */

@@ -104,6 +104,12 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
         sm[i].pinned = m->pinned;
         sm[i].last_used = m->last_used;
         sm[i].loaded_at = m->loaded_at;
+        sm[i].idle_since = m->idle_since > m->loaded_at ? m->idle_since : m->loaded_at;
+        sm[i].next_arrival = INFINITY; /* the engine does not know the future */
+        sm[i].keep_alive = m->keep_alive;
+        sm[i].priority = m->priority;
+        sm[i].max_queue_wait = m->max_queue_wait;
+        sm[i].min_resident = m->min_resident;
         sm[i].arrivals = m->arrivals;
         sm[i].batch_s = step_estimate(e, m->queue_len);
         /* its weights and its batches' memory leave or come together */
@@ -161,6 +167,7 @@ struct exec {
     struct engine *e;
     struct emodel **map;
     struct sched_model *sm;
+    bool idle; /* the action is a SCHED_UNLOAD: its offload is counted as one */
 };
 
 static bool exec_running(void *ctx, int model)
@@ -185,15 +192,20 @@ static bool exec_serve(void *ctx, int model)
 
 /* The swap manager refuses what may not leave; a deferred offload is carried
  * out by the runner's swap_use_end. */
-static void exec_offload(void *ctx, int model, bool defer)
+static bool exec_offload(void *ctx, int model, bool defer)
 {
     struct exec *x = ctx;
     struct emodel *v = x->map[model];
-    if (swap_offload(x->e->mgr, v->sm, defer) == 0) {
+    if (swap_offload(x->e->mgr, v->sm, defer) < 0)
+        return false;
+    if (x->idle) {
+        v->idle_unloads++;
+    } else {
         x->e->stats.evictions++;
         v->evictions++;
-        v->offload_pending = defer;
     }
+    v->offload_pending = defer;
+    return true;
 }
 
 static bool exec_load(void *ctx, int model)
@@ -369,8 +381,10 @@ static bool sched_decide(struct engine *e, struct snapshot *s)
     bool progress = false;
     e->wake_at = INFINITY;
     struct exec x = {.e = e, .map = s->map, .sm = s->sm};
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        x.idle = actions[i].kind == SCHED_UNLOAD;
         progress |= sched_act(&exec_ops, &x, &v, &actions[i]);
+    }
     return progress;
 }
 

@@ -11,6 +11,8 @@ struct smodel {
     size_t head, tail;
     bool resident, loading, running, offload_pending;
     double load_end, batch_end, last_used, loaded_at;
+    double idle_since; /* the end of its last batch, or its load's start */
+    size_t upcoming;   /* its first request not yet arrived (n: none) */
     struct forecast arrivals;
     size_t *batch; /* the batch in flight: its requests' indices */
     int batch_n;
@@ -19,6 +21,8 @@ struct smodel {
 struct sim {
     const struct sim_config *c;
     struct sim_request *reqs;
+    size_t n;
+    size_t *next_of; /* (n) the index of the next request for the same model (n: none) */
     struct smodel *m;
     uint64_t used[SCHED_MAX_DEVICES];
     struct sim_stats *st;
@@ -56,6 +60,9 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
         sm[i].offload_pending = m->offload_pending;
         sm[i].last_used = m->last_used;
         sm[i].loaded_at = m->loaded_at;
+        sm[i].idle_since = m->idle_since > m->loaded_at ? m->idle_since : m->loaded_at;
+        sm[i].next_arrival = m->upcoming < s->n ? s->reqs[m->upcoming].arrival : INFINITY;
+        sm[i].keep_alive = NAN; /* the policy's own */
         sm[i].arrivals = m->arrivals;
         if (m->tail > m->head) {
             size_t q = m->tail - m->head;
@@ -170,17 +177,18 @@ static bool exec_serve(void *ctx, int model)
 
 /* As the swap manager does: a model gone already, or loading with no batch,
  * stays; a deferred one leaves when its batch (or its load) ends. */
-static void exec_offload(void *ctx, int model, bool defer)
+static bool exec_offload(void *ctx, int model, bool defer)
 {
     struct sim *s = ctx;
     struct smodel *v = &s->m[model];
-    if (!v->resident || (v->loading && !v->running))
-        return;
+    if (!v->resident || v->offload_pending || (v->loading && !v->running))
+        return false;
     s->st->evictions++;
     if (defer || v->loading)
         v->offload_pending = true;
     else
         evict(s, model);
+    return true;
 }
 
 /* Refused when its bytes do not fit. */
@@ -223,15 +231,16 @@ static const struct sched_exec_ops exec_ops = {
     .wake = exec_wake,
 };
 
-/* sched_act, traced: "t serve|load model [-victim...] [batch b] | queue and
- * state per model" */
+/* sched_act, traced: "t serve|load|unload model [-victim...] [batch b] |
+ * queue and state per model" */
 static bool act(struct sim *s, const struct sched_view *v, const struct sched_action *a)
 {
     bool ok = sched_act(&exec_ops, s, v, a);
     FILE *f = s->c->trace;
     if (!f || !ok || a->kind == SCHED_WAKE)
         return ok;
-    fprintf(f, "%9.4f %s %d", s->now, a->kind == SCHED_SERVE ? "serve" : "load ", a->model);
+    fprintf(f, "%9.4f %s %d", s->now,
+            a->kind == SCHED_SERVE ? "serve" : a->kind == SCHED_LOAD ? "load " : "unload", a->model);
     for (int k = 0; k < a->n_victims; k++)
         fprintf(f, " -%d", a->victims[k]);
     if (a->kind == SCHED_SERVE)
@@ -260,10 +269,19 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
             return err_set(ERR_INVALID, "simulated request %zu: model %d of %d, arrivals must be "
                                         "sorted", i, reqs[i].model, c->n_models);
     memset(st, 0, sizeof(*st));
-    struct sim s = {.c = c, .reqs = reqs, .st = st};
+    struct sim s = {.c = c, .reqs = reqs, .n = n, .st = st};
     s.m = calloc((size_t)c->n_models, sizeof(*s.m));
+    s.next_of = malloc((n ? n : 1) * sizeof(size_t));
     struct sched_model *sm = calloc((size_t)c->n_models, sizeof(*sm));
-    int rc = s.m && sm ? 0 : err_set(ERR_NOMEM, "out of memory");
+    int rc = s.m && sm && s.next_of ? 0 : err_set(ERR_NOMEM, "out of memory");
+    /* each model's requests in order, for the policies that read the future */
+    for (int i = 0; rc == 0 && i < c->n_models; i++)
+        s.m[i].upcoming = n;
+    for (size_t i = n; rc == 0 && i-- > 0;) {
+        struct smodel *m = &s.m[reqs[i].model];
+        s.next_of[i] = m->upcoming;
+        m->upcoming = i;
+    }
     for (int i = 0; rc == 0 && i < c->n_models; i++) {
         s.m[i].queue = malloc((n ? n : 1) * sizeof(size_t));
         s.m[i].batch = malloc((size_t)c->max_batch * sizeof(size_t));
@@ -277,6 +295,7 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
         for (; next < n && reqs[next].arrival <= now; next++) {
             struct smodel *m = &s.m[reqs[next].model];
             m->queue[m->tail++] = next;
+            m->upcoming = s.next_of[next];
             forecast_add(&m->arrivals, reqs[next].arrival);
         }
         for (int i = 0; i < c->n_models; i++) {
@@ -290,6 +309,7 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
                 /* exec_serve set each request's times */
                 done += (size_t)m->batch_n;
                 m->running = false;
+                m->idle_since = now;
                 if (m->offload_pending && !m->loading)
                     evict(&s, i);
             }
@@ -328,6 +348,7 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
         free(s.m[i].batch);
     }
     free(s.m);
+    free(s.next_of);
     free(sm);
     return rc;
 }

@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,8 +108,11 @@ static int settings_check(const struct stack_config *c)
         return err_set(ERR_INVALID, "an emulated host link of %g GB/s: expected a number >= 0",
                        c->link_gbps);
     if (c->engine.policy && !sched_policy_find(c->engine.policy))
-        return err_set(ERR_INVALID, "policy: unknown scheduling policy '%.*s' (expected %s)", 64,
-                       c->engine.policy, sched_policy_names());
+        return err_set(ERR_INVALID, "policy: %s scheduling policy '%.*s' (expected %s)",
+                       sched_policy_find_sim(c->engine.policy) ? "simulator-only (it needs the "
+                                                                 "future arrivals)"
+                                                               : "unknown",
+                       64, c->engine.policy, sched_policy_names());
     enum kern_compute kc;
     bool kc_set;
     if (kern_compute_choice(c->compute, &kc_set, &kc) < 0)
@@ -148,6 +152,18 @@ static int model_check(const struct stack_config *c, int i)
     if (m->max_batch < 0)
         return err_set(ERR_INVALID, "model %s: max_batch: expected >= 0 (0: the engine's), got %d",
                        m->name, m->max_batch);
+    if (m->priority < -ENGINE_PRIORITY_MAX || m->priority > ENGINE_PRIORITY_MAX ||
+        !(m->max_queue_wait >= 0) || !isfinite(m->max_queue_wait))
+        return err_set(ERR_INVALID, "model %s: priority %d, max_queue_wait %g: expected a "
+                                    "priority from %d to %d and seconds >= 0",
+                       m->name, m->priority, m->max_queue_wait, -ENGINE_PRIORITY_MAX,
+                       ENGINE_PRIORITY_MAX);
+    if (!(m->min_resident >= 0) || !isfinite(m->min_resident))
+        return err_set(ERR_INVALID, "model %s: min_resident: expected seconds >= 0, got %g",
+                       m->name, m->min_resident);
+    if (m->keep_alive_set && !(m->keep_alive >= 0))
+        return err_set(ERR_INVALID, "model %s: keep_alive: expected seconds >= 0 or forever, "
+                                    "got %g", m->name, m->keep_alive);
     enum kern_compute kc;
     bool kc_set;
     if (kern_compute_choice(m->compute, &kc_set, &kc) < 0)
@@ -331,6 +347,13 @@ int stack_open(const struct stack_config *c, struct stack **out)
         s->ids[i] = rc;
         if ((m->max_batch > 0 &&
              (rc = engine_set_max_batch(s->engine, s->ids[i], m->max_batch)) < 0) ||
+            (m->keep_alive_set &&
+             (rc = engine_set_keep_alive(s->engine, s->ids[i], m->keep_alive)) < 0) ||
+            ((m->priority != 0 || m->max_queue_wait != 0) &&
+             (rc = engine_set_priority(s->engine, s->ids[i], m->priority, m->max_queue_wait)) <
+                 0) ||
+            (m->min_resident != 0 &&
+             (rc = engine_set_min_resident(s->engine, s->ids[i], m->min_resident)) < 0) ||
             (c->prefetch_host && (rc = swap_prefetch_host(s->mgr, s->models[i])) < 0)) {
             err_wrap(rc, "model %s", m->name);
             goto fail;

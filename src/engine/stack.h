@@ -38,6 +38,13 @@ struct stack_model_config {
     int max_batch; /* 0: the engine's */
     /* "f32", "bf16", or NULL / "auto": stack_config.compute */
     const char *compute;
+    /* with keep_alive_set, engine_set_keep_alive's seconds (0: at once;
+     * INFINITY: never); unset: the policy's own */
+    bool keep_alive_set;
+    double keep_alive;
+    int priority;          /* engine_set_priority's (0: the default) */
+    double max_queue_wait; /* engine_set_priority's (0: no bound) */
+    double min_resident;   /* engine_set_min_resident's (0: none) */
 };
 
 struct stack_config {

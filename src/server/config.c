@@ -44,6 +44,19 @@
 
 /* ---- defaults, add, free ---- */
 
+int serve_keep_alive_parse(const char *text, double *out)
+{
+    *out = NAN;
+    if (!text)
+        return 0;
+    char *end;
+    double v = text[0] && !isspace((unsigned char)text[0]) ? strtod(text, &end) : NAN;
+    if (isnan(v) || *end || !isfinite(v) || !(v >= 0 || v == -1))
+        return err_set(ERR_INVALID, "expected seconds >= 0 or -1 (forever), got '%.*s'", 64, text);
+    *out = v < 0 ? INFINITY : v;
+    return 0;
+}
+
 void serve_config_init(struct serve_config *c)
 {
     memset(c, 0, sizeof(*c));
@@ -63,6 +76,7 @@ static void model_free(struct serve_model *m)
     free(m->path);
     free(m->compute);
     free(m->chat_template);
+    free(m->keep_alive);
     memset(m, 0, sizeof(*m));
 }
 
@@ -94,6 +108,7 @@ void serve_config_free(struct serve_config *c)
     free(c->device_kind);
     free(c->policy);
     free(c->compute);
+    free(c->keep_alive);
     for (int i = 0; i < c->n_models; i++)
         model_free(&c->models[i]);
     free(c->models);
@@ -466,7 +481,15 @@ void serve_config_stack(const struct serve_config *c, struct stack_config *sc,
             .pinned = m->pinned,
             .max_batch = m->max_batch,
             .compute = m->compute,
+            .priority = m->priority,
+            .max_queue_wait = m->max_queue_wait,
+            .min_resident = m->min_resident,
         };
+        /* the model's, else the server's; checked already (check_server) */
+        double ka;
+        if (serve_keep_alive_parse(m->keep_alive ? m->keep_alive : c->keep_alive, &ka) == 0 &&
+            !isnan(ka))
+            mc[i].keep_alive_set = true, mc[i].keep_alive = ka;
     }
     sc->models = mc;
     sc->n_models = c->n_models;

@@ -72,6 +72,10 @@ struct serve_model {
     char *compute;       /* "f32", "bf16", "auto"; NULL: the server's (owned) */
     char *chat_template; /* a Jinja file for /v1/chat/completions; NULL: the
                             checkpoint's (tokenizer_config.json, chat_template.jinja) */
+    char *keep_alive;    /* serve_keep_alive_parse's text; NULL: the server's (owned) */
+    int priority;        /* engine_set_priority's (default 0) */
+    double max_queue_wait; /* seconds; 0: no bound (default) */
+    double min_resident;   /* seconds; 0: none (default) */
 };
 
 struct serve_config {
@@ -108,9 +112,17 @@ struct serve_config {
     int queue_cap;              /* waiting requests per model (default 256) */
     double link_gbps;           /* CPU devices: emulated host link (0: none) */
     char *compute;              /* "f32", "bf16"; "auto" (default) or NULL: each checkpoint's */
+    char *keep_alive;           /* the models' keep_alive (serve_keep_alive_parse's text);
+                                   NULL: the policy's own (owned) */
     struct serve_model *models; /* n_models of them (owned; grown as models are added) */
     int n_models, models_cap;
 };
+
+/* A keep_alive: how long an idle model stays resident, counted from the end
+ * of its last batch, as text: seconds >= 0 (0: it leaves at once), or -1
+ * (never: *out INFINITY); NULL: *out NAN (unset: the policy's own, lru's 300
+ * s, never for the others). ERR_INVALID, with what was expected, otherwise. */
+int serve_keep_alive_parse(const char *text, double *out);
 
 void serve_config_init(struct serve_config *c);
 void serve_config_free(struct serve_config *c); /* frees what c owns; NULL-safe */

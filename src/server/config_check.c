@@ -66,6 +66,9 @@ static int check_server(const struct serve_config *c)
         return err_set(ERR_INVALID,
                        "devices.gpus: %d GPUs for devices.count %d (expected one per device)",
                        c->n_gpus, c->n_devices);
+    double ka;
+    if (serve_keep_alive_parse(c->keep_alive, &ka) < 0)
+        return err_wrap(ERR_INVALID, "keep_alive");
     if (c->n_models < 1)
         return err_set(ERR_INVALID, "no models: give at least one (models: in the config file, "
                                     "or --model NAME=DIR)");
@@ -78,6 +81,9 @@ static int check_server(const struct serve_config *c)
                            "models[%d].name '%.*s': expected 1 to %d bytes of A-Z a-z 0-9 . _ "
                            ": / -, not starting with '/' and without '..'",
                            i, QUOTE_MAX, m->name, SERVE_MODEL_NAME_MAX);
+        double mka;
+        if (serve_keep_alive_parse(m->keep_alive, &mka) < 0)
+            return err_wrap(ERR_INVALID, "models[%d].keep_alive", i);
         if (m->n_devices != 0 && m->n_devices != m->tp * m->pp)
             return err_set(ERR_INVALID, "model %s: devices: expected tp x pp = %d of them, got %d",
                            m->name, m->tp * m->pp, m->n_devices);

@@ -113,6 +113,12 @@ const struct serve_key serve_keys[] = {
      .help = "precision of the linear layers: f32 (exact), bf16 (bf16 activations and weights, "
              "f32 sums, as transformers runs a bf16 model) or auto (bf16 for bf16 checkpoints, "
              "else f32; null is auto too)"},
+    {.path = "keep_alive", .flag = "keep-alive", .metavar = "S", .type = SK_STRING,
+     .null = SK_NULL_CLEARS, .offset = CFG(keep_alive),
+     .help = "seconds an idle model stays on its devices, from the end of its last request "
+             "(0: it leaves at once; -1: forever; reading its state or /metrics is not use); "
+             "unset: the policy's own (lru: 300, the others: forever); a model's keep_alive "
+             "overrides it"},
     /* ---- the models served ---- */
     {.path = "models", .flag = "model", .metavar = "NAME=DIR", .type = SK_MODELS,
      .expected = "a list of models ({name: ..., path: ...})",
@@ -136,6 +142,21 @@ const struct serve_key serve_keys[] = {
      .offset = MODEL(max_batch), .help = "sequences per batch; 0: the server's"},
     {.path = "models[].compute", .type = SK_STRING, .offset = MODEL(compute),
      .help = "f32, bf16 or auto; unset: the server's compute"},
+    {.path = "models[].keep_alive", .type = SK_STRING, .offset = MODEL(keep_alive),
+     .help = "seconds idle before it leaves its devices (0: at once; -1: forever); unset: the "
+             "server's keep_alive"},
+    {.path = "models[].priority", .type = SK_INT, .lo = -ENGINE_PRIORITY_MAX,
+     .hi = ENGINE_PRIORITY_MAX, .offset = MODEL(priority),
+     .help = "when several models wait, the higher one's load and batches go first (after any "
+             "past its max_queue_wait); swapwise and lru"},
+    {.path = "models[].max_queue_wait", .type = SK_DOUBLE, .lo = 0, .hi = INFINITY,
+     .offset = MODEL(max_queue_wait),
+     .help = "seconds: once its oldest waiting request is older, the model goes before every "
+             "model that is not (anti-starvation); 0: no bound; swapwise and lru"},
+    {.path = "models[].min_resident", .type = SK_DOUBLE, .lo = 0, .hi = INFINITY,
+     .offset = MODEL(min_resident),
+     .help = "seconds after a load during which the model is evicted for another only when no "
+             "other model can make the room; 0: none; swapwise and lru"},
     {.path = "models[].chat_template", .type = SK_STRING, .offset = MODEL(chat_template),
      .help = "a Jinja file for /v1/chat/completions; unset: the checkpoint's"},
 };

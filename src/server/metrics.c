@@ -132,6 +132,23 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
     for (int i = 0; i < n; i++)
         model_sample(f, "shardswap_evictions_total", &rows[i], rows[i].st.evictions);
 
+    family(f, "shardswap_unloads_total", "counter",
+           "Times the model left its devices, by reason (idle: past its keep_alive; evicted: "
+           "for another model's room; requested: POST /admin/models/NAME/unload).");
+    for (int i = 0; i < n; i++) {
+        const struct {
+            const char *reason;
+            unsigned long long v;
+        } u[] = {{"idle", rows[i].st.idle_unloads},
+                 {"evicted", rows[i].st.evictions},
+                 {"requested", rows[i].st.unloads}};
+        for (size_t k = 0; k < sizeof(u) / sizeof(u[0]); k++) {
+            fputs("shardswap_unloads_total{model=\"", f);
+            put_label(f, rows[i].m->name);
+            fprintf(f, "\",reason=\"%s\"} %llu\n", u[k].reason, u[k].v);
+        }
+    }
+
     static const enum residency res[] = {RES_ON_DISK, RES_IN_HOST, RES_LOADING, RES_ON_DEVICE,
                                          RES_OFFLOADING};
     family(f, "shardswap_model_resident", "gauge",

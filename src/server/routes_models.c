@@ -3,6 +3,7 @@
  * HTTP thread; the admin calls wait on the engine's scheduler (an admin
  * request is rare and short), never on a batch. */
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,17 @@ static json_t *model_json(struct server *s, const struct srv_model *m)
                   "tp", m->tp, "pp", m->pp, "compute", kern_compute_name(m->compute), "bytes",
                   (json_int_t)total, "shards", shards, "max_model_len", m->max_pos, "queue_len",
                   st->queue_len, "running", st->running);
+    /* seconds; -1 forever; null: the policy's own */
+    double ka = st->keep_alive;
+    if (o && (json_object_set_new(o, "keep_alive", isnan(ka)   ? json_null()
+                                                   : isinf(ka) ? json_integer(-1)
+                                                               : json_real(ka)) |
+              json_object_set_new(o, "priority", json_integer(st->priority)) |
+              json_object_set_new(o, "max_queue_wait", json_real(st->max_queue_wait)) |
+              json_object_set_new(o, "min_resident", json_real(st->min_resident))) < 0) {
+        json_decref(o);
+        o = NULL;
+    }
     free(st);
     return o;
 }
@@ -147,6 +159,44 @@ static bool body_int(json_t *body, const char *key, int lo, int hi, int *out, st
     return true;
 }
 
+/* An optional field of the admin body in seconds >= 0; *out keeps its
+ * default (0: none) when absent or null. */
+static bool body_seconds(json_t *body, const char *key, double *out, struct oai_error *e)
+{
+    json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v))
+        return true;
+    double x = json_is_number(v) ? json_number_value(v) : NAN;
+    if (!(x >= 0) || !isfinite(x)) {
+        oai_error_set(e, 400, "invalid_request_error", NULL, key,
+                      "'%s' must be a number of seconds >= 0 (0: none).", key);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+/* The admin body's keep_alive: seconds >= 0 or -1 (forever: INFINITY);
+ * absent or null: the server's keep_alive (*out NAN when that is unset too). */
+static bool body_keep_alive(json_t *body, const struct serve_config *c, double *out,
+                            struct oai_error *e)
+{
+    json_t *v = json_object_get(body, "keep_alive");
+    if (!v || json_is_null(v)) {
+        if (serve_keep_alive_parse(c->keep_alive, out) < 0) /* checked at start */
+            *out = NAN;
+        return true;
+    }
+    double x = json_is_number(v) ? json_number_value(v) : NAN;
+    if (!(x >= 0 || x == -1) || !isfinite(x)) {
+        oai_error_set(e, 400, "invalid_request_error", NULL, "keep_alive",
+                      "'keep_alive' must be a number of seconds >= 0, or -1 (forever).");
+        return false;
+    }
+    *out = x < 0 ? INFINITY : x;
+    return true;
+}
+
 _Static_assert(sizeof(((struct srv_model *)0)->name) > SERVE_MODEL_NAME_MAX,
                "a served model's name holds any name the config allows");
 
@@ -228,8 +278,16 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
         goto refuse;
     }
     int n_dev = s->stack->n_devices, tp = 1, pp = 1, max_batch = 0;
+    int priority = 0;
+    double keep_alive, max_queue_wait = 0;
     if (!body_int(body, "tp", 1, n_dev, &tp, &e) || !body_int(body, "pp", 1, n_dev, &pp, &e) ||
-        !body_int(body, "max_batch", 0, 4096, &max_batch, &e))
+        !body_int(body, "max_batch", 0, 4096, &max_batch, &e) ||
+        !body_int(body, "priority", -ENGINE_PRIORITY_MAX, ENGINE_PRIORITY_MAX, &priority, &e) ||
+        !body_keep_alive(body, c, &keep_alive, &e))
+        goto refuse;
+    double min_resident = 0;
+    if (!body_seconds(body, "max_queue_wait", &max_queue_wait, &e) ||
+        !body_seconds(body, "min_resident", &min_resident, &e))
         goto refuse;
     if (tp * pp > n_dev) {
         oai_error_set(&e, 400, "invalid_request_error", NULL, "tp",
@@ -271,6 +329,18 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     if (id >= 0 && max_batch > 0 &&
         (rc = engine_set_max_batch(s->stack->engine, id, max_batch)) < 0) {
         param = "max_batch";
+        remove_unserved(s, id);
+    } else if (id >= 0 && !isnan(keep_alive) &&
+               (rc = engine_set_keep_alive(s->stack->engine, id, keep_alive)) < 0) {
+        param = "keep_alive";
+        remove_unserved(s, id);
+    } else if (id >= 0 &&
+               (rc = engine_set_priority(s->stack->engine, id, priority, max_queue_wait)) < 0) {
+        param = "priority";
+        remove_unserved(s, id);
+    } else if (id >= 0 &&
+               (rc = engine_set_min_resident(s->stack->engine, id, min_resident)) < 0) {
+        param = "min_resident";
         remove_unserved(s, id);
     } else if (id >= 0 && (rc = srv_model_add(s, sm, dir, NULL, id)) < 0) {
         remove_unserved(s, id);

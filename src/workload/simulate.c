@@ -1,5 +1,6 @@
 #include "workload/simulate.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,10 +58,47 @@ static int tokens_add_seed(struct simulate_summary *o, const struct workload_con
     return 0;
 }
 
+/* Each request's floor (simulate.h): its own compute at the cheapest batch
+ * size, and no earlier than the first moment any load can end. */
+static void floor_latencies(const struct sim_config *sc, const struct sim_request *rq, size_t n,
+                            double *lat)
+{
+    double min_batch = INFINITY, min_step = INFINITY;
+    for (int b = 1; b <= sc->max_batch; b++) {
+        min_batch = sc->batch_s[b] < min_batch ? sc->batch_s[b] : min_batch;
+        min_step = sc->step_s[b] < min_step ? sc->step_s[b] : min_step;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct sim_request *q = &rq[i];
+        double svc = min_batch, done;
+        if (q->n_output > 0)
+            svc += sc->prefill_token_s * (q->n_prompt > sc->base_prompt
+                                              ? q->n_prompt - sc->base_prompt : 0) +
+                   (q->n_output - 1) * min_step;
+        done = q->arrival + svc;
+        /* its model became resident by a load that began at 0 or later; with
+         * overlap a one-token batch ends overlap_tail of its compute after
+         * the load (a chat request's own steps may end sooner: not counted) */
+        double after_load = !sc->overlap_loads ? sc->load_s + svc
+                            : q->n_output <= 0 ? sc->load_s + sc->overlap_tail * svc
+                                               : 0;
+        lat[i] = (done > after_load ? done : after_load) - q->arrival;
+    }
+}
+
 int simulate_workload(const struct replay_rig *rig, const struct workload_config *c,
                       const struct sim_config *costs, const char *const *policies, int n_pol,
                       uint64_t seed, int seeds, double duration, double slo,
                       struct simulate_summary *s)
+{
+    return simulate_workload_floor(rig, c, costs, policies, n_pol, seed, seeds, duration, slo, s,
+                                   NULL);
+}
+
+int simulate_workload_floor(const struct replay_rig *rig, const struct workload_config *c,
+                            const struct sim_config *costs, const char *const *policies,
+                            int n_pol, uint64_t seed, int seeds, double duration, double slo,
+                            struct simulate_summary *s, struct simulate_summary *floor)
 {
     /* each model's device bytes (weights and its largest batch) and the
      * budgets, as the real run's stack sizes them */
@@ -82,6 +120,8 @@ int simulate_workload(const struct replay_rig *rig, const struct workload_config
     for (int i = 0; i < c->n_models; i++)
         memcpy(bytes + (size_t)i * tp, shard, sizeof(uint64_t) * (size_t)tp);
     memset(s, 0, sizeof(*s) * (size_t)n_pol);
+    if (floor)
+        memset(floor, 0, sizeof(*floor));
     for (int k = 0; rc == 0 && k < seeds; k++) {
         struct arrival *ev = NULL;
         size_t n = 0;
@@ -96,8 +136,8 @@ int simulate_workload(const struct replay_rig *rig, const struct workload_config
             chat_requests_make(&c->lengths, seed + (uint64_t)k, ev, n, cr);
         for (int p = 0; rc == 0 && n > 0 && p < n_pol; p++) {
             struct sim_config sc = *costs;
-            if (!(sc.policy = sched_policy_find(policies[p]))) {
-                rc = ERR_INVALID; /* sched_policy_find says which */
+            if (!(sc.policy = sched_policy_find_sim(policies[p]))) {
+                rc = ERR_INVALID; /* sched_policy_find_sim says which */
                 break;
             }
             sc.n_models = c->n_models;
@@ -125,6 +165,14 @@ int simulate_workload(const struct replay_rig *rig, const struct workload_config
                 first_p99 = p99;
             else if (p99 / first_p99 > s[p].worst_p99_ratio)
                 s[p].worst_p99_ratio = p99 / first_p99;
+            if (p == 0 && floor) { /* the same requests and costs */
+                double fp99;
+                floor_latencies(&sc, rq, n, lat);
+                if ((rc = summary_add_seed(floor, lat, n, slo, 0, seeds, &fp99)) < 0)
+                    break;
+                if (fp99 / first_p99 > floor->worst_p99_ratio)
+                    floor->worst_p99_ratio = fp99 / first_p99;
+            }
         }
         free(rq);
         free(lat);

@@ -32,10 +32,27 @@ struct simulate_summary {
  * without arrivals adds nothing (every seed weighs 1/seeds). A chat workload
  * (c->chat) draws each request's lengths (chat_requests_make, with the
  * seed's arrival seed) and costs them with costs' prefill and decode terms
- * (engine/sim.h). Errors name the policy, the arrivals or the allocation. */
+ * (engine/sim.h). policies are the simulator's (sched_policy_find_sim, so
+ * "clairvoyant" too). Errors name the policy, the arrivals or the allocation.
+ */
 int simulate_workload(const struct replay_rig *rig, const struct workload_config *c,
                       const struct sim_config *costs, const char *const *policies, int n_pol,
                       uint64_t seed, int seeds, double duration, double slo,
                       struct simulate_summary *s);
+/* simulate_workload, and with floor (NULL: not wanted) a lower bound no
+ * policy beats on the same requests and costs, as latency statistics (swaps
+ * 0, no token fields; its worst_p99_ratio the largest over seeds of its p99 /
+ * the first policy's): each request takes at least its own compute at the
+ * cheapest batch size (a chat request: the cheapest prefill plus its
+ * prompt's extra tokens plus one cheapest decode step per token after the
+ * first), and is done no earlier than the first moment any load can end
+ * (load_s; with overlap_loads, a one-token request overlap_tail of its
+ * compute later, a chat request not bounded by it). It counts no queueing
+ * behind other requests and no reload, so it is loose where swaps dominate:
+ * a limit, not a policy. */
+int simulate_workload_floor(const struct replay_rig *rig, const struct workload_config *c,
+                            const struct sim_config *costs, const char *const *policies,
+                            int n_pol, uint64_t seed, int seeds, double duration, double slo,
+                            struct simulate_summary *s, struct simulate_summary *floor);
 
 #endif

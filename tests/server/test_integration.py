@@ -473,6 +473,51 @@ def test_admin_routes():
     check(code == 404, "delete an unknown model: %d" % code)
 
 
+def test_keep_alive():
+    """keep_alive on POST /admin/models and in /v1/models: 0 unloads a model
+    as soon as it is idle (reading /v1/models meanwhile is not use), counted
+    as shardswap_unloads_total{reason="idle"}; -1 is forever; bad values are
+    refused naming the field."""
+    check(model_info("m1")["keep_alive"] is None, "m1's keep_alive: %r (expected null: the "
+          "policy's own)" % model_info("m1")["keep_alive"])
+    for bad in (-5, -0.5, "soon", True):
+        code, j, body = curl("POST", "/admin/models", {"name": "m5", "path": A.root_model,
+                                                       "keep_alive": bad})
+        check_error(code, j, 400, None, "keep_alive %r" % (bad,))
+        check(j["error"]["param"] == "keep_alive", "keep_alive %r: param %r" % (bad, j["error"]))
+    code, j, body = curl("POST", "/admin/models", {"name": "m5", "path": A.root_model,
+                                                   "keep_alive": 0})
+    check(code == 200 and j["keep_alive"] == 0, "add m5 with keep_alive 0: %d %s" % (code, body))
+    c = client().completions.create(model="m5", prompt="Idle", max_tokens=2, temperature=0)
+    check(len(c.choices[0].text) > 0, "m5 answered nothing")
+    r = wait_residency("m5", ("in_host", "on_disk"))
+    check(r in ("in_host", "on_disk"), "m5 (keep_alive 0) 60 s after its request: %s" % r)
+    m = metrics()
+    idle = harness.metric_sum(m, r"^shardswap_unloads_total$", model="m5", reason="idle")
+    ev = harness.metric_sum(m, r"^shardswap_unloads_total$", model="m5", reason="evicted")
+    check(idle == 1 and ev == 0, "m5: %g idle unloads, %g evictions" % (idle, ev))
+    code, j, body = curl("DELETE", "/admin/models/m5")
+    check(code in (200, 204), "delete m5: %d %s" % (code, body))
+    code, j, body = curl("POST", "/admin/models", {"name": "m5", "path": A.root_model,
+                                                   "keep_alive": -1, "priority": 5,
+                                                   "max_queue_wait": 2.5, "min_resident": 3})
+    check(code == 200 and j["keep_alive"] == -1, "add m5 with keep_alive -1: %d %s" % (code, body))
+    info = model_info("m5")
+    check(info["keep_alive"] == -1 and info["priority"] == 5 and info["max_queue_wait"] == 2.5
+          and info["min_resident"] == 3,
+          "m5 listed with %r" % info)
+    check(model_info("m1")["priority"] == 0 and model_info("m1")["max_queue_wait"] == 0,
+          "m1's order controls: %r" % model_info("m1"))
+    for field, bad in (("priority", 1001), ("priority", 1.5), ("max_queue_wait", -1),
+                       ("max_queue_wait", "x"), ("min_resident", -0.5), ("min_resident", False)):
+        code, j, body = curl("POST", "/admin/models", {"name": "m6", "path": A.root_model,
+                                                       field: bad})
+        check_error(code, j, 400, None, "%s %r" % (field, bad))
+        check(j["error"]["param"] == field, "%s %r: param %r" % (field, bad, j["error"]))
+    code, j, body = curl("DELETE", "/admin/models/m5")
+    check(code in (200, 204), "delete m5: %d %s" % (code, body))
+
+
 def test_metrics_promtool():
     promtool = shutil.which("promtool")
     check(promtool is not None, "promtool not found: install Debian's prometheus package "
@@ -662,7 +707,7 @@ def main():
              test_stream_equals_nonstream, test_stream_wire_format, test_fixtures_equal_transformers,
              test_fixtures_batched, test_context_boundary, test_stop_strings_random,
              test_alternating_models_swap, test_stop_strings, test_echo, test_seed_reproducible,
-             test_admin_routes, test_tp_pp_models, test_metrics_promtool, test_metrics_residency_agrees, test_metrics_histograms_consistent,
+             test_admin_routes, test_tp_pp_models, test_keep_alive, test_metrics_promtool, test_metrics_residency_agrees, test_metrics_histograms_consistent,
              test_metrics_counters_move, test_pinned_device_full_answers,
              test_tight_memory_concurrent_requests, test_request_timeout]
     return harness.run_and_stop(tests, S, A)
