@@ -62,6 +62,19 @@ static double queue_wait_expiry(const struct sched_view *v)
     return at;
 }
 
+/* Appends to out's n actions a wake-up at the earlier of `wake` and the
+ * next queue-wait expiry (the order changes then), when there is one and
+ * room; returns the new count. */
+static int add_wake(const struct sched_view *v, struct sched_action *out, int n, int max,
+                    double wake)
+{
+    double order = queue_wait_expiry(v);
+    wake = order < wake ? order : wake;
+    if (wake < INFINITY && n < max)
+        out[n++] = (struct sched_action){.kind = SCHED_WAKE, .at = wake};
+    return n;
+}
+
 static bool any_model(const struct sched_model *m)
 {
     (void)m;
@@ -464,11 +477,7 @@ static int swapwise_run(const struct sched_view *v, struct sched_action *out, in
             busy[d] |= v->models[pick].bytes[d] > 0;
         out[n++] = (struct sched_action){.kind = SCHED_SERVE, .model = pick};
     }
-    double order = queue_wait_expiry(v); /* the order changes then */
-    wake = order < wake ? order : wake;
-    if (wake < INFINITY && n < max)
-        out[n++] = (struct sched_action){.kind = SCHED_WAKE, .at = wake};
-    return n;
+    return add_wake(v, out, n, max, wake);
 }
 
 static int swapwise_decide(const struct sched_view *v, struct sched_action *out, int max)
@@ -588,11 +597,7 @@ static int lru_decide(const struct sched_view *v, struct sched_action *out, int 
         if (room_for(v, &r, load)) /* else pinned or loading models hold the room: wait */
             out[n++] = a;
     }
-    double order = queue_wait_expiry(v); /* the order changes then */
-    wake = order < wake ? order : wake;
-    if (wake < INFINITY && n < max)
-        out[n++] = (struct sched_action){.kind = SCHED_WAKE, .at = wake};
-    return n;
+    return add_wake(v, out, n, max, wake);
 }
 
 /* ---- fifo: llama-swap's swapping ----
