@@ -604,34 +604,10 @@ static int lru_decide(const struct sched_view *v, struct sched_action *out, int 
  * Requests in their global order of arrival: the model of the oldest waiting
  * request gets the next batch, and nothing else runs meanwhile; when it is not
  * resident it is swapped in, evicting least recently used models (any not
- * pinned, waiting for a batch in flight to end) until it fits. No look-ahead,
- * no keep-alive: a model stays until another needs its room. */
-static int fifo_decide(const struct sched_view *v, struct sched_action *out, int max)
-{
-    if (max < 1 || v->any_loading || v->any_running)
-        return 0;
-    int m = oldest_head(v, any_model);
-    if (m < 0)
-        return 0;
-    if (v->models[m].resident) {
-        out[0] = (struct sched_action){.kind = SCHED_SERVE, .model = m};
-        return 1;
-    }
-    struct sched_action a = {.kind = SCHED_LOAD, .model = m};
-    struct evict_model em[SCHED_MAX_MODELS];
-    struct evict_room r;
-    room_init(v, &r);
-    evict_view(v, em);
-    for (int i = 0; i < v->n_models; i++)
-        em[i].evictable = evictable(&v->models[i]);
-    int n = evict_lru_until_fit(em, v->n_models, v->models[m].bytes, &r, false, a.victims,
-                                SCHED_MAX_VICTIMS);
-    if (n < 0)
-        return 0; /* pinned models hold the room: wait */
-    a.n_victims = n;
-    out[0] = a;
-    return 1;
-}
+ * pinned) until it fits. No look-ahead, no keep-alive: a model stays until
+ * another needs its room. These are Computron's decisions (computron_decide:
+ * with nothing loading or running no offload is pending either); the policy
+ * differs in its batches, which mix sampling parameters. */
 
 bool sched_batch_joins(bool same_params_only, int taken, int max, bool same_as_first)
 {
@@ -690,7 +666,7 @@ static const struct sched_policy policies[] = {
     {.name = "fifo",
      .help = "llama-swap's swapping: requests in arrival order, one at a time, the oldest "
              "one's model swapped in evicting least recently used ones",
-     .decide = fifo_decide,
+     .decide = computron_decide,
      .batch_same_params_only = false},
     {.name = "clairvoyant",
      .help = "simulator only: swapwise knowing the future arrivals, evicting the model wanted "
