@@ -606,6 +606,10 @@ static int mm_path(int c)
     int f = atomic_load(&mm_choice.forced[c]);
     if (f >= 0)
         return f;
+    /* bf16's round path multiplies by the f32 class's path: that one is
+     * chosen first, before this class takes the lock it would take too */
+    if (c == MM_BF16)
+        (void)mm_path(MM_F32);
     if (!atomic_load(&mm_choice.ready[c])) {
         pthread_mutex_lock(&mm_choice.lock);
         if (!atomic_load(&mm_choice.ready[c])) {
