@@ -453,6 +453,31 @@ static void test_vec(void)
     }
     CHECK(e[5] == 0.0f);
     CHECK_MSG(bad == 0, "vec_exp/vec_silu: %d values off by more than 1e-6 relative", bad);
+
+    /* the masked softmax: keys past `visible` and those not ok get 0, the
+     * rest sum to 1; no key ok gives a row of zeros */
+    uint8_t ok[N];
+    for (int i = 0; i < N; i++)
+        ok[i] = i % 3 != 1;
+    float sm[N];
+    fill_uniform(sm, N, -20, 20);
+    double ref[N], mx = -INFINITY, sum = 0;
+    const int visible = 50;
+    for (int i = 0; i < visible; i++)
+        mx = ok[i] && sm[i] > mx ? sm[i] : mx;
+    for (int i = 0; i < N; i++)
+        sum += ref[i] = i < visible && ok[i] ? exp(sm[i] - mx) : 0;
+    vec_softmax_masked(sm, ok, visible, N);
+    bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += !(fabs(sm[i] - ref[i] / sum) <= 1e-6 * ref[i] / sum + 1e-12);
+    CHECK_MSG(bad == 0, "vec_softmax_masked: %d of %d values off", bad, N);
+    memset(ok, 0, sizeof(ok));
+    vec_softmax_masked(sm, ok, visible, N);
+    bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += sm[i] != 0.0f;
+    CHECK_MSG(bad == 0, "vec_softmax_masked with no key: %d values not 0", bad);
 }
 
 /* ---- the matmul's paths: measured, forced, named ---- */

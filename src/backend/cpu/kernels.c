@@ -259,25 +259,7 @@ static void attend(float *out, size_t ldo, const float *q, size_t ldq, int rows,
     /* causal + padding mask, softmax per query row */
     for (int t = 0; t < rows; t++) {
         float *s = scores + (size_t)t * t_all;
-        int visible = pos0 + t * step + 1;
-        float mx = -INFINITY;
-        for (int j = 0; j < visible; j++)
-            if (key_ok[j] && s[j] > mx)
-                mx = s[j];
-        if (mx == -INFINITY) {
-            memset(s, 0, (size_t)t_all * sizeof(float));
-            continue;
-        }
-        for (int j = 0; j < visible; j++)
-            s[j] = key_ok[j] ? s[j] - mx : -INFINITY; /* exp: 0 */
-        vec_exp(s, (size_t)visible);
-        float sum = 0;
-        for (int j = 0; j < visible; j++)
-            sum += s[j];
-        memset(s + visible, 0, (size_t)(t_all - visible) * sizeof(float));
-        float inv = 1.0f / sum;
-        for (int j = 0; j < visible; j++)
-            s[j] *= inv;
+        vec_softmax_masked(s, key_ok, pos0 + t * step + 1, t_all);
     }
     /* out = P @ v */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, t_all, 1.0f, scores,

@@ -1,15 +1,17 @@
-/* vec.h: AVX-512 where the CPU has it (decided once), else plain C. */
+/* vec.h: AVX-512 where the CPU has it (AVX-512 F, BW and VL), else plain C. */
 #include "backend/cpu/vec.h"
 
 #include <math.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "core/dtype.h"
 
 static bool have_avx512(void)
 {
 #if defined(__x86_64__)
-    return __builtin_cpu_supports("avx512f");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
 #else
     return false;
 #endif
@@ -63,4 +65,31 @@ void vec_silu(float *y, const float *g, const float *up, size_t n)
         float v = g[i] / (1.0f + expf(-g[i]));
         y[i] = up ? v * up[i] : v;
     }
+}
+
+void vec_softmax_masked(float *s, const uint8_t *ok, int visible, int n)
+{
+#if defined(__x86_64__)
+    if (have_avx512()) {
+        vec_softmax_masked_avx512(s, ok, visible, n);
+        return;
+    }
+#endif
+    float mx = -INFINITY;
+    for (int j = 0; j < visible; j++)
+        if (ok[j] && s[j] > mx)
+            mx = s[j];
+    if (mx == -INFINITY) {
+        memset(s, 0, (size_t)n * sizeof(float));
+        return;
+    }
+    float sum = 0;
+    for (int j = 0; j < visible; j++) {
+        s[j] = ok[j] ? expf(s[j] - mx) : 0.0f;
+        sum += s[j];
+    }
+    memset(s + visible, 0, (size_t)(n - visible) * sizeof(float));
+    float inv = 1.0f / sum;
+    for (int j = 0; j < visible; j++)
+        s[j] *= inv;
 }

@@ -1,4 +1,4 @@
-/* vec.h's loops for AVX-512 F, sixteen lanes: this file alone is compiled
+/* vec.h's loops for AVX-512 F + BW + VL, sixteen lanes: this file alone is compiled
  * with that instruction set (CMakeLists.txt), and runs only where vec.c
  * found it. The exponential is glibc's vector expf (libmvec, the x86-64
  * vector function ABI's name for the 16-lane AVX-512 variant). */
@@ -6,6 +6,7 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "core/dtype.h"
@@ -86,6 +87,47 @@ void vec_silu_avx512(float *y, const float *g, const float *up, size_t n)
         if (up)
             v = _mm512_mul_ps(v, load_tail(up + i, n - i));
         store_tail(y + i, v, n - i);
+    }
+}
+
+/* lanes j of 16 whose ok byte is set, up to n */
+static inline __mmask16 ok_mask(const uint8_t *ok, size_t n)
+{
+    __mmask16 in = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+    __m128i b = _mm_maskz_loadu_epi8(in, ok);
+    return _mm512_mask_cmpneq_epi32_mask(in, _mm512_cvtepu8_epi32(b), _mm512_setzero_si512());
+}
+
+void vec_softmax_masked_avx512(float *s, const uint8_t *ok, int visible, int n)
+{
+    const size_t v = (size_t)visible;
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (size_t j = 0; j < v; j += 16) {
+        size_t k = v - j < 16 ? v - j : 16;
+        __mmask16 m = ok_mask(ok + j, k);
+        mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, s + j));
+    }
+    float top = _mm512_reduce_max_ps(mx);
+    if (top == -INFINITY) {
+        memset(s, 0, (size_t)n * sizeof(float));
+        return;
+    }
+    const __m512 t = _mm512_set1_ps(top);
+    __m512 sum = _mm512_setzero_ps();
+    for (size_t j = 0; j < v; j += 16) {
+        size_t k = v - j < 16 ? v - j : 16;
+        __mmask16 m = ok_mask(ok + j, k);
+        __m512 e = _mm512_maskz_mov_ps(
+            m, _ZGVeN16v_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), t)));
+        sum = _mm512_add_ps(sum, e);
+        _mm512_mask_storeu_ps(s + j, (__mmask16)(k == 16 ? 0xffff : (1u << k) - 1), e);
+    }
+    memset(s + v, 0, (size_t)(n - visible) * sizeof(float));
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+    for (size_t j = 0; j < v; j += 16) {
+        size_t k = v - j < 16 ? v - j : 16;
+        __mmask16 in = (__mmask16)(k == 16 ? 0xffff : (1u << k) - 1);
+        _mm512_mask_storeu_ps(s + j, in, _mm512_mul_ps(_mm512_maskz_loadu_ps(in, s + j), inv));
     }
 }
 #endif
