@@ -9,7 +9,9 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 
+#include "format/safetensors.h"
 #include "model/model.h"
 #include "test.h"
 
@@ -64,6 +66,46 @@ static void reference(const char *dir, enum kern_compute compute, float *pre, fl
     }
     model_exec_free(kv);
     model_close(m);
+}
+
+/* One sharded case over the checkpoint at a directory: its config and
+ * tensors (to open shards from), the reference's logits and step ids, and
+ * the batch, all owned until sharded_case_close. */
+struct sharded_case {
+    struct model_config *cfg;
+    struct st_checkpoint *ck;
+    int vocab, layers;
+    float *pre, *steps; /* (B, T, V), then SHARDED_STEPS x (B, V) */
+    int32_t step_ids[SHARDED_STEPS * B], ids[B * T];
+    uint8_t mask[B * T];
+};
+
+/* False (a check failed, nothing to close) when the checkpoint does not
+ * open. */
+static inline bool sharded_case_open(const char *dir, struct sharded_case *c)
+{
+    *c = (struct sharded_case){0};
+    CHECK(model_config_load(dir, &c->cfg) == 0 && st_open(dir, &c->ck) == 0);
+    if (!c->cfg || !c->ck) {
+        st_close(c->ck);
+        model_config_free(c->cfg);
+        return false;
+    }
+    c->vocab = c->cfg->info.vocab;
+    c->layers = c->cfg->info.n_layers;
+    c->pre = malloc(sizeof(float) * B * T * c->vocab);
+    c->steps = malloc(sizeof(float) * SHARDED_STEPS * B * c->vocab);
+    reference(dir, KERN_COMPUTE_F32, c->pre, c->steps, c->step_ids);
+    make_batch(c->vocab, c->ids, c->mask);
+    return true;
+}
+
+static inline void sharded_case_close(struct sharded_case *c)
+{
+    free(c->pre);
+    free(c->steps);
+    st_close(c->ck);
+    model_config_free(c->cfg);
 }
 
 #endif

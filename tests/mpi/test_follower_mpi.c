@@ -71,18 +71,11 @@ static void *lshard_step(void *arg)
 
 static void leader_layout(const char *name, const char *dir, int tp, int pp)
 {
-    struct model_config *cfg = NULL;
-    struct st_checkpoint *ck = NULL;
-    CHECK(model_config_load(dir, &cfg) == 0 && st_open(dir, &ck) == 0);
-    if (!cfg || !ck)
+    struct sharded_case ref;
+    if (!sharded_case_open(dir, &ref))
         return;
-    const int V = cfg->info.vocab, L = cfg->info.n_layers, n = tp * pp;
-    float *pre = malloc(sizeof(float) * B * T * V), *steps = malloc(sizeof(float) * STEPS * B * V);
+    const int V = ref.vocab, L = ref.layers, n = tp * pp;
     float *got = malloc(sizeof(float) * B * T * V);
-    int32_t step_ids[STEPS * B], ids[B * T];
-    uint8_t mask[B * T];
-    reference(dir, KERN_COMPUTE_F32, pre, steps, step_ids);
-    make_batch(V, ids, mask);
     static uint32_t model_id;
     uint32_t id = ++model_id;
 
@@ -97,7 +90,7 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
                                    .tp_size = tp,
                                    .layer_begin = L * s->stage / pp,
                                    .layer_end = L * (s->stage + 1) / pp};
-        CHECK(model_shard_open(cfg, ck, &spec, &s->m, &s->layout) == 0);
+        CHECK(model_shard_open(ref.cfg, ref.ck, &spec, &s->m, &s->layout) == 0);
         s->blobs = calloc((size_t)s->layout.n_blobs, sizeof *s->blobs);
     }
     struct proto_msg reg = {.kind = PROTO_REGISTER,
@@ -137,7 +130,7 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
             if (bytes == 0)
                 continue;
             CHECK(device_alloc(dev[i], bytes, &sh[i].blobs[b]) == 0);
-            CHECK(model_shard_fill(sh[i].m, &sh[i].layout, ck, b, dbuf_ptr(sh[i].blobs[b])) == 0);
+            CHECK(model_shard_fill(sh[i].m, &sh[i].layout, ref.ck, b, dbuf_ptr(sh[i].blobs[b])) == 0);
             model_shard_bind(sh[i].m, &sh[i].layout, b, dbuf_ptr(sh[i].blobs[b]));
         }
         sh[i].m->compute = KERN_COMPUTE_F32;
@@ -214,14 +207,14 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
                                  .batch = batch_id,
                                  .t_new = st < 0 ? T : 1,
                                  .flags = st < 0 ? PROTO_STEP_ALL_POSITIONS : 0,
-                                 .ids = st < 0 ? ids : &step_ids[st * B],
+                                 .ids = st < 0 ? ref.ids : &ref.step_ids[st * B],
                                  .n_ids = st < 0 ? B * T : B,
-                                 .mask = st < 0 ? mask : NULL,
+                                 .mask = st < 0 ? ref.mask : NULL,
                                  .n_mask = st < 0 ? B * T : 0};
         pthread_t t[N_DEV];
         for (int k = 0; k < n_local; k++) {
             struct lshard *s = local[k];
-            s->ids = step.ids, s->mask = step.n_mask ? mask : NULL, s->t_new = (int)step.t_new;
+            s->ids = step.ids, s->mask = step.n_mask ? ref.mask : NULL, s->t_new = (int)step.t_new;
             s->all = st < 0, s->logits = got;
             pthread_create(&t[k], NULL, lshard_step, s);
         }
@@ -234,8 +227,8 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
             pthread_join(t[k], NULL);
             CHECK_MSG(local[k]->rc == 0, "shard %d here: %s", local[k]->index, err_msg());
         }
-        double e = st < 0 ? test_rel_err(got, pre, (size_t)B * T * V)
-                          : test_rel_err(got, steps + (size_t)st * B * V, (size_t)B * V);
+        double e = st < 0 ? test_rel_err(got, ref.pre, (size_t)B * T * V)
+                          : test_rel_err(got, ref.steps + (size_t)st * B * V, (size_t)B * V);
         CHECK_MSG(e <= TOL, "%s tp %d pp %d: step %d: rel err %g", name, tp, pp, st, e);
     }
 
@@ -278,11 +271,8 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
     }
     for (int d = 0; d < N_DEV; d++)
         CHECK(device_used(dev[d]) == 0);
-    free(pre);
-    free(steps);
     free(got);
-    st_close(ck);
-    model_config_free(cfg);
+    sharded_case_close(&ref);
 }
 
 /* A step on a batch whose model was registered but never loaded is

@@ -126,18 +126,11 @@ static int load_shard(uint32_t id, struct lshard *s, int i, int device)
 static void run_layout(const char *name, const char *dir, int tp, int pp, const int *devices,
                        bool early)
 {
-    struct model_config *cfg = NULL;
-    struct st_checkpoint *ck = NULL;
-    CHECK(model_config_load(dir, &cfg) == 0 && st_open(dir, &ck) == 0);
-    if (!cfg || !ck)
+    struct sharded_case ref;
+    if (!sharded_case_open(dir, &ref))
         return;
-    const int V = cfg->info.vocab, L = cfg->info.n_layers, n = tp * pp;
-    float *pre = malloc(sizeof(float) * B * T * V), *steps = malloc(sizeof(float) * STEPS * B * V);
+    const int V = ref.vocab, L = ref.layers, n = tp * pp;
     float *got = malloc(sizeof(float) * B * T * V);
-    int32_t step_ids[STEPS * B], ids[B * T];
-    uint8_t mask[B * T];
-    reference(dir, KERN_COMPUTE_F32, pre, steps, step_ids);
-    make_batch(V, ids, mask);
     static uint32_t model_id;
     static int next_tag = 100;
     uint32_t id = ++model_id;
@@ -150,7 +143,7 @@ static void run_layout(const char *name, const char *dir, int tp, int pp, const 
                                    .tp_size = tp,
                                    .layer_begin = L * (i / tp) / pp,
                                    .layer_end = L * (i / tp + 1) / pp};
-        CHECK(model_shard_open(cfg, ck, &spec, &sh[i].m, &sh[i].layout) == 0);
+        CHECK(model_shard_open(ref.cfg, ref.ck, &spec, &sh[i].m, &sh[i].layout) == 0);
         sh[i].blobs = calloc((size_t)sh[i].layout.n_blobs, sizeof *sh[i].blobs);
     }
     struct proto_msg reg = {.kind = PROTO_REGISTER,
@@ -202,9 +195,9 @@ static void run_layout(const char *name, const char *dir, int tp, int pp, const 
                                 .batch = batch_id,
                                 .t_new = T,
                                 .flags = PROTO_STEP_ALL_POSITIONS,
-                                .ids = ids,
+                                .ids = ref.ids,
                                 .n_ids = B * T,
-                                .mask = mask,
+                                .mask = ref.mask,
                                 .n_mask = B * T};
     size_t n_got = 0;
     if (early) {
@@ -224,15 +217,15 @@ static void run_layout(const char *name, const char *dir, int tp, int pp, const 
             step = (struct proto_msg){.kind = PROTO_STEP,
                                       .batch = batch_id,
                                       .t_new = 1,
-                                      .ids = &step_ids[st * B],
+                                      .ids = &ref.step_ids[st * B],
                                       .n_ids = B};
         }
         size_t rows = st < 0 ? (size_t)B * T : B;
         int rc = leader_step(lead, &step, got, (size_t)B * T * V, &n_got);
         CHECK_MSG(rc == 0, "%s tp %d pp %d: step %d: %s", name, tp, pp, st, err_msg());
         CHECK_MSG(n_got == rows * (size_t)V, "%s: step %d: %zu logits", name, st, n_got);
-        double e = st < 0 ? test_rel_err(got, pre, rows * V)
-                          : test_rel_err(got, steps + (size_t)st * B * V, rows * V);
+        double e = st < 0 ? test_rel_err(got, ref.pre, rows * V)
+                          : test_rel_err(got, ref.steps + (size_t)st * B * V, rows * V);
         CHECK_MSG(rc == 0 && e <= TOL, "%s tp %d pp %d: step %d: rel err %g", name, tp, pp, st, e);
     }
 
@@ -250,11 +243,8 @@ static void run_layout(const char *name, const char *dir, int tp, int pp, const 
         model_close(sh[i].m);
         model_layout_free(&sh[i].layout);
     }
-    free(pre);
-    free(steps);
     free(got);
-    st_close(ck);
-    model_config_free(cfg);
+    sharded_case_close(&ref);
 }
 
 TEST(models)

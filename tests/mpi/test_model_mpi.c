@@ -134,20 +134,12 @@ static void unwire(const struct layout *l, struct wiring *wr)
 
 static void check_layout(const char *name, const char *dir, const struct layout *l)
 {
-    struct model_config *cfg = NULL;
-    struct st_checkpoint *ck = NULL;
-    CHECK(model_config_load(dir, &cfg) == 0);
-    CHECK(st_open(dir, &ck) == 0);
-    if (!cfg || !ck)
+    struct sharded_case ref;
+    if (!sharded_case_open(dir, &ref))
         return;
-    const int V = cfg->info.vocab, L = cfg->info.n_layers;
-    float *pre = malloc(sizeof(float) * B * T * V), *steps = malloc(sizeof(float) * STEPS * B * V);
+    const int V = ref.vocab, L = ref.layers;
     float *got_pre = calloc((size_t)B * T * V, sizeof(float));
     float *got_step = calloc((size_t)B * V, sizeof(float));
-    int32_t step_ids[STEPS * B], ids[B * T];
-    uint8_t mask[B * T];
-    reference(dir, KERN_COMPUTE_F32, pre, steps, step_ids);
-    make_batch(V, ids, mask);
 
     struct wiring wr;
     int rc = wire(l, &wr);
@@ -166,7 +158,7 @@ static void check_layout(const char *name, const char *dir, const struct layout 
         struct model_exec_shape shape = {.batch = B, .max_len = T + STEPS, .max_rows = B * T};
         struct comm *tp =
             wr.group[sh->stage] ? comm_group_rank(wr.group[sh->stage], sh->rank) : NULL;
-        if ((rc = model_open_shard(cfg, ck, &spec, &sh->m)) == 0 &&
+        if ((rc = model_open_shard(ref.cfg, ref.ck, &spec, &sh->m)) == 0 &&
             (rc = device_open_cpu(i, 64u << 20, &sh->dev)) == 0)
             rc = model_exec_init(sh->m, sh->dev, tp, &shape, &sh->ex);
         CHECK_MSG(rc == 0, "%s shard %d: %s", name, i, err_msg());
@@ -178,8 +170,8 @@ static void check_layout(const char *name, const char *dir, const struct layout 
     /* prefill, every position; then the reference's greedy steps */
     for (int s = -1; s < STEPS && rc == 0; s++) {
         for (int i = 0; i < n_local; i++) {
-            local[i].ids = s < 0 ? ids : &step_ids[s * B];
-            local[i].mask = s < 0 ? mask : NULL;
+            local[i].ids = s < 0 ? ref.ids : &ref.step_ids[s * B];
+            local[i].mask = s < 0 ? ref.mask : NULL;
             local[i].t_new = s < 0 ? T : 1;
             local[i].all_positions = s < 0;
             local[i].logits = s < 0 ? got_pre : got_step;
@@ -187,8 +179,8 @@ static void check_layout(const char *name, const char *dir, const struct layout 
         rc = step_all(local, n_local);
         CHECK_MSG(rc == 0, "%s tp %d pp %d: step %d failed", name, l->tp, l->pp, s);
         if (rc == 0 && holder >= 0) {
-            double e = s < 0 ? test_rel_err(got_pre, pre, (size_t)B * T * V)
-                             : test_rel_err(got_step, steps + (size_t)s * B * V, (size_t)B * V);
+            double e = s < 0 ? test_rel_err(got_pre, ref.pre, (size_t)B * T * V)
+                             : test_rel_err(got_step, ref.steps + (size_t)s * B * V, (size_t)B * V);
             CHECK_MSG(e <= TOL, "%s tp %d pp %d over processes (%d %d %d %d): step %d: rel err %g",
                       name, l->tp, l->pp, l->proc_of[0], l->proc_of[1], l->proc_of[2],
                       l->proc_of[3], s, e);
@@ -202,12 +194,9 @@ static void check_layout(const char *name, const char *dir, const struct layout 
         device_close(local[i].dev);
     }
     unwire(l, &wr);
-    free(pre);
-    free(steps);
     free(got_pre);
     free(got_step);
-    st_close(ck);
-    model_config_free(cfg);
+    sharded_case_close(&ref);
 }
 
 static void check_fixture(const char *name)

@@ -458,8 +458,9 @@ static const char *const mm_class_names[MM_CLASSES] = {"f32", "bf16"};
 #define MM_CAL_K 1024   /* weight columns */
 #define MM_CAL_REPS 3
 #define MM_CAL_MARGIN 0.03
-/* a path slower than this on the first timed call is not timed again (a
- * reference implementation where the CPU lacks the instructions) */
+/* a path slower than this on its first call (which also creates the
+ * primitive, a few ms) is not timed again: a reference implementation
+ * where the CPU lacks the instructions */
 #define MM_CAL_SLOW_S 0.05
 
 static struct {
