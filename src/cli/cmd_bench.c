@@ -155,7 +155,7 @@ static int forward_measure(struct forward_run *r)
         goto out;
     }
     snprintf(r->device, sizeof(r->device), "%s", on_cpu ? "cpu:0" : device_name(cmod.dev));
-    /* warm-up: page the mapped weights in, let BLAS spin up its threads */
+    /* warm-up: the calibrations, the pool's threads started */
     struct bench_result one;
     r->best = (struct bench_result){1e30, 1e30};
     if ((rc = bench_once(m, r->batch, r->prompt_len < 8 ? r->prompt_len : 8, 2, &one)) < 0)
@@ -282,7 +282,8 @@ static int bench_forward(int argc, char **argv)
     };
     int rc = args_parse("bench forward",
                         "Measures prefill and decode tokens/s of one checkpoint (random prompt "
-                        "ids, no padding, greedy decode through the KV cache) on one device, and "
+                        "ids, no padding, greedy decode through the KV cache) on one device, the "
+                        "weights copied onto it as serve runs them (on the CPU too), and "
                         "on a CPU decode's weight bytes streamed per second against memcpy "
                         "bandwidth measured in the same run with the same thread count, and the "
                         "matmul ceilings (on a GPU those columns are n/a, null in --json).",
@@ -300,6 +301,7 @@ static int bench_forward(int argc, char **argv)
     }
     if (cli_device_flags_parse(compute, devices, &r.dev) < 0)
         return args_usage_fail("bench forward");
+    r.dev.cpu_copy = true; /* the speed serve runs at: see cli_model_open */
     cpu_set_threads(r.threads);
     r.threads = cpu_threads();
     if (forward_measure(&r) < 0)

@@ -30,9 +30,16 @@ int cli_device_flags_parse(const char *compute, const char *devices, struct cli_
     return rc < 0 ? rc : device_parse(devices, &out->gpu);
 }
 
-/* The whole model on GPU gpu, on a device sized for it and shape. */
-static int open_on_gpu(int gpu, const char *dir, const struct model_exec_shape *shape,
-                       struct cli_model *out)
+/* The whole model on GPU gpu (or the CPU, gpu < 0), on a device sized for
+ * it and shape: in the device's memory, as serve runs it. On the CPU that is
+ * the arena's huge pages: computing straight from the checkpoint's mapping
+ * (the page cache's 4 KiB pages) ran qwen2.5-0.5b's GEMVs 1.3-1.5x slower,
+ * but the copy costs seconds per GB at start (the arena's pages faulted in,
+ * here 1.1 -> 3.5 s for 1 GB), which one short generate does not win back.
+ * The calling thread computes over the whole kernel pool there (--threads),
+ * where an engine's CPU device runs alone on its compute thread. */
+static int open_on_device(int gpu, const char *dir, const struct model_exec_shape *shape,
+                          struct cli_model *out)
 {
     struct model_config *cfg;
     int rc = model_config_load(dir, &cfg);
@@ -46,10 +53,15 @@ static int open_on_gpu(int gpu, const char *dir, const struct model_exec_shape *
     if ((rc = model_device_bytes(dir, &sh, &weights, &exec)) < 0)
         return rc;
     /* 1 MiB beside them: what the backend rounds or aligns */
-    if ((rc = device_open_cuda(gpu, 0, weights + exec + (1u << 20), &out->dev)) < 0)
-        return rc;
-    /* the calling thread runs the forward: it is the device's compute thread */
-    device_compute_thread_init(out->dev);
+    if (gpu < 0) {
+        if ((rc = device_open_cpu(0, weights + exec + (1u << 20), &out->dev)) < 0)
+            return rc;
+    } else {
+        if ((rc = device_open_cuda(gpu, 0, weights + exec + (1u << 20), &out->dev)) < 0)
+            return rc;
+        /* the calling thread runs the forward: it is the device's compute thread */
+        device_compute_thread_init(out->dev);
+    }
     return model_open_on(dir, out->dev, &out->m);
 }
 
@@ -57,7 +69,8 @@ int cli_model_open(const struct cli_device_flags *f, const char *dir,
                    const struct model_exec_shape *shape, struct cli_model *out)
 {
     memset(out, 0, sizeof(*out));
-    int rc = f->gpu < 0 ? model_open(dir, &out->m) : open_on_gpu(f->gpu, dir, shape, out);
+    int rc = f->gpu < 0 && !f->cpu_copy ? model_open(dir, &out->m)
+                                         : open_on_device(f->gpu, dir, shape, out);
     if (rc < 0) {
         cli_model_close(out);
         return rc;

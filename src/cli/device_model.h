@@ -17,7 +17,7 @@
          "cuda:G, GPU G (the weights copied there; needs a CUDA build)")
 
 struct cli_model {
-    struct device *dev;  /* cuda: the device, owned; NULL for cpu */
+    struct device *dev;  /* the device, owned; NULL for the mapped checkpoint */
     struct model *m; /* owned */
 };
 
@@ -27,6 +27,7 @@ struct cli_device_flags {
     int gpu;                   /* --devices cuda:G: G; else -1 (cpu:0) */
     bool compute_set;          /* --compute given: */
     enum kern_compute compute; /* the model computes in it */
+    bool cpu_copy;             /* on the CPU: the weights copied onto a CPU device, as serve runs them */
 };
 
 /* Checks the values of --compute (NULL: the checkpoint's) and --devices
@@ -36,10 +37,12 @@ int cli_device_flags_parse(const char *compute, const char *devices, struct cli_
 
 /* Opens the checkpoint in dir on the device f->gpu names: -1, the host's
  * mapped views (model_open, zero copies; model_exec_open then computes on
- * a CPU device of its own); else GPU f->gpu, with a budget of the weights
- * plus a model_exec of shape (max_len capped at the model's positions), the
- * weights copied there (model_open_on), and the calling thread made its
- * compute thread (device_compute_thread_init). With f->compute_set the
+ * a CPU device of its own), or with f->cpu_copy a CPU device with a budget
+ * of the weights plus a model_exec of shape (max_len capped at the model's
+ * positions) and the weights copied there (model_open_on), the calling
+ * thread computing over the kernel pool; else GPU f->gpu, sized alike, the
+ * weights copied there, and the calling thread made its compute thread
+ * (device_compute_thread_init). With f->compute_set the
  * model computes in f->compute. The caller runs model_exec_open (at most
  * shape's size) on out->m and closes with cli_model_close. */
 int cli_model_open(const struct cli_device_flags *f, const char *dir,

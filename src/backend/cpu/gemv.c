@@ -3,14 +3,16 @@
  * once per call and widened in registers for every input row. The kernels
  * (gemv_<isa>.c) are chosen per process by measurement: at the first call
  * with a class of weights (f32, f16, bf16, bf16 in bf16 mode) every kernel
- * this CPU runs for it is timed on this thread at 1, 4, 8 and 16 input
- * rows (a few milliseconds), and each bucket of rows takes the fastest.
+ * this CPU runs for it is timed at 1, 4, 8 and 16 input rows on weights
+ * read from memory (10-40 ms a class), and each bucket of rows takes the
+ * fastest.
  * SHARDSWAP_GEMV names one kernel for every call instead. */
 #include "backend/cpu/linear.h"
 
 #include <pthread.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <immintrin.h>
 #endif
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -18,6 +20,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/gemv_isa.h"
@@ -167,15 +170,25 @@ static int gemv_bucket(int m)
     return b;
 }
 
-/* The calibration's operands: weights larger than L1 and about L2's size,
- * served from the caches (what is ranked is the kernels' work per weight
- * byte, the same when the bytes come from memory), and repetitions
+/* The calibration's operands: 4 MiB of weights (twice L2's size here),
+ * flushed from every cache before each timing, so the kernels read them
+ * from memory as a decode step does (a model's weights are read once per
+ * step and exceed the last-level cache), over the threads a call uses.
+ * Timed from the caches instead (1024 x 1024, until this was found), the
+ * kernels ranked by their work per byte, which is not what decides from
+ * memory: there AMX's loads of 16 rows at once keep more lines in flight
+ * than VDPBF16PS's four rows (4 MiB, 2 threads: 130 against 155 us), and
+ * qwen2.5-0.5b's decode went from 22.7 to 28.1 tok/s (2 threads, Xeon with
+ * AMX) once m1 took AMX. Cold timings of 1 MiB still favoured VDPBF16PS:
+ * too short for the difference in a stream to show. Repetitions are
  * interleaved so a pause of the machine hits every candidate alike; the
  * fastest of them counts. Each timing includes the call's preparation of x
  * (the reordering avx512pairs needs), as a real call does. */
-#define CAL_ROWS 1024
+#define CAL_BYTES ((size_t)4 << 20)
 #define CAL_COLS 1024
-#define CAL_REPS 3
+/* repetitions per bucket: more for one row, decode's case, where the
+ * kernels differ by 10-20% and a pause of the machine can flip them */
+static const int cal_reps[GEMV_BUCKETS] = {5, 3, 3, 3};
 #define CAL_MARGIN 0.03
 
 /* The choice per class and bucket (calibrated on first use of the class),
@@ -290,9 +303,119 @@ static int gemv_prepare(const struct gemv_kernel *k, float *y, const float *x, i
     return 0;
 }
 
-/* Times every candidate of class c on this thread and keeps the fastest per
- * bucket. A class with one candidate takes it unmeasured; failing to
- * allocate the operands takes the first candidate. Under gemv_lock. */
+/* n bytes at p out of every cache level (and written back): the next read
+ * comes from memory. CLFLUSHOPT where the CPU has it (CPUID leaf 7 EBX bit
+ * 23: the flushes overlap, a few times faster than CLFLUSH's), else
+ * CLFLUSH; where there is neither the timings are of cached weights. */
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("clflushopt"))) static void flush_opt(const char *p, size_t n)
+{
+    for (size_t off = 0; off < n; off += 64)
+        _mm_clflushopt((void *)(p + off)); /* takes a non-const pointer; writes nothing */
+    _mm_sfence();
+}
+
+static bool has_clflushopt(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 23));
+}
+
+static void flush_lines(const char *p, size_t n, bool opt)
+{
+    if (opt) {
+        flush_opt(p, n);
+        return;
+    }
+    for (size_t off = 0; off < n; off += 64)
+        _mm_clflush(p + off);
+    _mm_mfence();
+}
+#else
+static bool has_clflushopt(void)
+{
+    return false;
+}
+
+static void flush_lines(const char *p, size_t n, bool opt)
+{
+    (void)p;
+    (void)n;
+    (void)opt;
+}
+#endif
+
+#define FLUSH_TASK_BYTES ((size_t)1 << 20)
+
+struct flush_job {
+    const char *p;
+    size_t n;
+    bool opt;
+};
+
+static void flush_task(void *ctx, int task)
+{
+    const struct flush_job *j = ctx;
+    size_t off = (size_t)task * FLUSH_TASK_BYTES;
+    flush_lines(j->p + off, j->n - off < FLUSH_TASK_BYTES ? j->n - off : FLUSH_TASK_BYTES, j->opt);
+}
+
+/* The flushes split over the threads a call would use: one core's flushes
+ * alone took about as long as the timing that follows. */
+static void gemv_flush(const void *p, size_t n)
+{
+    struct flush_job j = {p, n, has_clflushopt()};
+    cpu_kernels_run(flush_task, &j, (int)((n + FLUSH_TASK_BYTES - 1) / FLUSH_TASK_BYTES));
+}
+
+struct gemv_job {
+    struct gemv_args a;
+    gemv_rows_fn rows;
+    int task_rows;
+};
+
+static void gemv_task(void *ctx, int task)
+{
+    const struct gemv_job *j = ctx;
+    int r0 = task * j->task_rows, r1 = r0 + j->task_rows;
+    j->rows(&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows);
+}
+
+/* Rows per task: about GEMV_TASK_BYTES of weights, at least
+ * GEMV_MIN_TASKS tasks when the matrix allows, a multiple of 16. */
+static int gemv_task_rows(const struct weight_view *w)
+{
+    size_t row_bytes = (size_t)w->cols * dtype_size(w->dtype);
+    size_t rows = GEMV_TASK_BYTES / (row_bytes ? row_bytes : 1);
+    size_t most = ((size_t)w->rows + GEMV_MIN_TASKS - 1) / GEMV_MIN_TASKS;
+    if (rows > most)
+        rows = most;
+    rows = (rows + 15) / 16 * 16;
+    return rows ? (int)rows : 16;
+}
+
+/* The calibration's weights in memory like a device arena's: whole huge
+ * pages where the kernel gives them (the TLB misses of 4 KiB pages, and
+ * where a buffer starts in its page, changed which kernel won). */
+#define CAL_HUGE ((size_t)2 << 20)
+
+static char *cal_weights_alloc(size_t bytes)
+{
+    void *p = NULL;
+    size_t n = (bytes + CAL_HUGE - 1) / CAL_HUGE * CAL_HUGE;
+    if (posix_memalign(&p, CAL_HUGE, n) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, n, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+/* Times every candidate of class c as a call from this thread runs (over
+ * the pool, or alone) and keeps the fastest per bucket. A class with one
+ * candidate takes it unmeasured; failing to allocate the operands takes the
+ * first candidate. Under gemv_lock (no pool task calls a GEMV, so the pool
+ * is free to run these). */
 static void gemv_calibrate(enum gemv_class c)
 {
     const struct gemv_kernel *cand[GEMV_N_KERNELS];
@@ -309,12 +432,13 @@ static void gemv_calibrate(enum gemv_class c)
     double t0 = time_now();
     const enum dtype t = gemv_class_dtype(c);
     const int mmax = gemv_bucket_m[GEMV_BUCKETS - 1];
-    char *wd = malloc((size_t)CAL_ROWS * CAL_COLS * dtype_size(t));
+    const int rows = (int)(CAL_BYTES / (CAL_COLS * dtype_size(t)));
+    char *wd = cal_weights_alloc(CAL_BYTES);
     float *x = malloc((size_t)mmax * CAL_COLS * sizeof(float));
-    float *y = malloc((size_t)mmax * CAL_ROWS * sizeof(float));
+    float *y = malloc((size_t)mmax * rows * sizeof(float));
     if (wd && x && y) {
         /* small values of every sign: no subnormals, no overflow */
-        for (size_t i = 0; i < (size_t)CAL_ROWS * CAL_COLS; i++) {
+        for (size_t i = 0; i < (size_t)rows * CAL_COLS; i++) {
             float v = (float)((int)(i * 7919 % 13) - 6) * 0.01f;
             if (t == DTYPE_F32)
                 ((float *)wd)[i] = v;
@@ -323,20 +447,22 @@ static void gemv_calibrate(enum gemv_class c)
         }
         for (size_t i = 0; i < (size_t)mmax * CAL_COLS; i++)
             x[i] = (float)((int)(i % 11) - 5) * 0.1f;
-        struct weight_view w = {.dtype = t, .data = wd, .rows = CAL_ROWS, .cols = CAL_COLS,
+        struct weight_view w = {.dtype = t, .data = wd, .rows = rows, .cols = CAL_COLS,
                                 .ld = CAL_COLS};
+        const int task_rows = gemv_task_rows(&w);
         const enum kern_compute cm = c == GEMV_BF16_MODE ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
         for (int b = 0; b < GEMV_BUCKETS; b++) {
             double best[GEMV_N_KERNELS];
             for (int i = 0; i < n; i++)
                 best[i] = 1e30;
-            for (int rep = 0; rep < CAL_REPS; rep++)
+            for (int rep = 0; rep < cal_reps[b]; rep++)
                 for (int i = 0; i < n; i++) {
-                    struct gemv_args a;
+                    struct gemv_job j = {.rows = cand[i]->rows, .task_rows = task_rows};
+                    gemv_flush(wd, CAL_BYTES);
                     double s = time_now();
-                    if (gemv_prepare(cand[i], y, x, gemv_bucket_m[b], &w, cm, &a) < 0)
+                    if (gemv_prepare(cand[i], y, x, gemv_bucket_m[b], &w, cm, &j.a) < 0)
                         continue;
-                    cand[i]->rows(&a, 0, CAL_ROWS);
+                    cpu_kernels_run(gemv_task, &j, (rows + task_rows - 1) / task_rows);
                     s = time_now() - s;
                     if (s < best[i])
                         best[i] = s;
@@ -419,32 +545,6 @@ int cpu_gemv_force(const char *name)
     if (rc == 0)
         gemv_forced = k;
     return rc;
-}
-
-struct gemv_job {
-    struct gemv_args a;
-    gemv_rows_fn rows;
-    int task_rows;
-};
-
-static void gemv_task(void *ctx, int task)
-{
-    const struct gemv_job *j = ctx;
-    int r0 = task * j->task_rows, r1 = r0 + j->task_rows;
-    j->rows(&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows);
-}
-
-/* Rows per task: about GEMV_TASK_BYTES of weights, at least
- * GEMV_MIN_TASKS tasks when the matrix allows, a multiple of 16. */
-static int gemv_task_rows(const struct weight_view *w)
-{
-    size_t row_bytes = (size_t)w->cols * dtype_size(w->dtype);
-    size_t rows = GEMV_TASK_BYTES / (row_bytes ? row_bytes : 1);
-    size_t most = ((size_t)w->rows + GEMV_MIN_TASKS - 1) / GEMV_MIN_TASKS;
-    if (rows > most)
-        rows = most;
-    rows = (rows + 15) / 16 * 16;
-    return rows ? (int)rows : 16;
 }
 
 static enum gemv_class gemv_class_of(const struct weight_view *w, enum kern_compute cm)
