@@ -283,6 +283,12 @@ static void test_linear(void)
                                         cm);
                             cases += 2;
                         }
+        /* rows longer than the converter's span (1024 columns) in bf16 */
+        if (ip == 2)
+            for (size_t it = 0; it < 3; it++) {
+                linear_case(100, 37, 1100, ts[it], 0, 1100, 0, KERN_COMPUTE_BF16);
+                cases++;
+            }
     }
     printf("linear: %d cases, worst rel err %.3g in f32 mode, %.3g in bf16 mode with bf16 weights "
            "(tolerance 1e-5)\n", cases, worst_linear, worst_linear_bf16);
