@@ -33,15 +33,24 @@ static void make_batch(int vocab, int32_t *ids, uint8_t *mask)
         }
 }
 
-/* compute: the precision of the reference's linear layers. */
+/* compute: the precision of the reference's linear layers. The whole model
+ * is copied onto a CPU device in that precision (model_open_on), so its
+ * weights are what the shards hold (an f16 checkpoint's as bf16 in bf16
+ * mode). */
 static void reference(const char *dir, enum kern_compute compute, float *pre, float *steps,
                       int32_t *step_ids)
 {
-    struct model *m;
-    CHECK(model_open(dir, &m) == 0);
-    if (!m)
+    struct model *m = NULL;
+    struct device *dev = NULL;
+    uint64_t weights, exec;
+    int rc = model_device_bytes(dir, NULL, &weights, &exec);
+    if (rc == 0 && (rc = device_open_cpu(0, weights + (1u << 20), &dev)) == 0)
+        rc = model_open_on(dir, dev, &compute, &m);
+    CHECK_MSG(rc == 0, "%s: %s", dir, err_msg());
+    if (!m) {
+        device_close(dev);
         return;
-    m->compute = compute;
+    }
     const int V = m->info->vocab;
     int32_t ids[B * T];
     uint8_t mask[B * T];
@@ -66,6 +75,7 @@ static void reference(const char *dir, enum kern_compute compute, float *pre, fl
     }
     model_exec_free(kv);
     model_close(m);
+    device_close(dev);
 }
 
 /* One sharded case over the checkpoint at a directory: its config and

@@ -71,14 +71,14 @@ static bool place(const char *dir, bool gpu, uint64_t budget, enum kern_compute 
     /* this thread computes on the GPU (a CPU device keeps its threads) */
     if (gpu)
         device_compute_thread_init(p->dev);
-    rc = model_open_on(dir, p->dev, &p->m);
+    rc = model_open_on(dir, p->dev, &mode, &p->m);
     CHECK_MSG(rc == 0, "%s: model_open_on %s: %s", dir, device_name(p->dev), err_msg());
     if (rc < 0) {
         placed_close(p);
         return false;
     }
     CHECK(p->m->dev == p->dev && p->m->n_blobs == 1 + p->m->info->n_layers);
-    p->m->compute = mode;
+    CHECK(p->m->compute == mode);
     return true;
 }
 

@@ -106,7 +106,24 @@ static void check_single(const char *name, struct model *m, const int32_t *ids, 
     free(step);
 }
 
-static void check_fixture(const char *name, enum kern_compute mode)
+/* The model at dir as the engine serves it: its weights copied onto a CPU
+ * device, in precision mode (model_open_on); *dev the device, NULL on
+ * failure. */
+static struct model *open_copy(const char *dir, enum kern_compute mode, struct device **dev)
+{
+    struct model *m = NULL;
+    uint64_t weights, exec;
+    *dev = NULL;
+    int rc = model_device_bytes(dir, NULL, &weights, &exec);
+    if (rc == 0 && (rc = device_open_cpu(0, weights + (1u << 20), dev)) == 0)
+        rc = model_open_on(dir, *dev, &mode, &m);
+    CHECK_MSG(rc == 0, "%s: model_open_on: %s", dir, err_msg());
+    return m;
+}
+
+/* copy: the weights copied onto a device (open_copy), else views of the
+ * mapped checkpoint. */
+static void check_fixture(const char *name, enum kern_compute mode, bool copy)
 {
     char dir[1024], path[1200];
     const char *suffix = mode == KERN_COMPUTE_BF16 ? "_bf16" : "";
@@ -138,14 +155,25 @@ static void check_fixture(const char *name, enum kern_compute mode)
         tol = cap;
     double margin_min = json_real_value(json_object_get(exp, "margin_min"));
     struct model *m = NULL;
+    struct device *dev = NULL;
     struct st_checkpoint *ref = NULL;
     snprintf(path, sizeof(path), "%s/expected_logits%s.safetensors", ref_dir, suffix);
-    int rc = model_open(dir, &m);
-    CHECK_MSG(rc == 0, "%s: open failed: %s", name, err_msg());
+    int rc = 0;
+    if (copy) {
+        m = open_copy(dir, mode, &dev);
+        /* copied in bf16 mode, an f16 checkpoint's matrices are bf16 (as
+         * transformers converts them) */
+        CHECK_MSG(!m || mode != KERN_COMPUTE_BF16 || m->weight_dtype != DTYPE_F16,
+                  "%s: f16 weights kept in bf16 mode", name);
+    } else {
+        rc = model_open(dir, &m);
+        CHECK_MSG(rc == 0, "%s: open failed: %s", name, err_msg());
+    }
     rc = st_open(path, &ref);
     CHECK_MSG(rc == 0, "%s: %s", path, err_msg());
     char label[300];
-    snprintf(label, sizeof(label), "%s [%s]", name, kern_compute_name(mode));
+    snprintf(label, sizeof(label), "%s [%s%s]", name, kern_compute_name(mode),
+             copy ? ", copied" : "");
     name = label;
     if (m && ref) {
         m->compute = mode;
@@ -159,6 +187,7 @@ static void check_fixture(const char *name, enum kern_compute mode)
     }
     st_close(ref);
     model_close(m);
+    device_close(dev);
     json_decref(exp);
 }
 
@@ -192,11 +221,13 @@ int main(void)
     CHECK_MSG(n >= 11, "expected at least 11 model fixtures (6 OPT, 5 Llama family), found %d",
               n);
     for (int i = 0; i < n; i++) {
-        check_fixture(names[i], KERN_COMPUTE_F32);
+        check_fixture(names[i], KERN_COMPUTE_F32, false);
         /* every OPT fixture has bf16 references; of the others, those in
          * bf16 storage (tools/make_llama_fixtures.py) */
-        if (fixture_is_opt(names[i]) || fixture_has(names[i], "expected_bf16.json"))
-            check_fixture(names[i], KERN_COMPUTE_BF16);
+        if (fixture_is_opt(names[i]) || fixture_has(names[i], "expected_bf16.json")) {
+            check_fixture(names[i], KERN_COMPUTE_BF16, false);
+            check_fixture(names[i], KERN_COMPUTE_BF16, true);
+        }
     }
     return test_finish();
 }

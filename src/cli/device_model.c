@@ -38,8 +38,8 @@ int cli_device_flags_parse(const char *compute, const char *devices, struct cli_
  * here 1.1 -> 3.5 s for 1 GB), which one short generate does not win back.
  * The calling thread computes over the whole kernel pool there (--threads),
  * where an engine's CPU device runs alone on its compute thread. */
-static int open_on_device(int gpu, const char *dir, const struct model_exec_shape *shape,
-                          struct cli_model *out)
+static int open_on_device(const struct cli_device_flags *f, const char *dir,
+                          const struct model_exec_shape *shape, struct cli_model *out)
 {
     struct model_config *cfg;
     int rc = model_config_load(dir, &cfg);
@@ -53,16 +53,16 @@ static int open_on_device(int gpu, const char *dir, const struct model_exec_shap
     if ((rc = model_device_bytes(dir, &sh, &weights, &exec)) < 0)
         return rc;
     /* 1 MiB beside them: what the backend rounds or aligns */
-    if (gpu < 0) {
+    if (f->gpu < 0) {
         if ((rc = device_open_cpu(0, weights + exec + (1u << 20), &out->dev)) < 0)
             return rc;
     } else {
-        if ((rc = device_open_cuda(gpu, 0, weights + exec + (1u << 20), &out->dev)) < 0)
+        if ((rc = device_open_cuda(f->gpu, 0, weights + exec + (1u << 20), &out->dev)) < 0)
             return rc;
         /* the calling thread runs the forward: it is the device's compute thread */
         device_compute_thread_init(out->dev);
     }
-    return model_open_on(dir, out->dev, &out->m);
+    return model_open_on(dir, out->dev, f->compute_set ? &f->compute : NULL, &out->m);
 }
 
 int cli_model_open(const struct cli_device_flags *f, const char *dir,
@@ -70,7 +70,7 @@ int cli_model_open(const struct cli_device_flags *f, const char *dir,
 {
     memset(out, 0, sizeof(*out));
     int rc = f->gpu < 0 && !f->cpu_copy ? model_open(dir, &out->m)
-                                         : open_on_device(f->gpu, dir, shape, out);
+                                         : open_on_device(f, dir, shape, out);
     if (rc < 0) {
         cli_model_close(out);
         return rc;

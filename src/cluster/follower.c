@@ -176,10 +176,10 @@ static int do_register(struct follower *f, const struct proto_msg *c)
         rc = model_shard_open(fm->cfg, fm->ck, &spec, &s->m, &s->layout);
         if (rc == 0 && !(s->blobs = calloc((size_t)s->layout.n_blobs, sizeof *s->blobs)))
             rc = err_set(ERR_NOMEM, "out of memory");
-        if (rc == 0 && c->compute && strcmp(c->compute, "f32") == 0)
-            s->m->compute = KERN_COMPUTE_F32;
-        else if (rc == 0 && c->compute && strcmp(c->compute, "bf16") == 0)
-            s->m->compute = KERN_COMPUTE_BF16;
+        bool kc_set = false;
+        enum kern_compute kc;
+        if (rc == 0 && (rc = kern_compute_choice(c->compute, &kc_set, &kc)) == 0 && kc_set)
+            model_layout_set_compute(s->m, &s->layout, kc);
     }
     if (rc < 0) {
         err_wrap(rc, "process %d: model %s", f->me, c->name);

@@ -92,7 +92,8 @@ static int upload_blobs(struct model *m, const struct model_layout *lay,
     return rc;
 }
 
-int model_open_on(const char *dir, struct device *dev, struct model **out)
+int model_open_on(const char *dir, struct device *dev, const enum kern_compute *compute,
+                  struct model **out)
 {
     struct st_checkpoint *ck = NULL;
     struct model *m = NULL;
@@ -101,6 +102,8 @@ int model_open_on(const char *dir, struct device *dev, struct model **out)
     *out = NULL;
     if ((rc = open_whole(dir, &ck, &m, &lay)) < 0)
         return rc;
+    if (compute)
+        model_layout_set_compute(m, &lay, *compute);
     m->dev = dev;
     m->blobs = calloc((size_t)lay.n_blobs, sizeof(*m->blobs));
     if (!m->blobs) {

@@ -26,7 +26,9 @@ struct model_part {
     } use;
     int rows, cols;            /* full tensor shape */
     int r0, nr, c0, nc;        /* the slice: rows [r0, r0 + nr) x cols [c0, c0 + nc) */
-    enum dtype dtype;          /* in the blob: the checkpoint's for matrices, F32 for vectors */
+    enum dtype dtype;          /* in the blob: the checkpoint's for matrices (or bf16 for f16,
+                                * model_layout_set_compute), F32 for vectors */
+    enum dtype ck_dtype;       /* in the checkpoint */
     size_t offset;             /* in the blob */
     struct weight_view *view;  /* where a matrix binds */
     struct weight_view *also;  /* and a second place (a tied head), or NULL */
@@ -311,6 +313,7 @@ int model_shard_open(const struct model_config *cfg, const struct st_checkpoint 
         const struct st_tensor *t = part_tensor(ck, q, &rc);
         if (!t)
             goto fail;
+        q->ck_dtype = t->dtype;
         q->dtype = q->matrix ? t->dtype : DTYPE_F32;
         if (q->matrix)
             part_count(m, q, q->dtype);
@@ -333,6 +336,23 @@ void model_layout_free(struct model_layout *layout)
     memset(layout, 0, sizeof(*layout));
 }
 
+/* n elements of type from at src, as type to at dst (from == to: a copy;
+ * f16 to bf16: widened exactly through an f32 span, then rounded to nearest
+ * even, as torch's .to(torch.bfloat16) rounds). */
+static void copy_elems(void *dst, enum dtype to, const void *src, enum dtype from, size_t n)
+{
+    if (from == to) {
+        memcpy(dst, src, n * dtype_size(from));
+        return;
+    }
+    float span[1024];
+    for (size_t i = 0; i < n; i += 1024) {
+        size_t len = n - i < 1024 ? n - i : 1024;
+        dtype_to_f32(from, (const char *)src + i * dtype_size(from), span, len);
+        dtype_from_f32(to, span, (char *)dst + i * dtype_size(to), len);
+    }
+}
+
 int model_shard_fill(const struct model *m, const struct model_layout *layout,
                      const struct st_checkpoint *ck, int b, void *dst)
 {
@@ -346,21 +366,33 @@ int model_shard_fill(const struct model *m, const struct model_layout *layout,
         if (!t)
             return rc;
         char *out = (char *)dst + q->offset;
-        size_t es = dtype_size(t->dtype);
+        size_t es = dtype_size(t->dtype), os = dtype_size(q->dtype);
         if (!q->matrix) {
             dtype_to_f32(t->dtype, (const char *)t->data + (size_t)q->r0 * es, (float *)out,
                          (size_t)q->nr);
         } else if (q->nc == q->cols) { /* whole rows: one contiguous range */
-            memcpy(out, (const char *)t->data + (size_t)q->r0 * q->cols * es,
-                   (size_t)q->nr * q->cols * es);
+            copy_elems(out, q->dtype, (const char *)t->data + (size_t)q->r0 * q->cols * es,
+                       t->dtype, (size_t)q->nr * q->cols);
         } else { /* a block of columns: part of every row */
             for (int r = 0; r < q->nr; r++)
-                memcpy(out + (size_t)r * q->nc * es,
-                       (const char *)t->data + (((size_t)q->r0 + r) * q->cols + q->c0) * es,
-                       (size_t)q->nc * es);
+                copy_elems(out + (size_t)r * q->nc * os, q->dtype,
+                           (const char *)t->data + (((size_t)q->r0 + r) * q->cols + q->c0) * es,
+                           t->dtype, (size_t)q->nc);
         }
     }
     return 0;
+}
+
+void model_layout_set_compute(struct model *m, struct model_layout *layout, enum kern_compute c)
+{
+    m->compute = c;
+    for (int i = 0; i < layout->n_parts; i++) {
+        struct model_part *q = &layout->parts[i];
+        if (!q->matrix || q->ck_dtype != DTYPE_F16)
+            continue;
+        q->dtype = c == KERN_COMPUTE_BF16 ? DTYPE_BF16 : DTYPE_F16; /* the same bytes */
+        m->weight_dtype = q->dtype;
+    }
 }
 
 void model_shard_bind(struct model *m, const struct model_layout *layout, int b, const void *base)

@@ -102,7 +102,8 @@ struct model {
      * checkpoint's matrices when opened; the caller may change it (every
      * shard of a model alike) */
     enum kern_compute compute;
-    enum dtype weight_dtype;    /* the checkpoint's matrices (the last one planned) */
+    enum dtype weight_dtype;    /* the matrices as the shard holds them (the last one planned):
+                                 * the checkpoint's, or bf16 (model_layout_set_compute) */
     void *w;                    /* the family's views of this shard (arch.h), owned */
     void *layers;               /* the family's views of each local layer, owned */
     size_t streamed_bytes;      /* weight bytes one forward step reads (not lookup tables) */
@@ -137,8 +138,11 @@ struct model_exec_shape; /* below */
  * checkpoint is closed before it returns. m->dev is dev; m owns the blobs;
  * dev stays the caller's and must outlive m. ERR_NOMEM naming the device
  * when the weights do not fit its budget. Runs on the calling thread;
- * nothing else may copy on dev meanwhile (it waits with device_sync). */
-int model_open_on(const char *dir, struct device *dev, struct model **out);
+ * nothing else may copy on dev meanwhile (it waits with device_sync).
+ * compute: the precision (model_layout_set_compute), or NULL for the
+ * checkpoint's (model_compute_default). */
+int model_open_on(const char *dir, struct device *dev, const enum kern_compute *compute,
+                  struct model **out);
 /* The device bytes model_open_on(dir) takes (*weights: every blob rounded
  * up to 64 bytes, as device_alloc counts it) and a model_exec of shape
  * beside it on any backend (*exec: model_exec_bytes_bound), for sizing a
@@ -172,6 +176,13 @@ void model_layout_free(struct model_layout *layout);
  * (layout->blob_bytes[b] bytes), reading nothing of other shards' slices. */
 int model_shard_fill(const struct model *m, const struct model_layout *layout,
                      const struct st_checkpoint *ck, int b, void *dst);
+/* Sets the shard's precision, m->compute, and what its blobs hold: in bf16
+ * mode an f16 checkpoint's matrices are stored as bf16 (the same bytes, so
+ * the layout keeps its sizes and offsets), rounded once as the blobs are
+ * filled, as transformers converts a checkpoint it loads in bf16. Prefill
+ * and decode then run the bf16 kernels (AMX, VDPBF16PS) instead of rounding
+ * f16 blocks on every call. Before the layout's first model_shard_fill. */
+void model_layout_set_compute(struct model *m, struct model_layout *layout, enum kern_compute c);
 /* Points the shard's views for blob b at base (a filled copy of the blob). */
 void model_shard_bind(struct model *m, const struct model_layout *layout, int b,
                       const void *base);

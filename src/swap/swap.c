@@ -345,8 +345,12 @@ enum kern_compute swap_model_compute(const struct swap_model *model)
 
 void swap_model_set_compute(struct swap_model *model, enum kern_compute c)
 {
-    for (int i = 0; i < model->tp * model->pp; i++)
-        model->shards[i].m->compute = c;
+    for (int i = 0; i < model->tp * model->pp; i++) {
+        struct swap_shard *sh = &model->shards[i];
+        for (int b = 0; b < sh->layout.n_blobs; b++)
+            assert(!sh->host[b]); /* the blobs' dtype is fixed once filled */
+        model_layout_set_compute(sh->m, &sh->layout, c);
+    }
 }
 
 /* Layers of stage s when n layers are split into pp contiguous stages. */

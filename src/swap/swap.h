@@ -257,7 +257,8 @@ double swap_shard_load_seconds(struct swap_manager *mgr, const struct swap_shard
 uint64_t swap_model_device_bytes(const struct swap_model *model, int d);
 uint64_t swap_model_total_bytes(const struct swap_model *model);
 /* The precision its shards compute in (the checkpoint's default at
- * registration); set it before the model serves its first batch. */
+ * registration), and what their blobs hold (model_layout_set_compute): set
+ * it before the model's first load. */
 enum kern_compute swap_model_compute(const struct swap_model *model);
 void swap_model_set_compute(struct swap_model *model, enum kern_compute c);
 
