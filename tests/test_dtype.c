@@ -41,6 +41,25 @@ int main(void)
             bad++;
     }
     CHECK_MSG(bad == 0, "%d bf16 values do not round-trip", bad);
+    /* The vector rounding to bf16 agrees with f32_to_bf16 bit for bit: on
+     * every bf16 value and its neighbours (ties both ways, NaNs, infinities,
+     * subnormals), at every offset of a vector */
+    {
+        static float in[4 * 65536];
+        static uint16_t out[4 * 65536];
+        for (uint32_t i = 0; i < 65536; i++) {
+            const uint32_t hi = i << 16, low[4] = {0, 0x7fff, 0x8000, 0x8001};
+            for (int k = 0; k < 4; k++) {
+                uint32_t u = hi | low[k];
+                memcpy(&in[4 * i + k], &u, 4);
+            }
+        }
+        dtype_from_f32(DTYPE_BF16, in + 1, out + 1, 4 * 65536 - 1);
+        bad = 0;
+        for (uint32_t i = 1; i < 4 * 65536; i++)
+            bad += out[i] != f32_to_bf16(in[i]);
+        CHECK_MSG(bad == 0, "%d values round to bf16 differently in dtype_from_f32", bad);
+    }
     enum dtype t;
     CHECK(dtype_parse("bfloat16", &t) == 0 && t == DTYPE_BF16);
     CHECK(dtype_parse("int8", &t) < 0);
