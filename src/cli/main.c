@@ -64,7 +64,8 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "--version") == 0) {
         printf("shardswap %s\nopenblas core %s\ngemv %s\n", SHARDSWAP_VERSION, blas_core_name(),
                cpu_gemv_kernels());
-        printf("matmul %s\nmpi %s\n", cpu_matmul_paths(), mpi_built() ? "built" : "not built");
+        printf("matmul %s\nonednn %s\n", cpu_matmul_paths(), cpu_matmul_onednn());
+        printf("mpi %s\n", mpi_built() ? "built" : "not built");
         return stdout_check(NULL);
     }
     /* N processes of one command would each serve, load and print on their

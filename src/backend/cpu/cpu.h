@@ -55,6 +55,10 @@ int cpu_gemv_force(const char *name);
  * the f32 product) or onednn-bf16 (oneDNN's bf16 x bf16 primitive). Valid
  * until this thread's next call. */
 const char *cpu_matmul_paths(void);
+/* The oneDNN library the matmul runs, as it reports itself at run time:
+ * "3.2.0 (commit 04b180b...)" (the headers built against may be another).
+ * Valid until this thread's next call. */
+const char *cpu_matmul_onednn(void);
 /* Makes cpu_matmul run path `name` for its class (onednn, openblas,
  * round-f32, onednn-bf16) for every call (NULL: the measured choices of
  * both classes again), for tests and benchmarks; not while a product runs.

@@ -31,6 +31,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_version.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -85,14 +86,13 @@ static const char *dnnl_status_name(dnnl_status_t s)
         return "invalid arguments";
     case dnnl_unimplemented:
         return "unimplemented";
-    case dnnl_iterator_ends:
-        return "iterator ends";
     case dnnl_runtime_error:
         return "runtime error";
     case dnnl_not_required:
         return "not required";
+    default: /* 2.x's iterator end, 3.x's graph statuses: none from the calls here */
+        return "unknown status";
     }
-    return "unknown status";
 }
 
 /* A failed oneDNN call as the project's error, naming the function (call
@@ -134,6 +134,57 @@ static dnnl_stream_t stream_get(void)
         (void)pthread_setspecific(stream_key, stream_tl);
     }
     return stream_tl;
+}
+
+/* ---- oneDNN 2.x and 3.x ----
+ * The two C APIs differ here in one step: 2.x fills memory descriptors
+ * (structs) and a matmul operation descriptor, then creates the primitive
+ * descriptor; 3.x creates it in one call from memory descriptors that are
+ * handles, created and destroyed. A query's memory descriptor (md_ref) is
+ * read-only in both and owned by the primitive descriptor. */
+
+#if DNNL_VERSION_MAJOR >= 3
+typedef const_dnnl_memory_desc_t md_ref;
+#else
+typedef const dnnl_memory_desc_t *md_ref;
+#endif
+
+/* A 2-D operand: dims and strides in elements, of type dt. */
+struct md_spec {
+    dnnl_dims_t dims, strides;
+    dnnl_data_type_t dt;
+};
+
+/* The primitive descriptor of dst = src @ wei (no bias) with attr on the
+ * engine, at *pd, which the caller destroys. */
+static dnnl_status_t matmul_pd_create(dnnl_primitive_desc_t *pd, const struct md_spec *src,
+                                      const struct md_spec *wei, const struct md_spec *dst,
+                                      const_dnnl_primitive_attr_t attr)
+{
+    const struct md_spec *spec[3] = {src, wei, dst};
+    dnnl_status_t s = dnnl_success;
+#if DNNL_VERSION_MAJOR >= 3
+    dnnl_memory_desc_t md[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3 && s == dnnl_success; i++)
+        s = dnnl_memory_desc_create_with_strides(&md[i], 2, spec[i]->dims, spec[i]->dt,
+                                                 spec[i]->strides);
+    if (s == dnnl_success)
+        s = dnnl_matmul_primitive_desc_create(pd, engine, md[0], md[1], NULL, md[2], attr);
+    for (int i = 0; i < 3; i++)
+        if (md[i])
+            dnnl_memory_desc_destroy(md[i]);
+#else
+    dnnl_memory_desc_t md[3];
+    for (int i = 0; i < 3 && s == dnnl_success; i++)
+        s = dnnl_memory_desc_init_by_strides(&md[i], 2, spec[i]->dims, spec[i]->dt,
+                                             spec[i]->strides);
+    dnnl_matmul_desc_t d;
+    if (s == dnnl_success)
+        s = dnnl_matmul_desc_init(&d, &md[0], &md[1], NULL, &md[2]);
+    if (s == dnnl_success)
+        s = dnnl_primitive_desc_create(pd, &d, attr, engine, NULL);
+#endif
+    return s;
 }
 
 /* ---- the primitive cache ---- */
@@ -181,24 +232,15 @@ static int prim_create(const struct prim_key *key, struct prim **out)
     struct prim *p = calloc(1, sizeof(*p));
     if (!p)
         return err_set(ERR_NOMEM, "out of host memory for a matmul primitive");
-    dnnl_memory_desc_t a, b, c;
-    DNNL_TRY(
-        dnnl_memory_desc_init_by_strides(&a, 2, (dnnl_dims_t){m, k}, key->dt, (dnnl_dims_t){k, 1}),
-        m, n, k);
-    DNNL_TRY(dnnl_memory_desc_init_by_strides(&b, 2, (dnnl_dims_t){k, n}, key->dt,
-                                              (dnnl_dims_t){1, (dnnl_dim_t)key->ld}),
-             m, n, k);
-    DNNL_TRY(dnnl_memory_desc_init_by_strides(&c, 2, (dnnl_dims_t){m, n}, dnnl_f32,
-                                              (dnnl_dims_t){(dnnl_dim_t)key->ldy, 1}),
-             m, n, k);
-    dnnl_matmul_desc_t md;
-    DNNL_TRY(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c), m, n, k);
+    const struct md_spec a = {.dims = {m, k}, .strides = {k, 1}, .dt = key->dt};
+    const struct md_spec b = {.dims = {k, n}, .strides = {1, (dnnl_dim_t)key->ld}, .dt = key->dt};
+    const struct md_spec c = {.dims = {m, n}, .strides = {(dnnl_dim_t)key->ldy, 1}, .dt = dnnl_f32};
     /* the scratchpad (brgemm's copy of B, ...) comes from the calling
      * thread: with the library's, one primitive run from two threads at
      * once raced (tensor-parallel ranks, measured wrong results) */
     DNNL_TRY(dnnl_primitive_attr_create(&attr), m, n, k);
     DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), m, n, k);
-    DNNL_TRY(dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL), m, n, k);
+    DNNL_TRY(matmul_pd_create(&pd, &a, &b, &c, attr), m, n, k);
     const char *impl = NULL;
     DNNL_TRY(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl), m, n, k);
     snprintf(p->impl, sizeof(p->impl), "%s", impl ? impl : "?");
@@ -240,7 +282,7 @@ static int prim_take(const struct prim_key *key, struct prim **out)
     cache_misses++;
     pthread_mutex_unlock(&cache_lock);
 
-    struct prim *p;
+    struct prim *p = NULL;
     int rc = prim_create(key, &p);
     if (rc < 0)
         return rc;
@@ -309,7 +351,7 @@ static int dnnl_matmul_run(float *y, size_t ldy, const void *a, int m, const voi
     DNNL_TRY(
         dnnl_memory_create(&cm, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), engine, y),
         m, n, k);
-    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    md_ref smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t sbytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
     void *spad = cpu_scratch(CPU_SCRATCH_MM_PAD, sbytes ? sbytes : 64);
     if (!spad) {
@@ -683,6 +725,15 @@ const char *cpu_matmul_paths(void)
     if (measured)
         snprintf(buf + off, sizeof(buf) - off, ", 1 thread, %dx%dx%d, measured in %.0f ms",
                  MM_CAL_M, MM_CAL_N, MM_CAL_K, ms);
+    return buf;
+}
+
+const char *cpu_matmul_onednn(void)
+{
+    static _Thread_local char buf[96];
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(buf, sizeof(buf), "%d.%d.%d (commit %s)", v->major, v->minor, v->patch,
+             v->hash ? v->hash : "?");
     return buf;
 }
 
