@@ -1183,6 +1183,65 @@ static void test_attention(void)
     }
 }
 
+/* ---- the row-wise and elementwise kernels over the pool ----
+ * A prefill's sizes split them into tasks (kernels.c's split_run); every row
+ * or element must come out bit for bit as computed on one thread alone. */
+static void test_split_exact(void)
+{
+    enum { ROWS = 300, W = 1024, HEADS = 8, HD = 128 };
+    const size_t n = (size_t)ROWS * W;
+    float *x = malloc(n * sizeof(float)), *up = malloc(n * sizeof(float));
+    float *g = malloc(W * sizeof(float)), *b = malloc(W * sizeof(float));
+    float *y[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
+    int32_t pos[ROWS];
+    float inv_freq[HD / 2];
+    fill_uniform(x, n, -3, 3);
+    fill_uniform(up, n, -2, 2);
+    fill_uniform(g, W, 0.5f, 1.5f);
+    fill_uniform(b, W, -1, 1);
+    for (int r = 0; r < ROWS; r++)
+        pos[r] = 3 * r + 1;
+    for (int i = 0; i < HD / 2; i++)
+        inv_freq[i] = powf(10000.0f, -2.0f * i / HD);
+    const char *names[] = {"layernorm", "rmsnorm", "rope", "relu", "gelu", "gelu_tanh",
+                           "silu", "gated gelu", "gated silu", "add", "linear bias"};
+    const int n_ops = (int)(sizeof(names) / sizeof(names[0]));
+    float wdata[W * 4];
+    fill_uniform(wdata, W * 4, -1, 1);
+    const struct weight_view wv = {.dtype = DTYPE_F32, .data = wdata, .rows = W, .cols = 4, .ld = 4};
+    for (int op = 0; op < n_ops; op++) {
+        for (int alone = 0; alone < 2; alone++) {
+            cpu_kernels_single_thread(alone);
+            float *o = y[alone];
+            memcpy(o, x, n * sizeof(float));
+            switch (op) {
+            case 0: cpu_layernorm(o, x, ROWS, W, g, b, 1e-5f); break;
+            case 1: cpu_rmsnorm(o, x, ROWS, W, g, 1e-6f); break;
+            case 2: cpu_rope(o, ROWS, HEADS, HD, HD, pos, inv_freq, 1.0f); break;
+            case 3: cpu_activation(o, n, KERN_ACT_RELU); break;
+            case 4: cpu_activation(o, n, KERN_ACT_GELU); break;
+            case 5: cpu_activation(o, n, KERN_ACT_GELU_TANH); break;
+            case 6: cpu_activation(o, n, KERN_ACT_SILU); break;
+            case 7: cpu_gated_act(o, x, up, n, KERN_ACT_GELU); break;
+            case 8: cpu_gated_act(o, x, up, n, KERN_ACT_SILU); break;
+            case 9: cpu_add(o, up, n); break;
+            case 10: /* 256 rows of 1024 outputs: a matmul, then the bias over the pool */
+                CHECK(cpu_linear(o, up, 256, &wv, g, KERN_COMPUTE_F32) == 0);
+                break;
+            }
+        }
+        cpu_kernels_single_thread(false);
+        CHECK_MSG(memcmp(y[0], y[1], n * sizeof(float)) == 0,
+                  "%s over the pool differs from one thread", names[op]);
+    }
+    free(x);
+    free(up);
+    free(g);
+    free(b);
+    free(y[0]);
+    free(y[1]);
+}
+
 int main(void)
 {
     int rc = device_open_cpu(0, 16 * MiB, &dev);
@@ -1209,6 +1268,7 @@ int main(void)
     test_activation();
     test_gated_act();
     test_elementwise();
+    test_split_exact();
     test_attention();
 
     CHECK(device_used(dev) == 0); /* every buffer freed */

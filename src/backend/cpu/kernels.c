@@ -51,6 +51,40 @@ void cpu_kernels_run(pool_task_fn fn, void *ctx, int n_tasks)
         fn(ctx, i);
 }
 
+/* Row-wise and elementwise kernels split over the pool: worth the dispatch
+ * (microseconds) for a prefill's activations, not for a decode step's
+ * rows, which stay on the calling thread. Every unit (row or element) is
+ * computed exactly as on one thread, so the split changes no bit. */
+#define SPLIT_MIN_ELEMS (1u << 16)
+#define SPLIT_TASK_ELEMS (1u << 14)
+
+typedef void (*split_fn)(const void *ctx, size_t u0, size_t u1);
+
+struct split_job {
+    split_fn fn;
+    const void *ctx;
+    size_t units, per; /* units in all, per task */
+};
+
+static void split_task(void *ctx, int task)
+{
+    const struct split_job *j = ctx;
+    size_t u0 = (size_t)task * j->per, u1 = u0 + j->per < j->units ? u0 + j->per : j->units;
+    j->fn(j->ctx, u0, u1);
+}
+
+/* fn(ctx, u0, u1) over [0, units), units of unit_elems elements each. */
+static void split_run(size_t units, size_t unit_elems, split_fn fn, const void *ctx)
+{
+    if (units < 2 || units * unit_elems < SPLIT_MIN_ELEMS) {
+        fn(ctx, 0, units);
+        return;
+    }
+    size_t per = unit_elems >= SPLIT_TASK_ELEMS ? 1 : SPLIT_TASK_ELEMS / unit_elems;
+    struct split_job j = {.fn = fn, .ctx = ctx, .units = units, .per = per};
+    cpu_kernels_run(split_task, &j, (int)((units + per - 1) / per));
+}
+
 const float *cpu_round_bf16(const float *x, size_t n)
 {
     float *round_buf = cpu_scratch(CPU_SCRATCH_ROUND, n * sizeof(float));
@@ -58,6 +92,31 @@ const float *cpu_round_bf16(const float *x, size_t n)
         return NULL;
     vec_round_bf16(round_buf, x, n);
     return round_buf;
+}
+
+struct add_args {
+    float *y;
+    const float *x;
+};
+
+static void add_range(const void *ctx, size_t i0, size_t i1)
+{
+    const struct add_args *a = ctx;
+    for (size_t i = i0; i < i1; i++)
+        a->y[i] += a->x[i];
+}
+
+struct bias_args {
+    float *y;
+    const float *bias;
+    size_t n;
+};
+
+static void bias_rows(const void *ctx, size_t r0, size_t r1)
+{
+    const struct bias_args *a = ctx;
+    for (size_t r = r0; r < r1; r++)
+        add_range(&(struct add_args){a->y + r * a->n, a->bias}, 0, a->n);
 }
 
 int cpu_linear(float *y, const float *x, int m, const struct weight_view *w, const float *bias,
@@ -68,8 +127,7 @@ int cpu_linear(float *y, const float *x, int m, const struct weight_view *w, con
     if (rc < 0)
         return rc;
     if (bias)
-        for (int i = 0; i < m; i++)
-            cpu_add(y + (size_t)i * n, bias, (size_t)n);
+        split_run((size_t)m, (size_t)n, bias_rows, &(struct bias_args){y, bias, (size_t)n});
     return 0;
 }
 
@@ -81,12 +139,21 @@ void cpu_embed(float *y, const struct weight_view *w, const int32_t *ids, int n)
     }
 }
 
-void cpu_layernorm(float *y, const float *x, int m, int n, const float *gamma, const float *beta,
-                   float eps)
+struct norm_args {
+    float *y;
+    const float *x;
+    int n;
+    const float *gamma, *beta;
+    float eps;
+};
+
+static void layernorm_rows(const void *ctx, size_t r0, size_t r1)
 {
-    for (int i = 0; i < m; i++) {
-        const float *xi = x + (size_t)i * n;
-        float *yi = y + (size_t)i * n;
+    const struct norm_args *a = ctx;
+    const int n = a->n;
+    for (size_t i = r0; i < r1; i++) {
+        const float *xi = a->x + i * n;
+        float *yi = a->y + i * n;
         /* two passes in double: torch reduces in f32 with a different order, so
          * the most accurate result is the closest to it on average */
         double mean = 0, var = 0;
@@ -98,26 +165,36 @@ void cpu_layernorm(float *y, const float *x, int m, int n, const float *gamma, c
             var += d * d;
         }
         var /= n;
-        float rstd = (float)(1.0 / sqrt(var + eps));
+        float rstd = (float)(1.0 / sqrt(var + a->eps));
         float fmean = (float)mean;
         for (int j = 0; j < n; j++) {
             float v = (xi[j] - fmean) * rstd;
-            if (gamma)
-                v = v * gamma[j] + beta[j];
+            if (a->gamma)
+                v = v * a->gamma[j] + a->beta[j];
             yi[j] = v;
         }
     }
+}
+
+void cpu_layernorm(float *y, const float *x, int m, int n, const float *gamma, const float *beta,
+                   float eps)
+{
+    split_run((size_t)m, (size_t)n, layernorm_rows,
+              &(struct norm_args){.y = y, .x = x, .n = n, .gamma = gamma, .beta = beta, .eps = eps});
 }
 
 /* Running sums of the squares in cpu_rmsnorm: independent add chains, so
  * the loop is bound by throughput, not by the latency of one double add. */
 #define RMS_LANES 8
 
-void cpu_rmsnorm(float *y, const float *x, int m, int n, const float *gamma, float eps)
+static void rmsnorm_rows(const void *ctx, size_t r0, size_t r1)
 {
-    for (int i = 0; i < m; i++) {
-        const float *xi = x + (size_t)i * n;
-        float *yi = y + (size_t)i * n;
+    const struct norm_args *a = ctx;
+    const int n = a->n;
+    const float *gamma = a->gamma;
+    for (size_t i = r0; i < r1; i++) {
+        const float *xi = a->x + i * n;
+        float *yi = a->y + i * n;
         /* in double, as cpu_layernorm (the square of an f32 is exact there) */
         double lane[RMS_LANES] = {0};
         int j = 0;
@@ -129,7 +206,7 @@ void cpu_rmsnorm(float *y, const float *x, int m, int n, const float *gamma, flo
             ss += (double)xi[j] * xi[j];
         for (int u = 0; u < RMS_LANES; u++)
             ss += lane[u];
-        const float r = (float)(1.0 / sqrt(ss / n + eps));
+        const float r = (float)(1.0 / sqrt(ss / n + a->eps));
         /* (x * r) * gamma: LlamaRMSNorm's order */
         if (gamma)
             for (j = 0; j < n; j++)
@@ -140,24 +217,38 @@ void cpu_rmsnorm(float *y, const float *x, int m, int n, const float *gamma, flo
     }
 }
 
+void cpu_rmsnorm(float *y, const float *x, int m, int n, const float *gamma, float eps)
+{
+    split_run((size_t)m, (size_t)n, rmsnorm_rows,
+              &(struct norm_args){.y = y, .x = x, .n = n, .gamma = gamma, .eps = eps});
+}
+
 /* Pairs of a head whose cos and sin cpu_rope computes at a time, on the
  * stack: every head of the row reuses them. */
 #define ROPE_BLOCK 64
 
-void cpu_rope(float *x, int n, int heads, int head_dim, int rot_dim, const int32_t *pos,
-              const float *inv_freq, float scale)
+struct rope_args {
+    float *x;
+    int heads, head_dim, rot_dim;
+    const int32_t *pos;
+    const float *inv_freq;
+    float scale;
+};
+
+static void rope_rows(const void *ctx, size_t r0, size_t r1)
 {
-    const int half = rot_dim / 2;
+    const struct rope_args *a = ctx;
+    const int half = a->rot_dim / 2, heads = a->heads, head_dim = a->head_dim;
     float c[ROPE_BLOCK], s[ROPE_BLOCK];
-    for (int r = 0; r < n; r++) {
-        float *row = x + (size_t)r * heads * head_dim;
-        const float p = (float)pos[r];
+    for (size_t r = r0; r < r1; r++) {
+        float *row = a->x + r * heads * head_dim;
+        const float p = (float)a->pos[r];
         for (int i0 = 0; i0 < half; i0 += ROPE_BLOCK) {
             const int nb = half - i0 < ROPE_BLOCK ? half - i0 : ROPE_BLOCK;
             for (int i = 0; i < nb; i++) {
-                const float a = p * inv_freq[i0 + i];
-                c[i] = cosf(a) * scale;
-                s[i] = sinf(a) * scale;
+                const float ang = p * a->inv_freq[i0 + i];
+                c[i] = cosf(ang) * a->scale;
+                s[i] = sinf(ang) * a->scale;
             }
             for (int h = 0; h < heads; h++) {
                 /* [i0, i0 + nb) and [i0 + half, ...) do not overlap: nb <= half - i0 */
@@ -171,6 +262,15 @@ void cpu_rope(float *x, int n, int heads, int head_dim, int rot_dim, const int32
             }
         }
     }
+}
+
+void cpu_rope(float *x, int n, int heads, int head_dim, int rot_dim, const int32_t *pos,
+              const float *inv_freq, float scale)
+{
+    split_run((size_t)n, (size_t)heads * head_dim, rope_rows,
+              &(struct rope_args){.x = x, .heads = heads, .head_dim = head_dim,
+                                  .rot_dim = rot_dim, .pos = pos, .inv_freq = inv_freq,
+                                  .scale = scale});
 }
 
 /* The activations, one element each: cpu_activation and cpu_gated_act
@@ -190,52 +290,42 @@ static inline float act_gelu_tanh(float v)
     return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
 }
 
-void cpu_activation(float *x, size_t n, enum kern_act act)
+struct act_args {
+    float *y;
+    const float *x, *up; /* up: NULL for a plain activation */
+    enum kern_act act;
+};
+
+static void act_range(const void *ctx, size_t i0, size_t i1)
 {
-    switch (act) {
-    case KERN_ACT_RELU:
-        for (size_t i = 0; i < n; i++)
-            x[i] = act_relu(x[i]);
-        return;
-    case KERN_ACT_GELU:
-        for (size_t i = 0; i < n; i++)
-            x[i] = act_gelu(x[i]);
-        return;
-    case KERN_ACT_GELU_TANH:
-        for (size_t i = 0; i < n; i++)
-            x[i] = act_gelu_tanh(x[i]);
-        return;
-    case KERN_ACT_SILU:
-        vec_silu(x, x, NULL, n);
+    const struct act_args *a = ctx;
+    float *y = a->y;
+    const float *x = a->x, *up = a->up;
+    if (a->act == KERN_ACT_SILU) {
+        vec_silu(y + i0, x + i0, up ? up + i0 : NULL, i1 - i0);
         return;
     }
+    for (size_t i = i0; i < i1; i++) {
+        float v = a->act == KERN_ACT_RELU   ? act_relu(x[i])
+                  : a->act == KERN_ACT_GELU ? act_gelu(x[i])
+                                            : act_gelu_tanh(x[i]);
+        y[i] = up ? v * up[i] : v;
+    }
+}
+
+void cpu_activation(float *x, size_t n, enum kern_act act)
+{
+    split_run(n, 1, act_range, &(struct act_args){.y = x, .x = x, .act = act});
 }
 
 void cpu_gated_act(float *y, const float *gate, const float *up, size_t n, enum kern_act act)
 {
-    switch (act) {
-    case KERN_ACT_RELU:
-        for (size_t i = 0; i < n; i++)
-            y[i] = act_relu(gate[i]) * up[i];
-        return;
-    case KERN_ACT_GELU:
-        for (size_t i = 0; i < n; i++)
-            y[i] = act_gelu(gate[i]) * up[i];
-        return;
-    case KERN_ACT_GELU_TANH:
-        for (size_t i = 0; i < n; i++)
-            y[i] = act_gelu_tanh(gate[i]) * up[i];
-        return;
-    case KERN_ACT_SILU:
-        vec_silu(y, gate, up, n);
-        return;
-    }
+    split_run(n, 1, act_range, &(struct act_args){.y = y, .x = gate, .up = up, .act = act});
 }
 
 void cpu_add(float *y, const float *x, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        y[i] += x[i];
+    split_run(n, 1, add_range, &(struct add_args){y, x});
 }
 
 /* Query rows of one head per task in a prefill: a task's scores are
