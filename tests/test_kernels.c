@@ -265,13 +265,14 @@ static void test_linear(void)
     static const int big_ns[] = {37, 530};
     static const enum dtype ts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
     static const char *const paths[][2] = {
-        {"onednn", "round-f32"}, {"openblas", "round-f32"}, {"onednn", "onednn-bf16"}, {NULL, NULL}};
+        {"onednn", "round-f32"}, {"openblas", "round-f32"}, {"onednn", "onednn-bf16"},
+        {"onednn", "amx"},       {NULL, NULL}};
     for (size_t ip = 0; ip < sizeof(paths) / sizeof(paths[0]); ip++) {
         CHECK(cpu_matmul_force(NULL) == 0);
         for (int c = 0; c < 2 && paths[ip][c]; c++)
             CHECK(cpu_matmul_force(paths[ip][c]) == 0);
-        /* the bf16 primitive differs from the others in bf16 mode only */
-        const int cm0 = ip == 2 ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
+        /* the bf16 paths differ from the others in bf16 mode only */
+        const int cm0 = ip == 2 || ip == 3 ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
         for (size_t im = 0; im < 2; im++)
             for (size_t ik = 0; ik < 2; ik++)
                 for (size_t in = 0; in < 2; in++)
@@ -289,6 +290,26 @@ static void test_linear(void)
                 linear_case(100, 37, 1100, ts[it], 0, 1100, 0, KERN_COMPUTE_BF16);
                 cases++;
             }
+        /* the AMX path takes rows in 16s and columns in 32s (the shapes
+         * above fall back to oneDNN): 17, 100 and 257 input rows leave 1, 3
+         * and 1 blocks of 16 past the groups of 4 (and a partial block);
+         * 528 weight rows leave 16 past its tasks of 128; 1088 columns, 34
+         * chunks, pass the packing's span; dense and column slices */
+        if (ip == 3 && !cpu_amx_granted())
+            printf("linear: amx skipped (no AMX tile data on this CPU)\n");
+        if (ip == 3 && cpu_amx_granted()) {
+            static const int amx_ms[] = {17, 100, 257}, amx_ns[] = {48, 528}, amx_ks[] = {96, 1088};
+            for (size_t im = 0; im < 3; im++)
+                for (size_t in = 0; in < 2; in++)
+                    for (size_t ik = 0; ik < 2; ik++) {
+                        const int kk = amx_ks[ik];
+                        linear_case(amx_ms[im], amx_ns[in], kk, DTYPE_BF16, in, (size_t)kk, 0,
+                                    KERN_COMPUTE_BF16);
+                        linear_case(amx_ms[im], amx_ns[in], kk, DTYPE_BF16, !in, (size_t)kk + 13,
+                                    5, KERN_COMPUTE_BF16);
+                        cases += 2;
+                    }
+        }
     }
     printf("linear: %d cases, worst rel err %.3g in f32 mode, %.3g in bf16 mode with bf16 weights "
            "(tolerance 1e-5)\n", cases, worst_linear, worst_linear_bf16);

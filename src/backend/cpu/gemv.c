@@ -142,6 +142,11 @@ struct gemv_kernel {
     unsigned classes;
 };
 
+bool cpu_amx_granted(void)
+{
+    return has_amx();
+}
+
 static const struct gemv_kernel gemv_kernels[] = {
     {"amx", gemv_rows_amx, has_amx, GEMV_IN_AMX, C(GEMV_BF16_MODE)},
     {"avx512bf16", gemv_rows_avx512bf16, has_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
@@ -362,7 +367,7 @@ static void flush_task(void *ctx, int task)
 
 /* The flushes split over the threads a call would use: one core's flushes
  * alone took about as long as the timing that follows. */
-static void gemv_flush(const void *p, size_t n)
+void cpu_cache_flush(const void *p, size_t n)
 {
     struct flush_job j = {p, n, has_clflushopt()};
     cpu_kernels_run(flush_task, &j, (int)((n + FLUSH_TASK_BYTES - 1) / FLUSH_TASK_BYTES));
@@ -458,7 +463,7 @@ static void gemv_calibrate(enum gemv_class c)
             for (int rep = 0; rep < cal_reps[b]; rep++)
                 for (int i = 0; i < n; i++) {
                     struct gemv_job j = {.rows = cand[i]->rows, .task_rows = task_rows};
-                    gemv_flush(wd, CAL_BYTES);
+                    cpu_cache_flush(wd, CAL_BYTES);
                     double s = time_now();
                     if (gemv_prepare(cand[i], y, x, gemv_bucket_m[b], &w, cm, &j.a) < 0)
                         continue;

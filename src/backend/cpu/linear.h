@@ -34,6 +34,16 @@ uint64_t cpu_matmul_cache_misses(void);
  * the stored weights summed in f32 are the mode's result for bf16 weights. */
 const float *cpu_round_bf16(const float *x, size_t n);
 
+/* Evicts [p, p + n) from every cache level (CLFLUSHOPT where the CPU has
+ * it, else CLFLUSH), split over the threads a call would use: for the
+ * calibrations, which time kernels on weights that come from memory, as a
+ * model's do. */
+void cpu_cache_flush(const void *p, size_t n);
+
+/* Whether the CPU has AMX-TILE and AMX-BF16 and Linux granted this process
+ * the tile data (asked once, at the first call). */
+bool cpu_amx_granted(void);
+
 /* Whether the calling thread computes alone (cpu_kernels_single_thread). */
 bool cpu_kernels_alone(void);
 

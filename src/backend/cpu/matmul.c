@@ -16,7 +16,10 @@
  *   or x rounded and widened back and the f32 product above ("round-f32"):
  *   the same products (bf16 x bf16 is exact in f32) and f32 sums either
  *   way. Where oneDNN runs AMX the first is ~6x the second; on AVX512-BF16
- *   without AMX (oneDNN 2.6) it measured ~0.6x.
+ *   without AMX (oneDNN 2.6) it measured ~0.6x. Where the CPU has AMX, a
+ *   third: x packed and our own tiles over the weights in place ("amx",
+ *   matmul_amx.h); which of it and oneDNN's runs is timed again per weight
+ *   shape on the model's own first products (mm_bf16).
  *
  * Threads: the product is split by rows of the weights over the kernel
  * pool (cpu_kernels_run: cpu_threads tasks' worth, or all on the calling
@@ -40,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/matmul_amx.h"
 #include "backend/cpu/pool.h"
 #include "backend/cpu/scratch.h"
 #include "backend/cpu/vec.h"
@@ -503,10 +507,11 @@ static int matmul_pool(float *y, const void *x, int m, const struct weight_view 
 /* ---- the paths, chosen by measurement ---- */
 
 enum mm_class { MM_F32, MM_BF16, MM_CLASSES };
-/* per class, the paths in order of preference on a near-tie */
-static const char *const mm_path_names[MM_CLASSES][2] = {
-    {"onednn", "openblas"},
-    {"round-f32", "onednn-bf16"},
+#define MM_PATHS 3
+/* per class, the paths in order of preference on a near-tie (NULL: none) */
+static const char *const mm_path_names[MM_CLASSES][MM_PATHS] = {
+    {"onednn", "openblas", NULL},
+    {"round-f32", "onednn-bf16", "amx"},
 };
 static const char *const mm_class_names[MM_CLASSES] = {"f32", "bf16"};
 
@@ -526,7 +531,7 @@ static struct {
     atomic_bool ready[MM_CLASSES];
     atomic_int forced[MM_CLASSES]; /* path index, or -1: measured */
     int chosen[MM_CLASSES];
-    double gflops[MM_CLASSES][2]; /* 0: not measured */
+    double gflops[MM_CLASSES][MM_PATHS]; /* 0: not measured */
     double ms[MM_CLASSES];
 } mm_choice = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -537,15 +542,15 @@ static struct {
 static int mm_path_find(const char *name, int *cls, int *path)
 {
     for (int c = 0; c < MM_CLASSES; c++)
-        for (int p = 0; p < 2; p++)
-            if (strcmp(mm_path_names[c][p], name) == 0) {
+        for (int p = 0; p < MM_PATHS; p++)
+            if (mm_path_names[c][p] && strcmp(mm_path_names[c][p], name) == 0) {
                 *cls = c;
                 *path = p;
                 return 0;
             }
     return err_set(ERR_INVALID,
                    "unknown matmul path \"%s\" (expected onednn or openblas for f32 products, "
-                   "round-f32 or onednn-bf16 for bf16 mode)",
+                   "round-f32, onednn-bf16 or amx for bf16 mode)",
                    name);
 }
 
@@ -569,18 +574,63 @@ static void mm_read_env(void)
     }
 }
 
+/* The AMX path (matmul_amx.h): x packed over the pool a block of 16 rows a
+ * task, then the weights' rows split over it. */
+#define AMX_TASK_ROWS 128
+
+struct amx_job {
+    float *y;
+    const float *x;
+    uint16_t *xv;
+    int m;
+    const struct weight_view *w;
+};
+
+static void amx_pack_task(void *ctx, int b)
+{
+    const struct amx_job *j = ctx;
+    matmul_amx_pack(j->xv, j->x, j->m, j->w->cols, b, b + 1);
+}
+
+static void amx_rows_task(void *ctx, int t)
+{
+    const struct amx_job *j = ctx;
+    const int r0 = t * AMX_TASK_ROWS, n = j->w->rows;
+    matmul_amx_rows(j->y, (size_t)n, j->xv, j->m, j->w, r0,
+                    r0 + AMX_TASK_ROWS < n ? r0 + AMX_TASK_ROWS : n);
+}
+
+static int matmul_amx(float *y, const float *x, int m, const struct weight_view *w)
+{
+    const size_t bytes = matmul_amx_packed_bytes(m, w->cols);
+    uint16_t *xv = cpu_scratch(CPU_SCRATCH_MM_XB, bytes);
+    if (!xv)
+        return err_set(ERR_NOMEM, "out of host memory for %d x %d packed bf16 activations", m,
+                       w->cols);
+    struct amx_job j = {.y = y, .x = x, .xv = xv, .m = m, .w = w};
+    cpu_kernels_run(amx_pack_task, &j, (m + 15) / 16);
+    cpu_kernels_run(amx_rows_task, &j, (w->rows + AMX_TASK_ROWS - 1) / AMX_TASK_ROWS);
+    pthread_mutex_lock(&cache_lock);
+    snprintf(last_impl, sizeof(last_impl), "amx (shardswap)");
+    pthread_mutex_unlock(&cache_lock);
+    return 0;
+}
+
 /* The product of class c by path p: f32 operands (x, dense f32 weights w)
  * for MM_F32; for MM_BF16, x rounded as bf16 mode rounds it and the bf16
- * product (p 1) or the f32 one by the f32 class's path (p 0). */
+ * product by oneDNN (p 1) or on AMX tiles (p 2, where the weights fit it,
+ * else p 1), or the f32 one by the f32 class's path (p 0). */
 static int mm_run(int c, int p, float *y, const float *x, int m, const struct weight_view *w,
                   bool f32_blas)
 {
     const int k = w->cols;
+    if (p == 2 && matmul_amx_fits(w))
+        return matmul_amx(y, x, m, w);
     if (c == MM_F32)
         return matmul_pool(y, x, m, w,
                            (struct mm_plan){.dt = dnnl_f32, .convert = w->dtype != DTYPE_F32,
                                             .blas = p == 1});
-    if (p == 1) {
+    if (p >= 1) {
         /* x to bf16, then bf16 weights in place, others converted */
         uint16_t *xb = cpu_scratch(CPU_SCRATCH_MM_XB, (size_t)m * k * sizeof(uint16_t));
         if (!xb)
@@ -627,27 +677,39 @@ static void mm_calibrate(int c)
             x[i] = (float)((int)(i % 11) - 5) * 0.1f;
         struct weight_view w = {.dtype = t, .data = wd, .rows = MM_CAL_N, .cols = MM_CAL_K,
                                 .ld = MM_CAL_K};
-        double best[2] = {1e30, 1e30};
-        bool ok[2];
-        for (int p = 0; p < 2; p++) {
+        double best[MM_PATHS] = {1e30, 1e30, 1e30};
+        bool ok[MM_PATHS];
+        for (int p = 0; p < MM_PATHS; p++) {
+            /* AMX only where the tile data was granted */
+            ok[p] = mm_path_names[c][p] && (p != 2 || cpu_amx_granted());
             double s = time_now();
-            ok[p] = mm_run(c, p, y, x, MM_CAL_M, &w, blas) == 0 && time_now() - s < MM_CAL_SLOW_S;
+            ok[p] = ok[p] && mm_run(c, p, y, x, MM_CAL_M, &w, blas) == 0 &&
+                    time_now() - s < MM_CAL_SLOW_S;
         }
         for (int rep = 0; rep < MM_CAL_REPS; rep++)
-            for (int p = 0; p < 2; p++) {
+            for (int p = 0; p < MM_PATHS; p++) {
                 if (!ok[p])
                     continue;
+                /* a model's weights come from memory, not the cache: a
+                 * path that reads them once (amx) against one that copies
+                 * them into its own layout first (oneDNN's brgemm) ranked
+                 * the other way round on cached weights */
+                cpu_cache_flush(wd, (size_t)MM_CAL_N * MM_CAL_K * dtype_size(t));
                 double s = time_now();
                 ok[p] = mm_run(c, p, y, x, MM_CAL_M, &w, blas) == 0;
                 s = time_now() - s;
                 if (s < best[p])
                     best[p] = s;
             }
-        for (int p = 0; p < 2; p++)
+        for (int p = 0; p < MM_PATHS; p++)
             mm_choice.gflops[c][p] =
                 ok[p] ? 2.0 * MM_CAL_M * MM_CAL_N * MM_CAL_K / best[p] / 1e9 : 0.0;
-        if (ok[1] && (!ok[0] || best[1] * (1.0 + MM_CAL_MARGIN) < best[0]))
-            mm_choice.chosen[c] = 1;
+        /* a later path must beat the best earlier one by the margin */
+        int chosen = -1;
+        for (int p = 0; p < MM_PATHS; p++)
+            if (ok[p] && (chosen < 0 || best[p] * (1.0 + MM_CAL_MARGIN) < best[chosen]))
+                chosen = p;
+        mm_choice.chosen[c] = chosen < 0 ? 0 : chosen;
     }
     cpu_kernels_single_thread(alone);
     free(wd);
@@ -700,9 +762,90 @@ int cpu_matmul_force(const char *name)
     return 0;
 }
 
+/* ---- oneDNN or AMX, per weight shape, on the model's own products ----
+ * Where the bf16 class measured a bf16 x bf16 path (onednn-bf16 or amx)
+ * and AMX runs, the two are timed again on the first MM_SHAPE_TRIALS real
+ * products of each path per weight shape (rows x columns), alternating, and
+ * the faster per multiply-add is kept for that shape. The calibration's one
+ * shape cannot tell: oneDNN's copy of every weight block into its layout
+ * costs most against a long row (a down projection, 8192 columns), and the
+ * AMX kernel's per-block stores most against a short one; the products of
+ * one prefill span both. */
+#define MM_SHAPE_TRIALS 3
+#define MM_SHAPE_SLOTS 64
+
+static struct {
+    pthread_mutex_t lock;
+    struct mm_shape {
+        int n, k;
+        int trials[2];    /* timed calls of onednn-bf16, amx */
+        double best[2];   /* seconds per multiply-add */
+        int chosen;       /* 1 or 2 once decided, else 0 */
+    } s[MM_SHAPE_SLOTS];
+    int n;
+    int decided[MM_PATHS]; /* shapes that chose each path */
+} mm_shapes = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The path for a product of w: the shape's choice, or the next trial (*sh
+ * its entry, to shape_record the time in); 0 when the shapes' table is
+ * full (then the class's choice runs). */
+static int shape_path(const struct weight_view *w, struct mm_shape **sh)
+{
+    pthread_mutex_lock(&mm_shapes.lock);
+    struct mm_shape *e = NULL;
+    for (int i = 0; i < mm_shapes.n && !e; i++)
+        if (mm_shapes.s[i].n == w->rows && mm_shapes.s[i].k == w->cols)
+            e = &mm_shapes.s[i];
+    if (!e && mm_shapes.n < MM_SHAPE_SLOTS) {
+        e = &mm_shapes.s[mm_shapes.n++];
+        *e = (struct mm_shape){.n = w->rows, .k = w->cols, .best = {1e30, 1e30}};
+    }
+    int p = 0;
+    *sh = NULL;
+    if (e && e->chosen) {
+        p = e->chosen;
+    } else if (e) {
+        p = e->trials[0] <= e->trials[1] ? 1 : 2;
+        *sh = e;
+    }
+    pthread_mutex_unlock(&mm_shapes.lock);
+    return p;
+}
+
+static void shape_record(struct mm_shape *e, int p, double per_mac)
+{
+    pthread_mutex_lock(&mm_shapes.lock);
+    if (!e->chosen) {
+        double *b = &e->best[p - 1];
+        *b = per_mac < *b ? per_mac : *b;
+        if (++e->trials[p - 1] >= MM_SHAPE_TRIALS && e->trials[2 - p] >= MM_SHAPE_TRIALS) {
+            /* amx, listed later, must win by the calibration's margin */
+            e->chosen = e->best[1] * (1.0 + MM_CAL_MARGIN) < e->best[0] ? 2 : 1;
+            mm_shapes.decided[e->chosen]++;
+        }
+    }
+    pthread_mutex_unlock(&mm_shapes.lock);
+}
+
+static int mm_bf16(float *y, const float *x, int m, const struct weight_view *w)
+{
+    int p = mm_path(MM_BF16);
+    const bool forced = atomic_load(&mm_choice.forced[MM_BF16]) >= 0;
+    if (forced || p == 0 || !cpu_amx_granted() || !matmul_amx_fits(w))
+        return mm_run(MM_BF16, p, y, x, m, w, mm_f32_blas());
+    struct mm_shape *trial;
+    int sp = shape_path(w, &trial);
+    p = sp ? sp : p;
+    double t0 = time_now();
+    int rc = mm_run(MM_BF16, p, y, x, m, w, false);
+    if (rc == 0 && trial)
+        shape_record(trial, p, (time_now() - t0) / ((double)m * w->rows * w->cols));
+    return rc;
+}
+
 const char *cpu_matmul_paths(void)
 {
-    static _Thread_local char buf[320];
+    static _Thread_local char buf[400];
     size_t off = 0;
     double ms = 0;
     bool measured = false;
@@ -716,15 +859,29 @@ const char *cpu_matmul_paths(void)
         } else {
             measured = true;
             ms += mm_choice.ms[c];
-            double g0 = mm_choice.gflops[c][0], g1 = mm_choice.gflops[c][1];
-            n = snprintf(buf + off, sizeof(buf) - off, " (%s %.0f, %s %.0f GFLOP/s)",
-                         mm_path_names[c][0], g0, mm_path_names[c][1], g1);
+            n = 0;
+            for (int q = 0; q < MM_PATHS; q++) {
+                if (!mm_path_names[c][q])
+                    continue;
+                off += n > 0 && (size_t)n < sizeof(buf) - off ? (size_t)n : 0;
+                n = snprintf(buf + off, sizeof(buf) - off, "%s%s %.0f", q ? ", " : " (",
+                             mm_path_names[c][q], mm_choice.gflops[c][q]);
+            }
+            off += n > 0 && (size_t)n < sizeof(buf) - off ? (size_t)n : 0;
+            n = snprintf(buf + off, sizeof(buf) - off, " GFLOP/s)");
         }
         off += n > 0 && (size_t)n < sizeof(buf) - off ? (size_t)n : 0;
     }
-    if (measured)
-        snprintf(buf + off, sizeof(buf) - off, ", 1 thread, %dx%dx%d, measured in %.0f ms",
-                 MM_CAL_M, MM_CAL_N, MM_CAL_K, ms);
+    if (measured) {
+        int n = snprintf(buf + off, sizeof(buf) - off, ", 1 thread, %dx%dx%d, measured in %.0f ms",
+                         MM_CAL_M, MM_CAL_N, MM_CAL_K, ms);
+        off += n > 0 && (size_t)n < sizeof(buf) - off ? (size_t)n : 0;
+    }
+    pthread_mutex_lock(&mm_shapes.lock);
+    if (mm_shapes.decided[1] + mm_shapes.decided[2] > 0)
+        snprintf(buf + off, sizeof(buf) - off, "; bf16 weight shapes timed in use: %d onednn-bf16, %d amx",
+                 mm_shapes.decided[1], mm_shapes.decided[2]);
+    pthread_mutex_unlock(&mm_shapes.lock);
     return buf;
 }
 
@@ -743,7 +900,7 @@ int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w, enu
     if (!stream_get())
         return ERR_UNSUPPORTED;
     if (cm == KERN_COMPUTE_BF16)
-        return mm_run(MM_BF16, mm_path(MM_BF16), y, x, m, w, mm_f32_blas());
+        return mm_bf16(y, x, m, w);
     /* a column slice of f32 weights: OpenBLAS takes the stride at full
      * speed, oneDNN not */
     const bool slice = w->dtype == DTYPE_F32 && w->ld != (size_t)k;

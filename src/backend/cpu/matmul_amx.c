@@ -1,0 +1,176 @@
+/* The bf16-mode matrix product on AMX tiles (matmul_amx.h): this file alone,
+ * with gemv_amx.c, is compiled with AMX-TILE and AMX-BF16 (CMakeLists.txt).
+ *
+ * Tiles: 0-3 accumulate C blocks (16 weight rows x 16 input rows, f32), 4
+ * holds the weights' A tile (16 rows x 32 bf16), 5 and 6 alternate as x's B
+ * tiles (16 column pairs x 16 input rows). A weight tile, once loaded, is
+ * multiplied into four blocks of input rows before the next is loaded, so
+ * a prefill of 128 rows reads a weight block from memory once and from
+ * the cache once more. */
+#include "backend/cpu/matmul_amx.h"
+
+#include "backend/cpu/vec.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <string.h>
+
+#define ROWS 16        /* input rows per B tile and weight rows per A tile */
+#define CHUNK 32       /* bf16 columns per tile */
+#define PAIRS (CHUNK / 2)
+#define PACK_SPAN 1024 /* columns of an input row rounded at a time */
+
+bool matmul_amx_fits(const struct weight_view *w)
+{
+    return w->dtype == DTYPE_BF16 && w->rows % ROWS == 0 && w->cols % CHUNK == 0;
+}
+
+size_t matmul_amx_packed_bytes(int m, int k)
+{
+    const size_t blocks = ((size_t)m + ROWS - 1) / ROWS;
+    return blocks * (size_t)k * ROWS * sizeof(uint16_t);
+}
+
+/* Block b, chunk c of the packed x: 16 pairs x 16 rows of 32-bit pairs. */
+static uint32_t *packed_tile(uint16_t *xv, int k, int b, int c)
+{
+    return (uint32_t *)xv + ((size_t)b * (k / CHUNK) + c) * PAIRS * ROWS;
+}
+
+void matmul_amx_pack(uint16_t *xv, const float *x, int m, int k, int b0, int b1)
+{
+    uint32_t span[PACK_SPAN / 2];
+    for (int b = b0; b < b1; b++)
+        for (int j = 0; j < ROWS; j++) {
+            const int i = b * ROWS + j;
+            for (int c0 = 0; c0 < k; c0 += PACK_SPAN) {
+                const int len = k - c0 < PACK_SPAN ? k - c0 : PACK_SPAN;
+                if (i < m)
+                    vec_to_bf16((uint16_t *)span, x + (size_t)i * k + c0, (size_t)len);
+                else
+                    memset(span, 0, (size_t)len * sizeof(uint16_t));
+                for (int c = 0; c < len / CHUNK; c++) {
+                    uint32_t *t = packed_tile(xv, k, b, c0 / CHUNK + c);
+                    for (int p = 0; p < PAIRS; p++)
+                        t[p * ROWS + j] = span[c * PAIRS + p];
+                }
+            }
+        }
+}
+
+struct tile_config {
+    uint8_t palette;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+static void tiles_configure(void)
+{
+    struct tile_config c;
+    memset(&c, 0, sizeof(c));
+    c.palette = 1;
+    for (int t = 0; t < 7; t++) {
+        c.rows[t] = ROWS;
+        c.colsb[t] = 64; /* 16 f32, 32 bf16 or 16 pairs */
+    }
+    _tile_loadconfig(&c);
+}
+
+/* The 16 x 16 floats of r transposed in registers: r[j] becomes column j. */
+static void transpose16(__m512 r[ROWS])
+{
+    __m512 t[ROWS];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* r[4i + q], lane L: rows 4i..4i+3 of column 4L + q */
+    for (int i = 0; i < 4; i++) {
+        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    /* column 4L + q: lane L of r[q], r[4 + q], r[8 + q], r[12 + q] */
+    for (int q = 0; q < 4; q++) {
+        const __m512 lo0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x44);
+        const __m512 hi0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xee);
+        const __m512 lo1 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x44);
+        const __m512 hi1 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xee);
+        t[q] = _mm512_shuffle_f32x4(lo0, lo1, 0x88);
+        t[4 + q] = _mm512_shuffle_f32x4(lo0, lo1, 0xdd);
+        t[8 + q] = _mm512_shuffle_f32x4(hi0, hi1, 0x88);
+        t[12 + q] = _mm512_shuffle_f32x4(hi0, hi1, 0xdd);
+    }
+    for (int j = 0; j < ROWS; j++)
+        r[j] = t[j];
+}
+
+/* C block (weight rows r.., input rows 16 b..) from tile memory to y: a
+ * tile row is one weight row over the inputs, a row of y one input over
+ * the weights. */
+static void store_block(float *y, size_t ldy, int m, int r, int b, const float c[ROWS][ROWS])
+{
+    const int n = m - b * ROWS < ROWS ? m - b * ROWS : ROWS;
+    __m512 v[ROWS];
+    for (int i = 0; i < ROWS; i++)
+        v[i] = _mm512_loadu_ps(c[i]);
+    transpose16(v);
+    for (int j = 0; j < n; j++)
+        _mm512_storeu_ps(y + (size_t)(b * ROWS + j) * ldy + r, v[j]);
+}
+
+void matmul_amx_rows(float *y, size_t ldy, const uint16_t *xv, int m, const struct weight_view *w,
+                     int r0, int r1)
+{
+    const int k = w->cols, chunks = k / CHUNK, blocks = (m + ROWS - 1) / ROWS;
+    const size_t stride = w->ld * sizeof(uint16_t);
+    uint16_t *xp = (uint16_t *)xv;
+    float c[ROWS][ROWS];
+    tiles_configure();
+    for (int r = r0; r < r1; r += ROWS) {
+        const uint16_t *wr = (const uint16_t *)w->data + (size_t)r * w->ld;
+        int b = 0;
+        for (; b + 4 <= blocks; b += 4) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int ch = 0; ch < chunks; ch++) {
+                _tile_loadd(4, wr + (size_t)ch * CHUNK, stride);
+                _tile_loadd(5, packed_tile(xp, k, b, ch), 64);
+                _tile_dpbf16ps(0, 4, 5);
+                _tile_loadd(6, packed_tile(xp, k, b + 1, ch), 64);
+                _tile_dpbf16ps(1, 4, 6);
+                _tile_loadd(5, packed_tile(xp, k, b + 2, ch), 64);
+                _tile_dpbf16ps(2, 4, 5);
+                _tile_loadd(6, packed_tile(xp, k, b + 3, ch), 64);
+                _tile_dpbf16ps(3, 4, 6);
+            }
+            _tile_stored(0, c, 64);
+            store_block(y, ldy, m, r, b, c);
+            _tile_stored(1, c, 64);
+            store_block(y, ldy, m, r, b + 1, c);
+            _tile_stored(2, c, 64);
+            store_block(y, ldy, m, r, b + 2, c);
+            _tile_stored(3, c, 64);
+            store_block(y, ldy, m, r, b + 3, c);
+        }
+        for (; b < blocks; b++) {
+            _tile_zero(0);
+            for (int ch = 0; ch < chunks; ch++) {
+                _tile_loadd(4, wr + (size_t)ch * CHUNK, stride);
+                _tile_loadd(5, packed_tile(xp, k, b, ch), 64);
+                _tile_dpbf16ps(0, 4, 5);
+            }
+            _tile_stored(0, c, 64);
+            store_block(y, ldy, m, r, b, c);
+        }
+    }
+    _tile_release();
+}
+#endif
