@@ -311,6 +311,16 @@ static void test_linear(void)
                     }
         }
     }
+    /* measured: on AMX, a shape it takes times both bf16 paths on its
+     * first products (3 each), then keeps one; every result is checked */
+    CHECK(cpu_matmul_force(NULL) == 0);
+    if (cpu_amx_granted()) {
+        for (int rep = 0; rep < 7; rep++)
+            linear_case(100, 528, 1088, DTYPE_BF16, rep % 2, 1088, 0, KERN_COMPUTE_BF16);
+        cases += 7;
+        CHECK_MSG(strstr(cpu_matmul_paths(), "weight shapes timed in use: ") != NULL, "%s",
+                  cpu_matmul_paths());
+    }
     printf("linear: %d cases, worst rel err %.3g in f32 mode, %.3g in bf16 mode with bf16 weights "
            "(tolerance 1e-5)\n", cases, worst_linear, worst_linear_bf16);
 }
