@@ -179,8 +179,8 @@ static void layernorm_rows(const void *ctx, size_t r0, size_t r1)
 void cpu_layernorm(float *y, const float *x, int m, int n, const float *gamma, const float *beta,
                    float eps)
 {
-    split_run((size_t)m, (size_t)n, layernorm_rows,
-              &(struct norm_args){.y = y, .x = x, .n = n, .gamma = gamma, .beta = beta, .eps = eps});
+    const struct norm_args a = {.y = y, .x = x, .n = n, .gamma = gamma, .beta = beta, .eps = eps};
+    split_run((size_t)m, (size_t)n, layernorm_rows, &a);
 }
 
 /* Running sums of the squares in cpu_rmsnorm: independent add chains, so

@@ -878,9 +878,11 @@ const char *cpu_matmul_paths(void)
         off += n > 0 && (size_t)n < sizeof(buf) - off ? (size_t)n : 0;
     }
     pthread_mutex_lock(&mm_shapes.lock);
-    if (atomic_load(&mm_choice.forced[MM_BF16]) < 0 && mm_shapes.decided[1] + mm_shapes.decided[2] > 0)
-        snprintf(buf + off, sizeof(buf) - off, "; bf16 weight shapes timed in use: %d onednn-bf16, %d amx",
-                 mm_shapes.decided[1], mm_shapes.decided[2]);
+    const bool live = atomic_load(&mm_choice.forced[MM_BF16]) < 0;
+    if (live && mm_shapes.decided[1] + mm_shapes.decided[2] > 0)
+        snprintf(buf + off, sizeof(buf) - off,
+                 "; bf16 weight shapes timed in use: %d onednn-bf16, %d amx", mm_shapes.decided[1],
+                 mm_shapes.decided[2]);
     pthread_mutex_unlock(&mm_shapes.lock);
     return buf;
 }

@@ -15,8 +15,8 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define ROWS 16        /* input rows per B tile and weight rows per A tile */
-#define CHUNK 32       /* bf16 columns per tile */
+#define ROWS 16  /* input rows per B tile and weight rows per A tile */
+#define CHUNK 32 /* bf16 columns per tile */
 #define PAIRS (CHUNK / 2)
 #define PACK_SPAN 1024 /* columns of an input row rounded at a time */
 
