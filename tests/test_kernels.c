@@ -383,6 +383,9 @@ static void *cache_thread(void *arg)
 
 static void test_matmul_cache(void)
 {
+    /* the primitives' cache: oneDNN's paths by request (measured on a
+     * loaded machine, the f32 class could take OpenBLAS, which makes none) */
+    CHECK(cpu_matmul_force("onednn") == 0 && cpu_matmul_force("onednn-bf16") == 0);
     uint64_t misses0 = cpu_matmul_cache_misses();
     struct cache_job jobs[2] = {{.seed = 1}, {.seed = 2}};
     pthread_t t[2];
@@ -410,6 +413,7 @@ static void test_matmul_cache(void)
     printf("matmul cache: %llu misses over 2 threads x 2 passes x 52 shapes; impl %s, %.1f "
            "GFLOP/s at 64x64x64\n",
            (unsigned long long)misses, c.impl, c.gflops);
+    CHECK(cpu_matmul_force(NULL) == 0);
 }
 
 /* The measured choices name a kernel for every class of weights; an
