@@ -913,8 +913,15 @@ static void test_remove(void)
         struct engine_request_params p = job_params(&q[i], g.id[t], 1);
         CHECK(engine_submit(g.e, &p, &h[i]) == 0);
     }
-    CHECK(engine_remove_model(g.e, g.id[t]) == 0);
-    CHECK(engine_remove_model(g.e, g.id[t]) == ERR_NOT_FOUND);
+    struct engine_model_stats last;
+    CHECK(engine_remove_model(g.e, g.id[t], &last) == 0);
+    CHECK(engine_remove_model(g.e, g.id[t], NULL) == ERR_NOT_FOUND);
+    /* its last statistics: its three requests failed; it never reached its
+     * devices, so the removal took it off none */
+    CHECK_MSG(last.failed == 3 && last.submitted == 3 && last.loads == 0 &&
+                  last.removal_unloads == 0 && strcmp(last.name, names[t]) == 0,
+              "failed %llu, loads %llu, removal unloads %llu", (unsigned long long)last.failed,
+              (unsigned long long)last.loads, (unsigned long long)last.removal_unloads);
     for (int i = 0; i < 3; i++) {
         CHECK(engine_req_wait(h[i]) == ERR_NOT_FOUND && strstr(q[i].error, "was removed") &&
               strstr(q[i].error, names[t]));
@@ -969,8 +976,16 @@ static void test_remove_running(void)
     swap_get_stats(g.mgr, &ss);
     CHECK_MSG(ss.host_used == host_bytes(t), "host %llu in use, model %s has %llu",
               (unsigned long long)ss.host_used, names[t], (unsigned long long)host_bytes(t));
-    CHECK(engine_remove_model(g.e, g.id[t]) == 0);
+    struct engine_model_stats last;
+    CHECK(engine_remove_model(g.e, g.id[t], &last) == 0);
     g.sm[t] = NULL; /* unregistered */
+    /* it was on its devices: the removal is its one departure */
+    CHECK_MSG(last.removal_unloads == 1 && last.loads == 1 && last.evictions == 0 &&
+                  last.unloads == 0 && last.idle_unloads == 0 && last.failed == 1 &&
+                  last.running == 0,
+              "removal unloads %llu, loads %llu, failed %llu",
+              (unsigned long long)last.removal_unloads, (unsigned long long)last.loads,
+              (unsigned long long)last.failed);
     swap_get_stats(g.mgr, &ss);
     CHECK_MSG(ss.host_used == 0, "host %llu in use after removal",
               (unsigned long long)ss.host_used);
@@ -1146,7 +1161,7 @@ static void *admin_main(void *arg)
         int m = k % N_MODELS;
         switch (k % 5) {
         case 0: /* remove (unregisters), then register and add back under a new id */
-            CHECK(engine_remove_model(g->e, g->id[m]) == 0);
+            CHECK(engine_remove_model(g->e, g->id[m], NULL) == 0);
             rig_register(g, m);
             CHECK((g->id[m] = engine_add_model(g->e, g->sm[m])) >= N_MODELS);
             removes++;
