@@ -520,10 +520,15 @@ def test_keep_alive():
 
 def counters_of(samples, model):
     """{(name, labels without model): value} of model's counter series:
-    every _total, and the histograms' _bucket, _count and _sum."""
-    return {(name, tuple(sorted((k, x) for k, x in lab.items() if k != "model"))): v
-            for name, lab, v in samples if lab.get("model") == model and
-            (name.endswith("_total") or name.endswith(("_bucket", "_count", "_sum")))}
+    every _total, and the histograms' _bucket, _count and _sum; each shown
+    once."""
+    out = {}
+    for name, lab, v in samples:
+        if lab.get("model") == model and name.endswith(("_total", "_bucket", "_count", "_sum")):
+            key = (name, tuple(sorted((k, x) for k, x in lab.items() if k != "model")))
+            check(key not in out, "%s's %s is shown twice: %g and %g" % (model, key, out.get(key, 0), v))
+            out[key] = v
+    return out
 
 
 def test_removed_counters():
