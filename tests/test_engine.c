@@ -986,12 +986,11 @@ static void test_remove_running(void)
     CHECK(engine_remove_model(g.e, g.id[t], &last) == 0);
     g.sm[t] = NULL; /* unregistered */
     /* it was on its devices: the removal is its one departure */
-    CHECK_MSG(last.removal_unloads == 1 && last.loads == 1 && last.evictions == 0 &&
-                  last.unloads == 0 && last.idle_unloads == 0 && last.failed == 1 &&
-                  last.running == 0,
-              "removal unloads %llu, loads %llu, failed %llu",
-              (unsigned long long)last.removal_unloads, (unsigned long long)last.loads,
-              (unsigned long long)last.failed);
+    CHECK_MSG(
+        last.removal_unloads == 1 && last.loads == 1 && last.evictions == 0 && last.unloads == 0 &&
+            last.idle_unloads == 0 && last.failed == 1 && last.running == 0,
+        "removal unloads %llu, loads %llu, failed %llu", (unsigned long long)last.removal_unloads,
+        (unsigned long long)last.loads, (unsigned long long)last.failed);
     swap_get_stats(g.mgr, &ss);
     CHECK_MSG(ss.host_used == 0, "host %llu in use after removal",
               (unsigned long long)ss.host_used);
@@ -1146,9 +1145,9 @@ static void test_priority(const char *policy)
     CHECK(engine_req_wait(hl) == 0 && engine_req_wait(hh) == 0);
     CHECK_MSG(jh.t.batch_id > 0 && jh.t.batch_id < jl.t.batch_id && jh.t.t_done <= jl.t.t_start,
               "%s: the priority-5 model's request ran in batch %llu (done at %.6f), the older "
-              "priority-0 one's in batch %llu (started at %.6f)", policy,
-              (unsigned long long)jh.t.batch_id, jh.t.t_done, (unsigned long long)jl.t.batch_id,
-              jl.t.t_start);
+              "priority-0 one's in batch %llu (started at %.6f)",
+              policy, (unsigned long long)jh.t.batch_id, jh.t.t_done,
+              (unsigned long long)jl.t.batch_id, jl.t.t_start);
     engine_req_release(hl);
     engine_req_release(hh);
     engine_drain(g.e);
@@ -1180,8 +1179,8 @@ static void test_max_queue_wait(const char *policy)
     CHECK(engine_req_wait(hl) == 0 && engine_req_wait(hh) == 0);
     CHECK_MSG(jl.t.batch_id > 0 && jl.t.batch_id < jh.t.batch_id && jl.t.t_done <= jh.t.t_start,
               "%s: the request past its max_queue_wait ran in batch %llu, the older priority-5 "
-              "one in batch %llu", policy, (unsigned long long)jl.t.batch_id,
-              (unsigned long long)jh.t.batch_id);
+              "one in batch %llu",
+              policy, (unsigned long long)jl.t.batch_id, (unsigned long long)jh.t.batch_id);
     CHECK(jh.t.t_arrival < jl.t.t_arrival); /* the bound, not age, put it first */
     engine_req_release(hl);
     engine_req_release(hh);
@@ -1195,7 +1194,8 @@ static void by_size(const struct rig *g, int *order)
 {
     uint64_t bytes[N_MODELS];
     for (int m = 0; m < N_MODELS; m++) {
-        uint64_t b0 = swap_model_device_bytes(g->sm[m], 0), b1 = swap_model_device_bytes(g->sm[m], 1);
+        uint64_t b0 = swap_model_device_bytes(g->sm[m], 0),
+                 b1 = swap_model_device_bytes(g->sm[m], 1);
         bytes[m] = b0 > b1 ? b0 : b1;
         order[m] = m;
     }
@@ -1258,10 +1258,10 @@ static void test_min_resident(const char *policy)
     CHECK_MSG(resident(&g, x) && !resident(&g, y) && resident(&g, z) && sx.evictions == 0 &&
                   sy.evictions == 1,
               "%s: after a request for %s, %s (min_resident 1 h, least recently used) is %s "
-              "with %llu evictions, %s is %s with %llu", policy, names[z], names[x],
-              residency_name(swap_residency(g.mgr, g.sm[x])), (unsigned long long)sx.evictions,
-              names[y], residency_name(swap_residency(g.mgr, g.sm[y])),
-              (unsigned long long)sy.evictions);
+              "with %llu evictions, %s is %s with %llu",
+              policy, names[z], names[x], residency_name(swap_residency(g.mgr, g.sm[x])),
+              (unsigned long long)sx.evictions, names[y],
+              residency_name(swap_residency(g.mgr, g.sm[y])), (unsigned long long)sy.evictions);
     /* nothing else makes room: young ones go */
     CHECK(engine_set_min_resident(g.e, g.id[z], 3600) == 0);
     struct job jy;
@@ -1271,8 +1271,10 @@ static void test_min_resident(const char *policy)
     for (double t0 = time_now(); !engine_req_done(h) && time_now() - t0 < 60;)
         usleep(1000);
     if (!engine_req_done(h)) {
-        CHECK_MSG(false, "%s: the request for %s still waits with every resident model within "
-                         "its min_resident", policy, names[y]);
+        CHECK_MSG(false,
+                  "%s: the request for %s still waits with every resident model within "
+                  "its min_resident",
+                  policy, names[y]);
         exit(test_finish());
     }
     CHECK_MSG(engine_req_wait(h) == 0, "%s: %s", policy, jy.error);

@@ -255,7 +255,8 @@ enum MHD_Result srv_metrics(struct srv_req *r)
         free(text);
         return srv_reply_errorf(r, 500, NULL, NULL, "", "Out of memory.");
     }
-    enum MHD_Result reply = srv_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", text);
+    enum MHD_Result reply =
+        srv_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", text);
     free(text);
     return reply;
 }

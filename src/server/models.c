@@ -332,8 +332,7 @@ void srv_model_put(struct srv_model *m)
     free(m);
 }
 
-void srv_model_remove(struct server *s, struct srv_model *m,
-                      const struct engine_model_stats *last)
+void srv_model_remove(struct server *s, struct srv_model *m, const struct engine_model_stats *last)
 {
     struct srv_counts c;
     if (last)
@@ -407,8 +406,7 @@ struct srv_retained *srv_models_snapshot(struct server *s, struct srv_model **ou
     pthread_mutex_lock(&s->lock);
     int n = list_locked(s, out, max);
     *n_out = n < max ? n : max;
-    struct srv_retained *r =
-        s->n_retained ? malloc((size_t)s->n_retained * sizeof(*r)) : NULL;
+    struct srv_retained *r = s->n_retained ? malloc((size_t)s->n_retained * sizeof(*r)) : NULL;
     *n_ret = r ? s->n_retained : 0;
     if (r)
         memcpy(r, s->retained, (size_t)s->n_retained * sizeof(*r));

@@ -296,8 +296,7 @@ void srv_model_put(struct srv_model *m);
 /* Takes m out of the table; last is the engine's final statistics of it
  * (engine_remove_model's), whose counters are retained under m's name, or
  * NULL to retain nothing. */
-void srv_model_remove(struct server *s, struct srv_model *m,
-                      const struct engine_model_stats *last);
+void srv_model_remove(struct server *s, struct srv_model *m, const struct engine_model_stats *last);
 void srv_models_free(struct server *s);
 /* m's counters: its base, the engine's st, its own. */
 void srv_counts_of(const struct srv_model *m, const struct engine_model_stats *st,
