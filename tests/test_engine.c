@@ -19,7 +19,13 @@
  *   step (swap_compact) and serves the model;
  * - submissions are taken at once while the scheduler's load must wait for a
  *   copy back (the engine lock is never held across a wait on the manager);
- * - budgets' high-water marks stay within the budgets.
+ * - budgets' high-water marks stay within the budgets;
+ * - the per-model controls' effects (swapwise and lru): a higher priority is
+ *   loaded and served first, a request past its max_queue_wait goes before
+ *   an older one of higher priority, a model within its min_resident is not
+ *   the victim while another can make the room (and is when none can);
+ * - a removal's last statistics say whether it took the model off its
+ *   devices (an unload for reason "removed").
  * Ordering is made by a gate, never by timing: the largest model, pinned on
  * devices with room for one model, keeps every other model off them, so
  * their requests wait until the test unpins it. */
@@ -913,8 +919,15 @@ static void test_remove(void)
         struct engine_request_params p = job_params(&q[i], g.id[t], 1);
         CHECK(engine_submit(g.e, &p, &h[i]) == 0);
     }
-    CHECK(engine_remove_model(g.e, g.id[t]) == 0);
-    CHECK(engine_remove_model(g.e, g.id[t]) == ERR_NOT_FOUND);
+    struct engine_model_stats last;
+    CHECK(engine_remove_model(g.e, g.id[t], &last) == 0);
+    CHECK(engine_remove_model(g.e, g.id[t], NULL) == ERR_NOT_FOUND);
+    /* its last statistics: its three requests failed; it never reached its
+     * devices, so the removal took it off none */
+    CHECK_MSG(last.failed == 3 && last.submitted == 3 && last.loads == 0 &&
+                  last.removal_unloads == 0 && strcmp(last.name, names[t]) == 0,
+              "failed %llu, loads %llu, removal unloads %llu", (unsigned long long)last.failed,
+              (unsigned long long)last.loads, (unsigned long long)last.removal_unloads);
     for (int i = 0; i < 3; i++) {
         CHECK(engine_req_wait(h[i]) == ERR_NOT_FOUND && strstr(q[i].error, "was removed") &&
               strstr(q[i].error, names[t]));
@@ -969,8 +982,15 @@ static void test_remove_running(void)
     swap_get_stats(g.mgr, &ss);
     CHECK_MSG(ss.host_used == host_bytes(t), "host %llu in use, model %s has %llu",
               (unsigned long long)ss.host_used, names[t], (unsigned long long)host_bytes(t));
-    CHECK(engine_remove_model(g.e, g.id[t]) == 0);
+    struct engine_model_stats last;
+    CHECK(engine_remove_model(g.e, g.id[t], &last) == 0);
     g.sm[t] = NULL; /* unregistered */
+    /* it was on its devices: the removal is its one departure */
+    CHECK_MSG(
+        last.removal_unloads == 1 && last.loads == 1 && last.evictions == 0 && last.unloads == 0 &&
+            last.idle_unloads == 0 && last.failed == 1 && last.running == 0,
+        "removal unloads %llu, loads %llu, failed %llu", (unsigned long long)last.removal_unloads,
+        (unsigned long long)last.loads, (unsigned long long)last.failed);
     swap_get_stats(g.mgr, &ss);
     CHECK_MSG(ss.host_used == 0, "host %llu in use after removal",
               (unsigned long long)ss.host_used);
@@ -1091,6 +1111,185 @@ static void test_keep_alive(const char *policy)
     rig_close(&g);
 }
 
+/* ---- the per-model controls, on a live engine ----
+ * What tests/test_sched.c checks as the policy's decisions on hand-made
+ * views, here as what the engine does: the gate holds every other model's
+ * requests in their queues until the test opens it, so the order in which
+ * they are served is decided by the controls alone, never by timing. */
+
+/* One request of fixture m, submitted; *h is the caller's reference. */
+static void submit_one(struct rig *g, struct job *j, int m, int which, struct engine_req **h)
+{
+    job_init(j, g->e, m, which, 3);
+    struct engine_request_params p = job_params(j, g->id[m], (uint64_t)m + 1);
+    CHECK_MSG(engine_submit(g->e, &p, h) == 0, "%s", err_msg());
+}
+
+/* priority: with room for one model, held off the devices by the gate, a
+ * request for lo (priority 0) and then one for hi (priority 5) wait; once
+ * the gate opens hi is loaded and served first (an earlier batch), although
+ * lo's request is older. */
+static void test_priority(const char *policy)
+{
+    struct rig g;
+    rig_open(&g, policy, 0, 64, 8, 1);
+    atomic_store(&wrong, 0);
+    const int lo = not_big(&g, 0), hi = not_big(&g, 1);
+    CHECK(engine_set_priority(g.e, g.id[hi], 5, 0) == 0);
+    gate_close(&g);
+    struct job jl, jh;
+    struct engine_req *hl, *hh;
+    submit_one(&g, &jl, lo, 0, &hl);
+    submit_one(&g, &jh, hi, 1, &hh);
+    gate_open(&g);
+    CHECK(engine_req_wait(hl) == 0 && engine_req_wait(hh) == 0);
+    CHECK_MSG(jh.t.batch_id > 0 && jh.t.batch_id < jl.t.batch_id && jh.t.t_done <= jl.t.t_start,
+              "%s: the priority-5 model's request ran in batch %llu (done at %.6f), the older "
+              "priority-0 one's in batch %llu (started at %.6f)",
+              policy, (unsigned long long)jh.t.batch_id, jh.t.t_done,
+              (unsigned long long)jl.t.batch_id, jl.t.t_start);
+    engine_req_release(hl);
+    engine_req_release(hh);
+    engine_drain(g.e);
+    CHECK(atomic_load(&wrong) == 0);
+    rig_close(&g);
+}
+
+/* max_queue_wait: a request of a priority-0 model that has waited past its
+ * model's max_queue_wait goes before an older request of a priority-5
+ * model (which has no bound): anti-starvation over both priority and age.
+ * The test waits 10x the bound before opening the gate, so however slow
+ * the machine the bound has passed; only the order is checked. */
+static void test_max_queue_wait(const char *policy)
+{
+    struct rig g;
+    rig_open(&g, policy, 0, 64, 8, 1);
+    atomic_store(&wrong, 0);
+    const int lo = not_big(&g, 0), hi = not_big(&g, 1);
+    const double bound = 0.02;
+    CHECK(engine_set_priority(g.e, g.id[hi], 5, 0) == 0);
+    CHECK(engine_set_priority(g.e, g.id[lo], 0, bound) == 0);
+    gate_close(&g);
+    struct job jl, jh;
+    struct engine_req *hl, *hh;
+    submit_one(&g, &jh, hi, 1, &hh);
+    submit_one(&g, &jl, lo, 0, &hl);
+    usleep((useconds_t)(10 * bound * 1e6));
+    gate_open(&g);
+    CHECK(engine_req_wait(hl) == 0 && engine_req_wait(hh) == 0);
+    CHECK_MSG(jl.t.batch_id > 0 && jl.t.batch_id < jh.t.batch_id && jl.t.t_done <= jh.t.t_start,
+              "%s: the request past its max_queue_wait ran in batch %llu, the older priority-5 "
+              "one in batch %llu",
+              policy, (unsigned long long)jl.t.batch_id, (unsigned long long)jh.t.batch_id);
+    CHECK(jh.t.t_arrival < jl.t.t_arrival); /* the bound, not age, put it first */
+    engine_req_release(hl);
+    engine_req_release(hh);
+    engine_drain(g.e);
+    CHECK(atomic_load(&wrong) == 0);
+    rig_close(&g);
+}
+
+/* The fixtures by their device bytes, largest first. */
+static void by_size(const struct rig *g, int *order)
+{
+    uint64_t bytes[N_MODELS];
+    for (int m = 0; m < N_MODELS; m++) {
+        uint64_t b0 = swap_model_device_bytes(g->sm[m], 0),
+                 b1 = swap_model_device_bytes(g->sm[m], 1);
+        bytes[m] = b0 > b1 ? b0 : b1;
+        order[m] = m;
+    }
+    for (int i = 1; i < N_MODELS; i++)
+        for (int k = i; k > 0 && bytes[order[k]] > bytes[order[k - 1]]; k--) {
+            int t = order[k];
+            order[k] = order[k - 1];
+            order[k - 1] = t;
+        }
+}
+
+static bool resident(struct rig *g, int m)
+{
+    swap_wait_idle(g->mgr, g->sm[m]);
+    return swap_residency(g->mgr, g->sm[m]) == RES_ON_DEVICE;
+}
+
+/* min_resident: x (the largest fixture, loaded first, so least recently
+ * used) and y (the second) are resident and idle, on devices where a
+ * request for z (the third) needs one of them to go: the budget is x, y and
+ * z with z's batch of one, less half of z. x, within its min_resident of an
+ * hour, stays and y goes, where without it x would. Then, with every
+ * resident model within its min_resident (x and z), a request for y still
+ * gets its room: the last pass takes young ones too (the engine's rule: not
+ * evicted for another model while younger "unless nothing else makes
+ * room"), rather than leaving the request waiting. */
+static void test_min_resident(const char *policy)
+{
+    struct rig g;
+    rig_open(&g, policy, 0, 64, 1, 2); /* to measure */
+    int order[N_MODELS];
+    by_size(&g, order);
+    const int x = order[0], y = order[1], z = order[2];
+    const int n = expects[z][0].n_prompt;
+    struct model_exec_shape one =
+        engine_batch_shape(swap_model_info(g.sm[z])->max_pos, 1, n, n + 3, true);
+    uint64_t budget = 0;
+    for (int d = 0; d < 2; d++) {
+        uint64_t wz = swap_model_device_bytes(g.sm[z], d);
+        uint64_t need = swap_model_device_bytes(g.sm[x], d) + swap_model_device_bytes(g.sm[y], d) +
+                        wz + group_batch_bytes(g.sm[z], g.mgr, &one, d) - wz / 2;
+        budget = need > budget ? need : budget;
+    }
+    rig_close(&g);
+    rig_open_budget(&g, policy, 0, 64, 1, 2, budget, 0);
+    atomic_store(&wrong, 0);
+    CHECK(engine_set_min_resident(g.e, g.id[x], 3600) == 0);
+    CHECK_MSG(engine_load_model(g.e, g.id[x]) == 0, "%s", err_msg());
+    CHECK(swap_wait_loaded(g.mgr, g.sm[x]) == 0);
+    CHECK_MSG(engine_load_model(g.e, g.id[y]) == 0, "%s", err_msg());
+    CHECK(swap_wait_loaded(g.mgr, g.sm[y]) == 0);
+    struct job jz;
+    struct engine_req *h;
+    submit_one(&g, &jz, z, 0, &h);
+    CHECK_MSG(engine_req_wait(h) == 0, "%s: %s", policy, jz.error);
+    engine_req_release(h);
+    engine_drain(g.e);
+    struct engine_model_stats sx, sy, sz;
+    CHECK(engine_model_stats(g.e, g.id[x], &sx) == 0 && engine_model_stats(g.e, g.id[y], &sy) == 0);
+    CHECK_MSG(resident(&g, x) && !resident(&g, y) && resident(&g, z) && sx.evictions == 0 &&
+                  sy.evictions == 1,
+              "%s: after a request for %s, %s (min_resident 1 h, least recently used) is %s "
+              "with %llu evictions, %s is %s with %llu",
+              policy, names[z], names[x], residency_name(swap_residency(g.mgr, g.sm[x])),
+              (unsigned long long)sx.evictions, names[y],
+              residency_name(swap_residency(g.mgr, g.sm[y])), (unsigned long long)sy.evictions);
+    /* nothing else makes room: young ones go */
+    CHECK(engine_set_min_resident(g.e, g.id[z], 3600) == 0);
+    struct job jy;
+    submit_one(&g, &jy, y, 1, &h);
+    /* bounded (a request left waiting would hang the test): 60 s, where it
+     * takes milliseconds */
+    for (double t0 = time_now(); !engine_req_done(h) && time_now() - t0 < 60;)
+        usleep(1000);
+    if (!engine_req_done(h)) {
+        CHECK_MSG(false,
+                  "%s: the request for %s still waits with every resident model within "
+                  "its min_resident",
+                  policy, names[y]);
+        exit(test_finish());
+    }
+    CHECK_MSG(engine_req_wait(h) == 0, "%s: %s", policy, jy.error);
+    engine_req_release(h);
+    engine_drain(g.e);
+    CHECK(engine_model_stats(g.e, g.id[x], &sx) == 0 && engine_model_stats(g.e, g.id[z], &sz) == 0);
+    CHECK_MSG(resident(&g, y) && resident(&g, x) + resident(&g, z) <= 1 &&
+                  sx.evictions + sz.evictions >= 1,
+              "%s: with every resident model young, %s is %s, %s %s", policy, names[x],
+              residency_name(swap_residency(g.mgr, g.sm[x])), names[z],
+              residency_name(swap_residency(g.mgr, g.sm[z])));
+    CHECK(atomic_load(&wrong) == 0);
+    rig_close(&g);
+}
+
 /* ---- the live registry under load ---- */
 
 struct live {
@@ -1146,7 +1345,7 @@ static void *admin_main(void *arg)
         int m = k % N_MODELS;
         switch (k % 5) {
         case 0: /* remove (unregisters), then register and add back under a new id */
-            CHECK(engine_remove_model(g->e, g->id[m]) == 0);
+            CHECK(engine_remove_model(g->e, g->id[m], NULL) == 0);
             rig_register(g, m);
             CHECK((g->id[m] = engine_add_model(g->e, g->sm[m])) >= N_MODELS);
             removes++;
@@ -1348,6 +1547,36 @@ TEST(starvation_swapwise)
 TEST(starvation_computron)
 {
     test_starvation("computron");
+}
+
+TEST(priority_swapwise)
+{
+    test_priority("swapwise");
+}
+
+TEST(max_queue_wait_swapwise)
+{
+    test_max_queue_wait("swapwise");
+}
+
+TEST(min_resident_swapwise)
+{
+    test_min_resident("swapwise");
+}
+
+TEST(priority_lru)
+{
+    test_priority("lru");
+}
+
+TEST(max_queue_wait_lru)
+{
+    test_max_queue_wait("lru");
+}
+
+TEST(min_resident_lru)
+{
+    test_min_resident("lru");
 }
 
 static void setup(void)

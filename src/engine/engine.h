@@ -58,6 +58,7 @@
 
 struct engine;
 struct engine_req; /* a request handle (opaque) */
+struct engine_model_stats; /* below */
 
 struct engine_config {
     const char *policy;   /* sched_policy_find() name; NULL = the default */
@@ -109,9 +110,14 @@ int engine_list_models(struct engine *e, int *ids, int max);
  * stops, the model is offloaded from its devices (waiting for a load in
  * progress to end first) and unregistered: its host copy returns to the
  * host budget and its checkpoint is unmapped. Returns once that is done;
- * the swap_model it was added with is invalid then. ERR_NOT_FOUND when id
- * is not served. */
-int engine_remove_model(struct engine *e, int id);
+ * the swap_model it was added with is invalid then. When last is not NULL
+ * it receives the model's statistics as they stand at the end (every
+ * request of it completed), with removal_unloads 1 when the removal took it
+ * off its devices (it was resident or loading), else 0: what a caller that
+ * keeps counting a removed model's departures needs, since
+ * engine_model_stats knows it no more. ERR_NOT_FOUND when id is not served
+ * (*last untouched). */
+int engine_remove_model(struct engine *e, int id, struct engine_model_stats *last);
 /* Sequences one batch of model id takes: 1 ..engine_config.max_batch (its
  * default). Its device memory reserve follows. */
 int engine_set_max_batch(struct engine *e, int id, int max_batch);
@@ -282,6 +288,7 @@ struct engine_model_stats {
     } shards[ENGINE_MAX_SHARDS];
     uint64_t loads, evictions, unloads; /* evictions: by the policy; unloads: by the admin */
     uint64_t idle_unloads;  /* by the policy, idle past its keep-alive */
+    uint64_t removal_unloads; /* by engine_remove_model: 0 while served; its last stats say */
     double keep_alive;      /* engine_set_keep_alive's (NAN: the policy's own) */
     int priority;           /* engine_set_priority's */
     double max_queue_wait;  /* engine_set_priority's (0: no bound) */

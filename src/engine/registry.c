@@ -37,6 +37,8 @@ void model_unuse(struct emodel *m)
         pthread_cond_broadcast(&m->e->admin);
 }
 
+static void stats_fill(struct engine *e, struct emodel *m, struct engine_model_stats *out);
+
 static struct emodel *model_by_name(struct engine *e, const char *name)
 {
     for (int i = 0; i < e->n_ids; i++)
@@ -140,7 +142,7 @@ int engine_list_models(struct engine *e, int *ids, int max)
     return n;
 }
 
-int engine_remove_model(struct engine *e, int id)
+int engine_remove_model(struct engine *e, int id, struct engine_model_stats *last)
 {
     pthread_mutex_lock(&e->lock);
     struct emodel *m = model_get(e, id);
@@ -173,12 +175,19 @@ int engine_remove_model(struct engine *e, int id)
      * memory leaving, not free) */
     struct swap_model *sm = m->sm;
     swap_wait_idle(e->mgr, sm);
+    /* resident or loading when the removal began (a load in progress has
+     * ended by now): the removal is what takes it off its devices */
+    enum residency was = swap_residency(e->mgr, sm);
     swap_offload(e->mgr, sm, false);
     swap_wait_idle(e->mgr, sm);
     /* no thread of ours reads sm from here: its runner is gone (with its
      * batches), no submission or admin call holds it (users), and the
      * scheduler's snapshots and batch_alloc skip an empty slot */
     pthread_mutex_lock(&e->lock);
+    if (last) {
+        stats_fill(e, m, last);
+        last->removal_unloads = was == RES_ON_DEVICE || was == RES_LOADING;
+    }
     e->models[id] = NULL;
     e->n_live--;
     pthread_cond_signal(&e->wake); /* its memory is free */
@@ -336,17 +345,11 @@ static void prom_of(const struct hist *h, struct engine_hist *out)
     out->sum = h->sum;
 }
 
-int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
+/* *out for m, whose swap model is still registered (lock held). */
+static void stats_fill(struct engine *e, struct emodel *m, struct engine_model_stats *out)
 {
     memset(out, 0, sizeof(*out));
-    pthread_mutex_lock(&e->lock);
-    struct emodel *m = model_get(e, id);
-    if (!m) {
-        pthread_mutex_unlock(&e->lock);
-        return err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
-    }
     const struct swap_model *sm = m->sm;
-    load_check(e, m, swap_residency(e->mgr, sm) == RES_LOADING);
     out->id = m->id;
     snprintf(out->name, sizeof(out->name), "%s", swap_model_name(sm));
     out->pinned = m->pinned;
@@ -388,6 +391,19 @@ int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
         for (int b = 0; b < swap_shard_n_blobs(sh); b++)
             out->shards[s].blobs_ready += device_event_done(swap_shard_blob_ready(sh, b));
     }
+}
+
+int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
+{
+    pthread_mutex_lock(&e->lock);
+    struct emodel *m = model_get(e, id);
+    if (!m) {
+        pthread_mutex_unlock(&e->lock);
+        memset(out, 0, sizeof(*out));
+        return err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
+    }
+    load_check(e, m, swap_residency(e->mgr, m->sm) == RES_LOADING);
+    stats_fill(e, m, out);
     pthread_mutex_unlock(&e->lock);
     return 0;
 }

@@ -28,16 +28,19 @@ static void family(FILE *f, const char *name, const char *type, const char *help
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A model's row: its counters, and for a served model (st not NULL) the
+ * engine's statistics, whose gauges only served models show. */
 struct model_row {
-    struct srv_model *m;
-    struct engine_model_stats st;
+    const char *name;
+    struct srv_counts c;
+    const struct engine_model_stats *st;
 };
 
 static void model_sample(FILE *f, const char *name, const struct model_row *row,
                          unsigned long long v)
 {
     fprintf(f, "%s{model=\"", name);
-    put_label(f, row->m->name);
+    put_label(f, row->name);
     fprintf(f, "\"} %llu\n", v);
 }
 
@@ -46,39 +49,48 @@ static void model_hist(FILE *f, const char *name, const struct model_row *row,
 {
     for (int i = 0; i < ENGINE_HIST_LE; i++) {
         fprintf(f, "%s_bucket{model=\"", name);
-        put_label(f, row->m->name);
+        put_label(f, row->name);
         fprintf(f, "\",le=\"%g\"} %llu\n", engine_hist_le[i], (unsigned long long)h->le[i]);
     }
     fprintf(f, "%s_bucket{model=\"", name);
-    put_label(f, row->m->name);
+    put_label(f, row->name);
     fprintf(f, "\",le=\"+Inf\"} %llu\n", (unsigned long long)h->count);
     fprintf(f, "%s_sum{model=\"", name);
-    put_label(f, row->m->name);
+    put_label(f, row->name);
     fprintf(f, "\"} %.9g\n", h->sum);
     fprintf(f, "%s_count{model=\"", name);
-    put_label(f, row->m->name);
+    put_label(f, row->name);
     fprintf(f, "\"} %llu\n", (unsigned long long)h->count);
 }
 
-static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int n)
+/* rows[0 .. n_live) are served models, rows[n_live .. n) removed ones. */
+static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int n_live, int n)
 {
-    family(f, "shardswap_requests_total", "counter",
-           "Completion requests by model and outcome (invalid: refused by the server with a "
-           "4xx before reaching the engine; rejected: the model's queue was full).");
+    char retained_note[200];
+    snprintf(retained_note, sizeof(retained_note),
+             "A removed model's counters (every _total and histogram family) stay, for the "
+             "last %d names removed, and go on from there if the name is added again.",
+             SRV_MAX_RETAINED);
+    char help[512];
+    snprintf(help, sizeof(help),
+             "Completion requests by model and outcome (invalid: refused by the server with a "
+             "4xx before reaching the engine; rejected: the model's queue was full). %s",
+             retained_note);
+    family(f, "shardswap_requests_total", "counter", help);
     for (int i = 0; i < n; i++) {
-        const struct engine_model_stats *st = &rows[i].st;
+        const struct srv_counts *c = &rows[i].c;
         const struct {
             const char *outcome;
             unsigned long long v;
-        } o[] = {{"ok", st->ok},
-                 {"error", st->failed},
-                 {"cancelled", st->cancelled},
-                 {"timeout", st->timed_out},
-                 {"rejected", st->rejected},
-                 {"invalid", atomic_load(&rows[i].m->n_invalid)}};
+        } o[] = {{"ok", c->ok},
+                 {"error", c->failed},
+                 {"cancelled", c->cancelled},
+                 {"timeout", c->timed_out},
+                 {"rejected", c->rejected},
+                 {"invalid", c->invalid}};
         for (size_t k = 0; k < sizeof(o) / sizeof(o[0]); k++) {
             fputs("shardswap_requests_total{model=\"", f);
-            put_label(f, rows[i].m->name);
+            put_label(f, rows[i].name);
             fprintf(f, "\",outcome=\"%s\"} %llu\n", o[k].outcome, o[k].v);
         }
     }
@@ -88,9 +100,9 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
     for (int i = 0; i < n; i++)
         for (int k = 0; k < 2; k++) {
             fputs("shardswap_api_requests_total{model=\"", f);
-            put_label(f, rows[i].m->name);
+            put_label(f, rows[i].name);
             fprintf(f, "\",route=\"%s\"} %llu\n", k ? "chat" : "completions",
-                    (unsigned long long)atomic_load(&rows[i].m->n_route[k]));
+                    (unsigned long long)rows[i].c.route[k]);
         }
     family(f, "shardswap_http_responses_total", "counter", "HTTP responses by status code.");
     pthread_mutex_lock(&s->lock);
@@ -100,51 +112,56 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
     pthread_mutex_unlock(&s->lock);
 
     family(f, "shardswap_queue_depth", "gauge", "Requests waiting in the model's queue.");
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n_live; i++)
         model_sample(f, "shardswap_queue_depth", &rows[i],
-                     (unsigned long long)rows[i].st.queue_len);
+                     (unsigned long long)rows[i].st->queue_len);
     family(f, "shardswap_running", "gauge", "Sequences of the model's batch in flight.");
-    for (int i = 0; i < n; i++)
-        model_sample(f, "shardswap_running", &rows[i], (unsigned long long)rows[i].st.running);
+    for (int i = 0; i < n_live; i++)
+        model_sample(f, "shardswap_running", &rows[i], (unsigned long long)rows[i].st->running);
 
     family(f, "shardswap_ttft_seconds", "histogram",
            "Time from arrival to the first token, of requests that completed.");
     for (int i = 0; i < n; i++)
-        model_hist(f, "shardswap_ttft_seconds", &rows[i], &rows[i].st.ttft_hist);
+        model_hist(f, "shardswap_ttft_seconds", &rows[i], &rows[i].c.ttft);
     family(f, "shardswap_request_duration_seconds", "histogram",
            "Time from arrival to completion, of requests that completed.");
     for (int i = 0; i < n; i++)
-        model_hist(f, "shardswap_request_duration_seconds", &rows[i], &rows[i].st.latency_hist);
+        model_hist(f, "shardswap_request_duration_seconds", &rows[i], &rows[i].c.latency);
     family(f, "shardswap_swap_duration_seconds", "histogram",
            "Time from the request of a load to every shard on its device.");
     for (int i = 0; i < n; i++)
-        model_hist(f, "shardswap_swap_duration_seconds", &rows[i], &rows[i].st.load_hist);
+        model_hist(f, "shardswap_swap_duration_seconds", &rows[i], &rows[i].c.load);
 
     family(f, "shardswap_swaps_total", "counter", "Loads of the model onto its devices.");
     for (int i = 0; i < n; i++)
-        model_sample(f, "shardswap_swaps_total", &rows[i], rows[i].st.loads);
+        model_sample(f, "shardswap_swaps_total", &rows[i], rows[i].c.loads);
     family(f, "shardswap_swapped_bytes_total", "counter",
            "Bytes copied host to device over the model's loads.");
     for (int i = 0; i < n; i++)
-        model_sample(f, "shardswap_swapped_bytes_total", &rows[i], rows[i].st.bytes_loaded);
+        model_sample(f, "shardswap_swapped_bytes_total", &rows[i], rows[i].c.bytes_loaded);
     family(f, "shardswap_evictions_total", "counter",
            "Times the scheduling policy evicted the model to make room.");
     for (int i = 0; i < n; i++)
-        model_sample(f, "shardswap_evictions_total", &rows[i], rows[i].st.evictions);
+        model_sample(f, "shardswap_evictions_total", &rows[i], rows[i].c.evictions);
 
-    family(f, "shardswap_unloads_total", "counter",
-           "Times the model left its devices, by reason (idle: past its keep_alive; evicted: "
-           "for another model's room; requested: POST /admin/models/NAME/unload).");
+    snprintf(help, sizeof(help),
+             "Times the model left its devices, by reason (idle: past its keep_alive; evicted: "
+             "for another model's room; requested: POST /admin/models/NAME/unload; removed: "
+             "DELETE /admin/models/NAME while it was resident or loading). These four are all "
+             "the reasons there are (no policy preempts a model yet). %s",
+             retained_note);
+    family(f, "shardswap_unloads_total", "counter", help);
     for (int i = 0; i < n; i++) {
         const struct {
             const char *reason;
             unsigned long long v;
-        } u[] = {{"idle", rows[i].st.idle_unloads},
-                 {"evicted", rows[i].st.evictions},
-                 {"requested", rows[i].st.unloads}};
+        } u[] = {{"idle", rows[i].c.idle_unloads},
+                 {"evicted", rows[i].c.evictions},
+                 {"requested", rows[i].c.unloads},
+                 {"removed", rows[i].c.removal_unloads}};
         for (size_t k = 0; k < sizeof(u) / sizeof(u[0]); k++) {
             fputs("shardswap_unloads_total{model=\"", f);
-            put_label(f, rows[i].m->name);
+            put_label(f, rows[i].name);
             fprintf(f, "\",reason=\"%s\"} %llu\n", u[k].reason, u[k].v);
         }
     }
@@ -153,12 +170,12 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
                                          RES_OFFLOADING};
     family(f, "shardswap_model_resident", "gauge",
            "1 for the residency the model is in now, 0 for the others.");
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n_live; i++)
         for (size_t k = 0; k < sizeof(res) / sizeof(res[0]); k++) {
             fputs("shardswap_model_resident{model=\"", f);
-            put_label(f, rows[i].m->name);
+            put_label(f, rows[i].name);
             fprintf(f, "\",residency=\"%s\"} %d\n", srv_residency_name(res[k]),
-                    rows[i].st.residency == res[k]);
+                    rows[i].st->residency == res[k]);
         }
 
     struct swap_manager *mgr = s->stack->mgr;
@@ -196,35 +213,50 @@ enum MHD_Result srv_metrics(struct srv_req *r)
 {
     struct server *s = r->s;
     struct srv_model **ms = malloc(SRV_MAX_LIST * sizeof(*ms));
-    int n = ms ? srv_models_list_all(s, ms, SRV_MAX_LIST) : 0;
-    n = n < SRV_MAX_LIST ? n : SRV_MAX_LIST;
-    struct model_row *rows = calloc((size_t)(n ? n : 1), sizeof(*rows));
+    int n = 0, n_ret = 0;
+    struct srv_retained *ret = ms ? srv_models_snapshot(s, ms, SRV_MAX_LIST, &n, &n_ret) : NULL;
+    struct model_row *rows = calloc((size_t)(n + n_ret ? n + n_ret : 1), sizeof(*rows));
+    struct engine_model_stats *st = calloc((size_t)(n ? n : 1), sizeof(*st));
     char *text = NULL;
     size_t len = 0;
-    FILE *f = rows && ms ? open_memstream(&text, &len) : NULL;
+    FILE *f = rows && st && ms ? open_memstream(&text, &len) : NULL;
     if (!f) {
         if (ms)
             srv_models_put_all(ms, n);
         free(ms);
+        free(ret);
         free(rows);
+        free(st);
         return srv_reply_errorf(r, 500, NULL, NULL, "", "Out of memory.");
     }
+    /* a model removed since the snapshot is in neither list: left out of
+     * this scrape, its counters in the next */
     int k = 0;
-    for (int i = 0; i < n; i++) {
-        rows[k].m = ms[i];
-        if (engine_model_stats(s->stack->engine, ms[i]->id, &rows[k].st) == 0)
+    for (int i = 0; i < n; i++)
+        if (engine_model_stats(s->stack->engine, ms[i]->id, &st[k]) == 0) {
+            rows[k].name = ms[i]->name;
+            rows[k].st = &st[k];
+            srv_counts_of(ms[i], &st[k], &rows[k].c);
             k++;
+        }
+    int n_live = k;
+    for (int i = 0; i < n_ret; i++, k++) {
+        rows[k].name = ret[i].name;
+        rows[k].c = ret[i].c;
     }
-    write_metrics(f, s, rows, k);
+    write_metrics(f, s, rows, n_live, k);
     bool bad = fclose(f) != 0 || !text;
     free(rows);
+    free(st);
+    free(ret);
     srv_models_put_all(ms, n);
     free(ms);
     if (bad) {
         free(text);
         return srv_reply_errorf(r, 500, NULL, NULL, "", "Out of memory.");
     }
-    enum MHD_Result ret = srv_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", text);
+    enum MHD_Result reply =
+        srv_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", text);
     free(text);
-    return ret;
+    return reply;
 }

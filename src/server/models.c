@@ -150,6 +150,99 @@ static int charge_take(struct server *s, const char *name, uint64_t bytes)
                    (double)st.host_budget / (1 << 20));
 }
 
+static void hist_add(struct engine_hist *to, const struct engine_hist *h)
+{
+    for (int i = 0; i < ENGINE_HIST_LE; i++)
+        to->le[i] += h->le[i];
+    to->count += h->count;
+    to->sum += h->sum;
+}
+
+static void counts_add(struct srv_counts *to, const struct srv_counts *c)
+{
+    to->ok += c->ok;
+    to->failed += c->failed;
+    to->cancelled += c->cancelled;
+    to->timed_out += c->timed_out;
+    to->rejected += c->rejected;
+    to->invalid += c->invalid;
+    to->route[0] += c->route[0];
+    to->route[1] += c->route[1];
+    to->loads += c->loads;
+    to->bytes_loaded += c->bytes_loaded;
+    to->evictions += c->evictions;
+    to->unloads += c->unloads;
+    to->idle_unloads += c->idle_unloads;
+    to->removal_unloads += c->removal_unloads;
+    hist_add(&to->ttft, &c->ttft);
+    hist_add(&to->latency, &c->latency);
+    hist_add(&to->load, &c->load);
+}
+
+void srv_counts_of(const struct srv_model *m, const struct engine_model_stats *st,
+                   struct srv_counts *out)
+{
+    struct srv_counts c = {
+        .ok = st->ok,
+        .failed = st->failed,
+        .cancelled = st->cancelled,
+        .timed_out = st->timed_out,
+        .rejected = st->rejected,
+        .invalid = atomic_load(&m->n_invalid),
+        .route = {atomic_load(&m->n_route[0]), atomic_load(&m->n_route[1])},
+        .loads = st->loads,
+        .bytes_loaded = st->bytes_loaded,
+        .evictions = st->evictions,
+        .unloads = st->unloads,
+        .idle_unloads = st->idle_unloads,
+        .removal_unloads = st->removal_unloads,
+        .ttft = st->ttft_hist,
+        .latency = st->latency_hist,
+        .load = st->load_hist,
+    };
+    *out = m->base;
+    counts_add(out, &c);
+}
+
+/* m's name's retained counters become its base (server.lock held). */
+static void retained_take(struct server *s, struct srv_model *m)
+{
+    for (int i = 0; i < s->n_retained; i++)
+        if (strcmp(s->retained[i].name, m->name) == 0) {
+            m->base = s->retained[i].c;
+            memmove(&s->retained[i], &s->retained[i + 1],
+                    (size_t)(s->n_retained - i - 1) * sizeof(s->retained[0]));
+            s->n_retained--;
+            return;
+        }
+}
+
+/* Retains c under name, the newest; the oldest name goes when
+ * SRV_MAX_RETAINED are kept (server.lock held). Out of memory, the counters
+ * are dropped (logged): a series restarts, nothing fails. */
+static void retained_put(struct server *s, const char *name, const struct srv_counts *c)
+{
+    if (s->n_retained == SRV_MAX_RETAINED) {
+        memmove(&s->retained[0], &s->retained[1],
+                (size_t)(s->n_retained - 1) * sizeof(s->retained[0]));
+        s->n_retained--;
+    }
+    if (s->n_retained == s->cap_retained) {
+        int cap = s->cap_retained ? 2 * s->cap_retained : 8;
+        cap = cap < SRV_MAX_RETAINED ? cap : SRV_MAX_RETAINED;
+        struct srv_retained *t = realloc(s->retained, (size_t)cap * sizeof(*t));
+        if (!t) {
+            log_warn("model %s: out of memory for its counters: /metrics drops them", name);
+            return;
+        }
+        s->retained = t;
+        s->cap_retained = cap;
+    }
+    struct srv_retained *r = &s->retained[s->n_retained++];
+    snprintf(r->name, sizeof(r->name), "%s", name);
+    r->c = *c;
+}
+
 /* Any non-engine thread; opens the tokenizer and the chat template outside
  * s->lock. What the entry needs of sm is copied now: the entry outlives the
  * swap model (the engine's removal unregisters it). */
@@ -208,6 +301,7 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
     }
     atomic_init(&m->refs, 1); /* the table's */
     pthread_mutex_lock(&s->lock);
+    retained_take(s, m);
     /* the admin lock and srv_model_find keep names unique: nothing to replace */
     m->next = s->models;
     s->models = m;
@@ -238,11 +332,18 @@ void srv_model_put(struct srv_model *m)
     free(m);
 }
 
-void srv_model_remove(struct server *s, struct srv_model *m)
+void srv_model_remove(struct server *s, struct srv_model *m, const struct engine_model_stats *last)
 {
+    struct srv_counts c;
+    if (last)
+        srv_counts_of(m, last, &c);
     pthread_mutex_lock(&s->lock);
     bool listed = !m->removed;
     if (listed) {
+        /* in the same hold as it leaves the table: a scrape sees the name
+         * in one place or the other, never both */
+        if (last)
+            retained_put(s, m->name, &c);
         struct srv_model **p = &s->models;
         while (*p && *p != m)
             p = &(*p)->next;
@@ -266,12 +367,15 @@ void srv_models_free(struct server *s)
         srv_model_put(m); /* the table's; requests are gone by now */
         m = next;
     }
+    free(s->retained);
+    s->retained = NULL;
+    s->n_retained = s->cap_retained = 0;
 }
 
-int srv_models_list_all(struct server *s, struct srv_model **out, int max)
+/* srv_models_list_all's listing (server.lock held). */
+static int list_locked(struct server *s, struct srv_model **out, int max)
 {
     int n = 0;
-    pthread_mutex_lock(&s->lock);
     for (struct srv_model *m = s->models; m; m = m->next) {
         if (n < max) {
             atomic_fetch_add(&m->refs, 1);
@@ -285,8 +389,29 @@ int srv_models_list_all(struct server *s, struct srv_model **out, int max)
         }
         n++;
     }
+    return n;
+}
+
+int srv_models_list_all(struct server *s, struct srv_model **out, int max)
+{
+    pthread_mutex_lock(&s->lock);
+    int n = list_locked(s, out, max);
     pthread_mutex_unlock(&s->lock);
     return n;
+}
+
+struct srv_retained *srv_models_snapshot(struct server *s, struct srv_model **out, int max,
+                                         int *n_out, int *n_ret)
+{
+    pthread_mutex_lock(&s->lock);
+    int n = list_locked(s, out, max);
+    *n_out = n < max ? n : max;
+    struct srv_retained *r = s->n_retained ? malloc((size_t)s->n_retained * sizeof(*r)) : NULL;
+    *n_ret = r ? s->n_retained : 0;
+    if (r)
+        memcpy(r, s->retained, (size_t)s->n_retained * sizeof(*r));
+    pthread_mutex_unlock(&s->lock);
+    return r;
 }
 
 void srv_models_put_all(struct srv_model **ms, int n)

@@ -128,11 +128,14 @@ enum MHD_Result srv_admin_delete(struct srv_req *r)
     pthread_mutex_lock(&s->admin_lock);
     struct srv_model *m = srv_model_find(s, r->arg);
     json_t *o = m ? model_json(s, m) : NULL;
-    int rc = o ? engine_remove_model(s->stack->engine, m->id) : ERR_NOT_FOUND;
+    struct engine_model_stats *last = o ? malloc(sizeof(*last)) : NULL;
+    int rc = o ? engine_remove_model(s->stack->engine, m->id, last) : ERR_NOT_FOUND;
     if (rc == 0) {
         log_info("admin: removed model %s", m->name);
-        srv_model_remove(s, m); /* freed when its last request ends */
+        /* its counters stay in /metrics (without last, out of memory, they go) */
+        srv_model_remove(s, m, last); /* freed when its last request ends */
     }
+    free(last);
     srv_model_put(m);
     pthread_mutex_unlock(&s->admin_lock);
     if (rc < 0) {
@@ -223,7 +226,7 @@ static void remove_unserved(struct server *s, int id)
 {
     char why[1024];
     snprintf(why, sizeof(why), "%s", err_msg());
-    if (engine_remove_model(s->stack->engine, id) < 0)
+    if (engine_remove_model(s->stack->engine, id, NULL) < 0)
         log_warn("admin: a refused model (id %d) could not be removed: %s", id, err_msg());
     err_set(ERR_INVALID, "%s", why);
 }

@@ -44,6 +44,24 @@ struct pollfd;
 
 enum server_state { SERVER_STARTING, SERVER_SERVING, SERVER_STOPPING };
 
+/* A model's counters as /metrics shows them (its _total families and
+ * histograms, which only grow). A removed model's are retained under its
+ * name (server.retained), and a model added again under that name starts
+ * from them, so no counter of a name goes backwards within the process. */
+struct srv_counts {
+    uint64_t ok, failed, cancelled, timed_out, rejected, invalid; /* requests, by outcome */
+    uint64_t route[2];                                            /* completions, chat */
+    uint64_t loads, bytes_loaded;
+    uint64_t evictions, unloads, idle_unloads, removal_unloads; /* departures, by reason */
+    struct engine_hist ttft, latency, load;
+};
+
+/* A removed model's counters, by name (server.retained). */
+struct srv_retained {
+    char name[64];
+    struct srv_counts c;
+};
+
 /* A model the server serves. Reference counted: the table holds one
  * reference while the model is served, and srv_model_find and
  * srv_models_list_all hand out one each (a request keeps its model's until
@@ -79,11 +97,18 @@ struct srv_model {
     atomic_ullong n_invalid; /* completions refused by the server (4xx) */
     atomic_ullong n_route[2]; /* requests naming it: [0] /v1/completions, [1] chat */
     /* completions ended by a stop string: the engine counts them cancelled */
+    /* what a removed model of its name had counted (taken from
+     * server.retained when added; zero for a new name): /metrics shows
+     * these plus the engine's and its own counters since */
+    struct srv_counts base; /* [fixed] after srv_model_add */
     struct srv_model *next;
 };
 
 /* The most models a listing shows (the engine's limit). */
 #define SRV_MAX_LIST SCHED_MAX_MODELS
+/* The most removed models whose counters /metrics keeps showing: as many
+ * as may be served. */
+#define SRV_MAX_RETAINED SCHED_MAX_MODELS
 
 /* The HTTP status counters /metrics shows (shardswap_http_responses_total). */
 #define SRV_HTTP_CODES 16
@@ -99,6 +124,11 @@ struct server {
     pthread_mutex_t admin_lock;
     pthread_mutex_t lock;
     struct srv_model *models; /* newest first */
+    /* removed models' counters (server.lock), oldest first, at most
+     * SRV_MAX_RETAINED names (the oldest is dropped for a new one); a name
+     * leaves it when a model of that name is added again */
+    struct srv_retained *retained;
+    int n_retained, cap_retained;
     /* host memory the entries hold (tokenizers, tables), an estimate kept
      * within the host budget: what bounds registration beside the count */
     atomic_ullong registered_bytes;
@@ -263,8 +293,20 @@ struct srv_model *srv_model_find(struct server *s, const char *name);
 void srv_model_put(struct srv_model *m);
 /* Takes m out of the table (it is no longer found or listed) and drops the
  * table's reference. */
-void srv_model_remove(struct server *s, struct srv_model *m);
+/* Takes m out of the table; last is the engine's final statistics of it
+ * (engine_remove_model's), whose counters are retained under m's name, or
+ * NULL to retain nothing. */
+void srv_model_remove(struct server *s, struct srv_model *m, const struct engine_model_stats *last);
 void srv_models_free(struct server *s);
+/* m's counters: its base, the engine's st, its own. */
+void srv_counts_of(const struct srv_model *m, const struct engine_model_stats *st,
+                   struct srv_counts *out);
+/* In one look under server.lock: the served models as srv_models_list_all
+ * gives them (*n_out of them, at most max, with references), and the
+ * retained counters (a copy the caller frees, *n_ret of them; NULL when
+ * none or out of memory), so no name is in both. */
+struct srv_retained *srv_models_snapshot(struct server *s, struct srv_model **out, int max,
+                                         int *n_out, int *n_ret);
 /* The served models, by engine id ascending: up to max into out, each with
  * a reference (srv_models_put_all gives them back); returns how many there
  * are. */

@@ -518,6 +518,73 @@ def test_keep_alive():
     check(code in (200, 204), "delete m5: %d %s" % (code, body))
 
 
+def counters_of(samples, model):
+    """{(name, labels without model): value} of model's counter series:
+    every _total, and the histograms' _bucket, _count and _sum; each shown
+    once."""
+    out = {}
+    for name, lab, v in samples:
+        if lab.get("model") == model and name.endswith(("_total", "_bucket", "_count", "_sum")):
+            key = (name, tuple(sorted((k, x) for k, x in lab.items() if k != "model")))
+            check(key not in out, "%s's %s is shown twice: %g and %g" % (model, key, out.get(key, 0), v))
+            out[key] = v
+    return out
+
+
+def test_removed_counters():
+    """A model deleted while resident left its devices for reason "removed"
+    (shardswap_unloads_total); its counter series stay in /metrics after the
+    delete, its gauges go; added again under the same name, every counter
+    goes on from where it was (never lower), and a second delete while
+    resident counts a second removal."""
+    code, j, body = curl("POST", "/admin/models", {"name": "m7", "path": A.root_model,
+                                                   "keep_alive": -1})
+    check(code == 200, "add m7: %d %s" % (code, body))
+    c = client().completions.create(model="m7", prompt="Gone soon", max_tokens=3, temperature=0)
+    check(len(c.choices[0].text) > 0, "m7 answered nothing")
+    r = wait_residency("m7", ("on_device",))
+    check(r == "on_device", "m7 after its request: %s (expected on_device: keep_alive -1)" % r)
+    served = counters_of(metrics(), "m7")
+    check(served.get(("shardswap_unloads_total", (("reason", "removed"),))) == 0,
+          "m7 served: unloads_total{reason=removed} %s" %
+          served.get(("shardswap_unloads_total", (("reason", "removed"),))))
+    code, j, body = curl("DELETE", "/admin/models/m7")
+    check(code in (200, 204), "delete m7: %d %s" % (code, body))
+    samples = metrics()
+    gone = counters_of(samples, "m7")
+    check(harness.metric_sum(samples, r"^shardswap_unloads_total$", model="m7", reason="removed")
+          == 1, "m7 deleted while resident: unloads_total{reason=removed} %g, want 1" %
+          harness.metric_sum(samples, r"^shardswap_unloads_total$", model="m7", reason="removed"))
+    check(harness.metric_sum(samples, r"^shardswap_requests_total$", model="m7", outcome="ok")
+          >= 1 and harness.metric_sum(samples, r"^shardswap_swaps_total$", model="m7") >= 1,
+          "m7's requests and swaps after its delete: %s" % gone)
+    check(set(served) == set(gone), "m7's counter series that its delete changed: %s" %
+          sorted(set(served) ^ set(gone)))
+    for k, v in served.items():
+        check(gone[k] >= v, "m7's %s went back at its delete: %g -> %g" % (k, v, gone[k]))
+    gauges = [(n, lab) for n, lab, v in samples if lab.get("model") == "m7" and
+              n in ("shardswap_queue_depth", "shardswap_running", "shardswap_model_resident")]
+    check(not gauges, "a deleted model's gauges are still shown: %s" % gauges)
+    # added again: the same series, never lower, then moving on from there
+    code, j, body = curl("POST", "/admin/models", {"name": "m7", "path": A.root_model,
+                                                   "keep_alive": -1})
+    check(code == 200, "add m7 again: %d %s" % (code, body))
+    again = counters_of(metrics(), "m7")
+    for k, v in gone.items():
+        check(again.get(k, -1) >= v, "m7's %s added again: %s, was %g" % (k, again.get(k), v))
+    client().completions.create(model="m7", prompt="Back again", max_tokens=3, temperature=0)
+    check(wait_residency("m7", ("on_device",)) == "on_device", "m7 added again: not resident")
+    code, j, body = curl("DELETE", "/admin/models/m7")
+    check(code in (200, 204), "delete m7 again: %d %s" % (code, body))
+    samples = metrics()
+    n_rm = harness.metric_sum(samples, r"^shardswap_unloads_total$", model="m7", reason="removed")
+    n_ok = harness.metric_sum(samples, r"^shardswap_requests_total$", model="m7", outcome="ok")
+    check(n_rm == 2 and n_ok == gone[("shardswap_requests_total", (("outcome", "ok"),))] + 1,
+          "m7 deleted twice while resident: %g removals, %g ok requests" % (n_rm, n_ok))
+    check(len([1 for n, lab, v in samples if n == "shardswap_unloads_total" and
+               lab == {"model": "m7", "reason": "removed"}]) == 1, "m7's removals shown twice")
+
+
 def test_metrics_promtool():
     promtool = shutil.which("promtool")
     check(promtool is not None, "promtool not found: install Debian's prometheus package "
@@ -707,7 +774,8 @@ def main():
              test_stream_equals_nonstream, test_stream_wire_format, test_fixtures_equal_transformers,
              test_fixtures_batched, test_context_boundary, test_stop_strings_random,
              test_alternating_models_swap, test_stop_strings, test_echo, test_seed_reproducible,
-             test_admin_routes, test_tp_pp_models, test_keep_alive, test_metrics_promtool, test_metrics_residency_agrees, test_metrics_histograms_consistent,
+             test_admin_routes, test_tp_pp_models, test_keep_alive, test_removed_counters,
+             test_metrics_promtool, test_metrics_residency_agrees, test_metrics_histograms_consistent,
              test_metrics_counters_move, test_pinned_device_full_answers,
              test_tight_memory_concurrent_requests, test_request_timeout]
     return harness.run_and_stop(tests, S, A)
