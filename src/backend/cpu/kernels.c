@@ -102,8 +102,10 @@ struct add_args {
 static void add_range(const void *ctx, size_t i0, size_t i1)
 {
     const struct add_args *a = ctx;
+    float *restrict y = a->y;
+    const float *restrict x = a->x;
     for (size_t i = i0; i < i1; i++)
-        a->y[i] += a->x[i];
+        y[i] += x[i];
 }
 
 struct bias_args {
@@ -296,20 +298,35 @@ struct act_args {
     enum kern_act act;
 };
 
+/* One loop per activation (and per gated or not), so each vectorises. */
+#define ACT_LOOP(f)                                                                                \
+    do {                                                                                           \
+        if (up)                                                                                    \
+            for (size_t i = i0; i < i1; i++)                                                       \
+                y[i] = f(x[i]) * up[i];                                                            \
+        else                                                                                       \
+            for (size_t i = i0; i < i1; i++)                                                       \
+                y[i] = f(x[i]);                                                                    \
+    } while (0)
+
 static void act_range(const void *ctx, size_t i0, size_t i1)
 {
     const struct act_args *a = ctx;
     float *y = a->y;
     const float *x = a->x, *up = a->up;
-    if (a->act == KERN_ACT_SILU) {
+    switch (a->act) {
+    case KERN_ACT_RELU:
+        ACT_LOOP(act_relu);
+        return;
+    case KERN_ACT_GELU:
+        ACT_LOOP(act_gelu);
+        return;
+    case KERN_ACT_GELU_TANH:
+        ACT_LOOP(act_gelu_tanh);
+        return;
+    case KERN_ACT_SILU:
         vec_silu(y + i0, x + i0, up ? up + i0 : NULL, i1 - i0);
         return;
-    }
-    for (size_t i = i0; i < i1; i++) {
-        float v = a->act == KERN_ACT_RELU   ? act_relu(x[i])
-                  : a->act == KERN_ACT_GELU ? act_gelu(x[i])
-                                            : act_gelu_tanh(x[i]);
-        y[i] = up ? v * up[i] : v;
     }
 }
 
