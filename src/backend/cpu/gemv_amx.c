@@ -21,6 +21,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "backend/cpu/amx_tiles.h"
+
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
@@ -29,26 +31,12 @@ bool gemv_amx_enable(void)
     return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 
-struct tile_config {
-    uint8_t palette;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
-
 /* tiles: 0, 1 accumulators (16 x m f32); 2, 3 weights (16 x 32 bf16);
  * 4, 5 x (16 pairs x m) */
 static void tiles_configure(int m)
 {
-    struct tile_config c;
-    memset(&c, 0, sizeof(c));
-    c.palette = 1;
-    for (int t = 0; t < 6; t++) {
-        c.rows[t] = 16;
-        c.colsb[t] = (uint16_t)(t == 2 || t == 3 ? 64 : m * 4);
-    }
-    _tile_loadconfig(&c);
+    const uint16_t w = (uint16_t)(m * 4);
+    amx_tiles_configure((const uint16_t[]){w, w, 64, 64, w, w}, 6);
 }
 
 void gemv_rows_amx(const struct gemv_args *a, int r0, int r1)

@@ -15,6 +15,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "backend/cpu/amx_tiles.h"
+
 #define ROWS 16  /* input rows per B tile and weight rows per A tile */
 #define CHUNK 32 /* bf16 columns per tile */
 #define PAIRS (CHUNK / 2)
@@ -58,24 +60,10 @@ void matmul_amx_pack(uint16_t *xv, const float *x, int m, int k, int b0, int b1)
         }
 }
 
-struct tile_config {
-    uint8_t palette;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
-
+/* every tile 64 bytes wide: 16 f32, 32 bf16 or 16 pairs */
 static void tiles_configure(void)
 {
-    struct tile_config c;
-    memset(&c, 0, sizeof(c));
-    c.palette = 1;
-    for (int t = 0; t < 7; t++) {
-        c.rows[t] = ROWS;
-        c.colsb[t] = 64; /* 16 f32, 32 bf16 or 16 pairs */
-    }
-    _tile_loadconfig(&c);
+    amx_tiles_configure((const uint16_t[]){64, 64, 64, 64, 64, 64, 64}, 7);
 }
 
 /* The 16 x 16 floats of r transposed in registers: r[j] becomes column j. */
