@@ -546,6 +546,10 @@ static int mm_path_find(const char *name, int *cls, int *path)
             if (mm_path_names[c][p] && strcmp(mm_path_names[c][p], name) == 0) {
                 *cls = c;
                 *path = p;
+                if (p == 2 && !cpu_amx_granted())
+                    return err_set(ERR_UNSUPPORTED,
+                                   "matmul path amx needs AMX-TILE and AMX-BF16 and the tile "
+                                   "data granted by Linux, which this process does not have");
                 return 0;
             }
     return err_set(ERR_INVALID,
@@ -624,7 +628,7 @@ static int mm_run(int c, int p, float *y, const float *x, int m, const struct we
                   bool f32_blas)
 {
     const int k = w->cols;
-    if (p == 2 && matmul_amx_fits(w))
+    if (p == 2 && cpu_amx_granted() && matmul_amx_fits(w))
         return matmul_amx(y, x, m, w);
     if (c == MM_F32)
         return matmul_pool(y, x, m, w,
