@@ -316,12 +316,12 @@ static void test_linear(void)
         }
     }
     /* measured: on AMX, a shape it takes times both bf16 paths on its
-     * first products (3 each), then keeps one; every result is checked */
+     * first products (5 each), then keeps one; every result is checked */
     CHECK(cpu_matmul_force(NULL) == 0);
     if (cpu_amx_granted()) {
-        for (int rep = 0; rep < 7; rep++)
+        for (int rep = 0; rep < 11; rep++)
             linear_case(100, 528, 1088, DTYPE_BF16, rep % 2, 1088, 0, KERN_COMPUTE_BF16);
-        cases += 7;
+        cases += 11;
         CHECK_MSG(strstr(cpu_matmul_paths(), "weight shapes timed in use: ") != NULL, "%s",
                   cpu_matmul_paths());
     }

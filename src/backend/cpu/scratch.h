@@ -14,6 +14,7 @@ enum cpu_scratch_slot {
     CPU_SCRATCH_MM_XB,    /* matmul: x in bf16 */
     CPU_SCRATCH_MM_Y,     /* matmul: a task's output block */
     CPU_SCRATCH_MM_PAD,   /* matmul: the primitive's scratchpad */
+    CPU_SCRATCH_MM_ACC,   /* matmul on AMX: a task's partial sums */
     CPU_SCRATCH_ATTN,     /* attention: a task's scores */
     CPU_SCRATCH_SLOTS
 };
