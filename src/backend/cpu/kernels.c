@@ -102,10 +102,8 @@ struct add_args {
 static void add_range(const void *ctx, size_t i0, size_t i1)
 {
     const struct add_args *a = ctx;
-    float *restrict y = a->y;
-    const float *restrict x = a->x;
     for (size_t i = i0; i < i1; i++)
-        y[i] += x[i];
+        a->y[i] += a->x[i];
 }
 
 struct bias_args {

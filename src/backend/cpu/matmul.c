@@ -36,6 +36,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_version.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -850,46 +851,48 @@ static int mm_bf16(float *y, const float *x, int m, const struct weight_view *w)
     return rc;
 }
 
+/* printf into buf (cap bytes, *off of them used), cut at its end. */
+static void __attribute__((format(printf, 4, 5)))
+put(char *buf, size_t cap, size_t *off, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + *off, cap - *off, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        *off += (size_t)n < cap - *off ? (size_t)n : cap - *off - 1;
+}
+
 const char *cpu_matmul_paths(void)
 {
     static _Thread_local char buf[400];
     size_t off = 0;
     double ms = 0;
     bool measured = false;
+    buf[0] = '\0';
     for (int c = 0; c < MM_CLASSES; c++) {
-        int p = mm_path(c);
-        int n = snprintf(buf + off, sizeof(buf) - off, "%s%s: %s", c ? "; " : "",
-                         mm_class_names[c], mm_path_names[c][p]);
-        off += n > 0 && (size_t)n < sizeof(buf) - off ? (size_t)n : 0;
+        put(buf, sizeof(buf), &off, "%s%s: %s", c ? "; " : "", mm_class_names[c],
+            mm_path_names[c][mm_path(c)]);
         if (atomic_load(&mm_choice.forced[c]) >= 0) {
-            n = snprintf(buf + off, sizeof(buf) - off, " (by request)");
-        } else {
-            measured = true;
-            ms += mm_choice.ms[c];
-            n = 0;
-            for (int q = 0; q < MM_PATHS; q++) {
-                if (!mm_path_names[c][q])
-                    continue;
-                off += n > 0 && (size_t)n < sizeof(buf) - off ? (size_t)n : 0;
-                n = snprintf(buf + off, sizeof(buf) - off, "%s%s %.0f", q ? ", " : " (",
-                             mm_path_names[c][q], mm_choice.gflops[c][q]);
-            }
-            off += n > 0 && (size_t)n < sizeof(buf) - off ? (size_t)n : 0;
-            n = snprintf(buf + off, sizeof(buf) - off, " GFLOP/s)");
+            put(buf, sizeof(buf), &off, " (by request)");
+            continue;
         }
-        off += n > 0 && (size_t)n < sizeof(buf) - off ? (size_t)n : 0;
+        measured = true;
+        ms += mm_choice.ms[c];
+        for (int q = 0; q < MM_PATHS; q++)
+            if (mm_path_names[c][q])
+                put(buf, sizeof(buf), &off, "%s%s %.0f", q ? ", " : " (", mm_path_names[c][q],
+                    mm_choice.gflops[c][q]);
+        put(buf, sizeof(buf), &off, " GFLOP/s)");
     }
-    if (measured) {
-        int n = snprintf(buf + off, sizeof(buf) - off, ", 1 thread, %dx%dx%d, measured in %.0f ms",
-                         MM_CAL_M, MM_CAL_N, MM_CAL_K, ms);
-        off += n > 0 && (size_t)n < sizeof(buf) - off ? (size_t)n : 0;
-    }
+    if (measured)
+        put(buf, sizeof(buf), &off, ", 1 thread, %dx%dx%d, measured in %.0f ms", MM_CAL_M,
+            MM_CAL_N, MM_CAL_K, ms);
     pthread_mutex_lock(&mm_shapes.lock);
     const bool live = atomic_load(&mm_choice.forced[MM_BF16]) < 0;
     if (live && mm_shapes.decided[1] + mm_shapes.decided[2] > 0)
-        snprintf(buf + off, sizeof(buf) - off,
-                 "; bf16 weight shapes timed in use: %d onednn-bf16, %d amx", mm_shapes.decided[1],
-                 mm_shapes.decided[2]);
+        put(buf, sizeof(buf), &off, "; bf16 weight shapes timed in use: %d onednn-bf16, %d amx",
+            mm_shapes.decided[1], mm_shapes.decided[2]);
     pthread_mutex_unlock(&mm_shapes.lock);
     return buf;
 }

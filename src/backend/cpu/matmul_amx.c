@@ -36,10 +36,11 @@ size_t matmul_amx_packed_bytes(int m, int k)
     return blocks * (size_t)k * ROWS * sizeof(uint16_t);
 }
 
-/* Block b, chunk c of the packed x: 16 pairs x 16 rows of 32-bit pairs. */
-static uint32_t *packed_tile(uint16_t *xv, int k, int b, int c)
+/* Where block b, chunk c of the packed x starts, in 32-bit pairs: 16
+ * pairs x 16 rows. */
+static size_t packed_tile(int k, int b, int c)
 {
-    return (uint32_t *)xv + ((size_t)b * (k / CHUNK) + c) * PAIRS * ROWS;
+    return ((size_t)b * (k / CHUNK) + c) * PAIRS * ROWS;
 }
 
 void matmul_amx_pack(uint16_t *xv, const float *x, int m, int k, int b0, int b1)
@@ -55,7 +56,7 @@ void matmul_amx_pack(uint16_t *xv, const float *x, int m, int k, int b0, int b1)
                 else
                     memset(span, 0, (size_t)len * sizeof(uint16_t));
                 for (int c = 0; c < len / CHUNK; c++) {
-                    uint32_t *t = packed_tile(xv, k, b, c0 / CHUNK + c);
+                    uint32_t *t = (uint32_t *)xv + packed_tile(k, b, c0 / CHUNK + c);
                     for (int p = 0; p < PAIRS; p++)
                         t[p * ROWS + j] = span[c * PAIRS + p];
                 }
@@ -145,7 +146,7 @@ void matmul_amx_rows(float *y, size_t ldy, const uint16_t *xv, int m, const stru
 {
     const int k = w->cols, chunks = k / CHUNK, blocks = (m + ROWS - 1) / ROWS;
     const size_t stride = w->ld * sizeof(uint16_t);
-    uint16_t *xp = (uint16_t *)xv;
+    const uint32_t *xp = (const uint32_t *)xv;
     float c[ROWS][ROWS];
     /* columns in blocks whose packed x fits a quarter of the L2, so it
      * stays there over every weight row (x's whole rows, re-read per 16
@@ -176,13 +177,13 @@ void matmul_amx_rows(float *y, size_t ldy, const uint16_t *xv, int m, const stru
                 LOAD_OR_ZERO(3, first, a ? a[b + 3] : NULL);
                 for (int ch = c0; ch < c1; ch++) {
                     _tile_loadd(4, wr + (size_t)ch * CHUNK, stride);
-                    _tile_loadd(5, packed_tile(xp, k, b, ch), 64);
+                    _tile_loadd(5, xp + packed_tile(k, b, ch), 64);
                     _tile_dpbf16ps(0, 4, 5);
-                    _tile_loadd(6, packed_tile(xp, k, b + 1, ch), 64);
+                    _tile_loadd(6, xp + packed_tile(k, b + 1, ch), 64);
                     _tile_dpbf16ps(1, 4, 6);
-                    _tile_loadd(5, packed_tile(xp, k, b + 2, ch), 64);
+                    _tile_loadd(5, xp + packed_tile(k, b + 2, ch), 64);
                     _tile_dpbf16ps(2, 4, 5);
-                    _tile_loadd(6, packed_tile(xp, k, b + 3, ch), 64);
+                    _tile_loadd(6, xp + packed_tile(k, b + 3, ch), 64);
                     _tile_dpbf16ps(3, 4, 6);
                 }
                 if (!last) {
@@ -205,7 +206,7 @@ void matmul_amx_rows(float *y, size_t ldy, const uint16_t *xv, int m, const stru
                 LOAD_OR_ZERO(0, first, a ? a[b] : NULL);
                 for (int ch = c0; ch < c1; ch++) {
                     _tile_loadd(4, wr + (size_t)ch * CHUNK, stride);
-                    _tile_loadd(5, packed_tile(xp, k, b, ch), 64);
+                    _tile_loadd(5, xp + packed_tile(k, b, ch), 64);
                     _tile_dpbf16ps(0, 4, 5);
                 }
                 if (!last) {
