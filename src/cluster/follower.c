@@ -3,6 +3,7 @@
 #include "cluster/follower.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,7 @@ struct follower {
     bool q_open[MAX_DEVICES];
     struct fmodel models[MAX_MODELS];
     struct fbatch batches[MAX_BATCHES];
+    atomic_bool stop; /* follower_stop: process 0 is gone */
 };
 
 /* ---- answers ---- */
@@ -513,7 +515,9 @@ int follower_serve(struct follower *f)
     for (;;) {
         void *p = NULL;
         size_t n = 0;
-        int rc = mpi_world_recv(f->w, 0, f->ctl_tag, &p, &n);
+        int rc = mpi_world_recv_unless(f->w, 0, f->ctl_tag, &f->stop, &p, &n);
+        if (rc == ERR_CANCELLED)
+            return err_set(ERR_IO, "process %d: process 0 stopped answering; leaving", f->me);
         if (rc < 0)
             return rc;
         struct proto_msg c;
@@ -554,6 +558,7 @@ int follower_create(struct mpi_world *w, struct device *const *devices, const in
     if (!f)
         return err_set(ERR_NOMEM, "out of memory");
     f->w = w;
+    atomic_init(&f->stop, false);
     f->me = mpi_world_proc(w);
     f->ctl_tag = ctl_tag;
     f->n_devices = n_devices;
@@ -575,6 +580,11 @@ int follower_create(struct mpi_world *w, struct device *const *devices, const in
     }
     *out = f;
     return 0;
+}
+
+void follower_stop(struct follower *f)
+{
+    atomic_store(&f->stop, true);
 }
 
 void follower_destroy(struct follower *f)

@@ -30,9 +30,13 @@ struct follower;
 int follower_create(struct mpi_world *w, struct device *const *devices, const int *proc_of,
                     int n_devices, int ctl_tag, struct follower **out);
 /* Receives and carries out commands from process 0 until SHUTDOWN (0) or
- * until the channel to process 0 fails (its error). A command that fails
+ * until the channel to process 0 fails or follower_stop (its error). A command that fails
  * is answered with its error and message; the follower goes on. */
 int follower_serve(struct follower *f);
+/* Makes follower_serve return ERR_IO between commands (a command being
+ * carried out ends first): for the heartbeats' lost callback when process 0
+ * is gone. Any thread; it only sets a flag. */
+void follower_stop(struct follower *f);
 /* Frees every model and batch still open. NULL-safe. */
 void follower_destroy(struct follower *f);
 

@@ -109,8 +109,9 @@ static void on_found(void *arg, int proc)
 
 /* ---- receiving ---- */
 
-/* Hands m to the call waiting for it; a stale answer (to a call failed
- * already) is dropped. */
+/* Hands m to the call waiting for it. An answer nobody waits for (to a call
+ * failed already, or to a leader_post) is dropped, its error written to
+ * stderr: nobody else can tell it. */
 static void deliver(struct leader *l, int proc, struct proto_msg *m)
 {
     pthread_mutex_lock(&l->lock);
@@ -125,6 +126,9 @@ static void deliver(struct leader *l, int proc, struct proto_msg *m)
         pthread_cond_broadcast(&l->cond);
     }
     pthread_mutex_unlock(&l->lock);
+    if (!c && m->status < 0)
+        fprintf(stderr, "shardswap: process %d: %s\n", proc,
+                m->message && m->message[0] ? m->message : err_name(m->status));
     proto_msg_free(m);
 }
 
@@ -162,12 +166,13 @@ static void *receiver_main(void *arg)
 
 /* ---- calling ---- */
 
-/* Sends cmd, with the next seq, to procs[0..n) and waits for every part;
- * parts[i] is procs[i]'s (answer owned by the caller: part_free). A failed
- * follower is skipped (its part fails with the reason), except for a
- * shutdown, which is sent anyway and waited for only from a follower that
- * can still answer (not lost now, its receiver running). */
-static void call_procs(struct leader *l, const int *procs, int n, const struct proto_msg *cmd,
+/* Sends cmd, with the next seq, to procs[0..n); parts[i] (NULL: nobody
+ * waits, leader_post) is procs[i]'s, waited for by wait_procs (answer owned
+ * by the caller: part_free). A failed follower is skipped (its part fails
+ * with the reason), except for a shutdown, which is sent anyway and waited
+ * for only from a follower that can still answer (not lost now, its
+ * receiver running). */
+static void send_procs(struct leader *l, const int *procs, int n, const struct proto_msg *cmd,
                        struct pending *parts, bool shutdown)
 {
     struct proto_msg m = *cmd;
@@ -177,9 +182,13 @@ static void call_procs(struct leader *l, const int *procs, int n, const struct p
     m.seq = ++l->seq;
     int rc = proto_encode(&m, &b);
     for (int i = 0; i < n; i++) {
-        struct pending *c = &parts[i];
+        struct pending post, *c = parts ? &parts[i] : &post;
         struct peer *p = &l->peers[procs[i]];
         *c = (struct pending){.proc = procs[i], .seq = m.seq};
+        if (rc < 0 && !parts) {
+            fprintf(stderr, "shardswap: leader: %s\n", err_msg());
+            continue;
+        }
         if (rc < 0) {
             c->done = true;
             c->status = rc;
@@ -190,7 +199,9 @@ static void call_procs(struct leader *l, const int *procs, int n, const struct p
         pthread_mutex_lock(&l->lock);
         bool send = !p->failed || shutdown;
         bool wait = !p->failed || (shutdown && !lost_now && !atomic_load(&p->ended));
-        if (!wait) {
+        if (!parts) {
+            /* posted: nobody waits */
+        } else if (!wait) {
             c->done = true;
             c->status = ERR_IO;
             snprintf(c->why, sizeof c->why, "%s", p->reason);
@@ -213,8 +224,11 @@ static void call_procs(struct leader *l, const int *procs, int n, const struct p
     pthread_mutex_unlock(&l->send_lock);
     if (!given_up) /* else leaked: MPI may still read it (comm/mpi.h) */
         strbuf_free(&b);
+}
 
-    /* every part done, then out of the list */
+/* Waits for every part send_procs registered, then takes them out of the list. */
+static void wait_procs(struct leader *l, struct pending *parts, int n)
+{
     pthread_mutex_lock(&l->lock);
     for (int i = 0; i < n; i++)
         while (!parts[i].done)
@@ -292,33 +306,48 @@ int leader_call(struct leader *l, int proc, const struct proto_msg *cmd)
         return err_set(ERR_INVALID, "leader: process %d is not a follower (1..%d)", proc,
                        l->procs - 1);
     struct pending part;
-    call_procs(l, &proc, 1, cmd, &part, false);
+    send_procs(l, &proc, 1, cmd, &part, false);
+    wait_procs(l, &part, 1);
     rc = part_status(&part, PROTO_REPLY);
     parts_free(&part, 1);
     return rc;
 }
 
-/* cmd to every follower; parts: (procs - 1), the caller's to free. */
-static int call_every(struct leader *l, const struct proto_msg *cmd, struct pending **parts,
+/* Sends cmd to every follower. parts: NULL for a post (nobody waits), else
+ * *parts gets (procs - 1) registered parts (NULL with no follower), the
+ * caller's to wait_procs and free. */
+static int send_every(struct leader *l, const struct proto_msg *cmd, struct pending **parts,
                       bool shutdown)
 {
     int n = l->procs - 1;
-    *parts = NULL;
+    if (parts)
+        *parts = NULL;
     if (n == 0)
         return 0;
-    int *procs = malloc(sizeof(int) * (size_t)n);
-    *parts = calloc((size_t)n, sizeof **parts);
-    if (!procs || !*parts) {
+    int *procs = calloc((size_t)n, sizeof(int));
+    struct pending *p = parts ? calloc((size_t)n, sizeof *p) : NULL;
+    if (!procs || (parts && !p)) {
         free(procs);
-        free(*parts);
-        *parts = NULL;
+        free(p);
         return err_set(ERR_NOMEM, "leader: out of memory");
     }
     for (int i = 0; i < n; i++)
         procs[i] = i + 1;
-    call_procs(l, procs, n, cmd, *parts, shutdown);
+    send_procs(l, procs, n, cmd, p, shutdown);
     free(procs);
+    if (parts)
+        *parts = p;
     return 0;
+}
+
+/* send_every, then every part awaited. */
+static int call_every(struct leader *l, const struct proto_msg *cmd, struct pending **parts,
+                      bool shutdown)
+{
+    int rc = send_every(l, cmd, parts, shutdown);
+    if (rc == 0 && *parts)
+        wait_procs(l, *parts, l->procs - 1);
+    return rc;
 }
 
 int leader_call_all(struct leader *l, const struct proto_msg *cmd)
@@ -333,35 +362,94 @@ int leader_call_all(struct leader *l, const struct proto_msg *cmd)
     return rc;
 }
 
-int leader_step(struct leader *l, const struct proto_msg *step, float *logits, size_t n,
-                size_t *got)
+int leader_post(struct leader *l, const struct proto_msg *cmd)
+{
+    int rc = check_cmd(l, cmd, false);
+    return rc < 0 ? rc : send_every(l, cmd, NULL, false);
+}
+
+struct leader_call {
+    enum proto_kind kind;
+    uint64_t batch;
+    struct pending *parts; /* (procs - 1), NULL with no follower */
+};
+
+int leader_begin(struct leader *l, const struct proto_msg *cmd, struct leader_call **out)
+{
+    *out = NULL;
+    int rc = check_cmd(l, cmd, cmd->kind == PROTO_STEP);
+    struct leader_call *c = rc == 0 ? calloc(1, sizeof *c) : NULL;
+    if (rc == 0 && !c)
+        rc = err_set(ERR_NOMEM, "leader: out of memory");
+    if (rc == 0 && (rc = send_every(l, cmd, &c->parts, false)) == 0) {
+        c->kind = cmd->kind;
+        c->batch = cmd->batch;
+        *out = c;
+        return 0;
+    }
+    free(c);
+    return rc;
+}
+
+int leader_end(struct leader *l, struct leader_call *c, float *logits, size_t n, size_t *got)
 {
     *got = 0;
-    struct pending *parts;
-    int rc = check_cmd(l, step, true);
-    if (rc < 0 || (rc = call_every(l, step, &parts, false)) < 0 || !parts)
-        return rc;
+    if (!c->parts) {
+        free(c);
+        return 0;
+    }
     const int k = l->procs - 1;
-    rc = parts_status(parts, k, PROTO_STEP_DONE);
+    wait_procs(l, c->parts, k);
+    int rc = parts_status(c->parts, k, c->kind == PROTO_STEP ? PROTO_STEP_DONE : PROTO_REPLY);
     for (int i = 0; i < k && rc == 0; i++) {
-        const struct proto_msg *a = &parts[i].ans;
+        const struct proto_msg *a = &c->parts[i].ans;
         if (a->n_logits == 0)
             continue;
         if (*got)
             rc = err_set(ERR_INVALID, "leader: batch %llu: two processes answered with logits",
-                         (unsigned long long)step->batch);
+                         (unsigned long long)c->batch);
         else if (a->n_logits > n)
             rc = err_set(ERR_INVALID,
                          "leader: batch %llu: process %d answered %u logits, room for %zu",
-                         (unsigned long long)step->batch, parts[i].proc, a->n_logits, n);
+                         (unsigned long long)c->batch, c->parts[i].proc, a->n_logits, n);
         else {
             memcpy(logits, a->logits, sizeof(float) * a->n_logits);
             *got = a->n_logits;
         }
     }
-    parts_free(parts, k);
-    free(parts);
+    parts_free(c->parts, k);
+    free(c->parts);
+    free(c);
     return rc;
+}
+
+void leader_abandon(struct leader *l, struct leader_call *c)
+{
+    if (!c)
+        return;
+    const int k = c->parts ? l->procs - 1 : 0;
+    pthread_mutex_lock(&l->lock);
+    for (int i = 0; i < k; i++)
+        for (struct pending **pp = &l->pending; *pp; pp = &(*pp)->next)
+            if (*pp == &c->parts[i]) {
+                *pp = c->parts[i].next;
+                break;
+            }
+    pthread_mutex_unlock(&l->lock);
+    parts_free(c->parts, k);
+    free(c->parts);
+    free(c);
+}
+
+int leader_step(struct leader *l, const struct proto_msg *step, float *logits, size_t n,
+                size_t *got)
+{
+    *got = 0;
+    struct leader_call *c;
+    int rc = check_cmd(l, step, true);
+    if (rc < 0 || (rc = leader_begin(l, step, &c)) < 0)
+        return rc;
+    return leader_end(l, c, logits, n, got);
 }
 
 /* ---- start and end ---- */

@@ -58,6 +58,25 @@ int leader_call_all(struct leader *l, const struct proto_msg *cmd);
 int leader_step(struct leader *l, const struct proto_msg *step, float *logits, size_t n,
                 size_t *got);
 
+/* The two halves of a call to every follower, for a caller that must send
+ * in one order with work of its own and wait outside its lock (the device
+ * workers: a step's STEP leaves in the order its shards are queued here).
+ * leader_begin sends cmd (any kind leader_call_all or leader_step takes)
+ * and returns; *out must be given to leader_end exactly once, which waits
+ * for every answer and frees it: errors, and a STEP's logits, as
+ * leader_call_all and leader_step (logits may be NULL with n 0 for other
+ * kinds). */
+struct leader_call;
+int leader_begin(struct leader *l, const struct proto_msg *cmd, struct leader_call **out);
+int leader_end(struct leader *l, struct leader_call *c, float *logits, size_t n, size_t *got);
+/* Gives up waiting for c (not yet ended): its answers, when they come, are
+ * dropped as leader_post's are. Frees c. NULL-safe. */
+void leader_abandon(struct leader *l, struct leader_call *c);
+/* Sends cmd to every follower in the global order and never waits: for
+ * commands whose only effect that matters is their place in the order
+ * (closing a batch). An error in an answer is written to stderr. */
+int leader_post(struct leader *l, const struct proto_msg *cmd);
+
 /* Tells every follower to leave follower_serve (SHUTDOWN), waits for the
  * answers of those not lost, and joins the receivers: 0 or the first
  * error. Later calls fail with ERR_INVALID. Once. */

@@ -271,6 +271,63 @@ static uint64_t phys_bytes(void)
     return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
 }
 
+/* The process owning device d. */
+static int device_proc_of(const struct stack_config *c, int d)
+{
+    return c->procs_set ? c->procs[d] : 0;
+}
+
+/* Device budgets as given, else sized for the config, else 1 MiB. */
+static void device_budgets(const struct stack_config *c, const uint64_t *sized,
+                           uint64_t *budgets)
+{
+    for (int d = 0; d < c->n_devices; d++)
+        budgets[d] = c->device_budget[d] ? c->device_budget[d] : sized[d] ? sized[d] : 1u << 20;
+}
+
+/* Device d as the config says: its GPU partition, or a CPU device with the
+ * emulated link. */
+static int device_open_as(const struct stack_config *c, int d, uint64_t budget,
+                          struct device **out)
+{
+    bool cuda = c->device_kind && strcmp(c->device_kind, "cuda") == 0;
+    int rc;
+    if (cuda) {
+        int gpu = c->gpus_set ? c->gpus[d] : d, part = 0;
+        for (int e = 0; e < d; e++) /* partitions count on this process's GPUs */
+            part += (c->gpus_set ? c->gpus[e] : e) == gpu &&
+                    device_proc_of(c, e) == device_proc_of(c, d);
+        return device_open_cuda(gpu, part, budget, out);
+    }
+    if ((rc = device_open_cpu(d, budget, out)) < 0)
+        return rc;
+    if (c->link_gbps > 0 && (rc = device_cpu_set_link(*out, c->link_gbps * 1e9)) < 0) {
+        device_close(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int stack_open_devices_of(const struct stack_config *c, int proc, struct device **devices)
+{
+    uint64_t sized[STACK_MAX_DEVICES] = {0}, host = 0, budgets[STACK_MAX_DEVICES];
+    int rc = stack_size(c, sized, &host);
+    if (rc < 0)
+        return rc;
+    device_budgets(c, sized, budgets);
+    for (int d = 0; d < c->n_devices; d++) {
+        devices[d] = NULL;
+        if (device_proc_of(c, d) == proc && (rc = device_open_as(c, d, budgets[d], &devices[d])) < 0)
+            break;
+    }
+    if (rc < 0)
+        for (int d = 0; d < c->n_devices; d++) {
+            device_close(devices[d]);
+            devices[d] = NULL;
+        }
+    return rc;
+}
+
 int stack_open(const struct stack_config *c, struct stack **out)
 {
     *out = NULL;
@@ -278,6 +335,12 @@ int stack_open(const struct stack_config *c, struct stack **out)
     int rc = stack_size(c, sized, &host);
     if (rc < 0)
         return rc;
+    bool remote = false;
+    for (int d = 0; d < c->n_devices; d++)
+        remote |= device_proc_of(c, d) != 0;
+    if (remote && !c->remote)
+        return err_set(ERR_INVALID, "devices: some are other processes' (devices.ranks), and "
+                                    "this stack reaches none (not started by mpirun?)");
     /* not stack_config_check's: a config naming CUDA devices and a link is
      * valid until it is opened (the server's config check accepts it) */
     bool cuda = c->device_kind && strcmp(c->device_kind, "cuda") == 0;
@@ -287,8 +350,7 @@ int stack_open(const struct stack_config *c, struct stack **out)
                        "CUDA devices copy over their own",
                        c->link_gbps);
     uint64_t budgets[STACK_MAX_DEVICES] = {0};
-    for (int d = 0; d < c->n_devices; d++)
-        budgets[d] = c->device_budget[d] ? c->device_budget[d] : sized[d] ? sized[d] : 1u << 20;
+    device_budgets(c, sized, budgets);
     /* a CUDA device's budget is GPU memory: only the host budget counts */
     if ((rc = stack_check_memory(budgets, cuda ? 0 : c->n_devices,
                                  c->host_budget ? c->host_budget : host, !c->host_budget,
@@ -304,24 +366,24 @@ int stack_open(const struct stack_config *c, struct stack **out)
         goto fail;
     }
     for (int d = 0; d < c->n_devices; d++) {
-        uint64_t budget = budgets[d];
-        if (cuda) {
-            int gpu = c->gpus_set ? c->gpus[d] : d, part = 0;
-            for (int e = 0; e < d; e++)
-                part += (c->gpus_set ? c->gpus[e] : e) == gpu;
-            rc = device_open_cuda(gpu, part, budget, &s->devices[d]);
-        } else {
-            rc = device_open_cpu(d, budget, &s->devices[d]);
-        }
+        /* another process's device: a view of it (backend/remote) */
+        int proc = device_proc_of(c, d);
+        char name[32]; /* device_open_remote prefixes the process: "1/cpu:1" */
+        snprintf(name, sizeof name, "%s:%d", cuda ? "cuda" : "cpu",
+                 cuda ? (c->gpus_set ? c->gpus[d] : d) : d);
+        rc = proc ? device_open_remote(proc, cuda ? DEVICE_CUDA : DEVICE_CPU, name, budgets[d],
+                                       &s->devices[d])
+                  : device_open_as(c, d, budgets[d], &s->devices[d]);
         if (rc < 0)
             goto fail;
         s->n_devices = d + 1;
-        if (!cuda && c->link_gbps > 0 &&
-            (rc = device_cpu_set_link(s->devices[d], c->link_gbps * 1e9)) < 0)
-            goto fail;
     }
     struct swap_config sc = {.host_budget = c->host_budget ? c->host_budget : host};
-    if ((rc = swap_manager_create(s->devices, c->n_devices, &sc, &s->mgr)) < 0 ||
+    if ((rc = swap_manager_create(s->devices, c->n_devices, &sc, &s->mgr)) < 0)
+        goto fail;
+    if (remote)
+        swap_set_remote(s->mgr, c->remote);
+    if ((rc = workers_create(s->mgr, &s->workers)) < 0 ||
         (rc = workers_create(s->mgr, &s->workers)) < 0 ||
         (rc = engine_create(s->mgr, s->workers, &c->engine, &s->engine)) < 0)
         goto fail;

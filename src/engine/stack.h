@@ -54,6 +54,15 @@ struct stack_config {
      * are its partitions, each with its own budget: "cuda:0", "cuda:0.1", ... */
     int gpus[STACK_MAX_DEVICES];
     bool gpus_set;
+    /* under mpirun (docs/ARCHITECTURE.md: "Processes"): device d belongs to
+     * process procs[d] of the job's n_procs (0: 1); procs_set false: every
+     * device is process 0's. Process 0 runs the engine; it opens another
+     * process's device as a view (device_open_remote) and reaches it
+     * through remote (required then). */
+    int procs[STACK_MAX_DEVICES];
+    bool procs_set;
+    int n_procs;
+    const struct swap_remote *remote;
     uint64_t device_budget[STACK_MAX_DEVICES]; /* 0: sized (see above) */
     double link_gbps; /* CPU devices: emulated host link (0: none; with cuda an error) */
     uint64_t host_budget;                      /* 0: sized */
@@ -112,6 +121,12 @@ int stack_config_check(const struct stack_config *c);
  * it refuses (stack_check_memory) CPU device budgets plus the host budget
  * above the machine's physical memory. */
 int stack_open(const struct stack_config *cfg, struct stack **out);
+/* Under mpirun, a process other than 0 (cluster/follower.h): opens the
+ * devices of c that belong to process proc, each as stack_open would
+ * (budget sized or given, GPU partition, emulated link), into devices[d],
+ * NULL for the others' (n_devices entries). The caller closes them. On
+ * failure none is left open. */
+int stack_open_devices_of(const struct stack_config *c, int proc, struct device **devices);
 /* Drains the engine, then frees everything. NULL-safe. */
 void stack_close(struct stack *s);
 

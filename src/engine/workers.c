@@ -9,6 +9,7 @@
 #include "comm/comm.h"
 #include "core/error.h"
 #include "core/workq.h"
+#include "swap/remote.h"
 
 struct fwd_call; /* one group_forward: a countdown over its shard tasks */
 
@@ -51,7 +52,16 @@ struct workers {
 struct group_batch {
     const struct swap_model *model;
     int n_shards, tp, pp;             /* the model's, so freeing gb reads nothing of it */
-    struct model_exec **ex;             /* (n_shards) on each shard's device */
+    struct model_exec_shape shape;    /* resolved, as every shard's context has it */
+    int len;                          /* positions filled (every context's len) */
+    struct model_exec **ex;           /* (n_shards) on each shard's device; NULL for a
+                                       * remote shard */
+    /* with shards on other processes' devices (swap/remote.h): their
+     * contexts' placements on the views, and the batch's name there */
+    const struct swap_remote *remote;
+    struct dbuf **placed;             /* (n_shards) NULL for this process's shards */
+    uint64_t remote_id;
+    bool remote_open;
     struct comm_group **stage_group;  /* (pp) NULL when tp is 1 */
     struct comm_channel **chan;       /* ((pp - 1) * tp): stage s rank r -> stage s + 1 rank r */
     atomic_int failed;                /* 0, or the error of the step that failed on it */
@@ -60,7 +70,43 @@ struct group_batch {
 /* The batch's shape, defaults resolved: every shard's context has it. */
 static const struct model_exec_shape *gb_shape(const struct group_batch *gb)
 {
-    return &gb->ex[0]->shape;
+    return &gb->shape;
+}
+
+static bool shard_is_remote(struct swap_manager *mgr, const struct swap_shard *sh)
+{
+    return device_proc(swap_device(mgr, swap_shard_device(sh))) > 0;
+}
+
+/* The contexts of the remote shards placed on their views, then the batch
+ * opened on the other processes, which also makes this process's ends of
+ * the stage groups and channels. */
+static int group_batch_open_remote(struct swap_manager *mgr, struct group_batch *gb,
+                                   const struct model_exec_shape *shape)
+{
+    gb->placed = calloc((size_t)gb->n_shards, sizeof(*gb->placed));
+    uint64_t *offsets = calloc((size_t)gb->n_shards, sizeof(*offsets));
+    int rc = gb->placed && offsets ? 0 : err_set(ERR_NOMEM, "out of memory");
+    for (int i = 0; rc == 0 && i < gb->n_shards; i++) {
+        const struct swap_shard *sh = swap_model_shard(gb->model, i);
+        if (!shard_is_remote(mgr, sh))
+            continue;
+        struct device *dev = swap_device(mgr, swap_shard_device(sh));
+        size_t bytes = model_exec_bytes(swap_shard_model(sh), dev, shape);
+        if (bytes == 0)
+            rc = err_set(ERR_INVALID, "a batch of %d x %d positions fits no device", shape->batch,
+                         shape->max_len);
+        else if ((rc = device_alloc(dev, bytes, &gb->placed[i])) < 0)
+            rc = err_set(rc, "device %s: no room for a batch's %zu bytes", device_name(dev),
+                         bytes);
+        else
+            offsets[i] = dbuf_offset(gb->placed[i]);
+    }
+    if (rc == 0 && (rc = gb->remote->batch_open(gb->remote->ctx, gb->model, &gb->shape, offsets,
+                                                gb->stage_group, gb->chan, &gb->remote_id)) == 0)
+        gb->remote_open = true;
+    free(offsets);
+    return rc;
 }
 
 /* ---- the batch state ---- */
@@ -101,18 +147,30 @@ int group_batch_create(struct swap_manager *mgr, const struct swap_model *model,
         rc = err_set(ERR_NOMEM, "out of memory");
         goto fail;
     }
-    for (int s = 0; s < gb->pp && gb->tp > 1; s++) {
+    if (!model_exec_shape_resolve(shape, &gb->shape)) {
+        rc = err_set(ERR_INVALID, "a batch of %d x %d positions is not a shape", shape->batch,
+                     shape->max_len);
+        goto fail;
+    }
+    for (int i = 0; i < gb->n_shards; i++)
+        if (shard_is_remote(mgr, swap_model_shard(model, i)))
+            gb->remote = swap_remote_of(mgr);
+    if (gb->remote && (rc = group_batch_open_remote(mgr, gb, shape)) < 0)
+        goto fail;
+    for (int s = 0; s < gb->pp && gb->tp > 1 && !gb->remote; s++) {
         struct device *devs[EVICT_MAX_DEVICES];
         for (int r = 0; r < gb->tp; r++)
             devs[r] = swap_device(mgr, swap_shard_device(swap_model_shard(model, s * gb->tp + r)));
         if ((rc = comm_group_create(devs, gb->tp, &gb->stage_group[s])) < 0)
             goto fail;
     }
-    for (int i = 0; i < (gb->pp - 1) * gb->tp; i++)
+    for (int i = 0; i < (gb->pp - 1) * gb->tp && !gb->remote; i++)
         if ((rc = comm_channel_create(&gb->chan[i])) < 0)
             goto fail;
     for (int i = 0; i < gb->n_shards; i++) {
         const struct swap_shard *sh = swap_model_shard(model, i);
+        if (gb->placed && gb->placed[i])
+            continue;
         struct comm *tp = gb->tp > 1 ? comm_group_rank(gb->stage_group[swap_shard_stage(sh)],
                                                        swap_shard_rank(sh))
                                      : NULL;
@@ -144,18 +202,24 @@ static void group_batch_abort(struct group_batch *gb, int rc)
         if (gb->stage_group[s])
             comm_group_abort(gb->stage_group[s], rc);
     for (int i = 0; i < (gb->pp - 1) * gb->tp; i++)
-        comm_channel_abort(gb->chan[i], rc);
+        if (gb->chan[i])
+            comm_channel_abort(gb->chan[i], rc);
 }
 
 void group_batch_clear_slot(struct group_batch *gb, int b)
 {
     for (int i = 0; i < gb->n_shards; i++)
-        model_exec_clear_slot(gb->ex[i], b);
+        if (gb->ex[i])
+            model_exec_clear_slot(gb->ex[i], b);
+    /* a failure is the other process's to tell (its log), and the next
+     * step's to report */
+    if (gb->remote_open)
+        (void)gb->remote->batch_clear(gb->remote->ctx, gb->remote_id, b);
 }
 
 int group_batch_room(const struct group_batch *gb)
 {
-    return gb_shape(gb)->max_len - gb->ex[0]->len;
+    return gb_shape(gb)->max_len - gb->len;
 }
 
 int group_batch_max_step(const struct group_batch *gb)
@@ -173,6 +237,12 @@ void group_batch_free(struct group_batch *gb)
         comm_group_destroy(gb->stage_group[s]);
     for (int i = 0; gb->chan && i < gb->pp * gb->tp; i++)
         comm_channel_destroy(gb->chan[i]);
+    /* closed there before its placements here are freed (and placed again) */
+    if (gb->remote_open)
+        gb->remote->batch_close(gb->remote->ctx, gb->remote_id);
+    for (int i = 0; gb->placed && i < gb->n_shards; i++)
+        device_free(gb->placed[i]);
+    free(gb->placed);
     free(gb->ex);
     free(gb->stage_group);
     free(gb->chan);
@@ -297,7 +367,10 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
                   const uint8_t *mask, int t_new, bool all_positions, bool overlap,
                   float *logits)
 {
-    struct fwd_call call = {.remaining = gb->n_shards};
+    int local = 0;
+    for (int i = 0; i < gb->n_shards; i++)
+        local += gb->ex[i] != NULL;
+    struct fwd_call call = {.remaining = local};
     int failed = group_batch_failed(gb);
     if (failed < 0)
         return err_set(failed,
@@ -318,8 +391,17 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
         return err_set(ERR_NOMEM, "out of memory for the tasks of a forward");
     pthread_mutex_init(&call.lock, NULL);
     pthread_cond_init(&call.done, NULL);
+    /* the other processes' part leaves in the same order as this one's is
+     * queued: every process sees the steps of all models in one order */
+    struct swap_remote_step *far = NULL;
+    int far_rc = 0;
     pthread_mutex_lock(&w->order);
-    for (int i = 0; i < gb->n_shards; i++) {
+    if (gb->remote_open)
+        far_rc = gb->remote->step_send(gb->remote->ctx, gb->remote_id, ids, mask, sh->batch,
+                                       t_new, all_positions, overlap, &far);
+    for (int i = 0; i < gb->n_shards && far_rc == 0; i++) {
+        if (!gb->ex[i])
+            continue;
         tasks[i] = (struct shard_task){.gb = gb, .shard = i, .ids = ids, .mask = mask,
                                        .t_new = t_new, .all_positions = all_positions,
                                        .overlap = overlap, .logits = logits, .call = &call};
@@ -328,13 +410,28 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
     }
     pthread_mutex_unlock(&w->order);
     pthread_mutex_lock(&call.lock);
-    while (call.remaining > 0)
+    while (far_rc == 0 && call.remaining > 0)
         pthread_cond_wait(&call.done, &call.lock);
     pthread_mutex_unlock(&call.lock);
     pthread_mutex_destroy(&call.lock);
     pthread_cond_destroy(&call.done);
     free(tasks);
+    if (far) {
+        size_t rows = (size_t)sh->batch * (size_t)(all_positions ? t_new : 1), got = 0;
+        size_t n = rows * (size_t)swap_model_info(gb->model)->vocab;
+        far_rc = gb->remote->step_wait(gb->remote->ctx, far, logits, n, &got);
+        if (far_rc == 0 && got != 0 && got != n)
+            far_rc = err_set(ERR_INVALID, "model %s: %zu logits came back for %zu",
+                             swap_model_name(gb->model), got, n);
+    }
     if (call.rc < 0)
         return err_set(call.rc, "%s", call.msg); /* on the caller's thread */
+    if (far_rc < 0) {
+        /* the other processes' contexts are out of step with these now */
+        int none = 0;
+        atomic_compare_exchange_strong(&gb->failed, &none, far_rc);
+        return err_wrap(far_rc, "model %s", swap_model_name(gb->model));
+    }
+    gb->len += t_new;
     return 0;
 }

@@ -30,8 +30,7 @@ static struct dims dims_of(const struct model *m)
     return d;
 }
 
-/* The shape with its defaults filled in; false when invalid. */
-static bool shape_resolve(const struct model_exec_shape *in, struct model_exec_shape *out)
+bool model_exec_shape_resolve(const struct model_exec_shape *in, struct model_exec_shape *out)
 {
     *out = *in;
     if (out->batch < 1 || out->max_len < 1 || out->max_tokens < 0 || out->max_rows < 0)
@@ -100,7 +99,7 @@ size_t model_exec_bytes(const struct model *m, const struct device *dev,
                       const struct model_exec_shape *shape)
 {
     struct model_exec_shape sh;
-    if (!shape_resolve(shape, &sh))
+    if (!model_exec_shape_resolve(shape, &sh))
         return 0;
     /* guard the products below against overflow: a context larger than
      * 2^48 bytes fits no device */
@@ -118,7 +117,7 @@ size_t model_exec_bytes_bound(const struct model *m, const struct model_exec_sha
 {
     struct model_exec_shape sh;
     size_t cpu = model_exec_bytes(m, NULL, shape);
-    if (cpu == 0 || !shape_resolve(shape, &sh))
+    if (cpu == 0 || !model_exec_shape_resolve(shape, &sh))
         return 0;
     /* the longest step exec_layout sizes the scratch for */
     size_t t_max = (size_t)(sh.max_tokens / sh.batch < sh.max_len ? sh.max_tokens / sh.batch
@@ -133,7 +132,7 @@ static int shape_check(const struct model *m, const struct device *dev,
                        const struct model_exec_shape *shape, struct model_exec_shape *sh,
                        size_t *bytes)
 {
-    if (!shape_resolve(shape, sh))
+    if (!model_exec_shape_resolve(shape, sh))
         return err_set(ERR_INVALID,
                        "an execution context needs batch >= 1 and length >= 1 (got %d, %d)",
                        shape->batch, shape->max_len);

@@ -202,6 +202,10 @@ struct model_exec_shape {
     int max_rows;   /* rows of logits one step returns (0: batch) */
 };
 
+/* The shape with its defaults filled in (what model_exec_init keeps in
+ * ex->shape); false when invalid. */
+bool model_exec_shape_resolve(const struct model_exec_shape *in, struct model_exec_shape *out);
+
 struct model_exec {
     struct device *dev;
     struct stream *stream;   /* compute stream, owned */

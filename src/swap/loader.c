@@ -6,7 +6,9 @@
  * checkpoint (only this shard's slices), then queued on the device's copy
  * stream with the blob's readiness event. Reading blob b + 1 from disk thus
  * overlaps copying blob b, and the forward overlaps both. */
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "core/error.h"
 #include "core/fault.h"
@@ -60,8 +62,36 @@ static int loader_host_copy(struct loader *l, struct swap_shard *sh, int b, uint
     return 0;
 }
 
+/* A remote shard's load: its owner reads and copies every blob at the
+ * view's offsets (one call); then every blob's event is set. Nothing is
+ * staged here. */
+static int loader_load_remote(struct loader *l, struct swap_shard *sh)
+{
+    const struct swap_remote *r = l->mgr->remote;
+    const int nb = sh->layout.n_blobs;
+    uint64_t *offsets = calloc((size_t)nb + 1, sizeof(uint64_t)), bytes = 0;
+    int rc = offsets ? 0 : err_set(ERR_NOMEM, "out of memory");
+    for (int b = 0; rc == 0 && b < nb; b++) {
+        offsets[b] = sh->dev[b] ? dbuf_offset(sh->dev[b]) : UINT64_MAX;
+        bytes += sh->dev[b] ? sh->layout.blob_bytes[b] : 0;
+    }
+    if (rc == 0)
+        rc = r->load(r->ctx, sh->model, sh, offsets);
+    free(offsets);
+    if (rc < 0)
+        snprintf(sh->load_error, sizeof(sh->load_error), "%s", err_msg());
+    for (int b = 0; b < nb; b++)
+        device_event_signal(sh->ready[b], rc < 0 ? rc : 0);
+    /* the owner read its checkpoint and copied to its device */
+    if (rc == 0)
+        swap_count_bytes(l->mgr, bytes, bytes, 0);
+    return rc;
+}
+
 static int loader_load(struct loader *l, struct swap_shard *sh, bool to_device)
 {
+    if (sh->remote) /* a prefetch has nothing to stage here */
+        return to_device ? loader_load_remote(l, sh) : 0;
     struct device *dev = l->mgr->devices[l->device];
     uint64_t disk = 0, h2d = 0;
     int rc = 0, nb = sh->layout.n_blobs, failed_at = nb;
@@ -105,6 +135,10 @@ static int loader_load(struct loader *l, struct swap_shard *sh, bool to_device)
 
 static int loader_offload(struct loader *l, struct swap_shard *sh)
 {
+    if (sh->remote) {
+        const struct swap_remote *r = l->mgr->remote;
+        return r->offload(r->ctx, sh->model, sh);
+    }
     struct device *dev = l->mgr->devices[l->device];
     uint64_t d2h = 0;
     int rc = 0;

@@ -113,7 +113,16 @@ static void model_free(struct swap_model *model)
     free(model->shards);
     st_close(model->ck);
     model_config_free(model->cfg);
+    free(model->dir);
     free(model);
+}
+
+static bool model_has_remote(const struct swap_model *model)
+{
+    for (int i = 0; model->shards && i < model->tp * model->pp; i++)
+        if (model->shards[i].remote)
+            return true;
+    return false;
 }
 
 /* Takes a model out of the manager (mgr->lock held; nothing of it in
@@ -160,6 +169,8 @@ void swap_manager_destroy(struct swap_manager *mgr)
      * in flight is that caller's bug: the memory goes all the same) */
     while (mgr->n_models > 0) {
         struct swap_model *model = mgr->models[mgr->n_models - 1];
+        if (model_has_remote(model)) /* the owners first: their memory holds the placements */
+            mgr->remote->forget(mgr->remote->ctx, model);
         pthread_mutex_lock(&mgr->lock);
         model_detach_locked(mgr, model);
         pthread_mutex_unlock(&mgr->lock);
@@ -194,10 +205,33 @@ int swap_unregister(struct swap_manager *mgr, struct swap_model *model)
         pthread_mutex_unlock(&mgr->lock);
         return rc;
     }
+    if (model_has_remote(model)) {
+        /* the owners let go first, so no placement of it is reused on a view
+         * before its owner has freed it; meanwhile it is in transition, out
+         * of every load, victim choice and unregister */
+        model->shards_busy++;
+        pthread_mutex_unlock(&mgr->lock);
+        mgr->remote->forget(mgr->remote->ctx, model);
+        pthread_mutex_lock(&mgr->lock);
+        model->shards_busy--;
+    }
     model_detach_locked(mgr, model);
     pthread_mutex_unlock(&mgr->lock);
     model_free(model); /* events, layouts, shard models, the mapping: outside the lock */
     return 0;
+}
+
+void swap_set_remote(struct swap_manager *mgr, const struct swap_remote *r)
+{
+    pthread_mutex_lock(&mgr->lock);
+    assert(mgr->n_models == 0);
+    mgr->remote = r;
+    pthread_mutex_unlock(&mgr->lock);
+}
+
+const struct swap_remote *swap_remote_of(const struct swap_manager *mgr)
+{
+    return mgr->remote;
 }
 
 /* ---- what a model is made of: fixed from register to unregister, no lock ---- */
@@ -205,6 +239,11 @@ int swap_unregister(struct swap_manager *mgr, struct swap_model *model)
 const char *swap_model_name(const struct swap_model *model)
 {
     return model->name;
+}
+
+const char *swap_model_path(const struct swap_model *model)
+{
+    return model->dir;
 }
 
 const struct model_info *swap_model_info(const struct swap_model *model)
@@ -411,6 +450,7 @@ static int shard_init(struct swap_manager *mgr, struct swap_model *model, struct
     sh->stage = stage;
     sh->rank = rank;
     sh->device = device;
+    sh->remote = device_proc(mgr->devices[device]) > 0;
     sh->state = RES_ON_DISK;
     struct model_shard spec = {.tp_rank = rank, .tp_size = model->tp};
     stage_range(model->info->n_layers, model->pp, stage, &spec.layer_begin, &spec.layer_end);
@@ -427,7 +467,7 @@ static int shard_init(struct swap_manager *mgr, struct swap_model *model, struct
         if ((rc = device_event_create(mgr->devices[device], &sh->ready[b])) < 0)
             return rc;
         sh->device_bytes += round_blob(sh->layout.blob_bytes[b]);
-        sh->host_bytes += sh->layout.blob_bytes[b];
+        sh->host_bytes += sh->remote ? 0 : sh->layout.blob_bytes[b];
     }
     return 0;
 }
@@ -450,6 +490,12 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
                 return err_set(ERR_INVALID, "model %s: device %d holds two of its shards "
                                             "(each shard of a model needs its own device)",
                                name, pl->devices[i]);
+        if (device_proc(mgr->devices[pl->devices[i]]) > 0 && !mgr->remote)
+            return err_set(ERR_INVALID,
+                           "model %s: device %s is process %d's, and this manager reaches no "
+                           "other process (swap_set_remote)",
+                           name, device_name(mgr->devices[pl->devices[i]]),
+                           device_proc(mgr->devices[pl->devices[i]]));
     }
     struct swap_model *model = calloc(1, sizeof(*model));
     if (!model)
@@ -459,6 +505,10 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
     model->pp = pl->pp;
     model->pinned = pinned;
     int rc;
+    if (!(model->dir = strdup(dir))) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     if ((rc = model_config_load(dir, &model->cfg)) < 0 || (rc = st_open(dir, &model->ck)) < 0)
         goto fail;
     model->info = &model->cfg->info;
@@ -589,20 +639,22 @@ static int host_make_room(struct swap_manager *mgr, const struct swap_model *kee
     return 0;
 }
 
-/* Host bytes the model lacks. */
+/* Host bytes the model lacks (its remote shards have no host copy here). */
 static uint64_t host_missing(const struct swap_model *model)
 {
     uint64_t n = 0;
     for (int s = 0; s < model->tp * model->pp; s++)
         for (int b = 0; b < model->shards[s].layout.n_blobs; b++)
-            if (!model->shards[s].host[b])
+            if (!model->shards[s].host[b] && !model->shards[s].remote)
                 n += model->shards[s].layout.blob_bytes[b];
     return n;
 }
 
 /* Offloads an idle resident model. Shards whose host copy is complete just
  * release their device memory; the others copy back on their loader thread
- * when the host budget has room, else drop to disk. */
+ * when the host budget has room, else drop to disk. A remote shard's owner
+ * is told on its loader thread, and its view's memory is freed when the
+ * owner has let go (so it cannot be placed again before). */
 void swap_offload_locked(struct swap_manager *mgr, struct swap_model *model)
 {
     uint64_t missing = host_missing(model);
@@ -610,6 +662,12 @@ void swap_offload_locked(struct swap_manager *mgr, struct swap_model *model)
     mgr->stats.offloads++;
     for (int s = 0; s < model->tp * model->pp; s++) {
         struct swap_shard *sh = &model->shards[s];
+        if (sh->remote) {
+            sh->state = RES_OFFLOADING;
+            model->shards_busy++;
+            loader_submit(&mgr->loaders[sh->device], sh, LOADER_OFFLOAD);
+            continue;
+        }
         if (shard_host_complete(sh) || !copy_back || sh->failed) {
             shard_drop_device(sh);
             sh->state = shard_host_complete(sh) ? RES_IN_HOST : RES_ON_DISK;
@@ -957,6 +1015,7 @@ void swap_shard_done(struct swap_manager *mgr, struct swap_shard *sh, enum loade
     case LOADER_OFFLOAD:
         shard_drop_device(sh);
         sh->state = shard_host_complete(sh) ? RES_IN_HOST : RES_ON_DISK;
+        sh->failed = false; /* a remote shard's failed load leaves this way too */
         break;
     case LOADER_PREFETCH:
         if (sh->state == RES_ON_DISK && shard_host_complete(sh))

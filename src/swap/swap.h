@@ -65,6 +65,7 @@ struct placement {
 struct swap_model;
 struct swap_shard;
 struct swap_manager;
+struct swap_remote;
 
 struct swap_stats {
     uint64_t loads, offloads, bytes_h2d, bytes_d2h, bytes_disk;
@@ -103,6 +104,17 @@ int swap_manager_create(struct device **devices, int n_devices, const struct swa
 /* Waits for transitions in progress, then gives every model back as
  * swap_unregister does (work still in flight is the caller's bug). */
 void swap_manager_destroy(struct swap_manager *mgr); /* NULL-safe */
+
+/* Under mpirun, process 0's manager sees the other processes' devices as
+ * views (device_open_remote) and reaches them through r (swap/remote.h,
+ * the caller's, outliving the manager): set it before the first
+ * swap_register when any device is another process's. A shard on such a
+ * device has no host copy here (host_bytes 0: its owner reads its own
+ * checkpoint); its load and offload run on its view's loader thread as
+ * calls of r, and it leaves the devices to RES_ON_DISK. */
+void swap_set_remote(struct swap_manager *mgr, const struct swap_remote *r);
+/* The table swap_set_remote set; NULL without one. */
+const struct swap_remote *swap_remote_of(const struct swap_manager *mgr);
 
 /* Registers the checkpoint in dir under name with a placement. Refused, with
  * the bytes needed and available, when a device's share or the host copy can
@@ -202,6 +214,8 @@ void swap_get_stats(struct swap_manager *mgr, struct swap_stats *st);
  * lock. */
 
 const char *swap_model_name(const struct swap_model *model);
+/* The checkpoint directory it was registered from. */
+const char *swap_model_path(const struct swap_model *model);
 /* Its config.json, as registered. */
 const struct model_info *swap_model_info(const struct swap_model *model);
 int swap_model_tp(const struct swap_model *model);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "core/workq.h"
+#include "swap/remote.h"
 #include "swap/swap.h"
 
 /* One TP x PP shard. Fixed from registration to unregistration, read
@@ -17,6 +18,9 @@
 struct swap_shard {
     struct swap_model *model;
     int stage, rank, device;
+    /* its device is another process's (device_proc > 0): its blobs move
+     * there through mgr->remote, and this process keeps no host copy */
+    bool remote;
     struct model *m;       /* the shard; its views point into dev[] while resident */
     struct model_layout layout;
     void **host;               /* (n_blobs) host copies, NULL where absent */
@@ -43,6 +47,7 @@ struct swap_model {
     struct model_config *cfg;  /* owned */
     const struct model_info *info; /* &cfg->info */
     struct st_checkpoint *ck;
+    char *dir;                 /* the checkpoint directory, as registered (owned) */
     int tp, pp;
     struct swap_shard *shards; /* tp * pp, stage-major */
     bool pinned;
@@ -80,6 +85,7 @@ struct swap_manager {
     int n_models, cap;
     uint64_t clock;                /* logical time of uses, for LRU */
     struct swap_stats stats;       /* host_used/host_high_water/budget live here */
+    const struct swap_remote *remote; /* the other processes' devices (swap_set_remote) */
     void (*listener)(void *ctx);   /* told of every completed transition */
     void *listener_ctx;
     int listener_calls;            /* calls in progress (outside the lock) */

@@ -1,0 +1,203 @@
+/* The serving stack across processes (issue 22; cluster/job.h): process 0
+ * runs the engine, whose devices are partly the other processes' (views,
+ * reached through cluster/remote), and every other process follows.
+ *
+ * Devices: 0 is process 0's; with 2 processes 1 and 2 are process 1's,
+ * with 3 device 1 is process 1's and device 2 process 2's. Models:
+ *   tp     llama_gqa_f32, TP 2 over devices 0 and 1 (a TP group spanning
+ *          processes: the all-reduce over MPI)
+ *   pp     pre_ln_f32, PP 2: stage 0 on device 1, stage 1 on device 0 (the
+ *          activations cross processes; the logits are process 0's)
+ *   pplast qwen2_bias_f32, PP 2: stage 0 on device 0, stage 1 on device 2
+ *          (the logits come back in STEP_DONE)
+ *   far    post_ln_proj on device 2 alone (no shard on process 0)
+ * on budgets sized for one model per device, so the models swap each other
+ * out of every device, on every process.
+ *
+ * serving: every request (three prompts of each model, all submitted at
+ *   once, twice over) returns transformers' greedy reference exactly, once;
+ *   loads outnumber the models (they swapped); no view's high-water mark
+ *   passes its budget.
+ * remove: a model with remote shards, removed while resident, leaves its
+ *   views empty; its name then finds nothing, and the others still serve. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/device.h"
+#include "cluster/job.h"
+#include "comm/mpi.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/stack.h"
+#include "swap/swap.h"
+#include "test.h"
+
+#include "fixture_expect.h"
+
+enum { M_TP, M_PP, M_PPLAST, M_FAR, N_MODELS };
+static const char *names[N_MODELS] = {"tp", "pp", "pplast", "far"};
+static const char *fixtures[N_MODELS] = {"llama_gqa_f32", "pre_ln_f32", "qwen2_bias_f32",
+                                         "post_ln_proj"};
+static char paths[N_MODELS][512];
+static struct expect expects[N_MODELS][3];
+
+static struct cluster_job *job;
+static int me, procs;
+
+static const int dev_tp[] = {0, 1}, dev_pp[] = {1, 0}, dev_pplast[] = {0, 2}, dev_far[] = {2};
+static struct stack_model_config models[N_MODELS];
+static struct stack_config cfg;
+
+/* The same config on every process: its budgets size every device alike. */
+static void config_make(void)
+{
+    int prompt = 0, out = 0;
+    for (int m = 0; m < N_MODELS; m++) {
+        snprintf(paths[m], sizeof paths[m], "%s/%s", FIXTURES, fixtures[m]);
+        expect_load(fixtures[m], expects[m]);
+        for (int i = 0; i < 3; i++) {
+            prompt = expects[m][i].n_prompt > prompt ? expects[m][i].n_prompt : prompt;
+            out = expects[m][i].n_out > out ? expects[m][i].n_out : out;
+        }
+    }
+    const int *devs[N_MODELS] = {dev_tp, dev_pp, dev_pplast, dev_far};
+    const int tp[N_MODELS] = {2, 1, 1, 1}, pp[N_MODELS] = {1, 2, 2, 1};
+    for (int m = 0; m < N_MODELS; m++)
+        models[m] = (struct stack_model_config){.name = names[m],
+                                                .path = paths[m],
+                                                .tp = tp[m],
+                                                .pp = pp[m],
+                                                .devices = devs[m],
+                                                .compute = "f32"};
+    cfg = (struct stack_config){.device_kind = "cpu",
+                                .n_devices = 3,
+                                .procs = {0, 1, procs > 2 ? 2 : 1},
+                                .procs_set = true,
+                                .n_procs = procs,
+                                .fit_models = 1,
+                                .fit_prompt = prompt,
+                                .fit_max_tokens = out,
+                                .engine = {.max_batch = 4},
+                                .models = models,
+                                .n_models = N_MODELS};
+    /* room for the largest model placed on a device, without stack_size's
+     * spare MiB (which would hold every fixture at once) */
+    uint64_t sized[STACK_MAX_DEVICES], host;
+    CHECK_MSG(stack_size(&cfg, sized, &host) == 0, "%s", err_msg());
+    for (int d = 0; d < cfg.n_devices; d++)
+        cfg.device_budget[d] = sized[d] - (1u << 20);
+}
+
+static struct engine_req *submit(struct stack *s, int m, int which)
+{
+    const struct expect *x = &expects[m][which];
+    struct engine_request_params p = {
+        .model_name = names[m], .prompt = x->prompt, .n_prompt = x->n_prompt,
+        .max_tokens = x->n_out, .sampling = {.temperature = 0, .top_p = 1, .seed = 1}};
+    struct engine_req *r = NULL;
+    CHECK_MSG(engine_submit(s->engine, &p, &r) == 0 && r, "submit to %s: %s", names[m], err_msg());
+    return r;
+}
+
+static void check_output(struct engine_req *r, int m, int which)
+{
+    if (!r)
+        return;
+    const struct expect *x = &expects[m][which];
+    int st = engine_req_wait(r);
+    CHECK_MSG(st == 0, "%s prompt %d: status %d (%s)", names[m], which, st, engine_req_error(r));
+    int n = 0;
+    const int32_t *out = engine_req_output(r, &n);
+    CHECK_MSG(st != 0 || (n == x->n_out && memcmp(out, x->out, sizeof(int32_t) * (size_t)n) == 0),
+              "%s (%s) prompt %d: %d tokens, not transformers' %d", names[m], fixtures[m], which,
+              n, x->n_out);
+    engine_req_release(r);
+}
+
+/* Every model's three prompts, all at once; each answered right, once. */
+static void serve_all(struct stack *s)
+{
+    struct engine_req *reqs[N_MODELS][3];
+    for (int i = 0; i < 3; i++)
+        for (int m = 0; m < N_MODELS; m++)
+            reqs[m][i] = submit(s, m, i);
+    for (int i = 0; i < 3; i++)
+        for (int m = 0; m < N_MODELS; m++)
+            check_output(reqs[m][i], m, i);
+}
+
+static struct stack *lead_open(void)
+{
+    struct stack *s = NULL;
+    static bool led;
+    if (!led)
+        CHECK_MSG(cluster_job_lead(job, &cfg) == 0, "%s", err_msg());
+    led = true;
+    CHECK_MSG(stack_open(&cfg, &s) == 0, "%s", err_msg());
+    return s;
+}
+
+TEST(serving)
+{
+    struct stack *s = lead_open();
+    if (!s)
+        return;
+    serve_all(s);
+    serve_all(s);
+    struct engine_stats st;
+    engine_get_stats(s->engine, &st);
+    CHECK_MSG(st.ok == 2 * 3 * N_MODELS && st.completed == st.ok, "%llu of %d requests ok",
+              (unsigned long long)st.ok, 2 * 3 * N_MODELS);
+    CHECK_MSG(st.loads > N_MODELS, "%llu loads of %d models: nothing swapped",
+              (unsigned long long)st.loads, N_MODELS);
+    for (int d = 0; d < s->n_devices; d++)
+        CHECK_MSG(device_high_water(s->devices[d]) <= device_budget(s->devices[d]),
+                  "device %s: high water %llu above its budget %llu", device_name(s->devices[d]),
+                  (unsigned long long)device_high_water(s->devices[d]),
+                  (unsigned long long)device_budget(s->devices[d]));
+    CHECK(device_proc(s->devices[1]) == 1 && device_proc(s->devices[0]) <= 0);
+    stack_close(s);
+}
+
+TEST(remove)
+{
+    struct stack *s = lead_open();
+    if (!s)
+        return;
+    check_output(submit(s, M_FAR, 0), M_FAR, 0);
+    int id = engine_find_model(s->engine, names[M_FAR]);
+    CHECK(id >= 0);
+    struct engine_model_stats last;
+    CHECK_MSG(engine_remove_model(s->engine, id, &last) == 0, "%s", err_msg());
+    CHECK_MSG(device_used(s->devices[2]) == 0, "device %s still holds %llu bytes",
+              device_name(s->devices[2]), (unsigned long long)device_used(s->devices[2]));
+    CHECK(engine_find_model(s->engine, names[M_FAR]) < 0);
+    check_output(submit(s, M_TP, 1), M_TP, 1);
+    check_output(submit(s, M_PPLAST, 2), M_PPLAST, 2);
+    stack_close(s);
+}
+
+int main(int argc, char **argv)
+{
+    if (!mpi_built())
+        test_skip("built without MPI");
+    if (mpi_launched() < 2)
+        test_skip("not started by mpirun as 2 or more processes (tests/CMakeLists.txt does)");
+    if (cluster_job_open(&job) < 0) {
+        fprintf(stderr, "%s\n", err_msg());
+        return 1;
+    }
+    me = cluster_job_proc(job);
+    procs = cluster_job_procs(job);
+    config_make();
+    int rc = 0;
+    if (me == 0) {
+        rc = test_main(argc, argv, NULL);
+    } else if (cluster_job_follow(job, &cfg) < 0) {
+        fprintf(stderr, "process %d: %s\n", me, err_msg());
+        rc = 1;
+    }
+    cluster_job_close(job);
+    return rc;
+}
