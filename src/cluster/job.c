@@ -18,6 +18,7 @@ enum { CTL_TAG = 100, BATCH_TAGS = 1000 };
 
 struct cluster_job {
     struct mpi_world *w;
+    double beat_interval_s, beat_timeout_s;
     int me, procs;
     struct leader *l;
     struct cluster_remote *r;
@@ -28,9 +29,18 @@ struct cluster_job {
     bool lost0;
 };
 
-int cluster_job_open(struct cluster_job **out)
+int cluster_job_open(const struct cluster_job_config *cfg, struct cluster_job **out)
 {
     *out = NULL;
+    double interval = cfg && cfg->beat_interval_s > 0 ? cfg->beat_interval_s
+                                                      : CLUSTER_BEAT_INTERVAL_S;
+    double timeout = cfg && cfg->beat_timeout_s > 0 ? cfg->beat_timeout_s
+                                                    : CLUSTER_BEAT_TIMEOUT_S;
+    if (!(interval < timeout))
+        return err_set(ERR_INVALID,
+                       "cluster: a heartbeat every %g s with a timeout of %g s: expected the "
+                       "interval below the timeout",
+                       interval, timeout);
     if (mpi_launched() <= 1)
         return 0;
     if (!mpi_built())
@@ -41,6 +51,8 @@ int cluster_job_open(struct cluster_job **out)
     if (!j)
         return err_set(ERR_NOMEM, "out of memory");
     pthread_mutex_init(&j->lock, NULL);
+    j->beat_interval_s = interval;
+    j->beat_timeout_s = timeout;
     int rc = mpi_world_open(&j->w);
     if (rc < 0) {
         pthread_mutex_destroy(&j->lock);
@@ -63,6 +75,11 @@ int cluster_job_procs(const struct cluster_job *j)
     return j ? j->procs : 1;
 }
 
+struct mpi_world *cluster_job_world(const struct cluster_job *j)
+{
+    return j ? j->w : NULL;
+}
+
 int cluster_job_lead(struct cluster_job *j, struct stack_config *sc)
 {
     if (j->me != 0)
@@ -71,8 +88,8 @@ int cluster_job_lead(struct cluster_job *j, struct stack_config *sc)
     for (int d = 0; d < sc->n_devices; d++)
         proc_of[d] = sc->procs_set ? sc->procs[d] : 0;
     struct leader_config lc = {.ctl_tag = CTL_TAG,
-                               .beat_interval_s = CLUSTER_BEAT_INTERVAL_S,
-                               .beat_timeout_s = CLUSTER_BEAT_TIMEOUT_S};
+                               .beat_interval_s = j->beat_interval_s,
+                               .beat_timeout_s = j->beat_timeout_s};
     int rc = leader_create(j->w, &lc, &j->l);
     if (rc == 0)
         rc = cluster_remote_create(j->w, j->l, proc_of, sc->n_devices, BATCH_TAGS, &j->r);
@@ -99,8 +116,8 @@ static void on_lost(void *arg, int proc, double silent_s)
 
 int cluster_job_follow(struct cluster_job *j, const struct stack_config *sc)
 {
-    struct mpi_watch_config wc = {.interval_s = CLUSTER_BEAT_INTERVAL_S,
-                                  .timeout_s = CLUSTER_BEAT_TIMEOUT_S,
+    struct mpi_watch_config wc = {.interval_s = j->beat_interval_s,
+                                  .timeout_s = j->beat_timeout_s,
                                   .lost = on_lost,
                                   .arg = j};
     struct device *devices[STACK_MAX_DEVICES] = {0};

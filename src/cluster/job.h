@@ -19,12 +19,22 @@ struct cluster_job;
 #define CLUSTER_BEAT_INTERVAL_S 1.0
 #define CLUSTER_BEAT_TIMEOUT_S 10.0
 
+/* Heartbeats (every process of the job must use the same numbers): a
+ * beat every interval_s, a process silent for timeout_s lost; 0: the
+ * defaults above. */
+struct cluster_job_config {
+    double beat_interval_s, beat_timeout_s;
+};
+
 /* Not under mpirun, or one process: *out NULL and 0, the command runs as
  * it always does. Under mpirun with several: opens the MPI world (once per
- * process) into *out. ERR_UNSUPPORTED naming the build when it has no MPI. */
-int cluster_job_open(struct cluster_job **out);
+ * process) into *out. ERR_UNSUPPORTED naming the build when it has no MPI,
+ * ERR_INVALID unless 0 < interval < timeout. cfg NULL: the defaults. */
+int cluster_job_open(const struct cluster_job_config *cfg, struct cluster_job **out);
 int cluster_job_proc(const struct cluster_job *j);  /* this process's number; 0 for NULL */
 int cluster_job_procs(const struct cluster_job *j); /* 1 for NULL */
+/* The world (comm/mpi.h), for a caller's own messages on tags below 100. */
+struct mpi_world *cluster_job_world(const struct cluster_job *j);
 
 /* Process 0: starts the leader and the remote table, and sets sc->remote
  * and sc->n_procs for stack_open (sc's devices say which process owns

@@ -313,41 +313,75 @@ int leader_call(struct leader *l, int proc, const struct proto_msg *cmd)
     return rc;
 }
 
-/* Sends cmd to every follower. parts: NULL for a post (nobody waits), else
- * *parts gets (procs - 1) registered parts (NULL with no follower), the
- * caller's to wait_procs and free. */
-static int send_every(struct leader *l, const struct proto_msg *cmd, struct pending **parts,
-                      bool shutdown)
+/* Followers to[0..n) as a checked list in *set (to NULL: every one; *n
+ * their count then). */
+static int procs_set(struct leader *l, const int *to, int *n, int **set)
 {
-    int n = l->procs - 1;
+    *set = NULL;
+    if (!to)
+        *n = l->procs - 1;
+    if (*n == 0)
+        return 0;
+    if (*n < 0 || *n > l->procs - 1 || !(*set = calloc((size_t)*n, sizeof(int))))
+        return err_set(*n < 0 || *n > l->procs - 1 ? ERR_INVALID : ERR_NOMEM,
+                       "leader: %d followers named (of %d)", *n, l->procs - 1);
+    for (int i = 0; i < *n; i++) {
+        (*set)[i] = to ? to[i] : i + 1;
+        if ((*set)[i] < 1 || (*set)[i] >= l->procs) {
+            int bad = (*set)[i];
+            free(*set);
+            *set = NULL;
+            return err_set(ERR_INVALID, "leader: process %d is not a follower (1..%d)", bad,
+                           l->procs - 1);
+        }
+    }
+    return 0;
+}
+
+/* Sends cmd to followers to[0..n) (to NULL: every one, *n set). parts: NULL
+ * for a post (nobody waits), else *parts gets n registered parts (NULL for
+ * none), the caller's to wait_procs and free. */
+static int send_set(struct leader *l, const int *to, int *n, const struct proto_msg *cmd,
+                    struct pending **parts, bool shutdown)
+{
     if (parts)
         *parts = NULL;
-    if (n == 0)
-        return 0;
-    int *procs = calloc((size_t)n, sizeof(int));
-    struct pending *p = parts ? calloc((size_t)n, sizeof *p) : NULL;
-    if (!procs || (parts && !p)) {
-        free(procs);
-        free(p);
+    int *set;
+    int rc = procs_set(l, to, n, &set);
+    if (rc < 0 || *n == 0)
+        return rc;
+    struct pending *p = parts ? calloc((size_t)*n, sizeof *p) : NULL;
+    if (parts && !p) {
+        free(set);
         return err_set(ERR_NOMEM, "leader: out of memory");
     }
-    for (int i = 0; i < n; i++)
-        procs[i] = i + 1;
-    send_procs(l, procs, n, cmd, p, shutdown);
-    free(procs);
+    send_procs(l, set, *n, cmd, p, shutdown);
+    free(set);
     if (parts)
         *parts = p;
     return 0;
 }
 
-/* send_every, then every part awaited. */
+/* cmd to every follower, every part awaited; parts: (procs - 1), the
+ * caller's to free. */
 static int call_every(struct leader *l, const struct proto_msg *cmd, struct pending **parts,
                       bool shutdown)
 {
-    int rc = send_every(l, cmd, parts, shutdown);
+    int n;
+    int rc = send_set(l, NULL, &n, cmd, parts, shutdown);
     if (rc == 0 && *parts)
-        wait_procs(l, *parts, l->procs - 1);
+        wait_procs(l, *parts, n);
     return rc;
+}
+
+int leader_call_some(struct leader *l, const int *to, int n, const struct proto_msg *cmd)
+{
+    struct leader_call *c;
+    int rc = check_cmd(l, cmd, false);
+    size_t none;
+    if (rc < 0 || (rc = leader_begin(l, to, n, cmd, &c)) < 0)
+        return rc;
+    return leader_end(l, c, NULL, 0, &none);
 }
 
 int leader_call_all(struct leader *l, const struct proto_msg *cmd)
@@ -362,26 +396,29 @@ int leader_call_all(struct leader *l, const struct proto_msg *cmd)
     return rc;
 }
 
-int leader_post(struct leader *l, const struct proto_msg *cmd)
+int leader_post(struct leader *l, const int *to, int n, const struct proto_msg *cmd)
 {
     int rc = check_cmd(l, cmd, false);
-    return rc < 0 ? rc : send_every(l, cmd, NULL, false);
+    return rc < 0 ? rc : send_set(l, to, &n, cmd, NULL, false);
 }
 
 struct leader_call {
     enum proto_kind kind;
     uint64_t batch;
-    struct pending *parts; /* (procs - 1), NULL with no follower */
+    int n;                 /* followers called */
+    struct pending *parts; /* (n), NULL for none */
 };
 
-int leader_begin(struct leader *l, const struct proto_msg *cmd, struct leader_call **out)
+int leader_begin(struct leader *l, const int *to, int n, const struct proto_msg *cmd,
+                 struct leader_call **out)
 {
     *out = NULL;
     int rc = check_cmd(l, cmd, cmd->kind == PROTO_STEP);
     struct leader_call *c = rc == 0 ? calloc(1, sizeof *c) : NULL;
     if (rc == 0 && !c)
         rc = err_set(ERR_NOMEM, "leader: out of memory");
-    if (rc == 0 && (rc = send_every(l, cmd, &c->parts, false)) == 0) {
+    if (rc == 0 && (rc = send_set(l, to, &n, cmd, &c->parts, false)) == 0) {
+        c->n = n;
         c->kind = cmd->kind;
         c->batch = cmd->batch;
         *out = c;
@@ -398,7 +435,7 @@ int leader_end(struct leader *l, struct leader_call *c, float *logits, size_t n,
         free(c);
         return 0;
     }
-    const int k = l->procs - 1;
+    const int k = c->n;
     wait_procs(l, c->parts, k);
     int rc = parts_status(c->parts, k, c->kind == PROTO_STEP ? PROTO_STEP_DONE : PROTO_REPLY);
     for (int i = 0; i < k && rc == 0; i++) {
@@ -427,7 +464,7 @@ void leader_abandon(struct leader *l, struct leader_call *c)
 {
     if (!c)
         return;
-    const int k = c->parts ? l->procs - 1 : 0;
+    const int k = c->parts ? c->n : 0;
     pthread_mutex_lock(&l->lock);
     for (int i = 0; i < k; i++)
         for (struct pending **pp = &l->pending; *pp; pp = &(*pp)->next)
@@ -447,7 +484,7 @@ int leader_step(struct leader *l, const struct proto_msg *step, float *logits, s
     *got = 0;
     struct leader_call *c;
     int rc = check_cmd(l, step, true);
-    if (rc < 0 || (rc = leader_begin(l, step, &c)) < 0)
+    if (rc < 0 || (rc = leader_begin(l, NULL, 0, step, &c)) < 0)
         return rc;
     return leader_end(l, c, logits, n, got);
 }

@@ -51,6 +51,9 @@ int leader_call(struct leader *l, int proc, const struct proto_msg *cmd);
 /* cmd to every follower, one sequence number for all; waits for every
  * answer: 0 or the error of the lowest process that failed (all answer). */
 int leader_call_all(struct leader *l, const struct proto_msg *cmd);
+/* The same to followers to[0..n) only (the processes a model's shards are
+ * on): one that is lost fails only the commands sent to it. */
+int leader_call_some(struct leader *l, const int *to, int n, const struct proto_msg *cmd);
 /* A STEP to every follower; waits for every STEP_DONE. The one process
  * answering with logits (TP rank 0 of the last stage) fills logits[0..n):
  * *got is how many it sent (0 when rank 0 holds that shard), ERR_INVALID
@@ -62,20 +65,22 @@ int leader_step(struct leader *l, const struct proto_msg *step, float *logits, s
  * in one order with work of its own and wait outside its lock (the device
  * workers: a step's STEP leaves in the order its shards are queued here).
  * leader_begin sends cmd (any kind leader_call_all or leader_step takes)
- * and returns; *out must be given to leader_end exactly once, which waits
+ * to followers to[0..n) (to NULL: every one) and returns; *out must be
+ * given to leader_end or leader_abandon exactly once; leader_end waits
  * for every answer and frees it: errors, and a STEP's logits, as
  * leader_call_all and leader_step (logits may be NULL with n 0 for other
  * kinds). */
 struct leader_call;
-int leader_begin(struct leader *l, const struct proto_msg *cmd, struct leader_call **out);
+int leader_begin(struct leader *l, const int *to, int n, const struct proto_msg *cmd,
+                 struct leader_call **out);
 int leader_end(struct leader *l, struct leader_call *c, float *logits, size_t n, size_t *got);
 /* Gives up waiting for c (not yet ended): its answers, when they come, are
  * dropped as leader_post's are. Frees c. NULL-safe. */
 void leader_abandon(struct leader *l, struct leader_call *c);
-/* Sends cmd to every follower in the global order and never waits: for
+/* Sends cmd to followers to[0..n) (NULL: every one) in the global order and never waits: for
  * commands whose only effect that matters is their place in the order
  * (closing a batch). An error in an answer is written to stderr. */
-int leader_post(struct leader *l, const struct proto_msg *cmd);
+int leader_post(struct leader *l, const int *to, int n, const struct proto_msg *cmd);
 
 /* Tells every follower to leave follower_serve (SHUTDOWN), waits for the
  * answers of those not lost, and joins the receivers: 0 or the first

@@ -26,6 +26,8 @@ struct rmodel {
     const struct swap_model *model;
     uint32_t id;
     bool registered;
+    int procs[PROTO_MAX_SHARDS]; /* the followers holding its shards, ascending */
+    int n_procs;
 };
 
 /* A batch open on the followers; its tags, and the open's answer until the
@@ -36,6 +38,8 @@ struct rbatch {
     struct leader_call *open;
     int tags[2 * PROTO_MAX_SHARDS];
     int n_tags;
+    int procs[PROTO_MAX_SHARDS]; /* its model's followers */
+    int n_procs;
 };
 
 struct swap_remote_step {
@@ -73,6 +77,12 @@ static struct rmodel *model_entry(struct cluster_remote *r, const struct swap_mo
     if (!e)
         return NULL;
     *e = (struct rmodel){.next = r->models, .model = m, .id = ++r->next_model};
+    for (int p = 1; p < mpi_world_procs(r->w); p++)
+        for (int i = 0; i < swap_model_shard_count(m); i++)
+            if (r->proc_of[swap_shard_device(swap_model_shard(m, i))] == p) {
+                e->procs[e->n_procs++] = p;
+                break;
+            }
     r->models = e;
     return e;
 }
@@ -139,7 +149,7 @@ static int model_register(struct cluster_remote *r, const struct swap_model *m, 
                                 .devices = devices,
                                 .n_devices = (uint32_t)n,
                                 .compute = (char *)kern_compute_name(swap_model_compute(m))};
-        if ((rc = leader_call_all(r->l, &reg)) == 0) {
+        if ((rc = leader_call_some(r->l, e->procs, e->n_procs, &reg)) == 0) {
             pthread_mutex_lock(&r->lock);
             e->registered = true;
             pthread_mutex_unlock(&r->lock);
@@ -149,14 +159,20 @@ static int model_register(struct cluster_remote *r, const struct swap_model *m, 
     return rc;
 }
 
-/* The id of a registered model; false when it is not. */
-static bool model_id(struct cluster_remote *r, const struct swap_model *m, uint32_t *id)
+/* The id of a registered model and its followers (procs may be NULL);
+ * false when it is not registered. */
+static bool model_id(struct cluster_remote *r, const struct swap_model *m, uint32_t *id,
+                     int *procs, int *n_procs)
 {
     pthread_mutex_lock(&r->lock);
     bool found = false;
     for (struct rmodel *e = r->models; e && !found; e = e->next)
         if (e->model == m && e->registered) {
             *id = e->id;
+            if (procs) {
+                memcpy(procs, e->procs, sizeof(int) * (size_t)e->n_procs);
+                *n_procs = e->n_procs;
+            }
             found = true;
         }
     pthread_mutex_unlock(&r->lock);
@@ -189,7 +205,7 @@ static int remote_offload(void *ctx, const struct swap_model *m, const struct sw
 {
     struct cluster_remote *r = ctx;
     uint32_t id;
-    if (!model_id(r, m, &id)) /* never loaded there */
+    if (!model_id(r, m, &id, NULL, NULL)) /* never loaded there */
         return 0;
     struct proto_msg off = {.kind = PROTO_OFFLOAD, .model = id};
     int rc = leader_call(r->l, proc_of_shard(r, sh), &off);
@@ -210,7 +226,7 @@ static void remote_forget(void *ctx, const struct swap_model *m)
     pthread_mutex_unlock(&r->lock);
     if (e && e->registered) {
         struct proto_msg unreg = {.kind = PROTO_UNREGISTER, .model = e->id};
-        if (leader_call_all(r->l, &unreg) < 0) /* the followers' state is theirs to log */
+        if (leader_call_some(r->l, e->procs, e->n_procs, &unreg) < 0) /* theirs to log */
             fprintf(stderr, "shardswap: model %s: %s\n", swap_model_name(m), err_msg());
     }
     free(e);
@@ -270,12 +286,15 @@ static int remote_batch_open(void *ctx, const struct swap_model *m,
 {
     struct cluster_remote *r = ctx;
     uint32_t mid;
-    if (!model_id(r, m, &mid))
+    int procs[PROTO_MAX_SHARDS], n_procs = 0;
+    if (!model_id(r, m, &mid, procs, &n_procs))
         return err_set(ERR_INVALID, "model %s is not loaded on the other processes",
                        swap_model_name(m));
     struct rbatch *b = calloc(1, sizeof *b);
     if (!b)
         return err_set(ERR_NOMEM, "out of memory");
+    memcpy(b->procs, procs, sizeof(int) * (size_t)n_procs);
+    b->n_procs = n_procs;
     const int tp = swap_model_tp(m), pp = swap_model_pp(m), n = tp * pp;
     int32_t gtags[PROTO_MAX_SHARDS], ctags[PROTO_MAX_SHARDS];
     struct proto_place places[PROTO_MAX_SHARDS];
@@ -301,7 +320,7 @@ static int remote_batch_open(void *ctx, const struct swap_model *m,
                              .channel_tags = ctags,
                              .n_channel_tags = (uint32_t)((pp - 1) * tp)};
     if (rc == 0)
-        rc = leader_begin(r->l, &open, &b->open);
+        rc = leader_begin(r->l, b->procs, b->n_procs, &open, &b->open);
     pthread_mutex_lock(&r->lock);
     if (rc == 0) {
         b->next = r->batches;
@@ -321,8 +340,16 @@ static int remote_batch_open(void *ctx, const struct swap_model *m,
 static int remote_batch_clear(void *ctx, uint64_t id, int slot)
 {
     struct cluster_remote *r = ctx;
+    pthread_mutex_lock(&r->lock);
+    struct rbatch *b = batch_find(r, id);
+    int procs[PROTO_MAX_SHARDS], n = b ? b->n_procs : 0;
+    if (b)
+        memcpy(procs, b->procs, sizeof(int) * (size_t)n);
+    pthread_mutex_unlock(&r->lock);
+    if (!b)
+        return err_set(ERR_INVALID, "cluster: no batch %llu is open", (unsigned long long)id);
     struct proto_msg clear = {.kind = PROTO_BATCH_CLEAR, .batch = id, .slot = (uint32_t)slot};
-    return leader_post(r->l, &clear);
+    return leader_post(r->l, procs, n, &clear);
 }
 
 static void remote_batch_close(void *ctx, uint64_t id)
@@ -341,7 +368,7 @@ static void remote_batch_close(void *ctx, uint64_t id)
         return;
     leader_abandon(r->l, b->open); /* never stepped: its answer is not awaited */
     struct proto_msg close = {.kind = PROTO_BATCH_CLOSE, .batch = id};
-    if (leader_post(r->l, &close) < 0)
+    if (leader_post(r->l, b->procs, b->n_procs, &close) < 0)
         fprintf(stderr, "shardswap: batch %llu: %s\n", (unsigned long long)id, err_msg());
     /* the close is in the order before any later open that takes them */
     pthread_mutex_lock(&r->lock);
@@ -374,7 +401,7 @@ static int remote_step_send(void *ctx, uint64_t id, const int32_t *ids, const ui
                              .n_ids = n,
                              .mask = (uint8_t *)mask,
                              .n_mask = mask ? n : 0};
-    int rc = leader_begin(r->l, &step, &s->call);
+    int rc = leader_begin(r->l, b->procs, b->n_procs, &step, &s->call);
     if (rc < 0) {
         free(s);
         return rc;

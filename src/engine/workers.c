@@ -409,29 +409,35 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
         workq_post(&wk->q, &tasks[i].item);
     }
     pthread_mutex_unlock(&w->order);
-    pthread_mutex_lock(&call.lock);
-    while (far_rc == 0 && call.remaining > 0)
-        pthread_cond_wait(&call.done, &call.lock);
-    pthread_mutex_unlock(&call.lock);
-    pthread_mutex_destroy(&call.lock);
-    pthread_cond_destroy(&call.done);
-    free(tasks);
+    /* the other processes' answer first: when it fails (a process lost, its
+     * shard's error) this process's shards may be waiting for theirs in a
+     * collective, and the abort sets them free */
+    char far_msg[512] = "";
     if (far) {
         size_t rows = (size_t)sh->batch * (size_t)(all_positions ? t_new : 1), got = 0;
         size_t n = rows * (size_t)swap_model_info(gb->model)->vocab;
         far_rc = gb->remote->step_wait(gb->remote->ctx, far, logits, n, &got);
         if (far_rc == 0 && got != 0 && got != n)
-            far_rc = err_set(ERR_INVALID, "model %s: %zu logits came back for %zu",
-                             swap_model_name(gb->model), got, n);
+            far_rc = err_set(ERR_INVALID, "%zu logits came back for %zu", got, n);
+        if (far_rc < 0) {
+            snprintf(far_msg, sizeof(far_msg), "%s", err_msg());
+            /* the other processes' contexts are out of step with these now */
+            group_batch_abort(gb, far_rc);
+        }
+    } else if (far_rc < 0) {
+        snprintf(far_msg, sizeof(far_msg), "%s", err_msg());
     }
+    pthread_mutex_lock(&call.lock);
+    while ((far || far_rc == 0) && call.remaining > 0) /* none queued when the send failed */
+        pthread_cond_wait(&call.done, &call.lock);
+    pthread_mutex_unlock(&call.lock);
+    pthread_mutex_destroy(&call.lock);
+    pthread_cond_destroy(&call.done);
+    free(tasks);
+    if (far_rc < 0)
+        return err_set(far_rc, "model %s: %s", swap_model_name(gb->model), far_msg);
     if (call.rc < 0)
         return err_set(call.rc, "%s", call.msg); /* on the caller's thread */
-    if (far_rc < 0) {
-        /* the other processes' contexts are out of step with these now */
-        int none = 0;
-        atomic_compare_exchange_strong(&gb->failed, &none, far_rc);
-        return err_wrap(far_rc, "model %s", swap_model_name(gb->model));
-    }
     gb->len += t_new;
     return 0;
 }

@@ -19,7 +19,13 @@
  *   loads outnumber the models (they swapped); no view's high-water mark
  *   passes its budget.
  * remove: a model with remote shards, removed while resident, leaves its
- *   views empty; its name then finds nothing, and the others still serve. */
+ *   views empty; its name then finds nothing, and the others still serve.
+ * stopped: the process owning device 2 stopped (SIGSTOP) while "far" is
+ *   resident there: a request to far completes (never hangs) with an error
+ *   naming that process once its heartbeats stop; with 3 processes, "tp"
+ *   (processes 0 and 1) still serves; continued, the job closes. */
+#include <signal.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +50,10 @@ static struct expect expects[N_MODELS][3];
 
 static struct cluster_job *job;
 static int me, procs;
+static pid_t pids[8]; /* the followers', sent to process 0 before they follow */
+#define PID_TAG 7
+#define BEAT_INTERVAL 0.2
+#define BEAT_TIMEOUT 3.0
 
 static const int dev_tp[] = {0, 1}, dev_pp[] = {1, 0}, dev_pplast[] = {0, 2}, dev_far[] = {2};
 static struct stack_model_config models[N_MODELS];
@@ -178,19 +188,58 @@ TEST(remove)
     stack_close(s);
 }
 
+TEST(stopped)
+{
+    struct stack *s = lead_open();
+    if (!s)
+        return;
+    const int far_proc = procs - 1;
+    check_output(submit(s, M_FAR, 0), M_FAR, 0);
+    CHECK(kill(pids[far_proc], SIGSTOP) == 0);
+    struct engine_req *r = submit(s, M_FAR, 1);
+    if (r) {
+        int st = engine_req_wait(r);
+        char named[32];
+        snprintf(named, sizeof named, "process %d", far_proc);
+        CHECK_MSG(st < 0 && strstr(engine_req_error(r), named),
+                  "far with process %d stopped: status %d (%s)", far_proc, st,
+                  engine_req_error(r));
+        engine_req_release(r);
+    }
+    if (procs > 2)
+        check_output(submit(s, M_TP, 2), M_TP, 2);
+    CHECK(kill(pids[far_proc], SIGCONT) == 0);
+    stack_close(s);
+}
+
 int main(int argc, char **argv)
 {
     if (!mpi_built())
         test_skip("built without MPI");
     if (mpi_launched() < 2)
         test_skip("not started by mpirun as 2 or more processes (tests/CMakeLists.txt does)");
-    if (cluster_job_open(&job) < 0) {
+    struct cluster_job_config jc = {.beat_interval_s = BEAT_INTERVAL,
+                                    .beat_timeout_s = BEAT_TIMEOUT};
+    if (cluster_job_open(&jc, &job) < 0) {
         fprintf(stderr, "%s\n", err_msg());
         return 1;
     }
     me = cluster_job_proc(job);
     procs = cluster_job_procs(job);
     config_make();
+    struct mpi_world *w = cluster_job_world(job);
+    if (me > 0) {
+        pid_t pid = getpid();
+        if (mpi_world_send(w, 0, PID_TAG, &pid, sizeof pid) < 0)
+            fprintf(stderr, "process %d: %s\n", me, err_msg());
+    }
+    for (int p = 1; me == 0 && p < procs && p < 8; p++) {
+        void *buf = NULL;
+        size_t n = 0;
+        if (mpi_world_recv(w, p, PID_TAG, &buf, &n) == 0 && n == sizeof(pid_t))
+            memcpy(&pids[p], buf, sizeof(pid_t));
+        free(buf);
+    }
     int rc = 0;
     if (me == 0) {
         rc = test_main(argc, argv, NULL);
