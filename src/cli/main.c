@@ -71,10 +71,11 @@ int main(int argc, char **argv)
     /* N processes of one command would each serve, load and print on their
      * own: refuse what does not run across processes yet. */
     int procs = mpi_launched();
-    if (procs > 1 && !(strcmp(argv[1], "bench") == 0 && argc > 2 && strcmp(argv[2], "comm") == 0)) {
+    if (procs > 1 && strcmp(argv[1], "serve") != 0 &&
+        !(strcmp(argv[1], "bench") == 0 && argc > 2 && strcmp(argv[2], "comm") == 0)) {
         fprintf(stderr,
-                "shardswap: started by mpirun as %d processes, but only \"bench comm\" runs "
-                "across processes in this version; run \"%s\" without mpirun\n",
+                "shardswap: started by mpirun as %d processes, but only \"serve\" and \"bench "
+                "comm\" run across processes in this version; run \"%s\" without mpirun\n",
                 procs, argv[1]);
         return EXIT_USAGE;
     }

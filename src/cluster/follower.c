@@ -517,7 +517,7 @@ int follower_serve(struct follower *f)
         size_t n = 0;
         int rc = mpi_world_recv_unless(f->w, 0, f->ctl_tag, &f->stop, &p, &n);
         if (rc == ERR_CANCELLED)
-            return err_set(ERR_IO, "process %d: process 0 stopped answering; leaving", f->me);
+            return err_set(ERR_UNREACHABLE, "process %d: process 0 stopped answering; leaving", f->me);
         if (rc < 0)
             return rc;
         struct proto_msg c;

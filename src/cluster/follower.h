@@ -33,7 +33,7 @@ int follower_create(struct mpi_world *w, struct device *const *devices, const in
  * until the channel to process 0 fails or follower_stop (its error). A command that fails
  * is answered with its error and message; the follower goes on. */
 int follower_serve(struct follower *f);
-/* Makes follower_serve return ERR_IO between commands (a command being
+/* Makes follower_serve return ERR_UNREACHABLE between commands (a command being
  * carried out ends first): for the heartbeats' lost callback when process 0
  * is gone. Any thread; it only sets a flag. */
 void follower_stop(struct follower *f);

@@ -80,6 +80,11 @@ struct mpi_world *cluster_job_world(const struct cluster_job *j)
     return j ? j->w : NULL;
 }
 
+bool cluster_job_lost(const struct cluster_job *j, int proc, char *reason, size_t cap)
+{
+    return j && j->l && leader_lost(j->l, proc, reason, cap);
+}
+
 int cluster_job_lead(struct cluster_job *j, struct stack_config *sc)
 {
     if (j->me != 0)

@@ -12,6 +12,7 @@
 #define SHARDSWAP_CLUSTER_JOB_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 struct stack_config;
 struct cluster_job;
@@ -35,6 +36,11 @@ int cluster_job_proc(const struct cluster_job *j);  /* this process's number; 0 
 int cluster_job_procs(const struct cluster_job *j); /* 1 for NULL */
 /* The world (comm/mpi.h), for a caller's own messages on tags below 100. */
 struct mpi_world *cluster_job_world(const struct cluster_job *j);
+
+/* Process 0, once leading: whether process proc is lost for good (its
+ * heartbeats stopped, or its channel broke), why in reason (cap bytes).
+ * false for process 0, NULL, or before cluster_job_lead. */
+bool cluster_job_lost(const struct cluster_job *j, int proc, char *reason, size_t cap);
 
 /* Process 0: starts the leader and the remote table, and sets sc->remote
  * and sc->n_procs for stack_open (sc's devices say which process owns

@@ -73,7 +73,7 @@ static void fail_locked(struct leader *l, int proc, const char *reason)
     for (struct pending *c = l->pending; c; c = c->next)
         if (c->proc == proc && !c->done) {
             c->done = true;
-            c->status = ERR_IO;
+            c->status = ERR_UNREACHABLE;
             snprintf(c->why, sizeof c->why, "%s", p->reason);
         }
     pthread_cond_broadcast(&l->cond);
@@ -203,7 +203,7 @@ static void send_procs(struct leader *l, const int *procs, int n, const struct p
             /* posted: nobody waits */
         } else if (!wait) {
             c->done = true;
-            c->status = ERR_IO;
+            c->status = ERR_UNREACHABLE;
             snprintf(c->why, sizeof c->why, "%s", p->reason);
         } else {
             c->next = l->pending;
@@ -458,6 +458,18 @@ int leader_end(struct leader *l, struct leader_call *c, float *logits, size_t n,
     free(c->parts);
     free(c);
     return rc;
+}
+
+bool leader_lost(struct leader *l, int proc, char *reason, size_t cap)
+{
+    if (proc < 1 || proc >= l->procs)
+        return false;
+    pthread_mutex_lock(&l->lock);
+    bool failed = l->peers[proc].failed;
+    if (failed && reason)
+        snprintf(reason, cap, "%s", l->peers[proc].reason);
+    pthread_mutex_unlock(&l->lock);
+    return failed;
 }
 
 void leader_abandon(struct leader *l, struct leader_call *c)

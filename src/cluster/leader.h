@@ -19,13 +19,14 @@
  * Failure: with heartbeats on (beat_timeout_s > 0; every follower must
  * watch with the same numbers, mpi_world_watch), a follower silent for
  * longer than the timeout is lost: its pending calls and every later one
- * fail at once with ERR_IO, "process P is not answering (...)". A failure
+ * fail at once with ERR_UNREACHABLE, "process P is not answering (...)". A failure
  * is final: the follower's state is unknown (a found-again follower is
  * only told to shut down). A follower that dies ends the job under
  * OpenMPI's default, and mpirun names its rank. */
 #ifndef SHARDSWAP_CLUSTER_LEADER_H
 #define SHARDSWAP_CLUSTER_LEADER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,7 +46,7 @@ int leader_create(struct mpi_world *w, const struct leader_config *cfg, struct l
 
 /* Sends cmd (any kind but SHUTDOWN; its seq is the leader's, not read) to
  * process proc and waits for the answer: 0, or the answer's status with
- * err_msg() "process P: <the follower's message>", or ERR_IO when proc is
+ * err_msg() "process P: <the follower's message>", or ERR_UNREACHABLE when proc is
  * lost, ERR_INVALID for proc out of range. Any thread. */
 int leader_call(struct leader *l, int proc, const struct proto_msg *cmd);
 /* cmd to every follower, one sequence number for all; waits for every
@@ -74,6 +75,9 @@ struct leader_call;
 int leader_begin(struct leader *l, const int *to, int n, const struct proto_msg *cmd,
                  struct leader_call **out);
 int leader_end(struct leader *l, struct leader_call *c, float *logits, size_t n, size_t *got);
+/* Whether follower proc has failed (lost, or its channel broken: final),
+ * with why in reason (cap bytes; may be NULL). Any thread. */
+bool leader_lost(struct leader *l, int proc, char *reason, size_t cap);
 /* Gives up waiting for c (not yet ended): its answers, when they come, are
  * dropped as leader_post's are. Frees c. NULL-safe. */
 void leader_abandon(struct leader *l, struct leader_call *c);

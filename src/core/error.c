@@ -59,6 +59,7 @@ const char *err_name(int code)
     case ERR_CANCELLED: return "cancelled";
     case ERR_TIMEOUT: return "timed out";
     case ERR_DEVICE: return "device error";
+    case ERR_UNREACHABLE: return "process unreachable";
     default: return "unknown error";
     }
 }

@@ -22,6 +22,7 @@ enum err {
     ERR_CANCELLED = -8,   /* the caller cancelled it (a request) */
     ERR_TIMEOUT = -9,     /* its deadline passed before it completed (a request) */
     ERR_DEVICE = -10,     /* a device (GPU driver, cuBLAS, NCCL) call failed */
+    ERR_UNREACHABLE = -11, /* another process of the job is lost (under mpirun) */
 };
 
 /* Records a printf-style message for the calling thread; returns code. */

@@ -200,6 +200,9 @@ static void failure(const struct srv_req *r, struct oai_error *e)
     else if (r->status == ERR_NOT_FOUND)
         oai_error_set(e, 404, "invalid_request_error", "model_not_found", "model", "%s",
                       r->error[0] ? r->error : "The model was removed.");
+    else if (r->status == ERR_UNREACHABLE) /* under mpirun: a process of its model is lost */
+        oai_error_set(e, 503, "server_error", "process_unavailable", "model", "%s",
+                      r->error[0] ? r->error : "A process holding the model is not answering.");
     else if (r->status == ERR_BUSY) /* its model cannot be loaded beside the pinned ones */
         oai_error_set(e, 503, "server_error", "model_unavailable", "model", "%s",
                       r->error[0] ? r->error : "The model cannot be loaded now.");

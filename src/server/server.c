@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster/job.h"
 #include "core/error.h"
 #include "core/timing.h"
 #include "server/log.h"
@@ -232,6 +233,33 @@ static bool auth_ok(struct srv_req *r, struct oai_error *e)
     return false;
 }
 
+/* GET /health: 200 while accepting, 503 while starting or stopping. Under
+ * mpirun it lists the processes of the job, and a lost one makes the
+ * status "degraded" (still 200: the models on the others serve; those on
+ * it answer 503 naming it). */
+static enum MHD_Result health(struct srv_req *r)
+{
+    bool ok = srv_accepting(r->s);
+    json_t *body = json_object();
+    bool degraded = false;
+    if (r->s->job) {
+        json_t *procs = json_array();
+        for (int p = 0; p < cluster_job_procs(r->s->job); p++) {
+            char why[256] = "";
+            bool lost = cluster_job_lost(r->s->job, p, why, sizeof why);
+            degraded |= lost;
+            json_t *e = json_pack("{s:i, s:s}", "process", p, "status", lost ? "lost" : "ok");
+            if (lost)
+                json_object_set_new(e, "reason", json_string(why));
+            json_array_append_new(procs, e);
+        }
+        json_object_set_new(body, "processes", procs);
+    }
+    json_object_set_new(body, "status",
+                        json_string(!ok ? "unavailable" : degraded ? "degraded" : "ok"));
+    return srv_reply_json(r, ok ? 200 : 503, body);
+}
+
 /* ---- libmicrohttpd callbacks ---- */
 
 static enum MHD_Result dispatch(struct srv_req *r)
@@ -244,11 +272,8 @@ static enum MHD_Result dispatch(struct srv_req *r)
         return srv_models_list(r);
     case ROUTE_MODEL:
         return srv_model_get(r);
-    case ROUTE_HEALTH: {
-        bool ok = srv_accepting(r->s);
-        return srv_reply_json(r, ok ? 200 : 503,
-                              json_pack("{s:s}", "status", ok ? "ok" : "unavailable"));
-    }
+    case ROUTE_HEALTH:
+        return health(r);
     case ROUTE_METRICS:
         return srv_metrics(r);
     case ROUTE_ADMIN_ADD:
@@ -520,7 +545,33 @@ static int listen_start(struct server *s)
     return 0;
 }
 
-int server_open(const struct serve_config *c, struct server **out)
+/* The stack a config serves: what server_open opens and what every
+ * follower sizes its devices by (the same numbers on every process). */
+static void server_stack_config(const struct serve_config *c, struct stack_config *sc,
+                                struct stack_model_config *mc)
+{
+    serve_config_stack(c, sc, mc);
+    /* budgets left 0 are sized for batches of requests this long (the
+     * stack's defaults fit a benchmark's short prompts, not a client's) */
+    sc->fit_prompt = SRV_FIT_PROMPT;
+    sc->fit_max_tokens = SRV_FIT_MAX_TOKENS;
+}
+
+int server_follow(const struct serve_config *c, struct cluster_job *job)
+{
+    struct stack_config sc;
+    struct stack_model_config *mc = calloc((size_t)(c->n_models ? c->n_models : 1), sizeof(*mc));
+    if (!mc)
+        return err_set(ERR_NOMEM, "out of memory for the server");
+    server_stack_config(c, &sc, mc);
+    log_info("process %d of %d: serving process 0's commands on its devices",
+             cluster_job_proc(job), cluster_job_procs(job));
+    int rc = cluster_job_follow(job, &sc);
+    free(mc);
+    return rc;
+}
+
+int server_open(const struct serve_config *c, struct cluster_job *job, struct server **out)
 {
     *out = NULL;
     struct server *s = calloc(1, sizeof(*s));
@@ -546,14 +597,13 @@ int server_open(const struct serve_config *c, struct server **out)
         rc = err_set(ERR_NOMEM, "out of memory for the server");
         goto fail;
     }
-    serve_config_stack(c, &sc, mc);
-    /* budgets left 0 are sized for batches of requests this long (the
-     * stack's defaults fit a benchmark's short prompts, not a client's) */
-    sc.fit_prompt = SRV_FIT_PROMPT;
-    sc.fit_max_tokens = SRV_FIT_MAX_TOKENS;
-    log_info("opening %d model(s) on %d %s device(s)", c->n_models, sc.n_devices,
-             sc.device_kind ? sc.device_kind : "cpu");
-    rc = stack_open(&sc, &s->stack);
+    server_stack_config(c, &sc, mc);
+    log_info("opening %d model(s) on %d %s device(s)%s", c->n_models, sc.n_devices,
+             sc.device_kind ? sc.device_kind : "cpu", job ? " across processes" : "");
+    s->job = job;
+    rc = job ? cluster_job_lead(job, &sc) : 0;
+    if (rc == 0)
+        rc = stack_open(&sc, &s->stack);
     free(mc);
     if (rc < 0)
         goto fail;

@@ -116,6 +116,7 @@ struct srv_model {
 struct server {
     const struct serve_config *cfg;
     struct stack *stack;
+    struct cluster_job *job; /* under mpirun: process 0's part (the caller's); else NULL */
     struct MHD_Daemon *mhd;
     int port;
     atomic_int state;  /* enum server_state */

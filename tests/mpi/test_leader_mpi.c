@@ -427,7 +427,7 @@ TEST(stopped)
               "a large step with a follower stopped: %d: %s", rc, err_msg());
     free(big);
     rc = leader_call(lead, last, &unreg);
-    CHECK_MSG(rc == ERR_IO && strstr(err_msg(), want), "a call to the stopped one: %d: %s", rc,
+    CHECK_MSG(rc == ERR_UNREACHABLE && strstr(err_msg(), want), "a call to the stopped one: %d: %s", rc,
               err_msg());
     rc = leader_call_all(lead, &unreg);
     CHECK_MSG(rc < 0 && strstr(err_msg(), procs > 2 ? "no model 1" : want), "%d: %s", rc,

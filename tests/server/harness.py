@@ -20,6 +20,7 @@ import http.client
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -60,6 +61,12 @@ def common_args(description):
     p.add_argument("--work-dir", default=None,
                    help="where models are generated and cached (default: a temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the server's log")
+    p.add_argument("--mpirun", default=None,
+                   help="serve under this launcher (one string, e.g. 'mpirun -n 2'): the "
+                        "server runs as a job across processes")
+    p.add_argument("--devices", default=None,
+                   help="the --devices of the server (default: the test's own count), e.g. "
+                        "cpu:0,1/cpu:0 for a device on each of two processes")
     return p
 
 
@@ -67,6 +74,9 @@ def resolve_args(args):
     if not args.bin:
         sys.exit("FAIL: no server binary: pass --bin PATH or set SHARDSWAP_BINARY")
     args.bin = os.path.abspath(args.bin)
+    # every Server of the run starts under the launcher, on these devices
+    Server.launcher = shlex.split(args.mpirun) if args.mpirun else []
+    Server.devices_override = args.devices
     if not os.access(args.bin, os.X_OK):
         sys.exit("FAIL: %s is not an executable" % args.bin)
     if args.work_dir is None:
@@ -284,7 +294,11 @@ def metric_sum(samples, name_re, **labels):
 
 
 class Server:
-    """One `shardswap serve` process on 127.0.0.1 and a free port."""
+    """One `shardswap serve` process on 127.0.0.1 and a free port (under
+    --mpirun: the launcher running the job, whose process 0 serves)."""
+
+    launcher = []
+    devices_override = None
 
     def __init__(self, binary, models, work_dir, device_budget=None, host_budget=None,
                  devices=1, api_key="sk-test", admin_key="sk-admin", model_root=None,
@@ -303,7 +317,9 @@ class Server:
         fd, self.log_path = tempfile.mkstemp(prefix="serve-", suffix=".log", dir=work_dir)
         os.close(fd)
         self.port_file = self.log_path[:-4] + ".port"
-        a = [binary, "serve"]
+        a = list(self.launcher) + [binary, "serve"]
+        if self.devices_override:
+            devices = self.devices_override
         for name, d in self.models.items():
             a += ["--model", "%s=%s" % (name, d)]
         a += ["--devices", str(devices), "--port", "0", "--port-file", self.port_file,
