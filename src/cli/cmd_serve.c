@@ -286,7 +286,9 @@ int cmd_serve(int argc, char **argv)
          * on to every process stops process 0, which then tells this one */
         signal(SIGINT, SIG_IGN);
         signal(SIGTERM, SIG_IGN);
-        rc = server_follow(&c, job);
+        log_info("process %d of %d: following process 0", cluster_job_proc(job),
+                 cluster_job_procs(job));
+        rc = cluster_job_follow(job);
         cluster_job_close(job);
         serve_config_free(&c);
         return rc < 0 ? cli_fail("serve") : 0;

@@ -75,6 +75,7 @@ struct follower {
     int proc_of[MAX_DEVICES];
     struct workq q[MAX_DEVICES]; /* the local devices' compute threads */
     bool q_open[MAX_DEVICES];
+    bool owns_devices; /* opened by DEVICES (closed by END), not the caller's */
     struct fmodel models[MAX_MODELS];
     struct fbatch batches[MAX_BATCHES];
     atomic_bool stop; /* follower_stop: process 0 is gone */
@@ -461,6 +462,87 @@ static int do_step(struct follower *f, const struct proto_msg *c)
     return sent < 0 ? sent : 1;
 }
 
+/* ---- the devices of a stack ---- */
+
+static void compute_init(void *arg)
+{
+    device_compute_thread_init(arg);
+}
+
+static const struct workq_ops compute_ops = {.thread_init = compute_init, .run = step_run};
+
+/* The local devices' compute threads. */
+static int queues_start(struct follower *f)
+{
+    for (int d = 0; d < f->n_devices; d++) {
+        if (!f->dev[d])
+            continue;
+        char name[24];
+        snprintf(name, sizeof name, "compute-%d", d);
+        /* the queue's arg is its device; a task finds its batch itself */
+        if (workq_init(&f->q[d], name, &compute_ops, f->dev[d]) < 0)
+            return err_set(ERR_NOMEM, "process %d: cannot start the compute thread of device %d",
+                           f->me, d);
+        f->q_open[d] = true;
+    }
+    return 0;
+}
+
+/* Every batch, model and compute thread; the devices too when DEVICES
+ * opened them. */
+static void stack_end(struct follower *f)
+{
+    for (int i = 0; i < MAX_BATCHES; i++)
+        if (f->batches[i].used)
+            batch_close(&f->batches[i]);
+    for (int i = 0; i < MAX_MODELS; i++)
+        if (f->models[i].used)
+            model_drop(&f->models[i]);
+    for (int d = 0; d < MAX_DEVICES; d++) {
+        if (f->q_open[d])
+            workq_free(&f->q[d]);
+        f->q_open[d] = false;
+        if (f->owns_devices)
+            device_close(f->dev[d]);
+        f->dev[d] = NULL;
+    }
+    f->owns_devices = false;
+    f->n_devices = 0;
+}
+
+/* DEVICES: this process's devices of the next stack, opened as process 0's
+ * config says (a GPU's partitions counted on this node). */
+static int do_devices(struct follower *f, const struct proto_msg *c)
+{
+    if (f->n_devices > 0)
+        return err_set(ERR_BUSY, "process %d: a stack's devices are open already (END first)",
+                       f->me);
+    int rc = 0;
+    f->n_devices = (int)c->n_devs;
+    f->owns_devices = true;
+    for (int d = 0; d < f->n_devices && rc == 0; d++) {
+        const struct proto_device *pd = &c->devs[d];
+        f->proc_of[d] = pd->proc;
+        if (pd->proc != f->me)
+            continue;
+        if (c->dev_kind == PROTO_DEVICE_CUDA) {
+            int part = 0;
+            for (int e = 0; e < d; e++)
+                part += c->devs[e].proc == f->me && c->devs[e].gpu == pd->gpu;
+            rc = device_open_cuda(pd->gpu, part, pd->budget, &f->dev[d]);
+        } else if ((rc = device_open_cpu(d, pd->budget, &f->dev[d])) == 0 && c->link_gbps > 0) {
+            rc = device_cpu_set_link(f->dev[d], c->link_gbps * 1e9);
+        }
+    }
+    if (rc == 0)
+        rc = queues_start(f);
+    if (rc < 0) {
+        err_wrap(rc, "process %d", f->me);
+        stack_end(f);
+    }
+    return rc;
+}
+
 /* ---- the loop ---- */
 
 /* Carries out c: 0 or 1 (answered already), or its error. */
@@ -504,6 +586,11 @@ static int handle(struct follower *f, const struct proto_msg *c)
         return 0;
     case PROTO_STEP:
         return do_step(f, c);
+    case PROTO_DEVICES:
+        return do_devices(f, c);
+    case PROTO_END:
+        stack_end(f);
+        return 0;
     default:
         return err_set(ERR_INVALID, "process %d: %s is not a command", f->me,
                        proto_kind_name(c->kind));
@@ -541,19 +628,12 @@ int follower_serve(struct follower *f)
     }
 }
 
-static void compute_init(void *arg)
-{
-    device_compute_thread_init(arg);
-}
-
-static const struct workq_ops compute_ops = {.thread_init = compute_init, .run = step_run};
-
 int follower_create(struct mpi_world *w, struct device *const *devices, const int *proc_of,
                     int n_devices, int ctl_tag, struct follower **out)
 {
     *out = NULL;
-    if (n_devices < 1 || n_devices > MAX_DEVICES)
-        return err_set(ERR_INVALID, "follower: %d devices (1..%d)", n_devices, MAX_DEVICES);
+    if (n_devices < 0 || n_devices > MAX_DEVICES)
+        return err_set(ERR_INVALID, "follower: %d devices (0..%d)", n_devices, MAX_DEVICES);
     struct follower *f = calloc(1, sizeof *f);
     if (!f)
         return err_set(ERR_NOMEM, "out of memory");
@@ -562,18 +642,11 @@ int follower_create(struct mpi_world *w, struct device *const *devices, const in
     f->me = mpi_world_proc(w);
     f->ctl_tag = ctl_tag;
     f->n_devices = n_devices;
-    int rc = 0;
-    for (int d = 0; d < n_devices && rc == 0; d++) {
+    for (int d = 0; d < n_devices; d++) {
         f->dev[d] = devices[d];
         f->proc_of[d] = proc_of[d];
-        if (!devices[d])
-            continue;
-        char name[24];
-        snprintf(name, sizeof name, "compute-%d", d);
-        /* the queue's arg is its device; a task finds its batch itself */
-        if ((rc = workq_init(&f->q[d], name, &compute_ops, devices[d])) == 0)
-            f->q_open[d] = true;
     }
+    int rc = queues_start(f);
     if (rc < 0) {
         follower_destroy(f);
         return rc;
@@ -591,14 +664,6 @@ void follower_destroy(struct follower *f)
 {
     if (!f)
         return;
-    for (int i = 0; i < MAX_BATCHES; i++)
-        if (f->batches[i].used)
-            batch_close(&f->batches[i]);
-    for (int i = 0; i < MAX_MODELS; i++)
-        if (f->models[i].used)
-            model_drop(&f->models[i]);
-    for (int d = 0; d < MAX_DEVICES; d++)
-        if (f->q_open[d])
-            workq_free(&f->q[d]);
+    stack_end(f);
     free(f);
 }

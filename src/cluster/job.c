@@ -1,14 +1,15 @@
-/* cluster/job.h: the world, the leader and the remote table on process 0,
- * a follower on the others. */
+/* cluster/job.h: the world; the leader and each stack's remote table on
+ * process 0, a follower on the others. */
 #include "cluster/job.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "backend/device.h"
 #include "cluster/follower.h"
 #include "cluster/leader.h"
+#include "cluster/proto.h"
 #include "cluster/remote.h"
 #include "comm/mpi.h"
 #include "core/error.h"
@@ -18,10 +19,11 @@ enum { CTL_TAG = 100, BATCH_TAGS = 1000 };
 
 struct cluster_job {
     struct mpi_world *w;
-    double beat_interval_s, beat_timeout_s;
     int me, procs;
-    struct leader *l;
-    struct cluster_remote *r;
+    double beat_interval_s, beat_timeout_s;
+    struct leader *l;          /* process 0, from the first lead */
+    struct cluster_remote *r;  /* process 0, the stack being led */
+    bool leading;              /* DEVICES sent, END not yet */
     /* the follower while cluster_job_follow serves, and whether process 0
      * was lost: under lock (the heartbeats' callback takes it) */
     pthread_mutex_t lock;
@@ -85,25 +87,69 @@ bool cluster_job_lost(const struct cluster_job *j, int proc, char *reason, size_
     return j && j->l && leader_lost(j->l, proc, reason, cap);
 }
 
+/* ---- process 0 ---- */
+
 int cluster_job_lead(struct cluster_job *j, struct stack_config *sc)
 {
+    if (!j)
+        return 0;
     if (j->me != 0)
         return err_set(ERR_INVALID, "cluster: process %d is not process 0", j->me);
-    int proc_of[STACK_MAX_DEVICES];
-    for (int d = 0; d < sc->n_devices; d++)
-        proc_of[d] = sc->procs_set ? sc->procs[d] : 0;
-    struct leader_config lc = {.ctl_tag = CTL_TAG,
-                               .beat_interval_s = j->beat_interval_s,
-                               .beat_timeout_s = j->beat_timeout_s};
-    int rc = leader_create(j->w, &lc, &j->l);
-    if (rc == 0)
-        rc = cluster_remote_create(j->w, j->l, proc_of, sc->n_devices, BATCH_TAGS, &j->r);
-    if (rc < 0)
-        return err_wrap(rc, "cluster");
-    sc->remote = cluster_remote_ops(j->r);
+    if (j->r)
+        return err_set(ERR_BUSY, "cluster: a stack is led already (cluster_job_release first)");
+    if (sc->n_devices < 1 || sc->n_devices > PROTO_MAX_DEVICES)
+        return err_set(ERR_INVALID, "cluster: %d devices (1..%d)", sc->n_devices,
+                       PROTO_MAX_DEVICES);
     sc->n_procs = j->procs;
+    uint64_t budgets[STACK_MAX_DEVICES];
+    int rc = stack_config_check(sc);
+    if (rc == 0)
+        rc = stack_device_budgets(sc, budgets);
+    if (rc < 0)
+        return rc;
+    if (!j->l) {
+        struct leader_config lc = {.ctl_tag = CTL_TAG,
+                                   .beat_interval_s = j->beat_interval_s,
+                                   .beat_timeout_s = j->beat_timeout_s};
+        if ((rc = leader_create(j->w, &lc, &j->l)) < 0)
+            return err_wrap(rc, "cluster");
+    }
+    int proc_of[STACK_MAX_DEVICES];
+    struct proto_device devs[PROTO_MAX_DEVICES];
+    bool cuda = sc->device_kind && strcmp(sc->device_kind, "cuda") == 0;
+    for (int d = 0; d < sc->n_devices; d++) {
+        proc_of[d] = sc->procs_set ? sc->procs[d] : 0;
+        devs[d] = (struct proto_device){
+            .proc = proc_of[d], .gpu = sc->gpus_set ? sc->gpus[d] : d, .budget = budgets[d]};
+    }
+    j->leading = true;
+    struct proto_msg open = {.kind = PROTO_DEVICES,
+                             .dev_kind = cuda ? PROTO_DEVICE_CUDA : PROTO_DEVICE_CPU,
+                             .link_gbps = cuda ? 0 : sc->link_gbps,
+                             .devs = devs,
+                             .n_devs = (uint32_t)sc->n_devices};
+    if ((rc = leader_call_all(j->l, &open)) == 0 &&
+        (rc = cluster_remote_create(j->w, j->l, proc_of, sc->n_devices, BATCH_TAGS, &j->r)) < 0)
+        cluster_job_release(j);
+    if (rc < 0)
+        return err_wrap(rc, "cluster: opening the devices of the other processes");
+    sc->remote = cluster_remote_ops(j->r);
     return 0;
 }
+
+void cluster_job_release(struct cluster_job *j)
+{
+    if (!j || !j->leading)
+        return;
+    j->leading = false;
+    struct proto_msg end = {.kind = PROTO_END};
+    if (leader_call_all(j->l, &end) < 0) /* a lost one's state is unknown: it is told nothing */
+        fprintf(stderr, "shardswap: %s\n", err_msg());
+    cluster_remote_destroy(j->r);
+    j->r = NULL;
+}
+
+/* ---- the other processes ---- */
 
 /* The heartbeats' callback on a follower: process 0 is gone. */
 static void on_lost(void *arg, int proc, double silent_s)
@@ -119,24 +165,17 @@ static void on_lost(void *arg, int proc, double silent_s)
     pthread_mutex_unlock(&j->lock);
 }
 
-int cluster_job_follow(struct cluster_job *j, const struct stack_config *sc)
+int cluster_job_follow(struct cluster_job *j)
 {
+    if (!j || j->me == 0)
+        return err_set(ERR_INVALID, "cluster: process 0 leads; it does not follow");
     struct mpi_watch_config wc = {.interval_s = j->beat_interval_s,
                                   .timeout_s = j->beat_timeout_s,
                                   .lost = on_lost,
                                   .arg = j};
-    struct device *devices[STACK_MAX_DEVICES] = {0};
-    int proc_of[STACK_MAX_DEVICES];
-    for (int d = 0; d < sc->n_devices; d++)
-        proc_of[d] = sc->procs_set ? sc->procs[d] : 0;
-    int rc = mpi_world_watch(j->w, &wc);
-    /* a device that fails to open is reported here, and process 0 learns
-     * of it as this process's errors: the commands still get answers */
-    int dev_rc = rc == 0 ? stack_open_devices_of(sc, j->me, devices) : 0;
-    if (dev_rc < 0)
-        fprintf(stderr, "shardswap: process %d: %s\n", j->me, err_msg());
     struct follower *f = NULL;
-    if (rc == 0 && (rc = follower_create(j->w, devices, proc_of, sc->n_devices, CTL_TAG, &f)) == 0) {
+    int rc = mpi_world_watch(j->w, &wc);
+    if (rc == 0 && (rc = follower_create(j->w, NULL, NULL, 0, CTL_TAG, &f)) == 0) {
         pthread_mutex_lock(&j->lock);
         j->f = f;
         if (j->lost0)
@@ -150,18 +189,16 @@ int cluster_job_follow(struct cluster_job *j, const struct stack_config *sc)
     j->f = NULL;
     pthread_mutex_unlock(&j->lock);
     follower_destroy(f);
-    for (int d = 0; d < sc->n_devices; d++)
-        device_close(devices[d]);
-    return rc < 0 ? rc : dev_rc;
+    return rc;
 }
 
 void cluster_job_close(struct cluster_job *j)
 {
     if (!j)
         return;
+    cluster_job_release(j);
     if (j->l && leader_shutdown(j->l) < 0)
         fprintf(stderr, "shardswap: %s\n", err_msg());
-    cluster_remote_destroy(j->r);
     leader_destroy(j->l);
     mpi_world_close(j->w);
     pthread_mutex_destroy(&j->lock);

@@ -1,19 +1,26 @@
-/* A serving command's job under mpirun (docs/ARCHITECTURE.md: "Processes"):
- * every process parses the same command line and config; process 0 then
- * runs the command with a stack whose other processes' devices it reaches
- * through the leader (cluster_job_lead), and every other process opens its
- * own devices of that config and carries out process 0's commands until it
- * is told to leave (cluster_job_follow).
+/* A command's job under mpirun (docs/ARCHITECTURE.md: "Processes"):
+ * process 0 runs the command; every other process follows (it needs no
+ * config of its own: process 0 tells it which devices to open).
+ *
+ *   process 0                          every other process
+ *   cluster_job_open                   cluster_job_open
+ *   for each stack the command opens:  cluster_job_follow: until SHUTDOWN,
+ *     cluster_job_lead(sc)  DEVICES ->   open its devices of the stack,
+ *     stack_open(sc) ... stack_close     carry out the commands,
+ *     cluster_job_release   END     ->   close them
+ *   cluster_job_close       SHUTDOWN ->  (returns)     cluster_job_close
  *
  * Heartbeats run both ways (mpi_world_watch): process 0 fails the calls of
- * a follower silent for longer than the timeout, naming it, and a follower
- * that stops hearing process 0 leaves instead of waiting for ever. */
+ * a follower silent for longer than the timeout, naming it (ERR_UNREACHABLE:
+ * a server answers 503), and a follower that stops hearing process 0
+ * leaves instead of waiting for ever. */
 #ifndef SHARDSWAP_CLUSTER_JOB_H
 #define SHARDSWAP_CLUSTER_JOB_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
+struct mpi_world;
 struct stack_config;
 struct cluster_job;
 
@@ -37,22 +44,25 @@ int cluster_job_procs(const struct cluster_job *j); /* 1 for NULL */
 /* The world (comm/mpi.h), for a caller's own messages on tags below 100. */
 struct mpi_world *cluster_job_world(const struct cluster_job *j);
 
-/* Process 0, once leading: whether process proc is lost for good (its
- * heartbeats stopped, or its channel broke), why in reason (cap bytes).
- * false for process 0, NULL, or before cluster_job_lead. */
+/* Process 0, before stack_open(sc): the other processes open their devices
+ * of sc (DEVICES, with stack_device_budgets' budgets), and sc->remote and
+ * sc->n_procs are set for stack_open. Starts the leader the first time.
+ * NULL j: nothing to do (0). One stack at a time. */
+int cluster_job_lead(struct cluster_job *j, struct stack_config *sc);
+/* Process 0, after stack_close: the other processes close theirs (END).
+ * NULL-safe; nothing when not leading a stack. */
+void cluster_job_release(struct cluster_job *j);
+/* Process 0: whether process proc is lost for good (its heartbeats
+ * stopped, or its channel broke), why in reason (cap bytes). false for
+ * process 0, NULL, or before the first cluster_job_lead. */
 bool cluster_job_lost(const struct cluster_job *j, int proc, char *reason, size_t cap);
 
-/* Process 0: starts the leader and the remote table, and sets sc->remote
- * and sc->n_procs for stack_open (sc's devices say which process owns
- * each). */
-int cluster_job_lead(struct cluster_job *j, struct stack_config *sc);
-/* Any other process: opens its devices of sc (stack_open_devices_of),
- * serves process 0's commands until SHUTDOWN, closes them. 0, or why it
- * left early (process 0 lost, a device that did not open). */
-int cluster_job_follow(struct cluster_job *j, const struct stack_config *sc);
+/* Any other process: follows process 0's stacks until SHUTDOWN (0), or
+ * until process 0 is lost (ERR_UNREACHABLE). */
+int cluster_job_follow(struct cluster_job *j);
 
-/* Process 0: tells every follower to leave (after the stack is closed)
- * and waits for them; every process: closes the world. NULL-safe. */
+/* Process 0: tells every follower to leave (after the last stack is
+ * closed) and waits for them; every process: closes the world. NULL-safe. */
 void cluster_job_close(struct cluster_job *j);
 
 #endif

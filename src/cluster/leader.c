@@ -290,8 +290,10 @@ static int check_cmd(struct leader *l, const struct proto_msg *cmd, bool step)
     pthread_mutex_unlock(&l->lock);
     if (shut)
         return err_set(ERR_INVALID, "leader: the followers were shut down already");
+    bool answer = cmd->kind == PROTO_REPLY || cmd->kind == PROTO_BLOB_READY ||
+                  cmd->kind == PROTO_STEP_DONE;
     if (step != (cmd->kind == PROTO_STEP) || cmd->kind == PROTO_SHUTDOWN || cmd->kind <= 0 ||
-        cmd->kind >= PROTO_REPLY)
+        cmd->kind >= PROTO_KIND_END || answer)
         return err_set(ERR_INVALID, "leader: %s is not a command for %s",
                        proto_kind_name(cmd->kind), step ? "leader_step" : "leader_call");
     return 0;

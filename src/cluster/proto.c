@@ -22,6 +22,8 @@ static const char *const kind_names[PROTO_KIND_END] = {
     [PROTO_SHUTDOWN] = "SHUTDOWN",
     [PROTO_REPLY] = "REPLY",
     [PROTO_BLOB_READY] = "BLOB_READY",
+    [PROTO_DEVICES] = "DEVICES",
+    [PROTO_END] = "END",
     [PROTO_STEP_DONE] = "STEP_DONE",
 };
 
@@ -88,7 +90,18 @@ static void put_body(struct wire_out *w, const struct proto_msg *m)
         wire_put_i32s(w, m->ids, m->n_ids);
         wire_put_u8s(w, m->mask, m->n_mask);
         break;
+    case PROTO_DEVICES:
+        wire_put_u8(w, m->dev_kind);
+        wire_put_f64(w, m->link_gbps);
+        wire_put_u32(w, m->n_devs);
+        for (uint32_t i = 0; i < m->n_devs; i++) {
+            wire_put_i32(w, m->devs[i].proc);
+            wire_put_i32(w, m->devs[i].gpu);
+            wire_put_u64(w, m->devs[i].budget);
+        }
+        break;
     case PROTO_SHUTDOWN:
+    case PROTO_END:
     case PROTO_KIND_END:
         break;
     case PROTO_REPLY:
@@ -129,6 +142,10 @@ static int check_limits(const struct proto_msg *m, const char *what)
         field = "ids";
     else if (m->n_logits > PROTO_MAX_LOGITS)
         field = "logits";
+    else if (m->n_devs > PROTO_MAX_DEVICES || (m->kind == PROTO_DEVICES && m->n_devs == 0))
+        field = "devices";
+    else if (m->dev_kind > PROTO_DEVICE_CUDA || !(m->link_gbps >= 0))
+        field = "kind";
     if (field)
         return err_set(ERR_INVALID, "%s: %s message: field %s out of range", what,
                        proto_kind_name(m->kind), field);
@@ -176,6 +193,29 @@ static struct proto_place *get_places(struct wire_in *r, bool blobs, uint32_t *n
     return p;
 }
 
+static struct proto_device *get_devices(struct wire_in *r, uint32_t *n)
+{
+    *n = wire_get_u32(r, "devices");
+    if (!r->bad && (*n > PROTO_MAX_DEVICES || *n > (r->len - r->pos) / 16))
+        r->bad = "devices";
+    if (r->bad || *n == 0) {
+        *n = 0;
+        return NULL;
+    }
+    struct proto_device *d = calloc(*n, sizeof *d);
+    if (!d) {
+        r->bad = "devices";
+        *n = 0;
+        return NULL;
+    }
+    for (uint32_t i = 0; i < *n; i++) {
+        d[i].proc = wire_get_i32(r, "devices");
+        d[i].gpu = wire_get_i32(r, "devices");
+        d[i].budget = wire_get_u64(r, "devices");
+    }
+    return d;
+}
+
 static void get_body(struct wire_in *r, struct proto_msg *m)
 {
     switch (m->kind) {
@@ -221,7 +261,13 @@ static void get_body(struct wire_in *r, struct proto_msg *m)
         m->ids = wire_get_i32s(r, PROTO_MAX_TOKENS, &m->n_ids, "ids");
         m->mask = wire_get_u8s(r, PROTO_MAX_TOKENS, &m->n_mask, "mask");
         break;
+    case PROTO_DEVICES:
+        m->dev_kind = wire_get_u8(r, "kind");
+        m->link_gbps = wire_get_f64(r, "link_gbps");
+        m->devs = get_devices(r, &m->n_devs);
+        break;
     case PROTO_SHUTDOWN:
+    case PROTO_END:
     case PROTO_KIND_END:
         break;
     case PROTO_REPLY:
@@ -285,5 +331,6 @@ void proto_msg_free(struct proto_msg *m)
     free(m->ids);
     free(m->mask);
     free(m->logits);
+    free(m->devs);
     memset(m, 0, sizeof *m);
 }

@@ -26,6 +26,12 @@
  *                2: overlap), i32s ids (batch_size * t_new), u8s mask
  *                (the same count, or 0: every token real)
  *   SHUTDOWN     (empty)
+ *   DEVICES      u8 kind (0 cpu, 1 cuda), f64 link_gbps (CPU devices'
+ *                emulated host link, 0 none), u32 n, then n x (i32 proc,
+ *                i32 gpu, u64 budget): the job's devices for the next stack;
+ *                each process opens its own
+ *   END          (empty) the stack is closed: every model, batch and device
+ *                of the receiver goes; it waits for the next DEVICES
  *   REPLY        i32 status (0 or an error code), str message
  *   BLOB_READY   u32 model, u32 shard, u32 blob, i32 status, str message
  *   STEP_DONE    u64 batch, i32 status, str message, f32s logits (only
@@ -50,6 +56,7 @@
 #define PROTO_MAX_TOKENS (1u << 24) /* ids of one STEP */
 #define PROTO_MAX_LOGITS (1u << 28) /* floats of one STEP_DONE */
 #define PROTO_MAX_TEXT 4096         /* names, paths, messages */
+#define PROTO_MAX_DEVICES 64        /* devices of one DEVICES */
 
 enum proto_kind {
     PROTO_REGISTER = 1,
@@ -64,6 +71,8 @@ enum proto_kind {
     PROTO_REPLY,
     PROTO_BLOB_READY,
     PROTO_STEP_DONE,
+    PROTO_DEVICES,
+    PROTO_END,
     PROTO_KIND_END,
 };
 const char *proto_kind_name(enum proto_kind k); /* "STEP"; "?" for an unknown one */
@@ -72,6 +81,13 @@ struct proto_place {
     uint32_t shard, blob; /* blob: unused in BATCH_OPEN */
     uint64_t offset;
 };
+
+struct proto_device {
+    int32_t proc, gpu; /* gpu: the ordinal on that process's node (cuda) */
+    uint64_t budget;
+};
+#define PROTO_DEVICE_CPU 0u
+#define PROTO_DEVICE_CUDA 1u
 
 /* One message of any kind; the fields of other kinds are zero. Pointers are
  * owned by the message (proto_msg_free) after proto_decode; for
@@ -101,6 +117,10 @@ struct proto_msg {
     uint32_t shard, blob; /* BLOB_READY */
     float *logits;        /* STEP_DONE: (n_logits) */
     uint32_t n_logits;
+    struct proto_device *devs; /* DEVICES: (n_devs) */
+    uint32_t n_devs;
+    uint8_t dev_kind; /* DEVICES: PROTO_DEVICE_* */
+    double link_gbps; /* DEVICES */
 };
 #define PROTO_STEP_ALL_POSITIONS 1u
 #define PROTO_STEP_OVERLAP 2u

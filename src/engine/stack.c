@@ -308,23 +308,12 @@ static int device_open_as(const struct stack_config *c, int d, uint64_t budget,
     return rc;
 }
 
-int stack_open_devices_of(const struct stack_config *c, int proc, struct device **devices)
+int stack_device_budgets(const struct stack_config *c, uint64_t *budgets)
 {
-    uint64_t sized[STACK_MAX_DEVICES] = {0}, host = 0, budgets[STACK_MAX_DEVICES];
+    uint64_t sized[STACK_MAX_DEVICES] = {0}, host = 0;
     int rc = stack_size(c, sized, &host);
-    if (rc < 0)
-        return rc;
-    device_budgets(c, sized, budgets);
-    for (int d = 0; d < c->n_devices; d++) {
-        devices[d] = NULL;
-        if (device_proc_of(c, d) == proc && (rc = device_open_as(c, d, budgets[d], &devices[d])) < 0)
-            break;
-    }
-    if (rc < 0)
-        for (int d = 0; d < c->n_devices; d++) {
-            device_close(devices[d]);
-            devices[d] = NULL;
-        }
+    if (rc == 0)
+        device_budgets(c, sized, budgets);
     return rc;
 }
 

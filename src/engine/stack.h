@@ -121,12 +121,10 @@ int stack_config_check(const struct stack_config *c);
  * it refuses (stack_check_memory) CPU device budgets plus the host budget
  * above the machine's physical memory. */
 int stack_open(const struct stack_config *cfg, struct stack **out);
-/* Under mpirun, a process other than 0 (cluster/follower.h): opens the
- * devices of c that belong to process proc, each as stack_open would
- * (budget sized or given, GPU partition, emulated link), into devices[d],
- * NULL for the others' (n_devices entries). The caller closes them. On
- * failure none is left open. */
-int stack_open_devices_of(const struct stack_config *c, int proc, struct device **devices);
+/* The budget stack_open gives each device (given, else sized for the
+ * config, else 1 MiB), into budgets[0 .. n_devices): what process 0 tells
+ * the other processes of a job to open theirs with. */
+int stack_device_budgets(const struct stack_config *c, uint64_t *budgets);
 /* Drains the engine, then frees everything. NULL-safe. */
 void stack_close(struct stack *s);
 

@@ -557,20 +557,6 @@ static void server_stack_config(const struct serve_config *c, struct stack_confi
     sc->fit_max_tokens = SRV_FIT_MAX_TOKENS;
 }
 
-int server_follow(const struct serve_config *c, struct cluster_job *job)
-{
-    struct stack_config sc;
-    struct stack_model_config *mc = calloc((size_t)(c->n_models ? c->n_models : 1), sizeof(*mc));
-    if (!mc)
-        return err_set(ERR_NOMEM, "out of memory for the server");
-    server_stack_config(c, &sc, mc);
-    log_info("process %d of %d: serving process 0's commands on its devices",
-             cluster_job_proc(job), cluster_job_procs(job));
-    int rc = cluster_job_follow(job, &sc);
-    free(mc);
-    return rc;
-}
-
 int server_open(const struct serve_config *c, struct cluster_job *job, struct server **out)
 {
     *out = NULL;
@@ -763,6 +749,7 @@ void server_close(struct server *s)
         MHD_stop_daemon(s->mhd);
     srv_watcher_stop(s);
     stack_close(s->stack);
+    cluster_job_release(s->job); /* the other processes close their devices */
     srv_models_free(s);
     workq_free(&s->watcher);
     pthread_mutex_destroy(&s->watch_lock);

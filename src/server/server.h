@@ -42,10 +42,6 @@ int server_signals_init(void);
  * the devices of other processes are reached through it. On failure
  * nothing is left and the message says what failed. */
 int server_open(const struct serve_config *c, struct cluster_job *job, struct server **out);
-/* Under mpirun, a process other than 0: opens its devices of c's stack
- * and carries out process 0's commands until process 0 closes the job (0),
- * or until process 0 is lost (ERR_IO). */
-int server_follow(const struct serve_config *c, struct cluster_job *job);
 /* The port the listener is bound to (the one chosen when c->port was 0). */
 int server_port(const struct server *s);
 /* Serves until SIGINT or SIGTERM arrives, then shuts down gracefully;

@@ -140,10 +140,7 @@ static void serve_all(struct stack *s)
 static struct stack *lead_open(void)
 {
     struct stack *s = NULL;
-    static bool led;
-    if (!led)
-        CHECK_MSG(cluster_job_lead(job, &cfg) == 0, "%s", err_msg());
-    led = true;
+    CHECK_MSG(cluster_job_lead(job, &cfg) == 0, "%s", err_msg());
     CHECK_MSG(stack_open(&cfg, &s) == 0, "%s", err_msg());
     return s;
 }
@@ -168,6 +165,7 @@ TEST(serving)
                   (unsigned long long)device_budget(s->devices[d]));
     CHECK(device_proc(s->devices[1]) == 1 && device_proc(s->devices[0]) <= 0);
     stack_close(s);
+    cluster_job_release(job);
 }
 
 TEST(remove)
@@ -186,6 +184,7 @@ TEST(remove)
     check_output(submit(s, M_TP, 1), M_TP, 1);
     check_output(submit(s, M_PPLAST, 2), M_PPLAST, 2);
     stack_close(s);
+    cluster_job_release(job);
 }
 
 TEST(stopped)
@@ -210,6 +209,7 @@ TEST(stopped)
         check_output(submit(s, M_TP, 2), M_TP, 2);
     CHECK(kill(pids[far_proc], SIGCONT) == 0);
     stack_close(s);
+    cluster_job_release(job);
 }
 
 int main(int argc, char **argv)
@@ -243,7 +243,7 @@ int main(int argc, char **argv)
     int rc = 0;
     if (me == 0) {
         rc = test_main(argc, argv, NULL);
-    } else if (cluster_job_follow(job, &cfg) < 0) {
+    } else if (cluster_job_follow(job) < 0) {
         fprintf(stderr, "process %d: %s\n", me, err_msg());
         rc = 1;
     }
