@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +14,6 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "cluster/job.h"
 #include "core/bytes.h"
 #include "core/error.h"
 #include "core/fs.h"
@@ -270,7 +268,7 @@ int cmd_serve(int argc, char **argv)
     }
     struct serve_config c;
     struct server *s = NULL;
-    struct cluster_job *job = NULL;
+    struct cluster_job *job = cli_job(); /* under mpirun; main closes it */
     struct stat port_written;
     bool port_file_written = false;
     serve_config_init(&c);
@@ -279,20 +277,6 @@ int cmd_serve(int argc, char **argv)
     if (rc < 0 || (port_file && (rc = port_file_check(port_file)) < 0))
         goto usage;
     log_set_level(c.log_level);
-    if ((rc = cluster_job_open(NULL, &job)) < 0)
-        goto fail;
-    if (cluster_job_proc(job) > 0) { /* under mpirun: process 0 serves, this one follows */
-        /* it leaves when process 0 closes the job: a signal mpirun passes
-         * on to every process stops process 0, which then tells this one */
-        signal(SIGINT, SIG_IGN);
-        signal(SIGTERM, SIG_IGN);
-        log_info("process %d of %d: following process 0", cluster_job_proc(job),
-                 cluster_job_procs(job));
-        rc = cluster_job_follow(job);
-        cluster_job_close(job);
-        serve_config_free(&c);
-        return rc < 0 ? cli_fail("serve") : 0;
-    }
     if ((rc = server_signals_init()) < 0 || (rc = server_open(&c, job, &s)) < 0)
         goto fail;
     if (port_file && (rc = port_file_write(port_file, server_port(s), &port_written)) < 0)
@@ -304,7 +288,6 @@ int cmd_serve(int argc, char **argv)
     if (rc < 0)
         goto fail;
     server_close(s);
-    cluster_job_close(job);
     serve_config_free(&c);
     return 0;
 usage:
@@ -315,7 +298,6 @@ fail:
     if (port_file_written)
         port_file_remove(port_file, &port_written);
     server_close(s);
-    cluster_job_close(job);
     serve_config_free(&c);
     return rc;
 }

@@ -19,4 +19,11 @@ int bench_comm(int argc, char **argv);
 int bench_gemv(int argc, char **argv);
 int bench_tokenize(int argc, char **argv);
 
+/* Under mpirun, the job this process is part of (cluster/job.h), opened by
+ * main for the commands that run across processes (serve, bench swap,
+ * bench workload): process 0 runs the command with it; the others follow
+ * in main and never run one. NULL otherwise. */
+struct cluster_job;
+struct cluster_job *cli_job(void);
+
 #endif

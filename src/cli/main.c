@@ -1,13 +1,46 @@
 /* shardswap: the command-line front end. */
 #include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cluster/job.h"
 #include "comm/mpi.h"
 #include "core/blas_core.h"
+#include "core/error.h"
+
+static struct cluster_job *job;
+
+struct cluster_job *cli_job(void)
+{
+    return job;
+}
+
+/* The commands that run across processes with the engine's job (bench
+ * comm opens its own world). */
+static bool runs_across(int argc, char **argv)
+{
+    if (strcmp(argv[1], "serve") == 0)
+        return true;
+    return strcmp(argv[1], "bench") == 0 && argc > 2 &&
+           (strcmp(argv[2], "swap") == 0 || strcmp(argv[2], "workload") == 0);
+}
+
+/* A process other than 0 of such a job: it follows process 0's stacks
+ * until process 0 closes the job. SIGINT and SIGTERM, which mpirun passes
+ * to every process, are process 0's to act on. */
+static int follow(void)
+{
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    int rc = cluster_job_follow(job);
+    cluster_job_close(job);
+    return rc < 0 ? 1 : 0;
+}
 
 static const struct {
     const char *name;
@@ -71,17 +104,29 @@ int main(int argc, char **argv)
     /* N processes of one command would each serve, load and print on their
      * own: refuse what does not run across processes yet. */
     int procs = mpi_launched();
-    if (procs > 1 && strcmp(argv[1], "serve") != 0 &&
+    bool across = procs > 1 && runs_across(argc, argv);
+    if (procs > 1 && !across &&
         !(strcmp(argv[1], "bench") == 0 && argc > 2 && strcmp(argv[2], "comm") == 0)) {
         fprintf(stderr,
-                "shardswap: started by mpirun as %d processes, but only \"serve\" and \"bench "
-                "comm\" run across processes in this version; run \"%s\" without mpirun\n",
+                "shardswap: started by mpirun as %d processes, but only \"serve\", \"bench "
+                "swap\", \"bench workload\" and \"bench comm\" run across processes; run "
+                "\"%s\" without mpirun\n",
                 procs, argv[1]);
         return EXIT_USAGE;
+    }
+    if (across) {
+        if (cluster_job_open(NULL, &job) < 0) {
+            fprintf(stderr, "shardswap: %s\n", err_msg());
+            return 1;
+        }
+        if (cluster_job_proc(job) > 0)
+            return follow();
     }
     for (size_t i = 0; i < N_COMMANDS; i++) {
         if (strcmp(argv[1], commands[i].name) == 0) {
             int rc = commands[i].run(argc - 2, argv + 2);
+            cluster_job_close(job); /* the followers leave */
+            job = NULL;
             if (rc != 0 && rc != EXIT_HELP)
                 return rc; /* it said why; a write error on top changes nothing */
             /* "bench swap", not just "bench" */
