@@ -516,6 +516,26 @@ static void test_devices(void)
     CHECK(stack_parse_devices("--devices", "cuda:0,cuda:0,cuda:3", &sc) == 0 &&
           strcmp(sc.device_kind, "cuda") == 0 && sc.n_devices == 3 && sc.gpus_set &&
           sc.gpus[0] == 0 && sc.gpus[1] == 0 && sc.gpus[2] == 3);
+    CHECK(!sc.procs_set && sc.procs[0] == 0 && sc.procs[2] == 0);
+    /* items of other processes (P/): CPU indices count on each process */
+    CHECK_MSG(stack_parse_devices("--devices", "cpu:0,1/cpu:0,1/cpu:1", &sc) == 0, "%s", err_msg());
+    CHECK(strcmp(sc.device_kind, "cpu") == 0 && sc.n_devices == 3 && !sc.gpus_set && sc.procs_set &&
+          sc.procs[0] == 0 && sc.procs[1] == 1 && sc.procs[2] == 1);
+    CHECK(stack_parse_devices("--devices", "1/cpu:0,0/cpu:0,2/cpu:0,1/cpu:1", &sc) == 0 &&
+          sc.n_devices == 4 && sc.procs_set && sc.procs[0] == 1 && sc.procs[1] == 0 &&
+          sc.procs[2] == 2 && sc.procs[3] == 1);
+    CHECK(stack_parse_devices("--devices", "0/cuda:0,1/cuda:0,1/cuda:0,1/cuda:3", &sc) == 0 &&
+          strcmp(sc.device_kind, "cuda") == 0 && sc.n_devices == 4 && sc.gpus_set && sc.procs_set &&
+          sc.procs[0] == 0 && sc.procs[1] == 1 && sc.procs[3] == 1 && sc.gpus[0] == 0 &&
+          sc.gpus[1] == 0 && sc.gpus[2] == 0 && sc.gpus[3] == 3);
+    CHECK(stack_parse_devices("--devices", "0/cpu:0,0/cpu:1", &sc) == 0 && sc.procs_set &&
+          sc.procs[0] == 0 && sc.procs[1] == 0); /* a prefix given, if only 0's */
+    /* the count form and a list without prefixes reset what a list set */
+    CHECK(stack_parse_devices("--devices", "2", &sc) == 0 && !sc.procs_set && sc.procs[1] == 0 &&
+          sc.procs[3] == 0);
+    CHECK(stack_parse_devices("--devices", "1/cpu:0", &sc) == 0 && sc.procs_set);
+    CHECK(stack_parse_devices("--devices", "cpu:0,cpu:1", &sc) == 0 && !sc.procs_set &&
+          sc.procs[0] == 0);
     static const struct {
         const char *list, *needle;
     } bad[] = {
@@ -537,6 +557,29 @@ static void test_devices(void)
         {"cuda:0,cpu:1", "one kind of device only"},
         {"cpu:1", "expected CPU indices 0, 1, ... in order"},
         {"cpu:0,cpu:0", "expected CPU indices 0, 1, ... in order"},
+        /* process prefixes */
+        {"-1/cpu:0", "a negative process number"},
+        {"cpu:0,-2/cpu:0", "a negative process number"},
+        {"x/cpu:0", "expected a process number 0..1023 before '/' (like 1/cpu:0)"},
+        {"1x/cpu:0", "expected a process number 0..1023 before '/'"},
+        {"/cpu:0", "expected a process number 0..1023 before '/'"},
+        {"+1/cpu:0", "expected a process number 0..1023 before '/'"},
+        {"1024/cpu:0", "expected a process number 0..1023 before '/'"},
+        {"99999999999999999999/cpu:0", "expected a process number 0..1023"},
+        {"1/", "'1/' without a device after it (expected P/cpu:INDEX or P/cuda:INDEX)"},
+        {"cpu:0,1/", "'1/' without a device after it"},
+        {"1/,cpu:0", "'1/' without a device after it"},
+        {"1/2", "expected N, or a list like cpu:0,cpu:1 or cuda:0,cuda:1 (an item of process P "
+                "as P/cpu:0)"},
+        {"1//cpu:0", "expected N, or a list"},
+        {"1/gpu:0", "expected N, or a list"},
+        {"1/cpu:1", "expected CPU indices 0, 1, ... in order within each process (process 1's "
+                    "cpu:1 where its cpu:0 comes next)"},
+        {"cpu:0,1/cpu:0,cpu:2", "(process 0's cpu:2 where its cpu:1 comes next)"},
+        {"cpu:0,1/cpu:0,1/cpu:0", "(process 1's cpu:0 where its cpu:1 comes next)"},
+        {"0/cpu:0,1/cuda:0", "one kind of device only"},
+        {"1/cuda:-1", "a negative index"},
+        {"1/cuda:1024", "GPU ordinal 1024"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct stack_config c = {.n_devices = 7};
@@ -610,6 +653,13 @@ static void test_devices(void)
                                                      "one kind of device only"},
         {"serve --devices cuda:-1 --model a=F", "--devices cuda:-1: a negative index"},
         {"serve --devices 65 --model a=F", "--devices 65: expected 1..64 CPU devices"},
+        /* another process's device: the flag reads, the job (none: 1 process) refuses */
+        {"serve --devices cpu:0,1/cpu:0 --model a=F",
+         "devices: device 1 is on process 1, but the job has 1 process (start it with mpirun "
+         "-n 2 or more)"},
+        {"serve --devices 1/cpu:0,1/cpu:2 --model a=F",
+         "--devices 1/cpu:0,1/cpu:2: expected CPU indices 0, 1, ... in order within each "
+         "process"},
         /* the ranges config.h gives the YAML keys too */
         {"serve --http-threads 257 --model a=F", "--http-threads 257 is out of range (expected "
                                                  "1..256)"},
@@ -621,6 +671,9 @@ static void test_devices(void)
         {"generate --model F --prompt hi --devices cuda:0,cuda:0",
          "shardswap generate: --devices cuda:0,cuda:0: this command runs on one device (got 2)"},
         {"generate --model F --prompt hi --devices cpu:1", "in order"},
+        {"generate --model F --prompt hi --devices 1/cpu:0",
+         "shardswap generate: --devices 1/cpu:0: this command runs on a device of its own "
+         "process, not process 1's"},
         {"forward --model F --ids 2 --out T/o.bin --devices tpu:0", "shardswap forward: --devices "
                                                                     "tpu:0: expected N"},
         {"bench forward --model F --devices 2", "shardswap bench forward: --devices 2: this "

@@ -213,6 +213,12 @@ static const struct err_case errors[] = {
     {"devices: {kind: cuda, gpus: [0, -1]}\n", "key 'devices.gpus[1]'"},
     {"devices: {kind: cuda, gpus: [0, x]}\n", "key 'devices.gpus[1]'"},
     {"devices: {kind: cuda, gpus: [1024]}\n", "key 'devices.gpus[0]'"},
+    {"devices: {count: 2, ranks: 1}\n",
+     "key 'devices.ranks': expected a list of 1 to 64 process numbers such as [0, 1]"},
+    {"devices: {count: 2, ranks: []}\n", "key 'devices.ranks'"},
+    {"devices: {count: 2, ranks: [0, -1]}\n",
+     "key 'devices.ranks[1]': expected an integer from 0 to 1023"},
+    {"devices: {count: 2, ranks: [0, x]}\n", "key 'devices.ranks[1]'"},
     {"host_budget: -1GiB\n", "key 'host_budget'"},
     {"max_batch: 0\n", "key 'max_batch'"},
     {"queue_cap: x\n", "key 'queue_cap'"},
@@ -482,6 +488,60 @@ TEST(gpus)
     CHECK(serve_config_check(&c) == 0 && c.n_gpus == 0);
     serve_config_stack(&c, &sc, mc);
     CHECK(!sc.gpus_set && sc.n_devices == 2);
+    serve_config_free(&c);
+}
+
+/* devices.ranks: the process of each device, one per device, into the
+ * stack config's procs; the job's processes (n_procs, not a key) bound
+ * them. */
+TEST(ranks)
+{
+    const char *text = "devices: {count: 2, ranks: [0, 1]}\nmodels: [{name: a, path: /a, tp: 2}]\n";
+    struct serve_config c;
+    serve_config_init(&c);
+    CHECK_MSG(serve_config_parse_yaml(text, strlen(text), "r.yaml", &c) == 0, "%s", err_msg());
+    CHECK(c.n_devices == 2 && c.n_ranks == 2 && c.ranks[0] == 0 && c.ranks[1] == 1);
+    c.n_procs = 2;
+    CHECK_MSG(serve_config_check(&c) == 0, "%s", err_msg());
+    struct stack_config sc;
+    struct stack_model_config mc[1];
+    serve_config_stack(&c, &sc, mc);
+    CHECK(sc.n_devices == 2 && sc.procs_set && sc.procs[0] == 0 && sc.procs[1] == 1 &&
+          sc.n_procs == 2);
+    /* a job of one process (no mpirun) has no process 1 */
+    c.n_procs = 0;
+    CHECK(serve_config_check(&c) == ERR_INVALID &&
+          strstr(err_msg(), "devices: device 1 is on process 1, but the job has 1 process"));
+    /* CUDA shards on two processes */
+    c.n_procs = 2;
+    free(c.device_kind);
+    c.device_kind = strdup("cuda");
+    CHECK(serve_config_check(&c) == ERR_INVALID &&
+          strstr(err_msg(), "model a: its shards span processes 0 and 1 on CUDA devices"));
+    serve_config_free(&c);
+
+    /* one per device */
+    serve_config_init(&c);
+    text = "devices: {count: 3, ranks: [0, 1]}\nmodels: [{name: a, path: /a}]\n";
+    CHECK(serve_config_parse_yaml(text, strlen(text), "r.yaml", &c) == 0);
+    c.n_procs = 2;
+    CHECK(serve_config_check(&c) == ERR_INVALID &&
+          strstr(err_msg(), "devices.ranks: 2 processes for devices.count 3 (expected one per "
+                            "device)"));
+    /* a value set by code, out of the table's range */
+    c.n_devices = 2;
+    c.ranks[1] = -1;
+    CHECK(serve_config_check(&c) == ERR_INVALID &&
+          strstr(err_msg(), "devices.ranks[1]: expected 0 to 1023, got -1"));
+    serve_config_free(&c);
+
+    /* unset (or null): every device process 0's */
+    serve_config_init(&c);
+    text = "devices: {count: 2, ranks: null}\nmodels: [{name: a, path: /a}]\n";
+    CHECK(serve_config_parse_yaml(text, strlen(text), "r.yaml", &c) == 0);
+    CHECK(serve_config_check(&c) == 0 && c.n_ranks == 0);
+    serve_config_stack(&c, &sc, mc);
+    CHECK(!sc.procs_set && sc.n_devices == 2);
     serve_config_free(&c);
 }
 

@@ -13,6 +13,8 @@
  *   stack_open gives the devices the budgets stack_size reports;
  * - errors: each config mistake is a negative code whose message names the
  *   model, device or field, leaves *out NULL and leaks nothing (ASan);
+ * - devices on processes (stack_config_check): every device on a process of
+ *   the job, CPU models across processes, CUDA models on one process;
  * - a per-model max_batch: a model configured with 1 runs four requests one
  *   per batch while a model on the engine's default batches all four.
  * Ordering in the max_batch case is made by a gate (a pinned model and the
@@ -422,6 +424,79 @@ static void test_errors(void)
     expect_open_fails(&c, 0, "budget too small", "tp2", "cpu:", (char *)NULL);
 }
 
+/* stack_config_check refuses c with ERR_INVALID and a message holding
+ * needle. */
+static void expect_check_fails(const struct stack_config *c, const char *what, const char *needle)
+{
+    int rc = stack_config_check(c);
+    CHECK_MSG(rc == ERR_INVALID && strstr(err_msg(), needle) && !strchr(err_msg(), '\n'),
+              "%s: %d '%s' lacks '%s'", what, rc, err_msg(), needle);
+}
+
+/* Devices of other processes (procs[]): checked against the job's count
+ * before anything opens; a CPU model may span processes, a CUDA one not. */
+static void test_procs(void)
+{
+    struct stack_config c = serve_config(1); /* tp2 on 0, 1; pp2 on 1, 0; solo on 1 */
+    c.procs_set = true;
+    c.procs[0] = 0;
+    c.procs[1] = 1;
+    c.n_procs = 2;
+    CHECK_MSG(stack_config_check(&c) == 0, "CPU models across 2 processes: %s", err_msg());
+    c.n_procs = 3; /* a process without devices */
+    CHECK_MSG(stack_config_check(&c) == 0, "%s", err_msg());
+    c.procs_set = false; /* procs[] unread then */
+    c.procs[1] = 7;
+    c.n_procs = 0;
+    CHECK_MSG(stack_config_check(&c) == 0, "procs_set false: %s", err_msg());
+
+    /* a process the job does not have */
+    c.procs_set = true;
+    c.procs[1] = 1;
+    expect_check_fails(&c, "no job",
+                       "devices: device 1 is on process 1, but the job has 1 "
+                       "process (start it with mpirun -n 2 or more)");
+    c.n_procs = 1;
+    expect_check_fails(&c, "1 process", "the job has 1 process");
+    c.procs[1] = 3;
+    c.n_procs = 2;
+    expect_check_fails(&c, "process 3 of 2",
+                       "devices: device 1 is on process 3, but the job has 2 processes "
+                       "(mpirun -n 2)");
+    c.procs[0] = -1;
+    c.procs[1] = 1;
+    expect_check_fails(&c, "negative",
+                       "devices: device 0 is on process -1 (expected a process "
+                       "number >= 0)");
+    c.procs[0] = 0;
+    c.n_procs = -1;
+    expect_check_fails(&c, "n_procs -1", "a job of -1 processes");
+
+    /* CUDA: each model on one process (the check opens nothing, so it runs
+     * without CUDA too) */
+    struct stack_model_config m[1];
+    c = serve_config(1);
+    c.device_kind = "cuda";
+    c.procs_set = true;
+    c.procs[0] = 0;
+    c.procs[1] = 1;
+    c.n_procs = 2;
+    c.models = m;
+    c.n_models = 1;
+    m[0] = serve_models[0];
+    expect_check_fails(&c, "cuda tp2",
+                       "model tp2: its shards span processes 0 and 1 on CUDA "
+                       "devices, which needs NCCL across processes, not in this "
+                       "version");
+    m[0] = serve_models[1]; /* stage 0 on device 1 (process 1), stage 1 on device 0 */
+    expect_check_fails(&c, "cuda pp2", "model pp2: its shards span processes 0 and 1");
+    m[0] = serve_models[2]; /* wholly process 1's */
+    CHECK_MSG(stack_config_check(&c) == 0, "cuda solo on process 1: %s", err_msg());
+    c.procs[0] = 1; /* both devices process 1's: tp2 is on one process */
+    m[0] = serve_models[0];
+    CHECK_MSG(stack_config_check(&c) == 0, "cuda tp2 on process 1: %s", err_msg());
+}
+
 /* ---- 4. a per-model max_batch ---- */
 
 static void test_max_batch(void)
@@ -507,6 +582,7 @@ int main(void)
     test_serve(2);
     test_size();
     test_errors();
+    test_procs();
     test_max_batch();
     return test_finish();
 }

@@ -14,6 +14,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cluster/job.h"
 #include "core/bytes.h"
 #include "core/error.h"
 #include "core/fs.h"
@@ -34,7 +35,7 @@ static int set_str(char **dst, const char *v)
 }
 
 /* --devices: the list (stack_parse_devices) into c, replacing the config
- * file's kind, count and GPUs. */
+ * file's kind, count, GPUs and processes. */
 static int parse_devices(const char *s, struct serve_config *c)
 {
     struct stack_config sc = {0};
@@ -45,6 +46,9 @@ static int parse_devices(const char *s, struct serve_config *c)
     c->n_gpus = sc.gpus_set ? sc.n_devices : 0;
     for (int d = 0; d < c->n_gpus; d++)
         c->gpus[d] = sc.gpus[d];
+    c->n_ranks = sc.procs_set ? sc.n_devices : 0;
+    for (int d = 0; d < c->n_ranks; d++)
+        c->ranks[d] = sc.procs[d];
     return set_str(&c->device_kind, sc.device_kind);
 }
 
@@ -272,6 +276,7 @@ int cmd_serve(int argc, char **argv)
     struct stat port_written;
     bool port_file_written = false;
     serve_config_init(&c);
+    c.n_procs = cluster_job_procs(job); /* devices.ranks must be among them */
     rc = serve_settings(config, kf, flags + 2, n, &c);
     key_flags_free(kf, n);
     if (rc < 0 || (port_file && (rc = port_file_check(port_file)) < 0))

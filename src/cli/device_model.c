@@ -6,7 +6,8 @@
 #include "core/error.h"
 
 /* --devices of a one-device command: NULL, "1", "cpu:0" or "cuda:G" (*gpu
- * = G, else -1). */
+ * = G, else -1); "0/" allowed, another process's device refused (these
+ * commands never run under mpirun). */
 static int device_parse(const char *devices, int *gpu)
 {
     *gpu = -1;
@@ -19,6 +20,11 @@ static int device_parse(const char *devices, int *gpu)
     if (sc.n_devices != 1)
         return err_set(ERR_INVALID, "--devices %s: this command runs on one device (got %d)",
                        devices, sc.n_devices);
+    if (sc.procs_set && sc.procs[0] != 0)
+        return err_set(ERR_INVALID,
+                       "--devices %s: this command runs on a device of its own process, not "
+                       "process %d's",
+                       devices, sc.procs[0]);
     if (strcmp(sc.device_kind, "cuda") == 0)
         *gpu = sc.gpus[0];
     return 0;

@@ -27,6 +27,12 @@ static int model_device(const struct stack_model_config *m, int shard)
     return m->devices ? m->devices[shard] : shard;
 }
 
+/* The process owning device d. */
+static int device_proc_of(const struct stack_config *c, int d)
+{
+    return c->procs_set ? c->procs[d] : 0;
+}
+
 /* A decimal number of digits only (no sign, no blanks) at p, into *v; the
  * end in *end. false when there is none or it overflows. */
 static bool parse_index(const char *p, const char **end, long *v)
@@ -40,6 +46,33 @@ static bool parse_index(const char *p, const char **end, long *v)
     return errno == 0;
 }
 
+/* The "P/" before an item at *p, if it has one: the process into *proc and
+ * *p past the slash, 1; without one, process 0 and 0. what and s name the
+ * setting in messages. */
+static int parse_proc(const char *what, const char *s, const char **p, int *proc)
+{
+    const char *slash = *p + strcspn(*p, "/,"), *end;
+    long v;
+    *proc = 0;
+    if (*slash != '/')
+        return 0;
+    if (**p == '-')
+        return err_set(ERR_INVALID, "%s %s: a negative process number", what, s);
+    if (!parse_index(*p, &end, &v) || end != slash || v > STACK_MAX_PROC)
+        return err_set(ERR_INVALID,
+                       "%s %s: expected a process number 0..%d before '/' (like "
+                       "1/cpu:0)",
+                       what, s, STACK_MAX_PROC);
+    if (slash[1] == ',' || slash[1] == '\0')
+        return err_set(ERR_INVALID,
+                       "%s %s: '%.*s/' without a device after it (expected "
+                       "P/cpu:INDEX or P/cuda:INDEX)",
+                       what, s, (int)(slash - *p), *p);
+    *p = slash + 1;
+    *proc = (int)v;
+    return 1;
+}
+
 int stack_parse_devices(const char *what, const char *s, struct stack_config *c)
 {
     const char *end;
@@ -51,16 +84,23 @@ int stack_parse_devices(const char *what, const char *s, struct stack_config *c)
         c->device_kind = "cpu";
         c->n_devices = (int)n;
         c->gpus_set = false;
+        c->procs_set = false;
+        memset(c->procs, 0, sizeof c->procs);
         return 0;
     }
-    int gpus[STACK_MAX_DEVICES], count = 0;
-    bool cuda = false;
+    int gpus[STACK_MAX_DEVICES], procs[STACK_MAX_DEVICES], count = 0, rc;
+    bool cuda = false, prefixed = false;
     for (const char *p = s;; p = end + 1) {
+        int proc;
+        if ((rc = parse_proc(what, s, &p, &proc)) < 0)
+            return rc;
+        prefixed |= rc == 1;
         bool is_cpu = strncmp(p, "cpu:", 4) == 0, is_cuda = strncmp(p, "cuda:", 5) == 0;
         if (!is_cpu && !is_cuda)
             return err_set(ERR_INVALID,
-                           "%s %s: expected N, or a list like cpu:0,cpu:1 or cuda:0,cuda:1", what,
-                           s);
+                           "%s %s: expected N, or a list like cpu:0,cpu:1 or cuda:0,cuda:1 (an "
+                           "item of process P as P/cpu:0)",
+                           what, s);
         if (count > 0 && is_cuda != cuda)
             return err_set(ERR_INVALID, "%s %s: one kind of device only (cpu or cuda)", what, s);
         cuda = is_cuda;
@@ -74,20 +114,31 @@ int stack_parse_devices(const char *what, const char *s, struct stack_config *c)
         if (count == STACK_MAX_DEVICES)
             return err_set(ERR_INVALID, "%s %s: more than %d devices", what, s,
                            STACK_MAX_DEVICES);
-        if (!cuda && idx != count)
-            return err_set(ERR_INVALID, "%s %s: expected CPU indices 0, 1, ... in order", what, s);
+        int next = 0; /* this process's CPU devices so far */
+        for (int d = 0; d < count; d++)
+            next += procs[d] == proc;
+        if (!cuda && idx != next)
+            return err_set(ERR_INVALID,
+                           "%s %s: expected CPU indices 0, 1, ... in order within each process "
+                           "(process %d's cpu:%ld where its cpu:%d comes next)",
+                           what, s, proc, idx, next);
         if (cuda && idx > STACK_MAX_GPU)
             return err_set(ERR_INVALID, "%s %s: GPU ordinal %ld (expected 0..%d)", what, s, idx,
                            STACK_MAX_GPU);
-        gpus[count++] = (int)idx;
+        gpus[count] = (int)idx;
+        procs[count++] = proc;
         if (*end == '\0')
             break;
     }
     c->device_kind = cuda ? "cuda" : "cpu";
     c->n_devices = count;
     c->gpus_set = cuda;
-    for (int d = 0; d < count; d++)
+    c->procs_set = prefixed;
+    memset(c->procs, 0, sizeof c->procs);
+    for (int d = 0; d < count; d++) {
         c->gpus[d] = cuda ? gpus[d] : 0;
+        c->procs[d] = procs[d];
+    }
     return 0;
 }
 
@@ -104,6 +155,27 @@ static int settings_check(const struct stack_config *c)
         if (c->gpus[d] < 0 || c->gpus[d] > STACK_MAX_GPU)
             return err_set(ERR_INVALID, "device %d: GPU ordinal %d (expected 0..%d)", d, c->gpus[d],
                            STACK_MAX_GPU);
+    if (c->n_procs < 0)
+        return err_set(ERR_INVALID, "a job of %d processes: expected 1 or more (0: 1)", c->n_procs);
+    const int n_procs = c->n_procs > 0 ? c->n_procs : 1;
+    for (int d = 0; c->procs_set && d < c->n_devices; d++) {
+        int p = c->procs[d];
+        if (p < 0)
+            return err_set(ERR_INVALID,
+                           "devices: device %d is on process %d (expected a process "
+                           "number >= 0)",
+                           d, p);
+        if (p >= n_procs && n_procs == 1)
+            return err_set(ERR_INVALID,
+                           "devices: device %d is on process %d, but the job has 1 "
+                           "process (start it with mpirun -n %d or more)",
+                           d, p, p + 1);
+        if (p >= n_procs)
+            return err_set(ERR_INVALID,
+                           "devices: device %d is on process %d, but the job has %d "
+                           "processes (mpirun -n %d)",
+                           d, p, n_procs, n_procs);
+    }
     if (!(c->link_gbps >= 0))
         return err_set(ERR_INVALID, "an emulated host link of %g GB/s: expected a number >= 0",
                        c->link_gbps);
@@ -149,6 +221,19 @@ static int model_check(const struct stack_config *c, int i)
                            "model %s: devices[%d]: expected 0 to %d, got %d (no device %d in the "
                            "stack)",
                            m->name, s, c->n_devices - 1, m->devices[s], m->devices[s]);
+    /* CUDA shards in several processes would need NCCL's groups across
+     * them; CPU ones meet over MPI (comm/mpi) */
+    bool cuda = c->device_kind && strcmp(c->device_kind, "cuda") == 0;
+    const int p0 = device_proc_of(c, model_device(m, 0));
+    for (int s = 1; cuda && s < tp * pp; s++) {
+        int p = device_proc_of(c, model_device(m, s));
+        if (p != p0)
+            return err_set(ERR_INVALID,
+                           "model %s: its shards span processes %d and %d on CUDA "
+                           "devices, which needs NCCL across processes, not in this "
+                           "version",
+                           m->name, p0 < p ? p0 : p, p0 < p ? p : p0);
+    }
     if (m->max_batch < 0)
         return err_set(ERR_INVALID, "model %s: max_batch: expected >= 0 (0: the engine's), got %d",
                        m->name, m->max_batch);
@@ -269,12 +354,6 @@ static uint64_t phys_bytes(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-}
-
-/* The process owning device d. */
-static int device_proc_of(const struct stack_config *c, int d)
-{
-    return c->procs_set ? c->procs[d] : 0;
 }
 
 /* Device budgets as given, else sized for the config, else 1 MiB. */

@@ -26,6 +26,9 @@
 /* GPU ordinals a device list may name: far beyond any machine, small enough
  * to print and to count partitions with */
 #define STACK_MAX_GPU 1023
+/* process numbers a device list may name ("P/cpu:0"), for the same reasons;
+ * the job's own count (stack_config.n_procs) is stack_config_check's */
+#define STACK_MAX_PROC 1023
 
 struct stack_model_config {
     const char *name; /* unique; what requests name */
@@ -93,25 +96,35 @@ struct stack {
 };
 
 /* A device list as the CLI and the server's config give it, into c's
- * device_kind (a static string), n_devices, gpus[] and gpus_set:
- *   "N"                  N CPU devices (1..STACK_MAX_DEVICES);
+ * device_kind (a static string), n_devices, gpus[], gpus_set, procs[] and
+ * procs_set:
+ *   "N"                  N CPU devices of process 0 (1..STACK_MAX_DEVICES);
  *   "cpu:0,cpu:1,..."    CPU devices, indices 0, 1, ... in order;
  *   "cuda:G,cuda:H,..."  device d on GPU ordinal gpus[d]; a GPU listed again
  *                        is a further partition of it ("cuda:0,cuda:0": two
  *                        devices on GPU 0, each with its own budget).
+ * Any item may name its process (under mpirun) as "P/": "cpu:0,1/cpu:0,1/cpu:1"
+ * is process 0's cpu:0, then process 1's cpu:0 and cpu:1; "0/cuda:0,1/cuda:0"
+ * GPU 0 of each process's node. No prefix: process 0. CPU indices count
+ * 0, 1, ... within each process; procs_set is true when any item has a
+ * prefix (procs[] is filled either way). Whether the job has those
+ * processes is stack_config_check's question (n_procs).
  * what names the setting in messages ("--devices"). ERR_INVALID with one
  * line naming what and s (junk, mixed kinds, a negative or out-of-order
- * index, too many devices); c is unchanged then. Whether a CUDA device
- * exists is stack_open's question. */
+ * index, a negative or junk process number, "P/" without an item, too many
+ * devices); c is unchanged then. Whether a CUDA device exists is
+ * stack_open's question. */
 int stack_parse_devices(const char *what, const char *s, struct stack_config *c);
 
 /* What must hold of a config before anything is opened or read, the one
  * place the stack's settings are checked (stack_size and stack_open call
  * it; so does the server's serve_config_check): the device kind (cpu,
- * cuda), 1..STACK_MAX_DEVICES devices, GPU ordinals 0..STACK_MAX_GPU, a
+ * cuda), 1..STACK_MAX_DEVICES devices, GPU ordinals 0..STACK_MAX_GPU,
+ * every device on a process of the job (procs[d] in 0 .. n_procs - 1), a
  * link rate >= 0, a known policy (sched_policy_find), the precisions
  * (kern_compute_choice); each model named, unique, with a path, its
- * tp x pp shards (at most one per device) on devices of the stack,
+ * tp x pp shards (at most one per device) on devices of the stack, on
+ * one process when the devices are CUDA's (CPU models may span processes),
  * max_batch >= 0. An emulated link with CUDA devices is a valid config
  * that stack_open refuses. ERR_INVALID, one line naming the model or setting. */
 int stack_config_check(const struct stack_config *c);

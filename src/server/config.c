@@ -456,6 +456,10 @@ void serve_config_stack(const struct serve_config *c, struct stack_config *sc,
     sc->gpus_set = c->n_gpus > 0;
     for (int i = 0; i < c->n_gpus && i < STACK_MAX_DEVICES; i++)
         sc->gpus[i] = c->gpus[i];
+    sc->procs_set = c->n_ranks > 0;
+    for (int i = 0; i < c->n_ranks && i < STACK_MAX_DEVICES; i++)
+        sc->procs[i] = c->ranks[i];
+    sc->n_procs = c->n_procs;
     sc->link_gbps = c->link_gbps;
     /* copies that take no compute (a GPU's copy engines, an emulated
      * link): a batch may start while its model's layers arrive, as the

@@ -13,8 +13,9 @@
  *   serve_config_check(c)              what must hold before serving: every
  *                                      key's type and range (the table), at
  *                                      least one model, model names safe in
- *                                      URLs, the GPU list against the devices,
- *                                      then stack_config_check (devices, policy,
+ *                                      URLs, the GPU and process lists against
+ *                                      the devices, then stack_config_check
+ *                                      (devices on the job's processes, policy,
  *                                      precisions, unique names, TP x PP within
  *                                      the devices)
  *   serve_config_stack(c, ...)         the stack_config to stack_open
@@ -105,6 +106,14 @@ struct serve_config {
      * n_devices (devices.gpus, --devices cuda:G,...) */
     int gpus[STACK_MAX_DEVICES];
     int n_gpus;
+    /* under mpirun: device d is process ranks[d]'s; n_ranks 0: every device
+     * is process 0's, else n_ranks == n_devices (devices.ranks, --devices
+     * P/cpu:I,...) */
+    int ranks[STACK_MAX_DEVICES];
+    int n_ranks;
+    /* the job's processes (0: 1), which devices.ranks must be among: not a
+     * key; whoever opened the job (cmd_serve) sets it before the check */
+    int n_procs;
     uint64_t device_budget;     /* bytes per device; 0: sized for every model */
     uint64_t host_budget;       /* 0: sized */
     char *policy;               /* NULL: the engine's default */

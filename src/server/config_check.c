@@ -1,10 +1,10 @@
 /* serve_config_check (config.h): what must hold before serving. Three
  * layers, each written once: every key's type and range from the table
  * (config_keys.h: what a file, a flag or code may have set), what only the
- * server needs (roots, the GPU list against the devices, model names safe
- * in URLs), then the stack's own check (stack_config_check: devices,
- * policy, precisions, unique names, placements) on the stack config the
- * server would open. */
+ * server needs (roots, the GPU and process lists against the devices,
+ * model names safe in URLs), then the stack's own check
+ * (stack_config_check: devices on the job's processes, policy, precisions,
+ * unique names, placements) on the stack config the server would open. */
 #include "server/config.h"
 
 #include <ctype.h>
@@ -51,8 +51,9 @@ static int check_keys_values(const struct serve_config *c)
     return rc;
 }
 
-/* What the server needs beyond the stack: roots, the GPU list against the
- * devices, models' names safe in URLs, placements as long as tp x pp. */
+/* What the server needs beyond the stack: roots, the GPU and process lists
+ * against the devices, models' names safe in URLs, placements as long as
+ * tp x pp. */
 static int check_server(const struct serve_config *c)
 {
     for (int i = 0; i < c->n_model_roots; i++)
@@ -66,6 +67,11 @@ static int check_server(const struct serve_config *c)
         return err_set(ERR_INVALID,
                        "devices.gpus: %d GPUs for devices.count %d (expected one per device)",
                        c->n_gpus, c->n_devices);
+    if (c->n_ranks > 0 && c->n_ranks != c->n_devices)
+        return err_set(ERR_INVALID,
+                       "devices.ranks: %d processes for devices.count %d (expected one per "
+                       "device)",
+                       c->n_ranks, c->n_devices);
     double ka;
     if (serve_keep_alive_parse(c->keep_alive, &ka) < 0)
         return err_wrap(ERR_INVALID, "keep_alive");

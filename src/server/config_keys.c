@@ -82,7 +82,9 @@ const struct serve_key serve_keys[] = {
     {.path = "devices", .flag = "devices", .metavar = "N|LIST", .type = SK_SECTION,
      .expected = "a mapping such as {kind: cpu, count: 2, budget: 2GiB}",
      .help = "N CPU devices (default 1), a list cpu:0,cpu:1,..., or cuda:G,... with G a GPU (a "
-             "GPU listed again is another partition of it; needs a CUDA build)"},
+             "GPU listed again is another partition of it; needs a CUDA build); under mpirun "
+             "an item P/cpu:I or P/cuda:G is process P's (no P/: process 0's; CPU indices "
+             "count from 0 on each process)"},
     {.path = "devices.kind", .type = SK_STRING, .def_str = "cpu", .choices = device_kinds,
      .offset = CFG(device_kind), .help = "the kind of every device"},
     {.path = "devices.count", .type = SK_INT, .lo = 1, .hi = STACK_MAX_DEVICES, .def = 1,
@@ -91,6 +93,10 @@ const struct serve_key serve_keys[] = {
      .count_offset = CFG(n_gpus), .max_items = STACK_MAX_DEVICES,
      .expected = "a list of 1 to 64 GPU ordinals such as [0, 0] (one per device)",
      .help = "cuda: the GPU of each device; unset: device d on GPU d"},
+    {.path = "devices.ranks", .type = SK_INTS, .lo = 0, .hi = STACK_MAX_PROC,
+     .offset = CFG(ranks), .count_offset = CFG(n_ranks), .max_items = STACK_MAX_DEVICES,
+     .expected = "a list of 1 to 64 process numbers such as [0, 1] (one per device)",
+     .help = "under mpirun: the process of each device; unset: every device is process 0's"},
     {.path = "devices.budget", .flag = "device-budget", .metavar = "BYTES", .type = SK_BYTES,
      .offset = CFG(device_budget),
      .help = "memory of each device, e.g. 2GiB; 0: sized for the models"},
