@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
@@ -115,7 +116,20 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     if (across) {
-        if (cluster_job_open(NULL, &job) < 0) {
+        /* every process reads the same environment (mpirun -x passes it on) */
+        struct cluster_job_config jc = {0};
+        const char *beat = getenv("SHARDSWAP_HEARTBEAT_TIMEOUT");
+        if (beat && *beat) {
+            char *end;
+            jc.beat_timeout_s = strtod(beat, &end);
+            if (*end || !(jc.beat_timeout_s > 0)) {
+                fprintf(stderr, "shardswap: SHARDSWAP_HEARTBEAT_TIMEOUT=%s: expected seconds > 0\n",
+                        beat);
+                return EXIT_USAGE;
+            }
+            jc.beat_interval_s = jc.beat_timeout_s / 10;
+        }
+        if (cluster_job_open(&jc, &job) < 0) {
             fprintf(stderr, "shardswap: %s\n", err_msg());
             return 1;
         }

@@ -530,7 +530,12 @@ static int do_devices(struct follower *f, const struct proto_msg *c)
             for (int e = 0; e < d; e++)
                 part += c->devs[e].proc == f->me && c->devs[e].gpu == pd->gpu;
             rc = device_open_cuda(pd->gpu, part, pd->budget, &f->dev[d]);
-        } else if ((rc = device_open_cpu(d, pd->budget, &f->dev[d])) == 0 && c->link_gbps > 0) {
+        } else {
+            int local = 0; /* named as the config does: this process's cpu:0, cpu:1, ... */
+            for (int e = 0; e < d; e++)
+                local += c->devs[e].proc == f->me;
+            if ((rc = device_open_cpu(local, pd->budget, &f->dev[d])) < 0 || c->link_gbps <= 0)
+                continue;
             rc = device_cpu_set_link(f->dev[d], c->link_gbps * 1e9);
         }
     }

@@ -356,6 +356,16 @@ static uint64_t phys_bytes(void)
     return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
 }
 
+/* Device d's index among its process's CPU devices ("1/cpu:0" is device 1
+ * of "cpu:0,1/cpu:0"): its name there. */
+static int local_index(const struct stack_config *c, int d)
+{
+    int k = 0;
+    for (int e = 0; e < d; e++)
+        k += device_proc_of(c, e) == device_proc_of(c, d);
+    return k;
+}
+
 /* Device budgets as given, else sized for the config, else 1 MiB. */
 static void device_budgets(const struct stack_config *c, const uint64_t *sized,
                            uint64_t *budgets)
@@ -378,7 +388,7 @@ static int device_open_as(const struct stack_config *c, int d, uint64_t budget,
                     device_proc_of(c, e) == device_proc_of(c, d);
         return device_open_cuda(gpu, part, budget, out);
     }
-    if ((rc = device_open_cpu(d, budget, out)) < 0)
+    if ((rc = device_open_cpu(local_index(c, d), budget, out)) < 0)
         return rc;
     if (c->link_gbps > 0 && (rc = device_cpu_set_link(*out, c->link_gbps * 1e9)) < 0) {
         device_close(*out);
@@ -419,10 +429,15 @@ int stack_open(const struct stack_config *c, struct stack **out)
                        c->link_gbps);
     uint64_t budgets[STACK_MAX_DEVICES] = {0};
     device_budgets(c, sized, budgets);
-    /* a CUDA device's budget is GPU memory: only the host budget counts */
-    if ((rc = stack_check_memory(budgets, cuda ? 0 : c->n_devices,
-                                 c->host_budget ? c->host_budget : host, !c->host_budget,
-                                 phys_bytes())) < 0)
+    /* this machine holds only this process's CPU devices (another process's
+     * are on its node; a CUDA budget is GPU memory), plus the host budget */
+    uint64_t local[STACK_MAX_DEVICES];
+    int n_local = 0;
+    for (int d = 0; !cuda && d < c->n_devices; d++)
+        if (device_proc_of(c, d) == 0)
+            local[n_local++] = budgets[d];
+    if ((rc = stack_check_memory(local, n_local, c->host_budget ? c->host_budget : host,
+                                 !c->host_budget, phys_bytes())) < 0)
         return rc;
     struct stack *s = calloc(1, sizeof(*s));
     if (!s)
@@ -436,9 +451,9 @@ int stack_open(const struct stack_config *c, struct stack **out)
     for (int d = 0; d < c->n_devices; d++) {
         /* another process's device: a view of it (backend/remote) */
         int proc = device_proc_of(c, d);
-        char name[32]; /* device_open_remote prefixes the process: "1/cpu:1" */
+        char name[32]; /* device_open_remote prefixes the process: "1/cpu:0" */
         snprintf(name, sizeof name, "%s:%d", cuda ? "cuda" : "cpu",
-                 cuda ? (c->gpus_set ? c->gpus[d] : d) : d);
+                 cuda ? (c->gpus_set ? c->gpus[d] : d) : local_index(c, d));
         rc = proc ? device_open_remote(proc, cuda ? DEVICE_CUDA : DEVICE_CPU, name, budgets[d],
                                        &s->devices[d])
                   : device_open_as(c, d, budgets[d], &s->devices[d]);
@@ -452,7 +467,6 @@ int stack_open(const struct stack_config *c, struct stack **out)
     if (remote)
         swap_set_remote(s->mgr, c->remote);
     if ((rc = workers_create(s->mgr, &s->workers)) < 0 ||
-        (rc = workers_create(s->mgr, &s->workers)) < 0 ||
         (rc = engine_create(s->mgr, s->workers, &c->engine, &s->engine)) < 0)
         goto fail;
     for (int i = 0; i < c->n_models; i++) {

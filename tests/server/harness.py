@@ -293,6 +293,30 @@ def metric_sum(samples, name_re, **labels):
     return total
 
 
+def rank_pid(launcher_pid, rank):
+    """The pid of process `rank` of the job a launcher (mpirun) started: a
+    descendant of it whose environment says OMPI_COMM_WORLD_RANK=rank."""
+    def parent(pid):
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    want = b"OMPI_COMM_WORLD_RANK=%d" % rank
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % d, "rb") as f:
+                if want not in f.read().split(b"\0"):
+                    continue
+            p = parent(int(d))
+            while p > 1 and p != launcher_pid:  # the launcher's, not another job's
+                p = parent(p)
+        except OSError:
+            continue
+        if p == launcher_pid:
+            return int(d)
+    raise TestFailure("no process of rank %d under pid %d" % (rank, launcher_pid))
+
+
 class Server:
     """One `shardswap serve` process on 127.0.0.1 and a free port (under
     --mpirun: the launcher running the job, whose process 0 serves)."""
@@ -410,7 +434,13 @@ class Server:
         stderr holds a sanitizer report."""
         check(self.proc is not None, "server never started")
         if send and self.proc.poll() is None:
-            self.proc.send_signal(sig)
+            # under a launcher the signal goes to process 0, which stops
+            # the job; mpirun passes a signal of its own on, but then
+            # exits 1 however the job ended
+            if self.launcher:
+                os.kill(rank_pid(self.proc.pid, 0), sig)
+            else:
+                self.proc.send_signal(sig)
         try:
             rc = self.proc.wait(timeout=self.grace + 60)
         except subprocess.TimeoutExpired:
