@@ -60,13 +60,47 @@ static void print_cold(const struct swapbench_layout *r, int n)
                r[i].cold_overlap_s / (r[i].load_s + r[i].warm_s));
 }
 
-static void print_table(const char *dir, const struct swapbench_layout *r, int n, const double *bw,
-                        const double *sbw, int max_workers)
+/* Under mpirun, below the table (whose rows give each shard's rate @ its
+ * process): per layout each process's aggregate and the job's, and what
+ * differs between the processes' numbers. */
+static void print_procs(const struct swapbench_layout *r, int n, int procs, bool cuda)
 {
-    printf("model %s: %.3f GB of weights\n", dir, r[0].bytes / 1e9);
+    printf("\nper process (GB/s: its shards' bytes / the slowest of its shards' loads; job: all "
+           "bytes / the model's load)\n");
+    printf("%-7s %7s %-16s %9s %9s\n", "layout", "process", "shards", "GB", "GB/s");
+    for (int i = 0; i < n; i++) {
+        const int k = r[i].tp * r[i].pp;
+        for (int p = 0; p < procs && p < MAX_WORKERS; p++) {
+            if (!r[i].proc_bytes[p])
+                continue;
+            char shards[64] = "";
+            size_t len = 0;
+            for (int s = 0; s < k && len < sizeof(shards); s++)
+                if (r[i].shard_proc[s] == p)
+                    len += (size_t)snprintf(shards + len, sizeof(shards) - len, "%s%d",
+                                            len ? "," : "", s);
+            printf("%dx%-5d %7d %-16s %9.3f %9.2f\n", r[i].tp, r[i].pp, p, shards,
+                   r[i].proc_bytes[p] / 1e9, r[i].proc_gbs[p]);
+        }
+        printf("%dx%-5d %7s %-16s %9.3f %9.2f\n", r[i].tp, r[i].pp, "job", "all", r[i].bytes / 1e9,
+               r[i].bytes / r[i].load_s / 1e9);
+    }
+    printf("under mpirun: %s fill ms are process 0's; the other processes keep no host "
+           "tier, so their shards are read from their checkpoint on every load and their GB/s "
+           "include the read\n",
+           cuda ? "the link and" : "memcpy, streaming copy and");
+}
+
+static void print_table(const char *dir, const struct swapbench_layout *r, int n, const double *bw,
+                        const double *sbw, int max_workers, int procs)
+{
+    printf("model %s: %.3f GB of weights", dir, r[0].bytes / 1e9);
+    if (procs > 1)
+        printf(", across %d processes (device d of a layout on process d %% %d)", procs, procs);
+    printf("\n");
     for (int t = 1; t <= max_workers; t++)
-        printf("  %d thread%s: memcpy %.2f GB/s, streaming copy %.2f GB/s\n", t, t > 1 ? "s" : "",
-               bw[t] / 1e9, sbw[t] / 1e9);
+        printf("  %s%d thread%s: memcpy %.2f GB/s, streaming copy %.2f GB/s\n",
+               procs > 1 ? "process 0, " : "", t, t > 1 ? "s" : "", bw[t] / 1e9, sbw[t] / 1e9);
     const struct copy_choice *cc = copy_choose();
     if (cc->forced)
         printf("  devices copy with: %s (SHARDSWAP_COPY)\n", cc->name);
@@ -75,7 +109,8 @@ static void print_table(const char *dir, const struct swapbench_layout *r, int n
                "stream %.2f GB/s)\n",
                cc->name, cc->calib_s * 1e3, cc->memcpy_gb_s, cc->stream_gb_s);
     printf("%-7s %9s %9s %8s %8s %9s %8s %8s %s\n", "layout", "load ms", "GB/s", "/memcpy",
-           "/stream", "speedup", "off ms", "fill ms", "per-worker GB/s");
+           "/stream", "speedup", "off ms", "fill ms",
+           procs > 1 ? "per-shard GB/s@process" : "per-worker GB/s");
     for (int i = 0; i < n; i++) {
         int k = r[i].tp * r[i].pp;
         double gbs = r[i].bytes / r[i].load_s;
@@ -83,34 +118,54 @@ static void print_table(const char *dir, const struct swapbench_layout *r, int n
                r[i].load_s * 1e3, gbs / 1e9, gbs / bw[k], gbs / sbw[k], r[0].load_s / r[i].load_s,
                r[i].offload_s * 1e3, r[i].host_fill_s * 1e3);
         for (int s = 0; s < k; s++)
-            printf(" %.2f", r[i].worker_gbs[s]);
+            if (procs > 1)
+                printf(" %.2f@%d", r[i].worker_gbs[s], r[i].shard_proc[s]);
+            else
+                printf(" %.2f", r[i].worker_gbs[s]);
         printf("\n");
     }
+    if (procs > 1)
+        print_procs(r, n, procs, false);
     print_cold(r, n);
 }
 
 /* CUDA devices: the same table against the link instead of memcpy. */
-static void print_table_cuda(const char *dir, const char *devices,
-                             const struct swapbench_layout *r, int n)
+static void print_table_cuda(const char *dir, const char *devices, const struct swapbench_layout *r,
+                             int n, int procs)
 {
-    printf("model %s: %.3f GB of weights, on %s\n", dir, r[0].bytes / 1e9, devices);
+    printf("model %s: %.3f GB of weights, on %s", dir, r[0].bytes / 1e9, devices);
+    if (procs > 1)
+        printf(", across %d processes (device d of a layout on process d %% %d; the link only "
+               "where all of a layout's devices are process 0's)",
+               procs, procs);
+    printf("\n");
     printf("  link: pinned host memory <-> each device of the layout at once "
            "(device_copy_h2d/d2h of the same bytes)\n");
     printf("%-7s %9s %9s %9s %8s %8s %9s %9s %8s %8s %s\n", "layout", "load ms", "GB/s",
            "link GB/s", "/link", "speedup", "off ms", "off GB/s", "/link", "fill ms",
-           "per-worker GB/s");
+           procs > 1 ? "per-shard GB/s@process" : "per-worker GB/s");
     for (int i = 0; i < n; i++) {
         int k = r[i].tp * r[i].pp;
         double gbs = r[i].bytes / r[i].load_s, link = r[i].bytes / r[i].link_h2d_s;
         double off = r[i].bytes / r[i].offload_s, link_off = r[i].bytes / r[i].link_d2h_s;
-        printf("%dx%-5d %9.1f %9.2f %9.2f %8.2f %8.2fx %9.1f %9.2f %8.2f %8.1f", r[i].tp,
-               r[i].pp, r[i].load_s * 1e3, gbs / 1e9, link / 1e9, gbs / link,
-               r[0].load_s / r[i].load_s, r[i].offload_s * 1e3, off / 1e9, off / link_off,
-               r[i].host_fill_s * 1e3);
+        if (r[i].link_h2d_s > 0)
+            printf("%dx%-5d %9.1f %9.2f %9.2f %8.2f %8.2fx %9.1f %9.2f %8.2f %8.1f", r[i].tp,
+                   r[i].pp, r[i].load_s * 1e3, gbs / 1e9, link / 1e9, gbs / link,
+                   r[0].load_s / r[i].load_s, r[i].offload_s * 1e3, off / 1e9, off / link_off,
+                   r[i].host_fill_s * 1e3);
+        else /* a device of another process: no link measured */
+            printf("%dx%-5d %9.1f %9.2f %9s %8s %8.2fx %9.1f %9.2f %8s %8.1f", r[i].tp, r[i].pp,
+                   r[i].load_s * 1e3, gbs / 1e9, "-", "-", r[0].load_s / r[i].load_s,
+                   r[i].offload_s * 1e3, off / 1e9, "-", r[i].host_fill_s * 1e3);
         for (int s = 0; s < k; s++)
-            printf(" %.2f", r[i].worker_gbs[s]);
+            if (procs > 1)
+                printf(" %.2f@%d", r[i].worker_gbs[s], r[i].shard_proc[s]);
+            else
+                printf(" %.2f", r[i].worker_gbs[s]);
         printf("\n");
     }
+    if (procs > 1)
+        print_procs(r, n, procs, true);
     print_cold(r, n);
 }
 
@@ -141,12 +196,50 @@ static json_t *ratio(double a, double b)
     return a > 0 && b > 0 ? jsonout_real(a / b, 3) : json_null();
 }
 
+/* Under mpirun, a layout's placement and rates: "shards" (each shard's
+ * process, bytes and GB/s), "processes" (each process holding shards: its
+ * shards, bytes and aggregate GB/s) and "job_load_gb_s" (all bytes / the
+ * model's load), set on l. 0, or -1 when out of memory. */
+static int procs_json_set(json_t *l, const struct swapbench_layout *r, int procs)
+{
+    const int k = r->tp * r->pp;
+    json_t *shards = json_array(), *per_proc = json_array();
+    int bad = !shards || !per_proc;
+    for (int s = 0; !bad && s < k; s++)
+        bad |= json_array_append_new(shards, json_pack("{s:i, s:i, s:I, s:o}", "shard", s,
+                                                       "process", r->shard_proc[s], "bytes",
+                                                       (json_int_t)r->shard_bytes[s], "load_gb_s",
+                                                       jsonout_real(r->worker_gbs[s], 3)));
+    for (int p = 0; !bad && p < procs && p < MAX_WORKERS; p++) {
+        if (!r->proc_bytes[p])
+            continue;
+        json_t *ids = json_array();
+        for (int s = 0; ids && !bad && s < k; s++)
+            if (r->shard_proc[s] == p)
+                bad |= json_array_append_new(ids, json_integer(s));
+        bad |= json_array_append_new(per_proc,
+                                     json_pack("{s:i, s:o, s:I, s:o}", "process", p, "shards", ids,
+                                               "bytes", (json_int_t)r->proc_bytes[p], "load_gb_s",
+                                               jsonout_real(r->proc_gbs[p], 3)));
+    }
+    if (bad) {
+        json_decref(shards);
+        json_decref(per_proc);
+        return -1;
+    }
+    return json_object_set_new(l, "shards", shards) |
+           json_object_set_new(l, "processes", per_proc) |
+           json_object_set_new(l, "job_load_gb_s", jsonout_real(r->bytes / r->load_s / 1e9, 3));
+}
+
 /* The keys of CPU devices' runs stay, null for CUDA devices' where they
  * compare with the host's memcpy; the link's keys are null for CPU
- * devices (not measured). */
+ * devices (not measured). Under mpirun (procs > 1) also each layout's
+ * procs_json_set keys and, at the top, the job's processes and placement
+ * (the reference and host fill being process 0's). */
 static int print_json(const char *dir, const char *devices, bool cuda,
                       const struct swapbench_layout *r, int n, const double *bw, const double *sbw,
-                      int max_workers)
+                      int max_workers, int procs)
 {
     json_t *layouts = json_array();
     for (int i = 0; layouts && i < n; i++) {
@@ -178,7 +271,8 @@ static int print_json(const char *dir, const char *devices, bool cuda,
             gb_s((double)r[i].bytes, r[i].link_h2d_s), "link_d2h_gb_s",
             gb_s((double)r[i].bytes, r[i].link_d2h_s), "load_vs_link", ratio(gbs, link),
             "offload_vs_link", ratio(off, link_off));
-        if (json_array_append_new(layouts, l) != 0) {
+        if ((procs > 1 && l && procs_json_set(l, &r[i], procs) != 0) ||
+            json_array_append_new(layouts, l) != 0) {
             json_decref(layouts);
             layouts = NULL;
         }
@@ -191,12 +285,22 @@ static int print_json(const char *dir, const char *devices, bool cuda,
                          "stream_gb_s", jsonout_real(cc->stream_gb_s, 3), "calib_s",
                          jsonout_real(cc->calib_s, 6));
     }
-    return jsonout_print(json_pack(
-        "{s:o, s:o, s:I, s:o, s:o, s:o, s:o}", "model", jsonout_string(dir), "devices",
-        jsonout_string(devices), "weight_bytes", (json_int_t)r[0].bytes, "memcpy_gb_s",
-        cuda ? json_null() : per_threads_json(bw, max_workers), "stream_copy_gb_s",
-        cuda ? json_null() : per_threads_json(sbw, max_workers), "device_copy",
-        cuda ? json_null() : copy, "layouts", layouts));
+    json_t *top =
+        json_pack("{s:o, s:o, s:I, s:o, s:o, s:o, s:o}", "model", jsonout_string(dir), "devices",
+                  jsonout_string(devices), "weight_bytes", (json_int_t)r[0].bytes, "memcpy_gb_s",
+                  cuda ? json_null() : per_threads_json(bw, max_workers), "stream_copy_gb_s",
+                  cuda ? json_null() : per_threads_json(sbw, max_workers), "device_copy",
+                  cuda ? json_null() : copy, "layouts", layouts);
+    if (top && procs > 1 &&
+        (json_object_set_new(top, "processes", json_integer(procs)) |
+         json_object_set_new(top, "placement",
+                             jsonout_string("device d on process d % processes")) |
+         json_object_set_new(top, "reference_process", json_integer(0)) |
+         json_object_set_new(top, "remote_loads_read_checkpoint", json_true()))) {
+        json_decref(top);
+        top = NULL;
+    }
+    return jsonout_print(top);
 }
 
 /* The layouts (--layouts, then --tp/--pp) and the devices (--devices: CPU
@@ -269,17 +373,26 @@ int bench_swap(int argc, char **argv)
              "devices, one per shard"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of tables"),
     };
-    int rc = args_parse("bench swap",
-                        "Registers the model on CPU devices (one per worker, budget = its shard and the cold "
-                        "request's KV cache and activations), or on the CUDA devices --devices lists, "
-                        "and measures, for each TP x PP layout: swap-in time and GB/s (host -> "
-                        "devices, every shard at once), per worker and in aggregate, against "
-                        "memcpy on as many threads in the same run (CUDA: against the link, a "
-                        "pinned copy of the same bytes onto every device at once); swap-out time "
-                        "(CUDA: and GB/s against the link back); and a cold "
-                        "request (not resident -> first token) with layer overlap on and off, "
-                        "against load + warm first-token time.",
-                        argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
+    int rc = args_parse(
+        "bench swap",
+        "Registers the model on CPU devices (one per worker, budget = its shard and the cold "
+        "request's KV cache and activations), or on the CUDA devices --devices lists, "
+        "and measures, for each TP x PP layout: swap-in time and GB/s (host -> "
+        "devices, every shard at once), per worker and in aggregate, against "
+        "memcpy on as many threads in the same run (CUDA: against the link, a "
+        "pinned copy of the same bytes onto every device at once); swap-out time "
+        "(CUDA: and GB/s against the link back); and a cold "
+        "request (not resident -> first token) with layer overlap on and off, "
+        "against load + warm first-token time. Under mpirun (mpirun -n P "
+        "shardswap bench swap ...) device d of every layout is process d % P's "
+        "(shards on another process are loaded there from its own copy of the "
+        "checkpoint, the same path on every node, with no host tier, so each "
+        "load reads it); the table and --json add each shard's process and per "
+        "process its aggregate GB/s (its shards' bytes / its slowest shard's "
+        "load) beside the job's (all bytes / the model's load); the reference "
+        "and the host fill are process 0's. Give it --model DIR at the same "
+        "path on every node (a --preset is generated by process 0 alone).",
+        argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
     if (!preset == !dir_flag) {
@@ -296,16 +409,17 @@ int bench_swap(int argc, char **argv)
     else if ((rc = model_cache_preset(cache, preset, layers, dtype_s, 0, dir, sizeof(dir))) < 0)
         return cli_fail("bench swap");
     c.dir = dir;
+    c.job = cli_job(); /* under mpirun: device d on process d % P */
     if ((rc = swapbench_run(&c, &rep)) < 0)
         return cli_fail("bench swap");
     const char *dev_words = devices_s ? devices_s : "CPU devices, one per shard";
     if (json)
         rc = print_json(dir, dev_words, c.cuda, rep.layouts, rep.n_layouts, rep.memcpy_bps,
-                        rep.stream_bps, rep.max_workers);
+                        rep.stream_bps, rep.max_workers, rep.procs);
     else if (c.cuda)
-        print_table_cuda(dir, dev_words, rep.layouts, rep.n_layouts);
+        print_table_cuda(dir, dev_words, rep.layouts, rep.n_layouts, rep.procs);
     else
         print_table(dir, rep.layouts, rep.n_layouts, rep.memcpy_bps, rep.stream_bps,
-                    rep.max_workers);
+                    rep.max_workers, rep.procs);
     return rc < 0 ? cli_fail("bench swap") : 0;
 }

@@ -14,6 +14,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_cache.h"
+#include "cluster/job.h"
 #include "core/error.h"
 #include "core/jsonout.h"
 #include "engine/sched.h"
@@ -28,6 +29,43 @@
 
 #define MAX_MODELS WORKLOAD_MAX_MODELS
 #define MAX_POLICIES 5
+
+/* Under mpirun, the rest of a header line: which process each device is
+ * on (nothing without a job). */
+static void print_procs(const struct replay_rig *rig)
+{
+    int procs = cluster_job_procs(rig->job);
+    if (!rig->job)
+        return;
+    if (!rig->procs) {
+        printf("; across %d processes (device d on process d %% %d)", procs, procs);
+        return;
+    }
+    printf("; across %d processes (device d on process", procs);
+    for (int d = 0; d < rig->tp; d++)
+        printf("%s%d", d ? "," : " ", rig->procs[d]);
+    printf(")");
+}
+
+/* Under mpirun, the job's processes and each device's ("processes",
+ * "device_procs") set on o; nothing without a job. 0, or nonzero when out
+ * of memory. */
+static int procs_json_set(json_t *o, const struct replay_rig *rig)
+{
+    if (!rig->job)
+        return 0;
+    int procs = cluster_job_procs(rig->job);
+    json_t *dev = json_array();
+    int bad = !dev;
+    for (int d = 0; !bad && d < rig->tp; d++)
+        bad |= json_array_append_new(dev, json_integer(rig->procs ? rig->procs[d] : d % procs));
+    if (bad) {
+        json_decref(dev);
+        return -1;
+    }
+    return json_object_set_new(o, "processes", json_integer(procs)) |
+           json_object_set_new(o, "device_procs", dev);
+}
 
 /* One policy's averages over seeds in simulate()'s JSON. */
 static json_t *sim_policy_json(const char *policy, const struct simulate_summary *s,
@@ -83,9 +121,11 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
             json_array_append_new(batch_s, jsonout_real(costs.batch_s[b], 6));
     } else {
         printf("simulated clock, costs measured here: load %.1f ms; batch of 1 %.1f ms, of %d "
-               "%.1f ms; %d seeds x %g s per config; averages over seeds, ratios against %s\n",
+               "%.1f ms; %d seeds x %g s per config; averages over seeds, ratios against %s",
                costs.load_s * 1e3, costs.batch_s[1] * 1e3, max_batch,
                costs.batch_s[max_batch] * 1e3, seeds, duration, policies[0]);
+        print_procs(rig);
+        printf("\n");
         if (one->chat)
             printf("chat: prefill %.3f ms per prompt token beyond %d, decode step of 1 %.1f ms, "
                    "of %d %.1f ms; token SLO TTFT <= %g s, TPOT <= %g s\n",
@@ -151,6 +191,10 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
                             "duration_s", jsonout_real(duration, 6), "link_gb_s",
                             jsonout_real(link, 6), "load_s", jsonout_real(costs.load_s, 6),
                             "batch_s", batch_s, "configs", configs);
+    if (top && procs_json_set(top, rig) != 0) {
+        json_decref(top);
+        top = NULL;
+    }
     if (top && one->chat) {
         json_t *step_s = json_array();
         for (int b = 1; step_s && b <= max_batch; b++)
@@ -249,6 +293,10 @@ static int print_json(const struct workload_config *c, const char *config_s,
         jsonout_real(rig->link_gbps, 6),
         "warm_latency_s", jsonout_real(warm, 6), "slo_s", jsonout_real(slo, 6), "plot",
         jsonout_string(plot), "policies", pols);
+    if (top && procs_json_set(top, rig) != 0) {
+        json_decref(top);
+        top = NULL;
+    }
     if (top && c->chat &&
         (json_object_set_new(top, "slo_ttft_s", jsonout_real(c->slo_ttft_s, 6)) |
          json_object_set_new(top, "slo_tpot_s", jsonout_real(c->slo_tpot_s, 6)) |
@@ -331,8 +379,9 @@ int bench_workload(int argc, char **argv)
                    1, 8, "1..8"),
         FLAG("devices", FLAG_STR, &devices_s, "N|LIST",
              "the devices every model spans: N CPU devices, cpu:0,cpu:1,..., or cuda:G,... "
-             "(a GPU listed again is another partition of it; needs a CUDA build) (default: "
-             "--tp CPU devices)"),
+             "(a GPU listed again is another partition of it; needs a CUDA build), an item "
+             "of process P under mpirun as P/cpu:0 (default: --tp CPU devices, under mpirun "
+             "device d on process d % P)"),
         FLAG("seed", FLAG_U64, &seed, "S", "arrival seed (default 1)"),
         FLAG_RANGE("link-gbps", FLAG_FLOAT, &link, "G",
                    "CPU devices only: emulate a host link of G GB/s per device (a GPU's "
@@ -365,7 +414,12 @@ int bench_workload(int argc, char **argv)
                         "With --simulate, replays on a simulated clock instead (engine/sim.h: "
                         "the same policy code, loads and batches taking the times measured here "
                         "first), averaged over --seeds arrival sequences; copies competing with "
-                        "compute are not modelled, so use it with --link-gbps.",
+                        "compute are not modelled, so use it with --link-gbps. Under mpirun "
+                        "(mpirun -n P shardswap bench workload ...) the devices are spread over "
+                        "the processes: device d on process d % P, or as --devices lists them "
+                        "(P/cpu:0); each process reads the models from the same --cache path, "
+                        "so generate them there first (without mpirun: under it the other "
+                        "processes wait for process 0's first stack only so long).",
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
@@ -404,10 +458,12 @@ int bench_workload(int argc, char **argv)
         tp = dev_sc.n_devices;
         rig.device_kind = dev_sc.device_kind;
         rig.gpus = dev_sc.gpus_set ? dev_sc.gpus : NULL;
+        rig.procs = dev_sc.procs_set ? dev_sc.procs : NULL; /* "P/cpu:0": as listed */
     }
     if (tp == 0)
         tp = 2;
     rig.tp = tp;
+    rig.job = cli_job(); /* under mpirun: device d on process d % P unless listed */
     struct replay_result res[MAX_POLICIES];
     double *lat[MAX_POLICIES] = {0}; /* each policy's latencies, for the plot */
     size_t n_lat[MAX_POLICIES] = {0};
@@ -554,6 +610,7 @@ int bench_workload(int argc, char **argv)
                c.max_loaded, c.max_batch, warm * 1e3, slo * 1e3);
         if (link > 0)
             printf("; emulated link %.2f GB/s per device", (double)link);
+        print_procs(&rig);
         printf("\n");
         if (c.chat)
             printf("chat: token SLO TTFT <= %g s, TPOT <= %g s\n", c.slo_ttft_s, c.slo_tpot_s);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cluster/job.h"
 #include "core/error.h"
 #include "core/timing.h"
 #include "swap/swap.h"
@@ -88,6 +89,28 @@ static void replay_on_done(struct engine_req *r, void *ctx)
     pthread_mutex_unlock(&j->sync->lock);
 }
 
+/* The process of the rig's device d: as listed, else d % P under mpirun. */
+static int rig_proc(const struct replay_rig *rig, int d)
+{
+    if (!rig->job)
+        return 0;
+    return rig->procs ? rig->procs[d] : d % cluster_job_procs(rig->job);
+}
+
+/* Whether the engine runs a model's batch while its load is arriving: with
+ * copies that take no compute (a GPU's copy engines, an emulated link), and
+ * only when every device is this process's. Another process answers a
+ * shard's load once, when it is all there, so a batch started on a loading
+ * model would reach that process before its shard. */
+static bool rig_overlap_loads(const struct replay_rig *rig)
+{
+    const bool cuda = rig->device_kind && strcmp(rig->device_kind, "cuda") == 0;
+    for (int d = 0; d < rig->tp; d++)
+        if (rig_proc(rig, d) != 0)
+            return false;
+    return cuda || rig->link_gbps > 0;
+}
+
 void replay_stack_config(const struct replay_rig *rig, int n_models, int max_loaded,
                          int max_batch, const char *policy, struct stack_config *sc,
                          struct stack_model_config *mc, char (*names)[16])
@@ -103,11 +126,11 @@ void replay_stack_config(const struct replay_rig *rig, int n_models, int max_loa
     sc->fit_models = max_loaded;
     sc->fit_prompt = rig->fit_prompt > 0 ? rig->fit_prompt : REPLAY_PROMPT_LEN;
     sc->fit_max_tokens = rig->fit_max_tokens > 0 ? rig->fit_max_tokens : 1;
-    sc->engine = (struct engine_config){.policy = policy, .max_batch = max_batch,
-                                        .queue_cap = 1 << 20, .max_loaded = max_loaded,
-                                        /* copies that take no compute: a GPU's
-                                         * copy engines, an emulated link */
-                                        .overlap_loads = cuda || rig->link_gbps > 0};
+    sc->engine = (struct engine_config){.policy = policy,
+                                        .max_batch = max_batch,
+                                        .queue_cap = 1 << 20,
+                                        .max_loaded = max_loaded,
+                                        .overlap_loads = rig_overlap_loads(rig)};
     sc->prefetch_host = true;
     sc->compute = rig->compute;
     for (int i = 0; i < n_models; i++) {
@@ -117,10 +140,17 @@ void replay_stack_config(const struct replay_rig *rig, int n_models, int max_loa
     }
     sc->models = mc;
     sc->n_models = n_models;
+    if (rig->job) {
+        sc->procs_set = true;
+        sc->n_procs = cluster_job_procs(rig->job);
+        for (int d = 0; d < rig->tp && d < STACK_MAX_DEVICES; d++)
+            sc->procs[d] = rig_proc(rig, d);
+    }
 }
 
 /* A stack of rig's first n_models models, as replay_stack_config makes it
- * with link (the rig's, or 0 for memory speed). */
+ * with link (the rig's, or 0 for memory speed); under mpirun led, the other
+ * processes opening their devices first. Closed by replay_stack_close. */
 static int replay_stack_open(const struct replay_rig *rig, int n_models, int max_loaded,
                              int max_batch, const char *policy, double link, struct stack **out)
 {
@@ -129,8 +159,20 @@ static int replay_stack_open(const struct replay_rig *rig, int n_models, int max
     char names[WORKLOAD_MAX_MODELS][16];
     struct replay_rig r = *rig;
     r.link_gbps = link;
+    *out = NULL;
     replay_stack_config(&r, n_models, max_loaded, max_batch, policy, &sc, mc, names);
-    return stack_open(&sc, out);
+    int rc = cluster_job_lead(rig->job, &sc);
+    if (rc == 0 && (rc = stack_open(&sc, out)) < 0)
+        cluster_job_release(rig->job);
+    return rc;
+}
+
+/* Closes what replay_stack_open opened (s NULL-safe); the other processes
+ * close theirs after it (nothing when none was led). */
+static void replay_stack_close(const struct replay_rig *rig, struct stack *s)
+{
+    stack_close(s);
+    cluster_job_release(rig->job);
 }
 
 int replay_arrivals(const struct workload_config *c, double duration, uint64_t seed,
@@ -236,7 +278,7 @@ static int run_lens(const struct replay_rig *rig, const struct workload_config *
         }
     }
 out:
-    stack_close(s);
+    replay_stack_close(rig, s);
     replay_sync_destroy(&sync);
     free(jobs);
     free(chat_prompts);
@@ -308,7 +350,7 @@ int replay_warm_latency(const struct replay_rig *rig, double *secs)
         if (rep > 0 && (*secs == 0 || lat < *secs)) /* the first one loads the model */
             *secs = lat;
     }
-    stack_close(s);
+    replay_stack_close(rig, s);
     return rc;
 }
 
@@ -374,10 +416,9 @@ int replay_measure_costs(const struct replay_rig *rig, int max_batch, struct sim
         sizes_interpolate(sizes, t_size, max_batch, sc->batch_s);
         sc->max_batch = max_batch;
         sc->overlap_tail = 0.5; /* the layers after the embedding's blob, about half */
-        sc->overlap_loads =
-            rig->link_gbps > 0 || (rig->device_kind && strcmp(rig->device_kind, "cuda") == 0);
+        sc->overlap_loads = rig_overlap_loads(rig); /* as the engine measured runs */
     }
-    stack_close(s);
+    replay_stack_close(rig, s);
     free(jobs);
     free(recs);
     return rc;
@@ -431,7 +472,7 @@ int replay_measure_chat_costs(const struct replay_rig *rig, int max_batch, struc
                                   : 0;
         sizes_interpolate(sizes, t_size, max_batch, sc->step_s);
     }
-    stack_close(s);
+    replay_stack_close(rig, s);
     free(jobs);
     free(recs);
     return rc;

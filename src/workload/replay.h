@@ -10,13 +10,19 @@
  *   replay_measure_costs(rig) -> a load's time and batches of 1..max_batch,
  *   the costs engine/sim.h replays with
  *
- * The rig: rig->tp devices (CPU, or CUDA as rig->device_kind says) with room for max_loaded models (every model
- * has the same shape) and the largest batch of Computron's requests each;
- * every model over all of them with TP = tp; all models start in host memory,
- * as in Computron. Requests are Computron's: "Berkeley is the number one
- * public" (8 tokens, as replay_prompt_for gives them to each model's
- * family), max_tokens 1. Every function runs on the caller's thread and
- * returns once the engine has drained; errors name what failed. */
+ * The rig: rig->tp devices (CPU, or CUDA as rig->device_kind says) with room for max_loaded models
+ * (every model has the same shape) and the largest batch of Computron's requests each; every model
+ * over all of them with TP = tp; all models start in host memory, as in Computron. Requests are
+ * Computron's: "Berkeley is the number one public" (8 tokens, as replay_prompt_for gives them to
+ * each model's family), max_tokens 1. Every function runs on the caller's thread and returns once
+ * the engine has drained; errors name what failed.
+ *
+ * Under mpirun (rig->job, docs/ARCHITECTURE.md: "Processes") device d is
+ * process rig->procs[d]'s, or by default process d % P's, and every stack
+ * is led: cluster_job_lead before stack_open, cluster_job_release after
+ * stack_close. The other processes' shards have no host copy on process 0:
+ * their owners load them from their own copy of each checkpoint (the same
+ * path on every node). */
 #ifndef SHARDSWAP_WORKLOAD_REPLAY_H
 #define SHARDSWAP_WORKLOAD_REPLAY_H
 
@@ -32,6 +38,8 @@
 #include "workload/report.h"
 
 #define REPLAY_PROMPT_LEN 8 /* tokens of Computron's prompt */
+
+struct cluster_job;
 
 /* Computron's request, as every replay sends it (through the engine here,
  * over HTTP in workload/http_replay.h): "Berkeley is the number one public"
@@ -63,6 +71,11 @@ struct replay_rig {
     const char *compute;      /* stack_config.compute: "f32", "bf16", NULL: auto */
     int fit_prompt, fit_max_tokens; /* the largest request the stack sizes for (chat:
                                      * the lengths' max); 0: Computron's, 8 and 1 */
+    /* under mpirun, the job (cluster/job.h; process 0's side, not owned);
+     * NULL: every device is this process's */
+    struct cluster_job *job;
+    const int *procs; /* with job: (tp) the process of each device
+                       * (stack_config.procs); NULL: device d on process d % P */
 };
 
 struct replay_result {
@@ -75,8 +88,9 @@ struct replay_result {
 
 /* The stack config of a rig serving its first n_models models (names "m0",
  * "m1", ... written into names) with room for max_loaded of them, batches of
- * max_batch and the policy; mc and names must hold n_models entries and
- * outlive *sc. For sizing (stack_size) as well as stack_open. */
+ * max_batch and the policy, its devices on the rig's processes (procs[],
+ * n_procs); mc and names must hold n_models entries and outlive *sc. For
+ * sizing (stack_size) as well as stack_open. */
 void replay_stack_config(const struct replay_rig *rig, int n_models, int max_loaded,
                          int max_batch, const char *policy, struct stack_config *sc,
                          struct stack_model_config *mc, char (*names)[16]);
@@ -112,8 +126,9 @@ int replay_warm_latency(const struct replay_rig *rig, double *secs);
 /* Measures, on model 0 of rig, what engine/sim.h needs: load_s (one load)
  * and batch_s[1..max_batch] (batches of 1, 2, 3, 4, 6, 8, 12, ... up to
  * max_batch, best of two, linear in between), and sets max_batch,
- * overlap_tail and overlap_loads (when rig has a link) to match; the rest
- * of *sc is left as it was. max_batch in 1..SIM_MAX_BATCH. */
+ * overlap_tail and overlap_loads (as the rig's engine runs: with a link or
+ * CUDA devices, none of them another process's) to match; the rest of *sc
+ * is left as it was. max_batch in 1..SIM_MAX_BATCH. */
 int replay_measure_costs(const struct replay_rig *rig, int max_batch, struct sim_config *sc);
 
 /* Measures, on model 0 of rig, the chat terms of engine/sim.h: base_prompt

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/device.h"
+#include "cluster/job.h"
 #include "core/error.h"
 #include "core/membw.h"
 #include "core/timing.h"
@@ -32,7 +34,30 @@ static void make_prompt(const struct swap_model *model, int32_t *ids, int n)
         ids[i] = 4 + (int32_t)((i * 7919u) % (unsigned)(c->vocab - 4));
 }
 
-/* One request from nothing resident to its first token's logits. */
+/* Under mpirun: a shard on another process's device is loaded there by one
+ * command answered once, so its compute cannot overlap its load, and a step
+ * sent before that load ended would find it not loaded there. Waits for
+ * those shards' loads (their blob events, all set at once); nothing
+ * without such shards. Call between swap_use_begin and the step. */
+static int wait_remote_loads(struct swap_manager *mgr, const struct swap_model *model)
+{
+    for (int s = 0; s < swap_model_shard_count(model); s++) {
+        const struct swap_shard *sh = swap_model_shard(model, s);
+        if (device_proc(swap_device(mgr, swap_shard_device(sh))) == 0)
+            continue;
+        for (int b = 0; b < swap_shard_n_blobs(sh); b++) {
+            int rc = device_event_wait(swap_shard_blob_ready(sh, b));
+            if (rc < 0)
+                return err_set(rc, "shard %d did not load: %s", s,
+                               swap_shard_load_error(sh)[0] ? swap_shard_load_error(sh)
+                                                            : err_name(rc));
+        }
+    }
+    return 0;
+}
+
+/* One request from nothing resident to its first token's logits (under
+ * mpirun, other processes' shards loaded before the step: wait_remote_loads). */
 static int cold_request(struct swap_manager *mgr, struct workers *w, struct swap_model *model,
                         bool overlap, int prompt_len, double *secs)
 {
@@ -47,7 +72,8 @@ static int cold_request(struct swap_manager *mgr, struct workers *w, struct swap
     double t0 = time_now();
     if ((rc = swap_load_lru(mgr, model)) < 0 || (rc = swap_use_begin(mgr, model)) < 0)
         goto out;
-    rc = group_forward(w, gb, ids, NULL, prompt_len, false, overlap, logits);
+    if ((rc = wait_remote_loads(mgr, model)) == 0)
+        rc = group_forward(w, gb, ids, NULL, prompt_len, false, overlap, logits);
     *secs = time_now() - t0;
     swap_use_end(mgr, model);
     swap_wait_loaded(mgr, model);
@@ -121,7 +147,8 @@ out:
 
 /* The medians' samples: repeat of each. */
 struct samples {
-    double *load, *off, *wk /* (shard, repeat) */, *c_on, *c_off, *warm;
+    double *load, *off, *wk /* (shard, repeat) */, *pk /* (process, repeat) */, *c_on, *c_off,
+        *warm;
 };
 
 static int samples_alloc(struct samples *s, int repeat)
@@ -130,10 +157,11 @@ static int samples_alloc(struct samples *s, int repeat)
     s->load = calloc(n, sizeof(double));
     s->off = calloc(n, sizeof(double));
     s->wk = calloc(n * SWAPBENCH_MAX_WORKERS, sizeof(double));
+    s->pk = calloc(n * SWAPBENCH_MAX_WORKERS, sizeof(double));
     s->c_on = calloc(n, sizeof(double));
     s->c_off = calloc(n, sizeof(double));
     s->warm = calloc(n, sizeof(double));
-    if (!s->load || !s->off || !s->wk || !s->c_on || !s->c_off || !s->warm)
+    if (!s->load || !s->off || !s->wk || !s->pk || !s->c_on || !s->c_off || !s->warm)
         return err_set(ERR_NOMEM, "out of memory");
     return 0;
 }
@@ -143,12 +171,15 @@ static void samples_free(struct samples *s)
     free(s->load);
     free(s->off);
     free(s->wk);
+    free(s->pk);
     free(s->c_on);
     free(s->c_off);
     free(s->warm);
 }
 
-/* swap-in and swap-out, host <-> devices, repeat times */
+/* swap-in and swap-out, host <-> devices, repeat times; per run each
+ * shard's rate and each process's (its bytes over its slowest shard's
+ * load: r->shard_proc and r->proc_bytes say which are whose) */
 static int bench_load_offload(struct swap_manager *mgr, struct swap_model *model, int repeat,
                               struct samples *sm, struct swapbench_layout *r)
 {
@@ -158,11 +189,16 @@ static int bench_load_offload(struct swap_manager *mgr, struct swap_model *model
         if ((rc = swap_load_lru(mgr, model)) < 0 || (rc = swap_wait_loaded(mgr, model)) < 0)
             return rc;
         sm->load[i] = swap_model_load_seconds(mgr, model);
+        double slowest[SWAPBENCH_MAX_WORKERS] = {0}; /* per process */
         for (int s = 0; s < k; s++) {
             const struct swap_shard *sh = swap_model_shard(model, s);
-            sm->wk[s * repeat + i] =
-                swap_shard_device_bytes(sh) / swap_shard_load_seconds(mgr, sh) / 1e9;
+            double secs = swap_shard_load_seconds(mgr, sh);
+            sm->wk[s * repeat + i] = swap_shard_device_bytes(sh) / secs / 1e9;
+            if (secs > slowest[r->shard_proc[s]])
+                slowest[r->shard_proc[s]] = secs;
         }
+        for (int p = 0; p < SWAPBENCH_MAX_WORKERS; p++)
+            sm->pk[p * repeat + i] = r->proc_bytes[p] ? r->proc_bytes[p] / slowest[p] / 1e9 : 0;
         double t0 = time_now();
         if ((rc = swap_offload(mgr, model, false)) < 0)
             return rc;
@@ -173,6 +209,8 @@ static int bench_load_offload(struct swap_manager *mgr, struct swap_model *model
     r->offload_s = median(sm->off, repeat);
     for (int s = 0; s < k; s++)
         r->worker_gbs[s] = median(sm->wk + s * repeat, repeat);
+    for (int p = 0; p < SWAPBENCH_MAX_WORKERS; p++)
+        r->proc_gbs[p] = median(sm->pk + p * repeat, repeat);
     return 0;
 }
 
@@ -202,7 +240,8 @@ static int bench_cold(struct swap_manager *mgr, struct workers *w, struct swap_m
 
 /* The stack of one layout: tp x pp devices (CPU ones of the given budgets,
  * or the first tp x pp CUDA devices listed, sized by the stack for the cold
- * request), the model placed on them in order. mc is the model's entry. */
+ * request), the model placed on them in order; under mpirun device d on
+ * process d % P. mc is the model's entry. */
 static void layout_stack_config(const struct swapbench_config *c, const uint64_t *budgets,
                                 uint64_t host_budget, const struct swapbench_layout *r,
                                 struct stack_model_config *mc, struct stack_config *sc)
@@ -227,6 +266,12 @@ static void layout_stack_config(const struct swapbench_config *c, const uint64_t
         for (int d = 0; d < sc->n_devices; d++)
             sc->device_budget[d] = budgets[d];
     }
+    if (c->job) {
+        sc->procs_set = true;
+        sc->n_procs = cluster_job_procs(c->job);
+        for (int d = 0; d < sc->n_devices; d++)
+            sc->procs[d] = d % sc->n_procs;
+    }
 }
 
 /* One layout on a stack of its own, closed before this returns. */
@@ -239,23 +284,36 @@ static int bench_layout(const struct swapbench_config *c, const uint64_t *budget
     struct stack *st = NULL;
     struct samples sm = {0};
     int rc;
-    if ((rc = samples_alloc(&sm, c->repeat)) < 0 || (rc = stack_open(&sc, &st)) < 0)
+    /* under mpirun the other processes open their devices of the stack first */
+    if ((rc = samples_alloc(&sm, c->repeat)) < 0 || (rc = cluster_job_lead(c->job, &sc)) < 0 ||
+        (rc = stack_open(&sc, &st)) < 0)
         goto out;
     struct swap_model *model = st->models[0];
     r->bytes = 0;
-    for (int i = 0; i < r->tp * r->pp; i++)
-        r->bytes += swap_shard_device_bytes(swap_model_shard(model, i));
+    for (int i = 0; i < r->tp * r->pp; i++) {
+        const struct swap_shard *sh = swap_model_shard(model, i);
+        int d = swap_shard_device(sh);
+        r->shard_bytes[i] = swap_shard_device_bytes(sh);
+        r->shard_proc[i] = sc.procs_set ? sc.procs[d] : 0;
+        r->proc_bytes[r->shard_proc[i]] += r->shard_bytes[i];
+        r->bytes += r->shard_bytes[i];
+    }
     double t0 = time_now();
     if ((rc = swap_prefetch_host(st->mgr, model)) < 0)
         goto out;
     r->host_fill_s = time_now() - t0;
-    if ((c->cuda && (rc = bench_link(st, model, c->repeat, r)) < 0) ||
+    /* the link is copies this process makes: not measured on another's devices */
+    bool all_here = true;
+    for (int i = 0; i < r->tp * r->pp; i++)
+        all_here &= r->shard_proc[i] == 0;
+    if ((c->cuda && all_here && (rc = bench_link(st, model, c->repeat, r)) < 0) ||
         (rc = bench_load_offload(st->mgr, model, c->repeat, &sm, r)) < 0 ||
         (rc = bench_cold(st->mgr, st->workers, model, c->repeat, c->prompt_len, &sm, r)) < 0)
         goto out;
     swap_get_stats(st->mgr, &r->stats);
 out:
     stack_close(st);
+    cluster_job_release(c->job); /* the others close theirs (nothing when not led) */
     samples_free(&sm);
     return rc;
 }
@@ -325,6 +383,7 @@ static int size_budgets(const struct swapbench_config *c, uint64_t *need, uint64
 int swapbench_run(const struct swapbench_config *c, struct swapbench_report *out)
 {
     memset(out, 0, sizeof(*out));
+    out->procs = cluster_job_procs(c->job);
     if (c->n_layouts < 1 || c->n_layouts > SWAPBENCH_MAX_LAYOUTS || c->repeat < 1 ||
         c->prompt_len < 1 || c->prompt_len > SWAPBENCH_MAX_PROMPT)
         return err_set(ERR_INVALID,
@@ -342,11 +401,6 @@ int swapbench_run(const struct swapbench_config *c, struct swapbench_report *out
     int rc = size_budgets(c, need, &host_budget, &out->max_workers);
     if (rc < 0)
         return rc;
-    /* the host's copy speed: the reference of CPU devices only */
-    for (int t = 1; !c->cuda && c->ref_bytes && t <= out->max_workers; t++) {
-        out->memcpy_bps[t] = membw_memcpy(t, c->ref_bytes, 5);
-        out->stream_bps[t] = membw_stream(t, c->ref_bytes, 5);
-    }
     for (int i = 0; i < c->n_layouts; i++) {
         struct swapbench_layout *r = &out->layouts[i];
         r->tp = c->tp[i];
@@ -354,6 +408,14 @@ int swapbench_run(const struct swapbench_config *c, struct swapbench_report *out
         out->n_layouts = i + 1;
         if ((rc = bench_layout(c, need, host_budget, r)) < 0)
             return rc;
+    }
+    /* the host's copy speed: the reference of CPU devices only. After the
+     * layouts: under mpirun process 0 sends heartbeats only from its first
+     * stack on (cluster_job_lead), and seconds of copying before it would
+     * look to the other processes like a lost process 0 */
+    for (int t = 1; !c->cuda && c->ref_bytes && t <= out->max_workers; t++) {
+        out->memcpy_bps[t] = membw_memcpy(t, c->ref_bytes, 5);
+        out->stream_bps[t] = membw_stream(t, c->ref_bytes, 5);
     }
     return 0;
 }
