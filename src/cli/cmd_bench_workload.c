@@ -417,9 +417,9 @@ int bench_workload(int argc, char **argv)
                         "compute are not modelled, so use it with --link-gbps. Under mpirun "
                         "(mpirun -n P shardswap bench workload ...) the devices are spread over "
                         "the processes: device d on process d % P, or as --devices lists them "
-                        "(P/cpu:0); each process reads the models from the same --cache path, "
-                        "so generate them there first (without mpirun: under it the other "
-                        "processes wait for process 0's first stack only so long).",
+                        "(P/cpu:0); each process reads the models from the same --cache path "
+                        "(process 0 generates them there: on several nodes, use a shared "
+                        "filesystem or run the same command once on each node first).",
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;

@@ -21,7 +21,7 @@ struct cluster_job {
     struct mpi_world *w;
     int me, procs;
     double beat_interval_s, beat_timeout_s;
-    struct leader *l;          /* process 0, from the first lead */
+    struct leader *l;          /* process 0's */
     struct cluster_remote *r;  /* process 0, the stack being led */
     bool leading;              /* DEVICES sent, END not yet */
     /* the follower while cluster_job_follow serves, and whether process 0
@@ -63,6 +63,21 @@ int cluster_job_open(const struct cluster_job_config *cfg, struct cluster_job **
     }
     j->me = mpi_world_proc(j->w);
     j->procs = mpi_world_procs(j->w);
+    /* process 0's heartbeats start now, as the followers' watch does: a
+     * command that takes long before its first stack (or never opens one:
+     * --help, a usage error) is not taken for a lost process 0 */
+    if (j->me == 0) {
+        struct leader_config lc = {.ctl_tag = CTL_TAG,
+                                   .beat_interval_s = j->beat_interval_s,
+                                   .beat_timeout_s = j->beat_timeout_s};
+        if ((rc = leader_create(j->w, &lc, &j->l)) < 0) {
+            err_wrap(rc, "cluster");
+            mpi_world_close(j->w);
+            pthread_mutex_destroy(&j->lock);
+            free(j);
+            return rc;
+        }
+    }
     *out = j;
     return 0;
 }
@@ -107,13 +122,6 @@ int cluster_job_lead(struct cluster_job *j, struct stack_config *sc)
         rc = stack_device_budgets(sc, budgets);
     if (rc < 0)
         return rc;
-    if (!j->l) {
-        struct leader_config lc = {.ctl_tag = CTL_TAG,
-                                   .beat_interval_s = j->beat_interval_s,
-                                   .beat_timeout_s = j->beat_timeout_s};
-        if ((rc = leader_create(j->w, &lc, &j->l)) < 0)
-            return err_wrap(rc, "cluster");
-    }
     int proc_of[STACK_MAX_DEVICES];
     struct proto_device devs[PROTO_MAX_DEVICES];
     bool cuda = sc->device_kind && strcmp(sc->device_kind, "cuda") == 0;

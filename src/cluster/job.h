@@ -46,15 +46,15 @@ struct mpi_world *cluster_job_world(const struct cluster_job *j);
 
 /* Process 0, before stack_open(sc): the other processes open their devices
  * of sc (DEVICES, with stack_device_budgets' budgets), and sc->remote and
- * sc->n_procs are set for stack_open. Starts the leader the first time.
- * NULL j: nothing to do (0). One stack at a time. */
+ * sc->n_procs are set for stack_open. NULL j: nothing to do (0). One
+ * stack at a time. */
 int cluster_job_lead(struct cluster_job *j, struct stack_config *sc);
 /* Process 0, after stack_close: the other processes close theirs (END).
  * NULL-safe; nothing when not leading a stack. */
 void cluster_job_release(struct cluster_job *j);
 /* Process 0: whether process proc is lost for good (its heartbeats
  * stopped, or its channel broke), why in reason (cap bytes). false for
- * process 0, NULL, or before the first cluster_job_lead. */
+ * process 0 and for NULL. */
 bool cluster_job_lost(const struct cluster_job *j, int proc, char *reason, size_t cap);
 
 /* Any other process: follows process 0's stacks until SHUTDOWN (0), or

@@ -20,12 +20,18 @@
 
 enum { MAX_TAGS = 8192, MAX_DEVICES = 64 };
 
-/* A model the followers know (registered at its first load). */
+/* A model the followers know: REGISTER is sent once, by whichever comes
+ * first (its first load, or a batch opened while it loads), without
+ * waiting; its answer is read by the first load, and kept. */
 struct rmodel {
     struct rmodel *next;
     const struct swap_model *model;
     uint32_t id;
-    bool registered;
+    bool sent;                /* REGISTER is in the order */
+    struct leader_call *reg;  /* its answer, until a load reads it */
+    bool answered;
+    int reg_rc;               /* the answer: 0 or the error, with its message */
+    char reg_msg[512];
     int procs[PROTO_MAX_SHARDS]; /* the followers holding its shards, ascending */
     int n_procs;
 };
@@ -124,50 +130,73 @@ static int shard_index(const struct swap_model *m, const struct swap_shard *sh)
     return swap_shard_stage(sh) * swap_model_tp(m) + swap_shard_rank(sh);
 }
 
-/* REGISTER with every follower, once per model: its id in *id. */
+/* REGISTER sent to the model's processes unless it was (r->lock held;
+ * never waits for the answer). */
+static void model_send_register(struct cluster_remote *r, const struct swap_model *m,
+                                struct rmodel *e)
+{
+    if (e->sent)
+        return;
+    int n = swap_model_shard_count(m);
+    int32_t devices[PROTO_MAX_SHARDS];
+    for (int i = 0; i < n && i < PROTO_MAX_SHARDS; i++)
+        devices[i] = swap_shard_device(swap_model_shard(m, i));
+    struct proto_msg reg = {.kind = PROTO_REGISTER,
+                            .model = e->id,
+                            .name = (char *)swap_model_name(m),
+                            .path = (char *)swap_model_path(m),
+                            .tp = (uint32_t)swap_model_tp(m),
+                            .pp = (uint32_t)swap_model_pp(m),
+                            .devices = devices,
+                            .n_devices = (uint32_t)n,
+                            .compute = (char *)kern_compute_name(swap_model_compute(m))};
+    e->sent = true; /* once, even when it fails: the loads report why */
+    if ((e->reg_rc = leader_begin(r->l, e->procs, e->n_procs, &reg, &e->reg)) < 0) {
+        e->answered = true;
+        snprintf(e->reg_msg, sizeof e->reg_msg, "%s", err_msg());
+    }
+}
+
+/* The model registered with its processes (sent now if it was not): its id
+ * in *id, 0 or the registration's error with its message. Waits for the
+ * answer the first time; not under r->lock. */
 static int model_register(struct cluster_remote *r, const struct swap_model *m, uint32_t *id)
 {
-    pthread_mutex_lock(&r->reg_lock);
+    pthread_mutex_lock(&r->reg_lock); /* one reader of the answer */
     pthread_mutex_lock(&r->lock);
     struct rmodel *e = model_entry(r, m);
-    bool done = e && e->registered;
-    if (e)
+    if (e) {
         *id = e->id;
-    pthread_mutex_unlock(&r->lock);
-    int rc = e ? 0 : err_set(ERR_NOMEM, "out of memory");
-    if (rc == 0 && !done) {
-        int n = swap_model_shard_count(m);
-        int32_t devices[PROTO_MAX_SHARDS];
-        for (int i = 0; i < n && i < PROTO_MAX_SHARDS; i++)
-            devices[i] = swap_shard_device(swap_model_shard(m, i));
-        struct proto_msg reg = {.kind = PROTO_REGISTER,
-                                .model = *id,
-                                .name = (char *)swap_model_name(m),
-                                .path = (char *)swap_model_path(m),
-                                .tp = (uint32_t)swap_model_tp(m),
-                                .pp = (uint32_t)swap_model_pp(m),
-                                .devices = devices,
-                                .n_devices = (uint32_t)n,
-                                .compute = (char *)kern_compute_name(swap_model_compute(m))};
-        if ((rc = leader_call_some(r->l, e->procs, e->n_procs, &reg)) == 0) {
-            pthread_mutex_lock(&r->lock);
-            e->registered = true;
-            pthread_mutex_unlock(&r->lock);
-        }
+        model_send_register(r, m, e);
     }
+    struct leader_call *c = e && !e->answered ? e->reg : NULL;
+    pthread_mutex_unlock(&r->lock);
+    if (c) {
+        size_t none;
+        int rc = leader_end(r->l, c, NULL, 0, &none);
+        pthread_mutex_lock(&r->lock);
+        e->reg = NULL;
+        e->answered = true;
+        e->reg_rc = rc;
+        snprintf(e->reg_msg, sizeof e->reg_msg, "%s", rc < 0 ? err_msg() : "");
+        pthread_mutex_unlock(&r->lock);
+    }
+    int rc = e ? e->reg_rc : err_set(ERR_NOMEM, "out of memory");
+    if (rc < 0 && e)
+        err_set(rc, "%s", e->reg_msg);
     pthread_mutex_unlock(&r->reg_lock);
     return rc;
 }
 
-/* The id of a registered model and its followers (procs may be NULL);
- * false when it is not registered. */
+/* The id of a model REGISTER was sent for, and its followers (procs may be
+ * NULL); false when none was. */
 static bool model_id(struct cluster_remote *r, const struct swap_model *m, uint32_t *id,
                      int *procs, int *n_procs)
 {
     pthread_mutex_lock(&r->lock);
     bool found = false;
     for (struct rmodel *e = r->models; e && !found; e = e->next)
-        if (e->model == m && e->registered) {
+        if (e->model == m && e->sent) {
             *id = e->id;
             if (procs) {
                 memcpy(procs, e->procs, sizeof(int) * (size_t)e->n_procs);
@@ -224,7 +253,9 @@ static void remote_forget(void *ctx, const struct swap_model *m)
             break;
         }
     pthread_mutex_unlock(&r->lock);
-    if (e && e->registered) {
+    if (e)
+        leader_abandon(r->l, e->reg); /* never loaded: nobody read the answer */
+    if (e && e->sent) {
         struct proto_msg unreg = {.kind = PROTO_UNREGISTER, .model = e->id};
         if (leader_call_some(r->l, e->procs, e->n_procs, &unreg) < 0) /* theirs to log */
             fprintf(stderr, "shardswap: model %s: %s\n", swap_model_name(m), err_msg());
@@ -287,8 +318,16 @@ static int remote_batch_open(void *ctx, const struct swap_model *m,
     struct cluster_remote *r = ctx;
     uint32_t mid;
     int procs[PROTO_MAX_SHARDS], n_procs = 0;
+    /* a batch may open while the model's first load is queued: REGISTER
+     * goes out first then (the load reads its answer) */
+    pthread_mutex_lock(&r->lock);
+    struct rmodel *e = model_entry(r, m);
+    if (e)
+        model_send_register(r, m, e);
+    pthread_mutex_unlock(&r->lock);
     if (!model_id(r, m, &mid, procs, &n_procs))
-        return err_set(ERR_INVALID, "model %s is not loaded on the other processes",
+        return err_set(e ? ERR_INVALID : ERR_NOMEM, "model %s could not be registered with the "
+                                                    "other processes",
                        swap_model_name(m));
     struct rbatch *b = calloc(1, sizeof *b);
     if (!b)
@@ -476,6 +515,7 @@ void cluster_remote_destroy(struct cluster_remote *r)
     while (r->models) {
         struct rmodel *e = r->models;
         r->models = e->next;
+        leader_abandon(r->l, e->reg);
         free(e);
     }
     while (r->batches) {

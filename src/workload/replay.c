@@ -98,16 +98,12 @@ static int rig_proc(const struct replay_rig *rig, int d)
 }
 
 /* Whether the engine runs a model's batch while its load is arriving: with
- * copies that take no compute (a GPU's copy engines, an emulated link), and
- * only when every device is this process's. Another process answers a
- * shard's load once, when it is all there, so a batch started on a loading
- * model would reach that process before its shard. */
+ * copies that take no compute (a GPU's copy engines, an emulated link).
+ * Under mpirun the step waits for other processes' shards to be all there
+ * (group_forward), while this process's overlap. */
 static bool rig_overlap_loads(const struct replay_rig *rig)
 {
     const bool cuda = rig->device_kind && strcmp(rig->device_kind, "cuda") == 0;
-    for (int d = 0; d < rig->tp; d++)
-        if (rig_proc(rig, d) != 0)
-            return false;
     return cuda || rig->link_gbps > 0;
 }
 

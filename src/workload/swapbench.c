@@ -34,30 +34,9 @@ static void make_prompt(const struct swap_model *model, int32_t *ids, int n)
         ids[i] = 4 + (int32_t)((i * 7919u) % (unsigned)(c->vocab - 4));
 }
 
-/* Under mpirun: a shard on another process's device is loaded there by one
- * command answered once, so its compute cannot overlap its load, and a step
- * sent before that load ended would find it not loaded there. Waits for
- * those shards' loads (their blob events, all set at once); nothing
- * without such shards. Call between swap_use_begin and the step. */
-static int wait_remote_loads(struct swap_manager *mgr, const struct swap_model *model)
-{
-    for (int s = 0; s < swap_model_shard_count(model); s++) {
-        const struct swap_shard *sh = swap_model_shard(model, s);
-        if (device_proc(swap_device(mgr, swap_shard_device(sh))) == 0)
-            continue;
-        for (int b = 0; b < swap_shard_n_blobs(sh); b++) {
-            int rc = device_event_wait(swap_shard_blob_ready(sh, b));
-            if (rc < 0)
-                return err_set(rc, "shard %d did not load: %s", s,
-                               swap_shard_load_error(sh)[0] ? swap_shard_load_error(sh)
-                                                            : err_name(rc));
-        }
-    }
-    return 0;
-}
-
 /* One request from nothing resident to its first token's logits (under
- * mpirun, other processes' shards loaded before the step: wait_remote_loads). */
+ * mpirun, group_forward waits for other processes' shards to be loaded
+ * before the step: their owners answer a load once, when it is all there). */
 static int cold_request(struct swap_manager *mgr, struct workers *w, struct swap_model *model,
                         bool overlap, int prompt_len, double *secs)
 {
@@ -72,8 +51,7 @@ static int cold_request(struct swap_manager *mgr, struct workers *w, struct swap
     double t0 = time_now();
     if ((rc = swap_load_lru(mgr, model)) < 0 || (rc = swap_use_begin(mgr, model)) < 0)
         goto out;
-    if ((rc = wait_remote_loads(mgr, model)) == 0)
-        rc = group_forward(w, gb, ids, NULL, prompt_len, false, overlap, logits);
+    rc = group_forward(w, gb, ids, NULL, prompt_len, false, overlap, logits);
     *secs = time_now() - t0;
     swap_use_end(mgr, model);
     swap_wait_loaded(mgr, model);
@@ -409,10 +387,7 @@ int swapbench_run(const struct swapbench_config *c, struct swapbench_report *out
         if ((rc = bench_layout(c, need, host_budget, r)) < 0)
             return rc;
     }
-    /* the host's copy speed: the reference of CPU devices only. After the
-     * layouts: under mpirun process 0 sends heartbeats only from its first
-     * stack on (cluster_job_lead), and seconds of copying before it would
-     * look to the other processes like a lost process 0 */
+    /* the host's copy speed: the reference of CPU devices only */
     for (int t = 1; !c->cuda && c->ref_bytes && t <= out->max_workers; t++) {
         out->memcpy_bps[t] = membw_memcpy(t, c->ref_bytes, 5);
         out->stream_bps[t] = membw_stream(t, c->ref_bytes, 5);

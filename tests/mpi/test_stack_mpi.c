@@ -18,6 +18,8 @@
  *   once, twice over) returns transformers' greedy reference exactly, once;
  *   loads outnumber the models (they swapped); no view's high-water mark
  *   passes its budget.
+ * overlap: the same with batches opened while their model loads (the
+ *   engine's load overlap over an emulated link), answered right.
  * remove: a model with remote shards, removed while resident, leaves its
  *   views empty; its name then finds nothing, and the others still serve.
  * stopped: the process owning device 2 stopped (SIGSTOP) while "far" is
@@ -166,6 +168,27 @@ TEST(serving)
     CHECK(device_proc(s->devices[1]) == 1 && device_proc(s->devices[0]) <= 0);
     stack_close(s);
     cluster_job_release(job);
+}
+
+/* Batches opened while their model still loads (the engine's load
+ * overlap, over an emulated link): a batch may reach the other processes
+ * before the model's first LOAD, and its step must wait for their shards. */
+TEST(overlap)
+{
+    cfg.engine.overlap_loads = true;
+    cfg.link_gbps = 0.5;
+    struct stack *s = lead_open();
+    if (!s)
+        return;
+    serve_all(s);
+    struct engine_stats st;
+    engine_get_stats(s->engine, &st);
+    CHECK_MSG(st.ok == 3 * N_MODELS, "%llu of %d requests ok", (unsigned long long)st.ok,
+              3 * N_MODELS);
+    stack_close(s);
+    cluster_job_release(job);
+    cfg.engine.overlap_loads = false;
+    cfg.link_gbps = 0;
 }
 
 TEST(remove)
