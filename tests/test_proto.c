@@ -61,6 +61,7 @@ static struct proto_msg sample(enum proto_kind k)
         break;
     case PROTO_DEVICES:
         m.dev_kind = PROTO_DEVICE_CUDA, m.link_gbps = 12.5, m.devs = devs, m.n_devs = 3;
+        m.host_budget = 3ull << 32;
         break;
     default:
         break;
@@ -86,7 +87,7 @@ static bool same(const struct proto_msg *a, const struct proto_msg *b)
               a->n_ids == b->n_ids && a->n_mask == b->n_mask && a->status == b->status &&
               a->shard == b->shard && a->blob == b->blob && a->n_logits == b->n_logits &&
               a->n_devs == b->n_devs && a->dev_kind == b->dev_kind &&
-              a->link_gbps == b->link_gbps;
+              a->link_gbps == b->link_gbps && a->host_budget == b->host_budget;
     for (uint32_t i = 0; ok && i < a->n_devs; i++)
         ok = a->devs[i].proc == b->devs[i].proc && a->devs[i].gpu == b->devs[i].gpu &&
              a->devs[i].budget == b->devs[i].budget;

@@ -85,9 +85,9 @@ static void print_procs(const struct swapbench_layout *r, int n, int procs, bool
         printf("%dx%-5d %7s %-16s %9.3f %9.2f\n", r[i].tp, r[i].pp, "job", "all", r[i].bytes / 1e9,
                r[i].bytes / r[i].load_s / 1e9);
     }
-    printf("under mpirun: %s fill ms are process 0's; the other processes keep no host "
-           "tier, so their shards are read from their checkpoint on every load and their GB/s "
-           "include the read\n",
+    printf("under mpirun: %s fill ms are process 0's; the other processes fill their host "
+           "copies at a shard's first load (from their checkpoint, inside that load's GB/s) "
+           "and copy from them after, within the host budget\n",
            cuda ? "the link and" : "memcpy, streaming copy and");
 }
 
@@ -296,7 +296,7 @@ static int print_json(const char *dir, const char *devices, bool cuda,
          json_object_set_new(top, "placement",
                              jsonout_string("device d on process d % processes")) |
          json_object_set_new(top, "reference_process", json_integer(0)) |
-         json_object_set_new(top, "remote_loads_read_checkpoint", json_true()))) {
+         json_object_set_new(top, "remote_host_copy_at_first_load", json_true()))) {
         json_decref(top);
         top = NULL;
     }
@@ -386,8 +386,8 @@ int bench_swap(int argc, char **argv)
         "against load + warm first-token time. Under mpirun (mpirun -n P "
         "shardswap bench swap ...) device d of every layout is process d % P's "
         "(shards on another process are loaded there from its own copy of the "
-        "checkpoint, the same path on every node, with no host tier, so each "
-        "load reads it); the table and --json add each shard's process and per "
+        "checkpoint, the same path on every node, into a host copy at its first "
+        "load); the table and --json add each shard's process and per "
         "process its aggregate GB/s (its shards' bytes / its slowest shard's "
         "load) beside the job's (all bytes / the model's load); the reference "
         "and the host fill are process 0's. Give it --model DIR at the same "

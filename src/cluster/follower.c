@@ -26,6 +26,11 @@ struct fshard {
     struct model_layout layout;
     struct dbuf **blobs; /* (layout.n_blobs) while loaded */
     bool loaded;
+    /* the host tier: blob b's copy in host memory, NULL where absent; kept
+     * after an offload, so the next load is a copy, not a read of the
+     * checkpoint; dropped least recently loaded first for room */
+    void **host;
+    uint64_t last_load; /* the follower's clock at its last load */
 };
 
 struct fmodel {
@@ -83,6 +88,9 @@ struct follower {
      * one per blob cost a page fault per 4 KiB (loads ran at 2 GB/s) */
     void *stage;
     size_t stage_cap;
+    /* the host tier's bytes in use and its budget (DEVICES: process 0's
+     * host budget, the same on every process), and a clock of loads */
+    uint64_t host_used, host_budget, clock;
 };
 
 /* ---- answers ---- */
@@ -126,10 +134,24 @@ static void shard_unload(struct fshard *s)
     s->loaded = false;
 }
 
-static void model_drop(struct fmodel *fm)
+/* Frees s's host copies, giving their bytes back to the host tier. */
+static void shard_drop_host(struct follower *f, struct fshard *s)
+{
+    for (int b = 0; s->host && b < s->layout.n_blobs; b++) {
+        if (!s->host[b])
+            continue;
+        free(s->host[b]);
+        s->host[b] = NULL;
+        f->host_used -= s->layout.blob_bytes[b];
+    }
+}
+
+static void model_drop(struct follower *f, struct fmodel *fm)
 {
     for (int i = 0; i < fm->n_local; i++) {
         shard_unload(&fm->sh[i]);
+        shard_drop_host(f, &fm->sh[i]);
+        free(fm->sh[i].host);
         free(fm->sh[i].blobs);
         model_close(fm->sh[i].m);
         model_layout_free(&fm->sh[i].layout);
@@ -181,7 +203,8 @@ static int do_register(struct follower *f, const struct proto_msg *c)
                                    .layer_begin = L * s->stage / fm->pp,
                                    .layer_end = L * (s->stage + 1) / fm->pp};
         rc = model_shard_open(fm->cfg, fm->ck, &spec, &s->m, &s->layout);
-        if (rc == 0 && !(s->blobs = calloc((size_t)s->layout.n_blobs, sizeof *s->blobs)))
+        if (rc == 0 && (!(s->blobs = calloc((size_t)s->layout.n_blobs, sizeof *s->blobs)) ||
+                        !(s->host = calloc((size_t)s->layout.n_blobs, sizeof *s->host))))
             rc = err_set(ERR_NOMEM, "out of memory");
         bool kc_set = false;
         enum kern_compute kc;
@@ -190,7 +213,7 @@ static int do_register(struct follower *f, const struct proto_msg *c)
     }
     if (rc < 0) {
         err_wrap(rc, "process %d: model %s", f->me, c->name);
-        model_drop(fm);
+        model_drop(f, fm);
     }
     return rc;
 }
@@ -203,25 +226,73 @@ static struct fshard *local_shard(struct fmodel *fm, uint32_t index)
     return NULL;
 }
 
-/* Blob b of s at offset off of its device: read from the checkpoint into a
- * host buffer, copied in, bound. */
+/* Room for need more bytes in the host tier: the host copies of other
+ * shards dropped, least recently loaded first (keep's are kept). */
+static bool host_make_room(struct follower *f, const struct fshard *keep, uint64_t need)
+{
+    while (f->host_used + need > f->host_budget) {
+        struct fshard *victim = NULL;
+        for (int i = 0; i < MAX_MODELS; i++)
+            for (int k = 0; f->models[i].used && k < f->models[i].n_local; k++) {
+                struct fshard *c = &f->models[i].sh[k];
+                bool has = false;
+                for (int b = 0; c->host && b < c->layout.n_blobs && !has; b++)
+                    has = c->host[b] != NULL;
+                if (has && c != keep && (!victim || c->last_load < victim->last_load))
+                    victim = c;
+            }
+        if (!victim)
+            return false;
+        shard_drop_host(f, victim);
+    }
+    return true;
+}
+
+/* Where blob b of s comes from: its host copy, made now from the checkpoint
+ * when the host tier has room for it, else the staging buffer filled. */
+static int blob_source(struct follower *f, struct fmodel *fm, struct fshard *s, int b,
+                       const void **src)
+{
+    size_t n = s->layout.blob_bytes[b];
+    if (s->host[b]) {
+        *src = s->host[b];
+        return 0;
+    }
+    void *dst = NULL;
+    if (host_make_room(f, s, n) && (dst = malloc(n)) != NULL) {
+        int rc = model_shard_fill(s->m, &s->layout, fm->ck, b, dst);
+        if (rc < 0) {
+            free(dst);
+            return rc;
+        }
+        s->host[b] = dst;
+        f->host_used += n;
+        *src = dst;
+        return 0;
+    }
+    if (n > f->stage_cap) {
+        void *p = realloc(f->stage, n);
+        if (!p)
+            return err_set(ERR_NOMEM, "out of memory for a blob of %zu bytes", n);
+        f->stage = p, f->stage_cap = n;
+    }
+    *src = f->stage;
+    return model_shard_fill(s->m, &s->layout, fm->ck, b, f->stage);
+}
+
+/* Blob b of s at offset off of its device: from its host copy (read from
+ * the checkpoint first when there is none), copied in, bound. */
 static int load_blob(struct follower *f, struct fmodel *fm, struct fshard *s, int b, uint64_t off)
 {
     size_t n = s->layout.blob_bytes[b];
     if (n == 0)
         return 0;
     struct device *dev = f->dev[s->device];
+    s->last_load = ++f->clock;
+    const void *host = NULL;
     int rc = device_alloc_at(dev, off, n, &s->blobs[b]);
-    if (rc == 0 && n > f->stage_cap) {
-        void *p = realloc(f->stage, n);
-        if (!p)
-            rc = err_set(ERR_NOMEM, "out of memory for a blob of %zu bytes", n);
-        else
-            f->stage = p, f->stage_cap = n;
-    }
-    void *host = f->stage;
     if (rc == 0)
-        rc = model_shard_fill(s->m, &s->layout, fm->ck, b, host);
+        rc = blob_source(f, fm, s, b, &host);
     struct device_event *ev = NULL;
     if (rc == 0 && (rc = device_event_create(dev, &ev)) == 0 &&
         (rc = device_copy_h2d(dev, s->blobs[b], 0, host, n, ev)) == 0)
@@ -505,7 +576,7 @@ static void stack_end(struct follower *f)
             batch_close(&f->batches[i]);
     for (int i = 0; i < MAX_MODELS; i++)
         if (f->models[i].used)
-            model_drop(&f->models[i]);
+            model_drop(f, &f->models[i]);
     for (int d = 0; d < MAX_DEVICES; d++) {
         if (f->q_open[d])
             workq_free(&f->q[d]);
@@ -528,6 +599,7 @@ static int do_devices(struct follower *f, const struct proto_msg *c)
     int rc = 0;
     f->n_devices = (int)c->n_devs;
     f->owns_devices = true;
+    f->host_budget = c->host_budget;
     for (int d = 0; d < f->n_devices && rc == 0; d++) {
         const struct proto_device *pd = &c->devs[d];
         f->proc_of[d] = pd->proc;
@@ -571,7 +643,7 @@ static int handle(struct follower *f, const struct proto_msg *c)
             return ERR_INVALID;
         if (model_busy(f, fm))
             return err_set(ERR_BUSY, "process %d: model %u has a batch open", f->me, c->model);
-        model_drop(fm);
+        model_drop(f, fm);
         return 0;
     case PROTO_LOAD:
         return do_load(f, c);

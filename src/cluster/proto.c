@@ -93,6 +93,7 @@ static void put_body(struct wire_out *w, const struct proto_msg *m)
     case PROTO_DEVICES:
         wire_put_u8(w, m->dev_kind);
         wire_put_f64(w, m->link_gbps);
+        wire_put_u64(w, m->host_budget);
         wire_put_u32(w, m->n_devs);
         for (uint32_t i = 0; i < m->n_devs; i++) {
             wire_put_i32(w, m->devs[i].proc);
@@ -264,6 +265,7 @@ static void get_body(struct wire_in *r, struct proto_msg *m)
     case PROTO_DEVICES:
         m->dev_kind = wire_get_u8(r, "kind");
         m->link_gbps = wire_get_f64(r, "link_gbps");
+        m->host_budget = wire_get_u64(r, "host_budget");
         m->devs = get_devices(r, &m->n_devs);
         break;
     case PROTO_SHUTDOWN:

@@ -27,7 +27,8 @@
  *                (the same count, or 0: every token real)
  *   SHUTDOWN     (empty)
  *   DEVICES      u8 kind (0 cpu, 1 cuda), f64 link_gbps (CPU devices'
- *                emulated host link, 0 none), u32 n, then n x (i32 proc,
+ *                emulated host link, 0 none), u64 host_budget (bytes of
+ *                host copies each process may keep), u32 n, then n x (i32 proc,
  *                i32 gpu, u64 budget): the job's devices for the next stack;
  *                each process opens its own
  *   END          (empty) the stack is closed: every model, batch and device
@@ -121,6 +122,7 @@ struct proto_msg {
     uint32_t n_devs;
     uint8_t dev_kind; /* DEVICES: PROTO_DEVICE_* */
     double link_gbps; /* DEVICES */
+    uint64_t host_budget; /* DEVICES */
 };
 #define PROTO_STEP_ALL_POSITIONS 1u
 #define PROTO_STEP_OVERLAP 2u

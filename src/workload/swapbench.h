@@ -18,7 +18,8 @@
  * every layout is process d % P's: each stack is led (cluster_job_lead
  * before stack_open, cluster_job_release after stack_close), the shards on
  * other processes are loaded by their owner from its own copy of the
- * checkpoint (it keeps no host tier, so every load reads it), and the
+ * checkpoint (into its host copy at the first load; copies from it after),
+ * and the
  * results say per shard which process holds it and per process its
  * aggregate. The reference and the host fill are process 0's. A cold
  * request's step waits for the other processes' shards to be loaded (their

@@ -20,6 +20,8 @@
  *   passes its budget.
  * overlap: the same with batches opened while their model loads (the
  *   engine's load overlap over an emulated link), answered right.
+ * host_tight: a host budget of one model and a little: the host tiers of
+ *   every process drop copies for room, and every answer stays right.
  * remove: a model with remote shards, removed while resident, leaves its
  *   views empty; its name then finds nothing, and the others still serve.
  * stopped: the process owning device 2 stopped (SIGSTOP) while "far" is
@@ -189,6 +191,33 @@ TEST(overlap)
     cluster_job_release(job);
     cfg.engine.overlap_loads = false;
     cfg.link_gbps = 0;
+}
+
+/* A host budget of one model's weights and a little: every process's host
+ * tier drops copies (least recently loaded first) to make room, and every
+ * answer stays right. */
+TEST(host_tight)
+{
+    uint64_t largest = 0;
+    for (int m = 0; m < N_MODELS; m++) {
+        uint64_t dev[STACK_MAX_DEVICES], host = 0;
+        CHECK(swap_layout_bytes(paths[m], models[m].tp ? models[m].tp : 1,
+                                models[m].pp ? models[m].pp : 1, NULL, dev, &host) == 0);
+        largest = host > largest ? host : largest;
+    }
+    cfg.host_budget = largest + (64u << 10);
+    struct stack *s = lead_open();
+    if (s) {
+        serve_all(s);
+        serve_all(s);
+        struct swap_stats st;
+        swap_get_stats(s->mgr, &st);
+        CHECK_MSG(st.host_high_water <= cfg.host_budget, "host high water %llu above %llu",
+                  (unsigned long long)st.host_high_water, (unsigned long long)cfg.host_budget);
+        stack_close(s);
+        cluster_job_release(job);
+    }
+    cfg.host_budget = 0;
 }
 
 TEST(remove)
