@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cluster/follower.h"
 #include "cluster/leader.h"
@@ -13,6 +14,7 @@
 #include "cluster/remote.h"
 #include "comm/mpi.h"
 #include "core/error.h"
+#include "core/timing.h"
 #include "engine/stack.h"
 
 enum { CTL_TAG = 100, BATCH_TAGS = 1000 };
@@ -203,11 +205,26 @@ int cluster_job_follow(struct cluster_job *j)
     return rc;
 }
 
+/* A process lost now may have been continued a moment ago: its next beat
+ * is due within an interval. Gives each one two intervals to be heard
+ * again, so a close after it came back ends the job cleanly rather than
+ * abort it (mpi_world_close aborts with a peer still lost). */
+static void wait_found(struct cluster_job *j)
+{
+    const double until = time_now() + 2 * j->beat_interval_s + 0.1;
+    for (int p = 0; p < j->procs; p++)
+        while (p != j->me && mpi_world_proc_lost(j->w, p) && time_now() < until) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+}
+
 void cluster_job_close(struct cluster_job *j)
 {
     if (!j)
         return;
     cluster_job_release(j);
+    wait_found(j);
     if (j->l && leader_shutdown(j->l) < 0)
         fprintf(stderr, "shardswap: %s\n", err_msg());
     leader_destroy(j->l);
