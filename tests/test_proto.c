@@ -17,6 +17,7 @@ static int32_t ids[6] = {1, 2, 3, 4, 5, 128255};
 static uint8_t mask[6] = {0, 1, 1, 1, 1, 1};
 static float logits[3] = {1.0f, -INFINITY, 0.5f};
 
+static double stats[3] = {1.5e10, 0, 123456789.0};
 static struct proto_device devs[3] = {{0, 0, 1ull << 34}, {1, 0, 7}, {1, 3, 1ull << 20}};
 
 /* One message of kind k with every field its body has. */
@@ -59,6 +60,12 @@ static struct proto_msg sample(enum proto_kind k)
     case PROTO_STEP_DONE:
         m.batch = 12, m.status = 0, m.message = "", m.logits = logits, m.n_logits = 3;
         break;
+    case PROTO_STATS:
+        m.flags = PROTO_STATS_MEASURE, m.threads = 2, m.bytes = 64u << 20;
+        break;
+    case PROTO_STATS_DONE:
+        m.status = 0, m.message = "", m.stats = stats, m.n_stats = 3;
+        break;
     case PROTO_DEVICES:
         m.dev_kind = PROTO_DEVICE_CUDA, m.link_gbps = 12.5, m.devs = devs, m.n_devs = 3;
         m.host_budget = 3ull << 32;
@@ -87,7 +94,9 @@ static bool same(const struct proto_msg *a, const struct proto_msg *b)
               a->n_ids == b->n_ids && a->n_mask == b->n_mask && a->status == b->status &&
               a->shard == b->shard && a->blob == b->blob && a->n_logits == b->n_logits &&
               a->n_devs == b->n_devs && a->dev_kind == b->dev_kind &&
-              a->link_gbps == b->link_gbps && a->host_budget == b->host_budget;
+              a->link_gbps == b->link_gbps && a->host_budget == b->host_budget &&
+              a->threads == b->threads && a->bytes == b->bytes && a->n_stats == b->n_stats;
+    ok = ok && (!a->n_stats || !memcmp(a->stats, b->stats, a->n_stats * sizeof(double)));
     for (uint32_t i = 0; ok && i < a->n_devs; i++)
         ok = a->devs[i].proc == b->devs[i].proc && a->devs[i].gpu == b->devs[i].gpu &&
              a->devs[i].budget == b->devs[i].budget;

@@ -63,11 +63,14 @@ static void print_cold(const struct swapbench_layout *r, int n)
 /* Under mpirun, below the table (whose rows give each shard's rate @ its
  * process): per layout each process's aggregate and the job's, and what
  * differs between the processes' numbers. */
-static void print_procs(const struct swapbench_layout *r, int n, int procs, bool cuda)
+static void print_procs(const struct swapbench_layout *r, int n, int procs, bool cuda,
+                        const struct swapbench_report *rep)
 {
     printf("\nper process (GB/s: its shards' bytes / the slowest of its shards' loads; job: all "
-           "bytes / the model's load)\n");
-    printf("%-7s %7s %-16s %9s %9s\n", "layout", "process", "shards", "GB", "GB/s");
+           "bytes / the model's load; /memcpy, /stream: against that process's own copy on one "
+           "thread, measured there)\n");
+    printf("%-7s %7s %-16s %9s %9s %8s %8s\n", "layout", "process", "shards", "GB", "GB/s",
+           "/memcpy", "/stream");
     for (int i = 0; i < n; i++) {
         const int k = r[i].tp * r[i].pp;
         for (int p = 0; p < procs && p < MAX_WORKERS; p++) {
@@ -79,8 +82,13 @@ static void print_procs(const struct swapbench_layout *r, int n, int procs, bool
                 if (r[i].shard_proc[s] == p)
                     len += (size_t)snprintf(shards + len, sizeof(shards) - len, "%s%d",
                                             len ? "," : "", s);
-            printf("%dx%-5d %7d %-16s %9.3f %9.2f\n", r[i].tp, r[i].pp, p, shards,
+            double mb = rep ? rep->proc_memcpy_bps[p] : 0, sb = rep ? rep->proc_stream_bps[p] : 0;
+            printf("%dx%-5d %7d %-16s %9.3f %9.2f", r[i].tp, r[i].pp, p, shards,
                    r[i].proc_bytes[p] / 1e9, r[i].proc_gbs[p]);
+            if (mb > 0 && sb > 0)
+                printf(" %8.2f %8.2f\n", r[i].proc_gbs[p] * 1e9 / mb, r[i].proc_gbs[p] * 1e9 / sb);
+            else
+                printf(" %8s %8s\n", "-", "-");
         }
         printf("%dx%-5d %7s %-16s %9.3f %9.2f\n", r[i].tp, r[i].pp, "job", "all", r[i].bytes / 1e9,
                r[i].bytes / r[i].load_s / 1e9);
@@ -92,7 +100,8 @@ static void print_procs(const struct swapbench_layout *r, int n, int procs, bool
 }
 
 static void print_table(const char *dir, const struct swapbench_layout *r, int n, const double *bw,
-                        const double *sbw, int max_workers, int procs)
+                        const double *sbw, int max_workers, int procs,
+                        const struct swapbench_report *rep)
 {
     printf("model %s: %.3f GB of weights", dir, r[0].bytes / 1e9);
     if (procs > 1)
@@ -125,7 +134,7 @@ static void print_table(const char *dir, const struct swapbench_layout *r, int n
         printf("\n");
     }
     if (procs > 1)
-        print_procs(r, n, procs, false);
+        print_procs(r, n, procs, false, rep);
     print_cold(r, n);
 }
 
@@ -165,7 +174,7 @@ static void print_table_cuda(const char *dir, const char *devices, const struct 
         printf("\n");
     }
     if (procs > 1)
-        print_procs(r, n, procs, true);
+        print_procs(r, n, procs, true, NULL);
     print_cold(r, n);
 }
 
@@ -200,7 +209,8 @@ static json_t *ratio(double a, double b)
  * process, bytes and GB/s), "processes" (each process holding shards: its
  * shards, bytes and aggregate GB/s) and "job_load_gb_s" (all bytes / the
  * model's load), set on l. 0, or -1 when out of memory. */
-static int procs_json_set(json_t *l, const struct swapbench_layout *r, int procs)
+static int procs_json_set(json_t *l, const struct swapbench_layout *r, int procs,
+                          const struct swapbench_report *rep)
 {
     const int k = r->tp * r->pp;
     json_t *shards = json_array(), *per_proc = json_array();
@@ -217,10 +227,16 @@ static int procs_json_set(json_t *l, const struct swapbench_layout *r, int procs
         for (int s = 0; ids && !bad && s < k; s++)
             if (r->shard_proc[s] == p)
                 bad |= json_array_append_new(ids, json_integer(s));
-        bad |= json_array_append_new(per_proc,
-                                     json_pack("{s:i, s:o, s:I, s:o}", "process", p, "shards", ids,
-                                               "bytes", (json_int_t)r->proc_bytes[p], "load_gb_s",
-                                               jsonout_real(r->proc_gbs[p], 3)));
+        json_t *e = json_pack("{s:i, s:o, s:I, s:o}", "process", p, "shards", ids, "bytes",
+                              (json_int_t)r->proc_bytes[p], "load_gb_s",
+                              jsonout_real(r->proc_gbs[p], 3));
+        /* its own copy on one thread, measured there: the reference of its rate */
+        if (e && rep->proc_memcpy_bps[p] > 0)
+            bad |= json_object_set_new(e, "memcpy_gb_s",
+                                       jsonout_real(rep->proc_memcpy_bps[p] / 1e9, 3)) |
+                   json_object_set_new(e, "stream_gb_s",
+                                       jsonout_real(rep->proc_stream_bps[p] / 1e9, 3));
+        bad |= !e || json_array_append_new(per_proc, e);
     }
     if (bad) {
         json_decref(shards);
@@ -239,7 +255,7 @@ static int procs_json_set(json_t *l, const struct swapbench_layout *r, int procs
  * (the reference and host fill being process 0's). */
 static int print_json(const char *dir, const char *devices, bool cuda,
                       const struct swapbench_layout *r, int n, const double *bw, const double *sbw,
-                      int max_workers, int procs)
+                      int max_workers, int procs, const struct swapbench_report *rep)
 {
     json_t *layouts = json_array();
     for (int i = 0; layouts && i < n; i++) {
@@ -271,7 +287,7 @@ static int print_json(const char *dir, const char *devices, bool cuda,
             gb_s((double)r[i].bytes, r[i].link_h2d_s), "link_d2h_gb_s",
             gb_s((double)r[i].bytes, r[i].link_d2h_s), "load_vs_link", ratio(gbs, link),
             "offload_vs_link", ratio(off, link_off));
-        if ((procs > 1 && l && procs_json_set(l, &r[i], procs) != 0) ||
+        if ((procs > 1 && l && procs_json_set(l, &r[i], procs, rep) != 0) ||
             json_array_append_new(layouts, l) != 0) {
             json_decref(layouts);
             layouts = NULL;
@@ -415,11 +431,11 @@ int bench_swap(int argc, char **argv)
     const char *dev_words = devices_s ? devices_s : "CPU devices, one per shard";
     if (json)
         rc = print_json(dir, dev_words, c.cuda, rep.layouts, rep.n_layouts, rep.memcpy_bps,
-                        rep.stream_bps, rep.max_workers, rep.procs);
+                        rep.stream_bps, rep.max_workers, rep.procs, &rep);
     else if (c.cuda)
         print_table_cuda(dir, dev_words, rep.layouts, rep.n_layouts, rep.procs);
     else
         print_table(dir, rep.layouts, rep.n_layouts, rep.memcpy_bps, rep.stream_bps,
-                    rep.max_workers, rep.procs);
+                    rep.max_workers, rep.procs, &rep);
     return rc < 0 ? cli_fail("bench swap") : 0;
 }

@@ -13,6 +13,7 @@
 #include "comm/comm.h"
 #include "comm/mpi.h"
 #include "core/error.h"
+#include "core/membw.h"
 #include "core/workq.h"
 #include "format/safetensors.h"
 #include "model/model.h"
@@ -91,6 +92,7 @@ struct follower {
     /* the host tier's bytes in use and its budget (DEVICES: process 0's
      * host budget, the same on every process), and a clock of loads */
     uint64_t host_used, host_budget, clock;
+    uint64_t loads, load_bytes, disk_bytes; /* blobs loaded, their bytes, bytes read */
 };
 
 /* ---- answers ---- */
@@ -267,6 +269,7 @@ static int blob_source(struct follower *f, struct fmodel *fm, struct fshard *s, 
         }
         s->host[b] = dst;
         f->host_used += n;
+        f->disk_bytes += n;
         *src = dst;
         return 0;
     }
@@ -277,6 +280,7 @@ static int blob_source(struct follower *f, struct fmodel *fm, struct fshard *s, 
         f->stage = p, f->stage_cap = n;
     }
     *src = f->stage;
+    f->disk_bytes += n;
     return model_shard_fill(s->m, &s->layout, fm->ck, b, f->stage);
 }
 
@@ -298,8 +302,11 @@ static int load_blob(struct follower *f, struct fmodel *fm, struct fshard *s, in
         (rc = device_copy_h2d(dev, s->blobs[b], 0, host, n, ev)) == 0)
         rc = device_event_wait(ev);
     device_event_destroy(ev);
-    if (rc == 0)
+    if (rc == 0) {
         model_shard_bind(s->m, &s->layout, b, dbuf_ptr(s->blobs[b]));
+        f->loads++;
+        f->load_bytes += n;
+    }
     return rc;
 }
 
@@ -628,6 +635,32 @@ static int do_devices(struct follower *f, const struct proto_msg *c)
     return rc;
 }
 
+/* STATS: this process's numbers (proto.h's PROTO_STAT_* order), the
+ * host's copy speed measured when asked. Always answered with STATS_DONE;
+ * 1: answered. */
+static int do_stats(struct follower *f, const struct proto_msg *c)
+{
+    double v[PROTO_STAT_END] = {0};
+    if (c->flags & PROTO_STATS_MEASURE) {
+        int t = c->threads > 0 ? (int)c->threads : 1;
+        size_t bytes = c->bytes ? (size_t)c->bytes : (size_t)64 << 20;
+        v[PROTO_STAT_MEMCPY_BPS] = membw_memcpy(t, bytes, 5);
+        v[PROTO_STAT_STREAM_BPS] = membw_stream(t, bytes, 5);
+    }
+    v[PROTO_STAT_HOST_USED] = (double)f->host_used;
+    v[PROTO_STAT_HOST_BUDGET] = (double)f->host_budget;
+    v[PROTO_STAT_LOADS] = (double)f->loads;
+    v[PROTO_STAT_LOAD_BYTES] = (double)f->load_bytes;
+    v[PROTO_STAT_DISK_BYTES] = (double)f->disk_bytes;
+    struct proto_msg done = {.kind = PROTO_STATS_DONE,
+                             .seq = c->seq,
+                             .message = "",
+                             .stats = v,
+                             .n_stats = PROTO_STAT_END};
+    int sent = send_msg(f, &done);
+    return sent < 0 ? sent : 1;
+}
+
 /* ---- the loop ---- */
 
 /* Carries out c: 0 or 1 (answered already), or its error. */
@@ -676,6 +709,8 @@ static int handle(struct follower *f, const struct proto_msg *c)
     case PROTO_END:
         stack_end(f);
         return 0;
+    case PROTO_STATS:
+        return do_stats(f, c);
     default:
         return err_set(ERR_INVALID, "process %d: %s is not a command", f->me,
                        proto_kind_name(c->kind));

@@ -162,6 +162,34 @@ void cluster_job_release(struct cluster_job *j)
     j->r = NULL;
 }
 
+int cluster_job_stats(struct cluster_job *j, int proc, bool measure, int threads, size_t bytes,
+                      struct cluster_proc_stats *out)
+{
+    *out = (struct cluster_proc_stats){0};
+    if (!j || !j->l)
+        return err_set(ERR_INVALID, "cluster: process 0 of a job asks for statistics");
+    struct proto_msg cmd = {.kind = PROTO_STATS,
+                            .flags = measure ? PROTO_STATS_MEASURE : 0,
+                            .threads = (uint32_t)(threads > 0 ? threads : 1),
+                            .bytes = bytes};
+    double v[PROTO_MAX_STATS] = {0};
+    uint32_t n = 0;
+    int rc = leader_stats(j->l, proc, &cmd, v, PROTO_MAX_STATS, &n);
+    if (rc < 0)
+        return rc;
+    if (n < PROTO_STAT_END)
+        return err_set(ERR_INVALID, "cluster: process %d answered %u statistics (expected %d)",
+                       proc, n, PROTO_STAT_END);
+    *out = (struct cluster_proc_stats){.memcpy_bps = v[PROTO_STAT_MEMCPY_BPS],
+                                       .stream_bps = v[PROTO_STAT_STREAM_BPS],
+                                       .host_used = v[PROTO_STAT_HOST_USED],
+                                       .host_budget = v[PROTO_STAT_HOST_BUDGET],
+                                       .loads = v[PROTO_STAT_LOADS],
+                                       .load_bytes = v[PROTO_STAT_LOAD_BYTES],
+                                       .disk_bytes = v[PROTO_STAT_DISK_BYTES]};
+    return 0;
+}
+
 /* ---- the other processes ---- */
 
 /* The heartbeats' callback on a follower: process 0 is gone. */

@@ -57,6 +57,17 @@ void cluster_job_release(struct cluster_job *j);
  * process 0 and for NULL. */
 bool cluster_job_lost(const struct cluster_job *j, int proc, char *reason, size_t cap);
 
+/* Process 0: another process's numbers (STATS): its host's copy speed on
+ * threads threads of bytes each when measure (0 otherwise), its host tier,
+ * and what it loaded onto its devices since the job began. */
+struct cluster_proc_stats {
+    double memcpy_bps, stream_bps;
+    double host_used, host_budget;
+    double loads, load_bytes, disk_bytes;
+};
+int cluster_job_stats(struct cluster_job *j, int proc, bool measure, int threads, size_t bytes,
+                      struct cluster_proc_stats *out);
+
 /* Any other process: follows process 0's stacks until SHUTDOWN (0), or
  * until process 0 is lost (ERR_UNREACHABLE). */
 int cluster_job_follow(struct cluster_job *j);

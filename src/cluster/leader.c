@@ -291,7 +291,7 @@ static int check_cmd(struct leader *l, const struct proto_msg *cmd, bool step)
     if (shut)
         return err_set(ERR_INVALID, "leader: the followers were shut down already");
     bool answer = cmd->kind == PROTO_REPLY || cmd->kind == PROTO_BLOB_READY ||
-                  cmd->kind == PROTO_STEP_DONE;
+                  cmd->kind == PROTO_STEP_DONE || cmd->kind == PROTO_STATS_DONE;
     if (step != (cmd->kind == PROTO_STEP) || cmd->kind == PROTO_SHUTDOWN || cmd->kind <= 0 ||
         cmd->kind >= PROTO_KIND_END || answer)
         return err_set(ERR_INVALID, "leader: %s is not a command for %s",
@@ -459,6 +459,29 @@ int leader_end(struct leader *l, struct leader_call *c, float *logits, size_t n,
     parts_free(c->parts, k);
     free(c->parts);
     free(c);
+    return rc;
+}
+
+int leader_stats(struct leader *l, int proc, const struct proto_msg *cmd, double *out,
+                 uint32_t max, uint32_t *n)
+{
+    *n = 0;
+    int rc = check_cmd(l, cmd, false);
+    if (rc == 0 && cmd->kind != PROTO_STATS)
+        rc = err_set(ERR_INVALID, "leader: %s is not STATS", proto_kind_name(cmd->kind));
+    if (rc == 0 && (proc < 1 || proc >= l->procs))
+        rc = err_set(ERR_INVALID, "leader: process %d is not a follower (1..%d)", proc,
+                     l->procs - 1);
+    if (rc < 0)
+        return rc;
+    struct pending part;
+    send_procs(l, &proc, 1, cmd, &part, false);
+    wait_procs(l, &part, 1);
+    if ((rc = part_status(&part, PROTO_STATS_DONE)) == 0) {
+        *n = part.ans.n_stats < max ? part.ans.n_stats : max;
+        memcpy(out, part.ans.stats, sizeof(double) * *n);
+    }
+    parts_free(&part, 1);
     return rc;
 }
 

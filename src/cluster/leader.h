@@ -75,6 +75,10 @@ struct leader_call;
 int leader_begin(struct leader *l, const int *to, int n, const struct proto_msg *cmd,
                  struct leader_call **out);
 int leader_end(struct leader *l, struct leader_call *c, float *logits, size_t n, size_t *got);
+/* STATS to follower proc and its STATS_DONE's numbers into out[0..*n)
+ * (at most max; proto.h's PROTO_STAT_* order). Errors as leader_call. */
+int leader_stats(struct leader *l, int proc, const struct proto_msg *cmd, double *out,
+                 uint32_t max, uint32_t *n);
 /* Whether follower proc has failed (lost, or its channel broken: final),
  * with why in reason (cap bytes; may be NULL). Any thread. */
 bool leader_lost(struct leader *l, int proc, char *reason, size_t cap);

@@ -24,6 +24,8 @@ static const char *const kind_names[PROTO_KIND_END] = {
     [PROTO_BLOB_READY] = "BLOB_READY",
     [PROTO_DEVICES] = "DEVICES",
     [PROTO_END] = "END",
+    [PROTO_STATS] = "STATS",
+    [PROTO_STATS_DONE] = "STATS_DONE",
     [PROTO_STEP_DONE] = "STEP_DONE",
 };
 
@@ -101,6 +103,18 @@ static void put_body(struct wire_out *w, const struct proto_msg *m)
             wire_put_u64(w, m->devs[i].budget);
         }
         break;
+    case PROTO_STATS:
+        wire_put_u8(w, m->flags);
+        wire_put_u32(w, m->threads);
+        wire_put_u64(w, m->bytes);
+        break;
+    case PROTO_STATS_DONE:
+        wire_put_i32(w, m->status);
+        wire_put_str(w, m->message);
+        wire_put_u32(w, m->n_stats);
+        for (uint32_t i = 0; i < m->n_stats; i++)
+            wire_put_f64(w, m->stats[i]);
+        break;
     case PROTO_SHUTDOWN:
     case PROTO_END:
     case PROTO_KIND_END:
@@ -147,6 +161,10 @@ static int check_limits(const struct proto_msg *m, const char *what)
         field = "devices";
     else if (m->dev_kind > PROTO_DEVICE_CUDA || !(m->link_gbps >= 0))
         field = "kind";
+    else if (m->n_stats > PROTO_MAX_STATS)
+        field = "stats";
+    else if (m->kind == PROTO_STATS && (m->threads > 256 || m->bytes > (1ull << 34)))
+        field = "threads";
     if (field)
         return err_set(ERR_INVALID, "%s: %s message: field %s out of range", what,
                        proto_kind_name(m->kind), field);
@@ -192,6 +210,26 @@ static struct proto_place *get_places(struct wire_in *r, bool blobs, uint32_t *n
         p[i].offset = wire_get_u64(r, "places");
     }
     return p;
+}
+
+static double *get_f64s(struct wire_in *r, uint32_t *n)
+{
+    *n = wire_get_u32(r, "stats");
+    if (!r->bad && (*n > PROTO_MAX_STATS || *n > (r->len - r->pos) / 8))
+        r->bad = "stats";
+    if (r->bad || *n == 0) {
+        *n = 0;
+        return NULL;
+    }
+    double *v = calloc(*n, sizeof *v);
+    if (!v) {
+        r->bad = "stats";
+        *n = 0;
+        return NULL;
+    }
+    for (uint32_t i = 0; i < *n; i++)
+        v[i] = wire_get_f64(r, "stats");
+    return v;
 }
 
 static struct proto_device *get_devices(struct wire_in *r, uint32_t *n)
@@ -268,6 +306,16 @@ static void get_body(struct wire_in *r, struct proto_msg *m)
         m->host_budget = wire_get_u64(r, "host_budget");
         m->devs = get_devices(r, &m->n_devs);
         break;
+    case PROTO_STATS:
+        m->flags = wire_get_u8(r, "flags");
+        m->threads = wire_get_u32(r, "threads");
+        m->bytes = wire_get_u64(r, "bytes");
+        break;
+    case PROTO_STATS_DONE:
+        m->status = wire_get_i32(r, "status");
+        m->message = wire_get_str(r, PROTO_MAX_TEXT, "message");
+        m->stats = get_f64s(r, &m->n_stats);
+        break;
     case PROTO_SHUTDOWN:
     case PROTO_END:
     case PROTO_KIND_END:
@@ -334,5 +382,6 @@ void proto_msg_free(struct proto_msg *m)
     free(m->mask);
     free(m->logits);
     free(m->devs);
+    free(m->stats);
     memset(m, 0, sizeof *m);
 }

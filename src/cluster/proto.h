@@ -33,6 +33,10 @@
  *                each process opens its own
  *   END          (empty) the stack is closed: every model, batch and device
  *                of the receiver goes; it waits for the next DEVICES
+ *   STATS        u8 flags (1: measure the host's copy speed), u32 threads,
+ *                u64 bytes (per thread, for the measurement)
+ *   STATS_DONE   i32 status, str message, u32 n, then n x f64: the
+ *                receiver's numbers, PROTO_STAT_* order
  *   REPLY        i32 status (0 or an error code), str message
  *   BLOB_READY   u32 model, u32 shard, u32 blob, i32 status, str message
  *   STEP_DONE    u64 batch, i32 status, str message, f32s logits (only
@@ -74,6 +78,8 @@ enum proto_kind {
     PROTO_STEP_DONE,
     PROTO_DEVICES,
     PROTO_END,
+    PROTO_STATS,
+    PROTO_STATS_DONE,
     PROTO_KIND_END,
 };
 const char *proto_kind_name(enum proto_kind k); /* "STEP"; "?" for an unknown one */
@@ -89,6 +95,21 @@ struct proto_device {
 };
 #define PROTO_DEVICE_CPU 0u
 #define PROTO_DEVICE_CUDA 1u
+
+/* STATS_DONE's numbers, in this order (a receiver may send more, later
+ * ones unknown to older senders; never fewer) */
+enum proto_stat {
+    PROTO_STAT_MEMCPY_BPS, /* bytes/s of memcpy on the threads asked (0: not measured) */
+    PROTO_STAT_STREAM_BPS, /* bytes/s of the streaming copy (0: not measured) */
+    PROTO_STAT_HOST_USED,  /* bytes of its host tier in use */
+    PROTO_STAT_HOST_BUDGET,
+    PROTO_STAT_LOADS,      /* blobs loaded onto its devices */
+    PROTO_STAT_LOAD_BYTES, /* their bytes */
+    PROTO_STAT_DISK_BYTES, /* bytes read from its checkpoints */
+    PROTO_STAT_END,
+};
+#define PROTO_STATS_MEASURE 1u
+#define PROTO_MAX_STATS 64
 
 /* One message of any kind; the fields of other kinds are zero. Pointers are
  * owned by the message (proto_msg_free) after proto_decode; for
@@ -123,6 +144,10 @@ struct proto_msg {
     uint8_t dev_kind; /* DEVICES: PROTO_DEVICE_* */
     double link_gbps; /* DEVICES */
     uint64_t host_budget; /* DEVICES */
+    uint32_t threads;     /* STATS (flags: PROTO_STATS_*) */
+    uint64_t bytes;       /* STATS */
+    double *stats;        /* STATS_DONE: (n_stats) */
+    uint32_t n_stats;
 };
 #define PROTO_STEP_ALL_POSITIONS 1u
 #define PROTO_STEP_OVERLAP 2u

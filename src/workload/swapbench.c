@@ -392,5 +392,16 @@ int swapbench_run(const struct swapbench_config *c, struct swapbench_report *out
         out->memcpy_bps[t] = membw_memcpy(t, c->ref_bytes, 5);
         out->stream_bps[t] = membw_stream(t, c->ref_bytes, 5);
     }
+    /* and each other process's, measured there (one at a time: on one
+     * machine they would share its memory) */
+    out->proc_memcpy_bps[0] = out->memcpy_bps[1];
+    out->proc_stream_bps[0] = out->stream_bps[1];
+    for (int p = 1; !c->cuda && c->ref_bytes && p < out->procs && p < SWAPBENCH_MAX_WORKERS; p++) {
+        struct cluster_proc_stats ps;
+        if ((rc = cluster_job_stats(c->job, p, true, 1, c->ref_bytes, &ps)) < 0)
+            return err_wrap(rc, "process %d's copy speed", p);
+        out->proc_memcpy_bps[p] = ps.memcpy_bps;
+        out->proc_stream_bps[p] = ps.stream_bps;
+    }
     return 0;
 }

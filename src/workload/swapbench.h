@@ -103,6 +103,10 @@ struct swapbench_report {
      * copy on t threads of process 0, [t] for t in 1 .. max_workers ([0]
      * unused) */
     double memcpy_bps[SWAPBENCH_MAX_WORKERS + 1], stream_bps[SWAPBENCH_MAX_WORKERS + 1];
+    /* under mpirun, CPU devices with ref_bytes: each process's own memcpy
+     * and streaming copy on one thread, measured there (STATS) in the same
+     * run, the reference of its shards' rates ([0]: memcpy_bps[1]) */
+    double proc_memcpy_bps[SWAPBENCH_MAX_WORKERS], proc_stream_bps[SWAPBENCH_MAX_WORKERS];
 };
 
 /* Checks every layout against the model in c->dir (TP against its heads,
