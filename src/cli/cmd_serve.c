@@ -264,7 +264,12 @@ int cmd_serve(int argc, char **argv)
                         "GET /v1/models), plus /health, /metrics "
                         "(Prometheus) and /admin/models routes. Logs \"listening on "
                         "http://HOST:PORT\" to stderr once serving; SIGTERM or SIGINT stop it "
-                        "gracefully.",
+                        "gracefully. Under mpirun (mpirun -n P shardswap serve ...) process 0 "
+                        "serves and reads the config, the others open the devices it gives them "
+                        "(--devices P/cpu:I, devices.ranks) and load their shards from their own "
+                        "copy of each checkpoint at the same path; a process silent for "
+                        "$SHARDSWAP_HEARTBEAT_TIMEOUT seconds (default 10) is lost, and its "
+                        "models answer 503; stop the job by signalling process 0.",
                         argc, argv, flags, n + 2);
     if (rc) {
         key_flags_free(kf, n);
