@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/membw.h"
 #include "core/workq.h"
+#include "engine/stack.h"
 #include "format/safetensors.h"
 #include "model/model.h"
 
@@ -603,29 +604,24 @@ static int do_devices(struct follower *f, const struct proto_msg *c)
     if (f->n_devices > 0)
         return err_set(ERR_BUSY, "process %d: a stack's devices are open already (END first)",
                        f->me);
+    /* process 0's config as far as opening devices goes: the stack opens
+     * its own the same way (stack_device_open) */
+    struct stack_config sc = {.device_kind = c->dev_kind == PROTO_DEVICE_CUDA ? "cuda" : "cpu",
+                              .n_devices = (int)c->n_devs,
+                              .gpus_set = true,
+                              .procs_set = true,
+                              .link_gbps = c->link_gbps};
     int rc = 0;
     f->n_devices = (int)c->n_devs;
     f->owns_devices = true;
     f->host_budget = c->host_budget;
-    for (int d = 0; d < f->n_devices && rc == 0; d++) {
-        const struct proto_device *pd = &c->devs[d];
-        f->proc_of[d] = pd->proc;
-        if (pd->proc != f->me)
-            continue;
-        if (c->dev_kind == PROTO_DEVICE_CUDA) {
-            int part = 0;
-            for (int e = 0; e < d; e++)
-                part += c->devs[e].proc == f->me && c->devs[e].gpu == pd->gpu;
-            rc = device_open_cuda(pd->gpu, part, pd->budget, &f->dev[d]);
-        } else {
-            int local = 0; /* named as the config does: this process's cpu:0, cpu:1, ... */
-            for (int e = 0; e < d; e++)
-                local += c->devs[e].proc == f->me;
-            if ((rc = device_open_cpu(local, pd->budget, &f->dev[d])) < 0 || c->link_gbps <= 0)
-                continue;
-            rc = device_cpu_set_link(f->dev[d], c->link_gbps * 1e9);
-        }
+    for (int d = 0; d < f->n_devices; d++) {
+        sc.gpus[d] = c->devs[d].gpu;
+        sc.procs[d] = f->proc_of[d] = c->devs[d].proc;
     }
+    for (int d = 0; d < f->n_devices && rc == 0; d++)
+        if (c->devs[d].proc == f->me)
+            rc = stack_device_open(&sc, d, c->devs[d].budget, &f->dev[d]);
     if (rc == 0)
         rc = queues_start(f);
     if (rc < 0) {

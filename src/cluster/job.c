@@ -118,12 +118,9 @@ int cluster_job_lead(struct cluster_job *j, struct stack_config *sc)
         return err_set(ERR_INVALID, "cluster: %d devices (1..%d)", sc->n_devices,
                        PROTO_MAX_DEVICES);
     sc->n_procs = j->procs;
-    uint64_t budgets[STACK_MAX_DEVICES], sized[STACK_MAX_DEVICES], host = 0;
-    int rc = stack_config_check(sc);
-    if (rc == 0)
-        rc = stack_device_budgets(sc, budgets);
-    if (rc == 0) /* the host budget: process 0's, the same on every process */
-        rc = stack_size(sc, sized, &host);
+    /* the host budget is process 0's, the same on every process */
+    uint64_t budgets[STACK_MAX_DEVICES], host = 0;
+    int rc = stack_budgets(sc, budgets, &host);
     if (rc < 0)
         return rc;
     int proc_of[STACK_MAX_DEVICES];
@@ -138,7 +135,7 @@ int cluster_job_lead(struct cluster_job *j, struct stack_config *sc)
     struct proto_msg open = {.kind = PROTO_DEVICES,
                              .dev_kind = cuda ? PROTO_DEVICE_CUDA : PROTO_DEVICE_CPU,
                              .link_gbps = cuda ? 0 : sc->link_gbps,
-                             .host_budget = sc->host_budget ? sc->host_budget : host,
+                             .host_budget = host,
                              .devs = devs,
                              .n_devs = (uint32_t)sc->n_devices};
     if ((rc = leader_call_all(j->l, &open)) == 0 &&

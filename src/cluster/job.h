@@ -45,7 +45,7 @@ int cluster_job_procs(const struct cluster_job *j); /* 1 for NULL */
 struct mpi_world *cluster_job_world(const struct cluster_job *j);
 
 /* Process 0, before stack_open(sc): the other processes open their devices
- * of sc (DEVICES, with stack_device_budgets' budgets), and sc->remote and
+ * of sc (DEVICES, with stack_budgets' budgets), and sc->remote and
  * sc->n_procs are set for stack_open. NULL j: nothing to do (0). One
  * stack at a time. */
 int cluster_job_lead(struct cluster_job *j, struct stack_config *sc);

@@ -226,6 +226,18 @@ static void send_procs(struct leader *l, const int *procs, int n, const struct p
         strbuf_free(&b);
 }
 
+/* Takes parts[0..n) out of the list of pending ones (l->lock held): an
+ * answer for them, later, finds nobody and is dropped. */
+static void unlink_locked(struct leader *l, struct pending *parts, int n)
+{
+    for (int i = 0; i < n; i++)
+        for (struct pending **pp = &l->pending; *pp; pp = &(*pp)->next)
+            if (*pp == &parts[i]) {
+                *pp = parts[i].next;
+                break;
+            }
+}
+
 /* Waits for every part send_procs registered, then takes them out of the list. */
 static void wait_procs(struct leader *l, struct pending *parts, int n)
 {
@@ -233,12 +245,7 @@ static void wait_procs(struct leader *l, struct pending *parts, int n)
     for (int i = 0; i < n; i++)
         while (!parts[i].done)
             pthread_cond_wait(&l->cond, &l->lock);
-    for (int i = 0; i < n; i++)
-        for (struct pending **pp = &l->pending; *pp; pp = &(*pp)->next)
-            if (*pp == &parts[i]) {
-                *pp = parts[i].next;
-                break;
-            }
+    unlink_locked(l, parts, n);
     pthread_mutex_unlock(&l->lock);
 }
 
@@ -299,7 +306,10 @@ static int check_cmd(struct leader *l, const struct proto_msg *cmd, bool step)
     return 0;
 }
 
-int leader_call(struct leader *l, int proc, const struct proto_msg *cmd)
+/* cmd (checked) to follower proc alone, its answer of kind want awaited in
+ * *part (the caller's to parts_free); 0 or the call's error. */
+static int call_one(struct leader *l, int proc, const struct proto_msg *cmd, enum proto_kind want,
+                    struct pending *part)
 {
     int rc = check_cmd(l, cmd, false);
     if (rc < 0)
@@ -307,11 +317,19 @@ int leader_call(struct leader *l, int proc, const struct proto_msg *cmd)
     if (proc < 1 || proc >= l->procs)
         return err_set(ERR_INVALID, "leader: process %d is not a follower (1..%d)", proc,
                        l->procs - 1);
+    send_procs(l, &proc, 1, cmd, part, false);
+    wait_procs(l, part, 1);
+    if ((rc = part_status(part, want)) < 0)
+        parts_free(part, 1);
+    return rc;
+}
+
+int leader_call(struct leader *l, int proc, const struct proto_msg *cmd)
+{
     struct pending part;
-    send_procs(l, &proc, 1, cmd, &part, false);
-    wait_procs(l, &part, 1);
-    rc = part_status(&part, PROTO_REPLY);
-    parts_free(&part, 1);
+    int rc = call_one(l, proc, cmd, PROTO_REPLY, &part);
+    if (rc == 0)
+        parts_free(&part, 1);
     return rc;
 }
 
@@ -364,38 +382,19 @@ static int send_set(struct leader *l, const int *to, int *n, const struct proto_
     return 0;
 }
 
-/* cmd to every follower, every part awaited; parts: (procs - 1), the
- * caller's to free. */
-static int call_every(struct leader *l, const struct proto_msg *cmd, struct pending **parts,
-                      bool shutdown)
-{
-    int n;
-    int rc = send_set(l, NULL, &n, cmd, parts, shutdown);
-    if (rc == 0 && *parts)
-        wait_procs(l, *parts, n);
-    return rc;
-}
-
 int leader_call_some(struct leader *l, const int *to, int n, const struct proto_msg *cmd)
 {
     struct leader_call *c;
-    int rc = check_cmd(l, cmd, false);
     size_t none;
-    if (rc < 0 || (rc = leader_begin(l, to, n, cmd, &c)) < 0)
-        return rc;
-    return leader_end(l, c, NULL, 0, &none);
+    if (cmd->kind == PROTO_STEP) /* leader_begin takes one; this answers REPLY only */
+        return check_cmd(l, cmd, false);
+    int rc = leader_begin(l, to, n, cmd, &c);
+    return rc < 0 ? rc : leader_end(l, c, NULL, 0, &none);
 }
 
 int leader_call_all(struct leader *l, const struct proto_msg *cmd)
 {
-    struct pending *parts;
-    int rc = check_cmd(l, cmd, false);
-    if (rc == 0 && (rc = call_every(l, cmd, &parts, false)) == 0 && parts) {
-        rc = parts_status(parts, l->procs - 1, PROTO_REPLY);
-        parts_free(parts, l->procs - 1);
-        free(parts);
-    }
-    return rc;
+    return leader_call_some(l, NULL, 0, cmd);
 }
 
 int leader_post(struct leader *l, const int *to, int n, const struct proto_msg *cmd)
@@ -466,23 +465,16 @@ int leader_stats(struct leader *l, int proc, const struct proto_msg *cmd, double
                  uint32_t max, uint32_t *n)
 {
     *n = 0;
-    int rc = check_cmd(l, cmd, false);
-    if (rc == 0 && cmd->kind != PROTO_STATS)
-        rc = err_set(ERR_INVALID, "leader: %s is not STATS", proto_kind_name(cmd->kind));
-    if (rc == 0 && (proc < 1 || proc >= l->procs))
-        rc = err_set(ERR_INVALID, "leader: process %d is not a follower (1..%d)", proc,
-                     l->procs - 1);
+    if (cmd->kind != PROTO_STATS)
+        return err_set(ERR_INVALID, "leader: %s is not STATS", proto_kind_name(cmd->kind));
+    struct pending part;
+    int rc = call_one(l, proc, cmd, PROTO_STATS_DONE, &part);
     if (rc < 0)
         return rc;
-    struct pending part;
-    send_procs(l, &proc, 1, cmd, &part, false);
-    wait_procs(l, &part, 1);
-    if ((rc = part_status(&part, PROTO_STATS_DONE)) == 0) {
-        *n = part.ans.n_stats < max ? part.ans.n_stats : max;
-        memcpy(out, part.ans.stats, sizeof(double) * *n);
-    }
+    *n = part.ans.n_stats < max ? part.ans.n_stats : max;
+    memcpy(out, part.ans.stats, sizeof(double) * *n);
     parts_free(&part, 1);
-    return rc;
+    return 0;
 }
 
 bool leader_lost(struct leader *l, int proc, char *reason, size_t cap)
@@ -503,12 +495,7 @@ void leader_abandon(struct leader *l, struct leader_call *c)
         return;
     const int k = c->parts ? c->n : 0;
     pthread_mutex_lock(&l->lock);
-    for (int i = 0; i < k; i++)
-        for (struct pending **pp = &l->pending; *pp; pp = &(*pp)->next)
-            if (*pp == &c->parts[i]) {
-                *pp = c->parts[i].next;
-                break;
-            }
+    unlink_locked(l, c->parts, k);
     pthread_mutex_unlock(&l->lock);
     parts_free(c->parts, k);
     free(c->parts);
@@ -520,10 +507,10 @@ int leader_step(struct leader *l, const struct proto_msg *step, float *logits, s
 {
     *got = 0;
     struct leader_call *c;
-    int rc = check_cmd(l, step, true);
-    if (rc < 0 || (rc = leader_begin(l, NULL, 0, step, &c)) < 0)
-        return rc;
-    return leader_end(l, c, logits, n, got);
+    if (step->kind != PROTO_STEP) /* leader_begin takes any command */
+        return check_cmd(l, step, true);
+    int rc = leader_begin(l, NULL, 0, step, &c);
+    return rc < 0 ? rc : leader_end(l, c, logits, n, got);
 }
 
 /* ---- start and end ---- */
@@ -594,10 +581,12 @@ int leader_shutdown(struct leader *l)
         return err_set(ERR_INVALID, "leader: the followers were shut down already");
     struct proto_msg bye = {.kind = PROTO_SHUTDOWN};
     struct pending *parts = NULL;
-    int rc = call_every(l, &bye, &parts, true);
+    int n;
+    int rc = send_set(l, NULL, &n, &bye, &parts, true);
     if (rc == 0 && parts) {
-        rc = parts_status(parts, l->procs - 1, PROTO_REPLY);
-        parts_free(parts, l->procs - 1);
+        wait_procs(l, parts, n);
+        rc = parts_status(parts, n, PROTO_REPLY);
+        parts_free(parts, n);
         free(parts);
     }
     char msg[512] = "";

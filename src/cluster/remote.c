@@ -188,20 +188,14 @@ static int model_register(struct cluster_remote *r, const struct swap_model *m, 
     return rc;
 }
 
-/* The id of a model REGISTER was sent for, and its followers (procs may be
- * NULL); false when none was. */
-static bool model_id(struct cluster_remote *r, const struct swap_model *m, uint32_t *id,
-                     int *procs, int *n_procs)
+/* The id of a model REGISTER was sent for; false when none was. */
+static bool model_id(struct cluster_remote *r, const struct swap_model *m, uint32_t *id)
 {
     pthread_mutex_lock(&r->lock);
     bool found = false;
     for (struct rmodel *e = r->models; e && !found; e = e->next)
         if (e->model == m && e->sent) {
             *id = e->id;
-            if (procs) {
-                memcpy(procs, e->procs, sizeof(int) * (size_t)e->n_procs);
-                *n_procs = e->n_procs;
-            }
             found = true;
         }
     pthread_mutex_unlock(&r->lock);
@@ -234,7 +228,7 @@ static int remote_offload(void *ctx, const struct swap_model *m, const struct sw
 {
     struct cluster_remote *r = ctx;
     uint32_t id;
-    if (!model_id(r, m, &id, NULL, NULL)) /* never loaded there */
+    if (!model_id(r, m, &id)) /* never loaded there */
         return 0;
     struct proto_msg off = {.kind = PROTO_OFFLOAD, .model = id};
     int rc = leader_call(r->l, proc_of_shard(r, sh), &off);
@@ -316,24 +310,26 @@ static int remote_batch_open(void *ctx, const struct swap_model *m,
                              uint64_t *id)
 {
     struct cluster_remote *r = ctx;
-    uint32_t mid;
-    int procs[PROTO_MAX_SHARDS], n_procs = 0;
+    struct rbatch *b = calloc(1, sizeof *b);
+    if (!b)
+        return err_set(ERR_NOMEM, "out of memory");
     /* a batch may open while the model's first load is queued: REGISTER
      * goes out first then (the load reads its answer) */
     pthread_mutex_lock(&r->lock);
     struct rmodel *e = model_entry(r, m);
-    if (e)
+    uint32_t mid = 0;
+    b->id = ++r->next_batch;
+    if (e) {
         model_send_register(r, m, e);
+        mid = e->id;
+        memcpy(b->procs, e->procs, sizeof(int) * (size_t)e->n_procs);
+        b->n_procs = e->n_procs;
+    }
     pthread_mutex_unlock(&r->lock);
-    if (!model_id(r, m, &mid, procs, &n_procs))
-        return err_set(e ? ERR_INVALID : ERR_NOMEM, "model %s could not be registered with the "
-                                                    "other processes",
-                       swap_model_name(m));
-    struct rbatch *b = calloc(1, sizeof *b);
-    if (!b)
+    if (!e) {
+        free(b);
         return err_set(ERR_NOMEM, "out of memory");
-    memcpy(b->procs, procs, sizeof(int) * (size_t)n_procs);
-    b->n_procs = n_procs;
+    }
     const int tp = swap_model_tp(m), pp = swap_model_pp(m), n = tp * pp;
     int32_t gtags[PROTO_MAX_SHARDS], ctags[PROTO_MAX_SHARDS];
     struct proto_place places[PROTO_MAX_SHARDS];
@@ -341,9 +337,6 @@ static int remote_batch_open(void *ctx, const struct swap_model *m,
     for (int i = 0; i < n; i++)
         if (proc_of_shard(r, swap_model_shard(m, i)) != 0)
             places[k++] = (struct proto_place){.shard = (uint32_t)i, .offset = offsets[i]};
-    pthread_mutex_lock(&r->lock);
-    b->id = ++r->next_batch;
-    pthread_mutex_unlock(&r->lock);
     int rc = batch_wire(r, m, b, gtags, ctags, groups, chans);
     struct proto_msg open = {.kind = PROTO_BATCH_OPEN,
                              .batch = b->id,

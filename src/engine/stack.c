@@ -366,18 +366,7 @@ static int local_index(const struct stack_config *c, int d)
     return k;
 }
 
-/* Device budgets as given, else sized for the config, else 1 MiB. */
-static void device_budgets(const struct stack_config *c, const uint64_t *sized,
-                           uint64_t *budgets)
-{
-    for (int d = 0; d < c->n_devices; d++)
-        budgets[d] = c->device_budget[d] ? c->device_budget[d] : sized[d] ? sized[d] : 1u << 20;
-}
-
-/* Device d as the config says: its GPU partition, or a CPU device with the
- * emulated link. */
-static int device_open_as(const struct stack_config *c, int d, uint64_t budget,
-                          struct device **out)
+int stack_device_open(const struct stack_config *c, int d, uint64_t budget, struct device **out)
 {
     bool cuda = c->device_kind && strcmp(c->device_kind, "cuda") == 0;
     int rc;
@@ -397,20 +386,22 @@ static int device_open_as(const struct stack_config *c, int d, uint64_t budget,
     return rc;
 }
 
-int stack_device_budgets(const struct stack_config *c, uint64_t *budgets)
+int stack_budgets(const struct stack_config *c, uint64_t *budgets, uint64_t *host_budget)
 {
     uint64_t sized[STACK_MAX_DEVICES] = {0}, host = 0;
     int rc = stack_size(c, sized, &host);
+    for (int d = 0; rc == 0 && d < c->n_devices; d++) /* given, else sized, else 1 MiB */
+        budgets[d] = c->device_budget[d] ? c->device_budget[d] : sized[d] ? sized[d] : 1u << 20;
     if (rc == 0)
-        device_budgets(c, sized, budgets);
+        *host_budget = c->host_budget ? c->host_budget : host;
     return rc;
 }
 
 int stack_open(const struct stack_config *c, struct stack **out)
 {
     *out = NULL;
-    uint64_t sized[STACK_MAX_DEVICES] = {0}, host = 0;
-    int rc = stack_size(c, sized, &host);
+    uint64_t budgets[STACK_MAX_DEVICES] = {0}, host = 0;
+    int rc = stack_budgets(c, budgets, &host);
     if (rc < 0)
         return rc;
     bool remote = false;
@@ -427,8 +418,6 @@ int stack_open(const struct stack_config *c, struct stack **out)
                        "an emulated host link (%g GB/s) is for CPU devices only: "
                        "CUDA devices copy over their own",
                        c->link_gbps);
-    uint64_t budgets[STACK_MAX_DEVICES] = {0};
-    device_budgets(c, sized, budgets);
     /* this machine holds only this process's CPU devices (another process's
      * are on its node; a CUDA budget is GPU memory), plus the host budget */
     uint64_t local[STACK_MAX_DEVICES];
@@ -436,8 +425,7 @@ int stack_open(const struct stack_config *c, struct stack **out)
     for (int d = 0; !cuda && d < c->n_devices; d++)
         if (device_proc_of(c, d) == 0)
             local[n_local++] = budgets[d];
-    if ((rc = stack_check_memory(local, n_local, c->host_budget ? c->host_budget : host,
-                                 !c->host_budget, phys_bytes())) < 0)
+    if ((rc = stack_check_memory(local, n_local, host, !c->host_budget, phys_bytes())) < 0)
         return rc;
     struct stack *s = calloc(1, sizeof(*s));
     if (!s)
@@ -456,12 +444,12 @@ int stack_open(const struct stack_config *c, struct stack **out)
                  cuda ? (c->gpus_set ? c->gpus[d] : d) : local_index(c, d));
         rc = proc ? device_open_remote(proc, cuda ? DEVICE_CUDA : DEVICE_CPU, name, budgets[d],
                                        &s->devices[d])
-                  : device_open_as(c, d, budgets[d], &s->devices[d]);
+                  : stack_device_open(c, d, budgets[d], &s->devices[d]);
         if (rc < 0)
             goto fail;
         s->n_devices = d + 1;
     }
-    struct swap_config sc = {.host_budget = c->host_budget ? c->host_budget : host};
+    struct swap_config sc = {.host_budget = host};
     if ((rc = swap_manager_create(s->devices, c->n_devices, &sc, &s->mgr)) < 0)
         goto fail;
     if (remote)

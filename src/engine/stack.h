@@ -134,10 +134,17 @@ int stack_config_check(const struct stack_config *c);
  * it refuses (stack_check_memory) CPU device budgets plus the host budget
  * above the machine's physical memory. */
 int stack_open(const struct stack_config *cfg, struct stack **out);
+/* Device d of c opened with budget bytes on the process that owns it, as
+ * stack_open does: a CUDA device is its GPU's next partition on that
+ * process's node, a CPU device is named by its index on that process
+ * ("1/cpu:0" is cpu:0 there) and gets the emulated link. For stack_open
+ * and for the other processes of a job (cluster/follower). */
+int stack_device_open(const struct stack_config *c, int d, uint64_t budget, struct device **out);
 /* The budget stack_open gives each device (given, else sized for the
- * config, else 1 MiB), into budgets[0 .. n_devices): what process 0 tells
- * the other processes of a job to open theirs with. */
-int stack_device_budgets(const struct stack_config *c, uint64_t *budgets);
+ * config, else 1 MiB), into budgets[0 .. n_devices), and the host budget
+ * (given, else sized): what process 0 tells the other processes of a job
+ * to open theirs with. Checks c first (stack_config_check). */
+int stack_budgets(const struct stack_config *c, uint64_t *budgets, uint64_t *host_budget);
 /* Drains the engine, then frees everything. NULL-safe. */
 void stack_close(struct stack *s);
 

@@ -389,23 +389,21 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
     struct shard_task *tasks = calloc((size_t)gb->n_shards, sizeof(*tasks));
     if (!tasks)
         return err_set(ERR_NOMEM, "out of memory for the tasks of a forward");
-    /* a remote shard's owner runs the step only once its LOAD is done
-     * (its loader sets every blob's event then): waited for here, before
-     * the order lock, while this process's shards may still overlap theirs */
+    /* a remote shard's owner runs the step only once its LOAD is done: its
+     * loader sets every blob's event then, in order, so the last blob's
+     * says it (waited for here, before the order lock, while this
+     * process's shards may still overlap theirs) */
     for (int i = 0; gb->placed && i < gb->n_shards; i++) {
         if (!gb->placed[i])
             continue;
         const struct swap_shard *rs = swap_model_shard(gb->model, i);
-        for (int b = 0; b < swap_shard_n_blobs(rs); b++) {
-            int rc = device_event_wait(swap_shard_blob_ready(rs, b));
-            if (rc < 0) {
-                free(tasks);
-                return err_set(rc, "model %s stage %d rank %d: its weights did not load: %s",
-                               swap_model_name(gb->model), swap_shard_stage(rs),
-                               swap_shard_rank(rs),
-                               swap_shard_load_error(rs)[0] ? swap_shard_load_error(rs)
-                                                            : err_name(rc));
-            }
+        int rc = device_event_wait(swap_shard_blob_ready(rs, swap_shard_n_blobs(rs) - 1));
+        if (rc < 0) {
+            free(tasks);
+            return err_set(rc, "model %s stage %d rank %d: its weights did not load: %s",
+                           swap_model_name(gb->model), swap_shard_stage(rs), swap_shard_rank(rs),
+                           swap_shard_load_error(rs)[0] ? swap_shard_load_error(rs)
+                                                        : err_name(rc));
         }
     }
     pthread_mutex_init(&call.lock, NULL);

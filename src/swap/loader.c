@@ -80,7 +80,7 @@ static int loader_load_remote(struct loader *l, struct swap_shard *sh)
     free(offsets);
     if (rc < 0)
         snprintf(sh->load_error, sizeof(sh->load_error), "%s", err_msg());
-    for (int b = 0; b < nb; b++)
+    for (int b = 0; b < nb; b++) /* in order: the last one set says all are */
         device_event_signal(sh->ready[b], rc < 0 ? rc : 0);
     /* the owner read its checkpoint and copied to its device */
     if (rc == 0)

@@ -17,7 +17,8 @@
  * serving: every request (three prompts of each model, all submitted at
  *   once, twice over) returns transformers' greedy reference exactly, once;
  *   loads outnumber the models (they swapped); no view's high-water mark
- *   passes its budget.
+ *   passes its budget; each other process (STATS) loaded more bytes than it
+ *   read from its checkpoints (its host tier kept them).
  * overlap: the same with batches opened while their model loads (the
  *   engine's load overlap over an emulated link), answered right.
  * host_tight: a host budget of one model and a little: the host tiers of
@@ -149,6 +150,21 @@ static struct stack *lead_open(void)
     return s;
 }
 
+/* The weights' bytes of every shard on process p's devices. */
+static uint64_t proc_weight_bytes(struct stack *s, int p)
+{
+    uint64_t n = 0;
+    for (int m = 0; m < s->n_models; m++)
+        for (int i = 0; i < swap_model_shard_count(s->models[m]); i++) {
+            const struct swap_shard *sh = swap_model_shard(s->models[m], i);
+            if (device_proc(s->devices[swap_shard_device(sh)]) != p)
+                continue;
+            for (int b = 0; b < swap_shard_n_blobs(sh); b++)
+                n += swap_shard_blob_bytes(sh, b);
+        }
+    return n;
+}
+
 TEST(serving)
 {
     struct stack *s = lead_open();
@@ -168,6 +184,18 @@ TEST(serving)
                   (unsigned long long)device_high_water(s->devices[d]),
                   (unsigned long long)device_budget(s->devices[d]));
     CHECK(device_proc(s->devices[1]) == 1 && device_proc(s->devices[0]) <= 0);
+    /* the other processes' host tiers: their shards swapped in again and
+     * again, but each blob was read from the checkpoint once */
+    for (int p = 1; p < procs; p++) {
+        struct cluster_proc_stats ps;
+        CHECK_MSG(cluster_job_stats(job, p, false, 0, 0, &ps) == 0, "%s", err_msg());
+        double mine = (double)proc_weight_bytes(s, p);
+        CHECK_MSG(ps.load_bytes > ps.disk_bytes && ps.disk_bytes == mine &&
+                      ps.host_used <= ps.host_budget && ps.memcpy_bps == 0,
+                  "process %d: loaded %.0f bytes, read %.0f of its shards' %.0f, host tier %.0f "
+                  "of %.0f",
+                  p, ps.load_bytes, ps.disk_bytes, mine, ps.host_used, ps.host_budget);
+    }
     stack_close(s);
     cluster_job_release(job);
 }
@@ -214,6 +242,22 @@ TEST(host_tight)
         swap_get_stats(s->mgr, &st);
         CHECK_MSG(st.host_high_water <= cfg.host_budget, "host high water %llu above %llu",
                   (unsigned long long)st.host_high_water, (unsigned long long)cfg.host_budget);
+        /* the others' tiers: within the same budget; a process whose
+         * shards outgrow it read again what it dropped for room, one whose
+         * shards fit read each blob once */
+        for (int p = 1; p < procs; p++) {
+            struct cluster_proc_stats ps;
+            CHECK_MSG(cluster_job_stats(job, p, false, 0, 0, &ps) == 0, "%s", err_msg());
+            double mine = (double)proc_weight_bytes(s, p);
+            bool outgrown = mine > ps.host_budget;
+            CHECK_MSG(ps.host_budget == (double)cfg.host_budget &&
+                          ps.host_used <= ps.host_budget &&
+                          (outgrown ? ps.disk_bytes > mine : ps.disk_bytes == mine),
+                      "process %d: host tier %.0f of %.0f (expected %llu), its shards %.0f, "
+                      "read %.0f",
+                      p, ps.host_used, ps.host_budget, (unsigned long long)cfg.host_budget, mine,
+                      ps.disk_bytes);
+        }
         stack_close(s);
         cluster_job_release(job);
     }

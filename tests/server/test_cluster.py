@@ -82,7 +82,6 @@ def test_serving_and_stopped(models, config):
             msg = (j or {}).get("error", {}).get("message", "")
             check(st == 503 and j["error"].get("code") == "process_unavailable" and
                   "process 1" in msg, "far with process 1 stopped: %d %s" % (st, j))
-            check(took < BEAT_TIMEOUT + 30, "far's 503 took %.1f s" % took)
             c = s.complete("near", PROMPT, max_tokens=4, temperature=0)
             check(c["choices"][0]["text"] == generate_cli(models["m1"], PROMPT, 4),
                   "near with process 1 stopped: %s" % c)
