@@ -54,8 +54,8 @@ static struct proto_msg sample(enum proto_kind k)
     case PROTO_REPLY:
         m.status = ERR_NOMEM, m.message = "device 1/cpu:0: no room";
         break;
-    case PROTO_BLOB_READY:
-        m.model = 11, m.shard = 1, m.blob = 7, m.status = 0, m.message = "";
+    case PROTO_BATCH_ABORT:
+        m.batch = 11, m.status = ERR_UNREACHABLE;
         break;
     case PROTO_STEP_DONE:
         m.batch = 12, m.status = 0, m.message = "", m.logits = logits, m.n_logits = 3;
@@ -92,8 +92,7 @@ static bool same(const struct proto_msg *a, const struct proto_msg *b)
               a->n_group_tags == b->n_group_tags && a->n_channel_tags == b->n_channel_tags &&
               a->slot == b->slot && a->t_new == b->t_new && a->flags == b->flags &&
               a->n_ids == b->n_ids && a->n_mask == b->n_mask && a->status == b->status &&
-              a->shard == b->shard && a->blob == b->blob && a->n_logits == b->n_logits &&
-              a->n_devs == b->n_devs && a->dev_kind == b->dev_kind &&
+              a->n_logits == b->n_logits && a->n_devs == b->n_devs && a->dev_kind == b->dev_kind &&
               a->link_gbps == b->link_gbps && a->host_budget == b->host_budget &&
               a->threads == b->threads && a->bytes == b->bytes && a->n_stats == b->n_stats;
     ok = ok && (!a->n_stats || !memcmp(a->stats, b->stats, a->n_stats * sizeof(double)));

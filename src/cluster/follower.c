@@ -21,22 +21,36 @@
 
 enum { MAX_MODELS = 256, MAX_BATCHES = 256, MAX_DEVICES = 64 };
 
-/* One of this process's shards of a registered model. */
+/* One of this process's shards of a registered model.
+ *
+ * Who touches what: blobs, loaded and the events' resets are the command
+ * thread's (a LOAD places a shard's blobs and binds them before its loader
+ * copies into them, an OFFLOAD frees them once the loader is done); the
+ * loader signals the events; host, last_load and loading are under the
+ * follower's lock (the host tier is shared by every device's loader). */
 struct fshard {
     int index, stage, rank, device;
     struct model *m;
     struct model_layout layout;
-    struct dbuf **blobs; /* (layout.n_blobs) while loaded */
-    bool loaded;
+    struct dbuf **blobs; /* (layout.n_blobs) placed by LOADs, NULL elsewhere */
+    /* (layout.n_blobs) set once blob b is on the device, or with the
+     * load's error; an empty blob's stays set. A step waits on them blob
+     * by blob, so it computes while the rest of the shard loads. */
+    struct device_event **ready;
+    bool loaded;          /* every blob with bytes placed (its copies may be under way) */
+    char load_error[256]; /* the loader's message, written before it sets the events */
     /* the host tier: blob b's copy in host memory, NULL where absent; kept
      * after an offload, so the next load is a copy, not a read of the
-     * checkpoint; dropped least recently loaded first for room */
+     * checkpoint; dropped least recently loaded first for room, never while
+     * a loader reads them (loading) */
     void **host;
     uint64_t last_load; /* the follower's clock at its last load */
+    bool loading;
 };
 
 struct fmodel {
     bool used;
+    bool in_tier; /* under the follower's lock: its shards are set up (the host tier's to scan) */
     uint32_t id;
     struct model_config *cfg;
     struct st_checkpoint *ck;
@@ -64,15 +78,50 @@ struct fbatch {
     /* per sender shard i: the channel to shard i + tp, when an end is here
      * (one mailbox when both are) */
     struct comm_channel *chan[PROTO_MAX_SHARDS];
-    /* the step in progress */
-    const struct proto_msg *cmd;
+    /* the step in flight: its command (taken over from the command
+     * thread), answered by the last of its tasks to end */
+    struct proto_msg step;
     float *logits;
     int rc[PROTO_MAX_SHARDS];
     char msg[PROTO_MAX_SHARDS][256];
     struct ftask task[PROTO_MAX_SHARDS];
     pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int pending;
+    pthread_cond_t cond; /* busy went false */
+    int pending;         /* tasks not yet ended */
+    bool busy;           /* a step in flight (until its answer has left) */
+};
+
+/* One of this process's devices: its compute thread (steps of its shards,
+ * in the order they came) and its loader (LOADs of its shards, in order),
+ * beside each other and the command thread. */
+struct fdevice {
+    struct follower *f;
+    int index;
+    struct workq compute, loader;
+    bool open;
+    /* the loader's staging buffer, kept and grown to the largest blob: a
+     * fresh one per blob cost a page fault per 4 KiB (loads ran at 2 GB/s) */
+    void *stage;
+    size_t stage_cap;
+};
+
+/* One LOAD: a job per shard it names, on that shard's device's loader;
+ * the last job to end answers it. */
+struct fload_job {
+    struct workq_item item;
+    struct fload *load;
+    struct fshard *s;
+};
+
+struct fload {
+    struct fmodel *fm;
+    uint64_t seq;
+    struct proto_place *places; /* the command's, taken over */
+    uint32_t n_places;
+    int remaining, rc; /* under the follower's lock */
+    char msg[320];     /* the first failure's */
+    int n_jobs;
+    struct fload_job jobs[PROTO_MAX_SHARDS];
 };
 
 struct follower {
@@ -80,41 +129,48 @@ struct follower {
     int me, ctl_tag, n_devices;
     struct device *dev[MAX_DEVICES];
     int proc_of[MAX_DEVICES];
-    struct workq q[MAX_DEVICES]; /* the local devices' compute threads */
-    bool q_open[MAX_DEVICES];
+    struct fdevice threads[MAX_DEVICES]; /* the local devices' threads */
     bool owns_devices; /* opened by DEVICES (closed by END), not the caller's */
     struct fmodel models[MAX_MODELS];
     struct fbatch batches[MAX_BATCHES];
     atomic_bool stop; /* follower_stop: process 0 is gone */
-    /* a load's staging buffer, kept and grown to the largest blob: a fresh
-     * one per blob cost a page fault per 4 KiB (loads ran at 2 GB/s) */
-    void *stage;
-    size_t stage_cap;
+    /* guards the host tier (every shard's host, last_load, loading, and
+     * the models' in_tier), the counters below and the LOADs' remaining */
+    pthread_mutex_t lock;
     /* the host tier's bytes in use and its budget (DEVICES: process 0's
      * host budget, the same on every process), and a clock of loads */
     uint64_t host_used, host_budget, clock;
     uint64_t loads, load_bytes, disk_bytes; /* blobs loaded, their bytes, bytes read */
+    uint64_t overlapped;                    /* shard steps begun while that shard was loading */
 };
 
 /* ---- answers ---- */
 
+/* Any thread: the world's progress thread sends it; given up once process 0
+ * is known to be gone. */
 static int send_msg(struct follower *f, const struct proto_msg *m)
 {
     struct strbuf b = {0};
     int rc = proto_encode(m, &b);
     if (rc == 0)
-        rc = mpi_world_send(f->w, 0, f->ctl_tag, b.p, b.len);
-    strbuf_free(&b);
+        rc = mpi_world_send_unless(f->w, 0, f->ctl_tag, b.p, b.len, &f->stop);
+    if (rc != ERR_CANCELLED) /* given up, MPI may still read the bytes: leaked */
+        strbuf_free(&b);
     return rc;
+}
+
+static int reply_status(struct follower *f, uint64_t seq, int status, const char *msg)
+{
+    struct proto_msg r = {.kind = PROTO_REPLY,
+                          .seq = seq,
+                          .status = status,
+                          .message = status < 0 ? (char *)msg : ""};
+    return send_msg(f, &r);
 }
 
 static int reply(struct follower *f, const struct proto_msg *cmd, int status)
 {
-    struct proto_msg r = {.kind = PROTO_REPLY,
-                          .seq = cmd->seq,
-                          .status = status,
-                          .message = status < 0 ? (char *)err_msg() : ""};
-    return send_msg(f, &r);
+    return reply_status(f, cmd->seq, status, err_msg());
 }
 
 /* ---- models ---- */
@@ -128,6 +184,16 @@ static struct fmodel *model_find(struct follower *f, uint32_t id)
     return NULL;
 }
 
+/* Waits until the loaders of fm's devices have run every job posted so far
+ * (command thread). */
+static void model_loads_wait(struct follower *f, const struct fmodel *fm)
+{
+    for (int i = 0; i < fm->n_local; i++)
+        if (f->threads[fm->sh[i].device].open)
+            workq_sync(&f->threads[fm->sh[i].device].loader);
+}
+
+/* Frees s's blobs (no loader copies into them: model_loads_wait first). */
 static void shard_unload(struct fshard *s)
 {
     for (int b = 0; s->blobs && b < s->layout.n_blobs; b++) {
@@ -137,7 +203,8 @@ static void shard_unload(struct fshard *s)
     s->loaded = false;
 }
 
-/* Frees s's host copies, giving their bytes back to the host tier. */
+/* Frees s's host copies, giving their bytes back to the host tier. Under
+ * the follower's lock. */
 static void shard_drop_host(struct follower *f, struct fshard *s)
 {
     for (int b = 0; s->host && b < s->layout.n_blobs; b++) {
@@ -149,15 +216,24 @@ static void shard_drop_host(struct follower *f, struct fshard *s)
     }
 }
 
+/* Forgets fm (nothing of it in flight: no batch, model_loads_wait). */
 static void model_drop(struct follower *f, struct fmodel *fm)
 {
-    for (int i = 0; i < fm->n_local; i++) {
-        shard_unload(&fm->sh[i]);
+    pthread_mutex_lock(&f->lock);
+    fm->in_tier = false;
+    for (int i = 0; i < fm->n_local; i++)
         shard_drop_host(f, &fm->sh[i]);
-        free(fm->sh[i].host);
-        free(fm->sh[i].blobs);
-        model_close(fm->sh[i].m);
-        model_layout_free(&fm->sh[i].layout);
+    pthread_mutex_unlock(&f->lock);
+    for (int i = 0; i < fm->n_local; i++) {
+        struct fshard *s = &fm->sh[i];
+        shard_unload(s);
+        for (int b = 0; s->ready && b < s->layout.n_blobs; b++)
+            device_event_destroy(s->ready[b]);
+        free(s->ready);
+        free(s->host);
+        free(s->blobs);
+        model_close(s->m);
+        model_layout_free(&s->layout);
     }
     st_close(fm->ck);
     model_config_free(fm->cfg);
@@ -171,6 +247,22 @@ static bool model_busy(struct follower *f, const struct fmodel *fm)
         if (f->batches[i].used && f->batches[i].m == fm)
             return true;
     return false;
+}
+
+/* s's blob arrays and its readiness events, every one set (nothing placed). */
+static int shard_alloc(struct follower *f, struct fshard *s)
+{
+    const size_t nb = (size_t)s->layout.n_blobs;
+    if (!(s->blobs = calloc(nb, sizeof *s->blobs)) || !(s->host = calloc(nb, sizeof *s->host)) ||
+        !(s->ready = calloc(nb, sizeof *s->ready)))
+        return err_set(ERR_NOMEM, "out of memory");
+    for (size_t b = 0; b < nb; b++) {
+        int rc = device_event_create(f->dev[s->device], &s->ready[b]);
+        if (rc < 0)
+            return rc;
+        device_event_signal(s->ready[b], 0);
+    }
+    return 0;
 }
 
 static int do_register(struct follower *f, const struct proto_msg *c)
@@ -206,9 +298,8 @@ static int do_register(struct follower *f, const struct proto_msg *c)
                                    .layer_begin = L * s->stage / fm->pp,
                                    .layer_end = L * (s->stage + 1) / fm->pp};
         rc = model_shard_open(fm->cfg, fm->ck, &spec, &s->m, &s->layout);
-        if (rc == 0 && (!(s->blobs = calloc((size_t)s->layout.n_blobs, sizeof *s->blobs)) ||
-                        !(s->host = calloc((size_t)s->layout.n_blobs, sizeof *s->host))))
-            rc = err_set(ERR_NOMEM, "out of memory");
+        if (rc == 0)
+            rc = shard_alloc(f, s);
         bool kc_set = false;
         enum kern_compute kc;
         if (rc == 0 && (rc = kern_compute_choice(c->compute, &kc_set, &kc)) == 0 && kc_set)
@@ -217,8 +308,12 @@ static int do_register(struct follower *f, const struct proto_msg *c)
     if (rc < 0) {
         err_wrap(rc, "process %d: model %s", f->me, c->name);
         model_drop(f, fm);
+        return rc;
     }
-    return rc;
+    pthread_mutex_lock(&f->lock);
+    fm->in_tier = true;
+    pthread_mutex_unlock(&f->lock);
+    return 0;
 }
 
 static struct fshard *local_shard(struct fmodel *fm, uint32_t index)
@@ -229,19 +324,22 @@ static struct fshard *local_shard(struct fmodel *fm, uint32_t index)
     return NULL;
 }
 
+/* ---- loads ---- */
+
 /* Room for need more bytes in the host tier: the host copies of other
- * shards dropped, least recently loaded first (keep's are kept). */
-static bool host_make_room(struct follower *f, const struct fshard *keep, uint64_t need)
+ * shards dropped, least recently loaded first, never a loading one's.
+ * Under the follower's lock. */
+static bool host_make_room(struct follower *f, uint64_t need)
 {
     while (f->host_used + need > f->host_budget) {
         struct fshard *victim = NULL;
         for (int i = 0; i < MAX_MODELS; i++)
-            for (int k = 0; f->models[i].used && k < f->models[i].n_local; k++) {
+            for (int k = 0; f->models[i].in_tier && k < f->models[i].n_local; k++) {
                 struct fshard *c = &f->models[i].sh[k];
                 bool has = false;
-                for (int b = 0; c->host && b < c->layout.n_blobs && !has; b++)
+                for (int b = 0; b < c->layout.n_blobs && !has; b++)
                     has = c->host[b] != NULL;
-                if (has && c != keep && (!victim || c->last_load < victim->last_load))
+                if (has && !c->loading && (!victim || c->last_load < victim->last_load))
                     victim = c;
             }
         if (!victim)
@@ -252,66 +350,112 @@ static bool host_make_room(struct follower *f, const struct fshard *keep, uint64
 }
 
 /* Where blob b of s comes from: its host copy, made now from the checkpoint
- * when the host tier has room for it, else the staging buffer filled. */
-static int blob_source(struct follower *f, struct fmodel *fm, struct fshard *s, int b,
+ * when the host tier has room for it, else the loader's staging buffer
+ * filled. On s's loader (s->loading: its host copies stay). */
+static int blob_source(struct fdevice *ld, struct fmodel *fm, struct fshard *s, int b,
                        const void **src)
 {
+    struct follower *f = ld->f;
     size_t n = s->layout.blob_bytes[b];
-    if (s->host[b]) {
-        *src = s->host[b];
+    pthread_mutex_lock(&f->lock);
+    *src = s->host[b];
+    bool room = !*src && host_make_room(f, n);
+    f->host_used += room ? n : 0; /* reserved while it is read */
+    f->disk_bytes += *src ? 0 : n;
+    pthread_mutex_unlock(&f->lock);
+    if (*src)
         return 0;
-    }
-    void *dst = NULL;
-    if (host_make_room(f, s, n) && (dst = malloc(n)) != NULL) {
+    void *dst = room ? malloc(n) : NULL;
+    if (dst) {
         int rc = model_shard_fill(s->m, &s->layout, fm->ck, b, dst);
-        if (rc < 0) {
+        pthread_mutex_lock(&f->lock);
+        if (rc == 0)
+            s->host[b] = dst;
+        else
+            f->host_used -= n;
+        pthread_mutex_unlock(&f->lock);
+        if (rc < 0)
             free(dst);
-            return rc;
-        }
-        s->host[b] = dst;
-        f->host_used += n;
-        f->disk_bytes += n;
-        *src = dst;
-        return 0;
+        *src = rc == 0 ? dst : NULL;
+        return rc;
     }
-    if (n > f->stage_cap) {
-        void *p = realloc(f->stage, n);
+    if (room) { /* no memory for the copy after all: staged instead */
+        pthread_mutex_lock(&f->lock);
+        f->host_used -= n;
+        pthread_mutex_unlock(&f->lock);
+    }
+    if (n > ld->stage_cap) {
+        void *p = realloc(ld->stage, n);
         if (!p)
             return err_set(ERR_NOMEM, "out of memory for a blob of %zu bytes", n);
-        f->stage = p, f->stage_cap = n;
+        ld->stage = p, ld->stage_cap = n;
     }
-    *src = f->stage;
-    f->disk_bytes += n;
-    return model_shard_fill(s->m, &s->layout, fm->ck, b, f->stage);
+    *src = ld->stage;
+    return model_shard_fill(s->m, &s->layout, fm->ck, b, ld->stage);
 }
 
-/* Blob b of s at offset off of its device: from its host copy (read from
- * the checkpoint first when there is none), copied in, bound. */
-static int load_blob(struct follower *f, struct fmodel *fm, struct fshard *s, int b, uint64_t off)
+/* Blob b of s (placed and bound) copied in from its source; its event set
+ * once it is there. */
+static int load_blob(struct fdevice *ld, struct fmodel *fm, struct fshard *s, int b)
 {
     size_t n = s->layout.blob_bytes[b];
-    if (n == 0)
-        return 0;
-    struct device *dev = f->dev[s->device];
-    s->last_load = ++f->clock;
     const void *host = NULL;
-    int rc = device_alloc_at(dev, off, n, &s->blobs[b]);
-    if (rc == 0)
-        rc = blob_source(f, fm, s, b, &host);
-    struct device_event *ev = NULL;
-    if (rc == 0 && (rc = device_event_create(dev, &ev)) == 0 &&
-        (rc = device_copy_h2d(dev, s->blobs[b], 0, host, n, ev)) == 0)
-        rc = device_event_wait(ev);
-    device_event_destroy(ev);
+    int rc = blob_source(ld, fm, s, b, &host);
+    if (rc == 0 &&
+        (rc = device_copy_h2d(ld->f->dev[s->device], s->blobs[b], 0, host, n, s->ready[b])) == 0)
+        rc = device_event_wait(s->ready[b]); /* the staging buffer is free again */
     if (rc == 0) {
-        model_shard_bind(s->m, &s->layout, b, dbuf_ptr(s->blobs[b]));
-        f->loads++;
-        f->load_bytes += n;
+        pthread_mutex_lock(&ld->f->lock);
+        ld->f->loads++;
+        ld->f->load_bytes += n;
+        pthread_mutex_unlock(&ld->f->lock);
     }
     return rc;
 }
 
-/* True when every blob of s with bytes is on its device. */
+/* A LOAD's job on one shard, on its device's loader: its blobs in the
+ * order the command named them, each one's event set as it lands (with
+ * the error from the first that fails on: the blobs stay placed, garbage,
+ * until the OFFLOAD that follows a failed load, as on process 0). The last
+ * job of the LOAD answers it. */
+static void load_run(struct workq_item *item, void *arg)
+{
+    struct fdevice *ld = arg;
+    struct follower *f = ld->f;
+    struct fload_job *j = queue_data(&item->node, struct fload_job, item.node);
+    struct fload *load = j->load;
+    struct fshard *s = j->s;
+    pthread_mutex_lock(&f->lock);
+    s->loading = true;
+    s->last_load = ++f->clock;
+    pthread_mutex_unlock(&f->lock);
+    int rc = 0;
+    for (uint32_t i = 0; i < load->n_places; i++) {
+        const struct proto_place *p = &load->places[i];
+        if (p->shard != (uint32_t)s->index || !s->blobs[p->blob])
+            continue;
+        if (rc == 0 && (rc = load_blob(ld, load->fm, s, (int)p->blob)) < 0)
+            snprintf(s->load_error, sizeof s->load_error, "%s", err_msg());
+        if (rc < 0 && !device_event_done(s->ready[p->blob]))
+            device_event_signal(s->ready[p->blob], rc);
+    }
+    pthread_mutex_lock(&f->lock);
+    s->loading = false;
+    if (rc < 0 && load->rc == 0) {
+        load->rc = rc;
+        snprintf(load->msg, sizeof load->msg, "process %d: %s", f->me, s->load_error);
+    }
+    bool last = --load->remaining == 0;
+    pthread_mutex_unlock(&f->lock);
+    if (!last)
+        return;
+    if (reply_status(f, load->seq, load->rc, load->msg) < 0)
+        fprintf(stderr, "shardswap: process %d: %s\n", f->me, err_msg());
+    free(load->places);
+    free(load);
+}
+
+/* True when every blob of s with bytes is placed. */
 static bool shard_complete(const struct fshard *s)
 {
     for (int b = 0; b < s->layout.n_blobs; b++)
@@ -320,38 +464,82 @@ static bool shard_complete(const struct fshard *s)
     return true;
 }
 
-/* A LOAD may name some shards only (rank 0 loads a model's shards here by
- * one command each, or all in one): a shard is loaded once all its blobs
- * are, and a failure unloads the shards this command named, not those
- * loaded before. */
-static int do_load(struct follower *f, const struct proto_msg *c)
+/* Checks every place of a LOAD before anything is placed. */
+static int load_check(struct follower *f, struct fmodel *fm, const struct proto_msg *c)
+{
+    for (uint32_t i = 0; i < c->n_places; i++) {
+        const struct proto_place *p = &c->places[i];
+        struct fshard *s = local_shard(fm, p->shard);
+        bool dup = false;
+        for (uint32_t k = 0; k < i && !dup; k++)
+            dup = c->places[k].shard == p->shard && c->places[k].blob == p->blob;
+        if (!s || p->blob >= (uint32_t)s->layout.n_blobs || s->blobs[p->blob] || dup)
+            return err_set(ERR_INVALID,
+                           "process %d: load of model %u names shard %u blob %u, "
+                           "which is not one of its unloaded blobs here",
+                           f->me, c->model, p->shard, p->blob);
+    }
+    return 0;
+}
+
+/* A LOAD may name some shards only (process 0 loads a model's shards here
+ * by one command each, or all in one): its blobs are placed and bound at
+ * once, in the command's order with everything else (so a placement never
+ * meets one that a later command frees), and copied by each shard's
+ * loader, the LOAD answered when every one has; a STEP may come before
+ * that and waits blob by blob. A shard is loaded once all its blobs are
+ * placed. 1: it will be answered; else its error (nothing placed). */
+static int do_load(struct follower *f, struct proto_msg *c)
 {
     struct fmodel *fm = model_find(f, c->model);
     if (!fm)
         return ERR_INVALID;
-    bool named[PROTO_MAX_SHARDS] = {0}; /* by local index */
-    int rc = 0;
-    for (uint32_t i = 0; i < c->n_places && rc == 0; i++) {
-        struct fshard *s = local_shard(fm, c->places[i].shard);
-        if (!s || c->places[i].blob >= (uint32_t)s->layout.n_blobs || s->blobs[c->places[i].blob]) {
-            rc = err_set(ERR_INVALID,
-                         "process %d: load of model %u names shard %u blob %u, "
-                         "which is not one of its unloaded blobs here",
-                         f->me, c->model, c->places[i].shard, c->places[i].blob);
-            break;
-        }
-        named[s - fm->sh] = true;
-        rc = load_blob(f, fm, s, (int)c->places[i].blob, c->places[i].offset);
-    }
-    for (int i = 0; i < fm->n_local; i++) {
-        if (!named[i])
+    int rc = load_check(f, fm, c);
+    struct fload *load = rc == 0 ? calloc(1, sizeof *load) : NULL;
+    if (rc == 0 && !load)
+        rc = err_set(ERR_NOMEM, "out of memory");
+    uint32_t placed = 0;
+    for (; rc == 0 && placed < c->n_places; placed++) {
+        const struct proto_place *p = &c->places[placed];
+        struct fshard *s = local_shard(fm, p->shard);
+        size_t n = s->layout.blob_bytes[p->blob];
+        if (n == 0) /* nothing to place: its event stays set */
             continue;
-        if (rc < 0)
-            shard_unload(&fm->sh[i]);
-        else
-            fm->sh[i].loaded = shard_complete(&fm->sh[i]);
+        if ((rc = device_alloc_at(f->dev[s->device], p->offset, n, &s->blobs[p->blob])) < 0)
+            break;
+        model_shard_bind(s->m, &s->layout, (int)p->blob, dbuf_ptr(s->blobs[p->blob]));
+        device_event_reset(s->ready[p->blob]);
+        bool known = false;
+        for (int k = 0; k < load->n_jobs && !known; k++)
+            known = load->jobs[k].s == s;
+        if (!known)
+            load->jobs[load->n_jobs++] = (struct fload_job){.load = load, .s = s};
     }
-    return rc;
+    if (rc < 0) { /* this command's placements undone */
+        for (uint32_t i = 0; i < placed; i++) {
+            struct fshard *s = local_shard(fm, c->places[i].shard);
+            device_free(s->blobs[c->places[i].blob]);
+            s->blobs[c->places[i].blob] = NULL;
+            device_event_signal(s->ready[c->places[i].blob], 0);
+        }
+        free(load);
+        return err_wrap(rc, "process %d: model %u", f->me, c->model);
+    }
+    for (int k = 0; k < load->n_jobs; k++)
+        load->jobs[k].s->loaded = shard_complete(load->jobs[k].s);
+    if (load->n_jobs == 0) {
+        free(load);
+        return 0;
+    }
+    load->fm = fm;
+    load->seq = c->seq;
+    load->places = c->places, load->n_places = c->n_places;
+    c->places = NULL, c->n_places = 0; /* the load's now */
+    const int n_jobs = load->n_jobs;   /* the last job frees load */
+    load->remaining = n_jobs;
+    for (int k = 0; k < n_jobs; k++)
+        workq_post(&f->threads[load->jobs[k].s->device].loader, &load->jobs[k].item);
+    return 1;
 }
 
 /* ---- batches ---- */
@@ -365,8 +553,30 @@ static struct fbatch *batch_find(struct follower *f, uint64_t id)
     return NULL;
 }
 
+/* Returns once b has no step in flight (its answer has left). Command thread. */
+static void batch_idle(struct fbatch *b)
+{
+    pthread_mutex_lock(&b->lock);
+    while (b->busy)
+        pthread_cond_wait(&b->cond, &b->lock);
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* b's ends of its collectives and channels aborted with rc: a step of it
+ * waiting on a peer returns. Any thread. */
+static void batch_abort(struct fbatch *b, int rc)
+{
+    for (int g = 0; g < PROTO_MAX_SHARDS; g++)
+        if (b->group[g])
+            comm_group_abort(b->group[g], rc);
+    for (int i = 0; i < PROTO_MAX_SHARDS; i++)
+        if (b->chan[i])
+            comm_channel_abort(b->chan[i], rc);
+}
+
 static void batch_close(struct fbatch *b)
 {
+    batch_idle(b);
     for (int i = 0; b->m && i < b->m->n_local; i++)
         model_exec_free(b->ex[i]);
     for (int i = 0; i < PROTO_MAX_SHARDS; i++) {
@@ -453,31 +663,93 @@ static int do_batch_open(struct follower *f, const struct proto_msg *c)
     return rc;
 }
 
+/* Makes shard's compute stream wait for blob b (model_forward_stage's wait). */
+static int task_wait_blob(void *arg, int b)
+{
+    const struct ftask *t = arg;
+    return stream_wait_event(t->b->ex[t->local]->stream, t->b->m->sh[t->local].ready[b]);
+}
+
+/* The step's answer, once its last task has ended: STEP_DONE with the first
+ * error or the logits. On that task's thread; b is free for the next
+ * command before the answer leaves. */
+static void step_answer(struct follower *f, struct fbatch *b)
+{
+    const struct fmodel *fm = b->m;
+    int rc = 0;
+    char msg[400] = "";
+    for (int i = 0; i < fm->n_local && rc == 0; i++)
+        if (b->rc[i] < 0) {
+            rc = b->rc[i];
+            snprintf(msg, sizeof msg, "process %d, shard %d: %s", f->me, fm->sh[i].index,
+                     b->msg[i]);
+        }
+    struct proto_msg done = {.kind = PROTO_STEP_DONE,
+                             .seq = b->step.seq,
+                             .batch = b->id,
+                             .status = rc,
+                             .message = msg,
+                             .logits = rc == 0 ? b->logits : NULL,
+                             .n_logits = rc == 0 && b->logits ? b->step.n_logits : 0};
+    struct strbuf enc = {0};
+    int erc = proto_encode(&done, &enc);
+    free(b->logits);
+    b->logits = NULL;
+    proto_msg_free(&b->step);
+    pthread_mutex_lock(&b->lock);
+    b->busy = false;
+    pthread_cond_broadcast(&b->cond);
+    pthread_mutex_unlock(&b->lock);
+    if (erc == 0)
+        erc = mpi_world_send_unless(f->w, 0, f->ctl_tag, enc.p, enc.len, &f->stop);
+    if (erc != ERR_CANCELLED)
+        strbuf_free(&enc);
+    if (erc < 0)
+        fprintf(stderr, "shardswap: process %d: batch %llu: %s\n", f->me, (unsigned long long)b->id,
+                err_msg());
+}
+
+/* One shard's part of a step, on its device's compute thread: with
+ * overlap, layer by layer as its blobs land; else once all have. */
 static void step_run(struct workq_item *item, void *arg)
 {
-    (void)arg;
+    struct follower *f = ((struct fdevice *)arg)->f;
     struct ftask *t = queue_data(&item->node, struct ftask, item.node);
     struct fbatch *b = t->b;
-    const struct proto_msg *c = b->cmd;
-    const struct fshard *s = &b->m->sh[t->local];
-    int wait_rc = 0;
-    int rc = model_forward_stage(s->m, b->ex[t->local], &b->io[t->local], c->ids,
-                                 c->n_mask ? c->mask : NULL, (int)c->t_new,
-                                 c->flags & PROTO_STEP_ALL_POSITIONS, b->logits, &wait_rc);
+    const struct proto_msg *c = &b->step;
+    struct fshard *s = &b->m->sh[t->local];
+    const int nb = s->layout.n_blobs;
+    if (nb > 0 && !device_event_done(s->ready[nb - 1])) {
+        pthread_mutex_lock(&f->lock);
+        f->overlapped++;
+        pthread_mutex_unlock(&f->lock);
+    }
+    int wait_rc = 0, rc;
+    for (int k = 0; !(c->flags & PROTO_STEP_OVERLAP) && k < nb; k++)
+        if ((rc = task_wait_blob(t, k)) < 0 && wait_rc == 0)
+            wait_rc = rc;
+    struct model_stage_io io = b->io[t->local];
+    io.wait = task_wait_blob;
+    io.arg = t;
+    int step_wait_rc = 0;
+    rc = model_forward_stage(s->m, b->ex[t->local], &io, c->ids, c->n_mask ? c->mask : NULL,
+                             (int)c->t_new, c->flags & PROTO_STEP_ALL_POSITIONS, b->logits,
+                             &step_wait_rc);
+    if (wait_rc == 0)
+        wait_rc = step_wait_rc;
+    if (rc == 0 && wait_rc < 0) /* the loader's message (set before the events) */
+        rc = err_set(wait_rc, "its weights did not load: %s",
+                     s->load_error[0] ? s->load_error : err_name(wait_rc));
     if (rc < 0) {
         snprintf(b->msg[t->local], sizeof b->msg[0], "%s", err_msg());
-        for (int g = 0; g < b->m->pp; g++) /* the other local shards return */
-            if (b->group[g])
-                comm_group_abort(b->group[g], rc);
-        for (int i = 0; i < PROTO_MAX_SHARDS; i++)
-            if (b->chan[i])
-                comm_channel_abort(b->chan[i], rc);
+        batch_abort(b, rc); /* the other local shards return */
     }
     pthread_mutex_lock(&b->lock);
     b->rc[t->local] = rc;
-    if (--b->pending == 0)
-        pthread_cond_signal(&b->cond);
+    bool last = --b->pending == 0;
     pthread_mutex_unlock(&b->lock);
+    if (last)
+        step_answer(f, b);
 }
 
 /* What must hold before b's step runs; its error otherwise. n_logits: the
@@ -503,44 +775,43 @@ static int step_check(struct follower *f, struct fbatch *b, const struct proto_m
     return 0;
 }
 
-/* Runs the step on every local shard at once and waits; the first error. */
-static int step_run_all(struct follower *f, struct fbatch *b, const struct proto_msg *c)
-{
-    struct fmodel *fm = b->m;
-    b->cmd = c;
-    b->pending = fm->n_local;
-    for (int i = 0; i < fm->n_local; i++) {
-        b->task[i] = (struct ftask){.b = b, .local = i};
-        workq_post(&f->q[fm->sh[i].device], &b->task[i].item);
-    }
-    pthread_mutex_lock(&b->lock);
-    while (b->pending > 0)
-        pthread_cond_wait(&b->cond, &b->lock);
-    pthread_mutex_unlock(&b->lock);
-    for (int i = 0; i < fm->n_local; i++)
-        if (b->rc[i] < 0)
-            return err_set(b->rc[i], "process %d, shard %d: %s", f->me, fm->sh[i].index, b->msg[i]);
-    return 0;
-}
-
-/* A STEP is always answered with a STEP_DONE (an error in it when the step
- * could not run); 1: answered. */
-static int do_step(struct follower *f, const struct proto_msg *c)
+/* A STEP: queued on every local shard's compute thread (after whatever
+ * ran there before, in the one global order), the command taken over and
+ * answered by the last task to end (step_answer), so the command thread
+ * goes on meanwhile: another model's LOAD, its own steps. A step that
+ * cannot run is answered with its error at once. 1: answered or will be. */
+static int do_step(struct follower *f, struct proto_msg *c)
 {
     struct fbatch *b = batch_find(f, c->batch);
     uint32_t n_logits = 0;
     int rc = b ? step_check(f, b, c, &n_logits) : ERR_INVALID;
+    if (rc == 0 && b->busy)
+        rc = err_set(ERR_BUSY, "process %d: batch %llu has a step in flight", f->me,
+                     (unsigned long long)c->batch);
     if (rc == 0 && n_logits && !(b->logits = malloc(sizeof(float) * n_logits)))
         rc = err_set(ERR_NOMEM, "out of memory for %u logits", n_logits);
-    if (rc == 0)
-        rc = step_run_all(f, b, c);
+    if (rc == 0 && b->m->n_local > 0) {
+        b->step = *c;
+        b->step.n_logits = n_logits; /* what the answer carries */
+        memset(c, 0, sizeof *c);     /* the batch's now */
+        b->busy = true;
+        b->pending = b->m->n_local;
+        for (int i = 0; i < b->m->n_local; i++) {
+            b->rc[i] = 0;
+            b->task[i] = (struct ftask){.b = b, .local = i};
+        }
+        /* every task queued before any can end: the last one's answer
+         * finds them all counted */
+        const struct fmodel *fm = b->m;
+        for (int i = 0; i < fm->n_local; i++)
+            workq_post(&f->threads[fm->sh[i].device].compute, &b->task[i].item);
+        return 1;
+    }
     struct proto_msg done = {.kind = PROTO_STEP_DONE,
                              .seq = c->seq,
                              .batch = c->batch,
                              .status = rc,
-                             .message = rc < 0 ? (char *)err_msg() : "",
-                             .logits = rc == 0 && b ? b->logits : NULL,
-                             .n_logits = rc == 0 ? n_logits : 0};
+                             .message = rc < 0 ? (char *)err_msg() : ""};
     int sent = send_msg(f, &done);
     if (b) {
         free(b->logits);
@@ -553,32 +824,67 @@ static int do_step(struct follower *f, const struct proto_msg *c)
 
 static void compute_init(void *arg)
 {
-    device_compute_thread_init(arg);
+    const struct fdevice *d = arg;
+    device_compute_thread_init(d->f->dev[d->index]);
 }
 
 static const struct workq_ops compute_ops = {.thread_init = compute_init, .run = step_run};
+static const struct workq_ops loader_ops = {.run = load_run};
 
-/* The local devices' compute threads. */
+/* The local devices' compute threads and loaders. */
 static int queues_start(struct follower *f)
 {
     for (int d = 0; d < f->n_devices; d++) {
         if (!f->dev[d])
             continue;
-        char name[24];
+        struct fdevice *t = &f->threads[d];
+        *t = (struct fdevice){.f = f, .index = d};
+        char name[24], lname[24];
         snprintf(name, sizeof name, "compute-%d", d);
-        /* the queue's arg is its device; a task finds its batch itself */
-        if (workq_init(&f->q[d], name, &compute_ops, f->dev[d]) < 0)
+        snprintf(lname, sizeof lname, "load-%d", d);
+        if (workq_init(&t->compute, name, &compute_ops, t) < 0)
             return err_set(ERR_NOMEM, "process %d: cannot start the compute thread of device %d",
                            f->me, d);
-        f->q_open[d] = true;
+        if (workq_init(&t->loader, lname, &loader_ops, t) < 0) {
+            workq_free(&t->compute);
+            return err_set(ERR_NOMEM, "process %d: cannot start the loader of device %d", f->me, d);
+        }
+        t->open = true;
     }
     return 0;
 }
 
-/* Every batch, model and compute thread; the devices too when DEVICES
- * opened them. */
+/* Nothing in flight: every batch still open aborted (process 0 has left
+ * it: at END and SHUTDOWN it closed what it uses), so a step of it
+ * waiting on a peer returns; then every step's answer and every load's
+ * has left, before the answer to the command that asked (END, SHUTDOWN),
+ * which process 0 awaits last. */
+static void quiesce(struct follower *f)
+{
+    for (int i = 0; i < MAX_BATCHES; i++)
+        if (f->batches[i].used) {
+            batch_abort(&f->batches[i], ERR_CANCELLED);
+            batch_idle(&f->batches[i]);
+        }
+    for (int d = 0; d < MAX_DEVICES; d++)
+        if (f->threads[d].open)
+            workq_sync(&f->threads[d].loader);
+}
+
+/* Every batch, model, compute thread and loader (quiesced first); the
+ * devices too when DEVICES opened them. */
 static void stack_end(struct follower *f)
 {
+    quiesce(f);
+    for (int d = 0; d < MAX_DEVICES; d++) {
+        struct fdevice *t = &f->threads[d];
+        if (t->open) {
+            workq_free(&t->loader);
+            workq_free(&t->compute);
+        }
+        free(t->stage);
+        memset(t, 0, sizeof *t);
+    }
     for (int i = 0; i < MAX_BATCHES; i++)
         if (f->batches[i].used)
             batch_close(&f->batches[i]);
@@ -586,9 +892,6 @@ static void stack_end(struct follower *f)
         if (f->models[i].used)
             model_drop(f, &f->models[i]);
     for (int d = 0; d < MAX_DEVICES; d++) {
-        if (f->q_open[d])
-            workq_free(&f->q[d]);
-        f->q_open[d] = false;
         if (f->owns_devices)
             device_close(f->dev[d]);
         f->dev[d] = NULL;
@@ -643,11 +946,14 @@ static int do_stats(struct follower *f, const struct proto_msg *c)
         v[PROTO_STAT_MEMCPY_BPS] = membw_memcpy(t, bytes, 5);
         v[PROTO_STAT_STREAM_BPS] = membw_stream(t, bytes, 5);
     }
+    pthread_mutex_lock(&f->lock);
     v[PROTO_STAT_HOST_USED] = (double)f->host_used;
     v[PROTO_STAT_HOST_BUDGET] = (double)f->host_budget;
     v[PROTO_STAT_LOADS] = (double)f->loads;
     v[PROTO_STAT_LOAD_BYTES] = (double)f->load_bytes;
     v[PROTO_STAT_DISK_BYTES] = (double)f->disk_bytes;
+    v[PROTO_STAT_OVERLAPPED] = (double)f->overlapped;
+    pthread_mutex_unlock(&f->lock);
     struct proto_msg done = {.kind = PROTO_STATS_DONE,
                              .seq = c->seq,
                              .message = "",
@@ -659,8 +965,9 @@ static int do_stats(struct follower *f, const struct proto_msg *c)
 
 /* ---- the loop ---- */
 
-/* Carries out c: 0 or 1 (answered already), or its error. */
-static int handle(struct follower *f, const struct proto_msg *c)
+/* Carries out c: 0, or 1 (answered, or its answer will come from another
+ * thread: c's arrays may then be taken over), or its error. */
+static int handle(struct follower *f, struct proto_msg *c)
 {
     struct fmodel *fm;
     struct fbatch *b;
@@ -668,27 +975,25 @@ static int handle(struct follower *f, const struct proto_msg *c)
     case PROTO_REGISTER:
         return do_register(f, c);
     case PROTO_UNREGISTER:
-        if (!(fm = model_find(f, c->model)))
-            return ERR_INVALID;
-        if (model_busy(f, fm))
-            return err_set(ERR_BUSY, "process %d: model %u has a batch open", f->me, c->model);
-        model_drop(f, fm);
-        return 0;
-    case PROTO_LOAD:
-        return do_load(f, c);
     case PROTO_OFFLOAD:
         if (!(fm = model_find(f, c->model)))
             return ERR_INVALID;
         if (model_busy(f, fm))
             return err_set(ERR_BUSY, "process %d: model %u has a batch open", f->me, c->model);
-        for (int i = 0; i < fm->n_local; i++)
+        model_loads_wait(f, fm);
+        if (c->kind == PROTO_UNREGISTER)
+            model_drop(f, fm);
+        for (int i = 0; c->kind == PROTO_OFFLOAD && i < fm->n_local; i++)
             shard_unload(&fm->sh[i]);
         return 0;
+    case PROTO_LOAD:
+        return do_load(f, c);
     case PROTO_BATCH_OPEN:
         return do_batch_open(f, c);
     case PROTO_BATCH_CLEAR:
         if (!(b = batch_find(f, c->batch)))
             return ERR_INVALID;
+        batch_idle(b);
         for (int i = 0; i < b->m->n_local; i++)
             if (c->slot < (uint32_t)b->ex[i]->shape.batch)
                 model_exec_clear_slot(b->ex[i], (int)c->slot);
@@ -697,6 +1002,12 @@ static int handle(struct follower *f, const struct proto_msg *c)
         if (!(b = batch_find(f, c->batch)))
             return ERR_INVALID;
         batch_close(b);
+        return 0;
+    case PROTO_BATCH_ABORT:
+        /* a batch closed meanwhile has nothing left to abort */
+        for (int i = 0; i < MAX_BATCHES; i++)
+            if (f->batches[i].used && f->batches[i].id == c->batch)
+                batch_abort(&f->batches[i], c->status < 0 ? c->status : ERR_CANCELLED);
         return 0;
     case PROTO_STEP:
         return do_step(f, c);
@@ -731,8 +1042,12 @@ int follower_serve(struct follower *f)
             continue;
         }
         if (c.kind == PROTO_SHUTDOWN) {
+            quiesce(f);
             rc = reply(f, &c, 0);
             proto_msg_free(&c);
+            /* process 0 is leaving: a step's answer it will not read (it
+             * gave this process up for lost) is given up, not waited for */
+            follower_stop(f);
             return rc;
         }
         rc = handle(f, &c);
@@ -754,6 +1069,7 @@ int follower_create(struct mpi_world *w, struct device *const *devices, const in
     if (!f)
         return err_set(ERR_NOMEM, "out of memory");
     f->w = w;
+    pthread_mutex_init(&f->lock, NULL);
     atomic_init(&f->stop, false);
     f->me = mpi_world_proc(w);
     f->ctl_tag = ctl_tag;
@@ -781,6 +1097,6 @@ void follower_destroy(struct follower *f)
     if (!f)
         return;
     stack_end(f);
-    free(f->stage);
+    pthread_mutex_destroy(&f->lock);
     free(f);
 }

@@ -3,20 +3,20 @@
  * them, in the order they come: registers a model's checkpoint (its own
  * copy, same path), loads its shards' blobs at the offsets rank 0's view of
  * each device chose (device_alloc_at; a LOAD names one shard or several, and
- * a shard is loaded once all its blobs are), opens a batch's execution contexts
+ * a shard is loaded once all its blobs are placed), opens a batch's execution contexts
  * (model_exec_init_at) with the TP groups and PP channels the command tags,
  * runs a step on every one of its shards at once (one compute thread per
  * device, model_forward_stage) and answers with the status and, from the
  * process holding TP rank 0 of the last stage, the logits.
  *
  * Threads: follower_serve runs on the caller's thread (receiving,
- * handling, answering); steps run on the devices' compute threads (a
- * core/workq each), and the caller waits for them.
- *
- * Not yet: a failure inside a step aborts this process's groups and
- * channels, but peers in other processes waiting in a collective with it
- * are not told (rank 0 will broadcast the abort); host copies of shards
- * (each load reads the checkpoint again). */
+ * handling, answering) and never waits for a load or a step: a LOAD's
+ * copies run on its shards' devices' loaders (a core/workq each), a STEP
+ * on their compute threads (one per device), each answered from there by
+ * its last job; a step waits blob by blob for a load still under way, so
+ * it computes while the rest loads. A BATCH_ABORT reaches a step in
+ * flight: its collectives and channels here are aborted, so a shard that
+ * waits for a peer that failed returns. */
 #ifndef SHARDSWAP_CLUSTER_FOLLOWER_H
 #define SHARDSWAP_CLUSTER_FOLLOWER_H
 

@@ -183,7 +183,8 @@ int cluster_job_stats(struct cluster_job *j, int proc, bool measure, int threads
                                        .host_budget = v[PROTO_STAT_HOST_BUDGET],
                                        .loads = v[PROTO_STAT_LOADS],
                                        .load_bytes = v[PROTO_STAT_LOAD_BYTES],
-                                       .disk_bytes = v[PROTO_STAT_DISK_BYTES]};
+                                       .disk_bytes = v[PROTO_STAT_DISK_BYTES],
+                                       .overlapped = v[PROTO_STAT_OVERLAPPED]};
     return 0;
 }
 

@@ -64,6 +64,7 @@ struct cluster_proc_stats {
     double memcpy_bps, stream_bps;
     double host_used, host_budget;
     double loads, load_bytes, disk_bytes;
+    double overlapped; /* its shards' steps begun before their load had ended */
 };
 int cluster_job_stats(struct cluster_job *j, int proc, bool measure, int threads, size_t bytes,
                       struct cluster_proc_stats *out);

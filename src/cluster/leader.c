@@ -297,8 +297,8 @@ static int check_cmd(struct leader *l, const struct proto_msg *cmd, bool step)
     pthread_mutex_unlock(&l->lock);
     if (shut)
         return err_set(ERR_INVALID, "leader: the followers were shut down already");
-    bool answer = cmd->kind == PROTO_REPLY || cmd->kind == PROTO_BLOB_READY ||
-                  cmd->kind == PROTO_STEP_DONE || cmd->kind == PROTO_STATS_DONE;
+    bool answer =
+        cmd->kind == PROTO_REPLY || cmd->kind == PROTO_STEP_DONE || cmd->kind == PROTO_STATS_DONE;
     if (step != (cmd->kind == PROTO_STEP) || cmd->kind == PROTO_SHUTDOWN || cmd->kind <= 0 ||
         cmd->kind >= PROTO_KIND_END || answer)
         return err_set(ERR_INVALID, "leader: %s is not a command for %s",
@@ -427,6 +427,24 @@ int leader_begin(struct leader *l, const int *to, int n, const struct proto_msg 
     }
     free(c);
     return rc;
+}
+
+bool leader_wait_failed(struct leader *l, struct leader_call *c)
+{
+    bool failed = false, all = false;
+    pthread_mutex_lock(&l->lock);
+    while (!failed && !all) {
+        all = true;
+        for (int i = 0; c->parts && i < c->n; i++) {
+            const struct pending *p = &c->parts[i];
+            all &= p->done;
+            failed |= p->done && (p->status < 0 || p->ans.status < 0);
+        }
+        if (!failed && !all)
+            pthread_cond_wait(&l->cond, &l->lock);
+    }
+    pthread_mutex_unlock(&l->lock);
+    return failed;
 }
 
 int leader_end(struct leader *l, struct leader_call *c, float *logits, size_t n, size_t *got)

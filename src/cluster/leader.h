@@ -75,6 +75,11 @@ struct leader_call;
 int leader_begin(struct leader *l, const int *to, int n, const struct proto_msg *cmd,
                  struct leader_call **out);
 int leader_end(struct leader *l, struct leader_call *c, float *logits, size_t n, size_t *got);
+/* Waits until every answer of c has come or one has failed (an error in
+ * it, or its process lost): true when one failed. c is still to be given
+ * to leader_end. For a STEP whose failure on one process leaves the others
+ * waiting in a collective with it until they are told (BATCH_ABORT). */
+bool leader_wait_failed(struct leader *l, struct leader_call *c);
 /* STATS to follower proc and its STATS_DONE's numbers into out[0..*n)
  * (at most max; proto.h's PROTO_STAT_* order). Errors as leader_call. */
 int leader_stats(struct leader *l, int proc, const struct proto_msg *cmd, double *out,

@@ -21,7 +21,7 @@ static const char *const kind_names[PROTO_KIND_END] = {
     [PROTO_STEP] = "STEP",
     [PROTO_SHUTDOWN] = "SHUTDOWN",
     [PROTO_REPLY] = "REPLY",
-    [PROTO_BLOB_READY] = "BLOB_READY",
+    [PROTO_BATCH_ABORT] = "BATCH_ABORT",
     [PROTO_DEVICES] = "DEVICES",
     [PROTO_END] = "END",
     [PROTO_STATS] = "STATS",
@@ -123,12 +123,9 @@ static void put_body(struct wire_out *w, const struct proto_msg *m)
         wire_put_i32(w, m->status);
         wire_put_str(w, m->message);
         break;
-    case PROTO_BLOB_READY:
-        wire_put_u32(w, m->model);
-        wire_put_u32(w, m->shard);
-        wire_put_u32(w, m->blob);
+    case PROTO_BATCH_ABORT:
+        wire_put_u64(w, m->batch);
         wire_put_i32(w, m->status);
-        wire_put_str(w, m->message);
         break;
     case PROTO_STEP_DONE:
         wire_put_u64(w, m->batch);
@@ -324,12 +321,9 @@ static void get_body(struct wire_in *r, struct proto_msg *m)
         m->status = wire_get_i32(r, "status");
         m->message = wire_get_str(r, PROTO_MAX_TEXT, "message");
         break;
-    case PROTO_BLOB_READY:
-        m->model = wire_get_u32(r, "model");
-        m->shard = wire_get_u32(r, "shard");
-        m->blob = wire_get_u32(r, "blob");
+    case PROTO_BATCH_ABORT:
+        m->batch = wire_get_u64(r, "batch");
         m->status = wire_get_i32(r, "status");
-        m->message = wire_get_str(r, PROTO_MAX_TEXT, "message");
         break;
     case PROTO_STEP_DONE:
         m->batch = wire_get_u64(r, "batch");

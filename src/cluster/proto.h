@@ -22,6 +22,10 @@
  *                i32s channel_tags ((pp - 1) * tp, stage-major)
  *   BATCH_CLEAR  u64 batch, u32 slot
  *   BATCH_CLOSE  u64 batch
+ *   BATCH_ABORT  u64 batch, i32 status: the batch's step in progress, if
+ *                any, stops (the receiver's ends of its collectives and
+ *                channels aborted with status, so a shard waiting on a
+ *                peer that failed returns); the batch runs no more steps
  *   STEP         u64 batch, u32 t_new, u8 flags (1: all positions,
  *                2: overlap), i32s ids (batch_size * t_new), u8s mask
  *                (the same count, or 0: every token real)
@@ -38,7 +42,6 @@
  *   STATS_DONE   i32 status, str message, u32 n, then n x f64: the
  *                receiver's numbers, PROTO_STAT_* order
  *   REPLY        i32 status (0 or an error code), str message
- *   BLOB_READY   u32 model, u32 shard, u32 blob, i32 status, str message
  *   STEP_DONE    u64 batch, i32 status, str message, f32s logits (only
  *                from the process holding TP rank 0 of the last stage)
  *
@@ -74,7 +77,7 @@ enum proto_kind {
     PROTO_STEP,
     PROTO_SHUTDOWN,
     PROTO_REPLY,
-    PROTO_BLOB_READY,
+    PROTO_BATCH_ABORT,
     PROTO_STEP_DONE,
     PROTO_DEVICES,
     PROTO_END,
@@ -106,6 +109,7 @@ enum proto_stat {
     PROTO_STAT_LOADS,      /* blobs loaded onto its devices */
     PROTO_STAT_LOAD_BYTES, /* their bytes */
     PROTO_STAT_DISK_BYTES, /* bytes read from its checkpoints */
+    PROTO_STAT_OVERLAPPED, /* shard steps begun while that shard was still loading */
     PROTO_STAT_END,
 };
 #define PROTO_STATS_MEASURE 1u
@@ -135,8 +139,7 @@ struct proto_msg {
     uint32_t n_ids;
     uint8_t *mask; /* STEP: (n_mask: n_ids or 0) */
     uint32_t n_mask;
-    int32_t status;       /* REPLY, BLOB_READY, STEP_DONE */
-    uint32_t shard, blob; /* BLOB_READY */
+    int32_t status;       /* REPLY, STEP_DONE, BATCH_ABORT (its reason) */
     float *logits;        /* STEP_DONE: (n_logits) */
     uint32_t n_logits;
     struct proto_device *devs; /* DEVICES: (n_devs) */

@@ -46,6 +46,9 @@ struct rbatch {
     int n_tags;
     int procs[PROTO_MAX_SHARDS]; /* its model's followers */
     int n_procs;
+    /* a step failed (BATCH_ABORT sent once): its tags are never given
+     * back, since messages on them may still be in flight */
+    bool aborted;
 };
 
 struct swap_remote_step {
@@ -202,26 +205,54 @@ static bool model_id(struct cluster_remote *r, const struct swap_model *m, uint3
     return found;
 }
 
-static int remote_load(void *ctx, const struct swap_model *m, const struct swap_shard *sh,
-                       const uint64_t *offsets)
+struct swap_remote_load {
+    const struct swap_model *model;
+    struct leader_call *call;
+};
+
+static int remote_load_send(void *ctx, const struct swap_model *m, const struct swap_shard *sh,
+                            const uint64_t *offsets, struct swap_remote_load **out)
 {
     struct cluster_remote *r = ctx;
+    *out = NULL;
     uint32_t id = 0;
     int rc = model_register(r, m, &id);
     if (rc < 0)
         return err_wrap(rc, "model %s", swap_model_name(m));
     const int nb = swap_shard_n_blobs(sh), index = shard_index(m, sh);
     struct proto_place *places = calloc((size_t)nb + 1, sizeof *places);
-    if (!places)
+    struct swap_remote_load *load = calloc(1, sizeof *load);
+    if (!places || !load) {
+        free(places);
+        free(load);
         return err_set(ERR_NOMEM, "out of memory");
+    }
     uint32_t k = 0;
     for (int b = 0; b < nb; b++)
         if (offsets[b] != UINT64_MAX)
             places[k++] = (struct proto_place){(uint32_t)index, (uint32_t)b, offsets[b]};
-    struct proto_msg load = {.kind = PROTO_LOAD, .model = id, .places = places, .n_places = k};
-    rc = leader_call(r->l, proc_of_shard(r, sh), &load);
+    struct proto_msg cmd = {.kind = PROTO_LOAD, .model = id, .places = places, .n_places = k};
+    int owner = proc_of_shard(r, sh);
+    rc = leader_begin(r->l, &owner, 1, &cmd, &load->call);
     free(places);
-    return rc < 0 ? err_wrap(rc, "model %s", swap_model_name(m)) : 0;
+    if (rc < 0) {
+        free(load);
+        return err_wrap(rc, "model %s", swap_model_name(m));
+    }
+    load->model = m;
+    *out = load;
+    return 0;
+}
+
+static int remote_load_wait(void *ctx, struct swap_remote_load *load)
+{
+    struct cluster_remote *r = ctx;
+    size_t none;
+    int rc = leader_end(r->l, load->call, NULL, 0, &none);
+    if (rc < 0)
+        err_wrap(rc, "model %s", swap_model_name(load->model));
+    free(load);
+    return rc;
 }
 
 static int remote_offload(void *ctx, const struct swap_model *m, const struct swap_shard *sh)
@@ -404,7 +435,8 @@ static void remote_batch_close(void *ctx, uint64_t id)
         fprintf(stderr, "shardswap: batch %llu: %s\n", (unsigned long long)id, err_msg());
     /* the close is in the order before any later open that takes them */
     pthread_mutex_lock(&r->lock);
-    tags_give(r, b->tags, b->n_tags);
+    if (!b->aborted)
+        tags_give(r, b->tags, b->n_tags);
     pthread_mutex_unlock(&r->lock);
     free(b);
 }
@@ -443,6 +475,23 @@ static int remote_step_send(void *ctx, uint64_t id, const int32_t *ids, const ui
     return 0;
 }
 
+static void remote_batch_abort(void *ctx, uint64_t id, int rc)
+{
+    struct cluster_remote *r = ctx;
+    pthread_mutex_lock(&r->lock);
+    struct rbatch *b = batch_find(r, id);
+    bool send = b && !b->aborted;
+    int procs[PROTO_MAX_SHARDS], n = b ? b->n_procs : 0;
+    if (send) {
+        b->aborted = true;
+        memcpy(procs, b->procs, sizeof(int) * (size_t)n);
+    }
+    pthread_mutex_unlock(&r->lock);
+    struct proto_msg abort = {.kind = PROTO_BATCH_ABORT, .batch = id, .status = rc};
+    if (send && leader_post(r->l, procs, n, &abort) < 0) /* a lost process needs no telling */
+        fprintf(stderr, "shardswap: batch %llu: %s\n", (unsigned long long)id, err_msg());
+}
+
 static int remote_step_wait(void *ctx, struct swap_remote_step *s, float *logits, size_t n,
                             size_t *got)
 {
@@ -455,6 +504,10 @@ static int remote_step_wait(void *ctx, struct swap_remote_step *s, float *logits
             snprintf(open_msg, sizeof open_msg, "%s", err_msg());
         s->b->open = NULL;
     }
+    /* a process that failed mid-step may leave the others waiting for it
+     * in a collective: they are told first, then every answer is awaited */
+    if (leader_wait_failed(r->l, s->call))
+        remote_batch_abort(r, s->b->id, ERR_CANCELLED);
     int rc = leader_end(r->l, s->call, logits, n, got);
     free(s);
     if (open_rc < 0)
@@ -484,14 +537,16 @@ int cluster_remote_create(struct mpi_world *w, struct leader *l, const int *proc
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->reg_lock, NULL);
     r->ops = (struct swap_remote){.ctx = r,
-                                  .load = remote_load,
+                                  .load_send = remote_load_send,
+                                  .load_wait = remote_load_wait,
                                   .offload = remote_offload,
                                   .forget = remote_forget,
                                   .batch_open = remote_batch_open,
                                   .batch_clear = remote_batch_clear,
                                   .batch_close = remote_batch_close,
                                   .step_send = remote_step_send,
-                                  .step_wait = remote_step_wait};
+                                  .step_wait = remote_step_wait,
+                                  .batch_abort = remote_batch_abort};
     *out = r;
     return 0;
 }

@@ -198,6 +198,8 @@ static void group_batch_abort(struct group_batch *gb, int rc)
     int none = 0;
     if (!atomic_compare_exchange_strong(&gb->failed, &none, rc))
         return;
+    if (gb->remote_open) /* the other processes' shards may wait on these */
+        gb->remote->batch_abort(gb->remote->ctx, gb->remote_id, rc);
     for (int s = 0; s < gb->pp; s++)
         if (gb->stage_group[s])
             comm_group_abort(gb->stage_group[s], rc);
@@ -389,10 +391,10 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
     struct shard_task *tasks = calloc((size_t)gb->n_shards, sizeof(*tasks));
     if (!tasks)
         return err_set(ERR_NOMEM, "out of memory for the tasks of a forward");
-    /* a remote shard's owner runs the step only once its LOAD is done: its
-     * loader sets every blob's event then, in order, so the last blob's
-     * says it (waited for here, before the order lock, while this
-     * process's shards may still overlap theirs) */
+    /* a remote shard's step must reach its owner after its LOAD: its
+     * loader here sets every blob's event once that has left (the owner
+     * then waits blob by blob), in order, so the last blob's says it
+     * (waited for here, before the order lock) */
     for (int i = 0; gb->placed && i < gb->n_shards; i++) {
         if (!gb->placed[i])
             continue;

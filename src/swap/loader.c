@@ -63,8 +63,11 @@ static int loader_host_copy(struct loader *l, struct swap_shard *sh, int b, uint
 }
 
 /* A remote shard's load: its owner reads and copies every blob at the
- * view's offsets (one call); then every blob's event is set. Nothing is
- * staged here. */
+ * view's offsets. Every blob's event is set once the command has left
+ * (swap/remote.h: a step sent from then on reaches the owner after it and
+ * waits there blob by blob), with the error when it could not be sent; a
+ * failure after that reaches the step from the owner. Nothing is staged
+ * here. */
 static int loader_load_remote(struct loader *l, struct swap_shard *sh)
 {
     const struct swap_remote *r = l->mgr->remote;
@@ -75,13 +78,16 @@ static int loader_load_remote(struct loader *l, struct swap_shard *sh)
         offsets[b] = sh->dev[b] ? dbuf_offset(sh->dev[b]) : UINT64_MAX;
         bytes += sh->dev[b] ? sh->layout.blob_bytes[b] : 0;
     }
+    struct swap_remote_load *sent = NULL;
     if (rc == 0)
-        rc = r->load(r->ctx, sh->model, sh, offsets);
+        rc = r->load_send(r->ctx, sh->model, sh, offsets, &sent);
     free(offsets);
-    if (rc < 0)
+    if (rc < 0) /* before the events: a forward that sees one failed reads it */
         snprintf(sh->load_error, sizeof(sh->load_error), "%s", err_msg());
-    for (int b = 0; b < nb; b++) /* in order: the last one set says all are */
+    for (int b = 0; b < nb; b++)
         device_event_signal(sh->ready[b], rc < 0 ? rc : 0);
+    if (rc == 0 && (rc = r->load_wait(r->ctx, sent)) < 0)
+        snprintf(sh->load_error, sizeof(sh->load_error), "%s", err_msg());
     /* the owner read its checkpoint and copied to its device */
     if (rc == 0)
         swap_count_bytes(l->mgr, bytes, bytes, 0);

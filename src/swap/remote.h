@@ -7,9 +7,10 @@
  * nothing under cluster/ is visible from here, so the manager and the
  * workers call through this table (docs/ARCHITECTURE.md: "Processes").
  *
- * Every call blocks until the owner answers, so none is made under the
- * manager's lock: loads and offloads run on the view's loader thread, the
- * batch calls on the thread of group_batch_create / group_forward. Errors
+ * Calls block until the owner answers (but load_send, step_send and
+ * batch_abort), so none is made under the manager's lock: loads and
+ * offloads run on the view's loader thread, the batch calls on the thread
+ * of group_batch_create / group_forward. Errors
  * come back with the owner's message ("process P: ..."); a lost process
  * fails every call naming it. */
 #ifndef SHARDSWAP_SWAP_REMOTE_H
@@ -25,19 +26,27 @@ struct model_exec_shape;
 struct comm_group;
 struct comm_channel;
 
-/* A step sent and not yet waited for (step_send, step_wait). */
+/* A load and a step sent and not yet waited for (load_send, load_wait;
+ * step_send, step_wait). */
+struct swap_remote_load;
 struct swap_remote_step;
 
 struct swap_remote {
     void *ctx;
-    /* Loads shard sh of model on its device's owner, blob b at offset
-     * offsets[b] of that device (UINT64_MAX for an empty blob); returns
-     * once every blob is there. The first call for a model registers it
-     * with every process first (name, checkpoint path, placement,
-     * precision: the model's as they are then, fixed from its first
-     * load). */
-    int (*load)(void *ctx, const struct swap_model *model, const struct swap_shard *sh,
-                const uint64_t *offsets);
+    /* Sends the load of shard sh of model to its device's owner, blob b at
+     * offset offsets[b] of that device (UINT64_MAX for an empty blob), and
+     * returns once the command has left, before the blobs are there: any
+     * step sent after it reaches the owner after it, and the owner's part
+     * of that step waits there blob by blob (so it computes while the rest
+     * loads). *out is given to load_wait exactly once. The first call for a
+     * model registers it with every process first (name, checkpoint path,
+     * placement, precision: the model's as they are then, fixed from its
+     * first load) and waits for that answer. */
+    int (*load_send)(void *ctx, const struct swap_model *model, const struct swap_shard *sh,
+                     const uint64_t *offsets, struct swap_remote_load **out);
+    /* Waits for that load's answer: 0 once every blob is there, or its error
+     * (the blobs stay placed until the offload that follows). Frees it. */
+    int (*load_wait)(void *ctx, struct swap_remote_load *load);
     /* The owner of sh's device lets sh's blobs go (device memory only: the
      * owner keeps no host copy, so the next load reads its checkpoint). */
     int (*offload)(void *ctx, const struct swap_model *model, const struct swap_shard *sh);
@@ -70,6 +79,11 @@ struct swap_remote {
                      int t_new, bool all_positions, bool overlap, struct swap_remote_step **out);
     int (*step_wait)(void *ctx, struct swap_remote_step *step, float *logits, size_t n,
                      size_t *got);
+    /* The batch's step in flight stops on every other process (their ends
+     * of its collectives and channels aborted with rc): for a shard here
+     * that failed mid-step, whose peers there wait for it. Never waits; any
+     * thread. The batch runs no more steps. */
+    void (*batch_abort)(void *ctx, uint64_t id, int rc);
 };
 
 #endif

@@ -7,6 +7,9 @@
  *   LOAD, give the single-process reference's logits within 1e-5 for the
  *   prefill and four decode steps; a step while one of two shards on one
  *   follower is not yet loaded comes back as that follower's error.
+ * abort: a step failing on one process while another waits for it in a
+ *   collective: BATCH_ABORT sets the waiting one free, every process
+ *   answers, and the model serves again in a fresh batch.
  * concurrent: two threads calling two followers (one follower with 2
  *   processes) each get the answers to their own commands.
  * errors: a follower's error comes back with its message; calls the leader
@@ -105,6 +108,8 @@ struct lshard {
     struct dbuf *ctx;
 };
 
+static uint32_t model_id; /* the last one registered */
+
 /* LOAD of shard i alone: its blobs placed on the view of its device. */
 static int load_shard(uint32_t id, struct lshard *s, int i, int device)
 {
@@ -120,6 +125,43 @@ static int load_shard(uint32_t id, struct lshard *s, int i, int device)
     return leader_call(lead, proc_of[device], &load);
 }
 
+/* One BATCH_OPEN of model id (shards sh on devices[]) for all: each
+ * follower takes its shards' places (contexts placed on the views, freed
+ * first when placed before), with fresh tags. */
+static int open_batch(uint32_t id, struct lshard *sh, const int *devices, int tp, int pp,
+                      uint64_t batch_id)
+{
+    static int next_tag = 100;
+    const int n = tp * pp;
+    struct model_exec_shape shape = {.batch = B, .max_len = T + STEPS, .max_rows = B * T};
+    struct proto_place places[N_DEV];
+    for (int i = 0; i < n; i++) {
+        device_free(sh[i].ctx);
+        size_t bytes = model_exec_bytes(sh[i].m, view[devices[i]], &shape);
+        CHECK(bytes > 0 && device_alloc(view[devices[i]], bytes, &sh[i].ctx) == 0);
+        places[i] = (struct proto_place){.shard = (uint32_t)i, .offset = dbuf_offset(sh[i].ctx)};
+    }
+    int32_t gtags[N_DEV], ctags[N_DEV];
+    for (int s = 0; s < pp; s++)
+        gtags[s] = tp > 1 ? next_tag++ : -1;
+    for (int i = 0; i < (pp - 1) * tp; i++)
+        ctags[i] = next_tag++;
+    struct proto_msg open = {.kind = PROTO_BATCH_OPEN,
+                             .batch = batch_id,
+                             .model = id,
+                             .batch_size = B,
+                             .max_len = T + STEPS,
+                             .max_tokens = B * T,
+                             .max_rows = B * T,
+                             .places = places,
+                             .n_places = (uint32_t)n,
+                             .group_tags = gtags,
+                             .n_group_tags = (uint32_t)pp,
+                             .channel_tags = ctags,
+                             .n_channel_tags = (uint32_t)((pp - 1) * tp)};
+    return leader_call_all(lead, &open);
+}
+
 /* The model at dir as tp x pp shards on devices[], through the leader.
  * early: every shard on one follower; a step before its last shard is
  * loaded must come back as that follower's error. */
@@ -131,8 +173,6 @@ static void run_layout(const char *name, const char *dir, int tp, int pp, const 
         return;
     const int V = ref.vocab, L = ref.layers, n = tp * pp;
     float *got = malloc(sizeof(float) * B * T * V);
-    static uint32_t model_id;
-    static int next_tag = 100;
     uint32_t id = ++model_id;
 
     struct lshard sh[N_DEV] = {0};
@@ -162,34 +202,9 @@ static void run_layout(const char *name, const char *dir, int tp, int pp, const 
         CHECK_MSG(load_shard(id, &sh[i], i, devices[i]) == 0, "%s: load shard %d: %s", name, i,
                   err_msg());
 
-    /* one BATCH_OPEN for all: each follower takes its shards' places */
-    struct model_exec_shape shape = {.batch = B, .max_len = T + STEPS, .max_rows = B * T};
-    struct proto_place places[N_DEV];
-    for (int i = 0; i < n; i++) {
-        size_t bytes = model_exec_bytes(sh[i].m, view[devices[i]], &shape);
-        CHECK(bytes > 0 && device_alloc(view[devices[i]], bytes, &sh[i].ctx) == 0);
-        places[i] = (struct proto_place){.shard = (uint32_t)i, .offset = dbuf_offset(sh[i].ctx)};
-    }
-    int32_t gtags[N_DEV], ctags[N_DEV];
-    for (int s = 0; s < pp; s++)
-        gtags[s] = tp > 1 ? next_tag++ : -1;
-    for (int i = 0; i < (pp - 1) * tp; i++)
-        ctags[i] = next_tag++;
     uint64_t batch_id = 1000 + id;
-    struct proto_msg open = {.kind = PROTO_BATCH_OPEN,
-                             .batch = batch_id,
-                             .model = id,
-                             .batch_size = B,
-                             .max_len = T + STEPS,
-                             .max_tokens = B * T,
-                             .max_rows = B * T,
-                             .places = places,
-                             .n_places = (uint32_t)n,
-                             .group_tags = gtags,
-                             .n_group_tags = (uint32_t)pp,
-                             .channel_tags = ctags,
-                             .n_channel_tags = (uint32_t)((pp - 1) * tp)};
-    CHECK_MSG(leader_call_all(lead, &open) == 0, "%s: batch open: %s", name, err_msg());
+    CHECK_MSG(open_batch(id, sh, devices, tp, pp, batch_id) == 0, "%s: batch open: %s", name,
+              err_msg());
 
     struct proto_msg prefill = {.kind = PROTO_STEP,
                                 .batch = batch_id,
@@ -267,6 +282,103 @@ TEST(models)
     /* two shards on follower 1: devices 0 and procs - 1 */
     const int one[2] = {0, procs - 1};
     run_layout("qwen2_bias_f32", FIXTURES "/qwen2_bias_f32", 2, 1, one, true);
+    lead_close();
+}
+
+/* ---- a step failing on one process while another waits for it ---- */
+
+/* TP 2 over devices 0 and 1 (with 3 processes, processes 1 and 2: the
+ * all-reduce crosses them), shard 0 not loaded: process 1 fails the step
+ * at once, and with 3 processes process 2's shard waits in the all-reduce
+ * for a part that never comes. leader_wait_failed says so, BATCH_ABORT
+ * sets process 2 free, every process answers (no hang: ctest's TIMEOUT is
+ * the guard), the first error is process 1's; then, loaded, a fresh batch
+ * of the same model gives the reference's logits. */
+TEST(abort)
+{
+    place_devices();
+    if (me != 0) {
+        follow();
+        return;
+    }
+    lead_open();
+    struct sharded_case ref;
+    const char *dir = FIXTURES "/llama_gqa_f32";
+    if (!sharded_case_open(dir, &ref)) {
+        lead_close();
+        return;
+    }
+    const int V = ref.vocab, devices[2] = {0, 1};
+    uint32_t id = ++model_id;
+    struct lshard sh[2] = {0};
+    for (int i = 0; i < 2; i++) {
+        struct model_shard spec = {.tp_rank = i, .tp_size = 2, .layer_end = ref.layers};
+        CHECK(model_shard_open(ref.cfg, ref.ck, &spec, &sh[i].m, &sh[i].layout) == 0);
+        sh[i].blobs = calloc((size_t)sh[i].layout.n_blobs, sizeof *sh[i].blobs);
+    }
+    int32_t devs[2] = {0, 1};
+    struct proto_msg reg = {.kind = PROTO_REGISTER,
+                            .model = id,
+                            .name = "abort",
+                            .path = (char *)dir,
+                            .tp = 2,
+                            .pp = 1,
+                            .devices = devs,
+                            .n_devices = 2,
+                            .compute = "f32"};
+    CHECK_MSG(leader_call_all(lead, &reg) == 0, "%s", err_msg());
+    CHECK_MSG(load_shard(id, &sh[1], 1, devices[1]) == 0, "%s", err_msg());
+    uint64_t batch_id = 5000 + id;
+    CHECK_MSG(open_batch(id, sh, devices, 2, 1, batch_id) == 0, "%s", err_msg());
+    struct proto_msg prefill = {.kind = PROTO_STEP,
+                                .batch = batch_id,
+                                .t_new = T,
+                                .flags = PROTO_STEP_ALL_POSITIONS,
+                                .ids = ref.ids,
+                                .n_ids = B * T,
+                                .mask = ref.mask,
+                                .n_mask = B * T};
+    float *got = malloc(sizeof(float) * B * T * V);
+    size_t n_got = 0;
+    struct leader_call *c = NULL;
+    CHECK_MSG(leader_begin(lead, NULL, 0, &prefill, &c) == 0, "%s", err_msg());
+    if (c) {
+        CHECK(leader_wait_failed(lead, c));
+        struct proto_msg abort = {
+            .kind = PROTO_BATCH_ABORT, .batch = batch_id, .status = ERR_CANCELLED};
+        CHECK_MSG(leader_post(lead, NULL, 0, &abort) == 0, "%s", err_msg());
+        int rc = leader_end(lead, c, got, (size_t)B * T * V, &n_got);
+        CHECK_MSG(rc == ERR_INVALID && strstr(err_msg(), "process 1") &&
+                      strstr(err_msg(), "shard 0 of model") && strstr(err_msg(), "not loaded"),
+                  "the step answered %d: %s", rc, err_msg());
+    }
+    struct proto_msg close = {.kind = PROTO_BATCH_CLOSE, .batch = batch_id};
+    CHECK_MSG(leader_call_all(lead, &close) == 0, "%s", err_msg());
+
+    /* loaded, a fresh batch serves */
+    CHECK_MSG(load_shard(id, &sh[0], 0, devices[0]) == 0, "%s", err_msg());
+    CHECK_MSG(open_batch(id, sh, devices, 2, 1, batch_id + 1) == 0, "%s", err_msg());
+    prefill.batch = batch_id + 1;
+    int rc = leader_step(lead, &prefill, got, (size_t)B * T * V, &n_got);
+    CHECK_MSG(rc == 0 && n_got == (size_t)B * T * V, "after the abort: %d: %s", rc, err_msg());
+    double e = rc == 0 ? test_rel_err(got, ref.pre, (size_t)B * T * V) : 1;
+    CHECK_MSG(e <= TOL, "after the abort: rel err %g", e);
+    close.batch = batch_id + 1;
+    CHECK_MSG(leader_call_all(lead, &close) == 0, "%s", err_msg());
+    struct proto_msg off = {.kind = PROTO_OFFLOAD, .model = id};
+    CHECK_MSG(leader_call_all(lead, &off) == 0, "%s", err_msg());
+    struct proto_msg unreg = {.kind = PROTO_UNREGISTER, .model = id};
+    CHECK_MSG(leader_call_all(lead, &unreg) == 0, "%s", err_msg());
+    for (int i = 0; i < 2; i++) {
+        device_free(sh[i].ctx);
+        for (int b = 0; b < sh[i].layout.n_blobs; b++)
+            device_free(sh[i].blobs[b]);
+        free(sh[i].blobs);
+        model_close(sh[i].m);
+        model_layout_free(&sh[i].layout);
+    }
+    free(got);
+    sharded_case_close(&ref);
     lead_close();
 }
 
