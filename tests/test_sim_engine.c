@@ -42,8 +42,7 @@
 #include "sim_setup.h"
 
 #define N 4
-static const char *names[N] = {"pre_ln_f32", "decoder_prefix_f32", "post_ln_proj",
-                               "no_final_ln"};
+static const char *names[N] = {"pre_ln_f32", "decoder_prefix_f32", "post_ln_proj", "no_final_ln"};
 
 /* the controls, per model, in the simulator's form and the engine's */
 static const double keep_alive[N] = {0.2, NAN, NAN, NAN};
@@ -253,8 +252,8 @@ static void rig_open(struct rig *g, struct oplog *log)
     }
     CHECK(swap_manager_create(g->devs, 2, &cfg, &g->mgr) == 0);
     CHECK(workers_create(g->mgr, &g->w) == 0);
-    struct engine_config ec = {.policy = "lru", .max_batch = MAX_BATCH,
-                               .on_sched_op = engine_op, .sched_op_ctx = log};
+    struct engine_config ec = {
+        .policy = "lru", .max_batch = MAX_BATCH, .on_sched_op = engine_op, .sched_op_ctx = log};
     CHECK(engine_create(g->mgr, g->w, &ec, &g->e) == 0);
     for (int m = 0; m < N; m++) {
         snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, names[m]);
@@ -282,10 +281,14 @@ static void rig_close(struct rig *g)
 static void submit(struct rig *g, int m, struct job *j)
 {
     const struct expect *x = &g->x[m][0];
-    struct engine_request_params p = {
-        .model = m, .prompt = x->prompt, .n_prompt = x->n_prompt, .max_tokens = 1,
-        .sampling = {.temperature = 0, .top_p = 1, .seed = 1},
-        .on_token = on_token, .on_done = on_done, .ctx = j};
+    struct engine_request_params p = {.model = m,
+                                      .prompt = x->prompt,
+                                      .n_prompt = x->n_prompt,
+                                      .max_tokens = 1,
+                                      .sampling = {.temperature = 0, .top_p = 1, .seed = 1},
+                                      .on_token = on_token,
+                                      .on_done = on_done,
+                                      .ctx = j};
     CHECK_MSG(engine_submit(g->e, &p, NULL) == 0, "%s", err_msg());
 }
 

@@ -32,8 +32,8 @@ static int item_parse(const char *flag, enum kind kind, const char *item, int k,
             ((int *)dst)[k] = (int)v;
             return 0;
         }
-        return err_set(ERR_INVALID, "--%s: \"%.64s\" is not an integer from %d to %d", flag,
-                       item, -ENGINE_PRIORITY_MAX, ENGINE_PRIORITY_MAX);
+        return err_set(ERR_INVALID, "--%s: \"%.64s\" is not an integer from %d to %d", flag, item,
+                       -ENGINE_PRIORITY_MAX, ENGINE_PRIORITY_MAX);
     } else {
         what = kind == KEEP_ALIVE ? "seconds >= 0, or -1 (forever)" : "seconds >= 0 (0: none)";
         double v = blank ? NAN : strtod(item, &end);
@@ -58,11 +58,15 @@ static int list_parse(const char *flag, enum kind kind, const char *text, int n,
     for (const char *p = buf; *p; p++)
         count += *p == ',';
     if (count > 1 && !lists_ok)
-        return err_set(ERR_INVALID, "--%s %.64s: one value only here (the configs' model counts "
-                                    "differ)", flag, text);
+        return err_set(ERR_INVALID,
+                       "--%s %.64s: one value only here (the configs' model counts "
+                       "differ)",
+                       flag, text);
     if (count > 1 && count != n)
-        return err_set(ERR_INVALID, "--%s %.64s: %d values for %d models (expected one value, "
-                                    "or one per model)", flag, text, count, n);
+        return err_set(ERR_INVALID,
+                       "--%s %.64s: %d values for %d models (expected one value, "
+                       "or one per model)",
+                       flag, text, count, n);
     char *item = buf;
     for (int k = 0; k < count; k++) {
         char *comma = strchr(item, ',');
