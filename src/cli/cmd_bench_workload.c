@@ -14,6 +14,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_cache.h"
+#include "cli/sim_controls.h"
 #include "cluster/job.h"
 #include "core/error.h"
 #include "core/jsonout.h"
@@ -91,16 +92,42 @@ static json_t *sim_policy_json(const char *policy, const struct simulate_summary
     return o;
 }
 
+/* The per-model controls given (sim_controls.h), as the flags said them:
+ * one header line, nothing when none is given. */
+static void controls_print(const struct sim_controls_flags *f)
+{
+    if (!sim_controls_any(f))
+        return;
+    const char *v[5] = {f->keep_alive, f->priority, f->max_queue_wait, f->min_resident, f->pinned};
+    const char *k[5] = {"keep_alive", "priority", "max_queue_wait", "min_resident", "pinned"};
+    printf("per-model controls (one value: every model's):");
+    for (int i = 0; i < 5; i++)
+        if (v[i])
+            printf(" %s %s", k[i], v[i]);
+    printf("\n");
+}
+
+/* The same as a JSON object of the flags' texts (null when not given). */
+static json_t *controls_json(const struct sim_controls_flags *f)
+{
+    return json_pack("{s:o, s:o, s:o, s:o, s:o}", "keep_alive", jsonout_string(f->keep_alive),
+                     "priority", jsonout_string(f->priority), "max_queue_wait",
+                     jsonout_string(f->max_queue_wait), "min_resident",
+                     jsonout_string(f->min_resident), "pinned", jsonout_string(f->pinned));
+}
+
 /* --simulate: the policies on a simulated clock (workload/simulate.h), with
  * the costs measured on rig first; one config (one, named label) or, with
  * all, Computron's 19, each of whose models has the shape of rig's model 0. */
 static int simulate(const struct replay_rig *rig, const struct workload_config *one,
                     const char *label, bool all, const char **policies, int n_pol, uint64_t seed,
-                    int seeds, double duration, double slo, bool json)
+                    int seeds, double duration, double slo, const struct sim_controls_flags *cf,
+                    const struct sim_controls *ctl, bool json)
 {
     double link = rig->link_gbps;
     struct sim_config costs;
     memset(&costs, 0, sizeof(costs));
+    sim_controls_apply(ctl, &costs); /* every config's simulation copies costs */
     int max_batch = all ? 32 : one->max_batch;
     if (max_batch > SIM_MAX_BATCH)
         return err_set(ERR_INVALID, "--simulate models batches of up to %d", SIM_MAX_BATCH);
@@ -126,6 +153,7 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
                costs.batch_s[max_batch] * 1e3, seeds, duration, policies[0]);
         print_procs(rig);
         printf("\n");
+        controls_print(cf);
         if (one->chat)
             printf("chat: prefill %.3f ms per prompt token beyond %d, decode step of 1 %.1f ms, "
                    "of %d %.1f ms; token SLO TTFT <= %g s, TPOT <= %g s\n",
@@ -187,10 +215,11 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
         json_decref(configs);
         return rc;
     }
-    json_t *top = json_pack("{s:b, s:i, s:o, s:o, s:o, s:o, s:o}", "simulated", 1, "seeds", seeds,
-                            "duration_s", jsonout_real(duration, 6), "link_gb_s",
+    json_t *top = json_pack("{s:b, s:i, s:o, s:o, s:o, s:o, s:o, s:o}", "simulated", 1, "seeds",
+                            seeds, "duration_s", jsonout_real(duration, 6), "link_gb_s",
                             jsonout_real(link, 6), "load_s", jsonout_real(costs.load_s, 6),
-                            "batch_s", batch_s, "configs", configs);
+                            "batch_s", batch_s, "configs", configs, "controls",
+                            controls_json(cf));
     if (top && procs_json_set(top, rig) != 0) {
         json_decref(top);
         top = NULL;
@@ -323,6 +352,7 @@ int bench_workload(int argc, char **argv)
     uint64_t seed = 1;
     bool json = false, simulated = false;
     int seeds = 20;
+    struct sim_controls_flags cf = {0};
     struct flag flags[] = {
         FLAG("config", FLAG_STR, &config_s, "computron:K|chat:M:R[:CV[:ZIPF]]|round-robin|custom",
              "Computron's config K (0..18), chat traffic (M models with Zipf(ZIPF, default 1) "
@@ -394,6 +424,25 @@ int bench_workload(int argc, char **argv)
              "measured here first, over --seeds arrival seeds; --config computron:all runs all 19"),
         FLAG_RANGE("seeds", FLAG_INT, &seeds, "N",
                    "--simulate: arrival seeds per config (default 20)", 1, 10000, "1..10000"),
+        FLAG("keep-alive", FLAG_STR, &cf.keep_alive, "S|S1,S2,...",
+             "--simulate: seconds a model stays on its devices once idle, from the end of its "
+             "last batch (0: it leaves at once; -1: forever); one value for every model or one "
+             "per model (default: the policy's own, lru 300 s, the others forever; computron "
+             "and fifo never unload)"),
+        FLAG("priority", FLAG_STR, &cf.priority, "P|P1,P2,...",
+             "--simulate: when several models wait, the higher one's load and batches go first "
+             "(-1000..1000, default 0; swapwise, lru and clairvoyant)"),
+        FLAG("max-queue-wait", FLAG_STR, &cf.max_queue_wait, "S|S1,S2,...",
+             "--simulate: seconds after which a model's oldest waiting request puts it before "
+             "every model whose requests have not waited that long (0: no bound, the default; "
+             "swapwise, lru and clairvoyant)"),
+        FLAG("min-resident", FLAG_STR, &cf.min_resident, "S|S1,S2,...",
+             "--simulate: seconds after a load during which the model is a victim only when no "
+             "other model can make the room (0: none, the default; swapwise, lru and "
+             "clairvoyant)"),
+        FLAG("pinned", FLAG_STR, &cf.pinned, "true|false|B1,B2,...",
+             "--simulate: a pinned model is loaded on demand and never a victim (default "
+             "false)"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of tables"),
     };
     int rc = args_parse("bench workload",
@@ -414,7 +463,12 @@ int bench_workload(int argc, char **argv)
                         "With --simulate, replays on a simulated clock instead (engine/sim.h: "
                         "the same policy code, loads and batches taking the times measured here "
                         "first), averaged over --seeds arrival sequences; copies competing with "
-                        "compute are not modelled, so use it with --link-gbps. Under mpirun "
+                        "compute are not modelled, so use it with --link-gbps. The simulated "
+                        "models take the server's per-model controls (models[].keep_alive, "
+                        "priority, max_queue_wait, min_resident, pinned in its YAML) as "
+                        "--keep-alive, --priority, --max-queue-wait, --min-resident and "
+                        "--pinned, each one value for every model or a comma list of one per "
+                        "model (model 0 first; computron:all takes one value). Under mpirun "
                         "(mpirun -n P shardswap bench workload ...) the devices are spread over "
                         "the processes: device d on process d % P, or as --devices lists them "
                         "(P/cpu:0); each process reads the models from the same --cache path "
@@ -524,6 +578,15 @@ int bench_workload(int argc, char **argv)
                                                 : "--seeds must be >= 1");
         goto out;
     }
+    struct sim_controls ctl;
+    if (sim_controls_any(&cf) && !simulated) {
+        rc = err_set(ERR_INVALID, "--keep-alive, --priority, --max-queue-wait, --min-resident "
+                                  "and --pinned need --simulate (a server takes them in its "
+                                  "YAML)");
+        goto bad_flag;
+    }
+    if ((rc = sim_controls_parse(&cf, c.n_models, !all, &ctl)) < 0)
+        goto bad_flag;
     if (all) /* one model measures the costs; every config's models have its shape */
         c.n_models = 1;
     /* --simulate measures on model 0 only: every simulated model has its shape */
@@ -560,7 +623,8 @@ int bench_workload(int argc, char **argv)
     if (slo <= 0)
         slo = slo_scale * (float)warm;
     if (simulated) {
-        rc = simulate(&rig, &c, config_s, all, policies, n_pol, seed, seeds, duration, slo, json);
+        rc = simulate(&rig, &c, config_s, all, policies, n_pol, seed, seeds, duration, slo, &cf,
+                      &ctl, json);
         goto out;
     }
     for (int p = 0; p < n_pol; p++) {

@@ -56,10 +56,19 @@ int engine_create(struct swap_manager *mgr, struct workers *w, const struct engi
     return 0;
 }
 
+/* A model's runner holds a batch (lock held). */
+static bool any_running(const struct engine *e)
+{
+    for (int id = 0; id < e->n_ids; id++)
+        if (e->models[id] && e->models[id]->running)
+            return true;
+    return false;
+}
+
 void engine_drain(struct engine *e)
 {
     pthread_mutex_lock(&e->lock);
-    while (e->outstanding > 0)
+    while (e->outstanding > 0 || any_running(e))
         pthread_cond_wait(&e->idle, &e->lock);
     pthread_mutex_unlock(&e->lock);
 }

@@ -59,6 +59,7 @@
 struct engine;
 struct engine_req; /* a request handle (opaque) */
 struct engine_model_stats; /* below */
+struct sched_carried;      /* engine/sched.h */
 
 struct engine_config {
     const char *policy;   /* sched_policy_find() name; NULL = the default */
@@ -73,13 +74,22 @@ struct engine_config {
      * stay on its devices waits for an unpin (true), or fails at once with
      * ERR_BUSY saying so (false: what a server wants, an answer) */
     bool wait_for_unpin;
+    /* optional: told of each operation the policy's actions carried out
+     * (sched.h's sched_carried: a batch, a load, an offload and why), its
+     * model the engine's id. On the scheduler thread under the engine lock:
+     * it must not block or call into the engine. For a trace, or a test
+     * holding the engine's decisions against the simulator's. */
+    void (*on_sched_op)(void *ctx, const struct sched_carried *op);
+    void *sched_op_ctx;
 };
 
 /* mgr and w stay the caller's and must outlive the engine. Starts the
  * scheduler thread. */
 int engine_create(struct swap_manager *mgr, struct workers *w, const struct engine_config *cfg,
                   struct engine **out);
-/* Waits until every submitted request has completed (on_done returned). */
+/* Waits until every submitted request has completed (on_done returned) and
+ * no batch is in flight (a batch ends just after its last request's
+ * on_done: its model is then idle, and a keep-alive counts from there). */
 void engine_drain(struct engine *e);
 /* Drains, then stops the threads and frees the engine. NULL-safe. Nothing
  * else may be called on e meanwhile. */

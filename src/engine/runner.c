@@ -335,6 +335,7 @@ void *runner_main(void *arg)
             mem_wait_clear(e); /* its batch's memory is free again */
         pthread_cond_signal(&e->wake);
         pthread_cond_broadcast(&e->admin);
+        pthread_cond_broadcast(&e->idle); /* engine_drain waits for the batch's end too */
     }
     pthread_mutex_unlock(&e->lock);
     free(first);

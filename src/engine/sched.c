@@ -614,6 +614,17 @@ bool sched_batch_joins(bool same_params_only, int taken, int max, bool same_as_f
     return taken < max && (!same_params_only || taken == 0 || same_as_first);
 }
 
+/* ops->offload of model, told to ops->carried when it succeeds. */
+static bool act_offload(const struct sched_exec_ops *ops, void *ctx, int model, bool idle)
+{
+    bool defer = ops->running(ctx, model);
+    bool ok = ops->offload(ctx, model, defer);
+    if (ok && ops->carried)
+        ops->carried(ctx, &(struct sched_carried){.op = SCHED_OP_OFFLOAD, .model = model,
+                                                  .idle = idle, .deferred = defer});
+    return ok;
+}
+
 bool sched_act(const struct sched_exec_ops *ops, void *ctx, const struct sched_view *v,
                const struct sched_action *a)
 {
@@ -622,17 +633,24 @@ bool sched_act(const struct sched_exec_ops *ops, void *ctx, const struct sched_v
         return false;
     }
     assert(a->model >= 0 && a->model < v->n_models);
-    if (a->kind == SCHED_SERVE)
-        return !ops->running(ctx, a->model) && ops->serve(ctx, a->model);
-    if (a->kind == SCHED_UNLOAD)
-        return ops->offload(ctx, a->model, ops->running(ctx, a->model));
-    assert(a->kind == SCHED_LOAD && a->n_victims >= 0 && a->n_victims <= SCHED_MAX_VICTIMS);
-    for (int k = 0; k < a->n_victims; k++) {
-        int victim = a->victims[k];
-        assert(victim >= 0 && victim < v->n_models);
-        ops->offload(ctx, victim, ops->running(ctx, victim));
+    bool ok;
+    if (a->kind == SCHED_SERVE) {
+        ok = !ops->running(ctx, a->model) && ops->serve(ctx, a->model);
+    } else if (a->kind == SCHED_UNLOAD) {
+        return act_offload(ops, ctx, a->model, true);
+    } else {
+        assert(a->kind == SCHED_LOAD && a->n_victims >= 0 && a->n_victims <= SCHED_MAX_VICTIMS);
+        for (int k = 0; k < a->n_victims; k++) {
+            assert(a->victims[k] >= 0 && a->victims[k] < v->n_models);
+            act_offload(ops, ctx, a->victims[k], false);
+        }
+        ok = ops->load(ctx, a->model);
     }
-    return ops->load(ctx, a->model);
+    if (ok && ops->carried)
+        ops->carried(ctx, &(struct sched_carried){
+                              .op = a->kind == SCHED_SERVE ? SCHED_OP_SERVE : SCHED_OP_LOAD,
+                              .model = a->model});
+    return ok;
 }
 
 int sched_defrag_victim(const struct sched_view *v, int incoming, int device)

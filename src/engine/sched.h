@@ -123,8 +123,20 @@ const char *sched_policy_default(void);
  * batch's first request (not read when taken is 0). */
 bool sched_batch_joins(bool same_params_only, int taken, int max, bool same_as_first);
 
+/* One operation an executor carried out for an action (sched_act): a batch
+ * dispatched, a load started, or a model sent off its devices, as the victim
+ * of a load (SCHED_LOAD: reason evicted) or by a keep-alive (SCHED_UNLOAD:
+ * reason idle); deferred: it leaves at the end of its batch in flight. */
+enum sched_op { SCHED_OP_SERVE, SCHED_OP_LOAD, SCHED_OP_OFFLOAD };
+struct sched_carried {
+    enum sched_op op;
+    int model; /* the view's index */
+    bool idle; /* SCHED_OP_OFFLOAD: a keep-alive's unload (else an eviction) */
+    bool deferred;
+};
+
 /* What carries out actions: the engine (engine.c, under its lock) and the
- * simulator (sim.c, on its clock). Every slot is required; each acts on the
+ * simulator (sim.c, on its clock). Every slot but carried is required; each acts on the
  * executor's live state, which may have moved on since the view decide()
  * saw (an earlier action of the same answer may have started a batch).
  * Models are view indices. */
@@ -143,13 +155,17 @@ struct sched_exec_ops {
     bool (*load)(void *ctx, int model);
     /* decide again at `at` even if nothing else happens by then */
     void (*wake)(void *ctx, double at);
+    /* optional: told of each operation above that succeeded, as sched_act
+     * carried it out (a trace, a test comparing executors) */
+    void (*carried)(void *ctx, const struct sched_carried *c);
 };
 
 /* Carries out one of the actions decide() returned for view v: SCHED_WAKE
  * asks for a wake-up; SCHED_SERVE dispatches a batch unless one is in flight;
  * SCHED_LOAD offloads each victim (deferred to the end of its batch when one
  * is in flight), then starts the load; SCHED_UNLOAD offloads the model
- * (deferred likewise). True when something was started,
+ * (deferred likewise). Each operation that succeeds is told to ops->carried
+ * when there is one, in the order carried out. True when something was started,
  * false when the action could not happen now (and for SCHED_WAKE): the
  * caller decides again after its next event. The one place these semantics
  * live; the engine and the simulator differ only in their ops. */

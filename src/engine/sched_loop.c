@@ -223,12 +223,24 @@ static void exec_wake(void *ctx, double at)
     x->e->wake_at = at < x->e->wake_at ? at : x->e->wake_at;
 }
 
+/* The config's on_sched_op, with the model's id for its view index. */
+static void exec_carried(void *ctx, const struct sched_carried *c)
+{
+    struct exec *x = ctx;
+    if (!x->e->cfg.on_sched_op)
+        return;
+    struct sched_carried op = *c;
+    op.model = x->map[c->model]->id;
+    x->e->cfg.on_sched_op(x->e->cfg.sched_op_ctx, &op);
+}
+
 static const struct sched_exec_ops exec_ops = {
     .running = exec_running,
     .serve = exec_serve,
     .offload = exec_offload,
     .load = exec_load,
     .wake = exec_wake,
+    .carried = exec_carried,
 };
 
 /* Carries out the admin loads and unloads asked for (lock held). */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "engine/engine.h"
 
 struct smodel {
     size_t *queue; /* request indices, FIFO */
@@ -62,7 +63,12 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
         sm[i].loaded_at = m->loaded_at;
         sm[i].idle_since = m->idle_since > m->loaded_at ? m->idle_since : m->loaded_at;
         sm[i].next_arrival = m->upcoming < s->n ? s->reqs[m->upcoming].arrival : INFINITY;
-        sm[i].keep_alive = NAN; /* the policy's own */
+        /* the controls, as the engine's view_build gives a model's */
+        sm[i].keep_alive = c->keep_alive ? c->keep_alive[i] : NAN;
+        sm[i].priority = c->priority ? c->priority[i] : 0;
+        sm[i].max_queue_wait = c->max_queue_wait ? c->max_queue_wait[i] : 0;
+        sm[i].min_resident = c->min_resident ? c->min_resident[i] : 0;
+        sm[i].pinned = c->pinned && c->pinned[i];
         sm[i].arrivals = m->arrivals;
         if (m->tail > m->head) {
             size_t q = m->tail - m->head;
@@ -223,12 +229,20 @@ static void exec_wake(void *ctx, double at)
         s->wake_at = at;
 }
 
+static void exec_carried(void *ctx, const struct sched_carried *op)
+{
+    struct sim *s = ctx;
+    if (s->c->on_op)
+        s->c->on_op(s->c->on_op_ctx, s->now, op);
+}
+
 static const struct sched_exec_ops exec_ops = {
     .running = exec_running,
     .serve = exec_serve,
     .offload = exec_offload,
     .load = exec_load,
     .wake = exec_wake,
+    .carried = exec_carried,
 };
 
 /* sched_act, traced: "t serve|load|unload model [-victim...] [batch b] |
@@ -255,6 +269,44 @@ static bool act(struct sim *s, const struct sched_view *v, const struct sched_ac
     return ok;
 }
 
+/* The controls in their ranges (engine_set_*'s), and room on every device
+ * for each model beside the pinned ones. */
+static int controls_check(const struct sim_config *c)
+{
+    uint64_t pinned[SCHED_MAX_DEVICES] = {0};
+    for (int i = 0; i < c->n_models; i++) {
+        double ka = c->keep_alive ? c->keep_alive[i] : NAN;
+        int pr = c->priority ? c->priority[i] : 0;
+        double qw = c->max_queue_wait ? c->max_queue_wait[i] : 0;
+        double mr = c->min_resident ? c->min_resident[i] : 0;
+        if (!(isnan(ka) || ka >= 0))
+            return err_set(ERR_INVALID, "model %d: keep_alive %g: expected seconds >= 0, "
+                                        "INFINITY (never) or NAN (the policy's)", i, ka);
+        if (pr < -ENGINE_PRIORITY_MAX || pr > ENGINE_PRIORITY_MAX)
+            return err_set(ERR_INVALID, "model %d: priority %d: expected %d..%d", i, pr,
+                           -ENGINE_PRIORITY_MAX, ENGINE_PRIORITY_MAX);
+        if (!(qw >= 0) || !isfinite(qw))
+            return err_set(ERR_INVALID, "model %d: max_queue_wait %g: expected seconds >= 0 "
+                                        "(0: no bound)", i, qw);
+        if (!(mr >= 0) || !isfinite(mr))
+            return err_set(ERR_INVALID, "model %d: min_resident %g: expected seconds >= 0 "
+                                        "(0: none)", i, mr);
+        for (int d = 0; c->pinned && c->pinned[i] && d < c->n_devices; d++)
+            pinned[d] += c->bytes[(size_t)i * c->n_devices + d];
+    }
+    for (int i = 0; i < c->n_models; i++)
+        for (int d = 0; d < c->n_devices; d++) {
+            uint64_t b = c->bytes[(size_t)i * c->n_devices + d];
+            uint64_t beside = pinned[d] - (c->pinned && c->pinned[i] ? b : 0);
+            if (b > 0 && (b > c->budget[d] || beside > c->budget[d] - b))
+                return err_set(ERR_INVALID, "model %d never fits device %d beside the pinned "
+                                            "models: it needs %llu bytes, they hold %llu of "
+                                            "%llu (pin fewer)", i, d, (unsigned long long)b,
+                               (unsigned long long)beside, (unsigned long long)c->budget[d]);
+        }
+    return 0;
+}
+
 int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, struct sim_stats *st)
 {
     if (c->n_models < 1 || c->n_models > SCHED_MAX_MODELS || c->n_devices < 1 ||
@@ -268,6 +320,9 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
             (i > 0 && reqs[i].arrival < reqs[i - 1].arrival))
             return err_set(ERR_INVALID, "simulated request %zu: model %d of %d, arrivals must be "
                                         "sorted", i, reqs[i].model, c->n_models);
+    int crc = controls_check(c);
+    if (crc < 0)
+        return crc;
     memset(st, 0, sizeof(*st));
     struct sim s = {.c = c, .reqs = reqs, .n = n, .st = st};
     s.m = calloc((size_t)c->n_models, sizeof(*s.m));

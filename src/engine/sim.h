@@ -54,7 +54,25 @@ struct sim_config {
     double prefill_token_s;
     double step_s[SIM_MAX_BATCH + 1];
     bool overlap_loads;
+    /* Per-model controls, each NULL (every model the default) or an array
+     * of n_models, given to the policy as the engine gives the values of
+     * engine_set_keep_alive, engine_set_priority, engine_set_min_resident
+     * and engine_pin_model (sched.h's sched_model says what each means):
+     * keep_alive seconds idle, from the end of the model's last batch (or
+     * its load), before it is unloaded (NAN: the policy's own; INFINITY:
+     * never; default NAN); priority -ENGINE_PRIORITY_MAX..ENGINE_PRIORITY_MAX
+     * (default 0); max_queue_wait seconds (0: no bound); min_resident
+     * seconds from a load (0: none); pinned: never a victim. */
+    const double *keep_alive;
+    const int *priority;
+    const double *max_queue_wait;
+    const double *min_resident;
+    const bool *pinned;
     FILE *trace;            /* non-NULL: one line per action carried out */
+    /* optional: told of each operation carried out (sched_act's carried),
+     * at simulated time now; model is the request's model index */
+    void (*on_op)(void *ctx, double now, const struct sched_carried *op);
+    void *on_op_ctx;
 };
 
 struct sim_request {
@@ -77,7 +95,10 @@ struct sim_stats {
 };
 
 /* Runs every request to completion (they all complete: a policy that leaves
- * work waiting with nothing in progress is an ERR_INVALID naming the policy and the time). */
+ * work waiting with nothing in progress is an ERR_INVALID naming the policy
+ * and the time). A control out of its range, or pinned models that leave
+ * another model no room on some device, is an ERR_INVALID naming the model
+ * and the control. */
 int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, struct sim_stats *st);
 
 #endif
