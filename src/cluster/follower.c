@@ -693,6 +693,7 @@ static void step_answer(struct follower *f, struct fbatch *b)
                              .n_logits = rc == 0 && b->logits ? b->step.n_logits : 0};
     struct strbuf enc = {0};
     int erc = proto_encode(&done, &enc);
+    const unsigned long long id = b->id; /* b is the command thread's once not busy */
     free(b->logits);
     b->logits = NULL;
     proto_msg_free(&b->step);
@@ -705,8 +706,7 @@ static void step_answer(struct follower *f, struct fbatch *b)
     if (erc != ERR_CANCELLED)
         strbuf_free(&enc);
     if (erc < 0)
-        fprintf(stderr, "shardswap: process %d: batch %llu: %s\n", f->me, (unsigned long long)b->id,
-                err_msg());
+        fprintf(stderr, "shardswap: process %d: batch %llu: %s\n", f->me, id, err_msg());
 }
 
 /* One shard's part of a step, on its device's compute thread: with

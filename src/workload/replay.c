@@ -98,9 +98,8 @@ static int rig_proc(const struct replay_rig *rig, int d)
 }
 
 /* Whether the engine runs a model's batch while its load is arriving: with
- * copies that take no compute (a GPU's copy engines, an emulated link).
- * Under mpirun the step waits for other processes' shards to be all there
- * (group_forward), while this process's overlap. */
+ * copies that take no compute (a GPU's copy engines, an emulated link), on
+ * every process (a follower's step waits blob by blob too). */
 static bool rig_overlap_loads(const struct replay_rig *rig)
 {
     const bool cuda = rig->device_kind && strcmp(rig->device_kind, "cuda") == 0;
