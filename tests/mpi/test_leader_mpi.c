@@ -125,6 +125,38 @@ static int load_shard(uint32_t id, struct lshard *s, int i, int device)
     return leader_call(lead, proc_of[device], &load);
 }
 
+/* The tp x pp shards of ref's model, with room for their placements. */
+static void shards_open(const struct sharded_case *ref, struct lshard *sh, int tp, int pp)
+{
+    const int L = ref->layers;
+    for (int i = 0; i < tp * pp; i++) {
+        struct model_shard spec = {.tp_rank = i % tp,
+                                   .tp_size = tp,
+                                   .layer_begin = L * (i / tp) / pp,
+                                   .layer_end = L * (i / tp + 1) / pp};
+        CHECK(model_shard_open(ref->cfg, ref->ck, &spec, &sh[i].m, &sh[i].layout) == 0);
+        sh[i].blobs = calloc((size_t)sh[i].layout.n_blobs, sizeof *sh[i].blobs);
+    }
+}
+
+/* Model id offloaded and forgotten everywhere (its batches closed), its n
+ * shards and their placements on the views freed. */
+static void model_end(uint32_t id, struct lshard *sh, int n)
+{
+    struct proto_msg off = {.kind = PROTO_OFFLOAD, .model = id};
+    CHECK_MSG(leader_call_all(lead, &off) == 0, "%s", err_msg());
+    struct proto_msg unreg = {.kind = PROTO_UNREGISTER, .model = id};
+    CHECK_MSG(leader_call_all(lead, &unreg) == 0, "%s", err_msg());
+    for (int i = 0; i < n; i++) {
+        device_free(sh[i].ctx);
+        for (int b = 0; b < sh[i].layout.n_blobs; b++)
+            device_free(sh[i].blobs[b]);
+        free(sh[i].blobs);
+        model_close(sh[i].m);
+        model_layout_free(&sh[i].layout);
+    }
+}
+
 /* One BATCH_OPEN of model id (shards sh on devices[]) for all: each
  * follower takes its shards' places (contexts placed on the views, freed
  * first when placed before), with fresh tags. */
@@ -171,21 +203,15 @@ static void run_layout(const char *name, const char *dir, int tp, int pp, const 
     struct sharded_case ref;
     if (!sharded_case_open(dir, &ref))
         return;
-    const int V = ref.vocab, L = ref.layers, n = tp * pp;
+    const int V = ref.vocab, n = tp * pp;
     float *got = malloc(sizeof(float) * B * T * V);
     uint32_t id = ++model_id;
 
     struct lshard sh[N_DEV] = {0};
     int32_t devs[N_DEV];
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         devs[i] = devices[i];
-        struct model_shard spec = {.tp_rank = i % tp,
-                                   .tp_size = tp,
-                                   .layer_begin = L * (i / tp) / pp,
-                                   .layer_end = L * (i / tp + 1) / pp};
-        CHECK(model_shard_open(ref.cfg, ref.ck, &spec, &sh[i].m, &sh[i].layout) == 0);
-        sh[i].blobs = calloc((size_t)sh[i].layout.n_blobs, sizeof *sh[i].blobs);
-    }
+    shards_open(&ref, sh, tp, pp);
     struct proto_msg reg = {.kind = PROTO_REGISTER,
                             .model = id,
                             .name = (char *)name,
@@ -246,18 +272,7 @@ static void run_layout(const char *name, const char *dir, int tp, int pp, const 
 
     struct proto_msg close = {.kind = PROTO_BATCH_CLOSE, .batch = batch_id};
     CHECK_MSG(leader_call_all(lead, &close) == 0, "%s", err_msg());
-    struct proto_msg off = {.kind = PROTO_OFFLOAD, .model = id};
-    CHECK_MSG(leader_call_all(lead, &off) == 0, "%s", err_msg());
-    struct proto_msg unreg = {.kind = PROTO_UNREGISTER, .model = id};
-    CHECK_MSG(leader_call_all(lead, &unreg) == 0, "%s", err_msg());
-    for (int i = 0; i < n; i++) {
-        device_free(sh[i].ctx);
-        for (int b = 0; b < sh[i].layout.n_blobs; b++)
-            device_free(sh[i].blobs[b]);
-        free(sh[i].blobs);
-        model_close(sh[i].m);
-        model_layout_free(&sh[i].layout);
-    }
+    model_end(id, sh, n);
     free(got);
     sharded_case_close(&ref);
 }
@@ -311,11 +326,7 @@ TEST(abort)
     const int V = ref.vocab, devices[2] = {0, 1};
     uint32_t id = ++model_id;
     struct lshard sh[2] = {0};
-    for (int i = 0; i < 2; i++) {
-        struct model_shard spec = {.tp_rank = i, .tp_size = 2, .layer_end = ref.layers};
-        CHECK(model_shard_open(ref.cfg, ref.ck, &spec, &sh[i].m, &sh[i].layout) == 0);
-        sh[i].blobs = calloc((size_t)sh[i].layout.n_blobs, sizeof *sh[i].blobs);
-    }
+    shards_open(&ref, sh, 2, 1);
     int32_t devs[2] = {0, 1};
     struct proto_msg reg = {.kind = PROTO_REGISTER,
                             .model = id,
@@ -365,18 +376,7 @@ TEST(abort)
     CHECK_MSG(e <= TOL, "after the abort: rel err %g", e);
     close.batch = batch_id + 1;
     CHECK_MSG(leader_call_all(lead, &close) == 0, "%s", err_msg());
-    struct proto_msg off = {.kind = PROTO_OFFLOAD, .model = id};
-    CHECK_MSG(leader_call_all(lead, &off) == 0, "%s", err_msg());
-    struct proto_msg unreg = {.kind = PROTO_UNREGISTER, .model = id};
-    CHECK_MSG(leader_call_all(lead, &unreg) == 0, "%s", err_msg());
-    for (int i = 0; i < 2; i++) {
-        device_free(sh[i].ctx);
-        for (int b = 0; b < sh[i].layout.n_blobs; b++)
-            device_free(sh[i].blobs[b]);
-        free(sh[i].blobs);
-        model_close(sh[i].m);
-        model_layout_free(&sh[i].layout);
-    }
+    model_end(id, sh, 2);
     free(got);
     sharded_case_close(&ref);
     lead_close();
