@@ -29,8 +29,7 @@
 #include "workload/simulate.h"
 
 #define N_POL 5
-static const char *const policies[N_POL] = {"computron", "swapwise", "lru", "fifo",
-                                            "clairvoyant"};
+static const char *const policies[N_POL] = {"computron", "swapwise", "lru", "fifo", "clairvoyant"};
 enum { COMPUTRON, SWAPWISE, LRU, FIFO, CLAIRVOYANT };
 
 static void costs_fixed(struct sim_config *c, bool chat)
@@ -65,8 +64,8 @@ int main(int argc, char **argv)
     int seeds = argc >= 3 ? atoi(argv[2]) : 10;
     const char *only = argc == 4 ? argv[3] : "all";
     const char *paths[1] = {argv[1]};
-    struct replay_rig rig = {.paths = paths, .n_models = 1, .tp = 2, .device_kind = "cpu",
-                             .link_gbps = 1};
+    struct replay_rig rig = {
+        .paths = paths, .n_models = 1, .tp = 2, .device_kind = "cpu", .link_gbps = 1};
     if (strcmp(only, "chat") != 0) {
         struct sim_config costs;
         costs_fixed(&costs, false);
@@ -97,8 +96,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(only, "computron") == 0)
         return 0;
-    static const char *const chats[] = {"chat:20:0.2", "chat:20:0.35",  "chat:20:0.5",
-                                        "chat:20:1",   "chat:20:0.5:4", "chat:8:0.3",
+    static const char *const chats[] = {"chat:20:0.2", "chat:20:0.35",     "chat:20:0.5",
+                                        "chat:20:1",   "chat:20:0.5:4",    "chat:8:0.3",
                                         "chat:50:0.5", "chat:20:0.5:1:1.5"};
     int n_chat = (int)(sizeof(chats) / sizeof(chats[0])), atleast = 0, near = 0;
     struct sim_config costs;
@@ -124,8 +123,8 @@ int main(int argc, char **argv)
         for (int p = 0; p < N_POL; p++) {
             if (p != SWAPWISE && p != CLAIRVOYANT && s[p].token_slo > s[SWAPWISE].token_slo)
                 ok = false;
-            printf("%-18s %-11s %9.0f %8.1f %8.3f\n", p ? "" : cfg, policies[p],
-                   s[p].p99 * 1e3, s[p].token_slo * 100, s[p].goodput);
+            printf("%-18s %-11s %9.0f %8.1f %8.3f\n", p ? "" : cfg, policies[p], s[p].p99 * 1e3,
+                   s[p].token_slo * 100, s[p].goodput);
         }
         atleast += ok;
         near += s[SWAPWISE].p99 <= 1.3 * s[CLAIRVOYANT].p99;
@@ -133,6 +132,7 @@ int main(int argc, char **argv)
                ok ? "yes" : "NO", s[SWAPWISE].goodput / s[LRU].goodput);
     }
     printf("chat: swapwise attainment >= every peer's on %d/%d, p99 within 1.3x of "
-           "clairvoyant's on %d/%d\n", atleast, n_chat, near, n_chat);
+           "clairvoyant's on %d/%d\n",
+           atleast, n_chat, near, n_chat);
     return 0;
 }
