@@ -343,6 +343,138 @@ static void test_order(const struct sched_policy *p)
     CHECK_MSG(sv && sv->model == 1, "%s: %d actions", p->name, n);
 }
 
+/* swapwise where batches run longer than a load (chat requests: a prefill,
+ * then a decode step per token): every resident model's last batch ran
+ * from last_used to idle_since, here `batch` s against a load of 0.2 s. */
+static void batches_ran(int n, double batch)
+{
+    view.load_s = 0.2;
+    view.max_batch = 8;
+    for (int i = 0; i < n; i++) {
+        models[i].last_used = 50;
+        models[i].idle_since = 50 + batch;
+    }
+}
+
+static void test_long_batches(const struct sched_policy *s)
+{
+    struct sched_action a[16];
+    /* one device, three resident models: the older head has one request,
+     * the younger five. Short batches: the older first, as always */
+    scenario(3, 1000, 0);
+    for (int i = 0; i < 3; i++)
+        resident(i, 50);
+    batches_ran(3, 0.1);
+    waiting(0, 1, 80);
+    waiting(1, 5, 90);
+    finish_view();
+    const struct sched_action *sv = only(a, s->decide(&view, a, 16), SCHED_SERVE);
+    CHECK_MSG(sv && sv->model == 0, "short batches: the older head first");
+    /* long batches: the fuller batch first (it clears more per second of
+     * the device); a batch takes at most max_batch, so 9 and 12 queued tie
+     * at 8 and the older head goes first among them */
+    batches_ran(3, 5);
+    sv = only(a, s->decide(&view, a, 16), SCHED_SERVE);
+    CHECK_MSG(sv && sv->model == 1, "long batches: the fuller batch first");
+    waiting(0, 12, 90);
+    waiting(1, 9, 80);
+    sv = only(a, s->decide(&view, a, 16), SCHED_SERVE);
+    CHECK_MSG(sv && sv->model == 1, "long batches: full batches tie, the older first");
+    /* ...after priority */
+    waiting(0, 1, 80);
+    waiting(1, 5, 90);
+    models[0].priority = 1;
+    sv = only(a, s->decide(&view, a, 16), SCHED_SERVE);
+    CHECK_MSG(sv && sv->model == 0, "long batches: priority before the fuller batch");
+
+    /* the load, room for one of two waiting models: the fuller one with long
+     * batches, the older one with short ones */
+    scenario(3, 100, 0);
+    resident(2, 50);
+    models[2].resident = false; /* evicted since its last batch */
+    batches_ran(3, 5);
+    waiting(0, 1, 80);
+    waiting(1, 5, 90);
+    finish_view();
+    const struct sched_action *ld = only(a, s->decide(&view, a, 16), SCHED_LOAD);
+    CHECK_MSG(ld && ld->model == 1, "long batches: the fuller load first");
+    batches_ran(3, 0.1);
+    ld = only(a, s->decide(&view, a, 16), SCHED_LOAD);
+    CHECK_MSG(ld && ld->model == 0, "short batches: the older load first");
+
+    /* a victim with requests queued: with short batches it gets one last
+     * batch and then goes (the test in main); with long ones it goes now */
+    scenario(3, 0, 0);
+    resident(0, 1);
+    resident(1, 2);
+    waiting(0, 5, 20);
+    waiting(1, 5, 25);
+    waiting(2, 1, 10);
+    batches_ran(2, 5);
+    finish_view();
+    int n = s->decide(&view, a, 16);
+    ld = only(a, n, SCHED_LOAD);
+    CHECK_MSG(ld && ld->model == 2 && ld->n_victims == 1, "%d actions", n);
+    for (int i = 0; ld && i < n; i++)
+        CHECK_MSG(!(a[i].kind == SCHED_SERVE && a[i].model == ld->victims[0]),
+                  "long batches: no last batch for victim %d", ld->victims[0]);
+    batches_ran(2, 0.1);
+    n = s->decide(&view, a, 16);
+    CHECK_MSG(n == 2 && a[0].kind == SCHED_SERVE && a[1].kind == SCHED_LOAD &&
+                  a[1].victims[0] == a[0].model,
+              "short batches: the victim's last batch, %d actions", n);
+
+    /* ...and so a model whose queue fits one batch is no first victim: the
+     * idle one goes, hot as it is (with short batches the cold one would
+     * get its last batch and go, as in main) */
+    scenario(3, 0, 2);
+    resident(0, 50);
+    resident(1, 50);
+    for (int k = 0; k < 1000; k++)
+        forecast_add(&models[0].arrivals, 0.1 * k);
+    for (int k = 0; k < 100; k++)
+        forecast_add(&models[1].arrivals, k);
+    waiting(1, 1, 99.8);
+    waiting(2, 1, 99.5);
+    batches_ran(2, 0.1);
+    finish_view();
+    ld = only(a, s->decide(&view, a, 16), SCHED_LOAD);
+    CHECK_MSG(ld && ld->n_victims == 1 && ld->victims[0] == 1, "short batches: the cold one");
+    batches_ran(2, 5);
+    ld = only(a, s->decide(&view, a, 16), SCHED_LOAD);
+    CHECK_MSG(ld && ld->model == 2 && ld->n_victims == 1 && ld->victims[0] == 0,
+              "long batches: the one with nothing queued");
+
+    /* the fuller batch first only until the older head has waited
+     * SW_FULLER_WAIT (16) batches' time: 5 s batches, 80 s, then age */
+    scenario(3, 1000, 0);
+    for (int i = 0; i < 3; i++)
+        resident(i, 50);
+    batches_ran(3, 5);
+    waiting(0, 1, 80);
+    waiting(1, 5, 90);
+    view.now = 159;
+    finish_view();
+    sv = only(a, s->decide(&view, a, 16), SCHED_SERVE);
+    CHECK_MSG(sv && sv->model == 1, "waited 79 s: the fuller first");
+    view.now = 161;
+    sv = only(a, s->decide(&view, a, 16), SCHED_SERVE);
+    CHECK_MSG(sv && sv->model == 0, "waited 81 s: the older first");
+
+    /* no batch seen since a load (last_used is the load's start): not long */
+    scenario(3, 1000, 0);
+    for (int i = 0; i < 3; i++)
+        resident(i, 50);
+    batches_ran(3, 5);
+    for (int i = 0; i < 3; i++)
+        models[i].loaded_at = 60;
+    waiting(0, 1, 80);
+    waiting(1, 5, 90);
+    finish_view();
+    sv = only(a, s->decide(&view, a, 16), SCHED_SERVE);
+    CHECK_MSG(sv && sv->model == 0, "batches before the loads do not count");
+}
+
 int main(void)
 {
     const struct sched_policy *c = sched_policy_find("computron");
@@ -729,6 +861,7 @@ int main(void)
     test_lru();
     test_fifo();
     test_clairvoyant();
+    test_long_batches(s);
 
     /* the batch rule: at most max; with same_params_only, one sampling class */
     CHECK(sched_batch_joins(false, 0, 1, false) && !sched_batch_joins(false, 1, 1, true));

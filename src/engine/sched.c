@@ -23,9 +23,17 @@ static int oldest_head(const struct sched_view *v, bool (*want)(const struct sch
     return best;
 }
 
+/* The requests a batch of c takes now: its queue, at most max_batch. */
+static int batch_take(const struct sched_view *v, const struct sched_model *c)
+{
+    return v->max_batch > 0 && c->queue_len > v->max_batch ? v->max_batch : c->queue_len;
+}
+
 /* Whether i goes before j among waiting models: past its max_queue_wait
- * first, then the higher priority, then the older queue head. */
-static bool goes_before(const struct sched_view *v, int i, int j)
+ * first, then the higher priority, then, with fuller_wait > 0, the one whose
+ * batch takes more requests unless the older head has waited fuller_wait,
+ * then the older queue head. */
+static bool goes_before_by(const struct sched_view *v, int i, int j, double fuller_wait)
 {
     const struct sched_model *a = &v->models[i], *b = &v->models[j];
     bool sa = a->max_queue_wait > 0 && v->now - a->head_arrival > a->max_queue_wait;
@@ -34,18 +42,33 @@ static bool goes_before(const struct sched_view *v, int i, int j)
         return sa;
     if (a->priority != b->priority)
         return a->priority > b->priority;
+    double older = a->head_arrival < b->head_arrival ? a->head_arrival : b->head_arrival;
+    if (fuller_wait > 0 && batch_take(v, a) != batch_take(v, b) &&
+        v->now - older <= fuller_wait)
+        return batch_take(v, a) > batch_take(v, b);
     return a->head_arrival < b->head_arrival;
 }
 
-/* The waiting model `want` accepts that goes first (goes_before). */
-static int first_waiting(const struct sched_view *v, bool (*want)(const struct sched_model *))
+static bool goes_before(const struct sched_view *v, int i, int j)
+{
+    return goes_before_by(v, i, j, 0);
+}
+
+/* The waiting model `want` accepts that goes first (goes_before_by). */
+static int first_waiting_by(const struct sched_view *v, bool (*want)(const struct sched_model *),
+                            double fuller_wait)
 {
     int best = -1;
     for (int i = 0; i < v->n_models; i++)
         if (v->models[i].queue_len > 0 && want(&v->models[i]) &&
-            (best < 0 || goes_before(v, i, best)))
+            (best < 0 || goes_before_by(v, i, best, fuller_wait)))
             best = i;
     return best;
+}
+
+static int first_waiting(const struct sched_view *v, bool (*want)(const struct sched_model *))
+{
+    return first_waiting_by(v, want, 0);
 }
 
 /* The earliest moment ahead at which a waiting model's head passes its
@@ -163,7 +186,17 @@ static int computron_decide(const struct sched_view *v, struct sched_action *out
  *   model chosen to go gets no further batch.
  * - Prefetch: when the links are idle, nothing waits for a load and copies
  *   take no compute, a model with regular arrivals that is likely wanted soon
- *   comes in for resident idle models clearly less likely wanted. */
+ *   comes in for resident idle models clearly less likely wanted.
+ * - Long batches (batches_long: the batches seen ran longer than a load, as
+ *   chat requests' prefill and decode steps do): the load and the batches go
+ *   to the model whose batch takes the most requests (after max_queue_wait
+ *   and priority; the older head among equals), since a batch's time grows
+ *   far slower than its size (its longest request, a slightly slower step)
+ *   and under load the fuller batch clears more requests per second of the
+ *   devices, until the older head has waited SW_FULLER_WAIT batches' time
+ *   (no model starves); a victim with requests queued leaves without its
+ *   last batch (a reload costs less than the batch the oldest request would
+ *   wait for), so the first victims are only models with nothing queued. */
 #define SW_PREFETCH_MIN 0.2    /* likelihood of a request within a load's time */
 #define SW_PREFETCH_MARGIN 0.2 /* over every model it displaces */
 /* Only models whose arrivals are regular are prefetched: for them the
@@ -171,6 +204,9 @@ static int computron_decide(const struct sched_view *v, struct sched_action *out
  * says little beyond the rate, and prefetching them was measured to trade
  * places back and forth (bench workload --simulate, configs with CV 4). */
 #define SW_PREFETCH_MAX_CV 0.8
+#ifndef SW_FULLER_WAIT
+#define SW_FULLER_WAIT 16 /* batches' time the older head waits at most for fuller ones */
+#endif
 
 /* How much each model is wanted soon, computed on first use; d starts as
  * NaN. future: clairvoyant's, from the known next arrival. */
@@ -386,6 +422,28 @@ static int keep_alive_unloads(const struct sched_view *v, double def, bool *gone
     return n;
 }
 
+/* How long batches run here, when longer than a load: the mean over the
+ * models whose last batch ended since their load (it ran from last_used,
+ * its dispatch, to idle_since, its end: the engine and the simulator both
+ * set them so) when it is above load_s, else 0 (and 0 until a load's time
+ * and a batch are known). Chat requests (a prefill, then a decode step per
+ * token, seconds in all) make them long; Computron's one-token requests
+ * keep them below a load. */
+static double batches_long(const struct sched_view *v)
+{
+    double sum = 0;
+    int n = 0;
+    for (int i = 0; i < v->n_models; i++) {
+        const struct sched_model *c = &v->models[i];
+        if (!c->running && c->last_used > 0 && c->last_used >= c->loaded_at &&
+            c->idle_since > c->last_used) {
+            sum += c->idle_since - c->last_used;
+            n++;
+        }
+    }
+    return v->load_s > 0 && n > 0 && sum / n > v->load_s ? sum / n : 0;
+}
+
 /* swapwise, or with future clairvoyant: the same rules, with the known next
  * arrivals in place of the forecast (demand). Models past a keep-alive they
  * were given leave first, alone in the answer (the next decision sees the
@@ -393,7 +451,11 @@ static int keep_alive_unloads(const struct sched_view *v, double def, bool *gone
 static int swapwise_run(const struct sched_view *v, struct sched_action *out, int max, bool future)
 {
     int n = 0;
-    int load = v->any_loading ? -1 : first_waiting(v, not_resident);
+    /* long batches: the fuller batch first, for the load and the batches,
+     * until the older head has waited SW_FULLER_WAIT batches */
+    double fuller_wait = SW_FULLER_WAIT * batches_long(v);
+    bool fuller = fuller_wait > 0;
+    int load = v->any_loading ? -1 : first_waiting_by(v, not_resident, fuller_wait);
     int oldest = oldest_head(v, any_model);
     bool chosen[SCHED_MAX_MODELS] = {false};
     double memo_d[SCHED_MAX_MODELS];
@@ -419,12 +481,17 @@ static int swapwise_run(const struct sched_view *v, struct sched_action *out, in
         room_init(v, &r);
         /* a victim with a batch in flight leaves at its end: the engine
          * starts the load once the room is there */
-        need = !demand_victims(v, memo, busy, load, load == oldest, &r, &a, chosen);
+        /* with long batches a victim gets no last batch, so one whose queue
+         * fits a batch is no longer as good as one with nothing queued */
+        need = !demand_victims(v, memo, fuller ? NULL : busy, load, load == oldest, &r, &a,
+                               chosen);
         held = !need && copy_busy && (!devices_free(v, &v->models[load], busy) ||
                                       older_work_shares(v, load, chosen));
         for (int k = 0; !need && !held && k < a.n_victims; k++) {
             const struct sched_model *c = &v->models[a.victims[k]];
-            if (c->queue_len > 0 && !c->running && n < max) { /* its last batch, then it goes */
+            /* its last batch, then it goes; with long batches it goes now
+             * (its requests wait for a reload, cheaper than the batch) */
+            if (c->queue_len > 0 && !c->running && !fuller && n < max) {
                 out[n++] = (struct sched_action){.kind = SCHED_SERVE, .model = a.victims[k]};
                 for (int d = 0; d < v->n_devices; d++)
                     busy[d] |= c->bytes[d] > 0;
@@ -467,7 +534,7 @@ static int swapwise_run(const struct sched_view *v, struct sched_action *out, in
             if (held && c->head_arrival > v->models[load].head_arrival &&
                 !devices_free(v, c, held_devs))
                 continue; /* younger than the held load: it goes after it */
-            if (devices_free(v, c, busy) && (pick < 0 || goes_before(v, i, pick)))
+            if (devices_free(v, c, busy) && (pick < 0 || goes_before_by(v, i, pick, fuller_wait)))
                 pick = i;
         }
         if (pick < 0)
