@@ -666,7 +666,10 @@ static int swapwise_preempt_decide(const struct sched_view *v, struct sched_acti
             (!c->resident && v->any_loading) || v->now - c->head_arrival < preempt_bound(c))
             continue;
         if (!c->resident) { /* only when no room is to be had without a running batch */
-            bool fits = true;
+            int n_resident = 0;
+            for (int k = 0; k < v->n_models; k++)
+                n_resident += v->models[k].resident;
+            bool fits = v->max_loaded == 0 || n_resident < v->max_loaded;
             for (int d = 0; d < v->n_devices; d++)
                 fits &= c->bytes[d] <= v->free_bytes[d];
             if (fits)
