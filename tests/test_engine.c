@@ -512,7 +512,8 @@ static void test_preempt(void)
         struct pjob ja[2] = {{.fix = a, .which = 0, .max_tokens = PRE_TOKENS, .hold = run == 1},
                              {.fix = a, .which = 1, .max_tokens = PRE_TOKENS, .hold = run == 1}};
         struct pjob jb = {.fix = b, .which = 0, .max_tokens = 8};
-        /* both of a's in one batch: submitted before the model is loaded */
+        /* a's two, most often in one batch (submitted before the model is
+         * loaded; the second may also join or follow it: no check on that) */
         pre_submit(&g, &ja[0]);
         pre_submit(&g, &ja[1]);
         if (run == 1) {
@@ -551,7 +552,7 @@ static void test_preempt(void)
         CHECK(engine_model_stats(g.e, g.id[a], &ms) == 0);
         if (run == 1)
             CHECK_MSG(ms.preemptions >= 1 && ms.preempt_unloads >= 1 && ms.loads >= 2 &&
-                          ms.batches == 1 && ms.paused == 0,
+                          ms.paused == 0,
                       "a: %llu pauses, %llu preempted unloads, %llu loads, %llu batches",
                       (unsigned long long)ms.preemptions, (unsigned long long)ms.preempt_unloads,
                       (unsigned long long)ms.loads, (unsigned long long)ms.batches);
