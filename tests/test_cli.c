@@ -1166,7 +1166,7 @@ int main(void)
     expect_fail(BIN " bench workload --policy lru,clairvoyant", 2,
                 "needs the future arrivals, which only the simulator has");
     expect_fail(BIN " bench workload --simulate --policy swapwise,nosuch", 2,
-                "swapwise|computron|lru|fifo|clairvoyant");
+                "swapwise|swapwise-preempt|computron|lru|fifo|clairvoyant");
     expect_fail(BIN " bench workload --config computron:all", 2, "needs --simulate");
     expect_fail(BIN " bench workload --simulate --config round-robin", 1, "closed loop");
 

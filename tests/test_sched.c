@@ -57,7 +57,8 @@ static void finish_view(void)
 /* An executor that records what sched_act asks of it: "s0 o1d o2 l3 w" for
  * serve 0, offload 1 deferred, offload 2 now, load 3, a wake-up. */
 struct rec {
-    bool running[8];
+    bool running[8], pausing[8];
+    int preempted_offloads; /* carried offloads with reason preempted */
     bool serve_ok, load_ok;
     double wake_at;
     char log[64];
@@ -95,6 +96,25 @@ static bool rec_load(void *ctx, int model)
     return r->load_ok;
 }
 
+static bool rec_preempt(void *ctx, int model)
+{
+    struct rec *r = ctx;
+    rec_log(r, "p", model, "");
+    r->pausing[model] = true;
+    return true;
+}
+
+static bool rec_pausing(void *ctx, int model)
+{
+    return ((struct rec *)ctx)->pausing[model];
+}
+
+static void rec_carried(void *ctx, const struct sched_carried *c)
+{
+    struct rec *r = ctx;
+    r->preempted_offloads += c->op == SCHED_OP_OFFLOAD && c->preempted;
+}
+
 static void rec_wake(void *ctx, double at)
 {
     struct rec *r = ctx;
@@ -107,7 +127,10 @@ static const struct sched_exec_ops rec_ops = {
     .serve = rec_serve,
     .offload = rec_offload,
     .load = rec_load,
+    .preempt = rec_preempt,
+    .pausing = rec_pausing,
     .wake = rec_wake,
+    .carried = rec_carried,
 };
 
 /* The only action of kind k in a[0..n), or NULL when none or several. */
@@ -121,6 +144,89 @@ static const struct sched_action *only(const struct sched_action *a, int n, enum
             f = &a[i];
         }
     return f;
+}
+
+/* The action SCHED_PREEMPT's first target in a[0..n), or -1. */
+static int preempted(const struct sched_action *a, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (a[i].kind == SCHED_PREEMPT)
+            return a[i].model;
+    return -1;
+}
+
+/* swapwise-preempt on a fake clock: model 0's batch runs (100 MB, 20 of them
+ * its batch's), model 1 (80 MB) waits with no room; past the bound (0.5 s, or
+ * its max_queue_wait) and once the batch has run as long, 0 pauses and 1 is
+ * loaded over it in the same answer; never a pinned batch, one pausing
+ * already, or for a model that does not fit in what the pause frees; after
+ * the pause the waiting model goes before the paused one (which waits from
+ * its pause), where swapwise alone would bring the paused one back first. */
+static void test_preempt(void)
+{
+    const struct sched_policy *p = sched_policy_find("swapwise-preempt");
+    struct sched_action a[16];
+    CHECK(p && !p->needs_future);
+    scenario(2, 0, 0);
+    resident(0, 0);
+    models[0].running = true;
+    models[0].batch_start = 0;
+    models[0].batch_bytes[0] = 20 * MB;
+    models[1].bytes[0] = 80 * MB;
+    waiting(1, 1, 0.1);
+    view.now = 0.5;
+    finish_view();
+    int n = p->decide(&view, a, 16);
+    const struct sched_action *w = only(a, n, SCHED_WAKE);
+    CHECK_MSG(preempted(a, n) < 0 && w && fabs(w->at - 0.6) < 1e-9, "%d actions", n);
+    view.now = 0.7;
+    n = p->decide(&view, a, 16);
+    CHECK_MSG(n == 2 && a[0].kind == SCHED_PREEMPT && a[0].model == 0 &&
+                  a[1].kind == SCHED_LOAD && a[1].model == 1 && a[1].n_victims == 1 &&
+                  a[1].victims[0] == 0,
+              "%d actions", n);
+    models[0].preempt_pending = true;
+    n = p->decide(&view, a, 16);
+    CHECK(preempted(a, n) < 0);
+    models[0].preempt_pending = false;
+    models[0].pinned = true;
+    n = p->decide(&view, a, 16);
+    CHECK(preempted(a, n) < 0);
+    models[0].pinned = false;
+    models[1].bytes[0] = 81 * MB; /* more than the pause frees */
+    n = p->decide(&view, a, 16);
+    CHECK(preempted(a, n) < 0);
+    models[1].bytes[0] = 80 * MB;
+    models[0].batch_start = 0.3; /* it has not run the bound yet */
+    n = p->decide(&view, a, 16);
+    CHECK(preempted(a, n) < 0);
+    models[1].max_queue_wait = 0.2; /* its own bound: waited 0.6, the batch ran 0.4 */
+    n = p->decide(&view, a, 16);
+    CHECK(preempted(a, n) == 0);
+    /* a resident model waiting for the device: the batch pauses, nothing loads */
+    models[1].max_queue_wait = 0;
+    models[0].batch_start = 0;
+    resident(1, 0);
+    view.free_bytes[0] = 0;
+    n = p->decide(&view, a, 16);
+    CHECK_MSG(n == 1 && a[0].kind == SCHED_PREEMPT && a[0].model == 0, "%d actions", n);
+    /* paused at 0.7 and gone; 1 waits since 0.1, the paused since 0.0 */
+    scenario(2, 80, 0);
+    models[0].bytes[0] = 80 * MB; /* its weights and the rest of its reserve */
+    models[0].batch_bytes[0] = 20 * MB;
+    waiting(0, 2, 0.0);
+    models[0].paused = 2;
+    models[0].batch_start = 0.7;
+    models[1].bytes[0] = 80 * MB;
+    waiting(1, 1, 0.1);
+    view.now = 0.8;
+    finish_view();
+    n = p->decide(&view, a, 16);
+    const struct sched_action *l = only(a, n, SCHED_LOAD);
+    CHECK_MSG(l && l->model == 1, "%d actions", n);
+    n = sched_policy_find("swapwise")->decide(&view, a, 16);
+    l = only(a, n, SCHED_LOAD);
+    CHECK_MSG(l && l->model == 0, "%d actions", n);
 }
 
 static void test_lru(void)
@@ -480,7 +586,7 @@ int main(void)
     const struct sched_policy *c = sched_policy_find("computron");
     const struct sched_policy *s = sched_policy_find(sched_policy_default());
     CHECK(c && s && sched_policy_find("nosuch") == NULL && strstr(err_msg(), "nosuch") &&
-          strstr(err_msg(), "swapwise|computron|lru|fifo"));
+          strstr(err_msg(), "swapwise|swapwise-preempt|computron|lru|fifo"));
     /* clairvoyant reads the future: the simulator's only */
     CHECK(sched_policy_find("clairvoyant") == NULL && strstr(err_msg(), "future arrivals"));
     const struct sched_policy *cv = sched_policy_find_sim("clairvoyant");
@@ -835,6 +941,27 @@ int main(void)
     rec.running[1] = true;
     CHECK(sched_act(&rec_ops, &rec, &view, &unload1));
     CHECK_MSG(strcmp(rec.log, "o1 o1d") == 0, "%s", rec.log);
+
+    /* a preemption asks a running batch to pause, once; a load naming the
+     * pausing model as its victim defers its offload to the pause, and the
+     * offload's reason is preempted (not evicted) */
+    rec = (struct rec){.serve_ok = true, .load_ok = true};
+    const struct sched_action pre1 = {.kind = SCHED_PREEMPT, .model = 1},
+                              load3by1 = {.kind = SCHED_LOAD, .model = 3, .n_victims = 1,
+                                          .victims = {1}};
+    CHECK(!sched_act(&rec_ops, &rec, &view, &pre1)); /* no batch in flight: not asked */
+    rec.running[1] = true;
+    CHECK(sched_act(&rec_ops, &rec, &view, &pre1));
+    CHECK(!sched_act(&rec_ops, &rec, &view, &pre1)); /* pausing already: not asked again */
+    CHECK(sched_act(&rec_ops, &rec, &view, &load3by1));
+    CHECK_MSG(strcmp(rec.log, "p1 o1d l3") == 0 && rec.preempted_offloads == 1, "%s, %d",
+              rec.log, rec.preempted_offloads);
+    rec.running[1] = false; /* paused: its weights leave now, the reason still preempted */
+    CHECK(sched_act(&rec_ops, &rec, &view, &load3by1) && rec.preempted_offloads == 2);
+    rec.pausing[1] = false; /* an ordinary victim */
+    CHECK(sched_act(&rec_ops, &rec, &view, &load3by1) && rec.preempted_offloads == 2);
+    CHECK_MSG(strcmp(rec.log, "p1 o1d l3 o1 l3 o1 l3") == 0, "%s", rec.log);
+    test_preempt();
 
     /* swapwise keeps idle models forever unless they have a keep_alive;
      * one past it leaves alone in the answer (the next sees the room) */

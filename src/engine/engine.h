@@ -298,6 +298,10 @@ struct engine_model_stats {
     } shards[ENGINE_MAX_SHARDS];
     uint64_t loads, evictions, unloads; /* evictions: by the policy; unloads: by the admin */
     uint64_t idle_unloads;  /* by the policy, idle past its keep-alive */
+    /* by the policy, as the victim of a load while its batch was paused (or
+     * pausing) by a SCHED_PREEMPT; preemptions: its batches paused */
+    uint64_t preempt_unloads, preemptions;
+    int paused;             /* sequences of its paused batch (of running) */
     uint64_t removal_unloads; /* by engine_remove_model: 0 while served; its last stats say */
     double keep_alive;      /* engine_set_keep_alive's (NAN: the policy's own) */
     int priority;           /* engine_set_priority's */

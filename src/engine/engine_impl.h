@@ -62,6 +62,8 @@
 #include "engine/sched.h"
 #include "model/sampler.h"
 
+struct batch; /* runner.c's: a batch in flight or paused */
+
 /* A request's phase. QUEUED -> RUNNING only under the engine lock (when a
  * runner takes it), QUEUED -> DONE only under the engine lock (cancelled,
  * expired or removed in its queue); RUNNING -> CANCELLING (engine_cancel)
@@ -117,6 +119,17 @@ struct emodel {
     bool stop;            /* [lock] its runner exits */
     atomic_bool removing; /* [atomic] its batch's sequences leave at the next boundary (set
                            * under the lock by engine_remove_model, read by its runner) */
+    /* token-level preemption (SCHED_PREEMPT): pause is set under the lock by
+     * the scheduler's exec_preempt and read by its runner at each step
+     * boundary, where the batch pauses (held) instead of taking the next
+     * step; cleared under the lock when the runner has paused (or ended) */
+    atomic_bool pause;    /* [atomic] */
+    struct batch *held;   /* [runner] its paused batch (runner.c's), NULL when none */
+    int n_paused;         /* [lock] sequences of its paused batch (0: none) */
+    double paused_arrival; /* [lock] the earliest arrival among them */
+    double batch_start;   /* [lock] when its batch in flight began or resumed */
+    uint64_t preemptions, preempt_unloads; /* [lock] batches paused; offloads of a model
+                                            * whose batch was paused or pausing */
     int users;            /* [lock] admin callers waiting on it, submissions validating
                            * against its swap_model outside the lock: neither is freed
                            * under them */

@@ -359,6 +359,9 @@ static void stats_fill(struct engine *e, struct emodel *m, struct engine_model_s
     out->evictions = m->evictions;
     out->unloads = m->unloads;
     out->idle_unloads = m->idle_unloads;
+    out->preempt_unloads = m->preempt_unloads;
+    out->preemptions = m->preemptions;
+    out->paused = m->n_paused;
     out->keep_alive = m->keep_alive;
     out->priority = m->priority;
     out->max_queue_wait = m->max_queue_wait;

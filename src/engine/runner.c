@@ -1,7 +1,10 @@
 /* The batch runner: one thread per model running its batches on the device
  * workers (prefill, then one step per token), sampling, EOS, streaming
- * (on_token), and continuous batching (sequences leave at step boundaries,
- * queued requests join their slots). */
+ * (on_token), continuous batching (sequences leave at step boundaries,
+ * queued requests join their slots), and token-level preemption (a batch
+ * asked to pause stops at a step boundary and is held, its KV caches on
+ * their devices, until a SCHED_SERVE resumes it). */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -218,7 +221,7 @@ static int batch_take_joiners(struct batch *b, int free_slots, struct engine_req
     int room = group_batch_room(b->gb);
     pthread_mutex_lock(&e->lock);
     while (m->head && n_join < free_slots && n_join < MAX_JOIN && !m->offload_pending &&
-           !m->removed) {
+           !m->removed && !atomic_load(&m->pause)) {
         struct engine_req *r = m->head;
         int t_new = r->n_prompt > *t ? r->n_prompt : *t;
         int need_new = r->max_tokens > need ? r->max_tokens : need;
@@ -234,21 +237,28 @@ static int batch_take_joiners(struct batch *b, int free_slots, struct engine_req
     return n_join;
 }
 
-/* A step boundary after the first step: leavers leave, waiting requests
- * join the free slots, then one step (their prompts, one token for the
- * others) and its tokens. Returns false when the batch is over: no sequence
- * left, or a failed forward (which failed the batch). */
-static bool batch_next_step(struct batch *b, double *mark)
+enum step { STEP_MORE, STEP_OVER, STEP_PAUSED };
+
+/* A step boundary after the first step: leavers leave; a batch asked to
+ * pause (SCHED_PREEMPT) with sequences left stops here, before anything
+ * joins; else waiting requests join the free slots, then one step (their
+ * prompts, one token for the others) and its tokens. STEP_OVER when the
+ * batch is over: no sequence left, or a failed forward (which failed the
+ * batch). The KV caches hold every position up to here, and b->last each
+ * sequence's next input, so a paused batch resumes here as if never paused. */
+static enum step batch_next_step(struct batch *b, double *mark)
 {
     batch_evict_leavers(b, time_now());
     int active = 0;
     for (int s = 0; s < b->slots; s++)
         active += b->req[s] != NULL;
+    if (active > 0 && atomic_load(&b->m->pause))
+        return STEP_PAUSED;
     struct engine_req *join[MAX_JOIN];
     int t;
     int n_join = batch_take_joiners(b, b->slots - active, join, &t);
     if (active == 0 && n_join == 0)
-        return false;
+        return STEP_OVER;
     int s_free = 0;
     double now = time_now();
     for (int j = 0; j < n_join; j++) {
@@ -263,10 +273,10 @@ static bool batch_next_step(struct batch *b, double *mark)
     batch_accrue(b, mark);
     if (rc < 0) {
         batch_fail(b, rc);
-        return false;
+        return STEP_OVER;
     }
     batch_sample(b, time_now());
-    return true;
+    return STEP_MORE;
 }
 
 /* Frees the batch's device memory and host buffers, then counts its last
@@ -282,10 +292,58 @@ static void batch_close(struct batch *b, double *mark)
     batch_accrue(b, mark);
 }
 
+/* Steps the batch until it is over (then closed) or paused (then held in
+ * m->held, its device memory kept: a later batch_resume goes on from the
+ * step boundary where it stopped). Runner thread, no lock. */
+static void batch_continue(struct batch *b, double *mark)
+{
+    enum step st;
+    while ((st = batch_next_step(b, mark)) == STEP_MORE)
+        ;
+    if (st == STEP_PAUSED && (b->m->held = malloc(sizeof(*b))) != NULL) {
+        *b->m->held = *b;
+        batch_accrue(b, mark);
+        return;
+    }
+    if (st == STEP_PAUSED) /* no host memory to hold it: it runs on instead */
+        while (batch_next_step(b, mark) != STEP_OVER)
+            ;
+    batch_close(b, mark);
+}
+
+/* Goes on with m's paused batch from where it stopped (runner thread, no
+ * lock): its KV caches never left their devices; the weights may have been
+ * offloaded and loaded again meanwhile, which a forward waits for blob by
+ * blob. */
+static void batch_resume(struct emodel *m)
+{
+    struct batch b = *m->held;
+    free(m->held);
+    m->held = NULL;
+    double mark = time_now();
+    batch_continue(&b, &mark);
+}
+
+/* The paused batch of a model removed or stopped: its sequences leave (as
+ * removed, or cancelled when the engine stops with them still paused) and
+ * its memory is freed (runner thread, no lock). */
+static void batch_drop_held(struct emodel *m)
+{
+    struct batch b = *m->held;
+    free(m->held);
+    m->held = NULL;
+    double mark = time_now();
+    batch_evict_leavers(&b, mark);
+    for (int s = 0; s < b.slots; s++)
+        if (b.req[s])
+            batch_leave(&b, s, ERR_CANCELLED, "the engine stopped while its batch was paused");
+    batch_close(&b, &mark);
+}
+
 /* Runs a batch of the first n_first requests taken from m's queue to its
- * end: allocated (maybe smaller: batch_alloc), prefilled, then one token
- * per step while waiting requests join freed slots (runner thread, no
- * lock). */
+ * end or its pause: allocated (maybe smaller: batch_alloc), prefilled, then
+ * one token per step while waiting requests join freed slots (runner
+ * thread, no lock). */
 static void batch_run(struct emodel *m, struct engine_req **first, int n_first)
 {
     double mark = time_now(); /* time computing counted up to here */
@@ -302,8 +360,8 @@ static void batch_run(struct emodel *m, struct engine_req **first, int n_first)
         for (int i = 0; i < n_first; i++)
             req_finish_running(m, first[i], rc, why);
     } else if (batch_prefill(&b, first, max_prompt, &mark) == 0) {
-        while (batch_next_step(&b, &mark))
-            ;
+        batch_continue(&b, &mark);
+        return;
     }
     batch_close(&b, &mark);
 }
@@ -320,24 +378,46 @@ void *runner_main(void *arg)
         if (!m->go)
             break;
         m->go = false;
-        int n = first && !m->removed
+        bool resume = m->held != NULL;
+        int n = first && !m->removed && !resume
                     ? queue_take(m, first, m->max_batch, e->policy->batch_same_params_only)
                     : 0;
+        m->n_paused = 0; /* its sequences are in flight again */
         pthread_mutex_unlock(&e->lock);
-        if (n > 0)
+        if (resume)
+            batch_resume(m);
+        else if (n > 0)
             batch_run(m, first, n); /* counts its time computing as it goes */
+        /* a batch held now keeps its device memory; its weights may leave:
+         * swap_use_end carries out an offload deferred to its pause */
         swap_use_end(e->mgr, m->sm);
         pthread_mutex_lock(&e->lock);
         m->running = false;
-        m->idle_since = time_now(); /* a keep-alive counts from here */
+        atomic_store(&m->pause, false);
+        if (m->held) {
+            m->paused_arrival = INFINITY;
+            for (int s = 0; s < m->held->slots; s++) {
+                const struct engine_req *r = m->held->req[s];
+                m->n_paused += r != NULL;
+                if (r && r->t.t_arrival < m->paused_arrival)
+                    m->paused_arrival = r->t.t_arrival;
+            }
+            m->preemptions++;
+            m->batch_start = time_now(); /* its sequences wait from here */
+        } else {
+            m->idle_since = time_now(); /* a keep-alive counts from here */
+        }
         m->offload_pending = false; /* swap_use_end carried out a deferred offload */
-        if (n > 0)
+        if ((n > 0 || resume) && !m->held)
             mem_wait_clear(e); /* its batch's memory is free again */
         pthread_cond_signal(&e->wake);
         pthread_cond_broadcast(&e->admin);
         pthread_cond_broadcast(&e->idle); /* engine_drain waits for the batch's end too */
     }
+    m->n_paused = 0;
     pthread_mutex_unlock(&e->lock);
+    if (m->held) /* removed (or the engine stopped) while paused */
+        batch_drop_held(m);
     free(first);
     return NULL;
 }

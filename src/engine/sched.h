@@ -20,8 +20,24 @@
 #define SCHED_MAX_MODELS 4096 /* models one engine serves */
 
 struct sched_model {
+    /* waiting requests, a paused batch's sequences included (they wait for
+     * a SCHED_SERVE that resumes them), so every policy brings a paused
+     * batch's model back as it would a queue */
     int queue_len;
-    double head_arrival;  /* arrival time of the oldest waiting request */
+    double head_arrival;  /* arrival time of the oldest waiting request (paused ones too) */
+    /* sequences of its batch paused by a SCHED_PREEMPT (0: none): their KV
+     * caches stay on the devices while its weights may leave; a SCHED_SERVE
+     * of the model, resident again, resumes them at the step where they stopped */
+    int paused;
+    /* a SCHED_PREEMPT was carried out and its batch, still in flight
+     * (running), pauses at its next step boundary */
+    bool preempt_pending;
+    /* running: when its batch in flight began or resumed; paused: when it
+     * paused (its sequences wait from then on) */
+    double batch_start;
+    /* of bytes, what its batch in flight or paused holds on each device
+     * (its KV caches and activations: a paused batch's stay there) */
+    uint64_t batch_bytes[SCHED_MAX_DEVICES];
     bool resident;        /* on its devices or loading */
     bool loading;
     bool running;         /* a batch is in flight (the model cannot be evicted) */
@@ -79,6 +95,12 @@ enum sched_kind {
     SCHED_LOAD,  /* evict `victims` (offload now, or deferred when running), then load `model` */
     SCHED_WAKE,  /* decide again at time `at` even if nothing else happens by then */
     SCHED_UNLOAD, /* `model` leaves its devices (resident, no batch in flight), nothing follows */
+    /* `model`'s batch in flight pauses at its next step boundary (token-level
+     * preemption): its sequences and their KV caches stay, on its devices,
+     * and count as queued (sched_model.paused); a later SCHED_LOAD may take
+     * the model as a victim (its weights leave, the caches stay; the unload
+     * counts as reason preempted) and a SCHED_SERVE resumes the batch */
+    SCHED_PREEMPT,
 };
 
 struct sched_action {
@@ -101,8 +123,14 @@ struct sched_policy {
     bool needs_future;
 };
 
-/* A policy the engine runs: "swapwise" (the default), "computron", "lru" or
- * "fifo". NULL and a message when unknown, or when the name is one that
+/* swapwise-preempt's bound: a waiting model whose oldest request has waited
+ * this long (or its own max_queue_wait, when set) preempts a batch that has
+ * run at least as long, when the policy's load of it needs that batch's model
+ * to leave. */
+#define SCHED_PREEMPT_WAIT_S 0.5
+
+/* A policy the engine runs: "swapwise" (the default), "swapwise-preempt",
+ * "computron", "lru" or "fifo". NULL and a message when unknown, or when the name is one that
  * needs the future arrivals (sched_policy_find_sim's only). */
 const struct sched_policy *sched_policy_find(const char *name);
 /* A policy the simulator runs: the engine's and "clairvoyant". NULL and a
@@ -124,14 +152,17 @@ const char *sched_policy_default(void);
 bool sched_batch_joins(bool same_params_only, int taken, int max, bool same_as_first);
 
 /* One operation an executor carried out for an action (sched_act): a batch
- * dispatched, a load started, or a model sent off its devices, as the victim
- * of a load (SCHED_LOAD: reason evicted) or by a keep-alive (SCHED_UNLOAD:
- * reason idle); deferred: it leaves at the end of its batch in flight. */
-enum sched_op { SCHED_OP_SERVE, SCHED_OP_LOAD, SCHED_OP_OFFLOAD };
+ * dispatched (or a paused one resumed), a load started, a model sent off its
+ * devices, as the victim of a load (SCHED_LOAD: reason evicted, or preempted
+ * when its batch is paused or pausing) or by a keep-alive (SCHED_UNLOAD:
+ * reason idle), or a batch asked to pause (SCHED_PREEMPT); deferred: it
+ * leaves at the end of its batch in flight (or at its pause). */
+enum sched_op { SCHED_OP_SERVE, SCHED_OP_LOAD, SCHED_OP_OFFLOAD, SCHED_OP_PREEMPT };
 struct sched_carried {
     enum sched_op op;
     int model; /* the view's index */
     bool idle; /* SCHED_OP_OFFLOAD: a keep-alive's unload (else an eviction) */
+    bool preempted; /* SCHED_OP_OFFLOAD: its batch is paused or pausing (not idle) */
     bool deferred;
 };
 
@@ -153,6 +184,11 @@ struct sched_exec_ops {
     bool (*offload)(void *ctx, int model, bool defer);
     /* starts model's load (not resident); false when it cannot start now */
     bool (*load)(void *ctx, int model);
+    /* asks model's batch in flight (running, not pausing) to pause at its
+     * next step boundary, keeping its KV caches; false when it cannot */
+    bool (*preempt)(void *ctx, int model);
+    /* model's batch is paused, or asked to pause and still in flight */
+    bool (*pausing)(void *ctx, int model);
     /* decide again at `at` even if nothing else happens by then */
     void (*wake)(void *ctx, double at);
     /* optional: told of each operation above that succeeded, as sched_act
@@ -161,7 +197,9 @@ struct sched_exec_ops {
 };
 
 /* Carries out one of the actions decide() returned for view v: SCHED_WAKE
- * asks for a wake-up; SCHED_SERVE dispatches a batch unless one is in flight;
+ * asks for a wake-up; SCHED_SERVE dispatches a batch (or resumes the paused
+ * one) unless one is in flight; SCHED_PREEMPT asks the batch in flight to
+ * pause, unless none is or a pause is already asked for;
  * SCHED_LOAD offloads each victim (deferred to the end of its batch when one
  * is in flight), then starts the load; SCHED_UNLOAD offloads the model
  * (deferred likewise). Each operation that succeeds is told to ops->carried

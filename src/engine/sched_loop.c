@@ -95,8 +95,15 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
         enum residency r = swap_residency(e->mgr, m->sm);
         load_check(e, m, r == RES_LOADING); /* a failed load empties the queue */
         memset(&sm[i], 0, sizeof(sm[i]));
-        sm[i].queue_len = m->queue_len;
+        /* a paused batch's sequences wait as its queue does, from their
+         * arrival */
+        sm[i].queue_len = m->queue_len + m->n_paused;
         sm[i].head_arrival = m->head ? m->head->t.t_arrival : 0;
+        if (m->n_paused && (!m->head || m->paused_arrival < sm[i].head_arrival))
+            sm[i].head_arrival = m->paused_arrival;
+        sm[i].paused = m->n_paused;
+        sm[i].preempt_pending = atomic_load(&m->pause);
+        sm[i].batch_start = m->batch_start;
         sm[i].resident = r == RES_LOADING || r == RES_ON_DEVICE;
         sm[i].loading = r == RES_LOADING;
         sm[i].running = m->running;
@@ -112,11 +119,17 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
         sm[i].min_resident = m->min_resident;
         sm[i].arrivals = m->arrivals;
         sm[i].batch_s = step_estimate(e, m->queue_len);
-        /* its weights and its batches' memory leave or come together */
-        for (int d = 0; d < v->n_devices; d++)
-            sm[i].bytes[d] = swap_model_device_bytes(m->sm, d) +
-                             (m->reserve[d] > m->batch_bytes[d] ? m->reserve[d]
-                                                                 : m->batch_bytes[d]);
+        /* its weights and its batches' memory leave or come together; a
+         * paused (or pausing) batch's memory stays where it is, so the model
+         * frees, and needs again, its weights and the rest of its reserve */
+        bool keeps = m->n_paused > 0 || atomic_load(&m->pause);
+        for (int d = 0; d < v->n_devices; d++) {
+            uint64_t rest = m->reserve[d] > m->batch_bytes[d] ? m->reserve[d] - m->batch_bytes[d]
+                                                              : 0;
+            sm[i].bytes[d] = swap_model_device_bytes(m->sm, d) + rest +
+                             (keeps ? 0 : m->batch_bytes[d]);
+            sm[i].batch_bytes[d] = m->batch_bytes[d];
+        }
         v->any_loading |= sm[i].loading;
         v->any_running |= m->running;
     }
@@ -185,7 +198,7 @@ static bool exec_serve(void *ctx, int model)
         return false;
     m->running = true;
     m->go = true;
-    m->last_used = time_now();
+    m->last_used = m->batch_start = time_now();
     pthread_cond_signal(&m->go_cond);
     return true;
 }
@@ -200,12 +213,31 @@ static bool exec_offload(void *ctx, int model, bool defer)
         return false;
     if (x->idle) {
         v->idle_unloads++;
+    } else if (v->n_paused > 0 || atomic_load(&v->pause)) {
+        v->preempt_unloads++; /* its batch waits on the devices for its return */
     } else {
         x->e->stats.evictions++;
         v->evictions++;
     }
     v->offload_pending = defer;
     return true;
+}
+
+/* The runner pauses at its next step boundary (runner.c's batch_next_step). */
+static bool exec_preempt(void *ctx, int model)
+{
+    struct exec *x = ctx;
+    struct emodel *m = x->map[model];
+    if (!m->running || m->removed)
+        return false;
+    atomic_store(&m->pause, true);
+    return true;
+}
+
+static bool exec_pausing(void *ctx, int model)
+{
+    struct exec *x = ctx;
+    return x->map[model]->n_paused > 0 || atomic_load(&x->map[model]->pause);
 }
 
 static bool exec_load(void *ctx, int model)
@@ -239,6 +271,8 @@ static const struct sched_exec_ops exec_ops = {
     .serve = exec_serve,
     .offload = exec_offload,
     .load = exec_load,
+    .preempt = exec_preempt,
+    .pausing = exec_pausing,
     .wake = exec_wake,
     .carried = exec_carried,
 };

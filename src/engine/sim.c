@@ -15,8 +15,22 @@ struct smodel {
     double idle_since; /* the end of its last batch, or its load's start */
     size_t upcoming;   /* its first request not yet arrived (n: none) */
     struct forecast arrivals;
-    size_t *batch; /* the batch in flight: its requests' indices */
+    size_t *batch; /* the batch in flight (or paused): its requests' indices */
     int batch_n;
+    double batch_start; /* when the batch in flight began or resumed */
+    /* token-level preemption: the batch's step boundaries (absolute: its
+     * prefill's end, then each decode step's), a pause asked for
+     * (pause_pending: the batch ends early, at batch_end, the first boundary
+     * at or after the SCHED_PREEMPT), and a paused batch: paused sequences,
+     * stopped at pause_t, whose times after it move by the pause's length on
+     * resume; paused_kv: the paused batch's bytes are on the devices while
+     * the rest of the model is not (sim_config.kv_bytes) */
+    double *step_end;
+    int n_steps, cap_steps;
+    bool pause_pending;
+    int paused;
+    double pause_t, full_end;
+    bool paused_kv;
 };
 
 struct sim {
@@ -36,6 +50,20 @@ static uint64_t bytes_of(const struct sim *s, int model, int d)
     return s->c->bytes[(size_t)model * s->c->n_devices + d];
 }
 
+/* Of bytes_of, what a paused batch keeps on the devices (sim_config.kv_bytes). */
+static uint64_t kv_of(const struct sim *s, int model, int d)
+{
+    return s->c->kv_bytes ? s->c->kv_bytes[(size_t)model * s->c->n_devices + d] : 0;
+}
+
+/* What model frees when it leaves, and needs when it comes back: its bytes,
+ * less a paused (or pausing) batch's memory, which stays. */
+static uint64_t moving_of(const struct sim *s, int model, int d)
+{
+    const struct smodel *m = &s->m[model];
+    return bytes_of(s, model, d) - (m->paused || m->pause_pending ? kv_of(s, model, d) : 0);
+}
+
 static void view_build(struct sim *s, double now, struct sched_model *sm, struct sched_view *v)
 {
     const struct sim_config *c = s->c;
@@ -53,8 +81,14 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
     for (int i = 0; i < c->n_models; i++) {
         struct smodel *m = &s->m[i];
         memset(&sm[i], 0, sizeof(sm[i]));
-        sm[i].queue_len = (int)(m->tail - m->head);
+        sm[i].queue_len = (int)(m->tail - m->head) + m->paused;
         sm[i].head_arrival = m->tail > m->head ? s->reqs[m->queue[m->head]].arrival : 0;
+        for (int k = 0; k < m->paused; k++) /* a paused batch waits as a queue does */
+            if (m->tail == m->head || s->reqs[m->batch[k]].arrival < sm[i].head_arrival)
+                sm[i].head_arrival = s->reqs[m->batch[k]].arrival;
+        sm[i].paused = m->paused;
+        sm[i].preempt_pending = m->pause_pending;
+        sm[i].batch_start = m->batch_start;
         sm[i].resident = m->resident;
         sm[i].loading = m->loading;
         sm[i].running = m->running;
@@ -74,19 +108,25 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
             size_t q = m->tail - m->head;
             sm[i].batch_s = c->batch_s[q < (size_t)c->max_batch ? q : (size_t)c->max_batch];
         }
-        for (int d = 0; d < c->n_devices; d++)
-            sm[i].bytes[d] = bytes_of(s, i, d);
+        for (int d = 0; d < c->n_devices; d++) {
+            sm[i].bytes[d] = moving_of(s, i, d);
+            sm[i].batch_bytes[d] = m->running || m->paused ? kv_of(s, i, d) : 0;
+        }
         v->any_loading |= m->loading;
         v->any_running |= m->running;
     }
 }
 
+/* i leaves its devices: its bytes, or a paused batch's model all but the
+ * batch's memory, which stays until the model is back (paused_kv). */
 static void evict(struct sim *s, int i)
 {
-    s->m[i].resident = false;
-    s->m[i].offload_pending = false;
+    struct smodel *m = &s->m[i];
+    m->resident = false;
+    m->offload_pending = false;
     for (int d = 0; d < s->c->n_devices; d++)
-        s->used[d] -= bytes_of(s, i, d);
+        s->used[d] -= moving_of(s, i, d);
+    m->paused_kv = m->paused > 0;
 }
 
 /* ---- the executor (sched_act's ops), at s->now ---- */
@@ -103,10 +143,11 @@ static bool exec_running(void *ctx, int model)
  * one step_s[live] per decode step while live requests still generate.
  * Each chat request's first_token and done are set relative to the batch's
  * start. */
-static double batch_compute(struct sim *s, const size_t *batch, int b)
+static double batch_compute(struct sim *s, struct smodel *m, const size_t *batch, int b)
 {
     const struct sim_config *c = s->c;
     double t = c->batch_s[b];
+    m->n_steps = 0;
     int steps = 0;
     for (int k = 0; k < b; k++) {
         const struct sim_request *q = &s->reqs[batch[k]];
@@ -121,12 +162,21 @@ static double batch_compute(struct sim *s, const size_t *batch, int b)
         if (q->n_output > 0)
             q->first_token = q->done = t;
     }
+    if (m->cap_steps < steps + 1) {
+        double *se = realloc(m->step_end, (size_t)(steps + 1) * sizeof(double));
+        if (!se)
+            return -1;
+        m->step_end = se;
+        m->cap_steps = steps + 1;
+    }
+    m->step_end[m->n_steps++] = t;
     /* step j (1..steps) runs the requests with n_output > j */
     for (int j = 1; j <= steps; j++) {
         int live = 0;
         for (int k = 0; k < b; k++)
             live += s->reqs[batch[k]].n_output > j;
         t += c->step_s[live];
+        m->step_end[m->n_steps++] = t;
         for (int k = 0; k < b; k++) {
             struct sim_request *q = &s->reqs[batch[k]];
             if (q->n_output == j + 1)
@@ -138,6 +188,32 @@ static double batch_compute(struct sim *s, const size_t *batch, int b)
 
 /* The batch takes its queue's head by the engine's rule (sched_batch_joins):
  * with batch_same_params_only, one params_class. */
+/* Resumes m's paused batch at now: what was left after pause_t runs from
+ * now (with overlap_loads on a loading model, ending no earlier than the
+ * load's end plus overlap_tail of it), every later time moved by as much. */
+static void batch_resume(struct sim *s, struct smodel *m)
+{
+    const struct sim_config *c = s->c;
+    double rest = m->full_end - m->pause_t, end = s->now + rest;
+    if (m->loading && m->load_end + c->overlap_tail * rest > end)
+        end = m->load_end + c->overlap_tail * rest;
+    double shift = end - m->full_end;
+    for (int k = 0; k < m->batch_n; k++) {
+        struct sim_request *q = &s->reqs[m->batch[k]];
+        if (q->first_token > m->pause_t)
+            q->first_token += shift;
+        q->done += shift;
+    }
+    for (int j = 0; j < m->n_steps; j++)
+        if (m->step_end[j] > m->pause_t)
+            m->step_end[j] += shift;
+    m->paused = 0;
+    m->running = true;
+    m->batch_end = m->full_end = end;
+    m->batch_start = m->last_used = s->now;
+    s->st->compute_s += end - s->now;
+}
+
 static bool exec_serve(void *ctx, int model)
 {
     struct sim *s = ctx;
@@ -146,6 +222,10 @@ static bool exec_serve(void *ctx, int model)
     double now = s->now;
     if (!m->resident || (m->loading && !c->overlap_loads))
         return false;
+    if (m->paused) {
+        batch_resume(s, m);
+        return true;
+    }
     int b = 0;
     while (m->head < m->tail) {
         size_t r = m->queue[m->head];
@@ -158,7 +238,9 @@ static bool exec_serve(void *ctx, int model)
     }
     for (int k = 0; k < b; k++)
         s->reqs[m->batch[k]].batch_size = b;
-    double compute = batch_compute(s, m->batch, b);
+    double compute = batch_compute(s, m, m->batch, b);
+    if (compute < 0)
+        return false; /* out of memory for its steps */
     double end = now + compute;
     if (m->loading && m->load_end + c->overlap_tail * compute > end)
         end = m->load_end + c->overlap_tail * compute;
@@ -172,10 +254,12 @@ static bool exec_serve(void *ctx, int model)
             q->first_token = q->done = end;
         }
     }
+    for (int j = 0; j < m->n_steps; j++)
+        m->step_end[j] += end - compute;
     m->running = true;
     m->batch_n = b;
-    m->batch_end = end;
-    m->last_used = now;
+    m->batch_end = m->full_end = end;
+    m->batch_start = m->last_used = now;
     s->st->batches += b > 0;
     s->st->compute_s += end - now;
     return true;
@@ -206,19 +290,42 @@ static bool exec_load(void *ctx, int model)
     if (m->resident)
         return false;
     for (int d = 0; d < c->n_devices; d++)
-        if (bytes_of(s, model, d) > c->budget[d] - s->used[d])
+        if (moving_of(s, model, d) > c->budget[d] - s->used[d])
             return false;
     for (int d = 0; d < c->n_devices; d++) {
-        s->used[d] += bytes_of(s, model, d);
+        s->used[d] += moving_of(s, model, d);
         if (s->used[d] > s->st->high_water[d])
             s->st->high_water[d] = s->used[d];
     }
     m->resident = m->loading = true;
+    m->paused_kv = false; /* a paused batch's memory is the model's own again */
     m->load_end = s->now + c->load_s;
     m->loaded_at = m->last_used = s->now;
     s->st->loads++;
     s->st->swap_s += c->load_s;
     return true;
+}
+
+/* The batch pauses at its first step boundary at or after now: it runs to
+ * there (batch_end), then batch_pause holds what is left. */
+static bool exec_preempt(void *ctx, int model)
+{
+    struct sim *s = ctx;
+    struct smodel *m = &s->m[model];
+    if (!m->running || m->pause_pending)
+        return false;
+    int j = 0;
+    while (j < m->n_steps - 1 && m->step_end[j] < s->now)
+        j++;
+    m->pause_pending = true;
+    m->batch_end = m->n_steps ? m->step_end[j] : m->full_end;
+    return true;
+}
+
+static bool exec_pausing(void *ctx, int model)
+{
+    struct sim *s = ctx;
+    return s->m[model].paused > 0 || s->m[model].pause_pending;
 }
 
 /* Only a time ahead is an event (one at now would never let the clock move). */
@@ -241,6 +348,8 @@ static const struct sched_exec_ops exec_ops = {
     .serve = exec_serve,
     .offload = exec_offload,
     .load = exec_load,
+    .preempt = exec_preempt,
+    .pausing = exec_pausing,
     .wake = exec_wake,
     .carried = exec_carried,
 };
@@ -254,7 +363,11 @@ static bool act(struct sim *s, const struct sched_view *v, const struct sched_ac
     if (!f || !ok || a->kind == SCHED_WAKE)
         return ok;
     fprintf(f, "%9.4f %s %d", s->now,
-            a->kind == SCHED_SERVE ? "serve" : a->kind == SCHED_LOAD ? "load " : "unload", a->model);
+            a->kind == SCHED_SERVE     ? "serve"
+            : a->kind == SCHED_LOAD    ? "load "
+            : a->kind == SCHED_PREEMPT ? "pause"
+                                       : "unload",
+            a->model);
     for (int k = 0; k < a->n_victims; k++)
         fprintf(f, " -%d", a->victims[k]);
     if (a->kind == SCHED_SERVE)
@@ -262,11 +375,39 @@ static bool act(struct sim *s, const struct sched_view *v, const struct sched_ac
     fprintf(f, " |");
     for (int i = 0; i < s->c->n_models; i++) {
         const struct smodel *m = &s->m[i];
-        fprintf(f, " %zu%s%s", m->tail - m->head,
-                m->resident ? (m->loading ? "L" : "R") : "", m->running ? "*" : "");
+        fprintf(f, " %zu%s%s%s", m->tail - m->head,
+                m->resident ? (m->loading ? "L" : "R") : "", m->running ? "*" : "",
+                m->paused ? "P" : "");
     }
     fprintf(f, "\n");
     return ok;
+}
+
+/* A batch asked to pause reached its boundary (batch_end): the requests done
+ * by then are done, the others are held (paused; none: the batch ended).
+ * Returns how many were done. */
+static size_t batch_pause(struct sim *s, struct smodel *m)
+{
+    size_t n_done = 0;
+    int kept = 0;
+    for (int k = 0; k < m->batch_n; k++) {
+        size_t r = m->batch[k];
+        if (s->reqs[r].done <= m->batch_end)
+            n_done++;
+        else
+            m->batch[kept++] = r;
+    }
+    m->pause_pending = false;
+    m->running = false;
+    m->batch_n = kept;
+    m->paused = kept;
+    m->pause_t = m->batch_start = m->batch_end;
+    s->st->compute_s -= m->full_end - m->batch_end; /* counted at its start or resume */
+    if (kept > 0)
+        s->st->preemptions++;
+    else
+        m->idle_since = s->now;
+    return n_done;
 }
 
 /* The controls in their ranges (engine_set_*'s), and room on every device
@@ -360,7 +501,11 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
                 if (m->offload_pending && !m->running)
                     evict(&s, i);
             }
-            if (m->running && m->batch_end <= now) {
+            if (m->running && m->batch_end <= now && m->pause_pending) {
+                done += batch_pause(&s, m);
+                if (m->offload_pending && !m->loading)
+                    evict(&s, i);
+            } else if (m->running && m->batch_end <= now) {
                 /* exec_serve set each request's times */
                 done += (size_t)m->batch_n;
                 m->running = false;
@@ -401,6 +546,7 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
     for (int i = 0; s.m && i < c->n_models; i++) {
         free(s.m[i].queue);
         free(s.m[i].batch);
+        free(s.m[i].step_end);
     }
     free(s.m);
     free(s.next_of);

@@ -18,7 +18,12 @@
  * not fit; victims leave at once, or at the end of their batch when one is in
  * flight; with overlap_loads a batch
  * may start on a loading model and then ends no earlier than the load's end
- * plus overlap_tail of its compute (the layers that still had to arrive).
+ * plus overlap_tail of its compute (the layers that still had to arrive);
+ * a SCHED_PREEMPT pauses a batch at its first step boundary at or after the
+ * action (requests done by then are done), and the SCHED_SERVE that resumes
+ * it runs what was left from then on, every later time of its requests moved
+ * by the pause; a paused batch's memory (kv_bytes) stays while its model's
+ * weights leave.
  * What it leaves out: copies slowing compute (CPU devices at memory speed),
  * compute noise, and two batches sharing a device (neither policy does that).
  *
@@ -68,6 +73,10 @@ struct sim_config {
     const double *max_queue_wait;
     const double *min_resident;
     const bool *pinned;
+    /* n_models x n_devices or NULL (0): of bytes, the memory a batch paused
+     * by a SCHED_PREEMPT keeps on the devices while the rest of its model
+     * leaves (its KV caches and activations, as the engine keeps them) */
+    const uint64_t *kv_bytes;
     FILE *trace;            /* non-NULL: one line per action carried out */
     /* optional: told of each operation carried out (sched_act's carried),
      * at simulated time now; model is the request's model index */
@@ -90,6 +99,7 @@ struct sim_request {
 
 struct sim_stats {
     uint64_t loads, evictions, batches;
+    uint64_t preemptions; /* batches paused with sequences left (SCHED_PREEMPT) */
     double swap_s, compute_s;
     uint64_t high_water[SCHED_MAX_DEVICES]; /* most bytes resident at once, per device */
 };

@@ -71,7 +71,7 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
              "A removed model's counters (every _total and histogram family) stay, for the "
              "last %d names removed, and go on from there if the name is added again.",
              SRV_MAX_RETAINED);
-    char help[512];
+    char help[768];
     snprintf(help, sizeof(help),
              "Completion requests by model and outcome (invalid: refused by the server with a "
              "4xx before reaching the engine; rejected: the model's queue was full). %s",
@@ -147,8 +147,9 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
     snprintf(help, sizeof(help),
              "Times the model left its devices, by reason (idle: past its keep_alive; evicted: "
              "for another model's room; requested: POST /admin/models/NAME/unload; removed: "
-             "DELETE /admin/models/NAME while it was resident or loading). These four are all "
-             "the reasons there are (no policy preempts a model yet). %s",
+             "DELETE /admin/models/NAME while it was resident or loading; preempted: for another "
+             "model's room while its batch was paused at a step boundary, its KV cache kept on "
+             "the devices until it is loaded again and resumes). %s",
              retained_note);
     family(f, "shardswap_unloads_total", "counter", help);
     for (int i = 0; i < n; i++) {
@@ -158,7 +159,8 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
         } u[] = {{"idle", rows[i].c.idle_unloads},
                  {"evicted", rows[i].c.evictions},
                  {"requested", rows[i].c.unloads},
-                 {"removed", rows[i].c.removal_unloads}};
+                 {"removed", rows[i].c.removal_unloads},
+                 {"preempted", rows[i].c.preempt_unloads}};
         for (size_t k = 0; k < sizeof(u) / sizeof(u[0]); k++) {
             fputs("shardswap_unloads_total{model=\"", f);
             put_label(f, rows[i].name);

@@ -174,6 +174,7 @@ static void counts_add(struct srv_counts *to, const struct srv_counts *c)
     to->unloads += c->unloads;
     to->idle_unloads += c->idle_unloads;
     to->removal_unloads += c->removal_unloads;
+    to->preempt_unloads += c->preempt_unloads;
     hist_add(&to->ttft, &c->ttft);
     hist_add(&to->latency, &c->latency);
     hist_add(&to->load, &c->load);
@@ -196,6 +197,7 @@ void srv_counts_of(const struct srv_model *m, const struct engine_model_stats *s
         .unloads = st->unloads,
         .idle_unloads = st->idle_unloads,
         .removal_unloads = st->removal_unloads,
+        .preempt_unloads = st->preempt_unloads,
         .ttft = st->ttft_hist,
         .latency = st->latency_hist,
         .load = st->load_hist,
