@@ -10,6 +10,7 @@ Reads (each may be missing, empty, or not JSON: that row prints n/a, never a tra
   forward-b1.json, hf-b1.json...  shardswap bench forward --json; tools/bench_hf.py --json
   llama-forward-b1.json, llama-hf-b1.json, llama-swap.json   the same on the Llama family
   workload-tp1.json, -tp2.json    shardswap bench workload --json
+  workload-chat.json              shardswap bench workload --config chat:8:0.5 --json
   ctest-backend.log, ctest-cpu.log
 
 and prints the tables against the issue's targets: swap (load, offload, cold request; ours
@@ -298,6 +299,27 @@ def workload_table(logs, steps):
     return "\n".join(out)
 
 
+def chat_table(logs, steps):
+    out = ["WORKLOAD CHAT  (chat:8:0.5: 8 opt-1.3b models, Zipf popularity, ShareGPT-like lengths; "
+           "TP 1; seconds)"]
+    w = load_json(os.path.join(logs, "workload-chat.json"))
+    pols = w.get("policies") if isinstance(w, dict) else None
+    pols = [p for p in pols if isinstance(p, dict)] if isinstance(pols, list) else []
+    if not pols:
+        out.append(f"  n/a ({why(steps, 'fwd-model', 'workload-chat')})")
+        return "\n".join(out)
+    rows = []
+    for p in pols:
+        rows.append([str(p.get("policy", "?")), f(get(p, "requests"), ".0f"), f(get(p, "failed"), ".0f"),
+                     f(get(p, "ttft_p50_s"), ".3f"), f(get(p, "ttft_p99_s"), ".3f"),
+                     f(get(p, "tpot_p50_s"), ".4f"), f(get(p, "tpot_p99_s"), ".4f"),
+                     f(get(p, "token_slo_attainment"), ".3f"), f(get(p, "goodput_rps"), ".3f"),
+                     f(get(p, "swaps"), ".0f")])
+    out.append(table(["policy", "requests", "failed", "ttft p50", "ttft p99", "tpot p50", "tpot p99",
+                      "token slo", "goodput r/s", "swaps"], rows))
+    return "\n".join(out)
+
+
 def ctest_summary(logs, steps, name):
     path = os.path.join(logs, f"{name}.log")
     try:
@@ -339,6 +361,7 @@ def main():
                          "LLAMA SWAP  (llama-3.1-8b shape, 8 layers, bf16; against the pinned link; "
                          "GB/s = 1e9 bytes/s)", with_torch=False),
              workload_table(logs, steps),
+             chat_table(logs, steps),
              "TESTS\n" + "\n".join(ctest_summary(logs, steps, n) for n in ("ctest-backend", "ctest-cpu"))]
     print("\n\n".join(parts))
 

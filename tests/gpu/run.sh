@@ -56,6 +56,7 @@
 #   llama-swap-model, llama-swap  bench swap on llama-3.1-8b with 8 layers (5.6 GB, bf16) against
 #                               the pinned link
 #   workload-tp1, workload-tp2  bench workload --config computron:6, both policies
+#   workload-chat               bench workload --config chat:8:0.5 (multi-token), four policies
 #   ctest-cpu                   the rest of the suite, if time is left
 set -uo pipefail
 
@@ -401,6 +402,21 @@ if [ "$built" -eq 1 ]; then
         bench workload --devices "$d" --config computron:6 --tp "$tp" --preset opt-1.3b --layers 24 \
         --dtype f16 --compute bf16 --duration "$dur" --cache "$models" --out-dir "$logs/workload-tp$tp" --json
     done
+    # chat traffic (issue 23): 8 models, Zipf popularity, 0.5 requests/s with
+    # ShareGPT-like prompt and output lengths (hundreds of tokens each way),
+    # every policy on the same arrivals, TP 1 on cuda:0: TTFT, TPOT, token
+    # SLO attainment and goodput
+    l=$(left)
+    dur=$(((l - 60) / 5)) # four policies, and some time left for the suite
+    [ "$dur" -le 30 ] || dur=30
+    if [ "$dur" -lt 10 ]; then
+      record workload-chat skipped 0 "out of time"
+    else
+      step workload-chat $((4 * dur + 120)) --stdout "$logs/workload-chat.json" "${run_env[@]}" "$ss" \
+        bench workload --devices cuda:0 --config chat:8:0.5 --tp 1 --preset opt-1.3b --layers 24 \
+        --dtype f16 --compute bf16 --max-loaded 2 --duration "$dur" --policy swapwise,computron,lru,fifo \
+        --cache "$models" --out-dir "$logs/workload-chat" --json
+    fi
   else
     record workload skipped 0 "bench workload has no --devices in this tree: CPU only, not run"
   fi
