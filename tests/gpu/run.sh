@@ -56,7 +56,7 @@
 #   llama-swap-model, llama-swap  bench swap on llama-3.1-8b with 8 layers (5.6 GB, bf16) against
 #                               the pinned link
 #   workload-tp1, workload-tp2  bench workload --config computron:6, both policies
-#   workload-chat               bench workload --config chat:8:0.5 (multi-token), four policies
+#   workload-chat               bench workload --config chat:8:0.5 (multi-token), five policies
 #   ctest-cpu                   the rest of the suite, if time is left
 set -uo pipefail
 
@@ -407,14 +407,14 @@ if [ "$built" -eq 1 ]; then
     # every policy on the same arrivals, TP 1 on cuda:0: TTFT, TPOT, token
     # SLO attainment and goodput
     l=$(left)
-    dur=$(((l - 60) / 5)) # four policies, and some time left for the suite
+    dur=$(((l - 60) / 6)) # five policies, and some time left for the suite
     [ "$dur" -le 30 ] || dur=30
     if [ "$dur" -lt 10 ]; then
       record workload-chat skipped 0 "out of time"
     else
-      step workload-chat $((4 * dur + 120)) --stdout "$logs/workload-chat.json" "${run_env[@]}" "$ss" \
+      step workload-chat $((5 * dur + 120)) --stdout "$logs/workload-chat.json" "${run_env[@]}" "$ss" \
         bench workload --devices cuda:0 --config chat:8:0.5 --tp 1 --preset opt-1.3b --layers 24 \
-        --dtype f16 --compute bf16 --max-loaded 2 --duration "$dur" --policy swapwise,computron,lru,fifo \
+        --dtype f16 --compute bf16 --max-loaded 2 --duration "$dur" --policy swapwise,swapwise-preempt,computron,lru,fifo \
         --cache "$models" --out-dir "$logs/workload-chat" --json
     fi
   else
