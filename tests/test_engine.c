@@ -749,6 +749,48 @@ static void test_batch_memory(void)
     rig_close(&g);
 }
 
+/* Every prompt of a batch is left-padded to its longest, so a short prompt's
+ * long answer starts after the longest prompt: a batch of a 40-token prompt
+ * (2 tokens out) and a 5-token one (40 out) needs 79 positions, past the
+ * fixture's 64 although each request fits alone. computron joins nothing
+ * into a running batch, and the first request's batch is held (on_token)
+ * until both are queued, so they are taken together; both must complete
+ * (the batch was sized for the longest prompt + answer of a request, 45 +
+ * 64 capped at 64, and the second failed with "exceeds the KV cache
+ * capacity"). */
+static void test_padded_batch(void)
+{
+    struct rig g;
+    rig_open(&g, "computron", 0, 64, 8, 2);
+    const int t = g.big;
+    int32_t long_prompt[40], short_prompt[5];
+    for (int i = 0; i < 40; i++)
+        long_prompt[i] = 3 + i % 200;
+    for (int i = 0; i < 5; i++)
+        short_prompt[i] = 7 + i;
+    struct job hold, a, b;
+    job_init(&hold, g.e, t, 0, 2);
+    job_init(&a, g.e, t, 0, 2);
+    job_init(&b, g.e, t, 0, 40);
+    struct engine_request_params p = job_params(&hold, g.id[t], 1);
+    hold.hold_until = time_now() + 0.5;
+    CHECK_MSG(engine_submit(g.e, &p, NULL) == 0, "%s", err_msg());
+    while (!atomic_load(&hold.first_token))
+        sched_yield();
+    p = job_params(&a, g.id[t], 1);
+    p.prompt = long_prompt, p.n_prompt = 40;
+    CHECK_MSG(engine_submit(g.e, &p, NULL) == 0, "%s", err_msg());
+    p = job_params(&b, g.id[t], 1);
+    p.prompt = short_prompt, p.n_prompt = 5;
+    CHECK_MSG(engine_submit(g.e, &p, NULL) == 0, "%s", err_msg());
+    engine_drain(g.e);
+    CHECK_MSG(a.status == 0 && b.status == 0, "40 + 2: %d %s; 5 + 40: %d %s", a.status, a.error,
+              b.status, b.error);
+    printf("padded batch: 40 + 2 and 5 + 40 tokens, batched %d and %d, %d and %d tokens out\n",
+           a.t.batch_size, b.t.batch_size, a.n_out, b.n_out);
+    rig_close(&g);
+}
+
 static uint64_t host_bytes(int model)
 {
     char dir[512];
@@ -1641,6 +1683,11 @@ TEST(live_registry_computron)
 TEST(batch_memory)
 {
     test_batch_memory();
+}
+
+TEST(padded_batch)
+{
+    test_padded_batch();
 }
 
 TEST(fragmentation_swapwise)

@@ -213,12 +213,12 @@ int engine_set_max_batch(struct engine *e, int id, int max_batch)
                      swap_model_name(m->sm), max_batch, e->cfg.max_batch);
     } else {
         m->max_batch = max_batch;
-        int p = m->longest_prompt, seq = m->longest_seq;
+        int p = m->longest_prompt, out = m->longest_out;
         bool decodes = m->decodes;
-        m->longest_prompt = m->longest_seq = 0; /* recomputed for the new size */
+        m->longest_prompt = m->longest_out = m->longest_seq = 0; /* recomputed for the new size */
         m->decodes = false;
-        if (seq > 0)
-            reserve_grow(e, m, p, decodes && seq - p < 2 ? 2 : seq - p);
+        if (out > 0)
+            reserve_grow(e, m, p, decodes && out < 2 ? 2 : out);
         pthread_cond_signal(&e->wake);
     }
     pthread_mutex_unlock(&e->lock);

@@ -13,7 +13,8 @@
 #define JOIN_ROOM 64 /* KV positions a batch keeps for requests joining later */
 
 /* The shape of a batch of n sequences whose longest prompt is max_prompt
- * and longest prompt + answer is seq: room for the longest sequence, plus
+ * and that needs seq positions (the longest prompt + the longest answer:
+ * prompts are left-padded to the longest): room for them, plus
  * late joiners when sequences decode for more than one step; one step takes
  * at most the longest prompt per sequence. */
 struct model_exec_shape engine_batch_shape(int max_pos, int n, int max_prompt, int seq,
@@ -36,13 +37,13 @@ static struct model_exec_shape batch_shape(const struct swap_model *sm, int n, i
  * held). */
 void reserve_grow(struct engine *e, struct emodel *m, int n_prompt, int max_tokens)
 {
-    if (n_prompt <= m->longest_prompt && n_prompt + max_tokens <= m->longest_seq &&
+    if (n_prompt <= m->longest_prompt && max_tokens <= m->longest_out &&
         (max_tokens == 1 || m->decodes))
         return;
     m->decodes |= max_tokens > 1;
     m->longest_prompt = n_prompt > m->longest_prompt ? n_prompt : m->longest_prompt;
-    if (n_prompt + max_tokens > m->longest_seq)
-        m->longest_seq = n_prompt + max_tokens;
+    m->longest_out = max_tokens > m->longest_out ? max_tokens : m->longest_out;
+    m->longest_seq = m->longest_prompt + m->longest_out; /* batch_shape caps it at max_pos */
     /* the largest batch that fits beside the weights on every device of the
      * model (a batch of one, at least: capped to the room there is, so the
      * model can always be loaded and a batch that cannot fit fails with the
@@ -113,19 +114,27 @@ int batch_alloc(struct emodel *m, struct engine_req **first, int n, struct group
     struct engine_req *cancelled[n];
     int n_cancelled = 0, rc = 0;
     char why[160] = "";
+    const int max_pos = swap_model_info(m->sm)->max_pos;
     for (;;) {
-        int seq = 0;
+        int longest_out = 0;
         bool decodes = false;
         *max_prompt = 0;
         for (int i = 0; i < n; i++) {
             *max_prompt = first[i]->n_prompt > *max_prompt ? first[i]->n_prompt : *max_prompt;
-            if (first[i]->n_prompt + first[i]->max_tokens > seq)
-                seq = first[i]->n_prompt + first[i]->max_tokens;
+            longest_out = first[i]->max_tokens > longest_out ? first[i]->max_tokens : longest_out;
             decodes |= first[i]->max_tokens > 1;
         }
+        /* the first step is the longest prompt for every sequence (the
+         * others left-padded to it), so each answer starts after it */
+        int seq = *max_prompt + longest_out;
         struct model_exec_shape shape = batch_shape(m->sm, n, *max_prompt, seq, decodes);
         pthread_mutex_lock(&e->lock);
-        rc = group_batch_create(e->mgr, m->sm, &shape, gb);
+        /* past the model's positions together (each fits alone: submit
+         * checks it): halved as below, the later half back to the queue */
+        rc = seq - 1 > max_pos && n > 1 ? err_set(ERR_NOMEM, "%d + %d positions together "
+                                                              "exceed the model's %d",
+                                                  *max_prompt, longest_out, max_pos)
+                                        : group_batch_create(e->mgr, m->sm, &shape, gb);
         if (rc == 0) {
             for (int d = 0; d < swap_device_count(e->mgr); d++)
                 m->batch_bytes[d] = group_batch_bytes(m->sm, e->mgr, &shape, d);

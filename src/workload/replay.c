@@ -38,6 +38,8 @@ struct replay_sync {
     atomic_int done;
     pthread_mutex_t lock;
     pthread_cond_t cond;
+    int failed;       /* requests that failed (under lock) */
+    char first[512];  /* the first one's error (under lock) */
 };
 
 struct replay_job {
@@ -84,6 +86,8 @@ static void replay_on_done(struct engine_req *r, void *ctx)
     rec->batch_size = t.batch_size;
     rec->status = engine_req_status(r);
     pthread_mutex_lock(&j->sync->lock);
+    if (rec->status < 0 && j->sync->failed++ == 0) /* the first failure's reason, for stderr */
+        snprintf(j->sync->first, sizeof j->sync->first, "%s", engine_req_error(r));
     atomic_fetch_add(&j->sync->done, 1);
     pthread_cond_broadcast(&j->sync->cond);
     pthread_mutex_unlock(&j->sync->lock);
@@ -261,6 +265,9 @@ static int run_lens(const struct replay_rig *rig, const struct workload_config *
     }
     engine_drain(s->engine);
     out->wall_s = time_now() - t0;
+    if (sync.failed > 0) /* the records keep each one's status; why is only here */
+        fprintf(stderr, "%s: %d of %zu requests failed; the first: %s\n", policy, sync.failed, n,
+                sync.first);
     engine_get_stats(s->engine, &out->st);
     /* times relative to the start of the run */
     for (size_t i = 0; i < n; i++) {
