@@ -65,6 +65,99 @@ static void run_config(int k, const char *policy, int seeds, double *p99, double
     }
 }
 
+/* Token-level preemption on the simulated clock (swapwise-preempt, two
+ * models, one resident at a time, prefills of 0.1 s per request and decode
+ * steps of 0.01 s): a's two requests (32 and 5 tokens) arrive at 0 and run
+ * as one batch from its load's end at 1 s: prefill to 1.2, the short one done
+ * at its 4th step, 1.24, the long one due at 1.51. b's (8 tokens) arrives at
+ * 1.25 with a max_queue_wait of 1 ms: at 1.251 a's batch is asked to pause,
+ * and pauses at the next step boundary, 1.26 (the short request is done by
+ * then and stays done); b loads 1.251..2.251 and runs 2.251..2.421 (0.1 +
+ * 7 x 0.01), a loads again 2.251..3.251 and resumes: the long request is
+ * done at its unpaused time plus the pause, 1.51 + (3.251 - 1.26) = 3.501,
+ * its first token (before the pause) where it was. Under swapwise (no
+ * preemption) the same trace leaves a's times alone and b waits. */
+static void test_preempt_times(void)
+{
+    for (int pre = 0; pre < 2; pre++) {
+        uint64_t bytes[2 * 2];
+        struct sim_config c;
+        setup(&c, pre ? "swapwise-preempt" : "swapwise", 2, 2, bytes);
+        c.max_loaded = 1;
+        c.max_batch = 2;
+        for (int b = 1; b <= SIM_MAX_BATCH; b++)
+            c.step_s[b] = 0.01;
+        const double mqw[2] = {0, 1e-3};
+        c.max_queue_wait = mqw;
+        struct sim_request r[3] = {{.arrival = 0, .model = 0, .n_prompt = 8, .n_output = 32},
+                                   {.arrival = 0, .model = 0, .n_prompt = 8, .n_output = 5},
+                                   {.arrival = 1.25, .model = 1, .n_prompt = 8, .n_output = 8}};
+        struct sim_stats st;
+        CHECK_MSG(sim_run(&c, r, 3, &st) == 0, "%s", err_msg());
+        double pause = 3.251 - 1.26;
+        /* unpreempted: a's batch ends at 1.51, then b: load to 2.51, done 2.68 */
+        const double want[3][3] = {{1.0, 1.2, pre ? 1.51 + pause : 1.51},
+                                   {1.0, 1.2, 1.24},
+                                   {pre ? 2.251 : 2.51, pre ? 2.351 : 2.61, pre ? 2.421 : 2.68}};
+        for (int i = 0; i < 3; i++)
+            CHECK_MSG(fabs(r[i].start - want[i][0]) < 1e-9 &&
+                          fabs(r[i].first_token - want[i][1]) < 1e-9 &&
+                          fabs(r[i].done - want[i][2]) < 1e-9,
+                      "%s: request %d: start %.6f, first token %.6f, done %.6f; expected "
+                      "%.6f, %.6f, %.6f",
+                      c.policy->name, i, r[i].start, r[i].first_token, r[i].done, want[i][0],
+                      want[i][1], want[i][2]);
+        /* a resume is no new batch; a's second load is the reload */
+        CHECK_MSG(st.preemptions == (pre ? 1u : 0u) && st.batches == 2 &&
+                      st.loads == (pre ? 3u : 2u) && r[0].batch_size == 2 &&
+                      r[1].batch_size == 2 && r[2].batch_size == 1,
+                  "%s: %llu pauses, %llu batches, %llu loads", c.policy->name,
+                  (unsigned long long)st.preemptions, (unsigned long long)st.batches,
+                  (unsigned long long)st.loads);
+    }
+}
+
+/* Churn with chat requests under swapwise-preempt (6 models, room for 2, a
+ * paused batch keeping a quarter of its model's bytes): batches pause, and
+ * every request completes once, after it started and its first token. A
+ * request counted done twice would end the run with another never done
+ * (its done left at 0, before its arrival). */
+static void test_preempt_churn(void)
+{
+    uint64_t bytes[2 * 6], kv[2 * 6];
+    struct sim_config c;
+    setup(&c, "swapwise-preempt", 6, 2, bytes);
+    measured_costs(&c);
+    c.overlap_loads = false;
+    for (int b = 1; b <= SIM_MAX_BATCH; b++)
+        c.step_s[b] = 0.004 + 0.0002 * b;
+    for (int i = 0; i < 2 * 6; i++)
+        kv[i] = bytes[i] / 4;
+    c.kv_bytes = kv;
+    struct arrival_spec spec = {.kind = ARRIVAL_GAMMA, .n_models = 6, .cv = 4,
+                                .duration_s = 500, .seed = 7};
+    for (int i = 0; i < 6; i++)
+        spec.rates[i] = 2.0 / (i + 1);
+    struct arrival *ev;
+    size_t n;
+    CHECK(arrival_generate(&spec, &ev, &n) == 0 && n > 500);
+    struct sim_request *rq = calloc(n, sizeof(*rq));
+    for (size_t i = 0; i < n; i++)
+        rq[i] = (struct sim_request){.arrival = ev[i].t, .model = ev[i].model, .n_prompt = 8,
+                                     .n_output = 1 + (int)((i * 37) % 200)};
+    struct sim_stats st;
+    CHECK_MSG(sim_run(&c, rq, n, &st) == 0, "%s", err_msg());
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += !(rq[i].start >= rq[i].arrival && rq[i].first_token > rq[i].start &&
+                 rq[i].done >= rq[i].first_token && rq[i].batch_size >= 1);
+    CHECK_MSG(bad == 0 && st.preemptions > 0, "%zu of %zu requests wrong, %llu pauses", bad, n,
+              (unsigned long long)st.preemptions);
+    CHECK(st.high_water[0] <= c.budget[0] && st.high_water[1] <= c.budget[1]);
+    free(rq);
+    free(ev);
+}
+
 int main(void)
 {
     uint64_t bytes[2 * 8];
@@ -226,6 +319,9 @@ int main(void)
         free(rq);
         free(ev);
     }
+
+    test_preempt_times();
+    test_preempt_churn();
 
     /* bad input is refused, not run */
     setup(&c, "swapwise", 1, 1, bytes);

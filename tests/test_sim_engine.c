@@ -1,6 +1,7 @@
 /* The simulator and the engine take the same actions on the same trace.
  *
- * One hand-written trace of four models with device room for two, each with
+ * Two cases (TEST(lru), TEST(swapwise_preempt)). The first: a hand-written
+ * trace of four models with device room for two, each with
  * its own controls (sched.h's sched_model):
  *   model 0: keep_alive 0.2 s (it leaves its devices once idle that long),
  *            priority 0;
@@ -24,7 +25,14 @@
  * until both are queued and the scheduler has chosen to evict its model.
  * The controls take values whose effect does not depend on how long
  * anything takes (a min_resident far beyond the test, a keep-alive that is
- * waited for). Nothing here asserts a time. */
+ * waited for). Nothing here asserts a time.
+ *
+ * The second (preempt_case below): token-level preemption under
+ * swapwise-preempt, a long answer of one model paused for another's request
+ * (the pause, the preempted offload, the other model's load and batch, the
+ * reload and the resume), the same operations in both, on a trace where
+ * none of swapwise's costs (forecast, measured load and batch times)
+ * decides anything. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -41,6 +49,24 @@
 #include "fixture_expect.h"
 #include "sim_setup.h"
 
+/* A trace's models and their controls, in the simulator's form and the
+ * engine's, and how it is run. */
+struct scenario {
+    const char *policy;
+    int n; /* models */
+    const char *const *names;
+    const double *keep_alive;
+    const int *priority;
+    const double *max_queue_wait;
+    const double *min_resident;
+    const bool *pinned;
+    int max_loaded; /* 0: bytes decide */
+    int max_batch;
+    const int *max_tokens; /* per model: 1 (one-token requests) or a chat answer's length */
+};
+
+/* ---- lru: keep-alive, priority, min_resident, pin ---- */
+
 #define N 4
 static const char *names[N] = {"pre_ln_f32", "decoder_prefix_f32", "post_ln_proj", "no_final_ln"};
 
@@ -50,6 +76,17 @@ static const int priority[N] = {0, 0, 5, 0};
 static const double max_queue_wait[N] = {0, 0, 0, 0};
 static const double min_resident[N] = {0, 1e6, 0, 0};
 static const bool pinned[N] = {false, false, false, true};
+static const int one_token[N] = {1, 1, 1, 1};
+static const struct scenario lru_case = {.policy = "lru",
+                                         .n = N,
+                                         .names = names,
+                                         .keep_alive = keep_alive,
+                                         .priority = priority,
+                                         .max_queue_wait = max_queue_wait,
+                                         .min_resident = min_resident,
+                                         .pinned = pinned,
+                                         .max_batch = 4,
+                                         .max_tokens = one_token};
 
 /* The trace: (phase, model) in order of arrival; the simulator's times. */
 struct arrival_at {
@@ -78,6 +115,57 @@ static const char *expected = "l0 s0 u0 l1 s1 l2 s2 e2 l3 s3 s1 e1d l2 s2 e2d l0
 /* the operations expected by the end of each phase */
 static const int phase_ops[] = {3, 5, 7, 10, 18, 19};
 
+/* ---- swapwise-preempt: a long answer paused for another model ----
+ * Two models, one resident at a time (max_loaded 1; the bytes would hold
+ * both): a's request generates PRE_TOKENS tokens; b's arrives while a's
+ * batch runs and may wait PRE_WAIT (its max_queue_wait, far below a's batch).
+ * Past it, with nothing loading and no room for b but a's, swapwise-preempt
+ * pauses a's batch and loads b with a as the victim: a's weights leave at
+ * the pause (reason preempted), its KV caches stay; b loads and gets its
+ * batch, and swapwise (its requests waiting from the pause, a's after b's)
+ * loads a again with b, now serving, as the victim at its batch's end; a's
+ * batch resumes.
+ *
+ * Why no cost decides anything here: before the pause no load starts while
+ * a's batch holds the devices (copies take compute), so swapwise never
+ * takes a as a deferred victim; each later decision has one model with
+ * work, and every fork is between operations that wait for each other in
+ * both orders (a's pause and b's load's end; b's batch's end and a's load's
+ * end: a's resume needs both). No forecast (one arrival each), no prefetch
+ * (no overlap_loads), no keep-alive (swapwise's own: never), and
+ * batches_long, which swaps the victim's last batch for an eviction, sees
+ * no ended batch when b's load ends (a's paused; the simulator and the
+ * engine both leave idle_since at a pause) and only one model with work
+ * afterwards. */
+#define PRE_TOKENS 32 /* a's answer (the fixture's context is 64) */
+#define PRE_HOLD 4    /* a's batch is held at this token until the pause is asked */
+#define PRE_WAIT 1e-3
+static const char *pre_names[2] = {"pre_ln_f32", "post_ln_proj"};
+static const double pre_keep_alive[2] = {NAN, NAN};
+static const int pre_priority[2] = {0, 0};
+static const double pre_max_queue_wait[2] = {0, PRE_WAIT};
+static const double pre_min_resident[2] = {0, 0};
+static const bool pre_pinned[2] = {false, false};
+static const int pre_tokens[2] = {PRE_TOKENS, 8};
+static const struct scenario preempt_case = {.policy = "swapwise-preempt",
+                                             .n = 2,
+                                             .names = pre_names,
+                                             .keep_alive = pre_keep_alive,
+                                             .priority = pre_priority,
+                                             .max_queue_wait = pre_max_queue_wait,
+                                             .min_resident = pre_min_resident,
+                                             .pinned = pre_pinned,
+                                             .max_loaded = 1,
+                                             .max_batch = 1,
+                                             .max_tokens = pre_tokens};
+/* a at 0 (its 1 s load, then its batch from 1 s to 1.41 s: a prefill of
+ * 0.1 s and 31 steps of 0.01 s), b at 1.2 s: the pause is asked at 1.201 s */
+static const struct arrival_at pre_trace[] = {{0, 0}, {1.2, 1}};
+/* pN a pause asked for; eNp an offload of a paused (or pausing) batch's
+ * model, reason preempted */
+static const char *pre_expected = "l0 s0 p0 e0pd l1 s1 e1d l0 s0";
+#define PRE_OPS 9
+
 /* ---- the operations carried out, from either side ---- */
 
 struct oplog {
@@ -102,14 +190,15 @@ static void oplog_free(struct oplog *l)
 
 static void oplog_add(struct oplog *l, const struct sched_carried *op)
 {
-    const char *k = op->op == SCHED_OP_SERVE  ? "s"
-                    : op->op == SCHED_OP_LOAD ? "l"
-                    : op->idle                ? "u"
-                                              : "e";
+    const char *k = op->op == SCHED_OP_SERVE     ? "s"
+                    : op->op == SCHED_OP_LOAD    ? "l"
+                    : op->op == SCHED_OP_PREEMPT ? "p"
+                    : op->idle                   ? "u"
+                                                 : "e";
     pthread_mutex_lock(&l->lock);
     size_t len = strlen(l->s);
-    snprintf(l->s + len, sizeof(l->s) - len, "%s%s%d%s", len ? " " : "", k, op->model,
-             op->deferred ? "d" : "");
+    snprintf(l->s + len, sizeof(l->s) - len, "%s%s%d%s%s", len ? " " : "", k, op->model,
+             op->preempted ? "p" : "", op->deferred ? "d" : "");
     l->n++;
     pthread_cond_broadcast(&l->cond);
     pthread_mutex_unlock(&l->lock);
@@ -137,56 +226,82 @@ static void sim_op(void *ctx, double now, const struct sched_carried *op)
     oplog_add(ctx, op);
 }
 
-static void engine_op(void *ctx, const struct sched_carried *op)
-{
-    oplog_add(ctx, op); /* the scheduler thread, under the engine lock: no call back in */
-}
-
 /* ---- the simulator ---- */
 
-static void run_sim(struct oplog *log)
+/* Runs trace t[0..n) of scenario sc; chat requests (max_tokens > 1) get a
+ * prefill of 0.1 s and decode steps of 0.01 s (setup's batch_s, and
+ * step_s). */
+static void run_sim(const struct scenario *sc, const struct arrival_at *t, int n, struct oplog *log)
 {
     uint64_t bytes[2 * N];
     struct sim_config c;
-    setup(&c, "lru", N, 2, bytes); /* room for two of the four */
-    c.max_loaded = 0;              /* bytes decide, as in the engine */
-    c.keep_alive = keep_alive;
-    c.priority = priority;
-    c.max_queue_wait = max_queue_wait;
-    c.min_resident = min_resident;
-    c.pinned = pinned;
+    setup(&c, sc->policy, sc->n, 2, bytes); /* room for two */
+    c.max_loaded = sc->max_loaded;          /* 0: bytes decide, as in the engine */
+    c.max_batch = sc->max_batch;
+    for (int b = 1; b <= SIM_MAX_BATCH; b++)
+        c.step_s[b] = 0.01;
+    c.keep_alive = sc->keep_alive;
+    c.priority = sc->priority;
+    c.max_queue_wait = sc->max_queue_wait;
+    c.min_resident = sc->min_resident;
+    c.pinned = sc->pinned;
     c.on_op = sim_op;
     c.on_op_ctx = log;
-    struct sim_request r[N_ARRIVALS];
-    for (int i = 0; i < N_ARRIVALS; i++)
-        r[i] = (struct sim_request){.arrival = trace[i].t, .model = trace[i].model};
+    struct sim_request r[16];
+    for (int i = 0; i < n; i++) {
+        int m = t[i].model, k = sc->max_tokens[m];
+        r[i] = (struct sim_request){
+            .arrival = t[i].t, .model = m, .n_prompt = 8, .n_output = k > 1 ? k : 0};
+    }
     struct sim_stats st;
-    CHECK_MSG(sim_run(&c, r, N_ARRIVALS, &st) == 0, "%s", err_msg());
+    CHECK_MSG(sim_run(&c, r, (size_t)n, &st) == 0, "%s", err_msg());
 }
 
 /* ---- the engine ---- */
 
 struct job {
     atomic_bool hold;    /* on_token waits while set */
-    atomic_bool at_hold; /* on_token has begun waiting */
+    atomic_bool at_hold; /* on_token has begun waiting (or been called) */
+    bool hold_preempt;   /* on_token waits at token PRE_HOLD until a pause was asked */
+    int n_tok;
 };
 
 static atomic_int done_ok, done_bad;
+static atomic_bool preempt_asked; /* a SCHED_OP_PREEMPT was carried out */
 
+/* Spins while held: a test-only breach of on_token's contract, the batch
+ * stays in flight. A hold for a pause gives up after 60 s (a hang guard: the
+ * comparison then says what was carried out). */
 static void on_token(struct engine_req *r, int32_t id, void *ctx)
 {
     (void)r;
     (void)id;
     struct job *j = ctx;
+    j->n_tok++;
     atomic_store(&j->at_hold, true);
     while (atomic_load(&j->hold))
-        ; /* a test-only breach of on_token's contract: the batch stays in flight */
+        ;
+    if (!j->hold_preempt || j->n_tok != PRE_HOLD)
+        return;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    while (!atomic_load(&preempt_asked) && t.tv_sec - t0.tv_sec < 60);
 }
 
 static void on_done(struct engine_req *r, void *ctx)
 {
     (void)ctx;
     atomic_fetch_add(engine_req_status(r) == 0 ? &done_ok : &done_bad, 1);
+}
+
+static void engine_op(void *ctx, const struct sched_carried *op)
+{
+    /* the scheduler thread, under the engine lock: no call back in */
+    if (op->op == SCHED_OP_PREEMPT)
+        atomic_store(&preempt_asked, true);
+    oplog_add(ctx, op);
 }
 
 struct rig {
@@ -200,9 +315,10 @@ struct rig {
 
 #define MAX_BATCH 4
 
-/* Devices with room for the two largest models and two batches' memory,
- * never three models (checked); the engine under lru with the controls. */
-static void rig_open(struct rig *g, struct oplog *log)
+/* Devices with room for the two largest models and two batches' memory (for
+ * the lru case never three, checked); the engine under sc's policy with its
+ * controls. */
+static void rig_open(struct rig *g, const struct scenario *sc, struct oplog *log)
 {
     memset(g, 0, sizeof(*g));
     static const int both[2] = {0, 1};
@@ -214,18 +330,18 @@ static void rig_open(struct rig *g, struct oplog *log)
     struct swap_manager *pm;
     CHECK(swap_manager_create(probe, 2, &cfg, &pm) == 0);
     /* each model's bytes as the engine's view counts them: its weights and
-     * the reserve for a batch of MAX_BATCH of its first prompt with one
-     * token to generate (reserve_grow), the larger device's */
+     * the reserve for a batch of MAX_BATCH of its first prompt with its
+     * tokens to generate (reserve_grow), the larger device's */
     uint64_t need[N];
     char dir[512];
-    for (int m = 0; m < N; m++) {
+    for (int m = 0; m < sc->n; m++) {
         struct swap_model *x;
-        snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, names[m]);
-        CHECK(swap_register(pm, names[m], dir, &pl, false, &x) == 0);
-        expect_load(names[m], g->x[m]);
-        int np = g->x[m][0].n_prompt;
+        snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, sc->names[m]);
+        CHECK(swap_register(pm, sc->names[m], dir, &pl, false, &x) == 0);
+        expect_load(sc->names[m], g->x[m]);
+        int np = g->x[m][0].n_prompt, k = sc->max_tokens[m];
         struct model_exec_shape shape =
-            engine_batch_shape(swap_model_info(x)->max_pos, MAX_BATCH, np, np + 1, false);
+            engine_batch_shape(swap_model_info(x)->max_pos, MAX_BATCH, np, np + k, k > 1);
         need[m] = 0;
         for (int d = 0; d < 2; d++) {
             uint64_t b = swap_model_device_bytes(x, d) + group_batch_bytes(x, pm, &shape, d);
@@ -234,7 +350,7 @@ static void rig_open(struct rig *g, struct oplog *log)
     }
     swap_manager_destroy(pm);
     uint64_t b1 = 0, b2 = 0, sum = 0, most = 0;
-    for (int m = 0; m < N; m++) {
+    for (int m = 0; m < sc->n; m++) {
         sum += need[m];
         most = need[m] > most ? need[m] : most;
         if (need[m] > b1)
@@ -244,27 +360,34 @@ static void rig_open(struct rig *g, struct oplog *log)
     }
     uint64_t budget = b1 + b2 + 4096; /* any two */
     /* never three: the three smallest (all but the largest) exceed it */
-    CHECK_MSG(sum - most > budget, "three models fit a budget of %llu bytes",
-              (unsigned long long)budget);
+    if (sc->n > 2)
+        CHECK_MSG(sum - most > budget, "three models fit a budget of %llu bytes",
+                  (unsigned long long)budget);
     for (int d = 0; d < 2; d++) {
         device_close(probe[d]);
         CHECK(device_open_cpu(d, budget, &g->devs[d]) == 0);
     }
     CHECK(swap_manager_create(g->devs, 2, &cfg, &g->mgr) == 0);
     CHECK(workers_create(g->mgr, &g->w) == 0);
-    struct engine_config ec = {
-        .policy = "lru", .max_batch = MAX_BATCH, .on_sched_op = engine_op, .sched_op_ctx = log};
+    struct engine_config ec = {.policy = sc->policy,
+                               .max_batch = sc->max_batch,
+                               .max_loaded = sc->max_loaded,
+                               .on_sched_op = engine_op,
+                               .sched_op_ctx = log};
     CHECK(engine_create(g->mgr, g->w, &ec, &g->e) == 0);
-    for (int m = 0; m < N; m++) {
-        snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, names[m]);
-        CHECK(swap_register(g->mgr, names[m], dir, &pl, false, &g->sm[m]) == 0);
+    for (int m = 0; m < sc->n; m++) {
+        snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, sc->names[m]);
+        CHECK(swap_register(g->mgr, sc->names[m], dir, &pl, false, &g->sm[m]) == 0);
         swap_model_set_compute(g->sm[m], KERN_COMPUTE_F32);
         CHECK(engine_add_model(g->e, g->sm[m]) == m); /* the simulator's index */
-        CHECK(engine_set_keep_alive(g->e, m, keep_alive[m]) == 0);
-        CHECK(engine_set_priority(g->e, m, priority[m], max_queue_wait[m]) == 0);
-        CHECK(engine_set_min_resident(g->e, m, min_resident[m]) == 0);
-        CHECK(engine_pin_model(g->e, m, pinned[m]) == 0);
+        CHECK(engine_set_keep_alive(g->e, m, sc->keep_alive[m]) == 0);
+        CHECK(engine_set_priority(g->e, m, sc->priority[m], sc->max_queue_wait[m]) == 0);
+        CHECK(engine_set_min_resident(g->e, m, sc->min_resident[m]) == 0);
+        CHECK(engine_pin_model(g->e, m, sc->pinned[m]) == 0);
     }
+    atomic_store(&done_ok, 0);
+    atomic_store(&done_bad, 0);
+    atomic_store(&preempt_asked, false);
 }
 
 static void rig_close(struct rig *g)
@@ -278,13 +401,13 @@ static void rig_close(struct rig *g)
         device_close(g->devs[d]);
 }
 
-static void submit(struct rig *g, int m, struct job *j)
+static void submit(struct rig *g, const struct scenario *sc, int m, struct job *j)
 {
     const struct expect *x = &g->x[m][0];
     struct engine_request_params p = {.model = m,
                                       .prompt = x->prompt,
                                       .n_prompt = x->n_prompt,
-                                      .max_tokens = 1,
+                                      .max_tokens = sc->max_tokens[m],
                                       .sampling = {.temperature = 0, .top_p = 1, .seed = 1},
                                       .on_token = on_token,
                                       .on_done = on_done,
@@ -292,53 +415,102 @@ static void submit(struct rig *g, int m, struct job *j)
     CHECK_MSG(engine_submit(g->e, &p, NULL) == 0, "%s", err_msg());
 }
 
-/* The engine on the trace's phases, each waited for (its operations, its
- * requests' completions). */
-static void run_engine(struct oplog *log)
+static void check_all_done(int n)
+{
+    CHECK_MSG(atomic_load(&done_ok) == n && atomic_load(&done_bad) == 0,
+              "%d requests ok, %d failed", atomic_load(&done_ok), atomic_load(&done_bad));
+}
+
+/* The engine on the lru trace's phases, each waited for (its operations,
+ * its requests' completions). */
+static void run_engine_lru(struct oplog *log)
 {
     struct rig g;
-    rig_open(&g, log);
+    rig_open(&g, &lru_case, log);
     static struct job jobs[N_ARRIVALS];
     int phase = 0, i = 0;
     for (; i < 4; i++, phase++) { /* phases 1-4: one request each */
-        submit(&g, trace[i].model, &jobs[i]);
+        submit(&g, &lru_case, trace[i].model, &jobs[i]);
         engine_drain(g.e);
         if (!oplog_wait(log, phase_ops[phase]))
             break;
     }
     if (i == 4) { /* phase 5: 1's batch held until 0 and 2 wait */
         atomic_store(&jobs[4].hold, true);
-        submit(&g, trace[4].model, &jobs[4]);
+        submit(&g, &lru_case, trace[4].model, &jobs[4]);
         while (!atomic_load(&jobs[4].at_hold))
             ;
-        submit(&g, trace[5].model, &jobs[5]);
-        submit(&g, trace[6].model, &jobs[6]);
+        submit(&g, &lru_case, trace[5].model, &jobs[5]);
+        submit(&g, &lru_case, trace[6].model, &jobs[6]);
         /* the scheduler has seen them with 1 running (its deferred
          * eviction), before the batch ends */
         oplog_wait(log, phase_ops[3] + 2);
         atomic_store(&jobs[4].hold, false);
         engine_drain(g.e);
         if (oplog_wait(log, phase_ops[4])) { /* phase 6 */
-            submit(&g, trace[7].model, &jobs[7]);
+            submit(&g, &lru_case, trace[7].model, &jobs[7]);
             engine_drain(g.e);
             oplog_wait(log, phase_ops[5]);
         }
     }
-    CHECK_MSG(atomic_load(&done_ok) == N_ARRIVALS && atomic_load(&done_bad) == 0,
-              "%d requests ok, %d failed", atomic_load(&done_ok), atomic_load(&done_bad));
+    check_all_done(N_ARRIVALS);
     rig_close(&g);
 }
 
-int main(void)
+/* The engine on the preemption trace: b is submitted once a's batch has
+ * produced a token, and that batch is held at token PRE_HOLD until the
+ * scheduler has asked it to pause, so b waits with a's batch in flight
+ * whatever the machine's speed; the rest waits on engine_drain. */
+static void run_engine_preempt(struct oplog *log)
+{
+    struct rig g;
+    rig_open(&g, &preempt_case, log);
+    struct job ja = {.hold_preempt = true}, jb = {0};
+    submit(&g, &preempt_case, 0, &ja);
+    while (!atomic_load(&ja.at_hold))
+        ;
+    submit(&g, &preempt_case, 1, &jb);
+    engine_drain(g.e);
+    oplog_wait(log, PRE_OPS);
+    check_all_done(2);
+    CHECK_MSG(ja.n_tok == PRE_TOKENS && jb.n_tok == 8, "a: %d tokens, b: %d", ja.n_tok, jb.n_tok);
+    struct engine_model_stats ms;
+    CHECK(engine_model_stats(g.e, 0, &ms) == 0);
+    CHECK_MSG(ms.preemptions == 1 && ms.preempt_unloads == 1 && ms.loads == 2,
+              "a: %llu pauses, %llu preempted unloads, %llu loads",
+              (unsigned long long)ms.preemptions, (unsigned long long)ms.preempt_unloads,
+              (unsigned long long)ms.loads);
+    rig_close(&g);
+}
+
+TEST(lru)
 {
     struct oplog sim, eng;
     oplog_init(&sim);
     oplog_init(&eng);
-    run_sim(&sim);
+    run_sim(&lru_case, trace, N_ARRIVALS, &sim);
     CHECK_MSG(strcmp(sim.s, expected) == 0, "simulator: %s\nexpected:  %s", sim.s, expected);
-    run_engine(&eng);
+    run_engine_lru(&eng);
     CHECK_MSG(strcmp(eng.s, sim.s) == 0, "engine:    %s\nsimulator: %s", eng.s, sim.s);
     oplog_free(&sim);
     oplog_free(&eng);
-    return test_finish();
+}
+
+TEST(swapwise_preempt)
+{
+    struct oplog sim, eng;
+    oplog_init(&sim);
+    oplog_init(&eng);
+    run_sim(&preempt_case, pre_trace, 2, &sim);
+    CHECK_MSG(strcmp(sim.s, pre_expected) == 0, "simulator: %s\nexpected:  %s", sim.s,
+              pre_expected);
+    run_engine_preempt(&eng);
+    CHECK_MSG(strcmp(eng.s, sim.s) == 0, "engine:    %s\nsimulator: %s", eng.s, sim.s);
+    oplog_free(&sim);
+    oplog_free(&eng);
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, NULL);
 }

@@ -712,7 +712,7 @@ static int preempt_victim(const struct sched_view *v, int w)
     for (int r = 0; r < v->n_models; r++) {
         const struct sched_model *x = &v->models[r];
         if (r == w || !x->running || x->preempt_pending || x->loading || x->pinned ||
-            x->offload_pending || v->now - x->batch_start < bound || !share_device(v, w, r))
+            x->offload_pending || v->now < x->batch_start + bound || !share_device(v, w, r))
             continue;
         bool fits = true;
         for (int d = 0; !c->resident && d < v->n_devices; d++)
@@ -730,7 +730,8 @@ static int swapwise_preempt_decide(const struct sched_view *v, struct sched_acti
     for (int i = 0; i < v->n_models; i++) {
         const struct sched_model *c = &v->models[i];
         if (c->queue_len == 0 || c->running || c->paused || c->offload_pending ||
-            (!c->resident && v->any_loading) || v->now - c->head_arrival < preempt_bound(c))
+            (!c->resident && v->any_loading) ||
+            v->now < c->head_arrival + preempt_bound(c)) /* the wake's own sum */
             continue;
         if (!c->resident) { /* only when no room is to be had without a running batch */
             int n_resident = 0;

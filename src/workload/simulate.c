@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "engine/stack.h"
+#include "swap/swap.h"
 #include "workload/arrival.h"
 #include "workload/stats.h"
 #include "workload/summary.h"
@@ -114,11 +115,23 @@ int simulate_workload_floor(const struct replay_rig *rig, const struct workload_
         return rc;
     for (int d = 0; d < tp; d++)
         shard[d] -= 1u << 20; /* stack_size's slack, once per device */
-    uint64_t *bytes = calloc((size_t)c->n_models * tp, sizeof(uint64_t));
+    /* of those, the batch's memory (its KV caches and activations): what a
+     * batch paused by a SCHED_PREEMPT keeps on the devices while the weights
+     * leave, as the engine keeps it (sim_config.kv_bytes); left out, the
+     * simulator would count it free and favour preemption. The largest
+     * batch's, as the budgets are sized: a bound on what the engine's holds. */
+    uint64_t weights[STACK_MAX_DEVICES] = {0}, wh = 0;
+    if ((rc = swap_layout_bytes(mc[0].path, tp, 1, NULL, weights, &wh)) < 0)
+        return rc;
+    uint64_t *bytes = calloc((size_t)c->n_models * tp * 2, sizeof(uint64_t));
     if (!bytes)
         return err_set(ERR_NOMEM, "out of memory for %d models' sizes", c->n_models);
-    for (int i = 0; i < c->n_models; i++)
+    uint64_t *kv = bytes + (size_t)c->n_models * tp;
+    for (int i = 0; i < c->n_models; i++) {
         memcpy(bytes + (size_t)i * tp, shard, sizeof(uint64_t) * (size_t)tp);
+        for (int d = 0; d < tp; d++)
+            kv[(size_t)i * tp + d] = shard[d] > weights[d] ? shard[d] - weights[d] : 0;
+    }
     memset(s, 0, sizeof(*s) * (size_t)n_pol);
     if (floor)
         memset(floor, 0, sizeof(*floor));
@@ -143,6 +156,7 @@ int simulate_workload_floor(const struct replay_rig *rig, const struct workload_
             sc.n_models = c->n_models;
             sc.n_devices = tp;
             sc.bytes = bytes;
+            sc.kv_bytes = kv;
             sc.max_loaded = c->max_loaded;
             sc.max_batch = c->max_batch;
             for (int d = 0; d < tp; d++)
