@@ -746,7 +746,13 @@ static int swapwise_preempt_decide(const struct sched_view *v, struct sched_acti
         if (w < 0 || c->head_arrival < v->models[w].head_arrival)
             w = i;
     }
-    int r = w >= 0 && max >= 2 ? preempt_victim(v, w) : -1;
+    /* one paused batch at a time: each keeps its memory on the devices,
+     * and several could leave room for neither their own models nor the
+     * waiting one (churn_preempt stalled so, under load) */
+    bool pausing = false;
+    for (int i = 0; i < v->n_models; i++)
+        pausing |= v->models[i].paused > 0 || v->models[i].preempt_pending;
+    int r = w >= 0 && max >= 2 && !pausing ? preempt_victim(v, w) : -1;
     if (r >= 0) {
         out[0] = (struct sched_action){.kind = SCHED_PREEMPT, .model = r};
         if (v->models[w].resident)
