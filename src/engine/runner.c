@@ -305,9 +305,13 @@ static void batch_continue(struct batch *b, double *mark)
         batch_accrue(b, mark);
         return;
     }
-    if (st == STEP_PAUSED) /* no host memory to hold it: it runs on instead */
-        while (batch_next_step(b, mark) != STEP_OVER)
+    /* no host memory to hold it: it runs on instead, a pause asked for
+     * again declined the same way (else every boundary would stop here) */
+    while (st == STEP_PAUSED) {
+        atomic_store(&b->m->pause, false);
+        while ((st = batch_next_step(b, mark)) == STEP_MORE)
             ;
+    }
     batch_close(b, mark);
 }
 
