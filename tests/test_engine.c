@@ -749,6 +749,24 @@ static void test_batch_memory(void)
     rig_close(&g);
 }
 
+struct padded {
+    int status, n_out, batch_size;
+    char error[256];
+};
+
+/* on_done of a request with a prompt of its own (the rig's on_done checks
+ * fixture prompts' references) */
+static void padded_done(struct engine_req *r, void *ctx)
+{
+    struct padded *p = ctx;
+    struct engine_req_timings t;
+    engine_req_timings(r, &t);
+    engine_req_output(r, &p->n_out);
+    p->status = engine_req_status(r);
+    p->batch_size = t.batch_size;
+    snprintf(p->error, sizeof p->error, "%s", engine_req_error(r));
+}
+
 /* Every prompt of a batch is left-padded to its longest, so a short prompt's
  * long answer starts after the longest prompt: a batch of a 40-token prompt
  * (2 tokens out) and a 5-token one (40 out) needs 79 positions, past the
@@ -768,26 +786,27 @@ static void test_padded_batch(void)
         long_prompt[i] = 3 + i % 200;
     for (int i = 0; i < 5; i++)
         short_prompt[i] = 7 + i;
-    struct job hold, a, b;
+    struct job hold;
     job_init(&hold, g.e, t, 0, 2);
-    job_init(&a, g.e, t, 0, 2);
-    job_init(&b, g.e, t, 0, 40);
     struct engine_request_params p = job_params(&hold, g.id[t], 1);
     hold.hold_until = time_now() + 0.5;
     CHECK_MSG(engine_submit(g.e, &p, NULL) == 0, "%s", err_msg());
     while (!atomic_load(&hold.first_token))
         sched_yield();
-    p = job_params(&a, g.id[t], 1);
-    p.prompt = long_prompt, p.n_prompt = 40;
-    CHECK_MSG(engine_submit(g.e, &p, NULL) == 0, "%s", err_msg());
-    p = job_params(&b, g.id[t], 1);
-    p.prompt = short_prompt, p.n_prompt = 5;
-    CHECK_MSG(engine_submit(g.e, &p, NULL) == 0, "%s", err_msg());
+    struct padded a = {0}, b = {0};
+    struct engine_request_params pa = {
+        .model = g.id[t], .prompt = long_prompt, .n_prompt = 40, .max_tokens = 2,
+        .sampling = {.temperature = 0, .top_p = 1, .seed = 1}, .on_done = padded_done, .ctx = &a};
+    struct engine_request_params pb = pa;
+    pb.prompt = short_prompt, pb.n_prompt = 5, pb.max_tokens = 40, pb.ctx = &b;
+    CHECK_MSG(engine_submit(g.e, &pa, NULL) == 0, "%s", err_msg());
+    CHECK_MSG(engine_submit(g.e, &pb, NULL) == 0, "%s", err_msg());
     engine_drain(g.e);
     CHECK_MSG(a.status == 0 && b.status == 0, "40 + 2: %d %s; 5 + 40: %d %s", a.status, a.error,
               b.status, b.error);
+    CHECK(hold.status == 0);
     printf("padded batch: 40 + 2 and 5 + 40 tokens, batched %d and %d, %d and %d tokens out\n",
-           a.t.batch_size, b.t.batch_size, a.n_out, b.n_out);
+           a.batch_size, b.batch_size, a.n_out, b.n_out);
     rig_close(&g);
 }
 
