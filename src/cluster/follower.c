@@ -148,15 +148,23 @@ struct follower {
 
 /* Any thread: the world's progress thread sends it; given up once process 0
  * is known to be gone. */
+static int send_encoded(struct follower *f, struct strbuf *b)
+{
+    int rc = mpi_world_send_unless(f->w, 0, f->ctl_tag, b->p, b->len, &f->stop);
+    if (rc != ERR_CANCELLED) /* given up, MPI may still read the bytes: leaked */
+        strbuf_free(b);
+    return rc;
+}
+
 static int send_msg(struct follower *f, const struct proto_msg *m)
 {
     struct strbuf b = {0};
     int rc = proto_encode(m, &b);
-    if (rc == 0)
-        rc = mpi_world_send_unless(f->w, 0, f->ctl_tag, b.p, b.len, &f->stop);
-    if (rc != ERR_CANCELLED) /* given up, MPI may still read the bytes: leaked */
+    if (rc < 0) {
         strbuf_free(&b);
-    return rc;
+        return rc;
+    }
+    return send_encoded(f, &b);
 }
 
 static int reply_status(struct follower *f, uint64_t seq, int status, const char *msg)
@@ -702,8 +710,8 @@ static void step_answer(struct follower *f, struct fbatch *b)
     pthread_cond_broadcast(&b->cond);
     pthread_mutex_unlock(&b->lock);
     if (erc == 0)
-        erc = mpi_world_send_unless(f->w, 0, f->ctl_tag, enc.p, enc.len, &f->stop);
-    if (erc != ERR_CANCELLED)
+        erc = send_encoded(f, &enc);
+    else
         strbuf_free(&enc);
     if (erc < 0)
         fprintf(stderr, "shardswap: process %d: batch %llu: %s\n", f->me, id, err_msg());

@@ -149,11 +149,11 @@ struct emodel {
      * free for it while it is resident; what its batch in flight has
      * allocated of it (engine lock) */
     int max_batch; /* [lock] sequences per batch: the engine's, or less */
-    /* [lock] the longest prompt and max_tokens submitted so far, and the
-     * positions a batch of them may need: every prompt is left-padded to the
-     * longest, so a short prompt's long answer starts after the longest
-     * prompt (longest_prompt + longest_out) */
-    int longest_prompt, longest_out, longest_seq;
+    /* [lock] the longest prompt and max_tokens submitted so far: a batch of
+     * them needs longest_prompt + longest_out positions (every prompt is
+     * left-padded to the longest, so a short prompt's long answer starts
+     * after the longest prompt) */
+    int longest_prompt, longest_out;
     bool decodes; /* [lock] some request asked for more than one token */
     bool warned_nonfinite; /* [runner] its logits were NaN or Inf once */
     uint64_t reserve[SCHED_MAX_DEVICES], batch_bytes[SCHED_MAX_DEVICES]; /* [lock] */

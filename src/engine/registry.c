@@ -215,7 +215,7 @@ int engine_set_max_batch(struct engine *e, int id, int max_batch)
         m->max_batch = max_batch;
         int p = m->longest_prompt, out = m->longest_out;
         bool decodes = m->decodes;
-        m->longest_prompt = m->longest_out = m->longest_seq = 0; /* recomputed for the new size */
+        m->longest_prompt = m->longest_out = 0; /* recomputed for the new size */
         m->decodes = false;
         if (out > 0)
             reserve_grow(e, m, p, decodes && out < 2 ? 2 : out);

@@ -43,14 +43,13 @@ void reserve_grow(struct engine *e, struct emodel *m, int n_prompt, int max_toke
     m->decodes |= max_tokens > 1;
     m->longest_prompt = n_prompt > m->longest_prompt ? n_prompt : m->longest_prompt;
     m->longest_out = max_tokens > m->longest_out ? max_tokens : m->longest_out;
-    m->longest_seq = m->longest_prompt + m->longest_out; /* batch_shape caps it at max_pos */
     /* the largest batch that fits beside the weights on every device of the
      * model (a batch of one, at least: capped to the room there is, so the
      * model can always be loaded and a batch that cannot fit fails with the
      * allocation's error instead of never being tried) */
     const int n_dev = swap_device_count(e->mgr);
     for (int n = m->max_batch; n >= 1; n--) {
-        struct model_exec_shape shape = batch_shape(m->sm, n, m->longest_prompt, m->longest_seq,
+        struct model_exec_shape shape = batch_shape(m->sm, n, m->longest_prompt, m->longest_prompt + m->longest_out,
                                                   m->decodes);
         bool fits = true;
         for (int d = 0; d < n_dev; d++) {

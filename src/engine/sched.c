@@ -749,10 +749,12 @@ static int swapwise_preempt_decide(const struct sched_view *v, struct sched_acti
     /* one paused batch at a time: each keeps its memory on the devices,
      * and several could leave room for neither their own models nor the
      * waiting one (churn_preempt stalled so, under load) */
-    bool pausing = false;
-    for (int i = 0; i < v->n_models; i++)
-        pausing |= v->models[i].paused > 0 || v->models[i].preempt_pending;
-    int r = w >= 0 && max >= 2 && !pausing ? preempt_victim(v, w) : -1;
+    bool any_paused = false, pausing = false;
+    for (int i = 0; i < v->n_models; i++) {
+        any_paused |= v->models[i].paused > 0;
+        pausing |= v->models[i].preempt_pending;
+    }
+    int r = w >= 0 && max >= 2 && !any_paused && !pausing ? preempt_victim(v, w) : -1;
     if (r >= 0) {
         out[0] = (struct sched_action){.kind = SCHED_PREEMPT, .model = r};
         if (v->models[w].resident)
@@ -761,9 +763,6 @@ static int swapwise_preempt_decide(const struct sched_view *v, struct sched_acti
                                        .victims = {r}};
         return 2;
     }
-    bool any_paused = false;
-    for (int i = 0; i < v->n_models; i++)
-        any_paused |= v->models[i].paused > 0;
     /* out of memory for the copy: swapwise on the view as it is */
     struct sched_model *m = any_paused ? malloc((size_t)v->n_models * sizeof(*m)) : NULL;
     struct sched_view pv = *v;

@@ -125,6 +125,23 @@ static int load_shard(uint32_t id, struct lshard *s, int i, int device)
     return leader_call(lead, proc_of[device], &load);
 }
 
+/* REGISTER of model id (tp x pp shards on job devices devs[], f32) with
+ * every follower. */
+static void register_all(uint32_t id, const char *name, const char *dir, int tp, int pp,
+                         int32_t *devs)
+{
+    struct proto_msg reg = {.kind = PROTO_REGISTER,
+                            .model = id,
+                            .name = (char *)name,
+                            .path = (char *)dir,
+                            .tp = (uint32_t)tp,
+                            .pp = (uint32_t)pp,
+                            .devices = devs,
+                            .n_devices = (uint32_t)(tp * pp),
+                            .compute = "f32"};
+    CHECK_MSG(leader_call_all(lead, &reg) == 0, "%s: %s", name, err_msg());
+}
+
 /* The tp x pp shards of ref's model, with room for their placements. */
 static void shards_open(const struct sharded_case *ref, struct lshard *sh, int tp, int pp)
 {
@@ -212,16 +229,7 @@ static void run_layout(const char *name, const char *dir, int tp, int pp, const 
     for (int i = 0; i < n; i++)
         devs[i] = devices[i];
     shards_open(&ref, sh, tp, pp);
-    struct proto_msg reg = {.kind = PROTO_REGISTER,
-                            .model = id,
-                            .name = (char *)name,
-                            .path = (char *)dir,
-                            .tp = (uint32_t)tp,
-                            .pp = (uint32_t)pp,
-                            .devices = devs,
-                            .n_devices = (uint32_t)n,
-                            .compute = "f32"};
-    CHECK_MSG(leader_call_all(lead, &reg) == 0, "%s", err_msg());
+    register_all(id, name, dir, tp, pp, devs);
 
     /* every shard by its own LOAD; the last one after the early step */
     for (int i = 0; i < n - (early ? 1 : 0); i++)
@@ -328,16 +336,7 @@ TEST(abort)
     struct lshard sh[2] = {0};
     shards_open(&ref, sh, 2, 1);
     int32_t devs[2] = {0, 1};
-    struct proto_msg reg = {.kind = PROTO_REGISTER,
-                            .model = id,
-                            .name = "abort",
-                            .path = (char *)dir,
-                            .tp = 2,
-                            .pp = 1,
-                            .devices = devs,
-                            .n_devices = 2,
-                            .compute = "f32"};
-    CHECK_MSG(leader_call_all(lead, &reg) == 0, "%s", err_msg());
+    register_all(id, "abort", dir, 2, 1, devs);
     CHECK_MSG(load_shard(id, &sh[1], 1, devices[1]) == 0, "%s", err_msg());
     uint64_t batch_id = 5000 + id;
     CHECK_MSG(open_batch(id, sh, devices, 2, 1, batch_id) == 0, "%s", err_msg());
