@@ -72,7 +72,15 @@ struct sched_model {
     double next_arrival;
     struct forecast arrivals; /* its requests so far, to forecast the next */
     double batch_s;       /* expected time of its next batch's first step (0: unknown) */
+    /* of memory per device: what it frees when it leaves whole and needs when
+     * it comes back from nothing (its weights, and its batches' reserve) */
     uint64_t bytes[SCHED_MAX_DEVICES];
+    /* of bytes, what it holds on each device now: bytes[d] while resident
+     * (or loading), 0 when gone, and between for a model partly resident
+     * (not resident: a SCHED_LOAD with trim took its last layers, and kept
+     * its first ones there). A load of it needs bytes - resident_bytes; an
+     * eviction of it frees resident_bytes. */
+    uint64_t resident_bytes[SCHED_MAX_DEVICES];
 };
 
 struct sched_view {
@@ -108,6 +116,12 @@ struct sched_action {
     int model;
     int n_victims;
     int victims[SCHED_MAX_VICTIMS];
+    /* SCHED_LOAD, partial residency: the victims leave only as far as the
+     * load needs. In order, each victim with no batch in flight gives up
+     * its last layers on the devices where the load still lacks room
+     * (ops->trim), keeping its first ones for its own next load; one that
+     * would keep nothing, or has a batch in flight, leaves whole. */
+    bool trim;
     double at; /* SCHED_WAKE */
 };
 
@@ -157,10 +171,18 @@ bool sched_batch_joins(bool same_params_only, int taken, int max, bool same_as_f
  * when its batch is paused or pausing) or by a keep-alive (SCHED_UNLOAD:
  * reason idle), or a batch asked to pause (SCHED_PREEMPT); deferred: it
  * leaves at the end of its batch in flight (or at its pause). */
-enum sched_op { SCHED_OP_SERVE, SCHED_OP_LOAD, SCHED_OP_OFFLOAD, SCHED_OP_PREEMPT };
+enum sched_op {
+    SCHED_OP_SERVE,
+    SCHED_OP_LOAD,
+    SCHED_OP_OFFLOAD,
+    SCHED_OP_PREEMPT,
+    SCHED_OP_TRIM, /* a victim of a SCHED_LOAD with trim gave up its last layers on `device` */
+};
 struct sched_carried {
     enum sched_op op;
     int model; /* the view's index */
+    int device;     /* SCHED_OP_TRIM: where */
+    uint64_t bytes; /* SCHED_OP_TRIM: the bytes it gave up there */
     bool idle; /* SCHED_OP_OFFLOAD: a keep-alive's unload (else an eviction) */
     bool preempted; /* SCHED_OP_OFFLOAD: its batch is paused or pausing (not idle) */
     bool deferred;
@@ -177,8 +199,8 @@ struct sched_exec_ops {
     /* dispatches a batch of model (not running); false when it cannot start
      * now (not resident, still loading without overlap, no memory) */
     bool (*serve)(void *ctx, int model);
-    /* model leaves its devices: now, or with defer when its batch in flight
-     * ends. One that may not leave (gone already, a load still arriving
+    /* model leaves its devices (resident, or partly resident: the rest of
+     * it goes): now, or with defer when its batch in flight ends. One that may not leave (gone already, a load still arriving
      * with no batch) stays; the load that follows finds whether there is room.
      * True when it leaves or will leave. */
     bool (*offload)(void *ctx, int model, bool defer);
@@ -189,6 +211,13 @@ struct sched_exec_ops {
     bool (*preempt)(void *ctx, int model);
     /* model's batch is paused, or asked to pause and still in flight */
     bool (*pausing)(void *ctx, int model);
+    /* optional (NULL: victims of a trimming load leave whole): model, with
+     * no batch in flight and resident or partly resident, gives up its last
+     * layers on device (whole layers, last first, never its embeddings and
+     * head) until at least `bytes` more are free there, or every layer it
+     * has there is gone. Returns the bytes it gave up (0: none: it cannot
+     * now, e.g. a shard another process owns) */
+    uint64_t (*trim)(void *ctx, int model, int device, uint64_t bytes);
     /* decide again at `at` even if nothing else happens by then */
     void (*wake)(void *ctx, double at);
     /* optional: told of each operation above that succeeded, as sched_act
