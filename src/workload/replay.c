@@ -49,6 +49,7 @@ struct replay_job {
 
 static void replay_sync_init(struct replay_sync *y)
 {
+    memset(y, 0, sizeof(*y)); /* failed and first: on the stack, they began as garbage */
     atomic_init(&y->done, 0);
     pthread_mutex_init(&y->lock, NULL);
     pthread_cond_init(&y->cond, NULL);
