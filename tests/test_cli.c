@@ -12,6 +12,7 @@
 
 #include "backend/device.h"
 #include "core/error.h"
+#include "engine/sched.h"
 #include "engine/stack.h"
 #include "format/safetensors.h"
 #include "test.h"
@@ -840,6 +841,22 @@ int main(void)
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         snprintf(cmd, sizeof(cmd), "%s %s --help", BIN, cmds[i]);
         CHECK_MSG(run(cmd, out, sizeof(out), NULL, 0) == 0 && strstr(out, "usage:"), "%s", cmd);
+    }
+    /* bench workload's --help names every policy it can run (it listed
+     * four of the five engine policies once) */
+    {
+        char names[512];
+        snprintf(names, sizeof(names), "%s", sched_policy_names_sim());
+        CHECK(run(BIN " bench workload --help", out, sizeof(out), NULL, 0) == 0);
+        for (char *save = NULL, *p = strtok_r(names, "|", &save); p;
+             p = strtok_r(NULL, "|", &save)) {
+            char word[80];
+            snprintf(word, sizeof(word), " %s,", p);
+            char word_end[80];
+            snprintf(word_end, sizeof(word_end), " %s ", p);
+            CHECK_MSG(strstr(out, word) || strstr(out, word_end),
+                      "bench workload --help does not name policy %s", p);
+        }
     }
     test_devices();
     test_chat_template();
