@@ -749,6 +749,57 @@ def test_tight_memory_concurrent_requests():
     check(not bad, "%d of 4 requests that each fit failed: %s" % (len(bad), bad[:1]))
 
 
+def test_preempted_unload():
+    """swapwise-preempt on one device with room for one model: a long
+    answer of m1 is paused for m2's request at a step boundary, m1's weights
+    leave (shardswap_unloads_total{model="m1",reason="preempted"} 1), m2 is
+    answered while m1 waits, and m1 then resumes: both texts equal
+    `shardswap generate`'s, which ran without a pause."""
+    import threading
+    m = {"m1": S["models"]["m1"], "m2": S["models"]["m2"]}
+    t = harness.Server(A.bin, m, A.work_dir, device_budget=harness.room_for(m, 1),
+                       policy="swapwise-preempt", log_level="warn")
+    long_n, short_n = 600, 4
+    want1 = generate_cli(m["m1"], "A long answer", long_n)
+    want2 = generate_cli(m["m2"], "Short", short_n)
+    t.start()
+    res = {}
+
+    def go(name, prompt, n):
+        st, _, body = t.request("POST", "/v1/completions",
+                                {"model": name, "prompt": prompt, "max_tokens": n,
+                                 "temperature": 0}, timeout=300)
+        res[name] = (st, body, time.time())
+
+    try:
+        th1 = threading.Thread(target=go, args=("m1", "A long answer", long_n))
+        th1.start()
+        # m1's batch is running before m2's request comes (its load included)
+        for _ in range(600):
+            if harness.metric_sum(harness.parse_metrics(t.metrics()), r"^shardswap_running$") > 0:
+                break
+            time.sleep(0.05)
+        th2 = threading.Thread(target=go, args=("m2", "Short", short_n))
+        th2.start()
+        th1.join()
+        th2.join()
+        samples = harness.parse_metrics(t.metrics())
+    finally:
+        t.stop()
+    for name, want in (("m1", want1), ("m2", want2)):
+        st, body, _ = res[name]
+        check(st == 200, "%s: %s %s" % (name, st, body[:300]))
+        text = json.loads(body)["choices"][0]["text"]
+        check(text == want, "%s: %d chars, differing from generate's %d at %d" %
+              (name, len(text), len(want),
+               next((i for i, (a, b) in enumerate(zip(text, want)) if a != b),
+                    min(len(text), len(want)))))
+    pre = harness.metric_sum(samples, r"^shardswap_unloads_total$", model="m1", reason="preempted")
+    ev = harness.metric_sum(samples, r"^shardswap_unloads_total$", model="m1", reason="evicted")
+    check(pre == 1 and ev == 0, "m1: %g preempted unloads, %g evictions (want 1 and 0)" % (pre, ev))
+    check(res["m2"][2] < res["m1"][2], "m2's 4 tokens were answered after m1's 600")
+
+
 def main():
     global A
     p = harness.common_args(__doc__)
@@ -777,7 +828,8 @@ def main():
              test_admin_routes, test_tp_pp_models, test_keep_alive, test_removed_counters,
              test_metrics_promtool, test_metrics_residency_agrees, test_metrics_histograms_consistent,
              test_metrics_counters_move, test_pinned_device_full_answers,
-             test_tight_memory_concurrent_requests, test_request_timeout]
+             test_tight_memory_concurrent_requests, test_request_timeout,
+             test_preempted_unload]
     return harness.run_and_stop(tests, S, A)
 
 
