@@ -63,7 +63,7 @@ struct sim_config {
     bool overlap_loads;
     /* Partial residency (sched_action.trim): a model's weights on a device
      * (bytes less kv_bytes) hold `layers` layers of layer_bytes each
-     * (n_models x n_devices; NULL: bytes / layers each, nothing else); the
+     * (n_models x n_devices; NULL: the weights / layers each); the
      * rest of the weights (embeddings and head) is never trimmed. A trim
      * makes the model partly resident at once: its batches' reserve
      * (kv_bytes, held only while resident, as the engine holds it) leaves
