@@ -363,14 +363,16 @@ int bench_workload(int argc, char **argv)
              "computron:4)"),
         FLAG("policy", FLAG_STR, &policies_s, "A,B",
              "up to 5 policies to compare, the first the ratios' reference (default "
-             "computron,swapwise): swapwise, computron, lru, fifo, and with --simulate "
-             "clairvoyant (it knows the future arrivals); --simulate adds a floor row, a lower "
-             "bound no policy beats"),
-        FLAG_RANGE("models", FLAG_INT, &n_models, "N", "custom/round-robin: number of models",
-                   1, MAX_MODELS, "1..256"),
+             "computron,swapwise): swapwise, swapwise-preempt, swapwise-partial (victims "
+             "give up only the last layers a load lacks room for), computron, lru, fifo, and "
+             "with --simulate clairvoyant (it knows the future arrivals) and "
+             "clairvoyant-partial; --simulate adds a floor row, a lower bound no policy beats "
+             "(the models' --layers are what partial residency trims)"),
+        FLAG_RANGE("models", FLAG_INT, &n_models, "N", "custom/round-robin: number of models", 1,
+                   MAX_MODELS, "1..256"),
         FLAG("rates", FLAG_STR, &rates_s, "R1,R2,...", "custom: requests/s per model"),
-        FLAG_RANGE("alpha", FLAG_FLOAT, &alpha, "A", "custom: power-law skew instead of --rates",
-                   0, 100, "0..100"),
+        FLAG_RANGE("alpha", FLAG_FLOAT, &alpha, "A", "custom: power-law skew instead of --rates", 0,
+                   100, "0..100"),
         FLAG_RANGE("total-rate", FLAG_FLOAT, &total_rate, "R",
                    "custom: requests/s over all models with --alpha", FLT_TRUE_MIN, 1e6,
                    "0 < R <= 1000000"),
@@ -384,8 +386,8 @@ int bench_workload(int argc, char **argv)
         FLAG_RANGE("duration", FLAG_FLOAT, &duration, "S",
                    "seconds of arrivals (default 20; Computron: 30)", FLT_TRUE_MIN, 86400,
                    "0 < S <= 86400"),
-        FLAG_RANGE("requests", FLAG_INT, &rr_requests, "N", "round-robin: requests (default 40)",
-                   1, 1000000, "1..1000000"),
+        FLAG_RANGE("requests", FLAG_INT, &rr_requests, "N", "round-robin: requests (default 40)", 1,
+                   1000000, "1..1000000"),
         FLAG_RANGE("slo", FLAG_FLOAT, &slo, "S",
                    "SLO in seconds (default: --slo-scale x warm latency)", FLT_TRUE_MIN, 86400,
                    "0 < S <= 86400"),
@@ -396,8 +398,8 @@ int bench_workload(int argc, char **argv)
                    "chat: SLO on time per output token after the first, seconds (default 0.2)",
                    FLT_TRUE_MIN, 86400, "0 < S <= 86400"),
         FLAG_RANGE("slo-scale", FLAG_FLOAT, &slo_scale, "X",
-                   "SLO as a multiple of the warm single-request latency (default 5)",
-                   FLT_TRUE_MIN, 1e6, "0 < X <= 1000000"),
+                   "SLO as a multiple of the warm single-request latency (default 5)", FLT_TRUE_MIN,
+                   1e6, "0 < X <= 1000000"),
         FLAG("preset", FLAG_STR, &preset, "NAME", "model shape (default opt-1.3b)"),
         FLAG_RANGE("layers", FLAG_INT, &layers, "N", "layers per model (default 2)", 1, 4096,
                    "1..4096"),

@@ -401,10 +401,10 @@ static bool demand_victims(const struct sched_view *v, struct demand_memo *memo,
  * could give the rest instead of the first leaving whole. Up to this many
  * idle models with nothing queued, least wanted first, follow the victims
  * that make room whole; sched_act touches them only as far as the load
- * lacks. 0: measured best (tools/sim_targets.c, 8-layer opt-1.3b, 10 seeds:
- * 1 helper moved 7% more bytes in 38% more loads over Computron's configs:
- * each helper it trims can no longer serve and needs a load of its own,
- * and loads go one at a time). */
+ * lacks. 0: measured best (tools/sim_targets.c, 10 seeds, every config,
+ * 2- and 8-layer opt-1.3b: 1 helper moved 7% and 4% more bytes in 24% and
+ * 30% more loads, for no target gained: each helper it trims can no longer
+ * serve and needs a load of its own, and loads go one at a time). */
 #ifndef SW_TRIM_HELPERS
 #define SW_TRIM_HELPERS 0
 #endif
