@@ -752,6 +752,14 @@ static void test_partial_views(void)
         l = only(a, n, SCHED_LOAD);
         CHECK_MSG(l && l->n_victims == 1, "%s: %d actions", names[p], n);
     }
+    /* a keep-alive frees what an idle partly resident model holds */
+    scenario(3, 0, 0);
+    models[1].resident_bytes[0] = 50 * MB;
+    models[1].keep_alive = 10;
+    models[1].idle_since = 50;
+    finish_view();
+    int nk = sched_policy_find("swapwise-partial")->decide(&view, a, 16);
+    CHECK_MSG(nk == 1 && a[0].kind == SCHED_UNLOAD && a[0].model == 1, "%d actions", nk);
     /* the defrag step takes a partly resident model too */
     scenario(3, 0, 0);
     resident(0, 10);
