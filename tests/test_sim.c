@@ -202,9 +202,36 @@ static void test_partial_times(void)
     }
 }
 
+/* The default layers split the weights, not the reserve: models of 200 MB
+ * with 50 of reserve (kv_bytes) and 8 layers of 18.75 MB, room for 250 MB.
+ * Model 1's load at 2 lacks 150: model 0 frees its reserve and 6 layers
+ * (162.5) and keeps 37.5 of its 150 MB of weights; model 0's reload at 4
+ * copies 112.5 of 150, in 0.75 s: done 4.85. */
+static void test_partial_reserve(void)
+{
+    uint64_t bytes[2 * 2], kv[2 * 2];
+    struct sim_config c;
+    setup(&c, "swapwise-partial", 2, 2, bytes);
+    c.budget[0] = c.budget[1] = 250 * MB;
+    c.max_loaded = 0;
+    for (int i = 0; i < 4; i++)
+        kv[i] = 50 * MB;
+    c.kv_bytes = kv;
+    c.layers = 8;
+    struct sim_request r[3] = {
+        {.arrival = 0, .model = 0}, {.arrival = 2, .model = 1}, {.arrival = 4, .model = 0}};
+    struct sim_stats st;
+    CHECK_MSG(sim_run(&c, r, 3, &st) == 0, "%s", err_msg());
+    CHECK_MSG(fabs(r[1].done - 3.1) < 1e-9 && fabs(r[2].start - 4.75) < 1e-9 &&
+                  fabs(r[2].done - 4.85) < 1e-9 && st.trims == 4,
+              "done %.6f, the reload's request %.6f..%.6f, %llu trims", r[1].done, r[2].start,
+              r[2].done, (unsigned long long)st.trims);
+    CHECK(st.high_water[0] <= c.budget[0] && st.high_water[1] <= c.budget[1]);
+}
+
 /* Churn with trims (6 models, room for 2.5, 8 layers of 15 MB in each
- * model's 150 MB of weights, a batch's reserve of 50 MB, loads overlapping
- * compute or not): models
+ * model's 150 MB of weights, or the weights in 8 equal layers, a batch's
+ * reserve of 50 MB, loads overlapping compute or not): models
  * are trimmed and reloaded in part, every request is answered once, after
  * it arrived, and no device ever holds more than its budget. */
 static void test_partial_churn(void)
@@ -230,6 +257,8 @@ static void test_partial_churn(void)
         struct sim_stats st;
         CHECK(sim_run(&c, &one, 1, &st) == ERR_INVALID && strstr(err_msg(), "layers"));
         c.layers = 8; /* 120 MB of layers; the embeddings and head, 30, stay */
+        if (k >= 2)
+            c.layer_bytes = NULL; /* the weights in 8 equal layers, nothing stays */
         struct arrival_spec spec = {
             .kind = ARRIVAL_GAMMA, .n_models = 6, .cv = 4, .duration_s = 1000, .seed = 11};
         for (int i = 0; i < 6; i++)
@@ -427,6 +456,7 @@ int main(void)
     test_preempt_times();
     test_preempt_churn();
     test_partial_times();
+    test_partial_reserve();
     test_partial_churn();
 
     /* bad input is refused, not run */

@@ -402,7 +402,7 @@ static bool demand_victims(const struct sched_view *v, struct demand_memo *memo,
  * idle models with nothing queued, least wanted first, follow the victims
  * that make room whole; sched_act touches them only as far as the load
  * lacks. 0: measured best (tools/sim_targets.c, 10 seeds, every config,
- * 2- and 8-layer opt-1.3b: 1 helper moved 7% and 4% more bytes in 24% and
+ * 2- and 8-layer opt-1.3b: 1 helper moved 6% and 4% more bytes in 28% and
  * 30% more loads, for no target gained: each helper it trims can no longer
  * serve and needs a load of its own, and loads go one at a time). */
 #ifndef SW_TRIM_HELPERS

@@ -232,8 +232,9 @@ struct sched_exec_ops {
      * layers on device (whole layers, last first, never its embeddings and
      * head) until at least `bytes` more are free there, or every layer it
      * has there is gone. A resident model becomes partly resident: memory
-     * held for it only while resident (its batches' reserve) leaves too
-     * and counts in what it gives up on device. Returns the bytes it gave
+     * held for it only while resident (its batches' reserve) leaves too,
+     * on every device, each device's share counted in what the first trim
+     * asked there gives up. Returns the bytes it gave
      * up there, possibly more than asked (whole layers; 0: none: it cannot
      * now, e.g. a shard another process owns) */
     uint64_t (*trim)(void *ctx, int model, int device, uint64_t bytes);

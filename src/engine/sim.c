@@ -37,6 +37,9 @@ struct smodel {
      * given up by SCHED_LOAD trims; a load brings back what is missing */
     bool kept;
     int trimmed[SCHED_MAX_DEVICES];
+    /* of its reserve, freed when it became kept, what no trim on the
+     * device has counted yet (exec_trim gives it to the first one there) */
+    uint64_t uncounted[SCHED_MAX_DEVICES];
 };
 
 struct sim {
@@ -71,14 +74,15 @@ static uint64_t moving_of(const struct sim *s, int model, int d)
 }
 
 /* Of bytes, one of model's layers on device d (sim_config.layer_bytes, or
- * its bytes split into sim_config.layers equal ones); 0 without layers. */
+ * its weights split into sim_config.layers equal ones); 0 without layers. */
 static uint64_t layer_of(const struct sim *s, int model, int d)
 {
     const struct sim_config *c = s->c;
     if (c->layers <= 0)
         return 0;
     size_t k = (size_t)model * c->n_devices + d;
-    return c->layer_bytes ? c->layer_bytes[k] : c->bytes[k] / (uint64_t)c->layers;
+    uint64_t weights = c->bytes[k] - (c->kv_bytes ? c->kv_bytes[k] : 0);
+    return c->layer_bytes ? c->layer_bytes[k] : weights / (uint64_t)c->layers;
 }
 
 /* Of bytes_of, the weights: what a load copies (the rest, kv_of, is its
@@ -167,6 +171,7 @@ static void evict(struct sim *s, int i)
     m->resident = m->kept = false;
     m->offload_pending = false;
     memset(m->trimmed, 0, sizeof(m->trimmed));
+    memset(m->uncounted, 0, sizeof(m->uncounted));
     m->paused_kv = m->paused > 0;
 }
 
@@ -349,6 +354,7 @@ static bool exec_load(void *ctx, int model)
     m->resident = m->loading = true;
     m->kept = false;
     memset(m->trimmed, 0, sizeof(m->trimmed));
+    memset(m->uncounted, 0, sizeof(m->uncounted));
     m->paused_kv = false; /* a paused batch's memory is the model's own again */
     m->load_frac = frac;
     m->load_end = s->now + c->load_s * frac;
@@ -360,27 +366,25 @@ static bool exec_load(void *ctx, int model)
 
 /* A resident model becomes kept (partly resident): its batches' reserve,
  * held only while resident, leaves on every device (a paused batch's
- * memory stays, as evict leaves it); returns what left on device d. */
-static uint64_t keep_part(struct sim *s, int model, int d)
+ * memory stays, as evict leaves it), each device's share counted by the
+ * first trim asked there (uncounted). */
+static void keep_part(struct sim *s, int model)
 {
     struct smodel *m = &s->m[model];
-    uint64_t on_d = 0;
     for (int e = 0; e < s->c->n_devices; e++) {
-        uint64_t gone = moving_of(s, model, e) - weights_of(s, model, e);
-        s->used[e] -= gone;
-        on_d = e == d ? gone : on_d;
+        m->uncounted[e] = moving_of(s, model, e) - weights_of(s, model, e);
+        s->used[e] -= m->uncounted[e];
     }
     m->resident = false;
     m->kept = true;
     m->paused_kv = m->paused > 0;
-    return on_d;
 }
 
 /* As the swap manager gives up a shard's last layers: a resident model
- * first becomes kept (keep_part: its reserve is free), then whole layers
- * go, last first, until at least `bytes` are free on d or none is left
- * there; its embeddings and head stay. At once, in full: the caller
- * (sched_act) never trims a model with a batch in flight. */
+ * first becomes kept (keep_part: its reserve is free, on d counted now),
+ * then whole layers go, last first, until at least `bytes` are free on d or
+ * none is left there; its embeddings and head stay. At once, in full: the
+ * caller (sched_act) never trims a model with a batch in flight. */
 static uint64_t exec_trim(void *ctx, int model, int d, uint64_t bytes)
 {
     struct sim *s = ctx;
@@ -389,7 +393,10 @@ static uint64_t exec_trim(void *ctx, int model, int d, uint64_t bytes)
     if ((!m->resident && !m->kept) || m->running || m->loading || m->offload_pending ||
         s->c->layers <= 0)
         return 0;
-    uint64_t gave = m->resident ? keep_part(s, model, d) : 0;
+    if (m->resident)
+        keep_part(s, model);
+    uint64_t gave = m->uncounted[d];
+    m->uncounted[d] = 0;
     uint64_t want = bytes > gave ? bytes - gave : 0;
     uint64_t k = lb ? (want + lb - 1) / lb : 0, left = (uint64_t)(s->c->layers - m->trimmed[d]);
     k = k < left ? k : left;
