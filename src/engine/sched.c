@@ -962,13 +962,15 @@ static bool act_trim_one(const struct sched_exec_ops *ops, void *ctx, const stru
 }
 
 /* Victim x leaves whole (what it has left of what the view says it held,
- * less gave, joins freed). */
+ * less gave, joins freed; nothing where an executor that moved on since
+ * the view gave more). */
 static void act_trim_whole(const struct sched_exec_ops *ops, void *ctx, const struct sched_view *v,
                            int x, const uint64_t *gave, uint64_t *freed)
 {
+    const uint64_t *held = held_of(&v->models[x]);
     if (act_offload(ops, ctx, x, false))
         for (int d = 0; d < v->n_devices; d++)
-            freed[d] += held_of(&v->models[x])[d] - gave[d];
+            freed[d] += held[d] > gave[d] ? held[d] - gave[d] : 0;
 }
 
 /* SCHED_LOAD with trim (sched_action.trim): each victim, in order, only as
