@@ -61,7 +61,13 @@ struct rec {
     int preempted_offloads; /* carried offloads with reason preempted */
     bool serve_ok, load_ok;
     double wake_at;
-    char log[64];
+    /* trims (trim_ops): each model's layers of layer_mb MB, layers[m][d]
+     * left on device d; carried SCHED_OP_TRIMs and their bytes */
+    uint64_t layer_mb[8];
+    int layers[8][2];
+    int trims;
+    uint64_t trimmed_bytes;
+    char log[128];
 };
 
 static void rec_log(struct rec *r, const char *what, int model, const char *tail)
@@ -113,6 +119,25 @@ static void rec_carried(void *ctx, const struct sched_carried *c)
 {
     struct rec *r = ctx;
     r->preempted_offloads += c->op == SCHED_OP_OFFLOAD && c->preempted;
+    if (c->op == SCHED_OP_TRIM) {
+        r->trims++;
+        r->trimmed_bytes += c->bytes;
+    }
+}
+
+/* "t1:30" for model 1 asked 30 MB (on device 0; "t1@1:30" on device 1):
+ * gives whole layers, at least what is asked or all it has left there */
+static uint64_t rec_trim(void *ctx, int model, int device, uint64_t bytes)
+{
+    struct rec *r = ctx;
+    char tail[32];
+    snprintf(tail, sizeof(tail), "%s:%llu", device ? "@1" : "", (unsigned long long)(bytes / MB));
+    rec_log(r, "t", model, tail);
+    uint64_t lb = r->layer_mb[model] * MB;
+    int k = lb ? (int)((bytes + lb - 1) / lb) : 0;
+    k = k < r->layers[model][device] ? k : r->layers[model][device];
+    r->layers[model][device] -= k;
+    return (uint64_t)k * lb;
 }
 
 static void rec_wake(void *ctx, double at)
@@ -129,6 +154,18 @@ static const struct sched_exec_ops rec_ops = {
     .load = rec_load,
     .preempt = rec_preempt,
     .pausing = rec_pausing,
+    .wake = rec_wake,
+    .carried = rec_carried,
+};
+
+static const struct sched_exec_ops trim_ops = {
+    .running = rec_running,
+    .serve = rec_serve,
+    .offload = rec_offload,
+    .load = rec_load,
+    .preempt = rec_preempt,
+    .pausing = rec_pausing,
+    .trim = rec_trim,
     .wake = rec_wake,
     .carried = rec_carried,
 };
@@ -581,6 +618,171 @@ static void test_long_batches(const struct sched_policy *s)
     CHECK_MSG(sv && sv->model == 0, "batches before the loads do not count");
 }
 
+/* A trimming load of model 3 (100 MB) on one device with 10 MB free, its
+ * victims models 0 and 1 (100 MB resident each, layers of 10 MB), carried
+ * out on trim_ops (or ops); returns the log. */
+static const char *trim_load(struct rec *r, const struct sched_exec_ops *ops, int left0, int left1)
+{
+    struct sched_action a = {
+        .kind = SCHED_LOAD, .model = 3, .n_victims = 2, .victims = {0, 1}, .trim = true};
+    r->load_ok = true;
+    r->layer_mb[0] = r->layer_mb[1] = 10;
+    r->layers[0][0] = left0;
+    r->layers[1][0] = left1;
+    CHECK(sched_act(ops, r, &view, &a));
+    return r->log;
+}
+
+static void trim_scenario(void)
+{
+    scenario(4, 10, 0);
+    resident(0, 1);
+    resident(1, 2);
+    waiting(3, 1, 50);
+    finish_view();
+}
+
+/* sched_act's trims (sched_action.trim): the first victim is asked exactly
+ * what the load lacks (its bytes - resident_bytes, less the free bytes), the
+ * second only what the first did not give, none once it fits; a victim with
+ * a batch in flight, or one that would keep nothing, leaves whole; trims
+ * that all fall short end in whole offloads, in order, until it fits;
+ * without ops->trim every victim leaves whole, as without trim. */
+static void test_trim_act(void)
+{
+    struct rec r = {0};
+    trim_scenario();
+    CHECK_MSG(strcmp(trim_load(&r, &trim_ops, 10, 10), "t0:90 l3") == 0, "%s", r.log);
+    CHECK_MSG(r.trims == 1 && r.trimmed_bytes == 90 * MB, "%d trims, %llu bytes", r.trims,
+              (unsigned long long)r.trimmed_bytes);
+    /* model 0 has 5 layers left: 50 MB, then model 1 the other 40 */
+    r = (struct rec){0};
+    CHECK_MSG(strcmp(trim_load(&r, &trim_ops, 5, 10), "t0:90 t1:40 l3") == 0, "%s", r.log);
+    /* whole layers: model 0 asked 85 gives 90 (of 10 MB each) */
+    r = (struct rec){0};
+    view.free_bytes[0] = 15 * MB;
+    CHECK_MSG(strcmp(trim_load(&r, &trim_ops, 10, 10), "t0:85 l3") == 0 &&
+                  r.trimmed_bytes == 90 * MB,
+              "%s", r.log);
+    view.free_bytes[0] = 10 * MB;
+    /* a batch in flight: it leaves whole at its end, and that is room enough */
+    r = (struct rec){0};
+    r.running[0] = true;
+    CHECK_MSG(strcmp(trim_load(&r, &trim_ops, 10, 10), "o0d l3") == 0, "%s", r.log);
+    /* partly resident with 50 MB, asked 90: it would keep nothing, leaves
+     * whole; model 1 gives the 40 left */
+    r = (struct rec){0};
+    models[0].resident = false;
+    models[0].resident_bytes[0] = 50 * MB;
+    CHECK_MSG(strcmp(trim_load(&r, &trim_ops, 5, 10), "o0 t1:40 l3") == 0, "%s", r.log);
+    /* the incoming model partly resident (60 MB there): it lacks 40, less 10 free */
+    trim_scenario();
+    models[3].resident_bytes[0] = 60 * MB;
+    r = (struct rec){0};
+    CHECK_MSG(strcmp(trim_load(&r, &trim_ops, 10, 10), "t0:30 l3") == 0, "%s", r.log);
+    /* 2 layers left each: both fall short (20 + 20 of 90), then the first
+     * leaves whole (its 80 more make the room) and the second keeps the rest */
+    trim_scenario();
+    r = (struct rec){0};
+    CHECK_MSG(strcmp(trim_load(&r, &trim_ops, 2, 2), "t0:90 t1:70 o0 l3") == 0, "%s", r.log);
+    /* no trim op: whole, every victim, as a load without trim */
+    r = (struct rec){0};
+    CHECK_MSG(strcmp(trim_load(&r, &rec_ops, 10, 10), "o0 o1 l3") == 0, "%s", r.log);
+    /* two devices: asked only where the load lacks room */
+    trim_scenario();
+    view.n_devices = 2;
+    for (int i = 0; i < 4; i++)
+        models[i].bytes[1] = 100 * MB;
+    view.free_bytes[1] = 200 * MB;
+    r = (struct rec){0};
+    r.layers[0][1] = 10;
+    CHECK_MSG(strcmp(trim_load(&r, &trim_ops, 10, 10), "t0:90 l3") == 0, "%s", r.log);
+    view.free_bytes[0] = 200 * MB;
+    view.free_bytes[1] = 50 * MB;
+    r = (struct rec){0};
+    r.layers[0][1] = 10;
+    CHECK_MSG(strcmp(trim_load(&r, &trim_ops, 10, 10), "t0@1:50 l3") == 0, "%s", r.log);
+}
+
+/* Policies on views with a partly resident model (not resident, 50 of its
+ * 100 MB there): its load needs only the missing 50, it is a victim like a
+ * resident one (the least recently used here), and it does not count
+ * toward max_loaded. */
+static void test_partial_views(void)
+{
+    struct sched_action a[16];
+    const char *names[] = {"swapwise", "swapwise-partial", "computron", "lru", "fifo"};
+    for (int p = 0; p < 5; p++) {
+        const struct sched_policy *pol = sched_policy_find(names[p]);
+        /* model 1 (50 MB there) waits with 60 MB free: no victim */
+        scenario(3, 60, 0);
+        resident(0, 10);
+        models[1].resident_bytes[0] = 50 * MB;
+        waiting(1, 1, 50);
+        finish_view();
+        int n = pol->decide(&view, a, 16);
+        const struct sched_action *l = only(a, n, SCHED_LOAD);
+        CHECK_MSG(l && l->model == 1 && l->n_victims == 0, "%s: %d actions", names[p], n);
+        /* model 2 waits, 50 MB free: the partly resident model 1 (used at 5)
+         * is the victim, and frees enough */
+        scenario(3, 50, 0);
+        resident(0, 10);
+        models[1].resident_bytes[0] = 50 * MB;
+        models[1].last_used = 5;
+        waiting(2, 1, 50);
+        finish_view();
+        n = pol->decide(&view, a, 16);
+        l = only(a, n, SCHED_LOAD);
+        CHECK_MSG(l && l->model == 2 && l->n_victims == 1 && l->victims[0] == 1,
+                  "%s: %d actions, victim %d", names[p], n, l && l->n_victims ? l->victims[0] : -1);
+        /* max_loaded 2, model 0 resident, 1 partly: model 2 loads beside
+         * them with room for its bytes, nobody leaves */
+        scenario(3, 100, 2);
+        resident(0, 10);
+        models[1].resident_bytes[0] = 50 * MB;
+        waiting(2, 1, 50);
+        finish_view();
+        n = pol->decide(&view, a, 16);
+        l = only(a, n, SCHED_LOAD);
+        CHECK_MSG(l && l->model == 2 && l->n_victims == 0, "%s: %d actions", names[p], n);
+        /* ...but two resident ones are max_loaded: one must go */
+        resident(1, 20);
+        finish_view();
+        n = pol->decide(&view, a, 16);
+        l = only(a, n, SCHED_LOAD);
+        CHECK_MSG(l && l->n_victims == 1, "%s: %d actions", names[p], n);
+    }
+    /* a keep-alive frees what an idle partly resident model holds */
+    scenario(3, 0, 0);
+    models[1].resident_bytes[0] = 50 * MB;
+    models[1].keep_alive = 10;
+    models[1].idle_since = 50;
+    finish_view();
+    int nk = sched_policy_find("swapwise-partial")->decide(&view, a, 16);
+    CHECK_MSG(nk == 1 && a[0].kind == SCHED_UNLOAD && a[0].model == 1, "%d actions", nk);
+    /* the defrag step takes a partly resident model too */
+    scenario(3, 0, 0);
+    resident(0, 10);
+    models[1].resident_bytes[0] = 50 * MB;
+    models[1].last_used = 5;
+    finish_view();
+    CHECK(sched_defrag_victim(&view, 2, 0) == 1);
+    /* swapwise-partial trims; swapwise does not */
+    scenario(3, 0, 0);
+    resident(0, 10);
+    waiting(1, 1, 50);
+    finish_view();
+    const struct sched_policy *sp = sched_policy_find("swapwise-partial");
+    int n = sp->decide(&view, a, 16);
+    const struct sched_action *l = only(a, n, SCHED_LOAD);
+    CHECK(l && l->trim && l->n_victims == 1 && l->victims[0] == 0);
+    n = sched_policy_find("swapwise")->decide(&view, a, 16);
+    l = only(a, n, SCHED_LOAD);
+    CHECK(l && !l->trim);
+    CHECK(sched_policy_find_sim("clairvoyant-partial") &&
+          sched_policy_find_sim("clairvoyant-partial")->needs_future);
+}
+
 int main(void)
 {
     const struct sched_policy *c = sched_policy_find("computron");
@@ -989,6 +1191,8 @@ int main(void)
     test_fifo();
     test_clairvoyant();
     test_long_batches(s);
+    test_trim_act();
+    test_partial_views();
 
     /* the batch rule: at most max; with same_params_only, one sampling class */
     CHECK(sched_batch_joins(false, 0, 1, false) && !sched_batch_joins(false, 1, 1, true));

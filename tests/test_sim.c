@@ -158,6 +158,139 @@ static void test_preempt_churn(void)
     free(ev);
 }
 
+/* Partial residency on the simulated clock: two models of 200 MB (10
+ * layers of 20 MB) on each of 2 devices with room for 1.5 of them. A
+ * request for model 0 at 0: load 0..1, batch to 1.1. One for model 1 at
+ * 2: it lacks 100 MB on each device, so model 0 gives up its last 5 layers
+ * and keeps its first 5; load 2..3, done 3.1. One for model 0 at 4: it
+ * lacks half, model 1 gives up 5 layers, the reload copies half in 0.5 s:
+ * 4..4.5, done 4.6 (with overlap, swapwise starts the batch just in time at
+ * 4.45, done 4.55). swapwise evicts whole: model 0 reloads in 1 s, done 5.1. */
+static void test_partial_times(void)
+{
+    for (int k = 0; k < 3; k++) {
+        uint64_t bytes[2 * 2];
+        struct sim_config c;
+        setup(&c, k ? "swapwise-partial" : "swapwise", 2, 2, bytes);
+        c.budget[0] = c.budget[1] = 300 * MB;
+        c.max_loaded = 0;
+        c.layers = 10;
+        c.overlap_loads = k == 2;
+        struct sim_request r[3] = {
+            {.arrival = 0, .model = 0}, {.arrival = 2, .model = 1}, {.arrival = 4, .model = 0}};
+        struct sim_stats st;
+        CHECK_MSG(sim_run(&c, r, 3, &st) == 0, "%s", err_msg());
+        double start = k == 0 ? 5 : k == 1 ? 4.5 : 4.45, done = k == 0 ? 5.1 : k == 1 ? 4.6 : 4.55;
+        if (k == 2) /* just in time: the first two start half a batch before their loads' end */
+            CHECK_MSG(fabs(r[0].done - 1.05) < 1e-9 && fabs(r[1].done - 3.05) < 1e-9,
+                      "overlapped: done %.6f, %.6f", r[0].done, r[1].done);
+        else
+            CHECK_MSG(fabs(r[0].done - 1.1) < 1e-9 && fabs(r[1].done - 3.1) < 1e-9,
+                      "%s: done %.6f, %.6f", c.policy->name, r[0].done, r[1].done);
+        CHECK_MSG(fabs(r[2].start - start) < 1e-9 && fabs(r[2].done - done) < 1e-9,
+                  "%s%s: the reload's request ran %.6f..%.6f, expected %.6f..%.6f", c.policy->name,
+                  k == 2 ? " (overlap)" : "", r[2].start, r[2].done, start, done);
+        /* what moved: two whole loads and half a model, on each device */
+        uint64_t moved = k ? 2 * 500 * MB : 2 * 600 * MB;
+        CHECK_MSG(st.loads == 3 && st.trims == (k ? 4u : 0u) && st.bytes_loaded == moved &&
+                      st.evictions == (k ? 0u : 2u) && fabs(st.swap_s - (k ? 2.5 : 3)) < 1e-9,
+                  "%s: %llu loads, %llu trims, %llu evictions, %llu MB moved, %.3f s swapping",
+                  c.policy->name, (unsigned long long)st.loads, (unsigned long long)st.trims,
+                  (unsigned long long)st.evictions, (unsigned long long)(st.bytes_loaded / MB),
+                  st.swap_s);
+        CHECK(st.high_water[0] <= c.budget[0] && st.high_water[1] <= c.budget[1]);
+    }
+}
+
+/* The default layers split the weights, not the reserve: models of 200 MB
+ * with 50 of reserve (kv_bytes) and 8 layers of 18.75 MB, room for 250 MB.
+ * Model 1's load at 2 lacks 150: model 0 frees its reserve and 6 layers
+ * (162.5) and keeps 37.5 of its 150 MB of weights; model 0's reload at 4
+ * copies 112.5 of 150, in 0.75 s: done 4.85. */
+static void test_partial_reserve(void)
+{
+    uint64_t bytes[2 * 2], kv[2 * 2];
+    struct sim_config c;
+    setup(&c, "swapwise-partial", 2, 2, bytes);
+    c.budget[0] = c.budget[1] = 250 * MB;
+    c.max_loaded = 0;
+    for (int i = 0; i < 4; i++)
+        kv[i] = 50 * MB;
+    c.kv_bytes = kv;
+    c.layers = 8;
+    struct sim_request r[3] = {
+        {.arrival = 0, .model = 0}, {.arrival = 2, .model = 1}, {.arrival = 4, .model = 0}};
+    struct sim_stats st;
+    CHECK_MSG(sim_run(&c, r, 3, &st) == 0, "%s", err_msg());
+    CHECK_MSG(fabs(r[1].done - 3.1) < 1e-9 && fabs(r[2].start - 4.75) < 1e-9 &&
+                  fabs(r[2].done - 4.85) < 1e-9 && st.trims == 4,
+              "done %.6f, the reload's request %.6f..%.6f, %llu trims", r[1].done, r[2].start,
+              r[2].done, (unsigned long long)st.trims);
+    CHECK(st.high_water[0] <= c.budget[0] && st.high_water[1] <= c.budget[1]);
+}
+
+/* Churn with trims (6 models, room for 2.5, 8 layers of 15 MB in each
+ * model's 150 MB of weights, or the weights in 8 equal layers, a batch's
+ * reserve of 50 MB, loads overlapping compute or not): models
+ * are trimmed and reloaded in part, every request is answered once, after
+ * it arrived, and no device ever holds more than its budget. */
+static void test_partial_churn(void)
+{
+    const char *pols[] = {"swapwise-partial", "clairvoyant-partial"};
+    for (int k = 0; k < 4; k++) {
+        uint64_t bytes[2 * 6], kv[2 * 6];
+        struct sim_config c;
+        setup(&c, pols[k % 2], 6, 2, bytes);
+        measured_costs(&c);
+        c.overlap_loads = k < 2;
+        c.budget[0] = c.budget[1] = 500 * MB;
+        c.max_loaded = 0;
+        for (int i = 0; i < 2 * 6; i++)
+            kv[i] = bytes[i] / 4; /* 150 MB of weights */
+        c.kv_bytes = kv;
+        uint64_t lb[2 * 6];
+        for (int i = 0; i < 2 * 6; i++)
+            lb[i] = 15 * MB;
+        c.layer_bytes = lb;
+        c.layers = 11; /* 165 MB of layers in 150 of weights: refused */
+        struct sim_request one = {.arrival = 0, .model = 0};
+        struct sim_stats st;
+        CHECK(sim_run(&c, &one, 1, &st) == ERR_INVALID && strstr(err_msg(), "layers"));
+        c.layers = 8; /* 120 MB of layers; the embeddings and head, 30, stay */
+        if (k >= 2)
+            c.layer_bytes = NULL; /* the weights in 8 equal layers, nothing stays */
+        struct arrival_spec spec = {
+            .kind = ARRIVAL_GAMMA, .n_models = 6, .cv = 4, .duration_s = 1000, .seed = 11};
+        for (int i = 0; i < 6; i++)
+            spec.rates[i] = 5.0 / (i + 1);
+        struct arrival *ev;
+        size_t n;
+        CHECK(arrival_generate(&spec, &ev, &n) == 0 && n > 2000);
+        struct sim_request *rq = calloc(n, sizeof(*rq));
+        for (size_t i = 0; i < n; i++)
+            rq[i] = (struct sim_request){.arrival = ev[i].t, .model = ev[i].model};
+        CHECK_MSG(sim_run(&c, rq, n, &st) == 0, "%s", err_msg());
+        size_t bad = 0, served = 0;
+        for (size_t i = 0; i < n; i++) {
+            bad += !(rq[i].done >= rq[i].start + c.batch_s[1] - 1e-9 &&
+                     rq[i].start >= rq[i].arrival && rq[i].batch_size >= 1);
+            served += rq[i].batch_size > 0;
+        }
+        /* some loads copied only part of a model */
+        bool partial = st.bytes_loaded < st.loads * 2 * 200 * MB;
+        CHECK_MSG(bad == 0 && served == n && st.trims > 0 && partial,
+                  "%s: %zu of %zu requests wrong, %zu served, %llu trims, %llu loads, %llu MB",
+                  c.policy->name, bad, n, served, (unsigned long long)st.trims,
+                  (unsigned long long)st.loads, (unsigned long long)(st.bytes_loaded / MB));
+        CHECK_MSG(st.high_water[0] <= c.budget[0] && st.high_water[1] <= c.budget[1],
+                  "%s: high water %llu, %llu of %llu", c.policy->name,
+                  (unsigned long long)st.high_water[0], (unsigned long long)st.high_water[1],
+                  (unsigned long long)c.budget[0]);
+        free(rq);
+        free(ev);
+    }
+}
+
 int main(void)
 {
     uint64_t bytes[2 * 8];
@@ -322,6 +455,9 @@ int main(void)
 
     test_preempt_times();
     test_preempt_churn();
+    test_partial_times();
+    test_partial_reserve();
+    test_partial_churn();
 
     /* bad input is refused, not run */
     setup(&c, "swapwise", 1, 1, bytes);

@@ -1,7 +1,12 @@
 /* The policy targets of issue 23 item 4 on fixed costs, for before/after
  * checks of a policy change.
  *
- *     sim_targets MODEL_DIR [SEEDS [computron|chat|all]]
+ *     sim_targets MODEL_DIR [SEEDS [computron|chat|all [POLICY [BOUND]]]]
+ *
+ * POLICY (default swapwise) is measured in swapwise's place and BOUND
+ * (default clairvoyant) in clairvoyant's: swapwise-partial with
+ * clairvoyant-partial, say. The models' layers (what partial residency
+ * trims) are MODEL_DIR's own, as bench workload --simulate takes them.
  *
  * bench workload --simulate measures a load's and batches' times first, and
  * on a shared machine those move by a third between runs, so two builds of a
@@ -29,7 +34,7 @@
 #include "workload/simulate.h"
 
 #define N_POL 5
-static const char *const policies[N_POL] = {"computron", "swapwise", "lru", "fifo", "clairvoyant"};
+static const char *policies[N_POL] = {"computron", "swapwise", "lru", "fifo", "clairvoyant"};
 enum { COMPUTRON, SWAPWISE, LRU, FIFO, CLAIRVOYANT };
 
 static void costs_fixed(struct sim_config *c, bool chat)
@@ -57,12 +62,17 @@ static void costs_fixed(struct sim_config *c, bool chat)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || argc > 4) {
-        fprintf(stderr, "usage: sim_targets MODEL_DIR [SEEDS [computron|chat|all]]\n");
+    if (argc < 2 || argc > 6) {
+        fprintf(stderr, "usage: sim_targets MODEL_DIR [SEEDS [computron|chat|all [POLICY "
+                        "[BOUND]]]]\n");
         return 2;
     }
     int seeds = argc >= 3 ? atoi(argv[2]) : 10;
-    const char *only = argc == 4 ? argv[3] : "all";
+    const char *only = argc >= 4 ? argv[3] : "all";
+    if (argc >= 5) /* the policy measured in swapwise's place, and its bound */
+        policies[SWAPWISE] = argv[4];
+    if (argc >= 6)
+        policies[CLAIRVOYANT] = argv[5];
     const char *paths[1] = {argv[1]};
     struct replay_rig rig = {
         .paths = paths, .n_models = 1, .tp = 2, .device_kind = "cpu", .link_gbps = 1};

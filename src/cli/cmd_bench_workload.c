@@ -363,9 +363,11 @@ int bench_workload(int argc, char **argv)
              "computron:4)"),
         FLAG("policy", FLAG_STR, &policies_s, "A,B",
              "up to 5 policies to compare, the first the ratios' reference (default "
-             "computron,swapwise): swapwise, swapwise-preempt, computron, lru, fifo, and with "
-             "--simulate clairvoyant (it knows the future arrivals); --simulate adds a floor row, "
-             "a lower bound no policy beats"),
+             "computron,swapwise): swapwise, swapwise-preempt, swapwise-partial (victims "
+             "give up only the last layers a load lacks room for), computron, lru, fifo, and "
+             "with --simulate clairvoyant (it knows the future arrivals) and "
+             "clairvoyant-partial; --simulate adds a floor row, a lower bound no policy beats "
+             "(the models' --layers are what partial residency trims)"),
         FLAG_RANGE("models", FLAG_INT, &n_models, "N", "custom/round-robin: number of models",
                    1, MAX_MODELS, "1..256"),
         FLAG("rates", FLAG_STR, &rates_s, "R1,R2,...", "custom: requests/s per model"),

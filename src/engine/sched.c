@@ -110,13 +110,76 @@ static bool not_resident(const struct sched_model *m)
     return !m->resident;
 }
 
+/* Of bytes, what c holds on each device now: a resident (or loading) model
+ * all of its bytes, whatever resident_bytes says (views built by hand, or by
+ * an engine without partial residency, leave it 0), else resident_bytes.
+ * What an eviction of c frees. */
+static const uint64_t *held_of(const struct sched_model *c)
+{
+    return c->resident ? c->bytes : c->resident_bytes;
+}
+
+/* Partly resident: not resident, and some of it still on a device. */
+static bool partial(const struct sched_view *v, const struct sched_model *c)
+{
+    for (int d = 0; !c->resident && d < v->n_devices; d++)
+        if (c->resident_bytes[d] > 0)
+            return true;
+    return false;
+}
+
+/* What a load of c needs on each device, into need: what it lacks there. */
+static void need_of(const struct sched_view *v, const struct sched_model *c, uint64_t *need)
+{
+    const uint64_t *held = held_of(c);
+    for (int d = 0; d < v->n_devices; d++)
+        need[d] = c->bytes[d] > held[d] ? c->bytes[d] - held[d] : 0;
+}
+
 /* The view as the shared victim choice (swap/policy.h) sees it: every model
- * with its bytes and last use, none evictable yet; the caller says who may go. */
+ * with what it holds and its last use, none evictable yet; the caller says
+ * who may go. */
 static void evict_view(const struct sched_view *v, struct evict_model *em)
 {
     for (int i = 0; i < v->n_models; i++)
         em[i] = (struct evict_model){.last_used = v->models[i].last_used,
-                                     .bytes = v->models[i].bytes};
+                                     .bytes = held_of(&v->models[i])};
+}
+
+/* victim leaves: what it holds becomes free; only a resident one stops
+ * counting toward max_loaded (a partly resident one never counted). */
+static void room_free(const struct sched_view *v, struct evict_room *r, int victim)
+{
+    const struct sched_model *c = &v->models[victim];
+    evict_room_take(r, &(struct evict_model){.bytes = held_of(c)});
+    r->resident += !c->resident; /* evict_room_take uncounted it */
+}
+
+/* Whether a load of m fits room r (bytes it lacks, and max_loaded). */
+static bool room_for(const struct sched_view *v, const struct evict_room *r, int m)
+{
+    uint64_t need[SCHED_MAX_DEVICES];
+    need_of(v, &v->models[m], need);
+    return evict_room_fits(r, need);
+}
+
+/* Takes em's least recently used evictable models into out (at most max)
+ * until a load of m fits r: evict_lru_until_fit's loop (useful_only
+ * false), counting a partly resident victim's room by room_free. Returns
+ * how many, or -1 when nothing more may go or max is reached first. */
+static int lru_until_fit(const struct sched_view *v, struct evict_model *em, int m,
+                         struct evict_room *r, int *out, int max)
+{
+    int n = 0;
+    while (!room_for(v, r, m)) {
+        int pick = n < max ? evict_lru(em, v->n_models) : -1;
+        if (pick < 0)
+            return -1;
+        em[pick].evictable = false;
+        room_free(v, r, pick);
+        out[n++] = pick;
+    }
+    return n;
 }
 
 /* The devices' free bytes, the resident count and max_loaded. */
@@ -153,11 +216,11 @@ static int computron_decide(const struct sched_view *v, struct sched_action *out
     evict_view(v, em);
     room_of_view(v, &r);
     for (int i = 0; i < v->n_models; i++) {
-        em[i].evictable = v->models[i].resident && !v->models[i].pinned;
-        r.resident += v->models[i].resident;
+        const struct sched_model *c = &v->models[i];
+        em[i].evictable = i != m && (c->resident || partial(v, c)) && !c->pinned;
+        r.resident += c->resident;
     }
-    int n = evict_lru_until_fit(em, v->n_models, v->models[m].bytes, &r, false, a.victims,
-                                SCHED_MAX_VICTIMS);
+    int n = lru_until_fit(v, em, m, &r, a.victims, SCHED_MAX_VICTIMS);
     if (n < 0)
         return 0; /* nothing can go: wait */
     a.n_victims = n;
@@ -250,22 +313,19 @@ static void room_init(const struct sched_view *v, struct evict_room *r)
     }
 }
 
-static bool room_for(const struct sched_view *v, const struct evict_room *r, int m)
-{
-    return evict_room_fits(r, v->models[m].bytes);
-}
-
 static void room_take(const struct sched_view *v, struct evict_room *r, struct sched_action *a,
                       bool *chosen, int victim)
 {
     chosen[victim] = true;
     a->victims[a->n_victims++] = victim;
-    evict_room_take(r, &(struct evict_model){.bytes = v->models[victim].bytes});
+    room_free(v, r, victim);
 }
 
-static bool evictable(const struct sched_model *c)
+/* May be a victim: resident or partly resident (what a trim left must be
+ * freed by someone), not loading, not pinned, not leaving already. */
+static bool evictable(const struct sched_view *v, const struct sched_model *c)
 {
-    return c->resident && !c->loading && !c->pinned && !c->offload_pending;
+    return (c->resident || partial(v, c)) && !c->loading && !c->pinned && !c->offload_pending;
 }
 
 static bool devices_free(const struct sched_view *v, const struct sched_model *c, const bool *busy)
@@ -294,9 +354,9 @@ static int least_wanted(const struct sched_view *v, struct demand_memo *memo, co
     double pick_d = 0;
     for (int i = 0; i < v->n_models; i++) {
         const struct sched_model *c = &v->models[i];
-        bool drains = busy && c->queue_len > 0 && c->queue_len <= v->max_batch && !c->running &&
-                      devices_free(v, c, busy);
-        if (chosen[i] || !evictable(c) || (c->queue_len > 0 && !drains) ||
+        bool drains = busy && c->resident && c->queue_len > 0 && c->queue_len <= v->max_batch &&
+                      !c->running && devices_free(v, c, busy);
+        if (chosen[i] || !evictable(v, c) || (c->queue_len > 0 && !drains) ||
             (idle_only && c->running) || (spare_young && young(v, c)))
             continue;
         double d = demand(v, memo, i);
@@ -322,10 +382,9 @@ static bool demand_victims(const struct sched_view *v, struct demand_memo *memo,
                 evict_view(v, em);
                 for (int i = 0; i < v->n_models; i++) {
                     const struct sched_model *c = &v->models[i];
-                    em[i].evictable = !chosen[i] && evictable(c) && !c->running &&
-                                      c->queue_len > 0 &&
-                                      c->head_arrival >= v->models[load].head_arrival &&
-                                      !(spare && young(v, c));
+                    em[i].evictable =
+                        !chosen[i] && evictable(v, c) && !c->running && c->queue_len > 0 &&
+                        c->head_arrival >= v->models[load].head_arrival && !(spare && young(v, c));
                 }
                 pick = evict_lru(em, v->n_models);
             }
@@ -335,6 +394,32 @@ static bool demand_victims(const struct sched_view *v, struct demand_memo *memo,
         room_take(v, r, a, chosen, pick);
     }
     return room_for(v, r, load);
+}
+
+/* Trims spread (act_trim_victims): a victim's layers may not make the room
+ * its whole bytes would (its embeddings and head stay), and a next victim
+ * could give the rest instead of the first leaving whole. Up to this many
+ * idle models with nothing queued, least wanted first, follow the victims
+ * that make room whole; sched_act touches them only as far as the load
+ * lacks. 0: measured best (tools/sim_targets.c, 10 seeds, every config,
+ * 2- and 8-layer opt-1.3b: 1 helper moved 6% and 4% more bytes in 28% and
+ * 30% more loads, for no target gained: each helper it trims can no longer
+ * serve and needs a load of its own, and loads go one at a time). */
+#ifndef SW_TRIM_HELPERS
+#define SW_TRIM_HELPERS 0
+#endif
+
+static void trim_helpers(const struct sched_view *v, struct demand_memo *memo,
+                         struct sched_action *a, bool *chosen)
+{
+    for (int k = 0; k < SW_TRIM_HELPERS && a->n_victims > 0 && a->n_victims < SCHED_MAX_VICTIMS;
+         k++) {
+        int pick = least_wanted(v, memo, chosen, NULL, true, true);
+        if (pick < 0)
+            return;
+        chosen[pick] = true;
+        a->victims[a->n_victims++] = pick;
+    }
 }
 
 /* A prefetch: the non-resident model likeliest wanted soon, for idle models
@@ -358,6 +443,7 @@ static bool prefetch(const struct sched_view *v, struct demand_memo *memo, struc
     struct evict_room r;
     room_init(v, &r);
     *a = (struct sched_action){.kind = SCHED_LOAD, .model = p};
+    chosen[p] = true; /* never its own victim */
     while (!room_for(v, &r, p) && a->n_victims < SCHED_MAX_VICTIMS) {
         int pick = least_wanted(v, memo, chosen, NULL, true, true);
         double dp = pick < 0 ? 0 : demand(v, memo, pick);
@@ -369,6 +455,7 @@ static bool prefetch(const struct sched_view *v, struct demand_memo *memo, struc
         return true;
     for (int k = 0; k < a->n_victims; k++)
         chosen[a->victims[k]] = false;
+    chosen[p] = false;
     return false;
 }
 
@@ -395,9 +482,9 @@ static bool older_work_shares(const struct sched_view *v, int load, const bool *
 }
 
 /* Resident, nothing queued, no batch in flight, not pinned, not leaving. */
-static bool idle_model(const struct sched_model *c)
+static bool idle_model(const struct sched_view *v, const struct sched_model *c)
 {
-    return evictable(c) && !c->running && c->queue_len == 0;
+    return evictable(v, c) && !c->running && c->queue_len == 0;
 }
 
 /* Idle models past their keep-alive (keep_alive, def where the model says
@@ -410,7 +497,7 @@ static int keep_alive_unloads(const struct sched_view *v, double def, bool *gone
     for (int i = 0; i < v->n_models && n < max; i++) {
         const struct sched_model *c = &v->models[i];
         double ka = isnan(c->keep_alive) ? def : c->keep_alive;
-        if (!idle_model(c) || isinf(ka))
+        if (!idle_model(v, c) || isinf(ka))
             continue;
         double expiry = c->idle_since + ka;
         if (v->now >= expiry) {
@@ -449,7 +536,8 @@ static double batches_long(const struct sched_view *v)
  * arrivals in place of the forecast (demand). Models past a keep-alive they
  * were given leave first, alone in the answer (the next decision sees the
  * room they free). */
-static int swapwise_run(const struct sched_view *v, struct sched_action *out, int max, bool future)
+static int swapwise_run(const struct sched_view *v, struct sched_action *out, int max, bool future,
+                        bool trim)
 {
     int n = 0;
     /* long batches: the fuller batch first, for the load and the batches,
@@ -476,16 +564,19 @@ static int swapwise_run(const struct sched_view *v, struct sched_action *out, in
                 v->models[i].bytes[d] > 0)
                 busy[d] = true;
     bool held = false; /* the load waits for its devices' batches to end */
-    struct sched_action a = {.kind = SCHED_LOAD, .model = load};
+    struct sched_action a = {.kind = SCHED_LOAD, .model = load, .trim = trim};
     if (load >= 0) {
         struct evict_room r;
         room_init(v, &r);
+        chosen[load] = true; /* partly resident, it would be evictable: never its own victim */
         /* a victim with a batch in flight leaves at its end: the engine
          * starts the load once the room is there */
         /* with long batches a victim gets no last batch, so one whose queue
          * fits a batch is no longer as good as one with nothing queued */
         need = !demand_victims(v, memo, fuller ? NULL : busy, load, load == oldest, &r, &a,
                                chosen);
+        if (!need && trim)
+            trim_helpers(v, memo, &a, chosen);
         held = !need && copy_busy && (!devices_free(v, &v->models[load], busy) ||
                                       older_work_shares(v, load, chosen));
         for (int k = 0; !need && !held && k < a.n_victims; k++) {
@@ -505,6 +596,7 @@ static int swapwise_run(const struct sched_view *v, struct sched_action *out, in
         }
     } else if (!v->any_loading && v->overlap_loads && n < max &&
                prefetch(v, memo, &a, chosen)) {
+        a.trim = trim;
         out[n++] = a;
     }
     /* Batches for resident models, in goes_before order, at most one at a
@@ -523,7 +615,8 @@ static int swapwise_run(const struct sched_view *v, struct sched_action *out, in
             if (served[i] || !servable(c, chosen[i]) || (c->loading && !v->overlap_loads))
                 continue;
             if (c->loading) { /* just in time: half its first step overlaps the last layers */
-                double start = c->loaded_at + v->load_s - c->batch_s / 2;
+                double frac = c->load_frac > 0 ? c->load_frac : 1;
+                double start = c->loaded_at + v->load_s * frac - c->batch_s / 2;
                 if (v->now < start) {
                     wake = start < wake ? start : wake;
                     continue;
@@ -550,7 +643,7 @@ static int swapwise_run(const struct sched_view *v, struct sched_action *out, in
 
 static int swapwise_decide(const struct sched_view *v, struct sched_action *out, int max)
 {
-    return swapwise_run(v, out, max, false);
+    return swapwise_run(v, out, max, false, false);
 }
 
 /* ---- clairvoyant: an offline reference, simulator only ----
@@ -561,7 +654,22 @@ static int swapwise_decide(const struct sched_view *v, struct sched_action *out,
  * the simulator's floor (workload/simulate.h). */
 static int clairvoyant_decide(const struct sched_view *v, struct sched_action *out, int max)
 {
-    return swapwise_run(v, out, max, true);
+    return swapwise_run(v, out, max, true, false);
+}
+
+/* ---- swapwise-partial, clairvoyant-partial: with partial residency ----
+ * The same rules, each load trimming its victims (sched_action.trim): they
+ * give up only the last layers the load lacks room for and keep their
+ * first ones, so a victim wanted again reloads only what it lost (and with
+ * overlap_loads starts computing at once). */
+static int swapwise_partial_decide(const struct sched_view *v, struct sched_action *out, int max)
+{
+    return swapwise_run(v, out, max, false, true);
+}
+
+static int clairvoyant_partial_decide(const struct sched_view *v, struct sched_action *out, int max)
+{
+    return swapwise_run(v, out, max, true, true);
 }
 
 /* Batches for resident models with requests (not loading, not leaving, no
@@ -642,12 +750,12 @@ static int lru_decide(const struct sched_view *v, struct sched_action *out, int 
         room_init(v, &r);
         for (int i = 0; i < v->n_models; i++)
             if (gone[i]) /* unloaded above */
-                evict_room_take(&r, &(struct evict_model){.bytes = v->models[i].bytes});
+                room_free(v, &r, i);
         evict_view(v, idle);
         evict_view(v, any);
         for (int i = 0; i < v->n_models; i++) {
-            idle[i].evictable = !gone[i] && !served[i] && idle_model(&v->models[i]);
-            any[i].evictable = !gone[i] && evictable(&v->models[i]);
+            idle[i].evictable = !gone[i] && !served[i] && idle_model(v, &v->models[i]);
+            any[i].evictable = i != load && !gone[i] && evictable(v, &v->models[i]);
             if (served[i])
                 any[i].last_used = v->now;
         }
@@ -660,7 +768,7 @@ static int lru_decide(const struct sched_view *v, struct sched_action *out, int 
                 break;
             idle[pick].evictable = any[pick].evictable = false;
             a.victims[a.n_victims++] = pick;
-            evict_room_take(&r, &any[pick]);
+            room_free(v, &r, pick);
         }
         if (room_for(v, &r, load)) /* else pinned or loading models hold the room: wait */
             out[n++] = a;
@@ -715,8 +823,10 @@ static int preempt_victim(const struct sched_view *v, int w)
             x->offload_pending || v->now < x->batch_start + bound || !share_device(v, w, r))
             continue;
         bool fits = true;
+        uint64_t need[SCHED_MAX_DEVICES];
+        need_of(v, c, need);
         for (int d = 0; !c->resident && d < v->n_devices; d++)
-            fits &= c->bytes[d] <= v->free_bytes[d] + x->bytes[d] - x->batch_bytes[d];
+            fits &= need[d] <= v->free_bytes[d] + x->bytes[d] - x->batch_bytes[d];
         if (fits && (best < 0 || x->batch_start < v->models[best].batch_start))
             best = r;
     }
@@ -738,8 +848,10 @@ static int swapwise_preempt_decide(const struct sched_view *v, struct sched_acti
             for (int k = 0; k < v->n_models; k++)
                 n_resident += v->models[k].resident;
             bool fits = v->max_loaded == 0 || n_resident < v->max_loaded;
+            uint64_t need[SCHED_MAX_DEVICES];
+            need_of(v, c, need);
             for (int d = 0; d < v->n_devices; d++)
-                fits &= c->bytes[d] <= v->free_bytes[d];
+                fits &= need[d] <= v->free_bytes[d];
             if (fits)
                 continue;
         }
@@ -807,6 +919,86 @@ static bool act_offload(const struct sched_exec_ops *ops, void *ctx, int model, 
     return ok;
 }
 
+/* What the load of a->model still lacks on each device, into lack, when
+ * freed[d] more than the view's free bytes are (or will be) free there;
+ * true when it lacks something somewhere. */
+static bool load_lacks(const struct sched_view *v, const struct sched_action *a,
+                       const uint64_t *freed, uint64_t *lack)
+{
+    uint64_t need[SCHED_MAX_DEVICES];
+    bool any = false;
+    need_of(v, &v->models[a->model], need);
+    for (int d = 0; d < v->n_devices; d++) {
+        uint64_t room = v->free_bytes[d] + freed[d];
+        lack[d] = need[d] > room ? need[d] - room : 0;
+        any |= lack[d] > 0;
+    }
+    return any;
+}
+
+/* Victim x of a trimming load, with no batch in flight: gives up its last
+ * layers on each device where the load lacks room (ops->trim, told to
+ * ops->carried), adding what it gave to freed and to gave. False when it
+ * would keep nothing where it is asked (all it holds there would not do):
+ * it then leaves whole, and nothing is trimmed. */
+static bool act_trim_one(const struct sched_exec_ops *ops, void *ctx, const struct sched_view *v,
+                         int x, const uint64_t *lack, uint64_t *freed, uint64_t *gave)
+{
+    const uint64_t *held = held_of(&v->models[x]);
+    for (int d = 0; d < v->n_devices; d++)
+        if (lack[d] > 0 && held[d] > 0 && lack[d] >= held[d])
+            return false;
+    for (int d = 0; d < v->n_devices; d++) {
+        if (lack[d] == 0 || held[d] == 0)
+            continue;
+        uint64_t g = ops->trim(ctx, x, d, lack[d]);
+        if (g > 0 && ops->carried)
+            ops->carried(ctx, &(struct sched_carried){
+                                  .op = SCHED_OP_TRIM, .model = x, .device = d, .bytes = g});
+        gave[d] += g;
+        freed[d] += g;
+    }
+    return true;
+}
+
+/* Victim x leaves whole (what it has left of what the view says it held,
+ * less gave, joins freed; nothing where an executor that moved on since
+ * the view gave more). */
+static void act_trim_whole(const struct sched_exec_ops *ops, void *ctx, const struct sched_view *v,
+                           int x, const uint64_t *gave, uint64_t *freed)
+{
+    const uint64_t *held = held_of(&v->models[x]);
+    if (act_offload(ops, ctx, x, false))
+        for (int d = 0; d < v->n_devices; d++)
+            freed[d] += held[d] > gave[d] ? held[d] - gave[d] : 0;
+}
+
+/* SCHED_LOAD with trim (sched_action.trim): each victim, in order, only as
+ * far as the load still lacks room after the free bytes and what the
+ * victims before it gave: untouched when it lacks none; whole when it has a
+ * batch in flight (deferred: its bytes count as freed, the load waits for
+ * them) or would keep nothing; else trimmed, and a victim whose layers were
+ * not enough keeps the rest (its embeddings, say) while the next ones are
+ * asked: the trims spread. When all of them together still leave the load
+ * short, the trimmed ones leave whole, in order, until it fits. */
+static void act_trim_victims(const struct sched_exec_ops *ops, void *ctx,
+                             const struct sched_view *v, const struct sched_action *a)
+{
+    uint64_t freed[SCHED_MAX_DEVICES] = {0}, lack[SCHED_MAX_DEVICES];
+    uint64_t gave[SCHED_MAX_VICTIMS][SCHED_MAX_DEVICES] = {{0}};
+    bool trimmed[SCHED_MAX_VICTIMS] = {false};
+    for (int k = 0; k < a->n_victims && load_lacks(v, a, freed, lack); k++) {
+        int x = a->victims[k];
+        assert(x >= 0 && x < v->n_models && x != a->model);
+        trimmed[k] = !ops->running(ctx, x) && act_trim_one(ops, ctx, v, x, lack, freed, gave[k]);
+        if (!trimmed[k])
+            act_trim_whole(ops, ctx, v, x, gave[k], freed);
+    }
+    for (int k = 0; k < a->n_victims && load_lacks(v, a, freed, lack); k++)
+        if (trimmed[k])
+            act_trim_whole(ops, ctx, v, a->victims[k], gave[k], freed);
+}
+
 bool sched_act(const struct sched_exec_ops *ops, void *ctx, const struct sched_view *v,
                const struct sched_action *a)
 {
@@ -825,10 +1017,13 @@ bool sched_act(const struct sched_exec_ops *ops, void *ctx, const struct sched_v
              ops->preempt(ctx, a->model);
     } else {
         assert(a->kind == SCHED_LOAD && a->n_victims >= 0 && a->n_victims <= SCHED_MAX_VICTIMS);
-        for (int k = 0; k < a->n_victims; k++) {
-            assert(a->victims[k] >= 0 && a->victims[k] < v->n_models);
-            act_offload(ops, ctx, a->victims[k], false);
-        }
+        if (a->trim && ops->trim)
+            act_trim_victims(ops, ctx, v, a);
+        else
+            for (int k = 0; k < a->n_victims; k++) {
+                assert(a->victims[k] >= 0 && a->victims[k] < v->n_models);
+                act_offload(ops, ctx, a->victims[k], false);
+            }
         ok = ops->load(ctx, a->model);
     }
     if (ok && ops->carried)
@@ -846,7 +1041,7 @@ int sched_defrag_victim(const struct sched_view *v, int incoming, int device)
     evict_view(v, em);
     for (int i = 0; i < v->n_models; i++) {
         const struct sched_model *c = &v->models[i];
-        em[i].evictable = i != incoming && evictable(c) && !c->running && c->bytes[device] > 0;
+        em[i].evictable = i != incoming && evictable(v, c) && !c->running && held_of(c)[device] > 0;
     }
     return evict_lru(em, v->n_models);
 }
@@ -863,6 +1058,12 @@ static const struct sched_policy policies[] = {
              "of another model that has run at least as long, at a step boundary (its KV cache "
              "stays on the devices), to run first; the paused batch resumes after it",
      .decide = swapwise_preempt_decide,
+     .batch_same_params_only = false},
+    {.name = "swapwise-partial",
+     .help = "swapwise with partial residency: a load's victims give up only the last layers "
+             "it lacks room for and keep their first ones; a victim wanted again reloads only "
+             "what it lost",
+     .decide = swapwise_partial_decide,
      .batch_same_params_only = false},
     {.name = "computron",
      .help = "Computron's engine: one operation at a time, oldest queue head first, evict the "
@@ -883,6 +1084,11 @@ static const struct sched_policy policies[] = {
      .help = "simulator only: swapwise knowing the future arrivals, evicting the model wanted "
              "farthest ahead (Belady) and prefetching the one wanted soonest",
      .decide = clairvoyant_decide,
+     .batch_same_params_only = false,
+     .needs_future = true},
+    {.name = "clairvoyant-partial",
+     .help = "simulator only: clairvoyant with swapwise-partial's trims (its bound)",
+     .decide = clairvoyant_partial_decide,
      .batch_same_params_only = false,
      .needs_future = true},
 };
@@ -921,12 +1127,13 @@ const struct sched_policy *sched_policy_find_sim(const char *name)
 
 const char *sched_policy_names(void)
 {
-    return "swapwise|swapwise-preempt|computron|lru|fifo";
+    return "swapwise|swapwise-preempt|computron|lru|fifo|swapwise-partial";
 }
 
 const char *sched_policy_names_sim(void)
 {
-    return "swapwise|swapwise-preempt|computron|lru|fifo|clairvoyant";
+    return "swapwise|swapwise-preempt|computron|lru|fifo|clairvoyant|swapwise-partial|"
+           "clairvoyant-partial";
 }
 
 const char *sched_policy_default(void)

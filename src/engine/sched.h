@@ -72,6 +72,11 @@ struct sched_model {
     double next_arrival;
     struct forecast arrivals; /* its requests so far, to forecast the next */
     double batch_s;       /* expected time of its next batch's first step (0: unknown) */
+    /* loading: the share of a whole load the one in progress moves (a
+     * partly resident model's reload moves only what is missing: its
+     * largest missing share over the devices, which load in parallel);
+     * 0: unknown, a whole one. Its expected end is loaded_at + load_s x it. */
+    double load_frac;
     /* of memory per device: what it frees when it leaves whole and needs when
      * it comes back from nothing (its weights, and its batches' reserve) */
     uint64_t bytes[SCHED_MAX_DEVICES];
@@ -79,7 +84,11 @@ struct sched_model {
      * (or loading), 0 when gone, and between for a model partly resident
      * (not resident: a SCHED_LOAD with trim took its last layers, and kept
      * its first ones there). A load of it needs bytes - resident_bytes; an
-     * eviction of it frees resident_bytes. */
+     * eviction of it frees resident_bytes. The policies read a resident
+     * model as holding bytes whatever this says (a view that leaves it 0
+     * has whole models only). A partly resident model does not count toward
+     * max_loaded, may be a victim (its rest leaves) and, idle past its
+     * keep_alive, is unloaded as a resident one is. */
     uint64_t resident_bytes[SCHED_MAX_DEVICES];
 };
 
@@ -120,7 +129,14 @@ struct sched_action {
      * load needs. In order, each victim with no batch in flight gives up
      * its last layers on the devices where the load still lacks room
      * (ops->trim), keeping its first ones for its own next load; one that
-     * would keep nothing, or has a batch in flight, leaves whole. */
+     * would keep nothing, or has a batch in flight, leaves whole. Need per
+     * device: the load's bytes - resident_bytes, less the view's free bytes
+     * and what the victims before gave (a victim whose load already fits
+     * stays untouched). A victim whose trims fell short keeps what is left
+     * and the next one is asked for the rest; when all of them still leave
+     * the load short, the trimmed ones leave whole, in order, until it
+     * fits. Each trim is told to ops->carried as SCHED_OP_TRIM. Without
+     * ops->trim: every victim leaves whole, as without trim. */
     bool trim;
     double at; /* SCHED_WAKE */
 };
@@ -144,11 +160,11 @@ struct sched_policy {
 #define SCHED_PREEMPT_WAIT_S 0.5
 
 /* A policy the engine runs: "swapwise" (the default), "swapwise-preempt",
- * "computron", "lru" or "fifo". NULL and a message when unknown, or when the name is one that
- * needs the future arrivals (sched_policy_find_sim's only). */
+ * "swapwise-partial", "computron", "lru" or "fifo". NULL and a message when unknown, or when the
+ * name is one that needs the future arrivals (sched_policy_find_sim's only). */
 const struct sched_policy *sched_policy_find(const char *name);
-/* A policy the simulator runs: the engine's and "clairvoyant". NULL and a
- * message when unknown. */
+/* A policy the simulator runs: the engine's, "clairvoyant" and
+ * "clairvoyant-partial". NULL and a message when unknown. */
 const struct sched_policy *sched_policy_find_sim(const char *name);
 const char *sched_policy_names(void);     /* the engine's, "a|b|..." */
 const char *sched_policy_names_sim(void); /* the simulator's */
@@ -215,7 +231,11 @@ struct sched_exec_ops {
      * no batch in flight and resident or partly resident, gives up its last
      * layers on device (whole layers, last first, never its embeddings and
      * head) until at least `bytes` more are free there, or every layer it
-     * has there is gone. Returns the bytes it gave up (0: none: it cannot
+     * has there is gone. A resident model becomes partly resident: memory
+     * held for it only while resident (its batches' reserve) leaves too,
+     * on every device, each device's share counted in what the first trim
+     * asked there gives up. Returns the bytes it gave
+     * up there, possibly more than asked (whole layers; 0: none: it cannot
      * now, e.g. a shard another process owns) */
     uint64_t (*trim)(void *ctx, int model, int device, uint64_t bytes);
     /* decide again at `at` even if nothing else happens by then */
@@ -242,8 +262,8 @@ bool sched_act(const struct sched_exec_ops *ops, void *ctx, const struct sched_v
 /* The fragmentation step's victim, for a SCHED_LOAD of incoming that the
  * swap manager refused because device's free bytes suffice but no free block
  * holds one of its blobs: the least recently used model with bytes on
- * device that may leave now (resident, not loading, no batch in flight, not
- * already leaving, not pinned); -1 when none may. Offloading it lets its
+ * device that may leave now (resident or partly resident, not loading, no
+ * batch in flight, not already leaving, not pinned); -1 when none may. Offloading it lets its
  * blocks join the free memory around them. Every policy uses this one. */
 int sched_defrag_victim(const struct sched_view *v, int incoming, int device);
 

@@ -12,6 +12,7 @@ struct smodel {
     size_t head, tail;
     bool resident, loading, running, offload_pending;
     double load_end, batch_end, last_used, loaded_at;
+    double load_frac;  /* of the load in progress, the share it moves */
     double idle_since; /* the end of its last batch, or its load's start */
     size_t upcoming;   /* its first request not yet arrived (n: none) */
     struct forecast arrivals;
@@ -31,6 +32,14 @@ struct smodel {
     int paused;
     double pause_t, full_end;
     bool paused_kv;
+    /* partial residency: kept, not resident, its first layers are still on
+     * the devices, all but trimmed[d] of its last ones (sim_config.layers)
+     * given up by SCHED_LOAD trims; a load brings back what is missing */
+    bool kept;
+    int trimmed[SCHED_MAX_DEVICES];
+    /* of its reserve, freed when it became kept, what no trim on the
+     * device has counted yet (exec_trim gives it to the first one there) */
+    uint64_t uncounted[SCHED_MAX_DEVICES];
 };
 
 struct sim {
@@ -62,6 +71,37 @@ static uint64_t moving_of(const struct sim *s, int model, int d)
 {
     const struct smodel *m = &s->m[model];
     return bytes_of(s, model, d) - (m->paused || m->pause_pending ? kv_of(s, model, d) : 0);
+}
+
+/* Of bytes, one of model's layers on device d (sim_config.layer_bytes, or
+ * its weights split into sim_config.layers equal ones); 0 without layers. */
+static uint64_t layer_of(const struct sim *s, int model, int d)
+{
+    const struct sim_config *c = s->c;
+    if (c->layers <= 0)
+        return 0;
+    size_t k = (size_t)model * c->n_devices + d;
+    uint64_t weights = c->bytes[k] - (c->kv_bytes ? c->kv_bytes[k] : 0);
+    return c->layer_bytes ? c->layer_bytes[k] : weights / (uint64_t)c->layers;
+}
+
+/* Of bytes_of, the weights: what a load copies (the rest, kv_of, is its
+ * batches' reserve, allocated as it comes and held only while resident). */
+static uint64_t weights_of(const struct sim *s, int model, int d)
+{
+    return bytes_of(s, model, d) - kv_of(s, model, d);
+}
+
+/* What model holds on device d now, counted in used[d]: moving_of while
+ * resident; while kept, its weights less its trimmed layers (its reserve
+ * left with its residency); else nothing (a paused batch's memory aside:
+ * paused_kv). */
+static uint64_t held_on(const struct sim *s, int model, int d)
+{
+    const struct smodel *m = &s->m[model];
+    if (m->resident)
+        return moving_of(s, model, d);
+    return m->kept ? weights_of(s, model, d) - (uint64_t)m->trimmed[d] * layer_of(s, model, d) : 0;
 }
 
 static void view_build(struct sim *s, double now, struct sched_model *sm, struct sched_view *v)
@@ -108,8 +148,11 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
             size_t q = m->tail - m->head;
             sm[i].batch_s = c->batch_s[q < (size_t)c->max_batch ? q : (size_t)c->max_batch];
         }
+        if (m->loading)
+            sm[i].load_frac = m->load_frac;
         for (int d = 0; d < c->n_devices; d++) {
             sm[i].bytes[d] = moving_of(s, i, d);
+            sm[i].resident_bytes[d] = held_on(s, i, d);
             sm[i].batch_bytes[d] = m->running || m->paused ? kv_of(s, i, d) : 0;
         }
         v->any_loading |= m->loading;
@@ -117,15 +160,18 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
     }
 }
 
-/* i leaves its devices: its bytes, or a paused batch's model all but the
- * batch's memory, which stays until the model is back (paused_kv). */
+/* i leaves its devices: what it holds (held_on), so a paused batch's model
+ * all but the batch's memory, which stays until the model is back
+ * (paused_kv). */
 static void evict(struct sim *s, int i)
 {
     struct smodel *m = &s->m[i];
-    m->resident = false;
-    m->offload_pending = false;
     for (int d = 0; d < s->c->n_devices; d++)
-        s->used[d] -= moving_of(s, i, d);
+        s->used[d] -= held_on(s, i, d);
+    m->resident = m->kept = false;
+    m->offload_pending = false;
+    memset(m->trimmed, 0, sizeof(m->trimmed));
+    memset(m->uncounted, 0, sizeof(m->uncounted));
     m->paused_kv = m->paused > 0;
 }
 
@@ -271,7 +317,7 @@ static bool exec_offload(void *ctx, int model, bool defer)
 {
     struct sim *s = ctx;
     struct smodel *v = &s->m[model];
-    if (!v->resident || v->offload_pending || (v->loading && !v->running))
+    if ((!v->resident && !v->kept) || v->offload_pending || (v->loading && !v->running))
         return false;
     s->st->evictions++;
     if (defer || v->loading)
@@ -289,21 +335,75 @@ static bool exec_load(void *ctx, int model)
     struct smodel *m = &s->m[model];
     if (m->resident)
         return false;
-    for (int d = 0; d < c->n_devices; d++)
-        if (moving_of(s, model, d) > c->budget[d] - s->used[d])
-            return false;
+    uint64_t need[SCHED_MAX_DEVICES];
+    double frac = 0; /* of its weights, what it copies: shards load in parallel */
     for (int d = 0; d < c->n_devices; d++) {
-        s->used[d] += moving_of(s, model, d);
+        uint64_t w = weights_of(s, model, d), held = held_on(s, model, d);
+        need[d] = moving_of(s, model, d) - held;
+        if (need[d] > c->budget[d] - s->used[d])
+            return false;
+        if (w > 0 && (double)(w - held) / (double)w > frac)
+            frac = (double)(w - held) / (double)w;
+    }
+    for (int d = 0; d < c->n_devices; d++) {
+        s->used[d] += need[d];
+        s->st->bytes_loaded += need[d];
         if (s->used[d] > s->st->high_water[d])
             s->st->high_water[d] = s->used[d];
     }
     m->resident = m->loading = true;
+    m->kept = false;
+    memset(m->trimmed, 0, sizeof(m->trimmed));
+    memset(m->uncounted, 0, sizeof(m->uncounted));
     m->paused_kv = false; /* a paused batch's memory is the model's own again */
-    m->load_end = s->now + c->load_s;
+    m->load_frac = frac;
+    m->load_end = s->now + c->load_s * frac;
     m->loaded_at = m->last_used = s->now;
     s->st->loads++;
-    s->st->swap_s += c->load_s;
+    s->st->swap_s += c->load_s * frac;
     return true;
+}
+
+/* A resident model becomes kept (partly resident): its batches' reserve,
+ * held only while resident, leaves on every device (a paused batch's
+ * memory stays, as evict leaves it), each device's share counted by the
+ * first trim asked there (uncounted). */
+static void keep_part(struct sim *s, int model)
+{
+    struct smodel *m = &s->m[model];
+    for (int e = 0; e < s->c->n_devices; e++) {
+        m->uncounted[e] = moving_of(s, model, e) - weights_of(s, model, e);
+        s->used[e] -= m->uncounted[e];
+    }
+    m->resident = false;
+    m->kept = true;
+    m->paused_kv = m->paused > 0;
+}
+
+/* As the swap manager gives up a shard's last layers: a resident model
+ * first becomes kept (keep_part: its reserve is free, on d counted now),
+ * then whole layers go, last first, until at least `bytes` are free on d or
+ * none is left there; its embeddings and head stay. At once, in full: the
+ * caller (sched_act) never trims a model with a batch in flight. */
+static uint64_t exec_trim(void *ctx, int model, int d, uint64_t bytes)
+{
+    struct sim *s = ctx;
+    struct smodel *m = &s->m[model];
+    uint64_t lb = layer_of(s, model, d);
+    if ((!m->resident && !m->kept) || m->running || m->loading || m->offload_pending ||
+        s->c->layers <= 0)
+        return 0;
+    if (m->resident)
+        keep_part(s, model);
+    uint64_t gave = m->uncounted[d];
+    m->uncounted[d] = 0;
+    uint64_t want = bytes > gave ? bytes - gave : 0;
+    uint64_t k = lb ? (want + lb - 1) / lb : 0, left = (uint64_t)(s->c->layers - m->trimmed[d]);
+    k = k < left ? k : left;
+    m->trimmed[d] += (int)k;
+    s->used[d] -= k * lb;
+    s->st->trims++;
+    return gave + k * lb;
 }
 
 /* The batch pauses at its first step boundary at or after now: it runs to
@@ -350,6 +450,7 @@ static const struct sched_exec_ops exec_ops = {
     .load = exec_load,
     .preempt = exec_preempt,
     .pausing = exec_pausing,
+    .trim = exec_trim,
     .wake = exec_wake,
     .carried = exec_carried,
 };
@@ -376,8 +477,10 @@ static bool act(struct sim *s, const struct sched_view *v, const struct sched_ac
     for (int i = 0; i < s->c->n_models; i++) {
         const struct smodel *m = &s->m[i];
         fprintf(f, " %zu%s%s%s", m->tail - m->head,
-                m->resident ? (m->loading ? "L" : "R") : "", m->running ? "*" : "",
-                m->paused ? "P" : "");
+                m->resident ? (m->loading ? "L" : "R")
+                : m->kept   ? "p"
+                            : "",
+                m->running ? "*" : "", m->paused ? "P" : "");
     }
     fprintf(f, "\n");
     return ok;
@@ -452,10 +555,21 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
 {
     if (c->n_models < 1 || c->n_models > SCHED_MAX_MODELS || c->n_devices < 1 ||
         c->n_devices > SCHED_MAX_DEVICES || c->max_batch < 1 || c->max_batch > SIM_MAX_BATCH ||
-        !(c->load_s >= 0) || !(c->overlap_tail >= 0 && c->overlap_tail <= 1))
-        return err_set(ERR_INVALID, "simulation needs 1..%d models, 1..%d devices, max_batch "
-                                    "1..%d, load_s >= 0 and overlap_tail in [0, 1]",
+        !(c->load_s >= 0) || !(c->overlap_tail >= 0 && c->overlap_tail <= 1) || c->layers < 0)
+        return err_set(ERR_INVALID,
+                       "simulation needs 1..%d models, 1..%d devices, max_batch "
+                       "1..%d, load_s >= 0, overlap_tail in [0, 1] and layers >= 0",
                        SCHED_MAX_MODELS, SCHED_MAX_DEVICES, SIM_MAX_BATCH);
+    for (size_t k = 0; c->layer_bytes && k < (size_t)c->n_models * c->n_devices; k++)
+        if (c->layer_bytes[k] * (uint64_t)c->layers >
+            c->bytes[k] - (c->kv_bytes ? c->kv_bytes[k] : 0))
+            return err_set(ERR_INVALID,
+                           "model %zu: %d layers of %llu bytes on device %zu exceed "
+                           "its %llu bytes less its batch's: expected layer_bytes x "
+                           "layers <= bytes - kv_bytes",
+                           k / (size_t)c->n_devices, c->layers,
+                           (unsigned long long)c->layer_bytes[k], k % (size_t)c->n_devices,
+                           (unsigned long long)c->bytes[k]);
     for (size_t i = 0; i < n; i++)
         if (reqs[i].model < 0 || reqs[i].model >= c->n_models ||
             (i > 0 && reqs[i].arrival < reqs[i - 1].arrival))

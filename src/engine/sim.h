@@ -16,7 +16,9 @@
  * flight); a
  * load makes a model resident after load_s and is refused when its bytes do
  * not fit; victims leave at once, or at the end of their batch when one is in
- * flight; with overlap_loads a batch
+ * flight; a trimming load's victims give up their last layers at once and
+ * stay partly resident, and a reload copies only what is missing
+ * (sim_config.layers); with overlap_loads a batch
  * may start on a loading model and then ends no earlier than the load's end
  * plus overlap_tail of its compute (the layers that still had to arrive);
  * a SCHED_PREEMPT pauses a batch at its first step boundary at or after the
@@ -59,6 +61,22 @@ struct sim_config {
     double prefill_token_s;
     double step_s[SIM_MAX_BATCH + 1];
     bool overlap_loads;
+    /* Partial residency (sched_action.trim): a model's weights on a device
+     * (bytes less kv_bytes) hold `layers` layers of layer_bytes each
+     * (n_models x n_devices; NULL: the weights / layers each); the
+     * rest of the weights (embeddings and head) is never trimmed. A trim
+     * makes the model partly resident at once: its batches' reserve
+     * (kv_bytes, held only while resident, as the engine holds it) leaves
+     * on every device, then whole layers, last first, on the device asked.
+     * A load of a partly resident model allocates the reserve again and
+     * copies only the missing layers, in load_s x the largest missing
+     * share of the weights over its devices (the shards load in parallel);
+     * with overlap_loads its batch may start at once and ends no earlier
+     * than that load's end plus overlap_tail of its compute (the tail is
+     * the compute of the layers that arrive last, not scaled).
+     * layers 0: no trims (exec_trim gives nothing: victims leave whole). */
+    int layers;
+    const uint64_t *layer_bytes;
     /* Per-model controls, each NULL (every model the default) or an array
      * of n_models, given to the policy as the engine gives the values of
      * engine_set_keep_alive, engine_set_priority, engine_set_min_resident
@@ -100,6 +118,8 @@ struct sim_request {
 struct sim_stats {
     uint64_t loads, evictions, batches;
     uint64_t preemptions; /* batches paused with sequences left (SCHED_PREEMPT) */
+    uint64_t trims;       /* trims carried out (one per victim and device asked) */
+    uint64_t bytes_loaded; /* bytes loads moved, over every device */
     double swap_s, compute_s;
     uint64_t high_water[SCHED_MAX_DEVICES]; /* most bytes resident at once, per device */
 };

@@ -6,6 +6,8 @@
 
 #include "core/error.h"
 #include "engine/stack.h"
+#include "format/safetensors.h"
+#include "model/model.h"
 #include "swap/swap.h"
 #include "workload/arrival.h"
 #include "workload/stats.h"
@@ -87,6 +89,35 @@ static void floor_latencies(const struct sim_config *sc, const struct sim_reques
     }
 }
 
+/* The layer structure partial residency trims by (sim_config.layers and
+ * layer_bytes): dir's layer count and, per device of a tp-way split, one
+ * layer's blob as the swap manager allocates it (rounded up to 64 bytes);
+ * the layers of a model are alike. */
+static int layers_of(const char *dir, int tp, int *n_layers, uint64_t *layer)
+{
+    struct model_config *cfg = NULL;
+    struct st_checkpoint *ck = NULL;
+    int rc = model_config_load(dir, &cfg);
+    if (rc == 0)
+        rc = st_open(dir, &ck);
+    for (int d = 0; rc == 0 && d < tp; d++) {
+        struct model_shard sh = {
+            .tp_rank = d, .tp_size = tp, .layer_begin = 0, .layer_end = cfg->info.n_layers};
+        struct model *m = NULL;
+        struct model_layout lay;
+        if ((rc = model_shard_open(cfg, ck, &sh, &m, &lay)) < 0)
+            break;
+        layer[d] = lay.n_blobs > 1 ? (lay.blob_bytes[1] + 63) / 64 * 64 : 0;
+        model_layout_free(&lay);
+        model_close(m);
+    }
+    if (rc == 0)
+        *n_layers = cfg->info.n_layers;
+    st_close(ck);
+    model_config_free(cfg);
+    return rc;
+}
+
 int simulate_workload(const struct replay_rig *rig, const struct workload_config *c,
                       const struct sim_config *costs, const char *const *policies, int n_pol,
                       uint64_t seed, int seeds, double duration, double slo,
@@ -123,12 +154,18 @@ int simulate_workload_floor(const struct replay_rig *rig, const struct workload_
     uint64_t weights[STACK_MAX_DEVICES] = {0}, wh = 0;
     if ((rc = swap_layout_bytes(mc[0].path, tp, 1, NULL, weights, &wh)) < 0)
         return rc;
-    uint64_t *bytes = calloc((size_t)c->n_models * tp * 2, sizeof(uint64_t));
+    /* and of the weights, one layer's per device: what a trim gives up */
+    uint64_t layer[STACK_MAX_DEVICES] = {0};
+    int n_layers = 0;
+    if ((rc = layers_of(mc[0].path, tp, &n_layers, layer)) < 0)
+        return rc;
+    uint64_t *bytes = calloc((size_t)c->n_models * tp * 3, sizeof(uint64_t));
     if (!bytes)
         return err_set(ERR_NOMEM, "out of memory for %d models' sizes", c->n_models);
-    uint64_t *kv = bytes + (size_t)c->n_models * tp;
+    uint64_t *kv = bytes + (size_t)c->n_models * tp, *lb = kv + (size_t)c->n_models * tp;
     for (int i = 0; i < c->n_models; i++) {
         memcpy(bytes + (size_t)i * tp, shard, sizeof(uint64_t) * (size_t)tp);
+        memcpy(lb + (size_t)i * tp, layer, sizeof(uint64_t) * (size_t)tp);
         for (int d = 0; d < tp; d++)
             kv[(size_t)i * tp + d] = shard[d] > weights[d] ? shard[d] - weights[d] : 0;
     }
@@ -157,6 +194,8 @@ int simulate_workload_floor(const struct replay_rig *rig, const struct workload_
             sc.n_devices = tp;
             sc.bytes = bytes;
             sc.kv_bytes = kv;
+            sc.layers = n_layers;
+            sc.layer_bytes = lb;
             sc.max_loaded = c->max_loaded;
             sc.max_batch = c->max_batch;
             for (int d = 0; d < tp; d++)
