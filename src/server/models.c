@@ -435,6 +435,8 @@ const char *srv_residency_name(enum residency r)
         return "on_device";
     case RES_OFFLOADING:
         return "offloading";
+    case RES_PARTIAL:
+        return "partial";
     }
     return "unknown";
 }
