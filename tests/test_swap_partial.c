@@ -237,10 +237,13 @@ TEST(trim_and_reload)
     CHECK(swap_residency(r.mgr, r.m[0]) == RES_ON_DEVICE);
     CHECK(device_used(r.devs[0]) == blobs_device(sh, 0, nb));
     CHECK(swap_model_missing_bytes(r.mgr, r.m[0]) == 0);
-    CHECK(events_kept(sh, nb));
+    const bool all_ready = events_kept(sh, nb);
+    CHECK(all_ready);
     CHECK(kept_ready && memcmp(before, after, (size_t)V * sizeof(float)) == 0);
-    forward(&r, 0, after); /* and once it is all there */
-    CHECK(memcmp(before, after, (size_t)V * sizeof(float)) == 0);
+    if (all_ready) { /* and once it is all there */
+        forward(&r, 0, after);
+        CHECK(memcmp(before, after, (size_t)V * sizeof(float)) == 0);
+    }
     free(before);
     free(after);
     rig_close(&r);
