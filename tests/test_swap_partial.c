@@ -140,7 +140,13 @@ static void forward(struct rig *r, int i, float *out)
 {
     struct model_exec_shape shape = {.batch = 1, .max_len = 5, .max_rows = 5};
     struct group_batch *gb = NULL;
-    CHECK(swap_use_begin(r->mgr, r->m[i]) == 0);
+    const int V = swap_model_info(r->m[i])->vocab;
+    for (int k = 0; k < V; k++)
+        out[k] = 0.0f / 0.0f; /* what a forward that cannot run leaves: no reference is met */
+    int rc = swap_use_begin(r->mgr, r->m[i]);
+    CHECK_MSG(rc == 0, "m%d: %s", i, err_msg());
+    if (rc < 0)
+        return;
     CHECK(group_batch_create(r->mgr, r->m[i], &shape, &gb) == 0);
     CHECK(gb && group_forward(r->w, gb, ids, NULL, 5, false, true, out) == 0);
     swap_use_end(r->mgr, r->m[i]);
