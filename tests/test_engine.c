@@ -1345,10 +1345,11 @@ static void trim_on_sched_op(void *ctx, const struct sched_carried *op)
 
 /* Partial residency under a trimming policy (TRIM_POLICY: the policy whose
  * loads trim their victims; the case says so and passes when this build has
- * none): two models, TP=2 over two devices with room for about 1.5 of them,
- * alternate requests one at a time; each load trims the other model as far
- * as it lacks room, so later loads copy less than whole models; every
- * answer is the reference's. */
+ * none): two models of one size, TP=2 over two devices with room for both
+ * and their batches but half a layer, alternate requests one at a time;
+ * each load trims the other model (its last layer, its reserve) instead of
+ * evicting it, so later loads copy less than whole models; every answer is
+ * the reference's. */
 #define TRIM_POLICY "swapwise-partial"
 static void test_trimming_loads(void)
 {
@@ -1356,22 +1357,30 @@ static void test_trimming_loads(void)
         printf("     (no policy %s in this build: trimming loads not run)\n", TRIM_POLICY);
         return;
     }
-    const int a = 0, b = 2; /* pre_ln_f32, pre_ln_f16: different sizes */
+    const int a = 0, b = 5, max_tokens = 6; /* pre_ln_f32, decoder_prefix_f32 */
     struct rig probe;
     rig_open(&probe, "swapwise", 0, 64, 1, 2);
-    uint64_t need = 0;
+    uint64_t need = 0, layer = UINT64_MAX;
     for (int d = 0; d < 2; d++) {
-        uint64_t wa = swap_model_device_bytes(probe.sm[a], d),
-                 wb = swap_model_device_bytes(probe.sm[b], d);
-        uint64_t big = wa > wb ? wa : wb, small = wa > wb ? wb : wa;
-        /* a batch of one: the longest prompt (16) and answer (16) and room to join */
-        struct model_exec_shape shape = {.batch = 1, .max_len = 16 + 16 + 64, .max_tokens = 16};
-        uint64_t ba = group_batch_bytes(probe.sm[a], probe.mgr, &shape, d),
-                 bb = group_batch_bytes(probe.sm[b], probe.mgr, &shape, d);
-        uint64_t n = big + small / 2 + ba + bb;
+        uint64_t n = 0;
+        for (int k = 0; k < 2; k++) {
+            const int t = k ? b : a;
+            int longest = 0;
+            for (int w = 0; w < 3; w++)
+                longest = expects[t][w].n_prompt > longest ? expects[t][w].n_prompt : longest;
+            /* its weights and the engine's reserve for these requests */
+            struct model_exec_shape shape = engine_batch_shape(
+                swap_model_info(probe.sm[t])->max_pos, 1, longest, longest + max_tokens, true);
+            n += swap_model_device_bytes(probe.sm[t], d) +
+                 group_batch_bytes(probe.sm[t], probe.mgr, &shape, d);
+            const struct swap_shard *sh = swap_model_shard(probe.sm[t], d);
+            uint64_t last = swap_shard_blob_bytes(sh, swap_shard_n_blobs(sh) - 1);
+            layer = last < layer ? last : layer;
+        }
         need = n > need ? n : need;
     }
     rig_close(&probe);
+    need -= layer / 2;
     atomic_store(&trims_seen, 0);
     atomic_store(&trims_empty, 0);
     rig_on_sched_op = trim_on_sched_op;
@@ -1381,12 +1390,12 @@ static void test_trimming_loads(void)
     for (int i = 0; i < 12; i++) {
         const int t = i % 2 ? b : a;
         struct job j;
-        job_init(&j, g.e, t, i % 3, 6);
+        job_init(&j, g.e, t, i % 3, max_tokens);
         struct engine_request_params p = job_params(&j, g.id[t], (uint64_t)i + 1);
         struct engine_req *h;
         CHECK_MSG(engine_submit(g.e, &p, &h) == 0, "%s", err_msg());
-        CHECK_MSG(engine_req_wait(h) == 0 && j.n_out == 6, "request %d (%s): %s", i, names[t],
-                  j.error);
+        CHECK_MSG(engine_req_wait(h) == 0 && j.n_out == max_tokens, "request %d (%s): %s", i,
+                  names[t], j.error);
         engine_req_release(h);
     }
     struct engine_model_stats sa, sb;
