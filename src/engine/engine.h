@@ -38,7 +38,7 @@
  * flags and statistics, the admin requests and the engine's counters. It is
  * never held across a forward, a callback, a thread join, a wait on another
  * thread, or a copy: the swap manager calls made under it (swap_use_begin,
- * swap_offload, swap_load, swap_compact, swap_residency) only take the swap
+ * swap_offload, swap_load, swap_compact, swap_trim, swap_residency) only take the swap
  * manager's lock, which nests inside it (the swap manager calls its listener
  * outside its own lock), and start copies without waiting for them (a model
  * still copying back is not loaded until that copy's end wakes the
@@ -256,6 +256,7 @@ void engine_req_timings(const struct engine_req *r, struct engine_req_timings *t
 
 struct engine_stats {
     uint64_t submitted, completed, rejected, batches, loads, evictions;
+    uint64_t trims; /* victims of trimming loads that gave up layers (swap_trim) */
     uint64_t ok, failed, cancelled, timed_out; /* completed, by outcome */
     double swap_s;        /* summed load times (request of a load -> on device) */
     double compute_s;     /* summed batch run times (counted as batches run) */
@@ -307,7 +308,11 @@ struct engine_model_stats {
     int priority;           /* engine_set_priority's */
     double max_queue_wait;  /* engine_set_priority's (0: no bound) */
     double min_resident;    /* engine_set_min_resident's (0: none) */
-    uint64_t bytes_loaded;  /* host -> device, over its loads */
+    uint64_t bytes_loaded;  /* host -> device, over its loads (a partly resident one's: the
+                             * missing blobs only) */
+    /* as the victim of a trimming load (partial residency): times it gave
+     * up its last layers on a device, and the device bytes they held */
+    uint64_t trims, bytes_trimmed;
     double load_s;          /* summed load times */
     double compute_s;       /* summed batch run times */
     uint64_t batches;

@@ -31,7 +31,8 @@
  *
  * The engine lock. It guards every [lock] field here. Held, it may make:
  * the swap manager's calls that do not wait (swap_load, swap_offload,
- * swap_compact, swap_use_begin, swap_residency, swap_model_load_seconds),
+ * swap_compact, swap_trim, swap_use_begin, swap_residency,
+ * swap_model_load_seconds, swap_model_resident_bytes, swap_model_missing_bytes),
  * whose lock nests inside it; device queries (device_used, device_budget,
  * device_event_done); the allocation and freeing of a batch's execution
  * contexts (group_batch_create, group_batch_free in batch_alloc and
@@ -158,11 +159,17 @@ struct emodel {
     bool warned_nonfinite; /* [runner] its logits were NaN or Inf once */
     uint64_t reserve[SCHED_MAX_DEVICES], batch_bytes[SCHED_MAX_DEVICES]; /* [lock] */
     bool mem_wait; /* [lock] its batch did not fit at all: not served until memory is freed */
+    /* [lock] partial residency: the rest of its reserve per device, freed
+     * in the view's terms when a trim made it stop being resident, not yet
+     * counted in what a trim returned (exec_trim); view_build clears it, as
+     * a fresh view counts that memory free */
+    uint64_t trim_credit[SCHED_MAX_DEVICES];
     pthread_t tid; /* [fixed] its runner, joined outside the lock */
     bool started;  /* [fixed] */
     pthread_cond_t go_cond; /* waited on with the engine lock: its runner's */
     /* statistics (engine lock) */
     uint64_t loads, evictions, unloads, bytes_loaded, batches;       /* [lock] */
+    uint64_t trims, bytes_trimmed;                                   /* [lock] */
     uint64_t submitted, ok, failed, cancelled, timed_out, rejected;  /* [lock] */
     double load_s, compute_s;                                        /* [lock] */
     struct hist latency, ttft, load;                                 /* [lock] */

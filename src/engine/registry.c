@@ -186,7 +186,7 @@ int engine_remove_model(struct engine *e, int id, struct engine_model_stats *las
     pthread_mutex_lock(&e->lock);
     if (last) {
         stats_fill(e, m, last);
-        last->removal_unloads = was == RES_ON_DEVICE || was == RES_LOADING;
+        last->removal_unloads = was == RES_ON_DEVICE || was == RES_LOADING || was == RES_PARTIAL;
     }
     e->models[id] = NULL;
     e->n_live--;
@@ -367,6 +367,8 @@ static void stats_fill(struct engine *e, struct emodel *m, struct engine_model_s
     out->max_queue_wait = m->max_queue_wait;
     out->min_resident = m->min_resident;
     out->bytes_loaded = m->bytes_loaded;
+    out->trims = m->trims;
+    out->bytes_trimmed = m->bytes_trimmed;
     out->load_s = m->load_s;
     out->compute_s = m->compute_s;
     out->batches = m->batches;

@@ -95,6 +95,8 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
         enum residency r = swap_residency(e->mgr, m->sm);
         load_check(e, m, r == RES_LOADING); /* a failed load empties the queue */
         memset(&sm[i], 0, sizeof(sm[i]));
+        /* this view counts a trimmed model's reserve free already */
+        memset(m->trim_credit, 0, sizeof(m->trim_credit));
         /* a paused batch's sequences wait as its queue does, from their
          * arrival */
         sm[i].queue_len = m->queue_len + m->n_paused;
@@ -129,6 +131,12 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
             sm[i].bytes[d] = swap_model_device_bytes(m->sm, d) + rest +
                              (keeps ? 0 : m->batch_bytes[d]);
             sm[i].batch_bytes[d] = m->batch_bytes[d];
+            /* partly resident (trimmed): its kept weights only, its reserve
+             * is not held (above) */
+            sm[i].resident_bytes[d] = sm[i].resident ? sm[i].bytes[d]
+                                      : r == RES_PARTIAL || r == RES_OFFLOADING
+                                          ? swap_model_resident_bytes(e->mgr, m->sm, d)
+                                          : 0;
         }
         v->any_loading |= sm[i].loading;
         v->any_running |= m->running;
@@ -136,12 +144,14 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
     v->n_models = n;
 }
 
-/* A load started by the scheduler (lock held). */
-static void load_started(struct engine *e, struct emodel *m, double now)
+/* A load started by the scheduler (lock held): of bytes, those it copies
+ * (swap_model_missing_bytes before it began: a loader may have finished
+ * already). */
+static void load_started(struct engine *e, struct emodel *m, double now, uint64_t bytes)
 {
     e->stats.loads++;
     m->loads++;
-    m->bytes_loaded += swap_model_total_bytes(m->sm);
+    m->bytes_loaded += bytes;
     m->was_loading = true;
     m->loaded_at = now;
     m->last_used = now;
@@ -243,10 +253,50 @@ static bool exec_pausing(void *ctx, int model)
 static bool exec_load(void *ctx, int model)
 {
     struct exec *x = ctx;
+    uint64_t bytes = swap_model_missing_bytes(x->e->mgr, x->map[model]->sm);
     if (start_load(x->e, x->map, x->sm, model) < 0)
         return false;
-    load_started(x->e, x->map[model], time_now());
+    load_started(x->e, x->map[model], time_now(), bytes);
     return true;
+}
+
+/* What of its batches' reserve on d is held for it and not allocated. */
+static uint64_t reserve_rest(const struct emodel *m, int d)
+{
+    return m->reserve[d] > m->batch_bytes[d] ? m->reserve[d] - m->batch_bytes[d] : 0;
+}
+
+/* A victim of a trimming load gives up its last layers on device. What it
+ * frees in the view's terms: the weights swap_trim released and, the first
+ * time it is asked on a device since it stopped being resident, the rest of
+ * its reserve there (held only for a resident model: view_build), so it is
+ * asked for that much less; a resident one gives up one layer at least, as
+ * its reserve goes only with its residency. A paused batch's memory stays
+ * where it is, as for an offload. */
+static uint64_t exec_trim(void *ctx, int model, int device, uint64_t bytes)
+{
+    struct exec *x = ctx;
+    struct emodel *m = x->map[model];
+    if (m->running || m->removed || device < 0 || device >= swap_device_count(x->e->mgr))
+        return 0;
+    bool resident = swap_residency(x->e->mgr, m->sm) == RES_ON_DEVICE;
+    for (int d = 0; resident && d < SCHED_MAX_DEVICES; d++)
+        m->trim_credit[d] = reserve_rest(m, d);
+    uint64_t credit = m->trim_credit[device], got = 0;
+    if (resident || bytes > credit) {
+        int rc = swap_trim(x->e->mgr, m->sm, device, bytes > credit ? bytes - credit : 1, &got);
+        if (resident && (rc < 0 || got == 0)) { /* still resident: its reserve stays held */
+            memset(m->trim_credit, 0, sizeof(m->trim_credit));
+            return 0;
+        }
+    }
+    m->trim_credit[device] = 0;
+    if (got > 0) {
+        m->trims++;
+        m->bytes_trimmed += got;
+        x->e->stats.trims++;
+    }
+    return got + credit;
 }
 
 static void exec_wake(void *ctx, double at)
@@ -273,6 +323,7 @@ static const struct sched_exec_ops exec_ops = {
     .load = exec_load,
     .preempt = exec_preempt,
     .pausing = exec_pausing,
+    .trim = exec_trim,
     .wake = exec_wake,
     .carried = exec_carried,
 };
@@ -289,12 +340,14 @@ static void admin_run(struct engine *e)
         bool resident = r == RES_LOADING || r == RES_ON_DEVICE;
         int rc = 0;
         if (r == RES_OFFLOADING) {
-            continue; /* its end wakes us */
+            continue; /* its end wakes us (a trim's copy back too) */
         } else if (m->admin == ADMIN_LOAD) {
+            /* a partly resident model loads what it lacks */
             struct swap_room why;
+            uint64_t bytes = swap_model_missing_bytes(e->mgr, m->sm);
             if (!resident && (rc = swap_load(e->mgr, m->sm, &why)) == 0)
-                load_started(e, m, time_now());
-        } else if (resident) {
+                load_started(e, m, time_now(), bytes);
+        } else if (resident || r == RES_PARTIAL) { /* a partly resident one: the rest goes */
             if (m->running) {
                 if ((rc = swap_offload(e->mgr, m->sm, true)) == 0)
                     m->offload_pending = true;

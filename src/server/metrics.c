@@ -139,6 +139,15 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
            "Bytes copied host to device over the model's loads.");
     for (int i = 0; i < n; i++)
         model_sample(f, "shardswap_swapped_bytes_total", &rows[i], rows[i].c.bytes_loaded);
+    family(f, "shardswap_trims_total", "counter",
+           "Times the model gave up its last layers on a device for another model's load, "
+           "keeping its first ones (partial residency).");
+    for (int i = 0; i < n; i++)
+        model_sample(f, "shardswap_trims_total", &rows[i], rows[i].c.trims);
+    family(f, "shardswap_trimmed_bytes_total", "counter",
+           "Device bytes of the layers the model gave up in its trims.");
+    for (int i = 0; i < n; i++)
+        model_sample(f, "shardswap_trimmed_bytes_total", &rows[i], rows[i].c.bytes_trimmed);
     family(f, "shardswap_evictions_total", "counter",
            "Times the scheduling policy evicted the model to make room.");
     for (int i = 0; i < n; i++)
@@ -168,8 +177,8 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
         }
     }
 
-    static const enum residency res[] = {RES_ON_DISK, RES_IN_HOST, RES_LOADING, RES_ON_DEVICE,
-                                         RES_OFFLOADING};
+    static const enum residency res[] = {RES_ON_DISK,   RES_IN_HOST,    RES_LOADING,
+                                         RES_ON_DEVICE, RES_OFFLOADING, RES_PARTIAL};
     family(f, "shardswap_model_resident", "gauge",
            "1 for the residency the model is in now, 0 for the others.");
     for (int i = 0; i < n_live; i++)

@@ -170,6 +170,8 @@ static void counts_add(struct srv_counts *to, const struct srv_counts *c)
     to->route[1] += c->route[1];
     to->loads += c->loads;
     to->bytes_loaded += c->bytes_loaded;
+    to->trims += c->trims;
+    to->bytes_trimmed += c->bytes_trimmed;
     to->evictions += c->evictions;
     to->unloads += c->unloads;
     to->idle_unloads += c->idle_unloads;
@@ -193,6 +195,8 @@ void srv_counts_of(const struct srv_model *m, const struct engine_model_stats *s
         .route = {atomic_load(&m->n_route[0]), atomic_load(&m->n_route[1])},
         .loads = st->loads,
         .bytes_loaded = st->bytes_loaded,
+        .trims = st->trims,
+        .bytes_trimmed = st->bytes_trimmed,
         .evictions = st->evictions,
         .unloads = st->unloads,
         .idle_unloads = st->idle_unloads,
@@ -435,6 +439,8 @@ const char *srv_residency_name(enum residency r)
         return "on_device";
     case RES_OFFLOADING:
         return "offloading";
+    case RES_PARTIAL:
+        return "partial";
     }
     return "unknown";
 }

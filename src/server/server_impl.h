@@ -52,6 +52,7 @@ struct srv_counts {
     uint64_t ok, failed, cancelled, timed_out, rejected, invalid; /* requests, by outcome */
     uint64_t route[2];                                            /* completions, chat */
     uint64_t loads, bytes_loaded;
+    uint64_t trims, bytes_trimmed; /* as a trimming load's victim (partial residency) */
     uint64_t evictions, unloads, idle_unloads, removal_unloads, preempt_unloads; /* departures,
                                                                  * by reason */
     struct engine_hist ttft, latency, load;

@@ -5,7 +5,9 @@
  * 1, ...): a blob missing from the host tier is first read from the
  * checkpoint (only this shard's slices), then queued on the device's copy
  * stream with the blob's readiness event. Reading blob b + 1 from disk thus
- * overlaps copying blob b, and the forward overlaps both. */
+ * overlaps copying blob b, and the forward overlaps both. A partly resident
+ * shard's load starts after the blobs it kept ([0, kept): their events are
+ * complete already), and an offload (or a trim) moves blobs [kept, n) only. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,12 +98,15 @@ static int loader_load_remote(struct loader *l, struct swap_shard *sh)
 
 static int loader_load(struct loader *l, struct swap_shard *sh, bool to_device)
 {
+    const int nb = sh->layout.n_blobs, first = to_device ? sh->kept : 0;
+    if (first == nb) /* a partly resident model's shard that kept every blob */
+        return 0;
     if (sh->remote) /* a prefetch has nothing to stage here */
         return to_device ? loader_load_remote(l, sh) : 0;
     struct device *dev = l->mgr->devices[l->device];
     uint64_t disk = 0, h2d = 0;
-    int rc = 0, nb = sh->layout.n_blobs, failed_at = nb;
-    for (int b = 0; b < nb; b++) {
+    int rc = 0, failed_at = nb;
+    for (int b = first; b < nb; b++) {
         failed_at = b;
         if ((rc = loader_host_copy(l, sh, b, &disk)) < 0)
             break;
@@ -139,6 +144,8 @@ static int loader_load(struct loader *l, struct swap_shard *sh, bool to_device)
     return rc;
 }
 
+/* Copies the leaving blobs ([kept, n) on the device) the host lacks back
+ * to it; the manager frees their device memory when this ends. */
 static int loader_offload(struct loader *l, struct swap_shard *sh)
 {
     if (sh->remote) {
@@ -146,26 +153,32 @@ static int loader_offload(struct loader *l, struct swap_shard *sh)
         return r->offload(r->ctx, sh->model, sh);
     }
     struct device *dev = l->mgr->devices[l->device];
-    uint64_t d2h = 0;
+    uint64_t d2h = 0, left = 0;
     int rc = 0;
-    for (int b = 0; b < sh->layout.n_blobs && rc == 0; b++) {
+    for (int b = sh->kept; b < sh->layout.n_blobs; b++) {
         size_t n = sh->layout.blob_bytes[b];
-        if (sh->host[b] || n == 0)
+        if (sh->host[b] || !sh->dev[b])
             continue;
+        if (rc < 0) { /* reserved by the manager, never to be filled */
+            left += n;
+            continue;
+        }
         void *p;
         if ((rc = device_host_alloc(dev, n, &p)) < 0) {
-            swap_shard_host_unreserve(l->mgr, n);
-            break;
+            left += n;
+            continue;
         }
         if ((rc = device_copy_d2h(dev, p, sh->dev[b], 0, n, NULL)) < 0) {
             device_host_free(dev, p, n);
-            swap_shard_host_unreserve(l->mgr, n);
-            break;
+            left += n;
+            continue;
         }
         device_sync(dev);
         d2h += n;
         swap_shard_host_filled(l->mgr, sh, b, p);
     }
+    if (left)
+        swap_shard_host_unreserve(l->mgr, left);
     swap_count_bytes(l->mgr, 0, 0, d2h);
     return rc;
 }

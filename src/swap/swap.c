@@ -23,6 +23,7 @@ const char *residency_name(enum residency r)
     case RES_LOADING: return "loading";
     case RES_ON_DEVICE: return "on-device";
     case RES_OFFLOADING: return "offloading";
+    case RES_PARTIAL: return "partial";
     }
     return "?";
 }
@@ -61,15 +62,43 @@ int swap_manager_create(struct device **devices, int n_devices, const struct swa
 
 static bool model_in_transition(const struct swap_model *model);
 
-/* Frees the shard's device copies (its views then point nowhere until the
- * next load binds them) and resets their events (mgr->lock held). */
-static void shard_drop_device(struct swap_shard *sh)
+/* Device bytes blob b takes while on the device: what device_used counts
+ * for it (0 for an empty blob, which is never allocated). */
+static uint64_t blob_device_bytes(const struct swap_shard *sh, int b)
 {
-    for (int b = 0; b < sh->layout.n_blobs; b++) {
+    return round_blob(sh->layout.blob_bytes[b]);
+}
+
+/* Device bytes of the shard's blobs [from, n_blobs) on its device now. */
+static uint64_t shard_bytes_from(const struct swap_shard *sh, int from)
+{
+    uint64_t n = 0;
+    for (int b = from; b < sh->layout.n_blobs; b++)
+        n += sh->dev[b] ? blob_device_bytes(sh, b) : 0;
+    return n;
+}
+
+/* Host bytes of the shard's blobs [from, n_blobs) on its device that the
+ * host tier lacks: what leaving the device without a loss copies back. */
+static uint64_t shard_device_only(const struct swap_shard *sh, int from)
+{
+    uint64_t n = 0;
+    for (int b = from; !sh->remote && b < sh->layout.n_blobs; b++)
+        n += sh->dev[b] && !sh->host[b] ? sh->layout.blob_bytes[b] : 0;
+    return n;
+}
+
+/* Frees the shard's device copies of blobs [from, n_blobs) (their views
+ * then point nowhere until the next load binds them), resets their events
+ * and keeps the rest: kept becomes from (mgr->lock held). */
+static void shard_release(struct swap_shard *sh, int from)
+{
+    for (int b = from; b < sh->layout.n_blobs; b++) {
         device_free(sh->dev[b]);
         sh->dev[b] = NULL;
         device_event_reset(sh->ready[b]);
     }
+    sh->kept = from;
 }
 
 /* Frees the shard's host copies, returning their bytes to the host budget
@@ -133,11 +162,11 @@ static bool model_has_remote(const struct swap_model *model)
 static void model_detach_locked(struct swap_manager *mgr, struct swap_model *model)
 {
     assert(!model_in_transition(model));
-    if (swap_model_resident(model))
+    if (swap_model_resident(model) || swap_model_partial(model))
         mgr->stats.offloads++;
     for (int s = 0; s < model->tp * model->pp; s++) {
         struct swap_shard *sh = &model->shards[s];
-        shard_drop_device(sh);
+        shard_release(sh, 0);
         shard_drop_host(mgr, sh);
         sh->state = RES_ON_DISK;
         sh->failed = false;
@@ -377,6 +406,34 @@ uint64_t swap_model_total_bytes(const struct swap_model *model)
     return n;
 }
 
+uint64_t swap_model_resident_bytes(struct swap_manager *mgr, const struct swap_model *model, int d)
+{
+    pthread_mutex_lock(&mgr->lock);
+    bool resident = swap_model_resident(model);
+    uint64_t n = 0;
+    for (int i = 0; i < model->tp * model->pp; i++) {
+        const struct swap_shard *sh = &model->shards[i];
+        if (sh->device == d)
+            n += resident ? sh->device_bytes
+                          : shard_bytes_from(sh, 0) - shard_bytes_from(sh, sh->kept);
+    }
+    pthread_mutex_unlock(&mgr->lock);
+    return n;
+}
+
+uint64_t swap_model_missing_bytes(struct swap_manager *mgr, const struct swap_model *model)
+{
+    pthread_mutex_lock(&mgr->lock);
+    uint64_t n = 0;
+    for (int i = 0; i < model->tp * model->pp; i++) {
+        const struct swap_shard *sh = &model->shards[i];
+        for (int b = sh->kept; !sh->remote && b < sh->layout.n_blobs; b++)
+            n += sh->layout.blob_bytes[b];
+    }
+    pthread_mutex_unlock(&mgr->lock);
+    return n;
+}
+
 enum kern_compute swap_model_compute(const struct swap_model *model)
 {
     return model->shards[0].m->compute;
@@ -588,6 +645,33 @@ static bool model_in_transition(const struct swap_model *model)
     return model->shards_busy > 0;
 }
 
+bool swap_model_partial(const struct swap_model *model)
+{
+    for (int s = 0; s < model->tp * model->pp; s++) {
+        const struct swap_shard *sh = &model->shards[s];
+        if (sh->state == RES_PARTIAL || (sh->state == RES_OFFLOADING && sh->kept > 0))
+            return true;
+    }
+    return false;
+}
+
+uint64_t swap_model_held_locked(const struct swap_model *model, int d)
+{
+    uint64_t n = 0;
+    for (int s = 0; s < model->tp * model->pp; s++)
+        if (model->shards[s].device == d)
+            n += shard_bytes_from(&model->shards[s], 0);
+    return n;
+}
+
+/* Device bytes on d a load of the model still needs: its blobs there that
+ * are not there (all of them unless it is partly resident). */
+static uint64_t model_missing_on(const struct swap_manager *mgr, const struct swap_model *model,
+                                 int d)
+{
+    return mgr->bytes[(size_t)model->id * mgr->n_devices + d] - swap_model_held_locked(model, d);
+}
+
 bool swap_model_idle(const struct swap_model *model)
 {
     return model->in_flight == 0 && !model_in_transition(model);
@@ -639,78 +723,97 @@ static int host_make_room(struct swap_manager *mgr, const struct swap_model *kee
     return 0;
 }
 
-/* Host bytes the model lacks (its remote shards have no host copy here). */
-static uint64_t host_missing(const struct swap_model *model)
+/* Host bytes the model lacks among each shard's blobs [kept, n_blobs) (all
+ * of them with from_kept false): what a load (a prefetch) stages. Its
+ * remote shards have no host copy here. */
+static uint64_t host_missing(const struct swap_model *model, bool from_kept)
 {
     uint64_t n = 0;
-    for (int s = 0; s < model->tp * model->pp; s++)
-        for (int b = 0; b < model->shards[s].layout.n_blobs; b++)
-            if (!model->shards[s].host[b] && !model->shards[s].remote)
-                n += model->shards[s].layout.blob_bytes[b];
+    for (int s = 0; s < model->tp * model->pp; s++) {
+        const struct swap_shard *sh = &model->shards[s];
+        for (int b = from_kept ? sh->kept : 0; b < sh->layout.n_blobs; b++)
+            if (!sh->host[b] && !sh->remote)
+                n += sh->layout.blob_bytes[b];
+    }
     return n;
 }
 
-/* Offloads an idle resident model. Shards whose host copy is complete just
- * release their device memory; the others copy back on their loader thread
- * when the host budget has room, else drop to disk. A remote shard's owner
- * is told on its loader thread, and its view's memory is freed when the
- * owner has let go (so it cannot be placed again before). */
+/* Reserves host bytes a loader fills (mgr->lock held). */
+static void host_reserve(struct swap_manager *mgr, uint64_t bytes)
+{
+    mgr->stats.host_used += bytes;
+    if (mgr->stats.host_used > mgr->stats.host_high_water)
+        mgr->stats.host_high_water = mgr->stats.host_used;
+}
+
+/* Offloads an idle resident or partly resident model: every blob on its
+ * devices leaves (kept drops to 0). Shards whose blobs there the host holds
+ * just release their device memory; the others copy back on their loader
+ * thread when the host budget has room, else drop to disk. A remote shard's
+ * owner is told on its loader thread, and its view's memory is freed when
+ * the owner has let go (so it cannot be placed again before). */
 void swap_offload_locked(struct swap_manager *mgr, struct swap_model *model)
 {
-    uint64_t missing = host_missing(model);
+    uint64_t missing = 0;
+    for (int s = 0; s < model->tp * model->pp; s++)
+        missing += shard_device_only(&model->shards[s], 0);
     bool copy_back = missing > 0 && host_make_room(mgr, model, missing) == 0;
     mgr->stats.offloads++;
     for (int s = 0; s < model->tp * model->pp; s++) {
         struct swap_shard *sh = &model->shards[s];
+        sh->kept = 0;
         if (sh->remote) {
             sh->state = RES_OFFLOADING;
             model->shards_busy++;
             loader_submit(&mgr->loaders[sh->device], sh, LOADER_OFFLOAD);
             continue;
         }
-        if (shard_host_complete(sh) || !copy_back || sh->failed) {
-            shard_drop_device(sh);
+        uint64_t copy = shard_device_only(sh, 0);
+        if (copy == 0 || !copy_back || sh->failed) {
+            shard_release(sh, 0);
             sh->state = shard_host_complete(sh) ? RES_IN_HOST : RES_ON_DISK;
             sh->failed = false;
             continue;
         }
-        for (int b = 0; b < sh->layout.n_blobs; b++)
-            if (!sh->host[b])
-                mgr->stats.host_used += sh->layout.blob_bytes[b]; /* reserved for the copy */
+        host_reserve(mgr, copy); /* the loader fills it */
         sh->state = RES_OFFLOADING;
         model->shards_busy++;
         loader_submit(&mgr->loaders[sh->device], sh, LOADER_OFFLOAD);
     }
-    if (mgr->stats.host_used > mgr->stats.host_high_water)
-        mgr->stats.host_high_water = mgr->stats.host_used;
     model->offload_pending = false;
     pthread_cond_broadcast(&mgr->changed);
 }
 
-static void device_free_all(struct swap_model *model)
+/* Frees the device blobs a load allocated: each shard's [kept, n_blobs),
+ * never the blobs a partly resident model kept. */
+static void device_free_arriving(struct swap_model *model)
 {
-    for (int s = 0; s < model->tp * model->pp; s++)
-        for (int b = 0; b < model->shards[s].layout.n_blobs; b++) {
-            device_free(model->shards[s].dev[b]);
-            model->shards[s].dev[b] = NULL;
+    for (int s = 0; s < model->tp * model->pp; s++) {
+        struct swap_shard *sh = &model->shards[s];
+        for (int b = sh->kept; b < sh->layout.n_blobs; b++) {
+            device_free(sh->dev[b]);
+            sh->dev[b] = NULL;
         }
+    }
 }
 
-/* Allocates every device blob of the model; on failure frees what it took
- * and says where: the device and the blob's bytes. */
+/* Allocates every device blob the model lacks (each shard's [kept,
+ * n_blobs)); on failure frees what it took and says where: the device and
+ * the blob's bytes. */
 static int device_alloc_all(struct swap_manager *mgr, struct swap_model *model, int *failed_dev,
                             uint64_t *failed_blob)
 {
     for (int s = 0; s < model->tp * model->pp; s++) {
         struct swap_shard *sh = &model->shards[s];
-        for (int b = 0; b < sh->layout.n_blobs; b++) {
+        for (int b = sh->kept; b < sh->layout.n_blobs; b++) {
             if (!sh->layout.blob_bytes[b])
                 continue;
+            assert(!sh->dev[b]);
             int rc = device_alloc(mgr->devices[sh->device], sh->layout.blob_bytes[b], &sh->dev[b]);
             if (rc < 0) {
                 *failed_dev = sh->device;
                 *failed_blob = sh->layout.blob_bytes[b];
-                device_free_all(model);
+                device_free_arriving(model);
                 return rc;
             }
         }
@@ -719,17 +822,20 @@ static int device_alloc_all(struct swap_manager *mgr, struct swap_model *model, 
 }
 
 /* Device bytes on d that offloads under way free without anyone's help:
- * copies back to the host, offloads waiting for a load's end (not those
- * waiting for a batch: that end is the caller's). */
+ * copies back to the host (of an offload, or of a trim: its leaving blobs
+ * only), offloads waiting for a load's end (not those waiting for a batch:
+ * that end is the caller's). */
 static uint64_t leaving_bytes(const struct swap_manager *mgr, int d)
 {
     uint64_t n = 0;
     for (int i = 0; i < mgr->n_models; i++) {
         const struct swap_model *m = mgr->models[i];
         bool deferred = m->offload_pending && swap_model_resident(m) && m->in_flight == 0;
-        for (int s = 0; s < m->tp * m->pp; s++)
-            if (m->shards[s].device == d && (deferred || m->shards[s].state == RES_OFFLOADING))
-                n += m->shards[s].device_bytes;
+        for (int s = 0; s < m->tp * m->pp; s++) {
+            const struct swap_shard *sh = &m->shards[s];
+            if (sh->device == d && (deferred || sh->state == RES_OFFLOADING))
+                n += shard_bytes_from(sh, deferred ? 0 : sh->kept);
+        }
     }
     return n;
 }
@@ -739,10 +845,12 @@ static int refuse(struct swap_manager *mgr, const struct swap_model *model, enum
                   int d, uint64_t blob, struct swap_room *why)
 {
     struct device *dev = mgr->devices[d];
-    *why = (struct swap_room){.kind = kind, .device = d,
-                              .need = mgr->bytes[(size_t)model->id * mgr->n_devices + d],
+    *why = (struct swap_room){.kind = kind,
+                              .device = d,
+                              .need = model_missing_on(mgr, model, d),
                               .free = device_budget(dev) - device_used(dev),
-                              .largest = device_largest_free(dev), .blob = blob,
+                              .largest = device_largest_free(dev),
+                              .blob = blob,
                               .leaving = leaving_bytes(mgr, d)};
     char need[32], free_s[32], largest[32], blob_s[32];
     bytes_format(need, sizeof(need), why->need, BYTES_BINARY);
@@ -760,15 +868,14 @@ static int refuse(struct swap_manager *mgr, const struct swap_model *model, enum
                    device_name(dev));
 }
 
-/* Allocates the model's blobs if they fit now: first by the devices' free
- * bytes, then by the blocks they find. */
+/* Allocates the model's missing blobs if they fit now: first by the
+ * devices' free bytes, then by the blocks they find. */
 static int device_take_room(struct swap_manager *mgr, struct swap_model *model,
                             struct swap_room *why)
 {
     for (int d = 0; d < mgr->n_devices; d++) {
         struct device *dev = mgr->devices[d];
-        if (mgr->bytes[(size_t)model->id * mgr->n_devices + d] >
-            device_budget(dev) - device_used(dev))
+        if (model_missing_on(mgr, model, d) > device_budget(dev) - device_used(dev))
             return refuse(mgr, model, SWAP_ROOM_BYTES, d, 0, why);
     }
     int failed = 0;
@@ -799,22 +906,21 @@ int swap_load_locked(struct swap_manager *mgr, struct swap_model *model, struct 
     int rc = device_take_room(mgr, model, why);
     if (rc < 0)
         return rc;
-    uint64_t missing = host_missing(model);
+    uint64_t missing = host_missing(model, true);
     if ((rc = host_make_room(mgr, model, missing)) < 0) {
-        device_free_all(model);
+        device_free_arriving(model);
         why->kind = SWAP_ROOM_HOST;
         return rc;
     }
     model->last_used = ++mgr->clock;
-    mgr->stats.host_used += missing; /* reserved; the loaders fill it */
-    if (mgr->stats.host_used > mgr->stats.host_high_water)
-        mgr->stats.host_high_water = mgr->stats.host_used;
+    host_reserve(mgr, missing); /* the loaders fill it */
     mgr->stats.loads++;
     model->load_status = 0;
     model->load_t0 = time_now();
     for (int s = 0; s < model->tp * model->pp; s++) {
         struct swap_shard *sh = &model->shards[s];
-        for (int b = 0; b < sh->layout.n_blobs; b++) {
+        /* the kept blobs stay bound and complete: a forward starts on them */
+        for (int b = sh->kept; b < sh->layout.n_blobs; b++) {
             device_event_reset(sh->ready[b]);
             if (sh->dev[b])
                 model_shard_bind(sh->m, &sh->layout, b, dbuf_ptr(sh->dev[b]));
@@ -841,7 +947,7 @@ int swap_load(struct swap_manager *mgr, struct swap_model *model, struct swap_ro
 static int offload_refusal(const struct swap_model *model)
 {
     return err_set(ERR_BUSY, "model %s cannot be offloaded now: %s", model->name,
-                   model->in_flight ? "it has work in flight" : "it is still loading");
+                   model->in_flight ? "it has work in flight" : transition_name(model));
 }
 
 int swap_compact_locked(struct swap_manager *mgr, int device, struct swap_model *victim)
@@ -850,7 +956,7 @@ int swap_compact_locked(struct swap_manager *mgr, int device, struct swap_model 
         mgr->bytes[(size_t)victim->id * mgr->n_devices + device] == 0)
         return err_set(ERR_INVALID, "model %s has no shard on device %d to make room there",
                        victim->name, device);
-    if (!swap_model_resident(victim))
+    if (!swap_model_resident(victim) && !swap_model_partial(victim))
         return err_set(ERR_INVALID, "model %s is not on its devices (it is %s)", victim->name,
                        residency_name(victim->shards[0].state));
     if (!swap_model_idle(victim))
@@ -873,12 +979,10 @@ int swap_prefetch_host(struct swap_manager *mgr, struct swap_model *model)
     pthread_mutex_lock(&mgr->lock);
     while (model_in_transition(model))
         pthread_cond_wait(&mgr->changed, &mgr->lock);
-    uint64_t missing = host_missing(model);
+    uint64_t missing = host_missing(model, false);
     int rc = missing ? host_make_room(mgr, model, missing) : 0;
     if (rc == 0 && missing) {
-        mgr->stats.host_used += missing;
-        if (mgr->stats.host_used > mgr->stats.host_high_water)
-            mgr->stats.host_high_water = mgr->stats.host_used;
+        host_reserve(mgr, missing);
         for (int s = 0; s < model->tp * model->pp; s++) {
             model->shards_busy++;
             loader_submit(&mgr->loaders[model->shards[s].device], &model->shards[s],
@@ -914,8 +1018,8 @@ int swap_offload(struct swap_manager *mgr, struct swap_model *model, bool defer)
 {
     int rc = 0;
     pthread_mutex_lock(&mgr->lock);
-    if (!swap_model_resident(model)) {
-        rc = 0; /* nothing on the devices */
+    if (!swap_model_resident(model) && !swap_model_partial(model)) {
+        rc = 0; /* nothing on the devices, or all of it leaving */
     } else if (model->in_flight > 0 || model_in_transition(model)) {
         if (defer)
             model->offload_pending = true;
@@ -926,6 +1030,86 @@ int swap_offload(struct swap_manager *mgr, struct swap_model *model, bool defer)
     }
     pthread_mutex_unlock(&mgr->lock);
     return rc;
+}
+
+/* The model's shard on device d, or NULL (a model has at most one there). */
+static struct swap_shard *shard_on(struct swap_model *model, int d)
+{
+    for (int s = 0; s < model->tp * model->pp; s++)
+        if (model->shards[s].device == d)
+            return &model->shards[s];
+    return NULL;
+}
+
+/* Why a trim cannot happen now (its error), or 0 (mgr->lock held). */
+static int trim_refusal(const struct swap_manager *mgr, struct swap_model *model, int device)
+{
+    struct swap_shard *sh = device >= 0 && device < mgr->n_devices ? shard_on(model, device) : NULL;
+    if (!sh)
+        return err_set(ERR_INVALID, "model %s has no shard on device %d to trim", model->name,
+                       device);
+    if (sh->remote)
+        return err_set(ERR_UNSUPPORTED,
+                       "model %s: its shard on device %s is another process's, which moves "
+                       "whole shards only (offload it instead of trimming)",
+                       model->name, device_name(mgr->devices[device]));
+    if (!swap_model_idle(model))
+        return err_set(ERR_BUSY, "model %s cannot be trimmed now: %s", model->name,
+                       model->in_flight ? "it has work in flight" : transition_name(model));
+    if (!swap_model_resident(model) && !swap_model_partial(model))
+        return err_set(ERR_INVALID, "model %s is not on its devices (it is %s): nothing to trim",
+                       model->name, residency_name(model->shards[0].state));
+    return 0;
+}
+
+/* Takes blobs [keep, kept) of sh off its device (mgr->lock held; the model
+ * is PARTIAL already): at once when the host holds them or has no room for
+ * them (they drop to disk), else after its loader copied them back. */
+static void shard_trim(struct swap_manager *mgr, struct swap_shard *sh, int keep)
+{
+    uint64_t copy = shard_device_only(sh, keep);
+    bool copy_back = copy > 0 && host_make_room(mgr, sh->model, copy) == 0;
+    sh->kept = keep; /* what stays; [keep, n_blobs) leaves */
+    if (!copy_back) {
+        shard_release(sh, keep);
+        return;
+    }
+    host_reserve(mgr, copy); /* the loader fills it */
+    sh->state = RES_OFFLOADING;
+    sh->model->shards_busy++;
+    loader_submit(&mgr->loaders[sh->device], sh, LOADER_OFFLOAD);
+}
+
+int swap_trim(struct swap_manager *mgr, struct swap_model *model, int device, uint64_t bytes,
+              uint64_t *released)
+{
+    *released = 0;
+    pthread_mutex_lock(&mgr->lock);
+    int rc = trim_refusal(mgr, model, device);
+    if (rc < 0) {
+        pthread_mutex_unlock(&mgr->lock);
+        return rc;
+    }
+    /* the last layers first, never blob 0 (embeddings and head) */
+    struct swap_shard *sh = shard_on(model, device);
+    int keep = sh->kept;
+    uint64_t got = 0;
+    while (keep > 1 && got < bytes)
+        got += blob_device_bytes(sh, --keep);
+    if (got > 0) {
+        /* not servable from here: every shard is PARTIAL, the untouched
+         * ones keeping all of their blobs */
+        for (int s = 0; s < model->tp * model->pp; s++)
+            if (model->shards[s].state == RES_ON_DEVICE)
+                model->shards[s].state = RES_PARTIAL;
+        shard_trim(mgr, sh, keep);
+        mgr->stats.trims++;
+        mgr->stats.bytes_trimmed += got;
+        pthread_cond_broadcast(&mgr->changed);
+    }
+    *released = got;
+    pthread_mutex_unlock(&mgr->lock);
+    return 0;
 }
 
 int swap_use_begin(struct swap_manager *mgr, struct swap_model *model)
@@ -1007,14 +1191,17 @@ void swap_shard_done(struct swap_manager *mgr, struct swap_shard *sh, enum loade
          * garbage but mapped) until the model is offloaded below */
         sh->load_t1 = time_now();
         sh->state = RES_ON_DEVICE;
+        sh->kept = sh->layout.n_blobs;
         if (status < 0) {
             model->load_status = status;
             sh->failed = true;
         }
         break;
-    case LOADER_OFFLOAD:
-        shard_drop_device(sh);
-        sh->state = shard_host_complete(sh) ? RES_IN_HOST : RES_ON_DISK;
+    case LOADER_OFFLOAD: /* an offload (kept 0), or a trim keeping its first blobs */
+        shard_release(sh, sh->kept);
+        sh->state = sh->kept > 0              ? RES_PARTIAL
+                    : shard_host_complete(sh) ? RES_IN_HOST
+                                              : RES_ON_DISK;
         sh->failed = false; /* a remote shard's failed load leaves this way too */
         break;
     case LOADER_PREFETCH:
@@ -1028,7 +1215,8 @@ void swap_shard_done(struct swap_manager *mgr, struct swap_shard *sh, enum loade
             if (model->load_status < 0)
                 model->offload_pending = true; /* a failed load leaves the devices */
         }
-        if (model->offload_pending && model->in_flight == 0 && swap_model_resident(model))
+        if (model->offload_pending && model->in_flight == 0 &&
+            (swap_model_resident(model) || swap_model_partial(model)))
             swap_offload_locked(mgr, model);
     }
     void (*listener)(void *) = mgr->listener;

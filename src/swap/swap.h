@@ -6,14 +6,30 @@
  *   host   a copy of each shard's blobs in host memory, under a byte budget
  *   device each shard's blobs in its device's memory, under that device's budget
  *
- * Residency of each shard: ON_DISK -> IN_HOST -> LOADING -> ON_DEVICE ->
- * OFFLOADING -> IN_HOST (or ON_DISK when the host copy had to go). A load
- * moves every shard at once, each on its own device's loader thread and copy
- * stream, blob by blob (embeddings first, then layer 0, 1, ...), and sets a
- * readiness event per blob so a forward can start on layer 0 while later
- * layers are still arriving. An offload releases device memory when the host
- * still holds the bytes, else copies them back first (or drops to disk when
- * the host budget has no room).
+ * Residency of each shard:
+ *
+ *   ON_DISK -> IN_HOST -> LOADING -> ON_DEVICE -> OFFLOADING -> IN_HOST (or ON_DISK)
+ *                            ^           |                         ^
+ *                            |       swap_trim                     |
+ *                            |           v                         |
+ *                            +------- PARTIAL ---- swap_offload ---+
+ *
+ * A load moves every shard at once, each on its own device's loader thread
+ * and copy stream, blob by blob (embeddings first, then layer 0, 1, ...), and
+ * sets a readiness event per blob so a forward can start on layer 0 while
+ * later layers are still arriving. An offload releases device memory when
+ * the host still holds the bytes, else copies them back first (or drops to
+ * disk when the host budget has no room).
+ *
+ * Partial residency: swap_trim takes an idle model's last layers off one
+ * device (whole blobs, last first, never blob 0), freeing as an offload
+ * does (a copy back first for the blobs the host lacks: the shard is
+ * OFFLOADING until it ends). Each shard then keeps a prefix of its blobs,
+ * and every shard of the model is PARTIAL (those untouched keep all of
+ * theirs): not servable (swap_use_begin refuses), but its next swap_load
+ * copies only the missing blobs, needs room only for them, and leaves the
+ * kept blobs' events complete, so a forward computes on the kept layers at
+ * once. swap_offload of a partial model frees what it kept.
  *
  * The manager is mechanism only: it loads, offloads and says why a load
  * cannot happen now (struct swap_room: which device lacks room, the bytes
@@ -47,7 +63,17 @@
 #include "model/model.h"
 #include "swap/policy.h" /* EVICT_MAX_DEVICES */
 
-enum residency { RES_ON_DISK, RES_IN_HOST, RES_LOADING, RES_ON_DEVICE, RES_OFFLOADING };
+/* RES_PARTIAL: some of its blobs are on its devices, not all (swap_trim);
+ * not resident. swap_residency of a model whose shards differ reports the
+ * transition in progress (LOADING or OFFLOADING). */
+enum residency {
+    RES_ON_DISK,
+    RES_IN_HOST,
+    RES_LOADING,
+    RES_ON_DEVICE,
+    RES_OFFLOADING,
+    RES_PARTIAL
+};
 const char *residency_name(enum residency r);
 
 struct swap_config {
@@ -71,6 +97,8 @@ struct swap_stats {
     uint64_t loads, offloads, bytes_h2d, bytes_d2h, bytes_disk;
     uint64_t evictions;   /* models swap_load_lru offloaded to make room */
     uint64_t compactions; /* swap_compact calls that offloaded a model */
+    uint64_t trims;       /* swap_trim calls that released blobs */
+    uint64_t bytes_trimmed; /* device bytes they released */
     uint64_t host_used, host_high_water, host_budget;
 };
 
@@ -148,7 +176,10 @@ int swap_layout_bytes(const char *dir, int tp, int pp, const struct model_exec_s
                       uint64_t *host_bytes);
 
 /* Starts loading every shard onto its device; returns once the copies are
- * queued, never waiting for a transfer. Already resident or loading: 0.
+ * queued, never waiting for a transfer. Already resident or loading: 0. A
+ * partly resident model loads only its missing blobs (their bytes are what
+ * the room checks and stats.bytes_h2d count; swap_room.need too), and its
+ * kept blobs' events stay complete.
  * Never makes a model leave: ERR_BUSY, with a message naming the device and
  * the bytes (needed, free, largest free block), when the blobs do not fit
  * the devices' free memory now; why (may be NULL) tells which kind of
@@ -182,15 +213,37 @@ int swap_wait_loaded(struct swap_manager *mgr, struct swap_model *model);
  * waits for a transition of the model in progress, then for the copies. */
 int swap_prefetch_host(struct swap_manager *mgr, struct swap_model *model);
 
-/* Offloads a resident model. With work in flight or a load in progress:
- * ERR_BUSY, or with defer the offload happens as soon as that ends (0). */
+/* Offloads a resident or partly resident model (what it kept goes too).
+ * With work in flight or a transition in progress (a load, a trim's copy
+ * back): ERR_BUSY, or with defer the offload happens as soon as that ends
+ * (0). Nothing on its devices (or leaving them already): 0. */
 int swap_offload(struct swap_manager *mgr, struct swap_model *model, bool defer);
+/* Partial residency: model gives up its last layers on device, so that
+ * another model's load fits there while it keeps its first ones. model must
+ * be idle (no swap_use_begin in flight, not in transition: ERR_BUSY) and
+ * resident or partly resident (ERR_INVALID otherwise, and when it has no
+ * shard on device). Its shard there releases whole layer blobs, the last
+ * first and never blob 0 (embeddings and head), until at least bytes device
+ * bytes are released or no layer blob is left there; *released says how
+ * many (0: none, and nothing changed: bytes was 0 or only blob 0 is left).
+ * Device memory of a blob the host tier holds is freed at once; the others
+ * are copied back first on the device's loader thread (the shard is
+ * OFFLOADING meanwhile, the listener fires at the end; their bytes count in
+ * swap_room.leaving), or dropped to disk when the host budget has no room.
+ * Then the model is RES_PARTIAL. A shard on another process's device
+ * (swap_set_remote) is not trimmed: ERR_UNSUPPORTED, *released 0 (the
+ * owner's protocol moves whole shards). Counted in stats.trims and
+ * stats.bytes_trimmed. Any thread; never waits. */
+int swap_trim(struct swap_manager *mgr, struct swap_model *model, int device, uint64_t bytes,
+              uint64_t *released);
+
 /* Waits until no shard of the model is in transition. */
 void swap_wait_idle(struct swap_manager *mgr, struct swap_model *model);
 
 /* A batch starts/ends using a resident (or loading) model: while in use it
  * stays on its devices (swap_offload refuses or defers). begin fails with
- * ERR_INVALID when the model is not resident. */
+ * ERR_INVALID when the model is not resident (a partly resident model is
+ * not: swap_load brings the rest). */
 int swap_use_begin(struct swap_manager *mgr, struct swap_model *model);
 void swap_use_end(struct swap_manager *mgr, struct swap_model *model);
 
@@ -239,7 +292,8 @@ const struct model *swap_shard_model(const struct swap_shard *sh);
 uint64_t swap_shard_device_bytes(const struct swap_shard *sh);
 /* Its blobs (embeddings and head, then one per layer): how many, the bytes
  * of blob b, and the event that completes once blob b is on the device (a
- * load resets it, a failed load signals it with the error). b must be in
+ * load that brings it resets it, a failed load signals it with the error;
+ * a blob a partly resident model kept stays complete). b must be in
  * 0 .. n_blobs - 1. The event is the manager's: wait on it, never reset,
  * signal or destroy it. */
 int swap_shard_n_blobs(const struct swap_shard *sh);
@@ -270,6 +324,16 @@ double swap_shard_load_seconds(struct swap_manager *mgr, const struct swap_shard
 /* Device bytes the model needs on device d (0 when it has no shard there). */
 uint64_t swap_model_device_bytes(const struct swap_model *model, int d);
 uint64_t swap_model_total_bytes(const struct swap_model *model);
+/* Device bytes the model holds on device d now and keeps: all of its bytes
+ * there while resident (or loading); partly resident, its kept blobs there
+ * (not those a trim is still copying back: they are leaving); else 0. Any
+ * thread; takes the manager's lock. */
+uint64_t swap_model_resident_bytes(struct swap_manager *mgr, const struct swap_model *model, int d);
+/* Of swap_model_total_bytes, those a load copies now: all of them from the
+ * disk or host tier, the missing ones of a partly resident model (during a
+ * load: the ones it brings), 0 when resident. Any thread; takes the
+ * manager's lock. */
+uint64_t swap_model_missing_bytes(struct swap_manager *mgr, const struct swap_model *model);
 /* The precision its shards compute in (the checkpoint's default at
  * registration), and what their blobs hold (model_layout_set_compute): set
  * it before the model's first load. */

@@ -28,6 +28,12 @@ struct swap_shard {
     struct device_event **ready; /* (n_blobs) complete once blob b is on the device */
     uint64_t device_bytes, host_bytes;
     enum residency state;
+    /* blobs [0, kept) are on the device and complete, and stay through the
+     * transition in progress; [kept, n_blobs) are arriving (LOADING),
+     * leaving (OFFLOADING) or absent. n_blobs when ON_DEVICE, 0 when off the
+     * device, between (never 0: blob 0 is never trimmed) for a trimmed
+     * shard. Fixed while a loader job runs: the loader reads it unlocked. */
+    int kept;
     bool failed;               /* the last load failed: the device copy is garbage */
     /* the last failed load's message: written by the loader before it
      * completes the blob events with the error, read after such a wait */
@@ -60,9 +66,10 @@ struct swap_model {
 };
 
 enum loader_kind {
-    LOADER_LOAD,     /* host copy (from disk if absent), then device copy, blob by blob */
+    LOADER_LOAD,     /* of blobs [kept, n): host copy (from disk if absent), then device
+                      * copy, blob by blob */
     LOADER_PREFETCH, /* host copy only */
-    LOADER_OFFLOAD,  /* device -> host copy of the blobs the host lacks */
+    LOADER_OFFLOAD,  /* device -> host copy of the leaving blobs ([kept, n)) the host lacks */
 };
 
 /* One thread per device moving that device's shards: FIFO jobs (a work
@@ -98,6 +105,11 @@ int swap_compact_locked(struct swap_manager *mgr, int device, struct swap_model 
 void swap_offload_locked(struct swap_manager *mgr, struct swap_model *model);
 bool swap_model_idle(const struct swap_model *model); /* no work in flight, not in transition */
 bool swap_model_resident(const struct swap_model *model);
+/* Some of its blobs stay on its devices while it is not resident: PARTIAL,
+ * or copying back what a trim gave up (mgr->lock held). */
+bool swap_model_partial(const struct swap_model *model);
+/* Device bytes of the model's blobs on device d now (mgr->lock held). */
+uint64_t swap_model_held_locked(const struct swap_model *model, int d);
 
 int loader_start(struct loader *l, struct swap_manager *mgr, int device);
 void loader_stop(struct loader *l);

@@ -25,7 +25,7 @@ from harness import check  # noqa: E402
 
 openai = harness.import_openai()
 
-RESIDENCY = {"on_device", "in_host", "on_disk", "loading", "offloading"}
+RESIDENCY = {"on_device", "in_host", "on_disk", "loading", "offloading", "partial"}
 FIXTURE_NAMES = ["pre_ln_f32", "pre_ln_f16", "bf16_nobias_untied", "no_final_ln", "post_ln_proj",
                  "decoder_prefix_f32"]
 PROMPTS = ["Hello world", "The quick brown fox", "Once upon a time, in a land far away,",
