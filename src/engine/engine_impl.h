@@ -138,6 +138,8 @@ struct emodel {
     int admin_rc;         /* [lock] */
     char admin_msg[160];  /* [lock] */
     double last_used, loaded_at; /* [lock] */
+    /* [lock] the share of a whole load its last load copied (sched_model.load_frac) */
+    double load_frac;
     double idle_since;           /* [lock] the end of its last batch (time_now()) */
     double keep_alive;           /* [lock] sched_model.keep_alive (NAN: the policy's) */
     uint64_t idle_unloads;       /* [lock] SCHED_UNLOADs carried out */

@@ -108,6 +108,7 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
         sm[i].batch_start = m->batch_start;
         sm[i].resident = r == RES_LOADING || r == RES_ON_DEVICE;
         sm[i].loading = r == RES_LOADING;
+        sm[i].load_frac = sm[i].loading ? m->load_frac : 0;
         sm[i].running = m->running;
         sm[i].offload_pending = m->offload_pending;
         sm[i].pinned = m->pinned;
@@ -147,11 +148,13 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
 /* A load started by the scheduler (lock held): of bytes, those it copies
  * (swap_model_missing_bytes before it began: a loader may have finished
  * already). */
-static void load_started(struct engine *e, struct emodel *m, double now, uint64_t bytes)
+static void load_started(struct engine *e, struct emodel *m, double now, uint64_t bytes,
+                         double frac)
 {
     e->stats.loads++;
     m->loads++;
     m->bytes_loaded += bytes;
+    m->load_frac = frac;
     m->was_loading = true;
     m->loaded_at = now;
     m->last_used = now;
@@ -250,13 +253,30 @@ static bool exec_pausing(void *ctx, int model)
     return x->map[model]->n_paused > 0 || atomic_load(&x->map[model]->pause);
 }
 
+/* The share of a whole load a load of m copies now: the largest share of
+ * its weights missing on any of its devices (the shards load in parallel);
+ * 1 for a model with nothing kept. Read before the load starts. */
+static double missing_share(struct engine *e, const struct emodel *m)
+{
+    double most = 0;
+    for (int d = 0; d < swap_device_count(e->mgr); d++) {
+        uint64_t all = swap_model_device_bytes(m->sm, d);
+        uint64_t kept = swap_model_resident_bytes(e->mgr, m->sm, d);
+        if (all > 0 && kept < all && (double)(all - kept) / (double)all > most)
+            most = (double)(all - kept) / (double)all;
+    }
+    return most;
+}
+
 static bool exec_load(void *ctx, int model)
 {
     struct exec *x = ctx;
-    uint64_t bytes = swap_model_missing_bytes(x->e->mgr, x->map[model]->sm);
+    struct emodel *m = x->map[model];
+    uint64_t bytes = swap_model_missing_bytes(x->e->mgr, m->sm);
+    double frac = missing_share(x->e, m);
     if (start_load(x->e, x->map, x->sm, model) < 0)
         return false;
-    load_started(x->e, x->map[model], time_now(), bytes);
+    load_started(x->e, m, time_now(), bytes, frac);
     return true;
 }
 
@@ -345,8 +365,9 @@ static void admin_run(struct engine *e)
             /* a partly resident model loads what it lacks */
             struct swap_room why;
             uint64_t bytes = swap_model_missing_bytes(e->mgr, m->sm);
+            double frac = missing_share(e, m);
             if (!resident && (rc = swap_load(e->mgr, m->sm, &why)) == 0)
-                load_started(e, m, time_now(), bytes);
+                load_started(e, m, time_now(), bytes, frac);
         } else if (resident || r == RES_PARTIAL) { /* a partly resident one: the rest goes */
             if (m->running) {
                 if ((rc = swap_offload(e->mgr, m->sm, true)) == 0)
