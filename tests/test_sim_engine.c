@@ -63,6 +63,10 @@ struct scenario {
     int max_loaded; /* 0: bytes decide */
     int max_batch;
     const int *max_tokens; /* per model: 1 (one-token requests) or a chat answer's length */
+    /* the devices hold both models' weights and reserves less half a layer,
+     * and the simulator is given the engine's bytes, reserves and layers:
+     * each load lacks room for half a layer of the other model */
+    bool trim_room;
 };
 
 /* ---- lru: keep-alive, priority, min_resident, pin ---- */
@@ -166,6 +170,37 @@ static const struct arrival_at pre_trace[] = {{0, 0}, {1.2, 1}};
 static const char *pre_expected = "l0 s0 p0 e0pd l1 s1 e1d l0 s0";
 #define PRE_OPS 9
 
+/* ---- swapwise-partial: loads that trim their victims ----
+ * Two models whose weights and reserves fill the devices but for half a
+ * layer: a, then b, then a again, each request alone (drained between).
+ * b's load lacks half a layer on each device, so a, idle, is asked for it
+ * on each (a trim per device): its batches' reserve leaves, and at least
+ * one layer, so that it is no longer resident; it keeps the rest. a's
+ * second load needs back only what it gave up, which b, idle, gives
+ * likewise. No cost decides anything: one model has work at a time. */
+#define TRIM_TOKENS 6
+static const char *trim_names[2] = {"pre_ln_f32", "decoder_prefix_f32"};
+static const double trim_keep_alive[2] = {NAN, NAN};
+static const int trim_zero[2] = {0, 0};
+static const double trim_zero_s[2] = {0, 0};
+static const bool trim_pinned[2] = {false, false};
+static const int trim_tokens[2] = {TRIM_TOKENS, TRIM_TOKENS};
+static const struct scenario trim_case = {.policy = "swapwise-partial",
+                                          .n = 2,
+                                          .names = trim_names,
+                                          .keep_alive = trim_keep_alive,
+                                          .priority = trim_zero,
+                                          .max_queue_wait = trim_zero_s,
+                                          .min_resident = trim_zero_s,
+                                          .pinned = trim_pinned,
+                                          .max_batch = 1,
+                                          .max_tokens = trim_tokens,
+                                          .trim_room = true};
+static const struct arrival_at trim_trace[] = {{0, 0}, {10, 1}, {20, 0}};
+/* tN:D a trim of model N on device D */
+static const char *trim_expected = "l0 s0 t0:0 t0:1 l1 s1 t1:0 t1:1 l0 s0";
+static const int trim_phase_ops[] = {2, 6, 10};
+
 /* ---- the operations carried out, from either side ---- */
 
 struct oplog {
@@ -193,12 +228,16 @@ static void oplog_add(struct oplog *l, const struct sched_carried *op)
     const char *k = op->op == SCHED_OP_SERVE     ? "s"
                     : op->op == SCHED_OP_LOAD    ? "l"
                     : op->op == SCHED_OP_PREEMPT ? "p"
+                    : op->op == SCHED_OP_TRIM    ? "t"
                     : op->idle                   ? "u"
                                                  : "e";
     pthread_mutex_lock(&l->lock);
     size_t len = strlen(l->s);
-    snprintf(l->s + len, sizeof(l->s) - len, "%s%s%d%s%s", len ? " " : "", k, op->model,
-             op->preempted ? "p" : "", op->deferred ? "d" : "");
+    if (op->op == SCHED_OP_TRIM)
+        snprintf(l->s + len, sizeof(l->s) - len, "%st%d:%d", len ? " " : "", op->model, op->device);
+    else
+        snprintf(l->s + len, sizeof(l->s) - len, "%s%s%d%s%s", len ? " " : "", k, op->model,
+                 op->preempted ? "p" : "", op->deferred ? "d" : "");
     l->n++;
     pthread_cond_broadcast(&l->cond);
     pthread_mutex_unlock(&l->lock);
@@ -226,6 +265,78 @@ static void sim_op(void *ctx, double now, const struct sched_carried *op)
     oplog_add(ctx, op);
 }
 
+/* ---- the rig's sizes, for both ---- */
+
+#define MAX_BATCH 4
+
+/* What the engine's view counts for each model on each device (its weights
+ * and the reserve of a batch of its first prompt with its tokens to
+ * generate, reserve_grow's: of MAX_BATCH, or with trim_room the scenario's
+ * max_batch), the reserve alone, the last layer's blob, and the devices'
+ * budget: room for the two largest models (for the lru case never three,
+ * checked), or with trim_room both less half the smallest layer. */
+struct sizes {
+    uint64_t need[N][2], reserve[N][2], layer[N][2];
+    int layers;
+    uint64_t budget;
+};
+
+static void sizes_measure(const struct scenario *sc, struct sizes *z)
+{
+    memset(z, 0, sizeof(*z));
+    static const int both[2] = {0, 1};
+    struct placement pl = {.tp = 2, .pp = 1, .devices = both};
+    struct swap_config cfg = {.host_budget = 256u << 20};
+    struct device *probe[2];
+    for (int d = 0; d < 2; d++)
+        CHECK(device_open_cpu(d, 64u << 20, &probe[d]) == 0);
+    struct swap_manager *pm;
+    CHECK(swap_manager_create(probe, 2, &cfg, &pm) == 0);
+    uint64_t most_m[N] = {0}, smallest_layer = UINT64_MAX;
+    char dir[512];
+    struct expect x[3];
+    for (int m = 0; m < sc->n; m++) {
+        struct swap_model *sm;
+        snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, sc->names[m]);
+        CHECK(swap_register(pm, sc->names[m], dir, &pl, false, &sm) == 0);
+        expect_load(sc->names[m], x);
+        int np = x[0].n_prompt, k = sc->max_tokens[m];
+        struct model_exec_shape shape =
+            engine_batch_shape(swap_model_info(sm)->max_pos,
+                               sc->trim_room ? sc->max_batch : MAX_BATCH, np, np + k, k > 1);
+        for (int d = 0; d < 2; d++) {
+            const struct swap_shard *sh = swap_model_shard(sm, d);
+            z->reserve[m][d] = group_batch_bytes(sm, pm, &shape, d);
+            z->need[m][d] = swap_model_device_bytes(sm, d) + z->reserve[m][d];
+            z->layer[m][d] = swap_shard_blob_bytes(sh, swap_shard_n_blobs(sh) - 1);
+            z->layers = swap_shard_n_blobs(sh) - 1;
+            most_m[m] = z->need[m][d] > most_m[m] ? z->need[m][d] : most_m[m];
+            smallest_layer = z->layer[m][d] < smallest_layer ? z->layer[m][d] : smallest_layer;
+        }
+    }
+    swap_manager_destroy(pm);
+    for (int d = 0; d < 2; d++)
+        device_close(probe[d]);
+    uint64_t b1 = 0, b2 = 0, sum = 0, most = 0;
+    for (int m = 0; m < sc->n; m++) {
+        sum += most_m[m];
+        most = most_m[m] > most ? most_m[m] : most;
+        if (most_m[m] > b1)
+            b2 = b1, b1 = most_m[m];
+        else if (most_m[m] > b2)
+            b2 = most_m[m];
+    }
+    if (sc->trim_room) {
+        z->budget = b1 + b2 - smallest_layer / 2;
+        return;
+    }
+    z->budget = b1 + b2 + 4096; /* any two */
+    /* never three: the three smallest (all but the largest) exceed it */
+    if (sc->n > 2)
+        CHECK_MSG(sum - most > z->budget, "three models fit a budget of %llu bytes",
+                  (unsigned long long)z->budget);
+}
+
 /* ---- the simulator ---- */
 
 /* Runs trace t[0..n) of scenario sc; chat requests (max_tokens > 1) get a
@@ -247,6 +358,21 @@ static void run_sim(const struct scenario *sc, const struct arrival_at *t, int n
     c.pinned = sc->pinned;
     c.on_op = sim_op;
     c.on_op_ctx = log;
+    uint64_t kv[2 * N], layer[2 * N];
+    if (sc->trim_room) { /* the engine's bytes, reserves, layers and budget */
+        struct sizes z;
+        sizes_measure(sc, &z);
+        for (int m = 0; m < sc->n; m++)
+            for (int d = 0; d < 2; d++) {
+                bytes[m * 2 + d] = z.need[m][d];
+                kv[m * 2 + d] = z.reserve[m][d];
+                layer[m * 2 + d] = z.layer[m][d];
+            }
+        c.budget[0] = c.budget[1] = z.budget;
+        c.kv_bytes = kv;
+        c.layer_bytes = layer;
+        c.layers = z.layers;
+    }
     struct sim_request r[16];
     for (int i = 0; i < n; i++) {
         int m = t[i].model, k = sc->max_tokens[m];
@@ -313,10 +439,7 @@ struct rig {
     struct expect x[N][3];
 };
 
-#define MAX_BATCH 4
-
-/* Devices with room for the two largest models and two batches' memory (for
- * the lru case never three, checked); the engine under sc's policy with its
+/* Devices of sizes_measure's budget; the engine under sc's policy with its
  * controls. */
 static void rig_open(struct rig *g, const struct scenario *sc, struct oplog *log)
 {
@@ -324,49 +447,13 @@ static void rig_open(struct rig *g, const struct scenario *sc, struct oplog *log
     static const int both[2] = {0, 1};
     struct placement pl = {.tp = 2, .pp = 1, .devices = both};
     struct swap_config cfg = {.host_budget = 256u << 20};
-    struct device *probe[2];
-    for (int d = 0; d < 2; d++)
-        CHECK(device_open_cpu(d, 64u << 20, &probe[d]) == 0);
-    struct swap_manager *pm;
-    CHECK(swap_manager_create(probe, 2, &cfg, &pm) == 0);
-    /* each model's bytes as the engine's view counts them: its weights and
-     * the reserve for a batch of MAX_BATCH of its first prompt with its
-     * tokens to generate (reserve_grow), the larger device's */
-    uint64_t need[N];
+    struct sizes z;
+    sizes_measure(sc, &z);
     char dir[512];
-    for (int m = 0; m < sc->n; m++) {
-        struct swap_model *x;
-        snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, sc->names[m]);
-        CHECK(swap_register(pm, sc->names[m], dir, &pl, false, &x) == 0);
+    for (int m = 0; m < sc->n; m++)
         expect_load(sc->names[m], g->x[m]);
-        int np = g->x[m][0].n_prompt, k = sc->max_tokens[m];
-        struct model_exec_shape shape =
-            engine_batch_shape(swap_model_info(x)->max_pos, MAX_BATCH, np, np + k, k > 1);
-        need[m] = 0;
-        for (int d = 0; d < 2; d++) {
-            uint64_t b = swap_model_device_bytes(x, d) + group_batch_bytes(x, pm, &shape, d);
-            need[m] = b > need[m] ? b : need[m];
-        }
-    }
-    swap_manager_destroy(pm);
-    uint64_t b1 = 0, b2 = 0, sum = 0, most = 0;
-    for (int m = 0; m < sc->n; m++) {
-        sum += need[m];
-        most = need[m] > most ? need[m] : most;
-        if (need[m] > b1)
-            b2 = b1, b1 = need[m];
-        else if (need[m] > b2)
-            b2 = need[m];
-    }
-    uint64_t budget = b1 + b2 + 4096; /* any two */
-    /* never three: the three smallest (all but the largest) exceed it */
-    if (sc->n > 2)
-        CHECK_MSG(sum - most > budget, "three models fit a budget of %llu bytes",
-                  (unsigned long long)budget);
-    for (int d = 0; d < 2; d++) {
-        device_close(probe[d]);
-        CHECK(device_open_cpu(d, budget, &g->devs[d]) == 0);
-    }
+    for (int d = 0; d < 2; d++)
+        CHECK(device_open_cpu(d, z.budget, &g->devs[d]) == 0);
     CHECK(swap_manager_create(g->devs, 2, &cfg, &g->mgr) == 0);
     CHECK(workers_create(g->mgr, &g->w) == 0);
     struct engine_config ec = {.policy = sc->policy,
@@ -483,6 +570,33 @@ static void run_engine_preempt(struct oplog *log)
     rig_close(&g);
 }
 
+/* The engine on the trim trace: each request alone, drained, and the
+ * operations its phase expects waited for. Then a's two loads copied fewer
+ * bytes than two whole ones (its reload only what it had given up), and
+ * each model gave up layers. */
+static void run_engine_trim(struct oplog *log)
+{
+    struct rig g;
+    rig_open(&g, &trim_case, log);
+    struct job jobs[3] = {{0}};
+    for (int i = 0; i < 3; i++) {
+        submit(&g, &trim_case, trim_trace[i].model, &jobs[i]);
+        engine_drain(g.e);
+        if (!oplog_wait(log, trim_phase_ops[i]))
+            break;
+    }
+    check_all_done(3);
+    struct engine_model_stats a, b;
+    CHECK(engine_model_stats(g.e, 0, &a) == 0 && engine_model_stats(g.e, 1, &b) == 0);
+    CHECK_MSG(a.loads == 2 && a.bytes_loaded < 2 * swap_model_total_bytes(g.sm[0]) &&
+                  a.trims >= 1 && b.trims >= 1 && a.bytes_trimmed > 0 && b.bytes_trimmed > 0,
+              "a: %llu loads of %llu bytes (whole: %llu each), %llu trims; b: %llu trims",
+              (unsigned long long)a.loads, (unsigned long long)a.bytes_loaded,
+              (unsigned long long)swap_model_total_bytes(g.sm[0]), (unsigned long long)a.trims,
+              (unsigned long long)b.trims);
+    rig_close(&g);
+}
+
 TEST(lru)
 {
     struct oplog sim, eng;
@@ -505,6 +619,20 @@ TEST(swapwise_preempt)
     CHECK_MSG(strcmp(sim.s, pre_expected) == 0, "simulator: %s\nexpected:  %s", sim.s,
               pre_expected);
     run_engine_preempt(&eng);
+    CHECK_MSG(strcmp(eng.s, sim.s) == 0, "engine:    %s\nsimulator: %s", eng.s, sim.s);
+    oplog_free(&sim);
+    oplog_free(&eng);
+}
+
+TEST(swapwise_partial)
+{
+    struct oplog sim, eng;
+    oplog_init(&sim);
+    oplog_init(&eng);
+    run_sim(&trim_case, trim_trace, 3, &sim);
+    CHECK_MSG(strcmp(sim.s, trim_expected) == 0, "simulator: %s\nexpected:  %s", sim.s,
+              trim_expected);
+    run_engine_trim(&eng);
     CHECK_MSG(strcmp(eng.s, sim.s) == 0, "engine:    %s\nsimulator: %s", eng.s, sim.s);
     oplog_free(&sim);
     oplog_free(&eng);
