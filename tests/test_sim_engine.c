@@ -597,45 +597,36 @@ static void run_engine_trim(struct oplog *log)
     rig_close(&g);
 }
 
-TEST(lru)
+/* The simulator on trace t[0..n) of sc must carry out `want`, and the
+ * engine (run_engine, on the same trace's phases) the simulator's
+ * operations. */
+static void compare(const struct scenario *sc, const struct arrival_at *t, int n,
+                    const char *want, void (*run_engine)(struct oplog *))
 {
     struct oplog sim, eng;
     oplog_init(&sim);
     oplog_init(&eng);
-    run_sim(&lru_case, trace, N_ARRIVALS, &sim);
-    CHECK_MSG(strcmp(sim.s, expected) == 0, "simulator: %s\nexpected:  %s", sim.s, expected);
-    run_engine_lru(&eng);
+    run_sim(sc, t, n, &sim);
+    CHECK_MSG(strcmp(sim.s, want) == 0, "simulator: %s\nexpected:  %s", sim.s, want);
+    run_engine(&eng);
     CHECK_MSG(strcmp(eng.s, sim.s) == 0, "engine:    %s\nsimulator: %s", eng.s, sim.s);
     oplog_free(&sim);
     oplog_free(&eng);
+}
+
+TEST(lru)
+{
+    compare(&lru_case, trace, N_ARRIVALS, expected, run_engine_lru);
 }
 
 TEST(swapwise_preempt)
 {
-    struct oplog sim, eng;
-    oplog_init(&sim);
-    oplog_init(&eng);
-    run_sim(&preempt_case, pre_trace, 2, &sim);
-    CHECK_MSG(strcmp(sim.s, pre_expected) == 0, "simulator: %s\nexpected:  %s", sim.s,
-              pre_expected);
-    run_engine_preempt(&eng);
-    CHECK_MSG(strcmp(eng.s, sim.s) == 0, "engine:    %s\nsimulator: %s", eng.s, sim.s);
-    oplog_free(&sim);
-    oplog_free(&eng);
+    compare(&preempt_case, pre_trace, 2, pre_expected, run_engine_preempt);
 }
 
 TEST(swapwise_partial)
 {
-    struct oplog sim, eng;
-    oplog_init(&sim);
-    oplog_init(&eng);
-    run_sim(&trim_case, trim_trace, 3, &sim);
-    CHECK_MSG(strcmp(sim.s, trim_expected) == 0, "simulator: %s\nexpected:  %s", sim.s,
-              trim_expected);
-    run_engine_trim(&eng);
-    CHECK_MSG(strcmp(eng.s, sim.s) == 0, "engine:    %s\nsimulator: %s", eng.s, sim.s);
-    oplog_free(&sim);
-    oplog_free(&eng);
+    compare(&trim_case, trim_trace, 3, trim_expected, run_engine_trim);
 }
 
 int main(int argc, char **argv)
