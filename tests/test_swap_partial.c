@@ -79,6 +79,17 @@ static void rig_close(struct rig *r)
     }
 }
 
+/* The bytes of the rig's model 0, measured on a rig of its own (the tests
+ * that copy back size their host tier around it). */
+static uint64_t model0_bytes(void)
+{
+    struct rig probe;
+    rig_open(&probe, 8u << 20, 64u << 20, ONE);
+    const uint64_t bytes = swap_model_total_bytes(probe.m[0]);
+    rig_close(&probe);
+    return bytes;
+}
+
 static void set_link(struct rig *r, int d, double bytes_per_s)
 {
     CHECK(device_cpu_set_link(r->devs[d], bytes_per_s) == 0);
@@ -261,10 +272,7 @@ TEST(trim_and_reload)
  * has no room; either way the reload gives the same logits. */
 TEST(trim_copy_back)
 {
-    struct rig probe;
-    rig_open(&probe, 8u << 20, 64u << 20, ONE);
-    const uint64_t host = swap_model_total_bytes(probe.m[0]);
-    rig_close(&probe);
+    const uint64_t host = model0_bytes();
 
     struct rig r;
     rig_open(&r, 8u << 20, host + host / 2, ONE);
@@ -381,10 +389,7 @@ TEST(trim_refused)
  * the host lacks; swap_unregister of one gives everything back. */
 TEST(offload_and_unregister_partial)
 {
-    struct rig probe;
-    rig_open(&probe, 8u << 20, 64u << 20, ONE);
-    const uint64_t host = swap_model_total_bytes(probe.m[0]);
-    rig_close(&probe);
+    const uint64_t host = model0_bytes();
 
     struct rig r;
     rig_open(&r, 8u << 20, host + host / 2, ONE);
