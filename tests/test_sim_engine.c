@@ -144,21 +144,22 @@ static const int phase_ops[] = {3, 5, 7, 10, 18, 19};
 #define PRE_TOKENS 32 /* a's answer (the fixture's context is 64) */
 #define PRE_HOLD 4    /* a's batch is held at this token until the pause is asked */
 #define PRE_WAIT 1e-3
+/* two models' controls at their defaults */
+static const double two_nan[2] = {NAN, NAN};
+static const int two_zero_i[2] = {0, 0};
+static const double two_zero[2] = {0, 0};
+static const bool two_false[2] = {false, false};
 static const char *pre_names[2] = {"pre_ln_f32", "post_ln_proj"};
-static const double pre_keep_alive[2] = {NAN, NAN};
-static const int pre_priority[2] = {0, 0};
 static const double pre_max_queue_wait[2] = {0, PRE_WAIT};
-static const double pre_min_resident[2] = {0, 0};
-static const bool pre_pinned[2] = {false, false};
 static const int pre_tokens[2] = {PRE_TOKENS, 8};
 static const struct scenario preempt_case = {.policy = "swapwise-preempt",
                                              .n = 2,
                                              .names = pre_names,
-                                             .keep_alive = pre_keep_alive,
-                                             .priority = pre_priority,
+                                             .keep_alive = two_nan,
+                                             .priority = two_zero_i,
                                              .max_queue_wait = pre_max_queue_wait,
-                                             .min_resident = pre_min_resident,
-                                             .pinned = pre_pinned,
+                                             .min_resident = two_zero,
+                                             .pinned = two_false,
                                              .max_loaded = 1,
                                              .max_batch = 1,
                                              .max_tokens = pre_tokens};
@@ -180,19 +181,15 @@ static const char *pre_expected = "l0 s0 p0 e0pd l1 s1 e1d l0 s0";
  * likewise. No cost decides anything: one model has work at a time. */
 #define TRIM_TOKENS 6
 static const char *trim_names[2] = {"pre_ln_f32", "decoder_prefix_f32"};
-static const double trim_keep_alive[2] = {NAN, NAN};
-static const int trim_zero[2] = {0, 0};
-static const double trim_zero_s[2] = {0, 0};
-static const bool trim_pinned[2] = {false, false};
 static const int trim_tokens[2] = {TRIM_TOKENS, TRIM_TOKENS};
 static const struct scenario trim_case = {.policy = "swapwise-partial",
                                           .n = 2,
                                           .names = trim_names,
-                                          .keep_alive = trim_keep_alive,
-                                          .priority = trim_zero,
-                                          .max_queue_wait = trim_zero_s,
-                                          .min_resident = trim_zero_s,
-                                          .pinned = trim_pinned,
+                                          .keep_alive = two_nan,
+                                          .priority = two_zero_i,
+                                          .max_queue_wait = two_zero,
+                                          .min_resident = two_zero,
+                                          .pinned = two_false,
                                           .max_batch = 1,
                                           .max_tokens = trim_tokens,
                                           .trim_room = true};
