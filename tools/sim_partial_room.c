@@ -20,13 +20,17 @@
 #include "workload/arrival.h"
 #include "workload/stats.h"
 
+#include "sim_costs.h"
+
 #define MB (1000ull * 1000)
 #define N_MODELS 6
 #define SEEDS 10
 
+/* sim_costs.h's fixed costs (one-token requests), and the six models with
+ * room for `room` of them. */
 static void costs(struct sim_config *c, uint64_t *bytes, uint64_t *kv, uint64_t *lb, double room)
 {
-    memset(c, 0, sizeof(*c));
+    costs_fixed(c, false);
     c->n_models = N_MODELS;
     c->n_devices = 2;
     for (int i = 0; i < 2 * N_MODELS; i++) {
@@ -40,17 +44,6 @@ static void costs(struct sim_config *c, uint64_t *bytes, uint64_t *kv, uint64_t 
     c->layers = 8;
     c->budget[0] = c->budget[1] = (uint64_t)(520.0 * MB * room);
     c->max_batch = 32;
-    c->load_s = 0.220;
-    c->overlap_tail = 0.5;
-    c->overlap_loads = true;
-    static const int at[] = {1, 2, 8, 32};
-    static const double t[] = {0.027, 0.034, 0.093, 0.257};
-    for (int b = 1; b <= 32; b++) {
-        int k = 0;
-        while (k < 2 && b > at[k + 1])
-            k++;
-        c->batch_s[b] = t[k] + (t[k + 1] - t[k]) * (b - at[k]) / (at[k + 1] - at[k]);
-    }
 }
 
 /* One seed under c: its p99 and mean into *p99, *mean, the bytes moved into
@@ -112,8 +105,8 @@ int main(int argc, char **argv)
             }
             double p99 = 0, mean = 0, gb = 0;
             for (int seed = 1; seed <= SEEDS; seed++) {
-                double sp99, smean;
-                uint64_t moved;
+                double sp99 = 0, smean = 0;
+                uint64_t moved = 0;
                 if (run_seed(&c, (uint64_t)seed, &sp99, &smean, &moved) < 0) {
                     fprintf(stderr, "sim_partial_room: %s, room %g, seed %d: %s\n", pols[p],
                             rooms[r], seed, err_msg());
