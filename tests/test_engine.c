@@ -1227,6 +1227,19 @@ static void test_remove_running(void)
     rig_close(&g);
 }
 
+/* One request of fixture t (its which-th expectation, max_tokens n) to
+ * model id, waited for: it gives n tokens. */
+static void answer_one(struct rig *g, int t, int id, int which, uint64_t seed, int n)
+{
+    struct job j;
+    job_init(&j, g->e, t, which, n);
+    struct engine_request_params p = job_params(&j, id, seed);
+    struct engine_req *h;
+    CHECK(engine_submit(g->e, &p, &h) == 0);
+    CHECK(engine_req_wait(h) == 0 && j.n_out == n);
+    engine_req_release(h);
+}
+
 /* Load and unload on request, residency per shard in the statistics, and an
  * unloaded model loaded again on demand. */
 static void test_load_unload(void)
@@ -1250,13 +1263,7 @@ static void test_load_unload(void)
     swap_wait_idle(g.mgr, g.sm[t]);
     CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.residency != RES_ON_DEVICE &&
           ms.unloads == 1 && ms.shards[0].blobs_ready == 0 && ms.shards[1].blobs_ready == 0);
-    struct job j;
-    job_init(&j, g.e, t, 1, 12);
-    struct engine_request_params p = job_params(&j, id, 1);
-    struct engine_req *h;
-    CHECK(engine_submit(g.e, &p, &h) == 0);
-    CHECK(engine_req_wait(h) == 0 && j.n_out == 12);
-    engine_req_release(h);
+    answer_one(&g, t, id, 1, 1, 12);
     CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.loads == 2 && ms.ok == 1 &&
           ms.batches == 1 && ms.compute_s > 0 && ms.latency.n == 1 && ms.ttft.n == 1 &&
           ms.ttft.max <= ms.latency.max);
@@ -1296,22 +1303,12 @@ static void test_partial_residency(void)
     CHECK(swap_wait_loaded(g.mgr, g.sm[t]) == 0);
     CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.residency == RES_ON_DEVICE && ms.loads == 2 &&
           ms.bytes_loaded - loaded == missing);
-    struct job j;
-    job_init(&j, g.e, t, 1, 12);
-    struct engine_request_params p = job_params(&j, id, 1);
-    struct engine_req *h;
-    CHECK(engine_submit(g.e, &p, &h) == 0);
-    CHECK(engine_req_wait(h) == 0 && j.n_out == 12);
-    engine_req_release(h);
+    answer_one(&g, t, id, 1, 1, 12);
     /* a request's load (the policy's SCHED_LOAD): the same */
     const uint64_t missing0 = trim_one(&g, t, 0);
     CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.residency == RES_PARTIAL);
     const uint64_t loaded2 = ms.bytes_loaded;
-    job_init(&j, g.e, t, 2, 12);
-    p = job_params(&j, id, 2);
-    CHECK(engine_submit(g.e, &p, &h) == 0);
-    CHECK(engine_req_wait(h) == 0 && j.n_out == 12);
-    engine_req_release(h);
+    answer_one(&g, t, id, 2, 2, 12);
     CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.residency == RES_ON_DEVICE && ms.loads == 3 &&
           ms.bytes_loaded - loaded2 == missing0 && ms.ok == 2);
     /* the admin's unload takes what it kept */
@@ -1344,20 +1341,14 @@ static void trim_on_sched_op(void *ctx, const struct sched_carried *op)
     }
 }
 
-/* Partial residency under a trimming policy (TRIM_POLICY: the policy whose
- * loads trim their victims; the case says so and passes when this build has
- * none): two models of one size, TP=2 over two devices with room for both
+/* Partial residency under swapwise-partial (its loads trim their
+ * victims): two models of one size, TP=2 over two devices with room for both
  * and their batches but half a layer, alternate requests one at a time;
  * each load trims the other model (its last layer, its reserve) instead of
  * evicting it, so later loads copy less than whole models; every answer is
  * the reference's. */
-#define TRIM_POLICY "swapwise-partial"
 static void test_trimming_loads(void)
 {
-    if (!sched_policy_find(TRIM_POLICY)) {
-        printf("     (no policy %s in this build: trimming loads not run)\n", TRIM_POLICY);
-        return;
-    }
     const int a = 0, b = 5, max_tokens = 6; /* pre_ln_f32, decoder_prefix_f32 */
     struct rig probe;
     rig_open(&probe, "swapwise", 0, 64, 1, 2);
@@ -1386,7 +1377,7 @@ static void test_trimming_loads(void)
     atomic_store(&trims_empty, 0);
     rig_on_sched_op = trim_on_sched_op;
     struct rig g;
-    rig_open_budget(&g, TRIM_POLICY, 0, 64, 1, 2, need, 0);
+    rig_open_budget(&g, "swapwise-partial", 0, 64, 1, 2, need, 0);
     rig_on_sched_op = NULL;
     for (int i = 0; i < 12; i++) {
         const int t = i % 2 ? b : a;
