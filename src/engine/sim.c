@@ -73,6 +73,13 @@ static uint64_t moving_of(const struct sim *s, int model, int d)
     return bytes_of(s, model, d) - (m->paused || m->pause_pending ? kv_of(s, model, d) : 0);
 }
 
+/* Of bytes_of, the weights: what a load copies (the rest, kv_of, is its
+ * batches' reserve, allocated as it comes and held only while resident). */
+static uint64_t weights_of(const struct sim *s, int model, int d)
+{
+    return bytes_of(s, model, d) - kv_of(s, model, d);
+}
+
 /* Of bytes, one of model's layers on device d (sim_config.layer_bytes, or
  * its weights split into sim_config.layers equal ones); 0 without layers. */
 static uint64_t layer_of(const struct sim *s, int model, int d)
@@ -80,16 +87,17 @@ static uint64_t layer_of(const struct sim *s, int model, int d)
     const struct sim_config *c = s->c;
     if (c->layers <= 0)
         return 0;
-    size_t k = (size_t)model * c->n_devices + d;
-    uint64_t weights = c->bytes[k] - (c->kv_bytes ? c->kv_bytes[k] : 0);
-    return c->layer_bytes ? c->layer_bytes[k] : weights / (uint64_t)c->layers;
+    return c->layer_bytes ? c->layer_bytes[(size_t)model * c->n_devices + d]
+                          : weights_of(s, model, d) / (uint64_t)c->layers;
 }
 
-/* Of bytes_of, the weights: what a load copies (the rest, kv_of, is its
- * batches' reserve, allocated as it comes and held only while resident). */
-static uint64_t weights_of(const struct sim *s, int model, int d)
+/* m holds all of itself or nothing again: no layer given up, no reserve
+ * left to count. */
+static void kept_clear(struct smodel *m)
 {
-    return bytes_of(s, model, d) - kv_of(s, model, d);
+    m->kept = false;
+    memset(m->trimmed, 0, sizeof(m->trimmed));
+    memset(m->uncounted, 0, sizeof(m->uncounted));
 }
 
 /* What model holds on device d now, counted in used[d]: moving_of while
@@ -168,10 +176,9 @@ static void evict(struct sim *s, int i)
     struct smodel *m = &s->m[i];
     for (int d = 0; d < s->c->n_devices; d++)
         s->used[d] -= held_on(s, i, d);
-    m->resident = m->kept = false;
+    m->resident = false;
+    kept_clear(m);
     m->offload_pending = false;
-    memset(m->trimmed, 0, sizeof(m->trimmed));
-    memset(m->uncounted, 0, sizeof(m->uncounted));
     m->paused_kv = m->paused > 0;
 }
 
@@ -352,9 +359,7 @@ static bool exec_load(void *ctx, int model)
             s->st->high_water[d] = s->used[d];
     }
     m->resident = m->loading = true;
-    m->kept = false;
-    memset(m->trimmed, 0, sizeof(m->trimmed));
-    memset(m->uncounted, 0, sizeof(m->uncounted));
+    kept_clear(m);
     m->paused_kv = false; /* a paused batch's memory is the model's own again */
     m->load_frac = frac;
     m->load_end = s->now + c->load_s * frac;
