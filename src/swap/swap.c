@@ -329,6 +329,11 @@ const char *swap_shard_load_error(const struct swap_shard *sh)
     return sh->st.load_error;
 }
 
+const struct store_shard *swap_shard_store(const struct swap_shard *sh)
+{
+    return &sh->st;
+}
+
 int swap_model_load_error(struct swap_manager *mgr, const struct swap_model *model, char *msg,
                           size_t cap)
 {
