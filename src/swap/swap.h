@@ -90,6 +90,7 @@ struct placement {
  * (swap_impl.h). Read them through the accessors below. */
 struct swap_model;
 struct swap_shard;
+struct store_shard;
 struct swap_manager;
 struct swap_remote;
 
@@ -304,6 +305,9 @@ struct device_event *swap_shard_blob_ready(const struct swap_shard *sh, int b);
  * one of its blob events returned an error, while that load's batch still
  * holds the model (swap_use_begin). "" when none failed. */
 const char *swap_shard_load_error(const struct swap_shard *sh);
+/* The shard's blobs in the shard store (swap/store.h), for the shard step
+ * (engine/step.h): read them, never place, free or arm them. */
+const struct store_shard *swap_shard_store(const struct swap_shard *sh);
 /* The status of the model's last load (0, or the error of its first failed
  * shard) with that shard's message in msg (cap bytes; "" when it did not
  * fail). Meaningful once that load ended. Any thread; takes the manager's
