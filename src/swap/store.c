@@ -75,7 +75,7 @@ void store_host_set(struct store_shard *sh, int b, void *p)
 
 static bool shard_droppable(const struct store_drop *how, const struct store_shard *sh)
 {
-    return store_host_any(sh) && (!how->droppable || how->droppable(how->arg, sh));
+    return store_host_any(sh) && (!how || !how->droppable || how->droppable(how->arg, sh));
 }
 
 int store_tier_make_room(struct store_tier *t, uint64_t need, const struct store_drop *how)
@@ -106,7 +106,7 @@ int store_tier_make_room(struct store_tier *t, uint64_t need, const struct store
             if (c->owner != owner || !shard_droppable(how, c))
                 continue;
             store_host_drop(c);
-            if (how->dropped)
+            if (how && how->dropped)
                 how->dropped(how->arg, c);
         }
     }

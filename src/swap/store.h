@@ -76,7 +76,8 @@ struct store_shard {
 
 /* How the tier may make room: droppable(arg, sh) says whether sh's host
  * copies may go now (tier lock held: no lock taken, no call back in);
- * dropped(arg, sh), when set, is told of each shard whose copies went. */
+ * dropped(arg, sh), when set, is told of each shard whose copies went.
+ * NULL (or NULL members): every copy may go, nobody is told. */
 struct store_drop {
     bool (*droppable)(void *arg, const struct store_shard *sh);
     void (*dropped)(void *arg, struct store_shard *sh);
