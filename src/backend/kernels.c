@@ -49,6 +49,12 @@ const char *kern_op_name(enum kern_op op)
     return op_names[op];
 }
 
+/* kern_act_op and kern_gated_op count on the orders kernels.h states */
+_Static_assert(KERN_OP_SILU - KERN_OP_RELU == KERN_ACT_SILU - KERN_ACT_RELU &&
+                   KERN_OP_SWIGLU - KERN_OP_REGLU == KERN_ACT_SILU - KERN_ACT_RELU,
+               "one activation op per enum kern_act, in its order");
+_Static_assert(KERN_OP_COUNT <= 64, "a set of ops is a uint64_t");
+
 enum kern_op kern_act_op(enum kern_act act)
 {
     assert(act >= KERN_ACT_RELU && act <= KERN_ACT_SILU);
@@ -69,37 +75,37 @@ static bool table_runs(const struct kernel_ops *k, enum kern_op op)
     switch (op) {
     case KERN_OP_LINEAR:
     case KERN_OP_LINEAR_BIAS:
-        return k->linear;
+        return k->linear != NULL;
     case KERN_OP_EMBED:
-        return k->embed;
+        return k->embed != NULL;
     case KERN_OP_LAYERNORM:
-        return k->layernorm;
+        return k->layernorm != NULL;
     case KERN_OP_RMSNORM:
-        return k->rmsnorm;
+        return k->rmsnorm != NULL;
     case KERN_OP_ROPE:
-        return k->rope;
+        return k->rope != NULL;
     case KERN_OP_RELU:
     case KERN_OP_GELU:
     case KERN_OP_GELU_TANH:
     case KERN_OP_SILU:
-        return k->activation;
+        return k->activation != NULL;
     case KERN_OP_REGLU:
     case KERN_OP_GEGLU:
     case KERN_OP_GEGLU_TANH:
     case KERN_OP_SWIGLU:
-        return k->gated_act;
+        return k->gated_act != NULL;
     case KERN_OP_ADD:
-        return k->add;
+        return k->add != NULL;
     case KERN_OP_SCALE:
-        return k->scale;
+        return k->scale != NULL;
     case KERN_OP_KV_APPEND:
-        return k->kv_append;
+        return k->kv_append != NULL;
     case KERN_OP_ATTENTION:
-        return k->attention;
+        return k->attention != NULL;
     case KERN_OP_GATHER_ROWS:
-        return k->gather_rows;
+        return k->gather_rows != NULL;
     case KERN_OP_COPY:
-        return k->copy;
+        return k->copy != NULL;
     case KERN_OP_COUNT:
         break;
     }

@@ -1,4 +1,4 @@
-/* The kernels of a transformer forward, as every backend provides them.
+/* The kernels of a transformer forward, as the backends provide them.
  *
  * Each call queues one kernel on a compute stream (device.h) of the device
  * that holds its buffers; every pointer is a device address (what dbuf_ptr
@@ -61,8 +61,9 @@ enum kern_compute {
 
 /* What a device may or may not run: one op per kernel below, the
  * activations one per kind (kern_act_op, kern_gated_op), and kern_linear
- * with a bias apart from kern_linear without one. The copies (kern_copy
- * aside) and kern_attention_scratch are not ops: every device has them. */
+ * with a bias apart from kern_linear without one. kern_to_host,
+ * kern_to_device and kern_attention_scratch are not ops: every device has
+ * them. */
 enum kern_op {
     KERN_OP_LINEAR,      /* kern_linear, bias NULL */
     KERN_OP_LINEAR_BIAS, /* kern_linear with a bias */
