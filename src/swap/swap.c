@@ -548,6 +548,12 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
                      model->info->n_layers);
         goto fail;
     }
+    /* every device of the placement runs every kernel the model calls */
+    for (int i = 0; i < pl->tp * pl->pp; i++)
+        if ((rc = model_check_device(model->cfg, mgr->devices[pl->devices[i]])) < 0) {
+            err_wrap(rc, "model %s", name);
+            goto fail;
+        }
     model->shards = calloc((size_t)(pl->tp * pl->pp), sizeof(*model->shards));
     if (!model->shards) {
         rc = err_set(ERR_NOMEM, "out of memory");

@@ -147,7 +147,9 @@ const struct swap_remote *swap_remote_of(const struct swap_manager *mgr);
 
 /* Registers the checkpoint in dir under name with a placement. Refused, with
  * the bytes needed and available, when a device's share or the host copy can
- * never fit its budget. The model starts ON_DISK. */
+ * never fit its budget, and ERR_UNSUPPORTED naming the device and the
+ * kernel when a device of the placement lacks one the model calls
+ * (model_check_device). The model starts ON_DISK. */
 int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
                   const struct placement *pl, bool pinned, struct swap_model **out);
 
