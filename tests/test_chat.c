@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "engine/sim.h"
-#include "test.h"
+#include "sched/sim.h"
 #include "sim_setup.h"
+#include "test.h"
 #include "workload/arrival.h"
 #include "workload/chat.h"
 #include "workload/computron.h"

@@ -13,9 +13,9 @@
 
 #include "backend/device.h"
 #include "core/error.h"
-#include "engine/sched.h"
 #include "engine/stack.h"
 #include "format/safetensors.h"
+#include "sched/sched.h"
 #include "test.h"
 
 #define BIN SHARDSWAP_BINARY

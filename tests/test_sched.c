@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "engine/sched.h"
+#include "sched/sched.h"
 #include "test.h"
 
 #define MB (1u << 20)

@@ -1,4 +1,4 @@
-/* The engine on a simulated clock (engine/sim.h): exact timings on small
+/* The engine on a simulated clock (sched/sim.h): exact timings on small
  * scenarios, nothing lost and no budget exceeded under churn, and the default
  * policy against computron on Computron's 19 configs, over seeds, with the
  * costs this machine measured (deterministic: no clock decides anything). */
@@ -8,12 +8,12 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "engine/sim.h"
+#include "sched/sim.h"
+#include "sim_setup.h"
+#include "test.h"
 #include "workload/arrival.h"
 #include "workload/computron.h"
 #include "workload/stats.h"
-#include "test.h"
-#include "sim_setup.h"
 
 
 

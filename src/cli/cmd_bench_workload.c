@@ -18,8 +18,8 @@
 #include "cluster/job.h"
 #include "core/error.h"
 #include "core/jsonout.h"
-#include "engine/sched.h"
-#include "engine/sim.h"
+#include "sched/sched.h"
+#include "sched/sim.h"
 #include "workload/arrival.h"
 #include "workload/chat.h"
 #include "workload/computron.h"
@@ -422,7 +422,7 @@ int bench_workload(int argc, char **argv)
         FLAG("cache", FLAG_STR, &cache, "DIR", "where generated models are kept (default models)"),
         FLAG("out-dir", FLAG_STR, &out_dir, "DIR", "CSV and plot go here (default bench-out)"),
         FLAG("simulate", FLAG_BOOL, &simulated, NULL,
-             "replay on a simulated clock (engine/sim.h) with a load's and batches' times "
+             "replay on a simulated clock (sched/sim.h) with a load's and batches' times "
              "measured here first, over --seeds arrival seeds; --config computron:all runs all 19"),
         FLAG_RANGE("seeds", FLAG_INT, &seeds, "N",
                    "--simulate: arrival seeds per config (default 20)", 1, 10000, "1..10000"),
@@ -462,7 +462,7 @@ int bench_workload(int argc, char **argv)
                         "--slo-ttft and TPOT <= --slo-tpot; a failed request misses) and goodput "
                         "(requests/s meeting it); writes a "
                         "CSV of every request and an SVG latency CDF with one curve per policy. "
-                        "With --simulate, replays on a simulated clock instead (engine/sim.h: "
+                        "With --simulate, replays on a simulated clock instead (sched/sim.h: "
                         "the same policy code, loads and batches taking the times measured here "
                         "first), averaged over --seeds arrival sequences; copies competing with "
                         "compute are not modelled, so use it with --link-gbps. The simulated "

@@ -61,7 +61,7 @@
 #include "backend/device.h"
 #include "core/event.h"
 #include "model/model.h"
-#include "swap/policy.h" /* EVICT_MAX_DEVICES */
+#include "sched/evict.h" /* EVICT_MAX_DEVICES */
 
 /* RES_PARTIAL: some of its blobs are on its devices, not all (swap_trim);
  * not resident. swap_residency of a model whose shards differ reports the

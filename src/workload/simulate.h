@@ -1,4 +1,4 @@
-/* Policies compared on a simulated clock (engine/sim.h) over many arrival
+/* Policies compared on a simulated clock (sched/sim.h) over many arrival
  * seeds of a workload, with the device bytes and budgets its real-time
  * replay (workload/replay.h) would have and the costs measured there. */
 #ifndef SHARDSWAP_WORKLOAD_SIMULATE_H
@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "engine/sim.h"
+#include "sched/sim.h"
 #include "workload/computron.h"
 #include "workload/replay.h"
 
@@ -32,7 +32,7 @@ struct simulate_summary {
  * without arrivals adds nothing (every seed weighs 1/seeds). A chat workload
  * (c->chat) draws each request's lengths (chat_requests_make, with the
  * seed's arrival seed) and costs them with costs' prefill and decode terms
- * (engine/sim.h). policies are the simulator's (sched_policy_find_sim, so
+ * (sched/sim.h). policies are the simulator's (sched_policy_find_sim, so
  * "clairvoyant" too). Errors name the policy, the arrivals or the allocation.
  */
 int simulate_workload(const struct replay_rig *rig, const struct workload_config *c,

@@ -1,4 +1,4 @@
-#include "swap/policy.h"
+#include "sched/evict.h"
 
 #include <stddef.h>
 

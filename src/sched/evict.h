@@ -8,8 +8,8 @@
  * already chosen: its rules); these functions only order by last use and
  * count room. Ties go to the lower index, so a choice is reproducible.
  */
-#ifndef SHARDSWAP_SWAP_POLICY_H
-#define SHARDSWAP_SWAP_POLICY_H
+#ifndef SHARDSWAP_SCHED_EVICT_H
+#define SHARDSWAP_SCHED_EVICT_H
 
 #include <stdbool.h>
 #include <stdint.h>

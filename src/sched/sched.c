@@ -1,4 +1,4 @@
-#include "engine/sched.h"
+#include "sched/sched.h"
 
 #include <assert.h>
 #include <math.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "swap/policy.h"
+#include "sched/evict.h"
 
 _Static_assert(SCHED_MAX_DEVICES == EVICT_MAX_DEVICES, "sched_model.bytes feeds evict_model.bytes");
 
@@ -136,7 +136,7 @@ static void need_of(const struct sched_view *v, const struct sched_model *c, uin
         need[d] = c->bytes[d] > held[d] ? c->bytes[d] - held[d] : 0;
 }
 
-/* The view as the shared victim choice (swap/policy.h) sees it: every model
+/* The view as the shared victim choice (sched/evict.h) sees it: every model
  * with what it holds and its last use, none evictable yet; the caller says
  * who may go. */
 static void evict_view(const struct sched_view *v, struct evict_model *em)
