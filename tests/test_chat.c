@@ -10,8 +10,8 @@
 
 #include "core/error.h"
 #include "sched/sim.h"
-#include "sim_setup.h"
 #include "test.h"
+#include "sim_setup.h"
 #include "workload/arrival.h"
 #include "workload/chat.h"
 #include "workload/computron.h"

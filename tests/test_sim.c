@@ -9,11 +9,11 @@
 
 #include "core/error.h"
 #include "sched/sim.h"
-#include "sim_setup.h"
-#include "test.h"
 #include "workload/arrival.h"
 #include "workload/computron.h"
 #include "workload/stats.h"
+#include "test.h"
+#include "sim_setup.h"
 
 
 
