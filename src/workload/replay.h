@@ -123,6 +123,10 @@ void replay_result_free(struct replay_result *out);
  * SLO scale. */
 int replay_warm_latency(const struct replay_rig *rig, double *secs);
 
+/* Whether the rig's copies take no compute (a link, or CUDA devices): its
+ * engine overlaps loads with batches, and sim_config.overlap_loads says so. */
+bool replay_overlap_loads(const struct replay_rig *rig);
+
 /* Measures, on model 0 of rig, what sched/sim.h needs: load_s (one load)
  * and batch_s[1..max_batch] (batches of 1, 2, 3, 4, 6, 8, 12, ... up to
  * max_batch, best of two, linear in between), and sets max_batch,

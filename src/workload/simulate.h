@@ -24,6 +24,11 @@ struct simulate_summary {
     double goodput;                  /* requests/s meeting them */
 };
 
+/* The bytes a load of rig's model 0 copies to its busiest device (its
+ * largest shard's weights, the shards loading in parallel): what a costs
+ * file's load_s_per_gb (workload/sim_costs.h) is per. */
+int simulate_load_bytes(const struct replay_rig *rig, uint64_t *bytes);
+
 /* Runs policies[0..n_pol) on the Gamma arrivals of workload c (replay_arrivals)
  * for seeds seed .. seed + seeds - 1, each over duration seconds, on the
  * stack rig would build for c (rig->tp devices sized for c->max_loaded
