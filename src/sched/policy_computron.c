@@ -2,30 +2,12 @@
  * Every model shares one pipeline of workers that runs one operation at a
  * time (a load, an offload, a batch), so nothing is decided while one is in
  * progress. Serve the model whose queue head is oldest; if it is not resident
- * and max_loaded models are, offload the least recently used one and start the
+ * and max_loaded models are, offload the least recently used one (or as many
+ * as make room, by recency, none the others make room without) and start the
  * load in the same step (the load does not wait for the offload); the batch
  * follows once the load is done. max_loaded counts models, not bytes (bytes
  * are checked too, so memory can never overflow). */
 #include "sched/sched_impl.h"
-
-/* Takes em's least recently used evictable models into out (at most max)
- * until a load of m fits r: evict_lru_until_fit's loop (useful_only
- * false), counting a partly resident victim's room by sched_room_free. Returns
- * how many, or -1 when nothing more may go or max is reached first. */
-static int lru_until_fit(const struct sched_view *v, struct evict_model *em, int m,
-                         struct evict_room *r, int *out, int max)
-{
-    int n = 0;
-    while (!sched_room_for(v, r, m)) {
-        int pick = n < max ? evict_lru(em, v->n_models) : -1;
-        if (pick < 0)
-            return -1;
-        em[pick].evictable = false;
-        sched_room_free(v, r, pick);
-        out[n++] = pick;
-    }
-    return n;
-}
 
 int sched_computron_decide(const struct sched_view *v, struct sched_action *out, int max)
 {
@@ -48,7 +30,9 @@ int sched_computron_decide(const struct sched_view *v, struct sched_action *out,
         em[i].evictable = i != m && (c->resident || partial(v, c)) && !c->pinned;
         r.resident += c->resident;
     }
-    int n = lru_until_fit(v, em, m, &r, a.victims, SCHED_MAX_VICTIMS);
+    uint64_t need[SCHED_MAX_DEVICES];
+    need_of(v, &v->models[m], need);
+    int n = evict_lru_until_fit(em, v->n_models, need, &r, false, a.victims, SCHED_MAX_VICTIMS);
     if (n < 0)
         return 0; /* nothing can go: wait */
     a.n_victims = n;

@@ -54,6 +54,24 @@ static int lru_among(const struct sched_view *v, const struct evict_model *m, bo
     return pick;
 }
 
+/* lru's order (the victim loop's pick): idle models, then busy ones,
+ * least recently used first, models within their min_resident last. */
+struct lru_pick {
+    const struct sched_view *v;
+    struct evict_model *idle, *any;
+};
+
+static int lru_pick(void *ctx, const struct evict_room *room)
+{
+    struct lru_pick *p = ctx;
+    int pick = -1;
+    for (int pass = 0; pass < 4 && pick < 0; pass++)
+        pick = lru_among(p->v, pass % 2 ? p->any : p->idle, pass < 2);
+    if (pick >= 0)
+        p->idle[pick].evictable = p->any[pick].evictable = false;
+    return pick;
+}
+
 static int lru_decide(const struct sched_view *v, struct sched_action *out, int max)
 {
     int n = 0;
@@ -88,18 +106,9 @@ static int lru_decide(const struct sched_view *v, struct sched_action *out, int 
             if (served[i])
                 any[i].last_used = v->now;
         }
-        while (!sched_room_for(v, &r, load) && a.n_victims < SCHED_MAX_VICTIMS) {
-            /* idle, then busy; models within their min_resident last */
-            int pick = -1;
-            for (int pass = 0; pass < 4 && pick < 0; pass++)
-                pick = lru_among(v, pass % 2 ? any : idle, pass < 2);
-            if (pick < 0)
-                break;
-            idle[pick].evictable = any[pick].evictable = false;
-            a.victims[a.n_victims++] = pick;
-            sched_room_free(v, &r, pick);
-        }
-        if (sched_room_for(v, &r, load)) /* else pinned or loading models hold the room: wait */
+        struct lru_pick p = {.v = v, .idle = idle, .any = any};
+        int taken; /* else pinned or loading models hold the room: wait */
+        if (sched_victims(v, load, &r, lru_pick, &p, &a, &taken) >= 0)
             out[n++] = a;
     }
     return sched_add_wake(v, out, n, max, wake);

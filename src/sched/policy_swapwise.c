@@ -76,14 +76,6 @@ static double demand(const struct sched_view *v, struct demand_memo *memo, int i
     return memo->d[i];
 }
 
-static void room_take(const struct sched_view *v, struct evict_room *r, struct sched_action *a,
-                      bool *chosen, int victim)
-{
-    chosen[victim] = true;
-    a->victims[a->n_victims++] = victim;
-    sched_room_free(v, r, victim);
-}
-
 /* The evictable model least likely wanted within a load's time (least
  * recently used among equals) that has nothing queued, or, when busy is
  * given, whose whole queue fits the batch it can get now; idle_only leaves
@@ -108,34 +100,58 @@ static int least_wanted(const struct sched_view *v, struct demand_memo *memo, co
     return pick;
 }
 
-/* Victims for a load of `load` that waits for a request; true when it fits. */
+/* demand_victims' order (the victim loop's pick). */
+struct demand_pick {
+    const struct sched_view *v;
+    struct demand_memo *memo;
+    const bool *busy;
+    int load;
+    bool oldest;
+    bool *chosen;
+};
+
+/* The least wanted model with nothing queued (or whose queue its batch now
+ * drains), sparing those within their min_resident while another will do;
+ * when load holds the oldest request, then idle models with younger
+ * requests, least recently used first. */
+static int demand_pick(void *ctx, const struct evict_room *room)
+{
+    struct demand_pick *p = ctx;
+    const struct sched_view *v = p->v;
+    struct evict_model em[SCHED_MAX_MODELS];
+    int pick = -1;
+    /* models within their min_resident only when no other makes room */
+    for (int pass = 0; pass < 2 && pick < 0; pass++) {
+        bool spare = pass == 0;
+        pick = least_wanted(v, p->memo, p->chosen, p->busy, false, spare);
+        if (pick < 0 && p->oldest) { /* then idle with requests younger than ours, LRU */
+            sched_evict_view(v, em);
+            for (int i = 0; i < v->n_models; i++) {
+                const struct sched_model *c = &v->models[i];
+                em[i].evictable =
+                    !p->chosen[i] && evictable(v, c) && !c->running && c->queue_len > 0 &&
+                    c->head_arrival >= v->models[p->load].head_arrival && !(spare && young(v, c));
+            }
+            pick = evict_lru(em, v->n_models);
+        }
+    }
+    if (pick >= 0)
+        p->chosen[pick] = true;
+    return pick;
+}
+
+/* Victims for a load of `load` that waits for a request; true when it fits
+ * (a victim the others make room without is not one: it stays unchosen). */
 static bool demand_victims(const struct sched_view *v, struct demand_memo *memo, const bool *busy,
                            int load, bool oldest, struct evict_room *r, struct sched_action *a,
                            bool *chosen)
 {
-    struct evict_model em[SCHED_MAX_MODELS];
-    while (!sched_room_for(v, r, load) && a->n_victims < SCHED_MAX_VICTIMS) {
-        int pick = -1;
-        /* models within their min_resident only when no other makes room */
-        for (int pass = 0; pass < 2 && pick < 0; pass++) {
-            bool spare = pass == 0;
-            pick = least_wanted(v, memo, chosen, busy, false, spare);
-            if (pick < 0 && oldest) { /* then idle with requests younger than ours, LRU */
-                sched_evict_view(v, em);
-                for (int i = 0; i < v->n_models; i++) {
-                    const struct sched_model *c = &v->models[i];
-                    em[i].evictable =
-                        !chosen[i] && evictable(v, c) && !c->running && c->queue_len > 0 &&
-                        c->head_arrival >= v->models[load].head_arrival && !(spare && young(v, c));
-                }
-                pick = evict_lru(em, v->n_models);
-            }
-        }
-        if (pick < 0)
-            return false;
-        room_take(v, r, a, chosen, pick);
-    }
-    return sched_room_for(v, r, load);
+    struct demand_pick p = {
+        .v = v, .memo = memo, .busy = busy, .load = load, .oldest = oldest, .chosen = chosen};
+    int taken, n = sched_victims(v, load, r, demand_pick, &p, a, &taken);
+    for (int k = n; k >= 0 && k < taken; k++)
+        chosen[a->victims[k]] = false;
+    return n >= 0;
 }
 
 /* Trims spread (act_trim_victims): a victim's layers may not make the room
@@ -164,6 +180,27 @@ static void trim_helpers(const struct sched_view *v, struct demand_memo *memo,
     }
 }
 
+/* prefetch's order (the victim loop's pick): idle models with nothing
+ * queued, least wanted first, while clearly less wanted than the prefetch
+ * (pd, its demand). */
+struct prefetch_pick {
+    const struct sched_view *v;
+    struct demand_memo *memo;
+    bool *chosen;
+    double pd;
+};
+
+static int prefetch_pick(void *ctx, const struct evict_room *room)
+{
+    struct prefetch_pick *p = ctx;
+    int pick = least_wanted(p->v, p->memo, p->chosen, NULL, true, true);
+    double dp = pick < 0 ? 0 : demand(p->v, p->memo, pick);
+    if (pick < 0 || (p->memo->future ? dp >= p->pd : dp + SW_PREFETCH_MARGIN > p->pd))
+        return -1;
+    p->chosen[pick] = true;
+    return pick;
+}
+
 /* A prefetch: the non-resident model likeliest wanted soon, for idle models
  * with nothing queued that are clearly less likely wanted; true when found. */
 static bool prefetch(const struct sched_view *v, struct demand_memo *memo, struct sched_action *a,
@@ -186,17 +223,12 @@ static bool prefetch(const struct sched_view *v, struct demand_memo *memo, struc
     sched_room_init(v, &r);
     *a = (struct sched_action){.kind = SCHED_LOAD, .model = p};
     chosen[p] = true; /* never its own victim */
-    while (!sched_room_for(v, &r, p) && a->n_victims < SCHED_MAX_VICTIMS) {
-        int pick = least_wanted(v, memo, chosen, NULL, true, true);
-        double dp = pick < 0 ? 0 : demand(v, memo, pick);
-        if (pick < 0 || (memo->future ? dp >= pd : dp + SW_PREFETCH_MARGIN > pd))
-            break;
-        room_take(v, &r, a, chosen, pick);
-    }
-    if (sched_room_for(v, &r, p))
-        return true;
-    for (int k = 0; k < a->n_victims; k++)
+    struct prefetch_pick pp = {.v = v, .memo = memo, .chosen = chosen, .pd = pd};
+    int taken, n = sched_victims(v, p, &r, prefetch_pick, &pp, a, &taken);
+    for (int k = n < 0 ? 0 : n; k < taken; k++) /* dropped, or all when it failed */
         chosen[a->victims[k]] = false;
+    if (n >= 0)
+        return true;
     chosen[p] = false;
     return false;
 }

@@ -123,6 +123,14 @@ void sched_room_init(const struct sched_view *v, struct evict_room *r);
 void sched_room_free(const struct sched_view *v, struct evict_room *r, int victim);
 /* Whether a load of m fits r (the bytes it lacks, and max_loaded). */
 bool sched_room_for(const struct sched_view *v, const struct evict_room *r, int m);
+/* The victim loop (evict_until_fit) for a load of m from room r, each
+ * policy's pick giving its order: into a->victims and a->n_victims the
+ * victims kept, every one needed (the dropped ones follow in
+ * a->victims[a->n_victims..*taken), for the caller to release). Returns
+ * a->n_victims, or ERR_BUSY when they do not make room (a->n_victims: all
+ * taken, r counting them). */
+int sched_victims(const struct sched_view *v, int m, struct evict_room *r, evict_pick_fn pick,
+                  void *ctx, struct sched_action *a, int *taken);
 
 /* ---- the policies (policy_*.c), for the registry and each other ---- */
 

@@ -100,7 +100,8 @@ void sched_evict_view(const struct sched_view *v, struct evict_model *em)
 {
     for (int i = 0; i < v->n_models; i++)
         em[i] = (struct evict_model){.last_used = v->models[i].last_used,
-                                     .bytes = held_of(&v->models[i])};
+                                     .bytes = held_of(&v->models[i]),
+                                     .uncounted = !v->models[i].resident};
 }
 
 /* victim leaves: what it holds becomes free; only a resident one stops
@@ -108,8 +109,7 @@ void sched_evict_view(const struct sched_view *v, struct evict_model *em)
 void sched_room_free(const struct sched_view *v, struct evict_room *r, int victim)
 {
     const struct sched_model *c = &v->models[victim];
-    evict_room_take(r, &(struct evict_model){.bytes = held_of(c)});
-    r->resident += !c->resident; /* evict_room_take uncounted it */
+    evict_room_take(r, &(struct evict_model){.bytes = held_of(c), .uncounted = !c->resident});
 }
 
 /* Whether a load of m fits room r (bytes it lacks, and max_loaded). */
@@ -162,5 +162,17 @@ int sched_keep_alive_unloads(const struct sched_view *v, double def, bool *gone,
             *wake = expiry;
         }
     }
+    return n;
+}
+
+int sched_victims(const struct sched_view *v, int m, struct evict_room *r, evict_pick_fn pick,
+                  void *ctx, struct sched_action *a, int *taken)
+{
+    struct evict_model em[SCHED_MAX_MODELS];
+    uint64_t need[SCHED_MAX_DEVICES];
+    sched_evict_view(v, em);
+    need_of(v, &v->models[m], need);
+    int n = evict_until_fit(em, need, r, pick, ctx, a->victims, SCHED_MAX_VICTIMS, taken);
+    a->n_victims = n >= 0 ? n : *taken;
     return n;
 }
