@@ -6,6 +6,11 @@
  * actions it returns, in order (sched_act), then calls again; an empty
  * answer means wait for the next event. The simulator (sim.h) does the same
  * on a simulated clock, through the same sched_act.
+ *
+ * sched/ depends on nothing of the runtime: each policy is one file
+ * (policy_<name>.c, found by name in policy.c), sched_act is act.c, the
+ * victim loop every policy chooses through is evict.h, and the engine
+ * (engine/) and the simulator (sim.h) are its two executors.
  */
 #ifndef SHARDSWAP_SCHED_SCHED_H
 #define SHARDSWAP_SCHED_SCHED_H

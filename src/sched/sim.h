@@ -3,7 +3,7 @@
  * modelled times instead of running. Computron's experiments/sim.py did the
  * same for its engine.
  *
- * It carries out the policy's actions through the engine's own sched_act,
+ * It carries out the policy's actions through sched_act (act.c), as the engine does,
  * with simulated operations in place of the engine's.
  *
  * What it models, as the engine does it: per-model FIFO queues; a batch takes
