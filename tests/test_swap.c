@@ -135,7 +135,7 @@ static double check_output(struct rig *r, int i)
     return e;
 }
 
-/* The shared victim choice (policy.h) on hand-made snapshots. */
+/* The shared victim choice (sched/evict.h) on hand-made snapshots. */
 static void test_evict_helpers(void)
 {
     uint64_t b[4][2] = {{100, 0}, {100, 100}, {0, 100}, {100, 100}};

@@ -130,10 +130,11 @@ struct costs_given {
  * measured on rig (a load and batches together, then the chat terms), and
  * *warm the SLO unit: given, else a batch of 1 when the batches were given,
  * else measured. *load_bytes: what a load copies to its busiest device,
- * what load_s_per_gb is per; *measured: whether anything was measured. */
+ * *load_s_per_gb the load's time per GB of it (load_s is that times
+ * load_bytes); *measured: whether anything was measured. */
 static int costs_resolve(const struct replay_rig *rig, const struct costs_given *g, bool chat,
                          int max_batch, struct sim_config *costs, double *warm,
-                         uint64_t *load_bytes, bool *measured)
+                         uint64_t *load_bytes, double *load_s_per_gb, bool *measured)
 {
     const struct sim_costs *c = &g->c;
     int rc = simulate_load_bytes(rig, load_bytes);
@@ -158,8 +159,11 @@ static int costs_resolve(const struct replay_rig *rig, const struct costs_given 
         costs->overlap_tail = 0.5;
         costs->overlap_loads = replay_overlap_loads(rig);
     }
-    if (c->load_s_per_gb > 0)
-        costs->load_s = c->load_s_per_gb * ((double)*load_bytes / 1e9);
+    /* a measured load as its time per GB too: load_s is then what a costs
+     * file of that number gives, and --costs-out reproduces this run */
+    double gb = (double)*load_bytes / 1e9;
+    *load_s_per_gb = c->load_s_per_gb > 0 ? c->load_s_per_gb : costs->load_s / gb;
+    costs->load_s = *load_s_per_gb * gb;
     for (int b = 1; c->batch_max > 0 && b <= max_batch; b++)
         costs->batch_s[b] = c->batch_s[b];
     if (c->overlap_tail >= 0)
@@ -188,14 +192,12 @@ static int costs_resolve(const struct replay_rig *rig, const struct costs_given 
     return 0;
 }
 
-/* The costs a run used, as a costs file holds them (load_s_per_gb as
- * given, or the load's time per GB of load_bytes). */
-static void costs_used(const struct sim_config *costs, const struct sim_costs *given, bool chat,
-                       double warm, uint64_t load_bytes, struct sim_costs *u)
+/* The costs a run used, as a costs file holds them. */
+static void costs_used(const struct sim_config *costs, bool chat, double warm, double load_s_per_gb,
+                       struct sim_costs *u)
 {
     sim_costs_init(u);
-    u->load_s_per_gb = given->load_s_per_gb > 0 ? given->load_s_per_gb
-                                                : costs->load_s / ((double)load_bytes / 1e9);
+    u->load_s_per_gb = load_s_per_gb;
     u->batch_max = costs->max_batch;
     memcpy(u->batch_s, costs->batch_s, sizeof(u->batch_s));
     u->overlap_tail = costs->overlap_tail;
@@ -239,14 +241,16 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
         return err_set(ERR_INVALID, "--simulate models batches of up to %d", SIM_MAX_BATCH);
     double warm = 0;
     uint64_t load_bytes = 0;
+    double load_s_per_gb = 0;
     bool measured = false;
-    int rc = costs_resolve(rig, g, one->chat, max_batch, &costs, &warm, &load_bytes, &measured);
+    int rc = costs_resolve(rig, g, one->chat, max_batch, &costs, &warm, &load_bytes, &load_s_per_gb,
+                           &measured);
     if (rc < 0)
         return rc;
     if (slo <= 0)
         slo = slo_scale * (float)warm;
     struct sim_costs used;
-    costs_used(&costs, &g->c, one->chat, warm, load_bytes, &used);
+    costs_used(&costs, one->chat, warm, load_s_per_gb, &used);
     if (g->out && (rc = sim_costs_write(g->out, &used)) < 0)
         return rc;
     char from[600];
