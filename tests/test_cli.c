@@ -13,9 +13,9 @@
 
 #include "backend/device.h"
 #include "core/error.h"
-#include "engine/sched.h"
 #include "engine/stack.h"
 #include "format/safetensors.h"
+#include "sched/sched.h"
 #include "test.h"
 
 #define BIN SHARDSWAP_BINARY
@@ -1121,6 +1121,56 @@ int main(void)
                           " floor "};
     for (int i = 0; i < 6; i++)
         CHECK_MSG(strstr(out, rows[i]) != NULL, "no %s row in:\n%s", rows[i], out);
+
+    /* given costs: a run writes the costs it measured, and two runs on that
+     * file print the same table as it, byte for byte; cost flags alone
+     * measure nothing and reproduce too */
+    char costs[200], out2[1 << 14], sim_cmd[1024];
+    snprintf(costs, sizeof(costs), "%s/costs.json", tmp);
+    snprintf(sim_cmd, sizeof(sim_cmd),
+             "%s bench workload --simulate --seeds 2 --config custom "
+             "--rates 4,4 --cv 1 --duration 5 --preset opt-125m "
+             "--layers 1 --cache %s/wl",
+             BIN, tmp);
+    snprintf(cmd, sizeof(cmd), "%s --costs-out %s", sim_cmd, costs);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    CHECK_MSG(strstr(out, "costs measured here: load ") && strstr(out, "batch costs"), "%s", out);
+    snprintf(cmd, sizeof(cmd), "%s --costs %s", sim_cmd, costs);
+    for (int k = 0; k < 2; k++) {
+        CHECK_MSG(run(cmd, out2, sizeof(out2), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+        CHECK_MSG(strstr(out2, "costs from ") && strstr(out2, "costs.json: load ") &&
+                      strstr(err, "measuring") == NULL,
+                  "%s: %s", cmd, out2);
+        const char *t1 = strstr(out, "\nconfig "), *t2 = strstr(out2, "\nconfig ");
+        CHECK_MSG(t1 && t2 && strcmp(t1, t2) == 0, "tables differ:\n%s\n%s", out, out2);
+    }
+    snprintf(cmd, sizeof(cmd), "%s --load-s-per-gb 0.5 --batch-cost 1:0.02,8:0.05 --json", sim_cmd);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    CHECK_MSG(run(cmd, out2, sizeof(out2), err, sizeof(err)) == 0 && strcmp(out, out2) == 0 &&
+                  strstr(err, "measuring") == NULL,
+              "%s: %s\n%s", cmd, out, out2);
+    wj = parse_json_line(cmd, out);
+    json_t *cj = json_object_get(wj, "costs");
+    CHECK(json_str_eq(json_object_get(wj, "costs_from"), "from flags") &&
+          json_real_value(json_object_get(cj, "load_s_per_gb")) == 0.5 &&
+          json_array_size(json_object_get(cj, "batch_s")) == 8 &&
+          json_real_value(json_array_get(json_array_get(json_object_get(cj, "batch_s"), 7), 1)) ==
+              0.05 &&
+          json_real_value(json_object_get(wj, "slo_s")) == 0.1); /* 5 x a batch of 1 */
+    json_decref(wj);
+    /* a bad costs file: one line naming the file and the key */
+    put_file(costs, "{\"load_s_per_gb\": 0.5, \"batch_s\": [[1, 0.02], [0, 0.03]]}");
+    snprintf(cmd, sizeof(cmd), "%s --costs %s", sim_cmd, costs);
+    expect_fail(cmd, 1, "costs.json: \"batch_s\" point 2: expected [[size, seconds], ...]");
+    put_file(costs, "{\"load_s_per_gb\": 0.5, \"overlap\": 1}");
+    expect_fail(cmd, 1, "costs.json: unknown key \"overlap\"");
+    put_file(costs, "{\"load_s_per_gb\": 0, \"batch_s\": [[1, 0.02]]}");
+    expect_fail(cmd, 1, "costs.json: \"load_s_per_gb\": expected seconds per GB > 0");
+    put_file(costs, "{\"batch_s\": [[1, 0.02], [4, 0.03]]}");
+    expect_fail(cmd, 1, "batch costs given (batch_s) reach batches of 4; this run's reach 8");
+    snprintf(cmd, sizeof(cmd), "%s --batch-cost 2:0.1", sim_cmd);
+    expect_fail(cmd, 2, "--batch-cost \"2:0.1\": expected SIZE:SECONDS");
+    expect_fail(BIN " bench workload --costs-out x.json", 2, "need --simulate");
 
     /* chat traffic on the same clock: the token SLOs per policy */
     snprintf(cmd, sizeof(cmd), "%s bench workload --simulate --seeds 2 --config chat:4:0.5 "

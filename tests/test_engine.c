@@ -42,7 +42,7 @@
 #include "core/error.h"
 #include "core/timing.h"
 #include "engine/engine.h"
-#include "engine/sched.h"
+#include "sched/sched.h"
 #include "test.h"
 
 #include "fixture_expect.h"

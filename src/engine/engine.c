@@ -14,7 +14,10 @@
 
 #include "core/error.h"
 #include "engine/engine_impl.h"
-#include "engine/sched.h"
+#include "sched/sched.h"
+
+_Static_assert(ENGINE_PRIORITY_MAX == SCHED_PRIORITY_MAX,
+               "the engine's priorities are the policies'");
 
 int engine_create(struct swap_manager *mgr, struct workers *w, const struct engine_config *cfg,
                   struct engine **out)

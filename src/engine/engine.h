@@ -59,7 +59,7 @@
 struct engine;
 struct engine_req; /* a request handle (opaque) */
 struct engine_model_stats; /* below */
-struct sched_carried;      /* engine/sched.h */
+struct sched_carried;      /* sched/sched.h */
 
 struct engine_config {
     const char *policy;   /* sched_policy_find() name; NULL = the default */

@@ -59,9 +59,9 @@
 #include "core/event.h"
 #include "core/hist.h"
 #include "engine/engine.h"
-#include "engine/forecast.h"
-#include "engine/sched.h"
 #include "model/sampler.h"
+#include "sched/forecast.h"
+#include "sched/sched.h"
 
 struct batch; /* runner.c's: a batch in flight or paused */
 

@@ -15,7 +15,7 @@
 #include "core/hist.h"
 #include "core/timing.h"
 #include "engine/engine_impl.h"
-#include "engine/sched.h"
+#include "sched/sched.h"
 
 #define MAX_ACTIONS 16
 

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "engine/sched.h"
+#include "sched/sched.h"
 
 static int model_tp(const struct stack_model_config *m)
 {
