@@ -114,7 +114,7 @@ TEST(order)
     CHECK(l.init_on_thread && l.init_first && l.run_on_thread);
     CHECK(!pthread_equal(l.self, pthread_self()));
     char name[16] = "";
-    pthread_getname_np(q.thread, name, sizeof(name));
+    pthread_getname_np(q.threads[0], name, sizeof(name));
     CHECK_MSG(strcmp(name, "test-order") == 0, "thread name \"%s\"", name);
     workq_free(&q);
     log_free(&l);
