@@ -6,9 +6,15 @@
  *   count (/proc/self/task) never grows past what it was with one model
  *   served: engine_create starts the scheduler and a pool of one runner per
  *   device plus one, and adding or serving a model starts none.
+ * - remove_paused: a model whose batch is paused (swapwise-preempt, one
+ *   model resident at a time) is removed while the model that preempted it
+ *   holds a pool thread: the paused batch is dropped on the pool, its
+ *   requests end "removed" on an engine thread, and the other model's
+ *   answer is its reference.
  * Nothing here depends on timing: the checks read counts and outputs. */
 #include <dirent.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +22,7 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/sched.h"
 #include "test.h"
 
 #include "fixture_expect.h"
@@ -207,8 +214,134 @@ TEST(many_models)
         device_close(devs[d]);
 }
 
+/* ---- a paused batch dropped by a removal ---- */
+
+struct pjob {
+    int fix, which, max_tokens;
+    bool hold_a; /* model a's: held at its 4th token until a's pause is asked */
+    bool hold_b; /* model b's: held at its first token until a's requests are done */
+    int n_tok;
+    int status, n_out;
+    int32_t out[32];
+    char error[160];
+    atomic_int done;
+};
+
+static atomic_bool pre_asked, on_caller;
+static atomic_int a_done;
+static _Thread_local bool caller_thread;
+
+static void pre_on_sched_op(void *ctx, const struct sched_carried *op)
+{
+    (void)ctx; /* the scheduler thread, under the engine lock: a flag and no more */
+    if (op->op == SCHED_OP_PREEMPT && op->model == 0)
+        atomic_store(&pre_asked, true);
+}
+
+static void pre_on_token(struct engine_req *r, int32_t id, void *ctx)
+{
+    (void)r;
+    (void)id;
+    struct pjob *j = ctx;
+    j->n_tok++;
+    /* test-only breaches of the contract, which order the test's steps */
+    while (j->hold_a && j->n_tok == 4 && !atomic_load(&pre_asked))
+        sched_yield();
+    while (j->hold_b && j->n_tok == 1 && atomic_load(&a_done) < 2)
+        sched_yield();
+}
+
+static void pre_on_done(struct engine_req *r, void *ctx)
+{
+    struct pjob *j = ctx;
+    if (caller_thread)
+        atomic_store(&on_caller, true);
+    const int32_t *out = engine_req_output(r, &j->n_out);
+    memcpy(j->out, out, sizeof(int32_t) * (size_t)(j->n_out < 32 ? j->n_out : 32));
+    j->status = engine_req_status(r);
+    snprintf(j->error, sizeof(j->error), "%s", engine_req_error(r));
+    if (j->hold_a)
+        atomic_fetch_add(&a_done, 1);
+    atomic_fetch_add(&j->done, 1);
+}
+
+static void pre_submit(struct engine *e, int id, struct pjob *j)
+{
+    const struct expect *x = &expects[j->fix][j->which];
+    struct engine_request_params p = {.model = id,
+                                      .prompt = x->prompt,
+                                      .n_prompt = x->n_prompt,
+                                      .max_tokens = j->max_tokens,
+                                      .sampling = {.temperature = 0, .top_p = 1},
+                                      .on_token = pre_on_token,
+                                      .on_done = pre_on_done,
+                                      .ctx = j};
+    CHECK_MSG(engine_submit(e, &p, NULL) == 0, "submit: %s", err_msg());
+}
+
+TEST(remove_paused)
+{
+    uint64_t budget = device_room(2);
+    struct device *devs[N_DEVICES];
+    for (int d = 0; d < N_DEVICES; d++)
+        CHECK(device_open_cpu(d, budget, &devs[d]) == 0);
+    struct swap_config cfg = {.host_budget = 256u << 20};
+    struct swap_manager *mgr;
+    CHECK(swap_manager_create(devs, N_DEVICES, &cfg, &mgr) == 0);
+    struct workers *w;
+    CHECK(workers_create(mgr, &w) == 0);
+    struct engine_config ec = {.policy = "swapwise-preempt",
+                               .max_batch = 2,
+                               .queue_cap = 16,
+                               .max_loaded = 1,
+                               .on_sched_op = pre_on_sched_op};
+    struct engine *e;
+    CHECK_MSG(engine_create(mgr, w, &ec, &e) == 0, "%s", err_msg());
+    const int a = 0, b = 1;
+    struct swap_model *sm[2];
+    for (int k = 0; k < 2; k++) {
+        CHECK(model_register(mgr, fixtures[k], k, &sm[k]) == 0);
+        CHECK(engine_add_model(e, sm[k]) == k);
+    }
+    CHECK(engine_set_priority(e, b, 0, 1e-3) == 0);
+    struct pjob ja[2] = {{.fix = a, .which = 0, .max_tokens = 32, .hold_a = true},
+                         {.fix = a, .which = 1, .max_tokens = 32, .hold_a = true}};
+    struct pjob jb = {.fix = b, .which = 0, .max_tokens = MAX_TOKENS, .hold_b = true};
+    pre_submit(e, a, &ja[0]);
+    pre_submit(e, a, &ja[1]);
+    while (ja[0].n_tok < 1)
+        sched_yield(); /* a's batch is running */
+    pre_submit(e, b, &jb);
+    /* a pauses once asked; b is loaded and served, and holds its thread */
+    struct engine_model_stats ms;
+    int rc;
+    do {
+        sched_yield();
+        rc = engine_model_stats(e, a, &ms);
+    } while (rc == 0 && ms.paused == 0 && atomic_load(&ja[0].done) == 0);
+    CHECK(rc == 0);
+    CHECK_MSG(ms.paused > 0, "a's batch ended before it paused");
+    CHECK_MSG(engine_remove_model(e, a, NULL) == 0, "%s", err_msg());
+    for (int k = 0; k < 2; k++)
+        CHECK_MSG(atomic_load(&ja[k].done) == 1 && ja[k].status == ERR_NOT_FOUND &&
+                      strstr(ja[k].error, "removed") != NULL,
+                  "a's request %d: done %d, status %d (%s)", k, atomic_load(&ja[k].done),
+                  ja[k].status, ja[k].error);
+    engine_drain(e);
+    CHECK_MSG(atomic_load(&jb.done) == 1 && jb.status == 0 && jb.n_out == MAX_TOKENS &&
+                  memcmp(jb.out, expects[b][0].out, sizeof(int32_t) * MAX_TOKENS) == 0,
+              "b: done %d, status %d, %d tokens", atomic_load(&jb.done), jb.status, jb.n_out);
+    CHECK(!atomic_load(&on_caller));
+    engine_destroy(e);
+    workers_destroy(w);
+    swap_manager_destroy(mgr);
+    for (int d = 0; d < N_DEVICES; d++)
+        device_close(devs[d]);
+}
+
 static void setup(void)
 {
+    caller_thread = true;
     for (int f = 0; f < N_FIX; f++)
         expect_load(fixtures[f], expects[f]);
 }
