@@ -19,11 +19,13 @@
  *   returns the item is the caller's again (it may free it, in run too); an
  *   item run posts again may start on another thread of a pool before this
  *   run has returned, so run touches it no more after posting it.
- * - idle (optional; a queue of one thread only) runs on the queue's thread whenever it has no item
- * and is not stopping, without the queue's lock; it returns how many seconds the thread may sleep
- * before calling it again (<= 0: at once), a sleep that a post, workq_wake or workq_stop ends
- * early. The same rules as run; a stop waits for a running idle to return. For a thread that polls
- * something (the watcher's sockets) besides, or instead of, running items.
+ * - idle (optional; a queue of one thread only) runs on the queue's thread
+ *   whenever it has no item and is not stopping, without the queue's lock;
+ *   it returns how many seconds the thread may sleep before calling it
+ *   again (<= 0: at once), a sleep that a post, workq_wake or workq_stop
+ *   ends early. The same rules as run; a stop waits for a running idle to
+ *   return. For a thread that polls something (the watcher's sockets)
+ *   besides, or instead of, running items.
  *
  * The queue's lock guards its list, counters and flags; no callback runs
  * under it and nothing is waited for under it but its own conditions, so
@@ -55,7 +57,7 @@ struct workq {
     pthread_mutex_t lock;
     pthread_cond_t work;        /* posted, woken or stop changed */
     pthread_cond_t done;        /* completed advanced */
-    struct queue items;         /* posted, not yet taken by the thread */
+    struct queue items;         /* posted, not yet taken by a thread */
     uint64_t posted, completed; /* items since workq_init; run returned for `completed` */
     bool stop, woken, started;
     int n_threads;
@@ -67,10 +69,10 @@ struct workq {
  * started; q is then left as workq_free expects (zeroed). */
 int workq_init(struct workq *q, const char *name, const struct workq_ops *ops, void *arg);
 
-/* workq_init with n_threads >= 1 threads, named name followed by their
- * index (name's first 12 characters are kept); idle unset when n_threads >
- * 1. ERR_NOMEM when a thread cannot be started (the started ones are joined
- * first). */
+/* workq_init with n_threads >= 1 threads; more than one are named name
+ * followed by their index (name's first 12 characters are kept) and need
+ * idle unset. ERR_NOMEM when a thread cannot be started (the started ones
+ * are joined first). */
 int workq_init_pool(struct workq *q, const char *name, int n_threads, const struct workq_ops *ops,
                     void *arg);
 

@@ -1,10 +1,11 @@
 /* The engine's lifecycle: create (the runner pool, the scheduler thread, the
- * swap manager's listener), drain, destroy (every thread joined). The rest of engine.h is
- * implemented by role: request.c (request handles), queue.c (queues and the
- * batch rule), reserve.c (memory reserves and batch shapes), runner.c (the
- * batch runner), sched_loop.c (the scheduler thread), registry.c (the
- * registry, admin calls, statistics); engine_impl.h holds their shared
- * state and says what the engine lock guards. */
+ * swap manager's listener), drain, destroy (every thread joined). The rest
+ * of engine.h is implemented by role: request.c (request handles), queue.c
+ * (queues and the batch rule), reserve.c (memory reserves and batch
+ * shapes), runner.c (the batch runner), sched_loop.c (the scheduler
+ * thread), registry.c (the registry, admin calls, statistics);
+ * engine_impl.h holds their shared state and says what the engine lock
+ * guards. */
 #include "engine/engine.h"
 
 #include <pthread.h>
