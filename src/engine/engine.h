@@ -11,22 +11,25 @@
  *   of a resident model; carries out admin loads and unloads; completes
  *   requests that leave a queue without running (cancelled, timed out, model
  *   removed)
- *   runner thread of each model: runs the batch on the device workers:
- *   prefill, then decode steps; sequences that finish, are cancelled or pass
- *   their deadline leave at step boundaries and waiting requests of the same
- *   model join the freed slots (continuous batching); every request samples
- *   with its own parameters and generator
+ *   runner pool (one thread per device plus one, however many models): a
+ *   dispatched batch runs as the model's tasks on it, one step each, the
+ *   models served at once taking turns: prefill, then decode steps on the
+ *   device workers; sequences that finish, are cancelled or pass their
+ *   deadline leave at step boundaries and waiting requests of the same model
+ *   join the freed slots (continuous batching); every request samples with
+ *   its own parameters and generator; a paused batch gives its thread back
  *
  * Threads and callbacks (who calls what):
- * - on_token(req, id, ctx): on the model's runner thread, once per generated
+ * - on_token(req, id, ctx): on a runner thread (the pool's), once per generated
  *   token, in order, between two steps of the batch. It holds up every
- *   sequence of the batch while it runs: it must not block, must not take a
+ *   sequence of the batch while it runs, and a thread of the runner pool
+ *   that other models' steps take turns on: it must not block, must not take a
  *   lock another thread holds for long, and must not call into the engine
  *   except engine_cancel(), engine_req_release() and the engine_req_*
  *   accessors. A consumer that may be slow copies the token into its own
  *   queue and returns.
  * - on_done(req, ctx): exactly once per request engine_submit accepted, on an
- *   engine thread (the model's runner thread, or the scheduler thread for a
+ *   engine thread (a runner thread, or the scheduler thread for a
  *   request that never ran, where it holds up scheduling while it runs),
  *   never on the thread calling into the engine and never under an engine
  *   lock. Same rules as on_token. It may run before engine_submit has
@@ -106,7 +109,9 @@ void engine_destroy(struct engine *e);
  * an error it stays the caller's. Returns its id (>= 0; ids are never
  * reused, so a checkpoint removed and registered and added again gets a new
  * one) or an error: ERR_INVALID when a model of the same name is served
- * already, or SCHED_MAX_MODELS are. Its pinned flag starts as
+ * already, or SCHED_MAX_MODELS are; ERR_NOMEM naming the model when its
+ * runner state (a batch's first requests, its paused batch) cannot be
+ * allocated. It starts no thread. Its pinned flag starts as
  * swap_model_pinned(model). */
 int engine_add_model(struct engine *e, struct swap_model *model);
 /* The id of the model served under name, or ERR_NOT_FOUND. */

@@ -202,7 +202,7 @@ static bool exec_running(void *ctx, int model)
     return x->map[model]->running;
 }
 
-/* The runner takes its batch from the queue (runner_main). */
+/* The runner takes its batch from the queue (runner.c's task). */
 static bool exec_serve(void *ctx, int model)
 {
     struct exec *x = ctx;
@@ -210,9 +210,8 @@ static bool exec_serve(void *ctx, int model)
     if (m->mem_wait || swap_use_begin(x->e->mgr, m->sm) < 0)
         return false;
     m->running = true;
-    m->go = true;
     m->last_used = m->batch_start = time_now();
-    pthread_cond_signal(&m->go_cond);
+    runner_serve(m);
     return true;
 }
 
