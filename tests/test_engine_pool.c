@@ -22,7 +22,7 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
-#include "engine/sched.h"
+#include "sched/sched.h"
 #include "test.h"
 
 #include "fixture_expect.h"
