@@ -367,7 +367,8 @@ int bench_swap(int argc, char **argv)
     bool json = false;
     struct swapbench_config c = {.repeat = 3, .prompt_len = 8, .ref_bytes = (size_t)256 << 20};
     struct flag flags[] = {
-        FLAG("preset", FLAG_STR, &preset, "NAME", model_preset_names()),
+        FLAG_CHOICE("preset", &preset, "NAME", "the model's shape, generated (once) into --cache",
+                    model_preset_names()),
         FLAG("model", FLAG_STR, &dir_flag, "DIR", "a checkpoint directory instead of a preset"),
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "dtype of a generated preset (default f16)"),
         FLAG_RANGE("layers", FLAG_INT, &layers, "N",

@@ -20,6 +20,7 @@
 #include "core/jsonout.h"
 #include "engine/sched.h"
 #include "engine/sim.h"
+#include "model/random.h"
 #include "workload/arrival.h"
 #include "workload/chat.h"
 #include "workload/computron.h"
@@ -400,7 +401,8 @@ int bench_workload(int argc, char **argv)
         FLAG_RANGE("slo-scale", FLAG_FLOAT, &slo_scale, "X",
                    "SLO as a multiple of the warm single-request latency (default 5)",
                    FLT_TRUE_MIN, 1e6, "0 < X <= 1000000"),
-        FLAG("preset", FLAG_STR, &preset, "NAME", "model shape (default opt-1.3b)"),
+        FLAG_CHOICE("preset", &preset, "NAME", "model shape (default opt-1.3b)",
+                    model_preset_names()),
         FLAG_RANGE("layers", FLAG_INT, &layers, "N", "layers per model (default 2)", 1, 4096,
                    "1..4096"),
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "model dtype (default f16)"),
