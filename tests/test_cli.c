@@ -898,7 +898,7 @@ static void test_policy_help(void)
     char out[1 << 16], names[512], want[128];
     CHECK(run(BIN " serve --help", out, sizeof(out), NULL, 0) == 0);
     const char *line = strstr(out, "\n  --policy NAME");
-    const char *end = line ? strchr(line, '\n') : NULL;
+    const char *end = line ? strchr(line + 1, '\n') : NULL;
     char help[1024] = "";
     if (line && end)
         snprintf(help, sizeof(help), "%.*s", (int)(end - line), line);
