@@ -500,7 +500,7 @@ static int budgets_choose(const struct stack_config *c, uint64_t *budgets, uint6
             w = "no model placed on it";
         } else if (sized[d] <= room[d]) {
             budgets[d] = sized[d];
-            w = c->fit_models > 0 ? "room for the models to fit at once"
+            w = c->fit_models > 0 ? "room for fit_models of its largest model"
                                   : "room for every model placed on it at once";
         } else if (room[d] >= one[d]) {
             budgets[d] = room[d];
