@@ -18,6 +18,7 @@
 #include "cluster/job.h"
 #include "core/error.h"
 #include "core/jsonout.h"
+#include "model/random.h"
 #include "sched/sched.h"
 #include "sched/sim.h"
 #include "workload/arrival.h"
@@ -492,11 +493,11 @@ int bench_workload(int argc, char **argv)
              "with --simulate clairvoyant (it knows the future arrivals) and "
              "clairvoyant-partial; --simulate adds a floor row, a lower bound no policy beats "
              "(the models' --layers are what partial residency trims)"),
-        FLAG_RANGE("models", FLAG_INT, &n_models, "N", "custom/round-robin: number of models",
-                   1, MAX_MODELS, "1..256"),
+        FLAG_RANGE("models", FLAG_INT, &n_models, "N", "custom/round-robin: number of models", 1,
+                   MAX_MODELS, "1..256"),
         FLAG("rates", FLAG_STR, &rates_s, "R1,R2,...", "custom: requests/s per model"),
-        FLAG_RANGE("alpha", FLAG_FLOAT, &alpha, "A", "custom: power-law skew instead of --rates",
-                   0, 100, "0..100"),
+        FLAG_RANGE("alpha", FLAG_FLOAT, &alpha, "A", "custom: power-law skew instead of --rates", 0,
+                   100, "0..100"),
         FLAG_RANGE("total-rate", FLAG_FLOAT, &total_rate, "R",
                    "custom: requests/s over all models with --alpha", FLT_TRUE_MIN, 1e6,
                    "0 < R <= 1000000"),
@@ -510,8 +511,8 @@ int bench_workload(int argc, char **argv)
         FLAG_RANGE("duration", FLAG_FLOAT, &duration, "S",
                    "seconds of arrivals (default 20; Computron: 30)", FLT_TRUE_MIN, 86400,
                    "0 < S <= 86400"),
-        FLAG_RANGE("requests", FLAG_INT, &rr_requests, "N", "round-robin: requests (default 40)",
-                   1, 1000000, "1..1000000"),
+        FLAG_RANGE("requests", FLAG_INT, &rr_requests, "N", "round-robin: requests (default 40)", 1,
+                   1000000, "1..1000000"),
         FLAG_RANGE("slo", FLAG_FLOAT, &slo, "S",
                    "SLO in seconds (default: --slo-scale x warm latency)", FLT_TRUE_MIN, 86400,
                    "0 < S <= 86400"),
@@ -522,9 +523,10 @@ int bench_workload(int argc, char **argv)
                    "chat: SLO on time per output token after the first, seconds (default 0.2)",
                    FLT_TRUE_MIN, 86400, "0 < S <= 86400"),
         FLAG_RANGE("slo-scale", FLAG_FLOAT, &slo_scale, "X",
-                   "SLO as a multiple of the warm single-request latency (default 5)",
-                   FLT_TRUE_MIN, 1e6, "0 < X <= 1000000"),
-        FLAG("preset", FLAG_STR, &preset, "NAME", "model shape (default opt-1.3b)"),
+                   "SLO as a multiple of the warm single-request latency (default 5)", FLT_TRUE_MIN,
+                   1e6, "0 < X <= 1000000"),
+        FLAG_CHOICE("preset", &preset, "NAME", "model shape (default opt-1.3b)",
+                    model_preset_names()),
         FLAG_RANGE("layers", FLAG_INT, &layers, "N", "layers per model (default 2)", 1, 4096,
                    "1..4096"),
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "model dtype (default f16)"),

@@ -63,6 +63,7 @@ struct engine;
 struct engine_req; /* a request handle (opaque) */
 struct engine_model_stats; /* below */
 struct sched_carried;      /* sched/sched.h */
+struct engine_move;        /* below */
 
 struct engine_config {
     const char *policy;   /* sched_policy_find() name; NULL = the default */
@@ -84,6 +85,39 @@ struct engine_config {
      * holding the engine's decisions against the simulator's. */
     void (*on_sched_op)(void *ctx, const struct sched_carried *op);
     void *sched_op_ctx;
+    /* optional: told of each change of a model's residency (engine_move
+     * below), for a log. Under the engine lock, on the scheduler thread or
+     * on a thread reading a model's statistics (which may notice a load's
+     * end first): it may write a line and nothing more (no blocking, no
+     * lock, no call into the engine). */
+    void (*on_move)(void *ctx, const struct engine_move *mv);
+    void *move_ctx;
+};
+
+/* What happened to a model's residency, for engine_config.on_move. */
+enum engine_move_kind {
+    ENGINE_MOVE_LOADED,      /* its load completed: bytes copied in seconds */
+    ENGINE_MOVE_LOAD_FAILED, /* its load failed (why): it left its devices again */
+    ENGINE_MOVE_EVICTED,     /* it leaves to make room for for_model */
+    ENGINE_MOVE_PREEMPTED,   /* likewise, its batch paused (its KV caches stay) */
+    ENGINE_MOVE_TRIMMED,     /* it gave up its last layers on device for for_model */
+    ENGINE_MOVE_IDLE,        /* it leaves after seconds idle, past its keep_alive */
+    ENGINE_MOVE_UNLOADED,    /* an admin unloaded it */
+};
+struct engine_move {
+    enum engine_move_kind kind;
+    const char *model;     /* its name */
+    const char *for_model; /* EVICTED, PREEMPTED, TRIMMED: the model it makes room for */
+    int device;            /* TRIMMED: where it gave up layers; else -1 */
+    /* LOADED: the bytes copied; TRIMMED: the bytes given up; otherwise the
+     * bytes of its weights it held on its devices when it was told to leave */
+    uint64_t bytes;
+    /* LOADED: the load's time; IDLE: how long it was idle; EVICTED,
+     * PREEMPTED, UNLOADED: how long since its last load began */
+    double seconds;
+    double keep_alive; /* IDLE: its keep_alive (NAN: the policy's own) */
+    bool deferred;     /* it leaves at the end of its batch in flight */
+    const char *why;   /* LOAD_FAILED: the message */
 };
 
 /* mgr and w stay the caller's and must outlive the engine. Starts the

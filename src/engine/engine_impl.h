@@ -171,6 +171,7 @@ struct emodel {
     uint64_t trim_credit[SCHED_MAX_DEVICES];
     /* statistics (engine lock) */
     uint64_t loads, evictions, unloads, bytes_loaded, batches;       /* [lock] */
+    uint64_t load_bytes; /* [lock] what its load in progress copies (for on_move) */
     uint64_t trims, bytes_trimmed;                                   /* [lock] */
     uint64_t submitted, ok, failed, cancelled, timed_out, rejected;  /* [lock] */
     double load_s, compute_s;                                        /* [lock] */
@@ -264,6 +265,12 @@ bool runner_drop_held(struct emodel *m);
 
 /* sched_loop.c: the scheduler thread */
 void load_check(struct engine *e, struct emodel *m, bool loading); /* lock held */
+/* The bytes of m's weights on its devices now (lock held). */
+uint64_t model_held_bytes(struct engine *e, const struct emodel *m);
+/* Tells cfg.on_move, if any, that m left or leaves its devices (kind) for
+ * for_model (NULL: none), holding bytes there when told to (lock held). */
+void move_leave(struct engine *e, struct emodel *m, enum engine_move_kind kind,
+                const struct emodel *for_model, bool deferred, uint64_t bytes);
 void *sched_main(void *arg);    /* the thread of engine arg */
 void engine_on_swap(void *ctx); /* the swap manager's listener (ctx: the engine; no lock) */
 
