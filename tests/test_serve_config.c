@@ -154,10 +154,23 @@ TEST(values)
     CHECK(serve_keep_alive_parse("0", &ka) == 0 && ka == 0);
     CHECK(serve_keep_alive_parse("2.5", &ka) == 0 && ka == 2.5);
     CHECK(serve_keep_alive_parse("-1", &ka) == 0 && isinf(ka));
-    const char *bad_ka[] = {"-2", "", " 1", "5m", "inf", "nan", "1e999"};
+    /* Ollama's durations: a number with a unit, several in a row */
+    static const struct {
+        const char *text;
+        double seconds;
+    } durations[] = {{"30s", 30},    {"5m", 300},     {"1h", 3600}, {"1h30m", 5400},
+                     {"1.5h", 5400}, {"250ms", 0.25}, {"0s", 0},    {"2m30s", 150},
+                     {"300", 300},   {"1h0m0s", 3600}};
+    for (size_t i = 0; i < sizeof(durations) / sizeof(durations[0]); i++)
+        CHECK_MSG(serve_keep_alive_parse(durations[i].text, &ka) == 0 &&
+                      fabs(ka - durations[i].seconds) < 1e-9,
+                  "'%s': %g (%s)", durations[i].text, ka, err_msg());
+    const char *bad_ka[] = {"-2",  "",  " 1",   "5x", "inf", "nan",  "1e999", "1e3",
+                            "5 m", "m", "30s5", "1.", "-1m", "0x10", "5M"};
     for (size_t i = 0; i < sizeof(bad_ka) / sizeof(bad_ka[0]); i++)
         CHECK_MSG(serve_keep_alive_parse(bad_ka[i], &ka) == ERR_INVALID &&
-                      strstr(err_msg(), "expected seconds >= 0 or -1 (forever)"),
+                      strstr(err_msg(), "expected a duration such as 30s, 5m, 1h or 1h30m, "
+                                        "seconds >= 0, or -1 (never)"),
                   "'%s': %s", bad_ka[i], err_msg());
 
     /* a second file overrides keys and appends models; model_roots is replaced */
@@ -329,7 +342,12 @@ TEST(bytes)
         {"5XB", 0, 0},
         {"5 ", 0, 0},
         {" 5", 0, 0},
-        {"5gib", 0, 0},
+        {"5gib", 1, 5ull << 30}, /* units in any case */
+        {"2gb", 1, 2000000000ull},
+        {"2GB", 1, 2000000000ull},
+        {"3mIb", 1, 3ull << 20},
+        {"7k", 1, 7ull << 10},
+        {"9b", 1, 9},
         {"1GiBx", 0, 0},
         {"0x10", 0, 0},
         {"1.0000000001GB", 0, 0},
@@ -400,10 +418,12 @@ TEST(check)
     EXPECT_BAD(c.device_kind = "tpu", c.device_kind = kind, "devices.kind: expected cpu or cuda");
     EXPECT_BAD(c.api_key = "", c.api_key = NULL, "api_key");
     EXPECT_BAD(c.admin_key = "", c.admin_key = NULL, "admin_key");
-    EXPECT_BAD(c.keep_alive = "soon", c.keep_alive = NULL,
-               "keep_alive: expected seconds >= 0 or -1 (forever), got 'soon'");
-    EXPECT_BAD(c.models[1].keep_alive = "-3", c.models[1].keep_alive = NULL,
-               "models[1].keep_alive: expected seconds >= 0 or -1 (forever), got '-3'");
+    EXPECT_BAD(c.keep_alive = -2, c.keep_alive = NAN,
+               "keep_alive: expected a duration such as 30s, 5m, 1h or 1h30m, seconds >= 0 (0: "
+               "at once), or -1 (never), got -2");
+    EXPECT_BAD(c.models[1].keep_alive = -3, c.models[1].keep_alive = NAN,
+               "models[1].keep_alive: expected a duration such as 30s, 5m, 1h or 1h30m, seconds "
+               ">= 0 (0: at once), or -1 (never), got -3");
     EXPECT_BAD(c.models[1].priority = 1001, c.models[1].priority = 0, "models[1].priority");
     EXPECT_BAD(c.models[1].max_queue_wait = -1, c.models[1].max_queue_wait = 0,
                "models[1].max_queue_wait");

@@ -601,6 +601,9 @@ int server_open(const struct serve_config *c, struct cluster_job *job, struct se
         log_info("model %s: %s (tp %d, pp %d%s)", m->name, m->path, m->tp, m->pp,
                  m->pinned ? ", pinned" : "");
     }
+    /* pinned models are on their devices before the first request */
+    if ((rc = stack_load_pinned(s->stack)) < 0)
+        goto fail;
     if ((rc = srv_watcher_start(s)) < 0 || (rc = listen_start(s)) < 0)
         goto fail;
     atomic_store(&s->state, SERVER_SERVING);
