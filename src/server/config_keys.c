@@ -466,13 +466,16 @@ int serve_key_set_json(const struct serve_key *k, void *base, const json_t *v, c
     case SK_INTS: {
         int n = json_is_array(v) ? (int)json_array_size(v) : -1, got[STACK_MAX_DEVICES];
         if (n < 1 || n > k->max_items || n > STACK_MAX_DEVICES)
-            return err_set(ERR_INVALID, "%s: expected %s", what, k->expected);
+            return refuse_json(k, what, v);
         for (int i = 0; i < n; i++) {
             const json_t *x = json_array_get(v, (size_t)i);
             if (!json_is_integer(x) || json_integer_value(x) < k->lo ||
-                json_integer_value(x) > k->hi)
-                return err_set(ERR_INVALID, "%s[%d]: expected an integer from %.0f to %.0f", what,
-                               i, k->lo, k->hi);
+                json_integer_value(x) > k->hi) {
+                char item[96];
+                snprintf(item, sizeof(item), "%s[%d]", what, i);
+                const struct serve_key one = {.type = SK_INT, .lo = k->lo, .hi = k->hi};
+                return refuse_json(&one, item, x);
+            }
             got[i] = (int)json_integer_value(x);
         }
         memcpy(f, got, (size_t)n * sizeof(int));
