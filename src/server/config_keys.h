@@ -4,6 +4,8 @@
  *   - config.c's YAML walk (the known keys of each mapping, each scalar's
  *     parse and range, the defaults of serve_config_init and of a model);
  *   - serve_config_check (every scalar's range again, for the flags too);
+ *   - POST /admin/models (a model's keys from its JSON body:
+ *     serve_model_from_json, serve_key_set_json, the same words);
  *   - cmd_serve.c (the flags, their ranges and the --help lines);
  *   - tests/test_serve_config.c (the table and docs/serve.example.yaml
  *     name the same keys).
