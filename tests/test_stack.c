@@ -596,7 +596,7 @@ static void test_add_model(void)
         {{.name = "x", .path = fix_paths[F_BF16], .tp = 3}, "tp", "more than the 2 devices"},
         {{.name = "x", .path = fix_paths[F_BF16], .devices = off}, "devices", "no device 2"},
         {{.name = "x", .path = fix_paths[F_BF16], .tp = 2, .devices = twice},
-         "path",
+         "devices",
          "holds two of its shards"},
         {{.name = "x", .path = fix_paths[F_BF16], .max_batch = -1}, "max_batch", "max_batch"},
         {{.name = "x", .path = fix_paths[F_BF16], .priority = 5000}, "priority", "priority"},

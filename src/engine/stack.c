@@ -219,6 +219,13 @@ static int model_check_on(const struct stack_model_config *m, int n_devices, boo
                            "model %s: devices[%d]: expected 0 to %d, got %d (no device %d in the "
                            "stack)",
                            m->name, s, n_devices - 1, m->devices[s], m->devices[s]);
+    for (int s = 0; m->devices && s < tp * pp; s++)
+        for (int t = 0; t < s; t++)
+            if (m->devices[t] == m->devices[s])
+                return err_set(ERR_INVALID,
+                               "model %s: device %d holds two of its shards (each shard of a "
+                               "model needs its own device)",
+                               m->name, m->devices[s]);
     /* CUDA shards in several processes would need NCCL's groups across
      * them; CPU ones meet over MPI (comm/mpi) */
     const int p0 = procs[model_device(m, 0)];
