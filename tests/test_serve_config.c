@@ -709,6 +709,21 @@ TEST(admin_json)
         serve_model_free(&m);
         json_decref(obj);
     }
+    /* durations in the file and from a flag's text, as in JSON */
+    struct serve_config c;
+    serve_config_init(&c);
+    const char *text = "keep_alive: 5m\nmodels: [{name: a, path: /a, keep_alive: 1h30m}]\n";
+    CHECK_MSG(serve_config_parse_yaml(text, strlen(text), "d.yaml", &c) == 0, "%s", err_msg());
+    CHECK(c.keep_alive == 300 && c.n_models == 1 && c.models[0].keep_alive == 5400);
+    const struct serve_key *ka = serve_key_find("keep_alive");
+    CHECK(ka && serve_key_set_text(ka, &c, "-1", "--keep-alive") == 0 && isinf(c.keep_alive));
+    CHECK(ka && serve_key_set_text(ka, &c, "soon", "--keep-alive") == ERR_INVALID &&
+          strstr(err_msg(), "--keep-alive: expected a duration such as 30s"));
+    text = "models: [{name: a, path: /a, keep_alive: ~}]\n";
+    CHECK(serve_config_parse_yaml(text, strlen(text), "d.yaml", &c) == 0 &&
+          isnan(c.models[1].keep_alive));
+    serve_config_free(&c);
+
     /* the missing name: the file's words */
     obj = json_loads("{\"path\": \"/a\"}", 0, NULL);
     serve_model_init(&m);
