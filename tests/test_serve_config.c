@@ -619,6 +619,10 @@ TEST(admin_json)
             snprintf(yaml_v, sizeof(yaml_v), "[%.0f]", k->hi + 1);
             snprintf(json_v, sizeof(json_v), "[%.0f]", k->hi + 1);
             break;
+        case SK_STRINGS:
+            snprintf(yaml_v, sizeof(yaml_v), "[b, '']");
+            snprintf(json_v, sizeof(json_v), "[\"b\", \"\"]");
+            break;
         default:
             CHECK_MSG(0, "models[].%s: a type this test does not know", leaf);
             continue;
@@ -673,8 +677,8 @@ TEST(admin_json)
     serve_model_init(&m);
     const char *key = NULL;
     CHECK(serve_model_from_json(obj, &m, &key) == ERR_INVALID && key && !strcmp(key, "pined"));
-    CHECK_MSG(strstr(err_msg(), "'pined': unknown key (expected one of name, path, tp"), "%s",
-              err_msg());
+    CHECK_MSG(strstr(err_msg(), "'pined': unknown key (expected one of name, path, aliases, tp"),
+              "%s", err_msg());
     serve_model_free(&m);
     json_decref(obj);
 
@@ -731,6 +735,63 @@ TEST(admin_json)
     CHECK_MSG(serve_model_check(&m, "", &key) == ERR_INVALID && !strcmp(key, "name") &&
                   strstr(err_msg(), "name: expected a non-empty string, got none"),
               "%s", err_msg());
+    serve_model_free(&m);
+    json_decref(obj);
+}
+
+/* Aliases: more names of one model, from the file (models[].aliases), the
+ * flag's ALIAS=NAME and the admin body; each a name as safe as a model's,
+ * none the name or alias of another model. */
+TEST(aliases)
+{
+    struct serve_config c;
+    serve_config_init(&c);
+    const char *text = "models:\n  - {name: a, path: /a, aliases: [chat, chat-2]}\n"
+                       "  - {name: b, path: /b}\n";
+    CHECK_MSG(serve_config_parse_yaml(text, strlen(text), "a.yaml", &c) == 0, "%s", err_msg());
+    CHECK(c.models[0].n_aliases == 2 && strcmp(c.models[0].aliases[1], "chat-2") == 0);
+    CHECK(serve_config_add_alias(&c, "bee=b") == 0 && c.models[1].n_aliases == 1 &&
+          strcmp(c.models[1].aliases[0], "bee") == 0);
+    CHECK_MSG(serve_config_check(&c) == 0, "%s", err_msg());
+    CHECK(serve_config_add_alias(&c, "x=nobody") == ERR_INVALID &&
+          strstr(err_msg(), "no model is named 'nobody'"));
+    CHECK(serve_config_add_alias(&c, "=b") == ERR_INVALID &&
+          strstr(err_msg(), "expected ALIAS=NAME"));
+    static const struct {
+        const char *alias, *needle;
+    } bad[] = {
+        {"a", "models[1].aliases[1] 'a': also a name of models[0] (a)"},
+        {"chat", "models[1].aliases[1] 'chat': also a name of models[0] (a)"},
+        {"b", "models[1].aliases[1] 'b': the model's own name"},
+        {"bee", "models[1].aliases[1] 'bee': also aliases[0]"},
+        {"x/../y", "models[1].aliases[1] 'x/../y': expected 1 to 63 bytes"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char arg[64];
+        snprintf(arg, sizeof(arg), "%s=b", bad[i].alias);
+        CHECK(serve_config_add_alias(&c, arg) == 0);
+        CHECK_MSG(serve_config_check(&c) == ERR_INVALID && strstr(err_msg(), bad[i].needle),
+                  "alias %s: %s", bad[i].alias, err_msg());
+        free(c.models[1].aliases[--c.models[1].n_aliases]);
+    }
+    CHECK_MSG(serve_config_check(&c) == 0, "%s", err_msg());
+    serve_config_free(&c);
+
+    /* the admin body's */
+    json_t *obj =
+        json_loads("{\"name\": \"a\", \"path\": \"/a\", \"aliases\": [\"x\", \"y\"]}", 0, NULL);
+    struct serve_model m;
+    serve_model_init(&m);
+    const char *key;
+    CHECK(serve_model_from_json(obj, &m, &key) == 0 && m.n_aliases == 2 &&
+          strcmp(m.aliases[1], "y") == 0);
+    CHECK(serve_model_check(&m, "", &key) == 0);
+    serve_model_free(&m);
+    json_decref(obj);
+    obj = json_loads("{\"name\": \"a\", \"path\": \"/a\", \"aliases\": \"x\"}", 0, NULL);
+    serve_model_init(&m);
+    CHECK(serve_model_from_json(obj, &m, &key) == ERR_INVALID && !strcmp(key, "aliases") &&
+          strstr(err_msg(), "aliases: expected a list of at most 16 names, got \"x\""));
     serve_model_free(&m);
     json_decref(obj);
 }

@@ -119,6 +119,8 @@ void serve_model_init(struct serve_model *m)
 
 void serve_model_free(struct serve_model *m)
 {
+    for (int i = 0; i < m->n_aliases; i++)
+        free(m->aliases[i]);
     free(m->name);
     free(m->path);
     free(m->compute);
@@ -180,6 +182,28 @@ int serve_config_add_model(struct serve_config *c, const char *arg)
     if (rc < 0)
         serve_model_free(&m);
     return rc;
+}
+
+int serve_config_add_alias(struct serve_config *c, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg || !eq[1])
+        return err_set(ERR_INVALID, "--alias '%.*s': expected ALIAS=NAME (NAME a model's name)",
+                       QUOTE_MAX, arg);
+    struct serve_model *m = NULL;
+    for (int i = 0; i < c->n_models && !m; i++)
+        if (strcmp(c->models[i].name, eq + 1) == 0)
+            m = &c->models[i];
+    if (!m)
+        return err_set(ERR_INVALID, "--alias '%.*s': no model is named '%.*s'", QUOTE_MAX, arg,
+                       QUOTE_MAX, eq + 1);
+    if (m->n_aliases == SERVE_MAX_ALIASES)
+        return err_set(ERR_INVALID, "--alias '%.*s': model %s has %d aliases already (at most)",
+                       QUOTE_MAX, arg, m->name, SERVE_MAX_ALIASES);
+    if (!(m->aliases[m->n_aliases] = strndup(arg, (size_t)(eq - arg))))
+        return err_set(ERR_NOMEM, "--alias: out of memory");
+    m->n_aliases++;
+    return 0;
 }
 
 /* ---- the walk ---- */
@@ -279,6 +303,7 @@ static int walk_list(const struct walk *w, const struct serve_key *k, const stru
     /* strings: all read before the old list goes, so an error leaves it */
     char **items = serve_key_field(k, base), *got[SERVE_MAX_ROOTS] = {0};
     const struct serve_key text = {.type = SK_STRING, .offset = 0}; /* one string at &got[j] */
+    _Static_assert(SERVE_MAX_ALIASES <= SERVE_MAX_ROOTS, "a list of strings fits got[]");
     assert(k->max_items <= SERVE_MAX_ROOTS);
     for (int j = 0; j < y->n && rc == 0; j++) {
         snprintf(item, sizeof(item), "%s[%d]", key, j);

@@ -12,14 +12,11 @@
  *   serve_config_add_model(c, "NAME=DIR")  --model shortcut
  *   serve_config_check(c)              what must hold before serving: every
  *                                      key's type and range (the table), at
- *                                      least one model, model names safe in
- *                                      URLs, the GPU and process lists against
- *                                      the devices, then stack_config_check
- *                                      (devices on the job's processes, policy,
- *                                      precisions, unique names, TP x PP within
- *                                      the devices)
- *   serve_config_stack(c, ...)         the stack_config to stack_open
- *   serve_config_free(c)
+ *                                      least one model, model names and
+ *                                      aliases safe in URLs and unique, the GPU and process lists
+ * against the devices, then stack_config_check (devices on the job's processes, policy, precisions,
+ * unique names, TP x PP within the devices) serve_config_stack(c, ...)         the stack_config to
+ * stack_open serve_config_free(c)
  */
 #ifndef SHARDSWAP_SERVER_CONFIG_H
 #define SHARDSWAP_SERVER_CONFIG_H
@@ -54,6 +51,7 @@
 #define SERVE_QUEUE_CAP_MIN 1
 #define SERVE_QUEUE_CAP_MAX 1048576
 #define SERVE_MAX_ROOTS 16
+#define SERVE_MAX_ALIASES 16 /* more names of one model */
 /* Model names appear in URLs and logs: 1 to this many bytes of A-Z a-z 0-9
  * . _ : / -, not starting with '/' and without "..". */
 #define SERVE_MODEL_NAME_MAX 63
@@ -64,6 +62,10 @@ enum log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
 struct serve_model {
     char *name;          /* what requests name (owned) */
+    /* more names requests may give it, each served by the same registered
+     * model: one host copy, one residency (owned) */
+    char *aliases[SERVE_MAX_ALIASES];
+    int n_aliases;
     char *path;          /* checkpoint directory (owned) */
     int tp, pp;          /* >= 1 */
     int devices[STACK_MAX_DEVICES]; /* when n_devices: shard placement (stack.h) */
@@ -154,6 +156,9 @@ int serve_config_parse_yaml(const char *text, size_t len, const char *name,
 int serve_config_load(const char *path, struct serve_config *c);
 /* "NAME=DIR": a model with TP = PP = 1 and the server's max batch. */
 int serve_config_add_model(struct serve_config *c, const char *arg);
+/* "ALIAS=NAME" (--alias): another name of the model named NAME, which c
+ * must have by then (the file's and the --model flags' are). */
+int serve_config_add_alias(struct serve_config *c, const char *arg);
 int serve_config_check(const struct serve_config *c);
 /* A model as the key table reads one from a JSON object (POST
  * /admin/models' body), with the same rows, ranges and messages as a

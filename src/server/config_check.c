@@ -61,6 +61,22 @@ int serve_model_check(const struct serve_model *m, const char *name, const char 
                        "%s%sname '%.*s': expected 1 to %d bytes of A-Z a-z 0-9 . _ : / -, not "
                        "starting with '/' and without '..'",
                        name, name[0] ? "." : "", QUOTE_MAX, m->name, SERVE_MODEL_NAME_MAX);
+    *key = "aliases";
+    for (int i = 0; i < m->n_aliases; i++) {
+        if (!serve_model_name_ok(m->aliases[i]))
+            return err_set(ERR_INVALID,
+                           "%s%saliases[%d] '%.*s': expected 1 to %d bytes of A-Z a-z 0-9 . _ : / "
+                           "-, not starting with '/' and without '..'",
+                           name, name[0] ? "." : "", i, QUOTE_MAX, m->aliases[i],
+                           SERVE_MODEL_NAME_MAX);
+        if (strcmp(m->aliases[i], m->name) == 0)
+            return err_set(ERR_INVALID, "%s%saliases[%d] '%s': the model's own name", name,
+                           name[0] ? "." : "", i, m->aliases[i]);
+        for (int j = 0; j < i; j++)
+            if (strcmp(m->aliases[i], m->aliases[j]) == 0)
+                return err_set(ERR_INVALID, "%s%saliases[%d] '%s': also aliases[%d]", name,
+                               name[0] ? "." : "", i, m->aliases[i], j);
+    }
     *key = "devices";
     if (m->n_devices != 0 && m->n_devices != m->tp * m->pp)
         return err_set(ERR_INVALID, "model %s: devices: expected tp x pp = %d of them, got %d",
@@ -102,6 +118,20 @@ static int check_server(const struct serve_config *c)
         if (rc < 0)
             return rc;
     }
+    /* an alias is a name like any other: no two models answer to one
+     * (stack_config_check has the names among themselves) */
+    for (int i = 0; i < c->n_models; i++)
+        for (int a = 0; a < c->models[i].n_aliases; a++)
+            for (int j = 0; j < c->n_models; j++) {
+                const struct serve_model *o = &c->models[j];
+                bool taken = j != i && strcmp(o->name, c->models[i].aliases[a]) == 0;
+                for (int b = 0; j < i && !taken && b < o->n_aliases; b++)
+                    taken = strcmp(o->aliases[b], c->models[i].aliases[a]) == 0;
+                if (taken)
+                    return err_set(ERR_INVALID,
+                                   "models[%d].aliases[%d] '%s': also a name of models[%d] (%s)", i,
+                                   a, c->models[i].aliases[a], j, o->name);
+            }
     return 0;
 }
 

@@ -5,6 +5,7 @@
  * to it); --help shows every key with a flag. */
 #include "server/config_keys.h"
 
+#include <assert.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -136,6 +137,12 @@ const struct serve_key serve_keys[] = {
      .help = "what requests name in \"model\""},
     {.path = "models[].path", .type = SK_STRING, .null = SK_NULL_REFUSED, .offset = MODEL(path),
      .help = "the checkpoint directory"},
+    {.path = "models[].aliases", .flag = "alias", .metavar = "ALIAS=NAME", .type = SK_STRINGS,
+     .offset = MODEL(aliases), .count_offset = MODEL(n_aliases), .max_items = SERVE_MAX_ALIASES,
+     .expected = "a list of at most 16 names",
+     .help = "more names the model answers to, listed in /v1/models: one checkpoint, one host "
+             "copy and one residency under each (repeatable; --alias ALIAS=NAME names a model "
+             "of the file or of --model)"},
     {.path = "models[].tp", .type = SK_INT, .lo = 1, .hi = STACK_MAX_DEVICES, .def = 1,
      .offset = MODEL(tp), .help = "tensor-parallel degree"},
     {.path = "models[].pp", .type = SK_INT, .lo = 1, .hi = STACK_MAX_DEVICES, .def = 1,
@@ -480,6 +487,33 @@ int serve_key_set_json(const struct serve_key *k, void *base, const json_t *v, c
         }
         memcpy(f, got, (size_t)n * sizeof(int));
         *(int *)((char *)base + k->count_offset) = n;
+        return 0;
+    }
+    case SK_STRINGS: {
+        int n = json_is_array(v) ? (int)json_array_size(v) : -1;
+        if (n < 0 || n > k->max_items)
+            return refuse_json(k, what, v);
+        char **items = f, *got[64] = {0};
+        int *count = (int *)((char *)base + k->count_offset), rc = 0;
+        assert(k->max_items <= 64);
+        for (int i = 0; i < n && rc == 0; i++) {
+            const json_t *x = json_array_get(v, (size_t)i);
+            char item[96];
+            snprintf(item, sizeof(item), "%s[%d]", what, i);
+            const struct serve_key one = {.type = SK_STRING, .offset = 0}; /* at &got[i] */
+            if (!json_is_string(x) || !json_string_value(x)[0] ||
+                strlen(json_string_value(x)) != json_string_length(x))
+                rc = refuse_json(&one, item, x);
+            else
+                rc = serve_key_set_text(&one, &got[i], json_string_value(x), item);
+        }
+        /* all read before the old list goes, so an error leaves it */
+        for (int i = 0, m = rc < 0 ? n : *count; i < m; i++)
+            free(rc < 0 ? got[i] : items[i]);
+        if (rc < 0)
+            return rc;
+        memcpy(items, got, (size_t)n * sizeof(*got));
+        *count = n;
         return 0;
     }
     default:

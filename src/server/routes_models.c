@@ -14,9 +14,18 @@
 #include "server/server_impl.h"
 
 /* The model object: OpenAI's fields and the server's (family, architecture,
- * whether it has a tokenizer, residency, shards, queue). NULL when m is no
- * longer served. */
-static json_t *model_json(struct server *s, const struct srv_model *m)
+ * whether it has a tokenizer, residency, shards, queue, its aliases). as is
+ * the name it is shown under: NULL or m->name, else one of its aliases (then
+ * "alias_of" names the model). NULL when m is no longer served. */
+static json_t *aliases_json(const struct srv_model *m)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < m->n_aliases; i++)
+        json_array_append_new(a, json_string(m->aliases[i]));
+    return a;
+}
+
+static json_t *model_json(struct server *s, const struct srv_model *m, const char *as)
 {
     struct engine_model_stats *st = malloc(sizeof(*st));
     if (!st || engine_model_stats(s->stack->engine, m->id, st) < 0) {
@@ -32,23 +41,28 @@ static json_t *model_json(struct server *s, const struct srv_model *m)
         json_array_append_new(shards, json_pack("{s:s, s:I}", "device", d ? device_name(d) : "?",
                                                 "bytes", (json_int_t)st->shards[i].bytes));
     }
-    json_t *o =
-        json_pack("{s:s, s:s, s:I, s:s, s:s, s:s, s:b, s:b, s:s, s:b, s:i, s:i, s:s, s:I, s:o, "
-                  "s:i, s:i, s:i}",
-                  "id", m->name, "object", "model", "created", (json_int_t)m->created, "owned_by",
-                  "shardswap", "family", m->family, "architecture", m->architecture, "tokenizer",
-                  m->tok != NULL, "chat_template", m->chat != NULL, "residency", srv_residency_name(st->residency), "pinned", st->pinned,
-                  "tp", m->tp, "pp", m->pp, "compute", kern_compute_name(m->compute), "bytes",
-                  (json_int_t)total, "shards", shards, "max_model_len", m->max_pos, "queue_len",
-                  st->queue_len, "running", st->running);
+    json_t *o = json_pack(
+        "{s:s, s:s, s:I, s:s, s:s, s:s, s:b, s:b, s:s, s:b, s:i, s:i, s:s, s:I, s:o, "
+        "s:i, s:i, s:i}",
+        "id", as ? as : m->name, "object", "model", "created", (json_int_t)m->created, "owned_by",
+        "shardswap", "family", m->family, "architecture", m->architecture, "tokenizer",
+        m->tok != NULL, "chat_template", m->chat != NULL, "residency",
+        srv_residency_name(st->residency), "pinned", st->pinned, "tp", m->tp, "pp", m->pp,
+        "compute", kern_compute_name(m->compute), "bytes", (json_int_t)total, "shards", shards,
+        "max_model_len", m->max_pos, "queue_len", st->queue_len, "running", st->running);
     /* seconds; -1 forever; null: the policy's own */
     double ka = st->keep_alive;
-    if (o && (json_object_set_new(o, "keep_alive", isnan(ka)   ? json_null()
-                                                   : isinf(ka) ? json_integer(-1)
-                                                               : json_real(ka)) |
-              json_object_set_new(o, "priority", json_integer(st->priority)) |
-              json_object_set_new(o, "max_queue_wait", json_real(st->max_queue_wait)) |
-              json_object_set_new(o, "min_resident", json_real(st->min_resident))) < 0) {
+    if (o &&
+        (json_object_set_new(o, "keep_alive",
+                             isnan(ka)   ? json_null()
+                             : isinf(ka) ? json_integer(-1)
+                                         : json_real(ka)) |
+         json_object_set_new(o, "priority", json_integer(st->priority)) |
+         json_object_set_new(o, "max_queue_wait", json_real(st->max_queue_wait)) |
+         json_object_set_new(o, "min_resident", json_real(st->min_resident)) |
+         json_object_set_new(o, "aliases", aliases_json(m)) |
+         (as && strcmp(as, m->name) != 0 ? json_object_set_new(o, "alias_of", json_string(m->name))
+                                         : 0)) < 0) {
         json_decref(o);
         o = NULL;
     }
@@ -71,9 +85,12 @@ enum MHD_Result srv_models_list(struct srv_req *r)
     n = n < SRV_MAX_LIST ? n : SRV_MAX_LIST;
     json_t *data = json_array();
     for (int i = 0; i < n; i++) {
-        json_t *o = model_json(r->s, ms[i]);
-        if (o) /* else removed meanwhile */
-            json_array_append_new(data, o);
+        /* the model, then each of its aliases as a model of its own name */
+        for (int a = -1; a < ms[i]->n_aliases; a++) {
+            json_t *o = model_json(r->s, ms[i], a < 0 ? NULL : ms[i]->aliases[a]);
+            if (o) /* else removed meanwhile */
+                json_array_append_new(data, o);
+        }
     }
     srv_models_put_all(ms, n);
     free(ms);
@@ -83,7 +100,7 @@ enum MHD_Result srv_models_list(struct srv_req *r)
 enum MHD_Result srv_model_get(struct srv_req *r)
 {
     struct srv_model *m = srv_model_find(r->s, r->arg);
-    json_t *o = m ? model_json(r->s, m) : NULL;
+    json_t *o = m ? model_json(r->s, m, r->arg) : NULL;
     srv_model_put(m);
     if (!o)
         return model_not_found(r, r->arg);
@@ -108,7 +125,7 @@ static enum MHD_Result admin_action(struct srv_req *r, struct srv_model *m)
     if (rc < 0)
         return srv_reply_errorf(r, 500, NULL, NULL, "", "%s", err_msg());
     log_info("admin: %s %s", r->action, m->name);
-    json_t *o = model_json(s, m);
+    json_t *o = model_json(s, m, NULL);
     return o ? srv_reply_json(r, 200, o) : model_not_found(r, r->arg);
 }
 
@@ -127,7 +144,7 @@ enum MHD_Result srv_admin_delete(struct srv_req *r)
     struct server *s = r->s;
     pthread_mutex_lock(&s->admin_lock);
     struct srv_model *m = srv_model_find(s, r->arg);
-    json_t *o = m ? model_json(s, m) : NULL;
+    json_t *o = m ? model_json(s, m, NULL) : NULL;
     struct engine_model_stats *last = o ? malloc(sizeof(*last)) : NULL;
     int rc = o ? engine_remove_model(s->stack->engine, m->id, last) : ERR_NOT_FOUND;
     if (rc == 0) {
@@ -216,6 +233,16 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     pthread_mutex_lock(&s->admin_lock);
     struct srv_model *same = srv_model_find(s, m.name);
     srv_model_put(same);
+    for (int i = 0; !same && i < m.n_aliases; i++) {
+        same = srv_model_find(s, m.aliases[i]);
+        srv_model_put(same);
+        if (same) {
+            pthread_mutex_unlock(&s->admin_lock);
+            oai_error_set(&e, 409, "invalid_request_error", "model_exists", "aliases",
+                          "A model named '%s' is served already.", m.aliases[i]);
+            goto refuse;
+        }
+    }
     if (same) {
         pthread_mutex_unlock(&s->admin_lock);
         oai_error_set(&e, 409, "invalid_request_error", "model_exists", "name",
@@ -231,7 +258,8 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     struct swap_model *sm;
     const char *param = "path"; /* what a refusal is about */
     int id = stack_add_model(s->stack, &mc, &sm, &param), rc = id;
-    if (id >= 0 && (rc = srv_model_add(s, sm, dir, m.chat_template, id)) < 0) {
+    if (id >= 0 &&
+        (rc = srv_model_add(s, sm, dir, m.chat_template, m.aliases, m.n_aliases, id)) < 0) {
         param = m.chat_template && strstr(err_msg(), ": chat_template ") ? "chat_template" : "path";
         remove_unserved(s, id);
     }
@@ -248,7 +276,7 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     }
     log_info("admin: added model %s from %s (tp %d, pp %d)", m.name, dir, m.tp, m.pp);
     struct srv_model *added = srv_model_find(s, m.name);
-    json_t *o = added ? model_json(s, added) : NULL;
+    json_t *o = added ? model_json(s, added, NULL) : NULL;
     srv_model_put(added);
     enum MHD_Result ret = o ? srv_reply_json(r, 200, o) : model_not_found(r, m.name);
     json_decref(body);

@@ -569,6 +569,41 @@ def test_admin_body_keys():
     check(code == 200, "delete m8: %d %s" % (code, body))
 
 
+def test_aliases():
+    """A model added with aliases answers to each of them: one registered
+    model (one host copy, one residency: the alias's entry in /v1/models
+    shows the model's residency), listed under every name with alias_of,
+    completions by an alias equal the model's and name the alias; an alias
+    already served is a 409."""
+    code, j, body = curl("POST", "/admin/models", {"name": "m9", "path": A.root_model,
+                                                   "aliases": ["m9-chat", "m9/b"]})
+    check(code == 200 and j["aliases"] == ["m9-chat", "m9/b"], "add m9 with aliases: %d %s" %
+          (code, body))
+    listed = {m["id"]: m for m in srv().json("GET", "/v1/models")[1]["data"]}
+    check(listed.get("m9-chat", {}).get("alias_of") == "m9" and
+          listed.get("m9/b", {}).get("alias_of") == "m9" and "alias_of" not in listed["m9"],
+          "aliases listed: %r" % {k: v.get("alias_of") for k, v in listed.items()})
+    want = client().completions.create(model="m9", prompt="Alias", max_tokens=4, temperature=0)
+    got = client().completions.create(model="m9-chat", prompt="Alias", max_tokens=4,
+                                      temperature=0)
+    check(got.choices[0].text == want.choices[0].text and got.model == "m9-chat",
+          "by its alias: %r (%s), by its name %r" % (got.choices[0].text, got.model,
+                                                     want.choices[0].text))
+    a, m = model_info("m9-chat"), model_info("m9")
+    check(a["residency"] == m["residency"] and a["bytes"] == m["bytes"],
+          "alias and model: %s %s" % (a["residency"], m["residency"]))
+    code, j, body = curl("POST", "/admin/models", {"name": "m10", "path": A.root_model,
+                                                   "aliases": ["m9-chat"]})
+    check_error(code, j, 409, "model_exists", "an alias already served")
+    check(j["error"]["param"] == "aliases", "alias taken: %r" % j["error"])
+    code, j, body = curl("POST", "/admin/models", {"name": "m9/b", "path": A.root_model})
+    check_error(code, j, 409, "model_exists", "a name that is an alias")
+    code, j, body = curl("DELETE", "/admin/models/m9")
+    check(code == 200, "delete m9: %d %s" % (code, body))
+    st, _ = srv().json("GET", "/v1/models/m9-chat")
+    check(st == 404, "m9-chat after m9's delete: %d" % st)
+
+
 def counters_of(samples, model):
     """{(name, labels without model): value} of model's counter series:
     every _total, and the histograms' _bucket, _count and _sum; each shown
@@ -876,7 +911,7 @@ def main():
              test_stream_equals_nonstream, test_stream_wire_format, test_fixtures_equal_transformers,
              test_fixtures_batched, test_context_boundary, test_stop_strings_random,
              test_alternating_models_swap, test_stop_strings, test_echo, test_seed_reproducible,
-             test_admin_routes, test_admin_body_keys, test_tp_pp_models, test_keep_alive, test_removed_counters,
+             test_admin_routes, test_admin_body_keys, test_aliases, test_tp_pp_models, test_keep_alive, test_removed_counters,
              test_metrics_promtool, test_metrics_residency_agrees, test_metrics_histograms_consistent,
              test_metrics_counters_move, test_pinned_device_full_answers,
              test_tight_memory_concurrent_requests, test_request_timeout,
