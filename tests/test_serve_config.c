@@ -2,7 +2,9 @@
  * every class of error with the line and key its message must name, byte
  * counts, serve_config_check's refusals, --model, and the stack config
  * (test_serve_keys.c holds the key table to the example and --help). */
+#include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include "core/bytes.h"
 #include "core/error.h"
 #include "server/config.h"
+#include "server/config_keys.h"
 #include "test.h"
 
 /* Parses text into a fresh config; returns the code (the config freed). */
@@ -154,10 +157,23 @@ TEST(values)
     CHECK(serve_keep_alive_parse("0", &ka) == 0 && ka == 0);
     CHECK(serve_keep_alive_parse("2.5", &ka) == 0 && ka == 2.5);
     CHECK(serve_keep_alive_parse("-1", &ka) == 0 && isinf(ka));
-    const char *bad_ka[] = {"-2", "", " 1", "5m", "inf", "nan", "1e999"};
+    /* Ollama's durations: a number with a unit, several in a row */
+    static const struct {
+        const char *text;
+        double seconds;
+    } durations[] = {{"30s", 30},    {"5m", 300},     {"1h", 3600}, {"1h30m", 5400},
+                     {"1.5h", 5400}, {"250ms", 0.25}, {"0s", 0},    {"2m30s", 150},
+                     {"300", 300},   {"1h0m0s", 3600}};
+    for (size_t i = 0; i < sizeof(durations) / sizeof(durations[0]); i++)
+        CHECK_MSG(serve_keep_alive_parse(durations[i].text, &ka) == 0 &&
+                      fabs(ka - durations[i].seconds) < 1e-9,
+                  "'%s': %g (%s)", durations[i].text, ka, err_msg());
+    const char *bad_ka[] = {"-2",  "",  " 1",   "5x", "inf", "nan",  "1e999", "1e3",
+                            "5 m", "m", "30s5", "1.", "-1m", "0x10", "5M"};
     for (size_t i = 0; i < sizeof(bad_ka) / sizeof(bad_ka[0]); i++)
         CHECK_MSG(serve_keep_alive_parse(bad_ka[i], &ka) == ERR_INVALID &&
-                      strstr(err_msg(), "expected seconds >= 0 or -1 (forever)"),
+                      strstr(err_msg(), "expected a duration such as 30s, 5m, 1h or 1h30m, "
+                                        "seconds >= 0, or -1 (never)"),
                   "'%s': %s", bad_ka[i], err_msg());
 
     /* a second file overrides keys and appends models; model_roots is replaced */
@@ -329,7 +345,12 @@ TEST(bytes)
         {"5XB", 0, 0},
         {"5 ", 0, 0},
         {" 5", 0, 0},
-        {"5gib", 0, 0},
+        {"5gib", 1, 5ull << 30}, /* units in any case */
+        {"2gb", 1, 2000000000ull},
+        {"2GB", 1, 2000000000ull},
+        {"3mIb", 1, 3ull << 20},
+        {"7k", 1, 7ull << 10},
+        {"9b", 1, 9},
         {"1GiBx", 0, 0},
         {"0x10", 0, 0},
         {"1.0000000001GB", 0, 0},
@@ -400,10 +421,12 @@ TEST(check)
     EXPECT_BAD(c.device_kind = "tpu", c.device_kind = kind, "devices.kind: expected cpu or cuda");
     EXPECT_BAD(c.api_key = "", c.api_key = NULL, "api_key");
     EXPECT_BAD(c.admin_key = "", c.admin_key = NULL, "admin_key");
-    EXPECT_BAD(c.keep_alive = "soon", c.keep_alive = NULL,
-               "keep_alive: expected seconds >= 0 or -1 (forever), got 'soon'");
-    EXPECT_BAD(c.models[1].keep_alive = "-3", c.models[1].keep_alive = NULL,
-               "models[1].keep_alive: expected seconds >= 0 or -1 (forever), got '-3'");
+    EXPECT_BAD(c.keep_alive = -2, c.keep_alive = NAN,
+               "keep_alive: expected a duration such as 30s, 5m, 1h or 1h30m, seconds >= 0 (0: "
+               "at once), or -1 (never), got -2");
+    EXPECT_BAD(c.models[1].keep_alive = -3, c.models[1].keep_alive = NAN,
+               "models[1].keep_alive: expected a duration such as 30s, 5m, 1h or 1h30m, seconds "
+               ">= 0 (0: at once), or -1 (never), got -3");
     EXPECT_BAD(c.models[1].priority = 1001, c.models[1].priority = 0, "models[1].priority");
     EXPECT_BAD(c.models[1].max_queue_wait = -1, c.models[1].max_queue_wait = 0,
                "models[1].max_queue_wait");
@@ -543,6 +566,234 @@ TEST(ranks)
     serve_config_stack(&c, &sc, mc);
     CHECK(!sc.procs_set && sc.n_devices == 2);
     serve_config_free(&c);
+}
+
+/* The part of a refusal from "expected " to its last ", got": what a key's
+ * row says, whoever read the value. */
+static void expected_part(const char *msg, char *out, size_t cap)
+{
+    const char *a = strstr(msg, "expected ");
+    const char *b = a ? a : NULL, *g;
+    for (g = a; g && (g = strstr(g, ", got")); g++)
+        b = g;
+    snprintf(out, cap, "%.*s", a ? (int)(b - a) : 0, a ? a : "");
+}
+
+/* A model's keys in a POST /admin/models body go through the rows that read
+ * the file: for every models[] key of the table a value out of its range
+ * is refused from YAML and from JSON with the same words (the row's), and
+ * the JSON refusal names the key; an unknown key is refused naming it;
+ * chat_template, devices and keep_alive (a number or a duration) read as
+ * in the file. */
+TEST(admin_json)
+{
+    int tested = 0;
+    for (int i = 0; i < serve_n_keys; i++) {
+        const struct serve_key *k = &serve_keys[i];
+        const char *leaf = serve_key_leaf(k, "models[]");
+        if (!leaf)
+            continue;
+        char yaml_v[64], json_v[64];
+        switch (k->type) {
+        case SK_INT:
+            snprintf(yaml_v, sizeof(yaml_v), "%.0f", k->hi + 1);
+            snprintf(json_v, sizeof(json_v), "%.0f", k->hi + 1);
+            break;
+        case SK_DOUBLE:
+            snprintf(yaml_v, sizeof(yaml_v), "%g", k->lo - 1);
+            snprintf(json_v, sizeof(json_v), "%g", k->lo - 1);
+            break;
+        case SK_BOOL:
+            snprintf(yaml_v, sizeof(yaml_v), "yes");
+            snprintf(json_v, sizeof(json_v), "\"yes\"");
+            break;
+        case SK_DURATION:
+            snprintf(yaml_v, sizeof(yaml_v), "soon");
+            snprintf(json_v, sizeof(json_v), "\"soon\"");
+            break;
+        case SK_STRING:
+            snprintf(yaml_v, sizeof(yaml_v), "''");
+            snprintf(json_v, sizeof(json_v), "\"\"");
+            break;
+        case SK_INTS:
+            snprintf(yaml_v, sizeof(yaml_v), "[%.0f]", k->hi + 1);
+            snprintf(json_v, sizeof(json_v), "[%.0f]", k->hi + 1);
+            break;
+        case SK_STRINGS:
+            snprintf(yaml_v, sizeof(yaml_v), "[b, '']");
+            snprintf(json_v, sizeof(json_v), "[\"b\", \"\"]");
+            break;
+        default:
+            CHECK_MSG(0, "models[].%s: a type this test does not know", leaf);
+            continue;
+        }
+        char yaml[256], json[256], from_yaml[256], from_json[256];
+        /* name and path in every model, the key under test once */
+        bool named = !strcmp(leaf, "name") || !strcmp(leaf, "path");
+        const char *other = !strcmp(leaf, "name") ? "path" : "name";
+        if (named) {
+            snprintf(yaml, sizeof(yaml), "models:\n  - {%s: %s, %s: /a}\n", leaf, yaml_v, other);
+            snprintf(json, sizeof(json), "{\"%s\": %s, \"%s\": \"/a\"}", leaf, json_v, other);
+        } else {
+            snprintf(yaml, sizeof(yaml), "models:\n  - {name: a, path: /a, %s: %s}\n", leaf,
+                     yaml_v);
+            snprintf(json, sizeof(json), "{\"name\": \"a\", \"path\": \"/a\", \"%s\": %s}", leaf,
+                     json_v);
+        }
+        struct serve_config c;
+        serve_config_init(&c);
+        int rc = serve_config_parse_yaml(yaml, strlen(yaml), "t.yaml", &c);
+        CHECK_MSG(rc == ERR_FORMAT, "models[].%s from YAML %s: %d", leaf, yaml_v, rc);
+        char want[96];
+        snprintf(want, sizeof(want), "key 'models[0].%s", leaf);
+        CHECK_MSG(strstr(err_msg(), want), "models[].%s from YAML: %s", leaf, err_msg());
+        expected_part(err_msg(), from_yaml, sizeof(from_yaml));
+        serve_config_free(&c);
+
+        json_error_t je;
+        json_t *obj = json_loads(json, 0, &je);
+        CHECK_MSG(obj != NULL, "%s: %s", json, je.text);
+        struct serve_model m;
+        serve_model_init(&m);
+        const char *key = NULL;
+        rc = serve_model_from_json(obj, &m, &key);
+        CHECK_MSG(rc == ERR_INVALID && key && strcmp(key, leaf) == 0,
+                  "models[].%s from JSON %s: %d, key %s", leaf, json_v, rc, key ? key : "none");
+        CHECK_MSG(strncmp(err_msg(), leaf, strlen(leaf)) == 0 &&
+                      strchr(":[", err_msg()[strlen(leaf)]),
+                  "models[].%s from JSON: %s", leaf, err_msg());
+        expected_part(err_msg(), from_json, sizeof(from_json));
+        CHECK_MSG(from_yaml[0] && strcmp(from_yaml, from_json) == 0,
+                  "models[].%s: YAML says '%s', JSON '%s'", leaf, from_yaml, from_json);
+        serve_model_free(&m);
+        json_decref(obj);
+        tested++;
+    }
+    CHECK(tested >= 13);
+
+    /* an unknown key: refused, named (before: accepted, pinning nothing) */
+    json_t *obj = json_loads("{\"name\": \"a\", \"path\": \"/a\", \"pined\": true}", 0, NULL);
+    struct serve_model m;
+    serve_model_init(&m);
+    const char *key = NULL;
+    CHECK(serve_model_from_json(obj, &m, &key) == ERR_INVALID && key && !strcmp(key, "pined"));
+    CHECK_MSG(strstr(err_msg(), "'pined': unknown key (expected one of name, path, aliases, tp"),
+              "%s", err_msg());
+    serve_model_free(&m);
+    json_decref(obj);
+
+    /* what the file reads, JSON reads */
+    obj = json_loads("{\"name\": \"a\", \"path\": \"/a\", \"chat_template\": \"/t/chat.jinja\", "
+                     "\"tp\": 2, \"devices\": [1, 0], \"pinned\": true, \"keep_alive\": \"5m\", "
+                     "\"compute\": null, \"min_resident\": 1.5}",
+                     0, NULL);
+    serve_model_init(&m);
+    CHECK_MSG(serve_model_from_json(obj, &m, &key) == 0, "%s", err_msg());
+    CHECK(m.chat_template && strcmp(m.chat_template, "/t/chat.jinja") == 0);
+    CHECK(m.tp == 2 && m.pp == 1 && m.n_devices == 2 && m.devices[0] == 1 && m.devices[1] == 0);
+    CHECK(m.pinned && m.keep_alive == 300 && m.compute == NULL && m.min_resident == 1.5);
+    CHECK_MSG(serve_model_check(&m, "", &key) == 0, "%s", err_msg());
+    serve_model_free(&m);
+    json_decref(obj);
+    static const struct {
+        const char *json;
+        double seconds;
+    } kas[] = {{"0", 0},         {"-1", INFINITY},     {"2.5", 2.5},
+               {"\"1h\"", 3600}, {"\"-1\"", INFINITY}, {"null", NAN}};
+    for (size_t i = 0; i < sizeof(kas) / sizeof(kas[0]); i++) {
+        char text[128];
+        snprintf(text, sizeof(text), "{\"name\": \"a\", \"path\": \"/a\", \"keep_alive\": %s}",
+                 kas[i].json);
+        obj = json_loads(text, 0, NULL);
+        serve_model_init(&m);
+        CHECK_MSG(
+            serve_model_from_json(obj, &m, &key) == 0 &&
+                (isnan(kas[i].seconds) ? isnan(m.keep_alive) : m.keep_alive == kas[i].seconds),
+            "keep_alive %s: %g (%s)", kas[i].json, m.keep_alive, err_msg());
+        serve_model_free(&m);
+        json_decref(obj);
+    }
+    /* durations in the file and from a flag's text, as in JSON */
+    struct serve_config c;
+    serve_config_init(&c);
+    const char *text = "keep_alive: 5m\nmodels: [{name: a, path: /a, keep_alive: 1h30m}]\n";
+    CHECK_MSG(serve_config_parse_yaml(text, strlen(text), "d.yaml", &c) == 0, "%s", err_msg());
+    CHECK(c.keep_alive == 300 && c.n_models == 1 && c.models[0].keep_alive == 5400);
+    const struct serve_key *ka = serve_key_find("keep_alive");
+    CHECK(ka && serve_key_set_text(ka, &c, "-1", "--keep-alive") == 0 && isinf(c.keep_alive));
+    CHECK(ka && serve_key_set_text(ka, &c, "soon", "--keep-alive") == ERR_INVALID &&
+          strstr(err_msg(), "--keep-alive: expected a duration such as 30s"));
+    text = "models: [{name: a, path: /a, keep_alive: ~}]\n";
+    CHECK(serve_config_parse_yaml(text, strlen(text), "d.yaml", &c) == 0 &&
+          isnan(c.models[1].keep_alive));
+    serve_config_free(&c);
+
+    /* the missing name: the file's words */
+    obj = json_loads("{\"path\": \"/a\"}", 0, NULL);
+    serve_model_init(&m);
+    CHECK(serve_model_from_json(obj, &m, &key) == 0);
+    CHECK_MSG(serve_model_check(&m, "", &key) == ERR_INVALID && !strcmp(key, "name") &&
+                  strstr(err_msg(), "name: expected a non-empty string, got none"),
+              "%s", err_msg());
+    serve_model_free(&m);
+    json_decref(obj);
+}
+
+/* Aliases: more names of one model, from the file (models[].aliases), the
+ * flag's ALIAS=NAME and the admin body; each a name as safe as a model's,
+ * none the name or alias of another model. */
+TEST(aliases)
+{
+    struct serve_config c;
+    serve_config_init(&c);
+    const char *text = "models:\n  - {name: a, path: /a, aliases: [chat, chat-2]}\n"
+                       "  - {name: b, path: /b}\n";
+    CHECK_MSG(serve_config_parse_yaml(text, strlen(text), "a.yaml", &c) == 0, "%s", err_msg());
+    CHECK(c.models[0].n_aliases == 2 && strcmp(c.models[0].aliases[1], "chat-2") == 0);
+    CHECK(serve_config_add_alias(&c, "bee=b") == 0 && c.models[1].n_aliases == 1 &&
+          strcmp(c.models[1].aliases[0], "bee") == 0);
+    CHECK_MSG(serve_config_check(&c) == 0, "%s", err_msg());
+    CHECK(serve_config_add_alias(&c, "x=nobody") == ERR_INVALID &&
+          strstr(err_msg(), "no model is named 'nobody'"));
+    CHECK(serve_config_add_alias(&c, "=b") == ERR_INVALID &&
+          strstr(err_msg(), "expected ALIAS=NAME"));
+    static const struct {
+        const char *alias, *needle;
+    } bad[] = {
+        {"a", "models[1].aliases[1] 'a': also a name of models[0] (a)"},
+        {"chat", "models[1].aliases[1] 'chat': also a name of models[0] (a)"},
+        {"b", "models[1].aliases[1] 'b': the model's own name"},
+        {"bee", "models[1].aliases[1] 'bee': also aliases[0]"},
+        {"x/../y", "models[1].aliases[1] 'x/../y': expected 1 to 63 bytes"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char arg[64];
+        snprintf(arg, sizeof(arg), "%s=b", bad[i].alias);
+        CHECK(serve_config_add_alias(&c, arg) == 0);
+        CHECK_MSG(serve_config_check(&c) == ERR_INVALID && strstr(err_msg(), bad[i].needle),
+                  "alias %s: %s", bad[i].alias, err_msg());
+        free(c.models[1].aliases[--c.models[1].n_aliases]);
+    }
+    CHECK_MSG(serve_config_check(&c) == 0, "%s", err_msg());
+    serve_config_free(&c);
+
+    /* the admin body's */
+    json_t *obj =
+        json_loads("{\"name\": \"a\", \"path\": \"/a\", \"aliases\": [\"x\", \"y\"]}", 0, NULL);
+    struct serve_model m;
+    serve_model_init(&m);
+    const char *key;
+    CHECK(serve_model_from_json(obj, &m, &key) == 0 && m.n_aliases == 2 &&
+          strcmp(m.aliases[1], "y") == 0);
+    CHECK(serve_model_check(&m, "", &key) == 0);
+    serve_model_free(&m);
+    json_decref(obj);
+    obj = json_loads("{\"name\": \"a\", \"path\": \"/a\", \"aliases\": \"x\"}", 0, NULL);
+    serve_model_init(&m);
+    CHECK(serve_model_from_json(obj, &m, &key) == ERR_INVALID && !strcmp(key, "aliases") &&
+          strstr(err_msg(), "aliases: expected a list of at most 16 names, got \"x\""));
+    serve_model_free(&m);
+    json_decref(obj);
 }
 
 int main(int argc, char **argv)

@@ -2,6 +2,7 @@
  * users read: docs/serve.example.yaml names the same keys and shows each
  * default, and `shardswap serve --help` has a line per flagged key with the
  * table's help, range and default. */
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,11 @@ TEST(example_file)
             break;
         case SK_BYTES:
             CHECK_MSG(*(const uint64_t *)a == (uint64_t)key->def, "%s", key->path);
+            break;
+        case SK_DURATION: /* NAN: unset */
+            CHECK_MSG(isnan(key->def) ? isnan(*(const double *)a)
+                                      : *(const double *)a == key->def,
+                      "%s: the example's %g, the default %s", key->path, *(const double *)a, def);
             break;
         case SK_STRING: {
             const char *x = *(char *const *)a;

@@ -607,6 +607,155 @@ static void test_max_batch(void)
     stack_close(s);
 }
 
+/* ---- 5. one add path, and pinned models at start ---- */
+
+/* stack_add_model on an open stack: each refusal names the key it is about
+ * and leaves nothing served; an add with its controls serves the fixture's
+ * reference and shows the controls. */
+static void test_add_model(void)
+{
+    struct stack_config c = serve_config(2);
+    c.n_models = 1; /* tp2 */
+    struct stack *s = NULL;
+    CHECK_MSG(stack_open(&c, &s) == 0 && s, "%s", err_msg());
+    if (!s)
+        return;
+    static const int twice[2] = {0, 0}, off[1] = {2};
+    static const struct {
+        struct stack_model_config m;
+        const char *setting, *needle;
+    } bad[] = {
+        {{.name = "x", .path = fix_paths[F_BF16], .tp = 3}, "tp", "more than the 2 devices"},
+        {{.name = "x", .path = fix_paths[F_BF16], .devices = off}, "devices", "no device 2"},
+        {{.name = "x", .path = fix_paths[F_BF16], .tp = 2, .devices = twice},
+         "devices",
+         "holds two of its shards"},
+        {{.name = "x", .path = fix_paths[F_BF16], .max_batch = -1}, "max_batch", "max_batch"},
+        {{.name = "x", .path = fix_paths[F_BF16], .priority = 5000}, "priority", "priority"},
+        {{.name = "x", .path = fix_paths[F_BF16], .min_resident = -1},
+         "min_resident",
+         "min_resident"},
+        {{.name = "x", .path = fix_paths[F_BF16], .compute = "f64"}, "compute", "f64"},
+        {{.name = "x", .path = "/nonexistent/model"}, "path", "/nonexistent/model"},
+        {{.name = "x", .path = fix_paths[F_BF16], .max_batch = 4096}, "max_batch", "x"},
+        {{.name = "", .path = fix_paths[F_BF16]}, "name", "a name"},
+        {{.name = "tp2", .path = fix_paths[F_BF16]}, "", "tp2"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct swap_model *sm = (struct swap_model *)1;
+        const char *setting = NULL;
+        int rc = stack_add_model(s, &bad[i].m, &sm, &setting);
+        CHECK_MSG(rc < 0 && sm == NULL && setting && strcmp(setting, bad[i].setting) == 0 &&
+                      strstr(err_msg(), bad[i].needle),
+                  "bad add %zu: %d, setting '%s': %s", i, rc, setting ? setting : "none",
+                  err_msg());
+        if (bad[i].m.name[0] && strcmp(bad[i].m.name, "tp2") != 0)
+            CHECK_MSG(engine_find_model(s->engine, bad[i].m.name) == ERR_NOT_FOUND,
+                      "bad add %zu left %s served", i, bad[i].m.name);
+    }
+    /* an add with its controls, served as stack_open serves */
+    struct stack_model_config ok = {.name = "added",
+                                    .path = fix_paths[F_BF16],
+                                    .devices = dev1,
+                                    .max_batch = 2,
+                                    .keep_alive_set = true,
+                                    .keep_alive = 7,
+                                    .priority = 3,
+                                    .max_queue_wait = 1.5,
+                                    .min_resident = 2};
+    struct swap_model *sm = NULL;
+    int id = stack_add_model(s, &ok, &sm, NULL);
+    CHECK_MSG(id >= 0 && sm && engine_find_model(s->engine, "added") == id, "add: %d %s", id,
+              err_msg());
+    struct engine_model_stats *ms = calloc(1, sizeof(*ms));
+    CHECK(ms && engine_model_stats(s->engine, id, ms) == 0);
+    CHECK_MSG(ms && ms->keep_alive == 7 && ms->priority == 3 && ms->max_queue_wait == 1.5 &&
+                  ms->min_resident == 2 && !ms->pinned,
+              "added's controls: keep_alive %g priority %d", ms ? ms->keep_alive : 0,
+              ms ? ms->priority : 0);
+    /* the stack's precision (f32) unless the model says */
+    CHECK(swap_model_compute(sm) == KERN_COMPUTE_F32);
+    free(ms);
+    struct engine_req *r = submit(s, "added", F_BF16, 0);
+    check_output(r, "added", F_BF16, 0);
+    engine_req_release(r);
+    check_high_water(s, "add_model");
+    stack_close(s);
+}
+
+/* Device 0's bytes for model path (one shard) with a batch of one sequence
+ * of one token: what stack_load_pinned holds room for. */
+static uint64_t need_one(const char *path)
+{
+    struct model_config *mc = NULL;
+    CHECK(model_config_load(path, &mc) == 0);
+    struct model_exec_shape one = engine_batch_shape(mc ? mc->info.max_pos : 8, 1, 1, 1, false);
+    model_config_free(mc);
+    uint64_t shard[1] = {0}, host;
+    CHECK(swap_layout_bytes(path, 1, 1, &one, shard, &host) == 0);
+    return shard[0];
+}
+
+/* stack_load_pinned: pinned models are on their devices when it returns
+ * (loaded by the engine, as an admin's load); a pinned model that leaves
+ * another one byte short of its weights and a batch of one is refused
+ * naming both, and with that byte it passes; pinned models that do not fit
+ * together are refused naming them. */
+static void test_pinned(void)
+{
+    static const int dev0[1] = {0};
+    struct stack_model_config m[2] = {
+        {.name = "fixed", .path = fix_paths[F_PRE_LN_F16], .devices = dev0, .pinned = true},
+        {.name = "other", .path = fix_paths[F_PRE_LN_F32], .devices = dev0},
+    };
+    struct stack_config c = {.n_devices = 1,
+                             .engine = {.policy = "swapwise"},
+                             .models = m,
+                             .n_models = 2,
+                             .compute = "f32"};
+    /* the pinned model's weights as registered: from a stack with room */
+    c.device_budget[0] = 256 * MIB;
+    struct stack *s = NULL;
+    CHECK_MSG(stack_open(&c, &s) == 0 && s, "%s", err_msg());
+    if (!s)
+        return;
+    const uint64_t fixed = swap_model_device_bytes(s->models[0], 0);
+    const uint64_t other_weights = swap_model_device_bytes(s->models[1], 0);
+    CHECK_MSG(stack_load_pinned(s) == 0, "%s", err_msg());
+    CHECK(swap_residency(s->mgr, s->models[0]) == RES_ON_DEVICE);
+    CHECK(swap_residency(s->mgr, s->models[1]) == RES_ON_DISK);
+    stack_close(s);
+
+    const uint64_t other = need_one(fix_paths[F_PRE_LN_F32]);
+    c.device_budget[0] = fixed + other - 1;
+    CHECK_MSG(stack_open(&c, &s) == 0 && s, "%s", err_msg());
+    if (s) {
+        CHECK_MSG(stack_load_pinned(s) == ERR_NOMEM && strstr(err_msg(), "pinned model fixed") &&
+                      strstr(err_msg(), "model other") && strstr(err_msg(), "cpu:0"),
+                  "one byte short: %s", err_msg());
+        CHECK(swap_residency(s->mgr, s->models[0]) == RES_ON_DISK);
+        stack_close(s);
+    }
+    c.device_budget[0] = fixed + other;
+    CHECK_MSG(stack_open(&c, &s) == 0 && s, "%s", err_msg());
+    if (s) {
+        CHECK_MSG(stack_load_pinned(s) == 0, "exactly room: %s", err_msg());
+        CHECK(swap_residency(s->mgr, s->models[0]) == RES_ON_DEVICE);
+        stack_close(s);
+    }
+
+    /* both pinned, room for either's weights but not both */
+    m[1].pinned = true;
+    c.device_budget[0] = fixed + other_weights - 1;
+    CHECK_MSG(stack_open(&c, &s) == 0 && s, "%s", err_msg());
+    if (s) {
+        CHECK_MSG(stack_load_pinned(s) == ERR_NOMEM &&
+                      strstr(err_msg(), "pinned models fixed and other need"),
+                  "two pinned: %s", err_msg());
+        stack_close(s);
+    }
+}
+
 int main(void)
 {
     load_expectations();
@@ -617,5 +766,7 @@ int main(void)
     test_errors();
     test_procs();
     test_max_batch();
+    test_add_model();
+    test_pinned();
     return test_finish();
 }

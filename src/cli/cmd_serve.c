@@ -215,8 +215,11 @@ static int key_flags_apply(const struct key_flag *kf, const struct flag *flags, 
             for (int j = 0; j < kf[i].list.n && rc == 0; j++)
                 rc = serve_config_add_model(c, kf[i].list.v[j]);
             break;
-        case SK_STRINGS:
-            rc = roots_from_flags(&kf[i].list, c);
+        case SK_STRINGS: /* --model-root, --alias */
+            if (strcmp(k->path, "model_roots") == 0)
+                rc = roots_from_flags(&kf[i].list, c);
+            for (int j = 0; strcmp(k->path, "model_roots") != 0 && j < kf[i].list.n && rc == 0; j++)
+                rc = serve_config_add_alias(c, kf[i].list.v[j]);
             break;
         default:
             rc = serve_key_set_text(k, c, kf[i].v.s, what);

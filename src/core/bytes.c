@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/error.h"
 
@@ -54,7 +55,7 @@ int bytes_parse(const char *s, uint64_t *out)
     if (*p == ' ' && p[1]) /* "2 GiB"; not "5 " */
         p++;
     for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-        if (strcmp(p, units[i].suffix) != 0)
+        if (strcasecmp(p, units[i].suffix) != 0)
             continue;
         if (has_frac && units[i].mult == 1)
             goto bad; /* a count of bytes is whole */

@@ -194,6 +194,81 @@ static int settings_check(const struct stack_config *c)
     return 0;
 }
 
+/* What a model must be on a stack of n_devices devices (cuda: CUDA ones;
+ * device d on process procs[d]): its tp x pp shards on devices of the
+ * stack, at most one a device, CUDA shards on one process, its controls
+ * in range. *setting names the key a refusal is about. */
+static int model_check_on(const struct stack_model_config *m, int n_devices, bool cuda,
+                          const int *procs, const char **setting)
+{
+    int tp = model_tp(m), pp = model_pp(m);
+    *setting = "tp";
+    if (m->tp < 0 || m->pp < 0 || tp > STACK_MAX_DEVICES || pp > STACK_MAX_DEVICES ||
+        tp * pp > STACK_MAX_DEVICES)
+        return err_set(ERR_INVALID, "model %s: tp x pp = %d x %d: expected 1 to %d shards", m->name,
+                       m->tp, m->pp, STACK_MAX_DEVICES);
+    if (tp * pp > n_devices) /* one shard of a model per device */
+        return err_set(ERR_INVALID,
+                       "model %s: tp x pp = %d x %d shards, more than the %d devices (shard %d on "
+                       "device %d)",
+                       m->name, tp, pp, n_devices, n_devices,
+                       m->devices ? m->devices[n_devices] : n_devices);
+    *setting = "devices";
+    for (int s = 0; m->devices && s < tp * pp; s++)
+        if (m->devices[s] < 0 || m->devices[s] >= n_devices)
+            return err_set(ERR_INVALID,
+                           "model %s: devices[%d]: expected 0 to %d, got %d (no device %d in the "
+                           "stack)",
+                           m->name, s, n_devices - 1, m->devices[s], m->devices[s]);
+    for (int s = 0; m->devices && s < tp * pp; s++)
+        for (int t = 0; t < s; t++)
+            if (m->devices[t] == m->devices[s])
+                return err_set(ERR_INVALID,
+                               "model %s: device %d holds two of its shards (each shard of a "
+                               "model needs its own device)",
+                               m->name, m->devices[s]);
+    /* CUDA shards in several processes would need NCCL's groups across
+     * them; CPU ones meet over MPI (comm/mpi) */
+    const int p0 = procs[model_device(m, 0)];
+    for (int s = 1; cuda && s < tp * pp; s++) {
+        int p = procs[model_device(m, s)];
+        if (p != p0)
+            return err_set(ERR_INVALID,
+                           "model %s: its shards span processes %d and %d on CUDA "
+                           "devices, which needs NCCL across processes, not in this "
+                           "version",
+                           m->name, p0 < p ? p0 : p, p0 < p ? p : p0);
+    }
+    *setting = "max_batch";
+    if (m->max_batch < 0)
+        return err_set(ERR_INVALID, "model %s: max_batch: expected >= 0 (0: the engine's), got %d",
+                       m->name, m->max_batch);
+    *setting = m->priority < -ENGINE_PRIORITY_MAX || m->priority > ENGINE_PRIORITY_MAX
+                   ? "priority"
+                   : "max_queue_wait";
+    if (m->priority < -ENGINE_PRIORITY_MAX || m->priority > ENGINE_PRIORITY_MAX ||
+        !(m->max_queue_wait >= 0) || !isfinite(m->max_queue_wait))
+        return err_set(ERR_INVALID, "model %s: priority %d, max_queue_wait %g: expected a "
+                                    "priority from %d to %d and seconds >= 0",
+                       m->name, m->priority, m->max_queue_wait, -ENGINE_PRIORITY_MAX,
+                       ENGINE_PRIORITY_MAX);
+    *setting = "min_resident";
+    if (!(m->min_resident >= 0) || !isfinite(m->min_resident))
+        return err_set(ERR_INVALID, "model %s: min_resident: expected seconds >= 0, got %g",
+                       m->name, m->min_resident);
+    *setting = "keep_alive";
+    if (m->keep_alive_set && !(m->keep_alive >= 0))
+        return err_set(ERR_INVALID, "model %s: keep_alive: expected seconds >= 0 or forever, "
+                                    "got %g", m->name, m->keep_alive);
+    *setting = "compute";
+    enum kern_compute kc;
+    bool kc_set;
+    if (kern_compute_choice(m->compute, &kc_set, &kc) < 0)
+        return err_set(ERR_INVALID, "model %s: compute: expected f32, bf16 or auto, got '%.*s'",
+                       m->name, 64, m->compute);
+    return 0;
+}
+
 /* Model i of c: named, unique, its shards on devices of the stack. */
 static int model_check(const struct stack_config *c, int i)
 {
@@ -205,57 +280,12 @@ static int model_check(const struct stack_config *c, int i)
         if (strcmp(c->models[j].name, m->name) == 0)
             return err_set(ERR_INVALID, "models[%d].name '%s': also the name of models[%d]", i,
                            m->name, j);
-    int tp = model_tp(m), pp = model_pp(m);
-    if (m->tp < 0 || m->pp < 0 || tp > STACK_MAX_DEVICES || pp > STACK_MAX_DEVICES ||
-        tp * pp > STACK_MAX_DEVICES)
-        return err_set(ERR_INVALID, "model %s: tp x pp = %d x %d: expected 1 to %d shards", m->name,
-                       m->tp, m->pp, STACK_MAX_DEVICES);
-    if (tp * pp > c->n_devices) /* one shard of a model per device */
-        return err_set(ERR_INVALID,
-                       "model %s: tp x pp = %d x %d shards, more than the %d devices (shard %d on "
-                       "device %d)",
-                       m->name, tp, pp, c->n_devices, c->n_devices,
-                       m->devices ? m->devices[c->n_devices] : c->n_devices);
-    for (int s = 0; m->devices && s < tp * pp; s++)
-        if (m->devices[s] < 0 || m->devices[s] >= c->n_devices)
-            return err_set(ERR_INVALID,
-                           "model %s: devices[%d]: expected 0 to %d, got %d (no device %d in the "
-                           "stack)",
-                           m->name, s, c->n_devices - 1, m->devices[s], m->devices[s]);
-    /* CUDA shards in several processes would need NCCL's groups across
-     * them; CPU ones meet over MPI (comm/mpi) */
-    bool cuda = c->device_kind && strcmp(c->device_kind, "cuda") == 0;
-    const int p0 = device_proc_of(c, model_device(m, 0));
-    for (int s = 1; cuda && s < tp * pp; s++) {
-        int p = device_proc_of(c, model_device(m, s));
-        if (p != p0)
-            return err_set(ERR_INVALID,
-                           "model %s: its shards span processes %d and %d on CUDA "
-                           "devices, which needs NCCL across processes, not in this "
-                           "version",
-                           m->name, p0 < p ? p0 : p, p0 < p ? p : p0);
-    }
-    if (m->max_batch < 0)
-        return err_set(ERR_INVALID, "model %s: max_batch: expected >= 0 (0: the engine's), got %d",
-                       m->name, m->max_batch);
-    if (m->priority < -ENGINE_PRIORITY_MAX || m->priority > ENGINE_PRIORITY_MAX ||
-        !(m->max_queue_wait >= 0) || !isfinite(m->max_queue_wait))
-        return err_set(ERR_INVALID, "model %s: priority %d, max_queue_wait %g: expected a "
-                                    "priority from %d to %d and seconds >= 0",
-                       m->name, m->priority, m->max_queue_wait, -ENGINE_PRIORITY_MAX,
-                       ENGINE_PRIORITY_MAX);
-    if (!(m->min_resident >= 0) || !isfinite(m->min_resident))
-        return err_set(ERR_INVALID, "model %s: min_resident: expected seconds >= 0, got %g",
-                       m->name, m->min_resident);
-    if (m->keep_alive_set && !(m->keep_alive >= 0))
-        return err_set(ERR_INVALID, "model %s: keep_alive: expected seconds >= 0 or forever, "
-                                    "got %g", m->name, m->keep_alive);
-    enum kern_compute kc;
-    bool kc_set;
-    if (kern_compute_choice(m->compute, &kc_set, &kc) < 0)
-        return err_set(ERR_INVALID, "model %s: compute: expected f32, bf16 or auto, got '%.*s'",
-                       m->name, 64, m->compute);
-    return 0;
+    int procs[STACK_MAX_DEVICES];
+    for (int d = 0; d < c->n_devices; d++)
+        procs[d] = device_proc_of(c, d);
+    const char *setting;
+    return model_check_on(m, c->n_devices, c->device_kind && strcmp(c->device_kind, "cuda") == 0,
+                          procs, &setting);
 }
 
 int stack_config_check(const struct stack_config *c)
@@ -560,6 +590,12 @@ int stack_open(const struct stack_config *c, struct stack **out)
         rc = err_set(ERR_NOMEM, "out of memory for a stack");
         goto fail;
     }
+    s->cuda = cuda;
+    for (int d = 0; d < c->n_devices; d++)
+        s->procs[d] = device_proc_of(c, d);
+    s->prefetch_host = c->prefetch_host;
+    if ((rc = kern_compute_choice(c->compute, &s->compute_set, &s->compute)) < 0)
+        goto fail; /* stack_config_check refused it already */
     for (int d = 0; d < c->n_devices; d++) {
         /* another process's device: a view of it (backend/remote) */
         int proc = device_proc_of(c, d);
@@ -585,44 +621,175 @@ int stack_open(const struct stack_config *c, struct stack **out)
         (rc = engine_create(s->mgr, s->workers, &c->engine, &s->engine)) < 0)
         goto fail;
     for (int i = 0; i < c->n_models; i++) {
-        const struct stack_model_config *m = &c->models[i];
-        int placement[STACK_MAX_DEVICES];
-        for (int k = 0; k < model_tp(m) * model_pp(m); k++)
-            placement[k] = model_device(m, k);
-        struct placement pl = {.tp = model_tp(m), .pp = model_pp(m), .devices = placement};
-        if ((rc = swap_register(s->mgr, m->name, m->path, &pl, m->pinned, &s->models[i])) < 0)
-            goto fail;
-        s->n_models = i + 1;
-        enum kern_compute kc;
-        bool kc_set;
-        if ((rc = kern_compute_choice(m->compute ? m->compute : c->compute, &kc_set, &kc)) < 0) {
-            err_wrap(rc, "model %s", m->name);
-            goto fail;
-        }
-        if (kc_set)
-            swap_model_set_compute(s->models[i], kc);
-        if ((rc = engine_add_model(s->engine, s->models[i])) < 0)
+        if ((rc = stack_add_model(s, &c->models[i], &s->models[i], NULL)) < 0)
             goto fail;
         s->ids[i] = rc;
-        if ((m->max_batch > 0 &&
-             (rc = engine_set_max_batch(s->engine, s->ids[i], m->max_batch)) < 0) ||
-            (m->keep_alive_set &&
-             (rc = engine_set_keep_alive(s->engine, s->ids[i], m->keep_alive)) < 0) ||
-            ((m->priority != 0 || m->max_queue_wait != 0) &&
-             (rc = engine_set_priority(s->engine, s->ids[i], m->priority, m->max_queue_wait)) <
-                 0) ||
-            (m->min_resident != 0 &&
-             (rc = engine_set_min_resident(s->engine, s->ids[i], m->min_resident)) < 0) ||
-            (c->prefetch_host && (rc = swap_prefetch_host(s->mgr, s->models[i])) < 0)) {
-            err_wrap(rc, "model %s", m->name);
-            goto fail;
-        }
+        s->n_models = i + 1;
     }
     *out = s;
     return 0;
 fail:
     stack_close(s);
     return rc;
+}
+
+/* Takes the model the engine took for a refused add out again, keeping the
+ * message of the refusal (the removal's own would replace it). */
+static void remove_refused(struct stack *s, int id)
+{
+    char why[1024];
+    snprintf(why, sizeof(why), "%s", err_msg());
+    if (engine_remove_model(s->engine, id, NULL) < 0)
+        fprintf(stderr, "model id %d: refused, and could not be removed again: %s\n", id,
+                err_msg());
+    err_set(ERR_INVALID, "%s", why);
+}
+
+/* m's controls on the engine's model id, and its host copy when the stack
+ * prefetches; *setting names the one refused. */
+static int model_controls(struct stack *s, const struct stack_model_config *m, int id,
+                          struct swap_model *sm, const char **setting)
+{
+    int rc = 0;
+    if (m->max_batch > 0 && (rc = engine_set_max_batch(s->engine, id, m->max_batch)) < 0)
+        *setting = "max_batch";
+    else if (m->keep_alive_set && (rc = engine_set_keep_alive(s->engine, id, m->keep_alive)) < 0)
+        *setting = "keep_alive";
+    else if ((m->priority != 0 || m->max_queue_wait != 0) &&
+             (rc = engine_set_priority(s->engine, id, m->priority, m->max_queue_wait)) < 0)
+        *setting = "priority";
+    else if (m->min_resident != 0 &&
+             (rc = engine_set_min_resident(s->engine, id, m->min_resident)) < 0)
+        *setting = "min_resident";
+    else if (s->prefetch_host && (rc = swap_prefetch_host(s->mgr, sm)) < 0)
+        *setting = "path";
+    return rc < 0 ? err_wrap(rc, "model %s", m->name) : 0;
+}
+
+int stack_add_model(struct stack *s, const struct stack_model_config *m, struct swap_model **model,
+                    const char **setting)
+{
+    const char *unused;
+    setting = setting ? setting : &unused;
+    *model = NULL;
+    *setting = "name";
+    if (!m->name || !m->name[0])
+        return err_set(ERR_INVALID, "a model: expected a name");
+    *setting = "path";
+    if (!m->path || !m->path[0])
+        return err_set(ERR_INVALID, "model %s: expected a checkpoint directory (path)", m->name);
+    int rc = model_check_on(m, s->n_devices, s->cuda, s->procs, setting);
+    if (rc < 0)
+        return rc;
+    int placement[STACK_MAX_DEVICES];
+    for (int k = 0; k < model_tp(m) * model_pp(m); k++)
+        placement[k] = model_device(m, k);
+    struct placement pl = {.tp = model_tp(m), .pp = model_pp(m), .devices = placement};
+    struct swap_model *sm;
+    *setting = "path";
+    if ((rc = swap_register(s->mgr, m->name, m->path, &pl, m->pinned, &sm)) < 0)
+        return rc;
+    enum kern_compute kc = s->compute;
+    bool kc_set = s->compute_set;
+    if (m->compute && m->compute[0]) /* checked: model_check_on */
+        kern_compute_choice(m->compute, &kc_set, &kc);
+    if (kc_set)
+        swap_model_set_compute(sm, kc);
+    int id = engine_add_model(s->engine, sm);
+    if (id < 0) {
+        *setting = "";               /* the engine's model limit */
+        swap_unregister(s->mgr, sm); /* never served: idle */
+        return id;
+    }
+    if ((rc = model_controls(s, m, id, sm, setting)) < 0) {
+        remove_refused(s, id);
+        return rc;
+    }
+    *model = sm;
+    return id;
+}
+
+/* The pinned models of s with bytes on device d, as "a and b" into buf;
+ * their weights there into *bytes. */
+static void pinned_on(const struct stack *s, int d, char *buf, size_t cap, uint64_t *bytes)
+{
+    int n = 0, k = 0;
+    size_t len = 0;
+    *bytes = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < s->n_models; i++)
+        n += swap_model_pinned(s->models[i]) && swap_model_device_bytes(s->models[i], d) > 0;
+    for (int i = 0; i < s->n_models && len < cap; i++) {
+        uint64_t b = swap_model_pinned(s->models[i]) ? swap_model_device_bytes(s->models[i], d) : 0;
+        if (!b)
+            continue;
+        *bytes += b;
+        k++;
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s",
+                                k == 1   ? ""
+                                : k == n ? " and "
+                                         : ", ",
+                                swap_model_name(s->models[i]));
+    }
+}
+
+/* Whether the pinned models leave model m (not pinned) room on each of its
+ * devices for its weights and a batch of one: ERR_NOMEM naming both. */
+static int pinned_room_for(const struct stack *s, const struct swap_model *m)
+{
+    const struct model_info *info = swap_model_info(m);
+    struct model_exec_shape one = engine_batch_shape(info->max_pos, 1, 1, 1, false);
+    const int n = swap_model_shard_count(m);
+    uint64_t need[STACK_MAX_DEVICES], host;
+    int rc = swap_layout_bytes(swap_model_path(m), swap_model_tp(m), swap_model_pp(m), &one, need,
+                               &host);
+    if (rc < 0)
+        return err_wrap(rc, "model %s", swap_model_name(m));
+    for (int k = 0; k < n; k++) {
+        int d = swap_shard_device(swap_model_shard(m, k));
+        uint64_t pinned, budget = device_budget(s->devices[d]);
+        char names[256];
+        pinned_on(s, d, names, sizeof names, &pinned);
+        if (pinned && pinned + need[k] > budget)
+            return err_set(ERR_NOMEM,
+                           "pinned model%s %s leave%s no room for model %s on device %s: %.1f "
+                           "MiB pinned plus its %.1f MiB (weights and a batch of one) pass the "
+                           "budget of %.1f MiB; unpin one, or raise the device budget",
+                           strstr(names, " and ") ? "s" : "", names,
+                           strstr(names, " and ") ? "" : "s", swap_model_name(m),
+                           device_name(s->devices[d]), (double)pinned / (1 << 20),
+                           (double)need[k] / (1 << 20), (double)budget / (1 << 20));
+    }
+    return 0;
+}
+
+int stack_load_pinned(struct stack *s)
+{
+    int rc;
+    for (int d = 0; d < s->n_devices; d++) {
+        uint64_t pinned, budget = device_budget(s->devices[d]);
+        char names[256];
+        pinned_on(s, d, names, sizeof names, &pinned);
+        if (pinned > budget)
+            return err_set(ERR_NOMEM,
+                           "pinned models %s need %.1f MiB of device %s together, more than its "
+                           "budget of %.1f MiB; unpin one, or raise the device budget",
+                           names, (double)pinned / (1 << 20), device_name(s->devices[d]),
+                           (double)budget / (1 << 20));
+    }
+    for (int i = 0; i < s->n_models; i++)
+        if (!swap_model_pinned(s->models[i]) && (rc = pinned_room_for(s, s->models[i])) < 0)
+            return rc;
+    /* every load started, then every one waited for: they overlap */
+    for (int i = 0; i < s->n_models; i++)
+        if (swap_model_pinned(s->models[i]) && (rc = engine_load_model(s->engine, s->ids[i])) < 0)
+            return err_wrap(rc, "pinned model %s: its load at start",
+                            swap_model_name(s->models[i]));
+    for (int i = 0; i < s->n_models; i++)
+        if (swap_model_pinned(s->models[i]) && (rc = swap_wait_loaded(s->mgr, s->models[i])) < 0)
+            return err_wrap(rc, "pinned model %s: its load at start",
+                            swap_model_name(s->models[i]));
+    return 0;
 }
 
 void stack_close(struct stack *s)

@@ -117,6 +117,13 @@ struct stack {
     const char *budget_why[STACK_MAX_DEVICES];
     uint64_t host_budget;
     const char *host_why; /* "given" or how it was sized */
+    /* what stack_add_model checks a model against and defaults it to, from
+     * the config stack_open was given */
+    bool cuda;                    /* the devices are CUDA's */
+    int procs[STACK_MAX_DEVICES]; /* device d's process */
+    bool compute_set;             /* compute is the stack's precision; else each checkpoint's */
+    enum kern_compute compute;
+    bool prefetch_host; /* each model staged into host memory as it is added */
 };
 
 /* A device list as the CLI and the server's config give it, into c's
@@ -153,7 +160,8 @@ int stack_parse_devices(const char *what, const char *s, struct stack_config *c)
  * that stack_open refuses. ERR_INVALID, one line naming the model or setting. */
 int stack_config_check(const struct stack_config *c);
 
-/* Builds the stack; on failure nothing is left and the message names what
+/* Builds the stack and serves each model of the config (stack_add_model);
+ * on failure nothing is left and the message names what
  * failed (a model's path, a device, a budget). Before any device is opened
  * it refuses (stack_check_memory) CPU device budgets plus the host budget
  * above the machine's physical memory. */
@@ -170,6 +178,38 @@ int stack_device_open(const struct stack_config *c, int d, uint64_t budget, stru
  * budget (given, else sized): what process 0 tells the other processes of
  * a job to open theirs with. Checks c first (stack_config_check). */
 int stack_budgets(const struct stack_config *c, uint64_t *budgets, uint64_t *host_budget);
+/* Serves model m on s: the one way a model is added, for stack_open's
+ * models and for a server's admin route alike. Checks m against the stack
+ * (a name and a path, tp x pp shards on its devices, at most one a device,
+ * CUDA shards on one process, max_batch, priority, max_queue_wait,
+ * min_resident, keep_alive and compute in range: stack_config_check's
+ * rules), registers it (swap_register), sets its precision (m's, else the
+ * stack's), adds it to the engine, then its controls (max batch,
+ * keep_alive, priority and max_queue_wait, min_resident) and, when the
+ * stack prefetches, stages it into host memory. Returns its engine id
+ * (>= 0) with the model in *model (the engine's from then on:
+ * engine_add_model). On failure nothing of m is left (a model the engine
+ * took is removed again, the refusal's message kept), and when setting is
+ * not NULL *setting names the key the refusal is about: "name", "path"
+ * (also what registering refuses: the checkpoint, its fit in the budgets),
+ * "tp", "devices", "max_batch", "priority", "max_queue_wait",
+ * "min_resident", "keep_alive", "compute", or "" (the engine's model
+ * limit, out of memory). Any thread but the engine's; adds of one name
+ * are the caller's to serialize (the engine refuses a second). */
+int stack_add_model(struct stack *s, const struct stack_model_config *m, struct swap_model **model,
+                    const char **setting);
+
+/* Loads the configured models that are pinned (stack.models[i] with
+ * swap_model_pinned) onto their devices through the engine
+ * (engine_load_model, as an admin's load) and waits for the loads. First
+ * refuses, with ERR_NOMEM naming both models and the device, a pinned set
+ * that leaves no room on a device for a configured model that is not
+ * pinned (its weights plus the working memory of a batch of one sequence
+ * of one token, what it needs at the least to run), or pinned models that
+ * do not fit a device together. What a server does at start; stack_open
+ * leaves pinned models on disk until they are asked for. */
+int stack_load_pinned(struct stack *s);
+
 /* Drains the engine, then frees everything. NULL-safe. */
 void stack_close(struct stack *s);
 

@@ -27,6 +27,7 @@
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,17 +45,63 @@
 
 /* ---- defaults, add, free ---- */
 
+/* The seconds of one unit of a duration at *p ("ms", "s", "m", "h"), *p
+ * moved past it; 0 when there is none. */
+static double duration_unit(const char **p)
+{
+    static const struct {
+        const char *name;
+        double seconds;
+    } units[] = {{"ms", 1e-3}, {"s", 1}, {"m", 60}, {"h", 3600}};
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        size_t n = strlen(units[i].name);
+        if (strncmp(*p, units[i].name, n) == 0) {
+            *p += n;
+            return units[i].seconds;
+        }
+    }
+    return 0;
+}
+
 int serve_keep_alive_parse(const char *text, double *out)
 {
     *out = NAN;
     if (!text)
         return 0;
-    char *end;
-    double v = text[0] && !isspace((unsigned char)text[0]) ? strtod(text, &end) : NAN;
-    if (isnan(v) || *end || !isfinite(v) || !(v >= 0 || v == -1))
-        return err_set(ERR_INVALID, "expected seconds >= 0 or -1 (forever), got '%.*s'", 64, text);
-    *out = v < 0 ? INFINITY : v;
+    if (strcmp(text, "-1") == 0) {
+        *out = INFINITY;
+        return 0;
+    }
+    /* a plain number of seconds, or numbers each with a unit ("1h30m") */
+    double total = 0;
+    const char *p = text;
+    bool units = false;
+    while (*p) {
+        if (!isdigit((unsigned char)*p))
+            goto bad;
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p || !isfinite(v) || (end[-1] == '.'))
+            goto bad;
+        for (const char *q = p; q < end; q++) /* digits and one point only: no exponent */
+            if (!isdigit((unsigned char)*q) && *q != '.')
+                goto bad;
+        p = end;
+        double unit = duration_unit(&p);
+        if (unit == 0 && (*p || units))
+            goto bad;
+        units |= unit != 0;
+        total += v * (unit ? unit : 1);
+    }
+    if (p == text || !isfinite(total))
+        goto bad;
+    *out = total;
     return 0;
+bad:
+    return err_set(ERR_INVALID,
+                   "expected a duration such as 30s, 5m, 1h or 1h30m, seconds >= 0, or -1 "
+                   "(never), got '%.*s'",
+                   64, text);
 }
 
 void serve_config_init(struct serve_config *c)
@@ -64,19 +111,20 @@ void serve_config_init(struct serve_config *c)
     serve_keys_defaults("devices", c);
 }
 
-static void model_init(struct serve_model *m)
+void serve_model_init(struct serve_model *m)
 {
     memset(m, 0, sizeof(*m));
     serve_keys_defaults("models[]", m);
 }
 
-static void model_free(struct serve_model *m)
+void serve_model_free(struct serve_model *m)
 {
+    for (int i = 0; i < m->n_aliases; i++)
+        free(m->aliases[i]);
     free(m->name);
     free(m->path);
     free(m->compute);
     free(m->chat_template);
-    free(m->keep_alive);
     memset(m, 0, sizeof(*m));
 }
 
@@ -108,9 +156,8 @@ void serve_config_free(struct serve_config *c)
     free(c->device_kind);
     free(c->policy);
     free(c->compute);
-    free(c->keep_alive);
     for (int i = 0; i < c->n_models; i++)
-        model_free(&c->models[i]);
+        serve_model_free(&c->models[i]);
     free(c->models);
     memset(c, 0, sizeof(*c));
 }
@@ -124,17 +171,39 @@ int serve_config_add_model(struct serve_config *c, const char *arg)
         return err_set(ERR_INVALID, "--model '%.*s': more than %d models", QUOTE_MAX, arg,
                        SERVE_MAX_MODELS);
     struct serve_model m;
-    model_init(&m);
+    serve_model_init(&m);
     m.name = strndup(arg, (size_t)(eq - arg));
     m.path = strdup(eq + 1);
     if (!m.name || !m.path) {
-        model_free(&m);
+        serve_model_free(&m);
         return err_set(ERR_NOMEM, "--model: out of memory");
     }
     int rc = models_push(c, &m);
     if (rc < 0)
-        model_free(&m);
+        serve_model_free(&m);
     return rc;
+}
+
+int serve_config_add_alias(struct serve_config *c, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg || !eq[1])
+        return err_set(ERR_INVALID, "--alias '%.*s': expected ALIAS=NAME (NAME a model's name)",
+                       QUOTE_MAX, arg);
+    struct serve_model *m = NULL;
+    for (int i = 0; i < c->n_models && !m; i++)
+        if (strcmp(c->models[i].name, eq + 1) == 0)
+            m = &c->models[i];
+    if (!m)
+        return err_set(ERR_INVALID, "--alias '%.*s': no model is named '%.*s'", QUOTE_MAX, arg,
+                       QUOTE_MAX, eq + 1);
+    if (m->n_aliases == SERVE_MAX_ALIASES)
+        return err_set(ERR_INVALID, "--alias '%.*s': model %s has %d aliases already (at most)",
+                       QUOTE_MAX, arg, m->name, SERVE_MAX_ALIASES);
+    if (!(m->aliases[m->n_aliases] = strndup(arg, (size_t)(eq - arg))))
+        return err_set(ERR_NOMEM, "--alias: out of memory");
+    m->n_aliases++;
+    return 0;
 }
 
 /* ---- the walk ---- */
@@ -234,6 +303,7 @@ static int walk_list(const struct walk *w, const struct serve_key *k, const stru
     /* strings: all read before the old list goes, so an error leaves it */
     char **items = serve_key_field(k, base), *got[SERVE_MAX_ROOTS] = {0};
     const struct serve_key text = {.type = SK_STRING, .offset = 0}; /* one string at &got[j] */
+    _Static_assert(SERVE_MAX_ALIASES <= SERVE_MAX_ROOTS, "a list of strings fits got[]");
     assert(k->max_items <= SERVE_MAX_ROOTS);
     for (int j = 0; j < y->n && rc == 0; j++) {
         snprintf(item, sizeof(item), "%s[%d]", key, j);
@@ -331,6 +401,18 @@ static int check_keys(const struct walk *w, const struct ynode *y, const char *s
     return 0;
 }
 
+/* What null does to a key whose null clears it: unset. */
+static void key_clear(const struct serve_key *k, void *base)
+{
+    if (k->type == SK_DURATION) {
+        *(double *)serve_key_field(k, base) = NAN;
+        return;
+    }
+    char **s = serve_key_field(k, base);
+    free(*s);
+    *s = NULL;
+}
+
 /* The mapping y, whose keys are the table's in scope ("", "devices",
  * "models[]"), into base (the config, or a model for "models[]"). */
 static int walk_map(const struct walk *w, const struct ynode *y, const char *scope,
@@ -348,9 +430,7 @@ static int walk_map(const struct walk *w, const struct ynode *y, const char *sco
             serve_key_expected(k, expected, sizeof(expected));
             rc = bad(w, v, key, expected);
         } else if (k->null == SK_NULL_CLEARS) {
-            char **s = serve_key_field(k, base);
-            free(*s);
-            *s = NULL;
+            key_clear(k, base);
         } /* else the value stays */
     }
     return rc;
@@ -379,7 +459,7 @@ static int walk_model(const struct walk *w, const struct ynode *y, int index)
         return err_set(ERR_FORMAT, "%s:%d: key '%s': more than %d models", w->name, y->line, prefix,
                        SERVE_MAX_MODELS);
     struct serve_model m;
-    model_init(&m);
+    serve_model_init(&m);
     int rc = walk_map(w, y, "models[]", prefix, &m);
     if (rc == 0 && (!m.name || !m.path)) {
         required_text(required, sizeof(required));
@@ -389,7 +469,7 @@ static int walk_model(const struct walk *w, const struct ynode *y, int index)
     if (rc == 0)
         rc = models_push(c, &m);
     if (rc < 0)
-        model_free(&m);
+        serve_model_free(&m);
     return rc;
 }
 
@@ -474,27 +554,75 @@ void serve_config_stack(const struct serve_config *c, struct stack_config *sc,
     sc->engine.max_batch = c->max_batch;
     sc->engine.queue_cap = c->queue_cap;
     sc->compute = c->compute;
-    for (int i = 0; i < c->n_models; i++) {
-        const struct serve_model *m = &c->models[i];
-        mc[i] = (struct stack_model_config){
-            .name = m->name,
-            .path = m->path,
-            .tp = m->tp,
-            .pp = m->pp,
-            .devices = m->n_devices ? m->devices : NULL,
-            .pinned = m->pinned,
-            .max_batch = m->max_batch,
-            .compute = m->compute,
-            .priority = m->priority,
-            .max_queue_wait = m->max_queue_wait,
-            .min_resident = m->min_resident,
-        };
-        /* the model's, else the server's; checked already (check_server) */
-        double ka;
-        if (serve_keep_alive_parse(m->keep_alive ? m->keep_alive : c->keep_alive, &ka) == 0 &&
-            !isnan(ka))
-            mc[i].keep_alive_set = true, mc[i].keep_alive = ka;
-    }
+    for (int i = 0; i < c->n_models; i++)
+        serve_model_stack(c, &c->models[i], &mc[i]);
     sc->models = mc;
     sc->n_models = c->n_models;
+}
+
+void serve_model_stack(const struct serve_config *c, const struct serve_model *m,
+                       struct stack_model_config *mc)
+{
+    *mc = (struct stack_model_config){
+        .name = m->name,
+        .path = m->path,
+        .tp = m->tp,
+        .pp = m->pp,
+        .devices = m->n_devices ? m->devices : NULL,
+        .pinned = m->pinned,
+        .max_batch = m->max_batch,
+        .compute = m->compute,
+        .priority = m->priority,
+        .max_queue_wait = m->max_queue_wait,
+        .min_resident = m->min_resident,
+    };
+    /* the model's, else the server's; unset both: the policy's own */
+    double ka = !isnan(m->keep_alive) ? m->keep_alive : c->keep_alive;
+    if (!isnan(ka))
+        mc->keep_alive_set = true, mc->keep_alive = ka;
+}
+
+/* ---- a model from JSON ---- */
+
+/* "name, path, tp, ...": the keys of a model, for a message. */
+static void model_keys_text(char *buf, size_t cap)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < serve_n_keys && len < cap; i++) {
+        const char *leaf = serve_key_leaf(&serve_keys[i], "models[]");
+        if (leaf)
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? ", " : "", leaf);
+    }
+}
+
+int serve_model_from_json(const json_t *obj, struct serve_model *m, const char **key)
+{
+    const char *leaf;
+    json_t *v;
+    *key = "";
+    if (!json_is_object(obj))
+        return err_set(ERR_INVALID, "expected a JSON object of a model's keys");
+    json_object_foreach((json_t *)obj, leaf, v)
+    {
+        const struct serve_key *k = key_in("models[]", leaf);
+        *key = leaf;
+        if (!k) {
+            char keys[512];
+            model_keys_text(keys, sizeof(keys));
+            return err_set(ERR_INVALID, "'%.*s': unknown key (expected one of %s)", QUOTE_MAX, leaf,
+                           keys);
+        }
+        *key = serve_key_leaf(k, "models[]"); /* the table's, valid always */
+        int rc = 0;
+        if (!json_is_null(v))
+            rc = serve_key_set_json(k, m, v, *key);
+        else if (k->null == SK_NULL_REFUSED)
+            rc = serve_key_check(k, &(struct serve_model){0}, *key); /* "got none" */
+        else if (k->null == SK_NULL_CLEARS)
+            key_clear(k, m);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
 }

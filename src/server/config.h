@@ -12,14 +12,11 @@
  *   serve_config_add_model(c, "NAME=DIR")  --model shortcut
  *   serve_config_check(c)              what must hold before serving: every
  *                                      key's type and range (the table), at
- *                                      least one model, model names safe in
- *                                      URLs, the GPU and process lists against
- *                                      the devices, then stack_config_check
- *                                      (devices on the job's processes, policy,
- *                                      precisions, unique names, TP x PP within
- *                                      the devices)
- *   serve_config_stack(c, ...)         the stack_config to stack_open
- *   serve_config_free(c)
+ *                                      least one model, model names and
+ *                                      aliases safe in URLs and unique, the GPU and process lists
+ * against the devices, then stack_config_check (devices on the job's processes, policy, precisions,
+ * unique names, TP x PP within the devices) serve_config_stack(c, ...)         the stack_config to
+ * stack_open serve_config_free(c)
  */
 #ifndef SHARDSWAP_SERVER_CONFIG_H
 #define SHARDSWAP_SERVER_CONFIG_H
@@ -54,6 +51,7 @@
 #define SERVE_QUEUE_CAP_MIN 1
 #define SERVE_QUEUE_CAP_MAX 1048576
 #define SERVE_MAX_ROOTS 16
+#define SERVE_MAX_ALIASES 16 /* more names of one model */
 /* Model names appear in URLs and logs: 1 to this many bytes of A-Z a-z 0-9
  * . _ : / -, not starting with '/' and without "..". */
 #define SERVE_MODEL_NAME_MAX 63
@@ -64,6 +62,10 @@ enum log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
 struct serve_model {
     char *name;          /* what requests name (owned) */
+    /* more names requests may give it, each served by the same registered
+     * model: one host copy, one residency (owned) */
+    char *aliases[SERVE_MAX_ALIASES];
+    int n_aliases;
     char *path;          /* checkpoint directory (owned) */
     int tp, pp;          /* >= 1 */
     int devices[STACK_MAX_DEVICES]; /* when n_devices: shard placement (stack.h) */
@@ -73,7 +75,8 @@ struct serve_model {
     char *compute;       /* "f32", "bf16", "auto"; NULL: the server's (owned) */
     char *chat_template; /* a Jinja file for /v1/chat/completions; NULL: the
                             checkpoint's (tokenizer_config.json, chat_template.jinja) */
-    char *keep_alive;    /* serve_keep_alive_parse's text; NULL: the server's (owned) */
+    double keep_alive;   /* seconds (serve_keep_alive_parse); INFINITY: never; NAN: the
+                            server's */
     int priority;        /* engine_set_priority's (default 0) */
     double max_queue_wait; /* seconds; 0: no bound (default) */
     double min_resident;   /* seconds; 0: none (default) */
@@ -121,19 +124,26 @@ struct serve_config {
     int queue_cap;              /* waiting requests per model (default 256) */
     double link_gbps;           /* CPU devices: emulated host link (0: none) */
     char *compute;              /* "f32", "bf16"; "auto" (default) or NULL: each checkpoint's */
-    char *keep_alive;           /* the models' keep_alive (serve_keep_alive_parse's text);
-                                   NULL: the policy's own (owned) */
+    double keep_alive;          /* the models' keep_alive in seconds (serve_keep_alive_parse);
+                                   INFINITY: never; NAN: the policy's own */
     struct serve_model *models; /* n_models of them (owned; grown as models are added) */
     int n_models, models_cap;
 };
 
 /* A keep_alive: how long an idle model stays resident, counted from the end
- * of its last batch, as text: seconds >= 0 (0: it leaves at once), or -1
- * (never: *out INFINITY); NULL: *out NAN (unset: the policy's own, lru's 300
- * s, never for the others). ERR_INVALID, with what was expected, otherwise. */
+ * of its last batch, as text, the durations Ollama takes: seconds >= 0 as a
+ * plain number ("300", "2.5"; 0: it leaves at once), a duration of one or
+ * more numbers each with a unit ms, s, m or h ("30s", "5m", "1h30m",
+ * "1.5h"), or -1 (never: *out INFINITY); NULL: *out NAN (unset: the
+ * policy's own, lru's 300 s, never for the others). ERR_INVALID, with what
+ * was expected, otherwise. */
 int serve_keep_alive_parse(const char *text, double *out);
 
 void serve_config_init(struct serve_config *c);
+/* A model with the table's defaults; serve_model_free frees what it owns
+ * (and leaves it as serve_model_init would not: zeroed). */
+void serve_model_init(struct serve_model *m);
+void serve_model_free(struct serve_model *m);
 void serve_config_free(struct serve_config *c); /* frees what c owns; NULL-safe */
 
 /* Parses a YAML document (len bytes; name is what messages call it) into c,
@@ -146,7 +156,26 @@ int serve_config_parse_yaml(const char *text, size_t len, const char *name,
 int serve_config_load(const char *path, struct serve_config *c);
 /* "NAME=DIR": a model with TP = PP = 1 and the server's max batch. */
 int serve_config_add_model(struct serve_config *c, const char *arg);
+/* "ALIAS=NAME" (--alias): another name of the model named NAME, which c
+ * must have by then (the file's and the --model flags' are). */
+int serve_config_add_alias(struct serve_config *c, const char *arg);
 int serve_config_check(const struct serve_config *c);
+/* A model as the key table reads one from a JSON object (POST
+ * /admin/models' body), with the same rows, ranges and messages as a
+ * config file's models[] entry: each key through serve_key_set_json, null
+ * as the file's null. Reads into m (serve_model_init'd; the caller frees
+ * it). ERR_INVALID naming the key ("max_batch: expected an integer from 0
+ * to 4096, got 5000"; "'pined': unknown key (expected one of name, path,
+ * ...)"), with *key the key (the body's own spelling for an unknown one,
+ * valid while obj is). */
+struct json_t;
+int serve_model_from_json(const struct json_t *obj, struct serve_model *m, const char **key);
+/* What must hold of one model, file's or admin's: every models[] key's
+ * value against its row (serve_key_check), a name safe in URLs, as many
+ * devices as tp x pp when they are given. name names the model in messages
+ * ("models[2]"; "" for the keys alone: "max_batch: ..."); *key is the key
+ * a refusal is about. */
+int serve_model_check(const struct serve_model *m, const char *name, const char **key);
 /* The connections one client address may hold: max_connections_per_client,
  * or when 0 half of max_connections (at least 1). */
 int serve_config_per_client(const struct serve_config *c);
@@ -156,5 +185,9 @@ int serve_config_per_client(const struct serve_config *c);
  * staged into host memory at open. */
 void serve_config_stack(const struct serve_config *c, struct stack_config *sc,
                         struct stack_model_config *mc);
+/* One model of c, or one an admin adds beside them, as stack_add_model
+ * takes it (pointing into m): its keep_alive, else the server's. */
+void serve_model_stack(const struct serve_config *c, const struct serve_model *m,
+                       struct stack_model_config *mc);
 
 #endif

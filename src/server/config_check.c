@@ -29,26 +29,59 @@ bool serve_model_name_ok(const char *s)
     return true;
 }
 
-/* Every value of the table's keys, in c and in each model, against its
- * type and range: the flags' and the code's values as well as a file's. */
+/* Every value of the table's keys in c but the models' (serve_model_check
+ * has those): the flags' and the code's values as well as a file's. */
 static int check_keys_values(const struct serve_config *c)
 {
-    char name[KEY_MAX];
+    int rc = 0;
+    for (int i = 0; i < serve_n_keys && rc == 0; i++)
+        if (strncmp(serve_keys[i].path, "models[].", 9) != 0)
+            rc = serve_key_check(&serve_keys[i], c, serve_keys[i].path);
+    return rc;
+}
+
+int serve_model_check(const struct serve_model *m, const char *name, const char **key)
+{
+    char what[KEY_MAX];
     int rc = 0;
     for (int i = 0; i < serve_n_keys && rc == 0; i++) {
         const struct serve_key *k = &serve_keys[i];
         const char *leaf = serve_key_leaf(k, "models[]");
-        if (!leaf) {
-            if (strncmp(k->path, "models[].", 9) != 0)
-                rc = serve_key_check(k, c, k->path);
+        if (!leaf)
             continue;
-        }
-        for (int m = 0; m < c->n_models && rc == 0; m++) {
-            snprintf(name, sizeof(name), "models[%d].%s", m, leaf);
-            rc = serve_key_check(k, &c->models[m], name);
-        }
+        *key = leaf;
+        snprintf(what, sizeof(what), "%s%s%s", name, name[0] ? "." : "", leaf);
+        rc = serve_key_check(k, m, what);
     }
-    return rc;
+    if (rc < 0)
+        return rc;
+    *key = "name";
+    if (!serve_model_name_ok(m->name))
+        return err_set(ERR_INVALID,
+                       "%s%sname '%.*s': expected 1 to %d bytes of A-Z a-z 0-9 . _ : / -, not "
+                       "starting with '/' and without '..'",
+                       name, name[0] ? "." : "", QUOTE_MAX, m->name, SERVE_MODEL_NAME_MAX);
+    *key = "aliases";
+    for (int i = 0; i < m->n_aliases; i++) {
+        if (!serve_model_name_ok(m->aliases[i]))
+            return err_set(ERR_INVALID,
+                           "%s%saliases[%d] '%.*s': expected 1 to %d bytes of A-Z a-z 0-9 . _ : / "
+                           "-, not starting with '/' and without '..'",
+                           name, name[0] ? "." : "", i, QUOTE_MAX, m->aliases[i],
+                           SERVE_MODEL_NAME_MAX);
+        if (strcmp(m->aliases[i], m->name) == 0)
+            return err_set(ERR_INVALID, "%s%saliases[%d] '%s': the model's own name", name,
+                           name[0] ? "." : "", i, m->aliases[i]);
+        for (int j = 0; j < i; j++)
+            if (strcmp(m->aliases[i], m->aliases[j]) == 0)
+                return err_set(ERR_INVALID, "%s%saliases[%d] '%s': also aliases[%d]", name,
+                               name[0] ? "." : "", i, m->aliases[i], j);
+    }
+    *key = "devices";
+    if (m->n_devices != 0 && m->n_devices != m->tp * m->pp)
+        return err_set(ERR_INVALID, "model %s: devices: expected tp x pp = %d of them, got %d",
+                       m->name, m->tp * m->pp, m->n_devices);
+    return 0;
 }
 
 /* What the server needs beyond the stack: roots, the GPU and process lists
@@ -72,28 +105,33 @@ static int check_server(const struct serve_config *c)
                        "devices.ranks: %d processes for devices.count %d (expected one per "
                        "device)",
                        c->n_ranks, c->n_devices);
-    double ka;
-    if (serve_keep_alive_parse(c->keep_alive, &ka) < 0)
-        return err_wrap(ERR_INVALID, "keep_alive");
     if (c->n_models < 1)
         return err_set(ERR_INVALID, "no models: give at least one (models: in the config file, "
                                     "or --model NAME=DIR)");
     if (c->n_models > SERVE_MAX_MODELS)
         return err_set(ERR_INVALID, "%d models: at most %d", c->n_models, SERVE_MAX_MODELS);
     for (int i = 0; i < c->n_models; i++) {
-        const struct serve_model *m = &c->models[i];
-        if (!serve_model_name_ok(m->name))
-            return err_set(ERR_INVALID,
-                           "models[%d].name '%.*s': expected 1 to %d bytes of A-Z a-z 0-9 . _ "
-                           ": / -, not starting with '/' and without '..'",
-                           i, QUOTE_MAX, m->name, SERVE_MODEL_NAME_MAX);
-        double mka;
-        if (serve_keep_alive_parse(m->keep_alive, &mka) < 0)
-            return err_wrap(ERR_INVALID, "models[%d].keep_alive", i);
-        if (m->n_devices != 0 && m->n_devices != m->tp * m->pp)
-            return err_set(ERR_INVALID, "model %s: devices: expected tp x pp = %d of them, got %d",
-                           m->name, m->tp * m->pp, m->n_devices);
+        char name[32];
+        const char *key;
+        snprintf(name, sizeof(name), "models[%d]", i);
+        int rc = serve_model_check(&c->models[i], name, &key);
+        if (rc < 0)
+            return rc;
     }
+    /* an alias is a name like any other: no two models answer to one
+     * (stack_config_check has the names among themselves) */
+    for (int i = 0; i < c->n_models; i++)
+        for (int a = 0; a < c->models[i].n_aliases; a++)
+            for (int j = 0; j < c->n_models; j++) {
+                const struct serve_model *o = &c->models[j];
+                bool taken = j != i && strcmp(o->name, c->models[i].aliases[a]) == 0;
+                for (int b = 0; j < i && !taken && b < o->n_aliases; b++)
+                    taken = strcmp(o->aliases[b], c->models[i].aliases[a]) == 0;
+                if (taken)
+                    return err_set(ERR_INVALID,
+                                   "models[%d].aliases[%d] '%s': also a name of models[%d] (%s)", i,
+                                   a, c->models[i].aliases[a], j, o->name);
+            }
     return 0;
 }
 

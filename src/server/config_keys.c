@@ -5,6 +5,8 @@
  * to it); --help shows every key with a flag. */
 #include "server/config_keys.h"
 
+#include <assert.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,10 +126,11 @@ const struct serve_key serve_keys[] = {
      .help = "precision of the linear layers: f32 (exact), bf16 (bf16 activations and weights, "
              "f32 sums, as transformers runs a bf16 model) or auto (bf16 for bf16 checkpoints, "
              "else f32; null is auto too)"},
-    {.path = "keep_alive", .flag = "keep-alive", .metavar = "S", .type = SK_STRING,
-     .null = SK_NULL_CLEARS, .offset = CFG(keep_alive),
-     .help = "seconds an idle model stays on its devices, from the end of its last request "
-             "(0: it leaves at once; -1: forever; reading its state or /metrics is not use); "
+    {.path = "keep_alive", .flag = "keep-alive", .metavar = "DURATION", .type = SK_DURATION,
+     .null = SK_NULL_CLEARS, .def = NAN, .offset = CFG(keep_alive),
+     .help = "how long an idle model stays on its devices, from the end of its last request: "
+             "seconds, or 30s, 5m, 1h (0: it leaves at once; -1: forever; reading its state or "
+             "/metrics is not use); "
              "unset: the policy's own (lru: 300, the others: forever); a model's keep_alive "
              "overrides it"},
     /* ---- the models served ---- */
@@ -139,6 +142,12 @@ const struct serve_key serve_keys[] = {
      .help = "what requests name in \"model\""},
     {.path = "models[].path", .type = SK_STRING, .null = SK_NULL_REFUSED, .offset = MODEL(path),
      .help = "the checkpoint directory"},
+    {.path = "models[].aliases", .flag = "alias", .metavar = "ALIAS=NAME", .type = SK_STRINGS,
+     .offset = MODEL(aliases), .count_offset = MODEL(n_aliases), .max_items = SERVE_MAX_ALIASES,
+     .expected = "a list of at most 16 names",
+     .help = "more names the model answers to, listed in /v1/models: one checkpoint, one host "
+             "copy and one residency under each (repeatable; --alias ALIAS=NAME names a model "
+             "of the file or of --model)"},
     {.path = "models[].tp", .type = SK_INT, .lo = 1, .hi = STACK_MAX_DEVICES, .def = 1,
      .offset = MODEL(tp), .help = "tensor-parallel degree"},
     {.path = "models[].pp", .type = SK_INT, .lo = 1, .hi = STACK_MAX_DEVICES, .def = 1,
@@ -153,9 +162,10 @@ const struct serve_key serve_keys[] = {
      .offset = MODEL(max_batch), .help = "sequences per batch; 0: the server's"},
     {.path = "models[].compute", .type = SK_STRING, .offset = MODEL(compute),
      .help = "f32, bf16 or auto; unset: the server's compute"},
-    {.path = "models[].keep_alive", .type = SK_STRING, .offset = MODEL(keep_alive),
-     .help = "seconds idle before it leaves its devices (0: at once; -1: forever); unset: the "
-             "server's keep_alive"},
+    {.path = "models[].keep_alive", .type = SK_DURATION, .null = SK_NULL_CLEARS, .def = NAN,
+     .offset = MODEL(keep_alive),
+     .help = "how long idle before it leaves its devices: seconds, or 30s, 5m, 1h (0: at once; "
+             "-1: forever); unset: the server's keep_alive"},
     {.path = "models[].priority", .type = SK_INT, .lo = -ENGINE_PRIORITY_MAX,
      .hi = ENGINE_PRIORITY_MAX, .offset = MODEL(priority),
      .help = "when several models wait, the higher one's load and batches go first (after any "
@@ -226,6 +236,9 @@ void serve_keys_defaults(const char *scope, void *base)
         case SK_BYTES:
             *(uint64_t *)f = (uint64_t)k->def;
             break;
+        case SK_DURATION:
+            *(double *)f = k->def;
+            break;
         case SK_STRING:
             *(char **)f = k->def_str ? strdup(k->def_str) : NULL;
             break;
@@ -272,6 +285,11 @@ void serve_key_expected(const struct serve_key *k, char *buf, size_t cap)
             snprintf(buf, cap,
                      "a byte count such as 1048576, 512KiB or 2GiB (K/M/G/T, "
                      "KiB/MiB/GiB/TiB: 1024s; KB/MB/GB/TB: 1000s)");
+        break;
+    case SK_DURATION:
+        snprintf(buf, cap,
+                 "a duration such as 30s, 5m, 1h or 1h30m, seconds >= 0 (0: at once), "
+                 "or -1 (never)");
         break;
     case SK_STRING:
     case SK_ENUM:
@@ -329,6 +347,12 @@ void serve_key_default(const struct serve_key *k, char *buf, size_t cap)
     case SK_ENUM:
         snprintf(buf, cap, "%s", k->choices[(int)k->def]);
         break;
+    case SK_DURATION:
+        if (isinf(k->def))
+            snprintf(buf, cap, "-1");
+        else if (!isnan(k->def))
+            snprintf(buf, cap, "%gs", k->def);
+        break;
     case SK_STRING:
         snprintf(buf, cap, "%s", k->def_str ? k->def_str : "");
         break;
@@ -372,6 +396,13 @@ int serve_key_set_text(const struct serve_key *k, void *base, const char *text, 
         *(int *)f = i;
         return 0;
     }
+    case SK_DURATION: {
+        double v;
+        if (serve_keep_alive_parse(text, &v) < 0)
+            return refuse(k, what, text);
+        *(double *)f = v;
+        return 0;
+    }
     case SK_STRING: {
         if (!text[0] || (k->choices && choice_index(k->choices, text) < 0))
             return refuse(k, what, text);
@@ -384,6 +415,114 @@ int serve_key_set_text(const struct serve_key *k, void *base, const char *text, 
     }
     default:
         return err_set(ERR_INVALID, "%s: not a key set from text", what);
+    }
+}
+
+/* "WHAT: expected EXPECTED, got JSON" (JSON cut at QUOTE_MAX bytes) */
+static int refuse_json(const struct serve_key *k, const char *what, const json_t *v)
+{
+    char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    char expected[192];
+    serve_key_expected(k, expected, sizeof(expected));
+    int rc = err_set(ERR_INVALID, "%s: expected %s, got %.*s%s", what, expected, QUOTE_MAX,
+                     text ? text : "a JSON value", text && strlen(text) > QUOTE_MAX ? "..." : "");
+    free(text);
+    return rc;
+}
+
+int serve_key_set_json(const struct serve_key *k, void *base, const json_t *v, const char *what)
+{
+    void *f = serve_key_field(k, base);
+    switch (k->type) {
+    case SK_INT: {
+        json_int_t i = json_is_integer(v) ? json_integer_value(v) : 0;
+        if (!json_is_integer(v) || i < k->lo || i > k->hi)
+            return refuse_json(k, what, v);
+        *(int *)f = (int)i;
+        return 0;
+    }
+    case SK_DOUBLE: {
+        double x = json_is_number(v) ? json_number_value(v) : NAN;
+        if (!isfinite(x) || !(x >= k->lo) || x > k->hi)
+            return refuse_json(k, what, v);
+        *(double *)f = x;
+        return 0;
+    }
+    case SK_BOOL:
+        if (!json_is_boolean(v))
+            return refuse_json(k, what, v);
+        *(bool *)f = json_is_true(v);
+        return 0;
+    case SK_BYTES:
+        if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) >= k->lo) {
+            *(uint64_t *)f = (uint64_t)json_integer_value(v);
+            return 0;
+        }
+        if (json_is_string(v))
+            return serve_key_set_text(k, base, json_string_value(v), what);
+        return refuse_json(k, what, v);
+    case SK_DURATION: {
+        double x = json_is_number(v) ? json_number_value(v) : NAN;
+        if (json_is_string(v))
+            return serve_key_set_text(k, base, json_string_value(v), what);
+        if (!isfinite(x) || !(x >= 0 || x == -1))
+            return refuse_json(k, what, v);
+        *(double *)f = x < 0 ? INFINITY : x;
+        return 0;
+    }
+    case SK_STRING:
+    case SK_ENUM:
+        if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v))
+            return refuse_json(k, what, v);
+        return serve_key_set_text(k, base, json_string_value(v), what);
+    case SK_INTS: {
+        int n = json_is_array(v) ? (int)json_array_size(v) : -1, got[STACK_MAX_DEVICES];
+        if (n < 1 || n > k->max_items || n > STACK_MAX_DEVICES)
+            return refuse_json(k, what, v);
+        for (int i = 0; i < n; i++) {
+            const json_t *x = json_array_get(v, (size_t)i);
+            if (!json_is_integer(x) || json_integer_value(x) < k->lo ||
+                json_integer_value(x) > k->hi) {
+                char item[96];
+                snprintf(item, sizeof(item), "%s[%d]", what, i);
+                const struct serve_key one = {.type = SK_INT, .lo = k->lo, .hi = k->hi};
+                return refuse_json(&one, item, x);
+            }
+            got[i] = (int)json_integer_value(x);
+        }
+        memcpy(f, got, (size_t)n * sizeof(int));
+        *(int *)((char *)base + k->count_offset) = n;
+        return 0;
+    }
+    case SK_STRINGS: {
+        int n = json_is_array(v) ? (int)json_array_size(v) : -1;
+        if (n < 0 || n > k->max_items)
+            return refuse_json(k, what, v);
+        char **items = f, *got[64] = {0};
+        int *count = (int *)((char *)base + k->count_offset), rc = 0;
+        assert(k->max_items <= 64);
+        for (int i = 0; i < n && rc == 0; i++) {
+            const json_t *x = json_array_get(v, (size_t)i);
+            char item[96];
+            snprintf(item, sizeof(item), "%s[%d]", what, i);
+            const struct serve_key one = {.type = SK_STRING, .offset = 0}; /* at &got[i] */
+            if (!json_is_string(x) || !json_string_value(x)[0] ||
+                strlen(json_string_value(x)) != json_string_length(x))
+                rc = refuse_json(&one, item, x);
+            else
+                rc = serve_key_set_text(&one, &got[i], json_string_value(x), item);
+        }
+        /* all read before the old list goes, so an error leaves it */
+        for (int i = 0, m = rc < 0 ? n : *count; i < m; i++)
+            free(rc < 0 ? got[i] : items[i]);
+        if (rc < 0)
+            return rc;
+        memcpy(items, got, (size_t)n * sizeof(*got));
+        *count = n;
+        return 0;
+    }
+    default:
+        return err_set(ERR_INVALID, "%s: not a key set from JSON", what);
     }
 }
 
@@ -423,6 +562,13 @@ int serve_key_check(const struct serve_key *k, const void *base, const char *nam
     case SK_DOUBLE: {
         double v = *(const double *)f;
         if (!isfinite(v) || !(v >= k->lo && v <= k->hi))
+            return err_set(ERR_INVALID, "%s: expected %s, got %g", name, expected, v);
+        return 0;
+    }
+    case SK_DURATION: {
+        double v = *(const double *)f;
+        bool unset_ok = k->null == SK_NULL_CLEARS;
+        if ((isnan(v) && !unset_ok) || (!isnan(v) && !isinf(v) && !(v >= 0)) || (isinf(v) && v < 0))
             return err_set(ERR_INVALID, "%s: expected %s, got %g", name, expected, v);
         return 0;
     }

@@ -4,6 +4,8 @@
  *   - config.c's YAML walk (the known keys of each mapping, each scalar's
  *     parse and range, the defaults of serve_config_init and of a model);
  *   - serve_config_check (every scalar's range again, for the flags too);
+ *   - POST /admin/models (a model's keys from its JSON body:
+ *     serve_model_from_json, serve_key_set_json, the same words);
  *   - cmd_serve.c (the flags, their ranges and the --help lines);
  *   - tests/test_serve_config.c (the table and docs/serve.example.yaml
  *     name the same keys).
@@ -22,22 +24,23 @@
 #include "server/config.h"
 
 enum serve_key_type {
-    SK_INT,     /* int; lo..hi */
-    SK_DOUBLE,  /* double; lo..hi, hi INFINITY: any finite one >= lo */
-    SK_BOOL,    /* bool; true or false */
-    SK_BYTES,   /* uint64_t; a byte count (core/bytes.h) >= lo */
-    SK_STRING,  /* char * (owned), non-empty; one of choices when they are given */
-    SK_ENUM,    /* an int-sized enum: the index of the value in choices */
-    SK_INTS,    /* int[max_items] and its count at count_offset; items lo..hi */
-    SK_STRINGS, /* char *[max_items] (owned) and its count; non-empty items */
-    SK_SECTION, /* a mapping of the keys below this path */
-    SK_MODELS,  /* a list of mappings, each a struct serve_model (models[].*) */
+    SK_INT,      /* int; lo..hi */
+    SK_DOUBLE,   /* double; lo..hi, hi INFINITY: any finite one >= lo */
+    SK_BOOL,     /* bool; true or false */
+    SK_BYTES,    /* uint64_t; a byte count (core/bytes.h) >= lo */
+    SK_DURATION, /* double seconds (serve_keep_alive_parse); INFINITY: never; NAN: unset */
+    SK_STRING,   /* char * (owned), non-empty; one of choices when they are given */
+    SK_ENUM,     /* an int-sized enum: the index of the value in choices */
+    SK_INTS,     /* int[max_items] and its count at count_offset; items lo..hi */
+    SK_STRINGS,  /* char *[max_items] (owned) and its count; non-empty items */
+    SK_SECTION,  /* a mapping of the keys below this path */
+    SK_MODELS,   /* a list of mappings, each a struct serve_model (models[].*) */
 };
 
 /* what null means for a key (any key that says nothing: its default stays) */
 enum serve_key_null {
     SK_NULL_KEEPS,   /* the value stays (the default, or an earlier file's) */
-    SK_NULL_CLEARS,  /* SK_STRING: the value becomes NULL ("unset") */
+    SK_NULL_CLEARS,  /* SK_STRING: the value becomes NULL, SK_DURATION NAN ("unset") */
     SK_NULL_REFUSED, /* an error: the key must have a value (models[].name) */
 };
 
@@ -48,7 +51,7 @@ struct serve_key {
     enum serve_key_type type;
     enum serve_key_null null;
     double lo, hi;              /* SK_INT, SK_DOUBLE, SK_INTS items; SK_BYTES: lo only */
-    double def;                 /* SK_INT, SK_DOUBLE, SK_BOOL (0/1), SK_BYTES, SK_ENUM index */
+    double def; /* SK_INT, SK_DOUBLE, SK_BOOL (0/1), SK_BYTES, SK_ENUM index, SK_DURATION */
     const char *def_str;        /* SK_STRING: the default (NULL: unset) */
     const char *const *choices; /* SK_ENUM, and SK_STRING when limited: NULL-terminated */
     size_t offset;              /* the field, in struct serve_config or struct serve_model */
@@ -90,6 +93,18 @@ void serve_key_default(const struct serve_key *k, char *buf, size_t cap);
  * "t.yaml:3: key 'max_body_bytes'"): ERR_INVALID "WHAT: expected ..., got
  * 'TEXT'". */
 int serve_key_set_text(const struct serve_key *k, void *base, const char *text, const char *what);
+
+/* Sets k's field in base from a JSON value (POST /admin/models' body), as
+ * serve_key_set_text does from text, with the same range and message: an
+ * integer for SK_INT, a number for SK_DOUBLE, true or false, a byte count
+ * as an integer or as text, a duration as a number of seconds (-1: never)
+ * or as text, a string for SK_STRING and SK_ENUM, an array of integers for
+ * SK_INTS. what names the key; ERR_INVALID "WHAT: expected ..., got JSON"
+ * otherwise. v is a value, not null (null is the caller's: the key's
+ * null rule). */
+struct json_t;
+int serve_key_set_json(const struct serve_key *k, void *base, const struct json_t *v,
+                       const char *what);
 
 /* Checks k's value in base against its type and range (for the values
  * flags and code set as well as the parser): ERR_INVALID

@@ -253,13 +253,22 @@ static void retained_put(struct server *s, const char *name, const struct srv_co
  * s->lock. What the entry needs of sm is copied now: the entry outlives the
  * swap model (the engine's removal unregisters it). */
 int srv_model_add(struct server *s, const struct swap_model *sm, const char *path,
-                  const char *chat_template, int id)
+                  const char *chat_template, char *const *aliases, int n_aliases, int id)
 {
     struct srv_model *m = calloc(1, sizeof(*m));
+    if (m && n_aliases > 0 && !(m->aliases = calloc((size_t)n_aliases, sizeof(*m->aliases)))) {
+        free(m);
+        m = NULL;
+    }
     if (!m || !(m->path = strdup(path))) {
+        if (m)
+            free(m->aliases);
         free(m);
         return err_set(ERR_NOMEM, "out of memory for model %s", swap_model_name(sm));
     }
+    for (int i = 0; i < n_aliases; i++)
+        snprintf(m->aliases[i], sizeof(m->aliases[i]), "%s", aliases[i]);
+    m->n_aliases = n_aliases;
     snprintf(m->name, sizeof(m->name), "%s", swap_model_name(sm));
     m->id = id;
     m->tp = swap_model_tp(sm);
@@ -277,6 +286,7 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
          * root, a malformed vocabulary) are the model's error, not a model
          * without a tokenizer whose completions would all fail later */
         err_wrap(rc, "model %s: its tokenizer does not load", m->name);
+        free(m->aliases);
         free(m->path);
         free(m);
         return rc;
@@ -292,6 +302,7 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
     m->charge = model_charge(path);
     if ((rc = charge_take(s, m->name, m->charge)) < 0) {
         bpe_close(m->tok);
+        free(m->aliases);
         free(m->path);
         free(m);
         return rc;
@@ -301,6 +312,7 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
         atomic_fetch_sub(&s->registered_bytes, m->charge);
         chat_template_free(m->chat);
         bpe_close(m->tok);
+        free(m->aliases);
         free(m->path);
         free(m);
         return rc;
@@ -315,11 +327,22 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
     return 0;
 }
 
+/* Whether m answers to name, its own or an alias. */
+static bool model_named(const struct srv_model *m, const char *name)
+{
+    if (strcmp(m->name, name) == 0)
+        return true;
+    for (int i = 0; i < m->n_aliases; i++)
+        if (strcmp(m->aliases[i], name) == 0)
+            return true;
+    return false;
+}
+
 struct srv_model *srv_model_find(struct server *s, const char *name)
 {
     pthread_mutex_lock(&s->lock);
     struct srv_model *m = s->models;
-    while (m && strcmp(m->name, name) != 0)
+    while (m && !model_named(m, name))
         m = m->next;
     if (m)
         atomic_fetch_add(&m->refs, 1);
@@ -334,6 +357,7 @@ void srv_model_put(struct srv_model *m)
     atomic_fetch_sub(&m->s->registered_bytes, m->charge);
     bpe_close(m->tok);
     chat_template_free(m->chat);
+    free(m->aliases);
     free(m->path);
     free(m);
 }

@@ -240,7 +240,7 @@ static json_t *completion_json(const struct srv_req *r, const char *text, size_t
         json_array_append_new(choices, c);
     }
     return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", r->id, "object", "text_completion",
-                     "created", (json_int_t)r->created, "model", r->m->name, "choices", choices,
+                     "created", (json_int_t)r->created, "model", r->creq.model, "choices", choices,
                      "usage", usage ? usage : json_null());
 }
 
@@ -268,10 +268,10 @@ static json_t *chat_json(const struct srv_req *r, enum chat_part part, const cha
                                         "logprobs", "finish_reason",
                                         finish ? json_string(finish) : json_null()));
     }
-    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", r->id, "object",
-                          part == CHAT_MESSAGE ? "chat.completion" : "chat.completion.chunk",
-                          "created", (json_int_t)r->created, "model", r->m->name, "choices",
-                          choices);
+    json_t *o =
+        json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", r->id, "object",
+                  part == CHAT_MESSAGE ? "chat.completion" : "chat.completion.chunk", "created",
+                  (json_int_t)r->created, "model", r->creq.model, "choices", choices);
     if (o && (part == CHAT_MESSAGE || usage))
         json_object_set_new(o, "usage", usage ? usage : json_null());
     else

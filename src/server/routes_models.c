@@ -14,9 +14,18 @@
 #include "server/server_impl.h"
 
 /* The model object: OpenAI's fields and the server's (family, architecture,
- * whether it has a tokenizer, residency, shards, queue). NULL when m is no
- * longer served. */
-static json_t *model_json(struct server *s, const struct srv_model *m)
+ * whether it has a tokenizer, residency, shards, queue, its aliases). as is
+ * the name it is shown under: NULL or m->name, else one of its aliases (then
+ * "alias_of" names the model). NULL when m is no longer served. */
+static json_t *aliases_json(const struct srv_model *m)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < m->n_aliases; i++)
+        json_array_append_new(a, json_string(m->aliases[i]));
+    return a;
+}
+
+static json_t *model_json(struct server *s, const struct srv_model *m, const char *as)
 {
     struct engine_model_stats *st = malloc(sizeof(*st));
     if (!st || engine_model_stats(s->stack->engine, m->id, st) < 0) {
@@ -32,23 +41,28 @@ static json_t *model_json(struct server *s, const struct srv_model *m)
         json_array_append_new(shards, json_pack("{s:s, s:I}", "device", d ? device_name(d) : "?",
                                                 "bytes", (json_int_t)st->shards[i].bytes));
     }
-    json_t *o =
-        json_pack("{s:s, s:s, s:I, s:s, s:s, s:s, s:b, s:b, s:s, s:b, s:i, s:i, s:s, s:I, s:o, "
-                  "s:i, s:i, s:i}",
-                  "id", m->name, "object", "model", "created", (json_int_t)m->created, "owned_by",
-                  "shardswap", "family", m->family, "architecture", m->architecture, "tokenizer",
-                  m->tok != NULL, "chat_template", m->chat != NULL, "residency", srv_residency_name(st->residency), "pinned", st->pinned,
-                  "tp", m->tp, "pp", m->pp, "compute", kern_compute_name(m->compute), "bytes",
-                  (json_int_t)total, "shards", shards, "max_model_len", m->max_pos, "queue_len",
-                  st->queue_len, "running", st->running);
+    json_t *o = json_pack(
+        "{s:s, s:s, s:I, s:s, s:s, s:s, s:b, s:b, s:s, s:b, s:i, s:i, s:s, s:I, s:o, "
+        "s:i, s:i, s:i}",
+        "id", as ? as : m->name, "object", "model", "created", (json_int_t)m->created, "owned_by",
+        "shardswap", "family", m->family, "architecture", m->architecture, "tokenizer",
+        m->tok != NULL, "chat_template", m->chat != NULL, "residency",
+        srv_residency_name(st->residency), "pinned", st->pinned, "tp", m->tp, "pp", m->pp,
+        "compute", kern_compute_name(m->compute), "bytes", (json_int_t)total, "shards", shards,
+        "max_model_len", m->max_pos, "queue_len", st->queue_len, "running", st->running);
     /* seconds; -1 forever; null: the policy's own */
     double ka = st->keep_alive;
-    if (o && (json_object_set_new(o, "keep_alive", isnan(ka)   ? json_null()
-                                                   : isinf(ka) ? json_integer(-1)
-                                                               : json_real(ka)) |
-              json_object_set_new(o, "priority", json_integer(st->priority)) |
-              json_object_set_new(o, "max_queue_wait", json_real(st->max_queue_wait)) |
-              json_object_set_new(o, "min_resident", json_real(st->min_resident))) < 0) {
+    if (o &&
+        (json_object_set_new(o, "keep_alive",
+                             isnan(ka)   ? json_null()
+                             : isinf(ka) ? json_integer(-1)
+                                         : json_real(ka)) |
+         json_object_set_new(o, "priority", json_integer(st->priority)) |
+         json_object_set_new(o, "max_queue_wait", json_real(st->max_queue_wait)) |
+         json_object_set_new(o, "min_resident", json_real(st->min_resident)) |
+         json_object_set_new(o, "aliases", aliases_json(m)) |
+         (as && strcmp(as, m->name) != 0 ? json_object_set_new(o, "alias_of", json_string(m->name))
+                                         : 0)) < 0) {
         json_decref(o);
         o = NULL;
     }
@@ -71,9 +85,12 @@ enum MHD_Result srv_models_list(struct srv_req *r)
     n = n < SRV_MAX_LIST ? n : SRV_MAX_LIST;
     json_t *data = json_array();
     for (int i = 0; i < n; i++) {
-        json_t *o = model_json(r->s, ms[i]);
-        if (o) /* else removed meanwhile */
-            json_array_append_new(data, o);
+        /* the model, then each of its aliases as a model of its own name */
+        for (int a = -1; a < ms[i]->n_aliases; a++) {
+            json_t *o = model_json(r->s, ms[i], a < 0 ? NULL : ms[i]->aliases[a]);
+            if (o) /* else removed meanwhile */
+                json_array_append_new(data, o);
+        }
     }
     srv_models_put_all(ms, n);
     free(ms);
@@ -83,7 +100,7 @@ enum MHD_Result srv_models_list(struct srv_req *r)
 enum MHD_Result srv_model_get(struct srv_req *r)
 {
     struct srv_model *m = srv_model_find(r->s, r->arg);
-    json_t *o = m ? model_json(r->s, m) : NULL;
+    json_t *o = m ? model_json(r->s, m, r->arg) : NULL;
     srv_model_put(m);
     if (!o)
         return model_not_found(r, r->arg);
@@ -108,7 +125,7 @@ static enum MHD_Result admin_action(struct srv_req *r, struct srv_model *m)
     if (rc < 0)
         return srv_reply_errorf(r, 500, NULL, NULL, "", "%s", err_msg());
     log_info("admin: %s %s", r->action, m->name);
-    json_t *o = model_json(s, m);
+    json_t *o = model_json(s, m, NULL);
     return o ? srv_reply_json(r, 200, o) : model_not_found(r, r->arg);
 }
 
@@ -127,7 +144,7 @@ enum MHD_Result srv_admin_delete(struct srv_req *r)
     struct server *s = r->s;
     pthread_mutex_lock(&s->admin_lock);
     struct srv_model *m = srv_model_find(s, r->arg);
-    json_t *o = m ? model_json(s, m) : NULL;
+    json_t *o = m ? model_json(s, m, NULL) : NULL;
     struct engine_model_stats *last = o ? malloc(sizeof(*last)) : NULL;
     int rc = o ? engine_remove_model(s->stack->engine, m->id, last) : ERR_NOT_FOUND;
     if (rc == 0) {
@@ -144,60 +161,6 @@ enum MHD_Result srv_admin_delete(struct srv_req *r)
     }
     json_object_set_new(o, "residency", json_string("removed"));
     return srv_reply_json(r, 200, o);
-}
-
-/* An optional integer field of the admin body in lo..hi; *out keeps its
- * default when absent or null. */
-static bool body_int(json_t *body, const char *key, int lo, int hi, int *out, struct oai_error *e)
-{
-    json_t *v = json_object_get(body, key);
-    if (!v || json_is_null(v))
-        return true;
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
-        oai_error_set(e, 400, "invalid_request_error", NULL, key,
-                      "'%s' must be an integer in %d..%d.", key, lo, hi);
-        return false;
-    }
-    *out = (int)json_integer_value(v);
-    return true;
-}
-
-/* An optional field of the admin body in seconds >= 0; *out keeps its
- * default (0: none) when absent or null. */
-static bool body_seconds(json_t *body, const char *key, double *out, struct oai_error *e)
-{
-    json_t *v = json_object_get(body, key);
-    if (!v || json_is_null(v))
-        return true;
-    double x = json_is_number(v) ? json_number_value(v) : NAN;
-    if (!(x >= 0) || !isfinite(x)) {
-        oai_error_set(e, 400, "invalid_request_error", NULL, key,
-                      "'%s' must be a number of seconds >= 0 (0: none).", key);
-        return false;
-    }
-    *out = x;
-    return true;
-}
-
-/* The admin body's keep_alive: seconds >= 0 or -1 (forever: INFINITY);
- * absent or null: the server's keep_alive (*out NAN when that is unset too). */
-static bool body_keep_alive(json_t *body, const struct serve_config *c, double *out,
-                            struct oai_error *e)
-{
-    json_t *v = json_object_get(body, "keep_alive");
-    if (!v || json_is_null(v)) {
-        if (serve_keep_alive_parse(c->keep_alive, out) < 0) /* checked at start */
-            *out = NAN;
-        return true;
-    }
-    double x = json_is_number(v) ? json_number_value(v) : NAN;
-    if (!(x >= 0 || x == -1) || !isfinite(x)) {
-        oai_error_set(e, 400, "invalid_request_error", NULL, "keep_alive",
-                      "'keep_alive' must be a number of seconds >= 0, or -1 (forever).");
-        return false;
-    }
-    *out = x < 0 ? INFINITY : x;
-    return true;
 }
 
 _Static_assert(sizeof(((struct srv_model *)0)->name) > SERVE_MODEL_NAME_MAX,
@@ -231,6 +194,9 @@ static void remove_unserved(struct server *s, int id)
     err_set(ERR_INVALID, "%s", why);
 }
 
+/* POST /admin/models: the body is a model as the config file's models[]
+ * list gives one, read through the same key table (serve_model_from_json),
+ * then served as the file's models are (stack_add_model), below a root. */
 enum MHD_Result srv_admin_add(struct srv_req *r)
 {
     struct server *s = r->s;
@@ -239,7 +205,8 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     json_error_t je;
     json_t *body = NULL;
     char *dir = NULL;
-    struct swap_model *sm = NULL;
+    struct serve_model m;
+    serve_model_init(&m);
     if (c->n_model_roots == 0) {
         oai_error_set(&e, 403, "permission_error", "admin_add_disabled", "",
                       "Adding models is disabled: start the server with --model-root DIR.");
@@ -251,53 +218,12 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
                       "The body must be a JSON object: %s", body ? "got another type" : je.text);
         goto refuse;
     }
-    json_t *jn = json_object_get(body, "name"), *jp = json_object_get(body, "path"),
-           *jpin = json_object_get(body, "pinned"), *jc = json_object_get(body, "compute");
-    const char *name = json_string_value(jn), *path = json_string_value(jp);
-    /* the model's precision: the body's, else the server's, else the checkpoint's */
-    const char *compute = jc && !json_is_null(jc) ? json_string_value(jc) : c->compute;
-    enum kern_compute kc = KERN_COMPUTE_F32;
-    bool compute_set = false;
-    if ((jc && !json_is_null(jc) && !compute) ||
-        kern_compute_choice(compute, &compute_set, &kc) < 0) {
-        oai_error_set(&e, 400, "invalid_request_error", NULL, "compute",
-                      "'compute' must be \"f32\", \"bf16\" or \"auto\".");
+    const char *key;
+    if (serve_model_from_json(body, &m, &key) < 0 || serve_model_check(&m, "", &key) < 0) {
+        oai_error_set(&e, 400, "invalid_request_error", NULL, key, "%s", err_msg());
         goto refuse;
     }
-    if (!name || !serve_model_name_ok(name)) {
-        oai_error_set(&e, 400, "invalid_request_error", NULL, "name",
-                      "'name' must be 1 to 63 bytes of A-Z a-z 0-9 . _ : / -, not starting "
-                      "with '/' and without '..' (as in the config file).");
-        goto refuse;
-    }
-    if (!path || !path[0]) {
-        oai_error_set(&e, 400, "invalid_request_error", NULL, "path",
-                      "'path' must be a non-empty string (a checkpoint directory).");
-        goto refuse;
-    }
-    if (jpin && !json_is_null(jpin) && !json_is_boolean(jpin)) {
-        oai_error_set(&e, 400, "invalid_request_error", NULL, "pinned",
-                      "'pinned' must be a boolean.");
-        goto refuse;
-    }
-    int n_dev = s->stack->n_devices, tp = 1, pp = 1, max_batch = 0;
-    int priority = 0;
-    double keep_alive, max_queue_wait = 0;
-    if (!body_int(body, "tp", 1, n_dev, &tp, &e) || !body_int(body, "pp", 1, n_dev, &pp, &e) ||
-        !body_int(body, "max_batch", 0, 4096, &max_batch, &e) ||
-        !body_int(body, "priority", -ENGINE_PRIORITY_MAX, ENGINE_PRIORITY_MAX, &priority, &e) ||
-        !body_keep_alive(body, c, &keep_alive, &e))
-        goto refuse;
-    double min_resident = 0;
-    if (!body_seconds(body, "max_queue_wait", &max_queue_wait, &e) ||
-        !body_seconds(body, "min_resident", &min_resident, &e))
-        goto refuse;
-    if (tp * pp > n_dev) {
-        oai_error_set(&e, 400, "invalid_request_error", NULL, "tp",
-                      "tp x pp = %d shards exceed the server's %d devices.", tp * pp, n_dev);
-        goto refuse;
-    }
-    if (!(dir = realpath(path, NULL)) || !under_root(c, dir)) {
+    if (!(dir = realpath(m.path, NULL)) || !under_root(c, dir)) {
         /* the same answer for a path that is missing and one outside: the
          * admin learns nothing about the file system beyond the roots */
         oai_error_set(&e, 403, "permission_error", "path_not_allowed", "path",
@@ -305,72 +231,61 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
         goto refuse;
     }
     pthread_mutex_lock(&s->admin_lock);
-    struct srv_model *same = srv_model_find(s, name);
+    struct srv_model *same = srv_model_find(s, m.name);
     srv_model_put(same);
+    for (int i = 0; !same && i < m.n_aliases; i++) {
+        same = srv_model_find(s, m.aliases[i]);
+        srv_model_put(same);
+        if (same) {
+            pthread_mutex_unlock(&s->admin_lock);
+            oai_error_set(&e, 409, "invalid_request_error", "model_exists", "aliases",
+                          "A model named '%s' is served already.", m.aliases[i]);
+            goto refuse;
+        }
+    }
     if (same) {
         pthread_mutex_unlock(&s->admin_lock);
         oai_error_set(&e, 409, "invalid_request_error", "model_exists", "name",
-                      "A model named '%s' is served already.", name);
+                      "A model named '%s' is served already.", m.name);
         goto refuse;
     }
-    int devices[STACK_MAX_DEVICES];
-    for (int i = 0; i < tp * pp; i++)
-        devices[i] = i;
-    struct placement pl = {.tp = tp, .pp = pp, .devices = devices};
+    struct stack_model_config mc;
+    serve_model_stack(c, &m, &mc);
+    mc.path = dir;
     /* every file read from the model's directory (config, weights,
      * tokenizer, chat template) must resolve below a root, links included */
     fs_confine((const char *const *)c->model_roots, c->n_model_roots);
-    int rc = swap_register(s->stack->mgr, name, dir, &pl, json_is_true(jpin), &sm);
-    if (rc == 0 && compute_set)
-        swap_model_set_compute(sm, kc);
-    const char *param = "path"; /* what the refusal is about */
-    int id = rc < 0 ? rc : engine_add_model(s->stack->engine, sm);
-    if (rc == 0 && id < 0) {
-        swap_unregister(s->stack->mgr, sm); /* never served: idle */
-        param = "";                         /* the engine's model limit */
-    }
-    if (id >= 0 && max_batch > 0 &&
-        (rc = engine_set_max_batch(s->stack->engine, id, max_batch)) < 0) {
-        param = "max_batch";
+    struct swap_model *sm;
+    const char *param = "path"; /* what a refusal is about */
+    int id = stack_add_model(s->stack, &mc, &sm, &param), rc = id;
+    if (id >= 0 &&
+        (rc = srv_model_add(s, sm, dir, m.chat_template, m.aliases, m.n_aliases, id)) < 0) {
+        param = m.chat_template && strstr(err_msg(), ": chat_template ") ? "chat_template" : "path";
         remove_unserved(s, id);
-    } else if (id >= 0 && !isnan(keep_alive) &&
-               (rc = engine_set_keep_alive(s->stack->engine, id, keep_alive)) < 0) {
-        param = "keep_alive";
-        remove_unserved(s, id);
-    } else if (id >= 0 &&
-               (rc = engine_set_priority(s->stack->engine, id, priority, max_queue_wait)) < 0) {
-        param = "priority";
-        remove_unserved(s, id);
-    } else if (id >= 0 &&
-               (rc = engine_set_min_resident(s->stack->engine, id, min_resident)) < 0) {
-        param = "min_resident";
-        remove_unserved(s, id);
-    } else if (id >= 0 && (rc = srv_model_add(s, sm, dir, NULL, id)) < 0) {
-        remove_unserved(s, id);
-    } else if (id < 0) {
-        rc = id;
     }
     fs_confine(NULL, 0);
     pthread_mutex_unlock(&s->admin_lock);
     if (rc < 0) {
         /* what swap_register refuses (no checkpoint, does not fit, a file
-         * outside the roots), a tokenizer that does not load, a max_batch
-         * no batch fits, the model limit: the request's fault; a model
-         * registered for it is unregistered again (engine_remove_model does
-         * that for one the engine took) */
+         * outside the roots), a tokenizer or chat template that does not
+         * load, a max_batch no batch fits, the model limit: the request's
+         * fault; nothing of the model is left */
         oai_error_set(&e, 400, "invalid_request_error", NULL, param,
-                      "Model '%s' could not be added: %s", name, err_msg());
+                      "Model '%s' could not be added: %s", m.name, err_msg());
         goto refuse;
     }
-    log_info("admin: added model %s from %s (tp %d, pp %d)", name, dir, tp, pp);
-    struct srv_model *m = srv_model_find(s, name);
-    json_t *o = m ? model_json(s, m) : NULL;
-    srv_model_put(m);
+    log_info("admin: added model %s from %s (tp %d, pp %d)", m.name, dir, m.tp, m.pp);
+    struct srv_model *added = srv_model_find(s, m.name);
+    json_t *o = added ? model_json(s, added, NULL) : NULL;
+    srv_model_put(added);
+    enum MHD_Result ret = o ? srv_reply_json(r, 200, o) : model_not_found(r, m.name);
     json_decref(body);
     free(dir);
-    return o ? srv_reply_json(r, 200, o) : model_not_found(r, name);
+    serve_model_free(&m);
+    return ret;
 refuse:
     json_decref(body);
     free(dir);
+    serve_model_free(&m);
     return srv_reply_error(r, &e);
 }

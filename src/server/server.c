@@ -670,12 +670,15 @@ int server_open(const struct serve_config *c, struct cluster_job *job, struct se
     log_budgets(s, &sc);
     for (int i = 0; i < s->stack->n_models; i++) {
         const struct serve_model *m = &c->models[i];
-        if ((rc = srv_model_add(s, s->stack->models[i], m->path, m->chat_template,
-                                 s->stack->ids[i])) < 0)
+        if ((rc = srv_model_add(s, s->stack->models[i], m->path, m->chat_template, m->aliases,
+                                m->n_aliases, s->stack->ids[i])) < 0)
             goto fail;
         log_info("model %s: %s (tp %d, pp %d%s)", m->name, m->path, m->tp, m->pp,
                  m->pinned ? ", pinned" : "");
     }
+    /* pinned models are on their devices before the first request */
+    if ((rc = stack_load_pinned(s->stack)) < 0)
+        goto fail;
     if ((rc = srv_watcher_start(s)) < 0 || (rc = listen_start(s)) < 0)
         goto fail;
     atomic_store(&s->state, SERVER_SERVING);

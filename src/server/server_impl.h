@@ -73,6 +73,9 @@ struct srv_retained {
 struct srv_model {
     atomic_int refs;
     char name[64];
+    /* more names it is found and listed by ([fixed] at add; owned) */
+    char (*aliases)[64];
+    int n_aliases;
     char *path;            /* owned */
     struct bpe *tok;       /* owned; NULL when none loads: token-id prompts only, and
                               completions carry their ids (token_ids) */
@@ -286,10 +289,9 @@ void srv_count_status(struct server *s, int status);
  * checkpoint's own that does not load leaves the model without chat (a
  * warning, and no_chat says why). */
 int srv_model_add(struct server *s, const struct swap_model *sm, const char *path,
-                  const char *chat_template, int id);
-/* The served (not removed) model named name, or NULL. */
-/* The served model of that name with a reference the caller gives back
- * with srv_model_put, or NULL. */
+                  const char *chat_template, char *const *aliases, int n_aliases, int id);
+/* The served model of that name or alias with a reference the caller gives
+ * back with srv_model_put, or NULL. */
 struct srv_model *srv_model_find(struct server *s, const char *name);
 /* Drops a reference; the last frees the entry (tokenizer, chat template,
  * path). NULL-safe; any thread, no lock held. */

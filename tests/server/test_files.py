@@ -21,6 +21,7 @@ the sanitizer build's suite runs it against the ASan+UBSan binary).
 
 import os
 import shutil
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -296,6 +297,37 @@ def test_churn():
     check("c" not in names and "bad" not in names, "removed models still listed: %s" % names)
 
 
+def test_pinned_at_start():
+    """pinned: true loads the model as the server starts, through the
+    engine's admin load (before: on its first request); a pinned model that
+    leaves another no room for its weights and a batch of one is refused at
+    start, naming both."""
+    m1 = S["models"]["m1"]
+    cfg = os.path.join(A.work_dir, "pinned.yaml")
+    with open(cfg, "w") as f:
+        f.write("models:\n  - {name: a, path: %s, pinned: true}\n  - {name: b, path: %s}\n" %
+                (m1, m1))
+    s = harness.Server(A.bin, {}, A.work_dir, device_budget=harness.room_for(S["models"], 2),
+                       extra=["--config", cfg])
+    s.start()
+    try:
+        st, a = s.json("GET", "/v1/models/a")
+        st2, b = s.json("GET", "/v1/models/b")
+        check(st == 200 and a["residency"] == "on_device" and a["pinned"] is True,
+              "pinned a after the start: %d %s" % (st, a))
+        check(st2 == 200 and b["residency"] != "on_device", "b after the start: %d %s" % (st2, b))
+    finally:
+        s.stop()
+    tight = harness.Server(A.bin, {}, A.work_dir, device_budget=harness.room_for(S["models"], 1),
+                           extra=["--config", cfg])
+    r = subprocess.run(tight.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       env=tight.env, timeout=120)
+    out = r.stdout.decode(errors="replace")
+    check(r.returncode != 0 and "pinned model a leaves no room for model b" in out,
+          "a pinned set with no room for b: exit %d\n%s" % (r.returncode, out[-2000:]))
+    print("      refused: %s" % out.strip().splitlines()[-1][:200])
+
+
 def main():
     global A
     p = harness.common_args(__doc__)
@@ -307,6 +339,7 @@ def main():
     S["victim2"] = copy_model(models["m1"], "victim2")
     S["churn"] = copy_model(models["m1"], "churn")
     S["churn_ids"] = copy_model(models["m1"], "churn-ids", tokenizer=False)
+    S["models"] = models
     served = {"m1": models["m1"], "victim": S["victim"], "victim2": S["victim2"]}
     # a host budget (no prefetch at start: the victim stays on disk until
     # its first request) with room for one model's host copy
@@ -322,7 +355,7 @@ def main():
     s.start()
     print("server on port %d" % s.port)
     tests = [test_truncated_checkpoint, test_truncated_under_the_check, test_hostile_model_files, test_registration_bound,
-             test_churn]
+             test_pinned_at_start, test_churn]
     tests = [t for t in tests if not A.only or A.only in t.__name__]
     failures = harness.run_tests(tests, S)
     try:

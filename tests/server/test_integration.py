@@ -518,6 +518,92 @@ def test_keep_alive():
     check(code in (200, 204), "delete m5: %d %s" % (code, body))
 
 
+def test_admin_body_keys():
+    """POST /admin/models reads its body through the config file's key
+    table: an unknown key is a 400 naming it (before: "pined": true was a 200
+    that pinned nothing), a value out of range has the file's words, and
+    keep_alive takes durations; chat_template works as in the file: the
+    chat, rendered with it, answers what a completion of the same text
+    answers."""
+    code, j, body = curl("POST", "/admin/models", {"name": "m8", "path": A.root_model,
+                                                   "pined": True})
+    check_error(code, j, 400, None, "an unknown key")
+    check(j["error"]["param"] == "pined" and "'pined': unknown key" in j["error"]["message"],
+          "an unknown key: %r" % j["error"])
+    code, j, body = curl("POST", "/admin/models", {"name": "m8", "path": A.root_model,
+                                                   "max_batch": 5000})
+    check_error(code, j, 400, None, "max_batch 5000")
+    check(j["error"]["param"] == "max_batch" and j["error"]["message"] ==
+          "max_batch: expected an integer from 0 to 4096, got 5000", "max_batch: %r" % j["error"])
+    st, _ = srv().json("GET", "/v1/models/m8")
+    check(st == 404, "a refused add left m8 served: %d" % st)
+    code, j, body = curl("POST", "/admin/models", {"name": "m8", "path": A.root_model,
+                                                   "keep_alive": "5m"})
+    check(code == 200 and j["keep_alive"] == 300, "keep_alive 5m: %d %s" % (code, body))
+    code, j, body = curl("DELETE", "/admin/models/m8")
+    check(code == 200, "delete m8: %d %s" % (code, body))
+    # a chat template from a file below the root
+    tpl = os.path.join(A.model_root, "plain.jinja")
+    with open(tpl, "w") as f:
+        f.write("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    code, j, body = curl("POST", "/admin/models", {"name": "m8", "path": A.root_model,
+                                                   "chat_template": os.path.join(A.model_root,
+                                                                                 "absent.jinja")})
+    check_error(code, j, 400, None, "a chat template that is not there")
+    check(j["error"]["param"] == "chat_template", "absent chat template: %r" % j["error"])
+    code, j, body = curl("POST", "/admin/models", {"name": "m8", "path": A.root_model,
+                                                   "chat_template": tpl})
+    check(code == 200 and j["chat_template"] is True, "add m8 with a chat template: %d %s" %
+          (code, body))
+    chat = client().chat.completions.create(model="m8", max_tokens=5, temperature=0,
+                                            messages=[{"role": "user", "content": "Hello there"}])
+    # a chat prompt is encoded as rendered (no BOS added): the same ids
+    r = subprocess.run([A.bin, "tokenize", "--model", A.root_model, "--no-bos"],
+                       input=b"Hello there", stdout=subprocess.PIPE, timeout=60)
+    ids = [int(t) for t in r.stdout.split()]
+    want = client().completions.create(model="m8", prompt=ids, max_tokens=5,
+                                       temperature=0).choices[0].text
+    check(chat.choices[0].message.content == want, "m8's chat: %r, its completion %r" %
+          (chat.choices[0].message.content, want))
+    code, j, body = curl("DELETE", "/admin/models/m8")
+    check(code == 200, "delete m8: %d %s" % (code, body))
+
+
+def test_aliases():
+    """A model added with aliases answers to each of them: one registered
+    model (one host copy, one residency: the alias's entry in /v1/models
+    shows the model's residency), listed under every name with alias_of,
+    completions by an alias equal the model's and name the alias; an alias
+    already served is a 409."""
+    code, j, body = curl("POST", "/admin/models", {"name": "m9", "path": A.root_model,
+                                                   "aliases": ["m9-chat", "m9/b"]})
+    check(code == 200 and j["aliases"] == ["m9-chat", "m9/b"], "add m9 with aliases: %d %s" %
+          (code, body))
+    listed = {m["id"]: m for m in srv().json("GET", "/v1/models")[1]["data"]}
+    check(listed.get("m9-chat", {}).get("alias_of") == "m9" and
+          listed.get("m9/b", {}).get("alias_of") == "m9" and "alias_of" not in listed["m9"],
+          "aliases listed: %r" % {k: v.get("alias_of") for k, v in listed.items()})
+    want = client().completions.create(model="m9", prompt="Alias", max_tokens=4, temperature=0)
+    got = client().completions.create(model="m9-chat", prompt="Alias", max_tokens=4,
+                                      temperature=0)
+    check(got.choices[0].text == want.choices[0].text and got.model == "m9-chat",
+          "by its alias: %r (%s), by its name %r" % (got.choices[0].text, got.model,
+                                                     want.choices[0].text))
+    a, m = model_info("m9-chat"), model_info("m9")
+    check(a["residency"] == m["residency"] and a["bytes"] == m["bytes"],
+          "alias and model: %s %s" % (a["residency"], m["residency"]))
+    code, j, body = curl("POST", "/admin/models", {"name": "m10", "path": A.root_model,
+                                                   "aliases": ["m9-chat"]})
+    check_error(code, j, 409, "model_exists", "an alias already served")
+    check(j["error"]["param"] == "aliases", "alias taken: %r" % j["error"])
+    code, j, body = curl("POST", "/admin/models", {"name": "m9/b", "path": A.root_model})
+    check_error(code, j, 409, "model_exists", "a name that is an alias")
+    code, j, body = curl("DELETE", "/admin/models/m9")
+    check(code == 200, "delete m9: %d %s" % (code, body))
+    st, _ = srv().json("GET", "/v1/models/m9-chat")
+    check(st == 404, "m9-chat after m9's delete: %d" % st)
+
+
 def counters_of(samples, model):
     """{(name, labels without model): value} of model's counter series:
     every _total, and the histograms' _bucket, _count and _sum; each shown
@@ -825,7 +911,7 @@ def main():
              test_stream_equals_nonstream, test_stream_wire_format, test_fixtures_equal_transformers,
              test_fixtures_batched, test_context_boundary, test_stop_strings_random,
              test_alternating_models_swap, test_stop_strings, test_echo, test_seed_reproducible,
-             test_admin_routes, test_tp_pp_models, test_keep_alive, test_removed_counters,
+             test_admin_routes, test_admin_body_keys, test_aliases, test_tp_pp_models, test_keep_alive, test_removed_counters,
              test_metrics_promtool, test_metrics_residency_agrees, test_metrics_histograms_consistent,
              test_metrics_counters_move, test_pinned_device_full_answers,
              test_tight_memory_concurrent_requests, test_request_timeout,
