@@ -4,9 +4,9 @@
 #include "core/dtype.h"
 #include "test.h"
 
-int main(void)
+/* Known bit patterns. */
+TEST(bit_patterns)
 {
-    /* Known bit patterns. */
     CHECK(f32_to_f16(1.0f) == 0x3c00);
     CHECK(f32_to_f16(-2.0f) == 0xc000);
     CHECK(f32_to_f16(65504.0f) == 0x7bff);
@@ -18,7 +18,11 @@ int main(void)
     /* Ties round to even: 1 + 2^-11 is halfway between two f16 values. */
     CHECK(f32_to_f16(1.0f + 1.0f / 2048) == 0x3c00);
     CHECK(f32_to_f16(1.0f + 3.0f / 2048) == 0x3c02);
-    /* Every f16 value survives a round trip through f32, and the vector path agrees. */
+}
+
+/* Every f16 value survives a round trip through f32, and the vector path agrees. */
+TEST(round_trip)
+{
     static uint16_t all[65536];
     static float wide[65536];
     for (uint32_t i = 0; i < 65536; i++)
@@ -41,9 +45,13 @@ int main(void)
             bad++;
     }
     CHECK_MSG(bad == 0, "%d bf16 values do not round-trip", bad);
-    /* The vector rounding to bf16 agrees with f32_to_bf16 bit for bit: on
-     * every bf16 value and its neighbours (ties both ways, NaNs, infinities,
-     * subnormals), at every offset of a vector */
+}
+
+/* The vector rounding to bf16 agrees with f32_to_bf16 bit for bit: on
+ * every bf16 value and its neighbours (ties both ways, NaNs, infinities,
+ * subnormals), at every offset of a vector */
+TEST(bf16_rounding)
+{
     {
         static float in[4 * 65536];
         static uint16_t out[4 * 65536];
@@ -55,15 +63,23 @@ int main(void)
             }
         }
         dtype_from_f32(DTYPE_BF16, in + 1, out + 1, 4 * 65536 - 1);
-        bad = 0;
+        int bad = 0;
         for (uint32_t i = 1; i < 4 * 65536; i++)
             bad += out[i] != f32_to_bf16(in[i]);
         CHECK_MSG(bad == 0, "%d values round to bf16 differently in dtype_from_f32", bad);
     }
+}
+
+TEST(parse)
+{
     enum dtype t;
     CHECK(dtype_parse("bfloat16", &t) == 0 && t == DTYPE_BF16);
     CHECK(dtype_parse("int8", &t) < 0);
-    /* dtype_find_nonfinite: the first NaN or Inf, at an unaligned address too */
+}
+
+/* dtype_find_nonfinite: the first NaN or Inf, at an unaligned address too */
+TEST(find_nonfinite)
+{
     {
         unsigned char buf[1 + 8 * 4];
         float f[8] = {0, 1, -2, 65504, 1e-40f, 3, 4, 5};
@@ -80,5 +96,9 @@ int main(void)
         CHECK(dtype_find_nonfinite(DTYPE_BF16, b, 3) == 2);
         CHECK(dtype_find_nonfinite(DTYPE_BF16, b, 2) == 2);
     }
-    return test_finish();
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, NULL);
 }
