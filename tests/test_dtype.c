@@ -52,22 +52,20 @@ TEST(round_trip)
  * subnormals), at every offset of a vector */
 TEST(bf16_rounding)
 {
-    {
-        static float in[4 * 65536];
-        static uint16_t out[4 * 65536];
-        for (uint32_t i = 0; i < 65536; i++) {
-            const uint32_t hi = i << 16, low[4] = {0, 0x7fff, 0x8000, 0x8001};
-            for (int k = 0; k < 4; k++) {
-                uint32_t u = hi | low[k];
-                memcpy(&in[4 * i + k], &u, 4);
-            }
+    static float in[4 * 65536];
+    static uint16_t out[4 * 65536];
+    for (uint32_t i = 0; i < 65536; i++) {
+        const uint32_t hi = i << 16, low[4] = {0, 0x7fff, 0x8000, 0x8001};
+        for (int k = 0; k < 4; k++) {
+            uint32_t u = hi | low[k];
+            memcpy(&in[4 * i + k], &u, 4);
         }
-        dtype_from_f32(DTYPE_BF16, in + 1, out + 1, 4 * 65536 - 1);
-        int bad = 0;
-        for (uint32_t i = 1; i < 4 * 65536; i++)
-            bad += out[i] != f32_to_bf16(in[i]);
-        CHECK_MSG(bad == 0, "%d values round to bf16 differently in dtype_from_f32", bad);
     }
+    dtype_from_f32(DTYPE_BF16, in + 1, out + 1, 4 * 65536 - 1);
+    int bad = 0;
+    for (uint32_t i = 1; i < 4 * 65536; i++)
+        bad += out[i] != f32_to_bf16(in[i]);
+    CHECK_MSG(bad == 0, "%d values round to bf16 differently in dtype_from_f32", bad);
 }
 
 TEST(parse)
@@ -80,22 +78,20 @@ TEST(parse)
 /* dtype_find_nonfinite: the first NaN or Inf, at an unaligned address too */
 TEST(find_nonfinite)
 {
-    {
-        unsigned char buf[1 + 8 * 4];
-        float f[8] = {0, 1, -2, 65504, 1e-40f, 3, 4, 5};
-        memcpy(buf + 1, f, sizeof(f));
-        CHECK(dtype_find_nonfinite(DTYPE_F32, buf + 1, 8) == 8);
-        f[5] = INFINITY;
-        f[6] = NAN;
-        memcpy(buf + 1, f, sizeof(f));
-        CHECK(dtype_find_nonfinite(DTYPE_F32, buf + 1, 8) == 5);
-        uint16_t h[4] = {0x3c00, 0x7bff, 0xfc00, 0x7e00}; /* 1, max, -inf, nan */
-        CHECK(dtype_find_nonfinite(DTYPE_F16, h, 2) == 2);
-        CHECK(dtype_find_nonfinite(DTYPE_F16, h, 4) == 2);
-        uint16_t b[3] = {0x3f80, 0x7f7f, 0x7fc0}; /* 1, max, nan */
-        CHECK(dtype_find_nonfinite(DTYPE_BF16, b, 3) == 2);
-        CHECK(dtype_find_nonfinite(DTYPE_BF16, b, 2) == 2);
-    }
+    unsigned char buf[1 + 8 * 4];
+    float f[8] = {0, 1, -2, 65504, 1e-40f, 3, 4, 5};
+    memcpy(buf + 1, f, sizeof(f));
+    CHECK(dtype_find_nonfinite(DTYPE_F32, buf + 1, 8) == 8);
+    f[5] = INFINITY;
+    f[6] = NAN;
+    memcpy(buf + 1, f, sizeof(f));
+    CHECK(dtype_find_nonfinite(DTYPE_F32, buf + 1, 8) == 5);
+    uint16_t h[4] = {0x3c00, 0x7bff, 0xfc00, 0x7e00}; /* 1, max, -inf, nan */
+    CHECK(dtype_find_nonfinite(DTYPE_F16, h, 2) == 2);
+    CHECK(dtype_find_nonfinite(DTYPE_F16, h, 4) == 2);
+    uint16_t b[3] = {0x3f80, 0x7f7f, 0x7fc0}; /* 1, max, nan */
+    CHECK(dtype_find_nonfinite(DTYPE_BF16, b, 3) == 2);
+    CHECK(dtype_find_nonfinite(DTYPE_BF16, b, 2) == 2);
 }
 
 int main(int argc, char **argv)

@@ -89,6 +89,8 @@ static void write_variant(const struct st_checkpoint *src, const char *dir, cons
     CHECK(st_writer_close(w) == 0);
 }
 
+/* the generated model's directory when in one file; the model opened from
+ * one file (a) and from several (b); its vocabulary size */
 static char one[300];
 static struct model *a, *b;
 static int V;

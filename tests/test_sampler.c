@@ -75,8 +75,7 @@ TEST(temperature)
 TEST(top_k)
 {
     struct sampler s;
-    struct sampler_params p =
-        (struct sampler_params){.temperature = 1.0f, .top_k = 2, .top_p = 1, .seed = 1};
+    struct sampler_params p = {.temperature = 1.0f, .top_k = 2, .top_p = 1, .seed = 1};
     CHECK(sampler_init(&s, &p) == 0);
     int outside = 0;
     for (int i = 0; i < 10000; i++) {
@@ -150,7 +149,7 @@ TEST(top_k_ties)
 TEST(invalid)
 {
     struct sampler s;
-    struct sampler_params p = (struct sampler_params){.temperature = -1, .top_p = 1};
+    struct sampler_params p = {.temperature = -1, .top_p = 1};
     CHECK(sampler_init(&s, &p) < 0 &&
           strstr(err_msg(), "temperature -1 is out of range (expected a finite number >= 0"));
     p = (struct sampler_params){.temperature = 1, .top_p = 0};
@@ -164,8 +163,7 @@ TEST(invalid)
 TEST(denormal_temperature)
 {
     struct sampler s;
-    struct sampler_params p =
-        (struct sampler_params){.temperature = FLT_TRUE_MIN, .top_p = 1, .seed = 9};
+    struct sampler_params p = {.temperature = FLT_TRUE_MIN, .top_p = 1, .seed = 9};
     CHECK(sampler_init(&s, &p) == 0);
     for (int i = 0; i < 100; i++) {
         float l[4] = {0.5f, 3.0f, 2.999f, -1.0f};
