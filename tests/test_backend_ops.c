@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/device.h"
 #include "backend/kernels.h"
@@ -199,7 +200,7 @@ static void linear_case(const struct lin_shape *sh, enum dtype dt, int m, enum k
     free(yg);
 }
 
-static void test_linear(void)
+TEST(linear)
 {
     static const struct lin_shape shapes[] = {
         {"dense k%8!=0", 67, 203, 203, 0},        {"dense aligned", 96, 256, 256, 0},
@@ -232,7 +233,7 @@ static void test_linear(void)
 
 /* ---- embed ---- */
 
-static void test_embed(void)
+TEST(embed)
 {
     static const enum dtype dts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
     /* a vocabulary shard of rows [row0, row0 + rows), a column slice */
@@ -280,7 +281,7 @@ static void test_embed(void)
 
 /* ---- layernorm ---- */
 
-static void test_layernorm(void)
+TEST(layernorm)
 {
     static const int widths[] = {1, 67, 768, 2051};
     double worst = 0;
@@ -328,7 +329,7 @@ static void test_layernorm(void)
 
 /* ---- rmsnorm ---- */
 
-static void test_rmsnorm(void)
+TEST(rmsnorm)
 {
     static const int widths[] = {1, 67, 768, 2051, 4096};
     const int m = 5; /* row i scaled by 10^(i - 3): eps dominates row 0 */
@@ -381,7 +382,7 @@ static void test_rmsnorm(void)
 
 /* ---- rope ---- */
 
-static void test_rope(void)
+TEST(rope)
 {
     static const struct {
         int n, heads, head_dim, rot_dim;
@@ -440,7 +441,7 @@ static void test_rope(void)
 
 /* ---- gated activation ---- */
 
-static void test_gated_act(void)
+TEST(gated_act)
 {
     static const enum kern_act acts[] = {KERN_ACT_RELU, KERN_ACT_GELU, KERN_ACT_GELU_TANH,
                                          KERN_ACT_SILU};
@@ -484,7 +485,7 @@ static void test_gated_act(void)
 
 /* ---- activation, add, scale ---- */
 
-static void test_elementwise(void)
+TEST(elementwise)
 {
     static const enum kern_act acts[] = {KERN_ACT_RELU, KERN_ACT_GELU, KERN_ACT_GELU_TANH,
                                          KERN_ACT_SILU};
@@ -676,7 +677,7 @@ static void attention_case(int heads, int kv_heads, int head_dim, int max_t, int
     free(a.key_ok);
 }
 
-static void test_attention(void)
+TEST(attention)
 {
     attention_case(4, 4, 64, 100, 70, 3, 66); /* crosses a 64-key tile */
     attention_case(3, 3, 80, 40, 13, 4, 5);
@@ -692,7 +693,7 @@ static void test_attention(void)
 
 /* ---- gather_rows, copy, to_host / to_device ---- */
 
-static void test_moves(void)
+TEST(moves)
 {
     const int rows = 20, width = 37;
     static const int32_t idx[] = {3, 0, 19, 3, 7};
@@ -753,18 +754,33 @@ static void test_moves(void)
     printf("gather_rows, copy, to_host/to_device (pinned): exact\n");
 }
 
-int main(void)
+/* Every buffer a case made is freed by the end of the run; then the
+ * devices close. A leak fails the run. */
+static void close_devices(void)
+{
+    int before = test_failures;
+    CHECK(device_used(cpu_dev) == 0 && device_used(gpu_dev) == 0); /* every buffer freed */
+    device_stream_destroy(gpu_st);
+    device_stream_destroy(cpu_st);
+    device_close(gpu_dev);
+    device_close(cpu_dev);
+    if (test_failures > before)
+        _exit(1);
+}
+
+/* A GPU and a CPU device, each with a stream; no GPU: the program skips. */
+static void setup(void)
 {
     int rc = device_open_cuda(0, 0, 512 * MiB, &gpu_dev);
     if (rc != ERR_OK) {
         printf("skip: %s\n", err_msg());
-        return 77;
+        exit(77);
     }
     rc = device_open_cpu(0, 256 * MiB, &cpu_dev);
     CHECK_MSG(rc == ERR_OK, "%s", err_msg());
     if (rc != ERR_OK) {
         device_close(gpu_dev);
-        return test_finish();
+        exit(test_finish());
     }
     rc = device_stream_create(cpu_dev, &cpu_st);
     CHECK_MSG(rc == ERR_OK, "%s", err_msg());
@@ -776,26 +792,15 @@ int main(void)
         device_stream_destroy(cpu_st);
         device_close(cpu_dev);
         device_close(gpu_dev);
-        return test_finish();
+        exit(test_finish());
     }
     device_compute_thread_init(cpu_dev);
     device_compute_thread_init(gpu_dev);
     rng_seed(&rng, 12, 0);
+    atexit(close_devices);
+}
 
-    test_linear();
-    test_embed();
-    test_layernorm();
-    test_rmsnorm();
-    test_rope();
-    test_gated_act();
-    test_elementwise();
-    test_attention();
-    test_moves();
-
-    CHECK(device_used(cpu_dev) == 0 && device_used(gpu_dev) == 0); /* every buffer freed */
-    device_stream_destroy(gpu_st);
-    device_stream_destroy(cpu_st);
-    device_close(gpu_dev);
-    device_close(cpu_dev);
-    return test_finish();
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, setup);
 }

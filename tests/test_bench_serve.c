@@ -82,12 +82,30 @@ static json_t *parse(const char *out)
     return j;
 }
 
-int main(void)
+static pid_t pid = -1;
+static int port;
+static char out[1 << 16];
+
+/* Stops the server if a case has not, and removes the scratch tree. */
+static void cleanup(void)
+{
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmp);
+}
+
+/* Two generated models and a server over them, for every case. */
+static void setup(void)
 {
     snprintf(tmp, sizeof(tmp), "/tmp/shardswap_bserve_XXXXXX");
     if (!mkdtemp(tmp))
         test_skip("mkdtemp failed");
-    static char out[1 << 16];
+    atexit(cleanup);
     char cmd[2048];
     for (int s = 0; s < 2; s++) {
         snprintf(cmd, sizeof(cmd),
@@ -96,17 +114,17 @@ int main(void)
                  BIN, s, OPT_TOKENIZER, tmp, s);
         CHECK_MSG(run(cmd, NULL, 0) == 0, "%s", cmd);
     }
-    int port = 0;
-    pid_t pid = server_start(&port);
-    if (pid < 0 || port == 0) {
-        if (pid > 0) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-        }
+    pid = server_start(&port);
+    if (pid < 0 || port == 0)
         test_skip("the server did not start (no port on 127.0.0.1?)");
-    }
+}
 
-    /* a run: every request answered, the names from /v1/models, CSV and plot written */
+/* a run: every request answered, the names from /v1/models, CSV and plot
+ * written; then the same arrivals, streamed: the same count, a time to
+ * first token */
+TEST(run_and_stream)
+{
+    char cmd[2048];
     snprintf(cmd, sizeof(cmd),
              "%s bench serve --url http://127.0.0.1:%d --config custom --rates 8,4 --duration 1.5 "
              "--seed 3 --label one --out-dir %s/o --json",
@@ -133,7 +151,6 @@ int main(void)
     CHECK(stat(json_string_value(json_object_get(j, "plot")), &st) == 0);
     json_decref(j);
 
-    /* the same arrivals, streamed: the same count, a time to first token */
     snprintf(cmd, sizeof(cmd),
              "%s bench serve --url http://127.0.0.1:%d --config custom --rates 8,4 --duration 1.5 "
              "--seed 3 --label two --stream --models b,a --out-dir %s/o --json",
@@ -147,21 +164,29 @@ int main(void)
     CHECK(strcmp(json_string_value(json_array_get(json_object_get(j, "model_names"), 0)), "b") ==
           0);
     json_decref(j);
+}
 
-    /* a model the server does not have: every request counted as a 404, none lost */
+/* a model the server does not have: every request counted as a 404, none lost */
+TEST(unknown_model)
+{
+    char cmd[2048];
     snprintf(cmd, sizeof(cmd),
              "%s bench serve --url http://127.0.0.1:%d --config custom --rates 5 --duration 1 "
              "--models nope --slo 1 --warm-requests 0 --label bad --out-dir %s/o --json",
              BIN, port, tmp);
     CHECK_MSG(run(cmd, out, sizeof(out)) == 0, "%s", cmd);
-    j = parse(out);
-    p = json_array_get(json_object_get(j, "policies"), 0);
+    json_t *j = parse(out);
+    json_t *p = json_array_get(json_object_get(j, "policies"), 0);
     json_int_t bad = json_integer_value(json_object_get(j, "requests_sent"));
     CHECK(json_integer_value(json_object_get(p, "failed")) == bad);
     CHECK(json_integer_value(json_object_get(json_object_get(p, "http"), "status_4xx")) == bad);
     json_decref(j);
+}
 
-    /* side by side, from the files */
+/* side by side, from the files */
+TEST(compare)
+{
+    char cmd[2048];
     snprintf(cmd, sizeof(cmd),
              "%s bench serve --url http://127.0.0.1:%d --config custom --rates 8,4 --duration 1.5 "
              "--seed 3 --label one --out-dir %s/o --json > %s/one.json 2>/dev/null && "
@@ -174,17 +199,22 @@ int main(void)
     CHECK_MSG(run(cmd, out, sizeof(out)) == 0, "%s", cmd);
     CHECK(strstr(out, "one ") && strstr(out, "two ") && strstr(out, "p50 ratio"));
     char svg[160];
+    struct stat st;
     snprintf(svg, sizeof(svg), "%s/c.svg", tmp);
     CHECK(stat(svg, &st) == 0 && st.st_size > 0);
+}
 
-    /* SIGTERM: the server exits 0 */
+/* SIGTERM: the server exits 0 (the last case: it stops the server) */
+TEST(sigterm)
+{
     int status = 0;
     kill(pid, SIGTERM);
     CHECK(waitpid(pid, &status, 0) == pid);
     CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "server status %d", status);
+    pid = -1;
+}
 
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp);
-    return test_finish();
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, setup);
 }

@@ -51,19 +51,35 @@ static int count(const char *s, const char *needle)
     return n;
 }
 
-int main(void)
+static void remove_tmp(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmp);
+}
+
+static const char *best, *own;
+
+static void setup(void)
 {
     snprintf(tmp, sizeof(tmp), "/tmp/shardswap-blas-XXXXXX");
-    if (!mkdtemp(tmp))
-        return 1;
-    const char *best = blas_core_best();
+    if (!mkdtemp(tmp)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    atexit(remove_tmp);
+    best = blas_core_best();
     /* what OpenBLAS picked in this process, when nobody overrode it */
-    const char *own = getenv("OPENBLAS_CORETYPE") ? NULL : blas_core_name();
+    own = getenv("OPENBLAS_CORETYPE") ? NULL : blas_core_name();
     printf("this CPU: best core %s; OpenBLAS's own pick %s\n", best ? best : "(none)",
            own ? own : "(overridden here)");
-    char core[64], err[4096];
+}
 
-    /* unset: never Prescott on an AVX2 CPU; the fallback left alone without */
+/* unset: never Prescott on an AVX2 CPU; the fallback left alone without */
+TEST(unset)
+{
+    char core[64], err[4096];
     CHECK(run_version("", core, sizeof(core), err, sizeof(err)) == 0);
     printf("unset: runs %s\n", core);
     CHECK_MSG(err[0] == 0, "stderr: %s", err);
@@ -78,8 +94,12 @@ int main(void)
     {
         CHECK_MSG(!own || strcmp(core, own) == 0, "runs %s, OpenBLAS picked %s", core, own);
     }
+}
 
-    /* the user's choice is kept, and said once when it is older than the best */
+/* the user's choice is kept, and said once when it is older than the best */
+TEST(user_choice)
+{
+    char core[64], err[4096];
     CHECK(run_version("OPENBLAS_CORETYPE=Haswell", core, sizeof(core), err, sizeof(err)) == 0);
     printf("OPENBLAS_CORETYPE=Haswell: runs %s\n", core);
     CHECK_MSG(strcmp(core, "Haswell") == 0, "runs %s", core);
@@ -87,9 +107,13 @@ int main(void)
         CHECK_MSG(count(err, "OPENBLAS_CORETYPE=Haswell") == 1, "stderr: %s", err);
     else
         CHECK_MSG(err[0] == 0, "stderr: %s", err);
+}
 
-    /* a core a parent chose (both variables inherited): kept, silently, no
-     * second re-exec */
+/* a core a parent chose (both variables inherited): kept, silently, no
+ * second re-exec */
+TEST(parent_choice)
+{
+    char core[64], err[4096];
     if (best) {
         char env[128];
         snprintf(env, sizeof(env), "OPENBLAS_CORETYPE=%s SHARDSWAP_BLAS_CORE=%s", best, best);
@@ -97,10 +121,9 @@ int main(void)
         CHECK_MSG(strcmp(core, best) == 0, "runs %s", core);
         CHECK_MSG(err[0] == 0, "stderr: %s", err);
     }
+}
 
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp);
-    return test_finish();
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, setup);
 }

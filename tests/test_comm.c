@@ -106,7 +106,7 @@ static void ar_exact_rank(void *p, int rank)
     a->bad[rank] = bad;
 }
 
-static void test_allreduce_exact(void)
+TEST(allreduce_exact)
 {
     static const int ranks[] = {1, 2, 3, 4, 8};
     for (size_t k = 0; k < sizeof ranks / sizeof ranks[0]; k++) {
@@ -351,7 +351,7 @@ static void chan_rank(void *p, int rank)
     free(buf);
 }
 
-static void test_channel(void)
+TEST(channel)
 {
     struct chan_test a = {0};
     CHECK(comm_channel_create(&a.c) == ERR_OK);
@@ -484,7 +484,7 @@ static void test_channel_abort(bool sender)
 }
 
 /* Groups by device kind, and the per-rank handles. */
-static void test_group_by_devices(void)
+TEST(group_by_devices)
 {
     struct device *d[2];
     CHECK(device_open_cpu(0, 1 << 20, &d[0]) == ERR_OK && device_open_cpu(1, 1 << 20, &d[1]) == 0);
@@ -502,40 +502,62 @@ static void test_group_by_devices(void)
     device_close(d[1]);
 }
 
-int main(void)
+TEST(create_invalid)
 {
     struct comm_group *g = (struct comm_group *)&g; /* must be overwritten */
     CHECK(comm_group_create_threads(0, &g) == ERR_INVALID && g == NULL);
     comm_group_destroy(NULL);
+}
 
-    test_allreduce_exact();
+TEST(allreduce_random)
+{
     test_allreduce_random(2);
     test_allreduce_random(3);
     test_allreduce_random(4);
+}
 
+TEST(gather)
+{
     static const int w343[] = {4, 3, 3}, w3322[] = {3, 3, 2, 2}, w110[] = {1, 1, 0}, w7[] = {7};
     test_gather(3, w343, 10);
     test_gather(4, w3322, 10);
     test_gather(3, w110, 2);
     test_gather(1, w7, 7);
+}
 
+TEST(barrier)
+{
     test_barrier(1);
     test_barrier(2);
     test_barrier(4);
     test_barrier(8);
+}
+
+TEST(barrier_late)
+{
     test_barrier_late(2);
     test_barrier_late(4);
+}
 
-    test_channel();
-    test_group_by_devices();
-
+TEST(group_abort)
+{
     alarm(60); /* a rank that never wakes fails the test instead of hanging it */
     for (int op = 0; op < 3; op++) {
         test_group_abort(2, op);
         test_group_abort(4, op);
     }
+    alarm(0);
+}
+
+TEST(channel_abort)
+{
+    alarm(60); /* a rank that never wakes fails the test instead of hanging it */
     test_channel_abort(false);
     test_channel_abort(true);
     alarm(0);
-    return test_finish();
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, NULL);
 }

@@ -63,7 +63,7 @@ static struct llama_config parse_llama(const char *json)
 /* The Llama family: LlamaConfig's defaults, both spellings of the rotary
  * settings, each variant's quirks, and a one-line error for each hostile
  * config (before anything is sized). */
-static void test_llama(void)
+TEST(llama)
 {
     struct llama_config c = parse_llama("{" LBASE "}");
     const struct model_info *in = &c.base.info;
@@ -161,10 +161,9 @@ static void test_llama(void)
     model_config_free(mc);
 }
 
-int main(void)
+/* OPTConfig's defaults for every optional field */
+TEST(opt_defaults)
 {
-    test_llama();
-    /* OPTConfig's defaults for every optional field */
     struct opt_config c = parse_opt("{" BASE "}");
     const struct model_info *in = &c.base.info;
     CHECK(in->hidden == 64 && in->ffn == 256 && in->n_layers == 2 && in->n_heads == 4 &&
@@ -174,20 +173,28 @@ int main(void)
     CHECK(c.ln_affine && c.tie_embeddings && c.act == OPT_ACT_RELU);
     CHECK(in->pad_id == 1 && in->bos_id == 2 && in->n_eos == 1 && in->eos_ids[0] == 2 &&
           in->dtype == DTYPE_F32);
+}
 
-    /* every field that changes the computation is read */
-    c = parse_opt("{" BASE ", \"word_embed_proj_dim\": 32, \"do_layer_norm_before\": "
+/* every field that changes the computation is read */
+TEST(opt_fields)
+{
+    struct opt_config c =
+        parse_opt("{" BASE ", \"word_embed_proj_dim\": 32, \"do_layer_norm_before\": "
                   "false, \"enable_bias\": false, \"layer_norm_elementwise_affine\": "
                   "false, \"activation_function\": \"gelu_new\", \"torch_dtype\": "
                   "\"float16\", \"pad_token_id\": 0, \"eos_token_id\": 3, "
                   "\"tie_word_embeddings\": false}");
     CHECK(c.embed_dim == 32 && !c.pre_ln && !c.final_ln && !c.bias && !c.ln_affine);
+    const struct model_info *in = &c.base.info;
     CHECK(c.act == OPT_ACT_GELU_TANH && in->dtype == DTYPE_F16 && in->pad_id == 0);
     CHECK(in->eos_ids[0] == 3 && !c.tie_embeddings);
     c = parse_opt("{" BASE ", \"_remove_final_layer_norm\": true, \"dtype\": \"bfloat16\"}");
     CHECK(c.pre_ln && !c.final_ln && in->dtype == DTYPE_BF16);
+}
 
-    /* bad input: each its own message */
+/* bad input: each its own message */
+TEST(bad_input)
+{
     expect_error("{" BASE, ERR_FORMAT, "invalid JSON");
     expect_error("[1, 2]", ERR_FORMAT, "JSON object");
     expect_error("{\"hidden_size\": 64}", ERR_FORMAT, "model_type");
@@ -214,18 +221,25 @@ int main(void)
     expect_error("{" BASE ", \"torch_dtype\": \"int8\"}", ERR_UNSUPPORTED, "int8");
     expect_error("{" BASE ", \"enable_bias\": 1}", ERR_FORMAT, "true or false");
     expect_error("{" BASE ", \"eos_token_id\": 300}", ERR_FORMAT, "outside the vocabulary");
+}
 
-    /* a missing file names the path */
+/* a missing file names the path */
+TEST(missing_file)
+{
     struct model_config *mc = NULL;
     CHECK(model_config_load("/nonexistent/model", &mc) == ERR_NOT_FOUND);
     CHECK(strstr(err_msg(), "/nonexistent/model/config.json") != NULL);
+}
 
-    /* config.json that is not a regular file is refused by type before it is read: a
-     * FIFO without a writer would block forever (the alarm turns a hang into a failure) */
+/* config.json that is not a regular file is refused by type before it is read: a
+ * FIFO without a writer would block forever (the alarm turns a hang into a failure) */
+TEST(not_regular)
+{
+    struct model_config *mc = NULL;
     char dir[] = "/tmp/shardswap_cfg_XXXXXX", path[128];
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
-        return 1;
+        exit(1);
     }
     snprintf(path, sizeof(path), "%s/config.json", dir);
     alarm(30);
@@ -240,5 +254,9 @@ int main(void)
               "%s", err_msg());
     alarm(0);
     CHECK(rmdir(path) == 0 && rmdir(dir) == 0);
-    return test_finish();
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, NULL);
 }

@@ -98,13 +98,37 @@ static void check_choice(const char *env, const char *want, bool forced)
               env ? env : "(unset)");
 }
 
-int main(void)
+TEST(stream_sizes)
 {
     check_all_sizes(copy_stream, "copy_stream");
+}
+
+TEST(memcpy_sizes)
+{
     check_all_sizes(copy_memcpy, "memcpy");
+}
+
+TEST(choice_memcpy)
+{
     check_choice("memcpy", "memcpy", true);
+}
+
+TEST(choice_stream)
+{
     check_choice("stream", "stream", true);
+}
+
+TEST(choice_measured)
+{
     check_choice(NULL, NULL, false);
+}
+
+TEST(choice_bogus)
+{
     check_choice("bogus", NULL, false); /* said on stderr, then measured */
-    return test_finish();
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, NULL);
 }

@@ -308,9 +308,21 @@ static void run_suite(struct setup *st)
     st->g = NULL;
 }
 
-int main(void)
+static struct setup st;
+
+static void release(void)
 {
-    static struct setup st;
+    device_close(st.dev[0]);
+    for (int r = 0; r < RANKS; r++) {
+        free(st.in[r]);
+        free(st.got[r]);
+    }
+    free(st.want);
+}
+
+/* The buffers and the first device (no GPU: the program skips). */
+static void open_first(void)
+{
     for (int r = 0; r < RANKS; r++) {
         st.in[r] = malloc(AR_MAX * sizeof(float));
         st.got[r] = malloc(AR_MAX * sizeof(float));
@@ -323,8 +335,13 @@ int main(void)
         snprintf(why, sizeof(why), "no CUDA device to test (%s): %s", err_name(rc), err_msg());
         test_skip(why);
     }
-    /* two partitions of GPU 0: the in-process implementation */
-    rc = device_open_cuda(0, 1, 16 * MiB, &st.dev[1]);
+    atexit(release);
+}
+
+/* two partitions of GPU 0: the in-process implementation */
+TEST(partitions)
+{
+    int rc = device_open_cuda(0, 1, 16 * MiB, &st.dev[1]);
     CHECK_MSG(rc == 0, "%s", err_msg());
     if (rc == 0) {
         st.what = "cuda:0 + cuda:0.1";
@@ -332,8 +349,12 @@ int main(void)
         run_suite(&st);
         device_close(st.dev[1]);
     }
-    /* two GPUs: NCCL */
-    rc = device_open_cuda(1, 0, 16 * MiB, &st.dev[1]);
+}
+
+/* two GPUs: NCCL */
+TEST(nccl)
+{
+    int rc = device_open_cuda(1, 0, 16 * MiB, &st.dev[1]);
     if (rc == 0) {
         st.what = "cuda:0 + cuda:1 (NCCL)";
         st.exact = false;
@@ -342,11 +363,9 @@ int main(void)
     } else {
         printf("note: no second GPU (%s); NCCL is not tested\n", err_msg());
     }
-    device_close(st.dev[0]);
-    for (int r = 0; r < RANKS; r++) {
-        free(st.in[r]);
-        free(st.got[r]);
-    }
-    free(st.want);
-    return test_finish();
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, open_first);
 }

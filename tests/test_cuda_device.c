@@ -51,7 +51,7 @@ static struct device *open_or_skip(uint64_t budget)
     return d;
 }
 
-static void test_identity_and_budget(void)
+TEST(identity_and_budget)
 {
     struct device *d = open_or_skip(1 * MiB);
     CHECK(strcmp(device_name(d), "cuda:0") == 0);
@@ -89,7 +89,7 @@ static void test_identity_and_budget(void)
     device_close(d);
 }
 
-static void test_fragmentation(void)
+TEST(fragmentation)
 {
     struct device *d = open_or_skip(1 * MiB);
     struct dbuf *q[4];
@@ -133,7 +133,7 @@ static void round_trip(struct device *d, unsigned char *src, unsigned char *back
     device_free(b);
 }
 
-static void test_copies(void)
+TEST(copies)
 {
     struct device *d = open_or_skip(64 * MiB);
     const size_t sizes[] = {1, 3, 63, 65, 4097, (size_t)(1 * MiB) + 13, (size_t)(9 * MiB) + 7};
@@ -170,7 +170,7 @@ static void test_copies(void)
     device_close(d);
 }
 
-static void test_events(void)
+TEST(events)
 {
     struct device *d = open_or_skip(64 * MiB);
     const size_t n = 32 * MiB;
@@ -238,7 +238,7 @@ static void *late_main(void *p)
     return NULL;
 }
 
-static void test_stream_wait_pending(void)
+TEST(stream_wait_pending)
 {
     struct device *d = open_or_skip(128 * MiB);
     device_compute_thread_init(d);
@@ -292,7 +292,7 @@ static void test_stream_wait_pending(void)
 
 /* Freed pinned blocks are reused, not pinned again: the same request gets
  * the same address back, and a second block comes from the same chunk. */
-static void test_host_pool_reuse(void)
+TEST(host_pool_reuse)
 {
     struct device *d = open_or_skip(1 * MiB);
     const size_t n = 3 * MiB + 5;
@@ -325,7 +325,7 @@ static void test_host_pool_reuse(void)
 }
 
 /* Two partitions of GPU 0: separate devices with separate budgets. */
-static void test_partitions(void)
+TEST(partitions)
 {
     struct device *d0 = open_or_skip(1 * MiB), *d1 = NULL;
     int rc = device_open_cuda(0, 1, 2 * MiB, &d1);
@@ -362,7 +362,7 @@ static void test_partitions(void)
     device_close(d0);
 }
 
-static void test_bad_opens(void)
+TEST(bad_opens)
 {
     struct device *probe = open_or_skip(1 * MiB);
     device_close(probe);
@@ -385,15 +385,7 @@ static void test_bad_opens(void)
     CHECK(d == NULL);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_identity_and_budget();
-    test_fragmentation();
-    test_copies();
-    test_events();
-    test_stream_wait_pending();
-    test_host_pool_reuse();
-    test_partitions();
-    test_bad_opens();
-    return test_finish();
+    return test_main(argc, argv, NULL);
 }

@@ -403,7 +403,7 @@ static void test_parallel(const int gpus[2], bool overlap)
 
 /* Two models on one GPU device with room for one: requests alternate, so
  * each is loaded, evicted and loaded again; every answer exact. */
-static void test_swap(void)
+TEST(swap)
 {
     const struct stack_model_config models[] = {
         {.name = "a", .path = fix_paths[F_PRE_LN_F32]},
@@ -456,7 +456,11 @@ static void test_swap(void)
     stack_close(s);
 }
 
-int main(void)
+static bool two_gpus;
+
+/* A GPU to test on (none: the program skips), and the fixtures' greedy
+ * references for the engine cases. */
+static void setup(void)
 {
     struct device *probe = NULL;
     if (device_open_cuda(0, 0, MIB, &probe) < 0) {
@@ -466,13 +470,22 @@ int main(void)
     }
     device_close(probe);
     /* a second GPU for TP across GPUs, when there is one */
-    bool two_gpus = device_open_cuda(1, 0, MIB, &probe) == 0;
+    two_gpus = device_open_cuda(1, 0, MIB, &probe) == 0;
     device_close(probe);
+    for (int m = 0; m < N_FIX; m++) {
+        snprintf(fix_paths[m], sizeof(fix_paths[m]), "%s/%s", FIXTURES, fix_names[m]);
+        expect_load(fix_names[m], expects[m]);
+    }
+}
 
+/* Every model fixture on the GPU, in f32 and (where there are references)
+ * bf16 compute. */
+TEST(fixtures)
+{
     DIR *d = opendir(FIXTURES);
     CHECK_MSG(d != NULL, "no fixtures at %s", FIXTURES);
     if (!d)
-        return test_finish();
+        return;
     struct dirent *e;
     int n = 0;
     char names[32][200];
@@ -491,17 +504,19 @@ int main(void)
         else
             printf("%s: no expected_bf16.json: bf16 compute not checked\n", names[i]);
     }
+}
 
-    for (int m = 0; m < N_FIX; m++) {
-        snprintf(fix_paths[m], sizeof(fix_paths[m]), "%s/%s", FIXTURES, fix_names[m]);
-        expect_load(fix_names[m], expects[m]);
-    }
+TEST(parallel)
+{
     test_parallel((const int[2]){0, 0}, false);
     test_parallel((const int[2]){0, 0}, true);
     if (two_gpus)
         test_parallel((const int[2]){0, 1}, true);
     else
         printf("one GPU: TP across GPUs not run\n");
-    test_swap();
-    return test_finish();
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, setup);
 }

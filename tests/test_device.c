@@ -64,7 +64,7 @@ static struct device *open_cpu(int index, uint64_t budget)
     return d;
 }
 
-static void test_basics(void)
+TEST(basics)
 {
     struct device *d = open_cpu(0, 8 * MiB);
     CHECK(strcmp(device_name(d), "cpu:0") == 0);
@@ -130,7 +130,7 @@ static void test_basics(void)
     device_close(NULL);
 }
 
-static void test_fragmentation(void)
+TEST(fragmentation)
 {
     struct device *d = open_cpu(1, 8 * MiB);
     struct dbuf *a, *b, *c, *x = NULL;
@@ -192,7 +192,7 @@ static void test_fragmentation(void)
 /* Random allocs and frees: the budget holds at every step, accounting is
  * exact, live buffers never overlap, and an alloc succeeds exactly when
  * its rounded size fits the largest free block. */
-static void test_stress(void)
+TEST(stress)
 {
     enum { SLOTS = 64, OPS = 10000 };
     const size_t budget = 8 * MiB;
@@ -263,7 +263,7 @@ static void test_stress(void)
 
 /* 100 cycles of allocating a layer's worth of shards and freeing them in
  * random order leave nothing behind. */
-static void test_cycles(void)
+TEST(cycles)
 {
     enum { N = 12 };
     struct device *d = open_cpu(3, 8 * MiB);
@@ -289,7 +289,7 @@ static void test_cycles(void)
     device_close(d);
 }
 
-static void test_round_trip(void)
+TEST(round_trip)
 {
     struct device *d = open_cpu(4, 8 * MiB);
     const size_t cap = 1 * MiB + 8192;
@@ -350,7 +350,7 @@ static void test_round_trip(void)
 /* 100 copies into one region complete in submission order: the last wins,
  * and each event is set only after every earlier one. A sync waits for
  * everything queued before it. */
-static void test_ordering(void)
+TEST(ordering)
 {
     enum { N = 100, LEN = 64 * 1024 };
     struct device *d = open_cpu(5, 8 * MiB);
@@ -446,7 +446,7 @@ static void *worker_run(void *arg)
 }
 
 /* Two devices driven from two threads, and four threads sharing one device. */
-static void test_concurrency(void)
+TEST(concurrency)
 {
     struct device *d0 = open_cpu(10, 4 * MiB), *d1 = open_cpu(11, 4 * MiB);
     struct worker w[4] = {0};
@@ -502,7 +502,7 @@ static void test_concurrency(void)
 /* Events on their own and on a compute stream: created pending, done at
  * once when recorded on a CPU stream, carrying the status the host
  * signals, pending again after a reset. */
-static void test_events(void)
+TEST(events)
 {
     struct device *d = open_cpu(12, 1 * MiB);
     CHECK(device_kind(d) == DEVICE_CPU);
@@ -589,7 +589,7 @@ static void *signaller_run(void *arg)
  * and the wait is certainly a wait whenever the queueing thread gets to
  * it sooner. Then a failed load: a stream waiting on an event the host
  * signals with an error from another thread learns the error. */
-static void test_stream_waits_copy(void)
+TEST(stream_waits_copy)
 {
     const size_t n = 8 * MiB;
     const double rate = 32.0 * (double)MiB;
@@ -656,7 +656,7 @@ static void test_stream_waits_copy(void)
     device_close(d);
 }
 
-static void test_cuda_stub(void)
+TEST(cuda_stub)
 {
     struct device *d = (struct device *)1;
     int rc = device_open_cuda(3, 0, 1 * MiB, &d);
@@ -672,7 +672,7 @@ static void test_cuda_stub(void)
     device_close(d);
 }
 
-static void test_bad_budgets(void)
+TEST(bad_budgets)
 {
     struct device *d = (struct device *)1;
     CHECK(device_open_cpu(7, 0, &d) == ERR_INVALID);
@@ -693,18 +693,7 @@ static void test_bad_budgets(void)
     CHECK(d == NULL);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_basics();
-    test_fragmentation();
-    test_stress();
-    test_cycles();
-    test_round_trip();
-    test_ordering();
-    test_concurrency();
-    test_events();
-    test_stream_waits_copy();
-    test_cuda_stub();
-    test_bad_budgets();
-    return test_finish();
+    return test_main(argc, argv, NULL);
 }

@@ -62,7 +62,7 @@ static void mk(const char *rel)
     CHECK_MSG(mkdir(path, 0755) == 0, "mkdir %s: %s", path, strerror(errno));
 }
 
-static void test_tree_remove(void)
+TEST(tree_remove)
 {
     char path[512], target[512], buf[64];
     /* a tree with nested directories, files, a link to a directory outside
@@ -106,7 +106,7 @@ static void test_tree_remove(void)
     CHECK(fs_tree_remove("") == ERR_INVALID && fs_tree_remove(NULL) == ERR_INVALID);
 }
 
-static void test_stage_commit(void)
+TEST(stage_commit)
 {
     char target[512], staged[512], path[600], buf[64];
     snprintf(target, sizeof(target), "%s/model/", tmp);
@@ -162,7 +162,7 @@ static void test_stage_commit(void)
 
 /* fs_open_regular opens regular files only, and names whatever else it finds without
  * reading it or blocking on it (the alarm turns a hang on the FIFO into a failure). */
-static void test_open_regular(void)
+TEST(open_regular)
 {
     char path[512];
     int fd = -1;
@@ -210,7 +210,7 @@ static void test_open_regular(void)
 
 /* fs_read_all: what the size says, cut when the file is longer, what is
  * there when it is shorter (it shrank), NUL-terminated; empty files too. */
-static void test_read_all(void)
+TEST(read_all)
 {
     char path[512];
     put("all.txt", "0123456789");
@@ -239,7 +239,7 @@ static void test_read_all(void)
 
 /* fs_read_regular: type and size checked before a byte is read;
  * fs_confine: a link out of the roots is refused, one inside is not. */
-static void test_read_confine(void)
+TEST(read_confine)
 {
     char a[512], b[512], fifo[512], link_out[512], link_in[512], big[512], root[512];
     snprintf(root, sizeof(root), "%s/root", tmp);
@@ -302,7 +302,7 @@ static void *guarded_thread(void *arg)
     return (void *)(long)fault_guard(touch_run, t, "thread");
 }
 
-static void test_fault_guard(void)
+TEST(fault_guard)
 {
     char path[512];
     snprintf(path, sizeof(path), "%s/mapped", tmp);
@@ -343,19 +343,27 @@ static void test_fault_guard(void)
     close(fd);
 }
 
-int main(void)
+/* The whole scratch tree goes at exit, whatever the cases left in it; a
+ * failure to remove it fails the run. */
+static void remove_tmp(void)
+{
+    int before = test_failures;
+    CHECK_MSG(fs_tree_remove(tmp) == 0, "%s", err_msg());
+    if (test_failures > before)
+        _exit(1);
+}
+
+static void setup(void)
 {
     snprintf(tmp, sizeof(tmp), "/tmp/shardswap_fs_XXXXXX");
     if (!mkdtemp(tmp)) {
         perror("mkdtemp");
-        return 2;
+        exit(2);
     }
-    test_tree_remove();
-    test_stage_commit();
-    test_open_regular();
-    test_read_all();
-    test_read_confine();
-    test_fault_guard();
-    CHECK_MSG(fs_tree_remove(tmp) == 0, "%s", err_msg());
-    return test_finish();
+    atexit(remove_tmp);
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, setup);
 }

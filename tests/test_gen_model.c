@@ -89,11 +89,33 @@ static void write_variant(const struct st_checkpoint *src, const char *dir, cons
     CHECK(st_writer_close(w) == 0);
 }
 
-int main(void)
+/* the generated model's directory when in one file; the model opened from
+ * one file (a) and from several (b); its vocabulary size */
+static char one[300];
+static struct model *a, *b;
+static int V;
+
+/* Closes the models and removes the scratch tree; a failure to remove it
+ * fails the run. */
+static void cleanup(void)
+{
+    model_close(a);
+    model_close(b);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+    int before = test_failures;
+    CHECK(system(cmd) == 0);
+    if (test_failures > before)
+        _exit(1);
+}
+
+/* The same generated model, in one file and in several, opened. */
+static void setup(void)
 {
     snprintf(tmp, sizeof(tmp), "/tmp/shardswap_gen_XXXXXX");
     CHECK(mkdtemp(tmp) != NULL);
-    char one[300], many[300], bad[300];
+    atexit(cleanup);
+    char many[300], bad[300];
     snprintf(one, sizeof(one), "%s/one", tmp);
     snprintf(many, sizeof(many), "%s/many", tmp);
     snprintf(bad, sizeof(bad), "%s/bad", tmp);
@@ -106,14 +128,18 @@ int main(void)
     CHECK(model_random_write(c, one, &o) == 0);
     o.max_shard_bytes = 300000; /* forces several files */
     CHECK(model_random_write(c, many, &o) == 0);
-    const int V = c->info.vocab;
+    V = c->info.vocab;
     model_config_free(c);
 
-    struct model *a = NULL, *b = NULL;
     CHECK_MSG(model_open(one, &a) == 0, "%s", err_msg());
     CHECK_MSG(model_open(many, &b) == 0, "%s", err_msg());
+}
+
+/* one file or several: the same tensors, the same logits, all finite */
+TEST(shards_agree)
+{
     if (!a || !b)
-        return test_finish();
+        return;
     CHECK(st_file_count(a->ck) == 1 && st_file_count(b->ck) > 2);
     CHECK(a->info->dtype == DTYPE_F16 && a->info->n_layers == 2);
     check_init(a->ck);
@@ -126,8 +152,17 @@ int main(void)
     for (int i = 0; i < n * V; i++)
         finite &= isfinite(la[i]);
     CHECK(finite);
+    free(la);
+    free(lb);
+}
 
-    /* a missing tensor and a wrongly shaped one are named */
+/* a missing tensor and a wrongly shaped one are named */
+TEST(named_errors)
+{
+    if (!a || !b)
+        return;
+    char bad[300];
+    snprintf(bad, sizeof(bad), "%s/bad", tmp);
     char cmd[1024];
     snprintf(cmd, sizeof(cmd), "cp %s/config.json %s/", one, bad);
     CHECK(system(cmd) == 0);
@@ -140,12 +175,9 @@ int main(void)
     CHECK_MSG(strstr(err_msg(), "model.decoder.layers.0.fc1.weight has shape [128, 256], "
                                 "expected [256, 128]"), "%s", err_msg());
     CHECK(m == NULL);
+}
 
-    model_close(a);
-    model_close(b);
-    free(la);
-    free(lb);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
-    CHECK(system(cmd) == 0);
-    return test_finish();
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, setup);
 }

@@ -6,7 +6,7 @@
 #include "core/hist.h"
 #include "test.h"
 
-int main(void)
+TEST(bounds)
 {
     static const double le[] = {0.001, 0.01, 0.1, 1};
     struct hist h;
@@ -36,9 +36,12 @@ int main(void)
     CHECK(s.p99 == HIST_BASE * exp2(255.0 / 8)); /* the last bucket's edge, below the max */
     /* <= 1 ms: 0.5 us and 1 ms; <= 10 ms, <= 100 ms, <= 1 s: also 2 ms */
     CHECK(h.le_count[0] == 2 && h.le_count[1] == 3 && h.le_count[2] == 3 && h.le_count[3] == 3);
+}
 
-    /* no bounds */
+TEST(no_bounds)
+{
     struct hist g;
+    struct hist_summary s;
     hist_init(&g, NULL, 0);
     for (int i = 1; i <= 100; i++)
         hist_add(&g, i * 1e-3);
@@ -46,5 +49,9 @@ int main(void)
     CHECK(s.n == 100 && s.max == 0.1);
     CHECK_MSG(s.p50 >= 0.050 && s.p50 <= 0.050 * 1.091, "p50 %g within 9%%", s.p50);
     CHECK_MSG(s.p99 >= 0.099 && s.p99 <= 0.1, "p99 %g", s.p99);
-    return test_finish();
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, NULL);
 }

@@ -362,7 +362,7 @@ static void test_connections(struct server *s)
 }
 
 /* A closed loop releases each request when the last one ends. */
-static void test_closed_loop(void)
+TEST(closed_loop)
 {
     const char *models[] = {"ok", "slow"};
     struct arrival ev[4] = {{0, 1}, {0, 0}, {0, 1}, {0, 0}};
@@ -379,7 +379,7 @@ static void test_closed_loop(void)
 
 /* Streams: the first token's time is the first choice's event, usage is
  * read from the last; a stream that ends without [DONE] is malformed. */
-static void test_stream(void)
+TEST(stream)
 {
     const char *models[] = {"stream", "cut"};
     double t[] = {0, 0.2};
@@ -398,7 +398,7 @@ static void test_stream(void)
 
 /* No answer within the timeout, and no server at all: transport errors,
  * every request recorded. */
-static void test_transport(void)
+TEST(transport)
 {
     const char *models[] = {"hang"};
     double t[] = {0, 0.01};
@@ -434,7 +434,7 @@ static void test_transport(void)
     CHECK(strstr(err_msg(), "/v1/models") != NULL);
 }
 
-static void test_models_and_urls(void)
+TEST(models_and_urls)
 {
     struct http_target t = {.url = url};
     char **names = NULL;
@@ -461,18 +461,33 @@ static void test_models_and_urls(void)
     http_replay_result_free(&r);
 }
 
-int main(void)
+/* The fake server every case talks to. */
+static struct server srv;
+
+TEST(outcomes)
 {
-    struct server s;
-    if (server_start(&s) != 0)
+    test_outcomes(&srv);
+}
+
+TEST(connections)
+{
+    test_connections(&srv);
+}
+
+static void stop_server(void)
+{
+    server_stop(&srv);
+}
+
+static void setup(void)
+{
+    if (server_start(&srv) != 0)
         test_skip("cannot listen on 127.0.0.1");
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d", s.port);
-    test_models_and_urls();
-    test_outcomes(&s);
-    test_connections(&s);
-    test_closed_loop();
-    test_stream();
-    test_transport();
-    server_stop(&s);
-    return test_finish();
+    atexit(stop_server);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", srv.port);
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, setup);
 }

@@ -50,10 +50,10 @@ static int print_to(const char *path, json_t *j, char *out, size_t cap)
     return rc;
 }
 
-int main(void)
+/* numbers: rounded to the places asked, kept whole when decimals < 0,
+ * null when JSON cannot hold them */
+TEST(numbers)
 {
-    /* numbers: rounded to the places asked, kept whole when decimals < 0,
-     * null when JSON cannot hold them */
     check_real(jsonout_real(0.1234567, 6), 0.123457);
     check_real(jsonout_real(-2.5e-7, 6), -0.0);
     check_real(jsonout_real(1234.5678, 2), 1234.57);
@@ -65,19 +65,26 @@ int main(void)
     n = jsonout_real(-INFINITY, 3);
     CHECK(json_is_null(n));
     json_decref(n);
+}
 
-    /* strings: valid UTF-8 as is, each invalid byte as U+FFFD */
+/* strings: valid UTF-8 as is, each invalid byte as U+FFFD */
+TEST(strings)
+{
     check_string("a\"b\\c/d", "a\"b\\c/d");
     check_string("caf\xc3\xa9 \xf0\x9f\x98\x80", "caf\xc3\xa9 \xf0\x9f\x98\x80");
     check_string("x\xffy", "x\xef\xbf\xbdy");
     check_string("\xe2\x82", "\xef\xbf\xbd\xef\xbf\xbd");                 /* truncated */
     check_string("\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd");                 /* overlong */
     check_string("\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"); /* surrogate */
-    n = jsonout_string(NULL);
+    json_t *n = jsonout_string(NULL);
     CHECK(json_is_null(n));
     json_decref(n);
+}
 
-    /* printing: one line that parses back to the same values */
+/* printing: one line that parses back to the same values; errors: nothing
+ * to print, and a device that takes nothing */
+TEST(print)
+{
     char path[] = "/tmp/shardswap_jsonout_XXXXXX", out[4096];
     int fd = mkstemp(path);
     CHECK(fd >= 0);
@@ -98,12 +105,15 @@ int main(void)
               "%s", je.text);
     json_decref(back);
 
-    /* errors: nothing to print, and a device that takes nothing */
     CHECK(print_to(path, NULL, out, sizeof(out)) == ERR_NOMEM && out[0] == 0);
     CHECK(strstr(err_msg(), "out of memory"));
     CHECK(print_to("/dev/full", json_pack("{s:i}", "a", 1), out, sizeof(out)) == ERR_IO);
     CHECK_MSG(strcmp(err_msg(), "writing to stdout: No space left on device") == 0, "%s",
               err_msg());
     unlink(path);
-    return test_finish();
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, NULL);
 }

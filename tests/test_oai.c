@@ -184,7 +184,7 @@ static void run_table(const char *what, parse_fn parse, const struct body_case *
     }
 }
 
-static void test_table(void)
+TEST(table)
 {
     run_table("completion", oai_parse_completion, cases, sizeof(cases) / sizeof(cases[0]));
 }
@@ -197,7 +197,7 @@ static int parse_ok(const char *body, struct completion_req *r)
     return rc;
 }
 
-static void test_defaults(void)
+TEST(defaults)
 {
     struct completion_req r;
     if (parse_ok("{\"model\":\"opt-125m\",\"prompt\":\"Hello\"}", &r) == 0) {
@@ -215,7 +215,7 @@ static void test_defaults(void)
     completion_req_free(NULL);
 }
 
-static void test_values(void)
+TEST(values)
 {
     struct completion_req r;
     const char *body = "{\"model\":\"m\",\"prompt\":[0,7,2147483647],\"max_tokens\":32,"
@@ -257,7 +257,7 @@ static void test_values(void)
 }
 
 /* Deep nesting, long strings and long arrays stay bounded. */
-static void test_limits(void)
+TEST(limits)
 {
     struct completion_req r;
     struct oai_error err;
@@ -297,7 +297,7 @@ static void test_limits(void)
 
 /* oai_error_set and the body for other statuses; a message that is not
  * UTF-8 (quoted from a URL) still makes a JSON body. */
-static void test_error_json(void)
+TEST(error_json)
 {
     struct oai_error err;
     CHECK(oai_error_set(&err, 404, "invalid_request_error", "model_not_found", "model",
@@ -383,14 +383,14 @@ static const struct body_case chat_cases[] = {
      400, "frequency_penalty", NULL},
 };
 
-static void test_chat_table(void)
+TEST(chat_table)
 {
     run_table("chat", oai_parse_chat, chat_cases, sizeof(chat_cases) / sizeof(chat_cases[0]));
 }
 
 /* What an accepted chat request holds: the messages as the template sees
  * them (content one string, text parts joined with "\n"), the defaults. */
-static void test_chat_values(void)
+TEST(chat_values)
 {
     static const char body[] =
         "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
@@ -422,14 +422,7 @@ static void test_chat_values(void)
     completion_req_free(&r);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    test_chat_table();
-    test_chat_values();
-    test_table();
-    test_defaults();
-    test_values();
-    test_limits();
-    test_error_json();
-    return test_finish();
+    return test_main(argc, argv, NULL);
 }

@@ -19,7 +19,7 @@
 
 static char tmp[64];
 
-static void test_summary(void)
+TEST(summary)
 {
     /* model 0: latencies 1, 3 (queue 0.5, 1); model 1: latency 2 and one failure */
     struct request_record r[4] = {
@@ -59,7 +59,7 @@ static int make_model(const char *dir)
     return rc;
 }
 
-static void test_replay(void)
+TEST(replay)
 {
     char d0[128], d1[128];
     snprintf(d0, sizeof(d0), "%s/m0", tmp);
@@ -145,18 +145,25 @@ static void test_replay(void)
     replay_result_free(&res);
 }
 
-int main(void)
+static void remove_tmp(void)
 {
-    snprintf(tmp, sizeof(tmp), "/tmp/shardswap_replay_XXXXXX");
-    if (!mkdtemp(tmp)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    test_summary();
-    test_replay();
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", tmp);
-    return test_finish();
+}
+
+static void setup(void)
+{
+    snprintf(tmp, sizeof(tmp), "/tmp/shardswap_replay_XXXXXX");
+    if (!mkdtemp(tmp)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    atexit(remove_tmp);
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, setup);
 }

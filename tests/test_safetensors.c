@@ -196,7 +196,7 @@ static void check_specs(const struct st_checkpoint *ck, const char *file)
     CHECK(st_get(ck, 0)->file_offset % 8 == 0);
 }
 
-static void test_round_trip(void)
+TEST(round_trip)
 {
     const char *p = tmp_path("rt.safetensors");
     int rc = write_specs(p);
@@ -234,7 +234,7 @@ static void test_round_trip(void)
 /* A checkpoint truncated after it was opened: st_check says so, naming the
  * file and both sizes; renamed over, it is not an error (the mapping keeps
  * the old file). */
-static void test_truncated_after_open(void)
+TEST(truncated_after_open)
 {
     const char *p = tmp_path("trunc.safetensors");
     CHECK_MSG(write_specs(p) == 0, "write: %s", err_msg());
@@ -268,7 +268,7 @@ static const char *shard2 = "{\"z\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_off
 #define S1 "model-00001-of-00002.safetensors"
 #define S2 "model-00002-of-00002.safetensors"
 
-static void test_sharded(void)
+TEST(sharded)
 {
     CHECK(mkdir(tmp_path("sh"), 0700) == 0);
     write_st(tmp_path("sh/" S1), shard1, 16);
@@ -368,7 +368,7 @@ static void test_sharded(void)
 /* A FIFO, directory or device where a checkpoint file belongs is refused by type before
  * anything is read: opening a FIFO without a writer would otherwise block forever, so an
  * alarm turns a hang into a failed test. */
-static void test_not_regular(void)
+TEST(not_regular)
 {
     alarm(30);
     const char *d = tmp_path("nr");
@@ -432,7 +432,7 @@ static char *many_tensors(size_t n, int index, int metadata)
 
 /* At most ST_MAX_TENSORS tensors in a file or an index, counted before the JSON is parsed
  * (a 100 MB header of empty tensors would otherwise cost gigabytes). */
-static void test_limits(void)
+TEST(limits)
 {
     const char *p = tmp_path("limit.safetensors");
     char *j = many_tensors(ST_MAX_TENSORS, 0, 1);
@@ -462,7 +462,7 @@ static void test_limits(void)
 
 /* ---- corrupt single files ---------------------------------------------------------- */
 
-static void test_corrupt(void)
+TEST(corrupt)
 {
     const char *p = tmp_path("raw.safetensors");
     write_bytes(p, "", 0);
@@ -589,7 +589,7 @@ static uint64_t rng_next(void)
     return rng_state;
 }
 
-static void test_fuzz(void)
+TEST(fuzz)
 {
     const char *good = tmp_path("good.safetensors");
     CHECK(write_specs(good) == 0);
@@ -659,7 +659,7 @@ static int exists(const char *path)
     return access(path, F_OK) == 0;
 }
 
-static void test_writer_errors(void)
+TEST(writer_errors)
 {
     const char *p = tmp_path("w.safetensors");
     struct st_writer *w = NULL;
@@ -740,21 +740,22 @@ static int remove_entry(const char *path, const struct stat *sb, int type, struc
     return remove(path);
 }
 
-int main(void)
+static void remove_tmp(void)
+{
+    nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void setup(void)
 {
     strcpy(tmpdir, "/tmp/shardswap_st_XXXXXX");
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
-        return 1;
+        exit(1);
     }
-    test_round_trip();
-    test_truncated_after_open();
-    test_sharded();
-    test_not_regular();
-    test_limits();
-    test_corrupt();
-    test_fuzz();
-    test_writer_errors();
-    nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    return test_finish();
+    atexit(remove_tmp);
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, setup);
 }

@@ -18,17 +18,22 @@ static int32_t pick(struct sampler *s, const float *logits)
     return sampler_pick(s, tmp, V);
 }
 
-int main(void)
+static const float logits[V] = {1.0f, 3.0f, 2.5f, -1.0f, 0.0f, 2.0f, -2.0f, 0.5f};
+
+TEST(greedy)
 {
-    const float logits[V] = {1.0f, 3.0f, 2.5f, -1.0f, 0.0f, 2.0f, -2.0f, 0.5f};
     struct sampler s;
     struct sampler_params p = {.temperature = 0, .top_p = 1};
     CHECK(sampler_init(&s, &p) == 0);
     CHECK(pick(&s, logits) == 1);
     sampler_free(&s);
+}
 
-    /* same seed, same sequence; another seed, another sequence */
-    p = (struct sampler_params){.temperature = 1.0f, .top_p = 1, .seed = 42};
+/* same seed, same sequence; another seed, another sequence */
+TEST(seeds)
+{
+    struct sampler s;
+    struct sampler_params p = {.temperature = 1.0f, .top_p = 1, .seed = 42};
     int32_t a[64], b[64], c[64];
     struct sampler s2, s3;
     p.seed = 42;
@@ -44,10 +49,14 @@ int main(void)
     CHECK(memcmp(a, c, sizeof(a)) != 0);
     sampler_free(&s2);
     sampler_free(&s3);
-
-    /* frequencies at T = 0.7 match softmax(l / 0.7) within 1% absolute over 200k draws */
     sampler_free(&s);
-    p = (struct sampler_params){.temperature = 0.7f, .top_p = 1, .seed = 7};
+}
+
+/* frequencies at T = 0.7 match softmax(l / 0.7) within 1% absolute over 200k draws */
+TEST(temperature)
+{
+    struct sampler s;
+    struct sampler_params p = {.temperature = 0.7f, .top_p = 1, .seed = 7};
     CHECK(sampler_init(&s, &p) == 0);
     int count[V] = {0};
     const int N = 200000;
@@ -60,9 +69,13 @@ int main(void)
         CHECK_MSG(fabs(count[i] / (double)N - prob[i] / z) < 0.01, "token %d: %.4f vs %.4f", i,
                   count[i] / (double)N, prob[i] / z);
     sampler_free(&s);
+}
 
-    /* top-k 2 keeps ids 1 and 2 only */
-    p = (struct sampler_params){.temperature = 1.0f, .top_k = 2, .top_p = 1, .seed = 1};
+/* top-k 2 keeps ids 1 and 2 only */
+TEST(top_k)
+{
+    struct sampler s;
+    struct sampler_params p = {.temperature = 1.0f, .top_k = 2, .top_p = 1, .seed = 1};
     CHECK(sampler_init(&s, &p) == 0);
     int outside = 0;
     for (int i = 0; i < 10000; i++) {
@@ -71,12 +84,16 @@ int main(void)
     }
     CHECK(outside == 0);
     sampler_free(&s);
+}
 
-    /* top-p: probabilities at T=1 sorted are ~ .36 (1), .22 (2), .13 (5), ...; p = 0.5
-     * needs ids 1 and 2 (0.58 >= 0.5), never anything else */
-    p = (struct sampler_params){.temperature = 1.0f, .top_p = 0.5f, .seed = 2};
+/* top-p: probabilities at T=1 sorted are ~ .36 (1), .22 (2), .13 (5), ...; p = 0.5
+ * needs ids 1 and 2 (0.58 >= 0.5), never anything else */
+TEST(top_p)
+{
+    struct sampler s;
+    struct sampler_params p = {.temperature = 1.0f, .top_p = 0.5f, .seed = 2};
     CHECK(sampler_init(&s, &p) == 0);
-    outside = 0;
+    int outside = 0;
     int seen2 = 0;
     for (int i = 0; i < 10000; i++) {
         int32_t id = pick(&s, logits);
@@ -85,9 +102,17 @@ int main(void)
     }
     CHECK(outside == 0 && seen2 > 0);
     sampler_free(&s);
+}
 
-    /* top-k 50 of 1000 random logits, with ties: every pick is in the brute-force top 50,
-     * and top-k 3 frequencies follow the renormalised softmax of those 3 */
+/* top-k 50 of 1000 random logits, with ties: every pick is in the brute-force top 50,
+ * and top-k 3 frequencies follow the renormalised softmax of those 3 */
+TEST(top_k_ties)
+{
+    struct sampler s;
+    struct sampler_params p;
+    int count[V] = {0};
+    const int N = 200000;
+    double z;
     static float big[1000], tmp[1000];
     uint64_t x = 99;
     for (int i = 0; i < 1000; i++) {
@@ -118,9 +143,13 @@ int main(void)
     CHECK(fabs(count[5] / (double)N - exp(2.0) / z) < 0.01);
     CHECK(count[1] + count[2] + count[5] == N);
     sampler_free(&s);
+}
 
-    /* invalid parameters are refused, naming the value and the range */
-    p = (struct sampler_params){.temperature = -1, .top_p = 1};
+/* invalid parameters are refused, naming the value and the range */
+TEST(invalid)
+{
+    struct sampler s;
+    struct sampler_params p = {.temperature = -1, .top_p = 1};
     CHECK(sampler_init(&s, &p) < 0 &&
           strstr(err_msg(), "temperature -1 is out of range (expected a finite number >= 0"));
     p = (struct sampler_params){.temperature = 1, .top_p = 0};
@@ -128,16 +157,24 @@ int main(void)
           strstr(err_msg(), "top_p 0 is out of range (expected 0 < top_p <= 1)"));
     p = (struct sampler_params){.temperature = 1, .top_k = -3, .top_p = 1};
     CHECK(sampler_init(&s, &p) < 0 && strstr(err_msg(), "top_k -3 is out of range (expected >= 0"));
+}
 
-    /* the smallest denormal temperature is valid and picks the argmax */
-    p = (struct sampler_params){.temperature = FLT_TRUE_MIN, .top_p = 1, .seed = 9};
+/* the smallest denormal temperature is valid and picks the argmax */
+TEST(denormal_temperature)
+{
+    struct sampler s;
+    struct sampler_params p = {.temperature = FLT_TRUE_MIN, .top_p = 1, .seed = 9};
     CHECK(sampler_init(&s, &p) == 0);
     for (int i = 0; i < 100; i++) {
         float l[4] = {0.5f, 3.0f, 2.999f, -1.0f};
         CHECK(sampler_pick(&s, l, 4) == 1);
     }
     sampler_free(&s);
-    /* a NaN among the logits is noted (sticky), greedy or sampled */
+}
+
+/* a NaN among the logits is noted (sticky), greedy or sampled */
+TEST(nonfinite)
+{
     for (int k = 0; k < 2; k++) {
         struct sampler sn;
         struct sampler_params sp = {.temperature = k ? 0.7f : 0, .top_p = 1, .seed = 3};
@@ -153,5 +190,9 @@ int main(void)
         CHECK(sampler_nonfinite(&sn));
         sampler_free(&sn);
     }
-    return test_finish();
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, NULL);
 }

@@ -28,7 +28,7 @@ static const struct stop_case cases[] = {
     {{"aaa", "a", NULL}, {"aab"}, 1, "aaaa", -1},
 };
 
-int main(void)
+TEST(cases)
 {
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         const struct stop_case *k = &cases[c];
@@ -55,6 +55,10 @@ int main(void)
         CHECK_MSG(found_at == k->want_piece, "case %zu: matched at piece %d, want %d", c, found_at,
                   k->want_piece);
     }
+}
+
+TEST(edges)
+{
     /* nothing to match */
     CHECK(stops_find("abc", 3, 0, NULL, 0) == -1);
     /* no text yet: a request's buffer is NULL until its first bytes */
@@ -66,5 +70,9 @@ int main(void)
     char *st[] = {"\xc3\xa9t\xc3\xa9"};
     /* a held-back tail starts on a character boundary */
     CHECK(stops_safe("caf\xc3\xa9", 5, st, 1) == 3);
-    return test_finish();
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, NULL);
 }

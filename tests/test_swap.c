@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "engine/workers.h"
@@ -136,7 +137,7 @@ static double check_output(struct rig *r, int i)
 }
 
 /* The shared victim choice (sched/evict.h) on hand-made snapshots. */
-static void test_evict_helpers(void)
+TEST(evict_helpers)
 {
     uint64_t b[4][2] = {{100, 0}, {100, 100}, {0, 100}, {100, 100}};
     struct evict_model m[4];
@@ -198,7 +199,7 @@ static void test_evict_helpers(void)
     CHECK(evict_lru_until_fit(m, 4, need, &room, true, out, 1) == ERR_BUSY);
 }
 
-static void test_transitions(void)
+TEST(transitions)
 {
     struct rig r;
     rig_open(&r, 8u << 20, 64u << 20);
@@ -248,7 +249,7 @@ static void test_transitions(void)
 
 /* Room for two models: swap_load refuses a third, naming the device and the
  * bytes, and moves nothing; swap_load_lru makes room by least recent use. */
-static void test_refusal_and_lru(void)
+TEST(refusal_and_lru)
 {
     struct rig probe;
     rig_open(&probe, 64u << 20, 64u << 20);
@@ -310,7 +311,7 @@ static void test_refusal_and_lru(void)
 
 /* swap_load_lru with room for about two models per device; the pinned one
  * never goes, every other load evicts exactly one. */
-static void test_lru_pinned(void)
+TEST(lru_pinned)
 {
     struct rig probe;
     rig_open(&probe, 64u << 20, 64u << 20);
@@ -377,7 +378,7 @@ static void fragment(struct rig *r, uint64_t *per, uint64_t *wide, uint64_t *wid
 
 /* Free bytes in pieces: the refusal says so, nothing leaves until the caller
  * takes the explicit step (swap_compact), which then lets the load through. */
-static void test_fragmentation(void)
+TEST(fragmentation)
 {
     struct rig r;
     uint64_t per, wide, blob;
@@ -432,7 +433,7 @@ static void test_fragmentation(void)
  * idle models go least recently used first, and an offload copies back when
  * the host has room (a load of the model meanwhile is refused, not waited
  * for), else drops to disk. */
-static void test_disk_tier(void)
+TEST(disk_tier)
 {
     struct rig probe;
     rig_open(&probe, 64u << 20, 64u << 20);
@@ -486,7 +487,7 @@ static void test_disk_tier(void)
     rig_close(&r);
 }
 /* Too large: refused at registration with the numbers. */
-static void test_too_large(void)
+TEST(too_large)
 {
     struct device *devs[2];
     for (int d = 0; d < 2; d++)
@@ -519,7 +520,7 @@ static void test_too_large(void)
 }
 
 /* 100 load/offload cycles over all models leave memory where it started. */
-static void test_cycles(void)
+TEST(cycles)
 {
     struct rig r;
     rig_open(&r, 8u << 20, 64u << 20);
@@ -561,7 +562,7 @@ static int maps_of(const char *dir)
  * returns to the budget and its checkpoint is unmapped, 50 register / load /
  * offload / unregister cycles over without growth; a model registered after
  * one that leaves keeps its own bytes (the ids behind it move down). */
-static void test_unregister(void)
+TEST(unregister)
 {
     struct rig r;
     rig_open(&r, 8u << 20, 64u << 20);
@@ -638,20 +639,24 @@ static void test_unregister(void)
     rig_close(&r);
 }
 
-int main(void)
+/* Removes the generated models; a failure to remove them fails the run. */
+static void remove_models(void)
 {
-    make_models();
-    test_evict_helpers();
-    test_transitions();
-    test_refusal_and_lru();
-    test_lru_pinned();
-    test_fragmentation();
-    test_disk_tier();
-    test_too_large();
-    test_cycles();
-    test_unregister();
     char cmd[256];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+    int before = test_failures;
     CHECK(system(cmd) == 0);
-    return test_finish();
+    if (test_failures > before)
+        _exit(1);
+}
+
+static void setup(void)
+{
+    make_models();
+    atexit(remove_models);
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, setup);
 }

@@ -71,7 +71,7 @@ static void expect_full(int line, const char *src, const char *want, int want_rc
 #define EXPECT(src, want) expect_full(__LINE__, src, want, 0, NULL, NULL)
 #define EXPECT_ERR(src, rc, msg) expect_full(__LINE__, src, NULL, rc, msg, NULL)
 
-static void test_whitespace(void)
+TEST(whitespace)
 {
     EXPECT("a\n{% if true %}\nb\n{% endif %}\nc", "a\nb\nc");
     EXPECT("a\n    {% if true %}\n  b\n    {% endif %}\nc", "a\n  b\nc"); /* lstrip_blocks */
@@ -90,7 +90,7 @@ static void test_whitespace(void)
     EXPECT("  {% if true %}x\n  {% endif %}y", "x\ny");
 }
 
-static void test_expressions(void)
+TEST(expressions)
 {
     EXPECT("{{ 1 + 2 * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 10 / 4 }}",
            "7 3 -4 2 1024 2.5");
@@ -116,7 +116,7 @@ static void test_expressions(void)
     EXPECT_ERR("{{ 1 / 0 }}", ERR_INVALID, "division by zero");
 }
 
-static void test_statements(void)
+TEST(statements)
 {
     EXPECT("{% for x in [1, 2, 3] %}{{ loop.index0 }}{{ loop.index }}{{ loop.first }}"
            "{{ loop.last }}{{ loop.length }}{{ loop.revindex }};{% endfor %}",
@@ -157,7 +157,7 @@ static void test_statements(void)
                "access to attribute 'append' of 'list' object is unsafe");
 }
 
-static void test_filters(void)
+TEST(filters)
 {
     EXPECT("{{ ' a '|trim }}|{{ s|length }}|{{ u|length }}|{{ s|upper }}|{{ s|lower }}|{{ 'ab "
            "cd'|title }}",
@@ -192,7 +192,7 @@ static void test_filters(void)
     EXPECT_ERR("{{ x is foo }}", ERR_UNSUPPORTED, "test \"foo\" is not supported");
 }
 
-static void test_limits(void)
+TEST(limits)
 {
     struct jinja_limits small = {.max_output = 100};
     expect_full(__LINE__, "{% for i in range(1000) %}xx{% endfor %}", NULL, ERR_INVALID,
@@ -236,7 +236,7 @@ static void test_limits(void)
     EXPECT_ERR(src, ERR_INVALID, "nesting deeper");
 }
 
-static void test_python_semantics(void)
+TEST(python_semantics)
 {
     /* select/map give generators: iterable, always true, no len, not JSON */
     EXPECT("{% if e|select %}t{% endif %}{{ [1, 2]|map('string')|join }}{{ [1]|select|list }}",
@@ -254,7 +254,7 @@ static void test_python_semantics(void)
 }
 
 /* chat.c: what transformers gives the template besides the engine */
-static void test_chat(void)
+TEST(chat)
 {
     const char *src =
         "{{ bos_token }}{% for m in messages %}{{ m|tojson }};{% endfor %}"
@@ -351,7 +351,7 @@ static void *render_thread(void *arg)
     return NULL;
 }
 
-static void test_threads(void)
+TEST(threads)
 {
     const char *src =
         "{% for m in messages %}{{ '<|' + m.role + '|>' + m.content|trim }}{% endfor %}"
@@ -413,7 +413,7 @@ static void show_diff(const char *want, const char *got)
             want + b, got + b);
 }
 
-static void test_corpus(void)
+TEST(corpus)
 {
     size_t len;
     char *text = slurp(CORPUS "/cases.json", &len);
@@ -521,18 +521,13 @@ static void test_corpus(void)
     json_decref(root);
 }
 
-int main(void)
+static void setup(void)
 {
     setenv("TZ", "UTC", 1); /* cases.json's strftime_now is in UTC */
     tzset();
-    test_whitespace();
-    test_expressions();
-    test_statements();
-    test_filters();
-    test_limits();
-    test_python_semantics();
-    test_chat();
-    test_threads();
-    test_corpus();
-    return test_finish();
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, setup);
 }

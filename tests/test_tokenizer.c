@@ -254,7 +254,7 @@ static void check_open_fails(const char *dir, const char *needle, const char *wh
 
 /* ---- tests on generated tokenizers ---- */
 
-static void test_minimal(void)
+TEST(minimal)
 {
     write_minimal();
     struct bpe *t = NULL;
@@ -433,7 +433,7 @@ static void test_minimal(void)
 }
 
 /* Merges, tokenizer.json in both merge spellings, added tokens and config files. */
-static void test_formats(void)
+TEST(formats)
 {
     /* merges.txt with a few merges. "l l" ranks first, so "hello" goes
      * h e l l o -> h e ll o -> he ll o -> hell o; " world" only merges "Ġw". */
@@ -523,7 +523,7 @@ static void test_formats(void)
     remove_all();
 }
 
-static void test_errors(void)
+TEST(errors)
 {
     char path[512];
     snprintf(path, sizeof(path), "%s/no-such-dir", tmp_dir);
@@ -616,7 +616,7 @@ static void test_errors(void)
 /* vocab.json may spell a symbol as "" (Hugging Face loads it; BPE can never
  * produce it, so it only ever decodes, to nothing). As the first key it once
  * handed memcpy a null pointer (UBSan). */
-static void test_empty_symbol(void)
+TEST(empty_symbol)
 {
     write_minimal();
     json_t *v = json_object();
@@ -641,7 +641,7 @@ static void test_empty_symbol(void)
 
 /* An id that two symbols or two added tokens share would decode to only one
  * of them: refused, naming the id and both. */
-static void test_shared_ids(void)
+TEST(shared_ids)
 {
     /* Two vocab.json symbols. */
     write_minimal();
@@ -702,7 +702,7 @@ static void test_shared_ids(void)
  * (additional_special_tokens, given new ids in order) load and keep their
  * ids. Each used to cost a scan of all the tokens before it, and encoding
  * one a scan of all of them: 50k took seconds to load. */
-static void test_many_added(void)
+TEST(many_added)
 {
     enum { N_DEC = 50000, N_NEW = 1000, FIRST = 50000 };
     write_minimal();
@@ -756,7 +756,7 @@ static void test_many_added(void)
 /* 100 KB of '<' with 10k added tokens that start with '<': every position
  * used to be tried against every token (seconds); now it costs a few steps.
  * Two tokens sit in the text, one after a '<' that must stay plain. */
-static void test_many_added_in_text(void)
+TEST(many_added_in_text)
 {
     enum { N_ADDED = 10000, FIRST = 50000, RUN = 50000 };
     write_minimal();
@@ -798,7 +798,7 @@ static void test_many_added_in_text(void)
 
 /* Added tokens over a three-letter alphabet, many of them prefixes of each
  * other, against a brute-force leftmost-longest match on random text. */
-static void test_added_matching(void)
+TEST(added_matching)
 {
     enum { N_TOK = 400, TEXT = 4000, FIRST = 300 };
     static const char ALPHA[] = "<a>";
@@ -1120,26 +1120,30 @@ static void test_real_files(const char *opt_dir, const char *gpt2_dir)
     json_decref(c.root);
 }
 
-int main(void)
+TEST(real_files)
+{
+    test_real_files(SHARDSWAP_SOURCE_DIR "/data/tokenizer/opt",
+                    SHARDSWAP_SOURCE_DIR "/data/tokenizer/gpt2");
+}
+
+static void remove_tmp(void)
+{
+    remove_all();
+    rmdir(tmp_dir);
+}
+
+static void setup(void)
 {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(tmp_dir, sizeof(tmp_dir), "%s/test_tokenizer_XXXXXX", base);
     if (!mkdtemp(tmp_dir)) {
         perror("mkdtemp");
-        return 2;
+        exit(2);
     }
-    test_minimal();
-    test_formats();
-    test_errors();
-    test_empty_symbol();
-    test_shared_ids();
-    test_many_added();
-    test_many_added_in_text();
-    test_added_matching();
+    atexit(remove_tmp);
+}
 
-    test_real_files(SHARDSWAP_SOURCE_DIR "/data/tokenizer/opt",
-                    SHARDSWAP_SOURCE_DIR "/data/tokenizer/gpt2");
-    remove_all();
-    rmdir(tmp_dir);
-    return test_finish();
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, setup);
 }

@@ -290,7 +290,7 @@ static void remove_text(const char *name)
     unlink(path);
 }
 
-static void check_variants(void)
+TEST(variants)
 {
     char path[600];
     snprintf(path, sizeof(path), "%s/tests/fixtures/tokenizers/variants.json",
@@ -338,7 +338,7 @@ static void check_variants(void)
 }
 
 /* tokenizer.json files that must be refused with a one-line message naming the problem. */
-static void check_refused(void)
+TEST(refused)
 {
     static const char VOCAB[] = "\"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]";
     static const struct {
@@ -415,22 +415,45 @@ static void check_refused(void)
            sizeof(BAD) / sizeof(BAD[0]) + 4);
 }
 
-int main(void)
+/* The committed files: Llama 3's and Qwen2's templates add nothing,
+ * Llama 2's and Phi-3's put <s> first. */
+TEST(llama3)
+{
+    check_family("llama3", 128000, false, "<|eot_id|>", 128009);
+}
+
+TEST(qwen2)
+{
+    check_family("qwen2", 151643, false, "<|im_end|>", 151645);
+}
+
+TEST(llama2)
+{
+    check_family("llama2", 1, true, "</s>", 2);
+}
+
+TEST(phi3)
+{
+    check_family("phi3", 1, true, "<|end|>", 32007);
+}
+
+static void remove_tmp(void)
+{
+    rmdir(tmp_dir);
+}
+
+static void setup(void)
 {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(tmp_dir, sizeof(tmp_dir), "%s/test_tokfam_XXXXXX", base);
     if (!mkdtemp(tmp_dir)) {
         perror("mkdtemp");
-        return 2;
+        exit(2);
     }
-    /* The committed files: Llama 3's and Qwen2's templates add nothing,
-     * Llama 2's and Phi-3's put <s> first. */
-    check_family("llama3", 128000, false, "<|eot_id|>", 128009);
-    check_family("qwen2", 151643, false, "<|im_end|>", 151645);
-    check_family("llama2", 1, true, "</s>", 2);
-    check_family("phi3", 1, true, "<|end|>", 32007);
-    check_variants();
-    check_refused();
-    rmdir(tmp_dir);
-    return test_finish();
+    atexit(remove_tmp);
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, setup);
 }

@@ -57,7 +57,7 @@ static void moments(const double *x, size_t n, double *mean, double *var)
     *var = ss / (double)n;
 }
 
-static void test_rng(void)
+TEST(rng)
 {
     enum { N = 200000 };
     double *x = malloc(N * sizeof(*x));
@@ -138,7 +138,7 @@ static size_t check_events(const struct arrival *ev, size_t n, double duration)
     return n;
 }
 
-static void test_gamma_arrivals(void)
+TEST(gamma_arrivals)
 {
     /* Empirical rate and CV of the inter-arrival times, over >= 100k arrivals
      * of one model, within 5% of the request (a stated requirement). The
@@ -183,7 +183,7 @@ static int same_events(const struct arrival *a, size_t na, const struct arrival 
     return 1;
 }
 
-static void test_reproducible(void)
+TEST(reproducible)
 {
     struct arrival_spec s = {
         .kind = ARRIVAL_GAMMA, .n_models = 1, .cv = 2, .duration_s = 30, .seed = 42};
@@ -218,7 +218,7 @@ static void test_reproducible(void)
     free(d);
 }
 
-static void test_deterministic(void)
+TEST(deterministic)
 {
     /* t_k = k / rate exactly; a rate-0 model gets nothing */
     struct arrival_spec s = {.kind = ARRIVAL_DETERMINISTIC, .n_models = 3, .duration_s = 10};
@@ -248,7 +248,7 @@ static void test_deterministic(void)
     CHECK(arrival_generate(&s, &ev, &n) == 0 && n == 0 && ev == NULL);
 }
 
-static void test_validation(void)
+TEST(validation)
 {
     struct arrival_spec good = {.kind = ARRIVAL_GAMMA, .n_models = 2, .cv = 1, .duration_s = 5};
     good.rates[0] = 1;
@@ -283,7 +283,7 @@ static void test_validation(void)
     CHECK(ev == NULL && n == 0);
 }
 
-static void test_rates(void)
+TEST(rates)
 {
     double r[8];
     int n;
@@ -319,7 +319,7 @@ static void test_rates(void)
         CHECK_MSG(fabs(p[i] / p[0] - pow(i + 1, -1.5)) < 1e-12, "ratio %d: %g", i, p[i] / p[0]);
 }
 
-static void test_trace(void)
+TEST(trace)
 {
     char path[128];
     snprintf(path, sizeof(path), "%s/trace.csv", tmp);
@@ -379,7 +379,7 @@ static void test_trace(void)
     CHECK(arrival_trace_load(missing, 3, &ev, &n) == ERR_IO && strstr(err_msg(), "no_such.csv"));
 }
 
-static void test_stats(void)
+TEST(stats)
 {
     double x[100];
     for (int i = 0; i < 100; i++)
@@ -413,7 +413,7 @@ static void test_stats(void)
     CHECK(isnan(stats_slo_attainment(NULL, 0, 1)));
 }
 
-static void test_csv(void)
+TEST(csv)
 {
     char path[128];
     snprintf(path, sizeof(path), "%s/requests.csv", tmp);
@@ -454,7 +454,7 @@ static void test_csv(void)
     CHECK(report_write_csv(bad, r, 2) == ERR_IO && strstr(err_msg(), "no_dir"));
 }
 
-static void test_svg(void)
+TEST(svg)
 {
     char path[128];
     snprintf(path, sizeof(path), "%s/cdf.svg", tmp);
@@ -517,26 +517,25 @@ static void test_svg(void)
     free(big);
 }
 
-int main(void)
+static void remove_tmp(void)
 {
-    snprintf(tmp, sizeof(tmp), "/tmp/shardswap_workload_XXXXXX");
-    if (!mkdtemp(tmp)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    test_rng();
-    test_gamma_arrivals();
-    test_reproducible();
-    test_deterministic();
-    test_validation();
-    test_rates();
-    test_trace();
-    test_stats();
-    test_csv();
-    test_svg();
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", tmp);
-    return test_finish();
+}
+
+static void setup(void)
+{
+    snprintf(tmp, sizeof(tmp), "/tmp/shardswap_workload_XXXXXX");
+    if (!mkdtemp(tmp)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    atexit(remove_tmp);
+}
+
+int main(int argc, char **argv)
+{
+    return test_main(argc, argv, setup);
 }
