@@ -675,7 +675,7 @@ static int do_batch_open(struct follower *f, const struct proto_msg *c)
 static int task_wait_blob(void *arg, int b)
 {
     const struct ftask *t = arg;
-    return stream_wait_event(t->b->ex[t->local]->stream, t->b->m->sh[t->local].ready[b]);
+    return stream_wait_event(model_exec_stream(t->b->ex[t->local]), t->b->m->sh[t->local].ready[b]);
 }
 
 /* The step's answer, once its last task has ended: STEP_DONE with the first
@@ -1003,7 +1003,7 @@ static int handle(struct follower *f, struct proto_msg *c)
             return ERR_INVALID;
         batch_idle(b);
         for (int i = 0; i < b->m->n_local; i++)
-            if (c->slot < (uint32_t)b->ex[i]->shape.batch)
+            if (c->slot < (uint32_t)model_exec_batch(b->ex[i]))
                 model_exec_clear_slot(b->ex[i], (int)c->slot);
         return 0;
     case PROTO_BATCH_CLOSE:

@@ -260,7 +260,7 @@ static int task_wait_blob(void *arg, int b)
 {
     const struct shard_task *t = arg;
     const struct swap_shard *sh = swap_model_shard(t->gb->model, t->shard);
-    return stream_wait_event(t->gb->ex[t->shard]->stream, swap_shard_blob_ready(sh, b));
+    return stream_wait_event(model_exec_stream(t->gb->ex[t->shard]), swap_shard_blob_ready(sh, b));
 }
 
 static int task_run(struct shard_task *t)

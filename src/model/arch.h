@@ -27,7 +27,7 @@
 #include <jansson.h>
 
 #include "core/error.h"
-#include "model/model.h"
+#include "model/model_impl.h"
 
 /* Widths of one shard's execution-context buffers (model.h's model_exec). */
 struct exec_dims {

@@ -256,6 +256,16 @@ void model_exec_free(struct model_exec *ex)
     free(ex);
 }
 
+struct stream *model_exec_stream(const struct model_exec *ex)
+{
+    return ex->stream;
+}
+
+int model_exec_batch(const struct model_exec *ex)
+{
+    return ex->shape.batch;
+}
+
 int model_exec_open_cpu(const struct model *m, const struct model_exec_shape *shape,
                       struct model_exec **out)
 {
