@@ -251,6 +251,12 @@ int model_exec_open(const struct model *m, const struct model_exec_shape *shape,
  * floats): enough on any backend whose kern_attention_scratch stays within
  * that, for sizing a GPU before it is opened. 0 when the shape is invalid. */
 size_t model_exec_bytes_bound(const struct model *m, const struct model_exec_shape *shape);
+/* That room alone, 64-byte rounded, for a shard of a model with this info
+ * split tp_size ways (every family splits the query heads evenly: n_heads /
+ * tp_size of them per shard), for sizing a GPU from a config before any
+ * shard is opened. 0 when the shape is invalid. */
+size_t model_exec_scratch_bound(const struct model_info *info, int tp_size,
+                                const struct model_exec_shape *shape);
 
 /* Runs t_new tokens of each sequence of the batch through the whole model
  * (tp_size 1, all layers), appending to the cache.
