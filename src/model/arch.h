@@ -18,7 +18,8 @@
  *   - exec_dims: the widths of the execution context's buffers, and
  *     exec_prepare to fill its per-batch tables (optional);
  *   - embed, layer, head: the forward as a flat list of kernel-table calls
- *     on the context's buffers;
+ *     on the context's buffers, a layer its norms around the attention and
+ *     MLP blocks of model/block.h;
  *   - presets and tensors: random checkpoints in its real layout.
  */
 #ifndef SHARDSWAP_MODEL_ARCH_H
