@@ -6,8 +6,8 @@
 
 #include <string.h>
 
-#include "engine/sched.h"
-#include "engine/sim.h"
+#include "sched/sched.h"
+#include "sched/sim.h"
 
 #define MB (1000ull * 1000)
 

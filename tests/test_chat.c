@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "engine/sim.h"
+#include "sched/sim.h"
 #include "test.h"
 #include "sim_setup.h"
 #include "workload/arrival.h"

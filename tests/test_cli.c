@@ -13,9 +13,10 @@
 
 #include "backend/device.h"
 #include "core/error.h"
-#include "engine/sched.h"
 #include "engine/stack.h"
 #include "format/safetensors.h"
+#include "model/random.h"
+#include "sched/sched.h"
 #include "test.h"
 
 #define BIN SHARDSWAP_BINARY
@@ -155,7 +156,7 @@ static void test_gen_model_fifo(void)
 
 static void test_gen_model_out(void)
 {
-    char cmd[2048], path[512], bad[256];
+    char cmd[2048], path[512], bad[256], err[4096] = "";
     static const struct {
         const char *setup, *needle;
     } cases[] = {
@@ -191,10 +192,20 @@ static void test_gen_model_out(void)
     put_file(path, "x");
     snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --layers 1 --out %s", BIN, path);
     expect_fail(cmd, 1, "exists and is not a directory");
-    snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --layers 1 --out %s/nodir/m", BIN,
+    /* under missing directories: they are made, as mkdir -p makes them */
+    snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --layers 1 --out %s/nodir/a/m", BIN,
              tmp);
-    expect_fail(cmd, 1, "nodir/m.partial-");
-    CHECK(!tmp_has(".partial-") && !tmp_has("nodir"));
+    CHECK_MSG(run(cmd, NULL, 0, err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    snprintf(path, sizeof(path), "%s/nodir/a/m/config.json", tmp);
+    struct stat sb;
+    CHECK_MSG(stat(path, &sb) == 0, "%s: no %s", cmd, path);
+    /* ... unless a file is in the way: the message names --out and the file */
+    snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --layers 1 --out %s/plainfile/b/m",
+             BIN, tmp);
+    snprintf(bad, sizeof(bad), "--out %s/plainfile/b/m: cannot create the directory %s/plainfile",
+             tmp, tmp);
+    expect_fail(cmd, 1, bad);
+    CHECK(!tmp_has(".partial-"));
 
     /* --force into a non-empty directory: its other files stay, the model's
      * files are replaced, no staging directory is left */
@@ -203,7 +214,6 @@ static void test_gen_model_out(void)
     CHECK(system(cmd) == 0);
     snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --layers 1 --force --out %s/forced",
              BIN, tmp);
-    char err[4096] = "";
     CHECK_MSG(run(cmd, NULL, 0, err, sizeof(err)) == 0, "%s: %s", cmd, err);
     snprintf(cmd, sizeof(cmd), "grep -q keep %s/forced/notes.txt && grep -q hidden_size "
                                "%s/forced/config.json && test -f %s/forced/model.safetensors",
@@ -842,6 +852,85 @@ static void test_chat_template(void)
               cmd, out, err);
 }
 
+/* Every command and benchmark there is: the top-level help lists each. */
+static const char *const commands[] = {
+    "serve",       "generate",   "tokenize",      "chat-template", "forward",
+    "gen-model",   "inspect",    "bench forward", "bench swap",    "bench workload",
+    "bench serve", "bench comm", "bench gemv",    "bench tokenize"};
+
+/* The top-level help, asked for (stdout, exit 0) or not (no command: the
+ * same on stderr, exit 2), lists every command, one line each, serve's
+ * saying what it serves. */
+static void test_top_help(void)
+{
+    char out[1 << 14], err[1 << 14];
+    CHECK(run(BIN " --help", out, sizeof(out), NULL, 0) == 0);
+    CHECK(run(BIN, NULL, 0, err, sizeof(err)) == 2);
+    CHECK_MSG(strcmp(out, err) == 0, "shardswap with no command: \"%s\", --help: \"%s\"", err, out);
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        char line[64];
+        snprintf(line, sizeof(line), "\n  %s ", commands[i]);
+        bool bench = strncmp(commands[i], "bench ", 6) == 0;
+        if (bench)
+            snprintf(line, sizeof(line), "\n    %s ", commands[i]);
+        CHECK_MSG(strstr(out, line), "shardswap --help has no line for %s:\n%s", commands[i], out);
+    }
+    const char *serve = strstr(out, "\n  serve ");
+    const char *end = serve ? strchr(serve + 1, '\n') : NULL;
+    char line[512] = "";
+    if (serve && end)
+        snprintf(line, sizeof(line), "%.*s", (int)(end - serve), serve);
+    CHECK_MSG(strstr(line, "completions") && strstr(line, "chat"),
+              "serve's line does not say it serves completions and chat: \"%s\"", line);
+    /* an unknown command names them all */
+    expect_fail(BIN " frobnicate", 2, "unknown command");
+    CHECK(run(BIN " frobnicate", NULL, 0, err, sizeof(err)) == 2);
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (strncmp(commands[i], "bench ", 6) != 0)
+            CHECK_MSG(strstr(err, commands[i]), "unknown command: \"%s\" lacks %s", err,
+                      commands[i]);
+}
+
+/* serve --help's --policy names every policy the engine runs and the
+ * default. */
+static void test_policy_help(void)
+{
+    char out[1 << 16], names[512], want[128];
+    CHECK(run(BIN " serve --help", out, sizeof(out), NULL, 0) == 0);
+    const char *line = strstr(out, "\n  --policy NAME");
+    const char *end = line ? strchr(line + 1, '\n') : NULL;
+    char help[1024] = "";
+    if (line && end)
+        snprintf(help, sizeof(help), "%.*s", (int)(end - line), line);
+    snprintf(names, sizeof(names), "%s", sched_policy_names());
+    for (char *save = NULL, *p = strtok_r(names, "|", &save); p; p = strtok_r(NULL, "|", &save))
+        CHECK_MSG(names_word(help, p), "serve --help's --policy does not name %s: \"%s\"", p, help);
+    snprintf(want, sizeof(want), "(default %s)", sched_policy_default());
+    CHECK_MSG(strstr(help, want), "serve --help's --policy lacks \"%s\": \"%s\"", want, help);
+}
+
+/* An unknown preset, wherever one is taken, exits 2 as another bad flag
+ * value does, with the list of presets; nothing is written. */
+static void test_presets(void)
+{
+    char cmd[2048], want[1024];
+    snprintf(want, sizeof(want), "--preset \"opt-1b\" is not one of %s", model_preset_names());
+    static const char *const takers[] = {"gen-model --out %s/nopreset-out",
+                                         "bench swap --cache %s/nopreset-out",
+                                         "bench workload --out-dir %s/nopreset-out"};
+    for (size_t i = 0; i < sizeof(takers) / sizeof(takers[0]); i++) {
+        char rest[512];
+        snprintf(rest, sizeof(rest), takers[i], tmp);
+        snprintf(cmd, sizeof(cmd), "%s %s --preset opt-1b", BIN, rest);
+        expect_fail(cmd, 2, want);
+    }
+    CHECK(!tmp_has("nopreset-out"));
+    /* --help lists them */
+    char out[1 << 14];
+    CHECK(run(BIN " gen-model --help", out, sizeof(out), NULL, 0) == 0 &&
+          strstr(out, model_preset_names()));
+}
+
 int main(void)
 {
     snprintf(tmp, sizeof(tmp), "/tmp/shardswap_cli_XXXXXX");
@@ -849,14 +938,12 @@ int main(void)
     char out[1 << 16], err[4096], cmd[2048];
 
     /* help */
-    static const char *cmds[] = {"generate", "tokenize", "chat-template", "forward", "gen-model", "inspect",
-                                 "bench forward", "bench swap", "bench workload", "bench serve",
-                                 "bench comm", "bench gemv"};
-    CHECK(run(BIN " --help", out, sizeof(out), NULL, 0) == 0 && strstr(out, "gen-model"));
-    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-        snprintf(cmd, sizeof(cmd), "%s %s --help", BIN, cmds[i]);
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        snprintf(cmd, sizeof(cmd), "%s %s --help", BIN, commands[i]);
         CHECK_MSG(run(cmd, out, sizeof(out), NULL, 0) == 0 && strstr(out, "usage:"), "%s", cmd);
     }
+    test_top_help();
+    test_policy_help();
     /* bench workload's --help names every policy it can run (it listed
      * four of the five engine policies once) */
     {
@@ -1122,6 +1209,56 @@ int main(void)
     for (int i = 0; i < 6; i++)
         CHECK_MSG(strstr(out, rows[i]) != NULL, "no %s row in:\n%s", rows[i], out);
 
+    /* given costs: a run writes the costs it measured, and two runs on that
+     * file print the same table as it, byte for byte; cost flags alone
+     * measure nothing and reproduce too */
+    char costs[200], out2[1 << 14], sim_cmd[1024];
+    snprintf(costs, sizeof(costs), "%s/costs.json", tmp);
+    snprintf(sim_cmd, sizeof(sim_cmd),
+             "%s bench workload --simulate --seeds 2 --config custom "
+             "--rates 4,4 --cv 1 --duration 5 --preset opt-125m "
+             "--layers 1 --cache %s/wl",
+             BIN, tmp);
+    snprintf(cmd, sizeof(cmd), "%s --costs-out %s", sim_cmd, costs);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    CHECK_MSG(strstr(out, "costs measured here: load ") && strstr(out, "batch costs"), "%s", out);
+    snprintf(cmd, sizeof(cmd), "%s --costs %s", sim_cmd, costs);
+    for (int k = 0; k < 2; k++) {
+        CHECK_MSG(run(cmd, out2, sizeof(out2), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+        CHECK_MSG(strstr(out2, "costs from ") && strstr(out2, "costs.json: load ") &&
+                      strstr(err, "measuring") == NULL,
+                  "%s: %s", cmd, out2);
+        const char *t1 = strstr(out, "\nconfig "), *t2 = strstr(out2, "\nconfig ");
+        CHECK_MSG(t1 && t2 && strcmp(t1, t2) == 0, "tables differ:\n%s\n%s", out, out2);
+    }
+    snprintf(cmd, sizeof(cmd), "%s --load-s-per-gb 0.5 --batch-cost 1:0.02,8:0.05 --json", sim_cmd);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    CHECK_MSG(run(cmd, out2, sizeof(out2), err, sizeof(err)) == 0 && strcmp(out, out2) == 0 &&
+                  strstr(err, "measuring") == NULL,
+              "%s: %s\n%s", cmd, out, out2);
+    wj = parse_json_line(cmd, out);
+    json_t *cj = json_object_get(wj, "costs");
+    CHECK(json_str_eq(json_object_get(wj, "costs_from"), "from flags") &&
+          json_real_value(json_object_get(cj, "load_s_per_gb")) == 0.5 &&
+          json_array_size(json_object_get(cj, "batch_s")) == 8 &&
+          json_real_value(json_array_get(json_array_get(json_object_get(cj, "batch_s"), 7), 1)) ==
+              0.05 &&
+          json_real_value(json_object_get(wj, "slo_s")) == 0.1); /* 5 x a batch of 1 */
+    json_decref(wj);
+    /* a bad costs file: one line naming the file and the key */
+    put_file(costs, "{\"load_s_per_gb\": 0.5, \"batch_s\": [[1, 0.02], [0, 0.03]]}");
+    snprintf(cmd, sizeof(cmd), "%s --costs %s", sim_cmd, costs);
+    expect_fail(cmd, 1, "costs.json: \"batch_s\" point 2: expected [[size, seconds], ...]");
+    put_file(costs, "{\"load_s_per_gb\": 0.5, \"overlap\": 1}");
+    expect_fail(cmd, 1, "costs.json: unknown key \"overlap\"");
+    put_file(costs, "{\"load_s_per_gb\": 0, \"batch_s\": [[1, 0.02]]}");
+    expect_fail(cmd, 1, "costs.json: \"load_s_per_gb\": expected seconds per GB > 0");
+    put_file(costs, "{\"batch_s\": [[1, 0.02], [4, 0.03]]}");
+    expect_fail(cmd, 1, "batch costs given (batch_s) reach batches of 4; this run's reach 8");
+    snprintf(cmd, sizeof(cmd), "%s --batch-cost 2:0.1", sim_cmd);
+    expect_fail(cmd, 2, "--batch-cost \"2:0.1\": expected SIZE:SECONDS");
+    expect_fail(BIN " bench workload --costs-out x.json", 2, "need --simulate");
+
     /* chat traffic on the same clock: the token SLOs per policy */
     snprintf(cmd, sizeof(cmd), "%s bench workload --simulate --seeds 2 --config chat:4:0.5 "
                                "--duration 5 --preset opt-125m --layers 1 --cache %s/wl --json",
@@ -1148,7 +1285,6 @@ int main(void)
     CHECK(stat(path, &sb) == 0);
 
     /* errors: one line, non-zero */
-    expect_fail(BIN " frobnicate", 2, "unknown command");
     test_llama_ids();
     expect_fail(BIN " generate --model x --prompt hi --max-tokens ten", 2,
                 "--max-tokens expects an integer");
@@ -1158,8 +1294,7 @@ int main(void)
     snprintf(cmd, sizeof(cmd), "%s forward --model %s --ids 2,99999 --out /dev/null", BIN,
              FIXTURE);
     expect_fail(cmd, 1, "outside the vocabulary");
-    snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-1b --out %s/x", BIN, tmp);
-    expect_fail(cmd, 1, "unknown preset");
+    test_presets();
     snprintf(cmd, sizeof(cmd), "%s gen-model --preset opt-125m --out %s/m", BIN, tmp);
     expect_fail(cmd, 1, "not empty");
     test_flag_values();

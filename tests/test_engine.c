@@ -42,7 +42,7 @@
 #include "core/error.h"
 #include "core/timing.h"
 #include "engine/engine.h"
-#include "engine/sched.h"
+#include "sched/sched.h"
 #include "test.h"
 
 #include "fixture_expect.h"
@@ -202,8 +202,9 @@ struct rig {
 /* The rigs' engines wait for an unpin (the gate below relies on it) unless
  * a test clears this. */
 static bool rig_wait_for_unpin = true;
-/* The rigs' engines' on_sched_op (NULL: none). */
+/* The rigs' engines' on_sched_op and on_move (NULL: none). */
 static void (*rig_on_sched_op)(void *ctx, const struct sched_carried *op);
+static void (*rig_on_move)(void *ctx, const struct engine_move *mv);
 
 /* Registers fixture m as g->sm[m] (TP=2 over both devices), computing in
  * f32: transformers' f32 references exactly, however batched. Again after
@@ -266,10 +267,13 @@ static void rig_open_budget(struct rig *g, const char *policy, int max_loaded, i
         cfg.host_budget = host_budget;
     CHECK(swap_manager_create(g->devs, 2, &cfg, &g->mgr) == 0);
     CHECK(workers_create(g->mgr, &g->w) == 0);
-    struct engine_config ec = {.policy = policy, .max_batch = max_batch, .queue_cap = queue_cap,
+    struct engine_config ec = {.policy = policy,
+                               .max_batch = max_batch,
+                               .queue_cap = queue_cap,
                                .max_loaded = max_loaded,
                                .wait_for_unpin = rig_wait_for_unpin,
-                               .on_sched_op = rig_on_sched_op};
+                               .on_sched_op = rig_on_sched_op,
+                               .on_move = rig_on_move};
     CHECK(engine_create(g->mgr, g->w, &ec, &g->e) == 0);
     for (int m = 0; m < N_MODELS; m++) {
         rig_register(g, m);
@@ -1347,6 +1351,24 @@ static void trim_on_sched_op(void *ctx, const struct sched_carried *op)
  * each load trims the other model (its last layer, its reserve) instead of
  * evicting it, so later loads copy less than whole models; every answer is
  * the reference's. */
+/* What on_move told, by kind (under the engine lock: no lock of ours). */
+static struct {
+    uint64_t n[ENGINE_MOVE_UNLOADED + 1], bytes[ENGINE_MOVE_UNLOADED + 1];
+    int bad; /* a move without its model, or a trim or eviction without the model it was for */
+} moves;
+
+static void record_move(void *ctx, const struct engine_move *mv)
+{
+    (void)ctx;
+    moves.n[mv->kind]++;
+    moves.bytes[mv->kind] += mv->bytes;
+    bool for_other = mv->for_model && strcmp(mv->for_model, mv->model) != 0;
+    moves.bad +=
+        !mv->model ||
+        ((mv->kind == ENGINE_MOVE_TRIMMED || mv->kind == ENGINE_MOVE_EVICTED) && !for_other) ||
+        (mv->kind == ENGINE_MOVE_TRIMMED) != (mv->device >= 0);
+}
+
 static void test_trimming_loads(void)
 {
     const int a = 0, b = 5, max_tokens = 6; /* pre_ln_f32, decoder_prefix_f32 */
@@ -1376,9 +1398,12 @@ static void test_trimming_loads(void)
     atomic_store(&trims_seen, 0);
     atomic_store(&trims_empty, 0);
     rig_on_sched_op = trim_on_sched_op;
+    rig_on_move = record_move;
+    memset(&moves, 0, sizeof(moves));
     struct rig g;
     rig_open_budget(&g, "swapwise-partial", 0, 64, 1, 2, need, 0);
     rig_on_sched_op = NULL;
+    rig_on_move = NULL;
     for (int i = 0; i < 12; i++) {
         const int t = i % 2 ? b : a;
         struct job j;
@@ -1404,6 +1429,29 @@ static void test_trimming_loads(void)
               (unsigned long long)(sa.bytes_loaded + sb.bytes_loaded), (unsigned long long)sa.loads,
               (unsigned long long)sb.loads, (unsigned long long)whole);
     CHECK(sa.ok + sb.ok == 12 && atomic_load(&wrong) == 0);
+    /* on_move told of every load, trim and eviction the statistics count,
+     * with the bytes they count (the last load's end is noticed by the
+     * statistics read above at the latest) */
+    CHECK_MSG(moves.n[ENGINE_MOVE_LOADED] == sa.loads + sb.loads &&
+                  moves.bytes[ENGINE_MOVE_LOADED] == sa.bytes_loaded + sb.bytes_loaded,
+              "on_move: %llu loads of %llu bytes; counted %llu of %llu",
+              (unsigned long long)moves.n[ENGINE_MOVE_LOADED],
+              (unsigned long long)moves.bytes[ENGINE_MOVE_LOADED],
+              (unsigned long long)(sa.loads + sb.loads),
+              (unsigned long long)(sa.bytes_loaded + sb.bytes_loaded));
+    CHECK_MSG(moves.n[ENGINE_MOVE_TRIMMED] == sa.trims + sb.trims &&
+                  moves.bytes[ENGINE_MOVE_TRIMMED] == sa.bytes_trimmed + sb.bytes_trimmed,
+              "on_move: %llu trims of %llu bytes; counted %llu of %llu",
+              (unsigned long long)moves.n[ENGINE_MOVE_TRIMMED],
+              (unsigned long long)moves.bytes[ENGINE_MOVE_TRIMMED],
+              (unsigned long long)(sa.trims + sb.trims),
+              (unsigned long long)(sa.bytes_trimmed + sb.bytes_trimmed));
+    CHECK_MSG(moves.n[ENGINE_MOVE_EVICTED] == sa.evictions + sb.evictions &&
+                  moves.n[ENGINE_MOVE_LOAD_FAILED] == 0 && moves.bad == 0,
+              "on_move: %llu evictions (counted %llu), %llu failed loads, %d malformed",
+              (unsigned long long)moves.n[ENGINE_MOVE_EVICTED],
+              (unsigned long long)(sa.evictions + sb.evictions),
+              (unsigned long long)moves.n[ENGINE_MOVE_LOAD_FAILED], moves.bad);
     rig_close(&g);
 }
 

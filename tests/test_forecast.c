@@ -4,7 +4,7 @@
 #include <stdbool.h>
 
 #include "core/rng.h"
-#include "engine/forecast.h"
+#include "sched/forecast.h"
 #include "test.h"
 
 static bool close_to(double a, double b, double tol)

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "engine/sched.h"
+#include "sched/sched.h"
 #include "test.h"
 
 #define MB (1u << 20)
@@ -783,6 +783,48 @@ static void test_partial_views(void)
           sched_policy_find_sim("clairvoyant-partial")->needs_future);
 }
 
+/* Victims are chosen so that none leaves when the others already make
+ * room: llama (40 MB), qwen (120) and mistral (80) fill the device; opt
+ * (100) needs room. By least recent use llama goes first and falls short,
+ * then qwen makes the room, and qwen alone would have: llama stays. Every
+ * policy runs the one victim loop. */
+static void test_victims_needed(void)
+{
+    const char *names[] = {"computron",
+                           "fifo",
+                           "lru",
+                           "swapwise",
+                           "swapwise-preempt",
+                           "swapwise-partial",
+                           "clairvoyant",
+                           "clairvoyant-partial"};
+    for (int p = 0; p < 8; p++) {
+        const struct sched_policy *pol = sched_policy_find_sim(names[p]);
+        struct sched_action a[16];
+        scenario(4, 0, 0);
+        const uint64_t mb[4] = {40, 120, 80, 100};
+        for (int i = 0; i < 4; i++)
+            models[i].bytes[0] = mb[i] * MB;
+        resident(0, 10); /* llama, least recently used */
+        resident(1, 20); /* qwen */
+        resident(2, 30); /* mistral */
+        waiting(3, 1, 90);
+        finish_view();
+        int n = pol->decide(&view, a, 16);
+        const struct sched_action *ld = only(a, n, SCHED_LOAD);
+        CHECK_MSG(ld && ld->model == 3 && ld->n_victims == 1 && ld->victims[0] == 1,
+                  "%s: %d victims, the first %d", names[p], ld ? ld->n_victims : -1,
+                  ld && ld->n_victims ? ld->victims[0] : -1);
+        /* with 60 MB free llama's 40 make the room alone: it goes, and qwen,
+         * never taken, stays */
+        view.free_bytes[0] = 60 * MB;
+        n = pol->decide(&view, a, 16);
+        ld = only(a, n, SCHED_LOAD);
+        CHECK_MSG(ld && ld->n_victims == 1 && ld->victims[0] == 0, "%s: %d victims", names[p],
+                  ld ? ld->n_victims : -1);
+    }
+}
+
 int main(void)
 {
     const struct sched_policy *c = sched_policy_find("computron");
@@ -1193,6 +1235,7 @@ int main(void)
     test_long_batches(s);
     test_trim_act();
     test_partial_views();
+    test_victims_needed();
 
     /* the batch rule: at most max; with same_params_only, one sampling class */
     CHECK(sched_batch_joins(false, 0, 1, false) && !sched_batch_joins(false, 1, 1, true));

@@ -1,4 +1,4 @@
-/* The engine on a simulated clock (engine/sim.h): exact timings on small
+/* The engine on a simulated clock (sched/sim.h): exact timings on small
  * scenarios, nothing lost and no budget exceeded under churn, and the default
  * policy against computron on Computron's 19 configs, over seeds, with the
  * costs this machine measured (deterministic: no clock decides anything). */
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "engine/sim.h"
+#include "sched/sim.h"
 #include "workload/arrival.h"
 #include "workload/computron.h"
 #include "workload/stats.h"
@@ -291,6 +291,48 @@ static void test_partial_churn(void)
     }
 }
 
+/* The simulator runs the policies' one victim loop: llama (40 MB), qwen
+ * (120) and mistral (80) loaded in turn fill the device, then opt (100)
+ * comes; qwen alone makes its room, and only qwen leaves (llama, least
+ * recently used, would fall short alone), under every policy. */
+static void test_victims_needed(void)
+{
+    const char *all[] = {"computron",
+                         "fifo",
+                         "lru",
+                         "swapwise",
+                         "swapwise-preempt",
+                         "swapwise-partial",
+                         "clairvoyant",
+                         "clairvoyant-partial"};
+    for (int p = 0; p < 8; p++) {
+        uint64_t bytes[2 * 4];
+        struct sim_config c;
+        struct sim_stats st;
+        setup(&c, all[p], 4, 1, bytes);
+        const uint64_t mb[4] = {40, 120, 80, 100};
+        for (int i = 0; i < 4; i++) {
+            bytes[2 * i] = mb[i] * MB; /* device 0 only */
+            bytes[2 * i + 1] = 0;
+        }
+        c.budget[0] = 240 * MB;
+        c.max_loaded = 0;
+        char *buf = NULL;
+        size_t len = 0;
+        c.trace = open_memstream(&buf, &len);
+        struct sim_request r[4];
+        for (int i = 0; i < 4; i++)
+            r[i] = (struct sim_request){.arrival = 10.0 * i, .model = i};
+        CHECK(c.trace && sim_run(&c, r, 4, &st) == 0);
+        fclose(c.trace);
+        CHECK_MSG(st.loads == 4 && st.evictions == 1 && strstr(buf, "load  3 -1 |") &&
+                      fabs(r[3].done - 31.1) < 1e-9,
+                  "%s: %llu loads, %llu evictions, done at %g:\n%s", all[p],
+                  (unsigned long long)st.loads, (unsigned long long)st.evictions, r[3].done, buf);
+        free(buf);
+    }
+}
+
 int main(void)
 {
     uint64_t bytes[2 * 8];
@@ -458,6 +500,7 @@ int main(void)
     test_partial_times();
     test_partial_reserve();
     test_partial_churn();
+    test_victims_needed();
 
     /* bad input is refused, not run */
     setup(&c, "swapwise", 1, 1, bytes);

@@ -42,8 +42,8 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
-#include "engine/sched.h"
-#include "engine/sim.h"
+#include "sched/sched.h"
+#include "sched/sim.h"
 #include "test.h"
 
 #include "fixture_expect.h"

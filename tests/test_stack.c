@@ -1,8 +1,8 @@
 /* The serving stack from one config (engine/stack.h), on CPU devices and the
  * fixture models:
  * - serving: three models of different layouts (TP=2 over both devices,
- *   PP=2, TP=1 on device 1) on budgets the stack sizes for one and for two
- *   models per device; every request, named by its model, returns the
+ *   PP=2, TP=1 on device 1) on budgets the stack sizes for one, for two and
+ *   for every model per device; every request, named by its model, returns the
  *   fixture's transformers greedy reference exactly; the models are
  *   registered under their names with the configured placements, and no
  *   device's high-water mark passes its budget;
@@ -10,7 +10,9 @@
  *   device holds fit_models of its largest shard plus 1 MiB, sizes grow
  *   with the engine's batch, a budget is at least the weights placed there
  *   (swap_layout_bytes), the host a copy of every model plus 64 MiB, and
- *   stack_open gives the devices the budgets stack_size reports;
+ *   stack_open gives the devices the budgets stack_size reports; with
+ *   fit_models 0 a device holds every model placed on it (stack_budgets
+ *   too, where the memory has room), and the reserves a default leaves;
  * - errors: each config mistake is a negative code whose message names the
  *   model, device or field, leaves *out NULL and leaks nothing (ASan);
  * - devices on processes (stack_config_check): every device on a process of
@@ -187,7 +189,9 @@ static void test_serve(int fit)
                   serve_models[i].name, (unsigned long long)ms.submitted,
                   (unsigned long long)ms.ok);
     }
-    check_high_water(s, fit == 1 ? "serve, fit 1" : "serve, fit 2");
+    check_high_water(s, fit == 0   ? "serve, every model"
+                        : fit == 1 ? "serve, fit 1"
+                                   : "serve, fit 2");
     stack_close(s);
 }
 
@@ -216,7 +220,8 @@ static void test_size(void)
     /* the reference: the largest shard on each device, weights and the
      * engine's largest batch (engine_batch_shape), by swap_layout_bytes; the
      * host a copy of every model plus 64 MiB */
-    uint64_t need[3] = {0}, need_gpu[3] = {0}, weights[3] = {0}, host_ref = 64 * MIB;
+    uint64_t need[3] = {0}, need_gpu[3] = {0}, weights[3] = {0}, all[3] = {0};
+    uint64_t host_ref = 64 * MIB;
     const int batch = 8; /* the engine's default */
     for (int i = 0; i < N_SERVE; i++) {
         const struct stack_model_config *m = &serve_models[i];
@@ -243,6 +248,7 @@ static void test_size(void)
             CHECK(with[k] > without[k] && without[k] > 0);
             need[d] = with[k] > need[d] ? with[k] : need[d];
             need_gpu[d] = with[k] + scratch > need_gpu[d] ? with[k] + scratch : need_gpu[d];
+            all[d] += with[k];
             weights[d] = without[k] > weights[d] ? without[k] : weights[d];
         }
         if (tp * pp == 1) {
@@ -272,6 +278,33 @@ static void test_size(void)
         CHECK_MSG(gpu[d] == need_gpu[d] + MIB && gpu[d] > one[d],
                   "cuda device %d: sized %llu, expected %llu", d, (unsigned long long)gpu[d],
                   (unsigned long long)(need_gpu[d] + MIB));
+
+    /* fit_models 0, the default: every model placed on a device at once;
+     * stack_budgets gives that where the memory holds it (these models are
+     * far below any machine's reserve), a budget given as it is, and a
+     * device holding no model 1 MiB */
+    uint64_t every[STACK_MAX_DEVICES] = {0}, budgets[STACK_MAX_DEVICES] = {0}, host0 = 0, hb = 0;
+    c.fit_models = 0;
+    CHECK_MSG(stack_size(&c, every, &host0) == 0, "%s", err_msg());
+    CHECK(host0 == host1 && every[2] == 0);
+    for (int d = 0; d < 2; d++)
+        CHECK_MSG(every[d] == all[d] + MIB && every[d] > one[d],
+                  "device %d: every model %llu, expected %llu", d, (unsigned long long)every[d],
+                  (unsigned long long)(all[d] + MIB));
+    c.device_budget[1] = 3 * MIB;
+    CHECK_MSG(stack_budgets(&c, budgets, &hb) == 0, "%s", err_msg());
+    CHECK_MSG(budgets[0] == every[0] && budgets[1] == 3 * MIB && budgets[2] == MIB && hb == host1,
+              "budgets %llu %llu %llu, host %llu", (unsigned long long)budgets[0],
+              (unsigned long long)budgets[1], (unsigned long long)budgets[2],
+              (unsigned long long)hb);
+    c.device_budget[1] = 0;
+
+    /* the reserves a default budget leaves: a tenth, at least 1 GiB (CPU);
+     * a twentieth, at least 512 MiB (GPU) */
+    CHECK(stack_cpu_reserve(4ull << 30) == 1ull << 30);
+    CHECK(stack_cpu_reserve(100ull << 30) == 10ull << 30);
+    CHECK(stack_gpu_reserve(8ull << 30) == 512ull << 20);
+    CHECK(stack_gpu_reserve(140ull << 30) == 7ull << 30);
 
     /* every single model: its budget is at least its weights there */
     for (int i = 0; i < N_SERVE; i++) {
@@ -603,6 +636,7 @@ static void test_max_batch(void)
 int main(void)
 {
     load_expectations();
+    test_serve(0);
     test_serve(1);
     test_serve(2);
     test_size();

@@ -135,7 +135,7 @@ static double check_output(struct rig *r, int i)
     return e;
 }
 
-/* The shared victim choice (policy.h) on hand-made snapshots. */
+/* The shared victim choice (sched/evict.h) on hand-made snapshots. */
 static void test_evict_helpers(void)
 {
     uint64_t b[4][2] = {{100, 0}, {100, 100}, {0, 100}, {100, 100}};
@@ -161,12 +161,26 @@ static void test_evict_helpers(void)
     int out[4];
     CHECK(evict_lru_until_fit(m, 4, need, &room, true, out, 4) == 1 && out[0] == 1);
     CHECK(!m[1].evictable && room.free_bytes[1] == 160 && room.resident == 3);
-    /* without useful_only, plain recency: model 0 goes first, then 1 */
+    /* without useful_only, plain recency takes model 0, then 1; 0 frees
+     * nothing where the room lacked, so 1 alone makes it and 0 stays */
     for (int i = 0; i < 4; i++)
         m[i].evictable = true;
     room = (struct evict_room){.n_devices = 2, .free_bytes = {500, 60}, .resident = 4};
-    CHECK(evict_lru_until_fit(m, 4, need, &room, false, out, 4) == 2 && out[0] == 0 &&
-          out[1] == 1);
+    CHECK(evict_lru_until_fit(m, 4, need, &room, false, out, 4) == 1 && out[0] == 1 && out[1] == 0);
+    CHECK(m[0].evictable && !m[1].evictable && room.free_bytes[0] == 600 &&
+          room.free_bytes[1] == 160 && room.resident == 3);
+    /* victims in recency order 0 (50), 1 (100), 2 (120) for 160 where none
+     * is free: 0 and 1 fall short, 2 makes it; 0 and 2 make room without 1,
+     * which stays (the earlier choice is kept where either would do) */
+    uint64_t c3[3][1] = {{50}, {100}, {120}};
+    struct evict_model m3[3];
+    for (int i = 0; i < 3; i++)
+        m3[i] = (struct evict_model){.evictable = true, .last_used = i, .bytes = c3[i]};
+    uint64_t need3[1] = {160};
+    room = (struct evict_room){.n_devices = 1, .free_bytes = {0}, .resident = 3};
+    CHECK(evict_lru_until_fit(m3, 3, need3, &room, false, out, 3) == 2 && out[0] == 0 &&
+          out[1] == 2 && out[2] == 1);
+    CHECK(m3[1].evictable && !m3[0].evictable && room.free_bytes[0] == 170 && room.resident == 1);
     /* a count limit: 3 resident of at most 3, bytes fit: one goes */
     for (int i = 0; i < 4; i++)
         m[i].evictable = true;

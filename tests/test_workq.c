@@ -1,7 +1,9 @@
 /* core/workq.h and core/queue.h: items run in post order on the queue's own
  * thread, a stop drains what is queued, many posters lose nothing and keep
  * each poster's order, workq_sync waits for exactly what was posted before
- * it, the idle callback and its wake, and the destructor's no-op cases. */
+ * it, the idle callback and its wake, and the destructor's no-op cases; a
+ * pool's threads run items at once, each started once, named by index,
+ * and its stop drains what its runs post. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -114,7 +116,7 @@ TEST(order)
     CHECK(l.init_on_thread && l.init_first && l.run_on_thread);
     CHECK(!pthread_equal(l.self, pthread_self()));
     char name[16] = "";
-    pthread_getname_np(q.thread, name, sizeof(name));
+    pthread_getname_np(q.threads[0], name, sizeof(name));
     CHECK_MSG(strcmp(name, "test-order") == 0, "thread name \"%s\"", name);
     workq_free(&q);
     log_free(&l);
@@ -310,6 +312,83 @@ TEST(sync_waits_for_earlier)
     CHECK(l.n == 3);
     workq_free(&q);
     log_free(&l);
+}
+
+/* A pool of P threads: P items meet at a barrier (so P run at once, each on
+ * its own thread), every thread's init ran once, and a chain of reposts
+ * posted during the stop still runs to its end. */
+enum { POOL = 3 };
+
+struct meet {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int inits, arrived, chain_ran;
+    pthread_t seen[POOL];
+    struct workq *q;
+    struct job jobs[POOL], chain[20];
+};
+
+static void meet_init(void *arg)
+{
+    struct meet *m = arg;
+    pthread_mutex_lock(&m->lock);
+    m->inits++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+static void meet_run(struct workq_item *item, void *arg)
+{
+    struct meet *m = arg;
+    struct job *j = queue_data(item, struct job, item);
+    if (j->poster == 1) { /* the chain: each posts the next */
+        m->chain_ran++;   /* one at a time: each posted by the one before */
+        if (j->seq + 1 < 20) {
+            m->chain[j->seq + 1] = (struct job){.poster = 1, .seq = j->seq + 1};
+            workq_post(m->q, &m->chain[j->seq + 1].item);
+        }
+        return;
+    }
+    pthread_mutex_lock(&m->lock);
+    m->seen[m->arrived++] = pthread_self();
+    pthread_cond_broadcast(&m->cond);
+    while (m->arrived < POOL)
+        pthread_cond_wait(&m->cond, &m->lock);
+    pthread_mutex_unlock(&m->lock);
+}
+
+static const struct workq_ops meet_ops = {.thread_init = meet_init, .run = meet_run};
+
+TEST(pool)
+{
+    static struct meet m;
+    memset(&m, 0, sizeof(m));
+    pthread_mutex_init(&m.lock, NULL);
+    pthread_cond_init(&m.cond, NULL);
+    struct workq q;
+    m.q = &q;
+    CHECK(workq_init_pool(&q, "test-pool-long-name", POOL, &meet_ops, &m) == 0);
+    CHECK(q.n_threads == POOL);
+    for (int i = 0; i < POOL; i++) {
+        m.jobs[i] = (struct job){.seq = i};
+        workq_post(&q, &m.jobs[i].item);
+    }
+    pthread_mutex_lock(&m.lock);
+    while (m.arrived < POOL)
+        pthread_cond_wait(&m.cond, &m.lock);
+    pthread_mutex_unlock(&m.lock);
+    for (int i = 0; i < POOL; i++)
+        for (int k = i + 1; k < POOL; k++)
+            CHECK(!pthread_equal(m.seen[i], m.seen[k]));
+    char name[16] = "";
+    pthread_getname_np(q.threads[2], name, sizeof(name));
+    CHECK_MSG(strcmp(name, "test-pool-lo2") == 0, "thread name \"%s\"", name);
+    m.chain[0] = (struct job){.poster = 1, .seq = 0};
+    workq_post(&q, &m.chain[0].item);
+    workq_free(&q); /* the chain goes on while the pool drains */
+    CHECK(m.chain_ran == 20);
+    CHECK(m.inits == POOL);
+    pthread_mutex_destroy(&m.lock);
+    pthread_cond_destroy(&m.cond);
 }
 
 int main(int argc, char **argv)

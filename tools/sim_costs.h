@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "engine/sim.h"
+#include "sched/sim.h"
 
 /* c cleared, then the load, overlap and batch costs; with chat the prefill
  * and decode steps too. */

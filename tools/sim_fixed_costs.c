@@ -6,7 +6,7 @@
  * machine before it simulates, so two binaries never simulate on the same
  * costs and their latencies can only be close. This program runs the same
  * simulation (workload/simulate.h: the stack's shard bytes and budgets, the
- * arrivals, the policies, engine/sim.h) on made-up costs instead, over
+ * arrivals, the policies, sched/sim.h) on made-up costs instead, over
  * Computron's 19 configs on MODEL_DIR (an opt-1.3b-shaped checkpoint on two
  * CPU devices, as bench workload's defaults), and prints every summary field
  * with 17 significant digits: two libraries that simulate alike print the

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "engine/sim.h"
+#include "sched/sim.h"
 #include "workload/arrival.h"
 #include "workload/stats.h"
 

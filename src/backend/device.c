@@ -25,10 +25,9 @@ int device_create(const struct device_ops *ops, const struct kernel_ops *kern, v
     assert(ops->event_create && ops->event_destroy && ops->event_reset && ops->event_signal &&
            ops->event_wait && ops->event_done && ops->stream_create && ops->stream_destroy &&
            ops->stream_record && ops->stream_wait_event && ops->stream_sync);
-    assert(kern && kern->linear && kern->embed && kern->layernorm && kern->rmsnorm && kern->rope &&
-           kern->activation && kern->gated_act && kern->add && kern->scale && kern->kv_append &&
-           kern->attention && kern->attention_scratch && kern->gather_rows && kern->copy &&
-           kern->to_host && kern->to_device);
+    /* the compute slots may be absent (kern_supports); these never are */
+    assert(kern && kern->to_host && kern->to_device &&
+           (!kern->attention || kern->attention_scratch));
     assert(budget <= SIZE_MAX / 2);
     *out = NULL;
     struct device *d = calloc(1, sizeof(*d));

@@ -45,6 +45,16 @@ int device_open_cpu(int index, uint64_t budget_bytes, struct device **out);
  * more than the GPU has free; without CUDA support ERR_UNSUPPORTED ("built
  * without CUDA"). */
 int device_open_cuda(int gpu, int part, uint64_t budget_bytes, struct device **out);
+/* The memory CPU devices are made of: the machine's available memory
+ * (MemAvailable of /proc/meminfo: free pages plus what the page cache can
+ * give back) into *avail and its physical memory into *total. Where
+ * /proc/meminfo has no MemAvailable, *avail is the physical memory too.
+ * ERR_IO when neither is known. */
+int device_cpu_memory(uint64_t *avail, uint64_t *total);
+/* GPU gpu's free and total memory (cudaMemGetInfo), as device_open_cuda
+ * sees it; ERR_INVALID for a GPU that does not exist, ERR_UNSUPPORTED
+ * without CUDA. */
+int device_cuda_memory(int gpu, uint64_t *free_bytes, uint64_t *total);
 /* Another process's device, as rank 0 sees it under mpirun: budget_bytes
  * of memory that is only bookkeeping (allocations are placements the owner
  * carries out at the same offsets, device_alloc_at), host events that the

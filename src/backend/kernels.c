@@ -1,9 +1,12 @@
 /* The kernel wrappers: check the arguments once, then the stream's backend
  * table. A failed check is the caller's bug (shapes come from the model and
- * its plan, never from a request), so it asserts. */
+ * its plan, never from a request), so it asserts. An op the table does not
+ * run is refused with a message (registration keeps such a model off the
+ * device, so this is the last line, not the check users meet). */
 #include "backend/kernels.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -15,6 +18,158 @@ static const struct kernel_ops *kern_of(const struct stream *s)
 {
     assert(s && s->dev && s->dev->kern);
     return s->dev->kern;
+}
+
+static const char *const op_names[KERN_OP_COUNT] = {
+    [KERN_OP_LINEAR] = "linear",
+    [KERN_OP_LINEAR_BIAS] = "linear_bias",
+    [KERN_OP_EMBED] = "embed",
+    [KERN_OP_LAYERNORM] = "layernorm",
+    [KERN_OP_RMSNORM] = "rmsnorm",
+    [KERN_OP_ROPE] = "rope",
+    [KERN_OP_RELU] = "relu",
+    [KERN_OP_GELU] = "gelu",
+    [KERN_OP_GELU_TANH] = "gelu_tanh",
+    [KERN_OP_SILU] = "silu",
+    [KERN_OP_REGLU] = "reglu",
+    [KERN_OP_GEGLU] = "geglu",
+    [KERN_OP_GEGLU_TANH] = "geglu_tanh",
+    [KERN_OP_SWIGLU] = "swiglu",
+    [KERN_OP_ADD] = "add",
+    [KERN_OP_SCALE] = "scale",
+    [KERN_OP_KV_APPEND] = "kv_append",
+    [KERN_OP_ATTENTION] = "attention",
+    [KERN_OP_GATHER_ROWS] = "gather_rows",
+    [KERN_OP_COPY] = "copy",
+};
+
+const char *kern_op_name(enum kern_op op)
+{
+    assert(op >= 0 && op < KERN_OP_COUNT && op_names[op]);
+    return op_names[op];
+}
+
+/* kern_act_op and kern_gated_op count on the orders kernels.h states */
+_Static_assert(KERN_OP_SILU - KERN_OP_RELU == KERN_ACT_SILU - KERN_ACT_RELU &&
+                   KERN_OP_SWIGLU - KERN_OP_REGLU == KERN_ACT_SILU - KERN_ACT_RELU,
+               "one activation op per enum kern_act, in its order");
+_Static_assert(KERN_OP_COUNT <= 64, "a set of ops is a uint64_t");
+
+enum kern_op kern_act_op(enum kern_act act)
+{
+    assert(act >= KERN_ACT_RELU && act <= KERN_ACT_SILU);
+    return (enum kern_op)(KERN_OP_RELU + (int)act);
+}
+
+enum kern_op kern_gated_op(enum kern_act act)
+{
+    assert(act >= KERN_ACT_RELU && act <= KERN_ACT_SILU);
+    return (enum kern_op)(KERN_OP_REGLU + (int)act);
+}
+
+/* Whether table k runs op: the op's slot is filled and not declared lacking. */
+static bool table_runs(const struct kernel_ops *k, enum kern_op op)
+{
+    if (k->lacks & KERN_OP_BIT(op))
+        return false;
+    switch (op) {
+    case KERN_OP_LINEAR:
+    case KERN_OP_LINEAR_BIAS:
+        return k->linear != NULL;
+    case KERN_OP_EMBED:
+        return k->embed != NULL;
+    case KERN_OP_LAYERNORM:
+        return k->layernorm != NULL;
+    case KERN_OP_RMSNORM:
+        return k->rmsnorm != NULL;
+    case KERN_OP_ROPE:
+        return k->rope != NULL;
+    case KERN_OP_RELU:
+    case KERN_OP_GELU:
+    case KERN_OP_GELU_TANH:
+    case KERN_OP_SILU:
+        return k->activation != NULL;
+    case KERN_OP_REGLU:
+    case KERN_OP_GEGLU:
+    case KERN_OP_GEGLU_TANH:
+    case KERN_OP_SWIGLU:
+        return k->gated_act != NULL;
+    case KERN_OP_ADD:
+        return k->add != NULL;
+    case KERN_OP_SCALE:
+        return k->scale != NULL;
+    case KERN_OP_KV_APPEND:
+        return k->kv_append != NULL;
+    case KERN_OP_ATTENTION:
+        return k->attention != NULL;
+    case KERN_OP_GATHER_ROWS:
+        return k->gather_rows != NULL;
+    case KERN_OP_COPY:
+        return k->copy != NULL;
+    case KERN_OP_COUNT:
+        break;
+    }
+    assert(!"unknown kernel op");
+    return false;
+}
+
+uint64_t kern_table_ops(const struct kernel_ops *k)
+{
+    uint64_t ops = 0;
+    for (int op = 0; op < KERN_OP_COUNT; op++)
+        if (table_runs(k, (enum kern_op)op))
+            ops |= KERN_OP_BIT(op);
+    return ops;
+}
+
+bool kern_supports(const struct device *d, enum kern_op op)
+{
+    assert(d && d->kern && op >= 0 && op < KERN_OP_COUNT);
+    return table_runs(d->kern, op);
+}
+
+uint64_t kern_supported(const struct device *d)
+{
+    assert(d && d->kern);
+    return kern_table_ops(d->kern);
+}
+
+int kern_attention_max_head_dim(const struct device *d)
+{
+    assert(d && d->kern);
+    return d->kern->attention_max_head_dim;
+}
+
+static int head_dim_refuse(const struct device *d, int head_dim)
+{
+    return err_set(ERR_UNSUPPORTED, "device %s runs attention up to head_dim %d, not %d", d->name,
+                   d->kern->attention_max_head_dim, head_dim);
+}
+
+int kern_check(const struct device *d, uint64_t ops, int head_dim)
+{
+    uint64_t missing = ops & ~kern_supported(d);
+    if (missing) {
+        char names[256];
+        size_t at = 0;
+        int n = 0;
+        for (int op = 0; op < KERN_OP_COUNT; op++)
+            if (missing & KERN_OP_BIT(op))
+                at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", n++ ? ", " : "",
+                                       kern_op_name((enum kern_op)op));
+        return n == 1 ? err_set(ERR_UNSUPPORTED, "device %s has no %s kernel", d->name, names)
+                      : err_set(ERR_UNSUPPORTED, "device %s has no kernels for %s", d->name, names);
+    }
+    int max = kern_attention_max_head_dim(d);
+    if ((ops & KERN_OP_BIT(KERN_OP_ATTENTION)) && max > 0 && head_dim > max)
+        return head_dim_refuse(d, head_dim);
+    return 0;
+}
+
+/* The call of an op s's device does not run. */
+static int absent(const struct stream *s, enum kern_op op)
+{
+    return err_set(ERR_UNSUPPORTED, "device %s has no %s kernel", s->dev->name, kern_op_name(op));
 }
 
 const char *kern_compute_name(enum kern_compute c)
@@ -50,28 +205,41 @@ int kern_linear(struct stream *s, float *y, const float *x, int m, const struct 
     assert(y && x && w && w->data && m > 0 && w->rows > 0 && w->cols > 0 &&
            w->ld >= (size_t)w->cols && y != x &&
            (c == KERN_COMPUTE_F32 || c == KERN_COMPUTE_BF16));
-    return kern_of(s)->linear(s, y, x, m, w, bias, c);
+    const enum kern_op op = bias ? KERN_OP_LINEAR_BIAS : KERN_OP_LINEAR;
+    const struct kernel_ops *k = kern_of(s);
+    if (!table_runs(k, op))
+        return absent(s, op);
+    return k->linear(s, y, x, m, w, bias, c);
 }
 
 int kern_embed(struct stream *s, float *y, const struct weight_view *w, const int32_t *ids, int n,
                int row0)
 {
     assert(y && w && w->data && ids && n > 0 && row0 >= 0);
-    return kern_of(s)->embed(s, y, w, ids, n, row0);
+    const struct kernel_ops *k = kern_of(s);
+    if (!table_runs(k, KERN_OP_EMBED))
+        return absent(s, KERN_OP_EMBED);
+    return k->embed(s, y, w, ids, n, row0);
 }
 
 int kern_layernorm(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
                    const float *beta, float eps)
 {
     assert(y && x && m > 0 && n > 0 && !gamma == !beta && eps > 0);
-    return kern_of(s)->layernorm(s, y, x, m, n, gamma, beta, eps);
+    const struct kernel_ops *k = kern_of(s);
+    if (!table_runs(k, KERN_OP_LAYERNORM))
+        return absent(s, KERN_OP_LAYERNORM);
+    return k->layernorm(s, y, x, m, n, gamma, beta, eps);
 }
 
 int kern_rmsnorm(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,
                  float eps)
 {
     assert(y && x && m > 0 && n > 0 && eps > 0);
-    return kern_of(s)->rmsnorm(s, y, x, m, n, gamma, eps);
+    const struct kernel_ops *k = kern_of(s);
+    if (!table_runs(k, KERN_OP_RMSNORM))
+        return absent(s, KERN_OP_RMSNORM);
+    return k->rmsnorm(s, y, x, m, n, gamma, eps);
 }
 
 int kern_rope(struct stream *s, float *x, int n, int heads, int head_dim, int rot_dim,
@@ -79,32 +247,47 @@ int kern_rope(struct stream *s, float *x, int n, int heads, int head_dim, int ro
 {
     assert(x && pos && inv_freq && n > 0 && heads > 0 && head_dim > 0 && rot_dim > 0 &&
            rot_dim % 2 == 0 && rot_dim <= head_dim);
-    return kern_of(s)->rope(s, x, n, heads, head_dim, rot_dim, pos, inv_freq, scale);
+    const struct kernel_ops *k = kern_of(s);
+    if (!table_runs(k, KERN_OP_ROPE))
+        return absent(s, KERN_OP_ROPE);
+    return k->rope(s, x, n, heads, head_dim, rot_dim, pos, inv_freq, scale);
 }
 
 int kern_activation(struct stream *s, float *x, size_t n, enum kern_act act)
 {
     assert(x && act >= KERN_ACT_RELU && act <= KERN_ACT_SILU);
-    return n ? kern_of(s)->activation(s, x, n, act) : 0;
+    const struct kernel_ops *k = kern_of(s);
+    if (!table_runs(k, kern_act_op(act)))
+        return absent(s, kern_act_op(act));
+    return n ? k->activation(s, x, n, act) : 0;
 }
 
 int kern_gated_act(struct stream *s, float *y, const float *gate, const float *up, size_t n,
                    enum kern_act act)
 {
     assert(y && gate && up && act >= KERN_ACT_RELU && act <= KERN_ACT_SILU);
-    return n ? kern_of(s)->gated_act(s, y, gate, up, n, act) : 0;
+    const struct kernel_ops *k = kern_of(s);
+    if (!table_runs(k, kern_gated_op(act)))
+        return absent(s, kern_gated_op(act));
+    return n ? k->gated_act(s, y, gate, up, n, act) : 0;
 }
 
 int kern_add(struct stream *s, float *y, const float *x, size_t n)
 {
     assert(y && x);
-    return n ? kern_of(s)->add(s, y, x, n) : 0;
+    const struct kernel_ops *k = kern_of(s);
+    if (!table_runs(k, KERN_OP_ADD))
+        return absent(s, KERN_OP_ADD);
+    return n ? k->add(s, y, x, n) : 0;
 }
 
 int kern_scale(struct stream *s, float *x, size_t n, float a)
 {
     assert(x);
-    return n ? kern_of(s)->scale(s, x, n, a) : 0;
+    const struct kernel_ops *k = kern_of(s);
+    if (!table_runs(k, KERN_OP_SCALE))
+        return absent(s, KERN_OP_SCALE);
+    return n ? k->scale(s, x, n, a) : 0;
 }
 
 static void geom_check(const struct kv_geom *g)
@@ -118,7 +301,10 @@ int kern_kv_append(struct stream *s, float *kc, float *vc, const float *k, const
 {
     geom_check(g);
     assert(kc && vc && k && v && t_new > 0 && pos >= 0 && pos + t_new <= g->max_t);
-    return kern_of(s)->kv_append(s, kc, vc, k, v, g, t_new, pos);
+    const struct kernel_ops *kt = kern_of(s);
+    if (!table_runs(kt, KERN_OP_KV_APPEND))
+        return absent(s, KERN_OP_KV_APPEND);
+    return kt->kv_append(s, kc, vc, k, v, g, t_new, pos);
 }
 
 int kern_attention(struct stream *s, float *out, const float *q, const float *kc, const float *vc,
@@ -128,27 +314,39 @@ int kern_attention(struct stream *s, float *out, const float *q, const float *kc
     geom_check(g);
     assert(out && q && kc && vc && key_ok && scratch && t_new > 0 && past >= 0 &&
            past + t_new <= g->max_t && out != q);
-    return kern_of(s)->attention(s, out, q, kc, vc, key_ok, g, past, t_new, scratch);
+    const struct kernel_ops *k = kern_of(s);
+    if (!table_runs(k, KERN_OP_ATTENTION))
+        return absent(s, KERN_OP_ATTENTION);
+    if (k->attention_max_head_dim > 0 && g->head_dim > k->attention_max_head_dim)
+        return head_dim_refuse(s->dev, g->head_dim);
+    return k->attention(s, out, q, kc, vc, key_ok, g, past, t_new, scratch);
 }
 
 size_t kern_attention_scratch(const struct device *d, const struct kv_geom *g, int t_new, int t_all)
 {
     geom_check(g);
     assert(t_new > 0 && t_all >= t_new);
-    return (d ? d->kern : &cpu_kernel_ops)->attention_scratch(g, t_new, t_all);
+    const struct kernel_ops *k = d ? d->kern : &cpu_kernel_ops;
+    return k->attention ? k->attention_scratch(g, t_new, t_all) : 0; /* none: nothing to size */
 }
 
 int kern_gather_rows(struct stream *s, float *y, const float *x, const int32_t *rows, int n,
                      int width)
 {
     assert(y && x && rows && n > 0 && width > 0 && y != x);
-    return kern_of(s)->gather_rows(s, y, x, rows, n, width);
+    const struct kernel_ops *k = kern_of(s);
+    if (!table_runs(k, KERN_OP_GATHER_ROWS))
+        return absent(s, KERN_OP_GATHER_ROWS);
+    return k->gather_rows(s, y, x, rows, n, width);
 }
 
 int kern_copy(struct stream *s, void *dst, const void *src, size_t n)
 {
     assert(dst && src);
-    return n ? kern_of(s)->copy(s, dst, src, n) : 0;
+    const struct kernel_ops *k = kern_of(s);
+    if (!table_runs(k, KERN_OP_COPY))
+        return absent(s, KERN_OP_COPY);
+    return n ? k->copy(s, dst, src, n) : 0;
 }
 
 int kern_to_host(struct stream *s, void *host, const void *src, size_t n)

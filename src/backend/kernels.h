@@ -1,4 +1,4 @@
-/* The kernels of a transformer forward, as every backend provides them.
+/* The kernels of a transformer forward, as the backends provide them.
  *
  * Each call queues one kernel on a compute stream (device.h) of the device
  * that holds its buffers; every pointer is a device address (what dbuf_ptr
@@ -11,6 +11,12 @@
  *
  * The kernel layer knows no model: shapes come in as numbers and layouts are
  * stated here, so a model file is a flat list of these calls.
+ *
+ * A backend need not run every kernel (ggml's supports_op): kern_supports
+ * says what a device runs, a model states what it calls (model.h:
+ * model_required_ops) and registration refuses a device that lacks one, so
+ * a new op can land on the CPU first. A kernel called on a device that
+ * lacks it returns ERR_UNSUPPORTED naming the op and the device.
  */
 #ifndef SHARDSWAP_BACKEND_KERNELS_H
 #define SHARDSWAP_BACKEND_KERNELS_H
@@ -52,6 +58,55 @@ enum kern_compute {
     KERN_COMPUTE_F32,
     KERN_COMPUTE_BF16,
 };
+
+/* What a device may or may not run: one op per kernel below, the
+ * activations one per kind (kern_act_op, kern_gated_op), and kern_linear
+ * with a bias apart from kern_linear without one. kern_to_host,
+ * kern_to_device and kern_attention_scratch are not ops: every device has
+ * them. */
+enum kern_op {
+    KERN_OP_LINEAR,      /* kern_linear, bias NULL */
+    KERN_OP_LINEAR_BIAS, /* kern_linear with a bias */
+    KERN_OP_EMBED,
+    KERN_OP_LAYERNORM,
+    KERN_OP_RMSNORM,
+    KERN_OP_ROPE,
+    KERN_OP_RELU, /* kern_activation with each enum kern_act, in its order */
+    KERN_OP_GELU,
+    KERN_OP_GELU_TANH,
+    KERN_OP_SILU,
+    KERN_OP_REGLU, /* kern_gated_act with each enum kern_act, in its order */
+    KERN_OP_GEGLU,
+    KERN_OP_GEGLU_TANH,
+    KERN_OP_SWIGLU,
+    KERN_OP_ADD,
+    KERN_OP_SCALE,
+    KERN_OP_KV_APPEND,
+    KERN_OP_ATTENTION,
+    KERN_OP_GATHER_ROWS,
+    KERN_OP_COPY,
+    KERN_OP_COUNT
+};
+/* A set of ops: a mask of these bits. */
+#define KERN_OP_BIT(op) ((uint64_t)1 << (op))
+
+/* "rmsnorm", "swiglu", ...: the op as messages name it (static). */
+const char *kern_op_name(enum kern_op op);
+/* The op of kern_activation / kern_gated_act with act. */
+enum kern_op kern_act_op(enum kern_act act);
+enum kern_op kern_gated_op(enum kern_act act);
+/* Whether d runs op: its backend's table has the kernel, less what the
+ * backend declares it refuses. Another process's device (device_open_remote)
+ * answers for its owner: the same program's table of the owner's kind. */
+bool kern_supports(const struct device *d, enum kern_op op);
+/* Every op d runs, as KERN_OP_BITs. */
+uint64_t kern_supported(const struct device *d);
+/* The largest head_dim d's kern_attention takes (0: no limit). */
+int kern_attention_max_head_dim(const struct device *d);
+/* 0 when d runs every op of ops (KERN_OP_BITs) and, when ops holds
+ * attention, its heads of head_dim; else ERR_UNSUPPORTED with one line
+ * naming the device and the ops it lacks (or the limit). */
+int kern_check(const struct device *d, uint64_t ops, int head_dim);
 
 /* "f32" / "bf16", and back (0, or ERR_INVALID naming the choices). */
 const char *kern_compute_name(enum kern_compute c);

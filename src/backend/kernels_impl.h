@@ -1,8 +1,13 @@
 /* What a backend implements for backend/kernels.h: one static const table
  * per backend, with designated initializers, handed to device_create().
- * Every slot is required. The wrappers in kernels.c have checked the
- * arguments: a backend sees valid shapes and non-NULL buffers only. Slots
- * are called on the thread that owns the stream. */
+ * A slot left NULL is an op the backend does not run (kernels.h: enum
+ * kern_op): kern_supports answers false for it, registration refuses a
+ * model that needs it there and the wrapper refuses the call. Only the
+ * copies to_host and to_device are required, and attention_scratch where
+ * attention is filled (device_create asserts them). The wrappers in
+ * kernels.c have checked the arguments: a backend sees valid shapes and
+ * non-NULL buffers only, and only ops its table runs. Slots are called on
+ * the thread that owns the stream. */
 #ifndef SHARDSWAP_BACKEND_KERNELS_IMPL_H
 #define SHARDSWAP_BACKEND_KERNELS_IMPL_H
 
@@ -35,6 +40,15 @@ struct kernel_ops {
     int (*copy)(struct stream *s, void *dst, const void *src, size_t n);
     int (*to_host)(struct stream *s, void *host, const void *src, size_t n);
     int (*to_device)(struct stream *s, void *dst, const void *host, size_t n);
+
+    /* What the filled slots declare they refuse: ops (KERN_OP_BITs: an
+     * activation kind, a linear's bias) and the largest head_dim attention
+     * takes (0: any). */
+    uint64_t lacks;
+    int attention_max_head_dim;
 };
+
+/* The ops table k runs (KERN_OP_BITs): its filled slots less k->lacks. */
+uint64_t kern_table_ops(const struct kernel_ops *k);
 
 #endif

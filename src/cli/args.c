@@ -32,6 +32,8 @@ static void args_help(const char *cmd, const char *summary, const struct flag *f
                  flags[i].metavar ? flags[i].metavar : "");
         if (flags[i].range) /* the range a value is checked against, as the error says it */
             printf("  %-24s %s [%s]\n", left, flags[i].help, flags[i].range);
+        else if (flags[i].choices)
+            printf("  %-24s %s: %s\n", left, flags[i].help, flags[i].choices);
         else
             printf("  %-24s %s\n", left, flags[i].help);
     }
@@ -49,6 +51,16 @@ int args_range_fail(const char *cmd, const char *name, const char *value, const 
  * reads " -1" as 2^64-1) and checked against the flag's range when it has
  * one; a float too small for a float's normal range (1e-45, a denormal) is a
  * number, one too large is out of range. */
+/* Whether v is one of the names in choices ("a|b|c"). */
+static bool choice_of(const char *choices, const char *v)
+{
+    size_t n = strlen(v);
+    for (const char *p = choices; *p; p += strcspn(p, "|"), p += *p == '|')
+        if (strncmp(p, v, n) == 0 && (p[n] == '|' || p[n] == '\0'))
+            return n > 0;
+    return false;
+}
+
 static int args_value(const char *cmd, struct flag *f, const char *v)
 {
     char *end;
@@ -63,6 +75,11 @@ static int args_value(const char *cmd, struct flag *f, const char *v)
         if (*v == '\0' && !f->empty_ok) {
             fprintf(stderr, "shardswap %s: --%s expects a non-empty %s, got \"\"\n", cmd,
                     f->name, f->metavar);
+            return EXIT_USAGE;
+        }
+        if (f->choices && !choice_of(f->choices, v)) {
+            fprintf(stderr, "shardswap %s: --%s \"%s\" is not one of %s\n", cmd, f->name, v,
+                    f->choices);
             return EXIT_USAGE;
         }
         if (f->kind == FLAG_STR) {

@@ -27,6 +27,9 @@ struct flag {
     const char *help;    /* one line; mention the default */
     bool required;
     bool empty_ok;       /* FLAG_STR: "" is a value (otherwise refused) */
+    /* FLAG_STR, FLAG_STRS: the values allowed, "a|b|c" (NULL: any); another
+     * is refused with the list, as a bad flag is */
+    const char *choices;
     /* numeric kinds: when range is set, a value outside lo..hi (inclusive)
      * is refused with "--NAME V is out of range (expected RANGE)" */
     double lo, hi;
@@ -42,6 +45,13 @@ struct flag {
     {.name = n, .kind = k, .dst = d, .metavar = mv, .help = h, .required = true}
 #define FLAG_RANGE(n, k, d, mv, h, l, u, r)                                                  \
     {.name = n, .kind = k, .dst = d, .metavar = mv, .help = h, .lo = l, .hi = u, .range = r}
+
+/* A string flag whose value is one of choices ("a|b|c"), which --help
+ * lists after the help. */
+#define FLAG_CHOICE(n, d, mv, h, c)                                                                \
+    {                                                                                              \
+        .name = n, .kind = FLAG_STR, .dst = d, .metavar = mv, .help = h, .choices = c              \
+    }
 
 /* Exit statuses of the CLI. */
 enum { EXIT_USAGE = 2, EXIT_HELP = -100 };

@@ -312,35 +312,47 @@ static int bench_forward(int argc, char **argv)
     return rc < 0 ? cli_fail("bench forward") : 0;
 }
 
+const struct cli_command bench_commands[] = {
+    {"forward", bench_forward, "prefill and decode throughput of one checkpoint"},
+    {"swap", bench_swap, "model-parallel swap-in/out and cold-request latency per TP x PP layout"},
+    {"workload", bench_workload,
+     "Computron's multi-model experiments through the engine, per policy"},
+    {"serve", bench_serve, "the same workloads against a running server over HTTP"},
+    {"comm", bench_comm, "all-reduce and pipeline channel latency against memcpy"},
+    {"gemv", bench_gemv, "the CPU's fused GEMV (decode's linear layers) against memory read speed"},
+    {"tokenize", bench_tokenize,
+     "one tokenizer's encode and decode speed (tools/bench_tokenizer.py: against HF)"},
+};
+const int bench_n_commands = (int)(sizeof(bench_commands) / sizeof(bench_commands[0]));
+
+/* "forward, swap, ... or tokenize" into buf. */
+static void bench_names(char *buf, size_t cap, const char *sep, const char *last)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < bench_n_commands && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s",
+                              i == 0                      ? ""
+                              : i == bench_n_commands - 1 ? last
+                                                          : sep,
+                              bench_commands[i].name);
+}
+
 int cmd_bench(int argc, char **argv)
 {
-    if (argc >= 1 && strcmp(argv[0], "forward") == 0)
-        return bench_forward(argc - 1, argv + 1);
-    if (argc >= 1 && strcmp(argv[0], "swap") == 0)
-        return bench_swap(argc - 1, argv + 1);
-    if (argc >= 1 && strcmp(argv[0], "workload") == 0)
-        return bench_workload(argc - 1, argv + 1);
-    if (argc >= 1 && strcmp(argv[0], "serve") == 0)
-        return bench_serve(argc - 1, argv + 1);
-    if (argc >= 1 && strcmp(argv[0], "comm") == 0)
-        return bench_comm(argc - 1, argv + 1);
-    if (argc >= 1 && strcmp(argv[0], "gemv") == 0)
-        return bench_gemv(argc - 1, argv + 1);
-    if (argc >= 1 && strcmp(argv[0], "tokenize") == 0)
-        return bench_tokenize(argc - 1, argv + 1);
+    for (int i = 0; argc >= 1 && i < bench_n_commands; i++)
+        if (strcmp(argv[0], bench_commands[i].name) == 0)
+            return bench_commands[i].run(argc - 1, argv + 1);
+    char names[256];
     if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
-        printf("usage: shardswap bench forward|swap|workload|serve|comm|gemv|tokenize [flags]   (see shardswap bench NAME "
-               "--help)\n"
-               "  forward   prefill and decode throughput of one checkpoint\n"
-               "  swap      model-parallel swap-in/out and cold-request latency per TP x PP layout\n"
-               "  workload  Computron's multi-model experiments through the engine, per policy\n"
-               "  serve     the same workloads against a running server over HTTP\n"
-               "  comm      all-reduce and pipeline channel latency against memcpy\n"
-               "  gemv      the CPU's fused GEMV (decode's linear layers) against memory read speed\n"
-               "  tokenize  one tokenizer's encode and decode speed (tools/bench_tokenizer.py: against HF)\n");
+        bench_names(names, sizeof names, "|", "|");
+        printf("usage: shardswap bench %s [flags]   (see shardswap bench NAME --help)\n", names);
+        for (int i = 0; i < bench_n_commands; i++)
+            printf("  %-9s %s\n", bench_commands[i].name, bench_commands[i].help);
         return 0;
     }
-    fprintf(stderr, "shardswap bench: expected a benchmark name: forward, swap, workload, serve, comm, gemv or tokenize (see "
-                    "shardswap bench --help)\n");
+    bench_names(names, sizeof names, ", ", " or ");
+    fprintf(stderr, "shardswap bench: expected a benchmark name: %s (see shardswap bench --help)\n",
+            names);
     return EXIT_USAGE;
 }

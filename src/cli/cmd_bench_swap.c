@@ -367,13 +367,15 @@ int bench_swap(int argc, char **argv)
     bool json = false;
     struct swapbench_config c = {.repeat = 3, .prompt_len = 8, .ref_bytes = (size_t)256 << 20};
     struct flag flags[] = {
-        FLAG("preset", FLAG_STR, &preset, "NAME", model_preset_names()),
+        FLAG_CHOICE("preset", &preset, "NAME", "the model's shape, generated (once) into --cache",
+                    model_preset_names()),
         FLAG("model", FLAG_STR, &dir_flag, "DIR", "a checkpoint directory instead of a preset"),
-        FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "dtype of a generated preset (default f16)"),
+        FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32",
+             "dtype of a generated preset (default f16)"),
         FLAG_RANGE("layers", FLAG_INT, &layers, "N",
-                   "layers of a generated preset (default: the preset's)", 1, 4096,
-                   "1..4096"),
-        FLAG("layouts", FLAG_STR, &layouts_s, "TPxPP,...", "layouts to measure (default 1x1,2x1,1x2)"),
+                   "layers of a generated preset (default: the preset's)", 1, 4096, "1..4096"),
+        FLAG("layouts", FLAG_STR, &layouts_s, "TPxPP,...",
+             "layouts to measure (default 1x1,2x1,1x2)"),
         FLAG_RANGE("tp", FLAG_INT, &tp, "N", "also measure TP=N (with --pp, default 1)", 1,
                    MAX_WORKERS, MAX_WORKERS_RANGE),
         FLAG_RANGE("pp", FLAG_INT, &pp, "N", "also measure PP=N (with --tp, default 1)", 1,

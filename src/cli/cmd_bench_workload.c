@@ -18,13 +18,15 @@
 #include "cluster/job.h"
 #include "core/error.h"
 #include "core/jsonout.h"
-#include "engine/sched.h"
-#include "engine/sim.h"
+#include "model/random.h"
+#include "sched/sched.h"
+#include "sched/sim.h"
 #include "workload/arrival.h"
 #include "workload/chat.h"
 #include "workload/computron.h"
 #include "workload/replay.h"
 #include "workload/report.h"
+#include "workload/sim_costs.h"
 #include "workload/simulate.h"
 #include "workload/summary.h"
 
@@ -116,12 +118,119 @@ static json_t *controls_json(const struct sim_controls_flags *f)
                      jsonout_string(f->min_resident), "pinned", jsonout_string(f->pinned));
 }
 
+/* Where --simulate's costs come from: a costs file, cost flags, both, or
+ * none (all measured); the header says it. */
+struct costs_given {
+    struct sim_costs c; /* the file's, then the flags' over it */
+    const char *file;   /* --costs, or NULL */
+    bool flags;         /* --load-s-per-gb or --batch-cost */
+    const char *out;    /* --costs-out, or NULL */
+};
+
+/* The costs --simulate runs on, into *costs: what g gives, the rest
+ * measured on rig (a load and batches together, then the chat terms), and
+ * *warm the SLO unit: given, else a batch of 1 when the batches were given,
+ * else measured. *load_bytes: what a load copies to its busiest device,
+ * *load_s_per_gb the load's time per GB of it (load_s is that times
+ * load_bytes); *measured: whether anything was measured. */
+static int costs_resolve(const struct replay_rig *rig, const struct costs_given *g, bool chat,
+                         int max_batch, struct sim_config *costs, double *warm,
+                         uint64_t *load_bytes, double *load_s_per_gb, bool *measured)
+{
+    const struct sim_costs *c = &g->c;
+    int rc = simulate_load_bytes(rig, load_bytes);
+    if (rc < 0)
+        return rc;
+    if (c->batch_max > 0 && c->batch_max < max_batch)
+        return err_set(ERR_INVALID,
+                       "the batch costs given (batch_s) reach batches of %d; this run's reach %d",
+                       c->batch_max, max_batch);
+    if (chat && c->step_max > 0 && c->step_max < max_batch)
+        return err_set(ERR_INVALID,
+                       "the decode step costs given (step_s) reach batches of %d; this run's "
+                       "reach %d",
+                       c->step_max, max_batch);
+    *measured = c->load_s_per_gb <= 0 || c->batch_max == 0;
+    if (*measured) {
+        fprintf(stderr, "measuring a load and batches of 1..%d on this machine...\n", max_batch);
+        if ((rc = replay_measure_costs(rig, max_batch, costs)) < 0)
+            return rc;
+    } else { /* as replay_measure_costs sets them */
+        costs->max_batch = max_batch;
+        costs->overlap_tail = 0.5;
+        costs->overlap_loads = replay_overlap_loads(rig);
+    }
+    /* a measured load as its time per GB too: load_s is then what a costs
+     * file of that number gives, and --costs-out reproduces this run */
+    double gb = (double)*load_bytes / 1e9;
+    *load_s_per_gb = c->load_s_per_gb > 0 ? c->load_s_per_gb : costs->load_s / gb;
+    costs->load_s = *load_s_per_gb * gb;
+    for (int b = 1; c->batch_max > 0 && b <= max_batch; b++)
+        costs->batch_s[b] = c->batch_s[b];
+    if (c->overlap_tail >= 0)
+        costs->overlap_tail = c->overlap_tail;
+    if (chat) {
+        if (c->base_prompt < 1 || c->prefill_token_s < 0 || c->step_max == 0) {
+            fprintf(stderr, "measuring prefill per token and decode steps of 1..%d...\n",
+                    max_batch);
+            if ((rc = replay_measure_chat_costs(rig, max_batch, costs)) < 0)
+                return rc;
+            *measured = true;
+        }
+        if (c->base_prompt >= 1)
+            costs->base_prompt = c->base_prompt;
+        if (c->prefill_token_s >= 0)
+            costs->prefill_token_s = c->prefill_token_s;
+        for (int b = 1; c->step_max > 0 && b <= max_batch; b++)
+            costs->step_s[b] = c->step_s[b];
+    }
+    if (c->warm_latency_s > 0)
+        *warm = c->warm_latency_s;
+    else if (c->batch_max > 0)
+        *warm = costs->batch_s[1];
+    else if ((rc = replay_warm_latency(rig, warm)) < 0)
+        return rc;
+    return 0;
+}
+
+/* The costs a run used, as a costs file holds them. */
+static void costs_used(const struct sim_config *costs, bool chat, double warm, double load_s_per_gb,
+                       struct sim_costs *u)
+{
+    sim_costs_init(u);
+    u->load_s_per_gb = load_s_per_gb;
+    u->batch_max = costs->max_batch;
+    memcpy(u->batch_s, costs->batch_s, sizeof(u->batch_s));
+    u->overlap_tail = costs->overlap_tail;
+    u->warm_latency_s = warm;
+    if (chat) {
+        u->base_prompt = costs->base_prompt;
+        u->prefill_token_s = costs->prefill_token_s;
+        u->step_max = costs->max_batch;
+        memcpy(u->step_s, costs->step_s, sizeof(u->step_s));
+    }
+}
+
+/* Where the costs came from, for the header: "measured here", "from FILE",
+ * "from flags", "from FILE and flags", and ", the rest measured here". */
+static void costs_from(const struct costs_given *g, bool measured, char *buf, size_t cap)
+{
+    if (!g->file && !g->flags) {
+        snprintf(buf, cap, "measured here");
+        return;
+    }
+    snprintf(buf, cap, "from %s%s%s%s", g->file ? g->file : "", g->file && g->flags ? " and " : "",
+             g->flags ? "flags" : "", measured ? ", the rest measured here" : "");
+}
+
 /* --simulate: the policies on a simulated clock (workload/simulate.h), with
- * the costs measured on rig first; one config (one, named label) or, with
- * all, Computron's 19, each of whose models has the shape of rig's model 0. */
+ * the costs given (g) or measured on rig first; one config (one, named
+ * label) or, with all, Computron's 19, each of whose models has the shape of
+ * rig's model 0. slo <= 0: slo_scale x the warm latency. */
 static int simulate(const struct replay_rig *rig, const struct workload_config *one,
                     const char *label, bool all, const char **policies, int n_pol, uint64_t seed,
-                    int seeds, double duration, double slo, const struct sim_controls_flags *cf,
+                    int seeds, double duration, float slo, float slo_scale,
+                    const struct costs_given *g, const struct sim_controls_flags *cf,
                     const struct sim_controls *ctl, bool json)
 {
     double link = rig->link_gbps;
@@ -131,15 +240,22 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
     int max_batch = all ? 32 : one->max_batch;
     if (max_batch > SIM_MAX_BATCH)
         return err_set(ERR_INVALID, "--simulate models batches of up to %d", SIM_MAX_BATCH);
-    int rc;
-    fprintf(stderr, "measuring a load and batches of 1..%d on this machine...\n", max_batch);
-    if ((rc = replay_measure_costs(rig, max_batch, &costs)) < 0)
+    double warm = 0;
+    uint64_t load_bytes = 0;
+    double load_s_per_gb = 0;
+    bool measured = false;
+    int rc = costs_resolve(rig, g, one->chat, max_batch, &costs, &warm, &load_bytes, &load_s_per_gb,
+                           &measured);
+    if (rc < 0)
         return rc;
-    if (one->chat) {
-        fprintf(stderr, "measuring prefill per token and decode steps of 1..%d...\n", max_batch);
-        if ((rc = replay_measure_chat_costs(rig, max_batch, &costs)) < 0)
-            return rc;
-    }
+    if (slo <= 0)
+        slo = slo_scale * (float)warm;
+    struct sim_costs used;
+    costs_used(&costs, one->chat, warm, load_s_per_gb, &used);
+    if (g->out && (rc = sim_costs_write(g->out, &used)) < 0)
+        return rc;
+    char from[600];
+    costs_from(g, measured, from, sizeof(from));
     json_t *batch_s = NULL, *configs = NULL;
     if (json) {
         batch_s = json_array();
@@ -147,12 +263,17 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
         for (int b = 1; batch_s && b <= max_batch; b++)
             json_array_append_new(batch_s, jsonout_real(costs.batch_s[b], 6));
     } else {
-        printf("simulated clock, costs measured here: load %.1f ms; batch of 1 %.1f ms, of %d "
-               "%.1f ms; %d seeds x %g s per config; averages over seeds, ratios against %s",
-               costs.load_s * 1e3, costs.batch_s[1] * 1e3, max_batch,
-               costs.batch_s[max_batch] * 1e3, seeds, duration, policies[0]);
+        printf("simulated clock, costs %s: load %.1f ms (%.6g s/GB x %.3f GB); batch of 1 %.1f "
+               "ms, of %d %.1f ms; SLO %.1f ms; %d seeds x %g s per config; averages over "
+               "seeds, ratios against %s",
+               from, costs.load_s * 1e3, used.load_s_per_gb, (double)load_bytes / 1e9,
+               costs.batch_s[1] * 1e3, max_batch, costs.batch_s[max_batch] * 1e3, slo * 1e3, seeds,
+               duration, policies[0]);
         print_procs(rig);
-        printf("\n");
+        printf("\nbatch costs (requests: ms):");
+        for (int b = 1; b <= max_batch; b = b < max_batch && 2 * b > max_batch ? max_batch : 2 * b)
+            printf(" %d: %.3f", b, costs.batch_s[b] * 1e3);
+        printf("; overlap tail %g\n", costs.overlap_tail);
         controls_print(cf);
         if (one->chat)
             printf("chat: prefill %.3f ms per prompt token beyond %d, decode step of 1 %.1f ms, "
@@ -215,11 +336,13 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
         json_decref(configs);
         return rc;
     }
-    json_t *top = json_pack("{s:b, s:i, s:o, s:o, s:o, s:o, s:o, s:o}", "simulated", 1, "seeds",
-                            seeds, "duration_s", jsonout_real(duration, 6), "link_gb_s",
-                            jsonout_real(link, 6), "load_s", jsonout_real(costs.load_s, 6),
-                            "batch_s", batch_s, "configs", configs, "controls",
-                            controls_json(cf));
+    json_t *top = json_pack(
+        "{s:b, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:s, s:I, s:o, s:o}", "simulated", 1,
+        "seeds", seeds, "duration_s", jsonout_real(duration, 6), "link_gb_s", jsonout_real(link, 6),
+        "load_s", jsonout_real(costs.load_s, 6), "batch_s", batch_s, "configs", configs, "controls",
+        controls_json(cf), "costs", sim_costs_json(&used), "costs_from", from, "load_bytes",
+        (json_int_t)load_bytes, "overlap_loads", json_boolean(costs.overlap_loads), "slo_s",
+        jsonout_real(slo, 6));
     if (top && procs_json_set(top, rig) != 0) {
         json_decref(top);
         top = NULL;
@@ -353,6 +476,8 @@ int bench_workload(int argc, char **argv)
     bool json = false, simulated = false;
     int seeds = 20;
     struct sim_controls_flags cf = {0};
+    const char *costs_file = NULL, *costs_out = NULL, *batch_cost = NULL;
+    float load_per_gb = 0;
     struct flag flags[] = {
         FLAG("config", FLAG_STR, &config_s, "computron:K|chat:M:R[:CV[:ZIPF]]|round-robin|custom",
              "Computron's config K (0..18), chat traffic (M models with Zipf(ZIPF, default 1) "
@@ -368,11 +493,11 @@ int bench_workload(int argc, char **argv)
              "with --simulate clairvoyant (it knows the future arrivals) and "
              "clairvoyant-partial; --simulate adds a floor row, a lower bound no policy beats "
              "(the models' --layers are what partial residency trims)"),
-        FLAG_RANGE("models", FLAG_INT, &n_models, "N", "custom/round-robin: number of models",
-                   1, MAX_MODELS, "1..256"),
+        FLAG_RANGE("models", FLAG_INT, &n_models, "N", "custom/round-robin: number of models", 1,
+                   MAX_MODELS, "1..256"),
         FLAG("rates", FLAG_STR, &rates_s, "R1,R2,...", "custom: requests/s per model"),
-        FLAG_RANGE("alpha", FLAG_FLOAT, &alpha, "A", "custom: power-law skew instead of --rates",
-                   0, 100, "0..100"),
+        FLAG_RANGE("alpha", FLAG_FLOAT, &alpha, "A", "custom: power-law skew instead of --rates", 0,
+                   100, "0..100"),
         FLAG_RANGE("total-rate", FLAG_FLOAT, &total_rate, "R",
                    "custom: requests/s over all models with --alpha", FLT_TRUE_MIN, 1e6,
                    "0 < R <= 1000000"),
@@ -386,8 +511,8 @@ int bench_workload(int argc, char **argv)
         FLAG_RANGE("duration", FLAG_FLOAT, &duration, "S",
                    "seconds of arrivals (default 20; Computron: 30)", FLT_TRUE_MIN, 86400,
                    "0 < S <= 86400"),
-        FLAG_RANGE("requests", FLAG_INT, &rr_requests, "N", "round-robin: requests (default 40)",
-                   1, 1000000, "1..1000000"),
+        FLAG_RANGE("requests", FLAG_INT, &rr_requests, "N", "round-robin: requests (default 40)", 1,
+                   1000000, "1..1000000"),
         FLAG_RANGE("slo", FLAG_FLOAT, &slo, "S",
                    "SLO in seconds (default: --slo-scale x warm latency)", FLT_TRUE_MIN, 86400,
                    "0 < S <= 86400"),
@@ -398,9 +523,10 @@ int bench_workload(int argc, char **argv)
                    "chat: SLO on time per output token after the first, seconds (default 0.2)",
                    FLT_TRUE_MIN, 86400, "0 < S <= 86400"),
         FLAG_RANGE("slo-scale", FLAG_FLOAT, &slo_scale, "X",
-                   "SLO as a multiple of the warm single-request latency (default 5)",
-                   FLT_TRUE_MIN, 1e6, "0 < X <= 1000000"),
-        FLAG("preset", FLAG_STR, &preset, "NAME", "model shape (default opt-1.3b)"),
+                   "SLO as a multiple of the warm single-request latency (default 5)", FLT_TRUE_MIN,
+                   1e6, "0 < X <= 1000000"),
+        FLAG_CHOICE("preset", &preset, "NAME", "model shape (default opt-1.3b)",
+                    model_preset_names()),
         FLAG_RANGE("layers", FLAG_INT, &layers, "N", "layers per model (default 2)", 1, 4096,
                    "1..4096"),
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "model dtype (default f16)"),
@@ -422,10 +548,26 @@ int bench_workload(int argc, char **argv)
         FLAG("cache", FLAG_STR, &cache, "DIR", "where generated models are kept (default models)"),
         FLAG("out-dir", FLAG_STR, &out_dir, "DIR", "CSV and plot go here (default bench-out)"),
         FLAG("simulate", FLAG_BOOL, &simulated, NULL,
-             "replay on a simulated clock (engine/sim.h) with a load's and batches' times "
-             "measured here first, over --seeds arrival seeds; --config computron:all runs all 19"),
+             "replay on a simulated clock (sched/sim.h) with a load's and batches' times "
+             "measured here first (or given: --costs, --load-s-per-gb, --batch-cost), over "
+             "--seeds arrival seeds; --config computron:all runs all 19"),
         FLAG_RANGE("seeds", FLAG_INT, &seeds, "N",
                    "--simulate: arrival seeds per config (default 20)", 1, 10000, "1..10000"),
+        FLAG("costs", FLAG_STR, &costs_file, "FILE",
+             "--simulate: simulate on the costs in FILE (JSON: load_s_per_gb, batch_s as "
+             "[[size, seconds], ...], overlap_tail, warm_latency_s, and for chat configs "
+             "base_prompt, prefill_token_s, step_s; what it leaves out is measured), so tables "
+             "reproduce from run to run"),
+        FLAG("costs-out", FLAG_STR, &costs_out, "FILE",
+             "--simulate: write the costs used (measured or given) to FILE, for --costs"),
+        FLAG_RANGE("load-s-per-gb", FLAG_FLOAT, &load_per_gb, "S",
+                   "--simulate: a load takes S seconds per GB of its largest shard's weights "
+                   "(over --costs and the measured one)",
+                   FLT_TRUE_MIN, 1e6, "0 < S <= 1000000"),
+        FLAG("batch-cost", FLAG_STR, &batch_cost, "B:S,...",
+             "--simulate: a batch of B requests computes in S seconds, sizes rising from 1, "
+             "linear in between, up to the largest batch (over --costs and the measured ones; "
+             "e.g. 1:0.027,8:0.093,32:0.257)"),
         FLAG("keep-alive", FLAG_STR, &cf.keep_alive, "S|S1,S2,...",
              "--simulate: seconds a model stays on its devices once idle, from the end of its "
              "last batch (0: it leaves at once; -1: forever); one value for every model or one "
@@ -462,10 +604,11 @@ int bench_workload(int argc, char **argv)
                         "--slo-ttft and TPOT <= --slo-tpot; a failed request misses) and goodput "
                         "(requests/s meeting it); writes a "
                         "CSV of every request and an SVG latency CDF with one curve per policy. "
-                        "With --simulate, replays on a simulated clock instead (engine/sim.h: "
+                        "With --simulate, replays on a simulated clock instead (sched/sim.h: "
                         "the same policy code, loads and batches taking the times measured here "
-                        "first), averaged over --seeds arrival sequences; copies competing with "
-                        "compute are not modelled, so use it with --link-gbps. The simulated "
+                        "first, or those --costs and the cost flags give; the header prints "
+                        "the costs used and --costs-out saves them), averaged over --seeds arrival "
+                        "sequences; copies competing with compute are not modelled, so use it with --link-gbps. The simulated "
                         "models take the server's per-model controls (models[].keep_alive, "
                         "priority, max_queue_wait, min_resident, pinned in its YAML) as "
                         "--keep-alive, --priority, --max-queue-wait, --min-resident and "
@@ -589,6 +732,21 @@ int bench_workload(int argc, char **argv)
     }
     if ((rc = sim_controls_parse(&cf, c.n_models, !all, &ctl)) < 0)
         goto bad_flag;
+    struct costs_given given = {.file = costs_file, .out = costs_out,
+                                .flags = load_per_gb > 0 || batch_cost};
+    if ((given.file || given.flags || given.out) && !simulated) {
+        rc = err_set(ERR_INVALID, "--costs, --costs-out, --load-s-per-gb and --batch-cost need "
+                                  "--simulate");
+        goto bad_flag;
+    }
+    sim_costs_init(&given.c);
+    if (costs_file && (rc = sim_costs_read(costs_file, &given.c)) < 0)
+        goto out;
+    if (load_per_gb > 0)
+        given.c.load_s_per_gb = load_per_gb;
+    if (batch_cost && (rc = sim_costs_parse_curve("--batch-cost", batch_cost, given.c.batch_s,
+                                                  &given.c.batch_max)) < 0)
+        goto bad_flag;
     if (all) /* one model measures the costs; every config's models have its shape */
         c.n_models = 1;
     /* --simulate measures on model 0 only: every simulated model has its shape */
@@ -619,16 +777,16 @@ int bench_workload(int argc, char **argv)
         }
         chat_requests_make(&c.lengths, seed, ev, n_ev, lens);
     }
+    if (simulated) { /* the SLO's unit comes with the costs */
+        rc = simulate(&rig, &c, config_s, all, policies, n_pol, seed, seeds, duration, slo,
+                      slo_scale, &given, &cf, &ctl, json);
+        goto out;
+    }
     double warm = 0;
     if ((rc = replay_warm_latency(&rig, &warm)) < 0)
         goto out;
     if (slo <= 0)
         slo = slo_scale * (float)warm;
-    if (simulated) {
-        rc = simulate(&rig, &c, config_s, all, policies, n_pol, seed, seeds, duration, slo, &cf,
-                      &ctl, json);
-        goto out;
-    }
     for (int p = 0; p < n_pol; p++) {
         fprintf(stderr, "running %s with policy %s (%zu requests)...\n", config_s, policies[p],
                 c.round_robin ? (size_t)rr_requests : n_ev);

@@ -172,7 +172,7 @@ static int check_out_dir(const char *dir, bool force)
 {
     struct stat st;
     if (stat(dir, &st) != 0) {
-        if (errno == ENOENT)
+        if (errno == ENOENT || errno == ENOTDIR) /* made later (fs_mkdir_parents says why not) */
             return 0;
         return err_set(ERR_IO, "--out %s: %s", dir, strerror(errno));
     }
@@ -241,7 +241,9 @@ static int gen_model_write(const struct model_config *cfg, const char *out, bool
         (tok_from && (rc = check_tokenizer(tok_from, cfg)) < 0) ||
         (rc = cli_check_space(out, model_checkpoint_bytes(cfg, o->dtype) + (1u << 20), "--out")) < 0)
         return rc;
-    if ((rc = fs_dir_stage(out, staged, sizeof(staged))) < 0)
+    /* the directories above --out as mkdir -p makes them; the staging
+     * directory beside it names --out in its errors */
+    if ((rc = fs_mkdir_parents(out)) < 0 || (rc = fs_dir_stage(out, staged, sizeof(staged))) < 0)
         return err_wrap(rc, "--out %s", out);
     /* gen-model's minimal tokenizer has OPT's special tokens and ids: right
      * for OPT only; the other families get none unless told */
@@ -257,6 +259,8 @@ static int gen_model_write(const struct model_config *cfg, const char *out, bool
         (chat && (rc = copy_chat_template(chat, staged)) < 0) ||
         (rc = model_random_write(cfg, staged, o)) < 0 || (rc = fs_dir_commit(staged, out)) < 0) {
         char why[1024], left[1024];
+        if (strstr(err_msg(), staged)) /* a file of the staged copy: the --out it is for */
+            err_wrap(rc, "--out %s", out);
         snprintf(why, sizeof(why), "%s", err_msg());
         if (fs_tree_remove(staged) < 0) {
             snprintf(left, sizeof(left), "%s", err_msg());
@@ -274,23 +278,28 @@ int cmd_gen_model(int argc, char **argv)
     bool force = false;
     struct model_random_opts o = {.seed = 0};
     struct flag flags[] = {
-        FLAG_REQUIRED("preset", FLAG_STR, &preset, "NAME", model_preset_names()),
+        {.name = "preset",
+         .kind = FLAG_STR,
+         .dst = &preset,
+         .metavar = "NAME",
+         .help = "the model's shape",
+         .choices = model_preset_names(),
+         .required = true},
         FLAG_RANGE("layers", FLAG_INT, &layers, "N",
-                   "number of decoder layers (default: the preset's)", 1, 4096,
-                   "1..4096"),
+                   "number of decoder layers (default: the preset's)", 1, 4096, "1..4096"),
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "storage dtype (default f16)"),
         FLAG("seed", FLAG_U64, &o.seed, "S", "random seed (default 0)"),
         FLAG_REQUIRED("out", FLAG_STR, &out, "DIR",
                       "output directory, absent or empty (written beside it, renamed when done)"),
         FLAG("tokenizer-from", FLAG_STR, &tok_from, "DIR",
-         "copy a real tokenizer (vocab.json + merges.txt, or tokenizer.json) from DIR "
-         "(default: a minimal byte-level one for OPT presets, none for the Llama family's, "
-         "whose models then take token-id prompts)"),
+             "copy a real tokenizer (vocab.json + merges.txt, or tokenizer.json) from DIR "
+             "(default: a minimal byte-level one for OPT presets, none for the Llama family's, "
+             "whose models then take token-id prompts)"),
         FLAG("chat-template", FLAG_STR, &chat, "FILE",
-         "write the Jinja chat template in FILE as the model's chat_template.jinja (checked: "
-         "it must parse), for /v1/chat/completions"),
+             "write the Jinja chat template in FILE as the model's chat_template.jinja (checked: "
+             "it must parse), for /v1/chat/completions"),
         FLAG("max-shard-bytes", FLAG_U64, &o.max_shard_bytes, "N",
-         "split the weights into files of at most N bytes (default 5000000000)"),
+             "split the weights into files of at most N bytes (default 5000000000)"),
         FLAG("force", FLAG_BOOL, &force, NULL, "write into a non-empty --out"),
     };
     int rc = args_parse("gen-model",

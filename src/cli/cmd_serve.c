@@ -18,6 +18,7 @@
 #include "core/bytes.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "sched/sched.h"
 #include "server/config.h"
 #include "server/config_keys.h"
 #include "server/log.h"
@@ -159,7 +160,11 @@ static int key_flags_build(struct key_flag *kf, struct flag *flags, int argc)
         char def[64];
         e->key = k;
         serve_key_default(k, def, sizeof(def));
-        snprintf(e->help, sizeof(e->help), def[0] ? "%s (default %s)" : "%s", k->help, def);
+        if (strcmp(k->path, "policy") == 0) /* the engine's list, not a copy of it */
+            snprintf(e->help, sizeof(e->help), "%s: %s (default %s)", k->help, sched_policy_names(),
+                     sched_policy_default());
+        else
+            snprintf(e->help, sizeof(e->help), def[0] ? "%s (default %s)" : "%s", k->help, def);
         serve_key_range(k, e->range, sizeof(e->range));
         *f = (struct flag){.name = k->flag,
                            .kind = FLAG_STR,

@@ -19,6 +19,17 @@ int bench_comm(int argc, char **argv);
 int bench_gemv(int argc, char **argv);
 int bench_tokenize(int argc, char **argv);
 
+/* A command: its name, what runs it (the arguments after its name; the
+ * exit status) and one line of help. */
+struct cli_command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+};
+/* bench's benchmarks, in the order help lists them (cmd_bench.c) */
+extern const struct cli_command bench_commands[];
+extern const int bench_n_commands;
+
 /* Under mpirun, the job this process is part of (cluster/job.h), opened by
  * main for the commands that run across processes (serve, bench swap,
  * bench workload): process 0 runs the command with it; the others follow

@@ -43,19 +43,19 @@ static int follow(void)
     return rc < 0 ? 1 : 0;
 }
 
-static const struct {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *help;
-} commands[] = {
+static const struct cli_command commands[] = {
+    {"serve", cmd_serve,
+     "serve models over HTTP (OpenAI API: completions and chat completions), many at once "
+     "by swapping"},
     {"generate", cmd_generate, "generate a completion of a prompt"},
     {"tokenize", cmd_tokenize, "print the token ids of the text on stdin"},
-    {"chat-template", cmd_chat_template, "print the prompt a model's chat template renders from a request on stdin"},
+    {"chat-template", cmd_chat_template,
+     "print the prompt a model's chat template renders from a request on stdin"},
     {"forward", cmd_forward, "write the logits of every position of a token sequence"},
-    {"gen-model", cmd_gen_model, "write a random-weight checkpoint (OPT or Llama family) in Hugging Face layout"},
+    {"gen-model", cmd_gen_model,
+     "write a random-weight checkpoint (OPT or Llama family) in Hugging Face layout"},
     {"inspect", cmd_inspect, "describe a checkpoint: config, tensors, bytes"},
-    {"serve", cmd_serve, "serve models over HTTP (OpenAI completions API)"},
-    {"bench", cmd_bench, "benchmarks: bench forward, bench swap, bench workload, bench serve, bench gemv"},
+    {"bench", cmd_bench, "benchmarks (shardswap bench NAME --help):"},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -66,7 +66,9 @@ static void usage(FILE *f)
                "Qwen2) on CPUs and NVIDIA GPUs, and serves many of them at once by swapping.\n"
                "shardswap --version prints the version, the OpenBLAS core and the GEMV ISA in use.\n\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
-        fprintf(f, "  %-13s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "  %-15s %s\n", commands[i].name, commands[i].help);
+    for (int i = 0; i < bench_n_commands; i++)
+        fprintf(f, "    bench %-9s %s\n", bench_commands[i].name, bench_commands[i].help);
 }
 
 /* A command's output is its result: when stdout could not take all of it (a
@@ -151,8 +153,13 @@ int main(int argc, char **argv)
             return stdout_check(name);
         }
     }
-    fprintf(stderr, "shardswap: unknown command \"%s\" (expected generate, tokenize, chat-template, forward, "
-                    "gen-model, inspect, serve or bench; see shardswap --help)\n",
-            argv[1]);
+    fprintf(stderr, "shardswap: unknown command \"%s\" (expected ", argv[1]);
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(stderr, "%s%s",
+                i == 0                ? ""
+                : i + 1 == N_COMMANDS ? " or "
+                                      : ", ",
+                commands[i].name);
+    fprintf(stderr, "; see shardswap --help)\n");
     return EXIT_USAGE;
 }

@@ -1,13 +1,13 @@
 /* bench workload --simulate's per-model controls, named as the server's
  * YAML keys (models[].keep_alive, priority, max_queue_wait, min_resident,
  * pinned): each flag one value for every model or a comma list of one per
- * model, into the arrays engine/sim.h's sim_config reads. */
+ * model, into the arrays sched/sim.h's sim_config reads. */
 #ifndef SHARDSWAP_CLI_SIM_CONTROLS_H
 #define SHARDSWAP_CLI_SIM_CONTROLS_H
 
 #include <stdbool.h>
 
-#include "engine/sim.h"
+#include "sched/sim.h"
 #include "workload/computron.h"
 
 /* The flags' texts; NULL: not given. */

@@ -1,5 +1,6 @@
-/* cluster/follower.h: the command loop, the models and batches it holds,
- * and a step over this process's shards. */
+/* cluster/follower.h: the command loop, the models and batches it holds;
+ * a command adapter over the shard store (swap/store.h) and the shard step
+ * (engine/step.h), with no host tier, loader or step of its own. */
 #include "cluster/follower.h"
 
 #include <pthread.h>
@@ -16,41 +17,32 @@
 #include "core/membw.h"
 #include "core/workq.h"
 #include "engine/stack.h"
+#include "engine/step.h"
 #include "format/safetensors.h"
 #include "model/model.h"
+#include "swap/store.h"
 
 enum { MAX_MODELS = 256, MAX_BATCHES = 256, MAX_DEVICES = 64 };
 
-/* One of this process's shards of a registered model.
+/* One of this process's shards of a registered model: its blobs in the
+ * shard store (swap/store.h) and what the commands know of it.
  *
- * Who touches what: blobs, loaded and the events' resets are the command
- * thread's (a LOAD places a shard's blobs and binds them before its loader
+ * Who touches what: st.dev[] and the events' arming are the command
+ * thread's (a LOAD places a shard's blobs and arms them before its loader
  * copies into them, an OFFLOAD frees them once the loader is done); the
- * loader signals the events; host, last_load and loading are under the
- * follower's lock (the host tier is shared by every device's loader). */
+ * loader signals the events; st.host[], st.stamp, loading and queued are
+ * under the follower's lock (the host tier is shared by every device's
+ * loader). */
 struct fshard {
     int index, stage, rank, device;
-    struct model *m;
-    struct model_layout layout;
-    struct dbuf **blobs; /* (layout.n_blobs) placed by LOADs, NULL elsewhere */
-    /* (layout.n_blobs) set once blob b is on the device, or with the
-     * load's error; an empty blob's stays set. A step waits on them blob
-     * by blob, so it computes while the rest of the shard loads. */
-    struct device_event **ready;
-    bool loaded;          /* every blob with bytes placed (its copies may be under way) */
-    char load_error[256]; /* the loader's message, written before it sets the events */
-    /* the host tier: blob b's copy in host memory, NULL where absent; kept
-     * after an offload, so the next load is a copy, not a read of the
-     * checkpoint; dropped least recently loaded first for room, never while
-     * a loader reads them (loading) */
-    void **host;
-    uint64_t last_load; /* the follower's clock at its last load */
-    bool loading;
+    struct store_shard st;
+    bool loaded;  /* every blob with bytes placed (its copies may be under way) */
+    bool queued;  /* a LOAD's job for it is posted and has not ended */
+    bool loading; /* its job runs: its host copies stay */
 };
 
 struct fmodel {
     bool used;
-    bool in_tier; /* under the follower's lock: its shards are set up (the host tier's to scan) */
     uint32_t id;
     struct model_config *cfg;
     struct st_checkpoint *ck;
@@ -97,12 +89,9 @@ struct fbatch {
 struct fdevice {
     struct follower *f;
     int index;
-    struct workq compute, loader;
+    struct workq compute;
+    struct store_loader loader;
     bool open;
-    /* the loader's staging buffer, kept and grown to the largest blob: a
-     * fresh one per blob cost a page fault per 4 KiB (loads ran at 2 GB/s) */
-    void *stage;
-    size_t stage_cap;
 };
 
 /* One LOAD: a job per shard it names, on that shard's device's loader;
@@ -119,7 +108,7 @@ struct fload {
     struct proto_place *places; /* the command's, taken over */
     uint32_t n_places;
     int remaining, rc; /* under the follower's lock */
-    char msg[320];     /* the first failure's */
+    char msg[560];     /* the first failure's */
     int n_jobs;
     struct fload_job jobs[PROTO_MAX_SHARDS];
 };
@@ -134,12 +123,14 @@ struct follower {
     struct fmodel models[MAX_MODELS];
     struct fbatch batches[MAX_BATCHES];
     atomic_bool stop; /* follower_stop: process 0 is gone */
-    /* guards the host tier (every shard's host, last_load, loading, and
-     * the models' in_tier), the counters below and the LOADs' remaining */
+    /* guards the host tier (every shard's host copies, stamp, loading and
+     * queued), the counters below and the LOADs' remaining */
     pthread_mutex_t lock;
-    /* the host tier's bytes in use and its budget (DEVICES: process 0's
-     * host budget, the same on every process), and a clock of loads */
-    uint64_t host_used, host_budget, clock;
+    /* the host tier; its budget is process 0's host budget (DEVICES), the
+     * same on every process. clock: of loads, the tier's LRU order */
+    struct store_tier tier;
+    struct store_drop drop; /* a shard's copies may go unless it is loading */
+    uint64_t clock;
     uint64_t loads, load_bytes, disk_bytes; /* blobs loaded, their bytes, bytes read */
     uint64_t overlapped;                    /* shard steps begun while that shard was loading */
 };
@@ -198,50 +189,22 @@ static void model_loads_wait(struct follower *f, const struct fmodel *fm)
 {
     for (int i = 0; i < fm->n_local; i++)
         if (f->threads[fm->sh[i].device].open)
-            workq_sync(&f->threads[fm->sh[i].device].loader);
+            workq_sync(&f->threads[fm->sh[i].device].loader.q);
 }
 
-/* Frees s's blobs (no loader copies into them: model_loads_wait first). */
+/* Frees s's device blobs (no loader copies into them: model_loads_wait first). */
 static void shard_unload(struct fshard *s)
 {
-    for (int b = 0; s->blobs && b < s->layout.n_blobs; b++) {
-        device_free(s->blobs[b]);
-        s->blobs[b] = NULL;
-    }
+    store_blobs_release(&s->st, 0);
     s->loaded = false;
 }
 
-/* Frees s's host copies, giving their bytes back to the host tier. Under
- * the follower's lock. */
-static void shard_drop_host(struct follower *f, struct fshard *s)
-{
-    for (int b = 0; s->host && b < s->layout.n_blobs; b++) {
-        if (!s->host[b])
-            continue;
-        free(s->host[b]);
-        s->host[b] = NULL;
-        f->host_used -= s->layout.blob_bytes[b];
-    }
-}
-
 /* Forgets fm (nothing of it in flight: no batch, model_loads_wait). */
-static void model_drop(struct follower *f, struct fmodel *fm)
+static void model_drop(struct fmodel *fm)
 {
-    pthread_mutex_lock(&f->lock);
-    fm->in_tier = false;
-    for (int i = 0; i < fm->n_local; i++)
-        shard_drop_host(f, &fm->sh[i]);
-    pthread_mutex_unlock(&f->lock);
     for (int i = 0; i < fm->n_local; i++) {
-        struct fshard *s = &fm->sh[i];
-        shard_unload(s);
-        for (int b = 0; s->ready && b < s->layout.n_blobs; b++)
-            device_event_destroy(s->ready[b]);
-        free(s->ready);
-        free(s->host);
-        free(s->blobs);
-        model_close(s->m);
-        model_layout_free(&s->layout);
+        shard_unload(&fm->sh[i]);
+        store_shard_free(&fm->sh[i].st); /* its host copies too */
     }
     st_close(fm->ck);
     model_config_free(fm->cfg);
@@ -255,22 +218,6 @@ static bool model_busy(struct follower *f, const struct fmodel *fm)
         if (f->batches[i].used && f->batches[i].m == fm)
             return true;
     return false;
-}
-
-/* s's blob arrays and its readiness events, every one set (nothing placed). */
-static int shard_alloc(struct follower *f, struct fshard *s)
-{
-    const size_t nb = (size_t)s->layout.n_blobs;
-    if (!(s->blobs = calloc(nb, sizeof *s->blobs)) || !(s->host = calloc(nb, sizeof *s->host)) ||
-        !(s->ready = calloc(nb, sizeof *s->ready)))
-        return err_set(ERR_NOMEM, "out of memory");
-    for (size_t b = 0; b < nb; b++) {
-        int rc = device_event_create(f->dev[s->device], &s->ready[b]);
-        if (rc < 0)
-            return rc;
-        device_event_signal(s->ready[b], 0);
-    }
-    return 0;
 }
 
 static int do_register(struct follower *f, const struct proto_msg *c)
@@ -305,22 +252,18 @@ static int do_register(struct follower *f, const struct proto_msg *c)
                                    .tp_size = fm->tp,
                                    .layer_begin = L * s->stage / fm->pp,
                                    .layer_end = L * (s->stage + 1) / fm->pp};
-        rc = model_shard_open(fm->cfg, fm->ck, &spec, &s->m, &s->layout);
-        if (rc == 0)
-            rc = shard_alloc(f, s);
+        rc = store_shard_init(&s->st, &f->tier, f->dev[s->device], fm, c->name, fm->cfg, fm->ck,
+                              &spec);
         bool kc_set = false;
         enum kern_compute kc;
         if (rc == 0 && (rc = kern_compute_choice(c->compute, &kc_set, &kc)) == 0 && kc_set)
-            model_layout_set_compute(s->m, &s->layout, kc);
+            model_layout_set_compute(s->st.m, &s->st.layout, kc);
     }
     if (rc < 0) {
         err_wrap(rc, "process %d: model %s", f->me, c->name);
-        model_drop(f, fm);
+        model_drop(fm);
         return rc;
     }
-    pthread_mutex_lock(&f->lock);
-    fm->in_tier = true;
-    pthread_mutex_unlock(&f->lock);
     return 0;
 }
 
@@ -334,98 +277,20 @@ static struct fshard *local_shard(struct fmodel *fm, uint32_t index)
 
 /* ---- loads ---- */
 
-/* Room for need more bytes in the host tier: the host copies of other
- * shards dropped, least recently loaded first, never a loading one's.
- * Under the follower's lock. */
-static bool host_make_room(struct follower *f, uint64_t need)
+/* The host tier may drop a shard's copies unless its load runs (under the
+ * follower's lock). */
+static bool shard_droppable(void *arg, const struct store_shard *st)
 {
-    while (f->host_used + need > f->host_budget) {
-        struct fshard *victim = NULL;
-        for (int i = 0; i < MAX_MODELS; i++)
-            for (int k = 0; f->models[i].in_tier && k < f->models[i].n_local; k++) {
-                struct fshard *c = &f->models[i].sh[k];
-                bool has = false;
-                for (int b = 0; b < c->layout.n_blobs && !has; b++)
-                    has = c->host[b] != NULL;
-                if (has && !c->loading && (!victim || c->last_load < victim->last_load))
-                    victim = c;
-            }
-        if (!victim)
-            return false;
-        shard_drop_host(f, victim);
-    }
-    return true;
+    (void)arg;
+    return !queue_data(st, struct fshard, st)->loading;
 }
 
-/* Where blob b of s comes from: its host copy, made now from the checkpoint
- * when the host tier has room for it, else the loader's staging buffer
- * filled. On s's loader (s->loading: its host copies stay). */
-static int blob_source(struct fdevice *ld, struct fmodel *fm, struct fshard *s, int b,
-                       const void **src)
-{
-    struct follower *f = ld->f;
-    size_t n = s->layout.blob_bytes[b];
-    pthread_mutex_lock(&f->lock);
-    *src = s->host[b];
-    bool room = !*src && host_make_room(f, n);
-    f->host_used += room ? n : 0; /* reserved while it is read */
-    f->disk_bytes += *src ? 0 : n;
-    pthread_mutex_unlock(&f->lock);
-    if (*src)
-        return 0;
-    void *dst = room ? malloc(n) : NULL;
-    if (dst) {
-        int rc = model_shard_fill(s->m, &s->layout, fm->ck, b, dst);
-        pthread_mutex_lock(&f->lock);
-        if (rc == 0)
-            s->host[b] = dst;
-        else
-            f->host_used -= n;
-        pthread_mutex_unlock(&f->lock);
-        if (rc < 0)
-            free(dst);
-        *src = rc == 0 ? dst : NULL;
-        return rc;
-    }
-    if (room) { /* no memory for the copy after all: staged instead */
-        pthread_mutex_lock(&f->lock);
-        f->host_used -= n;
-        pthread_mutex_unlock(&f->lock);
-    }
-    if (n > ld->stage_cap) {
-        void *p = realloc(ld->stage, n);
-        if (!p)
-            return err_set(ERR_NOMEM, "out of memory for a blob of %zu bytes", n);
-        ld->stage = p, ld->stage_cap = n;
-    }
-    *src = ld->stage;
-    return model_shard_fill(s->m, &s->layout, fm->ck, b, ld->stage);
-}
-
-/* Blob b of s (placed and bound) copied in from its source; its event set
- * once it is there. */
-static int load_blob(struct fdevice *ld, struct fmodel *fm, struct fshard *s, int b)
-{
-    size_t n = s->layout.blob_bytes[b];
-    const void *host = NULL;
-    int rc = blob_source(ld, fm, s, b, &host);
-    if (rc == 0 &&
-        (rc = device_copy_h2d(ld->f->dev[s->device], s->blobs[b], 0, host, n, s->ready[b])) == 0)
-        rc = device_event_wait(s->ready[b]); /* the staging buffer is free again */
-    if (rc == 0) {
-        pthread_mutex_lock(&ld->f->lock);
-        ld->f->loads++;
-        ld->f->load_bytes += n;
-        pthread_mutex_unlock(&ld->f->lock);
-    }
-    return rc;
-}
-
-/* A LOAD's job on one shard, on its device's loader: its blobs in the
- * order the command named them, each one's event set as it lands (with
- * the error from the first that fails on: the blobs stay placed, garbage,
- * until the OFFLOAD that follows a failed load, as on process 0). The last
- * job of the LOAD answers it. */
+/* A LOAD's job on one shard, on its device's loader: the shard store's
+ * copy-in of the blobs the LOAD placed (armed), each from its host copy or
+ * read from the checkpoint (a copy kept when the host tier has room, else
+ * staged), its event set as it lands (with the error from the first that
+ * fails on: the blobs stay placed, garbage, until the OFFLOAD that follows
+ * a failed load, as on process 0). The last job of the LOAD answers it. */
 static void load_run(struct workq_item *item, void *arg)
 {
     struct fdevice *ld = arg;
@@ -435,23 +300,18 @@ static void load_run(struct workq_item *item, void *arg)
     struct fshard *s = j->s;
     pthread_mutex_lock(&f->lock);
     s->loading = true;
-    s->last_load = ++f->clock;
+    s->st.stamp = ++f->clock;
     pthread_mutex_unlock(&f->lock);
-    int rc = 0;
-    for (uint32_t i = 0; i < load->n_places; i++) {
-        const struct proto_place *p = &load->places[i];
-        if (p->shard != (uint32_t)s->index || !s->blobs[p->blob])
-            continue;
-        if (rc == 0 && (rc = load_blob(ld, load->fm, s, (int)p->blob)) < 0)
-            snprintf(s->load_error, sizeof s->load_error, "%s", err_msg());
-        if (rc < 0 && !device_event_done(s->ready[p->blob]))
-            device_event_signal(s->ready[p->blob], rc);
-    }
+    struct store_load how = {.mode = STORE_HOST_IF_ROOM, .how = &f->drop, .to_device = true};
+    int rc = store_shard_load(&ld->loader, &s->st, 0, &how);
     pthread_mutex_lock(&f->lock);
-    s->loading = false;
+    s->loading = s->queued = false;
+    f->loads += (uint64_t)how.blobs;
+    f->load_bytes += how.h2d;
+    f->disk_bytes += how.disk;
     if (rc < 0 && load->rc == 0) {
         load->rc = rc;
-        snprintf(load->msg, sizeof load->msg, "process %d: %s", f->me, s->load_error);
+        snprintf(load->msg, sizeof load->msg, "process %d: %s", f->me, s->st.load_error);
     }
     bool last = --load->remaining == 0;
     pthread_mutex_unlock(&f->lock);
@@ -466,8 +326,8 @@ static void load_run(struct workq_item *item, void *arg)
 /* True when every blob of s with bytes is placed. */
 static bool shard_complete(const struct fshard *s)
 {
-    for (int b = 0; b < s->layout.n_blobs; b++)
-        if (s->layout.blob_bytes[b] > 0 && !s->blobs[b])
+    for (int b = 0; b < s->st.layout.n_blobs; b++)
+        if (s->st.layout.blob_bytes[b] > 0 && !s->st.dev[b])
             return false;
     return true;
 }
@@ -481,11 +341,18 @@ static int load_check(struct follower *f, struct fmodel *fm, const struct proto_
         bool dup = false;
         for (uint32_t k = 0; k < i && !dup; k++)
             dup = c->places[k].shard == p->shard && c->places[k].blob == p->blob;
-        if (!s || p->blob >= (uint32_t)s->layout.n_blobs || s->blobs[p->blob] || dup)
+        if (!s || p->blob >= (uint32_t)s->st.layout.n_blobs || s->st.dev[p->blob] || dup)
             return err_set(ERR_INVALID,
                            "process %d: load of model %u names shard %u blob %u, "
                            "which is not one of its unloaded blobs here",
                            f->me, c->model, p->shard, p->blob);
+        /* one load of a shard at a time: its job copies every blob armed */
+        pthread_mutex_lock(&f->lock);
+        bool queued = s->queued;
+        pthread_mutex_unlock(&f->lock);
+        if (queued)
+            return err_set(ERR_BUSY, "process %d: shard %u of model %u has a load in flight", f->me,
+                           p->shard, c->model);
     }
     return 0;
 }
@@ -510,13 +377,12 @@ static int do_load(struct follower *f, struct proto_msg *c)
     for (; rc == 0 && placed < c->n_places; placed++) {
         const struct proto_place *p = &c->places[placed];
         struct fshard *s = local_shard(fm, p->shard);
-        size_t n = s->layout.blob_bytes[p->blob];
+        size_t n = s->st.layout.blob_bytes[p->blob];
         if (n == 0) /* nothing to place: its event stays set */
             continue;
-        if ((rc = device_alloc_at(f->dev[s->device], p->offset, n, &s->blobs[p->blob])) < 0)
+        if ((rc = device_alloc_at(f->dev[s->device], p->offset, n, &s->st.dev[p->blob])) < 0)
             break;
-        model_shard_bind(s->m, &s->layout, (int)p->blob, dbuf_ptr(s->blobs[p->blob]));
-        device_event_reset(s->ready[p->blob]);
+        store_blob_arm(&s->st, (int)p->blob);
         bool known = false;
         for (int k = 0; k < load->n_jobs && !known; k++)
             known = load->jobs[k].s == s;
@@ -526,9 +392,9 @@ static int do_load(struct follower *f, struct proto_msg *c)
     if (rc < 0) { /* this command's placements undone */
         for (uint32_t i = 0; i < placed; i++) {
             struct fshard *s = local_shard(fm, c->places[i].shard);
-            device_free(s->blobs[c->places[i].blob]);
-            s->blobs[c->places[i].blob] = NULL;
-            device_event_signal(s->ready[c->places[i].blob], 0);
+            device_free(s->st.dev[c->places[i].blob]);
+            s->st.dev[c->places[i].blob] = NULL;
+            device_event_signal(s->st.ready[c->places[i].blob], 0);
         }
         free(load);
         return err_wrap(rc, "process %d: model %u", f->me, c->model);
@@ -545,8 +411,12 @@ static int do_load(struct follower *f, struct proto_msg *c)
     c->places = NULL, c->n_places = 0; /* the load's now */
     const int n_jobs = load->n_jobs;   /* the last job frees load */
     load->remaining = n_jobs;
+    pthread_mutex_lock(&f->lock);
     for (int k = 0; k < n_jobs; k++)
-        workq_post(&f->threads[load->jobs[k].s->device].loader, &load->jobs[k].item);
+        load->jobs[k].s->queued = true;
+    pthread_mutex_unlock(&f->lock);
+    for (int k = 0; k < n_jobs; k++)
+        workq_post(&f->threads[load->jobs[k].s->device].loader.q, &load->jobs[k].item);
     return 1;
 }
 
@@ -659,7 +529,7 @@ static int do_batch_open(struct follower *f, const struct proto_msg *c)
             break;
         }
         struct comm *tpc = b->group[s->stage] ? comm_group_rank(b->group[s->stage], s->rank) : NULL;
-        rc = model_exec_init_at(s->m, f->dev[s->device], tpc, &shape, p->offset, &b->ex[i]);
+        rc = model_exec_init_at(s->st.m, f->dev[s->device], tpc, &shape, p->offset, &b->ex[i]);
         int tp = fm->tp;
         b->io[i] = (struct model_stage_io){
             .in = s->stage > 0 ? b->chan[s->index - tp] : NULL,
@@ -669,13 +539,6 @@ static int do_batch_open(struct follower *f, const struct proto_msg *c)
     if (rc < 0)
         batch_close(b);
     return rc;
-}
-
-/* Makes shard's compute stream wait for blob b (model_forward_stage's wait). */
-static int task_wait_blob(void *arg, int b)
-{
-    const struct ftask *t = arg;
-    return stream_wait_event(model_exec_stream(t->b->ex[t->local]), t->b->m->sh[t->local].ready[b]);
 }
 
 /* The step's answer, once its last task has ended: STEP_DONE with the first
@@ -726,28 +589,25 @@ static void step_run(struct workq_item *item, void *arg)
     struct fbatch *b = t->b;
     const struct proto_msg *c = &b->step;
     struct fshard *s = &b->m->sh[t->local];
-    const int nb = s->layout.n_blobs;
-    if (nb > 0 && !device_event_done(s->ready[nb - 1])) {
+    const int nb = s->st.layout.n_blobs;
+    if (nb > 0 && !device_event_done(s->st.ready[nb - 1])) {
         pthread_mutex_lock(&f->lock);
         f->overlapped++;
         pthread_mutex_unlock(&f->lock);
     }
-    int wait_rc = 0, rc;
-    for (int k = 0; !(c->flags & PROTO_STEP_OVERLAP) && k < nb; k++)
-        if ((rc = task_wait_blob(t, k)) < 0 && wait_rc == 0)
-            wait_rc = rc;
-    struct model_stage_io io = b->io[t->local];
-    io.wait = task_wait_blob;
-    io.arg = t;
-    int step_wait_rc = 0;
-    rc = model_forward_stage(s->m, b->ex[t->local], &io, c->ids, c->n_mask ? c->mask : NULL,
-                             (int)c->t_new, c->flags & PROTO_STEP_ALL_POSITIONS, b->logits,
-                             &step_wait_rc);
-    if (wait_rc == 0)
-        wait_rc = step_wait_rc;
-    if (rc == 0 && wait_rc < 0) /* the loader's message (set before the events) */
-        rc = err_set(wait_rc, "its weights did not load: %s",
-                     s->load_error[0] ? s->load_error : err_name(wait_rc));
+    const struct shard_step st = {
+        .sh = &s->st,
+        .ex = b->ex[t->local],
+        .in = b->io[t->local].in,
+        .out = b->io[t->local].out,
+        .ids = c->ids,
+        .mask = c->n_mask ? c->mask : NULL,
+        .t_new = (int)c->t_new,
+        .all_positions = c->flags & PROTO_STEP_ALL_POSITIONS,
+        .overlap = c->flags & PROTO_STEP_OVERLAP,
+        .logits = b->logits,
+    };
+    int rc = shard_step_run(&st);
     if (rc < 0) {
         snprintf(b->msg[t->local], sizeof b->msg[0], "%s", err_msg());
         batch_abort(b, rc); /* the other local shards return */
@@ -847,15 +707,15 @@ static int queues_start(struct follower *f)
             continue;
         struct fdevice *t = &f->threads[d];
         *t = (struct fdevice){.f = f, .index = d};
-        char name[24], lname[24];
+        char name[24];
         snprintf(name, sizeof name, "compute-%d", d);
-        snprintf(lname, sizeof lname, "load-%d", d);
         if (workq_init(&t->compute, name, &compute_ops, t) < 0)
             return err_set(ERR_NOMEM, "process %d: cannot start the compute thread of device %d",
                            f->me, d);
-        if (workq_init(&t->loader, lname, &loader_ops, t) < 0) {
+        int rc = store_loader_start(&t->loader, f->dev[d], d, &loader_ops, t);
+        if (rc < 0) {
             workq_free(&t->compute);
-            return err_set(ERR_NOMEM, "process %d: cannot start the loader of device %d", f->me, d);
+            return err_wrap(rc, "process %d", f->me);
         }
         t->open = true;
     }
@@ -876,7 +736,7 @@ static void quiesce(struct follower *f)
         }
     for (int d = 0; d < MAX_DEVICES; d++)
         if (f->threads[d].open)
-            workq_sync(&f->threads[d].loader);
+            workq_sync(&f->threads[d].loader.q);
 }
 
 /* Every batch, model, compute thread and loader (quiesced first); the
@@ -887,10 +747,9 @@ static void stack_end(struct follower *f)
     for (int d = 0; d < MAX_DEVICES; d++) {
         struct fdevice *t = &f->threads[d];
         if (t->open) {
-            workq_free(&t->loader);
+            store_loader_stop(&t->loader);
             workq_free(&t->compute);
         }
-        free(t->stage);
         memset(t, 0, sizeof *t);
     }
     for (int i = 0; i < MAX_BATCHES; i++)
@@ -898,7 +757,7 @@ static void stack_end(struct follower *f)
             batch_close(&f->batches[i]);
     for (int i = 0; i < MAX_MODELS; i++)
         if (f->models[i].used)
-            model_drop(f, &f->models[i]);
+            model_drop(&f->models[i]);
     for (int d = 0; d < MAX_DEVICES; d++) {
         if (f->owns_devices)
             device_close(f->dev[d]);
@@ -925,7 +784,9 @@ static int do_devices(struct follower *f, const struct proto_msg *c)
     int rc = 0;
     f->n_devices = (int)c->n_devs;
     f->owns_devices = true;
-    f->host_budget = c->host_budget;
+    pthread_mutex_lock(&f->lock);
+    f->tier.budget = c->host_budget;
+    pthread_mutex_unlock(&f->lock);
     for (int d = 0; d < f->n_devices; d++) {
         sc.gpus[d] = c->devs[d].gpu;
         sc.procs[d] = f->proc_of[d] = c->devs[d].proc;
@@ -955,8 +816,8 @@ static int do_stats(struct follower *f, const struct proto_msg *c)
         v[PROTO_STAT_STREAM_BPS] = membw_stream(t, bytes, 5);
     }
     pthread_mutex_lock(&f->lock);
-    v[PROTO_STAT_HOST_USED] = (double)f->host_used;
-    v[PROTO_STAT_HOST_BUDGET] = (double)f->host_budget;
+    v[PROTO_STAT_HOST_USED] = (double)f->tier.used;
+    v[PROTO_STAT_HOST_BUDGET] = (double)f->tier.budget;
     v[PROTO_STAT_LOADS] = (double)f->loads;
     v[PROTO_STAT_LOAD_BYTES] = (double)f->load_bytes;
     v[PROTO_STAT_DISK_BYTES] = (double)f->disk_bytes;
@@ -990,7 +851,7 @@ static int handle(struct follower *f, struct proto_msg *c)
             return err_set(ERR_BUSY, "process %d: model %u has a batch open", f->me, c->model);
         model_loads_wait(f, fm);
         if (c->kind == PROTO_UNREGISTER)
-            model_drop(f, fm);
+            model_drop(fm);
         for (int i = 0; c->kind == PROTO_OFFLOAD && i < fm->n_local; i++)
             shard_unload(&fm->sh[i]);
         return 0;
@@ -1078,6 +939,8 @@ int follower_create(struct mpi_world *w, struct device *const *devices, const in
         return err_set(ERR_NOMEM, "out of memory");
     f->w = w;
     pthread_mutex_init(&f->lock, NULL);
+    store_tier_init(&f->tier, &f->lock, 0);
+    f->drop = (struct store_drop){.droppable = shard_droppable};
     atomic_init(&f->stop, false);
     f->me = mpi_world_proc(w);
     f->ctl_tag = ctl_tag;

@@ -207,6 +207,39 @@ int fs_tree_remove(const char *path)
     return err_set(ERR_IO, "cannot remove %s: %s", remove_fail.path, strerror(remove_fail.err));
 }
 
+int fs_mkdir_parents(const char *path)
+{
+    char dir[4096];
+    int n = snprintf(dir, sizeof dir, "%s", path);
+    if (n < 0 || (size_t)n >= sizeof dir)
+        return err_set(ERR_INVALID, "%.64s...: path too long (expected under %zu bytes)", path,
+                       sizeof dir);
+    while (n > 1 && dir[n - 1] == '/') /* "a/b/" names b */
+        dir[--n] = '\0';
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return 0; /* the working directory or / holds it */
+    *slash = '\0';
+    /* each prefix in turn, from the top: one that exists is passed over */
+    for (char *p = dir + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        struct stat st;
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+            return err_set(ERR_IO, "cannot create the directory %s: %s", dir, strerror(errno));
+        if (stat(dir, &st) != 0)
+            return err_set(ERR_IO, "cannot create the directory %s: %s", dir, strerror(errno));
+        if (!S_ISDIR(st.st_mode))
+            return err_set(ERR_IO, "cannot create the directory %s: it is %s", dir,
+                           fs_kind_name(st.st_mode));
+        *p = c;
+        if (c == '\0')
+            return 0;
+    }
+}
+
 int fs_dir_stage(const char *target, char *tmp, size_t cap)
 {
     size_t len = target ? strlen(target) : 0;

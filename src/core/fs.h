@@ -69,6 +69,11 @@ const char *fs_kind_name(mode_t mode);
  * and says why. Not for concurrent use on the same tree. */
 int fs_tree_remove(const char *path);
 
+/* Creates the directories above path that do not exist yet (as mkdir -p
+ * of its parent; path itself is left alone). ERR_IO naming the directory
+ * that could not be made and why (a file in the way, no permission). */
+int fs_mkdir_parents(const char *path);
+
 /* Creates a new empty directory "TARGET.partial-XXXXXX" beside target (same
  * parent, so fs_dir_commit is a rename on one file system) and writes its
  * path to tmp (cap bytes). Trailing slashes of target are ignored. The

@@ -2,6 +2,7 @@
 
 #include <assert.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -23,6 +24,15 @@ static void workq_sleep(struct workq *q, double seconds)
     while (queue_empty(&q->items) && !q->stop && !q->woken)
         if (pthread_cond_timedwait(&q->work, &q->lock, &ts) != 0)
             break;
+}
+
+/* The calling thread is one of q's. */
+static bool workq_own_thread(const struct workq *q)
+{
+    for (int i = 0; i < q->n_threads; i++)
+        if (pthread_equal(pthread_self(), q->threads[i]))
+            return true;
+    return false;
 }
 
 static void *workq_main(void *p)
@@ -59,9 +69,27 @@ static void *workq_main(void *p)
     return NULL;
 }
 
-int workq_init(struct workq *q, const char *name, const struct workq_ops *ops, void *arg)
+/* Joins the threads started so far after a stop, then releases q and zeroes it. */
+static void workq_release(struct workq *q)
 {
-    assert(ops && (ops->run || ops->idle));
+    pthread_mutex_lock(&q->lock);
+    q->stop = true;
+    pthread_cond_broadcast(&q->work);
+    pthread_mutex_unlock(&q->lock);
+    for (int i = 0; i < q->n_threads; i++)
+        pthread_join(q->threads[i], NULL);
+    assert(queue_empty(&q->items));
+    pthread_cond_destroy(&q->done);
+    pthread_cond_destroy(&q->work);
+    pthread_mutex_destroy(&q->lock);
+    free(q->threads);
+    memset(q, 0, sizeof(*q));
+}
+
+int workq_init_pool(struct workq *q, const char *name, int n_threads, const struct workq_ops *ops,
+                    void *arg)
+{
+    assert(ops && (ops->run || ops->idle) && n_threads >= 1 && (n_threads == 1 || !ops->idle));
     memset(q, 0, sizeof(*q));
     q->ops = ops;
     q->arg = arg;
@@ -73,26 +101,44 @@ int workq_init(struct workq *q, const char *name, const struct workq_ops *ops, v
     pthread_cond_init(&q->work, &ca);
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&q->done, NULL);
-    int prc = pthread_create(&q->thread, NULL, workq_main, q);
+    q->threads = calloc((size_t)n_threads, sizeof(*q->threads));
+    if (!q->threads) {
+        workq_release(q);
+        return err_set(ERR_NOMEM, "cannot start the %s threads: out of memory", name);
+    }
+    /* the lock keeps every thread off q until all are started (or not) */
+    pthread_mutex_lock(&q->lock);
+    int prc = 0;
+    while (q->n_threads < n_threads &&
+           (prc = pthread_create(&q->threads[q->n_threads], NULL, workq_main, q)) == 0)
+        q->n_threads++;
+    pthread_mutex_unlock(&q->lock);
     if (prc != 0) {
-        pthread_cond_destroy(&q->done);
-        pthread_cond_destroy(&q->work);
-        pthread_mutex_destroy(&q->lock);
-        memset(q, 0, sizeof(*q));
+        workq_release(q);
         return err_set(ERR_NOMEM, "cannot start the %s thread: %s", name, strerror(prc));
     }
     q->started = true;
-    char tname[16]; /* the kernel keeps 15 characters */
-    snprintf(tname, sizeof(tname), "%s", name);
-    (void)pthread_setname_np(q->thread, tname);
+    for (int i = 0; i < n_threads; i++) {
+        char tname[16]; /* the kernel keeps 15 characters */
+        if (n_threads == 1)
+            snprintf(tname, sizeof(tname), "%s", name);
+        else
+            snprintf(tname, sizeof(tname), "%.12s%u", name, (unsigned)i % 1000u);
+        (void)pthread_setname_np(q->threads[i], tname);
+    }
     return 0;
+}
+
+int workq_init(struct workq *q, const char *name, const struct workq_ops *ops, void *arg)
+{
+    return workq_init_pool(q, name, 1, ops, arg);
 }
 
 void workq_post(struct workq *q, struct workq_item *item)
 {
     pthread_mutex_lock(&q->lock);
     /* once stopping, only run may add to what the drain runs */
-    assert(q->started && q->ops->run && (!q->stop || pthread_equal(pthread_self(), q->thread)));
+    assert(q->started && q->ops->run && (!q->stop || workq_own_thread(q)));
     queue_insert_tail(&q->items, &item->node);
     q->posted++;
     pthread_cond_signal(&q->work);
@@ -101,7 +147,7 @@ void workq_post(struct workq *q, struct workq_item *item)
 
 void workq_sync(struct workq *q)
 {
-    assert(!pthread_equal(pthread_self(), q->thread));
+    assert(q->n_threads == 1 && !workq_own_thread(q));
     pthread_mutex_lock(&q->lock);
     uint64_t target = q->posted;
     while (q->completed < target)
@@ -124,12 +170,13 @@ void workq_stop(struct workq *q)
     pthread_mutex_lock(&q->lock);
     bool first = !q->stop;
     q->stop = true;
-    pthread_cond_signal(&q->work);
+    pthread_cond_broadcast(&q->work);
     pthread_mutex_unlock(&q->lock);
     if (!first)
         return;
-    assert(!pthread_equal(pthread_self(), q->thread));
-    pthread_join(q->thread, NULL);
+    assert(!workq_own_thread(q));
+    for (int i = 0; i < q->n_threads; i++)
+        pthread_join(q->threads[i], NULL);
 }
 
 void workq_free(struct workq *q)
@@ -141,5 +188,6 @@ void workq_free(struct workq *q)
     pthread_cond_destroy(&q->done);
     pthread_cond_destroy(&q->work);
     pthread_mutex_destroy(&q->lock);
+    free(q->threads);
     memset(q, 0, sizeof(*q));
 }

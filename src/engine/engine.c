@@ -1,10 +1,11 @@
-/* The engine's lifecycle: create (the scheduler thread, the swap manager's
- * listener), drain, destroy (every thread joined). The rest of engine.h is
- * implemented by role: request.c (request handles), queue.c (queues and the
- * batch rule), reserve.c (memory reserves and batch shapes), runner.c (the
- * batch runner), sched_loop.c (the scheduler thread), registry.c (the
- * registry, admin calls, statistics); engine_impl.h holds their shared
- * state and says what the engine lock guards. */
+/* The engine's lifecycle: create (the runner pool, the scheduler thread, the
+ * swap manager's listener), drain, destroy (every thread joined). The rest
+ * of engine.h is implemented by role: request.c (request handles), queue.c
+ * (queues and the batch rule), reserve.c (memory reserves and batch
+ * shapes), runner.c (the batch runner), sched_loop.c (the scheduler
+ * thread), registry.c (the registry, admin calls, statistics);
+ * engine_impl.h holds their shared state and says what the engine lock
+ * guards. */
 #include "engine/engine.h"
 
 #include <pthread.h>
@@ -14,7 +15,10 @@
 
 #include "core/error.h"
 #include "engine/engine_impl.h"
-#include "engine/sched.h"
+#include "sched/sched.h"
+
+_Static_assert(ENGINE_PRIORITY_MAX == SCHED_PRIORITY_MAX,
+               "the engine's priorities are the policies'");
 
 int engine_create(struct swap_manager *mgr, struct workers *w, const struct engine_config *cfg,
                   struct engine **out)
@@ -44,9 +48,14 @@ int engine_create(struct swap_manager *mgr, struct workers *w, const struct engi
     e->cfg.max_batch = cfg->max_batch ? cfg->max_batch : 8;
     e->cfg.queue_cap = cfg->queue_cap ? cfg->queue_cap : 1024;
     e->step_s = calloc((size_t)e->cfg.max_batch + 1, sizeof(double));
-    if (!e->step_s || pthread_create(&e->sched_tid, NULL, sched_main, e) != 0) {
-        int rc = e->step_s ? err_set(ERR_NOMEM, "cannot start the scheduler thread")
-                           : err_set(ERR_NOMEM, "out of memory");
+    if (!e->step_s) {
+        engine_destroy(e);
+        return err_set(ERR_NOMEM, "out of memory");
+    }
+    int rc = runner_pool_start(e);
+    if (rc == 0 && pthread_create(&e->sched_tid, NULL, sched_main, e) != 0)
+        rc = err_set(ERR_NOMEM, "cannot start the scheduler thread");
+    if (rc < 0) {
         engine_destroy(e);
         return rc;
     }
@@ -83,22 +92,23 @@ void engine_destroy(struct engine *e)
     pthread_mutex_lock(&e->lock);
     e->stop = true;
     pthread_cond_broadcast(&e->wake);
-    for (int i = 0; i < e->n_ids; i++)
-        if (e->models[i])
-            pthread_cond_signal(&e->models[i]->go_cond);
     pthread_mutex_unlock(&e->lock);
     if (e->sched_started)
         pthread_join(e->sched_tid, NULL);
-    /* every runner first: one still ending its last batch touches the
-     * others' flags (mem_wait_clear) */
+    /* no serve is posted from here; paused batches are dropped, then every
+     * runner task has run before any model is freed: one still ending its
+     * last batch touches the others' flags (mem_wait_clear) */
+    pthread_mutex_lock(&e->lock);
     for (int i = 0; i < e->n_ids; i++)
-        if (e->models[i] && e->models[i]->started)
-            pthread_join(e->models[i]->tid, NULL);
+        if (e->models[i])
+            runner_drop_held(e->models[i]);
+    pthread_mutex_unlock(&e->lock);
+    workq_free(&e->runners);
     for (int i = 0; i < e->n_ids; i++) {
         struct emodel *m = e->models[i];
         if (!m)
             continue;
-        pthread_cond_destroy(&m->go_cond);
+        runner_free(m);
         free(m);
     }
     free(e->models);

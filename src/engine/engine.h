@@ -11,22 +11,25 @@
  *   of a resident model; carries out admin loads and unloads; completes
  *   requests that leave a queue without running (cancelled, timed out, model
  *   removed)
- *   runner thread of each model: runs the batch on the device workers:
- *   prefill, then decode steps; sequences that finish, are cancelled or pass
- *   their deadline leave at step boundaries and waiting requests of the same
- *   model join the freed slots (continuous batching); every request samples
- *   with its own parameters and generator
+ *   runner pool (one thread per device plus one, however many models): a
+ *   dispatched batch runs as the model's tasks on it, one step each, the
+ *   models served at once taking turns: prefill, then decode steps on the
+ *   device workers; sequences that finish, are cancelled or pass their
+ *   deadline leave at step boundaries and waiting requests of the same model
+ *   join the freed slots (continuous batching); every request samples with
+ *   its own parameters and generator; a paused batch gives its thread back
  *
  * Threads and callbacks (who calls what):
- * - on_token(req, id, ctx): on the model's runner thread, once per generated
+ * - on_token(req, id, ctx): on a runner thread (the pool's), once per generated
  *   token, in order, between two steps of the batch. It holds up every
- *   sequence of the batch while it runs: it must not block, must not take a
+ *   sequence of the batch while it runs, and a thread of the runner pool
+ *   that other models' steps take turns on: it must not block, must not take a
  *   lock another thread holds for long, and must not call into the engine
  *   except engine_cancel(), engine_req_release() and the engine_req_*
  *   accessors. A consumer that may be slow copies the token into its own
  *   queue and returns.
  * - on_done(req, ctx): exactly once per request engine_submit accepted, on an
- *   engine thread (the model's runner thread, or the scheduler thread for a
+ *   engine thread (a runner thread, or the scheduler thread for a
  *   request that never ran, where it holds up scheduling while it runs),
  *   never on the thread calling into the engine and never under an engine
  *   lock. Same rules as on_token. It may run before engine_submit has
@@ -59,7 +62,8 @@
 struct engine;
 struct engine_req; /* a request handle (opaque) */
 struct engine_model_stats; /* below */
-struct sched_carried;      /* engine/sched.h */
+struct sched_carried;      /* sched/sched.h */
+struct engine_move;        /* below */
 
 struct engine_config {
     const char *policy;   /* sched_policy_find() name; NULL = the default */
@@ -81,6 +85,39 @@ struct engine_config {
      * holding the engine's decisions against the simulator's. */
     void (*on_sched_op)(void *ctx, const struct sched_carried *op);
     void *sched_op_ctx;
+    /* optional: told of each change of a model's residency (engine_move
+     * below), for a log. Under the engine lock, on the scheduler thread or
+     * on a thread reading a model's statistics (which may notice a load's
+     * end first): it may write a line and nothing more (no blocking, no
+     * lock, no call into the engine). */
+    void (*on_move)(void *ctx, const struct engine_move *mv);
+    void *move_ctx;
+};
+
+/* What happened to a model's residency, for engine_config.on_move. */
+enum engine_move_kind {
+    ENGINE_MOVE_LOADED,      /* its load completed: bytes copied in seconds */
+    ENGINE_MOVE_LOAD_FAILED, /* its load failed (why): it left its devices again */
+    ENGINE_MOVE_EVICTED,     /* it leaves to make room for for_model */
+    ENGINE_MOVE_PREEMPTED,   /* likewise, its batch paused (its KV caches stay) */
+    ENGINE_MOVE_TRIMMED,     /* it gave up its last layers on device for for_model */
+    ENGINE_MOVE_IDLE,        /* it leaves after seconds idle, past its keep_alive */
+    ENGINE_MOVE_UNLOADED,    /* an admin unloaded it */
+};
+struct engine_move {
+    enum engine_move_kind kind;
+    const char *model;     /* its name */
+    const char *for_model; /* EVICTED, PREEMPTED, TRIMMED: the model it makes room for */
+    int device;            /* TRIMMED: where it gave up layers; else -1 */
+    /* LOADED: the bytes copied; TRIMMED: the bytes given up; otherwise the
+     * bytes of its weights it held on its devices when it was told to leave */
+    uint64_t bytes;
+    /* LOADED: the load's time; IDLE: how long it was idle; EVICTED,
+     * PREEMPTED, UNLOADED: how long since its last load began */
+    double seconds;
+    double keep_alive; /* IDLE: its keep_alive (NAN: the policy's own) */
+    bool deferred;     /* it leaves at the end of its batch in flight */
+    const char *why;   /* LOAD_FAILED: the message */
 };
 
 /* mgr and w stay the caller's and must outlive the engine. Starts the
@@ -106,7 +143,9 @@ void engine_destroy(struct engine *e);
  * an error it stays the caller's. Returns its id (>= 0; ids are never
  * reused, so a checkpoint removed and registered and added again gets a new
  * one) or an error: ERR_INVALID when a model of the same name is served
- * already, or SCHED_MAX_MODELS are. Its pinned flag starts as
+ * already, or SCHED_MAX_MODELS are; ERR_NOMEM naming the model when its
+ * runner state (a batch's first requests, its paused batch) cannot be
+ * allocated. It starts no thread. Its pinned flag starts as
  * swap_model_pinned(model). */
 int engine_add_model(struct engine *e, struct swap_model *model);
 /* The id of the model served under name, or ERR_NOT_FOUND. */

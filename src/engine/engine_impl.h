@@ -6,8 +6,9 @@
  *   queue.c       per-model queues and the batch rule (queue_take)
  *   reserve.c     memory reserves, batch shapes, a batch's allocation
  *                 (halved until it fits)
- *   runner.c      the batch runner (a thread per model): continuous
- *                 batching, sampling, EOS, streaming
+ *   runner.c      the batch runner (a model's batch work as tasks on the
+ *                 engine's runner pool): continuous batching, sampling,
+ *                 EOS, streaming, pauses
  *   sched_loop.c  the scheduler thread: view, executor, loads and
  *                 defragmentation, admin loads and unloads, deadlines,
  *                 pinned blocks
@@ -23,9 +24,11 @@
  *             before its threads start) and never again: read without a lock
  *             until it is freed
  *   [atomic]  read and written without a lock; the comment says by whom
- *   [runner]  only the runner thread of the request's (or the model's) model
+ *   [runner]  only the runner task of the request's (or the model's) model,
+ *             on a pool thread: a model has at most one task posted or
+ *             running at a time (while emodel.running)
  *   [done]    written by the one thread that completes the request (its
- *             runner without the lock, or, for one that never ran, whoever
+ *             runner task without the lock, or, for one that never ran, whoever
  *             fails it in its queue under the lock), before done is set; read
  *             by others in on_token/on_done or once done is set
  *
@@ -39,8 +42,8 @@
  * batch_release: allocations, no copy and no wait), so the scheduler's view
  * of free memory and the reserves it holds change together; the policy's
  * decide() and sched_act (pure, or the calls above); waits on its own
- * condition variables (wake, idle, admin, an emodel's go_cond); starting a
- * model's runner thread (pthread_create waits for nothing). Never under it:
+ * condition variables (wake, idle, admin); posting a model's runner task
+ * (workq_post waits for nothing). Never under it:
  * a forward (group_forward), a callback (on_token, on_done), a thread join,
  * a wait on another thread or subsystem (swap_wait_idle, swap_use_end, which
  * may carry out a deferred offload, swap_unregister, event_wait), a copy.
@@ -58,12 +61,13 @@
 
 #include "core/event.h"
 #include "core/hist.h"
+#include "core/workq.h"
 #include "engine/engine.h"
-#include "engine/forecast.h"
-#include "engine/sched.h"
 #include "model/sampler.h"
+#include "sched/forecast.h"
+#include "sched/sched.h"
 
-struct batch; /* runner.c's: a batch in flight or paused */
+struct runner; /* runner.c's: a model's batch work, in flight or paused */
 
 /* A request's phase. QUEUED -> RUNNING only under the engine lock (when a
  * runner takes it), QUEUED -> DONE only under the engine lock (cancelled,
@@ -111,13 +115,12 @@ struct emodel {
     struct engine_req *head, *tail; /* [lock] its queue */
     int queue_len;                  /* [lock] */
     int n_running;        /* [lock] sequences in its batch */
-    bool running;         /* [lock] the runner has a batch */
-    bool go;              /* [lock] the scheduler dispatched a batch */
+    bool running;         /* [lock] its runner task is posted or running: the scheduler
+                           * dispatched a batch (or a removal drops its paused one) */
     bool offload_pending; /* [lock] chosen as a victim, or unloaded, while running */
     bool was_loading;     /* [lock] */
     bool pinned;          /* [lock] */
     bool removed;         /* [lock] engine_remove_model began: no submission, no action */
-    bool stop;            /* [lock] its runner exits */
     atomic_bool removing; /* [atomic] its batch's sequences leave at the next boundary (set
                            * under the lock by engine_remove_model, read by its runner) */
     /* token-level preemption (SCHED_PREEMPT): pause is set under the lock by
@@ -125,7 +128,7 @@ struct emodel {
      * boundary, where the batch pauses (held) instead of taking the next
      * step; cleared under the lock when the runner has paused (or ended) */
     atomic_bool pause;    /* [atomic] */
-    struct batch *held;   /* [runner] its paused batch (runner.c's), NULL when none */
+    struct runner *run;   /* [fixed] its runner state (runner.c's), with its paused batch */
     int n_paused;         /* [lock] sequences of its paused batch (0: none) */
     double paused_arrival; /* [lock] the earliest arrival among them */
     double batch_start;   /* [lock] when its batch in flight began or resumed */
@@ -166,11 +169,9 @@ struct emodel {
      * counted in what a trim returned (exec_trim); view_build clears it, as
      * a fresh view counts that memory free */
     uint64_t trim_credit[SCHED_MAX_DEVICES];
-    pthread_t tid; /* [fixed] its runner, joined outside the lock */
-    bool started;  /* [fixed] */
-    pthread_cond_t go_cond; /* waited on with the engine lock: its runner's */
     /* statistics (engine lock) */
     uint64_t loads, evictions, unloads, bytes_loaded, batches;       /* [lock] */
+    uint64_t load_bytes; /* [lock] what its load in progress copies (for on_move) */
     uint64_t trims, bytes_trimmed;                                   /* [lock] */
     uint64_t submitted, ok, failed, cancelled, timed_out, rejected;  /* [lock] */
     double load_s, compute_s;                                        /* [lock] */
@@ -183,9 +184,10 @@ struct engine {
     pthread_mutex_t lock;
     pthread_cond_t wake;   /* the scheduler's: something changed */
     pthread_cond_t idle;   /* every request completed */
-    pthread_cond_t admin;  /* an admin request was carried out; a runner stopped */
+    pthread_cond_t admin;  /* an admin request was carried out; a runner task ended */
     struct swap_manager *mgr;          /* [fixed] */
     struct workers *w;                 /* [fixed] */
+    struct workq runners;              /* [fixed] the runner pool (runner.c) */
     const struct sched_policy *policy; /* [fixed] */
     struct engine_config cfg;          /* [fixed] */
     struct emodel **models; /* [lock] (cap) by id; NULL once removed */
@@ -245,10 +247,30 @@ int batch_alloc(struct emodel *m, struct engine_req **first, int n, struct group
 void batch_release(struct emodel *m, struct group_batch *gb); /* no lock (it takes it) */
 
 /* runner.c: the batch runner */
-void *runner_main(void *arg); /* the thread of emodel arg */
+int runner_pool_size(const struct engine *e); /* the pool's threads: devices + 1 */
+/* Starts e->runners (engine_create, before any model); ERR_NOMEM when a
+ * thread cannot start. */
+int runner_pool_start(struct engine *e);
+/* m->run for m (e, id, sm set), sized for the engine's max_batch: ERR_NOMEM
+ * naming the model when it cannot be had (the add fails). */
+int runner_create(struct emodel *m);
+void runner_free(struct emodel *m); /* m->run, which holds no paused batch; NULL-safe */
+/* Posts m's task for the serve the scheduler dispatched: m->running set,
+ * swap_use_begin taken (lock held). */
+void runner_serve(struct emodel *m);
+/* When m holds a paused batch and no task: posts the task that drops it (as
+ * removed, or cancelled), sets m->running until it has (lock held). Returns
+ * whether it did. */
+bool runner_drop_held(struct emodel *m);
 
 /* sched_loop.c: the scheduler thread */
 void load_check(struct engine *e, struct emodel *m, bool loading); /* lock held */
+/* The bytes of m's weights on its devices now (lock held). */
+uint64_t model_held_bytes(struct engine *e, const struct emodel *m);
+/* Tells cfg.on_move, if any, that m left or leaves its devices (kind) for
+ * for_model (NULL: none), holding bytes there when told to (lock held). */
+void move_leave(struct engine *e, struct emodel *m, enum engine_move_kind kind,
+                const struct emodel *for_model, bool deferred, uint64_t bytes);
 void *sched_main(void *arg);    /* the thread of engine arg */
 void engine_on_swap(void *ctx); /* the swap manager's listener (ctx: the engine; no lock) */
 

@@ -101,15 +101,10 @@ int engine_add_model(struct engine *e, struct swap_model *model)
     hist_init(&m->ttft, engine_hist_le, ENGINE_HIST_LE);
     hist_init(&m->load, engine_hist_le, ENGINE_HIST_LE);
     atomic_init(&m->removing, false);
-    pthread_cond_init(&m->go_cond, NULL);
-    if (pthread_create(&m->tid, NULL, runner_main, m) != 0) {
-        pthread_cond_destroy(&m->go_cond);
+    if ((rc = runner_create(m)) < 0) {
         free(m);
-        rc = err_set(ERR_NOMEM, "cannot start the runner thread of model %s",
-                     swap_model_name(model));
         goto out;
     }
-    m->started = true;
     e->models[e->n_ids++] = m;
     e->n_live++;
     rc = m->id;
@@ -162,14 +157,12 @@ int engine_remove_model(struct engine *e, int id, struct engine_model_stats *las
         m->admin_rc = ERR_NOT_FOUND;
         snprintf(m->admin_msg, sizeof(m->admin_msg), "%s", why);
     }
-    m->stop = true;
-    pthread_cond_signal(&m->go_cond);
     pthread_cond_broadcast(&e->admin);
-    /* its batch in flight ends at the next step boundary; admin callers let go */
-    while (m->running || m->users > 0)
+    /* its batch in flight ends at the next step boundary; admin callers let
+     * go; then a paused batch is dropped on the runner pool */
+    while (m->running || m->users > 0 || runner_drop_held(m))
         pthread_cond_wait(&e->admin, &e->lock);
     pthread_mutex_unlock(&e->lock);
-    pthread_join(m->tid, NULL);
     /* off its devices: after a load in progress, with no lock of ours held,
      * while the scheduler still counts its memory (a copy back it starts is
      * memory leaving, not free) */
@@ -180,8 +173,8 @@ int engine_remove_model(struct engine *e, int id, struct engine_model_stats *las
     enum residency was = swap_residency(e->mgr, sm);
     swap_offload(e->mgr, sm, false);
     swap_wait_idle(e->mgr, sm);
-    /* no thread of ours reads sm from here: its runner is gone (with its
-     * batches), no submission or admin call holds it (users), and the
+    /* no thread of ours reads sm from here: its runner has no task (nor a
+     * batch), no submission or admin call holds it (users), and the
      * scheduler's snapshots and batch_alloc skip an empty slot */
     pthread_mutex_lock(&e->lock);
     if (last) {
@@ -192,7 +185,7 @@ int engine_remove_model(struct engine *e, int id, struct engine_model_stats *las
     e->n_live--;
     pthread_cond_signal(&e->wake); /* its memory is free */
     pthread_mutex_unlock(&e->lock);
-    pthread_cond_destroy(&m->go_cond);
+    runner_free(m);
     free(m);
     /* its host copy and checkpoint mapping go too (idle: nothing refuses) */
     int rc = swap_unregister(e->mgr, sm);

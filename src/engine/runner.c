@@ -1,9 +1,24 @@
-/* The batch runner: one thread per model running its batches on the device
- * workers (prefill, then one step per token), sampling, EOS, streaming
- * (on_token), continuous batching (sequences leave at step boundaries,
- * queued requests join their slots), and token-level preemption (a batch
- * asked to pause stops at a step boundary and is held, its KV caches on
- * their devices, until a SCHED_SERVE resumes it). */
+/* The batch runner: a model's batches run on the device workers (prefill,
+ * then one step per token), sampling, EOS, streaming (on_token), continuous
+ * batching (sequences leave at step boundaries, queued requests join their
+ * slots), and token-level preemption (a batch asked to pause stops at a
+ * step boundary and is held, its KV caches on their devices, until a
+ * SCHED_SERVE resumes it).
+ *
+ * No model owns a thread: a serve posts the model's task to the engine's
+ * runner pool (core/workq.h), and each step of its batch is a task of its
+ * own, posted behind the others' (runner_run). The pool has one thread per
+ * device and one more: a step runs on all its model's devices at once
+ * through the device workers, so more runners at once than devices gain
+ * nothing; the one more does a step's host work (sampling, streaming,
+ * taking joiners, allocating a batch) while the devices compute others'.
+ * No task waits for another runner's task: a forward waits only for steps
+ * queued before it on the device workers (each sent whole, in one order:
+ * workers.h) and for its own model's load, which the loaders carry out; so
+ * any pool size is free of deadlock, and taking turns step by step keeps
+ * every model served at once moving. A paused batch gives its thread back
+ * at once; it waits in the model's runner state for its resume. */
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -292,136 +307,230 @@ static void batch_close(struct batch *b, double *mark)
     batch_accrue(b, mark);
 }
 
-/* Steps the batch until it is over (then closed) or paused (then held in
- * m->held, its device memory kept: a later batch_resume goes on from the
- * step boundary where it stopped). Runner thread, no lock. */
-static void batch_continue(struct batch *b, double *mark)
-{
-    enum step st;
-    while ((st = batch_next_step(b, mark)) == STEP_MORE)
-        ;
-    if (st == STEP_PAUSED && (b->m->held = malloc(sizeof(*b))) != NULL) {
-        *b->m->held = *b;
-        batch_accrue(b, mark);
-        return;
-    }
-    /* no host memory to hold it: it runs on instead, a pause asked for
-     * again declined the same way (else every boundary would stop here) */
-    while (st == STEP_PAUSED) {
-        atomic_store(&b->m->pause, false);
-        while ((st = batch_next_step(b, mark)) == STEP_MORE)
-            ;
-    }
-    batch_close(b, mark);
-}
+/* ---- the runner: a model's batch work as tasks on the engine's pool ---- */
 
-/* Goes on with m's paused batch from where it stopped (runner thread, no
- * lock): its KV caches never left their devices; the weights may have been
- * offloaded and loaded again meanwhile, which a forward waits for blob by
- * blob. */
-static void batch_resume(struct emodel *m)
-{
-    struct batch b = *m->held;
-    free(m->held);
-    m->held = NULL;
-    double mark = time_now();
-    batch_continue(&b, &mark);
-}
+/* What a model's task does when a pool thread takes it. */
+enum runner_next {
+    RUN_START, /* take a batch from the queue, or resume the paused one */
+    RUN_STEP,  /* one step boundary and one step of the batch in flight */
+    RUN_DROP,  /* end the paused batch of a model removed, or of an engine stopping */
+};
 
-/* The paused batch of a model removed or stopped: its sequences leave (as
- * removed, or cancelled when the engine stops with them still paused) and
- * its memory is freed (runner thread, no lock). */
-static void batch_drop_held(struct emodel *m)
-{
-    struct batch b = *m->held;
-    free(m->held);
-    m->held = NULL;
-    double mark = time_now();
-    batch_evict_leavers(&b, mark);
-    for (int s = 0; s < b.slots; s++)
-        if (b.req[s])
-            batch_leave(&b, s, ERR_CANCELLED, "the engine stopped while its batch was paused");
-    batch_close(&b, &mark);
-}
+/* A model's runner state, allocated with the model (runner_create), so a
+ * batch never waits for host memory to be served or held. Its fields are
+ * the task's: a model has at most one task posted or running (m->running
+ * says so, under the engine lock), which writes them before the lock that
+ * ends it. */
+struct runner {
+    struct workq_item item; /* the pool's while posted */
+    struct emodel *m;
+    enum runner_next next;
+    bool took;                  /* this serve took requests or resumed a paused batch */
+    bool held;                  /* b is paused at a step boundary, its device memory kept */
+    struct batch b;             /* the batch in flight or paused */
+    double mark;                /* its time computing is counted up to here */
+    struct engine_req *first[]; /* (the engine's max_batch) a batch's first requests */
+};
 
-/* Runs a batch of the first n_first requests taken from m's queue to its
- * end or its pause: allocated (maybe smaller: batch_alloc), prefilled, then
- * one token per step while waiting requests join freed slots (runner
- * thread, no lock). */
-static void batch_run(struct emodel *m, struct engine_req **first, int n_first)
+/* A batch of the first n requests taken into ru->first: allocated (maybe
+ * smaller: batch_alloc), opened and prefilled. Returns whether it goes on
+ * (else it was closed, or never allocated). */
+static bool runner_open(struct runner *ru, int n)
 {
-    double mark = time_now(); /* time computing counted up to here */
+    struct emodel *m = ru->m;
     int max_prompt;
     struct group_batch *gb = NULL;
-    if ((n_first = batch_alloc(m, first, n_first, &gb, &max_prompt)) == 0)
-        return;
-    struct batch b = {.m = m, .slots = n_first, .gb = gb};
-    int rc = batch_open(&b, first);
+    if ((n = batch_alloc(m, ru->first, n, &gb, &max_prompt)) == 0)
+        return false;
+    ru->b = (struct batch){.m = m, .slots = n, .gb = gb};
+    int rc = batch_open(&ru->b, ru->first);
     if (rc < 0) {
         char why[160];
         snprintf(why, sizeof(why), "%s", err_msg());
-        batch_accrue(&b, &mark);
-        for (int i = 0; i < n_first; i++)
-            req_finish_running(m, first[i], rc, why);
-    } else if (batch_prefill(&b, first, max_prompt, &mark) == 0) {
-        batch_continue(&b, &mark);
-        return;
+        batch_accrue(&ru->b, &ru->mark);
+        for (int i = 0; i < n; i++)
+            req_finish_running(m, ru->first[i], rc, why);
+    } else if (batch_prefill(&ru->b, ru->first, max_prompt, &ru->mark) == 0) {
+        return true;
     }
-    batch_close(&b, &mark);
+    batch_close(&ru->b, &ru->mark);
+    return false;
 }
 
-void *runner_main(void *arg)
+/* One step boundary and step of the batch in flight (see batch_next_step).
+ * Returns whether it goes on; else it is closed, or paused and held with its
+ * device memory (a later RUN_START resumes it from that boundary as if
+ * never paused: its KV caches never left their devices; the weights may
+ * have been offloaded and loaded again meanwhile, which a forward waits for
+ * blob by blob). */
+static bool runner_step(struct runner *ru)
 {
-    struct emodel *m = arg;
-    struct engine *e = m->e;
-    struct engine_req **first = malloc((size_t)e->cfg.max_batch * sizeof(*first));
-    pthread_mutex_lock(&e->lock);
-    for (;;) {
-        while (!m->go && !m->stop && !e->stop)
-            pthread_cond_wait(&m->go_cond, &e->lock);
-        if (!m->go)
-            break;
-        m->go = false;
-        bool resume = m->held != NULL;
-        int n = first && !m->removed && !resume
-                    ? queue_take(m, first, m->max_batch, e->policy->batch_same_params_only)
-                    : 0;
-        m->n_paused = 0; /* its sequences are in flight again */
-        pthread_mutex_unlock(&e->lock);
-        if (resume)
-            batch_resume(m);
-        else if (n > 0)
-            batch_run(m, first, n); /* counts its time computing as it goes */
-        /* a batch held now keeps its device memory; its weights may leave:
-         * swap_use_end carries out an offload deferred to its pause */
-        swap_use_end(e->mgr, m->sm);
-        pthread_mutex_lock(&e->lock);
-        m->running = false;
-        atomic_store(&m->pause, false);
-        if (m->held) {
-            m->paused_arrival = INFINITY;
-            for (int s = 0; s < m->held->slots; s++) {
-                const struct engine_req *r = m->held->req[s];
-                m->n_paused += r != NULL;
-                if (r && r->t.t_arrival < m->paused_arrival)
-                    m->paused_arrival = r->t.t_arrival;
-            }
-            m->preemptions++;
-            m->batch_start = time_now(); /* its sequences wait from here */
-        } else {
-            m->idle_since = time_now(); /* a keep-alive counts from here */
-        }
-        m->offload_pending = false; /* swap_use_end carried out a deferred offload */
-        if ((n > 0 || resume) && !m->held)
-            mem_wait_clear(e); /* its batch's memory is free again */
-        pthread_cond_signal(&e->wake);
-        pthread_cond_broadcast(&e->admin);
-        pthread_cond_broadcast(&e->idle); /* engine_drain waits for the batch's end too */
+    enum step st = batch_next_step(&ru->b, &ru->mark);
+    if (st == STEP_MORE)
+        return true;
+    if (st == STEP_PAUSED) {
+        ru->held = true;
+        batch_accrue(&ru->b, &ru->mark);
+        return false;
     }
-    m->n_paused = 0;
+    batch_close(&ru->b, &ru->mark);
+    return false;
+}
+
+/* What the scheduler's serve starts: the paused batch resumes, or a new
+ * one takes the first requests of the queue. Returns whether it goes on. */
+static bool runner_start(struct runner *ru)
+{
+    struct emodel *m = ru->m;
+    struct engine *e = m->e;
+    pthread_mutex_lock(&e->lock);
+    bool resume = ru->held;
+    int n = !m->removed && !resume
+                ? queue_take(m, ru->first, m->max_batch, e->policy->batch_same_params_only)
+                : 0;
+    m->n_paused = 0; /* its sequences are in flight again */
     pthread_mutex_unlock(&e->lock);
-    if (m->held) /* removed (or the engine stopped) while paused */
-        batch_drop_held(m);
-    free(first);
-    return NULL;
+    ru->took = n > 0 || resume;
+    ru->mark = time_now();
+    if (resume) {
+        ru->held = false;
+        return runner_step(ru);
+    }
+    return n > 0 && runner_open(ru, n);
+}
+
+/* The serve is over: the batch ended or paused. A paused batch keeps its
+ * device memory; its weights may leave: swap_use_end carries out an offload
+ * deferred to its pause. Then the model is the scheduler's again; ru and m
+ * are not touched once the lock is let go (a new serve may post ru, a
+ * removal free m). */
+static void runner_end(struct runner *ru)
+{
+    struct emodel *m = ru->m;
+    struct engine *e = m->e;
+    swap_use_end(e->mgr, m->sm);
+    pthread_mutex_lock(&e->lock);
+    m->running = false;
+    atomic_store(&m->pause, false);
+    if (ru->held) {
+        m->paused_arrival = INFINITY;
+        for (int s = 0; s < ru->b.slots; s++) {
+            const struct engine_req *r = ru->b.req[s];
+            m->n_paused += r != NULL;
+            if (r && r->t.t_arrival < m->paused_arrival)
+                m->paused_arrival = r->t.t_arrival;
+        }
+        m->preemptions++;
+        m->batch_start = time_now(); /* its sequences wait from here */
+    } else {
+        m->idle_since = time_now(); /* a keep-alive counts from here */
+    }
+    m->offload_pending = false; /* swap_use_end carried out a deferred offload */
+    if (ru->took && !ru->held)
+        mem_wait_clear(e); /* its batch's memory is free again */
+    pthread_cond_signal(&e->wake);
+    pthread_cond_broadcast(&e->admin);
+    pthread_cond_broadcast(&e->idle); /* engine_drain waits for the batch's end too */
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* The paused batch of a model removed or of an engine stopping: its
+ * sequences leave (as removed, or cancelled when the engine stops with them
+ * still paused) and its memory is freed; then, as runner_end, m is let go. */
+static void runner_drop(struct runner *ru)
+{
+    struct emodel *m = ru->m;
+    struct engine *e = m->e;
+    ru->held = false;
+    double mark = time_now();
+    batch_evict_leavers(&ru->b, mark);
+    for (int s = 0; s < ru->b.slots; s++)
+        if (ru->b.req[s])
+            batch_leave(&ru->b, s, ERR_CANCELLED, "the engine stopped while its batch was paused");
+    batch_close(&ru->b, &mark);
+    pthread_mutex_lock(&e->lock);
+    m->running = false;
+    pthread_cond_broadcast(&e->admin);
+    pthread_cond_broadcast(&e->idle);
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* The pool's run: one task of a model, on a pool thread, no lock. A batch
+ * that goes on posts its next step behind every task posted meanwhile, so
+ * the models served at once take the pool's threads in turn, a step each:
+ * none waits for another's batch to end. */
+static void runner_run(struct workq_item *item, void *arg)
+{
+    struct engine *e = arg;
+    struct runner *ru = queue_data(item, struct runner, item);
+    bool more = false;
+    switch (ru->next) {
+    case RUN_START:
+        more = runner_start(ru);
+        break;
+    case RUN_STEP:
+        more = runner_step(ru);
+        break;
+    case RUN_DROP:
+        runner_drop(ru);
+        return;
+    }
+    if (more) {
+        ru->next = RUN_STEP;
+        workq_post(&e->runners, item); /* ru is the next task's from here */
+        return;
+    }
+    runner_end(ru);
+}
+
+static const struct workq_ops runner_ops = {.run = runner_run};
+
+int runner_pool_start(struct engine *e)
+{
+    return workq_init_pool(&e->runners, "runner", runner_pool_size(e), &runner_ops, e);
+}
+
+int runner_pool_size(const struct engine *e)
+{
+    return swap_device_count(e->mgr) + 1;
+}
+
+int runner_create(struct emodel *m)
+{
+    size_t bytes =
+        sizeof(struct runner) + (size_t)m->e->cfg.max_batch * sizeof(struct engine_req *);
+    struct runner *ru = calloc(1, bytes);
+    if (!ru)
+        return err_set(ERR_NOMEM, "model %s: out of host memory for its runner (%zu bytes)",
+                       swap_model_name(m->sm), bytes);
+    ru->m = m;
+    m->run = ru;
+    return 0;
+}
+
+void runner_free(struct emodel *m)
+{
+    if (m->run) {
+        assert(!m->run->held);
+        free(m->run);
+        m->run = NULL;
+    }
+}
+
+void runner_serve(struct emodel *m)
+{
+    assert(m->running);
+    m->run->next = RUN_START;
+    workq_post(&m->e->runners, &m->run->item);
+}
+
+bool runner_drop_held(struct emodel *m)
+{
+    if (m->running || !m->run->held)
+        return false;
+    m->running = true;
+    m->n_paused = 0;
+    m->run->next = RUN_DROP;
+    workq_post(&m->e->runners, &m->run->item);
+    return true;
 }

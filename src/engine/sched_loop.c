@@ -15,7 +15,7 @@
 #include "core/hist.h"
 #include "core/timing.h"
 #include "engine/engine_impl.h"
-#include "engine/sched.h"
+#include "sched/sched.h"
 
 #define MAX_ACTIONS 16
 
@@ -48,10 +48,48 @@ void load_check(struct engine *e, struct emodel *m, bool loading)
          * A later request tries again. */
         char why[512];
         int code = swap_model_load_error(e->mgr, m->sm, why, sizeof(why));
+        if (e->cfg.on_move) {
+            struct engine_move mv = {.kind =
+                                         code < 0 ? ENGINE_MOVE_LOAD_FAILED : ENGINE_MOVE_LOADED,
+                                     .model = swap_model_name(m->sm),
+                                     .device = -1,
+                                     .bytes = m->load_bytes,
+                                     .seconds = e->load_s,
+                                     .why = code < 0 ? why : NULL};
+            e->cfg.on_move(e->cfg.move_ctx, &mv);
+        }
         if (code < 0)
             while (m->head)
                 queue_fail(m, m->head, code, why);
     }
+}
+
+uint64_t model_held_bytes(struct engine *e, const struct emodel *m)
+{
+    uint64_t held = 0;
+    for (int d = 0; d < swap_device_count(e->mgr); d++)
+        held += swap_model_resident_bytes(e->mgr, m->sm, d);
+    return held;
+}
+
+void move_leave(struct engine *e, struct emodel *m, enum engine_move_kind kind,
+                const struct emodel *for_model, bool deferred, uint64_t bytes)
+{
+    if (!e->cfg.on_move)
+        return;
+    double now = time_now();
+    struct engine_move mv = {
+        .kind = kind,
+        .model = swap_model_name(m->sm),
+        .for_model = for_model ? swap_model_name(for_model->sm) : NULL,
+        .device = -1,
+        .seconds = kind == ENGINE_MOVE_IDLE
+                       ? now - (m->idle_since > m->loaded_at ? m->idle_since : m->loaded_at)
+                       : now - m->loaded_at,
+        .bytes = bytes,
+        .keep_alive = m->keep_alive,
+        .deferred = deferred};
+    e->cfg.on_move(e->cfg.move_ctx, &mv);
 }
 
 /* The policy's snapshot of the models being served: view index i is model
@@ -154,6 +192,7 @@ static void load_started(struct engine *e, struct emodel *m, double now, uint64_
     e->stats.loads++;
     m->loads++;
     m->bytes_loaded += bytes;
+    m->load_bytes = bytes;
     m->load_frac = frac;
     m->was_loading = true;
     m->loaded_at = now;
@@ -177,8 +216,10 @@ static int start_load(struct engine *e, struct emodel **map, struct sched_model 
         struct sched_view v;
         view_build(e, map, sm, &v);
         int victim = sched_defrag_victim(&v, model, why.device);
+        uint64_t held = victim < 0 ? 0 : model_held_bytes(e, map[victim]);
         if (victim < 0 || swap_compact(e->mgr, why.device, map[victim]->sm) < 0)
             break;
+        move_leave(e, map[victim], ENGINE_MOVE_EVICTED, map[model], false, held);
         e->stats.evictions++;
         map[victim]->evictions++;
     }
@@ -194,6 +235,7 @@ struct exec {
     struct emodel **map;
     struct sched_model *sm;
     bool idle; /* the action is a SCHED_UNLOAD: its offload is counted as one */
+    int incoming; /* a SCHED_LOAD's model, whose room its victims make; -1: none */
 };
 
 static bool exec_running(void *ctx, int model)
@@ -202,7 +244,7 @@ static bool exec_running(void *ctx, int model)
     return x->map[model]->running;
 }
 
-/* The runner takes its batch from the queue (runner_main). */
+/* The runner takes its batch from the queue (runner.c's task). */
 static bool exec_serve(void *ctx, int model)
 {
     struct exec *x = ctx;
@@ -210,9 +252,8 @@ static bool exec_serve(void *ctx, int model)
     if (m->mem_wait || swap_use_begin(x->e->mgr, m->sm) < 0)
         return false;
     m->running = true;
-    m->go = true;
     m->last_used = m->batch_start = time_now();
-    pthread_cond_signal(&m->go_cond);
+    runner_serve(m);
     return true;
 }
 
@@ -222,16 +263,23 @@ static bool exec_offload(void *ctx, int model, bool defer)
 {
     struct exec *x = ctx;
     struct emodel *v = x->map[model];
+    bool preempted = !x->idle && (v->n_paused > 0 || atomic_load(&v->pause));
+    uint64_t held = model_held_bytes(x->e, v);
     if (swap_offload(x->e->mgr, v->sm, defer) < 0)
         return false;
     if (x->idle) {
         v->idle_unloads++;
-    } else if (v->n_paused > 0 || atomic_load(&v->pause)) {
+    } else if (preempted) {
         v->preempt_unloads++; /* its batch waits on the devices for its return */
     } else {
         x->e->stats.evictions++;
         v->evictions++;
     }
+    move_leave(x->e, v,
+               x->idle     ? ENGINE_MOVE_IDLE
+               : preempted ? ENGINE_MOVE_PREEMPTED
+                           : ENGINE_MOVE_EVICTED,
+               x->incoming >= 0 ? x->map[x->incoming] : NULL, defer, held);
     v->offload_pending = defer;
     return true;
 }
@@ -315,6 +363,16 @@ static uint64_t exec_trim(void *ctx, int model, int device, uint64_t bytes)
         m->trims++;
         m->bytes_trimmed += got;
         x->e->stats.trims++;
+        if (x->e->cfg.on_move) {
+            struct engine_move mv = {
+                .kind = ENGINE_MOVE_TRIMMED,
+                .model = swap_model_name(m->sm),
+                .for_model = x->incoming >= 0 ? swap_model_name(x->map[x->incoming]->sm) : NULL,
+                .device = device,
+                .bytes = got,
+                .seconds = time_now() - m->loaded_at};
+            x->e->cfg.on_move(x->e->cfg.move_ctx, &mv);
+        }
     }
     return got + credit;
 }
@@ -369,6 +427,7 @@ static void admin_run(struct engine *e)
             if (!resident && (rc = swap_load(e->mgr, m->sm, &why)) == 0)
                 load_started(e, m, time_now(), bytes, frac);
         } else if (resident || r == RES_PARTIAL) { /* a partly resident one: the rest goes */
+            uint64_t held = model_held_bytes(e, m);
             if (m->running) {
                 if ((rc = swap_offload(e->mgr, m->sm, true)) == 0)
                     m->offload_pending = true;
@@ -378,6 +437,8 @@ static void admin_run(struct engine *e)
                 rc = swap_offload(e->mgr, m->sm, false);
             }
             m->unloads += rc == 0;
+            if (rc == 0)
+                move_leave(e, m, ENGINE_MOVE_UNLOADED, NULL, m->offload_pending, held);
         }
         m->admin_rc = rc;
         snprintf(m->admin_msg, sizeof(m->admin_msg), "%s", rc < 0 ? err_msg() : "");
@@ -503,6 +564,7 @@ static bool sched_decide(struct engine *e, struct snapshot *s)
     struct exec x = {.e = e, .map = s->map, .sm = s->sm};
     for (int i = 0; i < n; i++) {
         x.idle = actions[i].kind == SCHED_UNLOAD;
+        x.incoming = actions[i].kind == SCHED_LOAD ? actions[i].model : -1;
         progress |= sched_act(&exec_ops, &x, &v, &actions[i]);
     }
     return progress;

@@ -9,8 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/device.h"
 #include "core/error.h"
-#include "engine/sched.h"
+#include "sched/sched.h"
 
 static int model_tp(const struct stack_model_config *m)
 {
@@ -270,17 +271,20 @@ int stack_config_check(const struct stack_config *c)
     return 0;
 }
 
-int stack_size(const struct stack_config *c, uint64_t *device_bytes, uint64_t *host_bytes)
+/* stack_size, and with largest the bytes of the largest model placed on
+ * each device (plus the same 1 MiB; 0: none placed there). */
+static int size_devices(const struct stack_config *c, uint64_t *device_bytes, uint64_t *largest,
+                        uint64_t *host_bytes)
 {
     int rc = stack_config_check(c);
     if (rc < 0)
         return rc;
-    const int fit = c->fit_models > 0 ? c->fit_models : 1;
+    const int fit = c->fit_models; /* 0: every model placed on a device at once */
     const int prompt = c->fit_prompt > 0 ? c->fit_prompt : 8;
     const int gen = c->fit_max_tokens > 0 ? c->fit_max_tokens : 1;
     const int engine_batch = c->engine.max_batch > 0 ? c->engine.max_batch : 8;
     const bool cuda = c->device_kind && strcmp(c->device_kind, "cuda") == 0;
-    uint64_t need[STACK_MAX_DEVICES] = {0};
+    uint64_t need[STACK_MAX_DEVICES] = {0}, all[STACK_MAX_DEVICES] = {0};
     *host_bytes = 64u << 20;
     for (int i = 0; i < c->n_models; i++) {
         const struct stack_model_config *m = &c->models[i];
@@ -307,12 +311,22 @@ int stack_size(const struct stack_config *c, uint64_t *device_bytes, uint64_t *h
             int d = model_device(m, s);
             uint64_t b = shard[s] + scratch;
             need[d] = b > need[d] ? b : need[d];
+            all[d] += b;
         }
         *host_bytes += host;
     }
-    for (int d = 0; d < c->n_devices; d++)
-        device_bytes[d] = need[d] ? need[d] * (uint64_t)fit + (1u << 20) : 0;
+    for (int d = 0; d < c->n_devices; d++) {
+        uint64_t b = fit > 0 ? need[d] * (uint64_t)fit : all[d];
+        device_bytes[d] = need[d] ? b + (1u << 20) : 0;
+        if (largest)
+            largest[d] = need[d] ? need[d] + (1u << 20) : 0;
+    }
     return 0;
+}
+
+int stack_size(const struct stack_config *c, uint64_t *device_bytes, uint64_t *host_bytes)
+{
+    return size_devices(c, device_bytes, NULL, host_bytes);
 }
 
 static double gib(uint64_t n)
@@ -378,22 +392,132 @@ int stack_device_open(const struct stack_config *c, int d, uint64_t budget, stru
     return rc;
 }
 
+/* Shares pool bytes among the n devices listed in ds whose wants are
+ * want[ds[k]]: each gets its want where the pool allows, and what the
+ * modest ones leave is shared evenly among the rest (water filling), into
+ * room[ds[k]]. */
+static void room_share(const int *ds, int n, const uint64_t *want, uint64_t pool, uint64_t *room)
+{
+    bool done[STACK_MAX_DEVICES] = {false};
+    for (int left = n, changed = 1; left > 0 && changed;) {
+        changed = 0;
+        uint64_t share = pool / (uint64_t)left;
+        for (int k = 0; k < n; k++)
+            if (!done[k] && want[ds[k]] <= share) {
+                room[ds[k]] = want[ds[k]];
+                pool -= want[ds[k]];
+                done[k] = true;
+                left--;
+                changed = 1;
+            }
+        for (int k = 0; !changed && k < n; k++)
+            room[ds[k]] = done[k] ? room[ds[k]] : share;
+    }
+}
+
+/* The room the memory of this process's devices leaves each one whose
+ * budget is left 0 (stack.h: "Budgets left 0"), into room[] (UINT64_MAX:
+ * not known, as for another process's device or a GPU that cannot be
+ * asked), given what each wants. */
+static void room_of_devices(const struct stack_config *c, const uint64_t *want, uint64_t host,
+                            uint64_t *room)
+{
+    bool cuda = c->device_kind && strcmp(c->device_kind, "cuda") == 0;
+    int ds[STACK_MAX_DEVICES], n = 0;
+    for (int d = 0; d < c->n_devices; d++)
+        room[d] = UINT64_MAX;
+    if (!cuda) { /* the CPU devices share the machine's memory with the host tier */
+        uint64_t avail, total;
+        for (int d = 0; d < c->n_devices; d++)
+            if (device_proc_of(c, d) == 0 && !c->device_budget[d])
+                ds[n++] = d;
+        if (n == 0 || device_cpu_memory(&avail, &total) < 0)
+            return;
+        uint64_t reserve = stack_cpu_reserve(total) + host;
+        room_share(ds, n, want, avail > reserve ? avail - reserve : 0, room);
+        return;
+    }
+    bool seen[STACK_MAX_DEVICES] = {false};
+    for (int d = 0; d < c->n_devices; d++) { /* the partitions of each GPU share it */
+        int gpu = c->gpus_set ? c->gpus[d] : d;
+        if (seen[d] || device_proc_of(c, d) != 0)
+            continue;
+        n = 0;
+        for (int e = d; e < c->n_devices; e++)
+            if ((c->gpus_set ? c->gpus[e] : e) == gpu && device_proc_of(c, e) == 0) {
+                seen[e] = true;
+                if (!c->device_budget[e])
+                    ds[n++] = e;
+            }
+        /* a given budget on the same GPU is taken first */
+        uint64_t given = 0, free_b, total;
+        for (int e = d; e < c->n_devices; e++)
+            if ((c->gpus_set ? c->gpus[e] : e) == gpu && device_proc_of(c, e) == 0)
+                given += c->device_budget[e];
+        if (n == 0 || device_cuda_memory(gpu, &free_b, &total) < 0)
+            continue; /* stack_open's device_open_cuda says why */
+        uint64_t reserve = stack_gpu_reserve(total) + given;
+        room_share(ds, n, want, free_b > reserve ? free_b - reserve : 0, room);
+    }
+}
+
+uint64_t stack_cpu_reserve(uint64_t total)
+{
+    return total / 10 > STACK_CPU_RESERVE_MIN ? total / 10 : STACK_CPU_RESERVE_MIN;
+}
+
+uint64_t stack_gpu_reserve(uint64_t total)
+{
+    return total / 20 > STACK_GPU_RESERVE_MIN ? total / 20 : STACK_GPU_RESERVE_MIN;
+}
+
+/* stack_budgets, with why each budget is what it is. */
+static int budgets_choose(const struct stack_config *c, uint64_t *budgets, uint64_t *host_budget,
+                          const char **why)
+{
+    uint64_t sized[STACK_MAX_DEVICES] = {0}, one[STACK_MAX_DEVICES] = {0}, host = 0;
+    uint64_t room[STACK_MAX_DEVICES];
+    int rc = size_devices(c, sized, one, &host);
+    if (rc < 0)
+        return rc;
+    *host_budget = c->host_budget ? c->host_budget : host;
+    room_of_devices(c, sized, *host_budget, room);
+    for (int d = 0; d < c->n_devices; d++) {
+        const char *w;
+        if (c->device_budget[d]) {
+            budgets[d] = c->device_budget[d];
+            w = "given";
+        } else if (!sized[d]) {
+            budgets[d] = 1u << 20;
+            w = "no model placed on it";
+        } else if (sized[d] <= room[d]) {
+            budgets[d] = sized[d];
+            w = c->fit_models > 0 ? "room for fit_models of its largest model"
+                                  : "room for every model placed on it at once";
+        } else if (room[d] >= one[d]) {
+            budgets[d] = room[d];
+            w = "its share of the memory, less the reserve: models placed on it take turns";
+        } else {
+            budgets[d] = one[d];
+            w = "room for its largest model only: the memory less the reserve leaves less";
+        }
+        if (why)
+            why[d] = w;
+    }
+    return 0;
+}
+
 int stack_budgets(const struct stack_config *c, uint64_t *budgets, uint64_t *host_budget)
 {
-    uint64_t sized[STACK_MAX_DEVICES] = {0}, host = 0;
-    int rc = stack_size(c, sized, &host);
-    for (int d = 0; rc == 0 && d < c->n_devices; d++) /* given, else sized, else 1 MiB */
-        budgets[d] = c->device_budget[d] ? c->device_budget[d] : sized[d] ? sized[d] : 1u << 20;
-    if (rc == 0)
-        *host_budget = c->host_budget ? c->host_budget : host;
-    return rc;
+    return budgets_choose(c, budgets, host_budget, NULL);
 }
 
 int stack_open(const struct stack_config *c, struct stack **out)
 {
     *out = NULL;
     uint64_t budgets[STACK_MAX_DEVICES] = {0}, host = 0;
-    int rc = stack_budgets(c, budgets, &host);
+    const char *why[STACK_MAX_DEVICES] = {NULL};
+    int rc = budgets_choose(c, budgets, &host, why);
     if (rc < 0)
         return rc;
     bool remote = false;
@@ -440,7 +564,10 @@ int stack_open(const struct stack_config *c, struct stack **out)
         if (rc < 0)
             goto fail;
         s->n_devices = d + 1;
+        s->budget_why[d] = why[d];
     }
+    s->host_budget = host;
+    s->host_why = c->host_budget ? "given" : "a copy of every model, plus 64 MiB";
     struct swap_config sc = {.host_budget = host};
     if ((rc = swap_manager_create(s->devices, c->n_devices, &sc, &s->mgr)) < 0)
         goto fail;

@@ -8,11 +8,27 @@
  *   its TP x PP placement and served (pinned, max batch as configured)
  *   stack_close() drains the engine and frees everything, in reverse order
  *
- * Budgets left 0 are sized for the config: a device holds `fit_models` of
- * the largest model placed on it, each with the device memory of its
- * largest batch (engine_batch_shape of max batch sequences of
- * fit_prompt + fit_max_tokens tokens), plus 1 MiB; the host holds a copy of
- * every model plus 64 MiB. All errors name the model, device or field.
+ * Budgets left 0 are sized for the config: a device holds every model
+ * placed on it at once (or `fit_models` of the largest one), each with the
+ * device memory of its largest batch (engine_batch_shape of max batch
+ * sequences of fit_prompt + fit_max_tokens tokens), plus 1 MiB; the host
+ * holds a copy of every model plus 64 MiB. A device of this process gets no
+ * more than its memory leaves it, and never less than its largest model:
+ *   CPU devices share the machine's available memory (MemAvailable) less
+ *   the host budget (the host tier's copies live in the same memory) and a
+ *   reserve for the system, stack_cpu_reserve (a tenth of the physical
+ *   memory, at least 1 GiB);
+ *   the devices on one GPU share its free memory (cudaMemGetInfo) less the
+ *   budgets given to others there and stack_gpu_reserve (a twentieth of
+ *   its memory, at least 512 MiB);
+ *   a device the memory leaves short of every model gets what it leaves
+ *   (its models take turns), shared so that a device wanting less than an
+ *   even share keeps its want and the rest share the remainder.
+ * No more than every model at once, since a CPU device's arena is mapped
+ * and touched at open and a GPU's taken in one allocation: bytes no model
+ * can use would be taken from the machine for nothing. Another process's
+ * device is sized alone (its memory is not known here). All errors name
+ * the model, device or field.
  */
 #ifndef SHARDSWAP_ENGINE_STACK_H
 #define SHARDSWAP_ENGINE_STACK_H
@@ -29,6 +45,9 @@
 /* process numbers a device list may name ("P/cpu:0"), for the same reasons;
  * the job's own count (stack_config.n_procs) is stack_config_check's */
 #define STACK_MAX_PROC 1023
+/* the least a default budget leaves the system (stack_cpu_reserve, stack_gpu_reserve) */
+#define STACK_CPU_RESERVE_MIN (1ull << 30)
+#define STACK_GPU_RESERVE_MIN (512ull << 20)
 
 struct stack_model_config {
     const char *name; /* unique; what requests name */
@@ -70,7 +89,7 @@ struct stack_config {
     double link_gbps; /* CPU devices: emulated host link (0: none; with cuda an error) */
     uint64_t host_budget;                      /* 0: sized */
     /* sizing of budgets left 0 */
-    int fit_models;     /* models resident at once per device (0: 1) */
+    int fit_models;     /* models resident at once per device (0: every one placed on it) */
     int fit_prompt;     /* prompt tokens of a typical request (0: 8) */
     int fit_max_tokens; /* generated tokens of one (0: 1) */
     struct engine_config engine;
@@ -93,6 +112,11 @@ struct stack {
     struct swap_model **models; /* (n_models) as configured; models[i] is invalid once
                                  * engine_remove_model(ids[i]) unregistered it */
     int *ids;                   /* (n_models) their engine ids */
+    /* why device d's budget is what it is ("given", "room for every model
+     * placed on it at once", ...): static strings, for the server's log */
+    const char *budget_why[STACK_MAX_DEVICES];
+    uint64_t host_budget;
+    const char *host_why; /* "given" or how it was sized */
 };
 
 /* A device list as the CLI and the server's config give it, into c's
@@ -141,9 +165,10 @@ int stack_open(const struct stack_config *cfg, struct stack **out);
  * and for the other processes of a job (cluster/follower). */
 int stack_device_open(const struct stack_config *c, int d, uint64_t budget, struct device **out);
 /* The budget stack_open gives each device (given, else sized for the
- * config, else 1 MiB), into budgets[0 .. n_devices), and the host budget
- * (given, else sized): what process 0 tells the other processes of a job
- * to open theirs with. Checks c first (stack_config_check). */
+ * config within the device's memory: "Budgets left 0" above; 1 MiB for a
+ * device holding no model), into budgets[0 .. n_devices), and the host
+ * budget (given, else sized): what process 0 tells the other processes of
+ * a job to open theirs with. Checks c first (stack_config_check). */
 int stack_budgets(const struct stack_config *c, uint64_t *budgets, uint64_t *host_budget);
 /* Drains the engine, then frees everything. NULL-safe. */
 void stack_close(struct stack *s);
@@ -159,7 +184,14 @@ int stack_check_memory(const uint64_t *budgets, int n_cpu, uint64_t host_budget,
                        uint64_t phys);
 
 /* The device bytes the config would size for device d (0: d holds nothing)
- * and the host bytes; for benchmarks and simulations that mirror a stack. */
+ * and the host bytes, before any memory is asked about; for benchmarks and
+ * simulations that mirror a stack. */
 int stack_size(const struct stack_config *cfg, uint64_t *device_bytes, uint64_t *host_bytes);
+
+/* What a default budget leaves the system of a machine with total bytes of
+ * physical memory (a tenth, at least STACK_CPU_RESERVE_MIN), and of a GPU
+ * with total bytes (a twentieth, at least STACK_GPU_RESERVE_MIN). */
+uint64_t stack_cpu_reserve(uint64_t total);
+uint64_t stack_gpu_reserve(uint64_t total);
 
 #endif

@@ -9,6 +9,7 @@
 #include "comm/comm.h"
 #include "core/error.h"
 #include "core/workq.h"
+#include "engine/step.h"
 #include "swap/remote.h"
 
 struct fwd_call; /* one group_forward: a countdown over its shard tasks */
@@ -253,45 +254,29 @@ void group_batch_free(struct group_batch *gb)
 
 /* ---- one shard's part of a forward, on its device's thread ---- */
 
-/* Makes the compute stream wait for blob b (model_forward_stage's wait);
- * a failed load is reported after the step (the memory stays mapped, so
- * computing on goes through the collectives in step with the other shards). */
-static int task_wait_blob(void *arg, int b)
-{
-    const struct shard_task *t = arg;
-    const struct swap_shard *sh = swap_model_shard(t->gb->model, t->shard);
-    return stream_wait_event(model_exec_stream(t->gb->ex[t->shard]), swap_shard_blob_ready(sh, b));
-}
-
 static int task_run(struct shard_task *t)
 {
     /* the shard: fixed while its model is registered, read without a lock */
     struct group_batch *gb = t->gb;
     const struct swap_shard *sh = swap_model_shard(gb->model, t->shard);
-    struct model_exec *ex = gb->ex[t->shard];
     const int stage = swap_shard_stage(sh), rank = swap_shard_rank(sh), tp = gb->tp;
-    int wait_rc = 0, rc;
-    if (!t->overlap)
-        for (int b = 0; b < swap_shard_n_blobs(sh); b++)
-            if ((rc = task_wait_blob(t, b)) < 0 && wait_rc == 0)
-                wait_rc = rc;
-    struct model_stage_io io = {
+    char who[96];
+    snprintf(who, sizeof(who), "model %s stage %d rank %d", swap_model_name(gb->model), stage,
+             rank);
+    const struct shard_step st = {
+        .sh = swap_shard_store(sh),
+        .ex = gb->ex[t->shard],
         .in = stage > 0 ? gb->chan[(stage - 1) * tp + rank] : NULL,
         .out = stage < gb->pp - 1 ? gb->chan[stage * tp + rank] : NULL,
-        .wait = task_wait_blob,
-        .arg = t,
+        .ids = t->ids,
+        .mask = t->mask,
+        .t_new = t->t_new,
+        .all_positions = t->all_positions,
+        .overlap = t->overlap,
+        .logits = t->logits,
+        .who = who,
     };
-    int step_wait_rc = 0;
-    rc = model_forward_stage(swap_shard_model(sh), ex, &io, t->ids, t->mask, t->t_new,
-                             t->all_positions, t->logits, &step_wait_rc);
-    if (wait_rc == 0)
-        wait_rc = step_wait_rc;
-    if (rc == 0 && wait_rc < 0) /* the loader's message, kept in the shard */
-        return err_set(wait_rc, "model %s stage %d rank %d: its weights did not load: %s",
-                       swap_model_name(gb->model), stage, rank,
-                       swap_shard_load_error(sh)[0] ? swap_shard_load_error(sh)
-                                                    : err_name(wait_rc));
-    return rc < 0 ? rc : wait_rc;
+    return shard_step_run(&st);
 }
 
 /* The compute thread's setup, before its first task (core/workq.h). */

@@ -207,6 +207,18 @@ int model_shard_check(const struct model_config *c, const struct model_shard *s)
     return c->arch->shard_check(c, s);
 }
 
+uint64_t model_required_ops(const struct model_config *c)
+{
+    /* model_head_rows and model_head_logits */
+    const uint64_t head = KERN_OP_BIT(KERN_OP_GATHER_ROWS) | KERN_OP_BIT(KERN_OP_LINEAR);
+    return head | c->arch->required_ops(c);
+}
+
+int model_check_device(const struct model_config *c, const struct device *d)
+{
+    return kern_check(d, model_required_ops(c), c->info.head_dim);
+}
+
 enum kern_compute model_compute_default(enum dtype weights)
 {
     return weights == DTYPE_BF16 ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;

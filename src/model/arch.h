@@ -19,7 +19,8 @@
  *     exec_prepare to fill its per-batch tables (optional);
  *   - embed, layer, head: the forward as a flat list of kernel-table calls
  *     on the context's buffers, a layer its norms around the attention and
- *     MLP blocks of model/block.h;
+ *     MLP blocks of model/block.h; required_ops: which kernels those call
+ *     for a config (a device lacking one is refused at registration);
  *   - presets and tensors: random checkpoints in its real layout.
  */
 #ifndef SHARDSWAP_MODEL_ARCH_H
@@ -75,6 +76,8 @@ struct arch_ops {
     int (*layer)(const struct model *m, int layer, struct model_exec *ex, int t_new);
     int (*head)(const struct model *m, struct model_exec *ex, int t_new, bool all_positions,
                 float *logits);
+    /* KERN_OP_BITs of every kernel embed, layer and head call for c */
+    uint64_t (*required_ops)(const struct model_config *c);
     /* random checkpoints: "a|b|c", a preset's config, its tensors (*out malloc'd) */
     const char *preset_names;
     int (*preset)(const char *name, struct model_config **out); /* ERR_NOT_FOUND: not ours */

@@ -102,6 +102,10 @@ int model_open_on(const char *dir, struct device *dev, const enum kern_compute *
     *out = NULL;
     if ((rc = open_whole(dir, &ck, &m, &lay)) < 0)
         return rc;
+    if ((rc = model_check_device(m->cfg, dev)) < 0) {
+        err_wrap(rc, "%s", dir);
+        goto out;
+    }
     if (compute)
         model_layout_set_compute(m, &lay, *compute);
     m->dev = dev;

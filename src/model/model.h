@@ -95,6 +95,16 @@ struct model_shard {
  * range is inside the model); a one-line error naming the numbers. */
 int model_shard_check(const struct model_config *c, const struct model_shard *shard);
 
+/* The kernels (backend/kernels.h: KERN_OP_BITs) a forward of c calls: its
+ * family's for this config (OPT's activation and biases, Llama's RMSNorm,
+ * rotary and gated MLP) and the head's. Every shard is held to all of them,
+ * whatever its stage. */
+uint64_t model_required_ops(const struct model_config *c);
+/* 0 when d runs every kernel of model_required_ops(c), attention of c's
+ * head_dim included; else ERR_UNSUPPORTED with one line naming d and what
+ * it lacks ("device cuda:0 has no rmsnorm kernel"). */
+int model_check_device(const struct model_config *c, const struct device *d);
+
 /* One shard of a model: opaque above model/ (model_impl.h), read through
  * the accessors below. */
 struct model;
@@ -137,7 +147,9 @@ struct model_exec_shape; /* below */
  * (pinned where it pins), copied with device_copy_h2d and bound; the
  * checkpoint is closed before it returns. model_weights_device(m) is dev;
  * m owns the blobs; dev stays the caller's and must outlive m. ERR_NOMEM
- * naming the device when the weights do not fit its budget. Runs on the calling thread;
+ * naming the device when the weights do not fit its budget, ERR_UNSUPPORTED
+ * when dev lacks a kernel the model calls (model_check_device). Runs on the
+ * calling thread;
  * nothing else may copy on dev meanwhile (it waits with device_sync).
  * compute: the precision (model_layout_set_compute), or NULL for the
  * checkpoint's (model_compute_default). */

@@ -28,8 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/sched.h"
 #include "engine/stack.h"
+#include "sched/sched.h"
 
 /* Models a config may list: as many as the engine serves (admin adds
  * count against the same limit). */

@@ -99,12 +99,17 @@ const struct serve_key serve_keys[] = {
      .help = "under mpirun: the process of each device; unset: every device is process 0's"},
     {.path = "devices.budget", .flag = "device-budget", .metavar = "BYTES", .type = SK_BYTES,
      .offset = CFG(device_budget),
-     .help = "memory of each device, e.g. 2GiB; 0: sized for the models"},
+     .help = "memory of each device, e.g. 2GiB; 0: room for every model placed on it at once, "
+             "within its memory: CPU devices share the machine's available memory "
+             "(MemAvailable) less the host budget and a reserve of a tenth of the physical "
+             "memory (at least 1 GiB); a GPU's devices share its free memory less a twentieth "
+             "of it (at least 512 MiB); never less than the largest model on the device"},
     {.path = "host_budget", .flag = "host-budget", .metavar = "BYTES", .type = SK_BYTES,
-     .offset = CFG(host_budget), .help = "host memory for model copies; 0: sized for the models"},
+     .offset = CFG(host_budget),
+     .help = "host memory for model copies; 0: a copy of every model, plus 64 MiB"},
     {.path = "policy", .flag = "policy", .metavar = "NAME", .type = SK_STRING,
      .null = SK_NULL_CLEARS, .offset = CFG(policy),
-     .help = "scheduling policy (a wrong name is refused with the list); unset: the engine's"},
+     .help = "scheduling policy"},
     {.path = "max_batch", .flag = "max-batch", .metavar = "N", .type = SK_INT,
      .lo = SERVE_MAX_BATCH_MIN, .hi = SERVE_MAX_BATCH_MAX, .def = 8, .offset = CFG(max_batch),
      .help = "sequences per batch; a model's max_batch may lower it"},

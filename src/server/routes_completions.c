@@ -95,7 +95,7 @@ static bool is_turn_end(const struct srv_model *m, int32_t id)
     return false;
 }
 
-/* The engine's on_token: on the model's runner thread, between two steps of
+/* The engine's on_token: on a runner thread, between two steps of
  * its batch. Decodes and checks stops under r->lock (a copy of a few bytes),
  * ends the request at a stop, resumes a stream's connection; never blocks. */
 static void on_token(struct engine_req *er, int32_t id, void *ctx)

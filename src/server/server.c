@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -20,6 +21,7 @@
 #include "cluster/job.h"
 #include "core/error.h"
 #include "core/timing.h"
+#include "sched/sched.h"
 #include "server/log.h"
 #include "server/server_impl.h"
 
@@ -412,7 +414,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 static void access_log(struct srv_req *r, enum MHD_RequestTerminationCode toe)
 {
-    if (log_get_level() < LOG_INFO)
+    /* a probe's requests (a load balancer's /health, a scraper's /metrics)
+     * come every few seconds and say nothing of the traffic: debug */
+    bool probe = strcmp(r->path, "/health") == 0 || strcmp(r->path, "/metrics") == 0;
+    enum log_level level = probe ? LOG_DEBUG : LOG_INFO;
+    if (log_get_level() < level)
         return;
     double now = time_now();
     char extra[256] = "";
@@ -438,8 +444,8 @@ static void access_log(struct srv_req *r, enum MHD_RequestTerminationCode toe)
                       : toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? " (timed out)"
                       : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN ? " (shutdown)"
                                                                       : " (client gone)";
-    log_info("%s %s %s %d%s%s total_ms=%.1f", r->client, r->method, r->path,
-             r->http_status ? r->http_status : 499, how, extra, (now - r->t0) * 1e3);
+    log_msg(level, "%s %s %s %d%s%s total_ms=%.1f", r->client, r->method, r->path,
+            r->http_status ? r->http_status : 499, how, extra, (now - r->t0) * 1e3);
 }
 
 /* MHD's completion notice: once per request the access handler saw, on a
@@ -545,6 +551,73 @@ static int listen_start(struct server *s)
     return 0;
 }
 
+static double mib(uint64_t n)
+{
+    return (double)n / (double)(1u << 20);
+}
+
+/* The engine's on_move: one line per load, eviction, trim and unload (under
+ * the engine lock: a line and nothing more). */
+static void log_move(void *ctx, const struct engine_move *mv)
+{
+    (void)ctx;
+    const char *end = mv->deferred ? " (at the end of its batch in flight)" : "";
+    unsigned long long b = (unsigned long long)mv->bytes;
+    switch (mv->kind) {
+    case ENGINE_MOVE_LOADED:
+        log_info("model %s: loaded %llu bytes (%.1f MiB) in %.3f s", mv->model, b, mib(mv->bytes),
+                 mv->seconds);
+        break;
+    case ENGINE_MOVE_LOAD_FAILED:
+        log_warn("model %s: load failed after %.3f s: %s", mv->model, mv->seconds, mv->why);
+        break;
+    case ENGINE_MOVE_EVICTED:
+    case ENGINE_MOVE_PREEMPTED:
+        log_info("model %s: evicted for %s%s: %llu bytes (%.1f MiB) freed after %.1f s on its "
+                 "devices%s",
+                 mv->model, mv->for_model ? mv->for_model : "another model",
+                 mv->kind == ENGINE_MOVE_PREEMPTED ? " (preempted: its batch paused, its KV "
+                                                     "caches kept)"
+                                                   : "",
+                 b, mib(mv->bytes), mv->seconds, end);
+        break;
+    case ENGINE_MOVE_TRIMMED:
+        log_info("model %s: trimmed for %s: %llu bytes (%.1f MiB) of its last layers freed on "
+                 "device %d",
+                 mv->model, mv->for_model ? mv->for_model : "another model", b, mib(mv->bytes),
+                 mv->device);
+        break;
+    case ENGINE_MOVE_IDLE:
+        if (isnan(mv->keep_alive))
+            log_info("model %s: unloaded after %.1f s idle (the policy's keep_alive): %llu bytes "
+                     "(%.1f MiB) freed%s",
+                     mv->model, mv->seconds, b, mib(mv->bytes), end);
+        else
+            log_info("model %s: unloaded after %.1f s idle (keep_alive %g s): %llu bytes "
+                     "(%.1f MiB) freed%s",
+                     mv->model, mv->seconds, mv->keep_alive, b, mib(mv->bytes), end);
+        break;
+    case ENGINE_MOVE_UNLOADED:
+        log_info("model %s: unloaded by an admin: %llu bytes (%.1f MiB) freed after %.1f s on "
+                 "its devices%s",
+                 mv->model, b, mib(mv->bytes), mv->seconds, end);
+        break;
+    }
+}
+
+/* The budgets and the policy the stack opened with, one line each. */
+static void log_budgets(const struct server *s, const struct stack_config *sc)
+{
+    const struct stack *st = s->stack;
+    for (int d = 0; d < st->n_devices; d++)
+        log_info("device %s: budget %.1f MiB (%s)", device_name(st->devices[d]),
+                 mib(device_budget(st->devices[d])), st->budget_why[d]);
+    log_info("host: budget %.1f MiB for the models' copies (%s)", mib(st->host_budget),
+             st->host_why);
+    log_info("policy: %s%s", sc->engine.policy ? sc->engine.policy : sched_policy_default(),
+             sc->engine.policy ? "" : " (the default)");
+}
+
 /* The stack a config serves: what server_open opens and what every
  * follower sizes its devices by (the same numbers on every process). */
 static void server_stack_config(const struct serve_config *c, struct stack_config *sc,
@@ -555,6 +628,7 @@ static void server_stack_config(const struct serve_config *c, struct stack_confi
      * stack's defaults fit a benchmark's short prompts, not a client's) */
     sc->fit_prompt = SRV_FIT_PROMPT;
     sc->fit_max_tokens = SRV_FIT_MAX_TOKENS;
+    sc->engine.on_move = log_move;
 }
 
 int server_open(const struct serve_config *c, struct cluster_job *job, struct server **out)
@@ -593,6 +667,7 @@ int server_open(const struct serve_config *c, struct cluster_job *job, struct se
     free(mc);
     if (rc < 0)
         goto fail;
+    log_budgets(s, &sc);
     for (int i = 0; i < s->stack->n_models; i++) {
         const struct serve_model *m = &c->models[i];
         if ((rc = srv_model_add(s, s->stack->models[i], m->path, m->chat_template,

@@ -47,7 +47,7 @@ int swap_manager_create(struct device **devices, int n_devices, const struct swa
     pthread_cond_init(&mgr->changed, NULL);
     mgr->n_devices = n_devices;
     memcpy(mgr->devices, devices, (size_t)n_devices * sizeof(*devices));
-    mgr->stats.host_budget = cfg->host_budget;
+    store_tier_init(&mgr->tier, &mgr->lock, cfg->host_budget);
     for (int d = 0; d < n_devices; d++) {
         int rc = loader_start(&mgr->loaders[d], mgr, d);
         if (rc < 0) {
@@ -66,15 +66,15 @@ static bool model_in_transition(const struct swap_model *model);
  * for it (0 for an empty blob, which is never allocated). */
 static uint64_t blob_device_bytes(const struct swap_shard *sh, int b)
 {
-    return round_blob(sh->layout.blob_bytes[b]);
+    return round_blob(sh->st.layout.blob_bytes[b]);
 }
 
 /* Device bytes of the shard's blobs [from, n_blobs) on its device now. */
 static uint64_t shard_bytes_from(const struct swap_shard *sh, int from)
 {
     uint64_t n = 0;
-    for (int b = from; b < sh->layout.n_blobs; b++)
-        n += sh->dev[b] ? blob_device_bytes(sh, b) : 0;
+    for (int b = from; b < sh->st.layout.n_blobs; b++)
+        n += sh->st.dev[b] ? blob_device_bytes(sh, b) : 0;
     return n;
 }
 
@@ -83,8 +83,8 @@ static uint64_t shard_bytes_from(const struct swap_shard *sh, int from)
 static uint64_t shard_device_only(const struct swap_shard *sh, int from)
 {
     uint64_t n = 0;
-    for (int b = from; !sh->remote && b < sh->layout.n_blobs; b++)
-        n += sh->dev[b] && !sh->host[b] ? sh->layout.blob_bytes[b] : 0;
+    for (int b = from; !sh->remote && b < sh->st.layout.n_blobs; b++)
+        n += sh->st.dev[b] && !sh->st.host[b] ? sh->st.layout.blob_bytes[b] : 0;
     return n;
 }
 
@@ -93,41 +93,17 @@ static uint64_t shard_device_only(const struct swap_shard *sh, int from)
  * and keeps the rest: kept becomes from (mgr->lock held). */
 static void shard_release(struct swap_shard *sh, int from)
 {
-    for (int b = from; b < sh->layout.n_blobs; b++) {
-        device_free(sh->dev[b]);
-        sh->dev[b] = NULL;
-        device_event_reset(sh->ready[b]);
-    }
+    store_blobs_release(&sh->st, from);
     sh->kept = from;
-}
-
-/* Frees the shard's host copies, returning their bytes to the host budget
- * (mgr->lock held). */
-static void shard_drop_host(struct swap_manager *mgr, struct swap_shard *sh)
-{
-    for (int b = 0; b < sh->layout.n_blobs; b++) {
-        if (!sh->host[b])
-            continue;
-        device_host_free(mgr->devices[sh->device], sh->host[b], sh->layout.blob_bytes[b]);
-        sh->host[b] = NULL;
-        mgr->stats.host_used -= sh->layout.blob_bytes[b];
-    }
 }
 
 /* Frees what shard_init made: events, layout, the shard's model. Its copies
  * are gone already (model_detach_locked) or were never made. */
 static void shard_free(struct swap_shard *sh)
 {
-    for (int b = 0; b < sh->layout.n_blobs; b++) {
-        assert(!(sh->dev && sh->dev[b]) && !(sh->host && sh->host[b]));
-        if (sh->ready)
-            device_event_destroy(sh->ready[b]);
-    }
-    free(sh->dev);
-    free(sh->host);
-    free(sh->ready);
-    model_layout_free(&sh->layout);
-    model_close(sh->m);
+    for (int b = 0; sh->st.dev && b < sh->st.layout.n_blobs; b++)
+        assert(!sh->st.dev[b] && !sh->st.host[b]);
+    store_shard_free(&sh->st);
 }
 
 /* Frees a model the manager no longer sees (detached, or never listed):
@@ -167,7 +143,7 @@ static void model_detach_locked(struct swap_manager *mgr, struct swap_model *mod
     for (int s = 0; s < model->tp * model->pp; s++) {
         struct swap_shard *sh = &model->shards[s];
         shard_release(sh, 0);
-        shard_drop_host(mgr, sh);
+        store_host_drop(&sh->st);
         sh->state = RES_ON_DISK;
         sh->failed = false;
     }
@@ -323,7 +299,7 @@ int swap_shard_rank(const struct swap_shard *sh)
 
 const struct model *swap_shard_model(const struct swap_shard *sh)
 {
-    return sh->m;
+    return sh->st.m;
 }
 
 uint64_t swap_shard_device_bytes(const struct swap_shard *sh)
@@ -333,24 +309,29 @@ uint64_t swap_shard_device_bytes(const struct swap_shard *sh)
 
 int swap_shard_n_blobs(const struct swap_shard *sh)
 {
-    return sh->layout.n_blobs;
+    return sh->st.layout.n_blobs;
 }
 
 uint64_t swap_shard_blob_bytes(const struct swap_shard *sh, int b)
 {
-    assert(b >= 0 && b < sh->layout.n_blobs);
-    return sh->layout.blob_bytes[b];
+    assert(b >= 0 && b < sh->st.layout.n_blobs);
+    return sh->st.layout.blob_bytes[b];
 }
 
 struct device_event *swap_shard_blob_ready(const struct swap_shard *sh, int b)
 {
-    assert(b >= 0 && b < sh->layout.n_blobs);
-    return sh->ready[b];
+    assert(b >= 0 && b < sh->st.layout.n_blobs);
+    return sh->st.ready[b];
 }
 
 const char *swap_shard_load_error(const struct swap_shard *sh)
 {
-    return sh->load_error;
+    return sh->st.load_error;
+}
+
+const struct store_shard *swap_shard_store(const struct swap_shard *sh)
+{
+    return &sh->st;
 }
 
 int swap_model_load_error(struct swap_manager *mgr, const struct swap_model *model, char *msg,
@@ -360,7 +341,7 @@ int swap_model_load_error(struct swap_manager *mgr, const struct swap_model *mod
     int rc = model->load_status;
     const char *why = "";
     for (int s = 0; rc < 0 && s < model->tp * model->pp && !why[0]; s++)
-        why = model->shards[s].load_error;
+        why = model->shards[s].st.load_error;
     snprintf(msg, cap, "%s", rc < 0 && why[0] ? why : rc < 0 ? err_name(rc) : "");
     pthread_mutex_unlock(&mgr->lock);
     return rc;
@@ -427,8 +408,8 @@ uint64_t swap_model_missing_bytes(struct swap_manager *mgr, const struct swap_mo
     uint64_t n = 0;
     for (int i = 0; i < model->tp * model->pp; i++) {
         const struct swap_shard *sh = &model->shards[i];
-        for (int b = sh->kept; !sh->remote && b < sh->layout.n_blobs; b++)
-            n += sh->layout.blob_bytes[b];
+        for (int b = sh->kept; !sh->remote && b < sh->st.layout.n_blobs; b++)
+            n += sh->st.layout.blob_bytes[b];
     }
     pthread_mutex_unlock(&mgr->lock);
     return n;
@@ -436,16 +417,16 @@ uint64_t swap_model_missing_bytes(struct swap_manager *mgr, const struct swap_mo
 
 enum kern_compute swap_model_compute(const struct swap_model *model)
 {
-    return model_compute(model->shards[0].m);
+    return model_compute(model->shards[0].st.m);
 }
 
 void swap_model_set_compute(struct swap_model *model, enum kern_compute c)
 {
     for (int i = 0; i < model->tp * model->pp; i++) {
         struct swap_shard *sh = &model->shards[i];
-        for (int b = 0; b < sh->layout.n_blobs; b++)
-            assert(!sh->host[b]); /* the blobs' dtype is fixed once filled */
-        model_layout_set_compute(sh->m, &sh->layout, c);
+        for (int b = 0; b < sh->st.layout.n_blobs; b++)
+            assert(!sh->st.host[b]); /* the blobs' dtype is fixed once filled */
+        model_layout_set_compute(sh->st.m, &sh->st.layout, c);
     }
 }
 
@@ -511,20 +492,13 @@ static int shard_init(struct swap_manager *mgr, struct swap_model *model, struct
     sh->state = RES_ON_DISK;
     struct model_shard spec = {.tp_rank = rank, .tp_size = model->tp};
     stage_range(model->info->n_layers, model->pp, stage, &spec.layer_begin, &spec.layer_end);
-    int rc = model_shard_open(model->cfg, model->ck, &spec, &sh->m, &sh->layout);
+    int rc = store_shard_init(&sh->st, &mgr->tier, mgr->devices[device], model, model->name,
+                              model->cfg, model->ck, &spec);
     if (rc < 0)
         return rc;
-    int nb = sh->layout.n_blobs;
-    sh->host = calloc((size_t)nb, sizeof(*sh->host));
-    sh->dev = calloc((size_t)nb, sizeof(*sh->dev));
-    sh->ready = calloc((size_t)nb, sizeof(*sh->ready));
-    if (!sh->host || !sh->dev || !sh->ready)
-        return err_set(ERR_NOMEM, "out of memory");
-    for (int b = 0; b < nb; b++) {
-        if ((rc = device_event_create(mgr->devices[device], &sh->ready[b])) < 0)
-            return rc;
-        sh->device_bytes += round_blob(sh->layout.blob_bytes[b]);
-        sh->host_bytes += sh->remote ? 0 : sh->layout.blob_bytes[b];
+    for (int b = 0; b < sh->st.layout.n_blobs; b++) {
+        sh->device_bytes += round_blob(sh->st.layout.blob_bytes[b]);
+        sh->host_bytes += sh->remote ? 0 : sh->st.layout.blob_bytes[b];
     }
     return 0;
 }
@@ -574,6 +548,12 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
                      model->info->n_layers);
         goto fail;
     }
+    /* every device of the placement runs every kernel the model calls */
+    for (int i = 0; i < pl->tp * pl->pp; i++)
+        if ((rc = model_check_device(model->cfg, mgr->devices[pl->devices[i]])) < 0) {
+            err_wrap(rc, "model %s", name);
+            goto fail;
+        }
     model->shards = calloc((size_t)(pl->tp * pl->pp), sizeof(*model->shards));
     if (!model->shards) {
         rc = err_set(ERR_NOMEM, "out of memory");
@@ -594,10 +574,10 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
             goto fail;
         }
     }
-    if (swap_model_total_bytes(model) > mgr->stats.host_budget) {
+    if (swap_model_total_bytes(model) > mgr->tier.budget) {
         rc = err_set(ERR_NOMEM, "model %s needs %llu bytes of host memory, the host budget is %llu",
                      name, (unsigned long long)swap_model_total_bytes(model),
-                     (unsigned long long)mgr->stats.host_budget);
+                     (unsigned long long)mgr->tier.budget);
         goto fail;
     }
     pthread_mutex_lock(&mgr->lock);
@@ -677,21 +657,26 @@ bool swap_model_idle(const struct swap_model *model)
     return model->in_flight == 0 && !model_in_transition(model);
 }
 
-static bool shard_host_complete(const struct swap_shard *sh)
+/* The host tier may drop the copies of idle models but keep (tier_room's
+ * arg), and a shard whose copies went is on disk (mgr->lock held). */
+struct tier_room {
+    struct swap_manager *mgr;
+    const struct swap_model *keep;
+};
+
+static bool tier_droppable(void *arg, const struct store_shard *st)
 {
-    for (int b = 0; b < sh->layout.n_blobs; b++)
-        if (!sh->host[b] && sh->layout.blob_bytes[b])
-            return false;
-    return true;
+    const struct tier_room *r = arg;
+    const struct swap_model *m = st->owner;
+    return m != r->keep && !model_in_transition(m);
 }
 
-static bool model_has_host(const struct swap_model *m)
+static void tier_dropped(void *arg, struct store_shard *st)
 {
-    for (int s = 0; s < m->tp * m->pp; s++)
-        for (int b = 0; b < m->shards[s].layout.n_blobs; b++)
-            if (m->shards[s].host[b])
-                return true;
-    return false;
+    (void)arg;
+    struct swap_shard *sh = queue_data(st, struct swap_shard, st);
+    if (sh->state == RES_IN_HOST)
+        sh->state = RES_ON_DISK;
 }
 
 /* Drops host copies of other idle models, least recently used first, until
@@ -699,28 +684,18 @@ static bool model_has_host(const struct swap_model *m)
  * a dropped copy costs a read from disk, never a model's place on a device. */
 static int host_make_room(struct swap_manager *mgr, const struct swap_model *keep, uint64_t need)
 {
-    while (mgr->stats.host_used + need > mgr->stats.host_budget) {
-        for (int i = 0; i < mgr->n_models; i++) {
-            struct swap_model *m = mgr->models[i];
-            mgr->lru[i] = (struct evict_model){
-                .evictable = m != keep && !model_in_transition(m) && model_has_host(m),
-                .last_used = (double)m->last_used};
-        }
-        int v = evict_lru(mgr->lru, mgr->n_models);
-        if (v < 0)
-            return err_set(ERR_BUSY, "host budget of %llu bytes is full: %llu in use, %llu more "
-                                     "needed, and no idle model's host copy can be dropped",
-                           (unsigned long long)mgr->stats.host_budget,
-                           (unsigned long long)mgr->stats.host_used, (unsigned long long)need);
-        struct swap_model *victim = mgr->models[v];
-        for (int s = 0; s < victim->tp * victim->pp; s++) {
-            struct swap_shard *sh = &victim->shards[s];
-            shard_drop_host(mgr, sh);
-            if (sh->state == RES_IN_HOST)
-                sh->state = RES_ON_DISK;
-        }
-    }
-    return 0;
+    struct tier_room r = {.mgr = mgr, .keep = keep};
+    struct store_drop how = {.droppable = tier_droppable, .dropped = tier_dropped, .arg = &r};
+    return store_tier_make_room(&mgr->tier, need, &how);
+}
+
+/* A use of the model now: its place in the LRU orders of the victim
+ * choice and of the host tier (mgr->lock held). */
+static void model_touch(struct swap_manager *mgr, struct swap_model *model)
+{
+    model->last_used = ++mgr->clock;
+    for (int s = 0; s < model->tp * model->pp; s++)
+        model->shards[s].st.stamp = model->last_used;
 }
 
 /* Host bytes the model lacks among each shard's blobs [kept, n_blobs) (all
@@ -731,19 +706,9 @@ static uint64_t host_missing(const struct swap_model *model, bool from_kept)
     uint64_t n = 0;
     for (int s = 0; s < model->tp * model->pp; s++) {
         const struct swap_shard *sh = &model->shards[s];
-        for (int b = from_kept ? sh->kept : 0; b < sh->layout.n_blobs; b++)
-            if (!sh->host[b] && !sh->remote)
-                n += sh->layout.blob_bytes[b];
+        n += sh->remote ? 0 : store_host_missing(&sh->st, from_kept ? sh->kept : 0);
     }
     return n;
-}
-
-/* Reserves host bytes a loader fills (mgr->lock held). */
-static void host_reserve(struct swap_manager *mgr, uint64_t bytes)
-{
-    mgr->stats.host_used += bytes;
-    if (mgr->stats.host_used > mgr->stats.host_high_water)
-        mgr->stats.host_high_water = mgr->stats.host_used;
 }
 
 /* Offloads an idle resident or partly resident model: every blob on its
@@ -771,11 +736,11 @@ void swap_offload_locked(struct swap_manager *mgr, struct swap_model *model)
         uint64_t copy = shard_device_only(sh, 0);
         if (copy == 0 || !copy_back || sh->failed) {
             shard_release(sh, 0);
-            sh->state = shard_host_complete(sh) ? RES_IN_HOST : RES_ON_DISK;
+            sh->state = store_host_complete(&sh->st) ? RES_IN_HOST : RES_ON_DISK;
             sh->failed = false;
             continue;
         }
-        host_reserve(mgr, copy); /* the loader fills it */
+        store_tier_reserve(&mgr->tier, copy); /* the loader fills it */
         sh->state = RES_OFFLOADING;
         model->shards_busy++;
         loader_submit(&mgr->loaders[sh->device], sh, LOADER_OFFLOAD);
@@ -790,9 +755,9 @@ static void device_free_arriving(struct swap_model *model)
 {
     for (int s = 0; s < model->tp * model->pp; s++) {
         struct swap_shard *sh = &model->shards[s];
-        for (int b = sh->kept; b < sh->layout.n_blobs; b++) {
-            device_free(sh->dev[b]);
-            sh->dev[b] = NULL;
+        for (int b = sh->kept; b < sh->st.layout.n_blobs; b++) {
+            device_free(sh->st.dev[b]);
+            sh->st.dev[b] = NULL;
         }
     }
 }
@@ -805,14 +770,15 @@ static int device_alloc_all(struct swap_manager *mgr, struct swap_model *model, 
 {
     for (int s = 0; s < model->tp * model->pp; s++) {
         struct swap_shard *sh = &model->shards[s];
-        for (int b = sh->kept; b < sh->layout.n_blobs; b++) {
-            if (!sh->layout.blob_bytes[b])
+        for (int b = sh->kept; b < sh->st.layout.n_blobs; b++) {
+            if (!sh->st.layout.blob_bytes[b])
                 continue;
-            assert(!sh->dev[b]);
-            int rc = device_alloc(mgr->devices[sh->device], sh->layout.blob_bytes[b], &sh->dev[b]);
+            assert(!sh->st.dev[b]);
+            int rc =
+                device_alloc(mgr->devices[sh->device], sh->st.layout.blob_bytes[b], &sh->st.dev[b]);
             if (rc < 0) {
                 *failed_dev = sh->device;
-                *failed_blob = sh->layout.blob_bytes[b];
+                *failed_blob = sh->st.layout.blob_bytes[b];
                 device_free_arriving(model);
                 return rc;
             }
@@ -891,7 +857,7 @@ int swap_load_locked(struct swap_manager *mgr, struct swap_model *model, struct 
     why = why ? why : &ignored;
     *why = (struct swap_room){.kind = SWAP_ROOM_OK, .device = -1};
     if (swap_model_resident(model)) {
-        model->last_used = ++mgr->clock;
+        model_touch(mgr, model);
         return 0;
     }
     if (model_in_transition(model)) {
@@ -912,21 +878,18 @@ int swap_load_locked(struct swap_manager *mgr, struct swap_model *model, struct 
         why->kind = SWAP_ROOM_HOST;
         return rc;
     }
-    model->last_used = ++mgr->clock;
-    host_reserve(mgr, missing); /* the loaders fill it */
+    model_touch(mgr, model);
+    store_tier_reserve(&mgr->tier, missing); /* the loaders fill it */
     mgr->stats.loads++;
     model->load_status = 0;
     model->load_t0 = time_now();
     for (int s = 0; s < model->tp * model->pp; s++) {
         struct swap_shard *sh = &model->shards[s];
         /* the kept blobs stay bound and complete: a forward starts on them */
-        for (int b = sh->kept; b < sh->layout.n_blobs; b++) {
-            device_event_reset(sh->ready[b]);
-            if (sh->dev[b])
-                model_shard_bind(sh->m, &sh->layout, b, dbuf_ptr(sh->dev[b]));
-        }
+        for (int b = sh->kept; b < sh->st.layout.n_blobs; b++)
+            store_blob_arm(&sh->st, b);
         sh->state = RES_LOADING;
-        sh->load_error[0] = '\0'; /* no loader holds it yet: this load's own */
+        sh->st.load_error[0] = '\0'; /* no loader holds it yet: this load's own */
         sh->load_t0 = model->load_t0;
         model->shards_busy++;
     }
@@ -982,7 +945,7 @@ int swap_prefetch_host(struct swap_manager *mgr, struct swap_model *model)
     uint64_t missing = host_missing(model, false);
     int rc = missing ? host_make_room(mgr, model, missing) : 0;
     if (rc == 0 && missing) {
-        host_reserve(mgr, missing);
+        store_tier_reserve(&mgr->tier, missing);
         for (int s = 0; s < model->tp * model->pp; s++) {
             model->shards_busy++;
             loader_submit(&mgr->loaders[model->shards[s].device], &model->shards[s],
@@ -1074,7 +1037,7 @@ static void shard_trim(struct swap_manager *mgr, struct swap_shard *sh, int keep
         shard_release(sh, keep);
         return;
     }
-    host_reserve(mgr, copy); /* the loader fills it */
+    store_tier_reserve(&mgr->tier, copy); /* the loader fills it */
     sh->state = RES_OFFLOADING;
     sh->model->shards_busy++;
     loader_submit(&mgr->loaders[sh->device], sh, LOADER_OFFLOAD);
@@ -1121,7 +1084,7 @@ int swap_use_begin(struct swap_manager *mgr, struct swap_model *model)
                      residency_name(model->shards[0].state));
     else {
         model->in_flight++;
-        model->last_used = ++mgr->clock;
+        model_touch(mgr, model);
     }
     pthread_mutex_unlock(&mgr->lock);
     return rc;
@@ -1176,6 +1139,9 @@ void swap_get_stats(struct swap_manager *mgr, struct swap_stats *st)
 {
     pthread_mutex_lock(&mgr->lock);
     *st = mgr->stats;
+    st->host_used = mgr->tier.used;
+    st->host_high_water = mgr->tier.high_water;
+    st->host_budget = mgr->tier.budget;
     pthread_mutex_unlock(&mgr->lock);
 }
 
@@ -1191,7 +1157,7 @@ void swap_shard_done(struct swap_manager *mgr, struct swap_shard *sh, enum loade
          * garbage but mapped) until the model is offloaded below */
         sh->load_t1 = time_now();
         sh->state = RES_ON_DEVICE;
-        sh->kept = sh->layout.n_blobs;
+        sh->kept = sh->st.layout.n_blobs;
         if (status < 0) {
             model->load_status = status;
             sh->failed = true;
@@ -1199,13 +1165,13 @@ void swap_shard_done(struct swap_manager *mgr, struct swap_shard *sh, enum loade
         break;
     case LOADER_OFFLOAD: /* an offload (kept 0), or a trim keeping its first blobs */
         shard_release(sh, sh->kept);
-        sh->state = sh->kept > 0              ? RES_PARTIAL
-                    : shard_host_complete(sh) ? RES_IN_HOST
-                                              : RES_ON_DISK;
+        sh->state = sh->kept > 0                   ? RES_PARTIAL
+                    : store_host_complete(&sh->st) ? RES_IN_HOST
+                                                   : RES_ON_DISK;
         sh->failed = false; /* a remote shard's failed load leaves this way too */
         break;
     case LOADER_PREFETCH:
-        if (sh->state == RES_ON_DISK && shard_host_complete(sh))
+        if (sh->state == RES_ON_DISK && store_host_complete(&sh->st))
             sh->state = RES_IN_HOST;
         break;
     }
@@ -1231,22 +1197,6 @@ void swap_shard_done(struct swap_manager *mgr, struct swap_shard *sh, enum loade
         pthread_cond_broadcast(&mgr->changed);
         pthread_mutex_unlock(&mgr->lock);
     }
-}
-
-/* Called by a loader thread after filling blob b's host copy. */
-void swap_shard_host_filled(struct swap_manager *mgr, struct swap_shard *sh, int b, void *host)
-{
-    pthread_mutex_lock(&mgr->lock);
-    sh->host[b] = host;
-    pthread_mutex_unlock(&mgr->lock);
-}
-
-/* A loader could not allocate the host copy it had reserved. */
-void swap_shard_host_unreserve(struct swap_manager *mgr, uint64_t bytes)
-{
-    pthread_mutex_lock(&mgr->lock);
-    mgr->stats.host_used -= bytes;
-    pthread_mutex_unlock(&mgr->lock);
 }
 
 void swap_count_bytes(struct swap_manager *mgr, uint64_t disk, uint64_t h2d, uint64_t d2h)

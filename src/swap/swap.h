@@ -36,7 +36,7 @@
  * needed, free and in the largest free block), but never chooses a model to
  * leave its devices. Who leaves is decided above it: by the engine's
  * scheduling policy, or for callers without an engine by swap_load_lru (least
- * recently used, policy.h). Free device memory that is in pieces too small
+ * recently used, sched/evict.h). Free device memory that is in pieces too small
  * for a load is the caller's to resolve too, with an explicit, counted step
  * (swap_compact). The host tier is the manager's own cache: it drops idle
  * models' host copies, least recently used first, when its budget needs room.
@@ -61,7 +61,7 @@
 #include "backend/device.h"
 #include "core/event.h"
 #include "model/model.h"
-#include "swap/policy.h" /* EVICT_MAX_DEVICES */
+#include "sched/evict.h" /* EVICT_MAX_DEVICES */
 
 /* RES_PARTIAL: some of its blobs are on its devices, not all (swap_trim);
  * not resident. swap_residency of a model whose shards differ reports the
@@ -90,6 +90,7 @@ struct placement {
  * (swap_impl.h). Read them through the accessors below. */
 struct swap_model;
 struct swap_shard;
+struct store_shard;
 struct swap_manager;
 struct swap_remote;
 
@@ -146,7 +147,9 @@ const struct swap_remote *swap_remote_of(const struct swap_manager *mgr);
 
 /* Registers the checkpoint in dir under name with a placement. Refused, with
  * the bytes needed and available, when a device's share or the host copy can
- * never fit its budget. The model starts ON_DISK. */
+ * never fit its budget, and ERR_UNSUPPORTED naming the device and the
+ * kernel when a device of the placement lacks one the model calls
+ * (model_check_device). The model starts ON_DISK. */
 int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
                   const struct placement *pl, bool pinned, struct swap_model **out);
 
@@ -197,9 +200,9 @@ int swap_load(struct swap_manager *mgr, struct swap_model *model, struct swap_ro
  * transition. */
 int swap_compact(struct swap_manager *mgr, int device, struct swap_model *victim);
 /* For callers without an engine (bench swap, tests): swap_load after making
- * room by least recent use (policy.h): idle resident models that are not
+ * room by least recent use (sched/evict.h): idle resident models that are not
  * pinned leave, least recently used first and only ones that free bytes
- * where model lacks them; free memory in pieces gets swap_compact on the
+ * where model lacks them, none the others make room without; free memory in pieces gets swap_compact on the
  * least recently used idle model of that device. Waits while room is still
  * being freed by offloads under way or the model itself is offloading, so
  * never call it holding a lock the listener takes. ERR_BUSY when the models
@@ -304,6 +307,9 @@ struct device_event *swap_shard_blob_ready(const struct swap_shard *sh, int b);
  * one of its blob events returned an error, while that load's batch still
  * holds the model (swap_use_begin). "" when none failed. */
 const char *swap_shard_load_error(const struct swap_shard *sh);
+/* The shard's blobs in the shard store (swap/store.h), for the shard step
+ * (engine/step.h): read them, never place, free or arm them. */
+const struct store_shard *swap_shard_store(const struct swap_shard *sh);
 /* The status of the model's last load (0, or the error of its first failed
  * shard) with that shard's message in msg (cap bytes; "" when it did not
  * fail). Meaningful once that load ended. Any thread; takes the manager's

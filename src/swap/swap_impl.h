@@ -7,25 +7,25 @@
 
 #include "core/workq.h"
 #include "swap/remote.h"
+#include "swap/store.h"
 #include "swap/swap.h"
 
-/* One TP x PP shard. Fixed from registration to unregistration, read
- * without the lock: model, stage, rank, device, m, layout, ready,
- * device_bytes, host_bytes. Under mgr->lock: host[], dev[], state, failed,
- * the load times (a loader fills the bytes of host[b] and dev[b] outside
- * it, for the job it holds). job_kind: written by loader_submit before it
- * posts job, read by the loader thread; job: its loader's work queue's. */
+/* One TP x PP shard: its blobs in the shard store (st: the model view,
+ * layout, host and device copies, events, load error) and its residency.
+ * Fixed from registration to unregistration, read without the lock:
+ * model, stage, rank, device, remote, st's fixed part, device_bytes,
+ * host_bytes. Under mgr->lock (the tier's lock): st.host[], st.dev[],
+ * state, failed, the load times (a loader fills the bytes of host[b] and
+ * dev[b] outside it, for the job it holds). job_kind: written by
+ * loader_submit before it posts job, read by the loader thread; job: its
+ * loader's work queue's. */
 struct swap_shard {
     struct swap_model *model;
     int stage, rank, device;
     /* its device is another process's (device_proc > 0): its blobs move
      * there through mgr->remote, and this process keeps no host copy */
     bool remote;
-    struct model *m;       /* the shard; its views point into dev[] while resident */
-    struct model_layout layout;
-    void **host;               /* (n_blobs) host copies, NULL where absent */
-    struct dbuf **dev;         /* (n_blobs) device copies, NULL where absent */
-    struct device_event **ready; /* (n_blobs) complete once blob b is on the device */
+    struct store_shard st;
     uint64_t device_bytes, host_bytes;
     enum residency state;
     /* blobs [0, kept) are on the device and complete, and stay through the
@@ -35,9 +35,6 @@ struct swap_shard {
      * shard. Fixed while a loader job runs: the loader reads it unlocked. */
     int kept;
     bool failed;               /* the last load failed: the device copy is garbage */
-    /* the last failed load's message: written by the loader before it
-     * completes the blob events with the error, read after such a wait */
-    char load_error[512];
     double load_t0, load_t1;   /* last load: queued, last blob on the device */
     /* the shard's place in its loader's queue (a shard has one job at a time) */
     int job_kind;
@@ -72,12 +69,12 @@ enum loader_kind {
     LOADER_OFFLOAD,  /* device -> host copy of the leaving blobs ([kept, n)) the host lacks */
 };
 
-/* One thread per device moving that device's shards: FIFO jobs (a work
- * queue, core/workq.h), no polling. */
+/* One thread per device moving that device's shards: FIFO jobs (the
+ * store's loader, whose run is loader_run), no polling. */
 struct loader {
     struct swap_manager *mgr;
     int device;
-    struct workq q; /* the loader thread; its run is loader_run */
+    struct store_loader ld;
 };
 
 struct swap_manager {
@@ -91,7 +88,8 @@ struct swap_manager {
     uint64_t *bytes;               /* (cap, n_devices) device bytes of models[i] */
     int n_models, cap;
     uint64_t clock;                /* logical time of uses, for LRU */
-    struct swap_stats stats;       /* host_used/host_high_water/budget live here */
+    struct swap_stats stats;       /* but host_used/host_high_water/budget: the tier's */
+    struct store_tier tier;        /* the host tier, under lock */
     const struct swap_remote *remote; /* the other processes' devices (swap_set_remote) */
     void (*listener)(void *ctx);   /* told of every completed transition */
     void *listener_ctx;
@@ -117,8 +115,6 @@ void loader_submit(struct loader *l, struct swap_shard *sh, enum loader_kind kin
 
 void swap_shard_done(struct swap_manager *mgr, struct swap_shard *sh, enum loader_kind kind,
                      int status);
-void swap_shard_host_filled(struct swap_manager *mgr, struct swap_shard *sh, int b, void *host);
-void swap_shard_host_unreserve(struct swap_manager *mgr, uint64_t bytes);
 void swap_count_bytes(struct swap_manager *mgr, uint64_t disk, uint64_t h2d, uint64_t d2h);
 
 #endif

@@ -1,6 +1,6 @@
 /* swap_load_lru: room by least recent use, for callers without an engine.
  * The manager itself never picks a model to leave (swap.h); this is one
- * caller that does, with the shared victim choice of policy.h, through the
+ * caller that does, with the shared victim choice of sched/evict.h, through the
  * same steps the engine takes: offload victims, swap_compact when free
  * memory is in pieces, load. */
 #include <stdio.h>
@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "swap/swap_impl.h"
 
-/* The snapshot policy.h chooses from: idle resident (or partly resident)
+/* The snapshot sched/evict.h chooses from: idle resident (or partly resident)
  * models other than model that are not pinned may go, each freeing the
  * bytes it holds (held: (n_models, n_devices), filled here); on_device >= 0
  * keeps those with bytes there. */

@@ -105,7 +105,7 @@ static int rig_proc(const struct replay_rig *rig, int d)
 /* Whether the engine runs a model's batch while its load is arriving: with
  * copies that take no compute (a GPU's copy engines, an emulated link), on
  * every process (a follower's step waits blob by blob too). */
-static bool rig_overlap_loads(const struct replay_rig *rig)
+bool replay_overlap_loads(const struct replay_rig *rig)
 {
     const bool cuda = rig->device_kind && strcmp(rig->device_kind, "cuda") == 0;
     return cuda || rig->link_gbps > 0;
@@ -130,7 +130,7 @@ void replay_stack_config(const struct replay_rig *rig, int n_models, int max_loa
                                         .max_batch = max_batch,
                                         .queue_cap = 1 << 20,
                                         .max_loaded = max_loaded,
-                                        .overlap_loads = rig_overlap_loads(rig)};
+                                        .overlap_loads = replay_overlap_loads(rig)};
     sc->prefetch_host = true;
     sc->compute = rig->compute;
     for (int i = 0; i < n_models; i++) {
@@ -419,7 +419,7 @@ int replay_measure_costs(const struct replay_rig *rig, int max_batch, struct sim
         sizes_interpolate(sizes, t_size, max_batch, sc->batch_s);
         sc->max_batch = max_batch;
         sc->overlap_tail = 0.5; /* the layers after the embedding's blob, about half */
-        sc->overlap_loads = rig_overlap_loads(rig); /* as the engine measured runs */
+        sc->overlap_loads = replay_overlap_loads(rig); /* as the engine measured runs */
     }
     replay_stack_close(rig, s);
     free(jobs);

@@ -8,7 +8,7 @@
  *   records and the engine's counters; the stack closed
  *   replay_warm_latency(rig) -> one request's latency on a resident model
  *   replay_measure_costs(rig) -> a load's time and batches of 1..max_batch,
- *   the costs engine/sim.h replays with
+ *   the costs sched/sim.h replays with
  *
  * The rig: rig->tp devices (CPU, or CUDA as rig->device_kind says) with room for max_loaded models
  * (every model has the same shape) and the largest batch of Computron's requests each; every model
@@ -30,9 +30,9 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
-#include "engine/sim.h"
 #include "engine/stack.h"
 #include "model/model.h"
+#include "sched/sim.h"
 #include "workload/arrival.h"
 #include "workload/computron.h"
 #include "workload/report.h"
@@ -123,7 +123,11 @@ void replay_result_free(struct replay_result *out);
  * SLO scale. */
 int replay_warm_latency(const struct replay_rig *rig, double *secs);
 
-/* Measures, on model 0 of rig, what engine/sim.h needs: load_s (one load)
+/* Whether the rig's copies take no compute (a link, or CUDA devices): its
+ * engine overlaps loads with batches, and sim_config.overlap_loads says so. */
+bool replay_overlap_loads(const struct replay_rig *rig);
+
+/* Measures, on model 0 of rig, what sched/sim.h needs: load_s (one load)
  * and batch_s[1..max_batch] (batches of 1, 2, 3, 4, 6, 8, 12, ... up to
  * max_batch, best of two, linear in between), and sets max_batch,
  * overlap_tail and overlap_loads (as the rig's engine runs: with a link or
@@ -131,7 +135,7 @@ int replay_warm_latency(const struct replay_rig *rig, double *secs);
  * is left as it was. max_batch in 1..SIM_MAX_BATCH. */
 int replay_measure_costs(const struct replay_rig *rig, int max_batch, struct sim_config *sc);
 
-/* Measures, on model 0 of rig, the chat terms of engine/sim.h: base_prompt
+/* Measures, on model 0 of rig, the chat terms of sched/sim.h: base_prompt
  * (REPLAY_PROMPT_LEN), prefill_token_s (one request of REPLAY_CHAT_PROBE
  * prompt tokens against one of REPLAY_PROMPT_LEN, best of two, per extra
  * token) and step_s[1..max_batch] (batches of the sizes replay_measure_costs

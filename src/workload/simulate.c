@@ -118,6 +118,16 @@ static int layers_of(const char *dir, int tp, int *n_layers, uint64_t *layer)
     return rc;
 }
 
+int simulate_load_bytes(const struct replay_rig *rig, uint64_t *bytes)
+{
+    uint64_t weights[STACK_MAX_DEVICES] = {0}, host = 0;
+    int rc = swap_layout_bytes(rig->paths[0], rig->tp, 1, NULL, weights, &host);
+    *bytes = 0;
+    for (int d = 0; rc == 0 && d < rig->tp; d++)
+        *bytes = weights[d] > *bytes ? weights[d] : *bytes;
+    return rc;
+}
+
 int simulate_workload(const struct replay_rig *rig, const struct workload_config *c,
                       const struct sim_config *costs, const char *const *policies, int n_pol,
                       uint64_t seed, int seeds, double duration, double slo,

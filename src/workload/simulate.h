@@ -1,4 +1,4 @@
-/* Policies compared on a simulated clock (engine/sim.h) over many arrival
+/* Policies compared on a simulated clock (sched/sim.h) over many arrival
  * seeds of a workload, with the device bytes and budgets its real-time
  * replay (workload/replay.h) would have and the costs measured there. */
 #ifndef SHARDSWAP_WORKLOAD_SIMULATE_H
@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "engine/sim.h"
+#include "sched/sim.h"
 #include "workload/computron.h"
 #include "workload/replay.h"
 
@@ -24,6 +24,11 @@ struct simulate_summary {
     double goodput;                  /* requests/s meeting them */
 };
 
+/* The bytes a load of rig's model 0 copies to its busiest device (its
+ * largest shard's weights, the shards loading in parallel): what a costs
+ * file's load_s_per_gb (workload/sim_costs.h) is per. */
+int simulate_load_bytes(const struct replay_rig *rig, uint64_t *bytes);
+
 /* Runs policies[0..n_pol) on the Gamma arrivals of workload c (replay_arrivals)
  * for seeds seed .. seed + seeds - 1, each over duration seconds, on the
  * stack rig would build for c (rig->tp devices sized for c->max_loaded
@@ -32,7 +37,7 @@ struct simulate_summary {
  * without arrivals adds nothing (every seed weighs 1/seeds). A chat workload
  * (c->chat) draws each request's lengths (chat_requests_make, with the
  * seed's arrival seed) and costs them with costs' prefill and decode terms
- * (engine/sim.h). policies are the simulator's (sched_policy_find_sim, so
+ * (sched/sim.h). policies are the simulator's (sched_policy_find_sim, so
  * "clairvoyant" too). Errors name the policy, the arrivals or the allocation.
  */
 int simulate_workload(const struct replay_rig *rig, const struct workload_config *c,

@@ -25,15 +25,21 @@
  *   every process drop copies for room, and every answer stays right.
  * remove: a model with remote shards, removed while resident, leaves its
  *   views empty; its name then finds nothing, and the others still serve.
+ * truncated: a copy of far's checkpoint ("victim", on device 2 as far) is
+ *   truncated while registered, after the host tier of device 2's process
+ *   dropped its copy for far's: its next load there reads the file, which
+ *   fails that load with the message naming the process, the model and
+ *   both sizes; that process lives and far and tp still serve.
  * stopped: the process owning device 2 stopped (SIGSTOP) while "far" is
  *   resident there: a request to far completes (never hangs) with an error
  *   naming that process once its heartbeats stop; with 3 processes, "tp"
  *   (processes 0 and 1) still serves; continued, the job closes. */
 #include <signal.h>
-#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "backend/device.h"
 #include "cluster/job.h"
@@ -274,6 +280,98 @@ TEST(host_tight)
         cluster_job_release(job);
     }
     cfg.host_budget = 0;
+}
+
+/* Copies file name of directory from into directory to. */
+static int copy_file(const char *from, const char *to, const char *name)
+{
+    char a[1024], b[1024];
+    snprintf(a, sizeof a, "%s/%s", from, name);
+    snprintf(b, sizeof b, "%s/%s", to, name);
+    FILE *in = fopen(a, "rb"), *out = fopen(b, "wb");
+    int rc = in && out ? 0 : -1;
+    char buf[1 << 16];
+    size_t n;
+    while (rc == 0 && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        rc = fwrite(buf, 1, n, out) == n ? 0 : -1;
+    if (in)
+        fclose(in);
+    if (out && fclose(out) != 0)
+        rc = -1;
+    return rc;
+}
+
+TEST(truncated)
+{
+    char dir[] = "/tmp/shardswap-mpi-truncated-XXXXXX";
+    if (!mkdtemp(dir))
+        test_skip("mkdtemp failed");
+    const char *files[] = {"config.json", "generation_config.json", "model.safetensors"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        CHECK_MSG(copy_file(paths[M_FAR], dir, files[i]) == 0, "copying %s to %s", files[i], dir);
+    struct stack_model_config all[N_MODELS + 1];
+    memcpy(all, models, sizeof models);
+    all[N_MODELS] = models[M_FAR];
+    all[N_MODELS].name = "victim";
+    all[N_MODELS].path = dir;
+    cfg.models = all;
+    cfg.n_models = N_MODELS + 1;
+    /* a host tier of one of these models: far's copy drops victim's */
+    uint64_t dev[STACK_MAX_DEVICES], host = 0;
+    CHECK(swap_layout_bytes(paths[M_FAR], 1, 1, NULL, dev, &host) == 0);
+    cfg.host_budget = host + (64u << 10);
+    struct stack *s = lead_open();
+    if (s) {
+        struct expect victim[3];
+        memcpy(victim, expects[M_FAR], sizeof victim);
+        /* victim loads (read from its file on device 2's process), then far
+         * takes device 2 and that process's host tier */
+        const struct expect *x = &victim[0];
+        struct engine_request_params p = {.model_name = "victim",
+                                          .prompt = x->prompt,
+                                          .n_prompt = x->n_prompt,
+                                          .max_tokens = x->n_out,
+                                          .sampling = {.temperature = 0, .top_p = 1, .seed = 1}};
+        struct engine_req *r = NULL;
+        CHECK_MSG(engine_submit(s->engine, &p, &r) == 0, "%s", err_msg());
+        if (r) {
+            CHECK_MSG(engine_req_wait(r) == 0, "victim before the truncation: %s",
+                      engine_req_error(r));
+            engine_req_release(r);
+        }
+        check_output(submit(s, M_FAR, 0), M_FAR, 0);
+        char st_path[1100];
+        snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir);
+        struct stat sb;
+        CHECK(stat(st_path, &sb) == 0 && truncate(st_path, sb.st_size / 2) == 0);
+        r = NULL;
+        p.model_name = "victim";
+        CHECK_MSG(engine_submit(s->engine, &p, &r) == 0, "%s", err_msg());
+        if (r) {
+            int st = engine_req_wait(r);
+            char named[32];
+            snprintf(named, sizeof named, "process %d", procs - 1);
+            const char *msg = engine_req_error(r);
+            CHECK_MSG(st < 0 && strstr(msg, named) && strstr(msg, "victim") &&
+                          strstr(msg, "truncated while in use"),
+                      "victim truncated on process %d: status %d (%s)", procs - 1, st, msg);
+            engine_req_release(r);
+        }
+        /* that process lives: its other model and a model across processes serve */
+        check_output(submit(s, M_FAR, 1), M_FAR, 1);
+        check_output(submit(s, M_TP, 2), M_TP, 2);
+        stack_close(s);
+        cluster_job_release(job);
+    }
+    cfg.models = models;
+    cfg.n_models = N_MODELS;
+    cfg.host_budget = 0;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char f[1100];
+        snprintf(f, sizeof f, "%s/%s", dir, files[i]);
+        unlink(f);
+    }
+    rmdir(dir);
 }
 
 TEST(remove)

@@ -438,6 +438,27 @@ fail:
     return rc;
 }
 
+int device_cpu_memory(uint64_t *avail, uint64_t *total)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    *total = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    *avail = *total;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    unsigned long long kib;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+            *avail = (uint64_t)kib * 1024;
+            break;
+        }
+    if (f)
+        fclose(f);
+    if (*total == 0)
+        return err_set(ERR_IO, "the machine's memory is unknown (sysconf and /proc/meminfo)");
+    *avail = *avail < *total ? *avail : *total;
+    return 0;
+}
+
 int device_cpu_set_link(struct device *d, double bytes_per_s)
 {
     if (!d || d->ops != &cpu_ops)

@@ -500,6 +500,29 @@ static int cuda_ctx_init(struct cuda_device *c, uint64_t budget)
     return ERR_OK;
 }
 
+int device_cuda_memory(int gpu, uint64_t *free_bytes, uint64_t *total)
+{
+    *free_bytes = *total = 0;
+    char label[48];
+    snprintf(label, sizeof(label), "device cuda:%d", gpu);
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return err_set(ERR_DEVICE, "%s: no usable CUDA GPU: %s (%s)", label, cudaGetErrorString(e),
+                       cudaGetErrorName(e));
+    }
+    if (gpu < 0 || gpu >= count)
+        return err_set(ERR_INVALID, "%s: no such GPU: this machine has %d CUDA GPU%s", label, count,
+                       count == 1 ? "" : "s");
+    size_t f = 0, t = 0;
+    CUDA_CHECK(label, cudaSetDevice(gpu));
+    CUDA_CHECK(label, cudaMemGetInfo(&f, &t));
+    *free_bytes = f;
+    *total = t;
+    return 0;
+}
+
 int device_open_cuda(int gpu, int part, uint64_t budget_bytes, struct device **out)
 {
     assert(out);

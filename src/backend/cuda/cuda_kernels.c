@@ -202,9 +202,7 @@ static int k_attention(struct stream *s, float *out, const float *q, const float
                        int t_new, float *scratch)
 {
     (void)scratch; /* online softmax: nothing to keep between tiles but registers */
-    if (g->head_dim > CUDA_ATTN_MAX_HEAD_DIM)
-        return err_set(ERR_UNSUPPORTED, "%s: attention with head_dim %d (at most %d on CUDA)",
-                       s->dev->name, g->head_dim, CUDA_ATTN_MAX_HEAD_DIM);
+    /* head_dim <= CUDA_ATTN_MAX_HEAD_DIM: the table declares it, the wrapper checks */
     struct cuda_stream *cs;
     int rc = cuda_kern_enter(s, &cs);
     if (rc < 0)
@@ -293,4 +291,5 @@ const struct kernel_ops cuda_kernel_ops = {
     .copy = k_copy,
     .to_host = k_to_host,
     .to_device = k_to_device,
+    .attention_max_head_dim = CUDA_ATTN_MAX_HEAD_DIM,
 };

@@ -19,6 +19,15 @@ int device_open_cuda(int index, int part, uint64_t budget_bytes, struct device *
                    index);
 }
 
+int device_cuda_memory(int gpu, uint64_t *free_bytes, uint64_t *total)
+{
+    *free_bytes = *total = 0;
+    return err_set(ERR_UNSUPPORTED,
+                   "device cuda:%d: built without CUDA support (rebuild where nvcc is found, "
+                   "or with -DSHARDSWAP_CUDA=ON)",
+                   gpu);
+}
+
 const struct kernel_ops *cuda_kernel_table(void)
 {
     return NULL; /* built without CUDA */

@@ -10,8 +10,11 @@
  * the owner's: here they are refused, naming the process.
  *
  * The kernel table is the one of the owner's kind in this process (CPU, or
- * CUDA when built with it), read only to size a batch's scratch exactly as
- * the owner will (model_exec_bytes); no kernel ever runs on this device. */
+ * CUDA when built with it; every process of a job runs the same program),
+ * read only to size a batch's scratch exactly as the owner will
+ * (model_exec_bytes) and to say what the owner's kernels run
+ * (kern_supports, which registration checks); no kernel ever runs on this
+ * device. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

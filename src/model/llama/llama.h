@@ -92,6 +92,7 @@ int llama_shard_init(struct model *m);
 int llama_plan(struct model *m, const struct st_checkpoint *ck, struct model_planner *p);
 /* llama_forward.c */
 void llama_exec_dims(const struct model *m, struct exec_dims *d);
+uint64_t llama_required_ops(const struct model_config *c);
 int llama_exec_prepare(const struct model *m, struct model_exec *ex);
 int llama_embed(const struct model *m, struct model_exec *ex, const int32_t *ids,
                 const uint8_t *mask, int t_new);

@@ -21,6 +21,19 @@ void llama_exec_dims(const struct model *m, struct exec_dims *d)
     };
 }
 
+uint64_t llama_required_ops(const struct model_config *mc)
+{
+    const struct llama_config *c = ARCH_CONFIG(struct llama_config, mc);
+    uint64_t ops = KERN_OP_BIT(KERN_OP_EMBED) | KERN_OP_BIT(KERN_OP_RMSNORM) |
+                   KERN_OP_BIT(KERN_OP_LINEAR) | KERN_OP_BIT(KERN_OP_ROPE) |
+                   KERN_OP_BIT(KERN_OP_SCALE) | KERN_OP_BIT(KERN_OP_KV_APPEND) |
+                   KERN_OP_BIT(KERN_OP_ATTENTION) | KERN_OP_BIT(KERN_OP_ADD) |
+                   KERN_OP_BIT(kern_gated_op(c->act));
+    if (c->qkv_bias || c->o_bias || c->mlp_bias)
+        ops |= KERN_OP_BIT(KERN_OP_LINEAR_BIAS);
+    return ops;
+}
+
 int llama_exec_prepare(const struct model *m, struct model_exec *ex)
 {
     const int half = llama_cfg(m)->rot_dim / 2;

@@ -87,6 +87,7 @@ int opt_shard_init(struct model *m);
 int opt_plan(struct model *m, const struct st_checkpoint *ck, struct model_planner *p);
 /* opt_forward.c */
 void opt_exec_dims(const struct model *m, struct exec_dims *d);
+uint64_t opt_required_ops(const struct model_config *c);
 int opt_embed(const struct model *m, struct model_exec *ex, const int32_t *ids,
               const uint8_t *mask, int t_new);
 int opt_layer(const struct model *m, int layer, struct model_exec *ex, int t_new);

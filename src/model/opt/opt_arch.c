@@ -19,6 +19,7 @@ const struct arch_ops opt_arch = {
     .embed = opt_embed,
     .layer = opt_layer,
     .head = opt_head,
+    .required_ops = opt_required_ops,
     .preset_names = "opt-125m|opt-350m|opt-1.3b|opt-2.7b|opt-6.7b|opt-13b|opt-30b",
     .preset = opt_preset,
     .tensors = opt_tensors,

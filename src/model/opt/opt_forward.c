@@ -41,6 +41,20 @@ void opt_exec_dims(const struct model *m, struct exec_dims *d)
     };
 }
 
+uint64_t opt_required_ops(const struct model_config *mc)
+{
+    const struct opt_config *c = ARCH_CONFIG(struct opt_config, mc);
+    uint64_t ops = KERN_OP_BIT(KERN_OP_EMBED) | KERN_OP_BIT(KERN_OP_ADD) |
+                   KERN_OP_BIT(KERN_OP_LINEAR) | KERN_OP_BIT(KERN_OP_LAYERNORM) |
+                   KERN_OP_BIT(KERN_OP_SCALE) | KERN_OP_BIT(KERN_OP_KV_APPEND) |
+                   KERN_OP_BIT(KERN_OP_ATTENTION) | KERN_OP_BIT(kern_act_op(act_of(c->act)));
+    if (c->bias)
+        ops |= KERN_OP_BIT(KERN_OP_LINEAR_BIAS);
+    if (!c->pre_ln) /* post-LN: each block starts from a copy of x */
+        ops |= KERN_OP_BIT(KERN_OP_COPY);
+    return ops;
+}
+
 int opt_embed(const struct model *m, struct model_exec *ex, const int32_t *ids, const uint8_t *mask,
               int t_new)
 {

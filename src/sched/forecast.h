@@ -11,8 +11,8 @@
  * (right after a request another is likely; after a long silence, unlikely).
  * With fewer than two gaps the process is taken as Poisson at the rate seen
  * so far. */
-#ifndef SHARDSWAP_ENGINE_FORECAST_H
-#define SHARDSWAP_ENGINE_FORECAST_H
+#ifndef SHARDSWAP_SCHED_FORECAST_H
+#define SHARDSWAP_SCHED_FORECAST_H
 
 #define FORECAST_WINDOW 64
 #ifndef FORECAST_PRIOR

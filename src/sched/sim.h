@@ -3,7 +3,7 @@
  * modelled times instead of running. Computron's experiments/sim.py did the
  * same for its engine.
  *
- * It carries out the policy's actions through the engine's own sched_act,
+ * It carries out the policy's actions through sched_act (act.c), as the engine does,
  * with simulated operations in place of the engine's.
  *
  * What it models, as the engine does it: per-model FIFO queues; a batch takes
@@ -31,14 +31,14 @@
  *
  * Used to compare policies over many seeds in seconds, where a real-time run
  * of one config takes a minute, and by tests that need exact timing. */
-#ifndef SHARDSWAP_ENGINE_SIM_H
-#define SHARDSWAP_ENGINE_SIM_H
+#ifndef SHARDSWAP_SCHED_SIM_H
+#define SHARDSWAP_SCHED_SIM_H
 
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
 
-#include "engine/sched.h"
+#include "sched/sched.h"
 
 #define SIM_MAX_BATCH 256
 
@@ -83,7 +83,7 @@ struct sim_config {
      * and engine_pin_model (sched.h's sched_model says what each means):
      * keep_alive seconds idle, from the end of the model's last batch (or
      * its load), before it is unloaded (NAN: the policy's own; INFINITY:
-     * never; default NAN); priority -ENGINE_PRIORITY_MAX..ENGINE_PRIORITY_MAX
+     * never; default NAN); priority -SCHED_PRIORITY_MAX..SCHED_PRIORITY_MAX
      * (default 0); max_queue_wait seconds (0: no bound); min_resident
      * seconds from a load (0: none); pinned: never a victim. */
     const double *keep_alive;

@@ -1,4 +1,4 @@
-#include "engine/forecast.h"
+#include "sched/forecast.h"
 
 #include <math.h>
 

@@ -1,11 +1,10 @@
-#include "engine/sim.h"
+#include "sched/sim.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "engine/engine.h"
 
 struct smodel {
     size_t *queue; /* request indices, FIFO */
@@ -518,7 +517,7 @@ static size_t batch_pause(struct sim *s, struct smodel *m)
     return n_done;
 }
 
-/* The controls in their ranges (engine_set_*'s), and room on every device
+/* The controls in their ranges (the engine's: engine_set_*), and room on every device
  * for each model beside the pinned ones. */
 static int controls_check(const struct sim_config *c)
 {
@@ -531,9 +530,9 @@ static int controls_check(const struct sim_config *c)
         if (!(isnan(ka) || ka >= 0))
             return err_set(ERR_INVALID, "model %d: keep_alive %g: expected seconds >= 0, "
                                         "INFINITY (never) or NAN (the policy's)", i, ka);
-        if (pr < -ENGINE_PRIORITY_MAX || pr > ENGINE_PRIORITY_MAX)
+        if (pr < -SCHED_PRIORITY_MAX || pr > SCHED_PRIORITY_MAX)
             return err_set(ERR_INVALID, "model %d: priority %d: expected %d..%d", i, pr,
-                           -ENGINE_PRIORITY_MAX, ENGINE_PRIORITY_MAX);
+                           -SCHED_PRIORITY_MAX, SCHED_PRIORITY_MAX);
         if (!(qw >= 0) || !isfinite(qw))
             return err_set(ERR_INVALID, "model %d: max_queue_wait %g: expected seconds >= 0 "
                                         "(0: no bound)", i, qw);

@@ -6,18 +6,24 @@
  * actions it returns, in order (sched_act), then calls again; an empty
  * answer means wait for the next event. The simulator (sim.h) does the same
  * on a simulated clock, through the same sched_act.
+ *
+ * sched/ depends on nothing of the runtime: each policy is one file
+ * (policy_<name>.c, found by name in policy.c), sched_act is act.c, the
+ * victim loop every policy chooses through is evict.h, and the engine
+ * (engine/) and the simulator (sim.h) are its two executors.
  */
-#ifndef SHARDSWAP_ENGINE_SCHED_H
-#define SHARDSWAP_ENGINE_SCHED_H
+#ifndef SHARDSWAP_SCHED_SCHED_H
+#define SHARDSWAP_SCHED_SCHED_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/forecast.h"
+#include "sched/forecast.h"
 
 #define SCHED_MAX_DEVICES 64
 #define SCHED_MAX_VICTIMS 16
 #define SCHED_MAX_MODELS 4096 /* models one engine serves */
+#define SCHED_PRIORITY_MAX 1000 /* sched_model.priority's bound either way */
 
 struct sched_model {
     /* waiting requests, a paused batch's sequences included (they wait for
@@ -59,7 +65,7 @@ struct sched_model {
      * higher priority, then the older request (sched_first_waiting): the
      * order of swapwise's and lru's loads and batches. computron and fifo
      * keep arrival order. */
-    int priority;
+    int priority; /* -SCHED_PRIORITY_MAX..SCHED_PRIORITY_MAX */
     double max_queue_wait;
     /* seconds from loaded_at during which swapwise, clairvoyant and lru take
      * it as a victim only when no other model can make the room (and never
