@@ -149,8 +149,8 @@ struct model_exec_shape; /* below */
  * m owns the blobs; dev stays the caller's and must outlive m. ERR_NOMEM
  * naming the device when the weights do not fit its budget, ERR_UNSUPPORTED
  * when dev lacks a kernel the model calls (model_check_device). Runs on the
- * calling thread;
- * nothing else may copy on dev meanwhile (it waits with device_sync).
+ * calling thread; nothing else may copy on dev meanwhile (it waits with
+ * device_sync).
  * compute: the precision (model_layout_set_compute), or NULL for the
  * checkpoint's (model_compute_default). */
 int model_open_on(const char *dir, struct device *dev, const enum kern_compute *compute,
