@@ -35,7 +35,7 @@ static inline void check_greedy(const char *label, struct model *m, json_t *gree
         CHECK_MSG(rc == 0, "%s: generate %zu: %s", label, i, err_msg());
         /* transformers keeps the EOS it stopped at; model_generate stops there */
         int n_cmp = n_exp;
-        if (n_exp > 0 && exp[n_exp - 1] == m->info->eos_ids[0] && n_exp < max_new)
+        if (n_exp > 0 && exp[n_exp - 1] == model_info(m)->eos_ids[0] && n_exp < max_new)
             n_cmp = n_exp - 1;
         int decided = decided_steps(g, n_cmp, margin_min);
         bool same = decided < n_cmp ? n_got >= decided : n_got == n_cmp;

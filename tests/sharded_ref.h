@@ -51,7 +51,7 @@ static void reference(const char *dir, enum kern_compute compute, float *pre, fl
         device_close(dev);
         return;
     }
-    const int V = m->info->vocab;
+    const int V = model_info(m)->vocab;
     int32_t ids[B * T];
     uint8_t mask[B * T];
     make_batch(V, ids, mask);

@@ -77,8 +77,8 @@ static bool place(const char *dir, bool gpu, uint64_t budget, enum kern_compute 
         placed_close(p);
         return false;
     }
-    CHECK(p->m->dev == p->dev && p->m->n_blobs == 1 + p->m->info->n_layers);
-    CHECK(p->m->compute == mode);
+    CHECK(model_weights_device(p->m) == p->dev);
+    CHECK(model_compute(p->m) == mode);
     return true;
 }
 
@@ -142,7 +142,7 @@ static bool run_batch(const char *label, struct placed *p, const struct batch_in
 static void check_single(const char *label, struct placed *p, const int32_t *ids, int n,
                          const struct st_tensor *ref, double tol)
 {
-    const int V = p->m->info->vocab;
+    const int V = model_info(p->m)->vocab;
     float *full = malloc((size_t)n * V * sizeof(float)), *step = malloc((size_t)V * sizeof(float));
     int half = n / 2 > 0 ? n / 2 : 1;
     float *pre = malloc((size_t)half * V * sizeof(float));
@@ -175,7 +175,7 @@ static void check_single(const char *label, struct placed *p, const int32_t *ids
         double e = test_rel_err(step, full + (size_t)t * V, (size_t)V);
         worst = e > worst ? e : worst;
     }
-    double kv_tol = p->m->compute == KERN_COMPUTE_BF16 ? 1e-2 : 1e-5;
+    double kv_tol = model_compute(p->m) == KERN_COMPUTE_BF16 ? 1e-2 : 1e-5;
     printf("%s: KV-cache decode vs full recompute rel err %.2e (tolerance %.0e)\n", label, worst,
            kv_tol);
     CHECK_MSG(worst <= kv_tol, "%s: KV cache differs from recomputation: %.3e", label, worst);
@@ -256,7 +256,7 @@ static void check_fixture(const char *name, enum kern_compute mode)
     uint64_t budget = fixture_budget(dir, &in, greedy);
     if (!place(dir, true, budget, mode, &gpu) || !place(dir, false, budget, mode, &cpu))
         goto out;
-    const int V = gpu.m->info->vocab;
+    const int V = model_info(gpu.m)->vocab;
     size_t count = (size_t)in.B * in.T * V;
     CHECK_MSG(bref && bref->ndim == 3 && bref->nbytes == count * 4, "%s: expected logits shape",
               label);

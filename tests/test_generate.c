@@ -111,7 +111,7 @@ TEST(matches_generate)
         CHECK_MSG(out[i] == g.picked[i][0], "token %d: generate %d, steps %d", i, out[i],
                   g.picked[i][0]);
     if (n_out < n) /* it stopped at an EOS the greedy step picked */
-        CHECK(model_info_is_eos(m->info, g.picked[n_out][0]));
+        CHECK(model_info_is_eos(model_info(m), g.picked[n_out][0]));
     sampler_free(&s);
 }
 

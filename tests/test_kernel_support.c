@@ -337,7 +337,7 @@ TEST(required_ops_run)
         if (ex) {
             const int32_t ids[6] = {1, 5, 9, 2, 7, 3};
             const uint8_t mask[6] = {1, 1, 1, 0, 1, 1};
-            float *logits = malloc((size_t)2 * m->info->vocab * sizeof(float));
+            float *logits = malloc((size_t)2 * model_info(m)->vocab * sizeof(float));
             rc = model_forward(m, ex, ids, mask, 3, false, logits);
             CHECK_MSG(rc == 0, "%s: prefill: %s", fixtures[i].dir, err_msg());
             const int32_t next[2] = {4, 6};
@@ -345,7 +345,7 @@ TEST(required_ops_run)
             rc = model_forward(m, ex, next, one, 1, false, logits);
             CHECK_MSG(rc == 0, "%s: decode: %s", fixtures[i].dir, err_msg());
             bool finite = true;
-            for (int v = 0; v < 2 * m->info->vocab; v++)
+            for (int v = 0; v < 2 * model_info(m)->vocab; v++)
                 finite = finite && isfinite(logits[v]);
             CHECK(finite);
             free(logits);

@@ -34,7 +34,7 @@ static void check_batch(const char *name, struct model *m, json_t *batch,
 {
     json_t *jid = json_object_get(batch, "input_ids"), *jmask = json_object_get(batch, "attention_mask");
     int B = (int)json_array_size(jid), T = (int)json_array_size(json_array_get(jid, 0));
-    const int V = m->info->vocab;
+    const int V = model_info(m)->vocab;
     CHECK_MSG(ref && ref->ndim == 3 && ref->shape[0] == B && ref->shape[1] == T &&
                   ref->shape[2] == V, "%s: expected logits shape", name);
     if (!ref || ref->nbytes != (size_t)B * T * V * 4)
@@ -75,7 +75,7 @@ static void check_batch(const char *name, struct model *m, json_t *batch,
 static void check_single(const char *name, struct model *m, const int32_t *ids, int n,
                          const struct st_tensor *ref, double tol)
 {
-    const int V = m->info->vocab;
+    const int V = model_info(m)->vocab;
     float *full = malloc((size_t)n * V * sizeof(float)), *step = malloc((size_t)V * sizeof(float));
     struct model_exec *kv;
     CHECK(model_exec_open_cpu(m, &(struct model_exec_shape){.batch = 1, .max_len = n, .max_rows = (1) * (n)}, &kv) == 0);
@@ -98,7 +98,7 @@ static void check_single(const char *name, struct model *m, const int32_t *ids, 
             worst = e;
     }
     printf("%s: KV-cache decode vs full recompute rel err %.2e\n", name, worst);
-    double kv_tol = m->compute == KERN_COMPUTE_BF16 ? 1e-2 : 1e-5;
+    double kv_tol = model_compute(m) == KERN_COMPUTE_BF16 ? 1e-2 : 1e-5;
     CHECK_MSG(worst <= kv_tol, "%s: KV cache differs from recomputation: %.3e", name, worst);
     model_exec_free(kv);
     free(pre);
@@ -163,7 +163,7 @@ static void check_fixture(const char *name, enum kern_compute mode, bool copy)
         m = open_copy(dir, mode, &dev);
         /* copied in bf16 mode, an f16 checkpoint's matrices are bf16 (as
          * transformers converts them) */
-        CHECK_MSG(!m || mode != KERN_COMPUTE_BF16 || m->weight_dtype != DTYPE_F16,
+        CHECK_MSG(!m || mode != KERN_COMPUTE_BF16 || model_weight_dtype(m) != DTYPE_F16,
                   "%s: f16 weights kept in bf16 mode", name);
     } else {
         rc = model_open(dir, &m);
@@ -176,7 +176,7 @@ static void check_fixture(const char *name, enum kern_compute mode, bool copy)
              copy ? ", copied" : "");
     name = label;
     if (m && ref) {
-        m->compute = mode;
+        model_set_compute(m, mode);
         check_batch(name, m, json_object_get(exp, "batch"), st_find(ref, "logits"), tol);
         json_t *greedy = json_object_get(exp, "greedy");
         int n0;

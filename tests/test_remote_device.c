@@ -113,7 +113,7 @@ TEST(exec_context_at_the_views_offset)
     struct model_exec *ex = NULL, *ref = NULL;
     CHECK(placed && model_exec_init_at(m, owner, NULL, &shape, dbuf_offset(placed), &ex) == 0);
     CHECK(model_exec_open_cpu(m, &shape, &ref) == 0);
-    const int V = m->info->vocab;
+    const int V = model_info(m)->vocab;
     int32_t ids[2 * 4] = {1, 5, 9, 13, 2, 6, 10, 14};
     float *a = malloc(sizeof(float) * 2 * V), *b = malloc(sizeof(float) * 2 * V);
     CHECK(ex && ref && model_forward(m, ex, ids, NULL, 4, false, a) == 0);

@@ -220,29 +220,45 @@ static void test_size(void)
     /* the reference: the largest shard on each device, weights and the
      * engine's largest batch (engine_batch_shape), by swap_layout_bytes; the
      * host a copy of every model plus 64 MiB */
-    uint64_t need[3] = {0}, weights[3] = {0}, all[3] = {0}, host_ref = 64 * MIB;
+    uint64_t need[3] = {0}, need_gpu[3] = {0}, weights[3] = {0}, all[3] = {0};
+    uint64_t host_ref = 64 * MIB;
     const int batch = 8; /* the engine's default */
     for (int i = 0; i < N_SERVE; i++) {
         const struct stack_model_config *m = &serve_models[i];
         int tp = m->tp > 0 ? m->tp : 1, pp = m->pp > 0 ? m->pp : 1;
         struct model_config *oc = NULL;
         CHECK(model_config_load(m->path, &oc) == 0);
-        const int max_pos = oc ? oc->info.max_pos : 1;
+        if (!oc)
+            continue;
+        const struct model_info info = oc->info;
         model_config_free(oc);
         struct model_exec_shape shape =
-            engine_batch_shape(max_pos, batch, c.fit_prompt, c.fit_prompt + c.fit_max_tokens,
+            engine_batch_shape(info.max_pos, batch, c.fit_prompt, c.fit_prompt + c.fit_max_tokens,
                                c.fit_max_tokens > 1);
         uint64_t with[4] = {0}, without[4] = {0}, h1 = 0, h2 = 0;
         CHECK(swap_layout_bytes(m->path, tp, pp, &shape, with, &h1) == 0);
         CHECK(swap_layout_bytes(m->path, tp, pp, NULL, without, &h2) == 0);
         CHECK(h1 == h2);
         host_ref += h2;
+        /* on a GPU, room for an attention scratch of every head at once */
+        const uint64_t scratch = model_exec_scratch_bound(&info, tp, &shape);
+        CHECK(scratch > 0);
         for (int k = 0; k < tp * pp; k++) {
             int d = m->devices[k];
             CHECK(with[k] > without[k] && without[k] > 0);
             need[d] = with[k] > need[d] ? with[k] : need[d];
+            need_gpu[d] = with[k] + scratch > need_gpu[d] ? with[k] + scratch : need_gpu[d];
             all[d] += with[k];
             weights[d] = without[k] > weights[d] ? without[k] : weights[d];
+        }
+        if (tp * pp == 1) {
+            /* the same bytes as a whole model sized for any backend */
+            uint64_t w = 0, e = 0;
+            CHECK(model_device_bytes(m->path, &shape, &w, &e) == 0);
+            CHECK_MSG(w == without[0] && e == with[0] - without[0] + scratch,
+                      "%s: weights %llu, context %llu; expected %llu, %llu", m->name,
+                      (unsigned long long)w, (unsigned long long)e, (unsigned long long)without[0],
+                      (unsigned long long)(with[0] - without[0] + scratch));
         }
     }
     CHECK_MSG(host1 == host_ref, "host %llu, expected %llu", (unsigned long long)host1,
@@ -252,6 +268,16 @@ static void test_size(void)
                   (unsigned long long)one[d], (unsigned long long)(need[d] + MIB));
         CHECK(one[d] >= weights[d]);
     }
+    /* CUDA devices: sized with the scratch (nothing is opened to size them) */
+    struct stack_config cg = serve_config(1);
+    cg.n_devices = 3;
+    cg.device_kind = "cuda";
+    uint64_t gpu[STACK_MAX_DEVICES] = {0}, hg = 0;
+    CHECK_MSG(stack_size(&cg, gpu, &hg) == 0, "%s", err_msg());
+    for (int d = 0; d < 2; d++)
+        CHECK_MSG(gpu[d] == need_gpu[d] + MIB && gpu[d] > one[d],
+                  "cuda device %d: sized %llu, expected %llu", d, (unsigned long long)gpu[d],
+                  (unsigned long long)(need_gpu[d] + MIB));
 
     /* fit_models 0, the default: every model placed on a device at once;
      * stack_budgets gives that where the memory holds it (these models are

@@ -57,7 +57,7 @@ static int greedy_step(void *ctx, int step, float *logits, int32_t *next)
 static int bench_once(struct model *m, int batch, int prompt_len, int gen,
                       struct bench_result *r)
 {
-    const int V = m->info->vocab;
+    const int V = model_info(m)->vocab;
     struct model_exec *ex = NULL;
     int32_t *ids = NULL, *next = NULL;
     float *logits = NULL;
@@ -149,9 +149,9 @@ static int forward_measure(struct forward_run *r)
     if (rc < 0)
         return rc;
     struct model *m = cmod.m;
-    if (r->prompt_len + r->gen > m->info->max_pos) {
+    if (r->prompt_len + r->gen > model_info(m)->max_pos) {
         rc = err_set(ERR_INVALID, "--prompt-len + --gen = %d exceeds the model's %d positions",
-                     r->prompt_len + r->gen, m->info->max_pos);
+                     r->prompt_len + r->gen, model_info(m)->max_pos);
         goto out;
     }
     snprintf(r->device, sizeof(r->device), "%s", on_cpu ? "cpu:0" : device_name(cmod.dev));
@@ -169,10 +169,9 @@ static int forward_measure(struct forward_run *r)
             r->best.decode_s = one.decode_s;
     }
     r->wbytes = (double)model_weight_bytes(m);
-    r->macs_token = (double)m->macs_token;
-    r->macs_row = (double)m->macs_row;
-    r->weight_dtype = m->weight_dtype;
-    r->compute = m->compute;
+    model_macs(m, &r->macs_token, &r->macs_row);
+    r->weight_dtype = model_weight_dtype(m);
+    r->compute = model_compute(m);
     /* the host's memory and matmul figures mean something next to a CPU
      * device only: NaN (n/a, null in JSON) on a GPU */
     /* STREAM's count: a copy reads and writes each byte; decode only reads */

@@ -63,7 +63,7 @@ static int forward_run(const char *dir, const char *ids_s, const char *path,
     if ((rc = cli_model_open(f, dir, &shape, &cm)) < 0 ||
         (rc = model_exec_open(cm.m, &shape, &ex)) < 0)
         goto out;
-    size_t count = (size_t)n * cm.m->info->vocab;
+    size_t count = (size_t)n * model_info(cm.m)->vocab;
     if (!(logits = malloc(count * sizeof(float)))) {
         rc = err_set(ERR_NOMEM, "out of memory for %zu logits", count);
         goto out;

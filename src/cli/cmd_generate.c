@@ -134,10 +134,11 @@ static int generate_run(const struct generate_args *a)
     if ((rc = cli_model_open(&a->dev, a->model_dir, &shape, &cm)) < 0)
         goto out;
     for (int i = 0; !a->prompt && i < n_ids; i++)
-        if (ids[i] >= cm.m->info->vocab) {
-            rc = err_set(ERR_INVALID, "--ids: token id %d (at %d) is outside the model's "
-                                      "vocabulary of %d tokens",
-                         (int)ids[i], i, cm.m->info->vocab);
+        if (ids[i] >= model_info(cm.m)->vocab) {
+            rc = err_set(ERR_INVALID,
+                         "--ids: token id %d (at %d) is outside the model's "
+                         "vocabulary of %d tokens",
+                         (int)ids[i], i, model_info(cm.m)->vocab);
             goto out;
         }
     if ((rc = stream_open(&o, tok)) < 0)

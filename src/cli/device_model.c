@@ -82,7 +82,7 @@ int cli_model_open(const struct cli_device_flags *f, const char *dir,
         return rc;
     }
     if (f->compute_set)
-        out->m->compute = f->compute;
+        model_set_compute(out->m, f->compute);
     return 0;
 }
 

@@ -864,7 +864,7 @@ static int handle(struct follower *f, struct proto_msg *c)
             return ERR_INVALID;
         batch_idle(b);
         for (int i = 0; i < b->m->n_local; i++)
-            if (c->slot < (uint32_t)b->ex[i]->shape.batch)
+            if (c->slot < (uint32_t)model_exec_batch(b->ex[i]))
                 model_exec_clear_slot(b->ex[i], (int)c->slot);
         return 0;
     case PROTO_BATCH_CLOSE:

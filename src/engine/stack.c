@@ -321,7 +321,8 @@ static int size_devices(const struct stack_config *c, uint64_t *device_bytes, ui
         struct model_config *mc;
         if ((rc = model_config_load(m->path, &mc)) < 0)
             return err_wrap(rc, "model %s", m->name);
-        const int max_pos = mc->info.max_pos, n_heads = mc->info.n_heads;
+        const struct model_info info = mc->info;
+        const int max_pos = info.max_pos;
         model_config_free(mc);
         int n = m->max_batch > 0 ? m->max_batch : engine_batch;
         int p = prompt < max_pos ? prompt : max_pos - 1;
@@ -335,16 +336,7 @@ static int size_devices(const struct stack_config *c, uint64_t *device_bytes, ui
         /* a GPU's attention may take scratch for every head of the batch at
          * once where the CPU's takes one sequence's (swap_layout_bytes sizes
          * the CPU's): room for it, as model_exec_bytes_bound leaves */
-        uint64_t scratch = 0;
-        if (cuda && shape.batch > 0) {
-            int t_max = shape.max_tokens / shape.batch < shape.max_len
-                            ? shape.max_tokens / shape.batch
-                            : shape.max_len;
-            scratch = ((uint64_t)shape.batch * (uint64_t)(n_heads / model_tp(m)) * (uint64_t)t_max *
-                           (uint64_t)shape.max_len * sizeof(float) +
-                       63) /
-                      64 * 64;
-        }
+        const uint64_t scratch = cuda ? model_exec_scratch_bound(&info, model_tp(m), &shape) : 0;
         for (int s = 0; s < model_tp(m) * model_pp(m); s++) {
             int d = model_device(m, s);
             uint64_t b = shard[s] + scratch;

@@ -8,7 +8,7 @@
 static int step_wait_blob(void *arg, int b)
 {
     const struct shard_step *st = arg;
-    return stream_wait_event(st->ex->stream, st->sh->ready[b]);
+    return stream_wait_event(model_exec_stream(st->ex), st->sh->ready[b]);
 }
 
 int shard_step_run(const struct shard_step *st)

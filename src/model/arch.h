@@ -18,7 +18,8 @@
  *   - exec_dims: the widths of the execution context's buffers, and
  *     exec_prepare to fill its per-batch tables (optional);
  *   - embed, layer, head: the forward as a flat list of kernel-table calls
- *     on the context's buffers, and required_ops: which kernels those call
+ *     on the context's buffers, a layer its norms around the attention and
+ *     MLP blocks of model/block.h; required_ops: which kernels those call
  *     for a config (a device lacking one is refused at registration);
  *   - presets and tensors: random checkpoints in its real layout.
  */
@@ -28,7 +29,7 @@
 #include <jansson.h>
 
 #include "core/error.h"
-#include "model/model.h"
+#include "model/model_impl.h"
 
 /* Widths of one shard's execution-context buffers (model.h's model_exec). */
 struct exec_dims {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/model.h"
+#include "model/model_impl.h"
 
 /* Bytes device_alloc counts for an allocation of n. */
 static uint64_t alloc_bytes(size_t n)

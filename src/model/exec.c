@@ -60,6 +60,12 @@ static size_t carve(size_t *off, size_t bytes)
     return at;
 }
 
+/* The longest step (positions per sequence) a resolved shape holds. */
+static int step_max(const struct model_exec_shape *sh)
+{
+    return sh->max_tokens / sh->batch < sh->max_len ? sh->max_tokens / sh->batch : sh->max_len;
+}
+
 static void exec_layout(const struct model *m, const struct device *dev,
                         const struct model_exec_shape *sh, struct exec_layout *L)
 {
@@ -67,7 +73,7 @@ static void exec_layout(const struct model *m, const struct device *dev,
     struct dims d = dims_of(m);
     const size_t T = (size_t)sh->max_tokens, R = (size_t)sh->max_rows, F = sizeof(float);
     const size_t cache = (size_t)d.layers * sh->batch * d.kv_heads * sh->max_len * d.hd;
-    int t_max = sh->max_tokens / sh->batch < sh->max_len ? sh->max_tokens / sh->batch : sh->max_len;
+    int t_max = step_max(sh);
     struct kv_geom g = {.batch = sh->batch,
                         .heads = d.heads,
                         .kv_heads = d.kv_heads,
@@ -113,17 +119,25 @@ size_t model_exec_bytes(const struct model *m, const struct device *dev,
     return L.total;
 }
 
-size_t model_exec_bytes_bound(const struct model *m, const struct model_exec_shape *shape)
+size_t model_exec_scratch_bound(const struct model_info *info, int tp_size,
+                                const struct model_exec_shape *shape)
 {
     struct model_exec_shape sh;
-    size_t cpu = model_exec_bytes(m, NULL, shape);
-    if (cpu == 0 || !model_exec_shape_resolve(shape, &sh))
+    if (tp_size < 1 || !model_exec_shape_resolve(shape, &sh))
         return 0;
-    /* the longest step exec_layout sizes the scratch for */
-    size_t t_max = (size_t)(sh.max_tokens / sh.batch < sh.max_len ? sh.max_tokens / sh.batch
-                                                                   : sh.max_len);
-    size_t scores = (size_t)sh.batch * m->heads_local * t_max * (size_t)sh.max_len;
-    return cpu + (scores * sizeof(float) + 63) / 64 * 64;
+    /* for the longest step exec_layout sizes the scratch for */
+    size_t scores = (size_t)sh.batch * (size_t)(info->n_heads / tp_size) * (size_t)step_max(&sh) *
+                    (size_t)sh.max_len;
+    return (scores * sizeof(float) + 63) / 64 * 64;
+}
+
+size_t model_exec_bytes_bound(const struct model *m, const struct model_exec_shape *shape)
+{
+    size_t cpu = model_exec_bytes(m, NULL, shape);
+    if (cpu == 0)
+        return 0;
+    assert(m->heads_local == m->info->n_heads / m->shard.tp_size);
+    return cpu + model_exec_scratch_bound(m->info, m->shard.tp_size, shape);
 }
 
 /* The shape resolved, checked against the model before anything is sized
@@ -254,6 +268,16 @@ void model_exec_free(struct model_exec *ex)
     free(ex->rows_host);
     free(ex->pos_host);
     free(ex);
+}
+
+struct stream *model_exec_stream(const struct model_exec *ex)
+{
+    return ex->stream;
+}
+
+int model_exec_batch(const struct model_exec *ex)
+{
+    return ex->shape.batch;
 }
 
 int model_exec_open_cpu(const struct model *m, const struct model_exec_shape *shape,

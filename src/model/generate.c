@@ -55,7 +55,7 @@ int model_generate(struct model *m, const int32_t *prompt, int n_prompt, int max
                  struct sampler *s, generate_token_fn on_token, void *ctx, int32_t *out,
                  int *n_out)
 {
-    const struct model_info *c = m->info;
+    const struct model_info *c = model_info(m);
     *n_out = 0;
     if (n_prompt < 1)
         return err_set(ERR_INVALID, "the prompt has no tokens");

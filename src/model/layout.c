@@ -100,6 +100,37 @@ size_t model_weight_bytes(const struct model *m)
     return m->streamed_bytes;
 }
 
+const struct model_info *model_info(const struct model *m)
+{
+    return m->info;
+}
+
+enum kern_compute model_compute(const struct model *m)
+{
+    return m->compute;
+}
+
+void model_set_compute(struct model *m, enum kern_compute c)
+{
+    m->compute = c;
+}
+
+enum dtype model_weight_dtype(const struct model *m)
+{
+    return m->weight_dtype;
+}
+
+void model_macs(const struct model *m, double *per_token, double *per_row)
+{
+    *per_token = m->macs_token;
+    *per_row = m->macs_row;
+}
+
+struct device *model_weights_device(const struct model *m)
+{
+    return m->dev;
+}
+
 /* ---- the plan ---- */
 
 static struct model_part *plan_add(struct model_planner *p, int blob, const char *name)

@@ -7,6 +7,12 @@
  * the execution context of a batch, the forward driver, random checkpoints.
  * Callers read struct model_info, never a family's config.
  *
+ * A shard (struct model) and a batch's execution context (struct
+ * model_exec) are opaque handles here, read through accessors; their
+ * fields are in model_impl.h, for model/ and its families. What callers
+ * fill in or read whole stays plain values: the info, the shard spec, the
+ * blob layout's sizes, a context's shape, a stage's I/O.
+ *
  * A model object is one shard of a checkpoint: a tensor-parallel rank and a
  * pipeline stage (a contiguous range of layers). With tp_size 1 and the
  * full layer range it is the whole model.
@@ -99,35 +105,9 @@ uint64_t model_required_ops(const struct model_config *c);
  * it lacks ("device cuda:0 has no rmsnorm kernel"). */
 int model_check_device(const struct model_config *c, const struct device *d);
 
-struct model {
-    const struct arch_ops *arch;
-    struct model_config *cfg;   /* owned copy */
-    const struct model_info *info; /* &cfg->info */
-    struct model_shard shard;
-    int heads_local, kv_heads_local; /* per TP rank */
-    int kv_head_begin;          /* this rank's first KV head */
-    int ffn_local;
-    int vocab_begin, vocab_local; /* this rank's rows of the embedding and head */
-    /* the precision of its linear layers: model_compute_default of the
-     * checkpoint's matrices when opened; the caller may change it (every
-     * shard of a model alike) */
-    enum kern_compute compute;
-    enum dtype weight_dtype;    /* the matrices as the shard holds them (the last one planned):
-                                 * the checkpoint's, or bf16 (model_layout_set_compute) */
-    void *w;                    /* the family's views of this shard (arch.h), owned */
-    void *layers;               /* the family's views of each local layer, owned */
-    size_t streamed_bytes;      /* weight bytes one forward step reads (not lookup tables) */
-    double macs_token, macs_row; /* multiply-adds per token, per row of logits */
-    struct st_checkpoint *ck;   /* the views' checkpoint, when bound to one */
-    bool owns_ck;
-    float *params;              /* widened small parameters (checkpoint binding) */
-    /* model_open_on: the device holding the weights and the blobs there
-     * (n_blobs of them, owned; NULL where a blob is empty); NULL and 0 for
-     * views of a mapped checkpoint and for the swap engine's shards */
-    struct device *dev;
-    struct dbuf **blobs;
-    int n_blobs;
-};
+/* One shard of a model: opaque above model/ (model_impl.h), read through
+ * the accessors below. */
+struct model;
 
 /* Opens DIR (config.json + safetensors) as the whole model, viewing the
  * mapped checkpoint. */
@@ -139,17 +119,38 @@ int model_open_shard(const struct model_config *cfg, struct st_checkpoint *ck,
  * closed). NULL-safe. */
 void model_close(struct model *m);
 
+/* What a shard is, for the layers above model/. Each reads a field fixed
+ * once the shard is opened (the precision: until the caller changes it). */
+/* The checkpoint's info (the shard's own copy of its config's). */
+const struct model_info *model_info(const struct model *m);
+/* The precision of its linear layers: model_compute_default of the
+ * checkpoint's matrices when opened. */
+enum kern_compute model_compute(const struct model *m);
+/* Changes it, for views of a mapped checkpoint or bound blobs whose dtype
+ * stays (every shard of a model alike); blobs that are still to be filled
+ * take model_layout_set_compute instead. */
+void model_set_compute(struct model *m, enum kern_compute c);
+/* The matrices' dtype as the shard holds them: the checkpoint's, or bf16
+ * (model_layout_set_compute). */
+enum dtype model_weight_dtype(const struct model *m);
+/* Multiply-adds of one forward step per token and per row of logits. */
+void model_macs(const struct model *m, double *per_token, double *per_row);
+/* model_open_on's device, which holds the weights; NULL for views of a
+ * mapped checkpoint and for the swap engine's shards. */
+struct device *model_weights_device(const struct model *m);
+
 struct model_exec_shape; /* below */
 
 /* Opens DIR as the whole model (one full shard) with its weights in memory
  * of dev, any backend: the blob layout of model_shard_open, one
  * device_alloc per blob, each filled in host memory from dev's backend
  * (pinned where it pins), copied with device_copy_h2d and bound; the
- * checkpoint is closed before it returns. m->dev is dev; m owns the blobs;
- * dev stays the caller's and must outlive m. ERR_NOMEM naming the device
- * when the weights do not fit its budget, ERR_UNSUPPORTED when dev lacks a
- * kernel the model calls (model_check_device). Runs on the calling thread;
- * nothing else may copy on dev meanwhile (it waits with device_sync).
+ * checkpoint is closed before it returns. model_weights_device(m) is dev;
+ * m owns the blobs; dev stays the caller's and must outlive m. ERR_NOMEM
+ * naming the device when the weights do not fit its budget, ERR_UNSUPPORTED
+ * when dev lacks a kernel the model calls (model_check_device). Runs on the
+ * calling thread; nothing else may copy on dev meanwhile (it waits with
+ * device_sync).
  * compute: the precision (model_layout_set_compute), or NULL for the
  * checkpoint's (model_compute_default). */
 int model_open_on(const char *dir, struct device *dev, const enum kern_compute *compute,
@@ -187,7 +188,7 @@ void model_layout_free(struct model_layout *layout);
  * (layout->blob_bytes[b] bytes), reading nothing of other shards' slices. */
 int model_shard_fill(const struct model *m, const struct model_layout *layout,
                      const struct st_checkpoint *ck, int b, void *dst);
-/* Sets the shard's precision, m->compute, and what its blobs hold: in bf16
+/* Sets the shard's precision (model_compute) and what its blobs hold: in bf16
  * mode an f16 checkpoint's matrices are stored as bf16 (the same bytes, so
  * the layout keeps its sizes and offsets), rounded once as the blobs are
  * filled, as transformers converts a checkpoint it loads in bf16. Prefill
@@ -214,38 +215,11 @@ struct model_exec_shape {
 };
 
 /* The shape with its defaults filled in (what model_exec_init keeps in
- * ex->shape); false when invalid. */
+ * the context); false when invalid. */
 bool model_exec_shape_resolve(const struct model_exec_shape *in, struct model_exec_shape *out);
 
-struct model_exec {
-    struct device *dev;
-    struct stream *stream;   /* compute stream, owned */
-    struct comm *tp;         /* this shard's rank in its stage's TP group; NULL when tp is 1 */
-    struct model_exec_shape shape;
-    int len;                 /* positions filled, for every sequence */
-    int layers, heads, kv_heads, head_dim; /* this shard's */
-    struct dbuf *mem;        /* everything below that is on the device */
-    float *k, *v;            /* (layers, batch, kv_heads, max_len, head_dim) */
-    uint8_t *key_ok;         /* (batch, max_len) */
-    float *x;                /* (max_tokens, hidden) activations between stages */
-    float *h;                /* (max_tokens, hidden) */
-    float *q, *attn;         /* (max_tokens, heads * head_dim) */
-    float *kn, *vn;          /* (max_tokens, kv_heads * head_dim) */
-    float *f;                /* (max_tokens, the family's MLP width) */
-    float *e;                /* (max_tokens, the family's extra width) or NULL */
-    float *scores;           /* attention scratch */
-    float *aux;              /* the family's per-batch tables (rotary frequencies) or NULL */
-    bool aux_ready;          /* filled (by the first model_exec_begin) */
-    float *logits_local, *logits; /* (max_rows, vocab_local), (max_rows, vocab) */
-    int32_t *ids, *rows;     /* (max_tokens) token ids, position rows / head rows */
-    int32_t *pos;            /* (max_tokens) each new token's position, or NULL */
-    /* host side */
-    uint8_t *key_ok_host;    /* (batch, max_len) mirror of key_ok */
-    int *n_real;             /* (batch) real tokens so far: the next position */
-    int32_t *rows_host;      /* (max_tokens) */
-    int32_t *pos_host;       /* (max_tokens) positions of the step's tokens (0-based) */
-    bool owns_dev;           /* model_exec_open_cpu's device, closed with the context */
-};
+/* Opaque above model/ (model_impl.h); the accessors below. */
+struct model_exec;
 
 /* Device bytes model_exec_init takes for this shape on dev (NULL: on a CPU
  * device, for sizing one before opening it); 0 when the shape is invalid
@@ -268,14 +242,19 @@ void model_exec_reset(struct model_exec *ex);
  * its position count restarts (continuous batching). */
 void model_exec_clear_slot(struct model_exec *ex, int b);
 void model_exec_free(struct model_exec *ex); /* NULL-safe */
+/* The context's compute stream (its device's; owned by the context): what
+ * a caller makes wait for a blob's readiness event before a step. */
+struct stream *model_exec_stream(const struct model_exec *ex);
+/* Sequence slots of the context (its shape's batch). */
+int model_exec_batch(const struct model_exec *ex);
 /* For one model computed on the host (model_open's views): a CPU device of
  * exactly the context's bytes, owned by the context, and the context on it. */
 int model_exec_open_cpu(const struct model *m, const struct model_exec_shape *shape,
                         struct model_exec **out);
-/* The context of a whole model wherever its weights are: on m->dev
+/* The context of a whole model wherever its weights are: on model_weights_device
  * (model_open_on; the context takes shape's bytes of its budget, and the
- * thread that runs its forwards is m->dev's compute thread,
- * device_compute_thread_init) or, for host views (m->dev NULL),
+ * thread that runs its forwards is that device's compute thread,
+ * device_compute_thread_init) or, for host views (none),
  * model_exec_open_cpu. */
 int model_exec_open(const struct model *m, const struct model_exec_shape *shape,
                     struct model_exec **out);
@@ -284,6 +263,12 @@ int model_exec_open(const struct model *m, const struct model_exec_shape *shape,
  * floats): enough on any backend whose kern_attention_scratch stays within
  * that, for sizing a GPU before it is opened. 0 when the shape is invalid. */
 size_t model_exec_bytes_bound(const struct model *m, const struct model_exec_shape *shape);
+/* That room alone, 64-byte rounded, for a shard of a model with this info
+ * split tp_size ways (every family splits the query heads evenly: n_heads /
+ * tp_size of them per shard), for sizing a GPU from a config before any
+ * shard is opened. 0 when the shape is invalid. */
+size_t model_exec_scratch_bound(const struct model_info *info, int tp_size,
+                                const struct model_exec_shape *shape);
 
 /* Runs t_new tokens of each sequence of the batch through the whole model
  * (tp_size 1, all layers), appending to the cache.
@@ -297,20 +282,20 @@ int model_forward(struct model *m, struct model_exec *ex, const int32_t *ids, co
                   int t_new, bool all_positions, float *logits);
 
 /* The stages of model_forward, for pipeline-parallel workers; the
- * activations between stages are ex->x (batch * t_new, hidden). */
+ * activations between stages are the context's (batch * t_new, hidden). */
 /* Checks room for t_new more positions (the cache and the model's
  * positions) and the step's size against the shape, records which new
  * positions are real keys and, for families that use them, each new
  * token's position. Every stage calls it. */
 int model_exec_begin(const struct model *m, struct model_exec *ex, const uint8_t *mask, int t_new);
-/* Embeds ids (first stage) into ex->x. Under TP every rank of the stage
+/* Embeds ids (first stage) into the activations. Under TP every rank of the stage
  * calls it (the all-reduce joins them). */
 int model_forward_embed(const struct model *m, struct model_exec *ex, const int32_t *ids,
                         const uint8_t *mask, int t_new);
-/* One decoder layer (index local to the shard), in place on ex->x. */
+/* One decoder layer (index local to the shard), in place on the activations. */
 int model_forward_layer(const struct model *m, int layer, struct model_exec *ex, int t_new);
 /* Last stage: final norm and head on the last position of every sequence
- * (or every position with all_positions) of ex->x. logits (host, (rows,
+ * (or every position with all_positions) of the activations. logits (host, (rows,
  * vocab)) receives the full logits on TP rank 0; other ranks pass NULL
  * (they contribute their vocabulary block). */
 int model_forward_head(const struct model *m, struct model_exec *ex, int t_new,

@@ -417,7 +417,7 @@ uint64_t swap_model_missing_bytes(struct swap_manager *mgr, const struct swap_mo
 
 enum kern_compute swap_model_compute(const struct swap_model *model)
 {
-    return model->shards[0].st.m->compute;
+    return model_compute(model->shards[0].st.m);
 }
 
 void swap_model_set_compute(struct swap_model *model, enum kern_compute c)

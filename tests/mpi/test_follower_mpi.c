@@ -133,7 +133,7 @@ static void leader_layout(const char *name, const char *dir, int tp, int pp)
             CHECK(model_shard_fill(sh[i].m, &sh[i].layout, ref.ck, b, dbuf_ptr(sh[i].blobs[b])) == 0);
             model_shard_bind(sh[i].m, &sh[i].layout, b, dbuf_ptr(sh[i].blobs[b]));
         }
-        sh[i].m->compute = KERN_COMPUTE_F32;
+        model_set_compute(sh[i].m, KERN_COMPUTE_F32);
     }
 
     /* BATCH_OPEN: contexts placed on the views, tags shared by every process */

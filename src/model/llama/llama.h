@@ -19,7 +19,7 @@
 #ifndef SHARDSWAP_MODEL_LLAMA_LLAMA_H
 #define SHARDSWAP_MODEL_LLAMA_LLAMA_H
 
-#include "model/arch.h"
+#include "model/block.h"
 
 enum rope_kind {
     ROPE_DEFAULT,
@@ -54,11 +54,9 @@ static inline const struct llama_config *llama_cfg(const struct model *m)
 }
 
 struct llama_layer {
-    struct weight_view q, k, v, o, gate, up, down;
-    const float *q_b, *k_b, *v_b;    /* this rank's rows, or NULL */
-    const float *o_b, *down_b;       /* (hidden), rank 0 only, or NULL */
-    const float *gate_b, *up_b;      /* this rank's rows, or NULL */
-    const float *ln1, *ln2;          /* input_layernorm, post_attention_layernorm (hidden) */
+    struct attn_weights attn; /* self_attn: q/k/v_proj (biases: qkv_bias), o_proj (o_bias) */
+    struct mlp_weights mlp;   /* gated: gate_proj, up_proj, down_proj (biases: mlp_bias) */
+    const float *ln1, *ln2;   /* input_layernorm, post_attention_layernorm (hidden) */
 };
 
 /* A shard's views (model.w). */

@@ -1,15 +1,21 @@
-/* The Llama-family forward pass: a flat list of kernel-table calls per
- * layer on the execution context's stream; buffers are the context's. */
-#include <math.h>
+/* The Llama-family forward pass: RMSNorms before the shared attention
+ * (with rotary) and gated MLP blocks, on the execution context's stream;
+ * buffers are the context's. */
 #include <stdlib.h>
 
 #include "backend/kernels.h"
 #include "model/llama/llama.h"
 
+static struct mlp_opts mlp_opts(const struct model *m)
+{
+    return (struct mlp_opts){.act = llama_cfg(m)->act, .gated = true};
+}
+
 void llama_exec_dims(const struct model *m, struct exec_dims *d)
 {
+    const struct mlp_opts mlp = mlp_opts(m);
     *d = (struct exec_dims){
-        .ffn_width = 2 * m->ffn_local, /* gate, then up */
+        .ffn_width = model_block_mlp_width(m, &mlp),
         .aux_floats = (size_t)llama_cfg(m)->rot_dim / 2,
         .positions = true,
     };
@@ -55,35 +61,17 @@ int llama_layer(const struct model *m, int layer, struct model_exec *ex, int t_n
 {
     const struct llama_config *c = llama_cfg(m);
     const struct llama_layer *L = llama_layer_w(m, layer);
-    struct stream *s = ex->stream;
+    const struct attn_opts attn = {.rot_dim = c->rot_dim};
+    const struct mlp_opts mlp = mlp_opts(m);
     const int H = m->info->hidden, n = ex->shape.batch * t_new;
-    const int hd = ex->head_dim, qr = ex->heads * hd, fr = m->ffn_local;
-    float *x = ex->x, *h = ex->h, *kc, *vc;
-    const struct kv_geom g = model_layer_kv(ex, layer, &kc, &vc);
-    float *gate = ex->f, *up = ex->f + (size_t)n * fr;
+    const float eps = (float)c->rms_eps;
 
-    /* attention block: h = RMSNorm(x); q, k, v; rotary on q and k */
-    TRY(kern_rmsnorm(s, h, x, n, H, L->ln1, (float)c->rms_eps));
-    TRY(kern_linear(s, ex->q, h, n, &L->q, L->q_b, m->compute));
-    TRY(kern_linear(s, ex->kn, h, n, &L->k, L->k_b, m->compute));
-    TRY(kern_linear(s, ex->vn, h, n, &L->v, L->v_b, m->compute));
-    TRY(kern_rope(s, ex->q, n, ex->heads, hd, c->rot_dim, ex->pos, ex->aux, 1.0f));
-    TRY(kern_rope(s, ex->kn, n, ex->kv_heads, hd, c->rot_dim, ex->pos, ex->aux, 1.0f));
-    TRY(kern_scale(s, ex->q, (size_t)n * qr, 1.0f / sqrtf((float)hd)));
-    TRY(kern_kv_append(s, kc, vc, ex->kn, ex->vn, &g, t_new, ex->len));
-    TRY(kern_attention(s, ex->attn, ex->q, kc, vc, ex->key_ok, &g, ex->len, t_new, ex->scores));
-    TRY(kern_linear(s, h, ex->attn, n, &L->o, L->o_b, m->compute));
-    TRY(model_reduce(ex, h, (size_t)n * H));
-    TRY(kern_add(s, x, h, (size_t)n * H));
-
-    /* MLP block: down(act(gate(h)) * up(h)), h = RMSNorm(x) */
-    TRY(kern_rmsnorm(s, h, x, n, H, L->ln2, (float)c->rms_eps));
-    TRY(kern_linear(s, gate, h, n, &L->gate, L->gate_b, m->compute));
-    TRY(kern_linear(s, up, h, n, &L->up, L->up_b, m->compute));
-    TRY(kern_gated_act(s, gate, gate, up, (size_t)n * fr, c->act));
-    TRY(kern_linear(s, h, gate, n, &L->down, L->down_b, m->compute));
-    TRY(model_reduce(ex, h, (size_t)n * H));
-    return kern_add(s, x, h, (size_t)n * H);
+    /* x += attention(RMSNorm(x)), rotary on q and k */
+    TRY(kern_rmsnorm(ex->stream, ex->h, ex->x, n, H, L->ln1, eps));
+    TRY(model_block_attn(m, ex, layer, t_new, &L->attn, &attn));
+    /* x += down(act(gate(h)) * up(h)), h = RMSNorm(x) */
+    TRY(kern_rmsnorm(ex->stream, ex->h, ex->x, n, H, L->ln2, eps));
+    return model_block_mlp(m, ex, t_new, &L->mlp, &mlp);
 }
 
 int llama_head(const struct model *m, struct model_exec *ex, int t_new, bool all_positions,

@@ -52,17 +52,17 @@ static int plan_attention(struct model_planner *p, const char *prefix, const str
     const int Q = in->n_heads * hd, K = in->n_kv_heads * hd;
     const int qr = m->heads_local * hd, q0 = m->shard.tp_rank * qr;
     const int kr = m->kv_heads_local * hd, k0 = m->kv_head_begin * hd;
-    TRY(plan_matrix(p, blob, NAME("self_attn.q_proj.weight"), Q, H, q0, qr, 0, H, &L->q));
-    TRY(plan_matrix(p, blob, NAME("self_attn.k_proj.weight"), K, H, k0, kr, 0, H, &L->k));
-    TRY(plan_matrix(p, blob, NAME("self_attn.v_proj.weight"), K, H, k0, kr, 0, H, &L->v));
-    TRY(plan_matrix(p, blob, NAME("self_attn.o_proj.weight"), H, Q, 0, H, q0, qr, &L->o));
+    TRY(plan_matrix(p, blob, NAME("self_attn.q_proj.weight"), Q, H, q0, qr, 0, H, &L->attn.q));
+    TRY(plan_matrix(p, blob, NAME("self_attn.k_proj.weight"), K, H, k0, kr, 0, H, &L->attn.k));
+    TRY(plan_matrix(p, blob, NAME("self_attn.v_proj.weight"), K, H, k0, kr, 0, H, &L->attn.v));
+    TRY(plan_matrix(p, blob, NAME("self_attn.o_proj.weight"), H, Q, 0, H, q0, qr, &L->attn.o));
     if (c->qkv_bias) {
-        TRY(plan_vector(p, blob, NAME("self_attn.q_proj.bias"), Q, q0, qr, &L->q_b));
-        TRY(plan_vector(p, blob, NAME("self_attn.k_proj.bias"), K, k0, kr, &L->k_b));
-        TRY(plan_vector(p, blob, NAME("self_attn.v_proj.bias"), K, k0, kr, &L->v_b));
+        TRY(plan_vector(p, blob, NAME("self_attn.q_proj.bias"), Q, q0, qr, &L->attn.q_b));
+        TRY(plan_vector(p, blob, NAME("self_attn.k_proj.bias"), K, k0, kr, &L->attn.k_b));
+        TRY(plan_vector(p, blob, NAME("self_attn.v_proj.bias"), K, k0, kr, &L->attn.v_b));
     }
     if (c->o_bias && m->shard.tp_rank == 0)
-        TRY(plan_vector(p, blob, NAME("self_attn.o_proj.bias"), H, 0, H, &L->o_b));
+        TRY(plan_vector(p, blob, NAME("self_attn.o_proj.bias"), H, 0, H, &L->attn.o_b));
     return 0;
 }
 
@@ -74,14 +74,14 @@ static int plan_layer(struct model_planner *p, const char *prefix, const struct 
     const int l = m->shard.layer_begin + li, blob = 1 + li, H = in->hidden, F = in->ffn;
     const int fr = m->ffn_local, f0 = m->shard.tp_rank * fr;
     TRY(plan_attention(p, prefix, m, L, l, blob));
-    TRY(plan_matrix(p, blob, NAME("mlp.gate_proj.weight"), F, H, f0, fr, 0, H, &L->gate));
-    TRY(plan_matrix(p, blob, NAME("mlp.up_proj.weight"), F, H, f0, fr, 0, H, &L->up));
-    TRY(plan_matrix(p, blob, NAME("mlp.down_proj.weight"), H, F, 0, H, f0, fr, &L->down));
+    TRY(plan_matrix(p, blob, NAME("mlp.gate_proj.weight"), F, H, f0, fr, 0, H, &L->mlp.gate));
+    TRY(plan_matrix(p, blob, NAME("mlp.up_proj.weight"), F, H, f0, fr, 0, H, &L->mlp.up));
+    TRY(plan_matrix(p, blob, NAME("mlp.down_proj.weight"), H, F, 0, H, f0, fr, &L->mlp.down));
     if (c->mlp_bias) {
-        TRY(plan_vector(p, blob, NAME("mlp.gate_proj.bias"), F, f0, fr, &L->gate_b));
-        TRY(plan_vector(p, blob, NAME("mlp.up_proj.bias"), F, f0, fr, &L->up_b));
+        TRY(plan_vector(p, blob, NAME("mlp.gate_proj.bias"), F, f0, fr, &L->mlp.gate_b));
+        TRY(plan_vector(p, blob, NAME("mlp.up_proj.bias"), F, f0, fr, &L->mlp.up_b));
         if (m->shard.tp_rank == 0)
-            TRY(plan_vector(p, blob, NAME("mlp.down_proj.bias"), H, 0, H, &L->down_b));
+            TRY(plan_vector(p, blob, NAME("mlp.down_proj.bias"), H, 0, H, &L->mlp.down_b));
     }
     TRY(plan_vector(p, blob, NAME("input_layernorm.weight"), H, 0, H, &L->ln1));
     TRY(plan_vector(p, blob, NAME("post_attention_layernorm.weight"), H, 0, H, &L->ln2));

@@ -18,7 +18,7 @@
 #ifndef SHARDSWAP_MODEL_OPT_OPT_H
 #define SHARDSWAP_MODEL_OPT_OPT_H
 
-#include "model/arch.h"
+#include "model/block.h"
 
 enum opt_act {
     OPT_ACT_RELU,
@@ -47,11 +47,10 @@ static inline const struct opt_config *opt_cfg(const struct model *m)
 }
 
 struct opt_layer {
-    struct weight_view q, k, v, o, fc1, fc2;
-    const float *q_b, *k_b, *v_b, *fc1_b; /* (rows of q, k, v, fc1) or NULL */
-    const float *o_b, *fc2_b;             /* (hidden), NULL unless bias and tp_rank 0 */
-    const float *ln1_g, *ln1_b;           /* self_attn_layer_norm (hidden) or NULL */
-    const float *ln2_g, *ln2_b;           /* final_layer_norm of the layer (hidden) or NULL */
+    struct attn_weights attn;   /* self_attn: q/k/v_proj, out_proj (biases: enable_bias) */
+    struct mlp_weights mlp;     /* fc1 as up, fc2 as down, not gated (biases: enable_bias) */
+    const float *ln1_g, *ln1_b; /* self_attn_layer_norm (hidden) or NULL */
+    const float *ln2_g, *ln2_b; /* final_layer_norm of the layer (hidden) or NULL */
 };
 
 /* A shard's views (model.w). */

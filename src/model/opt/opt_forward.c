@@ -1,8 +1,8 @@
-/* The OPT forward pass: a flat list of kernel-table calls per layer on the
- * execution context's stream; buffers are the context's (nothing is
- * allocated here). */
+/* The OPT forward pass: LayerNorms before (pre-LN) or after (post-LN)
+ * the shared attention and MLP blocks, learned positions and the optional
+ * projections around the embeddings, on the execution context's stream;
+ * buffers are the context's (nothing is allocated here). */
 #include <assert.h>
-#include <math.h>
 #include <string.h>
 
 #include "backend/kernels.h"
@@ -26,11 +26,17 @@ static enum kern_act act_of(enum opt_act a)
     return KERN_ACT_RELU;
 }
 
+static struct mlp_opts mlp_opts(const struct model *m)
+{
+    return (struct mlp_opts){.act = act_of(opt_cfg(m)->act), .gated = false};
+}
+
 void opt_exec_dims(const struct model *m, struct exec_dims *d)
 {
     const struct opt_config *c = opt_cfg(m);
+    const struct mlp_opts mlp = mlp_opts(m);
     *d = (struct exec_dims){
-        .ffn_width = m->ffn_local,
+        .ffn_width = model_block_mlp_width(m, &mlp),
         .extra_width = c->embed_dim != m->info->hidden ? c->embed_dim : 0,
     };
 }
@@ -73,46 +79,40 @@ int opt_embed(const struct model *m, struct model_exec *ex, const int32_t *ids, 
     return kern_add(s, ex->x, ex->h, (size_t)n * H);
 }
 
+/* A block's LayerNorm (g, b): pre-LN normalizes its input, h = LN(x)
+ * (post-LN: h = x); post-LN normalizes the residual after it, x = LN(x). */
+static int norm_before(const struct model *m, struct model_exec *ex, int n, const float *g,
+                       const float *b)
+{
+    const int H = m->info->hidden;
+    if (opt_cfg(m)->pre_ln)
+        return kern_layernorm(ex->stream, ex->h, ex->x, n, H, g, b, OPT_LN_EPS);
+    return kern_copy(ex->stream, ex->h, ex->x, (size_t)n * H * sizeof(float));
+}
+
+static int norm_after(const struct model *m, struct model_exec *ex, int n, const float *g,
+                      const float *b)
+{
+    if (opt_cfg(m)->pre_ln)
+        return 0;
+    return kern_layernorm(ex->stream, ex->x, ex->x, n, m->info->hidden, g, b, OPT_LN_EPS);
+}
+
 int opt_layer(const struct model *m, int layer, struct model_exec *ex, int t_new)
 {
-    const struct opt_config *c = opt_cfg(m);
     const struct opt_layer *L = opt_layer_w(m, layer);
-    struct stream *s = ex->stream;
-    const int H = m->info->hidden, n = ex->shape.batch * t_new;
-    const int hd = ex->head_dim, qr = ex->heads * hd, fr = m->ffn_local;
-    float *x = ex->x, *h = ex->h, *kc, *vc;
-    const struct kv_geom g = model_layer_kv(ex, layer, &kc, &vc);
+    const struct attn_opts attn = {.rot_dim = 0}; /* learned positions, added at the embedding */
+    const struct mlp_opts mlp = mlp_opts(m);
+    const int n = ex->shape.batch * t_new;
 
-    /* attention block: h = LN1(x) before (pre-LN) */
-    if (c->pre_ln)
-        TRY(kern_layernorm(s, h, x, n, H, L->ln1_g, L->ln1_b, OPT_LN_EPS));
-    else
-        TRY(kern_copy(s, h, x, (size_t)n * H * sizeof(float)));
-    TRY(kern_linear(s, ex->q, h, n, &L->q, L->q_b, m->compute));
-    TRY(kern_linear(s, ex->kn, h, n, &L->k, L->k_b, m->compute));
-    TRY(kern_linear(s, ex->vn, h, n, &L->v, L->v_b, m->compute));
-    TRY(kern_scale(s, ex->q, (size_t)n * qr, 1.0f / sqrtf((float)hd)));
-    TRY(kern_kv_append(s, kc, vc, ex->kn, ex->vn, &g, t_new, ex->len));
-    TRY(kern_attention(s, ex->attn, ex->q, kc, vc, ex->key_ok, &g, ex->len, t_new, ex->scores));
-    TRY(kern_linear(s, h, ex->attn, n, &L->o, L->o_b, m->compute));
-    TRY(model_reduce(ex, h, (size_t)n * H));
-    TRY(kern_add(s, x, h, (size_t)n * H));
-    if (!c->pre_ln)
-        TRY(kern_layernorm(s, x, x, n, H, L->ln1_g, L->ln1_b, OPT_LN_EPS));
-
-    /* feed-forward block */
-    if (c->pre_ln)
-        TRY(kern_layernorm(s, h, x, n, H, L->ln2_g, L->ln2_b, OPT_LN_EPS));
-    else
-        TRY(kern_copy(s, h, x, (size_t)n * H * sizeof(float)));
-    TRY(kern_linear(s, ex->f, h, n, &L->fc1, L->fc1_b, m->compute));
-    TRY(kern_activation(s, ex->f, (size_t)n * fr, act_of(c->act)));
-    TRY(kern_linear(s, h, ex->f, n, &L->fc2, L->fc2_b, m->compute));
-    TRY(model_reduce(ex, h, (size_t)n * H));
-    TRY(kern_add(s, x, h, (size_t)n * H));
-    if (!c->pre_ln)
-        TRY(kern_layernorm(s, x, x, n, H, L->ln2_g, L->ln2_b, OPT_LN_EPS));
-    return 0;
+    /* x += attention(LN1(x)) (pre-LN), or x = LN1(x + attention(x)) */
+    TRY(norm_before(m, ex, n, L->ln1_g, L->ln1_b));
+    TRY(model_block_attn(m, ex, layer, t_new, &L->attn, &attn));
+    TRY(norm_after(m, ex, n, L->ln1_g, L->ln1_b));
+    /* x += fc2(act(fc1(LN2(x)))) (pre-LN), or x = LN2(x + fc2(act(fc1(x)))) */
+    TRY(norm_before(m, ex, n, L->ln2_g, L->ln2_b));
+    TRY(model_block_mlp(m, ex, t_new, &L->mlp, &mlp));
+    return norm_after(m, ex, n, L->ln2_g, L->ln2_b);
 }
 
 int opt_head(const struct model *m, struct model_exec *ex, int t_new, bool all_positions,

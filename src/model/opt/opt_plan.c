@@ -43,20 +43,20 @@ static int plan_layer(struct model_planner *p, const char *prefix, const struct 
     const int fr = m->ffn_local, f0 = m->shard.tp_rank * fr;
     const bool rank0 = m->shard.tp_rank == 0;
 #define LNAME(s) plan_name(p, "%slayers.%d.%s", prefix, l, s)
-    TRY(plan_matrix(p, blob, LNAME("self_attn.q_proj.weight"), H, H, q0, qr, 0, H, &L->q));
-    TRY(plan_matrix(p, blob, LNAME("self_attn.k_proj.weight"), H, H, q0, qr, 0, H, &L->k));
-    TRY(plan_matrix(p, blob, LNAME("self_attn.v_proj.weight"), H, H, q0, qr, 0, H, &L->v));
-    TRY(plan_matrix(p, blob, LNAME("self_attn.out_proj.weight"), H, H, 0, H, q0, qr, &L->o));
-    TRY(plan_matrix(p, blob, LNAME("fc1.weight"), in->ffn, H, f0, fr, 0, H, &L->fc1));
-    TRY(plan_matrix(p, blob, LNAME("fc2.weight"), H, in->ffn, 0, H, f0, fr, &L->fc2));
+    TRY(plan_matrix(p, blob, LNAME("self_attn.q_proj.weight"), H, H, q0, qr, 0, H, &L->attn.q));
+    TRY(plan_matrix(p, blob, LNAME("self_attn.k_proj.weight"), H, H, q0, qr, 0, H, &L->attn.k));
+    TRY(plan_matrix(p, blob, LNAME("self_attn.v_proj.weight"), H, H, q0, qr, 0, H, &L->attn.v));
+    TRY(plan_matrix(p, blob, LNAME("self_attn.out_proj.weight"), H, H, 0, H, q0, qr, &L->attn.o));
+    TRY(plan_matrix(p, blob, LNAME("fc1.weight"), in->ffn, H, f0, fr, 0, H, &L->mlp.up));
+    TRY(plan_matrix(p, blob, LNAME("fc2.weight"), H, in->ffn, 0, H, f0, fr, &L->mlp.down));
     if (c->bias) {
-        TRY(plan_vector(p, blob, LNAME("self_attn.q_proj.bias"), H, q0, qr, &L->q_b));
-        TRY(plan_vector(p, blob, LNAME("self_attn.k_proj.bias"), H, q0, qr, &L->k_b));
-        TRY(plan_vector(p, blob, LNAME("self_attn.v_proj.bias"), H, q0, qr, &L->v_b));
-        TRY(plan_vector(p, blob, LNAME("fc1.bias"), in->ffn, f0, fr, &L->fc1_b));
+        TRY(plan_vector(p, blob, LNAME("self_attn.q_proj.bias"), H, q0, qr, &L->attn.q_b));
+        TRY(plan_vector(p, blob, LNAME("self_attn.k_proj.bias"), H, q0, qr, &L->attn.k_b));
+        TRY(plan_vector(p, blob, LNAME("self_attn.v_proj.bias"), H, q0, qr, &L->attn.v_b));
+        TRY(plan_vector(p, blob, LNAME("fc1.bias"), in->ffn, f0, fr, &L->mlp.up_b));
         if (rank0) {
-            TRY(plan_vector(p, blob, LNAME("self_attn.out_proj.bias"), H, 0, H, &L->o_b));
-            TRY(plan_vector(p, blob, LNAME("fc2.bias"), H, 0, H, &L->fc2_b));
+            TRY(plan_vector(p, blob, LNAME("self_attn.out_proj.bias"), H, 0, H, &L->attn.o_b));
+            TRY(plan_vector(p, blob, LNAME("fc2.bias"), H, 0, H, &L->mlp.down_b));
         }
     }
     if (c->ln_affine) {

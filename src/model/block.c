@@ -1,0 +1,65 @@
+/* The attention and MLP blocks of every family (block.h): one kernel-table
+ * call per step on the execution context's buffers; nothing is allocated. */
+#include "model/block.h"
+
+#include <assert.h>
+#include <math.h>
+
+#include "backend/kernels.h"
+
+int model_block_attn(const struct model *m, struct model_exec *ex, int layer, int t_new,
+                     const struct attn_weights *w, const struct attn_opts *o)
+{
+    struct stream *s = ex->stream;
+    const int H = m->info->hidden, n = ex->shape.batch * t_new;
+    const int hd = ex->head_dim, qr = ex->heads * hd;
+    float *h = ex->h, *kc, *vc;
+    const struct kv_geom g = model_layer_kv(ex, layer, &kc, &vc);
+    assert(o->rot_dim == 0 || (ex->pos && ex->aux));
+
+    /* q, k, v of this rank's heads */
+    TRY(kern_linear(s, ex->q, h, n, &w->q, w->q_b, m->compute));
+    TRY(kern_linear(s, ex->kn, h, n, &w->k, w->k_b, m->compute));
+    TRY(kern_linear(s, ex->vn, h, n, &w->v, w->v_b, m->compute));
+    /* rotary positions on q and k */
+    if (o->rot_dim > 0) {
+        TRY(kern_rope(s, ex->q, n, ex->heads, hd, o->rot_dim, ex->pos, ex->aux, 1.0f));
+        TRY(kern_rope(s, ex->kn, n, ex->kv_heads, hd, o->rot_dim, ex->pos, ex->aux, 1.0f));
+    }
+    TRY(kern_scale(s, ex->q, (size_t)n * qr, 1.0f / sqrtf((float)hd)));
+    /* the new keys and values into the cache, attention over it */
+    TRY(kern_kv_append(s, kc, vc, ex->kn, ex->vn, &g, t_new, ex->len));
+    TRY(kern_attention(s, ex->attn, ex->q, kc, vc, ex->key_ok, &g, ex->len, t_new, ex->scores));
+    /* output projection, summed over the TP ranks, into the residual */
+    TRY(kern_linear(s, h, ex->attn, n, &w->o, w->o_b, m->compute));
+    TRY(model_reduce(ex, h, (size_t)n * H));
+    return kern_add(s, ex->x, h, (size_t)n * H);
+}
+
+int model_block_mlp_width(const struct model *m, const struct mlp_opts *o)
+{
+    return o->gated ? 2 * m->ffn_local : m->ffn_local;
+}
+
+int model_block_mlp(const struct model *m, struct model_exec *ex, int t_new,
+                    const struct mlp_weights *w, const struct mlp_opts *o)
+{
+    struct stream *s = ex->stream;
+    const int H = m->info->hidden, n = ex->shape.batch * t_new, fr = m->ffn_local;
+    float *h = ex->h, *f = ex->f;
+
+    /* this rank's hidden units: act(gate(h)) * up(h), or act(up(h)) */
+    if (o->gated) {
+        float *up = ex->f + (size_t)n * fr;
+        TRY(kern_linear(s, f, h, n, &w->gate, w->gate_b, m->compute));
+        TRY(kern_linear(s, up, h, n, &w->up, w->up_b, m->compute));
+        TRY(kern_gated_act(s, f, f, up, (size_t)n * fr, o->act));
+    } else {
+        TRY(kern_linear(s, f, h, n, &w->up, w->up_b, m->compute));
+        TRY(kern_activation(s, f, (size_t)n * fr, o->act));
+    }
+    /* down projection, summed over the TP ranks, into the residual */
+    TRY(kern_linear(s, h, f, n, &w->down, w->down_b, m->compute));
+    TRY(model_reduce(ex, h, (size_t)n * H));
+    return kern_add(s, ex->x, h, (size_t)n * H);
+}

@@ -1,0 +1,59 @@
+/* The blocks under a family's forward: attention and the MLP as every
+ * family computes them, from the family's weights and options, on the
+ * execution context's buffers through the kernel table. A family's layer
+ * says where its norms go and which blocks it uses (llama.cpp's
+ * build_attn / build_ffn, on our ops table). Internal to model/.
+ *
+ * Both blocks read the normalized activations ex->h, (batch * t_new,
+ * hidden), overwrite it, and add their output to the residual ex->x; the
+ * output projection is row-parallel, so its partial sums are reduced over
+ * the TP ranks first. */
+#ifndef SHARDSWAP_MODEL_BLOCK_H
+#define SHARDSWAP_MODEL_BLOCK_H
+
+#include "model/arch.h"
+
+/* An attention block's views on one shard: q, k, v split by output rows
+ * (this rank's query heads and KV heads), o by input columns. */
+struct attn_weights {
+    struct weight_view q, k, v, o;
+    const float *q_b, *k_b, *v_b; /* this rank's rows, or NULL */
+    const float *o_b;             /* (hidden), TP rank 0 only, or NULL */
+};
+
+struct attn_opts {
+    /* rotary embeddings on the first rot_dim dims of every q and k head
+     * (rotate_half), at the positions in ex->pos, with the inverse
+     * frequencies the family put in ex->aux; 0: none */
+    int rot_dim;
+};
+
+/* x += o(attention(q(h), k(h), v(h))): rotary on q and k when o asks, q
+ * scaled by 1 / sqrt(head_dim), k and v appended to local layer `layer`'s
+ * KV cache, grouped-query attention over the cached keys that are real
+ * (ex->key_ok) and not in the future. */
+int model_block_attn(const struct model *m, struct model_exec *ex, int layer, int t_new,
+                     const struct attn_weights *w, const struct attn_opts *o);
+
+/* An MLP's views on one shard: up and gate split by output rows (this
+ * rank's hidden units), down by input columns. */
+struct mlp_weights {
+    struct weight_view up, gate, down; /* gate: gated MLPs only */
+    const float *up_b, *gate_b;        /* this rank's rows, or NULL */
+    const float *down_b;               /* (hidden), TP rank 0 only, or NULL */
+};
+
+struct mlp_opts {
+    enum kern_act act;
+    bool gated; /* down(act(gate(h)) * up(h)) (SwiGLU with silu), else down(act(up(h))) */
+};
+
+/* Floats per token of ex->f the MLP takes (the family's exec_dims
+ * ffn_width): gate and up side by side when gated. */
+int model_block_mlp_width(const struct model *m, const struct mlp_opts *o);
+
+/* x += the MLP of h. */
+int model_block_mlp(const struct model *m, struct model_exec *ex, int t_new,
+                    const struct mlp_weights *w, const struct mlp_opts *o);
+
+#endif
