@@ -22,6 +22,7 @@
 
 #include "backend/device.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "format/safetensors.h"
 #include "model/random.h"
 #include "swap/store.h"
@@ -31,9 +32,15 @@
 static char tmp[] = "/tmp/shardswap_store_XXXXXX";
 static char dirs[2][128];
 
+static void remove_tmp(void)
+{
+    fs_tree_remove(tmp);
+}
+
 static void setup(void)
 {
     CHECK(mkdtemp(tmp) != NULL);
+    atexit(remove_tmp);
     struct model_config *c = tiny_opt_config(3, 1000);
     for (int i = 0; i < 2; i++) {
         snprintf(dirs[i], sizeof dirs[i], "%s/m%d", tmp, i);
