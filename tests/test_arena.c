@@ -1,6 +1,6 @@
 /* The arena: first fit and coalescing against a reference bitmap of
  * 64-byte units under random allocations and frees, and arena_alloc_at, the
- * placement a process makes for another process's arena (backend/remote):
+ * placement a process makes for another process's arena (backend/view):
  * exact ranges inside, at either end of and filling a free block; refused
  * over used or outside space; and a replica fed every placement of a
  * first-fit arena at its offsets stays identical to it (largest free block,

@@ -243,7 +243,7 @@ static void rig_open_budget(struct rig *g, const char *policy, int max_loaded, i
         snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, names[m]);
         CHECK(swap_register(pm, names[m], dir, &pl, false, &x) == 0);
         for (int d = 0; d < 2; d++) {
-            uint64_t bb = group_batch_bytes(x, pm, &shape, d);
+            uint64_t bb = group_exec_bytes(x, pm, &shape, d);
             batch = bb > batch ? bb : batch;
         }
         uint64_t b = swap_model_device_bytes(x, 0) > swap_model_device_bytes(x, 1)
@@ -704,16 +704,16 @@ static void test_batch_memory(void)
                                  .max_tokens = 2 * n};
     uint64_t budget = 0;
     for (int d = 0; d < 2; d++) {
-        uint64_t need = swap_model_device_bytes(g.sm[t], d) +
-                        group_batch_bytes(g.sm[t], g.mgr, &two, d);
+        uint64_t need =
+            swap_model_device_bytes(g.sm[t], d) + group_exec_bytes(g.sm[t], g.mgr, &two, d);
         budget = need > budget ? need : budget;
     }
     int max_pos = swap_model_info(g.sm[t])->max_pos;
     struct model_exec_shape short1 = {.batch = 1, .max_len = n + 1, .max_tokens = n};
     uint64_t tight = 0;
     for (int d = 0; d < 2; d++) {
-        uint64_t need = swap_model_device_bytes(g.sm[t], d) +
-                        group_batch_bytes(g.sm[t], g.mgr, &short1, d);
+        uint64_t need =
+            swap_model_device_bytes(g.sm[t], d) + group_exec_bytes(g.sm[t], g.mgr, &short1, d);
         tight = need > tight ? need : tight;
     }
     rig_close(&g);
@@ -1386,7 +1386,7 @@ static void test_trimming_loads(void)
             struct model_exec_shape shape = engine_batch_shape(
                 swap_model_info(probe.sm[t])->max_pos, 1, longest, longest + max_tokens, true);
             n += swap_model_device_bytes(probe.sm[t], d) +
-                 group_batch_bytes(probe.sm[t], probe.mgr, &shape, d);
+                 group_exec_bytes(probe.sm[t], probe.mgr, &shape, d);
             const struct swap_shard *sh = swap_model_shard(probe.sm[t], d);
             uint64_t last = swap_shard_blob_bytes(sh, swap_shard_n_blobs(sh) - 1);
             layer = last < layer ? last : layer;
@@ -1643,7 +1643,7 @@ static void test_min_resident(const char *policy)
     for (int d = 0; d < 2; d++) {
         uint64_t wz = swap_model_device_bytes(g.sm[z], d);
         uint64_t need = swap_model_device_bytes(g.sm[x], d) + swap_model_device_bytes(g.sm[y], d) +
-                        wz + group_batch_bytes(g.sm[z], g.mgr, &one, d) - wz / 2;
+                        wz + group_exec_bytes(g.sm[z], g.mgr, &one, d) - wz / 2;
         budget = need > budget ? need : budget;
     }
     rig_close(&g);

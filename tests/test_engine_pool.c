@@ -103,7 +103,7 @@ static uint64_t device_room(int max_batch)
         struct swap_model *x;
         CHECK(model_register(pm, fixtures[f], f, &x) == 0);
         for (int d = 0; d < N_DEVICES; d++) {
-            uint64_t b = swap_model_device_bytes(x, d) + group_batch_bytes(x, pm, &shape, d);
+            uint64_t b = swap_model_device_bytes(x, d) + group_exec_bytes(x, pm, &shape, d);
             most = b > most ? b : most;
         }
     }

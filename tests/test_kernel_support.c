@@ -183,12 +183,12 @@ TEST(devices)
     CHECK(kern_attention_max_head_dim(d) == 0);
     CHECK(kern_check(d, ALL_OPS, 100000) == 0);
     /* another process's device answers for its owner's kind */
-    CHECK(device_open_remote(1, DEVICE_CPU, "cpu:0", MiB, &r) == 0);
+    CHECK(device_open_view(1, DEVICE_CPU, "cpu:0", MiB, &r) == 0);
     CHECK(kern_supported(r) == kern_table_ops(&cpu_kernel_ops));
     device_close(r);
     r = NULL;
     const struct kernel_ops *cuda = cuda_kernel_table();
-    int rc = device_open_remote(1, DEVICE_CUDA, "cuda:0", MiB, &r);
+    int rc = device_open_view(1, DEVICE_CUDA, "cuda:0", MiB, &r);
     if (cuda) {
         CHECK(rc == 0);
         CHECK(r && kern_supported(r) == kern_table_ops(cuda));

@@ -75,7 +75,7 @@ static void check_layout(const char *name, const char *dir, int tp, int pp,
                          const int32_t *step_ids)
 {
     struct rig g;
-    struct group_batch *gb = NULL;
+    struct group_exec *gb = NULL;
     int rc = rig_open(&g, name, dir, tp, pp);
     struct swap_manager *mgr = g.mgr;
     struct workers *w = g.w;
@@ -91,7 +91,7 @@ static void check_layout(const char *name, const char *dir, int tp, int pp,
         CHECK(swap_load(mgr, model, NULL) == 0);
         CHECK(swap_use_begin(mgr, model) == 0);
         const struct model_exec_shape shape = {.batch = B, .max_len = T + 4, .max_rows = B * (T + 4)};
-        CHECK(group_batch_create(mgr, model, &shape, &gb) == 0);
+        CHECK(group_exec_create(mgr, model, &shape, &gb) == 0);
         CHECK_MSG(group_forward(w, gb, ids, mask, T, true, true, got) == 0, "%s", err_msg());
         double worst = 0;
         for (int i = 0; i < B * T; i++)
@@ -110,7 +110,7 @@ static void check_layout(const char *name, const char *dir, int tp, int pp,
         swap_use_end(mgr, model);
         free(got);
     }
-    group_batch_free(gb);
+    group_exec_free(gb);
     rig_close(&g);
 }
 
@@ -121,7 +121,7 @@ static void check_layout(const char *name, const char *dir, int tp, int pp,
 static void check_failure(const char *dir, int tp, int pp)
 {
     struct rig g;
-    struct group_batch *gb = NULL;
+    struct group_exec *gb = NULL;
     CHECK(rig_open(&g, "failing", dir, tp, pp) == 0);
     struct swap_manager *mgr = g.mgr;
     struct workers *w = g.w;
@@ -134,7 +134,7 @@ static void check_failure(const char *dir, int tp, int pp)
     uint8_t mask[B * T];
     make_batch(V, ids, mask);
     float *got = malloc((size_t)B * T * V * sizeof(float));
-    CHECK(group_batch_create(mgr, model, &shape, &gb) == 0);
+    CHECK(group_exec_create(mgr, model, &shape, &gb) == 0);
     ids[T - 1] = V + 5;
     err_set(ERR_OK, "%s", ""); /* no stale message on this thread */
     alarm(20);
@@ -142,7 +142,7 @@ static void check_failure(const char *dir, int tp, int pp)
     alarm(0);
     CHECK_MSG(rc == ERR_INVALID && strstr(err_msg(), "outside the vocabulary"),
               "tp %d pp %d: rc %d, message '%s'", tp, pp, rc, err_msg());
-    CHECK(group_batch_failed(gb) == ERR_INVALID);
+    CHECK(group_exec_failed(gb) == ERR_INVALID);
     /* the failed batch runs no more steps, even valid ones... */
     make_batch(V, ids, mask);
     alarm(20);
@@ -150,16 +150,16 @@ static void check_failure(const char *dir, int tp, int pp)
     alarm(0);
     CHECK_MSG(rc == ERR_INVALID && strstr(err_msg(), "earlier step"), "tp %d pp %d: '%s'", tp, pp,
               err_msg());
-    group_batch_free(gb);
+    group_exec_free(gb);
     gb = NULL;
     /* ...and a new batch on the same workers does */
-    CHECK(group_batch_create(mgr, model, &shape, &gb) == 0);
+    CHECK(group_exec_create(mgr, model, &shape, &gb) == 0);
     alarm(20);
     CHECK_MSG(group_forward(w, gb, ids, mask, T, true, true, got) == 0, "tp %d pp %d: %s", tp, pp,
               err_msg());
     alarm(0);
-    CHECK(group_batch_failed(gb) == 0);
-    group_batch_free(gb);
+    CHECK(group_exec_failed(gb) == 0);
+    group_exec_free(gb);
     swap_use_end(mgr, model);
     free(got);
     rig_close(&g);

@@ -303,7 +303,7 @@ static void sizes_measure(const struct scenario *sc, struct sizes *z)
                                sc->trim_room ? sc->max_batch : MAX_BATCH, np, np + k, k > 1);
         for (int d = 0; d < 2; d++) {
             const struct swap_shard *sh = swap_model_shard(sm, d);
-            z->reserve[m][d] = group_batch_bytes(sm, pm, &shape, d);
+            z->reserve[m][d] = group_exec_bytes(sm, pm, &shape, d);
             z->need[m][d] = swap_model_device_bytes(sm, d) + z->reserve[m][d];
             z->layer[m][d] = swap_shard_blob_bytes(sh, swap_shard_n_blobs(sh) - 1);
             z->layers = swap_shard_n_blobs(sh) - 1;

@@ -122,13 +122,15 @@ static double check_output(struct rig *r, int i)
     struct model_exec *kv;
     CHECK(model_exec_open_cpu(ref, &(struct model_exec_shape){.batch = 1, .max_len = 5, .max_rows = 5}, &kv) == 0);
     CHECK(model_forward(ref, kv, ids, NULL, 5, false, b) == 0);
-    struct group_batch *gb;
+    struct group_exec *gb;
     CHECK(swap_use_begin(r->mgr, r->m[i]) == 0);
-    CHECK(group_batch_create(r->mgr, r->m[i], &(struct model_exec_shape){.batch = 1, .max_len = 5, .max_rows = 5}, &gb) == 0);
+    CHECK(group_exec_create(r->mgr, r->m[i],
+                            &(struct model_exec_shape){.batch = 1, .max_len = 5, .max_rows = 5},
+                            &gb) == 0);
     CHECK(group_forward(r->w, gb, ids, NULL, 5, false, true, a) == 0);
     swap_use_end(r->mgr, r->m[i]);
     double e = test_rel_err(a, b, (size_t)V);
-    group_batch_free(gb);
+    group_exec_free(gb);
     model_exec_free(kv);
     model_close(ref);
     free(a);

@@ -150,7 +150,7 @@ static const int32_t ids[5] = {2, 17, 400, 9, 123};
 static void forward(struct rig *r, int i, float *out)
 {
     struct model_exec_shape shape = {.batch = 1, .max_len = 5, .max_rows = 5};
-    struct group_batch *gb = NULL;
+    struct group_exec *gb = NULL;
     const int V = swap_model_info(r->m[i])->vocab;
     for (int k = 0; k < V; k++)
         out[k] = 0.0f / 0.0f; /* what a forward that cannot run leaves: no reference is met */
@@ -158,10 +158,10 @@ static void forward(struct rig *r, int i, float *out)
     CHECK_MSG(rc == 0, "m%d: %s", i, err_msg());
     if (rc < 0)
         return;
-    CHECK(group_batch_create(r->mgr, r->m[i], &shape, &gb) == 0);
+    CHECK(group_exec_create(r->mgr, r->m[i], &shape, &gb) == 0);
     CHECK(gb && group_forward(r->w, gb, ids, NULL, 5, false, true, out) == 0);
     swap_use_end(r->mgr, r->m[i]);
-    group_batch_free(gb);
+    group_exec_free(gb);
 }
 
 /* model_forward's logits of dirs[i], the reference every forward meets. */

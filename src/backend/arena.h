@@ -42,7 +42,7 @@ void arena_destroy(struct arena *a); /* frees the bookkeeping; NULL-safe */
 int arena_alloc(struct arena *a, uint64_t bytes, uint64_t *off);
 /* Allocates exactly [off, off + bytes) (multiples of ARENA_ALIGN): for a
  * process that carries out placements another process's arena chose (a
- * remote device's, backend/remote). ERR_NOMEM without a message when some of
+ * remote device's, backend/view). ERR_NOMEM without a message when some of
  * the range is not free, or a node cannot be malloc'd. */
 int arena_alloc_at(struct arena *a, uint64_t off, uint64_t bytes);
 /* Returns [off, off + bytes), exactly as allocated. Never fails; a double

@@ -62,8 +62,8 @@ int device_cuda_memory(int gpu, uint64_t *free_bytes, uint64_t *total);
  * the process). kind is the owner's; named "<proc>/<name>", e.g. "1/cpu:0".
  * A CUDA one needs this process built with CUDA (to size batches exactly as
  * the owner will): ERR_UNSUPPORTED otherwise. */
-int device_open_remote(int proc, enum device_kind kind, const char *name, uint64_t budget_bytes,
-                       struct device **out);
+int device_open_view(int proc, enum device_kind kind, const char *name, uint64_t budget_bytes,
+                     struct device **out);
 /* -1 for this process's device, else the process that owns it. */
 int device_proc(const struct device *d);
 /* Waits for queued copies, then frees everything. Every dbuf must be freed first. */
@@ -89,7 +89,7 @@ size_t device_free_blocks(const struct device *d);
  * releases it with device_free before closing d. */
 int device_alloc(struct device *d, size_t bytes, struct dbuf **out);
 /* Allocates exactly [off, off + bytes) of d's memory: the placement rank
- * 0's view of d chose (a remote device there, backend/remote). ERR_NOMEM
+ * 0's view of d chose (a remote device there, backend/view). ERR_NOMEM
  * naming the device and offset when the range is not free (the two views
  * disagree), ERR_INVALID for an offset that is not 64-byte aligned;
  * otherwise as device_alloc. */

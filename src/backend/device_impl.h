@@ -31,7 +31,7 @@ struct device_ops {
      * comes with a message set by the backend. */
     int (*alloc)(struct device *d, size_t bytes, void **out);
     /* Optional: carves exactly [off, off + bytes) (the placement another
-     * process chose: backend/remote); ERR_NOMEM when it is not free. And the
+     * process chose: backend/view); ERR_NOMEM when it is not free. And the
      * offset of an allocation's pointer in the device's memory. */
     int (*alloc_at)(struct device *d, uint64_t off, size_t bytes, void **out);
     uint64_t (*offset)(const struct device *d, const void *ptr);
@@ -83,7 +83,7 @@ struct device {
     const struct kernel_ops *kern;
     void *ctx;     /* the backend's; freed by ops->close */
     char name[32]; /* "cpu:0", "cuda:1"; another process's: "1/cpu:0" */
-    int proc;      /* -1: this process's; else the process that owns it (backend/remote) */
+    int proc;      /* -1: this process's; else the process that owns it (backend/view) */
     uint64_t budget;
     /* Guarded by lock. used counts each live allocation at its size rounded
      * up to DEVICE_ALIGN, i.e. the bytes it takes from the device, so that
@@ -112,7 +112,7 @@ struct device_event {
 };
 
 /* The CUDA backend's kernel table, or NULL when built without CUDA (for a
- * remote CUDA device's sizing, backend/remote). */
+ * remote CUDA device's sizing, backend/view). */
 const struct kernel_ops *cuda_kernel_table(void);
 
 /* Wraps a backend context in a device named name with budget bytes. On

@@ -96,7 +96,7 @@ const char *kern_op_name(enum kern_op op);
 enum kern_op kern_act_op(enum kern_act act);
 enum kern_op kern_gated_op(enum kern_act act);
 /* Whether d runs op: its backend's table has the kernel, less what the
- * backend declares it refuses. Another process's device (device_open_remote)
+ * backend declares it refuses. Another process's device (device_open_view)
  * answers for its owner: the same program's table of the owner's kind. */
 bool kern_supports(const struct device *d, enum kern_op op);
 /* Every op d runs, as KERN_OP_BITs. */

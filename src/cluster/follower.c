@@ -33,7 +33,7 @@ enum { MAX_MODELS = 256, MAX_BATCHES = 256, MAX_DEVICES = 64 };
  * loader signals the events; st.host[], st.stamp, loading and queued are
  * under the follower's lock (the host tier is shared by every device's
  * loader). */
-struct fshard {
+struct follower_shard {
     int index, stage, rank, device;
     struct store_shard st;
     bool loaded;  /* every blob with bytes placed (its copies may be under way) */
@@ -41,28 +41,28 @@ struct fshard {
     bool loading; /* its job runs: its host copies stay */
 };
 
-struct fmodel {
+struct follower_model {
     bool used;
     uint32_t id;
     struct model_config *cfg;
     struct st_checkpoint *ck;
     int tp, pp;
     int devices[PROTO_MAX_SHARDS]; /* shard i on job device devices[i] */
-    struct fshard sh[PROTO_MAX_SHARDS];
+    struct follower_shard sh[PROTO_MAX_SHARDS];
     int n_local;
 };
 
 /* A step's task on one local shard, run on its device's queue. */
-struct ftask {
+struct follower_task {
     struct workq_item item;
-    struct fbatch *b;
+    struct follower_batch *b;
     int local; /* index into the batch's shards */
 };
 
-struct fbatch {
+struct follower_batch {
     bool used;
     uint64_t id;
-    struct fmodel *m;
+    struct follower_model *m;
     struct model_exec_shape shape;           /* as BATCH_OPEN gave it */
     struct model_exec *ex[PROTO_MAX_SHARDS]; /* per local shard */
     struct model_stage_io io[PROTO_MAX_SHARDS];
@@ -76,7 +76,7 @@ struct fbatch {
     float *logits;
     int rc[PROTO_MAX_SHARDS];
     char msg[PROTO_MAX_SHARDS][256];
-    struct ftask task[PROTO_MAX_SHARDS];
+    struct follower_task task[PROTO_MAX_SHARDS];
     pthread_mutex_t lock;
     pthread_cond_t cond; /* busy went false */
     int pending;         /* tasks not yet ended */
@@ -86,7 +86,7 @@ struct fbatch {
 /* One of this process's devices: its compute thread (steps of its shards,
  * in the order they came) and its loader (LOADs of its shards, in order),
  * beside each other and the command thread. */
-struct fdevice {
+struct follower_device {
     struct follower *f;
     int index;
     struct workq compute;
@@ -96,21 +96,21 @@ struct fdevice {
 
 /* One LOAD: a job per shard it names, on that shard's device's loader;
  * the last job to end answers it. */
-struct fload_job {
+struct follower_load_job {
     struct workq_item item;
-    struct fload *load;
-    struct fshard *s;
+    struct follower_load *load;
+    struct follower_shard *s;
 };
 
-struct fload {
-    struct fmodel *fm;
+struct follower_load {
+    struct follower_model *fm;
     uint64_t seq;
     struct proto_place *places; /* the command's, taken over */
     uint32_t n_places;
     int remaining, rc; /* under the follower's lock */
     char msg[560];     /* the first failure's */
     int n_jobs;
-    struct fload_job jobs[PROTO_MAX_SHARDS];
+    struct follower_load_job jobs[PROTO_MAX_SHARDS];
 };
 
 struct follower {
@@ -118,10 +118,10 @@ struct follower {
     int me, ctl_tag, n_devices;
     struct device *dev[MAX_DEVICES];
     int proc_of[MAX_DEVICES];
-    struct fdevice threads[MAX_DEVICES]; /* the local devices' threads */
+    struct follower_device threads[MAX_DEVICES]; /* the local devices' threads */
     bool owns_devices; /* opened by DEVICES (closed by END), not the caller's */
-    struct fmodel models[MAX_MODELS];
-    struct fbatch batches[MAX_BATCHES];
+    struct follower_model models[MAX_MODELS];
+    struct follower_batch batches[MAX_BATCHES];
     atomic_bool stop; /* follower_stop: process 0 is gone */
     /* guards the host tier (every shard's host copies, stamp, loading and
      * queued), the counters below and the LOADs' remaining */
@@ -174,7 +174,7 @@ static int reply(struct follower *f, const struct proto_msg *cmd, int status)
 
 /* ---- models ---- */
 
-static struct fmodel *model_find(struct follower *f, uint32_t id)
+static struct follower_model *model_find(struct follower *f, uint32_t id)
 {
     for (int i = 0; i < MAX_MODELS; i++)
         if (f->models[i].used && f->models[i].id == id)
@@ -185,7 +185,7 @@ static struct fmodel *model_find(struct follower *f, uint32_t id)
 
 /* Waits until the loaders of fm's devices have run every job posted so far
  * (command thread). */
-static void model_loads_wait(struct follower *f, const struct fmodel *fm)
+static void model_loads_wait(struct follower *f, const struct follower_model *fm)
 {
     for (int i = 0; i < fm->n_local; i++)
         if (f->threads[fm->sh[i].device].open)
@@ -193,14 +193,14 @@ static void model_loads_wait(struct follower *f, const struct fmodel *fm)
 }
 
 /* Frees s's device blobs (no loader copies into them: model_loads_wait first). */
-static void shard_unload(struct fshard *s)
+static void shard_unload(struct follower_shard *s)
 {
     store_blobs_release(&s->st, 0);
     s->loaded = false;
 }
 
 /* Forgets fm (nothing of it in flight: no batch, model_loads_wait). */
-static void model_drop(struct fmodel *fm)
+static void model_drop(struct follower_model *fm)
 {
     for (int i = 0; i < fm->n_local; i++) {
         shard_unload(&fm->sh[i]);
@@ -212,7 +212,7 @@ static void model_drop(struct fmodel *fm)
 }
 
 /* True when a batch of fm is open (its shards' weights are in use). */
-static bool model_busy(struct follower *f, const struct fmodel *fm)
+static bool model_busy(struct follower *f, const struct follower_model *fm)
 {
     for (int i = 0; i < MAX_BATCHES; i++)
         if (f->batches[i].used && f->batches[i].m == fm)
@@ -226,7 +226,7 @@ static int do_register(struct follower *f, const struct proto_msg *c)
         if (f->models[i].used && f->models[i].id == c->model)
             return err_set(ERR_INVALID, "process %d: model %u is registered already", f->me,
                            c->model);
-    struct fmodel *fm = NULL;
+    struct follower_model *fm = NULL;
     for (int i = 0; i < MAX_MODELS && !fm; i++)
         if (!f->models[i].used)
             fm = &f->models[i];
@@ -236,7 +236,7 @@ static int do_register(struct follower *f, const struct proto_msg *c)
         if (c->devices[i] < 0 || c->devices[i] >= f->n_devices)
             return err_set(ERR_INVALID, "model %s: device %d is not a device of the job", c->name,
                            c->devices[i]);
-    *fm = (struct fmodel){.used = true, .id = c->model, .tp = (int)c->tp, .pp = (int)c->pp};
+    *fm = (struct follower_model){.used = true, .id = c->model, .tp = (int)c->tp, .pp = (int)c->pp};
     int rc = model_config_load(c->path, &fm->cfg);
     if (rc == 0)
         rc = st_open(c->path, &fm->ck);
@@ -245,8 +245,8 @@ static int do_register(struct follower *f, const struct proto_msg *c)
         fm->devices[i] = c->devices[i];
         if (!f->dev[c->devices[i]])
             continue;
-        struct fshard *s = &fm->sh[fm->n_local++];
-        *s = (struct fshard){
+        struct follower_shard *s = &fm->sh[fm->n_local++];
+        *s = (struct follower_shard){
             .index = i, .stage = i / fm->tp, .rank = i % fm->tp, .device = c->devices[i]};
         struct model_shard spec = {.tp_rank = s->rank,
                                    .tp_size = fm->tp,
@@ -267,7 +267,7 @@ static int do_register(struct follower *f, const struct proto_msg *c)
     return 0;
 }
 
-static struct fshard *local_shard(struct fmodel *fm, uint32_t index)
+static struct follower_shard *local_shard(struct follower_model *fm, uint32_t index)
 {
     for (int i = 0; i < fm->n_local; i++)
         if (fm->sh[i].index == (int)index)
@@ -282,7 +282,7 @@ static struct fshard *local_shard(struct fmodel *fm, uint32_t index)
 static bool shard_droppable(void *arg, const struct store_shard *st)
 {
     (void)arg;
-    return !queue_data(st, struct fshard, st)->loading;
+    return !queue_data(st, struct follower_shard, st)->loading;
 }
 
 /* A LOAD's job on one shard, on its device's loader: the shard store's
@@ -293,11 +293,11 @@ static bool shard_droppable(void *arg, const struct store_shard *st)
  * a failed load, as on process 0). The last job of the LOAD answers it. */
 static void load_run(struct workq_item *item, void *arg)
 {
-    struct fdevice *ld = arg;
+    struct follower_device *ld = arg;
     struct follower *f = ld->f;
-    struct fload_job *j = queue_data(&item->node, struct fload_job, item.node);
-    struct fload *load = j->load;
-    struct fshard *s = j->s;
+    struct follower_load_job *j = queue_data(&item->node, struct follower_load_job, item.node);
+    struct follower_load *load = j->load;
+    struct follower_shard *s = j->s;
     pthread_mutex_lock(&f->lock);
     s->loading = true;
     s->st.stamp = ++f->clock;
@@ -324,7 +324,7 @@ static void load_run(struct workq_item *item, void *arg)
 }
 
 /* True when every blob of s with bytes is placed. */
-static bool shard_complete(const struct fshard *s)
+static bool shard_complete(const struct follower_shard *s)
 {
     for (int b = 0; b < s->st.layout.n_blobs; b++)
         if (s->st.layout.blob_bytes[b] > 0 && !s->st.dev[b])
@@ -333,11 +333,11 @@ static bool shard_complete(const struct fshard *s)
 }
 
 /* Checks every place of a LOAD before anything is placed. */
-static int load_check(struct follower *f, struct fmodel *fm, const struct proto_msg *c)
+static int load_check(struct follower *f, struct follower_model *fm, const struct proto_msg *c)
 {
     for (uint32_t i = 0; i < c->n_places; i++) {
         const struct proto_place *p = &c->places[i];
-        struct fshard *s = local_shard(fm, p->shard);
+        struct follower_shard *s = local_shard(fm, p->shard);
         bool dup = false;
         for (uint32_t k = 0; k < i && !dup; k++)
             dup = c->places[k].shard == p->shard && c->places[k].blob == p->blob;
@@ -366,17 +366,17 @@ static int load_check(struct follower *f, struct fmodel *fm, const struct proto_
  * placed. 1: it will be answered; else its error (nothing placed). */
 static int do_load(struct follower *f, struct proto_msg *c)
 {
-    struct fmodel *fm = model_find(f, c->model);
+    struct follower_model *fm = model_find(f, c->model);
     if (!fm)
         return ERR_INVALID;
     int rc = load_check(f, fm, c);
-    struct fload *load = rc == 0 ? calloc(1, sizeof *load) : NULL;
+    struct follower_load *load = rc == 0 ? calloc(1, sizeof *load) : NULL;
     if (rc == 0 && !load)
         rc = err_set(ERR_NOMEM, "out of memory");
     uint32_t placed = 0;
     for (; rc == 0 && placed < c->n_places; placed++) {
         const struct proto_place *p = &c->places[placed];
-        struct fshard *s = local_shard(fm, p->shard);
+        struct follower_shard *s = local_shard(fm, p->shard);
         size_t n = s->st.layout.blob_bytes[p->blob];
         if (n == 0) /* nothing to place: its event stays set */
             continue;
@@ -387,11 +387,11 @@ static int do_load(struct follower *f, struct proto_msg *c)
         for (int k = 0; k < load->n_jobs && !known; k++)
             known = load->jobs[k].s == s;
         if (!known)
-            load->jobs[load->n_jobs++] = (struct fload_job){.load = load, .s = s};
+            load->jobs[load->n_jobs++] = (struct follower_load_job){.load = load, .s = s};
     }
     if (rc < 0) { /* this command's placements undone */
         for (uint32_t i = 0; i < placed; i++) {
-            struct fshard *s = local_shard(fm, c->places[i].shard);
+            struct follower_shard *s = local_shard(fm, c->places[i].shard);
             device_free(s->st.dev[c->places[i].blob]);
             s->st.dev[c->places[i].blob] = NULL;
             device_event_signal(s->st.ready[c->places[i].blob], 0);
@@ -422,7 +422,7 @@ static int do_load(struct follower *f, struct proto_msg *c)
 
 /* ---- batches ---- */
 
-static struct fbatch *batch_find(struct follower *f, uint64_t id)
+static struct follower_batch *batch_find(struct follower *f, uint64_t id)
 {
     for (int i = 0; i < MAX_BATCHES; i++)
         if (f->batches[i].used && f->batches[i].id == id)
@@ -432,7 +432,7 @@ static struct fbatch *batch_find(struct follower *f, uint64_t id)
 }
 
 /* Returns once b has no step in flight (its answer has left). Command thread. */
-static void batch_idle(struct fbatch *b)
+static void batch_idle(struct follower_batch *b)
 {
     pthread_mutex_lock(&b->lock);
     while (b->busy)
@@ -442,7 +442,7 @@ static void batch_idle(struct fbatch *b)
 
 /* b's ends of its collectives and channels aborted with rc: a step of it
  * waiting on a peer returns. Any thread. */
-static void batch_abort(struct fbatch *b, int rc)
+static void batch_abort(struct follower_batch *b, int rc)
 {
     for (int g = 0; g < PROTO_MAX_SHARDS; g++)
         if (b->group[g])
@@ -452,7 +452,7 @@ static void batch_abort(struct fbatch *b, int rc)
             comm_channel_abort(b->chan[i], rc);
 }
 
-static void batch_close(struct fbatch *b)
+static void batch_close(struct follower_batch *b)
 {
     batch_idle(b);
     for (int i = 0; b->m && i < b->m->n_local; i++)
@@ -468,9 +468,9 @@ static void batch_close(struct fbatch *b)
 
 /* The TP group of each stage we hold a rank of, and the PP channels with
  * an end here: tags as rank 0 gave them. */
-static int batch_wire(struct follower *f, struct fbatch *b, const struct proto_msg *c)
+static int batch_wire(struct follower *f, struct follower_batch *b, const struct proto_msg *c)
 {
-    struct fmodel *fm = b->m;
+    struct follower_model *fm = b->m;
     const int tp = fm->tp, pp = fm->pp;
     if ((int)c->n_group_tags != pp || (int)c->n_channel_tags != (pp - 1) * tp)
         return err_set(ERR_INVALID, "batch %llu: %u group and %u channel tags for %d x %d shards",
@@ -499,16 +499,16 @@ static int batch_wire(struct follower *f, struct fbatch *b, const struct proto_m
 
 static int do_batch_open(struct follower *f, const struct proto_msg *c)
 {
-    struct fmodel *fm = model_find(f, c->model);
+    struct follower_model *fm = model_find(f, c->model);
     if (!fm)
         return ERR_INVALID;
-    struct fbatch *b = NULL;
+    struct follower_batch *b = NULL;
     for (int i = 0; i < MAX_BATCHES && !b; i++)
         if (!f->batches[i].used)
             b = &f->batches[i];
     if (!b)
         return err_set(ERR_BUSY, "process %d: %d batches open already", f->me, MAX_BATCHES);
-    *b = (struct fbatch){.used = true, .id = c->batch, .m = fm};
+    *b = (struct follower_batch){.used = true, .id = c->batch, .m = fm};
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->cond, NULL);
     struct model_exec_shape shape = {.batch = (int)c->batch_size,
@@ -518,7 +518,7 @@ static int do_batch_open(struct follower *f, const struct proto_msg *c)
     b->shape = shape;
     int rc = batch_wire(f, b, c);
     for (int i = 0; i < fm->n_local && rc == 0; i++) {
-        const struct fshard *s = &fm->sh[i];
+        const struct follower_shard *s = &fm->sh[i];
         const struct proto_place *p = NULL;
         for (uint32_t k = 0; k < c->n_places; k++)
             if (c->places[k].shard == (uint32_t)s->index)
@@ -544,9 +544,9 @@ static int do_batch_open(struct follower *f, const struct proto_msg *c)
 /* The step's answer, once its last task has ended: STEP_DONE with the first
  * error or the logits. On that task's thread; b is free for the next
  * command before the answer leaves. */
-static void step_answer(struct follower *f, struct fbatch *b)
+static void step_answer(struct follower *f, struct follower_batch *b)
 {
-    const struct fmodel *fm = b->m;
+    const struct follower_model *fm = b->m;
     int rc = 0;
     char msg[400] = "";
     for (int i = 0; i < fm->n_local && rc == 0; i++)
@@ -584,11 +584,11 @@ static void step_answer(struct follower *f, struct fbatch *b)
  * overlap, layer by layer as its blobs land; else once all have. */
 static void step_run(struct workq_item *item, void *arg)
 {
-    struct follower *f = ((struct fdevice *)arg)->f;
-    struct ftask *t = queue_data(&item->node, struct ftask, item.node);
-    struct fbatch *b = t->b;
+    struct follower *f = ((struct follower_device *)arg)->f;
+    struct follower_task *t = queue_data(&item->node, struct follower_task, item.node);
+    struct follower_batch *b = t->b;
     const struct proto_msg *c = &b->step;
-    struct fshard *s = &b->m->sh[t->local];
+    struct follower_shard *s = &b->m->sh[t->local];
     const int nb = s->st.layout.n_blobs;
     if (nb > 0 && !device_event_done(s->st.ready[nb - 1])) {
         pthread_mutex_lock(&f->lock);
@@ -622,10 +622,10 @@ static void step_run(struct workq_item *item, void *arg)
 
 /* What must hold before b's step runs; its error otherwise. n_logits: the
  * floats this process answers with. */
-static int step_check(struct follower *f, struct fbatch *b, const struct proto_msg *c,
+static int step_check(struct follower *f, struct follower_batch *b, const struct proto_msg *c,
                       uint32_t *n_logits)
 {
-    struct fmodel *fm = b->m;
+    struct follower_model *fm = b->m;
     for (int i = 0; i < fm->n_local; i++)
         if (!fm->sh[i].loaded)
             return err_set(ERR_INVALID,
@@ -650,7 +650,7 @@ static int step_check(struct follower *f, struct fbatch *b, const struct proto_m
  * cannot run is answered with its error at once. 1: answered or will be. */
 static int do_step(struct follower *f, struct proto_msg *c)
 {
-    struct fbatch *b = batch_find(f, c->batch);
+    struct follower_batch *b = batch_find(f, c->batch);
     uint32_t n_logits = 0;
     int rc = b ? step_check(f, b, c, &n_logits) : ERR_INVALID;
     if (rc == 0 && b->busy)
@@ -666,11 +666,11 @@ static int do_step(struct follower *f, struct proto_msg *c)
         b->pending = b->m->n_local;
         for (int i = 0; i < b->m->n_local; i++) {
             b->rc[i] = 0;
-            b->task[i] = (struct ftask){.b = b, .local = i};
+            b->task[i] = (struct follower_task){.b = b, .local = i};
         }
         /* every task queued before any can end: the last one's answer
          * finds them all counted */
-        const struct fmodel *fm = b->m;
+        const struct follower_model *fm = b->m;
         for (int i = 0; i < fm->n_local; i++)
             workq_post(&f->threads[fm->sh[i].device].compute, &b->task[i].item);
         return 1;
@@ -692,7 +692,7 @@ static int do_step(struct follower *f, struct proto_msg *c)
 
 static void compute_init(void *arg)
 {
-    const struct fdevice *d = arg;
+    const struct follower_device *d = arg;
     device_compute_thread_init(d->f->dev[d->index]);
 }
 
@@ -705,8 +705,8 @@ static int queues_start(struct follower *f)
     for (int d = 0; d < f->n_devices; d++) {
         if (!f->dev[d])
             continue;
-        struct fdevice *t = &f->threads[d];
-        *t = (struct fdevice){.f = f, .index = d};
+        struct follower_device *t = &f->threads[d];
+        *t = (struct follower_device){.f = f, .index = d};
         char name[24];
         snprintf(name, sizeof name, "compute-%d", d);
         if (workq_init(&t->compute, name, &compute_ops, t) < 0)
@@ -745,7 +745,7 @@ static void stack_end(struct follower *f)
 {
     quiesce(f);
     for (int d = 0; d < MAX_DEVICES; d++) {
-        struct fdevice *t = &f->threads[d];
+        struct follower_device *t = &f->threads[d];
         if (t->open) {
             store_loader_stop(&t->loader);
             workq_free(&t->compute);
@@ -838,8 +838,8 @@ static int do_stats(struct follower *f, const struct proto_msg *c)
  * thread: c's arrays may then be taken over), or its error. */
 static int handle(struct follower *f, struct proto_msg *c)
 {
-    struct fmodel *fm;
-    struct fbatch *b;
+    struct follower_model *fm;
+    struct follower_batch *b;
     switch (c->kind) {
     case PROTO_REGISTER:
         return do_register(f, c);

@@ -10,8 +10,8 @@
 
 #include "cluster/follower.h"
 #include "cluster/leader.h"
+#include "cluster/peers.h"
 #include "cluster/proto.h"
-#include "cluster/remote.h"
 #include "comm/mpi.h"
 #include "core/error.h"
 #include "core/timing.h"
@@ -24,7 +24,7 @@ struct cluster_job {
     int me, procs;
     double beat_interval_s, beat_timeout_s;
     struct leader *l;          /* process 0's */
-    struct cluster_remote *r;  /* process 0, the stack being led */
+    struct cluster_peers *r;   /* process 0, the stack being led */
     bool leading;              /* DEVICES sent, END not yet */
     /* the follower while cluster_job_follow serves, and whether process 0
      * was lost: under lock (the heartbeats' callback takes it) */
@@ -139,11 +139,11 @@ int cluster_job_lead(struct cluster_job *j, struct stack_config *sc)
                              .devs = devs,
                              .n_devs = (uint32_t)sc->n_devices};
     if ((rc = leader_call_all(j->l, &open)) == 0 &&
-        (rc = cluster_remote_create(j->w, j->l, proc_of, sc->n_devices, BATCH_TAGS, &j->r)) < 0)
+        (rc = cluster_peers_create(j->w, j->l, proc_of, sc->n_devices, BATCH_TAGS, &j->r)) < 0)
         cluster_job_release(j);
     if (rc < 0)
         return err_wrap(rc, "cluster: opening the devices of the other processes");
-    sc->remote = cluster_remote_ops(j->r);
+    sc->remote = cluster_peers_ops(j->r);
     return 0;
 }
 
@@ -155,7 +155,7 @@ void cluster_job_release(struct cluster_job *j)
     struct proto_msg end = {.kind = PROTO_END};
     if (leader_call_all(j->l, &end) < 0) /* a lost one's state is unknown: it is told nothing */
         fprintf(stderr, "shardswap: %s\n", err_msg());
-    cluster_remote_destroy(j->r);
+    cluster_peers_destroy(j->r);
     j->r = NULL;
 }
 

@@ -105,7 +105,7 @@ void engine_destroy(struct engine *e)
     pthread_mutex_unlock(&e->lock);
     workq_free(&e->runners);
     for (int i = 0; i < e->n_ids; i++) {
-        struct emodel *m = e->models[i];
+        struct engine_model *m = e->models[i];
         if (!m)
             continue;
         runner_free(m);

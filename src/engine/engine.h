@@ -213,7 +213,7 @@ int engine_unload_model(struct engine *e, int id);
  * longest prompt is max_prompt and longest prompt + max_tokens is seq (a
  * decoding batch keeps room for requests joining later), for a model of
  * max_pos positions: what the engine allocates on the model's devices for
- * the batch (group_batch_bytes, swap_layout_bytes size it). */
+ * the batch (group_exec_bytes, swap_layout_bytes size it). */
 struct model_exec_shape engine_batch_shape(int max_pos, int n, int max_prompt, int seq,
                                          bool decodes);
 

@@ -26,7 +26,7 @@
  *   [atomic]  read and written without a lock; the comment says by whom
  *   [runner]  only the runner task of the request's (or the model's) model,
  *             on a pool thread: a model has at most one task posted or
- *             running at a time (while emodel.running)
+ *             running at a time (while engine_model.running)
  *   [done]    written by the one thread that completes the request (its
  *             runner task without the lock, or, for one that never ran, whoever
  *             fails it in its queue under the lock), before done is set; read
@@ -38,7 +38,7 @@
  * swap_model_load_seconds, swap_model_resident_bytes, swap_model_missing_bytes),
  * whose lock nests inside it; device queries (device_used, device_budget,
  * device_event_done); the allocation and freeing of a batch's execution
- * contexts (group_batch_create, group_batch_free in batch_alloc and
+ * contexts (group_exec_create, group_exec_free in batch_alloc and
  * batch_release: allocations, no copy and no wait), so the scheduler's view
  * of free memory and the reserves it holds change together; the policy's
  * decide() and sched_act (pure, or the calls above); waits on its own
@@ -83,7 +83,7 @@ struct engine_req {
     struct event done; /* set once the results are final (its own lock) */
     struct engine *e;  /* [fixed] */
     int model_id;      /* [fixed] */
-    struct emodel *m;  /* [lock] while queued or running; NULL once failed in its queue */
+    struct engine_model *m; /* [lock] while queued or running; NULL once failed in its queue */
     int n_prompt, max_tokens;       /* [fixed] */
     struct sampler_params sampling; /* [fixed] */
     struct sampler sampler;         /* [runner] (initialised at submit, freed with r) */
@@ -107,7 +107,7 @@ struct engine_req {
 
 enum admin { ADMIN_NONE, ADMIN_LOAD, ADMIN_UNLOAD };
 
-struct emodel {
+struct engine_model {
     struct engine *e;      /* [fixed] */
     int id;                /* [fixed] */
     struct swap_model *sm; /* [fixed] until engine_remove_model unregisters it (users and
@@ -190,7 +190,7 @@ struct engine {
     struct workq runners;              /* [fixed] the runner pool (runner.c) */
     const struct sched_policy *policy; /* [fixed] */
     struct engine_config cfg;          /* [fixed] */
-    struct emodel **models; /* [lock] (cap) by id; NULL once removed */
+    struct engine_model **models;      /* [lock] (cap) by id; NULL once removed */
     int n_ids, cap, n_live; /* [lock] */
     pthread_t sched_tid;    /* [fixed] */
     bool sched_started, stop; /* sched_started [fixed]; stop [lock] */
@@ -210,41 +210,42 @@ struct engine {
  * engine lock; "no lock": the caller must not ---- */
 
 /* registry.c: the registry, admin calls, statistics */
-struct emodel *model_get(struct engine *e, int id); /* lock held; NULL: unknown, removed */
+struct engine_model *model_get(struct engine *e, int id); /* lock held; NULL: unknown, removed */
 /* The model p names, by name or id, or NULL with ERR_NOT_FOUND's message (lock held). */
-struct emodel *model_named(struct engine *e, const struct engine_request_params *p);
-void model_unuse(struct emodel *m); /* drops a users++ (lock held) */
+struct engine_model *model_named(struct engine *e, const struct engine_request_params *p);
+void model_unuse(struct engine_model *m); /* drops a users++ (lock held) */
 
 /* request.c: request handles */
-void req_account(struct engine *e, struct emodel *m, struct engine_req *r); /* lock held */
+void req_account(struct engine *e, struct engine_model *m, struct engine_req *r); /* lock held */
 void req_set_status(struct engine_req *r, int status, const char *why); /* [done] fields */
 /* Completes a request its runner ran (the runner thread, no lock). */
-void req_finish_running(struct emodel *m, struct engine_req *r, int status, const char *why);
+void req_finish_running(struct engine_model *m, struct engine_req *r, int status, const char *why);
 /* on_done, done, the engine's reference dropped (an engine thread, no lock). */
 void req_complete(struct engine *e, struct engine_req *r);
 
 /* queue.c: per-model queues and the batch rule (lock held) */
-void queue_push(struct emodel *m, struct engine_req *r);
+void queue_push(struct engine_model *m, struct engine_req *r);
 /* Out of its queue with a final status, onto the finished list for the
  * scheduler thread's on_done. */
-void queue_fail(struct emodel *m, struct engine_req *r, int status, const char *why);
+void queue_fail(struct engine_model *m, struct engine_req *r, int status, const char *why);
 /* Up to n requests for m's runner (PH_RUNNING) by sched_batch_joins; expired
  * ones are failed instead. */
-int queue_take(struct emodel *m, struct engine_req **out, int n, bool same_params);
+int queue_take(struct engine_model *m, struct engine_req **out, int n, bool same_params);
 /* Taken requests back to the head, in order; cancelled ones to *cancelled. */
-void queue_give_back(struct emodel *m, struct engine_req **r, int n,
+void queue_give_back(struct engine_model *m, struct engine_req **r, int n,
                      struct engine_req **cancelled, int *n_cancelled);
 
 /* reserve.c: memory reserves and batch shapes */
-void reserve_grow(struct engine *e, struct emodel *m, int n_prompt, int max_tokens); /* lock held */
+void reserve_grow(struct engine *e, struct engine_model *m, int n_prompt,
+                  int max_tokens); /* lock held */
 /* ERR_INVALID with the bytes when a batch of this request can never fit (no lock). */
 int request_fits_ever(struct engine *e, struct swap_model *sm, int n_prompt, int max_tokens);
 void mem_wait_clear(struct engine *e); /* lock held */
 /* The runner's batch of the first n requests, halved until it fits; returns
  * its size (0: nothing to run). The runner thread, no lock (it takes it). */
-int batch_alloc(struct emodel *m, struct engine_req **first, int n, struct group_batch **gb,
+int batch_alloc(struct engine_model *m, struct engine_req **first, int n, struct group_exec **gb,
                 int *max_prompt);
-void batch_release(struct emodel *m, struct group_batch *gb); /* no lock (it takes it) */
+void batch_release(struct engine_model *m, struct group_exec *gb); /* no lock (it takes it) */
 
 /* runner.c: the batch runner */
 int runner_pool_size(const struct engine *e); /* the pool's threads: devices + 1 */
@@ -253,24 +254,24 @@ int runner_pool_size(const struct engine *e); /* the pool's threads: devices + 1
 int runner_pool_start(struct engine *e);
 /* m->run for m (e, id, sm set), sized for the engine's max_batch: ERR_NOMEM
  * naming the model when it cannot be had (the add fails). */
-int runner_create(struct emodel *m);
-void runner_free(struct emodel *m); /* m->run, which holds no paused batch; NULL-safe */
+int runner_create(struct engine_model *m);
+void runner_free(struct engine_model *m); /* m->run, which holds no paused batch; NULL-safe */
 /* Posts m's task for the serve the scheduler dispatched: m->running set,
  * swap_use_begin taken (lock held). */
-void runner_serve(struct emodel *m);
+void runner_serve(struct engine_model *m);
 /* When m holds a paused batch and no task: posts the task that drops it (as
  * removed, or cancelled), sets m->running until it has (lock held). Returns
  * whether it did. */
-bool runner_drop_held(struct emodel *m);
+bool runner_drop_held(struct engine_model *m);
 
 /* sched_loop.c: the scheduler thread */
-void load_check(struct engine *e, struct emodel *m, bool loading); /* lock held */
+void load_check(struct engine *e, struct engine_model *m, bool loading); /* lock held */
 /* The bytes of m's weights on its devices now (lock held). */
-uint64_t model_held_bytes(struct engine *e, const struct emodel *m);
+uint64_t model_held_bytes(struct engine *e, const struct engine_model *m);
 /* Tells cfg.on_move, if any, that m left or leaves its devices (kind) for
  * for_model (NULL: none), holding bytes there when told to (lock held). */
-void move_leave(struct engine *e, struct emodel *m, enum engine_move_kind kind,
-                const struct emodel *for_model, bool deferred, uint64_t bytes);
+void move_leave(struct engine *e, struct engine_model *m, enum engine_move_kind kind,
+                const struct engine_model *for_model, bool deferred, uint64_t bytes);
 void *sched_main(void *arg);    /* the thread of engine arg */
 void engine_on_swap(void *ctx); /* the swap manager's listener (ctx: the engine; no lock) */
 

@@ -8,7 +8,7 @@
 #include "core/timing.h"
 #include "engine/engine_impl.h"
 
-void queue_push(struct emodel *m, struct engine_req *r)
+void queue_push(struct engine_model *m, struct engine_req *r)
 {
     r->prev = m->tail;
     r->next = NULL;
@@ -21,7 +21,7 @@ void queue_push(struct emodel *m, struct engine_req *r)
     m->e->n_queued_deadlines += !isinf(r->deadline);
 }
 
-static void queue_unlink(struct emodel *m, struct engine_req *r)
+static void queue_unlink(struct engine_model *m, struct engine_req *r)
 {
     if (r->prev)
         r->prev->next = r->next;
@@ -38,7 +38,7 @@ static void queue_unlink(struct emodel *m, struct engine_req *r)
 
 /* Takes a queued request out of its queue with a final status and hands it
  * to the scheduler thread, which calls on_done (lock held). */
-void queue_fail(struct emodel *m, struct engine_req *r, int status, const char *why)
+void queue_fail(struct engine_model *m, struct engine_req *r, int status, const char *why)
 {
     struct engine *e = m->e;
     queue_unlink(m, r);
@@ -65,7 +65,7 @@ static bool same_sampling(const struct sampler_params *a, const struct sampler_p
  * batch rule (sched_batch_joins): with same_params, stops at the first whose
  * sampling differs from the first one's (Computron). Requests already past
  * their deadline time out instead. */
-int queue_take(struct emodel *m, struct engine_req **out, int n, bool same_params)
+int queue_take(struct engine_model *m, struct engine_req **out, int n, bool same_params)
 {
     double now = time_now();
     int k = 0;
@@ -89,8 +89,8 @@ int queue_take(struct emodel *m, struct engine_req **out, int n, bool same_param
 /* Hands requests a runner took back to the head of m's queue, in their
  * order (lock held): they keep their place. One cancelled meanwhile is not
  * queued again: it goes to *cancelled, for the caller to finish. */
-void queue_give_back(struct emodel *m, struct engine_req **r, int n, struct engine_req **cancelled,
-                     int *n_cancelled)
+void queue_give_back(struct engine_model *m, struct engine_req **r, int n,
+                     struct engine_req **cancelled, int *n_cancelled)
 {
     for (int i = n - 1; i >= 0; i--) {
         int expect = PH_RUNNING;

@@ -22,7 +22,7 @@ const double engine_hist_le[ENGINE_HIST_LE] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.
                                                1,     2.5,  5,     10,   30,  60,   120};
 
 /* The served model id (lock held); NULL when unknown or being removed. */
-struct emodel *model_get(struct engine *e, int id)
+struct engine_model *model_get(struct engine *e, int id)
 {
     if (id < 0 || id >= e->n_ids || !e->models[id] || e->models[id]->removed)
         return NULL;
@@ -31,15 +31,15 @@ struct emodel *model_get(struct engine *e, int id)
 
 /* Lets go of m, which the caller pinned (users++) to read it outside the
  * lock (lock held): the last one lets engine_remove_model go on. */
-void model_unuse(struct emodel *m)
+void model_unuse(struct engine_model *m)
 {
     if (--m->users == 0)
         pthread_cond_broadcast(&m->e->admin);
 }
 
-static void stats_fill(struct engine *e, struct emodel *m, struct engine_model_stats *out);
+static void stats_fill(struct engine *e, struct engine_model *m, struct engine_model_stats *out);
 
-static struct emodel *model_by_name(struct engine *e, const char *name)
+static struct engine_model *model_by_name(struct engine *e, const char *name)
 {
     for (int i = 0; i < e->n_ids; i++)
         if (e->models[i] && !e->models[i]->removed &&
@@ -49,9 +49,10 @@ static struct emodel *model_by_name(struct engine *e, const char *name)
 }
 
 /* The model a request names (lock held). */
-struct emodel *model_named(struct engine *e, const struct engine_request_params *p)
+struct engine_model *model_named(struct engine *e, const struct engine_request_params *p)
 {
-    struct emodel *m = p->model_name ? model_by_name(e, p->model_name) : model_get(e, p->model);
+    struct engine_model *m =
+        p->model_name ? model_by_name(e, p->model_name) : model_get(e, p->model);
     if (!m) {
         if (p->model_name)
             err_set(ERR_NOT_FOUND, "no model named '%s' is served", p->model_name);
@@ -66,8 +67,8 @@ int engine_add_model(struct engine *e, struct swap_model *model)
 {
     pthread_mutex_lock(&e->lock);
     int rc = 0;
-    struct emodel *m = NULL;
-    struct emodel *same = model_by_name(e, swap_model_name(model));
+    struct engine_model *m = NULL;
+    struct engine_model *same = model_by_name(e, swap_model_name(model));
     if (same) {
         rc = err_set(ERR_INVALID, "a model named %s is served already (id %d)",
                      swap_model_name(model), same->id);
@@ -79,7 +80,7 @@ int engine_add_model(struct engine *e, struct swap_model *model)
     }
     if (e->n_ids == e->cap) {
         int cap = e->cap ? 2 * e->cap : 8;
-        struct emodel **ms = realloc(e->models, (size_t)cap * sizeof(*ms));
+        struct engine_model **ms = realloc(e->models, (size_t)cap * sizeof(*ms));
         if (!ms) {
             rc = err_set(ERR_NOMEM, "out of memory");
             goto out;
@@ -117,7 +118,7 @@ out:
 int engine_find_model(struct engine *e, const char *name)
 {
     pthread_mutex_lock(&e->lock);
-    struct emodel *m = model_by_name(e, name);
+    struct engine_model *m = model_by_name(e, name);
     int rc = m ? m->id : err_set(ERR_NOT_FOUND, "no model named '%s' is served", name);
     pthread_mutex_unlock(&e->lock);
     return rc;
@@ -140,7 +141,7 @@ int engine_list_models(struct engine *e, int *ids, int max)
 int engine_remove_model(struct engine *e, int id, struct engine_model_stats *last)
 {
     pthread_mutex_lock(&e->lock);
-    struct emodel *m = model_get(e, id);
+    struct engine_model *m = model_get(e, id);
     if (!m) {
         pthread_mutex_unlock(&e->lock);
         return err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
@@ -197,7 +198,7 @@ int engine_remove_model(struct engine *e, int id, struct engine_model_stats *las
 int engine_set_max_batch(struct engine *e, int id, int max_batch)
 {
     pthread_mutex_lock(&e->lock);
-    struct emodel *m = model_get(e, id);
+    struct engine_model *m = model_get(e, id);
     int rc = 0;
     if (!m) {
         rc = err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
@@ -224,7 +225,7 @@ int engine_set_keep_alive(struct engine *e, int id, double seconds)
         return err_set(ERR_INVALID, "keep_alive %g: expected seconds >= 0, INFINITY (never) or "
                                     "NAN (the policy's own)", seconds);
     pthread_mutex_lock(&e->lock);
-    struct emodel *m = model_get(e, id);
+    struct engine_model *m = model_get(e, id);
     if (m) {
         m->keep_alive = seconds;
         pthread_cond_signal(&e->wake); /* its timer may have run out already */
@@ -241,7 +242,7 @@ int engine_set_priority(struct engine *e, int id, int priority, double max_queue
                                     "%d and seconds >= 0 (0: no bound)",
                        priority, max_queue_wait, -ENGINE_PRIORITY_MAX, ENGINE_PRIORITY_MAX);
     pthread_mutex_lock(&e->lock);
-    struct emodel *m = model_get(e, id);
+    struct engine_model *m = model_get(e, id);
     if (m) {
         m->priority = priority;
         m->max_queue_wait = max_queue_wait;
@@ -256,7 +257,7 @@ int engine_set_min_resident(struct engine *e, int id, double seconds)
     if (!(seconds >= 0) || !isfinite(seconds))
         return err_set(ERR_INVALID, "min_resident %g: expected seconds >= 0 (0: none)", seconds);
     pthread_mutex_lock(&e->lock);
-    struct emodel *m = model_get(e, id);
+    struct engine_model *m = model_get(e, id);
     if (m)
         m->min_resident = seconds;
     pthread_mutex_unlock(&e->lock);
@@ -266,7 +267,7 @@ int engine_set_min_resident(struct engine *e, int id, double seconds)
 int engine_pin_model(struct engine *e, int id, bool pinned)
 {
     pthread_mutex_lock(&e->lock);
-    struct emodel *m = model_get(e, id);
+    struct engine_model *m = model_get(e, id);
     if (m) {
         m->pinned = pinned;
         pthread_cond_signal(&e->wake);
@@ -280,7 +281,7 @@ int engine_pin_model(struct engine *e, int id, bool pinned)
 static int admin_call(struct engine *e, int id, enum admin what)
 {
     pthread_mutex_lock(&e->lock);
-    struct emodel *m = model_get(e, id);
+    struct engine_model *m = model_get(e, id);
     if (!m) {
         pthread_mutex_unlock(&e->lock);
         return err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
@@ -339,7 +340,7 @@ static void prom_of(const struct hist *h, struct engine_hist *out)
 }
 
 /* *out for m, whose swap model is still registered (lock held). */
-static void stats_fill(struct engine *e, struct emodel *m, struct engine_model_stats *out)
+static void stats_fill(struct engine *e, struct engine_model *m, struct engine_model_stats *out)
 {
     memset(out, 0, sizeof(*out));
     const struct swap_model *sm = m->sm;
@@ -394,7 +395,7 @@ static void stats_fill(struct engine *e, struct emodel *m, struct engine_model_s
 int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
 {
     pthread_mutex_lock(&e->lock);
-    struct emodel *m = model_get(e, id);
+    struct engine_model *m = model_get(e, id);
     if (!m) {
         pthread_mutex_unlock(&e->lock);
         memset(out, 0, sizeof(*out));

@@ -25,7 +25,7 @@ static void req_unref(struct engine_req *r)
 }
 
 /* Records r's outcome in the statistics (lock held). */
-void req_account(struct engine *e, struct emodel *m, struct engine_req *r)
+void req_account(struct engine *e, struct engine_model *m, struct engine_req *r)
 {
     uint64_t *by_model = NULL, *total = NULL;
     switch (r->status) {
@@ -68,7 +68,7 @@ void req_complete(struct engine *e, struct engine_req *r)
 
 /* Completes a request that ran (runner thread, no lock): a cancel that
  * raced with the completion wins. */
-void req_finish_running(struct emodel *m, struct engine_req *r, int status, const char *why)
+void req_finish_running(struct engine_model *m, struct engine_req *r, int status, const char *why)
 {
     struct engine *e = m->e;
     int expect = PH_RUNNING;
@@ -154,7 +154,7 @@ static void req_free_unqueued(struct engine_req *r)
 
 /* Queues r on m, dropping the caller's users++ on m (lock held): refused
  * when m was removed meanwhile or its queue is full. */
-static int submit_enqueue(struct engine *e, struct emodel *m, struct engine_req *r)
+static int submit_enqueue(struct engine *e, struct engine_model *m, struct engine_req *r)
 {
     model_unuse(m);
     if (m->removed) /* removal began meanwhile */
@@ -186,7 +186,7 @@ int engine_submit(struct engine *e, const struct engine_request_params *p,
      * engine_remove_model (and so swap_unregister) off its swap_model
      * meanwhile */
     pthread_mutex_lock(&e->lock);
-    struct emodel *m = model_named(e, p);
+    struct engine_model *m = model_named(e, p);
     struct swap_model *sm = m ? m->sm : NULL;
     if (m)
         m->users++;

@@ -35,7 +35,7 @@ static struct model_exec_shape batch_shape(const struct swap_model *sm, int n, i
 
 /* Grows m's batch reserve for a request of n_prompt + max_tokens (lock
  * held). */
-void reserve_grow(struct engine *e, struct emodel *m, int n_prompt, int max_tokens)
+void reserve_grow(struct engine *e, struct engine_model *m, int n_prompt, int max_tokens)
 {
     if (n_prompt <= m->longest_prompt && max_tokens <= m->longest_out &&
         (max_tokens == 1 || m->decodes))
@@ -55,7 +55,7 @@ void reserve_grow(struct engine *e, struct emodel *m, int n_prompt, int max_toke
         for (int d = 0; d < n_dev; d++) {
             uint64_t w = swap_model_device_bytes(m->sm, d),
                      budget = device_budget(swap_device(e->mgr, d));
-            uint64_t b = w ? group_batch_bytes(m->sm, e->mgr, &shape, d) : 0;
+            uint64_t b = w ? group_exec_bytes(m->sm, e->mgr, &shape, d) : 0;
             fits &= b != UINT64_MAX && w + b <= budget;
             m->reserve[d] = b == UINT64_MAX || w + b > budget ? (budget > w ? budget - w : 0) : b;
         }
@@ -74,8 +74,8 @@ int request_fits_ever(struct engine *e, struct swap_model *sm, int n_prompt, int
         uint64_t w = swap_model_device_bytes(sm, d);
         if (w == 0)
             continue;
-        uint64_t b = group_batch_bytes(sm, e->mgr, &one, d), budget =
-                                                                  device_budget(swap_device(e->mgr, d));
+        uint64_t b = group_exec_bytes(sm, e->mgr, &one, d),
+                 budget = device_budget(swap_device(e->mgr, d));
         if (b == UINT64_MAX || w + b > budget)
             return err_set(ERR_INVALID, "model %s cannot run a request of %d + %d tokens on "
                                         "device %s: its weights take %llu bytes and the "
@@ -106,7 +106,7 @@ void mem_wait_clear(struct engine *e)
  * or a swap completes) when anything is running or moving; when nothing is,
  * nothing would free it, and it fails with the allocation's error.
  * Returns the size of the batch (0: nothing to run). */
-int batch_alloc(struct emodel *m, struct engine_req **first, int n, struct group_batch **gb,
+int batch_alloc(struct engine_model *m, struct engine_req **first, int n, struct group_exec **gb,
                 int *max_prompt)
 {
     struct engine *e = m->e;
@@ -130,13 +130,14 @@ int batch_alloc(struct emodel *m, struct engine_req **first, int n, struct group
         pthread_mutex_lock(&e->lock);
         /* past the model's positions together (each fits alone: submit
          * checks it): halved as below, the later half back to the queue */
-        rc = seq - 1 > max_pos && n > 1 ? err_set(ERR_NOMEM, "%d + %d positions together "
-                                                              "exceed the model's %d",
+        rc = seq - 1 > max_pos && n > 1 ? err_set(ERR_NOMEM,
+                                                  "%d + %d positions together "
+                                                  "exceed the model's %d",
                                                   *max_prompt, longest_out, max_pos)
-                                        : group_batch_create(e->mgr, m->sm, &shape, gb);
+                                        : group_exec_create(e->mgr, m->sm, &shape, gb);
         if (rc == 0) {
             for (int d = 0; d < swap_device_count(e->mgr); d++)
-                m->batch_bytes[d] = group_batch_bytes(m->sm, e->mgr, &shape, d);
+                m->batch_bytes[d] = group_exec_bytes(m->sm, e->mgr, &shape, d);
             e->batches_running++;
             pthread_mutex_unlock(&e->lock);
             break;
@@ -175,13 +176,13 @@ int batch_alloc(struct emodel *m, struct engine_req **first, int n, struct group
 }
 
 /* Frees the batch's device memory (see batch_alloc for the lock). */
-void batch_release(struct emodel *m, struct group_batch *gb)
+void batch_release(struct engine_model *m, struct group_exec *gb)
 {
     struct engine *e = m->e;
     if (!gb)
         return;
     pthread_mutex_lock(&e->lock);
-    group_batch_free(gb);
+    group_exec_free(gb);
     memset(m->batch_bytes, 0, sizeof(m->batch_bytes));
     e->batches_running--;
     pthread_mutex_unlock(&e->lock);

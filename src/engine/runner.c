@@ -35,8 +35,8 @@
 #define MAX_JOIN 64 /* requests joining a batch at one step */
 
 struct batch {
-    struct emodel *m;
-    struct group_batch *gb;
+    struct engine_model *m;
+    struct group_exec *gb;
     int slots;
     uint64_t id;
     struct engine_req **req; /* (slots) NULL where free */
@@ -51,7 +51,7 @@ static void batch_leave(struct batch *b, int s, int status, const char *why)
 {
     struct engine_req *r = b->req[s];
     b->req[s] = NULL;
-    group_batch_clear_slot(b->gb, s);
+    group_exec_clear_slot(b->gb, s);
     req_finish_running(b->m, r, status, why);
 }
 
@@ -124,7 +124,7 @@ static int batch_step(struct batch *b, struct engine_req **joining, int n_join, 
     for (int j = 0; j < n_join; j++) {
         struct engine_req *r = joining[j];
         int s = r->t.slot;
-        group_batch_clear_slot(b->gb, s);
+        group_exec_clear_slot(b->gb, s);
         for (int i = 0; i < r->n_prompt; i++) {
             b->ids[s * t + t - r->n_prompt + i] = r->prompt[i];
             b->mask[s * t + t - r->n_prompt + i] = 1;
@@ -148,7 +148,7 @@ static void batch_accrue(struct batch *b, double *mark)
 }
 
 /* Fails every request in the batch with a forward's error. The batch's state
- * is lost with it (group_batch_failed: its KV caches are out of step and its
+ * is lost with it (group_exec_failed: its KV caches are out of step and its
  * groups and channels aborted), so the caller ends the batch. err_msg() is
  * this runner's own: group_forward raises a failed shard's message again on
  * its caller's thread. */
@@ -168,7 +168,7 @@ static int batch_open(struct batch *b, struct engine_req **first)
 {
     struct engine *e = b->m->e;
     const struct model_info *c = swap_model_info(b->m->sm);
-    int n = b->slots, max_len = group_batch_room(b->gb);
+    int n = b->slots, max_len = group_exec_room(b->gb);
     b->req = calloc((size_t)n, sizeof(*b->req));
     b->ids = malloc((size_t)n * max_len * sizeof(int32_t));
     b->mask = malloc((size_t)n * max_len);
@@ -222,7 +222,7 @@ static int batch_prefill(struct batch *b, struct engine_req **first, int max_pro
  * is to be offloaded or removed. Returns how many are in join[]. */
 static int batch_take_joiners(struct batch *b, int free_slots, struct engine_req **join, int *t)
 {
-    struct emodel *m = b->m;
+    struct engine_model *m = b->m;
     struct engine *e = m->e;
     int n_join = 0;
     *t = 1;
@@ -233,14 +233,14 @@ static int batch_take_joiners(struct batch *b, int free_slots, struct engine_req
             need = b->req[s]->max_tokens - b->req[s]->n_output;
     if (free_slots == 0 || e->policy->batch_same_params_only)
         return 0;
-    int room = group_batch_room(b->gb);
+    int room = group_exec_room(b->gb);
     pthread_mutex_lock(&e->lock);
     while (m->head && n_join < free_slots && n_join < MAX_JOIN && !m->offload_pending &&
            !m->removed && !atomic_load(&m->pause)) {
         struct engine_req *r = m->head;
         int t_new = r->n_prompt > *t ? r->n_prompt : *t;
         int need_new = r->max_tokens > need ? r->max_tokens : need;
-        if (t_new - 1 + need_new > room || t_new > group_batch_max_step(b->gb))
+        if (t_new - 1 + need_new > room || t_new > group_exec_max_step(b->gb))
             break;
         if (queue_take(m, &join[n_join], 1, false) == 0)
             continue; /* it had timed out */
@@ -323,7 +323,7 @@ enum runner_next {
  * ends it. */
 struct runner {
     struct workq_item item; /* the pool's while posted */
-    struct emodel *m;
+    struct engine_model *m;
     enum runner_next next;
     bool took;                  /* this serve took requests or resumed a paused batch */
     bool held;                  /* b is paused at a step boundary, its device memory kept */
@@ -337,9 +337,9 @@ struct runner {
  * (else it was closed, or never allocated). */
 static bool runner_open(struct runner *ru, int n)
 {
-    struct emodel *m = ru->m;
+    struct engine_model *m = ru->m;
     int max_prompt;
-    struct group_batch *gb = NULL;
+    struct group_exec *gb = NULL;
     if ((n = batch_alloc(m, ru->first, n, &gb, &max_prompt)) == 0)
         return false;
     ru->b = (struct batch){.m = m, .slots = n, .gb = gb};
@@ -381,7 +381,7 @@ static bool runner_step(struct runner *ru)
  * one takes the first requests of the queue. Returns whether it goes on. */
 static bool runner_start(struct runner *ru)
 {
-    struct emodel *m = ru->m;
+    struct engine_model *m = ru->m;
     struct engine *e = m->e;
     pthread_mutex_lock(&e->lock);
     bool resume = ru->held;
@@ -406,7 +406,7 @@ static bool runner_start(struct runner *ru)
  * removal free m). */
 static void runner_end(struct runner *ru)
 {
-    struct emodel *m = ru->m;
+    struct engine_model *m = ru->m;
     struct engine *e = m->e;
     swap_use_end(e->mgr, m->sm);
     pthread_mutex_lock(&e->lock);
@@ -439,7 +439,7 @@ static void runner_end(struct runner *ru)
  * still paused) and its memory is freed; then, as runner_end, m is let go. */
 static void runner_drop(struct runner *ru)
 {
-    struct emodel *m = ru->m;
+    struct engine_model *m = ru->m;
     struct engine *e = m->e;
     ru->held = false;
     double mark = time_now();
@@ -495,7 +495,7 @@ int runner_pool_size(const struct engine *e)
     return swap_device_count(e->mgr) + 1;
 }
 
-int runner_create(struct emodel *m)
+int runner_create(struct engine_model *m)
 {
     size_t bytes =
         sizeof(struct runner) + (size_t)m->e->cfg.max_batch * sizeof(struct engine_req *);
@@ -508,7 +508,7 @@ int runner_create(struct emodel *m)
     return 0;
 }
 
-void runner_free(struct emodel *m)
+void runner_free(struct engine_model *m)
 {
     if (m->run) {
         assert(!m->run->held);
@@ -517,14 +517,14 @@ void runner_free(struct emodel *m)
     }
 }
 
-void runner_serve(struct emodel *m)
+void runner_serve(struct engine_model *m)
 {
     assert(m->running);
     m->run->next = RUN_START;
     workq_post(&m->e->runners, &m->run->item);
 }
 
-bool runner_drop_held(struct emodel *m)
+bool runner_drop_held(struct engine_model *m)
 {
     if (m->running || !m->run->held)
         return false;

@@ -34,7 +34,7 @@ static double step_estimate(const struct engine *e, int q)
 }
 
 /* Notes a load that finished since the last look (lock held). */
-void load_check(struct engine *e, struct emodel *m, bool loading)
+void load_check(struct engine *e, struct engine_model *m, bool loading)
 {
     if (m->was_loading && !loading) {
         m->was_loading = false;
@@ -64,7 +64,7 @@ void load_check(struct engine *e, struct emodel *m, bool loading)
     }
 }
 
-uint64_t model_held_bytes(struct engine *e, const struct emodel *m)
+uint64_t model_held_bytes(struct engine *e, const struct engine_model *m)
 {
     uint64_t held = 0;
     for (int d = 0; d < swap_device_count(e->mgr); d++)
@@ -72,8 +72,8 @@ uint64_t model_held_bytes(struct engine *e, const struct emodel *m)
     return held;
 }
 
-void move_leave(struct engine *e, struct emodel *m, enum engine_move_kind kind,
-                const struct emodel *for_model, bool deferred, uint64_t bytes)
+void move_leave(struct engine *e, struct engine_model *m, enum engine_move_kind kind,
+                const struct engine_model *for_model, bool deferred, uint64_t bytes)
 {
     if (!e->cfg.on_move)
         return;
@@ -94,7 +94,7 @@ void move_leave(struct engine *e, struct emodel *m, enum engine_move_kind kind,
 
 /* The policy's snapshot of the models being served: view index i is model
  * map[i] (lock held). */
-static void view_build(struct engine *e, struct emodel **map, struct sched_model *sm,
+static void view_build(struct engine *e, struct engine_model **map, struct sched_model *sm,
                        struct sched_view *v)
 {
     double now = time_now();
@@ -110,7 +110,7 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
      * models' batches may still allocate (their reserves, held for them) */
     uint64_t held[SCHED_MAX_DEVICES] = {0};
     for (int id = 0; id < e->n_ids; id++) {
-        struct emodel *m = e->models[id];
+        struct engine_model *m = e->models[id];
         enum residency r = m ? swap_residency(e->mgr, m->sm) : RES_ON_DISK;
         if (r != RES_LOADING && r != RES_ON_DEVICE)
             continue;
@@ -125,7 +125,7 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
     }
     int n = 0;
     for (int id = 0; id < e->n_ids; id++) {
-        struct emodel *m = model_get(e, id);
+        struct engine_model *m = model_get(e, id);
         if (!m)
             continue;
         int i = n++;
@@ -186,7 +186,7 @@ static void view_build(struct engine *e, struct emodel **map, struct sched_model
 /* A load started by the scheduler (lock held): of bytes, those it copies
  * (swap_model_missing_bytes before it began: a loader may have finished
  * already). */
-static void load_started(struct engine *e, struct emodel *m, double now, uint64_t bytes,
+static void load_started(struct engine *e, struct engine_model *m, double now, uint64_t bytes,
                          double frac)
 {
     e->stats.loads++;
@@ -206,7 +206,8 @@ static void load_started(struct engine *e, struct emodel *m, double now, uint64_
  * bytes in pieces too small for a blob: the explicit fragmentation step,
  * offloading the model sched_defrag_victim names (swap_compact, counted),
  * until the blobs find their blocks. Nothing here waits on the manager. */
-static int start_load(struct engine *e, struct emodel **map, struct sched_model *sm, int model)
+static int start_load(struct engine *e, struct engine_model **map, struct sched_model *sm,
+                      int model)
 {
     struct swap_model *sw = map[model]->sm;
     struct swap_room why;
@@ -232,7 +233,7 @@ static int start_load(struct engine *e, struct emodel **map, struct sched_model 
  * is model map[i]); sm is the snapshot's storage, which start_load rebuilds. */
 struct exec {
     struct engine *e;
-    struct emodel **map;
+    struct engine_model **map;
     struct sched_model *sm;
     bool idle; /* the action is a SCHED_UNLOAD: its offload is counted as one */
     int incoming; /* a SCHED_LOAD's model, whose room its victims make; -1: none */
@@ -248,7 +249,7 @@ static bool exec_running(void *ctx, int model)
 static bool exec_serve(void *ctx, int model)
 {
     struct exec *x = ctx;
-    struct emodel *m = x->map[model];
+    struct engine_model *m = x->map[model];
     if (m->mem_wait || swap_use_begin(x->e->mgr, m->sm) < 0)
         return false;
     m->running = true;
@@ -262,7 +263,7 @@ static bool exec_serve(void *ctx, int model)
 static bool exec_offload(void *ctx, int model, bool defer)
 {
     struct exec *x = ctx;
-    struct emodel *v = x->map[model];
+    struct engine_model *v = x->map[model];
     bool preempted = !x->idle && (v->n_paused > 0 || atomic_load(&v->pause));
     uint64_t held = model_held_bytes(x->e, v);
     if (swap_offload(x->e->mgr, v->sm, defer) < 0)
@@ -288,7 +289,7 @@ static bool exec_offload(void *ctx, int model, bool defer)
 static bool exec_preempt(void *ctx, int model)
 {
     struct exec *x = ctx;
-    struct emodel *m = x->map[model];
+    struct engine_model *m = x->map[model];
     if (!m->running || m->removed)
         return false;
     atomic_store(&m->pause, true);
@@ -304,7 +305,7 @@ static bool exec_pausing(void *ctx, int model)
 /* The share of a whole load a load of m copies now: the largest share of
  * its weights missing on any of its devices (the shards load in parallel);
  * 1 for a model with nothing kept. Read before the load starts. */
-static double missing_share(struct engine *e, const struct emodel *m)
+static double missing_share(struct engine *e, const struct engine_model *m)
 {
     double most = 0;
     for (int d = 0; d < swap_device_count(e->mgr); d++) {
@@ -319,7 +320,7 @@ static double missing_share(struct engine *e, const struct emodel *m)
 static bool exec_load(void *ctx, int model)
 {
     struct exec *x = ctx;
-    struct emodel *m = x->map[model];
+    struct engine_model *m = x->map[model];
     uint64_t bytes = swap_model_missing_bytes(x->e->mgr, m->sm);
     double frac = missing_share(x->e, m);
     if (start_load(x->e, x->map, x->sm, model) < 0)
@@ -329,7 +330,7 @@ static bool exec_load(void *ctx, int model)
 }
 
 /* What of its batches' reserve on d is held for it and not allocated. */
-static uint64_t reserve_rest(const struct emodel *m, int d)
+static uint64_t reserve_rest(const struct engine_model *m, int d)
 {
     return m->reserve[d] > m->batch_bytes[d] ? m->reserve[d] - m->batch_bytes[d] : 0;
 }
@@ -344,7 +345,7 @@ static uint64_t reserve_rest(const struct emodel *m, int d)
 static uint64_t exec_trim(void *ctx, int model, int device, uint64_t bytes)
 {
     struct exec *x = ctx;
-    struct emodel *m = x->map[model];
+    struct engine_model *m = x->map[model];
     if (m->running || m->removed || device < 0 || device >= swap_device_count(x->e->mgr))
         return 0;
     bool resident = swap_residency(x->e->mgr, m->sm) == RES_ON_DEVICE;
@@ -411,7 +412,7 @@ static void admin_run(struct engine *e)
 {
     bool done = false;
     for (int id = 0; id < e->n_ids; id++) {
-        struct emodel *m = model_get(e, id);
+        struct engine_model *m = model_get(e, id);
         if (!m || m->admin == ADMIN_NONE)
             continue;
         enum residency r = swap_residency(e->mgr, m->sm);
@@ -455,7 +456,7 @@ static double queue_expire(struct engine *e, double now)
 {
     double next = INFINITY;
     for (int id = 0; e->n_queued_deadlines > 0 && id < e->n_ids; id++) {
-        struct emodel *m = e->models[id];
+        struct engine_model *m = e->models[id];
         for (struct engine_req *r = m ? m->head : NULL, *nx; r; r = nx) {
             nx = r->next;
             if (r->deadline <= now)
@@ -472,7 +473,7 @@ static double queue_expire(struct engine *e, double now)
  * exceed that device's budget less what resident pinned models hold there
  * (their weights and batch reserves) would otherwise wait until an admin
  * unpins, unanswered. Returns whether it failed any. */
-static bool pinned_block(struct engine *e, struct emodel **map, const struct sched_model *sm,
+static bool pinned_block(struct engine *e, struct engine_model **map, const struct sched_model *sm,
                          const struct sched_view *v)
 {
     uint64_t pinned[SCHED_MAX_DEVICES] = {0};
@@ -482,7 +483,7 @@ static bool pinned_block(struct engine *e, struct emodel **map, const struct sch
                 pinned[d] += sm[i].bytes[d];
     bool failed = false;
     for (int i = 0; i < v->n_models; i++) {
-        struct emodel *m = map[i];
+        struct engine_model *m = map[i];
         if (sm[i].resident || m->queue_len == 0)
             continue;
         for (int d = 0; d < v->n_devices; d++) {
@@ -509,7 +510,7 @@ static bool pinned_block(struct engine *e, struct emodel **map, const struct sch
  * map[i]; room for cap models. */
 struct snapshot {
     struct sched_model *sm;
-    struct emodel **map;
+    struct engine_model **map;
     int cap;
 };
 
@@ -523,7 +524,7 @@ static bool snapshot_fit(struct snapshot *s, int n_live)
     if (!s2)
         return false;
     s->sm = s2;
-    struct emodel **m2 = realloc(s->map, (size_t)c * sizeof(*s->map));
+    struct engine_model **m2 = realloc(s->map, (size_t)c * sizeof(*s->map));
     if (!m2)
         return false;
     s->map = m2;

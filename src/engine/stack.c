@@ -589,13 +589,13 @@ int stack_open(const struct stack_config *c, struct stack **out)
     if ((rc = kern_compute_choice(c->compute, &s->compute_set, &s->compute)) < 0)
         goto fail; /* stack_config_check refused it already */
     for (int d = 0; d < c->n_devices; d++) {
-        /* another process's device: a view of it (backend/remote) */
+        /* another process's device: a view of it (backend/view) */
         int proc = device_proc_of(c, d);
-        char name[32]; /* device_open_remote prefixes the process: "1/cpu:0" */
+        char name[32]; /* device_open_view prefixes the process: "1/cpu:0" */
         snprintf(name, sizeof name, "%s:%d", cuda ? "cuda" : "cpu",
                  cuda ? (c->gpus_set ? c->gpus[d] : d) : local_index(c, d));
-        rc = proc ? device_open_remote(proc, cuda ? DEVICE_CUDA : DEVICE_CPU, name, budgets[d],
-                                       &s->devices[d])
+        rc = proc ? device_open_view(proc, cuda ? DEVICE_CUDA : DEVICE_CPU, name, budgets[d],
+                                     &s->devices[d])
                   : stack_device_open(c, d, budgets[d], &s->devices[d]);
         if (rc < 0)
             goto fail;
@@ -608,7 +608,7 @@ int stack_open(const struct stack_config *c, struct stack **out)
     if ((rc = swap_manager_create(s->devices, c->n_devices, &sc, &s->mgr)) < 0)
         goto fail;
     if (remote)
-        swap_set_remote(s->mgr, c->remote);
+        swap_set_peers(s->mgr, c->remote);
     if ((rc = workers_create(s->mgr, &s->workers)) < 0 ||
         (rc = engine_create(s->mgr, s->workers, &c->engine, &s->engine)) < 0)
         goto fail;

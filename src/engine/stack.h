@@ -79,12 +79,12 @@ struct stack_config {
     /* under mpirun (docs/ARCHITECTURE.md: "Processes"): device d belongs to
      * process procs[d] of the job's n_procs (0: 1); procs_set false: every
      * device is process 0's. Process 0 runs the engine; it opens another
-     * process's device as a view (device_open_remote) and reaches it
+     * process's device as a view (device_open_view) and reaches it
      * through remote (required then). */
     int procs[STACK_MAX_DEVICES];
     bool procs_set;
     int n_procs;
-    const struct swap_remote *remote;
+    const struct swap_peers *remote;
     uint64_t device_budget[STACK_MAX_DEVICES]; /* 0: sized (see above) */
     double link_gbps; /* CPU devices: emulated host link (0: none; with cuda an error) */
     uint64_t host_budget;                      /* 0: sized */

@@ -10,12 +10,12 @@
 #include "core/error.h"
 #include "core/workq.h"
 #include "engine/step.h"
-#include "swap/remote.h"
+#include "swap/peers.h"
 
 struct fwd_call; /* one group_forward: a countdown over its shard tasks */
 
 struct shard_task {
-    struct group_batch *gb;
+    struct group_exec *gb;
     int shard;
     const int32_t *ids;
     const uint8_t *mask;
@@ -50,16 +50,16 @@ struct workers {
     struct worker dev[EVICT_MAX_DEVICES];
 };
 
-struct group_batch {
+struct group_exec {
     const struct swap_model *model;
     int n_shards, tp, pp;             /* the model's, so freeing gb reads nothing of it */
     struct model_exec_shape shape;    /* resolved, as every shard's context has it */
     int len;                          /* positions filled (every context's len) */
     struct model_exec **ex;           /* (n_shards) on each shard's device; NULL for a
                                        * remote shard */
-    /* with shards on other processes' devices (swap/remote.h): their
+    /* with shards on other processes' devices (swap/peers.h): their
      * contexts' placements on the views, and the batch's name there */
-    const struct swap_remote *remote;
+    const struct swap_peers *remote;
     struct dbuf **placed;             /* (n_shards) NULL for this process's shards */
     uint64_t remote_id;
     bool remote_open;
@@ -69,7 +69,7 @@ struct group_batch {
 };
 
 /* The batch's shape, defaults resolved: every shard's context has it. */
-static const struct model_exec_shape *gb_shape(const struct group_batch *gb)
+static const struct model_exec_shape *gb_shape(const struct group_exec *gb)
 {
     return &gb->shape;
 }
@@ -82,8 +82,8 @@ static bool shard_is_remote(struct swap_manager *mgr, const struct swap_shard *s
 /* The contexts of the remote shards placed on their views, then the batch
  * opened on the other processes, which also makes this process's ends of
  * the stage groups and channels. */
-static int group_batch_open_remote(struct swap_manager *mgr, struct group_batch *gb,
-                                   const struct model_exec_shape *shape)
+static int group_exec_open_remote(struct swap_manager *mgr, struct group_exec *gb,
+                                  const struct model_exec_shape *shape)
 {
     gb->placed = calloc((size_t)gb->n_shards, sizeof(*gb->placed));
     uint64_t *offsets = calloc((size_t)gb->n_shards, sizeof(*offsets));
@@ -112,8 +112,8 @@ static int group_batch_open_remote(struct swap_manager *mgr, struct group_batch 
 
 /* ---- the batch state ---- */
 
-uint64_t group_batch_bytes(const struct swap_model *model, struct swap_manager *mgr,
-                           const struct model_exec_shape *shape, int device)
+uint64_t group_exec_bytes(const struct swap_model *model, struct swap_manager *mgr,
+                          const struct model_exec_shape *shape, int device)
 {
     uint64_t bytes = 0;
     for (int i = 0; i < swap_model_shard_count(model); i++) {
@@ -128,11 +128,11 @@ uint64_t group_batch_bytes(const struct swap_model *model, struct swap_manager *
     return bytes;
 }
 
-int group_batch_create(struct swap_manager *mgr, const struct swap_model *model,
-                       const struct model_exec_shape *shape, struct group_batch **out)
+int group_exec_create(struct swap_manager *mgr, const struct swap_model *model,
+                      const struct model_exec_shape *shape, struct group_exec **out)
 {
     *out = NULL;
-    struct group_batch *gb = calloc(1, sizeof(*gb));
+    struct group_exec *gb = calloc(1, sizeof(*gb));
     if (!gb)
         return err_set(ERR_NOMEM, "out of memory");
     gb->model = model;
@@ -155,8 +155,8 @@ int group_batch_create(struct swap_manager *mgr, const struct swap_model *model,
     }
     for (int i = 0; i < gb->n_shards; i++)
         if (shard_is_remote(mgr, swap_model_shard(model, i)))
-            gb->remote = swap_remote_of(mgr);
-    if (gb->remote && (rc = group_batch_open_remote(mgr, gb, shape)) < 0)
+            gb->remote = swap_peers_of(mgr);
+    if (gb->remote && (rc = group_exec_open_remote(mgr, gb, shape)) < 0)
         goto fail;
     for (int s = 0; s < gb->pp && gb->tp > 1 && !gb->remote; s++) {
         struct device *devs[EVICT_MAX_DEVICES];
@@ -182,11 +182,11 @@ int group_batch_create(struct swap_manager *mgr, const struct swap_model *model,
     *out = gb;
     return 0;
 fail:
-    group_batch_free(gb);
+    group_exec_free(gb);
     return rc;
 }
 
-int group_batch_failed(const struct group_batch *gb)
+int group_exec_failed(const struct group_exec *gb)
 {
     return atomic_load(&gb->failed);
 }
@@ -194,7 +194,7 @@ int group_batch_failed(const struct group_batch *gb)
 /* Marks gb failed and aborts its stage groups and channels, so every shard
  * waiting in a collective or a receive (or about to) returns rc. Called on
  * the failing shard's thread, before its task counts as done (gb is alive). */
-static void group_batch_abort(struct group_batch *gb, int rc)
+static void group_exec_abort(struct group_exec *gb, int rc)
 {
     int none = 0;
     if (!atomic_compare_exchange_strong(&gb->failed, &none, rc))
@@ -209,7 +209,7 @@ static void group_batch_abort(struct group_batch *gb, int rc)
             comm_channel_abort(gb->chan[i], rc);
 }
 
-void group_batch_clear_slot(struct group_batch *gb, int b)
+void group_exec_clear_slot(struct group_exec *gb, int b)
 {
     for (int i = 0; i < gb->n_shards; i++)
         if (gb->ex[i])
@@ -220,17 +220,17 @@ void group_batch_clear_slot(struct group_batch *gb, int b)
         (void)gb->remote->batch_clear(gb->remote->ctx, gb->remote_id, b);
 }
 
-int group_batch_room(const struct group_batch *gb)
+int group_exec_room(const struct group_exec *gb)
 {
     return gb_shape(gb)->max_len - gb->len;
 }
 
-int group_batch_max_step(const struct group_batch *gb)
+int group_exec_max_step(const struct group_exec *gb)
 {
     return gb_shape(gb)->max_tokens / gb_shape(gb)->batch;
 }
 
-void group_batch_free(struct group_batch *gb)
+void group_exec_free(struct group_exec *gb)
 {
     if (!gb)
         return;
@@ -257,7 +257,7 @@ void group_batch_free(struct group_batch *gb)
 static int task_run(struct shard_task *t)
 {
     /* the shard: fixed while its model is registered, read without a lock */
-    struct group_batch *gb = t->gb;
+    struct group_exec *gb = t->gb;
     const struct swap_shard *sh = swap_model_shard(gb->model, t->shard);
     const int stage = swap_shard_stage(sh), rank = swap_shard_rank(sh), tp = gb->tp;
     char who[96];
@@ -303,7 +303,7 @@ static void worker_run(struct workq_item *item, void *arg)
             snprintf(c->msg, sizeof(c->msg), "%s", err_msg());
         }
         pthread_mutex_unlock(&c->lock);
-        group_batch_abort(t->gb, rc);
+        group_exec_abort(t->gb, rc);
     }
     pthread_mutex_lock(&c->lock);
     if (--c->remaining == 0)
@@ -350,15 +350,14 @@ void workers_destroy(struct workers *w)
     free(w);
 }
 
-int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
-                  const uint8_t *mask, int t_new, bool all_positions, bool overlap,
-                  float *logits)
+int group_forward(struct workers *w, struct group_exec *gb, const int32_t *ids, const uint8_t *mask,
+                  int t_new, bool all_positions, bool overlap, float *logits)
 {
     int local = 0;
     for (int i = 0; i < gb->n_shards; i++)
         local += gb->ex[i] != NULL;
     struct fwd_call call = {.remaining = local};
-    int failed = group_batch_failed(gb);
+    int failed = group_exec_failed(gb);
     if (failed < 0)
         return err_set(failed,
                        "the batch failed in an earlier step (%s) and its state is lost; "
@@ -397,7 +396,7 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
     pthread_cond_init(&call.done, NULL);
     /* the other processes' part leaves in the same order as this one's is
      * queued: every process sees the steps of all models in one order */
-    struct swap_remote_step *far = NULL;
+    struct swap_peer_step *far = NULL;
     int far_rc = 0;
     pthread_mutex_lock(&w->order);
     if (gb->remote_open)
@@ -426,7 +425,7 @@ int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
         if (far_rc < 0) {
             snprintf(far_msg, sizeof(far_msg), "%s", err_msg());
             /* the other processes' contexts are out of step with these now */
-            group_batch_abort(gb, far_rc);
+            group_exec_abort(gb, far_rc);
         }
     } else if (far_rc < 0) {
         snprintf(far_msg, sizeof(far_msg), "%s", err_msg());

@@ -31,27 +31,27 @@ void workers_destroy(struct workers *w); /* NULL-safe; waits for queued jobs */
  * the channels between stages. Everything is allocated here, before the
  * batch's first step; a step allocates nothing on a device. A batch runs on
  * its model's shards as registered: free it before swap_unregister. */
-struct group_batch;
+struct group_exec;
 /* Device bytes a batch of this shape takes on device `device` (0 when the
  * model has no shard there; UINT64_MAX when the shape fits no device). */
-uint64_t group_batch_bytes(const struct swap_model *model, struct swap_manager *mgr,
-                           const struct model_exec_shape *shape, int device);
+uint64_t group_exec_bytes(const struct swap_model *model, struct swap_manager *mgr,
+                          const struct model_exec_shape *shape, int device);
 /* ERR_NOMEM naming the device and bytes when a shard's context does not fit
  * its device's budget now (nothing is left allocated then). */
-int group_batch_create(struct swap_manager *mgr, const struct swap_model *model,
-                       const struct model_exec_shape *shape, struct group_batch **out);
+int group_exec_create(struct swap_manager *mgr, const struct swap_model *model,
+                      const struct model_exec_shape *shape, struct group_exec **out);
 /* 0, or the error of the forward that failed on it: a failed step leaves the
  * shards' KV caches out of step and its groups and channels aborted, so every
  * later group_forward on gb fails at once (ERR_BUSY is never it: free gb and
  * create another). */
-int group_batch_failed(const struct group_batch *gb);
+int group_exec_failed(const struct group_exec *gb);
 /* Frees sequence slot b on every shard for a new sequence. */
-void group_batch_clear_slot(struct group_batch *gb, int b);
+void group_exec_clear_slot(struct group_exec *gb, int b);
 /* Positions still free in the KV caches. */
-int group_batch_room(const struct group_batch *gb);
+int group_exec_room(const struct group_exec *gb);
 /* The longest step (positions per sequence) the batch was sized for. */
-int group_batch_max_step(const struct group_batch *gb);
-void group_batch_free(struct group_batch *gb);  /* NULL-safe */
+int group_exec_max_step(const struct group_exec *gb);
+void group_exec_free(struct group_exec *gb); /* NULL-safe */
 
 /* Runs t_new tokens of every sequence (ids, mask: (batch, t_new), mask as in
  * model_forward) through every shard of the model on its device and waits.
@@ -59,14 +59,13 @@ void group_batch_free(struct group_batch *gb);  /* NULL-safe */
  * channels, so every other shard returns instead of waiting for it, and
  * group_forward returns the first shard's error with its message (raised
  * again on the calling thread: err_msg() there tells it); gb is failed from
- * then on (group_batch_failed). A step gb was not sized for fails before
+ * then on (group_exec_failed). A step gb was not sized for fails before
  * any shard runs and leaves gb usable.
  * logits: (batch, vocab) for the last position, or (batch, t_new, vocab) with
  * all_positions. overlap = false waits for the whole model to be on its
  * devices before computing (for measuring what overlap buys). The model must
  * be resident or loading, and in use (swap_use_begin) for the duration. */
-int group_forward(struct workers *w, struct group_batch *gb, const int32_t *ids,
-                  const uint8_t *mask, int t_new, bool all_positions, bool overlap,
-                  float *logits);
+int group_forward(struct workers *w, struct group_exec *gb, const int32_t *ids, const uint8_t *mask,
+                  int t_new, bool all_positions, bool overlap, float *logits);
 
 #endif

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-struct smodel {
+struct sim_model {
     size_t *queue; /* request indices, FIFO */
     size_t head, tail;
     bool resident, loading, running, offload_pending;
@@ -46,7 +46,7 @@ struct sim {
     struct sim_request *reqs;
     size_t n;
     size_t *next_of; /* (n) the index of the next request for the same model (n: none) */
-    struct smodel *m;
+    struct sim_model *m;
     uint64_t used[SCHED_MAX_DEVICES];
     struct sim_stats *st;
     double now;
@@ -68,7 +68,7 @@ static uint64_t kv_of(const struct sim *s, int model, int d)
  * less a paused (or pausing) batch's memory, which stays. */
 static uint64_t moving_of(const struct sim *s, int model, int d)
 {
-    const struct smodel *m = &s->m[model];
+    const struct sim_model *m = &s->m[model];
     return bytes_of(s, model, d) - (m->paused || m->pause_pending ? kv_of(s, model, d) : 0);
 }
 
@@ -92,7 +92,7 @@ static uint64_t layer_of(const struct sim *s, int model, int d)
 
 /* m holds all of itself or nothing again: no layer given up, no reserve
  * left to count. */
-static void kept_clear(struct smodel *m)
+static void kept_clear(struct sim_model *m)
 {
     m->kept = false;
     memset(m->trimmed, 0, sizeof(m->trimmed));
@@ -105,7 +105,7 @@ static void kept_clear(struct smodel *m)
  * paused_kv). */
 static uint64_t held_on(const struct sim *s, int model, int d)
 {
-    const struct smodel *m = &s->m[model];
+    const struct sim_model *m = &s->m[model];
     if (m->resident)
         return moving_of(s, model, d);
     return m->kept ? weights_of(s, model, d) - (uint64_t)m->trimmed[d] * layer_of(s, model, d) : 0;
@@ -126,7 +126,7 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
     for (int d = 0; d < c->n_devices; d++)
         v->free_bytes[d] = c->budget[d] - s->used[d];
     for (int i = 0; i < c->n_models; i++) {
-        struct smodel *m = &s->m[i];
+        struct sim_model *m = &s->m[i];
         memset(&sm[i], 0, sizeof(sm[i]));
         sm[i].queue_len = (int)(m->tail - m->head) + m->paused;
         sm[i].head_arrival = m->tail > m->head ? s->reqs[m->queue[m->head]].arrival : 0;
@@ -172,7 +172,7 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
  * (paused_kv). */
 static void evict(struct sim *s, int i)
 {
-    struct smodel *m = &s->m[i];
+    struct sim_model *m = &s->m[i];
     for (int d = 0; d < s->c->n_devices; d++)
         s->used[d] -= held_on(s, i, d);
     m->resident = false;
@@ -195,7 +195,7 @@ static bool exec_running(void *ctx, int model)
  * one step_s[live] per decode step while live requests still generate.
  * Each chat request's first_token and done are set relative to the batch's
  * start. */
-static double batch_compute(struct sim *s, struct smodel *m, const size_t *batch, int b)
+static double batch_compute(struct sim *s, struct sim_model *m, const size_t *batch, int b)
 {
     const struct sim_config *c = s->c;
     double t = c->batch_s[b];
@@ -243,7 +243,7 @@ static double batch_compute(struct sim *s, struct smodel *m, const size_t *batch
 /* Resumes m's paused batch at now: what was left after pause_t runs from
  * now (with overlap_loads on a loading model, ending no earlier than the
  * load's end plus overlap_tail of it), every later time moved by as much. */
-static void batch_resume(struct sim *s, struct smodel *m)
+static void batch_resume(struct sim *s, struct sim_model *m)
 {
     const struct sim_config *c = s->c;
     double rest = m->full_end - m->pause_t, end = s->now + rest;
@@ -270,7 +270,7 @@ static bool exec_serve(void *ctx, int model)
 {
     struct sim *s = ctx;
     const struct sim_config *c = s->c;
-    struct smodel *m = &s->m[model];
+    struct sim_model *m = &s->m[model];
     double now = s->now;
     if (!m->resident || (m->loading && !c->overlap_loads))
         return false;
@@ -322,7 +322,7 @@ static bool exec_serve(void *ctx, int model)
 static bool exec_offload(void *ctx, int model, bool defer)
 {
     struct sim *s = ctx;
-    struct smodel *v = &s->m[model];
+    struct sim_model *v = &s->m[model];
     if ((!v->resident && !v->kept) || v->offload_pending || (v->loading && !v->running))
         return false;
     s->st->evictions++;
@@ -338,7 +338,7 @@ static bool exec_load(void *ctx, int model)
 {
     struct sim *s = ctx;
     const struct sim_config *c = s->c;
-    struct smodel *m = &s->m[model];
+    struct sim_model *m = &s->m[model];
     if (m->resident)
         return false;
     uint64_t need[SCHED_MAX_DEVICES];
@@ -374,7 +374,7 @@ static bool exec_load(void *ctx, int model)
  * first trim asked there (uncounted). */
 static void keep_part(struct sim *s, int model)
 {
-    struct smodel *m = &s->m[model];
+    struct sim_model *m = &s->m[model];
     for (int e = 0; e < s->c->n_devices; e++) {
         m->uncounted[e] = moving_of(s, model, e) - weights_of(s, model, e);
         s->used[e] -= m->uncounted[e];
@@ -392,7 +392,7 @@ static void keep_part(struct sim *s, int model)
 static uint64_t exec_trim(void *ctx, int model, int d, uint64_t bytes)
 {
     struct sim *s = ctx;
-    struct smodel *m = &s->m[model];
+    struct sim_model *m = &s->m[model];
     uint64_t lb = layer_of(s, model, d);
     if ((!m->resident && !m->kept) || m->running || m->loading || m->offload_pending ||
         s->c->layers <= 0)
@@ -415,7 +415,7 @@ static uint64_t exec_trim(void *ctx, int model, int d, uint64_t bytes)
 static bool exec_preempt(void *ctx, int model)
 {
     struct sim *s = ctx;
-    struct smodel *m = &s->m[model];
+    struct sim_model *m = &s->m[model];
     if (!m->running || m->pause_pending)
         return false;
     int j = 0;
@@ -479,7 +479,7 @@ static bool act(struct sim *s, const struct sched_view *v, const struct sched_ac
         fprintf(f, " batch %d", s->m[a->model].batch_n);
     fprintf(f, " |");
     for (int i = 0; i < s->c->n_models; i++) {
-        const struct smodel *m = &s->m[i];
+        const struct sim_model *m = &s->m[i];
         fprintf(f, " %zu%s%s%s", m->tail - m->head,
                 m->resident ? (m->loading ? "L" : "R")
                 : m->kept   ? "p"
@@ -493,7 +493,7 @@ static bool act(struct sim *s, const struct sched_view *v, const struct sched_ac
 /* A batch asked to pause reached its boundary (batch_end): the requests done
  * by then are done, the others are held (paused; none: the batch ended).
  * Returns how many were done. */
-static size_t batch_pause(struct sim *s, struct smodel *m)
+static size_t batch_pause(struct sim *s, struct sim_model *m)
 {
     size_t n_done = 0;
     int kept = 0;
@@ -592,7 +592,7 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
     for (int i = 0; rc == 0 && i < c->n_models; i++)
         s.m[i].upcoming = n;
     for (size_t i = n; rc == 0 && i-- > 0;) {
-        struct smodel *m = &s.m[reqs[i].model];
+        struct sim_model *m = &s.m[reqs[i].model];
         s.next_of[i] = m->upcoming;
         m->upcoming = i;
     }
@@ -607,13 +607,13 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
     while (rc == 0 && done < n) {
         /* everything that happens at `now` */
         for (; next < n && reqs[next].arrival <= now; next++) {
-            struct smodel *m = &s.m[reqs[next].model];
+            struct sim_model *m = &s.m[reqs[next].model];
             m->queue[m->tail++] = next;
             m->upcoming = s.next_of[next];
             forecast_add(&m->arrivals, reqs[next].arrival);
         }
         for (int i = 0; i < c->n_models; i++) {
-            struct smodel *m = &s.m[i];
+            struct sim_model *m = &s.m[i];
             if (m->loading && m->load_end <= now) {
                 m->loading = false;
                 if (m->offload_pending && !m->running)

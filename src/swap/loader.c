@@ -18,13 +18,13 @@
 
 /* A remote shard's load: its owner reads and copies every blob at the
  * view's offsets. Every blob's event is set once the command has left
- * (swap/remote.h: a step sent from then on reaches the owner after it and
+ * (swap/peers.h: a step sent from then on reaches the owner after it and
  * waits there blob by blob), with the error when it could not be sent; a
  * failure after that reaches the step from the owner. Nothing is staged
  * here. */
 static int loader_load_remote(struct loader *l, struct swap_shard *sh)
 {
-    const struct swap_remote *r = l->mgr->remote;
+    const struct swap_peers *r = l->mgr->remote;
     const int nb = sh->st.layout.n_blobs;
     uint64_t *offsets = calloc((size_t)nb + 1, sizeof(uint64_t)), bytes = 0;
     int rc = offsets ? 0 : err_set(ERR_NOMEM, "out of memory");
@@ -32,7 +32,7 @@ static int loader_load_remote(struct loader *l, struct swap_shard *sh)
         offsets[b] = sh->st.dev[b] ? dbuf_offset(sh->st.dev[b]) : UINT64_MAX;
         bytes += sh->st.dev[b] ? sh->st.layout.blob_bytes[b] : 0;
     }
-    struct swap_remote_load *sent = NULL;
+    struct swap_peer_load *sent = NULL;
     if (rc == 0)
         rc = r->load_send(r->ctx, sh->model, sh, offsets, &sent);
     free(offsets);
@@ -68,7 +68,7 @@ static int loader_load(struct loader *l, struct swap_shard *sh, bool to_device)
 static int loader_offload(struct loader *l, struct swap_shard *sh)
 {
     if (sh->remote) {
-        const struct swap_remote *r = l->mgr->remote;
+        const struct swap_peers *r = l->mgr->remote;
         return r->offload(r->ctx, sh->model, sh);
     }
     struct device *dev = l->mgr->devices[l->device];

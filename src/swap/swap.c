@@ -226,7 +226,7 @@ int swap_unregister(struct swap_manager *mgr, struct swap_model *model)
     return 0;
 }
 
-void swap_set_remote(struct swap_manager *mgr, const struct swap_remote *r)
+void swap_set_peers(struct swap_manager *mgr, const struct swap_peers *r)
 {
     pthread_mutex_lock(&mgr->lock);
     assert(mgr->n_models == 0);
@@ -234,7 +234,7 @@ void swap_set_remote(struct swap_manager *mgr, const struct swap_remote *r)
     pthread_mutex_unlock(&mgr->lock);
 }
 
-const struct swap_remote *swap_remote_of(const struct swap_manager *mgr)
+const struct swap_peers *swap_peers_of(const struct swap_manager *mgr)
 {
     return mgr->remote;
 }
@@ -524,7 +524,7 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
         if (device_proc(mgr->devices[pl->devices[i]]) > 0 && !mgr->remote)
             return err_set(ERR_INVALID,
                            "model %s: device %s is process %d's, and this manager reaches no "
-                           "other process (swap_set_remote)",
+                           "other process (swap_set_peers)",
                            name, device_name(mgr->devices[pl->devices[i]]),
                            device_proc(mgr->devices[pl->devices[i]]));
     }

@@ -92,7 +92,7 @@ struct swap_model;
 struct swap_shard;
 struct store_shard;
 struct swap_manager;
-struct swap_remote;
+struct swap_peers;
 
 struct swap_stats {
     uint64_t loads, offloads, bytes_h2d, bytes_d2h, bytes_disk;
@@ -135,15 +135,15 @@ int swap_manager_create(struct device **devices, int n_devices, const struct swa
 void swap_manager_destroy(struct swap_manager *mgr); /* NULL-safe */
 
 /* Under mpirun, process 0's manager sees the other processes' devices as
- * views (device_open_remote) and reaches them through r (swap/remote.h,
+ * views (device_open_view) and reaches them through r (swap/peers.h,
  * the caller's, outliving the manager): set it before the first
  * swap_register when any device is another process's. A shard on such a
  * device has no host copy here (host_bytes 0: its owner reads its own
  * checkpoint); its load and offload run on its view's loader thread as
  * calls of r, and it leaves the devices to RES_ON_DISK. */
-void swap_set_remote(struct swap_manager *mgr, const struct swap_remote *r);
-/* The table swap_set_remote set; NULL without one. */
-const struct swap_remote *swap_remote_of(const struct swap_manager *mgr);
+void swap_set_peers(struct swap_manager *mgr, const struct swap_peers *r);
+/* The table swap_set_peers set; NULL without one. */
+const struct swap_peers *swap_peers_of(const struct swap_manager *mgr);
 
 /* Registers the checkpoint in dir under name with a placement. Refused, with
  * the bytes needed and available, when a device's share or the host copy can
@@ -234,7 +234,7 @@ int swap_offload(struct swap_manager *mgr, struct swap_model *model, bool defer)
  * OFFLOADING meanwhile, the listener fires at the end; their bytes count in
  * swap_room.leaving), or dropped to disk when the host budget has no room.
  * Then the model is RES_PARTIAL. A shard on another process's device
- * (swap_set_remote) is not trimmed: ERR_UNSUPPORTED, *released 0 (the
+ * (swap_set_peers) is not trimmed: ERR_UNSUPPORTED, *released 0 (the
  * owner's protocol moves whole shards). Counted in stats.trims and
  * stats.bytes_trimmed. Any thread; never waits. */
 int swap_trim(struct swap_manager *mgr, struct swap_model *model, int device, uint64_t bytes,

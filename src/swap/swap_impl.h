@@ -6,7 +6,7 @@
 #include <pthread.h>
 
 #include "core/workq.h"
-#include "swap/remote.h"
+#include "swap/peers.h"
 #include "swap/store.h"
 #include "swap/swap.h"
 
@@ -90,7 +90,7 @@ struct swap_manager {
     uint64_t clock;                /* logical time of uses, for LRU */
     struct swap_stats stats;       /* but host_used/host_high_water/budget: the tier's */
     struct store_tier tier;        /* the host tier, under lock */
-    const struct swap_remote *remote; /* the other processes' devices (swap_set_remote) */
+    const struct swap_peers *remote; /* the other processes' devices (swap_set_peers) */
     void (*listener)(void *ctx);   /* told of every completed transition */
     void *listener_ctx;
     int listener_calls;            /* calls in progress (outside the lock) */

@@ -43,9 +43,9 @@ static int cold_request(struct swap_manager *mgr, struct workers *w, struct swap
     int32_t ids[SWAPBENCH_MAX_PROMPT];
     make_prompt(model, ids, prompt_len);
     float *logits = malloc((size_t)swap_model_info(model)->vocab * sizeof(float));
-    struct group_batch *gb = NULL;
+    struct group_exec *gb = NULL;
     struct model_exec_shape shape = {.batch = 1, .max_len = prompt_len + 1};
-    int rc = group_batch_create(mgr, model, &shape, &gb);
+    int rc = group_exec_create(mgr, model, &shape, &gb);
     if (rc < 0 || !logits)
         goto out;
     double t0 = time_now();
@@ -56,7 +56,7 @@ static int cold_request(struct swap_manager *mgr, struct workers *w, struct swap
     swap_use_end(mgr, model);
     swap_wait_loaded(mgr, model);
 out:
-    group_batch_free(gb);
+    group_exec_free(gb);
     free(logits);
     return rc;
 }

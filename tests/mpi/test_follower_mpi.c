@@ -1,10 +1,10 @@
 /* cluster/follower under mpirun (2 and 3 processes): process 0 plays rank
  * 0's part (the engine's proxy will do the same): it keeps a view of every
- * other process's device (device_open_remote), places the blobs and batch
+ * other process's device (device_open_view), places the blobs and batch
  * contexts there, runs its own shards, and sends REGISTER, LOAD,
  * BATCH_OPEN, STEP, BATCH_CLOSE, OFFLOAD, UNREGISTER and SHUTDOWN through
- * the leader (cluster/leader.h); the other processes run follower_serve. A model's shards over the processes (TP 2, PP 2, TP 2 x
- * PP 2; process 0 holding some shards itself) give the whole model's
+ * the leader (cluster/leader.h); the other processes run follower_serve. A model's shards over the
+ * processes (TP 2, PP 2, TP 2 x PP 2; process 0 holding some shards itself) give the whole model's
  * logits within 1e-5 for the prefill and four decode steps, the followers'
  * devices hold exactly the placements the views chose, and commands that
  * cannot work are answered with an error that names them. */
@@ -362,7 +362,7 @@ TEST(serve_models)
         if (proc_of[d] == 0)
             CHECK(device_open_cpu(d, 64 * MIB, &dev[d]) == 0);
         else
-            CHECK(device_open_remote(proc_of[d], DEVICE_CPU, "cpu", 64 * MIB, &dev[d]) == 0);
+            CHECK(device_open_view(proc_of[d], DEVICE_CPU, "cpu", 64 * MIB, &dev[d]) == 0);
     }
     struct leader_config cfg = {.ctl_tag = CTL}; /* no heartbeats: nobody is stopped here */
     CHECK_MSG(leader_create(world, &cfg, &lead) == 0, "%s", err_msg());

@@ -1,6 +1,6 @@
 /* cluster/leader under mpirun (2 and 3 processes): process 0 drives the
  * followers (every other process, follower_serve) through the leader only,
- * holding no device itself, just views of theirs (device_open_remote).
+ * holding no device itself, just views of theirs (device_open_view).
  *
  * models: a model's shards on the followers (TP 2, PP 2, TP 2 x PP 2; with
  *   2 processes every shard on one follower), each shard loaded by its own
@@ -81,7 +81,7 @@ static void follow(void)
 static void lead_open(void)
 {
     for (int d = 0; d < N_DEV; d++)
-        CHECK(device_open_remote(proc_of[d], DEVICE_CPU, "cpu", 64 * MIB, &view[d]) == 0);
+        CHECK(device_open_view(proc_of[d], DEVICE_CPU, "cpu", 64 * MIB, &view[d]) == 0);
     struct leader_config cfg = {
         .ctl_tag = CTL, .beat_interval_s = BEAT_INTERVAL, .beat_timeout_s = BEAT_TIMEOUT};
     CHECK_MSG(leader_create(world, &cfg, &lead) == 0, "%s", err_msg());

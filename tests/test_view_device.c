@@ -1,4 +1,4 @@
-/* backend/remote: another process's device as rank 0 sees it. Its memory
+/* backend/view: another process's device as rank 0 sees it. Its memory
  * is bookkeeping whose placements a real device replays by offset
  * (device_alloc_at) to the same free bytes, largest block and fragments;
  * its events are host events; copies and streams are refused, naming the
@@ -16,7 +16,7 @@
 TEST(view_and_owner_agree)
 {
     struct device *view = NULL, *owner = NULL;
-    CHECK(device_open_remote(1, DEVICE_CPU, "cpu:0", 4 * MIB, &view) == 0);
+    CHECK(device_open_view(1, DEVICE_CPU, "cpu:0", 4 * MIB, &view) == 0);
     CHECK(device_open_cpu(0, 4 * MIB, &owner) == 0);
     if (!view || !owner)
         return;
@@ -67,7 +67,7 @@ TEST(view_and_owner_agree)
 TEST(refusals_and_events)
 {
     struct device *view = NULL;
-    CHECK(device_open_remote(2, DEVICE_CPU, "cpu:3", MIB, &view) == 0);
+    CHECK(device_open_view(2, DEVICE_CPU, "cpu:3", MIB, &view) == 0);
     if (!view)
         return;
     struct dbuf *b = NULL;
@@ -101,7 +101,7 @@ TEST(exec_context_at_the_views_offset)
         return;
     struct model_exec_shape shape = {.batch = 2, .max_len = 8, .max_rows = 2};
     struct device *view = NULL, *owner = NULL;
-    CHECK(device_open_remote(1, DEVICE_CPU, "cpu:0", 8 * MIB, &view) == 0);
+    CHECK(device_open_view(1, DEVICE_CPU, "cpu:0", 8 * MIB, &view) == 0);
     CHECK(device_open_cpu(0, 8 * MIB, &owner) == 0);
     size_t bytes = model_exec_bytes(m, view, &shape);
     CHECK(bytes > 0 && bytes == model_exec_bytes(m, owner, &shape));

@@ -1,4 +1,4 @@
-/* A device of another process (backend/device.h: device_open_remote): the
+/* A device of another process (backend/device.h: device_open_view): the
  * view rank 0's swap manager and scheduler keep of a device that a process
  * under mpirun owns. Its memory is an arena of offsets with nothing behind
  * them: an allocation here is a placement that the owner carries out at
@@ -193,8 +193,8 @@ static void remote_close(struct device *d)
 static const struct device_ops remote_cpu_ops = REMOTE_OPS(DEVICE_CPU);
 static const struct device_ops remote_cuda_ops = REMOTE_OPS(DEVICE_CUDA);
 
-int device_open_remote(int proc, enum device_kind kind, const char *name, uint64_t budget_bytes,
-                       struct device **out)
+int device_open_view(int proc, enum device_kind kind, const char *name, uint64_t budget_bytes,
+                     struct device **out)
 {
     *out = NULL;
     const struct kernel_ops *kern = kind == DEVICE_CPU ? &cpu_kernel_ops : cuda_kernel_table();

@@ -1,8 +1,8 @@
 /* What process 0 of a job under mpirun asks of the processes that own the
- * devices it sees as views (backend/remote: device_proc(d) > 0), in the
+ * devices it sees as views (backend/view: device_proc(d) > 0), in the
  * words of the swap manager and the device workers: load a shard's blobs
  * at the offsets chosen on the view, offload them, open a batch's
- * execution contexts, run a step, close the batch. cluster/remote.h
+ * execution contexts, run a step, close the batch. cluster/peers.h
  * implements it over the leader's command channel (cluster/leader.h);
  * nothing under cluster/ is visible from here, so the manager and the
  * workers call through this table (docs/ARCHITECTURE.md: "Processes").
@@ -10,11 +10,11 @@
  * Calls block until the owner answers (but load_send, step_send and
  * batch_abort), so none is made under the manager's lock: loads and
  * offloads run on the view's loader thread, the batch calls on the thread
- * of group_batch_create / group_forward. Errors
+ * of group_exec_create / group_forward. Errors
  * come back with the owner's message ("process P: ..."); a lost process
  * fails every call naming it. */
-#ifndef SHARDSWAP_SWAP_REMOTE_H
-#define SHARDSWAP_SWAP_REMOTE_H
+#ifndef SHARDSWAP_SWAP_PEERS_H
+#define SHARDSWAP_SWAP_PEERS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -28,10 +28,10 @@ struct comm_channel;
 
 /* A load and a step sent and not yet waited for (load_send, load_wait;
  * step_send, step_wait). */
-struct swap_remote_load;
-struct swap_remote_step;
+struct swap_peer_load;
+struct swap_peer_step;
 
-struct swap_remote {
+struct swap_peers {
     void *ctx;
     /* Sends the load of shard sh of model to its device's owner, blob b at
      * offset offsets[b] of that device (UINT64_MAX for an empty blob), and
@@ -43,10 +43,10 @@ struct swap_remote {
      * placement, precision: the model's as they are then, fixed from its
      * first load) and waits for that answer. */
     int (*load_send)(void *ctx, const struct swap_model *model, const struct swap_shard *sh,
-                     const uint64_t *offsets, struct swap_remote_load **out);
+                     const uint64_t *offsets, struct swap_peer_load **out);
     /* Waits for that load's answer: 0 once every blob is there, or its error
      * (the blobs stay placed until the offload that follows). Frees it. */
-    int (*load_wait)(void *ctx, struct swap_remote_load *load);
+    int (*load_wait)(void *ctx, struct swap_peer_load *load);
     /* The owner of sh's device lets sh's blobs go (device memory only: the
      * owner keeps no host copy, so the next load reads its checkpoint). */
     int (*offload)(void *ctx, const struct swap_model *model, const struct swap_shard *sh);
@@ -76,9 +76,8 @@ struct swap_remote {
      * process holds TP rank 0 of the last stage (*got: floats written, 0
      * when this process holds it). */
     int (*step_send)(void *ctx, uint64_t id, const int32_t *ids, const uint8_t *mask, int batch,
-                     int t_new, bool all_positions, bool overlap, struct swap_remote_step **out);
-    int (*step_wait)(void *ctx, struct swap_remote_step *step, float *logits, size_t n,
-                     size_t *got);
+                     int t_new, bool all_positions, bool overlap, struct swap_peer_step **out);
+    int (*step_wait)(void *ctx, struct swap_peer_step *step, float *logits, size_t n, size_t *got);
     /* The batch's step in flight stops on every other process (their ends
      * of its collectives and channels aborted with rc): for a shard here
      * that failed mid-step, whose peers there wait for it. Never waits; any

@@ -1,4 +1,4 @@
-/* Process 0's side of serving across processes: swap/remote.h's table
+/* Process 0's side of serving across processes: swap/peers.h's table
  * carried out over the leader's command channel (cluster/leader.h), so the
  * swap manager and the device workers reach the devices of the other
  * processes (docs/ARCHITECTURE.md: "Processes").
@@ -18,21 +18,21 @@
  * Tags: every group and channel of an open batch has its own, from a pool
  * above the command tag; a closed batch's come back. Threads: any; one
  * lock over the tables, never held across a call. */
-#ifndef SHARDSWAP_CLUSTER_REMOTE_H
-#define SHARDSWAP_CLUSTER_REMOTE_H
+#ifndef SHARDSWAP_CLUSTER_PEERS_H
+#define SHARDSWAP_CLUSTER_PEERS_H
 
 struct leader;
 struct mpi_world;
-struct swap_remote;
-struct cluster_remote;
+struct swap_peers;
+struct cluster_peers;
 
 /* proc_of[d]: the process owning job device d (n_devices of them); tags
  * for groups and channels are taken from tag_base up. */
-int cluster_remote_create(struct mpi_world *w, struct leader *l, const int *proc_of,
-                          int n_devices, int tag_base, struct cluster_remote **out);
-/* The table to give swap_set_remote (as long as r lives). */
-const struct swap_remote *cluster_remote_ops(const struct cluster_remote *r);
+int cluster_peers_create(struct mpi_world *w, struct leader *l, const int *proc_of, int n_devices,
+                         int tag_base, struct cluster_peers **out);
+/* The table to give swap_set_peers (as long as r lives). */
+const struct swap_peers *cluster_peers_ops(const struct cluster_peers *r);
 /* After the swap manager and workers using it are gone. NULL-safe. */
-void cluster_remote_destroy(struct cluster_remote *r);
+void cluster_peers_destroy(struct cluster_peers *r);
 
 #endif

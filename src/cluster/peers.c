@@ -1,6 +1,6 @@
-/* cluster/remote.h: the models registered with the followers, the batches
- * open there with their tags, and swap/remote.h's calls as commands. */
-#include "cluster/remote.h"
+/* cluster/peers.h: the models registered with the followers, the batches
+ * open there with their tags, and swap/peers.h's calls as commands. */
+#include "cluster/peers.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -15,7 +15,7 @@
 #include "comm/mpi.h"
 #include "core/error.h"
 #include "model/model.h"
-#include "swap/remote.h"
+#include "swap/peers.h"
 #include "swap/swap.h"
 
 enum { MAX_TAGS = 8192, MAX_DEVICES = 64 };
@@ -23,14 +23,14 @@ enum { MAX_TAGS = 8192, MAX_DEVICES = 64 };
 /* A model the followers know: REGISTER is sent once, by whichever comes
  * first (its first load, or a batch opened while it loads), without
  * waiting; its answer is read by the first load, and kept. */
-struct rmodel {
-    struct rmodel *next;
+struct peer_model {
+    struct peer_model *next;
     const struct swap_model *model;
     uint32_t id;
-    bool sent;                /* REGISTER is in the order */
-    struct leader_call *reg;  /* its answer, until a load reads it */
+    bool sent;               /* REGISTER is in the order */
+    struct leader_call *reg; /* its answer, until a load reads it */
     bool answered;
-    int reg_rc;               /* the answer: 0 or the error, with its message */
+    int reg_rc; /* the answer: 0 or the error, with its message */
     char reg_msg[512];
     int procs[PROTO_MAX_SHARDS]; /* the followers holding its shards, ascending */
     int n_procs;
@@ -38,8 +38,8 @@ struct rmodel {
 
 /* A batch open on the followers; its tags, and the open's answer until the
  * first step reads it. */
-struct rbatch {
-    struct rbatch *next;
+struct peer_batch {
+    struct peer_batch *next;
     uint64_t id;
     struct leader_call *open;
     int tags[2 * PROTO_MAX_SHARDS];
@@ -51,21 +51,21 @@ struct rbatch {
     bool aborted;
 };
 
-struct swap_remote_step {
-    struct rbatch *b;
+struct swap_peer_step {
+    struct peer_batch *b;
     struct leader_call *call;
 };
 
-struct cluster_remote {
-    struct swap_remote ops;
+struct cluster_peers {
+    struct swap_peers ops;
     struct mpi_world *w;
     struct leader *l;
     int n_devices, proc_of[MAX_DEVICES];
     int tag_base, n_tags;
     /* the tables below; never held across a command */
     pthread_mutex_t lock;
-    struct rmodel *models;
-    struct rbatch *batches;
+    struct peer_model *models;
+    struct peer_batch *batches;
     uint32_t next_model;
     uint64_t next_batch;
     bool tag_used[MAX_TAGS];
@@ -77,15 +77,15 @@ struct cluster_remote {
 /* ---- tables ---- */
 
 /* The model's entry, made when missing (lock held). */
-static struct rmodel *model_entry(struct cluster_remote *r, const struct swap_model *m)
+static struct peer_model *model_entry(struct cluster_peers *r, const struct swap_model *m)
 {
-    for (struct rmodel *e = r->models; e; e = e->next)
+    for (struct peer_model *e = r->models; e; e = e->next)
         if (e->model == m)
             return e;
-    struct rmodel *e = calloc(1, sizeof *e);
+    struct peer_model *e = calloc(1, sizeof *e);
     if (!e)
         return NULL;
-    *e = (struct rmodel){.next = r->models, .model = m, .id = ++r->next_model};
+    *e = (struct peer_model){.next = r->models, .model = m, .id = ++r->next_model};
     for (int p = 1; p < mpi_world_procs(r->w); p++)
         for (int i = 0; i < swap_model_shard_count(m); i++)
             if (r->proc_of[swap_shard_device(swap_model_shard(m, i))] == p) {
@@ -96,15 +96,15 @@ static struct rmodel *model_entry(struct cluster_remote *r, const struct swap_mo
     return e;
 }
 
-static struct rbatch *batch_find(struct cluster_remote *r, uint64_t id)
+static struct peer_batch *batch_find(struct cluster_peers *r, uint64_t id)
 {
-    for (struct rbatch *b = r->batches; b; b = b->next)
+    for (struct peer_batch *b = r->batches; b; b = b->next)
         if (b->id == id)
             return b;
     return NULL;
 }
 
-static int tag_take(struct cluster_remote *r, int *tag)
+static int tag_take(struct cluster_peers *r, int *tag)
 {
     for (int i = 0; i < r->n_tags; i++)
         if (!r->tag_used[i]) {
@@ -115,7 +115,7 @@ static int tag_take(struct cluster_remote *r, int *tag)
     return err_set(ERR_BUSY, "cluster: all %d tags of batches are in use", r->n_tags);
 }
 
-static void tags_give(struct cluster_remote *r, const int *tags, int n)
+static void tags_give(struct cluster_peers *r, const int *tags, int n)
 {
     for (int i = 0; i < n; i++)
         r->tag_used[tags[i] - r->tag_base] = false;
@@ -123,7 +123,7 @@ static void tags_give(struct cluster_remote *r, const int *tags, int n)
 
 /* ---- models ---- */
 
-static int proc_of_shard(struct cluster_remote *r, const struct swap_shard *sh)
+static int proc_of_shard(struct cluster_peers *r, const struct swap_shard *sh)
 {
     return r->proc_of[swap_shard_device(sh)];
 }
@@ -135,8 +135,8 @@ static int shard_index(const struct swap_model *m, const struct swap_shard *sh)
 
 /* REGISTER sent to the model's processes unless it was (r->lock held;
  * never waits for the answer). */
-static void model_send_register(struct cluster_remote *r, const struct swap_model *m,
-                                struct rmodel *e)
+static void model_send_register(struct cluster_peers *r, const struct swap_model *m,
+                                struct peer_model *e)
 {
     if (e->sent)
         return;
@@ -163,11 +163,11 @@ static void model_send_register(struct cluster_remote *r, const struct swap_mode
 /* The model registered with its processes (sent now if it was not): its id
  * in *id, 0 or the registration's error with its message. Waits for the
  * answer the first time; not under r->lock. */
-static int model_register(struct cluster_remote *r, const struct swap_model *m, uint32_t *id)
+static int model_register(struct cluster_peers *r, const struct swap_model *m, uint32_t *id)
 {
     pthread_mutex_lock(&r->reg_lock); /* one reader of the answer */
     pthread_mutex_lock(&r->lock);
-    struct rmodel *e = model_entry(r, m);
+    struct peer_model *e = model_entry(r, m);
     if (e) {
         *id = e->id;
         model_send_register(r, m, e);
@@ -192,11 +192,11 @@ static int model_register(struct cluster_remote *r, const struct swap_model *m, 
 }
 
 /* The id of a model REGISTER was sent for; false when none was. */
-static bool model_id(struct cluster_remote *r, const struct swap_model *m, uint32_t *id)
+static bool model_id(struct cluster_peers *r, const struct swap_model *m, uint32_t *id)
 {
     pthread_mutex_lock(&r->lock);
     bool found = false;
-    for (struct rmodel *e = r->models; e && !found; e = e->next)
+    for (struct peer_model *e = r->models; e && !found; e = e->next)
         if (e->model == m && e->sent) {
             *id = e->id;
             found = true;
@@ -205,15 +205,15 @@ static bool model_id(struct cluster_remote *r, const struct swap_model *m, uint3
     return found;
 }
 
-struct swap_remote_load {
+struct swap_peer_load {
     const struct swap_model *model;
     struct leader_call *call;
 };
 
 static int remote_load_send(void *ctx, const struct swap_model *m, const struct swap_shard *sh,
-                            const uint64_t *offsets, struct swap_remote_load **out)
+                            const uint64_t *offsets, struct swap_peer_load **out)
 {
-    struct cluster_remote *r = ctx;
+    struct cluster_peers *r = ctx;
     *out = NULL;
     uint32_t id = 0;
     int rc = model_register(r, m, &id);
@@ -221,7 +221,7 @@ static int remote_load_send(void *ctx, const struct swap_model *m, const struct 
         return err_wrap(rc, "model %s", swap_model_name(m));
     const int nb = swap_shard_n_blobs(sh), index = shard_index(m, sh);
     struct proto_place *places = calloc((size_t)nb + 1, sizeof *places);
-    struct swap_remote_load *load = calloc(1, sizeof *load);
+    struct swap_peer_load *load = calloc(1, sizeof *load);
     if (!places || !load) {
         free(places);
         free(load);
@@ -244,9 +244,9 @@ static int remote_load_send(void *ctx, const struct swap_model *m, const struct 
     return 0;
 }
 
-static int remote_load_wait(void *ctx, struct swap_remote_load *load)
+static int remote_load_wait(void *ctx, struct swap_peer_load *load)
 {
-    struct cluster_remote *r = ctx;
+    struct cluster_peers *r = ctx;
     size_t none;
     int rc = leader_end(r->l, load->call, NULL, 0, &none);
     if (rc < 0)
@@ -257,7 +257,7 @@ static int remote_load_wait(void *ctx, struct swap_remote_load *load)
 
 static int remote_offload(void *ctx, const struct swap_model *m, const struct swap_shard *sh)
 {
-    struct cluster_remote *r = ctx;
+    struct cluster_peers *r = ctx;
     uint32_t id;
     if (!model_id(r, m, &id)) /* never loaded there */
         return 0;
@@ -268,9 +268,9 @@ static int remote_offload(void *ctx, const struct swap_model *m, const struct sw
 
 static void remote_forget(void *ctx, const struct swap_model *m)
 {
-    struct cluster_remote *r = ctx;
+    struct cluster_peers *r = ctx;
     pthread_mutex_lock(&r->lock);
-    struct rmodel **pp = &r->models, *e = NULL;
+    struct peer_model **pp = &r->models, *e = NULL;
     for (; *pp; pp = &(*pp)->next)
         if ((*pp)->model == m) {
             e = *pp;
@@ -293,7 +293,7 @@ static void remote_forget(void *ctx, const struct swap_model *m)
 /* This process's ends of the batch's groups and channels (with the tags
  * in b, stage groups first), as the followers make theirs (follower.c's
  * batch_wire). */
-static int batch_wire(struct cluster_remote *r, const struct swap_model *m, struct rbatch *b,
+static int batch_wire(struct cluster_peers *r, const struct swap_model *m, struct peer_batch *b,
                       int32_t *gtags, int32_t *ctags, struct comm_group **groups,
                       struct comm_channel **chans)
 {
@@ -337,17 +337,16 @@ static int batch_wire(struct cluster_remote *r, const struct swap_model *m, stru
 
 static int remote_batch_open(void *ctx, const struct swap_model *m,
                              const struct model_exec_shape *shape, const uint64_t *offsets,
-                             struct comm_group **groups, struct comm_channel **chans,
-                             uint64_t *id)
+                             struct comm_group **groups, struct comm_channel **chans, uint64_t *id)
 {
-    struct cluster_remote *r = ctx;
-    struct rbatch *b = calloc(1, sizeof *b);
+    struct cluster_peers *r = ctx;
+    struct peer_batch *b = calloc(1, sizeof *b);
     if (!b)
         return err_set(ERR_NOMEM, "out of memory");
     /* a batch may open while the model's first load is queued: REGISTER
      * goes out first then (the load reads its answer) */
     pthread_mutex_lock(&r->lock);
-    struct rmodel *e = model_entry(r, m);
+    struct peer_model *e = model_entry(r, m);
     uint32_t mid = 0;
     b->id = ++r->next_batch;
     if (e) {
@@ -402,9 +401,9 @@ static int remote_batch_open(void *ctx, const struct swap_model *m,
 
 static int remote_batch_clear(void *ctx, uint64_t id, int slot)
 {
-    struct cluster_remote *r = ctx;
+    struct cluster_peers *r = ctx;
     pthread_mutex_lock(&r->lock);
-    struct rbatch *b = batch_find(r, id);
+    struct peer_batch *b = batch_find(r, id);
     int procs[PROTO_MAX_SHARDS], n = b ? b->n_procs : 0;
     if (b)
         memcpy(procs, b->procs, sizeof(int) * (size_t)n);
@@ -417,9 +416,9 @@ static int remote_batch_clear(void *ctx, uint64_t id, int slot)
 
 static void remote_batch_close(void *ctx, uint64_t id)
 {
-    struct cluster_remote *r = ctx;
+    struct cluster_peers *r = ctx;
     pthread_mutex_lock(&r->lock);
-    struct rbatch **pp = &r->batches, *b = NULL;
+    struct peer_batch **pp = &r->batches, *b = NULL;
     for (; *pp; pp = &(*pp)->next)
         if ((*pp)->id == id) {
             b = *pp;
@@ -443,16 +442,16 @@ static void remote_batch_close(void *ctx, uint64_t id)
 
 static int remote_step_send(void *ctx, uint64_t id, const int32_t *ids, const uint8_t *mask,
                             int batch, int t_new, bool all_positions, bool overlap,
-                            struct swap_remote_step **out)
+                            struct swap_peer_step **out)
 {
-    struct cluster_remote *r = ctx;
+    struct cluster_peers *r = ctx;
     *out = NULL;
     pthread_mutex_lock(&r->lock);
-    struct rbatch *b = batch_find(r, id);
+    struct peer_batch *b = batch_find(r, id);
     pthread_mutex_unlock(&r->lock);
     if (!b)
         return err_set(ERR_INVALID, "cluster: no batch %llu is open", (unsigned long long)id);
-    struct swap_remote_step *s = calloc(1, sizeof *s);
+    struct swap_peer_step *s = calloc(1, sizeof *s);
     if (!s)
         return err_set(ERR_NOMEM, "out of memory");
     uint32_t n = (uint32_t)batch * (uint32_t)t_new;
@@ -477,9 +476,9 @@ static int remote_step_send(void *ctx, uint64_t id, const int32_t *ids, const ui
 
 static void remote_batch_abort(void *ctx, uint64_t id, int rc)
 {
-    struct cluster_remote *r = ctx;
+    struct cluster_peers *r = ctx;
     pthread_mutex_lock(&r->lock);
-    struct rbatch *b = batch_find(r, id);
+    struct peer_batch *b = batch_find(r, id);
     bool send = b && !b->aborted;
     int procs[PROTO_MAX_SHARDS], n = b ? b->n_procs : 0;
     if (send) {
@@ -492,10 +491,10 @@ static void remote_batch_abort(void *ctx, uint64_t id, int rc)
         fprintf(stderr, "shardswap: batch %llu: %s\n", (unsigned long long)id, err_msg());
 }
 
-static int remote_step_wait(void *ctx, struct swap_remote_step *s, float *logits, size_t n,
+static int remote_step_wait(void *ctx, struct swap_peer_step *s, float *logits, size_t n,
                             size_t *got)
 {
-    struct cluster_remote *r = ctx;
+    struct cluster_peers *r = ctx;
     int open_rc = 0;
     char open_msg[512] = "";
     if (s->b->open) { /* the batch's first step: the open's answer first */
@@ -517,15 +516,15 @@ static int remote_step_wait(void *ctx, struct swap_remote_step *s, float *logits
 
 /* ---- life ---- */
 
-int cluster_remote_create(struct mpi_world *w, struct leader *l, const int *proc_of,
-                          int n_devices, int tag_base, struct cluster_remote **out)
+int cluster_peers_create(struct mpi_world *w, struct leader *l, const int *proc_of, int n_devices,
+                         int tag_base, struct cluster_peers **out)
 {
     *out = NULL;
     int top = mpi_world_max_tag(w);
     if (n_devices < 1 || n_devices > MAX_DEVICES || tag_base < 0 || tag_base >= top)
         return err_set(ERR_INVALID, "cluster: %d devices (1..%d), tags from %d (below %d)",
                        n_devices, MAX_DEVICES, tag_base, top);
-    struct cluster_remote *r = calloc(1, sizeof *r);
+    struct cluster_peers *r = calloc(1, sizeof *r);
     if (!r)
         return err_set(ERR_NOMEM, "out of memory");
     r->w = w;
@@ -536,38 +535,38 @@ int cluster_remote_create(struct mpi_world *w, struct leader *l, const int *proc
     r->n_tags = top - tag_base < MAX_TAGS ? top - tag_base : MAX_TAGS;
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->reg_lock, NULL);
-    r->ops = (struct swap_remote){.ctx = r,
-                                  .load_send = remote_load_send,
-                                  .load_wait = remote_load_wait,
-                                  .offload = remote_offload,
-                                  .forget = remote_forget,
-                                  .batch_open = remote_batch_open,
-                                  .batch_clear = remote_batch_clear,
-                                  .batch_close = remote_batch_close,
-                                  .step_send = remote_step_send,
-                                  .step_wait = remote_step_wait,
-                                  .batch_abort = remote_batch_abort};
+    r->ops = (struct swap_peers){.ctx = r,
+                                 .load_send = remote_load_send,
+                                 .load_wait = remote_load_wait,
+                                 .offload = remote_offload,
+                                 .forget = remote_forget,
+                                 .batch_open = remote_batch_open,
+                                 .batch_clear = remote_batch_clear,
+                                 .batch_close = remote_batch_close,
+                                 .step_send = remote_step_send,
+                                 .step_wait = remote_step_wait,
+                                 .batch_abort = remote_batch_abort};
     *out = r;
     return 0;
 }
 
-const struct swap_remote *cluster_remote_ops(const struct cluster_remote *r)
+const struct swap_peers *cluster_peers_ops(const struct cluster_peers *r)
 {
     return &r->ops;
 }
 
-void cluster_remote_destroy(struct cluster_remote *r)
+void cluster_peers_destroy(struct cluster_peers *r)
 {
     if (!r)
         return;
     while (r->models) {
-        struct rmodel *e = r->models;
+        struct peer_model *e = r->models;
         r->models = e->next;
         leader_abandon(r->l, e->reg);
         free(e);
     }
     while (r->batches) {
-        struct rbatch *b = r->batches;
+        struct peer_batch *b = r->batches;
         r->batches = b->next;
         leader_abandon(r->l, b->open);
         free(b);
