@@ -290,8 +290,11 @@ int store_shard_load(struct store_loader *ld, struct store_shard *sh, int from,
     for (int b = from; b < nb && rc == 0; b++) {
         if (how->to_device && device_event_done(sh->ready[b]))
             continue;                        /* there already (not armed by this load) */
-        if (how->to_device && !sh->dev[b]) { /* an empty blob (a middle stage's ends) */
-            device_event_signal(sh->ready[b], 0);
+        if (how->to_device && !sh->dev[b]) {
+            /* an empty blob (a middle stage's ends) is there at once; one
+             * not placed is left to the load that places it */
+            if (!sh->layout.blob_bytes[b])
+                device_event_signal(sh->ready[b], 0);
             continue;
         }
         const void *src = NULL;
@@ -328,7 +331,7 @@ int store_shard_load(struct store_loader *ld, struct store_shard *sh, int from,
     if (how->to_device) {
         device_sync(sh->device);
         for (int b = from; rc < 0 && b < nb; b++)
-            if (!device_event_done(sh->ready[b]))
+            if (!device_event_done(sh->ready[b]) && (sh->dev[b] || !sh->layout.blob_bytes[b]))
                 device_event_signal(sh->ready[b], rc);
     }
     return rc;

@@ -170,9 +170,10 @@ struct store_load {
 /* On ld's thread. With to_device: every blob of sh from `from` on whose
  * event is pending (armed) is copied in, in order: placed ones from their
  * host copy or the checkpoint, each one's event set as it lands; empty
- * ones' events just set. On the first failure the message is kept in
- * sh->load_error and every pending event from `from` on completes with the
- * error, so no step waits forever (the device copies stay placed, garbage,
+ * ones' events just set (a pending blob with bytes and no device copy is
+ * not this load's). On the first failure the message is kept in
+ * sh->load_error and every pending event of a placed or empty blob from
+ * `from` on completes with the error, so no step waits forever (the device copies stay placed, garbage,
  * until the caller frees them). Without to_device, host copies of every
  * blob the shard lacks. Returns 0 or the first error. */
 int store_shard_load(struct store_loader *ld, struct store_shard *sh, int from,
