@@ -1,53 +1,29 @@
-/* The engine end to end on the fixture models (tiny, so thousands of
- * requests run in seconds), under both policies:
+/* The engine's scheduler loop (sched_loop.c) end to end on the fixture
+ * models (tests/engine_rig.h), under the policies:
  * - churn: 10k requests over 6 models with device memory for 2; every request
  *   completes exactly once with its own model's greedy continuation (the
  *   fixtures' transformers references, cut to the request's max_tokens),
  *   whatever batch, padding or join it went through;
+ * - token-level preemption (swapwise-preempt): a paused batch resumes with
+ *   the tokens of an unpreempted run;
  * - no starvation: a lone request for a cold model completes while two other
  *   models keep a backlog, before a bounded number of others were submitted;
- * - a full queue rejects; bad requests are refused;
- * - streaming: tokens arrive in order on an engine thread and equal the
- *   output and the reference;
- * - cancel: a queued request leaves its queue, a running one its batch at
- *   the next step, and a waiting request joins the freed slot;
- * - deadlines: a queued request and a running one time out;
- * - the live registry: models removed (their waiting requests fail with
- *   "removed"), added again, pinned, unloaded and loaded while two threads
- *   submit; every request completes exactly once; statistics add up;
  * - free device memory in pieces: the engine takes the explicit fragmentation
  *   step (swap_compact) and serves the model;
  * - submissions are taken at once while the scheduler's load must wait for a
  *   copy back (the engine lock is never held across a wait on the manager);
- * - budgets' high-water marks stay within the budgets;
+ * - a request blocked by pinned models fails at once without wait_for_unpin;
+ * - partial residency and trimming loads (swapwise-partial): loads copy only
+ *   the missing bytes, and on_move tells what the statistics count;
+ * - keep_alive: an idle model is unloaded as soon as its batch has ended;
  * - the per-model controls' effects (swapwise and lru): a higher priority is
  *   loaded and served first, a request past its max_queue_wait goes before
  *   an older one of higher priority, a model within its min_resident is not
- *   the victim while another can make the room (and is when none can);
- * - a removal's last statistics say whether it took the model off its
- *   devices (an unload for reason "removed").
- * Ordering is made by a gate, never by timing: the largest model, pinned on
- * devices with room for one model, keeps every other model off them, so
- * their requests wait until the test unpins it. */
-#include <jansson.h>
-#include <pthread.h>
-#include <sched.h>
-#include <unistd.h>
-#include <stdatomic.h>
+ *   the victim while another can make the room (and is when none can). */
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "core/error.h"
-#include "core/timing.h"
-#include "engine/engine.h"
-#include "sched/sched.h"
-#include "test.h"
+#include <unistd.h>
 
 #include "engine_rig.h"
-
-/* ---- tests ---- */
 
 /* A max_queue_wait for every model of the churn (0: none): with
  * swapwise-preempt, a model waiting past it pauses another's batch. */
@@ -173,10 +149,14 @@ static void pre_on_done(struct engine_req *r, void *ctx)
 static void pre_submit(struct rig *g, struct pjob *j)
 {
     const struct expect *x = &expects[j->fix][j->which];
-    struct engine_request_params p = {
-        .model = g->id[j->fix], .prompt = x->prompt, .n_prompt = x->n_prompt,
-        .max_tokens = j->max_tokens, .sampling = {.temperature = 0, .top_p = 1},
-        .on_token = pre_on_token, .on_done = pre_on_done, .ctx = j};
+    struct engine_request_params p = {.model = g->id[j->fix],
+                                      .prompt = x->prompt,
+                                      .n_prompt = x->n_prompt,
+                                      .max_tokens = j->max_tokens,
+                                      .sampling = {.temperature = 0, .top_p = 1},
+                                      .on_token = pre_on_token,
+                                      .on_done = pre_on_done,
+                                      .ctx = j};
     CHECK_MSG(engine_submit(g->e, &p, NULL) == 0, "submit: %s", err_msg());
 }
 
@@ -290,8 +270,10 @@ static void test_starvation(const char *policy)
         CHECK(submit_retry(g.e, &p, NULL) == 0);
         i++;
     }
-    CHECK_MSG(atomic_load(&lone.done_count) == 1, "%s: the lone request starved (%d submitted "
-                                                  "around it)", policy, i);
+    CHECK_MSG(atomic_load(&lone.done_count) == 1,
+              "%s: the lone request starved (%d submitted "
+              "around it)",
+              policy, i);
     printf("starvation %-9s: lone request done after %.3f s with %d others submitted\n", policy,
            lone.t.t_done - lone.t.t_arrival, i);
     engine_drain(g.e);
@@ -352,9 +334,10 @@ static void test_fragmentation(const char *policy)
         struct swap_stats ss;
         engine_get_stats(g.e, &st);
         swap_get_stats(g.mgr, &ss);
-        CHECK_MSG(false, "%s: the engine never served the model in fragmented memory (%s; w %s, b "
-                         "%s; %llu compactions, %llu loads)", policy, err_msg(),
-                  residency_name(swap_residency(g.mgr, g.sm[w])),
+        CHECK_MSG(false,
+                  "%s: the engine never served the model in fragmented memory (%s; w %s, b "
+                  "%s; %llu compactions, %llu loads)",
+                  policy, err_msg(), residency_name(swap_residency(g.mgr, g.sm[w])),
                   residency_name(swap_residency(g.mgr, g.sm[b])),
                   (unsigned long long)ss.compactions, (unsigned long long)st.loads);
         exit(test_finish());
@@ -375,132 +358,6 @@ static void test_fragmentation(const char *policy)
     for (int d = 0; d < 2; d++)
         for (int k = 0; k < n_pins[d]; k++)
             device_free(pins[d][k]);
-    rig_close(&g);
-}
-
-/* Device memory for one model and a batch of two of its requests: eight
- * requests submitted at once run in batches halved until they fit (at most
- * two sequences), all with the right output, and the devices' high-water
- * marks (weights, KV caches, activations) stay within their budgets; a
- * request whose batch of one can never fit is refused at submit, naming the
- * bytes. */
-static void test_batch_memory(void)
-{
-    struct rig g;
-    rig_open(&g, "swapwise", 0, 64, 8, 2); /* to measure */
-    const int t = g.big, max_tokens = 4; /* the largest: every model registers */
-    const int n = expects[t][0].n_prompt;
-    struct model_exec_shape two = {.batch = 2, .max_len = n + max_tokens + 64,
-                                 .max_tokens = 2 * n};
-    uint64_t budget = 0;
-    for (int d = 0; d < 2; d++) {
-        uint64_t need =
-            swap_model_device_bytes(g.sm[t], d) + group_exec_bytes(g.sm[t], g.mgr, &two, d);
-        budget = need > budget ? need : budget;
-    }
-    int max_pos = swap_model_info(g.sm[t])->max_pos;
-    struct model_exec_shape short1 = {.batch = 1, .max_len = n + 1, .max_tokens = n};
-    uint64_t tight = 0;
-    for (int d = 0; d < 2; d++) {
-        uint64_t need =
-            swap_model_device_bytes(g.sm[t], d) + group_exec_bytes(g.sm[t], g.mgr, &short1, d);
-        tight = need > tight ? need : tight;
-    }
-    rig_close(&g);
-    rig_open_budget(&g, "swapwise", 0, 64, 8, 1, budget + 64, 0);
-    atomic_store(&wrong, 0);
-    struct job jobs[8];
-    for (int i = 0; i < 8; i++) {
-        job_init(&jobs[i], g.e, t, 0, max_tokens);
-        struct engine_request_params p = job_params(&jobs[i], g.id[t], (uint64_t)i);
-        CHECK_MSG(engine_submit(g.e, &p, NULL) == 0, "%s", err_msg());
-    }
-    engine_drain(g.e);
-    int biggest = 0;
-    for (int i = 0; i < 8; i++) {
-        CHECK_MSG(jobs[i].status == 0, "request %d: %s", i, jobs[i].error);
-        biggest = jobs[i].t.batch_size > biggest ? jobs[i].t.batch_size : biggest;
-    }
-    CHECK_MSG(biggest >= 1 && biggest <= 2, "a batch of %d ran in memory for 2", biggest);
-    CHECK(atomic_load(&wrong) == 0);
-    printf("batch memory: 8 requests in batches of at most %d, in memory for 2\n", biggest);
-    rig_close(&g);
-    /* memory for one short request: a request of the model's every position
-     * can never fit, and is refused */
-    rig_open_budget(&g, "swapwise", 0, 64, 8, 1, tight + 64, 0);
-    struct job one, all;
-    job_init(&one, g.e, t, 0, 1);
-    struct engine_request_params p = job_params(&one, g.id[t], 1);
-    CHECK_MSG(engine_submit(g.e, &p, NULL) == 0, "%s", err_msg());
-    job_init(&all, g.e, t, 0, max_pos - n);
-    p = job_params(&all, g.id[t], 1);
-    CHECK(engine_submit(g.e, &p, NULL) == ERR_INVALID);
-    CHECK_MSG(strstr(err_msg(), "cannot run a request") && strstr(err_msg(), "budget"), "%s",
-              err_msg());
-    engine_drain(g.e);
-    CHECK_MSG(one.status == 0, "%s", one.error);
-    CHECK(atomic_load(&wrong) == 0);
-    rig_close(&g);
-}
-
-struct padded {
-    int status, n_out, batch_size;
-    char error[256];
-};
-
-/* on_done of a request with a prompt of its own (the rig's on_done checks
- * fixture prompts' references) */
-static void padded_done(struct engine_req *r, void *ctx)
-{
-    struct padded *p = ctx;
-    struct engine_req_timings t;
-    engine_req_timings(r, &t);
-    engine_req_output(r, &p->n_out);
-    p->status = engine_req_status(r);
-    p->batch_size = t.batch_size;
-    snprintf(p->error, sizeof p->error, "%s", engine_req_error(r));
-}
-
-/* Every prompt of a batch is left-padded to its longest, so a short prompt's
- * long answer starts after the longest prompt: a batch of a 40-token prompt
- * (2 tokens out) and a 5-token one (40 out) needs 79 positions, past the
- * fixture's 64 although each request fits alone. computron joins nothing
- * into a running batch, and the first request's batch is held (on_token)
- * until both are queued, so they are taken together; both must complete
- * (the batch was sized for the longest prompt + answer of a request, 45 +
- * 64 capped at 64, and the second failed with "exceeds the KV cache
- * capacity"). */
-static void test_padded_batch(void)
-{
-    struct rig g;
-    rig_open(&g, "computron", 0, 64, 8, 2);
-    const int t = g.big;
-    int32_t long_prompt[40], short_prompt[5];
-    for (int i = 0; i < 40; i++)
-        long_prompt[i] = 3 + i % 200;
-    for (int i = 0; i < 5; i++)
-        short_prompt[i] = 7 + i;
-    struct job hold;
-    job_init(&hold, g.e, t, 0, 2);
-    struct engine_request_params p = job_params(&hold, g.id[t], 1);
-    hold.hold_until = time_now() + 0.5;
-    CHECK_MSG(engine_submit(g.e, &p, NULL) == 0, "%s", err_msg());
-    while (!atomic_load(&hold.first_token))
-        sched_yield();
-    struct padded a = {0}, b = {0};
-    struct engine_request_params pa = {
-        .model = g.id[t], .prompt = long_prompt, .n_prompt = 40, .max_tokens = 2,
-        .sampling = {.temperature = 0, .top_p = 1, .seed = 1}, .on_done = padded_done, .ctx = &a};
-    struct engine_request_params pb = pa;
-    pb.prompt = short_prompt, pb.n_prompt = 5, pb.max_tokens = 40, pb.ctx = &b;
-    CHECK_MSG(engine_submit(g.e, &pa, NULL) == 0, "%s", err_msg());
-    CHECK_MSG(engine_submit(g.e, &pb, NULL) == 0, "%s", err_msg());
-    engine_drain(g.e);
-    CHECK_MSG(a.status == 0 && b.status == 0, "40 + 2: %d %s; 5 + 40: %d %s", a.status, a.error,
-              b.status, b.error);
-    CHECK(hold.status == 0);
-    printf("padded batch: 40 + 2 and 5 + 40 tokens, batched %d and %d, %d and %d tokens out\n",
-           a.batch_size, b.batch_size, a.n_out, b.n_out);
     rig_close(&g);
 }
 
@@ -547,109 +404,6 @@ static void test_no_wait_under_lock(const char *policy)
     rig_close(&g);
 }
 
-/* A full queue is an immediate rejection, and bad requests are refused. */
-static void test_rejections(void)
-{
-    struct rig g;
-    rig_open(&g, "swapwise", 0, 4, 8, 1);
-    /* the engine cannot run a policy that reads the future */
-    struct engine *none = NULL;
-    CHECK(engine_create(g.mgr, g.w, &(struct engine_config){.policy = "clairvoyant"}, &none) ==
-              ERR_INVALID &&
-          none == NULL && strstr(err_msg(), "future arrivals"));
-    gate_close(&g);
-    int t = not_big(&g, 0);
-    struct job jobs[6];
-    for (int i = 0; i < 6; i++) {
-        job_init(&jobs[i], g.e, t, 0, 12);
-        struct engine_request_params p = job_params(&jobs[i], g.id[t], 1);
-        int rc = engine_submit(g.e, &p, NULL);
-        CHECK_MSG(rc == (i < 4 ? 0 : ERR_BUSY), "request %d: %d (%s)", i, rc, err_msg());
-    }
-    struct engine_model_stats ms;
-    CHECK(engine_model_stats(g.e, g.id[t], &ms) == 0 && ms.queue_len == 4 && ms.rejected == 2 &&
-          ms.submitted == 4 && ms.residency != RES_ON_DEVICE);
-    struct job bad;
-    struct engine_request_params p;
-    job_init(&bad, g.e, 0, 0, 1);
-    p = job_params(&bad, 99, 1); /* only 6 models */
-    CHECK(engine_submit(g.e, &p, NULL) == ERR_NOT_FOUND && strstr(err_msg(), "99"));
-    p.model_name = "nonesuch";
-    CHECK(engine_submit(g.e, &p, NULL) == ERR_NOT_FOUND && strstr(err_msg(), "nonesuch"));
-    p = job_params(&bad, 0, 1);
-    p.max_tokens = 0;
-    CHECK(engine_submit(g.e, &p, NULL) == ERR_INVALID);
-    p = job_params(&bad, 0, 1);
-    p.sampling.top_p = 2;
-    CHECK(engine_submit(g.e, &p, NULL) == ERR_INVALID);
-    p = job_params(&bad, 0, 1);
-    p.max_tokens = 64;
-    CHECK(engine_submit(g.e, &p, NULL) == ERR_INVALID && strstr(err_msg(), "positions"));
-    p.max_tokens = 0x7fffffff; /* refused before anything is allocated for it */
-    CHECK(engine_submit(g.e, &p, NULL) == ERR_INVALID && strstr(err_msg(), "positions"));
-    int32_t big = 1 << 20;
-    p = job_params(&bad, 0, 1);
-    p.prompt = &big;
-    p.n_prompt = 1;
-    CHECK(engine_submit(g.e, &p, NULL) == ERR_INVALID && strstr(err_msg(), "vocabulary"));
-    CHECK(engine_unload_model(g.e, g.id[g.big]) == ERR_BUSY && strstr(err_msg(), "pinned"));
-    gate_open(&g);
-    engine_drain(g.e);
-    for (int i = 0; i < 4; i++)
-        CHECK(atomic_load(&jobs[i].done_count) == 1 && jobs[i].status == 0);
-    for (int i = 4; i < 6; i++)
-        CHECK(atomic_load(&jobs[i].done_count) == 0);
-    check_stats_add_up(&g, "rejections");
-    rig_close(&g);
-}
-
-/* Streamed tokens arrive in order on an engine thread and are the output;
- * a streamed request and a plain one give the reference. */
-static void test_streaming(void)
-{
-    struct rig g;
-    rig_open(&g, "swapwise", 0, 64, 8, 2);
-    atomic_store(&wrong, 0);
-    atomic_store(&bad_thread, 0);
-    struct job jobs[N_MODELS][3][2];
-    struct engine_req *h[N_MODELS][3][2];
-    for (int m = 0; m < N_MODELS; m++)
-        for (int w = 0; w < 3; w++)
-            for (int s = 0; s < 2; s++) {
-                job_init(&jobs[m][w][s], g.e, m, w, 12);
-                struct engine_request_params p = job_params(&jobs[m][w][s], g.id[m], 5);
-                p.model = -1;
-                p.model_name = names[m];
-                if (!s) { /* the plain one: nothing streamed */
-                    p.on_token = NULL;
-                    jobs[m][w][s].plain = true;
-                }
-                CHECK(submit_retry(g.e, &p, &h[m][w][s]) == 0);
-            }
-    for (int m = 0; m < N_MODELS; m++)
-        for (int w = 0; w < 3; w++)
-            for (int s = 0; s < 2; s++) {
-                struct engine_req *r = h[m][w][s];
-                CHECK(engine_req_wait(r) == 0 && engine_req_done(r));
-                int n;
-                const int32_t *out = engine_req_output(r, &n);
-                CHECK(n == 12 && memcmp(out, expects[m][w].out, sizeof(int32_t) * 12) == 0);
-                CHECK(engine_req_model(r) == g.id[m] && engine_req_ctx(r) == &jobs[m][w][s]);
-                CHECK(jobs[m][w][s].n_streamed == (s ? 12 : 0));
-                struct engine_req_timings tm;
-                engine_req_timings(r, &tm);
-                CHECK(tm.t_arrival > 0 && tm.t_arrival <= tm.t_start &&
-                      tm.t_start <= tm.t_first_token && tm.t_first_token <= tm.t_done &&
-                      tm.batch_id >= 1 && tm.batch_size >= 1 && tm.slot < tm.batch_size &&
-                      engine_req_status(r) == 0 && engine_req_error(r)[0] == '\0');
-                engine_req_release(r);
-            }
-    engine_req_release(NULL);
-    engine_drain(g.e);
-    CHECK(atomic_load(&wrong) == 0 && atomic_load(&bad_thread) == 0);
-    rig_close(&g);
-}
-
 /* Without wait_for_unpin, a request for a model that cannot be loaded
  * beside the pinned ones fails at once with ERR_BUSY saying so, instead of
  * waiting for an admin; once unpinned, the same request runs. */
@@ -680,265 +434,6 @@ static void test_pinned_block(void)
     engine_req_release(hb);
     engine_drain(g.e);
     CHECK(atomic_load(&wrong) == 0 && atomic_load(&bad_thread) == 0);
-    rig_close(&g);
-}
-
-/* A queued request cancelled leaves its queue; a running one, cancelled at
- * its first token, leaves its batch at the next step, and the request
- * waiting behind it (batches of one) joins its slot in the same batch. */
-static void test_cancel(void)
-{
-    struct rig g;
-    rig_open(&g, "swapwise", 0, 64, 1, 1);
-    atomic_store(&wrong, 0);
-    atomic_store(&bad_thread, 0);
-    gate_close(&g);
-    int t = not_big(&g, 0);
-    struct job q, a, b;
-    struct engine_req *hq, *ha, *hb;
-    job_init(&q, g.e, t, 1, 12);
-    struct engine_request_params p = job_params(&q, g.id[t], 1);
-    CHECK(engine_submit(g.e, &p, &hq) == 0);
-    CHECK(engine_cancel(g.e, hq) == 0);
-    CHECK(engine_req_wait(hq) == ERR_CANCELLED && q.n_out == 0 && q.t.t_start == 0);
-    CHECK(engine_cancel(g.e, hq) == ERR_INVALID);
-    engine_req_release(hq);
-    job_init(&a, g.e, t, 0, 12);
-    a.cancel_at_first = true;
-    p = job_params(&a, g.id[t], 2);
-    CHECK(engine_submit(g.e, &p, &ha) == 0);
-    job_init(&b, g.e, t, 2, 12);
-    p = job_params(&b, g.id[t], 3);
-    CHECK(engine_submit(g.e, &p, &hb) == 0);
-    /* c ends itself at its first token (a stop string): ok, with that token */
-    struct job c;
-    struct engine_req *hc;
-    job_init(&c, g.e, t, 1, 12);
-    c.stop_at_first = true;
-    p = job_params(&c, g.id[t], 4);
-    CHECK(engine_submit(g.e, &p, &hc) == 0);
-    gate_open(&g);
-    CHECK(engine_req_wait(ha) == ERR_CANCELLED);
-    CHECK(engine_req_wait(hb) == 0);
-    CHECK_MSG(engine_req_wait(hc) == 0 && c.cancel_rc == 0 && c.n_out == 1 && c.status == 0 &&
-                  engine_req_error(hc)[0] == '\0',
-              "stop: status %d, %d tokens", c.status, c.n_out);
-    engine_req_release(hc);
-    CHECK_MSG(a.cancel_rc == 0 && a.n_out == 1 && a.n_streamed == 1, "cancel %d, %d tokens",
-              a.cancel_rc, a.n_out);
-    CHECK_MSG(b.t.batch_id == a.t.batch_id && b.t.slot == a.t.slot && b.n_out == 12,
-              "b in batch %llu slot %d, a in batch %llu slot %d",
-              (unsigned long long)b.t.batch_id, b.t.slot, (unsigned long long)a.t.batch_id,
-              a.t.slot);
-    engine_req_release(ha);
-    engine_req_release(hb);
-    engine_drain(g.e);
-    struct engine_model_stats ms;
-    CHECK(engine_model_stats(g.e, g.id[t], &ms) == 0);
-    CHECK_MSG(ms.cancelled == 2 && ms.ok == 2 && ms.batches <= 2 && ms.latency_hist.count == 2,
-              "cancelled %llu ok %llu batches %llu", (unsigned long long)ms.cancelled,
-              (unsigned long long)ms.ok, (unsigned long long)ms.batches);
-    CHECK(atomic_load(&wrong) == 0 && atomic_load(&bad_thread) == 0);
-    check_stats_add_up(&g, "cancel");
-    rig_close(&g);
-}
-
-/* Queued requests time out behind the gate (one with a deadline already
- * past); a running one whose deadline passes during its first token leaves
- * at the next step with that token. */
-static void test_deadlines(void)
-{
-    struct rig g;
-    rig_open(&g, "swapwise", 0, 64, 8, 1);
-    atomic_store(&wrong, 0);
-    gate_close(&g);
-    int t = not_big(&g, 0);
-    struct job q1, q2, a;
-    struct engine_req *h1, *h2, *ha;
-    job_init(&q1, g.e, t, 0, 12);
-    struct engine_request_params p = job_params(&q1, g.id[t], 1);
-    p.timeout_s = 0.05;
-    CHECK(engine_submit(g.e, &p, &h1) == 0);
-    job_init(&q2, g.e, t, 1, 12);
-    p = job_params(&q2, g.id[t], 1);
-    p.deadline = time_now() - 1;
-    CHECK(engine_submit(g.e, &p, &h2) == 0);
-    CHECK(engine_req_wait(h1) == ERR_TIMEOUT && q1.n_out == 0 && strstr(q1.error, "queue"));
-    CHECK(engine_req_wait(h2) == ERR_TIMEOUT && q2.n_out == 0);
-    /* the gate makes way for t, loaded before the request comes */
-    gate_open(&g);
-    CHECK(engine_unload_model(g.e, g.id[g.big]) == 0);
-    swap_wait_idle(g.mgr, g.sm[g.big]);
-    CHECK_MSG(engine_load_model(g.e, g.id[t]) == 0, "%s", err_msg());
-    CHECK(swap_wait_loaded(g.mgr, g.sm[t]) == 0);
-    /* on_token holds the runner until the deadline has passed, so the
-     * request leaves at the next step with one token; should the deadline
-     * pass before it even started, it is tried again with a later one (so
-     * the machine's speed decides how many tries, never the outcome) */
-    double timeout = 0.05;
-    for (;;) {
-        job_init(&a, g.e, t, 2, 12);
-        p = job_params(&a, g.id[t], 1);
-        p.deadline = a.hold_until = time_now() + timeout;
-        CHECK(engine_submit(g.e, &p, &ha) == 0);
-        int rc = engine_req_wait(ha);
-        if (rc != ERR_TIMEOUT || a.n_out > 0 || !strstr(a.error, "queue"))
-            break;
-        engine_req_release(ha);
-        timeout *= 2;
-    }
-    CHECK_MSG(a.status == ERR_TIMEOUT && a.n_out == 1 && a.n_streamed == 1 &&
-                  strstr(a.error, "after 1 of 12 tokens"),
-              "status %d (%s), %d tokens", a.status, a.error, a.n_out);
-    engine_req_release(h1);
-    engine_req_release(h2);
-    engine_req_release(ha);
-    engine_drain(g.e);
-    struct engine_model_stats ms;
-    CHECK(engine_model_stats(g.e, g.id[t], &ms) == 0 && ms.timed_out >= 3 && ms.ok == 0 &&
-          ms.timed_out == ms.submitted);
-    CHECK(atomic_load(&wrong) == 0);
-    check_stats_add_up(&g, "deadlines");
-    rig_close(&g);
-}
-
-/* Removing a model fails its waiting requests with a clear status and
- * unregisters it; its name is free again, and the checkpoint registered and
- * added again gets a new id. */
-static void test_remove(void)
-{
-    struct rig g;
-    rig_open(&g, "swapwise", 0, 64, 8, 1);
-    atomic_store(&wrong, 0);
-    gate_close(&g);
-    int t = not_big(&g, 0);
-    struct job q[3];
-    struct engine_req *h[3];
-    for (int i = 0; i < 3; i++) {
-        job_init(&q[i], g.e, t, i, 12);
-        struct engine_request_params p = job_params(&q[i], g.id[t], 1);
-        CHECK(engine_submit(g.e, &p, &h[i]) == 0);
-    }
-    struct engine_model_stats last;
-    CHECK(engine_remove_model(g.e, g.id[t], &last) == 0);
-    CHECK(engine_remove_model(g.e, g.id[t], NULL) == ERR_NOT_FOUND);
-    /* its last statistics: its three requests failed; it never reached its
-     * devices, so the removal took it off none */
-    CHECK_MSG(last.failed == 3 && last.submitted == 3 && last.loads == 0 &&
-                  last.removal_unloads == 0 && strcmp(last.name, names[t]) == 0,
-              "failed %llu, loads %llu, removal unloads %llu", (unsigned long long)last.failed,
-              (unsigned long long)last.loads, (unsigned long long)last.removal_unloads);
-    for (int i = 0; i < 3; i++) {
-        CHECK(engine_req_wait(h[i]) == ERR_NOT_FOUND && strstr(q[i].error, "was removed") &&
-              strstr(q[i].error, names[t]));
-        engine_req_release(h[i]);
-    }
-    struct engine_model_stats ms;
-    CHECK(engine_model_stats(g.e, g.id[t], &ms) == ERR_NOT_FOUND);
-    CHECK(engine_find_model(g.e, names[t]) == ERR_NOT_FOUND);
-    CHECK(engine_pin_model(g.e, g.id[t], true) == ERR_NOT_FOUND);
-    CHECK(engine_load_model(g.e, g.id[t]) == ERR_NOT_FOUND);
-    struct job late;
-    job_init(&late, g.e, t, 0, 12);
-    struct engine_request_params p = job_params(&late, -1, 1);
-    p.model_name = names[t];
-    CHECK(engine_submit(g.e, &p, NULL) == ERR_NOT_FOUND);
-    CHECK(engine_add_model(g.e, g.sm[g.big]) == ERR_INVALID); /* its name is taken */
-    rig_register(&g, t);
-    int id = engine_add_model(g.e, g.sm[t]);
-    CHECK(id == N_MODELS && engine_find_model(g.e, names[t]) == id);
-    g.id[t] = id;
-    gate_open(&g);
-    CHECK(engine_submit(g.e, &p, NULL) == 0);
-    engine_drain(g.e);
-    CHECK(late.status == 0 && atomic_load(&late.done_count) == 1 && atomic_load(&wrong) == 0);
-    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.ok == 1 && ms.submitted == 1);
-    struct engine_stats st;
-    engine_get_stats(g.e, &st);
-    CHECK(st.failed == 3 && st.ok == 1);
-    check_stats_add_up(&g, "remove");
-    rig_close(&g);
-}
-
-/* A model removed while its batch runs: the sequence leaves at the next step
- * with the tokens it has and the removal's status; remove returns after the
- * batch has ended, with the model off its devices and its host copy freed
- * (it was the only model loaded: device and host memory back to 0). */
-static void test_remove_running(void)
-{
-    struct rig g;
-    rig_open(&g, "swapwise", 0, 64, 8, 2);
-    atomic_store(&wrong, 0);
-    int t = 1;
-    struct job a;
-    struct engine_req *h;
-    job_init(&a, g.e, t, 0, 12);
-    a.hold_until_removed = true;
-    struct engine_request_params p = job_params(&a, g.id[t], 1);
-    CHECK(engine_submit(g.e, &p, &h) == 0);
-    while (!atomic_load(&a.first_token))
-        sched_yield();
-    struct swap_stats ss;
-    swap_get_stats(g.mgr, &ss);
-    CHECK_MSG(ss.host_used == host_bytes(t), "host %llu in use, model %s has %llu",
-              (unsigned long long)ss.host_used, names[t], (unsigned long long)host_bytes(t));
-    struct engine_model_stats last;
-    CHECK(engine_remove_model(g.e, g.id[t], &last) == 0);
-    g.sm[t] = NULL; /* unregistered */
-    /* it was on its devices: the removal is its one departure */
-    CHECK_MSG(
-        last.removal_unloads == 1 && last.loads == 1 && last.evictions == 0 && last.unloads == 0 &&
-            last.idle_unloads == 0 && last.failed == 1 && last.running == 0,
-        "removal unloads %llu, loads %llu, failed %llu", (unsigned long long)last.removal_unloads,
-        (unsigned long long)last.loads, (unsigned long long)last.failed);
-    swap_get_stats(g.mgr, &ss);
-    CHECK_MSG(ss.host_used == 0, "host %llu in use after removal",
-              (unsigned long long)ss.host_used);
-    for (int d = 0; d < 2; d++)
-        CHECK(device_used(g.devs[d]) == 0);
-    CHECK(engine_req_done(h)); /* its batch ended before remove returned */
-    CHECK_MSG(engine_req_wait(h) == ERR_NOT_FOUND && a.n_out == 1 &&
-                  strstr(a.error, "was removed"),
-              "status %d (%s), %d tokens", a.status, a.error, a.n_out);
-    engine_req_release(h);
-    int ids[N_MODELS];
-    CHECK(engine_list_models(g.e, ids, N_MODELS) == N_MODELS - 1);
-    for (int i = 0, k = 0; i < N_MODELS; i++)
-        if (i != t)
-            CHECK(ids[k++] == g.id[i]);
-    CHECK(engine_list_models(g.e, ids, 2) == N_MODELS - 1 && ids[1] == g.id[2]);
-    CHECK(atomic_load(&wrong) == 0);
-    check_stats_add_up(&g, "remove running");
-    rig_close(&g);
-}
-
-/* Load and unload on request, residency per shard in the statistics, and an
- * unloaded model loaded again on demand. */
-static void test_load_unload(void)
-{
-    struct rig g;
-    rig_open(&g, "swapwise", 0, 64, 8, 2);
-    int t = 0, id = engine_find_model(g.e, names[t]);
-    CHECK(id == g.id[t]);
-    struct engine_model_stats ms;
-    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.residency == RES_ON_DISK && ms.loads == 0);
-    CHECK_MSG(engine_load_model(g.e, id) == 0, "%s", err_msg());
-    CHECK(swap_wait_loaded(g.mgr, g.sm[t]) == 0);
-    CHECK(engine_load_model(g.e, id) == 0); /* resident already: no second load */
-    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.residency == RES_ON_DEVICE &&
-          ms.loads == 1 && ms.bytes_loaded == swap_model_total_bytes(g.sm[t]) &&
-          ms.load_s > 0 && ms.n_shards == 2 && !ms.pinned && strcmp(ms.name, names[t]) == 0);
-    for (int s = 0; s < 2; s++)
-        CHECK(ms.shards[s].device == s && ms.shards[s].bytes > 0 && ms.shards[s].n_blobs > 0 &&
-              ms.shards[s].blobs_ready == ms.shards[s].n_blobs);
-    CHECK(engine_unload_model(g.e, id) == 0);
-    swap_wait_idle(g.mgr, g.sm[t]);
-    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.residency != RES_ON_DEVICE &&
-          ms.unloads == 1 && ms.shards[0].blobs_ready == 0 && ms.shards[1].blobs_ready == 0);
-    answer_one(&g, t, id, 1, 1, 12);
-    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.loads == 2 && ms.ok == 1 &&
-          ms.batches == 1 && ms.compute_s > 0 && ms.latency.n == 1 && ms.ttft.n == 1 &&
-          ms.ttft.max <= ms.latency.max);
     rig_close(&g);
 }
 
@@ -1144,8 +639,8 @@ static void test_keep_alive(const char *policy)
     CHECK(engine_set_priority(g.e, id, 0, NAN) == ERR_INVALID);
     CHECK(engine_set_priority(g.e, 9999, 0, 0) == ERR_NOT_FOUND);
     CHECK(engine_set_priority(g.e, id, -3, 2.5) == 0);
-    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.priority == -3 &&
-          ms.max_queue_wait == 2.5 && ms.min_resident == 0);
+    CHECK(engine_model_stats(g.e, id, &ms) == 0 && ms.priority == -3 && ms.max_queue_wait == 2.5 &&
+          ms.min_resident == 0);
     CHECK(engine_set_min_resident(g.e, id, -1) == ERR_INVALID && strstr(err_msg(), "min_resident"));
     CHECK(engine_set_min_resident(g.e, id, INFINITY) == ERR_INVALID);
     CHECK(engine_set_min_resident(g.e, 9999, 1) == ERR_NOT_FOUND);
@@ -1365,198 +860,10 @@ static void test_min_resident(const char *policy)
     rig_close(&g);
 }
 
-/* ---- the live registry under load ---- */
-
-struct live {
-    struct rig *g;
-    struct job *jobs;
-    int n_per_thread;
-    atomic_bool stop_admin;
-    atomic_int not_found_at_submit;
-    pthread_mutex_t ids_lock; /* the admin thread re-adds models under new ids */
-};
-
-struct submitter {
-    struct live *l;
-    int index;
-};
-
-static void *submitter_main(void *arg)
-{
-    struct submitter *s = arg;
-    struct live *l = s->l;
-    caller_thread = true;
-    uint64_t x = 1000 + (uint64_t)s->index;
-    for (int i = 0; i < l->n_per_thread; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        int fix = (int)((x >> 33) % N_MODELS);
-        struct job *j = &l->jobs[s->index * l->n_per_thread + i];
-        job_init(j, l->g->e, fix, (int)((x >> 20) % 3), 1 + (int)((x >> 40) % 12));
-        struct engine_request_params p = job_params(j, -1, x);
-        p.model_name = names[fix]; /* by name: whatever id it has now */
-        int rc = submit_retry(l->g->e, &p, NULL);
-        if (rc == ERR_NOT_FOUND) {
-            atomic_fetch_add(&l->not_found_at_submit, 1);
-            j->status = 1; /* never submitted */
-        } else {
-            CHECK_MSG(rc == 0, "submit: %s", err_msg());
-        }
-    }
-    return NULL;
-}
-
-#define ADMIN_EVERY 10
-
-static void *admin_main(void *arg)
-{
-    struct live *l = arg;
-    struct rig *g = l->g;
-    caller_thread = true;
-    int removes = 0, unloads = 0, loads = 0;
-    for (int k = 0; !atomic_load(&l->stop_admin); k++) {
-        /* one admin call per ADMIN_EVERY completions: paced by the work,
-         * not by a clock */
-        progress_wait_stop(atomic_load(&completed) + ADMIN_EVERY - 1, &l->stop_admin);
-        int m = k % N_MODELS;
-        switch (k % 5) {
-        case 0: /* remove (unregisters), then register and add back under a new id */
-            CHECK(engine_remove_model(g->e, g->id[m], NULL) == 0);
-            rig_register(g, m);
-            CHECK((g->id[m] = engine_add_model(g->e, g->sm[m])) >= N_MODELS);
-            removes++;
-            break;
-        case 1:
-            CHECK(engine_pin_model(g->e, g->id[m], true) == 0);
-            break;
-        case 2: {
-            int rc = engine_unload_model(g->e, g->id[m]);
-            CHECK_MSG(rc == 0 || rc == ERR_BUSY, "unload: %s", err_msg());
-            unloads += rc == 0;
-            CHECK(engine_pin_model(g->e, g->id[(k + 5) % N_MODELS], false) == 0);
-            break;
-        }
-        case 3: {
-            int rc = engine_load_model(g->e, g->id[m]);
-            CHECK_MSG(rc == 0 || rc == ERR_BUSY, "load: %s", err_msg());
-            loads += rc == 0;
-            break;
-        }
-        case 4: {
-            struct engine_model_stats ms;
-            CHECK(engine_model_stats(g->e, g->id[m], &ms) == 0 && ms.id == g->id[m]);
-            break;
-        }
-        }
-    }
-    for (int m = 0; m < N_MODELS; m++)
-        CHECK(engine_pin_model(g->e, g->id[m], false) == 0);
-    printf("live registry: %d removes, %d unloads, %d loads\n", removes, unloads, loads);
-    return NULL;
-}
-
-static void test_live_registry(const char *policy)
-{
-    struct rig g;
-    rig_open(&g, policy, 2, 64, 8, 2);
-    atomic_store(&wrong, 0);
-    atomic_store(&bad_thread, 0);
-    enum { THREADS = 2, PER_THREAD = 1500 };
-    struct live l = {.g = &g, .n_per_thread = PER_THREAD};
-    l.jobs = calloc(THREADS * PER_THREAD, sizeof(*l.jobs));
-    pthread_t sub[THREADS], admin;
-    struct submitter s[THREADS];
-    CHECK(pthread_create(&admin, NULL, admin_main, &l) == 0);
-    for (int i = 0; i < THREADS; i++) {
-        s[i] = (struct submitter){.l = &l, .index = i};
-        CHECK(pthread_create(&sub[i], NULL, submitter_main, &s[i]) == 0);
-    }
-    for (int i = 0; i < THREADS; i++)
-        pthread_join(sub[i], NULL);
-    pthread_mutex_lock(&progress_lock);
-    atomic_store(&l.stop_admin, true);
-    pthread_cond_broadcast(&progress);
-    pthread_mutex_unlock(&progress_lock);
-    pthread_join(admin, NULL);
-    engine_drain(g.e);
-    int once = 0, ok = 0, removed = 0, unsent = 0, other = 0;
-    for (int i = 0; i < THREADS * PER_THREAD; i++) {
-        struct job *j = &l.jobs[i];
-        if (j->status == 1) {
-            unsent++;
-            once += atomic_load(&j->done_count) == 0;
-            continue;
-        }
-        once += atomic_load(&j->done_count) == 1;
-        ok += j->status == 0;
-        if (j->status == ERR_NOT_FOUND && strstr(j->error, "was removed"))
-            removed++;
-        else if (j->status != 0 && other++ < 3)
-            fprintf(stderr, "status %d: %s\n", j->status, j->error);
-    }
-    printf("live registry %-9s: %d ok, %d failed as removed, %d refused at submit\n", policy, ok,
-           removed, unsent);
-    CHECK_MSG(once == THREADS * PER_THREAD, "%d of %d requests completed exactly once", once,
-              THREADS * PER_THREAD);
-    CHECK(other == 0 && unsent == atomic_load(&l.not_found_at_submit));
-    CHECK(atomic_load(&wrong) == 0 && atomic_load(&bad_thread) == 0);
-    struct engine_stats st;
-    engine_get_stats(g.e, &st);
-    CHECK(st.ok == (uint64_t)ok && st.failed == (uint64_t)removed &&
-          st.submitted == (uint64_t)(THREADS * PER_THREAD - unsent));
-    check_stats_add_up(&g, "live registry");
-    rig_close(&g);
-    free(l.jobs);
-}
-
-/* The cases, in the order they run; `ctest -R engine.cancel` runs one. */
-TEST(rejections)
-{
-    test_rejections();
-}
-
-TEST(streaming)
-{
-    test_streaming();
-}
-
-TEST(cancel)
-{
-    test_cancel();
-}
-
+/* The cases, in the order they run; `ctest -R engine_sched.pinned_block` runs one. */
 TEST(pinned_block)
 {
     test_pinned_block();
-}
-
-TEST(deadlines)
-{
-    test_deadlines();
-}
-
-TEST(remove)
-{
-    test_remove();
-}
-
-TEST(remove_running)
-{
-    test_remove_running();
-}
-
-TEST(load_unload)
-{
-    test_load_unload();
-}
-
-TEST(live_registry_swapwise)
-{
-    test_live_registry("swapwise");
-}
-
-TEST(live_registry_computron)
-{
-    test_live_registry("computron");
 }
 
 TEST(partial_residency)
@@ -1567,16 +874,6 @@ TEST(partial_residency)
 TEST(trimming_loads)
 {
     test_trimming_loads();
-}
-
-TEST(batch_memory)
-{
-    test_batch_memory();
-}
-
-TEST(padded_batch)
-{
-    test_padded_batch();
 }
 
 TEST(fragmentation_swapwise)
