@@ -287,7 +287,7 @@ fi
 # --- tests and benchmarks ----------------------------------------------------------
 
 if [ "$built" -eq 1 ]; then
-  backend_tests='test_backend_ops|test_cuda_device|test_cuda_comm|test_cuda_model'
+  backend_tests='^(backend_ops|cuda_device|cuda_comm|cuda_model)\.'
   step ctest-backend 120 "${run_env[@]}" ctest --test-dir "$build" --output-on-failure --timeout 60 \
     --no-tests=error -R "$backend_tests"
   cp "$logs/ctest-backend.log" "$out/ctest-backend.log" 2>/dev/null
