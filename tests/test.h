@@ -8,6 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/fs.h"
 
 static int test_failures;
 static int test_checks;
@@ -68,6 +72,32 @@ static inline int test_finish(void)
 {
     printf("%d checks, %d failed\n", test_checks, test_failures);
     return test_failures ? 1 : 0;
+}
+
+/* The program's scratch directory, one per program: made under $TMPDIR
+ * (else /tmp) as shardswap_NAME_XXXXXX into buf (cap bytes), and removed
+ * with everything in it at exit, where a removal that fails is a failed
+ * check (exit 1). Exits 2 when it cannot be made. */
+static const char *test_scratch_path;
+
+static inline void test_scratch_remove(void)
+{
+    int before = test_failures;
+    CHECK_MSG(fs_tree_remove(test_scratch_path) == 0, "%s", err_msg());
+    if (test_failures > before)
+        _exit(1);
+}
+
+static inline void test_scratch_dir(char *buf, size_t cap, const char *name)
+{
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(buf, cap, "%s/shardswap_%s_XXXXXX", base, name);
+    if (!mkdtemp(buf)) {
+        perror("mkdtemp");
+        exit(2);
+    }
+    test_scratch_path = buf;
+    atexit(test_scratch_remove);
 }
 
 /* Named cases (as libuv's test-list.h): TEST(name) { ... } registers a case

@@ -51,24 +51,11 @@ static int count(const char *s, const char *needle)
     return n;
 }
 
-static void remove_tmp(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp);
-}
-
 static const char *best, *own;
 
 static void setup(void)
 {
-    snprintf(tmp, sizeof(tmp), "/tmp/shardswap-blas-XXXXXX");
-    if (!mkdtemp(tmp)) {
-        perror("mkdtemp");
-        exit(1);
-    }
-    atexit(remove_tmp);
+    test_scratch_dir(tmp, sizeof(tmp), "blas");
     best = blas_core_best();
     /* what OpenBLAS picked in this process, when nobody overrode it */
     own = getenv("OPENBLAS_CORETYPE") ? NULL : blas_core_name();

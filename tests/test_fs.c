@@ -343,24 +343,9 @@ TEST(fault_guard)
     close(fd);
 }
 
-/* The whole scratch tree goes at exit, whatever the cases left in it; a
- * failure to remove it fails the run. */
-static void remove_tmp(void)
-{
-    int before = test_failures;
-    CHECK_MSG(fs_tree_remove(tmp) == 0, "%s", err_msg());
-    if (test_failures > before)
-        _exit(1);
-}
-
 static void setup(void)
 {
-    snprintf(tmp, sizeof(tmp), "/tmp/shardswap_fs_XXXXXX");
-    if (!mkdtemp(tmp)) {
-        perror("mkdtemp");
-        exit(2);
-    }
-    atexit(remove_tmp);
+    test_scratch_dir(tmp, sizeof(tmp), "fs");
 }
 
 int main(int argc, char **argv)

@@ -1,7 +1,6 @@
 /* safetensors: writer/reader round trip, sharded indexes, every rejection rule of the
  * reader with its message, writer misuse, and random corruption of a valid file. */
 #include <errno.h>
-#include <ftw.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -734,25 +733,9 @@ TEST(writer_errors)
     }
 }
 
-static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-    (void)sb, (void)type, (void)ftw;
-    return remove(path);
-}
-
-static void remove_tmp(void)
-{
-    nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 static void setup(void)
 {
-    strcpy(tmpdir, "/tmp/shardswap_st_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        exit(1);
-    }
-    atexit(remove_tmp);
+    test_scratch_dir(tmpdir, sizeof(tmpdir), "st");
 }
 
 int main(int argc, char **argv)

@@ -22,25 +22,18 @@
 
 #include "backend/device.h"
 #include "core/error.h"
-#include "core/fs.h"
 #include "format/safetensors.h"
 #include "model/random.h"
 #include "swap/store.h"
 #include "test.h"
 #include "tiny_opt.h"
 
-static char tmp[] = "/tmp/shardswap_store_XXXXXX";
+static char tmp[64];
 static char dirs[2][128];
-
-static void remove_tmp(void)
-{
-    fs_tree_remove(tmp);
-}
 
 static void setup(void)
 {
-    CHECK(mkdtemp(tmp) != NULL);
-    atexit(remove_tmp);
+    test_scratch_dir(tmp, sizeof(tmp), "store");
     struct model_config *c = tiny_opt_config(3, 1000);
     for (int i = 0; i < 2; i++) {
         snprintf(dirs[i], sizeof dirs[i], "%s/m%d", tmp, i);

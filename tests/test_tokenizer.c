@@ -1126,21 +1126,9 @@ TEST(real_files)
                     SHARDSWAP_SOURCE_DIR "/data/tokenizer/gpt2");
 }
 
-static void remove_tmp(void)
-{
-    remove_all();
-    rmdir(tmp_dir);
-}
-
 static void setup(void)
 {
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(tmp_dir, sizeof(tmp_dir), "%s/test_tokenizer_XXXXXX", base);
-    if (!mkdtemp(tmp_dir)) {
-        perror("mkdtemp");
-        exit(2);
-    }
-    atexit(remove_tmp);
+    test_scratch_dir(tmp_dir, sizeof(tmp_dir), "tokenizer");
 }
 
 int main(int argc, char **argv)

@@ -437,20 +437,9 @@ TEST(phi3)
     check_family("phi3", 1, true, "<|end|>", 32007);
 }
 
-static void remove_tmp(void)
-{
-    rmdir(tmp_dir);
-}
-
 static void setup(void)
 {
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(tmp_dir, sizeof(tmp_dir), "%s/test_tokfam_XXXXXX", base);
-    if (!mkdtemp(tmp_dir)) {
-        perror("mkdtemp");
-        exit(2);
-    }
-    atexit(remove_tmp);
+    test_scratch_dir(tmp_dir, sizeof(tmp_dir), "tokfam");
 }
 
 int main(int argc, char **argv)

@@ -517,22 +517,9 @@ TEST(svg)
     free(big);
 }
 
-static void remove_tmp(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp);
-}
-
 static void setup(void)
 {
-    snprintf(tmp, sizeof(tmp), "/tmp/shardswap_workload_XXXXXX");
-    if (!mkdtemp(tmp)) {
-        perror("mkdtemp");
-        exit(1);
-    }
-    atexit(remove_tmp);
+    test_scratch_dir(tmp, sizeof(tmp), "workload");
 }
 
 int main(int argc, char **argv)
