@@ -500,11 +500,10 @@ static int cuda_ctx_init(struct cuda_device *c, uint64_t budget)
     return ERR_OK;
 }
 
-int device_cuda_memory(int gpu, uint64_t *free_bytes, uint64_t *total)
+/* GPU gpu exists and is made current, and its free and total memory read:
+ * 0, or the error naming label and what the machine has. */
+static int gpu_memory(int gpu, const char *label, size_t *free_b, size_t *total_b)
 {
-    *free_bytes = *total = 0;
-    char label[48];
-    snprintf(label, sizeof(label), "device cuda:%d", gpu);
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
@@ -512,12 +511,30 @@ int device_cuda_memory(int gpu, uint64_t *free_bytes, uint64_t *total)
         return err_set(ERR_DEVICE, "%s: no usable CUDA GPU: %s (%s)", label, cudaGetErrorString(e),
                        cudaGetErrorName(e));
     }
-    if (gpu < 0 || gpu >= count)
-        return err_set(ERR_INVALID, "%s: no such GPU: this machine has %d CUDA GPU%s", label, count,
-                       count == 1 ? "" : "s");
-    size_t f = 0, t = 0;
+    if (gpu >= count && count == 0)
+        return err_set(ERR_INVALID, "%s: no such GPU: this machine has no CUDA GPU", label);
+    if (gpu >= count && count == 1)
+        return err_set(ERR_INVALID, "%s: no such GPU: this machine has 1 CUDA GPU (cuda:0)", label);
+    if (gpu >= count)
+        return err_set(ERR_INVALID,
+                       "%s: no such GPU: this machine has %d CUDA GPUs (cuda:0 to cuda:%d)", label,
+                       count, count - 1);
     CUDA_CHECK(label, cudaSetDevice(gpu));
-    CUDA_CHECK(label, cudaMemGetInfo(&f, &t));
+    CUDA_CHECK(label, cudaMemGetInfo(free_b, total_b));
+    return 0;
+}
+
+int device_cuda_memory(int gpu, uint64_t *free_bytes, uint64_t *total)
+{
+    *free_bytes = *total = 0;
+    char label[48];
+    snprintf(label, sizeof(label), "device cuda:%d", gpu);
+    if (gpu < 0)
+        return err_set(ERR_INVALID, "%s: GPU must be >= 0", label);
+    size_t f = 0, t = 0;
+    int rc = gpu_memory(gpu, label, &f, &t);
+    if (rc < 0)
+        return rc;
     *free_bytes = f;
     *total = t;
     return 0;
@@ -538,24 +555,10 @@ int device_open_cuda(int gpu, int part, uint64_t budget_bytes, struct device **o
     if (budget_bytes == 0)
         return err_set(ERR_INVALID, "%s: budget must be more than 0 bytes", label);
 
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return err_set(ERR_DEVICE, "%s: no usable CUDA GPU: %s (%s)", label, cudaGetErrorString(e),
-                       cudaGetErrorName(e));
-    }
-    if (gpu >= count && count == 0)
-        return err_set(ERR_INVALID, "%s: no such GPU: this machine has no CUDA GPU", label);
-    if (gpu >= count && count == 1)
-        return err_set(ERR_INVALID, "%s: no such GPU: this machine has 1 CUDA GPU (cuda:0)", label);
-    if (gpu >= count)
-        return err_set(ERR_INVALID,
-                       "%s: no such GPU: this machine has %d CUDA GPUs (cuda:0 to cuda:%d)", label,
-                       count, count - 1);
-    CUDA_CHECK(label, cudaSetDevice(gpu));
     size_t free_b = 0, total_b = 0;
-    CUDA_CHECK(label, cudaMemGetInfo(&free_b, &total_b));
+    int grc = gpu_memory(gpu, label, &free_b, &total_b);
+    if (grc < 0)
+        return grc;
     if (budget_bytes > free_b)
         return err_set(ERR_NOMEM,
                        "%s: budget of %" PRIu64 " bytes exceeds the %zu bytes free on GPU %d "
