@@ -19,11 +19,25 @@
  * is done under conn_lock, which MHD's closed notice also takes, and MHD
  * closes a socket only after that notice: a swept fd is never one MHD has
  * closed and reused. (A per-address connection limit, MHD's, keeps one
- * client from taking every slot while its deadlines run.) */
+ * client from taking every slot while its deadlines run.)
+ *
+ * Headers MHD refuses by itself. libmicrohttpd 0.9 answers a Content-Length
+ * it cannot parse (-1, 1e3, past 2^64) before the access handler sees the
+ * request, with an HTML page, and 0.9.75 sends that answer's status line and
+ * headers twice; the only callback on that path is its log. So each
+ * connection keeps, from its request line (MHD's URI notice) to the access
+ * handler's first call, that its headers are pending on this pool thread;
+ * at a log line, the one connection of this thread whose headers are all in
+ * (MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE), with no response queued and no
+ * first call yet, is the one MHD is parsing: when its Content-Length is one
+ * MHD refuses (srv_framing_refused), the server's JSON error is written on
+ * its socket and the sending side shut, so MHD's own answer fails to send
+ * and it closes the connection. */
 #include <errno.h>
 #include <linux/tcp.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +51,11 @@ enum conn_phase { CONN_HEADERS, CONN_BODY, CONN_BUSY, CONN_IDLE };
 
 struct srv_conn {
     struct srv_conn *prev, *next; /* server.conns, under conn_lock */
+    struct MHD_Connection *conn;
     int fd;
+    pthread_t thread;  /* the pool thread that read the request line */
+    bool head_pending; /* from the request line to the access handler's first call */
+    char uri[96];      /* the request line's target, cut short */
     char client[64];
     enum conn_phase phase;
     double t_phase;   /* when the phase began (time_now) */
@@ -70,6 +88,7 @@ void srv_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_conte
         if (!(c = calloc(1, sizeof(*c))))
             return; /* untracked: only the idle timeout bounds it */
         c->fd = -1;
+        c->conn = conn;
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (ci)
@@ -115,11 +134,52 @@ struct srv_conn *srv_conn_of(struct MHD_Connection *conn)
     return ci ? ci->socket_context : NULL;
 }
 
+void *srv_conn_request_line(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    struct server *s = cls;
+    struct srv_conn *c = srv_conn_of(conn);
+    if (!c)
+        return NULL;
+    pthread_mutex_lock(&s->conn_lock);
+    c->thread = pthread_self();
+    c->head_pending = true;
+    snprintf(c->uri, sizeof(c->uri), "%s", uri ? uri : "");
+    pthread_mutex_unlock(&s->conn_lock);
+    return NULL;
+}
+
+void srv_conns_headers_refused(struct server *s)
+{
+    pthread_t self = pthread_self();
+    int status = 0;
+    pthread_mutex_lock(&s->conn_lock);
+    for (struct srv_conn *c = s->conns; c; c = c->next) {
+        struct oai_error e;
+        if (!c->head_pending || !pthread_equal(c->thread, self) || c->fd < 0 || c->cut ||
+            !MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE) ||
+            MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_HTTP_STATUS) ||
+            !srv_framing_refused(c->conn, s->cfg->max_body_bytes, &e))
+            continue;
+        c->head_pending = false;
+        srv_write_error(c->fd, &e);
+        /* MHD's own answer, queued next, now fails to send: the close follows ours */
+        shutdown(c->fd, SHUT_WR);
+        log_info("%s %s %d (headers refused: connection closed): %s", c->client, c->uri, e.status,
+                 e.message);
+        status = e.status;
+        break;
+    }
+    pthread_mutex_unlock(&s->conn_lock);
+    if (status)
+        srv_count_status(s, status);
+}
+
 void srv_conn_headers_in(struct server *s, struct srv_conn *c)
 {
     if (!c)
         return;
     pthread_mutex_lock(&s->conn_lock);
+    c->head_pending = false;
     c->phase = CONN_BODY;
     c->t_phase = time_now();
     pthread_mutex_unlock(&s->conn_lock);

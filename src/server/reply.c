@@ -1,10 +1,13 @@
 /* Replies: JSON bodies (Jansson), OpenAI-style errors and plain text, queued
  * on the request's connection, and the HTTP status counters /metrics shows.
  * HTTP thread, from the access handler (or with the connection suspended). */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 
 #include "server/log.h"
 #include "server/server_impl.h"
@@ -91,7 +94,7 @@ enum MHD_Result srv_reply_error_hdr(struct srv_req *r, const struct oai_error *e
                                     const char *value)
 {
     char *text = oai_error_json(e);
-    if (e->status >= 500)
+    if (e->status >= 500 && e->status != 501) /* 501: a request's coding we do not implement */
         log_warn("%s %s: %d %s", r->method, r->path, e->status, e->message);
     else
         log_debug("%s %s: %d %s", r->method, r->path, e->status, e->message);
@@ -103,6 +106,53 @@ enum MHD_Result srv_reply_error_hdr(struct srv_req *r, const struct oai_error *e
 enum MHD_Result srv_reply_error(struct srv_req *r, const struct oai_error *e)
 {
     return srv_reply_error_hdr(r, e, NULL, NULL);
+}
+
+bool srv_write_error(int fd, const struct oai_error *e)
+{
+    char *text = oai_error_json(e);
+    if (!text || fd < 0) {
+        free(text);
+        return false;
+    }
+    char date[64];
+    struct tm tm;
+    time_t now = time(NULL);
+    strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
+    const char *reason = MHD_get_reason_phrase_for((unsigned)e->status);
+    size_t len = strlen(text);
+    char head[256];
+    int hn = snprintf(head, sizeof(head),
+                      "HTTP/1.1 %d %s\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %zu\r\nDate: %s\r\n\r\n",
+                      e->status, reason && reason[0] ? reason : "Error", len, date);
+    struct strbuf b = {0};
+    bool ok = hn > 0 && (size_t)hn < sizeof(head) && strbuf_append(&b, head, (size_t)hn) == 0 &&
+              strbuf_append(&b, text, len) == 0;
+    free(text);
+    for (size_t at = 0; ok && at < b.len;) {
+        ssize_t n = send(fd, b.p + at, b.len - at, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0)
+            at += (size_t)n;
+        else if (n < 0 && errno == EINTR)
+            continue;
+        else
+            ok = false; /* a full send buffer or a peer gone: it gets the close alone */
+    }
+    strbuf_free(&b);
+    return ok;
+}
+
+enum MHD_Result srv_reply_error_now(struct srv_req *r, const struct oai_error *e)
+{
+    log_debug("%s %s: %d %s (answered at once, connection closed)", r->method, r->path, e->status,
+              e->message);
+    srv_write_error(r->fd, e);
+    r->http_status = e->status;
+    r->handled = true;
+    r->answered_now = true;
+    srv_count_status(r->s, e->status);
+    return MHD_NO;
 }
 
 enum MHD_Result srv_reply_errorf(struct srv_req *r, int status, const char *type, const char *code,

@@ -290,25 +290,128 @@ static enum MHD_Result dispatch(struct srv_req *r)
     return MHD_NO;
 }
 
-/* MHD's header iterator: counts the Content-Length headers in *cls. */
-static enum MHD_Result count_content_length(void *cls, enum MHD_ValueKind kind, const char *key,
-                                            const char *value)
+/* The framing headers of a request: how many Content-Length and
+ * Transfer-Encoding headers, and the last Transfer-Encoding's value. */
+struct framing {
+    int n_cl, n_te;
+    const char *te;
+};
+
+/* MHD's header iterator: fills the struct framing at cls. */
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
 {
     (void)kind;
-    (void)value;
+    struct framing *f = cls;
     if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
-        (*(int *)cls)++;
+        f->n_cl++;
+    if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->n_te++;
+        f->te = value;
+    }
     return MHD_YES;
 }
 
-/* The first call for a request: its route, the server's state, auth and the
- * declared body size. Queues the answer when the request is refused. */
+/* Whether the comma-separated codings of a Transfer-Encoding end in
+ * "chunked" (RFC 9112 6.1: the only framing a request body may have). */
+static bool te_ends_chunked(const char *te)
+{
+    const char *last = strrchr(te, ',');
+    last = last ? last + 1 : te;
+    while (*last == ' ' || *last == '\t')
+        last++;
+    size_t n = strlen(last);
+    while (n && (last[n - 1] == ' ' || last[n - 1] == '\t'))
+        n--;
+    return n == 7 && strncasecmp(last, "chunked", 7) == 0;
+}
+
+/* The body's framing, checked before anything else: a request whose body
+ * length two parties could read differently is refused (RFC 9112 6.1, 6.3:
+ * 400 and the connection closed), since a proxy in front may have framed it
+ * the other way and the rest of the bytes would be a request of its own
+ * (smuggling). libmicrohttpd reads Transfer-Encoding and ignores
+ * Content-Length, reads the first of two Content-Lengths, and reads a body
+ * with a coding other than chunked until the connection closes. */
+static bool framing_ok(struct srv_req *r, struct oai_error *e)
+{
+    struct framing f = {0};
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_framing, &f);
+    if (f.n_cl > 1) {
+        oai_error_set(e, 400, "invalid_request_error", NULL, "",
+                      "The request has %d Content-Length headers, expected at most one.", f.n_cl);
+        return false;
+    }
+    if (f.n_te == 0)
+        return true;
+    if (f.n_cl) {
+        oai_error_set(e, 400, "invalid_request_error", NULL, "",
+                      "The request has both Transfer-Encoding and Content-Length headers, "
+                      "expected one of them.");
+        return false;
+    }
+    if (f.n_te > 1) {
+        oai_error_set(e, 400, "invalid_request_error", NULL, "",
+                      "The request has %d Transfer-Encoding headers, expected at most one.",
+                      f.n_te);
+        return false;
+    }
+    if (strcasecmp(f.te, "chunked") == 0)
+        return true;
+    if (te_ends_chunked(f.te))
+        oai_error_set(e, 501, "invalid_request_error", "not_implemented", "",
+                      "The request's Transfer-Encoding has a coding other than chunked, which is "
+                      "not implemented: expected \"Transfer-Encoding: chunked\".");
+    else
+        oai_error_set(e, 400, "invalid_request_error", NULL, "",
+                      "The request's Transfer-Encoding does not end in chunked, so its body has "
+                      "no length: expected \"Transfer-Encoding: chunked\" or a Content-Length.");
+    return false;
+}
+
+bool srv_framing_refused(struct MHD_Connection *conn, uint64_t max_body, struct oai_error *e)
+{
+    struct framing f = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, count_framing, &f);
+    const char *cl =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (f.n_te || !cl)
+        return false; /* MHD reads no Content-Length then */
+    /* MHD's rule: decimal digits only, the value within 64 bits */
+    uint64_t n = 0;
+    bool overflow = false;
+    size_t i = 0;
+    for (; cl[i] >= '0' && cl[i] <= '9'; i++) {
+        unsigned d = (unsigned)(cl[i] - '0');
+        if (n > (UINT64_MAX - d) / 10)
+            overflow = true;
+        else
+            n = n * 10 + d;
+    }
+    if (i > 0 && cl[i] == '\0' && !overflow)
+        return false;
+    if (i > 0 && cl[i] == '\0')
+        oai_error_set(e, 413, "invalid_request_error", "request_too_large", "",
+                      "The request's Content-Length is past 2^64 bytes; the limit is %llu bytes.",
+                      (unsigned long long)max_body);
+    else
+        oai_error_set(e, 400, "invalid_request_error", NULL, "",
+                      "The request's Content-Length is not a number of bytes: expected decimal "
+                      "digits only.");
+    return true;
+}
+
+/* The first call for a request: its framing, route, the server's state,
+ * auth and the declared body size. Queues the answer when the request is
+ * refused. */
 static enum MHD_Result request_start(struct srv_req *r, const char *url, const char *method)
 {
     struct server *s = r->s;
+    struct oai_error e;
+    if (!framing_ok(r, &e))
+        return srv_reply_error_hdr(r, &e, MHD_HTTP_HEADER_CONNECTION, "close");
     const char *allow;
     route_find(r, url, method, &allow);
-    struct oai_error e;
     if (r->route == ROUTE_NONE && !allow) {
         oai_error_set(&e, 404, "invalid_request_error", "not_found", "", "No route %s %s.", method,
                       url);
@@ -326,15 +429,6 @@ static enum MHD_Result request_start(struct srv_req *r, const char *url, const c
     }
     if (!auth_ok(r, &e))
         return srv_reply_error(r, &e);
-    /* two Content-Lengths: libmicrohttpd reads the first, a proxy in front
-     * may have used the other (request smuggling); RFC 9112 6.3 says 400 */
-    int n_cl = 0;
-    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_content_length, &n_cl);
-    if (n_cl > 1) {
-        oai_error_set(&e, 400, "invalid_request_error", NULL, "",
-                      "The request has %d Content-Length headers.", n_cl);
-        return srv_reply_error(r, &e);
-    }
     const char *cl =
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
@@ -395,20 +489,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_data_size) {
         body_append(r, upload_data, *upload_data_size);
         *upload_data_size = 0;
-        return MHD_YES;
+        if (!r->body_too_big)
+            return MHD_YES;
+        /* a chunked body past the limit (a Content-Length past it is
+         * refused with the headers): answered now, not after a body that
+         * may never end (MHD reads a chunk of 2^64-1 bytes as well) */
+        struct oai_error e;
+        oai_error_set(&e, 413, "invalid_request_error", "request_too_large", "",
+                      "The request body exceeds the limit of %llu bytes.",
+                      (unsigned long long)s->cfg->max_body_bytes);
+        return srv_reply_error_now(r, &e);
     }
     srv_conn_body_in(s, r->sc);
     if (r->er)
         return srv_completions_resumed(r);
     if (r->handled)
         return MHD_YES; /* a stream's response is queued */
-    if (r->body_too_big) {
-        struct oai_error e;
-        oai_error_set(&e, 413, "invalid_request_error", "request_too_large", "",
-                      "The request body exceeds the limit of %llu bytes.",
-                      (unsigned long long)s->cfg->max_body_bytes);
-        return srv_reply_error(r, &e);
-    }
     return dispatch(r);
 }
 
@@ -439,6 +535,7 @@ static void access_log(struct srv_req *r, enum MHD_RequestTerminationCode toe)
                  ttft * 1e3, compute * 1e3, r->creq.stream ? " stream" : "");
     }
     const char *how = srv_conn_cut(r->sc)                             ? " (deadline: closed)"
+                      : r->answered_now                               ? " (connection closed)"
                       : toe == MHD_REQUEST_TERMINATED_COMPLETED_OK    ? ""
                       : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT    ? " (client closed)"
                       : toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? " (timed out)"
@@ -484,6 +581,9 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     if (atomic_load(&s->state) == SERVER_STARTING)
         snprintf(mhd_last_error, sizeof(mhd_last_error), "%s", msg);
     log_debug("libmicrohttpd: %s", msg);
+    /* the only callback MHD makes before it answers headers it refuses */
+    if (atomic_load(&s->state) != SERVER_STARTING)
+        srv_conns_headers_refused(s);
 }
 
 /* ---- lifecycle ---- */
@@ -541,7 +641,7 @@ static int listen_start(struct server *s)
         (unsigned)serve_config_per_client(c), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         (size_t)(32 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)128,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, srv_conn_notify,
-        s, MHD_OPTION_END);
+        s, MHD_OPTION_URI_LOG_CALLBACK, srv_conn_request_line, s, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd)
         return err_set(ERR_IO, "could not listen on %s:%d%s%s", c->host, c->port,

@@ -204,6 +204,7 @@ struct srv_req {
     bool body_too_big;
     int http_status; /* of the response queued; 0 until then */
     bool handled;    /* a response or the engine took over */
+    bool answered_now; /* srv_reply_error_now answered and closed the connection */
 
     /* a completion */
     struct completion_req creq;
@@ -259,6 +260,11 @@ void srv_req_wake(struct srv_req *r);
 bool srv_req_suspend_unless(struct srv_req *r, bool (*ready)(struct srv_req *r));
 bool srv_accepting(const struct server *s);
 void srv_inflight_add(struct server *s, int d);
+/* Whether the headers of conn frame a body MHD 0.9's parser refuses by
+ * itself (a Content-Length that is not a decimal number, or one past 2^64):
+ * then *e is the answer (400, 413 past max_body). Only the header values are
+ * read (HTTP thread). */
+bool srv_framing_refused(struct MHD_Connection *conn, uint64_t max_body, struct oai_error *e);
 /* Counts a request in flight unless the server is stopping (false). */
 bool srv_inflight_enter(struct server *s);
 /* Once the server is stopping, resp closes its connection after it
@@ -278,6 +284,17 @@ enum MHD_Result srv_reply_errorf(struct srv_req *r, int status, const char *type
 /* Adds a header to a response before it is queued. */
 enum MHD_Result srv_reply_error_hdr(struct srv_req *r, const struct oai_error *e, const char *hdr,
                                     const char *value);
+/* The answers MHD cannot queue: while the body is being read (MHD takes a
+ * response only with the headers or the whole body in), and for headers
+ * MHD refuses by itself (conns.c). srv_write_error writes e as a whole
+ * HTTP/1.1 response with Connection: close straight to the socket, without
+ * blocking (nothing else is in its send buffer then: an answer of a few
+ * hundred bytes fits; a peer gone gets the close alone); false when it did
+ * not go out whole. srv_reply_error_now does that for r and returns MHD_NO,
+ * which the access handler returns, so MHD closes the connection without
+ * reading the rest of the request or answering it itself. */
+bool srv_write_error(int fd, const struct oai_error *e);
+enum MHD_Result srv_reply_error_now(struct srv_req *r, const struct oai_error *e);
 /* The type an HTTP status has in OpenAI's error bodies. */
 const char *srv_error_type(int status);
 void srv_count_status(struct server *s, int status);
@@ -339,6 +356,16 @@ struct srv_conn *srv_conn_of(struct MHD_Connection *conn);
 void srv_conn_headers_in(struct server *s, struct srv_conn *c);
 void srv_conn_body_in(struct server *s, struct srv_conn *c);
 void srv_conn_request_done(struct server *s, struct srv_conn *c);
+/* MHD's request-line notice (MHD_OPTION_URI_LOG_CALLBACK): the headers of
+ * a request on conn are being read, on this pool thread. Returns NULL (the
+ * access handler makes the request's state). */
+void *srv_conn_request_line(void *cls, const char *uri, struct MHD_Connection *conn);
+/* Called from MHD's log (a pool thread): when the connection whose headers
+ * this thread is parsing has a Content-Length MHD refuses
+ * (srv_framing_refused), writes the server's JSON error on its socket and
+ * shuts its sending side, so MHD's own answer (an HTML page, and in 0.9.75
+ * its status line twice) never goes out. */
+void srv_conns_headers_refused(struct server *s);
 /* Whether c was shut down by a deadline. */
 bool srv_conn_cut(struct srv_conn *c);
 /* Shuts down the sockets of requests past their deadline; the watcher. */
