@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "template/chat.h"
@@ -327,9 +329,6 @@ TEST(chat)
           strstr(err_msg(), "/nonexistent-dir/t.jinja"));
 }
 
-/* One template rendered by several threads at once gives every thread the
- * single-threaded text (the struct is shared read-only; renders own their
- * arenas; error messages are per thread). */
 struct shared_render {
     const struct chat_template *ct;
     json_t *msgs;
@@ -351,6 +350,60 @@ static void *render_thread(void *arg)
     return NULL;
 }
 
+/* Template files are read as the other model files are: a FIFO or a file
+ * that is not UTF-8 is refused, naming the file (and the byte offset), the
+ * override and the directory's chat_template.jinja alike. */
+static void write_bytes(const char *path, const char *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(b, 1, n, f) == n);
+    if (f)
+        fclose(f);
+}
+
+TEST(template_files)
+{
+    char dir[] = "/tmp/shardswap-tmplXXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[256], want[320];
+    snprintf(path, sizeof(path), "%s/chat_template.jinja", dir);
+    struct chat_template *ct = NULL;
+    /* valid UTF-8 (2-, 3- and 4-byte characters) loads */
+    static const char ok[] = "\xc3\xa9\xe2\x98\x83\xf0\x9f\x98\x80{{ messages[0].content }}";
+    write_bytes(path, ok, sizeof(ok) - 1);
+    CHECK(chat_template_load(dir, NULL, &ct) == 0 && ct);
+    chat_template_free(ct);
+    /* a stray byte, a surrogate's encoding, a truncated sequence at the end */
+    static const struct {
+        const char *b;
+        size_t n, at;
+    } bad[] = {{"ab{{\xff}}", 7, 4}, {"x\xed\xa0\x80y", 5, 1}, {"{{ 1 }}\xe2\x98", 9, 7}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        write_bytes(path, bad[i].b, bad[i].n);
+        snprintf(want, sizeof(want), "%s: invalid UTF-8 at byte %zu", path, bad[i].at);
+        ct = NULL;
+        CHECK_MSG(chat_template_load(dir, NULL, &ct) == ERR_FORMAT && !ct &&
+                      strstr(err_msg(), want),
+                  "case %zu: %s", i, err_msg());
+        CHECK(chat_template_load("/nonexistent-dir", path, &ct) == ERR_FORMAT &&
+              strstr(err_msg(), want));
+        char *text = NULL;
+        size_t len = 1;
+        CHECK(chat_template_read(path, &text, &len) == ERR_FORMAT && !text && len == 0);
+    }
+    /* a FIFO is refused before it is opened for reading (no hang) */
+    unlink(path);
+    CHECK(mkfifo(path, 0600) == 0);
+    CHECK_MSG(chat_template_load(dir, NULL, &ct) == ERR_IO && strstr(err_msg(), "is a FIFO") &&
+                  strstr(err_msg(), "chat_template.jinja"),
+              "%s", err_msg());
+    unlink(path);
+    rmdir(dir);
+}
+
+/* One template rendered by several threads at once gives every thread the
+ * single-threaded text (the struct is shared read-only; renders own their
+ * arenas; error messages are per thread). */
 TEST(threads)
 {
     const char *src =

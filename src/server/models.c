@@ -72,6 +72,22 @@ static int chat_load(struct srv_model *m, const char *path, const char *override
                            m->name, override);
         return 0;
     }
+    /* a checkpoint's chat_template.jinja that is there (by name, whatever it
+     * is: a link that leads nowhere counts) but cannot be read as a template
+     * file (a FIFO, a device, a link out of the root, too large, not UTF-8)
+     * is the add's error, as its tokenizer files are; only a template whose
+     * text does not parse leaves the model without chat */
+    char file[4096];
+    struct stat sb;
+    snprintf(file, sizeof(file), "%s/chat_template.jinja", path);
+    if (!override && lstat(file, &sb) == 0) {
+        char *text;
+        size_t len;
+        int rc = chat_template_read(file, &text, &len);
+        if (rc < 0)
+            return err_wrap(rc, "model %s: its chat template does not load", m->name);
+        free(text);
+    }
     int rc = chat_template_load(path, override, &m->chat);
     if (rc < 0 && override)
         return err_wrap(rc, "model %s: chat_template %s", m->name, override);

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/jsonout.h"
+#include "core/utf8.h"
 #include "template/chat.h"
 #include "template/jinja.h"
 
@@ -67,6 +68,30 @@ static const char *token_string(json_t *cfg, const char *key)
     if (json_is_object(v))
         v = json_object_get(v, "content");
     return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+int chat_template_read(const char *path, char **text, size_t *len)
+{
+    *text = NULL;
+    *len = 0;
+    char *buf;
+    size_t n;
+    int rc = read_file(path, JINJA_MAX_SOURCE, &buf, &n);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t k = utf8_decode_one((const unsigned char *)buf + i, n - i, &cp);
+        if (k == 0) {
+            free(buf);
+            return err_set(ERR_FORMAT, "%s: invalid UTF-8 at byte %zu, expected UTF-8 text", path,
+                           i);
+        }
+        i += k;
+    }
+    *text = buf;
+    *len = n;
+    return 0;
 }
 
 int chat_template_parse(const char *text, size_t len, const char *bos_token, const char *eos_token,
@@ -140,7 +165,7 @@ int chat_template_load(const char *dir, const char *override_path, struct chat_t
         }
     }
     if (override_path) {
-        if ((rc = read_file(override_path, JINJA_MAX_SOURCE, &text, &len)) < 0)
+        if ((rc = chat_template_read(override_path, &text, &len)) < 0)
             goto out;
         src_name = override_path;
     } else {
@@ -179,7 +204,7 @@ int chat_template_load(const char *dir, const char *override_path, struct chat_t
             src_name = cfg_path;
         } else {
             snprintf(path, sizeof(path), "%s/chat_template.jinja", dir);
-            rc = read_file(path, JINJA_MAX_SOURCE, &text, &len);
+            rc = chat_template_read(path, &text, &len);
             if (rc == ERR_NOT_FOUND) {
                 rc = 0; /* no template: *out stays NULL */
                 goto out;

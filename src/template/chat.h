@@ -24,6 +24,14 @@ struct chat_template;
  * implement, is ERR_FORMAT / ERR_UNSUPPORTED with a one-line message naming
  * the construct and its line. */
 int chat_template_load(const char *dir, const char *override_path, struct chat_template **out);
+/* Reads a chat template file as chat_template_load does: a regular file
+ * (core/fs.h's fs_open_regular: never a FIFO or a device, within the
+ * thread's fs_confine roots) of at most JINJA_MAX_SOURCE bytes, all of them
+ * UTF-8, into *text (malloc'd, NUL-terminated; the caller frees it) and its
+ * length into *len. Errors name path: ERR_NOT_FOUND, ERR_IO (not a regular
+ * file, outside the roots, unreadable), ERR_INVALID (too large), ERR_FORMAT
+ * ("PATH: invalid UTF-8 at byte N", N counted from 0). */
+int chat_template_read(const char *path, char **text, size_t *len);
 /* A filter or test that is unknown (or not implemented) inside an if or an
  * inline if does not fail the load: as in Jinja2, only a render that reaches
  * it fails (ERR_UNSUPPORTED, naming it and its line). */
