@@ -322,7 +322,8 @@ static const struct body_case chat_cases[] = {
     {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 0, NULL, NULL},
     {"{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
      "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]},"
-     "{\"role\":\"assistant\",\"content\":null},{\"role\":\"user\",\"content\":\"\",\"name\":\"b\"}],"
+     "{\"role\":\"assistant\",\"content\":null},{\"role\":\"user\",\"content\":\"\",\"name\":\"b\"}"
+     "],"
      "\"max_completion_tokens\":5,\"tools\":[],\"tool_choice\":\"none\",\"logprobs\":false,"
      "\"response_format\":{\"type\":\"text\"},\"n\":1,\"top_logprobs\":null,\"stream\":true,"
      "\"stream_options\":{\"include_usage\":true},\"modalities\":[\"text\"]}",
@@ -343,8 +344,7 @@ static const struct body_case chat_cases[] = {
     {"{\"model\":\"m\",\"messages\":[]}", 400, "messages", "non-empty array"},
     {"{\"model\":\"m\",\"messages\":{}}", 400, "messages", "got an object"},
     {"{\"model\":\"m\",\"messages\":[\"hi\"]}", 400, "messages", "messages[0]"},
-    {"{\"model\":\"m\",\"messages\":[{\"content\":\"hi\"}]}", 400, "messages",
-     "messages[0].role"},
+    {"{\"model\":\"m\",\"messages\":[{\"content\":\"hi\"}]}", 400, "messages", "messages[0].role"},
     {"{\"model\":\"m\",\"messages\":[{\"role\":\"tool\",\"content\":\"hi\"}]}", 400, "messages",
      "tool and function messages"},
     {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\"}]}", 400, "messages",
@@ -357,6 +357,20 @@ static const struct body_case chat_cases[] = {
      "messages", "messages[0].content[0].text"},
     {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":1}]}", 400,
      "messages", "messages[0].name"},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[{\"id\":"
+     "\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}]}",
+     400, "messages", "messages[0].tool_calls: tool calls are not supported"},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\","
+     "\"content\":null,\"tool_calls\":[{\"id\":\"c\"}]}]}",
+     400, "messages", "messages[1].tool_calls"},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":{}}]}",
+     400, "messages", "messages[0].tool_calls"},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"function_call\":"
+     "{\"name\":\"f\"}}]}",
+     400, "messages", "messages[0].function_call"},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":null},"
+     "{\"role\":\"assistant\",\"content\":\"y\",\"tool_calls\":[]}]}",
+     0, NULL, NULL},
     {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":3,"
      "\"max_completion_tokens\":4}",
      400, "max_tokens", "differ"},
@@ -365,15 +379,16 @@ static const struct body_case chat_cases[] = {
      400, "max_completion_tokens", ">= 1"},
     {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}", 400,
      "tools", "tool calling"},
-    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"auto\"}",
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":"
+     "\"auto\"}",
      400, "tool_choice", NULL},
     {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
      "\"response_format\":{\"type\":\"json_object\"}}",
      400, "response_format", "structured output"},
-    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", 400,
-     "logprobs", NULL},
-    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":3}", 400,
-     "top_logprobs", NULL},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}",
+     400, "logprobs", NULL},
+    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":3}",
+     400, "top_logprobs", NULL},
     {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"functions\":[]}", 400,
      "functions", NULL},
     {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":3}", 400, "n",

@@ -630,6 +630,19 @@ static int read_messages(const json_t *root, struct completion_req *r, struct oa
             snprintf(what, sizeof(what), "messages[%zu].name", i);
             return bad_value(err, "messages", what, "a string", name);
         }
+        /* tool calls have no meaning here yet (tools and tool messages are
+         * refused): one in the history is refused, not dropped unseen */
+        static const char *const calls[] = {"tool_calls", "function_call"};
+        for (size_t k = 0; k < sizeof(calls) / sizeof(calls[0]); k++) {
+            const json_t *tc = json_object_get(m, calls[k]);
+            if (!tc || json_is_null(tc) || (json_is_array(tc) && json_array_size(tc) == 0))
+                continue;
+            json_decref(content);
+            return unsupported(err, "messages",
+                               "messages[%zu].%s: tool calls are not supported, expected a %s "
+                               "message without %s",
+                               i, calls[k], rs, calls[k]);
+        }
         json_t *copy = json_pack("{s:s, s:o}", "role", rs, "content", content);
         if (copy && name && json_is_string(name))
             json_object_set(copy, "name", (json_t *)name);
