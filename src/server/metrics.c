@@ -204,9 +204,17 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
     }
     struct swap_stats ss;
     swap_get_stats(mgr, &ss);
+    /* the host budget holds the host tier's copies and what the served
+     * models' registrations are charged (tokenizers, tables: models.c) */
+    unsigned long long reg = atomic_load(&s->registered_bytes);
     family(f, "shardswap_host_bytes_used", "gauge",
-           "Host memory of the host tier in use, in bytes.");
-    fprintf(f, "shardswap_host_bytes_used %llu\n", (unsigned long long)ss.host_used);
+           "Host memory in use against the host budget, in bytes: the host tier's copies "
+           "and the served models' registrations.");
+    fprintf(f, "shardswap_host_bytes_used %llu\n", (unsigned long long)ss.host_used + reg);
+    family(f, "shardswap_host_bytes_registered", "gauge",
+           "Host memory the served models' registrations are charged (tokenizers, chat "
+           "templates, tables), in bytes; part of shardswap_host_bytes_used.");
+    fprintf(f, "shardswap_host_bytes_registered %llu\n", reg);
     family(f, "shardswap_host_bytes_budget", "gauge",
            "Host memory budget of the host tier, in bytes.");
     fprintf(f, "shardswap_host_bytes_budget %llu\n", (unsigned long long)ss.host_budget);
