@@ -86,7 +86,7 @@ SECRET = "root:SECRET-7f3a9:19000:0:99999:7:::"
 
 def model_dir(name, files):
     """A model directory under the root: files maps a name to ("link",
-    target), ("fifo",), ("sparse", bytes) or ("text", content); config.json
+    target), ("fifo",), ("sparse", size), ("bytes", b) or ("text", content); config.json
     and model.safetensors, when not given, link to m1's (inside the root)."""
     d = os.path.join(A.work_dir, "files", name)
     shutil.rmtree(d, ignore_errors=True)
@@ -101,6 +101,9 @@ def model_dir(name, files):
             os.symlink(spec[1], p)
         elif spec[0] == "fifo":
             os.mkfifo(p)
+        elif spec[0] == "bytes":
+            with open(p, "wb") as fh:
+                fh.write(spec[1])
         elif spec[0] == "sparse":
             with open(p, "wb") as fh:
                 fh.truncate(spec[1])
@@ -171,6 +174,8 @@ def test_hostile_model_files():
     d = model_dir("h-all-links", {f: ("link", os.path.join(out_model, f))
                                   for f in os.listdir(out_model)})
     add_refused("h-all-links", d, 400, "path", ["outside every model root"])
+    tok = {"vocab.json": ("link", os.path.join(m1, "vocab.json")),
+           "merges.txt": ("link", os.path.join(m1, "merges.txt"))}
     cases = [
         ("h-config-shadow", {"config.json": ("link", secret)}, ["config.json", "outside"]),
         ("h-merges-shadow", {"vocab.json": ("link", os.path.join(m1, "vocab.json")),
@@ -192,6 +197,16 @@ def test_hostile_model_files():
         ("h-vocab-huge", {"vocab.json": ("sparse", 300 << 20)}, ["vocab.json", "more than"]),
         ("h-merges-missing", {"vocab.json": ("link", os.path.join(m1, "vocab.json"))},
          ["merges.txt"]),
+        # a chat template is refused as the tokenizer files are (before: a
+        # warning, and the add succeeded without chat)
+        ("h-tmpl-fifo", dict(tok, **{"chat_template.jinja": ("fifo",)}), ["chat_template.jinja: is a FIFO"]),
+        ("h-tmpl-zero", dict(tok, **{"chat_template.jinja": ("link", "/dev/zero")}), ["chat_template.jinja"]),
+        ("h-tmpl-shadow", dict(tok, **{"chat_template.jinja": ("link", secret)}),
+         ["chat_template.jinja", "outside"]),
+        ("h-tmpl-dangling", dict(tok, **{"chat_template.jinja": ("link", os.path.join(outside, "none"))}),
+         ["chat_template.jinja"]),
+        ("h-tmpl-utf8", dict(tok, **{"chat_template.jinja": ("bytes", b"{{ messages }}\xc3(" + SECRET.encode())}),
+         ["chat_template.jinja: invalid UTF-8 at byte 14"]),
     ]
     for name, files, needles in cases:
         add_refused(name, model_dir(name, files), 400, "path", needles)
@@ -220,6 +235,7 @@ def test_registration_bound():
     s = srv()
     added = []
     refusal = None
+    m0 = harness.parse_metrics(s.metrics())
     for i in range(30):
         st, j = s.json("POST", "/admin/models", {"name": "r%d" % i, "path": S["churn"]},
                        key="admin")
@@ -234,6 +250,15 @@ def test_registration_bound():
           "the refusal: %d %s" % (st, j))
     check(len(added) >= 5, "only %d adds fit" % len(added))
     print("      %d adds accepted, then %d: %s" % (len(added), st, err.get("message", "")[:200]))
+    # /metrics' host memory in use counts what the registrations are charged
+    # (nothing was loaded: the host tier's part did not move) (before: only the tier's)
+    m = harness.parse_metrics(s.metrics())
+    used = [harness.metric_sum(x, "^shardswap_host_bytes_used$") for x in (m0, m)]
+    reg = [harness.metric_sum(x, "^shardswap_host_bytes_registered$") for x in (m0, m)]
+    check(reg[1] - reg[0] >= len(added) * harness.MiB and used[1] >= reg[1] and
+          used[1] - used[0] >= len(added) * harness.MiB,
+          "after %d adds: host bytes used %d -> %d, registered %d -> %d" %
+          (len(added), used[0], used[1], reg[0], reg[1]))
     for n in added:
         st, _ = s.json("DELETE", "/admin/models/" + n, key="admin")
         check(st == 200, "delete %s: %d" % (n, st))
