@@ -10,7 +10,9 @@ clients dribbling headers or a body, from several addresses: the
 --max-connections-per-client), more connections than --max-connections,
 clients that disconnect in the middle of a completion or half-close after
 their request, bodies whose Content-Length lies, paths that would forge log
-lines, --port-file targets that are not regular files. After all of them
+lines, --port-file targets that are not regular files, bodies whose framing
+two parties could read differently or that libmicrohttpd refuses by itself
+(one JSON error, the connection closed, nothing behind them served). After all of them
 /health is still 200, a normal completion still works, SIGTERM with a
 completion in flight ends the server with exit code 0 and no sanitizer
 report, and SIGTERM under a flood of kept-alive clients answers every
