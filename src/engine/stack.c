@@ -760,7 +760,8 @@ static int pinned_room_for(const struct stack *s, const struct swap_model *m)
         int rc;
         if (swap_model_device_bytes(m, d) == 0)
             continue;
-        if ((rc = least_on(m, d, &need)) < 0 || (rc = pinned_on(s, d, names, sizeof names, &pinned)) < 0)
+        if ((rc = least_on(m, d, &need)) < 0 ||
+            (rc = pinned_on(s, d, names, sizeof names, &pinned)) < 0)
             return rc;
         if (pinned && pinned + need > budget)
             return err_set(ERR_NOMEM,
