@@ -382,8 +382,8 @@ static void test_batch_room(void)
         /* model 1 gave its room (an offload or trims), then model 0's room
          * was taken (a load that copies nothing) and its batch served */
         int k = 0;
-        while (k < log.n && !(log.op[k].model == 1 && (log.op[k].op == SCHED_OP_OFFLOAD ||
-                                                       log.op[k].op == SCHED_OP_TRIM)))
+        while (k < log.n && !(log.op[k].model == 1 &&
+                              (log.op[k].op == SCHED_OP_OFFLOAD || log.op[k].op == SCHED_OP_TRIM)))
             k++;
         CHECK_MSG(k + 2 < log.n, "%s: model 1 never gave room (%d ops)", pols[p], log.n);
         while (k < log.n && log.op[k].model == 1)
