@@ -5,11 +5,12 @@
  * beside both models' weights, only beside its own: the idle model is
  * evicted (or trimmed) and the answer is the one the same prompt gets alone
  * on a roomy engine (greedy, f32, the same kernels: equal ids). Under every
- * engine policy. Then the pinned case: a pinned model that leaves another
- * room for its weights but not for a request's batch fails that request at
- * once with ERR_BUSY naming the pin (a shorter one to the same model runs),
- * never a wait; and a request that can never fit beside its own weights is
- * refused at submission, with the bytes. */
+ * engine policy, and the simulator, given the engine's bytes, reserves and
+ * budget and the long request's batch, carries out the same operations. Then the pinned case: a
+ * pinned model that leaves another room for its weights but not for a request's batch fails that
+ * request at once with ERR_BUSY naming the pin (a shorter one to the same model runs), never a
+ * wait; and a request that can never fit beside its own weights is refused at submission, with the
+ * bytes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 
 #include "engine_rig.h"
 #include "model/random.h"
+#include "sched/sim.h"
 #include "swap/swap.h"
 #include "tiny_opt.h"
 
@@ -136,6 +138,85 @@ static uint64_t budget_both(void)
     return budget;
 }
 
+/* The operations the engine carried out (rig_on_sched_op: the scheduler
+ * thread, under the engine lock), as "l0 s0 e1 ..." for a (0) and b (1),
+ * the rig's fixtures coming first (their ids below first_id). */
+static char eng_ops[256];
+static int first_id;
+
+static void op_text(char *buf, size_t cap, int model, const struct sched_carried *op)
+{
+    size_t len = strlen(buf);
+    const char *k = op->op == SCHED_OP_SERVE  ? "s"
+                    : op->op == SCHED_OP_LOAD ? "l"
+                    : op->op == SCHED_OP_TRIM ? "t"
+                                              : "e";
+    if (len + 8 < cap)
+        snprintf(buf + len, cap - len, "%s%s%d", len ? " " : "", k, model);
+}
+
+static void engine_op(void *ctx, const struct sched_carried *op)
+{
+    (void)ctx;
+    op_text(eng_ops, sizeof(eng_ops), op->model - first_id, op);
+}
+
+static void sim_op(void *ctx, double now, const struct sched_carried *op)
+{
+    (void)now;
+    op_text(ctx, 256, op->model, op);
+}
+
+/* The engine's trace through the simulator: a and b with the engine's
+ * weights and short batches' reserve as their bytes (kv_bytes the reserve,
+ * the layers its last layer blobs),
+ * the engine's budget, the long request's batch_bytes its reserve for it;
+ * the requests each alone (a, b, a's long one, b). The simulator must carry
+ * out the engine's operations. */
+static void sim_same(struct rig *g, struct swap_model **sm, const char *policy)
+{
+    uint64_t bytes[4], kv[4], layer[4], long_b = 0;
+    int layers = 0;
+    for (int i = 0; i < 2; i++) {
+        const struct model_info *in = swap_model_info(sm[i]);
+        struct model_exec_shape s = engine_batch_shape(in->max_pos, 1, SHORT, SHORT + OUT, true),
+                                l = engine_batch_shape(in->max_pos, 1, LONG, LONG + OUT, true);
+        for (int d = 0; d < 2; d++) {
+            kv[i * 2 + d] = group_exec_bytes(sm[i], g->mgr, &s, d);
+            bytes[i * 2 + d] = swap_model_device_bytes(sm[i], d) + kv[i * 2 + d];
+            const struct swap_shard *sh = swap_model_shard(sm[i], d);
+            layer[i * 2 + d] = swap_shard_blob_bytes(sh, swap_shard_n_blobs(sh) - 1);
+            layers = swap_shard_n_blobs(sh) - 1;
+            uint64_t lb = group_exec_bytes(sm[i], g->mgr, &l, d);
+            long_b = i == 0 && lb > long_b ? lb : long_b;
+        }
+    }
+    struct sim_config c;
+    memset(&c, 0, sizeof(c));
+    c.policy = sched_policy_find_sim(policy);
+    c.n_models = c.n_devices = 2;
+    c.bytes = bytes;
+    c.kv_bytes = kv;
+    c.layer_bytes = layer; /* a trim gives up the engine's layer blobs */
+    c.layers = layers;
+    c.budget[0] = device_budget(g->devs[0]);
+    c.budget[1] = device_budget(g->devs[1]);
+    c.max_batch = 1;
+    c.load_s = 1;
+    for (int b = 1; b <= SIM_MAX_BATCH; b++)
+        c.batch_s[b] = 0.1;
+    char ops[256] = "";
+    c.on_op = sim_op;
+    c.on_op_ctx = ops;
+    struct sim_request r[4] = {{.arrival = 0, .model = 0},
+                               {.arrival = 10, .model = 1},
+                               {.arrival = 20, .model = 0, .batch_bytes = long_b},
+                               {.arrival = 30, .model = 1}};
+    struct sim_stats st;
+    CHECK_MSG(sim_run(&c, r, 4, &st) == 0, "%s: %s", policy, err_msg());
+    CHECK_MSG(strcmp(ops, eng_ops) == 0, "%s:\nsimulator: %s\nengine:    %s", policy, ops, eng_ops);
+}
+
 static void long_prompt_makes_room(const char *policy)
 {
     static int32_t ref[OUT];
@@ -143,9 +224,14 @@ static void long_prompt_makes_room(const char *policy)
     if (n_ref < 0)
         n_ref = reference(ref);
     struct rig g;
+    eng_ops[0] = '\0';
+    first_id = N_MODELS;
+    rig_on_sched_op = engine_op;
     rig_open_budget(&g, policy, 0, 64, 1, 0, budget_both(), 0);
+    rig_on_sched_op = NULL;
     struct swap_model *a, *b;
     int ia = add_model(&g, 0, &a), ib = add_model(&g, 1, &b), n;
+    CHECK(ia == first_id && ib == first_id + 1);
     int32_t out[OUT];
     char why[512];
     /* both resident, their short batches' reserves held */
@@ -164,7 +250,9 @@ static void long_prompt_makes_room(const char *policy)
     /* and b answers again, a's long batch's room given back in turn */
     CHECK_MSG(ask(&g, ib, short_prompt, SHORT, NULL, &n, why, sizeof(why)) == 0, "%s", why);
     engine_drain(g.e);
-    printf("%-16s %d-token prompt: ok, the idle model made room\n", policy, LONG);
+    struct swap_model *both[2] = {a, b};
+    sim_same(&g, both, policy);
+    printf("%-16s %d-token prompt: ok, the idle model made room: %s\n", policy, LONG, eng_ops);
     rig_close(&g);
 }
 
