@@ -240,8 +240,6 @@ void reserve_grow(struct engine *e, struct engine_model *m, int n_prompt,
                   int max_tokens); /* lock held */
 /* Every model's reserve again, beside the pinned models (lock held). */
 void reserves_refit(struct engine *e);
-/* Of device d, the pinned models' but m's weights and reserves (lock held). */
-uint64_t pinned_beside(struct engine *e, const struct engine_model *m, int d);
 /* Of device d, a batch of one request of n_prompt + max_tokens of model sm
  * (UINT64_MAX: none can be had; no lock needed). */
 uint64_t request_batch_bytes(struct engine *e, struct swap_model *sm, int n_prompt, int max_tokens,

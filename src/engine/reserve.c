@@ -33,23 +33,24 @@ static struct model_exec_shape batch_shape(const struct swap_model *sm, int n, i
     return engine_batch_shape(swap_model_info(sm)->max_pos, n, max_prompt, seq, decodes);
 }
 
-/* Of device d, what the pinned models other than m hold or will hold:
- * their weights and batches' reserves (lock held). */
-uint64_t pinned_beside(struct engine *e, const struct engine_model *m, int d)
+/* Per device, what the pinned models hold or will hold there: their
+ * weights and batches' reserves (lock held). */
+static void pinned_totals(struct engine *e, uint64_t *tot)
 {
-    uint64_t b = 0;
+    memset(tot, 0, sizeof(uint64_t) * SCHED_MAX_DEVICES);
     for (int id = 0; id < e->n_ids; id++) {
         const struct engine_model *p = e->models[id];
-        if (p && p != m && p->pinned && swap_model_device_bytes(p->sm, d) > 0)
-            b += swap_model_device_bytes(p->sm, d) + p->reserve[d];
+        for (int d = 0; p && p->pinned && d < swap_device_count(e->mgr); d++)
+            if (swap_model_device_bytes(p->sm, d) > 0)
+                tot[d] += swap_model_device_bytes(p->sm, d) + p->reserve[d];
     }
-    return b;
 }
 
 /* Sets m's batch reserve for its longest prompt and answer so far: the
- * largest batch that fits beside its weights and the pinned models on every
- * device of the model (lock held). */
-static void reserve_fit(struct engine *e, struct engine_model *m)
+ * largest batch that fits beside its weights, and, unless m is pinned,
+ * beside the pinned models (pinned: pinned_totals), on every device of the
+ * model (lock held). */
+static void reserve_fit(struct engine *e, struct engine_model *m, const uint64_t *pinned)
 {
     /* a batch of one, at least: capped to the room there is, so the model
      * can always be loaded and a batch that cannot fit fails with the
@@ -62,12 +63,12 @@ static void reserve_fit(struct engine *e, struct engine_model *m)
     uint64_t room[SCHED_MAX_DEVICES];
     for (int d = 0; d < n_dev; d++) {
         uint64_t budget = device_budget(swap_device(e->mgr, d)),
-                 pinned = m->pinned ? 0 : pinned_beside(e, m, d);
-        room[d] = budget > pinned ? budget - pinned : 0;
+                 beside = m->pinned || !pinned ? 0 : pinned[d];
+        room[d] = budget > beside ? budget - beside : 0;
     }
     for (int n = m->max_batch; n >= 1; n--) {
-        struct model_exec_shape shape = batch_shape(m->sm, n, m->longest_prompt, m->longest_prompt + m->longest_out,
-                                                  m->decodes);
+        struct model_exec_shape shape = batch_shape(m->sm, n, m->longest_prompt,
+                                                    m->longest_prompt + m->longest_out, m->decodes);
         bool fits = true;
         for (int d = 0; d < n_dev; d++) {
             uint64_t w = swap_model_device_bytes(m->sm, d);
@@ -82,7 +83,8 @@ static void reserve_fit(struct engine *e, struct engine_model *m)
 }
 
 /* Grows m's batch reserve for a request of n_prompt + max_tokens (lock
- * held). A pinned model's reserve is room the others' reserves leave it. */
+ * held). A pinned model's growth moves the others' room: every reserve is
+ * fitted again. */
 void reserve_grow(struct engine *e, struct engine_model *m, int n_prompt, int max_tokens)
 {
     if (n_prompt <= m->longest_prompt && max_tokens <= m->longest_out &&
@@ -91,20 +93,27 @@ void reserve_grow(struct engine *e, struct engine_model *m, int n_prompt, int ma
     m->decodes |= max_tokens > 1;
     m->longest_prompt = n_prompt > m->longest_prompt ? n_prompt : m->longest_prompt;
     m->longest_out = max_tokens > m->longest_out ? max_tokens : m->longest_out;
-    if (m->pinned)
+    if (m->pinned) {
         reserves_refit(e);
-    else
-        reserve_fit(e, m);
+        return;
+    }
+    uint64_t pinned[SCHED_MAX_DEVICES];
+    pinned_totals(e, pinned);
+    reserve_fit(e, m, pinned);
 }
 
 /* Every model's reserve again, after a pin changed or a pinned model's
  * reserve grew (lock held): the pinned ones first, the others beside them. */
 void reserves_refit(struct engine *e)
 {
-    for (int pass = 0; pass < 2; pass++)
-        for (int id = 0; id < e->n_ids; id++)
-            if (e->models[id] && e->models[id]->pinned == (pass == 0))
-                reserve_fit(e, e->models[id]);
+    uint64_t pinned[SCHED_MAX_DEVICES];
+    for (int id = 0; id < e->n_ids; id++)
+        if (e->models[id] && e->models[id]->pinned)
+            reserve_fit(e, e->models[id], NULL);
+    pinned_totals(e, pinned);
+    for (int id = 0; id < e->n_ids; id++)
+        if (e->models[id] && !e->models[id]->pinned)
+            reserve_fit(e, e->models[id], pinned);
 }
 
 /* Of bytes on device d, a batch of this one request of model sm: its KV

@@ -537,7 +537,17 @@ static bool pinned_block(struct engine *e, struct engine_model **map, const stru
         struct engine_model *m = map[i];
         if (sm[i].resident || sm[i].pinned || m->queue_len == 0)
             continue;
-        for (struct engine_req *r = m->head, *nx; r; r = nx) {
+        /* a batch of its longest prompt and answer holds every one of its
+         * requests' alone: when it fits, they all do */
+        bool all_fit = true;
+        for (int d = 0; all_fit && d < v->n_devices; d++) {
+            uint64_t w = swap_model_device_bytes(m->sm, d);
+            uint64_t b = w && pinned[d]
+                             ? request_batch_bytes(e, m->sm, m->longest_prompt, m->longest_out, d)
+                             : 0;
+            all_fit = b != UINT64_MAX && w + b + pinned[d] <= device_budget(swap_device(e->mgr, d));
+        }
+        for (struct engine_req *r = all_fit ? NULL : m->head, *nx; r; r = nx) {
             nx = r->next;
             for (int d = 0; d < v->n_devices; d++) {
                 uint64_t w = swap_model_device_bytes(m->sm, d);
