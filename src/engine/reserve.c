@@ -162,9 +162,11 @@ void mem_wait_clear(struct engine *e)
  * to the head of the queue. Allocated under the lock, so the scheduler's
  * view of free memory and the held reserves change together (an allocation
  * is no copy and no wait). A single request that does not fit waits for
- * memory to be freed (given back, the model not served until a batch ends
- * or a swap completes) when anything is running or moving; when nothing is,
- * nothing would free it, and it fails with the allocation's error.
+ * memory to be freed (given back, the model not served until a batch ends,
+ * a swap completes or a model is unpinned) when anything is running or
+ * moving, or, with wait_for_unpin, a pinned model holds memory; when
+ * nothing is, nothing would free it, and it fails with the allocation's
+ * error.
  * Returns the size of the batch (0: nothing to run). */
 int batch_alloc(struct engine_model *m, struct engine_req **first, int n, struct group_exec **gb,
                 int *max_prompt)
@@ -205,9 +207,12 @@ int batch_alloc(struct engine_model *m, struct engine_req **first, int n, struct
         snprintf(why, sizeof(why), "%s", err_msg());
         bool others = e->batches_running > 0;
         for (int id = 0; !others && id < e->n_ids; id++) {
-            enum residency r = e->models[id] ? swap_residency(e->mgr, e->models[id]->sm)
-                                             : RES_ON_DISK;
-            others = r == RES_LOADING || r == RES_OFFLOADING;
+            const struct engine_model *o = e->models[id];
+            enum residency r = o ? swap_residency(e->mgr, o->sm) : RES_ON_DISK;
+            /* with wait_for_unpin, a pinned model's memory is freed by an
+             * unpin (engine_pin_model clears mem_wait) */
+            others = r == RES_LOADING || r == RES_OFFLOADING ||
+                     (e->cfg.wait_for_unpin && o != m && o && o->pinned && r == RES_ON_DEVICE);
         }
         /* halve and try again; a single request waits when something
          * running or moving may free memory, else fails */
