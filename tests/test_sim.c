@@ -333,6 +333,81 @@ static void test_victims_needed(void)
     }
 }
 
+/* A batch's memory as room the policy makes (sim_request.batch_bytes): two
+ * models of 200 MB (20 of them their short batches' reserve) with room for
+ * 450; model 0's request at 4 needs a batch of 200, which fits beside its own
+ * weights (380) but not beside model 1's too. Model 1, idle, leaves (or is
+ * trimmed) and model 0, still resident, serves it at once (no load: its
+ * weights never left): done at 4.1, with no device past its budget. A
+ * request whose batch never fits beside its weights is refused, named. */
+struct ops_log {
+    int n;
+    struct sched_carried op[32];
+};
+
+static void log_op(void *ctx, double now, const struct sched_carried *op)
+{
+    (void)now;
+    struct ops_log *l = ctx;
+    if (l->n < 32)
+        l->op[l->n++] = *op;
+}
+
+static void test_batch_room(void)
+{
+    const char *pols[] = {"swapwise", "swapwise-partial", "lru", "computron", "fifo"};
+    for (int p = 0; p < 5; p++) {
+        uint64_t bytes[2 * 2], kv[2 * 2];
+        struct sim_config c;
+        setup(&c, pols[p], 2, 2, bytes);
+        c.budget[0] = c.budget[1] = 450 * MB;
+        c.max_loaded = 0;
+        for (int i = 0; i < 4; i++)
+            kv[i] = 20 * MB;
+        c.kv_bytes = kv;
+        c.layers = 8;
+        struct ops_log log = {0};
+        c.on_op = log_op;
+        c.on_op_ctx = &log;
+        struct sim_request r[3] = {{.arrival = 0, .model = 0},
+                                   {.arrival = 2, .model = 1},
+                                   {.arrival = 4, .model = 0, .batch_bytes = 200 * MB}};
+        struct sim_stats st;
+        CHECK_MSG(sim_run(&c, r, 3, &st) == 0, "%s: %s", pols[p], err_msg());
+        CHECK_MSG(fabs(r[2].start - 4) < 1e-9 && fabs(r[2].done - 4.1) < 1e-9 && st.loads == 2,
+                  "%s: the long batch %.6f..%.6f, %llu loads", pols[p], r[2].start, r[2].done,
+                  (unsigned long long)st.loads);
+        CHECK_MSG(st.high_water[0] <= c.budget[0] && st.high_water[1] <= c.budget[1],
+                  "%s: high water %llu", pols[p], (unsigned long long)st.high_water[0]);
+        /* model 1 gave its room (an offload or trims), then model 0's room
+         * was taken (a load that copies nothing) and its batch served */
+        int k = 0;
+        while (k < log.n && !(log.op[k].model == 1 &&
+                              (log.op[k].op == SCHED_OP_OFFLOAD || log.op[k].op == SCHED_OP_TRIM)))
+            k++;
+        CHECK_MSG(k + 2 < log.n, "%s: model 1 never gave room (%d ops)", pols[p], log.n);
+        while (k < log.n && log.op[k].model == 1)
+            k++;
+        CHECK_MSG(k + 1 < log.n && log.op[k].op == SCHED_OP_LOAD && log.op[k].model == 0 &&
+                      log.op[k + 1].op == SCHED_OP_SERVE && log.op[k + 1].model == 0,
+                  "%s: after model 1's room, op %d of %d", pols[p], k, log.n);
+    }
+    uint64_t bytes[2 * 2], kv[2 * 2];
+    struct sim_config c;
+    setup(&c, "swapwise", 2, 2, bytes);
+    c.budget[0] = c.budget[1] = 450 * MB;
+    for (int i = 0; i < 4; i++)
+        kv[i] = 20 * MB;
+    c.kv_bytes = kv;
+    struct sim_request r[2] = {{.arrival = 0, .model = 0},
+                               {.arrival = 1, .model = 1, .batch_bytes = 300 * MB}};
+    struct sim_stats st;
+    CHECK_MSG(sim_run(&c, r, 2, &st) == ERR_INVALID &&
+                  strstr(err_msg(), "request 1 of model 1 never fits device 0") &&
+                  strstr(err_msg(), "480000000"),
+              "a batch that never fits: %s", err_msg());
+}
+
 int main(void)
 {
     uint64_t bytes[2 * 8];
@@ -501,6 +576,7 @@ int main(void)
     test_partial_reserve();
     test_partial_churn();
     test_victims_needed();
+    test_batch_room();
 
     /* bad input is refused, not run */
     setup(&c, "swapwise", 1, 1, bytes);

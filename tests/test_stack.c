@@ -723,9 +723,11 @@ static uint64_t need_one(const char *path)
 }
 
 /* stack_load_pinned: pinned models are on their devices when it returns
- * (loaded by the engine, as an admin's load); a pinned model that leaves
- * another one byte short of its weights and a batch of one is refused
- * naming both, and with that byte it passes; pinned models that do not fit
+ * (loaded by the engine, as an admin's load); a pinned model that, with its
+ * own weights and batch of one, leaves another one byte short of its
+ * weights and a batch of one is refused naming both and the bytes (and so
+ * is one that leaves room for the other's least only without its own
+ * batch), and with that byte it passes; pinned models that do not fit
  * together are refused naming them. */
 static void test_pinned(void)
 {
@@ -753,16 +755,28 @@ static void test_pinned(void)
     stack_close(s);
 
     const uint64_t other = need_one(fix_paths[F_PRE_LN_F32]);
-    c.device_budget[0] = fixed + other - 1;
-    CHECK_MSG(stack_open(&c, &s) == 0 && s, "%s", err_msg());
-    if (s) {
+    const uint64_t fixed_one = need_one(fix_paths[F_PRE_LN_F16]);
+    CHECK(fixed_one > fixed);
+    /* one byte short, and room for the pinned model's weights but not for
+     * its own batch of one beside the other's least */
+    const uint64_t short_of[2] = {fixed_one + other - 1, fixed + other};
+    for (int k = 0; k < 2; k++) {
+        c.device_budget[0] = short_of[k];
+        CHECK_MSG(stack_open(&c, &s) == 0 && s, "%s", err_msg());
+        if (!s)
+            continue;
+        char want[128];
+        snprintf(want, sizeof(want), "%llu bytes pinned plus its %llu",
+                 (unsigned long long)fixed_one, (unsigned long long)other);
         CHECK_MSG(stack_load_pinned(s) == ERR_NOMEM && strstr(err_msg(), "pinned model fixed") &&
-                      strstr(err_msg(), "model other") && strstr(err_msg(), "cpu:0"),
-                  "one byte short: %s", err_msg());
+                      strstr(err_msg(), "model other") && strstr(err_msg(), "cpu:0") &&
+                      strstr(err_msg(), want),
+                  "short by %llu: %s", (unsigned long long)(fixed_one + other - short_of[k]),
+                  err_msg());
         CHECK(swap_residency(s->mgr, s->models[0]) == RES_ON_DISK);
         stack_close(s);
     }
-    c.device_budget[0] = fixed + other;
+    c.device_budget[0] = fixed_one + other;
     CHECK_MSG(stack_open(&c, &s) == 0 && s, "%s", err_msg());
     if (s) {
         CHECK_MSG(stack_load_pinned(s) == 0, "exactly room: %s", err_msg());

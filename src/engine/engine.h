@@ -74,9 +74,10 @@ struct engine_config {
      * when copies take no compute (GPU copy engines, an emulated link), not
      * when a CPU core does the copy (measured slower on 2 cores) */
     bool overlap_loads;
-    /* a request for a model that cannot be loaded while the pinned models
-     * stay on its devices waits for an unpin (true), or fails at once with
-     * ERR_BUSY saying so (false: what a server wants, an answer) */
+    /* a request that cannot run while the pinned models stay on its
+     * devices (its model's weights and a batch of it alone do not fit what
+     * they leave) waits for an unpin (true), or fails at once with ERR_BUSY
+     * saying so (false: what a server wants, an answer) */
     bool wait_for_unpin;
     /* optional: told of each operation the policy's actions carried out
      * (sched.h's sched_carried: a batch, a load, an offload and why), its
@@ -273,8 +274,8 @@ bool engine_req_done(const struct engine_req *r); /* true once on_done has retur
  * status. Never from a callback. */
 int engine_req_wait(struct engine_req *r);
 /* 0, or ERR_CANCELLED, ERR_TIMEOUT, ERR_NOT_FOUND (model removed), ERR_BUSY
- * (its model cannot be loaded while the pinned models stay on its devices,
- * unless engine_config.wait_for_unpin), or the error that failed its batch (message in
+ * (its model's weights and a batch of it alone cannot fit beside the pinned
+ * models on its devices, unless engine_config.wait_for_unpin), or the error that failed its batch (message in
  * engine_req_error). */
 int engine_req_status(const struct engine_req *r);
 const char *engine_req_error(const struct engine_req *r); /* "" when status is 0 */

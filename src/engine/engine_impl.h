@@ -238,6 +238,12 @@ void queue_give_back(struct engine_model *m, struct engine_req **r, int n,
 /* reserve.c: memory reserves and batch shapes */
 void reserve_grow(struct engine *e, struct engine_model *m, int n_prompt,
                   int max_tokens); /* lock held */
+/* Every model's reserve again, beside the pinned models (lock held). */
+void reserves_refit(struct engine *e);
+/* Of device d, a batch of one request of n_prompt + max_tokens of model sm
+ * (UINT64_MAX: none can be had; no lock needed). */
+uint64_t request_batch_bytes(struct engine *e, struct swap_model *sm, int n_prompt, int max_tokens,
+                             int d);
 /* ERR_INVALID with the bytes when a batch of this request can never fit (no lock). */
 int request_fits_ever(struct engine *e, struct swap_model *sm, int n_prompt, int max_tokens);
 void mem_wait_clear(struct engine *e); /* lock held */

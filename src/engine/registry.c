@@ -270,6 +270,9 @@ int engine_pin_model(struct engine *e, int id, bool pinned)
     struct engine_model *m = model_get(e, id);
     if (m) {
         m->pinned = pinned;
+        reserves_refit(e); /* the others' reserves fit beside the pinned ones */
+        if (!pinned)
+            mem_wait_clear(e); /* its memory may go to a batch that waited for it */
         pthread_cond_signal(&e->wake);
     }
     pthread_mutex_unlock(&e->lock);

@@ -33,8 +33,58 @@ static struct model_exec_shape batch_shape(const struct swap_model *sm, int n, i
     return engine_batch_shape(swap_model_info(sm)->max_pos, n, max_prompt, seq, decodes);
 }
 
+/* Per device, what the pinned models hold or will hold there: their
+ * weights and batches' reserves (lock held). */
+static void pinned_totals(struct engine *e, uint64_t *tot)
+{
+    memset(tot, 0, sizeof(uint64_t) * SCHED_MAX_DEVICES);
+    for (int id = 0; id < e->n_ids; id++) {
+        const struct engine_model *p = e->models[id];
+        for (int d = 0; p && p->pinned && d < swap_device_count(e->mgr); d++)
+            if (swap_model_device_bytes(p->sm, d) > 0)
+                tot[d] += swap_model_device_bytes(p->sm, d) + p->reserve[d];
+    }
+}
+
+/* Sets m's batch reserve for its longest prompt and answer so far: the
+ * largest batch that fits beside its weights, and, unless m is pinned,
+ * beside the pinned models (pinned: pinned_totals), on every device of the
+ * model (lock held). */
+static void reserve_fit(struct engine *e, struct engine_model *m, const uint64_t *pinned)
+{
+    /* a batch of one, at least: capped to the room there is, so the model
+     * can always be loaded and a batch that cannot fit fails with the
+     * allocation's error instead of never being tried; a request that
+     * cannot fit beside the pinned models fails in the scheduler
+     * (pinned_block) */
+    const int n_dev = swap_device_count(e->mgr);
+    if (m->longest_prompt == 0)
+        return;
+    uint64_t room[SCHED_MAX_DEVICES];
+    for (int d = 0; d < n_dev; d++) {
+        uint64_t budget = device_budget(swap_device(e->mgr, d)),
+                 beside = m->pinned || !pinned ? 0 : pinned[d];
+        room[d] = budget > beside ? budget - beside : 0;
+    }
+    for (int n = m->max_batch; n >= 1; n--) {
+        struct model_exec_shape shape = batch_shape(m->sm, n, m->longest_prompt,
+                                                    m->longest_prompt + m->longest_out, m->decodes);
+        bool fits = true;
+        for (int d = 0; d < n_dev; d++) {
+            uint64_t w = swap_model_device_bytes(m->sm, d);
+            uint64_t b = w ? group_exec_bytes(m->sm, e->mgr, &shape, d) : 0;
+            fits &= b != UINT64_MAX && w + b <= room[d];
+            m->reserve[d] =
+                b == UINT64_MAX || w + b > room[d] ? (room[d] > w ? room[d] - w : 0) : b;
+        }
+        if (fits)
+            break;
+    }
+}
+
 /* Grows m's batch reserve for a request of n_prompt + max_tokens (lock
- * held). */
+ * held). A pinned model's growth moves the others' room: every reserve is
+ * fitted again. */
 void reserve_grow(struct engine *e, struct engine_model *m, int n_prompt, int max_tokens)
 {
     if (n_prompt <= m->longest_prompt && max_tokens <= m->longest_out &&
@@ -43,38 +93,48 @@ void reserve_grow(struct engine *e, struct engine_model *m, int n_prompt, int ma
     m->decodes |= max_tokens > 1;
     m->longest_prompt = n_prompt > m->longest_prompt ? n_prompt : m->longest_prompt;
     m->longest_out = max_tokens > m->longest_out ? max_tokens : m->longest_out;
-    /* the largest batch that fits beside the weights on every device of the
-     * model (a batch of one, at least: capped to the room there is, so the
-     * model can always be loaded and a batch that cannot fit fails with the
-     * allocation's error instead of never being tried) */
-    const int n_dev = swap_device_count(e->mgr);
-    for (int n = m->max_batch; n >= 1; n--) {
-        struct model_exec_shape shape = batch_shape(m->sm, n, m->longest_prompt, m->longest_prompt + m->longest_out,
-                                                  m->decodes);
-        bool fits = true;
-        for (int d = 0; d < n_dev; d++) {
-            uint64_t w = swap_model_device_bytes(m->sm, d),
-                     budget = device_budget(swap_device(e->mgr, d));
-            uint64_t b = w ? group_exec_bytes(m->sm, e->mgr, &shape, d) : 0;
-            fits &= b != UINT64_MAX && w + b <= budget;
-            m->reserve[d] = b == UINT64_MAX || w + b > budget ? (budget > w ? budget - w : 0) : b;
-        }
-        if (fits)
-            break;
+    if (m->pinned) {
+        reserves_refit(e);
+        return;
     }
+    uint64_t pinned[SCHED_MAX_DEVICES];
+    pinned_totals(e, pinned);
+    reserve_fit(e, m, pinned);
+}
+
+/* Every model's reserve again, after a pin changed or a pinned model's
+ * reserve grew (lock held): the pinned ones first, the others beside them. */
+void reserves_refit(struct engine *e)
+{
+    uint64_t pinned[SCHED_MAX_DEVICES];
+    for (int id = 0; id < e->n_ids; id++)
+        if (e->models[id] && e->models[id]->pinned)
+            reserve_fit(e, e->models[id], NULL);
+    pinned_totals(e, pinned);
+    for (int id = 0; id < e->n_ids; id++)
+        if (e->models[id] && !e->models[id]->pinned)
+            reserve_fit(e, e->models[id], pinned);
+}
+
+/* Of bytes on device d, a batch of this one request of model sm: its KV
+ * cache and activations (UINT64_MAX: it cannot be had). */
+uint64_t request_batch_bytes(struct engine *e, struct swap_model *sm, int n_prompt, int max_tokens,
+                             int d)
+{
+    struct model_exec_shape one =
+        batch_shape(sm, 1, n_prompt, n_prompt + max_tokens, max_tokens > 1);
+    return group_exec_bytes(sm, e->mgr, &one, d);
 }
 
 /* ERR_INVALID, naming the device and the bytes, when the model's weights and
  * a batch of this one request can never fit a device of the model. */
 int request_fits_ever(struct engine *e, struct swap_model *sm, int n_prompt, int max_tokens)
 {
-    struct model_exec_shape one = batch_shape(sm, 1, n_prompt, n_prompt + max_tokens,
-                                            max_tokens > 1);
     for (int d = 0; d < swap_device_count(e->mgr); d++) {
         uint64_t w = swap_model_device_bytes(sm, d);
         if (w == 0)
             continue;
-        uint64_t b = group_exec_bytes(sm, e->mgr, &one, d),
+        uint64_t b = request_batch_bytes(e, sm, n_prompt, max_tokens, d),
                  budget = device_budget(swap_device(e->mgr, d));
         if (b == UINT64_MAX || w + b > budget)
             return err_set(ERR_INVALID, "model %s cannot run a request of %d + %d tokens on "
@@ -102,9 +162,11 @@ void mem_wait_clear(struct engine *e)
  * to the head of the queue. Allocated under the lock, so the scheduler's
  * view of free memory and the held reserves change together (an allocation
  * is no copy and no wait). A single request that does not fit waits for
- * memory to be freed (given back, the model not served until a batch ends
- * or a swap completes) when anything is running or moving; when nothing is,
- * nothing would free it, and it fails with the allocation's error.
+ * memory to be freed (given back, the model not served until a batch ends,
+ * a swap completes or a model is unpinned) when anything is running or
+ * moving, or, with wait_for_unpin, a pinned model holds memory; when
+ * nothing is, nothing would free it, and it fails with the allocation's
+ * error.
  * Returns the size of the batch (0: nothing to run). */
 int batch_alloc(struct engine_model *m, struct engine_req **first, int n, struct group_exec **gb,
                 int *max_prompt)
@@ -145,9 +207,12 @@ int batch_alloc(struct engine_model *m, struct engine_req **first, int n, struct
         snprintf(why, sizeof(why), "%s", err_msg());
         bool others = e->batches_running > 0;
         for (int id = 0; !others && id < e->n_ids; id++) {
-            enum residency r = e->models[id] ? swap_residency(e->mgr, e->models[id]->sm)
-                                             : RES_ON_DISK;
-            others = r == RES_LOADING || r == RES_OFFLOADING;
+            const struct engine_model *o = e->models[id];
+            enum residency r = o ? swap_residency(e->mgr, o->sm) : RES_ON_DISK;
+            /* with wait_for_unpin, a pinned model's memory is freed by an
+             * unpin (engine_pin_model clears mem_wait) */
+            others = r == RES_LOADING || r == RES_OFFLOADING ||
+                     (e->cfg.wait_for_unpin && o != m && o && o->pinned && r == RES_ON_DEVICE);
         }
         /* halve and try again; a single request waits when something
          * running or moving may free memory, else fails */

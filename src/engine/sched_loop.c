@@ -92,6 +92,55 @@ void move_leave(struct engine *e, struct engine_model *m, enum engine_move_kind 
     e->cfg.on_move(e->cfg.move_ctx, &mv);
 }
 
+/* What of its batches' reserve on d is held for it and not allocated. */
+static uint64_t reserve_rest(const struct engine_model *m, int d)
+{
+    return m->reserve[d] > m->batch_bytes[d] ? m->reserve[d] - m->batch_bytes[d] : 0;
+}
+
+/* Per device, what is allocated plus what resident models' batches may
+ * still allocate (their reserves, held for them) beyond the budget, into
+ * over (0: the reserves fit); the budget less those, into free (lock
+ * held). A reserve grows with the requests a resident model takes, so it
+ * can pass what its weights' load left free. */
+static void room_over(struct engine *e, uint64_t *over, uint64_t *free_bytes)
+{
+    uint64_t held[SCHED_MAX_DEVICES] = {0};
+    const int n_dev = swap_device_count(e->mgr);
+    for (int id = 0; id < e->n_ids; id++) {
+        struct engine_model *m = e->models[id];
+        enum residency r = m ? swap_residency(e->mgr, m->sm) : RES_ON_DISK;
+        if (r != RES_LOADING && r != RES_ON_DEVICE)
+            continue;
+        for (int d = 0; d < n_dev; d++)
+            held[d] += reserve_rest(m, d);
+    }
+    for (int d = 0; d < n_dev; d++) {
+        struct device *dev = swap_device(e->mgr, d);
+        uint64_t taken = device_used(dev) + held[d], budget = device_budget(dev);
+        over[d] = taken > budget ? taken - budget : 0;
+        if (free_bytes)
+            free_bytes[d] = taken < budget ? budget - taken : 0;
+    }
+}
+
+/* Whether m, resident, is short of room for its batch: it waits for one
+ * (requests queued, no batch in flight or paused), holds an unallocated
+ * reserve on a device whose reserves pass the budget (over), and so could
+ * not allocate its batch. Such a model is shown to the policy as partly
+ * resident, lacking over[d] there: the policy makes that room as for a
+ * load, with the victims it would choose for one (lock held). */
+static bool room_short(struct engine *e, const struct engine_model *m, const uint64_t *over)
+{
+    if (swap_residency(e->mgr, m->sm) != RES_ON_DEVICE || m->queue_len == 0 || m->running ||
+        m->n_paused > 0 || atomic_load(&m->pause))
+        return false;
+    for (int d = 0; d < swap_device_count(e->mgr); d++)
+        if (over[d] > 0 && reserve_rest(m, d) > 0)
+            return true;
+    return false;
+}
+
 /* The policy's snapshot of the models being served: view index i is model
  * map[i] (lock held). */
 static void view_build(struct engine *e, struct engine_model **map, struct sched_model *sm,
@@ -108,21 +157,8 @@ static void view_build(struct engine *e, struct engine_model **map, struct sched
     v->load_s = e->load_s;
     /* free memory: the budget, less what is allocated, less what resident
      * models' batches may still allocate (their reserves, held for them) */
-    uint64_t held[SCHED_MAX_DEVICES] = {0};
-    for (int id = 0; id < e->n_ids; id++) {
-        struct engine_model *m = e->models[id];
-        enum residency r = m ? swap_residency(e->mgr, m->sm) : RES_ON_DISK;
-        if (r != RES_LOADING && r != RES_ON_DEVICE)
-            continue;
-        for (int d = 0; d < v->n_devices; d++)
-            if (m->reserve[d] > m->batch_bytes[d])
-                held[d] += m->reserve[d] - m->batch_bytes[d];
-    }
-    for (int d = 0; d < v->n_devices; d++) {
-        struct device *dev = swap_device(e->mgr, d);
-        uint64_t taken = device_used(dev) + held[d];
-        v->free_bytes[d] = taken < device_budget(dev) ? device_budget(dev) - taken : 0;
-    }
+    uint64_t over[SCHED_MAX_DEVICES];
+    room_over(e, over, v->free_bytes);
     int n = 0;
     for (int id = 0; id < e->n_ids; id++) {
         struct engine_model *m = model_get(e, id);
@@ -144,7 +180,10 @@ static void view_build(struct engine *e, struct engine_model **map, struct sched
         sm[i].paused = m->n_paused;
         sm[i].preempt_pending = atomic_load(&m->pause);
         sm[i].batch_start = m->batch_start;
-        sm[i].resident = r == RES_LOADING || r == RES_ON_DEVICE;
+        /* a resident model whose batch lacks room needs that room as a
+         * load would (room_short) */
+        bool room_lacks = room_short(e, m, over);
+        sm[i].resident = (r == RES_LOADING || r == RES_ON_DEVICE) && !room_lacks;
         sm[i].loading = r == RES_LOADING;
         sm[i].load_frac = sm[i].loading ? m->load_frac : 0;
         sm[i].running = m->running;
@@ -172,10 +211,13 @@ static void view_build(struct engine *e, struct engine_model **map, struct sched
             sm[i].batch_bytes[d] = m->batch_bytes[d];
             /* partly resident (trimmed): its kept weights only, its reserve
              * is not held (above) */
-            sm[i].resident_bytes[d] = sm[i].resident ? sm[i].bytes[d]
-                                      : r == RES_PARTIAL || r == RES_OFFLOADING
-                                          ? swap_model_resident_bytes(e->mgr, m->sm, d)
-                                          : 0;
+            sm[i].resident_bytes[d] =
+                sm[i].resident ? sm[i].bytes[d]
+                : room_lacks
+                    ? sm[i].bytes[d] - (over[d] < sm[i].bytes[d] ? over[d] : sm[i].bytes[d])
+                : r == RES_PARTIAL || r == RES_OFFLOADING
+                    ? swap_model_resident_bytes(e->mgr, m->sm, d)
+                    : 0;
         }
         v->any_loading |= sm[i].loading;
         v->any_running |= m->running;
@@ -321,18 +363,20 @@ static bool exec_load(void *ctx, int model)
 {
     struct exec *x = ctx;
     struct engine_model *m = x->map[model];
+    if (swap_residency(x->e->mgr, m->sm) == RES_ON_DEVICE) {
+        /* resident, short of its batch's room (room_short): nothing to copy;
+         * the room is there once the victims' memory is free, else their
+         * offloads' ends (the listener) or batches' ends wake us */
+        uint64_t over[SCHED_MAX_DEVICES];
+        room_over(x->e, over, NULL);
+        return !room_short(x->e, m, over);
+    }
     uint64_t bytes = swap_model_missing_bytes(x->e->mgr, m->sm);
     double frac = missing_share(x->e, m);
     if (start_load(x->e, x->map, x->sm, model) < 0)
         return false;
     load_started(x->e, m, time_now(), bytes, frac);
     return true;
-}
-
-/* What of its batches' reserve on d is held for it and not allocated. */
-static uint64_t reserve_rest(const struct engine_model *m, int d)
-{
-    return m->reserve[d] > m->batch_bytes[d] ? m->reserve[d] - m->batch_bytes[d] : 0;
 }
 
 /* A victim of a trimming load gives up its last layers on device. What it
@@ -468,39 +512,63 @@ static double queue_expire(struct engine *e, double now)
     return next;
 }
 
-/* Fails the queued requests of models that cannot be loaded while the
- * pinned models stay (lock held): a model whose weights on some device
- * exceed that device's budget less what resident pinned models hold there
- * (their weights and batch reserves) would otherwise wait until an admin
- * unpins, unanswered. Returns whether it failed any. */
+/* Fails the queued requests that cannot run while the pinned models stay
+ * (lock held): one whose model's weights and a batch of that request alone
+ * (its KV cache and activations: the least it runs with) pass, on some
+ * device, the budget less what resident pinned models hold there (their
+ * weights and batch reserves) would otherwise wait until an admin unpins,
+ * unanswered. A model the view shows not resident (a resident one short of
+ * its batch's room included) is checked. Returns whether it failed any. */
 static bool pinned_block(struct engine *e, struct engine_model **map, const struct sched_model *sm,
                          const struct sched_view *v)
 {
     uint64_t pinned[SCHED_MAX_DEVICES] = {0};
-    for (int i = 0; i < v->n_models; i++)
-        if (sm[i].pinned && sm[i].resident)
-            for (int d = 0; d < v->n_devices; d++)
-                pinned[d] += sm[i].bytes[d];
-    bool failed = false;
+    bool any = false;
     for (int i = 0; i < v->n_models; i++) {
+        enum residency r = swap_residency(e->mgr, map[i]->sm);
+        if (sm[i].pinned && (r == RES_LOADING || r == RES_ON_DEVICE))
+            for (int d = 0; d < v->n_devices; d++) {
+                pinned[d] += sm[i].bytes[d];
+                any |= sm[i].bytes[d] > 0;
+            }
+    }
+    bool failed = false;
+    for (int i = 0; any && i < v->n_models; i++) {
         struct engine_model *m = map[i];
-        if (sm[i].resident || m->queue_len == 0)
+        if (sm[i].resident || sm[i].pinned || m->queue_len == 0)
             continue;
-        for (int d = 0; d < v->n_devices; d++) {
-            uint64_t need = swap_model_device_bytes(m->sm, d);
-            uint64_t budget = device_budget(swap_device(e->mgr, d));
-            if (need == 0 || need + pinned[d] <= budget)
-                continue;
-            char why[256];
-            snprintf(why, sizeof(why),
-                     "model %s cannot be loaded while pinned models hold device %d: it needs "
-                     "%llu bytes there, pinned models hold %llu of its %llu (unpin one)",
-                     swap_model_name(m->sm), d, (unsigned long long)need,
-                     (unsigned long long)pinned[d], (unsigned long long)budget);
-            while (m->head)
-                queue_fail(m, m->head, ERR_BUSY, why);
-            failed = true;
-            break;
+        /* a batch of its longest prompt and answer holds every one of its
+         * requests' alone: when it fits, they all do */
+        bool all_fit = true;
+        for (int d = 0; all_fit && d < v->n_devices; d++) {
+            uint64_t w = swap_model_device_bytes(m->sm, d);
+            uint64_t b = w && pinned[d]
+                             ? request_batch_bytes(e, m->sm, m->longest_prompt, m->longest_out, d)
+                             : 0;
+            all_fit = b != UINT64_MAX && w + b + pinned[d] <= device_budget(swap_device(e->mgr, d));
+        }
+        for (struct engine_req *r = all_fit ? NULL : m->head, *nx; r; r = nx) {
+            nx = r->next;
+            for (int d = 0; d < v->n_devices; d++) {
+                uint64_t w = swap_model_device_bytes(m->sm, d);
+                if (w == 0 || pinned[d] == 0)
+                    continue;
+                uint64_t b = request_batch_bytes(e, m->sm, r->n_prompt, r->max_tokens, d);
+                uint64_t budget = device_budget(swap_device(e->mgr, d));
+                if (b != UINT64_MAX && w + b + pinned[d] <= budget)
+                    continue;
+                char why[320];
+                snprintf(why, sizeof(why),
+                         "model %s cannot run this request while pinned models hold device %s: "
+                         "its weights take %llu bytes and a batch of it alone %llu, pinned "
+                         "models hold %llu of %llu (unpin one)",
+                         swap_model_name(m->sm), device_name(swap_device(e->mgr, d)),
+                         (unsigned long long)w, (unsigned long long)b,
+                         (unsigned long long)pinned[d], (unsigned long long)budget);
+                queue_fail(m, r, ERR_BUSY, why);
+                failed = true;
+                break;
+            }
         }
     }
     return failed;

@@ -701,9 +701,29 @@ int stack_add_model(struct stack *s, const struct stack_model_config *m, struct 
     return id;
 }
 
+/* Of device d, what model m needs at least to serve: its weights there and
+ * a batch of one sequence of one position (its KV cache and activations);
+ * 0 when it has no shard there. */
+static int least_on(const struct swap_model *m, int d, uint64_t *bytes)
+{
+    const struct model_info *info = swap_model_info(m);
+    struct model_exec_shape one = engine_batch_shape(info->max_pos, 1, 1, 1, false);
+    uint64_t need[STACK_MAX_DEVICES], host;
+    int rc = swap_layout_bytes(swap_model_path(m), swap_model_tp(m), swap_model_pp(m), &one, need,
+                               &host);
+    if (rc < 0)
+        return err_wrap(rc, "model %s", swap_model_name(m));
+    *bytes = 0;
+    for (int k = 0; k < swap_model_shard_count(m); k++)
+        if (swap_shard_device(swap_model_shard(m, k)) == d)
+            *bytes += need[k];
+    return 0;
+}
+
 /* The pinned models of s with bytes on device d, as "a and b" into buf;
- * their weights there into *bytes. */
-static void pinned_on(const struct stack *s, int d, char *buf, size_t cap, uint64_t *bytes)
+ * what they need there at least (least_on: weights and a batch of one
+ * each) into *bytes. */
+static int pinned_on(const struct stack *s, int d, char *buf, size_t cap, uint64_t *bytes)
 {
     int n = 0, k = 0;
     size_t len = 0;
@@ -711,46 +731,47 @@ static void pinned_on(const struct stack *s, int d, char *buf, size_t cap, uint6
     buf[0] = '\0';
     for (int i = 0; i < s->n_models; i++)
         n += swap_model_pinned(s->models[i]) && swap_model_device_bytes(s->models[i], d) > 0;
-    for (int i = 0; i < s->n_models && len < cap; i++) {
-        uint64_t b = swap_model_pinned(s->models[i]) ? swap_model_device_bytes(s->models[i], d) : 0;
-        if (!b)
+    for (int i = 0; i < s->n_models; i++) {
+        if (!swap_model_pinned(s->models[i]) || swap_model_device_bytes(s->models[i], d) == 0)
             continue;
+        uint64_t b;
+        int rc = least_on(s->models[i], d, &b);
+        if (rc < 0)
+            return rc;
         *bytes += b;
         k++;
-        len += (size_t)snprintf(buf + len, cap - len, "%s%s",
-                                k == 1   ? ""
-                                : k == n ? " and "
-                                         : ", ",
-                                swap_model_name(s->models[i]));
+        if (len < cap)
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s",
+                                    k == 1   ? ""
+                                    : k == n ? " and "
+                                             : ", ",
+                                    swap_model_name(s->models[i]));
     }
+    return 0;
 }
 
 /* Whether the pinned models leave model m (not pinned) room on each of its
  * devices for its weights and a batch of one: ERR_NOMEM naming both. */
 static int pinned_room_for(const struct stack *s, const struct swap_model *m)
 {
-    const struct model_info *info = swap_model_info(m);
-    struct model_exec_shape one = engine_batch_shape(info->max_pos, 1, 1, 1, false);
-    const int n = swap_model_shard_count(m);
-    uint64_t need[STACK_MAX_DEVICES], host;
-    int rc = swap_layout_bytes(swap_model_path(m), swap_model_tp(m), swap_model_pp(m), &one, need,
-                               &host);
-    if (rc < 0)
-        return err_wrap(rc, "model %s", swap_model_name(m));
-    for (int k = 0; k < n; k++) {
-        int d = swap_shard_device(swap_model_shard(m, k));
-        uint64_t pinned, budget = device_budget(s->devices[d]);
+    for (int d = 0; d < s->n_devices; d++) {
+        uint64_t need, pinned, budget = device_budget(s->devices[d]);
         char names[256];
-        pinned_on(s, d, names, sizeof names, &pinned);
-        if (pinned && pinned + need[k] > budget)
+        int rc;
+        if (swap_model_device_bytes(m, d) == 0)
+            continue;
+        if ((rc = least_on(m, d, &need)) < 0 ||
+            (rc = pinned_on(s, d, names, sizeof names, &pinned)) < 0)
+            return rc;
+        if (pinned && pinned + need > budget)
             return err_set(ERR_NOMEM,
-                           "pinned model%s %s leave%s no room for model %s on device %s: %.1f "
-                           "MiB pinned plus its %.1f MiB (weights and a batch of one) pass the "
-                           "budget of %.1f MiB; unpin one, or raise the device budget",
+                           "pinned model%s %s leave%s no room for model %s on device %s: %llu "
+                           "bytes pinned plus its %llu (weights and a batch of one each) pass "
+                           "the budget of %llu; unpin one, or raise the device budget",
                            strstr(names, " and ") ? "s" : "", names,
                            strstr(names, " and ") ? "" : "s", swap_model_name(m),
-                           device_name(s->devices[d]), (double)pinned / (1 << 20),
-                           (double)need[k] / (1 << 20), (double)budget / (1 << 20));
+                           device_name(s->devices[d]), (unsigned long long)pinned,
+                           (unsigned long long)need, (unsigned long long)budget);
     }
     return 0;
 }
@@ -761,13 +782,15 @@ int stack_load_pinned(struct stack *s)
     for (int d = 0; d < s->n_devices; d++) {
         uint64_t pinned, budget = device_budget(s->devices[d]);
         char names[256];
-        pinned_on(s, d, names, sizeof names, &pinned);
+        if ((rc = pinned_on(s, d, names, sizeof names, &pinned)) < 0)
+            return rc;
         if (pinned > budget)
             return err_set(ERR_NOMEM,
-                           "pinned models %s need %.1f MiB of device %s together, more than its "
-                           "budget of %.1f MiB; unpin one, or raise the device budget",
-                           names, (double)pinned / (1 << 20), device_name(s->devices[d]),
-                           (double)budget / (1 << 20));
+                           "pinned models %s need %llu bytes of device %s together (weights "
+                           "and a batch of one each), more than its budget of %llu; unpin "
+                           "one, or raise the device budget",
+                           names, (unsigned long long)pinned, device_name(s->devices[d]),
+                           (unsigned long long)budget);
     }
     for (int i = 0; i < s->n_models; i++)
         if (!swap_model_pinned(s->models[i]) && (rc = pinned_room_for(s, s->models[i])) < 0)

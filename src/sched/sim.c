@@ -39,6 +39,14 @@ struct sim_model {
     /* of its reserve, freed when it became kept, what no trim on the
      * device has counted yet (exec_trim gives it to the first one there) */
     uint64_t uncounted[SCHED_MAX_DEVICES];
+    /* its batches' reserve beyond kv_bytes, per device: what the requests
+     * arrived so far ask for (sim_request.batch_bytes: want), and of it
+     * what is counted in used while it is resident (grow). A resident
+     * model takes the growth when the device has room (reserve_settle);
+     * until then it is short of its batch's room and the policy sees it
+     * partly resident, lacking want - grow (as the engine's view_build
+     * shows a resident model whose reserve passes the budget) */
+    uint64_t want[SCHED_MAX_DEVICES], grow[SCHED_MAX_DEVICES];
 };
 
 struct sim {
@@ -53,15 +61,67 @@ struct sim {
     double wake_at; /* the earliest SCHED_WAKE asked for */
 };
 
-static uint64_t bytes_of(const struct sim *s, int model, int d)
+/* Of sim_config.kv_bytes, model's on d (0 without). */
+static uint64_t base_kv(const struct sim_config *c, int model, int d)
 {
-    return s->c->bytes[(size_t)model * s->c->n_devices + d];
+    return c->kv_bytes ? c->kv_bytes[(size_t)model * c->n_devices + d] : 0;
 }
 
-/* Of bytes_of, what a paused batch keeps on the devices (sim_config.kv_bytes). */
+/* Its weights and its batches' reserve as counted now (kv_bytes and the
+ * growth taken: sim_model.grow). */
+static uint64_t bytes_of(const struct sim *s, int model, int d)
+{
+    return s->c->bytes[(size_t)model * s->c->n_devices + d] + s->m[model].grow[d];
+}
+
+/* Of bytes_of, what a paused batch keeps on the devices (sim_config.kv_bytes
+ * and the growth taken). */
 static uint64_t kv_of(const struct sim *s, int model, int d)
 {
-    return s->c->kv_bytes ? s->c->kv_bytes[(size_t)model * s->c->n_devices + d] : 0;
+    return base_kv(s->c, model, d) + s->m[model].grow[d];
+}
+
+/* Of its batches' reserve, the growth its requests asked for and it has not
+ * taken: room it lacks for its batch. */
+static uint64_t lack_of(const struct sim *s, int model, int d)
+{
+    return s->m[model].want[d] - s->m[model].grow[d];
+}
+
+/* A resident model takes the growth of its reserve its requests asked for
+ * when every device has room for it; true when it lacks none (then or
+ * already). */
+static bool reserve_settle(struct sim *s, int model)
+{
+    struct sim_model *m = &s->m[model];
+    bool lacks = false;
+    for (int d = 0; d < s->c->n_devices; d++) {
+        if (lack_of(s, model, d) > s->c->budget[d] - s->used[d])
+            return false;
+        lacks |= lack_of(s, model, d) > 0;
+    }
+    if (!lacks || !m->resident)
+        return !lacks;
+    for (int d = 0; d < s->c->n_devices; d++) {
+        s->used[d] += lack_of(s, model, d);
+        m->grow[d] = m->want[d];
+        if (s->used[d] > s->st->high_water[d])
+            s->st->high_water[d] = s->used[d];
+    }
+    return true;
+}
+
+/* Resident, waiting for a batch, and short of its batch's room. */
+static bool room_short(const struct sim *s, int model)
+{
+    const struct sim_model *m = &s->m[model];
+    if (!m->resident || m->loading || m->running || m->paused || m->pause_pending ||
+        m->tail == m->head)
+        return false;
+    for (int d = 0; d < s->c->n_devices; d++)
+        if (lack_of(s, model, d) > 0)
+            return true;
+    return false;
 }
 
 /* What model frees when it leaves, and needs when it comes back: its bytes,
@@ -136,7 +196,9 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
         sm[i].paused = m->paused;
         sm[i].preempt_pending = m->pause_pending;
         sm[i].batch_start = m->batch_start;
-        sm[i].resident = m->resident;
+        /* short of its batch's room: partly resident, lacking it */
+        bool room_lacks = room_short(s, i);
+        sm[i].resident = m->resident && !room_lacks;
         sm[i].loading = m->loading;
         sm[i].running = m->running;
         sm[i].offload_pending = m->offload_pending;
@@ -158,7 +220,7 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
         if (m->loading)
             sm[i].load_frac = m->load_frac;
         for (int d = 0; d < c->n_devices; d++) {
-            sm[i].bytes[d] = moving_of(s, i, d);
+            sm[i].bytes[d] = moving_of(s, i, d) + lack_of(s, i, d);
             sm[i].resident_bytes[d] = held_on(s, i, d);
             sm[i].batch_bytes[d] = m->running || m->paused ? kv_of(s, i, d) : 0;
         }
@@ -175,6 +237,8 @@ static void evict(struct sim *s, int i)
     struct sim_model *m = &s->m[i];
     for (int d = 0; d < s->c->n_devices; d++)
         s->used[d] -= held_on(s, i, d);
+    if (m->paused == 0) /* its reserve's growth left with it (a paused batch's stays) */
+        memset(m->grow, 0, sizeof(m->grow));
     m->resident = false;
     kept_clear(m);
     m->offload_pending = false;
@@ -339,13 +403,13 @@ static bool exec_load(void *ctx, int model)
     struct sim *s = ctx;
     const struct sim_config *c = s->c;
     struct sim_model *m = &s->m[model];
-    if (m->resident)
-        return false;
+    if (m->resident) /* short of its batch's room: the victims made it, or not yet */
+        return !m->loading && reserve_settle(s, model);
     uint64_t need[SCHED_MAX_DEVICES];
     double frac = 0; /* of its weights, what it copies: shards load in parallel */
     for (int d = 0; d < c->n_devices; d++) {
         uint64_t w = weights_of(s, model, d), held = held_on(s, model, d);
-        need[d] = moving_of(s, model, d) - held;
+        need[d] = moving_of(s, model, d) + lack_of(s, model, d) - held;
         if (need[d] > c->budget[d] - s->used[d])
             return false;
         if (w > 0 && (double)(w - held) / (double)w > frac)
@@ -358,6 +422,7 @@ static bool exec_load(void *ctx, int model)
             s->st->high_water[d] = s->used[d];
     }
     m->resident = m->loading = true;
+    memcpy(m->grow, m->want, sizeof(m->grow));
     kept_clear(m);
     m->paused_kv = false; /* a paused batch's memory is the model's own again */
     m->load_frac = frac;
@@ -379,6 +444,8 @@ static void keep_part(struct sim *s, int model)
         m->uncounted[e] = moving_of(s, model, e) - weights_of(s, model, e);
         s->used[e] -= m->uncounted[e];
     }
+    if (m->paused == 0)
+        memset(m->grow, 0, sizeof(m->grow));
     m->resident = false;
     m->kept = true;
     m->paused_kv = m->paused > 0;
@@ -555,6 +622,37 @@ static int controls_check(const struct sim_config *c)
     return 0;
 }
 
+/* Each request's batch (batch_bytes) beside its model's weights, and beside
+ * the pinned models' bytes when it is not one of them, within every budget
+ * (as the engine refuses a request that never fits at its submission, and
+ * fails one that cannot run beside the pinned models at once). */
+static int requests_check(const struct sim_config *c, const struct sim_request *reqs, size_t n)
+{
+    uint64_t pinned[SCHED_MAX_DEVICES] = {0};
+    for (int i = 0; c->pinned && i < c->n_models; i++)
+        for (int d = 0; c->pinned[i] && d < c->n_devices; d++)
+            pinned[d] += c->bytes[(size_t)i * c->n_devices + d];
+    for (size_t r = 0; r < n; r++) {
+        int i = reqs[r].model;
+        bool pin = c->pinned && c->pinned[i];
+        for (int d = 0; reqs[r].batch_bytes > 0 && d < c->n_devices; d++) {
+            uint64_t b = c->bytes[(size_t)i * c->n_devices + d], k = base_kv(c, i, d);
+            if (b == 0)
+                continue;
+            uint64_t need = b - k + (reqs[r].batch_bytes > k ? reqs[r].batch_bytes : k);
+            uint64_t beside = pin ? 0 : pinned[d];
+            if (need > c->budget[d] || beside > c->budget[d] - need)
+                return err_set(ERR_INVALID,
+                               "simulated request %zu of model %d never fits device %d: its "
+                               "weights and batch need %llu bytes, pinned models hold %llu, "
+                               "of a budget of %llu",
+                               r, i, d, (unsigned long long)need, (unsigned long long)beside,
+                               (unsigned long long)c->budget[d]);
+        }
+    }
+    return 0;
+}
+
 int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, struct sim_stats *st)
 {
     if (c->n_models < 1 || c->n_models > SCHED_MAX_MODELS || c->n_devices < 1 ||
@@ -582,6 +680,8 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
     int crc = controls_check(c);
     if (crc < 0)
         return crc;
+    if ((crc = requests_check(c, reqs, n)) < 0)
+        return crc;
     memset(st, 0, sizeof(*st));
     struct sim s = {.c = c, .reqs = reqs, .n = n, .st = st};
     s.m = calloc((size_t)c->n_models, sizeof(*s.m));
@@ -608,6 +708,11 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
         /* everything that happens at `now` */
         for (; next < n && reqs[next].arrival <= now; next++) {
             struct sim_model *m = &s.m[reqs[next].model];
+            for (int d = 0; d < c->n_devices; d++) {
+                uint64_t b = reqs[next].batch_bytes, k = base_kv(c, reqs[next].model, d);
+                if (weights_of(&s, reqs[next].model, d) > 0 && b > k + m->want[d])
+                    m->want[d] = b - k;
+            }
             m->queue[m->tail++] = next;
             m->upcoming = s.next_of[next];
             forecast_add(&m->arrivals, reqs[next].arrival);
@@ -638,6 +743,8 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
         for (;;) {
             struct sched_view v;
             struct sched_action a[16];
+            for (int i = 0; i < c->n_models; i++)
+                reserve_settle(&s, i); /* what has room now is taken */
             view_build(&s, now, sm, &v);
             int k = c->policy->decide(&v, a, 16);
             bool progress = false;

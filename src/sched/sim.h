@@ -111,6 +111,16 @@ struct sim_request {
     /* input, chat requests: prompt tokens and tokens to generate; n_output 0
      * (Computron's) is one token costing batch_s */
     int n_prompt, n_output;
+    /* input, optional: of bytes on each device its model has weights on, a
+     * batch of this request's memory (KV cache and activations; 0: the
+     * model's kv_bytes hold it). Once it has arrived, its model's reserve
+     * is at least that, as the engine's grows with the longest request: a
+     * resident model takes the growth when the device has room, else the
+     * policy makes the room as for a load (the model is shown partly
+     * resident, lacking it), evicting or trimming idle models. One that can
+     * never fit beside its weights, or beside the pinned models, is
+     * sim_run's ERR_INVALID, as the engine refuses it. */
+    uint64_t batch_bytes;
     double start, first_token, done;
     int batch_size;
 };
@@ -128,7 +138,8 @@ struct sim_stats {
  * work waiting with nothing in progress is an ERR_INVALID naming the policy
  * and the time). A control out of its range, or pinned models that leave
  * another model no room on some device, is an ERR_INVALID naming the model
- * and the control. */
+ * and the control; a request whose batch_bytes never fit is one naming the
+ * request, its model and the bytes. */
 int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, struct sim_stats *st);
 
 #endif
