@@ -746,8 +746,8 @@ static int missing_err(const char *dir)
                             pickles[i], dir);
     }
     return file_err(dir, ERR_NOT_FOUND,
-                    "no checkpoint in this directory (looked for " ST_INDEX_NAME
-                    " and " ST_SINGLE_NAME ")");
+                    "no checkpoint in this directory (a .gguf file counts only where there is "
+                    "no config.json; looked for " ST_INDEX_NAME " and " ST_SINGLE_NAME ")");
 }
 
 static int has_suffix(const char *s, const char *suffix)
