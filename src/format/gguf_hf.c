@@ -131,8 +131,10 @@ static int config_rope(const struct gguf_file *g, const struct arch_map *a, json
     const struct gguf_tensor *f = gguf_tensor_find(g, "rope_freqs.weight");
     if (!f)
         return 0;
-    if (f->type != GGML_TYPE_F32 || f->ndim != 1)
-        return err_set(ERR_FORMAT, "%s: tensor 'rope_freqs.weight' is not a 1-d F32 tensor",
+    if (f->type != GGML_TYPE_F32 || f->ndim != 1 || f->ne[0] > 4096)
+        return err_set(ERR_FORMAT,
+                       "%s: tensor 'rope_freqs.weight' is not a 1-d F32 tensor of at most 4096 "
+                       "factors",
                        f->file);
     json_t *list = json_array();
     for (uint64_t i = 0; i < f->ne[0]; i++) {
@@ -210,14 +212,34 @@ int gguf_hf_config(const struct gguf_file *g, json_t **out)
     if (embd)
         (void)gguf_hf_dtype(embd, &dt); /* a quantized embedding: reported by the loader */
     json_object_set_new(root, "torch_dtype", json_string(dtype_torch_name(dt)));
+    /* token ids: bos; eos with llama.cpp's other end-of-generation ids (end of
+     * turn, end of message), as generation_config.json lists them; a padding
+     * id outside the vocabulary (some converters write one) is dropped */
     bool seen;
     if ((rc = set_int(root, "bos_token_id", g, "tokenizer.ggml.bos_token_id", false, 0, 0,
-                      vocab - 1, &seen)) < 0 ||
-        (rc = set_int(root, "eos_token_id", g, "tokenizer.ggml.eos_token_id", false, 0, 0,
-                      vocab - 1, &seen)) < 0 ||
-        (rc = set_int(root, "pad_token_id", g, "tokenizer.ggml.padding_token_id", false, 0, 0,
                       vocab - 1, &seen)) < 0)
         goto fail;
+    static const char *const eos_keys[] = {"tokenizer.ggml.eos_token_id",
+                                           "tokenizer.ggml.eot_token_id",
+                                           "tokenizer.ggml.eom_token_id"};
+    json_t *eos = json_array();
+    for (size_t i = 0; i < sizeof(eos_keys) / sizeof(eos_keys[0]); i++) {
+        int64_t id;
+        if ((rc = gguf_get_int(g, eos_keys[i], false, -1, 0, vocab - 1, &id)) < 0) {
+            json_decref(eos);
+            goto fail;
+        }
+        bool dup = id < 0;
+        for (size_t j = 0; !dup && j < json_array_size(eos); j++)
+            dup = json_integer_value(json_array_get(eos, j)) == id;
+        if (!dup)
+            json_array_append_new(eos, json_integer(id));
+    }
+    json_object_set_new(root, "eos_token_id", eos);
+    int64_t pad;
+    if (gguf_get_int(g, "tokenizer.ggml.padding_token_id", false, -1, 0, vocab - 1, &pad) == 0 &&
+        pad >= 0)
+        json_object_set_new(root, "pad_token_id", json_integer(pad));
     *out = root;
     return 0;
 fail:
