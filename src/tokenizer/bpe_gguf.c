@@ -259,12 +259,13 @@ static int gguf_tok_vocab(const struct gguf_tok *k, json_t **out)
         json_t *old = json_object_getn(vocab, s.p, s.n);
         if (old) {
             char q[96];
+            long long first = (long long)json_integer_value(old);
             json_decref(vocab);
             return err_set(ERR_FORMAT,
                            "%s: tokenizer.ggml.tokens[%llu] %s repeats tokens[%lld]; expected each "
                            "token once",
                            k->name, (unsigned long long)i, bpe_quote(s.p, s.n, q, sizeof(q)),
-                           (long long)json_integer_value(old));
+                           first);
         }
         if (json_object_setn_new_nocheck(vocab, s.p, s.n, json_integer((json_int_t)i)) < 0) {
             json_decref(vocab);
