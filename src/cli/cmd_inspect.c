@@ -7,6 +7,7 @@
 #include "core/bytes.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/model.h"
 
@@ -40,6 +41,12 @@ int cmd_inspect(int argc, char **argv)
                  c->eos_ids[i]);
     model_config_describe(mc, fam, sizeof(fam));
     printf("model            %s\n", dir);
+    const struct gguf_file *gg = st_gguf(ck);
+    if (gg)
+        printf("format           gguf (version %u, alignment %zu, %zu file%s)\n", gguf_version(gg),
+               gguf_alignment(gg), gguf_file_count(gg), gguf_file_count(gg) == 1 ? "" : "s");
+    else
+        printf("format           safetensors\n");
     printf("family           %s\narchitecture     %s\n", c->family, c->architecture);
     printf("hidden_size      %d\nffn              %d\nlayers           %d\n", c->hidden, c->ffn,
            c->n_layers);

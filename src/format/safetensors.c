@@ -68,6 +68,8 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/jsonout.h"
+#include "format/gguf.h"
+#include "format/gguf_hf.h"
 
 _Static_assert(SIZE_MAX >= UINT64_MAX, "offsets and shapes are read as 64-bit sizes");
 
@@ -92,6 +94,7 @@ struct st_checkpoint {
     size_t ntensors;
     size_t *slots;  /* open addressing: tensor index + 1, 0 = empty */
     size_t nslots;  /* a power of two, at least twice ntensors */
+    struct gguf_file *gguf; /* a GGUF checkpoint: owns the mappings (files[i].map is NULL) */
 };
 
 /* Sets the error as "<path>: <message>"; returns code. */
@@ -753,6 +756,61 @@ static int has_suffix(const char *s, const char *suffix)
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
+/* A GGUF file (or split set) as a checkpoint: its tensors under transformers'
+ * names (format/gguf_hf.h), the files listed for st_check, the mappings
+ * left to the GGUF reader. */
+static int checkpoint_add_gguf(struct st_checkpoint *ck, const char *path)
+{
+    int rc = gguf_open(path, &ck->gguf);
+    if (rc < 0)
+        return rc;
+    const struct gguf_file *g = ck->gguf;
+    size_t nf = gguf_file_count(g), nt = gguf_tensor_count(g);
+    ck->files = calloc(nf, sizeof(*ck->files));
+    ck->tensors = calloc(nt + 1, sizeof(*ck->tensors));
+    char *names = malloc(nt * sizeof(((struct gguf_hf_tensor *)0)->name) + 1);
+    if (!ck->files || !ck->tensors || !names) {
+        free(names);
+        return err_set(ERR_NOMEM, "out of memory loading %s", path);
+    }
+    ck->files[0].names = names;
+    ck->nfiles = nf;
+    for (size_t i = 0; i < nf; i++) {
+        struct st_file *f = &ck->files[i];
+        const char *p;
+        uint64_t dev, ino;
+        gguf_file_info(g, i, &p, &f->size, &dev, &ino);
+        f->dev = (dev_t)dev;
+        f->ino = (ino_t)ino;
+        if (!(f->path = strdup(p)))
+            return err_set(ERR_NOMEM, "out of memory loading %s", path);
+    }
+    for (size_t i = 0; i < nt; i++) {
+        const struct gguf_tensor *gt = gguf_tensor_get(g, i);
+        struct st_tensor *t = &ck->tensors[i];
+        struct gguf_hf_tensor hf;
+        if ((rc = gguf_hf_tensor_map(g, gt, &hf)) < 0)
+            return rc;
+        size_t len = strlen(hf.name) + 1;
+        memcpy(names, hf.name, len);
+        t->name = names;
+        names += len;
+        t->file = gt->file;
+        t->rope_perm_heads = hf.rope_perm_heads;
+        if ((rc = gguf_hf_dtype(gt, &t->dtype)) < 0)
+            return rc;
+        t->ndim = gt->ndim;
+        for (int d = 0; d < gt->ndim; d++) /* GGUF lists the innermost dimension first */
+            t->shape[d] = (int64_t)gt->ne[gt->ndim - 1 - d];
+        t->numel = (size_t)gt->nelem;
+        t->nbytes = gt->nbytes;
+        t->file_offset = gt->file_offset;
+        t->data = gt->data;
+    }
+    ck->ntensors = nt;
+    return checkpoint_index(ck); /* two GGUF names for one tensor: "appears in both" */
+}
+
 /* Loads a file path: an index (*.json) or one safetensors file. */
 static int checkpoint_add_path(struct st_checkpoint *ck, const char *path)
 {
@@ -778,7 +836,9 @@ int st_open(const char *path, struct st_checkpoint **out)
         rc = open_err(path, "open checkpoint");
         goto fail;
     }
-    if (S_ISDIR(sb.st_mode)) {
+    if (gguf_is_checkpoint(path)) {
+        rc = checkpoint_add_gguf(ck, path);
+    } else if (S_ISDIR(sb.st_mode)) {
         if (asprintf(&sub, "%s/%s", path, ST_INDEX_NAME) < 0) {
             sub = NULL;
             rc = err_set(ERR_NOMEM, "out of memory opening %s", path);
@@ -826,6 +886,7 @@ void st_close(struct st_checkpoint *ck)
     free(ck->files);
     free(ck->tensors);
     free(ck->slots);
+    gguf_close(ck->gguf);
     free(ck);
 }
 
@@ -873,4 +934,14 @@ int st_check(const struct st_checkpoint *ck)
 size_t st_file_count(const struct st_checkpoint *ck)
 {
     return ck->nfiles;
+}
+
+const char *st_format(const struct st_checkpoint *ck)
+{
+    return ck->gguf ? "gguf" : "safetensors";
+}
+
+const struct gguf_file *st_gguf(const struct st_checkpoint *ck)
+{
+    return ck->gguf;
 }

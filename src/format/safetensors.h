@@ -29,12 +29,18 @@ struct st_tensor {
     size_t file_offset; /* absolute byte offset of the data in `file` */
     const void *data;   /* into the mapping of `file`; may be unaligned for its dtype when
                            the writer did not pad (read it with memcpy, not a cast) */
+    int rope_perm_heads; /* > 0 (GGUF llama q/k): rows stored in llama.cpp's rotary order
+                            over this many heads; gguf_hf_perm_row maps transformers' row
+                            to the stored one (model/layout.c copies them back) */
 };
 
 struct st_checkpoint;
 
 /* Opens `path`: a .safetensors file, a model.safetensors.index.json, or a
- * directory holding either (the index wins when both are there). Every file
+ * directory holding either (the index wins when both are there); or a GGUF
+ * checkpoint (a .gguf file, the first of a split set, or a directory
+ * holding one and no config.json), its tensors under transformers' names
+ * (format/gguf_hf.h). Every file
  * is validated completely before this returns. On failure *out is NULL and the
  * message names the file and, where there is one, the tensor. */
 int st_open(const char *path, struct st_checkpoint **out);
@@ -52,6 +58,11 @@ size_t st_file_count(const struct st_checkpoint *ck);
  * after a 0 still faults if the file is truncated in between: guard the copy
  * (core/fault.h). Any thread; no lock. */
 int st_check(const struct st_checkpoint *ck);
+/* "safetensors" or "gguf". */
+const char *st_format(const struct st_checkpoint *ck);
+/* The GGUF file behind ck, or NULL (safetensors). Owned by ck. */
+struct gguf_file;
+const struct gguf_file *st_gguf(const struct st_checkpoint *ck);
 
 /* Writer. Declare every tensor first (name, dtype, shape), then stream the
  * data of each tensor in declaration order; the writer checks the totals. This

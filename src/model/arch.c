@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "core/jsonout.h"
+#include "format/gguf.h"
+#include "format/gguf_hf.h"
 #include "format/hf_config.h"
 
 extern const struct arch_ops opt_arch, llama_arch;
@@ -128,11 +130,28 @@ static int generation_config_apply(const char *dir, struct model_config *c)
     return rc;
 }
 
+/* A GGUF checkpoint's config: its metadata read as config.json (format/gguf_hf.h). */
+static int config_from_gguf(const char *path, struct model_config **out)
+{
+    struct gguf_file *g;
+    json_t *root = NULL;
+    int rc = gguf_open(path, &g);
+    if (rc < 0)
+        return rc;
+    if ((rc = gguf_hf_config(g, &root)) == 0)
+        rc = config_from_json(root, gguf_path(g), out);
+    json_decref(root);
+    gguf_close(g);
+    return rc;
+}
+
 int model_config_load(const char *dir, struct model_config **out)
 {
     char path[4096];
     json_t *root;
     *out = NULL;
+    if (gguf_is_checkpoint(dir))
+        return config_from_gguf(dir, out);
     int rc = hf_json_load(dir, "config.json", false, &root, path, sizeof(path));
     if (rc < 0)
         return rc;

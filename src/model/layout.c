@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "format/gguf_hf.h"
 #include "model/arch.h"
 
 #define BLOB_ALIGN 64
@@ -384,6 +385,34 @@ static void copy_elems(void *dst, enum dtype to, const void *src, enum dtype fro
     }
 }
 
+/* q's slice of t into out, as dtype `to` for a matrix (f32 for a vector), rows
+ * back in transformers' order where the checkpoint stored them permuted
+ * (a GGUF's llama q and k). */
+static void part_copy(const struct model_part *q, const struct st_tensor *t, char *out,
+                      enum dtype to)
+{
+    size_t es = dtype_size(t->dtype), os = dtype_size(to);
+    const char *src = t->data;
+    size_t hd = t->rope_perm_heads ? (size_t)q->rows / (size_t)t->rope_perm_heads : 0;
+    if (!q->matrix) {
+        if (!hd) {
+            dtype_to_f32(t->dtype, src + (size_t)q->r0 * es, (float *)out, (size_t)q->nr);
+            return;
+        }
+        for (int r = 0; r < q->nr; r++)
+            dtype_to_f32(t->dtype, src + gguf_hf_perm_row((size_t)q->r0 + r, hd) * es,
+                         (float *)out + r, 1);
+    } else if (!hd && q->nc == q->cols) { /* whole rows: one contiguous range */
+        copy_elems(out, to, src + (size_t)q->r0 * q->cols * es, t->dtype, (size_t)q->nr * q->cols);
+    } else { /* a block of columns, or permuted rows: row by row */
+        for (int r = 0; r < q->nr; r++) {
+            size_t row = hd ? gguf_hf_perm_row((size_t)q->r0 + r, hd) : (size_t)q->r0 + r;
+            copy_elems(out + (size_t)r * q->nc * os, to, src + (row * q->cols + q->c0) * es,
+                       t->dtype, (size_t)q->nc);
+        }
+    }
+}
+
 int model_shard_fill(const struct model *m, const struct model_layout *layout,
                      const struct st_checkpoint *ck, int b, void *dst)
 {
@@ -396,20 +425,7 @@ int model_shard_fill(const struct model *m, const struct model_layout *layout,
         const struct st_tensor *t = part_tensor(ck, q, &rc);
         if (!t)
             return rc;
-        char *out = (char *)dst + q->offset;
-        size_t es = dtype_size(t->dtype), os = dtype_size(q->dtype);
-        if (!q->matrix) {
-            dtype_to_f32(t->dtype, (const char *)t->data + (size_t)q->r0 * es, (float *)out,
-                         (size_t)q->nr);
-        } else if (q->nc == q->cols) { /* whole rows: one contiguous range */
-            copy_elems(out, q->dtype, (const char *)t->data + (size_t)q->r0 * q->cols * es,
-                       t->dtype, (size_t)q->nr * q->cols);
-        } else { /* a block of columns: part of every row */
-            for (int r = 0; r < q->nr; r++)
-                copy_elems(out + (size_t)r * q->nc * os, q->dtype,
-                           (const char *)t->data + (((size_t)q->r0 + r) * q->cols + q->c0) * es,
-                           t->dtype, (size_t)q->nc);
-        }
+        part_copy(q, t, (char *)dst + q->offset, q->matrix ? q->dtype : DTYPE_F32);
     }
     return 0;
 }
@@ -458,14 +474,26 @@ int model_open_shard(const struct model_config *cfg, struct st_checkpoint *ck,
         return rc;
     if ((rc = plan_run(m, ck, &parts, &n)) < 0)
         goto fail;
-    size_t n_params = 0;
-    for (int i = 0; i < n; i++)
-        n_params += parts[i].matrix ? 0 : (size_t)parts[i].nr;
-    if (!(m->params = malloc((n_params ? n_params : 1) * sizeof(float)))) {
+    /* widened vectors, and copies of the matrices whose rows the checkpoint
+     * permuted (a view cannot reorder rows), in one allocation */
+    size_t n_params = 0, copy_bytes = 0;
+    for (int i = 0; i < n; i++) {
+        const struct model_part *q = &parts[i];
+        const struct st_tensor *t = part_tensor(ck, q, &rc);
+        if (!t)
+            goto fail;
+        if (!q->matrix)
+            n_params += (size_t)q->nr;
+        else if (t->rope_perm_heads)
+            copy_bytes += (part_bytes(q, t->dtype) + BLOB_ALIGN - 1) / BLOB_ALIGN * BLOB_ALIGN;
+    }
+    size_t params_bytes = (n_params * sizeof(float) + BLOB_ALIGN - 1) / BLOB_ALIGN * BLOB_ALIGN;
+    if (!(m->params = aligned_alloc(BLOB_ALIGN, params_bytes + copy_bytes + BLOB_ALIGN))) {
         rc = err_set(ERR_NOMEM, "out of memory for %zu model parameters", n_params);
         goto fail;
     }
     float *next = m->params;
+    char *copies = (char *)m->params + params_bytes;
     for (int i = 0; i < n; i++) {
         const struct model_part *q = &parts[i];
         const struct st_tensor *t = part_tensor(ck, q, &rc);
@@ -482,11 +510,16 @@ int model_open_shard(const struct model_config *cfg, struct st_checkpoint *ck,
                 .cols = q->nc,
                 .ld = (size_t)q->cols,
             };
+            if (t->rope_perm_heads) {
+                part_copy(q, t, copies, t->dtype);
+                q->view->data = copies;
+                q->view->ld = (size_t)q->nc;
+                copies += (part_bytes(q, t->dtype) + BLOB_ALIGN - 1) / BLOB_ALIGN * BLOB_ALIGN;
+            }
             if (q->also)
                 *q->also = *q->view;
         } else {
-            dtype_to_f32(t->dtype, (const char *)t->data + (size_t)q->r0 * es, next,
-                         (size_t)q->nr);
+            part_copy(q, t, (char *)next, DTYPE_F32);
             *q->vec = next;
             next += q->nr;
         }

@@ -71,7 +71,10 @@ struct model_config {
 /* Reads DIR/config.json, dispatched on model_type (and architectures),
  * then DIR/generation_config.json when present (its eos_token_id, one id or
  * a list, replaces config.json's). Errors name the file and the field; an
- * unsupported model_type names it and lists the supported ones. */
+ * unsupported model_type names it and lists the supported ones. A GGUF
+ * checkpoint (a .gguf file, the first of a split set, or a directory with
+ * one and no config.json) gives its metadata as config.json instead
+ * (format/gguf_hf.h). */
 int model_config_load(const char *dir, struct model_config **out);
 /* The same from config.json's text in memory (`what` names it). */
 int model_config_parse(const char *json, const char *what, struct model_config **out);

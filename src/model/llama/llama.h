@@ -26,7 +26,11 @@ enum rope_kind {
     ROPE_LINEAR,  /* positions divided by factor */
     ROPE_DYNAMIC, /* NTK-aware past original_max_position_embeddings: max_pos capped there */
     ROPE_LLAMA3,  /* Llama 3.1's per-frequency rule */
+    ROPE_FACTORS, /* each frequency divided by its given factor (a GGUF's rope_freqs tensor,
+                     which is how llama.cpp's converter stores the llama3 rule) */
 };
+
+#define LLAMA_MAX_FREQS 2048 /* rot_dim / 2 with head_dim up to 4096 */
 
 enum llama_variant { LLAMA_VARIANT_LLAMA, LLAMA_VARIANT_MISTRAL, LLAMA_VARIANT_QWEN2 };
 
@@ -46,6 +50,7 @@ struct llama_config {
     int rope_orig_max_pos;   /* llama3, dynamic: original_max_position_embeddings */
     int sliding_window;      /* 0: none (or not used); else max_pos is capped to it */
     int max_pos_config;      /* max_position_embeddings as config.json says it */
+    float freq_factors[LLAMA_MAX_FREQS]; /* ROPE_FACTORS: rot_dim / 2 of them */
 };
 
 static inline const struct llama_config *llama_cfg(const struct model *m)

@@ -21,6 +21,10 @@
  *                                       use_sliding_window true
  *   bos_token_id, eos_token_id (one or a list), pad_token_id
  *   torch_dtype (or "dtype")            float32
+ *   rope_freq_factors                   absent; a list of rot_dim / 2 positive numbers,
+ *                                       each rotary frequency's divisor (not a transformers
+ *                                       field: what format/gguf_hf.c reads from a GGUF's
+ *                                       rope_freqs tensor, with the default rope)
  *
  * Sequences are limited to max_position_embeddings, and to the sliding
  * window where one applies (attention inside a window is not implemented:
@@ -129,6 +133,33 @@ static int cfg_rope(json_t *root, const char *what, struct llama_config *c)
     return 0;
 }
 
+/* rope_freq_factors: a GGUF's per-frequency divisors (format/gguf_hf.h). */
+static int cfg_freq_factors(json_t *root, const char *what, struct llama_config *c)
+{
+    json_t *f = json_object_get(root, "rope_freq_factors");
+    if (!f || json_is_null(f))
+        return 0;
+    size_t half = (size_t)c->rot_dim / 2;
+    if (!json_is_array(f) || json_array_size(f) != half)
+        return err_set(ERR_FORMAT,
+                       "%s: rope_freq_factors must be a list of %zu numbers (one per "
+                       "rotary frequency)",
+                       what, half);
+    if (c->rope != ROPE_DEFAULT)
+        return err_set(ERR_UNSUPPORTED, "%s: rope_freq_factors with rope scaling is not supported",
+                       what);
+    for (size_t i = 0; i < half; i++) {
+        json_t *v = json_array_get(f, i);
+        double d = json_number_value(v);
+        if (!json_is_number(v) || !(d > 0 && d < 1e12))
+            return err_set(ERR_FORMAT, "%s: rope_freq_factors[%zu] is not a positive number", what,
+                           i);
+        c->freq_factors[i] = (float)d;
+    }
+    c->rope = ROPE_FACTORS;
+    return 0;
+}
+
 /* The sliding window that applies (0: none). */
 static int cfg_window(json_t *root, const char *what, struct llama_config *c)
 {
@@ -215,7 +246,8 @@ int llama_config_parse(json_t *root, const char *what, struct model_config **out
     c->rms_eps = eps;
     c->qkv_bias = attn_bias || c->variant == LLAMA_VARIANT_QWEN2;
     c->o_bias = attn_bias && c->variant != LLAMA_VARIANT_QWEN2;
-    if ((rc = cfg_rope(root, what, c)) < 0 || (rc = cfg_window(root, what, c)) < 0)
+    if ((rc = cfg_rope(root, what, c)) < 0 || (rc = cfg_freq_factors(root, what, c)) < 0 ||
+        (rc = cfg_window(root, what, c)) < 0)
         return rc;
     if (in->bos_id >= in->vocab || in->pad_id >= in->vocab)
         return err_set(ERR_FORMAT, "%s: %s_token_id %d is outside the vocabulary (size %d)",
@@ -238,8 +270,11 @@ int llama_config_parse(json_t *root, const char *what, struct model_config **out
 
 static const char *rope_name(enum rope_kind r)
 {
-    return r == ROPE_LINEAR ? "linear" : r == ROPE_DYNAMIC ? "dynamic" : r == ROPE_LLAMA3 ? "llama3"
-                                                                                      : "default";
+    return r == ROPE_LINEAR    ? "linear"
+           : r == ROPE_DYNAMIC ? "dynamic"
+           : r == ROPE_LLAMA3  ? "llama3"
+           : r == ROPE_FACTORS ? "frequency factors"
+                               : "default";
 }
 
 static const char *act_name(enum kern_act a)
@@ -270,6 +305,9 @@ void llama_inv_freq(const struct llama_config *c, float *inv)
     if (c->rope == ROPE_LINEAR) {
         for (int i = 0; i < half; i++)
             inv[i] /= (float)c->rope_factor;
+    } else if (c->rope == ROPE_FACTORS) {
+        for (int i = 0; i < half; i++)
+            inv[i] /= c->freq_factors[i];
     } else if (c->rope == ROPE_LLAMA3) {
         const float factor = (float)c->rope_factor, lo = (float)c->low_freq_factor,
                     hi = (float)c->high_freq_factor, old = (float)c->rope_orig_max_pos;
@@ -306,7 +344,13 @@ int llama_config_save(const struct model_config *mc, const char *dir)
         dtype_torch_name(in->dtype), "use_cache", 1);
     if (!root)
         return err_set(ERR_NOMEM, "%s: cannot build config JSON", path);
-    if (c->rope != ROPE_DEFAULT) {
+    if (c->rope == ROPE_FACTORS) {
+        json_t *f = json_array();
+        for (int i = 0; i < c->rot_dim / 2; i++)
+            json_array_append_new(f, json_real(c->freq_factors[i]));
+        json_object_set_new(root, "rope_freq_factors", f);
+        json_object_set_new(root, "rope_scaling", json_null());
+    } else if (c->rope != ROPE_DEFAULT) {
         json_t *s = json_pack("{s:s, s:f}", "rope_type", rope_name(c->rope), "factor",
                               c->rope_factor);
         if (c->rope != ROPE_LINEAR)
