@@ -278,8 +278,8 @@ static int gguf_tok_vocab(const struct gguf_tok *k, json_t **out)
 
 /* Added tokens from the token types: unknown and control tokens are special,
  * user-defined ones are not; all are matched whole in the text as given.
- * phi3: llama.cpp's rule for Phi-3 (its special tokens swallow white space
- * on their right, except <unk>, <s> and <|endoftext|>). */
+ * phi3: llama.cpp's rule for Phi-3 (its special tokens swallow the ASCII
+ * white space on their right, except <unk>, <s> and <|endoftext|>). */
 static int gguf_tok_added(const struct gguf_tok *k, bool phi3, json_t **out)
 {
     json_t *list = json_array();
@@ -573,6 +573,15 @@ int bpe_open_gguf(const struct gguf_file *g, struct bpe **out)
     t->unk = unk;
     t->pad = pad;
     t->add_bos = t->n_pre > 0 && t->tpl_pre[0] == bos;
+    if (phi3) {
+        /* llama.cpp's strip takes ASCII white space only (isspace) */
+        struct bpe_addset *sets[] = {&t->raw_set, &t->norm_set};
+        for (size_t i = 0; i < t->n_added; i++)
+            t->added[i].strip_ascii = true;
+        for (size_t s = 0; s < 2; s++)
+            for (size_t i = 0; i < sets[s]->n; i++)
+                sets[s]->tok[i].strip_ascii = true;
+    }
     *out = t;
 out:
     json_decref(tj);

@@ -46,6 +46,7 @@ struct bpe_added {
     bool lstrip, rstrip; /* swallow whitespace on that side, as Hugging Face does */
     bool single_word;    /* matches only where no word character touches it */
     bool normalized;     /* matched in normalized text (when there is a normalizer) */
+    bool strip_ascii;    /* lstrip / rstrip take ASCII white space only (llama.cpp's isspace) */
 };
 
 /* A set of added tokens as the matcher in bpe_encode.c searches it: sorted by
