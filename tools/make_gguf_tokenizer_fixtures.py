@@ -29,6 +29,10 @@ data/tokenizer/qwen2 as it is. Both with a config.json the converter needs and t
 template of a model of the family (tests/fixtures/chat_templates/templates/).
 
 Needs tools/llamacpp.sh build (llama-tokenize) and its converter's venv.
+
+With --fuzz-seed it writes only fuzz/corpus/tokenizer_gguf/: two small GGUF tokenizers
+(byte-level BPE with a pre-tokenizer, merges and a chat template; SentencePiece with scores and
+byte tokens) for fuzz/fuzz_tokenizer_gguf.c to start from.
 """
 import concurrent.futures
 import json
@@ -134,7 +138,45 @@ def texts(family, every):
     return [t for t in out if t and "\0" not in t]
 
 
+def fuzz_seed():
+    out = os.path.join(ROOT, "fuzz/corpus/tokenizer_gguf")
+    os.makedirs(out, exist_ok=True)
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    alphabet, k = {}, 0
+    for b in range(256):
+        if b in bs:
+            alphabet[b] = chr(b)
+        else:
+            alphabet[b] = chr(256 + k)
+            k += 1
+    w = gguf.GGUFWriter(os.path.join(out, "bpe.gguf"), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    tokens = [alphabet[b] for b in range(256)] + ["ab", "<|end|>"]
+    w.add_token_list(tokens)
+    w.add_token_types([1] * 257 + [3])
+    w.add_token_merges(["a b"])
+    w.add_bos_token_id(257)
+    w.add_eos_token_id(257)
+    w.add_chat_template("{% for m in messages %}{{ m['content'] }}{{ eos_token }}{% endfor %}")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    w = gguf.GGUFWriter(os.path.join(out, "spm.gguf"), "llama")
+    w.add_tokenizer_model("llama")
+    pieces = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)] + [
+        "\u2581", "a", "b", "\u2581a", "ab", "\u2581ab"]
+    w.add_token_list(pieces)
+    w.add_token_scores([0.0] * 259 + [-1.0, -2.0, -3.0, -4.0, -5.0, -6.0])
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * 6)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+
+
 def main():
+    if sys.argv[1:] == ["--fuzz-seed"]:
+        return fuzz_seed()
     os.makedirs(OUT, exist_ok=True)
     commit = json.loads(subprocess.run(["bash", SH, "version"], check=True, capture_output=True,
                                        text=True).stdout)["llama_cpp_commit"]
