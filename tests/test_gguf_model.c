@@ -18,7 +18,9 @@
  * sharded: TP 2 and PP 2 through the swap engine equal the whole model.
  * truncated: a GGUF truncated while registered fails the load with the
  *   store's message naming the file.
- * quantized: a tensor of a type not computed is an error naming it. */
+ * quantized: a tensor of a type not computed is an error naming it.
+ * bad_metadata: an unknown architecture, a key out of range and a key of
+ *   the wrong type are one-line errors naming the file and the key. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -434,6 +436,57 @@ TEST(quantized)
         model_close(m);
     }
     free(data);
+}
+
+/* The F16 llama file with the bytes after the first `find` replaced by
+ * `with` (n bytes, at `skip` past it), written to tmpdir/name. */
+static void patch_file(const char *name, const char *find, size_t skip, const void *with, size_t n,
+                       char *path, size_t cap)
+{
+    char src[512];
+    snprintf(src, sizeof(src), "%s/llama_gqa/model-f16.gguf", GGUF_DIR);
+    snprintf(path, cap, "%s/%s", tmpdir, name);
+    char *data = NULL;
+    size_t len = 0;
+    CHECK(fs_read_regular(src, 1 << 24, &data, &len) == 0);
+    char *at = data ? memmem(data, len, find, strlen(find)) : NULL;
+    CHECK(at != NULL);
+    if (at) {
+        memcpy(at + skip, with, n);
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(data, 1, len, f) == len && fclose(f) == 0);
+    }
+    free(data);
+}
+
+TEST(bad_metadata)
+{
+    char path[512];
+    struct model_config *c = NULL;
+    patch_file("arch.gguf", "llama", 0, "mamba", 5, path, sizeof(path));
+    CHECK(model_config_load(path, &c) == ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(err_msg(), "arch.gguf") &&
+                  strstr(err_msg(), "general.architecture \"mamba\" is not supported"),
+              "%s", err_msg());
+    model_config_free(c);
+    c = NULL;
+    /* the value of llama.attention.head_count (after its type) */
+    uint32_t zero = 0;
+    patch_file("heads.gguf", "llama.attention.head_count\x04", 26 + 4, &zero, 4, path,
+               sizeof(path));
+    CHECK(model_config_load(path, &c) < 0);
+    CHECK_MSG(strstr(err_msg(), "heads.gguf") &&
+                  strstr(err_msg(), "'llama.attention.head_count' is 0, expected 1 to 4096"),
+              "%s", err_msg());
+    model_config_free(c);
+    c = NULL;
+    /* a float where an integer belongs: llama.block_count's type u32 -> f32 */
+    uint32_t f32 = GGUF_F32;
+    patch_file("type.gguf", "llama.block_count", 17, &f32, 4, path, sizeof(path));
+    CHECK(model_config_load(path, &c) < 0);
+    CHECK_MSG(strstr(err_msg(), "'llama.block_count' is a f32, expected an integer"), "%s",
+              err_msg());
+    model_config_free(c);
 }
 
 static void setup(void)

@@ -19,9 +19,10 @@ them, with its Q/K row permutation on the Llama one and its rope_freqs tensor fo
 rope.
 
 GGUF carries a vocabulary, so the converter needs a tokenizer: a SentencePiece BPE model of
-256 pieces (the fixtures' vocab_size) trained on the docs/ pages of this repository, written
-beside the copy of the checkpoint as tokenizer.model; its pieces are in every GGUF's
-tokenizer.ggml.* metadata.
+256 pieces (the fixtures' vocab_size) trained (single-threaded, unshuffled: the same pieces
+every run) on the ASCII texts of tests/fixtures/tokenizer_corpus.json, written beside the copy
+of the checkpoint as tokenizer.model; its pieces are in every GGUF's tokenizer.ggml.*
+metadata.
 
 Files, per fixture directory NAME (llama_gqa, qwen2_bias):
   model-f32.gguf, model-f16.gguf, model-bf16.gguf   one file each (llama_gqa: all three;
@@ -31,7 +32,7 @@ Files, per fixture directory NAME (llama_gqa, qwen2_bias):
 """
 
 import argparse
-import glob
+import json
 import os
 import shutil
 import subprocess
@@ -49,10 +50,10 @@ def train_tokenizer(out_dir):
     import sentencepiece as spm
 
     text = os.path.join(out_dir, "corpus.txt")
+    with open(os.path.join(ROOT, "tests", "fixtures", "tokenizer_corpus.json")) as f:
+        texts = [d["text"].replace("\n", " ") for d in json.load(f)]
     with open(text, "w") as f:
-        for p in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
-            with open(p) as src:
-                f.write(src.read())
+        f.write("\n".join(t for t in texts if t.strip() and t.isascii()) + "\n")
     spm.SentencePieceTrainer.train(
         input=text, model_prefix=os.path.join(out_dir, "tokenizer"), vocab_size=256,
         model_type="bpe", character_coverage=1.0, bos_id=1, eos_id=2, unk_id=0, pad_id=-1,

@@ -56,7 +56,7 @@
 #define GGUF_MAGIC 0x46554747u
 #define GGUF_MAX_KV 65536
 #define GGUF_MAX_TENSORS 65536
-#define GGUF_MAX_STRS (1u << 24) /* strings in arrays, over a file: vocabularies, merges */
+#define GGUF_MAX_STRS (1u << 22) /* strings in arrays, over a file: vocabularies, merges */
 #define GGUF_MAX_NAME 65535
 #define GGUF_MAX_SPLITS 1000
 #define GGUF_DEFAULT_ALIGN 32
