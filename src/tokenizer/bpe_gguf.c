@@ -94,6 +94,8 @@ static const char *const RX_FALCON[] = {"[\\p{P}\\$\\+<=>\\^~\\|`]+",
                                         "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| "
                                         "?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
                                         "[0-9][0-9][0-9]", NULL};
+/* the character classes are llama.cpp's bytes, kept as they are */
+/* clang-format off */
 static const char *const RX_DEEPSEEK_LLM[] = {
     "[\r\n]",
     "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-"
@@ -113,6 +115,7 @@ static const char *const RX_DEEPSEEK3[] = {
     ":;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
     "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
     NULL};
+/* clang-format on */
 static const char *const RX_GPT4O[] = {R_GPT4O, NULL};
 static const char *const RX_TEKKEN[] = {R_TEKKEN, NULL};
 static const char *const RX_PORO[] = {R_PORO, NULL};
