@@ -5,6 +5,12 @@
 #   tools/llamacpp.sh build                      -> prints the llama-bench path
 #   tools/llamacpp.sh version                    -> prints the JSON in VERSION
 #   tools/llamacpp.sh convert HF_DIR TYPE OUT    -> writes OUT.gguf (TYPE: f32|f16|bf16|q8_0)
+#   tools/llamacpp.sh vocab HF_DIR OUT           -> writes OUT.gguf, the tokenizer and chat template
+#                                                   only (convert_hf_to_gguf.py --vocab-only; HF_DIR
+#                                                   needs a config.json beside its tokenizer files)
+#   tools/llamacpp.sh tokenize GGUF TEXT_FILE [--no-bos]
+#                                                -> prints llama-tokenize's ids for the file's bytes
+#                                                   as one JSON list (special tokens parsed)
 #
 # llama.cpp comes from the llama-cpp-python source distribution (pip download
 # --no-binary), which vendors it under vendor/llama.cpp with
@@ -146,6 +152,25 @@ convert() {
     echo "$out"
 }
 
+# vocab HF_DIR OUT: the vocabulary-only GGUF of a tokenizer directory.
+vocab() {
+    local dir=$1 out=$2 py
+    [[ -f $dir/config.json ]] || die "$dir: no config.json (the converter picks its model class from it)"
+    py=$(venv)
+    mkdir -p "$(dirname "$out")"
+    PYTHONPATH=$LL/gguf-py "$py" "$LL/convert_hf_to_gguf.py" "$dir" --vocab-only \
+        --outfile "$out.tmp" >&2 || { rm -f "$out.tmp"; die "convert_hf_to_gguf.py $dir --vocab-only failed"; }
+    mv "$out.tmp" "$out"
+    echo "$out"
+}
+
+# tokenize GGUF FILE [--no-bos]: llama.cpp's own tokenizer on FILE's bytes.
+tokenize() {
+    local tok=$CACHE/build/bin/llama-tokenize
+    [[ -x $tok ]] || die "no $tok: build llama.cpp's tools first"
+    "$tok" -m "$1" -f "$2" --ids --log-disable ${3:+"$3"} 2>/dev/null
+}
+
 case ${1:-} in
 build) build ;;
 version) build >/dev/null && cat "$CACHE/VERSION" ;;
@@ -154,5 +179,13 @@ convert)
     (($# == 4)) || die "usage: $0 convert HF_DIR f32|f16|bf16|q8_0 OUT.gguf"
     convert "$2" "$3" "$4"
     ;;
-*) die "usage: $0 build | version | venv | convert HF_DIR TYPE OUT.gguf" ;;
+vocab)
+    (($# == 3)) || die "usage: $0 vocab HF_DIR OUT.gguf"
+    vocab "$2" "$3"
+    ;;
+tokenize)
+    (($# == 3 || $# == 4)) || die "usage: $0 tokenize GGUF TEXT_FILE [--no-bos]"
+    tokenize "$2" "$3" "${4:-}"
+    ;;
+*) die "usage: $0 build | version | venv | convert HF_DIR TYPE OUT.gguf | vocab HF_DIR OUT.gguf | tokenize GGUF FILE [--no-bos]" ;;
 esac

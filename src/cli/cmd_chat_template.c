@@ -56,7 +56,8 @@ int cmd_chat_template(int argc, char **argv)
     struct flag flags[] = {
         FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR",
                       "model directory: tokenizer_config.json (chat_template, bos_token, "
-                      "eos_token) or chat_template.jinja; no weights are read"),
+                      "eos_token) or chat_template.jinja; or a GGUF checkpoint "
+                      "(tokenizer.chat_template); no weights are read"),
         FLAG("template", FLAG_STR, &file, "FILE",
              "render this Jinja file instead of the model's template"),
         FLAG("now", FLAG_U64, &now, "SECONDS",
@@ -82,7 +83,8 @@ int cmd_chat_template(int argc, char **argv)
     if (!ct) {
         rc = err_set(ERR_NOT_FOUND,
                      "%s: no chat template (no \"chat_template\" in "
-                     "tokenizer_config.json, no chat_template.jinja); pass --template FILE",
+                     "tokenizer_config.json, no chat_template.jinja, no "
+                     "tokenizer.chat_template in a GGUF file); pass --template FILE",
                      dir);
         goto out;
     }

@@ -17,7 +17,9 @@ int cmd_tokenize(int argc, char **argv)
     const char *dir = NULL;
     bool no_bos = false;
     struct flag flags[] = {
-        FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR", "directory with the tokenizer files"),
+        FLAG_REQUIRED("model", FLAG_STR, &dir, "DIR",
+                      "directory with the tokenizer files, or a GGUF checkpoint (.gguf file, "
+                      "directory holding one, split set's first file)"),
         FLAG("no-bos", FLAG_BOOL, &no_bos, NULL,
              "add no special tokens (the BOS and whatever else the post-processor adds)"),
     };

@@ -645,6 +645,10 @@ static int part_load(struct gguf_file *g, struct gguf_part *f, bool first)
     if ((rc = infos_read(&c, f, g, nt, &at)))
         return rc;
     size_t data_start = (c.off + g->alignment - 1) / g->alignment * g->alignment;
+    /* a file without tensors may end right after its metadata, unpadded
+     * (llama.cpp's vocabulary-only files do, and llama.cpp reads them) */
+    if (nt == 0 && data_start > f->size)
+        data_start = f->size;
     if (data_start > f->size)
         return file_err(f->path, ERR_FORMAT,
                         "the data section would start at %zu, past the end of the file (%zu "

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "format/gguf.h"
 #include "server/log.h"
 #include "server/server_impl.h"
 
@@ -101,10 +102,12 @@ static int chat_load(struct srv_model *m, const char *path, const char *override
     if (!m->chat) {
         snprintf(m->no_chat, sizeof(m->no_chat),
                  "it has no chat template (tokenizer_config.json's chat_template, "
-                 "chat_template.jinja, or the server config's chat_template: FILE)");
+                 "chat_template.jinja, a GGUF file's tokenizer.chat_template, or the server "
+                 "config's chat_template: FILE)");
         return 0;
     }
     turn_end_probe(m);
+    turn_end_add(m, bpe_eot_id(m->tok));
     const char *eos = chat_template_eos(m->chat);
     if (eos[0])
         turn_end_add(m, bpe_token_id(m->tok, eos, strlen(eos)));
@@ -112,9 +115,12 @@ static int chat_load(struct srv_model *m, const char *path, const char *override
 }
 
 /* Whether dir has any tokenizer file (by name, whatever it is: a link that
- * leads nowhere counts), so that one that does not load is an error. */
+ * leads nowhere counts), or is a GGUF checkpoint (whose metadata holds its
+ * tokenizer), so that one that does not load is an error. */
 static bool tokenizer_files(const char *dir)
 {
+    if (gguf_is_checkpoint(dir))
+        return true;
     static const char *names[] = {"tokenizer.json", "vocab.json", "merges.txt", "encoder.json",
                                   "vocab.bpe"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -297,7 +303,9 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
     m->created = (long long)time(NULL);
     m->s = s;
     int rc = bpe_open(path, &m->tok);
-    if (rc < 0 && tokenizer_files(path)) {
+    /* a GGUF file without tokenizer.ggml.model is a model without a tokenizer */
+    bool gguf_without = rc == ERR_NOT_FOUND && gguf_is_checkpoint(path);
+    if (rc < 0 && tokenizer_files(path) && !gguf_without) {
         /* files that are there but do not load (a FIFO, a link out of the
          * root, a malformed vocabulary) are the model's error, not a model
          * without a tokenizer whose completions would all fail later */

@@ -7,7 +7,12 @@
  * "reasoning_content", "thinking" or "reasoning" gets it under the first two
  * as well, "thinking" first and "reasoning_content" last unless already
  * present (_alias_reasoning_fields). tools and documents are None unless
- * given. */
+ * given.
+ *
+ * A GGUF checkpoint keeps its template in its metadata: tokenizer.chat_template
+ * (a string), with bos_token and eos_token the texts of the tokens that
+ * tokenizer.ggml.bos_token_id and eos_token_id name in tokenizer.ggml.tokens
+ * (a "llama" tokenizer without them: ids 1 and 2, as llama.cpp reads it). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +22,7 @@
 #include "core/fs.h"
 #include "core/jsonout.h"
 #include "core/utf8.h"
+#include "format/gguf.h"
 #include "template/chat.h"
 #include "template/jinja.h"
 
@@ -70,6 +76,20 @@ static const char *token_string(json_t *cfg, const char *key)
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
+/* 0 when text[0..n) is UTF-8, else a one-line error naming `what` and the byte. */
+static int utf8_text_check(const char *what, const char *text, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t k = utf8_decode_one((const unsigned char *)text + i, n - i, &cp);
+        if (k == 0)
+            return err_set(ERR_FORMAT, "%s: invalid UTF-8 at byte %zu, expected UTF-8 text", what,
+                           i);
+        i += k;
+    }
+    return 0;
+}
+
 int chat_template_read(const char *path, char **text, size_t *len)
 {
     *text = NULL;
@@ -79,15 +99,9 @@ int chat_template_read(const char *path, char **text, size_t *len)
     int rc = read_file(path, JINJA_MAX_SOURCE, &buf, &n);
     if (rc < 0)
         return rc;
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        size_t k = utf8_decode_one((const unsigned char *)buf + i, n - i, &cp);
-        if (k == 0) {
-            free(buf);
-            return err_set(ERR_FORMAT, "%s: invalid UTF-8 at byte %zu, expected UTF-8 text", path,
-                           i);
-        }
-        i += k;
+    if ((rc = utf8_text_check(path, buf, n)) < 0) {
+        free(buf);
+        return rc;
     }
     *text = buf;
     *len = n;
@@ -135,9 +149,100 @@ const char *chat_template_eos(const struct chat_template *ct)
     return ct->eos;
 }
 
+/* The text of the token that key names (dflt when the file has no key and
+ * dflt is a token), as a NUL-terminated copy in *out; NULL when none. */
+static int gguf_role_text(const struct gguf_file *g, const char *key, int64_t dflt, char **out)
+{
+    *out = NULL;
+    const struct gguf_kv *toks = gguf_find(g, "tokenizer.ggml.tokens");
+    if (!toks || gguf_kv_type(toks) != GGUF_ARR || gguf_kv_arr_type(toks) != GGUF_STR ||
+        gguf_kv_arr_len(toks) == 0)
+        return 0;
+    int64_t n = (int64_t)gguf_kv_arr_len(toks), id;
+    int rc = gguf_get_int(g, key, false, -1, 0, n - 1, &id);
+    if (rc < 0)
+        return rc;
+    if (id < 0)
+        id = dflt;
+    if (id < 0 || id >= n)
+        return 0;
+    struct gguf_str s = gguf_arr_str(toks, (uint64_t)id);
+    if (!(*out = strndup(s.p, s.n)))
+        return err_set(ERR_NOMEM, "out of memory");
+    return 0;
+}
+
+static int chat_template_load_gguf(const char *path, const char *override_path,
+                                   struct chat_template **out)
+{
+    struct gguf_file *g = NULL;
+    char *text = NULL, *bos = NULL, *eos = NULL;
+    size_t len = 0;
+    struct gguf_str tpl = {0}, model = {0};
+    int rc = gguf_open(path, &g);
+    if (rc < 0)
+        return rc;
+    if ((rc = gguf_get_str(g, "tokenizer.chat_template", &tpl)) < 0 ||
+        (rc = gguf_get_str(g, "tokenizer.ggml.model", &model)) < 0)
+        goto out;
+    bool spm = model.p && model.n == 5 && memcmp(model.p, "llama", 5) == 0;
+    if ((rc = gguf_role_text(g, "tokenizer.ggml.bos_token_id", spm ? 1 : -1, &bos)) < 0 ||
+        (rc = gguf_role_text(g, "tokenizer.ggml.eos_token_id", spm ? 2 : -1, &eos)) < 0)
+        goto out;
+    const char *src_name = override_path;
+    if (override_path) {
+        if ((rc = chat_template_read(override_path, &text, &len)) < 0)
+            goto out;
+    } else if (tpl.p) {
+        if (tpl.n > JINJA_MAX_SOURCE) {
+            rc = err_set(ERR_INVALID,
+                         "%s: tokenizer.chat_template has %zu bytes, more than the %zu a chat "
+                         "template may have",
+                         gguf_path(g), tpl.n, (size_t)JINJA_MAX_SOURCE);
+            goto out;
+        }
+        if (!(text = strndup(tpl.p, tpl.n))) {
+            rc = err_set(ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        len = tpl.n;
+        src_name = "tokenizer.chat_template";
+        char what[4200];
+        snprintf(what, sizeof(what), "%s: tokenizer.chat_template", gguf_path(g));
+        if ((rc = utf8_text_check(what, text, len)) < 0)
+            goto out;
+    } else {
+        goto out; /* no template: *out stays NULL */
+    }
+    if (strlen(text) != len) {
+        rc = err_set(ERR_FORMAT, "%s: %s holds a NUL byte", gguf_path(g), src_name);
+        goto out;
+    }
+    rc = chat_template_parse(text, len, bos, eos, out);
+    if (rc < 0)
+        err_wrap(rc, "%s: %s", gguf_path(g), src_name);
+out:
+    free(text);
+    free(bos);
+    free(eos);
+    gguf_close(g);
+    return rc;
+}
+
+/* Whether dir holds a file of that name (whatever it is). */
+static bool chat_file_exists(const char *dir, const char *name)
+{
+    char p[4096];
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    return access(p, F_OK) == 0;
+}
+
 int chat_template_load(const char *dir, const char *override_path, struct chat_template **out)
 {
     *out = NULL;
+    if (gguf_is_checkpoint(dir) && !chat_file_exists(dir, "tokenizer_config.json") &&
+        !chat_file_exists(dir, "chat_template.jinja"))
+        return chat_template_load_gguf(dir, override_path, out);
     char path[4096];
     json_t *cfg = NULL;
     char *text = NULL, *cfg_text = NULL;

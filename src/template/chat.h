@@ -19,6 +19,8 @@ struct chat_template;
  * {"name", "template"} from which "default" is taken), else
  * dir/chat_template.jinja. bos_token and eos_token (a string or an
  * {"content": ...} object) come from dir/tokenizer_config.json when present.
+ * dir may be a GGUF checkpoint (a .gguf file, a directory holding one, a
+ * split set's first file): its tokenizer.chat_template, bos and eos tokens.
  * A directory without a template (and no override) gives 0 and *out NULL.
  * A template that does not parse, or uses a construct the engine does not
  * implement, is ERR_FORMAT / ERR_UNSUPPORTED with a one-line message naming

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/jsonout.h"
+#include "format/gguf.h"
 #include "tokenizer/bpe_impl.h"
 
 #include <errno.h>
@@ -124,58 +125,35 @@ static int bpe_tokjson_model(struct bpe *t, json_t *tj, const char *path, json_t
     return 0;
 }
 
-int bpe_open(const char *dir, struct bpe **out)
-{
-    if (!out)
-        return err_set(ERR_INVALID, "bpe_open: out is NULL");
-    *out = NULL;
-    if (!dir || !*dir)
-        return err_set(ERR_INVALID, "bpe_open: no tokenizer directory given");
-    struct stat st;
-    if (stat(dir, &st) != 0)
-        return err_set(errno == ENOENT ? ERR_NOT_FOUND : ERR_IO, "%s: %s", dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode))
-        return err_set(ERR_INVALID, "%s: not a directory", dir);
-
+/* Puts a tokenizer together from its parts: tokjson (the tokenizer.json
+ * layout; NULL for GPT-2's files at vocab_path and merges_path), the roles
+ * from dir's files or from special when it is non-NULL, and the merges from
+ * tokjson's list or from merges_fn. name labels errors. */
+struct bpe_parts {
     enum bpe_layout layout;
-    const char *vocab_file, *merges_file;
-    if (bpe_file_exists(dir, "tokenizer.json")) {
-        layout = BPE_LAYOUT_TOKENIZER_JSON;
-        vocab_file = "tokenizer.json";
-        merges_file = NULL;
-    } else if (bpe_file_exists(dir, "vocab.json")) {
-        layout = BPE_LAYOUT_HF;
-        vocab_file = "vocab.json";
-        merges_file = "merges.txt";
-    } else if (bpe_file_exists(dir, "encoder.json")) {
-        layout = BPE_LAYOUT_OPENAI;
-        vocab_file = "encoder.json";
-        merges_file = "vocab.bpe";
-    } else {
-        return err_set(ERR_NOT_FOUND,
-                       "%s: no tokenizer files (expected tokenizer.json, vocab.json + merges.txt, "
-                       "or encoder.json + vocab.bpe)",
-                       dir);
-    }
-    char vocab_path[4096], merges_path[4096];
-    snprintf(vocab_path, sizeof(vocab_path), "%s/%s", dir, vocab_file);
-    if (merges_file)
-        snprintf(merges_path, sizeof(merges_path), "%s/%s", dir, merges_file);
+    json_t *tokjson;
+    const char *name, *merges_path, *dir;
+    const struct bpe_special_src *special;
+    int (*merges_fn)(struct bpe *t, const struct bpe_symtab *vocab, void *ctx);
+    void *merges_ctx;
+};
 
+static int bpe_assemble(const struct bpe_parts *p, struct bpe **out)
+{
     struct bpe *t = calloc(1, sizeof(*t));
     if (!t)
         return err_set(ERR_NOMEM, "out of memory for a tokenizer");
-    t->bos = t->eos = t->pad = t->unk = t->model_unk = -1;
-    json_t *tokjson = NULL, *merges = NULL;
+    t->bos = t->eos = t->pad = t->unk = t->model_unk = t->eot = -1;
+    json_t *tokjson = p->tokjson, *merges = NULL;
+    const char *vocab_path = p->name;
     struct bpe_symtab vocab = {0};
     struct bpe_decoder dec = {0};
     int rc;
 
     /* The pipeline and the vocabulary: from tokenizer.json, or GPT-2's. */
-    if (layout == BPE_LAYOUT_TOKENIZER_JSON) {
+    if (p->layout == BPE_LAYOUT_TOKENIZER_JSON) {
         json_t *vocab_obj = NULL;
-        if ((rc = bpe_json_load(vocab_path, false, &tokjson)) < 0 ||
-            (rc = bpe_tokjson_model(t, tokjson, vocab_path, &vocab_obj, &merges)) < 0 ||
+        if ((rc = bpe_tokjson_model(t, tokjson, vocab_path, &vocab_obj, &merges)) < 0 ||
             (rc = norm_open_json(json_object_get(tokjson, "normalizer"), vocab_path,
                                  &t->normalizer)) < 0 ||
             (rc = pretok_open_json(json_object_get(tokjson, "pre_tokenizer"), vocab_path,
@@ -194,7 +172,9 @@ int bpe_open(const char *dir, struct bpe **out)
 
     /* Special tokens may add ids, so they come before the token table. */
     int32_t n_ids = vocab.n_ids;
-    if ((rc = bpe_special_load(t, dir, layout, tokjson, &vocab, &n_ids)) < 0)
+    rc = p->special ? bpe_special_apply(t, p->special, p->layout, tokjson, &vocab, &n_ids)
+                    : bpe_special_load(t, p->dir, p->layout, tokjson, &vocab, &n_ids);
+    if (rc < 0)
         goto fail;
     if ((rc = bpe_added_sort(t)) < 0 ||
         (rc = bpe_vocab_build(t, &vocab, n_ids, &dec, vocab_path)) < 0)
@@ -208,11 +188,13 @@ int bpe_open(const char *dir, struct bpe **out)
             t->model_unk = bpe_symtab_get(&vocab, json_string_value(unk), json_string_length(unk));
     }
 
-    /* Merges, from their own file or tokenizer.json. */
-    if (layout == BPE_LAYOUT_TOKENIZER_JSON)
+    /* Merges, from their own file, tokenizer.json or the caller. */
+    if (p->merges_fn)
+        rc = p->merges_fn(t, &vocab, p->merges_ctx);
+    else if (p->layout == BPE_LAYOUT_TOKENIZER_JSON)
         rc = bpe_merges_load_json(t, &vocab, merges, vocab_path);
     else
-        rc = bpe_merges_load_txt(t, &vocab, merges_path);
+        rc = bpe_merges_load_txt(t, &vocab, p->merges_path);
     if (rc < 0)
         goto fail;
 
@@ -230,15 +212,84 @@ int bpe_open(const char *dir, struct bpe **out)
         bpe_split_check(t, c, n);
     }
     bpe_decoder_free(&dec);
-    json_decref(tokjson);
     *out = t;
     return 0;
 
 fail:
     bpe_symtab_free(&vocab);
     bpe_decoder_free(&dec);
-    json_decref(tokjson);
     bpe_close(t);
+    return rc;
+}
+
+int bpe_open_parsed(json_t *tokjson, const char *name, const struct bpe_special_src *special,
+                    int (*merges_fn)(struct bpe *t, const struct bpe_symtab *vocab, void *ctx),
+                    void *merges_ctx, struct bpe **out)
+{
+    *out = NULL;
+    const struct bpe_parts p = {.layout = BPE_LAYOUT_TOKENIZER_JSON,
+                                .tokjson = tokjson,
+                                .name = name,
+                                .special = special,
+                                .merges_fn = merges_fn,
+                                .merges_ctx = merges_ctx};
+    return bpe_assemble(&p, out);
+}
+
+int bpe_open(const char *dir, struct bpe **out)
+{
+    if (!out)
+        return err_set(ERR_INVALID, "bpe_open: out is NULL");
+    *out = NULL;
+    if (!dir || !*dir)
+        return err_set(ERR_INVALID, "bpe_open: no tokenizer directory given");
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return err_set(errno == ENOENT ? ERR_NOT_FOUND : ERR_IO, "%s: %s", dir, strerror(errno));
+    /* A GGUF checkpoint carries its tokenizer in its metadata (bpe_gguf.c). */
+    bool has_files = S_ISDIR(st.st_mode) &&
+                     (bpe_file_exists(dir, "tokenizer.json") ||
+                      bpe_file_exists(dir, "vocab.json") || bpe_file_exists(dir, "encoder.json"));
+    if (!has_files && gguf_is_checkpoint(dir))
+        return bpe_open_gguf_path(dir, out);
+    if (!S_ISDIR(st.st_mode))
+        return err_set(ERR_INVALID, "%s: not a directory or a .gguf file", dir);
+
+    struct bpe_parts p = {.dir = dir};
+    const char *vocab_file, *merges_file;
+    if (bpe_file_exists(dir, "tokenizer.json")) {
+        p.layout = BPE_LAYOUT_TOKENIZER_JSON;
+        vocab_file = "tokenizer.json";
+        merges_file = NULL;
+    } else if (bpe_file_exists(dir, "vocab.json")) {
+        p.layout = BPE_LAYOUT_HF;
+        vocab_file = "vocab.json";
+        merges_file = "merges.txt";
+    } else if (bpe_file_exists(dir, "encoder.json")) {
+        p.layout = BPE_LAYOUT_OPENAI;
+        vocab_file = "encoder.json";
+        merges_file = "vocab.bpe";
+    } else {
+        return err_set(ERR_NOT_FOUND,
+                       "%s: no tokenizer files (expected tokenizer.json, vocab.json + merges.txt, "
+                       "encoder.json + vocab.bpe, or a .gguf file)",
+                       dir);
+    }
+    char vocab_path[4096], merges_path[4096];
+    snprintf(vocab_path, sizeof(vocab_path), "%s/%s", dir, vocab_file);
+    p.name = vocab_path;
+    if (merges_file) {
+        snprintf(merges_path, sizeof(merges_path), "%s/%s", dir, merges_file);
+        p.merges_path = merges_path;
+    }
+    json_t *tokjson = NULL;
+    int rc;
+    if (p.layout == BPE_LAYOUT_TOKENIZER_JSON &&
+        (rc = bpe_json_load(vocab_path, false, &tokjson)) < 0)
+        return rc;
+    p.tokjson = tokjson;
+    rc = bpe_assemble(&p, out);
+    json_decref(tokjson);
     return rc;
 }
 
@@ -289,6 +340,11 @@ int32_t bpe_pad_id(const struct bpe *t)
 int32_t bpe_unk_id(const struct bpe *t)
 {
     return t->unk;
+}
+
+int32_t bpe_eot_id(const struct bpe *t)
+{
+    return t->eot;
 }
 
 bool bpe_adds_bos(const struct bpe *t)

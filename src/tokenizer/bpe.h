@@ -12,6 +12,12 @@
  * defaults, as transformers loads facebook/opt-*: bos = eos = unk = "</s>"
  * (id 2), pad = "<pad>" (id 1), "</s>" prepended as BOS. Added and special
  * tokens that appear in input text encode as single ids.
+ *
+ * A GGUF checkpoint (a .gguf file, a directory holding one, or a split set's
+ * first file) carries its tokenizer in its metadata (tokenizer.ggml.*): its
+ * vocabulary, merges or scores, token types and roles fill the same tables
+ * as tokenizer.json does (bpe_gguf.c), with the pre-tokenizer llama.cpp
+ * runs for the file's tokenizer.ggml.pre.
  */
 #ifndef SHARDSWAP_TOKENIZER_BPE_H
 #define SHARDSWAP_TOKENIZER_BPE_H
@@ -21,8 +27,15 @@
 #include <stdint.h>
 
 struct bpe;
+struct gguf_file;
 
+/* dir: a tokenizer directory, or a GGUF checkpoint (file, directory holding
+ * one, first file of a split set). */
 int bpe_open(const char *dir, struct bpe **out);
+/* The tokenizer of an open GGUF file (tokenizer.ggml.*); g may be closed
+ * afterwards. Every count, id and string is checked: a bad one is a one-line
+ * error naming the key and the index. */
+int bpe_open_gguf(const struct gguf_file *g, struct bpe **out);
 void bpe_close(struct bpe *t); /* NULL-safe */
 
 /* Encodes len bytes of UTF-8 text. *ids is malloc'd, owned by the caller.
@@ -44,6 +57,8 @@ int32_t bpe_bos_id(const struct bpe *t); /* -1 when none */
 int32_t bpe_eos_id(const struct bpe *t);
 int32_t bpe_pad_id(const struct bpe *t);
 int32_t bpe_unk_id(const struct bpe *t);
+/* The end-of-turn token a GGUF file names (tokenizer.ggml.eot_token_id), else -1. */
+int32_t bpe_eot_id(const struct bpe *t);
 bool bpe_adds_bos(const struct bpe *t);               /* whether add_bos prepends bpe_bos_id() */
 bool bpe_is_special(const struct bpe *t, int32_t id); /* skipped by skip_special */
 /* The id of the added or special token whose content is exactly s[0..n),

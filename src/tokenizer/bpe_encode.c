@@ -177,6 +177,12 @@ static int bpe_added_match(const struct bpe_addset *set, const unsigned char *s,
     return best;
 }
 
+/* 1 when c is ASCII white space (C's isspace), else 0. */
+static size_t bpe_ascii_space(unsigned char c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
 /* Finds the first added token of set in text[from, n), the longest where
  * several start at one position and single_word allows it: returns it, with
  * [*at, *end) the text it takes (its content and the white space it strips),
@@ -199,10 +205,12 @@ static const struct bpe_added *bpe_added_next(const struct bpe_addset *set,
             (bpe_word_char(text, from, s, n, true) || bpe_word_char(text, from, e, n, false)))
             continue;
         if (a->lstrip)
-            while ((w = utf8_space_before(text, from, s)) > 0)
+            while (s > from && (w = a->strip_ascii ? bpe_ascii_space(text[s - 1])
+                                                   : utf8_space_before(text, from, s)) > 0)
                 s -= w;
         if (a->rstrip)
-            while (e < n && (w = utf8_space_at(text, e, n)) > 0)
+            while (e < n &&
+                   (w = a->strip_ascii ? bpe_ascii_space(text[e]) : utf8_space_at(text, e, n)) > 0)
                 e += w;
         *at = s;
         *end = e;

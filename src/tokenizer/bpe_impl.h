@@ -46,6 +46,7 @@ struct bpe_added {
     bool lstrip, rstrip; /* swallow whitespace on that side, as Hugging Face does */
     bool single_word;    /* matches only where no word character touches it */
     bool normalized;     /* matched in normalized text (when there is a normalizer) */
+    bool strip_ascii;    /* lstrip / rstrip take ASCII white space only (llama.cpp's isspace) */
 };
 
 /* A set of added tokens as the matcher in bpe_encode.c searches it: sorted by
@@ -94,6 +95,7 @@ struct bpe {
     struct bpe_addset raw_set;  /* added tokens matched in the text as given */
     struct bpe_addset norm_set; /* those matched in normalized text (normalized: true) */
     int32_t bos, eos, pad, unk; /* -1 when none */
+    int32_t eot;                /* a GGUF file's end-of-turn token, -1 when none */
     bool add_bos;
     /* What encode puts around the text when asked to add special tokens. */
     int32_t tpl_pre[8], tpl_suf[8];
@@ -253,6 +255,19 @@ int bpe_symtab_from_json(struct bpe_symtab *st, json_t *vocab, const char *path)
  * parsed tokenizer.json for that layout, else NULL. */
 int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, json_t *tokjson,
                      const struct bpe_symtab *vocab, int32_t *n_ids);
+/* The same from parsed files: cfg and map (tokenizer_config.json and
+ * special_tokens_map.json, each NULL when absent) name the roles; the names
+ * label errors, dir a default role's source. A caller that builds them (a
+ * GGUF file's metadata) names every role, null when it has none, so that no
+ * layout default applies. */
+struct bpe_special_src {
+    const char *dir;
+    const char *tokjson_name;
+    json_t *cfg, *map;
+    const char *cfg_name, *map_name;
+};
+int bpe_special_apply(struct bpe *t, const struct bpe_special_src *src, enum bpe_layout layout,
+                      json_t *tokjson, const struct bpe_symtab *vocab, int32_t *n_ids);
 /* Sorts t->added by content and builds t->raw_set and t->norm_set, the sets the
  * matcher of added tokens in text searches (bpe_encode.c). */
 int bpe_added_sort(struct bpe *t);
@@ -266,6 +281,18 @@ int bpe_vocab_build(struct bpe *t, const struct bpe_symtab *vocab, int32_t n_ids
 int bpe_merges_load_txt(struct bpe *t, const struct bpe_symtab *vocab, const char *path);
 int bpe_merges_load_json(struct bpe *t, const struct bpe_symtab *vocab, json_t *merges,
                          const char *path);
+/* The same for a list that errors call field (a GGUF file's tokenizer.ggml.merges). */
+int bpe_merges_load_list(struct bpe *t, const struct bpe_symtab *vocab, json_t *merges,
+                         const char *path, const char *field);
+/* A tokenizer from an already parsed tokenizer.json (tokjson, borrowed) and
+ * roles from special; merges_fn, when non-NULL, fills t->pairs instead of
+ * tokjson's model.merges. name labels errors. (bpe.c) */
+int bpe_open_parsed(json_t *tokjson, const char *name, const struct bpe_special_src *special,
+                    int (*merges_fn)(struct bpe *t, const struct bpe_symtab *vocab, void *ctx),
+                    void *merges_ctx, struct bpe **out);
+/* bpe_open for a GGUF checkpoint path (bpe_gguf.c). */
+int bpe_open_gguf_path(const char *path, struct bpe **out);
+
 /* Writes s[0..n) into buf as a printable, quoted, possibly shortened string
  * for error messages; returns buf. */
 const char *bpe_quote(const char *s, size_t n, char *buf, size_t cap);

@@ -19,14 +19,14 @@
 /* Where a merge came from, for error messages; formatted only on error. */
 struct bpe_merge_src {
     const char *path;
-    bool json; /* model.merges[index] of tokenizer.json, else line `index` of merges.txt */
+    const char *field; /* field[index] of a JSON list (model.merges), else NULL: line `index` */
     size_t index;
 };
 
 static const char *bpe_merge_where(const struct bpe_merge_src *src, char *buf, size_t cap)
 {
-    if (src->json)
-        snprintf(buf, cap, "%s: model.merges[%zu]", src->path, src->index);
+    if (src->field)
+        snprintf(buf, cap, "%s: %s[%zu]", src->path, src->field, src->index);
     else
         snprintf(buf, cap, "%s:%zu", src->path, src->index);
     return buf;
@@ -120,8 +120,14 @@ out:
 int bpe_merges_load_json(struct bpe *t, const struct bpe_symtab *vocab, json_t *merges,
                          const char *path)
 {
+    return bpe_merges_load_list(t, vocab, merges, path, "model.merges");
+}
+
+int bpe_merges_load_list(struct bpe *t, const struct bpe_symtab *vocab, json_t *merges,
+                         const char *path, const char *field)
+{
     if (!json_is_array(merges))
-        return err_set(ERR_FORMAT, "%s: model.merges is not an array", path);
+        return err_set(ERR_FORMAT, "%s: %s is not an array", path, field);
     int rc = bpe_pairs_init(&t->pairs, json_array_size(merges));
     if (rc < 0)
         return rc;
@@ -129,7 +135,7 @@ int bpe_merges_load_json(struct bpe *t, const struct bpe_symtab *vocab, json_t *
     json_t *m;
     json_array_foreach(merges, i, m)
     {
-        struct bpe_merge_src src = {.path = path, .json = true, .index = i};
+        struct bpe_merge_src src = {.path = path, .field = field, .index = i};
         const char *a = NULL, *b = NULL;
         size_t alen = 0, blen = 0;
         if (json_is_string(m)) {

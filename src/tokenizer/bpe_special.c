@@ -428,24 +428,41 @@ static int bpe_tpl_parse(const struct bpe_special_ctx *c, json_t *pp, struct bpe
 int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, json_t *tokjson,
                      const struct bpe_symtab *vocab, int32_t *n_ids)
 {
-    static const char *const OPT_DEFAULTS[N_ROLES] = {"</s>", "</s>", "</s>", "<pad>"};
-    static const char *const GPT2_DEFAULTS[N_ROLES] = {"<|endoftext|>", "<|endoftext|>",
-                                                       "<|endoftext|>", NULL};
-    const char *const *defaults = layout == BPE_LAYOUT_OPENAI ? GPT2_DEFAULTS : OPT_DEFAULTS;
     char cfg_name[4096], map_name[4096];
     snprintf(cfg_name, sizeof(cfg_name), "%s/tokenizer_config.json", dir);
     snprintf(map_name, sizeof(map_name), "%s/special_tokens_map.json", dir);
     json_t *cfg = NULL, *map = NULL;
     int rc;
+    if ((rc = bpe_json_load_flags(cfg_name, true, JSON_DECODE_INT_AS_REAL, &cfg)) == 0 &&
+        (rc = bpe_json_load_flags(map_name, true, JSON_DECODE_INT_AS_REAL, &map)) == 0) {
+        const struct bpe_special_src src = {.dir = dir,
+                                            .tokjson_name = "tokenizer.json",
+                                            .cfg = cfg,
+                                            .cfg_name = cfg_name,
+                                            .map = map,
+                                            .map_name = map_name};
+        rc = bpe_special_apply(t, &src, layout, tokjson, vocab, n_ids);
+    }
+    json_decref(cfg);
+    json_decref(map);
+    return rc;
+}
+
+int bpe_special_apply(struct bpe *t, const struct bpe_special_src *from, enum bpe_layout layout,
+                      json_t *tokjson, const struct bpe_symtab *vocab, int32_t *n_ids)
+{
+    static const char *const OPT_DEFAULTS[N_ROLES] = {"</s>", "</s>", "</s>", "<pad>"};
+    static const char *const GPT2_DEFAULTS[N_ROLES] = {"<|endoftext|>", "<|endoftext|>",
+                                                       "<|endoftext|>", NULL};
+    const char *const *defaults = layout == BPE_LAYOUT_OPENAI ? GPT2_DEFAULTS : OPT_DEFAULTS;
+    const char *dir = from->dir, *cfg_name = from->cfg_name, *map_name = from->map_name;
+    json_t *cfg = from->cfg, *map = from->map;
+    int rc;
     int32_t *roles[N_ROLES] = {&t->bos, &t->eos, &t->unk, &t->pad};
     struct bpe_special_ctx c = {.t = t, .vocab = vocab, .n_ids = n_ids};
 
-    if ((rc = bpe_json_load_flags(cfg_name, true, JSON_DECODE_INT_AS_REAL, &cfg)) < 0 ||
-        (rc = bpe_json_load_flags(map_name, true, JSON_DECODE_INT_AS_REAL, &map)) < 0)
-        goto out;
-
     /* Tokens with their own ids first, so that new ids go past them. */
-    if (tokjson && (rc = bpe_special_from_tokjson(&c, tokjson, "tokenizer.json")) < 0)
+    if (tokjson && (rc = bpe_special_from_tokjson(&c, tokjson, from->tokjson_name)) < 0)
         goto out;
     if (cfg && (rc = bpe_special_from_decoder(&c, cfg, cfg_name)) < 0)
         goto out;
@@ -534,7 +551,5 @@ int bpe_special_load(struct bpe *t, const char *dir, enum bpe_layout layout, jso
 out:
     free(c.by_content);
     free(c.by_id);
-    json_decref(cfg);
-    json_decref(map);
     return rc;
 }
