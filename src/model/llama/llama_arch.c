@@ -1,7 +1,7 @@
 /* The Llama family's entry in the family table. */
 #include "model/llama/llama.h"
 
-static const char *const llama_model_types[] = {"llama", "mistral", "qwen2", NULL};
+static const char *const llama_model_types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3", NULL};
 
 const struct arch_ops llama_arch = {
     .name = "llama",
