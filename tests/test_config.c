@@ -196,7 +196,7 @@ TEST(qwen3_phi3)
     CHECK(c.rope == ROPE_LONGROPE && c.rope_orig_max_pos == 64 && c.rope_factor == 4);
     CHECK(fabs(c.rope_attn_factor - sqrt(1 + log(4.0) / log(64.0))) < 1e-12);
     CHECK(c.short_factor[1] == 1.5f && c.long_factor[3] == 32 && in->max_pos == 256);
-    float inv[2];
+    float inv[4];
     llama_inv_freq(&c, false, inv);
     CHECK(inv[0] == 1.0f && inv[1] == 1.0f / (1.5f * powf(10000.0f, 0.25f)));
     llama_inv_freq(&c, true, inv);
