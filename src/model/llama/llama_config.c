@@ -448,6 +448,8 @@ int llama_config_save(const struct model_config *mc, const char *dir)
                             c->sliding_window ? json_integer(c->sliding_window) : json_null());
     if (in->bos_id >= 0)
         json_object_set_new(root, "bos_token_id", json_integer(in->bos_id));
+    if (in->pad_id >= 0)
+        json_object_set_new(root, "pad_token_id", json_integer(in->pad_id));
     if (in->n_eos == 1)
         json_object_set_new(root, "eos_token_id", json_integer(in->eos_ids[0]));
     int rc = 0;
