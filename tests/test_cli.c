@@ -470,7 +470,7 @@ static void test_bench_flags(void)
  * only the refusals before writing are run here). */
 static void test_llama_ids(void)
 {
-    static const char *names[] = {"llama_gqa_f32", "qwen2_bias_f32"};
+    static const char *names[] = {"llama_gqa_f32", "qwen2_bias_f32", "phi3_partial_f32"};
     char cmd[4096], out[4096], err[4096], path[512];
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
         char dir[256];

@@ -161,6 +161,77 @@ TEST(llama)
     model_config_free(mc);
 }
 
+#define PHI3 "\"model_type\": \"phi3\", " LHEADS
+#define LONGROPE(extra)                                                                            \
+    "\"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1, 1.5, 2, 2.5], "               \
+    "\"long_factor\": [4, 8, 16, 32]" extra "}"
+
+/* Qwen3 and Phi-3: their defaults, what each turns on, LongRoPE's settings
+ * and the attention factor transformers derives, and a one-line error for
+ * each hostile config. */
+TEST(qwen3_phi3)
+{
+    /* Qwen3: q/k norms, head_dim 128 when absent (Qwen3Config's), no mlp bias field */
+    struct llama_config c = parse_llama("{\"model_type\": \"qwen3\", " LHEADS
+                                        ", \"num_key_value_heads\": 2, \"mlp_bias\": true}");
+    const struct model_info *in = &c.base.info;
+    CHECK(c.variant == LLAMA_VARIANT_QWEN3 && c.qk_norm && !c.fused && in->head_dim == 128);
+    CHECK(!c.qkv_bias && !c.o_bias && !c.mlp_bias && c.rot_dim == 128);
+    CHECK(strcmp(in->architecture, "Qwen3ForCausalLM") == 0);
+    c = parse_llama("{\"model_type\": \"qwen3\", " LHEADS ", \"head_dim\": 32, \"attention_bias\": "
+                    "true, \"use_sliding_window\": false, \"sliding_window\": 16}");
+    CHECK(in->head_dim == 32 && c.qkv_bias && c.o_bias && in->max_pos == 256);
+    /* Phi-3: fused, no biases whatever the file says; partial rotary at top level or in
+     * rope_parameters; its window caps the context as Mistral's does */
+    c = parse_llama("{" PHI3 ", \"attention_bias\": true, \"partial_rotary_factor\": 0.75, "
+                    "\"sliding_window\": 64}");
+    CHECK(c.variant == LLAMA_VARIANT_PHI3 && c.fused && !c.qk_norm && !c.qkv_bias && !c.o_bias);
+    CHECK(c.rot_dim == 6 && in->max_pos == 64 && c.rope == ROPE_DEFAULT);
+    c = parse_llama("{" PHI3 ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": "
+                    "10000.0, \"partial_rotary_factor\": 0.5}}");
+    CHECK(c.rot_dim == 4 && c.rope_attn_factor == 1);
+    /* LongRoPE: original 4096 by default (Phi3Config's), factor = max_pos / original, the
+     * attention factor sqrt(1 + ln(factor) / ln(original)) unless given */
+    c = parse_llama("{" PHI3 ", \"original_max_position_embeddings\": 64, " LONGROPE("") "}");
+    CHECK(c.rope == ROPE_LONGROPE && c.rope_orig_max_pos == 64 && c.rope_factor == 4);
+    CHECK(fabs(c.rope_attn_factor - sqrt(1 + log(4.0) / log(64.0))) < 1e-12);
+    CHECK(c.short_factor[1] == 1.5f && c.long_factor[3] == 32 && in->max_pos == 256);
+    float inv[4];
+    llama_inv_freq(&c, false, inv);
+    CHECK(inv[0] == 1.0f && inv[1] == 1.0f / (1.5f * powf(10000.0f, 0.25f)));
+    llama_inv_freq(&c, true, inv);
+    CHECK(inv[0] == 1.0f / 4 && inv[1] == 1.0f / (8 * powf(10000.0f, 0.25f)));
+    c = parse_llama("{" PHI3 ", " LONGROPE(
+        ", \"original_max_position_embeddings\": 128, \"attention_factor\": 1.5") "}");
+    CHECK(c.rope_orig_max_pos == 128 && c.rope_attn_factor == 1.5);
+    c = parse_llama("{" PHI3 ", " /* its older name */
+                    "\"rope_scaling\": {\"type\": \"su\", \"short_factor\": [1, 1, 1, 1], "
+                    "\"long_factor\": [2, 2, 2, 2]}}");
+    CHECK(c.rope == ROPE_LONGROPE && c.rope_orig_max_pos == 4096 && c.rope_attn_factor == 1);
+
+    /* hostile */
+    expect_error("{" PHI3 ", \"partial_rotary_factor\": 0.5, " LONGROPE("") "}", ERR_FORMAT,
+                 "rope short_factor must be a list of 2 numbers (rotary dims / 2), got 4");
+    expect_error("{" PHI3 ", \"rope_scaling\": {\"type\": "
+                 "\"longrope\", \"short_factor\": [1, 1, 1, 1]}}",
+                 ERR_FORMAT, "rope long_factor must be a list of 4 numbers");
+    expect_error("{" PHI3 ", \"rope_scaling\": {\"type\": "
+                 "\"longrope\", \"short_factor\": [1, 1, -1, 1], \"long_factor\": [1, 1, 1, 1]}}",
+                 ERR_FORMAT, "rope short_factor[2] must be a positive number");
+    expect_error("{" PHI3 ", \"original_max_position_embeddings\": 1, " LONGROPE("") "}",
+                 ERR_FORMAT, "original_max_position_embeddings 1 must be at least 2");
+    expect_error("{" LBASE ", \"head_dim\": 1024, " LONGROPE("") "}", ERR_UNSUPPORTED,
+                 "longrope over 1024 rotary dims is not supported");
+    expect_error("{\"model_type\": \"qwen3\", " LHEADS ", \"head_dim\": 1}", ERR_FORMAT,
+                 "\"head_dim\" is 1");
+    expect_error("{\"model_type\": \"qwen3\", " LHEADS ", \"rope_scaling\": {\"rope_type\": "
+                 "\"su\", \"factor\": 2}}",
+                 ERR_UNSUPPORTED, "rope type \"su\" is not supported");
+    expect_error("{\"model_type\": \"qwen3\", \"vocab_size\": 300, " LDIMS
+                 ", \"head_dim\": 4096, \"num_attention_heads\": 4000, \"num_key_value_heads\": 1}",
+                 ERR_FORMAT, "exceed");
+}
+
 /* OPTConfig's defaults for every optional field */
 TEST(opt_defaults)
 {

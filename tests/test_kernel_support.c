@@ -282,6 +282,9 @@ static const struct {
     {"llama_gqa_f32", LLAMA},
     {"mistral_headdim_f32", LLAMA},
     {"qwen2_bias_f32", LLAMA | BIT(LINEAR_BIAS)},
+    {"qwen3_qknorm_bf16", LLAMA},
+    {"phi3_partial_f32", LLAMA},
+    {"phi3_longrope_f32", LLAMA},
 #undef HEAD
 #undef OPT
 #undef LLAMA

@@ -80,8 +80,8 @@ int cli_read_stdin(size_t max, char **out, size_t *len);
 #define MODEL_FLAG(dst)                                                                            \
     FLAG_REQUIRED("model", FLAG_STR, dst, "DIR",                                                   \
                   "Hugging Face checkpoint directory (config.json, safetensors weights: OPT, "     \
-                  "Llama, Mistral, Qwen2), or a GGUF file (F32/F16/BF16; llama, qwen2), the "      \
-                  "first file of a split one, or a directory holding one")
+                  "Llama, Mistral, Qwen2, Qwen3, Phi-3), or a GGUF file (F32/F16/BF16; llama, "    \
+                  "qwen2), the first file of a split one, or a directory holding one")
 /* --compute: the linear layers' precision (backend/kernels.h). */
 #define COMPUTE_FLAG(dst)                                                                          \
     FLAG("compute", FLAG_STR, dst, "f32|bf16|auto",                                                \

@@ -7,6 +7,39 @@
 
 #include "backend/kernels.h"
 
+/* Whether sequence b's length this step (its largest position + 1) is
+ * past o->rope_long_after. */
+static bool block_rope_long(const struct model_exec *ex, int b, int t_new,
+                            const struct attn_opts *o)
+{
+    int32_t last = 0;
+    for (int t = 0; t < t_new; t++)
+        if (ex->pos_host[b * t_new + t] > last)
+            last = ex->pos_host[b * t_new + t];
+    return o->rope_long_after > 0 && last + 1 > o->rope_long_after;
+}
+
+/* Rotary on the rows of x (heads heads each, ex's step): one table, or per
+ * sequence the short or long one (o->rope_long_after). */
+static int block_rope(struct model_exec *ex, float *x, int t_new, int heads,
+                      const struct attn_opts *o)
+{
+    const int B = ex->shape.batch, hd = ex->head_dim, half = o->rot_dim / 2;
+    const float scale = o->rope_scale > 0 ? o->rope_scale : 1.0f;
+    int n_long = 0;
+    for (int b = 0; o->rope_long_after > 0 && b < B; b++)
+        n_long += block_rope_long(ex, b, t_new, o);
+    if (n_long == 0 || n_long == B)
+        return kern_rope(ex->stream, x, B * t_new, heads, hd, o->rot_dim, ex->pos,
+                         ex->aux + (n_long ? half : 0), scale);
+    for (int b = 0; b < B; b++) {
+        const size_t r0 = (size_t)b * t_new;
+        TRY(kern_rope(ex->stream, x + r0 * heads * hd, t_new, heads, hd, o->rot_dim, ex->pos + r0,
+                      ex->aux + (block_rope_long(ex, b, t_new, o) ? half : 0), scale));
+    }
+    return 0;
+}
+
 int model_block_attn(const struct model *m, struct model_exec *ex, int layer, int t_new,
                      const struct attn_weights *w, const struct attn_opts *o)
 {
@@ -21,10 +54,15 @@ int model_block_attn(const struct model *m, struct model_exec *ex, int layer, in
     TRY(kern_linear(s, ex->q, h, n, &w->q, w->q_b, m->compute));
     TRY(kern_linear(s, ex->kn, h, n, &w->k, w->k_b, m->compute));
     TRY(kern_linear(s, ex->vn, h, n, &w->v, w->v_b, m->compute));
+    /* RMSNorm of every q and k head */
+    if (o->q_norm) {
+        TRY(kern_rmsnorm(s, ex->q, ex->q, n * ex->heads, hd, o->q_norm, o->qk_eps));
+        TRY(kern_rmsnorm(s, ex->kn, ex->kn, n * ex->kv_heads, hd, o->k_norm, o->qk_eps));
+    }
     /* rotary positions on q and k */
     if (o->rot_dim > 0) {
-        TRY(kern_rope(s, ex->q, n, ex->heads, hd, o->rot_dim, ex->pos, ex->aux, 1.0f));
-        TRY(kern_rope(s, ex->kn, n, ex->kv_heads, hd, o->rot_dim, ex->pos, ex->aux, 1.0f));
+        TRY(block_rope(ex, ex->q, t_new, ex->heads, o));
+        TRY(block_rope(ex, ex->kn, t_new, ex->kv_heads, o));
     }
     TRY(kern_scale(s, ex->q, (size_t)n * qr, 1.0f / sqrtf((float)hd)));
     /* the new keys and values into the cache, attention over it */

@@ -26,9 +26,20 @@ struct attn_opts {
      * (rotate_half), at the positions in ex->pos, with the inverse
      * frequencies the family put in ex->aux; 0: none */
     int rot_dim;
+    /* cos and sin scaled by it (LongRoPE's attention factor); 0 means 1 */
+    float rope_scale;
+    /* a second table of inverse frequencies at ex->aux + rot_dim / 2 for
+     * the sequences whose largest position this step + 1 exceeds this
+     * (LongRoPE's long factors); 0: one table */
+    int rope_long_after;
+    /* RMSNorm of every q and k head (head_dim weights, eps qk_eps) before
+     * the rotary (Qwen3's q_norm, k_norm); NULL: none */
+    const float *q_norm, *k_norm;
+    float qk_eps;
 };
 
-/* x += o(attention(q(h), k(h), v(h))): rotary on q and k when o asks, q
+/* x += o(attention(q(h), k(h), v(h))): per-head norms and rotary on q and
+ * k when o asks, q
  * scaled by 1 / sqrt(head_dim), k and v appended to local layer `layer`'s
  * KV cache, grouped-query attention over the cached keys that are real
  * (ex->key_ok) and not in the future. */

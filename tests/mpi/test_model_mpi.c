@@ -226,3 +226,11 @@ TEST(llama)
     check_fixture("mistral_headdim_f32");
     check_fixture("qwen2_bias_f32");
 }
+
+/* Phi-3's fused projections split per rank, partial rotary, LongRoPE (the
+ * Qwen3 fixture is bf16: test_sharded covers it) */
+TEST(phi3)
+{
+    check_fixture("phi3_partial_f32");
+    check_fixture("phi3_longrope_f32");
+}

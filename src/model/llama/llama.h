@@ -1,7 +1,9 @@
 /* The Llama family as transformers computes it: LlamaForCausalLM (Llama 2,
- * Llama 3.x, SmolLM2, TinyLlama), MistralForCausalLM, Qwen2ForCausalLM.
- * Internal to model/llama/: the family's config and views behind
- * llama_arch.
+ * Llama 3.x, SmolLM2, TinyLlama), MistralForCausalLM, Qwen2ForCausalLM,
+ * Qwen3ForCausalLM (per-head RMSNorms of q and k before rotary) and
+ * Phi3ForCausalLM (Phi-3, Phi-4: fused qkv_proj and gate_up_proj, split
+ * by rows at load; LongRoPE). Internal to model/llama/: the family's config
+ * and views behind llama_arch.
  *
  * A decoder layer: x += o(attn(rope(q(n1(x))), rope(k(n1(x))), v(n1(x))));
  * x += down(act(gate(n2(x))) * up(n2(x))), with RMSNorms n1, n2,
@@ -23,16 +25,26 @@
 
 enum rope_kind {
     ROPE_DEFAULT,
-    ROPE_LINEAR,  /* positions divided by factor */
-    ROPE_DYNAMIC, /* NTK-aware past original_max_position_embeddings: max_pos capped there */
-    ROPE_LLAMA3,  /* Llama 3.1's per-frequency rule */
-    ROPE_FACTORS, /* each frequency divided by its given factor (a GGUF's rope_freqs tensor,
-                     which is how llama.cpp's converter stores the llama3 rule) */
+    ROPE_LINEAR,   /* positions divided by factor */
+    ROPE_DYNAMIC,  /* NTK-aware past original_max_position_embeddings: max_pos capped there */
+    ROPE_LLAMA3,   /* Llama 3.1's per-frequency rule */
+    ROPE_LONGROPE, /* per-frequency short / long factors, chosen per sequence by its length */
+    ROPE_FACTORS,  /* each frequency divided by its given factor (a GGUF's rope_freqs tensor,
+                      which is how llama.cpp's converter stores the llama3 rule) */
 };
 
 #define LLAMA_MAX_FREQS 2048 /* rot_dim / 2 with head_dim up to 4096 */
 
-enum llama_variant { LLAMA_VARIANT_LLAMA, LLAMA_VARIANT_MISTRAL, LLAMA_VARIANT_QWEN2 };
+enum llama_variant {
+    LLAMA_VARIANT_LLAMA,
+    LLAMA_VARIANT_MISTRAL,
+    LLAMA_VARIANT_QWEN2,
+    LLAMA_VARIANT_QWEN3,
+    LLAMA_VARIANT_PHI3,
+};
+
+/* The most LongRoPE factors (rot_dim / 2) a config may list. */
+#define LLAMA_LONGROPE_MAX 256
 
 struct llama_config {
     struct model_config base;
@@ -47,7 +59,12 @@ struct llama_config {
     enum rope_kind rope;
     double rope_factor;      /* linear, dynamic, llama3 */
     double low_freq_factor, high_freq_factor; /* llama3 */
-    int rope_orig_max_pos;   /* llama3, dynamic: original_max_position_embeddings */
+    int rope_orig_max_pos;   /* llama3, dynamic, longrope: original_max_position_embeddings */
+    double rope_attn_factor; /* longrope: cos and sin scaled by it (1 otherwise) */
+    float short_factor[LLAMA_LONGROPE_MAX],
+        long_factor[LLAMA_LONGROPE_MAX]; /* longrope (rot_dim/2) */
+    bool qk_norm;            /* Qwen3: self_attn.q_norm, k_norm (head_dim) before rotary */
+    bool fused;              /* Phi-3: self_attn.qkv_proj, mlp.gate_up_proj */
     int sliding_window;      /* 0: none (or not used); else max_pos is capped to it */
     int max_pos_config;      /* max_position_embeddings as config.json says it */
     float freq_factors[LLAMA_MAX_FREQS]; /* ROPE_FACTORS: rot_dim / 2 of them */
@@ -62,6 +79,7 @@ struct llama_layer {
     struct attn_weights attn; /* self_attn: q/k/v_proj (biases: qkv_bias), o_proj (o_bias) */
     struct mlp_weights mlp;   /* gated: gate_proj, up_proj, down_proj (biases: mlp_bias) */
     const float *ln1, *ln2;   /* input_layernorm, post_attention_layernorm (hidden) */
+    const float *q_norm, *k_norm; /* Qwen3: (head_dim), else NULL */
 };
 
 /* A shard's views (model.w). */
@@ -86,11 +104,12 @@ static inline struct llama_layer *llama_layer_w(const struct model *m, int i)
 int llama_config_parse(json_t *root, const char *what, struct model_config **out);
 int llama_config_save(const struct model_config *c, const char *dir);
 void llama_describe(const struct model_config *c, char *buf, size_t cap);
-/* "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM". */
+/* "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", ... */
 const char *llama_variant_arch(enum llama_variant v);
 /* The rotary inverse frequencies (rot_dim / 2) as transformers computes
- * them in float32 for the config's rope type. */
-void llama_inv_freq(const struct llama_config *c, float *inv_freq);
+ * them in float32 for the config's rope type; longrope: the short
+ * factors' when !long_ctx, else the long factors'. */
+void llama_inv_freq(const struct llama_config *c, bool long_ctx, float *inv_freq);
 /* llama_plan.c */
 int llama_shard_check(const struct model_config *c, const struct model_shard *s);
 int llama_shard_init(struct model *m);

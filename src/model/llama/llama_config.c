@@ -1,24 +1,29 @@
 /* config.json of the Llama family, as transformers' LlamaConfig,
- * MistralConfig and Qwen2Config write it. The fields read and their
- * defaults when absent (the configs' own):
+ * MistralConfig, Qwen2Config, Qwen3Config and Phi3Config write it. The
+ * fields read and their defaults when absent (the configs' own):
  *
  *   hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
  *   vocab_size                          required integers
  *   num_key_value_heads                 num_attention_heads (1..heads, dividing them)
- *   head_dim                            hidden_size / num_attention_heads
+ *   head_dim                            hidden_size / num_attention_heads (Qwen3: 128)
  *   max_position_embeddings             required (Mistral: 131072)
  *   hidden_act                          "silu"
  *   rms_norm_eps                        1e-6
  *   rope_theta                          10000
  *   rope_scaling                        null, or {rope_type (or type): default, linear,
- *                                       dynamic, llama3; factor; low_freq_factor,
- *                                       high_freq_factor, original_max_position_embeddings}
+ *                                       dynamic, llama3, longrope (Phi-3; "su" and "yarn"
+ *                                       there are its older names); factor; low_freq_factor,
+ *                                       high_freq_factor, original_max_position_embeddings;
+ *                                       longrope: short_factor, long_factor (rot_dim / 2
+ *                                       each), attention_factor}
  *   rope_parameters                     transformers 5's spelling of both, preferred
- *   partial_rotary_factor               1.0
- *   attention_bias, mlp_bias            false (Qwen2: q/k/v biases always, none on o_proj)
+ *   partial_rotary_factor               1.0 (at top level or in rope_parameters)
+ *   original_max_position_embeddings    Phi-3: 4096, where rope_scaling does not say it
+ *   attention_bias, mlp_bias            false (Qwen2: q/k/v biases always, none on o_proj;
+ *                                       Phi-3: none; Qwen3: no mlp_bias)
  *   tie_word_embeddings                 false
- *   sliding_window                      Mistral: null or a window; Qwen2: only with
- *                                       use_sliding_window true
+ *   sliding_window                      Mistral, Phi-3: null or a window; Qwen2, Qwen3:
+ *                                       only with use_sliding_window true
  *   bos_token_id, eos_token_id (one or a list), pad_token_id
  *   torch_dtype (or "dtype")            float32
  *   rope_freq_factors                   absent; a list of rot_dim / 2 positive numbers,
@@ -31,6 +36,16 @@
  * a longer context is refused rather than computed differently), and for
  * rope "dynamic" to original_max_position_embeddings (below it dynamic
  * NTK scaling is the default rope).
+ *
+ * LongRoPE as transformers computes it: inv_freq[i] = 1 / (f[i] *
+ * theta^(2i / rot_dim)) with f the short factors while a sequence's length
+ * is at most original_max_position_embeddings and the long ones past it
+ * (transformers picks them per forward call by its largest position; here
+ * per sequence and step, the same for one sequence, and a sequence's result
+ * does not depend on the others in its batch); cos and sin are scaled by
+ * attention_factor, else sqrt(1 + ln(factor) / ln(original)) with factor
+ * (else max_position_embeddings / original) above 1. Keys cached before
+ * the switch keep their short rotation, as transformers' cache keeps them.
  */
 #include <math.h>
 #include <stdio.h>
@@ -72,6 +87,60 @@ static int cfg_act(json_t *root, const char *what, enum kern_act *out)
 
 /* rope_theta and the scaling: from rope_parameters (transformers 5), else
  * rope_theta + rope_scaling. */
+/* LongRoPE's factor list `key` of scaling: rot_dim / 2 positive numbers. */
+static int cfg_factors(json_t *scaling, const char *what, const char *key, int n, float *out)
+{
+    json_t *a = json_object_get(scaling, key);
+    if (!json_is_array(a) || (int)json_array_size(a) != n)
+        return err_set(ERR_FORMAT,
+                       "%s: rope %s must be a list of %d numbers (rotary dims / 2), got %s%zu",
+                       what, key, n, json_is_array(a) ? "" : "no list, size ",
+                       json_is_array(a) ? json_array_size(a) : 0);
+    for (int i = 0; i < n; i++) {
+        json_t *v = json_array_get(a, (size_t)i);
+        double d = json_number_value(v);
+        if (!json_is_number(v) || !(d > 0 && d < 1e12))
+            return err_set(ERR_FORMAT, "%s: rope %s[%d] must be a positive number", what, key, i);
+        out[i] = (float)d; /* torch.tensor(list, dtype=float32) */
+    }
+    return 0;
+}
+
+static int cfg_longrope(json_t *root, json_t *scaling, const char *what, struct llama_config *c)
+{
+    const struct model_info *in = &c->base.info;
+    const int half = c->rot_dim / 2;
+    int rc, dflt_orig;
+    double factor, attn;
+    if (half > LLAMA_LONGROPE_MAX)
+        return err_set(ERR_UNSUPPORTED,
+                       "%s: longrope over %d rotary dims is not supported (at most "
+                       "%d)",
+                       what, c->rot_dim, 2 * LLAMA_LONGROPE_MAX);
+    if ((rc = hf_get_int(root, what, "original_max_position_embeddings", false,
+                         c->variant == LLAMA_VARIANT_PHI3 ? 4096 : in->max_pos, 1, HF_DIM_MAX,
+                         &dflt_orig)) < 0 ||
+        (rc = hf_get_int(scaling, what, "original_max_position_embeddings", false, dflt_orig, 1,
+                         HF_DIM_MAX, &c->rope_orig_max_pos)) < 0 ||
+        (rc = hf_get_num(scaling, what, "factor", false, (double)in->max_pos / c->rope_orig_max_pos,
+                         1e-6, 1e6, &factor)) < 0)
+        return rc;
+    if (c->rope_orig_max_pos < 2 && factor > 1 && !json_object_get(scaling, "attention_factor"))
+        return err_set(ERR_FORMAT,
+                       "%s: rope original_max_position_embeddings %d must be at "
+                       "least 2",
+                       what, c->rope_orig_max_pos);
+    double dflt_attn = factor <= 1 ? 1 : sqrt(1 + log(factor) / log((double)c->rope_orig_max_pos));
+    if ((rc = hf_get_num(scaling, what, "attention_factor", false, dflt_attn, 1e-6, 1e6, &attn)) <
+            0 ||
+        (rc = cfg_factors(scaling, what, "short_factor", half, c->short_factor)) < 0 ||
+        (rc = cfg_factors(scaling, what, "long_factor", half, c->long_factor)) < 0)
+        return rc;
+    c->rope_factor = factor;
+    c->rope_attn_factor = attn;
+    return 0;
+}
+
 static int cfg_rope(json_t *root, const char *what, struct llama_config *c)
 {
     json_t *rp = json_object_get(root, "rope_parameters");
@@ -90,6 +159,7 @@ static int cfg_rope(json_t *root, const char *what, struct llama_config *c)
         return rc;
     c->rope = ROPE_DEFAULT;
     c->rope_factor = 1.0;
+    c->rope_attn_factor = 1.0;
     if (!scaling || json_is_null(scaling))
         return 0;
     if (!json_is_object(scaling))
@@ -107,11 +177,17 @@ static int cfg_rope(json_t *root, const char *what, struct llama_config *c)
         c->rope = ROPE_DYNAMIC;
     else if (strcmp(type, "llama3") == 0)
         c->rope = ROPE_LLAMA3;
+    else if (strcmp(type, "longrope") == 0 ||
+             (c->variant == LLAMA_VARIANT_PHI3 &&
+              (strcmp(type, "su") == 0 || strcmp(type, "yarn") == 0)))
+        c->rope = ROPE_LONGROPE;
     else
         return err_set(ERR_UNSUPPORTED,
-                       "%s: rope type \"%s\" is not supported (expected default, linear, dynamic "
-                       "or llama3)",
+                       "%s: rope type \"%s\" is not supported (expected default, linear, dynamic, "
+                       "llama3 or longrope)",
                        what, type);
+    if (c->rope == ROPE_LONGROPE)
+        return cfg_longrope(root, scaling, what, c);
     const struct model_info *in = &c->base.info;
     if ((rc = hf_get_num(scaling, what, "factor", true, 1, 1e-6, 1e6, &c->rope_factor)) < 0)
         return rc;
@@ -164,9 +240,9 @@ static int cfg_freq_factors(json_t *root, const char *what, struct llama_config 
 static int cfg_window(json_t *root, const char *what, struct llama_config *c)
 {
     int rc;
-    bool use = c->variant == LLAMA_VARIANT_MISTRAL;
-    if (c->variant == LLAMA_VARIANT_QWEN2 &&
-        (rc = hf_get_bool(root, what, "use_sliding_window", false, &use)) < 0)
+    const bool qwen = c->variant == LLAMA_VARIANT_QWEN2 || c->variant == LLAMA_VARIANT_QWEN3;
+    bool use = c->variant == LLAMA_VARIANT_MISTRAL || c->variant == LLAMA_VARIANT_PHI3;
+    if (qwen && (rc = hf_get_bool(root, what, "use_sliding_window", false, &use)) < 0)
         return rc;
     c->sliding_window = 0;
     if (!use)
@@ -179,16 +255,28 @@ static enum llama_variant variant_of(json_t *root)
     const char *mt = json_string_value(json_object_get(root, "model_type"));
     return strcmp(mt, "mistral") == 0 ? LLAMA_VARIANT_MISTRAL
            : strcmp(mt, "qwen2") == 0 ? LLAMA_VARIANT_QWEN2
+           : strcmp(mt, "qwen3") == 0 ? LLAMA_VARIANT_QWEN3
+           : strcmp(mt, "phi3") == 0  ? LLAMA_VARIANT_PHI3
                                       : LLAMA_VARIANT_LLAMA;
 }
 
-static const char *const variant_names[] = {"llama", "mistral", "qwen2"};
+static const char *const variant_names[] = {"llama", "mistral", "qwen2", "qwen3", "phi3"};
 static const char *const variant_archs[] = {"LlamaForCausalLM", "MistralForCausalLM",
-                                            "Qwen2ForCausalLM"};
+                                            "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                                            "Phi3ForCausalLM"};
 
 const char *llama_variant_arch(enum llama_variant v)
 {
     return variant_archs[v];
+}
+
+/* transformers 5 writes partial_rotary_factor into rope_parameters. */
+static int cfg_partial_in_rope(json_t *root, const char *what, double *partial)
+{
+    json_t *rp = json_object_get(root, "rope_parameters");
+    if (!json_is_object(rp))
+        return 0;
+    return hf_get_num(rp, what, "partial_rotary_factor", false, *partial, 1e-6, 1, partial);
 }
 
 int llama_config_parse(json_t *root, const char *what, struct model_config **out)
@@ -212,6 +300,7 @@ int llama_config_parse(json_t *root, const char *what, struct model_config **out
                          &in->max_pos)) < 0 ||
         (rc = hf_get_num(root, what, "rms_norm_eps", false, 1e-6, 1e-30, 1, &eps)) < 0 ||
         (rc = hf_get_num(root, what, "partial_rotary_factor", false, 1, 1e-6, 1, &partial)) < 0 ||
+        (rc = cfg_partial_in_rope(root, what, &partial)) < 0 ||
         (rc = hf_get_bool(root, what, "attention_bias", false, &attn_bias)) < 0 ||
         (rc = hf_get_bool(root, what, "mlp_bias", false, &c->mlp_bias)) < 0 ||
         (rc = hf_get_bool(root, what, "tie_word_embeddings", false, &c->tie_embeddings)) < 0 ||
@@ -226,13 +315,14 @@ int llama_config_parse(json_t *root, const char *what, struct model_config **out
                        "%s: num_key_value_heads %d does not divide num_attention_heads %d", what,
                        in->n_kv_heads, in->n_heads);
     /* an explicit head_dim (Mistral Nemo: 128 with hidden 5120 and 32 heads) */
-    if (in->hidden % in->n_heads != 0 && !json_object_get(root, "head_dim"))
+    const bool qwen3 = c->variant == LLAMA_VARIANT_QWEN3, phi3 = c->variant == LLAMA_VARIANT_PHI3;
+    if (in->hidden % in->n_heads != 0 && !json_object_get(root, "head_dim") && !qwen3)
         return err_set(ERR_FORMAT,
                        "%s: hidden_size %d is not a multiple of num_attention_heads %d (and no "
                        "head_dim is given)",
                        what, in->hidden, in->n_heads);
-    if ((rc = hf_get_int(root, what, "head_dim", false, in->hidden / in->n_heads, 2, 4096,
-                         &in->head_dim)) < 0)
+    if ((rc = hf_get_int(root, what, "head_dim", false, qwen3 ? 128 : in->hidden / in->n_heads, 2,
+                         4096, &in->head_dim)) < 0)
         return rc;
     if ((long)in->head_dim * in->n_heads > HF_DIM_MAX)
         return err_set(ERR_FORMAT, "%s: %d heads of head_dim %d exceed %d", what, in->n_heads,
@@ -244,8 +334,11 @@ int llama_config_parse(json_t *root, const char *what, struct model_config **out
                        "(expected an even number >= 2)",
                        what, partial, in->head_dim, c->rot_dim);
     c->rms_eps = eps;
-    c->qkv_bias = attn_bias || c->variant == LLAMA_VARIANT_QWEN2;
-    c->o_bias = attn_bias && c->variant != LLAMA_VARIANT_QWEN2;
+    c->qkv_bias = (attn_bias && !phi3) || c->variant == LLAMA_VARIANT_QWEN2;
+    c->o_bias = attn_bias && !phi3 && c->variant != LLAMA_VARIANT_QWEN2;
+    c->mlp_bias = c->mlp_bias && !phi3 && !qwen3; /* neither has the field */
+    c->qk_norm = qwen3;
+    c->fused = phi3;
     if ((rc = cfg_rope(root, what, c)) < 0 || (rc = cfg_freq_factors(root, what, c)) < 0 ||
         (rc = cfg_window(root, what, c)) < 0)
         return rc;
@@ -270,11 +363,12 @@ int llama_config_parse(json_t *root, const char *what, struct model_config **out
 
 static const char *rope_name(enum rope_kind r)
 {
-    return r == ROPE_LINEAR    ? "linear"
-           : r == ROPE_DYNAMIC ? "dynamic"
-           : r == ROPE_LLAMA3  ? "llama3"
-           : r == ROPE_FACTORS ? "frequency factors"
-                               : "default";
+    return r == ROPE_LINEAR     ? "linear"
+           : r == ROPE_DYNAMIC  ? "dynamic"
+           : r == ROPE_LLAMA3   ? "llama3"
+           : r == ROPE_LONGROPE ? "longrope"
+           : r == ROPE_FACTORS  ? "frequency factors"
+                                : "default";
 }
 
 static const char *act_name(enum kern_act a)
@@ -288,17 +382,27 @@ void llama_describe(const struct model_config *mc, char *buf, size_t cap)
 {
     const struct llama_config *c = ARCH_CONFIG(struct llama_config, mc);
     snprintf(buf, cap,
-             "model_type %s, rms_norm_eps %g, %s, rope %s (theta %g, factor %g, %d rotary dims), "
-             "q/k/v bias %s, o bias %s, mlp bias %s, tied head %s, sliding window %d",
+             "model_type %s, rms_norm_eps %g, %s, rope %s (theta %g, factor %g, %d rotary dims%s), "
+             "q/k/v bias %s, o bias %s, mlp bias %s, q/k norm %s, fused qkv and gate_up %s, tied "
+             "head %s, sliding window %d",
              variant_names[c->variant], c->rms_eps, act_name(c->act), rope_name(c->rope),
-             c->rope_theta, c->rope_factor, c->rot_dim, c->qkv_bias ? "yes" : "no",
-             c->o_bias ? "yes" : "no", c->mlp_bias ? "yes" : "no",
-             c->tie_embeddings ? "yes" : "no", c->sliding_window);
+             c->rope_theta, c->rope_factor, c->rot_dim,
+             c->rope == ROPE_LONGROPE ? ", long past original_max_position_embeddings" : "",
+             c->qkv_bias ? "yes" : "no", c->o_bias ? "yes" : "no", c->mlp_bias ? "yes" : "no",
+             c->qk_norm ? "yes" : "no", c->fused ? "yes" : "no", c->tie_embeddings ? "yes" : "no",
+             c->sliding_window);
 }
 
-void llama_inv_freq(const struct llama_config *c, float *inv)
+void llama_inv_freq(const struct llama_config *c, bool long_ctx, float *inv)
 {
     const int dim = c->rot_dim, half = dim / 2;
+    if (c->rope == ROPE_LONGROPE) {
+        /* 1 / (ext_factors * base ** (arange(0, dim, 2) / dim)), in float32 */
+        const float *f = long_ctx ? c->long_factor : c->short_factor;
+        for (int i = 0; i < half; i++)
+            inv[i] = 1.0f / (f[i] * powf((float)c->rope_theta, (float)(2 * i) / (float)dim));
+        return;
+    }
     /* transformers: 1 / base ** (arange(0, dim, 2) / dim), in float32 */
     for (int i = 0; i < half; i++)
         inv[i] = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)dim);
@@ -360,6 +464,18 @@ int llama_config_save(const struct model_config *mc, const char *dir)
             json_object_set_new(s, "low_freq_factor", json_real(c->low_freq_factor));
             json_object_set_new(s, "high_freq_factor", json_real(c->high_freq_factor));
         }
+        if (c->rope == ROPE_LONGROPE) {
+            json_t *sf = json_array(), *lf = json_array();
+            for (int i = 0; i < c->rot_dim / 2; i++) {
+                json_array_append_new(sf, json_real(c->short_factor[i]));
+                json_array_append_new(lf, json_real(c->long_factor[i]));
+            }
+            json_object_set_new(s, "short_factor", sf);
+            json_object_set_new(s, "long_factor", lf);
+            json_object_set_new(s, "attention_factor", json_real(c->rope_attn_factor));
+            json_object_set_new(root, "original_max_position_embeddings",
+                                json_integer(c->rope_orig_max_pos));
+        }
         json_object_set_new(root, "rope_scaling", s);
     } else {
         json_object_set_new(root, "rope_scaling", json_null());
@@ -367,13 +483,15 @@ int llama_config_save(const struct model_config *mc, const char *dir)
     if (c->rot_dim != in->head_dim)
         json_object_set_new(root, "partial_rotary_factor",
                             json_real((double)c->rot_dim / in->head_dim));
-    if (c->variant == LLAMA_VARIANT_QWEN2)
+    if (c->variant == LLAMA_VARIANT_QWEN2 || c->variant == LLAMA_VARIANT_QWEN3)
         json_object_set_new(root, "use_sliding_window", json_boolean(c->sliding_window > 0));
     if (c->variant != LLAMA_VARIANT_LLAMA)
         json_object_set_new(root, "sliding_window",
                             c->sliding_window ? json_integer(c->sliding_window) : json_null());
     if (in->bos_id >= 0)
         json_object_set_new(root, "bos_token_id", json_integer(in->bos_id));
+    if (in->pad_id >= 0)
+        json_object_set_new(root, "pad_token_id", json_integer(in->pad_id));
     if (in->n_eos == 1)
         json_object_set_new(root, "eos_token_id", json_integer(in->eos_ids[0]));
     int rc = 0;

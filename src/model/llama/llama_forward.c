@@ -1,10 +1,16 @@
 /* The Llama-family forward pass: RMSNorms before the shared attention
- * (with rotary) and gated MLP blocks, on the execution context's stream;
- * buffers are the context's. */
+ * (with rotary, and Qwen3's per-head q/k norms) and gated MLP blocks, on
+ * the execution context's stream; buffers are the context's. */
 #include <stdlib.h>
 
 #include "backend/kernels.h"
 #include "model/llama/llama.h"
+
+/* Tables of inverse frequencies in ex->aux: LongRoPE's short and long. */
+static int llama_rope_tables(const struct llama_config *c)
+{
+    return c->rope == ROPE_LONGROPE ? 2 : 1;
+}
 
 static struct mlp_opts mlp_opts(const struct model *m)
 {
@@ -16,7 +22,7 @@ void llama_exec_dims(const struct model *m, struct exec_dims *d)
     const struct mlp_opts mlp = mlp_opts(m);
     *d = (struct exec_dims){
         .ffn_width = model_block_mlp_width(m, &mlp),
-        .aux_floats = (size_t)llama_cfg(m)->rot_dim / 2,
+        .aux_floats = (size_t)llama_rope_tables(llama_cfg(m)) * llama_cfg(m)->rot_dim / 2,
         .positions = true,
     };
 }
@@ -36,12 +42,14 @@ uint64_t llama_required_ops(const struct model_config *mc)
 
 int llama_exec_prepare(const struct model *m, struct model_exec *ex)
 {
-    const int half = llama_cfg(m)->rot_dim / 2;
-    float *inv = malloc((size_t)half * sizeof(float));
+    const struct llama_config *c = llama_cfg(m);
+    const int half = c->rot_dim / 2, tables = llama_rope_tables(c);
+    float *inv = malloc((size_t)tables * half * sizeof(float));
     if (!inv)
         return err_set(ERR_NOMEM, "out of memory");
-    llama_inv_freq(llama_cfg(m), inv);
-    int rc = kern_to_device(ex->stream, ex->aux, inv, (size_t)half * sizeof(float));
+    for (int t = 0; t < tables; t++)
+        llama_inv_freq(c, t == 1, inv + (size_t)t * half);
+    int rc = kern_to_device(ex->stream, ex->aux, inv, (size_t)tables * half * sizeof(float));
     free(inv);
     return rc;
 }
@@ -61,12 +69,19 @@ int llama_layer(const struct model *m, int layer, struct model_exec *ex, int t_n
 {
     const struct llama_config *c = llama_cfg(m);
     const struct llama_layer *L = llama_layer_w(m, layer);
-    const struct attn_opts attn = {.rot_dim = c->rot_dim};
+    const struct attn_opts attn = {
+        .rot_dim = c->rot_dim,
+        .rope_scale = (float)c->rope_attn_factor,
+        .rope_long_after = c->rope == ROPE_LONGROPE ? c->rope_orig_max_pos : 0,
+        .q_norm = L->q_norm,
+        .k_norm = L->k_norm,
+        .qk_eps = (float)c->rms_eps,
+    };
     const struct mlp_opts mlp = mlp_opts(m);
     const int H = m->info->hidden, n = ex->shape.batch * t_new;
     const float eps = (float)c->rms_eps;
 
-    /* x += attention(RMSNorm(x)), rotary on q and k */
+    /* x += attention(RMSNorm(x)), (Qwen3: q and k heads normed,) rotary on q and k */
     TRY(kern_rmsnorm(ex->stream, ex->h, ex->x, n, H, L->ln1, eps));
     TRY(model_block_attn(m, ex, layer, t_new, &L->attn, &attn));
     /* x += down(act(gate(h)) * up(h)), h = RMSNorm(x) */

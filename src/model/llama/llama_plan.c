@@ -6,6 +6,12 @@
  * same without "model."); "lm_head.weight" when present, else the head is
  * tied to embed_tokens (with tie_word_embeddings true). Linear weights are
  * (out_features, in_features).
+ *
+ * Phi-3 fuses them: self_attn.qkv_proj is q_proj, k_proj and v_proj stacked
+ * by rows (heads * head_dim, then kv_heads * head_dim twice), mlp.gate_up_proj
+ * gate_proj then up_proj (intermediate_size each); every rank's slices are
+ * the same rows of the fused tensor as of the separate ones, offset by the
+ * parts before them, so the shards and the forward are the unfused ones.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,10 +58,24 @@ static int plan_attention(struct model_planner *p, const char *prefix, const str
     const int Q = in->n_heads * hd, K = in->n_kv_heads * hd;
     const int qr = m->heads_local * hd, q0 = m->shard.tp_rank * qr;
     const int kr = m->kv_heads_local * hd, k0 = m->kv_head_begin * hd;
-    TRY(plan_matrix(p, blob, NAME("self_attn.q_proj.weight"), Q, H, q0, qr, 0, H, &L->attn.q));
-    TRY(plan_matrix(p, blob, NAME("self_attn.k_proj.weight"), K, H, k0, kr, 0, H, &L->attn.k));
-    TRY(plan_matrix(p, blob, NAME("self_attn.v_proj.weight"), K, H, k0, kr, 0, H, &L->attn.v));
+    if (c->fused) {
+        const int R = Q + 2 * K; /* qkv_proj rows: q, then k, then v */
+        TRY(plan_matrix(p, blob, NAME("self_attn.qkv_proj.weight"), R, H, q0, qr, 0, H,
+                        &L->attn.q));
+        TRY(plan_matrix(p, blob, NAME("self_attn.qkv_proj.weight"), R, H, Q + k0, kr, 0, H,
+                        &L->attn.k));
+        TRY(plan_matrix(p, blob, NAME("self_attn.qkv_proj.weight"), R, H, Q + K + k0, kr, 0, H,
+                        &L->attn.v));
+    } else {
+        TRY(plan_matrix(p, blob, NAME("self_attn.q_proj.weight"), Q, H, q0, qr, 0, H, &L->attn.q));
+        TRY(plan_matrix(p, blob, NAME("self_attn.k_proj.weight"), K, H, k0, kr, 0, H, &L->attn.k));
+        TRY(plan_matrix(p, blob, NAME("self_attn.v_proj.weight"), K, H, k0, kr, 0, H, &L->attn.v));
+    }
     TRY(plan_matrix(p, blob, NAME("self_attn.o_proj.weight"), H, Q, 0, H, q0, qr, &L->attn.o));
+    if (c->qk_norm) { /* per head, the same on every rank */
+        TRY(plan_vector(p, blob, NAME("self_attn.q_norm.weight"), hd, 0, hd, &L->q_norm));
+        TRY(plan_vector(p, blob, NAME("self_attn.k_norm.weight"), hd, 0, hd, &L->k_norm));
+    }
     if (c->qkv_bias) {
         TRY(plan_vector(p, blob, NAME("self_attn.q_proj.bias"), Q, q0, qr, &L->attn.q_b));
         TRY(plan_vector(p, blob, NAME("self_attn.k_proj.bias"), K, k0, kr, &L->attn.k_b));
@@ -74,8 +94,15 @@ static int plan_layer(struct model_planner *p, const char *prefix, const struct 
     const int l = m->shard.layer_begin + li, blob = 1 + li, H = in->hidden, F = in->ffn;
     const int fr = m->ffn_local, f0 = m->shard.tp_rank * fr;
     TRY(plan_attention(p, prefix, m, L, l, blob));
-    TRY(plan_matrix(p, blob, NAME("mlp.gate_proj.weight"), F, H, f0, fr, 0, H, &L->mlp.gate));
-    TRY(plan_matrix(p, blob, NAME("mlp.up_proj.weight"), F, H, f0, fr, 0, H, &L->mlp.up));
+    if (c->fused) { /* gate_up_proj rows: gate, then up */
+        TRY(plan_matrix(p, blob, NAME("mlp.gate_up_proj.weight"), 2 * F, H, f0, fr, 0, H,
+                        &L->mlp.gate));
+        TRY(plan_matrix(p, blob, NAME("mlp.gate_up_proj.weight"), 2 * F, H, F + f0, fr, 0, H,
+                        &L->mlp.up));
+    } else {
+        TRY(plan_matrix(p, blob, NAME("mlp.gate_proj.weight"), F, H, f0, fr, 0, H, &L->mlp.gate));
+        TRY(plan_matrix(p, blob, NAME("mlp.up_proj.weight"), F, H, f0, fr, 0, H, &L->mlp.up));
+    }
     TRY(plan_matrix(p, blob, NAME("mlp.down_proj.weight"), H, F, 0, H, f0, fr, &L->mlp.down));
     if (c->mlp_bias) {
         TRY(plan_vector(p, blob, NAME("mlp.gate_proj.bias"), F, f0, fr, &L->mlp.gate_b));

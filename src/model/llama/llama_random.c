@@ -30,6 +30,12 @@ static const struct preset {
      1e-6, ROPE_DEFAULT, 1.0, 0, false, true, 151643, {151645, 151643}, 2},
     {"mistral-7b", LLAMA_VARIANT_MISTRAL, 4096, 14336, 32, 32, 8, 128, 32768, 32768, 1000000.0,
      1e-5, ROPE_DEFAULT, 1.0, 0, false, false, 1, {2}, 1},
+    {"qwen3-0.6b", LLAMA_VARIANT_QWEN3, 1024, 3072, 28, 16, 8, 128, 151936, 40960, 1000000.0,
+     1e-6, ROPE_DEFAULT, 1.0, 0, true, false, 151643, {151645, 151643}, 2},
+    {"qwen3-8b", LLAMA_VARIANT_QWEN3, 4096, 12288, 36, 32, 8, 128, 151936, 40960, 1000000.0,
+     1e-6, ROPE_DEFAULT, 1.0, 0, false, false, 151643, {151645, 151643}, 2},
+    {"phi-3-mini", LLAMA_VARIANT_PHI3, 3072, 8192, 32, 32, 32, 96, 32064, 4096, 10000.0, 1e-5,
+     ROPE_DEFAULT, 1.0, 0, false, false, 1, {32000, 32001, 32007}, 3},
     {"tinyllama-1.1b", LLAMA_VARIANT_LLAMA, 2048, 5632, 22, 32, 4, 64, 32000, 2048, 10000.0,
      1e-5, ROPE_DEFAULT, 1.0, 0, false, false, 1, {2}, 1},
     /* test shapes: a real family's vocabulary and special ids (so its real
@@ -44,6 +50,11 @@ static const struct preset {
      ROPE_DEFAULT, 1.0, 0, false, false, 1, {2}, 1},
 };
 #define N_PRESETS (sizeof(presets) / sizeof(presets[0]))
+
+/* Phi-3-mini-4k-instruct's sliding window (longer contexts are refused
+ * until attention within a window is done) and pad id. */
+#define PHI3_MINI_WINDOW 2047
+#define PHI3_MINI_PAD 32000
 
 int llama_preset(const char *name, struct model_config **out)
 {
@@ -76,6 +87,15 @@ int llama_preset(const char *name, struct model_config **out)
         c->qkv_bias = p->qkv_bias;
         c->tie_embeddings = p->tied;
         c->rot_dim = p->head_dim;
+        c->qk_norm = p->variant == LLAMA_VARIANT_QWEN3;
+        c->fused = p->variant == LLAMA_VARIANT_PHI3;
+        c->rope_attn_factor = 1.0;
+        if (p->variant == LLAMA_VARIANT_PHI3) {
+            c->sliding_window = PHI3_MINI_WINDOW;
+            in->max_pos = PHI3_MINI_WINDOW;
+            in->max_pos_from = "sliding_window (attention within a window is not implemented)";
+            in->pad_id = PHI3_MINI_PAD;
+        }
         c->rope_theta = p->theta;
         c->rope = p->rope;
         c->rope_factor = p->factor;
@@ -102,7 +122,9 @@ int llama_tensors(const struct model_config *mc, struct tensor_spec **out, int *
     s[n - 1].zero_row = in->pad_id;
     for (int l = 0; l < in->n_layers; l++) {
         static const char *proj[] = {"q_proj", "k_proj", "v_proj"};
-        for (int p = 0; p < 3; p++) {
+        if (c->fused)
+            ADD(2, Q + 2 * K, H, TENSOR_NORMAL, "model.layers.%d.self_attn.qkv_proj.weight", l);
+        for (int p = 0; p < 3 && !c->fused; p++) {
             ADD(2, p ? K : Q, H, TENSOR_NORMAL, "model.layers.%d.self_attn.%s.weight", l, proj[p]);
             if (c->qkv_bias)
                 ADD(1, p ? K : Q, 0, TENSOR_ZERO, "model.layers.%d.self_attn.%s.bias", l, proj[p]);
@@ -110,8 +132,14 @@ int llama_tensors(const struct model_config *mc, struct tensor_spec **out, int *
         ADD(2, H, Q, TENSOR_NORMAL, "model.layers.%d.self_attn.o_proj.weight", l);
         if (c->o_bias)
             ADD(1, H, 0, TENSOR_ZERO, "model.layers.%d.self_attn.o_proj.bias", l);
+        if (c->qk_norm) {
+            ADD(1, in->head_dim, 0, TENSOR_ONE, "model.layers.%d.self_attn.q_norm.weight", l);
+            ADD(1, in->head_dim, 0, TENSOR_ONE, "model.layers.%d.self_attn.k_norm.weight", l);
+        }
         static const char *mlp[] = {"gate_proj", "up_proj", "down_proj"};
-        for (int p = 0; p < 3; p++) {
+        if (c->fused)
+            ADD(2, 2 * F, H, TENSOR_NORMAL, "model.layers.%d.mlp.gate_up_proj.weight", l);
+        for (int p = c->fused ? 2 : 0; p < 3; p++) {
             ADD(2, p < 2 ? F : H, p < 2 ? H : F, TENSOR_NORMAL, "model.layers.%d.mlp.%s.weight", l,
                 mlp[p]);
             if (c->mlp_bias)
