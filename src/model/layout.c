@@ -33,6 +33,7 @@ struct model_part {
     struct weight_view *view;  /* where a matrix binds */
     struct weight_view *also;  /* and a second place (a tied head), or NULL */
     const float **vec;         /* where a vector binds */
+    float add;                 /* added to every element of a vector as it is widened */
 };
 
 struct model_planner {
@@ -150,6 +151,13 @@ static struct model_part *plan_add(struct model_planner *p, int blob, const char
     return q;
 }
 
+/* v[i] += a in f32 (Gemma's 1 + w, as torch adds it to the widened weight) */
+static void vec_add_const(float *v, size_t n, float a)
+{
+    for (size_t i = 0; a != 0 && i < n; i++)
+        v[i] += a;
+}
+
 static int plan_slice(struct model_planner *p, int blob, const char *name, int rows, int cols,
                       int r0, int nr, int c0, int nc, struct weight_view *view, enum part_use use)
 {
@@ -191,6 +199,14 @@ void plan_also(struct model_planner *p, struct weight_view *also)
 {
     assert(p->n > 0 && p->parts[p->n - 1].matrix);
     p->parts[p->n - 1].also = also;
+}
+
+int plan_vector_plus(struct model_planner *p, int blob, const char *name, int n, int i0, int count,
+                     float add, const float **vec)
+{
+    TRY(plan_vector(p, blob, name, n, i0, count, vec));
+    p->parts[p->n - 1].add = add;
+    return 0;
 }
 
 int plan_vector(struct model_planner *p, int blob, const char *name, int n, int i0, int count,
@@ -401,6 +417,7 @@ int model_shard_fill(const struct model *m, const struct model_layout *layout,
         if (!q->matrix) {
             dtype_to_f32(t->dtype, (const char *)t->data + (size_t)q->r0 * es, (float *)out,
                          (size_t)q->nr);
+            vec_add_const((float *)out, (size_t)q->nr, q->add);
         } else if (q->nc == q->cols) { /* whole rows: one contiguous range */
             copy_elems(out, q->dtype, (const char *)t->data + (size_t)q->r0 * q->cols * es,
                        t->dtype, (size_t)q->nr * q->cols);
@@ -487,6 +504,7 @@ int model_open_shard(const struct model_config *cfg, struct st_checkpoint *ck,
         } else {
             dtype_to_f32(t->dtype, (const char *)t->data + (size_t)q->r0 * es, next,
                          (size_t)q->nr);
+            vec_add_const(next, (size_t)q->nr, q->add);
             *q->vec = next;
             next += q->nr;
         }

@@ -291,5 +291,8 @@ const struct kernel_ops cuda_kernel_ops = {
     .copy = k_copy,
     .to_host = k_to_host,
     .to_device = k_to_device,
+    /* attention within a sliding window and soft-capped scores run on the
+     * CPU only so far: a model that needs them is refused here */
+    .lacks = KERN_OP_BIT(KERN_OP_ATTENTION_WINDOW) | KERN_OP_BIT(KERN_OP_ATTENTION_SOFTCAP),
     .attention_max_head_dim = CUDA_ATTN_MAX_HEAD_DIM,
 };

@@ -20,6 +20,7 @@
 #define SHARDSWAP_MODEL_LLAMA_LLAMA_H
 
 #include "model/block.h"
+#include "model/window.h"
 
 enum rope_kind {
     ROPE_DEFAULT,
@@ -44,7 +45,8 @@ struct llama_config {
     double rope_factor;      /* linear, dynamic, llama3 */
     double low_freq_factor, high_freq_factor; /* llama3 */
     int rope_orig_max_pos;   /* llama3, dynamic: original_max_position_embeddings */
-    int sliding_window;      /* 0: none (or not used); else max_pos is capped to it */
+    int sliding_window;      /* 0: none (or not used) */
+    struct layer_windows windows; /* the layers that attend within it */
     int max_pos_config;      /* max_position_embeddings as config.json says it */
 };
 

@@ -31,6 +31,8 @@ uint64_t llama_required_ops(const struct model_config *mc)
                    KERN_OP_BIT(kern_gated_op(c->act));
     if (c->qkv_bias || c->o_bias || c->mlp_bias)
         ops |= KERN_OP_BIT(KERN_OP_LINEAR_BIAS);
+    if (c->sliding_window > 0)
+        ops |= KERN_OP_BIT(KERN_OP_ATTENTION_WINDOW);
     return ops;
 }
 
@@ -61,7 +63,10 @@ int llama_layer(const struct model *m, int layer, struct model_exec *ex, int t_n
 {
     const struct llama_config *c = llama_cfg(m);
     const struct llama_layer *L = llama_layer_w(m, layer);
-    const struct attn_opts attn = {.rot_dim = c->rot_dim};
+    const int l = m->shard.layer_begin + layer;
+    const struct attn_opts attn = {
+        .rot_dim = c->rot_dim,
+        .window = c->sliding_window > 0 && layer_windowed(&c->windows, l) ? c->sliding_window : 0};
     const struct mlp_opts mlp = mlp_opts(m);
     const int H = m->info->hidden, n = ex->shape.batch * t_new;
     const float eps = (float)c->rms_eps;
