@@ -56,7 +56,10 @@
     X(KV_APPEND, kv_append)                                                                        \
     X(ATTENTION, attention)                                                                        \
     X(GATHER_ROWS, gather_rows)                                                                    \
-    X(COPY, copy)
+    X(COPY, copy)                                                                                  \
+    X(SOFTCAP, softcap)                                                                            \
+    X(ATTENTION_WINDOW, attention)                                                                 \
+    X(ATTENTION_SOFTCAP, attention)
 
 static bool slot_filled(const struct kernel_ops *k, enum kern_op op)
 {
@@ -156,13 +159,15 @@ static void check_table(const char *name, const struct kernel_ops *k)
 TEST(tables)
 {
     check_table("cpu", &cpu_kernel_ops);
-    /* both backends run every op today */
+    /* the CPU runs every op; CUDA all but attention within a window, soft-capped
+     * attention scores and the soft-capping kernel, which it reports */
     CHECK(kern_table_ops(&cpu_kernel_ops) == ALL_OPS);
     CHECK(cpu_kernel_ops.attention_max_head_dim == 0);
     const struct kernel_ops *cuda = cuda_kernel_table();
     if (cuda) {
         check_table("cuda", cuda);
-        CHECK(kern_table_ops(cuda) == ALL_OPS);
+        CHECK(kern_table_ops(cuda) ==
+              (ALL_OPS & ~(BIT(ATTENTION_WINDOW) | BIT(ATTENTION_SOFTCAP) | BIT(SOFTCAP))));
         CHECK(cuda->attention_max_head_dim > 0); /* its attention holds a row in registers */
     } else {
         printf("built without CUDA: its table not checked\n");
@@ -282,6 +287,11 @@ static const struct {
     {"llama_gqa_f32", LLAMA},
     {"mistral_headdim_f32", LLAMA},
     {"qwen2_bias_f32", LLAMA | BIT(LINEAR_BIAS)},
+    {"mistral_window_f32", LLAMA | BIT(ATTENTION_WINDOW)},
+    {"qwen2_window_f32", LLAMA | BIT(LINEAR_BIAS) | BIT(ATTENTION_WINDOW)},
+    {"gemma2_softcap_f32", (LLAMA & ~BIT(SWIGLU)) | BIT(GEGLU_TANH) | BIT(ATTENTION_WINDOW) |
+                               BIT(ATTENTION_SOFTCAP) | BIT(SOFTCAP)},
+    {"gemma3_qknorm_bf16", (LLAMA & ~BIT(SWIGLU)) | BIT(GEGLU_TANH) | BIT(ATTENTION_WINDOW)},
 #undef HEAD
 #undef OPT
 #undef LLAMA
