@@ -432,19 +432,23 @@ static void attn_task(void *ctx, int task)
                      rows, t_all);
         return;
     }
+    /* under a window, no row sees the keys before the first row's window:
+     * they are neither scored nor read */
+    const int pos0 = j->past + r0;
+    const int k0 = g->window > 0 && pos0 + 1 > g->window ? pos0 + 1 - g->window : 0;
     const size_t seq = (size_t)b * g->kv_heads * g->max_t * hd;
-    const float *kh = j->kc + seq + (size_t)kv * g->max_t * hd;
-    const float *vh = j->vc + seq + (size_t)kv * g->max_t * hd;
-    const uint8_t *key_ok = j->key_ok + (size_t)b * g->max_t;
+    const float *kh = j->kc + seq + ((size_t)kv * g->max_t + k0) * hd;
+    const float *vh = j->vc + seq + ((size_t)kv * g->max_t + k0) * hd;
+    const uint8_t *key_ok = j->key_ok + (size_t)b * g->max_t + k0;
     const size_t row0 = (size_t)b * j->t_new * width;
     if (j->grouped) {
         const size_t h0 = row0 + (size_t)kv * group * hd; /* the group's first query column */
-        attend(g, j->out + h0, (size_t)hd, j->q + h0, (size_t)hd, group, j->past, 0, kh, vh, t_all,
-               key_ok, scores);
+        attend(g, j->out + h0, (size_t)hd, j->q + h0, (size_t)hd, group, pos0 - k0, 0, kh, vh,
+               t_all - k0, key_ok, scores);
         return;
     }
     const size_t at = row0 + (size_t)r0 * width + (size_t)h * hd;
-    attend(g, j->out + at, width, j->q + at, width, rows, j->past + r0, 1, kh, vh, t_all, key_ok,
+    attend(g, j->out + at, width, j->q + at, width, rows, pos0 - k0, 1, kh, vh, t_all - k0, key_ok,
            scores);
 }
 
