@@ -307,14 +307,15 @@ int gemma_config_save(const struct model_config *mc, const char *dir)
     snprintf(path, sizeof(path), "%s/config.json", dir);
     const enum gemma_variant v = c->variant == GEMMA_3_MM ? GEMMA_3 : c->variant;
     json_t *root = json_pack(
-        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:f, s:b, s:b, s:s, s:i, "
+        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:I, s:b, s:b, s:s, s:i, "
         "s:i}",
         "architectures", variant_archs[v], "model_type", variant_types[v], "vocab_size", in->vocab,
         "hidden_size", in->hidden, "intermediate_size", in->ffn, "num_hidden_layers", in->n_layers,
         "num_attention_heads", in->n_heads, "num_key_value_heads", in->n_kv_heads, "head_dim",
         in->head_dim, "max_position_embeddings", c->max_pos_config, "rms_norm_eps", c->rms_eps,
         "hidden_activation", c->act == KERN_ACT_GELU ? "gelu" : "gelu_pytorch_tanh",
-        "query_pre_attn_scalar", c->query_pre_attn_scalar, "attention_bias", c->attn_bias,
+        "query_pre_attn_scalar", (json_int_t)llround(c->query_pre_attn_scalar), /* an int to transformers */
+        "attention_bias", c->attn_bias,
         "tie_word_embeddings", true, "torch_dtype", dtype_torch_name(in->dtype), "pad_token_id",
         in->pad_id, "bos_token_id", in->bos_id);
     if (!root)
