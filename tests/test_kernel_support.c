@@ -159,15 +159,13 @@ static void check_table(const char *name, const struct kernel_ops *k)
 TEST(tables)
 {
     check_table("cpu", &cpu_kernel_ops);
-    /* the CPU runs every op; CUDA all but attention within a window, soft-capped
-     * attention scores and the soft-capping kernel, which it reports */
+    /* both backends run every op today */
     CHECK(kern_table_ops(&cpu_kernel_ops) == ALL_OPS);
     CHECK(cpu_kernel_ops.attention_max_head_dim == 0);
     const struct kernel_ops *cuda = cuda_kernel_table();
     if (cuda) {
         check_table("cuda", cuda);
-        CHECK(kern_table_ops(cuda) ==
-              (ALL_OPS & ~(BIT(ATTENTION_WINDOW) | BIT(ATTENTION_SOFTCAP) | BIT(SOFTCAP))));
+        CHECK(kern_table_ops(cuda) == ALL_OPS);
         CHECK(cuda->attention_max_head_dim > 0); /* its attention holds a row in registers */
     } else {
         printf("built without CUDA: its table not checked\n");
