@@ -522,6 +522,11 @@ TEST(elementwise)
     RUN("scale cuda", kern_scale(gpu_st, dbuf_ptr(ty.g), n, -0.37f));
     twin_download(ty, yc, yg, n * sizeof(float));
     CHECK_MSG(memcmp(yc, yg, n * sizeof(float)) == 0, "scale differs");
+    /* tanhf may differ by an ulp between the two libraries */
+    RUN("softcap cpu", kern_softcap(cpu_st, dbuf_ptr(ty.c), n, 0.9f));
+    RUN("softcap cuda", kern_softcap(gpu_st, dbuf_ptr(ty.g), n, 0.9f));
+    twin_download(ty, yc, yg, n * sizeof(float));
+    CHECK_MSG(test_rel_err(yg, yc, n) <= 1e-6, "softcap differs");
     twin_free(&ty);
     twin_free(&tx);
     free(x);
@@ -633,14 +638,16 @@ static void att_run(struct att_state *a, int past, int t_new)
  * sequence 0 all real tokens, sequence 1 left-padded by `pad` positions
  * (its first queries see nothing; pad > 64 leaves a whole key tile masked),
  * sequence 2 with only position 0 padding (its query 0 sees nothing). */
-static void attention_case(int heads, int kv_heads, int head_dim, int max_t, int t_pre, int steps,
-                           int pad)
+static void attention_case_with(int heads, int kv_heads, int head_dim, int max_t, int t_pre,
+                                int steps, int pad, int window, float softcap)
 {
     struct att_state a = {.g = {.batch = 3,
                                 .heads = heads,
                                 .kv_heads = kv_heads,
                                 .head_dim = head_dim,
-                                .max_t = max_t}};
+                                .max_t = max_t,
+                                .window = window,
+                                .softcap = softcap}};
     const struct kv_geom *g = &a.g;
     a.cache_n = (size_t)g->batch * g->kv_heads * g->max_t * g->head_dim;
     float *init = xmalloc(a.cache_n * sizeof(float));
@@ -668,17 +675,29 @@ static void attention_case(int heads, int kv_heads, int head_dim, int max_t, int
         att_append(&a, past, 1);
         att_run(&a, past, 1);
     }
-    printf("attention heads=%d kv_heads=%d head_dim=%d prefill %d + %d steps: worst rel err "
-           "%.3g\n",
-           heads, kv_heads, head_dim, t_pre, steps, a.worst);
+    printf("attention heads=%d kv_heads=%d head_dim=%d window %d softcap %g prefill %d + %d "
+           "steps: worst rel err %.3g\n",
+           heads, kv_heads, head_dim, window, softcap, t_pre, steps, a.worst);
     twin_free(&a.kc);
     twin_free(&a.vc);
     twin_free(&a.ok);
     free(a.key_ok);
 }
 
+static void attention_case(int heads, int kv_heads, int head_dim, int max_t, int t_pre, int steps,
+                           int pad)
+{
+    attention_case_with(heads, kv_heads, head_dim, max_t, t_pre, steps, pad, 0, 0);
+}
+
 TEST(attention)
 {
+    /* within a window: shorter than a tile, starting inside one and across
+     * one; soft-capped scores; both (Gemma 2's local layers at head_dim 256) */
+    attention_case_with(4, 2, 64, 100, 70, 3, 5, 7, 0);
+    attention_case_with(4, 4, 64, 160, 130, 3, 66, 80, 0);
+    attention_case_with(4, 1, 80, 40, 13, 4, 5, 0, 2.0f);
+    attention_case_with(8, 4, 256, 100, 70, 3, 5, 9, 5.0f);
     attention_case(4, 4, 64, 100, 70, 3, 66); /* crosses a 64-key tile */
     attention_case(3, 3, 80, 40, 13, 4, 5);
     attention_case(2, 2, 128, 160, 130, 2, 3);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "model/gemma/gemma.h"
 #include "model/llama/llama.h"
 #include "model/opt/opt.h"
 #include "test.h"
@@ -95,9 +96,25 @@ TEST(llama)
     c = parse_llama("{\"model_type\": \"qwen2\", " LHEADS ", \"sliding_window\": 16, "
                     "\"use_sliding_window\": false}");
     CHECK(c.variant == LLAMA_VARIANT_QWEN2 && c.qkv_bias && !c.o_bias && in->max_pos == 256);
-    /* Mistral's window caps the context (attention within a window is not done) */
+    /* Mistral's window applies to every layer and leaves the context whole */
     c = parse_llama("{\"model_type\": \"mistral\", " LHEADS ", \"sliding_window\": 32}");
-    CHECK(c.variant == LLAMA_VARIANT_MISTRAL && in->max_pos == 32 && c.sliding_window == 32);
+    CHECK(c.variant == LLAMA_VARIANT_MISTRAL && in->max_pos == 256 && c.sliding_window == 32);
+    CHECK(layer_windowed(&c.windows, 0) && layer_windowed(&c.windows, 1));
+    /* Qwen2's window on the layers from max_window_layers, or as layer_types say */
+    c = parse_llama("{\"model_type\": \"qwen2\", " LHEADS ", \"sliding_window\": 16, "
+                    "\"use_sliding_window\": true, \"max_window_layers\": 1}");
+    CHECK(c.sliding_window == 16 && !layer_windowed(&c.windows, 0) &&
+          layer_windowed(&c.windows, 1) && in->max_pos == 256);
+    c = parse_llama("{\"model_type\": \"qwen2\", " LHEADS ", \"sliding_window\": 16, "
+                    "\"use_sliding_window\": true, \"layer_types\": [\"sliding_attention\", "
+                    "\"full_attention\"]}");
+    CHECK(layer_windowed(&c.windows, 0) && !layer_windowed(&c.windows, 1));
+    expect_error("{\"model_type\": \"qwen2\", " LHEADS ", \"sliding_window\": 16, "
+                 "\"use_sliding_window\": true, \"layer_types\": [\"full_attention\"]}",
+                 ERR_FORMAT, "\"layer_types\" must be an array of 2 strings");
+    expect_error("{\"model_type\": \"qwen2\", " LHEADS ", \"sliding_window\": 16, "
+                 "\"use_sliding_window\": true, \"layer_types\": [\"full_attention\", 3]}",
+                 ERR_FORMAT, "layer_types[1] is not");
     c = parse_llama("{\"model_type\": \"mistral\", " LHEADS ", \"sliding_window\": null}");
     CHECK(in->max_pos == 256 && c.sliding_window == 0);
 
@@ -182,11 +199,13 @@ TEST(qwen3_phi3)
                     "true, \"use_sliding_window\": false, \"sliding_window\": 16}");
     CHECK(in->head_dim == 32 && c.qkv_bias && c.o_bias && in->max_pos == 256);
     /* Phi-3: fused, no biases whatever the file says; partial rotary at top level or in
-     * rope_parameters; its window caps the context as Mistral's does */
+     * rope_parameters; its window is on every layer, as Mistral's, and leaves the context */
     c = parse_llama("{" PHI3 ", \"attention_bias\": true, \"partial_rotary_factor\": 0.75, "
                     "\"sliding_window\": 64}");
     CHECK(c.variant == LLAMA_VARIANT_PHI3 && c.fused && !c.qk_norm && !c.qkv_bias && !c.o_bias);
-    CHECK(c.rot_dim == 6 && in->max_pos == 64 && c.rope == ROPE_DEFAULT);
+    CHECK(c.rot_dim == 6 && in->max_pos == 256 && c.rope == ROPE_DEFAULT);
+    CHECK(c.sliding_window == 64 && layer_windowed(&c.windows, 0) &&
+          layer_windowed(&c.windows, in->n_layers - 1));
     c = parse_llama("{" PHI3 ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": "
                     "10000.0, \"partial_rotary_factor\": 0.5}}");
     CHECK(c.rot_dim == 4 && c.rope_attn_factor == 1);
@@ -233,6 +252,93 @@ TEST(qwen3_phi3)
 }
 
 /* OPTConfig's defaults for every optional field */
+#define GDIMS                                                                                      \
+    "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 4, "                  \
+    "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16, "                   \
+    "\"vocab_size\": 300"
+
+static struct gemma_config parse_gemma(const char *json)
+{
+    struct model_config *mc = NULL;
+    struct gemma_config c = {0};
+    CHECK_MSG(model_config_parse(json, "config.json", &mc) == 0, "%s: %s", json, err_msg());
+    if (mc) {
+        CHECK(strcmp(mc->info.family, "gemma") == 0);
+        c = *ARCH_CONFIG(struct gemma_config, mc);
+    }
+    model_config_free(mc);
+    return c;
+}
+
+/* The Gemma family: each class's defaults, both spellings of Gemma 3's
+ * rotary settings and window pattern, the multimodal config's text part,
+ * and a one-line error for each hostile config. */
+TEST(gemma)
+{
+    struct gemma_config c = parse_gemma("{\"model_type\": \"gemma2\", " GDIMS "}");
+    const struct model_info *in = &c.base.info;
+    CHECK(c.variant == GEMMA_2 && c.attn_softcap == 50 && c.final_softcap == 30);
+    CHECK(c.sliding_window == 4096 && c.query_pre_attn_scalar == 256 && c.rope_theta == 10000);
+    CHECK(layer_windowed(&c.windows, 0) && !layer_windowed(&c.windows, 1) &&
+          layer_windowed(&c.windows, 2) && !layer_windowed(&c.windows, 3));
+    CHECK(in->bos_id == 2 && in->pad_id == 0 && in->n_eos == 1 && in->eos_ids[0] == 1);
+    CHECK(c.act == KERN_ACT_GELU_TANH && in->max_pos == 8192);
+    c = parse_gemma("{\"model_type\": \"gemma2\", " GDIMS ", \"attn_logit_softcapping\": null, "
+                    "\"final_logit_softcapping\": null, \"sliding_window\": null}");
+    CHECK(c.attn_softcap == 0 && c.final_softcap == 0 && c.sliding_window == 0);
+    /* Gemma 3, the Hub's spelling */
+    c = parse_gemma("{\"model_type\": \"gemma3_text\", " GDIMS ", \"sliding_window_pattern\": 3, "
+                    "\"rope_theta\": 1000000.0, \"rope_local_base_freq\": 10000.0, "
+                    "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}}");
+    CHECK(c.variant == GEMMA_3 && c.final_softcap == 0 && c.attn_softcap == 0);
+    CHECK(c.rope_theta == 1e6 && c.rope_local_theta == 1e4 && c.rope_factor == 8);
+    CHECK(layer_windowed(&c.windows, 0) && layer_windowed(&c.windows, 1) &&
+          !layer_windowed(&c.windows, 2) && layer_windowed(&c.windows, 3));
+    /* transformers 5's spelling */
+    c = parse_gemma("{\"model_type\": \"gemma3_text\", " GDIMS ", \"layer_types\": "
+                    "[\"full_attention\", \"sliding_attention\", \"full_attention\", "
+                    "\"sliding_attention\"], \"rope_parameters\": {\"full_attention\": "
+                    "{\"rope_type\": \"default\", \"rope_theta\": 500.0}, \"sliding_attention\": "
+                    "{\"rope_type\": \"default\", \"rope_theta\": 50.0}}}");
+    CHECK(!layer_windowed(&c.windows, 0) && layer_windowed(&c.windows, 1));
+    CHECK(c.rope_theta == 500 && c.rope_local_theta == 50 && c.rope_factor == 1);
+    /* the multimodal config: its text_config, with the class's defaults */
+    c = parse_gemma("{\"model_type\": \"gemma3\", \"eos_token_id\": [1, 106], "
+                    "\"image_token_index\": 262144, \"text_config\": {\"model_type\": "
+                    "\"gemma3_text\", \"hidden_size\": 2560, \"num_hidden_layers\": 34}}");
+    CHECK(c.variant == GEMMA_3_MM && in->hidden == 2560 && in->n_layers == 34);
+    CHECK(in->vocab == 262208 && in->n_eos == 2 && in->eos_ids[1] == 106);
+    CHECK(c.image_token == 262144 && !layer_windowed(&c.windows, 5));
+
+    /* hostile: each its own message */
+    expect_error("{\"model_type\": \"gemma3\"}", ERR_FORMAT, "needs a \"text_config\" object");
+    expect_error("{\"model_type\": \"gemma3\", \"text_config\": {\"model_type\": \"siglip\"}}",
+                 ERR_UNSUPPORTED, "text_config model_type \"siglip\"");
+    expect_error(
+        "{\"model_type\": \"gemma2\", \"num_attention_heads\": 4, \"num_key_value_heads\": 3}",
+        ERR_FORMAT, "num_key_value_heads 3 does not divide num_attention_heads 4");
+    expect_error("{\"model_type\": \"gemma2\", " GDIMS ", \"hidden_activation\": \"swish\"}",
+                 ERR_UNSUPPORTED, "hidden_activation \"swish\"");
+    expect_error("{\"model_type\": \"gemma2\", " GDIMS ", \"attn_logit_softcapping\": -1}",
+                 ERR_FORMAT, "attn_logit_softcapping");
+    expect_error("{\"model_type\": \"gemma2\", " GDIMS ", \"sliding_window\": 0}", ERR_FORMAT,
+                 "sliding_window");
+    expect_error("{\"model_type\": \"gemma3_text\", " GDIMS ", \"rope_scaling\": {\"rope_type\": "
+                 "\"yarn\", \"factor\": 2}}",
+                 ERR_UNSUPPORTED, "rope type \"yarn\"");
+    expect_error("{\"model_type\": \"gemma3_text\", " GDIMS ", \"rope_parameters\": {}}",
+                 ERR_FORMAT, "full_attention and sliding_attention");
+    expect_error("{\"model_type\": \"gemma3_text\", " GDIMS ", \"use_bidirectional_attention\": "
+                 "true}",
+                 ERR_UNSUPPORTED, "use_bidirectional_attention");
+    expect_error("{\"model_type\": \"gemma2\", \"head_dim\": 15}", ERR_FORMAT,
+                 "head_dim 15 must be even");
+    expect_error("{\"model_type\": \"gemma2\", \"num_hidden_layers\": 100000}", ERR_FORMAT,
+                 "num_hidden_layers");
+    expect_error("{\"model_type\": \"gemma2\", " GDIMS ", \"layer_types\": \"sliding\"}",
+                 ERR_FORMAT, "layer_types");
+}
+
 TEST(opt_defaults)
 {
     struct opt_config c = parse_opt("{" BASE "}");

@@ -56,7 +56,10 @@
     X(KV_APPEND, kv_append)                                                                        \
     X(ATTENTION, attention)                                                                        \
     X(GATHER_ROWS, gather_rows)                                                                    \
-    X(COPY, copy)
+    X(COPY, copy)                                                                                  \
+    X(SOFTCAP, softcap)                                                                            \
+    X(ATTENTION_WINDOW, attention)                                                                 \
+    X(ATTENTION_SOFTCAP, attention)
 
 static bool slot_filled(const struct kernel_ops *k, enum kern_op op)
 {
@@ -285,6 +288,11 @@ static const struct {
     {"qwen3_qknorm_bf16", LLAMA},
     {"phi3_partial_f32", LLAMA},
     {"phi3_longrope_f32", LLAMA},
+    {"mistral_window_f32", LLAMA | BIT(ATTENTION_WINDOW)},
+    {"qwen2_window_f32", LLAMA | BIT(LINEAR_BIAS) | BIT(ATTENTION_WINDOW)},
+    {"gemma2_softcap_f32", (LLAMA & ~BIT(SWIGLU)) | BIT(GEGLU_TANH) | BIT(ATTENTION_WINDOW) |
+                               BIT(ATTENTION_SOFTCAP) | BIT(SOFTCAP)},
+    {"gemma3_qknorm_bf16", (LLAMA & ~BIT(SWIGLU)) | BIT(GEGLU_TANH) | BIT(ATTENTION_WINDOW)},
 #undef HEAD
 #undef OPT
 #undef LLAMA

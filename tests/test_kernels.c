@@ -1030,15 +1030,19 @@ static void ref_attention(float *out, const float *q, const float *kc, const flo
                 const float *qr = q + ((size_t)b * t_new + t) * KW + h * KD;
                 float *o = out + ((size_t)b * t_new + t) * KW + h * KD;
                 int last = how.causal ? past + t : past + t_new - 1;
+                /* the window: keys (position - window, position] */
+                const int first = g->window > 0 ? past + t - g->window + 1 : 0;
                 double s[KT], mx = -INFINITY;
                 for (int j = 0; j <= last; j++) {
-                    if (how.padding && !key_ok[b * KT + j]) {
+                    if ((how.padding && !key_ok[b * KT + j]) || j < first) {
                         s[j] = -INFINITY;
                         continue;
                     }
                     double acc = 0;
                     for (int i = 0; i < KD; i++)
                         acc += (double)qr[i] * kc[kv_at(g, b, kvh, j, i)];
+                    if (g->softcap > 0)
+                        acc = g->softcap * tanh(acc / g->softcap);
                     s[j] = acc;
                     mx = acc > mx ? acc : mx;
                 }
@@ -1105,8 +1109,25 @@ static void attention_step(struct dbuf *dkc, struct dbuf *dvc, const float *kc, 
 
     /* the padding mask matters in every call; the causal one when there is
      * more than one query; the grouping when it is neither 1 nor heads */
-    ref_attention(alt, q, kc, vc, key_ok, g, past, t_new, (struct ref_attn){true, false, true});
-    CHECK(test_rel_err(alt, ref, n) > 1e-2);
+    if (g->window == 0 || past < g->window) { /* else the pads are out of every window */
+        ref_attention(alt, q, kc, vc, key_ok, g, past, t_new, (struct ref_attn){true, false, true});
+        CHECK(test_rel_err(alt, ref, n) > 1e-2);
+    }
+    /* the window and the soft-capping matter where the test has them */
+    if (g->window > 0 && past + t_new > g->window) {
+        struct kv_geom whole = *g;
+        whole.window = 0;
+        ref_attention(alt, q, kc, vc, key_ok, &whole, past, t_new,
+                      (struct ref_attn){true, true, true});
+        CHECK(test_rel_err(alt, ref, n) > 1e-2);
+    }
+    if (g->softcap > 0) {
+        struct kv_geom uncapped = *g;
+        uncapped.softcap = 0;
+        ref_attention(alt, q, kc, vc, key_ok, &uncapped, past, t_new,
+                      (struct ref_attn){true, true, true});
+        CHECK(test_rel_err(alt, ref, n) > 1e-3);
+    }
     if (t_new > 1) {
         ref_attention(alt, q, kc, vc, key_ok, g, past, t_new, (struct ref_attn){false, true, true});
         CHECK(test_rel_err(alt, ref, n) > 1e-2);
@@ -1163,11 +1184,17 @@ static void append_step(struct dbuf *dkc, struct dbuf *dvc, float *kc, float *vc
 }
 
 /* A prefill of `prompt` positions and two decode steps with KH query heads
- * over kv_heads KV heads. */
-static void attention_case(int kv_heads, int prompt)
+ * over kv_heads KV heads, within a window of that many keys (0: none), the
+ * scores soft-capped at softcap (0: not). */
+static void attention_case_with(int kv_heads, int prompt, int window, float softcap)
 {
-    const struct kv_geom g = {
-        .batch = KB, .heads = KH, .kv_heads = kv_heads, .head_dim = KD, .max_t = KT};
+    const struct kv_geom g = {.batch = KB,
+                              .heads = KH,
+                              .kv_heads = kv_heads,
+                              .head_dim = KD,
+                              .max_t = KT,
+                              .window = window,
+                              .softcap = softcap};
     /* left padding per sequence: none, 2 (its first two queries see no
      * key), 3 */
     static const int pad[KB] = {0, 2, 3};
@@ -1203,8 +1230,19 @@ static void attention_case(int kv_heads, int prompt)
     free(vc);
 }
 
+static void attention_case(int kv_heads, int prompt)
+{
+    attention_case_with(kv_heads, prompt, 0, 0);
+}
+
 static void test_attention(void)
 {
+    /* a sliding window shorter than the prompt (prefill rows in one task
+     * block and across blocks, decode past it), soft-capped scores, both */
+    attention_case_with(2, 9, 4, 0);
+    attention_case_with(KH, KT - 10, 7, 0);
+    attention_case_with(1, 9, 0, 0.5f);
+    attention_case_with(2, KT - 10, 5, 0.5f);
     attention_case(KH, 4); /* multi-head */
     attention_case(2, 4);  /* grouped: two query heads per KV head */
     attention_case(1, 4);  /* multi-query */

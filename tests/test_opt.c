@@ -204,9 +204,32 @@ static void check_shape_first(void)
     model_close(m);
 }
 
+/* Gemma 3 multimodal runs its text model only: an image placeholder id is
+ * refused in one line. */
+static void check_image_refused(void)
+{
+    struct model *m = NULL;
+    CHECK(model_open(FIXTURES "/gemma3_mm_text_f32", &m) == 0);
+    struct model_exec *ex = NULL;
+    if (m)
+        CHECK(model_exec_open_cpu(
+                  m, &(struct model_exec_shape){.batch = 1, .max_len = 4, .max_rows = 4}, &ex) ==
+              0);
+    if (ex) {
+        const int32_t ids[3] = {1, 252, 7}; /* its image_token_index */
+        float *logits = malloc((size_t)model_info(m)->vocab * sizeof(float));
+        CHECK(model_forward(m, ex, ids, NULL, 3, false, logits) == ERR_UNSUPPORTED);
+        CHECK_MSG(strstr(err_msg(), "image input is not supported"), "%s", err_msg());
+        free(logits);
+    }
+    model_exec_free(ex);
+    model_close(m);
+}
+
 int main(void)
 {
     check_shape_first();
+    check_image_refused();
     DIR *d = opendir(FIXTURES);
     CHECK_MSG(d != NULL, "no fixtures at %s", FIXTURES);
     if (!d)
@@ -218,8 +241,8 @@ int main(void)
         if (e->d_name[0] != '.' && strlen(e->d_name) < sizeof(names[0]))
             memcpy(names[n++], e->d_name, strlen(e->d_name) + 1);
     closedir(d);
-    CHECK_MSG(n >= 11, "expected at least 11 model fixtures (6 OPT, 5 Llama family), found %d",
-              n);
+    CHECK_MSG(n >= 16,
+              "expected at least 16 model fixtures (6 OPT, 7 Llama family, 3 Gemma), found %d", n);
     for (int i = 0; i < n; i++) {
         check_fixture(names[i], KERN_COMPUTE_F32, false);
         /* every OPT fixture has bf16 references; of the others, those in

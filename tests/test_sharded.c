@@ -199,15 +199,18 @@ int main(void)
 {
     /* every fixture: OPT's, and the Llama family's (GQA with 2 KV heads split
      * at TP 2 and replicated at TP 4, MQA replicated, head_dim != hidden /
-     * heads, q/k/v biases, tied heads; Qwen3's and Phi-3's) */
-    static const char *fixtures[] = {"pre_ln_f32",          "post_ln_proj",       "pre_ln_f16",
-                                     "bf16_nobias_untied",  "no_final_ln",        "decoder_prefix_f32",
-                                     "llama_gqa_f32",       "llama_mha_tied_f16", "llama_mqa_bf16",
-                                     "mistral_headdim_f32", "qwen2_bias_f32",
-                                     /* per-head q/k norms; fused qkv and gate_up split per
-                                      * rank; partial rotary; LongRoPE's two tables */
-                                     "qwen3_qknorm_bf16",   "phi3_partial_f32",
-                                     "phi3_longrope_f32",   "phi3_longrope_short_f32"};
+     * heads, q/k/v biases, tied heads) */
+    static const char *fixtures[] = {
+        "pre_ln_f32", "post_ln_proj", "pre_ln_f16", "bf16_nobias_untied", "no_final_ln",
+        "decoder_prefix_f32", "llama_gqa_f32", "llama_mha_tied_f16", "llama_mqa_bf16",
+        "mistral_headdim_f32", "qwen2_bias_f32",
+        /* Qwen3 (per-head q/k norms), Phi-3 (fused qkv and gate_up split per rank,
+         * partial rotary, LongRoPE's two tables) */
+        "qwen3_qknorm_bf16", "phi3_partial_f32", "phi3_longrope_f32", "phi3_longrope_short_f32",
+        /* Gemma 2 and 3 (soft-capping, q/k norms, MQA replicated),
+         * and sliding windows shorter than the context */
+        "gemma2_softcap_f32", "gemma3_qknorm_bf16", "gemma3_mm_text_f32", "mistral_window_f32",
+        "qwen2_window_f32"};
     char dir[512];
     for (size_t i = 0; i < sizeof(fixtures) / sizeof(fixtures[0]); i++) {
         snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, fixtures[i]);

@@ -41,6 +41,9 @@ static const char *const op_names[KERN_OP_COUNT] = {
     [KERN_OP_ATTENTION] = "attention",
     [KERN_OP_GATHER_ROWS] = "gather_rows",
     [KERN_OP_COPY] = "copy",
+    [KERN_OP_SOFTCAP] = "softcap",
+    [KERN_OP_ATTENTION_WINDOW] = "attention_window",
+    [KERN_OP_ATTENTION_SOFTCAP] = "attention_softcap",
 };
 
 const char *kern_op_name(enum kern_op op)
@@ -101,7 +104,11 @@ static bool table_runs(const struct kernel_ops *k, enum kern_op op)
     case KERN_OP_KV_APPEND:
         return k->kv_append != NULL;
     case KERN_OP_ATTENTION:
+    case KERN_OP_ATTENTION_WINDOW:
+    case KERN_OP_ATTENTION_SOFTCAP:
         return k->attention != NULL;
+    case KERN_OP_SOFTCAP:
+        return k->softcap != NULL;
     case KERN_OP_GATHER_ROWS:
         return k->gather_rows != NULL;
     case KERN_OP_COPY:
@@ -290,10 +297,19 @@ int kern_scale(struct stream *s, float *x, size_t n, float a)
     return n ? k->scale(s, x, n, a) : 0;
 }
 
+int kern_softcap(struct stream *s, float *x, size_t n, float cap)
+{
+    assert(x && cap > 0);
+    const struct kernel_ops *k = kern_of(s);
+    if (!table_runs(k, KERN_OP_SOFTCAP))
+        return absent(s, KERN_OP_SOFTCAP);
+    return n ? k->softcap(s, x, n, cap) : 0;
+}
+
 static void geom_check(const struct kv_geom *g)
 {
     assert(g && g->batch > 0 && g->heads > 0 && g->kv_heads > 0 && g->heads % g->kv_heads == 0 &&
-           g->head_dim > 0 && g->max_t > 0);
+           g->head_dim > 0 && g->max_t > 0 && g->window >= 0 && g->softcap >= 0);
 }
 
 int kern_kv_append(struct stream *s, float *kc, float *vc, const float *k, const float *v,
@@ -317,6 +333,10 @@ int kern_attention(struct stream *s, float *out, const float *q, const float *kc
     const struct kernel_ops *k = kern_of(s);
     if (!table_runs(k, KERN_OP_ATTENTION))
         return absent(s, KERN_OP_ATTENTION);
+    if (g->window > 0 && !table_runs(k, KERN_OP_ATTENTION_WINDOW))
+        return absent(s, KERN_OP_ATTENTION_WINDOW);
+    if (g->softcap > 0 && !table_runs(k, KERN_OP_ATTENTION_SOFTCAP))
+        return absent(s, KERN_OP_ATTENTION_SOFTCAP);
     if (k->attention_max_head_dim > 0 && g->head_dim > k->attention_max_head_dim)
         return head_dim_refuse(s->dev, g->head_dim);
     return k->attention(s, out, q, kc, vc, key_ok, g, past, t_new, scratch);

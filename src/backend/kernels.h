@@ -41,9 +41,16 @@ enum kern_act {
  * query heads: grouped-query attention shares each KV head among
  * heads / kv_heads consecutive query heads (query head h reads KV head
  * h / (heads / kv_heads)); kv_heads == heads is multi-head attention.
- * heads % kv_heads == 0. */
+ * heads % kv_heads == 0.
+ * window > 0: a query at cache position p sees only the keys in
+ * (p - window, p] (attention within a sliding window, as transformers masks
+ * it); 0: every earlier key. softcap > 0: each score s becomes
+ * softcap * tanh(s / softcap) before the mask and softmax (Gemma 2's
+ * attention logit soft-capping); 0: none. */
 struct kv_geom {
     int batch, heads, kv_heads, head_dim, max_t;
+    int window;
+    float softcap;
 };
 
 /* The precision a linear layer computes in (activations stay f32 between
@@ -85,6 +92,9 @@ enum kern_op {
     KERN_OP_ATTENTION,
     KERN_OP_GATHER_ROWS,
     KERN_OP_COPY,
+    KERN_OP_SOFTCAP,           /* kern_softcap */
+    KERN_OP_ATTENTION_WINDOW,  /* kern_attention with kv_geom.window > 0 */
+    KERN_OP_ATTENTION_SOFTCAP, /* kern_attention with kv_geom.softcap > 0 */
     KERN_OP_COUNT
 };
 /* A set of ops: a mask of these bits. */
@@ -158,6 +168,9 @@ int kern_gated_act(struct stream *s, float *y, const float *gate, const float *u
 int kern_add(struct stream *s, float *y, const float *x, size_t n);
 /* x[i] *= a */
 int kern_scale(struct stream *s, float *x, size_t n, float a);
+/* x[i] = cap * tanh(x[i] / cap), cap > 0: tanh soft-capping (Gemma 2's
+ * final logits). */
+int kern_softcap(struct stream *s, float *x, size_t n, float cap);
 /* Writes the keys and values of t_new new positions into the cache at
  * positions [pos, pos + t_new) of every sequence: k and v are (batch * t_new,
  * kv_heads * head_dim), sequence-major. */
@@ -167,8 +180,10 @@ int kern_kv_append(struct stream *s, float *kc, float *vc, const float *k, const
  * q:   (batch * t_new, heads * head_dim), already scaled; out the same shape.
  * Query head h attends with KV head h / (heads / kv_heads) (struct kv_geom).
  * Query t of a sequence sits at position past + t and attends to the keys
- * s <= past + t with key_ok[s]; a query that sees no key (a pad before any
- * real token) gets 0. scratch: kern_attention_scratch() floats. */
+ * s <= past + t with key_ok[s] (and s > past + t - g->window when the
+ * geometry has a window); a query that sees no key (a pad before any real
+ * token) gets 0. Scores are soft-capped first when g->softcap > 0.
+ * scratch: kern_attention_scratch() floats. */
 int kern_attention(struct stream *s, float *out, const float *q, const float *kc, const float *vc,
                    const uint8_t *key_ok, const struct kv_geom *g, int past, int t_new,
                    float *scratch);

@@ -29,6 +29,7 @@ struct kernel_ops {
                      enum kern_act act);
     int (*add)(struct stream *s, float *y, const float *x, size_t n);
     int (*scale)(struct stream *s, float *x, size_t n, float a);
+    int (*softcap)(struct stream *s, float *x, size_t n, float cap);
     int (*kv_append)(struct stream *s, float *kc, float *vc, const float *k, const float *v,
                      const struct kv_geom *g, int t_new, int pos);
     int (*attention)(struct stream *s, float *out, const float *q, const float *kc, const float *vc,
@@ -42,8 +43,8 @@ struct kernel_ops {
     int (*to_device)(struct stream *s, void *dst, const void *host, size_t n);
 
     /* What the filled slots declare they refuse: ops (KERN_OP_BITs: an
-     * activation kind, a linear's bias) and the largest head_dim attention
-     * takes (0: any). */
+     * activation kind, a linear's bias, attention's window or soft-cap) and the largest head_dim
+     * attention takes (0: any). */
     uint64_t lacks;
     int attention_max_head_dim;
 };

@@ -12,9 +12,9 @@
 #include "format/gguf_hf.h"
 #include "format/hf_config.h"
 
-extern const struct arch_ops opt_arch, llama_arch;
+extern const struct arch_ops opt_arch, llama_arch, gemma_arch;
 
-const struct arch_ops *const model_archs[] = {&opt_arch, &llama_arch, NULL};
+const struct arch_ops *const model_archs[] = {&opt_arch, &llama_arch, &gemma_arch, NULL};
 
 static char family_names[256];
 static pthread_once_t family_names_once = PTHREAD_ONCE_INIT;

@@ -112,6 +112,10 @@ void plan_also(struct model_planner *p, struct weight_view *also);
 /* A vector of n elements sliced to [i0, i0 + count), widened to f32. */
 int plan_vector(struct model_planner *p, int blob, const char *name, int n, int i0, int count,
                 const float **vec);
+/* The same, with `add` added to every element in f32 as it is widened
+ * (Gemma's RMSNorm weights: 1 + w). */
+int plan_vector_plus(struct model_planner *p, int blob, const char *name, int n, int i0, int count,
+                     float add, const float **vec);
 /* The vocabulary-parallel embedding and head as every family ties them.
  * plan_vocab_embed (first stage): the table embed_name (vocab, width),
  * this rank's rows, into *embed; when this stage is also the last and the
@@ -170,5 +174,10 @@ int model_head_rows(const struct model *m, struct model_exec *ex, int t_new, boo
  * into rank 0's logits, and the host copy when logits is not NULL. */
 int model_head_logits(const struct model *m, struct model_exec *ex, const struct weight_view *head,
                       const float *x, int n_rows, float *logits);
+/* The same with every logit soft-capped first: cap * tanh(logit / cap)
+ * (Gemma 2's final_logit_softcapping; cap 0: none). */
+int model_head_logits_capped(const struct model *m, struct model_exec *ex,
+                             const struct weight_view *head, const float *x, int n_rows, float cap,
+                             float *logits);
 
 #endif

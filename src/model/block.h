@@ -19,30 +19,39 @@ struct attn_weights {
     struct weight_view q, k, v, o;
     const float *q_b, *k_b, *v_b; /* this rank's rows, or NULL */
     const float *o_b;             /* (hidden), TP rank 0 only, or NULL */
+    /* (head_dim) RMSNorm weights of every query and key head before the
+     * rotary (kern_rmsnorm over rows of head_dim, eps the opts'), or NULL */
+    const float *q_norm, *k_norm;
 };
 
 struct attn_opts {
     /* rotary embeddings on the first rot_dim dims of every q and k head
      * (rotate_half), at the positions in ex->pos, with the inverse
-     * frequencies the family put in ex->aux; 0: none */
+     * frequencies inv_freq (device; NULL: what the family put in ex->aux);
+     * 0: none */
     int rot_dim;
+    const float *inv_freq;
     /* cos and sin scaled by it (LongRoPE's attention factor); 0 means 1 */
     float rope_scale;
-    /* a second table of inverse frequencies at ex->aux + rot_dim / 2 for
+    /* a second table of inverse frequencies at inv_freq + rot_dim / 2 for
      * the sequences whose largest position this step + 1 exceeds this
      * (LongRoPE's long factors); 0: one table */
     int rope_long_after;
-    /* RMSNorm of every q and k head (head_dim weights, eps qk_eps) before
-     * the rotary (Qwen3's q_norm, k_norm); NULL: none */
-    const float *q_norm, *k_norm;
-    float qk_eps;
+    float scale;   /* of q: 0 is 1 / sqrt(head_dim) */
+    int window;    /* attention within a sliding window of this many keys (0: none) */
+    float softcap; /* tanh soft-capping of the scores (0: none) */
+    /* (hidden) RMSNorm of the block's output before the residual add (Gemma's
+     * post-attention norm), or NULL; eps for it and the q/k norms */
+    const float *post_norm;
+    float eps;
 };
 
-/* x += o(attention(q(h), k(h), v(h))): per-head norms and rotary on q and
- * k when o asks, q
- * scaled by 1 / sqrt(head_dim), k and v appended to local layer `layer`'s
- * KV cache, grouped-query attention over the cached keys that are real
- * (ex->key_ok) and not in the future. */
+/* x += o(attention(q(h), k(h), v(h))): q and k normalized per head when w
+ * has q_norm / k_norm, rotary on q and k when o asks, q scaled, k and v
+ * appended to local layer `layer`'s KV cache, grouped-query attention over
+ * the cached keys that are real (ex->key_ok), not in the future and, under
+ * a window, not older than it; the output normalized when o has a
+ * post_norm. */
 int model_block_attn(const struct model *m, struct model_exec *ex, int layer, int t_new,
                      const struct attn_weights *w, const struct attn_opts *o);
 
@@ -57,6 +66,8 @@ struct mlp_weights {
 struct mlp_opts {
     enum kern_act act;
     bool gated; /* down(act(gate(h)) * up(h)) (SwiGLU with silu), else down(act(up(h))) */
+    const float *post_norm; /* (hidden) RMSNorm of the output before the add, or NULL */
+    float eps;
 };
 
 /* Floats per token of ex->f the MLP takes (the family's exec_dims

@@ -100,10 +100,19 @@ int model_head_rows(const struct model *m, struct model_exec *ex, int t_new, boo
 int model_head_logits(const struct model *m, struct model_exec *ex, const struct weight_view *head,
                       const float *x, int n_rows, float *logits)
 {
+    return model_head_logits_capped(m, ex, head, x, n_rows, 0, logits);
+}
+
+int model_head_logits_capped(const struct model *m, struct model_exec *ex,
+                             const struct weight_view *head, const float *x, int n_rows, float cap,
+                             float *logits)
+{
     struct stream *s = ex->stream;
     const int V = m->info->vocab;
-    /* this rank's vocabulary block, then every block into rank 0's logits */
+    /* this rank's vocabulary block (soft-capped), then every block into rank 0's logits */
     TRY(kern_linear(s, ex->logits_local, x, n_rows, head, NULL, m->compute));
+    if (cap > 0)
+        TRY(kern_softcap(s, ex->logits_local, (size_t)n_rows * m->vocab_local, cap));
     if (ex->logits != ex->logits_local)
         TRY(comm_gather_cols(ex->tp, s, 0, ex->logits_local, n_rows, m->vocab_local,
                              m->vocab_begin, ex->logits, V));

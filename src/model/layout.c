@@ -34,6 +34,7 @@ struct model_part {
     struct weight_view *view;  /* where a matrix binds */
     struct weight_view *also;  /* and a second place (a tied head), or NULL */
     const float **vec;         /* where a vector binds */
+    float add;                 /* added to every element of a vector as it is widened */
 };
 
 struct model_planner {
@@ -151,6 +152,13 @@ static struct model_part *plan_add(struct model_planner *p, int blob, const char
     return q;
 }
 
+/* v[i] += a in f32 (Gemma's 1 + w, as torch adds it to the widened weight) */
+static void vec_add_const(float *v, size_t n, float a)
+{
+    for (size_t i = 0; a != 0 && i < n; i++)
+        v[i] += a;
+}
+
 static int plan_slice(struct model_planner *p, int blob, const char *name, int rows, int cols,
                       int r0, int nr, int c0, int nc, struct weight_view *view, enum part_use use)
 {
@@ -192,6 +200,14 @@ void plan_also(struct model_planner *p, struct weight_view *also)
 {
     assert(p->n > 0 && p->parts[p->n - 1].matrix);
     p->parts[p->n - 1].also = also;
+}
+
+int plan_vector_plus(struct model_planner *p, int blob, const char *name, int n, int i0, int count,
+                     float add, const float **vec)
+{
+    TRY(plan_vector(p, blob, name, n, i0, count, vec));
+    p->parts[p->n - 1].add = add;
+    return 0;
 }
 
 int plan_vector(struct model_planner *p, int blob, const char *name, int n, int i0, int count,
@@ -385,7 +401,8 @@ static void copy_elems(void *dst, enum dtype to, const void *src, enum dtype fro
     }
 }
 
-/* q's slice of t into out, as dtype `to` for a matrix (f32 for a vector), rows
+/* q's slice of t into out, as dtype `to` for a matrix (f32 for a vector, plus its
+ * constant add: Gemma's 1 + w), rows
  * back in transformers' order where the checkpoint stored them permuted
  * (a GGUF's llama q and k). */
 static void part_copy(const struct model_part *q, const struct st_tensor *t, char *out,
@@ -395,13 +412,12 @@ static void part_copy(const struct model_part *q, const struct st_tensor *t, cha
     const char *src = t->data;
     size_t hd = t->rope_perm_heads ? (size_t)q->rows / (size_t)t->rope_perm_heads : 0;
     if (!q->matrix) {
-        if (!hd) {
+        if (!hd)
             dtype_to_f32(t->dtype, src + (size_t)q->r0 * es, (float *)out, (size_t)q->nr);
-            return;
-        }
-        for (int r = 0; r < q->nr; r++)
+        for (int r = 0; hd && r < q->nr; r++)
             dtype_to_f32(t->dtype, src + gguf_hf_perm_row((size_t)q->r0 + r, hd) * es,
                          (float *)out + r, 1);
+        vec_add_const((float *)out, (size_t)q->nr, q->add);
     } else if (!hd && q->nc == q->cols) { /* whole rows: one contiguous range */
         copy_elems(out, to, src + (size_t)q->r0 * q->cols * es, t->dtype, (size_t)q->nr * q->cols);
     } else { /* a block of columns, or permuted rows: row by row */

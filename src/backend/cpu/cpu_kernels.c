@@ -104,6 +104,13 @@ static int k_kv_append(struct stream *s, float *kc, float *vc, const float *k, c
     return 0;
 }
 
+static int k_softcap(struct stream *s, float *x, size_t n, float cap)
+{
+    (void)s;
+    cpu_softcap(x, n, cap);
+    return 0;
+}
+
 static int k_attention(struct stream *s, float *out, const float *q, const float *kc,
                        const float *vc, const uint8_t *key_ok, const struct kv_geom *g, int past,
                        int t_new, float *scratch)
@@ -148,6 +155,7 @@ const struct kernel_ops cpu_kernel_ops = {
     .gated_act = k_gated_act,
     .add = k_add,
     .scale = k_scale,
+    .softcap = k_softcap,
     .kv_append = k_kv_append,
     .attention = k_attention,
     .attention_scratch = k_attention_scratch,

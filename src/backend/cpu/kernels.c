@@ -343,6 +343,13 @@ void cpu_add(float *y, const float *x, size_t n)
     split_run(n, 1, add_range, &(struct add_args){y, x});
 }
 
+void cpu_softcap(float *x, size_t n, float cap)
+{
+    /* as torch: (x / cap).tanh() * cap, each step rounded to f32 */
+    for (size_t i = 0; i < n; i++)
+        x[i] = tanhf(x[i] / cap) * cap;
+}
+
 /* Query rows of one head per task in a prefill: a task's scores are
  * ATTN_ROWS x (the keys its last row sees) floats of its thread's scratch. */
 #define ATTN_ROWS 64
@@ -351,20 +358,29 @@ void cpu_add(float *y, const float *x, size_t n)
  * head_dim), keys [0, t_all) filled): q rows of head_dim at row stride ldq,
  * out likewise at ldo. Row i sits at position pos0 + i * step (step 1: a
  * sequence's consecutive queries of one head; 0: the query heads of a group
- * at one position) and sees the keys s <= its position with key_ok[s]; a
- * row that sees none gets 0. t_all covers the last row's position: the
- * keys past it are seen by no row. scores: rows * t_all floats. */
-static void attend(float *out, size_t ldo, const float *q, size_t ldq, int rows, int pos0, int step,
-                   const float *kh, const float *vh, int head_dim, int t_all, const uint8_t *key_ok,
-                   float *scores)
+ * at one position) and sees the keys s <= its position with key_ok[s], and
+ * s > its position - g->window under a window; a row that sees none gets 0.
+ * Scores are soft-capped first under g->softcap. t_all covers the last
+ * row's position: the keys past it are seen by no row. scores: rows * t_all
+ * floats. */
+static void attend(const struct kv_geom *g, float *out, size_t ldo, const float *q, size_t ldq,
+                   int rows, int pos0, int step, const float *kh, const float *vh, int t_all,
+                   const uint8_t *key_ok, float *scores)
 {
+    const int head_dim = g->head_dim;
     /* scores = q @ k^T over the keys */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t_all, head_dim, 1.0f, q, (int)ldq,
                 kh, head_dim, 0.0f, scores, t_all);
-    /* causal + padding mask, softmax per query row */
+    /* soft-capping, causal + window + padding mask, softmax per query row */
     for (int t = 0; t < rows; t++) {
         float *s = scores + (size_t)t * t_all;
-        vec_softmax_masked(s, key_ok, pos0 + t * step + 1, t_all);
+        const int visible = pos0 + t * step + 1;
+        if (g->softcap > 0)
+            for (int j = 0; j < visible; j++)
+                s[j] = tanhf(s[j] / g->softcap) * g->softcap;
+        const int lo = g->window > 0 && visible > g->window ? visible - g->window : 0;
+        memset(s, 0, (size_t)lo * sizeof(float));
+        vec_softmax_masked(s + lo, key_ok + lo, visible - lo, t_all - lo);
     }
     /* out = P @ v */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, t_all, 1.0f, scores,
@@ -416,19 +432,23 @@ static void attn_task(void *ctx, int task)
                      rows, t_all);
         return;
     }
+    /* under a window, no row sees the keys before the first row's window:
+     * they are neither scored nor read */
+    const int pos0 = j->past + r0;
+    const int k0 = g->window > 0 && pos0 + 1 > g->window ? pos0 + 1 - g->window : 0;
     const size_t seq = (size_t)b * g->kv_heads * g->max_t * hd;
-    const float *kh = j->kc + seq + (size_t)kv * g->max_t * hd;
-    const float *vh = j->vc + seq + (size_t)kv * g->max_t * hd;
-    const uint8_t *key_ok = j->key_ok + (size_t)b * g->max_t;
+    const float *kh = j->kc + seq + ((size_t)kv * g->max_t + k0) * hd;
+    const float *vh = j->vc + seq + ((size_t)kv * g->max_t + k0) * hd;
+    const uint8_t *key_ok = j->key_ok + (size_t)b * g->max_t + k0;
     const size_t row0 = (size_t)b * j->t_new * width;
     if (j->grouped) {
         const size_t h0 = row0 + (size_t)kv * group * hd; /* the group's first query column */
-        attend(j->out + h0, (size_t)hd, j->q + h0, (size_t)hd, group, j->past, 0, kh, vh, hd,
-               t_all, key_ok, scores);
+        attend(g, j->out + h0, (size_t)hd, j->q + h0, (size_t)hd, group, pos0 - k0, 0, kh, vh,
+               t_all - k0, key_ok, scores);
         return;
     }
     const size_t at = row0 + (size_t)r0 * width + (size_t)h * hd;
-    attend(j->out + at, width, j->q + at, width, rows, j->past + r0, 1, kh, vh, hd, t_all, key_ok,
+    attend(g, j->out + at, width, j->q + at, width, rows, pos0 - k0, 1, kh, vh, t_all - k0, key_ok,
            scores);
 }
 

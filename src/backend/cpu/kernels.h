@@ -47,6 +47,9 @@ void cpu_gated_act(float *y, const float *gate, const float *up, size_t n, enum 
 /* y[i] += x[i] */
 void cpu_add(float *y, const float *x, size_t n);
 
+/* x[i] = cap * tanh(x[i] / cap) */
+void cpu_softcap(float *x, size_t n, float cap);
+
 /* Causal attention of every sequence's t_new queries against its KV cache,
  * over the kernel pool (scores in each task thread's scratch).
  * q:      (batch, t_new, heads * head_dim) dense; already scaled.
@@ -56,8 +59,9 @@ void cpu_add(float *y, const float *x, size_t n);
  * key_ok: (batch, max_t) 1 where the key is a real token, 0 for padding.
  * out:    (batch, t_new, heads * head_dim) dense.
  * Query t sits at position past + t and attends to keys s <= past + t with
- * key_ok[s]; a query that sees no key (a pad before any real token) gets 0.
- * 0, or ERR_NOMEM with a message when a scratch buffer cannot grow. */
+ * key_ok[s] (and s > past + t - g->window under a window; scores soft-capped
+ * first under g->softcap: backend/kernels.h); a query that sees no key (a pad before any real
+ * token) gets 0. 0, or ERR_NOMEM with a message when a scratch buffer cannot grow. */
 int cpu_attention(const struct kv_geom *g, float *out, const float *q, const float *kc,
                   const float *vc, const uint8_t *key_ok, int past, int t_new);
 

@@ -1,6 +1,8 @@
 /* Causal + padding attention over the KV cache, as kern_attention states it
  * (backend/kernels.h): query t of sequence b sits at position past + t and
- * attends to the keys s <= past + t with key_ok[b * max_t + s] != 0; a query
+ * attends to the keys s <= past + t with key_ok[b * max_t + s] != 0, and
+ * s > past + t - window under a window (the tiles start there); scores are
+ * soft-capped (softcap * tanh(s / softcap)) first when softcap > 0; a query
  * that sees no key gets zeros. q is already scaled. Query head h reads KV
  * head h / (heads / kv_heads) (grouped-query attention; the blocks of one
  * group read the same cache rows, from L2 after the first).
@@ -48,7 +50,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     attention_kernel(float *__restrict__ out, const float *__restrict__ q,
                      const float *__restrict__ kc, const float *__restrict__ vc,
                      const uint8_t *__restrict__ key_ok, int heads, int kv_heads, int head_dim,
-                     int max_t, int past, int t_new)
+                     int max_t, int past, int t_new, int window, float softcap)
 {
     __shared__ float q_sh[CUDA_ATTN_MAX_HEAD_DIM];
     __shared__ float s_sh[ATT_TILE];
@@ -72,6 +74,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const float *vh = vc + cache0;
     const uint8_t *ok = key_ok + b * (size_t)max_t;
     const int n_keys = past + t + 1; /* keys [0, n_keys) are causally visible */
+    const int first = window > 0 && n_keys > window ? n_keys - window : 0; /* and from here */
 
     for (int d = tid; d < head_dim; d += ATT_THREADS)
         q_sh[d] = qr[d];
@@ -83,7 +86,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int e = 0; e < ATT_PER_THREAD; e++)
         acc[e] = 0.0f;
 
-    for (int s0 = 0; s0 < n_keys; s0 += ATT_TILE) {
+    for (int s0 = first; s0 < n_keys; s0 += ATT_TILE) {
         /* 1. scores of this tile: warp w takes keys [w * KPW, (w + 1) * KPW)
          * of it, KPW dot products side by side so their loads overlap */
         {
@@ -101,7 +104,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
             }
 #pragma unroll
             for (int u = 0; u < ATT_KPW; u++) {
-                const float sc = cuda_warp_sum(dot[u]); /* every lane takes part */
+                float sc = cuda_warp_sum(dot[u]); /* every lane takes part */
+                if (softcap > 0.0f)
+                    sc = tanhf(sc / softcap) * softcap;
                 const int s = s0 + j0 + u;
                 if (lane == 0)
                     s_sh[j0 + u] = s < n_keys && ok[s] ? sc : -INFINITY;
@@ -171,17 +176,17 @@ extern "C" cudaError_t cuda_launch_attention(cudaStream_t st, float *out, const 
                                              const float *kc, const float *vc,
                                              const uint8_t *key_ok, int batch, int heads,
                                              int kv_heads, int head_dim, int max_t, int past,
-                                             int t_new)
+                                             int t_new, int window, float softcap)
 {
     if (batch <= 0 || heads <= 0 || head_dim <= 0 || t_new <= 0)
         return cudaSuccess;
     if (head_dim > CUDA_ATTN_MAX_HEAD_DIM || past < 0 || (int64_t)past + t_new > max_t ||
-        kv_heads <= 0 || heads % kv_heads != 0)
+        kv_heads <= 0 || heads % kv_heads != 0 || window < 0 || !(softcap >= 0.0f))
         return cudaErrorInvalidValue;
     const size_t blocks = (size_t)batch * (size_t)heads * (size_t)t_new;
     if (blocks > 0x7fffffffu)
         return cudaErrorInvalidValue;
     attention_kernel<<<(unsigned)blocks, ATT_THREADS, 0, st>>>(
-        out, q, kc, vc, key_ok, heads, kv_heads, head_dim, max_t, past, t_new);
+        out, q, kc, vc, key_ok, heads, kv_heads, head_dim, max_t, past, t_new, window, softcap);
     return cudaGetLastError();
 }

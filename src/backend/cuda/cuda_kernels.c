@@ -185,6 +185,16 @@ static int k_scale(struct stream *s, float *x, size_t n, float a)
     return 0;
 }
 
+static int k_softcap(struct stream *s, float *x, size_t n, float cap)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cuda_launch_softcap(cs->s, x, n, cap));
+    return 0;
+}
+
 static int k_kv_append(struct stream *s, float *kc, float *vc, const float *k, const float *v,
                        const struct kv_geom *g, int t_new, int pos)
 {
@@ -209,7 +219,7 @@ static int k_attention(struct stream *s, float *out, const float *q, const float
         return rc;
     CUDA_CHECK(s->dev->name,
                cuda_launch_attention(cs->s, out, q, kc, vc, key_ok, g->batch, g->heads, g->kv_heads,
-                                     g->head_dim, g->max_t, past, t_new));
+                                     g->head_dim, g->max_t, past, t_new, g->window, g->softcap));
     return 0;
 }
 
@@ -284,6 +294,7 @@ const struct kernel_ops cuda_kernel_ops = {
     .gated_act = k_gated_act,
     .add = k_add,
     .scale = k_scale,
+    .softcap = k_softcap,
     .kv_append = k_kv_append,
     .attention = k_attention,
     .attention_scratch = k_attention_scratch,

@@ -91,6 +91,8 @@ cudaError_t cuda_launch_rope(cudaStream_t st, float *x, int n, int heads, int he
 cudaError_t cuda_launch_activation(cudaStream_t st, float *x, size_t n, int act);
 cudaError_t cuda_launch_add(cudaStream_t st, float *y, const float *x, size_t n);
 cudaError_t cuda_launch_scale(cudaStream_t st, float *x, size_t n, float a);
+/* x = tanh(x / cap) * cap, n elements, cap > 0. */
+cudaError_t cuda_launch_softcap(cudaStream_t st, float *x, size_t n, float cap);
 /* y[i] = act(gate[i]) * up[i] with act as cuda_launch_activation computes
  * it; y may equal gate or up. */
 cudaError_t cuda_launch_gated_act(cudaStream_t st, float *y, const float *gate, const float *up,
@@ -105,10 +107,12 @@ cudaError_t cuda_launch_kv_append(cudaStream_t st, float *kc, float *vc, const f
 /* Causal + padding attention of kern_attention (backend/kernels.h), online
  * softmax, no scratch: q and out (batch * t_new, heads * head_dim), query
  * head h reading KV head h / (heads / kv_heads) of the cache. head_dim <=
- * CUDA_ATTN_MAX_HEAD_DIM; heads a multiple of kv_heads. */
+ * CUDA_ATTN_MAX_HEAD_DIM; heads a multiple of kv_heads; window and softcap
+ * as struct kv_geom says them (0: none). */
 cudaError_t cuda_launch_attention(cudaStream_t st, float *out, const float *q, const float *kc,
                                   const float *vc, const uint8_t *key_ok, int batch, int heads,
-                                  int kv_heads, int head_dim, int max_t, int past, int t_new);
+                                  int kv_heads, int head_dim, int max_t, int past, int t_new,
+                                  int window, float softcap);
 
 /* y[i, width] = x[rows[i], width] for i < n. */
 cudaError_t cuda_launch_gather_rows(cudaStream_t st, float *y, const float *x, const int32_t *rows,

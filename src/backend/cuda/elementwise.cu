@@ -114,6 +114,24 @@ extern "C" cudaError_t cuda_launch_scale(cudaStream_t st, float *x, size_t n, fl
     return cudaGetLastError();
 }
 
+/* as torch: (x / cap).tanh() * cap, each step rounded to f32 */
+__global__ void softcap_kernel(float *x, size_t n, float cap)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = tanhf(x[i] / cap) * cap;
+}
+
+extern "C" cudaError_t cuda_launch_softcap(cudaStream_t st, float *x, size_t n, float cap)
+{
+    if (n == 0)
+        return cudaSuccess;
+    if (!(cap > 0.0f))
+        return cudaErrorInvalidValue;
+    softcap_kernel<<<cuda_ew_blocks(n), CUDA_EW_THREADS, 0, st>>>(x, n, cap);
+    return cudaGetLastError();
+}
+
 /* Element i of the new keys/values (batch * t_new, kv_heads * head_dim) is
  * (b, t, h, d) in that order, and goes to cache element (b, h, pos + t, d). */
 __global__ void kv_append_kernel(float *__restrict__ kc, float *__restrict__ vc,

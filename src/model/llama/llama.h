@@ -22,6 +22,7 @@
 #define SHARDSWAP_MODEL_LLAMA_LLAMA_H
 
 #include "model/block.h"
+#include "model/window.h"
 
 enum rope_kind {
     ROPE_DEFAULT,
@@ -65,7 +66,8 @@ struct llama_config {
         long_factor[LLAMA_LONGROPE_MAX]; /* longrope (rot_dim/2) */
     bool qk_norm;            /* Qwen3: self_attn.q_norm, k_norm (head_dim) before rotary */
     bool fused;              /* Phi-3: self_attn.qkv_proj, mlp.gate_up_proj */
-    int sliding_window;      /* 0: none (or not used); else max_pos is capped to it */
+    int sliding_window;      /* 0: none (or not used) */
+    struct layer_windows windows; /* the layers that attend within it */
     int max_pos_config;      /* max_position_embeddings as config.json says it */
     float freq_factors[LLAMA_MAX_FREQS]; /* ROPE_FACTORS: rot_dim / 2 of them */
 };
@@ -79,7 +81,6 @@ struct llama_layer {
     struct attn_weights attn; /* self_attn: q/k/v_proj (biases: qkv_bias), o_proj (o_bias) */
     struct mlp_weights mlp;   /* gated: gate_proj, up_proj, down_proj (biases: mlp_bias) */
     const float *ln1, *ln2;   /* input_layernorm, post_attention_layernorm (hidden) */
-    const float *q_norm, *k_norm; /* Qwen3: (head_dim), else NULL */
 };
 
 /* A shard's views (model.w). */

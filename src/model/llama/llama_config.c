@@ -22,8 +22,10 @@
  *   attention_bias, mlp_bias            false (Qwen2: q/k/v biases always, none on o_proj;
  *                                       Phi-3: none; Qwen3: no mlp_bias)
  *   tie_word_embeddings                 false
- *   sliding_window                      Mistral, Phi-3: null or a window; Qwen2, Qwen3:
- *                                       only with use_sliding_window true
+ *   sliding_window                      Mistral, Phi-3: null or a window (every layer);
+ *                                       Qwen2, Qwen3: only with use_sliding_window true, on
+ *                                       the layers layer_types names "sliding_attention",
+ *                                       else on layers >= max_window_layers (28)
  *   bos_token_id, eos_token_id (one or a list), pad_token_id
  *   torch_dtype (or "dtype")            float32
  *   rope_freq_factors                   absent; a list of rot_dim / 2 positive numbers,
@@ -31,11 +33,10 @@
  *                                       field: what format/gguf_hf.c reads from a GGUF's
  *                                       rope_freqs tensor, with the default rope)
  *
- * Sequences are limited to max_position_embeddings, and to the sliding
- * window where one applies (attention inside a window is not implemented:
- * a longer context is refused rather than computed differently), and for
- * rope "dynamic" to original_max_position_embeddings (below it dynamic
- * NTK scaling is the default rope).
+ * Sequences are limited to max_position_embeddings, and for rope "dynamic"
+ * to original_max_position_embeddings (below it dynamic NTK scaling is the
+ * default rope). A context past the sliding window is served: those layers
+ * attend within the window (the mask transformers applies).
  *
  * LongRoPE as transformers computes it: inv_freq[i] = 1 / (f[i] *
  * theta^(2i / rot_dim)) with f the short factors while a sequence's length
@@ -247,7 +248,17 @@ static int cfg_window(json_t *root, const char *what, struct llama_config *c)
     c->sliding_window = 0;
     if (!use)
         return 0;
-    return hf_get_int(root, what, "sliding_window", false, 0, 1, HF_DIM_MAX, &c->sliding_window);
+    if ((rc = hf_get_int(root, what, "sliding_window", false, 0, 1, HF_DIM_MAX,
+                         &c->sliding_window)) < 0)
+        return rc;
+    if (c->sliding_window == 0)
+        return 0;
+    if (c->variant == LLAMA_VARIANT_MISTRAL || c->variant == LLAMA_VARIANT_PHI3)
+        return layer_windows_parse(NULL, what, c->base.info.n_layers, LAYERS_ALL, 0, &c->windows);
+    int from;
+    if ((rc = hf_get_int(root, what, "max_window_layers", false, 28, 0, HF_DIM_MAX, &from)) < 0)
+        return rc;
+    return layer_windows_parse(root, what, c->base.info.n_layers, LAYERS_FROM, from, &c->windows);
 }
 
 static enum llama_variant variant_of(json_t *root)
@@ -348,10 +359,6 @@ int llama_config_parse(json_t *root, const char *what, struct model_config **out
                        in->bos_id >= in->vocab ? in->bos_id : in->pad_id, in->vocab);
     /* the positions a sequence may reach, as computed here (see the top) */
     c->max_pos_config = in->max_pos;
-    if (c->sliding_window > 0 && c->sliding_window < in->max_pos) {
-        in->max_pos = c->sliding_window;
-        in->max_pos_from = "sliding_window (attention within a window is not implemented)";
-    }
     if (c->rope == ROPE_DYNAMIC && c->rope_orig_max_pos < in->max_pos) {
         in->max_pos = c->rope_orig_max_pos;
         in->max_pos_from = "original_max_position_embeddings (dynamic rope past it is not "
@@ -488,6 +495,8 @@ int llama_config_save(const struct model_config *mc, const char *dir)
     if (c->variant != LLAMA_VARIANT_LLAMA)
         json_object_set_new(root, "sliding_window",
                             c->sliding_window ? json_integer(c->sliding_window) : json_null());
+    if (c->variant == LLAMA_VARIANT_QWEN2 && c->sliding_window)
+        json_object_set_new(root, "layer_types", layer_windows_json(&c->windows, in->n_layers));
     if (in->bos_id >= 0)
         json_object_set_new(root, "bos_token_id", json_integer(in->bos_id));
     if (in->pad_id >= 0)

@@ -37,6 +37,8 @@ uint64_t llama_required_ops(const struct model_config *mc)
                    KERN_OP_BIT(kern_gated_op(c->act));
     if (c->qkv_bias || c->o_bias || c->mlp_bias)
         ops |= KERN_OP_BIT(KERN_OP_LINEAR_BIAS);
+    if (c->sliding_window > 0)
+        ops |= KERN_OP_BIT(KERN_OP_ATTENTION_WINDOW);
     return ops;
 }
 
@@ -69,13 +71,13 @@ int llama_layer(const struct model *m, int layer, struct model_exec *ex, int t_n
 {
     const struct llama_config *c = llama_cfg(m);
     const struct llama_layer *L = llama_layer_w(m, layer);
+    const int l = m->shard.layer_begin + layer;
     const struct attn_opts attn = {
         .rot_dim = c->rot_dim,
         .rope_scale = (float)c->rope_attn_factor,
         .rope_long_after = c->rope == ROPE_LONGROPE ? c->rope_orig_max_pos : 0,
-        .q_norm = L->q_norm,
-        .k_norm = L->k_norm,
-        .qk_eps = (float)c->rms_eps,
+        .window = c->sliding_window > 0 && layer_windowed(&c->windows, l) ? c->sliding_window : 0,
+        .eps = (float)c->rms_eps,
     };
     const struct mlp_opts mlp = mlp_opts(m);
     const int H = m->info->hidden, n = ex->shape.batch * t_new;

@@ -73,8 +73,8 @@ static int plan_attention(struct model_planner *p, const char *prefix, const str
     }
     TRY(plan_matrix(p, blob, NAME("self_attn.o_proj.weight"), H, Q, 0, H, q0, qr, &L->attn.o));
     if (c->qk_norm) { /* per head, the same on every rank */
-        TRY(plan_vector(p, blob, NAME("self_attn.q_norm.weight"), hd, 0, hd, &L->q_norm));
-        TRY(plan_vector(p, blob, NAME("self_attn.k_norm.weight"), hd, 0, hd, &L->k_norm));
+        TRY(plan_vector(p, blob, NAME("self_attn.q_norm.weight"), hd, 0, hd, &L->attn.q_norm));
+        TRY(plan_vector(p, blob, NAME("self_attn.k_norm.weight"), hd, 0, hd, &L->attn.k_norm));
     }
     if (c->qkv_bias) {
         TRY(plan_vector(p, blob, NAME("self_attn.q_proj.bias"), Q, q0, qr, &L->attn.q_b));

@@ -92,8 +92,9 @@ int llama_preset(const char *name, struct model_config **out)
         c->rope_attn_factor = 1.0;
         if (p->variant == LLAMA_VARIANT_PHI3) {
             c->sliding_window = PHI3_MINI_WINDOW;
-            in->max_pos = PHI3_MINI_WINDOW;
-            in->max_pos_from = "sliding_window (attention within a window is not implemented)";
+            if ((rc = layer_windows_parse(NULL, name, in->n_layers, LAYERS_ALL, 0, &c->windows)) <
+                0)
+                return rc;
             in->pad_id = PHI3_MINI_PAD;
         }
         c->rope_theta = p->theta;
