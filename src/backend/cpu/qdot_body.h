@@ -1,0 +1,193 @@
+/* The quantized dot products written once for the 256-bit integer kernels:
+ * included by qdot_avx2.c and qdot_vnni.c after they define
+ *
+ *   QD_DOT(u, s)            __m256i of 8 int32: lane i = the sum of the
+ *                           products of bytes 4i .. 4i + 3 of u (unsigned)
+ *                           and s (signed), exactly (no lane saturates for
+ *                           the operands below: |u| <= 128 with |s| <= 127,
+ *                           or u <= 63)
+ *   QD_DOT_SC(u, s, lo, hi) the same with the lanes of bytes 0-15 times the
+ *                           int lo and those of bytes 16-31 times hi
+ *   QDOT_ROWS_FN            the name of the qdot_rows_fn to define
+ *
+ * Each block's integer sums are exact and combined as qdot.h says, so the
+ * result is the scalar reference's (qdot_scalar.c) bit for bit. */
+#include "backend/cpu/qdot.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define QD_INLINE static inline __attribute__((always_inline))
+
+QD_INLINE __m256i qd_load(const void *p)
+{
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+QD_INLINE int32_t qd_hsum(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+QD_INLINE uint16_t qd_u16(const char *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* signed w times signed x: |w| against x with w's sign */
+QD_INLINE int32_t qd_dot_signed(__m256i w, __m256i x)
+{
+    return qd_hsum(QD_DOT(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)));
+}
+
+QD_INLINE float qd_q8_0(const char *w, const char *x, int nb)
+{
+    float sum = 0;
+    for (int b = 0; b < nb; b++, w += 34, x += 34)
+        sum = qdot_acc_0(sum, qd_u16(w), qd_u16(x), qd_dot_signed(qd_load(w + 2), qd_load(x + 2)));
+    return sum;
+}
+
+QD_INLINE float qd_q4_0(const char *w, const char *x, int nb)
+{
+    const __m128i lo4 = _mm_set1_epi8(15);
+    const __m256i eight = _mm256_set1_epi8(8);
+    float sum = 0;
+    for (int b = 0; b < nb; b++, w += 18, x += 34) {
+        __m128i q = _mm_loadu_si128((const __m128i *)(w + 2));
+        __m256i wq =
+            _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
+        sum = qdot_acc_0(sum, qd_u16(w), qd_u16(x),
+                         qd_dot_signed(_mm256_sub_epi8(wq, eight), qd_load(x + 2)));
+    }
+    return sum;
+}
+
+/* Q4_K / Q5_K (FIVE: the fifth bits of qh); x is Q8_K */
+QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
+{
+    const size_t wb = five ? sizeof(struct quant_q5_k) : sizeof(struct quant_q4_k);
+    const __m256i lo4 = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
+    float sum = 0;
+    for (int b = 0; b < nb; b++, w += wb, x += sizeof(struct quant_q8_k)) {
+        const uint8_t *scales = (const uint8_t *)w + 4;
+        const char *qs = w + (five ? 48 : 16);
+        const int8_t *xq = (const int8_t *)x + 4;
+        int16_t bsums[16];
+        memcpy(bsums, x + 4 + 256, sizeof(bsums));
+        const __m256i qh = five ? qd_load(w + 16) : _mm256_setzero_si256();
+        __m256i acc = _mm256_setzero_si256();
+        int32_t msum = 0;
+        for (int j = 0; j < 4; j++) {
+            uint8_t sc0, mn0, sc1, mn1;
+            quant_scale_min(2 * j, scales, &sc0, &mn0);
+            quant_scale_min(2 * j + 1, scales, &sc1, &mn1);
+            const __m256i q = qd_load(qs + 32 * j);
+            __m256i q0 = _mm256_and_si256(q, lo4);
+            __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+            if (five) {
+                const __m256i b0 = _mm256_set1_epi8((char)(1u << (2 * j)));
+                const __m256i b1 = _mm256_set1_epi8((char)(1u << (2 * j + 1)));
+                q0 = _mm256_or_si256(
+                    q0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), sixteen));
+                q1 = _mm256_or_si256(
+                    q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), sixteen));
+            }
+            acc = _mm256_add_epi32(acc, QD_DOT_SC(q0, qd_load(xq + 64 * j), sc0, sc0));
+            acc = _mm256_add_epi32(acc, QD_DOT_SC(q1, qd_load(xq + 64 * j + 32), sc1, sc1));
+            msum += mn0 * (bsums[4 * j] + bsums[4 * j + 1]) +
+                    mn1 * (bsums[4 * j + 2] + bsums[4 * j + 3]);
+        }
+        float dx;
+        memcpy(&dx, x, 4);
+        sum = qdot_acc_k(sum, f16_to_f32(qd_u16(w)), f16_to_f32(qd_u16(w + 2)), dx, qd_hsum(acc),
+                         msum);
+    }
+    return sum;
+}
+
+QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
+{
+    const __m256i lo4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
+    float sum = 0;
+    for (int b = 0; b < nb; b++, w += sizeof(struct quant_q6_k), x += sizeof(struct quant_q8_k)) {
+        const int8_t *sc = (const int8_t *)w + 192;
+        const int8_t *xq = (const int8_t *)x + 4;
+        int16_t bsums[16];
+        memcpy(bsums, x + 4 + 256, sizeof(bsums));
+        __m256i acc = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i la = qd_load(w + 64 * h), lb = qd_load(w + 64 * h + 32);
+            const __m256i qh = qd_load(w + 128 + 32 * h);
+            const __m256i lows[4] = {_mm256_and_si256(la, lo4), _mm256_and_si256(lb, lo4),
+                                     _mm256_and_si256(_mm256_srli_epi16(la, 4), lo4),
+                                     _mm256_and_si256(_mm256_srli_epi16(lb, 4), lo4)};
+            for (int k = 0; k < 4; k++) {
+                /* the two high bits, as bits 4-5 of each byte (no carry
+                 * between bytes: each is at most 3 before the shift) */
+                __m256i hi =
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), three), 4);
+                __m256i q = _mm256_or_si256(lows[k], hi);
+                acc = _mm256_add_epi32(acc, QD_DOT_SC(q, qd_load(xq + 128 * h + 32 * k),
+                                                      sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1]));
+            }
+        }
+        int32_t off = 0; /* the quants' bias of 32 */
+        for (int s = 0; s < 16; s++)
+            off += sc[s] * bsums[s];
+        float dx;
+        memcpy(&dx, x, 4);
+        sum = qdot_acc_k(sum, f16_to_f32(qd_u16(w + 208)), 0.0f, dx, qd_hsum(acc) - 32 * off, 0);
+    }
+    return sum;
+}
+
+/* Input rows per pass over a task's weight rows: a prefill's rows go by in
+ * groups that stay in L1/L2 while the task's weights (about 128 KiB) stay
+ * in L2. */
+#define QD_MB 8
+
+/* Each row type's loop, so the dot product inlines into it. */
+#define QD_LOOP(call)                                                                              \
+    for (int i0 = 0; i0 < a->m; i0 += QD_MB) {                                                     \
+        const int i1 = i0 + QD_MB < a->m ? i0 + QD_MB : a->m;                                      \
+        for (int r = r0; r < r1; r++) {                                                            \
+            const char *row = weight_row(w, r);                                                    \
+            for (int i = i0; i < i1; i++) {                                                        \
+                const char *x = a->xq + (size_t)i * a->xq_ld;                                      \
+                a->y[(size_t)i * a->ldy + r] = call;                                               \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+void QDOT_ROWS_FN(const struct qdot_args *a, int r0, int r1)
+{
+    const struct weight_view *w = a->w;
+    const int nb = w->cols / dtype_block(w->dtype);
+    switch (w->dtype) {
+    case DTYPE_Q8_0:
+        QD_LOOP(qd_q8_0(row, x, nb));
+        break;
+    case DTYPE_Q4_0:
+        QD_LOOP(qd_q4_0(row, x, nb));
+        break;
+    case DTYPE_Q4_K:
+        QD_LOOP(qd_q45_k(row, x, nb, false));
+        break;
+    case DTYPE_Q5_K:
+        QD_LOOP(qd_q45_k(row, x, nb, true));
+        break;
+    case DTYPE_Q6_K:
+        QD_LOOP(qd_q6_k(row, x, nb));
+        break;
+    case DTYPE_F32:
+    case DTYPE_F16:
+    case DTYPE_BF16:
+        break;
+    }
+}
