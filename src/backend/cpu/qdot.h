@@ -5,8 +5,8 @@
  * Internal to backend/cpu/.
  *
  * Every kernel computes each block's integer sums exactly and combines the
- * blocks in one order with the same float operations (qdot_acc_*), so
- * every instruction set gives the same bits as the scalar reference. */
+ * blocks in one order with the same float operations (QDOT_LANES below),
+ * so every instruction set gives the same bits as the scalar reference. */
 #ifndef SHARDSWAP_BACKEND_CPU_QDOT_H
 #define SHARDSWAP_BACKEND_CPU_QDOT_H
 
@@ -50,19 +50,19 @@ void qdot_rows_avx2(const struct qdot_args *a, int r0, int r1);
 /* AVX512-VNNI (256-bit, VL): quads of bytes by VPDPBUSD */
 void qdot_rows_vnni(const struct qdot_args *a, int r0, int r1);
 
-/* The blocks' combination, shared by every kernel (explicit fmaf: a
- * contraction left to each compiler would differ between the files).
- * Q8_0/Q4_0: sum + (dw * dx) * isum. */
-static inline float qdot_acc_0(float sum, uint16_t dw, uint16_t dx, int32_t isum)
-{
-    return fmaf(f16_to_f32(dw) * f16_to_f32(dx), (float)isum, sum);
-}
+/* The blocks' combination, shared by every kernel: block b of a row adds
+ * to partial sum b % QDOT_LANES (with explicit fmaf: a contraction left to
+ * each compiler would differ between the files), and the partials are
+ * summed as qdot_sum8 says, so that a vector kernel keeps the partials in
+ * one register and still gives the scalar reference's bits.
+ *   Q8_0/Q4_0:  p = fmaf(dw * dx, isum, p)
+ *   K-quants:   p = fmaf(d * dx, isum, p); p = fmaf(-(dmin * dx), msum, p)
+ * (Q6_K: dmin = msum = 0, which leaves p as it was: a partial is never -0.) */
+#define QDOT_LANES 8
 
-/* K-quants: sum + (d * dx) * isum - (dmin * dx) * msum. */
-static inline float qdot_acc_k(float sum, float d, float dmin, float dx, int32_t isum, int32_t msum)
+static inline float qdot_sum8(const float p[QDOT_LANES])
 {
-    sum = fmaf(d * dx, (float)isum, sum);
-    return fmaf(-(dmin * dx), (float)msum, sum);
+    return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
 }
 
 #endif

@@ -39,33 +39,120 @@ QD_INLINE uint16_t qd_u16(const char *p)
     return v;
 }
 
+QD_INLINE float qd_f16(const char *p)
+{
+    return _cvtsh_ss(qd_u16(p)); /* exact, as f16_to_f32 */
+}
+
+/* 8 f16 scales `stride` bytes apart (inserted into a register: a store
+ * to the stack and a wide load back stalled on store forwarding) */
+QD_INLINE __m256 qd_f16x8(const char *p, size_t stride)
+{
+    __m128i h = _mm_cvtsi32_si128(qd_u16(p));
+    h = _mm_insert_epi16(h, qd_u16(p + stride), 1);
+    h = _mm_insert_epi16(h, qd_u16(p + 2 * stride), 2);
+    h = _mm_insert_epi16(h, qd_u16(p + 3 * stride), 3);
+    h = _mm_insert_epi16(h, qd_u16(p + 4 * stride), 4);
+    h = _mm_insert_epi16(h, qd_u16(p + 5 * stride), 5);
+    h = _mm_insert_epi16(h, qd_u16(p + 6 * stride), 6);
+    h = _mm_insert_epi16(h, qd_u16(p + 7 * stride), 7);
+    return _mm256_cvtph_ps(h);
+}
+
+/* lane k = the sum of v[k]'s lanes: the integer sums of 8 blocks */
+QD_INLINE __m256i qd_hsum8(const __m256i v[8])
+{
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* qdot_sum8 of the partials in p's lanes, in its order */
+QD_INLINE float qd_sum8(__m256 p)
+{
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(p), _mm256_extractf128_ps(p, 1));
+    __m128 r = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(r, _mm_shuffle_ps(r, r, 1)));
+}
+
 /* signed w times signed x: |w| against x with w's sign */
-QD_INLINE int32_t qd_dot_signed(__m256i w, __m256i x)
+QD_INLINE __m256i qd_dot_signed(__m256i w, __m256i x)
 {
-    return qd_hsum(QD_DOT(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)));
+    return QD_DOT(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
 }
 
-QD_INLINE float qd_q8_0(const char *w, const char *x, int nb)
+/* Block b's weights of a Q8_0 or Q4_0 row as 32 signed bytes */
+QD_INLINE __m256i qd_w_q8_0(const char *w)
 {
-    float sum = 0;
-    for (int b = 0; b < nb; b++, w += 34, x += 34)
-        sum = qdot_acc_0(sum, qd_u16(w), qd_u16(x), qd_dot_signed(qd_load(w + 2), qd_load(x + 2)));
-    return sum;
+    return qd_load(w + 2);
 }
 
-QD_INLINE float qd_q4_0(const char *w, const char *x, int nb)
+QD_INLINE __m256i qd_w_q4_0(const char *w)
 {
     const __m128i lo4 = _mm_set1_epi8(15);
-    const __m256i eight = _mm256_set1_epi8(8);
-    float sum = 0;
-    for (int b = 0; b < nb; b++, w += 18, x += 34) {
-        __m128i q = _mm_loadu_si128((const __m128i *)(w + 2));
-        __m256i wq =
-            _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
-        sum = qdot_acc_0(sum, qd_u16(w), qd_u16(x),
-                         qd_dot_signed(_mm256_sub_epi8(wq, eight), qd_load(x + 2)));
+    __m128i q = _mm_loadu_si128((const __m128i *)(w + 2));
+    __m256i wq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
+    return _mm256_sub_epi8(wq, _mm256_set1_epi8(8));
+}
+
+/* Q8_0 / Q4_0 (WB bytes a block) against Q8_0 x: 8 blocks a step, their
+ * integer sums reduced together and scaled in the partials' lanes; the
+ * last step's missing blocks are zeros (a partial plus 0 * 0 is itself) */
+#define QD_DOT_32(name, WB, unpack)                                                                \
+    QD_INLINE __m256i name##_blk(const char *w, const char *x, int k)                              \
+    {                                                                                              \
+        return qd_dot_signed(unpack(w + (size_t)k * (WB)), qd_load(x + (size_t)k * 34 + 2));       \
+    }                                                                                              \
+    QD_INLINE float name(const char *w, const char *x, int nb)                                     \
+    {                                                                                              \
+        __m256 acc = _mm256_setzero_ps();                                                          \
+        int b = 0;                                                                                 \
+        for (; b + 8 <= nb; b += 8) {                                                              \
+            const char *wb = w + (size_t)b * (WB), *xb = x + (size_t)b * 34;                       \
+            const __m256i v[8] = {name##_blk(wb, xb, 0), name##_blk(wb, xb, 1),                    \
+                                  name##_blk(wb, xb, 2), name##_blk(wb, xb, 3),                    \
+                                  name##_blk(wb, xb, 4), name##_blk(wb, xb, 5),                    \
+                                  name##_blk(wb, xb, 6), name##_blk(wb, xb, 7)};                   \
+            __m256 d = _mm256_mul_ps(qd_f16x8(wb, (WB)), qd_f16x8(xb, 34));                        \
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(qd_hsum8(v)), acc);                        \
+        }                                                                                          \
+        if (b < nb) {                                                                              \
+            const int n = nb - b;                                                                  \
+            const char *wb = w + (size_t)b * (WB), *xb = x + (size_t)b * 34;                       \
+            __m256i v[8];                                                                          \
+            float dw[8] = {0}, dx[8] = {0};                                                        \
+            for (int k = 0; k < 8; k++) {                                                          \
+                v[k] = k < n ? name##_blk(wb, xb, k) : _mm256_setzero_si256();                     \
+                if (k < n) {                                                                       \
+                    dw[k] = qd_f16(wb + (size_t)k * (WB));                                         \
+                    dx[k] = qd_f16(xb + (size_t)k * 34);                                           \
+                }                                                                                  \
+            }                                                                                      \
+            __m256 d = _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_loadu_ps(dx));                    \
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(qd_hsum8(v)), acc);                        \
+        }                                                                                          \
+        return qd_sum8(acc);                                                                       \
     }
-    return sum;
+
+QD_DOT_32(qd_q8_0, 34, qd_w_q8_0)
+QD_DOT_32(qd_q4_0, 18, qd_w_q4_0)
+
+/* The K-quants' partials: each block's sums and scales kept per lane, 8
+ * blocks added at once */
+struct qd_lanes {
+    int32_t is[8], ms[8];
+    float d[8], dmin[8], dx[8];
+};
+
+QD_INLINE __m256 qd_lanes_add(__m256 acc, const struct qd_lanes *l)
+{
+    const __m256 dx = _mm256_loadu_ps(l->dx);
+    const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(l->d), dx);
+    const __m256 dm =
+        _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(_mm256_loadu_ps(l->dmin), dx));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)l->is)), acc);
+    return _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)l->ms)), acc);
 }
 
 /* Q4_K / Q5_K (FIVE: the fifth bits of qh); x is Q8_K */
@@ -73,7 +160,9 @@ QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
 {
     const size_t wb = five ? sizeof(struct quant_q5_k) : sizeof(struct quant_q4_k);
     const __m256i lo4 = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
-    float sum = 0;
+    __m256 sum = _mm256_setzero_ps();
+    struct qd_lanes l;
+    memset(&l, 0, sizeof(l));
     for (int b = 0; b < nb; b++, w += wb, x += sizeof(struct quant_q8_k)) {
         const uint8_t *scales = (const uint8_t *)w + 4;
         const char *qs = w + (five ? 48 : 16);
@@ -103,18 +192,26 @@ QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
             msum += mn0 * (bsums[4 * j] + bsums[4 * j + 1]) +
                     mn1 * (bsums[4 * j + 2] + bsums[4 * j + 3]);
         }
-        float dx;
-        memcpy(&dx, x, 4);
-        sum = qdot_acc_k(sum, f16_to_f32(qd_u16(w)), f16_to_f32(qd_u16(w + 2)), dx, qd_hsum(acc),
-                         msum);
+        const int k = b % 8;
+        l.is[k] = qd_hsum(acc);
+        l.ms[k] = msum;
+        l.d[k] = qd_f16(w);
+        l.dmin[k] = qd_f16(w + 2);
+        memcpy(&l.dx[k], x, 4);
+        if (k == 7 || b == nb - 1) {
+            sum = qd_lanes_add(sum, &l);
+            memset(&l, 0, sizeof(l));
+        }
     }
-    return sum;
+    return qd_sum8(sum);
 }
 
 QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
 {
     const __m256i lo4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
-    float sum = 0;
+    __m256 sum = _mm256_setzero_ps();
+    struct qd_lanes l;
+    memset(&l, 0, sizeof(l));
     for (int b = 0; b < nb; b++, w += sizeof(struct quant_q6_k), x += sizeof(struct quant_q8_k)) {
         const int8_t *sc = (const int8_t *)w + 192;
         const int8_t *xq = (const int8_t *)x + 4;
@@ -140,11 +237,16 @@ QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
         int32_t off = 0; /* the quants' bias of 32 */
         for (int s = 0; s < 16; s++)
             off += sc[s] * bsums[s];
-        float dx;
-        memcpy(&dx, x, 4);
-        sum = qdot_acc_k(sum, f16_to_f32(qd_u16(w + 208)), 0.0f, dx, qd_hsum(acc) - 32 * off, 0);
+        const int k = b % 8;
+        l.is[k] = qd_hsum(acc) - 32 * off;
+        l.d[k] = qd_f16(w + 208);
+        memcpy(&l.dx[k], x, 4);
+        if (k == 7 || b == nb - 1) {
+            sum = qd_lanes_add(sum, &l);
+            memset(&l, 0, sizeof(l));
+        }
     }
-    return sum;
+    return qd_sum8(sum);
 }
 
 /* Input rows per pass over a task's weight rows: a prefill's rows go by in

@@ -5,9 +5,22 @@
 
 #include <string.h>
 
+/* The partial sums of qdot.h */
+static void acc_0(float *p, int b, float dw, float dx, int32_t isum)
+{
+    p[b % QDOT_LANES] = fmaf(dw * dx, (float)isum, p[b % QDOT_LANES]);
+}
+
+static void acc_k(float *p, int b, float d, float dmin, float dx, int32_t isum, int32_t msum)
+{
+    float *q = &p[b % QDOT_LANES];
+    *q = fmaf(d * dx, (float)isum, *q);
+    *q = fmaf(-(dmin * dx), (float)msum, *q);
+}
+
 static float dot_q8_0(const char *w, const char *x, int nb)
 {
-    float sum = 0;
+    float sum[QDOT_LANES] = {0};
     for (int b = 0; b < nb; b++) {
         struct quant_q8_0 bw, bx;
         memcpy(&bw, w + (size_t)b * sizeof(bw), sizeof(bw));
@@ -15,14 +28,14 @@ static float dot_q8_0(const char *w, const char *x, int nb)
         int32_t isum = 0;
         for (int j = 0; j < QUANT_QK0; j++)
             isum += bw.qs[j] * bx.qs[j];
-        sum = qdot_acc_0(sum, bw.d, bx.d, isum);
+        acc_0(sum, b, f16_to_f32(bw.d), f16_to_f32(bx.d), isum);
     }
-    return sum;
+    return qdot_sum8(sum);
 }
 
 static float dot_q4_0(const char *w, const char *x, int nb)
 {
-    float sum = 0;
+    float sum[QDOT_LANES] = {0};
     for (int b = 0; b < nb; b++) {
         struct quant_q4_0 bw;
         struct quant_q8_0 bx;
@@ -31,16 +44,16 @@ static float dot_q4_0(const char *w, const char *x, int nb)
         int32_t isum = 0;
         for (int j = 0; j < QUANT_QK0 / 2; j++)
             isum += ((bw.qs[j] & 15) - 8) * bx.qs[j] + ((bw.qs[j] >> 4) - 8) * bx.qs[j + 16];
-        sum = qdot_acc_0(sum, bw.d, bx.d, isum);
+        acc_0(sum, b, f16_to_f32(bw.d), f16_to_f32(bx.d), isum);
     }
-    return sum;
+    return qdot_sum8(sum);
 }
 
 /* Q4_K and Q5_K: sub-block s of 32 holds nibble s & 1 of qs[32 (s / 2) + l]
  * (and bit s of qh[l] for Q5_K as the fifth bit). */
 static float dot_q45_k(const char *w, const char *x, int nb, bool five)
 {
-    float sum = 0;
+    float sum[QDOT_LANES] = {0};
     for (int b = 0; b < nb; b++) {
         struct quant_q5_k bw; /* Q4_K's fields are Q5_K's less qh */
         struct quant_q8_k bx;
@@ -69,14 +82,14 @@ static float dot_q45_k(const char *w, const char *x, int nb, bool five)
             isum += sc * part;
             msum += mn * (bx.bsums[2 * s] + bx.bsums[2 * s + 1]);
         }
-        sum = qdot_acc_k(sum, f16_to_f32(bw.d), f16_to_f32(bw.dmin), bx.d, isum, msum);
+        acc_k(sum, b, f16_to_f32(bw.d), f16_to_f32(bw.dmin), bx.d, isum, msum);
     }
-    return sum;
+    return qdot_sum8(sum);
 }
 
 static float dot_q6_k(const char *w, const char *x, int nb)
 {
-    float sum = 0;
+    float sum[QDOT_LANES] = {0};
     for (int b = 0; b < nb; b++) {
         struct quant_q6_k bw;
         struct quant_q8_k bx;
@@ -95,9 +108,9 @@ static float dot_q6_k(const char *w, const char *x, int nb)
             }
             isum += bw.scales[s] * (part - 32 * bx.bsums[s]);
         }
-        sum = qdot_acc_k(sum, f16_to_f32(bw.d), 0.0f, bx.d, isum, 0);
+        acc_k(sum, b, f16_to_f32(bw.d), 0.0f, bx.d, isum, 0);
     }
-    return sum;
+    return qdot_sum8(sum);
 }
 
 void qdot_rows_scalar(const struct qdot_args *a, int r0, int r1)
