@@ -7,16 +7,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-static inline __m256i qd_dot_avx2(__m256i u, __m256i s, __m256i w16)
-{
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), w16);
-}
-
-#define QD_DOT(u, s) qd_dot_avx2(u, s, _mm256_set1_epi16(1))
-/* the scale joins the second step: pairs (at most 2 * 63 * 127) times a
- * scale (|s| <= 128) summed in 32 bits */
-#define QD_DOT_SC(u, s, lo, hi)                                                                    \
-    qd_dot_avx2(u, s, _mm256_set_m128i(_mm_set1_epi16((short)(hi)), _mm_set1_epi16((short)(lo))))
+/* no pair saturates 16 bits: at most 2 * 128 * 127 (qdot_body.h) */
+#define QD_DOT(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 #define QDOT_ROWS_FN qdot_rows_avx2
 #include "backend/cpu/qdot_body.h"
 

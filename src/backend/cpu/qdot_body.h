@@ -6,8 +6,6 @@
  *                           and s (signed), exactly (no lane saturates for
  *                           the operands below: |u| <= 128 with |s| <= 127,
  *                           or u <= 63)
- *   QD_DOT_SC(u, s, lo, hi) the same with the lanes of bytes 0-15 times the
- *                           int lo and those of bytes 16-31 times hi
  *   QDOT_ROWS_FN            the name of the qdot_rows_fn to define
  *
  * Each block's integer sums are exact and combined as qdot.h says, so the
@@ -155,7 +153,30 @@ QD_INLINE __m256 qd_lanes_add(__m256 acc, const struct qd_lanes *l)
     return _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)l->ms)), acc);
 }
 
-/* Q4_K / Q5_K (FIVE: the fifth bits of qh); x is Q8_K */
+/* The 8 six-bit scales and 8 mins of a Q4_K/Q5_K block (quant_scale_min)
+ * unpacked at once: bytes 0-7 of the result the scales, 8-15 the mins. */
+QD_INLINE __m128i qd_scales_mins(const uint8_t *q)
+{
+    uint32_t u[4];
+    memcpy(u, q, 12);
+    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    u[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
+    const uint32_t mins_lo = u[1] & m6;
+    u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
+    u[2] = mins_lo;
+    u[0] &= m6;
+    return _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+}
+
+/* x's 16 sums of 16 as 8 sums of 32 (lane s: sub-block s of 32) */
+QD_INLINE __m256i qd_bsums32(const char *x)
+{
+    __m256i b = qd_load(x + 4 + 256);
+    return _mm256_madd_epi16(b, _mm256_set1_epi16(1));
+}
+
+/* Q4_K / Q5_K (FIVE: the fifth bits of qh); x is Q8_K. Each sub-block's
+ * integer sum, then all 8 times their scales at once. */
 QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
 {
     const size_t wb = five ? sizeof(struct quant_q5_k) : sizeof(struct quant_q4_k);
@@ -164,18 +185,12 @@ QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
     struct qd_lanes l;
     memset(&l, 0, sizeof(l));
     for (int b = 0; b < nb; b++, w += wb, x += sizeof(struct quant_q8_k)) {
-        const uint8_t *scales = (const uint8_t *)w + 4;
         const char *qs = w + (five ? 48 : 16);
         const int8_t *xq = (const int8_t *)x + 4;
-        int16_t bsums[16];
-        memcpy(bsums, x + 4 + 256, sizeof(bsums));
+        const __m128i sm = qd_scales_mins((const uint8_t *)w + 4);
         const __m256i qh = five ? qd_load(w + 16) : _mm256_setzero_si256();
-        __m256i acc = _mm256_setzero_si256();
-        int32_t msum = 0;
+        __m256i v[8];
         for (int j = 0; j < 4; j++) {
-            uint8_t sc0, mn0, sc1, mn1;
-            quant_scale_min(2 * j, scales, &sc0, &mn0);
-            quant_scale_min(2 * j + 1, scales, &sc1, &mn1);
             const __m256i q = qd_load(qs + 32 * j);
             __m256i q0 = _mm256_and_si256(q, lo4);
             __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
@@ -187,14 +202,14 @@ QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
                 q1 = _mm256_or_si256(
                     q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), sixteen));
             }
-            acc = _mm256_add_epi32(acc, QD_DOT_SC(q0, qd_load(xq + 64 * j), sc0, sc0));
-            acc = _mm256_add_epi32(acc, QD_DOT_SC(q1, qd_load(xq + 64 * j + 32), sc1, sc1));
-            msum += mn0 * (bsums[4 * j] + bsums[4 * j + 1]) +
-                    mn1 * (bsums[4 * j + 2] + bsums[4 * j + 3]);
+            v[2 * j] = QD_DOT(q0, qd_load(xq + 64 * j));
+            v[2 * j + 1] = QD_DOT(q1, qd_load(xq + 64 * j + 32));
         }
+        const __m256i sc = _mm256_cvtepu8_epi32(sm);
+        const __m256i mn = _mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8));
         const int k = b % 8;
-        l.is[k] = qd_hsum(acc);
-        l.ms[k] = msum;
+        l.is[k] = qd_hsum(_mm256_mullo_epi32(qd_hsum8(v), sc));
+        l.ms[k] = qd_hsum(_mm256_mullo_epi32(qd_bsums32(x), mn));
         l.d[k] = qd_f16(w);
         l.dmin[k] = qd_f16(w + 2);
         memcpy(&l.dx[k], x, 4);
@@ -206,17 +221,21 @@ QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
     return qd_sum8(sum);
 }
 
+/* Q6_K: each 32-element dot covers two sub-blocks of 16 (its lanes 0-3 and
+ * 4-7); per half of the block the four dots' halves are reduced together
+ * into sub-blocks 0, 2, 4, 6, 1, 3, 5, 7 and scaled at once. */
 QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
 {
     const __m256i lo4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
+    /* the scales of a half in the reduced order */
+    const __m128i order = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
     __m256 sum = _mm256_setzero_ps();
     struct qd_lanes l;
     memset(&l, 0, sizeof(l));
     for (int b = 0; b < nb; b++, w += sizeof(struct quant_q6_k), x += sizeof(struct quant_q8_k)) {
-        const int8_t *sc = (const int8_t *)w + 192;
         const int8_t *xq = (const int8_t *)x + 4;
-        int16_t bsums[16];
-        memcpy(bsums, x + 4 + 256, sizeof(bsums));
+        const __m128i sc = _mm_loadu_si128((const __m128i *)(w + 192));
+        const __m128i sco = _mm_shuffle_epi8(sc, order);
         __m256i acc = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const __m256i la = qd_load(w + 64 * h), lb = qd_load(w + 64 * h + 32);
@@ -224,21 +243,23 @@ QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
             const __m256i lows[4] = {_mm256_and_si256(la, lo4), _mm256_and_si256(lb, lo4),
                                      _mm256_and_si256(_mm256_srli_epi16(la, 4), lo4),
                                      _mm256_and_si256(_mm256_srli_epi16(lb, 4), lo4)};
+            __m256i v[4];
             for (int k = 0; k < 4; k++) {
                 /* the two high bits, as bits 4-5 of each byte (no carry
                  * between bytes: each is at most 3 before the shift) */
                 __m256i hi =
                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), three), 4);
-                __m256i q = _mm256_or_si256(lows[k], hi);
-                acc = _mm256_add_epi32(acc, QD_DOT_SC(q, qd_load(xq + 128 * h + 32 * k),
-                                                      sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1]));
+                v[k] = QD_DOT(_mm256_or_si256(lows[k], hi), qd_load(xq + 128 * h + 32 * k));
             }
+            const __m256i r =
+                _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+            const __m256i s8 = _mm256_cvtepi8_epi32(h ? _mm_srli_si128(sco, 8) : sco);
+            acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(r, s8));
         }
-        int32_t off = 0; /* the quants' bias of 32 */
-        for (int s = 0; s < 16; s++)
-            off += sc[s] * bsums[s];
+        /* the quants' bias of 32: sum of scale times x's sum of 16 */
+        const __m256i off = _mm256_madd_epi16(qd_load(x + 4 + 256), _mm256_cvtepi8_epi16(sc));
         const int k = b % 8;
-        l.is[k] = qd_hsum(acc) - 32 * off;
+        l.is[k] = qd_hsum(acc) - 32 * qd_hsum(off);
         l.d[k] = qd_f16(w + 208);
         memcpy(&l.dx[k], x, 4);
         if (k == 7 || b == nb - 1) {

@@ -8,8 +8,6 @@
 #include <immintrin.h>
 
 #define QD_DOT(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
-#define QD_DOT_SC(u, s, lo, hi)                                                                    \
-    _mm256_mullo_epi32(QD_DOT(u, s), _mm256_set_m128i(_mm_set1_epi32(hi), _mm_set1_epi32(lo)))
 #define QDOT_ROWS_FN qdot_rows_vnni
 #include "backend/cpu/qdot_body.h"
 

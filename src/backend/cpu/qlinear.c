@@ -11,7 +11,7 @@
  *   rows over the pool. The kernel (vnni, avx2) is chosen per process and
  *   type by measurement, as the GEMV's are: at the first call with a type,
  *   each candidate is timed on 4 MiB of that type's blocks flushed from the
- *   caches, at 1 and 16 input rows, best of 5 and 3, interleaved; a later
+ *   caches, at 1 and 4 input rows, best of 5 and 3, interleaved; a later
  *   candidate must win by 3%. SHARDSWAP_QDOT=NAME (vnni, avx2, scalar)
  *   runs one kernel for every call instead. */
 #include "backend/cpu/qlinear.h"
@@ -151,7 +151,9 @@ static const struct qdot_kernel q_kernels[] = {
 /* the types, in enum dtype's order from DTYPE_Q8_0 */
 #define Q_TYPES 5
 #define Q_BUCKETS 2 /* one input row; more */
-static const int q_bucket_m[Q_BUCKETS] = {1, 16};
+/* more rows are timed at 4: at 16 the calibration took 4x as long, and
+ * the kernels' ranking is by their unpacking work per row either way */
+static const int q_bucket_m[Q_BUCKETS] = {1, 4};
 static const int q_cal_reps[Q_BUCKETS] = {5, 3};
 #define Q_CAL_BYTES ((size_t)4 << 20)
 #define Q_CAL_COLS 2048
