@@ -35,7 +35,9 @@
 #define BIT(op) KERN_OP_BIT(KERN_OP_##op)
 #define MiB ((uint64_t)1 << 20)
 /* the block types' ops: the CPU's, not yet CUDA's */
-#define W_OPS (BIT(W_Q8_0) | BIT(W_Q4_0) | BIT(W_Q4_K) | BIT(W_Q5_K) | BIT(W_Q6_K))
+#define W_OPS                                                                                      \
+    (BIT(W_Q8_0) | BIT(W_Q4_0) | BIT(W_Q4_K) | BIT(W_Q5_K) | BIT(W_Q6_K) | BIT(W_Q5_0) |           \
+     BIT(W_Q5_1))
 
 /* Each op's slot, written out apart from kernels.c's own mapping. */
 #define SLOTS(X)                                                                                   \
@@ -63,7 +65,9 @@
     X(W_Q4_0, linear)                                                                              \
     X(W_Q4_K, linear)                                                                              \
     X(W_Q5_K, linear)                                                                              \
-    X(W_Q6_K, linear)
+    X(W_Q6_K, linear)                                                                              \
+    X(W_Q5_0, linear)                                                                              \
+    X(W_Q5_1, linear)
 
 static bool slot_filled(const struct kernel_ops *k, enum kern_op op)
 {

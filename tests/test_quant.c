@@ -29,7 +29,8 @@
 #define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/quant"
 #define MiB ((size_t)1 << 20)
 
-static const enum dtype types[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K};
+static const enum dtype types[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q5_0, DTYPE_Q5_1,
+                                   DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K};
 #define N_TYPES (sizeof(types) / sizeof(types[0]))
 
 static struct device *dev;
@@ -77,6 +78,8 @@ TEST(sizes)
     CHECK(dtype_row_bytes(DTYPE_BF16, 10) == 20 && dtype_row_bytes(DTYPE_F32, 3) == 12);
     CHECK(dtype_row_bytes(DTYPE_Q8_0, 2048) == 64 * 34);
     CHECK(dtype_row_bytes(DTYPE_Q4_0, 2048) == 64 * 18);
+    CHECK(dtype_row_bytes(DTYPE_Q5_0, 2048) == 64 * 22);
+    CHECK(dtype_row_bytes(DTYPE_Q5_1, 2048) == 64 * 24);
     CHECK(dtype_row_bytes(DTYPE_Q4_K, 2048) == 8 * 144);
     CHECK(dtype_row_bytes(DTYPE_Q5_K, 2048) == 8 * 176);
     CHECK(dtype_row_bytes(DTYPE_Q6_K, 2048) == 8 * 210);
@@ -169,7 +172,7 @@ static void product_case(enum dtype t, int m, int rows, int cols, int r0, int c0
         x[i] = urand() * (i % 7 == 0 ? 4.0f : 1.0f);
     float *y = malloc((size_t)m * rows * sizeof(float));
     /* x's quantization: the block size of Q8_0 or Q8_K */
-    const int xb = t == DTYPE_Q8_0 || t == DTYPE_Q4_0 ? 32 : 256;
+    const int xb = dtype_block(t);
     double worst_f32 = 0, worst_q = 0;
     for (int mode = 0; mode < 2; mode++) {
         const enum kern_compute cm = mode ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;

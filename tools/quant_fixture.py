@@ -3,7 +3,7 @@
 their dequantization by the `gguf` Python package, which test_quant checks
 core/quant.c's dequantization against.
 
-For each TYPE of Q8_0, Q4_0, Q4_K, Q5_K, Q6_K: TYPE.bin holds the raw blocks
+For each TYPE of Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: TYPE.bin holds the raw blocks
 (every byte random, then each f16 scale set to a finite value of a few
 magnitudes, both signs), TYPE.f32 the dequantized elements as little-endian
 float32. Deterministic (seeded): rerun to remake them.
@@ -18,9 +18,10 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from gguf.quants import dequantize
 
 # blocks per type: 8 of 32 elements, 4 of 256
-BLOCKS = {T.Q8_0: 8, T.Q4_0: 8, T.Q4_K: 4, T.Q5_K: 4, T.Q6_K: 4}
+BLOCKS = {T.Q8_0: 8, T.Q4_0: 8, T.Q5_0: 8, T.Q5_1: 8, T.Q4_K: 4, T.Q5_K: 4, T.Q6_K: 4}
 # byte offsets of each block's f16 scales (Q6_K's d is last)
-SCALES = {T.Q8_0: [0], T.Q4_0: [0], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208]}
+SCALES = {T.Q8_0: [0], T.Q4_0: [0], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q4_K: [0, 2], T.Q5_K: [0, 2],
+          T.Q6_K: [208]}
 
 
 def main():

@@ -46,6 +46,8 @@ static const char *const op_names[KERN_OP_COUNT] = {
     [KERN_OP_W_Q4_K] = "Q4_K weights",
     [KERN_OP_W_Q5_K] = "Q5_K weights",
     [KERN_OP_W_Q6_K] = "Q6_K weights",
+    [KERN_OP_W_Q5_0] = "Q5_0 weights",
+    [KERN_OP_W_Q5_1] = "Q5_1 weights",
 };
 
 const char *kern_op_name(enum kern_op op)
@@ -116,6 +118,8 @@ static bool table_runs(const struct kernel_ops *k, enum kern_op op)
     case KERN_OP_W_Q4_K:
     case KERN_OP_W_Q5_K:
     case KERN_OP_W_Q6_K:
+    case KERN_OP_W_Q5_0:
+    case KERN_OP_W_Q5_1:
         return k->linear != NULL; /* and embed, where a model embeds */
     case KERN_OP_COUNT:
         break;
@@ -147,6 +151,10 @@ static enum kern_op weight_op(enum dtype t)
         return KERN_OP_W_Q5_K;
     case DTYPE_Q6_K:
         return KERN_OP_W_Q6_K;
+    case DTYPE_Q5_0:
+        return KERN_OP_W_Q5_0;
+    case DTYPE_Q5_1:
+        return KERN_OP_W_Q5_1;
     case DTYPE_F32:
     case DTYPE_F16:
     case DTYPE_BF16:

@@ -97,6 +97,8 @@ enum kern_op {
     KERN_OP_W_Q4_K,
     KERN_OP_W_Q5_K,
     KERN_OP_W_Q6_K,
+    KERN_OP_W_Q5_0,
+    KERN_OP_W_Q5_1,
     KERN_OP_COUNT
 };
 /* A set of ops: a mask of these bits. */

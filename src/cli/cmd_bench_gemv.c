@@ -104,12 +104,12 @@ static int bench_gemv_types(const char *list, enum dtype *out, int *n)
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         int t = 0;
-        while (t <= DTYPE_Q6_K && strcasecmp(tok, dtype_name((enum dtype)t)) != 0)
+        while (t <= DTYPE_Q5_1 && strcasecmp(tok, dtype_name((enum dtype)t)) != 0)
             t++;
-        if (t > DTYPE_Q6_K || *n == BENCH_GEMV_MAX_TYPES)
+        if (t > DTYPE_Q5_1 || *n == BENCH_GEMV_MAX_TYPES)
             return err_set(ERR_INVALID,
-                           "--types: \"%s\" is not one of f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, "
-                           "q6_k (at most %d)",
+                           "--types: \"%s\" is not one of f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, "
+                           "q4_k, q5_k, q6_k (at most %d)",
                            tok, BENCH_GEMV_MAX_TYPES);
         out[(*n)++] = (enum dtype)t;
     }
@@ -132,7 +132,8 @@ int bench_gemv(int argc, char **argv)
         FLAG("compute", FLAG_STR, &compute, "f32|bf16",
              "compute mode (default f32; bf16 quantizes x for the block types)"),
         FLAG("types", FLAG_STR, &type_list, "LIST",
-             "weight types, comma-separated: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k "
+             "weight types, comma-separated: f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, "
+             "q6_k "
              "(default f32,f16,bf16)"),
         FLAG("qkernel", FLAG_STR, &qkernel, "NAME",
              "run one quantized kernel: vnni, avx2 or scalar (default: measured per type)"),

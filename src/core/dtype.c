@@ -31,6 +31,8 @@ int dtype_block(enum dtype t)
         return 1;
     case DTYPE_Q8_0:
     case DTYPE_Q4_0:
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1:
         return QUANT_QK0;
     case DTYPE_Q4_K:
     case DTYPE_Q5_K:
@@ -79,6 +81,10 @@ const char *dtype_name(enum dtype t)
         return "Q5_K";
     case DTYPE_Q6_K:
         return "Q6_K";
+    case DTYPE_Q5_0:
+        return "Q5_0";
+    case DTYPE_Q5_1:
+        return "Q5_1";
     }
     return "?";
 }
@@ -187,6 +193,8 @@ void dtype_to_f32(enum dtype t, const void *src, float *dst, size_t n)
     case DTYPE_Q4_K:
     case DTYPE_Q5_K:
     case DTYPE_Q6_K:
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1:
         quant_dequantize(t, src, dst, n);
         return;
     }
@@ -234,6 +242,8 @@ void dtype_from_f32(enum dtype t, const float *src, void *dst, size_t n)
     case DTYPE_Q4_K:
     case DTYPE_Q5_K:
     case DTYPE_Q6_K:
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1:
         break;
     }
     assert(!"dtype_from_f32: not a plain type");

@@ -24,6 +24,8 @@ enum dtype {
     DTYPE_Q4_K,
     DTYPE_Q5_K,
     DTYPE_Q6_K,
+    DTYPE_Q5_0,
+    DTYPE_Q5_1,
 };
 
 /* Bytes of one element of a plain type (f32, f16, bf16). A block type has

@@ -16,6 +16,10 @@ size_t quant_block_bytes(enum dtype t)
         return sizeof(struct quant_q5_k);
     case DTYPE_Q6_K:
         return sizeof(struct quant_q6_k);
+    case DTYPE_Q5_0:
+        return sizeof(struct quant_q5_0);
+    case DTYPE_Q5_1:
+        return sizeof(struct quant_q5_1);
     case DTYPE_F32:
     case DTYPE_F16:
     case DTYPE_BF16:
@@ -39,6 +43,29 @@ static void deq_q4_0(const struct quant_q4_0 *b, float *y)
         y[j] = d * (float)((b->qs[j] & 15) - 8);
         y[j + 16] = d * (float)((b->qs[j] >> 4) - 8);
     }
+}
+
+/* Q5_0 / Q5_1: element j's fifth bit is bit j of qh */
+static int q5_elem(const uint8_t *qs, const uint8_t *qh, int j)
+{
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    const int nib = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+    return nib | (int)((h >> j) & 1) << 4;
+}
+
+static void deq_q5_0(const struct quant_q5_0 *b, float *y)
+{
+    const float d = f16_to_f32(b->d);
+    for (int j = 0; j < QUANT_QK0; j++)
+        y[j] = d * (float)(q5_elem(b->qs, b->qh, j) - 16);
+}
+
+static void deq_q5_1(const struct quant_q5_1 *b, float *y)
+{
+    const float d = f16_to_f32(b->d), m = f16_to_f32(b->m);
+    for (int j = 0; j < QUANT_QK0; j++)
+        y[j] = d * (float)q5_elem(b->qs, b->qh, j) + m;
 }
 
 static void deq_q4_k(const struct quant_q4_k *b, float *y)
@@ -107,6 +134,8 @@ void quant_dequantize(enum dtype t, const void *src, float *dst, size_t n)
             struct quant_q4_k q4_k;
             struct quant_q5_k q5_k;
             struct quant_q6_k q6_k;
+            struct quant_q5_0 q5_0;
+            struct quant_q5_1 q5_1;
         } b;
         memcpy(&b, p, bb);
         switch (t) {
@@ -124,6 +153,12 @@ void quant_dequantize(enum dtype t, const void *src, float *dst, size_t n)
             break;
         case DTYPE_Q6_K:
             deq_q6_k(&b.q6_k, dst);
+            break;
+        case DTYPE_Q5_0:
+            deq_q5_0(&b.q5_0, dst);
+            break;
+        case DTYPE_Q5_1:
+            deq_q5_1(&b.q5_1, dst);
             break;
         case DTYPE_F32:
         case DTYPE_F16:
@@ -147,7 +182,7 @@ size_t quant_find_nonfinite(enum dtype t, const void *src, size_t n)
     const size_t bb = quant_block_bytes(t);
     /* offsets of the block's f16 scales (Q6_K's d is at its end) */
     const size_t s0 = t == DTYPE_Q6_K ? 208 : 0;
-    const bool two = t == DTYPE_Q4_K || t == DTYPE_Q5_K;
+    const bool two = t == DTYPE_Q4_K || t == DTYPE_Q5_K || t == DTYPE_Q5_1;
     const char *p = src;
     for (size_t i = 0; i < n / (size_t)qk; i++, p += bb)
         if (f16_nonfinite(p + s0) || (two && f16_nonfinite(p + 2)))

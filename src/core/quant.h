@@ -11,6 +11,13 @@
  * Q4_0 (18 bytes, 32 elements)
  *   0  f16  d
  *   2  u8   qs[16]         y[j] = d * ((qs[j] & 15) - 8), y[j + 16] = d * ((qs[j] >> 4) - 8)
+ * Q5_0 (22 bytes, 32 elements)
+ *   0  f16  d
+ *   2  u32  qh             bit j: the fifth bit of element j
+ *   6  u8   qs[16]         as Q4_0's nibbles; y[j] = d * (q - 16)
+ * Q5_1 (24 bytes, 32 elements)
+ *   0  f16  d, 2 f16 m
+ *   4  u32  qh, 8 u8 qs[16] as Q5_0; y[j] = d * q + m
  * Q4_K (144 bytes, 256 elements: 8 sub-blocks of 32)
  *   0  f16  d, 2 f16 dmin
  *   4  u8   scales[12]     6-bit scale sc[s] and min mn[s] per sub-block (quant_scale_min)
@@ -51,6 +58,16 @@ struct quant_q4_0 {
     uint16_t d;
     uint8_t qs[QUANT_QK0 / 2];
 };
+struct quant_q5_0 {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[QUANT_QK0 / 2];
+};
+struct quant_q5_1 {
+    uint16_t d, m;
+    uint8_t qh[4];
+    uint8_t qs[QUANT_QK0 / 2];
+};
 struct quant_q4_k {
     uint16_t d, dmin;
     uint8_t scales[12];
@@ -76,6 +93,8 @@ struct quant_q8_k {
 
 _Static_assert(sizeof(struct quant_q8_0) == 34, "Q8_0 block");
 _Static_assert(sizeof(struct quant_q4_0) == 18, "Q4_0 block");
+_Static_assert(sizeof(struct quant_q5_0) == 22, "Q5_0 block");
+_Static_assert(sizeof(struct quant_q5_1) == 24, "Q5_1 block");
 _Static_assert(sizeof(struct quant_q4_k) == 144, "Q4_K block");
 _Static_assert(sizeof(struct quant_q5_k) == 176, "Q5_K block");
 _Static_assert(sizeof(struct quant_q6_k) == 210, "Q6_K block");

@@ -17,8 +17,8 @@
 #include "backend/weight.h"
 #include "core/quant.h"
 
-/* The activations' block type for weights of type t: Q8_0 for Q8_0/Q4_0,
- * Q8_K for the K-quants. */
+/* The activations' block type for weights of type t: Q8_0 for the types
+ * of 32 (Q8_0, Q4_0, Q5_0, Q5_1), Q8_K for the K-quants. */
 enum qdot_xtype { QDOT_X_Q8_0, QDOT_X_Q8_K };
 enum qdot_xtype qdot_xtype_of(enum dtype t);
 /* Bytes of a row of n activations quantized for weights of type t. */
@@ -55,7 +55,8 @@ void qdot_rows_vnni(const struct qdot_args *a, int r0, int r1);
  * each compiler would differ between the files), and the partials are
  * summed as qdot_sum8 says, so that a vector kernel keeps the partials in
  * one register and still gives the scalar reference's bits.
- *   Q8_0/Q4_0:  p = fmaf(dw * dx, isum, p)
+ *   Q8_0/Q4_0/Q5_0:  p = fmaf(dw * dx, isum, p)
+ *   Q5_1:       as a K-quant with dmin = -m and msum = the sum of x's quants
  *   K-quants:   p = fmaf(d * dx, isum, p); p = fmaf(-(dmin * dx), msum, p)
  * (Q6_K: dmin = msum = 0, which leaves p as it was: a partial is never -0.) */
 #define QDOT_LANES 8

@@ -133,7 +133,34 @@ QD_INLINE __m256i qd_w_q4_0(const char *w)
         return qd_sum8(acc);                                                                       \
     }
 
+/* byte j all ones where bit j of the 32 bits at p is set */
+QD_INLINE __m256i qd_bits32(const char *p)
+{
+    uint32_t h;
+    memcpy(&h, p, 4);
+    const __m256i which = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                           2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), which);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* Q5_0 / Q5_1's 5-bit quants, unsigned (0-31) */
+QD_INLINE __m256i qd_w_q5(const char *qh, const char *qs)
+{
+    const __m128i lo4 = _mm_set1_epi8(15);
+    __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    __m256i wq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
+    return _mm256_or_si256(wq, _mm256_and_si256(qd_bits32(qh), _mm256_set1_epi8(16)));
+}
+
+QD_INLINE __m256i qd_w_q5_0(const char *w)
+{
+    return _mm256_sub_epi8(qd_w_q5(w + 2, w + 6), _mm256_set1_epi8(16));
+}
+
 QD_DOT_32(qd_q8_0, 34, qd_w_q8_0)
+QD_DOT_32(qd_q5_0, 22, qd_w_q5_0)
 QD_DOT_32(qd_q4_0, 18, qd_w_q4_0)
 
 /* The K-quants' partials: each block's sums and scales kept per lane, 8
@@ -173,6 +200,28 @@ QD_INLINE __m256i qd_bsums32(const char *x)
 {
     __m256i b = qd_load(x + 4 + 256);
     return _mm256_madd_epi16(b, _mm256_set1_epi16(1));
+}
+
+/* Q5_1: unsigned quants against x, and x's sum for the offsets m */
+QD_INLINE float qd_q5_1(const char *w, const char *x, int nb)
+{
+    __m256 sum = _mm256_setzero_ps();
+    struct qd_lanes l;
+    memset(&l, 0, sizeof(l));
+    for (int b = 0; b < nb; b++, w += sizeof(struct quant_q5_1), x += sizeof(struct quant_q8_0)) {
+        const __m256i xv = qd_load(x + 2);
+        const int k = b % 8;
+        l.is[k] = qd_hsum(QD_DOT(qd_w_q5(w + 4, w + 8), xv));
+        l.ms[k] = qd_hsum(QD_DOT(_mm256_set1_epi8(1), xv));
+        l.d[k] = qd_f16(w);
+        l.dmin[k] = -qd_f16(w + 2);
+        l.dx[k] = qd_f16(x);
+        if (k == 7 || b == nb - 1) {
+            sum = qd_lanes_add(sum, &l);
+            memset(&l, 0, sizeof(l));
+        }
+    }
+    return qd_sum8(sum);
 }
 
 /* Q4_K / Q5_K (FIVE: the fifth bits of qh); x is Q8_K. Each sub-block's
@@ -307,6 +356,12 @@ void QDOT_ROWS_FN(const struct qdot_args *a, int r0, int r1)
         break;
     case DTYPE_Q6_K:
         QD_LOOP(qd_q6_k(row, x, nb));
+        break;
+    case DTYPE_Q5_0:
+        QD_LOOP(qd_q5_0(row, x, nb));
+        break;
+    case DTYPE_Q5_1:
+        QD_LOOP(qd_q5_1(row, x, nb));
         break;
     case DTYPE_F32:
     case DTYPE_F16:

@@ -49,6 +49,50 @@ static float dot_q4_0(const char *w, const char *x, int nb)
     return qdot_sum8(sum);
 }
 
+/* Q5_0 / Q5_1: element j's fifth bit is bit j of qh */
+static int q5_quant(const uint8_t *qs, uint32_t qh, int j)
+{
+    return (j < 16 ? qs[j] & 15 : qs[j - 16] >> 4) | (int)((qh >> j) & 1) << 4;
+}
+
+static float dot_q5_0(const char *w, const char *x, int nb)
+{
+    float sum[QDOT_LANES] = {0};
+    for (int b = 0; b < nb; b++) {
+        struct quant_q5_0 bw;
+        struct quant_q8_0 bx;
+        memcpy(&bw, w + (size_t)b * sizeof(bw), sizeof(bw));
+        memcpy(&bx, x + (size_t)b * sizeof(bx), sizeof(bx));
+        uint32_t qh;
+        memcpy(&qh, bw.qh, 4);
+        int32_t isum = 0;
+        for (int j = 0; j < QUANT_QK0; j++)
+            isum += (q5_quant(bw.qs, qh, j) - 16) * bx.qs[j];
+        acc_0(sum, b, f16_to_f32(bw.d), f16_to_f32(bx.d), isum);
+    }
+    return qdot_sum8(sum);
+}
+
+static float dot_q5_1(const char *w, const char *x, int nb)
+{
+    float sum[QDOT_LANES] = {0};
+    for (int b = 0; b < nb; b++) {
+        struct quant_q5_1 bw;
+        struct quant_q8_0 bx;
+        memcpy(&bw, w + (size_t)b * sizeof(bw), sizeof(bw));
+        memcpy(&bx, x + (size_t)b * sizeof(bx), sizeof(bx));
+        uint32_t qh;
+        memcpy(&qh, bw.qh, 4);
+        int32_t isum = 0, xsum = 0;
+        for (int j = 0; j < QUANT_QK0; j++) {
+            isum += q5_quant(bw.qs, qh, j) * bx.qs[j];
+            xsum += bx.qs[j];
+        }
+        acc_k(sum, b, f16_to_f32(bw.d), -f16_to_f32(bw.m), f16_to_f32(bx.d), isum, xsum);
+    }
+    return qdot_sum8(sum);
+}
+
 /* Q4_K and Q5_K: sub-block s of 32 holds nibble s & 1 of qs[32 (s / 2) + l]
  * (and bit s of qh[l] for Q5_K as the fifth bit). */
 static float dot_q45_k(const char *w, const char *x, int nb, bool five)
@@ -137,6 +181,12 @@ void qdot_rows_scalar(const struct qdot_args *a, int r0, int r1)
                 break;
             case DTYPE_Q6_K:
                 v = dot_q6_k(row, x, nb);
+                break;
+            case DTYPE_Q5_0:
+                v = dot_q5_0(row, x, nb);
+                break;
+            case DTYPE_Q5_1:
+                v = dot_q5_1(row, x, nb);
                 break;
             case DTYPE_F32:
             case DTYPE_F16:

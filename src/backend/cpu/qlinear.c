@@ -6,7 +6,7 @@
  *   choice) for a few input rows; for many, cpu_matmul's f32 product, which
  *   widens a block of rows per task the same way (dtype_to_f32).
  * - bf16 mode, llama.cpp's: each input row quantized once per call (to
- *   Q8_0 blocks for Q8_0/Q4_0 weights, Q8_K for the K-quants) and every
+ *   Q8_0 blocks for the 32-element types, Q8_K for the K-quants) and every
  *   weight row times it in integer dot products (qdot.h), split by weight
  *   rows over the pool. The kernel (vnni, avx2) is chosen per process and
  *   type by measurement, as the GEMV's are: at the first call with a type,
@@ -42,7 +42,7 @@
 
 enum qdot_xtype qdot_xtype_of(enum dtype t)
 {
-    return t == DTYPE_Q8_0 || t == DTYPE_Q4_0 ? QDOT_X_Q8_0 : QDOT_X_Q8_K;
+    return dtype_block(t) == QUANT_QK0 ? QDOT_X_Q8_0 : QDOT_X_Q8_K;
 }
 
 size_t qdot_x_row_bytes(enum dtype t, int n)
@@ -149,7 +149,7 @@ static const struct qdot_kernel q_kernels[] = {
 #define Q_N_KERNELS (int)(sizeof(q_kernels) / sizeof(q_kernels[0]))
 
 /* the types, in enum dtype's order from DTYPE_Q8_0 */
-#define Q_TYPES 5
+#define Q_TYPES (DTYPE_Q5_1 - DTYPE_Q8_0 + 1)
 #define Q_BUCKETS 2 /* one input row; more */
 /* more rows are timed at 4: at 16 the calibration took 4x as long, and
  * the kernels' ranking is by their unpacking work per row either way */
@@ -208,7 +208,7 @@ void cpu_qlinear_random_blocks(enum dtype t, void *dst, size_t n_blocks, uint64_
     /* finite scales of a few magnitudes: f16 in [2^-12, 2^-6) */
     for (size_t b = 0; b < n_blocks; b++, p += bb) {
         const size_t at[2] = {t == DTYPE_Q6_K ? 208 : 0, 2};
-        const int n_scales = t == DTYPE_Q4_K || t == DTYPE_Q5_K ? 2 : 1;
+        const int n_scales = t == DTYPE_Q4_K || t == DTYPE_Q5_K || t == DTYPE_Q5_1 ? 2 : 1;
         for (int s = 0; s < n_scales; s++) {
             uint16_t h = (uint16_t)(((3 + rng_u64(&r) % 6) << 10) | (rng_u64(&r) & 0x3ff));
             memcpy(p + at[s], &h, 2);
