@@ -118,7 +118,7 @@ static int bench_gemv_types(const char *list, enum dtype *out, int *n)
 
 int bench_gemv(int argc, char **argv)
 {
-    int rows = 4096, cols = 4096, footprint_mb = 1024;
+    int rows = 4096, cols = 4096, footprint_mb = 1024, max_m = BENCH_GEMV_MAX_M;
     const char *kernel = NULL, *compute = "f32", *type_list = "f32,f16,bf16", *qkernel = NULL;
     bool json = false;
     struct flag flags[] = {
@@ -140,6 +140,9 @@ int bench_gemv(int argc, char **argv)
         FLAG_RANGE("footprint-mb", FLAG_INT, &footprint_mb, "MB",
                    "weights cycled through per dtype, above the last-level cache (default 1024)", 1,
                    1 << 20, "1..1048576"),
+        FLAG_RANGE("max-m", FLAG_INT, &max_m, "M",
+                   "measure input row counts up to M of 1, 2, 4, 8, 16 (default 16)", 1,
+                   BENCH_GEMV_MAX_M, "1..16"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of a table"),
     };
     int rc = args_parse("bench gemv",
@@ -219,7 +222,8 @@ int bench_gemv(int argc, char **argv)
              * this one computing alone */
             cpu_kernels_single_thread(t == 1);
             double read = membw_read(t, (size_t)256 << 20, BENCH_GEMV_PASSES), one = 0;
-            for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]) && rc == 0; im++) {
+            for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]) && ms[im] <= max_m && rc == 0;
+                 im++) {
                 double s = bench_gemv_time(&b, w, mbytes, y, x, ms[im], &rc);
                 if (rc < 0)
                     break;
