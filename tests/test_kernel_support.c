@@ -34,6 +34,10 @@
 #define ALL_OPS (KERN_OP_BIT(KERN_OP_COUNT) - 1)
 #define BIT(op) KERN_OP_BIT(KERN_OP_##op)
 #define MiB ((uint64_t)1 << 20)
+/* the block types' ops: the CPU's, not yet CUDA's */
+#define W_OPS                                                                                      \
+    (BIT(W_Q8_0) | BIT(W_Q4_0) | BIT(W_Q4_K) | BIT(W_Q5_K) | BIT(W_Q6_K) | BIT(W_Q5_0) |           \
+     BIT(W_Q5_1))
 
 /* Each op's slot, written out apart from kernels.c's own mapping. */
 #define SLOTS(X)                                                                                   \
@@ -59,7 +63,14 @@
     X(COPY, copy)                                                                                  \
     X(SOFTCAP, softcap)                                                                            \
     X(ATTENTION_WINDOW, attention)                                                                 \
-    X(ATTENTION_SOFTCAP, attention)
+    X(ATTENTION_SOFTCAP, attention)                                                                \
+    X(W_Q8_0, linear)                                                                              \
+    X(W_Q4_0, linear)                                                                              \
+    X(W_Q4_K, linear)                                                                              \
+    X(W_Q5_K, linear)                                                                              \
+    X(W_Q6_K, linear)                                                                              \
+    X(W_Q5_0, linear)                                                                              \
+    X(W_Q5_1, linear)
 
 static bool slot_filled(const struct kernel_ops *k, enum kern_op op)
 {
@@ -131,6 +142,8 @@ TEST(names)
     CHECK(kern_gated_op(KERN_ACT_GELU) == KERN_OP_GEGLU);
     CHECK(kern_gated_op(KERN_ACT_GELU_TANH) == KERN_OP_GEGLU_TANH);
     CHECK(kern_gated_op(KERN_ACT_SILU) == KERN_OP_SWIGLU);
+    CHECK(kern_weight_ops(DTYPE_F32) == 0 && kern_weight_ops(DTYPE_BF16) == 0);
+    CHECK(kern_weight_ops(DTYPE_Q8_0) == BIT(W_Q8_0) && kern_weight_ops(DTYPE_Q5_K) == BIT(W_Q5_K));
 }
 
 /* The mask of table k is its filled slots less what it declares lacking. */
@@ -165,7 +178,7 @@ TEST(tables)
     const struct kernel_ops *cuda = cuda_kernel_table();
     if (cuda) {
         check_table("cuda", cuda);
-        CHECK(kern_table_ops(cuda) == ALL_OPS);
+        CHECK(kern_table_ops(cuda) == (ALL_OPS & ~W_OPS));
         CHECK(cuda->attention_max_head_dim > 0); /* its attention holds a row in registers */
     } else {
         printf("built without CUDA: its table not checked\n");
@@ -200,6 +213,11 @@ TEST(devices)
         CHECK(r &&
               kern_check(r, BIT(ATTENTION), cuda->attention_max_head_dim + 1) == ERR_UNSUPPORTED);
         CHECK(has(err_msg(), "device 1/cuda:0 runs attention up to head_dim"));
+        /* a quantized model is refused on a GPU, in one line naming the types */
+        CHECK(r && kern_check(r, kern_weight_ops(DTYPE_Q4_K) | kern_weight_ops(DTYPE_Q6_K), 64) ==
+                       ERR_UNSUPPORTED);
+        CHECK(has(err_msg(), "device 1/cuda:0 has no kernels for Q4_K weights, Q6_K weights"));
+        CHECK(!strchr(err_msg(), '\n'));
     } else {
         CHECK(rc == ERR_UNSUPPORTED && r == NULL);
     }
@@ -217,14 +235,15 @@ TEST(wrappers_refuse)
     CHECK(device_stream_create(d, &s) == 0);
     struct kernel_ops t = cpu_kernel_ops;
     t.rmsnorm = NULL;
-    t.lacks = BIT(SWIGLU) | BIT(LINEAR_BIAS);
+    t.lacks = BIT(SWIGLU) | BIT(LINEAR_BIAS) | BIT(W_Q4_K);
     t.attention_max_head_dim = 8;
     d->kern = &t;
 
     CHECK(!kern_supports(d, KERN_OP_RMSNORM) && kern_supports(d, KERN_OP_LAYERNORM));
     CHECK(!kern_supports(d, KERN_OP_SWIGLU) && kern_supports(d, KERN_OP_GEGLU));
     CHECK(!kern_supports(d, KERN_OP_LINEAR_BIAS) && kern_supports(d, KERN_OP_LINEAR));
-    CHECK(kern_supported(d) == (ALL_OPS & ~(BIT(RMSNORM) | BIT(SWIGLU) | BIT(LINEAR_BIAS))));
+    CHECK(kern_supported(d) ==
+          (ALL_OPS & ~(BIT(RMSNORM) | BIT(SWIGLU) | BIT(LINEAR_BIAS) | BIT(W_Q4_K))));
 
     enum { M = 2, N = 16 };
     float x[M * N], y[M * N], g[M * N], w[N * N], b[N];
@@ -244,6 +263,18 @@ TEST(wrappers_refuse)
     CHECK(kern_linear(s, y, x, M, &wv, b, KERN_COMPUTE_F32) == ERR_UNSUPPORTED);
     CHECK_MSG(has(err_msg(), "linear_bias"), "%s", err_msg());
     CHECK(kern_linear(s, y, x, M, &wv, NULL, KERN_COMPUTE_F32) == 0);
+    /* a block type the table lacks, for a product and a lookup; one it has runs */
+    static unsigned char qw[2 * 144];
+    static float qx[256], qy[2 * 256];
+    const int32_t id0 = 0;
+    struct weight_view qv = {.data = qw, .dtype = DTYPE_Q4_K, .rows = 2, .cols = 256, .ld = 256};
+    CHECK(kern_linear(s, qy, qx, 1, &qv, NULL, KERN_COMPUTE_F32) == ERR_UNSUPPORTED);
+    CHECK_MSG(strcmp(err_msg(), "device cpu:0 has no Q4_K weights kernel") == 0, "%s", err_msg());
+    CHECK(kern_embed(s, qy, &qv, &id0, 1, 0) == ERR_UNSUPPORTED);
+    qv.dtype = DTYPE_Q8_0; /* 8 blocks of 34 bytes: a row fits in the buffer */
+    qv.rows = 1;
+    CHECK(kern_linear(s, qy, qx, 1, &qv, NULL, KERN_COMPUTE_F32) == 0);
+    CHECK(kern_embed(s, qy, &qv, &id0, 1, 0) == 0);
     /* attention past the declared head_dim */
     struct kv_geom geom = {.batch = 1, .heads = 1, .kv_heads = 1, .head_dim = N, .max_t = M};
     float kc[M * N] = {0}, vc[M * N] = {0}, out[M * N], scratch[64];

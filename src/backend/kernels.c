@@ -44,6 +44,13 @@ static const char *const op_names[KERN_OP_COUNT] = {
     [KERN_OP_SOFTCAP] = "softcap",
     [KERN_OP_ATTENTION_WINDOW] = "attention_window",
     [KERN_OP_ATTENTION_SOFTCAP] = "attention_softcap",
+    [KERN_OP_W_Q8_0] = "Q8_0 weights",
+    [KERN_OP_W_Q4_0] = "Q4_0 weights",
+    [KERN_OP_W_Q4_K] = "Q4_K weights",
+    [KERN_OP_W_Q5_K] = "Q5_K weights",
+    [KERN_OP_W_Q6_K] = "Q6_K weights",
+    [KERN_OP_W_Q5_0] = "Q5_0 weights",
+    [KERN_OP_W_Q5_1] = "Q5_1 weights",
 };
 
 const char *kern_op_name(enum kern_op op)
@@ -113,6 +120,14 @@ static bool table_runs(const struct kernel_ops *k, enum kern_op op)
         return k->gather_rows != NULL;
     case KERN_OP_COPY:
         return k->copy != NULL;
+    case KERN_OP_W_Q8_0:
+    case KERN_OP_W_Q4_0:
+    case KERN_OP_W_Q4_K:
+    case KERN_OP_W_Q5_K:
+    case KERN_OP_W_Q6_K:
+    case KERN_OP_W_Q5_0:
+    case KERN_OP_W_Q5_1:
+        return k->linear != NULL; /* and embed, where a model embeds */
     case KERN_OP_COUNT:
         break;
     }
@@ -127,6 +142,38 @@ uint64_t kern_table_ops(const struct kernel_ops *k)
         if (table_runs(k, (enum kern_op)op))
             ops |= KERN_OP_BIT(op);
     return ops;
+}
+
+/* The op of weights of block type t, or KERN_OP_COUNT for a plain type. */
+static enum kern_op weight_op(enum dtype t)
+{
+    switch (t) {
+    case DTYPE_Q8_0:
+        return KERN_OP_W_Q8_0;
+    case DTYPE_Q4_0:
+        return KERN_OP_W_Q4_0;
+    case DTYPE_Q4_K:
+        return KERN_OP_W_Q4_K;
+    case DTYPE_Q5_K:
+        return KERN_OP_W_Q5_K;
+    case DTYPE_Q6_K:
+        return KERN_OP_W_Q6_K;
+    case DTYPE_Q5_0:
+        return KERN_OP_W_Q5_0;
+    case DTYPE_Q5_1:
+        return KERN_OP_W_Q5_1;
+    case DTYPE_F32:
+    case DTYPE_F16:
+    case DTYPE_BF16:
+        break;
+    }
+    return KERN_OP_COUNT;
+}
+
+uint64_t kern_weight_ops(enum dtype t)
+{
+    enum kern_op op = weight_op(t);
+    return op == KERN_OP_COUNT ? 0 : KERN_OP_BIT(op);
 }
 
 bool kern_supports(const struct device *d, enum kern_op op)
@@ -212,10 +259,15 @@ int kern_linear(struct stream *s, float *y, const float *x, int m, const struct 
     assert(y && x && w && w->data && m > 0 && w->rows > 0 && w->cols > 0 &&
            w->ld >= (size_t)w->cols && y != x &&
            (c == KERN_COMPUTE_F32 || c == KERN_COMPUTE_BF16));
+    const int qk = dtype_block(w->dtype);
+    assert(w->cols % qk == 0 && w->ld % (size_t)qk == 0);
     const enum kern_op op = bias ? KERN_OP_LINEAR_BIAS : KERN_OP_LINEAR;
+    const enum kern_op wop = weight_op(w->dtype);
     const struct kernel_ops *k = kern_of(s);
     if (!table_runs(k, op))
         return absent(s, op);
+    if (wop != KERN_OP_COUNT && !table_runs(k, wop))
+        return absent(s, wop);
     return k->linear(s, y, x, m, w, bias, c);
 }
 
@@ -223,9 +275,13 @@ int kern_embed(struct stream *s, float *y, const struct weight_view *w, const in
                int row0)
 {
     assert(y && w && w->data && ids && n > 0 && row0 >= 0);
+    assert(w->cols % dtype_block(w->dtype) == 0);
+    const enum kern_op wop = weight_op(w->dtype);
     const struct kernel_ops *k = kern_of(s);
     if (!table_runs(k, KERN_OP_EMBED))
         return absent(s, KERN_OP_EMBED);
+    if (wop != KERN_OP_COUNT && !table_runs(k, wop))
+        return absent(s, wop);
     return k->embed(s, y, w, ids, n, row0);
 }
 

@@ -4,10 +4,10 @@
  * that holds its buffers; every pointer is a device address (what dbuf_ptr
  * gives, plus offsets), except where a parameter says host. Activations
  * compute in f32; weights may be stored in f32, f16 or bf16 and are widened
- * on the fly. The wrappers check their arguments (an invalid one is a broken
- * invariant of the caller and asserts) and dispatch to the stream's backend
- * table (kernels_impl.h); they return 0, or a negative error code with a
- * message when the backend fails (a CUDA launch error, say).
+ * on the fly, or in GGUF's block types (core/quant.h), computed in place. The wrappers check their
+ * arguments (an invalid one is a broken invariant of the caller and asserts) and dispatch to the
+ * stream's backend table (kernels_impl.h); they return 0, or a negative error code with a message
+ * when the backend fails (a CUDA launch error, say).
  *
  * The kernel layer knows no model: shapes come in as numbers and layouts are
  * stated here, so a model file is a flat list of these calls.
@@ -56,11 +56,15 @@ struct kv_geom {
 /* The precision a linear layer computes in (activations stay f32 between
  * kernels either way; accumulation is always f32).
  * - KERN_COMPUTE_F32: x in f32, weights widened exactly; transformers' f32
- *   results within 1e-4.
+ *   results within 1e-4. Block-type weights are dequantized (in blocks of
+ *   rows, never a whole copy) exactly as core/quant.h says.
  * - KERN_COMPUTE_BF16: x rounded to bf16 (nearest even), weights in bf16
  *   (f16 and f32 weights may be rounded to bf16), products summed in f32:
  *   what transformers and vLLM do for a bf16 model, and what bf16 matrix
- *   hardware (AMX, AVX512-BF16) runs at full speed. */
+ *   hardware (AMX, AVX512-BF16) runs at full speed. With block-type
+ *   weights, x is quantized as llama.cpp does (per block of 32 to Q8_0 for
+ *   Q8_0/Q4_0 weights, of 256 to Q8_K for the K-quants) and the blocks'
+ *   integer dot products are scaled and summed in f32. */
 enum kern_compute {
     KERN_COMPUTE_F32,
     KERN_COMPUTE_BF16,
@@ -95,6 +99,16 @@ enum kern_op {
     KERN_OP_SOFTCAP,           /* kern_softcap */
     KERN_OP_ATTENTION_WINDOW,  /* kern_attention with kv_geom.window > 0 */
     KERN_OP_ATTENTION_SOFTCAP, /* kern_attention with kv_geom.softcap > 0 */
+    /* kern_linear and kern_embed with weights of a block type, one op per
+     * type (kern_weight_ops): a device runs a quantized model only with
+     * the kernels for each of its types */
+    KERN_OP_W_Q8_0,
+    KERN_OP_W_Q4_0,
+    KERN_OP_W_Q4_K,
+    KERN_OP_W_Q5_K,
+    KERN_OP_W_Q6_K,
+    KERN_OP_W_Q5_0,
+    KERN_OP_W_Q5_1,
     KERN_OP_COUNT
 };
 /* A set of ops: a mask of these bits. */
@@ -105,6 +119,10 @@ const char *kern_op_name(enum kern_op op);
 /* The op of kern_activation / kern_gated_act with act. */
 enum kern_op kern_act_op(enum kern_act act);
 enum kern_op kern_gated_op(enum kern_act act);
+/* What weights of type t need beyond kern_linear / kern_embed themselves
+ * (KERN_OP_BITs): the block type's op, or 0 for f32, f16 and bf16. A model
+ * ORs these over its weights' types into its required ops. */
+uint64_t kern_weight_ops(enum dtype t);
 /* Whether d runs op: its backend's table has the kernel, less what the
  * backend declares it refuses. Another process's device (device_open_view)
  * answers for its owner: the same program's table of the owner's kind. */
@@ -128,10 +146,10 @@ int kern_compute_choice(const char *s, bool *set, enum kern_compute *out);
 
 /* y[m, w.rows] = x[m, w.cols] @ w^T (+ bias[w.rows] when not NULL): torch's
  * Linear, computed in precision c. x and y are dense (row stride = width)
- * and do not overlap. */
+ * and do not overlap. A block-type w: cols and ld whole blocks. */
 int kern_linear(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
                 const float *bias, enum kern_compute c);
-/* y[i, w.cols] = row ids[i] - row0 of table w, widened to f32, or zeros when
+/* y[i, w.cols] = row ids[i] - row0 of table w, widened (dequantized) to f32, or zeros when
  * that row is outside [0, w.rows) (a vocabulary-parallel shard looks up only
  * its own rows). ids: (n) on the device. */
 int kern_embed(struct stream *s, float *y, const struct weight_view *w, const int32_t *ids, int n,

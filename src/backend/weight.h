@@ -5,6 +5,11 @@
  * view, not a copy. data is a device address: on the CPU backend a host
  * pointer (into a device arena or a memory-mapped checkpoint), on CUDA a
  * device pointer. The view never owns its memory.
+ *
+ * A block type (core/quant.h: Q8_0, Q4_K, ...) is a view like any other:
+ * rows are runs of blocks, ld counts elements (a whole number of blocks),
+ * so a slice of rows is the same view from a later row, and a slice of
+ * columns must start and end on block boundaries (dtype_check_cols).
  */
 #ifndef SHARDSWAP_BACKEND_WEIGHT_H
 #define SHARDSWAP_BACKEND_WEIGHT_H
@@ -23,7 +28,7 @@ struct weight_view {
 /* Element (r, 0) of w. */
 static inline const void *weight_row(const struct weight_view *w, int r)
 {
-    return (const char *)w->data + (size_t)r * w->ld * dtype_size(w->dtype);
+    return (const char *)w->data + (size_t)r * dtype_row_bytes(w->dtype, w->ld);
 }
 
 #endif

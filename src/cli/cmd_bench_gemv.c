@@ -4,15 +4,19 @@
  * the same run with the same threads, and each row count's cost against one
  * row's. Several copies of the matrix are cycled through so that the
  * weights come from memory, not from the last-level cache, as a model's
- * layers do. */
+ * layers do. GGUF's block types (--types q8_0,q4_k,...) run the quantized
+ * linear layer (x quantized in bf16 mode, dequantized blocks in f32 mode),
+ * their bytes counted as stored. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/linear.h"
+#include "backend/cpu/qlinear.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/cpus.h"
@@ -39,6 +43,13 @@ static const struct weight_view *bench_gemv_copy(struct weight_view *w, const ch
     return w;
 }
 
+/* One call: the GEMV, or the quantized linear layer for a block type. */
+static int bench_gemv_call(float *y, const float *x, int m, const struct weight_view *w,
+                           enum kern_compute cm)
+{
+    return dtype_is_block(w->dtype) ? cpu_qlinear(y, x, m, w, cm) : cpu_gemv(y, x, m, w, cm);
+}
+
 /* Seconds per call of cpu_gemv with m input rows: passes through every copy
  * of the weights (w's, then every `bytes` on; a pass is at least min_s),
  * best of BENCH_GEMV_PASSES. Short passes and the best of many keep out
@@ -49,13 +60,13 @@ static double bench_gemv_time(const struct bench_gemv *b, struct weight_view w, 
     const char *base = w.data;
     double best = 1e30;
     for (int c = 0; c < b->copies && *rc == 0; c++) /* warm-up pass */
-        *rc = cpu_gemv(y, x, m, bench_gemv_copy(&w, base, bytes, c), b->cm);
+        *rc = bench_gemv_call(y, x, m, bench_gemv_copy(&w, base, bytes, c), b->cm);
     for (int rep = 0; rep < BENCH_GEMV_PASSES && *rc == 0; rep++) {
         long calls = 0;
         double t0 = time_now(), t;
         do {
             for (int c = 0; c < b->copies && *rc == 0; c++, calls++)
-                *rc = cpu_gemv(y, x, m, bench_gemv_copy(&w, base, bytes, c), b->cm);
+                *rc = bench_gemv_call(y, x, m, bench_gemv_copy(&w, base, bytes, c), b->cm);
         } while ((t = time_now() - t0) < b->min_s && *rc == 0);
         if (t / calls < best)
             best = t / calls;
@@ -82,10 +93,33 @@ static void bench_gemv_unmap(char *p, size_t bytes)
         munmap(p, bytes);
 }
 
+#define BENCH_GEMV_MAX_TYPES 8
+
+/* "f32,q4_k,...": the types, in order; 0 or ERR_INVALID naming the bad one. */
+static int bench_gemv_types(const char *list, enum dtype *out, int *n)
+{
+    *n = 0;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        int t = 0;
+        while (t <= DTYPE_Q5_1 && strcasecmp(tok, dtype_name((enum dtype)t)) != 0)
+            t++;
+        if (t > DTYPE_Q5_1 || *n == BENCH_GEMV_MAX_TYPES)
+            return err_set(ERR_INVALID,
+                           "--types: \"%s\" is not one of f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, "
+                           "q4_k, q5_k, q6_k (at most %d)",
+                           tok, BENCH_GEMV_MAX_TYPES);
+        out[(*n)++] = (enum dtype)t;
+    }
+    return *n ? 0 : err_set(ERR_INVALID, "--types: empty list");
+}
+
 int bench_gemv(int argc, char **argv)
 {
-    int rows = 4096, cols = 4096, footprint_mb = 1024;
-    const char *kernel = NULL, *compute = "f32";
+    int rows = 4096, cols = 4096, footprint_mb = 1024, max_m = BENCH_GEMV_MAX_M;
+    const char *kernel = NULL, *compute = "f32", *type_list = "f32,f16,bf16", *qkernel = NULL;
     bool json = false;
     struct flag flags[] = {
         FLAG_RANGE("rows", FLAG_INT, &rows, "N", "weight rows, outputs (default 4096)", 16, 1 << 20,
@@ -95,10 +129,20 @@ int bench_gemv(int argc, char **argv)
         FLAG("kernel", FLAG_STR, &kernel, "NAME",
              "run one kernel: amx, avx512bf16, avx512pairs, avx512, avx2 or scalar (default: each "
              "class of weights and rows takes the fastest, measured at first use)"),
-        FLAG("compute", FLAG_STR, &compute, "f32|bf16", "compute mode (default f32)"),
+        FLAG("compute", FLAG_STR, &compute, "f32|bf16",
+             "compute mode (default f32; bf16 quantizes x for the block types)"),
+        FLAG("types", FLAG_STR, &type_list, "LIST",
+             "weight types, comma-separated: f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, "
+             "q6_k "
+             "(default f32,f16,bf16)"),
+        FLAG("qkernel", FLAG_STR, &qkernel, "NAME",
+             "run one quantized kernel: vnni, avx2 or scalar (default: measured per type)"),
         FLAG_RANGE("footprint-mb", FLAG_INT, &footprint_mb, "MB",
                    "weights cycled through per dtype, above the last-level cache (default 1024)", 1,
                    1 << 20, "1..1048576"),
+        FLAG_RANGE("max-m", FLAG_INT, &max_m, "M",
+                   "measure input row counts up to M of 1, 2, 4, 8, 16 (default 16)", 1,
+                   BENCH_GEMV_MAX_M, "1..16"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of a table"),
     };
     int rc = args_parse("bench gemv",
@@ -114,7 +158,20 @@ int bench_gemv(int argc, char **argv)
         return args_range_fail("bench gemv", "compute", compute, "f32 or bf16");
     if (kernel && cpu_gemv_force(kernel) < 0)
         return args_usage_fail("bench gemv");
-    static const enum dtype dtypes[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    if (qkernel && cpu_qlinear_force(qkernel) < 0)
+        return args_usage_fail("bench gemv");
+    enum dtype dtypes[BENCH_GEMV_MAX_TYPES];
+    int n_types = 0;
+    bool any_block = false;
+    if (bench_gemv_types(type_list, dtypes, &n_types) < 0)
+        return args_usage_fail("bench gemv");
+    for (int d = 0; d < n_types; d++) {
+        any_block |= dtype_is_block(dtypes[d]);
+        char what[64];
+        snprintf(what, sizeof(what), "--cols %d", cols);
+        if (dtype_check_cols(dtypes[d], 0, (size_t)cols, what) < 0)
+            return args_usage_fail("bench gemv");
+    }
     static const int ms[] = {1, 2, 4, 8, 16};
     int max_threads = cpus_usable() < 2 ? cpus_usable() : 2;
     size_t nx = (size_t)BENCH_GEMV_MAX_M * cols;
@@ -130,13 +187,15 @@ int bench_gemv(int argc, char **argv)
     cpu_set_threads(max_threads);
     for (size_t i = 0; i < nx; i++)
         x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    if (!json && any_block)
+        printf("quantized %s\n", cpu_qlinear_kernels());
     if (!json)
         printf("gemv %s, %d x %d weights, compute %s, %d MB cycled per dtype\n"
                "%-5s %7s %3s %9s %9s %9s %8s %8s\n",
                cpu_gemv_kernels(), rows, cols, compute, footprint_mb, "dtype", "threads", "m",
                "ms/call", "GB/s", "read GB/s", "/read", "/m=1");
-    for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]) && rc == 0; d++) {
-        size_t mbytes = (size_t)rows * cols * dtype_size(dtypes[d]);
+    for (int d = 0; d < n_types && rc == 0; d++) {
+        size_t mbytes = (size_t)rows * dtype_row_bytes(dtypes[d], (size_t)cols);
         b.copies = (int)(((size_t)footprint_mb << 20) / mbytes);
         if (b.copies < 1)
             b.copies = 1;
@@ -146,9 +205,16 @@ int bench_gemv(int argc, char **argv)
             rc = err_set(ERR_NOMEM, "out of memory for %d copies of %zu bytes", b.copies, mbytes);
             break;
         }
-        /* small values of every dtype: 0x3c00-ish halves and a few floats */
-        for (size_t i = 0; i < mbytes * b.copies; i++)
-            wbuf[i] = (char)(dtypes[d] == DTYPE_F32 ? (i % 4 == 3 ? 0x3c : i) : (i % 2 ? 0x3c : i));
+        /* small values of every dtype: 0x3c00-ish halves and a few floats;
+         * random blocks with finite scales */
+        if (dtype_is_block(dtypes[d]))
+            cpu_qlinear_random_blocks(
+                dtypes[d], wbuf,
+                wbytes / dtype_row_bytes(dtypes[d], (size_t)dtype_block(dtypes[d])), 1);
+        else
+            for (size_t i = 0; i < mbytes * b.copies; i++)
+                wbuf[i] =
+                    (char)(dtypes[d] == DTYPE_F32 ? (i % 4 == 3 ? 0x3c : i) : (i % 2 ? 0x3c : i));
         struct weight_view w = {
             .dtype = dtypes[d], .data = wbuf, .rows = rows, .cols = cols, .ld = (size_t)cols};
         for (int t = 1; t <= max_threads && rc == 0; t++) {
@@ -156,7 +222,8 @@ int bench_gemv(int argc, char **argv)
              * this one computing alone */
             cpu_kernels_single_thread(t == 1);
             double read = membw_read(t, (size_t)256 << 20, BENCH_GEMV_PASSES), one = 0;
-            for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]) && rc == 0; im++) {
+            for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]) && ms[im] <= max_m && rc == 0;
+                 im++) {
                 double s = bench_gemv_time(&b, w, mbytes, y, x, ms[im], &rc);
                 if (rc < 0)
                     break;
@@ -179,9 +246,10 @@ int bench_gemv(int argc, char **argv)
         }
     }
     if (rc == 0 && json)
-        rc =
-            jsonout_print(json_pack("{s:s, s:i, s:i, s:s, s:o}", "gemv_kernels", cpu_gemv_kernels(), "rows",
-                                    rows, "cols", cols, "compute", compute, "results", results));
+        rc = jsonout_print(json_pack("{s:s, s:s, s:i, s:i, s:s, s:o}", "gemv_kernels",
+                                     cpu_gemv_kernels(), "quantized_kernels",
+                                     any_block ? cpu_qlinear_kernels() : "", "rows", rows, "cols",
+                                     cols, "compute", compute, "results", results));
     else
         json_decref(results);
 out:

@@ -1,9 +1,11 @@
 #include "core/dtype.h"
 
+#include <assert.h>
 #include <string.h>
 #include <strings.h>
 
 #include "core/error.h"
+#include "core/quant.h"
 
 #if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -11,7 +13,51 @@
 
 size_t dtype_size(enum dtype t)
 {
+    assert(!dtype_is_block(t) && "a block type's sizes go through dtype_row_bytes");
     return t == DTYPE_F32 ? 4 : 2;
+}
+
+bool dtype_is_block(enum dtype t)
+{
+    return t != DTYPE_F32 && t != DTYPE_F16 && t != DTYPE_BF16;
+}
+
+int dtype_block(enum dtype t)
+{
+    switch (t) {
+    case DTYPE_F32:
+    case DTYPE_F16:
+    case DTYPE_BF16:
+        return 1;
+    case DTYPE_Q8_0:
+    case DTYPE_Q4_0:
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1:
+        return QUANT_QK0;
+    case DTYPE_Q4_K:
+    case DTYPE_Q5_K:
+    case DTYPE_Q6_K:
+        return QUANT_QKK;
+    }
+    return 1;
+}
+
+size_t dtype_row_bytes(enum dtype t, size_t n)
+{
+    if (!dtype_is_block(t))
+        return n * dtype_size(t);
+    assert(n % (size_t)dtype_block(t) == 0);
+    return n / (size_t)dtype_block(t) * quant_block_bytes(t);
+}
+
+int dtype_check_cols(enum dtype t, size_t c0, size_t n, const char *what)
+{
+    const size_t qk = (size_t)dtype_block(t);
+    if (c0 % qk == 0 && n % qk == 0)
+        return 0;
+    return err_set(ERR_INVALID,
+                   "%s: columns [%zu, %zu) of %s do not fall on its %zu-element block boundaries",
+                   what, c0, c0 + n, dtype_name(t), qk);
 }
 
 const char *dtype_torch_name(enum dtype t)
@@ -25,6 +71,20 @@ const char *dtype_name(enum dtype t)
     case DTYPE_F32: return "F32";
     case DTYPE_F16: return "F16";
     case DTYPE_BF16: return "BF16";
+    case DTYPE_Q8_0:
+        return "Q8_0";
+    case DTYPE_Q4_0:
+        return "Q4_0";
+    case DTYPE_Q4_K:
+        return "Q4_K";
+    case DTYPE_Q5_K:
+        return "Q5_K";
+    case DTYPE_Q6_K:
+        return "Q6_K";
+    case DTYPE_Q5_0:
+        return "Q5_0";
+    case DTYPE_Q5_1:
+        return "Q5_1";
     }
     return "?";
 }
@@ -128,6 +188,15 @@ void dtype_to_f32(enum dtype t, const void *src, float *dst, size_t n)
             dst[i] = bf16_to_f32(s[i]);
         return;
     }
+    case DTYPE_Q8_0:
+    case DTYPE_Q4_0:
+    case DTYPE_Q4_K:
+    case DTYPE_Q5_K:
+    case DTYPE_Q6_K:
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1:
+        quant_dequantize(t, src, dst, n);
+        return;
     }
 }
 
@@ -168,12 +237,23 @@ void dtype_from_f32(enum dtype t, const float *src, void *dst, size_t n)
             d[i] = f32_to_bf16(src[i]);
         return;
     }
+    case DTYPE_Q8_0:
+    case DTYPE_Q4_0:
+    case DTYPE_Q4_K:
+    case DTYPE_Q5_K:
+    case DTYPE_Q6_K:
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1:
+        break;
     }
+    assert(!"dtype_from_f32: not a plain type");
 }
 
 size_t dtype_find_nonfinite(enum dtype t, const void *src, size_t n)
 {
     const unsigned char *p = src;
+    if (dtype_is_block(t))
+        return quant_find_nonfinite(t, src, n);
     if (t == DTYPE_F32) {
         for (size_t i = 0; i < n; i++) {
             uint32_t u;

@@ -46,6 +46,19 @@ const char *cpu_gemv_kernels(void);
  * lacks it, ERR_INVALID for an unknown name (the choice is then unchanged). */
 int cpu_gemv_force(const char *name);
 
+/* Which quantized dot-product kernel (vnni, avx2, scalar) runs per GGUF
+ * block type with a bf16-mode linear layer (x quantized), for one input
+ * row and for more, as one line: "Q8_0: vnni; Q4_0: m1 avx2, m2+ vnni; ...
+ * (measured in 40 ms)", calibrating every type not measured yet; or "NAME
+ * (every call, by request)" under SHARDSWAP_QDOT or cpu_qlinear_force.
+ * Valid until this thread's next call. */
+const char *cpu_qlinear_kernels(void);
+/* Makes the quantized linear layer run kernel `name` (vnni, avx2, scalar)
+ * for every call (NULL: the measured choices again), for tests and
+ * benchmarks; not while a product runs. 0, ERR_UNSUPPORTED when the CPU
+ * lacks it, ERR_INVALID for an unknown name. */
+int cpu_qlinear_force(const char *name);
+
 /* Which path the matmul (prefill's linear layers) runs per class, as one
  * line: "f32: onednn (onednn 161, openblas 146 GFLOP/s); bf16: onednn-bf16
  * (round-f32 128, onednn-bf16 938 GFLOP/s), 1 thread, 128x1024x1024,

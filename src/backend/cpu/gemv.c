@@ -564,6 +564,11 @@ static enum gemv_class gemv_class_of(const struct weight_view *w, enum kern_comp
     }
 }
 
+gemv_rows_fn cpu_gemv_rows_f32(int m)
+{
+    return gemv_pick(GEMV_F32, m)->rows;
+}
+
 int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
              enum kern_compute cm)
 {

@@ -4,6 +4,7 @@
 
 #include "backend/cpu/linear.h"
 #include "backend/cpu/pool.h"
+#include "backend/cpu/qlinear.h"
 #include "backend/cpu/scratch.h"
 #include "backend/cpu/vec.h"
 #include "core/error.h"
@@ -123,7 +124,9 @@ int cpu_linear(float *y, const float *x, int m, const struct weight_view *w, con
                enum kern_compute cm)
 {
     const int n = w->rows;
-    int rc = m <= CPU_GEMV_MAX_M ? cpu_gemv(y, x, m, w, cm) : cpu_matmul(y, x, m, w, cm);
+    int rc = dtype_is_block(w->dtype) ? cpu_qlinear(y, x, m, w, cm)
+             : m <= CPU_GEMV_MAX_M    ? cpu_gemv(y, x, m, w, cm)
+                                      : cpu_matmul(y, x, m, w, cm);
     if (rc < 0)
         return rc;
     if (bias)

@@ -21,6 +21,10 @@
 /* Fused matrix-vector product: one pass over the weights for all m rows. */
 int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
              enum kern_compute cm);
+/* The f32 GEMV kernel cpu_gemv runs for m rows of f32 weights (measured,
+ * or as requested): qlinear.c's dequantized blocks go through it. */
+#include "backend/cpu/gemv_isa.h"
+gemv_rows_fn cpu_gemv_rows_f32(int m);
 /* Matrix product for many rows: oneDNN or OpenBLAS, by measurement (see
  * matmul.c for the paths and cpu.h's cpu_matmul_paths). */
 int cpu_matmul(float *y, const float *x, int m, const struct weight_view *w,

@@ -415,7 +415,6 @@ struct mm_job {
 static void convert_rows(void *dst, bool to_bf16, const struct weight_view *w, int r0, int nb)
 {
     const int k = w->cols;
-    const size_t es = dtype_size(w->dtype);
     float span[CONVERT_SPAN];
     for (int r = 0; r < nb; r++) {
         const char *src = weight_row(w, r0 + r);
@@ -426,9 +425,11 @@ static void convert_rows(void *dst, bool to_bf16, const struct weight_view *w, i
         uint16_t *d = (uint16_t *)dst + (size_t)r * k;
         for (int c = 0; c < k; c += CONVERT_SPAN) {
             const size_t len = (size_t)(k - c < CONVERT_SPAN ? k - c : CONVERT_SPAN);
-            const float *f = (const float *)(src + (size_t)c * es);
+            /* spans start on block boundaries: CONVERT_SPAN is whole blocks */
+            const char *at = src + dtype_row_bytes(w->dtype, (size_t)c);
+            const float *f = (const float *)at;
             if (w->dtype != DTYPE_F32) {
-                dtype_to_f32(w->dtype, src + (size_t)c * es, span, len);
+                dtype_to_f32(w->dtype, at, span, len);
                 f = span;
             }
             vec_to_bf16(d + c, f, len);

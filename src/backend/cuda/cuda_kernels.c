@@ -303,4 +303,9 @@ const struct kernel_ops cuda_kernel_ops = {
     .to_host = k_to_host,
     .to_device = k_to_device,
     .attention_max_head_dim = CUDA_ATTN_MAX_HEAD_DIM,
+    /* GGUF's block types run on the CPU only so far */
+    .lacks = KERN_OP_BIT(KERN_OP_W_Q8_0) | KERN_OP_BIT(KERN_OP_W_Q4_0) |
+             KERN_OP_BIT(KERN_OP_W_Q4_K) | KERN_OP_BIT(KERN_OP_W_Q5_K) |
+             KERN_OP_BIT(KERN_OP_W_Q6_K) | KERN_OP_BIT(KERN_OP_W_Q5_0) |
+             KERN_OP_BIT(KERN_OP_W_Q5_1),
 };

@@ -1,0 +1,69 @@
+/* Products of GGUF block-type weights (core/quant.h) with activations
+ * quantized as llama.cpp quantizes them: the integer dot products of the
+ * CPU's quantized linear layer (qlinear.c), one translation unit per
+ * instruction set (qdot_<isa>.c, the body written once in qdot_body.h).
+ * Internal to backend/cpu/.
+ *
+ * Every kernel computes each block's integer sums exactly and combines the
+ * blocks in one order with the same float operations (QDOT_LANES below),
+ * so every instruction set gives the same bits as the scalar reference. */
+#ifndef SHARDSWAP_BACKEND_CPU_QDOT_H
+#define SHARDSWAP_BACKEND_CPU_QDOT_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/weight.h"
+#include "core/quant.h"
+
+/* The activations' block type for weights of type t: Q8_0 for the types
+ * of 32 (Q8_0, Q4_0, Q5_0, Q5_1), Q8_K for the K-quants. */
+enum qdot_xtype { QDOT_X_Q8_0, QDOT_X_Q8_K };
+enum qdot_xtype qdot_xtype_of(enum dtype t);
+/* Bytes of a row of n activations quantized for weights of type t. */
+size_t qdot_x_row_bytes(enum dtype t, int n);
+/* x (n floats, whole blocks) quantized for weights of type t into xq
+ * (qdot_x_row_bytes): Q8_0 as ggml's quantize_row_q8_0_ref (d = amax / 127,
+ * q = roundf(x / d)), Q8_K as quantize_row_q8_K_ref (the element of largest
+ * magnitude maps to -127, nearest even, with the sums of 16). */
+void qdot_quantize_x(enum dtype t, const float *x, void *xq, int n);
+
+/* One call's operands: y[i * ldy + r] = w[r] . xq[i] for the m input rows,
+ * xq rows xq_ld bytes apart. */
+struct qdot_args {
+    float *y;
+    size_t ldy;
+    const char *xq;
+    size_t xq_ld;
+    int m;
+    const struct weight_view *w;
+};
+
+/* Weight rows [r0, r1) for every input row. Runs on a pool thread; reads
+ * and writes nothing but its operands. */
+typedef void (*qdot_rows_fn)(const struct qdot_args *a, int r0, int r1);
+
+void qdot_rows_scalar(const struct qdot_args *a, int r0, int r1);
+/* AVX2: pairs of bytes multiplied and summed by VPMADDUBSW + VPMADDWD */
+void qdot_rows_avx2(const struct qdot_args *a, int r0, int r1);
+/* AVX512-VNNI (256-bit, VL): quads of bytes by VPDPBUSD */
+void qdot_rows_vnni(const struct qdot_args *a, int r0, int r1);
+
+/* The blocks' combination, shared by every kernel: block b of a row adds
+ * to partial sum b % QDOT_LANES (with explicit fmaf: a contraction left to
+ * each compiler would differ between the files), and the partials are
+ * summed as qdot_sum8 says, so that a vector kernel keeps the partials in
+ * one register and still gives the scalar reference's bits.
+ *   Q8_0/Q4_0/Q5_0:  p = fmaf(dw * dx, isum, p)
+ *   Q5_1:       as a K-quant with dmin = -m and msum = the sum of x's quants
+ *   K-quants:   p = fmaf(d * dx, isum, p); p = fmaf(-(dmin * dx), msum, p)
+ * (Q6_K: dmin = msum = 0, which leaves p as it was: a partial is never -0.) */
+#define QDOT_LANES 8
+
+static inline float qdot_sum8(const float p[QDOT_LANES])
+{
+    return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+}
+
+#endif

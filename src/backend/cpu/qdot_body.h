@@ -1,0 +1,371 @@
+/* The quantized dot products written once for the 256-bit integer kernels:
+ * included by qdot_avx2.c and qdot_vnni.c after they define
+ *
+ *   QD_DOT(u, s)            __m256i of 8 int32: lane i = the sum of the
+ *                           products of bytes 4i .. 4i + 3 of u (unsigned)
+ *                           and s (signed), exactly (no lane saturates for
+ *                           the operands below: |u| <= 128 with |s| <= 127,
+ *                           or u <= 63)
+ *   QDOT_ROWS_FN            the name of the qdot_rows_fn to define
+ *
+ * Each block's integer sums are exact and combined as qdot.h says, so the
+ * result is the scalar reference's (qdot_scalar.c) bit for bit. */
+#include "backend/cpu/qdot.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define QD_INLINE static inline __attribute__((always_inline))
+
+QD_INLINE __m256i qd_load(const void *p)
+{
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+QD_INLINE int32_t qd_hsum(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+QD_INLINE uint16_t qd_u16(const char *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+QD_INLINE float qd_f16(const char *p)
+{
+    return _cvtsh_ss(qd_u16(p)); /* exact, as f16_to_f32 */
+}
+
+/* 8 f16 scales `stride` bytes apart (inserted into a register: a store
+ * to the stack and a wide load back stalled on store forwarding) */
+QD_INLINE __m256 qd_f16x8(const char *p, size_t stride)
+{
+    __m128i h = _mm_cvtsi32_si128(qd_u16(p));
+    h = _mm_insert_epi16(h, qd_u16(p + stride), 1);
+    h = _mm_insert_epi16(h, qd_u16(p + 2 * stride), 2);
+    h = _mm_insert_epi16(h, qd_u16(p + 3 * stride), 3);
+    h = _mm_insert_epi16(h, qd_u16(p + 4 * stride), 4);
+    h = _mm_insert_epi16(h, qd_u16(p + 5 * stride), 5);
+    h = _mm_insert_epi16(h, qd_u16(p + 6 * stride), 6);
+    h = _mm_insert_epi16(h, qd_u16(p + 7 * stride), 7);
+    return _mm256_cvtph_ps(h);
+}
+
+/* lane k = the sum of v[k]'s lanes: the integer sums of 8 blocks */
+QD_INLINE __m256i qd_hsum8(const __m256i v[8])
+{
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* qdot_sum8 of the partials in p's lanes, in its order */
+QD_INLINE float qd_sum8(__m256 p)
+{
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(p), _mm256_extractf128_ps(p, 1));
+    __m128 r = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(r, _mm_shuffle_ps(r, r, 1)));
+}
+
+/* signed w times signed x: |w| against x with w's sign */
+QD_INLINE __m256i qd_dot_signed(__m256i w, __m256i x)
+{
+    return QD_DOT(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+/* Block b's weights of a Q8_0 or Q4_0 row as 32 signed bytes */
+QD_INLINE __m256i qd_w_q8_0(const char *w)
+{
+    return qd_load(w + 2);
+}
+
+QD_INLINE __m256i qd_w_q4_0(const char *w)
+{
+    const __m128i lo4 = _mm_set1_epi8(15);
+    __m128i q = _mm_loadu_si128((const __m128i *)(w + 2));
+    __m256i wq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
+    return _mm256_sub_epi8(wq, _mm256_set1_epi8(8));
+}
+
+/* Q8_0 / Q4_0 (WB bytes a block) against Q8_0 x: 8 blocks a step, their
+ * integer sums reduced together and scaled in the partials' lanes; the
+ * last step's missing blocks are zeros (a partial plus 0 * 0 is itself) */
+#define QD_DOT_32(name, WB, unpack)                                                                \
+    QD_INLINE __m256i name##_blk(const char *w, const char *x, int k)                              \
+    {                                                                                              \
+        return qd_dot_signed(unpack(w + (size_t)k * (WB)), qd_load(x + (size_t)k * 34 + 2));       \
+    }                                                                                              \
+    QD_INLINE float name(const char *w, const char *x, int nb)                                     \
+    {                                                                                              \
+        __m256 acc = _mm256_setzero_ps();                                                          \
+        int b = 0;                                                                                 \
+        for (; b + 8 <= nb; b += 8) {                                                              \
+            const char *wb = w + (size_t)b * (WB), *xb = x + (size_t)b * 34;                       \
+            const __m256i v[8] = {name##_blk(wb, xb, 0), name##_blk(wb, xb, 1),                    \
+                                  name##_blk(wb, xb, 2), name##_blk(wb, xb, 3),                    \
+                                  name##_blk(wb, xb, 4), name##_blk(wb, xb, 5),                    \
+                                  name##_blk(wb, xb, 6), name##_blk(wb, xb, 7)};                   \
+            __m256 d = _mm256_mul_ps(qd_f16x8(wb, (WB)), qd_f16x8(xb, 34));                        \
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(qd_hsum8(v)), acc);                        \
+        }                                                                                          \
+        if (b < nb) {                                                                              \
+            const int n = nb - b;                                                                  \
+            const char *wb = w + (size_t)b * (WB), *xb = x + (size_t)b * 34;                       \
+            __m256i v[8];                                                                          \
+            float dw[8] = {0}, dx[8] = {0};                                                        \
+            for (int k = 0; k < 8; k++) {                                                          \
+                v[k] = k < n ? name##_blk(wb, xb, k) : _mm256_setzero_si256();                     \
+                if (k < n) {                                                                       \
+                    dw[k] = qd_f16(wb + (size_t)k * (WB));                                         \
+                    dx[k] = qd_f16(xb + (size_t)k * 34);                                           \
+                }                                                                                  \
+            }                                                                                      \
+            __m256 d = _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_loadu_ps(dx));                    \
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(qd_hsum8(v)), acc);                        \
+        }                                                                                          \
+        return qd_sum8(acc);                                                                       \
+    }
+
+/* byte j all ones where bit j of the 32 bits at p is set */
+QD_INLINE __m256i qd_bits32(const char *p)
+{
+    uint32_t h;
+    memcpy(&h, p, 4);
+    const __m256i which = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                           2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), which);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* Q5_0 / Q5_1's 5-bit quants, unsigned (0-31) */
+QD_INLINE __m256i qd_w_q5(const char *qh, const char *qs)
+{
+    const __m128i lo4 = _mm_set1_epi8(15);
+    __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    __m256i wq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
+    return _mm256_or_si256(wq, _mm256_and_si256(qd_bits32(qh), _mm256_set1_epi8(16)));
+}
+
+QD_INLINE __m256i qd_w_q5_0(const char *w)
+{
+    return _mm256_sub_epi8(qd_w_q5(w + 2, w + 6), _mm256_set1_epi8(16));
+}
+
+QD_DOT_32(qd_q8_0, 34, qd_w_q8_0)
+QD_DOT_32(qd_q5_0, 22, qd_w_q5_0)
+QD_DOT_32(qd_q4_0, 18, qd_w_q4_0)
+
+/* The K-quants' partials: each block's sums and scales kept per lane, 8
+ * blocks added at once */
+struct qd_lanes {
+    int32_t is[8], ms[8];
+    float d[8], dmin[8], dx[8];
+};
+
+QD_INLINE __m256 qd_lanes_add(__m256 acc, const struct qd_lanes *l)
+{
+    const __m256 dx = _mm256_loadu_ps(l->dx);
+    const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(l->d), dx);
+    const __m256 dm =
+        _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(_mm256_loadu_ps(l->dmin), dx));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)l->is)), acc);
+    return _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)l->ms)), acc);
+}
+
+/* The 8 six-bit scales and 8 mins of a Q4_K/Q5_K block (quant_scale_min)
+ * unpacked at once: bytes 0-7 of the result the scales, 8-15 the mins. */
+QD_INLINE __m128i qd_scales_mins(const uint8_t *q)
+{
+    uint32_t u[4];
+    memcpy(u, q, 12);
+    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    u[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
+    const uint32_t mins_lo = u[1] & m6;
+    u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
+    u[2] = mins_lo;
+    u[0] &= m6;
+    return _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+}
+
+/* x's 16 sums of 16 as 8 sums of 32 (lane s: sub-block s of 32) */
+QD_INLINE __m256i qd_bsums32(const char *x)
+{
+    __m256i b = qd_load(x + 4 + 256);
+    return _mm256_madd_epi16(b, _mm256_set1_epi16(1));
+}
+
+/* Q5_1: unsigned quants against x, and x's sum for the offsets m */
+QD_INLINE float qd_q5_1(const char *w, const char *x, int nb)
+{
+    __m256 sum = _mm256_setzero_ps();
+    struct qd_lanes l;
+    memset(&l, 0, sizeof(l));
+    for (int b = 0; b < nb; b++, w += sizeof(struct quant_q5_1), x += sizeof(struct quant_q8_0)) {
+        const __m256i xv = qd_load(x + 2);
+        const int k = b % 8;
+        l.is[k] = qd_hsum(QD_DOT(qd_w_q5(w + 4, w + 8), xv));
+        l.ms[k] = qd_hsum(QD_DOT(_mm256_set1_epi8(1), xv));
+        l.d[k] = qd_f16(w);
+        l.dmin[k] = -qd_f16(w + 2);
+        l.dx[k] = qd_f16(x);
+        if (k == 7 || b == nb - 1) {
+            sum = qd_lanes_add(sum, &l);
+            memset(&l, 0, sizeof(l));
+        }
+    }
+    return qd_sum8(sum);
+}
+
+/* Q4_K / Q5_K (FIVE: the fifth bits of qh); x is Q8_K. Each sub-block's
+ * integer sum, then all 8 times their scales at once. */
+QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
+{
+    const size_t wb = five ? sizeof(struct quant_q5_k) : sizeof(struct quant_q4_k);
+    const __m256i lo4 = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
+    __m256 sum = _mm256_setzero_ps();
+    struct qd_lanes l;
+    memset(&l, 0, sizeof(l));
+    for (int b = 0; b < nb; b++, w += wb, x += sizeof(struct quant_q8_k)) {
+        const char *qs = w + (five ? 48 : 16);
+        const int8_t *xq = (const int8_t *)x + 4;
+        const __m128i sm = qd_scales_mins((const uint8_t *)w + 4);
+        const __m256i qh = five ? qd_load(w + 16) : _mm256_setzero_si256();
+        __m256i v[8];
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = qd_load(qs + 32 * j);
+            __m256i q0 = _mm256_and_si256(q, lo4);
+            __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+            if (five) {
+                const __m256i b0 = _mm256_set1_epi8((char)(1u << (2 * j)));
+                const __m256i b1 = _mm256_set1_epi8((char)(1u << (2 * j + 1)));
+                q0 = _mm256_or_si256(
+                    q0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), sixteen));
+                q1 = _mm256_or_si256(
+                    q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), sixteen));
+            }
+            v[2 * j] = QD_DOT(q0, qd_load(xq + 64 * j));
+            v[2 * j + 1] = QD_DOT(q1, qd_load(xq + 64 * j + 32));
+        }
+        const __m256i sc = _mm256_cvtepu8_epi32(sm);
+        const __m256i mn = _mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8));
+        const int k = b % 8;
+        l.is[k] = qd_hsum(_mm256_mullo_epi32(qd_hsum8(v), sc));
+        l.ms[k] = qd_hsum(_mm256_mullo_epi32(qd_bsums32(x), mn));
+        l.d[k] = qd_f16(w);
+        l.dmin[k] = qd_f16(w + 2);
+        memcpy(&l.dx[k], x, 4);
+        if (k == 7 || b == nb - 1) {
+            sum = qd_lanes_add(sum, &l);
+            memset(&l, 0, sizeof(l));
+        }
+    }
+    return qd_sum8(sum);
+}
+
+/* Q6_K: each 32-element dot covers two sub-blocks of 16 (its lanes 0-3 and
+ * 4-7); per half of the block the four dots' halves are reduced together
+ * into sub-blocks 0, 2, 4, 6, 1, 3, 5, 7 and scaled at once. */
+QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
+{
+    const __m256i lo4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
+    /* the scales of a half in the reduced order */
+    const __m128i order = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+    __m256 sum = _mm256_setzero_ps();
+    struct qd_lanes l;
+    memset(&l, 0, sizeof(l));
+    for (int b = 0; b < nb; b++, w += sizeof(struct quant_q6_k), x += sizeof(struct quant_q8_k)) {
+        const int8_t *xq = (const int8_t *)x + 4;
+        const __m128i sc = _mm_loadu_si128((const __m128i *)(w + 192));
+        const __m128i sco = _mm_shuffle_epi8(sc, order);
+        __m256i acc = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i la = qd_load(w + 64 * h), lb = qd_load(w + 64 * h + 32);
+            const __m256i qh = qd_load(w + 128 + 32 * h);
+            const __m256i lows[4] = {_mm256_and_si256(la, lo4), _mm256_and_si256(lb, lo4),
+                                     _mm256_and_si256(_mm256_srli_epi16(la, 4), lo4),
+                                     _mm256_and_si256(_mm256_srli_epi16(lb, 4), lo4)};
+            __m256i v[4];
+            for (int k = 0; k < 4; k++) {
+                /* the two high bits, as bits 4-5 of each byte (no carry
+                 * between bytes: each is at most 3 before the shift) */
+                __m256i hi =
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), three), 4);
+                v[k] = QD_DOT(_mm256_or_si256(lows[k], hi), qd_load(xq + 128 * h + 32 * k));
+            }
+            const __m256i r =
+                _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+            const __m256i s8 = _mm256_cvtepi8_epi32(h ? _mm_srli_si128(sco, 8) : sco);
+            acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(r, s8));
+        }
+        /* the quants' bias of 32: sum of scale times x's sum of 16 */
+        const __m256i off = _mm256_madd_epi16(qd_load(x + 4 + 256), _mm256_cvtepi8_epi16(sc));
+        const int k = b % 8;
+        l.is[k] = qd_hsum(acc) - 32 * qd_hsum(off);
+        l.d[k] = qd_f16(w + 208);
+        memcpy(&l.dx[k], x, 4);
+        if (k == 7 || b == nb - 1) {
+            sum = qd_lanes_add(sum, &l);
+            memset(&l, 0, sizeof(l));
+        }
+    }
+    return qd_sum8(sum);
+}
+
+/* Input rows per pass over a task's weight rows: a prefill's rows go by in
+ * groups that stay in L1/L2 while the task's weights (about 128 KiB) stay
+ * in L2. */
+#define QD_MB 8
+
+/* Each row type's loop, so the dot product inlines into it. */
+#define QD_LOOP(call)                                                                              \
+    for (int i0 = 0; i0 < a->m; i0 += QD_MB) {                                                     \
+        const int i1 = i0 + QD_MB < a->m ? i0 + QD_MB : a->m;                                      \
+        for (int r = r0; r < r1; r++) {                                                            \
+            const char *row = weight_row(w, r);                                                    \
+            for (int i = i0; i < i1; i++) {                                                        \
+                const char *x = a->xq + (size_t)i * a->xq_ld;                                      \
+                a->y[(size_t)i * a->ldy + r] = call;                                               \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+void QDOT_ROWS_FN(const struct qdot_args *a, int r0, int r1)
+{
+    const struct weight_view *w = a->w;
+    const int nb = w->cols / dtype_block(w->dtype);
+    switch (w->dtype) {
+    case DTYPE_Q8_0:
+        QD_LOOP(qd_q8_0(row, x, nb));
+        break;
+    case DTYPE_Q4_0:
+        QD_LOOP(qd_q4_0(row, x, nb));
+        break;
+    case DTYPE_Q4_K:
+        QD_LOOP(qd_q45_k(row, x, nb, false));
+        break;
+    case DTYPE_Q5_K:
+        QD_LOOP(qd_q45_k(row, x, nb, true));
+        break;
+    case DTYPE_Q6_K:
+        QD_LOOP(qd_q6_k(row, x, nb));
+        break;
+    case DTYPE_Q5_0:
+        QD_LOOP(qd_q5_0(row, x, nb));
+        break;
+    case DTYPE_Q5_1:
+        QD_LOOP(qd_q5_1(row, x, nb));
+        break;
+    case DTYPE_F32:
+    case DTYPE_F16:
+    case DTYPE_BF16:
+        break;
+    }
+}

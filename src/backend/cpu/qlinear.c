@@ -1,0 +1,458 @@
+/* The CPU linear layer with weights in GGUF's block types (core/quant.h),
+ * computed in place: no weight is ever dequantized to a whole copy.
+ *
+ * - f32 mode, the exact one: blocks of 16 weight rows dequantized into a
+ *   thread's scratch and multiplied by the f32 GEMV kernel (gemv.c's
+ *   choice) for a few input rows; for many, cpu_matmul's f32 product, which
+ *   widens a block of rows per task the same way (dtype_to_f32).
+ * - bf16 mode, llama.cpp's: each input row quantized once per call (to
+ *   Q8_0 blocks for the 32-element types, Q8_K for the K-quants) and every
+ *   weight row times it in integer dot products (qdot.h), split by weight
+ *   rows over the pool. The kernel (vnni, avx2) is chosen per process and
+ *   type by measurement, as the GEMV's are: at the first call with a type,
+ *   each candidate is timed on 4 MiB of that type's blocks flushed from the
+ *   caches, at 1 and 4 input rows, best of 5 and 3, interleaved; a later
+ *   candidate must win by 3%. SHARDSWAP_QDOT=NAME (vnni, avx2, scalar)
+ *   runs one kernel for every call instead. */
+#include "backend/cpu/qlinear.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/gemv_isa.h"
+#include "backend/cpu/linear.h"
+#include "backend/cpu/qdot.h"
+#include "backend/cpu/scratch.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/timing.h"
+
+/* Weight bytes a pool task reads (gemv.c's GEMV_TASK_BYTES), rows a
+ * multiple of 16 */
+#define Q_TASK_BYTES (128 << 10)
+#define Q_MIN_TASKS 8
+/* weight rows dequantized at a time in f32 mode */
+#define Q_DEQ_ROWS 16
+
+/* ---- x quantized as llama.cpp does ---- */
+
+enum qdot_xtype qdot_xtype_of(enum dtype t)
+{
+    return dtype_block(t) == QUANT_QK0 ? QDOT_X_Q8_0 : QDOT_X_Q8_K;
+}
+
+size_t qdot_x_row_bytes(enum dtype t, int n)
+{
+    return qdot_xtype_of(t) == QDOT_X_Q8_0 ? (size_t)n / QUANT_QK0 * sizeof(struct quant_q8_0)
+                                           : (size_t)n / QUANT_QKK * sizeof(struct quant_q8_k);
+}
+
+static void quantize_q8_0(const float *x, char *out, int n)
+{
+    for (int b = 0; b < n / QUANT_QK0; b++, x += QUANT_QK0, out += sizeof(struct quant_q8_0)) {
+        struct quant_q8_0 q;
+        float amax = 0;
+        for (int j = 0; j < QUANT_QK0; j++)
+            amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        q.d = f32_to_f16(d);
+        for (int j = 0; j < QUANT_QK0; j++)
+            q.qs[j] = (int8_t)roundf(x[j] * id);
+        memcpy(out, &q, sizeof(q));
+    }
+}
+
+static void quantize_q8_k(const float *x, char *out, int n)
+{
+    for (int b = 0; b < n / QUANT_QKK; b++, x += QUANT_QKK, out += sizeof(struct quant_q8_k)) {
+        struct quant_q8_k q;
+        float amax = 0, max = 0;
+        for (int j = 0; j < QUANT_QKK; j++)
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        memset(&q, 0, sizeof(q));
+        if (amax != 0.0f) {
+            const float iscale = -127.0f / max;
+            for (int j = 0; j < QUANT_QKK; j++) {
+                int v = (int)nearbyintf(iscale * x[j]); /* nearest even, as ggml's nearest_int */
+                q.qs[j] = (int8_t)(v < 127 ? v : 127);
+            }
+            for (int j = 0; j < QUANT_QKK / 16; j++) {
+                int s = 0;
+                for (int i = 0; i < 16; i++)
+                    s += q.qs[16 * j + i];
+                q.bsums[j] = (int16_t)s;
+            }
+            q.d = 1.0f / iscale;
+        }
+        memcpy(out, &q, sizeof(q));
+    }
+}
+
+void qdot_quantize_x(enum dtype t, const float *x, void *xq, int n)
+{
+    if (qdot_xtype_of(t) == QDOT_X_Q8_0)
+        quantize_q8_0(x, xq, n);
+    else
+        quantize_q8_k(x, xq, n);
+}
+
+/* ---- the kernels and their choice ---- */
+
+static bool has_scalar(void)
+{
+    return true;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+static bool has_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+}
+
+static bool has_vnni(void)
+{
+    __builtin_cpu_init();
+    return has_avx2() && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+#else
+static bool has_avx2(void)
+{
+    return false;
+}
+
+static bool has_vnni(void)
+{
+    return false;
+}
+#endif
+
+struct qdot_kernel {
+    const char *name;
+    qdot_rows_fn rows;
+    bool (*supported)(void);
+};
+
+/* best first by instruction set; scalar only by request where another runs */
+static const struct qdot_kernel q_kernels[] = {
+    {"vnni", qdot_rows_vnni, has_vnni},
+    {"avx2", qdot_rows_avx2, has_avx2},
+    {"scalar", qdot_rows_scalar, has_scalar},
+};
+#define Q_N_KERNELS (int)(sizeof(q_kernels) / sizeof(q_kernels[0]))
+
+/* the types, in enum dtype's order from DTYPE_Q8_0 */
+#define Q_TYPES (DTYPE_Q5_1 - DTYPE_Q8_0 + 1)
+#define Q_BUCKETS 2 /* one input row; more */
+/* more rows are timed at 4: at 16 the calibration took 4x as long, and
+ * the kernels' ranking is by their unpacking work per row either way */
+static const int q_bucket_m[Q_BUCKETS] = {1, 4};
+static const int q_cal_reps[Q_BUCKETS] = {5, 3};
+#define Q_CAL_BYTES ((size_t)4 << 20)
+#define Q_CAL_COLS 2048
+#define Q_CAL_MARGIN 0.03
+
+static const struct qdot_kernel *q_chosen[Q_TYPES][Q_BUCKETS];
+static double q_cal_ms[Q_TYPES];
+static atomic_bool q_ready[Q_TYPES];
+static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER; /* guards the calibration */
+static const struct qdot_kernel *_Atomic q_forced;
+static pthread_once_t q_env_once = PTHREAD_ONCE_INIT;
+
+static int q_index(enum dtype t)
+{
+    return (int)t - (int)DTYPE_Q8_0;
+}
+
+static int q_find(const char *name, const struct qdot_kernel **out)
+{
+    for (int i = 0; i < Q_N_KERNELS; i++)
+        if (strcmp(q_kernels[i].name, name) == 0) {
+            if (!q_kernels[i].supported())
+                return err_set(ERR_UNSUPPORTED, "this CPU lacks %s", name);
+            *out = &q_kernels[i];
+            return 0;
+        }
+    return err_set(ERR_INVALID, "unknown quantized kernel \"%s\" (expected vnni, avx2 or scalar)",
+                   name);
+}
+
+static void q_read_env(void)
+{
+    const char *req = getenv("SHARDSWAP_QDOT");
+    const struct qdot_kernel *k;
+    if (!req || !*req)
+        return;
+    if (q_find(req, &k) < 0) {
+        fprintf(stderr, "shardswap: SHARDSWAP_QDOT: %s; choosing by measurement\n", err_msg());
+        return;
+    }
+    q_forced = k;
+}
+
+void cpu_qlinear_random_blocks(enum dtype t, void *dst, size_t n_blocks, uint64_t seed)
+{
+    const size_t bb = quant_block_bytes(t);
+    struct rng r;
+    rng_seed(&r, seed, 0);
+    unsigned char *p = dst;
+    for (size_t i = 0; i < n_blocks * bb; i++)
+        p[i] = (unsigned char)(rng_u64(&r) >> 56);
+    /* finite scales of a few magnitudes: f16 in [2^-12, 2^-6) */
+    for (size_t b = 0; b < n_blocks; b++, p += bb) {
+        const size_t at[2] = {t == DTYPE_Q6_K ? 208 : 0, 2};
+        const int n_scales = t == DTYPE_Q4_K || t == DTYPE_Q5_K || t == DTYPE_Q5_1 ? 2 : 1;
+        for (int s = 0; s < n_scales; s++) {
+            uint16_t h = (uint16_t)(((3 + rng_u64(&r) % 6) << 10) | (rng_u64(&r) & 0x3ff));
+            memcpy(p + at[s], &h, 2);
+        }
+    }
+}
+
+struct q_job {
+    struct qdot_args a;
+    qdot_rows_fn rows;
+    int task_rows;
+};
+
+static void q_task(void *ctx, int task)
+{
+    const struct q_job *j = ctx;
+    int r0 = task * j->task_rows, r1 = r0 + j->task_rows;
+    j->rows(&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows);
+}
+
+static int q_task_rows(const struct weight_view *w)
+{
+    size_t row_bytes = dtype_row_bytes(w->dtype, (size_t)w->cols);
+    size_t rows = Q_TASK_BYTES / (row_bytes ? row_bytes : 1);
+    size_t most = ((size_t)w->rows + Q_MIN_TASKS - 1) / Q_MIN_TASKS;
+    if (rows > most)
+        rows = most;
+    rows = (rows + 15) / 16 * 16;
+    return rows ? (int)rows : 16;
+}
+
+struct qx_job {
+    enum dtype t;
+    const float *x;
+    char *xq;
+    int cols;
+    size_t xq_ld;
+};
+
+static void qx_task(void *ctx, int i)
+{
+    const struct qx_job *j = ctx;
+    qdot_quantize_x(j->t, j->x + (size_t)i * j->cols, j->xq + (size_t)i * j->xq_ld, j->cols);
+}
+
+/* x's rows quantized into the calling thread's scratch, over the pool for
+ * a prefill's many */
+static int q_prepare(float *y, const float *x, int m, const struct weight_view *w,
+                     struct qdot_args *a)
+{
+    const size_t ld = qdot_x_row_bytes(w->dtype, w->cols);
+    char *xq = cpu_scratch(CPU_SCRATCH_Q_X, (size_t)m * ld);
+    if (!xq)
+        return err_set(ERR_NOMEM, "out of host memory for %d x %d quantized activations", m,
+                       w->cols);
+    struct qx_job j = {w->dtype, x, xq, w->cols, ld};
+    if (m > CPU_GEMV_MAX_M)
+        cpu_kernels_run(qx_task, &j, m);
+    else
+        for (int i = 0; i < m; i++)
+            qx_task(&j, i);
+    *a = (struct qdot_args){.y = y, .ldy = (size_t)w->rows, .xq = xq, .xq_ld = ld, .m = m, .w = w};
+    return 0;
+}
+
+static int q_run(const struct qdot_kernel *k, float *y, const float *x, int m,
+                 const struct weight_view *w)
+{
+    struct q_job j = {.rows = k->rows, .task_rows = q_task_rows(w)};
+    int rc = q_prepare(y, x, m, w, &j.a);
+    if (rc < 0)
+        return rc;
+    cpu_kernels_run(q_task, &j, (w->rows + j.task_rows - 1) / j.task_rows);
+    return 0;
+}
+
+/* As gemv.c's calibration: every candidate for type t timed as a call from
+ * this thread runs, on weights flushed from the caches. Under q_lock. */
+static void q_calibrate(enum dtype t)
+{
+    const int ti = q_index(t);
+    const struct qdot_kernel *cand[Q_N_KERNELS];
+    int n = 0;
+    for (int i = 0; i < Q_N_KERNELS - 1; i++)
+        if (q_kernels[i].supported())
+            cand[n++] = &q_kernels[i];
+    if (n == 0)
+        cand[n++] = &q_kernels[Q_N_KERNELS - 1];
+    for (int b = 0; b < Q_BUCKETS; b++)
+        q_chosen[ti][b] = cand[0];
+    if (n == 1)
+        return;
+    double t0 = time_now();
+    const size_t row_bytes = dtype_row_bytes(t, Q_CAL_COLS);
+    const int rows = (int)(Q_CAL_BYTES / row_bytes);
+    const int mmax = q_bucket_m[Q_BUCKETS - 1];
+    char *wd = malloc((size_t)rows * row_bytes);
+    float *x = malloc((size_t)mmax * Q_CAL_COLS * sizeof(float));
+    float *y = malloc((size_t)mmax * rows * sizeof(float));
+    if (wd && x && y) {
+        cpu_qlinear_random_blocks(t, wd, (size_t)rows * Q_CAL_COLS / (size_t)dtype_block(t), 7);
+        for (size_t i = 0; i < (size_t)mmax * Q_CAL_COLS; i++)
+            x[i] = (float)((int)(i % 11) - 5) * 0.1f;
+        struct weight_view w = {
+            .dtype = t, .data = wd, .rows = rows, .cols = Q_CAL_COLS, .ld = Q_CAL_COLS};
+        for (int b = 0; b < Q_BUCKETS; b++) {
+            double best[Q_N_KERNELS];
+            for (int i = 0; i < n; i++)
+                best[i] = 1e30;
+            for (int rep = 0; rep < q_cal_reps[b]; rep++)
+                for (int i = 0; i < n; i++) {
+                    cpu_cache_flush(wd, (size_t)rows * row_bytes);
+                    double s = time_now();
+                    if (q_run(cand[i], y, x, q_bucket_m[b], &w) < 0)
+                        continue;
+                    s = time_now() - s;
+                    if (s < best[i])
+                        best[i] = s;
+                }
+            int win = 0;
+            for (int i = 1; i < n; i++)
+                if (best[i] * (1.0 + Q_CAL_MARGIN) < best[win])
+                    win = i;
+            q_chosen[ti][b] = cand[win];
+        }
+    }
+    free(wd);
+    free(x);
+    free(y);
+    q_cal_ms[ti] = (time_now() - t0) * 1e3;
+}
+
+static void q_ensure(enum dtype t)
+{
+    const int ti = q_index(t);
+    if (atomic_load(&q_ready[ti]))
+        return;
+    pthread_mutex_lock(&q_lock);
+    if (!atomic_load(&q_ready[ti])) {
+        q_calibrate(t);
+        atomic_store(&q_ready[ti], true);
+    }
+    pthread_mutex_unlock(&q_lock);
+}
+
+static const struct qdot_kernel *q_pick(enum dtype t, int m)
+{
+    pthread_once(&q_env_once, q_read_env);
+    const struct qdot_kernel *k = q_forced;
+    if (k)
+        return k;
+    q_ensure(t);
+    return q_chosen[q_index(t)][m > 1];
+}
+
+const char *cpu_qlinear_kernels(void)
+{
+    static _Thread_local char buf[384];
+    pthread_once(&q_env_once, q_read_env);
+    const struct qdot_kernel *f = q_forced;
+    if (f) {
+        snprintf(buf, sizeof(buf), "%s (every call, by request)", f->name);
+        return buf;
+    }
+    size_t used = 0;
+    double ms = 0;
+    for (int ti = 0; ti < Q_TYPES && used < sizeof(buf); ti++) {
+        const enum dtype t = (enum dtype)(DTYPE_Q8_0 + ti);
+        q_ensure(t);
+        ms += q_cal_ms[ti];
+        const bool same = q_chosen[ti][0] == q_chosen[ti][1];
+        if (same)
+            used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s%s: %s", ti ? "; " : "",
+                                     dtype_name(t), q_chosen[ti][0]->name);
+        else
+            used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s%s: m1 %s, m2+ %s",
+                                     ti ? "; " : "", dtype_name(t), q_chosen[ti][0]->name,
+                                     q_chosen[ti][1]->name);
+    }
+    if (used < sizeof(buf))
+        snprintf(buf + used, sizeof(buf) - used, " (measured in %.0f ms)", ms);
+    return buf;
+}
+
+int cpu_qlinear_force(const char *name)
+{
+    pthread_once(&q_env_once, q_read_env);
+    const struct qdot_kernel *k = NULL;
+    int rc = name ? q_find(name, &k) : 0;
+    if (rc == 0)
+        q_forced = k;
+    return rc;
+}
+
+/* ---- f32 mode: dequantized blocks of rows ---- */
+
+struct deq_job {
+    float *y;
+    const float *x;
+    int m;
+    const struct weight_view *w;
+    gemv_rows_fn rows;
+    int task_rows;
+    atomic_int rc;
+};
+
+static void deq_task(void *ctx, int task)
+{
+    struct deq_job *j = ctx;
+    const struct weight_view *w = j->w;
+    const int k = w->cols, r0 = task * j->task_rows;
+    const int r1 = r0 + j->task_rows < w->rows ? r0 + j->task_rows : w->rows;
+    float *blk = cpu_scratch(CPU_SCRATCH_Q_DEQ, (size_t)Q_DEQ_ROWS * k * sizeof(float));
+    if (!blk) {
+        atomic_store(&j->rc, ERR_NOMEM);
+        return;
+    }
+    for (int r = r0; r < r1; r += Q_DEQ_ROWS) {
+        const int nr = r1 - r < Q_DEQ_ROWS ? r1 - r : Q_DEQ_ROWS;
+        for (int i = 0; i < nr; i++)
+            quant_dequantize(w->dtype, weight_row(w, r + i), blk + (size_t)i * k, (size_t)k);
+        const struct weight_view f = {
+            .dtype = DTYPE_F32, .data = blk, .rows = nr, .cols = k, .ld = (size_t)k};
+        const struct gemv_args a = {
+            .y = j->y + r, .ldy = (size_t)w->rows, .x = j->x, .ldx = (size_t)k, .m = j->m, .w = &f};
+        j->rows(&a, 0, nr);
+    }
+}
+
+static int q_gemv_f32(float *y, const float *x, int m, const struct weight_view *w)
+{
+    struct deq_job j = {
+        .y = y, .x = x, .m = m, .w = w, .rows = cpu_gemv_rows_f32(m), .task_rows = q_task_rows(w)};
+    atomic_init(&j.rc, 0);
+    cpu_kernels_run(deq_task, &j, (w->rows + j.task_rows - 1) / j.task_rows);
+    if (atomic_load(&j.rc) < 0)
+        return err_set(ERR_NOMEM, "out of host memory for %d x %d dequantized weights", Q_DEQ_ROWS,
+                       w->cols);
+    return 0;
+}
+
+int cpu_qlinear(float *y, const float *x, int m, const struct weight_view *w, enum kern_compute cm)
+{
+    if (cm == KERN_COMPUTE_F32)
+        return m <= CPU_GEMV_MAX_M ? q_gemv_f32(y, x, m, w) : cpu_matmul(y, x, m, w, cm);
+    return q_run(q_pick(w->dtype, m), y, x, m, w);
+}

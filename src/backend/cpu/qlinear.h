@@ -1,0 +1,22 @@
+/* The CPU linear layer with weights in GGUF's block types (qlinear.c):
+ * internal to backend/cpu/, called by cpu_linear for any m. */
+#ifndef SHARDSWAP_BACKEND_CPU_QLINEAR_H
+#define SHARDSWAP_BACKEND_CPU_QLINEAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/kernels.h"
+#include "backend/weight.h"
+
+/* y[m, w.rows] = x[m, w.cols] @ w^T for a block-type w, in precision cm
+ * (backend/kernels.h says what each mode computes). 0, or ERR_NOMEM with a
+ * message when a scratch buffer cannot grow. */
+int cpu_qlinear(float *y, const float *x, int m, const struct weight_view *w, enum kern_compute cm);
+
+/* n_blocks random blocks of type t at dst with finite f16 scales (between
+ * 2^-12 and 2^-6) and every other bit random (seeded): for the
+ * calibration, tests and benchmarks. */
+void cpu_qlinear_random_blocks(enum dtype t, void *dst, size_t n_blocks, uint64_t seed);
+
+#endif

@@ -1,0 +1,311 @@
+/* GGUF's block types as the kernels see them (core/quant.h, backend/cpu/
+ * qlinear.c): sizes and views, the dequantization against the `gguf`
+ * Python package's (tests/fixtures/quant, made by tools/quant_fixture.py),
+ * and kern_linear / kern_embed with quantized weights against the
+ * dequantized weights times x in double:
+ * - f32 mode within f32 rounding: |y - ref| <= 1e-5 * sum |w x| (+1e-30);
+ * - bf16 mode (x quantized per block as llama.cpp does) within the bound of
+ *   that quantization: |y - ref| <= sum over x's blocks of
+ *   amax(x block) * (1/254 + 1/2000) * sum |w| over the block, + 1e-5 *
+ *   sum |w x| (half a step of 127 levels, and Q8_0's scale stored in f16);
+ * - every instruction set's kernel gives the scalar reference's bits. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/qlinear.h"
+#include "backend/device.h"
+#include "backend/kernels.h"
+#include "backend/weight.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/quant.h"
+#include "test.h"
+
+#define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/quant"
+#define MiB ((size_t)1 << 20)
+
+static const enum dtype types[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q5_0, DTYPE_Q5_1,
+                                   DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K};
+#define N_TYPES (sizeof(types) / sizeof(types[0]))
+
+static struct device *dev;
+static struct stream *st;
+
+static void setup(void)
+{
+    if (device_open_cpu(0, 16 * MiB, &dev) != 0 || device_stream_create(dev, &st) != 0) {
+        fprintf(stderr, "cannot open the CPU device: %s\n", err_msg());
+        exit(1);
+    }
+}
+
+static uint64_t seed = 0x51ed;
+
+static float urand(void)
+{
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((seed >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static void *read_all(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = malloc(len > 0 ? (size_t)len : 1);
+    if (p && fread(p, 1, (size_t)len, f) != (size_t)len) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    *n = (size_t)len;
+    return p;
+}
+
+TEST(sizes)
+{
+    CHECK(!dtype_is_block(DTYPE_F32) && !dtype_is_block(DTYPE_BF16) && dtype_is_block(DTYPE_Q6_K));
+    CHECK(dtype_block(DTYPE_F16) == 1 && dtype_block(DTYPE_Q8_0) == 32 &&
+          dtype_block(DTYPE_Q4_0) == 32 && dtype_block(DTYPE_Q4_K) == 256);
+    CHECK(dtype_row_bytes(DTYPE_BF16, 10) == 20 && dtype_row_bytes(DTYPE_F32, 3) == 12);
+    CHECK(dtype_row_bytes(DTYPE_Q8_0, 2048) == 64 * 34);
+    CHECK(dtype_row_bytes(DTYPE_Q4_0, 2048) == 64 * 18);
+    CHECK(dtype_row_bytes(DTYPE_Q5_0, 2048) == 64 * 22);
+    CHECK(dtype_row_bytes(DTYPE_Q5_1, 2048) == 64 * 24);
+    CHECK(dtype_row_bytes(DTYPE_Q4_K, 2048) == 8 * 144);
+    CHECK(dtype_row_bytes(DTYPE_Q5_K, 2048) == 8 * 176);
+    CHECK(dtype_row_bytes(DTYPE_Q6_K, 2048) == 8 * 210);
+    CHECK(strcmp(dtype_name(DTYPE_Q4_K), "Q4_K") == 0 &&
+          strcmp(dtype_name(DTYPE_Q8_0), "Q8_0") == 0);
+    enum dtype t;
+    CHECK(dtype_parse("Q4_K", &t) == ERR_INVALID); /* plain types only */
+    /* a column slice on block boundaries, and one off them */
+    CHECK(dtype_check_cols(DTYPE_F32, 3, 5, "w") == 0);
+    CHECK(dtype_check_cols(DTYPE_Q4_K, 512, 1024, "w") == 0);
+    CHECK(dtype_check_cols(DTYPE_Q4_K, 448, 448, "blk.0.ffn_down") == ERR_INVALID);
+    CHECK_MSG(strcmp(err_msg(), "blk.0.ffn_down: columns [448, 896) of Q4_K do not fall on its "
+                                "256-element block boundaries") == 0,
+              "%s", err_msg());
+    /* a slice of rows is the view from a later row */
+    unsigned char buf[4 * 210];
+    struct weight_view w = {.dtype = DTYPE_Q6_K, .data = buf, .rows = 4, .cols = 256, .ld = 256};
+    CHECK(weight_row(&w, 3) == buf + 3 * 210);
+    w.ld = 512;
+    CHECK(weight_row(&w, 1) == buf + 420);
+    /* non-finite scales are found by block */
+    memset(buf, 0, sizeof(buf));
+    CHECK(dtype_find_nonfinite(DTYPE_Q6_K, buf, 1024) == 1024);
+    buf[2 * 210 + 209] = 0x7c; /* block 2's d: +inf */
+    CHECK(dtype_find_nonfinite(DTYPE_Q6_K, buf, 1024) == 512);
+    memset(buf, 0, sizeof(buf));
+    buf[144 + 3] = 0xfe; /* block 1's dmin: NaN */
+    CHECK(dtype_find_nonfinite(DTYPE_Q4_K, buf, 1024) == 256);
+}
+
+/* The reference dequantization equals the gguf package's: exactly, or
+ * within one f32 rounding of its numpy operation order. */
+TEST(dequant_fixture)
+{
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const enum dtype t = types[ti];
+        char path[512];
+        size_t nb = 0, nf = 0;
+        snprintf(path, sizeof(path), "%s/%s.bin", FIXTURES, dtype_name(t));
+        unsigned char *blocks = read_all(path, &nb);
+        snprintf(path, sizeof(path), "%s/%s.f32", FIXTURES, dtype_name(t));
+        float *want = read_all(path, &nf);
+        CHECK_MSG(blocks && want, "%s: fixture missing", dtype_name(t));
+        if (!blocks || !want) {
+            free(blocks);
+            free(want);
+            continue;
+        }
+        const size_t n = nf / sizeof(float);
+        CHECK(dtype_row_bytes(t, n) == nb);
+        float *got = malloc(n * sizeof(float));
+        dtype_to_f32(t, blocks, got, n);
+        size_t bad = 0, exact = 0;
+        for (size_t i = 0; i < n; i++) {
+            double d = fabs((double)got[i] - want[i]);
+            exact += d == 0;
+            if (d > 2.0 * ldexp(fabs(want[i]), -24) + 1e-30)
+                bad++;
+        }
+        CHECK_MSG(bad == 0, "%s: %zu of %zu elements differ", dtype_name(t), bad, n);
+        printf("%s: %zu of %zu elements bit-equal to gguf.quants.dequantize\n", dtype_name(t),
+               exact, n);
+        CHECK(dtype_find_nonfinite(t, blocks, n) == n);
+        free(got);
+        free(blocks);
+        free(want);
+    }
+}
+
+/* One product: w of type t, `rows` x `cols` viewed from row r0 and column
+ * c0 of a stored (r0 + rows + 1) x ld matrix (a TP slice when either is
+ * not 0), m input rows. Checks f32 and bf16 mode against the reference. */
+static void product_case(enum dtype t, int m, int rows, int cols, int r0, int c0, int ld)
+{
+    const int qk = dtype_block(t);
+    const int all_rows = r0 + rows + 1;
+    const size_t row_bytes = dtype_row_bytes(t, (size_t)ld);
+    unsigned char *stored = malloc((size_t)all_rows * row_bytes);
+    cpu_qlinear_random_blocks(t, stored, (size_t)all_rows * ld / qk, seed++);
+    struct weight_view w = {.dtype = t,
+                            .data = stored + (size_t)r0 * row_bytes + dtype_row_bytes(t, c0),
+                            .rows = rows,
+                            .cols = cols,
+                            .ld = (size_t)ld};
+    float *wf = malloc((size_t)rows * cols * sizeof(float));
+    for (int r = 0; r < rows; r++)
+        dtype_to_f32(t, weight_row(&w, r), wf + (size_t)r * cols, (size_t)cols);
+    float *x = malloc((size_t)m * cols * sizeof(float));
+    for (size_t i = 0; i < (size_t)m * cols; i++)
+        x[i] = urand() * (i % 7 == 0 ? 4.0f : 1.0f);
+    float *y = malloc((size_t)m * rows * sizeof(float));
+    /* x's quantization: the block size of Q8_0 or Q8_K */
+    const int xb = dtype_block(t);
+    double worst_f32 = 0, worst_q = 0;
+    for (int mode = 0; mode < 2; mode++) {
+        const enum kern_compute cm = mode ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
+        CHECK_MSG(kern_linear(st, y, x, m, &w, NULL, cm) == 0, "%s", err_msg());
+        for (int i = 0; i < m; i++)
+            for (int r = 0; r < rows; r++) {
+                const float *xi = x + (size_t)i * cols, *wr = wf + (size_t)r * cols;
+                double ref = 0, mag = 0, qbound = 0;
+                for (int c0b = 0; c0b < cols; c0b += xb) {
+                    double amax = 0, wsum = 0;
+                    for (int c = c0b; c < c0b + xb; c++) {
+                        ref += (double)wr[c] * xi[c];
+                        mag += fabs((double)wr[c] * xi[c]);
+                        amax = fmax(amax, fabs(xi[c]));
+                        wsum += fabs(wr[c]);
+                    }
+                    qbound += amax * (1.0 / 254 + 1.0 / 2000) * wsum;
+                }
+                const double err = fabs(y[(size_t)i * rows + r] - ref);
+                const double tol = mode ? qbound + 1e-5 * mag + 1e-30 : 1e-5 * mag + 1e-30;
+                CHECK_MSG(err <= tol, "%s %s m=%d %dx%d r0=%d c0=%d: y[%d,%d] = %.9g, ref %.9g",
+                          dtype_name(t), kern_compute_name(cm), m, rows, cols, r0, c0, i, r,
+                          y[(size_t)i * rows + r], ref);
+                if (mode)
+                    worst_q = fmax(worst_q, err / (qbound + 1e-30));
+                else
+                    worst_f32 = fmax(worst_f32, err / (mag + 1e-30));
+            }
+    }
+    if (m == 1 && r0 == 0 && c0 == 0)
+        printf("%s %dx%d: f32 mode worst |err| / sum|wx| %.2g; quantized x worst |err| / bound "
+               "%.2f\n",
+               dtype_name(t), rows, cols, worst_f32, worst_q);
+    free(stored);
+    free(wf);
+    free(x);
+    free(y);
+}
+
+/* GEMV (m <= 16) and matmul (m > 16) shapes, odd m, TP slices of rows and
+ * of columns on block boundaries */
+TEST(linear)
+{
+    static const int ms[] = {1, 3, 16, 17, 33};
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const enum dtype t = types[ti];
+        const int qk = dtype_block(t);
+        for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+            product_case(t, ms[mi], 37, 2 * qk * (qk == 32 ? 8 : 1), 0, 0,
+                         2 * qk * (qk == 32 ? 8 : 1));
+            /* rows [5, 5 + 21) and columns [qk, 3 qk) of a wider matrix */
+            product_case(t, ms[mi], 21, 2 * qk, 5, qk, 4 * qk);
+        }
+        product_case(t, 2, 100, 1024, 0, 0, 1024);
+    }
+}
+
+/* Every instruction set's kernel gives the scalar reference's bits. */
+TEST(isa_bitwise)
+{
+    static const char *const isas[] = {"vnni", "avx2"};
+    const int rows = 45;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const enum dtype t = types[ti];
+        /* 11 or 9 blocks a row: whole groups of 8 partial sums and a rest */
+        const int cols = dtype_block(t) == 32 ? 11 * 32 : 9 * 256;
+        const size_t bytes = (size_t)rows * dtype_row_bytes(t, cols);
+        unsigned char *wd = malloc(bytes);
+        cpu_qlinear_random_blocks(t, wd, bytes / quant_block_bytes(t), 100 + ti);
+        const struct weight_view w = {
+            .dtype = t, .data = wd, .rows = rows, .cols = cols, .ld = cols};
+        for (int m = 1; m <= 19; m += 9) {
+            float *x = malloc((size_t)m * cols * sizeof(float));
+            float *ref = malloc((size_t)m * rows * sizeof(float));
+            float *y = malloc((size_t)m * rows * sizeof(float));
+            for (size_t i = 0; i < (size_t)m * cols; i++)
+                x[i] = urand();
+            CHECK(cpu_qlinear_force("scalar") == 0);
+            CHECK(kern_linear(st, ref, x, m, &w, NULL, KERN_COMPUTE_BF16) == 0);
+            for (size_t k = 0; k < sizeof(isas) / sizeof(isas[0]); k++) {
+                int rc = cpu_qlinear_force(isas[k]);
+                if (rc == ERR_UNSUPPORTED) {
+                    printf("%s: this CPU lacks it\n", isas[k]);
+                    continue;
+                }
+                CHECK(rc == 0);
+                memset(y, 0xff, (size_t)m * rows * sizeof(float));
+                CHECK(kern_linear(st, y, x, m, &w, NULL, KERN_COMPUTE_BF16) == 0);
+                CHECK_MSG(memcmp(y, ref, (size_t)m * rows * sizeof(float)) == 0,
+                          "%s %s m=%d differs from the scalar reference", dtype_name(t), isas[k],
+                          m);
+            }
+            free(x);
+            free(ref);
+            free(y);
+        }
+        free(wd);
+    }
+    CHECK(cpu_qlinear_force(NULL) == 0);
+    CHECK(cpu_qlinear_force("sse9") == ERR_INVALID);
+    /* the measured choice names every type */
+    const char *k = cpu_qlinear_kernels();
+    printf("quantized kernels: %s\n", k);
+    CHECK(strstr(k, "Q8_0:") && strstr(k, "Q6_K:"));
+}
+
+/* Quantized token embeddings: the rows dequantized, zeros outside a
+ * vocabulary shard */
+TEST(embed)
+{
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const enum dtype t = types[ti];
+        const int rows = 9, cols = 512;
+        const size_t rb = dtype_row_bytes(t, cols);
+        unsigned char *wd = malloc(rows * rb);
+        cpu_qlinear_random_blocks(t, wd, rows * rb / quant_block_bytes(t), 7 + ti);
+        const struct weight_view w = {
+            .dtype = t, .data = wd, .rows = rows, .cols = cols, .ld = cols};
+        const int32_t ids[3] = {4, 0, 12};
+        float y[3 * 512], want[512];
+        CHECK(kern_embed(st, y, &w, ids, 3, 3) == 0);
+        quant_dequantize(t, wd + 1 * rb, want, cols);
+        CHECK(memcmp(y, want, sizeof(want)) == 0);
+        for (int c = 0; c < cols; c++)
+            CHECK(y[512 + c] == 0.0f && y[1024 + c] == 0.0f);
+        free(wd);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int rc = test_main(argc, argv, setup);
+    device_stream_destroy(st);
+    device_close(dev);
+    return rc;
+}
