@@ -13,16 +13,17 @@
  *
  * stopped_latency: near's normal latency is the median of five 2-token
  *   requests. Process 1 is stopped (SIGSTOP) with a step of tp and one of
- *   far in flight (they wait for it until its heartbeats time out, 5 s), and
- *   near's next requests (three, and more until 2 s after the stop; side's
- *   too, whose normal latency is measured alike) must each take no more than BOUND_FACTOR times that median plus
- *   BOUND_SLACK_S: a few of its own latencies, far below the heartbeat
- *   timeout, and relative to the same build's latency (so an ASan build's
- *   slower steps scale the bound). Every answer equals transformers' greedy
- *   reference. Then tp's and far's requests fail naming process 1 (the
- *   server's 503 process_unavailable); continued (SIGCONT), process 1 stays
- *   lost (the loss is final: its state is unknown), so its models still
- *   fail at once naming it, and near still serves; the job closes. */
+ *   far in flight (they wait for it until its heartbeats time out, 8 s),
+ *   and near's next requests (three, and more until 3 s after the stop;
+ *   side's too, whose normal latency is measured alike) must each take no
+ *   more than BOUND_FACTOR times that median plus BOUND_SLACK_S (4 x + 1.5
+ *   s): a few of its own latencies, far below the heartbeat timeout, and
+ *   relative to the same build's latency (so an ASan build's slower steps
+ *   scale the bound). Every answer equals transformers' greedy reference.
+ *   Then tp's and far's requests fail naming process 1 (the server's 503
+ *   process_unavailable); continued (SIGCONT), process 1 stays lost (the
+ *   loss is final: its state is unknown), so its models still fail at once
+ *   naming it, and near still serves; the job closes. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,14 +53,15 @@ static int me, procs;
 static pid_t pids[8]; /* the followers', sent to process 0 before they follow */
 #define PID_TAG 7
 #define BEAT_INTERVAL 0.2
-#define BEAT_TIMEOUT 5.0
+#define BEAT_TIMEOUT 8.0
 /* a stopped process's latency bound: a few of the model's own latencies
- * plus room for the scheduler's and the machine's noise, far below the
+ * plus room for the machine's noise (an oversubscribed test machine
+ * delays a request by tenths of a second now and then), far below the
  * heartbeat timeout that a request waiting on the process takes */
 #define BOUND_FACTOR 4.0
-#define BOUND_SLACK_S 0.5
+#define BOUND_SLACK_S 1.5
 #define TOKENS 2
-#define WINDOW_S 2.0
+#define WINDOW_S 3.0
 
 static const int dev_near[] = {0}, dev_tp[] = {0, 1}, dev_far[] = {1}, dev_side[] = {0, 2};
 static struct stack_model_config models[N_MODELS];
