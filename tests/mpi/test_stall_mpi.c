@@ -7,13 +7,15 @@
  *   near  pre_ln_f32 on device 0 alone (wholly on process 0)
  *   tp    llama_gqa_f32, TP 2 over devices 0 and 1: its shard on device 0
  *         waits in an all-reduce for process 1 when that process is silent
- *   far   post_ln_proj on device 1 alone (no shard on process 0)
+ *   far   post_ln_proj on device 1 alone (no shard on process 0); far2
+ *         the same, under its name
  *   side  (3 processes) qwen2_bias_f32, TP 2 over devices 0 and 2: shares
  *         device 0 with tp and near, has no shard on process 1
  *
  * stopped_latency: near's normal latency is the median of five 2-token
  *   requests. Process 1 is stopped (SIGSTOP) with a step of tp and one of
- *   far in flight (they wait for it until its heartbeats time out, 8 s),
+ *   each far in flight (with 2 processes as many batches waiting for it as
+ *   the engine has runner threads) (they wait for it until its heartbeats time out, 8 s),
  *   and near's next requests (three, and more until 3 s after the stop;
  *   side's too, whose normal latency is measured alike) must each take no
  *   more than BOUND_FACTOR times that median plus BOUND_SLACK_S (4 x + 1.5
@@ -41,10 +43,10 @@
 
 #include "fixture_expect.h"
 
-enum { M_NEAR, M_TP, M_FAR, M_SIDE, N_MODELS };
-static const char *names[N_MODELS] = {"near", "tp", "far", "side"};
+enum { M_NEAR, M_TP, M_FAR, M_FAR2, M_SIDE, N_MODELS };
+static const char *names[N_MODELS] = {"near", "tp", "far", "far2", "side"};
 static const char *fixtures[N_MODELS] = {"pre_ln_f32", "llama_gqa_f32", "post_ln_proj",
-                                         "qwen2_bias_f32"};
+                                         "post_ln_proj", "qwen2_bias_f32"};
 static char paths[N_MODELS][512];
 static struct expect expects[N_MODELS][3];
 
@@ -70,8 +72,8 @@ static int n_models;
 
 static void config_make(void)
 {
-    const int *devs[N_MODELS] = {dev_near, dev_tp, dev_far, dev_side};
-    const int tp[N_MODELS] = {1, 2, 1, 2};
+    const int *devs[N_MODELS] = {dev_near, dev_tp, dev_far, dev_far, dev_side};
+    const int tp[N_MODELS] = {1, 2, 1, 1, 2};
     n_models = procs > 2 ? N_MODELS : M_SIDE;
     for (int m = 0; m < n_models; m++) {
         snprintf(paths[m], sizeof paths[m], "%s/%s", FIXTURES, fixtures[m]);
@@ -171,9 +173,12 @@ TEST(stopped_latency)
             normal[m] = normal_latency(s, m);
 
     CHECK(kill(pids[1], SIGSTOP) == 0);
-    /* tp's step waits on device 0 (its all-reduce) and far's in the
-     * leader, each until the heartbeats time out */
-    struct engine_req *tp = submit(s, M_TP, 1, TOKENS), *far = submit(s, M_FAR, 1, TOKENS);
+    /* tp's step waits on device 0 (its all-reduce) and the fars' in the
+     * leader, each until the heartbeats time out: with 2 processes as many
+     * batches waiting as the engine has runner threads (devices + 1) */
+    struct engine_req *waiting[M_SIDE];
+    for (int m = M_TP; m < M_SIDE; m++)
+        waiting[m] = submit(s, m, 1, TOKENS);
     struct timespec settle = {0, 300 * 1000 * 1000};
     nanosleep(&settle, NULL);
     double t_stop = time_now();
@@ -193,8 +198,8 @@ TEST(stopped_latency)
               "the timed requests ran until %.1f s after the stop, near the heartbeat timeout "
               "(%.0f s): they did not measure a silent process",
               time_now() - t_stop, BEAT_TIMEOUT);
-    check_unavailable(tp, M_TP);
-    check_unavailable(far, M_FAR);
+    for (int m = M_TP; m < M_SIDE; m++)
+        check_unavailable(waiting[m], m);
 
     CHECK(kill(pids[1], SIGCONT) == 0);
     /* the loss is final: process 1's models fail at once, near serves */
