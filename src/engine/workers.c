@@ -463,7 +463,8 @@ int group_forward(struct workers *w, struct group_exec *gb, const int32_t *ids, 
     pthread_mutex_init(&call.lock, NULL);
     pthread_cond_init(&call.done, NULL);
     /* the other processes' part leaves in the same order as this one's is
-     * queued: every process sees the steps of all models in one order */
+     * queued on the class's lanes: every process sees the steps of a class
+     * in one order (struct lane_class) */
     struct swap_peer_step *far = NULL;
     int far_rc = 0, ci;
     struct lane_class *cls = class_of(w, gb->procs_key, &ci);
