@@ -729,11 +729,16 @@ static int queues_start(struct follower *f)
  * which process 0 awaits last. */
 static void quiesce(struct follower *f)
 {
+    /* every batch aborted before any is waited for: a step queued on a
+     * device behind another batch's step that waits on a peer (process 0
+     * gave this process up while it was stopped, and never aborted that
+     * step here) ends only once that one is aborted */
     for (int i = 0; i < MAX_BATCHES; i++)
-        if (f->batches[i].used) {
+        if (f->batches[i].used)
             batch_abort(&f->batches[i], ERR_CANCELLED);
+    for (int i = 0; i < MAX_BATCHES; i++)
+        if (f->batches[i].used)
             batch_idle(&f->batches[i]);
-        }
     for (int d = 0; d < MAX_DEVICES; d++)
         if (f->threads[d].open)
             workq_sync(&f->threads[d].loader.q);

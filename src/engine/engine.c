@@ -104,6 +104,7 @@ void engine_destroy(struct engine *e)
             runner_drop_held(e->models[i]);
     pthread_mutex_unlock(&e->lock);
     workq_free(&e->runners);
+    workq_free(&e->runners_apart);
     for (int i = 0; i < e->n_ids; i++) {
         struct engine_model *m = e->models[i];
         if (!m)

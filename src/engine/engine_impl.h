@@ -188,6 +188,9 @@ struct engine {
     struct swap_manager *mgr;          /* [fixed] */
     struct workers *w;                 /* [fixed] */
     struct workq runners;              /* [fixed] the runner pool (runner.c) */
+    /* [fixed] the runner pool of the models with shards on other processes
+     * (started only when a device is another process's; else zeroed) */
+    struct workq runners_apart;
     const struct sched_policy *policy; /* [fixed] */
     struct engine_config cfg;          /* [fixed] */
     struct engine_model **models;      /* [lock] (cap) by id; NULL once removed */
@@ -255,8 +258,9 @@ void batch_release(struct engine_model *m, struct group_exec *gb); /* no lock (i
 
 /* runner.c: the batch runner */
 int runner_pool_size(const struct engine *e); /* the pool's threads: devices + 1 */
-/* Starts e->runners (engine_create, before any model); ERR_NOMEM when a
- * thread cannot start. */
+/* Starts e->runners, and e->runners_apart when a device is another
+ * process's (engine_create, before any model); ERR_NOMEM when a thread
+ * cannot start. */
 int runner_pool_start(struct engine *e);
 /* m->run for m (e, id, sm set), sized for the engine's max_batch: ERR_NOMEM
  * naming the model when it cannot be had (the add fails). */

@@ -17,7 +17,11 @@
  * workers.h) and for its own model's load, which the loaders carry out; so
  * any pool size is free of deadlock, and taking turns step by step keeps
  * every model served at once moving. A paused batch gives its thread back
- * at once; it waits in the model's runner state for its resume. */
+ * at once; it waits in the model's runner state for its resume. Under
+ * mpirun the models with shards on other processes take turns on a second
+ * pool of their own (runners_apart): a step of theirs may wait on a silent
+ * process until its heartbeats time out, holding its thread, and so many
+ * of those at once would otherwise hold up every other model's steps. */
 #include <assert.h>
 #include <math.h>
 #include <pthread.h>
@@ -324,6 +328,7 @@ enum runner_next {
 struct runner {
     struct workq_item item; /* the pool's while posted */
     struct engine_model *m;
+    struct workq *pool; /* [fixed] e->runners, or e->runners_apart (runner_create) */
     enum runner_next next;
     bool took;                  /* this serve took requests or resumed a paused batch */
     bool held;                  /* b is paused at a step boundary, its device memory kept */
@@ -461,7 +466,7 @@ static void runner_drop(struct runner *ru)
  * none waits for another's batch to end. */
 static void runner_run(struct workq_item *item, void *arg)
 {
-    struct engine *e = arg;
+    (void)arg;
     struct runner *ru = queue_data(item, struct runner, item);
     bool more = false;
     switch (ru->next) {
@@ -477,7 +482,7 @@ static void runner_run(struct workq_item *item, void *arg)
     }
     if (more) {
         ru->next = RUN_STEP;
-        workq_post(&e->runners, item); /* ru is the next task's from here */
+        workq_post(ru->pool, item); /* ru is the next task's from here */
         return;
     }
     runner_end(ru);
@@ -485,9 +490,26 @@ static void runner_run(struct workq_item *item, void *arg)
 
 static const struct workq_ops runner_ops = {.run = runner_run};
 
+/* Whether a shard of sm is on another process's device. */
+static bool model_apart(const struct engine *e, const struct swap_model *sm)
+{
+    for (int i = 0; i < swap_model_shard_count(sm); i++)
+        if (device_proc(swap_device(e->mgr, swap_shard_device(swap_model_shard(sm, i)))) > 0)
+            return true;
+    return false;
+}
+
 int runner_pool_start(struct engine *e)
 {
-    return workq_init_pool(&e->runners, "runner", runner_pool_size(e), &runner_ops, e);
+    int rc = workq_init_pool(&e->runners, "runner", runner_pool_size(e), &runner_ops, e);
+    bool far = false;
+    for (int d = 0; d < swap_device_count(e->mgr); d++)
+        far |= device_proc(swap_device(e->mgr, d)) > 0;
+    if (rc == 0 && far &&
+        (rc = workq_init_pool(&e->runners_apart, "runner-far", runner_pool_size(e), &runner_ops,
+                              e)) < 0)
+        workq_free(&e->runners);
+    return rc;
 }
 
 int runner_pool_size(const struct engine *e)
@@ -504,6 +526,7 @@ int runner_create(struct engine_model *m)
         return err_set(ERR_NOMEM, "model %s: out of host memory for its runner (%zu bytes)",
                        swap_model_name(m->sm), bytes);
     ru->m = m;
+    ru->pool = model_apart(m->e, m->sm) ? &m->e->runners_apart : &m->e->runners;
     m->run = ru;
     return 0;
 }
@@ -521,7 +544,7 @@ void runner_serve(struct engine_model *m)
 {
     assert(m->running);
     m->run->next = RUN_START;
-    workq_post(&m->e->runners, &m->run->item);
+    workq_post(m->run->pool, &m->run->item);
 }
 
 bool runner_drop_held(struct engine_model *m)
@@ -531,6 +554,6 @@ bool runner_drop_held(struct engine_model *m)
     m->running = true;
     m->n_paused = 0;
     m->run->next = RUN_DROP;
-    workq_post(&m->e->runners, &m->run->item);
+    workq_post(m->run->pool, &m->run->item);
     return true;
 }

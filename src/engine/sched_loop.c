@@ -187,6 +187,9 @@ static void view_build(struct engine *e, struct engine_model **map, struct sched
         sm[i].loading = r == RES_LOADING;
         sm[i].load_frac = sm[i].loading ? m->load_frac : 0;
         sm[i].running = m->running;
+        for (int k = 0; k < swap_model_shard_count(m->sm) && !sm[i].apart; k++)
+            sm[i].apart =
+                device_proc(swap_device(e->mgr, swap_shard_device(swap_model_shard(m->sm, k)))) > 0;
         sm[i].offload_pending = m->offload_pending;
         sm[i].pinned = m->pinned;
         sm[i].last_used = m->last_used;

@@ -34,20 +34,42 @@ struct fwd_call {
     char msg[512]; /* the first failed shard's err_msg(), taken on its thread */
 };
 
-/* A device's compute thread: a work queue (core/workq.h) of shard tasks. */
-struct worker {
+/* A compute lane of a device: a thread (a core/workq.h work queue) running
+ * the shard tasks of one class of groups, in the order they were queued. */
+struct lane {
     struct workers *w;
     int device;
+    bool started;
     struct workq q;
 };
 
+/* The groups spanning one set of processes (key: bit p % 64 for each other
+ * process p holding a shard; 0: this process alone). Each class has its own
+ * order and its own lane on every device, so a step waiting for a silent
+ * process (in a collective, or in its sending) holds up only the groups
+ * that span that process: the others' lanes and order are their own. */
+struct lane_class {
+    uint64_t key;
+    /* makes a class's multi-device submissions atomic: the tasks of two of
+     * its forwards are in the same order on every lane, and their steps
+     * leave for the other processes in that order, so their collectives
+     * pair up. The lanes of two classes never wait for each other: two
+     * classes share no lane, and every process runs every step in the one
+     * order its commands left in (leader.h), which agrees with each
+     * class's order, so no cycle of waits forms across classes. */
+    pthread_mutex_t order;
+    struct lane lane[EVICT_MAX_DEVICES]; /* started when first used */
+};
+
+enum { MAX_CLASSES = 16 }; /* further sets of processes share the last class */
+
 struct workers {
     struct swap_manager *mgr;
-    /* makes multi-device submissions atomic: the tasks of two forwards are
-     * in the same order on every device, so their collectives pair up */
-    pthread_mutex_t order;
     int n;
-    struct worker dev[EVICT_MAX_DEVICES];
+    /* guards n_classes (classes are only added); never held across a post */
+    pthread_mutex_t classes_lock;
+    int n_classes;
+    struct lane_class cls[MAX_CLASSES]; /* [0]: key 0, every lane started */
 };
 
 struct group_exec {
@@ -65,6 +87,7 @@ struct group_exec {
     bool remote_open;
     struct comm_group **stage_group;  /* (pp) NULL when tp is 1 */
     struct comm_channel **chan;       /* ((pp - 1) * tp): stage s rank r -> stage s + 1 rank r */
+    uint64_t procs_key;               /* struct lane_class's key of the processes it spans */
     atomic_int failed;                /* 0, or the error of the step that failed on it */
 };
 
@@ -153,9 +176,14 @@ int group_exec_create(struct swap_manager *mgr, const struct swap_model *model,
                      shape->max_len);
         goto fail;
     }
-    for (int i = 0; i < gb->n_shards; i++)
-        if (shard_is_remote(mgr, swap_model_shard(model, i)))
-            gb->remote = swap_peers_of(mgr);
+    for (int i = 0; i < gb->n_shards; i++) {
+        const struct swap_shard *sh = swap_model_shard(model, i);
+        if (!shard_is_remote(mgr, sh))
+            continue;
+        gb->remote = swap_peers_of(mgr);
+        int proc = device_proc(swap_device(mgr, swap_shard_device(sh)));
+        gb->procs_key |= 1ull << (proc % 64);
+    }
     if (gb->remote && (rc = group_exec_open_remote(mgr, gb, shape)) < 0)
         goto fail;
     for (int s = 0; s < gb->pp && gb->tp > 1 && !gb->remote; s++) {
@@ -282,8 +310,8 @@ static int task_run(struct shard_task *t)
 /* The compute thread's setup, before its first task (core/workq.h). */
 static void worker_thread_init(void *arg)
 {
-    struct worker *wk = arg;
-    device_compute_thread_init(swap_device(wk->w->mgr, wk->device));
+    struct lane *ln = arg;
+    device_compute_thread_init(swap_device(ln->w->mgr, ln->device));
 }
 
 /* One shard task, on its device's thread; the forward's countdown last
@@ -314,6 +342,24 @@ static void worker_run(struct workq_item *item, void *arg)
 static const struct workq_ops worker_ops = {.thread_init = worker_thread_init,
                                             .run = worker_run};
 
+/* Starts lane ln of class c on device d; ERR_NOMEM naming it when it
+ * cannot be started. */
+static int lane_start(struct workers *w, int c, int d)
+{
+    struct lane *ln = &w->cls[c].lane[d];
+    ln->w = w;
+    ln->device = d;
+    char name[24]; /* workq_init keeps 15 characters */
+    if (c == 0)
+        snprintf(name, sizeof(name), "compute-%d", d);
+    else
+        snprintf(name, sizeof(name), "compute-%d.%d", d, c);
+    if (workq_init(&ln->q, name, &worker_ops, ln) < 0)
+        return err_set(ERR_NOMEM, "cannot start the compute thread %s of device %d", name, d);
+    ln->started = true;
+    return 0;
+}
+
 int workers_create(struct swap_manager *mgr, struct workers **out)
 {
     *out = NULL;
@@ -321,33 +367,55 @@ int workers_create(struct swap_manager *mgr, struct workers **out)
     if (!w)
         return err_set(ERR_NOMEM, "out of memory");
     w->mgr = mgr;
-    pthread_mutex_init(&w->order, NULL);
-    for (int d = 0; d < swap_device_count(mgr); d++) {
-        struct worker *wk = &w->dev[d];
-        wk->w = w;
-        wk->device = d;
-        char name[24]; /* workq_init keeps 15 characters */
-        snprintf(name, sizeof(name), "compute-%d", d);
-        if (workq_init(&wk->q, name, &worker_ops, wk) < 0) {
+    pthread_mutex_init(&w->classes_lock, NULL);
+    for (int c = 0; c < MAX_CLASSES; c++)
+        pthread_mutex_init(&w->cls[c].order, NULL);
+    w->n_classes = 1;
+    w->n = swap_device_count(mgr);
+    for (int d = 0; d < w->n; d++) {
+        int rc = lane_start(w, 0, d);
+        if (rc < 0) {
             workers_destroy(w);
-            return err_set(ERR_NOMEM, "cannot start the compute thread of device %d", d);
+            return rc;
         }
-        w->n = d + 1;
     }
     *out = w;
     return 0;
 }
 
-/* Each device's queue drains (tasks of a forward in flight still run), then
+/* Each lane's queue drains (tasks of a forward in flight still run), then
  * its thread is joined. */
 void workers_destroy(struct workers *w)
 {
     if (!w)
         return;
-    for (int d = 0; d < w->n; d++)
-        workq_free(&w->dev[d].q);
-    pthread_mutex_destroy(&w->order);
+    for (int c = 0; c < MAX_CLASSES; c++) {
+        for (int d = 0; d < w->n; d++)
+            if (w->cls[c].lane[d].started)
+                workq_free(&w->cls[c].lane[d].q);
+        pthread_mutex_destroy(&w->cls[c].order);
+    }
+    pthread_mutex_destroy(&w->classes_lock);
     free(w);
+}
+
+/* The class of groups spanning the processes of key (made when new; the
+ * last one when every class is taken). */
+static struct lane_class *class_of(struct workers *w, uint64_t key, int *index)
+{
+    pthread_mutex_lock(&w->classes_lock);
+    int c = 0;
+    while (c < w->n_classes && w->cls[c].key != key)
+        c++;
+    if (c == w->n_classes && c < MAX_CLASSES) {
+        w->cls[c].key = key;
+        w->n_classes++;
+    } else if (c == w->n_classes) {
+        c = MAX_CLASSES - 1;
+    }
+    pthread_mutex_unlock(&w->classes_lock);
+    *index = c;
+    return &w->cls[c];
 }
 
 int group_forward(struct workers *w, struct group_exec *gb, const int32_t *ids, const uint8_t *mask,
@@ -395,11 +463,18 @@ int group_forward(struct workers *w, struct group_exec *gb, const int32_t *ids, 
     pthread_mutex_init(&call.lock, NULL);
     pthread_cond_init(&call.done, NULL);
     /* the other processes' part leaves in the same order as this one's is
-     * queued: every process sees the steps of all models in one order */
+     * queued on the class's lanes: every process sees the steps of a class
+     * in one order (struct lane_class) */
     struct swap_peer_step *far = NULL;
-    int far_rc = 0;
-    pthread_mutex_lock(&w->order);
-    if (gb->remote_open)
+    int far_rc = 0, ci;
+    struct lane_class *cls = class_of(w, gb->procs_key, &ci);
+    pthread_mutex_lock(&cls->order);
+    for (int i = 0; i < gb->n_shards && far_rc == 0; i++) {
+        int d = swap_shard_device(swap_model_shard(gb->model, i));
+        if (gb->ex[i] && !cls->lane[d].started)
+            far_rc = lane_start(w, ci, d); /* its message is far_msg's below */
+    }
+    if (gb->remote_open && far_rc == 0)
         far_rc = gb->remote->step_send(gb->remote->ctx, gb->remote_id, ids, mask, sh->batch,
                                        t_new, all_positions, overlap, &far);
     for (int i = 0; i < gb->n_shards && far_rc == 0; i++) {
@@ -408,10 +483,9 @@ int group_forward(struct workers *w, struct group_exec *gb, const int32_t *ids, 
         tasks[i] = (struct shard_task){.gb = gb, .shard = i, .ids = ids, .mask = mask,
                                        .t_new = t_new, .all_positions = all_positions,
                                        .overlap = overlap, .logits = logits, .call = &call};
-        struct worker *wk = &w->dev[swap_shard_device(swap_model_shard(gb->model, i))];
-        workq_post(&wk->q, &tasks[i].item);
+        workq_post(&cls->lane[swap_shard_device(swap_model_shard(gb->model, i))].q, &tasks[i].item);
     }
-    pthread_mutex_unlock(&w->order);
+    pthread_mutex_unlock(&cls->order);
     /* the other processes' answer first: when it fails (a process lost, its
      * shard's error) this process's shards may be waiting for theirs in a
      * collective, and the abort sets them free */

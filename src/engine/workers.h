@@ -1,10 +1,14 @@
-/* Device workers: one compute thread per device, each running the shards
- * placed on its device, in the order their jobs were submitted.
+/* Device workers: compute lanes (threads) per device, each running the
+ * shards placed on its device, in the order their jobs were submitted.
  *
  * A forward of a model is one job per shard, submitted to all of the model's
  * devices under one lock, so every device sees the jobs of all models in the
  * same relative order: two models sharing devices can never wait on each
- * other's collectives (the deadlock of interleaved all-reduces).
+ * other's collectives (the deadlock of interleaved all-reduces). Under
+ * mpirun the groups are classed by the other processes they span (those
+ * wholly on this process are one class): each class has its own lock and
+ * its own lane on every device, so a step waiting for a silent process
+ * holds up only its class, never a model with no shard on that process.
  *
  * A shard's job waits, layer by layer, for the readiness event of the blob it
  * is about to use, so a forward on a model that is still loading starts as

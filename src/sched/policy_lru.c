@@ -35,7 +35,7 @@ static int serve_resident(const struct sched_view *v, bool *busy, const bool *sk
         if (pick < 0)
             break;
         served[pick] = true;
-        for (int d = 0; d < v->n_devices; d++)
+        for (int d = 0; !v->models[pick].apart && d < v->n_devices; d++)
             busy[d] |= v->models[pick].bytes[d] > 0;
         out[n + added++] = (struct sched_action){.kind = SCHED_SERVE, .model = pick};
     }
@@ -82,7 +82,8 @@ static int lru_decide(const struct sched_view *v, struct sched_action *out, int 
     bool busy[SCHED_MAX_DEVICES] = {false}, served[SCHED_MAX_MODELS] = {false};
     for (int i = 0; i < v->n_models; i++)
         for (int d = 0; d < v->n_devices; d++)
-            if ((v->models[i].running || (!v->overlap_loads && v->models[i].loading)) &&
+            if (((v->models[i].running && !v->models[i].apart) ||
+                 (!v->overlap_loads && v->models[i].loading)) &&
                 v->models[i].bytes[d] > 0)
                 busy[d] = true;
     int first = n;

@@ -299,7 +299,8 @@ int sched_swapwise_run(const struct sched_view *v, struct sched_action *out, int
     bool copy_busy = !v->overlap_loads;
     for (int i = 0; i < v->n_models; i++)
         for (int d = 0; d < v->n_devices; d++)
-            if ((v->models[i].running || (copy_busy && v->models[i].loading)) &&
+            if (((v->models[i].running && !v->models[i].apart) ||
+                 (copy_busy && v->models[i].loading)) &&
                 v->models[i].bytes[d] > 0)
                 busy[d] = true;
     bool held = false; /* the load waits for its devices' batches to end */
@@ -323,7 +324,7 @@ int sched_swapwise_run(const struct sched_view *v, struct sched_action *out, int
              * (its requests wait for a reload, cheaper than the batch) */
             if (c->queue_len > 0 && !c->running && !fuller && n < max) {
                 out[n++] = (struct sched_action){.kind = SCHED_SERVE, .model = a.victims[k]};
-                for (int d = 0; d < v->n_devices; d++)
+                for (int d = 0; !c->apart && d < v->n_devices; d++)
                     busy[d] |= c->bytes[d] > 0;
             }
         }
@@ -372,7 +373,7 @@ int sched_swapwise_run(const struct sched_view *v, struct sched_action *out, int
         if (pick < 0)
             break;
         served[pick] = true;
-        for (int d = 0; d < v->n_devices; d++)
+        for (int d = 0; !v->models[pick].apart && d < v->n_devices; d++)
             busy[d] |= v->models[pick].bytes[d] > 0;
         out[n++] = (struct sched_action){.kind = SCHED_SERVE, .model = pick};
     }

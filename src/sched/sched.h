@@ -47,6 +47,12 @@ struct sched_model {
     bool resident;        /* on its devices or loading */
     bool loading;
     bool running;         /* a batch is in flight (the model cannot be evicted) */
+    /* its shards span other processes (under mpirun): its batches run on
+     * compute lanes of their own (engine/workers.h) and may wait there on a
+     * silent process until its heartbeats time out, so a batch of it in
+     * flight keeps no other model's batch off its devices (it still waits
+     * for theirs to start its own) */
+    bool apart;
     bool offload_pending; /* an eviction waits for its batch to end */
     bool pinned;
     double last_used;     /* last dispatch or load, for LRU */
