@@ -7,7 +7,7 @@ a tiny Llama converted by llama.cpp's convert_hf_to_gguf.py, its 256-piece
 SentencePiece vocabulary in tokenizer.ggml.* and Zephyr's chat template in
 tokenizer.chat_template). Checked:
 
-  - /v1/models lists the GGUF models;
+  - /v1/models lists the GGUF models, each with a tokenizer and a chat template;
   - `shardswap chat-template --model FILE.gguf` renders Zephyr's prompt
     with the file's EOS piece "</s>" (written out here), and `tokenize
     --model FILE.gguf` reads each "</s>" as the file's EOS id;
@@ -76,6 +76,9 @@ def test_models_listed():
     check(st == 200, "/v1/models: %d %s" % (st, j))
     ids = sorted(m["id"] for m in j["data"])
     check(ids == ["m", "victim"], "/v1/models lists %s, want m and victim" % ids)
+    for m in j["data"]:
+        check(m["family"] == "llama" and m["tokenizer"] is True and m["chat_template"] is True,
+              "/v1/models: %s (want a llama with the file's tokenizer and chat template)" % m)
 
 
 def test_template_and_tokenizer_from_file():
