@@ -18,6 +18,10 @@ head), so the C tests compare a GGUF model with the safetensors model of the sam
 them, with its Q/K row permutation on the Llama one and its rope_freqs tensor for the llama3
 rope.
 
+The Llama one also carries a chat template: the converter copies tokenizer_config.json's
+chat_template (CHAT_TEMPLATE below, Zephyr's, which writes the file's own EOS piece after
+every turn) into tokenizer.chat_template; the Qwen2 ones have none.
+
 GGUF carries a vocabulary, so the converter needs a tokenizer: a SentencePiece BPE model of
 256 pieces (the fixtures' vocab_size) trained (single-threaded, unshuffled: the same pieces
 every run) on the ASCII texts of tests/fixtures/tokenizer_corpus.json, written beside the copy
@@ -44,6 +48,20 @@ FIXTURES = [
     ("llama_gqa", "llama_gqa_f32", ["f32", "f16", "bf16"]),
     ("qwen2_bias", "qwen2_bias_f32", ["f16", "bf16"]),
 ]
+# HuggingFaceH4/zephyr-7b-beta's chat template, given to llama_gqa.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}\n"
+    "{% if message['role'] == 'user' %}\n"
+    "{{ '<|user|>\n' + message['content'] + eos_token }}\n"
+    "{% elif message['role'] == 'system' %}\n"
+    "{{ '<|system|>\n' + message['content'] + eos_token }}\n"
+    "{% elif message['role'] == 'assistant' %}\n"
+    "{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n"
+    "{% endif %}\n"
+    "{% if loop.last and add_generation_prompt %}\n"
+    "{{ '<|assistant|>' }}\n"
+    "{% endif %}\n"
+    "{% endfor %}")
 
 
 def train_tokenizer(out_dir):
@@ -78,6 +96,9 @@ def main():
             for f in ("config.json", "generation_config.json", "model.safetensors"):
                 shutil.copy(os.path.join(ROOT, "tests", "fixtures", "models", src, f), hf)
             shutil.copy(tok, hf)
+            if name == "llama_gqa":
+                with open(os.path.join(hf, "tokenizer_config.json"), "w") as f:
+                    json.dump({"chat_template": CHAT_TEMPLATE}, f)
             out = os.path.join(args.out, name)
             shutil.rmtree(out, ignore_errors=True)
             os.makedirs(out)
