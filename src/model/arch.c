@@ -247,5 +247,5 @@ int model_check_device(const struct model_config *c, const struct device *d)
 
 enum kern_compute model_compute_default(enum dtype weights)
 {
-    return weights == DTYPE_BF16 ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
+    return weights == DTYPE_BF16 || dtype_is_block(weights) ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
 }

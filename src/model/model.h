@@ -170,7 +170,9 @@ int model_device_bytes(const char *dir, const struct model_exec_shape *shape, ui
 
 /* The precision a checkpoint whose matrices are stored in `weights`
  * computes in unless told otherwise: bf16 for bf16 weights (as transformers
- * runs a bf16 model), f32 for f32 and f16. */
+ * runs a bf16 model) and for GGUF block types (x quantized per block, as
+ * llama.cpp computes them; f32 mode computes their dequantized rows
+ * exactly), f32 for f32 and f16. */
 enum kern_compute model_compute_default(enum dtype weights);
 
 /* The blobs of a shard: blob 0 holds the first/last-stage tensors
