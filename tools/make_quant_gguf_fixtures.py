@@ -19,11 +19,16 @@ Q4_0 and Q4_K_M (a mix of Q4_K and Q6_K). The F32 GGUF is not committed.
 References: every tensor of each quantized file dequantized by the gguf package
 (gguf.quants.dequantize) into an F32 model in transformers' layout (llama.cpp's q/k row
 permutation undone), and transformers' logits of that model for PROMPTS at every position.
+Beside them, llama.cpp's own logits of each file (its CPU backend: x quantized per block;
+f32 KV cache and no flash attention, so that x's quantization is its only rounding),
+from tools/llamacpp_logits.c compiled here against the static libraries of the llama.cpp
+build (c++ and OpenMP needed; nothing of llama.cpp is rebuilt).
 
 Files:
   model-q8_0.gguf, model-q4_0.gguf, model-q4_k_m.gguf    the quantized models
   expected.json    per file: the tensors' types, the prompts and the logits (float32 values
-                   as lists, [prompt][position][vocab])
+                   as lists, [prompt][position][vocab]): "logits" transformers' of the
+                   dequantized weights, "llamacpp_logits" llama.cpp's of the file
 """
 
 import argparse
@@ -123,6 +128,26 @@ def reference_logits(state, cfg):
     return out
 
 
+def build_llamacpp_logits(quantize, tmp):
+    """tools/llamacpp_logits.c linked against the llama.cpp build holding `quantize`."""
+    build = os.path.dirname(os.path.dirname(quantize))
+    src = os.path.join(os.path.dirname(build), "src", "vendor", "llama.cpp")
+    exe = os.path.join(tmp, "llamacpp_logits")
+    libs = [os.path.join(build, p) for p in (
+        "src/libllama.a", "ggml/src/libggml.a", "ggml/src/libggml-cpu.a", "ggml/src/libggml-base.a")]
+    subprocess.run(["c++", "-O1", "-x", "c", os.path.join(ROOT, "tools", "llamacpp_logits.c"),
+                    "-x", "none", "-I", os.path.join(src, "include"), "-I",
+                    os.path.join(src, "ggml", "include"), *libs, "-fopenmp", "-lpthread", "-lm",
+                    "-ldl", "-o", exe], check=True)
+    return exe
+
+
+def llamacpp_logits(exe, path):
+    out = subprocess.run([exe, path, *[",".join(map(str, p)) for p in PROMPTS]], check=True,
+                         stdout=subprocess.PIPE, text=True).stdout
+    return [np.array(p, dtype=np.float32) for p in json.loads(out)]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "fixtures", "gguf", "llama_quant"))
@@ -133,6 +158,7 @@ def main():
     expected = {"prompts": PROMPTS, "files": {}}
     with tempfile.TemporaryDirectory() as tmp:
         tok = mgf.train_tokenizer(tmp)
+        exe = build_llamacpp_logits(args.quantize, tmp)
         hf = os.path.join(tmp, "hf")
         os.makedirs(hf)
         cfg = make_hf(hf, tok)
@@ -145,9 +171,11 @@ def main():
                            stderr=subprocess.DEVNULL)
             state, types = dequantized_state(path, cfg)
             logits = reference_logits(state, cfg)
+            theirs = llamacpp_logits(exe, path)
             expected["files"][name] = {
                 "types": types,
                 "logits": [np.round(lg.astype(np.float64), 7).tolist() for lg in logits],
+                "llamacpp_logits": [np.round(lg.astype(np.float64), 7).tolist() for lg in theirs],
             }
     with open(os.path.join(args.out, "expected.json"), "w") as f:
         json.dump(expected, f)
