@@ -311,6 +311,7 @@ TEST(ops)
             const char *ty = i == 0 ? "Q8_0 weights" : i == 1 ? "Q4_0 weights" : "Q4_K weights";
             CHECK_MSG(strstr(err_msg(), ty) && !strchr(err_msg(), '\n'), "%s: %s", files[i],
                       err_msg());
+            printf("%-18s on cuda:0: %s\n", files[i], err_msg());
             device_close(r);
         } else {
             printf("built without CUDA: no device without the block kernels to refuse it\n");

@@ -231,7 +231,7 @@ int gguf_hf_config(const struct gguf_file *g, json_t **out)
                         json_boolean(gguf_tensor_find(g, "output.weight") == NULL));
     enum dtype dt = DTYPE_F32;
     if (embd)
-        (void)gguf_hf_dtype(embd, &dt); /* a quantized embedding: reported by the loader */
+        (void)gguf_hf_dtype(embd, &dt); /* a block type: "float32"; another, the loader's error */
     json_object_set_new(root, "torch_dtype", json_string(dtype_torch_name(dt)));
     /* token ids: bos; eos with llama.cpp's other end-of-generation ids (end of
      * turn, end of message), as generation_config.json lists them; a padding
