@@ -18,7 +18,7 @@
  * sharded: TP 2 and PP 2 through the swap engine equal the whole model.
  * truncated: a GGUF truncated while registered fails the load with the
  *   store's message naming the file.
- * quantized: a tensor of a type not computed is an error naming it.
+ * quantized: a tensor of a block type not computed is an error naming it.
  * bad_metadata: an unknown architecture, a key out of range and a key of
  *   the wrong type are one-line errors naming the file and the key. */
 #include <math.h>
@@ -407,9 +407,9 @@ TEST(truncated)
 
 TEST(quantized)
 {
-    /* the F16 file with one matrix's type patched to Q8_0 and its row length
-     * checked against Q8_0's blocks (64 elements: 2 blocks of 34 bytes, fewer
-     * bytes than F16's 128, so the file still holds it) */
+    /* the F16 file with one matrix's type patched to Q4_1, a block type not
+     * computed (64 elements: 2 blocks of 20 bytes, fewer bytes than F16's
+     * 128, so the file still holds it) */
     char src[512], path[512];
     snprintf(src, sizeof(src), "%s/llama_gqa/model-f16.gguf", GGUF_DIR);
     snprintf(path, sizeof(path), "%s/q8.gguf", tmpdir);
@@ -424,13 +424,13 @@ TEST(quantized)
     if (at) {
         /* name, n_dims (u32), 2 x ne (u64), type (u32) */
         char *type = at + sizeof(name) - 1 + 4 + 16;
-        uint32_t q8 = GGML_TYPE_Q8_0;
-        memcpy(type, &q8, 4);
+        uint32_t q41 = GGML_TYPE_Q4_1;
+        memcpy(type, &q41, 4);
         FILE *f = fopen(path, "wb");
         CHECK(f && fwrite(data, 1, len, f) == len && fclose(f) == 0);
         struct model *m = NULL;
         CHECK(model_open(path, &m) < 0);
-        CHECK_MSG(strstr(err_msg(), "tensor 'blk.1.attn_v.weight' has type Q8_0") &&
+        CHECK_MSG(strstr(err_msg(), "tensor 'blk.1.attn_v.weight' has type Q4_1") &&
                       strstr(err_msg(), "q8.gguf"),
                   "%s", err_msg());
         model_close(m);

@@ -80,13 +80,15 @@ int cli_read_stdin(size_t max, char **out, size_t *len);
 #define MODEL_FLAG(dst)                                                                            \
     FLAG_REQUIRED("model", FLAG_STR, dst, "DIR",                                                   \
                   "Hugging Face checkpoint directory (config.json, safetensors weights: OPT, "     \
-                  "Llama, Mistral, Qwen2, Qwen3, Phi-3), or a GGUF file (F32/F16/BF16; llama, "    \
-                  "qwen2), the first file of a split one, or a directory holding one")
+                  "Llama, Mistral, Qwen2, Qwen3, Phi-3), or a GGUF file (F32/F16/BF16, Q8_0, "     \
+                  "Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; llama, qwen2), the first file of a split "  \
+                  "one, or a directory holding one")
 /* --compute: the linear layers' precision (backend/kernels.h). */
 #define COMPUTE_FLAG(dst)                                                                          \
     FLAG("compute", FLAG_STR, dst, "f32|bf16|auto",                                                \
          "precision of the linear layers: f32 (exact), bf16 (bf16 activations and weights, f32 "  \
-         "sums, as transformers runs a bf16 model) or auto (default: bf16 for bf16 checkpoints, " \
+         "sums, as transformers runs a bf16 model; for GGUF quantized weights, x quantized per "  \
+         "block as llama.cpp does) or auto (default: bf16 for bf16 and quantized checkpoints, "   \
          "else f32)")
 /* Checks a --compute value: NULL or "auto" leave *set false; else f32 or
  * bf16 into *c. 0, or ERR_INVALID naming the flag and the choices. */

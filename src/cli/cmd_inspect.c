@@ -58,7 +58,7 @@ int cmd_inspect(int argc, char **argv)
     printf("tied_head        %s\n", st_find(ck, "lm_head.weight") ? "no" : "yes");
     printf("torch_dtype      %s\nfiles            %zu\ntensors          %zu\n",
            dtype_name(c->dtype), st_file_count(ck), st_count(ck));
-    uint64_t by_dtype[3] = {0}, other = 0, total = 0;
+    uint64_t by_dtype[DTYPE_Q5_1 + 1] = {0}, other = 0, total = 0; /* every enum dtype */
     per_layer = calloc((size_t)c->n_layers, sizeof(uint64_t));
     if (!per_layer) {
         rc = err_set(ERR_NOMEM, "out of memory");
@@ -77,7 +77,7 @@ int cmd_inspect(int argc, char **argv)
     char h[32];
     printf("bytes            %llu (%s)\n", (unsigned long long)total,
            bytes_format(h, sizeof(h), total, BYTES_DECIMAL));
-    for (int d = 0; d < 3; d++)
+    for (int d = 0; d <= DTYPE_Q5_1; d++)
         if (by_dtype[d])
             printf("  %-14s %llu (%s)\n", dtype_name((enum dtype)d),
                    (unsigned long long)by_dtype[d],
@@ -97,9 +97,14 @@ int cmd_inspect(int argc, char **argv)
         err_wrap(rc, "%s", dir);
         goto out;
     }
+    enum kern_compute auto_compute = model_compute(m);
+    bool quantized = dtype_is_block(model_weight_dtype(m));
     model_layout_free(&layout);
     model_close(m);
     printf("weights          match config.json\n");
+    /* --compute auto's choice (quantized matrices: x quantized per block, as llama.cpp) */
+    printf("compute (auto)   %s%s\n", kern_compute_name(auto_compute),
+           quantized ? " (quantized weights: x quantized per block; --compute f32 for exact)" : "");
     /* NaN or Inf in a weight: said here, and named (the first one) */
     const struct st_tensor *bad = NULL;
     size_t at = 0;

@@ -80,10 +80,31 @@ int gguf_hf_dtype(const struct gguf_tensor *t, enum dtype *out)
     case GGML_TYPE_BF16:
         *out = DTYPE_BF16;
         return 0;
+    case GGML_TYPE_Q8_0:
+        *out = DTYPE_Q8_0;
+        return 0;
+    case GGML_TYPE_Q4_0:
+        *out = DTYPE_Q4_0;
+        return 0;
+    case GGML_TYPE_Q5_0:
+        *out = DTYPE_Q5_0;
+        return 0;
+    case GGML_TYPE_Q5_1:
+        *out = DTYPE_Q5_1;
+        return 0;
+    case GGML_TYPE_Q4_K:
+        *out = DTYPE_Q4_K;
+        return 0;
+    case GGML_TYPE_Q5_K:
+        *out = DTYPE_Q5_K;
+        return 0;
+    case GGML_TYPE_Q6_K:
+        *out = DTYPE_Q6_K;
+        return 0;
     default:
         return err_set(ERR_UNSUPPORTED,
-                       "%s: tensor '%s' has type %s, which is not supported yet (supported: F32, "
-                       "F16, BF16)",
+                       "%s: tensor '%s' has type %s, which is not supported (supported: F32, F16, "
+                       "BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
                        t->file, t->name, ggml_type_info(t->type)->name);
     }
 }
@@ -210,7 +231,7 @@ int gguf_hf_config(const struct gguf_file *g, json_t **out)
                         json_boolean(gguf_tensor_find(g, "output.weight") == NULL));
     enum dtype dt = DTYPE_F32;
     if (embd)
-        (void)gguf_hf_dtype(embd, &dt); /* a quantized embedding: reported by the loader */
+        (void)gguf_hf_dtype(embd, &dt); /* a block type: "float32"; another, the loader's error */
     json_object_set_new(root, "torch_dtype", json_string(dtype_torch_name(dt)));
     /* token ids: bos; eos with llama.cpp's other end-of-generation ids (end of
      * turn, end of message), as generation_config.json lists them; a padding

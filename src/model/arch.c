@@ -141,6 +141,13 @@ static int config_from_gguf(const char *path, struct model_config **out)
     if ((rc = gguf_hf_config(g, &root)) == 0)
         rc = config_from_json(root, gguf_path(g), out);
     json_decref(root);
+    /* the block types' kernels join the required ops; a type without one
+     * is refused when the checkpoint opens (gguf_hf_dtype) */
+    for (size_t i = 0; rc == 0 && i < gguf_tensor_count(g); i++) {
+        enum dtype dt;
+        if (gguf_hf_dtype(gguf_tensor_get(g, i), &dt) == 0)
+            (*out)->weight_ops |= kern_weight_ops(dt);
+    }
     gguf_close(g);
     return rc;
 }
@@ -230,7 +237,7 @@ uint64_t model_required_ops(const struct model_config *c)
 {
     /* model_head_rows and model_head_logits */
     const uint64_t head = KERN_OP_BIT(KERN_OP_GATHER_ROWS) | KERN_OP_BIT(KERN_OP_LINEAR);
-    return head | c->arch->required_ops(c);
+    return head | c->weight_ops | c->arch->required_ops(c);
 }
 
 int model_check_device(const struct model_config *c, const struct device *d)
@@ -240,5 +247,5 @@ int model_check_device(const struct model_config *c, const struct device *d)
 
 enum kern_compute model_compute_default(enum dtype weights)
 {
-    return weights == DTYPE_BF16 ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
+    return weights == DTYPE_BF16 || dtype_is_block(weights) ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
 }

@@ -307,27 +307,50 @@ static const struct st_tensor *part_tensor(const struct st_checkpoint *ck,
         return NULL;
     }
     /* a tensor not aligned to its element size (possible in files from other
-     * writers) is refused rather than read through a misaligned pointer */
-    if ((uintptr_t)t->data % dtype_size(t->dtype) != 0) {
+     * writers) is refused rather than read through a misaligned pointer; a
+     * block type's blocks start with f16 scales */
+    size_t align = dtype_is_block(t->dtype) ? sizeof(uint16_t) : dtype_size(t->dtype);
+    if ((uintptr_t)t->data % align != 0) {
         *rc = err_set(ERR_UNSUPPORTED, "%s: tensor %s starts at byte %zu, not a multiple of its "
                                        "element size %zu", t->file, t->name, t->file_offset,
-                      dtype_size(t->dtype));
+                      align);
         return NULL;
     }
+    /* quantized blocks stay whole: vectors are widened element by element,
+     * and a tensor-parallel split of columns must fall on block boundaries */
+    if (dtype_is_block(t->dtype) && !q->matrix) {
+        *rc = err_set(ERR_UNSUPPORTED, "%s: tensor %s is %s, expected F32, F16 or BF16 for a "
+                                       "vector", t->file, t->name, dtype_name(t->dtype));
+        return NULL;
+    }
+    if (q->matrix && ((*rc = dtype_check_cols(t->dtype, 0, (size_t)q->cols, t->name)) < 0 ||
+                      (*rc = dtype_check_cols(t->dtype, (size_t)q->c0, (size_t)q->nc, t->name)) < 0))
+        return NULL;
     return t;
 }
 
 static size_t part_bytes(const struct model_part *q, enum dtype dt)
 {
-    return (size_t)q->nr * q->nc * dtype_size(dt);
+    return (size_t)q->nr * dtype_row_bytes(dt, (size_t)q->nc);
+}
+
+/* Bytes from the start of a matrix of `cols` columns of type t to its
+ * element (r, c); c on a block boundary (part_tensor checked). */
+static size_t elem_offset(enum dtype t, size_t r, size_t cols, size_t c)
+{
+    return r * dtype_row_bytes(t, cols) + dtype_row_bytes(t, c);
 }
 
 /* What a matrix part adds to the shard's streamed bytes and multiply-adds. */
 static void part_count(struct model *m, const struct model_part *q, enum dtype dt)
 {
     double macs = (double)q->nr * q->nc;
-    m->weight_dtype = dt;
-    m->compute = model_compute_default(dt);
+    /* a quantized model reports (and computes by) its block types, though
+     * a few of its matrices may be kept plain */
+    if (!dtype_is_block(m->weight_dtype) || dtype_is_block(dt)) {
+        m->weight_dtype = dt;
+        m->compute = model_compute_default(dt);
+    }
     if (q->use == PART_TOKEN)
         m->macs_token += macs;
     else if (q->use == PART_ROW || q->also)
@@ -384,15 +407,17 @@ void model_layout_free(struct model_layout *layout)
     memset(layout, 0, sizeof(*layout));
 }
 
-/* n elements of type from at src, as type to at dst (from == to: a copy;
- * f16 to bf16: widened exactly through an f32 span, then rounded to nearest
- * even, as torch's .to(torch.bfloat16) rounds). */
+/* n elements of type from at src, as type to at dst (from == to: a copy of
+ * the bytes, quantized blocks too; f16 to bf16: widened exactly through an
+ * f32 span, then rounded to nearest even, as torch's .to(torch.bfloat16)
+ * rounds). */
 static void copy_elems(void *dst, enum dtype to, const void *src, enum dtype from, size_t n)
 {
     if (from == to) {
-        memcpy(dst, src, n * dtype_size(from));
+        memcpy(dst, src, dtype_row_bytes(from, n));
         return;
     }
+    assert(!dtype_is_block(from) && !dtype_is_block(to));
     float span[1024];
     for (size_t i = 0; i < n; i += 1024) {
         size_t len = n - i < 1024 ? n - i : 1024;
@@ -408,10 +433,10 @@ static void copy_elems(void *dst, enum dtype to, const void *src, enum dtype fro
 static void part_copy(const struct model_part *q, const struct st_tensor *t, char *out,
                       enum dtype to)
 {
-    size_t es = dtype_size(t->dtype), os = dtype_size(to);
     const char *src = t->data;
     size_t hd = t->rope_perm_heads ? (size_t)q->rows / (size_t)t->rope_perm_heads : 0;
     if (!q->matrix) {
+        size_t es = dtype_size(t->dtype); /* a plain type (part_tensor) */
         if (!hd)
             dtype_to_f32(t->dtype, src + (size_t)q->r0 * es, (float *)out, (size_t)q->nr);
         for (int r = 0; hd && r < q->nr; r++)
@@ -419,12 +444,15 @@ static void part_copy(const struct model_part *q, const struct st_tensor *t, cha
                          (float *)out + r, 1);
         vec_add_const((float *)out, (size_t)q->nr, q->add);
     } else if (!hd && q->nc == q->cols) { /* whole rows: one contiguous range */
-        copy_elems(out, to, src + (size_t)q->r0 * q->cols * es, t->dtype, (size_t)q->nr * q->cols);
-    } else { /* a block of columns, or permuted rows: row by row */
+        copy_elems(out, to, src + elem_offset(t->dtype, (size_t)q->r0, (size_t)q->cols, 0),
+                   t->dtype, (size_t)q->nr * q->cols);
+    } else { /* a block of columns, or permuted rows (whole quantized rows): row by row */
+        size_t os = dtype_row_bytes(to, (size_t)q->nc);
         for (int r = 0; r < q->nr; r++) {
             size_t row = hd ? gguf_hf_perm_row((size_t)q->r0 + r, hd) : (size_t)q->r0 + r;
-            copy_elems(out + (size_t)r * q->nc * os, to, src + (row * q->cols + q->c0) * es,
-                       t->dtype, (size_t)q->nc);
+            copy_elems(out + (size_t)r * os, to,
+                       src + elem_offset(t->dtype, row, (size_t)q->cols, (size_t)q->c0), t->dtype,
+                       (size_t)q->nc);
         }
     }
 }
@@ -515,13 +543,13 @@ int model_open_shard(const struct model_config *cfg, struct st_checkpoint *ck,
         const struct st_tensor *t = part_tensor(ck, q, &rc);
         if (!t)
             goto fail;
-        size_t es = dtype_size(t->dtype);
         if (q->matrix) {
             part_count(m, q, t->dtype);
             /* a column slice is a view with the full row stride */
             *q->view = (struct weight_view){
                 .dtype = t->dtype,
-                .data = (const char *)t->data + ((size_t)q->r0 * q->cols + q->c0) * es,
+                .data = (const char *)t->data +
+                        elem_offset(t->dtype, (size_t)q->r0, (size_t)q->cols, (size_t)q->c0),
                 .rows = q->nr,
                 .cols = q->nc,
                 .ld = (size_t)q->cols,

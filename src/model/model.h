@@ -66,6 +66,9 @@ struct arch_ops;
 struct model_config {
     const struct arch_ops *arch;
     struct model_info info;
+    /* kern_weight_ops of every weight type the checkpoint holds (a GGUF's
+     * quantized blocks; 0 for plain types) */
+    uint64_t weight_ops;
 };
 
 /* Reads DIR/config.json, dispatched on model_type (and architectures),
@@ -100,7 +103,7 @@ int model_shard_check(const struct model_config *c, const struct model_shard *sh
 
 /* The kernels (backend/kernels.h: KERN_OP_BITs) a forward of c calls: its
  * family's for this config (OPT's activation and biases, Llama's RMSNorm,
- * rotary and gated MLP) and the head's. Every shard is held to all of them,
+ * rotary and gated MLP), the head's, and its weight types' (c->weight_ops). Every shard is held to all of them,
  * whatever its stage. */
 uint64_t model_required_ops(const struct model_config *c);
 /* 0 when d runs every kernel of model_required_ops(c), attention of c's
@@ -167,7 +170,9 @@ int model_device_bytes(const char *dir, const struct model_exec_shape *shape, ui
 
 /* The precision a checkpoint whose matrices are stored in `weights`
  * computes in unless told otherwise: bf16 for bf16 weights (as transformers
- * runs a bf16 model), f32 for f32 and f16. */
+ * runs a bf16 model) and for GGUF block types (x quantized per block, as
+ * llama.cpp computes them; f32 mode computes their dequantized rows
+ * exactly), f32 for f32 and f16. */
 enum kern_compute model_compute_default(enum dtype weights);
 
 /* The blobs of a shard: blob 0 holds the first/last-stage tensors

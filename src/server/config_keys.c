@@ -124,7 +124,8 @@ const struct serve_key serve_keys[] = {
     {.path = "compute", .flag = "compute", .metavar = "f32|bf16|auto", .type = SK_STRING,
      .null = SK_NULL_CLEARS, .def_str = "auto", .offset = CFG(compute),
      .help = "precision of the linear layers: f32 (exact), bf16 (bf16 activations and weights, "
-             "f32 sums, as transformers runs a bf16 model) or auto (bf16 for bf16 checkpoints, "
+             "f32 sums, as transformers runs a bf16 model; for GGUF quantized weights, x quantized "
+             "per block as llama.cpp does) or auto (bf16 for bf16 and quantized checkpoints, "
              "else f32; null is auto too)"},
     {.path = "keep_alive", .flag = "keep-alive", .metavar = "DURATION", .type = SK_DURATION,
      .null = SK_NULL_CLEARS, .def = NAN, .offset = CFG(keep_alive),

@@ -299,6 +299,10 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
     m->max_pos = swap_model_info(sm)->max_pos;
     m->vocab = swap_model_info(sm)->vocab;
     m->family = swap_model_info(sm)->family;
+    const struct st_checkpoint *ck = swap_model_checkpoint(sm);
+    m->format = st_gguf(ck) ? "gguf" : "safetensors";
+    for (size_t i = 0; i < st_count(ck); i++)
+        m->type_bytes[st_get(ck, i)->dtype] += st_get(ck, i)->nbytes;
     snprintf(m->architecture, sizeof(m->architecture), "%s", swap_model_info(sm)->architecture);
     m->created = (long long)time(NULL);
     m->s = s;

@@ -14,7 +14,8 @@
 #include "server/server_impl.h"
 
 /* The model object: OpenAI's fields and the server's (family, architecture,
- * whether it has a tokenizer, residency, shards, queue, its aliases). as is
+ * checkpoint format and bytes by weight type, whether it has a tokenizer,
+ * residency, shards, queue, its aliases). as is
  * the name it is shown under: NULL or m->name, else one of its aliases (then
  * "alias_of" names the model). NULL when m is no longer served. */
 static json_t *aliases_json(const struct srv_model *m)
@@ -23,6 +24,16 @@ static json_t *aliases_json(const struct srv_model *m)
     for (int i = 0; a && i < m->n_aliases; i++)
         json_array_append_new(a, json_string(m->aliases[i]));
     return a;
+}
+
+/* {"Q4_K": bytes, "F32": bytes, ...}: the checkpoint's bytes by tensor type */
+static json_t *types_json(const struct srv_model *m)
+{
+    json_t *o = json_object();
+    for (int d = 0; o && d <= DTYPE_Q5_1; d++)
+        if (m->type_bytes[d])
+            json_object_set_new(o, dtype_name((enum dtype)d), json_integer((json_int_t)m->type_bytes[d]));
+    return o;
 }
 
 static json_t *model_json(struct server *s, const struct srv_model *m, const char *as)
@@ -61,6 +72,8 @@ static json_t *model_json(struct server *s, const struct srv_model *m, const cha
          json_object_set_new(o, "max_queue_wait", json_real(st->max_queue_wait)) |
          json_object_set_new(o, "min_resident", json_real(st->min_resident)) |
          json_object_set_new(o, "aliases", aliases_json(m)) |
+         json_object_set_new(o, "format", json_string(m->format)) |
+         json_object_set_new(o, "weight_types", types_json(m)) |
          (as && strcmp(as, m->name) != 0 ? json_object_set_new(o, "alias_of", json_string(m->name))
                                          : 0)) < 0) {
         json_decref(o);

@@ -86,6 +86,10 @@ struct srv_model {
     enum kern_compute compute;
     int max_pos, vocab;
     const char *family;     /* model_info's ("opt", "llama"); static */
+    const char *format;     /* "safetensors" or "gguf"; static */
+    /* the checkpoint's bytes by tensor type (a GGUF's Q4_K, Q6_K, F32, ...),
+     * indexed by enum dtype */
+    uint64_t type_bytes[DTYPE_Q5_1 + 1];
     char architecture[64];  /* model_info's ("LlamaForCausalLM") */
     /* /v1/chat/completions: the chat template (owned; NULL: none, and
      * no_chat says why), and the tokens that end an assistant's turn beside

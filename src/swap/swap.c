@@ -256,6 +256,11 @@ const struct model_info *swap_model_info(const struct swap_model *model)
     return model->info;
 }
 
+const struct st_checkpoint *swap_model_checkpoint(const struct swap_model *model)
+{
+    return model->ck;
+}
+
 int swap_model_tp(const struct swap_model *model)
 {
     return model->tp;

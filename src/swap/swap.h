@@ -274,6 +274,8 @@ const char *swap_model_name(const struct swap_model *model);
 const char *swap_model_path(const struct swap_model *model);
 /* Its config.json, as registered. */
 const struct model_info *swap_model_info(const struct swap_model *model);
+/* Its checkpoint (mapped while it is registered): format and tensor types. */
+const struct st_checkpoint *swap_model_checkpoint(const struct swap_model *model);
 int swap_model_tp(const struct swap_model *model);
 int swap_model_pp(const struct swap_model *model);
 /* As registered (the engine keeps its own pinned flag from there). */

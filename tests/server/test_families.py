@@ -84,6 +84,12 @@ def test_models_show_families():
     check(st == 200, "GET /v1/models: %d %s" % (st, j))
     got = {m["id"]: (m.get("family"), m.get("architecture"), m.get("tokenizer")) for m in j["data"]}
     check(got == WANT, "families: %s, want %s" % (got, WANT))
+    # the checkpoint's format and its bytes by tensor type (safetensors fixtures: plain types)
+    for m in j["data"]:
+        types = m.get("weight_types") or {}
+        check(m.get("format") == "safetensors" and types and
+              set(types) <= {"F32", "F16", "BF16"} and all(b > 0 for b in types.values()),
+              "%s: format %s, weight_types %s" % (m["id"], m.get("format"), types))
     for name, want in WANT.items():
         st, m = srv().json("GET", "/v1/models/" + name)
         check(st == 200 and (m.get("family"), m.get("architecture"), m.get("tokenizer")) == want,
