@@ -58,7 +58,7 @@ int cmd_inspect(int argc, char **argv)
     printf("tied_head        %s\n", st_find(ck, "lm_head.weight") ? "no" : "yes");
     printf("torch_dtype      %s\nfiles            %zu\ntensors          %zu\n",
            dtype_name(c->dtype), st_file_count(ck), st_count(ck));
-    uint64_t by_dtype[DTYPE_Q5_1 + 1] = {0}, other = 0, total = 0; /* every enum dtype */
+    uint64_t by_dtype[DTYPE_COUNT] = {0}, other = 0, total = 0;
     per_layer = calloc((size_t)c->n_layers, sizeof(uint64_t));
     if (!per_layer) {
         rc = err_set(ERR_NOMEM, "out of memory");
@@ -77,7 +77,7 @@ int cmd_inspect(int argc, char **argv)
     char h[32];
     printf("bytes            %llu (%s)\n", (unsigned long long)total,
            bytes_format(h, sizeof(h), total, BYTES_DECIMAL));
-    for (int d = 0; d <= DTYPE_Q5_1; d++)
+    for (int d = 0; d < DTYPE_COUNT; d++)
         if (by_dtype[d])
             printf("  %-14s %llu (%s)\n", dtype_name((enum dtype)d),
                    (unsigned long long)by_dtype[d],

@@ -27,6 +27,9 @@ enum dtype {
     DTYPE_Q5_0,
     DTYPE_Q5_1,
 };
+/* How many dtypes there are (a macro, so switches over enum dtype stay
+ * checked for every case): the size of an array indexed by dtype. */
+#define DTYPE_COUNT (DTYPE_Q5_1 + 1)
 
 /* Bytes of one element of a plain type (f32, f16, bf16). A block type has
  * no element size: asking is a broken invariant (asserts); its sizes go

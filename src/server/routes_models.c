@@ -30,7 +30,7 @@ static json_t *aliases_json(const struct srv_model *m)
 static json_t *types_json(const struct srv_model *m)
 {
     json_t *o = json_object();
-    for (int d = 0; o && d <= DTYPE_Q5_1; d++)
+    for (int d = 0; o && d < DTYPE_COUNT; d++)
         if (m->type_bytes[d])
             json_object_set_new(o, dtype_name((enum dtype)d), json_integer((json_int_t)m->type_bytes[d]));
     return o;

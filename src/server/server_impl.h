@@ -89,7 +89,7 @@ struct srv_model {
     const char *format;     /* "safetensors" or "gguf"; static */
     /* the checkpoint's bytes by tensor type (a GGUF's Q4_K, Q6_K, F32, ...),
      * indexed by enum dtype */
-    uint64_t type_bytes[DTYPE_Q5_1 + 1];
+    uint64_t type_bytes[DTYPE_COUNT];
     char architecture[64];  /* model_info's ("LlamaForCausalLM") */
     /* /v1/chat/completions: the chat template (owned; NULL: none, and
      * no_chat says why), and the tokens that end an assistant's turn beside
