@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -151,6 +152,39 @@ int fs_read_all(int fd, const char *path, size_t size, char **data, size_t *len)
     *data = buf;
     *len = n;
     return 0;
+}
+
+int fs_map_regular(const char *path, size_t min, struct fs_map *m)
+{
+    *m = (struct fs_map){0};
+    int fd;
+    size_t size;
+    int rc = fs_open_regular(path, &fd, &size);
+    if (rc)
+        return rc;
+    m->size = size;
+    if (size < min)
+        goto out;
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        rc = err_set(ERR_IO, "%s: cannot map %zu bytes: %s", path, size, strerror(errno));
+        goto out;
+    }
+    m->data = map;
+    struct stat sb;
+    if (fstat(fd, &sb) == 0) {
+        m->dev = (uint64_t)sb.st_dev;
+        m->ino = (uint64_t)sb.st_ino;
+    }
+out:
+    close(fd);
+    return rc;
+}
+
+void fs_unmap(const void *data, size_t size)
+{
+    if (data)
+        munmap((void *)data, size);
 }
 
 int fs_read_regular(const char *path, size_t max, char **data, size_t *len)

@@ -6,6 +6,7 @@
 #define SHARDSWAP_CORE_FS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -23,6 +24,23 @@ int fs_open_regular(const char *path, int *fd, size_t *size);
  * its length into *len. A larger file is refused by its size before a byte
  * is read: ERR_INVALID naming path, its size and max. */
 int fs_read_regular(const char *path, size_t max, char **data, size_t *len);
+
+/* A regular file mapped read-only (fs_map_regular), with its identity (device
+ * and inode, 0 when they could not be read), so a reader can tell later
+ * whether the file at its path is still the one mapped. */
+struct fs_map {
+    const void *data;
+    size_t size;
+    uint64_t dev, ino;
+};
+
+/* Maps the regular file at path (fs_open_regular's checks) read-only and
+ * private into *m; the descriptor is closed again. A file shorter than min
+ * bytes is not mapped: returns 0 with m->data NULL and m->size its size, for
+ * the caller to refuse in its own words. A failed map is ERR_IO naming path,
+ * the size and why. fs_unmap releases the mapping (a NULL one is a no-op). */
+int fs_map_regular(const char *path, size_t min, struct fs_map *m);
+void fs_unmap(const void *data, size_t size);
 
 /* fs_read_regular's read, for a caller that opened the file itself
  * (fs_open_regular) and checked its size against a limit of its own: reads

@@ -46,7 +46,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -247,39 +246,25 @@ static int rd_name(struct cur *c, struct gguf_str *s)
 
 static int part_map(const char *path, struct gguf_part *f)
 {
-    int fd;
-    size_t size;
-    int rc = fs_open_regular(path, &fd, &size);
+    struct fs_map m;
+    int rc = fs_map_regular(path, 24, &m);
     if (rc)
         return rc;
-    if (size < 24) {
-        rc = file_err(path, ERR_FORMAT,
-                      "file is %zu bytes, too short for a GGUF header (24 bytes; empty or "
-                      "truncated)",
-                      size);
-        goto out;
-    }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        rc = file_err(path, ERR_IO, "cannot map %zu bytes: %s", size, strerror(errno));
-        goto out;
-    }
-    f->map = map;
-    f->size = size;
-    struct stat sb;
-    if (fstat(fd, &sb) == 0) {
-        f->dev = (uint64_t)sb.st_dev;
-        f->ino = (uint64_t)sb.st_ino;
-    }
-out:
-    close(fd);
-    return rc;
+    if (!m.data)
+        return file_err(path, ERR_FORMAT,
+                        "file is %zu bytes, too short for a GGUF header (24 bytes; empty or "
+                        "truncated)",
+                        m.size);
+    f->map = m.data;
+    f->size = m.size;
+    f->dev = m.dev;
+    f->ino = m.ino;
+    return 0;
 }
 
 static void part_free(struct gguf_part *f)
 {
-    if (f->map)
-        munmap((void *)f->map, f->size);
+    fs_unmap(f->map, f->size);
     free(f->kvs);
     free(f->strs);
     free(f->path);

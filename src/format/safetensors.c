@@ -61,7 +61,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -177,39 +176,25 @@ static int tensors_max_err(const char *path)
 
 static int file_map(const char *path, struct st_file *f)
 {
-    int fd;
-    size_t size;
-    int rc = fs_open_regular(path, &fd, &size);
+    struct fs_map m;
+    int rc = fs_map_regular(path, 8, &m);
     if (rc)
         return rc;
-    if (size < 8) {
-        rc = file_err(path, ERR_FORMAT,
-                      "file is %zu bytes, too short for the 8-byte header length "
-                      "(empty or truncated)",
-                      size);
-        goto out;
-    }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        rc = file_err(path, ERR_IO, "cannot map %zu bytes: %s", size, strerror(errno));
-        goto out;
-    }
-    f->map = map;
-    f->size = size;
-    struct stat sb;
-    if (fstat(fd, &sb) == 0) {
-        f->dev = sb.st_dev;
-        f->ino = sb.st_ino;
-    }
-out:
-    close(fd);
-    return rc;
+    if (!m.data)
+        return file_err(path, ERR_FORMAT,
+                        "file is %zu bytes, too short for the 8-byte header length "
+                        "(empty or truncated)",
+                        m.size);
+    f->map = m.data;
+    f->size = m.size;
+    f->dev = (dev_t)m.dev;
+    f->ino = (ino_t)m.ino;
+    return 0;
 }
 
 static void file_unmap(struct st_file *f)
 {
-    if (f->map)
-        munmap((void *)f->map, f->size);
+    fs_unmap(f->map, f->size);
     free(f->names);
     free(f->path);
 }
