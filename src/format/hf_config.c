@@ -122,6 +122,18 @@ int hf_get_str(json_t *root, const char *what, const char *key, const char **out
     return 0;
 }
 
+int hf_get_rope_type(json_t *o, const char *what, const char **type)
+{
+    int rc;
+    if ((rc = hf_get_str(o, what, "rope_type", type)) < 0)
+        return rc;
+    if (!*type && (rc = hf_get_str(o, what, "type", type)) < 0)
+        return rc;
+    if (*type && strcmp(*type, "default") == 0)
+        *type = NULL;
+    return 0;
+}
+
 int hf_get_dtype(json_t *root, const char *what, enum dtype *out)
 {
     json_t *v = field(root, "torch_dtype");

@@ -32,6 +32,9 @@ int hf_get_num(json_t *root, const char *what, const char *key, bool required, d
 int hf_get_bool(json_t *root, const char *what, const char *key, bool dflt, bool *out);
 /* A string, or NULL when absent or null (valid while root is). */
 int hf_get_str(json_t *root, const char *what, const char *key, const char **out);
+/* A rope settings object's type: "rope_type", else the older spelling "type";
+ * NULL when neither is present or it is "default". */
+int hf_get_rope_type(json_t *o, const char *what, const char **type);
 /* torch_dtype (or newer transformers' "dtype"): float32 when absent. */
 int hf_get_dtype(json_t *root, const char *what, enum dtype *out);
 /* A token id or a list of them (eos_token_id), each in [0, vocab): *n ids

@@ -80,11 +80,9 @@ static int rope_one(json_t *o, json_t *theta_from, const char *theta_key, const 
     if (!o || json_is_null(o))
         return 0;
     const char *type;
-    if ((rc = hf_get_str(o, what, "rope_type", &type)) < 0)
+    if ((rc = hf_get_rope_type(o, what, &type)) < 0)
         return rc;
-    if (!type && (rc = hf_get_str(o, what, "type", &type)) < 0)
-        return rc;
-    if (!type || strcmp(type, "default") == 0)
+    if (!type)
         return 0;
     if (strcmp(type, "linear") != 0 || !linear_ok)
         return err_set(ERR_UNSUPPORTED,

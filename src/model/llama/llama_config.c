@@ -166,11 +166,9 @@ static int cfg_rope(json_t *root, const char *what, struct llama_config *c)
     if (!json_is_object(scaling))
         return err_set(ERR_FORMAT, "%s: field \"rope_scaling\" must be an object or null", what);
     const char *type;
-    if ((rc = hf_get_str(scaling, what, "rope_type", &type)) < 0)
+    if ((rc = hf_get_rope_type(scaling, what, &type)) < 0)
         return rc;
-    if (!type && (rc = hf_get_str(scaling, what, "type", &type)) < 0)
-        return rc;
-    if (!type || strcmp(type, "default") == 0)
+    if (!type)
         return 0;
     if (strcmp(type, "linear") == 0)
         c->rope = ROPE_LINEAR;
