@@ -33,27 +33,13 @@ static void make_batch(int vocab, int32_t *ids, uint8_t *mask)
         }
 }
 
-/* compute: the precision of the reference's linear layers. The whole model
- * is copied onto a CPU device in that precision (model_open_on), so its
- * weights are what the shards hold (an f16 checkpoint's as bf16 in bf16
- * mode). */
-static void reference(const char *dir, enum kern_compute compute, float *pre, float *steps,
-                      int32_t *step_ids)
+/* Runs m over the batch (made here, for the caller in ids and mask): the
+ * prefill's logits at every position into pre (B, T, V), then SHARDED_STEPS
+ * greedy steps (B, V) each into steps, the ids each was fed into step_ids. */
+static inline void greedy_run(struct model *m, int32_t *ids, uint8_t *mask, float *pre,
+                              float *steps, int32_t *step_ids)
 {
-    struct model *m = NULL;
-    struct device *dev = NULL;
-    uint64_t weights, exec;
-    int rc = model_device_bytes(dir, NULL, &weights, &exec);
-    if (rc == 0 && (rc = device_open_cpu(0, weights + (1u << 20), &dev)) == 0)
-        rc = model_open_on(dir, dev, &compute, &m);
-    CHECK_MSG(rc == 0, "%s: %s", dir, err_msg());
-    if (!m) {
-        device_close(dev);
-        return;
-    }
     const int V = model_info(m)->vocab;
-    int32_t ids[B * T];
-    uint8_t mask[B * T];
     make_batch(V, ids, mask);
     struct model_exec *kv;
     struct model_exec_shape shape = {
@@ -74,6 +60,29 @@ static void reference(const char *dir, enum kern_compute compute, float *pre, fl
               0);
     }
     model_exec_free(kv);
+}
+
+/* compute: the precision of the reference's linear layers. The whole model
+ * is copied onto a CPU device in that precision (model_open_on), so its
+ * weights are what the shards hold (an f16 checkpoint's as bf16 in bf16
+ * mode). */
+static void reference(const char *dir, enum kern_compute compute, float *pre, float *steps,
+                      int32_t *step_ids)
+{
+    struct model *m = NULL;
+    struct device *dev = NULL;
+    uint64_t weights, exec;
+    int rc = model_device_bytes(dir, NULL, &weights, &exec);
+    if (rc == 0 && (rc = device_open_cpu(0, weights + (1u << 20), &dev)) == 0)
+        rc = model_open_on(dir, dev, &compute, &m);
+    CHECK_MSG(rc == 0, "%s: %s", dir, err_msg());
+    if (!m) {
+        device_close(dev);
+        return;
+    }
+    int32_t ids[B * T];
+    uint8_t mask[B * T];
+    greedy_run(m, ids, mask, pre, steps, step_ids);
     model_close(m);
     device_close(dev);
 }

@@ -36,6 +36,7 @@
 #include "model/model.h"
 #include "sharded_ref.h"
 #include "swap/swap.h"
+#include "swap_rig.h"
 #include "test.h"
 
 #define GGUF_DIR SHARDSWAP_SOURCE_DIR "/tests/fixtures/gguf"
@@ -177,29 +178,11 @@ static int run(const char *path, int how, enum kern_compute compute, float *pre,
     CHECK_MSG(rc == 0, "%s: %s", path, err_msg());
     if (rc)
         return rc;
-    const int V = model_info(m)->vocab;
     int32_t ids[B * T];
     uint8_t mask[B * T];
-    make_batch(V, ids, mask);
+    greedy_run(m, ids, mask, pre, steps, step_ids);
+    const int V = model_info(m)->vocab;
     struct model_exec *ex;
-    struct model_exec_shape shape = {
-        .batch = B, .max_len = T + SHARDED_STEPS, .max_rows = B * (T + SHARDED_STEPS)};
-    CHECK(model_exec_open_cpu(m, &shape, &ex) == 0);
-    CHECK(model_forward(m, ex, ids, mask, T, true, pre) == 0);
-    for (int s = 0; s < SHARDED_STEPS; s++) {
-        for (int b = 0; b < B; b++) {
-            const float *last =
-                s == 0 ? pre + ((size_t)b * T + T - 1) * V : steps + ((size_t)(s - 1) * B + b) * V;
-            int best = 0;
-            for (int v = 1; v < V; v++)
-                if (last[v] > last[best])
-                    best = v;
-            step_ids[s * B + b] = best;
-        }
-        CHECK(model_forward(m, ex, &step_ids[s * B], NULL, 1, false, steps + (size_t)s * B * V) ==
-              0);
-    }
-    model_exec_free(ex);
     /* decode = recomputation: the whole sequence (prompt and fed steps) at once */
     const int L = T + SHARDED_STEPS;
     int32_t all_ids[B * L];
@@ -291,40 +274,6 @@ TEST(split)
     }
 }
 
-/* tp x pp CPU devices, a swap manager and workers, and the model at path
- * registered on them. */
-struct rig {
-    struct device *devs[4];
-    int n;
-    struct swap_manager *mgr;
-    struct workers *w;
-    struct swap_model *model;
-};
-
-static int rig_open(struct rig *g, const char *path, int tp, int pp)
-{
-    memset(g, 0, sizeof(*g));
-    int placement[4];
-    g->n = tp * pp;
-    for (int i = 0; i < g->n; i++) {
-        CHECK(device_open_cpu(i, 64u << 20, &g->devs[i]) == 0);
-        placement[i] = i;
-    }
-    struct swap_config cfg = {.host_budget = 256u << 20};
-    CHECK(swap_manager_create(g->devs, g->n, &cfg, &g->mgr) == 0);
-    CHECK(workers_create(g->mgr, &g->w) == 0);
-    struct placement pl = {.tp = tp, .pp = pp, .devices = placement};
-    return swap_register(g->mgr, "m", path, &pl, false, &g->model);
-}
-
-static void rig_close(struct rig *g)
-{
-    workers_destroy(g->w);
-    swap_manager_destroy(g->mgr);
-    for (int i = 0; i < g->n; i++)
-        device_close(g->devs[i]);
-}
-
 TEST(sharded)
 {
     static const char *files[] = {"llama_gqa/model-f16.gguf", "qwen2_bias/model-bf16.gguf"};
@@ -341,7 +290,7 @@ TEST(sharded)
             struct rig g;
             struct group_exec *gb = NULL;
             int tp = layouts[l][0], pp = layouts[l][1];
-            int rc = rig_open(&g, path, tp, pp);
+            int rc = rig_open(&g, "m", path, tp, pp);
             CHECK_MSG(rc == 0, "%s tp %d pp %d: %s", files[f], tp, pp, err_msg());
             if (rc == 0) {
                 swap_model_set_compute(g.model, KERN_COMPUTE_F32);
@@ -388,7 +337,7 @@ TEST(truncated)
     CHECK(f && fwrite(data, 1, len, f) == len && fclose(f) == 0);
     free(data);
     struct rig g;
-    int rc = rig_open(&g, path, 1, 1);
+    int rc = rig_open(&g, "m", path, 1, 1);
     CHECK_MSG(rc == 0, "%s", err_msg());
     if (rc == 0) {
         CHECK(truncate(path, (off_t)(len / 2)) == 0);

@@ -32,6 +32,7 @@
 #include "format/gguf.h"
 #include "model/model.h"
 #include "swap/swap.h"
+#include "swap_rig.h"
 #include "test.h"
 
 #define QDIR SHARDSWAP_SOURCE_DIR "/tests/fixtures/gguf/llama_quant"
@@ -191,38 +192,6 @@ TEST(logits)
     }
 }
 
-struct rig {
-    struct device *devs[4];
-    int n;
-    struct swap_manager *mgr;
-    struct workers *w;
-    struct swap_model *model;
-};
-
-static int rig_open(struct rig *g, const char *path, int tp, int pp)
-{
-    memset(g, 0, sizeof(*g));
-    int placement[4];
-    g->n = tp * pp;
-    for (int i = 0; i < g->n; i++) {
-        CHECK(device_open_cpu(i, 64u << 20, &g->devs[i]) == 0);
-        placement[i] = i;
-    }
-    struct swap_config cfg = {.host_budget = 256u << 20};
-    CHECK(swap_manager_create(g->devs, g->n, &cfg, &g->mgr) == 0);
-    CHECK(workers_create(g->mgr, &g->w) == 0);
-    struct placement pl = {.tp = tp, .pp = pp, .devices = placement};
-    return swap_register(g->mgr, "m", path, &pl, false, &g->model);
-}
-
-static void rig_close(struct rig *g)
-{
-    workers_destroy(g->w);
-    swap_manager_destroy(g->mgr);
-    for (int i = 0; i < g->n; i++)
-        device_close(g->devs[i]);
-}
-
 TEST(sharded)
 {
     static const int layouts[][2] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}};
@@ -235,7 +204,7 @@ TEST(sharded)
         for (size_t l = 0; l < 4; l++) {
             struct rig g;
             int tp = layouts[l][0], pp = layouts[l][1];
-            int rc = rig_open(&g, path, tp, pp);
+            int rc = rig_open(&g, "m", path, tp, pp);
             if (kquant && tp == 2) {
                 /* o_proj's 256 columns in two halves of 128: off Q4_K's blocks */
                 CHECK_MSG(rc == ERR_INVALID && strstr(err_msg(), "o_proj.weight") &&

@@ -26,49 +26,12 @@
 #include "swap/swap.h"
 #include "test.h"
 #include "sharded_ref.h"
+#include "swap_rig.h"
 #include "tiny_opt.h"
 
 #define FIXTURES SHARDSWAP_SOURCE_DIR "/tests/fixtures/models"
 #define TOL 1e-5
 #define TOL_BF16 1e-2
-
-/* tp x pp CPU devices, a swap manager and workers, and the model in dir
- * registered on them in order. */
-struct rig {
-    struct device *devs[8];
-    int n;
-    struct swap_manager *mgr;
-    struct workers *w;
-    struct swap_model *model;
-};
-
-/* Returns swap_register's result (the rest is checked here). */
-static int rig_open(struct rig *g, const char *name, const char *dir, int tp, int pp)
-{
-    memset(g, 0, sizeof(*g));
-    int placement[8];
-    g->n = tp * pp;
-    for (int i = 0; i < g->n; i++) {
-        CHECK(device_open_cpu(i, 64u << 20, &g->devs[i]) == 0);
-        placement[i] = i;
-    }
-    struct swap_config cfg = {.host_budget = 256u << 20};
-    CHECK(swap_manager_create(g->devs, g->n, &cfg, &g->mgr) == 0);
-    CHECK(workers_create(g->mgr, &g->w) == 0);
-    struct placement pl = {.tp = tp, .pp = pp, .devices = placement};
-    return swap_register(g->mgr, name, dir, &pl, false, &g->model);
-}
-
-/* Frees everything; every device's memory must be back. */
-static void rig_close(struct rig *g)
-{
-    workers_destroy(g->w);
-    swap_manager_destroy(g->mgr);
-    for (int i = 0; i < g->n; i++) {
-        CHECK(device_used(g->devs[i]) == 0);
-        device_close(g->devs[i]);
-    }
-}
 
 static void check_layout(const char *name, const char *dir, int tp, int pp,
                          enum kern_compute compute, const float *pre, const float *steps,
