@@ -59,12 +59,9 @@ static const char *fixtures[N_MODELS] = {"llama_gqa_f32", "pre_ln_f32", "qwen2_b
 static char paths[N_MODELS][512];
 static struct expect expects[N_MODELS][3];
 
-static struct cluster_job *job;
-static int me, procs;
-static pid_t pids[8]; /* the followers', sent to process 0 before they follow */
-#define PID_TAG 7
 #define BEAT_INTERVAL 0.2
 #define BEAT_TIMEOUT 3.0
+#include "mpi/job_test.h"
 
 static const int dev_tp[] = {0, 1}, dev_pp[] = {1, 0}, dev_pplast[] = {0, 2}, dev_far[] = {2};
 static struct stack_model_config models[N_MODELS];
@@ -416,43 +413,4 @@ TEST(stopped)
     CHECK(kill(pids[far_proc], SIGCONT) == 0);
     stack_close(s);
     cluster_job_release(job);
-}
-
-int main(int argc, char **argv)
-{
-    if (!mpi_built())
-        test_skip("built without MPI");
-    if (mpi_launched() < 2)
-        test_skip("not started by mpirun as 2 or more processes (tests/CMakeLists.txt does)");
-    struct cluster_job_config jc = {.beat_interval_s = BEAT_INTERVAL,
-                                    .beat_timeout_s = BEAT_TIMEOUT};
-    if (cluster_job_open(&jc, &job) < 0) {
-        fprintf(stderr, "%s\n", err_msg());
-        return 1;
-    }
-    me = cluster_job_proc(job);
-    procs = cluster_job_procs(job);
-    config_make();
-    struct mpi_world *w = cluster_job_world(job);
-    if (me > 0) {
-        pid_t pid = getpid();
-        if (mpi_world_send(w, 0, PID_TAG, &pid, sizeof pid) < 0)
-            fprintf(stderr, "process %d: %s\n", me, err_msg());
-    }
-    for (int p = 1; me == 0 && p < procs && p < 8; p++) {
-        void *buf = NULL;
-        size_t n = 0;
-        if (mpi_world_recv(w, p, PID_TAG, &buf, &n) == 0 && n == sizeof(pid_t))
-            memcpy(&pids[p], buf, sizeof(pid_t));
-        free(buf);
-    }
-    int rc = 0;
-    if (me == 0) {
-        rc = test_main(argc, argv, NULL);
-    } else if (cluster_job_follow(job) < 0) {
-        fprintf(stderr, "process %d: %s\n", me, err_msg());
-        rc = 1;
-    }
-    cluster_job_close(job);
-    return rc;
 }
