@@ -122,6 +122,15 @@ int hf_get_str(json_t *root, const char *what, const char *key, const char **out
     return 0;
 }
 
+int hf_write_config(json_t *root, const char *path)
+{
+    int rc = 0;
+    if (json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
+        rc = err_set(ERR_IO, "%s: cannot write", path);
+    json_decref(root);
+    return rc;
+}
+
 int hf_get_rope_type(json_t *o, const char *what, const char **type)
 {
     int rc;

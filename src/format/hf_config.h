@@ -32,6 +32,9 @@ int hf_get_num(json_t *root, const char *what, const char *key, bool required, d
 int hf_get_bool(json_t *root, const char *what, const char *key, bool dflt, bool *out);
 /* A string, or NULL when absent or null (valid while root is). */
 int hf_get_str(json_t *root, const char *what, const char *key, const char **out);
+/* Writes root to path as a config.json (2-space indent, keys in the order
+ * set) and releases root. ERR_IO naming path when it cannot be written. */
+int hf_write_config(json_t *root, const char *path);
 /* A rope settings object's type: "rope_type", else the older spelling "type";
  * NULL when neither is present or it is "default". */
 int hf_get_rope_type(json_t *o, const char *what, const char **type);

@@ -501,9 +501,5 @@ int llama_config_save(const struct model_config *mc, const char *dir)
         json_object_set_new(root, "pad_token_id", json_integer(in->pad_id));
     if (in->n_eos == 1)
         json_object_set_new(root, "eos_token_id", json_integer(in->eos_ids[0]));
-    int rc = 0;
-    if (json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
-        rc = err_set(ERR_IO, "%s: cannot write", path);
-    json_decref(root);
-    return rc;
+    return hf_write_config(root, path);
 }

@@ -142,9 +142,5 @@ int opt_config_save(const struct model_config *mc, const char *dir)
         0.02, "layerdrop", 0.0, "prefix", "</s>", "use_cache", 1);
     if (!root)
         return err_set(ERR_NOMEM, "%s: cannot build config JSON", path);
-    int rc = 0;
-    if (json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
-        rc = err_set(ERR_IO, "%s: cannot write", path);
-    json_decref(root);
-    return rc;
+    return hf_write_config(root, path);
 }
