@@ -253,14 +253,21 @@ COMMON_NOTES = [
 # independent numpy float64 reference
 # ---------------------------------------------------------------------------------------------
 
-def np_rope_params(cfg):
-    """RoPE settings from config.json in either spelling -> dict(rope_type, rope_theta, ...)."""
+def np_rope_spelling(cfg):
+    """config.json's RoPE settings in either spelling -> dict(rope_type, ...): transformers 5's
+    rope_parameters, else the Hub's rope_scaling (older key 'type') with a top-level rope_theta."""
     if cfg.get("rope_parameters"):
         rp = dict(cfg["rope_parameters"])
     else:
         rp = dict(cfg.get("rope_scaling") or {})
         rp.setdefault("rope_theta", cfg.get("rope_theta", 10000.0))
     rp["rope_type"] = rp.get("rope_type", rp.get("type", "default"))
+    return rp
+
+
+def np_rope_params(cfg):
+    """RoPE settings from config.json in either spelling -> dict(rope_type, rope_theta, ...)."""
+    rp = np_rope_spelling(cfg)
     rp.setdefault("rope_theta", 10000.0)
     assert rp.get("partial_rotary_factor", 1.0) == 1.0
     return rp
@@ -346,7 +353,6 @@ def np_forward(W, cfg, ids, mask):
     H = cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads") or H
     hd = np_head_dim(cfg)
-    group = H // KV
     eps = cfg["rms_norm_eps"]
     assert cfg.get("hidden_act", "silu") == "silu"
     assert np_sliding_window(cfg) is None, "sliding window attention is not implemented here"
@@ -371,22 +377,37 @@ def np_forward(W, cfg, ids, mask):
         v = lin(x, L + "self_attn.v_proj").reshape(B, T, KV, hd).transpose(0, 2, 1, 3)
         q = q * cos + np_rotate_half(q) * sin
         k = k * cos + np_rotate_half(k) * sin
-        kv_of = np.arange(H) // group                                 # query head -> KV head
-        k, v = k[:, kv_of], v[:, kv_of]
-        s = (q @ k.transpose(0, 1, 3, 2)) * hd ** -0.5                # [B, H, Tq, Tk]
-        s = np.where(allowed[:, None], s, -np.inf)
-        m = s.max(-1, keepdims=True)
-        m = np.where(np.isfinite(m), m, 0.0)
-        e = np.exp(s - m)
-        den = e.sum(-1, keepdims=True)
-        pr = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
-        o = (pr @ v).transpose(0, 2, 1, 3).reshape(B, T, H * hd)
-        o = np.where(any_allowed[..., None], o, 0.0)
-        return lin(o, L + "self_attn.o_proj")
+        return lin(np_attend(q, k, v, allowed, any_allowed), L + "self_attn.o_proj")
 
     def mlp(x, L):
         return lin(np_silu(lin(x, L + "mlp.gate_proj")) * lin(x, L + "mlp.up_proj"), L + "mlp.down_proj")
 
+    return np_decoder(W, cfg, ids, attn, mlp, eps)
+
+
+def np_attend(q, k, v, allowed, any_allowed):
+    """Softmax attention after RoPE: q [B, H, T, hd], k and v [B, KV, T, hd] (query head h uses
+    KV head h // (H / KV)), allowed [B, Tq, Tk] the keys each query may see, any_allowed [B, Tq].
+    Returns [B, T, H*hd], zero at query rows that see no key."""
+    B, H, T, hd = q.shape
+    group = H // k.shape[1]
+    kv_of = np.arange(H) // group                                     # query head -> KV head
+    k, v = k[:, kv_of], v[:, kv_of]
+    s = (q @ k.transpose(0, 1, 3, 2)) * hd ** -0.5                    # [B, H, Tq, Tk]
+    s = np.where(allowed[:, None], s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(s - m)
+    den = e.sum(-1, keepdims=True)
+    pr = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
+    o = (pr @ v).transpose(0, 2, 1, 3).reshape(B, T, H * hd)
+    return np.where(any_allowed[..., None], o, 0.0)
+
+
+def np_decoder(W, cfg, ids, attn, mlp, eps):
+    """The pre-norm decoder around attn(x, L) and mlp(x, L) (L = "layers.i."): embed, per layer
+    h += attn(input_layernorm(h)), h += mlp(post_attention_layernorm(h)), final norm, lm_head (the
+    embedding when tied). Returns the logits."""
     h = W["embed_tokens.weight"][ids]
     for i in range(cfg["num_hidden_layers"]):
         L = f"layers.{i}."
@@ -500,6 +521,16 @@ def greedy_run(model, prompts, eos):
     return greedy, min_margin, hit_eos
 
 
+def save_fresh(model, storage, out_dir):
+    """model converted to storage (a torch dtype's name) and saved as safetensors into out_dir,
+    which is emptied first."""
+    model = model.to(getattr(torch, storage))
+    if os.path.exists(out_dir):
+        shutil.rmtree(out_dir)
+    os.makedirs(out_dir)
+    model.save_pretrained(out_dir, safe_serialization=True)
+
+
 def try_build(spec, seed, out_dir):
     """Build one fixture into out_dir with the given seed. Raises Rejected if ill-conditioned."""
     torch.manual_seed(seed)
@@ -516,12 +547,7 @@ def try_build(spec, seed, out_dir):
     if spec["gen_eos"] is not None:
         model.generation_config = GenerationConfig(bos_token_id=BOS, eos_token_id=spec["gen_eos"],
                                                    pad_token_id=config.pad_token_id)
-    model = model.to(getattr(torch, spec["storage"]))
-
-    if os.path.exists(out_dir):
-        shutil.rmtree(out_dir)
-    os.makedirs(out_dir)
-    model.save_pretrained(out_dir, safe_serialization=True)
+    save_fresh(model, spec["storage"], out_dir)
     del model
 
     cfg_path = os.path.join(out_dir, "config.json")

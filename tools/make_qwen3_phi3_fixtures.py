@@ -34,7 +34,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import sys
 
 import numpy as np
@@ -50,8 +49,9 @@ from make_fixtures import (Rejected, build_seeded, chmod_files, dir_size,  # noq
 from make_llama_fixtures import (BF16_DECIDED, BF16_MARGIN_MIN, BF16_TOLERANCE, BOS,  # noqa: E402
                                  MARGIN_REL, MAX_NEW_TOKENS, MIN_DISTINCT, PAD, SELF_CHECK_TOL,
                                  TOLERANCE, as_list, batch_logits, greedy_run, make_prompts,
-                                 np_positions, np_rms_norm, np_rotate_half, np_silu, pad_left,
-                                 reinit_, write_config)
+                                 np_attend, np_decoder, np_head_dim, np_positions, np_rms_norm,
+                                 np_rope_spelling, np_rotate_half, np_silu, pad_left, reinit_,
+                                 save_fresh, write_config)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO, "tests", "fixtures", "models")
@@ -154,12 +154,7 @@ NOTES = [
 
 def np_rope(cfg):
     """(rope dict, rotary dims, attention factor) from config.json in either spelling."""
-    if cfg.get("rope_parameters"):
-        rp = dict(cfg["rope_parameters"])
-    else:
-        rp = dict(cfg.get("rope_scaling") or {})
-        rp.setdefault("rope_theta", cfg.get("rope_theta", 10000.0))
-    rp["rope_type"] = rp.get("rope_type", rp.get("type", "default"))
+    rp = np_rope_spelling(cfg)
     partial = rp.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
     rot = int(np_head_dim(cfg) * partial)
     attn = 1.0
@@ -172,10 +167,6 @@ def np_rope(cfg):
     else:
         assert rp["rope_type"] == "default", rp
     return rp, rot, attn
-
-
-def np_head_dim(cfg):
-    return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
 
 
 def np_inv_freq(cfg, long_ctx):
@@ -194,7 +185,6 @@ def np_forward(W, cfg, ids, mask):
     H = cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads") or H
     hd = np_head_dim(cfg)
-    group = H // KV
     eps = cfg["rms_norm_eps"]
     phi3 = cfg["model_type"] == "phi3"
     rp, rot, attn_factor = np_rope(cfg)
@@ -232,18 +222,7 @@ def np_forward(W, cfg, ids, mask):
             q = np_rms_norm(q, W[L + "self_attn.q_norm.weight"], eps)
             k = np_rms_norm(k, W[L + "self_attn.k_norm.weight"], eps)
         q, k = rope(q.transpose(0, 2, 1, 3)), rope(k.transpose(0, 2, 1, 3))
-        kv_of = np.arange(H) // group
-        k, v = k[:, kv_of], v[:, kv_of]
-        s = (q @ k.transpose(0, 1, 3, 2)) * hd ** -0.5
-        s = np.where(allowed[:, None], s, -np.inf)
-        m = s.max(-1, keepdims=True)
-        m = np.where(np.isfinite(m), m, 0.0)
-        e = np.exp(s - m)
-        den = e.sum(-1, keepdims=True)
-        pr = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
-        o = (pr @ v).transpose(0, 2, 1, 3).reshape(B, T, H * hd)
-        o = np.where(any_allowed[..., None], o, 0.0)
-        return lin(o, L + "self_attn.o_proj")
+        return lin(np_attend(q, k, v, allowed, any_allowed), L + "self_attn.o_proj")
 
     def mlp(x, L):
         if phi3:
@@ -252,14 +231,7 @@ def np_forward(W, cfg, ids, mask):
             return lin(gu[..., F:] * np_silu(gu[..., :F]), L + "mlp.down_proj")
         return lin(np_silu(lin(x, L + "mlp.gate_proj")) * lin(x, L + "mlp.up_proj"), L + "mlp.down_proj")
 
-    h = W["embed_tokens.weight"][ids]
-    for i in range(cfg["num_hidden_layers"]):
-        L = f"layers.{i}."
-        h = h + attn(np_rms_norm(h, W[L + "input_layernorm.weight"], eps), L)
-        h = h + mlp(np_rms_norm(h, W[L + "post_attention_layernorm.weight"], eps), L)
-    h = np_rms_norm(h, W["norm.weight"], eps)
-    lm = W["lm_head.weight"] if "lm_head.weight" in W else W["embed_tokens.weight"]
-    return h @ lm.T
+    return np_decoder(W, cfg, ids, attn, mlp, eps)
 
 
 def np_greedy(W, cfg, prompt, n):
@@ -321,11 +293,7 @@ def try_build(spec, seed, out_dir):
     if spec["gen_eos"] is not None:
         model.generation_config = GenerationConfig(bos_token_id=BOS, eos_token_id=spec["gen_eos"],
                                                    pad_token_id=config.pad_token_id)
-    model = model.to(getattr(torch, spec["storage"]))
-    if os.path.exists(out_dir):
-        shutil.rmtree(out_dir)
-    os.makedirs(out_dir)
-    model.save_pretrained(out_dir, safe_serialization=True)
+    save_fresh(model, spec["storage"], out_dir)
     del model
 
     cfg_path = os.path.join(out_dir, "config.json")

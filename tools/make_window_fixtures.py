@@ -34,7 +34,6 @@ import argparse
 import copy
 import json
 import os
-import shutil
 import sys
 
 import numpy as np
@@ -52,7 +51,7 @@ from make_fixtures import Rejected, build_seeded, chmod_files, dir_size, rel_err
 from make_llama_fixtures import (BF16_DECIDED, BF16_MARGIN_MIN, BF16_TOLERANCE,  # noqa: E402
                                  MARGIN_REL, MAX_NEW_TOKENS, MIN_DISTINCT, PROMPT_LENS,
                                  SELF_CHECK_TOL, TOLERANCE, as_list, batch_logits, greedy_run,
-                                 np_positions, pad_left)
+                                 np_positions, pad_left, save_fresh)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO, "tests", "fixtures", "models")
@@ -199,11 +198,7 @@ def try_build(spec, seed, out_dir):
     model_cls = model_class(kind)
     model = build_model(spec).eval()
     reinit_(model)
-    model = model.to(getattr(torch, spec["storage"]))
-    if os.path.exists(out_dir):
-        shutil.rmtree(out_dir)
-    os.makedirs(out_dir)
-    model.save_pretrained(out_dir, safe_serialization=True)
+    save_fresh(model, spec["storage"], out_dir)
     del model
     cfg_path = os.path.join(out_dir, "config.json")
     native = model_cls.from_pretrained(out_dir, dtype=torch.float32,
