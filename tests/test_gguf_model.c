@@ -31,6 +31,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "engine/workers.h"
+#include "file_patch.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/model.h"
@@ -354,29 +355,28 @@ TEST(truncated)
     rig_close(&g);
 }
 
+/* The F16 llama file with the bytes after the first `find` replaced by
+ * `with` (n bytes, at `skip` past it), written to tmpdir/name (its path to
+ * path). False (a check failed) when it could not be made. */
+static bool patch_file(const char *name, const char *find, size_t skip, const void *with, size_t n,
+                       char *path, size_t cap)
+{
+    char src[512];
+    snprintf(src, sizeof(src), "%s/llama_gqa/model-f16.gguf", GGUF_DIR);
+    snprintf(path, cap, "%s/%s", tmpdir, name);
+    return file_patch(src, path, find, skip, with, n, NULL);
+}
+
 TEST(quantized)
 {
     /* the F16 file with one matrix's type patched to Q4_1, a block type not
      * computed (64 elements: 2 blocks of 20 bytes, fewer bytes than F16's
      * 128, so the file still holds it) */
-    char src[512], path[512];
-    snprintf(src, sizeof(src), "%s/llama_gqa/model-f16.gguf", GGUF_DIR);
-    snprintf(path, sizeof(path), "%s/q8.gguf", tmpdir);
-    char *data = NULL;
-    size_t len = 0;
-    CHECK(fs_read_regular(src, 1 << 24, &data, &len) == 0);
-    if (!data)
-        return;
+    char path[512];
+    /* name, n_dims (u32), 2 x ne (u64), type (u32) */
     const char name[] = "blk.1.attn_v.weight";
-    char *at = memmem(data, len, name, sizeof(name) - 1);
-    CHECK(at != NULL);
-    if (at) {
-        /* name, n_dims (u32), 2 x ne (u64), type (u32) */
-        char *type = at + sizeof(name) - 1 + 4 + 16;
-        uint32_t q41 = GGML_TYPE_Q4_1;
-        memcpy(type, &q41, 4);
-        FILE *f = fopen(path, "wb");
-        CHECK(f && fwrite(data, 1, len, f) == len && fclose(f) == 0);
+    uint32_t q41 = GGML_TYPE_Q4_1;
+    if (patch_file("q8.gguf", name, sizeof(name) - 1 + 4 + 16, &q41, 4, path, sizeof(path))) {
         struct model *m = NULL;
         CHECK(model_open(path, &m) < 0);
         CHECK_MSG(strstr(err_msg(), "tensor 'blk.1.attn_v.weight' has type Q4_1") &&
@@ -384,28 +384,6 @@ TEST(quantized)
                   "%s", err_msg());
         model_close(m);
     }
-    free(data);
-}
-
-/* The F16 llama file with the bytes after the first `find` replaced by
- * `with` (n bytes, at `skip` past it), written to tmpdir/name. */
-static void patch_file(const char *name, const char *find, size_t skip, const void *with, size_t n,
-                       char *path, size_t cap)
-{
-    char src[512];
-    snprintf(src, sizeof(src), "%s/llama_gqa/model-f16.gguf", GGUF_DIR);
-    snprintf(path, cap, "%s/%s", tmpdir, name);
-    char *data = NULL;
-    size_t len = 0;
-    CHECK(fs_read_regular(src, 1 << 24, &data, &len) == 0);
-    char *at = data ? memmem(data, len, find, strlen(find)) : NULL;
-    CHECK(at != NULL);
-    if (at) {
-        memcpy(at + skip, with, n);
-        FILE *f = fopen(path, "wb");
-        CHECK(f && fwrite(data, 1, len, f) == len && fclose(f) == 0);
-    }
-    free(data);
 }
 
 TEST(bad_metadata)

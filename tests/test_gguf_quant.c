@@ -29,6 +29,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "engine/workers.h"
+#include "file_patch.h"
 #include "format/gguf.h"
 #include "model/model.h"
 #include "swap/swap.h"
@@ -296,22 +297,11 @@ TEST(unsupported)
     char src[512], path[512];
     snprintf(src, sizeof(src), "%s/model-q4_0.gguf", QDIR);
     snprintf(path, sizeof(path), "%s/iq4.gguf", tmpdir);
-    char *data = NULL;
-    size_t len = 0;
-    CHECK(fs_read_regular(src, 1 << 24, &data, &len) == 0);
-    if (!data)
-        return;
     const char name[] = "blk.1.attn_v.weight";
-    char *at = memmem(data, len, name, sizeof(name) - 1);
-    CHECK(at != NULL);
-    if (at) {
-        char *type = at + sizeof(name) - 1 + 4 + 16; /* n_dims (u32), 2 x ne (u64) */
-        uint32_t was, iq4 = GGML_TYPE_IQ4_NL;
-        memcpy(&was, type, 4);
+    uint32_t was = 0, iq4 = GGML_TYPE_IQ4_NL;
+    /* n_dims (u32), 2 x ne (u64), then the type */
+    if (file_patch(src, path, name, sizeof(name) - 1 + 4 + 16, &iq4, 4, &was)) {
         CHECK(was == GGML_TYPE_Q4_0);
-        memcpy(type, &iq4, 4);
-        FILE *f = fopen(path, "wb");
-        CHECK(f && fwrite(data, 1, len, f) == len && fclose(f) == 0);
         struct model *m = NULL;
         int rc = model_open(path, &m);
         CHECK_MSG(rc < 0 && strstr(err_msg(), "tensor 'blk.1.attn_v.weight' has type IQ4_NL") &&
@@ -319,7 +309,6 @@ TEST(unsupported)
                   "%d %s", rc, err_msg());
         model_close(m);
     }
-    free(data);
 }
 
 static void setup(void)
