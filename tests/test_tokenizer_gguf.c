@@ -624,6 +624,35 @@ TEST(hostile)
     }
 }
 
+/* tokenizer.chat_template with a NUL byte, or bytes that are not UTF-8: a
+ * one-line error naming the key, never a read past the copy. */
+TEST(template_hostile)
+{
+    static const struct {
+        const char *what, *text, *expect;
+        size_t len;
+    } cases[] = {
+        {"NUL inside", "{{ x }}\0{{ y }}", "holds a NUL byte", 15},
+        {"NUL first", "\0abcdefgh", "holds a NUL byte", 10},
+        {"not UTF-8", "ab\xff\xfe", "invalid UTF-8 at byte 2", 4},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/template%zu.gguf", scratch, i);
+        struct gw w = {0};
+        gw_kv_str(&w, "tokenizer.chat_template", cases[i].text, cases[i].len);
+        gw_write(&w, path);
+        struct chat_template *ct = NULL;
+        int rc = chat_template_load(path, NULL, &ct);
+        const char *msg = err_msg();
+        printf("  %s: %s\n", cases[i].what, msg);
+        CHECK_MSG(rc < 0 && !ct && strstr(msg, "tokenizer.chat_template") &&
+                      strstr(msg, cases[i].expect) && !strchr(msg, '\n'),
+                  "%s: rc %d, message \"%s\"", cases[i].what, rc, msg);
+        chat_template_free(ct);
+    }
+}
+
 static void setup(void)
 {
     test_scratch_dir(scratch, sizeof(scratch), "tokenizer_gguf");

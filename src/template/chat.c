@@ -201,16 +201,17 @@ static int chat_template_load_gguf(const char *path, const char *override_path,
                          gguf_path(g), tpl.n, (size_t)JINJA_MAX_SOURCE);
             goto out;
         }
+        char what[4200];
+        snprintf(what, sizeof(what), "%s: tokenizer.chat_template", gguf_path(g));
+        if ((rc = utf8_text_check(what, tpl.p, tpl.n)) < 0)
+            goto out;
+        /* a NUL in it ends the copy early: found below as a length that differs */
         if (!(text = strndup(tpl.p, tpl.n))) {
             rc = err_set(ERR_NOMEM, "out of memory");
             goto out;
         }
         len = tpl.n;
         src_name = "tokenizer.chat_template";
-        char what[4200];
-        snprintf(what, sizeof(what), "%s: tokenizer.chat_template", gguf_path(g));
-        if ((rc = utf8_text_check(what, text, len)) < 0)
-            goto out;
     } else {
         goto out; /* no template: *out stays NULL */
     }
