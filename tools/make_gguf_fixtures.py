@@ -4,7 +4,7 @@
 Regenerate (from the repository root, CPU only, no network once llama.cpp's converter is
 unpacked; see tools/llamacpp.sh):
 
-    LLAMACPP_PYTHON=/work/pyenv/bin/python python3 tools/make_gguf_fixtures.py
+    LLAMACPP_PYTHON=python3 python3 tools/make_gguf_fixtures.py
 
 (any interpreter with sentencepiece and the packages of tools/requirements.txt will do as
 LLAMACPP_PYTHON; this script itself needs sentencepiece). Options: --out DIR (default

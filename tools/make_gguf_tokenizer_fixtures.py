@@ -2,7 +2,7 @@
 """GGUF tokenizer fixtures: llama.cpp's vocabulary-only GGUF files of the four
 families the project's tokenizer tests use, and llama.cpp's own ids for them.
 
-    LLAMACPP_PYTHON=/work/pyenv/bin/python tools/make_gguf_tokenizer_fixtures.py
+    LLAMACPP_PYTHON=python3 tools/make_gguf_tokenizer_fixtures.py
 
 Writes tests/fixtures/gguf_tokenizers/:
 

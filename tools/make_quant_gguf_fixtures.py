@@ -4,7 +4,7 @@
 Regenerate (from the repository root, CPU only; llama.cpp built by tools/llamacpp.sh, whose
 build/bin/llama-quantize this calls):
 
-    LLAMACPP_PYTHON=/work/pyenv/bin/python /work/pyenv/bin/python tools/make_quant_gguf_fixtures.py
+    LLAMACPP_PYTHON=python3 python3 tools/make_quant_gguf_fixtures.py
 
 (any interpreter with torch, transformers, safetensors, sentencepiece and gguf will do).
 Options: --out DIR (default tests/fixtures/gguf/llama_quant), --quantize PATH (llama-quantize).

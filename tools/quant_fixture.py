@@ -8,7 +8,7 @@ For each TYPE of Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: TYPE.bin holds the ra
 magnitudes, both signs), TYPE.f32 the dequantized elements as little-endian
 float32. Deterministic (seeded): rerun to remake them.
 
-    /work/pyenv/bin/python tools/quant_fixture.py [OUT_DIR]
+    python3 tools/quant_fixture.py [OUT_DIR]
 """
 import os
 import sys
