@@ -521,6 +521,19 @@ def greedy_run(model, prompts, eos):
     return greedy, min_margin, hit_eos
 
 
+def logits_in_range(logits, valid):
+    """The logits at real positions and their largest magnitude; Rejected (try another seed)
+    when any is not finite or the magnitude is outside [2, 60], where greedy ids are neither
+    ties nor saturated."""
+    if not torch.isfinite(logits).all():
+        raise Rejected("non-finite logits")
+    vl = logits[valid]
+    maxabs = float(vl.abs().max())
+    if not (2.0 <= maxabs <= 60.0):
+        raise Rejected(f"max|logit| {maxabs:.3g} out of range")
+    return vl, maxabs
+
+
 def save_fresh(model, storage, out_dir):
     """model converted to storage (a torch dtype's name) and saved as safetensors into out_dir,
     which is emptied first."""
@@ -636,12 +649,7 @@ def try_build(spec, seed, out_dir):
         e_window = rel_err(batch_logits(m_sw, ids, mask, pos)[valid], logits[valid])
         assert e_window > 1e-2, f"the disabled sliding window would not matter ({e_window})"
         del m_sw
-    if not torch.isfinite(logits).all():
-        raise Rejected("non-finite logits")
-    vl = logits[valid]
-    maxabs = float(vl.abs().max())
-    if not (2.0 <= maxabs <= 60.0):
-        raise Rejected(f"max|logit| {maxabs:.3g} out of range")
+    vl, maxabs = logits_in_range(logits, valid)
     e_pad = rel_err(logits[0, -L0:], logits0)
     e_eager = rel_err(logits_eager[valid], vl)
     e_arange = rel_err(logits_arange[valid], vl)

@@ -48,7 +48,7 @@ from make_fixtures import (Rejected, build_seeded, chmod_files, dir_size,  # noq
                            np_load_weights, rel_err, write_json)
 from make_llama_fixtures import (BF16_DECIDED, BF16_MARGIN_MIN, BF16_TOLERANCE, BOS,  # noqa: E402
                                  MARGIN_REL, MAX_NEW_TOKENS, MIN_DISTINCT, PAD, SELF_CHECK_TOL,
-                                 TOLERANCE, as_list, batch_logits, greedy_run, make_prompts,
+                                 TOLERANCE, as_list, batch_logits, greedy_run, logits_in_range, make_prompts,
                                  np_attend, np_decoder, np_head_dim, np_positions, np_rms_norm,
                                  np_rope_spelling, np_rotate_half, np_silu, pad_left, reinit_,
                                  save_fresh, write_config)
@@ -348,12 +348,7 @@ def try_build(spec, seed, out_dir):
         # sequence with the long factors, which shardswap does not (see docs/models.md)
         assert (orig < 2) if longrope == "long" else (orig >= longest), (orig, longest)
         assert e_batch_call < SELF_CHECK_TOL, e_batch_call
-    if not torch.isfinite(logits).all():
-        raise Rejected("non-finite logits")
-    vl = logits[valid]
-    maxabs = float(vl.abs().max())
-    if not (2.0 <= maxabs <= 60.0):
-        raise Rejected(f"max|logit| {maxabs:.3g} out of range")
+    vl, maxabs = logits_in_range(logits, valid)
     e_pad = rel_err(logits[0, -L0:], logits0)
     assert e_pad < SELF_CHECK_TOL, e_pad
 
