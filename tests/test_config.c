@@ -192,7 +192,7 @@ TEST(qwen3_phi3)
     struct llama_config c = parse_llama("{\"model_type\": \"qwen3\", " LHEADS
                                         ", \"num_key_value_heads\": 2, \"mlp_bias\": true}");
     const struct model_info *in = &c.base.info;
-    CHECK(c.variant == LLAMA_VARIANT_QWEN3 && c.qk_norm && !c.fused && in->head_dim == 128);
+    CHECK(c.variant == LLAMA_VARIANT_QWEN3 && llama_qk_norm(&c) && !llama_fused(&c) && in->head_dim == 128);
     CHECK(!c.qkv_bias && !c.o_bias && !c.mlp_bias && c.rot_dim == 128);
     CHECK(strcmp(in->architecture, "Qwen3ForCausalLM") == 0);
     c = parse_llama("{\"model_type\": \"qwen3\", " LHEADS ", \"head_dim\": 32, \"attention_bias\": "
@@ -202,7 +202,7 @@ TEST(qwen3_phi3)
      * rope_parameters; its window is on every layer, as Mistral's, and leaves the context */
     c = parse_llama("{" PHI3 ", \"attention_bias\": true, \"partial_rotary_factor\": 0.75, "
                     "\"sliding_window\": 64}");
-    CHECK(c.variant == LLAMA_VARIANT_PHI3 && c.fused && !c.qk_norm && !c.qkv_bias && !c.o_bias);
+    CHECK(c.variant == LLAMA_VARIANT_PHI3 && llama_fused(&c) && !llama_qk_norm(&c) && !c.qkv_bias && !c.o_bias);
     CHECK(c.rot_dim == 6 && in->max_pos == 256 && c.rope == ROPE_DEFAULT);
     CHECK(c.sliding_window == 64 && layer_windowed(&c.windows, 0) &&
           layer_windowed(&c.windows, in->n_layers - 1));

@@ -64,13 +64,23 @@ struct llama_config {
     double rope_attn_factor; /* longrope: cos and sin scaled by it (1 otherwise) */
     float short_factor[LLAMA_LONGROPE_MAX],
         long_factor[LLAMA_LONGROPE_MAX]; /* longrope (rot_dim/2) */
-    bool qk_norm;            /* Qwen3: self_attn.q_norm, k_norm (head_dim) before rotary */
-    bool fused;              /* Phi-3: self_attn.qkv_proj, mlp.gate_up_proj */
     int sliding_window;      /* 0: none (or not used) */
     struct layer_windows windows; /* the layers that attend within it */
     int max_pos_config;      /* max_position_embeddings as config.json says it */
     float freq_factors[LLAMA_MAX_FREQS]; /* ROPE_FACTORS: rot_dim / 2 of them */
 };
+
+/* Qwen3: self_attn.q_norm, k_norm (head_dim) before the rotary. */
+static inline bool llama_qk_norm(const struct llama_config *c)
+{
+    return c->variant == LLAMA_VARIANT_QWEN3;
+}
+
+/* Phi-3: self_attn.qkv_proj and mlp.gate_up_proj, fused in the checkpoint. */
+static inline bool llama_fused(const struct llama_config *c)
+{
+    return c->variant == LLAMA_VARIANT_PHI3;
+}
 
 static inline const struct llama_config *llama_cfg(const struct model *m)
 {

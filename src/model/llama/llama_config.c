@@ -346,8 +346,6 @@ int llama_config_parse(json_t *root, const char *what, struct model_config **out
     c->qkv_bias = (attn_bias && !phi3) || c->variant == LLAMA_VARIANT_QWEN2;
     c->o_bias = attn_bias && !phi3 && c->variant != LLAMA_VARIANT_QWEN2;
     c->mlp_bias = c->mlp_bias && !phi3 && !qwen3; /* neither has the field */
-    c->qk_norm = qwen3;
-    c->fused = phi3;
     if ((rc = cfg_rope(root, what, c)) < 0 || (rc = cfg_freq_factors(root, what, c)) < 0 ||
         (rc = cfg_window(root, what, c)) < 0)
         return rc;
@@ -394,7 +392,7 @@ void llama_describe(const struct model_config *mc, char *buf, size_t cap)
              c->rope_theta, c->rope_factor, c->rot_dim,
              c->rope == ROPE_LONGROPE ? ", long past original_max_position_embeddings" : "",
              c->qkv_bias ? "yes" : "no", c->o_bias ? "yes" : "no", c->mlp_bias ? "yes" : "no",
-             c->qk_norm ? "yes" : "no", c->fused ? "yes" : "no", c->tie_embeddings ? "yes" : "no",
+             llama_qk_norm(c) ? "yes" : "no", llama_fused(c) ? "yes" : "no", c->tie_embeddings ? "yes" : "no",
              c->sliding_window);
 }
 

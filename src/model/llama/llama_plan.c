@@ -58,7 +58,7 @@ static int plan_attention(struct model_planner *p, const char *prefix, const str
     const int Q = in->n_heads * hd, K = in->n_kv_heads * hd;
     const int qr = m->heads_local * hd, q0 = m->shard.tp_rank * qr;
     const int kr = m->kv_heads_local * hd, k0 = m->kv_head_begin * hd;
-    if (c->fused) {
+    if (llama_fused(c)) {
         const int R = Q + 2 * K; /* qkv_proj rows: q, then k, then v */
         TRY(plan_matrix(p, blob, NAME("self_attn.qkv_proj.weight"), R, H, q0, qr, 0, H,
                         &L->attn.q));
@@ -72,7 +72,7 @@ static int plan_attention(struct model_planner *p, const char *prefix, const str
         TRY(plan_matrix(p, blob, NAME("self_attn.v_proj.weight"), K, H, k0, kr, 0, H, &L->attn.v));
     }
     TRY(plan_matrix(p, blob, NAME("self_attn.o_proj.weight"), H, Q, 0, H, q0, qr, &L->attn.o));
-    if (c->qk_norm) { /* per head, the same on every rank */
+    if (llama_qk_norm(c)) { /* per head, the same on every rank */
         TRY(plan_vector(p, blob, NAME("self_attn.q_norm.weight"), hd, 0, hd, &L->attn.q_norm));
         TRY(plan_vector(p, blob, NAME("self_attn.k_norm.weight"), hd, 0, hd, &L->attn.k_norm));
     }
@@ -94,7 +94,7 @@ static int plan_layer(struct model_planner *p, const char *prefix, const struct 
     const int l = m->shard.layer_begin + li, blob = 1 + li, H = in->hidden, F = in->ffn;
     const int fr = m->ffn_local, f0 = m->shard.tp_rank * fr;
     TRY(plan_attention(p, prefix, m, L, l, blob));
-    if (c->fused) { /* gate_up_proj rows: gate, then up */
+    if (llama_fused(c)) { /* gate_up_proj rows: gate, then up */
         TRY(plan_matrix(p, blob, NAME("mlp.gate_up_proj.weight"), 2 * F, H, f0, fr, 0, H,
                         &L->mlp.gate));
         TRY(plan_matrix(p, blob, NAME("mlp.gate_up_proj.weight"), 2 * F, H, F + f0, fr, 0, H,

@@ -87,8 +87,6 @@ int llama_preset(const char *name, struct model_config **out)
         c->qkv_bias = p->qkv_bias;
         c->tie_embeddings = p->tied;
         c->rot_dim = p->head_dim;
-        c->qk_norm = p->variant == LLAMA_VARIANT_QWEN3;
-        c->fused = p->variant == LLAMA_VARIANT_PHI3;
         c->rope_attn_factor = 1.0;
         if (p->variant == LLAMA_VARIANT_PHI3) {
             c->sliding_window = PHI3_MINI_WINDOW;
@@ -123,9 +121,9 @@ int llama_tensors(const struct model_config *mc, struct tensor_spec **out, int *
     s[n - 1].zero_row = in->pad_id;
     for (int l = 0; l < in->n_layers; l++) {
         static const char *proj[] = {"q_proj", "k_proj", "v_proj"};
-        if (c->fused)
+        if (llama_fused(c))
             ADD(2, Q + 2 * K, H, TENSOR_NORMAL, "model.layers.%d.self_attn.qkv_proj.weight", l);
-        for (int p = 0; p < 3 && !c->fused; p++) {
+        for (int p = 0; p < 3 && !llama_fused(c); p++) {
             ADD(2, p ? K : Q, H, TENSOR_NORMAL, "model.layers.%d.self_attn.%s.weight", l, proj[p]);
             if (c->qkv_bias)
                 ADD(1, p ? K : Q, 0, TENSOR_ZERO, "model.layers.%d.self_attn.%s.bias", l, proj[p]);
@@ -133,14 +131,14 @@ int llama_tensors(const struct model_config *mc, struct tensor_spec **out, int *
         ADD(2, H, Q, TENSOR_NORMAL, "model.layers.%d.self_attn.o_proj.weight", l);
         if (c->o_bias)
             ADD(1, H, 0, TENSOR_ZERO, "model.layers.%d.self_attn.o_proj.bias", l);
-        if (c->qk_norm) {
+        if (llama_qk_norm(c)) {
             ADD(1, in->head_dim, 0, TENSOR_ONE, "model.layers.%d.self_attn.q_norm.weight", l);
             ADD(1, in->head_dim, 0, TENSOR_ONE, "model.layers.%d.self_attn.k_norm.weight", l);
         }
         static const char *mlp[] = {"gate_proj", "up_proj", "down_proj"};
-        if (c->fused)
+        if (llama_fused(c))
             ADD(2, 2 * F, H, TENSOR_NORMAL, "model.layers.%d.mlp.gate_up_proj.weight", l);
-        for (int p = c->fused ? 2 : 0; p < 3; p++) {
+        for (int p = llama_fused(c) ? 2 : 0; p < 3; p++) {
             ADD(2, p < 2 ? F : H, p < 2 ? H : F, TENSOR_NORMAL, "model.layers.%d.mlp.%s.weight", l,
                 mlp[p]);
             if (c->mlp_bias)
