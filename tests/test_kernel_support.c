@@ -70,7 +70,8 @@
     X(W_Q5_K, linear)                                                                              \
     X(W_Q6_K, linear)                                                                              \
     X(W_Q5_0, linear)                                                                              \
-    X(W_Q5_1, linear)
+    X(W_Q5_1, linear)                                                                              \
+    X(LORA, lora)
 
 static bool slot_filled(const struct kernel_ops *k, enum kern_op op)
 {

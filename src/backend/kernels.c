@@ -51,6 +51,7 @@ static const char *const op_names[KERN_OP_COUNT] = {
     [KERN_OP_W_Q6_K] = "Q6_K weights",
     [KERN_OP_W_Q5_0] = "Q5_0 weights",
     [KERN_OP_W_Q5_1] = "Q5_1 weights",
+    [KERN_OP_LORA] = "lora",
 };
 
 const char *kern_op_name(enum kern_op op)
@@ -128,6 +129,8 @@ static bool table_runs(const struct kernel_ops *k, enum kern_op op)
     case KERN_OP_W_Q5_0:
     case KERN_OP_W_Q5_1:
         return k->linear != NULL; /* and embed, where a model embeds */
+    case KERN_OP_LORA:
+        return k->lora != NULL;
     case KERN_OP_COUNT:
         break;
     }

@@ -109,6 +109,7 @@ enum kern_op {
     KERN_OP_W_Q6_K,
     KERN_OP_W_Q5_0,
     KERN_OP_W_Q5_1,
+    KERN_OP_LORA, /* kern_lora */
     KERN_OP_COUNT
 };
 /* A set of ops: a mask of these bits. */
@@ -149,6 +150,30 @@ int kern_compute_choice(const char *s, bool *set, enum kern_compute *out);
  * and do not overlap. A block-type w: cols and ld whole blocks. */
 int kern_linear(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
                 const float *bias, enum kern_compute c);
+/* One adapter's low-rank pair for one linear layer, this shard's part:
+ * a (r, in) and b (out, r) as PEFT stores lora_A.weight and lora_B.weight
+ * (f32, f16 or bf16), and scale = lora_alpha / r (lora_alpha / sqrt(r)
+ * with rsLoRA). */
+struct lora_pair {
+    struct weight_view a, b;
+    float scale;
+};
+/* Segmented low-rank update (Punica's SGMV): for each segment s < nseg,
+ * the rows i in [seg[s], seg[s + 1]) of x (m, a.cols) get
+ *   y[i, :] += pairs[s].scale * ((x[i, :] @ pairs[s].a^T) @ pairs[s].b^T),
+ * the inner product computed in precision c (KERN_COMPUTE_BF16 rounds x
+ * and the rank-r intermediate to bf16 before each product, as a bf16
+ * model's two Linear calls do), summed in f32. A pair with no a.data (a
+ * sequence of the base, or a layer the adapter does not target) adds
+ * nothing; rows outside [seg[0], seg[nseg]) are untouched. What a row gets
+ * depends only on that row and its pair, bitwise on the CPU: which other
+ * segments share the call changes nothing. seg (nseg + 1, ascending) and
+ * pairs (nseg) are host memory, read before the call returns; y and x do
+ * not overlap. scratch: kern_lora_scratch() floats on the device. */
+int kern_lora(struct stream *s, float *y, const float *x, int m, int nseg, const int *seg,
+              const struct lora_pair *pairs, enum kern_compute c, float *scratch);
+/* Floats of scratch kern_lora needs for m rows with ranks up to max_r. */
+size_t kern_lora_scratch(int m, int max_r);
 /* y[i, w.cols] = row ids[i] - row0 of table w, widened (dequantized) to f32, or zeros when
  * that row is outside [0, w.rows) (a vocabulary-parallel shard looks up only
  * its own rows). ids: (n) on the device. */
