@@ -1073,7 +1073,7 @@ int main(void)
     static const struct {
         const char *family, *with, *without;
     } FAMILIES[] = {
-        {"llama3", "9906 1917\n", "9906 1917\n"},
+        {"llama3", "128000 9906 1917\n", "9906 1917\n"},
         {"qwen2", "9707 1879\n", "9707 1879\n"},
         {"llama2", "1 15043 3186\n", "15043 3186\n"},
         {"phi3", "1 15043 3186\n", "15043 3186\n"},

@@ -415,11 +415,11 @@ TEST(refused)
            sizeof(BAD) / sizeof(BAD[0]) + 4);
 }
 
-/* The committed files: Llama 3's and Qwen2's templates add nothing,
- * Llama 2's and Phi-3's put <s> first. */
+/* The committed files: Qwen2's post-processor adds nothing, Llama 3's puts
+ * <|begin_of_text|> first, Llama 2's and Phi-3's <s>. */
 TEST(llama3)
 {
-    check_family("llama3", 128000, false, "<|eot_id|>", 128009);
+    check_family("llama3", 128000, true, "<|eot_id|>", 128009);
 }
 
 TEST(qwen2)

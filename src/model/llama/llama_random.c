@@ -39,10 +39,8 @@ static const struct preset {
     {"tinyllama-1.1b", LLAMA_VARIANT_LLAMA, 2048, 5632, 22, 32, 4, 64, 32000, 2048, 10000.0,
      1e-5, ROPE_DEFAULT, 1.0, 0, false, false, 1, {2}, 1},
     /* test shapes: a real family's vocabulary and special ids (so its real
-     * tokenizer and chat template fit; Llama 3's padded to 128264 for the
-     * <|endoftext|> = 128256 that data/tokenizer/llama3 has beside the
-     * published 128256), two narrow layers */
-    {"llama-3-tiny", LLAMA_VARIANT_LLAMA, 64, 128, 2, 4, 2, 16, 128264, 8192, 500000.0, 1e-5,
+     * tokenizer and chat template fit), two narrow layers */
+    {"llama-3-tiny", LLAMA_VARIANT_LLAMA, 64, 128, 2, 4, 2, 16, 128256, 8192, 500000.0, 1e-5,
      ROPE_LLAMA3, 8.0, 8192, false, false, 128000, {128001, 128008, 128009}, 3},
     {"qwen2.5-tiny", LLAMA_VARIANT_QWEN2, 64, 128, 2, 4, 2, 16, 151936, 32768, 1000000.0, 1e-6,
      ROPE_DEFAULT, 1.0, 0, true, true, 151643, {151645, 151643}, 2},
