@@ -189,6 +189,27 @@ int bench_gemv(int argc, char **argv)
         x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
     if (!json && any_block)
         printf("quantized %s\n", cpu_qlinear_kernels());
+    /* the read limit and how each way of reading reaches it, on each
+     * thread count: the best is the "read GB/s" every row below is set
+     * against (taken again right before each dtype's rows) */
+    json_t *reads = json ? json_array() : NULL;
+    for (int t = 1; t <= max_threads; t++) {
+        struct membw_read_methods rm;
+        membw_read_detail(t, (size_t)256 << 20, BENCH_GEMV_PASSES, &rm);
+        if (!json)
+            printf("read, %d thread%s:", t, t > 1 ? "s" : "");
+        for (int k = 0; k < rm.n; k++) {
+            if (json)
+                json_array_append_new(reads, json_pack("{s:i, s:s, s:o}", "threads", t, "method",
+                                                       rm.name[k], "gb_s",
+                                                       jsonout_real(rm.bps[k] / 1e9, 3)));
+            else
+                printf(" %s %.1f%s", rm.name[k], rm.bps[k] / 1e9,
+                       strcmp(rm.name[k], rm.best) == 0 ? "*" : "");
+        }
+        if (!json)
+            printf(" GB/s\n");
+    }
     if (!json)
         printf("gemv %s, %d x %d weights, compute %s, %d MB cycled per dtype\n"
                "%-5s %7s %3s %9s %9s %9s %8s %8s\n",
@@ -246,12 +267,15 @@ int bench_gemv(int argc, char **argv)
         }
     }
     if (rc == 0 && json)
-        rc = jsonout_print(json_pack("{s:s, s:s, s:i, s:i, s:s, s:o}", "gemv_kernels",
+        rc = jsonout_print(json_pack("{s:s, s:s, s:i, s:i, s:s, s:o, s:o}", "gemv_kernels",
                                      cpu_gemv_kernels(), "quantized_kernels",
                                      any_block ? cpu_qlinear_kernels() : "", "rows", rows, "cols",
-                                     cols, "compute", compute, "results", results));
-    else
+                                     cols, "compute", compute, "read_methods", reads, "results",
+                                     results));
+    else {
         json_decref(results);
+        json_decref(reads);
+    }
 out:
     bench_gemv_unmap(wbuf, wbytes);
     free(x);
