@@ -80,7 +80,8 @@ int cli_read_stdin(size_t max, char **out, size_t *len);
 #define MODEL_FLAG(dst)                                                                            \
     FLAG_REQUIRED("model", FLAG_STR, dst, "DIR",                                                   \
                   "Hugging Face checkpoint directory (config.json, safetensors weights: OPT, "     \
-                  "Llama, Mistral, Qwen2, Qwen3, Phi-3), or a GGUF file (F32/F16/BF16, Q8_0, "     \
+                  "Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2, Gemma 3), or a GGUF file "        \
+                  "(F32/F16/BF16, Q8_0, "                                                          \
                   "Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; llama, qwen2), the first file of a split "  \
                   "one, or a directory holding one")
 /* --compute: the linear layers' precision (backend/kernels.h). */

@@ -283,9 +283,11 @@ static int bench_forward(int argc, char **argv)
                         "Measures prefill and decode tokens/s of one checkpoint (random prompt "
                         "ids, no padding, greedy decode through the KV cache) on one device, the "
                         "weights copied onto it as serve runs them (on the CPU too), and "
-                        "on a CPU decode's weight bytes streamed per second against memcpy "
-                        "bandwidth measured in the same run with the same thread count, and the "
-                        "matmul ceilings (on a GPU those columns are n/a, null in --json).",
+                        "on a CPU decode's weight bytes streamed per second against the "
+                        "memory's read limit (the best of several ways of reading) and memcpy "
+                        "bandwidth, both measured in the same run with the same thread count, "
+                        "and the matmul ceilings (on a GPU those columns are n/a, null in "
+                        "--json).",
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
