@@ -703,13 +703,16 @@ static void test_devices(void)
                                                                     "tpu:0: expected N"},
         {"bench forward --model F --devices 2", "shardswap bench forward: --devices 2: this "
                                                 "command runs on one device (got 2)"},
+        {"bench forward --model F --devices cuda:0 --profile",
+         "shardswap bench forward: --profile times CPU kernels"},
         {"bench swap --preset opt-125m --devices cuda:0 --layouts 1x1,2x1 --cache T/c",
          "shardswap bench swap: layout 2x1 needs 2 devices; --devices cuda:0 lists 1"},
         {"bench swap --preset opt-125m --devices cuda:0,cpu:1 --cache T/c",
          "one kind of device only"},
         {"bench workload --devices cuda:0 --link-gbps 10 --cache T/c",
          "--link-gbps is for CPU devices only"},
-        {"bench workload --devices 3 --tp 2 --cache T/c", "--devices 3 names 3 devices but --tp is 2"},
+        {"bench workload --devices 3 --tp 2 --cache T/c",
+         "--devices 3 names 3 devices but --tp is 2"},
         {"bench workload --devices cuda:0,cuda:1,cuda:2,cuda:3,cuda:4,cuda:5,cuda:6,cuda:7,cuda:8 "
          "--cache T/c",
          "9 devices, at most 8"},
@@ -1140,6 +1143,39 @@ int main(void)
     CHECK(json_str_eq(json_object_get(fj, "model"), weird));
     CHECK(json_real_value(json_object_get(fj, "decode_tok_s")) > 0 &&
           json_integer_value(json_object_get(fj, "weight_bytes")) > 0);
+    CHECK(json_object_get(fj, "profile") == NULL);
+    json_decref(fj);
+
+    /* --profile: every decode step's kernels add up to the step, less what
+     * falls outside them; OPT's head is its one linear without a bias, its
+     * layers attend once each */
+    snprintf(cmd, sizeof(cmd),
+             "%s bench forward --model '%s' --prompt-len 4 --gen 3 --repeat 2 "
+             "--threads 1 --profile --json",
+             BIN, FIXTURE);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    fj = parse_json_line(cmd, out);
+    json_t *prof = json_object_get(fj, "profile");
+    CHECK(json_integer_value(json_object_get(prof, "steps")) == 6);
+    double step_ms = json_real_value(json_object_get(prof, "ms_per_step")), sum_ms = 0;
+    double attn = 0, head = 0;
+    size_t ki;
+    json_t *kp;
+    json_array_foreach(json_object_get(prof, "kernels"), ki, kp)
+    {
+        const char *name = json_string_value(json_object_get(kp, "kernel"));
+        double calls = json_real_value(json_object_get(kp, "calls_per_step"));
+        sum_ms += json_real_value(json_object_get(kp, "ms_per_step"));
+        if (name && strcmp(name, "attention") == 0)
+            attn = calls;
+        if (name && strcmp(name, "linear") == 0)
+            head = calls;
+    }
+    sum_ms += json_real_value(json_object_get(prof, "outside_kernels_ms_per_step"));
+    CHECK_MSG(step_ms > 0 && fabs(sum_ms - step_ms) <= 1e-3 * step_ms + 1e-3,
+              "profile: kernels + outside %.4f ms, step %.4f ms", sum_ms, step_ms);
+    CHECK_MSG(head == 1 && attn >= 1 && attn == (int)attn, "profile: head %g, attention %g", head,
+              attn);
     json_decref(fj);
 
     /* bench swap end to end on a fixture: every layout loads and answers */

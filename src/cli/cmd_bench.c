@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/profile.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/device_model.h"
@@ -30,11 +31,17 @@ struct bench_result {
 struct greedy {
     int batch, vocab, gen;
     double prefill_end;
+    struct device *profile_dev; /* profiled from the prefill's end to the last step, or NULL */
 };
 
 static int greedy_step(void *ctx, int step, float *logits, int32_t *next)
 {
     struct greedy *g = ctx;
+    if (step == 0 && g->profile_dev) {
+        int rc = kern_profile_start(g->profile_dev);
+        if (rc < 0)
+            return rc;
+    }
     if (step == 0)
         g->prefill_end = time_now();
     if (step == g->gen)
@@ -54,8 +61,8 @@ static int greedy_step(void *ctx, int step, float *logits, int32_t *next)
  * model's device (model_exec_open), through model_generate_steps. Each step
  * returns its logits to the host (kern_to_host, a sync point), so a GPU's
  * queued work is inside the times. */
-static int bench_once(struct model *m, int batch, int prompt_len, int gen,
-                      struct bench_result *r)
+static int bench_once(struct model *m, int batch, int prompt_len, int gen, struct bench_result *r,
+                      struct device *profile_dev, struct kern_profile *profile)
 {
     const int V = model_info(m)->vocab;
     struct model_exec *ex = NULL;
@@ -79,11 +86,14 @@ static int bench_once(struct model *m, int batch, int prompt_len, int gen,
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         ids[i] = 4 + (int32_t)((x >> 33) % (uint64_t)(V - 4));
     }
-    struct greedy g = {.batch = batch, .vocab = V, .gen = gen};
+    struct greedy g = {.batch = batch, .vocab = V, .gen = gen, .profile_dev = profile_dev};
     double t0 = time_now();
-    if ((rc = model_generate_steps(m, ex, ids, prompt_len, logits, next, greedy_step, &g)) < 0)
-        goto out;
+    rc = model_generate_steps(m, ex, ids, prompt_len, logits, next, greedy_step, &g);
     double t1 = time_now();
+    if (profile_dev)
+        kern_profile_stop(profile_dev, profile);
+    if (rc < 0)
+        goto out;
     r->prefill_s = g.prefill_end - t0;
     r->decode_s = t1 - g.prefill_end;
 out:
@@ -136,6 +146,9 @@ struct forward_run {
     double bw, rbw;                /* memcpy (STREAM count), read bytes/s; NaN on a GPU */
     struct bench_ceilings ceil;
     const char *gemv, *matmul, *blas; /* CPU only, else NULL */
+    bool profile;                     /* --profile: */
+    struct kern_profile prof;         /* the timed runs' decode steps, kernel by kernel */
+    double prof_decode_s;             /* and their decode time, all runs together */
 };
 
 /* Opens the model on r->dev, times it (a warm-up, then the best of repeat)
@@ -158,11 +171,14 @@ static int forward_measure(struct forward_run *r)
     /* warm-up: the calibrations, the pool's threads started */
     struct bench_result one;
     r->best = (struct bench_result){1e30, 1e30};
-    if ((rc = bench_once(m, r->batch, r->prompt_len < 8 ? r->prompt_len : 8, 2, &one)) < 0)
+    if ((rc = bench_once(m, r->batch, r->prompt_len < 8 ? r->prompt_len : 8, 2, &one, NULL, NULL)) <
+        0)
         goto out;
     for (int i = 0; i < r->repeat; i++) {
-        if ((rc = bench_once(m, r->batch, r->prompt_len, r->gen, &one)) < 0)
+        if ((rc = bench_once(m, r->batch, r->prompt_len, r->gen, &one, r->profile ? cmod.dev : NULL,
+                             &r->prof)) < 0)
             goto out;
+        r->prof_decode_s += one.decode_s;
         if (one.prefill_s < r->best.prefill_s)
             r->best.prefill_s = one.prefill_s;
         if (one.decode_s < r->best.decode_s)
@@ -207,6 +223,50 @@ static struct forward_figures forward_figures(const struct forward_run *r)
     return f;
 }
 
+/* --profile: the decode steps of the timed runs, kernel by kernel, per step;
+ * what the kernels do not account for is the step's own code (the pool's
+ * wakes between kernels, the greedy pick over the logits, the step's
+ * bookkeeping). JSON, or a table on stdout when json is false. */
+static json_t *profile_report(const struct forward_run *r, bool json)
+{
+    const struct kern_profile *p = &r->prof;
+    const double steps = (double)r->gen * r->repeat, step_s = r->prof_decode_s / steps;
+    double in_kernels = 0, linear_s = p->seconds[KERN_OP_LINEAR] + p->seconds[KERN_OP_LINEAR_BIAS];
+    json_t *parts = json ? json_array() : NULL;
+    if (!json)
+        printf("\ndecode step, kernel by kernel (%.0f steps of %d runs; %.3f ms a step)\n"
+               "%-22s %10s %10s %8s\n",
+               steps, r->repeat, 1e3 * step_s, "kernel", "calls/step", "ms/step", "share");
+    for (int i = 0; i < KERN_PROFILE_SLOTS; i++) {
+        if (!p->calls[i])
+            continue;
+        in_kernels += p->seconds[i];
+        double ms = 1e3 * p->seconds[i] / steps, share = p->seconds[i] / r->prof_decode_s;
+        if (json)
+            json_array_append_new(parts,
+                                  json_pack("{s:s, s:o, s:o, s:o}", "kernel", kern_profile_name(i),
+                                            "calls_per_step", jsonout_real(p->calls[i] / steps, 2),
+                                            "ms_per_step", jsonout_real(ms, 4), "share",
+                                            jsonout_real(share, 4)));
+        else
+            printf("%-22s %10.1f %10.3f %7.1f%%\n", kern_profile_name(i), p->calls[i] / steps, ms,
+                   100 * share);
+    }
+    double other = r->prof_decode_s - in_kernels;
+    double lin_gbs = linear_s > 0 ? p->linear_bytes / linear_s / 1e9 : 0;
+    if (!json) {
+        printf("%-22s %10s %10.3f %7.1f%%\n", "outside the kernels", "", 1e3 * other / steps,
+               100 * other / r->prof_decode_s);
+        printf("linear layers alone stream %.2f GB/s (%.2f of the read limit)\n", lin_gbs,
+               r->rbw > 0 ? lin_gbs * 1e9 / r->rbw : 0);
+        return NULL;
+    }
+    return json_pack("{s:o, s:o, s:o, s:o, s:o}", "steps", json_integer((json_int_t)steps),
+                     "ms_per_step", jsonout_real(1e3 * step_s, 4), "kernels", parts,
+                     "outside_kernels_ms_per_step", jsonout_real(1e3 * other / steps, 4),
+                     "linear_weight_gb_s", jsonout_real(lin_gbs, 3));
+}
+
 static int forward_print_json(const struct forward_run *r)
 {
     const bool on_cpu = r->dev.gpu < 0;
@@ -231,6 +291,8 @@ static int forward_print_json(const struct forward_run *r)
         jsonout_real(r->ceil.f32.gflops, 2), "matmul_bf16_gflops",
         jsonout_real(r->ceil.bf16.gflops, 2), "matmul_impl",
         jsonout_string(on_cpu ? r->ceil.impl : NULL));
+    if (j && r->profile)
+        json_object_set_new(j, "profile", profile_report(r, true));
     return jsonout_print(j);
 }
 
@@ -256,6 +318,8 @@ static void forward_print_table(const struct forward_run *r)
     metric_row("decode / memcpy", f.stream / r->bw, 2);
     metric_row("read GB/s", r->rbw / 1e9, 2);
     metric_row("decode / read", f.decode_vs_read, 2);
+    if (r->profile)
+        profile_report(r, false);
 }
 
 static int bench_forward(int argc, char **argv)
@@ -277,6 +341,10 @@ static int bench_forward(int argc, char **argv)
                    "1..1000"),
         COMPUTE_FLAG(&compute),
         DEVICE_FLAG(&devices),
+        FLAG("profile", FLAG_BOOL, &r.profile, NULL,
+             "also time every kernel of the decode steps (CPU only): calls, ms and share of a "
+             "step per kernel, what falls outside the kernels, and the linear layers' own "
+             "GB/s"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of a table"),
     };
     int rc = args_parse("bench forward",
@@ -302,6 +370,13 @@ static int bench_forward(int argc, char **argv)
     }
     if (cli_device_flags_parse(compute, devices, &r.dev) < 0)
         return args_usage_fail("bench forward");
+    if (r.profile && r.dev.gpu >= 0) {
+        err_set(ERR_INVALID,
+                "--profile times CPU kernels (their calls are synchronous); not "
+                "with --devices cuda:%d",
+                r.dev.gpu);
+        return args_usage_fail("bench forward");
+    }
     r.dev.cpu_copy = true; /* the speed serve runs at: see cli_model_open */
     cpu_set_threads(r.threads);
     r.threads = cpu_threads();
