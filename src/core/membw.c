@@ -84,7 +84,10 @@ __attribute__((target("avx512f"))) static uint64_t read_sum_avx512(const char *p
     __m512i s = acc[0];
     for (int k = 1; k < 8; k++)
         s = _mm512_add_epi64(s, acc[k]);
-    uint64_t sum = (uint64_t)_mm512_reduce_add_epi64(s);
+    uint64_t lanes[8], sum = 0; /* summed unsigned: the reduce intrinsic adds signed */
+    _mm512_storeu_si512((void *)lanes, s);
+    for (int k = 0; k < 8; k++)
+        sum += lanes[k];
     for (size_t i = part * (size_t)streams; i < n; i += 8) /* what the parts leave */
         sum += *(const uint64_t *)(const void *)(p + i);
     return sum;
