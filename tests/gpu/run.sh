@@ -36,7 +36,7 @@
 #                              by default they are removed at the end
 #
 # OUTDIR receives report.txt (the tables), build.log, ctest-backend.log,
-# ctest-cpu.log, results.tar.gz (all of these and logs/, for transfers that take
+# ctest-quant.log, ctest-cpu.log, results.tar.gz (all of these and logs/, for transfers that take
 # few files) and logs/: steps.tsv (step, status, seconds, note), env.txt
 # (commit, nvidia-smi, nvcc --version, torch, transformers), one NAME.log per
 # step, and the JSONs (swap.json, torch-swap.json, forward-b1.json, hf-b1.json,
@@ -48,6 +48,8 @@
 #   deps, configure, build      build-gpu/ (Release, CUDA on, portable: SHARDSWAP_NATIVE=OFF)
 #   ctest-backend               the CUDA backend's tests (kernels vs CPU, device, NCCL, model:
 #                               every fixture, OPT and the Llama family, against transformers)
+#   ctest-quant, gguf-forward   GGUF block-type weights: the kernels vs CPU, the quantized
+#                               fixtures as models, the CLI's forward on cuda:0 vs cpu:0
 #   swap-model, swap            bench swap on an opt-13b-wide model of 14 layers (9.3 GB, f16)
 #   torch-swap                  tools/bench_torch_swap.py on the same checkpoint
 #   fwd-model, forward-bB, hf-bB  bench forward vs tools/bench_hf.py (opt-1.3b shape, B = 1, 8)
@@ -288,9 +290,21 @@ fi
 
 if [ "$built" -eq 1 ]; then
   backend_tests='^(backend_ops|cuda_device|cuda_comm|cuda_model)\.'
+  quant_tests='^(backend_ops\.(linear|embed)_quant|cuda_model\.gguf_quant)$'
   step ctest-backend 120 "${run_env[@]}" ctest --test-dir "$build" --output-on-failure --timeout 60 \
-    --no-tests=error -R "$backend_tests"
+    --no-tests=error -R "$backend_tests" -E "$quant_tests"
   cp "$logs/ctest-backend.log" "$out/ctest-backend.log" 2>/dev/null
+
+  # GGUF block-type weights on the GPU: every type's GEMV, GEMM and embedding against the
+  # CPU (backend_ops.*_quant), the quantized fixtures as models against transformers,
+  # llama.cpp and the CPU (cuda_model.gguf_quant), then the CLI's forward of the Q4_K_M
+  # fixture on cuda:0 against cpu:0 in bf16 mode: 8 ids (the integer GEMV, the CPU's
+  # arithmetic: 1e-4) and 12 (dequantized blocks and cuBLAS in bf16: 6e-2)
+  step ctest-quant 60 "${run_env[@]}" ctest --test-dir "$build" --output-on-failure --timeout 50 \
+    --no-tests=error -R "$quant_tests"
+  cp "$logs/ctest-quant.log" "$out/ctest-quant.log" 2>/dev/null
+  step gguf-forward 40 "${run_env[@]}" bash "$repo/tests/gpu/gguf_forward.sh" "$ss" \
+    "$repo/tests/fixtures/gguf/llama_quant/model-q4_k_m.gguf" 256 cuda:0 "$logs"
 
   # the swap benchmark: opt-13b wide, 14 layers, f16 (9.3 GB): one layer drawn by
   # gen-model, repeated by expand_model.py (gen-model draws ~90 MB/s on one thread)
