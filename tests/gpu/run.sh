@@ -40,7 +40,7 @@
 # few files) and logs/: steps.tsv (step, status, seconds, note), env.txt
 # (commit, nvidia-smi, nvcc --version, torch, transformers), one NAME.log per
 # step, and the JSONs (swap.json, torch-swap.json, forward-b1.json, hf-b1.json,
-# ..., llama-forward-b1.json, llama-hf-b1.json, llama-swap.json, workload-tp1.json,
+# ..., llama-forward-b1.json, llama-hf-b1.json, llama-swap.json, gemv-quant.json, workload-tp1.json,
 # ...). Generated models are cached in OUTDIR/models
 # while it runs.
 #
@@ -50,6 +50,8 @@
 #                               every fixture, OPT and the Llama family, against transformers)
 #   ctest-quant, gguf-forward   GGUF block-type weights: the kernels vs CPU, the quantized
 #                               fixtures as models, the CLI's forward on cuda:0 vs cpu:0
+#   gemv-quant                  bench gemv --devices cuda:0: decode's linear layer per type
+#                               (bf16, Q8_0, Q4_K, Q5_K, Q6_K) against a device copy
 #   swap-model, swap            bench swap on an opt-13b-wide model of 14 layers (9.3 GB, f16)
 #   torch-swap                  tools/bench_torch_swap.py on the same checkpoint
 #   fwd-model, forward-bB, hf-bB  bench forward vs tools/bench_hf.py (opt-1.3b shape, B = 1, 8)
@@ -305,6 +307,16 @@ if [ "$built" -eq 1 ]; then
   cp "$logs/ctest-quant.log" "$out/ctest-quant.log" 2>/dev/null
   step gguf-forward 40 "${run_env[@]}" bash "$repo/tests/gpu/gguf_forward.sh" "$ss" \
     "$repo/tests/fixtures/gguf/llama_quant/model-q4_k_m.gguf" 256 cuda:0 "$logs"
+  # decode's linear layer at bandwidth: an 8B model's 4096 x 14336 down projection in bf16
+  # and the block types of Q8_0, Q4_K_M and Q5_K_M, bf16 mode, 1..8 rows, against a
+  # device-to-device copy in the same run
+  if has_flag "bench gemv" devices; then
+    step gemv-quant 60 --stdout "$logs/gemv-quant.json" "${run_env[@]}" "$ss" bench gemv \
+      --devices cuda:0 --rows 4096 --cols 14336 --types bf16,q8_0,q4_k,q5_k,q6_k --compute bf16 \
+      --max-m 8 --footprint-mb 1024 --json
+  else
+    record gemv-quant skipped 0 "bench gemv has no --devices in this tree: CPU only"
+  fi
 
   # the swap benchmark: opt-13b wide, 14 layers, f16 (9.3 GB): one layer drawn by
   # gen-model, repeated by expand_model.py (gen-model draws ~90 MB/s on one thread)
