@@ -377,6 +377,10 @@ def main():
              swap_tables(logs, steps, "llama-",
                          "LLAMA SWAP  (llama-3.1-8b shape, 8 layers, bf16; against the pinned link; "
                          "GB/s = 1e9 bytes/s)", with_torch=False),
+             swap_tables(logs, steps, "q4km-",
+                         "Q4_K_M SWAP  (llama-3.1-8b shape, 8 layers, GGUF Q4_K_M: 3.2x fewer bytes than "
+                         "the bf16 model above; against the pinned link; GB/s = 1e9 bytes/s)",
+                         with_torch=False),
              gemv_table(logs, steps),
              workload_table(logs, steps),
              chat_table(logs, steps),

@@ -40,8 +40,8 @@
 # few files) and logs/: steps.tsv (step, status, seconds, note), env.txt
 # (commit, nvidia-smi, nvcc --version, torch, transformers), one NAME.log per
 # step, and the JSONs (swap.json, torch-swap.json, forward-b1.json, hf-b1.json,
-# ..., llama-forward-b1.json, llama-hf-b1.json, llama-swap.json, gemv-quant.json, workload-tp1.json,
-# ...). Generated models are cached in OUTDIR/models
+# ..., llama-forward-b1.json, llama-hf-b1.json, llama-swap.json, q4km-swap.json, gemv-quant.json,
+# workload-tp1.json, ...). Generated models are cached in OUTDIR/models
 # while it runs.
 #
 # The steps, in order of what matters most (later ones get what time is left):
@@ -59,6 +59,7 @@
 #                               bf16; transformers in bf16), batch 1
 #   llama-swap-model, llama-swap  bench swap on llama-3.1-8b with 8 layers (5.6 GB, bf16) against
 #                               the pinned link
+#   q4km-swap-model, q4km-swap  the same shape in Q4_K_M (GGUF, 1.8 GB), against the pinned link
 #   workload-tp1, workload-tp2  bench workload --config computron:6, both policies
 #   workload-chat               bench workload --config chat:8:0.5 (multi-token), five policies
 #   ctest-cpu                   the rest of the suite, if time is left
@@ -411,6 +412,23 @@ if [ "$built" -eq 1 ]; then
     fi
   fi
 
+  # the same 8B shape in llama-quantize's Q4_K_M mix (8 layers: 1.8 GB, 3.2x fewer bytes than
+  # bf16; random blocks written by make_quant_gguf.py), against the pinned link: a swap moves
+  # the quantized bytes as they are, so its load time should track the bytes ratio
+  qbig=$models/llama-3.1-8b-l8-q4_k_m.gguf
+  if [ ! -f "$qbig" ]; then
+    step q4km-swap-model 60 python3 "$repo/tests/gpu/make_quant_gguf.py" --preset llama-3.1-8b \
+      --layers 8 --out "$qbig"
+  fi
+  if [ -f "$qbig" ]; then
+    if has_flag "bench swap" devices; then
+      step q4km-swap 90 --stdout "$logs/q4km-swap.json" "${run_env[@]}" "$ss" bench swap --devices "$devs2" \
+        --model "$qbig" --layouts 1x1,2x1 --json
+    else
+      record q4km-swap skipped 0 "bench swap has no --devices in this tree: it would measure CPU devices"
+    fi
+  fi
+
   # Computron's workload 6 (3 models, rates 10/10/1, CV 0.25, 2 fit), both policies,
   # TP 1 on cuda:0 and TP 2 on $devs2; no emulated link. 20 s of arrivals when the
   # time allows, less when it is short (each policy replays them once)
@@ -463,7 +481,8 @@ timeout 30 python3 "$repo/tests/gpu/report.py" "$logs" >"$out/report.txt" 2>"$lo
   echo "report.py failed: $(tail -n 3 "$logs/report.log")" >>"$out/report.txt"
 if [ "${SHARDSWAP_GPU_KEEP_MODELS:-0}" != 1 ]; then # only what this script names
   for m in opt-13b-l14-f16 opt-13b-l1-f16 opt-1.3b-l1-f16 opt-1.3b-l24-F16-s0 opt-1.3b-l24-F16-s1 \
-    opt-1.3b-l24-F16-s2 llama-3.2-1b-l1-bf16 llama-3.2-1b-l16-bf16 llama-3.1-8b-l1-bf16 llama-3.1-8b-l8-bf16; do
+    opt-1.3b-l24-F16-s2 llama-3.2-1b-l1-bf16 llama-3.2-1b-l16-bf16 llama-3.1-8b-l1-bf16 llama-3.1-8b-l8-bf16 \
+    llama-3.1-8b-l8-q4_k_m.gguf; do
     rm -rf "${models:?}/$m" "$models/$m.partial"
   done
   rmdir "$models" 2>/dev/null
