@@ -22,9 +22,12 @@
  *   the same on cuda:0,cuda:1 when a second GPU opens;
  * - swapping on the GPU: two models on one device with room for one,
  *   requests alternating, each answer exact, each model loaded again and
- *   again (loads, offloads, events and layer overlap on the GPU). */
+ *   again (loads, offloads, events and layer overlap on the GPU);
+ * - the quantized GGUF fixtures (gguf_quant: the CUDA block-type kernels in
+ *   a model), GPU against the references and the CPU as that case says. */
 #include <dirent.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -514,6 +517,144 @@ TEST(parallel)
         test_parallel((const int[2]){0, 1}, true);
     else
         printf("one GPU: TP across GPUs not run\n");
+}
+
+/* ---- quantized GGUF files ---- */
+
+#define QDIR SHARDSWAP_SOURCE_DIR "/tests/fixtures/gguf/llama_quant"
+#define Q_MAXT 16
+#define Q_TOL 1e-4
+/* bf16 mode, the padded batch (B * T rows, above the GEMV): the GPU rounds
+ * x and the dequantized weights to bf16 for cuBLAS where the CPU quantizes
+ * x to 8 bits per block; each is within its method's error of the exact
+ * product (the CPU's measured 2.2e-2 to 4.1e-2 against transformers,
+ * test_gguf_quant's TOL_QX), so they differ by at most about as much */
+#define Q_TOL_BATCH_BF16 6e-2
+
+/* transformers' ("logits") or llama.cpp's ("llamacpp_logits") logits of
+ * file f, prompt p, position t, from expected.json (V floats) */
+static void q_ref(json_t *exp, const char *key, const char *f, int p, int t, int V, float *out)
+{
+    json_t *lg = json_object_get(json_object_get(json_object_get(exp, "files"), f), key);
+    json_t *pos = json_array_get(json_array_get(lg, (size_t)p), (size_t)t);
+    for (int v = 0; v < V; v++)
+        out[v] = (float)json_real_value(json_array_get(pos, (size_t)v));
+}
+
+/* The quantized fixtures of tests/fixtures/gguf/llama_quant (a tiny Llama
+ * as llama-quantize makes Q8_0, Q4_0 and Q4_K_M with Q6_K: the CUDA block
+ * kernels of Q8_0, Q4_0, Q4_K and Q6_K in a model), on cuda:0 and cpu:0,
+ * both precisions:
+ * - each prompt alone (m = its length, at most 8: the GPU's GEMVs) against
+ *   transformers' logits of the dequantized weights in f32 mode and
+ *   llama.cpp's own logits of the file in bf16 mode, within 1e-4 (what the
+ *   CPU holds: test_gguf_quant), and against the CPU's within 1e-4;
+ * - decode one token at a time after a half prefill (m = 1) against the
+ *   whole prompt's logits, 1e-4;
+ * - the prompts as one left-padded batch (B * T rows: dequantized blocks
+ *   and cuBLAS) against the CPU's batch, 1e-4 in f32 mode and
+ *   Q_TOL_BATCH_BF16 in bf16 mode. */
+TEST(gguf_quant)
+{
+    static const char *files[] = {"model-q8_0.gguf", "model-q4_0.gguf", "model-q4_k_m.gguf"};
+    json_error_t jerr;
+    json_t *exp = json_load_file(QDIR "/expected.json", 0, &jerr);
+    CHECK_MSG(exp != NULL, "%s/expected.json: %s", QDIR, jerr.text);
+    if (!exp)
+        return;
+    json_t *prompts = json_object_get(exp, "prompts");
+    const int B = (int)json_array_size(prompts);
+    int32_t ids[8][Q_MAXT], lens[8], T = 0;
+    CHECK(B >= 1 && B <= 8);
+    for (int b = 0; b < B && b < 8; b++) {
+        json_t *a = json_array_get(prompts, (size_t)b);
+        lens[b] = (int)json_array_size(a);
+        CHECK(lens[b] >= 2 && lens[b] <= Q_MAXT);
+        for (int t = 0; t < lens[b] && t < Q_MAXT; t++)
+            ids[b][t] = (int32_t)json_integer_value(json_array_get(a, (size_t)t));
+        T = lens[b] > T ? lens[b] : T;
+    }
+    for (size_t fi = 0; fi < sizeof(files) / sizeof(files[0]) && test_failures == 0; fi++) {
+        char path[600];
+        snprintf(path, sizeof(path), "%s/%s", QDIR, files[fi]);
+        struct model_exec_shape shape = {.batch = B, .max_len = T, .max_rows = B * T};
+        uint64_t wbytes = 0, ebytes = 0;
+        int rc = model_device_bytes(path, &shape, &wbytes, &ebytes);
+        CHECK_MSG(rc == 0, "%s: sizing: %s", files[fi], err_msg());
+        if (rc < 0)
+            continue;
+        for (int mode = 0; mode < 2; mode++) {
+            const enum kern_compute c = mode ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
+            char label[300];
+            snprintf(label, sizeof(label), "%s [%s]", files[fi], kern_compute_name(c));
+            struct placed gpu = {0}, cpu = {0};
+            if (!place(path, true, wbytes + ebytes + MIB, c, &gpu) ||
+                !place(path, false, wbytes + ebytes + MIB, c, &cpu)) {
+                placed_close(&gpu);
+                placed_close(&cpu);
+                continue;
+            }
+            const int V = model_info(gpu.m)->vocab;
+            float *lg = malloc((size_t)B * T * V * sizeof(float));
+            float *lc = malloc((size_t)B * T * V * sizeof(float));
+            float *ref = malloc((size_t)V * sizeof(float)),
+                  *step = malloc((size_t)V * sizeof(float));
+            double e_ref = 0, e_cpu = 0, e_dec = 0, e_batch = 0;
+            /* each prompt alone, then decode after a half prefill */
+            for (int b = 0; b < B; b++) {
+                const int n = lens[b], half = n / 2;
+                struct model_exec *ex = NULL;
+                struct model_exec_shape one = {.batch = 1, .max_len = n, .max_rows = n};
+                CHECK(model_exec_open(gpu.m, &one, &ex) == 0);
+                CHECK_MSG(model_forward(gpu.m, ex, ids[b], NULL, n, true, lg) == 0, "%s: %s", label,
+                          err_msg());
+                model_exec_reset(ex);
+                CHECK(model_forward(gpu.m, ex, ids[b], NULL, half, true, lc) == 0);
+                for (int t = half; t < n; t++) {
+                    CHECK(model_forward(gpu.m, ex, &ids[b][t], NULL, 1, false, step) == 0);
+                    e_dec = fmax(e_dec, test_rel_err(step, lg + (size_t)t * V, (size_t)V));
+                }
+                model_exec_free(ex);
+                ex = NULL;
+                CHECK(model_exec_open(cpu.m, &one, &ex) == 0);
+                CHECK(model_forward(cpu.m, ex, ids[b], NULL, n, true, lc) == 0);
+                model_exec_free(ex);
+                for (int t = 0; t < n; t++) {
+                    q_ref(exp, mode ? "llamacpp_logits" : "logits", files[fi], b, t, V, ref);
+                    e_ref = fmax(e_ref, test_rel_err(lg + (size_t)t * V, ref, (size_t)V));
+                    e_cpu = fmax(e_cpu,
+                                 test_rel_err(lg + (size_t)t * V, lc + (size_t)t * V, (size_t)V));
+                }
+            }
+            /* the padded batch */
+            int32_t bid[8 * Q_MAXT];
+            uint8_t bmask[8 * Q_MAXT];
+            for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++) {
+                    const int pad = T - lens[b];
+                    bmask[b * T + t] = t >= pad;
+                    bid[b * T + t] = t >= pad ? ids[b][t - pad] : 0;
+                }
+            struct batch_in in = {.B = B, .T = T, .ids = bid, .mask = bmask};
+            if (run_batch(label, &gpu, &in, lg) && run_batch(label, &cpu, &in, lc))
+                e_batch = batch_err(&in, lg, lc, V);
+            const double tb = mode ? Q_TOL_BATCH_BF16 : Q_TOL;
+            printf("%s: alone vs %s %.2e, vs cpu %.2e; decode vs recomputation %.2e; batch "
+                   "%dx%d vs cpu %.2e (tolerance %.0e)\n",
+                   label, mode ? "llama.cpp" : "transformers", e_ref, e_cpu, e_dec, B, T, e_batch,
+                   tb);
+            CHECK_MSG(e_ref <= Q_TOL && e_cpu <= Q_TOL && e_dec <= Q_TOL,
+                      "%s: %.3e %.3e %.3e > %.0e", label, e_ref, e_cpu, e_dec, Q_TOL);
+            CHECK_MSG(e_batch <= tb, "%s: batch vs cpu %.3e > %.0e", label, e_batch, tb);
+            free(lg);
+            free(lc);
+            free(ref);
+            free(step);
+            placed_close(&gpu);
+            placed_close(&cpu);
+        }
+    }
+    json_decref(exp);
 }
 
 int main(int argc, char **argv)

@@ -15,8 +15,8 @@
  * sharded: TP 2 and PP 2 through the swap engine equal the reference in f32
  *   mode (Q8_0, Q4_0: row-parallel columns split on 32-element blocks); a
  *   Q4_K file's 256 columns split in two is refused naming the tensor.
- * ops: the model's required ops hold its block types' kernels; a device
- *   without them (the CUDA table, when built) refuses it naming the type.
+ * ops: the model's required ops hold its block types' kernels, and the
+ *   CUDA table (when built) runs them.
  * unsupported: a block type we do not compute is an error naming the
  *   tensor and the type. */
 #include <jansson.h>
@@ -275,16 +275,14 @@ TEST(ops)
         CHECK_MSG((model_required_ops(c) & want) == want && c->weight_ops == want,
                   "%s: weight ops %llx, expected %llx", files[i], (unsigned long long)c->weight_ops,
                   (unsigned long long)want);
+        /* the CUDA table runs every block type (a view of another process's
+         * GPU answers with this program's table) */
         struct device *r = NULL;
         if (device_open_view(1, DEVICE_CUDA, "cuda:0", 1u << 20, &r) == 0) {
-            CHECK(model_check_device(c, r) == ERR_UNSUPPORTED);
-            const char *ty = i == 0 ? "Q8_0 weights" : i == 1 ? "Q4_0 weights" : "Q4_K weights";
-            CHECK_MSG(strstr(err_msg(), ty) && !strchr(err_msg(), '\n'), "%s: %s", files[i],
-                      err_msg());
-            printf("%-18s on cuda:0: %s\n", files[i], err_msg());
+            CHECK_MSG(model_check_device(c, r) == 0, "%s on cuda:0: %s", files[i], err_msg());
             device_close(r);
         } else {
-            printf("built without CUDA: no device without the block kernels to refuse it\n");
+            printf("built without CUDA: the CUDA table not checked\n");
         }
         model_config_free(c);
     }

@@ -6,7 +6,8 @@
  * weights come from memory, not from the last-level cache, as a model's
  * layers do. GGUF's block types (--types q8_0,q4_k,...) run the quantized
  * linear layer (x quantized in bf16 mode, dequantized blocks in f32 mode),
- * their bytes counted as stored. */
+ * their bytes counted as stored. --devices cuda:G measures kern_linear on
+ * a GPU instead (cmd_bench_gemv_device.c). */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,9 @@
 #include "backend/cpu/linear.h"
 #include "backend/cpu/qlinear.h"
 #include "cli/args.h"
+#include "cli/bench_gemv.h"
 #include "cli/commands.h"
+#include "cli/device_model.h"
 #include "core/cpus.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -119,7 +122,8 @@ static int bench_gemv_types(const char *list, enum dtype *out, int *n)
 int bench_gemv(int argc, char **argv)
 {
     int rows = 4096, cols = 4096, footprint_mb = 1024, max_m = BENCH_GEMV_MAX_M;
-    const char *kernel = NULL, *compute = "f32", *type_list = "f32,f16,bf16", *qkernel = NULL;
+    const char *kernel = NULL, *compute = "f32", *type_list = "f32,f16,bf16", *qkernel = NULL,
+               *devices = NULL;
     bool json = false;
     struct flag flags[] = {
         FLAG_RANGE("rows", FLAG_INT, &rows, "N", "weight rows, outputs (default 4096)", 16, 1 << 20,
@@ -143,13 +147,18 @@ int bench_gemv(int argc, char **argv)
         FLAG_RANGE("max-m", FLAG_INT, &max_m, "M",
                    "measure input row counts up to M of 1, 2, 4, 8, 16 (default 16)", 1,
                    BENCH_GEMV_MAX_M, "1..16"),
+        FLAG("devices", FLAG_STR, &devices, "cpu:0|cuda:G",
+             "where to measure: cpu:0 (default; 1 and 2 threads against a read of memory) or "
+             "cuda:G, GPU G (kern_linear with 1..8 rows against a device copy; needs a CUDA "
+             "build)"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of a table"),
     };
     int rc = args_parse("bench gemv",
                         "Measures the CPU backend's fused GEMV (y = x @ w^T for 1..16 input "
                         "rows) per weight dtype on 1 and 2 threads: ms per call, weight GB/s, "
                         "the ratio to a plain read of memory in the same run, and the cost of "
-                        "m rows against one.",
+                        "m rows against one; with --devices cuda:G the GPU's (1..8 rows, "
+                        "against a device-to-device copy).",
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
@@ -171,6 +180,22 @@ int bench_gemv(int argc, char **argv)
         snprintf(what, sizeof(what), "--cols %d", cols);
         if (dtype_check_cols(dtypes[d], 0, (size_t)cols, what) < 0)
             return args_usage_fail("bench gemv");
+    }
+    struct cli_device_flags dev;
+    if (cli_device_flags_parse(NULL, devices, &dev) < 0)
+        return args_usage_fail("bench gemv");
+    if (dev.gpu >= 0) {
+        const struct bench_gemv_opts o = {.gpu = dev.gpu,
+                                          .rows = rows,
+                                          .cols = cols,
+                                          .footprint_mb = footprint_mb,
+                                          .max_m = max_m,
+                                          .dtypes = dtypes,
+                                          .n_types = n_types,
+                                          .cm = b.cm,
+                                          .min_s = b.min_s,
+                                          .json = json};
+        return bench_gemv_gpu(&o) < 0 ? cli_fail("bench gemv") : 0;
     }
     static const int ms[] = {1, 2, 4, 8, 16};
     int max_threads = cpus_usable() < 2 ? cpus_usable() : 2;

@@ -320,6 +320,23 @@ def chat_table(logs, steps):
     return "\n".join(out)
 
 
+def gemv_table(logs, steps):
+    """bench gemv --devices cuda:0 (gemv-quant.json): decode's linear layer per weight type."""
+    g = load_json(os.path.join(logs, "gemv-quant.json"))
+    res = g.get("results") if isinstance(g, dict) else None
+    res = [r for r in res if isinstance(r, dict)] if isinstance(res, list) else []
+    title = "QUANTIZED GEMV  (bench gemv on cuda:0, bf16 mode; GB/s = 1e9 weight bytes/s)"
+    if not res:
+        return title + f"\n  n/a ({why(steps, 'gemv-quant')})"
+    out = [f"{title}\n  {f(get(g, 'rows'), '.0f')} x {f(get(g, 'cols'), '.0f')} weights; device copy "
+           f"{f(get(g, 'copy_gb_s'), '.0f')} GB/s (read + write)"]
+    rows = [[str(r.get("dtype", "?")), f(get(r, "m"), ".0f"), f(get(r, "ms_per_call"), ".4f"),
+             f(get(r, "weight_gb_s"), ".1f"), f(get(r, "vs_copy"), ".2f"), f(get(r, "vs_m1"), ".2f")]
+            for r in res]
+    out.append(table(["dtype", "m", "ms/call", "GB/s", "/copy", "/m=1"], rows, "lrrrrr"))
+    return "\n".join(out)
+
+
 def ctest_summary(logs, steps, name):
     path = os.path.join(logs, f"{name}.log")
     try:
@@ -360,9 +377,14 @@ def main():
              swap_tables(logs, steps, "llama-",
                          "LLAMA SWAP  (llama-3.1-8b shape, 8 layers, bf16; against the pinned link; "
                          "GB/s = 1e9 bytes/s)", with_torch=False),
+             swap_tables(logs, steps, "q4km-",
+                         "Q4_K_M SWAP  (llama-3.1-8b shape, 8 layers, GGUF Q4_K_M: 3.2x fewer bytes than "
+                         "the bf16 model above; against the pinned link; GB/s = 1e9 bytes/s)",
+                         with_torch=False),
+             gemv_table(logs, steps),
              workload_table(logs, steps),
              chat_table(logs, steps),
-             "TESTS\n" + "\n".join(ctest_summary(logs, steps, n) for n in ("ctest-backend", "ctest-cpu"))]
+             "TESTS\n" + "\n".join(ctest_summary(logs, steps, n) for n in ("ctest-backend", "ctest-quant", "ctest-cpu"))]
     print("\n\n".join(parts))
 
 

@@ -36,18 +36,22 @@
 #                              by default they are removed at the end
 #
 # OUTDIR receives report.txt (the tables), build.log, ctest-backend.log,
-# ctest-cpu.log, results.tar.gz (all of these and logs/, for transfers that take
+# ctest-quant.log, ctest-cpu.log, results.tar.gz (all of these and logs/, for transfers that take
 # few files) and logs/: steps.tsv (step, status, seconds, note), env.txt
 # (commit, nvidia-smi, nvcc --version, torch, transformers), one NAME.log per
 # step, and the JSONs (swap.json, torch-swap.json, forward-b1.json, hf-b1.json,
-# ..., llama-forward-b1.json, llama-hf-b1.json, llama-swap.json, workload-tp1.json,
-# ...). Generated models are cached in OUTDIR/models
+# ..., llama-forward-b1.json, llama-hf-b1.json, llama-swap.json, q4km-swap.json, gemv-quant.json,
+# workload-tp1.json, ...). Generated models are cached in OUTDIR/models
 # while it runs.
 #
 # The steps, in order of what matters most (later ones get what time is left):
 #   deps, configure, build      build-gpu/ (Release, CUDA on, portable: SHARDSWAP_NATIVE=OFF)
 #   ctest-backend               the CUDA backend's tests (kernels vs CPU, device, NCCL, model:
 #                               every fixture, OPT and the Llama family, against transformers)
+#   ctest-quant, gguf-forward   GGUF block-type weights: the kernels vs CPU, the quantized
+#                               fixtures as models, the CLI's forward on cuda:0 vs cpu:0
+#   gemv-quant                  bench gemv --devices cuda:0: decode's linear layer per type
+#                               (bf16, Q8_0, Q4_K, Q5_K, Q6_K) against a device copy
 #   swap-model, swap            bench swap on an opt-13b-wide model of 14 layers (9.3 GB, f16)
 #   torch-swap                  tools/bench_torch_swap.py on the same checkpoint
 #   fwd-model, forward-bB, hf-bB  bench forward vs tools/bench_hf.py (opt-1.3b shape, B = 1, 8)
@@ -55,6 +59,7 @@
 #                               bf16; transformers in bf16), batch 1
 #   llama-swap-model, llama-swap  bench swap on llama-3.1-8b with 8 layers (5.6 GB, bf16) against
 #                               the pinned link
+#   q4km-swap-model, q4km-swap  the same shape in Q4_K_M (GGUF, 1.8 GB), against the pinned link
 #   workload-tp1, workload-tp2  bench workload --config computron:6, both policies
 #   workload-chat               bench workload --config chat:8:0.5 (multi-token), five policies
 #   ctest-cpu                   the rest of the suite, if time is left
@@ -288,9 +293,31 @@ fi
 
 if [ "$built" -eq 1 ]; then
   backend_tests='^(backend_ops|cuda_device|cuda_comm|cuda_model)\.'
+  quant_tests='^(backend_ops\.(linear|embed)_quant|cuda_model\.gguf_quant)$'
   step ctest-backend 120 "${run_env[@]}" ctest --test-dir "$build" --output-on-failure --timeout 60 \
-    --no-tests=error -R "$backend_tests"
+    --no-tests=error -R "$backend_tests" -E "$quant_tests"
   cp "$logs/ctest-backend.log" "$out/ctest-backend.log" 2>/dev/null
+
+  # GGUF block-type weights on the GPU: every type's GEMV, GEMM and embedding against the
+  # CPU (backend_ops.*_quant), the quantized fixtures as models against transformers,
+  # llama.cpp and the CPU (cuda_model.gguf_quant), then the CLI's forward of the Q4_K_M
+  # fixture on cuda:0 against cpu:0 in bf16 mode: 8 ids (the integer GEMV, the CPU's
+  # arithmetic: 1e-4) and 12 (dequantized blocks and cuBLAS in bf16: 6e-2)
+  step ctest-quant 60 "${run_env[@]}" ctest --test-dir "$build" --output-on-failure --timeout 50 \
+    --no-tests=error -R "$quant_tests"
+  cp "$logs/ctest-quant.log" "$out/ctest-quant.log" 2>/dev/null
+  step gguf-forward 40 "${run_env[@]}" bash "$repo/tests/gpu/gguf_forward.sh" "$ss" \
+    "$repo/tests/fixtures/gguf/llama_quant/model-q4_k_m.gguf" 256 cuda:0 "$logs"
+  # decode's linear layer at bandwidth: an 8B model's 4096 x 14336 down projection in bf16
+  # and the block types of Q8_0, Q4_K_M and Q5_K_M, bf16 mode, 1..8 rows, against a
+  # device-to-device copy in the same run
+  if has_flag "bench gemv" devices; then
+    step gemv-quant 60 --stdout "$logs/gemv-quant.json" "${run_env[@]}" "$ss" bench gemv \
+      --devices cuda:0 --rows 4096 --cols 14336 --types bf16,q8_0,q4_k,q5_k,q6_k --compute bf16 \
+      --max-m 8 --footprint-mb 1024 --json
+  else
+    record gemv-quant skipped 0 "bench gemv has no --devices in this tree: CPU only"
+  fi
 
   # the swap benchmark: opt-13b wide, 14 layers, f16 (9.3 GB): one layer drawn by
   # gen-model, repeated by expand_model.py (gen-model draws ~90 MB/s on one thread)
@@ -385,6 +412,23 @@ if [ "$built" -eq 1 ]; then
     fi
   fi
 
+  # the same 8B shape in llama-quantize's Q4_K_M mix (8 layers: 1.8 GB, 3.2x fewer bytes than
+  # bf16; random blocks written by make_quant_gguf.py), against the pinned link: a swap moves
+  # the quantized bytes as they are, so its load time should track the bytes ratio
+  qbig=$models/llama-3.1-8b-l8-q4_k_m.gguf
+  if [ ! -f "$qbig" ]; then
+    step q4km-swap-model 60 python3 "$repo/tests/gpu/make_quant_gguf.py" --preset llama-3.1-8b \
+      --layers 8 --out "$qbig"
+  fi
+  if [ -f "$qbig" ]; then
+    if has_flag "bench swap" devices; then
+      step q4km-swap 90 --stdout "$logs/q4km-swap.json" "${run_env[@]}" "$ss" bench swap --devices "$devs2" \
+        --model "$qbig" --layouts 1x1,2x1 --json
+    else
+      record q4km-swap skipped 0 "bench swap has no --devices in this tree: it would measure CPU devices"
+    fi
+  fi
+
   # Computron's workload 6 (3 models, rates 10/10/1, CV 0.25, 2 fit), both policies,
   # TP 1 on cuda:0 and TP 2 on $devs2; no emulated link. 20 s of arrivals when the
   # time allows, less when it is short (each policy replays them once)
@@ -437,7 +481,8 @@ timeout 30 python3 "$repo/tests/gpu/report.py" "$logs" >"$out/report.txt" 2>"$lo
   echo "report.py failed: $(tail -n 3 "$logs/report.log")" >>"$out/report.txt"
 if [ "${SHARDSWAP_GPU_KEEP_MODELS:-0}" != 1 ]; then # only what this script names
   for m in opt-13b-l14-f16 opt-13b-l1-f16 opt-1.3b-l1-f16 opt-1.3b-l24-F16-s0 opt-1.3b-l24-F16-s1 \
-    opt-1.3b-l24-F16-s2 llama-3.2-1b-l1-bf16 llama-3.2-1b-l16-bf16 llama-3.1-8b-l1-bf16 llama-3.1-8b-l8-bf16; do
+    opt-1.3b-l24-F16-s2 llama-3.2-1b-l1-bf16 llama-3.2-1b-l16-bf16 llama-3.1-8b-l1-bf16 llama-3.1-8b-l8-bf16 \
+    llama-3.1-8b-l8-q4_k_m.gguf; do
     rm -rf "${models:?}/$m" "$models/$m.partial"
   done
   rmdir "$models" 2>/dev/null

@@ -8,6 +8,7 @@
  *                   copy streams, events, compute streams
  *   cuda_kernels.c  kernel_ops: the table, each slot a launcher call
  *   cuda_linear.c   kern_linear: the GEMV kernel for few rows, cuBLAS above
+ *   cuda_qlinear.c  kern_linear with block-type weights (qgemv.cu, qconvert.cu)
  *   *.cu            kernels and their launchers (cuda_launch.h)
  *   cuda_error.c    CUDA and cuBLAS status -> project error code + message
  *

@@ -89,8 +89,13 @@ static int k_embed(struct stream *s, float *y, const struct weight_view *w, cons
     int rc = cuda_kern_enter(s, &cs);
     if (rc < 0)
         return rc;
-    CUDA_CHECK(s->dev->name, cuda_launch_embed(cs->s, y, w->data, cuda_wtype_of(w->dtype), w->rows,
-                                               w->cols, w->ld, ids, n, row0));
+    if (dtype_is_block(w->dtype))
+        CUDA_CHECK(s->dev->name,
+                   cuda_launch_qembed(cs->s, y, w->data, cuda_qtype_of(w->dtype), w->rows, w->cols,
+                                      dtype_row_bytes(w->dtype, w->ld), ids, n, row0));
+    else
+        CUDA_CHECK(s->dev->name, cuda_launch_embed(cs->s, y, w->data, cuda_wtype_of(w->dtype),
+                                                   w->rows, w->cols, w->ld, ids, n, row0));
     return 0;
 }
 
@@ -303,9 +308,4 @@ const struct kernel_ops cuda_kernel_ops = {
     .to_host = k_to_host,
     .to_device = k_to_device,
     .attention_max_head_dim = CUDA_ATTN_MAX_HEAD_DIM,
-    /* GGUF's block types run on the CPU only so far */
-    .lacks = KERN_OP_BIT(KERN_OP_W_Q8_0) | KERN_OP_BIT(KERN_OP_W_Q4_0) |
-             KERN_OP_BIT(KERN_OP_W_Q4_K) | KERN_OP_BIT(KERN_OP_W_Q5_K) |
-             KERN_OP_BIT(KERN_OP_W_Q6_K) | KERN_OP_BIT(KERN_OP_W_Q5_0) |
-             KERN_OP_BIT(KERN_OP_W_Q5_1),
 };

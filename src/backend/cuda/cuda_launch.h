@@ -28,6 +28,18 @@ enum cuda_wtype {
     CUDA_W_BF16 = 2,
 };
 
+/* GGUF's block types as the kernels know them (the host maps enum dtype;
+ * core/quant.h has the layouts). */
+enum cuda_qtype {
+    CUDA_Q8_0 = 0,
+    CUDA_Q4_0 = 1,
+    CUDA_Q5_0 = 2,
+    CUDA_Q5_1 = 3,
+    CUDA_Q4_K = 4,
+    CUDA_Q5_K = 5,
+    CUDA_Q6_K = 6,
+};
+
 enum cuda_act {
     CUDA_ACT_RELU = 0,
     CUDA_ACT_GELU = 1,      /* exact, erff */
@@ -69,6 +81,50 @@ cudaError_t cuda_launch_add_bias(cudaStream_t st, float *y, const float *bias, i
  * wtype) widened to f32, or zeros when that row is outside [0, rows). */
 cudaError_t cuda_launch_embed(cudaStream_t st, float *y, const void *w, int wtype, int rows,
                               int cols, size_t ld, const int32_t *ids, int n, int row0);
+
+/* ---- GGUF block-type weights (qgemv.cu, qconvert.cu) ----
+ * w: n (or rows) rows of k (or cols) elements of block type qtype, whole
+ * blocks, row_bytes apart (a column slice on block boundaries is a view
+ * with row_bytes larger than its own blocks); w and row_bytes even (every
+ * block starts at an even address), else cudaErrorMisalignedAddress. */
+
+/* x quantized for the integer dot products of cuda_launch_qgemv_dot, as
+ * the CPU backend quantizes it: per block of 32 to Q8_0 (d = amax / 127
+ * rounded to f16, q = roundf(x / d)) for Q8_0/Q4_0/Q5_0/Q5_1 weights, of
+ * 256 to Q8_K (the element of largest magnitude, the first of equals, maps
+ * to -127; nearest even; d = 1 / scale in f32) for the K-quants. Layout in
+ * xq: the quants int8 (m, k) dense, then the scales f32 (m, k / block) at
+ * byte cuda_qx_scales_at(m, k). */
+static inline size_t cuda_qx_scales_at(int m, int k)
+{
+    return ((size_t)m * (size_t)k + 255) / 256 * 256;
+}
+static inline size_t cuda_qx_bytes(int qtype, int m, int k)
+{
+    const int qk = qtype >= CUDA_Q4_K ? 256 : 32;
+    return cuda_qx_scales_at(m, k) + (size_t)m * (size_t)(k / qk) * sizeof(float);
+}
+cudaError_t cuda_launch_quantize_x(cudaStream_t st, void *xq, const float *x, int m, int k,
+                                   int qtype);
+/* y[m, n] = xq @ w^T (+ bias) for 1 <= m <= CUDA_GEMV_MAX_M, xq what
+ * cuda_launch_quantize_x made of x[m, k]: each block's integer dot product
+ * exactly (dp4a), then scaled and summed in f32 in the CPU backend's order
+ * (block b into partial b % 8 by fmaf, the partials summed as qdot_sum8):
+ * the CPU's bf16-mode result. One warp per weight row. */
+cudaError_t cuda_launch_qgemv_dot(cudaStream_t st, float *y, const void *xq, int m, const void *w,
+                                  int qtype, int n, int k, size_t row_bytes, const float *bias);
+/* y[m, n] = x[m, k] @ w^T (+ bias), 1 <= m <= CUDA_GEMV_MAX_M, the weights
+ * dequantized exactly in registers and multiplied in f32 (f32 mode). */
+cudaError_t cuda_launch_qgemv_f32(cudaStream_t st, float *y, const float *x, int m, const void *w,
+                                  int qtype, int n, int k, size_t row_bytes, const float *bias);
+/* dst[r, cols] (dense) = rows [0, rows) of w dequantized, as f32
+ * (to_bf16 0) or rounded to bf16 (to_bf16 1: 16-bit elements). */
+cudaError_t cuda_launch_dequant_rows(cudaStream_t st, void *dst, int to_bf16, const void *w,
+                                     int qtype, int rows, int cols, size_t row_bytes);
+/* cuda_launch_embed with a block-type table: row ids[i] - row0 of w
+ * dequantized, or zeros outside [0, rows). */
+cudaError_t cuda_launch_qembed(cudaStream_t st, float *y, const void *w, int qtype, int rows,
+                               int cols, size_t row_bytes, const int32_t *ids, int n, int row0);
 
 /* LayerNorm over m rows of width n (two passes, double sums); gamma and
  * beta both NULL or both set; y may equal x. */

@@ -1,5 +1,6 @@
 /* kern_linear on CUDA: y[m, N] = x[m, K] @ W^T (+ bias), W (N, K) with row
- * stride ld in f32, f16 or bf16, in the precision of enum kern_compute.
+ * stride ld in f32, f16 or bf16, in the precision of enum kern_compute
+ * (GGUF's block types go to cuda_qlinear.c).
  *
  * Which path runs:
  * - m <= CUDA_GEMV_MAX_M: the fused GEMV (gemv.cu), W read once in its own
@@ -43,8 +44,9 @@ static cudaDataType_t cuda_type_of(enum dtype t)
 
 /* C[n, m] (column-major, ldc) = A^T B: A is the weight block (K x n
  * column-major = n rows of K, stride lda), B is x (K x m, ldb = K). */
-static int gemm(const char *dev, cublasHandle_t h, int n, int m, int k, const void *a,
-                cudaDataType_t at, size_t lda, const void *b, cudaDataType_t bt, float *c, int ldc)
+int cuda_linear_gemm(const char *dev, cublasHandle_t h, int n, int m, int k, const void *a,
+                     cudaDataType_t at, size_t lda, const void *b, cudaDataType_t bt, float *c,
+                     int ldc)
 {
     const float one = 1.0f, zero = 0.0f;
     assert(lda <= INT_MAX);
@@ -61,7 +63,7 @@ static int scratch_rows(size_t row_bytes, int most)
     return r < (size_t)most ? (int)r : most;
 }
 
-static int too_wide(const char *dev, int k)
+int cuda_linear_too_wide(const char *dev, int k)
 {
     return err_set(ERR_UNSUPPORTED,
                    "%s: linear layer with %d input columns: a row does not fit the %zu MiB "
@@ -80,7 +82,7 @@ static int gemm_x_blocks(const char *dev, struct cuda_stream *cs, float *y, cons
     const size_t es = narrow ? 2 : sizeof(float);
     const int block = scratch_rows((size_t)k * es, m);
     if (block == 0)
-        return too_wide(dev, k);
+        return cuda_linear_too_wide(dev, k);
     const cudaDataType_t wt = cuda_type_of(w->dtype);
     for (int i0 = 0; i0 < m; i0 += block) {
         const int rows = m - i0 < block ? m - i0 : block;
@@ -91,8 +93,8 @@ static int gemm_x_blocks(const char *dev, struct cuda_stream *cs, float *y, cons
                                                  cuda_wtype_of(w->dtype)));
         else
             CUDA_CHECK(dev, cuda_launch_round_bf16(cs->s, cs->kern->scratch, xi, count));
-        int rc = gemm(dev, cs->kern->blas, n, rows, k, w->data, wt, w->ld, cs->kern->scratch, wt,
-                      y + (size_t)i0 * n, n);
+        int rc = cuda_linear_gemm(dev, cs->kern->blas, n, rows, k, w->data, wt, w->ld,
+                                  cs->kern->scratch, wt, y + (size_t)i0 * n, n);
         if (rc < 0)
             return rc;
     }
@@ -107,13 +109,13 @@ static int gemm_w_blocks(const char *dev, struct cuda_stream *cs, float *y, cons
     const int n = w->rows, k = w->cols;
     const int block = scratch_rows((size_t)k * sizeof(float), n);
     if (block == 0)
-        return too_wide(dev, k);
+        return cuda_linear_too_wide(dev, k);
     for (int r0 = 0; r0 < n; r0 += block) {
         const int rows = n - r0 < block ? n - r0 : block;
         CUDA_CHECK(dev, cuda_launch_widen_rows(cs->s, cs->kern->scratch, weight_row(w, r0),
                                                cuda_wtype_of(w->dtype), rows, k, w->ld));
-        int rc = gemm(dev, cs->kern->blas, rows, m, k, cs->kern->scratch, CUDA_R_32F, (size_t)k, x,
-                      CUDA_R_32F, y + r0, n);
+        int rc = cuda_linear_gemm(dev, cs->kern->blas, rows, m, k, cs->kern->scratch, CUDA_R_32F,
+                                  (size_t)k, x, CUDA_R_32F, y + r0, n);
         if (rc < 0)
             return rc;
     }
@@ -129,6 +131,8 @@ int cuda_linear(struct stream *s, float *y, const float *x, int m, const struct 
     int rc = cuda_kern_enter(s, &cs);
     if (rc < 0)
         return rc;
+    if (dtype_is_block(w->dtype))
+        return cuda_qlinear(cs, dev, y, x, m, w, bias, c);
     if (w->ld > INT_MAX)
         return err_set(ERR_UNSUPPORTED, "%s: weight row stride %zu exceeds cuBLAS's int", dev,
                        w->ld);
@@ -139,7 +143,7 @@ int cuda_linear(struct stream *s, float *y, const float *x, int m, const struct 
         const float *xg = x;
         if (c == KERN_COMPUTE_BF16) {
             if ((size_t)m * k * sizeof(float) > CUDA_KERN_SCRATCH)
-                return too_wide(dev, k);
+                return cuda_linear_too_wide(dev, k);
             CUDA_CHECK(dev, cuda_launch_round_bf16(cs->s, cs->kern->scratch, x, (size_t)m * k));
             xg = cs->kern->scratch;
         }
@@ -151,7 +155,8 @@ int cuda_linear(struct stream *s, float *y, const float *x, int m, const struct 
     if (c == KERN_COMPUTE_BF16)
         rc = gemm_x_blocks(dev, cs, y, x, m, w);
     else if (w->dtype == DTYPE_F32)
-        rc = gemm(dev, cs->kern->blas, n, m, k, w->data, CUDA_R_32F, w->ld, x, CUDA_R_32F, y, n);
+        rc = cuda_linear_gemm(dev, cs->kern->blas, n, m, k, w->data, CUDA_R_32F, w->ld, x,
+                              CUDA_R_32F, y, n);
     else
         rc = gemm_w_blocks(dev, cs, y, x, m, w);
     if (rc < 0)

@@ -1,0 +1,29 @@
+/* bench gemv's GPU half (cmd_bench_gemv_device.c), called by bench_gemv
+ * (cmd_bench_gemv.c) for --devices cuda:G. */
+#ifndef SHARDSWAP_CLI_BENCH_GEMV_H
+#define SHARDSWAP_CLI_BENCH_GEMV_H
+
+#include <stdbool.h>
+
+#include "backend/kernels.h"
+#include "core/dtype.h"
+
+/* The GPU's GEMV takes up to this many input rows (CUDA_GEMV_MAX_M). */
+#define BENCH_GEMV_GPU_MAX_M 8
+
+struct bench_gemv_opts {
+    int gpu;
+    int rows, cols, footprint_mb, max_m;
+    const enum dtype *dtypes;
+    int n_types;
+    enum kern_compute cm;
+    double min_s; /* each pass at least this long */
+    bool json;
+};
+
+/* Measures kern_linear with m = 1, 2, 4, 8 (up to max_m) on GPU o->gpu
+ * for every type, against a device copy, and prints the table (or JSON).
+ * 0, or a negative code with a message. */
+int bench_gemv_gpu(const struct bench_gemv_opts *o);
+
+#endif
