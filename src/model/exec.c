@@ -312,6 +312,12 @@ int model_exec_batch(const struct model_exec *ex)
     return ex->shape.batch;
 }
 
+int model_exec_kv_rows(const struct model_exec *ex, int layer)
+{
+    assert(layer >= 0 && layer < ex->layers);
+    return ex->ring[layer] ? ex->ring[layer] : ex->shape.max_len;
+}
+
 int model_exec_open_cpu(const struct model *m, const struct model_exec_shape *shape,
                       struct model_exec **out)
 {
