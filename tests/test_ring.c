@@ -8,6 +8,9 @@
  * - rows: which layers keep a ring, and its size, per shape.
  * - bytes: a long context of a windowed model costs what its rings and its
  *   global layers hold: the stated bytes.
+ * - engine_admits: the engine sizes a request's batch by its rings: a
+ *   device with room for the model and a ring-sized batch, short of a
+ *   whole cache, admits and serves a request decoding past the window.
  * - decode_fixtures: decoding past the window with the rings (one token a
  *   step, steps of 6, a prompt longer than the window in one prefill, the
  *   left-padded batch) equals recomputation within 1e-5 (f32), the
@@ -22,10 +25,12 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "fixture_expect.h"
+#include "engine/stack.h"
 #include "format/safetensors.h"
 #include "model/model.h"
 #include "test.h"
+
+#include "fixture_expect.h"
 
 #define WINDOW 4 /* every window fixture's */
 
@@ -297,6 +302,73 @@ TEST(decode_fixtures)
         st_close(ref);
         json_decref(exp);
     }
+}
+
+/* A request of 9 + 40 tokens to Mistral (every layer windowed) on one CPU
+ * device with room for its weights and the batch its rings need, less than
+ * a whole cache would: admitted ("can it ever fit" counts the rings), its
+ * reserve fits, and it decodes transformers' greedy ids past the window. */
+TEST(engine_admits)
+{
+    const char *name = "mistral_window_f32";
+    struct expect x[3];
+    expect_load(name, x);
+    const struct expect *e = &x[1]; /* the 9-token prompt */
+    const int gen = 40, B = 1, KVH = 2, HD = 16, F = 4, LAYERS = 2;
+    char dir[600];
+    snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, name);
+    struct model *m = open_fixture(name);
+    if (!m || e->n_prompt != 9)
+        return;
+    /* the engine's batch of this one request: 64 positions (the model's
+     * every one), steps of at most the prompt: rings of 4 + 9 - 1 */
+    struct model_exec_shape sh =
+        engine_batch_shape(model_info(m)->max_pos, B, e->n_prompt, e->n_prompt + gen, true);
+    CHECK(sh.max_len == 64 && sh.max_tokens == 9);
+    const size_t batch = model_exec_bytes(m, NULL, &sh);
+    const size_t whole_more = (size_t)LAYERS * 2 * B * KVH * (64 - (WINDOW + 9 - 1)) * HD * F;
+    model_close(m);
+    uint64_t weights = 0, unused = 0;
+    CHECK(model_device_bytes(dir, NULL, &weights, &unused) == 0);
+    /* room for the rings and a little, short of a whole cache by far */
+    const uint64_t budget = weights + batch + whole_more / 4;
+    CHECK(weights + batch + whole_more > budget); /* a whole cache is refused at submit */
+    printf("%s: weights %llu bytes, a batch of 9 + %d tokens %zu with rings (a whole cache: "
+           "%zu more); budget %llu\n",
+           name, (unsigned long long)weights, gen, batch, whole_more, (unsigned long long)budget);
+    struct stack_model_config mc = {.name = "mistral", .path = dir};
+    struct stack_config c = {.n_devices = 1,
+                             .device_budget = {budget},
+                             .engine = {.policy = "swapwise", .max_batch = 1},
+                             .models = &mc,
+                             .n_models = 1,
+                             .compute = "f32"};
+    struct stack *st = NULL;
+    int rc = stack_open(&c, &st);
+    CHECK_MSG(rc == 0 && st, "stack_open: %s", err_msg());
+    if (!st)
+        return;
+    struct engine_request_params p = {.model_name = "mistral",
+                                      .prompt = e->prompt,
+                                      .n_prompt = e->n_prompt,
+                                      .max_tokens = gen,
+                                      .sampling = {.temperature = 0, .top_p = 1, .seed = 1}};
+    struct engine_req *r = NULL;
+    rc = engine_submit(st->engine, &p, &r);
+    CHECK_MSG(rc == 0 && r, "submit: %s", err_msg());
+    if (r) {
+        int status = engine_req_wait(r), n = 0;
+        CHECK_MSG(status == 0, "status %d: %s", status, engine_req_error(r));
+        const int32_t *out = engine_req_output(r, &n);
+        int cmp = n < e->n_out ? n : e->n_out;
+        CHECK_MSG(cmp == e->n_out && memcmp(out, e->out, (size_t)cmp * sizeof(int32_t)) == 0,
+                  "%d tokens; transformers' first %d differ", n, e->n_out);
+        printf("%s: served 9 + %d tokens (%d generated) in rings of %d\n", name, gen, n,
+               WINDOW + 9 - 1);
+        engine_req_release(r);
+    }
+    engine_drain(st->engine);
+    stack_close(st);
 }
 
 int main(int argc, char **argv)
