@@ -28,7 +28,8 @@
  *   (kern_activation's tolerance through the product).
  * - kern_attention: 1e-5 (online softmax against the CPU's scores matrix);
  *   a query that sees no key must be exactly 0 on the GPU. With kv_heads ==
- *   heads, and grouped (kv_heads 1 and between) in prefill and decode.
+ *   heads, and grouped (kv_heads 1 and between) in prefill and decode; a
+ *   windowed layer's ring (kv_geom.ring) in steps that wrap it.
  * - kern_embed, kern_add, kern_scale, kern_kv_append (the whole cache,
  *   untouched positions included), kern_gather_rows, kern_copy,
  *   kern_to_host/kern_to_device: exact (copies, or one correctly rounded
@@ -956,6 +957,53 @@ static void attention_case(int heads, int kv_heads, int head_dim, int max_t, int
     attention_case_with(heads, kv_heads, head_dim, max_t, t_pre, steps, pad, 0, 0);
 }
 
+/* Rings (kv_geom.ring) of window + step - 1 rows over max_t positions:
+ * a prefill of `step` positions (longer than the window), then steps of
+ * one, three and `step` positions in turn until max_t, so reads and writes
+ * wrap the ring's end many times; sequence 1 left-padded by 2. The caches
+ * must come out identical, the outputs within the attention tolerance. */
+static void attention_ring_case(int heads, int kv_heads, int head_dim, int max_t, int window,
+                                int step, float softcap)
+{
+    struct att_state a = {.g = {.batch = 3,
+                                .heads = heads,
+                                .kv_heads = kv_heads,
+                                .head_dim = head_dim,
+                                .max_t = max_t,
+                                .window = window,
+                                .softcap = softcap,
+                                .ring = window + step - 1}};
+    const struct kv_geom *g = &a.g;
+    a.cache_n = (size_t)g->batch * g->kv_heads * g->ring * g->head_dim;
+    float *init = xmalloc(a.cache_n * sizeof(float));
+    fill(init, a.cache_n, -1, 1);
+    a.kc = twin_upload(init, a.cache_n * sizeof(float));
+    fill(init, a.cache_n, -1, 1);
+    a.vc = twin_upload(init, a.cache_n * sizeof(float));
+    free(init);
+    a.key_ok = calloc((size_t)g->batch * g->max_t, 1);
+    if (!a.key_ok)
+        exit(1);
+    a.ok = twin_alloc((size_t)g->batch * g->max_t);
+    const int sizes[3] = {1, 3, step};
+    int past = 0, steps = 0;
+    for (int t_new = step; past + t_new <= max_t; t_new = sizes[steps++ % 3]) {
+        for (int b = 0; b < g->batch; b++)
+            for (int s = past; s < past + t_new; s++)
+                a.key_ok[(size_t)b * max_t + s] = b != 1 || s >= 2;
+        att_append(&a, past, t_new);
+        att_run(&a, past, t_new);
+        past += t_new;
+    }
+    printf("attention heads=%d kv_heads=%d head_dim=%d window %d softcap %g in a ring of %d: "
+           "%d steps to %d positions, worst rel err %.3g\n",
+           heads, kv_heads, head_dim, window, softcap, g->ring, steps, past, a.worst);
+    twin_free(&a.kc);
+    twin_free(&a.vc);
+    twin_free(&a.ok);
+    free(a.key_ok);
+}
+
 TEST(attention)
 {
     need_gpu();
@@ -975,6 +1023,11 @@ TEST(attention)
     attention_case(8, 2, 128, 100, 70, 3, 66);
     attention_case(4, 1, 64, 40, 13, 4, 5);
     attention_case(6, 3, 80, 24, 9, 2, 4);
+    /* a windowed layer's ring: grouped decode, a window across a tile,
+     * Gemma 2's head_dim 256 soft-capped */
+    attention_ring_case(8, 2, 128, 120, 7, 10, 0);
+    attention_ring_case(4, 4, 64, 200, 70, 9, 0);
+    attention_ring_case(8, 4, 256, 60, 9, 12, 5.0f);
 }
 
 /* ---- gather_rows, copy, to_host / to_device ---- */

@@ -1235,6 +1235,124 @@ static void attention_case(int kv_heads, int prompt)
     attention_case_with(kv_heads, prompt, 0, 0);
 }
 
+/* A windowed layer's ring (kv_geom.ring: window + step - 1 rows, position p
+ * at row p % ring) against the whole cache, in steps of `step` (longer than
+ * the window), one and three positions in turn up to KT, sequences 1 and 2
+ * left-padded: after every append the ring holds each position's latest
+ * writer exactly; kern_attention over it equals the reference within 1e-5
+ * and the whole cache's output within 1e-6, bitwise while no step reads
+ * across the ring's end (before it first fills: the same products in the
+ * same order; after, a read across it sums the two parts apart). */
+static void ring_case(int kv_heads, int window, int step, float softcap)
+{
+    const struct kv_geom whole = {.batch = KB,
+                                  .heads = KH,
+                                  .kv_heads = kv_heads,
+                                  .head_dim = KD,
+                                  .max_t = KT,
+                                  .window = window,
+                                  .softcap = softcap};
+    struct kv_geom g = whole;
+    g.ring = window + step - 1;
+    static const int pad[KB] = {0, 2, 3};
+    const size_t cache = kv_floats(&whole), rcache = (size_t)KB * kv_heads * g.ring * KD;
+    float *kc = malloc(cache * sizeof(float)), *vc = malloc(cache * sizeof(float));
+    float *rk = malloc(rcache * sizeof(float)), *rv = malloc(rcache * sizeof(float));
+    fill_uniform(kc, cache, -1, 1);
+    fill_uniform(vc, cache, -1, 1);
+    uint8_t key_ok[KB * KT] = {0};
+    struct dbuf *dkc = upload(kc, cache * sizeof(float)), *dvc = upload(vc, cache * sizeof(float));
+    struct dbuf *drk = upload(NULL, rcache * sizeof(float)),
+                *drv = upload(NULL, rcache * sizeof(float));
+    struct dbuf *dok = upload(NULL, sizeof(key_ok));
+    const int sizes[3] = {1, 3, step};
+    int past = 0, steps = 0;
+    double worst_ref = 0, worst_whole = 0;
+    for (int t_new = step; past + t_new <= KT; t_new = sizes[steps++ % 3]) {
+        const int kw = kv_heads * KD;
+        const size_t n = (size_t)KB * t_new * kw, nq = (size_t)KB * t_new * KW;
+        float *k = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));
+        float *q = malloc(nq * sizeof(float)), *out = malloc(nq * sizeof(float));
+        float *out_whole = malloc(nq * sizeof(float)), *ref = malloc(nq * sizeof(float));
+        fill_uniform(k, n, -1, 1);
+        fill_uniform(v, n, -1, 1);
+        fill_uniform(q, nq, -1, 1);
+        for (int b = 0; b < KB; b++)
+            for (int t = 0; t < t_new; t++) {
+                key_ok[b * KT + past + t] = past + t >= pad[b];
+                for (int c = 0; c < kw; c++) {
+                    kc[kv_at(&whole, b, c / KD, past + t, c % KD)] =
+                        k[((size_t)b * t_new + t) * kw + c];
+                    vc[kv_at(&whole, b, c / KD, past + t, c % KD)] =
+                        v[((size_t)b * t_new + t) * kw + c];
+                }
+            }
+        struct dbuf *dk = upload(k, n * sizeof(float)), *dv = upload(v, n * sizeof(float));
+        struct dbuf *dq = upload(q, nq * sizeof(float)), *dout = upload(NULL, nq * sizeof(float));
+        struct dbuf *ds = upload(NULL, 64 * sizeof(float));
+        CHECK(kern_to_device(st, dbuf_ptr(dok), key_ok, sizeof(key_ok)) == 0);
+        CHECK(kern_kv_append(st, dbuf_ptr(dkc), dbuf_ptr(dvc), dbuf_ptr(dk), dbuf_ptr(dv), &whole,
+                             t_new, past) == 0);
+        CHECK(kern_kv_append(st, dbuf_ptr(drk), dbuf_ptr(drv), dbuf_ptr(dk), dbuf_ptr(dv), &g,
+                             t_new, past) == 0);
+        /* row r of the ring: the last position p < past + t_new with p % ring == r */
+        download(rk, dbuf_ptr(drk), rcache * sizeof(float));
+        download(rv, dbuf_ptr(drv), rcache * sizeof(float));
+        bool same = true;
+        for (int b = 0; b < KB; b++)
+            for (int h = 0; h < kv_heads; h++)
+                for (int p = past + t_new - 1; p >= 0 && p >= past + t_new - g.ring; p--)
+                    for (int i = 0; i < KD; i++) {
+                        size_t at = (((size_t)b * kv_heads + h) * g.ring + p % g.ring) * KD + i;
+                        same &= rk[at] == kc[kv_at(&whole, b, h, p, i)] &&
+                                rv[at] == vc[kv_at(&whole, b, h, p, i)];
+                    }
+        CHECK_MSG(same, "ring of %d after an append of %d at %d", g.ring, t_new, past);
+        CHECK(kern_attention(st, dbuf_ptr(dout), dbuf_ptr(dq), dbuf_ptr(drk), dbuf_ptr(drv),
+                             dbuf_ptr(dok), &g, past, t_new, dbuf_ptr(ds)) == 0);
+        download(out, dbuf_ptr(dout), nq * sizeof(float));
+        CHECK(kern_attention(st, dbuf_ptr(dout), dbuf_ptr(dq), dbuf_ptr(dkc), dbuf_ptr(dvc),
+                             dbuf_ptr(dok), &whole, past, t_new, dbuf_ptr(ds)) == 0);
+        download(out_whole, dbuf_ptr(dout), nq * sizeof(float));
+        ref_attention(ref, q, kc, vc, key_ok, &whole, past, t_new,
+                      (struct ref_attn){true, true, true});
+        double e = test_rel_err(out, ref, nq), w = test_rel_err(out, out_whole, nq);
+        worst_ref = e > worst_ref ? e : worst_ref;
+        worst_whole = w > worst_whole ? w : worst_whole;
+        CHECK_MSG(e <= 1e-5 && w <= 1e-6,
+                  "ring of %d, %d at %d: rel err %.3g vs the reference, "
+                  "%.3g vs the whole cache",
+                  g.ring, t_new, past, e, w);
+        if (past + t_new <= g.ring)
+            CHECK_MSG(memcmp(out, out_whole, nq * sizeof(float)) == 0,
+                      "ring of %d, %d at %d: not bitwise the whole cache's", g.ring, t_new, past);
+        device_free(dk);
+        device_free(dv);
+        device_free(dq);
+        device_free(dout);
+        device_free(ds);
+        free(k);
+        free(v);
+        free(q);
+        free(out);
+        free(out_whole);
+        free(ref);
+        past += t_new;
+    }
+    printf("attention kv_heads=%d window %d softcap %g in a ring of %d, %d steps to %d "
+           "positions: rel err %.3g vs the reference, %.3g vs the whole cache\n",
+           kv_heads, window, softcap, g.ring, steps, past, worst_ref, worst_whole);
+    device_free(dkc);
+    device_free(dvc);
+    device_free(drk);
+    device_free(drv);
+    device_free(dok);
+    free(kc);
+    free(vc);
+    free(rk);
+    free(rv);
+}
+
 static void test_attention(void)
 {
     /* a sliding window shorter than the prompt (prefill rows in one task
@@ -1249,6 +1367,11 @@ static void test_attention(void)
     /* query rows past one task's block (a prefill of 64 + 64 + 12) */
     attention_case(KH, KT - 10);
     attention_case(2, KT - 10);
+    /* a windowed layer's ring: grouped decode steps, prefill steps in one
+     * task block and across blocks (70 rows), soft-capped */
+    ring_case(2, 4, 6, 0);
+    ring_case(KH, 7, 70, 0);
+    ring_case(1, 5, 9, 0.5f);
 
     /* the CPU's scores live in its task threads' scratch: an execution
      * context carries none for them (attention_step checks that nothing is

@@ -53,7 +53,10 @@ static void check_layout(const char *name, const char *dir, int tp, int pp,
         float *got = malloc((size_t)B * T * V * sizeof(float));
         CHECK(swap_load(mgr, model, NULL) == 0);
         CHECK(swap_use_begin(mgr, model) == 0);
-        const struct model_exec_shape shape = {.batch = B, .max_len = T + 4, .max_rows = B * (T + 4)};
+        /* steps of at most the prefill: a windowed layer's cache is a ring
+         * of window + T - 1 positions, which the decode steps wrap */
+        const struct model_exec_shape shape = {
+            .batch = B, .max_len = T + 4, .max_tokens = B * T, .max_rows = B * T};
         CHECK(group_exec_create(mgr, model, &shape, &gb) == 0);
         CHECK_MSG(group_forward(w, gb, ids, mask, T, true, true, got) == 0, "%s", err_msg());
         double worst = 0;

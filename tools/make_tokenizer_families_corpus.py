@@ -301,6 +301,18 @@ def variant_specs():
                                  "prepend_scheme": "first", "split": False},
                "decoder": {"type": "Metaspace", "replacement": "\u2581",
                            "prepend_scheme": "first", "split": False}}))
+    # Gemma 2 and 3: spaces become U+2581 in the normalizer with no dummy prefix, no
+    # pre-tokenizer, byte fallback, a decoder without Strip, <bos> from the post-processor
+    v.append(("sp-gemma", "sp",
+              {"normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+               "decoder": {"type": "Sequence", "decoders": SP_DEC["decoders"][:3]},
+               "post_processor": {"type": "TemplateProcessing",
+                                  "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                             {"Sequence": {"id": "A", "type_id": 0}}],
+                                  "pair": [], "special_tokens": {
+                                      "<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}},
+              {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+               "add_bos_token": True, "tokenizer_class": "GemmaTokenizerFast"}))
     v.append(("sp-digits-then-metaspace", "sp",
               {"pre_tokenizer": seq({"type": "Digits", "individual_digits": True},
                                     {"type": "Metaspace", "replacement": "\u2581",

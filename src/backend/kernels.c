@@ -368,14 +368,16 @@ int kern_softcap(struct stream *s, float *x, size_t n, float cap)
 static void geom_check(const struct kv_geom *g)
 {
     assert(g && g->batch > 0 && g->heads > 0 && g->kv_heads > 0 && g->heads % g->kv_heads == 0 &&
-           g->head_dim > 0 && g->max_t > 0 && g->window >= 0 && g->softcap >= 0);
+           g->head_dim > 0 && g->max_t > 0 && g->window >= 0 && g->softcap >= 0 && g->ring >= 0 &&
+           (g->ring == 0 || g->window > 0));
 }
 
 int kern_kv_append(struct stream *s, float *kc, float *vc, const float *k, const float *v,
                    const struct kv_geom *g, int t_new, int pos)
 {
     geom_check(g);
-    assert(kc && vc && k && v && t_new > 0 && pos >= 0 && pos + t_new <= g->max_t);
+    assert(kc && vc && k && v && t_new > 0 && pos >= 0 && pos + t_new <= g->max_t &&
+           (g->ring == 0 || t_new <= g->ring));
     const struct kernel_ops *kt = kern_of(s);
     if (!table_runs(kt, KERN_OP_KV_APPEND))
         return absent(s, KERN_OP_KV_APPEND);
@@ -388,7 +390,8 @@ int kern_attention(struct stream *s, float *out, const float *q, const float *kc
 {
     geom_check(g);
     assert(out && q && kc && vc && key_ok && scratch && t_new > 0 && past >= 0 &&
-           past + t_new <= g->max_t && out != q);
+           past + t_new <= g->max_t && out != q &&
+           (g->ring == 0 || g->ring >= g->window + t_new - 1));
     const struct kernel_ops *k = kern_of(s);
     if (!table_runs(k, KERN_OP_ATTENTION))
         return absent(s, KERN_OP_ATTENTION);

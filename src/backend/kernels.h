@@ -36,8 +36,9 @@ enum kern_act {
 };
 
 /* One layer's KV cache for a batch: k and v each (batch, kv_heads, max_t,
- * head_dim), and key_ok (batch, max_t): 1 where a cached position holds a
- * real token, 0 for padding and positions not yet written. heads are the
+ * head_dim), row p holding position p, and key_ok (batch, max_t): 1 where a
+ * cached position holds a real token, 0 for padding and positions not yet
+ * written. heads are the
  * query heads: grouped-query attention shares each KV head among
  * heads / kv_heads consecutive query heads (query head h reads KV head
  * h / (heads / kv_heads)); kv_heads == heads is multi-head attention.
@@ -46,11 +47,17 @@ enum kern_act {
  * (p - window, p] (attention within a sliding window, as transformers masks
  * it); 0: every earlier key. softcap > 0: each score s becomes
  * softcap * tanh(s / softcap) before the mask and softmax (Gemma 2's
- * attention logit soft-capping); 0: none. */
+ * attention logit soft-capping); 0: none.
+ * ring > 0 (with a window): k and v are (batch, kv_heads, ring, head_dim)
+ * instead and keep only the last `ring` positions, position p at row
+ * p % ring (a ring per sequence); key_ok stays (batch, max_t), by position.
+ * Every call then has ring >= window + t_new - 1, so a step's new keys never
+ * overwrite a key one of its queries sees. 0: no ring. */
 struct kv_geom {
     int batch, heads, kv_heads, head_dim, max_t;
     int window;
     float softcap;
+    int ring;
 };
 
 /* The precision a linear layer computes in (activations stay f32 between
@@ -215,8 +222,9 @@ int kern_scale(struct stream *s, float *x, size_t n, float a);
  * final logits). */
 int kern_softcap(struct stream *s, float *x, size_t n, float cap);
 /* Writes the keys and values of t_new new positions into the cache at
- * positions [pos, pos + t_new) of every sequence: k and v are (batch * t_new,
- * kv_heads * head_dim), sequence-major. */
+ * positions [pos, pos + t_new) of every sequence (rows (pos + t) % ring of a
+ * ring, t_new <= ring): k and v are (batch * t_new, kv_heads * head_dim),
+ * sequence-major. */
 int kern_kv_append(struct stream *s, float *kc, float *vc, const float *k, const float *v,
                    const struct kv_geom *g, int t_new, int pos);
 /* Causal attention of every sequence's t_new queries against its cache.
@@ -224,7 +232,8 @@ int kern_kv_append(struct stream *s, float *kc, float *vc, const float *k, const
  * Query head h attends with KV head h / (heads / kv_heads) (struct kv_geom).
  * Query t of a sequence sits at position past + t and attends to the keys
  * s <= past + t with key_ok[s] (and s > past + t - g->window when the
- * geometry has a window); a query that sees no key (a pad before any real
+ * geometry has a window; read from row s % ring of a ring, whose
+ * ring >= window + t_new - 1); a query that sees no key (a pad before any real
  * token) gets 0. Scores are soft-capped first when g->softcap > 0.
  * scratch: kern_attention_scratch() floats. */
 int kern_attention(struct stream *s, float *out, const float *q, const float *kc, const float *vc,

@@ -30,6 +30,7 @@
 
 #include "core/error.h"
 #include "model/model_impl.h"
+#include "model/window.h"
 
 /* Widths of one shard's execution-context buffers (model.h's model_exec). */
 struct exec_dims {
@@ -37,6 +38,11 @@ struct exec_dims {
     int extra_width;  /* floats per token of ex->e (0: none) */
     size_t aux_floats; /* ex->aux (0: none) */
     bool positions;   /* the layers read ex->pos */
+    /* the layers set in *windows (global indices) attend within `window`
+     * keys and keep their KV caches in rings (model/exec.c); 0 or NULL:
+     * no layer does */
+    int window;
+    const struct layer_windows *windows;
 };
 
 struct model_planner;
@@ -149,7 +155,8 @@ static inline int model_reduce(struct model_exec *ex, float *y, size_t n)
     return ex->tp ? comm_allreduce_sum(ex->tp, ex->stream, y, n) : 0;
 }
 
-/* Layer `layer`'s KV cache in ex: its geometry, and its k and v caches. */
+/* Local layer `layer`'s KV cache in ex: its geometry (a ring's window and
+ * size when the layer keeps one), and its k and v caches. */
 static inline struct kv_geom model_layer_kv(const struct model_exec *ex, int layer, float **kc,
                                             float **vc)
 {
@@ -157,10 +164,11 @@ static inline struct kv_geom model_layer_kv(const struct model_exec *ex, int lay
                         .heads = ex->heads,
                         .kv_heads = ex->kv_heads,
                         .head_dim = ex->head_dim,
-                        .max_t = ex->shape.max_len};
-    size_t cache = (size_t)g.batch * g.kv_heads * g.max_t * g.head_dim;
-    *kc = ex->k + (size_t)layer * cache;
-    *vc = ex->v + (size_t)layer * cache;
+                        .max_t = ex->shape.max_len,
+                        .window = ex->ring[layer] ? ex->ring_window : 0,
+                        .ring = ex->ring[layer]};
+    *kc = ex->k + ex->kv_at[layer];
+    *vc = ex->v + ex->kv_at[layer];
     return g;
 }
 

@@ -51,6 +51,7 @@ int model_block_attn(const struct model *m, struct model_exec *ex, int layer, in
     struct kv_geom g = model_layer_kv(ex, layer, &kc, &vc);
     const float *inv_freq = o->inv_freq ? o->inv_freq : ex->aux;
     assert(o->rot_dim == 0 || (ex->pos && inv_freq));
+    assert(g.ring == 0 || g.window == o->window); /* a ring holds the family's window */
     g.window = o->window;
     g.softcap = o->softcap;
 

@@ -11,7 +11,7 @@
 /* Widths of one shard's buffers: the family's, and what every family has. */
 struct dims {
     struct exec_dims fam;
-    int layers, heads, kv_heads, hd, qr, kvr;
+    int layers, layer_begin, heads, kv_heads, hd, qr, kvr;
     bool last;
 };
 
@@ -19,6 +19,7 @@ static struct dims dims_of(const struct model *m)
 {
     struct dims d = {
         .layers = m->shard.layer_end - m->shard.layer_begin,
+        .layer_begin = m->shard.layer_begin,
         .heads = m->heads_local,
         .kv_heads = m->kv_heads_local,
         .hd = m->info->head_dim,
@@ -66,13 +67,38 @@ static int step_max(const struct model_exec_shape *sh)
     return sh->max_tokens / sh->batch < sh->max_len ? sh->max_tokens / sh->batch : sh->max_len;
 }
 
+/* The ring of local layer i (0: none): a layer attending within a window
+ * of W keys keeps only what a step's queries see, the W - 1 keys before a
+ * step and the step's own up to t_max, so W + t_max - 1 rows per sequence
+ * and KV head, position p at row p % ring; where that is not shorter than
+ * max_len, the whole cache instead. */
+static int layer_ring(const struct dims *d, const struct model_exec_shape *sh, int i)
+{
+    if (d->fam.window <= 0 || !d->fam.windows ||
+        !layer_windowed(d->fam.windows, d->layer_begin + i))
+        return 0;
+    long ring = (long)d->fam.window + step_max(sh) - 1;
+    return ring < sh->max_len ? (int)ring : 0;
+}
+
+/* The layout on dev; with kv_at and ring (each d.layers long) not NULL,
+ * each layer's cache offset (floats into k and v) and ring too. */
 static void exec_layout(const struct model *m, const struct device *dev,
-                        const struct model_exec_shape *sh, struct exec_layout *L)
+                        const struct model_exec_shape *sh, struct exec_layout *L, size_t *kv_at,
+                        int *ring)
 {
     const struct model_info *in = m->info;
     struct dims d = dims_of(m);
     const size_t T = (size_t)sh->max_tokens, R = (size_t)sh->max_rows, F = sizeof(float);
-    const size_t cache = (size_t)d.layers * sh->batch * d.kv_heads * sh->max_len * d.hd;
+    size_t cache = 0; /* floats of every layer's k (and of v) */
+    for (int i = 0; i < d.layers; i++) {
+        int r = layer_ring(&d, sh, i);
+        if (kv_at) {
+            kv_at[i] = cache;
+            ring[i] = r;
+        }
+        cache += (size_t)sh->batch * d.kv_heads * (r ? r : sh->max_len) * d.hd;
+    }
     int t_max = step_max(sh);
     struct kv_geom g = {.batch = sh->batch,
                         .heads = d.heads,
@@ -115,7 +141,7 @@ size_t model_exec_bytes(const struct model *m, const struct device *dev,
     if (approx > (double)(1ull << 48))
         return 0;
     struct exec_layout L;
-    exec_layout(m, dev, &sh, &L);
+    exec_layout(m, dev, &sh, &L, NULL, NULL);
     return L.total;
 }
 
@@ -183,18 +209,22 @@ static int exec_init(const struct model *m, struct device *dev, struct comm *tp,
     ex->heads = d.heads;
     ex->kv_heads = d.kv_heads;
     ex->head_dim = d.hd;
+    ex->kv_at = calloc((size_t)d.layers, sizeof(size_t));
+    ex->ring = calloc((size_t)d.layers, sizeof(int));
+    ex->ring_window = d.fam.window;
     ex->key_ok_host = calloc((size_t)sh.batch * sh.max_len, 1);
     ex->n_real = calloc((size_t)sh.batch, sizeof(int));
     ex->rows_host = calloc((size_t)sh.max_tokens, sizeof(int32_t));
     ex->pos_host = calloc((size_t)sh.max_tokens, sizeof(int32_t));
-    if (!ex->key_ok_host || !ex->n_real || !ex->rows_host || !ex->pos_host) {
+    if (!ex->kv_at || !ex->ring || !ex->key_ok_host || !ex->n_real || !ex->rows_host ||
+        !ex->pos_host) {
         rc = err_set(ERR_NOMEM, "out of host memory for an execution context");
         goto fail;
     }
     if ((rc = device_stream_create(dev, &ex->stream)) < 0)
         goto fail;
     struct exec_layout L;
-    exec_layout(m, dev, &sh, &L);
+    exec_layout(m, dev, &sh, &L, ex->kv_at, ex->ring);
     rc = at ? device_alloc_at(dev, *at, bytes, &ex->mem) : device_alloc(dev, bytes, &ex->mem);
     if (rc < 0) {
         err_wrap(rc, "KV cache and activations of a batch of %d x %d positions", sh.batch,
@@ -263,6 +293,8 @@ void model_exec_free(struct model_exec *ex)
     device_free(ex->mem);
     if (ex->owns_dev)
         device_close(ex->dev);
+    free(ex->kv_at);
+    free(ex->ring);
     free(ex->key_ok_host);
     free(ex->n_real);
     free(ex->rows_host);
@@ -278,6 +310,12 @@ struct stream *model_exec_stream(const struct model_exec *ex)
 int model_exec_batch(const struct model_exec *ex)
 {
     return ex->shape.batch;
+}
+
+int model_exec_kv_rows(const struct model_exec *ex, int layer)
+{
+    assert(layer >= 0 && layer < ex->layers);
+    return ex->ring[layer] ? ex->ring[layer] : ex->shape.max_len;
 }
 
 int model_exec_open_cpu(const struct model *m, const struct model_exec_shape *shape,

@@ -70,9 +70,13 @@ int model_generate(struct model *m, const int32_t *prompt, int n_prompt, int max
         return 0;
     struct model_exec *ex = NULL;
     float *logits = malloc((size_t)c->vocab * sizeof(float));
-    /* on the model's device (model_open_on), else on the host */
-    int rc = model_exec_open(m, &(struct model_exec_shape){.batch = 1, .max_len = n_prompt + max_tokens},
-                           &ex);
+    /* on the model's device (model_open_on), else on the host; the longest
+     * step is the prompt (a windowed layer's ring is sized by it) */
+    int rc =
+        model_exec_open(m,
+                        &(struct model_exec_shape){
+                            .batch = 1, .max_len = n_prompt + max_tokens, .max_tokens = n_prompt},
+                        &ex);
     if (rc < 0)
         goto out;
     if (!logits) {

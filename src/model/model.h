@@ -255,6 +255,11 @@ void model_exec_free(struct model_exec *ex); /* NULL-safe */
 struct stream *model_exec_stream(const struct model_exec *ex);
 /* Sequence slots of the context (its shape's batch). */
 int model_exec_batch(const struct model_exec *ex);
+/* Positions local layer `layer`'s KV cache holds per sequence: the
+ * shape's max_len, or fewer for a layer attending within a sliding window
+ * of W keys, whose cache is a ring of the last W + (the longest step) - 1
+ * positions. */
+int model_exec_kv_rows(const struct model_exec *ex, int layer);
 /* For one model computed on the host (model_open's views): a CPU device of
  * exactly the context's bytes, owned by the context, and the context on it. */
 int model_exec_open_cpu(const struct model *m, const struct model_exec_shape *shape,

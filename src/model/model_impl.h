@@ -45,7 +45,14 @@ struct model_exec {
     int len;                               /* positions filled, for every sequence */
     int layers, heads, kv_heads, head_dim; /* this shard's */
     struct dbuf *mem;                      /* everything below that is on the device */
-    float *k, *v;                          /* (layers, batch, kv_heads, max_len, head_dim) */
+    /* layer i's caches at k + kv_at[i], v + kv_at[i]: (batch, kv_heads, max_len,
+     * head_dim), or (batch, kv_heads, ring[i], head_dim) for a layer attending
+     * within ring_window keys whose ring (position p at row p % ring[i]) is
+     * shorter than max_len; ring[i] 0 otherwise */
+    float *k, *v;
+    size_t *kv_at; /* (layers) host, owned */
+    int *ring;     /* (layers) host, owned */
+    int ring_window;
     uint8_t *key_ok;                       /* (batch, max_len) */
     float *x;                              /* (max_tokens, hidden) activations between stages */
     float *h;                              /* (max_tokens, hidden) */

@@ -82,22 +82,23 @@ static int k_scale(struct stream *s, float *x, size_t n, float a)
     return 0;
 }
 
-/* Cache rows of sequence b: (kv_heads, max_t, head_dim). */
+/* Cache rows of sequence b: (kv_heads, rows, head_dim), rows max_t or the
+ * ring's. */
 static size_t kv_seq(const struct kv_geom *g, int b)
 {
-    return (size_t)b * g->kv_heads * g->max_t * g->head_dim;
+    return (size_t)b * g->kv_heads * (g->ring ? g->ring : g->max_t) * g->head_dim;
 }
 
 static int k_kv_append(struct stream *s, float *kc, float *vc, const float *k, const float *v,
                        const struct kv_geom *g, int t_new, int pos)
 {
     (void)s;
-    const int hd = g->head_dim, width = g->kv_heads * hd;
+    const int hd = g->head_dim, width = g->kv_heads * hd, rows = g->ring ? g->ring : g->max_t;
     for (int b = 0; b < g->batch; b++)
         for (int t = 0; t < t_new; t++)
             for (int h = 0; h < g->kv_heads; h++) {
                 size_t src = ((size_t)b * t_new + t) * width + (size_t)h * hd;
-                size_t dst = kv_seq(g, b) + ((size_t)h * g->max_t + pos + t) * hd;
+                size_t dst = kv_seq(g, b) + ((size_t)h * rows + (pos + t) % rows) * hd;
                 memcpy(kc + dst, k + src, (size_t)hd * sizeof(float));
                 memcpy(vc + dst, v + src, (size_t)hd * sizeof(float));
             }

@@ -357,23 +357,35 @@ void cpu_softcap(float *x, size_t n, float cap)
  * ATTN_ROWS x (the keys its last row sees) floats of its thread's scratch. */
 #define ATTN_ROWS 64
 
-/* Attention of `rows` query rows against one KV head (kh, vh: (max_t,
- * head_dim), keys [0, t_all) filled): q rows of head_dim at row stride ldq,
- * out likewise at ldo. Row i sits at position pos0 + i * step (step 1: a
- * sequence's consecutive queries of one head; 0: the query heads of a group
- * at one position) and sees the keys s <= its position with key_ok[s], and
- * s > its position - g->window under a window; a row that sees none gets 0.
- * Scores are soft-capped first under g->softcap. t_all covers the last
- * row's position: the keys past it are seen by no row. scores: rows * t_all
- * floats. */
+/* The keys and values one task reads: positions [k0, k0 + n) of one KV
+ * head, the first n1 of them at rows k, v and the rest at k2, v2 (where a
+ * ring wraps to its row 0; n1 == n: no wrap). */
+struct kv_span {
+    const float *k, *v, *k2, *v2;
+    int n, n1;
+};
+
+/* Attention of `rows` query rows against one KV head's span of keys sp
+ * (positions [k0, k0 + sp->n), numbered from 0 here): q rows of head_dim at
+ * row stride ldq, out likewise at ldo. Row i sits at position pos0 + i *
+ * step (step 1: a sequence's consecutive queries of one head; 0: the query
+ * heads of a group at one position) and sees the keys s <= its position
+ * with key_ok[s], and s > its position - g->window under a window; a row
+ * that sees none gets 0. Scores are soft-capped first under g->softcap. The
+ * span covers the last row's position: the keys past it are seen by no row.
+ * scores: rows * sp->n floats. A wrapped span is scored and summed in two
+ * products, its second part added to the first's output. */
 static void attend(const struct kv_geom *g, float *out, size_t ldo, const float *q, size_t ldq,
-                   int rows, int pos0, int step, const float *kh, const float *vh, int t_all,
-                   const uint8_t *key_ok, float *scores)
+                   int rows, int pos0, int step, const struct kv_span *sp, const uint8_t *key_ok,
+                   float *scores)
 {
-    const int head_dim = g->head_dim;
+    const int head_dim = g->head_dim, t_all = sp->n, n1 = sp->n1;
     /* scores = q @ k^T over the keys */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t_all, head_dim, 1.0f, q, (int)ldq,
-                kh, head_dim, 0.0f, scores, t_all);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n1, head_dim, 1.0f, q, (int)ldq,
+                sp->k, head_dim, 0.0f, scores, t_all);
+    if (n1 < t_all)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t_all - n1, head_dim, 1.0f, q,
+                    (int)ldq, sp->k2, head_dim, 0.0f, scores + n1, t_all);
     /* soft-capping, causal + window + padding mask, softmax per query row */
     for (int t = 0; t < rows; t++) {
         float *s = scores + (size_t)t * t_all;
@@ -386,8 +398,11 @@ static void attend(const struct kv_geom *g, float *out, size_t ldo, const float 
         vec_softmax_masked(s + lo, key_ok + lo, visible - lo, t_all - lo);
     }
     /* out = P @ v */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, t_all, 1.0f, scores,
-                t_all, vh, head_dim, 0.0f, out, (int)ldo);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, n1, 1.0f, scores, t_all,
+                sp->v, head_dim, 0.0f, out, (int)ldo);
+    if (n1 < t_all)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, t_all - n1, 1.0f,
+                    scores + n1, t_all, sp->v2, head_dim, 1.0f, out, (int)ldo);
 }
 
 /* Every sequence's attention, as pool tasks: in a decode step (one query
@@ -439,20 +454,26 @@ static void attn_task(void *ctx, int task)
      * they are neither scored nor read */
     const int pos0 = j->past + r0;
     const int k0 = g->window > 0 && pos0 + 1 > g->window ? pos0 + 1 - g->window : 0;
-    const size_t seq = (size_t)b * g->kv_heads * g->max_t * hd;
-    const float *kh = j->kc + seq + ((size_t)kv * g->max_t + k0) * hd;
-    const float *vh = j->vc + seq + ((size_t)kv * g->max_t + k0) * hd;
+    /* the span's rows: from k0 on, or from k0 % ring, wrapping to row 0 */
+    const int n_rows = g->ring ? g->ring : g->max_t, n = t_all - k0;
+    const int r = g->ring ? k0 % g->ring : k0;
+    const size_t head = ((size_t)b * g->kv_heads + kv) * n_rows * hd;
+    const struct kv_span sp = {.k = j->kc + head + (size_t)r * hd,
+                               .v = j->vc + head + (size_t)r * hd,
+                               .k2 = j->kc + head,
+                               .v2 = j->vc + head,
+                               .n = n,
+                               .n1 = r + n > n_rows ? n_rows - r : n};
     const uint8_t *key_ok = j->key_ok + (size_t)b * g->max_t + k0;
     const size_t row0 = (size_t)b * j->t_new * width;
     if (j->grouped) {
         const size_t h0 = row0 + (size_t)kv * group * hd; /* the group's first query column */
-        attend(g, j->out + h0, (size_t)hd, j->q + h0, (size_t)hd, group, pos0 - k0, 0, kh, vh,
-               t_all - k0, key_ok, scores);
+        attend(g, j->out + h0, (size_t)hd, j->q + h0, (size_t)hd, group, pos0 - k0, 0, &sp, key_ok,
+               scores);
         return;
     }
     const size_t at = row0 + (size_t)r0 * width + (size_t)h * hd;
-    attend(g, j->out + at, width, j->q + at, width, rows, pos0 - k0, 1, kh, vh, t_all - k0, key_ok,
-           scores);
+    attend(g, j->out + at, width, j->q + at, width, rows, pos0 - k0, 1, &sp, key_ok, scores);
 }
 
 int cpu_attention(const struct kv_geom *g, float *out, const float *q, const float *kc,

@@ -54,8 +54,8 @@ void cpu_softcap(float *x, size_t n, float cap);
  * over the kernel pool (scores in each task thread's scratch).
  * q:      (batch, t_new, heads * head_dim) dense; already scaled.
  * kc, vc: (batch, kv_heads, max_t, head_dim) caches, positions
- *         [0, past + t_new) filled; query head h reads KV head
- *         h / (heads / kv_heads).
+ *         [0, past + t_new) filled (or rings of g->ring rows: struct
+ *         kv_geom); query head h reads KV head h / (heads / kv_heads).
  * key_ok: (batch, max_t) 1 where the key is a real token, 0 for padding.
  * out:    (batch, t_new, heads * head_dim) dense.
  * Query t sits at position past + t and attends to keys s <= past + t with

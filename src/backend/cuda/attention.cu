@@ -1,7 +1,8 @@
 /* Causal + padding attention over the KV cache, as kern_attention states it
  * (backend/kernels.h): query t of sequence b sits at position past + t and
  * attends to the keys s <= past + t with key_ok[b * max_t + s] != 0, and
- * s > past + t - window under a window (the tiles start there); scores are
+ * s > past + t - window under a window (the tiles start there; key s at row
+ * s % ring of a ring, row s otherwise); scores are
  * soft-capped (softcap * tanh(s / softcap)) first when softcap > 0; a query
  * that sees no key gets zeros. q is already scaled. Query head h reads KV
  * head h / (heads / kv_heads) (grouped-query attention; the blocks of one
@@ -42,6 +43,12 @@
 #define ATT_KPW (ATT_TILE / ATT_WARPS) /* keys per warp in step 1 */
 #define ATT_VB 16                      /* rows of v in flight per thread in step 3 */
 
+/* The cache row of key s: s % ring in a ring (ring > 0), else s. */
+__device__ __forceinline__ size_t att_row(int s, int ring)
+{
+    return (size_t)(ring > 0 ? s % ring : s);
+}
+
 static_assert(ATT_TILE <= ATT_THREADS, "step 3 gives each key of a tile one thread");
 static_assert(ATT_PER_THREAD * ATT_THREADS == CUDA_ATTN_MAX_HEAD_DIM, "head_dim split");
 static_assert(ATT_KPW * ATT_WARPS == ATT_TILE, "step 1 covers the tile");
@@ -50,7 +57,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     attention_kernel(float *__restrict__ out, const float *__restrict__ q,
                      const float *__restrict__ kc, const float *__restrict__ vc,
                      const uint8_t *__restrict__ key_ok, int heads, int kv_heads, int head_dim,
-                     int max_t, int past, int t_new, int window, float softcap)
+                     int max_t, int past, int t_new, int window, float softcap, int ring)
 {
     __shared__ float q_sh[CUDA_ATTN_MAX_HEAD_DIM];
     __shared__ float s_sh[ATT_TILE];
@@ -69,7 +76,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const float *qr = q + row * width + (size_t)h * head_dim;
     float *orow = out + row * width + (size_t)h * head_dim;
     const int kvh = h / (heads / kv_heads);
-    const size_t cache0 = (b * (size_t)kv_heads + (size_t)kvh) * (size_t)max_t * head_dim;
+    const size_t rows = (size_t)(ring > 0 ? ring : max_t);
+    const size_t cache0 = (b * (size_t)kv_heads + (size_t)kvh) * rows * head_dim;
     const float *kh = kc + cache0;
     const float *vh = vc + cache0;
     const uint8_t *ok = key_ok + b * (size_t)max_t;
@@ -92,15 +100,18 @@ __global__ void __launch_bounds__(ATT_THREADS)
         {
             const int j0 = warp * ATT_KPW;
             float dot[ATT_KPW];
+            size_t krow[ATT_KPW];
 #pragma unroll
-            for (int u = 0; u < ATT_KPW; u++)
+            for (int u = 0; u < ATT_KPW; u++) {
                 dot[u] = 0.0f;
+                krow[u] = att_row(s0 + j0 + u, ring) * head_dim;
+            }
             for (int d = lane; d < head_dim; d += 32) {
                 const float qd = q_sh[d];
 #pragma unroll
                 for (int u = 0; u < ATT_KPW; u++)
                     if (s0 + j0 + u < n_keys) /* the same in every lane */
-                        dot[u] = fmaf(qd, kh[(size_t)(s0 + j0 + u) * head_dim + d], dot[u]);
+                        dot[u] = fmaf(qd, kh[krow[u] + d], dot[u]);
             }
 #pragma unroll
             for (int u = 0; u < ATT_KPW; u++) {
@@ -149,7 +160,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
                     float vv[ATT_VB];
 #pragma unroll
                     for (int u = 0; u < ATT_VB; u++)
-                        vv[u] = j0 + u < tile_n ? vh[(size_t)(s0 + j0 + u) * head_dim + d] : 0.0f;
+                        vv[u] =
+                            j0 + u < tile_n ? vh[att_row(s0 + j0 + u, ring) * head_dim + d] : 0.0f;
 #pragma unroll
                     for (int u = 0; u < ATT_VB; u++) {
                         const float p = j0 + u < tile_n ? s_sh[j0 + u] : 0.0f;
@@ -176,17 +188,19 @@ extern "C" cudaError_t cuda_launch_attention(cudaStream_t st, float *out, const 
                                              const float *kc, const float *vc,
                                              const uint8_t *key_ok, int batch, int heads,
                                              int kv_heads, int head_dim, int max_t, int past,
-                                             int t_new, int window, float softcap)
+                                             int t_new, int window, float softcap, int ring)
 {
     if (batch <= 0 || heads <= 0 || head_dim <= 0 || t_new <= 0)
         return cudaSuccess;
     if (head_dim > CUDA_ATTN_MAX_HEAD_DIM || past < 0 || (int64_t)past + t_new > max_t ||
-        kv_heads <= 0 || heads % kv_heads != 0 || window < 0 || !(softcap >= 0.0f))
+        kv_heads <= 0 || heads % kv_heads != 0 || window < 0 || !(softcap >= 0.0f) || ring < 0 ||
+        (ring > 0 && (window == 0 || (int64_t)window + t_new - 1 > ring)))
         return cudaErrorInvalidValue;
     const size_t blocks = (size_t)batch * (size_t)heads * (size_t)t_new;
     if (blocks > 0x7fffffffu)
         return cudaErrorInvalidValue;
-    attention_kernel<<<(unsigned)blocks, ATT_THREADS, 0, st>>>(
-        out, q, kc, vc, key_ok, heads, kv_heads, head_dim, max_t, past, t_new, window, softcap);
+    attention_kernel<<<(unsigned)blocks, ATT_THREADS, 0, st>>>(out, q, kc, vc, key_ok, heads,
+                                                               kv_heads, head_dim, max_t, past,
+                                                               t_new, window, softcap, ring);
     return cudaGetLastError();
 }

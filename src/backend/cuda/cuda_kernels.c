@@ -208,7 +208,7 @@ static int k_kv_append(struct stream *s, float *kc, float *vc, const float *k, c
     if (rc < 0)
         return rc;
     CUDA_CHECK(s->dev->name, cuda_launch_kv_append(cs->s, kc, vc, k, v, g->batch, g->kv_heads,
-                                                   g->head_dim, g->max_t, t_new, pos));
+                                                   g->head_dim, g->max_t, t_new, pos, g->ring));
     return 0;
 }
 
@@ -222,9 +222,9 @@ static int k_attention(struct stream *s, float *out, const float *q, const float
     int rc = cuda_kern_enter(s, &cs);
     if (rc < 0)
         return rc;
-    CUDA_CHECK(s->dev->name,
-               cuda_launch_attention(cs->s, out, q, kc, vc, key_ok, g->batch, g->heads, g->kv_heads,
-                                     g->head_dim, g->max_t, past, t_new, g->window, g->softcap));
+    CUDA_CHECK(s->dev->name, cuda_launch_attention(cs->s, out, q, kc, vc, key_ok, g->batch,
+                                                   g->heads, g->kv_heads, g->head_dim, g->max_t,
+                                                   past, t_new, g->window, g->softcap, g->ring));
     return 0;
 }
 

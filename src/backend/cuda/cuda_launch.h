@@ -155,20 +155,21 @@ cudaError_t cuda_launch_gated_act(cudaStream_t st, float *y, const float *gate, 
                                   size_t n, int act);
 
 /* The cache layout of backend/kernels.h: kc, vc (batch, kv_heads, max_t,
- * head_dim); k, v (batch * t_new, kv_heads * head_dim) written at positions
- * [pos, pos + t_new). */
+ * head_dim), or (batch, kv_heads, ring, head_dim) with position p at row
+ * p % ring when ring > 0; k, v (batch * t_new, kv_heads * head_dim) written
+ * at positions [pos, pos + t_new). */
 cudaError_t cuda_launch_kv_append(cudaStream_t st, float *kc, float *vc, const float *k,
                                   const float *v, int batch, int kv_heads, int head_dim, int max_t,
-                                  int t_new, int pos);
+                                  int t_new, int pos, int ring);
 /* Causal + padding attention of kern_attention (backend/kernels.h), online
  * softmax, no scratch: q and out (batch * t_new, heads * head_dim), query
  * head h reading KV head h / (heads / kv_heads) of the cache. head_dim <=
- * CUDA_ATTN_MAX_HEAD_DIM; heads a multiple of kv_heads; window and softcap
- * as struct kv_geom says them (0: none). */
+ * CUDA_ATTN_MAX_HEAD_DIM; heads a multiple of kv_heads; window, softcap
+ * and ring as struct kv_geom says them (0: none). */
 cudaError_t cuda_launch_attention(cudaStream_t st, float *out, const float *q, const float *kc,
                                   const float *vc, const uint8_t *key_ok, int batch, int heads,
                                   int kv_heads, int head_dim, int max_t, int past, int t_new,
-                                  int window, float softcap);
+                                  int window, float softcap, int ring);
 
 /* y[i, width] = x[rows[i], width] for i < n. */
 cudaError_t cuda_launch_gather_rows(cudaStream_t st, float *y, const float *x, const int32_t *rows,

@@ -136,8 +136,8 @@ extern "C" cudaError_t cuda_launch_softcap(cudaStream_t st, float *x, size_t n, 
  * (b, t, h, d) in that order, and goes to cache element (b, h, pos + t, d). */
 __global__ void kv_append_kernel(float *__restrict__ kc, float *__restrict__ vc,
                                  const float *__restrict__ k, const float *__restrict__ v,
-                                 size_t total, int kv_heads, int head_dim, int max_t, int t_new,
-                                 int pos)
+                                 size_t total, int kv_heads, int head_dim, int rows, int ring,
+                                 int t_new, int pos)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -148,8 +148,8 @@ __global__ void kv_append_kernel(float *__restrict__ kc, float *__restrict__ vc,
         rest /= (size_t)kv_heads;
         const size_t t = rest % (size_t)t_new;
         const size_t b = rest / (size_t)t_new;
-        const size_t dst =
-            ((b * (size_t)kv_heads + h) * (size_t)max_t + (size_t)pos + t) * (size_t)head_dim + d;
+        const size_t p = (size_t)pos + t, row = ring > 0 ? p % (size_t)ring : p;
+        const size_t dst = ((b * (size_t)kv_heads + h) * (size_t)rows + row) * (size_t)head_dim + d;
         kc[dst] = k[i];
         vc[dst] = v[i];
     }
@@ -157,15 +157,16 @@ __global__ void kv_append_kernel(float *__restrict__ kc, float *__restrict__ vc,
 
 extern "C" cudaError_t cuda_launch_kv_append(cudaStream_t st, float *kc, float *vc, const float *k,
                                              const float *v, int batch, int kv_heads, int head_dim,
-                                             int max_t, int t_new, int pos)
+                                             int max_t, int t_new, int pos, int ring)
 {
     if (batch <= 0 || kv_heads <= 0 || head_dim <= 0 || t_new <= 0)
         return cudaSuccess;
-    if (pos < 0 || max_t <= 0 || (int64_t)pos + t_new > max_t)
+    if (pos < 0 || max_t <= 0 || (int64_t)pos + t_new > max_t || ring < 0 ||
+        (ring > 0 && t_new > ring))
         return cudaErrorInvalidValue;
     const size_t total = (size_t)batch * (size_t)t_new * (size_t)kv_heads * (size_t)head_dim;
     kv_append_kernel<<<cuda_ew_blocks(total), CUDA_EW_THREADS, 0, st>>>(
-        kc, vc, k, v, total, kv_heads, head_dim, max_t, t_new, pos);
+        kc, vc, k, v, total, kv_heads, head_dim, ring > 0 ? ring : max_t, ring, t_new, pos);
     return cudaGetLastError();
 }
 

@@ -31,6 +31,8 @@ void gemma_exec_dims(const struct model *m, struct exec_dims *d)
         .ffn_width = model_block_mlp_width(m, &mlp),
         .aux_floats = (size_t)m->info->head_dim, /* global, then local inverse frequencies */
         .positions = true,
+        .window = gemma_cfg(m)->sliding_window,
+        .windows = &gemma_cfg(m)->windows,
     };
 }
 

@@ -24,6 +24,8 @@ void llama_exec_dims(const struct model *m, struct exec_dims *d)
         .ffn_width = model_block_mlp_width(m, &mlp),
         .aux_floats = (size_t)llama_rope_tables(llama_cfg(m)) * llama_cfg(m)->rot_dim / 2,
         .positions = true,
+        .window = llama_cfg(m)->sliding_window,
+        .windows = &llama_cfg(m)->windows,
     };
 }
 
