@@ -856,7 +856,7 @@ static void test_chat_template(void)
 static const char *const commands[] = {
     "serve",       "generate",   "tokenize",      "chat-template", "forward",
     "gen-model",   "inspect",    "bench forward", "bench swap",    "bench workload",
-    "bench serve", "bench comm", "bench gemv",    "bench tokenize"};
+    "bench serve", "bench comm", "bench gemv",    "bench lora",    "bench tokenize"};
 
 /* The top-level help, asked for (stdout, exit 0) or not (no command: the
  * same on stderr, exit 2), lists every command, one line each, serve's

@@ -2,7 +2,7 @@
  * update of LoRA adapters).
  *
  * - reference: every weight type (f32, f16, bf16) in both precisions,
- *   ranks 1-64, against a double-precision reference computing what
+ *   ranks 1-100, against a double-precision reference computing what
  *   kernels.h states (bf16 mode: x and the rank-r intermediate t rounded to
  *   bf16, the reference rounding its own t). Per output o of row i the
  *   error must stay within
@@ -15,8 +15,9 @@
  * - alone: every row of a batch (m = 1..17, its rank 1..64, the other rows
  *   over other adapters of other ranks and types, base rows, an empty
  *   segment) is bitwise what the row gets in a call of its own, with each
- *   row kernel the CPU runs (avx512, scalar); and a batch large enough to
- *   run over the pool against rows small enough to run alone.
+ *   row kernel the CPU runs (avx512, scalar); and batches large enough to
+ *   run over the pool (ranks 1-130, several output ranges per row) against
+ *   rows small enough to run alone.
  * - refused: a device without the kernel answers ERR_UNSUPPORTED naming it;
  *   a call with no weights adds nothing; arguments that break the contract
  *   (shapes, segments, types) abort in the wrapper.
@@ -131,7 +132,7 @@ static void reference_row(const struct adapter *ad, const float *x, int in, int 
 {
     const struct lora_pair *p = &ad->pair;
     const int r = p->a.rows;
-    double t[64], tabs[64];
+    double t[256], tabs[256];
     for (int j = 0; j < r; j++) {
         double s = 0, sa = 0;
         for (int k = 0; k < in; k++) {
@@ -231,7 +232,7 @@ static void each_kernel(void (*fn)(const char *name))
 
 static void reference_all(const char *name)
 {
-    static const int ranks[] = {1, 5, 16, 33, 64};
+    static const int ranks[] = {1, 5, 16, 33, 64, 100};
     static const int shapes[][2] = {{40, 24}, {300, 1100}, {64, 17}};
     worst[0] = worst[1] = 0;
     for (int t = 0; t < 3; t++)
@@ -342,7 +343,7 @@ TEST(alone)
 static void alone_large(const char *name)
 {
     enum { IN = 300, OUT = 2100 };
-    static const int ranks[] = {1, 16, 64};
+    static const int ranks[] = {1, 16, 64, 130};
     for (int t = 0; t < 3; t++) {
         struct adapter pool[POOL_ADAPTERS];
         for (int p = 0; p < POOL_ADAPTERS; p++)

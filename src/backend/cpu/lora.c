@@ -80,8 +80,9 @@ void lora_expand_scalar(float *y, const float *t, const struct weight_view *b, i
                         float scale)
 {
     assert(o0 % LORA_OUT_BLOCK == 0);
+    const size_t ldb = b->ld * dtype_size(b->dtype);
     for (int o = o0; o < o1; o++) {
-        const float u = dot_scalar(t, b->dtype, weight_row(b, o), b->cols);
+        const float u = dot_scalar(t, b->dtype, (const char *)b->data + (size_t)o * ldb, b->cols);
         const float p = scale * u;
         y[o] = y[o] + p;
     }

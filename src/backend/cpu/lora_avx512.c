@@ -145,21 +145,37 @@ static inline int pos(int q)
 }
 
 /* Outputs [o, o + n) (n <= 16) of one row: the products of t (nc vectors
- * of the rank, the last masked by tail) and each b row, summed per output,
- * then y += scale * sum. */
-INLINE void expand_block(float *y, const float *t, int nc, __mmask16 tail,
-                         const struct weight_view *b, enum dtype dt, int o, int n, __m512 scale)
+ * of the rank, the last masked by tail) and each b row, summed per output
+ * in the order of the vectors, then y += scale * sum. NC > 0: nc as a
+ * constant, t's vectors held in registers (ranks up to 64); 0: any nc,
+ * t's vectors loaded as they are needed. Either way each output gets the
+ * same operations. */
+INLINE void expand_block(float *y, const float *t, const int NC, int nc, __mmask16 tail,
+                         const char *b0, size_t ldb, enum dtype dt, int o, int n, __m512 scale)
 {
+    __m512 tv[4];
+    if (NC > 0)
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++)
+            tv[c] = _mm512_maskz_loadu_ps(c == NC - 1 ? tail : (__mmask16)0xffff, t + 16 * c);
     __m512 v[16];
 #pragma GCC unroll 16
     for (int q = 0; q < 16; q++) {
         __m512 acc = _mm512_setzero_ps();
         if (q < n) {
-            const char *row = weight_row(b, o + q);
-            for (int c = 0; c < nc; c++) {
-                const __mmask16 k = c == nc - 1 ? tail : (__mmask16)0xffff;
-                acc = _mm512_fmadd_ps(load_w_mask(dt, row, 16 * c, k),
-                                      _mm512_maskz_loadu_ps(k, t + 16 * c), acc);
+            const char *row = b0 + (size_t)(o + q) * ldb;
+            if (NC > 0) {
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++)
+                    acc = _mm512_fmadd_ps(
+                        load_w_mask(dt, row, 16 * c, c == NC - 1 ? tail : (__mmask16)0xffff), tv[c],
+                        acc);
+            } else {
+                for (int c = 0; c < nc; c++) {
+                    const __mmask16 k = c == nc - 1 ? tail : (__mmask16)0xffff;
+                    acc = _mm512_fmadd_ps(load_w_mask(dt, row, 16 * c, k),
+                                          _mm512_maskz_loadu_ps(k, t + 16 * c), acc);
+                }
             }
         }
         v[pos(q)] = acc;
@@ -170,14 +186,37 @@ INLINE void expand_block(float *y, const float *t, int nc, __mmask16 tail,
     _mm512_mask_storeu_ps(y + o, k, _mm512_add_ps(yv, _mm512_mul_ps(scale, u)));
 }
 
-INLINE void expand_typed(float *y, const float *t, const struct weight_view *b, enum dtype dt,
-                         int o0, int o1, float scale)
+INLINE void expand_nc(float *y, const float *t, const struct weight_view *b, enum dtype dt,
+                      const int NC, int o0, int o1, float scale)
 {
     const int r = b->cols, nc = (r + 15) / 16;
     const __mmask16 tail = lanes(r - 16 * (nc - 1));
     const __m512 sc = _mm512_set1_ps(scale);
+    const size_t ldb = b->ld * dtype_size(dt); /* bytes: weight_row is a call */
     for (int o = o0; o < o1; o += 16)
-        expand_block(y, t, nc, tail, b, dt, o, o1 - o < 16 ? o1 - o : 16, sc);
+        expand_block(y, t, NC, nc, tail, b->data, ldb, dt, o, o1 - o < 16 ? o1 - o : 16, sc);
+}
+
+INLINE void expand_typed(float *y, const float *t, const struct weight_view *b, enum dtype dt,
+                         int o0, int o1, float scale)
+{
+    switch ((b->cols + 15) / 16) {
+    case 1:
+        expand_nc(y, t, b, dt, 1, o0, o1, scale);
+        break;
+    case 2:
+        expand_nc(y, t, b, dt, 2, o0, o1, scale);
+        break;
+    case 3:
+        expand_nc(y, t, b, dt, 3, o0, o1, scale);
+        break;
+    case 4:
+        expand_nc(y, t, b, dt, 4, o0, o1, scale);
+        break;
+    default:
+        expand_nc(y, t, b, dt, 0, o0, o1, scale);
+        break;
+    }
 }
 
 AVX512 void lora_expand_avx512(float *y, const float *t, const struct weight_view *b, int o0,
