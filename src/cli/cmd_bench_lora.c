@@ -134,9 +134,12 @@ int bench_lora(int argc, char **argv)
     enum dtype dt;
     if (kern_compute_parse(compute, &cm) < 0 || dtype_parse(type, &dt) < 0)
         return args_usage_fail("bench lora");
-    if (adapters > rows)
-        return args_range_fail("bench lora", "adapters", "more than --rows",
-                               "at most --rows: one segment of rows each");
+    if (adapters > rows) {
+        char value[16], range[64];
+        snprintf(value, sizeof(value), "%d", adapters);
+        snprintf(range, sizeof(range), "1..%d, --rows: a segment of rows each", rows);
+        return args_range_fail("bench lora", "adapters", value, range);
+    }
     if (kernel && cpu_lora_force(kernel) < 0)
         return args_usage_fail("bench lora");
 
