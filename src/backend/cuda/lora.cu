@@ -9,6 +9,8 @@
  *   rank (a few dozen), then y = y + scale * u, the product and the sum
  *   each rounded (no contraction into an FMA, as the CPU computes it).
  * A segment is blockIdx.y; blocks past a segment's work return at once.
+ * The table is a __grid_constant__ argument, read in place (no per-thread
+ * copy of it for the indexing by segment).
  * Simple rather than fast: the weights of an adapter are small, and each
  * row reads its pair's from L2 after the first. */
 #include "cuda_common.cuh"
@@ -29,7 +31,7 @@ __device__ __forceinline__ float lora_w(const void *w, int wt, size_t i)
 }
 
 __global__ void __launch_bounds__(LORA_THREADS)
-    lora_shrink_kernel(const struct cuda_lora_table tab, const float *__restrict__ x, int in,
+    lora_shrink_kernel(const __grid_constant__ struct cuda_lora_table tab, const float *__restrict__ x, int in,
                        float *__restrict__ t, int ts, int round_bf16)
 {
     const struct cuda_lora_seg *sg = &tab.seg[blockIdx.y];
@@ -53,7 +55,7 @@ __global__ void __launch_bounds__(LORA_THREADS)
 }
 
 __global__ void __launch_bounds__(LORA_THREADS)
-    lora_expand_kernel(const struct cuda_lora_table tab, float *__restrict__ y, int out,
+    lora_expand_kernel(const __grid_constant__ struct cuda_lora_table tab, float *__restrict__ y, int out,
                        const float *__restrict__ t, int ts)
 {
     const struct cuda_lora_seg *sg = &tab.seg[blockIdx.y];
