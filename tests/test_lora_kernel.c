@@ -18,6 +18,9 @@
  *   row kernel the CPU runs (avx512, scalar); and batches large enough to
  *   run over the pool (ranks 1-130, several output ranges per row) against
  *   rows small enough to run alone.
+ * - peft: one Linear with an adapter as the `peft` package runs it
+ *   (tests/fixtures/lora_kernel, tools/make_lora_kernel_fixture.py): f32,
+ *   rsLoRA and bf16 (tolerances at peft_case).
  * - refused: a device without the kernel answers ERR_UNSUPPORTED naming it;
  *   a call with no weights adds nothing; arguments that break the contract
  *   (shapes, segments, types) abort in the wrapper.
@@ -42,6 +45,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "format/safetensors.h"
 #include "test.h"
 
 #define MiB ((uint64_t)1 << 20)
@@ -367,6 +371,86 @@ static void alone_large(const char *name)
 TEST(alone_pool)
 {
     each_kernel(alone_large);
+}
+
+/* ---- against PEFT ---- */
+
+/* A tensor of the fixture copied out (the mapping need not be aligned for
+ * its type); NULL when missing. */
+static void *tensor_copy(const struct st_checkpoint *ck, const char *name,
+                         const struct st_tensor **t)
+{
+    *t = st_find(ck, name);
+    CHECK_MSG(*t, "fixture lacks tensor %s", name);
+    if (!*t)
+        return NULL;
+    void *p = xmalloc((*t)->nbytes);
+    memcpy(p, (*t)->data, (*t)->nbytes);
+    return p;
+}
+
+/* PEFT's LoRA layer on one Linear (tools/make_lora_kernel_fixture.py):
+ * kern_lora added to PEFT's base output gives PEFT's output, within 1e-5
+ * of its update's largest magnitude in f32 mode (torch's f32 sums in
+ * another order), and within 2^-7 of the output's largest magnitude in
+ * bf16 mode (PEFT also rounds lora_B's output, its product with scaling
+ * and the sum to bf16, which kern_lora keeps in f32). The fixtures' A and
+ * B are as PEFT stores them, the scale PEFT's scaling. */
+static void peft_case(const char *name, enum kern_compute c, double tol)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/tests/fixtures/lora_kernel/%s.safetensors",
+             SHARDSWAP_SOURCE_DIR, name);
+    struct st_checkpoint *ck = NULL;
+    int rc = st_open(path, &ck);
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    if (rc != 0)
+        return;
+    const struct st_tensor *tx, *ta, *tb, *ts, *tbase, *texp;
+    float *x = tensor_copy(ck, "x", &tx), *scale = tensor_copy(ck, "scale", &ts);
+    void *a = tensor_copy(ck, "a", &ta), *b = tensor_copy(ck, "b", &tb);
+    float *y = tensor_copy(ck, "base", &tbase), *want = tensor_copy(ck, "expect", &texp);
+    if (x && scale && a && b && y && want) {
+        const int m = (int)tx->shape[0], in = (int)tx->shape[1];
+        const int r = (int)ta->shape[0], out = (int)tb->shape[0];
+        CHECK(ta->shape[1] == in && tb->shape[1] == r && tbase->shape[1] == out);
+        const struct lora_pair p = {
+            .a = {.dtype = ta->dtype, .data = a, .rows = r, .cols = in, .ld = (size_t)in},
+            .b = {.dtype = tb->dtype, .data = b, .rows = out, .cols = r, .ld = (size_t)r},
+            .scale = scale[0],
+        };
+        const int seg[2] = {0, m};
+        float *base = xmalloc((size_t)m * out * sizeof(float));
+        memcpy(base, y, (size_t)m * out * sizeof(float));
+        rc = lora_call(y, x, m, 1, seg, &p, c);
+        CHECK_MSG(rc == 0, "%s", err_msg());
+        double err;
+        if (c == KERN_COMPUTE_F32) {
+            for (int i = 0; i < m * out; i++) {
+                y[i] -= base[i];
+                want[i] -= base[i];
+            }
+        }
+        err = test_rel_err(y, want, (size_t)m * out);
+        printf("%s (%s, r %d, scale %g): rel err %.3g\n", name, dtype_name(ta->dtype), r,
+               (double)scale[0], err);
+        CHECK_MSG(err <= tol, "%s: rel err %.3g > %.0e", name, err, tol);
+        free(base);
+    }
+    free(x);
+    free(scale);
+    free(a);
+    free(b);
+    free(y);
+    free(want);
+    st_close(ck);
+}
+
+TEST(peft)
+{
+    peft_case("f32", KERN_COMPUTE_F32, 1e-5);
+    peft_case("rslora", KERN_COMPUTE_F32, 1e-5);
+    peft_case("bf16", KERN_COMPUTE_BF16, 1.0 / 128);
 }
 
 /* ---- refusals ---- */
