@@ -351,6 +351,8 @@ static void lora_case(enum dtype dt, enum kern_compute c, int m, int r, int in, 
 
 TEST(lora)
 {
+    if (!gpu_dev) /* a setup that goes on without a GPU (for CPU-only halves) */
+        test_skip("no CUDA device");
     static const enum dtype dts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
     static const int ms[] = {1, 5, 17, 80}; /* 80: more segments than one launch's table */
     static const int ranks[] = {1, 16, 64};
