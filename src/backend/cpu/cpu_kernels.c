@@ -146,6 +146,13 @@ static int k_copy(struct stream *s, void *dst, const void *src, size_t n)
     return 0;
 }
 
+static int k_lora(struct stream *s, float *y, const float *x, int m, int nseg, const int *seg,
+                  const struct lora_pair *pairs, enum kern_compute c, float *scratch)
+{
+    (void)s;
+    return cpu_lora(y, x, m, nseg, seg, pairs, c, scratch);
+}
+
 const struct kernel_ops cpu_kernel_ops = {
     .linear = k_linear,
     .embed = k_embed,
@@ -162,6 +169,7 @@ const struct kernel_ops cpu_kernel_ops = {
     .attention_scratch = k_attention_scratch,
     .gather_rows = k_gather_rows,
     .copy = k_copy,
+    .lora = k_lora,
     .to_host = k_copy,
     .to_device = k_copy,
 };
