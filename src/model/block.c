@@ -109,3 +109,127 @@ int model_block_mlp(const struct model *m, struct model_exec *ex, int t_new,
         TRY(kern_rmsnorm(s, h, h, n, H, o->post_norm, o->eps));
     return kern_add(s, ex->x, h, (size_t)n * H);
 }
+
+int model_block_moe_extra(const struct model *m, const struct moe_opts *o)
+{
+    /* the gathered rows (then each expert's output in their place), the
+     * router's logits, and the rows, slots and weights of the step's
+     * choices */
+    return o->top_k * m->info->hidden + o->n_experts + 3 * o->top_k;
+}
+
+int model_block_moe_ffn(const struct moe_opts *o)
+{
+    return 2 * o->ffn_local;
+}
+
+int model_block_moe_host(const struct moe_opts *o)
+{
+    return o->n_experts + 5 * o->top_k;
+}
+
+/* Token i's choice from its router logits l (n_experts): the top_k experts
+ * by softmax probability (f32, as torch computes softmax(logits.float())),
+ * the higher first and ties to the lower index, renormalised when asked. */
+static void moe_choose(const float *l, const struct moe_opts *o, int32_t *sel, float *wt)
+{
+    const int E = o->n_experts, k = o->top_k;
+    float p[MODEL_MAX_EXPERTS], mx = l[0], sum = 0;
+    for (int e = 1; e < E; e++)
+        mx = l[e] > mx ? l[e] : mx;
+    for (int e = 0; e < E; e++)
+        sum += p[e] = expf(l[e] - mx);
+    for (int e = 0; e < E; e++)
+        p[e] /= sum;
+    float top = 0;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++)
+                taken |= sel[i] == e;
+            if (!taken && (best < 0 || p[e] > p[best]))
+                best = e;
+        }
+        sel[j] = best;
+        wt[j] = p[best];
+        top += p[best];
+    }
+    for (int j = 0; o->norm_topk && j < k; j++)
+        wt[j] /= top;
+}
+
+int model_block_moe(const struct model *m, struct model_exec *ex, int t_new,
+                    const struct moe_weights *w, const struct moe_opts *o)
+{
+    struct stream *s = ex->stream;
+    const int H = m->info->hidden, n = ex->shape.batch * t_new, E = o->n_experts, k = o->top_k;
+    const int fr = o->ffn_local, nk = n * k;
+    const size_t T = (size_t)ex->shape.max_tokens;
+    assert(E <= MODEL_MAX_EXPERTS && k <= E && ex->e && ex->host);
+    /* device: gathered rows (T * k, H), logits (T, E), rows | slots | weights (3 * n * k) */
+    float *g = ex->e, *logits = g + T * k * H;
+    int32_t *rows = (int32_t *)(logits + T * E), *slots = rows + nk;
+    float *cw = (float *)(slots + nk);
+    /* host: logits (T, E), each token's experts and weights (T, k), then the
+     * rows, slots and weights as the device takes them (3 * n * k) */
+    float *hl = ex->host, *sel_w = hl + T * E + T * k;
+    int32_t *sel = (int32_t *)(hl + T * E), *h_rows = (int32_t *)(sel_w + T * k);
+    int32_t *h_slots = h_rows + nk;
+    float *h_cw = (float *)(h_slots + nk);
+    int count[MODEL_MAX_EXPERTS] = {0}, at[MODEL_MAX_EXPERTS];
+
+    /* the router's logits, read back to choose each token's experts */
+    TRY(kern_linear(s, logits, ex->h, n, &w->router, NULL, m->compute));
+    TRY(kern_to_host(s, hl, logits, (size_t)n * E * sizeof(float)));
+    for (int i = 0; i < n; i++) {
+        moe_choose(hl + (size_t)i * E, o, sel + (size_t)i * k, sel_w + (size_t)i * k);
+        for (int j = 0; j < k; j++)
+            count[sel[(size_t)i * k + j]]++;
+    }
+    /* rows grouped by expert, each group in token order; each token's slots
+     * and weights in its experts' order (the order torch sums them in) */
+    for (int e = 0, sum = 0; e < E; e++) {
+        at[e] = sum;
+        sum += count[e];
+    }
+    for (int i = 0; i < n; i++) {
+        int32_t *se = sel + (size_t)i * k;
+        float *sw = sel_w + (size_t)i * k;
+        for (int j = 1; j < k; j++) /* insertion sort of k by expert */
+            for (int q = j; q > 0 && se[q - 1] > se[q]; q--) {
+                int32_t te = se[q];
+                float tw = sw[q];
+                se[q] = se[q - 1];
+                sw[q] = sw[q - 1];
+                se[q - 1] = te;
+                sw[q - 1] = tw;
+            }
+        for (int j = 0; j < k; j++) {
+            const int slot = at[se[j]]++;
+            h_rows[slot] = i;
+            h_slots[(size_t)i * k + j] = slot;
+            h_cw[(size_t)i * k + j] = sw[j];
+        }
+    }
+    TRY(kern_to_device(s, rows, h_rows, (size_t)3 * nk * sizeof(int32_t)));
+    TRY(kern_gather_rows(s, g, ex->h, rows, nk, H));
+    /* each expert once over its rows: act(gate(x)) * up(x), down into the
+     * rows' place */
+    for (int e = 0, off = 0; e < E; off += count[e], e++) {
+        const struct expert_weights *xw = &w->experts[e];
+        const int c = count[e];
+        float *xe = g + (size_t)off * H, *f = ex->f, *up = ex->f + (size_t)c * fr;
+        if (c == 0)
+            continue;
+        TRY(kern_linear(s, f, xe, c, &xw->gate, NULL, m->compute));
+        TRY(kern_linear(s, up, xe, c, &xw->up, NULL, m->compute));
+        TRY(kern_gated_act(s, f, f, up, (size_t)c * fr, o->act));
+        TRY(kern_linear(s, xe, f, c, &xw->down, NULL, m->compute));
+    }
+    /* each token's outputs weighted and summed, over the TP ranks, into the
+     * residual */
+    TRY(kern_combine_rows(s, ex->h, g, slots, cw, n, k, H));
+    TRY(model_reduce(ex, ex->h, (size_t)n * H));
+    return kern_add(s, ex->x, ex->h, (size_t)n * H);
+}

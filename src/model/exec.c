@@ -187,7 +187,10 @@ static int exec_init(const struct model *m, struct device *dev, struct comm *tp,
     ex->n_real = calloc((size_t)sh.batch, sizeof(int));
     ex->rows_host = calloc((size_t)sh.max_tokens, sizeof(int32_t));
     ex->pos_host = calloc((size_t)sh.max_tokens, sizeof(int32_t));
-    if (!ex->key_ok_host || !ex->n_real || !ex->rows_host || !ex->pos_host) {
+    if (d.fam.host_width)
+        ex->host = calloc((size_t)sh.max_tokens, (size_t)d.fam.host_width * 4);
+    if (!ex->key_ok_host || !ex->n_real || !ex->rows_host || !ex->pos_host ||
+        (d.fam.host_width && !ex->host)) {
         rc = err_set(ERR_NOMEM, "out of host memory for an execution context");
         goto fail;
     }
@@ -267,6 +270,7 @@ void model_exec_free(struct model_exec *ex)
     free(ex->n_real);
     free(ex->rows_host);
     free(ex->pos_host);
+    free(ex->host);
     free(ex);
 }
 

@@ -118,6 +118,11 @@ cudaError_t cuda_launch_attention(cudaStream_t st, float *out, const float *q, c
 cudaError_t cuda_launch_gather_rows(cudaStream_t st, float *y, const float *x, const int32_t *rows,
                                     int n, int width);
 
+/* y[i, width] = sum over j < k of w[i * k + j] * x[rows[i * k + j], width],
+ * in j order, each product rounded before it is added (kern_combine_rows). */
+cudaError_t cuda_launch_combine_rows(cudaStream_t st, float *y, const float *x, const int32_t *rows,
+                                     const float *w, int n, int k, int width);
+
 #ifdef __cplusplus
 }
 #endif
