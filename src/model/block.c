@@ -159,7 +159,7 @@ static void moe_choose(const float *l, const struct moe_opts *o, int32_t *sel, f
         wt[j] /= top;
 }
 
-int model_block_moe(const struct model *m, struct model_exec *ex, int t_new,
+int model_block_moe(const struct model *m, struct model_exec *ex, int layer, int t_new,
                     const struct moe_weights *w, const struct moe_opts *o)
 {
     struct stream *s = ex->stream;
@@ -182,10 +182,18 @@ int model_block_moe(const struct model *m, struct model_exec *ex, int t_new,
     /* the router's logits, read back to choose each token's experts */
     TRY(kern_linear(s, logits, ex->h, n, &w->router, NULL, m->compute));
     TRY(kern_to_host(s, hl, logits, (size_t)n * E * sizeof(float)));
+    uint64_t *routed =
+        ex->routed && ex->experts >= E ? ex->routed + (size_t)layer * ex->experts : NULL;
     for (int i = 0; i < n; i++) {
+        /* token i is sequence b's position ex->len + t of the step */
+        const int b = i / t_new, t = i % t_new;
+        const bool real = ex->key_ok_host[(size_t)b * ex->shape.max_len + ex->len + t];
         moe_choose(hl + (size_t)i * E, o, sel + (size_t)i * k, sel_w + (size_t)i * k);
-        for (int j = 0; j < k; j++)
+        for (int j = 0; j < k; j++) {
             count[sel[(size_t)i * k + j]]++;
+            if (routed && real)
+                routed[sel[(size_t)i * k + j]]++;
+        }
     }
     /* rows grouped by expert, each group in token order; each token's slots
      * and weights in its experts' order (the order torch sums them in) */

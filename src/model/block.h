@@ -113,8 +113,10 @@ int model_block_moe_host(const struct moe_opts *o);
  * when o->norm_topk; each expert's gated MLP run once over the rows routed
  * to it (gathered, in token order), and every token's outputs weighted and
  * summed in the experts' order. The router's logits are read back to the
- * host to choose (a sync point per layer), and every rank chooses alike. */
-int model_block_moe(const struct model *m, struct model_exec *ex, int t_new,
+ * host to choose (a sync point per layer), and every rank chooses alike.
+ * The choices for real tokens are counted in local layer `layer`'s row of
+ * ex->routed when the family asked for counters (exec_dims.experts). */
+int model_block_moe(const struct model *m, struct model_exec *ex, int layer, int t_new,
                     const struct moe_weights *w, const struct moe_opts *o);
 
 #endif

@@ -41,6 +41,7 @@ void llama_exec_dims(const struct model *m, struct exec_dims *d)
             d->ffn_width = model_block_moe_ffn(&moe);
         d->extra_width = model_block_moe_extra(m, &moe);
         d->host_width = model_block_moe_host(&moe);
+        d->experts = moe.n_experts;
     }
 }
 
@@ -110,7 +111,7 @@ int llama_layer(const struct model *m, int layer, struct model_exec *ex, int t_n
     TRY(kern_rmsnorm(ex->stream, ex->h, ex->x, n, H, L->ln2, eps));
     if (llama_moe_layer(c, l)) {
         const struct moe_opts moe = moe_opts(m);
-        return model_block_moe(m, ex, t_new, &L->moe, &moe);
+        return model_block_moe(m, ex, layer, t_new, &L->moe, &moe);
     }
     return model_block_mlp(m, ex, t_new, &L->mlp, &mlp);
 }
