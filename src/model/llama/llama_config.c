@@ -1,11 +1,19 @@
 /* config.json of the Llama family, as transformers' LlamaConfig,
- * MistralConfig, Qwen2Config, Qwen3Config and Phi3Config write it. The
- * fields read and their defaults when absent (the configs' own):
+ * MistralConfig, Qwen2Config, Qwen3Config, Phi3Config, MixtralConfig and
+ * Qwen3MoeConfig write it. The fields read and their defaults when absent
+ * (the configs' own):
  *
  *   hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
  *   vocab_size                          required integers
  *   num_key_value_heads                 num_attention_heads (1..heads, dividing them)
  *   head_dim                            hidden_size / num_attention_heads (Qwen3: 128)
+ *   num_local_experts                   Mixtral: 8 (1..128); Qwen3-MoE: num_experts, 128
+ *   num_experts_per_tok                 Mixtral: 2, Qwen3-MoE: 8 (at most the experts)
+ *   moe_intermediate_size               Qwen3-MoE: 768 (Mixtral's experts: intermediate_size)
+ *   norm_topk_prob                      Qwen3-MoE: false (Mixtral always renormalises)
+ *   decoder_sparse_step, mlp_only_layers  Qwen3-MoE: 1, [] (the dense layers)
+ *   shared_expert_intermediate_size     refused when set (shared experts)
+ *   router_aux_loss_coef, router_jitter_noise  ignored (training only)
  *   max_position_embeddings             required (Mistral: 131072)
  *   hidden_act                          "silu"
  *   rms_norm_eps                        1e-6

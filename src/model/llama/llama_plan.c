@@ -7,6 +7,8 @@
  * tied to embed_tokens (with tie_word_embeddings true). Linear weights are
  * (out_features, in_features).
  *
+ * Mixtral and Qwen3-MoE: see plan_moe.
+ *
  * Phi-3 fuses them: self_attn.qkv_proj is q_proj, k_proj and v_proj stacked
  * by rows (heads * head_dim, then kv_heads * head_dim twice), mlp.gate_up_proj
  * gate_proj then up_proj (intermediate_size each); every rank's slices are
