@@ -171,6 +171,42 @@ TEST(named_errors)
     CHECK(m == NULL);
 }
 
+/* A missing expert is named; experts fused into one 3-D tensor (the layout
+ * transformers 5 holds in memory, never what save_pretrained writes) are
+ * refused in one line. ck: a narrowed Qwen3-MoE, its config.json in dir. */
+static void check_moe_names(const struct st_checkpoint *ck, const char *dir)
+{
+    char bad[400], cmd[1024];
+    snprintf(bad, sizeof(bad), "%s-bad", dir);
+    mkdir(bad, 0755);
+    snprintf(cmd, sizeof(cmd), "cp %s/config.json %s/", dir, bad);
+    CHECK(system(cmd) == 0);
+    struct model *m = NULL;
+    write_variant(ck, bad, "model.layers.1.mlp.experts.5.down_proj.weight", "");
+    CHECK(model_open(bad, &m) == ERR_NOT_FOUND);
+    CHECK_MSG(strstr(err_msg(), "model.layers.1.mlp.experts.5.down_proj.weight"), "%s", err_msg());
+    char path[512];
+    snprintf(path, sizeof(path), "%s/model.safetensors", bad);
+    struct st_writer *w;
+    CHECK(st_writer_open(path, &w) == 0);
+    static float fused[8 * 64 * 64];
+    const int64_t shape[3] = {8, 64, 64};
+    for (size_t i = 0; i < st_count(ck); i++) {
+        const struct st_tensor *t = st_get(ck, i);
+        CHECK(st_writer_declare(w, t->name, t->dtype, t->ndim, t->shape) == 0);
+    }
+    CHECK(st_writer_declare(w, "model.layers.0.mlp.experts.gate_up_proj", DTYPE_F32, 3, shape) ==
+          0);
+    for (size_t i = 0; i < st_count(ck); i++)
+        CHECK(st_writer_write(w, st_get(ck, i)->data, st_get(ck, i)->nbytes) == 0);
+    CHECK(st_writer_write(w, fused, sizeof(fused)) == 0);
+    CHECK(st_writer_close(w) == 0);
+    CHECK(model_open(bad, &m) == ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(err_msg(), "experts fused into one 3-D tensor are not supported"), "%s",
+              err_msg());
+    CHECK(m == NULL);
+}
+
 /* The mixture-of-experts presets: the published models' parameter counts
  * (Mixtral-8x7B 46.7 B, Qwen3-30B-A3B 30.5 B), and a narrowed copy of each
  * written, read back (its experts and sparse layers as written) and run. */
@@ -241,6 +277,8 @@ TEST(moe_presets)
         }
         model_exec_free(ex);
         free(logits);
+        if (i == 1)
+            check_moe_names(m->ck, dir);
         model_close(m);
     }
 }
