@@ -284,6 +284,16 @@ TEST(moe)
     c = parse_llama("{" QMOE ", \"num_local_experts\": 6, \"num_experts_per_tok\": 2, "
                     "\"decoder_sparse_step\": 2}");
     CHECK(c.n_experts == 6 && !llama_moe_layer(&c, 0) && llama_moe_layer(&c, 1));
+    /* Qwen2-MoE: 60 experts, top 4, 1408 wide, a shared expert of 5632, q/k/v biases
+     * (qkv_bias) and none on o_proj */
+    c = parse_llama("{\"model_type\": \"qwen2_moe\", " LHEADS "}");
+    CHECK(c.variant == LLAMA_VARIANT_QWEN2_MOE && c.n_experts == 60 && c.top_k == 4);
+    CHECK(c.moe_ffn == 1408 && c.shared_ffn == 5632 && !c.norm_topk && c.qkv_bias && !c.o_bias);
+    CHECK(!llama_qk_norm(&c) && strcmp(in->architecture, "Qwen2MoeForCausalLM") == 0);
+    c = parse_llama("{\"model_type\": \"qwen2_moe\", " LHEADS ", \"qkv_bias\": false, "
+                    "\"shared_expert_intermediate_size\": 96, \"num_experts\": 4, "
+                    "\"num_experts_per_tok\": 1}");
+    CHECK(!c.qkv_bias && c.shared_ffn == 96 && c.n_experts == 4 && c.top_k == 1);
     /* a dense model's config has no experts */
     c = parse_llama("{" LBASE "}");
     CHECK(c.n_experts == 0 && !llama_moe_layer(&c, 0));
@@ -303,7 +313,11 @@ TEST(moe)
                  "mlp_only_layers must be a list");
     expect_error("{" QMOE ", \"shared_expert_intermediate_size\": 64}", ERR_UNSUPPORTED,
                  "shared experts");
-    expect_error("{\"model_type\": \"qwen2_moe\", " LHEADS "}", ERR_UNSUPPORTED, "qwen3_moe");
+    expect_error("{" MIXTRAL ", \"shared_expert_intermediate_size\": 64}", ERR_UNSUPPORTED,
+                 "supported in qwen2_moe only");
+    expect_error("{\"model_type\": \"qwen2_moe\", " LHEADS
+                 ", \"shared_expert_intermediate_size\": 0}",
+                 ERR_FORMAT, "shared_expert_intermediate_size");
     /* each expert is split across the TP ranks */
     struct model_config *mc = NULL;
     CHECK(model_config_parse("{" QMOE ", \"moe_intermediate_size\": 36}", "config.json", &mc) == 0);

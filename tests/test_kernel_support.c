@@ -328,6 +328,7 @@ static const struct {
     {"gemma3_qknorm_bf16", (LLAMA & ~BIT(SWIGLU)) | BIT(GEGLU_TANH) | BIT(ATTENTION_WINDOW)},
     {"mixtral_moe_f32", LLAMA | BIT(COMBINE_ROWS)},
     {"qwen3_moe_bf16", LLAMA | BIT(COMBINE_ROWS)},
+    {"qwen2_moe_f32", LLAMA | BIT(LINEAR_BIAS) | BIT(COMBINE_ROWS)},
 #undef HEAD
 #undef OPT
 #undef LLAMA

@@ -176,7 +176,7 @@ int main(void)
         "qwen2_window_f32",
         /* mixtures of experts: each expert split across the TP ranks, the
          * router whole on each */
-        "mixtral_moe_f32", "qwen3_moe_bf16"};
+        "mixtral_moe_f32", "qwen3_moe_bf16", "qwen2_moe_f32"};
     char dir[512];
     for (size_t i = 0; i < sizeof(fixtures) / sizeof(fixtures[0]); i++) {
         snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, fixtures[i]);

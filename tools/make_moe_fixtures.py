@@ -5,7 +5,8 @@ Regenerate (from the repository root, CPU only, no network needed):
 
     pip install -r tools/requirements.txt && python3 tools/make_moe_fixtures.py
 
-Options: --out DIR (default tests/fixtures/models; only this script's directories are written).
+Options: --out DIR (default tests/fixtures/models; only this script's directories are written),
+--only NAME (one fixture).
 
 The companion of tools/make_llama_fixtures.py and tools/make_qwen3_phi3_fixtures.py, with the same
 output format per directory (expected.json, expected_logits.safetensors and, for bf16 storage,
@@ -37,8 +38,8 @@ import torch
 import transformers
 from safetensors import safe_open
 from safetensors.torch import save_file
-from transformers import (GenerationConfig, MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig,
-                          Qwen3MoeForCausalLM)
+from transformers import (GenerationConfig, MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig,
+                          Qwen2MoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_fixtures import (Rejected, build_seeded, chmod_files, dir_size,  # noqa: E402
@@ -57,7 +58,8 @@ ROUTE_GAP = 1e-3          # router logit between the last chosen expert and the 
 ROUTE_GAP_BF16 = 1e-2
 
 ARCH = {"mixtral": (MixtralConfig, MixtralForCausalLM),
-        "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM)}
+        "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM),
+        "qwen2_moe": (Qwen2MoeConfig, Qwen2MoeForCausalLM)}
 
 COMMON = dict(vocab_size=256, hidden_size=32, num_attention_heads=4, max_position_embeddings=64,
               hidden_act="silu", bos_token_id=BOS, pad_token_id=PAD, eos_token_id=2,
@@ -87,6 +89,20 @@ FIXTURES = [
                 "[1], intermediate_size 48), Qwen3's per-head q/k RMSNorms, head_dim 16 != "
                 "hidden/heads 8, GQA (2 KV heads), untied, Hub-style config.json (num_experts, "
                 "rope_theta at top level), bf16 storage with bf16-mode references"),
+    dict(name="qwen2_moe_f32", arch="qwen2_moe", storage="float32", seed=23000,
+         cfg=dict(intermediate_size=48, moe_intermediate_size=16, shared_expert_intermediate_size=24,
+                  num_hidden_layers=2, num_key_value_heads=2, num_experts=6, num_experts_per_tok=2,
+                  norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], qkv_bias=True,
+                  rms_norm_eps=1e-6, use_sliding_window=False,
+                  rope_parameters=dict(rope_type="default", rope_theta=1e6)),
+         gen_eos=[2, 3],
+         covers="Qwen2MoeForCausalLM: every layer 6 experts (mlp.gate [6, 32], "
+                "mlp.experts.E.gate_proj / up_proj [16, 32], down_proj [32, 16]), top 2 "
+                "renormalised (norm_topk_prob true), and a shared expert every token takes "
+                "(mlp.shared_expert.gate_proj / up_proj [24, 32], down_proj [32, 24]) weighted by "
+                "sigmoid(mlp.shared_expert_gate [1, 32]), added after the routed experts; q/k/v "
+                "biases (qkv_bias), GQA (2 KV heads), untied, Hub-style config.json (num_experts, "
+                "rope_theta at top level); f32"),
 ]
 
 NOTES = [
@@ -98,8 +114,9 @@ NOTES = [
     "where attention_mask == 1; greedy = generate() on each prompt alone, 12 new tokens.",
     "Sparse layer: logits = gate(h) (n_experts); p = softmax(logits) in float32; the top "
     "num_experts_per_tok experts of p, their p renormalised to sum 1 (Mixtral always, Qwen3-MoE "
-    "when norm_topk_prob); out = sum over the chosen experts e of p_e * "
-    "down_e(silu(gate_e(h)) * up_e(h)). Padding tokens are routed too (their rows are not compared).",
+    "and Qwen2-MoE when norm_topk_prob); out = sum over the chosen experts e of p_e * "
+    "down_e(silu(gate_e(h)) * up_e(h)), then (Qwen2-MoE) + sigmoid(shared_expert_gate(h)) * "
+    "shared_expert(h). Padding tokens are routed too (their rows are not compared).",
     "Routing margins: min_route_gap is the smallest difference between a token's last chosen and "
     "first unchosen router logit over every layer and position checked (batch and greedy).",
 ]
@@ -125,12 +142,13 @@ def np_forward(W, cfg, ids, mask, gaps=None):
     hd = np_head_dim(cfg)
     eps = cfg["rms_norm_eps"]
     mixtral = cfg["model_type"] == "mixtral"
-    E = cfg["num_local_experts"] if mixtral else cfg["num_experts"]
+    E = cfg.get("num_local_experts") or cfg["num_experts"]
     K = cfg["num_experts_per_tok"]
     renorm = mixtral or cfg.get("norm_topk_prob", False)
 
     def lin(x, name):
-        return x @ W[name + ".weight"].T
+        y = x @ W[name + ".weight"].T
+        return y + W[name + ".bias"] if name + ".bias" in W else y
 
     pos = np_positions(mask).astype(np.float64)
     inv = 1.0 / cfg["rope_theta"] ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
@@ -146,7 +164,7 @@ def np_forward(W, cfg, ids, mask, gaps=None):
         q = q.reshape(B, T, H, hd)
         k = k.reshape(B, T, KV, hd)
         v = v.reshape(B, T, KV, hd).transpose(0, 2, 1, 3)
-        if not mixtral:
+        if cfg["model_type"] == "qwen3_moe":
             q = np_rms_norm(q, W[L + "self_attn.q_norm.weight"], eps)
             k = np_rms_norm(k, W[L + "self_attn.k_norm.weight"], eps)
         q, k = q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3)
@@ -177,6 +195,10 @@ def np_forward(W, cfg, ids, mask, gaps=None):
                 X = moe + f"experts.{e}."
                 h = np_silu(lin(flat[i], X + names[0])) * lin(flat[i], X + names[1])
                 out[i] += we * lin(h, X + names[2])
+        if cfg.get("shared_expert_intermediate_size"):     # Qwen2-MoE: after the routed experts
+            X = moe + "shared_expert."
+            sh = lin(np_silu(lin(flat, X + "gate_proj")) * lin(flat, X + "up_proj"), X + "down_proj")
+            out = out + sh / (1.0 + np.exp(-lin(flat, moe + "shared_expert_gate")))
         return out.reshape(x.shape)
 
     return np_decoder(W, cfg, ids, attn, mlp, eps)
@@ -203,7 +225,7 @@ def hub_style(cfg, spec):
     cfg["rope_theta"] = rp.pop("rope_theta")
     assert rp.pop("rope_type", "default") == "default" and not rp, rp
     cfg["rope_scaling"] = None
-    if spec["arch"] == "qwen3_moe":
+    if spec["arch"] != "mixtral" and "num_local_experts" in cfg:
         cfg["num_experts"] = cfg.pop("num_local_experts")
     cfg.pop("layer_types", None)
     return cfg
@@ -223,7 +245,7 @@ def try_build(spec, seed, out_dir):
         for name, prm in model.named_parameters():
             if name.endswith(("q_norm.weight", "k_norm.weight")):
                 prm.copy_(1.5 + 0.3 * torch.randn_like(prm))
-            elif name.endswith(".gate.weight"):
+            elif name.endswith((".gate.weight", "shared_expert_gate.weight")):
                 prm.copy_(0.5 * torch.randn_like(prm))
     model.generation_config = GenerationConfig(bos_token_id=BOS, eos_token_id=spec["gen_eos"],
                                                pad_token_id=config.pad_token_id)
@@ -244,6 +266,9 @@ def try_build(spec, seed, out_dir):
         keys = set(f.keys())
     per_expert = ("model.layers.0.block_sparse_moe.experts.0.w1.weight" if spec["arch"] == "mixtral"
                   else "model.layers.0.mlp.experts.0.gate_proj.weight")
+    if spec["arch"] == "qwen2_moe":
+        assert "model.layers.0.mlp.shared_expert_gate.weight" in keys
+        assert "model.layers.0.self_attn.q_proj.bias" in keys
     assert per_expert in keys, sorted(keys)[:40]
     assert not any("gate_up_proj" in k for k in keys)
 
@@ -342,16 +367,18 @@ def try_build(spec, seed, out_dir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--only", help="build only this fixture (its name)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
-    rows = build_seeded(FIXTURES, try_build, args.out)
+    todo = [s for s in FIXTURES if args.only in (None, s["name"])]
+    rows = build_seeded(todo, try_build, args.out)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     for r in rows:
         print(f"{r['name']:20s} seed {r['seed']} max|logit| {r['maxabs']:.3f} min margin "
               f"{r['min_margin']:.2e} route gap {r['gap']:.2e} hf-vs-np64 {r['err']:.2e} "
               f"bytes {dir_size(os.path.join(args.out, r['name']))}")
-    total = sum(dir_size(os.path.join(args.out, s["name"])) for s in FIXTURES)
+    total = sum(dir_size(os.path.join(args.out, s["name"])) for s in todo)
     print(f"total size of these fixtures: {total} bytes, budget {SIZE_BUDGET}")
     assert total < SIZE_BUDGET
 

@@ -92,6 +92,11 @@ struct expert_weights {
 struct moe_weights {
     struct weight_view router;            /* (n_experts, hidden) */
     const struct expert_weights *experts; /* (n_experts) */
+    /* a shared expert every token takes, weighted by sigmoid(shared_gate(h))
+     * (Qwen2-MoE; opts.shared_local > 0): shared_gate (1, hidden) whole on
+     * every rank */
+    struct expert_weights shared;
+    struct weight_view shared_gate;
 };
 
 struct moe_opts {
@@ -99,6 +104,7 @@ struct moe_opts {
     int ffn_local;  /* each expert's hidden units on this rank */
     bool norm_topk; /* the top k probabilities renormalised to sum to 1 */
     enum kern_act act;
+    int shared_local; /* the shared expert's hidden units on this rank (0: none) */
 };
 
 /* Floats per token of ex->e, of ex->f and of ex->host the MoE block takes
@@ -112,7 +118,8 @@ int model_block_moe_host(const struct moe_opts *o);
  * experts (ties to the lower index) with their probabilities, renormalised
  * when o->norm_topk; each expert's gated MLP run once over the rows routed
  * to it (gathered, in token order), and every token's outputs weighted and
- * summed in the experts' order. The router's logits are read back to the
+ * summed in the experts' order, then the shared expert's output weighted by
+ * sigmoid(shared_gate(h)) when there is one. The router's logits are read back to the
  * host to choose (a sync point per layer), and every rank chooses alike.
  * The choices for real tokens are counted in local layer `layer`'s row of
  * ex->routed when the family asked for counters (exec_dims.experts). */

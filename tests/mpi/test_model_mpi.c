@@ -240,4 +240,5 @@ TEST(phi3)
 TEST(moe)
 {
     check_fixture("mixtral_moe_f32");
+    check_fixture("qwen2_moe_f32"); /* and a shared expert, split as the others */
 }

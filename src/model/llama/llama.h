@@ -47,6 +47,7 @@ enum llama_variant {
     LLAMA_VARIANT_PHI3,
     LLAMA_VARIANT_MIXTRAL,   /* Mistral's attention, a sparse mixture of experts per layer */
     LLAMA_VARIANT_QWEN3_MOE, /* Qwen3's attention, experts on the sparse layers */
+    LLAMA_VARIANT_QWEN2_MOE, /* Qwen2's attention, experts and a gated shared expert */
 };
 
 /* The most LongRoPE factors (rot_dim / 2) a config may list. */
@@ -77,6 +78,7 @@ struct llama_config {
     int n_experts, top_k; /* num_local_experts / num_experts, num_experts_per_tok */
     int moe_ffn;          /* each expert's intermediate size */
     bool norm_topk;       /* the top k probabilities renormalised (Mixtral: always) */
+    int shared_ffn;       /* the shared expert's intermediate size (Qwen2-MoE; 0: none) */
     uint64_t moe_bits[MODEL_MAX_LAYERS / 64]; /* the layers whose MLP is the experts */
 };
 

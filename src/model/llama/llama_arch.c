@@ -1,8 +1,8 @@
 /* The Llama family's entry in the family table. */
 #include "model/llama/llama.h"
 
-static const char *const llama_model_types[] = {"llama", "mistral", "qwen2",     "qwen3",
-                                                "phi3",  "mixtral", "qwen3_moe", NULL};
+static const char *const llama_model_types[] = {
+    "llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", NULL};
 
 const struct arch_ops llama_arch = {
     .name = "llama",

@@ -12,7 +12,9 @@
  *   moe_intermediate_size               Qwen3-MoE: 768 (Mixtral's experts: intermediate_size)
  *   norm_topk_prob                      Qwen3-MoE: false (Mixtral always renormalises)
  *   decoder_sparse_step, mlp_only_layers  Qwen3-MoE: 1, [] (the dense layers)
- *   shared_expert_intermediate_size     refused when set (shared experts)
+ *   shared_expert_intermediate_size     Qwen2-MoE: 5632 (its gated shared expert); refused
+ *                                       elsewhere
+ *   qkv_bias                            Qwen2-MoE: true (no o_proj bias)
  *   router_aux_loss_coef, router_jitter_noise  ignored (training only)
  *   max_position_embeddings             required (Mistral: 131072)
  *   hidden_act                          "silu"
@@ -248,7 +250,8 @@ static int cfg_window(json_t *root, const char *what, struct llama_config *c)
 {
     int rc;
     const bool qwen = c->variant == LLAMA_VARIANT_QWEN2 || c->variant == LLAMA_VARIANT_QWEN3 ||
-                      c->variant == LLAMA_VARIANT_QWEN3_MOE;
+                      c->variant == LLAMA_VARIANT_QWEN3_MOE ||
+                      c->variant == LLAMA_VARIANT_QWEN2_MOE;
     bool use = c->variant == LLAMA_VARIANT_MISTRAL || c->variant == LLAMA_VARIANT_PHI3 ||
                c->variant == LLAMA_VARIANT_MIXTRAL;
     if (qwen && (rc = hf_get_bool(root, what, "use_sliding_window", false, &use)) < 0)
@@ -261,7 +264,8 @@ static int cfg_window(json_t *root, const char *what, struct llama_config *c)
         return rc;
     if (c->sliding_window == 0)
         return 0;
-    if (c->variant != LLAMA_VARIANT_QWEN2 && c->variant != LLAMA_VARIANT_QWEN3)
+    if (c->variant != LLAMA_VARIANT_QWEN2 && c->variant != LLAMA_VARIANT_QWEN3 &&
+        c->variant != LLAMA_VARIANT_QWEN2_MOE)
         return layer_windows_parse(NULL, what, c->base.info.n_layers, LAYERS_ALL, 0, &c->windows);
     int from;
     if ((rc = hf_get_int(root, what, "max_window_layers", false, 28, 0, HF_DIM_MAX, &from)) < 0)
@@ -278,14 +282,15 @@ static enum llama_variant variant_of(json_t *root)
            : strcmp(mt, "phi3") == 0      ? LLAMA_VARIANT_PHI3
            : strcmp(mt, "mixtral") == 0   ? LLAMA_VARIANT_MIXTRAL
            : strcmp(mt, "qwen3_moe") == 0 ? LLAMA_VARIANT_QWEN3_MOE
+           : strcmp(mt, "qwen2_moe") == 0 ? LLAMA_VARIANT_QWEN2_MOE
                                           : LLAMA_VARIANT_LLAMA;
 }
 
-static const char *const variant_names[] = {"llama", "mistral", "qwen2",    "qwen3",
-                                            "phi3",  "mixtral", "qwen3_moe"};
+static const char *const variant_names[] = {"llama", "mistral", "qwen2",     "qwen3",
+                                            "phi3",  "mixtral", "qwen3_moe", "qwen2_moe"};
 static const char *const variant_archs[] = {
-    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",   "Qwen3ForCausalLM",
-    "Phi3ForCausalLM",  "MixtralForCausalLM", "Qwen3MoeForCausalLM"};
+    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",    "Qwen3ForCausalLM",
+    "Phi3ForCausalLM",  "MixtralForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"};
 
 const char *llama_variant_arch(enum llama_variant v)
 {
@@ -295,18 +300,26 @@ const char *llama_variant_arch(enum llama_variant v)
 /* The experts: Mixtral's num_local_experts on every layer, renormalised;
  * Qwen3-MoE's num_experts (or num_local_experts, the name transformers 5
  * saves) on the layers not in mlp_only_layers whose index + 1 is a multiple
- * of decoder_sparse_step, renormalised when norm_topk_prob. */
+ * of decoder_sparse_step, renormalised when norm_topk_prob; Qwen2-MoE's as
+ * Qwen3-MoE's, with a shared expert. */
 static int cfg_moe(json_t *root, const char *what, struct llama_config *c)
 {
     const struct model_info *in = &c->base.info;
-    const bool qwen = c->variant == LLAMA_VARIANT_QWEN3_MOE;
+    const bool qwen2 = c->variant == LLAMA_VARIANT_QWEN2_MOE;
+    const bool qwen = c->variant == LLAMA_VARIANT_QWEN3_MOE || qwen2;
     const char *experts_key =
         qwen && json_object_get(root, "num_experts") ? "num_experts" : "num_local_experts";
     int rc, step = 1;
-    if ((rc = hf_get_int(root, what, experts_key, false, qwen ? 128 : 8, 1, MODEL_MAX_EXPERTS,
-                         &c->n_experts)) < 0 ||
-        (rc = hf_get_int(root, what, "num_experts_per_tok", false, qwen ? 8 : 2, 1,
-                         MODEL_MAX_EXPERTS, &c->top_k)) < 0)
+    if ((rc = hf_get_int(root, what, experts_key, false,
+                         qwen2  ? 60
+                         : qwen ? 128
+                                : 8,
+                         1, MODEL_MAX_EXPERTS, &c->n_experts)) < 0 ||
+        (rc = hf_get_int(root, what, "num_experts_per_tok", false,
+                         qwen2  ? 4
+                         : qwen ? 8
+                                : 2,
+                         1, MODEL_MAX_EXPERTS, &c->top_k)) < 0)
         return rc;
     if (c->top_k > c->n_experts)
         return err_set(ERR_FORMAT, "%s: num_experts_per_tok %d exceeds the %d experts (%s)", what,
@@ -314,19 +327,22 @@ static int cfg_moe(json_t *root, const char *what, struct llama_config *c)
     c->moe_ffn = in->ffn;
     c->norm_topk = true;
     json_t *shared = json_object_get(root, "shared_expert_intermediate_size");
-    if (shared && !json_is_null(shared) &&
+    if (qwen2 && (rc = hf_get_int(root, what, "shared_expert_intermediate_size", false, 5632, 1,
+                                  HF_DIM_MAX, &c->shared_ffn)) < 0)
+        return rc;
+    if (!qwen2 && shared && !json_is_null(shared) &&
         !(json_is_integer(shared) && !json_integer_value(shared)))
         return err_set(ERR_UNSUPPORTED,
                        "%s: shared experts (shared_expert_intermediate_size) are "
-                       "not supported",
+                       "supported in qwen2_moe only",
                        what);
     if (!qwen) {
         for (int l = 0; l < in->n_layers; l++)
             c->moe_bits[l / 64] |= (uint64_t)1 << (l % 64);
         return 0;
     }
-    if ((rc = hf_get_int(root, what, "moe_intermediate_size", false, 768, 1, HF_DIM_MAX,
-                         &c->moe_ffn)) < 0 ||
+    if ((rc = hf_get_int(root, what, "moe_intermediate_size", false, qwen2 ? 1408 : 768, 1,
+                         HF_DIM_MAX, &c->moe_ffn)) < 0 ||
         (rc = hf_get_bool(root, what, "norm_topk_prob", false, &c->norm_topk)) < 0 ||
         (rc = hf_get_int(root, what, "decoder_sparse_step", false, 1, 1, HF_DIM_MAX, &step)) < 0)
         return rc;
@@ -393,7 +409,8 @@ int llama_config_parse(json_t *root, const char *what, struct model_config **out
                        in->n_kv_heads, in->n_heads);
     /* an explicit head_dim (Mistral Nemo: 128 with hidden 5120 and 32 heads) */
     const bool qwen3 = c->variant == LLAMA_VARIANT_QWEN3, phi3 = c->variant == LLAMA_VARIANT_PHI3;
-    const bool moe = c->variant == LLAMA_VARIANT_MIXTRAL || c->variant == LLAMA_VARIANT_QWEN3_MOE;
+    const bool moe = c->variant == LLAMA_VARIANT_MIXTRAL || c->variant == LLAMA_VARIANT_QWEN3_MOE ||
+                     c->variant == LLAMA_VARIANT_QWEN2_MOE;
     if (in->hidden % in->n_heads != 0 && !json_object_get(root, "head_dim") && !qwen3)
         return err_set(ERR_FORMAT,
                        "%s: hidden_size %d is not a multiple of num_attention_heads %d (and no "
@@ -415,6 +432,11 @@ int llama_config_parse(json_t *root, const char *what, struct model_config **out
     c->qkv_bias = (attn_bias && !phi3) || c->variant == LLAMA_VARIANT_QWEN2;
     c->o_bias = attn_bias && !phi3 && c->variant != LLAMA_VARIANT_QWEN2;
     c->mlp_bias = c->mlp_bias && !phi3 && !qwen3 && !moe; /* none has the field */
+    if (c->variant == LLAMA_VARIANT_QWEN2_MOE) {          /* qkv_bias (true), none on o_proj */
+        c->o_bias = false;
+        if ((rc = hf_get_bool(root, what, "qkv_bias", true, &c->qkv_bias)) < 0)
+            return rc;
+    }
     if ((rc = cfg_rope(root, what, c)) < 0 || (rc = cfg_freq_factors(root, what, c)) < 0 ||
         (rc = cfg_window(root, what, c)) < 0 || (moe && (rc = cfg_moe(root, what, c)) < 0))
         return rc;
@@ -464,6 +486,9 @@ void llama_describe(const struct model_config *mc, char *buf, size_t cap)
              llama_qk_norm(c) ? "yes" : "no", llama_fused(c) ? "yes" : "no",
              c->tie_embeddings ? "yes" : "no", c->sliding_window, c->n_experts, c->top_k,
              c->moe_ffn, c->n_experts && c->norm_topk ? ", renormalised" : "");
+    if (c->shared_ffn && strlen(buf) < cap)
+        snprintf(buf + strlen(buf), cap - strlen(buf), ", a shared expert of width %d",
+                 c->shared_ffn);
 }
 
 void llama_inv_freq(const struct llama_config *c, bool long_ctx, float *inv)
@@ -557,12 +582,13 @@ int llama_config_save(const struct model_config *mc, const char *dir)
         json_object_set_new(root, "partial_rotary_factor",
                             json_real((double)c->rot_dim / in->head_dim));
     if (c->variant == LLAMA_VARIANT_QWEN2 || c->variant == LLAMA_VARIANT_QWEN3 ||
-        c->variant == LLAMA_VARIANT_QWEN3_MOE)
+        c->variant == LLAMA_VARIANT_QWEN3_MOE || c->variant == LLAMA_VARIANT_QWEN2_MOE)
         json_object_set_new(root, "use_sliding_window", json_boolean(c->sliding_window > 0));
     if (c->variant != LLAMA_VARIANT_LLAMA)
         json_object_set_new(root, "sliding_window",
                             c->sliding_window ? json_integer(c->sliding_window) : json_null());
-    if (c->variant == LLAMA_VARIANT_QWEN2 && c->sliding_window)
+    if ((c->variant == LLAMA_VARIANT_QWEN2 || c->variant == LLAMA_VARIANT_QWEN2_MOE) &&
+        c->sliding_window)
         json_object_set_new(root, "layer_types", layer_windows_json(&c->windows, in->n_layers));
     if (c->n_experts > 0) {
         json_object_set_new(
@@ -571,7 +597,11 @@ int llama_config_save(const struct model_config *mc, const char *dir)
         json_object_set_new(root, "num_experts_per_tok", json_integer(c->top_k));
         json_object_set_new(root, "router_aux_loss_coef", json_real(0.001));
     }
-    if (c->variant == LLAMA_VARIANT_QWEN3_MOE) {
+    if (c->variant == LLAMA_VARIANT_QWEN2_MOE) {
+        json_object_set_new(root, "qkv_bias", json_boolean(c->qkv_bias));
+        json_object_set_new(root, "shared_expert_intermediate_size", json_integer(c->shared_ffn));
+    }
+    if (c->variant == LLAMA_VARIANT_QWEN3_MOE || c->variant == LLAMA_VARIANT_QWEN2_MOE) {
         json_t *only = json_array();
         for (int l = 0; l < in->n_layers; l++)
             if (!llama_moe_layer(c, l))

@@ -24,7 +24,8 @@ static struct moe_opts moe_opts(const struct model *m)
                              .top_k = c->top_k,
                              .ffn_local = c->moe_ffn / m->shard.tp_size,
                              .norm_topk = c->norm_topk,
-                             .act = c->act};
+                             .act = c->act,
+                             .shared_local = c->shared_ffn / m->shard.tp_size};
 }
 
 void llama_exec_dims(const struct model *m, struct exec_dims *d)

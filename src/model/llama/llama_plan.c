@@ -39,6 +39,11 @@ int llama_shard_check(const struct model_config *mc, const struct model_shard *s
         return err_set(ERR_INVALID,
                        "tensor-parallel size %d must divide each expert's intermediate size %d", tp,
                        c->moe_ffn);
+    if (c && c->shared_ffn % tp)
+        return err_set(ERR_INVALID,
+                       "tensor-parallel size %d must divide the shared expert's intermediate "
+                       "size %d",
+                       tp, c->shared_ffn);
     if (tp <= kv ? kv % tp : tp % kv)
         return err_set(ERR_INVALID,
                        "tensor-parallel size %d must divide num_key_value_heads %d, or be a "
@@ -134,7 +139,18 @@ static int plan_moe(struct model_planner *p, const char *prefix, const struct mo
                         fr, &x->down));
     }
     L->moe.experts = L->experts;
-    return 0;
+    if (c->shared_ffn == 0)
+        return 0;
+    /* Qwen2-MoE's shared expert, split as the others, and its gate */
+    const int S = c->shared_ffn, sr = S / m->shard.tp_size, s0 = m->shard.tp_rank * sr;
+    struct expert_weights *x = &L->moe.shared;
+    TRY(plan_matrix(p, blob, NAME("mlp.shared_expert.gate_proj.weight"), S, H, s0, sr, 0, H,
+                    &x->gate));
+    TRY(plan_matrix(p, blob, NAME("mlp.shared_expert.up_proj.weight"), S, H, s0, sr, 0, H, &x->up));
+    TRY(plan_matrix(p, blob, NAME("mlp.shared_expert.down_proj.weight"), H, S, 0, H, s0, sr,
+                    &x->down));
+    return plan_matrix(p, blob, NAME("mlp.shared_expert_gate.weight"), 1, H, 0, 1, 0, H,
+                       &L->moe.shared_gate);
 }
 
 static int plan_layer(struct model_planner *p, const char *prefix, const struct model *m,

@@ -373,7 +373,7 @@ int llama_tensors(const struct model_config *mc, struct tensor_spec **out, int *
 {
     const struct llama_config *c = ARCH_CONFIG(struct llama_config, mc);
     const struct model_info *in = &mc->info;
-    int cap = 4 + in->n_layers * (16 + 1 + 3 * c->n_experts), n = 0;
+    int cap = 4 + in->n_layers * (16 + 5 + 3 * c->n_experts), n = 0;
     struct tensor_spec *s = calloc((size_t)cap, sizeof(*s));
     if (!s)
         return err_set(ERR_NOMEM, "out of memory");
@@ -409,6 +409,11 @@ int llama_tensors(const struct model_config *mc, struct tensor_spec **out, int *
                 for (int p = 0; p < 3; p++)
                     ADD(2, p < 2 ? M : H, p < 2 ? H : M, TENSOR_NORMAL,
                         "model.layers.%d.%s.experts.%d.%s.weight", l, moe, e, mx ? w[p] : mlp[p]);
+            for (int p = 0; p < 3 && c->shared_ffn; p++)
+                ADD(2, p < 2 ? c->shared_ffn : H, p < 2 ? H : c->shared_ffn, TENSOR_NORMAL,
+                    "model.layers.%d.mlp.shared_expert.%s.weight", l, mlp[p]);
+            if (c->shared_ffn)
+                ADD(2, 1, H, TENSOR_NORMAL, "model.layers.%d.mlp.shared_expert_gate.weight", l);
         } else if (llama_fused(c))
             ADD(2, 2 * F, H, TENSOR_NORMAL, "model.layers.%d.mlp.gate_up_proj.weight", l);
         for (int p = llama_fused(c) ? 2 : 0; p < 3 && !llama_moe_layer(c, l); p++) {
