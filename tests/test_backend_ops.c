@@ -38,7 +38,7 @@
  *   heads, and grouped (kv_heads 1 and between) in prefill and decode; a
  *   windowed layer's ring (kv_geom.ring) in steps that wrap it.
  * - kern_embed, kern_add, kern_scale, kern_kv_append (the whole cache,
- *   untouched positions included), kern_gather_rows, kern_copy,
+ *   untouched positions included), kern_gather_rows, kern_combine_rows, kern_copy,
  *   kern_to_host/kern_to_device: exact (copies, or one correctly rounded
  *   f32 operation).
  *
@@ -1190,6 +1190,19 @@ TEST(moves)
     twin_download(ty, yc, yg, (size_t)n * width * sizeof(float));
     CHECK_MSG(memcmp(yc, yg, (size_t)n * width * sizeof(float)) == 0, "gather_rows differs");
 
+    /* combine_rows: each product rounded before the add on both, so bitwise */
+    static const int32_t cidx[] = {3, 0, 19, 3, 7, 12}; /* 3 rows of k = 2 */
+    const float cw[] = {0.75f, 0.25f, 0.6f, 0.4f, 0.125f, 0.875f};
+    struct twin tci = twin_upload(cidx, sizeof(cidx)), tcw = twin_upload(cw, sizeof(cw));
+    RUN("combine cpu", kern_combine_rows(cpu_st, dbuf_ptr(ty.c), dbuf_ptr(tx.c), dbuf_ptr(tci.c),
+                                         dbuf_ptr(tcw.c), 3, 2, width));
+    RUN("combine cuda", kern_combine_rows(gpu_st, dbuf_ptr(ty.g), dbuf_ptr(tx.g), dbuf_ptr(tci.g),
+                                          dbuf_ptr(tcw.g), 3, 2, width));
+    twin_download(ty, yc, yg, (size_t)3 * width * sizeof(float));
+    CHECK_MSG(memcmp(yc, yg, (size_t)3 * width * sizeof(float)) == 0, "combine_rows differs");
+    twin_free(&tci);
+    twin_free(&tcw);
+
     /* copy of an odd byte count between odd offsets (x is 2960 bytes) */
     unsigned char *bg = xmalloc(1001);
     struct dbuf *dc = alloc_on(gpu_dev, 1024);
@@ -1229,7 +1242,7 @@ TEST(moves)
         free(back);
         device_host_free(gpu_dev, pinned, big);
     }
-    printf("gather_rows, copy, to_host/to_device (pinned): exact\n");
+    printf("gather_rows, combine_rows, copy, to_host/to_device (pinned): exact\n");
 }
 
 /* Every buffer a case made is freed by the end of the run; then the

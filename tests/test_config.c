@@ -251,6 +251,86 @@ TEST(qwen3_phi3)
                  ERR_FORMAT, "exceed");
 }
 
+#define MIXTRAL "\"model_type\": \"mixtral\", " LHEADS
+#define QMOE "\"model_type\": \"qwen3_moe\", " LHEADS
+
+/* Mixtral and Qwen3-MoE: their defaults, the sparse layers, both spellings
+ * of the expert count, and a one-line error for each hostile config. */
+TEST(moe)
+{
+    /* Mixtral: 8 experts, top 2 renormalised, every layer, intermediate_size each expert's;
+     * router_aux_loss_coef and router_jitter_noise (training only) ignored */
+    struct llama_config c = parse_llama("{" MIXTRAL ", \"router_aux_loss_coef\": 0.02, "
+                                        "\"router_jitter_noise\": 0.1}");
+    const struct model_info *in = &c.base.info;
+    CHECK(c.variant == LLAMA_VARIANT_MIXTRAL && c.n_experts == 8 && c.top_k == 2);
+    CHECK(c.moe_ffn == 128 && c.norm_topk && llama_moe_layer(&c, 0) && llama_moe_layer(&c, 1));
+    CHECK(!llama_qk_norm(&c) && strcmp(in->architecture, "MixtralForCausalLM") == 0);
+    c = parse_llama("{" MIXTRAL ", \"num_local_experts\": 4, \"num_experts_per_tok\": 4, "
+                    "\"sliding_window\": 32}");
+    CHECK(c.n_experts == 4 && c.top_k == 4 && c.sliding_window == 32);
+    /* Qwen3-MoE: 128 experts, top 8, not renormalised, moe_intermediate_size 768 by default;
+     * num_experts or num_local_experts; mlp_only_layers and decoder_sparse_step pick the
+     * dense layers; q/k norms; head_dim hidden / heads when absent (unlike Qwen3's 128) */
+    c = parse_llama("{" QMOE "}");
+    CHECK(c.variant == LLAMA_VARIANT_QWEN3_MOE && c.n_experts == 128 && c.top_k == 8);
+    CHECK(c.moe_ffn == 768 && !c.norm_topk && llama_qk_norm(&c) && in->head_dim == 8);
+    CHECK(llama_moe_layer(&c, 0) && llama_moe_layer(&c, 1));
+    c = parse_llama("{" QMOE ", \"num_experts\": 16, \"num_experts_per_tok\": 3, "
+                    "\"moe_intermediate_size\": 32, \"norm_topk_prob\": true, "
+                    "\"mlp_only_layers\": [0]}");
+    CHECK(c.n_experts == 16 && c.top_k == 3 && c.moe_ffn == 32 && c.norm_topk);
+    CHECK(!llama_moe_layer(&c, 0) && llama_moe_layer(&c, 1) && in->ffn == 128);
+    c = parse_llama("{" QMOE ", \"num_local_experts\": 6, \"num_experts_per_tok\": 2, "
+                    "\"decoder_sparse_step\": 2}");
+    CHECK(c.n_experts == 6 && !llama_moe_layer(&c, 0) && llama_moe_layer(&c, 1));
+    /* Qwen2-MoE: 60 experts, top 4, 1408 wide, a shared expert of 5632, q/k/v biases
+     * (qkv_bias) and none on o_proj */
+    c = parse_llama("{\"model_type\": \"qwen2_moe\", " LHEADS "}");
+    CHECK(c.variant == LLAMA_VARIANT_QWEN2_MOE && c.n_experts == 60 && c.top_k == 4);
+    CHECK(c.moe_ffn == 1408 && c.shared_ffn == 5632 && !c.norm_topk && c.qkv_bias && !c.o_bias);
+    CHECK(!llama_qk_norm(&c) && strcmp(in->architecture, "Qwen2MoeForCausalLM") == 0);
+    c = parse_llama("{\"model_type\": \"qwen2_moe\", " LHEADS ", \"qkv_bias\": false, "
+                    "\"shared_expert_intermediate_size\": 96, \"num_experts\": 4, "
+                    "\"num_experts_per_tok\": 1}");
+    CHECK(!c.qkv_bias && c.shared_ffn == 96 && c.n_experts == 4 && c.top_k == 1);
+    /* a dense model's config has no experts */
+    c = parse_llama("{" LBASE "}");
+    CHECK(c.n_experts == 0 && !llama_moe_layer(&c, 0));
+
+    /* hostile */
+    expect_error("{" MIXTRAL ", \"num_local_experts\": 0}", ERR_FORMAT, "num_local_experts");
+    expect_error("{" MIXTRAL ", \"num_local_experts\": 100000}", ERR_FORMAT, "num_local_experts");
+    expect_error("{" MIXTRAL ", \"num_local_experts\": 4, \"num_experts_per_tok\": 5}", ERR_FORMAT,
+                 "num_experts_per_tok 5 exceeds the 4 experts");
+    expect_error("{" MIXTRAL ", \"num_experts_per_tok\": -1}", ERR_FORMAT, "num_experts_per_tok");
+    expect_error("{" QMOE ", \"num_experts\": \"many\"}", ERR_FORMAT, "num_experts");
+    expect_error("{" QMOE ", \"moe_intermediate_size\": 0}", ERR_FORMAT, "moe_intermediate_size");
+    expect_error("{" QMOE ", \"decoder_sparse_step\": 0}", ERR_FORMAT, "decoder_sparse_step");
+    expect_error("{" QMOE ", \"mlp_only_layers\": [5]}", ERR_FORMAT,
+                 "mlp_only_layers[0] must be a layer index in [0, 2)");
+    expect_error("{" QMOE ", \"mlp_only_layers\": 1}", ERR_FORMAT,
+                 "mlp_only_layers must be a list");
+    expect_error("{" QMOE ", \"shared_expert_intermediate_size\": 64}", ERR_UNSUPPORTED,
+                 "shared experts");
+    expect_error("{" MIXTRAL ", \"shared_expert_intermediate_size\": 64}", ERR_UNSUPPORTED,
+                 "supported in qwen2_moe only");
+    expect_error("{\"model_type\": \"qwen2_moe\", " LHEADS
+                 ", \"shared_expert_intermediate_size\": 0}",
+                 ERR_FORMAT, "shared_expert_intermediate_size");
+    /* each expert is split across the TP ranks */
+    struct model_config *mc = NULL;
+    CHECK(model_config_parse("{" QMOE ", \"moe_intermediate_size\": 36}", "config.json", &mc) == 0);
+    if (mc) {
+        CHECK(model_shard_check(mc, &(struct model_shard){.tp_size = 4, .layer_end = 2}) == 0);
+        CHECK(model_shard_check(mc, &(struct model_shard){.tp_size = 8, .layer_end = 2}) ==
+              ERR_INVALID);
+        CHECK_MSG(strstr(err_msg(), "must divide each expert's intermediate size 36"), "%s",
+                  err_msg());
+    }
+    model_config_free(mc);
+}
+
 /* OPTConfig's defaults for every optional field */
 #define GDIMS                                                                                      \
     "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 4, "                  \

@@ -71,7 +71,8 @@
     X(W_Q6_K, linear)                                                                              \
     X(W_Q5_0, linear)                                                                              \
     X(W_Q5_1, linear)                                                                              \
-    X(LORA, lora)
+    X(LORA, lora)                                                                                  \
+    X(COMBINE_ROWS, combine_rows)
 
 static bool slot_filled(const struct kernel_ops *k, enum kern_op op)
 {
@@ -323,6 +324,9 @@ static const struct {
     {"gemma2_softcap_f32", (LLAMA & ~BIT(SWIGLU)) | BIT(GEGLU_TANH) | BIT(ATTENTION_WINDOW) |
                                BIT(ATTENTION_SOFTCAP) | BIT(SOFTCAP)},
     {"gemma3_qknorm_bf16", (LLAMA & ~BIT(SWIGLU)) | BIT(GEGLU_TANH) | BIT(ATTENTION_WINDOW)},
+    {"mixtral_moe_f32", LLAMA | BIT(COMBINE_ROWS)},
+    {"qwen3_moe_bf16", LLAMA | BIT(COMBINE_ROWS)},
+    {"qwen2_moe_f32", LLAMA | BIT(LINEAR_BIAS) | BIT(COMBINE_ROWS)},
 #undef HEAD
 #undef OPT
 #undef LLAMA

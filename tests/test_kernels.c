@@ -22,7 +22,8 @@
  *   kern_activation(gate) times up in f32.
  * - kern_attention: 1e-5 relative, with kv_heads 1, 2 and == heads.
  * - kern_embed, kern_add, kern_scale, kern_copy, kern_kv_append,
- *   kern_gather_rows: exact (copies, or one correctly rounded f32 operation).
+ *   kern_gather_rows, kern_combine_rows: exact (copies, or one correctly rounded f32 operation
+ *   at a time).
  * Each masked kernel also checks that its data make the mask matter: the
  * reference without the causal mask, or without the padding mask, differs
  * from the real one by far more than the tolerance; likewise with query
@@ -988,6 +989,33 @@ static void test_elementwise(void)
     device_free(dt);
     device_free(dr);
     device_free(dg);
+
+    /* combine_rows: each output row the k products summed in their order,
+     * each rounded first (torch's index_add_ of weighted rows), so exact */
+    enum { CK = 2, CN = 3 };
+    static const int32_t crows[CN * CK] = {5, 1, 0, 8, 3, 3};
+    float cw[CN * CK], cy[CN * W], cref[CN * W];
+    fill_uniform(cw, CN * CK, 0, 1);
+    for (int i = 0; i < CN; i++)
+        for (int c = 0; c < W; c++) {
+            float acc = 0;
+            for (int j = 0; j < CK; j++) {
+                volatile float p = cw[i * CK + j] * t[crows[i * CK + j] * W + c];
+                acc = j ? acc + p : p;
+            }
+            cref[i * W + c] = acc;
+        }
+    dt = upload(t, sizeof(t));
+    dr = upload(crows, sizeof(crows));
+    struct dbuf *dw = upload(cw, sizeof(cw)), *dy2 = upload(NULL, sizeof(cy));
+    CHECK(kern_combine_rows(st, dbuf_ptr(dy2), dbuf_ptr(dt), dbuf_ptr(dr), dbuf_ptr(dw), CN, CK,
+                            W) == 0);
+    download(cy, dbuf_ptr(dy2), sizeof(cy));
+    CHECK_MSG(memcmp(cy, cref, sizeof(cy)) == 0, "combine_rows not exact");
+    device_free(dt);
+    device_free(dr);
+    device_free(dw);
+    device_free(dy2);
 }
 
 /* ---- kern_kv_append + kern_attention ---- */

@@ -176,7 +176,10 @@ int main(void)
         /* Gemma 2 and 3 (soft-capping, q/k norms, MQA replicated),
          * and sliding windows shorter than the context */
         "gemma2_softcap_f32", "gemma3_qknorm_bf16", "gemma3_mm_text_f32", "mistral_window_f32",
-        "qwen2_window_f32"};
+        "qwen2_window_f32",
+        /* mixtures of experts: each expert split across the TP ranks, the
+         * router whole on each */
+        "mixtral_moe_f32", "qwen3_moe_bf16", "qwen2_moe_f32"};
     char dir[512];
     for (size_t i = 0; i < sizeof(fixtures) / sizeof(fixtures[0]); i++) {
         snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, fixtures[i]);

@@ -52,6 +52,7 @@ static const char *const op_names[KERN_OP_COUNT] = {
     [KERN_OP_W_Q5_0] = "Q5_0 weights",
     [KERN_OP_W_Q5_1] = "Q5_1 weights",
     [KERN_OP_LORA] = "lora",
+    [KERN_OP_COMBINE_ROWS] = "combine_rows",
 };
 
 const char *kern_op_name(enum kern_op op)
@@ -131,6 +132,8 @@ static bool table_runs(const struct kernel_ops *k, enum kern_op op)
         return k->linear != NULL; /* and embed, where a model embeds */
     case KERN_OP_LORA:
         return k->lora != NULL;
+    case KERN_OP_COMBINE_ROWS:
+        return k->combine_rows != NULL;
     case KERN_OP_COUNT:
         break;
     }
@@ -460,6 +463,16 @@ int kern_gather_rows(struct stream *s, float *y, const float *x, const int32_t *
     if (!table_runs(k, KERN_OP_GATHER_ROWS))
         return absent(s, KERN_OP_GATHER_ROWS);
     return k->gather_rows(s, y, x, rows, n, width);
+}
+
+int kern_combine_rows(struct stream *s, float *y, const float *x, const int32_t *rows,
+                      const float *w, int n, int k, int width)
+{
+    assert(y && x && rows && w && n > 0 && k > 0 && width > 0 && y != x);
+    const struct kernel_ops *kt = kern_of(s);
+    if (!table_runs(kt, KERN_OP_COMBINE_ROWS))
+        return absent(s, KERN_OP_COMBINE_ROWS);
+    return kt->combine_rows(s, y, x, rows, w, n, k, width);
 }
 
 int kern_copy(struct stream *s, void *dst, const void *src, size_t n)

@@ -116,7 +116,8 @@ enum kern_op {
     KERN_OP_W_Q6_K,
     KERN_OP_W_Q5_0,
     KERN_OP_W_Q5_1,
-    KERN_OP_LORA, /* kern_lora */
+    KERN_OP_LORA,         /* kern_lora */
+    KERN_OP_COMBINE_ROWS, /* kern_combine_rows */
     KERN_OP_COUNT
 };
 /* A set of ops: a mask of these bits. */
@@ -248,6 +249,14 @@ size_t kern_attention_scratch(const struct device *d, const struct kv_geom *g, i
 /* y[i, width] = x[rows[i], width] for i < n; rows on the device. */
 int kern_gather_rows(struct stream *s, float *y, const float *x, const int32_t *rows, int n,
                      int width);
+/* y[i, :] = sum over j < k of w[i * k + j] * x[rows[i * k + j], :] for
+ * i < n, in j order from the first product (each product rounded to f32,
+ * then added): a mixture of experts' outputs, each token's k weighted rows
+ * summed (torch's index_add_ of each expert's weighted rows into zeros, in
+ * the experts' order when the caller lists them so). rows and w (n * k) on
+ * the device; y does not overlap x. */
+int kern_combine_rows(struct stream *s, float *y, const float *x, const int32_t *rows,
+                      const float *w, int n, int k, int width);
 /* dst = src, n bytes on the device (ranges do not overlap). */
 int kern_copy(struct stream *s, void *dst, const void *src, size_t n);
 /* Copies n bytes from the device to host memory once the stream's earlier

@@ -39,6 +39,8 @@ struct kernel_ops {
     int (*gather_rows)(struct stream *s, float *y, const float *x, const int32_t *rows, int n,
                        int width);
     int (*copy)(struct stream *s, void *dst, const void *src, size_t n);
+    int (*combine_rows)(struct stream *s, float *y, const float *x, const int32_t *rows,
+                        const float *w, int n, int k, int width);
     int (*lora)(struct stream *s, float *y, const float *x, int m, int nseg, const int *seg,
                 const struct lora_pair *pairs, enum kern_compute c, float *scratch);
     int (*to_host)(struct stream *s, void *host, const void *src, size_t n);

@@ -304,7 +304,8 @@ int cmd_gen_model(int argc, char **argv)
     };
     int rc = args_parse("gen-model",
                         "Writes a random-weight checkpoint of a preset's shape (OPT, Llama, "
-                        "Mistral, Qwen2, Qwen3, Phi-3, Gemma 2, Gemma 3) in Hugging Face layout (config.json, "
+                        "Mistral, Qwen2, Qwen3, Phi-3, Mixtral, Qwen3-MoE, Gemma 2, Gemma 3) in "
+                        "Hugging Face layout (config.json, "
                         "generation_config.json, safetensors weights, sharded with an index when "
                         "large, and for OPT a tokenizer), initialised as transformers initialises "
                         "the family.",

@@ -37,6 +37,8 @@ struct exec_dims {
     int ffn_width;    /* floats per token of ex->f */
     int extra_width;  /* floats per token of ex->e (0: none) */
     size_t aux_floats; /* ex->aux (0: none) */
+    int host_width;    /* 4-byte slots per token of ex->host, host memory (0: none) */
+    int experts;       /* counters per layer of ex->routed (0: none) */
     bool positions;   /* the layers read ex->pos */
     /* the layers set in *windows (global indices) attend within `window`
      * keys and keep their KV caches in rings (model/exec.c); 0 or NULL:

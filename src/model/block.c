@@ -110,3 +110,155 @@ int model_block_mlp(const struct model *m, struct model_exec *ex, int t_new,
         TRY(kern_rmsnorm(s, h, h, n, H, o->post_norm, o->eps));
     return kern_add(s, ex->x, h, (size_t)n * H);
 }
+
+int model_block_moe_extra(const struct model *m, const struct moe_opts *o)
+{
+    /* the gathered rows (then each expert's output in their place), the
+     * router's logits, and the rows, slots and weights of the step's
+     * choices */
+    const int k = o->top_k + (o->shared_local > 0);
+    return k * m->info->hidden + o->n_experts + 1 + 3 * k;
+}
+
+int model_block_moe_ffn(const struct moe_opts *o)
+{
+    return 2 * (o->ffn_local > o->shared_local ? o->ffn_local : o->shared_local);
+}
+
+int model_block_moe_host(const struct moe_opts *o)
+{
+    const int k = o->top_k + (o->shared_local > 0);
+    return o->n_experts + 1 + 2 * o->top_k + 3 * k;
+}
+
+/* y = down(act(gate(x)) * up(x)) over c rows, f the scratch (c, 2 * fr). */
+static int moe_expert(const struct model *m, struct model_exec *ex, float *y, const float *x, int c,
+                      int fr, const struct expert_weights *w, enum kern_act act)
+{
+    struct stream *s = ex->stream;
+    float *f = ex->f, *up = ex->f + (size_t)c * fr;
+    TRY(kern_linear(s, f, x, c, &w->gate, NULL, m->compute));
+    TRY(kern_linear(s, up, x, c, &w->up, NULL, m->compute));
+    TRY(kern_gated_act(s, f, f, up, (size_t)c * fr, act));
+    return kern_linear(s, y, f, c, &w->down, NULL, m->compute);
+}
+
+/* Token i's choice from its router logits l (n_experts): the top_k experts
+ * by softmax probability (f32, as torch computes softmax(logits.float())),
+ * the higher first and ties to the lower index, renormalised when asked. */
+static void moe_choose(const float *l, const struct moe_opts *o, int32_t *sel, float *wt)
+{
+    const int E = o->n_experts, k = o->top_k;
+    float p[MODEL_MAX_EXPERTS], mx = l[0], sum = 0;
+    for (int e = 1; e < E; e++)
+        mx = l[e] > mx ? l[e] : mx;
+    for (int e = 0; e < E; e++)
+        sum += p[e] = expf(l[e] - mx);
+    for (int e = 0; e < E; e++)
+        p[e] /= sum;
+    float top = 0;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++)
+                taken |= sel[i] == e;
+            if (!taken && (best < 0 || p[e] > p[best]))
+                best = e;
+        }
+        sel[j] = best;
+        wt[j] = p[best];
+        top += p[best];
+    }
+    for (int j = 0; o->norm_topk && j < k; j++)
+        wt[j] /= top;
+}
+
+int model_block_moe(const struct model *m, struct model_exec *ex, int layer, int t_new,
+                    const struct moe_weights *w, const struct moe_opts *o)
+{
+    struct stream *s = ex->stream;
+    const int H = m->info->hidden, n = ex->shape.batch * t_new, E = o->n_experts, k = o->top_k;
+    const bool shared = o->shared_local > 0;
+    const int fr = o->ffn_local, nk = n * k, K = k + shared, nK = n * K;
+    const size_t T = (size_t)ex->shape.max_tokens;
+    assert(E <= MODEL_MAX_EXPERTS && k <= E && ex->e && ex->host);
+    /* device: gathered rows (T * K, H: the routed n * k, then the shared
+     * expert's n), logits (T, E + 1: the router's n * E, then the shared
+     * gate's n), rows (n * k) | slots | weights (n * K each) */
+    float *g = ex->e, *logits = g + T * K * H;
+    int32_t *rows = (int32_t *)(logits + T * (E + 1)), *slots = rows + nk;
+    float *cw = (float *)(slots + nK);
+    /* host: logits (T, E + 1), each token's experts and weights (T, k),
+     * then the rows, slots and weights as the device takes them */
+    float *hl = ex->host, *sel_w = hl + T * (E + 1) + T * k;
+    int32_t *sel = (int32_t *)(hl + T * (E + 1)), *h_rows = (int32_t *)(sel_w + T * k);
+    int32_t *h_slots = h_rows + nk;
+    float *h_cw = (float *)(h_slots + nK);
+    int count[MODEL_MAX_EXPERTS] = {0}, at[MODEL_MAX_EXPERTS];
+
+    /* the router's logits (and the shared expert's gate), read back to
+     * choose each token's experts */
+    TRY(kern_linear(s, logits, ex->h, n, &w->router, NULL, m->compute));
+    if (shared)
+        TRY(kern_linear(s, logits + (size_t)n * E, ex->h, n, &w->shared_gate, NULL, m->compute));
+    TRY(kern_to_host(s, hl, logits, (size_t)n * (E + shared) * sizeof(float)));
+    uint64_t *routed =
+        ex->routed && ex->experts >= E ? ex->routed + (size_t)layer * ex->experts : NULL;
+    for (int i = 0; i < n; i++) {
+        /* token i is sequence b's position ex->len + t of the step */
+        const int b = i / t_new, t = i % t_new;
+        const bool real = ex->key_ok_host[(size_t)b * ex->shape.max_len + ex->len + t];
+        moe_choose(hl + (size_t)i * E, o, sel + (size_t)i * k, sel_w + (size_t)i * k);
+        for (int j = 0; j < k; j++) {
+            count[sel[(size_t)i * k + j]]++;
+            if (routed && real)
+                routed[sel[(size_t)i * k + j]]++;
+        }
+    }
+    /* rows grouped by expert, each group in token order; each token's slots
+     * and weights in its experts' order (the order torch sums them in) */
+    for (int e = 0, sum = 0; e < E; e++) {
+        at[e] = sum;
+        sum += count[e];
+    }
+    for (int i = 0; i < n; i++) {
+        int32_t *se = sel + (size_t)i * k;
+        float *sw = sel_w + (size_t)i * k;
+        for (int j = 1; j < k; j++) /* insertion sort of k by expert */
+            for (int q = j; q > 0 && se[q - 1] > se[q]; q--) {
+                int32_t te = se[q];
+                float tw = sw[q];
+                se[q] = se[q - 1];
+                sw[q] = sw[q - 1];
+                se[q - 1] = te;
+                sw[q - 1] = tw;
+            }
+        for (int j = 0; j < k; j++) {
+            const int slot = at[se[j]]++;
+            h_rows[slot] = i;
+            h_slots[(size_t)i * K + j] = slot;
+            h_cw[(size_t)i * K + j] = sw[j];
+        }
+        if (shared) { /* last, as torch adds it: sigmoid(gate) in f32 */
+            const float z = hl[(size_t)n * E + i];
+            h_slots[(size_t)i * K + k] = nk + i;
+            h_cw[(size_t)i * K + k] = 1.0f / (1.0f + expf(-z));
+        }
+    }
+    TRY(kern_to_device(s, rows, h_rows, (size_t)(nk + 2 * nK) * sizeof(int32_t)));
+    TRY(kern_gather_rows(s, g, ex->h, rows, nk, H));
+    /* each expert once over its rows: act(gate(x)) * up(x), down into the
+     * rows' place; the shared expert over every row, after them */
+    for (int e = 0, off = 0; e < E; off += count[e], e++)
+        if (count[e] > 0)
+            TRY(moe_expert(m, ex, g + (size_t)off * H, g + (size_t)off * H, count[e], fr,
+                           &w->experts[e], o->act));
+    if (shared)
+        TRY(moe_expert(m, ex, g + (size_t)nk * H, ex->h, n, o->shared_local, &w->shared, o->act));
+    /* each token's outputs weighted and summed, over the TP ranks, into the
+     * residual */
+    TRY(kern_combine_rows(s, ex->h, g, slots, cw, n, K, H));
+    TRY(model_reduce(ex, ex->h, (size_t)n * H));
+    return kern_add(s, ex->x, ex->h, (size_t)n * H);
+}

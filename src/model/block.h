@@ -78,4 +78,52 @@ int model_block_mlp_width(const struct model *m, const struct mlp_opts *o);
 int model_block_mlp(const struct model *m, struct model_exec *ex, int t_new,
                     const struct mlp_weights *w, const struct mlp_opts *o);
 
+/* The most experts a layer may have. */
+#define MODEL_MAX_EXPERTS 128
+
+/* One expert's gated MLP on one shard, split as a dense one (gate and up by
+ * output rows, down by input columns). */
+struct expert_weights {
+    struct weight_view gate, up, down;
+};
+
+/* A sparse mixture of experts' views: the router (every rank holds it
+ * whole, so every rank routes alike) and n_experts experts. */
+struct moe_weights {
+    struct weight_view router;            /* (n_experts, hidden) */
+    const struct expert_weights *experts; /* (n_experts) */
+    /* a shared expert every token takes, weighted by sigmoid(shared_gate(h))
+     * (Qwen2-MoE; opts.shared_local > 0): shared_gate (1, hidden) whole on
+     * every rank */
+    struct expert_weights shared;
+    struct weight_view shared_gate;
+};
+
+struct moe_opts {
+    int n_experts, top_k;
+    int ffn_local;  /* each expert's hidden units on this rank */
+    bool norm_topk; /* the top k probabilities renormalised to sum to 1 */
+    enum kern_act act;
+    int shared_local; /* the shared expert's hidden units on this rank (0: none) */
+};
+
+/* Floats per token of ex->e, of ex->f and of ex->host the MoE block takes
+ * (the family's exec_dims extra_width, at least ffn_width, host_width). */
+int model_block_moe_extra(const struct model *m, const struct moe_opts *o);
+int model_block_moe_ffn(const struct moe_opts *o);
+int model_block_moe_host(const struct moe_opts *o);
+
+/* x += the mixture of experts of h, as transformers computes it: router
+ * logits = router(h); probabilities = softmax in f32; each token's top_k
+ * experts (ties to the lower index) with their probabilities, renormalised
+ * when o->norm_topk; each expert's gated MLP run once over the rows routed
+ * to it (gathered, in token order), and every token's outputs weighted and
+ * summed in the experts' order, then the shared expert's output weighted by
+ * sigmoid(shared_gate(h)) when there is one. The router's logits are read back to the
+ * host to choose (a sync point per layer), and every rank chooses alike.
+ * The choices for real tokens are counted in local layer `layer`'s row of
+ * ex->routed when the family asked for counters (exec_dims.experts). */
+int model_block_moe(const struct model *m, struct model_exec *ex, int layer, int t_new,
+                    const struct moe_weights *w, const struct moe_opts *o);
+
 #endif

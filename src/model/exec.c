@@ -216,8 +216,13 @@ static int exec_init(const struct model *m, struct device *dev, struct comm *tp,
     ex->n_real = calloc((size_t)sh.batch, sizeof(int));
     ex->rows_host = calloc((size_t)sh.max_tokens, sizeof(int32_t));
     ex->pos_host = calloc((size_t)sh.max_tokens, sizeof(int32_t));
+    if (d.fam.host_width)
+        ex->host = calloc((size_t)sh.max_tokens, (size_t)d.fam.host_width * 4);
+    ex->experts = d.fam.experts;
+    if (d.fam.experts)
+        ex->routed = calloc((size_t)d.layers * d.fam.experts, sizeof(uint64_t));
     if (!ex->kv_at || !ex->ring || !ex->key_ok_host || !ex->n_real || !ex->rows_host ||
-        !ex->pos_host) {
+        !ex->pos_host || (d.fam.host_width && !ex->host) || (d.fam.experts && !ex->routed)) {
         rc = err_set(ERR_NOMEM, "out of host memory for an execution context");
         goto fail;
     }
@@ -299,6 +304,8 @@ void model_exec_free(struct model_exec *ex)
     free(ex->n_real);
     free(ex->rows_host);
     free(ex->pos_host);
+    free(ex->host);
+    free(ex->routed);
     free(ex);
 }
 
@@ -316,6 +323,12 @@ int model_exec_kv_rows(const struct model_exec *ex, int layer)
 {
     assert(layer >= 0 && layer < ex->layers);
     return ex->ring[layer] ? ex->ring[layer] : ex->shape.max_len;
+}
+
+const uint64_t *model_exec_routed(const struct model_exec *ex, int *experts)
+{
+    *experts = ex->experts;
+    return ex->routed;
 }
 
 int model_exec_open_cpu(const struct model *m, const struct model_exec_shape *shape,

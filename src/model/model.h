@@ -260,6 +260,13 @@ int model_exec_batch(const struct model_exec *ex);
  * of W keys, whose cache is a ring of the last W + (the longest step) - 1
  * positions. */
 int model_exec_kv_rows(const struct model_exec *ex, int layer);
+/* The router's choices on this shard since the context was opened: how
+ * many real tokens (not padding) each expert of each of the shard's local
+ * layers was chosen for, (layers, *experts) counts, row i the shard's
+ * layer_begin + i (0 for a dense layer); NULL and *experts 0 for a model
+ * without experts. Owned by the context; read between steps, on the thread
+ * that runs them or after it. */
+const uint64_t *model_exec_routed(const struct model_exec *ex, int *experts);
 /* For one model computed on the host (model_open's views): a CPU device of
  * exactly the context's bytes, owned by the context, and the context on it. */
 int model_exec_open_cpu(const struct model *m, const struct model_exec_shape *shape,

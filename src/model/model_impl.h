@@ -67,6 +67,9 @@ struct model_exec {
     int32_t *ids, *rows;          /* (max_tokens) token ids, position rows / head rows */
     int32_t *pos;                 /* (max_tokens) each new token's position, or NULL */
     /* host side */
+    void *host;           /* (max_tokens, the family's host width) scratch, or NULL */
+    uint64_t *routed;     /* (layers, experts) tokens routed to each expert, or NULL */
+    int experts;
     uint8_t *key_ok_host; /* (batch, max_len) mirror of key_ok */
     int *n_real;          /* (batch) real tokens so far: the next position */
     int32_t *rows_host;   /* (max_tokens) */

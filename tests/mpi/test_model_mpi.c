@@ -234,3 +234,11 @@ TEST(phi3)
     check_fixture("phi3_partial_f32");
     check_fixture("phi3_longrope_f32");
 }
+
+/* Mixtral: every rank routes alike from its whole router, each expert split
+ * across the processes of the TP group */
+TEST(moe)
+{
+    check_fixture("mixtral_moe_f32");
+    check_fixture("qwen2_moe_f32"); /* and a shared expert, split as the others */
+}

@@ -139,6 +139,23 @@ static int k_gather_rows(struct stream *s, float *y, const float *x, const int32
     return 0;
 }
 
+static int k_combine_rows(struct stream *s, float *y, const float *x, const int32_t *rows,
+                          const float *w, int n, int k, int width)
+{
+    (void)s;
+    for (int i = 0; i < n; i++) {
+        float *out = y + (size_t)i * width;
+        for (int j = 0; j < k; j++) {
+            const float *in = x + (size_t)rows[(size_t)i * k + j] * width, a = w[(size_t)i * k + j];
+            for (int c = 0; c < width; c++) {
+                const float p = a * in[c]; /* rounded, then added, as torch does */
+                out[c] = j ? out[c] + p : p;
+            }
+        }
+    }
+    return 0;
+}
+
 static int k_copy(struct stream *s, void *dst, const void *src, size_t n)
 {
     (void)s;
@@ -168,6 +185,7 @@ const struct kernel_ops cpu_kernel_ops = {
     .attention = k_attention,
     .attention_scratch = k_attention_scratch,
     .gather_rows = k_gather_rows,
+    .combine_rows = k_combine_rows,
     .copy = k_copy,
     .lora = k_lora,
     .to_host = k_copy,

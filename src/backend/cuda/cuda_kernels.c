@@ -249,6 +249,17 @@ static int k_gather_rows(struct stream *s, float *y, const float *x, const int32
     return 0;
 }
 
+static int k_combine_rows(struct stream *s, float *y, const float *x, const int32_t *rows,
+                          const float *w, int n, int k, int width)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cuda_launch_combine_rows(cs->s, y, x, rows, w, n, k, width));
+    return 0;
+}
+
 static int k_copy(struct stream *s, void *dst, const void *src, size_t n)
 {
     struct cuda_stream *cs;
@@ -347,6 +358,7 @@ const struct kernel_ops cuda_kernel_ops = {
     .attention = k_attention,
     .attention_scratch = k_attention_scratch,
     .gather_rows = k_gather_rows,
+    .combine_rows = k_combine_rows,
     .copy = k_copy,
     .lora = k_lora,
     .to_host = k_to_host,

@@ -197,6 +197,11 @@ struct cuda_lora_table {
 cudaError_t cuda_launch_lora(cudaStream_t st, float *y, const float *x, int in, int out,
                              const struct cuda_lora_table *tab, int round_bf16, float *t, int ts);
 
+/* y[i, width] = sum over j < k of w[i * k + j] * x[rows[i * k + j], width],
+ * in j order, each product rounded before it is added (kern_combine_rows). */
+cudaError_t cuda_launch_combine_rows(cudaStream_t st, float *y, const float *x, const int32_t *rows,
+                                     const float *w, int n, int k, int width);
+
 #ifdef __cplusplus
 }
 #endif

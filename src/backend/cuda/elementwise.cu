@@ -189,3 +189,32 @@ extern "C" cudaError_t cuda_launch_gather_rows(cudaStream_t st, float *y, const 
     gather_rows_kernel<<<(unsigned)n, CUDA_EW_THREADS, 0, st>>>(y, x, rows, width);
     return cudaGetLastError();
 }
+
+/* One block per output row; each product rounded before the add (__fmul_rn
+ * keeps nvcc from fusing it into an fma), as the CPU and torch do. */
+__global__ void combine_rows_kernel(float *__restrict__ y, const float *__restrict__ x,
+                                    const int32_t *__restrict__ rows, const float *__restrict__ w,
+                                    int k, int width)
+{
+    const size_t i = blockIdx.x;
+    float *dst = y + i * (size_t)width;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < k; j++) {
+            const size_t at = i * (size_t)k + (size_t)j;
+            const float p = __fmul_rn(w[at], x[(size_t)rows[at] * (size_t)width + c]);
+            acc = j ? __fadd_rn(acc, p) : p;
+        }
+        dst[c] = acc;
+    }
+}
+
+extern "C" cudaError_t cuda_launch_combine_rows(cudaStream_t st, float *y, const float *x,
+                                                const int32_t *rows, const float *w, int n, int k,
+                                                int width)
+{
+    if (n <= 0 || k <= 0 || width <= 0)
+        return cudaSuccess;
+    combine_rows_kernel<<<(unsigned)n, CUDA_EW_THREADS, 0, st>>>(y, x, rows, w, k, width);
+    return cudaGetLastError();
+}

@@ -2,7 +2,9 @@
  * Llama 3.x, SmolLM2, TinyLlama), MistralForCausalLM, Qwen2ForCausalLM,
  * Qwen3ForCausalLM (per-head RMSNorms of q and k before rotary) and
  * Phi3ForCausalLM (Phi-3, Phi-4: fused qkv_proj and gate_up_proj, split
- * by rows at load; LongRoPE). Internal to model/llama/: the family's config
+ * by rows at load; LongRoPE), MixtralForCausalLM and Qwen3MoeForCausalLM
+ * (a sparse mixture of gated-MLP experts in place of the MLP: every
+ * layer of Mixtral, the sparse layers of Qwen3-MoE). Internal to model/llama/: the family's config
  * and views behind llama_arch.
  *
  * A decoder layer: x += o(attn(rope(q(n1(x))), rope(k(n1(x))), v(n1(x))));
@@ -11,7 +13,8 @@
  * heads) and rotary position embeddings (rotate_half convention, on the
  * first rot_dim dims of each head).
  *
- * Sharding plan: q/k/v and gate/up by output rows (heads, hidden units),
+ * Sharding plan: q/k/v and gate/up by output rows (heads, hidden units;
+ * each expert's too, the router whole on every rank),
  * o and down by input columns (row-parallel, summed by the all-reduce; their
  * biases added by rank 0 only). KV heads are split across ranks when tp
  * divides them, and replicated when tp exceeds them (tp a multiple of
@@ -42,6 +45,9 @@ enum llama_variant {
     LLAMA_VARIANT_QWEN2,
     LLAMA_VARIANT_QWEN3,
     LLAMA_VARIANT_PHI3,
+    LLAMA_VARIANT_MIXTRAL,   /* Mistral's attention, a sparse mixture of experts per layer */
+    LLAMA_VARIANT_QWEN3_MOE, /* Qwen3's attention, experts on the sparse layers */
+    LLAMA_VARIANT_QWEN2_MOE, /* Qwen2's attention, experts and a gated shared expert */
 };
 
 /* The most LongRoPE factors (rot_dim / 2) a config may list. */
@@ -68,12 +74,23 @@ struct llama_config {
     struct layer_windows windows; /* the layers that attend within it */
     int max_pos_config;      /* max_position_embeddings as config.json says it */
     float freq_factors[LLAMA_MAX_FREQS]; /* ROPE_FACTORS: rot_dim / 2 of them */
+    /* mixtures of experts (n_experts 0: none) */
+    int n_experts, top_k; /* num_local_experts / num_experts, num_experts_per_tok */
+    int moe_ffn;          /* each expert's intermediate size */
+    bool norm_topk;       /* the top k probabilities renormalised (Mixtral: always) */
+    int shared_ffn;       /* the shared expert's intermediate size (Qwen2-MoE; 0: none) */
+    uint64_t moe_bits[MODEL_MAX_LAYERS / 64]; /* the layers whose MLP is the experts */
 };
+
+static inline bool llama_moe_layer(const struct llama_config *c, int layer)
+{
+    return c->n_experts > 0 && (c->moe_bits[layer / 64] >> (layer % 64)) & 1;
+}
 
 /* Qwen3: self_attn.q_norm, k_norm (head_dim) before the rotary. */
 static inline bool llama_qk_norm(const struct llama_config *c)
 {
-    return c->variant == LLAMA_VARIANT_QWEN3;
+    return c->variant == LLAMA_VARIANT_QWEN3 || c->variant == LLAMA_VARIANT_QWEN3_MOE;
 }
 
 /* Phi-3: self_attn.qkv_proj and mlp.gate_up_proj, fused in the checkpoint. */
@@ -91,6 +108,9 @@ struct llama_layer {
     struct attn_weights attn; /* self_attn: q/k/v_proj (biases: qkv_bias), o_proj (o_bias) */
     struct mlp_weights mlp;   /* gated: gate_proj, up_proj, down_proj (biases: mlp_bias) */
     const float *ln1, *ln2;   /* input_layernorm, post_attention_layernorm (hidden) */
+    /* a sparse layer's router and experts instead of mlp (llama_moe_layer) */
+    struct moe_weights moe;
+    struct expert_weights experts[MODEL_MAX_EXPERTS];
 };
 
 /* A shard's views (model.w). */

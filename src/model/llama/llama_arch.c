@@ -1,7 +1,8 @@
 /* The Llama family's entry in the family table. */
 #include "model/llama/llama.h"
 
-static const char *const llama_model_types[] = {"llama", "mistral", "qwen2", "qwen3", "phi3", NULL};
+static const char *const llama_model_types[] = {
+    "llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe", "qwen2_moe", NULL};
 
 const struct arch_ops llama_arch = {
     .name = "llama",
@@ -21,9 +22,10 @@ const struct arch_ops llama_arch = {
     .layer = llama_layer,
     .head = llama_head,
     .required_ops = llama_required_ops,
-    .preset_names = "llama-3.2-1b|llama-3.1-8b|qwen2.5-0.5b|qwen2.5-7b|qwen3-0.6b|qwen3-8b|phi-3-mini|"
-                    "mistral-7b|tinyllama-1.1b|"
-                    "llama-3-tiny|qwen2.5-tiny|llama-2-tiny",
+    .preset_names =
+        "llama-3.2-1b|llama-3.1-8b|qwen2.5-0.5b|qwen2.5-7b|qwen3-0.6b|qwen3-8b|phi-3-mini|"
+        "mistral-7b|mixtral-8x7b|qwen3-30b-a3b|tinyllama-1.1b|"
+        "llama-3-tiny|qwen2.5-tiny|llama-2-tiny",
     .preset = llama_preset,
     .tensors = llama_tensors,
 };

@@ -1,11 +1,21 @@
 /* config.json of the Llama family, as transformers' LlamaConfig,
- * MistralConfig, Qwen2Config, Qwen3Config and Phi3Config write it. The
- * fields read and their defaults when absent (the configs' own):
+ * MistralConfig, Qwen2Config, Qwen3Config, Phi3Config, MixtralConfig and
+ * Qwen3MoeConfig write it. The fields read and their defaults when absent
+ * (the configs' own):
  *
  *   hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
  *   vocab_size                          required integers
  *   num_key_value_heads                 num_attention_heads (1..heads, dividing them)
  *   head_dim                            hidden_size / num_attention_heads (Qwen3: 128)
+ *   num_local_experts                   Mixtral: 8 (1..128); Qwen3-MoE: num_experts, 128
+ *   num_experts_per_tok                 Mixtral: 2, Qwen3-MoE: 8 (at most the experts)
+ *   moe_intermediate_size               Qwen3-MoE: 768 (Mixtral's experts: intermediate_size)
+ *   norm_topk_prob                      Qwen3-MoE: false (Mixtral always renormalises)
+ *   decoder_sparse_step, mlp_only_layers  Qwen3-MoE: 1, [] (the dense layers)
+ *   shared_expert_intermediate_size     Qwen2-MoE: 5632 (its gated shared expert); refused
+ *                                       elsewhere
+ *   qkv_bias                            Qwen2-MoE: true (no o_proj bias)
+ *   router_aux_loss_coef, router_jitter_noise  ignored (training only)
  *   max_position_embeddings             required (Mistral: 131072)
  *   hidden_act                          "silu"
  *   rms_norm_eps                        1e-6
@@ -239,8 +249,11 @@ static int cfg_freq_factors(json_t *root, const char *what, struct llama_config 
 static int cfg_window(json_t *root, const char *what, struct llama_config *c)
 {
     int rc;
-    const bool qwen = c->variant == LLAMA_VARIANT_QWEN2 || c->variant == LLAMA_VARIANT_QWEN3;
-    bool use = c->variant == LLAMA_VARIANT_MISTRAL || c->variant == LLAMA_VARIANT_PHI3;
+    const bool qwen = c->variant == LLAMA_VARIANT_QWEN2 || c->variant == LLAMA_VARIANT_QWEN3 ||
+                      c->variant == LLAMA_VARIANT_QWEN3_MOE ||
+                      c->variant == LLAMA_VARIANT_QWEN2_MOE;
+    bool use = c->variant == LLAMA_VARIANT_MISTRAL || c->variant == LLAMA_VARIANT_PHI3 ||
+               c->variant == LLAMA_VARIANT_MIXTRAL;
     if (qwen && (rc = hf_get_bool(root, what, "use_sliding_window", false, &use)) < 0)
         return rc;
     c->sliding_window = 0;
@@ -251,7 +264,8 @@ static int cfg_window(json_t *root, const char *what, struct llama_config *c)
         return rc;
     if (c->sliding_window == 0)
         return 0;
-    if (c->variant == LLAMA_VARIANT_MISTRAL || c->variant == LLAMA_VARIANT_PHI3)
+    if (c->variant != LLAMA_VARIANT_QWEN2 && c->variant != LLAMA_VARIANT_QWEN3 &&
+        c->variant != LLAMA_VARIANT_QWEN2_MOE)
         return layer_windows_parse(NULL, what, c->base.info.n_layers, LAYERS_ALL, 0, &c->windows);
     int from;
     if ((rc = hf_get_int(root, what, "max_window_layers", false, 28, 0, HF_DIM_MAX, &from)) < 0)
@@ -262,21 +276,91 @@ static int cfg_window(json_t *root, const char *what, struct llama_config *c)
 static enum llama_variant variant_of(json_t *root)
 {
     const char *mt = json_string_value(json_object_get(root, "model_type"));
-    return strcmp(mt, "mistral") == 0 ? LLAMA_VARIANT_MISTRAL
-           : strcmp(mt, "qwen2") == 0 ? LLAMA_VARIANT_QWEN2
-           : strcmp(mt, "qwen3") == 0 ? LLAMA_VARIANT_QWEN3
-           : strcmp(mt, "phi3") == 0  ? LLAMA_VARIANT_PHI3
-                                      : LLAMA_VARIANT_LLAMA;
+    return strcmp(mt, "mistral") == 0     ? LLAMA_VARIANT_MISTRAL
+           : strcmp(mt, "qwen2") == 0     ? LLAMA_VARIANT_QWEN2
+           : strcmp(mt, "qwen3") == 0     ? LLAMA_VARIANT_QWEN3
+           : strcmp(mt, "phi3") == 0      ? LLAMA_VARIANT_PHI3
+           : strcmp(mt, "mixtral") == 0   ? LLAMA_VARIANT_MIXTRAL
+           : strcmp(mt, "qwen3_moe") == 0 ? LLAMA_VARIANT_QWEN3_MOE
+           : strcmp(mt, "qwen2_moe") == 0 ? LLAMA_VARIANT_QWEN2_MOE
+                                          : LLAMA_VARIANT_LLAMA;
 }
 
-static const char *const variant_names[] = {"llama", "mistral", "qwen2", "qwen3", "phi3"};
-static const char *const variant_archs[] = {"LlamaForCausalLM", "MistralForCausalLM",
-                                            "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                                            "Phi3ForCausalLM"};
+static const char *const variant_names[] = {"llama", "mistral", "qwen2",     "qwen3",
+                                            "phi3",  "mixtral", "qwen3_moe", "qwen2_moe"};
+static const char *const variant_archs[] = {
+    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",    "Qwen3ForCausalLM",
+    "Phi3ForCausalLM",  "MixtralForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"};
 
 const char *llama_variant_arch(enum llama_variant v)
 {
     return variant_archs[v];
+}
+
+/* The experts: Mixtral's num_local_experts on every layer, renormalised;
+ * Qwen3-MoE's num_experts (or num_local_experts, the name transformers 5
+ * saves) on the layers not in mlp_only_layers whose index + 1 is a multiple
+ * of decoder_sparse_step, renormalised when norm_topk_prob; Qwen2-MoE's as
+ * Qwen3-MoE's, with a shared expert. */
+static int cfg_moe(json_t *root, const char *what, struct llama_config *c)
+{
+    const struct model_info *in = &c->base.info;
+    const bool qwen2 = c->variant == LLAMA_VARIANT_QWEN2_MOE;
+    const bool qwen = c->variant == LLAMA_VARIANT_QWEN3_MOE || qwen2;
+    const char *experts_key =
+        qwen && json_object_get(root, "num_experts") ? "num_experts" : "num_local_experts";
+    int rc, step = 1;
+    if ((rc = hf_get_int(root, what, experts_key, false,
+                         qwen2  ? 60
+                         : qwen ? 128
+                                : 8,
+                         1, MODEL_MAX_EXPERTS, &c->n_experts)) < 0 ||
+        (rc = hf_get_int(root, what, "num_experts_per_tok", false,
+                         qwen2  ? 4
+                         : qwen ? 8
+                                : 2,
+                         1, MODEL_MAX_EXPERTS, &c->top_k)) < 0)
+        return rc;
+    if (c->top_k > c->n_experts)
+        return err_set(ERR_FORMAT, "%s: num_experts_per_tok %d exceeds the %d experts (%s)", what,
+                       c->top_k, c->n_experts, experts_key);
+    c->moe_ffn = in->ffn;
+    c->norm_topk = true;
+    json_t *shared = json_object_get(root, "shared_expert_intermediate_size");
+    if (qwen2 && (rc = hf_get_int(root, what, "shared_expert_intermediate_size", false, 5632, 1,
+                                  HF_DIM_MAX, &c->shared_ffn)) < 0)
+        return rc;
+    if (!qwen2 && shared && !json_is_null(shared) &&
+        !(json_is_integer(shared) && !json_integer_value(shared)))
+        return err_set(ERR_UNSUPPORTED,
+                       "%s: shared experts (shared_expert_intermediate_size) are "
+                       "supported in qwen2_moe only",
+                       what);
+    if (!qwen) {
+        for (int l = 0; l < in->n_layers; l++)
+            c->moe_bits[l / 64] |= (uint64_t)1 << (l % 64);
+        return 0;
+    }
+    if ((rc = hf_get_int(root, what, "moe_intermediate_size", false, qwen2 ? 1408 : 768, 1,
+                         HF_DIM_MAX, &c->moe_ffn)) < 0 ||
+        (rc = hf_get_bool(root, what, "norm_topk_prob", false, &c->norm_topk)) < 0 ||
+        (rc = hf_get_int(root, what, "decoder_sparse_step", false, 1, 1, HF_DIM_MAX, &step)) < 0)
+        return rc;
+    json_t *only = json_object_get(root, "mlp_only_layers");
+    if (only && !json_is_null(only) && !json_is_array(only))
+        return err_set(ERR_FORMAT, "%s: mlp_only_layers must be a list of layer indices", what);
+    for (int l = 0; l < in->n_layers; l++)
+        if ((l + 1) % step == 0)
+            c->moe_bits[l / 64] |= (uint64_t)1 << (l % 64);
+    for (size_t i = 0; json_is_array(only) && i < json_array_size(only); i++) {
+        json_t *v = json_array_get(only, i);
+        json_int_t l = json_integer_value(v);
+        if (!json_is_integer(v) || l < 0 || l >= in->n_layers)
+            return err_set(ERR_FORMAT, "%s: mlp_only_layers[%zu] must be a layer index in [0, %d)",
+                           what, i, in->n_layers);
+        c->moe_bits[l / 64] &= ~((uint64_t)1 << (l % 64));
+    }
+    return 0;
 }
 
 /* transformers 5 writes partial_rotary_factor into rope_parameters. */
@@ -325,6 +409,8 @@ int llama_config_parse(json_t *root, const char *what, struct model_config **out
                        in->n_kv_heads, in->n_heads);
     /* an explicit head_dim (Mistral Nemo: 128 with hidden 5120 and 32 heads) */
     const bool qwen3 = c->variant == LLAMA_VARIANT_QWEN3, phi3 = c->variant == LLAMA_VARIANT_PHI3;
+    const bool moe = c->variant == LLAMA_VARIANT_MIXTRAL || c->variant == LLAMA_VARIANT_QWEN3_MOE ||
+                     c->variant == LLAMA_VARIANT_QWEN2_MOE;
     if (in->hidden % in->n_heads != 0 && !json_object_get(root, "head_dim") && !qwen3)
         return err_set(ERR_FORMAT,
                        "%s: hidden_size %d is not a multiple of num_attention_heads %d (and no "
@@ -345,9 +431,14 @@ int llama_config_parse(json_t *root, const char *what, struct model_config **out
     c->rms_eps = eps;
     c->qkv_bias = (attn_bias && !phi3) || c->variant == LLAMA_VARIANT_QWEN2;
     c->o_bias = attn_bias && !phi3 && c->variant != LLAMA_VARIANT_QWEN2;
-    c->mlp_bias = c->mlp_bias && !phi3 && !qwen3; /* neither has the field */
+    c->mlp_bias = c->mlp_bias && !phi3 && !qwen3 && !moe; /* none has the field */
+    if (c->variant == LLAMA_VARIANT_QWEN2_MOE) {          /* qkv_bias (true), none on o_proj */
+        c->o_bias = false;
+        if ((rc = hf_get_bool(root, what, "qkv_bias", true, &c->qkv_bias)) < 0)
+            return rc;
+    }
     if ((rc = cfg_rope(root, what, c)) < 0 || (rc = cfg_freq_factors(root, what, c)) < 0 ||
-        (rc = cfg_window(root, what, c)) < 0)
+        (rc = cfg_window(root, what, c)) < 0 || (moe && (rc = cfg_moe(root, what, c)) < 0))
         return rc;
     if (in->bos_id >= in->vocab || in->pad_id >= in->vocab)
         return err_set(ERR_FORMAT, "%s: %s_token_id %d is outside the vocabulary (size %d)",
@@ -387,13 +478,17 @@ void llama_describe(const struct model_config *mc, char *buf, size_t cap)
     snprintf(buf, cap,
              "model_type %s, rms_norm_eps %g, %s, rope %s (theta %g, factor %g, %d rotary dims%s), "
              "q/k/v bias %s, o bias %s, mlp bias %s, q/k norm %s, fused qkv and gate_up %s, tied "
-             "head %s, sliding window %d",
+             "head %s, sliding window %d, experts %d (top %d of width %d%s)",
              variant_names[c->variant], c->rms_eps, act_name(c->act), rope_name(c->rope),
              c->rope_theta, c->rope_factor, c->rot_dim,
              c->rope == ROPE_LONGROPE ? ", long past original_max_position_embeddings" : "",
              c->qkv_bias ? "yes" : "no", c->o_bias ? "yes" : "no", c->mlp_bias ? "yes" : "no",
-             llama_qk_norm(c) ? "yes" : "no", llama_fused(c) ? "yes" : "no", c->tie_embeddings ? "yes" : "no",
-             c->sliding_window);
+             llama_qk_norm(c) ? "yes" : "no", llama_fused(c) ? "yes" : "no",
+             c->tie_embeddings ? "yes" : "no", c->sliding_window, c->n_experts, c->top_k,
+             c->moe_ffn, c->n_experts && c->norm_topk ? ", renormalised" : "");
+    if (c->shared_ffn && strlen(buf) < cap)
+        snprintf(buf + strlen(buf), cap - strlen(buf), ", a shared expert of width %d",
+                 c->shared_ffn);
 }
 
 void llama_inv_freq(const struct llama_config *c, bool long_ctx, float *inv)
@@ -486,13 +581,36 @@ int llama_config_save(const struct model_config *mc, const char *dir)
     if (c->rot_dim != in->head_dim)
         json_object_set_new(root, "partial_rotary_factor",
                             json_real((double)c->rot_dim / in->head_dim));
-    if (c->variant == LLAMA_VARIANT_QWEN2 || c->variant == LLAMA_VARIANT_QWEN3)
+    if (c->variant == LLAMA_VARIANT_QWEN2 || c->variant == LLAMA_VARIANT_QWEN3 ||
+        c->variant == LLAMA_VARIANT_QWEN3_MOE || c->variant == LLAMA_VARIANT_QWEN2_MOE)
         json_object_set_new(root, "use_sliding_window", json_boolean(c->sliding_window > 0));
     if (c->variant != LLAMA_VARIANT_LLAMA)
         json_object_set_new(root, "sliding_window",
                             c->sliding_window ? json_integer(c->sliding_window) : json_null());
-    if (c->variant == LLAMA_VARIANT_QWEN2 && c->sliding_window)
+    if ((c->variant == LLAMA_VARIANT_QWEN2 || c->variant == LLAMA_VARIANT_QWEN2_MOE) &&
+        c->sliding_window)
         json_object_set_new(root, "layer_types", layer_windows_json(&c->windows, in->n_layers));
+    if (c->n_experts > 0) {
+        json_object_set_new(
+            root, c->variant == LLAMA_VARIANT_MIXTRAL ? "num_local_experts" : "num_experts",
+            json_integer(c->n_experts));
+        json_object_set_new(root, "num_experts_per_tok", json_integer(c->top_k));
+        json_object_set_new(root, "router_aux_loss_coef", json_real(0.001));
+    }
+    if (c->variant == LLAMA_VARIANT_QWEN2_MOE) {
+        json_object_set_new(root, "qkv_bias", json_boolean(c->qkv_bias));
+        json_object_set_new(root, "shared_expert_intermediate_size", json_integer(c->shared_ffn));
+    }
+    if (c->variant == LLAMA_VARIANT_QWEN3_MOE || c->variant == LLAMA_VARIANT_QWEN2_MOE) {
+        json_t *only = json_array();
+        for (int l = 0; l < in->n_layers; l++)
+            if (!llama_moe_layer(c, l))
+                json_array_append_new(only, json_integer(l));
+        json_object_set_new(root, "moe_intermediate_size", json_integer(c->moe_ffn));
+        json_object_set_new(root, "norm_topk_prob", json_boolean(c->norm_topk));
+        json_object_set_new(root, "decoder_sparse_step", json_integer(1));
+        json_object_set_new(root, "mlp_only_layers", only);
+    }
     if (in->bos_id >= 0)
         json_object_set_new(root, "bos_token_id", json_integer(in->bos_id));
     if (in->pad_id >= 0)

@@ -17,9 +17,21 @@ static struct mlp_opts mlp_opts(const struct model *m)
     return (struct mlp_opts){.act = llama_cfg(m)->act, .gated = true};
 }
 
+static struct moe_opts moe_opts(const struct model *m)
+{
+    const struct llama_config *c = llama_cfg(m);
+    return (struct moe_opts){.n_experts = c->n_experts,
+                             .top_k = c->top_k,
+                             .ffn_local = c->moe_ffn / m->shard.tp_size,
+                             .norm_topk = c->norm_topk,
+                             .act = c->act,
+                             .shared_local = c->shared_ffn / m->shard.tp_size};
+}
+
 void llama_exec_dims(const struct model *m, struct exec_dims *d)
 {
     const struct mlp_opts mlp = mlp_opts(m);
+    const struct moe_opts moe = moe_opts(m);
     *d = (struct exec_dims){
         .ffn_width = model_block_mlp_width(m, &mlp),
         .aux_floats = (size_t)llama_rope_tables(llama_cfg(m)) * llama_cfg(m)->rot_dim / 2,
@@ -27,6 +39,13 @@ void llama_exec_dims(const struct model *m, struct exec_dims *d)
         .window = llama_cfg(m)->sliding_window,
         .windows = &llama_cfg(m)->windows,
     };
+    if (moe.n_experts > 0) {
+        if (d->ffn_width < model_block_moe_ffn(&moe))
+            d->ffn_width = model_block_moe_ffn(&moe);
+        d->extra_width = model_block_moe_extra(m, &moe);
+        d->host_width = model_block_moe_host(&moe);
+        d->experts = moe.n_experts;
+    }
 }
 
 uint64_t llama_required_ops(const struct model_config *mc)
@@ -41,6 +60,8 @@ uint64_t llama_required_ops(const struct model_config *mc)
         ops |= KERN_OP_BIT(KERN_OP_LINEAR_BIAS);
     if (c->sliding_window > 0)
         ops |= KERN_OP_BIT(KERN_OP_ATTENTION_WINDOW);
+    if (c->n_experts > 0)
+        ops |= KERN_OP_BIT(KERN_OP_GATHER_ROWS) | KERN_OP_BIT(KERN_OP_COMBINE_ROWS);
     return ops;
 }
 
@@ -88,8 +109,13 @@ int llama_layer(const struct model *m, int layer, struct model_exec *ex, int t_n
     /* x += attention(RMSNorm(x)), (Qwen3: q and k heads normed,) rotary on q and k */
     TRY(kern_rmsnorm(ex->stream, ex->h, ex->x, n, H, L->ln1, eps));
     TRY(model_block_attn(m, ex, layer, t_new, &L->attn, &attn));
-    /* x += down(act(gate(h)) * up(h)), h = RMSNorm(x) */
+    /* x += down(act(gate(h)) * up(h)), h = RMSNorm(x); or the experts
+     * the router picks for each token */
     TRY(kern_rmsnorm(ex->stream, ex->h, ex->x, n, H, L->ln2, eps));
+    if (llama_moe_layer(c, l)) {
+        const struct moe_opts moe = moe_opts(m);
+        return model_block_moe(m, ex, layer, t_new, &L->moe, &moe);
+    }
     return model_block_mlp(m, ex, t_new, &L->mlp, &mlp);
 }
 

@@ -7,6 +7,8 @@
  * tied to embed_tokens (with tie_word_embeddings true). Linear weights are
  * (out_features, in_features).
  *
+ * Mixtral and Qwen3-MoE: see plan_moe.
+ *
  * Phi-3 fuses them: self_attn.qkv_proj is q_proj, k_proj and v_proj stacked
  * by rows (heads * head_dim, then kv_heads * head_dim twice), mlp.gate_up_proj
  * gate_proj then up_proj (intermediate_size each); every rank's slices are
@@ -19,6 +21,8 @@
 
 #include "model/llama/llama.h"
 
+extern const struct arch_ops llama_arch;
+
 int llama_shard_check(const struct model_config *mc, const struct model_shard *s)
 {
     const struct model_info *in = &mc->info;
@@ -28,6 +32,18 @@ int llama_shard_check(const struct model_config *mc, const struct model_shard *s
                        "tensor-parallel size %d must divide num_attention_heads %d and "
                        "intermediate_size %d",
                        tp, in->n_heads, in->ffn);
+    /* Gemma shares these checks; only the Llama family's config has experts */
+    const struct llama_config *c =
+        mc->arch == &llama_arch ? ARCH_CONFIG(struct llama_config, mc) : NULL;
+    if (c && c->n_experts > 0 && c->moe_ffn % tp)
+        return err_set(ERR_INVALID,
+                       "tensor-parallel size %d must divide each expert's intermediate size %d", tp,
+                       c->moe_ffn);
+    if (c && c->shared_ffn % tp)
+        return err_set(ERR_INVALID,
+                       "tensor-parallel size %d must divide the shared expert's intermediate "
+                       "size %d",
+                       tp, c->shared_ffn);
     if (tp <= kv ? kv % tp : tp % kv)
         return err_set(ERR_INVALID,
                        "tensor-parallel size %d must divide num_key_value_heads %d, or be a "
@@ -48,6 +64,7 @@ int llama_shard_init(struct model *m)
 }
 
 #define NAME(s) plan_name(p, "%slayers.%d.%s", prefix, l, s)
+#define NAME2(fmt, ...) plan_name(p, "%slayers.%d." fmt, prefix, l, __VA_ARGS__)
 
 static int plan_attention(struct model_planner *p, const char *prefix, const struct model *m,
                           struct llama_layer *L, int l, int blob)
@@ -86,7 +103,58 @@ static int plan_attention(struct model_planner *p, const char *prefix, const str
     return 0;
 }
 
-static int plan_layer(struct model_planner *p, const char *prefix, const struct model *m, int li)
+/* A sparse layer's router (whole on every rank) and experts, each split as
+ * a dense MLP, in expert order within the layer's blob: Mixtral's
+ * block_sparse_moe.gate and experts.E.w1 (gate), w3 (up), w2 (down), or
+ * Qwen3-MoE's mlp.gate and mlp.experts.E.gate_proj, up_proj, down_proj
+ * (what save_pretrained writes, one tensor per expert). */
+static int plan_moe(struct model_planner *p, const char *prefix, const struct model *m,
+                    const struct st_checkpoint *ck, struct llama_layer *L, int l, int blob)
+{
+    const struct llama_config *c = llama_cfg(m);
+    const int H = m->info->hidden, F = c->moe_ffn, fr = F / m->shard.tp_size;
+    const int f0 = m->shard.tp_rank * fr;
+    char probe[160];
+    snprintf(probe, sizeof(probe), "%slayers.%d.block_sparse_moe.gate.weight", prefix, l);
+    const bool mixtral = st_find(ck, probe) != NULL;
+    snprintf(probe, sizeof(probe), "%slayers.%d.mlp.experts.gate_up_proj", prefix, l);
+    if (st_find(ck, probe))
+        return err_set(ERR_UNSUPPORTED,
+                       "checkpoint has %s: experts fused into one 3-D tensor are not supported "
+                       "(expected one tensor per expert, as save_pretrained writes them)",
+                       probe);
+    const char *moe = mixtral ? "block_sparse_moe" : "mlp";
+    static const char *const names[2][3] = {{"gate_proj", "up_proj", "down_proj"},
+                                            {"w1", "w3", "w2"}};
+    const char *const *nm = names[mixtral];
+    TRY(plan_matrix(p, blob, NAME2("%s.gate.weight", moe), c->n_experts, H, 0, c->n_experts, 0, H,
+                    &L->moe.router));
+    for (int e = 0; e < c->n_experts; e++) {
+        struct expert_weights *x = &L->experts[e];
+        TRY(plan_matrix(p, blob, NAME2("%s.experts.%d.%s.weight", moe, e, nm[0]), F, H, f0, fr, 0,
+                        H, &x->gate));
+        TRY(plan_matrix(p, blob, NAME2("%s.experts.%d.%s.weight", moe, e, nm[1]), F, H, f0, fr, 0,
+                        H, &x->up));
+        TRY(plan_matrix(p, blob, NAME2("%s.experts.%d.%s.weight", moe, e, nm[2]), H, F, 0, H, f0,
+                        fr, &x->down));
+    }
+    L->moe.experts = L->experts;
+    if (c->shared_ffn == 0)
+        return 0;
+    /* Qwen2-MoE's shared expert, split as the others, and its gate */
+    const int S = c->shared_ffn, sr = S / m->shard.tp_size, s0 = m->shard.tp_rank * sr;
+    struct expert_weights *x = &L->moe.shared;
+    TRY(plan_matrix(p, blob, NAME("mlp.shared_expert.gate_proj.weight"), S, H, s0, sr, 0, H,
+                    &x->gate));
+    TRY(plan_matrix(p, blob, NAME("mlp.shared_expert.up_proj.weight"), S, H, s0, sr, 0, H, &x->up));
+    TRY(plan_matrix(p, blob, NAME("mlp.shared_expert.down_proj.weight"), H, S, 0, H, s0, sr,
+                    &x->down));
+    return plan_matrix(p, blob, NAME("mlp.shared_expert_gate.weight"), 1, H, 0, 1, 0, H,
+                       &L->moe.shared_gate);
+}
+
+static int plan_layer(struct model_planner *p, const char *prefix, const struct model *m,
+                      const struct st_checkpoint *ck, int li)
 {
     const struct llama_config *c = llama_cfg(m);
     const struct model_info *in = m->info;
@@ -94,7 +162,9 @@ static int plan_layer(struct model_planner *p, const char *prefix, const struct 
     const int l = m->shard.layer_begin + li, blob = 1 + li, H = in->hidden, F = in->ffn;
     const int fr = m->ffn_local, f0 = m->shard.tp_rank * fr;
     TRY(plan_attention(p, prefix, m, L, l, blob));
-    if (llama_fused(c)) { /* gate_up_proj rows: gate, then up */
+    if (llama_moe_layer(c, l))
+        TRY(plan_moe(p, prefix, m, ck, L, l, blob));
+    else if (llama_fused(c)) { /* gate_up_proj rows: gate, then up */
         TRY(plan_matrix(p, blob, NAME("mlp.gate_up_proj.weight"), 2 * F, H, f0, fr, 0, H,
                         &L->mlp.gate));
         TRY(plan_matrix(p, blob, NAME("mlp.gate_up_proj.weight"), 2 * F, H, F + f0, fr, 0, H,
@@ -103,7 +173,8 @@ static int plan_layer(struct model_planner *p, const char *prefix, const struct 
         TRY(plan_matrix(p, blob, NAME("mlp.gate_proj.weight"), F, H, f0, fr, 0, H, &L->mlp.gate));
         TRY(plan_matrix(p, blob, NAME("mlp.up_proj.weight"), F, H, f0, fr, 0, H, &L->mlp.up));
     }
-    TRY(plan_matrix(p, blob, NAME("mlp.down_proj.weight"), H, F, 0, H, f0, fr, &L->mlp.down));
+    if (!llama_moe_layer(c, l))
+        TRY(plan_matrix(p, blob, NAME("mlp.down_proj.weight"), H, F, 0, H, f0, fr, &L->mlp.down));
     if (c->mlp_bias) {
         TRY(plan_vector(p, blob, NAME("mlp.gate_proj.bias"), F, f0, fr, &L->mlp.gate_b));
         TRY(plan_vector(p, blob, NAME("mlp.up_proj.bias"), F, f0, fr, &L->mlp.up_b));
@@ -116,6 +187,7 @@ static int plan_layer(struct model_planner *p, const char *prefix, const struct 
 }
 
 #undef NAME
+#undef NAME2
 
 static int plan_ends(struct model_planner *p, const char *prefix, const struct model *m,
                      const struct st_checkpoint *ck)
@@ -140,6 +212,6 @@ int llama_plan(struct model *m, const struct st_checkpoint *ck, struct model_pla
                                                                                         : "model.";
     int rc = plan_ends(p, prefix, m, ck);
     for (int i = 0; rc == 0 && i < m->shard.layer_end - m->shard.layer_begin; i++)
-        rc = plan_layer(p, prefix, m, i);
+        rc = plan_layer(p, prefix, m, ck, i);
     return rc;
 }

@@ -36,6 +36,10 @@ static const struct preset {
      1e-6, ROPE_DEFAULT, 1.0, 0, false, false, 151643, {151645, 151643}, 2},
     {"phi-3-mini", LLAMA_VARIANT_PHI3, 3072, 8192, 32, 32, 32, 96, 32064, 4096, 10000.0, 1e-5,
      ROPE_DEFAULT, 1.0, 0, false, false, 1, {32000, 32001, 32007}, 3},
+    {"mixtral-8x7b", LLAMA_VARIANT_MIXTRAL, 4096, 14336, 32, 32, 8, 128, 32000, 32768, 1000000.0,
+     1e-5, ROPE_DEFAULT, 1.0, 0, false, false, 1, {2}, 1},
+    {"qwen3-30b-a3b", LLAMA_VARIANT_QWEN3_MOE, 2048, 6144, 48, 32, 4, 128, 151936, 40960,
+     1000000.0, 1e-6, ROPE_DEFAULT, 1.0, 0, false, false, 151643, {151645, 151643}, 2},
     {"tinyllama-1.1b", LLAMA_VARIANT_LLAMA, 2048, 5632, 22, 32, 4, 64, 32000, 2048, 10000.0,
      1e-5, ROPE_DEFAULT, 1.0, 0, false, false, 1, {2}, 1},
     /* test shapes: a real family's vocabulary and special ids (so its real
@@ -48,6 +52,30 @@ static const struct preset {
      ROPE_DEFAULT, 1.0, 0, false, false, 1, {2}, 1},
 };
 #define N_PRESETS (sizeof(presets) / sizeof(presets[0]))
+
+/* The presets with experts (on every layer): how many, how many per token,
+ * each one's width, renormalised. */
+static const struct preset_moe {
+    const char *name;
+    int experts, top_k, ffn;
+    bool norm_topk;
+} moe_presets[] = {
+    {"mixtral-8x7b", 8, 2, 14336, true},
+    {"qwen3-30b-a3b", 128, 8, 768, true},
+};
+
+static void preset_moe(const char *name, struct llama_config *c)
+{
+    for (size_t i = 0; i < sizeof(moe_presets) / sizeof(moe_presets[0]); i++)
+        if (strcmp(name, moe_presets[i].name) == 0) {
+            c->n_experts = moe_presets[i].experts;
+            c->top_k = moe_presets[i].top_k;
+            c->moe_ffn = moe_presets[i].ffn;
+            c->norm_topk = moe_presets[i].norm_topk;
+            /* every layer, so --layers may add more */
+            memset(c->moe_bits, 0xff, sizeof(c->moe_bits));
+        }
+}
 
 /* Phi-3-mini-4k-instruct's sliding window (longer contexts are refused
  * until attention within a window is done) and pad id. */
@@ -99,6 +127,7 @@ int llama_preset(const char *name, struct model_config **out)
         c->low_freq_factor = 1.0;
         c->high_freq_factor = 4.0;
         c->rope_orig_max_pos = p->orig_max_pos;
+        preset_moe(name, c);
         return 0;
     }
     return ERR_NOT_FOUND;
@@ -108,7 +137,7 @@ int llama_tensors(const struct model_config *mc, struct tensor_spec **out, int *
 {
     const struct llama_config *c = ARCH_CONFIG(struct llama_config, mc);
     const struct model_info *in = &mc->info;
-    int cap = 4 + in->n_layers * 16, n = 0;
+    int cap = 4 + in->n_layers * (16 + 5 + 3 * c->n_experts), n = 0;
     struct tensor_spec *s = calloc((size_t)cap, sizeof(*s));
     if (!s)
         return err_set(ERR_NOMEM, "out of memory");
@@ -134,9 +163,24 @@ int llama_tensors(const struct model_config *mc, struct tensor_spec **out, int *
             ADD(1, in->head_dim, 0, TENSOR_ONE, "model.layers.%d.self_attn.k_norm.weight", l);
         }
         static const char *mlp[] = {"gate_proj", "up_proj", "down_proj"};
-        if (llama_fused(c))
+        if (llama_moe_layer(c, l)) { /* as save_pretrained writes them: one tensor per expert */
+            const bool mx = c->variant == LLAMA_VARIANT_MIXTRAL;
+            static const char *w[] = {"w1", "w3", "w2"};
+            const char *moe = mx ? "block_sparse_moe" : "mlp";
+            const int M = c->moe_ffn;
+            ADD(2, c->n_experts, H, TENSOR_NORMAL, "model.layers.%d.%s.gate.weight", l, moe);
+            for (int e = 0; e < c->n_experts; e++)
+                for (int p = 0; p < 3; p++)
+                    ADD(2, p < 2 ? M : H, p < 2 ? H : M, TENSOR_NORMAL,
+                        "model.layers.%d.%s.experts.%d.%s.weight", l, moe, e, mx ? w[p] : mlp[p]);
+            for (int p = 0; p < 3 && c->shared_ffn; p++)
+                ADD(2, p < 2 ? c->shared_ffn : H, p < 2 ? H : c->shared_ffn, TENSOR_NORMAL,
+                    "model.layers.%d.mlp.shared_expert.%s.weight", l, mlp[p]);
+            if (c->shared_ffn)
+                ADD(2, 1, H, TENSOR_NORMAL, "model.layers.%d.mlp.shared_expert_gate.weight", l);
+        } else if (llama_fused(c))
             ADD(2, 2 * F, H, TENSOR_NORMAL, "model.layers.%d.mlp.gate_up_proj.weight", l);
-        for (int p = llama_fused(c) ? 2 : 0; p < 3; p++) {
+        for (int p = llama_fused(c) ? 2 : 0; p < 3 && !llama_moe_layer(c, l); p++) {
             ADD(2, p < 2 ? F : H, p < 2 ? H : F, TENSOR_NORMAL, "model.layers.%d.mlp.%s.weight", l,
                 mlp[p]);
             if (c->mlp_bias)
