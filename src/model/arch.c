@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/jsonout.h"
+#include "format/ct.h"
 #include "format/gguf.h"
 #include "format/gguf_hf.h"
 #include "format/hf_config.h"
@@ -162,8 +163,16 @@ int model_config_load(const char *dir, struct model_config **out)
     int rc = hf_json_load(dir, "config.json", false, &root, path, sizeof(path));
     if (rc < 0)
         return rc;
-    rc = config_from_json(root, path, out);
+    /* a quantized checkpoint's scheme first: one that is not run is refused
+     * before anything else is read or allocated */
+    struct ct_config *ct = NULL;
+    if ((rc = ct_config_parse(root, path, &ct)) == 0)
+        rc = config_from_json(root, path, out);
     json_decref(root);
+    for (int t = 0; rc == 0 && ct && t < DTYPE_COUNT; t++)
+        if (ct_config_dtypes(ct) & (1u << t))
+            (*out)->weight_ops |= kern_weight_ops((enum dtype)t);
+    ct_config_free(ct);
     if (rc == 0 && (rc = generation_config_apply(dir, *out)) < 0) {
         model_config_free(*out);
         *out = NULL;

@@ -307,5 +307,6 @@ const struct kernel_ops cuda_kernel_ops = {
     .lacks = KERN_OP_BIT(KERN_OP_W_Q8_0) | KERN_OP_BIT(KERN_OP_W_Q4_0) |
              KERN_OP_BIT(KERN_OP_W_Q4_K) | KERN_OP_BIT(KERN_OP_W_Q5_K) |
              KERN_OP_BIT(KERN_OP_W_Q6_K) | KERN_OP_BIT(KERN_OP_W_Q5_0) |
-             KERN_OP_BIT(KERN_OP_W_Q5_1),
+             KERN_OP_BIT(KERN_OP_W_Q5_1) | KERN_OP_BIT(KERN_OP_W_CT_I8) |
+             KERN_OP_BIT(KERN_OP_W_CT_I4) | KERN_OP_BIT(KERN_OP_W_CT_F8),
 };
