@@ -37,7 +37,7 @@
 /* the block types' ops: the CPU's, not yet CUDA's */
 #define W_OPS                                                                                      \
     (BIT(W_Q8_0) | BIT(W_Q4_0) | BIT(W_Q4_K) | BIT(W_Q5_K) | BIT(W_Q6_K) | BIT(W_Q5_0) |           \
-     BIT(W_Q5_1))
+     BIT(W_Q5_1) | BIT(W_CT_I8) | BIT(W_CT_I4) | BIT(W_CT_F8))
 
 /* Each op's slot, written out apart from kernels.c's own mapping. */
 #define SLOTS(X)                                                                                   \
@@ -71,7 +71,10 @@
     X(W_Q6_K, linear)                                                                              \
     X(W_Q5_0, linear)                                                                              \
     X(W_Q5_1, linear)                                                                              \
-    X(LORA, lora)
+    X(LORA, lora)                                                                                  \
+    X(W_CT_I8, linear)                                                                             \
+    X(W_CT_I4, linear)                                                                             \
+    X(W_CT_F8, linear)
 
 static bool slot_filled(const struct kernel_ops *k, enum kern_op op)
 {
