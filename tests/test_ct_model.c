@@ -310,6 +310,33 @@ TEST(sharded)
     }
 }
 
+TEST(ops)
+{
+    for (int i = 0; i < N_FIX; i++) {
+        char dir[512];
+        snprintf(dir, sizeof(dir), "%s/%s", CDIR, fixtures[i]);
+        struct model_config *c = NULL;
+        CHECK_MSG(model_config_load(dir, &c) == 0, "%s: %s", fixtures[i], err_msg());
+        if (!c)
+            continue;
+        /* an int4 scheme needs both (naive-quantized int4 is one int8 each) */
+        uint64_t want = kern_weight_ops(fix_types[i]) |
+                        (fix_types[i] == DTYPE_CT_I4 ? kern_weight_ops(DTYPE_CT_I8) : 0);
+        CHECK_MSG(c->weight_ops == want && (model_required_ops(c) & want) == want,
+                  "%s: weight ops %llx, expected %llx", fixtures[i],
+                  (unsigned long long)c->weight_ops, (unsigned long long)want);
+        struct device *r = NULL;
+        if (device_open_view(1, DEVICE_CUDA, "cuda:0", 1u << 20, &r) == 0) {
+            CHECK(model_check_device(c, r) == ERR_UNSUPPORTED);
+            CHECK_MSG(strstr(err_msg(), dtype_name(fix_types[i])) && !strchr(err_msg(), '\n'),
+                      "%s: %s", fixtures[i], err_msg());
+            printf("%-20s on cuda:0: %s\n", fixtures[i], err_msg());
+            device_close(r);
+        }
+        model_config_free(c);
+    }
+}
+
 /* ---- refusals ---- */
 
 /* A copy of fixture fix in tmpdir/name whose config.json's
