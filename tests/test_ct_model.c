@@ -424,6 +424,10 @@ TEST(refused)
         {"llama_w4_group", "config_groups.group_0.weights.group_size", "1e40", "group_size", false},
         {"llama_w4_group", "config_groups.group_0.weights.actorder", "\"group\"",
          "activation reordering", false},
+        {"llama_w4_group", "config_groups.group_0.weights.actorder", "\"dynamic\"",
+         "activation reordering", false},
+        {"llama_w4_group", "config_groups.group_0.targets", "[\"re:(unclosed\"]",
+         "is not a regular expression", false},
         {"llama_w4_group", "config_groups.group_0.weights.dynamic", "true", "dynamic", false},
         {"llama_w4_group", "config_groups.group_0.targets", "[]", "targets", false},
         {"llama_w4_group", "config_groups.group_0.input_activations",
@@ -486,6 +490,19 @@ TEST(refused)
         CHECK_MSG(rc < 0 && !m && strstr(err_msg(), cases[i].want) && !strchr(err_msg(), '\n'),
                   "%s: open %d %s (expected '%s')", name, rc, err_msg(), cases[i].want);
         printf("refused at open: %s\n", err_msg());
+        model_close(m);
+    }
+    /* accepted: actorder "weight" (GPTQ's calibration order; groups stored
+     * as they are) and targets by regular expression */
+    static const char *const fine[][2] = {
+        {"config_groups.group_0.weights.actorder", "\"weight\""},
+        {"config_groups.group_0.targets", "[\"re:.*self_attn\\\\.\", \"re:.*mlp.*_proj$\"]"},
+    };
+    for (int k = 0; k < 2; k++) {
+        snprintf(name, sizeof(name), "fine%d", k);
+        struct model *m = NULL;
+        const char *d = patched("llama_w4_group", name, fine[k][0], fine[k][1]);
+        CHECK_MSG(model_open(d, &m) == 0, "%s: %s", fine[k][1], err_msg());
         model_close(m);
     }
     /* activation reordering: the int4 fixture with down_proj's

@@ -14,7 +14,8 @@
  *    "transform_config": {}, "quantization_status": "compressed", ...}
  * A weight's group is the first whose targets name it: "Linear" (every
  * quantized weight here is a Linear's), "re:REGEX" matching the module's name
- * from its start (POSIX extended syntax), or the module's exact name. */
+ * from its start (POSIX extended syntax, compiled once at parse; Python-only
+ * syntax is refused there), or the module's exact name. */
 #include "format/ct.h"
 
 #include <regex.h>
@@ -54,6 +55,7 @@ struct ct_group {
     bool has_weights;
     const char *format; /* into the config's JSON */
     const char *targets[CT_MAX_TARGETS];
+    regex_t *res[CT_MAX_TARGETS]; /* compiled "re:" targets, else NULL */
     int n_targets;
 };
 
@@ -147,9 +149,16 @@ static int scheme_parse(const char *path, const char *g, json_t *w, struct ct_sc
     json_t *dyn = json_object_get(w, "dynamic");
     if (dyn && !json_is_false(dyn) && !json_is_null(dyn))
         return cfg_err(path, "%s.weights.dynamic is not false (weights are quantized ahead)", g);
+    /* "weight" (alias "static") orders GPTQ's calibration, not the stored
+     * groups; "group" ("dynamic") stores permuted groups with a g_idx */
     json_t *ao = json_object_get(w, "actorder");
-    if (ao && !json_is_null(ao) && !json_is_false(ao))
-        return cfg_err(path, "%s.weights.actorder: activation reordering is not supported", g);
+    const char *aos = json_is_string(ao) ? json_string_value(ao) : NULL;
+    if (ao && !json_is_null(ao) && !json_is_false(ao) &&
+        !(aos && (!strcmp(aos, "weight") || !strcmp(aos, "static"))))
+        return cfg_err(path,
+                       "%s.weights.actorder: activation reordering (g_idx) is not "
+                       "supported",
+                       g);
     const char *st = json_is_string(strat) ? json_string_value(strat) : "";
     if (strcmp(st, "tensor") == 0)
         s->strategy = CT_TENSOR;
@@ -206,7 +215,22 @@ static int group_parse(struct ct_config *c, const char *name, json_t *g)
         json_t *v = json_array_get(t, i);
         if (!json_is_string(v))
             return cfg_err(path, "%s.targets[%zu] is not a string", where, i);
-        cg->targets[cg->n_targets++] = json_string_value(v);
+        const char *tg = json_string_value(v);
+        cg->targets[cg->n_targets] = tg;
+        if (strncmp(tg, "re:", 3) == 0) {
+            regex_t *re = malloc(sizeof(*re));
+            if (!re)
+                return err_set(ERR_NOMEM, "out of memory");
+            if (regcomp(re, tg + 3, REG_EXTENDED) != 0) {
+                free(re);
+                return cfg_err(path,
+                               "%s.targets[%zu] \"%.64s\" is not a regular expression "
+                               "(POSIX extended syntax)",
+                               where, i, tg);
+            }
+            cg->res[cg->n_targets] = re;
+        }
+        cg->n_targets++;
     }
     char fw[112];
     snprintf(fw, sizeof(fw), "%s.", where);
@@ -237,6 +261,12 @@ void ct_config_free(struct ct_config *c)
 {
     if (!c)
         return;
+    for (int g = 0; g < c->n_groups; g++)
+        for (int t = 0; t < c->groups[g].n_targets; t++)
+            if (c->groups[g].res[t]) {
+                regfree(c->groups[g].res[t]);
+                free(c->groups[g].res[t]);
+            }
     json_decref(c->root);
     free(c);
 }
@@ -344,26 +374,19 @@ unsigned ct_config_dtypes(const struct ct_config *c)
 
 /* ---- the tensors ---- */
 
-static bool target_matches(const char *target, const char *module)
+static bool target_matches(const struct ct_group *g, int t, const char *module)
 {
-    if (strcmp(target, "Linear") == 0 || strcmp(target, module) == 0)
-        return true;
-    if (strncmp(target, "re:", 3) != 0)
-        return false;
-    regex_t re;
-    if (regcomp(&re, target + 3, REG_EXTENDED) != 0)
-        return false;
     regmatch_t mt;
-    bool ok = regexec(&re, module, 1, &mt, 0) == 0 && mt.rm_so == 0;
-    regfree(&re);
-    return ok;
+    if (g->res[t])
+        return regexec(g->res[t], module, 1, &mt, 0) == 0 && mt.rm_so == 0;
+    return strcmp(g->targets[t], "Linear") == 0 || strcmp(g->targets[t], module) == 0;
 }
 
 static const struct ct_group *group_of(const struct ct_config *c, const char *module)
 {
     for (int i = 0; i < c->n_groups; i++)
         for (int t = 0; c->groups[i].has_weights && t < c->groups[i].n_targets; t++)
-            if (target_matches(c->groups[i].targets[t], module))
+            if (target_matches(&c->groups[i], t, module))
                 return &c->groups[i];
     return NULL;
 }
