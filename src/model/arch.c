@@ -71,9 +71,17 @@ static int config_from_json(json_t *root, const char *what, struct model_config 
     *out = NULL;
     if (!json_is_object(root))
         return err_set(ERR_FORMAT, "%s: expected a JSON object", what);
-    const char *mt;
-    int rc = hf_get_str(root, what, "model_type", &mt);
+    /* a quantized checkpoint's scheme first: one that is not run is refused
+     * before anything else is read or allocated; its block types' kernels
+     * join the required ops */
+    struct ct_config *ct = NULL;
+    int rc = ct_config_parse(root, what, &ct);
     if (rc < 0)
+        return rc;
+    const unsigned ct_types = ct ? ct_config_dtypes(ct) : 0;
+    ct_config_free(ct);
+    const char *mt;
+    if ((rc = hf_get_str(root, what, "model_type", &mt)) < 0)
         return rc;
     if (!mt)
         return err_set(ERR_FORMAT, "%s: missing \"model_type\" (expected one of %s)", what,
@@ -92,6 +100,9 @@ static int config_from_json(json_t *root, const char *what, struct model_config 
     if (json_is_array(archs) && json_is_string(json_array_get(archs, 0)))
         snprintf(c->info.architecture, sizeof(c->info.architecture), "%s",
                  json_string_value(json_array_get(archs, 0)));
+    for (int t = 0; t < DTYPE_COUNT; t++)
+        if (ct_types & (1u << t))
+            c->weight_ops |= kern_weight_ops((enum dtype)t);
     *out = c;
     return 0;
 }
@@ -163,16 +174,8 @@ int model_config_load(const char *dir, struct model_config **out)
     int rc = hf_json_load(dir, "config.json", false, &root, path, sizeof(path));
     if (rc < 0)
         return rc;
-    /* a quantized checkpoint's scheme first: one that is not run is refused
-     * before anything else is read or allocated */
-    struct ct_config *ct = NULL;
-    if ((rc = ct_config_parse(root, path, &ct)) == 0)
-        rc = config_from_json(root, path, out);
+    rc = config_from_json(root, path, out);
     json_decref(root);
-    for (int t = 0; rc == 0 && ct && t < DTYPE_COUNT; t++)
-        if (ct_config_dtypes(ct) & (1u << t))
-            (*out)->weight_ops |= kern_weight_ops((enum dtype)t);
-    ct_config_free(ct);
     if (rc == 0 && (rc = generation_config_apply(dir, *out)) < 0) {
         model_config_free(*out);
         *out = NULL;
