@@ -34,10 +34,8 @@
 #define ALL_OPS (KERN_OP_BIT(KERN_OP_COUNT) - 1)
 #define BIT(op) KERN_OP_BIT(KERN_OP_##op)
 #define MiB ((uint64_t)1 << 20)
-/* the block types' ops: the CPU's, not yet CUDA's */
-#define W_OPS                                                                                      \
-    (BIT(W_Q8_0) | BIT(W_Q4_0) | BIT(W_Q4_K) | BIT(W_Q5_K) | BIT(W_Q6_K) | BIT(W_Q5_0) |           \
-     BIT(W_Q5_1))
+/* compressed-tensors' types: the CPU's, not yet CUDA's */
+#define CT_OPS (BIT(W_CT_I8) | BIT(W_CT_I4) | BIT(W_CT_F8))
 
 /* Each op's slot, written out apart from kernels.c's own mapping. */
 #define SLOTS(X)                                                                                   \
@@ -72,7 +70,10 @@
     X(W_Q5_0, linear)                                                                              \
     X(W_Q5_1, linear)                                                                              \
     X(LORA, lora)                                                                                  \
-    X(COMBINE_ROWS, combine_rows)
+    X(COMBINE_ROWS, combine_rows)                                                                  \
+    X(W_CT_I8, linear)                                                                             \
+    X(W_CT_I4, linear)                                                                             \
+    X(W_CT_F8, linear)
 
 static bool slot_filled(const struct kernel_ops *k, enum kern_op op)
 {
@@ -180,7 +181,7 @@ TEST(tables)
     const struct kernel_ops *cuda = cuda_kernel_table();
     if (cuda) {
         check_table("cuda", cuda);
-        CHECK(kern_table_ops(cuda) == ALL_OPS);
+        CHECK(kern_table_ops(cuda) == (ALL_OPS & ~CT_OPS));
         CHECK(cuda->attention_max_head_dim > 0); /* its attention holds a row in registers */
     } else {
         printf("built without CUDA: its table not checked\n");

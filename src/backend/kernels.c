@@ -51,6 +51,9 @@ static const char *const op_names[KERN_OP_COUNT] = {
     [KERN_OP_W_Q6_K] = "Q6_K weights",
     [KERN_OP_W_Q5_0] = "Q5_0 weights",
     [KERN_OP_W_Q5_1] = "Q5_1 weights",
+    [KERN_OP_W_CT_I8] = "CT_I8 weights",
+    [KERN_OP_W_CT_I4] = "CT_I4 weights",
+    [KERN_OP_W_CT_F8] = "CT_F8 weights",
     [KERN_OP_LORA] = "lora",
     [KERN_OP_COMBINE_ROWS] = "combine_rows",
 };
@@ -129,6 +132,9 @@ static bool table_runs(const struct kernel_ops *k, enum kern_op op)
     case KERN_OP_W_Q6_K:
     case KERN_OP_W_Q5_0:
     case KERN_OP_W_Q5_1:
+    case KERN_OP_W_CT_I8:
+    case KERN_OP_W_CT_I4:
+    case KERN_OP_W_CT_F8:
         return k->linear != NULL; /* and embed, where a model embeds */
     case KERN_OP_LORA:
         return k->lora != NULL;
@@ -168,6 +174,12 @@ static enum kern_op weight_op(enum dtype t)
         return KERN_OP_W_Q5_0;
     case DTYPE_Q5_1:
         return KERN_OP_W_Q5_1;
+    case DTYPE_CT_I8:
+        return KERN_OP_W_CT_I8;
+    case DTYPE_CT_I4:
+        return KERN_OP_W_CT_I4;
+    case DTYPE_CT_F8:
+        return KERN_OP_W_CT_F8;
     case DTYPE_F32:
     case DTYPE_F16:
     case DTYPE_BF16:

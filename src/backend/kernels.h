@@ -118,6 +118,9 @@ enum kern_op {
     KERN_OP_W_Q5_1,
     KERN_OP_LORA,         /* kern_lora */
     KERN_OP_COMBINE_ROWS, /* kern_combine_rows */
+    KERN_OP_W_CT_I8, /* compressed-tensors' repacked types (core/quant_ct.h) */
+    KERN_OP_W_CT_I4,
+    KERN_OP_W_CT_F8,
     KERN_OP_COUNT
 };
 /* A set of ops: a mask of these bits. */

@@ -7,6 +7,8 @@
 #include "core/bytes.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/quant_ct.h"
+#include "format/ct.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/model.h"
@@ -45,6 +47,8 @@ int cmd_inspect(int argc, char **argv)
     if (gg)
         printf("format           gguf (version %u, alignment %zu, %zu file%s)\n", gguf_version(gg),
                gguf_alignment(gg), gguf_file_count(gg), gguf_file_count(gg) == 1 ? "" : "s");
+    else if (st_ct_format(ck))
+        printf("format           compressed-tensors (%s)\n", st_ct_format(ck));
     else
         printf("format           safetensors\n");
     printf("family           %s\narchitecture     %s\n", c->family, c->architecture);
@@ -98,19 +102,24 @@ int cmd_inspect(int argc, char **argv)
         goto out;
     }
     enum kern_compute auto_compute = model_compute(m);
-    bool quantized = dtype_is_block(model_weight_dtype(m));
+    const enum dtype wdt = model_weight_dtype(m);
+    bool quantized = dtype_is_block(wdt);
+    const char *how = quant_ct_is(wdt)
+                          ? " (quantized weights: dequantized and rounded to bf16, as is x; "
+                            "--compute f32 for exact)"
+                          : " (quantized weights: x quantized per block; --compute f32 for exact)";
     model_layout_free(&layout);
     model_close(m);
     printf("weights          match config.json\n");
     /* --compute auto's choice (quantized matrices: x quantized per block, as llama.cpp) */
-    printf("compute (auto)   %s%s\n", kern_compute_name(auto_compute),
-           quantized ? " (quantized weights: x quantized per block; --compute f32 for exact)" : "");
+    printf("compute (auto)   %s%s\n", kern_compute_name(auto_compute), quantized ? how : "");
     /* NaN or Inf in a weight: said here, and named (the first one) */
     const struct st_tensor *bad = NULL;
     size_t at = 0;
     for (size_t i = 0; !bad && st_get(ck, i); i++) {
         const struct st_tensor *t = st_get(ck, i);
-        if ((at = dtype_find_nonfinite(t->dtype, t->data, t->numel)) < t->numel)
+        at = t->ct ? ct_find_nonfinite(t) : dtype_find_nonfinite(t->dtype, t->data, t->numel);
+        if (at < t->numel)
             bad = t;
     }
     if (bad) {

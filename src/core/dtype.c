@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/quant.h"
+#include "core/quant_ct.h"
 
 #if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -38,6 +39,10 @@ int dtype_block(enum dtype t)
     case DTYPE_Q5_K:
     case DTYPE_Q6_K:
         return QUANT_QKK;
+    case DTYPE_CT_I8:
+    case DTYPE_CT_I4:
+    case DTYPE_CT_F8:
+        return QUANT_CT_QK;
     }
     return 1;
 }
@@ -85,6 +90,12 @@ const char *dtype_name(enum dtype t)
         return "Q5_0";
     case DTYPE_Q5_1:
         return "Q5_1";
+    case DTYPE_CT_I8:
+        return "CT_I8";
+    case DTYPE_CT_I4:
+        return "CT_I4";
+    case DTYPE_CT_F8:
+        return "CT_F8";
     }
     return "?";
 }
@@ -197,6 +208,11 @@ void dtype_to_f32(enum dtype t, const void *src, float *dst, size_t n)
     case DTYPE_Q5_1:
         quant_dequantize(t, src, dst, n);
         return;
+    case DTYPE_CT_I8:
+    case DTYPE_CT_I4:
+    case DTYPE_CT_F8:
+        quant_ct_dequantize(t, src, dst, n);
+        return;
     }
 }
 
@@ -244,6 +260,9 @@ void dtype_from_f32(enum dtype t, const float *src, void *dst, size_t n)
     case DTYPE_Q6_K:
     case DTYPE_Q5_0:
     case DTYPE_Q5_1:
+    case DTYPE_CT_I8:
+    case DTYPE_CT_I4:
+    case DTYPE_CT_F8:
         break;
     }
     assert(!"dtype_from_f32: not a plain type");
@@ -252,6 +271,8 @@ void dtype_from_f32(enum dtype t, const float *src, void *dst, size_t n)
 size_t dtype_find_nonfinite(enum dtype t, const void *src, size_t n)
 {
     const unsigned char *p = src;
+    if (quant_ct_is(t))
+        return quant_ct_find_nonfinite(t, src, n);
     if (dtype_is_block(t))
         return quant_find_nonfinite(t, src, n);
     if (t == DTYPE_F32) {

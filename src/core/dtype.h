@@ -1,7 +1,9 @@
 /* Element types of stored weights and their conversion to f32.
  *
  * Checkpoints keep weights in f32, f16 or bf16, or in GGUF's quantized
- * blocks (core/quant.h: a block of 32 or 256 elements shares its scales);
+ * blocks (core/quant.h: a block of 32 or 256 elements shares its scales),
+ * or compressed-tensors' int8/int4/FP8, repacked into such blocks
+ * (core/quant_ct.h);
  * every kernel computes in f32.
  * The row converters are the hot path of f16/bf16 matmuls: they widen a block
  * of weights into a scratch buffer that BLAS then reads.
@@ -26,10 +28,15 @@ enum dtype {
     DTYPE_Q6_K,
     DTYPE_Q5_0,
     DTYPE_Q5_1,
+    /* compressed-tensors' int8, int4 and FP8 e4m3 weights, repacked at load
+     * into blocks of 32 that carry their scale (core/quant_ct.h) */
+    DTYPE_CT_I8,
+    DTYPE_CT_I4,
+    DTYPE_CT_F8,
 };
 /* How many dtypes there are (a macro, so switches over enum dtype stay
  * checked for every case): the size of an array indexed by dtype. */
-#define DTYPE_COUNT (DTYPE_Q5_1 + 1)
+#define DTYPE_COUNT (DTYPE_CT_F8 + 1)
 
 /* Bytes of one element of a plain type (f32, f16, bf16). A block type has
  * no element size: asking is a broken invariant (asserts); its sizes go
@@ -48,7 +55,8 @@ size_t dtype_row_bytes(enum dtype t, size_t n);
  * boundaries (always for a plain type); else ERR_INVALID with one line
  * naming what (a tensor, say), the numbers and the block size. */
 int dtype_check_cols(enum dtype t, size_t c0, size_t n, const char *what);
-/* "F32", "F16", "BF16" (safetensors spelling), "Q8_0", "Q4_K", ... (GGUF's) */
+/* "F32", "F16", "BF16" (safetensors spelling), "Q8_0", "Q4_K", ... (GGUF's),
+ * "CT_I8", "CT_I4", "CT_F8" */
 const char *dtype_name(enum dtype t);
 const char *dtype_torch_name(enum dtype t); /* "float32", "float16", "bfloat16" (config.json's) */
 /* Parses the plain types "F32"/"F16"/"BF16" (and the lower-case and torch spellings

@@ -1,5 +1,7 @@
 #include "core/quant.h"
 
+#include "core/quant_ct.h"
+
 #include <assert.h>
 #include <string.h>
 
@@ -20,6 +22,10 @@ size_t quant_block_bytes(enum dtype t)
         return sizeof(struct quant_q5_0);
     case DTYPE_Q5_1:
         return sizeof(struct quant_q5_1);
+    case DTYPE_CT_I8:
+    case DTYPE_CT_I4:
+    case DTYPE_CT_F8:
+        return quant_ct_block_bytes(t);
     case DTYPE_F32:
     case DTYPE_F16:
     case DTYPE_BF16:
@@ -122,6 +128,10 @@ static void deq_q6_k(const struct quant_q6_k *b, float *y)
 
 void quant_dequantize(enum dtype t, const void *src, float *dst, size_t n)
 {
+    if (quant_ct_is(t)) {
+        quant_ct_dequantize(t, src, dst, n);
+        return;
+    }
     const int qk = dtype_block(t);
     const size_t bb = quant_block_bytes(t);
     assert(n % (size_t)qk == 0);
@@ -160,10 +170,13 @@ void quant_dequantize(enum dtype t, const void *src, float *dst, size_t n)
         case DTYPE_Q5_1:
             deq_q5_1(&b.q5_1, dst);
             break;
+        case DTYPE_CT_I8:
+        case DTYPE_CT_I4:
+        case DTYPE_CT_F8:
         case DTYPE_F32:
         case DTYPE_F16:
         case DTYPE_BF16:
-            assert(!"not a block type");
+            assert(!"not a block type here");
             return;
         }
     }
@@ -178,6 +191,8 @@ static int f16_nonfinite(const char *p)
 
 size_t quant_find_nonfinite(enum dtype t, const void *src, size_t n)
 {
+    if (quant_ct_is(t))
+        return quant_ct_find_nonfinite(t, src, n);
     const int qk = dtype_block(t);
     const size_t bb = quant_block_bytes(t);
     /* offsets of the block's f16 scales (Q6_K's d is at its end) */

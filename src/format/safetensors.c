@@ -13,8 +13,11 @@
  *   {"__metadata__": {"format": "pt"},
  *    "wte": {"dtype": "F16", "shape": [50272, 768], "data_offsets": [0, 77217792]}, ...}
  *
- *   dtype         one of F32, F16, BF16 (the file format has more: BOOL, U8, I8, I16, U16,
- *                 I32, U32, I64, U64, F64, F8_E4M3, F8_E5M2...; we reject those as unsupported)
+ *   dtype         one of F32, F16, BF16; or I8, I32, I64, F8_E4M3, which only a
+ *                 compressed-tensors checkpoint's quantized weights may use (format/ct.h:
+ *                 config.json's quantization_config says how; any other tensor of these is
+ *                 refused when the checkpoint opens); the file format has more (BOOL, U8,
+ *                 I16, U16, U32, U64, F64, F8_E5M2...), which we reject as unsupported
  *   shape         array of ndim <= ST_MAX_DIMS non-negative integers; [] is a scalar
  *   data_offsets  [begin, end], byte offsets relative to the data section, row-major
  *                 little-endian elements, end - begin == product(shape) * dtype size
@@ -67,8 +70,10 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/jsonout.h"
+#include "format/ct.h"
 #include "format/gguf.h"
 #include "format/gguf_hf.h"
+#include "format/hf_config.h"
 
 _Static_assert(SIZE_MAX >= UINT64_MAX, "offsets and shapes are read as 64-bit sizes");
 
@@ -94,6 +99,8 @@ struct st_checkpoint {
     size_t *slots;  /* open addressing: tensor index + 1, 0 = empty */
     size_t nslots;  /* a power of two, at least twice ntensors */
     struct gguf_file *gguf; /* a GGUF checkpoint: owns the mappings (files[i].map is NULL) */
+    struct ct_config *ct;   /* a compressed-tensors checkpoint's quantization_config */
+    void *ct_owned;         /* its weights' descriptions and names (format/ct.h) */
 };
 
 /* Sets the error as "<path>: <message>"; returns code. */
@@ -124,17 +131,38 @@ static uint64_t u64_le(const uint8_t *p)
     return v;
 }
 
-static int dtype_from_st(const char *s, enum dtype *out)
+static const struct {
+    const char *name;
+    size_t size;
+} raw_types[] = {
+    [ST_RAW_NONE] = {"", 0},   [ST_RAW_I8] = {"I8", 1},           [ST_RAW_I32] = {"I32", 4},
+    [ST_RAW_I64] = {"I64", 8}, [ST_RAW_F8_E4M3] = {"F8_E4M3", 1},
+};
+
+const char *st_raw_name(enum st_raw r)
+{
+    return raw_types[r].name;
+}
+
+static int dtype_from_st(const char *s, enum dtype *out, enum st_raw *raw)
 {
     /* Exact safetensors spellings only: dtype_parse() also takes torch names. */
+    *raw = ST_RAW_NONE;
     if (strcmp(s, "F32") == 0)
         *out = DTYPE_F32;
     else if (strcmp(s, "F16") == 0)
         *out = DTYPE_F16;
     else if (strcmp(s, "BF16") == 0)
         *out = DTYPE_BF16;
-    else
+    else {
+        *out = DTYPE_F32; /* unused for a raw type */
+        for (int r = ST_RAW_I8; r <= ST_RAW_F8_E4M3; r++)
+            if (strcmp(s, raw_types[r].name) == 0) {
+                *raw = (enum st_raw)r;
+                return 0;
+            }
         return ERR_UNSUPPORTED;
+    }
     return 0;
 }
 
@@ -236,7 +264,7 @@ static int tensor_parse(const char *path, const char *name, json_t *entry, size_
         return file_err(path, ERR_FORMAT, "tensor '%s': missing \"dtype\"", name);
     if (!json_is_string(jd))
         return file_err(path, ERR_FORMAT, "tensor '%s': \"dtype\" is not a string", name);
-    if (dtype_from_st(json_string_value(jd), &t->dtype) != 0)
+    if (dtype_from_st(json_string_value(jd), &t->dtype, &t->raw) != 0)
         return file_err(path, ERR_UNSUPPORTED,
                         "unsupported dtype %s in tensor '%s' (supported: F32, F16, BF16)",
                         json_string_value(jd), name);
@@ -262,7 +290,8 @@ static int tensor_parse(const char *path, const char *name, json_t *entry, size_
         overflow |= __builtin_mul_overflow(numel, (size_t)d, &numel);
     }
     t->ndim = (int)ndim;
-    overflow |= __builtin_mul_overflow(numel, dtype_size(t->dtype), &nbytes);
+    const size_t esize = t->raw ? raw_types[t->raw].size : dtype_size(t->dtype);
+    overflow |= __builtin_mul_overflow(numel, esize, &nbytes);
     /* A zero dimension makes the tensor empty whatever the other dimensions are. */
     if (empty)
         numel = nbytes = 0;
@@ -293,7 +322,8 @@ static int tensor_parse(const char *path, const char *name, json_t *entry, size_
                         "tensor '%s': data_offsets [%llu, %llu] span %llu bytes, but %s shape "
                         "of %zu elements needs %zu bytes",
                         name, (unsigned long long)b, (unsigned long long)e,
-                        (unsigned long long)(e - b), dtype_name(t->dtype), numel, nbytes);
+                        (unsigned long long)(e - b),
+                        t->raw ? st_raw_name(t->raw) : dtype_name(t->dtype), numel, nbytes);
     t->numel = numel;
     t->nbytes = nbytes;
     *begin = b;
@@ -806,6 +836,54 @@ static int checkpoint_add_path(struct st_checkpoint *ck, const char *path)
     return rc ? rc : checkpoint_index(ck);
 }
 
+/* A compressed-tensors checkpoint: config.json in dir says how its quantized
+ * tensors read (format/ct.h); each weight's tensors become one tensor of a CT
+ * block type. Without a quantization_config, a tensor of a raw type is
+ * refused here, naming it. */
+static int checkpoint_quant(struct st_checkpoint *ck, const char *dir)
+{
+    bool raw = false;
+    for (size_t i = 0; i < ck->ntensors; i++)
+        raw |= ck->tensors[i].raw != ST_RAW_NONE;
+    json_t *root = NULL;
+    char cpath[4096];
+    struct ct_config *c = NULL;
+    /* a config.json that cannot be read is the config loader's to report */
+    if (hf_json_load(dir, "config.json", true, &root, cpath, sizeof(cpath)) == 0) {
+        int rc = ct_config_parse(root, cpath, &c);
+        json_decref(root);
+        if (rc < 0)
+            return rc;
+    }
+    if (!c && !raw)
+        return 0;
+    struct st_tensor *ts;
+    size_t n;
+    void *owned;
+    int rc = ct_wrap(c, ck->tensors, ck->ntensors, &ts, &n, &owned);
+    if (rc < 0) {
+        ct_config_free(c);
+        return rc;
+    }
+    free(ck->tensors);
+    free(ck->slots);
+    ck->tensors = ts;
+    ck->ntensors = n;
+    ck->slots = NULL;
+    ck->ct = c;
+    ck->ct_owned = owned;
+    return checkpoint_index(ck);
+}
+
+/* The directory that holds path (a directory itself, or a file's). */
+static char *dir_of(const char *path, bool is_dir)
+{
+    if (is_dir)
+        return strdup(path);
+    const char *slash = strrchr(path, '/');
+    return slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : strdup(".");
+}
+
 int st_open(const char *path, struct st_checkpoint **out)
 {
     int rc;
@@ -851,6 +929,11 @@ int st_open(const char *path, struct st_checkpoint **out)
     } else {
         rc = checkpoint_add_path(ck, path);
     }
+    if (rc == 0 && !ck->gguf) {
+        char *dir = dir_of(path, S_ISDIR(sb.st_mode));
+        rc = dir ? checkpoint_quant(ck, dir) : err_set(ERR_NOMEM, "out of memory");
+        free(dir);
+    }
     if (rc)
         goto fail;
     free(sub);
@@ -872,6 +955,8 @@ void st_close(struct st_checkpoint *ck)
     free(ck->tensors);
     free(ck->slots);
     gguf_close(ck->gguf);
+    ct_config_free(ck->ct);
+    free(ck->ct_owned);
     free(ck);
 }
 
@@ -923,7 +1008,12 @@ size_t st_file_count(const struct st_checkpoint *ck)
 
 const char *st_format(const struct st_checkpoint *ck)
 {
-    return ck->gguf ? "gguf" : "safetensors";
+    return ck->gguf ? "gguf" : ck->ct ? "compressed-tensors" : "safetensors";
+}
+
+const char *st_ct_format(const struct st_checkpoint *ck)
+{
+    return ck->ct ? ct_config_format(ck->ct) : NULL;
 }
 
 const struct gguf_file *st_gguf(const struct st_checkpoint *ck)

@@ -18,6 +18,21 @@
  * memory per tensor, so this bounds a hostile header's cost to ~70 MB. */
 #define ST_MAX_TENSORS 65536
 
+/* Element types of a safetensors file that are not weights by themselves:
+ * compressed-tensors' quantized values, packed words, shapes and zero points
+ * (format/ct.h reads them; st_open returns none of them). */
+enum st_raw {
+    ST_RAW_NONE,
+    ST_RAW_I8,
+    ST_RAW_I32,
+    ST_RAW_I64,
+    ST_RAW_F8_E4M3,
+};
+/* "I8", "I32", "I64", "F8_E4M3" (safetensors' spellings) */
+const char *st_raw_name(enum st_raw r);
+
+struct ct_tensor;
+
 struct st_tensor {
     const char *name;   /* owned by the checkpoint */
     const char *file;   /* path of the file that holds it; owned by the checkpoint */
@@ -32,6 +47,10 @@ struct st_tensor {
     int rope_perm_heads; /* > 0 (GGUF llama q/k): rows stored in llama.cpp's rotary order
                             over this many heads; gguf_hf_perm_row maps transformers' row
                             to the stored one (model/layout.c copies them back) */
+    enum st_raw raw;     /* inside the reader only: a raw element type (dtype unused) */
+    const struct ct_tensor *ct; /* a compressed-tensors weight (format/ct.h): dtype is its
+                                   CT block type, data its quantized values; read it with
+                                   ct_copy (model/layout.c repacks it as blobs fill) */
 };
 
 struct st_checkpoint;
@@ -58,8 +77,12 @@ size_t st_file_count(const struct st_checkpoint *ck);
  * after a 0 still faults if the file is truncated in between: guard the copy
  * (core/fault.h). Any thread; no lock. */
 int st_check(const struct st_checkpoint *ck);
-/* "safetensors" or "gguf". */
+/* "safetensors", "gguf" or "compressed-tensors" (safetensors whose
+ * config.json's quantization_config says so). */
 const char *st_format(const struct st_checkpoint *ck);
+/* A compressed-tensors checkpoint's format as config.json names it
+ * ("pack-quantized", "float-quantized", ...; format/ct.h), else NULL. */
+const char *st_ct_format(const struct st_checkpoint *ck);
 /* The GGUF file behind ck, or NULL (safetensors). Owned by ck. */
 struct gguf_file;
 const struct gguf_file *st_gguf(const struct st_checkpoint *ck);

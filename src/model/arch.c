@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/jsonout.h"
+#include "format/ct.h"
 #include "format/gguf.h"
 #include "format/gguf_hf.h"
 #include "format/hf_config.h"
@@ -70,9 +71,17 @@ static int config_from_json(json_t *root, const char *what, struct model_config 
     *out = NULL;
     if (!json_is_object(root))
         return err_set(ERR_FORMAT, "%s: expected a JSON object", what);
-    const char *mt;
-    int rc = hf_get_str(root, what, "model_type", &mt);
+    /* a quantized checkpoint's scheme first: one that is not run is refused
+     * before anything else is read or allocated; its block types' kernels
+     * join the required ops */
+    struct ct_config *ct = NULL;
+    int rc = ct_config_parse(root, what, &ct);
     if (rc < 0)
+        return rc;
+    const unsigned ct_types = ct ? ct_config_dtypes(ct) : 0;
+    ct_config_free(ct);
+    const char *mt;
+    if ((rc = hf_get_str(root, what, "model_type", &mt)) < 0)
         return rc;
     if (!mt)
         return err_set(ERR_FORMAT, "%s: missing \"model_type\" (expected one of %s)", what,
@@ -91,6 +100,9 @@ static int config_from_json(json_t *root, const char *what, struct model_config 
     if (json_is_array(archs) && json_is_string(json_array_get(archs, 0)))
         snprintf(c->info.architecture, sizeof(c->info.architecture), "%s",
                  json_string_value(json_array_get(archs, 0)));
+    for (int t = 0; t < DTYPE_COUNT; t++)
+        if (ct_types & (1u << t))
+            c->weight_ops |= kern_weight_ops((enum dtype)t);
     *out = c;
     return 0;
 }

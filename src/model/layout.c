@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "format/ct.h"
 #include "format/gguf_hf.h"
 #include "model/arch.h"
 
@@ -309,7 +310,9 @@ static const struct st_tensor *part_tensor(const struct st_checkpoint *ck,
     /* a tensor not aligned to its element size (possible in files from other
      * writers) is refused rather than read through a misaligned pointer; a
      * block type's blocks start with f16 scales */
-    size_t align = dtype_is_block(t->dtype) ? sizeof(uint16_t) : dtype_size(t->dtype);
+    size_t align = t->ct                      ? 1 /* read by ct_copy */
+                   : dtype_is_block(t->dtype) ? sizeof(uint16_t)
+                                              : dtype_size(t->dtype);
     if ((uintptr_t)t->data % align != 0) {
         *rc = err_set(ERR_UNSUPPORTED, "%s: tensor %s starts at byte %zu, not a multiple of its "
                                        "element size %zu", t->file, t->name, t->file_offset,
@@ -429,7 +432,8 @@ static void copy_elems(void *dst, enum dtype to, const void *src, enum dtype fro
 /* q's slice of t into out, as dtype `to` for a matrix (f32 for a vector, plus its
  * constant add: Gemma's 1 + w), rows
  * back in transformers' order where the checkpoint stored them permuted
- * (a GGUF's llama q and k). */
+ * (a GGUF's llama q and k), a compressed-tensors weight repacked into its
+ * CT blocks (format/ct.h). */
 static void part_copy(const struct model_part *q, const struct st_tensor *t, char *out,
                       enum dtype to)
 {
@@ -443,6 +447,9 @@ static void part_copy(const struct model_part *q, const struct st_tensor *t, cha
             dtype_to_f32(t->dtype, src + gguf_hf_perm_row((size_t)q->r0 + r, hd) * es,
                          (float *)out + r, 1);
         vec_add_const((float *)out, (size_t)q->nr, q->add);
+    } else if (t->ct) { /* compressed-tensors: repacked into its blocks as it is copied */
+        assert(to == t->dtype);
+        ct_copy(t, (size_t)q->r0, (size_t)q->nr, (size_t)q->c0, (size_t)q->nc, out);
     } else if (!hd && q->nc == q->cols) { /* whole rows: one contiguous range */
         copy_elems(out, to, src + elem_offset(t->dtype, (size_t)q->r0, (size_t)q->cols, 0),
                    t->dtype, (size_t)q->nr * q->cols);
@@ -519,7 +526,8 @@ int model_open_shard(const struct model_config *cfg, struct st_checkpoint *ck,
     if ((rc = plan_run(m, ck, &parts, &n)) < 0)
         goto fail;
     /* widened vectors, and copies of the matrices whose rows the checkpoint
-     * permuted (a view cannot reorder rows), in one allocation */
+     * permuted (a view cannot reorder rows) or whose blocks are repacked
+     * (compressed-tensors), in one allocation */
     size_t n_params = 0, copy_bytes = 0;
     for (int i = 0; i < n; i++) {
         const struct model_part *q = &parts[i];
@@ -528,7 +536,7 @@ int model_open_shard(const struct model_config *cfg, struct st_checkpoint *ck,
             goto fail;
         if (!q->matrix)
             n_params += (size_t)q->nr;
-        else if (t->rope_perm_heads)
+        else if (t->rope_perm_heads || t->ct)
             copy_bytes += (part_bytes(q, t->dtype) + BLOB_ALIGN - 1) / BLOB_ALIGN * BLOB_ALIGN;
     }
     size_t params_bytes = (n_params * sizeof(float) + BLOB_ALIGN - 1) / BLOB_ALIGN * BLOB_ALIGN;
@@ -548,13 +556,14 @@ int model_open_shard(const struct model_config *cfg, struct st_checkpoint *ck,
             /* a column slice is a view with the full row stride */
             *q->view = (struct weight_view){
                 .dtype = t->dtype,
-                .data = (const char *)t->data +
-                        elem_offset(t->dtype, (size_t)q->r0, (size_t)q->cols, (size_t)q->c0),
+                .data = t->ct ? NULL
+                              : (const char *)t->data + elem_offset(t->dtype, (size_t)q->r0,
+                                                                    (size_t)q->cols, (size_t)q->c0),
                 .rows = q->nr,
                 .cols = q->nc,
                 .ld = (size_t)q->cols,
             };
-            if (t->rope_perm_heads) {
+            if (t->rope_perm_heads || t->ct) {
                 part_copy(q, t, copies, t->dtype);
                 q->view->data = copies;
                 q->view->ld = (size_t)q->nc;

@@ -300,7 +300,7 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
     m->vocab = swap_model_info(sm)->vocab;
     m->family = swap_model_info(sm)->family;
     const struct st_checkpoint *ck = swap_model_checkpoint(sm);
-    m->format = st_gguf(ck) ? "gguf" : "safetensors";
+    m->format = st_format(ck);
     for (size_t i = 0; i < st_count(ck); i++)
         m->type_bytes[st_get(ck, i)->dtype] += st_get(ck, i)->nbytes;
     snprintf(m->architecture, sizeof(m->architecture), "%s", swap_model_info(sm)->architecture);

@@ -86,7 +86,7 @@ struct srv_model {
     enum kern_compute compute;
     int max_pos, vocab;
     const char *family;     /* model_info's ("opt", "llama"); static */
-    const char *format;     /* "safetensors" or "gguf"; static */
+    const char *format;     /* st_format: "safetensors", "gguf" or "compressed-tensors"; static */
     /* the checkpoint's bytes by tensor type (a GGUF's Q4_K, Q6_K, F32, ...),
      * indexed by enum dtype */
     uint64_t type_bytes[DTYPE_COUNT];

@@ -23,7 +23,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/shardswap_cuda_emulate_XXXXXX")
 trap 'rm -rf "$work"' EXIT
 # quant.cuh's #include "cuda_common.cuh" finds the stubs beside its copy
 cp "$src/backend/cuda/quant.cuh" "$here/cuda_common.cuh" "$work/"
-for f in core/quant.c core/dtype.c core/error.c backend/cpu/qdot_scalar.c; do
+for f in core/quant.c core/quant_ct.c core/dtype.c core/error.c backend/cpu/qdot_scalar.c; do
   "$cc" -std=c11 -O2 -D_GNU_SOURCE -I"$src" -c "$src/$f" -o "$work/$(basename "$f" .c).o"
 done
 "$cxx" -std=c++17 -O2 -ffp-contract=off -D_Static_assert=static_assert -I"$work" -I"$src" \

@@ -2,6 +2,7 @@
  * halves of the linear layer (gemv.c, matmul.c). */
 #include "backend/cpu/kernels.h"
 
+#include "backend/cpu/ctlinear.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/pool.h"
 #include "backend/cpu/qlinear.h"
@@ -124,9 +125,10 @@ int cpu_linear(float *y, const float *x, int m, const struct weight_view *w, con
                enum kern_compute cm)
 {
     const int n = w->rows;
-    int rc = dtype_is_block(w->dtype) ? cpu_qlinear(y, x, m, w, cm)
-             : m <= CPU_GEMV_MAX_M    ? cpu_gemv(y, x, m, w, cm)
-                                      : cpu_matmul(y, x, m, w, cm);
+    int rc = quant_ct_is(w->dtype)      ? cpu_ctlinear(y, x, m, w, cm)
+             : dtype_is_block(w->dtype) ? cpu_qlinear(y, x, m, w, cm)
+             : m <= CPU_GEMV_MAX_M      ? cpu_gemv(y, x, m, w, cm)
+                                        : cpu_matmul(y, x, m, w, cm);
     if (rc < 0)
         return rc;
     if (bias)

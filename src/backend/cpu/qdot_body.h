@@ -366,6 +366,9 @@ void QDOT_ROWS_FN(const struct qdot_args *a, int r0, int r1)
     case DTYPE_F32:
     case DTYPE_F16:
     case DTYPE_BF16:
+    case DTYPE_CT_I8: /* ctlinear.c's */
+    case DTYPE_CT_I4:
+    case DTYPE_CT_F8:
         break;
     }
 }

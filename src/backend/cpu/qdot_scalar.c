@@ -191,6 +191,9 @@ void qdot_rows_scalar(const struct qdot_args *a, int r0, int r1)
             case DTYPE_F32:
             case DTYPE_F16:
             case DTYPE_BF16:
+            case DTYPE_CT_I8: /* ctlinear.c's */
+            case DTYPE_CT_I4:
+            case DTYPE_CT_F8:
                 break;
             }
             a->y[(size_t)i * a->ldy + r] = v;

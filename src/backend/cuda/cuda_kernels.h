@@ -55,6 +55,9 @@ static inline int cuda_qtype_of(enum dtype t)
         return CUDA_Q5_K;
     case DTYPE_Q6_K:
         return CUDA_Q6_K;
+    case DTYPE_CT_I8:
+    case DTYPE_CT_I4:
+    case DTYPE_CT_F8:
     case DTYPE_F32:
     case DTYPE_F16:
     case DTYPE_BF16:
