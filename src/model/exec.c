@@ -33,7 +33,8 @@ static struct dims dims_of(const struct model *m)
 bool model_exec_shape_resolve(const struct model_exec_shape *in, struct model_exec_shape *out)
 {
     *out = *in;
-    if (out->batch < 1 || out->max_len < 1 || out->max_tokens < 0 || out->max_rows < 0)
+    if (out->batch < 1 || out->max_len < 1 || out->max_tokens < 0 || out->max_rows < 0 ||
+        out->max_lora_rank < 0 || out->max_lora_rank > (1 << 16))
         return false;
     if (out->max_tokens == 0)
         out->max_tokens = out->batch * out->max_len;
@@ -49,7 +50,7 @@ bool model_exec_shape_resolve(const struct model_exec_shape *in, struct model_ex
 /* Offsets of every buffer in the one allocation, 64-byte aligned. */
 struct exec_layout {
     size_t k, v, key_ok, x, h, q, kn, vn, attn, f, e, scores, aux, logits_local, logits, ids, rows,
-        pos;
+        pos, lora;
     size_t total;
 };
 
@@ -98,6 +99,8 @@ static void exec_layout(const struct model *m, const struct device *dev,
     L->ids = carve(&off, T * sizeof(int32_t));
     L->rows = carve(&off, T * sizeof(int32_t));
     L->pos = carve(&off, d.fam.positions ? T * sizeof(int32_t) : 0);
+    L->lora = carve(
+        &off, sh->max_lora_rank ? kern_lora_scratch(sh->max_tokens, sh->max_lora_rank) * F : 0);
     L->total = off;
 }
 
@@ -187,7 +190,10 @@ static int exec_init(const struct model *m, struct device *dev, struct comm *tp,
     ex->n_real = calloc((size_t)sh.batch, sizeof(int));
     ex->rows_host = calloc((size_t)sh.max_tokens, sizeof(int32_t));
     ex->pos_host = calloc((size_t)sh.max_tokens, sizeof(int32_t));
-    if (!ex->key_ok_host || !ex->n_real || !ex->rows_host || !ex->pos_host) {
+    ex->lora_seg = calloc((size_t)sh.batch + 1, sizeof(int));
+    ex->lora_pairs = calloc((size_t)sh.batch, sizeof(struct lora_pair));
+    if (!ex->key_ok_host || !ex->n_real || !ex->rows_host || !ex->pos_host || !ex->lora_seg ||
+        !ex->lora_pairs) {
         rc = err_set(ERR_NOMEM, "out of host memory for an execution context");
         goto fail;
     }
@@ -222,6 +228,7 @@ static int exec_init(const struct model *m, struct device *dev, struct comm *tp,
     ex->ids = (int32_t *)(base + L.ids);
     ex->rows = (int32_t *)(base + L.rows);
     ex->pos = d.fam.positions ? (int32_t *)(base + L.pos) : NULL;
+    ex->lora_scratch = sh.max_lora_rank ? (float *)(base + L.lora) : NULL;
     *out = ex;
     return 0;
 fail:
@@ -267,6 +274,9 @@ void model_exec_free(struct model_exec *ex)
     free(ex->n_real);
     free(ex->rows_host);
     free(ex->pos_host);
+    free(ex->adapters);
+    free(ex->lora_seg);
+    free(ex->lora_pairs);
     free(ex);
 }
 

@@ -145,6 +145,10 @@ static int k_copy(struct stream *s, void *dst, const void *src, size_t n)
     return 0;
 }
 
+/* TEMPORARY: lora_temporary.c (replaced by the CPU kern_lora when merged) */
+int cpu_lora_temporary(struct stream *s, float *y, const float *x, int m, int nseg, const int *seg,
+                       const struct lora_pair *pairs, enum kern_compute c, float *scratch);
+
 const struct kernel_ops cpu_kernel_ops = {
     .linear = k_linear,
     .embed = k_embed,
@@ -163,4 +167,5 @@ const struct kernel_ops cpu_kernel_ops = {
     .copy = k_copy,
     .to_host = k_copy,
     .to_device = k_copy,
+    .lora = cpu_lora_temporary, /* TEMPORARY */
 };

@@ -88,7 +88,7 @@ int llama_layer(const struct model *m, int layer, struct model_exec *ex, int t_n
     TRY(model_block_attn(m, ex, layer, t_new, &L->attn, &attn));
     /* x += down(act(gate(h)) * up(h)), h = RMSNorm(x) */
     TRY(kern_rmsnorm(ex->stream, ex->h, ex->x, n, H, L->ln2, eps));
-    return model_block_mlp(m, ex, t_new, &L->mlp, &mlp);
+    return model_block_mlp(m, ex, layer, t_new, &L->mlp, &mlp);
 }
 
 int llama_head(const struct model *m, struct model_exec *ex, int t_new, bool all_positions,
