@@ -241,8 +241,8 @@ int model_adapter_open(const char *dir, const struct model *base, const char *ba
         err_wrap(rc, "adapter %s", dir);
         goto out;
     }
-    /* the base's precision: in bf16 mode f16 pairs are held as bf16 */
-    model_layout_set_compute(m, &lay, base->compute);
+    /* the pairs keep the file's dtype in either precision: the update is
+     * computed in f32 (model_block_lora) */
     if (base->dev) {
         if ((rc = model_check_device(cfg, base->dev)) < 0)
             goto out;
@@ -262,6 +262,38 @@ out:
     st_close(ck);
     model_config_free(cfg);
     return rc;
+}
+
+int model_adapter_bytes(const char *dir, const struct model_config *base, const char *base_dir,
+                        uint64_t *bytes, int *max_rank)
+{
+    struct model_config *cfg = NULL;
+    struct st_checkpoint *ck = NULL;
+    struct model *m = NULL;
+    struct model_layout lay = {0};
+    *bytes = 0;
+    *max_rank = 0;
+    int rc = model_adapter_config_load(dir, base, base_dir, &cfg);
+    if (rc < 0)
+        return rc;
+    struct model_shard whole = {.tp_size = 1, .layer_end = base->info.n_layers};
+    if ((rc = model_adapter_checkpoint_open(dir, &ck)) == 0 &&
+        (rc = model_shard_open(cfg, ck, &whole, &m, &lay)) < 0)
+        err_wrap(rc, "adapter %s", dir);
+    for (int b = 0; rc == 0 && b < lay.n_blobs; b++)
+        *bytes += ((uint64_t)lay.blob_bytes[b] + 63) / 64 * 64;
+    if (rc == 0)
+        *max_rank = adapter_cfg(cfg)->max_r;
+    model_layout_free(&lay);
+    model_close(m);
+    st_close(ck);
+    model_config_free(cfg);
+    return rc;
+}
+
+int model_adapter_rank(const struct model *adapter)
+{
+    return model_adapter_max_rank(adapter->cfg);
 }
 
 /* ---- a batch's adapters ---- */
@@ -321,6 +353,10 @@ int model_block_lora(const struct model *m, struct model_exec *ex, int layer, en
     ex->lora_seg[nseg] = B * t_new;
     if (!any)
         return 0;
-    return kern_lora(ex->stream, y, x, B * t_new, nseg, ex->lora_seg, ex->lora_pairs, m->compute,
-                     ex->lora_scratch);
+    /* in f32 whatever the base's precision, as PEFT runs an adapter by default
+     * (autocast_adapter_dtype: its weights float32, the input cast to them,
+     * the update added to the base's output) */
+    (void)m;
+    return kern_lora(ex->stream, y, x, B * t_new, nseg, ex->lora_seg, ex->lora_pairs,
+                     KERN_COMPUTE_F32, ex->lora_scratch);
 }

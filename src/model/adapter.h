@@ -51,6 +51,15 @@ int model_adapter_check_tensors(const struct model_layout *layout, const struct 
 int model_adapter_open(const char *dir, const struct model *base, const char *base_dir,
                        struct model **out);
 
+/* For sizing a device before it is opened: the bytes of the whole adapter
+ * at dir for a base of config base as model_adapter_open allocates them on
+ * a device (every blob rounded up to 64 bytes) and its largest rank (the
+ * execution context's max_lora_rank). */
+int model_adapter_bytes(const char *dir, const struct model_config *base, const char *base_dir,
+                        uint64_t *bytes, int *max_rank);
+/* An adapter shard's largest rank. */
+int model_adapter_rank(const struct model *adapter);
+
 /* Attaches adapters to the batch's sequences: per[b] is sequence b's
  * adapter shard (of this context's base shard: the same TP rank and layers)
  * or NULL for the base; per NULL detaches all. The array is copied. The

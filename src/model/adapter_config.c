@@ -63,6 +63,13 @@ static int lora_re_match(const char *what, const char *key, const char *pre, con
     return 0;
 }
 
+/* A list entry t names key k: the whole key, or its end after a dot. */
+static bool name_match(const char *k, const char *t)
+{
+    size_t lk = strlen(k), lt = strlen(t);
+    return strcmp(k, t) == 0 || (lk > lt && k[lk - lt - 1] == '.' && strcmp(k + lk - lt, t) == 0);
+}
+
 /* PEFT's test of a key against target_modules / exclude_modules: a regex
  * string matched whole, or a list of names matched whole or as a suffix
  * after a dot. */
@@ -73,13 +80,7 @@ static int modules_match(const char *what, const char *field, json_t *v, const c
         return lora_re_match(what, field, "", json_string_value(v), "", k, match);
     size_t i;
     json_t *e;
-    json_array_foreach(v, i, e)
-    {
-        const char *t = json_string_value(e);
-        size_t lk = strlen(k), lt = strlen(t);
-        if (strcmp(k, t) == 0 || (lk > lt && k[lk - lt - 1] == '.' && strcmp(k + lk - lt, t) == 0))
-            *match = true;
-    }
+    json_array_foreach(v, i, e) *match |= name_match(k, json_string_value(e));
     return 0;
 }
 
@@ -144,12 +145,19 @@ static int pattern_value(json_t *pattern, const char *what, const char *field, c
 static int layer_kept(json_t *ltt, json_t *lpat, const char *what, const char *k, int l, bool *kept)
 {
     *kept = true;
-    if (!ltt || (json_is_array(ltt) && json_array_size(ltt) == 0))
+    if (ltt && !json_is_null(ltt) && !json_is_integer(ltt) && !json_is_array(ltt))
+        return err_set(ERR_FORMAT,
+                       "%s: layers_to_transform must be a layer index or a list of "
+                       "them",
+                       what);
+    if (lpat && !json_is_null(lpat) && !json_is_string(lpat) && !json_is_array(lpat))
+        return err_set(ERR_FORMAT, "%s: layers_pattern must be a name or a list of them", what);
+    if (!ltt || json_is_null(ltt) || (json_is_array(ltt) && json_array_size(ltt) == 0))
         return 0;
     /* the index PEFT finds: after the first "<pattern>." (any dotted
      * segment when no pattern); the family's keys have one number, l */
     bool has_index = true;
-    if (lpat && !(json_is_string(lpat) && !*json_string_value(lpat)) &&
+    if (lpat && !json_is_null(lpat) && !(json_is_string(lpat) && !*json_string_value(lpat)) &&
         !(json_is_array(lpat) && json_array_size(lpat) == 0)) {
         has_index = false;
         json_t *one = json_is_string(lpat) ? lpat : NULL;
@@ -157,6 +165,9 @@ static int layer_kept(json_t *ltt, json_t *lpat, const char *what, const char *k
         for (i = 0; i < n && !has_index; i++) {
             json_t *e = one ? one : json_array_get(lpat, i);
             bool m;
+            if (!json_is_string(e))
+                return err_set(ERR_FORMAT, "%s: layers_pattern must be a name or a list of them",
+                               what);
             TRY(lora_re_match(what, "layers_pattern", "(|.*\\.)", json_string_value(e),
                               "\\.[0-9]+\\..*", k, &m));
             has_index = m;
@@ -237,7 +248,7 @@ static int targets_found(const char *what, json_t *targets, const struct arch_op
                     continue;
                 int at = snprintf(k, sizeof(k), a->lora_layer, l);
                 snprintf(k + at, sizeof(k) - (size_t)at, "%s", a->lora_modules[s]);
-                TRY(modules_match(what, "target_modules", e, k, &any));
+                any = name_match(k, json_string_value(e));
             }
         if (!any)
             return err_set(ERR_UNSUPPORTED,
@@ -313,6 +324,9 @@ static int read_scalars(json_t *root, const char *what, int *r, double *alpha, b
     TRY(refuse_set(root, what, "alora_invocation_tokens", "activated LoRA"));
     TRY(refuse_set(root, what, "use_qalora", "QALoRA"));
     TRY(refuse_set(root, what, "arrow_config", "Arrow routing"));
+    TRY(refuse_set(root, what, "kasa_config", "KaSA"));
+    TRY(refuse_set(root, what, "monteclora_config", "MonteCLoRA"));
+    TRY(refuse_set(root, what, "use_bdlora", "block-diagonal LoRA"));
     json_t *rp = json_object_get(root, "rank_pattern"),
            *ap = json_object_get(root, "alpha_pattern");
     if ((rp && !json_is_null(rp) && !json_is_object(rp)) ||
