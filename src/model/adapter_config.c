@@ -300,6 +300,18 @@ static int base_name_check(json_t *root, const char *what, const char *base_dir)
     return rc;
 }
 
+/* auto_mapping.base_model_class (the transformers class the adapter was
+ * made on) against the base's architecture, when both say. */
+static int base_class_check(json_t *root, const char *what, const struct model_config *base)
+{
+    json_t *am = json_object_get(root, "auto_mapping");
+    const char *cls = json_string_value(json_object_get(am, "base_model_class"));
+    if (!cls || !base->info.architecture[0] || strcmp(cls, base->info.architecture) == 0)
+        return 0;
+    return err_set(ERR_INVALID, "%s: auto_mapping.base_model_class is %s, but the base is %s", what,
+                   cls, base->info.architecture);
+}
+
 /* Every key of adapter_config.json but the targets. */
 static int read_scalars(json_t *root, const char *what, int *r, double *alpha, bool *rslora)
 {
@@ -452,7 +464,8 @@ int model_adapter_config_load(const char *dir, const struct model_config *base,
     c->base.arch = &adapter_arch;
     c->base.weight_ops = 0;
     c->base_arch = base->arch;
-    if ((rc = config_read(root, what, base, c)) == 0)
+    if ((rc = base_class_check(root, what, base)) == 0 &&
+        (rc = config_read(root, what, base, c)) == 0)
         rc = base_name_check(root, what, base_dir);
     json_decref(root);
     if (rc < 0) {
