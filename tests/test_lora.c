@@ -11,20 +11,23 @@
  * errors naming the key or tensor. */
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "comm/comm.h"
 #include "core/error.h"
 #include "core/fs.h"
-#include "fixture_expect.h"
 #include "format/safetensors.h"
 #include "model/adapter.h"
 #include "model/generate.h"
 #include "model/model.h"
 #include "test.h"
+/* after test.h */
+#include "fixture_expect.h"
 
 #define LORA SHARDSWAP_SOURCE_DIR "/tests/fixtures/lora"
 
@@ -247,6 +250,163 @@ out:
     for (int i = 0; i < 4; i++)
         model_close(ad[i]);
     model_close(m);
+}
+
+/* ---- sharded: TP 2 and PP 2 against the whole model ---- */
+
+/* One shard's part of a step, on its own thread (as a device's compute
+ * thread runs it). */
+struct shard_run {
+    struct model *m;
+    struct model_exec *ex;
+    struct model_stage_io io;
+    const int32_t *ids;
+    const uint8_t *mask;
+    int T;
+    float *logits;
+    int rc;
+    pthread_t th;
+};
+
+static void *shard_main(void *arg)
+{
+    struct shard_run *r = arg;
+    int wait_rc;
+    r->rc =
+        model_forward_stage(r->m, r->ex, &r->io, r->ids, r->mask, r->T, true, r->logits, &wait_rc);
+    return NULL;
+}
+
+/* The batch through two shards of the base (TP 2, or PP 2: two stages),
+ * each with its shard of every adapter; sequence b on adapter per_i[b]
+ * (-1: the base). */
+static void run_split(const char *bdir, const char *const *adirs, int n_ad, const int *per_i,
+                      bool tp, const int32_t *ids, const uint8_t *mask, int B, int T, float *logits)
+{
+    struct model_config *cfg = NULL;
+    struct st_checkpoint *ck = NULL;
+    struct model *m[2] = {0}, *ad[2][4] = {{0}};
+    struct model_exec *ex[2] = {0};
+    struct device *dev[2] = {0};
+    struct comm_group *grp = NULL;
+    struct comm_channel *ch = NULL;
+    CHECK(model_config_load(bdir, &cfg) == 0 && st_open(bdir, &ck) == 0);
+    if (!cfg || !ck)
+        goto out;
+    const int L = cfg->info.n_layers;
+    if (tp)
+        CHECK(comm_group_create_threads(2, &grp) == 0);
+    else
+        CHECK(comm_channel_create(&ch) == 0);
+    int rank = 0;
+    for (int r = 0; r < 2; r++) {
+        struct model_shard sh =
+            tp ? (struct model_shard){.tp_rank = r, .tp_size = 2, .layer_end = L}
+               : (struct model_shard){
+                     .tp_size = 1, .layer_begin = r ? L / 2 : 0, .layer_end = r ? L : L / 2};
+        CHECK_MSG(model_open_shard(cfg, ck, &sh, &m[r]) == 0, "%s", err_msg());
+        if (!m[r])
+            goto out;
+        model_set_compute(m[r], KERN_COMPUTE_F32);
+        for (int a = 0; a < n_ad; a++) {
+            CHECK_MSG(model_adapter_open(adirs[a], m[r], bdir, &ad[r][a]) == 0, "%s", err_msg());
+            if (!ad[r][a])
+                goto out;
+            rank = model_adapter_rank(ad[r][a]) > rank ? model_adapter_rank(ad[r][a]) : rank;
+        }
+    }
+    const struct model_exec_shape shape = {
+        .batch = B, .max_len = T, .max_rows = B * T, .max_lora_rank = rank};
+    struct shard_run run[2];
+    for (int r = 0; r < 2; r++) {
+        CHECK(device_open_cpu(0, model_exec_bytes(m[r], NULL, &shape) + (1u << 20), &dev[r]) == 0);
+        CHECK_MSG(
+            model_exec_init(m[r], dev[r], tp ? comm_group_rank(grp, r) : NULL, &shape, &ex[r]) == 0,
+            "%s", err_msg());
+        if (!ex[r])
+            goto out;
+        const struct model *per[8];
+        for (int b = 0; b < B; b++)
+            per[b] = per_i[b] < 0 ? NULL : ad[r][per_i[b]];
+        CHECK_MSG(model_exec_set_adapters(ex[r], per) == 0, "%s", err_msg());
+        run[r] = (struct shard_run){.m = m[r], .ex = ex[r], .ids = ids, .mask = mask, .T = T};
+        if (!tp) {
+            run[r].io.in = r ? ch : NULL;
+            run[r].io.out = r ? NULL : ch;
+        }
+        run[r].logits = (tp ? r == 0 : r == 1) ? logits : NULL;
+    }
+    for (int r = 0; r < 2; r++)
+        CHECK(pthread_create(&run[r].th, NULL, shard_main, &run[r]) == 0);
+    for (int r = 0; r < 2; r++) {
+        pthread_join(run[r].th, NULL);
+        CHECK_MSG(run[r].rc == 0, "shard %d: %s", r, err_msg());
+    }
+out:
+    for (int r = 0; r < 2; r++) {
+        model_exec_free(ex[r]);
+        device_close(dev[r]);
+        for (int a = 0; a < 4; a++)
+            model_close(ad[r][a]);
+        model_close(m[r]);
+    }
+    comm_group_destroy(grp);
+    comm_channel_destroy(ch);
+    st_close(ck);
+    model_config_free(cfg);
+}
+
+/* Two adapters and the base in one batch, whole and split both ways. */
+static void check_split(const char *base, const char *a0, const char *a1)
+{
+    char bdir[1024], adirs[2][1024];
+    base_dir(base, bdir, sizeof(bdir));
+    snprintf(adirs[0], sizeof(adirs[0]), "%s/%s", LORA, a0);
+    snprintf(adirs[1], sizeof(adirs[1]), "%s/%s", LORA, a1);
+    const char *const ad_names[2] = {adirs[0], adirs[1]};
+    json_t *x = load_json(a0, "expected.json");
+    int32_t *ids;
+    uint8_t *mask;
+    int B, T;
+    batch_read(json_object_get(x, "batch"), &ids, &mask, &B, &T);
+    struct model *m = NULL, *ad[2] = {0};
+    CHECK(model_open(bdir, &m) == 0);
+    model_set_compute(m, KERN_COMPUTE_F32);
+    for (int a = 0; m && a < 2; a++)
+        CHECK_MSG(model_adapter_open(adirs[a], m, bdir, &ad[a]) == 0, "%s", err_msg());
+    const int V = m ? model_info(m)->vocab : 1;
+    const int per_i[3] = {0, -1, 1};
+    float *whole = malloc((size_t)B * T * V * sizeof(float));
+    float *split = malloc((size_t)B * T * V * sizeof(float));
+    if (m && ad[0] && ad[1]) {
+        const struct model *per[3] = {ad[0], NULL, ad[1]};
+        int rank = model_adapter_rank(ad[0]) > model_adapter_rank(ad[1])
+                       ? model_adapter_rank(ad[0])
+                       : model_adapter_rank(ad[1]);
+        CHECK_MSG(run_batch(m, per, rank, ids, mask, B, T, whole) == 0, "%s", err_msg());
+        for (int tp = 1; tp >= 0; tp--) {
+            memset(split, 0, (size_t)B * T * V * sizeof(float));
+            run_split(bdir, ad_names, 2, per_i, tp, ids, mask, B, T, split);
+            double e = batch_err(split, whole, mask, B, T, V);
+            printf("%s with %s, %s and the base: %s 2 vs whole rel err %.2e\n", base, a0, a1,
+                   tp ? "TP" : "PP", e);
+            CHECK_MSG(e <= 1e-5, "%s: %s 2 rel err %.3e", base, tp ? "TP" : "PP", e);
+        }
+    }
+    free(whole);
+    free(split);
+    free(ids);
+    free(mask);
+    for (int a = 0; a < 2; a++)
+        model_close(ad[a]);
+    model_close(m);
+    json_decref(x);
+}
+
+TEST(sharded)
+{
+    check_split("llama_gqa_f32", "llama_r16_all_rslora", "llama_r4_regex_patterns");
+    check_split("pre_ln_f32", "opt_r8_all", "opt_r8_all");
 }
 
 /* ---- hostile adapter directories ---- */

@@ -11,6 +11,29 @@
 #include "core/error.h"
 #include "model/adapter_impl.h"
 
+/* Tensor `ab` (A or B) of layer l's pair at slot s as PEFT names it. */
+static void pair_name(const struct adapter_config *c, int l, int s, char ab, char *out, size_t cap)
+{
+    int at = snprintf(out, cap, "base_model.model.");
+    at += snprintf(out + at, cap - (size_t)at, c->base_arch->lora_layer, l);
+    snprintf(out + at, cap - (size_t)at, "%s.lora_%c.weight", c->base_arch->lora_modules[s], ab);
+}
+
+/* Whether name is one of c's pairs' tensors (any layer: a shard's file
+ * holds the others' too). */
+static bool pair_named(const struct adapter_config *c, const char *name)
+{
+    char want[256];
+    for (int l = 0; l < c->base.info.n_layers; l++)
+        for (int s = 0; s < LORA_SLOTS; s++)
+            for (int ab = 0; c->r[l][s] && ab < 2; ab++) {
+                pair_name(c, l, s, ab ? 'B' : 'A', want, sizeof(want));
+                if (strcmp(want, name) == 0)
+                    return true;
+            }
+    return false;
+}
+
 /* ---- the family entry ---- */
 
 /* Shards split as the base's: its family's checks and per-rank numbers,
@@ -59,7 +82,6 @@ static int adapter_plan(struct model *m, const struct st_checkpoint *ck, struct 
 {
     (void)ck;
     const struct adapter_config *c = adapter_cfg(m->cfg);
-    const struct arch_ops *a = c->base_arch;
     struct slot_geo g[LORA_SLOTS];
     slot_geometry(m, g);
     char name[256];
@@ -71,16 +93,13 @@ static int adapter_plan(struct model *m, const struct st_checkpoint *ck, struct 
             struct lora_pair *pr = &L->pair[s];
             if (!r)
                 continue;
-            int at = snprintf(name, sizeof(name), "base_model.model.");
-            at += snprintf(name + at, sizeof(name) - (size_t)at, a->lora_layer, l);
-            at += snprintf(name + at, sizeof(name) - (size_t)at, "%s.lora_A.weight",
-                           a->lora_modules[s]);
+            pair_name(c, l, s, 'A', name, sizeof(name));
             const struct slot_geo *q = &g[s];
             if (q->row_parallel)
                 TRY(plan_matrix(p, blob, name, r, q->in, 0, r, q->i0, q->n, &pr->a));
             else
                 TRY(plan_matrix(p, blob, name, r, q->in, 0, r, 0, q->in, &pr->a));
-            name[at - (int)strlen("A.weight")] = 'B';
+            pair_name(c, l, s, 'B', name, sizeof(name));
             if (q->row_parallel)
                 TRY(plan_matrix(p, blob, name, q->out, r, 0, q->out, 0, r, &pr->b));
             else
@@ -179,14 +198,11 @@ int model_adapter_checkpoint_open(const char *dir, struct st_checkpoint **out)
     return st_open(path, out);
 }
 
-int model_adapter_check_tensors(const struct model_layout *layout, const struct st_checkpoint *ck)
+int model_adapter_check_tensors(const struct model_config *cfg, const struct st_checkpoint *ck)
 {
     for (size_t i = 0; i < st_count(ck); i++) {
         const struct st_tensor *t = st_get(ck, i);
-        bool planned = false;
-        for (int j = 0; j < layout->n_parts && !planned; j++)
-            planned = strcmp(model_part_name(layout, j), t->name) == 0;
-        if (planned)
+        if (pair_named(adapter_cfg(cfg), t->name))
             continue;
         const char *why = strstr(t->name, "modules_to_save")         ? " (modules_to_save)"
                           : strstr(t->name, "lora_embedding")        ? " (embedding LoRA)"
@@ -237,7 +253,7 @@ int model_adapter_open(const char *dir, const struct model *base, const char *ba
     if ((rc = model_adapter_checkpoint_open(dir, &ck)) < 0)
         goto out;
     if ((rc = model_shard_open(cfg, ck, &base->shard, &m, &lay)) < 0 ||
-        (rc = model_adapter_check_tensors(&lay, ck)) < 0) {
+        (rc = model_adapter_check_tensors(cfg, ck)) < 0) {
         err_wrap(rc, "adapter %s", dir);
         goto out;
     }

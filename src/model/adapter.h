@@ -38,11 +38,10 @@ int model_adapter_max_rank(const struct model_config *c);
 /* Opens DIR/adapter_model.safetensors (a .bin alone: refused in one line)
  * as ck for an adapter config. */
 int model_adapter_checkpoint_open(const char *dir, struct st_checkpoint **out);
-/* After model_shard_open(adapter config, ck, ...): every tensor of ck must
- * be one the layout planned (one line naming the first that is not: a
- * modules_to_save copy, an embedding's or DoRA's tensors, a layer outside
- * the config's). */
-int model_adapter_check_tensors(const struct model_layout *layout, const struct st_checkpoint *ck);
+/* Every tensor of ck must be one of the adapter config's pairs (one line
+ * naming the first that is not: a modules_to_save copy, an embedding's or
+ * DoRA's tensors, a layer or module the config does not adapt). */
+int model_adapter_check_tensors(const struct model_config *cfg, const struct st_checkpoint *ck);
 
 /* The adapter at dir for base, one whole shard on base's device (base
  * opened with model_open_on, or host views of a mapped checkpoint: then the
