@@ -33,6 +33,16 @@ static int lora_re_check(const char *what, const char *key, const char *p)
 {
     static const char *const python_only[] = {"(?",  "\\d", "\\D", "\\w", "\\W", "\\s", "\\S",
                                               "\\b", "\\B", "\\A", "\\Z", "*?",  "+?",  "??"};
+    /* back-references make matching exponential; a name pattern needs none */
+    for (const char *c = p; *c; c++)
+        if (c[0] == '\\' && c[1] >= '1' && c[1] <= '9')
+            return err_set(ERR_UNSUPPORTED,
+                           "%s: %s pattern \"%s\" has a back-reference (expected a pattern "
+                           "without one)",
+                           what, key, p);
+    if (strlen(p) > 1024)
+        return err_set(ERR_UNSUPPORTED, "%s: %s pattern is %zu bytes (expected at most 1024)", what,
+                       key, strlen(p));
     for (size_t i = 0; i < sizeof(python_only) / sizeof(python_only[0]); i++)
         if (strstr(p, python_only[i]))
             return err_set(ERR_UNSUPPORTED,
