@@ -407,6 +407,7 @@ TEST(sharded)
 {
     check_split("llama_gqa_f32", "llama_r16_all_rslora", "llama_r4_regex_patterns");
     check_split("pre_ln_f32", "opt_r8_all", "opt_r8_all");
+    check_split("mistral_headdim_f32", "mistral_headdim_r8", "mistral_headdim_r8");
 }
 
 /* ---- hostile adapter directories ---- */
