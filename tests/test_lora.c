@@ -171,7 +171,8 @@ out:
 
 static const char *const adapters[] = {
     "llama_r8_qv",   "llama_r16_all_rslora", "llama_r4_regex_patterns", "llama_r32_mlp_layer1",
-    "qwen2_r64_mlp", "opt_r8_all",           "llama_bf16_r16",          NULL};
+    "qwen2_r64_mlp", "opt_r8_all",           "llama_bf16_r16",          "mistral_headdim_r8",
+    "qwen3_qknorm_r8", NULL};
 
 TEST(peft_f32)
 {
