@@ -12,6 +12,13 @@
  * - kern_linear, bf16 mode: 1e-2. The GPU rounds x to the weights' own
  *   16-bit type for cuBLAS (f16 for f16 weights), the CPU to bf16; a CPU
  *   with AMX also rounds f16/f32 weights to bf16.
+ * - kern_lora: the update (y - y0) within kern_linear's tolerances, 3e-5
+ *   in f32 mode (sums in other orders: the CPU's 16 lanes, the GPU's warp)
+ *   and 1e-2 in bf16 mode (the rank-r intermediate may round to the
+ *   neighbouring bf16 on one side only); rows outside the segments
+ *   untouched on both. Weights f32/f16/bf16, ranks 1-64, m 1-80 (more
+ *   segments than one launch's table), base rows and an empty segment, A a
+ *   column slice (ld > cols).
  * - kern_layernorm: 1e-5 (both sum in double; the rest is f32).
  * - kern_rmsnorm: per element |gpu - cpu| <= 1e-6 |cpu|, on rows of very
  *   different magnitudes: both round the same double rstd to f32 (sums in
@@ -229,6 +236,135 @@ TEST(linear)
     cases += 3;
     printf("linear: %d cases, worst rel err f32 mode %.3g, bf16 mode %.3g\n", cases,
            worst_linear[KERN_COMPUTE_F32], worst_linear[KERN_COMPUTE_BF16]);
+}
+
+/* ---- lora ---- */
+
+/* One adapter's pair on both devices. */
+struct lora_twin {
+    struct twin a, b;
+    struct lora_pair pc, pg;
+};
+
+static struct lora_twin lora_twin_make(enum dtype dt, int r, int in, int out, size_t lda)
+{
+    const size_t na = (size_t)r * lda, nb = (size_t)out * r, es = dtype_size(dt);
+    float *f = xmalloc((na > nb ? na : nb) * sizeof(float));
+    void *d = xmalloc((na > nb ? na : nb) * es);
+    struct lora_twin t;
+    fill(f, na, -1, 1);
+    dtype_from_f32(dt, f, d, na);
+    t.a = twin_upload(d, na * es);
+    fill(f, nb, -1, 1);
+    dtype_from_f32(dt, f, d, nb);
+    t.b = twin_upload(d, nb * es);
+    const float scale = urand(0.25f, 4.0f);
+    t.pc = (struct lora_pair){
+        .a = {.dtype = dt, .data = dbuf_ptr(t.a.c), .rows = r, .cols = in, .ld = lda},
+        .b = {.dtype = dt, .data = dbuf_ptr(t.b.c), .rows = out, .cols = r, .ld = (size_t)r},
+        .scale = scale,
+    };
+    t.pg = t.pc;
+    t.pg.a.data = dbuf_ptr(t.a.g);
+    t.pg.b.data = dbuf_ptr(t.b.g);
+    free(f);
+    free(d);
+    return t;
+}
+
+static double worst_lora[2]; /* by enum kern_compute */
+
+/* m rows in segments of 1-3 rows over nad adapters of rank up to r (every
+ * third segment a base row's, without weights), an empty segment, the last
+ * row outside; compared on the update y - y0. */
+static void lora_case(enum dtype dt, enum kern_compute c, int m, int r, int in, int out, int nad,
+                      size_t lda)
+{
+    struct lora_twin ad[8];
+    for (int i = 0; i < nad; i++)
+        ad[i] = lora_twin_make(dt, i == 0 ? r : 1 + (i * 37 + r) % r, in, out, lda);
+    int *seg = xmalloc((size_t)(m + 2) * sizeof(int));
+    struct lora_pair *pc = xmalloc((size_t)(m + 1) * sizeof(*pc));
+    struct lora_pair *pg = xmalloc((size_t)(m + 1) * sizeof(*pg));
+    int nseg = 0;
+    seg[0] = 0;
+    for (int i = 0; i < m - 1 || (m == 1 && i == 0);) {
+        int len = 1 + nseg % 3, end = i + len < m - 1 ? i + len : (m == 1 ? 1 : m - 1);
+        if (nseg % 3 == 2) {
+            pc[nseg] = pg[nseg] = (struct lora_pair){0};
+        } else {
+            pc[nseg] = ad[nseg % nad].pc;
+            pg[nseg] = ad[nseg % nad].pg;
+        }
+        seg[++nseg] = end;
+        i = end;
+        if (nseg == 4) { /* an empty segment */
+            pc[nseg] = ad[0].pc;
+            pg[nseg] = ad[0].pg;
+            seg[nseg + 1] = seg[nseg];
+            nseg++;
+        }
+    }
+    const size_t nx = (size_t)m * in, ny = (size_t)m * out;
+    float *x = xmalloc(nx * sizeof(float)), *y0 = xmalloc(ny * sizeof(float));
+    float *yc = xmalloc(ny * sizeof(float)), *yg = xmalloc(ny * sizeof(float));
+    fill(x, nx, -2, 2);
+    fill(y0, ny, -1, 1);
+    struct twin tx = twin_upload(x, nx * sizeof(float));
+    struct twin ty = twin_upload(y0, ny * sizeof(float));
+    struct twin ts = twin_alloc(kern_lora_scratch(m, r) * sizeof(float) + 64);
+    RUN("lora cpu",
+        kern_lora(cpu_st, dbuf_ptr(ty.c), dbuf_ptr(tx.c), m, nseg, seg, pc, c, dbuf_ptr(ts.c)));
+    RUN("lora cuda",
+        kern_lora(gpu_st, dbuf_ptr(ty.g), dbuf_ptr(tx.g), m, nseg, seg, pg, c, dbuf_ptr(ts.g)));
+    twin_download(ty, yc, yg, ny * sizeof(float));
+    for (size_t i = 0; i < ny; i++) {
+        yc[i] -= y0[i];
+        yg[i] -= y0[i];
+    }
+    double err = test_rel_err(yg, yc, ny);
+    double tol = c == KERN_COMPUTE_F32 ? TOL_LINEAR_F32 : TOL_LINEAR_BF16;
+    CHECK_MSG(err <= tol, "lora %s %s m=%d r=%d %dx%d, %d segments: rel err %.3g > %.0e",
+              dtype_name(dt), kern_compute_name(c), m, r, in, out, nseg, err, tol);
+    if (err > worst_lora[c])
+        worst_lora[c] = err;
+    /* the last row is outside every segment: untouched on both */
+    bool kept = true;
+    for (int o = 0; o < out && m > 1; o++)
+        kept = kept && yc[ny - out + o] == 0 && yg[ny - out + o] == 0;
+    CHECK_MSG(kept, "lora m=%d: a row outside the segments changed", m);
+    twin_free(&tx);
+    twin_free(&ty);
+    twin_free(&ts);
+    for (int i = 0; i < nad; i++) {
+        twin_free(&ad[i].a);
+        twin_free(&ad[i].b);
+    }
+    free(seg);
+    free(pc);
+    free(pg);
+    free(x);
+    free(y0);
+    free(yc);
+    free(yg);
+}
+
+TEST(lora)
+{
+    static const enum dtype dts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    static const int ms[] = {1, 5, 17, 80}; /* 80: more segments than one launch's table */
+    static const int ranks[] = {1, 16, 64};
+    int cases = 0;
+    for (size_t di = 0; di < 3; di++)
+        for (int c = 0; c < 2; c++)
+            for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
+                for (size_t ri = 0; ri < sizeof(ranks) / sizeof(ranks[0]); ri++) {
+                    lora_case(dts[di], (enum kern_compute)c, ms[mi], ranks[ri], 72, 40, 3, 72);
+                    lora_case(dts[di], (enum kern_compute)c, ms[mi], ranks[ri], 300, 1100, 8, 303);
+                    cases += 2;
+                }
+    printf("lora: %d cases, worst rel err f32 mode %.3g, bf16 mode %.3g\n", cases,
+           worst_lora[KERN_COMPUTE_F32], worst_lora[KERN_COMPUTE_BF16]);
 }
 
 /* ---- embed ---- */

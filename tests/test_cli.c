@@ -899,7 +899,7 @@ static void test_chat_template(void)
 static const char *const commands[] = {
     "serve",       "generate",   "tokenize",      "chat-template", "forward",
     "gen-model",   "inspect",    "bench forward", "bench swap",    "bench workload",
-    "bench serve", "bench comm", "bench gemv",    "bench tokenize"};
+    "bench serve", "bench comm", "bench gemv",    "bench lora",    "bench tokenize"};
 
 /* The top-level help, asked for (stdout, exit 0) or not (no command: the
  * same on stderr, exit 2), lists every command, one line each, serve's
@@ -1004,6 +1004,9 @@ int main(void)
     test_gen_model_fifo();
     /* bench gemv refuses an ISA it does not know before measuring anything */
     expect_fail(BIN " bench gemv --kernel sse9", 2, "unknown GEMV kernel");
+    /* bench lora refuses more adapters than rows, and a kernel it does not know */
+    expect_fail(BIN " bench lora --adapters 9", 2, "--adapters 9 is out of range (expected 1..8");
+    expect_fail(BIN " bench lora --kernel sse9", 2, "--kernel");
     /* --help states the range each value is checked against */
     CHECK(run(BIN " generate --help", out, sizeof(out), NULL, 0) == 0 &&
           strstr(out, "[0 < P <= 1]") && strstr(out, "[1..1048576]"));

@@ -274,6 +274,46 @@ int kern_linear(struct stream *s, float *y, const float *x, int m, const struct 
     return k->linear(s, y, x, m, w, bias, c);
 }
 
+/* A plain (f32, f16 or bf16) view with its shape and stride. */
+static bool plain_view(const struct weight_view *w)
+{
+    return w->data && !dtype_is_block(w->dtype) && w->rows > 0 && w->cols > 0 &&
+           w->ld >= (size_t)w->cols;
+}
+
+int kern_lora(struct stream *s, float *y, const float *x, int m, int nseg, const int *seg,
+              const struct lora_pair *pairs, enum kern_compute c, float *scratch)
+{
+    assert(y && x && y != x && m > 0 && nseg >= 0 && seg && (pairs || nseg == 0) &&
+           (c == KERN_COMPUTE_F32 || c == KERN_COMPUTE_BF16));
+    assert(seg[0] >= 0 && seg[nseg] <= m);
+    int in = 0, out = 0;
+    bool any = false;
+    for (int i = 0; i < nseg; i++) {
+        assert(seg[i] <= seg[i + 1]);
+        const struct lora_pair *p = &pairs[i];
+        if (!p->a.data)
+            continue;
+        /* a (r, in) and b (out, r), every pair the same in and out */
+        assert(plain_view(&p->a) && plain_view(&p->b) && p->b.cols == p->a.rows);
+        assert(!any || (p->a.cols == in && p->b.rows == out));
+        in = p->a.cols;
+        out = p->b.rows;
+        any = true;
+    }
+    assert(!any || scratch);
+    const struct kernel_ops *k = kern_of(s);
+    if (!table_runs(k, KERN_OP_LORA))
+        return absent(s, KERN_OP_LORA);
+    return any ? k->lora(s, y, x, m, nseg, seg, pairs, c, scratch) : 0;
+}
+
+size_t kern_lora_scratch(int m, int max_r)
+{
+    assert(m >= 0 && max_r >= 0);
+    return (size_t)m * (size_t)max_r;
+}
+
 int kern_embed(struct stream *s, float *y, const struct weight_view *w, const int32_t *ids, int n,
                int row0)
 {

@@ -163,7 +163,9 @@ struct lora_pair {
  *   y[i, :] += pairs[s].scale * ((x[i, :] @ pairs[s].a^T) @ pairs[s].b^T),
  * the inner product computed in precision c (KERN_COMPUTE_BF16 rounds x
  * and the rank-r intermediate to bf16 before each product, as a bf16
- * model's two Linear calls do), summed in f32. A pair with no a.data (a
+ * model's two Linear calls do; the weights are widened exactly in either),
+ * summed in f32. The scale multiplies the product's result, as PEFT's
+ * `lora_B(lora_A(x)) * scaling` does, never the intermediate. A pair with no a.data (a
  * sequence of the base, or a layer the adapter does not target) adds
  * nothing; rows outside [seg[0], seg[nseg]) are untouched. What a row gets
  * depends only on that row and its pair, bitwise on the CPU: which other

@@ -324,6 +324,7 @@ const struct cli_command bench_commands[] = {
     {"serve", bench_serve, "the same workloads against a running server over HTTP"},
     {"comm", bench_comm, "all-reduce and pipeline channel latency against memcpy"},
     {"gemv", bench_gemv, "the CPU's fused GEMV (decode's linear layers) against memory read speed"},
+    {"lora", bench_lora, "the CPU's mixed-adapter LoRA update against the base layer's product"},
     {"tokenize", bench_tokenize,
      "one tokenizer's encode and decode speed (tools/bench_tokenizer.py: against HF)"},
 };

@@ -59,6 +59,15 @@ const char *cpu_qlinear_kernels(void);
  * lacks it, ERR_INVALID for an unknown name. */
 int cpu_qlinear_force(const char *name);
 
+/* Which row kernels the LoRA update (kern_lora) runs: "avx512" or
+ * "scalar", chosen once per process from the CPU (never per call: a row's
+ * result must not depend on the call). Static. */
+const char *cpu_lora_kernel(void);
+/* Makes kern_lora run `name` (avx512, scalar) from now on (NULL: the
+ * CPU's choice again), for tests and benchmarks; not while one runs. 0,
+ * ERR_UNSUPPORTED when the CPU lacks it, ERR_INVALID for an unknown name. */
+int cpu_lora_force(const char *name);
+
 /* Which path the matmul (prefill's linear layers) runs per class, as one
  * line: "f32: onednn (onednn 161, openblas 146 GFLOP/s); bf16: onednn-bf16
  * (round-f32 128, onednn-bf16 938 GFLOP/s), 1 thread, 128x1024x1024,

@@ -145,9 +145,12 @@ static int k_copy(struct stream *s, void *dst, const void *src, size_t n)
     return 0;
 }
 
-/* TEMPORARY: lora_temporary.c (replaced by the CPU kern_lora when merged) */
-int cpu_lora_temporary(struct stream *s, float *y, const float *x, int m, int nseg, const int *seg,
-                       const struct lora_pair *pairs, enum kern_compute c, float *scratch);
+static int k_lora(struct stream *s, float *y, const float *x, int m, int nseg, const int *seg,
+                  const struct lora_pair *pairs, enum kern_compute c, float *scratch)
+{
+    (void)s;
+    return cpu_lora(y, x, m, nseg, seg, pairs, c, scratch);
+}
 
 const struct kernel_ops cpu_kernel_ops = {
     .linear = k_linear,
@@ -165,7 +168,7 @@ const struct kernel_ops cpu_kernel_ops = {
     .attention_scratch = k_attention_scratch,
     .gather_rows = k_gather_rows,
     .copy = k_copy,
+    .lora = k_lora,
     .to_host = k_copy,
     .to_device = k_copy,
-    .lora = cpu_lora_temporary, /* TEMPORARY */
 };

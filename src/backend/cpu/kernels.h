@@ -21,6 +21,12 @@
 int cpu_linear(float *y, const float *x, int m, const struct weight_view *w, const float *bias,
                enum kern_compute c);
 
+/* kern_lora (backend/kernels.h) on host pointers, over the kernel pool
+ * (lora.c); scratch holds the rank-r intermediates. 0, or ERR_NOMEM with a
+ * message when a scratch buffer cannot grow. */
+int cpu_lora(float *y, const float *x, int m, int nseg, const int *seg,
+             const struct lora_pair *pairs, enum kern_compute c, float *scratch);
+
 /* Copies rows ids[i] of table w (widened to f32) into y[i, w.cols]. */
 void cpu_embed(float *y, const struct weight_view *w, const int32_t *ids, int n);
 

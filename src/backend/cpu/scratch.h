@@ -8,16 +8,18 @@
 #include <stddef.h>
 
 enum cpu_scratch_slot {
-    CPU_SCRATCH_ROUND,    /* cpu_round_bf16: x rounded to bf16 */
-    CPU_SCRATCH_GEMV_X,   /* gemv: x padded to its row stride (and in bf16) */
-    CPU_SCRATCH_MM_BLOCK, /* matmul: a block of weights converted */
-    CPU_SCRATCH_MM_XB,    /* matmul: x in bf16 */
-    CPU_SCRATCH_MM_Y,     /* matmul: a task's output block */
-    CPU_SCRATCH_MM_PAD,   /* matmul: the primitive's scratchpad */
-    CPU_SCRATCH_MM_ACC,   /* matmul on AMX: a task's partial sums */
-    CPU_SCRATCH_ATTN,     /* attention: a task's scores */
-    CPU_SCRATCH_Q_X,      /* qlinear: x quantized to Q8_0 / Q8_K blocks */
-    CPU_SCRATCH_Q_DEQ,    /* qlinear: a block of weight rows dequantized */
+    CPU_SCRATCH_ROUND,      /* cpu_round_bf16: x rounded to bf16 */
+    CPU_SCRATCH_GEMV_X,     /* gemv: x padded to its row stride (and in bf16) */
+    CPU_SCRATCH_MM_BLOCK,   /* matmul: a block of weights converted */
+    CPU_SCRATCH_MM_XB,      /* matmul: x in bf16 */
+    CPU_SCRATCH_MM_Y,       /* matmul: a task's output block */
+    CPU_SCRATCH_MM_PAD,     /* matmul: the primitive's scratchpad */
+    CPU_SCRATCH_MM_ACC,     /* matmul on AMX: a task's partial sums */
+    CPU_SCRATCH_ATTN,       /* attention: a task's scores */
+    CPU_SCRATCH_Q_X,        /* qlinear: x quantized to Q8_0 / Q8_K blocks */
+    CPU_SCRATCH_Q_DEQ,      /* qlinear: a block of weight rows dequantized */
+    CPU_SCRATCH_LORA_X,     /* lora: x rounded to bf16 */
+    CPU_SCRATCH_LORA_TASKS, /* lora: each segment's first task */
     CPU_SCRATCH_SLOTS
 };
 

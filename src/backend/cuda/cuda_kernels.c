@@ -254,6 +254,49 @@ static int k_copy(struct stream *s, void *dst, const void *src, size_t n)
     return 0;
 }
 
+/* kern_lora: the active segments (a pair with data, rows > 0) in tables of
+ * CUDA_LORA_MAX_SEGS, two launches per table; t in the caller's scratch
+ * with the stride of the largest rank (kern_lora_scratch's m * max_r). */
+static int k_lora(struct stream *s, float *y, const float *x, int m, int nseg, const int *seg,
+                  const struct lora_pair *pairs, enum kern_compute c, float *scratch)
+{
+    (void)m;
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    int in = 0, out = 0, ts = 0;
+    for (int i = 0; i < nseg; i++)
+        if (pairs[i].a.data && seg[i + 1] > seg[i]) {
+            in = pairs[i].a.cols;
+            out = pairs[i].b.rows;
+            ts = pairs[i].a.rows > ts ? pairs[i].a.rows : ts;
+        }
+    struct cuda_lora_table tab;
+    tab.n = 0;
+    for (int i = 0; i <= nseg; i++) {
+        if (i < nseg && pairs[i].a.data && seg[i + 1] > seg[i]) {
+            const struct lora_pair *p = &pairs[i];
+            tab.seg[tab.n++] = (struct cuda_lora_seg){.a = p->a.data,
+                                                      .b = p->b.data,
+                                                      .lda = p->a.ld,
+                                                      .ldb = p->b.ld,
+                                                      .row0 = seg[i],
+                                                      .rows = seg[i + 1] - seg[i],
+                                                      .r = p->a.rows,
+                                                      .at = cuda_wtype_of(p->a.dtype),
+                                                      .bt = cuda_wtype_of(p->b.dtype),
+                                                      .scale = p->scale};
+        }
+        if (tab.n == CUDA_LORA_MAX_SEGS || (i == nseg && tab.n > 0)) {
+            CUDA_CHECK(s->dev->name, cuda_launch_lora(cs->s, y, x, in, out, &tab,
+                                                      c == KERN_COMPUTE_BF16, scratch, ts));
+            tab.n = 0;
+        }
+    }
+    return 0;
+}
+
 /* A sync point: the copy is queued behind the stream's work and waited for. */
 static int k_to_host(struct stream *s, void *host, const void *src, size_t n)
 {
@@ -300,6 +343,7 @@ const struct kernel_ops cuda_kernel_ops = {
     .attention_scratch = k_attention_scratch,
     .gather_rows = k_gather_rows,
     .copy = k_copy,
+    .lora = k_lora,
     .to_host = k_to_host,
     .to_device = k_to_device,
     .attention_max_head_dim = CUDA_ATTN_MAX_HEAD_DIM,

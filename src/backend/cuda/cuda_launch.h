@@ -118,6 +118,28 @@ cudaError_t cuda_launch_attention(cudaStream_t st, float *out, const float *q, c
 cudaError_t cuda_launch_gather_rows(cudaStream_t st, float *y, const float *x, const int32_t *rows,
                                     int n, int width);
 
+/* The segmented low-rank update of kern_lora (backend/kernels.h), up to
+ * CUDA_LORA_MAX_SEGS segments per launch: their table travels as a kernel
+ * argument (copied at the launch, so the host's may be reused at once). */
+#define CUDA_LORA_MAX_SEGS 32
+struct cuda_lora_seg {
+    const void *a, *b; /* lora_A (r, in) and lora_B (out, r), types at and bt */
+    size_t lda, ldb;   /* their row strides, elements */
+    int row0, rows;    /* rows [row0, row0 + rows) of x, y and t */
+    int r, at, bt;     /* the rank; enum cuda_wtype */
+    float scale;
+};
+struct cuda_lora_table {
+    struct cuda_lora_seg seg[CUDA_LORA_MAX_SEGS];
+    int n; /* segments used, each with rows > 0 */
+};
+/* For each segment: t[i, j] = x[i, :] . a[j, :] (x and then t rounded to
+ * bf16 when round_bf16), then y[i, o] = y[i, o] + scale * (t[i, :] .
+ * b[o, :]), products and sums in f32. x (rows, in), y (rows, out) dense; t
+ * (rows, ts) with ts >= every r. */
+cudaError_t cuda_launch_lora(cudaStream_t st, float *y, const float *x, int in, int out,
+                             const struct cuda_lora_table *tab, int round_bf16, float *t, int ts);
+
 #ifdef __cplusplus
 }
 #endif
