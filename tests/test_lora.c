@@ -445,6 +445,49 @@ static void expect_refused(const char *label, const char *cfg, bool weights, con
     model_close(ad);
 }
 
+/* llama_r8_qv's adapter with one more tensor, `extra` (2 x 2 f32), beside
+ * its config; the error of opening it must name needle. */
+static void expect_extra_refused(const char *label, const char *extra, const char *needle)
+{
+    static int n;
+    char dir[600], path[2400], src[600];
+    snprintf(dir, sizeof(dir), "%s/x%d", scratch, n++);
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(src, sizeof(src), "%s/llama_r8_qv", LORA);
+    snprintf(path, sizeof(path), "cp '%s/adapter_config.json' '%s/'", src, dir);
+    CHECK(system(path) == 0);
+    snprintf(src, sizeof(src), "%s/llama_r8_qv/adapter_model.safetensors", LORA);
+    snprintf(path, sizeof(path), "%s/adapter_model.safetensors", dir);
+    struct st_checkpoint *ck = NULL;
+    struct st_writer *w = NULL;
+    CHECK(st_open(src, &ck) == 0 && st_writer_open(path, &w) == 0);
+    if (!ck || !w) {
+        st_close(ck);
+        st_writer_abort(w);
+        return;
+    }
+    const int64_t two[2] = {2, 2};
+    const float zeros[4] = {0};
+    for (size_t i = 0; i < st_count(ck); i++) {
+        const struct st_tensor *t = st_get(ck, i);
+        CHECK(st_writer_declare(w, t->name, t->dtype, t->ndim, t->shape) == 0);
+    }
+    CHECK(st_writer_declare(w, extra, DTYPE_F32, 2, two) == 0);
+    for (size_t i = 0; i < st_count(ck); i++)
+        CHECK(st_writer_write(w, st_get(ck, i)->data, st_get(ck, i)->nbytes) == 0);
+    CHECK(st_writer_write(w, zeros, sizeof(zeros)) == 0);
+    CHECK(st_writer_close(w) == 0);
+    st_close(ck);
+    struct model *ad = NULL;
+    int rc = model_adapter_open(dir, hostile_base, hostile_base_dir, &ad);
+    const char *msg = err_msg();
+    CHECK_MSG(rc < 0 && !ad, "%s: accepted", label);
+    CHECK_MSG(!strchr(msg, '\n') && strstr(msg, needle), "%s: message \"%s\" lacks \"%s\"", label,
+              msg, needle);
+    printf("%s: %s\n", label, msg);
+    model_close(ad);
+}
+
 #define CFGR(r, extra)                                                                             \
     "{\"peft_type\": \"LORA\", \"r\": " r                                                          \
     ", \"lora_alpha\": 16, \"target_modules\": [\"q_proj\", "                                      \
@@ -468,9 +511,9 @@ TEST(hostile)
         "head regex",
         "{\"peft_type\": \"LORA\", \"r\": 8, \"target_modules\": \"(lm_head|.*q_proj)\"}", true,
         "lm_head");
-    expect_refused("fused",
+    expect_refused("fused only",
                    "{\"peft_type\": \"LORA\", \"r\": 8, \"target_modules\": [\"qkv_proj\"]}", true,
-                   "qkv_proj");
+                   "adapts no projection");
     expect_refused("python regex",
                    "{\"peft_type\": \"LORA\", \"r\": 8, \"target_modules\": \".*(?:q_proj)\"}",
                    true, "target_modules");
@@ -498,6 +541,17 @@ TEST(hostile)
     /* layers the config excludes */
     expect_refused("layers excluded", CFG(", \"layers_to_transform\": [0]"), true, "layers.1.");
     expect_refused("bin", CFG(""), false, "adapter_model");
+    expect_extra_refused("embedding tensor", "base_model.model.model.embed_tokens.lora_embedding_A",
+                         "(embedding LoRA)");
+    expect_extra_refused("dora tensor",
+                         "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector",
+                         "(DoRA)");
+    expect_extra_refused("modules_to_save tensor",
+                         "base_model.model.lm_head.modules_to_save.default.weight",
+                         "(modules_to_save)");
+    expect_extra_refused("fused tensor",
+                         "base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight",
+                         "fused projection");
     model_close(hostile_base);
 }
 

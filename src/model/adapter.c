@@ -204,6 +204,12 @@ int model_adapter_check_tensors(const struct model_config *cfg, const struct st_
         const struct st_tensor *t = st_get(ck, i);
         if (pair_named(adapter_cfg(cfg), t->name))
             continue;
+        for (int f = 0; f < 4 && adapter_cfg(cfg)->base_arch->lora_refused[f]; f++)
+            if (strstr(t->name, adapter_cfg(cfg)->base_arch->lora_refused[f]))
+                return err_set(ERR_UNSUPPORTED,
+                               "%s: tensor %s adapts a fused projection (not "
+                               "supported)",
+                               t->file, t->name);
         const char *why = strstr(t->name, "modules_to_save")         ? " (modules_to_save)"
                           : strstr(t->name, "lora_embedding")        ? " (embedding LoRA)"
                           : strstr(t->name, "lora_magnitude_vector") ? " (DoRA)"
@@ -252,8 +258,9 @@ int model_adapter_open(const char *dir, const struct model *base, const char *ba
         return rc;
     if ((rc = model_adapter_checkpoint_open(dir, &ck)) < 0)
         goto out;
-    if ((rc = model_shard_open(cfg, ck, &base->shard, &m, &lay)) < 0 ||
-        (rc = model_adapter_check_tensors(cfg, ck)) < 0) {
+    /* the file's names first: what it holds beyond pairs says why it is refused */
+    if ((rc = model_adapter_check_tensors(cfg, ck)) < 0 ||
+        (rc = model_shard_open(cfg, ck, &base->shard, &m, &lay)) < 0) {
         err_wrap(rc, "adapter %s", dir);
         goto out;
     }

@@ -12,7 +12,9 @@
  * keys; layers_to_transform (with a list of targets only, as PEFT) keeps the
  * layers it names, the index read after layers_pattern ("layers" when
  * absent). rank_pattern and alpha_pattern give a module the value of the
- * first pattern p such that the key matches "(.*\.)?(p)$". Regular
+ * first pattern p such that the key matches "(.*\.)?(p)$". A target that
+ * names no module is ignored, as PEFT ignores it (the weights file decides:
+ * a tensor of a pair the config does not give is refused). Regular
  * expressions are POSIX extended ones: Python's own syntax ((?...), \d, lazy
  * quantifiers) is refused in one line rather than read differently. */
 #include <math.h>
@@ -241,34 +243,6 @@ static int key_targeted(json_t *root, const char *what, json_t *targets, json_t 
                       json_object_get(root, "layers_pattern"), what, k, l, out);
 }
 
-/* A list target that names no module of the base is PEFT's error too. */
-static int targets_found(const char *what, json_t *targets, const struct arch_ops *a, int n_layers)
-{
-    if (!json_is_array(targets))
-        return 0;
-    size_t i;
-    json_t *e;
-    json_array_foreach(targets, i, e)
-    {
-        bool any = false;
-        char k[KEY_MAX];
-        for (int l = 0; l < n_layers && !any; l++)
-            for (int s = 0; s < LORA_SLOTS && !any; s++) {
-                if (!a->lora_modules[s])
-                    continue;
-                int at = snprintf(k, sizeof(k), a->lora_layer, l);
-                snprintf(k + at, sizeof(k) - (size_t)at, "%s", a->lora_modules[s]);
-                any = name_match(k, json_string_value(e));
-            }
-        if (!any)
-            return err_set(ERR_UNSUPPORTED,
-                           "%s: target_modules names \"%s\", which is not a projection of the "
-                           "base's layers this reader adapts",
-                           what, json_string_value(e));
-    }
-    return 0;
-}
-
 /* The basename of a model name or path, without trailing slashes. */
 static void base_name(const char *s, char *out, size_t cap)
 {
@@ -411,9 +385,8 @@ static int config_read(json_t *root, const char *what, const struct model_config
                        what);
     if (mts && json_is_string(mts))
         return err_set(ERR_FORMAT, "%s: modules_to_save must be a list", what);
-    TRY(targets_found(what, targets, a, L));
     char k[KEY_MAX];
-    /* modules outside the layers (embeddings, head), and the fused ones */
+    /* modules outside the layers (embeddings, head) */
     for (int i = 0; i < 6 && a->lora_outside[i]; i++) {
         bool t;
         TRY(key_targeted(root, what, targets, excl, mts, a->lora_outside[i], -1, &t));
@@ -425,16 +398,6 @@ static int config_read(json_t *root, const char *what, const struct model_config
     }
     for (int l = 0; l < L; l++) {
         const int at = snprintf(k, sizeof(k), a->lora_layer, l);
-        for (int i = 0; i < 4 && a->lora_refused[i]; i++) {
-            bool t;
-            snprintf(k + at, sizeof(k) - (size_t)at, "%s", a->lora_refused[i]);
-            TRY(key_targeted(root, what, targets, excl, mts, k, l, &t));
-            if (t && json_is_string(targets)) /* a list entry found nothing (targets_found) */
-                return err_set(ERR_UNSUPPORTED,
-                               "%s: target_modules adapts %s (fused projections are not "
-                               "supported)",
-                               what, k);
-        }
         for (int s = 0; s < LORA_SLOTS; s++) {
             bool t;
             if (!a->lora_modules[s])
