@@ -89,10 +89,10 @@ struct arch_ops {
     /* LoRA adapters (model/adapter.h), module names as PEFT sees them in the
      * transformers model: layer N's prefix (printf with N: "model.layers.%d."),
      * each slot's module under it ("self_attn.q_proj"; NULL: none, as OPT has
-     * no gate), the layer modules an adapter may name but this reader does
-     * not take (Phi-3's fused ones; NULL-terminated) and the modules outside
-     * the layers (embeddings, head; NULL-terminated). lora_layer NULL: the
-     * family takes no adapters. */
+     * no gate), modules whose pairs a file may hold but this reader does not
+     * take (Phi-3's fused ones, refused by name; NULL-terminated) and the
+     * modules outside the layers (embeddings, head: refused when targeted;
+     * NULL-terminated). lora_layer NULL: the family takes no adapters. */
     const char *lora_layer;
     const char *lora_modules[LORA_SLOTS];
     const char *lora_refused[4];
