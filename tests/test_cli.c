@@ -462,6 +462,49 @@ static void test_bench_flags(void)
 /* --devices: one parser (stack_parse_devices) behind every command; a bad
  * list is a usage error of one line, checked before a model is opened or
  * generated; cuda:G without CUDA support is an error of one line too. */
+/* --adapter DIR: generate prints PeftModel's greedy ids (on the mapped
+ * checkpoint and, with bench forward's device copy, through the device
+ * path); an adapter of another base or no adapter directory is one line. */
+static void test_adapter(void)
+{
+    char cmd[4096], out[4096], err[4096], path[512];
+    const char *base = SHARDSWAP_SOURCE_DIR "/tests/fixtures/models/llama_gqa_f32";
+    const char *lora = SHARDSWAP_SOURCE_DIR "/tests/fixtures/lora";
+    snprintf(path, sizeof(path), "%s/llama_r16_all_rslora/expected.json", lora);
+    json_t *j = json_load_file(path, 0, NULL);
+    json_t *g = json_array_get(json_object_get(j, "greedy"), 1);
+    json_t *prompt = json_object_get(g, "prompt"), *output = json_object_get(g, "output");
+    CHECK_MSG(json_array_size(prompt) > 0 && json_array_size(output) > 0, "%s", path);
+    char ids[1024] = "", want[1024] = "";
+    for (size_t i = 0; i < json_array_size(prompt); i++)
+        snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%lld", i ? "," : "",
+                 (long long)json_integer_value(json_array_get(prompt, i)));
+    for (size_t i = 0; i < json_array_size(output); i++)
+        snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%lld", i ? "," : "",
+                 (long long)json_integer_value(json_array_get(output, i)));
+    snprintf(want + strlen(want), sizeof(want) - strlen(want), "\n");
+    snprintf(cmd, sizeof(cmd),
+             "%s generate --model %s --adapter %s/llama_r16_all_rslora --ids %s "
+             "--max-tokens %zu",
+             BIN, base, lora, ids, json_array_size(output));
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && strcmp(out, want) == 0,
+              "%s: printed \"%s\", PEFT \"%s\" (%s)", cmd, out, want, err);
+    json_decref(j);
+    snprintf(cmd, sizeof(cmd),
+             "%s bench forward --model %s --adapter %s/llama_r8_qv --batch 2 "
+             "--prompt-len 4 --gen 2 --repeat 1 --json",
+             BIN, base, lora);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && strstr(out, "llama_r8_qv"),
+              "%s: %s", cmd, err);
+    snprintf(cmd, sizeof(cmd), "%s generate --model %s --adapter %s/opt_r8_all --ids 1,2", BIN,
+             base, lora);
+    expect_fail(cmd, 1, "base_model_class is OPTForCausalLM, but the base is LlamaForCausalLM");
+    snprintf(cmd, sizeof(cmd),
+             "%s forward --model %s --adapter %s/nonexistent --ids 1,2 --out %s/f", BIN, base, lora,
+             tmp);
+    expect_fail(cmd, 1, "adapter_config.json");
+}
+
 /* generate on a Llama-family fixture, which has no tokenizer: --ids gives
  * transformers' greedy ids back (expected.json), comma-separated on one
  * line; --prompt there is one line saying so and pointing at --ids; the
@@ -959,6 +1002,7 @@ int main(void)
         }
     }
     test_devices();
+    test_adapter();
     test_chat_template();
     test_gen_model_fifo();
     /* bench gemv refuses an ISA it does not know before measuring anything */

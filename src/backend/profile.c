@@ -142,6 +142,24 @@ static int p_copy(struct stream *s, void *dst, const void *src, size_t n)
     return rc;
 }
 
+static int p_combine_rows(struct stream *s, float *y, const float *x, const int32_t *rows,
+                          const float *w, int n, int k, int width)
+{
+    double t0 = time_now();
+    int rc = inner->combine_rows(s, y, x, rows, w, n, k, width);
+    count(KERN_OP_COMBINE_ROWS, t0);
+    return rc;
+}
+
+static int p_lora(struct stream *s, float *y, const float *x, int m, int nseg, const int *seg,
+                  const struct lora_pair *pairs, enum kern_compute c, float *scratch)
+{
+    double t0 = time_now();
+    int rc = inner->lora(s, y, x, m, nseg, seg, pairs, c, scratch);
+    count(KERN_OP_LORA, t0);
+    return rc;
+}
+
 static int p_to_host(struct stream *s, void *host, const void *src, size_t n)
 {
     double t0 = time_now();
@@ -199,6 +217,8 @@ int kern_profile_start(struct device *d)
     TIME_SLOT(attention)
     TIME_SLOT(gather_rows)
     TIME_SLOT(copy)
+    TIME_SLOT(combine_rows)
+    TIME_SLOT(lora)
     TIME_SLOT(to_host)
     TIME_SLOT(to_device)
     counts = (struct kern_profile){0};

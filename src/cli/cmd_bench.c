@@ -61,17 +61,19 @@ static int greedy_step(void *ctx, int step, float *logits, int32_t *next)
  * model's device (model_exec_open), through model_generate_steps. Each step
  * returns its logits to the host (kern_to_host, a sync point), so a GPU's
  * queued work is inside the times. */
-static int bench_once(struct model *m, int batch, int prompt_len, int gen, struct bench_result *r,
-                      struct device *profile_dev, struct kern_profile *profile)
+static int bench_once(const struct cli_model *cm, int batch, int prompt_len, int gen,
+                      struct bench_result *r, struct device *profile_dev,
+                      struct kern_profile *profile)
 {
+    struct model *m = cm->m;
     const int V = model_info(m)->vocab;
     struct model_exec *ex = NULL;
     int32_t *ids = NULL, *next = NULL;
     float *logits = NULL;
     /* the context checks the shape against the model before anything is
      * sized by it */
-    int rc = model_exec_open(m, &(struct model_exec_shape){.batch = batch, .max_len = prompt_len + gen},
-                           &ex);
+    int rc = cli_model_exec_open(
+        cm, &(struct model_exec_shape){.batch = batch, .max_len = prompt_len + gen}, &ex);
     if (rc < 0)
         goto out;
     ids = malloc((size_t)batch * prompt_len * sizeof(int32_t));
@@ -171,12 +173,12 @@ static int forward_measure(struct forward_run *r)
     /* warm-up: the calibrations, the pool's threads started */
     struct bench_result one;
     r->best = (struct bench_result){1e30, 1e30};
-    if ((rc = bench_once(m, r->batch, r->prompt_len < 8 ? r->prompt_len : 8, 2, &one, NULL, NULL)) <
-        0)
+    if ((rc = bench_once(&cmod, r->batch, r->prompt_len < 8 ? r->prompt_len : 8, 2, &one, NULL,
+                         NULL)) < 0)
         goto out;
     for (int i = 0; i < r->repeat; i++) {
-        if ((rc = bench_once(m, r->batch, r->prompt_len, r->gen, &one, r->profile ? cmod.dev : NULL,
-                             &r->prof)) < 0)
+        if ((rc = bench_once(&cmod, r->batch, r->prompt_len, r->gen, &one,
+                             r->profile ? cmod.dev : NULL, &r->prof)) < 0)
             goto out;
         r->prof_decode_s += one.decode_s;
         if (one.prefill_s < r->best.prefill_s)
@@ -291,6 +293,8 @@ static int forward_print_json(const struct forward_run *r)
         jsonout_real(r->ceil.f32.gflops, 2), "matmul_bf16_gflops",
         jsonout_real(r->ceil.bf16.gflops, 2), "matmul_impl",
         jsonout_string(on_cpu ? r->ceil.impl : NULL));
+    if (j)
+        json_object_set_new(j, "adapter", jsonout_string(r->dev.adapter));
     if (j && r->profile)
         json_object_set_new(j, "profile", profile_report(r, true));
     return jsonout_print(j);
@@ -299,13 +303,13 @@ static int forward_print_json(const struct forward_run *r)
 static void forward_print_table(const struct forward_run *r)
 {
     struct forward_figures f = forward_figures(r);
-    printf("model %s on %s: %.1f MB of weights (%s), compute %s, %d threads, batch %d, "
+    printf("model %s%s%s on %s: %.1f MB of weights (%s), compute %s, %d threads, batch %d, "
            "prompt %d, gen %d, best of %d, openblas core %s, gemv %s, matmul paths %s, "
            "ceiling matmul %s\n",
-           r->dir, r->device, r->wbytes / 1e6, dtype_name(r->weight_dtype),
-           kern_compute_name(r->compute), r->threads, r->batch, r->prompt_len, r->gen, r->repeat,
-           r->blas ? r->blas : "n/a", r->gemv ? r->gemv : "n/a", r->matmul ? r->matmul : "n/a",
-           r->ceil.impl);
+           r->dir, r->dev.adapter ? " with adapter " : "", r->dev.adapter ? r->dev.adapter : "",
+           r->device, r->wbytes / 1e6, dtype_name(r->weight_dtype), kern_compute_name(r->compute),
+           r->threads, r->batch, r->prompt_len, r->gen, r->repeat, r->blas ? r->blas : "n/a",
+           r->gemv ? r->gemv : "n/a", r->matmul ? r->matmul : "n/a", r->ceil.impl);
     printf("%-28s %12s\n", "metric", "value");
     metric_row("prefill tokens/s", f.prefill_tps, 1);
     metric_row("prefill GFLOP/s (linear)", f.prefill_gflops, 1);
@@ -341,6 +345,7 @@ static int bench_forward(int argc, char **argv)
                    "1..1000"),
         COMPUTE_FLAG(&compute),
         DEVICE_FLAG(&devices),
+        ADAPTER_FLAG(&r.dev.adapter),
         FLAG("profile", FLAG_BOOL, &r.profile, NULL,
              "also time every kernel of the decode steps (CPU only): calls, ms and share of a "
              "step per kernel, what falls outside the kernels, and the linear layers' own "

@@ -61,7 +61,7 @@ static int forward_run(const char *dir, const char *ids_s, const char *path,
         goto out;
     const struct model_exec_shape shape = {.batch = 1, .max_len = n, .max_rows = n};
     if ((rc = cli_model_open(f, dir, &shape, &cm)) < 0 ||
-        (rc = model_exec_open(cm.m, &shape, &ex)) < 0)
+        (rc = cli_model_exec_open(&cm, &shape, &ex)) < 0)
         goto out;
     size_t count = (size_t)n * model_info(cm.m)->vocab;
     if (!(logits = malloc(count * sizeof(float)))) {
@@ -91,13 +91,15 @@ out:
 
 int cmd_forward(int argc, char **argv)
 {
-    const char *dir = NULL, *ids_s = NULL, *path = NULL, *compute_s = NULL, *devices = NULL;
+    const char *dir = NULL, *ids_s = NULL, *path = NULL, *compute_s = NULL, *devices = NULL,
+               *adapter = NULL;
     struct flag flags[] = {
         MODEL_FLAG(&dir),
         FLAG_REQUIRED("ids", FLAG_STR, &ids_s, "I,J,...", "token ids, comma-separated"),
         FLAG_REQUIRED("out", FLAG_STR, &path, "FILE", "where to write the logits"),
         COMPUTE_FLAG(&compute_s),
         DEVICE_FLAG(&devices),
+        ADAPTER_FLAG(&adapter),
     };
     int rc = args_parse("forward",
                         "Runs the token ids through the model and writes the logits of every "
@@ -106,7 +108,7 @@ int cmd_forward(int argc, char **argv)
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
-    struct cli_device_flags f;
+    struct cli_device_flags f = {.adapter = adapter};
     if (cli_device_flags_parse(compute_s, devices, &f) < 0)
         return args_usage_fail("forward");
     return forward_run(dir, ids_s, path, &f) < 0 ? cli_fail("forward") : 0;

@@ -143,7 +143,8 @@ static int generate_run(const struct generate_args *a)
         }
     if ((rc = stream_open(&o, tok)) < 0)
         goto out;
-    rc = model_generate(cm.m, ids, n_ids, a->max_tokens, &s, print_token, &o, NULL, &n_out);
+    rc = model_generate_lora(cm.m, cm.adapter, ids, n_ids, a->max_tokens, &s, print_token, &o, NULL,
+                             &n_out);
     if (rc == 0 && o.rc < 0)
         rc = o.rc;
     if (rc == 0)
@@ -164,7 +165,10 @@ int cmd_generate(int argc, char **argv)
                               .sp = {.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0}};
     struct flag flags[] = {
         MODEL_FLAG(&a.model_dir),
-        {.name = "prompt", .kind = FLAG_STR, .dst = &a.prompt, .metavar = "TEXT",
+        {.name = "prompt",
+         .kind = FLAG_STR,
+         .dst = &a.prompt,
+         .metavar = "TEXT",
          .help = "the prompt (UTF-8; may be empty), through the model's tokenizer with its BOS",
          .empty_ok = true},
         FLAG("ids", FLAG_STR, &ids_s, "I,J,...",
@@ -172,16 +176,18 @@ int cmd_generate(int argc, char **argv)
              "for models without a tokenizer, which then print the generated ids"),
         FLAG_RANGE("max-tokens", FLAG_INT, &a.max_tokens, "N",
                    "most tokens to generate (default 32)", 1, 1 << 20, "1..1048576"),
-        FLAG_RANGE("temperature", FLAG_FLOAT, &a.sp.temperature, "T", "0 = greedy (default 0)",
-                   0, FLT_MAX, "a finite T >= 0"),
+        FLAG_RANGE("temperature", FLAG_FLOAT, &a.sp.temperature, "T", "0 = greedy (default 0)", 0,
+                   FLT_MAX, "a finite T >= 0"),
         FLAG_RANGE("top-k", FLAG_INT, &a.sp.top_k, "K",
                    "sample among the K most likely (default 0 = off)", 0, INT_MAX, "K >= 0"),
-        FLAG_RANGE("top-p", FLAG_FLOAT, &a.sp.top_p, "P",
-                   "nucleus sampling mass (default 1 = off)", FLT_TRUE_MIN, 1, "0 < P <= 1"),
+        FLAG_RANGE("top-p", FLAG_FLOAT, &a.sp.top_p, "P", "nucleus sampling mass (default 1 = off)",
+                   FLT_TRUE_MIN, 1, "0 < P <= 1"),
         FLAG("seed", FLAG_U64, &a.sp.seed, "S", "random seed; same seed, same output (default 0)"),
-        FLAG("tokenizer", FLAG_STR, &a.tok_dir, "DIR", "tokenizer directory (default: the model's)"),
+        FLAG("tokenizer", FLAG_STR, &a.tok_dir, "DIR",
+             "tokenizer directory (default: the model's)"),
         COMPUTE_FLAG(&compute_s),
         DEVICE_FLAG(&devices),
+        ADAPTER_FLAG(&a.dev.adapter),
     };
     int rc = args_parse("generate",
                         "Prints the completion of --prompt or --ids (without the prompt), "

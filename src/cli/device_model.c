@@ -1,9 +1,11 @@
 #include "cli/device_model.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/args.h"
 #include "core/error.h"
+#include "model/adapter.h"
 
 /* --devices of a one-device command: NULL, "1", "cpu:0" or "cuda:G" (*gpu
  * = G, else -1); "0/" allowed, another process's device refused (these
@@ -54,10 +56,13 @@ static int open_on_device(const struct cli_device_flags *f, const char *dir,
     struct model_exec_shape sh = *shape;
     if (sh.max_len > cfg->info.max_pos)
         sh.max_len = cfg->info.max_pos; /* model_exec_init refuses more, naming the limit */
+    uint64_t weights, exec, lora = 0;
+    if (f->adapter)
+        rc = model_adapter_bytes(f->adapter, cfg, dir, &lora, &sh.max_lora_rank);
     model_config_free(cfg);
-    uint64_t weights, exec;
-    if ((rc = model_device_bytes(dir, &sh, &weights, &exec)) < 0)
+    if (rc < 0 || (rc = model_device_bytes(dir, &sh, &weights, &exec)) < 0)
         return rc;
+    weights += lora;
     /* 1 MiB beside them: what the backend rounds or aligns */
     if (f->gpu < 0) {
         if ((rc = device_open_cpu(0, weights + exec + (1u << 20), &out->dev)) < 0)
@@ -83,15 +88,46 @@ int cli_model_open(const struct cli_device_flags *f, const char *dir,
     }
     if (f->compute_set)
         model_set_compute(out->m, f->compute);
+    if (f->adapter && (rc = model_adapter_open(f->adapter, out->m, dir, &out->adapter)) < 0) {
+        cli_model_close(out);
+        return rc;
+    }
     return 0;
+}
+
+int cli_model_exec_open(const struct cli_model *cm, const struct model_exec_shape *shape,
+                        struct model_exec **out)
+{
+    struct model_exec_shape sh = *shape;
+    if (cm->adapter)
+        sh.max_lora_rank = model_adapter_rank(cm->adapter);
+    int rc = model_exec_open(cm->m, &sh, out);
+    if (rc < 0 || !cm->adapter)
+        return rc;
+    int batch = model_exec_batch(*out);
+    const struct model **per = malloc((size_t)batch * sizeof(*per));
+    if (!per)
+        rc = err_set(ERR_NOMEM, "out of memory");
+    for (int b = 0; per && b < batch; b++)
+        per[b] = cm->adapter;
+    if (per)
+        rc = model_exec_set_adapters(*out, per);
+    free(per);
+    if (rc < 0) {
+        model_exec_free(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 void cli_model_close(struct cli_model *cm)
 {
     if (!cm)
         return;
+    model_close(cm->adapter);
     model_close(cm->m);
     device_close(cm->dev);
     cm->m = NULL;
+    cm->adapter = NULL;
     cm->dev = NULL;
 }

@@ -16,9 +16,16 @@
          "the device to compute on: cpu:0 (default; the weights mapped from the checkpoint) or "   \
          "cuda:G, GPU G (the weights copied there; needs a CUDA build)")
 
+/* --adapter DIR for a one-device command. */
+#define ADAPTER_FLAG(dst)                                                                          \
+    FLAG("adapter", FLAG_STR, dst, "DIR",                                                          \
+         "a PEFT LoRA adapter of the model (adapter_config.json and adapter_model.safetensors), "  \
+         "applied to every sequence of the run")
+
 struct cli_model {
-    struct device *dev;  /* the device, owned; NULL for the mapped checkpoint */
-    struct model *m; /* owned */
+    struct device *dev;    /* the device, owned; NULL for the mapped checkpoint */
+    struct model *m;       /* owned */
+    struct model *adapter; /* --adapter's shard beside m, owned; NULL without one */
 };
 
 /* --compute and --devices of a one-device command (forward, generate,
@@ -28,6 +35,7 @@ struct cli_device_flags {
     bool compute_set;          /* --compute given: */
     enum kern_compute compute; /* the model computes in it */
     bool cpu_copy;             /* on the CPU: the weights copied onto a CPU device, as serve runs them */
+    const char *adapter;       /* --adapter DIR, or NULL */
 };
 
 /* Checks the values of --compute (NULL: the checkpoint's) and --devices
@@ -35,7 +43,9 @@ struct cli_device_flags {
  * message naming the flag (a usage error). */
 int cli_device_flags_parse(const char *compute, const char *devices, struct cli_device_flags *out);
 
-/* Opens the checkpoint in dir on the device f->gpu names: -1, the host's
+/* Opens the checkpoint in dir (and f->adapter beside it, its weights on the
+ * same device, the device's budget and shape's context sized for it) on
+ * the device f->gpu names: -1, the host's
  * mapped views (model_open, zero copies; model_exec_open then computes on
  * a CPU device of its own), or with f->cpu_copy a CPU device with a budget
  * of the weights plus a model_exec of shape (max_len capped at the model's
@@ -48,5 +58,9 @@ int cli_device_flags_parse(const char *compute, const char *devices, struct cli_
 int cli_model_open(const struct cli_device_flags *f, const char *dir,
                    const struct model_exec_shape *shape, struct cli_model *out);
 void cli_model_close(struct cli_model *cm); /* NULL-safe; the model, then its device */
+/* model_exec_open of cm->m with room for cm's adapter's rank, the adapter
+ * attached to every sequence (none without one). */
+int cli_model_exec_open(const struct cli_model *cm, const struct model_exec_shape *shape,
+                        struct model_exec **out);
 
 #endif

@@ -64,6 +64,10 @@ void tensor_spec_set(struct tensor_spec *t, int ndim, int64_t rows, int64_t cols
                      enum tensor_init init, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 
+/* The projections of a decoder layer a LoRA adapter may target, as the
+ * shared blocks run them (block.h). */
+enum lora_slot { LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN, LORA_SLOTS };
+
 struct arch_ops {
     const char *name;                 /* "opt", "llama" */
     const char *const *model_types;   /* config.json model_type values, NULL-terminated */
@@ -90,6 +94,17 @@ struct arch_ops {
     const char *preset_names;
     int (*preset)(const char *name, struct model_config **out); /* ERR_NOT_FOUND: not ours */
     int (*tensors)(const struct model_config *c, struct tensor_spec **out, int *n);
+    /* LoRA adapters (model/adapter.h), module names as PEFT sees them in the
+     * transformers model: layer N's prefix (printf with N: "model.layers.%d."),
+     * each slot's module under it ("self_attn.q_proj"; NULL: none, as OPT has
+     * no gate), modules whose pairs a file may hold but this reader does not
+     * take (Phi-3's fused ones, refused by name; NULL-terminated) and the
+     * modules outside the layers (embeddings, head: refused when targeted;
+     * NULL-terminated). lora_layer NULL: the family takes no adapters. */
+    const char *lora_layer;
+    const char *lora_modules[LORA_SLOTS];
+    const char *lora_refused[4];
+    const char *lora_outside[6];
 };
 
 /* Every family, NULL-terminated (arch.c). */
@@ -140,6 +155,14 @@ int plan_vocab_head(struct model_planner *p, const struct model *m, const struct
  * next call): what the plan_* calls take. */
 const char *plan_name(struct model_planner *p, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* The checkpoint tensor name of a layout's part i. */
+const char *model_part_name(const struct model_layout *layout, int i);
+/* Allocates m's blobs on dev (m->blobs, m->dev), fills them from ck through
+ * one host staging buffer of the largest blob's size, copies and binds them
+ * (device_model.c; model_open_on and adapters). */
+int model_upload_blobs(struct model *m, const struct model_layout *lay,
+                       const struct st_checkpoint *ck, struct device *dev);
 
 /* ---- helpers for the forward ---- */
 

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "backend/kernels.h"
+#include "model/adapter_impl.h"
 
 /* Whether sequence b's length this step (its largest position + 1) is
  * past o->rope_long_after. */
@@ -55,10 +56,13 @@ int model_block_attn(const struct model *m, struct model_exec *ex, int layer, in
     g.window = o->window;
     g.softcap = o->softcap;
 
-    /* q, k, v of this rank's heads */
+    /* q, k, v of this rank's heads (and each sequence's adapter's) */
     TRY(kern_linear(s, ex->q, h, n, &w->q, w->q_b, m->compute));
+    TRY(model_block_lora(m, ex, layer, LORA_Q, ex->q, h, t_new));
     TRY(kern_linear(s, ex->kn, h, n, &w->k, w->k_b, m->compute));
+    TRY(model_block_lora(m, ex, layer, LORA_K, ex->kn, h, t_new));
     TRY(kern_linear(s, ex->vn, h, n, &w->v, w->v_b, m->compute));
+    TRY(model_block_lora(m, ex, layer, LORA_V, ex->vn, h, t_new));
     /* per-head norms of q and k: rows of head_dim */
     if (w->q_norm)
         TRY(kern_rmsnorm(s, ex->q, ex->q, n * ex->heads, hd, w->q_norm, o->eps));
@@ -75,6 +79,7 @@ int model_block_attn(const struct model *m, struct model_exec *ex, int layer, in
     TRY(kern_attention(s, ex->attn, ex->q, kc, vc, ex->key_ok, &g, ex->len, t_new, ex->scores));
     /* output projection, summed over the TP ranks, into the residual */
     TRY(kern_linear(s, h, ex->attn, n, &w->o, w->o_b, m->compute));
+    TRY(model_block_lora(m, ex, layer, LORA_O, h, ex->attn, t_new));
     TRY(model_reduce(ex, h, (size_t)n * H));
     if (o->post_norm)
         TRY(kern_rmsnorm(s, h, h, n, H, o->post_norm, o->eps));
@@ -86,7 +91,7 @@ int model_block_mlp_width(const struct model *m, const struct mlp_opts *o)
     return o->gated ? 2 * m->ffn_local : m->ffn_local;
 }
 
-int model_block_mlp(const struct model *m, struct model_exec *ex, int t_new,
+int model_block_mlp(const struct model *m, struct model_exec *ex, int layer, int t_new,
                     const struct mlp_weights *w, const struct mlp_opts *o)
 {
     struct stream *s = ex->stream;
@@ -97,14 +102,18 @@ int model_block_mlp(const struct model *m, struct model_exec *ex, int t_new,
     if (o->gated) {
         float *up = ex->f + (size_t)n * fr;
         TRY(kern_linear(s, f, h, n, &w->gate, w->gate_b, m->compute));
+        TRY(model_block_lora(m, ex, layer, LORA_GATE, f, h, t_new));
         TRY(kern_linear(s, up, h, n, &w->up, w->up_b, m->compute));
+        TRY(model_block_lora(m, ex, layer, LORA_UP, up, h, t_new));
         TRY(kern_gated_act(s, f, f, up, (size_t)n * fr, o->act));
     } else {
         TRY(kern_linear(s, f, h, n, &w->up, w->up_b, m->compute));
+        TRY(model_block_lora(m, ex, layer, LORA_UP, f, h, t_new));
         TRY(kern_activation(s, f, (size_t)n * fr, o->act));
     }
     /* down projection, summed over the TP ranks, into the residual */
     TRY(kern_linear(s, h, f, n, &w->down, w->down_b, m->compute));
+    TRY(model_block_lora(m, ex, layer, LORA_DOWN, h, f, t_new));
     TRY(model_reduce(ex, h, (size_t)n * H));
     if (o->post_norm)
         TRY(kern_rmsnorm(s, h, h, n, H, o->post_norm, o->eps));

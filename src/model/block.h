@@ -74,8 +74,8 @@ struct mlp_opts {
  * ffn_width): gate and up side by side when gated. */
 int model_block_mlp_width(const struct model *m, const struct mlp_opts *o);
 
-/* x += the MLP of h. */
-int model_block_mlp(const struct model *m, struct model_exec *ex, int t_new,
+/* x += the MLP of h (local layer `layer`, for the batch's adapters). */
+int model_block_mlp(const struct model *m, struct model_exec *ex, int layer, int t_new,
                     const struct mlp_weights *w, const struct mlp_opts *o);
 
 /* The most experts a layer may have. */

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/model_impl.h"
+#include "model/arch.h"
 
 /* Bytes device_alloc counts for an allocation of n. */
 static uint64_t alloc_bytes(size_t n)
@@ -57,11 +57,13 @@ int model_device_bytes(const char *dir, const struct model_exec_shape *shape, ui
     return rc;
 }
 
-/* Allocates, fills, copies and binds every blob of m on dev through one
- * host staging buffer of the largest blob's size. */
-static int upload_blobs(struct model *m, const struct model_layout *lay,
-                        const struct st_checkpoint *ck, struct device *dev)
+int model_upload_blobs(struct model *m, const struct model_layout *lay,
+                       const struct st_checkpoint *ck, struct device *dev)
 {
+    m->dev = dev;
+    if (!(m->blobs = calloc((size_t)lay->n_blobs, sizeof(*m->blobs))))
+        return err_set(ERR_NOMEM, "out of memory");
+    m->n_blobs = lay->n_blobs;
     size_t max = 0;
     for (int b = 0; b < lay->n_blobs; b++)
         max = lay->blob_bytes[b] > max ? lay->blob_bytes[b] : max;
@@ -108,14 +110,7 @@ int model_open_on(const char *dir, struct device *dev, const enum kern_compute *
     }
     if (compute)
         model_layout_set_compute(m, &lay, *compute);
-    m->dev = dev;
-    m->blobs = calloc((size_t)lay.n_blobs, sizeof(*m->blobs));
-    if (!m->blobs) {
-        rc = err_set(ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    m->n_blobs = lay.n_blobs;
-    if ((rc = upload_blobs(m, &lay, ck, dev)) < 0) {
+    if ((rc = model_upload_blobs(m, &lay, ck, dev)) < 0) {
         err_wrap(rc, "%s on %s", dir, device_name(dev));
         goto out;
     }

@@ -34,7 +34,8 @@ static struct dims dims_of(const struct model *m)
 bool model_exec_shape_resolve(const struct model_exec_shape *in, struct model_exec_shape *out)
 {
     *out = *in;
-    if (out->batch < 1 || out->max_len < 1 || out->max_tokens < 0 || out->max_rows < 0)
+    if (out->batch < 1 || out->max_len < 1 || out->max_tokens < 0 || out->max_rows < 0 ||
+        out->max_lora_rank < 0 || out->max_lora_rank > (1 << 16))
         return false;
     if (out->max_tokens == 0)
         out->max_tokens = out->batch * out->max_len;
@@ -50,7 +51,7 @@ bool model_exec_shape_resolve(const struct model_exec_shape *in, struct model_ex
 /* Offsets of every buffer in the one allocation, 64-byte aligned. */
 struct exec_layout {
     size_t k, v, key_ok, x, h, q, kn, vn, attn, f, e, scores, aux, logits_local, logits, ids, rows,
-        pos;
+        pos, lora;
     size_t total;
 };
 
@@ -124,6 +125,8 @@ static void exec_layout(const struct model *m, const struct device *dev,
     L->ids = carve(&off, T * sizeof(int32_t));
     L->rows = carve(&off, T * sizeof(int32_t));
     L->pos = carve(&off, d.fam.positions ? T * sizeof(int32_t) : 0);
+    L->lora = carve(
+        &off, sh->max_lora_rank ? kern_lora_scratch(sh->max_tokens, sh->max_lora_rank) * F : 0);
     L->total = off;
 }
 
@@ -221,8 +224,11 @@ static int exec_init(const struct model *m, struct device *dev, struct comm *tp,
     ex->experts = d.fam.experts;
     if (d.fam.experts)
         ex->routed = calloc((size_t)d.layers * d.fam.experts, sizeof(uint64_t));
+    ex->lora_seg = calloc((size_t)sh.batch + 1, sizeof(int));
+    ex->lora_pairs = calloc((size_t)sh.batch, sizeof(struct lora_pair));
     if (!ex->kv_at || !ex->ring || !ex->key_ok_host || !ex->n_real || !ex->rows_host ||
-        !ex->pos_host || (d.fam.host_width && !ex->host) || (d.fam.experts && !ex->routed)) {
+        !ex->pos_host || (d.fam.host_width && !ex->host) || (d.fam.experts && !ex->routed) ||
+        !ex->lora_seg || !ex->lora_pairs) {
         rc = err_set(ERR_NOMEM, "out of host memory for an execution context");
         goto fail;
     }
@@ -257,6 +263,7 @@ static int exec_init(const struct model *m, struct device *dev, struct comm *tp,
     ex->ids = (int32_t *)(base + L.ids);
     ex->rows = (int32_t *)(base + L.rows);
     ex->pos = d.fam.positions ? (int32_t *)(base + L.pos) : NULL;
+    ex->lora_scratch = sh.max_lora_rank ? (float *)(base + L.lora) : NULL;
     *out = ex;
     return 0;
 fail:
@@ -306,6 +313,9 @@ void model_exec_free(struct model_exec *ex)
     free(ex->pos_host);
     free(ex->host);
     free(ex->routed);
+    free(ex->adapters);
+    free(ex->lora_seg);
+    free(ex->lora_pairs);
     free(ex);
 }
 

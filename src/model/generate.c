@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "model/adapter.h"
 
 int model_generate_steps(struct model *m, struct model_exec *ex, const int32_t *prompt,
                          int n_prompt, float *logits, int32_t *next, generate_step_fn step,
@@ -55,6 +56,13 @@ int model_generate(struct model *m, const int32_t *prompt, int n_prompt, int max
                  struct sampler *s, generate_token_fn on_token, void *ctx, int32_t *out,
                  int *n_out)
 {
+    return model_generate_lora(m, NULL, prompt, n_prompt, max_tokens, s, on_token, ctx, out, n_out);
+}
+
+int model_generate_lora(struct model *m, const struct model *adapter, const int32_t *prompt,
+                        int n_prompt, int max_tokens, struct sampler *s, generate_token_fn on_token,
+                        void *ctx, int32_t *out, int *n_out)
+{
     const struct model_info *c = model_info(m);
     *n_out = 0;
     if (n_prompt < 1)
@@ -72,12 +80,13 @@ int model_generate(struct model *m, const int32_t *prompt, int n_prompt, int max
     float *logits = malloc((size_t)c->vocab * sizeof(float));
     /* on the model's device (model_open_on), else on the host; the longest
      * step is the prompt (a windowed layer's ring is sized by it) */
-    int rc =
-        model_exec_open(m,
-                        &(struct model_exec_shape){
-                            .batch = 1, .max_len = n_prompt + max_tokens, .max_tokens = n_prompt},
-                        &ex);
-    if (rc < 0)
+    const struct model_exec_shape shape = {.batch = 1,
+                                           .max_len = n_prompt + max_tokens,
+                                           .max_tokens = n_prompt,
+                                           .max_lora_rank =
+                                               adapter ? model_adapter_rank(adapter) : 0};
+    int rc = model_exec_open(m, &shape, &ex);
+    if (rc < 0 || (adapter && (rc = model_exec_set_adapters(ex, &adapter)) < 0))
         goto out;
     if (!logits) {
         rc = err_set(ERR_NOMEM, "out of memory");

@@ -23,6 +23,12 @@ int model_generate(struct model *m, const int32_t *prompt, int n_prompt, int max
                  struct sampler *s, generate_token_fn on_token, void *ctx, int32_t *out,
                  int *n_out);
 
+/* model_generate with the sequence's LoRA adapter (model/adapter.h: a
+ * shard of m's, on m's device; NULL: the base alone). */
+int model_generate_lora(struct model *m, const struct model *adapter, const int32_t *prompt,
+                        int n_prompt, int max_tokens, struct sampler *s, generate_token_fn on_token,
+                        void *ctx, int32_t *out, int *n_out);
+
 /* One step of model_generate_steps, on its caller's thread: given the
  * logits of the last forward (batch rows of vocab; step 0: the prefill's),
  * which it may overwrite (a sampler does), writes each sequence's next id

@@ -403,6 +403,11 @@ fail:
     return rc;
 }
 
+const char *model_part_name(const struct model_layout *layout, int i)
+{
+    return layout->parts[i].name;
+}
+
 void model_layout_free(struct model_layout *layout)
 {
     free(layout->parts);

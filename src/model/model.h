@@ -220,6 +220,8 @@ struct model_exec_shape {
     int max_len;    /* positions each sequence may reach */
     int max_tokens; /* batch * t_new of the largest step (0: batch * max_len) */
     int max_rows;   /* rows of logits one step returns (0: batch) */
+    int max_lora_rank; /* the largest rank of the LoRA adapters its sequences may use
+                        * (model/adapter.h; 0: none) */
 };
 
 /* The shape with its defaults filled in (what model_exec_init keeps in

@@ -75,6 +75,14 @@ struct model_exec {
     int32_t *rows_host;   /* (max_tokens) */
     int32_t *pos_host;    /* (max_tokens) positions of the step's tokens (0-based) */
     bool owns_dev;        /* model_exec_open_cpu's device, closed with the context */
+    /* LoRA (model_exec_set_adapters): sequence b's adapter shard or NULL,
+     * adapters NULL when none is attached; the scratch of kern_lora for the
+     * shape's max_lora_rank (device; NULL when 0); a step's runs of
+     * sequences and their pairs (host, batch + 1 and batch) */
+    const struct model **adapters;
+    float *lora_scratch;
+    int *lora_seg;
+    struct lora_pair *lora_pairs;
 };
 
 #endif

@@ -114,7 +114,7 @@ int gemma_layer(const struct model *m, int layer, struct model_exec *ex, int t_n
     TRY(model_block_attn(m, ex, layer, t_new, &L->attn, &attn));
     /* x += post_norm(down(gelu_tanh(gate(h)) * up(h))), h = pre_norm(x) */
     TRY(kern_rmsnorm(ex->stream, ex->h, ex->x, n, H, L->ln_pre_ff, eps));
-    return model_block_mlp(m, ex, t_new, &L->mlp, &mlp);
+    return model_block_mlp(m, ex, layer, t_new, &L->mlp, &mlp);
 }
 
 int gemma_head(const struct model *m, struct model_exec *ex, int t_new, bool all_positions,

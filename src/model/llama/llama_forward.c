@@ -116,7 +116,7 @@ int llama_layer(const struct model *m, int layer, struct model_exec *ex, int t_n
         const struct moe_opts moe = moe_opts(m);
         return model_block_moe(m, ex, layer, t_new, &L->moe, &moe);
     }
-    return model_block_mlp(m, ex, t_new, &L->mlp, &mlp);
+    return model_block_mlp(m, ex, layer, t_new, &L->mlp, &mlp);
 }
 
 int llama_head(const struct model *m, struct model_exec *ex, int t_new, bool all_positions,

@@ -23,4 +23,13 @@ const struct arch_ops opt_arch = {
     .preset_names = "opt-125m|opt-350m|opt-1.3b|opt-2.7b|opt-6.7b|opt-13b|opt-30b",
     .preset = opt_preset,
     .tensors = opt_tensors,
+    .lora_layer = "model.decoder.layers.%d.",
+    .lora_modules = {[LORA_Q] = "self_attn.q_proj",
+                     [LORA_K] = "self_attn.k_proj",
+                     [LORA_V] = "self_attn.v_proj",
+                     [LORA_O] = "self_attn.out_proj",
+                     [LORA_UP] = "fc1",
+                     [LORA_DOWN] = "fc2"},
+    .lora_outside = {"model.decoder.embed_tokens", "model.decoder.embed_positions",
+                     "model.decoder.project_in", "model.decoder.project_out", "lm_head"},
 };

@@ -111,7 +111,7 @@ int opt_layer(const struct model *m, int layer, struct model_exec *ex, int t_new
     TRY(norm_after(m, ex, n, L->ln1_g, L->ln1_b));
     /* x += fc2(act(fc1(LN2(x)))) (pre-LN), or x = LN2(x + fc2(act(fc1(x)))) */
     TRY(norm_before(m, ex, n, L->ln2_g, L->ln2_b));
-    TRY(model_block_mlp(m, ex, t_new, &L->mlp, &mlp));
+    TRY(model_block_mlp(m, ex, layer, t_new, &L->mlp, &mlp));
     return norm_after(m, ex, n, L->ln2_g, L->ln2_b);
 }
 
