@@ -164,6 +164,13 @@ struct engine_model {
     bool warned_nonfinite; /* [runner] its logits were NaN or Inf once */
     uint64_t reserve[SCHED_MAX_DEVICES], batch_bytes[SCHED_MAX_DEVICES]; /* [lock] */
     bool mem_wait; /* [lock] its batch did not fit at all: not served until memory is freed */
+    /* [lock] -1, or the device on which its batch found enough free bytes
+     * but none in one block: the scheduler offloads an idle model there
+     * (sched_loop.c: defrag_batches, swap_compact, as for a load) before it
+     * is served again; frag_none: the last such step found no model to
+     * offload, so the next failure is the batch's own error */
+    int frag_device;
+    bool frag_none;
     /* [lock] partial residency: the rest of its reserve per device, freed
      * in the view's terms when a trim made it stop being resident, not yet
      * counted in what a trim returned (exec_trim); view_build clears it, as

@@ -226,6 +226,23 @@ void mem_wait_clear(struct engine *e)
             e->models[id]->mem_wait = false;
 }
 
+/* The device of m on which a batch of shape has the free bytes but no free
+ * block holds it (the memory is in pieces), or -1 (lock held). */
+static int batch_fragmented(struct engine *e, const struct engine_model *m,
+                            const struct model_exec_shape *shape)
+{
+    for (int d = 0; d < swap_device_count(e->mgr); d++) {
+        if (swap_model_device_bytes(m->sm, d) == 0)
+            continue;
+        const struct device *dev = swap_device(e->mgr, d);
+        uint64_t need = group_exec_bytes(m->sm, e->mgr, shape, d);
+        uint64_t free_bytes = device_budget(dev) - device_used(dev);
+        if (need != UINT64_MAX && need <= free_bytes && device_largest_free(dev) < need)
+            return d;
+    }
+    return -1;
+}
+
 /* The device memory of a batch of the first n requests, made smaller until
  * it fits: a batch that does not fit is halved, the later half going back
  * to the head of the queue. Allocated under the lock, so the scheduler's
@@ -267,6 +284,7 @@ int batch_alloc(struct engine_model *m, struct engine_req **first, int n, struct
                                                   *max_prompt, longest_out, max_pos)
                                         : group_exec_create(e->mgr, m->sm, &shape, gb);
         if (rc == 0) {
+            m->frag_none = false;
             for (int d = 0; d < swap_device_count(e->mgr); d++)
                 m->batch_bytes[d] = group_exec_bytes(m->sm, e->mgr, &shape, d);
             e->batches_running++;
@@ -284,9 +302,17 @@ int batch_alloc(struct engine_model *m, struct engine_req **first, int n, struct
                      (e->cfg.wait_for_unpin && o != m && o && o->pinned && r == RES_ON_DEVICE);
         }
         /* halve and try again; a single request waits when something
-         * running or moving may free memory, else fails */
+         * running or moving may free memory, or, when the free memory is
+         * there but in pieces, for the scheduler's compaction; else fails */
         bool retry = false;
-        if (rc == ERR_NOMEM && n > 1) {
+        int frag = rc == ERR_NOMEM && n == 1 && !m->frag_none ? batch_fragmented(e, m, &shape) : -1;
+        if (frag >= 0) {
+            queue_give_back(m, first, n, cancelled, &n_cancelled);
+            m->frag_device = frag;
+            m->mem_wait = true;
+            n = 0;
+            pthread_cond_signal(&e->wake);
+        } else if (rc == ERR_NOMEM && n > 1) {
             queue_give_back(m, first + n / 2, n - n / 2, cancelled, &n_cancelled);
             n /= 2;
             retry = true;
