@@ -13,6 +13,9 @@
  *         device 0 with tp and near, has no shard on process 1
  *   third (3 processes) pre_ln_f32 on device 2 alone (wholly on process 2:
  *         every step of it is a command process 0 sends)
+ *   tp12  (3 processes) llama_gqa_f32, TP 2 over devices 1 and 2: its shard
+ *         on process 2 shares device 2 with third and waits in an
+ *         all-reduce for process 1 when that process is silent
  *
  * stopped_latency: near's normal latency is the median of five 2-token
  *   requests. Process 1 is stopped (SIGSTOP) with a step of tp and one of
@@ -21,7 +24,9 @@
  *   (devices + 1) with 3 processes, one more with 2. Near's next requests
  *   (three, and more until 3 s after the stop; side's and third's too,
  *   whose normal latencies are measured alike: they run on the runner pool
- *   of the models spanning process 2, not on process 1's) must each take no
+ *   of the models spanning process 2, not on process 1's, and third's steps
+ *   on process 2's compute lane of its class, not behind tp12's step,
+ *   which waits there too) must each take no
  *   more than BOUND_FACTOR times that median plus BOUND_SLACK_S (4 x + 1.5
  *   s): a few of its own latencies, far below the heartbeat timeout, and
  *   relative to the same build's latency (so an ASan build's slower steps
@@ -56,11 +61,11 @@
 
 #include "fixture_expect.h"
 
-enum { M_NEAR, M_TP, M_FAR, M_FAR2, M_FAR3, M_SIDE, M_THIRD, N_MODELS };
-static const char *names[N_MODELS] = {"near", "tp", "far", "far2", "far3", "side", "third"};
+enum { M_NEAR, M_TP, M_FAR, M_FAR2, M_FAR3, M_SIDE, M_THIRD, M_TP12, N_MODELS };
+static const char *names[N_MODELS] = {"near", "tp", "far", "far2", "far3", "side", "third", "tp12"};
 static const char *fixtures[N_MODELS] = {"pre_ln_f32",   "llama_gqa_f32", "post_ln_proj",
                                          "post_ln_proj", "post_ln_proj",  "qwen2_bias_f32",
-                                         "pre_ln_f32"};
+                                         "pre_ln_f32",   "llama_gqa_f32"};
 static char paths[N_MODELS][512];
 static struct expect expects[N_MODELS][3];
 
@@ -81,7 +86,7 @@ static struct expect expects[N_MODELS][3];
 #define WINDOW_S 3.0
 
 static const int dev_near[] = {0}, dev_tp[] = {0, 1}, dev_far[] = {1}, dev_side[] = {0, 2},
-                 dev_third[] = {2};
+                 dev_third[] = {2}, dev_tp12[] = {1, 2};
 #define LONG_PROMPT 60 /* tokens: a STEP of about 350 bytes */
 static struct stack_model_config models[N_MODELS];
 static struct stack_config cfg;
@@ -89,8 +94,9 @@ static int n_models;
 
 static void config_make(void)
 {
-    const int *devs[N_MODELS] = {dev_near, dev_tp, dev_far, dev_far, dev_far, dev_side, dev_third};
-    const int tp[N_MODELS] = {1, 2, 1, 1, 1, 2, 1};
+    const int *devs[N_MODELS] = {dev_near, dev_tp,   dev_far,   dev_far,
+                                 dev_far,  dev_side, dev_third, dev_tp12};
+    const int tp[N_MODELS] = {1, 2, 1, 1, 1, 2, 1, 2};
     n_models = procs > 2 ? N_MODELS : M_SIDE;
     for (int m = 0; m < n_models; m++) {
         snprintf(paths[m], sizeof paths[m], "%s/%s", FIXTURES, fixtures[m]);
@@ -186,23 +192,25 @@ TEST(stopped_latency)
         finish(submit(s, m, 0, expects[m][0].n_out), m, 0, expects[m][0].n_out);
     double normal[N_MODELS] = {0};
     for (int m = 0; m < n_models; m++)
-        if (m == M_NEAR || m >= M_SIDE)
+        if (m == M_NEAR || m == M_SIDE || m == M_THIRD)
             normal[m] = normal_latency(s, m);
 
     CHECK(kill(pids[1], SIGSTOP) == 0);
     /* tp's step waits on device 0 (its all-reduce) and the fars' in the
      * leader, each until the heartbeats time out: as many batches waiting
      * as a runner pool has threads (devices + 1) with 3 processes */
-    struct engine_req *waiting[M_SIDE];
+    struct engine_req *waiting[N_MODELS] = {0};
     for (int m = M_TP; m < M_SIDE; m++)
         waiting[m] = submit(s, m, 1, TOKENS);
+    if (procs > 2) /* its shard on process 2 waits there, on device 2 */
+        waiting[M_TP12] = submit(s, M_TP12, 1, TOKENS);
     struct timespec settle = {0, 300 * 1000 * 1000};
     nanosleep(&settle, NULL);
     double t_stop = time_now();
     /* three rounds at least, and for WINDOW_S after the stop */
     for (int i = 0; i < 3 || time_now() - t_stop < WINDOW_S; i++)
         for (int m = 0; m < n_models; m++) {
-            if (m != M_NEAR && m < M_SIDE)
+            if (m != M_NEAR && m != M_SIDE && m != M_THIRD)
                 continue;
             double took = timed(s, m, i % 3), bound = BOUND_FACTOR * normal[m] + BOUND_SLACK_S;
             CHECK_MSG(took <= bound,
@@ -215,7 +223,7 @@ TEST(stopped_latency)
               "the timed requests ran until %.1f s after the stop, near the heartbeat timeout "
               "(%.0f s): they did not measure a silent process",
               time_now() - t_stop, BEAT_TIMEOUT);
-    for (int m = M_TP; m < M_SIDE; m++)
+    for (int m = M_TP; m < N_MODELS; m++)
         check_unavailable(waiting[m], m);
 
     CHECK(kill(pids[1], SIGCONT) == 0);
