@@ -335,6 +335,75 @@ TEST(never_fits_refused)
     rig_close(&g);
 }
 
+/* Free bytes enough for a batch but in pieces: a, b (the rig's small
+ * fixture model pre_ln_f32) and c (a's checkpoint again) loaded in that
+ * order, then b offloaded, leave a hole of b's weights between a and c and
+ * a tail after c, each smaller than the long request's batch, together
+ * larger. The batch does not fail for the pieces (before: "cannot
+ * allocate"): the scheduler offloads the idle model beside the hole
+ * (swap_compact, as for a load), the blocks join and the answer equals the
+ * reference. */
+TEST(fragmented_batch)
+{
+    int32_t ref[OUT];
+    int n_ref = reference(ref);
+    struct rig g;
+    rig_open_budget(&g, "swapwise", 0, 64, 1, 0, 256u << 20, 0); /* the hole's bytes */
+    uint64_t hole[2] = {swap_model_device_bytes(g.sm[0], 0), swap_model_device_bytes(g.sm[0], 1)};
+    engine_drain(g.e);
+    rig_close(&g);
+    uint64_t budget = 0;
+    for (int d = 0; d < 2; d++) {
+        uint64_t w = bytes_of(0, 0, d), k = bytes_of(0, LONG, d) - w;
+        /* the tail: below the batch, and with the hole at least the batch */
+        uint64_t t = k - hole[d] / 2 / SLACK * SLACK;
+        CHECK_MSG(hole[d] >= 2 * SLACK && t < k && t + hole[d] >= k,
+                  "device %d: a hole of %llu bytes and a tail of %llu for a batch of %llu", d,
+                  (unsigned long long)hole[d], (unsigned long long)t, (unsigned long long)k);
+        budget = 2 * w + hole[d] + t > budget ? 2 * w + hole[d] + t : budget;
+    }
+    rig_open_budget(&g, "swapwise", 0, 64, 1, 0, budget, 0);
+    static const int both[2] = {0, 1};
+    struct placement pl = {.tp = 2, .pp = 1, .devices = both};
+    struct swap_model *a, *c;
+    CHECK(swap_register(g.mgr, "a", dirs[0], &pl, false, &a) == 0);
+    CHECK(swap_register(g.mgr, "c", dirs[0], &pl, false, &c) == 0);
+    swap_model_set_compute(a, KERN_COMPUTE_F32);
+    swap_model_set_compute(c, KERN_COMPUTE_F32);
+    int ia = engine_add_model(g.e, a), ic = engine_add_model(g.e, c);
+    CHECK(ia >= 0 && ic >= 0);
+    struct swap_model *sm[3] = {a, g.sm[0], c};
+    int id[3] = {ia, g.id[0], ic};
+    for (int i = 0; i < 3; i++) {
+        CHECK_MSG(engine_load_model(g.e, id[i]) == 0, "%s", err_msg());
+        CHECK(swap_wait_loaded(g.mgr, sm[i]) == 0);
+    }
+    CHECK_MSG(engine_unload_model(g.e, id[1]) == 0, "%s", err_msg());
+    double until = time_now() + 30;
+    while (swap_residency(g.mgr, sm[1]) != RES_ON_DISK && time_now() < until)
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    for (int d = 0; d < 2; d++) { /* the pieces: each too small, together enough */
+        const struct device *dev = swap_device(g.mgr, d);
+        uint64_t k = bytes_of(0, LONG, d) - bytes_of(0, 0, d),
+                 free_bytes = device_budget(dev) - device_used(dev);
+        CHECK_MSG(device_largest_free(dev) < k && free_bytes >= k,
+                  "device %d: largest free block %llu, free %llu, the batch %llu", d,
+                  (unsigned long long)device_largest_free(dev), (unsigned long long)free_bytes,
+                  (unsigned long long)k);
+    }
+    int32_t out[OUT];
+    int n = 0;
+    char why[512];
+    int rc = ask(&g, ia, long_prompt, LONG, out, &n, why, sizeof(why));
+    CHECK_MSG(rc == 0, "the long request with the free memory in pieces: %s (%s)", err_name(rc),
+              why);
+    CHECK_MSG(rc != 0 || (n == n_ref && memcmp(out, ref, sizeof(int32_t) * (size_t)n) == 0),
+              "the long request's ids differ from the same request alone");
+    CHECK_MSG(swap_residency(g.mgr, c) != RES_ON_DEVICE, "c stayed on its devices");
+    engine_drain(g.e);
+    rig_close(&g);
+}
+
 static void setup(void)
 {
     rig_setup();

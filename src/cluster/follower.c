@@ -83,13 +83,27 @@ struct follower_batch {
     bool busy;           /* a step in flight (until its answer has left) */
 };
 
-/* One of this process's devices: its compute thread (steps of its shards,
- * in the order they came) and its loader (LOADs of its shards, in order),
- * beside each other and the command thread. */
+/* Compute lanes per device: one per class of models, a class being the
+ * set of processes a model's shards span; past this many classes the last
+ * lane is shared. */
+#define FOLLOWER_LANES 8
+
+/* One of this process's devices: its compute lanes (threads running the
+ * steps of its shards: one per class, each in the order its steps came)
+ * and its loader (LOADs of its shards, in order), beside each other and
+ * the command thread. A step waiting on a silent process (in a collective
+ * or a channel) holds up only the steps of its class here, never those of
+ * a model that spans no such process, as on process 0 (engine/workers.c).
+ * Within a class every process runs the steps in the order process 0 sent
+ * them, and two classes share no lane, so no cycle of waits forms. */
 struct follower_device {
     struct follower *f;
     int index;
-    struct workq compute;
+    struct {
+        uint64_t key; /* bit p: a shard on process p (mod 64) */
+        struct workq q;
+    } lane[FOLLOWER_LANES]; /* [0] started with the device; the others at a class's first step */
+    int n_lanes, n_started; /* lanes with a class, lanes with a thread (the command thread's) */
     struct store_loader loader;
     bool open;
 };
@@ -643,8 +657,46 @@ static int step_check(struct follower *f, struct follower_batch *b, const struct
     return 0;
 }
 
-/* A STEP: queued on every local shard's compute thread (after whatever
- * ran there before, in the one global order), the command taken over and
+static const struct workq_ops compute_ops;
+
+/* The set of processes fm's shards are on: bit p for process p (mod 64). */
+static uint64_t model_procs(const struct follower *f, const struct follower_model *fm)
+{
+    uint64_t key = 0;
+    for (int i = 0; i < fm->tp * fm->pp; i++)
+        key |= 1ull << (f->proc_of[fm->devices[i]] % 64);
+    return key;
+}
+
+/* Device d's lane for the class key, started at its first step (the
+ * command thread); NULL when its thread cannot start. */
+static struct workq *lane_of(struct follower *f, int d, uint64_t key)
+{
+    struct follower_device *t = &f->threads[d];
+    int i = 0;
+    while (i < t->n_lanes && t->lane[i].key != key)
+        i++;
+    if (i < t->n_lanes)
+        return &t->lane[i].q;
+    if (i == FOLLOWER_LANES) /* more classes than lanes: they share the last */
+        return &t->lane[i - 1].q;
+    if (i < t->n_started) { /* started with the device, no class's yet */
+        t->lane[i].key = key;
+        t->n_lanes++;
+        return &t->lane[i].q;
+    }
+    char name[24];
+    snprintf(name, sizeof name, "compute-%d.%d", d, i);
+    if (workq_init(&t->lane[i].q, name, &compute_ops, t) < 0)
+        return NULL;
+    t->lane[i].key = key;
+    t->n_lanes++;
+    t->n_started++;
+    return &t->lane[i].q;
+}
+
+/* A STEP: queued on every local shard's compute lane of its class (after
+ * whatever of that class ran there before, in the one global order), the command taken over and
  * answered by the last task to end (step_answer), so the command thread
  * goes on meanwhile: another model's LOAD, its own steps. A step that
  * cannot run is answered with its error at once. 1: answered or will be. */
@@ -658,6 +710,11 @@ static int do_step(struct follower *f, struct proto_msg *c)
                      (unsigned long long)c->batch);
     if (rc == 0 && n_logits && !(b->logits = malloc(sizeof(float) * n_logits)))
         rc = err_set(ERR_NOMEM, "out of memory for %u logits", n_logits);
+    struct workq *lanes[PROTO_MAX_SHARDS];
+    for (int i = 0; rc == 0 && b->m && i < b->m->n_local; i++)
+        if (!(lanes[i] = lane_of(f, b->m->sh[i].device, model_procs(f, b->m))))
+            rc = err_set(ERR_NOMEM, "process %d: cannot start a compute thread of device %d", f->me,
+                         b->m->sh[i].device);
     if (rc == 0 && b->m->n_local > 0) {
         b->step = *c;
         b->step.n_logits = n_logits; /* what the answer carries */
@@ -670,9 +727,8 @@ static int do_step(struct follower *f, struct proto_msg *c)
         }
         /* every task queued before any can end: the last one's answer
          * finds them all counted */
-        const struct follower_model *fm = b->m;
-        for (int i = 0; i < fm->n_local; i++)
-            workq_post(&f->threads[fm->sh[i].device].compute, &b->task[i].item);
+        for (int i = 0; i < b->m->n_local; i++)
+            workq_post(lanes[i], &b->task[i].item);
         return 1;
     }
     struct proto_msg done = {.kind = PROTO_STEP_DONE,
@@ -709,12 +765,13 @@ static int queues_start(struct follower *f)
         *t = (struct follower_device){.f = f, .index = d};
         char name[24];
         snprintf(name, sizeof name, "compute-%d", d);
-        if (workq_init(&t->compute, name, &compute_ops, t) < 0)
+        if (workq_init(&t->lane[0].q, name, &compute_ops, t) < 0)
             return err_set(ERR_NOMEM, "process %d: cannot start the compute thread of device %d",
                            f->me, d);
+        t->n_started = 1; /* the first class to step here takes it */
         int rc = store_loader_start(&t->loader, f->dev[d], d, &loader_ops, t);
         if (rc < 0) {
-            workq_free(&t->compute);
+            workq_free(&t->lane[0].q);
             return err_wrap(rc, "process %d", f->me);
         }
         t->open = true;
@@ -753,7 +810,8 @@ static void stack_end(struct follower *f)
         struct follower_device *t = &f->threads[d];
         if (t->open) {
             store_loader_stop(&t->loader);
-            workq_free(&t->compute);
+            for (int i = 0; i < t->n_started; i++)
+                workq_free(&t->lane[i].q);
         }
         memset(t, 0, sizeof *t);
     }

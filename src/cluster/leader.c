@@ -1,5 +1,5 @@
-/* cluster/leader.h: numbering and sending under one lock, a list of the
- * calls waiting for their answers, a receiver thread per follower that
+/* cluster/leader.h: numbering and posting the sends under one lock, a list
+ * of the calls waiting for their answers, a receiver thread per follower that
  * hands each answer to its call, and heartbeats that fail a silent
  * follower's calls. */
 #include "cluster/leader.h"
@@ -45,8 +45,9 @@ struct leader {
     struct leader_config cfg;
     int procs;
     bool watching;
-    /* guards seq and the order in which commands leave; held across
-     * mpi_world_send, never while taking lock */
+    /* guards seq and the order in which commands are posted to the world
+     * (every send is only posted under it: it is never held while one
+     * completes); taken before lock, never under it */
     pthread_mutex_t send_lock;
     uint64_t seq;
     /* guards pending, the peers' failed and reason, and shut; never held
@@ -55,6 +56,7 @@ struct leader {
     pthread_mutex_t lock;
     pthread_cond_t cond; /* some pending part is done */
     struct pending *pending;
+    int sending; /* commands with a send still posted (struct outgoing) */
     bool shut;
     struct peer *peers; /* (procs); [0] unused */
 };
@@ -166,21 +168,81 @@ static void *receiver_main(void *arg)
 
 /* ---- calling ---- */
 
+/* One encoded command on its way to one or more followers: the bytes
+ * stay until every send of them is done (or for good when one was given
+ * up: MPI may still read them). */
+struct outgoing {
+    struct leader *l;
+    struct strbuf b;
+    atomic_int refs;  /* sends not done */
+    atomic_bool leak; /* a send was given up */
+    struct outgoing_to {
+        struct outgoing *o;
+        int proc;
+    } to[]; /* (the followers it is sent to) */
+};
+
+/* A send of o is done (mpi_world_send_post's callback: the progress thread,
+ * a short lock). A failed one fails its follower, and with it every call
+ * waiting there; the last one frees o. */
+static void outgoing_sent(void *arg, int status)
+{
+    struct outgoing_to *t = arg;
+    struct outgoing *o = t->o;
+    struct leader *l = o->l;
+    if (status < 0) {
+        if (status == ERR_CANCELLED)
+            atomic_store(&o->leak, true);
+        char reason[300];
+        if (status == ERR_CANCELLED)
+            snprintf(reason, sizeof reason,
+                     "process %d: a command of %zu bytes to it was given up (it took no "
+                     "message)",
+                     t->proc, o->b.len);
+        else
+            snprintf(reason, sizeof reason, "process %d: MPI failed sending a command of %zu bytes",
+                     t->proc, o->b.len);
+        fail_peer(l, t->proc, reason);
+    }
+    if (atomic_fetch_sub(&o->refs, 1) == 1) {
+        if (!atomic_load(&o->leak))
+            strbuf_free(&o->b);
+        free(o);
+        pthread_mutex_lock(&l->lock);
+        if (--l->sending == 0)
+            pthread_cond_broadcast(&l->cond);
+        pthread_mutex_unlock(&l->lock);
+    }
+}
+
 /* Sends cmd, with the next seq, to procs[0..n); parts[i] (NULL: nobody
  * waits, leader_post) is procs[i]'s, waited for by wait_procs (answer owned
  * by the caller: part_free). A failed follower is skipped (its part fails
  * with the reason), except for a shutdown, which is sent anyway and waited
  * for only from a follower that can still answer (not lost now, its
- * receiver running). */
+ * receiver running).
+ *
+ * The sends are only posted, under send_lock (which keeps the order): a
+ * follower that takes no message (stopped, or a message past MPI's eager
+ * limit that it has not read) holds up neither this caller nor a command
+ * to any other follower. A send that fails or is given up (its follower
+ * lost) fails that follower's parts with ERR_UNREACHABLE. */
 static void send_procs(struct leader *l, const int *procs, int n, const struct proto_msg *cmd,
                        struct pending *parts, bool shutdown)
 {
     struct proto_msg m = *cmd;
-    struct strbuf b = {0};
-    bool given_up = false; /* a send MPI may still read b for */
+    struct outgoing *o = calloc(1, sizeof *o + (size_t)n * sizeof o->to[0]);
     pthread_mutex_lock(&l->send_lock);
     m.seq = ++l->seq;
-    int rc = proto_encode(&m, &b);
+    int rc = o ? proto_encode(&m, &o->b) : err_set(ERR_NOMEM, "leader: out of memory");
+    if (o) {
+        o->l = l;
+        atomic_init(&o->refs, 1); /* this call's own, dropped at the end */
+        atomic_init(&o->leak, false);
+        pthread_mutex_lock(&l->lock);
+        l->sending++;
+        pthread_mutex_unlock(&l->lock);
+    }
     for (int i = 0; i < n; i++) {
         struct pending post, *c = parts ? &parts[i] : &post;
         struct peer *p = &l->peers[procs[i]];
@@ -210,20 +272,24 @@ static void send_procs(struct leader *l, const int *procs, int n, const struct p
             l->pending = c;
         }
         pthread_mutex_unlock(&l->lock);
-        /* a send to a silent follower gives up, so one that stopped taking
-         * messages holds the lock no longer than its heartbeat timeout */
-        if (send && (rc = mpi_world_send_unless(l->w, procs[i], l->cfg.ctl_tag, b.p, b.len,
-                                                &p->silent)) < 0) {
-            given_up |= rc == ERR_CANCELLED;
+        if (!send)
+            continue;
+        /* a send to a silent follower is given up, so MPI holds it no
+         * longer than the heartbeat timeout */
+        o->to[i] = (struct outgoing_to){.o = o, .proc = procs[i]};
+        atomic_fetch_add(&o->refs, 1);
+        int prc = mpi_world_send_post(l->w, procs[i], l->cfg.ctl_tag, o->b.p, o->b.len, &p->silent,
+                                      outgoing_sent, &o->to[i]);
+        if (prc < 0) {
+            atomic_fetch_sub(&o->refs, 1);
             char reason[300];
             snprintf(reason, sizeof reason, "process %d: %s", procs[i], err_msg());
             fail_peer(l, procs[i], reason);
-            rc = 0;
         }
     }
     pthread_mutex_unlock(&l->send_lock);
-    if (!given_up) /* else leaked: MPI may still read it (comm/mpi.h) */
-        strbuf_free(&b);
+    if (o) /* this call's reference: every send may be done already */
+        outgoing_sent(&(struct outgoing_to){.o = o}, 0);
 }
 
 /* Takes parts[0..n) out of the list of pending ones (l->lock held): an
@@ -610,6 +676,12 @@ int leader_shutdown(struct leader *l)
     char msg[512] = "";
     if (rc < 0)
         snprintf(msg, sizeof msg, "%s", err_msg());
+    /* every posted send done (a lost follower's given up) before the peers
+     * that their callbacks read go */
+    pthread_mutex_lock(&l->lock);
+    while (l->sending > 0)
+        pthread_cond_wait(&l->cond, &l->lock);
+    pthread_mutex_unlock(&l->lock);
     if (l->watching)
         mpi_world_unwatch(l->w);
     for (int p = 1; p < l->procs; p++)

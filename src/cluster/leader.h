@@ -5,11 +5,15 @@
  *
  * Order: every command gets the next sequence number of the leader, and a
  * command to several processes is sent to all of them before any later
- * command is sent to any (one lock over numbering and sending), so every
- * follower sees the commands in one global order, the order NCCL's and the
- * collectives' rule of one order per group needs. Answers are matched to
- * their command by the sequence number, so callers on several threads get
- * their own answers.
+ * command is sent to any (one lock over numbering and posting the sends),
+ * so every follower sees the commands in one global order, the order
+ * NCCL's and the collectives' rule of one order per group needs. Sends are
+ * only posted (mpi_world_send_post) and the lock is never held while one
+ * completes: a follower that takes no message (stopped, with a command
+ * past MPI's eager limit or a full socket bound for it) holds up no caller
+ * and no command to another follower; each follower's commands still leave
+ * in their order. Answers are matched to their command by the sequence
+ * number, so callers on several threads get their own answers.
  *
  * Threads: MPI is called only by the world's progress thread
  * (comm/mpi.h); callers block on their answer; one receiver thread per
@@ -19,7 +23,9 @@
  * Failure: with heartbeats on (beat_timeout_s > 0; every follower must
  * watch with the same numbers, mpi_world_watch), a follower silent for
  * longer than the timeout is lost: its pending calls and every later one
- * fail at once with ERR_UNREACHABLE, "process P is not answering (...)". A failure
+ * fail at once with ERR_UNREACHABLE, "process P is not answering (...)",
+ * and its sends not yet taken are given up (their bytes leaked: MPI may
+ * still read them). A failure
  * is final: the follower's state is unknown (a found-again follower is
  * only told to shut down). A follower that dies ends the job under
  * OpenMPI's default, and mpirun names its rank. */

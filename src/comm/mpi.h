@@ -81,6 +81,19 @@ int mpi_world_recv_unless(struct mpi_world *w, int peer, int tag, const atomic_b
                           void **p, size_t *n);
 int mpi_world_send_unless(struct mpi_world *w, int peer, int tag, const void *p, size_t n,
                           const atomic_bool *stop);
+/* A send that is only posted: returns at once (any thread but the progress
+ * thread), and done(arg, status) runs on the progress thread once the
+ * bytes have left p (0), MPI failed (ERR_IO), or the send was given up
+ * because *stop (may be NULL) became true (ERR_CANCELLED: p must then stay
+ * allocated and unchanged for good, as for mpi_world_send_unless). p stays
+ * the caller's, unchanged, until done. done may take a short lock and
+ * signal; it never blocks, waits or calls into the world. Sends posted to
+ * one (peer, tag) leave in posting order; one that a peer does not take
+ * (stopped, its socket full, past MPI's eager limit) holds up no send to
+ * another peer. 0, or ERR_INVALID (too large) or ERR_NOMEM, and done is
+ * never called then. */
+int mpi_world_send_post(struct mpi_world *w, int peer, int tag, const void *p, size_t n,
+                        const atomic_bool *stop, void (*done)(void *arg, int status), void *arg);
 
 /* Heartbeats: every interval_s process 0 sends one to every other process
  * and each of them one to process 0 (a star), on the progress thread. A

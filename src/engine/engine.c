@@ -104,7 +104,8 @@ void engine_destroy(struct engine *e)
             runner_drop_held(e->models[i]);
     pthread_mutex_unlock(&e->lock);
     workq_free(&e->runners);
-    workq_free(&e->runners_apart);
+    for (int i = 0; i < e->n_runners_apart; i++)
+        workq_free(&e->runners_apart[i].q);
     for (int i = 0; i < e->n_ids; i++) {
         struct engine_model *m = e->models[i];
         if (!m)

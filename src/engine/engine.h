@@ -197,6 +197,14 @@ int engine_set_min_resident(struct engine *e, int id, double seconds);
 /* A pinned model is never chosen as a victim to make room for another.
  * Pinning does not load it (engine_load_model does). */
 int engine_pin_model(struct engine *e, int id, bool pinned);
+/* Whether model id can ever run beside the models pinned now (the others
+ * pinned, when it is): on every device of it, their weights and batch
+ * reserves (a batch of one sequence of one position at the least) plus its
+ * own weights and such a batch within the budget. ERR_NOMEM naming the
+ * pinned models, the model, the device and the bytes when not (an admin's
+ * add is refused for it, as the config check at start refuses such a
+ * pinned set); ERR_NOT_FOUND when id is not served. */
+int engine_check_pinned_room(struct engine *e, int id);
 /* Starts loading the model onto its devices now, through the scheduler
  * thread, evicting nothing: ERR_BUSY when it does not fit the devices' free
  * memory now (or that memory is not in one piece). Returns once the load is

@@ -164,6 +164,13 @@ struct engine_model {
     bool warned_nonfinite; /* [runner] its logits were NaN or Inf once */
     uint64_t reserve[SCHED_MAX_DEVICES], batch_bytes[SCHED_MAX_DEVICES]; /* [lock] */
     bool mem_wait; /* [lock] its batch did not fit at all: not served until memory is freed */
+    /* [lock] -1, or the device on which its batch found enough free bytes
+     * but none in one block: the scheduler offloads an idle model there
+     * (sched_loop.c: defrag_batches, swap_compact, as for a load) before it
+     * is served again; frag_none: the last such step found no model to
+     * offload, so the next failure is the batch's own error */
+    int frag_device;
+    bool frag_none;
     /* [lock] partial residency: the rest of its reserve per device, freed
      * in the view's terms when a trim made it stop being resident, not yet
      * counted in what a trim returned (exec_trim); view_build clears it, as
@@ -178,6 +185,8 @@ struct engine_model {
     struct hist latency, ttft, load;                                 /* [lock] */
 };
 
+enum { RUNNER_APART_POOLS = 16 };
+
 struct engine {
     /* every [lock] field here, in the emodels and in the queued requests;
      * what is done and never done under it: the head of this file */
@@ -188,9 +197,15 @@ struct engine {
     struct swap_manager *mgr;          /* [fixed] */
     struct workers *w;                 /* [fixed] */
     struct workq runners;              /* [fixed] the runner pool (runner.c) */
-    /* [fixed] the runner pool of the models with shards on other processes
-     * (started only when a device is another process's; else zeroed) */
-    struct workq runners_apart;
+    /* the runner pools of the models with shards on other processes, one
+     * per set of other processes spanned (runner.c): key [lock], started
+     * by the first model of its set (runner_create) and then [fixed]; past
+     * RUNNER_APART_POOLS sets the last pool is shared */
+    struct runner_pool {
+        uint64_t key; /* bit p: a shard on process p (mod 64) */
+        struct workq q;
+    } runners_apart[RUNNER_APART_POOLS];
+    int n_runners_apart;               /* [lock] */
     const struct sched_policy *policy; /* [fixed] */
     struct engine_config cfg;          /* [fixed] */
     struct engine_model **models;      /* [lock] (cap) by id; NULL once removed */
@@ -258,12 +273,13 @@ void batch_release(struct engine_model *m, struct group_exec *gb); /* no lock (i
 
 /* runner.c: the batch runner */
 int runner_pool_size(const struct engine *e); /* the pool's threads: devices + 1 */
-/* Starts e->runners, and e->runners_apart when a device is another
- * process's (engine_create, before any model); ERR_NOMEM when a thread
- * cannot start. */
+/* Starts e->runners (engine_create, before any model); ERR_NOMEM when a
+ * thread cannot start. */
 int runner_pool_start(struct engine *e);
-/* m->run for m (e, id, sm set), sized for the engine's max_batch: ERR_NOMEM
- * naming the model when it cannot be had (the add fails). */
+/* m->run for m (e, id, sm set), sized for the engine's max_batch, on the
+ * pool of the processes m spans (started here for the first model of that
+ * set; lock held): ERR_NOMEM naming the model when it cannot be had (the
+ * add fails). */
 int runner_create(struct engine_model *m);
 void runner_free(struct engine_model *m); /* m->run, which holds no paused batch; NULL-safe */
 /* Posts m's task for the serve the scheduler dispatched: m->running set,

@@ -97,6 +97,7 @@ int engine_add_model(struct engine *e, struct swap_model *model)
     m->sm = model;
     m->pinned = swap_model_pinned(model);
     m->keep_alive = NAN;
+    m->frag_device = -1;
     m->max_batch = e->cfg.max_batch;
     hist_init(&m->latency, engine_hist_le, ENGINE_HIST_LE);
     hist_init(&m->ttft, engine_hist_le, ENGINE_HIST_LE);

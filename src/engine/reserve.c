@@ -116,6 +116,75 @@ void reserves_refit(struct engine *e)
             reserve_fit(e, e->models[id], pinned);
 }
 
+/* Of bytes on device d, a batch of one sequence of one position of m: what
+ * it needs there at the least beside its weights (UINT64_MAX: never). */
+static uint64_t least_batch(struct engine *e, const struct engine_model *m, int d)
+{
+    struct model_exec_shape one = batch_shape(m->sm, 1, 1, 1, false);
+    return group_exec_bytes(m->sm, e->mgr, &one, d);
+}
+
+/* The pinned models other than m with bytes on device d, as "a and b" into
+ * names; what they hold there at the least (weights, and their reserve or
+ * a batch of one, the larger) is returned (lock held). */
+static uint64_t pinned_beside(struct engine *e, const struct engine_model *m, int d, char *names,
+                              size_t cap)
+{
+    int n = 0, k = 0;
+    for (int id = 0; id < e->n_ids; id++) {
+        const struct engine_model *p = e->models[id];
+        n += p && p != m && p->pinned && swap_model_device_bytes(p->sm, d) > 0;
+    }
+    uint64_t total = 0;
+    size_t len = 0;
+    names[0] = '\0';
+    for (int id = 0; id < e->n_ids; id++) {
+        const struct engine_model *p = e->models[id];
+        uint64_t w = p && p != m && p->pinned ? swap_model_device_bytes(p->sm, d) : 0;
+        if (w == 0)
+            continue;
+        uint64_t b = least_batch(e, p, d);
+        b = b == UINT64_MAX || p->reserve[d] > b ? p->reserve[d] : b;
+        total += w + b;
+        k++;
+        if (len < cap)
+            len += (size_t)snprintf(names + len, cap - len, "%s%s",
+                                    k == 1   ? ""
+                                    : k == n ? " and "
+                                             : ", ",
+                                    swap_model_name(p->sm));
+    }
+    return total;
+}
+
+int engine_check_pinned_room(struct engine *e, int id)
+{
+    pthread_mutex_lock(&e->lock);
+    const struct engine_model *m = id >= 0 && id < e->n_ids ? e->models[id] : NULL;
+    int rc = m ? 0 : err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
+    for (int d = 0; rc == 0 && d < swap_device_count(e->mgr); d++) {
+        uint64_t w = swap_model_device_bytes(m->sm, d);
+        if (w == 0)
+            continue;
+        char names[256];
+        uint64_t pinned = pinned_beside(e, m, d, names, sizeof names), b = least_batch(e, m, d),
+                 budget = device_budget(swap_device(e->mgr, d));
+        if (pinned == 0 || (b != UINT64_MAX && pinned + w + b <= budget))
+            continue;
+        bool several = strstr(names, " and ") != NULL;
+        rc = err_set(ERR_NOMEM,
+                     "pinned model%s %s leave%s no room for model %s on device %s: %llu bytes "
+                     "pinned plus its %llu (weights and a batch of one each) pass the budget of "
+                     "%llu; unpin one, or raise the device budget",
+                     several ? "s" : "", names, several ? "" : "s", swap_model_name(m->sm),
+                     device_name(swap_device(e->mgr, d)), (unsigned long long)pinned,
+                     (unsigned long long)(b == UINT64_MAX ? UINT64_MAX : w + b),
+                     (unsigned long long)budget);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
 /* Of bytes on device d, a batch of this one request of model sm: its KV
  * cache and activations (UINT64_MAX: it cannot be had). */
 uint64_t request_batch_bytes(struct engine *e, struct swap_model *sm, int n_prompt, int max_tokens,
@@ -155,6 +224,23 @@ void mem_wait_clear(struct engine *e)
     for (int id = 0; id < e->n_ids; id++)
         if (e->models[id])
             e->models[id]->mem_wait = false;
+}
+
+/* The device of m on which a batch of shape has the free bytes but no free
+ * block holds it (the memory is in pieces), or -1 (lock held). */
+static int batch_fragmented(struct engine *e, const struct engine_model *m,
+                            const struct model_exec_shape *shape)
+{
+    for (int d = 0; d < swap_device_count(e->mgr); d++) {
+        if (swap_model_device_bytes(m->sm, d) == 0)
+            continue;
+        const struct device *dev = swap_device(e->mgr, d);
+        uint64_t need = group_exec_bytes(m->sm, e->mgr, shape, d);
+        uint64_t free_bytes = device_budget(dev) - device_used(dev);
+        if (need != UINT64_MAX && need <= free_bytes && device_largest_free(dev) < need)
+            return d;
+    }
+    return -1;
 }
 
 /* The device memory of a batch of the first n requests, made smaller until
@@ -198,6 +284,7 @@ int batch_alloc(struct engine_model *m, struct engine_req **first, int n, struct
                                                   *max_prompt, longest_out, max_pos)
                                         : group_exec_create(e->mgr, m->sm, &shape, gb);
         if (rc == 0) {
+            m->frag_none = false;
             for (int d = 0; d < swap_device_count(e->mgr); d++)
                 m->batch_bytes[d] = group_exec_bytes(m->sm, e->mgr, &shape, d);
             e->batches_running++;
@@ -215,9 +302,17 @@ int batch_alloc(struct engine_model *m, struct engine_req **first, int n, struct
                      (e->cfg.wait_for_unpin && o != m && o && o->pinned && r == RES_ON_DEVICE);
         }
         /* halve and try again; a single request waits when something
-         * running or moving may free memory, else fails */
+         * running or moving may free memory, or, when the free memory is
+         * there but in pieces, for the scheduler's compaction; else fails */
         bool retry = false;
-        if (rc == ERR_NOMEM && n > 1) {
+        int frag = rc == ERR_NOMEM && n == 1 && !m->frag_none ? batch_fragmented(e, m, &shape) : -1;
+        if (frag >= 0) {
+            queue_give_back(m, first, n, cancelled, &n_cancelled);
+            m->frag_device = frag;
+            m->mem_wait = true;
+            n = 0;
+            pthread_cond_signal(&e->wake);
+        } else if (rc == ERR_NOMEM && n > 1) {
             queue_give_back(m, first + n / 2, n - n / 2, cancelled, &n_cancelled);
             n /= 2;
             retry = true;

@@ -18,10 +18,11 @@
  * any pool size is free of deadlock, and taking turns step by step keeps
  * every model served at once moving. A paused batch gives its thread back
  * at once; it waits in the model's runner state for its resume. Under
- * mpirun the models with shards on other processes take turns on a second
- * pool of their own (runners_apart): a step of theirs may wait on a silent
- * process until its heartbeats time out, holding its thread, and so many
- * of those at once would otherwise hold up every other model's steps. */
+ * mpirun the models with shards on other processes take turns on pools of
+ * their own (runners_apart), one per set of other processes they span: a
+ * step of theirs may wait on a silent process until its heartbeats time
+ * out, holding its thread, and so many of those at once would otherwise
+ * hold up the steps of every model that has no shard on that process. */
 #include <assert.h>
 #include <math.h>
 #include <pthread.h>
@@ -328,7 +329,7 @@ enum runner_next {
 struct runner {
     struct workq_item item; /* the pool's while posted */
     struct engine_model *m;
-    struct workq *pool; /* [fixed] e->runners, or e->runners_apart (runner_create) */
+    struct workq *pool; /* [fixed] e->runners, or a pool of e->runners_apart (runner_create) */
     enum runner_next next;
     bool took;                  /* this serve took requests or resumed a paused batch */
     bool held;                  /* b is paused at a step boundary, its device memory kept */
@@ -490,26 +491,41 @@ static void runner_run(struct workq_item *item, void *arg)
 
 static const struct workq_ops runner_ops = {.run = runner_run};
 
-/* Whether a shard of sm is on another process's device. */
-static bool model_apart(const struct engine *e, const struct swap_model *sm)
+/* The set of other processes holding a shard of sm: bit p for process p
+ * (mod 64); 0 when every shard is on this process's devices. */
+static uint64_t model_procs(const struct engine *e, const struct swap_model *sm)
 {
-    for (int i = 0; i < swap_model_shard_count(sm); i++)
-        if (device_proc(swap_device(e->mgr, swap_shard_device(swap_model_shard(sm, i)))) > 0)
-            return true;
-    return false;
+    uint64_t key = 0;
+    for (int i = 0; i < swap_model_shard_count(sm); i++) {
+        int proc = device_proc(swap_device(e->mgr, swap_shard_device(swap_model_shard(sm, i))));
+        if (proc > 0)
+            key |= 1ull << (proc % 64);
+    }
+    return key;
+}
+
+/* The pool of the models spanning the processes in key (not 0), started
+ * when it is the first (lock held); NULL when its threads cannot start. */
+static struct workq *pool_apart(struct engine *e, uint64_t key)
+{
+    int i = 0;
+    while (i < e->n_runners_apart && e->runners_apart[i].key != key)
+        i++;
+    if (i < e->n_runners_apart)
+        return &e->runners_apart[i].q;
+    if (i == RUNNER_APART_POOLS) /* more sets than pools: they share the last */
+        return &e->runners_apart[i - 1].q;
+    struct runner_pool *p = &e->runners_apart[i];
+    if (workq_init_pool(&p->q, "runner-far", runner_pool_size(e), &runner_ops, e) < 0)
+        return NULL;
+    p->key = key;
+    e->n_runners_apart++;
+    return &p->q;
 }
 
 int runner_pool_start(struct engine *e)
 {
-    int rc = workq_init_pool(&e->runners, "runner", runner_pool_size(e), &runner_ops, e);
-    bool far = false;
-    for (int d = 0; d < swap_device_count(e->mgr); d++)
-        far |= device_proc(swap_device(e->mgr, d)) > 0;
-    if (rc == 0 && far &&
-        (rc = workq_init_pool(&e->runners_apart, "runner-far", runner_pool_size(e), &runner_ops,
-                              e)) < 0)
-        workq_free(&e->runners);
-    return rc;
+    return workq_init_pool(&e->runners, "runner", runner_pool_size(e), &runner_ops, e);
 }
 
 int runner_pool_size(const struct engine *e)
@@ -526,7 +542,13 @@ int runner_create(struct engine_model *m)
         return err_set(ERR_NOMEM, "model %s: out of host memory for its runner (%zu bytes)",
                        swap_model_name(m->sm), bytes);
     ru->m = m;
-    ru->pool = model_apart(m->e, m->sm) ? &m->e->runners_apart : &m->e->runners;
+    uint64_t key = model_procs(m->e, m->sm);
+    ru->pool = key ? pool_apart(m->e, key) : &m->e->runners;
+    if (!ru->pool) {
+        free(ru);
+        return err_set(ERR_NOMEM, "model %s: cannot start the runner threads of its processes",
+                       swap_model_name(m->sm));
+    }
     m->run = ru;
     return 0;
 }

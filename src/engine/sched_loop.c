@@ -272,6 +272,36 @@ static int start_load(struct engine *e, struct engine_model **map, struct sched_
     return rc;
 }
 
+/* The batches that found their device's free memory in pieces
+ * (batch_alloc: frag_device): the fragmentation step of a load, for each,
+ * offloading the model sched_defrag_victim names there (swap_compact,
+ * counted); its end frees the blocks and the batch is tried again. When no
+ * model may leave, the model's next failure is its batch's own error.
+ * Returns whether a model was offloaded (lock held). */
+static bool defrag_batches(struct engine *e, struct engine_model **map, struct sched_view *v)
+{
+    bool moved = false;
+    for (int i = 0; i < v->n_models; i++) {
+        struct engine_model *m = map[i];
+        int d = m->frag_device;
+        if (d < 0)
+            continue;
+        m->frag_device = -1;
+        int victim = sched_defrag_victim(v, i, d);
+        uint64_t held = victim < 0 ? 0 : model_held_bytes(e, map[victim]);
+        if (victim < 0 || swap_compact(e->mgr, d, map[victim]->sm) < 0) {
+            m->frag_none = true;
+            m->mem_wait = false;
+            continue;
+        }
+        move_leave(e, map[victim], ENGINE_MOVE_EVICTED, m, false, held);
+        e->stats.evictions++;
+        map[victim]->evictions++;
+        moved = true;
+    }
+    return moved;
+}
+
 /* ---- carrying out the policy's actions (sched_act), lock held ---- */
 
 /* The executor's context: the engine and the view's index map (view index i
@@ -629,6 +659,8 @@ static bool sched_decide(struct engine *e, struct snapshot *s)
     if (e->finished) /* a failed load failed its queue (load_check) */
         return true;
     if (!e->cfg.wait_for_unpin && pinned_block(e, s->map, s->sm, &v))
+        return true;
+    if (defrag_batches(e, s->map, &v))
         return true;
     int n = v.n_models ? e->policy->decide(&v, actions, MAX_ACTIONS) : 0;
     bool progress = false;

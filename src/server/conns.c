@@ -32,7 +32,18 @@
  * first call yet, is the one MHD is parsing: when its Content-Length is one
  * MHD refuses (srv_framing_refused), the server's JSON error is written on
  * its socket and the sending side shut, so MHD's own answer fails to send
- * and it closes the connection. */
+ * and it closes the connection. A chunk size of more hex digits than 64
+ * bits hold is refused by MHD mid-body the same way (a 413 page, after a
+ * log line that names the chunk size): the one chunked request of this
+ * thread reading its body gets the server's JSON 413 instead.
+ *
+ * A chunk size that fits 64 bits is MHD's alone: 0.9.75 keeps the size a
+ * chunk declares to itself (no callback, option or connection info gives
+ * it; the access handler sees only the bytes that came), so a chunk that
+ * declares 2^64-1 bytes and sends a few is bounded like any slow body: by
+ * --body-timeout (the BODY deadline above: the connection is closed) and
+ * by --max-body as its bytes arrive (413 once they pass it). Refusing it
+ * at once would take a chunked-framing parser of our own in front of MHD's. */
 #include <errno.h>
 #include <linux/tcp.h>
 #include <netdb.h>
@@ -172,6 +183,36 @@ void srv_conns_headers_refused(struct server *s)
     pthread_mutex_unlock(&s->conn_lock);
     if (status)
         srv_count_status(s, status);
+}
+
+void srv_conns_chunk_refused(struct server *s)
+{
+    pthread_t self = pthread_self();
+    struct oai_error e;
+    int n = 0;
+    pthread_mutex_lock(&s->conn_lock);
+    struct srv_conn *hit = NULL;
+    for (struct srv_conn *c = s->conns; c; c = c->next)
+        if (c->phase == CONN_BODY && pthread_equal(c->thread, self) && c->fd >= 0 && !c->cut &&
+            !MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_HTTP_STATUS) &&
+            MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND,
+                                        MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+            hit = c;
+            n++;
+        }
+    if (n == 1) {
+        oai_error_set(&e, 413, "invalid_request_error", "request_too_large", "",
+                      "A chunk of the request's body declares a size past 2^64 bytes; the limit "
+                      "is %llu bytes.",
+                      (unsigned long long)s->cfg->max_body_bytes);
+        srv_write_error(hit->fd, &e);
+        shutdown(hit->fd, SHUT_WR); /* MHD's own answer, queued next, fails to send */
+        log_info("%s %s %d (chunk size refused: connection closed): %s", hit->client, hit->uri,
+                 e.status, e.message);
+    }
+    pthread_mutex_unlock(&s->conn_lock);
+    if (n == 1)
+        srv_count_status(s, 413);
 }
 
 void srv_conn_headers_in(struct server *s, struct srv_conn *c)

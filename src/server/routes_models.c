@@ -271,6 +271,16 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
     struct swap_model *sm;
     const char *param = "path"; /* what a refusal is about */
     int id = stack_add_model(s->stack, &mc, &sm, &param), rc = id;
+    if (id >= 0 && (rc = engine_check_pinned_room(s->stack->engine, id)) < 0) {
+        /* it could never run beside the pinned models: as the config check
+         * refuses at start, naming both */
+        remove_unserved(s, id);
+        fs_confine(NULL, 0);
+        pthread_mutex_unlock(&s->admin_lock);
+        oai_error_set(&e, 409, "invalid_request_error", "no_room_beside_pinned", "",
+                      "Model '%s' could not be added: %s", m.name, err_msg());
+        goto refuse;
+    }
     if (id >= 0 &&
         (rc = srv_model_add(s, sm, dir, m.chat_template, m.aliases, m.n_aliases, id)) < 0) {
         param = m.chat_template && strstr(err_msg(), ": chat_template ") ? "chat_template" : "path";

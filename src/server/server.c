@@ -584,6 +584,11 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     /* the only callback MHD makes before it answers headers it refuses */
     if (atomic_load(&s->state) != SERVER_STARTING)
         srv_conns_headers_refused(s);
+    /* 0.9.75: "... 413 ('... The chunk size used in your HTTP chunked
+     * encoded request is too large. ...')", logged before it answers */
+    if (atomic_load(&s->state) != SERVER_STARTING && strstr(msg, "chunk size") &&
+        strstr(msg, "too large"))
+        srv_conns_chunk_refused(s);
 }
 
 /* ---- lifecycle ---- */

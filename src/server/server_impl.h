@@ -370,6 +370,13 @@ void *srv_conn_request_line(void *cls, const char *uri, struct MHD_Connection *c
  * shuts its sending side, so MHD's own answer (an HTML page, and in 0.9.75
  * its status line twice) never goes out. */
 void srv_conns_headers_refused(struct server *s);
+/* Called from MHD's log (a pool thread) when the line says MHD refuses a
+ * chunk's size (more hex digits than 64 bits hold): when exactly one
+ * chunked request of this thread is reading its body with no answer
+ * queued, it is that one, and it gets the server's JSON 413 the same way;
+ * with several such requests on the thread none can be told apart, and
+ * MHD's own 413 (an HTML page) goes out. */
+void srv_conns_chunk_refused(struct server *s);
 /* Whether c was shut down by a deadline. */
 bool srv_conn_cut(struct srv_conn *c);
 /* Shuts down the sockets of requests past their deadline; the watcher. */

@@ -5,7 +5,9 @@
  * (every process, with me and procs set), send each follower's pid to
  * process 0 (pids, for kill), then process 0 runs the named cases (test.h)
  * while the others follow the job until it closes. Define BEAT_INTERVAL and
- * BEAT_TIMEOUT before including this, and config_make in the program. */
+ * BEAT_TIMEOUT before including this, and config_make in the program;
+ * JOB_TEST_ENV, when defined as `"NAME", "value"`, is set in every process's
+ * environment before MPI starts (an MCA parameter of the transport). */
 #ifndef SHARDSWAP_TESTS_MPI_JOB_TEST_H
 #define SHARDSWAP_TESTS_MPI_JOB_TEST_H
 
@@ -32,6 +34,9 @@ int main(int argc, char **argv)
         test_skip("built without MPI");
     if (mpi_launched() < 2)
         test_skip("not started by mpirun as 2 or more processes (tests/CMakeLists.txt does)");
+#ifdef JOB_TEST_ENV
+    setenv(JOB_TEST_ENV, 1);
+#endif
     struct cluster_job_config jc = {.beat_interval_s = BEAT_INTERVAL,
                                     .beat_timeout_s = BEAT_TIMEOUT};
     if (cluster_job_open(&jc, &job) < 0) {

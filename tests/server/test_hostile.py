@@ -890,7 +890,9 @@ def test_framing():
     request; a Content-Length of -1 got libmicrohttpd's status line and
     headers twice and an HTML page); a chunked body past --max-body is a
     413 as soon as it passes it (before: a chunk of 2^64-1 bytes was read
-    until --body-timeout closed the connection without an answer)."""
+    until --body-timeout closed the connection without an answer); a chunk
+    size past 2^64, which libmicrohttpd refuses mid-body, is the server's
+    JSON 413 (before: libmicrohttpd's HTML page)."""
     key = srv().api_key.encode()
     inner = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + b"\r\n\r\n"
     body = b'{"model":"m1","prompt":"hi","max_tokens":1}'
@@ -913,6 +915,8 @@ def test_framing():
         ("CL 2**70", head + b"Content-Length: %d\r\n\r\n" % 2 ** 70 + inner, 413, "request_too_large"),
         ("chunk of 2**64-1 past --max-body", head + b"Transfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n" + big,
          413, "request_too_large"),
+        ("chunk size past 2**64", head + b"Transfer-Encoding: chunked\r\n\r\n1ffffffffffffffff\r\n" + body +
+         b"\r\n0\r\n\r\n" + inner, 413, "request_too_large"),
     ]
     bad = []
     for name, data, want, code in cases:
@@ -947,6 +951,40 @@ def test_framing():
             bad.append("%s: %s: %r" % (name, why, got[:400]))
     check(not bad, "%d framing cases got the wrong answer:\n        %s" % (len(bad), "\n        ".join(bad)))
     check(srv().alive(), "the server died")
+    check_normal()
+
+
+def test_chunk_declared_huge():
+    """A chunk that declares 2^64-1 (or 2^63) bytes and sends a few, then
+    nothing: libmicrohttpd keeps a chunk's declared size to itself (no
+    callback or option gives it to the server), so the deadlines are the
+    bound: the connection is closed within --body-timeout (or --timeout, a
+    silent client's, when shorter; plus the watcher's sweep and the
+    machine's noise), the request is never served,
+    and another client is answered at once meanwhile."""
+    key = srv().api_key.encode()
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + key +
+            b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    bound = DEADLINE + 2.5
+    for size in (b"ffffffffffffffff", b"8000000000000000", b"ffffffffffffffff;ext=1"):
+        c = socket.create_connection(("127.0.0.1", srv().port), timeout=10)
+        try:
+            t0 = time.time()
+            c.sendall(head + size + b'\r\n{"model":"m1","prompt":"hi"')
+            t1 = time.time()
+            st, _, _ = send_raw(req("GET", "/health", key=None), timeout=10)
+            health_s = time.time() - t1
+            got, closed = read_all(c, bound + 5)
+            took = time.time() - t0
+        finally:
+            c.close()
+        print("      chunk size %-24s closed after %.1f s (bound %.1f s); /health meanwhile %s in %.2f s"
+              % (size.decode(), took, bound, st, health_s), flush=True)
+        check(st == 200 and health_s < 2, "/health while a chunk of %s waits: %s in %.2f s"
+              % (size.decode(), st, health_s))
+        check(closed and took <= bound, "a chunk of %s bytes with a few sent: closed %s after %.1f s, "
+              "want within --body-timeout %d s + 2.5 s" % (size.decode(), closed, took, DEADLINE))
+        check(b"200 OK" not in got and b'"choices"' not in got, "the request was served: %r" % got[:200])
     check_normal()
 
 
@@ -1334,7 +1372,7 @@ def main():
     tests = [test_table, test_content_length_lies, test_slowloris, test_slowloris_deadlines,
              test_slowloris_one_address, test_too_many_connections,
              test_disconnect_mid_stream, test_half_close, test_disconnect_storm, test_admin_races, test_long_request_beyond_timeout,
-             test_no_smuggling, test_framing, test_log_injection, test_port_file, test_random_valid_requests, test_survives,
+             test_no_smuggling, test_framing, test_chunk_declared_huge, test_log_injection, test_port_file, test_random_valid_requests, test_survives,
              test_sigterm_in_flight, test_sigterm_flood]
     if A.only:
         want = set(A.only.split(","))

@@ -13,6 +13,9 @@ positions), a 1,000-token prompt of token ids, 4 tokens, greedy:
   the pin (never a wait until an unpin); a short one to m1 answers 200.
 - room for one model's weights and a short batch: the long request can
   never fit and is refused at submission, 400 naming the bytes.
+- the same room with m2 pinned: adding m1 at run time (POST /admin/models)
+  is refused at once, 409 no_room_beside_pinned naming both models (as the
+  config check at start refuses such a set); m1 is not served, m2 serves.
 
     test_room.py --bin build/shardswap [--work-dir DIR] [--keep]
 """
@@ -118,13 +121,38 @@ def test_never_fits():
         s.stop()
 
 
+def test_admin_add_beside_pins():
+    cfg = os.path.join(A.work_dir, "room-pins-add.yaml")
+    with open(cfg, "w") as f:
+        f.write("models:\n  - {name: m2, path: %s, pinned: true}\n" % MODELS["m2"])
+    budget = max(harness.model_bytes(d) for d in MODELS.values()) + SMALL_ROOM
+    s = harness.Server(A.bin, {}, A.work_dir, device_budget=budget, extra=["--config", cfg],
+                       model_root=os.path.dirname(MODELS["m1"]))
+    s.start()
+    try:
+        st, j = s.json("POST", "/admin/models", {"name": "m1", "path": MODELS["m1"]},
+                       key="admin", timeout=60)
+        err = (j or {}).get("error", {})
+        msg = err.get("message", "")
+        check(st == 409 and err.get("code") == "no_room_beside_pinned" and
+              "pinned model m2" in msg and "model m1" in msg and "\n" not in msg,
+              "adding a model that never fits beside the pinned one: %d %s" % (st, j))
+        print("      409: %s" % msg[:240])
+        st, j = s.json("GET", "/v1/models/m1")
+        check(st == 404, "the refused model is not served: %d %s" % (st, j))
+        st, j = ask(s, "m2", SHORT, timeout=60)
+        check(st == 200, "the pinned model after the refusal: %d %s" % (st, j))
+    finally:
+        s.stop()
+
+
 def main():
     global A, MODELS
     p = harness.common_args(__doc__.splitlines()[0])
     A = harness.resolve_args(p.parse_args())
     MODELS = harness.tiny_models(A.bin, A.work_dir, 2)
     failures = harness.run_tests([test_long_prompt_evicts, test_pinned_starves_batch,
-                                  test_never_fits], {})
+                                  test_never_fits, test_admin_add_beside_pins], {})
     if not failures:
         harness.cleanup_args(A)
     print("%d failed" % failures if failures else "all passed")

@@ -535,6 +535,41 @@ int mpi_world_send_unless(struct mpi_world *w, int peer, int tag, const void *p,
     return 0;
 }
 
+/* A posted send: the op and the caller's callback, freed once done. */
+struct posted_send {
+    struct mpi_op op;
+    void (*done)(void *arg, int status);
+    void *arg;
+};
+
+static void posted_send_done(struct mpi_op *op)
+{
+    struct posted_send *s = (struct posted_send *)op;
+    s->done(s->arg, op->status);
+    free(s);
+}
+
+int mpi_world_send_post(struct mpi_world *w, int peer, int tag, const void *p, size_t n,
+                        const atomic_bool *stop, void (*done)(void *arg, int status), void *arg)
+{
+    if (n > (size_t)INT_MAX)
+        return err_set(ERR_INVALID, "mpi: a message of %zu bytes is too large", n);
+    struct posted_send *s = malloc(sizeof *s);
+    if (!s)
+        return err_set(ERR_NOMEM, "mpi: out of memory for a send of %zu bytes", n);
+    *s = (struct posted_send){.op = {.kind = MPI_OP_SEND,
+                                     .peer = peer,
+                                     .tag = tag,
+                                     .buf = (void *)p,
+                                     .len = n,
+                                     .stop = stop,
+                                     .done = posted_send_done},
+                              .done = done,
+                              .arg = arg};
+    mpi_world_post(w, &s->op);
+    return 0;
+}
+
 int mpi_world_send(struct mpi_world *w, int peer, int tag, const void *p, size_t n)
 {
     return mpi_world_send_unless(w, peer, tag, p, n, NULL);
