@@ -375,5 +375,16 @@ struct engine_model_stats {
 };
 /* Fills *out for model id; ERR_NOT_FOUND when it is not served. */
 int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out);
+/* The real tokens (prompt and generated, not padding) the router of model
+ * id chose each expert of each layer for, over its batches so far (each a
+ * token's top-k experts, so a layer's row sums to top-k x its tokens):
+ * *layers and *experts give the shape (0 experts: a model without experts,
+ * or none of its batches ran yet), and when cap >= layers x experts the
+ * counts are copied into out, row-major (else out is untouched: ask again
+ * with room). Counted on this process: a pipeline stage whose shards are
+ * all on other processes (mpirun) counts nothing here, its rows stay 0.
+ * Counted as each step ends. ERR_NOT_FOUND when id is not served. */
+int engine_model_expert_tokens(struct engine *e, int id, uint64_t *out, size_t cap, int *layers,
+                               int *experts);
 
 #endif

@@ -182,6 +182,13 @@ struct engine_model {
     uint64_t trims, bytes_trimmed;                                   /* [lock] */
     uint64_t submitted, ok, failed, cancelled, timed_out, rejected;  /* [lock] */
     double load_s, compute_s;                                        /* [lock] */
+    /* [lock] the real tokens its router chose each expert of each layer
+     * for, (n_layers, experts) row-major, over its batches (runner.c adds
+     * each step's, read from the batch's contexts on its thread); NULL
+     * until its first batch with experts (runner.c allocates it, runner_free
+     * frees it) */
+    uint64_t *expert_tokens;
+    int expert_layers, experts;
     struct hist latency, ttft, load;                                 /* [lock] */
 };
 

@@ -411,6 +411,20 @@ int engine_model_stats(struct engine *e, int id, struct engine_model_stats *out)
     return 0;
 }
 
+int engine_model_expert_tokens(struct engine *e, int id, uint64_t *out, size_t cap, int *layers,
+                               int *experts)
+{
+    pthread_mutex_lock(&e->lock);
+    struct engine_model *m = model_get(e, id);
+    *layers = m && m->expert_tokens ? m->expert_layers : 0;
+    *experts = m && m->expert_tokens ? m->experts : 0;
+    const size_t n = (size_t)*layers * *experts;
+    if (n && out && cap >= n)
+        memcpy(out, m->expert_tokens, n * sizeof(*out));
+    pthread_mutex_unlock(&e->lock);
+    return m ? 0 : err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
+}
+
 void engine_get_stats(struct engine *e, struct engine_stats *st)
 {
     pthread_mutex_lock(&e->lock);

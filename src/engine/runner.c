@@ -49,6 +49,12 @@ struct batch {
     uint8_t *mask;
     float *logits;           /* (slots, vocab) */
     int32_t *last;           /* (slots) the last token of each sequence */
+    /* for a model with experts: the router's counts of its contexts as last
+     * added to the model's (group_exec_routed), and a buffer to read them
+     * into, (n_layers, experts) each; NULL when the model has none, or
+     * when the host memory could not be had (its steps go uncounted) */
+    uint64_t *routed_seen, *routed_now;
+    size_t n_routed;
 };
 
 /* A sequence leaves the batch: its slot and KV positions are free at once. */
@@ -145,11 +151,51 @@ static void batch_accrue(struct batch *b, double *mark)
 {
     struct engine *e = b->m->e;
     double now = time_now();
+    if (b->routed_now)
+        group_exec_routed(b->gb, b->routed_now);
     pthread_mutex_lock(&e->lock);
     e->stats.compute_s += now - *mark;
     b->m->compute_s += now - *mark;
+    if (b->routed_now) /* what the steps since the last accrual routed */
+        for (size_t i = 0; i < b->n_routed; i++) {
+            b->m->expert_tokens[i] += b->routed_now[i] - b->routed_seen[i];
+            b->routed_seen[i] = b->routed_now[i];
+        }
     pthread_mutex_unlock(&e->lock);
     *mark = now;
+}
+
+/* The batch's router counters, for a model with experts: its buffers and,
+ * at its first such batch, the model's totals (the runner is their only
+ * writer; the engine lock guards them for readers). Without the host
+ * memory, the batch's steps go uncounted. */
+static void batch_routed_open(struct batch *b)
+{
+    struct engine_model *m = b->m;
+    const int experts = group_exec_routed(b->gb, NULL);
+    const int layers = swap_model_info(m->sm)->n_layers;
+    b->n_routed = (size_t)layers * experts;
+    if (!b->n_routed)
+        return;
+    b->routed_seen = calloc(b->n_routed, sizeof(uint64_t));
+    b->routed_now = calloc(b->n_routed, sizeof(uint64_t));
+    pthread_mutex_lock(&m->e->lock);
+    bool have = m->expert_tokens != NULL;
+    pthread_mutex_unlock(&m->e->lock);
+    uint64_t *totals = have ? NULL : calloc(b->n_routed, sizeof(uint64_t));
+    pthread_mutex_lock(&m->e->lock);
+    if (totals) {
+        m->expert_tokens = totals;
+        m->expert_layers = layers;
+        m->experts = experts;
+    }
+    have = m->expert_tokens && m->expert_layers == layers && m->experts == experts;
+    pthread_mutex_unlock(&m->e->lock);
+    if (!have || !b->routed_seen || !b->routed_now) {
+        free(b->routed_seen);
+        free(b->routed_now);
+        b->routed_seen = b->routed_now = NULL;
+    }
 }
 
 /* Fails every request in the batch with a forward's error. The batch's state
@@ -182,6 +228,7 @@ static int batch_open(struct batch *b, struct engine_req **first)
     int rc = 0;
     if (!b->req || !b->ids || !b->mask || !b->logits || !b->last)
         rc = err_set(ERR_NOMEM, "out of host memory for a batch of %d", n);
+    batch_routed_open(b);
     pthread_mutex_lock(&e->lock);
     b->id = ++e->stats.batches;
     b->m->batches++;
@@ -303,6 +350,11 @@ static enum step batch_next_step(struct batch *b, double *mark)
  * time computing. */
 static void batch_close(struct batch *b, double *mark)
 {
+    if (b->routed_now) { /* the last step's routing was counted when it ended */
+        free(b->routed_seen);
+        free(b->routed_now);
+        b->routed_seen = b->routed_now = NULL;
+    }
     batch_release(b->m, b->gb);
     free(b->req);
     free(b->ids);
@@ -560,6 +612,8 @@ void runner_free(struct engine_model *m)
         free(m->run);
         m->run = NULL;
     }
+    free(m->expert_tokens);
+    m->expert_tokens = NULL;
 }
 
 void runner_serve(struct engine_model *m)

@@ -258,6 +258,33 @@ int group_exec_max_step(const struct group_exec *gb)
     return gb_shape(gb)->max_tokens / gb_shape(gb)->batch;
 }
 
+int group_exec_routed(const struct group_exec *gb, uint64_t *out)
+{
+    int experts = 0;
+    for (int i = 0; i < gb->n_shards && !experts; i++)
+        if (gb->ex[i])
+            model_exec_routed(gb->ex[i], &experts);
+    if (!experts || !out)
+        return experts;
+    const int n_layers = swap_model_info(gb->model)->n_layers;
+    memset(out, 0, (size_t)n_layers * experts * sizeof(*out));
+    for (int st = 0, begin = 0; st < gb->pp; st++) {
+        /* a shard's blobs: the embeddings and head, then its layers */
+        const int layers = swap_shard_n_blobs(swap_model_shard(gb->model, st * gb->tp)) - 1;
+        for (int r = 0; r < gb->tp; r++) {
+            const struct model_exec *ex = gb->ex[st * gb->tp + r];
+            int e = 0;
+            const uint64_t *c = ex ? model_exec_routed(ex, &e) : NULL;
+            if (!c || e != experts || begin + layers > n_layers)
+                continue;
+            memcpy(out + (size_t)begin * experts, c, (size_t)layers * experts * sizeof(*c));
+            break;
+        }
+        begin += layers;
+    }
+    return experts;
+}
+
 void group_exec_free(struct group_exec *gb)
 {
     if (!gb)

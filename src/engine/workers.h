@@ -56,6 +56,16 @@ int group_exec_room(const struct group_exec *gb);
 /* The longest step (positions per sequence) the batch was sized for. */
 int group_exec_max_step(const struct group_exec *gb);
 void group_exec_free(struct group_exec *gb); /* NULL-safe */
+/* The router's counts since gb was created (model_exec_routed): for a
+ * model with experts, the experts per layer, and when out is not NULL the
+ * real tokens routed to each expert of each layer of the whole model,
+ * (n_layers, experts) row-major into out (n_layers: the model's). Each
+ * stage counts once, from its lowest-ranked shard on this process (every
+ * TP rank of a stage routes alike); the rows of a stage with no shard on
+ * this process stay 0 (its contexts count on their own process). 0 (out
+ * untouched) for a model without experts. Between steps, on the thread
+ * that runs them. */
+int group_exec_routed(const struct group_exec *gb, uint64_t *out);
 
 /* Runs t_new tokens of every sequence (ids, mask: (batch, t_new), mask as in
  * model_forward) through every shard of the model on its device and waits.

@@ -63,6 +63,41 @@ static void model_hist(FILE *f, const char *name, const struct model_row *row,
     fprintf(f, "\"} %llu\n", (unsigned long long)h->count);
 }
 
+/* shardswap_expert_tokens_total, for the served models with experts (the
+ * family whole: HELP and TYPE only when some model has samples). */
+static void expert_tokens(FILE *f, struct server *s, const struct model_row *rows, int n_live)
+{
+    bool head = false;
+    for (int i = 0; i < n_live; i++) {
+        int layers = 0, experts = 0;
+        if (engine_model_expert_tokens(s->stack->engine, rows[i].st->id, NULL, 0, &layers,
+                                       &experts) < 0 ||
+            !experts)
+            continue;
+        /* the shape is fixed once it is not 0 */
+        uint64_t *c = calloc((size_t)layers * experts, sizeof(*c));
+        if (!c || engine_model_expert_tokens(s->stack->engine, rows[i].st->id, c,
+                                             (size_t)layers * experts, &layers, &experts) < 0) {
+            free(c);
+            continue;
+        }
+        if (!head)
+            family(f, "shardswap_expert_tokens_total", "counter",
+                   "Real tokens (prompt and generated) the model's router sent to each expert "
+                   "of each layer, each token to its top-k experts; counted on the serving "
+                   "process (a pipeline stage served wholly by other processes counts 0).");
+        head = true;
+        for (int l = 0; l < layers; l++)
+            for (int x = 0; x < experts; x++) {
+                fputs("shardswap_expert_tokens_total{model=\"", f);
+                put_label(f, rows[i].name);
+                fprintf(f, "\",layer=\"%d\",expert=\"%d\"} %llu\n", l, x,
+                        (unsigned long long)c[(size_t)l * experts + x]);
+            }
+        free(c);
+    }
+}
+
 /* rows[0 .. n_live) are served models, rows[n_live .. n) removed ones. */
 static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int n_live, int n)
 {
@@ -176,6 +211,8 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
             fprintf(f, "\",reason=\"%s\"} %llu\n", u[k].reason, u[k].v);
         }
     }
+
+    expert_tokens(f, s, rows, n_live);
 
     static const enum residency res[] = {RES_ON_DISK,   RES_IN_HOST,    RES_LOADING,
                                          RES_ON_DEVICE, RES_OFFLOADING, RES_PARTIAL};

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""`shardswap serve` on a mixture-of-experts model: the router's counts
+in /metrics (ctest: server_moe).
+
+One server serves the committed Mixtral fixture (mixtral_moe_f32, no
+tokenizer: token-id prompts). Before any request no
+shardswap_expert_tokens_total sample is shown; after requests alone and
+then at once (left-padded in one batch), each layer's samples sum to
+top-k x the real tokens the model ran (each prompt's tokens and every
+generated token but the last, which is returned, never fed back), padding
+never counted; every (layer, expert) is labelled; promtool accepts the
+exposition; answers stay transformers' greedy ids.
+
+    test_moe.py --bin build/shardswap [--work-dir DIR] [--keep]
+"""
+
+import concurrent.futures as cf
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import check  # noqa: E402
+
+FX = "mixtral_moe_f32"
+NAME = "fx_moe"
+A = None
+S = {}
+RAN = [0]  # real tokens run so far
+
+
+def srv():
+    return S["srv"]
+
+
+def config():
+    with open(os.path.join(harness.FIXTURES, FX, "config.json")) as f:
+        return json.load(f)
+
+
+def expert_samples():
+    """{(layer, expert): value} of the model's shardswap_expert_tokens_total."""
+    out = {}
+    for name, lab, v in harness.parse_metrics(srv().metrics()):
+        if name == "shardswap_expert_tokens_total":
+            check(set(lab) == {"model", "layer", "expert"} and lab["model"] == NAME,
+                  "labels %s" % lab)
+            out[(int(lab["layer"]), int(lab["expert"]))] = v
+    return out
+
+
+def complete(prompt, out):
+    st, j = srv().json("POST", "/v1/completions",
+                       {"model": NAME, "prompt": [prompt], "max_tokens": len(out), "temperature": 0})
+    check(st == 200, "completion: %d %s" % (st, j))
+    got = j["choices"][0]["token_ids"]
+    check(got == out, "%s: token_ids %s, transformers %s" % (prompt, got, out))
+    n = j["usage"]["prompt_tokens"] + j["usage"]["completion_tokens"] - 1
+    return n
+
+
+def check_counts(what):
+    cfg = config()
+    layers, experts, k = cfg["num_hidden_layers"], cfg["num_local_experts"], cfg["num_experts_per_tok"]
+    c = expert_samples()
+    check(set(c) == {(l, x) for l in range(layers) for x in range(experts)},
+          "%s: samples for %s" % (what, sorted(c)))
+    for l in range(layers):
+        got = sum(c[(l, x)] for x in range(experts))
+        check(got == k * RAN[0], "%s: layer %d counts %g tokens routed, want top-k %d x %d real tokens"
+              % (what, l, got, k, RAN[0]))
+
+
+def test_none_before_requests():
+    text = srv().metrics()
+    check("shardswap_expert_tokens_total" not in text, "expert counts before any batch ran")
+
+
+def test_counts_alone():
+    for prompt, out in harness.fixture_expected(FX):
+        RAN[0] += complete(prompt, out)
+    check_counts("one request at a time")
+
+
+def test_counts_batched():
+    """Prompts of different lengths at once: left-padded in a batch, the
+    padding never counted."""
+    cases = harness.fixture_expected(FX)
+    check(len({len(p) for p, _ in cases}) > 1, "the fixture's prompts are all one length")
+    with cf.ThreadPoolExecutor(len(cases)) as ex:
+        for n in ex.map(lambda c: complete(*c), cases * 2):
+            RAN[0] += n
+    check_counts("requests at once")
+
+
+def test_metrics_promtool():
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        print("      promtool not found: exposition not checked by it")
+        return
+    r = subprocess.run([promtool, "check", "metrics"], input=srv().metrics().encode(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    check(r.returncode == 0, "promtool check metrics:\n%s" % r.stdout.decode(errors="replace"))
+
+
+def main():
+    global A
+    p = harness.common_args(__doc__)
+    A = harness.resolve_args(p.parse_args())
+    d = os.path.join(A.work_dir, "fixtures-moe", FX)
+    harness.fixture_copy(FX, d)
+    s = harness.Server(A.bin, {NAME: d}, A.work_dir, max_batch=4)
+    S.update(srv=s)
+    s.start()
+    tests = [test_none_before_requests, test_counts_alone, test_counts_batched, test_metrics_promtool]
+    return harness.run_and_stop(tests, S, A)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
