@@ -505,6 +505,56 @@ static void test_adapter(void)
     expect_fail(cmd, 1, "adapter_config.json");
 }
 
+/* bench forward on a model with experts counts what a decode step reads:
+ * every weight but the routed experts, and of those the ones the step's
+ * tokens routed to. One sequence reads top-k experts per layer a step
+ * (mixtral_moe_f32: 2 layers, top 2 of 4); a batch of several, at least
+ * that and at most every expert. A dense model reads every weight. */
+static void test_bench_experts(void)
+{
+    const char *moe = SHARDSWAP_SOURCE_DIR "/tests/fixtures/models/mixtral_moe_f32";
+    const int layers = 2, top_k = 2, experts = 4;
+    char cmd[4096], out[4096], err[4096];
+    for (int batch = 1; batch <= 4; batch += 3) {
+        snprintf(cmd, sizeof(cmd),
+                 "%s bench forward --model %s --batch %d --prompt-len 6 --gen 5 --repeat 1 "
+                 "--threads 1 --json",
+                 BIN, moe, batch);
+        CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+        json_t *j = parse_json_line(cmd, out);
+        if (!j)
+            continue;
+        double all = json_number_value(json_object_get(j, "weight_bytes"));
+        double eb = json_number_value(json_object_get(j, "expert_bytes"));
+        double reads = json_number_value(json_object_get(j, "expert_reads_per_step"));
+        double step = json_number_value(json_object_get(j, "decode_weight_bytes_per_step"));
+        CHECK_MSG(eb > 0 && eb < all, "%s: expert_bytes %g of %g", cmd, eb, all);
+        if (batch == 1)
+            CHECK_MSG(reads == layers * top_k, "%s: %g experts read a step, want %d", cmd, reads,
+                      layers * top_k);
+        else
+            CHECK_MSG(reads >= layers * top_k && reads <= layers * experts,
+                      "%s: %g experts read a step, want %d..%d", cmd, reads, layers * top_k,
+                      layers * experts);
+        const double want = all - eb + reads * eb / (layers * experts);
+        CHECK_MSG(fabs(step - want) <= 1, "%s: %g bytes a step, want %g", cmd, step, want);
+        json_decref(j);
+    }
+    snprintf(cmd, sizeof(cmd),
+             "%s bench forward --model %s/tests/fixtures/models/llama_gqa_f32 --prompt-len 4 "
+             "--gen 2 --repeat 1 --threads 1 --json",
+             BIN, SHARDSWAP_SOURCE_DIR);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    json_t *j = parse_json_line(cmd, out);
+    if (j) {
+        CHECK_MSG(json_number_value(json_object_get(j, "expert_bytes")) == 0 &&
+                      json_number_value(json_object_get(j, "decode_weight_bytes_per_step")) ==
+                          json_number_value(json_object_get(j, "weight_bytes")),
+                  "%s: a dense model's step reads every weight: %s", cmd, out);
+        json_decref(j);
+    }
+}
+
 /* generate on a Llama-family fixture, which has no tokenizer: --ids gives
  * transformers' greedy ids back (expected.json), comma-separated on one
  * line; --prompt there is one line saying so and pointing at --ids; the
@@ -1003,6 +1053,7 @@ int main(void)
     }
     test_devices();
     test_adapter();
+    test_bench_experts();
     test_chat_template();
     test_gen_model_fifo();
     /* bench gemv refuses an ISA it does not know before measuring anything */

@@ -24,6 +24,13 @@
 
 struct bench_result {
     double prefill_s, decode_s;
+    /* a model with experts: the (token, expert) pairs the prefill routed
+     * (each real token to its top-k in each sparse layer), the (layer,
+     * expert) pairs the decode steps read (per step, each expert of each
+     * layer that some token of the step routed to: its matrices are read
+     * once for all of them), and the layers whose router ran */
+    uint64_t prefill_routed, decode_reads;
+    int sparse_layers, experts;
 };
 
 /* bench_once's step: the prefill's end timed, then greedy ids for every
@@ -32,7 +39,36 @@ struct greedy {
     int batch, vocab, gen;
     double prefill_end;
     struct device *profile_dev; /* profiled from the prefill's end to the last step, or NULL */
+    /* a model with experts: the context's router counts as of the last
+     * step (NULL: none), and bench_result's routing figures */
+    const struct model_exec *ex;
+    uint64_t *seen;
+    int layers, experts;
+    struct bench_result *r;
 };
+
+/* What the step that just ran routed: its counts less the last step's. */
+static void greedy_routed(struct greedy *g, int step)
+{
+    int experts;
+    const uint64_t *c = model_exec_routed(g->ex, &experts);
+    for (int l = 0; l < g->layers; l++) {
+        uint64_t row = 0;
+        for (int x = 0; x < g->experts; x++) {
+            const size_t i = (size_t)l * g->experts + x;
+            const uint64_t d = c[i] - g->seen[i];
+            g->seen[i] = c[i];
+            row += d;
+            if (step > 0 && d)
+                g->r->decode_reads++;
+        }
+        if (step == 0) {
+            g->r->prefill_routed += row;
+            g->r->sparse_layers += row > 0;
+        }
+    }
+    g->r->experts = g->experts;
+}
 
 static int greedy_step(void *ctx, int step, float *logits, int32_t *next)
 {
@@ -44,6 +80,8 @@ static int greedy_step(void *ctx, int step, float *logits, int32_t *next)
     }
     if (step == 0)
         g->prefill_end = time_now();
+    if (g->seen)
+        greedy_routed(g, step);
     if (step == g->gen)
         return 1;
     for (int b = 0; b < g->batch; b++) {
@@ -70,6 +108,8 @@ static int bench_once(const struct cli_model *cm, int batch, int prompt_len, int
     struct model_exec *ex = NULL;
     int32_t *ids = NULL, *next = NULL;
     float *logits = NULL;
+    uint64_t *seen = NULL;
+    *r = (struct bench_result){0};
     /* the context checks the shape against the model before anything is
      * sized by it */
     int rc = cli_model_exec_open(
@@ -79,7 +119,12 @@ static int bench_once(const struct cli_model *cm, int batch, int prompt_len, int
     ids = malloc((size_t)batch * prompt_len * sizeof(int32_t));
     next = malloc((size_t)batch * sizeof(int32_t));
     logits = malloc((size_t)batch * V * sizeof(float));
-    if (!ids || !next || !logits) {
+    int experts = 0;
+    model_exec_routed(ex, &experts);
+    const int layers = model_info(m)->n_layers;
+    if (experts)
+        seen = calloc((size_t)layers * experts, sizeof(*seen));
+    if (!ids || !next || !logits || (experts && !seen)) {
         rc = err_set(ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -88,7 +133,15 @@ static int bench_once(const struct cli_model *cm, int batch, int prompt_len, int
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         ids[i] = 4 + (int32_t)((x >> 33) % (uint64_t)(V - 4));
     }
-    struct greedy g = {.batch = batch, .vocab = V, .gen = gen, .profile_dev = profile_dev};
+    struct greedy g = {.batch = batch,
+                       .vocab = V,
+                       .gen = gen,
+                       .profile_dev = profile_dev,
+                       .ex = ex,
+                       .seen = seen,
+                       .layers = layers,
+                       .experts = experts,
+                       .r = r};
     double t0 = time_now();
     rc = model_generate_steps(m, ex, ids, prompt_len, logits, next, greedy_step, &g);
     double t1 = time_now();
@@ -100,6 +153,7 @@ static int bench_once(const struct cli_model *cm, int batch, int prompt_len, int
     r->decode_s = t1 - g.prefill_end;
 out:
     model_exec_free(ex);
+    free(seen);
     free(ids);
     free(next);
     free(logits);
@@ -141,8 +195,13 @@ struct forward_run {
     char device[32];
     int threads;
     struct bench_result best;      /* the best of repeat runs, each phase on its own */
-    double wbytes;                 /* the weights' bytes */
-    double macs_token, macs_row;   /* the model's linear MACs per token, per head row */
+    double wbytes;                 /* the weights' bytes every step reads (all but routed experts) */
+    double macs_token, macs_row;   /* the model's linear MACs per token, per head row (the same) */
+    /* the routed experts (0 without): all their bytes, and one (layer,
+     * expert)'s bytes and MACs per token; the routing of the timed runs
+     * (each alike: the same ids, greedy) */
+    double expert_bytes, pair_bytes, pair_macs;
+    uint64_t prefill_routed, decode_reads;
     enum dtype weight_dtype;
     enum kern_compute compute;
     double bw, rbw;                /* memcpy (STREAM count), read bytes/s; NaN on a GPU */
@@ -172,15 +231,19 @@ static int forward_measure(struct forward_run *r)
     snprintf(r->device, sizeof(r->device), "%s", on_cpu ? "cpu:0" : device_name(cmod.dev));
     /* warm-up: the calibrations, the pool's threads started */
     struct bench_result one;
-    r->best = (struct bench_result){1e30, 1e30};
+    r->best = (struct bench_result){.prefill_s = 1e30, .decode_s = 1e30};
     if ((rc = bench_once(&cmod, r->batch, r->prompt_len < 8 ? r->prompt_len : 8, 2, &one, NULL,
                          NULL)) < 0)
         goto out;
+    double pairs = 0; /* (layer, expert) pairs: sparse layers x experts */
     for (int i = 0; i < r->repeat; i++) {
         if ((rc = bench_once(&cmod, r->batch, r->prompt_len, r->gen, &one,
                              r->profile ? cmod.dev : NULL, &r->prof)) < 0)
             goto out;
         r->prof_decode_s += one.decode_s;
+        r->prefill_routed = one.prefill_routed;
+        r->decode_reads = one.decode_reads;
+        pairs = (double)one.sparse_layers * one.experts;
         if (one.prefill_s < r->best.prefill_s)
             r->best.prefill_s = one.prefill_s;
         if (one.decode_s < r->best.decode_s)
@@ -188,6 +251,12 @@ static int forward_measure(struct forward_run *r)
     }
     r->wbytes = (double)model_weight_bytes(m);
     model_macs(m, &r->macs_token, &r->macs_row);
+    size_t expert_bytes;
+    double expert_macs;
+    model_expert_cost(m, &expert_bytes, &expert_macs);
+    r->expert_bytes = (double)expert_bytes;
+    r->pair_bytes = pairs > 0 ? r->expert_bytes / pairs : 0;
+    r->pair_macs = pairs > 0 ? expert_macs / pairs : 0;
     r->weight_dtype = model_weight_dtype(m);
     r->compute = model_compute(m);
     /* the host's memory and matmul figures mean something next to a CPU
@@ -210,6 +279,8 @@ out:
 /* The figures both outputs show, from r's times. */
 struct forward_figures {
     double prefill_tps, decode_tps, stream, prefill_gflops, decode_vs_read;
+    double step_bytes;   /* weight bytes a decode step read, on average */
+    double expert_reads; /* of which (layer, expert) pairs read, on average */
 };
 
 static struct forward_figures forward_figures(const struct forward_run *r)
@@ -217,10 +288,17 @@ static struct forward_figures forward_figures(const struct forward_run *r)
     struct forward_figures f;
     f.prefill_tps = r->batch * r->prompt_len / r->best.prefill_s;
     f.decode_tps = r->batch * r->gen / r->best.decode_s;
-    f.stream = r->wbytes * r->gen / r->best.decode_s;
-    /* every token through the layers, each sequence's last through the head */
-    f.prefill_gflops =
-        2 * (r->macs_token * r->prompt_len + r->macs_row) * r->batch / r->best.prefill_s / 1e9;
+    /* a step reads every weight but the routed experts, and of those the
+     * experts its tokens routed to, once each (counted in the run) */
+    f.expert_reads = (double)r->decode_reads / r->gen;
+    f.step_bytes = r->wbytes + f.expert_reads * r->pair_bytes;
+    f.stream = f.step_bytes * r->gen / r->best.decode_s;
+    /* every token through the layers (and its top-k experts), each
+     * sequence's last through the head */
+    f.prefill_gflops = 2 *
+                       ((r->macs_token * r->prompt_len + r->macs_row) * r->batch +
+                        (double)r->prefill_routed * r->pair_macs) /
+                       r->best.prefill_s / 1e9;
     f.decode_vs_read = r->rbw > 0 ? f.stream / r->rbw : r->dev.gpu < 0 ? 0 : NAN;
     return f;
 }
@@ -280,7 +358,7 @@ static int forward_print_json(const struct forward_run *r)
         "blas_core", jsonout_string(r->blas), "gemv_kernels", jsonout_string(r->gemv), "matmul_paths",
         jsonout_string(r->matmul), "threads",
         r->threads, "batch", r->batch, "prompt_len", r->prompt_len, "gen", r->gen, "weight_dtype",
-        dtype_name(r->weight_dtype), "weight_bytes", (json_int_t)r->wbytes, "prefill_s",
+        dtype_name(r->weight_dtype), "weight_bytes", (json_int_t)(r->wbytes + r->expert_bytes), "prefill_s",
         jsonout_real(r->best.prefill_s, 6), "prefill_tok_s", jsonout_real(f.prefill_tps, 2),
         "decode_s", jsonout_real(r->best.decode_s, 6), "decode_tok_s",
         jsonout_real(f.decode_tps, 2), "decode_ms_per_step",
@@ -293,8 +371,12 @@ static int forward_print_json(const struct forward_run *r)
         jsonout_real(r->ceil.f32.gflops, 2), "matmul_bf16_gflops",
         jsonout_real(r->ceil.bf16.gflops, 2), "matmul_impl",
         jsonout_string(on_cpu ? r->ceil.impl : NULL));
-    if (j)
+    if (j) {
         json_object_set_new(j, "adapter", jsonout_string(r->dev.adapter));
+        json_object_set_new(j, "decode_weight_bytes_per_step", jsonout_real(f.step_bytes, 0));
+        json_object_set_new(j, "expert_bytes", json_integer((json_int_t)r->expert_bytes));
+        json_object_set_new(j, "expert_reads_per_step", jsonout_real(f.expert_reads, 3));
+    }
     if (j && r->profile)
         json_object_set_new(j, "profile", profile_report(r, true));
     return jsonout_print(j);
@@ -307,7 +389,7 @@ static void forward_print_table(const struct forward_run *r)
            "prompt %d, gen %d, best of %d, openblas core %s, gemv %s, matmul paths %s, "
            "ceiling matmul %s\n",
            r->dir, r->dev.adapter ? " with adapter " : "", r->dev.adapter ? r->dev.adapter : "",
-           r->device, r->wbytes / 1e6, dtype_name(r->weight_dtype), kern_compute_name(r->compute),
+           r->device, (r->wbytes + r->expert_bytes) / 1e6, dtype_name(r->weight_dtype), kern_compute_name(r->compute),
            r->threads, r->batch, r->prompt_len, r->gen, r->repeat, r->blas ? r->blas : "n/a",
            r->gemv ? r->gemv : "n/a", r->matmul ? r->matmul : "n/a", r->ceil.impl);
     printf("%-28s %12s\n", "metric", "value");
@@ -317,6 +399,9 @@ static void forward_print_table(const struct forward_run *r)
     metric_row("matmul bf16 GFLOP/s", r->ceil.bf16.gflops, 1);
     metric_row("decode tokens/s", f.decode_tps, 1);
     metric_row("decode ms/step", 1e3 * r->best.decode_s / r->gen, 2);
+    metric_row("decode weight MB/step", f.step_bytes / 1e6, 3);
+    if (r->expert_bytes > 0)
+        metric_row("experts read/step", f.expert_reads, 2);
     metric_row("decode weight GB/s", f.stream / 1e9, 2);
     metric_row("memcpy GB/s (STREAM count)", r->bw / 1e9, 2);
     metric_row("decode / memcpy", f.stream / r->bw, 2);

@@ -25,6 +25,7 @@ struct model_part {
         PART_TOKEN, /* multiplies every token */
         PART_ROW,   /* multiplies the rows that get logits (the head) */
         PART_TABLE, /* looked up, not multiplied (unless also bound as a head) */
+        PART_EXPERT, /* a routed expert's: multiplies the tokens routed to it */
     } use;
     int rows, cols;            /* full tensor shape */
     int r0, nr, c0, nc;        /* the slice: rows [r0, r0 + nr) x cols [c0, c0 + nc) */
@@ -123,6 +124,12 @@ enum dtype model_weight_dtype(const struct model *m)
     return m->weight_dtype;
 }
 
+void model_expert_cost(const struct model *m, size_t *bytes, double *macs)
+{
+    *bytes = m->expert_bytes;
+    *macs = m->expert_macs;
+}
+
 void model_macs(const struct model *m, double *per_token, double *per_row)
 {
     *per_token = m->macs_token;
@@ -189,6 +196,12 @@ int plan_head(struct model_planner *p, int blob, const char *name, int rows, int
               int nr, int c0, int nc, struct weight_view *view)
 {
     return plan_slice(p, blob, name, rows, cols, r0, nr, c0, nc, view, PART_ROW);
+}
+
+int plan_expert(struct model_planner *p, int blob, const char *name, int rows, int cols, int r0,
+                int nr, int c0, int nc, struct weight_view *view)
+{
+    return plan_slice(p, blob, name, rows, cols, r0, nr, c0, nc, view, PART_EXPERT);
 }
 
 int plan_table(struct model_planner *p, int blob, const char *name, int rows, int cols, int r0,
@@ -353,6 +366,11 @@ static void part_count(struct model *m, const struct model_part *q, enum dtype d
     if (!dtype_is_block(m->weight_dtype) || dtype_is_block(dt)) {
         m->weight_dtype = dt;
         m->compute = model_compute_default(dt);
+    }
+    if (q->use == PART_EXPERT) {
+        m->expert_macs += macs;
+        m->expert_bytes += part_bytes(q, dt);
+        return;
     }
     if (q->use == PART_TOKEN)
         m->macs_token += macs;

@@ -139,8 +139,14 @@ void model_set_compute(struct model *m, enum kern_compute c);
 /* The matrices' dtype as the shard holds them: the checkpoint's, or bf16
  * (model_layout_set_compute). */
 enum dtype model_weight_dtype(const struct model *m);
-/* Multiply-adds of one forward step per token and per row of logits. */
+/* Multiply-adds of one forward step per token and per row of logits (a
+ * routed expert's are not among them: model_expert_cost). */
 void model_macs(const struct model *m, double *per_token, double *per_row);
+/* The routed experts' matrices of the shard, all of them (0 for a model
+ * without experts): their bytes, and their multiply-adds for one token
+ * through each. Every sparse layer's experts are alike, so one (layer,
+ * expert) takes these over sparse layers x experts. */
+void model_expert_cost(const struct model *m, size_t *bytes, double *macs);
 /* model_open_on's device, which holds the weights; NULL for views of a
  * mapped checkpoint and for the swap engine's shards. */
 struct device *model_weights_device(const struct model *m);
@@ -348,7 +354,9 @@ int model_forward_stage(const struct model *m, struct model_exec *ex,
                         const struct model_stage_io *io, const int32_t *ids, const uint8_t *mask,
                         int t_new, bool all_positions, float *logits, int *wait_rc);
 
-/* Bytes of weights this shard streams per forward step (for bandwidth math). */
+/* Bytes of weights this shard streams per forward step (for bandwidth
+ * math): every matrix but the lookup tables and the routed experts, whose
+ * reads depend on the routing (model_expert_cost). */
 size_t model_weight_bytes(const struct model *m);
 
 #endif

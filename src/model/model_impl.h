@@ -24,7 +24,10 @@ struct model {
                                   * the checkpoint's, or bf16 (model_layout_set_compute) */
     void *w;                     /* the family's views of this shard (arch.h), owned */
     void *layers;                /* the family's views of each local layer, owned */
-    size_t streamed_bytes;       /* weight bytes one forward step reads (not lookup tables) */
+    size_t streamed_bytes;       /* weight bytes one forward step reads (not lookup tables,
+                                  * not routed experts) */
+    size_t expert_bytes;         /* every routed expert's matrices */
+    double expert_macs;          /* their multiply-adds, were each to take one token */
     double macs_token, macs_row; /* multiply-adds per token, per row of logits */
     struct st_checkpoint *ck;    /* the views' checkpoint, when bound to one */
     bool owns_ck;
