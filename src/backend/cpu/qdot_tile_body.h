@@ -168,11 +168,14 @@ enum { QDT_Q8, QDT_SMALL, QDT_MIN };
 QD_INLINE __m256 qdt_blk32(__m256 p, const char *xb, const int8_t *q, const struct qdt_blk *k,
                            const int kind)
 {
-    __m256i acc = _mm256_setzero_si256();
+    /* two chains of sums (exact: their order is free) */
+    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
     for (int d = 0; d < 8; d++)
-        acc = kind == QDT_Q8 ? QDT_DOT4_Q8(acc, qd_load(xb + 32 * d), q + 4 * d)
-                             : QDT_DOT4(acc, qd_load(xb + 32 * d), q + 4 * d);
-    const __m256i is = _mm256_sub_epi32(acc, _mm256_set1_epi32(k->corr));
+        acc[d & 1] = kind == QDT_Q8 ? QDT_DOT4_Q8(acc[d & 1], qd_load(xb + 32 * d), q + 4 * d)
+                                    : QDT_DOT4(acc[d & 1], qd_load(xb + 32 * d), q + 4 * d);
+    const __m256i is =
+        _mm256_sub_epi32(_mm256_add_epi32(acc[0], acc[1]), _mm256_set1_epi32(k->corr));
     const __m256 dx = _mm256_loadu_ps((const float *)(xb + 256));
     if (kind != QDT_MIN)
         return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(k->d), dx), _mm256_cvtepi32_ps(is), p);
@@ -190,8 +193,11 @@ QD_INLINE __m256 qdt_blkk(__m256 p, const char *xb, const int8_t *q, const struc
 {
     const int per = 64 / nsub; /* quads of a sub-block */
     __m256i is = _mm256_setzero_si256();
+    /* unrolled whole: the sub-blocks' chains of sums are independent */
+#pragma GCC unroll 16
     for (int s = 0; s < nsub; s++) {
         __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
         for (int d = s * per; d < (s + 1) * per; d++)
             acc = QDT_DOT4(acc, qd_load(xb + 32 * d), q + 4 * d);
         is = _mm256_add_epi32(is, _mm256_mullo_epi32(acc, _mm256_set1_epi32(k->sc[s])));
