@@ -32,6 +32,7 @@ static inline __m256i qdt_dot4_q8(__m256i acc, __m256i xv, const void *wp)
     return _mm256_add_epi32(acc, QD_DOT(_mm256_sign_epi8(wb, wb), _mm256_sign_epi8(xs, wb)));
 }
 #define QDT_DOT4 qdt_dot4
+#define QDT_NW 2
 #define QDT_DOT4_Q8 qdt_dot4_q8
 #define QDT_Q8_BIAS 0
 #define QDOT_TILE_FN qdot_tile_avx2

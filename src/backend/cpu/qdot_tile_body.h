@@ -7,6 +7,7 @@
  *   QDT_DOT4_Q8(acc, xv, wp)  the same for any signed bytes (Q8_0's)
  *   QDT_Q8_BIAS               1 where QDT_DOT4_Q8 multiplies xv as it is
  *                             (x + 128), 0 where it takes back the 128
+ *   QDT_NW                    weight rows a pass (at most 4)
  *   QDOT_TILE_FN              the name of the qdot_tile_fn to define
  *
  * A lane is an input row (qdot.h's packed groups), so a block's integer sum
@@ -165,55 +166,87 @@ QD_INLINE void qdt_unpack_6k(const char *w, int8_t *q, struct qdt_blk *bl, int n
 /* kinds of the types of 32 */
 enum { QDT_Q8, QDT_SMALL, QDT_MIN };
 
-QD_INLINE __m256 qdt_blk32(__m256 p, const char *xb, const int8_t *q, const struct qdt_blk *k,
-                           const int kind)
-{
-    /* two chains of sums (exact: their order is free) */
-    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-#pragma GCC unroll 8
-    for (int d = 0; d < 8; d++)
-        acc[d & 1] = kind == QDT_Q8 ? QDT_DOT4_Q8(acc[d & 1], qd_load(xb + 32 * d), q + 4 * d)
-                                    : QDT_DOT4(acc[d & 1], qd_load(xb + 32 * d), q + 4 * d);
-    const __m256i is =
-        _mm256_sub_epi32(_mm256_add_epi32(acc[0], acc[1]), _mm256_set1_epi32(k->corr));
-    const __m256 dx = _mm256_loadu_ps((const float *)(xb + 256));
-    if (kind != QDT_MIN)
-        return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(k->d), dx), _mm256_cvtepi32_ps(is), p);
-    /* as qd_lanes_add: both products' scales first */
-    const __m256 d = _mm256_mul_ps(_mm256_set1_ps(k->d), dx);
-    const __m256 dm =
-        _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(_mm256_set1_ps(k->dmin), dx));
-    p = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(is), p);
-    return _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(qd_load(xb + 288)), p);
-}
+/* QDT_NW weight rows are multiplied in one pass (4 where 32 vector
+ * registers hold their partials, 2 with 16): each load of x's quads goes to
+ * all of them. p[r] is row r's partial sum of this block's lane (qdot.h). */
 
-/* K-quants: nsub sub-blocks (8 of 32 or Q6_K's 16 of 16) */
-QD_INLINE __m256 qdt_blkk(__m256 p, const char *xb, const int8_t *q, const struct qdt_blk *k,
-                          const int nsub, const bool mins)
+/* a block's f32 steps for one weight row, as qd_lanes_add / the types of
+ * 32 take them */
+QD_INLINE __m256 qdt_scale(__m256 p, __m256i is, const struct qdt_blk *k, __m256 dx, const bool two,
+                           __m256i ms)
 {
-    const int per = 64 / nsub; /* quads of a sub-block */
-    __m256i is = _mm256_setzero_si256();
-    /* unrolled whole: the sub-blocks' chains of sums are independent */
-#pragma GCC unroll 16
-    for (int s = 0; s < nsub; s++) {
-        __m256i acc = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int d = s * per; d < (s + 1) * per; d++)
-            acc = QDT_DOT4(acc, qd_load(xb + 32 * d), q + 4 * d);
-        is = _mm256_add_epi32(is, _mm256_mullo_epi32(acc, _mm256_set1_epi32(k->sc[s])));
-    }
-    is = _mm256_sub_epi32(is, _mm256_set1_epi32(k->corr));
-    __m256i ms = _mm256_setzero_si256();
-    if (mins)
-        for (int pr = 0; pr < 4; pr++)
-            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(qd_load(xb + 2048 + 32 + 32 * pr),
-                                                        _mm256_set1_epi32(k->mn[pr])));
-    const __m256 dx = _mm256_loadu_ps((const float *)(xb + 2048));
     const __m256 d = _mm256_mul_ps(_mm256_set1_ps(k->d), dx);
+    if (!two)
+        return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(is), p);
     const __m256 dm =
         _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(_mm256_set1_ps(k->dmin), dx));
     p = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(is), p);
     return _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(ms), p);
+}
+
+QD_INLINE void qdt_blk32(__m256 *p, const char *xb, const int8_t *const *q,
+                         const struct qdt_blk *const *k, const int kind, const int nw)
+{
+    /* two chains of sums a row (exact: their order is free) */
+    __m256i acc[QDT_NW][2];
+    for (int r = 0; r < nw; r++)
+        acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int d = 0; d < 8; d++) {
+        const __m256i xv = qd_load(xb + 32 * d);
+#pragma GCC unroll 4
+        for (int r = 0; r < nw; r++)
+            acc[r][d & 1] = kind == QDT_Q8 ? QDT_DOT4_Q8(acc[r][d & 1], xv, q[r] + 4 * d)
+                                           : QDT_DOT4(acc[r][d & 1], xv, q[r] + 4 * d);
+    }
+    const __m256 dx = _mm256_loadu_ps((const float *)(xb + 256));
+    const __m256i xs = kind == QDT_MIN ? qd_load(xb + 288) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int r = 0; r < nw; r++) {
+        const __m256i is =
+            _mm256_sub_epi32(_mm256_add_epi32(acc[r][0], acc[r][1]), _mm256_set1_epi32(k[r]->corr));
+        p[r] = qdt_scale(p[r], is, k[r], dx, kind == QDT_MIN, xs);
+    }
+}
+
+/* K-quants: nsub sub-blocks (8 of 32 or Q6_K's 16 of 16) */
+QD_INLINE void qdt_blkk(__m256 *p, const char *xb, const int8_t *const *q,
+                        const struct qdt_blk *const *k, const int nsub, const bool mins,
+                        const int nw)
+{
+    const int per = 64 / nsub; /* quads of a sub-block */
+    __m256i is[QDT_NW];
+    for (int r = 0; r < nw; r++)
+        is[r] = _mm256_setzero_si256();
+        /* unrolled whole: the sub-blocks' chains of sums are independent */
+#pragma GCC unroll 16
+    for (int s = 0; s < nsub; s++) {
+        __m256i acc[QDT_NW];
+        for (int r = 0; r < nw; r++)
+            acc[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int d = s * per; d < (s + 1) * per; d++) {
+            const __m256i xv = qd_load(xb + 32 * d);
+#pragma GCC unroll 4
+            for (int r = 0; r < nw; r++)
+                acc[r] = QDT_DOT4(acc[r], xv, q[r] + 4 * d);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < nw; r++)
+            is[r] =
+                _mm256_add_epi32(is[r], _mm256_mullo_epi32(acc[r], _mm256_set1_epi32(k[r]->sc[s])));
+    }
+    const __m256 dx = _mm256_loadu_ps((const float *)(xb + 2048));
+#pragma GCC unroll 4
+    for (int r = 0; r < nw; r++) {
+        __m256i ms = _mm256_setzero_si256();
+        if (mins)
+            for (int pr = 0; pr < 4; pr++)
+                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(qd_load(xb + 2048 + 32 + 32 * pr),
+                                                            _mm256_set1_epi32(k[r]->mn[pr])));
+        p[r] = qdt_scale(p[r], _mm256_sub_epi32(is[r], _mm256_set1_epi32(k[r]->corr)), k[r], dx,
+                         true, ms);
+    }
 }
 
 /* qdot_sum8 of each lane's partials, lane i to y[i * ldy] for the group's rows */
@@ -228,35 +261,74 @@ QD_INLINE void qdt_store(const __m256 p[8], float *y, size_t ldy, int rows)
         y[(size_t)i * ldy] = v[i];
 }
 
-QD_INLINE void qdt_row32(const char *xg, const int8_t *q, size_t qstride, const struct qdt_blk *k,
-                         int nb, const int kind, float *y, size_t ldy, int rows)
+/* nw weight rows (q[r], their blocks k[r], results to y + r) times one
+ * packed group; the types of 32 in steps of 8 blocks, so each block's
+ * partial stays in a register */
+QD_INLINE void qdt_rows32(const char *xg, const int8_t *const *q, size_t qstride,
+                          const struct qdt_blk *const *k, int nb, const int kind, float *y,
+                          size_t ldy, int rows, const int nw)
 {
-    __m256 p[8];
+    __m256 p[8][QDT_NW];
     for (int i = 0; i < 8; i++)
-        p[i] = _mm256_setzero_ps();
-    int b = 0;
-    for (; b + 8 <= nb; b += 8)
+        for (int r = 0; r < nw; r++)
+            p[i][r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b += 8)
 #pragma GCC unroll 8
-        for (int i = 0; i < 8; i++)
-            p[i] = qdt_blk32(p[i], xg + (size_t)(b + i) * QDT_XB0, q + (size_t)(b + i) * qstride,
-                             k + b + i, kind);
-    for (int i = 0; b + i < nb; i++)
-        p[i] = qdt_blk32(p[i], xg + (size_t)(b + i) * QDT_XB0, q + (size_t)(b + i) * qstride,
-                         k + b + i, kind);
-    qdt_store(p, y, ldy, rows);
+        for (int i = 0; i < 8; i++) {
+            if (b + i >= nb)
+                break;
+            const int8_t *qb[QDT_NW];
+            const struct qdt_blk *kb[QDT_NW];
+            for (int r = 0; r < nw; r++) {
+                qb[r] = q[r] + (size_t)(b + i) * qstride;
+                kb[r] = k[r] + b + i;
+            }
+            qdt_blk32(p[i], xg + (size_t)(b + i) * QDT_XB0, qb, kb, kind, nw);
+        }
+    for (int r = 0; r < nw; r++) {
+        const __m256 pr[8] = {p[0][r], p[1][r], p[2][r], p[3][r],
+                              p[4][r], p[5][r], p[6][r], p[7][r]};
+        qdt_store(pr, y + r, ldy, rows);
+    }
 }
 
-QD_INLINE void qdt_rowk(const char *xg, const int8_t *q, const struct qdt_blk *k, int nb,
-                        const int nsub, const bool mins, float *y, size_t ldy, int rows)
+QD_INLINE void qdt_rowsk(const char *xg, const int8_t *const *q, const struct qdt_blk *const *k,
+                         int nb, const int nsub, const bool mins, float *y, size_t ldy, int rows,
+                         const int nw)
 {
-    __m256 p[8];
+    __m256 p[8][QDT_NW];
     for (int i = 0; i < 8; i++)
-        p[i] = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++)
-        p[b % 8] =
-            qdt_blkk(p[b % 8], xg + (size_t)b * QDT_XBK, q + (size_t)b * 256, k + b, nsub, mins);
-    qdt_store(p, y, ldy, rows);
+        for (int r = 0; r < nw; r++)
+            p[i][r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const int8_t *qb[QDT_NW];
+        const struct qdt_blk *kb[QDT_NW];
+        for (int r = 0; r < nw; r++) {
+            qb[r] = q[r] + (size_t)b * 256;
+            kb[r] = k[r] + b;
+        }
+        qdt_blkk(p[b % 8], xg + (size_t)b * QDT_XBK, qb, kb, nsub, mins, nw);
+    }
+    for (int r = 0; r < nw; r++) {
+        const __m256 pr[8] = {p[0][r], p[1][r], p[2][r], p[3][r],
+                              p[4][r], p[5][r], p[6][r], p[7][r]};
+        qdt_store(pr, y + r, ldy, rows);
+    }
 }
+
+/* one type's pass, NW rows at a time and a last one alone */
+#define QDT_PASS(call)                                                                             \
+    do {                                                                                           \
+        int i = 0;                                                                                 \
+        for (; i + QDT_NW <= nr; i += QDT_NW) {                                                    \
+            const int nw = QDT_NW;                                                                 \
+            call;                                                                                  \
+        }                                                                                          \
+        for (; i < nr; i++) {                                                                      \
+            const int nw = 1;                                                                      \
+            call;                                                                                  \
+        }                                                                                          \
+    } while (0)
 
 int QDOT_TILE_FN(const struct qdot_args *a, int r0, int r1)
 {
@@ -310,30 +382,29 @@ int QDOT_TILE_FN(const struct qdot_args *a, int r0, int r1)
             const int rows =
                 a->m - g * QDOT_GROUP < QDOT_GROUP ? a->m - g * QDOT_GROUP : QDOT_GROUP;
             float *y = a->y + (size_t)g * QDOT_GROUP * a->ldy + rb;
-            for (int i = 0; i < nr; i++) {
-                switch (t) {
-                case DTYPE_Q8_0:
-                    qdt_row32(xg, q[i], qstride, bl[i], nb, QDT_Q8, y + i, a->ldy, rows);
-                    break;
-                case DTYPE_Q4_0:
-                case DTYPE_Q5_0:
-                    qdt_row32(xg, q[i], 32, bl[i], nb, QDT_SMALL, y + i, a->ldy, rows);
-                    break;
-                case DTYPE_Q5_1:
-                    qdt_row32(xg, q[i], 32, bl[i], nb, QDT_MIN, y + i, a->ldy, rows);
-                    break;
-                case DTYPE_Q4_K:
-                case DTYPE_Q5_K:
-                    qdt_rowk(xg, q[i], bl[i], nb, 8, true, y + i, a->ldy, rows);
-                    break;
-                case DTYPE_Q6_K:
-                    qdt_rowk(xg, q[i], bl[i], nb, 16, false, y + i, a->ldy, rows);
-                    break;
-                case DTYPE_F32:
-                case DTYPE_F16:
-                case DTYPE_BF16:
-                    break;
-                }
+            switch (t) {
+            case DTYPE_Q8_0:
+                QDT_PASS(
+                    qdt_rows32(xg, q + i, qstride, bl + i, nb, QDT_Q8, y + i, a->ldy, rows, nw));
+                break;
+            case DTYPE_Q4_0:
+            case DTYPE_Q5_0:
+                QDT_PASS(qdt_rows32(xg, q + i, 32, bl + i, nb, QDT_SMALL, y + i, a->ldy, rows, nw));
+                break;
+            case DTYPE_Q5_1:
+                QDT_PASS(qdt_rows32(xg, q + i, 32, bl + i, nb, QDT_MIN, y + i, a->ldy, rows, nw));
+                break;
+            case DTYPE_Q4_K:
+            case DTYPE_Q5_K:
+                QDT_PASS(qdt_rowsk(xg, q + i, bl + i, nb, 8, true, y + i, a->ldy, rows, nw));
+                break;
+            case DTYPE_Q6_K:
+                QDT_PASS(qdt_rowsk(xg, q + i, bl + i, nb, 16, false, y + i, a->ldy, rows, nw));
+                break;
+            case DTYPE_F32:
+            case DTYPE_F16:
+            case DTYPE_BF16:
+                break;
             }
         }
     }

@@ -19,6 +19,7 @@ static inline __m256i qdt_dot4(__m256i acc, __m256i xv, const void *wp)
     return _mm256_dpbusd_epi32(acc, xv, _mm256_set1_epi32(w4));
 }
 #define QDT_DOT4 qdt_dot4
+#define QDT_NW 4
 #define QDT_DOT4_Q8 qdt_dot4
 #define QDT_Q8_BIAS 1
 #define QDOT_TILE_FN qdot_tile_vnni
