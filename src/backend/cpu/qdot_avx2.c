@@ -43,6 +43,7 @@ void qdot_rows_avx2(const struct qdot_args *a, int r0, int r1)
 {
     qdot_rows_scalar(a, r0, r1);
 }
+
 int qdot_tile_avx2(const struct qdot_args *a, int r0, int r1)
 {
     qdot_rows_scalar(a, r0, r1);
