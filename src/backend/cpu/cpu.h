@@ -48,8 +48,8 @@ int cpu_gemv_force(const char *name);
 
 /* Which quantized dot-product kernel (vnni, avx2, vnni-m8, avx2-m8,
  * scalar) runs per GGUF block type with a bf16-mode linear layer (x
- * quantized), for one input row, 2-7 and 8 or more, as one line: "Q8_0: m1
- * vnni, m2-7 vnni, m8+ vnni-m8; ... (measured in 40 ms)", calibrating every
+ * quantized), for one input row, 2-15 and 16 or more, as one line: "Q8_0:
+ * m1 vnni, m2-15 vnni, m16+ vnni-m8; ... (measured in 40 ms)", calibrating every
  * type not measured yet; or "NAME (every call, by request)" under
  * SHARDSWAP_QDOT or cpu_qlinear_force.
  * Valid until this thread's next call. */

@@ -12,10 +12,10 @@
  *   against each input row (vnni, avx2), or each weight row unpacked once
  *   and multiplied with 8 input rows at a time, packed one row a lane
  *   (vnni-m8, avx2-m8; qdot_tile_body.h); both give the same bits. The
- *   kernel is chosen per process, type and bucket of rows (1, 2-7, 8 and
+ *   kernel is chosen per process, type and bucket of rows (1, 2-15, 16 and
  *   more) by measurement, as the GEMV's are: at the first call with a type,
  *   each candidate is timed on 4 MiB of that type's blocks flushed from the
- *   caches, at 1, 4 and 8 input rows, best of 5, 3 and 3, interleaved; a
+ *   caches, at 1, 8 and 32 input rows, best of 5, 3 and 3, interleaved; a
  *   later candidate must win by 3%. SHARDSWAP_QDOT=NAME (vnni, avx2,
  *   vnni-m8, avx2-m8, scalar) runs one kernel for every call instead. */
 #include "backend/cpu/qlinear.h"
@@ -213,13 +213,15 @@ static const struct qdot_kernel q_kernels[] = {
 
 /* the types, in enum dtype's order from DTYPE_Q8_0 */
 #define Q_TYPES (DTYPE_Q5_1 - DTYPE_Q8_0 + 1)
-#define Q_BUCKETS 3 /* one input row; 2-7; 8 and more */
-/* a bucket's rows are timed at 1, 4 and 8: past 8 the multi-row kernels
- * repeat a pass per 8 rows and the others a pass per row, so the ranking
- * holds, at half of 16's time */
-static const int q_bucket_m[Q_BUCKETS] = {1, 4, 8};
+#define Q_BUCKETS 3 /* one input row; 2-15 (decode batches); 16 and more (prefill) */
+/* a bucket's rows are timed at 1, 8 and 32: a decode batch's products read
+ * their weights from memory, which at 8 rows hides much of the kernels'
+ * difference; a prefill's are bound by the integer work, which 32 rows
+ * show (past 8 the multi-row kernels repeat a pass per 8 rows and the
+ * others a pass per row, so the ranking holds above) */
+static const int q_bucket_m[Q_BUCKETS] = {1, 8, 32};
 static const int q_cal_reps[Q_BUCKETS] = {5, 3, 3};
-static const char *const q_bucket_name[Q_BUCKETS] = {"m1", "m2-7", "m8+"};
+static const char *const q_bucket_name[Q_BUCKETS] = {"m1", "m2-15", "m16+"};
 #define Q_CAL_BYTES ((size_t)4 << 20)
 #define Q_CAL_COLS 2048
 #define Q_CAL_MARGIN 0.03
@@ -454,7 +456,7 @@ static const struct qdot_kernel *q_pick(enum dtype t, int m)
     if (k)
         return k;
     q_ensure(t);
-    return q_chosen[q_index(t)][m == 1 ? 0 : m < 8 ? 1 : 2];
+    return q_chosen[q_index(t)][m == 1 ? 0 : m < 16 ? 1 : 2];
 }
 
 const char *cpu_qlinear_kernels(void)
