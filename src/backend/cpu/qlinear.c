@@ -373,8 +373,8 @@ static int q_run(const struct qdot_kernel *k, float *y, const float *x, int m,
         return rc;
     cpu_kernels_run(q_task, &j, (w->rows + j.task_rows - 1) / j.task_rows);
     if (atomic_load(&j.rc) < 0)
-        return err_set(ERR_NOMEM, "out of host memory for %d unpacked %s weight rows", 4,
-                       dtype_name(w->dtype));
+        return err_set(ERR_NOMEM, "out of host memory for unpacked %s weight rows of %d columns",
+                       dtype_name(w->dtype), w->cols);
     return 0;
 }
 
