@@ -50,7 +50,7 @@ static int parse_layouts(const char *s, int *tp, int *pp, int *n)
 /* A layout not measured, and why (swapbench_layout.skipped) */
 struct skipped {
     int tp, pp;
-    const char *why;
+    char why[sizeof(((struct swapbench_layout *)0)->skipped)];
 };
 
 /* The cold request's table, the same for every kind of device. */
@@ -450,8 +450,10 @@ int bench_swap(int argc, char **argv)
     int n = 0, n_skip = 0;
     for (int i = 0; i < rep.n_layouts; i++) {
         if (rep.layouts[i].skipped[0]) {
-            skip[n_skip++] =
-                (struct skipped){rep.layouts[i].tp, rep.layouts[i].pp, rep.layouts[i].skipped};
+            /* copied: the measured layouts move over this one below */
+            skip[n_skip] = (struct skipped){rep.layouts[i].tp, rep.layouts[i].pp, ""};
+            snprintf(skip[n_skip].why, sizeof(skip[n_skip].why), "%s", rep.layouts[i].skipped);
+            n_skip++;
             continue;
         }
         if (n != i)
