@@ -205,9 +205,11 @@ struct qdot_kernel {
 
 /* best first by instruction set; scalar only by request where another runs */
 static const struct qdot_kernel q_kernels[] = {
-    {"vnni", qdot_rows_vnni, NULL, has_vnni},       {"avx2", qdot_rows_avx2, NULL, has_avx2},
-    {"vnni-m8", NULL, qdot_tile_vnni, has_vnni},    {"avx2-m8", NULL, qdot_tile_avx2, has_avx2},
-    {"scalar", qdot_rows_scalar, NULL, has_scalar},
+    {"vnni", qdot_rows_vnni, NULL, has_vnni},       /* a weight row against one input row */
+    {"avx2", qdot_rows_avx2, NULL, has_avx2},       /* (the same) */
+    {"vnni-m8", NULL, qdot_tile_vnni, has_vnni},    /* a weight row against 8 input rows */
+    {"avx2-m8", NULL, qdot_tile_avx2, has_avx2},    /* (the same) */
+    {"scalar", qdot_rows_scalar, NULL, has_scalar}, /* the reference */
 };
 #define Q_N_KERNELS (int)(sizeof(q_kernels) / sizeof(q_kernels[0]))
 
