@@ -1061,6 +1061,28 @@ int main(void)
     /* bench lora refuses more adapters than rows, and a kernel it does not know */
     expect_fail(BIN " bench lora --adapters 9", 2, "--adapters 9 is out of range (expected 1..8");
     expect_fail(BIN " bench lora --kernel sse9", 2, "--kernel");
+    /* bench swap skips a layout a quantized checkpoint cannot be cut into
+     * (Q4_K columns across TP 2), saying why, and measures the others */
+    {
+        const char *q4 = SHARDSWAP_SOURCE_DIR "/tests/fixtures/gguf/llama_quant/model-q4_k_m.gguf";
+        snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 2x1,1x1 --repeat 1", BIN,
+                 q4);
+        CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+        CHECK_MSG(strstr(out, "layout 2x1 skipped: ") && strstr(out, "block boundaries") &&
+                      strstr(out, "\n1x1 "),
+                  "%s", out);
+        snprintf(cmd, sizeof(cmd), "%s bench swap --model %s --layouts 2x1,1x1 --repeat 1 --json",
+                 BIN, q4);
+        CHECK(run(cmd, out, sizeof(out), err, sizeof(err)) == 0);
+        json_t *j = parse_json_line(cmd, out);
+        json_t *sk = j ? json_array_get(json_object_get(j, "skipped_layouts"), 0) : NULL;
+        const char *why = json_string_value(json_object_get(sk, "reason"));
+        CHECK_MSG(j && json_array_size(json_object_get(j, "layouts")) == 1 && sk &&
+                      json_integer_value(json_object_get(sk, "tp")) == 2 && why &&
+                      strstr(why, "block boundaries"),
+                  "%s", out);
+        json_decref(j);
+    }
     /* --help states the range each value is checked against */
     CHECK(run(BIN " generate --help", out, sizeof(out), NULL, 0) == 0 &&
           strstr(out, "[0 < P <= 1]") && strstr(out, "[1..1048576]"));

@@ -233,7 +233,7 @@ TEST(linear)
 /* Every instruction set's kernel gives the scalar reference's bits. */
 TEST(isa_bitwise)
 {
-    static const char *const isas[] = {"vnni", "avx2"};
+    static const char *const isas[] = {"vnni", "avx2", "vnni-m8", "avx2-m8"};
     const int rows = 45;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const enum dtype t = types[ti];
@@ -277,6 +277,56 @@ TEST(isa_bitwise)
     const char *k = cpu_qlinear_kernels();
     printf("quantized kernels: %s\n", k);
     CHECK(strstr(k, "Q8_0:") && strstr(k, "Q6_K:"));
+}
+
+/* The multi-row kernels give the single-row reference's bits for every
+ * row, whatever m: every count of input rows 1 .. 33 (partial groups of 8),
+ * odd numbers of blocks a row (a rest of the 8 partial sums), a weight
+ * slice with a row stride, and x's of mixed magnitudes (some zero blocks,
+ * so zero scales). */
+TEST(multirow_bitwise)
+{
+    static const char *const isas[] = {"vnni-m8", "avx2-m8"};
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const enum dtype t = types[ti];
+        const int qk = dtype_block(t);
+        const int cols = qk == 32 ? 13 * 32 : 3 * 256, ld = cols + 2 * qk, rows = 37;
+        const size_t bytes = (size_t)(rows + 1) * dtype_row_bytes(t, ld);
+        unsigned char *wd = malloc(bytes);
+        cpu_qlinear_random_blocks(t, wd, bytes / quant_block_bytes(t), 300 + ti);
+        /* rows [1, 38) and columns [qk, qk + cols) of a wider matrix */
+        const struct weight_view w = {.dtype = t,
+                                      .data = wd + dtype_row_bytes(t, ld) + quant_block_bytes(t),
+                                      .rows = rows,
+                                      .cols = cols,
+                                      .ld = (size_t)ld};
+        const int mmax = 33;
+        float *x = malloc((size_t)mmax * cols * sizeof(float));
+        float *ref = malloc((size_t)mmax * rows * sizeof(float));
+        float *y = malloc((size_t)mmax * rows * sizeof(float));
+        for (size_t i = 0; i < (size_t)mmax * cols; i++)
+            x[i] = urand() * (i % 7 == 0 ? 40.0f : 1.0f) * ((i / qk) % 5 == 3 ? 0.0f : 1.0f);
+        for (int m = 1; m <= mmax; m++) {
+            CHECK(cpu_qlinear_force("scalar") == 0);
+            CHECK(kern_linear(st, ref, x, m, &w, NULL, KERN_COMPUTE_BF16) == 0);
+            for (size_t k = 0; k < sizeof(isas) / sizeof(isas[0]); k++) {
+                int rc = cpu_qlinear_force(isas[k]);
+                if (rc == ERR_UNSUPPORTED)
+                    continue;
+                CHECK(rc == 0);
+                memset(y, 0xff, (size_t)m * rows * sizeof(float));
+                CHECK(kern_linear(st, y, x, m, &w, NULL, KERN_COMPUTE_BF16) == 0);
+                CHECK_MSG(memcmp(y, ref, (size_t)m * rows * sizeof(float)) == 0,
+                          "%s %s m=%d differs from the scalar reference", dtype_name(t), isas[k],
+                          m);
+            }
+        }
+        free(x);
+        free(ref);
+        free(y);
+        free(wd);
+    }
+    CHECK(cpu_qlinear_force(NULL) == 0);
 }
 
 /* Quantized token embeddings: the rows dequantized, zeros outside a

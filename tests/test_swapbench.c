@@ -139,6 +139,31 @@ TEST(refusals)
     CHECK(swapbench_run(&c, &rep) < 0);
 }
 
+/* A layout the checkpoint's quantized tensors cannot be split for (Q4_K's
+ * 256-element blocks across TP 2) is skipped with its reason; the others
+ * are measured; every layout skipped is the error itself. */
+TEST(quantized_skip)
+{
+    struct swapbench_report rep;
+    struct swapbench_config c = config(3, (int[]){1, 2, 1}, (int[]){1, 1, 2}, 1);
+    c.dir = SHARDSWAP_SOURCE_DIR "/tests/fixtures/gguf/llama_quant/model-q4_k_m.gguf";
+    int rc = swapbench_run(&c, &rep);
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    CHECK(rep.n_layouts == 3);
+    CHECK_MSG(strstr(rep.layouts[1].skipped, "block boundaries"), "2x1: \"%s\"",
+              rep.layouts[1].skipped);
+    CHECK(rep.layouts[1].load_s == 0 && rep.layouts[1].bytes == 0);
+    for (int i = 0; i < 3; i += 2) {
+        CHECK_MSG(!rep.layouts[i].skipped[0], "%dx%d: %s", rep.layouts[i].tp, rep.layouts[i].pp,
+                  rep.layouts[i].skipped);
+        CHECK(positive(rep.layouts[i].load_s) && rep.layouts[i].bytes > 0);
+    }
+    c = config(1, (int[]){2}, (int[]){1}, 1);
+    c.dir = SHARDSWAP_SOURCE_DIR "/tests/fixtures/gguf/llama_quant/model-q4_k_m.gguf";
+    CHECK(swapbench_run(&c, &rep) == ERR_INVALID);
+    CHECK_MSG(strstr(err_msg(), "block boundaries"), "%s", err_msg());
+}
+
 int main(int argc, char **argv)
 {
     int rc = test_main(argc, argv, setup);

@@ -19,6 +19,7 @@
 #include "core/jsonout.h"
 #include "core/membw.h"
 #include "core/timing.h"
+#include "format/safetensors.h"
 #include "model/generate.h"
 #include "model/model.h"
 
@@ -202,7 +203,8 @@ struct forward_run {
      * (each alike: the same ids, greedy) */
     double expert_bytes, pair_bytes, pair_macs;
     uint64_t prefill_routed, decode_reads;
-    enum dtype weight_dtype;
+    enum dtype weight_dtype;       /* the type of most of the matrices' bytes */
+    char weight_mix[160];          /* every type's share: "Q5_0 49%, Q4_K 38%, Q6_K 13%" */
     enum kern_compute compute;
     double bw, rbw;                /* memcpy (STREAM count), read bytes/s; NaN on a GPU */
     struct bench_ceilings ceil;
@@ -210,7 +212,43 @@ struct forward_run {
     bool profile;                     /* --profile: */
     struct kern_profile prof;         /* the timed runs' decode steps, kernel by kernel */
     double prof_decode_s;             /* and their decode time, all runs together */
+    const char *qdot;                 /* CPU with quantized weights only, else NULL */
 };
+
+/* The checkpoint's matrices by type, most bytes first, into r (a GGUF's
+ * quantization mixes types per tensor: the shard knows only the last it
+ * planned). Keeps model_weight_dtype where the file cannot be read again. */
+static void weight_mix(struct forward_run *r)
+{
+    struct st_checkpoint *ck = NULL;
+    double bytes[DTYPE_COUNT] = {0}, total = 0;
+    r->weight_mix[0] = 0;
+    if (st_open(r->dir, &ck) < 0)
+        return;
+    for (size_t i = 0; i < st_count(ck); i++) {
+        const struct st_tensor *t = st_get(ck, i);
+        if (t->ndim == 2) {
+            bytes[t->dtype] += (double)t->nbytes;
+            total += (double)t->nbytes;
+        }
+    }
+    st_close(ck);
+    size_t used = 0;
+    for (int n = 0; total > 0 && used < sizeof(r->weight_mix); n++) {
+        int most = 0;
+        for (int d = 1; d < DTYPE_COUNT; d++)
+            if (bytes[d] > bytes[most])
+                most = d;
+        if (bytes[most] <= 0)
+            break;
+        if (n == 0)
+            r->weight_dtype = (enum dtype)most;
+        used += (size_t)snprintf(r->weight_mix + used, sizeof(r->weight_mix) - used, "%s%s %.0f%%",
+                                 n ? ", " : "", dtype_name((enum dtype)most),
+                                 100 * bytes[most] / total);
+        bytes[most] = 0;
+    }
+}
 
 /* Opens the model on r->dev, times it (a warm-up, then the best of repeat)
  * and, on a CPU, the host's bandwidth and matmul ceilings beside it. */
@@ -258,6 +296,8 @@ static int forward_measure(struct forward_run *r)
     r->pair_bytes = pairs > 0 ? r->expert_bytes / pairs : 0;
     r->pair_macs = pairs > 0 ? expert_macs / pairs : 0;
     r->weight_dtype = model_weight_dtype(m);
+    const bool quantized = dtype_is_block(r->weight_dtype);
+    weight_mix(r);
     r->compute = model_compute(m);
     /* the host's memory and matmul figures mean something next to a CPU
      * device only: NaN (n/a, null in JSON) on a GPU */
@@ -269,6 +309,7 @@ static int forward_measure(struct forward_run *r)
     if (on_cpu && (rc = bench_ceilings(r->threads, &r->ceil)) < 0)
         goto out;
     r->gemv = on_cpu ? cpu_gemv_kernels() : NULL;
+    r->qdot = on_cpu && quantized ? cpu_qlinear_kernels() : NULL;
     r->matmul = on_cpu ? cpu_matmul_paths() : NULL;
     r->blas = on_cpu ? blas_core_name() : NULL;
 out:
@@ -371,6 +412,11 @@ static int forward_print_json(const struct forward_run *r)
         jsonout_real(r->ceil.f32.gflops, 2), "matmul_bf16_gflops",
         jsonout_real(r->ceil.bf16.gflops, 2), "matmul_impl",
         jsonout_string(on_cpu ? r->ceil.impl : NULL));
+    if (j && (json_object_set_new(j, "weight_dtypes", jsonout_string(r->weight_mix)) |
+              json_object_set_new(j, "qdot_kernels", jsonout_string(r->qdot)))) {
+        json_decref(j);
+        j = NULL;
+    }
     if (j) {
         json_object_set_new(j, "adapter", jsonout_string(r->dev.adapter));
         json_object_set_new(j, "decode_weight_bytes_per_step", jsonout_real(f.step_bytes, 0));
@@ -389,9 +435,13 @@ static void forward_print_table(const struct forward_run *r)
            "prompt %d, gen %d, best of %d, openblas core %s, gemv %s, matmul paths %s, "
            "ceiling matmul %s\n",
            r->dir, r->dev.adapter ? " with adapter " : "", r->dev.adapter ? r->dev.adapter : "",
-           r->device, (r->wbytes + r->expert_bytes) / 1e6, dtype_name(r->weight_dtype), kern_compute_name(r->compute),
-           r->threads, r->batch, r->prompt_len, r->gen, r->repeat, r->blas ? r->blas : "n/a",
-           r->gemv ? r->gemv : "n/a", r->matmul ? r->matmul : "n/a", r->ceil.impl);
+           r->device, (r->wbytes + r->expert_bytes) / 1e6,
+           r->weight_mix[0] ? r->weight_mix : dtype_name(r->weight_dtype),
+           kern_compute_name(r->compute), r->threads, r->batch, r->prompt_len, r->gen, r->repeat,
+           r->blas ? r->blas : "n/a", r->gemv ? r->gemv : "n/a", r->matmul ? r->matmul : "n/a",
+           r->ceil.impl);
+    if (r->qdot)
+        printf("quantized kernels: %s\n", r->qdot);
     printf("%-28s %12s\n", "metric", "value");
     metric_row("prefill tokens/s", f.prefill_tps, 1);
     metric_row("prefill GFLOP/s (linear)", f.prefill_gflops, 1);

@@ -140,7 +140,8 @@ int bench_gemv(int argc, char **argv)
              "q6_k "
              "(default f32,f16,bf16)"),
         FLAG("qkernel", FLAG_STR, &qkernel, "NAME",
-             "run one quantized kernel: vnni, avx2 or scalar (default: measured per type)"),
+             "run one quantized kernel: vnni, avx2, vnni-m8, avx2-m8 or scalar (default: measured "
+             "per type and rows)"),
         FLAG_RANGE("footprint-mb", FLAG_INT, &footprint_mb, "MB",
                    "weights cycled through per dtype, above the last-level cache (default 1024)", 1,
                    1 << 20, "1..1048576"),

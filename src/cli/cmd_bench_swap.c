@@ -47,6 +47,12 @@ static int parse_layouts(const char *s, int *tp, int *pp, int *n)
     return *n ? 0 : err_set(ERR_INVALID, "--layouts is empty");
 }
 
+/* A layout not measured, and why (swapbench_layout.skipped) */
+struct skipped {
+    int tp, pp;
+    char why[sizeof(((struct swapbench_layout *)0)->skipped)];
+};
+
 /* The cold request's table, the same for every kind of device. */
 static void print_cold(const struct swapbench_layout *r, int n)
 {
@@ -255,9 +261,17 @@ static int procs_json_set(json_t *l, const struct swapbench_layout *r, int procs
  * (the reference and host fill being process 0's). */
 static int print_json(const char *dir, const char *devices, bool cuda,
                       const struct swapbench_layout *r, int n, const double *bw, const double *sbw,
-                      int max_workers, int procs, const struct swapbench_report *rep)
+                      int max_workers, int procs, const struct swapbench_report *rep,
+                      const struct skipped *skip, int n_skip)
 {
-    json_t *layouts = json_array();
+    json_t *layouts = json_array(), *skipped = json_array();
+    for (int i = 0; skipped && i < n_skip; i++)
+        if (json_array_append_new(skipped,
+                                  json_pack("{s:i, s:i, s:o}", "tp", skip[i].tp, "pp", skip[i].pp,
+                                            "reason", jsonout_string(skip[i].why))) != 0) {
+            json_decref(skipped);
+            skipped = NULL;
+        }
     for (int i = 0; layouts && i < n; i++) {
         int k = r[i].tp * r[i].pp;
         double gbs = r[i].bytes / r[i].load_s;
@@ -301,12 +315,12 @@ static int print_json(const char *dir, const char *devices, bool cuda,
                          "stream_gb_s", jsonout_real(cc->stream_gb_s, 3), "calib_s",
                          jsonout_real(cc->calib_s, 6));
     }
-    json_t *top =
-        json_pack("{s:o, s:o, s:I, s:o, s:o, s:o, s:o}", "model", jsonout_string(dir), "devices",
-                  jsonout_string(devices), "weight_bytes", (json_int_t)r[0].bytes, "memcpy_gb_s",
-                  cuda ? json_null() : per_threads_json(bw, max_workers), "stream_copy_gb_s",
-                  cuda ? json_null() : per_threads_json(sbw, max_workers), "device_copy",
-                  cuda ? json_null() : copy, "layouts", layouts);
+    json_t *top = json_pack(
+        "{s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o}", "model", jsonout_string(dir), "devices",
+        jsonout_string(devices), "weight_bytes", (json_int_t)r[0].bytes, "memcpy_gb_s",
+        cuda ? json_null() : per_threads_json(bw, max_workers), "stream_copy_gb_s",
+        cuda ? json_null() : per_threads_json(sbw, max_workers), "device_copy",
+        cuda ? json_null() : copy, "layouts", layouts, "skipped_layouts", skipped);
     if (top && procs > 1 &&
         (json_object_set_new(top, "processes", json_integer(procs)) |
          json_object_set_new(top, "placement",
@@ -430,14 +444,34 @@ int bench_swap(int argc, char **argv)
     c.job = cli_job(); /* under mpirun: device d on process d % P */
     if ((rc = swapbench_run(&c, &rep)) < 0)
         return cli_fail("bench swap");
+    /* the measured layouts first, in order (the tables compare with the
+     * first); the skipped ones said after them */
+    struct skipped skip[MAX_LAYOUTS];
+    int n = 0, n_skip = 0;
+    for (int i = 0; i < rep.n_layouts; i++) {
+        if (rep.layouts[i].skipped[0]) {
+            /* copied: the measured layouts move over this one below */
+            skip[n_skip] = (struct skipped){rep.layouts[i].tp, rep.layouts[i].pp, ""};
+            snprintf(skip[n_skip].why, sizeof(skip[n_skip].why), "%s", rep.layouts[i].skipped);
+            n_skip++;
+            continue;
+        }
+        if (n != i)
+            rep.layouts[n] = rep.layouts[i];
+        n++;
+    }
     const char *dev_words = devices_s ? devices_s : "CPU devices, one per shard";
     if (json)
-        rc = print_json(dir, dev_words, c.cuda, rep.layouts, rep.n_layouts, rep.memcpy_bps,
-                        rep.stream_bps, rep.max_workers, rep.procs, &rep);
-    else if (c.cuda)
-        print_table_cuda(dir, dev_words, rep.layouts, rep.n_layouts, rep.procs);
-    else
-        print_table(dir, rep.layouts, rep.n_layouts, rep.memcpy_bps, rep.stream_bps,
-                    rep.max_workers, rep.procs, &rep);
+        rc = print_json(dir, dev_words, c.cuda, rep.layouts, n, rep.memcpy_bps, rep.stream_bps,
+                        rep.max_workers, rep.procs, &rep, skip, n_skip);
+    else {
+        if (c.cuda)
+            print_table_cuda(dir, dev_words, rep.layouts, n, rep.procs);
+        else
+            print_table(dir, rep.layouts, n, rep.memcpy_bps, rep.stream_bps, rep.max_workers,
+                        rep.procs, &rep);
+        for (int i = 0; i < n_skip; i++)
+            printf("layout %dx%d skipped: %s\n", skip[i].tp, skip[i].pp, skip[i].why);
+    }
     return rc < 0 ? cli_fail("bench swap") : 0;
 }

@@ -2,6 +2,7 @@
  * repeat runs. */
 #include "workload/swapbench.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -331,21 +332,29 @@ out:
 
 /* Each CPU device's budget: the most any layout puts on it (the arenas are
  * real memory, touched at open), and the host tier's: any layout's copy. */
-static int size_budgets(const struct swapbench_config *c, uint64_t *need, uint64_t *host_budget,
-                        int *max_workers)
+static int size_budgets(const struct swapbench_config *c, struct swapbench_layout *lay,
+                        uint64_t *need, uint64_t *host_budget, int *max_workers)
 {
     uint64_t total, embed;
     int rc = check_layouts(c, &total, &embed);
     if (rc < 0)
         return rc;
     *max_workers = 1;
+    int skipped = 0;
     memset(need, 0, SWAPBENCH_MAX_WORKERS * sizeof(*need));
     for (int i = 0; i < c->n_layouts; i++) {
         const int k = c->tp[i] * c->pp[i];
         uint64_t shard[SWAPBENCH_MAX_WORKERS], host;
         /* the weights and the cold request's batch (KV cache, activations) */
         struct model_exec_shape cold = {.batch = 1, .max_len = c->prompt_len + 1};
-        if ((rc = swap_layout_bytes(c->dir, c->tp[i], c->pp[i], &cold, shard, &host)) < 0)
+        rc = swap_layout_bytes(c->dir, c->tp[i], c->pp[i], &cold, shard, &host);
+        if (rc == ERR_INVALID) { /* the tensors cannot be cut so (heads and layers were checked) */
+            snprintf(lay[i].skipped, sizeof(lay[i].skipped), "%s", err_msg());
+            if (++skipped == c->n_layouts)
+                return rc;
+            continue;
+        }
+        if (rc < 0)
             return rc;
         for (int d = 0; d < k; d++)
             need[d] = shard[d] > need[d] ? shard[d] : need[d];
@@ -375,16 +384,18 @@ int swapbench_run(const struct swapbench_config *c, struct swapbench_report *out
             return err_set(ERR_INVALID, "layout %dx%d: needs 1..%d devices%s", c->tp[i], c->pp[i],
                            c->cuda ? c->n_gpus : SWAPBENCH_MAX_WORKERS,
                            c->cuda ? " (the CUDA devices listed)" : "");
+    for (int i = 0; i < c->n_layouts; i++) {
+        out->layouts[i].tp = c->tp[i];
+        out->layouts[i].pp = c->pp[i];
+    }
     uint64_t need[SWAPBENCH_MAX_WORKERS], host_budget;
-    int rc = size_budgets(c, need, &host_budget, &out->max_workers);
+    int rc = size_budgets(c, out->layouts, need, &host_budget, &out->max_workers);
     if (rc < 0)
         return rc;
     for (int i = 0; i < c->n_layouts; i++) {
         struct swapbench_layout *r = &out->layouts[i];
-        r->tp = c->tp[i];
-        r->pp = c->pp[i];
         out->n_layouts = i + 1;
-        if ((rc = bench_layout(c, need, host_budget, r)) < 0)
+        if (!r->skipped[0] && (rc = bench_layout(c, need, host_budget, r)) < 0)
             return rc;
     }
     /* the host's copy speed: the reference of CPU devices only */

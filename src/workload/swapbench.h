@@ -72,6 +72,10 @@ struct swapbench_config {
 /* One layout's medians, in seconds; 0 where not measured. */
 struct swapbench_layout {
     int tp, pp;
+    /* "" when measured; else why not: the checkpoint's tensors cannot be
+     * split that way (a quantized tensor's columns off its block
+     * boundaries), the planner's one line. Nothing below is filled then. */
+    char skipped[256];
     uint64_t bytes; /* device bytes of the weights, all shards (swap_shard_device_bytes) */
     double load_s, offload_s, host_fill_s;
     /* CUDA devices: the layout's bytes copied H2D and D2H on all its
@@ -111,8 +115,11 @@ struct swapbench_report {
 
 /* Checks every layout against the model in c->dir (TP against its heads,
  * PP against its layers), sizes the devices and the host tier, measures
- * each layout in order, then the reference, into out. 0, or an error naming
- * the layout or the step that failed (out partly filled then). */
+ * each layout in order, then the reference, into out. A layout whose shards
+ * the checkpoint's tensors cannot be cut into (quantized columns off their
+ * blocks) is skipped, its reason in .skipped, unless every layout is. 0, or
+ * an error naming the layout or the step that failed (out partly filled
+ * then). */
 int swapbench_run(const struct swapbench_config *c, struct swapbench_report *out);
 
 #endif

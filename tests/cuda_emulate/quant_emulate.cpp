@@ -316,7 +316,7 @@ int main()
             }
             float *yc = (float *)malloc(sizeof(float) * rows);
             struct weight_view wv = {t, w, rows, k, (size_t)k};
-            struct qdot_args a = {yc, (size_t)rows, xqc, qdot_x_row_bytes(t, k), 1, &wv};
+            struct qdot_args a = {yc, (size_t)rows, xqc, qdot_x_row_bytes(t, k), NULL, 0, 1, &wv};
             qdot_rows_scalar(&a, 0, rows);
             size_t ybad = 0;
             for (int r = 0; r < rows; r++) {

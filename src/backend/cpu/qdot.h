@@ -29,13 +29,34 @@ size_t qdot_x_row_bytes(enum dtype t, int n);
  * magnitude maps to -127, nearest even, with the sums of 16). */
 void qdot_quantize_x(enum dtype t, const float *x, void *xq, int n);
 
+/* The multi-row kernels' x: the quantized rows packed in groups of
+ * QDOT_GROUP, one lane per row, so that a weight block's integer sums
+ * against all of a group's rows come out of one vector without a
+ * horizontal sum. Per block of x (Q8_0: 32 elements, Q8_K: 256), in order:
+ *   u[e / 4][row]   int32: elements e .. e + 3 of the row, each plus 128
+ *                   (unsigned bytes, x ^ 0x80), for every e in steps of 4
+ *   dx[row]         f32: the block's scale
+ *   Q8_0: xs[row]   int32: the sum of the block's 32 quants
+ *   Q8_K: bs[p][row] two int16: the sums of 32 of sub-blocks 2p and 2p + 1
+ *                   (from bsums), p = 0 .. 3
+ * A group's rows past m are x = 0 (u = 128, dx = 0). */
+#define QDOT_GROUP 8
+/* Bytes of one packed group of rows of n activations for weights of type t */
+size_t qdot_xp_group_bytes(enum dtype t, int n);
+/* Group g (rows [g QDOT_GROUP, +QDOT_GROUP) of xq's m rows, xq_ld bytes
+ * apart, n activations each) packed into xp */
+void qdot_pack_x(enum dtype t, const char *xq, size_t xq_ld, int m, int n, int g, char *xp);
+
 /* One call's operands: y[i * ldy + r] = w[r] . xq[i] for the m input rows,
- * xq rows xq_ld bytes apart. */
+ * xq rows xq_ld bytes apart; the multi-row kernels read xp instead, its
+ * groups xp_ld bytes apart. */
 struct qdot_args {
     float *y;
     size_t ldy;
     const char *xq;
     size_t xq_ld;
+    const char *xp;
+    size_t xp_ld;
     int m;
     const struct weight_view *w;
 };
@@ -49,6 +70,17 @@ void qdot_rows_scalar(const struct qdot_args *a, int r0, int r1);
 void qdot_rows_avx2(const struct qdot_args *a, int r0, int r1);
 /* AVX512-VNNI (256-bit, VL): quads of bytes by VPDPBUSD */
 void qdot_rows_vnni(const struct qdot_args *a, int r0, int r1);
+
+/* The multi-row kernels (qdot_tile_body.h): each weight row's blocks
+ * unpacked once into the task's scratch, then multiplied with every group
+ * of QDOT_GROUP packed input rows, a quad of the weights' bytes broadcast
+ * against one quad of each of the group's rows. The same integer sums per
+ * block and the same float operations per row as the kernels above, so
+ * the same bits. 0, or ERR_NOMEM when the scratch cannot grow (nothing
+ * written then). */
+typedef int (*qdot_tile_fn)(const struct qdot_args *a, int r0, int r1);
+int qdot_tile_avx2(const struct qdot_args *a, int r0, int r1);
+int qdot_tile_vnni(const struct qdot_args *a, int r0, int r1);
 
 /* The blocks' combination, shared by every kernel: block b of a row adds
  * to partial sum b % QDOT_LANES (with explicit fmaf: a contraction left to

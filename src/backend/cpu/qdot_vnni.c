@@ -11,9 +11,29 @@
 #define QDOT_ROWS_FN qdot_rows_vnni
 #include "backend/cpu/qdot_body.h"
 
+/* the multi-row kernel: the weights' quads broadcast against x + 128 */
+static inline __m256i qdt_dot4(__m256i acc, __m256i xv, const void *wp)
+{
+    int32_t w4;
+    memcpy(&w4, wp, 4);
+    return _mm256_dpbusd_epi32(acc, xv, _mm256_set1_epi32(w4));
+}
+#define QDT_DOT4 qdt_dot4
+#define QDT_NW 4
+#define QDT_DOT4_Q8 qdt_dot4
+#define QDT_Q8_BIAS 1
+#define QDOT_TILE_FN qdot_tile_vnni
+#include "backend/cpu/qdot_tile_body.h"
+
 #else
 void qdot_rows_vnni(const struct qdot_args *a, int r0, int r1)
 {
     qdot_rows_scalar(a, r0, r1);
+}
+
+int qdot_tile_vnni(const struct qdot_args *a, int r0, int r1)
+{
+    qdot_rows_scalar(a, r0, r1);
+    return 0;
 }
 #endif

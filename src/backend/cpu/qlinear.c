@@ -8,12 +8,16 @@
  * - bf16 mode, llama.cpp's: each input row quantized once per call (to
  *   Q8_0 blocks for the 32-element types, Q8_K for the K-quants) and every
  *   weight row times it in integer dot products (qdot.h), split by weight
- *   rows over the pool. The kernel (vnni, avx2) is chosen per process and
- *   type by measurement, as the GEMV's are: at the first call with a type,
+ *   rows over the pool. Two kinds of kernel: one weight row at a time
+ *   against each input row (vnni, avx2), or each weight row unpacked once
+ *   and multiplied with 8 input rows at a time, packed one row a lane
+ *   (vnni-m8, avx2-m8; qdot_tile_body.h); both give the same bits. The
+ *   kernel is chosen per process, type and bucket of rows (1, 2-15, 16 and
+ *   more) by measurement, as the GEMV's are: at the first call with a type,
  *   each candidate is timed on 4 MiB of that type's blocks flushed from the
- *   caches, at 1 and 4 input rows, best of 5 and 3, interleaved; a later
- *   candidate must win by 3%. SHARDSWAP_QDOT=NAME (vnni, avx2, scalar)
- *   runs one kernel for every call instead. */
+ *   caches, at 1, 8 and 32 input rows, best of 5, 3 and 3, interleaved; a
+ *   later candidate must win by 3%. SHARDSWAP_QDOT=NAME (vnni, avx2,
+ *   vnni-m8, avx2-m8, scalar) runs one kernel for every call instead. */
 #include "backend/cpu/qlinear.h"
 
 #include <math.h>
@@ -103,6 +107,64 @@ void qdot_quantize_x(enum dtype t, const float *x, void *xq, int n)
         quantize_q8_k(x, xq, n);
 }
 
+/* qdot.h's packed group: per block the quads (qk / 4 of QDOT_GROUP int32),
+ * the scales (QDOT_GROUP f32) and the sums (QDOT_GROUP int32, or 4 x
+ * QDOT_GROUP for Q8_K's pairs) */
+static size_t xp_block_bytes(enum dtype t)
+{
+    return qdot_xtype_of(t) == QDOT_X_Q8_0 ? (size_t)(QUANT_QK0 + 4 + 4) * QDOT_GROUP
+                                           : (size_t)(QUANT_QKK + 4 + 16) * QDOT_GROUP;
+}
+
+size_t qdot_xp_group_bytes(enum dtype t, int n)
+{
+    const int qk = qdot_xtype_of(t) == QDOT_X_Q8_0 ? QUANT_QK0 : QUANT_QKK;
+    return (size_t)(n / qk) * xp_block_bytes(t);
+}
+
+void qdot_pack_x(enum dtype t, const char *xq, size_t xq_ld, int m, int n, int g, char *xp)
+{
+    const bool kq = qdot_xtype_of(t) == QDOT_X_Q8_K;
+    const int qk = kq ? QUANT_QKK : QUANT_QK0, nb = n / qk, i0 = g * QDOT_GROUP;
+    const int rows = m - i0 < QDOT_GROUP ? m - i0 : QDOT_GROUP;
+    const size_t xb = kq ? sizeof(struct quant_q8_k) : sizeof(struct quant_q8_0);
+    for (int b = 0; b < nb; b++, xp += xp_block_bytes(t)) {
+        unsigned char *u = (unsigned char *)xp;
+        char *dx = xp + (size_t)qk * QDOT_GROUP, *sums = dx + 4 * QDOT_GROUP;
+        for (int j = 0; j < QDOT_GROUP; j++) {
+            const char *blk = j < rows ? xq + (size_t)(i0 + j) * xq_ld + (size_t)b * xb : NULL;
+            const int8_t *qs = blk ? (const int8_t *)(blk + (kq ? 4 : 2)) : NULL;
+            int32_t xs = 0;
+            for (int e = 0; e < qk; e++) {
+                const int8_t v = qs ? qs[e] : 0;
+                u[(size_t)(e / 4) * 4 * QDOT_GROUP + 4 * j + e % 4] = (unsigned char)(v ^ 0x80);
+                xs += v;
+            }
+            float d = 0.0f;
+            if (!kq) {
+                if (blk) {
+                    uint16_t h;
+                    memcpy(&h, blk, 2);
+                    d = f16_to_f32(h);
+                }
+                memcpy(sums + 4 * j, &xs, 4);
+            } else {
+                int16_t bs[QUANT_QKK / 16] = {0};
+                if (blk) {
+                    memcpy(&d, blk, 4);
+                    memcpy(bs, blk + 4 + QUANT_QKK, sizeof(bs));
+                }
+                for (int p = 0; p < 4; p++) {
+                    const int lo = bs[4 * p] + bs[4 * p + 1], hi = bs[4 * p + 2] + bs[4 * p + 3];
+                    const uint32_t v = (uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16;
+                    memcpy(sums + 4 * (p * QDOT_GROUP + j), &v, 4);
+                }
+            }
+            memcpy(dx + 4 * j, &d, 4);
+        }
+    }
+}
+
 /* ---- the kernels and their choice ---- */
 
 static bool has_scalar(void)
@@ -136,25 +198,32 @@ static bool has_vnni(void)
 
 struct qdot_kernel {
     const char *name;
-    qdot_rows_fn rows;
+    qdot_rows_fn rows; /* one weight row at a time, or */
+    qdot_tile_fn tile; /* 8 input rows at a time (x packed) */
     bool (*supported)(void);
 };
 
 /* best first by instruction set; scalar only by request where another runs */
 static const struct qdot_kernel q_kernels[] = {
-    {"vnni", qdot_rows_vnni, has_vnni},
-    {"avx2", qdot_rows_avx2, has_avx2},
-    {"scalar", qdot_rows_scalar, has_scalar},
+    {"vnni", qdot_rows_vnni, NULL, has_vnni},       /* a weight row against one input row */
+    {"avx2", qdot_rows_avx2, NULL, has_avx2},       /* (the same) */
+    {"vnni-m8", NULL, qdot_tile_vnni, has_vnni},    /* a weight row against 8 input rows */
+    {"avx2-m8", NULL, qdot_tile_avx2, has_avx2},    /* (the same) */
+    {"scalar", qdot_rows_scalar, NULL, has_scalar}, /* the reference */
 };
 #define Q_N_KERNELS (int)(sizeof(q_kernels) / sizeof(q_kernels[0]))
 
 /* the types, in enum dtype's order from DTYPE_Q8_0 */
 #define Q_TYPES (DTYPE_Q5_1 - DTYPE_Q8_0 + 1)
-#define Q_BUCKETS 2 /* one input row; more */
-/* more rows are timed at 4: at 16 the calibration took 4x as long, and
- * the kernels' ranking is by their unpacking work per row either way */
-static const int q_bucket_m[Q_BUCKETS] = {1, 4};
-static const int q_cal_reps[Q_BUCKETS] = {5, 3};
+#define Q_BUCKETS 3 /* one input row; 2-15 (decode batches); 16 and more (prefill) */
+/* a bucket's rows are timed at 1, 8 and 32: a decode batch's products read
+ * their weights from memory, which at 8 rows hides much of the kernels'
+ * difference; a prefill's are bound by the integer work, which 32 rows
+ * show (past 8 the multi-row kernels repeat a pass per 8 rows and the
+ * others a pass per row, so the ranking holds above) */
+static const int q_bucket_m[Q_BUCKETS] = {1, 8, 32};
+static const int q_cal_reps[Q_BUCKETS] = {5, 3, 3};
+static const char *const q_bucket_name[Q_BUCKETS] = {"m1", "m2-15", "m16+"};
 #define Q_CAL_BYTES ((size_t)4 << 20)
 #define Q_CAL_COLS 2048
 #define Q_CAL_MARGIN 0.03
@@ -180,7 +249,9 @@ static int q_find(const char *name, const struct qdot_kernel **out)
             *out = &q_kernels[i];
             return 0;
         }
-    return err_set(ERR_INVALID, "unknown quantized kernel \"%s\" (expected vnni, avx2 or scalar)",
+    return err_set(ERR_INVALID,
+                   "unknown quantized kernel \"%s\" (expected vnni, avx2, vnni-m8, avx2-m8 or "
+                   "scalar)",
                    name);
 }
 
@@ -218,15 +289,20 @@ void cpu_qlinear_random_blocks(enum dtype t, void *dst, size_t n_blocks, uint64_
 
 struct q_job {
     struct qdot_args a;
-    qdot_rows_fn rows;
+    const struct qdot_kernel *k;
     int task_rows;
+    atomic_int rc;
 };
 
 static void q_task(void *ctx, int task)
 {
-    const struct q_job *j = ctx;
+    struct q_job *j = ctx;
     int r0 = task * j->task_rows, r1 = r0 + j->task_rows;
-    j->rows(&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows);
+    r1 = r1 < j->a.w->rows ? r1 : j->a.w->rows;
+    if (j->k->rows)
+        j->k->rows(&j->a, r0, r1);
+    else if (j->k->tile(&j->a, r0, r1) < 0)
+        atomic_store(&j->rc, ERR_NOMEM);
 }
 
 static int q_task_rows(const struct weight_view *w)
@@ -243,45 +319,64 @@ static int q_task_rows(const struct weight_view *w)
 struct qx_job {
     enum dtype t;
     const float *x;
-    char *xq;
-    int cols;
-    size_t xq_ld;
+    int m, cols;
+    char *xq, *xp; /* xp: NULL, or the packed groups */
+    size_t xq_ld, xp_ld;
 };
 
-static void qx_task(void *ctx, int i)
+/* the rows of group g (QDOT_GROUP of them) quantized, and packed */
+static void qx_task(void *ctx, int g)
 {
     const struct qx_job *j = ctx;
-    qdot_quantize_x(j->t, j->x + (size_t)i * j->cols, j->xq + (size_t)i * j->xq_ld, j->cols);
+    const int i1 = (g + 1) * QDOT_GROUP < j->m ? (g + 1) * QDOT_GROUP : j->m;
+    for (int i = g * QDOT_GROUP; i < i1; i++)
+        qdot_quantize_x(j->t, j->x + (size_t)i * j->cols, j->xq + (size_t)i * j->xq_ld, j->cols);
+    if (j->xp)
+        qdot_pack_x(j->t, j->xq, j->xq_ld, j->m, j->cols, g, j->xp + (size_t)g * j->xp_ld);
 }
 
-/* x's rows quantized into the calling thread's scratch, over the pool for
- * a prefill's many */
-static int q_prepare(float *y, const float *x, int m, const struct weight_view *w,
+/* x's rows quantized (and packed for a multi-row kernel) into the calling
+ * thread's scratch, over the pool for a prefill's many */
+static int q_prepare(float *y, const float *x, int m, const struct weight_view *w, bool packed,
                      struct qdot_args *a)
 {
     const size_t ld = qdot_x_row_bytes(w->dtype, w->cols);
-    char *xq = cpu_scratch(CPU_SCRATCH_Q_X, (size_t)m * ld);
+    const size_t xp_ld = packed ? qdot_xp_group_bytes(w->dtype, w->cols) : 0;
+    const int ng = (m + QDOT_GROUP - 1) / QDOT_GROUP;
+    const size_t xq_bytes = ((size_t)m * ld + 63) / 64 * 64;
+    char *xq = cpu_scratch(CPU_SCRATCH_Q_X, xq_bytes + (size_t)ng * xp_ld);
     if (!xq)
         return err_set(ERR_NOMEM, "out of host memory for %d x %d quantized activations", m,
                        w->cols);
-    struct qx_job j = {w->dtype, x, xq, w->cols, ld};
+    struct qx_job j = {w->dtype, x, m, w->cols, xq, packed ? xq + xq_bytes : NULL, ld, xp_ld};
     if (m > CPU_GEMV_MAX_M)
-        cpu_kernels_run(qx_task, &j, m);
+        cpu_kernels_run(qx_task, &j, ng);
     else
-        for (int i = 0; i < m; i++)
-            qx_task(&j, i);
-    *a = (struct qdot_args){.y = y, .ldy = (size_t)w->rows, .xq = xq, .xq_ld = ld, .m = m, .w = w};
+        for (int g = 0; g < ng; g++)
+            qx_task(&j, g);
+    *a = (struct qdot_args){.y = y,
+                            .ldy = (size_t)w->rows,
+                            .xq = xq,
+                            .xq_ld = ld,
+                            .xp = j.xp,
+                            .xp_ld = xp_ld,
+                            .m = m,
+                            .w = w};
     return 0;
 }
 
 static int q_run(const struct qdot_kernel *k, float *y, const float *x, int m,
                  const struct weight_view *w)
 {
-    struct q_job j = {.rows = k->rows, .task_rows = q_task_rows(w)};
-    int rc = q_prepare(y, x, m, w, &j.a);
+    struct q_job j = {.k = k, .task_rows = q_task_rows(w)};
+    atomic_init(&j.rc, 0);
+    int rc = q_prepare(y, x, m, w, k->tile != NULL, &j.a);
     if (rc < 0)
         return rc;
     cpu_kernels_run(q_task, &j, (w->rows + j.task_rows - 1) / j.task_rows);
+    if (atomic_load(&j.rc) < 0)
+        return err_set(ERR_NOMEM, "out of host memory for unpacked %s weight rows of %d columns",
+                       dtype_name(w->dtype), w->cols);
     return 0;
 }
 
@@ -320,6 +415,8 @@ static void q_calibrate(enum dtype t)
                 best[i] = 1e30;
             for (int rep = 0; rep < q_cal_reps[b]; rep++)
                 for (int i = 0; i < n; i++) {
+                    if (cand[i]->tile && q_bucket_m[b] == 1)
+                        continue; /* 7 of its 8 lanes idle */
                     cpu_cache_flush(wd, (size_t)rows * row_bytes);
                     double s = time_now();
                     if (q_run(cand[i], y, x, q_bucket_m[b], &w) < 0)
@@ -361,12 +458,12 @@ static const struct qdot_kernel *q_pick(enum dtype t, int m)
     if (k)
         return k;
     q_ensure(t);
-    return q_chosen[q_index(t)][m > 1];
+    return q_chosen[q_index(t)][m == 1 ? 0 : m < 16 ? 1 : 2];
 }
 
 const char *cpu_qlinear_kernels(void)
 {
-    static _Thread_local char buf[384];
+    static _Thread_local char buf[768];
     pthread_once(&q_env_once, q_read_env);
     const struct qdot_kernel *f = q_forced;
     if (f) {
@@ -379,14 +476,12 @@ const char *cpu_qlinear_kernels(void)
         const enum dtype t = (enum dtype)(DTYPE_Q8_0 + ti);
         q_ensure(t);
         ms += q_cal_ms[ti];
-        const bool same = q_chosen[ti][0] == q_chosen[ti][1];
-        if (same)
-            used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s%s: %s", ti ? "; " : "",
-                                     dtype_name(t), q_chosen[ti][0]->name);
-        else
-            used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s%s: m1 %s, m2+ %s",
-                                     ti ? "; " : "", dtype_name(t), q_chosen[ti][0]->name,
-                                     q_chosen[ti][1]->name);
+        const struct qdot_kernel *const *c = q_chosen[ti];
+        used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s%s:", ti ? "; " : "",
+                                 dtype_name(t));
+        for (int b = 0; b < Q_BUCKETS && used < sizeof(buf); b++)
+            used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s %s %s", b ? "," : "",
+                                     q_bucket_name[b], c[b]->name);
     }
     if (used < sizeof(buf))
         snprintf(buf + used, sizeof(buf) - used, " (measured in %.0f ms)", ms);
