@@ -449,6 +449,18 @@ def reinit_(model):
                 prm.copy_(0.15 * torch.randn_like(prm))
 
 
+def fresh_model(cfg_cls, model_cls, common, spec):
+    """A model_cls of common's settings updated by spec["cfg"] (with its own copy of
+    rope_parameters), in eval mode with reinit_'s weights: (config, model)."""
+    cfg_kw = dict(common)
+    cfg_kw.update(spec["cfg"])
+    cfg_kw["rope_parameters"] = dict(cfg_kw["rope_parameters"])
+    config = cfg_cls(**cfg_kw)
+    model = model_cls(config).eval()
+    reinit_(model)
+    return config, model
+
+
 def make_prompts(rng, vocab):
     return [[BOS] + [int(t) for t in rng.integers(FIRST_TOKEN, vocab, size=n - 1)] for n in PROMPT_LENS]
 
@@ -598,12 +610,7 @@ def try_build(spec, seed, out_dir):
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     cfg_cls, model_cls = ARCH[spec["arch"]]
-    cfg_kw = dict(COMMON)
-    cfg_kw.update(spec["cfg"])
-    cfg_kw["rope_parameters"] = dict(cfg_kw["rope_parameters"])
-    config = cfg_cls(**cfg_kw)
-    model = model_cls(config).eval()
-    reinit_(model)
+    config, model = fresh_model(cfg_cls, model_cls, COMMON, spec)
     if config.tie_word_embeddings:
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     if spec["gen_eos"] is not None:

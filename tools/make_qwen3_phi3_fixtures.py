@@ -47,10 +47,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_fixtures import (Rejected, build_seeded, chmod_files, dir_size,  # noqa: E402
                            np_load_weights, rel_err, write_json)
 from make_llama_fixtures import (BF16_TOLERANCE, BOS, MAX_NEW_TOKENS, PAD, SELF_CHECK_TOL,  # noqa: E402
-                                 TOLERANCE, as_list, batch_logits, bf16_run, greedy_checked,
+                                 TOLERANCE, as_list, batch_logits, bf16_run, fresh_model, greedy_checked,
                                  logits_in_range, make_prompts, np_attend, np_decoder, np_head_dim,
                                  np_positions, np_rms_norm, np_rope_spelling, np_rotate_half, np_silu,
-                                 pad_left, reinit_, save_fresh, write_bf16_expect, write_config)
+                                 pad_left, save_fresh, write_bf16_expect, write_config)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO, "tests", "fixtures", "models")
@@ -279,12 +279,7 @@ def try_build(spec, seed, out_dir):
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     cfg_cls, model_cls = ARCH[spec["arch"]]
-    cfg_kw = dict(COMMON)
-    cfg_kw.update(spec["cfg"])
-    cfg_kw["rope_parameters"] = dict(cfg_kw["rope_parameters"])
-    config = cfg_cls(**cfg_kw)
-    model = model_cls(config).eval()
-    reinit_(model)
+    config, model = fresh_model(cfg_cls, model_cls, COMMON, spec)
     with torch.no_grad():      # sharper attention after the per-head norms (unit rms q and k)
         for name, prm in model.named_parameters():
             if name.endswith(("q_norm.weight", "k_norm.weight")):
