@@ -556,6 +556,23 @@ def save_fresh(model, storage, out_dir):
     model.save_pretrained(out_dir, safe_serialization=True)
 
 
+def reload_hub_style(model_cls, out_dir, to_hub):
+    """The checkpoint saved in out_dir loaded in float32 with the config.json transformers
+    wrote (native_ref), then config.json rewritten as to_hub(its dict) gives it and the
+    checkpoint loaded again (ref): (native_ref, ref, config.json's dict, generation_config.json's)."""
+    cfg_path = os.path.join(out_dir, "config.json")
+    with open(cfg_path) as f:
+        native_cfg = json.load(f)
+    native_ref = model_cls.from_pretrained(out_dir, dtype=torch.float32).eval()
+    write_config(cfg_path, to_hub(native_cfg))
+    ref = model_cls.from_pretrained(out_dir, dtype=torch.float32).eval()
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    with open(os.path.join(out_dir, "generation_config.json")) as f:
+        gen_cfg = json.load(f)
+    return native_ref, ref, cfg, gen_cfg
+
+
 def greedy_checked(model, prompts, eos, min_distinct=MIN_DISTINCT):
     """greedy_run, Rejected (try another seed) when a continuation hits EOS, a step's margin is
     at most MARGIN_REL or a continuation has fewer than min_distinct ids: (greedy, min margin)."""

@@ -48,7 +48,7 @@ from make_llama_fixtures import (BF16_TOLERANCE, BOS, MAX_NEW_TOKENS, PAD, SELF_
                                  TOLERANCE, as_list, batch_logits, bf16_run, fresh_model, greedy_checked,
                                  logits_in_range, make_prompts, np_attend, np_decoder, np_head_dim,
                                  np_positions, np_rms_norm, np_rotate_half, np_silu, pad_left,
-                                 save_fresh, write_bf16_expect, write_config)
+                                 reload_hub_style, save_fresh, write_bf16_expect)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO, "tests", "fixtures", "models")
@@ -246,16 +246,7 @@ def try_build(spec, seed, out_dir):
     save_fresh(model, spec["storage"], out_dir)
     del model
 
-    cfg_path = os.path.join(out_dir, "config.json")
-    with open(cfg_path) as f:
-        native_cfg = json.load(f)
-    native_ref = model_cls.from_pretrained(out_dir, dtype=torch.float32).eval()
-    write_config(cfg_path, hub_style(native_cfg, spec))
-    ref = model_cls.from_pretrained(out_dir, dtype=torch.float32).eval()
-    with open(cfg_path) as f:
-        cfg = json.load(f)
-    with open(os.path.join(out_dir, "generation_config.json")) as f:
-        gen_cfg = json.load(f)
+    native_ref, ref, cfg, gen_cfg = reload_hub_style(model_cls, out_dir, lambda c: hub_style(c, spec))
     with safe_open(os.path.join(out_dir, "model.safetensors"), "pt") as f:
         keys = set(f.keys())
     per_expert = ("model.layers.0.block_sparse_moe.experts.0.w1.weight" if spec["arch"] == "mixtral"

@@ -50,7 +50,7 @@ from make_llama_fixtures import (BF16_TOLERANCE, BOS, MAX_NEW_TOKENS, PAD, SELF_
                                  TOLERANCE, as_list, batch_logits, bf16_run, fresh_model, greedy_checked,
                                  logits_in_range, make_prompts, np_attend, np_decoder, np_head_dim,
                                  np_positions, np_rms_norm, np_rope_spelling, np_rotate_half, np_silu,
-                                 pad_left, save_fresh, write_bf16_expect, write_config)
+                                 pad_left, reload_hub_style, save_fresh, write_bf16_expect)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO, "tests", "fixtures", "models")
@@ -290,16 +290,7 @@ def try_build(spec, seed, out_dir):
     save_fresh(model, spec["storage"], out_dir)
     del model
 
-    cfg_path = os.path.join(out_dir, "config.json")
-    with open(cfg_path) as f:
-        native_cfg = json.load(f)
-    native_ref = model_cls.from_pretrained(out_dir, dtype=torch.float32).eval()
-    write_config(cfg_path, hub_style(native_cfg, spec))
-    ref = model_cls.from_pretrained(out_dir, dtype=torch.float32).eval()
-    with open(cfg_path) as f:
-        cfg = json.load(f)
-    with open(os.path.join(out_dir, "generation_config.json")) as f:
-        gen_cfg = json.load(f)
+    native_ref, ref, cfg, gen_cfg = reload_hub_style(model_cls, out_dir, lambda c: hub_style(c, spec))
     hd = np_head_dim(cfg)
     assert ref.model.layers[0].self_attn.head_dim == hd
     assert getattr(ref.config, "sliding_window", None) is None
