@@ -42,6 +42,18 @@ static inline void test_skip(const char *why)
     exit(77);
 }
 
+/* malloc that ends the test program when the host is out of memory (a
+ * buffer of 0 bytes is 1 byte, never NULL). */
+static inline void *test_xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
 /* max |a - b| / max |b| over n values; infinite when a has a NaN. The
  * relative error every model comparison states its tolerance in. */
 static inline double test_rel_err(const float *a, const float *b, size_t n)

@@ -104,16 +104,6 @@ static void fill(float *x, size_t n, float lo, float hi)
         x[i] = urand(lo, hi);
 }
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
-        exit(1);
-    }
-    return p;
-}
-
 /* The same buffer on both devices. */
 struct twin {
     struct dbuf *c, *g;
@@ -190,12 +180,12 @@ static void linear_case(const struct lin_shape *sh, enum dtype dt, int m, enum k
 {
     const int n = sh->n, k = sh->k;
     const size_t elems = sh->off + (size_t)n * sh->ld, es = dtype_size(dt);
-    float *wf = xmalloc(elems * sizeof(float));
-    void *wd = xmalloc(elems * es);
-    float *x = xmalloc((size_t)m * k * sizeof(float));
-    float *bias = xmalloc((size_t)n * sizeof(float));
-    float *yc = xmalloc((size_t)m * n * sizeof(float));
-    float *yg = xmalloc((size_t)m * n * sizeof(float));
+    float *wf = test_xmalloc(elems * sizeof(float));
+    void *wd = test_xmalloc(elems * es);
+    float *x = test_xmalloc((size_t)m * k * sizeof(float));
+    float *bias = test_xmalloc((size_t)n * sizeof(float));
+    float *yc = test_xmalloc((size_t)m * n * sizeof(float));
+    float *yg = test_xmalloc((size_t)m * n * sizeof(float));
     fill(wf, elems, -1, 1);
     dtype_from_f32(dt, wf, wd, elems);
     fill(x, (size_t)m * k, -1, 1);
@@ -277,8 +267,8 @@ struct lora_twin {
 static struct lora_twin lora_twin_make(enum dtype dt, int r, int in, int out, size_t lda)
 {
     const size_t na = (size_t)r * lda, nb = (size_t)out * r, es = dtype_size(dt);
-    float *f = xmalloc((na > nb ? na : nb) * sizeof(float));
-    void *d = xmalloc((na > nb ? na : nb) * es);
+    float *f = test_xmalloc((na > nb ? na : nb) * sizeof(float));
+    void *d = test_xmalloc((na > nb ? na : nb) * es);
     struct lora_twin t;
     fill(f, na, -1, 1);
     dtype_from_f32(dt, f, d, na);
@@ -311,9 +301,9 @@ static void lora_case(enum dtype dt, enum kern_compute c, int m, int r, int in, 
     struct lora_twin ad[8];
     for (int i = 0; i < nad; i++)
         ad[i] = lora_twin_make(dt, i == 0 ? r : 1 + (i * 37 + r) % r, in, out, lda);
-    int *seg = xmalloc((size_t)(m + 2) * sizeof(int));
-    struct lora_pair *pc = xmalloc((size_t)(m + 1) * sizeof(*pc));
-    struct lora_pair *pg = xmalloc((size_t)(m + 1) * sizeof(*pg));
+    int *seg = test_xmalloc((size_t)(m + 2) * sizeof(int));
+    struct lora_pair *pc = test_xmalloc((size_t)(m + 1) * sizeof(*pc));
+    struct lora_pair *pg = test_xmalloc((size_t)(m + 1) * sizeof(*pg));
     int nseg = 0;
     seg[0] = 0;
     for (int i = 0; i < m - 1 || (m == 1 && i == 0);) {
@@ -334,8 +324,8 @@ static void lora_case(enum dtype dt, enum kern_compute c, int m, int r, int in, 
         }
     }
     const size_t nx = (size_t)m * in, ny = (size_t)m * out;
-    float *x = xmalloc(nx * sizeof(float)), *y0 = xmalloc(ny * sizeof(float));
-    float *yc = xmalloc(ny * sizeof(float)), *yg = xmalloc(ny * sizeof(float));
+    float *x = test_xmalloc(nx * sizeof(float)), *y0 = test_xmalloc(ny * sizeof(float));
+    float *yc = test_xmalloc(ny * sizeof(float)), *yg = test_xmalloc(ny * sizeof(float));
     fill(x, nx, -2, 2);
     fill(y0, ny, -1, 1);
     struct twin tx = twin_upload(x, nx * sizeof(float));
@@ -411,10 +401,10 @@ TEST(embed)
     for (size_t di = 0; di < 3; di++) {
         const enum dtype dt = dts[di];
         const size_t es = dtype_size(dt);
-        float *wf = xmalloc(elems * sizeof(float));
-        void *wd = xmalloc(elems * es);
-        float *yc = xmalloc((size_t)n * cols * sizeof(float));
-        float *yg = xmalloc((size_t)n * cols * sizeof(float));
+        float *wf = test_xmalloc(elems * sizeof(float));
+        void *wd = test_xmalloc(elems * es);
+        float *yc = test_xmalloc((size_t)n * cols * sizeof(float));
+        float *yg = test_xmalloc((size_t)n * cols * sizeof(float));
         fill(wf, elems, -2, 2);
         dtype_from_f32(dt, wf, wd, elems);
         struct twin tw = twin_upload(wd, elems * es);
@@ -425,7 +415,7 @@ TEST(embed)
         wc.data = (const char *)dbuf_ptr(tw.c) + off * es;
         wg.data = (const char *)dbuf_ptr(tw.g) + off * es;
         /* NaN in every output first: a row the GPU forgets to write shows */
-        float *nan = xmalloc((size_t)n * cols * sizeof(float));
+        float *nan = test_xmalloc((size_t)n * cols * sizeof(float));
         for (size_t i = 0; i < (size_t)n * cols; i++)
             nan[i] = NAN;
         RUN("embed fill", kern_to_device(gpu_st, dbuf_ptr(ty.g), nan, (size_t)n * cols * 4));
@@ -484,20 +474,20 @@ static void qlinear_case(const struct qlin_shape *sh, enum dtype t, int m, enum 
     const size_t ld = (size_t)sh->ldb * qk, row_bytes = dtype_row_bytes(t, ld);
     const int all_rows = sh->r0 + n + 1;
     const size_t bytes = (size_t)all_rows * row_bytes;
-    unsigned char *stored = xmalloc(bytes);
+    unsigned char *stored = test_xmalloc(bytes);
     cpu_qlinear_random_blocks(t, stored, bytes / quant_block_bytes(t), 1000 + (uint64_t)t * 7 + m);
     const size_t off = (size_t)sh->r0 * row_bytes + dtype_row_bytes(t, (size_t)sh->c0 * qk);
     /* the view's rows dequantized on the host, for the bounds */
-    float *wf = xmalloc((size_t)n * k * sizeof(float));
+    float *wf = test_xmalloc((size_t)n * k * sizeof(float));
     for (int r = 0; r < n; r++)
         dtype_to_f32(t, stored + off + (size_t)r * row_bytes, wf + (size_t)r * k, (size_t)k);
-    float *x = xmalloc((size_t)m * k * sizeof(float));
+    float *x = test_xmalloc((size_t)m * k * sizeof(float));
     for (size_t i = 0; i < (size_t)m * k; i++)
         x[i] = urand(-1, 1) * (i % 7 == 0 ? 4.0f : 1.0f);
-    float *bias = xmalloc((size_t)n * sizeof(float));
+    float *bias = test_xmalloc((size_t)n * sizeof(float));
     fill(bias, (size_t)n, -1, 1);
-    float *yc = xmalloc((size_t)m * n * sizeof(float)),
-          *yg = xmalloc((size_t)m * n * sizeof(float));
+    float *yc = test_xmalloc((size_t)m * n * sizeof(float)),
+          *yg = test_xmalloc((size_t)m * n * sizeof(float));
 
     struct twin tw = twin_upload(stored, bytes);
     struct twin tx = twin_upload(x, (size_t)m * k * sizeof(float));
@@ -630,11 +620,11 @@ TEST(embed_quant)
         const int qk = dtype_block(t), cols = 3 * qk;
         const size_t ld = (size_t)5 * qk, row_bytes = dtype_row_bytes(t, ld);
         const size_t bytes = (size_t)rows * row_bytes, off = dtype_row_bytes(t, (size_t)qk);
-        unsigned char *stored = xmalloc(bytes);
+        unsigned char *stored = test_xmalloc(bytes);
         cpu_qlinear_random_blocks(t, stored, bytes / quant_block_bytes(t), 77 + (uint64_t)ti);
-        float *yc = xmalloc((size_t)n * cols * sizeof(float));
-        float *yg = xmalloc((size_t)n * cols * sizeof(float));
-        float *want = xmalloc((size_t)n * cols * sizeof(float));
+        float *yc = test_xmalloc((size_t)n * cols * sizeof(float));
+        float *yg = test_xmalloc((size_t)n * cols * sizeof(float));
+        float *want = test_xmalloc((size_t)n * cols * sizeof(float));
         for (int i = 0; i < n; i++) {
             const int64_t r = (int64_t)ids[i] - row0;
             float *wi = want + (size_t)i * cols;
@@ -651,7 +641,7 @@ TEST(embed_quant)
         wc.data = (const char *)dbuf_ptr(tw.c) + off;
         RUN("qembed cpu", kern_embed(cpu_st, dbuf_ptr(ty.c), &wc, dbuf_ptr(ti_.c), n, row0));
         if (gpu_dev) {
-            float *nan = xmalloc((size_t)n * cols * sizeof(float));
+            float *nan = test_xmalloc((size_t)n * cols * sizeof(float));
             for (size_t i = 0; i < (size_t)n * cols; i++)
                 nan[i] = NAN;
             RUN("qembed fill", kern_to_device(gpu_st, dbuf_ptr(ty.g), nan, (size_t)n * cols * 4));
@@ -691,11 +681,11 @@ TEST(layernorm)
             for (int inplace = 0; inplace < 2; inplace++) {
                 const int m = 5, n = widths[wi];
                 const size_t cnt = (size_t)m * n;
-                float *x = xmalloc(cnt * sizeof(float));
-                float *g = xmalloc((size_t)n * sizeof(float));
-                float *b = xmalloc((size_t)n * sizeof(float));
-                float *yc = xmalloc(cnt * sizeof(float));
-                float *yg = xmalloc(cnt * sizeof(float));
+                float *x = test_xmalloc(cnt * sizeof(float));
+                float *g = test_xmalloc((size_t)n * sizeof(float));
+                float *b = test_xmalloc((size_t)n * sizeof(float));
+                float *yc = test_xmalloc(cnt * sizeof(float));
+                float *yg = test_xmalloc(cnt * sizeof(float));
                 fill(x, cnt, 2, 5); /* a mean far from 0: the two passes matter */
                 fill(g, (size_t)n, 0.5f, 1.5f);
                 fill(b, (size_t)n, -1, 1);
@@ -742,10 +732,10 @@ TEST(rmsnorm)
             for (int inplace = 0; inplace < 2; inplace++) {
                 const int n = widths[wi];
                 const size_t cnt = (size_t)m * n;
-                float *x = xmalloc(cnt * sizeof(float));
-                float *g = xmalloc((size_t)n * sizeof(float));
-                float *yc = xmalloc(cnt * sizeof(float));
-                float *yg = xmalloc(cnt * sizeof(float));
+                float *x = test_xmalloc(cnt * sizeof(float));
+                float *g = test_xmalloc((size_t)n * sizeof(float));
+                float *yc = test_xmalloc(cnt * sizeof(float));
+                float *yg = test_xmalloc(cnt * sizeof(float));
                 fill(x, cnt, -1, 1);
                 for (size_t k = 0; k < cnt; k++)
                     x[k] *= powf(10.0f, (float)((int)(k / (size_t)n) - 3));
@@ -803,10 +793,10 @@ TEST(rope)
         const int n = cases[ci].n, heads = cases[ci].heads, hd = cases[ci].head_dim;
         const int rot = cases[ci].rot_dim, half = rot / 2;
         const size_t cnt = (size_t)n * heads * hd;
-        float *x = xmalloc(cnt * sizeof(float));
-        float *inv_freq = xmalloc((size_t)half * sizeof(float));
-        int32_t *pos = xmalloc((size_t)n * sizeof(int32_t));
-        float *yc = xmalloc(cnt * sizeof(float)), *yg = xmalloc(cnt * sizeof(float));
+        float *x = test_xmalloc(cnt * sizeof(float));
+        float *inv_freq = test_xmalloc((size_t)half * sizeof(float));
+        int32_t *pos = test_xmalloc((size_t)n * sizeof(int32_t));
+        float *yc = test_xmalloc(cnt * sizeof(float)), *yg = test_xmalloc(cnt * sizeof(float));
         fill(x, cnt, -2, 2);
         for (int i = 0; i < half; i++) /* Llama's, base 500000 (Llama 3) */
             inv_freq[i] = (float)(1.0 / pow(500000.0, 2.0 * i / rot));
@@ -852,8 +842,8 @@ TEST(gated_act)
     static const char *names[] = {"relu", "gelu", "gelu_tanh", "silu"};
     static const char *aliases[] = {"y apart", "y = gate", "y = up"};
     const size_t n = 100003;
-    float *gate = xmalloc(n * sizeof(float)), *up = xmalloc(n * sizeof(float));
-    float *yc = xmalloc(n * sizeof(float)), *yg = xmalloc(n * sizeof(float));
+    float *gate = test_xmalloc(n * sizeof(float)), *up = test_xmalloc(n * sizeof(float));
+    float *yc = test_xmalloc(n * sizeof(float)), *yg = test_xmalloc(n * sizeof(float));
     for (int a = 0; a < 4; a++)
         for (int alias = 0; alias < 3; alias++) {
             fill(gate, n, -8, 8);
@@ -896,10 +886,10 @@ TEST(elementwise)
                                          KERN_ACT_SILU};
     static const char *names[] = {"relu", "gelu", "gelu_tanh", "silu"};
     const size_t n = 100003;
-    float *x = xmalloc(n * sizeof(float));
-    float *x2 = xmalloc(n * sizeof(float));
-    float *yc = xmalloc(n * sizeof(float));
-    float *yg = xmalloc(n * sizeof(float));
+    float *x = test_xmalloc(n * sizeof(float));
+    float *x2 = test_xmalloc(n * sizeof(float));
+    float *yc = test_xmalloc(n * sizeof(float));
+    float *yg = test_xmalloc(n * sizeof(float));
     for (int a = 0; a < 4; a++) {
         fill(x, n, -8, 8);
         struct twin tx = twin_upload(x, n * sizeof(float));
@@ -955,7 +945,7 @@ static void att_append(struct att_state *a, int pos, int t_new)
 {
     const struct kv_geom *g = &a->g;
     const size_t cnt = (size_t)g->batch * t_new * g->kv_heads * g->head_dim;
-    float *k = xmalloc(cnt * sizeof(float)), *v = xmalloc(cnt * sizeof(float));
+    float *k = test_xmalloc(cnt * sizeof(float)), *v = test_xmalloc(cnt * sizeof(float));
     fill(k, cnt, -1, 1);
     fill(v, cnt, -1, 1);
     struct twin tk = twin_upload(k, cnt * sizeof(float));
@@ -964,7 +954,8 @@ static void att_append(struct att_state *a, int pos, int t_new)
                                         dbuf_ptr(tk.c), dbuf_ptr(tv.c), g, t_new, pos));
     RUN("kv_append cuda", kern_kv_append(gpu_st, dbuf_ptr(a->kc.g), dbuf_ptr(a->vc.g),
                                          dbuf_ptr(tk.g), dbuf_ptr(tv.g), g, t_new, pos));
-    float *cc = xmalloc(a->cache_n * sizeof(float)), *cg = xmalloc(a->cache_n * sizeof(float));
+    float *cc = test_xmalloc(a->cache_n * sizeof(float)),
+          *cg = test_xmalloc(a->cache_n * sizeof(float));
     twin_download(a->kc, cc, cg, a->cache_n * sizeof(float));
     CHECK_MSG(memcmp(cc, cg, a->cache_n * sizeof(float)) == 0, "kv_append k cache differs");
     twin_download(a->vc, cc, cg, a->cache_n * sizeof(float));
@@ -987,7 +978,7 @@ static void att_run(struct att_state *a, int past, int t_new)
         kern_to_device(cpu_st, dbuf_ptr(a->ok.c), a->key_ok, (size_t)g->batch * g->max_t));
     RUN("key_ok cuda",
         kern_to_device(gpu_st, dbuf_ptr(a->ok.g), a->key_ok, (size_t)g->batch * g->max_t));
-    float *q = xmalloc(cnt * sizeof(float));
+    float *q = test_xmalloc(cnt * sizeof(float));
     const float scale = 1.0f / sqrtf((float)g->head_dim);
     fill(q, cnt, -1, 1);
     for (size_t i = 0; i < cnt; i++)
@@ -1006,7 +997,7 @@ static void att_run(struct att_state *a, int past, int t_new)
     RUN("attention cuda",
         kern_attention(gpu_st, dbuf_ptr(to.g), dbuf_ptr(tq.g), dbuf_ptr(a->kc.g), dbuf_ptr(a->vc.g),
                        dbuf_ptr(a->ok.g), g, past, t_new, dbuf_ptr(scr_g)));
-    float *oc = xmalloc(cnt * sizeof(float)), *og = xmalloc(cnt * sizeof(float));
+    float *oc = test_xmalloc(cnt * sizeof(float)), *og = test_xmalloc(cnt * sizeof(float));
     twin_download(to, oc, og, cnt * sizeof(float));
     double err = test_rel_err(og, oc, cnt);
     CHECK_MSG(err <= TOL_F32, "attention heads=%d kv_heads=%d hd=%d past=%d t_new=%d: rel err %.3g",
@@ -1055,7 +1046,7 @@ static void attention_case_with(int heads, int kv_heads, int head_dim, int max_t
                                 .softcap = softcap}};
     const struct kv_geom *g = &a.g;
     a.cache_n = (size_t)g->batch * g->kv_heads * g->max_t * g->head_dim;
-    float *init = xmalloc(a.cache_n * sizeof(float));
+    float *init = test_xmalloc(a.cache_n * sizeof(float));
     fill(init, a.cache_n, -1, 1); /* junk where nothing is written yet */
     a.kc = twin_upload(init, a.cache_n * sizeof(float));
     fill(init, a.cache_n, -1, 1);
@@ -1113,7 +1104,7 @@ static void attention_ring_case(int heads, int kv_heads, int head_dim, int max_t
                                 .ring = window + step - 1}};
     const struct kv_geom *g = &a.g;
     a.cache_n = (size_t)g->batch * g->kv_heads * g->ring * g->head_dim;
-    float *init = xmalloc(a.cache_n * sizeof(float));
+    float *init = test_xmalloc(a.cache_n * sizeof(float));
     fill(init, a.cache_n, -1, 1);
     a.kc = twin_upload(init, a.cache_n * sizeof(float));
     fill(init, a.cache_n, -1, 1);
@@ -1176,9 +1167,9 @@ TEST(moves)
     const int rows = 20, width = 37;
     static const int32_t idx[] = {3, 0, 19, 3, 7};
     const int n = (int)(sizeof(idx) / sizeof(idx[0]));
-    float *x = xmalloc((size_t)rows * width * sizeof(float));
-    float *yc = xmalloc((size_t)n * width * sizeof(float));
-    float *yg = xmalloc((size_t)n * width * sizeof(float));
+    float *x = test_xmalloc((size_t)rows * width * sizeof(float));
+    float *yc = test_xmalloc((size_t)n * width * sizeof(float));
+    float *yg = test_xmalloc((size_t)n * width * sizeof(float));
     fill(x, (size_t)rows * width, -1, 1);
     struct twin tx = twin_upload(x, (size_t)rows * width * sizeof(float));
     struct twin ti = twin_upload(idx, sizeof(idx));
@@ -1204,7 +1195,7 @@ TEST(moves)
     twin_free(&tcw);
 
     /* copy of an odd byte count between odd offsets (x is 2960 bytes) */
-    unsigned char *bg = xmalloc(1001);
+    unsigned char *bg = test_xmalloc(1001);
     struct dbuf *dc = alloc_on(gpu_dev, 1024);
     RUN("copy cuda", kern_copy(gpu_st, (char *)dbuf_ptr(dc) + 3, (char *)dbuf_ptr(tx.g) + 5, 1001));
     RUN("copy back", kern_to_host(gpu_st, bg, (char *)dbuf_ptr(dc) + 3, 1001));
@@ -1225,7 +1216,7 @@ TEST(moves)
     int rc = device_host_alloc(gpu_dev, big, &pinned);
     CHECK_MSG(rc == 0, "%s", err_msg());
     if (rc == 0) {
-        unsigned char *back = xmalloc(big);
+        unsigned char *back = test_xmalloc(big);
         memset(pinned, 0x5a, big);
         struct dbuf *d = alloc_on(gpu_dev, big);
         RUN("to_device pinned", kern_to_device(gpu_st, dbuf_ptr(d), pinned, big));

@@ -40,6 +40,8 @@
 #include "swap_rig.h"
 #include "test.h"
 
+#include "cpu_logits.h"
+
 #define CDIR SHARDSWAP_SOURCE_DIR "/tests/fixtures/ctensors"
 #define TOL 1e-4
 /* the bf16 model's reference weights are the package's bf16 products; ours
@@ -155,32 +157,19 @@ static double compare(struct model *m, json_t *exp, double *decode)
 {
     double worst = 0;
     *decode = 0;
-    float *got = malloc(sizeof(float) * MAXT * V), *part = malloc(sizeof(float) * MAXT * V);
-    float ref[V], step[V];
+    float *got = malloc(sizeof(float) * MAXT * V);
+    float ref[V];
     for (int p = 0; p < (int)json_array_size(json_object_get(exp, "prompts")); p++) {
         int32_t ids[MAXT];
-        uint8_t mask[MAXT];
         int n = prompt(exp, p, ids);
-        memset(mask, 1, sizeof(mask));
-        struct model_exec *ex;
-        struct model_exec_shape shape = {.batch = 1, .max_len = n, .max_rows = n};
-        CHECK(model_exec_open_cpu(m, &shape, &ex) == 0);
-        CHECK(model_forward(m, ex, ids, mask, n, true, got) == 0);
-        model_exec_free(ex);
+        cpu_prefill_logits(m, ids, n, got);
         for (int t = 0; t < n; t++) {
             ref_logits(exp, p, t, ref);
             worst = fmax(worst, test_rel_err(got + (size_t)t * V, ref, V));
         }
-        CHECK(model_exec_open_cpu(m, &shape, &ex) == 0);
-        CHECK(model_forward(m, ex, ids, mask, n - 2, true, part) == 0);
-        for (int t = n - 2; t < n; t++) {
-            CHECK(model_forward(m, ex, &ids[t], NULL, 1, false, step) == 0);
-            *decode = fmax(*decode, test_rel_err(step, got + (size_t)t * V, V));
-        }
-        model_exec_free(ex);
+        *decode = fmax(*decode, cpu_decode_err(m, ids, n, got, V));
     }
     free(got);
-    free(part);
     return worst;
 }
 

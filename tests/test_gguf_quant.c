@@ -36,6 +36,8 @@
 #include "swap_rig.h"
 #include "test.h"
 
+#include "cpu_logits.h"
+
 #define QDIR SHARDSWAP_SOURCE_DIR "/tests/fixtures/gguf/llama_quant"
 #define TOL 1e-4
 /* bf16 mode quantizes x to 8 bits per block before each quantized matrix
@@ -113,18 +115,12 @@ static double compare(struct model *m, const char *f, double *decode, double *vs
     double worst = 0;
     *decode = *vs_llamacpp = 0;
     *greedy_same = *positions = 0;
-    float *got = malloc(sizeof(float) * MAXT * V), *part = malloc(sizeof(float) * MAXT * V);
-    float ref[V], step[V];
+    float *got = malloc(sizeof(float) * MAXT * V);
+    float ref[V];
     for (int p = 0; p < n_prompts(); p++) {
         int32_t ids[MAXT];
-        uint8_t mask[MAXT];
         int n = prompt(p, ids);
-        memset(mask, 1, sizeof(mask));
-        struct model_exec *ex;
-        struct model_exec_shape shape = {.batch = 1, .max_len = n, .max_rows = n};
-        CHECK(model_exec_open_cpu(m, &shape, &ex) == 0);
-        CHECK(model_forward(m, ex, ids, mask, n, true, got) == 0);
-        model_exec_free(ex);
+        cpu_prefill_logits(m, ids, n, got);
         for (int t = 0; t < n; t++) {
             ref_logits(f, p, t, ref);
             worst = fmax(worst, test_rel_err(got + (size_t)t * V, ref, V));
@@ -134,16 +130,9 @@ static double compare(struct model *m, const char *f, double *decode, double *vs
             ++*positions;
         }
         /* decode = recomputation */
-        CHECK(model_exec_open_cpu(m, &shape, &ex) == 0);
-        CHECK(model_forward(m, ex, ids, mask, n - 2, true, part) == 0);
-        for (int t = n - 2; t < n; t++) {
-            CHECK(model_forward(m, ex, &ids[t], NULL, 1, false, step) == 0);
-            *decode = fmax(*decode, test_rel_err(step, got + (size_t)t * V, V));
-        }
-        model_exec_free(ex);
+        *decode = fmax(*decode, cpu_decode_err(m, ids, n, got, V));
     }
     free(got);
-    free(part);
     return worst;
 }
 

@@ -422,6 +422,20 @@ TEST(sharded)
 static struct model *hostile_base;
 static char hostile_base_dir[1024];
 
+/* Opening the adapter in dir on hostile_base must fail with a one-line
+ * message that names needle. */
+static void expect_open_refused(const char *label, const char *dir, const char *needle)
+{
+    struct model *ad = NULL;
+    int rc = model_adapter_open(dir, hostile_base, hostile_base_dir, &ad);
+    const char *msg = err_msg();
+    CHECK_MSG(rc < 0 && !ad, "%s: accepted", label);
+    CHECK_MSG(!strchr(msg, '\n') && strstr(msg, needle), "%s: message \"%s\" lacks \"%s\"", label,
+              msg, needle);
+    printf("%s: %s\n", label, msg);
+    model_close(ad);
+}
+
 /* An adapter dir in scratch with config text cfg and the weights of
  * llama_r8_qv (or none); the error of opening it, one line. */
 static void expect_refused(const char *label, const char *cfg, bool weights, const char *needle)
@@ -441,14 +455,7 @@ static void expect_refused(const char *label, const char *cfg, bool weights, con
         snprintf(path, sizeof(path), "%s/adapter_model.bin", dir);
         test_write_text(path, "PK");
     }
-    struct model *ad = NULL;
-    int rc = model_adapter_open(dir, hostile_base, hostile_base_dir, &ad);
-    const char *msg = err_msg();
-    CHECK_MSG(rc < 0 && !ad, "%s: accepted", label);
-    CHECK_MSG(!strchr(msg, '\n') && strstr(msg, needle), "%s: message \"%s\" lacks \"%s\"", label,
-              msg, needle);
-    printf("%s: %s\n", label, msg);
-    model_close(ad);
+    expect_open_refused(label, dir, needle);
 }
 
 /* llama_r8_qv's adapter with one more tensor, `extra` (2 x 2 f32), beside
@@ -484,14 +491,7 @@ static void expect_extra_refused(const char *label, const char *extra, const cha
     CHECK(st_writer_write(w, zeros, sizeof(zeros)) == 0);
     CHECK(st_writer_close(w) == 0);
     st_close(ck);
-    struct model *ad = NULL;
-    int rc = model_adapter_open(dir, hostile_base, hostile_base_dir, &ad);
-    const char *msg = err_msg();
-    CHECK_MSG(rc < 0 && !ad, "%s: accepted", label);
-    CHECK_MSG(!strchr(msg, '\n') && strstr(msg, needle), "%s: message \"%s\" lacks \"%s\"", label,
-              msg, needle);
-    printf("%s: %s\n", label, msg);
-    model_close(ad);
+    expect_open_refused(label, dir, needle);
 }
 
 #define CFGR(r, extra)                                                                             \

@@ -61,16 +61,6 @@ static float urand(float lo, float hi)
     return lo + (hi - lo) * (float)rng_uniform(&rng);
 }
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
-        exit(1);
-    }
-    return p;
-}
-
 /* One adapter's pair for one layer: the stored weights and their exact
  * values in f32 (for the reference). */
 struct adapter {
@@ -82,10 +72,10 @@ struct adapter {
 static void adapter_make(struct adapter *ad, enum dtype dt, int r, int in, int out, size_t lda)
 {
     const size_t na = (size_t)r * lda, nb = (size_t)out * r, es = dtype_size(dt);
-    ad->af = xmalloc(na * sizeof(float));
-    ad->bf = xmalloc(nb * sizeof(float));
-    ad->a = xmalloc(na * es);
-    ad->b = xmalloc(nb * es);
+    ad->af = test_xmalloc(na * sizeof(float));
+    ad->bf = test_xmalloc(nb * sizeof(float));
+    ad->a = test_xmalloc(na * es);
+    ad->b = test_xmalloc(nb * es);
     for (size_t i = 0; i < na; i++)
         ad->af[i] = urand(-1, 1);
     for (size_t i = 0; i < nb; i++)
@@ -119,7 +109,7 @@ static int lora_call(float *y, const float *x, int m, int nseg, const int *seg,
     for (int s = 0; s < nseg; s++)
         if (pairs[s].a.data && pairs[s].a.rows > max_r)
             max_r = pairs[s].a.rows;
-    float *scratch = xmalloc(kern_lora_scratch(m, max_r) * sizeof(float));
+    float *scratch = test_xmalloc(kern_lora_scratch(m, max_r) * sizeof(float));
     int rc = kern_lora(st, y, x, m, nseg, seg, pairs, c, scratch);
     free(scratch);
     return rc;
@@ -175,11 +165,11 @@ static void reference_case(enum dtype dt, enum kern_compute c, int r, int in, in
     const int seg[NSEG + 1] = {1, 3, 4, 4, 8, 10};
     const struct lora_pair pairs[NSEG] = {ad[0].pair, no_pair, ad[1].pair, ad[1].pair, ad[0].pair};
     const int which[M] = {-1, 0, 0, -1, 1, 1, 1, 1, 0, 0, -1};
-    float *x = xmalloc((size_t)M * in * sizeof(float));
-    float *y0 = xmalloc((size_t)M * out * sizeof(float));
-    float *y = xmalloc((size_t)M * out * sizeof(float));
-    double *ref = xmalloc((size_t)out * sizeof(double));
-    double *bound = xmalloc((size_t)out * sizeof(double));
+    float *x = test_xmalloc((size_t)M * in * sizeof(float));
+    float *y0 = test_xmalloc((size_t)M * out * sizeof(float));
+    float *y = test_xmalloc((size_t)M * out * sizeof(float));
+    double *ref = test_xmalloc((size_t)out * sizeof(double));
+    double *bound = test_xmalloc((size_t)out * sizeof(double));
     for (int i = 0; i < M * in; i++)
         x[i] = urand(-2, 2);
     for (int i = 0; i < M * out; i++)
@@ -285,10 +275,10 @@ static void alone_case(int m, struct adapter *mine, struct adapter *pool, enum k
             seg[++nseg] = i;
         }
     }
-    float *x = xmalloc((size_t)m * in * sizeof(float));
-    float *y0 = xmalloc((size_t)m * out * sizeof(float));
-    float *y = xmalloc((size_t)m * out * sizeof(float));
-    float *y1 = xmalloc((size_t)out * sizeof(float));
+    float *x = test_xmalloc((size_t)m * in * sizeof(float));
+    float *y0 = test_xmalloc((size_t)m * out * sizeof(float));
+    float *y = test_xmalloc((size_t)m * out * sizeof(float));
+    float *y1 = test_xmalloc((size_t)out * sizeof(float));
     for (int k = 0; k < m * in; k++)
         x[k] = urand(-2, 2);
     for (int k = 0; k < m * out; k++)
@@ -384,7 +374,7 @@ static void *tensor_copy(const struct st_checkpoint *ck, const char *name,
     CHECK_MSG(*t, "fixture lacks tensor %s", name);
     if (!*t)
         return NULL;
-    void *p = xmalloc((*t)->nbytes);
+    void *p = test_xmalloc((*t)->nbytes);
     memcpy(p, (*t)->data, (*t)->nbytes);
     return p;
 }
@@ -420,7 +410,7 @@ static void peft_case(const char *name, enum kern_compute c, double tol)
             .scale = scale[0],
         };
         const int seg[2] = {0, m};
-        float *base = xmalloc((size_t)m * out * sizeof(float));
+        float *base = test_xmalloc((size_t)m * out * sizeof(float));
         memcpy(base, y, (size_t)m * out * sizeof(float));
         rc = lora_call(y, x, m, 1, seg, &p, c);
         CHECK_MSG(rc == 0, "%s", err_msg());

@@ -449,6 +449,18 @@ def reinit_(model):
                 prm.copy_(0.15 * torch.randn_like(prm))
 
 
+def fresh_model(cfg_cls, model_cls, common, spec):
+    """A model_cls of common's settings updated by spec["cfg"] (with its own copy of
+    rope_parameters), in eval mode with reinit_'s weights: (config, model)."""
+    cfg_kw = dict(common)
+    cfg_kw.update(spec["cfg"])
+    cfg_kw["rope_parameters"] = dict(cfg_kw["rope_parameters"])
+    config = cfg_cls(**cfg_kw)
+    model = model_cls(config).eval()
+    reinit_(model)
+    return config, model
+
+
 def make_prompts(rng, vocab):
     return [[BOS] + [int(t) for t in rng.integers(FIRST_TOKEN, vocab, size=n - 1)] for n in PROMPT_LENS]
 
@@ -544,17 +556,78 @@ def save_fresh(model, storage, out_dir):
     model.save_pretrained(out_dir, safe_serialization=True)
 
 
+def reload_hub_style(model_cls, out_dir, to_hub):
+    """The checkpoint saved in out_dir loaded in float32 with the config.json transformers
+    wrote (native_ref), then config.json rewritten as to_hub(its dict) gives it and the
+    checkpoint loaded again (ref): (native_ref, ref, config.json's dict, generation_config.json's)."""
+    cfg_path = os.path.join(out_dir, "config.json")
+    with open(cfg_path) as f:
+        native_cfg = json.load(f)
+    native_ref = model_cls.from_pretrained(out_dir, dtype=torch.float32).eval()
+    write_config(cfg_path, to_hub(native_cfg))
+    ref = model_cls.from_pretrained(out_dir, dtype=torch.float32).eval()
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    with open(os.path.join(out_dir, "generation_config.json")) as f:
+        gen_cfg = json.load(f)
+    return native_ref, ref, cfg, gen_cfg
+
+
+def greedy_checked(model, prompts, eos, min_distinct=MIN_DISTINCT):
+    """greedy_run, Rejected (try another seed) when a continuation hits EOS, a step's margin is
+    at most MARGIN_REL or a continuation has fewer than min_distinct ids: (greedy, min margin)."""
+    greedy, min_margin, hit_eos = greedy_run(model, prompts, eos)
+    if hit_eos:
+        raise Rejected("greedy hits EOS")
+    if min_margin <= MARGIN_REL:
+        raise Rejected(f"greedy margin {min_margin:.2e} too small")
+    distinct = min(len(set(g["output"])) for g in greedy)
+    if distinct < min_distinct:
+        raise Rejected(f"a greedy continuation has only {distinct} distinct ids")
+    return greedy, min_margin
+
+
+def bf16_run(model_cls, out_dir, prompts, eos, ids, mask, pos, valid, vl, **load_kw):
+    """The checkpoint in out_dir loaded with dtype=torch.bfloat16 (and load_kw): its batch
+    logits, prompt 0's logits alone, its greedy continuations, their smallest margin and the
+    relative error of its batch logits against the f32 ones (vl, at valid); Rejected when a
+    greedy continuation hits EOS or a margin is within one bf16 step (a near-tie)."""
+    m16 = model_cls.from_pretrained(out_dir, dtype=torch.bfloat16, **load_kw).eval()
+    lg16 = batch_logits(m16, ids, mask, pos)
+    with torch.inference_mode():
+        lg16_0 = m16(torch.tensor([prompts[0]])).logits[0].float()
+    g16, mm16, eos16 = greedy_run(m16, prompts, eos)
+    del m16
+    if eos16:
+        raise Rejected("bf16 greedy hits EOS")
+    if mm16 < BF16_DECIDED:
+        raise Rejected(f"bf16 greedy margin {mm16:.2e} is within one bf16 step (a near-tie)")
+    return dict(logits=lg16, logits0=lg16_0, greedy=g16, min_margin=mm16, err=rel_err(lg16[valid], vl))
+
+
+def write_bf16_expect(out_dir, notes, bf16, greedy, ids, mask, pos):
+    """expected_logits_bf16.safetensors and expected_bf16.json from bf16_run's result and the
+    f32 greedy continuations."""
+    save_file({"logits": bf16["logits"].contiguous(), "logits_greedy0": bf16["logits0"].contiguous()},
+              os.path.join(out_dir, "expected_logits_bf16.safetensors"), metadata={"format": "pt"})
+    write_json(os.path.join(out_dir, "expected_bf16.json"), dict(
+        notes=notes,
+        batch=dict(input_ids=ids, attention_mask=mask, position_ids=pos),
+        tolerance=BF16_TOLERANCE,
+        margin_min=BF16_MARGIN_MIN,
+        min_greedy_margin=bf16["min_margin"],
+        greedy=[dict(prompt=g["prompt"], max_new_tokens=g["max_new_tokens"], output=g["output"],
+                     margins=[round(x, 6) for x in g["margins"]], same_as_f32=g["output"] == f["output"])
+                for g, f in zip(bf16["greedy"], greedy)],
+        bf16_vs_f32_logits=float(f"{bf16['err']:.3e}")))
+
+
 def try_build(spec, seed, out_dir):
     """Build one fixture into out_dir with the given seed. Raises Rejected if ill-conditioned."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     cfg_cls, model_cls = ARCH[spec["arch"]]
-    cfg_kw = dict(COMMON)
-    cfg_kw.update(spec["cfg"])
-    cfg_kw["rope_parameters"] = dict(cfg_kw["rope_parameters"])
-    config = cfg_cls(**cfg_kw)
-    model = model_cls(config).eval()
-    reinit_(model)
+    config, model = fresh_model(cfg_cls, model_cls, COMMON, spec)
     if config.tie_word_embeddings:
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     if spec["gen_eos"] is not None:
@@ -657,14 +730,7 @@ def try_build(spec, seed, out_dir):
     assert e_eager < SELF_CHECK_TOL, e_eager
     assert e_arange < SELF_CHECK_TOL, e_arange     # RoPE: only position differences matter
 
-    greedy, min_margin, hit_eos = greedy_run(ref, prompts, eos)
-    if hit_eos:
-        raise Rejected("greedy hits EOS")
-    if min_margin <= MARGIN_REL:
-        raise Rejected(f"greedy margin {min_margin:.2e} too small")
-    distinct = min(len(set(g["output"])) for g in greedy)
-    if distinct < MIN_DISTINCT:
-        raise Rejected(f"a greedy continuation has only {distinct} distinct ids")
+    greedy, min_margin = greedy_checked(ref, prompts, eos)
 
     # batched left-padded generate (positions made by generate itself) gives the same ids
     with torch.inference_mode():
@@ -693,19 +759,8 @@ def try_build(spec, seed, out_dir):
     # bf16 mode references (transformers run in bfloat16), as tools/make_bf16_expect.py
     bf16 = None
     if spec.get("bf16"):
-        m16 = model_cls.from_pretrained(out_dir, dtype=torch.bfloat16).eval()
-        lg16 = batch_logits(m16, ids, mask, pos)
-        with torch.inference_mode():
-            lg16_0 = m16(torch.tensor([prompts[0]])).logits[0].float()
-        g16, mm16, eos16 = greedy_run(m16, prompts, eos)
-        del m16
-        if eos16:
-            raise Rejected("bf16 greedy hits EOS")
-        if mm16 < BF16_DECIDED:
-            raise Rejected(f"bf16 greedy margin {mm16:.2e} is within one bf16 step (a near-tie)")
-        e16 = rel_err(lg16[valid], vl)
-        assert e16 < BF16_TOLERANCE, f"bf16 vs f32 {e16}"
-        bf16 = dict(logits=lg16, logits0=lg16_0, greedy=g16, min_margin=mm16, err_vs_f32=e16)
+        bf16 = bf16_run(model_cls, out_dir, prompts, eos, ids, mask, pos, valid, vl)
+        assert bf16["err"] < BF16_TOLERANCE, f"bf16 vs f32 {bf16['err']}"
 
     # write the references
     save_file({"logits": logits.contiguous(), "logits_greedy0": logits0.contiguous()},
@@ -748,34 +803,21 @@ def try_build(spec, seed, out_dir):
         expected["self_check"]["if_sliding_window_were_applied"] = float(f"{e_window:.3e}")
     write_json(os.path.join(out_dir, "expected.json"), expected)
     if bf16:
-        save_file({"logits": bf16["logits"].contiguous(), "logits_greedy0": bf16["logits0"].contiguous()},
-                  os.path.join(out_dir, "expected_logits_bf16.safetensors"), metadata={"format": "pt"})
-        doc = dict(
-            notes=[
-                f"transformers {model_cls.__name__} loaded with dtype=torch.bfloat16 (activations bf16 "
-                "between every op; RMSNorm normalises in f32, rounds to bf16, then multiplies by the bf16 "
-                "weight; cos/sin computed in f32 and rounded to bf16), sdpa attention, eval mode; the "
-                "padded batch with the same attention_mask and position_ids as expected.json; logits "
-                "widened to f32. Made by tools/make_llama_fixtures.py the way tools/make_bf16_expect.py "
-                "makes the OPT ones.",
-                "margins: each greedy step's (top1 - top2) / max|logit| in transformers' bf16 logits; "
-                "min_greedy_margin the smallest. A margin below margin_min is a tie that transformers "
-                "breaks by the lower token id; the seed was chosen so that none occurs here.",
-            ],
-            batch=dict(input_ids=ids, attention_mask=mask, position_ids=pos),
-            tolerance=BF16_TOLERANCE,
-            margin_min=BF16_MARGIN_MIN,
-            min_greedy_margin=bf16["min_margin"],
-            greedy=[dict(prompt=g["prompt"], max_new_tokens=g["max_new_tokens"], output=g["output"],
-                         margins=[round(x, 6) for x in g["margins"]], same_as_f32=g["output"] == f["output"])
-                    for g, f in zip(bf16["greedy"], greedy)],
-            bf16_vs_f32_logits=float(f"{bf16['err_vs_f32']:.3e}"),
-        )
-        write_json(os.path.join(out_dir, "expected_bf16.json"), doc)
+        write_bf16_expect(out_dir, [
+            f"transformers {model_cls.__name__} loaded with dtype=torch.bfloat16 (activations bf16 "
+            "between every op; RMSNorm normalises in f32, rounds to bf16, then multiplies by the bf16 "
+            "weight; cos/sin computed in f32 and rounded to bf16), sdpa attention, eval mode; the "
+            "padded batch with the same attention_mask and position_ids as expected.json; logits "
+            "widened to f32. Made by tools/make_llama_fixtures.py the way tools/make_bf16_expect.py "
+            "makes the OPT ones.",
+            "margins: each greedy step's (top1 - top2) / max|logit| in transformers' bf16 logits; "
+            "min_greedy_margin the smallest. A margin below margin_min is a tie that transformers "
+            "breaks by the lower token id; the seed was chosen so that none occurs here.",
+        ], bf16, greedy, ids, mask, pos)
     chmod_files(out_dir)
     return dict(name=spec["name"], seed=seed, min_margin=min_margin, maxabs=maxabs,
                 err=max(e_np, e_np0), e_pad=e_pad, e_eager=e_eager, e_arange=e_arange, vocab=vocab,
-                bf16=None if not bf16 else dict(min_margin=bf16["min_margin"], err=bf16["err_vs_f32"],
+                bf16=None if not bf16 else dict(min_margin=bf16["min_margin"], err=bf16["err"],
                                                 same=[g["output"] == f["output"]
                                                       for g, f in zip(bf16["greedy"], greedy)]))
 

@@ -46,12 +46,11 @@ from transformers import GenerationConfig, Phi3Config, Phi3ForCausalLM, Qwen3Con
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_fixtures import (Rejected, build_seeded, chmod_files, dir_size,  # noqa: E402
                            np_load_weights, rel_err, write_json)
-from make_llama_fixtures import (BF16_DECIDED, BF16_MARGIN_MIN, BF16_TOLERANCE, BOS,  # noqa: E402
-                                 MARGIN_REL, MAX_NEW_TOKENS, MIN_DISTINCT, PAD, SELF_CHECK_TOL,
-                                 TOLERANCE, as_list, batch_logits, greedy_run, logits_in_range, make_prompts,
-                                 np_attend, np_decoder, np_head_dim, np_positions, np_rms_norm,
-                                 np_rope_spelling, np_rotate_half, np_silu, pad_left, reinit_,
-                                 save_fresh, write_config)
+from make_llama_fixtures import (BF16_TOLERANCE, BOS, MAX_NEW_TOKENS, PAD, SELF_CHECK_TOL,  # noqa: E402
+                                 TOLERANCE, as_list, batch_logits, bf16_run, fresh_model, greedy_checked,
+                                 logits_in_range, make_prompts, np_attend, np_decoder, np_head_dim,
+                                 np_positions, np_rms_norm, np_rope_spelling, np_rotate_half, np_silu,
+                                 pad_left, reload_hub_style, save_fresh, write_bf16_expect)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO, "tests", "fixtures", "models")
@@ -280,12 +279,7 @@ def try_build(spec, seed, out_dir):
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     cfg_cls, model_cls = ARCH[spec["arch"]]
-    cfg_kw = dict(COMMON)
-    cfg_kw.update(spec["cfg"])
-    cfg_kw["rope_parameters"] = dict(cfg_kw["rope_parameters"])
-    config = cfg_cls(**cfg_kw)
-    model = model_cls(config).eval()
-    reinit_(model)
+    config, model = fresh_model(cfg_cls, model_cls, COMMON, spec)
     with torch.no_grad():      # sharper attention after the per-head norms (unit rms q and k)
         for name, prm in model.named_parameters():
             if name.endswith(("q_norm.weight", "k_norm.weight")):
@@ -296,16 +290,7 @@ def try_build(spec, seed, out_dir):
     save_fresh(model, spec["storage"], out_dir)
     del model
 
-    cfg_path = os.path.join(out_dir, "config.json")
-    with open(cfg_path) as f:
-        native_cfg = json.load(f)
-    native_ref = model_cls.from_pretrained(out_dir, dtype=torch.float32).eval()
-    write_config(cfg_path, hub_style(native_cfg, spec))
-    ref = model_cls.from_pretrained(out_dir, dtype=torch.float32).eval()
-    with open(cfg_path) as f:
-        cfg = json.load(f)
-    with open(os.path.join(out_dir, "generation_config.json")) as f:
-        gen_cfg = json.load(f)
+    native_ref, ref, cfg, gen_cfg = reload_hub_style(model_cls, out_dir, lambda c: hub_style(c, spec))
     hd = np_head_dim(cfg)
     assert ref.model.layers[0].self_attn.head_dim == hd
     assert getattr(ref.config, "sliding_window", None) is None
@@ -352,13 +337,7 @@ def try_build(spec, seed, out_dir):
     e_pad = rel_err(logits[0, -L0:], logits0)
     assert e_pad < SELF_CHECK_TOL, e_pad
 
-    greedy, min_margin, hit_eos = greedy_run(ref, prompts, eos)
-    if hit_eos:
-        raise Rejected("greedy hits EOS")
-    if min_margin <= MARGIN_REL:
-        raise Rejected(f"greedy margin {min_margin:.2e} too small")
-    if min(len(set(g["output"])) for g in greedy) < MIN_DISTINCT:
-        raise Rejected("a greedy continuation repeats")
+    greedy, min_margin = greedy_checked(ref, prompts, eos)
 
     W = np_load_weights(out_dir)
     np_logits = np_forward(W, cfg, np.array(ids), np.array(mask))
@@ -371,22 +350,12 @@ def try_build(spec, seed, out_dir):
 
     bf16 = None
     if spec.get("bf16"):
-        m16 = model_cls.from_pretrained(out_dir, dtype=torch.bfloat16).eval()
-        lg16 = batch_logits(m16, ids, mask, pos)
-        with torch.inference_mode():
-            lg16_0 = m16(torch.tensor([prompts[0]])).logits[0].float()
-        g16, mm16, eos16 = greedy_run(m16, prompts, eos)
-        del m16
-        if eos16:
-            raise Rejected("bf16 greedy hits EOS")
-        if mm16 < BF16_DECIDED:
-            raise Rejected(f"bf16 greedy margin {mm16:.2e} is within one bf16 step")
-        e16 = rel_err(lg16[valid], vl)
+        bf16 = bf16_run(model_cls, out_dir, prompts, eos, ids, mask, pos, valid, vl)
+        e16 = bf16["err"]
         # shardswap's bf16 mode rounds only the products' inputs, so it sits near f32: a seed
         # whose transformers bf16 logits are more than half the tolerance from f32 leaves no room
         if e16 > BF16_TOLERANCE / 2:
             raise Rejected(f"bf16 vs f32 {e16:.2e} is over half the bf16 tolerance")
-        bf16 = dict(logits=lg16, logits0=lg16_0, greedy=g16, min_margin=mm16, err=e16)
     del ref
 
     save_file({"logits": logits.contiguous(), "logits_greedy0": logits0.contiguous()},
@@ -411,17 +380,9 @@ def try_build(spec, seed, out_dir):
         tolerance=TOLERANCE, max_abs_logit=round(maxabs, 4),
         min_greedy_margin_rel=round(min_margin, 6), self_check=self_check))
     if bf16:
-        save_file({"logits": bf16["logits"].contiguous(), "logits_greedy0": bf16["logits0"].contiguous()},
-                  os.path.join(out_dir, "expected_logits_bf16.safetensors"), metadata={"format": "pt"})
-        write_json(os.path.join(out_dir, "expected_bf16.json"), dict(
-            notes=[f"transformers {model_cls.__name__} loaded with dtype=torch.bfloat16, as "
-                   "tools/make_llama_fixtures.py makes its bf16 references (see there)."],
-            batch=dict(input_ids=ids, attention_mask=mask, position_ids=pos),
-            tolerance=BF16_TOLERANCE, margin_min=BF16_MARGIN_MIN, min_greedy_margin=bf16["min_margin"],
-            greedy=[dict(prompt=g["prompt"], max_new_tokens=g["max_new_tokens"], output=g["output"],
-                         margins=[round(x, 6) for x in g["margins"]],
-                         same_as_f32=g["output"] == f["output"]) for g, f in zip(bf16["greedy"], greedy)],
-            bf16_vs_f32_logits=float(f"{bf16['err']:.3e}")))
+        write_bf16_expect(out_dir, [f"transformers {model_cls.__name__} loaded with dtype=torch.bfloat16, as "
+                                    "tools/make_llama_fixtures.py makes its bf16 references (see there)."],
+                          bf16, greedy, ids, mask, pos)
     chmod_files(out_dir)
     return dict(name=spec["name"], seed=seed, min_margin=min_margin, maxabs=maxabs, err=max(e_np, e_np0))
 

@@ -48,10 +48,10 @@ from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3Config,
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_fixtures import Rejected, build_seeded, chmod_files, dir_size, rel_err, write_json  # noqa: E402
-from make_llama_fixtures import (BF16_DECIDED, BF16_MARGIN_MIN, BF16_TOLERANCE,  # noqa: E402
-                                 MARGIN_REL, MAX_NEW_TOKENS, MIN_DISTINCT, PROMPT_LENS,
-                                 SELF_CHECK_TOL, TOLERANCE, as_list, batch_logits, greedy_run, logits_in_range,
-                                 np_positions, pad_left, save_fresh)
+from make_llama_fixtures import (BF16_TOLERANCE, MAX_NEW_TOKENS, MIN_DISTINCT, PROMPT_LENS,  # noqa: E402
+                                 SELF_CHECK_TOL, TOLERANCE, as_list, batch_logits, bf16_run,
+                                 greedy_checked, logits_in_range, np_positions, pad_left, save_fresh,
+                                 write_bf16_expect)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO, "tests", "fixtures", "models")
@@ -245,15 +245,10 @@ def try_build(spec, seed, out_dir):
         ref.set_attn_implementation("eager")
         assert e_sdpa < SELF_CHECK_TOL, e_sdpa
 
-    greedy, min_margin, hit_eos = greedy_run(ref, prompts, [EOS])
-    if hit_eos:
-        raise Rejected("greedy hits EOS")
-    if min_margin <= MARGIN_REL:
-        raise Rejected(f"greedy margin {min_margin:.2e} too small")
     # a tied head scaled by sqrt(hidden) favours repeating the last token in models this
     # small: Gemma's continuations need only 3 distinct ids
-    if min(len(set(g["output"])) for g in greedy) < (3 if kind.startswith("gemma") else MIN_DISTINCT):
-        raise Rejected("a greedy continuation repeats")
+    greedy, min_margin = greedy_checked(ref, prompts, [EOS],
+                                        3 if kind.startswith("gemma") else MIN_DISTINCT)
     # the window (and the caps) decide the logits of the longest greedy sequence
     checks = {}
     full_ids = torch.tensor([prompts[1] + greedy[1]["output"]])
@@ -272,21 +267,10 @@ def try_build(spec, seed, out_dir):
 
     bf16 = None
     if spec.get("bf16"):
-        m16 = model_cls.from_pretrained(out_dir, dtype=torch.bfloat16,
-                                        attn_implementation="eager").eval()
-        lg16 = batch_logits(m16, ids, mask, pos)
-        with torch.inference_mode():
-            lg16_0 = m16(torch.tensor([prompts[0]])).logits[0].float()
-        g16, mm16, eos16 = greedy_run(m16, prompts, [EOS])
-        del m16
-        if eos16:
-            raise Rejected("bf16 greedy hits EOS")
-        if mm16 < BF16_DECIDED:
-            raise Rejected(f"bf16 greedy margin {mm16:.2e} is within one bf16 step")
-        e16 = rel_err(lg16[valid], vl)
-        if e16 >= BF16_TOLERANCE:
-            raise Rejected(f"bf16 vs f32 {e16}")
-        bf16 = dict(logits=lg16, logits0=lg16_0, greedy=g16, min_margin=mm16, err=e16)
+        bf16 = bf16_run(model_cls, out_dir, prompts, [EOS], ids, mask, pos, valid, vl,
+                        attn_implementation="eager")
+        if bf16["err"] >= BF16_TOLERANCE:
+            raise Rejected(f"bf16 vs f32 {bf16['err']}")
 
     save_file({"logits": logits.contiguous(), "logits_greedy0": logits0.contiguous()},
               os.path.join(out_dir, "expected_logits.safetensors"), metadata={"format": "pt"})
@@ -323,22 +307,10 @@ def try_build(spec, seed, out_dir):
     )
     write_json(os.path.join(out_dir, "expected.json"), expected)
     if bf16:
-        save_file({"logits": bf16["logits"].contiguous(),
-                   "logits_greedy0": bf16["logits0"].contiguous()},
-                  os.path.join(out_dir, "expected_logits_bf16.safetensors"),
-                  metadata={"format": "pt"})
-        write_json(os.path.join(out_dir, "expected_bf16.json"), dict(
-            notes=[f"transformers {model_cls.__name__} loaded with dtype=torch.bfloat16, eager "
-                   "attention; the batch of expected.json; logits widened to f32.",
-                   "margins: each greedy step's (top1 - top2) / max|logit|."],
-            batch=dict(input_ids=ids, attention_mask=mask, position_ids=pos),
-            tolerance=BF16_TOLERANCE, margin_min=BF16_MARGIN_MIN,
-            min_greedy_margin=bf16["min_margin"],
-            greedy=[dict(prompt=g["prompt"], max_new_tokens=g["max_new_tokens"],
-                         output=g["output"], margins=[round(x, 6) for x in g["margins"]],
-                         same_as_f32=g["output"] == f["output"])
-                    for g, f in zip(bf16["greedy"], greedy)],
-            bf16_vs_f32_logits=float(f"{bf16['err']:.3e}")))
+        write_bf16_expect(out_dir, [f"transformers {model_cls.__name__} loaded with dtype=torch.bfloat16, "
+                                    "eager attention; the batch of expected.json; logits widened to f32.",
+                                    "margins: each greedy step's (top1 - top2) / max|logit|."],
+                          bf16, greedy, ids, mask, pos)
     chmod_files(out_dir)
     return dict(name=spec["name"], seed=seed, min_margin=min_margin, maxabs=maxabs, checks=checks)
 

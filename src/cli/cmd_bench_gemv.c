@@ -77,9 +77,7 @@ static double bench_gemv_time(const struct bench_gemv *b, struct weight_view w, 
     return best;
 }
 
-/* Weights in huge pages where the kernel allows, as a CPU device's arena
- * and membw_read's buffers have them; NULL when out of memory. */
-static char *bench_gemv_map(size_t bytes)
+char *bench_gemv_map(size_t bytes)
 {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
@@ -90,7 +88,7 @@ static char *bench_gemv_map(size_t bytes)
     return p;
 }
 
-static void bench_gemv_unmap(char *p, size_t bytes)
+void bench_gemv_unmap(char *p, size_t bytes)
 {
     if (p)
         munmap(p, bytes);

@@ -10,12 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "backend/cpu/cpu.h"
 #include "backend/device.h"
 #include "backend/kernels.h"
 #include "cli/args.h"
+#include "cli/bench_gemv.h"
 #include "cli/commands.h"
 #include "core/cpus.h"
 #include "core/dtype.h"
@@ -43,17 +43,6 @@ struct lora_bench {
     float *x, *y, *scratch;
     double min_s;
 };
-
-static char *lora_map(size_t bytes)
-{
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-    return p;
-}
 
 static int lora_call(const struct lora_bench *b, bool lora, int c)
 {
@@ -187,12 +176,11 @@ int bench_lora(int argc, char **argv)
         const size_t copy = base + pair * adapters;
         int copies = (int)(((size_t)footprint_mb << 20) / copy);
         copies = copies < 1 ? 1 : copies;
-        if (wbuf)
-            munmap(wbuf, wbytes);
+        bench_gemv_unmap(wbuf, wbytes);
         free(w);
         free(pairs);
         wbytes = copy * copies;
-        wbuf = lora_map(wbytes);
+        wbuf = bench_gemv_map(wbytes);
         w = malloc((size_t)copies * sizeof(*w));
         pairs = malloc((size_t)copies * adapters * sizeof(*pairs));
         if (!wbuf || !w || !pairs) {
@@ -256,8 +244,7 @@ int bench_lora(int argc, char **argv)
     else
         json_decref(results);
 out:
-    if (wbuf)
-        munmap(wbuf, wbytes);
+    bench_gemv_unmap(wbuf, wbytes);
     free(w);
     free(pairs);
     free(x);
