@@ -3,6 +3,7 @@
 #include "core/quant_ct.h"
 
 #include <assert.h>
+#include <math.h>
 #include <string.h>
 
 size_t quant_block_bytes(enum dtype t)
@@ -203,4 +204,48 @@ size_t quant_find_nonfinite(enum dtype t, const void *src, size_t n)
         if (f16_nonfinite(p + s0) || (two && f16_nonfinite(p + 2)))
             return i * (size_t)qk;
     return n;
+}
+
+void quant_q8_0_from_f32(const float *x, char *out, int n)
+{
+    for (int b = 0; b < n / QUANT_QK0; b++, x += QUANT_QK0, out += sizeof(struct quant_q8_0)) {
+        struct quant_q8_0 q;
+        float amax = 0;
+        for (int j = 0; j < QUANT_QK0; j++)
+            amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        q.d = f32_to_f16(d);
+        for (int j = 0; j < QUANT_QK0; j++)
+            q.qs[j] = (int8_t)roundf(x[j] * id);
+        memcpy(out, &q, sizeof(q));
+    }
+}
+
+void quant_q8_k_from_f32(const float *x, char *out, int n)
+{
+    for (int b = 0; b < n / QUANT_QKK; b++, x += QUANT_QKK, out += sizeof(struct quant_q8_k)) {
+        struct quant_q8_k q;
+        float amax = 0, max = 0;
+        for (int j = 0; j < QUANT_QKK; j++)
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        memset(&q, 0, sizeof(q));
+        if (amax != 0.0f) {
+            const float iscale = -127.0f / max;
+            for (int j = 0; j < QUANT_QKK; j++) {
+                int v = (int)nearbyintf(iscale * x[j]); /* nearest even, as ggml's nearest_int */
+                q.qs[j] = (int8_t)(v < 127 ? v : 127);
+            }
+            for (int j = 0; j < QUANT_QKK / 16; j++) {
+                int s = 0;
+                for (int i = 0; i < 16; i++)
+                    s += q.qs[16 * j + i];
+                q.bsums[j] = (int16_t)s;
+            }
+            q.d = 1.0f / iscale;
+        }
+        memcpy(out, &q, sizeof(q));
+    }
 }

@@ -125,4 +125,12 @@ void quant_dequantize(enum dtype t, const void *src, float *dst, size_t n);
  * infinite, times the block size; n when there is none. */
 size_t quant_find_nonfinite(enum dtype t, const void *src, size_t n);
 
+/* Activations quantized as llama.cpp quantizes them for its integer dot
+ * products: n floats (whole blocks) into out. Q8_0 as ggml's
+ * quantize_row_q8_0_ref (d = amax / 127, q = roundf(x / d)); Q8_K as
+ * quantize_row_q8_K_ref (the element of largest magnitude maps to -127,
+ * nearest even, with the sums of each 16). */
+void quant_q8_0_from_f32(const float *x, char *out, int n);
+void quant_q8_k_from_f32(const float *x, char *out, int n);
+
 #endif

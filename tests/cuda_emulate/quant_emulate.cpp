@@ -40,50 +40,6 @@ static float frnd()
     return (float)((rnd() >> 11) * (1.0 / 9007199254740992.0)) * 2 - 1;
 }
 
-/* The CPU backend's quantizers of x, as backend/cpu/qlinear.c has them
- * (static there) */
-static void quantize_q8_0(const float *x, char *out, int n)
-{
-    for (int b = 0; b < n / QUANT_QK0; b++, x += QUANT_QK0, out += sizeof(struct quant_q8_0)) {
-        struct quant_q8_0 q;
-        float amax = 0;
-        for (int j = 0; j < QUANT_QK0; j++)
-            amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        q.d = f32_to_f16(d);
-        for (int j = 0; j < QUANT_QK0; j++)
-            q.qs[j] = (int8_t)roundf(x[j] * id);
-        memcpy(out, &q, sizeof(q));
-    }
-}
-static void quantize_q8_k(const float *x, char *out, int n)
-{
-    for (int b = 0; b < n / QUANT_QKK; b++, x += QUANT_QKK, out += sizeof(struct quant_q8_k)) {
-        struct quant_q8_k q;
-        float amax = 0, max = 0;
-        for (int j = 0; j < QUANT_QKK; j++)
-            if (fabsf(x[j]) > amax) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        memset(&q, 0, sizeof(q));
-        if (amax != 0.0f) {
-            const float iscale = -127.0f / max;
-            for (int j = 0; j < QUANT_QKK; j++) {
-                int v = (int)nearbyintf(iscale * x[j]);
-                q.qs[j] = (int8_t)(v < 127 ? v : 127);
-            }
-            for (int j = 0; j < QUANT_QKK / 16; j++) {
-                int s = 0;
-                for (int i = 0; i < 16; i++)
-                    s += q.qs[16 * j + i];
-                q.bsums[j] = (int16_t)s;
-            }
-            q.d = 1.0f / iscale;
-        }
-        memcpy(out, &q, sizeof(q));
-    }
-}
 /* qgemv.cu's quantize_q8_0_kernel and quantize_q8_k_kernel, a warp
  * emulated lane by lane */
 static void gpu_q8_0(const float *x, int8_t *qs, float *d, size_t nblocks)
@@ -290,9 +246,9 @@ int main()
             }
             char *xqc = (char *)malloc(qdot_x_row_bytes(t, k));
             if (qk == 32)
-                quantize_q8_0(x, xqc, k);
+                quant_q8_0_from_f32(x, xqc, k);
             else
-                quantize_q8_k(x, xqc, k);
+                quant_q8_k_from_f32(x, xqc, k);
             int8_t *xqs = (int8_t *)malloc(k);
             float *xd = (float *)malloc(sizeof(float) * (k / qk));
             if (qk == 32)

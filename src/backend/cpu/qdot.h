@@ -24,9 +24,8 @@ enum qdot_xtype qdot_xtype_of(enum dtype t);
 /* Bytes of a row of n activations quantized for weights of type t. */
 size_t qdot_x_row_bytes(enum dtype t, int n);
 /* x (n floats, whole blocks) quantized for weights of type t into xq
- * (qdot_x_row_bytes): Q8_0 as ggml's quantize_row_q8_0_ref (d = amax / 127,
- * q = roundf(x / d)), Q8_K as quantize_row_q8_K_ref (the element of largest
- * magnitude maps to -127, nearest even, with the sums of 16). */
+ * (qdot_x_row_bytes): Q8_0 or Q8_K, core/quant.h's quant_q8_0_from_f32 and
+ * quant_q8_k_from_f32. */
 void qdot_quantize_x(enum dtype t, const float *x, void *xq, int n);
 
 /* The multi-row kernels' x: the quantized rows packed in groups of

@@ -55,56 +55,12 @@ size_t qdot_x_row_bytes(enum dtype t, int n)
                                            : (size_t)n / QUANT_QKK * sizeof(struct quant_q8_k);
 }
 
-static void quantize_q8_0(const float *x, char *out, int n)
-{
-    for (int b = 0; b < n / QUANT_QK0; b++, x += QUANT_QK0, out += sizeof(struct quant_q8_0)) {
-        struct quant_q8_0 q;
-        float amax = 0;
-        for (int j = 0; j < QUANT_QK0; j++)
-            amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        q.d = f32_to_f16(d);
-        for (int j = 0; j < QUANT_QK0; j++)
-            q.qs[j] = (int8_t)roundf(x[j] * id);
-        memcpy(out, &q, sizeof(q));
-    }
-}
-
-static void quantize_q8_k(const float *x, char *out, int n)
-{
-    for (int b = 0; b < n / QUANT_QKK; b++, x += QUANT_QKK, out += sizeof(struct quant_q8_k)) {
-        struct quant_q8_k q;
-        float amax = 0, max = 0;
-        for (int j = 0; j < QUANT_QKK; j++)
-            if (fabsf(x[j]) > amax) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        memset(&q, 0, sizeof(q));
-        if (amax != 0.0f) {
-            const float iscale = -127.0f / max;
-            for (int j = 0; j < QUANT_QKK; j++) {
-                int v = (int)nearbyintf(iscale * x[j]); /* nearest even, as ggml's nearest_int */
-                q.qs[j] = (int8_t)(v < 127 ? v : 127);
-            }
-            for (int j = 0; j < QUANT_QKK / 16; j++) {
-                int s = 0;
-                for (int i = 0; i < 16; i++)
-                    s += q.qs[16 * j + i];
-                q.bsums[j] = (int16_t)s;
-            }
-            q.d = 1.0f / iscale;
-        }
-        memcpy(out, &q, sizeof(q));
-    }
-}
-
 void qdot_quantize_x(enum dtype t, const float *x, void *xq, int n)
 {
     if (qdot_xtype_of(t) == QDOT_X_Q8_0)
-        quantize_q8_0(x, xq, n);
+        quant_q8_0_from_f32(x, xq, n);
     else
-        quantize_q8_k(x, xq, n);
+        quant_q8_k_from_f32(x, xq, n);
 }
 
 /* qdot.h's packed group: per block the quads (qk / 4 of QDOT_GROUP int32),
