@@ -230,6 +230,30 @@ TEST(linear)
     }
 }
 
+/* The scalar kernel's bf16-mode product of m rows of x with w into ref,
+ * then each kernel of isas (n of them) into y: its bits must equal ref's.
+ * A kernel this CPU lacks is skipped (and said so when say_lacking). */
+static void isas_match_scalar(const char *const *isas, size_t n, const struct weight_view *w,
+                              const float *x, int m, float *ref, float *y, bool say_lacking)
+{
+    const size_t ybytes = (size_t)m * w->rows * sizeof(float);
+    CHECK(cpu_qlinear_force("scalar") == 0);
+    CHECK(kern_linear(st, ref, x, m, w, NULL, KERN_COMPUTE_BF16) == 0);
+    for (size_t k = 0; k < n; k++) {
+        int rc = cpu_qlinear_force(isas[k]);
+        if (rc == ERR_UNSUPPORTED) {
+            if (say_lacking)
+                printf("%s: this CPU lacks it\n", isas[k]);
+            continue;
+        }
+        CHECK(rc == 0);
+        memset(y, 0xff, ybytes);
+        CHECK(kern_linear(st, y, x, m, w, NULL, KERN_COMPUTE_BF16) == 0);
+        CHECK_MSG(memcmp(y, ref, ybytes) == 0, "%s %s m=%d differs from the scalar reference",
+                  dtype_name(w->dtype), isas[k], m);
+    }
+}
+
 /* Every instruction set's kernel gives the scalar reference's bits. */
 TEST(isa_bitwise)
 {
@@ -250,21 +274,7 @@ TEST(isa_bitwise)
             float *y = malloc((size_t)m * rows * sizeof(float));
             for (size_t i = 0; i < (size_t)m * cols; i++)
                 x[i] = urand();
-            CHECK(cpu_qlinear_force("scalar") == 0);
-            CHECK(kern_linear(st, ref, x, m, &w, NULL, KERN_COMPUTE_BF16) == 0);
-            for (size_t k = 0; k < sizeof(isas) / sizeof(isas[0]); k++) {
-                int rc = cpu_qlinear_force(isas[k]);
-                if (rc == ERR_UNSUPPORTED) {
-                    printf("%s: this CPU lacks it\n", isas[k]);
-                    continue;
-                }
-                CHECK(rc == 0);
-                memset(y, 0xff, (size_t)m * rows * sizeof(float));
-                CHECK(kern_linear(st, y, x, m, &w, NULL, KERN_COMPUTE_BF16) == 0);
-                CHECK_MSG(memcmp(y, ref, (size_t)m * rows * sizeof(float)) == 0,
-                          "%s %s m=%d differs from the scalar reference", dtype_name(t), isas[k],
-                          m);
-            }
+            isas_match_scalar(isas, sizeof(isas) / sizeof(isas[0]), &w, x, m, ref, y, true);
             free(x);
             free(ref);
             free(y);
@@ -307,19 +317,7 @@ TEST(multirow_bitwise)
         for (size_t i = 0; i < (size_t)mmax * cols; i++)
             x[i] = urand() * (i % 7 == 0 ? 40.0f : 1.0f) * ((i / qk) % 5 == 3 ? 0.0f : 1.0f);
         for (int m = 1; m <= mmax; m++) {
-            CHECK(cpu_qlinear_force("scalar") == 0);
-            CHECK(kern_linear(st, ref, x, m, &w, NULL, KERN_COMPUTE_BF16) == 0);
-            for (size_t k = 0; k < sizeof(isas) / sizeof(isas[0]); k++) {
-                int rc = cpu_qlinear_force(isas[k]);
-                if (rc == ERR_UNSUPPORTED)
-                    continue;
-                CHECK(rc == 0);
-                memset(y, 0xff, (size_t)m * rows * sizeof(float));
-                CHECK(kern_linear(st, y, x, m, &w, NULL, KERN_COMPUTE_BF16) == 0);
-                CHECK_MSG(memcmp(y, ref, (size_t)m * rows * sizeof(float)) == 0,
-                          "%s %s m=%d differs from the scalar reference", dtype_name(t), isas[k],
-                          m);
-            }
+            isas_match_scalar(isas, sizeof(isas) / sizeof(isas[0]), &w, x, m, ref, y, false);
         }
         free(x);
         free(ref);
