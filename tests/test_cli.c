@@ -462,6 +462,29 @@ static void test_bench_flags(void)
 /* --devices: one parser (stack_parse_devices) behind every command; a bad
  * list is a usage error of one line, checked before a model is opened or
  * generated; cuda:G without CUDA support is an error of one line too. */
+/* Greedy case `which` of an expected.json (transformers' or PEFT's): its
+ * prompt as generate's --ids "a,b,..." into ids, its output as generate
+ * prints it (with the newline) into want; the number of output ids. */
+static size_t greedy_case(const char *path, int which, char *ids, size_t ids_cap, char *want,
+                          size_t want_cap)
+{
+    json_t *j = json_load_file(path, 0, NULL);
+    json_t *g = json_array_get(json_object_get(j, "greedy"), (size_t)which);
+    json_t *prompt = json_object_get(g, "prompt"), *output = json_object_get(g, "output");
+    CHECK_MSG(json_array_size(prompt) > 0 && json_array_size(output) > 0, "%s", path);
+    ids[0] = want[0] = '\0';
+    for (size_t i = 0; i < json_array_size(prompt); i++)
+        snprintf(ids + strlen(ids), ids_cap - strlen(ids), "%s%lld", i ? "," : "",
+                 (long long)json_integer_value(json_array_get(prompt, i)));
+    for (size_t i = 0; i < json_array_size(output); i++)
+        snprintf(want + strlen(want), want_cap - strlen(want), "%s%lld", i ? "," : "",
+                 (long long)json_integer_value(json_array_get(output, i)));
+    snprintf(want + strlen(want), want_cap - strlen(want), "\n");
+    size_t n = json_array_size(output);
+    json_decref(j);
+    return n;
+}
+
 /* --adapter DIR: generate prints PeftModel's greedy ids (on the mapped
  * checkpoint and, with bench forward's device copy, through the device
  * path); an adapter of another base or no adapter directory is one line. */
@@ -471,25 +494,14 @@ static void test_adapter(void)
     const char *base = SHARDSWAP_SOURCE_DIR "/tests/fixtures/models/llama_gqa_f32";
     const char *lora = SHARDSWAP_SOURCE_DIR "/tests/fixtures/lora";
     snprintf(path, sizeof(path), "%s/llama_r16_all_rslora/expected.json", lora);
-    json_t *j = json_load_file(path, 0, NULL);
-    json_t *g = json_array_get(json_object_get(j, "greedy"), 1);
-    json_t *prompt = json_object_get(g, "prompt"), *output = json_object_get(g, "output");
-    CHECK_MSG(json_array_size(prompt) > 0 && json_array_size(output) > 0, "%s", path);
-    char ids[1024] = "", want[1024] = "";
-    for (size_t i = 0; i < json_array_size(prompt); i++)
-        snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%lld", i ? "," : "",
-                 (long long)json_integer_value(json_array_get(prompt, i)));
-    for (size_t i = 0; i < json_array_size(output); i++)
-        snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%lld", i ? "," : "",
-                 (long long)json_integer_value(json_array_get(output, i)));
-    snprintf(want + strlen(want), sizeof(want) - strlen(want), "\n");
+    char ids[1024], want[1024];
+    const size_t n_out = greedy_case(path, 1, ids, sizeof(ids), want, sizeof(want));
     snprintf(cmd, sizeof(cmd),
              "%s generate --model %s --adapter %s/llama_r16_all_rslora --ids %s "
              "--max-tokens %zu",
-             BIN, base, lora, ids, json_array_size(output));
+             BIN, base, lora, ids, n_out);
     CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && strcmp(out, want) == 0,
               "%s: printed \"%s\", PEFT \"%s\" (%s)", cmd, out, want, err);
-    json_decref(j);
     snprintf(cmd, sizeof(cmd),
              "%s bench forward --model %s --adapter %s/llama_r8_qv --batch 2 "
              "--prompt-len 4 --gen 2 --repeat 1 --json",
@@ -569,23 +581,12 @@ static void test_llama_ids(void)
         char dir[256];
         snprintf(dir, sizeof(dir), "%s/tests/fixtures/models/%s", SHARDSWAP_SOURCE_DIR, names[k]);
         snprintf(path, sizeof(path), "%s/expected.json", dir);
-        json_t *j = json_load_file(path, 0, NULL);
-        json_t *g = json_array_get(json_object_get(j, "greedy"), 0);
-        json_t *prompt = json_object_get(g, "prompt"), *output = json_object_get(g, "output");
-        CHECK_MSG(json_array_size(prompt) > 0 && json_array_size(output) > 0, "%s", path);
-        char ids[1024] = "", want[1024] = "";
-        for (size_t i = 0; i < json_array_size(prompt); i++)
-            snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%lld", i ? "," : "",
-                     (long long)json_integer_value(json_array_get(prompt, i)));
-        for (size_t i = 0; i < json_array_size(output); i++)
-            snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%lld", i ? "," : "",
-                     (long long)json_integer_value(json_array_get(output, i)));
-        snprintf(want + strlen(want), sizeof(want) - strlen(want), "\n");
+        char ids[1024], want[1024];
+        const size_t n_out = greedy_case(path, 0, ids, sizeof(ids), want, sizeof(want));
         snprintf(cmd, sizeof(cmd), "%s generate --model %s --ids %s --max-tokens %zu", BIN, dir,
-                 ids, json_array_size(output));
+                 ids, n_out);
         CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && strcmp(out, want) == 0,
                   "%s: printed \"%s\", transformers \"%s\" (%s)", cmd, out, want, err);
-        json_decref(j);
         if (k == 0) {
             snprintf(cmd, sizeof(cmd), "%s generate --model %s --prompt hi", BIN, dir);
             expect_fail(cmd, 1, "has no tokenizer that loads");
