@@ -42,6 +42,25 @@ QD_INLINE float qd_f16(const char *p)
     return _cvtsh_ss(qd_u16(p)); /* exact, as f16_to_f32 */
 }
 
+/* Quants 64 j .. 64 j + 63 of a Q4_K/Q5_K block from its 32 packed bytes v
+ * (quants 64 j + i in the low nibble of byte i, 64 j + 32 + i in the high)
+ * and, for Q5_K, the fifth bits qh (bits 2 j and 2 j + 1 of byte i): q0
+ * and q1, one quant a byte. */
+QD_INLINE void qd_unpack_45k(__m256i v, __m256i qh, int j, bool five, __m256i *q0, __m256i *q1)
+{
+    const __m256i lo4 = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
+    *q0 = _mm256_and_si256(v, lo4);
+    *q1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+    if (five) {
+        const __m256i b0 = _mm256_set1_epi8((char)(1u << (2 * j)));
+        const __m256i b1 = _mm256_set1_epi8((char)(1u << (2 * j + 1)));
+        *q0 = _mm256_or_si256(
+            *q0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), sixteen));
+        *q1 = _mm256_or_si256(
+            *q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), sixteen));
+    }
+}
+
 /* 8 f16 scales `stride` bytes apart (inserted into a register: a store
  * to the stack and a wide load back stalled on store forwarding) */
 QD_INLINE __m256 qd_f16x8(const char *p, size_t stride)
@@ -229,7 +248,6 @@ QD_INLINE float qd_q5_1(const char *w, const char *x, int nb)
 QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
 {
     const size_t wb = five ? sizeof(struct quant_q5_k) : sizeof(struct quant_q4_k);
-    const __m256i lo4 = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
     __m256 sum = _mm256_setzero_ps();
     struct qd_lanes l;
     memset(&l, 0, sizeof(l));
@@ -241,16 +259,8 @@ QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
         __m256i v[8];
         for (int j = 0; j < 4; j++) {
             const __m256i q = qd_load(qs + 32 * j);
-            __m256i q0 = _mm256_and_si256(q, lo4);
-            __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
-            if (five) {
-                const __m256i b0 = _mm256_set1_epi8((char)(1u << (2 * j)));
-                const __m256i b1 = _mm256_set1_epi8((char)(1u << (2 * j + 1)));
-                q0 = _mm256_or_si256(
-                    q0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), sixteen));
-                q1 = _mm256_or_si256(
-                    q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), sixteen));
-            }
+            __m256i q0, q1;
+            qd_unpack_45k(q, qh, j, five, &q0, &q1);
             v[2 * j] = QD_DOT(q0, qd_load(xq + 64 * j));
             v[2 * j + 1] = QD_DOT(q1, qd_load(xq + 64 * j + 32));
         }

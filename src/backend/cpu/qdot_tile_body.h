@@ -85,7 +85,6 @@ QD_INLINE void qdt_unpack_32(enum dtype t, const char *w, int8_t *q, struct qdt_
 QD_INLINE void qdt_unpack_45k(const char *w, int8_t *q, struct qdt_blk *bl, int nb, bool five)
 {
     const size_t wb = five ? sizeof(struct quant_q5_k) : sizeof(struct quant_q4_k);
-    const __m256i lo4 = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
     for (int b = 0; b < nb; b++, w += wb, q += 256) {
         struct qdt_blk *k = &bl[b];
         const char *qs = w + (five ? 48 : 16);
@@ -93,16 +92,8 @@ QD_INLINE void qdt_unpack_45k(const char *w, int8_t *q, struct qdt_blk *bl, int 
         int32_t sum[8];
         for (int j = 0; j < 4; j++) {
             const __m256i v = qd_load(qs + 32 * j);
-            __m256i q0 = _mm256_and_si256(v, lo4);
-            __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
-            if (five) {
-                const __m256i b0 = _mm256_set1_epi8((char)(1u << (2 * j)));
-                const __m256i b1 = _mm256_set1_epi8((char)(1u << (2 * j + 1)));
-                q0 = _mm256_or_si256(
-                    q0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), sixteen));
-                q1 = _mm256_or_si256(
-                    q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), sixteen));
-            }
+            __m256i q0, q1;
+            qd_unpack_45k(v, qh, j, five, &q0, &q1);
             _mm256_storeu_si256((__m256i *)(q + 64 * j), q0);
             _mm256_storeu_si256((__m256i *)(q + 64 * j + 32), q1);
             sum[2 * j] = qdt_usum(q0);
