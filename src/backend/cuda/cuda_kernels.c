@@ -364,6 +364,4 @@ const struct kernel_ops cuda_kernel_ops = {
     .to_host = k_to_host,
     .to_device = k_to_device,
     .attention_max_head_dim = CUDA_ATTN_MAX_HEAD_DIM,
-    /* compressed-tensors' types run on the CPU only so far */
-    .lacks = KERN_OP_BIT(KERN_OP_W_CT_I8) | KERN_OP_BIT(KERN_OP_W_CT_I4) | KERN_OP_BIT(KERN_OP_W_CT_F8),
 };

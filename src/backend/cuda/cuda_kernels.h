@@ -56,8 +56,11 @@ static inline int cuda_qtype_of(enum dtype t)
     case DTYPE_Q6_K:
         return CUDA_Q6_K;
     case DTYPE_CT_I8:
+        return CUDA_CT_I8;
     case DTYPE_CT_I4:
+        return CUDA_CT_I4;
     case DTYPE_CT_F8:
+        return CUDA_CT_F8;
     case DTYPE_F32:
     case DTYPE_F16:
     case DTYPE_BF16:
@@ -73,8 +76,8 @@ int cuda_kern_enter(struct stream *s, struct cuda_stream **out);
 /* The kernel table's linear slot (backend/kernels.h's kern_linear). */
 int cuda_linear(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
                 const float *bias, enum kern_compute c);
-/* kern_linear with a block-type w (cuda_qlinear.c), called by cuda_linear
- * after cuda_kern_enter. */
+/* kern_linear with a block-type w, GGUF's or compressed-tensors'
+ * (cuda_qlinear.c), called by cuda_linear after cuda_kern_enter. */
 int cuda_qlinear(struct cuda_stream *cs, const char *dev, float *y, const float *x, int m,
                  const struct weight_view *w, const float *bias, enum kern_compute c);
 

@@ -28,8 +28,10 @@ enum cuda_wtype {
     CUDA_W_BF16 = 2,
 };
 
-/* GGUF's block types as the kernels know them (the host maps enum dtype;
- * core/quant.h has the layouts). */
+/* The block types as the kernels know them (the host maps enum dtype):
+ * GGUF's (core/quant.h has the layouts), then compressed-tensors' (core/
+ * quant_ct.h), which only the dequantizing copies and cuda_launch_ctgemv
+ * take. */
 enum cuda_qtype {
     CUDA_Q8_0 = 0,
     CUDA_Q4_0 = 1,
@@ -38,7 +40,20 @@ enum cuda_qtype {
     CUDA_Q4_K = 4,
     CUDA_Q5_K = 5,
     CUDA_Q6_K = 6,
+    CUDA_CT_I8 = 7,
+    CUDA_CT_I4 = 8,
+    CUDA_CT_F8 = 9,
 };
+
+/* Elements per block of a qtype: 256 for the K-quants, else 32. */
+static inline int cuda_qtype_qk(int qtype)
+{
+    return qtype >= CUDA_Q4_K && qtype <= CUDA_Q6_K ? 256 : 32;
+}
+static inline int cuda_qtype_is_ct(int qtype)
+{
+    return qtype >= CUDA_CT_I8 && qtype <= CUDA_CT_F8;
+}
 
 enum cuda_act {
     CUDA_ACT_RELU = 0,
@@ -82,11 +97,12 @@ cudaError_t cuda_launch_add_bias(cudaStream_t st, float *y, const float *bias, i
 cudaError_t cuda_launch_embed(cudaStream_t st, float *y, const void *w, int wtype, int rows,
                               int cols, size_t ld, const int32_t *ids, int n, int row0);
 
-/* ---- GGUF block-type weights (qgemv.cu, qconvert.cu) ----
+/* ---- block-type weights (qgemv.cu, ctgemv.cu, qconvert.cu) ----
  * w: n (or rows) rows of k (or cols) elements of block type qtype, whole
  * blocks, row_bytes apart (a column slice on block boundaries is a view
- * with row_bytes larger than its own blocks); w and row_bytes even (every
- * block starts at an even address), else cudaErrorMisalignedAddress. */
+ * with row_bytes larger than its own blocks); for GGUF's types w and
+ * row_bytes even (every block starts at an even address), else
+ * cudaErrorMisalignedAddress; compressed-tensors' take any address. */
 
 /* x quantized for the integer dot products of cuda_launch_qgemv_dot, as
  * the CPU backend quantizes it: per block of 32 to Q8_0 (d = amax / 127
@@ -101,8 +117,7 @@ static inline size_t cuda_qx_scales_at(int m, int k)
 }
 static inline size_t cuda_qx_bytes(int qtype, int m, int k)
 {
-    const int qk = qtype >= CUDA_Q4_K ? 256 : 32;
-    return cuda_qx_scales_at(m, k) + (size_t)m * (size_t)(k / qk) * sizeof(float);
+    return cuda_qx_scales_at(m, k) + (size_t)m * (size_t)(k / cuda_qtype_qk(qtype)) * sizeof(float);
 }
 cudaError_t cuda_launch_quantize_x(cudaStream_t st, void *xq, const float *x, int m, int k,
                                    int qtype);
@@ -117,6 +132,14 @@ cudaError_t cuda_launch_qgemv_dot(cudaStream_t st, float *y, const void *xq, int
  * dequantized exactly in registers and multiplied in f32 (f32 mode). */
 cudaError_t cuda_launch_qgemv_f32(cudaStream_t st, float *y, const float *x, int m, const void *w,
                                   int qtype, int n, int k, size_t row_bytes, const float *bias);
+/* y[m, n] = x[m, k] @ w^T (+ bias), 1 <= m <= CUDA_GEMV_MAX_M, w in a
+ * compressed-tensors type (cuda_qtype_is_ct): each element dequantized
+ * exactly in registers (rounded to bf16 when round_bf16: bf16 mode, with
+ * x already rounded by the caller), f32 products and sums. One warp per
+ * weight row, 4 lanes per block. */
+cudaError_t cuda_launch_ctgemv(cudaStream_t st, float *y, const float *x, int m, const void *w,
+                               int qtype, int n, int k, size_t row_bytes, const float *bias,
+                               int round_bf16);
 /* dst[r, cols] (dense) = rows [0, rows) of w dequantized, as f32
  * (to_bf16 0) or rounded to bf16 (to_bf16 1: 16-bit elements). */
 cudaError_t cuda_launch_dequant_rows(cudaStream_t st, void *dst, int to_bf16, const void *w,

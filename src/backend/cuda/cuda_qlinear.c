@@ -1,29 +1,42 @@
-/* kern_linear on CUDA with weights in GGUF's block types (core/quant.h):
- * y[m, N] = x[m, K] @ W^T (+ bias), W computed in place, never dequantized
- * to a whole copy.
+/* kern_linear on CUDA with weights in GGUF's block types (core/quant.h)
+ * or compressed-tensors' (core/quant_ct.h): y[m, N] = x[m, K] @ W^T
+ * (+ bias), W computed in place, never dequantized to a whole copy.
  *
  * Which path runs:
- * - m <= CUDA_GEMV_MAX_M (decode): a GEMV reading W once (qgemv.cu).
- *   - f32 mode: W dequantized exactly in registers, f32 products.
- *   - bf16 mode: x quantized into the scratch as the CPU backend does (Q8_0
- *     blocks of 32 for Q8_0/Q4_0/Q5_0/Q5_1, Q8_K blocks of 256 for the
- *     K-quants), then integer dot products (dp4a) scaled and summed in the
- *     CPU's order: the CPU's bf16-mode bits.
+ * - m <= CUDA_GEMV_MAX_M (decode): a GEMV reading W once.
+ *   - GGUF's types, f32 mode (qgemv.cu): W dequantized exactly in
+ *     registers, f32 products.
+ *   - GGUF's types, bf16 mode (qgemv.cu): x quantized into the scratch as
+ *     the CPU backend does (Q8_0 blocks of 32 for Q8_0/Q4_0/Q5_0/Q5_1,
+ *     Q8_K blocks of 256 for the K-quants), then integer dot products
+ *     (dp4a) scaled and summed in the CPU's order: the CPU's bf16-mode bits.
+ *   - compressed-tensors' types, both modes (ctgemv.cu): W dequantized
+ *     exactly in registers and f32 products, as the CPU's ctlinear.c; in
+ *     bf16 mode the weights rounded to bf16 there and x rounded to bf16
+ *     into the scratch first. The CPU's values, summed in another order.
  * - above: blocks of W's rows dequantized into the scratch and one cuBLAS
  *   GEMM per block (cuda_linear_gemm: f32 accumulation, no TF32).
  *   - f32 mode: the rows dequantized to f32 (exactly the CPU's values),
  *     f32 x as it is: the CPU's f32 mode within f32 rounding.
  *   - bf16 mode: the rows dequantized and rounded to bf16, x rounded to
  *     bf16 a block of rows at a time, bf16 x bf16 -> f32 on the tensor
- *     cores. Not the CPU's arithmetic (which quantizes x to 8 bits for
- *     every m): both are within their own rounding of the exact product,
- *     bf16's (2^-8 relative per product) well inside x's quantization error
- *     (amax / 254 per block).
+ *     cores. For GGUF's types not the CPU's arithmetic (which quantizes x
+ *     to 8 bits for every m): both are within their own rounding of the
+ *     exact product, bf16's (2^-8 relative per product) well inside x's
+ *     quantization error (amax / 254 per block). For compressed-tensors'
+ *     types exactly the CPU's products (its bf16 mode rounds both too).
+ *     CT_F8 takes this path too, not cuBLASLt's FP8 GEMM: that scales a
+ *     whole operand (one scale per tensor on Hopper), while a CT_F8 block
+ *     carries its own scale every 32 elements (a checkpoint's channel,
+ *     group or 128x128 block scale, repeated), so it would need a GEMM
+ *     per scale group or the scales folded into an f32 rescale of partial
+ *     sums; and it would round x to e4m3, far from the CPU's bf16 x.
  *   Then the bias, broadcast over the rows by one kernel.
  * The scratch (CUDA_KERN_SCRATCH per stream) bounds every block; in bf16
  * mode its first half holds x's block, the second W's. A row that does not
- * fit (K above 8M; in the bf16-mode GEMV, m x K quantized x above 32 MiB)
- * is refused with ERR_UNSUPPORTED, as the plain paths do.
+ * fit (K above 8M; in the bf16-mode GEMV, m x K quantized x, or for
+ * compressed-tensors' types m x K f32 x, above 32 MiB) is refused with
+ * ERR_UNSUPPORTED, as the plain paths do.
  */
 #include <assert.h>
 #include <limits.h>
@@ -98,6 +111,19 @@ int cuda_qlinear(struct cuda_stream *cs, const char *dev, float *y, const float 
     const size_t row_bytes = dtype_row_bytes(w->dtype, w->ld);
     assert(qt >= 0);
 
+    if (m <= CUDA_GEMV_MAX_M && cuda_qtype_is_ct(qt)) {
+        /* in bf16 mode x rounded into the scratch (m * K floats: K up to 1M) */
+        const float *xg = x;
+        if (c == KERN_COMPUTE_BF16) {
+            if ((size_t)m * k * sizeof(float) > CUDA_KERN_SCRATCH)
+                return cuda_linear_too_wide(dev, k);
+            CUDA_CHECK(dev, cuda_launch_round_bf16(cs->s, cs->kern->scratch, x, (size_t)m * k));
+            xg = cs->kern->scratch;
+        }
+        CUDA_CHECK(dev, cuda_launch_ctgemv(cs->s, y, xg, m, w->data, qt, n, k, row_bytes, bias,
+                                           c == KERN_COMPUTE_BF16));
+        return 0;
+    }
     if (m <= CUDA_GEMV_MAX_M) {
         if (c == KERN_COMPUTE_F32) {
             CUDA_CHECK(dev,

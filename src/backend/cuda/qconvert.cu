@@ -1,9 +1,10 @@
-/* Dequantizing copies of GGUF block-type weights: blocks of weight rows
- * into the linear layer's scratch for cuBLAS (f32 for f32 mode, bf16 for
- * bf16 mode; a bounded block of rows at a time, never the whole matrix),
- * and the embedding lookup of a quantized table. One thread block per row,
- * its threads over the columns: consecutive threads read consecutive
- * elements of the same block, so a warp's loads fall in one or two blocks. */
+/* Dequantizing copies of block-type weights (GGUF's and compressed-
+ * tensors'): blocks of weight rows into the linear layer's scratch for
+ * cuBLAS (f32 for f32 mode, bf16 for bf16 mode; a bounded block of rows at
+ * a time, never the whole matrix), and the embedding lookup of a quantized
+ * table. One thread block per row, its threads over the columns:
+ * consecutive threads read consecutive elements of the same block, so a
+ * warp's loads fall in one or two blocks. */
 #include "quant.cuh"
 
 template <int QT, bool BF16>
@@ -41,10 +42,10 @@ extern "C" cudaError_t cuda_launch_dequant_rows(cudaStream_t st, void *dst, int 
 {
     if (rows <= 0 || cols <= 0)
         return cudaSuccess;
-    if (!q_aligned(w, row_bytes))
+    if (!q_aligned(qtype, w, row_bytes))
         return cudaErrorMisalignedAddress;
-    Q_DISPATCH(qtype, dequant_rows_launch, st, dst, to_bf16, (const uint8_t *)w, rows, cols,
-               row_bytes);
+    Q_DISPATCH_ALL(qtype, dequant_rows_launch, st, dst, to_bf16, (const uint8_t *)w, rows, cols,
+                   row_bytes);
 }
 
 /* One block per id, as convert.cu's embed_kernel. */
@@ -81,8 +82,8 @@ extern "C" cudaError_t cuda_launch_qembed(cudaStream_t st, float *y, const void 
 {
     if (n <= 0 || cols <= 0)
         return cudaSuccess;
-    if (!q_aligned(w, row_bytes))
+    if (!q_aligned(qtype, w, row_bytes))
         return cudaErrorMisalignedAddress;
-    Q_DISPATCH(qtype, qembed_launch, st, y, (const uint8_t *)w, rows, cols, row_bytes, ids, n,
-               row0);
+    Q_DISPATCH_ALL(qtype, qembed_launch, st, y, (const uint8_t *)w, rows, cols, row_bytes, ids, n,
+                   row0);
 }

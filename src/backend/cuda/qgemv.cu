@@ -103,7 +103,7 @@ extern "C" cudaError_t cuda_launch_quantize_x(cudaStream_t st, void *xq, const f
 {
     if (m <= 0 || k <= 0)
         return cudaSuccess;
-    const int qk = qtype >= CUDA_Q4_K ? 256 : 32;
+    const int qk = cuda_qtype_qk(qtype);
     if (qtype < CUDA_Q8_0 || qtype > CUDA_Q6_K || k % qk != 0)
         return cudaErrorInvalidValue;
     const size_t nblocks = (size_t)m * (size_t)(k / qk);
@@ -287,10 +287,10 @@ template <int QT> static cudaError_t qg_dispatch_m(cudaStream_t st, int m, const
 
 static cudaError_t qg_check(int m, int n, int k, int qtype, const void *w, size_t row_bytes)
 {
-    const int qk = qtype >= CUDA_Q4_K ? 256 : 32;
+    const int qk = cuda_qtype_qk(qtype);
     if (m > CUDA_GEMV_MAX_M || k % qk != 0 || n > INT_MAX - QG_WARPS)
         return cudaErrorInvalidValue;
-    if (!q_aligned(w, row_bytes))
+    if (!q_aligned(qtype, w, row_bytes))
         return cudaErrorMisalignedAddress;
     return cudaSuccess;
 }

@@ -1,6 +1,7 @@
 /* Device-side decoding of GGUF's block types (core/quant.h has the layouts
  * byte by byte), shared by the quantized GEMVs (qgemv.cu) and the
- * dequantizing copies (qconvert.cu). CUDA C++ only.
+ * dequantizing copies (qconvert.cu), which also take compressed-tensors'
+ * types through qdeq (their decoding is quant_ct.cuh's). CUDA C++ only.
  *
  * Alignment: a block starts anywhere a row or a column slice on block
  * boundaries puts it, which for Q8_0 (34 bytes), Q5_0 (22), Q4_0 (18) and
@@ -16,6 +17,7 @@
 #define SHARDSWAP_BACKEND_CUDA_QUANT_CUH
 
 #include "cuda_common.cuh"
+#include "quant_ct.cuh"
 
 /* Elements and bytes per block of each enum cuda_qtype. */
 template <int QT> struct qtraits;
@@ -39,6 +41,15 @@ template <> struct qtraits<CUDA_Q5_K> {
 };
 template <> struct qtraits<CUDA_Q6_K> {
     static constexpr int QK = 256, BYTES = 210;
+};
+template <> struct qtraits<CUDA_CT_I8> {
+    static constexpr int QK = 32, BYTES = 37;
+};
+template <> struct qtraits<CUDA_CT_I4> {
+    static constexpr int QK = 32, BYTES = 21;
+};
+template <> struct qtraits<CUDA_CT_F8> {
+    static constexpr int QK = 32, BYTES = 36;
 };
 
 /* A little-endian u16 at an even address; a u32 of two of them. */
@@ -70,10 +81,13 @@ __device__ __forceinline__ void q_scale_min(int j, const uint8_t *q, int *sc, in
     }
 }
 
-/* Element j (< QK) of the block at b, dequantized as core/quant.c does. */
+/* Element j (< QK) of the block at b, dequantized as core/quant.c (or
+ * core/quant_ct.c) does. */
 template <int QT> __device__ __forceinline__ float qdeq(const uint8_t *b, int j)
 {
-    if constexpr (QT == CUDA_Q8_0) {
+    if constexpr (QT >= CUDA_CT_I8) {
+        return ct_deq<QT>(b, j);
+    } else if constexpr (QT == CUDA_Q8_0) {
         return __fmul_rn(q_f16(b), (float)(int8_t)b[2 + j]);
     } else if constexpr (QT == CUDA_Q4_0) {
         const int byte = b[2 + (j & 15)];
@@ -228,10 +242,11 @@ __device__ __forceinline__ void q_lane_dot(const qlane &L, const int8_t *xb, int
     *msum = L.mn * xs;
 }
 
-/* Whether the launchers can read w: every block at an even address. */
-static inline bool q_aligned(const void *w, size_t row_bytes)
+/* Whether the launchers can read w of qtype q: every GGUF block at an even
+ * address; compressed-tensors' blocks are read by bytes. */
+static inline bool q_aligned(int q, const void *w, size_t row_bytes)
 {
-    return (uintptr_t)w % 2 == 0 && row_bytes % 2 == 0;
+    return cuda_qtype_is_ct(q) || ((uintptr_t)w % 2 == 0 && row_bytes % 2 == 0);
 }
 
 /* return F<QT>(args...) for the enum cuda_qtype q, or
@@ -254,6 +269,20 @@ static inline bool q_aligned(const void *w, size_t row_bytes)
         return F<CUDA_Q6_K>(__VA_ARGS__);                                                          \
     default:                                                                                       \
         return cudaErrorInvalidValue;                                                              \
+    }
+
+/* Q_DISPATCH over every block type, compressed-tensors' included (what
+ * takes only qdeq: the dequantizing copies). */
+#define Q_DISPATCH_ALL(q, F, ...)                                                                  \
+    switch (q) {                                                                                   \
+    case CUDA_CT_I8:                                                                               \
+        return F<CUDA_CT_I8>(__VA_ARGS__);                                                         \
+    case CUDA_CT_I4:                                                                               \
+        return F<CUDA_CT_I4>(__VA_ARGS__);                                                         \
+    case CUDA_CT_F8:                                                                               \
+        return F<CUDA_CT_F8>(__VA_ARGS__);                                                         \
+    default:                                                                                       \
+        Q_DISPATCH(q, F, __VA_ARGS__)                                                              \
     }
 
 #endif
