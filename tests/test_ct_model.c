@@ -314,12 +314,11 @@ TEST(ops)
         CHECK_MSG(c->weight_ops == want && (model_required_ops(c) & want) == want,
                   "%s: weight ops %llx, expected %llx", fixtures[i],
                   (unsigned long long)c->weight_ops, (unsigned long long)want);
+        /* the CUDA table runs every CT type (a view of another process's
+         * GPU answers with this program's table) */
         struct device *r = NULL;
         if (device_open_view(1, DEVICE_CUDA, "cuda:0", 1u << 20, &r) == 0) {
-            CHECK(model_check_device(c, r) == ERR_UNSUPPORTED);
-            CHECK_MSG(strstr(err_msg(), dtype_name(fix_types[i])) && !strchr(err_msg(), '\n'),
-                      "%s: %s", fixtures[i], err_msg());
-            printf("%-20s on cuda:0: %s\n", fixtures[i], err_msg());
+            CHECK_MSG(model_check_device(c, r) == 0, "%s on cuda:0: %s", fixtures[i], err_msg());
             device_close(r);
         }
         model_config_free(c);

@@ -34,7 +34,7 @@
 #define ALL_OPS (KERN_OP_BIT(KERN_OP_COUNT) - 1)
 #define BIT(op) KERN_OP_BIT(KERN_OP_##op)
 #define MiB ((uint64_t)1 << 20)
-/* compressed-tensors' types: the CPU's, not yet CUDA's */
+/* compressed-tensors' types */
 #define CT_OPS (BIT(W_CT_I8) | BIT(W_CT_I4) | BIT(W_CT_F8))
 
 /* Each op's slot, written out apart from kernels.c's own mapping. */
@@ -181,7 +181,7 @@ TEST(tables)
     const struct kernel_ops *cuda = cuda_kernel_table();
     if (cuda) {
         check_table("cuda", cuda);
-        CHECK(kern_table_ops(cuda) == (ALL_OPS & ~CT_OPS));
+        CHECK(kern_table_ops(cuda) == ALL_OPS);
         CHECK(cuda->attention_max_head_dim > 0); /* its attention holds a row in registers */
     } else {
         printf("built without CUDA: its table not checked\n");
@@ -216,9 +216,11 @@ TEST(devices)
         CHECK(r &&
               kern_check(r, BIT(ATTENTION), cuda->attention_max_head_dim + 1) == ERR_UNSUPPORTED);
         CHECK(has(err_msg(), "device 1/cuda:0 runs attention up to head_dim"));
-        /* a quantized model's block types run on a GPU */
+        /* a quantized model's block types, GGUF's and compressed-tensors', run
+         * on a GPU */
         CHECK(r &&
               kern_check(r, kern_weight_ops(DTYPE_Q4_K) | kern_weight_ops(DTYPE_Q6_K), 64) == 0);
+        CHECK(r && kern_check(r, CT_OPS, 64) == 0);
     } else {
         CHECK(rc == ERR_UNSUPPORTED && r == NULL);
     }
