@@ -47,9 +47,12 @@
  *   2e-5; bf16 mode up to 8 rows (the integer GEMV) 1e-6, expected
  *   bit-equal and counted; bf16 mode above (bf16 cuBLAS on dequantized
  *   rows, against the CPU's quantized x) the quantization bound + 5e-3.
- *   kern_embed with block types (embed_quant): exact. Without a GPU these
- *   two check the CPU against the exact product and dtype_to_f32, then
- *   skip; every other case skips at once.
+ *   With compressed-tensors' types (linear_ct): f32 mode the same; bf16
+ *   mode, every m, against the exact product of the bf16-rounded weights
+ *   and x within 1e-5 of sum |w x|.
+ *   kern_embed with block types, both kinds (embed_quant): exact. Without
+ *   a GPU these three check the CPU against the exact product and
+ *   dtype_to_f32, then skip; every other case skips at once.
  *
  * Linear covers m in {1, 2, 5, 8, 9, 33, 130} (the GEMV up to 8, cuBLAS
  * above) x weights {f32, f16, bf16} x both precisions x with/without bias,
@@ -72,6 +75,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/quant.h"
+#include "core/quant_ct.h"
 #include "core/rng.h"
 #include "test.h"
 
@@ -441,6 +445,9 @@ TEST(embed)
 static const enum dtype qtypes[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q5_0, DTYPE_Q5_1,
                                     DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K};
 #define N_QTYPES (int)(sizeof(qtypes) / sizeof(qtypes[0]))
+/* compressed-tensors' (core/quant_ct.h) */
+static const enum dtype ctypes[] = {DTYPE_CT_I8, DTYPE_CT_I4, DTYPE_CT_F8};
+#define N_CTYPES (int)(sizeof(ctypes) / sizeof(ctypes[0]))
 
 /* A quantized linear shape in blocks: n rows of cb blocks, viewed from row
  * r0 and block c0 of a stored matrix whose rows hold ldb blocks (a TP
@@ -450,7 +457,8 @@ struct qlin_shape {
     int n, cb, ldb, r0, c0;
 };
 
-static double worst_q[4];      /* f32 mode, bf16 GEMV, bf16 GEMM (/ bound), CPU alone vs host */
+/* f32 mode, bf16 GEMV, bf16 GEMM, CPU alone vs host, CT bf16 mode (each / its bound) */
+static double worst_q[5];
 static size_t q_same, q_total; /* bf16 GEMV elements bit-equal to the CPU's */
 
 /* One product of block type t, m rows of x: the CPU's and (with a GPU) the
@@ -466,7 +474,14 @@ static size_t q_same, q_total; /* bf16 GEMV elements bit-equal to the CPU's */
  *   x (within qbound + 1e-5 mag of exact), the GPU's cuBLAS path rounds x
  *   and the weights to bf16 (within 2^-8 mag + f32 sums of exact).
  * Without a GPU the CPU half is checked against the exact product instead:
- * 1e-5 mag in f32 mode, qbound + 1e-5 mag in bf16 mode. */
+ * 1e-5 mag in f32 mode, qbound + 1e-5 mag in bf16 mode.
+ * Compressed-tensors' types compute the same values on both backends (the
+ * weights dequantized exactly; in bf16 mode weights and x rounded to bf16,
+ * f32 products), in different orders: f32 mode as above; bf16 mode, every
+ * m, the GPU against the exact product of the bf16-rounded weights and x
+ * within 1e-5 of its sum |w x|. Without a GPU, the CPU's bf16 mode against
+ * the exact product within qbound + 8e-3 mag (bf16 rounding of w and x,
+ * or a quantized x, either within it). */
 static void qlinear_case(const struct qlin_shape *sh, enum dtype t, int m, enum kern_compute c,
                          bool with_bias)
 {
@@ -505,17 +520,20 @@ static void qlinear_case(const struct qlin_shape *sh, enum dtype t, int m, enum 
     }
     twin_download(ty, yc, yg, (size_t)m * n * sizeof(float));
 
-    const bool bf16 = c == KERN_COMPUTE_BF16, gemv = m <= 8;
+    const bool bf16 = c == KERN_COMPUTE_BF16, gemv = m <= 8, ct = quant_ct_is(t);
     int bad = 0;
     for (int i = 0; i < m; i++)
         for (int r = 0; r < n; r++) {
             const float *xi = x + (size_t)i * k, *wr = wf + (size_t)r * k;
             double ref = with_bias ? bias[r] : 0, mag = 0, qbound = 0;
+            double refb = ref, magb = 0; /* bf16-rounded w and x */
             for (int b0 = 0; b0 < k; b0 += qk) {
                 double amax = 0, wsum = 0;
                 for (int j = b0; j < b0 + qk; j++) {
                     ref += (double)wr[j] * xi[j];
                     mag += fabs((double)wr[j] * xi[j]);
+                    refb += (double)bf16_round(wr[j]) * bf16_round(xi[j]);
+                    magb += fabs((double)bf16_round(wr[j]) * bf16_round(xi[j]));
                     amax = fmax(amax, fabs(xi[j]));
                     wsum += fabs(wr[j]);
                 }
@@ -526,13 +544,17 @@ static void qlinear_case(const struct qlin_shape *sh, enum dtype t, int m, enum 
             int which;
             if (!gpu_dev) {
                 err = fabs(yc[e] - ref);
-                tol = bf16 ? qbound + 1e-5 * mag : 1e-5 * mag;
+                tol = !bf16 ? 1e-5 * mag : ct ? qbound + 8e-3 * mag : qbound + 1e-5 * mag;
                 which = 3;
+            } else if (ct && bf16) {
+                err = fabs(yg[e] - refb);
+                tol = 1e-5 * magb;
+                which = 4;
             } else {
                 err = fabs((double)yg[e] - yc[e]);
                 tol = !bf16 ? 2e-5 * mag : gemv ? 1e-6 * mag : qbound + 5e-3 * mag;
                 which = !bf16 ? 0 : gemv ? 1 : 2;
-                if (bf16 && gemv) {
+                if (bf16 && gemv && !ct) {
                     q_same += memcmp(&yg[e], &yc[e], sizeof(float)) == 0;
                     q_total++;
                 }
@@ -606,6 +628,48 @@ TEST(linear_quant)
         test_skip(no_gpu);
 }
 
+/* kern_linear with compressed-tensors' types: linear_quant's shapes and
+ * row counts (the GEMV of ctgemv.cu to 8 rows, dequantized blocks + cuBLAS
+ * above), then the shapes that take several scratch blocks on the GPU. */
+TEST(linear_ct)
+{
+    static const struct qlin_shape shapes[] = {
+        {"dense, odd rows", 67, 3, 3, 0, 0},
+        {"row and column slice", 45, 3, 5, 2, 1},
+        {"long rows", 40, 16, 16, 0, 0},
+    };
+    static const int ms[] = {1, 3, 8, 64, 300};
+    int cases = 0;
+    for (int i = 0; i < 5; i++)
+        worst_q[i] = 0;
+    for (int ti = 0; ti < N_CTYPES; ti++)
+        for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+            for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
+                for (int c = 0; c < 2; c++) {
+                    qlinear_case(&shapes[si], ctypes[ti], ms[mi], (enum kern_compute)c,
+                                 si == 1 || ms[mi] == 3);
+                    cases++;
+                }
+    if (gpu_dev) {
+        /* as linear_quant's: W in two scratch blocks (2100 rows of 4096),
+         * x in two (2100 rows of 4096 in bf16) */
+        static const struct qlin_shape big_w = {"W in blocks", 2100, 128, 128, 0, 0};
+        static const struct qlin_shape big_x = {"x in blocks", 40, 128, 128, 0, 0};
+        qlinear_case(&big_w, DTYPE_CT_I4, 9, KERN_COMPUTE_F32, true);
+        qlinear_case(&big_w, DTYPE_CT_I8, 9, KERN_COMPUTE_BF16, true);
+        qlinear_case(&big_x, DTYPE_CT_F8, 2100, KERN_COMPUTE_BF16, false);
+        cases += 3;
+        printf("linear_ct: %d cases; worst |err| / tolerance: f32 mode %.3g, bf16 mode %.3g\n",
+               cases, worst_q[0], worst_q[4]);
+        return;
+    }
+    printf("linear_ct: %d cases, the CPU alone against the exact product: worst |err| / "
+           "tolerance %.3g\n",
+           cases, worst_q[3]);
+    if (test_failures == 0)
+        test_skip(no_gpu);
+}
+
 /* kern_embed with every block type: a vocabulary shard (row0) and a column
  * slice on block boundaries; the GPU's rows equal the CPU's bit for bit
  * (both dequantize with the same f32 operations), and without a GPU the
@@ -615,8 +679,8 @@ TEST(embed_quant)
     const int rows = 50, row0 = 10;
     static const int32_t ids[] = {10, 59, 60, 9, 0, 35, -3, 2147483647, 11, 10};
     const int n = (int)(sizeof(ids) / sizeof(ids[0]));
-    for (int ti = 0; ti < N_QTYPES; ti++) {
-        const enum dtype t = qtypes[ti];
+    for (int ti = 0; ti < N_QTYPES + N_CTYPES; ti++) {
+        const enum dtype t = ti < N_QTYPES ? qtypes[ti] : ctypes[ti - N_QTYPES];
         const int qk = dtype_block(t), cols = 3 * qk;
         const size_t ld = (size_t)5 * qk, row_bytes = dtype_row_bytes(t, ld);
         const size_t bytes = (size_t)rows * row_bytes, off = dtype_row_bytes(t, (size_t)qk);
@@ -663,7 +727,7 @@ TEST(embed_quant)
         free(yg);
         free(want);
     }
-    printf("embed_quant: %d block types, %s\n", N_QTYPES,
+    printf("embed_quant: %d block types, %s\n", N_QTYPES + N_CTYPES,
            gpu_dev ? "the GPU's rows equal the CPU's" : "the CPU alone (no GPU)");
     if (!gpu_dev && test_failures == 0)
         test_skip(no_gpu);

@@ -6,7 +6,8 @@
  * weights come from memory, not from the last-level cache, as a model's
  * layers do. GGUF's block types (--types q8_0,q4_k,...) run the quantized
  * linear layer (x quantized in bf16 mode, dequantized blocks in f32 mode),
- * their bytes counted as stored. --devices cuda:G measures kern_linear on
+ * compressed-tensors' (ct_i8, ct_i4, ct_f8) theirs, their bytes counted as
+ * stored. --devices cuda:G measures kern_linear on
  * a GPU instead (cmd_bench_gemv_device.c). */
 #include <stdbool.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include <sys/mman.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/ctlinear.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/qlinear.h"
 #include "cli/args.h"
@@ -27,6 +29,7 @@
 #include "core/error.h"
 #include "core/jsonout.h"
 #include "core/membw.h"
+#include "core/quant_ct.h"
 #include "core/timing.h"
 
 #define BENCH_GEMV_MAX_M 16
@@ -46,11 +49,14 @@ static const struct weight_view *bench_gemv_copy(struct weight_view *w, const ch
     return w;
 }
 
-/* One call: the GEMV, or the quantized linear layer for a block type. */
+/* One call: the GEMV, or the quantized linear layer for a block type
+ * (compressed-tensors' own for theirs). */
 static int bench_gemv_call(float *y, const float *x, int m, const struct weight_view *w,
                            enum kern_compute cm)
 {
-    return dtype_is_block(w->dtype) ? cpu_qlinear(y, x, m, w, cm) : cpu_gemv(y, x, m, w, cm);
+    return quant_ct_is(w->dtype)      ? cpu_ctlinear(y, x, m, w, cm)
+           : dtype_is_block(w->dtype) ? cpu_qlinear(y, x, m, w, cm)
+                                      : cpu_gemv(y, x, m, w, cm);
 }
 
 /* Seconds per call of cpu_gemv with m input rows: passes through every copy
@@ -105,12 +111,12 @@ static int bench_gemv_types(const char *list, enum dtype *out, int *n)
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         int t = 0;
-        while (t <= DTYPE_Q5_1 && strcasecmp(tok, dtype_name((enum dtype)t)) != 0)
+        while (t < DTYPE_COUNT && strcasecmp(tok, dtype_name((enum dtype)t)) != 0)
             t++;
-        if (t > DTYPE_Q5_1 || *n == BENCH_GEMV_MAX_TYPES)
+        if (t == DTYPE_COUNT || *n == BENCH_GEMV_MAX_TYPES)
             return err_set(ERR_INVALID,
                            "--types: \"%s\" is not one of f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, "
-                           "q4_k, q5_k, q6_k (at most %d)",
+                           "q4_k, q5_k, q6_k, ct_i8, ct_i4, ct_f8 (at most %d)",
                            tok, BENCH_GEMV_MAX_TYPES);
         out[(*n)++] = (enum dtype)t;
     }
@@ -135,8 +141,7 @@ int bench_gemv(int argc, char **argv)
              "compute mode (default f32; bf16 quantizes x for the block types)"),
         FLAG("types", FLAG_STR, &type_list, "LIST",
              "weight types, comma-separated: f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, "
-             "q6_k "
-             "(default f32,f16,bf16)"),
+             "q6_k, ct_i8, ct_i4, ct_f8 (default f32,f16,bf16)"),
         FLAG("qkernel", FLAG_STR, &qkernel, "NAME",
              "run one quantized kernel: vnni, avx2, vnni-m8, avx2-m8 or scalar (default: measured "
              "per type and rows)"),

@@ -1,12 +1,12 @@
 /* shardswap bench gemv --devices cuda:G: the linear layer of decode on a
  * GPU (kern_linear with 1..8 input rows, the GEMV paths of every weight
- * type, GGUF's block types computed in place), its weight bytes per second
- * set against a device-to-device copy measured in the same run (bytes read
- * plus bytes written: what the GPU's memory moves at its limit). Copies of
- * the matrix are cycled through, as on the CPU, so that the weights come
- * from device memory and not from L2. Timing is wall-clock around queued
- * calls closed by a sync point, so the launch cost is in it, as in a
- * forward. */
+ * type, GGUF's and compressed-tensors' block types computed in place), its
+ * weight bytes per second set against a device-to-device copy measured in
+ * the same run (bytes read plus bytes written: what the GPU's memory moves
+ * at its limit). Copies of the matrix are cycled through, as on the CPU,
+ * so that the weights come from device memory and not from L2. Timing is
+ * wall-clock around queued calls closed by a sync point, so the launch
+ * cost is in it, as in a forward. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
