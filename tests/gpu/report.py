@@ -320,14 +320,14 @@ def chat_table(logs, steps):
     return "\n".join(out)
 
 
-def gemv_table(logs, steps):
-    """bench gemv --devices cuda:0 (gemv-quant.json): decode's linear layer per weight type."""
-    g = load_json(os.path.join(logs, "gemv-quant.json"))
+def gemv_table(logs, steps, name="gemv-quant",
+               title="QUANTIZED GEMV  (bench gemv on cuda:0, bf16 mode; GB/s = 1e9 weight bytes/s)"):
+    """bench gemv --devices cuda:0 (NAME.json): decode's linear layer per weight type."""
+    g = load_json(os.path.join(logs, f"{name}.json"))
     res = g.get("results") if isinstance(g, dict) else None
     res = [r for r in res if isinstance(r, dict)] if isinstance(res, list) else []
-    title = "QUANTIZED GEMV  (bench gemv on cuda:0, bf16 mode; GB/s = 1e9 weight bytes/s)"
     if not res:
-        return title + f"\n  n/a ({why(steps, 'gemv-quant')})"
+        return title + f"\n  n/a ({why(steps, name)})"
     out = [f"{title}\n  {f(get(g, 'rows'), '.0f')} x {f(get(g, 'cols'), '.0f')} weights; device copy "
            f"{f(get(g, 'copy_gb_s'), '.0f')} GB/s (read + write)"]
     rows = [[str(r.get("dtype", "?")), f(get(r, "m"), ".0f"), f(get(r, "ms_per_call"), ".4f"),
@@ -382,6 +382,12 @@ def main():
                          "the bf16 model above; against the pinned link; GB/s = 1e9 bytes/s)",
                          with_torch=False),
              gemv_table(logs, steps),
+             gemv_table(logs, steps, "gemv-ct-bf16",
+                        "COMPRESSED-TENSORS GEMV  (bench gemv on cuda:0, bf16 mode; GB/s = 1e9 weight "
+                        "bytes/s)"),
+             gemv_table(logs, steps, "gemv-ct-f32",
+                        "COMPRESSED-TENSORS GEMV  (bench gemv on cuda:0, f32 mode; GB/s = 1e9 weight "
+                        "bytes/s)"),
              workload_table(logs, steps),
              chat_table(logs, steps),
              "TESTS\n" + "\n".join(ctest_summary(logs, steps, n) for n in ("ctest-backend", "ctest-quant", "ctest-cpu"))]

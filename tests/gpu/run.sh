@@ -41,6 +41,7 @@
 # (commit, nvidia-smi, nvcc --version, torch, transformers), one NAME.log per
 # step, and the JSONs (swap.json, torch-swap.json, forward-b1.json, hf-b1.json,
 # ..., llama-forward-b1.json, llama-hf-b1.json, llama-swap.json, q4km-swap.json, gemv-quant.json,
+# gemv-ct-bf16.json, gemv-ct-f32.json,
 # workload-tp1.json, ...). Generated models are cached in OUTDIR/models
 # while it runs.
 #
@@ -50,8 +51,11 @@
 #                               every fixture, OPT and the Llama family, against transformers)
 #   ctest-quant, gguf-forward   GGUF block-type weights: the kernels vs CPU, the quantized
 #                               fixtures as models, the CLI's forward on cuda:0 vs cpu:0
+#   ct-forward                  compressed-tensors fixtures: the CLI's forward on cuda:0 vs
+#                               cpu:0 in both modes (their kernels are in ctest-quant)
 #   gemv-quant                  bench gemv --devices cuda:0: decode's linear layer per type
 #                               (bf16, Q8_0, Q4_K, Q5_K, Q6_K) against a device copy
+#   gemv-ct-bf16, gemv-ct-f32   the same for CT_I8, CT_I4, CT_F8 in each mode
 #   swap-model, swap            bench swap on an opt-13b-wide model of 14 layers (9.3 GB, f16)
 #   torch-swap                  tools/bench_torch_swap.py on the same checkpoint
 #   fwd-model, forward-bB, hf-bB  bench forward vs tools/bench_hf.py (opt-1.3b shape, B = 1, 8)
@@ -293,7 +297,7 @@ fi
 
 if [ "$built" -eq 1 ]; then
   backend_tests='^(backend_ops|cuda_device|cuda_comm|cuda_model)\.'
-  quant_tests='^(backend_ops\.(linear|embed)_quant|cuda_model\.gguf_quant)$'
+  quant_tests='^(backend_ops\.(linear_quant|linear_ct|embed_quant)|cuda_model\.gguf_quant)$'
   step ctest-backend 120 "${run_env[@]}" ctest --test-dir "$build" --output-on-failure --timeout 60 \
     --no-tests=error -R "$backend_tests" -E "$quant_tests"
   cp "$logs/ctest-backend.log" "$out/ctest-backend.log" 2>/dev/null
@@ -308,6 +312,10 @@ if [ "$built" -eq 1 ]; then
   cp "$logs/ctest-quant.log" "$out/ctest-quant.log" 2>/dev/null
   step gguf-forward 40 "${run_env[@]}" bash "$repo/tests/gpu/gguf_forward.sh" "$ss" \
     "$repo/tests/fixtures/gguf/llama_quant/model-q4_k_m.gguf" 256 cuda:0 "$logs"
+  # compressed-tensors fixtures (int8, int4 symmetric and asymmetric, FP8 blocks) on cuda:0
+  # against cpu:0: the same values in another order, f32 mode 1e-4, bf16 mode 3e-2
+  step ct-forward 60 "${run_env[@]}" bash "$repo/tests/gpu/ct_forward.sh" "$ss" \
+    "$repo/tests/fixtures/ctensors" cuda:0 "$logs"
   # decode's linear layer at bandwidth: an 8B model's 4096 x 14336 down projection in bf16
   # and the block types of Q8_0, Q4_K_M and Q5_K_M, bf16 mode, 1..8 rows, against a
   # device-to-device copy in the same run
@@ -317,6 +325,19 @@ if [ "$built" -eq 1 ]; then
       --max-m 8 --footprint-mb 1024 --json
   else
     record gemv-quant skipped 0 "bench gemv has no --devices in this tree: CPU only"
+  fi
+  # the same shape in compressed-tensors' types (int8 37, int4 21, FP8 36 bytes per 32
+  # weights), both modes: their GEMV dequantizes in registers
+  if has_flag "bench gemv" devices; then
+    for cm in bf16 f32; do
+      step "gemv-ct-$cm" 40 --stdout "$logs/gemv-ct-$cm.json" "${run_env[@]}" "$ss" bench gemv \
+        --devices cuda:0 --rows 4096 --cols 14336 --types bf16,ct_i8,ct_i4,ct_f8 --compute "$cm" \
+        --max-m 8 --footprint-mb 1024 --json
+    done
+  else
+    for cm in bf16 f32; do
+      record "gemv-ct-$cm" skipped 0 "bench gemv has no --devices in this tree: CPU only"
+    done
   fi
 
   # the swap benchmark: opt-13b wide, 14 layers, f16 (9.3 GB): one layer drawn by
