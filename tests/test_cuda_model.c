@@ -24,7 +24,9 @@
  *   requests alternating, each answer exact, each model loaded again and
  *   again (loads, offloads, events and layer overlap on the GPU);
  * - the quantized GGUF fixtures (gguf_quant: the CUDA block-type kernels in
- *   a model), GPU against the references and the CPU as that case says. */
+ *   a model), GPU against the references and the CPU as that case says;
+ * - the compressed-tensors fixtures (ct_models: the CUDA CT kernels in a
+ *   model), the same way. */
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
@@ -655,6 +657,139 @@ TEST(gguf_quant)
         }
     }
     json_decref(exp);
+}
+
+/* ---- compressed-tensors checkpoints ---- */
+
+#define CTDIR SHARDSWAP_SOURCE_DIR "/tests/fixtures/ctensors"
+/* bf16 mode on both backends: the same values summed in other orders, so
+ * a one-ulp difference may flip an activation's bf16 rounding downstream
+ * (test_ct_model's bf16 tolerance against transformers) */
+#define CT_TOL_BF16 3e-2
+/* against transformers in f32 mode: 1e-4, and 1e-2 for the fixture whose
+ * scales are bf16 (the reference rounded its weights to bf16 once more:
+ * test_ct_model's TOL_BF16_SCALES) */
+#define CT_TOL_REF_BF16_SCALES 1e-2
+
+/* The fixtures of tests/fixtures/ctensors (tools/make_ct_fixtures.py: int8
+ * per channel, int4 grouped with and without zero points, FP8 per tensor,
+ * channel and 128x128 block; every CT type and both families) on cuda:0
+ * and cpu:0, both precisions:
+ * - each prompt alone (m = its length, at most 8: the GPU's CT GEMV)
+ *   against the CPU's logits (f32 mode 1e-4, bf16 mode CT_TOL_BF16) and,
+ *   in f32 mode, transformers' (1e-4; CT_TOL_REF_BF16_SCALES for bf16
+ *   scales);
+ * - decode one token at a time after a half prefill (m = 1) against the
+ *   whole prompt's logits (1e-4 in f32 mode, 1e-2 in bf16 mode);
+ * - the prompts as one left-padded batch (B * T rows: dequantized blocks
+ *   and cuBLAS) against the CPU's batch, the same tolerances. */
+TEST(ct_models)
+{
+    static const char *fixtures[] = {"llama_w8_channel", "llama_w4_group",    "qwen2_w4_group_asym",
+                                     "llama_fp8_tensor", "llama_fp8_channel", "llama_fp8_block"};
+    static const bool bf16_scales[] = {false, false, false, false, false, true};
+    for (size_t fi = 0; fi < sizeof(fixtures) / sizeof(fixtures[0]) && test_failures == 0; fi++) {
+        char dir[600], path[700];
+        snprintf(dir, sizeof(dir), "%s/%s", CTDIR, fixtures[fi]);
+        snprintf(path, sizeof(path), "%s/expected.json", dir);
+        json_error_t jerr;
+        json_t *exp = json_load_file(path, 0, &jerr);
+        CHECK_MSG(exp != NULL, "%s: %s", path, jerr.text);
+        if (!exp)
+            continue;
+        json_t *prompts = json_object_get(exp, "prompts");
+        const int B = (int)json_array_size(prompts);
+        int32_t ids[8][Q_MAXT], lens[8], T = 0;
+        CHECK(B >= 1 && B <= 8);
+        for (int b = 0; b < B && b < 8; b++) {
+            json_t *a = json_array_get(prompts, (size_t)b);
+            lens[b] = (int)json_array_size(a);
+            CHECK(lens[b] >= 2 && lens[b] <= Q_MAXT);
+            for (int t = 0; t < lens[b] && t < Q_MAXT; t++)
+                ids[b][t] = (int32_t)json_integer_value(json_array_get(a, (size_t)t));
+            T = lens[b] > T ? lens[b] : T;
+        }
+        struct model_exec_shape shape = {.batch = B, .max_len = T, .max_rows = B * T};
+        uint64_t wbytes = 0, ebytes = 0;
+        int rc = model_device_bytes(dir, &shape, &wbytes, &ebytes);
+        CHECK_MSG(rc == 0, "%s: sizing: %s", fixtures[fi], err_msg());
+        for (int mode = 0; mode < 2 && rc == 0; mode++) {
+            const enum kern_compute c = mode ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
+            char label[300];
+            snprintf(label, sizeof(label), "%s [%s]", fixtures[fi], kern_compute_name(c));
+            struct placed gpu = {0}, cpu = {0};
+            if (!place(dir, true, wbytes + ebytes + MIB, c, &gpu) ||
+                !place(dir, false, wbytes + ebytes + MIB, c, &cpu)) {
+                placed_close(&gpu);
+                placed_close(&cpu);
+                continue;
+            }
+            const int V = model_info(gpu.m)->vocab;
+            float *lg = malloc((size_t)B * T * V * sizeof(float));
+            float *lc = malloc((size_t)B * T * V * sizeof(float));
+            float *ref = malloc((size_t)V * sizeof(float)),
+                  *step = malloc((size_t)V * sizeof(float));
+            double e_ref = 0, e_cpu = 0, e_dec = 0, e_batch = 0;
+            for (int b = 0; b < B; b++) {
+                const int n = lens[b], half = n / 2;
+                struct model_exec *ex = NULL;
+                struct model_exec_shape one = {.batch = 1, .max_len = n, .max_rows = n};
+                CHECK(model_exec_open(gpu.m, &one, &ex) == 0);
+                CHECK_MSG(model_forward(gpu.m, ex, ids[b], NULL, n, true, lg) == 0, "%s: %s", label,
+                          err_msg());
+                model_exec_reset(ex);
+                CHECK(model_forward(gpu.m, ex, ids[b], NULL, half, true, lc) == 0);
+                for (int t = half; t < n; t++) {
+                    CHECK(model_forward(gpu.m, ex, &ids[b][t], NULL, 1, false, step) == 0);
+                    e_dec = fmax(e_dec, test_rel_err(step, lg + (size_t)t * V, (size_t)V));
+                }
+                model_exec_free(ex);
+                ex = NULL;
+                CHECK(model_exec_open(cpu.m, &one, &ex) == 0);
+                CHECK(model_forward(cpu.m, ex, ids[b], NULL, n, true, lc) == 0);
+                model_exec_free(ex);
+                for (int t = 0; t < n; t++) {
+                    json_t *pos = json_array_get(
+                        json_array_get(json_object_get(exp, "logits"), (size_t)b), (size_t)t);
+                    for (int v = 0; v < V; v++)
+                        ref[v] = (float)json_real_value(json_array_get(pos, (size_t)v));
+                    e_ref = fmax(e_ref, test_rel_err(lg + (size_t)t * V, ref, (size_t)V));
+                    e_cpu = fmax(e_cpu,
+                                 test_rel_err(lg + (size_t)t * V, lc + (size_t)t * V, (size_t)V));
+                }
+            }
+            int32_t bid[8 * Q_MAXT];
+            uint8_t bmask[8 * Q_MAXT];
+            for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++) {
+                    const int pad = T - lens[b];
+                    bmask[b * T + t] = t >= pad;
+                    bid[b * T + t] = t >= pad ? ids[b][t - pad] : 0;
+                }
+            struct batch_in in = {.B = B, .T = T, .ids = bid, .mask = bmask};
+            if (run_batch(label, &gpu, &in, lg) && run_batch(label, &cpu, &in, lc))
+                e_batch = batch_err(&in, lg, lc, V);
+            const double t_cpu = mode ? CT_TOL_BF16 : Q_TOL, t_dec = mode ? 1e-2 : Q_TOL;
+            const double t_ref = bf16_scales[fi] ? CT_TOL_REF_BF16_SCALES : Q_TOL;
+            printf("%s: alone vs cpu %.2e, batch %dx%d vs cpu %.2e (tolerance %.0e); decode vs "
+                   "recomputation %.2e\n",
+                   label, e_cpu, B, T, e_batch, t_cpu, e_dec);
+            if (!mode) {
+                printf("%s: alone vs transformers %.2e (tolerance %.0e)\n", label, e_ref, t_ref);
+                CHECK_MSG(e_ref <= t_ref, "%s: vs transformers %.3e > %.0e", label, e_ref, t_ref);
+            }
+            CHECK_MSG(e_cpu <= t_cpu && e_batch <= t_cpu, "%s: vs cpu %.3e, batch %.3e > %.0e",
+                      label, e_cpu, e_batch, t_cpu);
+            CHECK_MSG(e_dec <= t_dec, "%s: decode %.3e > %.0e", label, e_dec, t_dec);
+            free(lg);
+            free(lc);
+            free(ref);
+            free(step);
+            placed_close(&gpu);
+            placed_close(&cpu);
+        }
+        json_decref(exp);
+    }
 }
 
 int main(int argc, char **argv)

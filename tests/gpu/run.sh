@@ -297,7 +297,7 @@ fi
 
 if [ "$built" -eq 1 ]; then
   backend_tests='^(backend_ops|cuda_device|cuda_comm|cuda_model)\.'
-  quant_tests='^(backend_ops\.(linear_quant|linear_ct|embed_quant)|cuda_model\.gguf_quant)$'
+  quant_tests='^(backend_ops\.(linear_quant|linear_ct|embed_quant)|cuda_model\.(gguf_quant|ct_models))$'
   step ctest-backend 120 "${run_env[@]}" ctest --test-dir "$build" --output-on-failure --timeout 60 \
     --no-tests=error -R "$backend_tests" -E "$quant_tests"
   cp "$logs/ctest-backend.log" "$out/ctest-backend.log" 2>/dev/null
