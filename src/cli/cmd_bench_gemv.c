@@ -6,8 +6,7 @@
  * weights come from memory, not from the last-level cache, as a model's
  * layers do. GGUF's block types (--types q8_0,q4_k,...) run the quantized
  * linear layer (x quantized in bf16 mode, dequantized blocks in f32 mode),
- * compressed-tensors' (ct_i8, ct_i4, ct_f8) theirs, their bytes counted as
- * stored. --devices cuda:G measures kern_linear on
+ * their bytes counted as stored. --devices cuda:G measures kern_linear on
  * a GPU instead (cmd_bench_gemv_device.c). */
 #include <stdbool.h>
 #include <stdio.h>
@@ -29,7 +28,6 @@
 #include "core/error.h"
 #include "core/jsonout.h"
 #include "core/membw.h"
-#include "core/quant_ct.h"
 #include "core/timing.h"
 
 #define BENCH_GEMV_MAX_M 16
@@ -49,14 +47,15 @@ static const struct weight_view *bench_gemv_copy(struct weight_view *w, const ch
     return w;
 }
 
-/* One call: the GEMV, or the quantized linear layer for a block type
- * (compressed-tensors' own for theirs). */
+/* One call: the GEMV, or the quantized linear layer for a block type. */
 static int bench_gemv_call(float *y, const float *x, int m, const struct weight_view *w,
                            enum kern_compute cm)
 {
-    return quant_ct_is(w->dtype)      ? cpu_ctlinear(y, x, m, w, cm)
-           : dtype_is_block(w->dtype) ? cpu_qlinear(y, x, m, w, cm)
-                                      : cpu_gemv(y, x, m, w, cm);
+    if (quant_ct_is(w->dtype))
+        return cpu_ctlinear(y, x, m, w, cm);
+    if (dtype_is_block(w->dtype))
+        return cpu_qlinear(y, x, m, w, cm);
+    return m > CPU_GEMV_MAX_M ? cpu_matmul(y, x, m, w, cm) : cpu_gemv(y, x, m, w, cm);
 }
 
 /* Seconds per call of cpu_gemv with m input rows: passes through every copy
