@@ -1,6 +1,7 @@
-/* Host stand-ins for what src/backend/cuda/quant.cuh takes from the real
- * cuda_common.cuh and the CUDA headers, so that its device code compiles as
- * host C++ (run.sh): each intrinsic as the single IEEE operation it is. */
+/* Host stand-ins for what src/backend/cuda/quant.cuh and quant_ct.cuh take
+ * from the real cuda_common.cuh, cuda_launch.h and the CUDA headers, so
+ * that their device code compiles as host C++ (run.sh): each intrinsic as
+ * the single IEEE operation it is. */
 #ifndef SHARDSWAP_TESTS_CUDA_EMULATE_CUDA_COMMON_CUH
 #define SHARDSWAP_TESTS_CUDA_EMULATE_CUDA_COMMON_CUH
 #include <math.h>
