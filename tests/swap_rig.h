@@ -22,9 +22,11 @@ struct rig {
     struct swap_model *model;
 };
 
-/* Registers the model at path (a directory or a GGUF file) as name. Returns
- * swap_register's result (the rest is checked here). */
-static inline int rig_open(struct rig *g, const char *name, const char *path, int tp, int pp)
+/* Registers the model at path (a directory or a GGUF file) as name, its
+ * routed experts whole on the TP ranks when ep. Returns swap_register's
+ * result (the rest is checked here). */
+static inline int rig_open_placed(struct rig *g, const char *name, const char *path, int tp, int pp,
+                                  bool ep)
 {
     memset(g, 0, sizeof(*g));
     int placement[RIG_MAX_DEVICES];
@@ -36,8 +38,13 @@ static inline int rig_open(struct rig *g, const char *name, const char *path, in
     struct swap_config cfg = {.host_budget = 256u << 20};
     CHECK(swap_manager_create(g->devs, g->n, &cfg, &g->mgr) == 0);
     CHECK(workers_create(g->mgr, &g->w) == 0);
-    struct placement pl = {.tp = tp, .pp = pp, .devices = placement};
+    struct placement pl = {.tp = tp, .pp = pp, .devices = placement, .expert_parallel = ep};
     return swap_register(g->mgr, name, path, &pl, false, &g->model);
+}
+
+static inline int rig_open(struct rig *g, const char *name, const char *path, int tp, int pp)
+{
+    return rig_open_placed(g, name, path, tp, pp, false);
 }
 
 /* Frees everything; every device's memory must be back. */

@@ -28,6 +28,7 @@ static struct proto_msg sample(enum proto_kind k)
     case PROTO_REGISTER:
         m.model = 3, m.name = "llama-a", m.path = "/models/a b", m.tp = 2, m.pp = 2;
         m.devices = devices, m.n_devices = 4, m.compute = "bf16";
+        m.expert_parallel = 1;
         break;
     case PROTO_UNREGISTER:
     case PROTO_OFFLOAD:
@@ -86,7 +87,8 @@ static bool same(const struct proto_msg *a, const struct proto_msg *b)
     bool ok = a->kind == b->kind && a->seq == b->seq && a->model == b->model &&
               a->batch == b->batch && str_eq(a->name, b->name) && str_eq(a->path, b->path) &&
               str_eq(a->compute, b->compute) && str_eq(a->message, b->message) && a->tp == b->tp &&
-              a->pp == b->pp && a->n_devices == b->n_devices && a->n_places == b->n_places &&
+              a->expert_parallel == b->expert_parallel && a->pp == b->pp &&
+              a->n_devices == b->n_devices && a->n_places == b->n_places &&
               a->batch_size == b->batch_size && a->max_len == b->max_len &&
               a->max_tokens == b->max_tokens && a->max_rows == b->max_rows &&
               a->n_group_tags == b->n_group_tags && a->n_channel_tags == b->n_channel_tags &&

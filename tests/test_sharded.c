@@ -10,6 +10,11 @@
  * test_opt's KV-cache check: a last-bit difference of an f32 activation from
  * the other order can round it to the neighbouring bf16 value on its way into
  * the next linear layer (2^-8 relative).
+ * The mixtures of experts again with their experts placed whole on the TP
+ * ranks (expert parallelism) under TP {2, 4} x PP {1, 2}, the same bounds,
+ * and in f32 mode the same greedy choice at every row; each rank's bytes
+ * are its own experts' (model_expert_cost, the layout's blobs,
+ * swap_layout_bytes_ep), and what expert parallelism refuses, in one line.
  * And a shard that fails: every other shard returns, the caller gets the
  * failing shard's error and message, and the batch stays failed. */
 #include <jansson.h>
@@ -33,13 +38,22 @@
 #define TOL 1e-5
 #define TOL_BF16 1e-2
 
-static void check_layout(const char *name, const char *dir, int tp, int pp,
+static int argmax(const float *l, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        best = l[i] > l[best] ? i : best;
+    return best;
+}
+
+static void check_layout(const char *name, const char *dir, int tp, int pp, bool ep,
                          enum kern_compute compute, const float *pre, const float *steps,
                          const int32_t *step_ids)
 {
     struct rig g;
     struct group_exec *gb = NULL;
-    int rc = rig_open(&g, name, dir, tp, pp);
+    const char *how = ep ? " ep" : "";
+    int rc = rig_open_placed(&g, name, dir, tp, pp, ep);
     struct swap_manager *mgr = g.mgr;
     struct workers *w = g.w;
     struct swap_model *model = g.model;
@@ -59,20 +73,31 @@ static void check_layout(const char *name, const char *dir, int tp, int pp,
             .batch = B, .max_len = T + 4, .max_tokens = B * T, .max_rows = B * T};
         CHECK(group_exec_create(mgr, model, &shape, &gb) == 0);
         CHECK_MSG(group_forward(w, gb, ids, mask, T, true, true, got) == 0, "%s", err_msg());
+        /* the greedy choice of every row (f32 mode, where the bound is the
+         * rounding of another summation order) */
+        const bool greedy = ep && compute == KERN_COMPUTE_F32;
+        int other = 0;
         double worst = 0;
         for (int i = 0; i < B * T; i++)
-            if (mask[i])
+            if (mask[i]) {
                 worst = fmax(worst, test_rel_err(got + (size_t)i * V, pre + (size_t)i * V, (size_t)V));
+                other += greedy && argmax(got + (size_t)i * V, V) != argmax(pre + (size_t)i * V, V);
+            }
         double worst_step = 0;
         for (int s = 0; s < 4; s++) {
             CHECK(group_forward(w, gb, &step_ids[s * B], NULL, 1, false, true, got) == 0);
-            worst_step = fmax(worst_step, test_rel_err(got, steps + (size_t)s * B * V, (size_t)B * V));
+            const float *ref = steps + (size_t)s * B * V;
+            worst_step = fmax(worst_step, test_rel_err(got, ref, (size_t)B * V));
+            for (int b = 0; greedy && b < B; b++)
+                other += argmax(got + (size_t)b * V, V) != argmax(ref + (size_t)b * V, V);
         }
         const double tol = compute == KERN_COMPUTE_BF16 ? TOL_BF16 : TOL;
-        printf("%-20s %-4s tp %d pp %d: prefill rel err %.1e, decode rel err %.1e\n", name,
-               kern_compute_name(compute), tp, pp, worst, worst_step);
-        CHECK_MSG(worst <= tol && worst_step <= tol, "%s tp %d pp %d: %.3e / %.3e", name, tp, pp,
-                  worst, worst_step);
+        printf("%-20s %-4s tp %d pp %d%s: prefill rel err %.1e, decode rel err %.1e\n", name,
+               kern_compute_name(compute), tp, pp, how, worst, worst_step);
+        CHECK_MSG(worst <= tol && worst_step <= tol, "%s tp %d pp %d%s: %.3e / %.3e", name, tp, pp,
+                  how, worst, worst_step);
+        CHECK_MSG(other == 0, "%s tp %d pp %d%s: %d rows chose another greedy id", name, tp, pp,
+                  how, other);
         swap_use_end(mgr, model);
         free(got);
     }
@@ -131,7 +156,7 @@ static void check_failure(const char *dir, int tp, int pp)
     rig_close(&g);
 }
 
-static void check_model(const char *name, const char *dir)
+static void check_model(const char *name, const char *dir, bool ep)
 {
     struct model_config *mc = NULL;
     CHECK(model_config_load(dir, &mc) == 0);
@@ -153,12 +178,115 @@ static void check_model(const char *name, const char *dir)
             for (int j = 0; j < 2; j++)
                 if (pps[j] <= c.n_layers &&
                     model_shard_check(mc, &(struct model_shard){.tp_size = tps[i],
-                                                                .layer_end = c.n_layers}) == 0)
-                    check_layout(name, dir, tps[i], pps[j], compute, pre, steps, step_ids);
+                                                                .layer_end = c.n_layers}) == 0) {
+                    check_layout(name, dir, tps[i], pps[j], false, compute, pre, steps, step_ids);
+                    if (ep && tps[i] > 1)
+                        check_layout(name, dir, tps[i], pps[j], true, compute, pre, steps,
+                                     step_ids);
+                }
     }
     model_config_free(mc);
     free(pre);
     free(steps);
+}
+
+/* Under expert parallelism each TP rank holds its own experts whole and
+ * nothing of the others: its routed experts' bytes are its share of the
+ * whole model's (every expert alike), and its layout and
+ * swap_layout_bytes_ep differ from the split layout's by exactly the
+ * experts' difference (the rest is planned alike). */
+static void check_ep_bytes(const char *name, const char *dir)
+{
+    struct model_config *mc = NULL;
+    struct st_checkpoint *ck = NULL;
+    CHECK(model_config_load(dir, &mc) == 0 && st_open(dir, &ck) == 0);
+    if (!mc || !ck) {
+        model_config_free(mc);
+        st_close(ck);
+        return;
+    }
+    const int L = mc->info.n_layers;
+    struct model *m = NULL;
+    struct model_layout lay;
+    size_t whole = 0;
+    double macs;
+    CHECK(model_shard_open(mc, ck, &(struct model_shard){.tp_size = 1, .layer_end = L}, &m, &lay) ==
+          0);
+    model_expert_cost(m, &whole, &macs);
+    model_layout_free(&lay);
+    model_close(m);
+    /* the experts: the router's rows */
+    const struct st_tensor *router = st_find(ck, "model.layers.0.block_sparse_moe.gate.weight");
+    if (!router)
+        router = st_find(ck, "model.layers.0.mlp.gate.weight");
+    CHECK(router != NULL);
+    const int n_experts = router ? (int)router->shape[0] : 1;
+    static const int tps[] = {2, 4};
+    for (int i = 0; i < 2; i++) {
+        const int tp = tps[i];
+        uint64_t dev_ep[4], dev_tp[4], host_ep, host_tp;
+        CHECK_MSG(swap_layout_bytes_ep(dir, tp, 1, true, NULL, dev_ep, &host_ep) == 0, "%s",
+                  err_msg());
+        CHECK(swap_layout_bytes_ep(dir, tp, 1, false, NULL, dev_tp, &host_tp) == 0);
+        for (int r = 0; r < tp; r++) {
+            size_t bytes[2], blobs[2] = {0, 0};
+            for (int ep = 0; ep < 2; ep++) {
+                struct model_shard s = {
+                    .tp_rank = r, .tp_size = tp, .layer_end = L, .expert_parallel = ep};
+                CHECK_MSG(model_shard_open(mc, ck, &s, &m, &lay) == 0, "%s", err_msg());
+                model_expert_cost(m, &bytes[ep], &macs);
+                for (int b = 0; b < lay.n_blobs; b++)
+                    blobs[ep] += lay.blob_bytes[b];
+                model_layout_free(&lay);
+                model_close(m);
+            }
+            int eb, ee;
+            model_expert_range(
+                &(struct model_shard){.tp_rank = r, .tp_size = tp, .expert_parallel = true},
+                n_experts, &eb, &ee);
+            printf("%-20s tp %d rank %d ep: experts %d..%d, %zu expert bytes (split: %zu), "
+                   "%llu device bytes (split: %llu)\n",
+                   name, tp, r, eb, ee - 1, bytes[1], bytes[0], (unsigned long long)dev_ep[r],
+                   (unsigned long long)dev_tp[r]);
+            CHECK_MSG(bytes[1] == whole / n_experts * (size_t)(ee - eb) && bytes[0] == whole / tp,
+                      "%s tp %d rank %d: expert bytes %zu (split %zu) of %zu", name, tp, r,
+                      bytes[1], bytes[0], whole);
+            CHECK(blobs[1] - bytes[1] == blobs[0] - bytes[0]);
+            CHECK(dev_ep[r] - bytes[1] == dev_tp[r] - bytes[0]);
+        }
+        CHECK(host_ep == host_tp); /* every expert once, either way */
+    }
+    st_close(ck);
+    model_config_free(mc);
+}
+
+/* What expert parallelism refuses, before anything is allocated. */
+static void check_ep_refused(void)
+{
+    struct model_config *mc = NULL;
+    CHECK(model_config_load(FIXTURES "/llama_gqa_f32", &mc) == 0);
+    struct model_shard s = {.tp_size = 2, .layer_end = 1, .expert_parallel = true};
+    CHECK_MSG(mc && model_shard_check(mc, &s) == ERR_INVALID &&
+                  strstr(err_msg(), "expert parallelism needs routed experts"),
+              "'%s'", err_msg());
+    model_config_free(mc);
+    CHECK(model_config_load(FIXTURES "/pre_ln_f32", &mc) == 0);
+    CHECK(mc && model_shard_check(mc, &s) == ERR_INVALID &&
+          strstr(err_msg(), "expert parallelism needs routed experts"));
+    model_config_free(mc);
+    /* 2 experts over 4 ranks */
+    CHECK(model_config_parse(
+              "{\"model_type\": \"mixtral\", \"hidden_size\": 32, "
+              "\"intermediate_size\": 16, \"num_attention_heads\": 4, "
+              "\"num_key_value_heads\": 2, \"num_hidden_layers\": 2, "
+              "\"vocab_size\": 256, \"max_position_embeddings\": 64, \"num_local_experts\": 2, "
+              "\"num_experts_per_tok\": 1}",
+              "config.json", &mc) == 0);
+    s.tp_size = 4;
+    int rc = mc ? model_shard_check(mc, &s) : 0;
+    CHECK_MSG(rc == ERR_INVALID && strstr(err_msg(), "needs at least as many experts"), "'%s'",
+              err_msg());
+    model_config_free(mc);
 }
 
 int main(void)
@@ -183,8 +311,12 @@ int main(void)
     char dir[512];
     for (size_t i = 0; i < sizeof(fixtures) / sizeof(fixtures[0]); i++) {
         snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, fixtures[i]);
-        check_model(fixtures[i], dir);
+        const bool moe = strstr(fixtures[i], "moe") != NULL;
+        check_model(fixtures[i], dir, moe);
+        if (moe)
+            check_ep_bytes(fixtures[i], dir);
     }
+    check_ep_refused();
     snprintf(dir, sizeof(dir), "%s/pre_ln_f32", FIXTURES);
     check_failure(dir, 1, 1);
     check_failure(dir, 1, 2);
@@ -196,7 +328,7 @@ int main(void)
     struct model_random_opts o = {.dtype = DTYPE_F16, .seed = 9};
     CHECK(model_random_write(c, tmp, &o) == 0);
     model_config_free(c);
-    check_model("generated-v1001", tmp);
+    check_model("generated-v1001", tmp, false);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
     CHECK(system(cmd) == 0);

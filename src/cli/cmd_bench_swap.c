@@ -394,6 +394,9 @@ int bench_swap(int argc, char **argv)
                    MAX_WORKERS, MAX_WORKERS_RANGE),
         FLAG_RANGE("pp", FLAG_INT, &pp, "N", "also measure PP=N (with --tp, default 1)", 1,
                    MAX_WORKERS, MAX_WORKERS_RANGE),
+        FLAG("expert-parallel", FLAG_BOOL, &c.expert_parallel, NULL,
+             "a mixture of experts' routed experts placed whole on each layout's TP ranks, "
+             "not split across them"),
         FLAG_RANGE("repeat", FLAG_INT, &c.repeat, "R", "median of R runs (default 3)", 1, 1000,
                    "1..1000"),
         FLAG_RANGE("prompt-len", FLAG_INT, &c.prompt_len, "L",

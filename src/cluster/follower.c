@@ -265,7 +265,8 @@ static int do_register(struct follower *f, const struct proto_msg *c)
         struct model_shard spec = {.tp_rank = s->rank,
                                    .tp_size = fm->tp,
                                    .layer_begin = L * s->stage / fm->pp,
-                                   .layer_end = L * (s->stage + 1) / fm->pp};
+                                   .layer_end = L * (s->stage + 1) / fm->pp,
+                                   .expert_parallel = c->expert_parallel != 0};
         rc = store_shard_init(&s->st, &f->tier, f->dev[s->device], fm, c->name, fm->cfg, fm->ck,
                               &spec);
         bool kc_set = false;

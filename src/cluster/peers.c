@@ -152,7 +152,8 @@ static void model_send_register(struct cluster_peers *r, const struct swap_model
                             .pp = (uint32_t)swap_model_pp(m),
                             .devices = devices,
                             .n_devices = (uint32_t)n,
-                            .compute = (char *)kern_compute_name(swap_model_compute(m))};
+                            .compute = (char *)kern_compute_name(swap_model_compute(m)),
+                            .expert_parallel = swap_model_expert_parallel(m)};
     e->sent = true; /* once, even when it fails: the loads report why */
     if ((e->reg_rc = leader_begin(r->l, e->procs, e->n_procs, &reg, &e->reg)) < 0) {
         e->answered = true;

@@ -58,6 +58,7 @@ static void put_body(struct wire_out *w, const struct proto_msg *m)
         wire_put_u32(w, m->pp);
         wire_put_i32s(w, m->devices, m->n_devices);
         wire_put_str(w, m->compute);
+        wire_put_u8(w, m->expert_parallel);
         break;
     case PROTO_UNREGISTER:
     case PROTO_OFFLOAD:
@@ -144,6 +145,8 @@ static int check_limits(const struct proto_msg *m, const char *what)
         field = "devices";
     else if (m->kind == PROTO_REGISTER && (m->tp < 1 || m->pp < 1 || m->n_devices != m->tp * m->pp))
         field = "devices";
+    else if (m->expert_parallel > 1)
+        field = "expert_parallel";
     else if (m->n_places > PROTO_MAX_ENTRIES)
         field = "places";
     else if (m->n_group_tags > PROTO_MAX_SHARDS || m->n_channel_tags > PROTO_MAX_SHARDS)
@@ -263,6 +266,7 @@ static void get_body(struct wire_in *r, struct proto_msg *m)
         m->pp = wire_get_u32(r, "pp");
         m->devices = wire_get_i32s(r, PROTO_MAX_SHARDS, &m->n_devices, "devices");
         m->compute = wire_get_str(r, PROTO_MAX_TEXT, "compute");
+        m->expert_parallel = wire_get_u8(r, "expert_parallel");
         break;
     case PROTO_UNREGISTER:
     case PROTO_OFFLOAD:

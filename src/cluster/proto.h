@@ -10,7 +10,8 @@
  *   body        by kind, below
  *
  *   REGISTER     u32 model, str name, str path, u32 tp, u32 pp,
- *                i32s devices (tp * pp job-wide device indices), str compute
+ *                i32s devices (tp * pp job-wide device indices), str compute,
+ *                u8 expert_parallel (1: routed experts whole on the TP ranks)
  *   UNREGISTER   u32 model
  *   LOAD         u32 model, u32 n, then n x (u32 shard, u32 blob, u64 offset):
  *                where each blob of the receiver's shards goes on its device
@@ -125,6 +126,7 @@ struct proto_msg {
     uint64_t batch;
     char *name, *path, *compute, *message;
     uint32_t tp, pp;
+    uint8_t expert_parallel; /* REGISTER: 0 or 1 */
     int32_t *devices; /* REGISTER: (n_devices) */
     uint32_t n_devices;
     struct proto_place *places; /* LOAD, BATCH_OPEN: (n_places) */

@@ -331,7 +331,8 @@ static int size_devices(const struct stack_config *c, uint64_t *device_bytes, ui
         if (model_tp(m) * model_pp(m) > STACK_MAX_DEVICES)
             return err_set(ERR_INVALID, "model %s: %d x %d shards exceed %d devices", m->name,
                            model_tp(m), model_pp(m), STACK_MAX_DEVICES);
-        if ((rc = swap_layout_bytes(m->path, model_tp(m), model_pp(m), &shape, shard, &host)) < 0)
+        if ((rc = swap_layout_bytes_ep(m->path, model_tp(m), model_pp(m), m->expert_parallel,
+                                       &shape, shard, &host)) < 0)
             return err_wrap(rc, "model %s", m->name);
         /* a GPU's attention may take scratch for every head of the batch at
          * once where the CPU's takes one sequence's (swap_layout_bytes sizes
@@ -676,7 +677,10 @@ int stack_add_model(struct stack *s, const struct stack_model_config *m, struct 
     int placement[STACK_MAX_DEVICES];
     for (int k = 0; k < model_tp(m) * model_pp(m); k++)
         placement[k] = model_device(m, k);
-    struct placement pl = {.tp = model_tp(m), .pp = model_pp(m), .devices = placement};
+    struct placement pl = {.tp = model_tp(m),
+                           .pp = model_pp(m),
+                           .devices = placement,
+                           .expert_parallel = m->expert_parallel};
     struct swap_model *sm;
     *setting = "path";
     if ((rc = swap_register(s->mgr, m->name, m->path, &pl, m->pinned, &sm)) < 0)
@@ -709,8 +713,8 @@ static int least_on(const struct swap_model *m, int d, uint64_t *bytes)
     const struct model_info *info = swap_model_info(m);
     struct model_exec_shape one = engine_batch_shape(info->max_pos, 1, 1, 1, false);
     uint64_t need[STACK_MAX_DEVICES], host;
-    int rc = swap_layout_bytes(swap_model_path(m), swap_model_tp(m), swap_model_pp(m), &one, need,
-                               &host);
+    int rc = swap_layout_bytes_ep(swap_model_path(m), swap_model_tp(m), swap_model_pp(m),
+                                  swap_model_expert_parallel(m), &one, need, &host);
     if (rc < 0)
         return err_wrap(rc, "model %s", swap_model_name(m));
     *bytes = 0;

@@ -53,6 +53,9 @@ struct stack_model_config {
     const char *name; /* unique; what requests name */
     const char *path; /* Hugging Face checkpoint directory */
     int tp, pp;       /* 0: 1 */
+    /* a mixture of experts' routed experts whole on the TP ranks
+     * (placement.expert_parallel); refused for a model without them */
+    bool expert_parallel;
     /* shard (stage s, rank r) on device devices[s * tp + r]; NULL: devices
      * 0 .. tp * pp - 1 */
     const int *devices;

@@ -40,7 +40,11 @@ static bool pair_named(const struct adapter_config *c, const char *name)
  * which read only the info (the base's). */
 static int adapter_shard_check(const struct model_config *c, const struct model_shard *s)
 {
-    return adapter_cfg(c)->base_arch->shard_check(c, s);
+    /* an adapter adapts no routed expert: where the base places them (its
+     * shard's expert_parallel) is the base's check */
+    struct model_shard t = *s;
+    t.expert_parallel = false;
+    return adapter_cfg(c)->base_arch->shard_check(c, &t);
 }
 
 static int adapter_shard_init(struct model *m)

@@ -245,6 +245,13 @@ int model_shard_check(const struct model_config *c, const struct model_shard *s)
     return c->arch->shard_check(c, s);
 }
 
+void model_expert_range(const struct model_shard *s, int n_experts, int *begin, int *end)
+{
+    const bool ep = s->expert_parallel && s->tp_size > 1;
+    *begin = ep ? (int)((long)n_experts * s->tp_rank / s->tp_size) : 0;
+    *end = ep ? (int)((long)n_experts * (s->tp_rank + 1) / s->tp_size) : n_experts;
+}
+
 uint64_t model_required_ops(const struct model_config *c)
 {
     /* model_head_rows and model_head_logits */

@@ -152,6 +152,18 @@ static int moe_expert(const struct model *m, struct model_exec *ex, float *y, co
     return kern_linear(s, y, f, c, &w->down, NULL, m->compute);
 }
 
+/* y = zeros (width floats on the device), copied from the host: no kernel
+ * of the table writes a constant. */
+static int moe_zero_row(struct stream *s, float *y, int width)
+{
+    static const float zeros[1024];
+    for (int c = 0; c < width; c += 1024) {
+        const int w = width - c < 1024 ? width - c : 1024;
+        TRY(kern_to_device(s, y + c, zeros, (size_t)w * sizeof(float)));
+    }
+    return 0;
+}
+
 /* Token i's choice from its router logits l (n_experts): the top_k experts
  * by softmax probability (f32, as torch computes softmax(logits.float())),
  * the higher first and ties to the lower index, renormalised when asked. */
@@ -205,6 +217,8 @@ int model_block_moe(const struct model *m, struct model_exec *ex, int layer, int
     int32_t *h_slots = h_rows + nk;
     float *h_cw = (float *)(h_slots + nK);
     int count[MODEL_MAX_EXPERTS] = {0}, at[MODEL_MAX_EXPERTS];
+    const int eb = o->expert_begin, ee = o->expert_end;
+    assert(0 <= eb && eb < ee && ee <= E);
 
     /* the router's logits (and the shared expert's gate), read back to
      * choose each token's experts */
@@ -226,10 +240,13 @@ int model_block_moe(const struct model *m, struct model_exec *ex, int layer, int
         }
     }
     /* rows grouped by expert, each group in token order; each token's slots
-     * and weights in its experts' order (the order torch sums them in) */
-    for (int e = 0, sum = 0; e < E; e++) {
-        at[e] = sum;
-        sum += count[e];
+     * and weights in its experts' order (the order torch sums them in). Only
+     * this rank's experts have rows (nl of them); a slot of another rank's
+     * expert reads row nl, zeros, weighted by 0 */
+    int nl = 0;
+    for (int e = eb; e < ee; e++) {
+        at[e] = nl;
+        nl += count[e];
     }
     for (int i = 0; i < n; i++) {
         int32_t *se = sel + (size_t)i * k;
@@ -244,10 +261,12 @@ int model_block_moe(const struct model *m, struct model_exec *ex, int layer, int
                 sw[q - 1] = tw;
             }
         for (int j = 0; j < k; j++) {
-            const int slot = at[se[j]]++;
-            h_rows[slot] = i;
+            const bool mine = se[j] >= eb && se[j] < ee;
+            const int slot = mine ? at[se[j]]++ : nl;
+            if (mine)
+                h_rows[slot] = i;
             h_slots[(size_t)i * K + j] = slot;
-            h_cw[(size_t)i * K + j] = sw[j];
+            h_cw[(size_t)i * K + j] = mine ? sw[j] : 0.0f;
         }
         if (shared) { /* last, as torch adds it: sigmoid(gate) in f32 */
             const float z = hl[(size_t)n * E + i];
@@ -255,11 +274,16 @@ int model_block_moe(const struct model *m, struct model_exec *ex, int layer, int
             h_cw[(size_t)i * K + k] = 1.0f / (1.0f + expf(-z));
         }
     }
+    for (int i = nl; i < nk; i++) /* unused past this rank's rows */
+        h_rows[i] = 0;
     TRY(kern_to_device(s, rows, h_rows, (size_t)(nk + 2 * nK) * sizeof(int32_t)));
-    TRY(kern_gather_rows(s, g, ex->h, rows, nk, H));
+    if (nl > 0)
+        TRY(kern_gather_rows(s, g, ex->h, rows, nl, H));
+    if (nl < nk) /* the zeros that other ranks' experts' slots read */
+        TRY(moe_zero_row(s, g + (size_t)nl * H, H));
     /* each expert once over its rows: act(gate(x)) * up(x), down into the
      * rows' place; the shared expert over every row, after them */
-    for (int e = 0, off = 0; e < E; off += count[e], e++)
+    for (int e = eb, off = 0; e < ee; off += count[e], e++)
         if (count[e] > 0)
             TRY(moe_expert(m, ex, g + (size_t)off * H, g + (size_t)off * H, count[e], fr,
                            &w->experts[e], o->act));

@@ -105,6 +105,10 @@ struct moe_opts {
     bool norm_topk; /* the top k probabilities renormalised to sum to 1 */
     enum kern_act act;
     int shared_local; /* the shared expert's hidden units on this rank (0: none) */
+    /* the routed experts this rank computes (model_expert_range): all of
+     * them, each split (ffn_local a part of the width), or under expert
+     * parallelism a range, each whole */
+    int expert_begin, expert_end;
 };
 
 /* Floats per token of ex->e, of ex->f and of ex->host the MoE block takes
@@ -122,7 +126,15 @@ int model_block_moe_host(const struct moe_opts *o);
  * sigmoid(shared_gate(h)) when there is one. The router's logits are read back to the
  * host to choose (a sync point per layer), and every rank chooses alike.
  * The choices for real tokens are counted in local layer `layer`'s row of
- * ex->routed when the family asked for counters (exec_dims.experts). */
+ * ex->routed when the family asked for counters (exec_dims.experts), for
+ * every expert on every rank.
+ * Under expert parallelism (o->expert_begin .. expert_end not all of them)
+ * the rank runs only its experts over the rows routed to them, and a
+ * token's slots of other ranks' experts read a row of zeros: its sum is
+ * then its own experts' share, and the TP all-reduce that follows (which
+ * the split experts need as well) adds the ranks' shares. That is exact
+ * because every rank holds the same h and routes alike, so no rows need to
+ * travel (no all-to-all). */
 int model_block_moe(const struct model *m, struct model_exec *ex, int layer, int t_new,
                     const struct moe_weights *w, const struct moe_opts *o);
 

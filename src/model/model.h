@@ -95,11 +95,23 @@ const char *model_families(void);
 struct model_shard {
     int tp_rank, tp_size;
     int layer_begin, layer_end; /* [begin, end) */
+    /* a mixture of experts' routed experts placed whole on the TP ranks
+     * (model_expert_range), not each split across them; attention, the
+     * dense layers and a shared expert stay split. Refused for a model
+     * without routed experts. */
+    bool expert_parallel;
 };
 
 /* Checks that shard is valid for c (TP divides what it must, the layer
  * range is inside the model); a one-line error naming the numbers. */
 int model_shard_check(const struct model_config *c, const struct model_shard *shard);
+
+/* The routed experts [*begin, *end) of the n_experts of every sparse layer
+ * that shard computes: under expert parallelism a contiguous range,
+ * n_experts * r / tp up to n_experts * (r + 1) / tp for TP rank r (sizes
+ * differ by at most one), each expert whole; otherwise all of them, each
+ * split across the ranks. */
+void model_expert_range(const struct model_shard *shard, int n_experts, int *begin, int *end);
 
 /* The kernels (backend/kernels.h: KERN_OP_BITs) a forward of c calls: its
  * family's for this config (OPT's activation and biases, Llama's RMSNorm,

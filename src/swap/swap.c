@@ -266,6 +266,11 @@ int swap_model_tp(const struct swap_model *model)
     return model->tp;
 }
 
+bool swap_model_expert_parallel(const struct swap_model *model)
+{
+    return model->expert_parallel;
+}
+
 int swap_model_pp(const struct swap_model *model)
 {
     return model->pp;
@@ -445,6 +450,13 @@ static void stage_range(int n, int pp, int s, int *begin, int *end)
 int swap_layout_bytes(const char *dir, int tp, int pp, const struct model_exec_shape *batch,
                       uint64_t *device_bytes, uint64_t *host_bytes)
 {
+    return swap_layout_bytes_ep(dir, tp, pp, false, batch, device_bytes, host_bytes);
+}
+
+int swap_layout_bytes_ep(const char *dir, int tp, int pp, bool expert_parallel,
+                         const struct model_exec_shape *batch, uint64_t *device_bytes,
+                         uint64_t *host_bytes)
+{
     struct model_config *cfg = NULL;
     struct st_checkpoint *ck = NULL;
     int rc;
@@ -460,7 +472,8 @@ int swap_layout_bytes(const char *dir, int tp, int pp, const struct model_exec_s
         rc = err_set(ERR_INVALID, "%s: a %dx%d layout does not fit its %d layers", dir, tp, pp,
                      n_layers);
     for (int i = 0; rc == 0 && i < tp * pp; i++) {
-        struct model_shard s = {.tp_rank = i % tp, .tp_size = tp};
+        struct model_shard s = {
+            .tp_rank = i % tp, .tp_size = tp, .expert_parallel = expert_parallel};
         stage_range(n_layers, pp, i / tp, &s.layer_begin, &s.layer_end);
         struct model *m = NULL;
         struct model_layout lay;
@@ -495,7 +508,8 @@ static int shard_init(struct swap_manager *mgr, struct swap_model *model, struct
     sh->device = device;
     sh->remote = device_proc(mgr->devices[device]) > 0;
     sh->state = RES_ON_DISK;
-    struct model_shard spec = {.tp_rank = rank, .tp_size = model->tp};
+    struct model_shard spec = {
+        .tp_rank = rank, .tp_size = model->tp, .expert_parallel = model->expert_parallel};
     stage_range(model->info->n_layers, model->pp, stage, &spec.layer_begin, &spec.layer_end);
     int rc = store_shard_init(&sh->st, &mgr->tier, mgr->devices[device], model, model->name,
                               model->cfg, model->ck, &spec);
@@ -539,6 +553,7 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
     snprintf(model->name, sizeof(model->name), "%s", name);
     model->tp = pl->tp;
     model->pp = pl->pp;
+    model->expert_parallel = pl->expert_parallel;
     model->pinned = pinned;
     int rc;
     if (!(model->dir = strdup(dir))) {

@@ -84,6 +84,9 @@ struct swap_config {
 struct placement {
     int tp, pp;
     const int *devices; /* tp * pp indices into the manager's devices */
+    /* a mixture of experts' routed experts whole on the TP ranks
+     * (model_shard.expert_parallel), not split */
+    bool expert_parallel;
 };
 
 /* A registered model and its shards: opaque handles, the manager's
@@ -177,6 +180,12 @@ int swap_unregister(struct swap_manager *mgr, struct swap_model *model);
 int swap_layout_bytes(const char *dir, int tp, int pp, const struct model_exec_shape *batch,
                       uint64_t *device_bytes,
                       uint64_t *host_bytes);
+/* The same with the routed experts placed whole on the TP ranks when
+ * expert_parallel (placement.expert_parallel): each shard counts its own
+ * experts only. */
+int swap_layout_bytes_ep(const char *dir, int tp, int pp, bool expert_parallel,
+                         const struct model_exec_shape *batch, uint64_t *device_bytes,
+                         uint64_t *host_bytes);
 
 /* Starts loading every shard onto its device; returns once the copies are
  * queued, never waiting for a transfer. Already resident or loading: 0. A
@@ -278,6 +287,8 @@ const struct model_info *swap_model_info(const struct swap_model *model);
 const struct st_checkpoint *swap_model_checkpoint(const struct swap_model *model);
 int swap_model_tp(const struct swap_model *model);
 int swap_model_pp(const struct swap_model *model);
+/* Its placement's expert_parallel. */
+bool swap_model_expert_parallel(const struct swap_model *model);
 /* As registered (the engine keeps its own pinned flag from there). */
 bool swap_model_pinned(const struct swap_model *model);
 /* tp * pp, and shard i of them, stage-major (stage i / tp, rank i % tp).

@@ -42,7 +42,7 @@ struct swap_shard {
 };
 
 /* A registered model. Fixed from swap_register to swap_unregister, read
- * without the lock: name, cfg, ck, tp, pp, shards, pinned. Under mgr->lock:
+ * without the lock: name, cfg, ck, tp, pp, expert_parallel, shards, pinned. Under mgr->lock:
  * id (its index into the manager's models and bytes) and the rest. */
 struct swap_model {
     int id;
@@ -52,6 +52,7 @@ struct swap_model {
     struct st_checkpoint *ck;
     char *dir;                 /* the checkpoint directory, as registered (owned) */
     int tp, pp;
+    bool expert_parallel;      /* placement.expert_parallel */
     struct swap_shard *shards; /* tp * pp, stage-major */
     bool pinned;
     int in_flight;             /* batches using it now */

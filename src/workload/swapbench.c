@@ -225,7 +225,11 @@ static void layout_stack_config(const struct swapbench_config *c, const uint64_t
                                 uint64_t host_budget, const struct swapbench_layout *r,
                                 struct stack_model_config *mc, struct stack_config *sc)
 {
-    *mc = (struct stack_model_config){.name = "bench", .path = c->dir, .tp = r->tp, .pp = r->pp};
+    *mc = (struct stack_model_config){.name = "bench",
+                                      .path = c->dir,
+                                      .tp = r->tp,
+                                      .pp = r->pp,
+                                      .expert_parallel = c->expert_parallel};
     *sc = (struct stack_config){.device_kind = "cpu",
                                 .n_devices = r->tp * r->pp,
                                 .host_budget = host_budget,
@@ -314,8 +318,11 @@ static int check_layouts(const struct swapbench_config *c, uint64_t *total, uint
             *embed = t->nbytes;
     }
     for (int i = 0; i < c->n_layouts; i++) {
-        struct model_shard s = {
-            .tp_rank = 0, .tp_size = c->tp[i], .layer_begin = 0, .layer_end = 1};
+        struct model_shard s = {.tp_rank = 0,
+                                .tp_size = c->tp[i],
+                                .layer_begin = 0,
+                                .layer_end = 1,
+                                .expert_parallel = c->expert_parallel};
         if ((rc = model_shard_check(cfg, &s)) < 0)
             goto out;
         if (c->pp[i] > cfg->info.n_layers) {
@@ -347,7 +354,8 @@ static int size_budgets(const struct swapbench_config *c, struct swapbench_layou
         uint64_t shard[SWAPBENCH_MAX_WORKERS], host;
         /* the weights and the cold request's batch (KV cache, activations) */
         struct model_exec_shape cold = {.batch = 1, .max_len = c->prompt_len + 1};
-        rc = swap_layout_bytes(c->dir, c->tp[i], c->pp[i], &cold, shard, &host);
+        rc = swap_layout_bytes_ep(c->dir, c->tp[i], c->pp[i], c->expert_parallel, &cold, shard,
+                                  &host);
         if (rc == ERR_INVALID) { /* the tensors cannot be cut so (heads and layers were checked) */
             snprintf(lay[i].skipped, sizeof(lay[i].skipped), "%s", err_msg());
             if (++skipped == c->n_layouts)

@@ -50,6 +50,9 @@ struct swapbench_config {
     const char *dir; /* the checkpoint */
     int n_layouts;   /* 1 .. SWAPBENCH_MAX_LAYOUTS */
     int tp[SWAPBENCH_MAX_LAYOUTS], pp[SWAPBENCH_MAX_LAYOUTS];
+    /* every layout's routed experts whole on its TP ranks
+     * (placement.expert_parallel), not split */
+    bool expert_parallel;
     int repeat;     /* medians of this many runs, >= 1 */
     int prompt_len; /* tokens of the cold request, 1 .. SWAPBENCH_MAX_PROMPT */
     /* CUDA devices: a layout's shards go on the first tp x pp of gpus[]

@@ -78,6 +78,7 @@ static int step_all(struct shard *local, int n_local)
 struct layout {
     int tp, pp;
     int proc_of[MAX_SHARDS]; /* shard s * tp + r -> process */
+    bool ep;                 /* routed experts whole on the TP ranks */
 };
 
 /* The groups and channels of a layout, made in every process in the same
@@ -154,7 +155,8 @@ static void check_layout(const char *name, const char *dir, const struct layout 
         struct model_shard spec = {.tp_rank = sh->rank,
                                    .tp_size = l->tp,
                                    .layer_begin = L * sh->stage / l->pp,
-                                   .layer_end = L * (sh->stage + 1) / l->pp};
+                                   .layer_end = L * (sh->stage + 1) / l->pp,
+                                   .expert_parallel = l->ep};
         struct model_exec_shape shape = {.batch = B, .max_len = T + STEPS, .max_rows = B * T};
         struct comm *tp =
             wr.group[sh->stage] ? comm_group_rank(wr.group[sh->stage], sh->rank) : NULL;
@@ -181,8 +183,9 @@ static void check_layout(const char *name, const char *dir, const struct layout 
         if (rc == 0 && holder >= 0) {
             double e = s < 0 ? test_rel_err(got_pre, ref.pre, (size_t)B * T * V)
                              : test_rel_err(got_step, ref.steps + (size_t)s * B * V, (size_t)B * V);
-            CHECK_MSG(e <= TOL, "%s tp %d pp %d over processes (%d %d %d %d): step %d: rel err %g",
-                      name, l->tp, l->pp, l->proc_of[0], l->proc_of[1], l->proc_of[2],
+            CHECK_MSG(e <= TOL,
+                      "%s tp %d pp %d%s over processes (%d %d %d %d): step %d: rel err %g", name,
+                      l->tp, l->pp, l->ep ? " ep" : "", l->proc_of[0], l->proc_of[1], l->proc_of[2],
                       l->proc_of[3], s, e);
         }
     }
@@ -199,19 +202,24 @@ static void check_layout(const char *name, const char *dir, const struct layout 
     sharded_case_close(&ref);
 }
 
-static void check_fixture(const char *name)
+static void check_fixture_ep(const char *name, bool ep)
 {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/%s", FIXTURES, name);
     /* round-robin from process 0, and from the last process backwards */
     for (int variant = 0; variant < 2; variant++) {
-        struct layout ls[] = {{2, 1, {0}}, {1, 2, {0}}, {2, 2, {0}}};
+        struct layout ls[] = {{2, 1, {0}, ep}, {1, 2, {0}, ep}, {2, 2, {0}, ep}};
         for (size_t k = 0; k < sizeof ls / sizeof ls[0]; k++) {
             for (int i = 0; i < ls[k].tp * ls[k].pp; i++)
                 ls[k].proc_of[i] = variant == 0 ? i % procs : (procs - 1) - i % procs;
             check_layout(name, dir, &ls[k]);
         }
     }
+}
+
+static void check_fixture(const char *name)
+{
+    check_fixture_ep(name, false);
 }
 
 TEST(opt)
@@ -241,4 +249,13 @@ TEST(moe)
 {
     check_fixture("mixtral_moe_f32");
     check_fixture("qwen2_moe_f32"); /* and a shared expert, split as the others */
+}
+
+/* The same with each expert whole on one process of the TP group
+ * (expert parallelism): the layer's all-reduce across the processes sums
+ * the ranks' shares */
+TEST(moe_ep)
+{
+    check_fixture_ep("mixtral_moe_f32", true);
+    check_fixture_ep("qwen2_moe_f32", true);
 }

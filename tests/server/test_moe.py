@@ -3,7 +3,9 @@
 in /metrics (ctest: server_moe).
 
 One server serves the committed Mixtral fixture (mixtral_moe_f32, no
-tokenizer: token-id prompts). Before any request no
+tokenizer: token-id prompts) twice: whole on one device, and over two
+devices with its experts placed whole on the TP ranks (expert_parallel,
+from a config file), whose counts still cover every expert. Before any request no
 shardswap_expert_tokens_total sample is shown; after requests alone and
 then at once (left-padded in one batch), each layer's samples sum to
 top-k x the real tokens the model ran (each prompt's tokens and every
@@ -26,10 +28,10 @@ import harness  # noqa: E402
 from harness import check  # noqa: E402
 
 FX = "mixtral_moe_f32"
-NAME = "fx_moe"
+NAMES = ("fx_moe", "fx_moe_ep")  # whole; tp 2 with expert_parallel
 A = None
 S = {}
-RAN = [0]  # real tokens run so far
+RAN = {n: 0 for n in NAMES}  # real tokens each model ran so far
 
 
 def srv():
@@ -41,23 +43,24 @@ def config():
         return json.load(f)
 
 
-def expert_samples():
-    """{(layer, expert): value} of the model's shardswap_expert_tokens_total."""
+def expert_samples(model):
+    """{(layer, expert): value} of model's shardswap_expert_tokens_total."""
     out = {}
     for name, lab, v in harness.parse_metrics(srv().metrics()):
         if name == "shardswap_expert_tokens_total":
-            check(set(lab) == {"model", "layer", "expert"} and lab["model"] == NAME,
+            check(set(lab) == {"model", "layer", "expert"} and lab["model"] in NAMES,
                   "labels %s" % lab)
-            out[(int(lab["layer"]), int(lab["expert"]))] = v
+            if lab["model"] == model:
+                out[(int(lab["layer"]), int(lab["expert"]))] = v
     return out
 
 
-def complete(prompt, out):
+def complete(model, prompt, out):
     st, j = srv().json("POST", "/v1/completions",
-                       {"model": NAME, "prompt": [prompt], "max_tokens": len(out), "temperature": 0})
+                       {"model": model, "prompt": [prompt], "max_tokens": len(out), "temperature": 0})
     check(st == 200, "completion: %d %s" % (st, j))
     got = j["choices"][0]["token_ids"]
-    check(got == out, "%s: token_ids %s, transformers %s" % (prompt, got, out))
+    check(got == out, "%s %s: token_ids %s, transformers %s" % (model, prompt, got, out))
     n = j["usage"]["prompt_tokens"] + j["usage"]["completion_tokens"] - 1
     return n
 
@@ -65,13 +68,14 @@ def complete(prompt, out):
 def check_counts(what):
     cfg = config()
     layers, experts, k = cfg["num_hidden_layers"], cfg["num_local_experts"], cfg["num_experts_per_tok"]
-    c = expert_samples()
-    check(set(c) == {(l, x) for l in range(layers) for x in range(experts)},
-          "%s: samples for %s" % (what, sorted(c)))
-    for l in range(layers):
-        got = sum(c[(l, x)] for x in range(experts))
-        check(got == k * RAN[0], "%s: layer %d counts %g tokens routed, want top-k %d x %d real tokens"
-              % (what, l, got, k, RAN[0]))
+    for model in NAMES:
+        c = expert_samples(model)
+        check(set(c) == {(l, x) for l in range(layers) for x in range(experts)},
+              "%s %s: samples for %s" % (model, what, sorted(c)))
+        for l in range(layers):
+            got = sum(c[(l, x)] for x in range(experts))
+            check(got == k * RAN[model], "%s %s: layer %d counts %g tokens routed, want top-k %d "
+                  "x %d real tokens" % (model, what, l, got, k, RAN[model]))
 
 
 def test_none_before_requests():
@@ -80,8 +84,9 @@ def test_none_before_requests():
 
 
 def test_counts_alone():
-    for prompt, out in harness.fixture_expected(FX):
-        RAN[0] += complete(prompt, out)
+    for model in NAMES:
+        for prompt, out in harness.fixture_expected(FX):
+            RAN[model] += complete(model, prompt, out)
     check_counts("one request at a time")
 
 
@@ -90,9 +95,10 @@ def test_counts_batched():
     padding never counted."""
     cases = harness.fixture_expected(FX)
     check(len({len(p) for p, _ in cases}) > 1, "the fixture's prompts are all one length")
-    with cf.ThreadPoolExecutor(len(cases)) as ex:
-        for n in ex.map(lambda c: complete(*c), cases * 2):
-            RAN[0] += n
+    for model in NAMES:
+        with cf.ThreadPoolExecutor(len(cases)) as ex:
+            for n in ex.map(lambda c: complete(model, *c), cases * 2):
+                RAN[model] += n
     check_counts("requests at once")
 
 
@@ -112,7 +118,12 @@ def main():
     A = harness.resolve_args(p.parse_args())
     d = os.path.join(A.work_dir, "fixtures-moe", FX)
     harness.fixture_copy(FX, d)
-    s = harness.Server(A.bin, {NAME: d}, A.work_dir, max_batch=4)
+    cfg = os.path.join(A.work_dir, "moe-ep.yaml")
+    with open(cfg, "w") as f:
+        f.write("models:\n  - name: %s\n    path: %s\n    tp: 2\n    devices: [0, 1]\n"
+                "    expert_parallel: true\n" % (NAMES[1], json.dumps(d)))
+    s = harness.Server(A.bin, {NAMES[0]: d}, A.work_dir, devices=2, max_batch=4,
+                       extra=["--config", cfg])
     S.update(srv=s)
     s.start()
     tests = [test_none_before_requests, test_counts_alone, test_counts_batched, test_metrics_promtool]

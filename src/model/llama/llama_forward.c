@@ -20,12 +20,15 @@ static struct mlp_opts mlp_opts(const struct model *m)
 static struct moe_opts moe_opts(const struct model *m)
 {
     const struct llama_config *c = llama_cfg(m);
-    return (struct moe_opts){.n_experts = c->n_experts,
-                             .top_k = c->top_k,
-                             .ffn_local = c->moe_ffn / m->shard.tp_size,
-                             .norm_topk = c->norm_topk,
-                             .act = c->act,
-                             .shared_local = c->shared_ffn / m->shard.tp_size};
+    const bool ep = m->shard.expert_parallel;
+    struct moe_opts o = {.n_experts = c->n_experts,
+                         .top_k = c->top_k,
+                         .ffn_local = ep ? c->moe_ffn : c->moe_ffn / m->shard.tp_size,
+                         .norm_topk = c->norm_topk,
+                         .act = c->act,
+                         .shared_local = c->shared_ffn / m->shard.tp_size};
+    model_expert_range(&m->shard, c->n_experts, &o.expert_begin, &o.expert_end);
+    return o;
 }
 
 void llama_exec_dims(const struct model *m, struct exec_dims *d)

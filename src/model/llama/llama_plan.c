@@ -35,10 +35,21 @@ int llama_shard_check(const struct model_config *mc, const struct model_shard *s
     /* Gemma shares these checks; only the Llama family's config has experts */
     const struct llama_config *c =
         mc->arch == &llama_arch ? ARCH_CONFIG(struct llama_config, mc) : NULL;
-    if (c && c->n_experts > 0 && c->moe_ffn % tp)
+    if (s->expert_parallel && (!c || c->n_experts == 0))
+        return err_set(ERR_INVALID, "expert parallelism needs routed experts; %s has none",
+                       in->architecture);
+    /* whole experts on each rank: every rank needs one (a rank without
+     * would hold only the split parts) */
+    if (s->expert_parallel && tp > c->n_experts)
         return err_set(ERR_INVALID,
-                       "tensor-parallel size %d must divide each expert's intermediate size %d", tp,
-                       c->moe_ffn);
+                       "expert parallelism over %d tensor-parallel ranks needs at least as many "
+                       "experts, the model has %d",
+                       tp, c->n_experts);
+    if (c && c->n_experts > 0 && !s->expert_parallel && c->moe_ffn % tp)
+        return err_set(ERR_INVALID,
+                       "tensor-parallel size %d must divide each expert's intermediate size %d "
+                       "(or place whole experts: expert parallelism)",
+                       tp, c->moe_ffn);
     if (c && c->shared_ffn % tp)
         return err_set(ERR_INVALID,
                        "tensor-parallel size %d must divide the shared expert's intermediate "
@@ -104,7 +115,9 @@ static int plan_attention(struct model_planner *p, const char *prefix, const str
 }
 
 /* A sparse layer's router (whole on every rank) and experts, each split as
- * a dense MLP, in expert order within the layer's blob: Mixtral's
+ * a dense MLP or, under expert parallelism, this rank's range of them
+ * whole (model_expert_range; the others are not in its blob), in expert
+ * order within the layer's blob: Mixtral's
  * block_sparse_moe.gate and experts.E.w1 (gate), w3 (up), w2 (down), or
  * Qwen3-MoE's mlp.gate and mlp.experts.E.gate_proj, up_proj, down_proj
  * (what save_pretrained writes, one tensor per expert). */
@@ -112,8 +125,13 @@ static int plan_moe(struct model_planner *p, const char *prefix, const struct mo
                     const struct st_checkpoint *ck, struct llama_layer *L, int l, int blob)
 {
     const struct llama_config *c = llama_cfg(m);
-    const int H = m->info->hidden, F = c->moe_ffn, fr = F / m->shard.tp_size;
-    const int f0 = m->shard.tp_rank * fr;
+    /* split: every expert's rows f0 .. f0 + fr of F; expert parallelism:
+     * experts eb .. ee whole */
+    int eb, ee;
+    model_expert_range(&m->shard, c->n_experts, &eb, &ee);
+    const bool ep = m->shard.expert_parallel;
+    const int H = m->info->hidden, F = c->moe_ffn, fr = ep ? F : F / m->shard.tp_size;
+    const int f0 = ep ? 0 : m->shard.tp_rank * fr;
     char probe[160];
     snprintf(probe, sizeof(probe), "%slayers.%d.block_sparse_moe.gate.weight", prefix, l);
     const bool mixtral = st_find(ck, probe) != NULL;
@@ -129,7 +147,7 @@ static int plan_moe(struct model_planner *p, const char *prefix, const struct mo
     const char *const *nm = names[mixtral];
     TRY(plan_matrix(p, blob, NAME2("%s.gate.weight", moe), c->n_experts, H, 0, c->n_experts, 0, H,
                     &L->moe.router));
-    for (int e = 0; e < c->n_experts; e++) {
+    for (int e = eb; e < ee; e++) {
         struct expert_weights *x = &L->experts[e];
         TRY(plan_expert(p, blob, NAME2("%s.experts.%d.%s.weight", moe, e, nm[0]), F, H, f0, fr, 0,
                         H, &x->gate));

@@ -19,6 +19,9 @@ int opt_shard_check(const struct model_config *mc, const struct model_shard *s)
         return err_set(ERR_INVALID,
                        "tensor-parallel size %d must divide num_attention_heads %d and ffn_dim %d",
                        s->tp_size, in->n_heads, in->ffn);
+    if (s->expert_parallel)
+        return err_set(ERR_INVALID, "expert parallelism needs routed experts; %s has none",
+                       in->architecture);
     return 0;
 }
 
