@@ -18,8 +18,11 @@ phase() { # NAME START: the phase's wall time
   echo "test.sh: $1: $((SECONDS - $2)) s"
 }
 
-# a background build: its own process group (setsid), so that it can be
-# stopped as a whole; only these groups are ever signalled
+# A background build runs in its own session (setsid): a process group to
+# stop as a whole (only these groups are ever signalled) and, where the
+# kernel groups processes by session (sched_autogroup), its own scheduling
+# group, whose nice is raised as well: there the kernel shares the CPU between
+# sessions before it looks at a process's nice.
 declare -A bg_running=()
 stop_bg() { # PID: stop that background build (make deletes a half-written object)
   [ -n "${bg_running[$1]:-}" ] || return 0
@@ -31,7 +34,7 @@ trap 'for p in "${!bg_running[@]}"; do stop_bg "$p"; done' EXIT
 bg_build() { # LOG COMMAND...: start COMMAND at nice 19 in the background; sets bg_pid
   local log=$1
   shift
-  setsid nice -n 19 "$@" >"$log" 2>&1 &
+  setsid sh -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"' sh "$@" >"$log" 2>&1 &
   bg_pid=$!
   bg_running[$bg_pid]=1
 }
