@@ -9,15 +9,18 @@
 #   bash tools/fuzz.sh [SECONDS] [TARGET...]
 #   SHARDSWAP_FUZZ_RUNS=N (default: no limit)  SHARDSWAP_FUZZ_JOBS=J (default: nproc)
 #   bash tools/fuzz.sh --configure    only configure build-fuzz/
-#   bash tools/fuzz.sh --build        only build the targets (configured first if it is not)
+#   bash tools/fuzz.sh --build [TARGET...]   only build them (configured first if it is not)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=run
 case "${1:-}" in
   --configure | --build) mode=${1#--}; shift ;;
 esac
-secs="${1:-10}"
-shift || true
+secs=10
+if [ "$mode" = run ]; then
+  secs="${1:-10}"
+  shift || true
+fi
 runs="${SHARDSWAP_FUZZ_RUNS:--1}"
 jobs="${SHARDSWAP_FUZZ_JOBS:-$(nproc)}"
 [[ "$secs" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: SECONDS is '$secs': expected a positive whole number" >&2; exit 2; }
