@@ -69,7 +69,7 @@ asan_pid=$bg_pid
 if [ -n "$venv_pid" ]; then
   wait "$venv_pid" || { cat build/venv.log; echo "test.sh: could not make .venv with the openai client" >&2; exit 1; }
 fi
-phase ".venv (beside the build)" "$t"
+phase "ASan+UBSan configure, .venv ready" "$t"
 
 t=$SECONDS
 ctest --test-dir build --output-on-failure -j"$jobs"
