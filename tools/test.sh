@@ -30,7 +30,11 @@ stop_bg() { # PID: stop that background build (make deletes a half-written objec
   wait "$1" 2>/dev/null || true
   unset "bg_running[$1]"
 }
-trap 'for p in "${!bg_running[@]}"; do stop_bg "$p"; done' EXIT
+stop_all_bg() {
+  local p
+  for p in "${!bg_running[@]}"; do stop_bg "$p"; done
+}
+trap stop_all_bg EXIT
 bg_build() { # LOG COMMAND...: start COMMAND at nice 19 in the background; sets bg_pid
   local log=$1
   shift
