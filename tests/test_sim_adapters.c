@@ -12,9 +12,11 @@
 
 #include "core/error.h"
 #include "sched/sim.h"
-#include "sim_setup.h"
 #include "test.h"
 #include "workload/arrival.h"
+
+/* after test.h: its test_main takes a parameter named setup */
+#include "sim_setup.h"
 
 /* FNV-1a over the bytes of n doubles and a few counters. */
 static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
