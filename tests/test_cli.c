@@ -508,6 +508,20 @@ static void test_adapter(void)
              BIN, base, lora);
     CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && strstr(out, "llama_r8_qv"),
               "%s: %s", cmd, err);
+    /* several: a batch spread over them against the base alone, both timed */
+    snprintf(cmd, sizeof(cmd),
+             "%s bench forward --model %s --adapter %s/llama_r8_qv --adapters "
+             "%s/llama_r16_all_rslora,%s/llama_r32_mlp_layer1 --batch 4 --prompt-len 4 --gen 2 "
+             "--repeat 2 --json",
+             BIN, base, lora, lora, lora);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 &&
+                  strstr(out, "llama_r32_mlp_layer1\"]") && strstr(out, "\"decode_ratio\"") &&
+                  strstr(out, "\"base_decode_tok_s\"") && strstr(out, "\"prefill_ratio\""),
+              "%s: %s %s", cmd, out, err);
+    snprintf(cmd, sizeof(cmd),
+             "%s bench forward --model %s --adapters %s/llama_r8_qv,%s/opt_r8_all --gen 1", BIN,
+             base, lora, lora);
+    expect_fail(cmd, 1, "base_model_class is OPTForCausalLM, but the base is LlamaForCausalLM");
     snprintf(cmd, sizeof(cmd), "%s generate --model %s --adapter %s/opt_r8_all --ids 1,2", BIN,
              base, lora);
     expect_fail(cmd, 1, "base_model_class is OPTForCausalLM, but the base is LlamaForCausalLM");
