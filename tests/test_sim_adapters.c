@@ -11,9 +11,11 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/adapter.h"
 #include "sched/sim.h"
 #include "test.h"
 #include "workload/arrival.h"
+#include "workload/simulate.h"
 
 /* after test.h: its test_main takes a parameter named setup */
 #include "sim_setup.h"
@@ -290,6 +292,41 @@ TEST(churn)
     }
     free(rq);
     free(ev);
+}
+
+/* bench workload --adapters sizes its simulated adapters by shape
+ * (simulate_adapter_bytes): on one device that is what model_adapter_bytes
+ * allocates for a PEFT adapter over every projection of the same rank
+ * (a Llama's and an OPT's fixtures), and split two ways each device holds
+ * less than the whole and together at least as much. */
+TEST(adapter_bytes)
+{
+    const struct {
+        const char *base, *adapter;
+        int rank;
+    } cases[] = {{"llama_gqa_f32", "llama_r16_all_rslora", 16}, {"pre_ln_f32", "opt_r8_all", 8}};
+    for (int i = 0; i < 2; i++) {
+        char base[512], dir[512];
+        snprintf(base, sizeof(base), "%s/tests/fixtures/models/%s", SHARDSWAP_SOURCE_DIR,
+                 cases[i].base);
+        snprintf(dir, sizeof(dir), "%s/tests/fixtures/lora/%s", SHARDSWAP_SOURCE_DIR,
+                 cases[i].adapter);
+        struct model_config *cfg = NULL;
+        uint64_t want = 0, one[1] = {0}, two[2] = {0};
+        int rank = 0;
+        CHECK_MSG(model_config_load(base, &cfg) == 0 &&
+                      model_adapter_bytes(dir, cfg, base, &want, &rank) == 0,
+                  "%s: %s", dir, err_msg());
+        model_config_free(cfg);
+        CHECK(simulate_adapter_bytes(base, 1, cases[i].rank, one) == 0 &&
+              simulate_adapter_bytes(base, 2, cases[i].rank, two) == 0);
+        CHECK_MSG(one[0] == want && rank == cases[i].rank,
+                  "%s: %llu bytes by shape, %llu by model_adapter_bytes (rank %d)",
+                  cases[i].adapter, (unsigned long long)one[0], (unsigned long long)want, rank);
+        CHECK_MSG(two[0] < one[0] && two[0] == two[1] && two[0] + two[1] >= one[0],
+                  "%s: split %llu + %llu of %llu", cases[i].adapter, (unsigned long long)two[0],
+                  (unsigned long long)two[1], (unsigned long long)one[0]);
+    }
 }
 
 int main(int argc, char **argv)
