@@ -475,14 +475,15 @@ static int forward_print_json(const struct forward_run *r)
 static void forward_print_table(const struct forward_run *r)
 {
     struct forward_figures f = forward_figures(r);
+    char with[64] = "";
+    if (r->dev.n_adapters > 1)
+        snprintf(with, sizeof(with), " with %d adapters, the first ", r->dev.n_adapters);
+    else if (r->dev.n_adapters)
+        snprintf(with, sizeof(with), " with adapter ");
     printf("model %s%s%s on %s: %.1f MB of weights (%s), compute %s, %d threads, batch %d, "
            "prompt %d, gen %d, best of %d, openblas core %s, gemv %s, matmul paths %s, "
            "ceiling matmul %s\n",
-           r->dir,
-           r->dev.n_adapters > 1 ? " with adapters from "
-           : r->dev.n_adapters   ? " with adapter "
-                                 : "",
-           r->dev.n_adapters ? r->dev.adapters[0] : "", r->device,
+           r->dir, with, r->dev.n_adapters ? r->dev.adapters[0] : "", r->device,
            (r->wbytes + r->expert_bytes) / 1e6,
            r->weight_mix[0] ? r->weight_mix : dtype_name(r->weight_dtype),
            kern_compute_name(r->compute), r->threads, r->batch, r->prompt_len, r->gen, r->repeat,
