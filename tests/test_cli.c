@@ -402,6 +402,9 @@ static void test_bench_flags(void)
          "--pinned: \"maybe\" is not true or false"},
         {"bench workload --simulate --config computron:all --max-queue-wait 1,2 --cache T/c",
          "--max-queue-wait 1,2: one value only here"},
+        {"bench workload --adapters 2 --cache T/c", "--adapters needs --simulate"},
+        {"bench workload --simulate --config custom --rates 1,1,1 --adapters 2 --cache T/c",
+         "--adapters 2: the workload has 3 models; expected one per fine-tune"},
         {"bench swap --preset opt-125m --layers -2 --cache T/c", "--layers -2 is out of range"},
         {"bench swap --preset opt-125m --prompt-len 513 --cache T/c",
          "--prompt-len 513 is out of range (expected 1..512)"},
@@ -508,6 +511,20 @@ static void test_adapter(void)
              BIN, base, lora);
     CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 && strstr(out, "llama_r8_qv"),
               "%s: %s", cmd, err);
+    /* several: a batch spread over them against the base alone, both timed */
+    snprintf(cmd, sizeof(cmd),
+             "%s bench forward --model %s --adapter %s/llama_r8_qv --adapters "
+             "%s/llama_r16_all_rslora,%s/llama_r32_mlp_layer1 --batch 4 --prompt-len 4 --gen 2 "
+             "--repeat 2 --json",
+             BIN, base, lora, lora, lora);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0 &&
+                  strstr(out, "llama_r32_mlp_layer1\"]") && strstr(out, "\"decode_ratio\"") &&
+                  strstr(out, "\"base_decode_tok_s\"") && strstr(out, "\"prefill_ratio\""),
+              "%s: %s %s", cmd, out, err);
+    snprintf(cmd, sizeof(cmd),
+             "%s bench forward --model %s --adapters %s/llama_r8_qv,%s/opt_r8_all --gen 1", BIN,
+             base, lora, lora);
+    expect_fail(cmd, 1, "base_model_class is OPTForCausalLM, but the base is LlamaForCausalLM");
     snprintf(cmd, sizeof(cmd), "%s generate --model %s --adapter %s/opt_r8_all --ids 1,2", BIN,
              base, lora);
     expect_fail(cmd, 1, "base_model_class is OPTForCausalLM, but the base is LlamaForCausalLM");
@@ -1401,6 +1418,27 @@ int main(void)
           json_real_value(json_array_get(json_array_get(json_object_get(cj, "batch_s"), 7), 1)) ==
               0.05 &&
           json_real_value(json_object_get(wj, "slo_s")) == 0.1); /* 5 x a batch of 1 */
+    json_decref(wj);
+    /* the same two fine-tunes as adapters of one base: both rows per policy,
+     * the adapters' loads moving megabytes where the models' move more */
+    snprintf(cmd, sizeof(cmd),
+             "%s --load-s-per-gb 0.5 --batch-cost 1:0.02,8:0.05 --adapters 2 --adapter-rank 8 "
+             "--json",
+             sim_cmd);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    wj = parse_json_line(cmd, out);
+    json_t *aj = json_object_get(wj, "adapters"), *arows = json_object_get(aj, "rows");
+    CHECK_MSG(json_integer_value(json_object_get(aj, "rank")) == 8 && json_array_size(arows) == 4 &&
+                  json_str_eq(json_object_get(json_array_get(arows, 1), "served_as"), "adapters"),
+              "%s", out);
+    for (size_t i = 0; i + 1 < json_array_size(arows); i += 2) {
+        json_t *m = json_array_get(arows, i), *a = json_array_get(arows, i + 1);
+        double mb = json_real_value(json_object_get(m, "bytes_moved"));
+        double ab = json_real_value(json_object_get(a, "bytes_moved"));
+        CHECK_MSG(mb > 0 && ab > 0 && ab < mb &&
+                      json_real_value(json_object_get(a, "adapter_loads")) >= 1,
+                  "models moved %g bytes, adapters %g", mb, ab);
+    }
     json_decref(wj);
     /* a bad costs file: one line naming the file and the key */
     put_file(costs, "{\"load_s_per_gb\": 0.5, \"batch_s\": [[1, 0.02], [0, 0.03]]}");

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "model/adapter.h"
 #include "swap/swap.h"
 #include "test.h"
 #include "tiny_opt.h"
@@ -162,6 +163,43 @@ TEST(quantized_skip)
     c.dir = SHARDSWAP_SOURCE_DIR "/tests/fixtures/gguf/llama_quant/model-q4_k_m.gguf";
     CHECK(swapbench_run(&c, &rep) == ERR_INVALID);
     CHECK_MSG(strstr(err_msg(), "block boundaries"), "%s", err_msg());
+}
+
+/* --adapter: a PEFT adapter of a Llama fixture measured over it, TP 1 and
+ * 2: on one device its bytes are model_adapter_bytes' (the whole adapter),
+ * split two ways each shard holds its part (the column-parallel A whole on
+ * both), less than the model's; its load, offload and fill were timed. */
+TEST(adapter)
+{
+    const char *base = SHARDSWAP_SOURCE_DIR "/tests/fixtures/models/llama_gqa_f32";
+    const char *lora = SHARDSWAP_SOURCE_DIR "/tests/fixtures/lora/llama_r16_all_rslora";
+    struct swapbench_config c = {.dir = base,
+                                 .n_layouts = 2,
+                                 .tp = {1, 2},
+                                 .pp = {1, 1},
+                                 .repeat = 2,
+                                 .prompt_len = 4,
+                                 .adapter = lora};
+    struct swapbench_report rep;
+    CHECK_MSG(swapbench_run(&c, &rep) == 0, "%s", err_msg());
+    struct model_config *cfg = NULL;
+    uint64_t whole = 0;
+    int rank = 0;
+    CHECK(model_config_load(base, &cfg) == 0 &&
+          model_adapter_bytes(lora, cfg, base, &whole, &rank) == 0);
+    model_config_free(cfg);
+    const struct swapbench_layout *r = rep.layouts;
+    CHECK_MSG(r[0].adapter_bytes == whole, "1x1: %llu adapter bytes, model_adapter_bytes %llu",
+              (unsigned long long)r[0].adapter_bytes, (unsigned long long)whole);
+    CHECK_MSG(r[1].adapter_bytes > whole / 2 && r[1].adapter_bytes < r[1].bytes,
+              "2x1: %llu adapter bytes of %llu whole, the model %llu",
+              (unsigned long long)r[1].adapter_bytes, (unsigned long long)whole,
+              (unsigned long long)r[1].bytes);
+    for (int i = 0; i < 2; i++)
+        CHECK_MSG(positive(r[i].adapter_load_s) && positive(r[i].adapter_offload_s) &&
+                      positive(r[i].adapter_host_fill_s) && positive(r[i].load_s),
+                  "%dx%d: adapter load %g, offload %g, fill %g", r[i].tp, r[i].pp,
+                  r[i].adapter_load_s, r[i].adapter_offload_s, r[i].adapter_host_fill_s);
 }
 
 int main(int argc, char **argv)

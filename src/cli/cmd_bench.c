@@ -97,10 +97,11 @@ static int greedy_step(void *ctx, int step, float *logits, int32_t *next)
 }
 
 /* One prefill of (batch, prompt_len) then gen greedy decode steps, on the
- * model's device (model_exec_open), through model_generate_steps. Each step
+ * model's device (model_exec_open), through model_generate_steps, with cm's
+ * adapters over the sequences (lora) or on the base alone. Each step
  * returns its logits to the host (kern_to_host, a sync point), so a GPU's
  * queued work is inside the times. */
-static int bench_once(const struct cli_model *cm, int batch, int prompt_len, int gen,
+static int bench_once(const struct cli_model *cm, bool lora, int batch, int prompt_len, int gen,
                       struct bench_result *r, struct device *profile_dev,
                       struct kern_profile *profile)
 {
@@ -113,8 +114,8 @@ static int bench_once(const struct cli_model *cm, int batch, int prompt_len, int
     *r = (struct bench_result){0};
     /* the context checks the shape against the model before anything is
      * sized by it */
-    int rc = cli_model_exec_open(
-        cm, &(struct model_exec_shape){.batch = batch, .max_len = prompt_len + gen}, &ex);
+    const struct model_exec_shape shape = {.batch = batch, .max_len = prompt_len + gen};
+    int rc = lora ? cli_model_exec_open(cm, &shape, &ex) : model_exec_open(m, &shape, &ex);
     if (rc < 0)
         goto out;
     ids = malloc((size_t)batch * prompt_len * sizeof(int32_t));
@@ -196,6 +197,10 @@ struct forward_run {
     char device[32];
     int threads;
     struct bench_result best;      /* the best of repeat runs, each phase on its own */
+    /* adapters (dev.adapters): sequence b runs adapters[b mod n]; best is
+     * then the batch with them, base the same batch on the base alone,
+     * the two interleaved (a repetition of each, in turn) */
+    struct bench_result base;
     double wbytes;                 /* the weights' bytes every step reads (all but routed experts) */
     double macs_token, macs_row;   /* the model's linear MACs per token, per head row (the same) */
     /* the routed experts (0 without): all their bytes, and one (layer,
@@ -250,6 +255,16 @@ static void weight_mix(struct forward_run *r)
     }
 }
 
+/* One run of r's batch on the base alone, into r->base's best. */
+static int base_once(const struct cli_model *cm, struct forward_run *r)
+{
+    struct bench_result b;
+    int rc = bench_once(cm, false, r->batch, r->prompt_len, r->gen, &b, NULL, NULL);
+    r->base.prefill_s = fmin(r->base.prefill_s, b.prefill_s);
+    r->base.decode_s = fmin(r->base.decode_s, b.decode_s);
+    return rc;
+}
+
 /* Opens the model on r->dev, times it (a warm-up, then the best of repeat)
  * and, on a CPU, the host's bandwidth and matmul ceilings beside it. */
 static int forward_measure(struct forward_run *r)
@@ -269,14 +284,24 @@ static int forward_measure(struct forward_run *r)
     snprintf(r->device, sizeof(r->device), "%s", on_cpu ? "cpu:0" : device_name(cmod.dev));
     /* warm-up: the calibrations, the pool's threads started */
     struct bench_result one;
+    const bool lora = cmod.n_adapters > 0;
     r->best = (struct bench_result){.prefill_s = 1e30, .decode_s = 1e30};
-    if ((rc = bench_once(&cmod, r->batch, r->prompt_len < 8 ? r->prompt_len : 8, 2, &one, NULL,
-                         NULL)) < 0)
-        goto out;
+    r->base = r->best;
+    for (int pass = 0; pass <= lora; pass++)
+        if ((rc = bench_once(&cmod, pass == 0 && lora, r->batch,
+                             r->prompt_len < 8 ? r->prompt_len : 8, 2, &one, NULL, NULL)) < 0)
+            goto out;
     double pairs = 0; /* (layer, expert) pairs: sparse layers x experts */
     for (int i = 0; i < r->repeat; i++) {
-        if ((rc = bench_once(&cmod, r->batch, r->prompt_len, r->gen, &one,
+        /* with adapters, the base's run beside each, before it and after
+         * it in turn, so that neither takes the machine's better moments */
+        const bool base_first = lora && (i & 1) == 0;
+        if (base_first && (rc = base_once(&cmod, r)) < 0)
+            goto out;
+        if ((rc = bench_once(&cmod, lora, r->batch, r->prompt_len, r->gen, &one,
                              r->profile ? cmod.dev : NULL, &r->prof)) < 0)
+            goto out;
+        if (lora && !base_first && (rc = base_once(&cmod, r)) < 0)
             goto out;
         r->prof_decode_s += one.decode_s;
         r->prefill_routed = one.prefill_routed;
@@ -388,6 +413,22 @@ static json_t *profile_report(const struct forward_run *r, bool json)
                      "linear_weight_gb_s", jsonout_real(lin_gbs, 3));
 }
 
+/* With adapters: the base alone's figures and the adapters' cost (their
+ * batch's time over the base's). */
+static json_t *lora_json(const struct forward_run *r)
+{
+    json_t *dirs = json_array();
+    for (int a = 0; a < r->dev.n_adapters; a++)
+        json_array_append_new(dirs, json_string(r->dev.adapters[a]));
+    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "adapters", dirs, "base_prefill_s",
+                     jsonout_real(r->base.prefill_s, 6), "base_prefill_tok_s",
+                     jsonout_real(r->batch * r->prompt_len / r->base.prefill_s, 2), "base_decode_s",
+                     jsonout_real(r->base.decode_s, 6), "base_decode_tok_s",
+                     jsonout_real(r->batch * r->gen / r->base.decode_s, 2), "prefill_ratio",
+                     jsonout_real(r->best.prefill_s / r->base.prefill_s, 4), "decode_ratio",
+                     jsonout_real(r->best.decode_s / r->base.decode_s, 4));
+}
+
 static int forward_print_json(const struct forward_run *r)
 {
     const bool on_cpu = r->dev.gpu < 0;
@@ -418,7 +459,10 @@ static int forward_print_json(const struct forward_run *r)
         j = NULL;
     }
     if (j) {
-        json_object_set_new(j, "adapter", jsonout_string(r->dev.adapter));
+        json_object_set_new(j, "adapter",
+                            jsonout_string(r->dev.n_adapters ? r->dev.adapters[0] : NULL));
+        if (r->dev.n_adapters)
+            json_object_set_new(j, "lora", lora_json(r));
         json_object_set_new(j, "decode_weight_bytes_per_step", jsonout_real(f.step_bytes, 0));
         json_object_set_new(j, "expert_bytes", json_integer((json_int_t)r->expert_bytes));
         json_object_set_new(j, "expert_reads_per_step", jsonout_real(f.expert_reads, 3));
@@ -431,11 +475,16 @@ static int forward_print_json(const struct forward_run *r)
 static void forward_print_table(const struct forward_run *r)
 {
     struct forward_figures f = forward_figures(r);
+    char with[64] = "";
+    if (r->dev.n_adapters > 1)
+        snprintf(with, sizeof(with), " with %d adapters, the first ", r->dev.n_adapters);
+    else if (r->dev.n_adapters)
+        snprintf(with, sizeof(with), " with adapter ");
     printf("model %s%s%s on %s: %.1f MB of weights (%s), compute %s, %d threads, batch %d, "
            "prompt %d, gen %d, best of %d, openblas core %s, gemv %s, matmul paths %s, "
            "ceiling matmul %s\n",
-           r->dir, r->dev.adapter ? " with adapter " : "", r->dev.adapter ? r->dev.adapter : "",
-           r->device, (r->wbytes + r->expert_bytes) / 1e6,
+           r->dir, with, r->dev.n_adapters ? r->dev.adapters[0] : "", r->device,
+           (r->wbytes + r->expert_bytes) / 1e6,
            r->weight_mix[0] ? r->weight_mix : dtype_name(r->weight_dtype),
            kern_compute_name(r->compute), r->threads, r->batch, r->prompt_len, r->gen, r->repeat,
            r->blas ? r->blas : "n/a", r->gemv ? r->gemv : "n/a", r->matmul ? r->matmul : "n/a",
@@ -457,13 +506,29 @@ static void forward_print_table(const struct forward_run *r)
     metric_row("decode / memcpy", f.stream / r->bw, 2);
     metric_row("read GB/s", r->rbw / 1e9, 2);
     metric_row("decode / read", f.decode_vs_read, 2);
+    if (r->dev.n_adapters) {
+        printf("\nthe same batch over %d adapters (sequence b: adapter b mod %d) against the base "
+               "alone, interleaved\n",
+               r->dev.n_adapters, r->dev.n_adapters);
+        printf("%-28s %12s %12s %8s\n", "metric", "adapters", "base", "ratio");
+        printf("%-28s %12.1f %12.1f %8.3f\n", "prefill tokens/s", f.prefill_tps,
+               r->batch * r->prompt_len / r->base.prefill_s, r->best.prefill_s / r->base.prefill_s);
+        printf("%-28s %12.1f %12.1f %8.3f\n", "decode tokens/s", f.decode_tps,
+               r->batch * r->gen / r->base.decode_s, r->best.decode_s / r->base.decode_s);
+        printf("%-28s %12.2f %12.2f %8.3f\n", "decode ms/step", 1e3 * r->best.decode_s / r->gen,
+               1e3 * r->base.decode_s / r->gen, r->best.decode_s / r->base.decode_s);
+        printf("(ratio: the adapters' time over the base's)\n");
+    }
     if (r->profile)
         profile_report(r, false);
 }
 
 static int bench_forward(int argc, char **argv)
 {
-    const char *compute = NULL, *devices = NULL;
+    const char *compute = NULL, *devices = NULL, *adapters_csv = NULL;
+    const char *adapter_dirs[CLI_MAX_ADAPTERS];
+    struct flag_strs adapter_list = {.v = adapter_dirs, .cap = CLI_MAX_ADAPTERS};
+    char *csv = NULL;
     struct forward_run r = {.batch = 1, .prompt_len = 128, .gen = 32, .repeat = 3};
     bool json = false;
     struct flag flags[] = {
@@ -480,7 +545,12 @@ static int bench_forward(int argc, char **argv)
                    "1..1000"),
         COMPUTE_FLAG(&compute),
         DEVICE_FLAG(&devices),
-        ADAPTER_FLAG(&r.dev.adapter),
+        FLAG("adapter", FLAG_STRS, &adapter_list, "DIR",
+             "a PEFT LoRA adapter of the model; may be repeated: sequence b of the batch gets "
+             "adapter b mod N, and the same batch also runs on the base alone (interleaved), "
+             "both printed with their ratio"),
+        FLAG("adapters", FLAG_STR, &adapters_csv, "DIR,DIR,...",
+             "adapters as --adapter, comma-separated (after any --adapter)"),
         FLAG("profile", FLAG_BOOL, &r.profile, NULL,
              "also time every kernel of the decode steps (CPU only): calls, ms and share of a "
              "step per kernel, what falls outside the kernels, and the linear layers' own "
@@ -517,15 +587,32 @@ static int bench_forward(int argc, char **argv)
                 r.dev.gpu);
         return args_usage_fail("bench forward");
     }
+    /* --adapters' list after --adapter's, in adapter_dirs */
+    if (adapters_csv && !(csv = strdup(adapters_csv)))
+        return cli_fail("bench forward");
+    for (char *save = NULL, *d = csv ? strtok_r(csv, ",", &save) : NULL; d;
+         d = strtok_r(NULL, ",", &save)) {
+        if (adapter_list.n == CLI_MAX_ADAPTERS) {
+            err_set(ERR_INVALID, "--adapter/--adapters: more than %d adapters", CLI_MAX_ADAPTERS);
+            free(csv);
+            return args_usage_fail("bench forward");
+        }
+        adapter_dirs[adapter_list.n++] = d;
+    }
+    r.dev.adapters = adapter_dirs;
+    r.dev.n_adapters = adapter_list.n;
     r.dev.cpu_copy = true; /* the speed serve runs at: see cli_model_open */
     cpu_set_threads(r.threads);
     r.threads = cpu_threads();
-    if (forward_measure(&r) < 0)
+    if (forward_measure(&r) < 0) {
+        free(csv);
         return cli_fail("bench forward");
+    }
     if (json)
         rc = forward_print_json(&r);
     else
         forward_print_table(&r);
+    free(csv);
     return rc < 0 ? cli_fail("bench forward") : 0;
 }
 

@@ -66,6 +66,32 @@ static void print_cold(const struct swapbench_layout *r, int n)
                r[i].cold_overlap_s / (r[i].load_s + r[i].warm_s));
 }
 
+/* --adapter: its swap over the resident model against the model's own. */
+static void print_adapter(const char *dir, const struct swapbench_layout *r, int n)
+{
+    printf("\nadapter %s (the model resident), against the model's own swap-in\n", dir);
+    printf("%-7s %11s %9s %9s %8s %8s %10s %12s %8s %8s\n", "layout", "adapter MB", "load ms",
+           "GB/s", "off ms", "fill ms", "model MB", "model ms", "bytes/m", "time/m");
+    for (int i = 0; i < n; i++)
+        printf("%dx%-5d %11.2f %9.2f %9.2f %8.2f %8.1f %10.1f %12.1f %8.4f %8.4f\n", r[i].tp,
+               r[i].pp, r[i].adapter_bytes / 1e6, r[i].adapter_load_s * 1e3,
+               r[i].adapter_bytes / r[i].adapter_load_s / 1e9, r[i].adapter_offload_s * 1e3,
+               r[i].adapter_host_fill_s * 1e3, r[i].bytes / 1e6, r[i].load_s * 1e3,
+               (double)r[i].adapter_bytes / (double)r[i].bytes, r[i].adapter_load_s / r[i].load_s);
+}
+
+/* --adapter's figures of one layout, for its JSON. */
+static json_t *adapter_json(const struct swapbench_layout *r)
+{
+    return json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "bytes", (json_int_t)r->adapter_bytes,
+                     "load_s", jsonout_real(r->adapter_load_s, 6), "load_gb_s",
+                     jsonout_real(r->adapter_bytes / r->adapter_load_s / 1e9, 3), "offload_s",
+                     jsonout_real(r->adapter_offload_s, 6), "host_fill_s",
+                     jsonout_real(r->adapter_host_fill_s, 6), "bytes_vs_model",
+                     jsonout_real((double)r->adapter_bytes / (double)r->bytes, 5),
+                     "load_s_vs_model", jsonout_real(r->adapter_load_s / r->load_s, 5));
+}
+
 /* Under mpirun, below the table (whose rows give each shard's rate @ its
  * process): per layout each process's aggregate and the job's, and what
  * differs between the processes' numbers. */
@@ -301,6 +327,11 @@ static int print_json(const char *dir, const char *devices, bool cuda,
             gb_s((double)r[i].bytes, r[i].link_h2d_s), "link_d2h_gb_s",
             gb_s((double)r[i].bytes, r[i].link_d2h_s), "load_vs_link", ratio(gbs, link),
             "offload_vs_link", ratio(off, link_off));
+        if (l && r[i].adapter_bytes &&
+            json_object_set_new(l, "adapter", adapter_json(&r[i])) != 0) {
+            json_decref(l);
+            l = NULL;
+        }
         if ((procs > 1 && l && procs_json_set(l, &r[i], procs, rep) != 0) ||
             json_array_append_new(layouts, l) != 0) {
             json_decref(layouts);
@@ -406,6 +437,9 @@ int bench_swap(int argc, char **argv)
              "cuda:G,... : run the layouts on these CUDA devices, each layout on the first "
              "TPxPP of them (a GPU listed again is another partition of it); default: CPU "
              "devices, one per shard"),
+        FLAG("adapter", FLAG_STR, &c.adapter, "DIR",
+             "also measure this PEFT LoRA adapter of the model: its swap-in and swap-out over "
+             "the resident model, against the model's own (time and bytes)"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of tables"),
     };
     int rc = args_parse(
@@ -473,6 +507,8 @@ int bench_swap(int argc, char **argv)
         else
             print_table(dir, rep.layouts, n, rep.memcpy_bps, rep.stream_bps, rep.max_workers,
                         rep.procs, &rep);
+        if (c.adapter)
+            print_adapter(c.adapter, rep.layouts, n);
         for (int i = 0; i < n_skip; i++)
             printf("layout %dx%d skipped: %s\n", skip[i].tp, skip[i].pp, skip[i].why);
     }

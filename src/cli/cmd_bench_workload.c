@@ -94,6 +94,62 @@ static json_t *sim_policy_json(const char *policy, const struct simulate_summary
     return o;
 }
 
+/* --adapters: the same fine-tunes served as full models (full) and as
+ * adapters of one base (ad), per policy, simulated: a table, or JSON. */
+static json_t *adapters_compare(const struct replay_rig *rig, const struct workload_config *c,
+                                const char *const *policies, int n_pol,
+                                const struct simulate_summary *full,
+                                const struct simulate_summary *ad, int rank, bool json)
+{
+    uint64_t ab[STACK_MAX_DEVICES] = {0};
+    double total = 0;
+    if (simulate_adapter_bytes(rig->paths[0], rig->tp, rank, ab) == 0)
+        for (int d = 0; d < rig->tp; d++)
+            total += (double)ab[d];
+    if (!json) {
+        printf("\n%d fine-tunes as full models against adapters of rank %d over one base "
+               "(%.2f MB each over %d devices), the same arrivals, devices and costs\n",
+               c->n_models, rank, total / 1e6, rig->tp);
+        printf("%-11s %-9s %8s %8s %8s %8s %6s %8s %8s %9s", "policy", "served as", "mean ms",
+               "p50 ms", "p99 ms", "max ms", "SLO%", "loads", "adapter", "GB moved");
+        if (c->chat)
+            printf(" %9s %9s %7s %8s", "ttft99 ms", "tpot99 ms", "tokSLO%", "good r/s");
+        printf("\n");
+    }
+    json_t *rows = json ? json_array() : NULL;
+    for (int p = 0; p < n_pol; p++)
+        for (int k = 0; k < 2; k++) {
+            const struct simulate_summary *x = k ? &ad[p] : &full[p];
+            const char *as = k ? "adapters" : "models";
+            if (json) {
+                json_t *o = sim_policy_json(policies[p], x, &full[p], k == 0, c->chat);
+                if (o &&
+                    (json_object_set_new(o, "served_as", json_string(as)) |
+                     json_object_set_new(o, "adapter_loads", jsonout_real(x->adapter_loads, 1)) |
+                     json_object_set_new(o, "bytes_moved", jsonout_real(x->bytes, 0)))) {
+                    json_decref(o);
+                    o = NULL;
+                }
+                json_array_append_new(rows, o);
+                continue;
+            }
+            printf("%-11s %-9s %8.1f %8.1f %8.1f %8.1f %6.1f %8.1f %8.1f %9.3f",
+                   k ? "" : policies[p], as, x->mean * 1e3, x->p50 * 1e3, x->p99 * 1e3,
+                   x->max * 1e3, 100 * x->slo, x->swaps, x->adapter_loads, x->bytes / 1e9);
+            if (c->chat)
+                printf(" %9.1f %9.2f %7.1f %8.2f", x->ttft_p99 * 1e3, x->tpot_p99 * 1e3,
+                       100 * x->token_slo, x->goodput);
+            printf("\n");
+        }
+    if (!json)
+        return NULL;
+    json_t *per = json_array();
+    for (int d = 0; per && d < rig->tp; d++)
+        json_array_append_new(per, json_integer((json_int_t)ab[d]));
+    return json_pack("{s:i, s:i, s:o, s:o}", "fine_tunes", c->n_models, "rank", rank,
+                     "adapter_bytes_per_device", per, "rows", rows);
+}
+
 /* The per-model controls given (sim_controls.h), as the flags said them:
  * one header line, nothing when none is given. */
 static void controls_print(const struct sim_controls_flags *f)
@@ -231,7 +287,7 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
                     const char *label, bool all, const char **policies, int n_pol, uint64_t seed,
                     int seeds, double duration, float slo, float slo_scale,
                     const struct costs_given *g, const struct sim_controls_flags *cf,
-                    const struct sim_controls *ctl, bool json)
+                    const struct sim_controls *ctl, int adapter_rank, bool json)
 {
     double link = rig->link_gbps;
     struct sim_config costs;
@@ -256,7 +312,7 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
         return rc;
     char from[600];
     costs_from(g, measured, from, sizeof(from));
-    json_t *batch_s = NULL, *configs = NULL;
+    json_t *batch_s = NULL, *configs = NULL, *adapters_json = NULL;
     if (json) {
         batch_s = json_array();
         configs = json_array();
@@ -330,10 +386,18 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
         if (json)
             json_array_append_new(configs, json_pack("{s:s, s:o, s:o*}", "config", name,
                                                      "policies", pols, "floor", floor));
+        if (adapter_rank > 0) { /* the same fine-tunes as adapters of one base */
+            struct simulate_summary ad[MAX_POLICIES];
+            if ((rc = simulate_workload_adapters(rig, &c, &costs, policies, n_pol, seed, seeds,
+                                                 duration, slo, adapter_rank, ad)) < 0)
+                break;
+            adapters_json = adapters_compare(rig, &c, policies, n_pol, s, ad, adapter_rank, json);
+        }
     }
     if (!json || rc < 0) {
         json_decref(batch_s);
         json_decref(configs);
+        json_decref(adapters_json);
         return rc;
     }
     json_t *top = json_pack(
@@ -343,6 +407,10 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
         controls_json(cf), "costs", sim_costs_json(&used), "costs_from", from, "load_bytes",
         (json_int_t)load_bytes, "overlap_loads", json_boolean(costs.overlap_loads), "slo_s",
         jsonout_real(slo, 6));
+    if (top && adapters_json && json_object_set_new(top, "adapters", adapters_json) != 0) {
+        json_decref(top);
+        top = NULL;
+    }
     if (top && procs_json_set(top, rig) != 0) {
         json_decref(top);
         top = NULL;
@@ -474,7 +542,7 @@ int bench_workload(int argc, char **argv)
     float slo_ttft = CHAT_SLO_TTFT_S, slo_tpot = CHAT_SLO_TPOT_S;
     uint64_t seed = 1;
     bool json = false, simulated = false;
-    int seeds = 20;
+    int seeds = 20, n_adapters = 0, adapter_rank = 16;
     struct sim_controls_flags cf = {0};
     const char *costs_file = NULL, *costs_out = NULL, *batch_cost = NULL;
     float load_per_gb = 0;
@@ -587,6 +655,14 @@ int bench_workload(int argc, char **argv)
         FLAG("pinned", FLAG_STR, &cf.pinned, "true|false|B1,B2,...",
              "--simulate: a pinned model is loaded on demand and never a victim (default "
              "false)"),
+        FLAG_RANGE("adapters", FLAG_INT, &n_adapters, "N",
+                   "with --simulate: the workload's N models are fine-tunes; also serve them as "
+                   "LoRA adapters of one base and print both (the workload must have N models)",
+                   1, MAX_MODELS, "1..256"),
+        FLAG_RANGE("adapter-rank", FLAG_INT, &adapter_rank, "R",
+                   "--adapters: every adapter's rank, over all of the family's projections "
+                   "(default 16)",
+                   1, 1024, "1..1024"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of tables"),
     };
     int rc = args_parse("bench workload",
@@ -723,6 +799,18 @@ int bench_workload(int argc, char **argv)
                                                 : "--seeds must be >= 1");
         goto out;
     }
+    if (n_adapters > 0 && !simulated) {
+        rc = err_set(ERR_INVALID, "--adapters needs --simulate (served adapters are not replayed "
+                                  "in real time yet)");
+        goto bad_flag;
+    }
+    if (n_adapters > 0 && (all || n_adapters != c.n_models)) {
+        rc = err_set(ERR_INVALID,
+                     "--adapters %d: the workload has %d models; expected one per fine-tune, "
+                     "in one config (e.g. --config chat:%d:R or --models %d)",
+                     n_adapters, c.n_models, n_adapters, n_adapters);
+        goto bad_flag;
+    }
     struct sim_controls ctl;
     if (sim_controls_any(&cf) && !simulated) {
         rc = err_set(ERR_INVALID, "--keep-alive, --priority, --max-queue-wait, --min-resident "
@@ -779,7 +867,7 @@ int bench_workload(int argc, char **argv)
     }
     if (simulated) { /* the SLO's unit comes with the costs */
         rc = simulate(&rig, &c, config_s, all, policies, n_pol, seed, seeds, duration, slo,
-                      slo_scale, &given, &cf, &ctl, json);
+                      slo_scale, &given, &cf, &ctl, n_adapters ? adapter_rank : 0, json);
         goto out;
     }
     double warm = 0;

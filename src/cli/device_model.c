@@ -38,6 +38,13 @@ int cli_device_flags_parse(const char *compute, const char *devices, struct cli_
     return rc < 0 ? rc : device_parse(devices, &out->gpu);
 }
 
+/* f's adapter directories: the list, or --adapter's one; *n of them. */
+static const char *const *adapter_names(const struct cli_device_flags *f, int *n)
+{
+    *n = f->n_adapters > 0 ? f->n_adapters : f->adapter != NULL;
+    return f->n_adapters > 0 ? f->adapters : &f->adapter;
+}
+
 /* The whole model on GPU gpu (or the CPU, gpu < 0), on a device sized for
  * it and shape: in the device's memory, as serve runs it. On the CPU that is
  * the arena's huge pages: computing straight from the checkpoint's mapping
@@ -57,8 +64,16 @@ static int open_on_device(const struct cli_device_flags *f, const char *dir,
     if (sh.max_len > cfg->info.max_pos)
         sh.max_len = cfg->info.max_pos; /* model_exec_init refuses more, naming the limit */
     uint64_t weights, exec, lora = 0;
-    if (f->adapter)
-        rc = model_adapter_bytes(f->adapter, cfg, dir, &lora, &sh.max_lora_rank);
+    int n;
+    const char *const *names = adapter_names(f, &n);
+    for (int a = 0; a < n && rc == 0; a++) {
+        uint64_t bytes;
+        int rank;
+        rc = model_adapter_bytes(names[a], cfg, dir, &bytes, &rank);
+        lora += rc == 0 ? bytes : 0;
+        if (rc == 0 && rank > sh.max_lora_rank)
+            sh.max_lora_rank = rank;
+    }
     model_config_free(cfg);
     if (rc < 0 || (rc = model_device_bytes(dir, &sh, &weights, &exec)) < 0)
         return rc;
@@ -88,10 +103,19 @@ int cli_model_open(const struct cli_device_flags *f, const char *dir,
     }
     if (f->compute_set)
         model_set_compute(out->m, f->compute);
-    if (f->adapter && (rc = model_adapter_open(f->adapter, out->m, dir, &out->adapter)) < 0) {
+    int n;
+    const char *const *names = adapter_names(f, &n);
+    if (n > CLI_MAX_ADAPTERS) {
         cli_model_close(out);
-        return rc;
+        return err_set(ERR_INVALID, "%d adapters: expected at most %d", n, CLI_MAX_ADAPTERS);
     }
+    for (; out->n_adapters < n; out->n_adapters++)
+        if ((rc = model_adapter_open(names[out->n_adapters], out->m, dir,
+                                     &out->adapters[out->n_adapters])) < 0) {
+            cli_model_close(out);
+            return rc;
+        }
+    out->adapter = n ? out->adapters[0] : NULL;
     return 0;
 }
 
@@ -99,17 +123,18 @@ int cli_model_exec_open(const struct cli_model *cm, const struct model_exec_shap
                         struct model_exec **out)
 {
     struct model_exec_shape sh = *shape;
-    if (cm->adapter)
-        sh.max_lora_rank = model_adapter_rank(cm->adapter);
+    for (int a = 0; a < cm->n_adapters; a++)
+        if (model_adapter_rank(cm->adapters[a]) > sh.max_lora_rank)
+            sh.max_lora_rank = model_adapter_rank(cm->adapters[a]);
     int rc = model_exec_open(cm->m, &sh, out);
-    if (rc < 0 || !cm->adapter)
+    if (rc < 0 || cm->n_adapters == 0)
         return rc;
     int batch = model_exec_batch(*out);
     const struct model **per = malloc((size_t)batch * sizeof(*per));
     if (!per)
         rc = err_set(ERR_NOMEM, "out of memory");
     for (int b = 0; per && b < batch; b++)
-        per[b] = cm->adapter;
+        per[b] = cm->adapters[b % cm->n_adapters];
     if (per)
         rc = model_exec_set_adapters(*out, per);
     free(per);
@@ -124,7 +149,9 @@ void cli_model_close(struct cli_model *cm)
 {
     if (!cm)
         return;
-    model_close(cm->adapter);
+    for (int a = 0; a < cm->n_adapters; a++)
+        model_close(cm->adapters[a]);
+    cm->n_adapters = 0;
     model_close(cm->m);
     device_close(cm->dev);
     cm->m = NULL;

@@ -22,10 +22,16 @@
          "a PEFT LoRA adapter of the model (adapter_config.json and adapter_model.safetensors), "  \
          "applied to every sequence of the run")
 
+#define CLI_MAX_ADAPTERS 64
+
 struct cli_model {
     struct device *dev;    /* the device, owned; NULL for the mapped checkpoint */
     struct model *m;       /* owned */
-    struct model *adapter; /* --adapter's shard beside m, owned; NULL without one */
+    struct model *adapter; /* --adapter's shard beside m (adapters[0]), or NULL */
+    /* every adapter's shard beside m, owned; sequence b of a batch gets
+     * adapters[b mod n_adapters] (cli_model_exec_open) */
+    struct model *adapters[CLI_MAX_ADAPTERS];
+    int n_adapters;
 };
 
 /* --compute and --devices of a one-device command (forward, generate,
@@ -36,6 +42,10 @@ struct cli_device_flags {
     enum kern_compute compute; /* the model computes in it */
     bool cpu_copy;             /* on the CPU: the weights copied onto a CPU device, as serve runs them */
     const char *adapter;       /* --adapter DIR, or NULL */
+    /* several adapters (bench forward), used instead of adapter when
+     * n_adapters > 0: at most CLI_MAX_ADAPTERS */
+    const char *const *adapters;
+    int n_adapters;
 };
 
 /* Checks the values of --compute (NULL: the checkpoint's) and --devices
@@ -43,7 +53,7 @@ struct cli_device_flags {
  * message naming the flag (a usage error). */
 int cli_device_flags_parse(const char *compute, const char *devices, struct cli_device_flags *out);
 
-/* Opens the checkpoint in dir (and f->adapter beside it, its weights on the
+/* Opens the checkpoint in dir (and f->adapter, or f->adapters, beside it, their weights on the
  * same device, the device's budget and shape's context sized for it) on
  * the device f->gpu names: -1, the host's
  * mapped views (model_open, zero copies; model_exec_open then computes on
@@ -58,8 +68,8 @@ int cli_device_flags_parse(const char *compute, const char *devices, struct cli_
 int cli_model_open(const struct cli_device_flags *f, const char *dir,
                    const struct model_exec_shape *shape, struct cli_model *out);
 void cli_model_close(struct cli_model *cm); /* NULL-safe; the model, then its device */
-/* model_exec_open of cm->m with room for cm's adapter's rank, the adapter
- * attached to every sequence (none without one). */
+/* model_exec_open of cm->m with room for the largest rank of cm's adapters,
+ * sequence b given adapters[b mod n_adapters] (none without one). */
 int cli_model_exec_open(const struct cli_model *cm, const struct model_exec_shape *shape,
                         struct model_exec **out);
 

@@ -149,6 +149,17 @@ void engine_destroy(struct engine *e);
  * allocated. It starts no thread. Its pinned flag starts as
  * swap_model_pinned(model). */
 int engine_add_model(struct engine *e, struct swap_model *model);
+/* Serves adapter (swap_register_adapter's, over a model this engine serves):
+ * requests naming it run in its base's batches with its weights added. The
+ * engine takes the registration over as engine_add_model does. Returns its
+ * id, or ERR_INVALID (its base is not served here, the name is taken).
+ * engine_remove_model of an adapter: its queued requests fail as a model's
+ * do ("model X was removed"), its sequences in a batch leave at the next
+ * boundary, it is offloaded and unregistered; of a base that still has
+ * adapters: ERR_BUSY naming one (remove the adapters first). */
+int engine_add_adapter(struct engine *e, struct swap_model *adapter);
+/* The id of adapter id's base, -1 when id is a model, ERR_NOT_FOUND. */
+int engine_model_base(struct engine *e, int id);
 /* The id of the model served under name, or ERR_NOT_FOUND. */
 int engine_find_model(struct engine *e, const char *name);
 /* The ids of the models served, ascending: fills up to max of them into ids
@@ -308,6 +319,9 @@ struct engine_stats {
     uint64_t ok, failed, cancelled, timed_out; /* completed, by outcome */
     double swap_s;        /* summed load times (request of a load -> on device) */
     double compute_s;     /* summed batch run times (counted as batches run) */
+    /* loads of adapters (of loads), the bytes they copied and their summed times */
+    uint64_t adapter_loads, adapter_bytes_loaded;
+    double adapter_load_s;
 };
 void engine_get_stats(struct engine *e, struct engine_stats *st);
 
@@ -334,6 +348,7 @@ struct engine_hist {
 struct engine_model_stats {
     int id;
     char name[64];
+    int base;               /* an adapter's base's id; -1 for a model */
     bool pinned;
     int queue_len;          /* waiting requests */
     int running;            /* sequences in its batch in flight */

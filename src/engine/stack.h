@@ -72,6 +72,16 @@ struct stack_model_config {
     double min_resident;   /* engine_set_min_resident's (0: none) */
 };
 
+struct stack_adapter_config {
+    const char *name; /* unique among models and adapters */
+    const char *base; /* a model's name (stack_config.models or added since) */
+    const char *path; /* the PEFT adapter directory */
+    bool pinned;      /* kept on the devices whenever its base is resident */
+    bool keep_alive_set;
+    double keep_alive; /* idle seconds before it leaves its devices (base stays) */
+    int priority;      /* engine_set_priority's, for its requests' order in the base's queue */
+};
+
 struct stack_config {
     const char *device_kind; /* "cpu" (default) or "cuda" */
     int n_devices;
@@ -98,6 +108,9 @@ struct stack_config {
     struct engine_config engine;
     const struct stack_model_config *models;
     int n_models;
+    /* adapters served over the models (stack_add_adapter), in order, after them */
+    const struct stack_adapter_config *adapters;
+    int n_adapters;
     /* every model staged into host memory at open (else on first load) */
     bool prefetch_host;
     /* the models' precision unless they say: "f32", "bf16", or NULL /
@@ -115,6 +128,9 @@ struct stack {
     struct swap_model **models; /* (n_models) as configured; models[i] is invalid once
                                  * engine_remove_model(ids[i]) unregistered it */
     int *ids;                   /* (n_models) their engine ids */
+    int n_adapters;
+    struct swap_model **adapters; /* (n_adapters) stack_config.adapters', as models */
+    int *adapter_ids;             /* (n_adapters) their engine ids */
     /* why device d's budget is what it is ("given", "room for every model
      * placed on it at once", ...): static strings, for the server's log */
     const char *budget_why[STACK_MAX_DEVICES];
@@ -201,6 +217,14 @@ int stack_budgets(const struct stack_config *c, uint64_t *budgets, uint64_t *hos
  * are the caller's to serialize (the engine refuses a second). */
 int stack_add_model(struct stack *s, const struct stack_model_config *m, struct swap_model **model,
                     const char **setting);
+
+/* Serves adapter a on s: checks it (name, base served and not an adapter,
+ * path), registers it (swap_register_adapter), adds it to the engine, then
+ * its controls. Returns its engine id with *model set; on failure nothing of
+ * it is left, *setting names the key ("name", "base", "path", "keep_alive",
+ * "priority", or ""). */
+int stack_add_adapter(struct stack *s, const struct stack_adapter_config *a,
+                      struct swap_model **model, const char **setting);
 
 /* Loads the configured models that are pinned (stack.models[i] with
  * swap_model_pinned) onto their devices through the engine

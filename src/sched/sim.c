@@ -47,6 +47,20 @@ struct sim_model {
      * partly resident, lacking want - grow (as the engine's view_build
      * shows a resident model whose reserve passes the budget) */
     uint64_t want[SCHED_MAX_DEVICES], grow[SCHED_MAX_DEVICES];
+    /* its adapters' bytes on the devices (resident or loading), counted
+     * in used */
+    uint64_t adapters_held[SCHED_MAX_DEVICES];
+};
+
+/* An adapter (sim_config.n_adapters): on its base's devices (resident;
+ * loading until load_end), its sequences in its base's batch in flight or
+ * paused (in_use: never a victim then), its requests queued (waiting: not
+ * a victim either, so that a load is not undone before its request runs) */
+struct sim_adapter {
+    bool resident, loading;
+    bool marked; /* adapter_room's victim, chosen and not yet evicted */
+    double load_end, last_used;
+    int in_use, waiting;
 };
 
 struct sim {
@@ -55,6 +69,8 @@ struct sim {
     size_t n;
     size_t *next_of; /* (n) the index of the next request for the same model (n: none) */
     struct sim_model *m;
+    struct sim_adapter *a; /* (c->n_adapters) */
+    unsigned char *joined; /* (n) with adapters: a batch's requests while it forms */
     uint64_t used[SCHED_MAX_DEVICES];
     struct sim_stats *st;
     double now;
@@ -171,6 +187,166 @@ static uint64_t held_on(const struct sim *s, int model, int d)
     return m->kept ? weights_of(s, model, d) - (uint64_t)m->trimmed[d] * layer_of(s, model, d) : 0;
 }
 
+/* ---- adapters ---- */
+
+static uint64_t adapter_bytes_on(const struct sim *s, int k, int d)
+{
+    return s->c->adapter_bytes[(size_t)k * s->c->n_devices + d];
+}
+
+/* Request r may join its model's batch now: it names no adapter, or its
+ * adapter is on the devices and loaded. */
+static bool request_ready(const struct sim *s, size_t r)
+{
+    int k = s->reqs[r].adapter - 1;
+    return k < 0 || (s->a[k].resident && !s->a[k].loading);
+}
+
+static void adapter_leave(struct sim *s, int k)
+{
+    struct sim_model *base = &s->m[s->c->adapter_base[k]];
+    for (int d = 0; d < s->c->n_devices; d++) {
+        s->used[d] -= adapter_bytes_on(s, k, d);
+        base->adapters_held[d] -= adapter_bytes_on(s, k, d);
+    }
+    s->a[k].resident = s->a[k].loading = false;
+    s->st->adapter_evictions++;
+}
+
+/* Every adapter of model leaves its devices (before the model does). */
+static void adapters_leave(struct sim *s, int model)
+{
+    for (int k = 0; k < s->c->n_adapters; k++)
+        if (s->c->adapter_base[k] == model && s->a[k].resident)
+            adapter_leave(s, k);
+}
+
+/* The adapter of model's first queued request whose adapter is not on the
+ * devices (nor loading); -1 when none. */
+static int adapter_pending(const struct sim *s, int model)
+{
+    const struct sim_model *m = &s->m[model];
+    bool any = false;
+    for (int k = 0; k < s->c->n_adapters && !any; k++)
+        any = s->c->adapter_base[k] == model && s->a[k].waiting > 0 && !s->a[k].resident;
+    for (size_t q = m->head; any && q < m->tail; q++) {
+        int k = s->reqs[m->queue[q]].adapter - 1;
+        if (k >= 0 && !s->a[k].resident)
+            return k;
+    }
+    return -1;
+}
+
+/* Room for adapter k on every device: free bytes, then idle adapters
+ * (loaded, none of its sequences in a batch, no request of it waiting),
+ * the least recently used first. With apply the victims leave; without,
+ * it only says whether the room could be made. */
+static bool adapter_room(struct sim *s, int k, bool apply)
+{
+    const struct sim_config *c = s->c;
+    uint64_t freed[SCHED_MAX_DEVICES] = {0};
+    bool ok = true;
+    for (;;) {
+        int short_d = -1;
+        for (int d = 0; d < c->n_devices && short_d < 0; d++)
+            if (adapter_bytes_on(s, k, d) > c->budget[d] - s->used[d] + freed[d])
+                short_d = d;
+        if (short_d < 0)
+            break;
+        int v = -1;
+        for (int j = 0; j < c->n_adapters; j++) {
+            const struct sim_adapter *a = &s->a[j];
+            if (j != k && a->resident && !a->loading && !a->marked && a->in_use == 0 &&
+                a->waiting == 0 && adapter_bytes_on(s, j, short_d) > 0 &&
+                (v < 0 || a->last_used < s->a[v].last_used))
+                v = j;
+        }
+        if (v < 0) {
+            ok = false;
+            break;
+        }
+        s->a[v].marked = true;
+        for (int d = 0; d < c->n_devices; d++)
+            freed[d] += adapter_bytes_on(s, v, d);
+    }
+    for (int j = 0; j < c->n_adapters; j++)
+        if (s->a[j].marked) {
+            s->a[j].marked = false;
+            if (ok && apply)
+                adapter_leave(s, j);
+        }
+    return ok;
+}
+
+/* Starts the loads of model's pending adapters, in its queue's order, while
+ * each finds room (adapter_room): only while the model is resident (or
+ * loading: then the adapter's load follows the model's) and not leaving.
+ * True when one started. */
+static bool adapters_load(struct sim *s, int model)
+{
+    const struct sim_config *c = s->c;
+    struct sim_model *m = &s->m[model];
+    bool started = false;
+    if (!m->resident || m->offload_pending)
+        return false;
+    int k;
+    while ((k = adapter_pending(s, model)) >= 0 && adapter_room(s, k, true)) {
+        struct sim_adapter *a = &s->a[k];
+        for (int d = 0; d < c->n_devices; d++) {
+            uint64_t b = adapter_bytes_on(s, k, d);
+            s->used[d] += b;
+            m->adapters_held[d] += b;
+            s->st->adapter_bytes_loaded += b;
+            if (s->used[d] > s->st->high_water[d])
+                s->st->high_water[d] = s->used[d];
+        }
+        double start = m->loading && m->load_end > s->now ? m->load_end : s->now;
+        a->resident = a->loading = true;
+        a->load_end = start + c->adapter_load_s[k];
+        a->last_used = s->now;
+        s->st->adapter_loads++;
+        s->st->adapter_swap_s += c->adapter_load_s[k];
+        started = true;
+    }
+    return started;
+}
+
+/* Some adapter of model is loading. */
+static bool adapters_loading(const struct sim *s, int model)
+{
+    for (int k = 0; k < s->c->n_adapters; k++)
+        if (s->c->adapter_base[k] == model && s->a[k].loading)
+            return true;
+    return false;
+}
+
+/* Some queued request of model may join a batch now. */
+static bool any_ready(const struct sim *s, int model)
+{
+    const struct sim_model *m = &s->m[model];
+    for (size_t q = m->head; q < m->tail; q++)
+        if (request_ready(s, m->queue[q]))
+            return true;
+    return false;
+}
+
+/* When nothing of model can run (resident and idle, every queued request
+ * waiting for an adapter, none loading) and its first pending adapter has
+ * no room even with the idle adapters gone: that adapter, whose room the
+ * policy must make as for a load (view_build shows model lacking its
+ * bytes); -1 otherwise. */
+static int adapter_stuck(struct sim *s, int model)
+{
+    const struct sim_model *m = &s->m[model];
+    if (!m->resident || m->loading || m->running || m->paused || m->pause_pending ||
+        m->offload_pending || m->tail == m->head)
+        return -1;
+    if (any_ready(s, model) || adapters_loading(s, model))
+        return -1;
+    int k = adapter_pending(s, model);
+    return k < 0 || adapter_room(s, k, false) ? -1 : k;
+}
+
 static void view_build(struct sim *s, double now, struct sched_model *sm, struct sched_view *v)
 {
     const struct sim_config *c = s->c;
@@ -198,8 +374,13 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
         sm[i].batch_start = m->batch_start;
         /* short of its batch's room: partly resident, lacking it */
         bool room_lacks = room_short(s, i);
-        sm[i].resident = m->resident && !room_lacks;
-        sm[i].loading = m->loading;
+        /* an adapter that needs room only the policy can make */
+        int stuck = c->n_adapters ? adapter_stuck(s, i) : -1;
+        sm[i].resident = m->resident && !room_lacks && stuck < 0;
+        /* a model whose queued work all waits for its adapters' loads is
+         * still loading (a load of a base for an adapter's request is one
+         * of the base, then the adapter): not a victim meanwhile */
+        sm[i].loading = m->loading || (c->n_adapters && adapters_loading(s, i) && !any_ready(s, i));
         sm[i].running = m->running;
         sm[i].offload_pending = m->offload_pending;
         sm[i].last_used = m->last_used;
@@ -220,11 +401,12 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
         if (m->loading)
             sm[i].load_frac = m->load_frac;
         for (int d = 0; d < c->n_devices; d++) {
-            sm[i].bytes[d] = moving_of(s, i, d) + lack_of(s, i, d);
-            sm[i].resident_bytes[d] = held_on(s, i, d);
+            sm[i].bytes[d] = moving_of(s, i, d) + lack_of(s, i, d) + m->adapters_held[d] +
+                             (stuck >= 0 ? adapter_bytes_on(s, stuck, d) : 0);
+            sm[i].resident_bytes[d] = held_on(s, i, d) + m->adapters_held[d];
             sm[i].batch_bytes[d] = m->running || m->paused ? kv_of(s, i, d) : 0;
         }
-        v->any_loading |= m->loading;
+        v->any_loading |= sm[i].loading;
         v->any_running |= m->running;
     }
 }
@@ -235,6 +417,7 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
 static void evict(struct sim *s, int i)
 {
     struct sim_model *m = &s->m[i];
+    adapters_leave(s, i);
     for (int d = 0; d < s->c->n_devices; d++)
         s->used[d] -= held_on(s, i, d);
     if (m->paused == 0) /* its reserve's growth left with it (a paused batch's stays) */
@@ -343,14 +526,42 @@ static bool exec_serve(void *ctx, int model)
         return true;
     }
     int b = 0;
-    while (m->head < m->tail) {
-        size_t r = m->queue[m->head];
+    size_t at = m->head;
+    bool skipped = false; /* a request waiting for its adapter stays queued */
+    for (; at < m->tail; at++) {
+        size_t r = m->queue[at];
+        if (c->n_adapters && !request_ready(s, r)) {
+            skipped = true;
+            continue;
+        }
         bool same = b == 0 || s->reqs[r].params_class == s->reqs[m->batch[0]].params_class;
         if (!sched_batch_joins(c->policy->batch_same_params_only, b, c->max_batch, same))
             break;
-        m->head++;
+        if (c->n_adapters)
+            s->joined[r] = 1;
         m->batch[b++] = r;
         s->reqs[r].start = now;
+    }
+    if (skipped && b == 0)
+        return false; /* every request waits for its adapter */
+    if (skipped) {    /* those left keep their order, behind the new head */
+        size_t w = at;
+        for (size_t i = at; i-- > m->head;)
+            if (!s->joined[m->queue[i]])
+                m->queue[--w] = m->queue[i];
+        m->head = w;
+    } else {
+        m->head = at;
+    }
+    for (int k = 0; c->n_adapters && k < b; k++)
+        s->joined[m->batch[k]] = 0;
+    for (int k = 0; c->n_adapters && k < b; k++) {
+        int ad = s->reqs[m->batch[k]].adapter - 1;
+        if (ad >= 0) {
+            s->a[ad].waiting--;
+            s->a[ad].in_use++;
+            s->a[ad].last_used = now;
+        }
     }
     for (int k = 0; k < b; k++)
         s->reqs[m->batch[k]].batch_size = b;
@@ -403,8 +614,14 @@ static bool exec_load(void *ctx, int model)
     struct sim *s = ctx;
     const struct sim_config *c = s->c;
     struct sim_model *m = &s->m[model];
-    if (m->resident) /* short of its batch's room: the victims made it, or not yet */
+    if (m->resident &&
+        c->n_adapters == 0) /* short of its batch's room: the victims made it, or not yet */
         return !m->loading && reserve_settle(s, model);
+    if (m->resident) { /* or of an adapter's */
+        if (m->loading || !reserve_settle(s, model))
+            return false;
+        return adapter_pending(s, model) < 0 || adapters_load(s, model);
+    }
     uint64_t need[SCHED_MAX_DEVICES];
     double frac = 0; /* of its weights, what it copies: shards load in parallel */
     for (int d = 0; d < c->n_devices; d++) {
@@ -440,9 +657,13 @@ static bool exec_load(void *ctx, int model)
 static void keep_part(struct sim *s, int model)
 {
     struct sim_model *m = &s->m[model];
+    uint64_t adapters[SCHED_MAX_DEVICES];
+    memcpy(adapters, m->adapters_held, sizeof(adapters));
+    adapters_leave(s, model); /* their bytes are free now, counted by the trims */
     for (int e = 0; e < s->c->n_devices; e++) {
         m->uncounted[e] = moving_of(s, model, e) - weights_of(s, model, e);
         s->used[e] -= m->uncounted[e];
+        m->uncounted[e] += adapters[e];
     }
     if (m->paused == 0)
         memset(m->grow, 0, sizeof(m->grow));
@@ -557,6 +778,14 @@ static bool act(struct sim *s, const struct sched_view *v, const struct sched_ac
     return ok;
 }
 
+/* Request r's sequence leaves its batch: its adapter is idle again (or
+ * less used). */
+static void adapter_release(struct sim *s, size_t r)
+{
+    if (s->reqs[r].adapter > 0)
+        s->a[s->reqs[r].adapter - 1].in_use--;
+}
+
 /* A batch asked to pause reached its boundary (batch_end): the requests done
  * by then are done, the others are held (paused; none: the batch ended).
  * Returns how many were done. */
@@ -566,9 +795,10 @@ static size_t batch_pause(struct sim *s, struct sim_model *m)
     int kept = 0;
     for (int k = 0; k < m->batch_n; k++) {
         size_t r = m->batch[k];
-        if (s->reqs[r].done <= m->batch_end)
+        if (s->reqs[r].done <= m->batch_end) {
             n_done++;
-        else
+            adapter_release(s, r);
+        } else
             m->batch[kept++] = r;
     }
     m->pause_pending = false;
@@ -653,6 +883,45 @@ static int requests_check(const struct sim_config *c, const struct sim_request *
     return 0;
 }
 
+/* The adapters' registrations and the requests naming them: each over a
+ * model, loading in a time >= 0, fitting every device beside its base;
+ * each request's adapter one of its model's. */
+static int adapters_check(const struct sim_config *c, const struct sim_request *reqs, size_t n)
+{
+    if (c->n_adapters < 0 ||
+        (c->n_adapters > 0 && (!c->adapter_base || !c->adapter_bytes || !c->adapter_load_s)))
+        return err_set(ERR_INVALID,
+                       "simulation: %d adapters: expected >= 0, with their bases, "
+                       "bytes and load times",
+                       c->n_adapters);
+    for (int k = 0; k < c->n_adapters; k++) {
+        int b = c->adapter_base[k];
+        if (b < 0 || b >= c->n_models || !(c->adapter_load_s[k] >= 0))
+            return err_set(ERR_INVALID,
+                           "adapter %d: base %d of %d models, load %g s: expected "
+                           "a model and seconds >= 0",
+                           k, b, c->n_models, c->adapter_load_s[k]);
+        for (int d = 0; d < c->n_devices; d++) {
+            uint64_t need = c->bytes[(size_t)b * c->n_devices + d] +
+                            c->adapter_bytes[(size_t)k * c->n_devices + d];
+            if (need > c->budget[d])
+                return err_set(ERR_INVALID,
+                               "adapter %d never fits device %d beside its base: "
+                               "%llu bytes together, a budget of %llu",
+                               k, d, (unsigned long long)need, (unsigned long long)c->budget[d]);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        int k = reqs[i].adapter - 1;
+        if (k >= c->n_adapters || (k >= 0 && c->adapter_base[k] != reqs[i].model))
+            return err_set(ERR_INVALID,
+                           "simulated request %zu: adapter %d over model %d: "
+                           "expected 0 (none) or one of that model's 1..%d",
+                           i, reqs[i].adapter, reqs[i].model, c->n_adapters);
+    }
+    return 0;
+}
+
 int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, struct sim_stats *st)
 {
     if (c->n_models < 1 || c->n_models > SCHED_MAX_MODELS || c->n_devices < 1 ||
@@ -677,7 +946,10 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
             (i > 0 && reqs[i].arrival < reqs[i - 1].arrival))
             return err_set(ERR_INVALID, "simulated request %zu: model %d of %d, arrivals must be "
                                         "sorted", i, reqs[i].model, c->n_models);
-    int crc = controls_check(c);
+    int crc = adapters_check(c, reqs, n);
+    if (crc < 0)
+        return crc;
+    crc = controls_check(c);
     if (crc < 0)
         return crc;
     if ((crc = requests_check(c, reqs, n)) < 0)
@@ -687,7 +959,13 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
     s.m = calloc((size_t)c->n_models, sizeof(*s.m));
     s.next_of = malloc((n ? n : 1) * sizeof(size_t));
     struct sched_model *sm = calloc((size_t)c->n_models, sizeof(*sm));
-    int rc = s.m && sm && s.next_of ? 0 : err_set(ERR_NOMEM, "out of memory");
+    if (c->n_adapters) {
+        s.a = calloc((size_t)c->n_adapters, sizeof(*s.a));
+        s.joined = calloc(n ? n : 1, 1);
+    }
+    int rc = s.m && sm && s.next_of && (!c->n_adapters || (s.a && s.joined))
+                 ? 0
+                 : err_set(ERR_NOMEM, "out of memory");
     /* each model's requests in order, for the policies that read the future */
     for (int i = 0; rc == 0 && i < c->n_models; i++)
         s.m[i].upcoming = n;
@@ -714,6 +992,8 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
                     m->want[d] = b - k;
             }
             m->queue[m->tail++] = next;
+            if (reqs[next].adapter > 0)
+                s.a[reqs[next].adapter - 1].waiting++;
             m->upcoming = s.next_of[next];
             forecast_add(&m->arrivals, reqs[next].arrival);
         }
@@ -731,20 +1011,28 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
             } else if (m->running && m->batch_end <= now) {
                 /* exec_serve set each request's times */
                 done += (size_t)m->batch_n;
+                for (int k = 0; c->n_adapters && k < m->batch_n; k++)
+                    adapter_release(&s, m->batch[k]);
                 m->running = false;
                 m->idle_since = now;
                 if (m->offload_pending && !m->loading)
                     evict(&s, i);
             }
         }
+        for (int k = 0; k < c->n_adapters; k++)
+            if (s.a[k].loading && s.a[k].load_end <= now)
+                s.a[k].loading = false;
         /* the scheduler, until it has nothing more to do now */
         s.now = now;
         s.wake_at = INFINITY;
         for (;;) {
             struct sched_view v;
             struct sched_action a[16];
-            for (int i = 0; i < c->n_models; i++)
+            for (int i = 0; i < c->n_models; i++) {
                 reserve_settle(&s, i); /* what has room now is taken */
+                if (c->n_adapters)
+                    adapters_load(&s, i);
+            }
             view_build(&s, now, sm, &v);
             int k = c->policy->decide(&v, a, 16);
             bool progress = false;
@@ -763,6 +1051,9 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
             if (s.m[i].running && s.m[i].batch_end < t)
                 t = s.m[i].batch_end;
         }
+        for (int k = 0; k < c->n_adapters; k++)
+            if (s.a[k].loading && s.a[k].load_end < t)
+                t = s.a[k].load_end;
         if (done < n && isinf(t))
             rc = err_set(ERR_INVALID, "policy %s left %zu requests waiting with nothing in "
                                       "progress at t = %.6f s", c->policy->name, n - done, now);
@@ -774,6 +1065,8 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
         free(s.m[i].step_end);
     }
     free(s.m);
+    free(s.a);
+    free(s.joined);
     free(s.next_of);
     free(sm);
     return rc;

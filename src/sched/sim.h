@@ -26,6 +26,16 @@
  * it runs what was left from then on, every later time of its requests moved
  * by the pause; a paused batch's memory (kv_bytes) stays while its model's
  * weights leave.
+ * LoRA adapters (sim_config.n_adapters) follow the engine's rules: an
+ * adapter's requests queue with its base's (the policy sees the base, its
+ * queue and bytes counting its adapters'); a request whose adapter is not
+ * on the devices does not join a batch, and its adapter loads (its bytes
+ * over the link, every shard at once, after its base's load when that is
+ * still going) as soon as its base is resident, making room from free
+ * bytes, then by evicting the least recently used idle adapters (none of
+ * a batch in flight, none with a request waiting), then, when nothing of
+ * its base can run, through the policy as a load of the base (the base
+ * shown lacking the adapter's bytes); adapters leave with their base.
  * What it leaves out: copies slowing compute (CPU devices at memory speed),
  * compute noise, and two batches sharing a device (neither policy does that).
  *
@@ -95,6 +105,15 @@ struct sim_config {
      * by a SCHED_PREEMPT keeps on the devices while the rest of its model
      * leaves (its KV caches and activations, as the engine keeps them) */
     const uint64_t *kv_bytes;
+    /* LoRA adapters (0: none): adapter k is registered over model
+     * adapter_base[k] (n_adapters), holds adapter_bytes[k * n_devices + d]
+     * on device d (on every device its base has weights on) and loads in
+     * adapter_load_s[k] seconds (its shards in parallel). Its base's bytes
+     * plus its own must fit every budget (else ERR_INVALID naming it). */
+    int n_adapters;
+    const int *adapter_base;
+    const uint64_t *adapter_bytes;
+    const double *adapter_load_s;
     FILE *trace;            /* non-NULL: one line per action carried out */
     /* optional: told of each operation carried out (sched_act's carried),
      * at simulated time now; model is the request's model index */
@@ -105,6 +124,9 @@ struct sim_config {
 struct sim_request {
     double arrival; /* input; requests sorted by arrival */
     int model;      /* input */
+    /* input: 0, the model alone; k + 1, adapter k over it (model must be
+     * adapter k's base) */
+    int adapter;
     /* input: its sampling parameters' class (the engine compares temperature,
      * top-k and top-p); requests of one class sample alike. 0 for all: one class */
     int params_class;
@@ -130,6 +152,11 @@ struct sim_stats {
     uint64_t preemptions; /* batches paused with sequences left (SCHED_PREEMPT) */
     uint64_t trims;       /* trims carried out (one per victim and device asked) */
     uint64_t bytes_loaded; /* bytes loads moved, over every device */
+    /* adapters: loads, their bytes over every device, and adapters that
+     * left (with their base, or as another adapter's victims); swap_s and
+     * bytes_loaded count models only, adapter_swap_s the adapters' loads */
+    uint64_t adapter_loads, adapter_bytes_loaded, adapter_evictions;
+    double adapter_swap_s;
     double swap_s, compute_s;
     uint64_t high_water[SCHED_MAX_DEVICES]; /* most bytes resident at once, per device */
 };

@@ -16,7 +16,7 @@
 /* Adds one seed's latencies lat[0..n) (n >= 1) and loads into *o, each
  * weighed 1/seeds; *p99 gets the seed's p99. */
 static int summary_add_seed(struct simulate_summary *o, const double *lat, size_t n, double slo,
-                            uint64_t loads, int seeds, double *p99)
+                            const struct sim_stats *st, int seeds, double *p99)
 {
     struct latency_stats ls;
     int rc = stats_latency_compute(lat, n, &ls);
@@ -28,7 +28,11 @@ static int summary_add_seed(struct simulate_summary *o, const double *lat, size_
     o->p99 += ls.p99 / seeds;
     o->max += ls.max / seeds;
     o->slo += stats_slo_attainment(lat, n, slo) / seeds;
-    o->swaps += (double)loads / seeds;
+    if (st) {
+        o->swaps += (double)st->loads / seeds;
+        o->adapter_loads += (double)st->adapter_loads / seeds;
+        o->bytes += (double)(st->bytes_loaded + st->adapter_bytes_loaded) / seeds;
+    }
     *p99 = ls.p99;
     return 0;
 }
@@ -128,6 +132,42 @@ int simulate_load_bytes(const struct replay_rig *rig, uint64_t *bytes)
     return rc;
 }
 
+int simulate_adapter_bytes(const char *dir, int tp, int rank, uint64_t *bytes)
+{
+    struct model_config *cfg = NULL;
+    int rc = model_config_load(dir, &cfg);
+    if (rc < 0)
+        return rc;
+    const struct model_info *in = &cfg->info;
+    const int q = in->n_heads * in->head_dim, kv = in->n_kv_heads * in->head_dim;
+    const bool opt = strcmp(in->family, "opt") == 0;
+    /* (in, out, row-parallel) of each projection a layer adapts */
+    const struct {
+        int in, out;
+        bool row;
+    } proj[] = {{in->hidden, q, false},       {in->hidden, kv, false},
+                {in->hidden, kv, false},      {q, in->hidden, true},
+                {in->hidden, in->ffn, false}, {in->ffn, in->hidden, true},
+                {in->hidden, in->ffn, false}};
+    const int n_proj = opt ? 6 : 7; /* OPT: fc1, fc2; the Llama family: gate, down, up */
+    const size_t es = dtype_size(in->dtype);
+    for (int d = 0; d < tp; d++) {
+        uint64_t layer = 0;
+        for (int j = 0; j < n_proj; j++) {
+            /* column-parallel: A whole, B by output rows; row-parallel: A
+             * by input columns, B whole */
+            uint64_t a =
+                (uint64_t)rank * (proj[j].row ? (uint64_t)proj[j].in / tp : (uint64_t)proj[j].in);
+            uint64_t b =
+                (uint64_t)rank * (proj[j].row ? (uint64_t)proj[j].out : (uint64_t)proj[j].out / tp);
+            layer += (a + b) * es;
+        }
+        bytes[d] = (layer + 63) / 64 * 64 * (uint64_t)in->n_layers;
+    }
+    model_config_free(cfg);
+    return 0;
+}
+
 int simulate_workload(const struct replay_rig *rig, const struct workload_config *c,
                       const struct sim_config *costs, const char *const *policies, int n_pol,
                       uint64_t seed, int seeds, double duration, double slo,
@@ -137,10 +177,35 @@ int simulate_workload(const struct replay_rig *rig, const struct workload_config
                                    NULL);
 }
 
+/* simulate_workload_floor's body; with adapter_rank > 0, c's models are
+ * adapters of that rank over one base (simulate_workload_adapters). */
+static int simulate_run(const struct replay_rig *rig, const struct workload_config *c,
+                        const struct sim_config *costs, const char *const *policies, int n_pol,
+                        uint64_t seed, int seeds, double duration, double slo, int adapter_rank,
+                        struct simulate_summary *s, struct simulate_summary *floor);
+
 int simulate_workload_floor(const struct replay_rig *rig, const struct workload_config *c,
                             const struct sim_config *costs, const char *const *policies,
                             int n_pol, uint64_t seed, int seeds, double duration, double slo,
                             struct simulate_summary *s, struct simulate_summary *floor)
+{
+    return simulate_run(rig, c, costs, policies, n_pol, seed, seeds, duration, slo, 0, s, floor);
+}
+
+int simulate_workload_adapters(const struct replay_rig *rig, const struct workload_config *c,
+                               const struct sim_config *costs, const char *const *policies,
+                               int n_pol, uint64_t seed, int seeds, double duration, double slo,
+                               int rank, struct simulate_summary *s)
+{
+    if (rank < 1)
+        return err_set(ERR_INVALID, "adapter rank %d: expected >= 1", rank);
+    return simulate_run(rig, c, costs, policies, n_pol, seed, seeds, duration, slo, rank, s, NULL);
+}
+
+static int simulate_run(const struct replay_rig *rig, const struct workload_config *c,
+                        const struct sim_config *costs, const char *const *policies, int n_pol,
+                        uint64_t seed, int seeds, double duration, double slo, int adapter_rank,
+                        struct simulate_summary *s, struct simulate_summary *floor)
 {
     /* each model's device bytes (weights and its largest batch) and the
      * budgets, as the real run's stack sizes them */
@@ -169,11 +234,34 @@ int simulate_workload_floor(const struct replay_rig *rig, const struct workload_
     int n_layers = 0;
     if ((rc = layers_of(mc[0].path, tp, &n_layers, layer)) < 0)
         return rc;
-    uint64_t *bytes = calloc((size_t)c->n_models * tp * 3, sizeof(uint64_t));
-    if (!bytes)
+    /* with adapters: one base, c's models its adapters, each loading its
+     * largest shard over the link at the rate a model's load moves its
+     * weights (load_s for the largest shard's weights) */
+    const int n_sim = adapter_rank > 0 ? 1 : c->n_models, n_ad = adapter_rank > 0 ? c->n_models : 0;
+    uint64_t ad_shard[STACK_MAX_DEVICES] = {0}, ad_max = 0, w_max = 0;
+    if (n_ad && (rc = simulate_adapter_bytes(mc[0].path, tp, adapter_rank, ad_shard)) < 0)
+        return rc;
+    for (int d = 0; d < tp; d++) {
+        ad_max = ad_shard[d] > ad_max ? ad_shard[d] : ad_max;
+        w_max = weights[d] > w_max ? weights[d] : w_max;
+    }
+    const double ad_load_s = w_max ? costs->load_s * (double)ad_max / (double)w_max : 0;
+    uint64_t *bytes = calloc((size_t)n_sim * tp * 3 + (size_t)n_ad * tp, sizeof(uint64_t));
+    int *ad_base = n_ad ? calloc((size_t)n_ad, sizeof(int)) : NULL;
+    double *ad_load = n_ad ? calloc((size_t)n_ad, sizeof(double)) : NULL;
+    if (!bytes || (n_ad && (!ad_base || !ad_load))) {
+        free(bytes);
+        free(ad_base);
+        free(ad_load);
         return err_set(ERR_NOMEM, "out of memory for %d models' sizes", c->n_models);
-    uint64_t *kv = bytes + (size_t)c->n_models * tp, *lb = kv + (size_t)c->n_models * tp;
-    for (int i = 0; i < c->n_models; i++) {
+    }
+    uint64_t *ad_bytes = bytes + (size_t)n_sim * tp * 3;
+    for (int k = 0; k < n_ad; k++) {
+        memcpy(ad_bytes + (size_t)k * tp, ad_shard, sizeof(uint64_t) * (size_t)tp);
+        ad_load[k] = ad_load_s;
+    }
+    uint64_t *kv = bytes + (size_t)n_sim * tp, *lb = kv + (size_t)n_sim * tp;
+    for (int i = 0; i < n_sim; i++) {
         memcpy(bytes + (size_t)i * tp, shard, sizeof(uint64_t) * (size_t)tp);
         memcpy(lb + (size_t)i * tp, layer, sizeof(uint64_t) * (size_t)tp);
         for (int d = 0; d < tp; d++)
@@ -200,7 +288,11 @@ int simulate_workload_floor(const struct replay_rig *rig, const struct workload_
                 rc = ERR_INVALID; /* sched_policy_find_sim says which */
                 break;
             }
-            sc.n_models = c->n_models;
+            sc.n_models = n_sim;
+            sc.n_adapters = n_ad;
+            sc.adapter_base = ad_base;
+            sc.adapter_bytes = ad_bytes;
+            sc.adapter_load_s = ad_load;
             sc.n_devices = tp;
             sc.bytes = bytes;
             sc.kv_bytes = kv;
@@ -211,7 +303,9 @@ int simulate_workload_floor(const struct replay_rig *rig, const struct workload_
             for (int d = 0; d < tp; d++)
                 sc.budget[d] = budget[d]; /* as replay_run's stack */
             for (size_t i = 0; i < n; i++)
-                rq[i] = (struct sim_request){.arrival = ev[i].t, .model = ev[i].model,
+                rq[i] = (struct sim_request){.arrival = ev[i].t,
+                                             .model = n_ad ? 0 : ev[i].model,
+                                             .adapter = n_ad ? ev[i].model + 1 : 0,
                                              .n_prompt = cr ? cr[i].n_prompt : 0,
                                              .n_output = cr ? cr[i].n_output : 0};
             struct sim_stats st;
@@ -220,7 +314,7 @@ int simulate_workload_floor(const struct replay_rig *rig, const struct workload_
                 break;
             for (size_t i = 0; i < n; i++)
                 lat[i] = rq[i].done - rq[i].arrival;
-            if ((rc = summary_add_seed(&s[p], lat, n, slo, st.loads, seeds, &p99)) < 0)
+            if ((rc = summary_add_seed(&s[p], lat, n, slo, &st, seeds, &p99)) < 0)
                 break;
             if (cr && (rc = tokens_add_seed(&s[p], c, rq, n, seeds)) < 0)
                 break;
@@ -231,7 +325,7 @@ int simulate_workload_floor(const struct replay_rig *rig, const struct workload_
             if (p == 0 && floor) { /* the same requests and costs */
                 double fp99;
                 floor_latencies(&sc, rq, n, lat);
-                if ((rc = summary_add_seed(floor, lat, n, slo, 0, seeds, &fp99)) < 0)
+                if ((rc = summary_add_seed(floor, lat, n, slo, NULL, seeds, &fp99)) < 0)
                     break;
                 if (fp99 / first_p99 > floor->worst_p99_ratio)
                     floor->worst_p99_ratio = fp99 / first_p99;
@@ -243,5 +337,7 @@ int simulate_workload_floor(const struct replay_rig *rig, const struct workload_
         free(ev);
     }
     free(bytes);
+    free(ad_base);
+    free(ad_load);
     return rc;
 }

@@ -15,7 +15,10 @@
 struct simulate_summary {
     double mean, p50, p90, p99, max; /* latency */
     double slo;                      /* SLO attainment */
-    double swaps;                    /* loads */
+    double swaps;                    /* loads of models */
+    double adapter_loads;            /* loads of adapters */
+    double bytes;                    /* bytes the loads moved (models' and adapters'), over
+                                      * every device */
     double worst_p99_ratio;          /* the largest over seeds of p99 / the first policy's p99
                                       * (0 for the first policy) */
     /* chat workloads only (0 otherwise), summary_tokens against c's token SLOs */
@@ -59,5 +62,25 @@ int simulate_workload_floor(const struct replay_rig *rig, const struct workload_
                             const struct sim_config *costs, const char *const *policies,
                             int n_pol, uint64_t seed, int seeds, double duration, double slo,
                             struct simulate_summary *s, struct simulate_summary *floor);
+
+/* The bytes per device of a LoRA adapter of the given rank over every
+ * projection the family adapts (q, k, v, o and the MLP's) of the model in
+ * dir, split tp ways as its shards are (column-parallel projections: A
+ * whole, B by output rows; row-parallel: A by input columns, B whole), in
+ * the model's dtype, each layer's blob rounded up to 64 bytes. */
+int simulate_adapter_bytes(const char *dir, int tp, int rank, uint64_t *bytes);
+
+/* simulate_workload with c's models served as LoRA adapters of rank rank
+ * over one base of rig's model 0's shape, on the same devices and budgets
+ * (sized for c->max_loaded full models) and the same arrivals: request i
+ * names adapter ev[i].model over the base. An adapter's load moves its
+ * largest shard at the rate a model's load moves its weights (costs'
+ * load_s for the largest shard's weights); its sequences cost what the
+ * base's do (the LoRA update's compute is not modelled). s[p].swaps counts
+ * the base's loads, adapter_loads the adapters'; no floor. */
+int simulate_workload_adapters(const struct replay_rig *rig, const struct workload_config *c,
+                               const struct sim_config *costs, const char *const *policies,
+                               int n_pol, uint64_t seed, int seeds, double duration, double slo,
+                               int rank, struct simulate_summary *s);
 
 #endif

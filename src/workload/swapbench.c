@@ -13,6 +13,7 @@
 #include "core/timing.h"
 #include "engine/workers.h"
 #include "format/safetensors.h"
+#include "model/adapter.h"
 #include "model/model.h"
 
 static int cmp_double(const void *a, const void *b)
@@ -217,6 +218,46 @@ static int bench_cold(struct swap_manager *mgr, struct workers *w, struct swap_m
     return 0;
 }
 
+/* config.adapter over the model: registered, the model loaded, the
+ * adapter's host copy filled, then its swap-in and swap-out repeat times
+ * (the model staying resident); both leave the devices after. */
+static int bench_adapter(struct swap_manager *mgr, const char *dir, struct swap_model *model,
+                         int repeat, struct samples *sm, struct swapbench_layout *r)
+{
+    struct swap_model *ad = NULL;
+    int rc = swap_register_adapter(mgr, "bench-adapter", dir, model, &ad);
+    if (rc < 0)
+        return err_wrap(rc, "adapter %s", dir);
+    r->adapter_bytes = 0;
+    for (int s = 0; s < r->tp * r->pp; s++)
+        r->adapter_bytes += swap_shard_device_bytes(swap_model_shard(ad, s));
+    if ((rc = swap_load_lru(mgr, model)) < 0 || (rc = swap_wait_loaded(mgr, model)) < 0)
+        goto out;
+    double t0 = time_now();
+    if ((rc = swap_prefetch_host(mgr, ad)) < 0)
+        goto out;
+    r->adapter_host_fill_s = time_now() - t0;
+    for (int i = 0; i < repeat; i++) {
+        if ((rc = swap_load_lru(mgr, ad)) < 0 || (rc = swap_wait_loaded(mgr, ad)) < 0)
+            goto out;
+        sm->load[i] = swap_model_load_seconds(mgr, ad);
+        t0 = time_now();
+        if ((rc = swap_offload(mgr, ad, false)) < 0)
+            goto out;
+        swap_wait_idle(mgr, ad);
+        sm->off[i] = time_now() - t0;
+    }
+    r->adapter_load_s = median(sm->load, repeat);
+    r->adapter_offload_s = median(sm->off, repeat);
+    if ((rc = swap_offload(mgr, model, false)) < 0)
+        goto out;
+    swap_wait_idle(mgr, model);
+out:
+    swap_wait_idle(mgr, ad);
+    int urc = swap_unregister(mgr, ad);
+    return rc < 0 ? rc : urc;
+}
+
 /* The stack of one layout: tp x pp devices (CPU ones of the given budgets,
  * or the first tp x pp CUDA devices listed, sized by the stack for the cold
  * request), the model placed on them in order; under mpirun device d on
@@ -259,7 +300,7 @@ static void layout_stack_config(const struct swapbench_config *c, const uint64_t
 
 /* One layout on a stack of its own, closed before this returns. */
 static int bench_layout(const struct swapbench_config *c, const uint64_t *budgets,
-                        uint64_t host_budget, struct swapbench_layout *r)
+                        uint64_t host_budget, uint64_t adapter, struct swapbench_layout *r)
 {
     struct stack_model_config mc;
     struct stack_config sc;
@@ -267,6 +308,13 @@ static int bench_layout(const struct swapbench_config *c, const uint64_t *budget
     struct stack *st = NULL;
     struct samples sm = {0};
     int rc;
+    if (c->cuda && adapter) { /* the stack's sizes, and room for the adapter beside them */
+        uint64_t sized[STACK_MAX_DEVICES], host;
+        if ((rc = stack_size(&sc, sized, &host)) < 0)
+            return rc;
+        for (int d = 0; d < sc.n_devices; d++)
+            sc.device_budget[d] = sized[d] + adapter;
+    }
     /* under mpirun the other processes open their devices of the stack first */
     if ((rc = samples_alloc(&sm, c->repeat)) < 0 || (rc = cluster_job_lead(c->job, &sc)) < 0 ||
         (rc = stack_open(&sc, &st)) < 0)
@@ -291,7 +339,8 @@ static int bench_layout(const struct swapbench_config *c, const uint64_t *budget
         all_here &= r->shard_proc[i] == 0;
     if ((c->cuda && all_here && (rc = bench_link(st, model, c->repeat, r)) < 0) ||
         (rc = bench_load_offload(st->mgr, model, c->repeat, &sm, r)) < 0 ||
-        (rc = bench_cold(st->mgr, st->workers, model, c->repeat, c->prompt_len, &sm, r)) < 0)
+        (rc = bench_cold(st->mgr, st->workers, model, c->repeat, c->prompt_len, &sm, r)) < 0 ||
+        (c->adapter && (rc = bench_adapter(st->mgr, c->adapter, model, c->repeat, &sm, r)) < 0))
         goto out;
     swap_get_stats(st->mgr, &r->stats);
 out:
@@ -339,8 +388,9 @@ out:
 
 /* Each CPU device's budget: the most any layout puts on it (the arenas are
  * real memory, touched at open), and the host tier's: any layout's copy. */
-static int size_budgets(const struct swapbench_config *c, struct swapbench_layout *lay,
-                        uint64_t *need, uint64_t *host_budget, int *max_workers)
+static int size_budgets(const struct swapbench_config *c, uint64_t adapter,
+                        struct swapbench_layout *lay, uint64_t *need, uint64_t *host_budget,
+                        int *max_workers)
 {
     uint64_t total, embed;
     int rc = check_layouts(c, &total, &embed);
@@ -369,10 +419,24 @@ static int size_budgets(const struct swapbench_config *c, struct swapbench_layou
         if (k > *max_workers)
             *max_workers = k;
     }
-    *host_budget = total + embed + (16u << 20);
+    /* room for the adapter beside the model: all of it on every device
+     * (a bound: each holds a shard of it) */
+    *host_budget = total + embed + adapter + (16u << 20);
     for (int d = 0; d < *max_workers; d++)
-        need[d] += 1u << 20;
+        need[d] += adapter + (1u << 20);
     return 0;
+}
+
+/* The bytes of the whole of config.adapter on a device (0 without one). */
+static int adapter_room(const struct swapbench_config *c, uint64_t *bytes)
+{
+    struct model_config *cfg = NULL;
+    int rank, rc = 0;
+    *bytes = 0;
+    if (c->adapter && (rc = model_config_load(c->dir, &cfg)) == 0)
+        rc = model_adapter_bytes(c->adapter, cfg, c->dir, bytes, &rank);
+    model_config_free(cfg);
+    return rc;
 }
 
 int swapbench_run(const struct swapbench_config *c, struct swapbench_report *out)
@@ -396,14 +460,15 @@ int swapbench_run(const struct swapbench_config *c, struct swapbench_report *out
         out->layouts[i].tp = c->tp[i];
         out->layouts[i].pp = c->pp[i];
     }
-    uint64_t need[SWAPBENCH_MAX_WORKERS], host_budget;
-    int rc = size_budgets(c, out->layouts, need, &host_budget, &out->max_workers);
-    if (rc < 0)
+    uint64_t need[SWAPBENCH_MAX_WORKERS], host_budget, adapter = 0;
+    int rc = adapter_room(c, &adapter);
+    if (rc < 0 ||
+        (rc = size_budgets(c, adapter, out->layouts, need, &host_budget, &out->max_workers)) < 0)
         return rc;
     for (int i = 0; i < c->n_layouts; i++) {
         struct swapbench_layout *r = &out->layouts[i];
         out->n_layouts = i + 1;
-        if (!r->skipped[0] && (rc = bench_layout(c, need, host_budget, r)) < 0)
+        if (!r->skipped[0] && (rc = bench_layout(c, need, host_budget, adapter, r)) < 0)
             return rc;
     }
     /* the host's copy speed: the reference of CPU devices only */

@@ -10,6 +10,9 @@
  *     repeat swap-ins (host -> devices, every shard at once) and swap-outs;
  *     repeat rounds of a cold request (not resident -> first token's
  *       logits) with layer overlap, one without, and the same request warm;
+ *   with an adapter (config.adapter): registered over the model
+ *     (swap_register_adapter) once the model is resident, its host copy
+ *     filled (timed), then repeat swap-ins and swap-outs of it alone;
  *   medians of the repeat runs; beside them, on CPU devices, the host's
  *   memcpy and streaming copy on 1 .. max_workers threads, the reference the
  *   table compares with.
@@ -70,6 +73,8 @@ struct swapbench_config {
      * each layout on process d % cluster_job_procs(job). NULL: every device
      * is this process's. Not owned. */
     struct cluster_job *job;
+    /* a PEFT LoRA adapter of the model (NULL: none), measured over it */
+    const char *adapter;
 };
 
 /* One layout's medians, in seconds; 0 where not measured. */
@@ -95,6 +100,11 @@ struct swapbench_layout {
     uint64_t proc_bytes[SWAPBENCH_MAX_WORKERS];
     double proc_gbs[SWAPBENCH_MAX_WORKERS];
     double cold_overlap_s, cold_serial_s, warm_s;
+    /* config.adapter: its device bytes (all shards), its host fill, and the
+     * medians of its swap-in (every shard at once, the model resident) and
+     * swap-out */
+    uint64_t adapter_bytes;
+    double adapter_load_s, adapter_offload_s, adapter_host_fill_s;
     /* the layout's swap manager at the end of its run: every load and byte
      * the measurement moved (loads: 3 x repeat, each moving every shard's
      * blobs once) */

@@ -9,6 +9,8 @@ Reads (each may be missing, empty, or not JSON: that row prints n/a, never a tra
   swap.json, torch-swap.json      shardswap bench swap --json; tools/bench_torch_swap.py --json
   forward-b1.json, hf-b1.json...  shardswap bench forward --json; tools/bench_hf.py --json
   llama-forward-b1.json, llama-hf-b1.json, llama-swap.json   the same on the Llama family
+  llama-forward-lora8.json        bench forward --adapters: 8 sequences over 8 rank-16 adapters
+                                  against the base alone; llama-swap.json's layouts[].adapter
   workload-tp1.json, -tp2.json    shardswap bench workload --json
   workload-chat.json              shardswap bench workload --config chat:8:0.5 --json
   ctest-backend.log, ctest-cpu.log
@@ -278,6 +280,45 @@ def forward_table(logs, steps, prefix="", batches=(1, 8),
     return "\n".join(out)
 
 
+TARGET_LORA_RATIO = 1.3
+
+
+def lora_table(logs, steps):
+    """llama-forward-lora8.json (a batch of 8 over 8 adapters against the base alone) and the
+    rank-16 adapter's swap in llama-swap.json."""
+    out = ["LORA  (llama-3.2-1b shape: a batch of 8 over 8 rank-16 adapters against the base alone; "
+           "llama-3.1-8b shape, 8 layers: a rank-16 adapter's swap over the resident base)"]
+    fw = load_json(os.path.join(logs, "llama-forward-lora8.json"))
+    lo = fw.get("lora") if isinstance(fw, dict) else None
+    if not isinstance(lo, dict):
+        out.append(f"  forward: n/a ({why(steps, 'lora-models', 'llama-forward-lora8')})")
+    else:
+        out.append(table(["", "adapters tok/s", "base tok/s", "time ratio"],
+                         [["prefill", f(get(fw, "prefill_tok_s"), ".0f"), f(get(lo, "base_prefill_tok_s"), ".0f"),
+                           f(get(lo, "prefill_ratio"), ".3f", "x")],
+                          ["decode", f(get(fw, "decode_tok_s"), ".0f"), f(get(lo, "base_decode_tok_s"), ".0f"),
+                           f(get(lo, "decode_ratio"), ".3f", "x")]]))
+        r = get(lo, "decode_ratio")
+        out.append(f"target: decode time with 8 adapters <= {TARGET_LORA_RATIO}x the base's: "
+                   f"{verdict(r, TARGET_LORA_RATIO, at_least=False)} ({f(r, '.3f', 'x')})")
+    sw = load_json(os.path.join(logs, "llama-swap.json"))
+    lays = sw.get("layouts") if isinstance(sw, dict) else None
+    rows = []
+    for l in lays if isinstance(lays, list) else []:
+        a = l.get("adapter") if isinstance(l, dict) else None
+        if isinstance(a, dict):
+            rows.append([f"{l.get('tp')}x{l.get('pp')}", f(div(get(a, "bytes"), 1e6), ".1f"),
+                         f(mul(get(a, "load_s"), 1e3), ".2f"), f(get(a, "load_gb_s"), ".2f"),
+                         f(div(get(l, "bytes"), 1e6), ".0f"), f(mul(get(l, "load_s"), 1e3), ".1f"),
+                         f(get(a, "bytes_vs_model"), ".4f"), f(get(a, "load_s_vs_model"), ".4f")])
+    if rows:
+        out.append(table(["layout", "adapter MB", "load ms", "GB/s", "model MB", "model ms", "bytes/m",
+                          "time/m"], rows))
+    else:
+        out.append(f"  swap: n/a ({why(steps, 'lora-8b-model', 'llama-swap')})")
+    return "\n".join(out)
+
+
 def workload_table(logs, steps):
     out = ["WORKLOAD  (Computron config 6: 3 opt-1.3b models, rates 10/10/1, CV 0.25, 2 fit; seconds)"]
     rows = []
@@ -381,6 +422,7 @@ def main():
                          "Q4_K_M SWAP  (llama-3.1-8b shape, 8 layers, GGUF Q4_K_M: 3.2x fewer bytes than "
                          "the bf16 model above; against the pinned link; GB/s = 1e9 bytes/s)",
                          with_torch=False),
+             lora_table(logs, steps),
              gemv_table(logs, steps),
              gemv_table(logs, steps, "gemv-ct-bf16",
                         "COMPRESSED-TENSORS GEMV  (bench gemv on cuda:0, bf16 mode; GB/s = 1e9 weight "

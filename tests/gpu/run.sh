@@ -61,8 +61,11 @@
 #   fwd-model, forward-bB, hf-bB  bench forward vs tools/bench_hf.py (opt-1.3b shape, B = 1, 8)
 #   llama-fwd-model, llama-forward-b1, llama-hf-b1  the same on the llama-3.2-1b shape (16 layers,
 #                               bf16; transformers in bf16), batch 1
+#   lora-models, llama-forward-lora8  8 random rank-16 PEFT adapters of that shape
+#                               (tools/make_random_lora.py): bench forward, a batch of 8 over the
+#                               8 adapters against the same batch on the base alone
 #   llama-swap-model, llama-swap  bench swap on llama-3.1-8b with 8 layers (5.6 GB, bf16) against
-#                               the pinned link
+#                               the pinned link, and a rank-16 adapter's swap over it
 #   q4km-swap-model, q4km-swap  the same shape in Q4_K_M (GGUF, 1.8 GB), against the pinned link
 #   workload-tp1, workload-tp2  bench workload --config computron:6, both policies
 #   workload-chat               bench workload --config chat:8:0.5 (multi-token), five policies
@@ -419,6 +422,19 @@ if [ "$built" -eq 1 ]; then
     fi
   fi
 
+  # LoRA: 8 random rank-16 adapters of every projection (numpy and safetensors, as the HF
+  # bench's python has them), a batch of 8 sequences over the 8 against the base alone
+  # (the LoRA cost: its decode_ratio), and one over the 8B shape for bench swap below
+  lora=$models/lora
+  if [ -d "$lfwd" ] && [ ${#hf_py[@]} -gt 0 ] && [ ! -d "$lora/1b/adapter_7" ]; then
+    step lora-models 60 "${hf_py[@]}" "$repo/tools/make_random_lora.py" "$lfwd" "$lora/1b" --count 8 --rank 16
+  fi
+  if [ -d "$lora/1b/adapter_7" ] && [ ${#fwd_dev[@]} -gt 0 ]; then
+    step llama-forward-lora8 90 --stdout "$logs/llama-forward-lora8.json" "${run_env[@]}" "$ss" bench forward \
+      "${fwd_dev[@]}" --model "$lfwd" --adapters "$(ls -d "$lora"/1b/adapter_* | paste -sd,)" --batch 8 \
+      --prompt-len 128 --gen 32 --compute bf16 --json
+  fi
+
   # bench swap of an 8B-shaped Llama (llama-3.1-8b, 8 of its 32 layers, bf16: 5.6 GB,
   # of which 2.1 GB the untied 128k-vocabulary embedding and head) against the pinned link,
   # as for OPT above
@@ -426,8 +442,13 @@ if [ "$built" -eq 1 ]; then
   expand_preset llama-swap-model 90 llama-3.1-8b bf16 8 "$lbig"
   if [ -d "$lbig" ]; then
     if has_flag "bench swap" devices; then
+      lbig_lora=()
+      if [ ${#hf_py[@]} -gt 0 ] && { [ -d "$lora/8b/adapter_0" ] ||
+        step lora-8b-model 60 "${hf_py[@]}" "$repo/tools/make_random_lora.py" "$lbig" "$lora/8b" --count 1 --rank 16; }; then
+        lbig_lora=(--adapter "$lora/8b/adapter_0")
+      fi
       step llama-swap 90 --stdout "$logs/llama-swap.json" "${run_env[@]}" "$ss" bench swap --devices "$devs2" \
-        --model "$lbig" --layouts 1x1,2x1 --json
+        --model "$lbig" --layouts 1x1,2x1 ${lbig_lora[@]+"${lbig_lora[@]}"} --json
     else
       record llama-swap skipped 0 "bench swap has no --devices in this tree: it would measure CPU devices"
     fi
