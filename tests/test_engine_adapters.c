@@ -273,9 +273,9 @@ static struct stack *stack_with(int n_dev, uint64_t budget, int tp, int copies, 
 /* Requests over the base and N_AD adapters at once: one batch per base,
  * each sequence's greedy ids equal to its reference (PEFT's, computed
  * alone). */
-static void mixed(int n_dev, int tp)
+static void mixed(int n_dev, int tp, uint64_t budget)
 {
-    struct stack *s = stack_with(n_dev, 64u << 20, tp, N_AD, NULL);
+    struct stack *s = stack_with(n_dev, budget, tp, N_AD, NULL);
     if (!s)
         return;
     struct ask q[2 * (N_AD + 1) * 3];
@@ -303,12 +303,19 @@ static void mixed(int n_dev, int tp)
 
 TEST(mixed)
 {
-    mixed(1, 1);
+    mixed(1, 1, 64u << 20);
 }
 
 TEST(mixed_tp2)
 {
-    mixed(2, 2);
+    mixed(2, 2, 64u << 20);
+}
+
+/* Budgets left 0 are sized with room for the adapters beside their base
+ * (and its batches for their largest rank). */
+TEST(mixed_sized)
+{
+    mixed(1, 1, 0);
 }
 
 /* Room on the device for the base, its batch and about two adapters;

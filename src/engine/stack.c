@@ -11,6 +11,7 @@
 
 #include "backend/device.h"
 #include "core/error.h"
+#include "model/adapter.h"
 #include "sched/sched.h"
 
 static int model_tp(const struct stack_model_config *m)
@@ -359,10 +360,29 @@ static int size_devices(const struct stack_config *c, uint64_t *device_bytes, ui
             return err_wrap(rc, "model %s", m->name);
         const struct model_info info = mc->info;
         const int max_pos = info.max_pos;
+        /* its adapters: their bytes beside it, every one at once, and its
+         * batches sized for their largest rank */
+        uint64_t lora = 0;
+        int rank = 0, n_lora = 0;
+        for (int k = 0; k < c->n_adapters && rc == 0; k++) {
+            const struct stack_adapter_config *a = &c->adapters[k];
+            uint64_t b;
+            int r;
+            if (strcmp(a->base, m->name) != 0)
+                continue;
+            if ((rc = model_adapter_bytes(a->path, mc, m->path, &b, &r)) < 0)
+                err_wrap(rc, "adapter %s", a->name);
+            lora += rc == 0 ? b : 0;
+            n_lora += rc == 0;
+            rank = rc == 0 && r > rank ? r : rank;
+        }
         model_config_free(mc);
+        if (rc < 0)
+            return rc;
         int n = m->max_batch > 0 ? m->max_batch : engine_batch;
         int p = prompt < max_pos ? prompt : max_pos - 1;
         struct model_exec_shape shape = engine_batch_shape(max_pos, n, p, p + gen, gen > 1);
+        shape.max_lora_rank = rank;
         uint64_t shard[STACK_MAX_DEVICES], host = 0;
         if (model_tp(m) * model_pp(m) > STACK_MAX_DEVICES)
             return err_set(ERR_INVALID, "model %s: %d x %d shards exceed %d devices", m->name,
@@ -373,13 +393,16 @@ static int size_devices(const struct stack_config *c, uint64_t *device_bytes, ui
          * once where the CPU's takes one sequence's (swap_layout_bytes sizes
          * the CPU's): room for it, as model_exec_bytes_bound leaves */
         const uint64_t scratch = cuda ? model_exec_scratch_bound(&info, model_tp(m), &shape) : 0;
-        for (int s = 0; s < model_tp(m) * model_pp(m); s++) {
+        const int n_shards = model_tp(m) * model_pp(m);
+        for (int s = 0; s < n_shards; s++) {
             int d = model_device(m, s);
-            uint64_t b = shard[s] + scratch;
+            /* a shard of each adapter: its share, each layer's blob rounded */
+            uint64_t b =
+                shard[s] + scratch + lora / n_shards + 64ull * n_lora * (info.n_layers + 1);
             need[d] = b > need[d] ? b : need[d];
             all[d] += b;
         }
-        *host_bytes += host;
+        *host_bytes += host + lora;
     }
     for (int d = 0; d < c->n_devices; d++) {
         uint64_t b = fit > 0 ? need[d] * (uint64_t)fit : all[d];
