@@ -171,7 +171,9 @@ int engine_check_pinned_room(struct engine *e, int id)
     pthread_mutex_lock(&e->lock);
     const struct engine_model *m = id >= 0 && id < e->n_ids ? e->models[id] : NULL;
     int rc = m ? 0 : err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
-    for (int d = 0; rc == 0 && d < swap_device_count(e->mgr); d++) {
+    if (m && m->base) /* an adapter runs in its base's batches: its room is the base's */
+        m = NULL;
+    for (int d = 0; rc == 0 && m && d < swap_device_count(e->mgr); d++) {
         uint64_t w = swap_model_device_bytes(m->sm, d);
         if (w == 0)
             continue;

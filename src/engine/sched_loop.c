@@ -281,7 +281,12 @@ static void view_build(struct engine *e, struct engine_model **map, struct sched
 static void load_started(struct engine *e, struct engine_model *m, double now, uint64_t bytes,
                          double frac)
 {
-    e->stats.loads++;
+    if (m->base) { /* an adapter's load: counted apart from the models' */
+        e->stats.adapter_loads++;
+        e->stats.adapter_bytes_loaded += bytes;
+    } else {
+        e->stats.loads++;
+    }
     m->loads++;
     m->bytes_loaded += bytes;
     m->load_bytes = bytes;
@@ -408,14 +413,7 @@ static bool adapter_load(struct engine *e, struct engine_model *a)
         uint64_t bytes = swap_model_missing_bytes(e->mgr, a->sm);
         int rc = short_on >= 0 ? ERR_BUSY : swap_load(e->mgr, a->sm, &why);
         if (rc == 0) {
-            e->stats.adapter_loads++;
-            e->stats.adapter_bytes_loaded += bytes;
-            a->loads++;
-            a->bytes_loaded += bytes;
-            a->load_bytes = bytes;
-            a->load_frac = 1;
-            a->was_loading = true;
-            a->loaded_at = a->last_used = time_now();
+            load_started(e, a, time_now(), bytes, 1);
             a->room_blocked = false;
             return true;
         }
@@ -573,7 +571,15 @@ static bool exec_load(void *ctx, int model)
          * offloads' ends (the listener) or batches' ends wake us */
         uint64_t over[SCHED_MAX_DEVICES];
         room_over(x->e, over, NULL);
-        return !room_short(x->e, m, over);
+        if (room_short(x->e, m, over))
+            return false;
+        /* short of an adapter's room (view_fold): the adapter's load is
+         * tried again once the victims' memory is free (adapters_run), and
+         * an offload's end or a batch's wakes us; not progress by itself */
+        for (struct engine_model *a = m->adapters; a; a = a->next_adapter)
+            if (a->room_blocked)
+                return false;
+        return true;
     }
     uint64_t bytes = swap_model_missing_bytes(x->e->mgr, m->sm);
     double frac = missing_share(x->e, m);
