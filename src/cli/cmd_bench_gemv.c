@@ -6,7 +6,9 @@
  * weights come from memory, not from the last-level cache, as a model's
  * layers do. GGUF's block types (--types q8_0,q4_k,...) run the quantized
  * linear layer (x quantized in bf16 mode, dequantized blocks in f32 mode),
- * their bytes counted as stored. --devices cuda:G measures kern_linear on
+ * compressed-tensors' (--types ct_i8,ct_i4,ct_f8) theirs, their bytes
+ * counted as stored. --max-m above 16 adds a prefill's row counts (64 to
+ * 512), which run the matrix product (cpu_matmul). --devices cuda:G measures kern_linear on
  * a GPU instead (cmd_bench_gemv_device.c). */
 #include <stdbool.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 #include <sys/mman.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/ctlinear.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/qlinear.h"
 #include "cli/args.h"
@@ -29,7 +32,7 @@
 #include "core/membw.h"
 #include "core/timing.h"
 
-#define BENCH_GEMV_MAX_M 16
+#define BENCH_GEMV_MAX_M 512
 #define BENCH_GEMV_PASSES 7
 
 struct bench_gemv {
@@ -50,7 +53,11 @@ static const struct weight_view *bench_gemv_copy(struct weight_view *w, const ch
 static int bench_gemv_call(float *y, const float *x, int m, const struct weight_view *w,
                            enum kern_compute cm)
 {
-    return dtype_is_block(w->dtype) ? cpu_qlinear(y, x, m, w, cm) : cpu_gemv(y, x, m, w, cm);
+    if (quant_ct_is(w->dtype))
+        return cpu_ctlinear(y, x, m, w, cm);
+    if (dtype_is_block(w->dtype))
+        return cpu_qlinear(y, x, m, w, cm);
+    return m > CPU_GEMV_MAX_M ? cpu_matmul(y, x, m, w, cm) : cpu_gemv(y, x, m, w, cm);
 }
 
 /* Seconds per call of cpu_gemv with m input rows: passes through every copy
@@ -105,12 +112,12 @@ static int bench_gemv_types(const char *list, enum dtype *out, int *n)
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         int t = 0;
-        while (t <= DTYPE_Q5_1 && strcasecmp(tok, dtype_name((enum dtype)t)) != 0)
+        while (t < DTYPE_COUNT && strcasecmp(tok, dtype_name((enum dtype)t)) != 0)
             t++;
-        if (t > DTYPE_Q5_1 || *n == BENCH_GEMV_MAX_TYPES)
+        if (t == DTYPE_COUNT || *n == BENCH_GEMV_MAX_TYPES)
             return err_set(ERR_INVALID,
                            "--types: \"%s\" is not one of f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, "
-                           "q4_k, q5_k, q6_k (at most %d)",
+                           "q4_k, q5_k, q6_k, ct_i8, ct_i4, ct_f8 (at most %d)",
                            tok, BENCH_GEMV_MAX_TYPES);
         out[(*n)++] = (enum dtype)t;
     }
@@ -119,9 +126,9 @@ static int bench_gemv_types(const char *list, enum dtype *out, int *n)
 
 int bench_gemv(int argc, char **argv)
 {
-    int rows = 4096, cols = 4096, footprint_mb = 1024, max_m = BENCH_GEMV_MAX_M;
+    int rows = 4096, cols = 4096, footprint_mb = 1024, max_m = CPU_GEMV_MAX_M;
     const char *kernel = NULL, *compute = "f32", *type_list = "f32,f16,bf16", *qkernel = NULL,
-               *devices = NULL;
+               *ctkernel = NULL, *devices = NULL;
     bool json = false;
     struct flag flags[] = {
         FLAG_RANGE("rows", FLAG_INT, &rows, "N", "weight rows, outputs (default 4096)", 16, 1 << 20,
@@ -135,17 +142,20 @@ int bench_gemv(int argc, char **argv)
              "compute mode (default f32; bf16 quantizes x for the block types)"),
         FLAG("types", FLAG_STR, &type_list, "LIST",
              "weight types, comma-separated: f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, "
-             "q6_k "
-             "(default f32,f16,bf16)"),
+             "q6_k, ct_i8, ct_i4, ct_f8 (default f32,f16,bf16)"),
         FLAG("qkernel", FLAG_STR, &qkernel, "NAME",
              "run one quantized kernel: vnni, avx2, vnni-m8, avx2-m8 or scalar (default: measured "
              "per type and rows)"),
+        FLAG("ctkernel", FLAG_STR, &ctkernel, "NAME",
+             "run one compressed-tensors kernel: avx512bf16, avx512, avx2, deq or scalar "
+             "(default: measured per type, mode and rows)"),
         FLAG_RANGE("footprint-mb", FLAG_INT, &footprint_mb, "MB",
                    "weights cycled through per dtype, above the last-level cache (default 1024)", 1,
                    1 << 20, "1..1048576"),
         FLAG_RANGE("max-m", FLAG_INT, &max_m, "M",
-                   "measure input row counts up to M of 1, 2, 4, 8, 16 (default 16)", 1,
-                   BENCH_GEMV_MAX_M, "1..16"),
+                   "measure input row counts up to M of 1, 2, 4, 8, 16 (decode) and 64, 128, "
+                   "256, 512 (prefill: the matrix product) (default 16)",
+                   1, BENCH_GEMV_MAX_M, "1..512"),
         FLAG("devices", FLAG_STR, &devices, "cpu:0|cuda:G",
              "where to measure: cpu:0 (default; 1 and 2 threads against a read of memory) or "
              "cuda:G, GPU G (kern_linear with 1..8 rows against a device copy; needs a CUDA "
@@ -168,13 +178,16 @@ int bench_gemv(int argc, char **argv)
         return args_usage_fail("bench gemv");
     if (qkernel && cpu_qlinear_force(qkernel) < 0)
         return args_usage_fail("bench gemv");
+    if (ctkernel && cpu_ctlinear_force(ctkernel) < 0)
+        return args_usage_fail("bench gemv");
     enum dtype dtypes[BENCH_GEMV_MAX_TYPES];
     int n_types = 0;
-    bool any_block = false;
+    bool any_block = false, any_ct = false;
     if (bench_gemv_types(type_list, dtypes, &n_types) < 0)
         return args_usage_fail("bench gemv");
     for (int d = 0; d < n_types; d++) {
-        any_block |= dtype_is_block(dtypes[d]);
+        any_ct |= quant_ct_is(dtypes[d]);
+        any_block |= dtype_is_block(dtypes[d]) && !quant_ct_is(dtypes[d]);
         char what[64];
         snprintf(what, sizeof(what), "--cols %d", cols);
         if (dtype_check_cols(dtypes[d], 0, (size_t)cols, what) < 0)
@@ -196,7 +209,7 @@ int bench_gemv(int argc, char **argv)
                                           .json = json};
         return bench_gemv_gpu(&o) < 0 ? cli_fail("bench gemv") : 0;
     }
-    static const int ms[] = {1, 2, 4, 8, 16};
+    static const int ms[] = {1, 2, 4, 8, 16, 64, 128, 256, 512};
     int max_threads = cpus_usable() < 2 ? cpus_usable() : 2;
     size_t nx = (size_t)BENCH_GEMV_MAX_M * cols;
     float *x = malloc(nx * sizeof(float));
@@ -213,6 +226,8 @@ int bench_gemv(int argc, char **argv)
         x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
     if (!json && any_block)
         printf("quantized %s\n", cpu_qlinear_kernels());
+    if (!json && any_ct)
+        printf("compressed-tensors %s\n", cpu_ctlinear_kernels());
     /* the read limit and how each way of reading reaches it, on each
      * thread count: the best is the "read GB/s" every row below is set
      * against (taken again right before each dtype's rows) */
@@ -252,7 +267,10 @@ int bench_gemv(int argc, char **argv)
         }
         /* small values of every dtype: 0x3c00-ish halves and a few floats;
          * random blocks with finite scales */
-        if (dtype_is_block(dtypes[d]))
+        if (quant_ct_is(dtypes[d]))
+            cpu_ctlinear_random_blocks(dtypes[d], wbuf, wbytes / quant_ct_block_bytes(dtypes[d]),
+                                       1);
+        else if (dtype_is_block(dtypes[d]))
             cpu_qlinear_random_blocks(
                 dtypes[d], wbuf,
                 wbytes / dtype_row_bytes(dtypes[d], (size_t)dtype_block(dtypes[d])), 1);
@@ -291,11 +309,11 @@ int bench_gemv(int argc, char **argv)
         }
     }
     if (rc == 0 && json)
-        rc = jsonout_print(json_pack("{s:s, s:s, s:i, s:i, s:s, s:o, s:o}", "gemv_kernels",
-                                     cpu_gemv_kernels(), "quantized_kernels",
-                                     any_block ? cpu_qlinear_kernels() : "", "rows", rows, "cols",
-                                     cols, "compute", compute, "read_methods", reads, "results",
-                                     results));
+        rc = jsonout_print(json_pack(
+            "{s:s, s:s, s:s, s:i, s:i, s:s, s:o, s:o}", "gemv_kernels", cpu_gemv_kernels(),
+            "quantized_kernels", any_block ? cpu_qlinear_kernels() : "", "ct_kernels",
+            any_ct ? cpu_ctlinear_kernels() : "", "rows", rows, "cols", cols, "compute", compute,
+            "read_methods", reads, "results", results));
     else {
         json_decref(results);
         json_decref(reads);
