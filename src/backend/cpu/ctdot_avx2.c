@@ -54,10 +54,12 @@ CT_INLINE void ct_block(enum dtype t, const unsigned char *p, bool bf16, __m256 
     memcpy(&df, p, 4);
     const __m256 d = _mm256_set1_ps(df);
     if (t == DTYPE_CT_F8) {
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
             w[k] = ct_f8_8(p + 4 + 8 * k);
     } else if (t == DTYPE_CT_I8) {
         const __m256i z = _mm256_set1_epi32((int8_t)p[4]);
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
             w[k] = _mm256_cvtepi32_ps(_mm256_sub_epi32(
                 _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 5 + 8 * k))), z));
@@ -66,10 +68,12 @@ CT_INLINE void ct_block(enum dtype t, const unsigned char *p, bool bf16, __m256 
         const __m128i b = _mm_loadu_si128((const __m128i *)(p + 5)), m4 = _mm_set1_epi8(15);
         const __m128i lo = _mm_and_si128(b, m4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m4);
         const __m128i e[2] = {_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi)};
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
             w[k] = _mm256_cvtepi32_ps(_mm256_sub_epi32(
                 _mm256_cvtepu8_epi32(k % 2 ? _mm_srli_si128(e[k / 2], 8) : e[k / 2]), z));
     }
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         w[k] = _mm256_mul_ps(d, w[k]);
         if (bf16)
@@ -87,7 +91,8 @@ CT_INLINE float ct_tree(__m256 lo, __m256 hi)
 }
 
 /* nr weight rows from r times nm input rows from i0, nr * nm <= 4 */
-CT_INLINE void ct_tile(const struct ctdot_args *a, enum dtype t, int r, int nr, int i0, int nm)
+CT_INLINE void ct_tile(const struct ctdot_args *a, enum dtype t, bool rnd, int r, int nr, int i0,
+                       int nm)
 {
     const struct weight_view *w = a->w;
     const int nb = w->cols / QK;
@@ -104,7 +109,7 @@ CT_INLINE void ct_tile(const struct ctdot_args *a, enum dtype t, int r, int nr, 
 #pragma GCC unroll 4
         for (int rr = 0; rr < nr; rr++) {
             __m256 wv[4];
-            ct_block(t, row[rr] + (size_t)b * bb, a->bf16, wv);
+            ct_block(t, row[rr] + (size_t)b * bb, rnd, wv);
 #pragma GCC unroll 4
             for (int i = 0; i < nm; i++) {
                 const float *x = a->x + (size_t)(i0 + i) * a->ldx + (size_t)b * QK;
@@ -124,30 +129,30 @@ CT_INLINE void ct_tile(const struct ctdot_args *a, enum dtype t, int r, int nr, 
                 ct_tree(acc[rr * nm + i][0], acc[rr * nm + i][1]);
 }
 
-CT_INLINE void ct_rows_t(const struct ctdot_args *a, int r0, int r1, enum dtype t)
+CT_INLINE void ct_rows_t(const struct ctdot_args *a, int r0, int r1, enum dtype t, bool rnd)
 {
     for (int i0 = 0; i0 < a->m; i0 += CT_GROUP) {
         const int nm = a->m - i0 < CT_GROUP ? a->m - i0 : CT_GROUP;
         int r = r0;
         if (nm == 1)
-            for (; r + 4 <= r1; r += 4)
-                ct_tile(a, t, r, 4, i0, 1);
+            for (; r + 2 <= r1; r += 2)
+                ct_tile(a, t, rnd, r, 2, i0, 1);
         else if (nm == 2)
             for (; r + 2 <= r1; r += 2)
-                ct_tile(a, t, r, 2, i0, 2);
+                ct_tile(a, t, rnd, r, 2, i0, 2);
         for (; r < r1; r++)
             switch (nm) {
             case 1:
-                ct_tile(a, t, r, 1, i0, 1);
+                ct_tile(a, t, rnd, r, 1, i0, 1);
                 break;
             case 2:
-                ct_tile(a, t, r, 1, i0, 2);
+                ct_tile(a, t, rnd, r, 1, i0, 2);
                 break;
             case 3:
-                ct_tile(a, t, r, 1, i0, 3);
+                ct_tile(a, t, rnd, r, 1, i0, 3);
                 break;
             default:
-                ct_tile(a, t, r, 1, i0, 4);
+                ct_tile(a, t, rnd, r, 1, i0, 4);
                 break;
             }
     }
@@ -155,15 +160,17 @@ CT_INLINE void ct_rows_t(const struct ctdot_args *a, int r0, int r1, enum dtype 
 
 void ctdot_rows_avx2(const struct ctdot_args *a, int r0, int r1)
 {
+    /* every (type, mode) its own loop */
+    const bool rnd = a->bf16;
     switch (a->w->dtype) {
     case DTYPE_CT_I8:
-        ct_rows_t(a, r0, r1, DTYPE_CT_I8);
+        rnd ? ct_rows_t(a, r0, r1, DTYPE_CT_I8, true) : ct_rows_t(a, r0, r1, DTYPE_CT_I8, false);
         break;
     case DTYPE_CT_I4:
-        ct_rows_t(a, r0, r1, DTYPE_CT_I4);
+        rnd ? ct_rows_t(a, r0, r1, DTYPE_CT_I4, true) : ct_rows_t(a, r0, r1, DTYPE_CT_I4, false);
         break;
     default:
-        ct_rows_t(a, r0, r1, DTYPE_CT_F8);
+        rnd ? ct_rows_t(a, r0, r1, DTYPE_CT_F8, true) : ct_rows_t(a, r0, r1, DTYPE_CT_F8, false);
         break;
     }
 }

@@ -6,9 +6,9 @@
  * where the CPU has them. */
 #if defined(__x86_64__) || defined(__i386__)
 
-#define CT_PREPARE(a, w0, w1)                                                                      \
+#define CT_PREPARE(rnd, w0, w1)                                                                    \
     do {                                                                                           \
-        if ((a)->bf16) {                                                                           \
+        if (rnd) {                                                                                 \
             w0 = ct_round_bf16(w0);                                                                \
             w1 = ct_round_bf16(w1);                                                                \
         }                                                                                          \

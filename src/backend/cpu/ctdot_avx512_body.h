@@ -1,7 +1,9 @@
 /* The AVX-512 widening of compressed-tensors blocks (core/quant_ct.h) and
  * the multi-row tiles around it, included by ctdot_avx512.c (f32 fused
  * multiply-adds, ctdot.h's order) and ctdot_avx512bf16.c (VDPBF16PS),
- * which define CT_FMA_BLOCK(acc, w0, w1, x) before including it. Each
+ * which define CT_PREPARE(rnd, w0, w1) (once per widened block; rnd: bf16
+ * mode) and CT_FMA_BLOCK(a, acc, w0, w1, i, b) (the block times input row
+ * i into acc) before including it. Each
  * function is inlined with the block type and the tile's shape constant,
  * so every (type, tile) is its own loop with its sums in registers. */
 #include <immintrin.h>
@@ -93,7 +95,8 @@ CT_INLINE float ct_tree(__m512 v)
 /* nr weight rows from r times nm input rows from i0 (nr * nm <=
  * CT_TILE_SUMS): each block widened once, then multiplied with every
  * input row */
-CT_INLINE void ct_tile(const struct ctdot_args *a, enum dtype t, int r, int nr, int i0, int nm)
+CT_INLINE void ct_tile(const struct ctdot_args *a, enum dtype t, bool rnd, int r, int nr, int i0,
+                       int nm)
 {
     const struct weight_view *w = a->w;
     const int nb = w->cols / QK;
@@ -111,7 +114,7 @@ CT_INLINE void ct_tile(const struct ctdot_args *a, enum dtype t, int r, int nr, 
         for (int rr = 0; rr < nr; rr++) {
             __m512 w0, w1;
             ct_block(t, row[rr] + (size_t)b * bb, &w0, &w1);
-            CT_PREPARE(a, w0, w1);
+            CT_PREPARE(rnd, w0, w1);
 #pragma GCC unroll 8
             for (int i = 0; i < nm; i++)
                 CT_FMA_BLOCK(a, acc[rr * nm + i], w0, w1, i0 + i, b);
@@ -125,68 +128,70 @@ CT_INLINE void ct_tile(const struct ctdot_args *a, enum dtype t, int r, int nr, 
 }
 
 /* one weight row times nm (1..8, a run-time count) input rows */
-CT_INLINE void ct_tile1(const struct ctdot_args *a, enum dtype t, int r, int i0, int nm)
+CT_INLINE void ct_tile1(const struct ctdot_args *a, enum dtype t, bool rnd, int r, int i0, int nm)
 {
     switch (nm) {
     case 1:
-        ct_tile(a, t, r, 1, i0, 1);
+        ct_tile(a, t, rnd, r, 1, i0, 1);
         break;
     case 2:
-        ct_tile(a, t, r, 1, i0, 2);
+        ct_tile(a, t, rnd, r, 1, i0, 2);
         break;
     case 3:
-        ct_tile(a, t, r, 1, i0, 3);
+        ct_tile(a, t, rnd, r, 1, i0, 3);
         break;
     case 4:
-        ct_tile(a, t, r, 1, i0, 4);
+        ct_tile(a, t, rnd, r, 1, i0, 4);
         break;
     case 5:
-        ct_tile(a, t, r, 1, i0, 5);
+        ct_tile(a, t, rnd, r, 1, i0, 5);
         break;
     case 6:
-        ct_tile(a, t, r, 1, i0, 6);
+        ct_tile(a, t, rnd, r, 1, i0, 6);
         break;
     case 7:
-        ct_tile(a, t, r, 1, i0, 7);
+        ct_tile(a, t, rnd, r, 1, i0, 7);
         break;
     default:
-        ct_tile(a, t, r, 1, i0, 8);
+        ct_tile(a, t, rnd, r, 1, i0, 8);
         break;
     }
 }
 
 /* Rows [r0, r1) of type t: input rows 8 at a time, and for fewer than 4 of
  * them several weight rows a tile, so that enough sums are in flight. */
-CT_INLINE void ct_rows_t(const struct ctdot_args *a, int r0, int r1, enum dtype t)
+CT_INLINE void ct_rows_t(const struct ctdot_args *a, int r0, int r1, enum dtype t, bool rnd)
 {
     for (int i0 = 0; i0 < a->m; i0 += CT_GROUP) {
         const int nm = a->m - i0 < CT_GROUP ? a->m - i0 : CT_GROUP;
         int r = r0;
         if (nm == 1)
             for (; r + 4 <= r1; r += 4)
-                ct_tile(a, t, r, 4, i0, 1);
+                ct_tile(a, t, rnd, r, 4, i0, 1);
         else if (nm == 2)
             for (; r + 4 <= r1; r += 4)
-                ct_tile(a, t, r, 4, i0, 2);
+                ct_tile(a, t, rnd, r, 4, i0, 2);
         else if (nm == 3)
             for (; r + 2 <= r1; r += 2)
-                ct_tile(a, t, r, 2, i0, 3);
+                ct_tile(a, t, rnd, r, 2, i0, 3);
         for (; r < r1; r++)
-            ct_tile1(a, t, r, i0, nm);
+            ct_tile1(a, t, rnd, r, i0, nm);
     }
 }
 
 CT_INLINE void ct_rows(const struct ctdot_args *a, int r0, int r1)
 {
+    /* every (type, mode) its own loop */
+    const bool rnd = a->bf16;
     switch (a->w->dtype) {
     case DTYPE_CT_I8:
-        ct_rows_t(a, r0, r1, DTYPE_CT_I8);
+        rnd ? ct_rows_t(a, r0, r1, DTYPE_CT_I8, true) : ct_rows_t(a, r0, r1, DTYPE_CT_I8, false);
         break;
     case DTYPE_CT_I4:
-        ct_rows_t(a, r0, r1, DTYPE_CT_I4);
+        rnd ? ct_rows_t(a, r0, r1, DTYPE_CT_I4, true) : ct_rows_t(a, r0, r1, DTYPE_CT_I4, false);
         break;
     default:
-        ct_rows_t(a, r0, r1, DTYPE_CT_F8);
+        rnd ? ct_rows_t(a, r0, r1, DTYPE_CT_F8, true) : ct_rows_t(a, r0, r1, DTYPE_CT_F8, false);
         break;
     }
 }

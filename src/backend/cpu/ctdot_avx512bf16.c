@@ -7,7 +7,9 @@
  * where the CPU has it, and only in bf16 mode. */
 #if defined(__x86_64__) || defined(__i386__)
 
-#define CT_PREPARE(a, w0, w1) const __m512bh wb_ = _mm512_cvtne2ps_pbh(w1, w0)
+#define CT_PREPARE(rnd, w0, w1)                                                                    \
+    (void)(rnd);                                                                                   \
+    const __m512bh wb_ = _mm512_cvtne2ps_pbh(w1, w0)
 #define CT_FMA_BLOCK(a, acc, w0, w1, i, b)                                                         \
     acc = _mm512_dpbf16_ps(                                                                        \
         acc, wb_,                                                                                  \
