@@ -3,7 +3,8 @@
  * 16 partial sums of the order in ctdot.h held as two vectors (elements
  * 0-7 and 16-23 in the first, 8-15 and 24-31 in the second), so the result
  * is the scalar reference's bits. Tiles keep at most 4 (weight row, input
- * row) pairs: 8 sums and the block's 4 vectors in 16 registers. This file
+ * row) pairs: 8 sums and the block's 4 vectors in 16 registers; one
+ * weight row a tile (as ctdot_avx512_body.h says why). This file
  * alone is compiled with AVX2 (CMakeLists.txt); ctlinear.c runs it only
  * where the CPU has it. */
 #if defined(__x86_64__) || defined(__i386__)
@@ -133,14 +134,7 @@ CT_INLINE void ct_rows_t(const struct ctdot_args *a, int r0, int r1, enum dtype 
 {
     for (int i0 = 0; i0 < a->m; i0 += CT_GROUP) {
         const int nm = a->m - i0 < CT_GROUP ? a->m - i0 : CT_GROUP;
-        int r = r0;
-        if (nm == 1)
-            for (; r + 2 <= r1; r += 2)
-                ct_tile(a, t, rnd, r, 2, i0, 1);
-        else if (nm == 2)
-            for (; r + 2 <= r1; r += 2)
-                ct_tile(a, t, rnd, r, 2, i0, 2);
-        for (; r < r1; r++)
+        for (int r = r0; r < r1; r++)
             switch (nm) {
             case 1:
                 ct_tile(a, t, rnd, r, 1, i0, 1);

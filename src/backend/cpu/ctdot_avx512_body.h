@@ -158,23 +158,14 @@ CT_INLINE void ct_tile1(const struct ctdot_args *a, enum dtype t, bool rnd, int 
     }
 }
 
-/* Rows [r0, r1) of type t: input rows 8 at a time, and for fewer than 4 of
- * them several weight rows a tile, so that enough sums are in flight. */
+/* Rows [r0, r1) of type t: input rows 8 at a time, one weight row a tile
+ * (several rows a tile, 2 or 4 streams of weights, measured 2-3x slower
+ * from memory for one input row) */
 CT_INLINE void ct_rows_t(const struct ctdot_args *a, int r0, int r1, enum dtype t, bool rnd)
 {
     for (int i0 = 0; i0 < a->m; i0 += CT_GROUP) {
         const int nm = a->m - i0 < CT_GROUP ? a->m - i0 : CT_GROUP;
-        int r = r0;
-        if (nm == 1)
-            for (; r + 4 <= r1; r += 4)
-                ct_tile(a, t, rnd, r, 4, i0, 1);
-        else if (nm == 2)
-            for (; r + 4 <= r1; r += 4)
-                ct_tile(a, t, rnd, r, 4, i0, 2);
-        else if (nm == 3)
-            for (; r + 2 <= r1; r += 2)
-                ct_tile(a, t, rnd, r, 2, i0, 3);
-        for (; r < r1; r++)
+        for (int r = r0; r < r1; r++)
             ct_tile1(a, t, rnd, r, i0, nm);
     }
 }
