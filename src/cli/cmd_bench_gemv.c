@@ -6,7 +6,9 @@
  * weights come from memory, not from the last-level cache, as a model's
  * layers do. GGUF's block types (--types q8_0,q4_k,...) run the quantized
  * linear layer (x quantized in bf16 mode, dequantized blocks in f32 mode),
- * their bytes counted as stored. --devices cuda:G measures kern_linear on
+ * compressed-tensors' (--types ct_i8,ct_i4,ct_f8) theirs, their bytes
+ * counted as stored. --max-m above 16 adds a prefill's row counts (64 to
+ * 512), which run the matrix product (cpu_matmul). --devices cuda:G measures kern_linear on
  * a GPU instead (cmd_bench_gemv_device.c). */
 #include <stdbool.h>
 #include <stdio.h>
@@ -30,7 +32,7 @@
 #include "core/membw.h"
 #include "core/timing.h"
 
-#define BENCH_GEMV_MAX_M 16
+#define BENCH_GEMV_MAX_M 512
 #define BENCH_GEMV_PASSES 7
 
 struct bench_gemv {
@@ -124,9 +126,9 @@ static int bench_gemv_types(const char *list, enum dtype *out, int *n)
 
 int bench_gemv(int argc, char **argv)
 {
-    int rows = 4096, cols = 4096, footprint_mb = 1024, max_m = BENCH_GEMV_MAX_M;
+    int rows = 4096, cols = 4096, footprint_mb = 1024, max_m = CPU_GEMV_MAX_M;
     const char *kernel = NULL, *compute = "f32", *type_list = "f32,f16,bf16", *qkernel = NULL,
-               *devices = NULL;
+               *ctkernel = NULL, *devices = NULL;
     bool json = false;
     struct flag flags[] = {
         FLAG_RANGE("rows", FLAG_INT, &rows, "N", "weight rows, outputs (default 4096)", 16, 1 << 20,
@@ -144,12 +146,16 @@ int bench_gemv(int argc, char **argv)
         FLAG("qkernel", FLAG_STR, &qkernel, "NAME",
              "run one quantized kernel: vnni, avx2, vnni-m8, avx2-m8 or scalar (default: measured "
              "per type and rows)"),
+        FLAG("ctkernel", FLAG_STR, &ctkernel, "NAME",
+             "run one compressed-tensors kernel: avx512bf16, avx512, avx2, deq or scalar "
+             "(default: measured per type, mode and rows)"),
         FLAG_RANGE("footprint-mb", FLAG_INT, &footprint_mb, "MB",
                    "weights cycled through per dtype, above the last-level cache (default 1024)", 1,
                    1 << 20, "1..1048576"),
         FLAG_RANGE("max-m", FLAG_INT, &max_m, "M",
-                   "measure input row counts up to M of 1, 2, 4, 8, 16 (default 16)", 1,
-                   BENCH_GEMV_MAX_M, "1..16"),
+                   "measure input row counts up to M of 1, 2, 4, 8, 16 (decode) and 64, 128, "
+                   "256, 512 (prefill: the matrix product) (default 16)",
+                   1, BENCH_GEMV_MAX_M, "1..512"),
         FLAG("devices", FLAG_STR, &devices, "cpu:0|cuda:G",
              "where to measure: cpu:0 (default; 1 and 2 threads against a read of memory) or "
              "cuda:G, GPU G (kern_linear with 1..8 rows against a device copy; needs a CUDA "
@@ -172,13 +178,16 @@ int bench_gemv(int argc, char **argv)
         return args_usage_fail("bench gemv");
     if (qkernel && cpu_qlinear_force(qkernel) < 0)
         return args_usage_fail("bench gemv");
+    if (ctkernel && cpu_ctlinear_force(ctkernel) < 0)
+        return args_usage_fail("bench gemv");
     enum dtype dtypes[BENCH_GEMV_MAX_TYPES];
     int n_types = 0;
-    bool any_block = false;
+    bool any_block = false, any_ct = false;
     if (bench_gemv_types(type_list, dtypes, &n_types) < 0)
         return args_usage_fail("bench gemv");
     for (int d = 0; d < n_types; d++) {
-        any_block |= dtype_is_block(dtypes[d]);
+        any_ct |= quant_ct_is(dtypes[d]);
+        any_block |= dtype_is_block(dtypes[d]) && !quant_ct_is(dtypes[d]);
         char what[64];
         snprintf(what, sizeof(what), "--cols %d", cols);
         if (dtype_check_cols(dtypes[d], 0, (size_t)cols, what) < 0)
@@ -200,7 +209,7 @@ int bench_gemv(int argc, char **argv)
                                           .json = json};
         return bench_gemv_gpu(&o) < 0 ? cli_fail("bench gemv") : 0;
     }
-    static const int ms[] = {1, 2, 4, 8, 16};
+    static const int ms[] = {1, 2, 4, 8, 16, 64, 128, 256, 512};
     int max_threads = cpus_usable() < 2 ? cpus_usable() : 2;
     size_t nx = (size_t)BENCH_GEMV_MAX_M * cols;
     float *x = malloc(nx * sizeof(float));
@@ -217,6 +226,8 @@ int bench_gemv(int argc, char **argv)
         x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
     if (!json && any_block)
         printf("quantized %s\n", cpu_qlinear_kernels());
+    if (!json && any_ct)
+        printf("compressed-tensors %s\n", cpu_ctlinear_kernels());
     /* the read limit and how each way of reading reaches it, on each
      * thread count: the best is the "read GB/s" every row below is set
      * against (taken again right before each dtype's rows) */
@@ -256,7 +267,10 @@ int bench_gemv(int argc, char **argv)
         }
         /* small values of every dtype: 0x3c00-ish halves and a few floats;
          * random blocks with finite scales */
-        if (dtype_is_block(dtypes[d]))
+        if (quant_ct_is(dtypes[d]))
+            cpu_ctlinear_random_blocks(dtypes[d], wbuf, wbytes / quant_ct_block_bytes(dtypes[d]),
+                                       1);
+        else if (dtype_is_block(dtypes[d]))
             cpu_qlinear_random_blocks(
                 dtypes[d], wbuf,
                 wbytes / dtype_row_bytes(dtypes[d], (size_t)dtype_block(dtypes[d])), 1);
@@ -295,11 +309,11 @@ int bench_gemv(int argc, char **argv)
         }
     }
     if (rc == 0 && json)
-        rc = jsonout_print(json_pack("{s:s, s:s, s:i, s:i, s:s, s:o, s:o}", "gemv_kernels",
-                                     cpu_gemv_kernels(), "quantized_kernels",
-                                     any_block ? cpu_qlinear_kernels() : "", "rows", rows, "cols",
-                                     cols, "compute", compute, "read_methods", reads, "results",
-                                     results));
+        rc = jsonout_print(json_pack(
+            "{s:s, s:s, s:s, s:i, s:i, s:s, s:o, s:o}", "gemv_kernels", cpu_gemv_kernels(),
+            "quantized_kernels", any_block ? cpu_qlinear_kernels() : "", "ct_kernels",
+            any_ct ? cpu_ctlinear_kernels() : "", "rows", rows, "cols", cols, "compute", compute,
+            "read_methods", reads, "results", results));
     else {
         json_decref(results);
         json_decref(reads);

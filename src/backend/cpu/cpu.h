@@ -60,6 +60,20 @@ const char *cpu_qlinear_kernels(void);
  * lacks it, ERR_INVALID for an unknown name. */
 int cpu_qlinear_force(const char *name);
 
+/* Which compressed-tensors kernel (avx512bf16, avx512, avx2, deq, scalar)
+ * runs per CT type, compute mode and bucket of input rows (1; 2-16), as one
+ * line: "CT_I8: f32 m1 avx512, f32 m2-16 avx512, bf16 m1 avx512bf16, ...;
+ * ... (measured in 60 ms)", calibrating every type not measured yet; or
+ * "NAME (every call, by request)" under SHARDSWAP_CTDOT or
+ * cpu_ctlinear_force. Valid until this thread's next call. */
+const char *cpu_ctlinear_kernels(void);
+/* Makes the compressed-tensors linear layer run kernel `name` for every
+ * call up to 16 input rows (NULL: the measured choices again; avx512bf16
+ * runs avx512 in f32 mode), for tests and benchmarks; not while a product
+ * runs. 0, ERR_UNSUPPORTED when the CPU lacks it, ERR_INVALID for an
+ * unknown name. */
+int cpu_ctlinear_force(const char *name);
+
 /* Which row kernels the LoRA update (kern_lora) runs: "avx512" or
  * "scalar", chosen once per process from the CPU (never per call: a row's
  * result must not depend on the call). Static. */

@@ -1,58 +1,179 @@
-/* The CPU linear layer with compressed-tensors' weights (ctlinear.h): a
- * block of weight rows dequantized into a thread's scratch (exactly, then
- * rounded to bf16 in bf16 mode) and multiplied by the f32 GEMV kernel that
- * gemv.c chose for m rows; for a prefill's many rows, cpu_matmul, which
- * widens a block of rows per task through dtype_to_f32 the same way. */
+/* The CPU linear layer with compressed-tensors' weights (ctlinear.h).
+ *
+ * Up to CPU_GEMV_MAX_M input rows (decode), a dot-product kernel (ctdot.h)
+ * widens each weight block once, its scale and zero point applied, and
+ * multiplies it with every input row while it is in registers, split by
+ * weight rows over the pool; or ("deq") blocks of 16 weight rows are
+ * dequantized into a thread's scratch and multiplied by the f32 GEMV
+ * kernel gemv.c chose. Which runs is chosen per process, type, compute
+ * mode and bucket of rows (1; 2-16) by measurement, as qlinear.c chooses:
+ * at the first call with a type, each candidate the CPU has is timed on
+ * 4 MiB of that type's random blocks flushed from the caches, at 1 and 8
+ * input rows (best of 5 and 3, interleaved; a later one must win by 3%).
+ * SHARDSWAP_CTDOT=NAME (avx512bf16, avx512, avx2, deq, scalar) runs one
+ * kernel for every call instead (avx512bf16, bf16 mode's alone, runs
+ * avx512 in f32 mode).
+ *
+ * Above, cpu_matmul: a block of rows per task dequantized (by
+ * cpu_ct_dequantize, in bf16 for the bf16 primitives) and the f32 or bf16
+ * product the matmul's calibration chose. */
 #include "backend/cpu/ctlinear.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/ctdot.h"
 #include "backend/cpu/gemv_isa.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/scratch.h"
+#include "backend/cpu/vec.h"
 #include "core/error.h"
+#include "core/rng.h"
+#include "core/timing.h"
 
-/* weight rows dequantized at a time */
+/* weight rows dequantized at a time by "deq" */
 #define CT_DEQ_ROWS 16
 /* weight bytes a pool task reads, and the fewest tasks a call is split into */
 #define CT_TASK_BYTES (128 << 10)
 #define CT_MIN_TASKS 8
 
+/* ---- the kernels ---- */
+
+static bool has_any(void)
+{
+    return true;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+static bool has_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static bool has_avx512(void)
+{
+    __builtin_cpu_init();
+    return has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+}
+
+static bool has_avx512bf16(void)
+{
+    __builtin_cpu_init();
+    return has_avx512() && __builtin_cpu_supports("avx512bf16");
+}
+#else
+static bool has_avx2(void)
+{
+    return false;
+}
+
+static bool has_avx512(void)
+{
+    return false;
+}
+
+static bool has_avx512bf16(void)
+{
+    return false;
+}
+#endif
+
+struct ct_kernel {
+    const char *name;
+    ctdot_rows_fn rows; /* NULL: dequantized blocks and the f32 GEMV */
+    bool (*supported)(void);
+    bool bf16_only;
+};
+
+/* in order of preference on a near-tie; scalar only by request */
+static const struct ct_kernel ct_kernels[] = {
+    {"avx512bf16", ctdot_rows_avx512bf16, has_avx512bf16, true},
+    {"avx512", ctdot_rows_avx512, has_avx512, false},
+    {"avx2", ctdot_rows_avx2, has_avx2, false},
+    {"deq", NULL, has_any, false},
+    {"scalar", ctdot_rows_scalar, has_any, false},
+};
+#define CT_N_KERNELS (int)(sizeof(ct_kernels) / sizeof(ct_kernels[0]))
+#define CT_K_AVX512 1
+#define CT_K_SCALAR (CT_N_KERNELS - 1)
+
+void cpu_ct_dequantize(enum dtype t, const void *src, void *dst, size_t n, bool to_bf16)
+{
+    if (has_avx512())
+        ctdot_dequant_avx512(t, src, dst, n, to_bf16);
+    else if (has_avx2())
+        ctdot_dequant_avx2(t, src, dst, n, to_bf16);
+    else
+        ctdot_dequant_scalar(t, src, dst, n, to_bf16);
+}
+
+void cpu_ctlinear_random_blocks(enum dtype t, void *dst, size_t n_blocks, uint64_t seed)
+{
+    const size_t bb = quant_ct_block_bytes(t);
+    struct rng r;
+    rng_seed(&r, seed, 0);
+    unsigned char *p = dst;
+    for (size_t i = 0; i < n_blocks * bb; i++)
+        p[i] = (unsigned char)(rng_u64(&r) >> 56);
+    for (size_t b = 0; b < n_blocks; b++, p += bb) {
+        /* a finite scale in [2^-12, 2^-6): exponent 115..120 */
+        const uint32_t u = (uint32_t)(115 + rng_u64(&r) % 6) << 23 | (uint32_t)(rng_u64(&r) >> 41);
+        memcpy(p, &u, 4);
+        if (t == DTYPE_CT_I4)
+            p[4] = (unsigned char)(int8_t)((int)(p[4] % 16) - 8);
+        for (int j = 0; t == DTYPE_CT_F8 && j < QUANT_CT_QK; j++)
+            if ((p[4 + j] & 0x7f) == 0x7f)
+                p[4 + j] ^= 1; /* not NaN */
+    }
+}
+
+/* ---- a call ---- */
+
 struct ct_job {
-    float *y;
-    const float *x; /* (m, cols), rounded to bf16 in bf16 mode */
-    int m;
-    const struct weight_view *w;
-    bool to_bf16;
-    gemv_rows_fn rows;
+    struct ctdot_args a;
+    gemv_rows_fn deq_rows; /* the f32 GEMV kernel for "deq", else NULL */
+    ctdot_rows_fn rows;
     int task_rows;
     atomic_int rc;
 };
 
-static void ct_task(void *ctx, int task)
+/* "deq": blocks of rows dequantized into the thread's scratch */
+static int ct_deq_rows(const struct ct_job *j, int r0, int r1)
 {
-    struct ct_job *j = ctx;
-    const struct weight_view *w = j->w;
-    const int k = w->cols, r0 = task * j->task_rows;
-    const int r1 = r0 + j->task_rows < w->rows ? r0 + j->task_rows : w->rows;
+    const struct weight_view *w = j->a.w;
+    const int k = w->cols;
     float *blk = cpu_scratch(CPU_SCRATCH_CT_DEQ, (size_t)CT_DEQ_ROWS * k * sizeof(float));
-    if (!blk) {
-        atomic_store(&j->rc, ERR_NOMEM);
-        return;
-    }
+    if (!blk)
+        return ERR_NOMEM;
     for (int r = r0; r < r1; r += CT_DEQ_ROWS) {
         const int nr = r1 - r < CT_DEQ_ROWS ? r1 - r : CT_DEQ_ROWS;
         for (int i = 0; i < nr; i++)
             quant_ct_dequantize(w->dtype, weight_row(w, r + i), blk + (size_t)i * k, (size_t)k);
-        for (size_t i = 0; j->to_bf16 && i < (size_t)nr * k; i++)
+        for (size_t i = 0; j->a.bf16 && i < (size_t)nr * k; i++)
             blk[i] = bf16_round(blk[i]);
         const struct weight_view f = {
             .dtype = DTYPE_F32, .data = blk, .rows = nr, .cols = k, .ld = (size_t)k};
-        const struct gemv_args a = {
-            .y = j->y + r, .ldy = (size_t)w->rows, .x = j->x, .ldx = (size_t)k, .m = j->m, .w = &f};
-        j->rows(&a, 0, nr);
+        const struct gemv_args g = {
+            .y = j->a.y + r, .ldy = j->a.ldy, .x = j->a.x, .ldx = j->a.ldx, .m = j->a.m, .w = &f};
+        j->deq_rows(&g, 0, nr);
     }
+    return 0;
+}
+
+static void ct_task(void *ctx, int task)
+{
+    struct ct_job *j = ctx;
+    const int r0 = task * j->task_rows;
+    const int r1 = r0 + j->task_rows < j->a.w->rows ? r0 + j->task_rows : j->a.w->rows;
+    if (j->rows)
+        j->rows(&j->a, r0, r1);
+    else if (ct_deq_rows(j, r0, r1) < 0)
+        atomic_store(&j->rc, ERR_NOMEM);
 }
 
 static int ct_task_rows(const struct weight_view *w)
@@ -66,19 +187,32 @@ static int ct_task_rows(const struct weight_view *w)
     return rows ? (int)rows : CT_DEQ_ROWS;
 }
 
-int cpu_ctlinear(float *y, const float *x, int m, const struct weight_view *w, enum kern_compute cm)
+/* Kernel k (bf16_only ones in bf16 mode only) on m <= CPU_GEMV_MAX_M rows. */
+static int ct_run(const struct ct_kernel *k, float *y, const float *x, int m,
+                  const struct weight_view *w, bool bf16)
 {
-    if (m > CPU_GEMV_MAX_M)
-        return cpu_matmul(y, x, m, w, cm);
-    const bool to_bf16 = cm == KERN_COMPUTE_BF16;
-    if (to_bf16 && !(x = cpu_round_bf16(x, (size_t)m * w->cols)))
+    const size_t n = (size_t)m * w->cols;
+    const uint16_t *xb = NULL;
+    if (k->bf16_only) {
+        uint16_t *b = cpu_scratch(CPU_SCRATCH_CT_XB, n * sizeof(uint16_t));
+        if (!b)
+            return err_set(ERR_NOMEM, "out of host memory for %d x %d bf16 activations", m,
+                           w->cols);
+        vec_to_bf16(b, x, n);
+        xb = b;
+    }
+    if (bf16 && !k->bf16_only && !(x = cpu_round_bf16(x, n)))
         return err_set(ERR_NOMEM, "out of host memory for %d x %d activations in bf16", m, w->cols);
-    struct ct_job j = {.y = y,
-                       .x = x,
-                       .m = m,
-                       .w = w,
-                       .to_bf16 = to_bf16,
-                       .rows = cpu_gemv_rows_f32(m),
+    struct ct_job j = {.a = {.y = y,
+                             .ldy = (size_t)w->rows,
+                             .x = x,
+                             .ldx = (size_t)w->cols,
+                             .xb = xb,
+                             .m = m,
+                             .w = w,
+                             .bf16 = bf16},
+                       .deq_rows = k->rows ? NULL : cpu_gemv_rows_f32(m),
+                       .rows = k->rows,
                        .task_rows = ct_task_rows(w)};
     atomic_init(&j.rc, 0);
     cpu_kernels_run(ct_task, &j, (w->rows + j.task_rows - 1) / j.task_rows);
@@ -86,4 +220,182 @@ int cpu_ctlinear(float *y, const float *x, int m, const struct weight_view *w, e
         return err_set(ERR_NOMEM, "out of host memory for %d x %d dequantized weights", CT_DEQ_ROWS,
                        w->cols);
     return 0;
+}
+
+/* ---- the choice ---- */
+
+#define CT_TYPES 3   /* CT_I8, CT_I4, CT_F8 */
+#define CT_MODES 2   /* f32, bf16 */
+#define CT_BUCKETS 2 /* one input row; 2-16 (decode batches) */
+static const int ct_bucket_m[CT_BUCKETS] = {1, 8};
+static const int ct_cal_reps[CT_BUCKETS] = {5, 3};
+static const char *const ct_bucket_name[CT_BUCKETS] = {"m1", "m2-16"};
+#define CT_CAL_BYTES ((size_t)4 << 20)
+#define CT_CAL_COLS 2048
+#define CT_CAL_MARGIN 0.03
+
+static struct {
+    pthread_mutex_t lock; /* guards the calibration */
+    pthread_once_t env_once;
+    atomic_bool ready[CT_TYPES];
+    const struct ct_kernel *_Atomic forced;
+    const struct ct_kernel *chosen[CT_TYPES][CT_MODES][CT_BUCKETS];
+    double ms[CT_TYPES];
+} ct_choice = {.lock = PTHREAD_MUTEX_INITIALIZER, .env_once = PTHREAD_ONCE_INIT};
+
+static int ct_index(enum dtype t)
+{
+    return (int)t - (int)DTYPE_CT_I8;
+}
+
+static int ct_find(const char *name, const struct ct_kernel **out)
+{
+    for (int i = 0; i < CT_N_KERNELS; i++)
+        if (strcmp(ct_kernels[i].name, name) == 0) {
+            if (!ct_kernels[i].supported())
+                return err_set(ERR_UNSUPPORTED, "this CPU lacks %s", name);
+            *out = &ct_kernels[i];
+            return 0;
+        }
+    return err_set(ERR_INVALID,
+                   "unknown compressed-tensors kernel \"%s\" (expected avx512bf16, avx512, avx2, "
+                   "deq or scalar)",
+                   name);
+}
+
+static void ct_read_env(void)
+{
+    const char *req = getenv("SHARDSWAP_CTDOT");
+    const struct ct_kernel *k;
+    if (!req || !*req)
+        return;
+    if (ct_find(req, &k) < 0) {
+        fprintf(stderr, "shardswap: SHARDSWAP_CTDOT: %s; choosing by measurement\n", err_msg());
+        return;
+    }
+    ct_choice.forced = k;
+}
+
+/* Every candidate for type t, both modes, timed as a call from this thread
+ * runs, on weights flushed from the caches. Under ct_choice.lock. */
+static void ct_calibrate(enum dtype t)
+{
+    const int ti = ct_index(t);
+    const double t0 = time_now();
+    const size_t row_bytes = dtype_row_bytes(t, CT_CAL_COLS);
+    const int rows = (int)(CT_CAL_BYTES / row_bytes);
+    const int mmax = ct_bucket_m[CT_BUCKETS - 1];
+    char *wd = malloc((size_t)rows * row_bytes);
+    float *x = malloc((size_t)mmax * CT_CAL_COLS * sizeof(float));
+    float *y = malloc((size_t)mmax * rows * sizeof(float));
+    if (wd && x && y) {
+        cpu_ctlinear_random_blocks(t, wd, (size_t)rows * CT_CAL_COLS / QUANT_CT_QK, 7);
+        for (size_t i = 0; i < (size_t)mmax * CT_CAL_COLS; i++)
+            x[i] = (float)((int)(i % 11) - 5) * 0.1f;
+    }
+    const struct weight_view w = {
+        .dtype = t, .data = wd, .rows = rows, .cols = CT_CAL_COLS, .ld = CT_CAL_COLS};
+    for (int mode = 0; mode < CT_MODES; mode++) {
+        const struct ct_kernel *cand[CT_N_KERNELS];
+        int n = 0;
+        for (int i = 0; i < CT_K_SCALAR; i++)
+            if (ct_kernels[i].supported() && (mode == 1 || !ct_kernels[i].bf16_only))
+                cand[n++] = &ct_kernels[i];
+        for (int b = 0; b < CT_BUCKETS; b++) {
+            ct_choice.chosen[ti][mode][b] = cand[0];
+            if (n == 1 || !wd || !x || !y)
+                continue;
+            double best[CT_N_KERNELS];
+            for (int i = 0; i < n; i++)
+                best[i] = 1e30;
+            for (int rep = 0; rep < ct_cal_reps[b]; rep++)
+                for (int i = 0; i < n; i++) {
+                    cpu_cache_flush(wd, (size_t)rows * row_bytes);
+                    double s = time_now();
+                    if (ct_run(cand[i], y, x, ct_bucket_m[b], &w, mode == 1) < 0)
+                        continue;
+                    s = time_now() - s;
+                    if (s < best[i])
+                        best[i] = s;
+                }
+            int win = 0;
+            for (int i = 1; i < n; i++)
+                if (best[i] * (1.0 + CT_CAL_MARGIN) < best[win])
+                    win = i;
+            ct_choice.chosen[ti][mode][b] = cand[win];
+        }
+    }
+    free(wd);
+    free(x);
+    free(y);
+    ct_choice.ms[ti] = (time_now() - t0) * 1e3;
+}
+
+static void ct_ensure(enum dtype t)
+{
+    const int ti = ct_index(t);
+    if (atomic_load(&ct_choice.ready[ti]))
+        return;
+    pthread_mutex_lock(&ct_choice.lock);
+    if (!atomic_load(&ct_choice.ready[ti])) {
+        ct_calibrate(t);
+        atomic_store(&ct_choice.ready[ti], true);
+    }
+    pthread_mutex_unlock(&ct_choice.lock);
+}
+
+static const struct ct_kernel *ct_pick(enum dtype t, int m, bool bf16)
+{
+    pthread_once(&ct_choice.env_once, ct_read_env);
+    const struct ct_kernel *k = ct_choice.forced;
+    if (k)
+        return k->bf16_only && !bf16 ? &ct_kernels[CT_K_AVX512] : k;
+    ct_ensure(t);
+    return ct_choice.chosen[ct_index(t)][bf16][m == 1 ? 0 : 1];
+}
+
+const char *cpu_ctlinear_kernels(void)
+{
+    static _Thread_local char buf[512];
+    pthread_once(&ct_choice.env_once, ct_read_env);
+    const struct ct_kernel *f = ct_choice.forced;
+    if (f) {
+        snprintf(buf, sizeof(buf), "%s (every call, by request)", f->name);
+        return buf;
+    }
+    size_t used = 0;
+    double ms = 0;
+    for (int ti = 0; ti < CT_TYPES && used < sizeof(buf); ti++) {
+        const enum dtype t = (enum dtype)(DTYPE_CT_I8 + ti);
+        ct_ensure(t);
+        ms += ct_choice.ms[ti];
+        used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s%s:", ti ? "; " : "",
+                                 dtype_name(t));
+        for (int mode = 0; mode < CT_MODES && used < sizeof(buf); mode++)
+            for (int b = 0; b < CT_BUCKETS && used < sizeof(buf); b++)
+                used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s %s %s %s",
+                                         mode || b ? "," : "", mode ? "bf16" : "f32",
+                                         ct_bucket_name[b], ct_choice.chosen[ti][mode][b]->name);
+    }
+    if (used < sizeof(buf))
+        snprintf(buf + used, sizeof(buf) - used, " (measured in %.0f ms)", ms);
+    return buf;
+}
+
+int cpu_ctlinear_force(const char *name)
+{
+    pthread_once(&ct_choice.env_once, ct_read_env);
+    const struct ct_kernel *k = NULL;
+    int rc = name ? ct_find(name, &k) : 0;
+    if (rc == 0)
+        ct_choice.forced = k;
+    return rc;
+}
+
+int cpu_ctlinear(float *y, const float *x, int m, const struct weight_view *w, enum kern_compute cm)
+{
+    if (m > CPU_GEMV_MAX_M)
+        return cpu_matmul(y, x, m, w, cm);
+    const bool bf16 = cm == KERN_COMPUTE_BF16;
+    return ct_run(ct_pick(w->dtype, m, bf16), y, x, m, w, bf16);
 }

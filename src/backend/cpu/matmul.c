@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/ctlinear.h"
 #include "backend/cpu/matmul_amx.h"
 #include "backend/cpu/pool.h"
 #include "backend/cpu/scratch.h"
@@ -386,6 +387,7 @@ struct mm_plan {
     dnnl_data_type_t dt;
     bool convert;
     bool blas; /* f32 only: OpenBLAS sgemm instead of oneDNN */
+    bool round; /* f32 only: converted CT weights rounded to bf16 (bf16 mode) */
 };
 
 /* y = x @ w^T split by rows of w (columns of y) over the kernel pool: each
@@ -412,12 +414,25 @@ struct mm_job {
  * mode's. */
 #define CONVERT_SPAN 1024
 
-static void convert_rows(void *dst, bool to_bf16, const struct weight_view *w, int r0, int nb)
+static void convert_rows(void *dst, bool to_bf16, bool round, const struct weight_view *w, int r0,
+                         int nb)
 {
     const int k = w->cols;
     float span[CONVERT_SPAN];
     for (int r = 0; r < nb; r++) {
         const char *src = weight_row(w, r0 + r);
+        if (quant_ct_is(w->dtype)) {
+            /* compressed-tensors blocks widen on vectors, straight to bf16
+             * for the bf16 primitives; bf16 mode's f32 product gets the
+             * same bf16 weights widened back */
+            float *f = (float *)dst + (size_t)r * k;
+            cpu_ct_dequantize(w->dtype, src,
+                              to_bf16 ? (void *)((uint16_t *)dst + (size_t)r * k) : f, (size_t)k,
+                              to_bf16);
+            for (int c = 0; !to_bf16 && round && c < k; c++)
+                f[c] = bf16_round(f[c]);
+            continue;
+        }
         if (!to_bf16) {
             dtype_to_f32(w->dtype, src, (float *)dst + (size_t)r * k, (size_t)k);
             continue;
@@ -455,7 +470,7 @@ static void mm_task(void *ctx, int task)
             rc = err_set(ERR_NOMEM, "out of host memory for a %d x %d weight block", nb, k);
             goto out;
         }
-        convert_rows(blk, to_bf16, w, r0, nb);
+        convert_rows(blk, to_bf16, j->plan.round, w, r0, nb);
         b = blk;
         ld = (size_t)k;
     }
@@ -649,8 +664,10 @@ static int mm_run(int c, int p, float *y, const float *x, int m, const struct we
         return err_set(ERR_NOMEM, "out of host memory for %d x %d bf16 activations", m, k);
     const bool slice = w->dtype == DTYPE_F32 && w->ld != (size_t)k;
     return matmul_pool(y, x, m, w,
-                       (struct mm_plan){.dt = dnnl_f32, .convert = w->dtype != DTYPE_F32,
-                                        .blas = f32_blas || slice});
+                       (struct mm_plan){.dt = dnnl_f32,
+                                        .convert = w->dtype != DTYPE_F32,
+                                        .blas = f32_blas || slice,
+                                        .round = true});
 }
 
 static bool mm_f32_blas(void);

@@ -21,6 +21,7 @@ enum cpu_scratch_slot {
     CPU_SCRATCH_LORA_X,     /* lora: x rounded to bf16 */
     CPU_SCRATCH_LORA_TASKS, /* lora: each segment's first task */
     CPU_SCRATCH_CT_DEQ,     /* ctlinear: a block of weight rows dequantized */
+    CPU_SCRATCH_CT_XB,      /* ctlinear: x in bf16 */
     CPU_SCRATCH_SLOTS
 };
 
