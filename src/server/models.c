@@ -418,6 +418,7 @@ int srv_adapter_add(struct server *s, const struct swap_model *sm, const char *d
         return ERR_NOMEM;
     atomic_fetch_add(&parent->refs, 1);
     m->parent = parent;
+    m->compute = parent->compute; /* its matrices run in its base's precision */
     snprintf(m->base_name, sizeof(m->base_name), "%s", parent->name);
     int rc = 0;
     /* the adapter directory's own tokenizer, else its base's */
