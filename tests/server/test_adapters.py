@@ -228,8 +228,7 @@ def test_metrics():
     if shutil.which("promtool"):
         r = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
-        bad = [l for l in r.stdout.decode().splitlines() if "error" in l.lower()]
-        check(not bad, "promtool: %s" % bad)
+        check(r.returncode == 0, "promtool check metrics:\n%s" % r.stdout.decode(errors="replace"))
 
 
 def test_admin_add_delete():
