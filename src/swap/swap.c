@@ -11,6 +11,7 @@
 #include "core/bytes.h"
 #include "core/error.h"
 #include "core/timing.h"
+#include "model/adapter.h"
 #include "swap/swap_impl.h"
 
 #define BLOB_ROUND 64
@@ -210,6 +211,22 @@ int swap_unregister(struct swap_manager *mgr, struct swap_model *model)
         pthread_mutex_unlock(&mgr->lock);
         return rc;
     }
+    if (model->n_adapters > 0) {
+        const char *one = "";
+        for (int i = 0; i < mgr->n_models; i++)
+            if (mgr->models[i]->base == model) {
+                one = mgr->models[i]->name;
+                break;
+            }
+        int rc = err_set(ERR_BUSY,
+                         "model %s cannot be unregistered now: %d adapters are registered over "
+                         "it (%s, ...): unregister them first",
+                         model->name, model->n_adapters, one);
+        pthread_mutex_unlock(&mgr->lock);
+        return rc;
+    }
+    if (model->base)
+        model->base->n_adapters--;
     if (model_has_remote(model)) {
         /* the owners let go first, so no placement of it is reused on a view
          * before its owner has freed it; meanwhile it is in transition, out
@@ -508,6 +525,57 @@ static int shard_init(struct swap_manager *mgr, struct swap_model *model, struct
     return 0;
 }
 
+/* Refuses a model that can never fit the budgets, else lists it with the
+ * manager (its id, its bytes per device): from then on loads, victim
+ * choices and the host tier see it. */
+static int model_publish(struct swap_manager *mgr, struct swap_model *model)
+{
+    int rc;
+    /* a model that can never fit is refused now, not at its first request */
+    for (int d = 0; d < mgr->n_devices; d++) {
+        uint64_t need = swap_model_device_bytes(model, d), have = device_budget(mgr->devices[d]);
+        if (need > have) {
+            rc = err_set(ERR_NOMEM, "model %s needs %llu bytes on device %s, whose budget is %llu",
+                         model->name, (unsigned long long)need, device_name(mgr->devices[d]),
+                         (unsigned long long)have);
+            return rc;
+        }
+    }
+    if (swap_model_total_bytes(model) > mgr->tier.budget) {
+        rc = err_set(ERR_NOMEM, "model %s needs %llu bytes of host memory, the host budget is %llu",
+                     model->name, (unsigned long long)swap_model_total_bytes(model),
+                     (unsigned long long)mgr->tier.budget);
+        return rc;
+    }
+    pthread_mutex_lock(&mgr->lock);
+    if (mgr->n_models == mgr->cap) {
+        int cap = mgr->cap ? 2 * mgr->cap : 8;
+        struct swap_model **m = realloc(mgr->models, (size_t)cap * sizeof(*m));
+        if (m)
+            mgr->models = m;
+        struct evict_model *lru = m ? realloc(mgr->lru, (size_t)cap * sizeof(*lru)) : NULL;
+        if (lru)
+            mgr->lru = lru;
+        uint64_t *bytes =
+            lru ? realloc(mgr->bytes, (size_t)cap * mgr->n_devices * sizeof(*bytes)) : NULL;
+        if (!bytes) {
+            pthread_mutex_unlock(&mgr->lock);
+            rc = err_set(ERR_NOMEM, "out of memory");
+            return rc;
+        }
+        mgr->bytes = bytes;
+        mgr->cap = cap;
+    }
+    model->id = mgr->n_models;
+    for (int d = 0; d < mgr->n_devices; d++)
+        mgr->bytes[(size_t)model->id * mgr->n_devices + d] = swap_model_device_bytes(model, d);
+    mgr->models[mgr->n_models++] = model;
+    if (model->base)
+        model->base->n_adapters++;
+    pthread_mutex_unlock(&mgr->lock);
+    return 0;
+}
+
 int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
                   const struct placement *pl, bool pinned, struct swap_model **out)
 {
@@ -569,52 +637,78 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
             if ((rc = shard_init(mgr, model, &model->shards[s * pl->tp + r], s, r,
                                  pl->devices[s * pl->tp + r])) < 0)
                 goto fail;
-    /* a model that can never fit is refused now, not at its first request */
-    for (int d = 0; d < mgr->n_devices; d++) {
-        uint64_t need = swap_model_device_bytes(model, d), have = device_budget(mgr->devices[d]);
-        if (need > have) {
-            rc = err_set(ERR_NOMEM, "model %s needs %llu bytes on device %s, whose budget is %llu",
-                         name, (unsigned long long)need, device_name(mgr->devices[d]),
-                         (unsigned long long)have);
-            goto fail;
-        }
-    }
-    if (swap_model_total_bytes(model) > mgr->tier.budget) {
-        rc = err_set(ERR_NOMEM, "model %s needs %llu bytes of host memory, the host budget is %llu",
-                     name, (unsigned long long)swap_model_total_bytes(model),
-                     (unsigned long long)mgr->tier.budget);
+    if ((rc = model_publish(mgr, model)) < 0)
         goto fail;
-    }
-    pthread_mutex_lock(&mgr->lock);
-    if (mgr->n_models == mgr->cap) {
-        int cap = mgr->cap ? 2 * mgr->cap : 8;
-        struct swap_model **m = realloc(mgr->models, (size_t)cap * sizeof(*m));
-        if (m)
-            mgr->models = m;
-        struct evict_model *lru = m ? realloc(mgr->lru, (size_t)cap * sizeof(*lru)) : NULL;
-        if (lru)
-            mgr->lru = lru;
-        uint64_t *bytes = lru ? realloc(mgr->bytes, (size_t)cap * mgr->n_devices * sizeof(*bytes))
-                              : NULL;
-        if (!bytes) {
-            pthread_mutex_unlock(&mgr->lock);
-            rc = err_set(ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-        mgr->bytes = bytes;
-        mgr->cap = cap;
-    }
-    model->id = mgr->n_models;
-    for (int d = 0; d < mgr->n_devices; d++)
-        mgr->bytes[(size_t)model->id * mgr->n_devices + d] = swap_model_device_bytes(model, d);
-    mgr->models[mgr->n_models++] = model;
-    pthread_mutex_unlock(&mgr->lock);
     *out = model;
     return 0;
 fail:
     err_wrap(rc, "%s", dir);
     model_free(model);
     return rc;
+}
+
+int swap_register_adapter(struct swap_manager *mgr, const char *name, const char *dir,
+                          struct swap_model *base, struct swap_model **out)
+{
+    *out = NULL;
+    if (base->base)
+        return err_set(ERR_INVALID, "adapter %s: its base %s is an adapter itself", name,
+                       base->name);
+    if (model_has_remote(base))
+        return err_set(ERR_UNSUPPORTED,
+                       "adapter %s: adapters of a model spanning processes are not served yet "
+                       "(%s has shards on other processes)",
+                       name, base->name);
+    struct swap_model *model = calloc(1, sizeof(*model));
+    if (!model)
+        return err_set(ERR_NOMEM, "out of memory");
+    snprintf(model->name, sizeof(model->name), "%s", name);
+    model->tp = base->tp;
+    model->pp = base->pp;
+    model->base = base;
+    int rc;
+    if (!(model->dir = strdup(dir))) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if ((rc = model_adapter_config_load(dir, base->cfg, base->dir, &model->cfg)) < 0 ||
+        (rc = model_adapter_checkpoint_open(dir, &model->ck)) < 0 ||
+        (rc = model_adapter_check_tensors(model->cfg, model->ck)) < 0)
+        goto fail;
+    model->info = &model->cfg->info;
+    for (int i = 0; i < base->tp * base->pp; i++)
+        if ((rc = model_check_device(model->cfg, mgr->devices[base->shards[i].device])) < 0)
+            goto fail;
+    model->shards = calloc((size_t)(base->tp * base->pp), sizeof(*model->shards));
+    if (!model->shards) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    /* each shard planned with its base shard's spec: the same device, TP
+     * rank and layers (A and B split as the base's projections are) */
+    for (int i = 0; i < base->tp * base->pp; i++) {
+        const struct swap_shard *bs = &base->shards[i];
+        if ((rc = shard_init(mgr, model, &model->shards[i], bs->stage, bs->rank, bs->device)) < 0)
+            goto fail;
+    }
+    if ((rc = model_publish(mgr, model)) < 0)
+        goto fail;
+    *out = model;
+    return 0;
+fail:
+    err_wrap(rc, "adapter %s", name);
+    model_free(model);
+    return rc;
+}
+
+struct swap_model *swap_model_base(const struct swap_model *model)
+{
+    return model->base;
+}
+
+int swap_model_lora_rank(const struct swap_model *model)
+{
+    return model->base ? model_adapter_max_rank(model->cfg) : 0;
 }
 
 /* ---- residency, under mgr->lock ---- */
@@ -716,6 +810,22 @@ static uint64_t host_missing(const struct swap_model *model, bool from_kept)
     return n;
 }
 
+/* A base leaves (an offload, a trim): its adapters on its devices leave
+ * first, at once when idle, else as soon as their load or use ends: an
+ * adapter is never resident without its base (mgr->lock held). */
+static void adapters_leave_locked(struct swap_manager *mgr, struct swap_model *base)
+{
+    for (int i = 0; base->n_adapters > 0 && i < mgr->n_models; i++) {
+        struct swap_model *a = mgr->models[i];
+        if (a->base != base || (!swap_model_resident(a) && !swap_model_partial(a)))
+            continue;
+        if (swap_model_idle(a))
+            swap_offload_locked(mgr, a);
+        else
+            a->offload_pending = true;
+    }
+}
+
 /* Offloads an idle resident or partly resident model: every blob on its
  * devices leaves (kept drops to 0). Shards whose blobs there the host holds
  * just release their device memory; the others copy back on their loader
@@ -724,6 +834,7 @@ static uint64_t host_missing(const struct swap_model *model, bool from_kept)
  * the owner has let go (so it cannot be placed again before). */
 void swap_offload_locked(struct swap_manager *mgr, struct swap_model *model)
 {
+    adapters_leave_locked(mgr, model);
     uint64_t missing = 0;
     for (int s = 0; s < model->tp * model->pp; s++)
         missing += shard_device_only(&model->shards[s], 0);
@@ -864,6 +975,14 @@ int swap_load_locked(struct swap_manager *mgr, struct swap_model *model, struct 
     if (swap_model_resident(model)) {
         model_touch(mgr, model);
         return 0;
+    }
+    if (model->base && (!swap_model_resident(model->base) || model->base->offload_pending)) {
+        why->kind = SWAP_ROOM_BASE;
+        return err_set(ERR_BUSY,
+                       "adapter %s cannot be loaded now: its base %s is not on its "
+                       "devices (it is %s); load the base first",
+                       model->name, model->base->name,
+                       residency_name(model->base->shards[0].state));
     }
     if (model_in_transition(model)) {
         why->kind = SWAP_ROOM_MOVING;
@@ -1065,6 +1184,7 @@ int swap_trim(struct swap_manager *mgr, struct swap_model *model, int device, ui
     while (keep > 1 && got < bytes)
         got += blob_device_bytes(sh, --keep);
     if (got > 0) {
+        adapters_leave_locked(mgr, model); /* a base that is not resident keeps none */
         /* not servable from here: every shard is PARTIAL, the untouched
          * ones keeping all of their blobs */
         for (int s = 0; s < model->tp * model->pp; s++)

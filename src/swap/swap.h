@@ -111,6 +111,7 @@ enum swap_room_kind {
                            * the model's blobs: swap_compact */
     SWAP_ROOM_MOVING,     /* the model itself is still offloading or being prefetched */
     SWAP_ROOM_HOST,       /* the host budget is full of copies that cannot be dropped now */
+    SWAP_ROOM_BASE,       /* an adapter whose base is not resident or loading: load the base */
 };
 
 struct swap_room {
@@ -158,9 +159,10 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
  * adapter): one shard per base shard on the same device, planned with that
  * shard's spec (model_adapter_open's split). It starts ON_DISK and moves as
  * a model does (swap_load, swap_offload, the host tier, swap_unregister),
- * but swap_load of it is refused (ERR_BUSY, why.reason naming the base)
- * while its base is not resident or loading, and an offload of the base
- * takes it off first. swap_unregister of a base that still has adapters is
+ * but swap_load of it is refused (ERR_BUSY, why->kind SWAP_ROOM_BASE, the
+ * message naming the base) while its base is not resident or loading, and
+ * an offload or trim of the base takes its idle adapters off first (one
+ * still loading leaves at its load's end). swap_unregister of a base that still has adapters is
  * refused (ERR_BUSY naming one). One-line errors: the adapter's config
  * against the base's (model_adapter_config_load's), the budgets. */
 int swap_register_adapter(struct swap_manager *mgr, const char *name, const char *dir,

@@ -54,6 +54,10 @@ struct swap_model {
     int tp, pp;
     struct swap_shard *shards; /* tp * pp, stage-major */
     bool pinned;
+    /* an adapter's base (fixed), and under mgr->lock how many adapters a
+     * model has registered over it */
+    struct swap_model *base;
+    int n_adapters;
     int in_flight;             /* batches using it now */
     bool offload_pending;      /* offload once in_flight drops to 0 / the load ends */
     uint64_t last_used;        /* the manager's clock at its last load or use, for LRU */
