@@ -263,8 +263,15 @@ static enum MHD_Result admin_add_adapter(struct srv_req *r, const json_t *body)
     ac.base = base->name; /* an alias named the model */
     ac.path = dir;
     /* every file read from the adapter's directory (its config, weights,
-     * tokenizer, chat template) must resolve below a root, links included */
-    fs_confine((const char *const *)c->model_roots, c->n_model_roots);
+     * tokenizer, chat template) must resolve below a root, links included;
+     * the base's directory, whose config.json the adapter's is read
+     * against, was vetted when the base was added */
+    const char *roots[SERVE_MAX_ROOTS + 1];
+    int n_roots = 0;
+    for (int i = 0; i < c->n_model_roots; i++)
+        roots[n_roots++] = c->model_roots[i];
+    roots[n_roots++] = base->path;
+    fs_confine(roots, n_roots);
     struct swap_model *sm;
     const char *param = "path";
     int id = stack_add_adapter(s->stack, &ac, &sm, &param), rc = id;

@@ -60,9 +60,11 @@ OWN = "own"  # llama_r8_qv's copy with its own chat template
 BASE_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 OWN_TEMPLATE = " AB{% for m in messages %}{{ m['content'] }}{% endfor %}"
 N_MANY = 1000
-# bytes of RSS one registered adapter may add (its entry, swap model,
-# engine statistics; never its weights, which stay on disk until used)
-ADAPTER_RSS_MAX = 64 << 10
+# bytes of RSS one registered adapter may add: its server entry, swap model
+# (config, tensor table, the mapping of its file), engine entry and runner
+# state, about 85 KiB measured; never its weights, which stay on disk until
+# used
+ADAPTER_RSS_MAX = 128 << 10
 
 A = None
 S = {}
