@@ -61,6 +61,17 @@ static void turn_end_probe(struct srv_model *m)
     }
 }
 
+/* The ids that end an assistant's turn in m->chat, in m->tok's ids. */
+static void turn_ends_find(struct srv_model *m)
+{
+    m->n_turn_end = 0;
+    turn_end_probe(m);
+    turn_end_add(m, bpe_eot_id(m->tok));
+    const char *eos = chat_template_eos(m->chat);
+    if (eos[0])
+        turn_end_add(m, bpe_token_id(m->tok, eos, strlen(eos)));
+}
+
 /* m's chat template: the file the config names (an error when it does not
  * load), else the checkpoint's (a warning when it does not). Needs m->tok. */
 static int chat_load(struct srv_model *m, const char *path, const char *override)
@@ -106,11 +117,7 @@ static int chat_load(struct srv_model *m, const char *path, const char *override
                  "config's chat_template: FILE)");
         return 0;
     }
-    turn_end_probe(m);
-    turn_end_add(m, bpe_eot_id(m->tok));
-    const char *eos = chat_template_eos(m->chat);
-    if (eos[0])
-        turn_end_add(m, bpe_token_id(m->tok, eos, strlen(eos)));
+    turn_ends_find(m);
     return 0;
 }
 
@@ -436,16 +443,21 @@ int srv_adapter_add(struct server *s, const struct swap_model *sm, const char *d
         entry_free(m);
         return rc;
     }
-    /* its own template when it has the files (or its own tokenizer, whose
-     * end-of-turn tokens the base's entry does not know), else its base's */
-    m->own_chat = m->own_tok || template_files(dir);
+    /* its own template when it has the files, else its base's (whose
+     * end-of-turn ids are found again in its own tokenizer's ids) */
+    m->own_chat = template_files(dir);
     if (m->own_chat) {
         rc = chat_load(m, dir, NULL);
-    } else {
+    } else if (parent->chat && m->tok) {
         m->chat = parent->chat;
+        if (m->own_tok) {
+            turn_ends_find(m);
+        } else {
+            memcpy(m->turn_end, parent->turn_end, sizeof(m->turn_end));
+            m->n_turn_end = parent->n_turn_end;
+        }
+    } else {
         snprintf(m->no_chat, sizeof(m->no_chat), "%s", parent->no_chat);
-        memcpy(m->turn_end, parent->turn_end, sizeof(m->turn_end));
-        m->n_turn_end = parent->n_turn_end;
     }
     if (rc < 0) {
         entry_drop(s, m);

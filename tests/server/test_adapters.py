@@ -15,7 +15,8 @@ PeftModel's greedy ids. Checked:
     greedy ids, the base still its own references;
   - the `openai` client's chat on an adapter (plain and streamed): the
     rendered prompt is the fixture's prompt and the answer its greedy ids;
-    an adapter directory with its own chat_template.jinja renders with it;
+    an adapter directory with its own chat_template.jinja renders with it,
+    one with its own tokenizer files reads and writes with them;
   - /metrics: shardswap_adapter_loads_total, _load_bytes_total and
     _load_seconds_total with labels model and base, and the adapter's
     request counters as a model's;
@@ -55,6 +56,7 @@ BASE = "llama"
 ADAPTERS = {"qv": "llama_r8_qv", "rs": "llama_r16_all_rslora", "mlp": "llama_r32_mlp_layer1",
             "re": "llama_r4_regex_patterns"}
 OWN = "own"  # llama_r8_qv's copy with its own chat template
+OWN_TOK = "owntok"  # llama_r8_qv's copy with its own tokenizer (lower-case words)
 # the base's chat template: the messages' contents, as they are (the first
 # prompt id is written by the client); the adapter OWN's writes id 1 first
 BASE_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
@@ -62,9 +64,9 @@ OWN_TEMPLATE = " AB{% for m in messages %}{{ m['content'] }}{% endfor %}"
 N_MANY = 1000
 # bytes of RSS one registered adapter may add: its server entry, swap model
 # (config, tensor table, the mapping of its file), engine entry and runner
-# state, about 85 KiB measured; never its weights, which stay on disk until
+# state, 85 to 105 KiB measured; never its weights, which stay on disk until
 # used
-ADAPTER_RSS_MAX = 128 << 10
+ADAPTER_RSS_MAX = 160 << 10
 
 A = None
 S = {}
@@ -107,6 +109,22 @@ def adapter_copy(fixture, dst, template=None):
         with open(os.path.join(dst, "chat_template.jinja"), "w") as f:
             f.write(template)
     return dst
+
+
+def lower_tokenizer(src, dst):
+    """src's id tokenizer (vocab.json, merges.txt) with every word in lower
+    case (id i is " xy" where src has " XY"), written into dst."""
+    low = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+    G = "\u0120"
+    with open(os.path.join(src, "vocab.json"), encoding="utf-8") as f:
+        vocab = json.load(f)
+    vocab = {(k.translate(low) if len(k) > 1 and k[0] == G else k): v for k, v in vocab.items()}
+    with open(os.path.join(dst, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(os.path.join(src, "merges.txt"), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    with open(os.path.join(dst, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join([lines[0]] + [l.translate(low) for l in lines[1:]]))
 
 
 def complete_ids(model, prompt, n, s=None):
@@ -168,7 +186,7 @@ def test_models_list_parent():
     by = {m["id"]: m for m in j["data"]}
     check(BASE in by and "parent" not in by[BASE] and "base" not in by[BASE],
           "the base's object: %s" % by.get(BASE))
-    for name in list(ADAPTERS) + [OWN]:
+    for name in list(ADAPTERS) + [OWN, OWN_TOK]:
         m = by.get(name)
         check(m is not None, "/v1/models lacks adapter %s" % name)
         check(m["parent"] == BASE and m["base"] == BASE, "%s: parent %r base %r" %
@@ -218,6 +236,15 @@ def test_chat_on_adapter():
         temperature=0)
     check(c.usage.prompt_tokens == len(prompt) + 1, "%s's template: %d prompt tokens, want %d" %
           (OWN, c.usage.prompt_tokens, len(prompt) + 1))
+    # OWN_TOK reads and writes with its own tokenizer (lower-case words),
+    # under its base's template
+    c = client().chat.completions.create(
+        model=OWN_TOK, messages=[{"role": "user", "content": harness.ids_text(prompt).lower()}],
+        max_tokens=len(out), temperature=0)
+    text = c.choices[0].message.content
+    check(text == text.lower() and harness.ids_of_text(text.upper()) == out and
+          c.usage.prompt_tokens == len(prompt), "chat on %s: %r, %d prompt tokens" %
+          (OWN_TOK, text, c.usage.prompt_tokens))
 
 
 def test_metrics():
@@ -435,7 +462,10 @@ def main():
     root = os.path.join(A.work_dir, "adapters-root")
     os.makedirs(root, exist_ok=True)
     own = adapter_copy(ADAPTERS["qv"], os.path.join(A.work_dir, "adapters", OWN), OWN_TEMPLATE)
-    extra = ["--model-root", root, "--adapter", "%s=%s:%s" % (OWN, BASE, own)]
+    own_tok = adapter_copy(ADAPTERS["qv"], os.path.join(A.work_dir, "adapters", OWN_TOK))
+    lower_tokenizer(base_dir(), own_tok)
+    extra = ["--model-root", root, "--adapter", "%s=%s:%s" % (OWN, BASE, own),
+             "--adapter", "%s=%s:%s" % (OWN_TOK, BASE, own_tok)]
     for name, fx in ADAPTERS.items():
         extra += ["--adapter", "%s=%s:%s" % (name, BASE, os.path.join(LORA, fx))]
     s = harness.Server(A.bin, {BASE: base_dir()}, A.work_dir, max_batch=4, extra=extra)
