@@ -16,6 +16,7 @@
 #include "backend/device.h"
 #include "core/error.h"
 #include "engine/stack.h"
+#include "model/adapter.h"
 #include "swap/swap.h"
 #include "test.h"
 
@@ -151,9 +152,269 @@ TEST(thousand)
     mgr_close(&g);
 }
 
+/* ---- the engine, through the stack ---- */
+
+/* References: fixture k's greedy case i (k = N_AD: the base alone). */
+struct ref {
+    int n_prompt, n_out;
+    int32_t prompt[16], out[16];
+};
+static struct ref refs[N_AD + 1][3];
+
+static void refs_load(void)
+{
+    for (int k = 0; k <= N_AD; k++) {
+        char path[2048];
+        if (k < N_AD)
+            snprintf(path, sizeof(path), "%s/%s/expected.json", LORA, adapters[k]);
+        else
+            snprintf(path, sizeof(path), "%s/expected.json", base_path);
+        json_t *j = json_load_file(path, 0, NULL);
+        CHECK_MSG(j != NULL, "%s", path);
+        json_t *g = json_object_get(j, "greedy");
+        for (int i = 0; i < 3; i++) {
+            json_t *c = json_array_get(g, (size_t)i);
+            int32_t *p = json_ids(json_object_get(c, "prompt"), &refs[k][i].n_prompt);
+            int32_t *o = json_ids(json_object_get(c, "output"), &refs[k][i].n_out);
+            CHECK(refs[k][i].n_prompt <= 16 && refs[k][i].n_out <= 16);
+            memcpy(refs[k][i].prompt, p, sizeof(int32_t) * (size_t)refs[k][i].n_prompt);
+            memcpy(refs[k][i].out, o, sizeof(int32_t) * (size_t)refs[k][i].n_out);
+            free(p);
+            free(o);
+        }
+        json_decref(j);
+    }
+}
+
+/* One request: model id, against refs[k][i]. */
+struct ask {
+    int id, k, i;
+    struct engine_req *r;
+};
+
+static atomic_int answered;
+
+static void ask_done(struct engine_req *r, void *ctx)
+{
+    (void)r;
+    (void)ctx;
+    atomic_fetch_add(&answered, 1);
+}
+
+static void ask_submit(struct engine *e, struct ask *q)
+{
+    const struct ref *x = &refs[q->k][q->i];
+    struct engine_request_params p = {.model = q->id,
+                                      .prompt = x->prompt,
+                                      .n_prompt = x->n_prompt,
+                                      .max_tokens = x->n_out,
+                                      .sampling = {.temperature = 0, .top_p = 1},
+                                      .on_done = ask_done};
+    int rc = engine_submit(e, &p, &q->r);
+    CHECK_MSG(rc == 0, "submit: %s", err_msg());
+}
+
+/* Waits for q and checks its greedy ids; returns its status (a failure
+ * other than allowed is a failed check). */
+static int ask_check(struct ask *q, int allowed)
+{
+    int rc = engine_req_wait(q->r);
+    const struct ref *x = &refs[q->k][q->i];
+    int n;
+    const int32_t *out = engine_req_output(q->r, &n);
+    if (rc == 0) {
+        bool same = n == x->n_out && memcmp(out, x->out, sizeof(int32_t) * (size_t)n) == 0;
+        CHECK_MSG(same, "model id %d (%s) prompt %d: greedy ids differ from the reference", q->id,
+                  q->k < N_AD ? adapters[q->k] : BASE, q->i);
+    } else {
+        CHECK_MSG(rc == allowed && allowed != 0, "model id %d: status %d (%s)", q->id, rc,
+                  engine_req_error(q->r));
+    }
+    engine_req_release(q->r);
+    q->r = NULL;
+    return rc;
+}
+
+/* A stack of n_dev CPU devices with budget bytes each, the base over tp of
+ * them, and adapter copies: copy c is adapters[c % N_AD] named "a<c>". */
+static struct stack *stack_with(int n_dev, uint64_t budget, int tp, int copies, const char *dir)
+{
+    static char paths[64][1100];
+    static char names[64][16];
+    struct stack_adapter_config ac[64];
+    CHECK(copies <= 64);
+    for (int c = 0; c < copies; c++) {
+        snprintf(names[c], sizeof(names[c]), "a%d", c);
+        if (c < N_AD)
+            adapter_path(adapters[c], paths[c], sizeof(paths[c]));
+        else {
+            char target[512];
+            adapter_path(adapters[c % N_AD], target, sizeof(target));
+            snprintf(paths[c], sizeof(paths[c]), "%s/copy%d", dir, c);
+            CHECK(symlink(target, paths[c]) == 0);
+        }
+        ac[c] = (struct stack_adapter_config){.name = names[c], .base = "base", .path = paths[c]};
+    }
+    struct stack_model_config mc = {.name = "base", .path = base_path, .tp = tp};
+    struct stack_config cfg = {.n_devices = n_dev,
+                               .host_budget = 256u << 20,
+                               .engine = {.max_batch = 8},
+                               .models = &mc,
+                               .n_models = 1,
+                               .adapters = ac,
+                               .n_adapters = copies};
+    for (int d = 0; d < n_dev; d++)
+        cfg.device_budget[d] = budget;
+    struct stack *s = NULL;
+    CHECK_MSG(stack_open(&cfg, &s) == 0, "stack_open: %s", err_msg());
+    return s;
+}
+
+/* Requests over the base and N_AD adapters at once: one batch per base,
+ * each sequence's greedy ids equal to its reference (PEFT's, computed
+ * alone). */
+static void mixed(int n_dev, int tp, uint64_t budget)
+{
+    struct stack *s = stack_with(n_dev, budget, tp, N_AD, NULL);
+    if (!s)
+        return;
+    struct ask q[2 * (N_AD + 1) * 3];
+    int n = 0;
+    for (int round = 0; round < 2; round++)
+        for (int k = 0; k <= N_AD; k++)
+            for (int i = 0; i < 3; i++)
+                q[n++] =
+                    (struct ask){.id = k < N_AD ? s->adapter_ids[k] : s->ids[0], .k = k, .i = i};
+    for (int j = 0; j < n; j++)
+        ask_submit(s->engine, &q[j]);
+    for (int j = 0; j < n; j++)
+        ask_check(&q[j], 0);
+    struct engine_stats st;
+    engine_get_stats(s->engine, &st);
+    struct engine_model_stats ms;
+    CHECK(engine_model_stats(s->engine, s->adapter_ids[0], &ms) == 0);
+    CHECK(ms.base == s->ids[0] && ms.ok == 6 && ms.loads >= 1);
+    CHECK(engine_model_stats(s->engine, s->ids[0], &ms) == 0 && ms.base == -1);
+    CHECK(st.adapter_loads >= N_AD && st.adapter_bytes_loaded > 0);
+    printf("tp %d: %d requests over the base and %d adapters: %llu batches, %llu adapter loads\n",
+           tp, n, N_AD, (unsigned long long)st.batches, (unsigned long long)st.adapter_loads);
+    stack_close(s);
+}
+
+TEST(mixed)
+{
+    mixed(1, 1, 64u << 20);
+}
+
+TEST(mixed_tp2)
+{
+    mixed(2, 2, 64u << 20);
+}
+
+/* Budgets left 0 are sized with room for the adapters beside their base
+ * (and its batches for their largest rank). */
+TEST(mixed_sized)
+{
+    mixed(1, 1, 0);
+}
+
+/* Room on the device for the base, its batch and about two adapters;
+ * hundreds of requests over a dozen adapters (copies of the fixtures):
+ * each answered once, right, adapters loaded and evicted among
+ * themselves. */
+TEST(churn)
+{
+    enum { COPIES = 12, ROUNDS = 25 };
+    char dir[512];
+    test_scratch_dir(dir, sizeof(dir), "adapters_churn");
+    /* the device bytes of the base and a batch of 8 of the longest request
+     * at the largest rank, and of the largest adapter */
+    struct model_exec_shape shape = engine_batch_shape(64, 8, 9, 9 + 12, true);
+    shape.max_lora_rank = 32;
+    uint64_t dev, host, amax = 0;
+    CHECK(swap_layout_bytes(base_path, 1, 1, &shape, &dev, &host) == 0);
+    struct mgr_rig g; /* the adapters' device bytes as the manager places them */
+    mgr_open(&g, 256u << 20);
+    for (int k = 0; k < N_AD; k++) {
+        char p[1024];
+        struct swap_model *a;
+        adapter_path(adapters[k], p, sizeof(p));
+        CHECK(swap_register_adapter(g.mgr, adapters[k], p, g.base, &a) == 0);
+        amax = swap_model_total_bytes(a) > amax ? swap_model_total_bytes(a) : amax;
+    }
+    mgr_close(&g);
+    struct stack *s = stack_with(1, dev + 5 * amax / 2, 1, COPIES, dir);
+    if (!s)
+        return;
+    atomic_store(&answered, 0);
+    struct ask *q = calloc(COPIES * ROUNDS, sizeof(*q));
+    int n = 0;
+    for (int wave = 0; wave < 5; wave++) { /* each wave needs every adapter again */
+        int first = n;
+        for (int r = wave * ROUNDS / 5; r < (wave + 1) * ROUNDS / 5; r++)
+            for (int c = 0; c < COPIES; c++) {
+                int a = (c * 7 + r * 5) % COPIES; /* spread, not in order */
+                q[n] = (struct ask){.id = s->adapter_ids[a], .k = a % N_AD, .i = (r + c) % 3};
+                ask_submit(s->engine, &q[n++]);
+            }
+        for (int j = first; j < n; j++)
+            ask_check(&q[j], 0);
+    }
+    engine_drain(s->engine);
+    CHECK(atomic_load(&answered) == n);
+    struct engine_stats st;
+    engine_get_stats(s->engine, &st);
+    printf("%d requests over %d adapters, device budget %llu (base and batch %llu, adapter <= "
+           "%llu): %llu adapter loads, %llu evictions\n",
+           n, COPIES, (unsigned long long)(dev + 5 * amax / 2), (unsigned long long)dev,
+           (unsigned long long)amax, (unsigned long long)st.adapter_loads,
+           (unsigned long long)st.evictions);
+    CHECK(st.adapter_loads > COPIES && st.evictions > 0);
+    free(q);
+    stack_close(s);
+}
+
+/* A base with adapters is not removed; an adapter is, while requests for it
+ * wait: each of those answered once, right or "was removed". */
+TEST(remove)
+{
+    struct stack *s = stack_with(1, 64u << 20, 1, N_AD, NULL);
+    if (!s)
+        return;
+    CHECK(engine_remove_model(s->engine, s->ids[0], NULL) == ERR_BUSY);
+    CHECK(strstr(err_msg(), "adapters") != NULL);
+    atomic_store(&answered, 0);
+    enum { N = 40 };
+    struct ask q[N];
+    for (int j = 0; j < N; j++) {
+        int k = j % 2;
+        q[j] = (struct ask){.id = s->adapter_ids[k], .k = k, .i = j % 3};
+        ask_submit(s->engine, &q[j]);
+    }
+    struct engine_model_stats last;
+    CHECK(engine_remove_model(s->engine, s->adapter_ids[0], &last) == 0);
+    int removed = 0;
+    for (int j = 0; j < N; j++)
+        removed += ask_check(&q[j], q[j].k == 0 ? ERR_NOT_FOUND : 0) != 0;
+    engine_drain(s->engine);
+    CHECK(atomic_load(&answered) == N);
+    printf("adapter removed with %d requests waiting or running: %d of them failed as removed\n",
+           N / 2, removed);
+    CHECK(engine_find_model(s->engine, "a0") == ERR_NOT_FOUND);
+    /* the others still serve; then, without adapters, the base goes */
+    struct ask again = {.id = s->adapter_ids[1], .k = 1, .i = 0};
+    ask_submit(s->engine, &again);
+    ask_check(&again, 0);
+    for (int k = 1; k < N_AD; k++)
+        CHECK(engine_remove_model(s->engine, s->adapter_ids[k], NULL) == 0);
+    CHECK_MSG(engine_remove_model(s->engine, s->ids[0], NULL) == 0, "%s", err_msg());
+    stack_close(s);
+}
+
 static void setup(void)
 {
     snprintf(base_path, sizeof(base_path), "%s/%s", FIXTURES, BASE);
+    refs_load();
 }
 
 int main(int argc, char **argv)

@@ -160,6 +160,10 @@ int engine_add_model(struct engine *e, struct swap_model *model);
 int engine_add_adapter(struct engine *e, struct swap_model *adapter);
 /* The id of adapter id's base, -1 when id is a model, ERR_NOT_FOUND. */
 int engine_model_base(struct engine *e, int id);
+/* The registration model id is served with (engine_add_model's or
+ * engine_add_adapter's), NULL when id is not served; valid until
+ * engine_remove_model(id) returns. */
+struct swap_model *engine_model_swap(struct engine *e, int id);
 /* The id of the model served under name, or ERR_NOT_FOUND. */
 int engine_find_model(struct engine *e, const char *name);
 /* The ids of the models served, ascending: fills up to max of them into ids

@@ -112,6 +112,27 @@ struct engine_model {
     int id;                /* [fixed] */
     struct swap_model *sm; /* [fixed] until engine_remove_model unregisters it (users and
                             * its runner's end keep it valid for readers outside the lock) */
+    /* an adapter (engine_add_adapter): its base [fixed], NULL for a model. An
+     * adapter has its own queue, controls and statistics but no runner: its
+     * requests run in its base's batches (queue_take takes from the base's
+     * queue and its adapters' in arrival order), and the scheduler's view
+     * folds it into its base (view_build) */
+    struct engine_model *base;
+    /* a base's adapters, a list through next_adapter [lock] */
+    struct engine_model *adapters, *next_adapter;
+    /* a base: the largest rank of its adapters so far, what its batches'
+     * contexts are sized for (max_lora_rank); [atomic] written under the
+     * lock, read by its runner without it */
+    atomic_int lora_rank;
+    /* an adapter: its sequences in a batch, each holding it in use
+     * (swap_use_begin in queue_take, swap_use_end as it leaves: adapter_unuse)
+     * [lock]; removal waits for 0 */
+    int seq_uses;
+    /* an adapter whose load found no room on its devices, none of the idle
+     * adapters there could make it, and nothing was leaving: the view shows
+     * its base short of its bytes, for the policy to make room as for a
+     * load (sched_loop.c) [lock] */
+    bool room_blocked;
     struct engine_req *head, *tail; /* [lock] its queue */
     int queue_len;                  /* [lock] */
     int n_running;        /* [lock] sequences in its batch */
@@ -254,11 +275,26 @@ void queue_push(struct engine_model *m, struct engine_req *r);
  * scheduler thread's on_done. */
 void queue_fail(struct engine_model *m, struct engine_req *r, int status, const char *why);
 /* Up to n requests for m's runner (PH_RUNNING) by sched_batch_joins; expired
- * ones are failed instead. */
+ * ones are failed instead. From m's queue and its adapters' (each request
+ * stays its own model's: r->m), in arrival order, those of an adapter only
+ * while it is on its devices (RES_ON_DEVICE), its rank within m's lora_rank
+ * (queue_take_ranked: within max_rank), each taken into use (seq_uses). */
 int queue_take(struct engine_model *m, struct engine_req **out, int n, bool same_params);
-/* Taken requests back to the head, in order; cancelled ones to *cancelled. */
+/* Taken requests back to the head of their queues, in order; cancelled ones
+ * to *cancelled; the adapters of those given back to *unuse (the caller's
+ * adapter_unuse for each, once the lock is let go). */
 void queue_give_back(struct engine_model *m, struct engine_req **r, int n,
-                     struct engine_req **cancelled, int *n_cancelled);
+                     struct engine_req **cancelled, int *n_cancelled, struct engine_model **unuse,
+                     int *n_unuse);
+/* A request of an adapter that leaves a batch, or goes back to its queue,
+ * lets go of the adapter (swap_use_end, then seq_uses; no lock: it takes
+ * it). Nothing for a model's. */
+void adapter_unuse(struct engine_model *a);
+/* The request queue_take_ranked would take next, or NULL (lock held). */
+struct engine_req *queue_peek(struct engine_model *m, int max_rank);
+/* As queue_take, taking adapters' requests of rank max_rank at most. */
+int queue_take_ranked(struct engine_model *m, struct engine_req **out, int n, bool same_params,
+                      int max_rank);
 
 /* reserve.c: memory reserves and batch shapes */
 void reserve_grow(struct engine *e, struct engine_model *m, int n_prompt,

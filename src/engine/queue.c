@@ -61,52 +61,108 @@ static bool same_sampling(const struct sampler_params *a, const struct sampler_p
     return a->temperature == b->temperature && a->top_k == b->top_k && a->top_p == b->top_p;
 }
 
-/* Takes up to n requests from m's queue for its runner (lock held), by the
- * batch rule (sched_batch_joins): with same_params, stops at the first whose
- * sampling differs from the first one's (Computron). Requests already past
- * their deadline time out instead. */
-int queue_take(struct engine_model *m, struct engine_req **out, int n, bool same_params)
+/* The next request m's runner may take (lock held): the oldest head among
+ * m's queue and its adapters' on their devices within max_rank, or NULL. */
+struct engine_req *queue_peek(struct engine_model *m, int max_rank)
 {
+    struct engine *e = m->e;
+    /* the higher priority first (an adapter's engine_set_priority), then
+     * the older request */
+    struct engine_req *best = m->head;
+    int best_prio = m->priority;
+    for (struct engine_model *a = m->adapters; a; a = a->next_adapter) {
+        struct engine_req *r = a->head;
+        if (!r || a->removed ||
+            (best && (best_prio > a->priority ||
+                      (best_prio == a->priority && best->t.t_arrival <= r->t.t_arrival))) ||
+            swap_model_lora_rank(a->sm) > max_rank ||
+            swap_residency(e->mgr, a->sm) != RES_ON_DEVICE)
+            continue;
+        best = r;
+        best_prio = a->priority;
+    }
+    return best;
+}
+
+/* Takes up to n requests for m's runner (lock held), by the batch rule
+ * (sched_batch_joins): with same_params, stops at the first whose sampling
+ * differs from the first one's (Computron). Requests already past their
+ * deadline time out instead. An adapter's request takes the adapter into
+ * use; one that cannot (it is leaving) stays queued, and taking stops. */
+int queue_take_ranked(struct engine_model *m, struct engine_req **out, int n, bool same_params,
+                      int max_rank)
+{
+    struct engine *e = m->e;
     double now = time_now();
     int k = 0;
-    while (m->head && k < n) {
-        struct engine_req *r = m->head;
+    struct engine_req *r;
+    while (k < n && (r = queue_peek(m, max_rank)) != NULL) {
+        struct engine_model *owner = r->m;
         if (r->deadline <= now) {
-            queue_fail(m, r, ERR_TIMEOUT, "its deadline passed while it waited in the queue");
+            queue_fail(owner, r, ERR_TIMEOUT, "its deadline passed while it waited in the queue");
             continue;
         }
         if (!sched_batch_joins(same_params, k, n,
                                k == 0 || same_sampling(&r->sampling, &out[0]->sampling)))
             break;
-        queue_unlink(m, r);
+        if (owner->base) {
+            if (swap_use_begin(e->mgr, owner->sm) < 0)
+                break;
+            owner->seq_uses++;
+        }
+        queue_unlink(owner, r);
         atomic_store(&r->phase, PH_RUNNING);
-        m->n_running++;
+        owner->n_running++;
         out[k++] = r;
     }
     return k;
 }
 
-/* Hands requests a runner took back to the head of m's queue, in their
+int queue_take(struct engine_model *m, struct engine_req **out, int n, bool same_params)
+{
+    return queue_take_ranked(m, out, n, same_params, atomic_load(&m->lora_rank));
+}
+
+/* Hands requests a runner took back to the head of their queues, in their
  * order (lock held): they keep their place. One cancelled meanwhile is not
  * queued again: it goes to *cancelled, for the caller to finish. */
 void queue_give_back(struct engine_model *m, struct engine_req **r, int n,
-                     struct engine_req **cancelled, int *n_cancelled)
+                     struct engine_req **cancelled, int *n_cancelled, struct engine_model **unuse,
+                     int *n_unuse)
 {
+    (void)m;
     for (int i = n - 1; i >= 0; i--) {
         int expect = PH_RUNNING;
         if (!atomic_compare_exchange_strong(&r[i]->phase, &expect, PH_QUEUED)) {
             cancelled[(*n_cancelled)++] = r[i];
             continue;
         }
-        m->n_running--;
+        struct engine_model *q = r[i]->m;
+        if (q->base)
+            unuse[(*n_unuse)++] = q;
+        q->n_running--;
         r[i]->prev = NULL;
-        r[i]->next = m->head;
-        if (m->head)
-            m->head->prev = r[i];
+        r[i]->next = q->head;
+        if (q->head)
+            q->head->prev = r[i];
         else
-            m->tail = r[i];
-        m->head = r[i];
-        m->queue_len++;
-        m->e->n_queued_deadlines += !isinf(r[i]->deadline);
+            q->tail = r[i];
+        q->head = r[i];
+        q->queue_len++;
+        q->e->n_queued_deadlines += !isinf(r[i]->deadline);
     }
+}
+
+void adapter_unuse(struct engine_model *a)
+{
+    if (!a->base)
+        return;
+    struct engine *e = a->e;
+    swap_use_end(e->mgr, a->sm);
+    pthread_mutex_lock(&e->lock);
+    a->seq_uses--;
+    a->last_used = a->idle_since = time_now(); /* its keep_alive and LRU count from here */
+    pthread_cond_broadcast(&e->admin);         /* a removal waits for its last sequence */
+    pthread_cond_signal(&e->wake);             /* it may leave now, for another adapter */
+    pthread_mutex_unlock(&e->lock);
 }

@@ -63,9 +63,67 @@ struct engine_model *model_named(struct engine *e, const struct engine_request_p
     return m;
 }
 
+/* The served model whose registration is sm, not an adapter (lock held). */
+static struct engine_model *model_of(struct engine *e, const struct swap_model *sm)
+{
+    for (int i = 0; i < e->n_ids; i++)
+        if (e->models[i] && !e->models[i]->removed && e->models[i]->sm == sm && !e->models[i]->base)
+            return e->models[i];
+    return NULL;
+}
+
+/* Serves model, an adapter over base when base is not NULL (no runner: its
+ * requests run in the base's batches). */
+static int model_add(struct engine *e, struct swap_model *model, struct engine_model *base);
+
 int engine_add_model(struct engine *e, struct swap_model *model)
 {
+    if (swap_model_base(model))
+        return err_set(ERR_INVALID, "%s is an adapter: engine_add_adapter serves it",
+                       swap_model_name(model));
     pthread_mutex_lock(&e->lock);
+    int rc = model_add(e, model, NULL);
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+int engine_add_adapter(struct engine *e, struct swap_model *adapter)
+{
+    const struct swap_model *bsm = swap_model_base(adapter);
+    if (!bsm)
+        return err_set(ERR_INVALID, "%s is not an adapter (swap_register_adapter)",
+                       swap_model_name(adapter));
+    pthread_mutex_lock(&e->lock);
+    struct engine_model *base = model_of(e, bsm);
+    int rc = base ? model_add(e, adapter, base)
+                  : err_set(ERR_INVALID, "adapter %s: its base %s is not served by this engine",
+                            swap_model_name(adapter), swap_model_name(bsm));
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+int engine_model_base(struct engine *e, int id)
+{
+    pthread_mutex_lock(&e->lock);
+    struct engine_model *m = model_get(e, id);
+    int rc = !m        ? err_set(ERR_NOT_FOUND, "no model with id %d is served", id)
+             : m->base ? m->base->id
+                       : -1;
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+struct swap_model *engine_model_swap(struct engine *e, int id)
+{
+    pthread_mutex_lock(&e->lock);
+    struct engine_model *m = model_get(e, id);
+    struct swap_model *sm = m ? m->sm : NULL;
+    pthread_mutex_unlock(&e->lock);
+    return sm;
+}
+
+static int model_add(struct engine *e, struct swap_model *model, struct engine_model *base)
+{
     int rc = 0;
     struct engine_model *m = NULL;
     struct engine_model *same = model_by_name(e, swap_model_name(model));
@@ -103,16 +161,28 @@ int engine_add_model(struct engine *e, struct swap_model *model)
     hist_init(&m->ttft, engine_hist_le, ENGINE_HIST_LE);
     hist_init(&m->load, engine_hist_le, ENGINE_HIST_LE);
     atomic_init(&m->removing, false);
-    if ((rc = runner_create(m)) < 0) {
+    atomic_init(&m->lora_rank, 0);
+    m->base = base;
+    if (!base && (rc = runner_create(m)) < 0) {
         free(m);
         goto out;
+    }
+    if (base) {
+        m->next_adapter = base->adapters;
+        base->adapters = m;
+        int rank = swap_model_lora_rank(model);
+        if (rank > atomic_load(&base->lora_rank)) {
+            /* the base's next batches are sized for it (a batch in flight
+             * keeps its size: this adapter's requests wait for the next) */
+            atomic_store(&base->lora_rank, rank);
+            reserves_refit(e);
+        }
     }
     e->models[e->n_ids++] = m;
     e->n_live++;
     rc = m->id;
     pthread_cond_signal(&e->wake);
 out:
-    pthread_mutex_unlock(&e->lock);
     return rc;
 }
 
@@ -147,6 +217,14 @@ int engine_remove_model(struct engine *e, int id, struct engine_model_stats *las
         pthread_mutex_unlock(&e->lock);
         return err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
     }
+    if (m->adapters) {
+        int rc = err_set(ERR_BUSY,
+                         "model %s cannot be removed while adapters are served over it "
+                         "(%s, ...): remove them first",
+                         swap_model_name(m->sm), swap_model_name(m->adapters->sm));
+        pthread_mutex_unlock(&e->lock);
+        return rc;
+    }
     /* from here no submission, action or admin request reaches it */
     m->removed = true;
     atomic_store(&m->removing, true);
@@ -162,8 +240,17 @@ int engine_remove_model(struct engine *e, int id, struct engine_model_stats *las
     pthread_cond_broadcast(&e->admin);
     /* its batch in flight ends at the next step boundary; admin callers let
      * go; then a paused batch is dropped on the runner pool */
-    while (m->running || m->users > 0 || runner_drop_held(m))
+    /* an adapter's sequences leave its base's batch at the next boundary,
+     * each letting go of it (seq_uses) */
+    while (m->running || m->users > 0 || m->seq_uses > 0 || (m->base && m->n_running > 0) ||
+           runner_drop_held(m))
         pthread_cond_wait(&e->admin, &e->lock);
+    if (m->base) /* out of its base's batches' choice */
+        for (struct engine_model **p = &m->base->adapters; *p; p = &(*p)->next_adapter)
+            if (*p == m) {
+                *p = m->next_adapter;
+                break;
+            }
     pthread_mutex_unlock(&e->lock);
     /* off its devices: after a load in progress, with no lock of ours held,
      * while the scheduler still counts its memory (a copy back it starts is
@@ -349,6 +436,7 @@ static void stats_fill(struct engine *e, struct engine_model *m, struct engine_m
     memset(out, 0, sizeof(*out));
     const struct swap_model *sm = m->sm;
     out->id = m->id;
+    out->base = m->base ? m->base->id : -1;
     snprintf(out->name, sizeof(out->name), "%s", swap_model_name(sm));
     out->pinned = m->pinned;
     out->queue_len = m->queue_len;

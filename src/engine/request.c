@@ -71,6 +71,10 @@ void req_complete(struct engine *e, struct engine_req *r)
 void req_finish_running(struct engine_model *m, struct engine_req *r, int status, const char *why)
 {
     struct engine *e = m->e;
+    /* its own model's (an adapter's, running in its base m's batch): set
+     * when it was queued, and fixed while it runs */
+    m = r->m;
+    adapter_unuse(m);
     int expect = PH_RUNNING;
     if (!atomic_compare_exchange_strong(&r->phase, &expect, PH_DONE)) {
         atomic_store(&r->phase, PH_DONE); /* it was PH_CANCELLING */
@@ -168,7 +172,7 @@ static int submit_enqueue(struct engine *e, struct engine_model *m, struct engin
     r->model_id = m->id;
     r->m = m;
     queue_push(m, r);
-    reserve_grow(e, m, r->n_prompt, r->max_tokens);
+    reserve_grow(e, m->base ? m->base : m, r->n_prompt, r->max_tokens);
     forecast_add(&m->arrivals, r->t.t_arrival);
     e->outstanding++;
     e->stats.submitted++;
@@ -187,7 +191,8 @@ int engine_submit(struct engine *e, const struct engine_request_params *p,
      * meanwhile */
     pthread_mutex_lock(&e->lock);
     struct engine_model *m = model_named(e, p);
-    struct swap_model *sm = m ? m->sm : NULL;
+    /* an adapter's request runs in its base's batch: checked against it */
+    struct swap_model *sm = m ? (m->base ? m->base->sm : m->sm) : NULL;
     if (m)
         m->users++;
     pthread_mutex_unlock(&e->lock);

@@ -33,6 +33,15 @@ static struct model_exec_shape batch_shape(const struct swap_model *sm, int n, i
     return engine_batch_shape(swap_model_info(sm)->max_pos, n, max_prompt, seq, decodes);
 }
 
+/* m's batch shape: with room for its adapters' largest rank. */
+static struct model_exec_shape model_batch_shape(const struct engine_model *m, int n,
+                                                 int max_prompt, int seq, bool decodes)
+{
+    struct model_exec_shape sh = batch_shape(m->sm, n, max_prompt, seq, decodes);
+    sh.max_lora_rank = atomic_load(&m->lora_rank);
+    return sh;
+}
+
 /* Per device, what the pinned models hold or will hold there: their
  * weights and batches' reserves (lock held). */
 static void pinned_totals(struct engine *e, uint64_t *tot)
@@ -67,8 +76,8 @@ static void reserve_fit(struct engine *e, struct engine_model *m, const uint64_t
         room[d] = budget > beside ? budget - beside : 0;
     }
     for (int n = m->max_batch; n >= 1; n--) {
-        struct model_exec_shape shape = batch_shape(m->sm, n, m->longest_prompt,
-                                                    m->longest_prompt + m->longest_out, m->decodes);
+        struct model_exec_shape shape = model_batch_shape(
+            m, n, m->longest_prompt, m->longest_prompt + m->longest_out, m->decodes);
         bool fits = true;
         for (int d = 0; d < n_dev; d++) {
             uint64_t w = swap_model_device_bytes(m->sm, d);
@@ -162,7 +171,9 @@ int engine_check_pinned_room(struct engine *e, int id)
     pthread_mutex_lock(&e->lock);
     const struct engine_model *m = id >= 0 && id < e->n_ids ? e->models[id] : NULL;
     int rc = m ? 0 : err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
-    for (int d = 0; rc == 0 && d < swap_device_count(e->mgr); d++) {
+    if (m && m->base) /* an adapter runs in its base's batches: its room is the base's */
+        m = NULL;
+    for (int d = 0; rc == 0 && m && d < swap_device_count(e->mgr); d++) {
         uint64_t w = swap_model_device_bytes(m->sm, d);
         if (w == 0)
             continue;
@@ -259,7 +270,8 @@ int batch_alloc(struct engine_model *m, struct engine_req **first, int n, struct
 {
     struct engine *e = m->e;
     struct engine_req *cancelled[n];
-    int n_cancelled = 0, rc = 0;
+    struct engine_model *unuse[n];
+    int n_cancelled = 0, n_unuse = 0, rc = 0;
     char why[160] = "";
     const int max_pos = swap_model_info(m->sm)->max_pos;
     for (;;) {
@@ -274,7 +286,7 @@ int batch_alloc(struct engine_model *m, struct engine_req **first, int n, struct
         /* the first step is the longest prompt for every sequence (the
          * others left-padded to it), so each answer starts after it */
         int seq = *max_prompt + longest_out;
-        struct model_exec_shape shape = batch_shape(m->sm, n, *max_prompt, seq, decodes);
+        struct model_exec_shape shape = model_batch_shape(m, n, *max_prompt, seq, decodes);
         pthread_mutex_lock(&e->lock);
         /* past the model's positions together (each fits alone: submit
          * checks it): halved as below, the later half back to the queue */
@@ -307,17 +319,17 @@ int batch_alloc(struct engine_model *m, struct engine_req **first, int n, struct
         bool retry = false;
         int frag = rc == ERR_NOMEM && n == 1 && !m->frag_none ? batch_fragmented(e, m, &shape) : -1;
         if (frag >= 0) {
-            queue_give_back(m, first, n, cancelled, &n_cancelled);
+            queue_give_back(m, first, n, cancelled, &n_cancelled, unuse, &n_unuse);
             m->frag_device = frag;
             m->mem_wait = true;
             n = 0;
             pthread_cond_signal(&e->wake);
         } else if (rc == ERR_NOMEM && n > 1) {
-            queue_give_back(m, first + n / 2, n - n / 2, cancelled, &n_cancelled);
+            queue_give_back(m, first + n / 2, n - n / 2, cancelled, &n_cancelled, unuse, &n_unuse);
             n /= 2;
             retry = true;
         } else if (rc == ERR_NOMEM && others) {
-            queue_give_back(m, first, n, cancelled, &n_cancelled);
+            queue_give_back(m, first, n, cancelled, &n_cancelled, unuse, &n_unuse);
             m->mem_wait = true;
             n = 0;
         }
@@ -325,6 +337,8 @@ int batch_alloc(struct engine_model *m, struct engine_req **first, int n, struct
         if (!retry)
             break;
     }
+    for (int i = 0; i < n_unuse; i++)
+        adapter_unuse(unuse[i]);
     for (int i = 0; i < n_cancelled; i++)
         req_finish_running(m, cancelled[i], ERR_CANCELLED, "cancelled");
     if (rc < 0 && n > 0) {

@@ -45,6 +45,7 @@ struct batch {
     int slots;
     uint64_t id;
     struct engine_req **req; /* (slots) NULL where free */
+    struct swap_model **adapters; /* (slots) each sequence's adapter (NULL: the base alone) */
     int32_t *ids;            /* (slots * t) */
     uint8_t *mask;
     float *logits;           /* (slots, vocab) */
@@ -100,16 +101,18 @@ static void batch_sample(struct batch *b, double now)
  * all of a removed model's leave. */
 static void batch_evict_leavers(struct batch *b, double now)
 {
-    bool removing = atomic_load(&b->m->removing);
     for (int s = 0; s < b->slots; s++) {
         struct engine_req *r = b->req[s];
         if (!r)
             continue;
+        /* the batch's model, or the sequence's adapter, is being removed */
+        bool removing = atomic_load(&b->m->removing) || atomic_load(&r->m->removing);
         char why[160];
         if (atomic_load(&r->phase) == PH_CANCELLING) {
             batch_leave(b, s, atomic_load(&r->stop_ok) ? 0 : ERR_CANCELLED, "cancelled");
         } else if (removing) {
-            snprintf(why, sizeof(why), "model %s was removed", swap_model_name(b->m->sm));
+            snprintf(why, sizeof(why), "model %s was removed",
+                     swap_model_name(atomic_load(&r->m->removing) ? r->m->sm : b->m->sm));
             batch_leave(b, s, ERR_NOT_FOUND, why);
         } else if (r->deadline <= now) {
             snprintf(why, sizeof(why), "its deadline passed after %d of %d tokens", r->n_output,
@@ -141,6 +144,13 @@ static int batch_step(struct batch *b, struct engine_req **joining, int n_join, 
             b->mask[s * t + t - r->n_prompt + i] = 1;
         }
         b->req[s] = r;
+    }
+    if (group_exec_lora_rank(b->gb) > 0) { /* each sequence's adapter, for this step */
+        for (int s = 0; s < b->slots; s++)
+            b->adapters[s] = b->req[s] && b->req[s]->m->base ? b->req[s]->m->sm : NULL;
+        int rc = group_exec_set_adapters(b->gb, b->adapters);
+        if (rc < 0)
+            return rc;
     }
     return group_forward(e->w, b->gb, b->ids, b->mask, t, false, true, b->logits);
 }
@@ -221,12 +231,13 @@ static int batch_open(struct batch *b, struct engine_req **first)
     const struct model_info *c = swap_model_info(b->m->sm);
     int n = b->slots, max_len = group_exec_room(b->gb);
     b->req = calloc((size_t)n, sizeof(*b->req));
+    b->adapters = calloc((size_t)n, sizeof(*b->adapters));
     b->ids = malloc((size_t)n * max_len * sizeof(int32_t));
     b->mask = malloc((size_t)n * max_len);
     b->logits = malloc((size_t)n * c->vocab * sizeof(float));
     b->last = calloc((size_t)n, sizeof(int32_t));
     int rc = 0;
-    if (!b->req || !b->ids || !b->mask || !b->logits || !b->last)
+    if (!b->req || !b->adapters || !b->ids || !b->mask || !b->logits || !b->last)
         rc = err_set(ERR_NOMEM, "out of host memory for a batch of %d", n);
     batch_routed_open(b);
     pthread_mutex_lock(&e->lock);
@@ -285,17 +296,20 @@ static int batch_take_joiners(struct batch *b, int free_slots, struct engine_req
             need = b->req[s]->max_tokens - b->req[s]->n_output;
     if (free_slots == 0 || e->policy->batch_same_params_only)
         return 0;
-    int room = group_exec_room(b->gb);
+    int room = group_exec_room(b->gb), rank = group_exec_lora_rank(b->gb);
     pthread_mutex_lock(&e->lock);
-    while (m->head && n_join < free_slots && n_join < MAX_JOIN && !m->offload_pending &&
-           !m->removed && !atomic_load(&m->pause)) {
-        struct engine_req *r = m->head;
+    struct engine_req *r;
+    while (n_join < free_slots && n_join < MAX_JOIN && !m->offload_pending && !m->removed &&
+           !atomic_load(&m->pause) && (r = queue_peek(m, rank)) != NULL) {
         int t_new = r->n_prompt > *t ? r->n_prompt : *t;
         int need_new = r->max_tokens > need ? r->max_tokens : need;
         if (t_new - 1 + need_new > room || t_new > group_exec_max_step(b->gb))
             break;
-        if (queue_take(m, &join[n_join], 1, false) == 0)
-            continue; /* it had timed out */
+        if (queue_take_ranked(m, &join[n_join], 1, false, rank) == 0) {
+            if (queue_peek(m, rank) == r)
+                break; /* its adapter is leaving */
+            continue;  /* it had timed out */
+        }
         n_join++;
         *t = t_new;
         need = need_new;
@@ -357,6 +371,7 @@ static void batch_close(struct batch *b, double *mark)
     }
     batch_release(b->m, b->gb);
     free(b->req);
+    free(b->adapters);
     free(b->ids);
     free(b->mask);
     free(b->logits);
@@ -625,7 +640,7 @@ void runner_serve(struct engine_model *m)
 
 bool runner_drop_held(struct engine_model *m)
 {
-    if (m->running || !m->run->held)
+    if (!m->run || m->running || !m->run->held) /* an adapter has no runner */
         return false;
     m->running = true;
     m->n_paused = 0;

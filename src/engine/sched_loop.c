@@ -38,10 +38,15 @@ void load_check(struct engine *e, struct engine_model *m, bool loading)
 {
     if (m->was_loading && !loading) {
         m->was_loading = false;
-        e->load_s = swap_model_load_seconds(e->mgr, m->sm);
-        e->stats.swap_s += e->load_s;
-        m->load_s += e->load_s;
-        hist_add(&m->load, e->load_s);
+        double load_s = swap_model_load_seconds(e->mgr, m->sm);
+        if (m->base) { /* an adapter's: its own counters, not the policy's load estimate */
+            e->stats.adapter_load_s += load_s;
+        } else {
+            e->load_s = load_s;
+            e->stats.swap_s += load_s;
+        }
+        m->load_s += load_s;
+        hist_add(&m->load, load_s);
         /* a failed load (a checkpoint truncated while served, ...) leaves the
          * devices again: the requests that waited for it fail with its
          * message rather than start another load that fails the same way.
@@ -54,7 +59,7 @@ void load_check(struct engine *e, struct engine_model *m, bool loading)
                                      .model = swap_model_name(m->sm),
                                      .device = -1,
                                      .bytes = m->load_bytes,
-                                     .seconds = e->load_s,
+                                     .seconds = load_s,
                                      .why = code < 0 ? why : NULL};
             e->cfg.on_move(e->cfg.move_ctx, &mv);
         }
@@ -141,6 +146,45 @@ static bool room_short(struct engine *e, const struct engine_model *m, const uin
     return false;
 }
 
+/* Folds base m's adapters into its entry of the view, so the policy sees
+ * bases only (lock held): their waiting requests are its own (those of an
+ * adapter not on its devices while m is resident wait for the adapter's
+ * load, not for m: not counted, unless that load found no room), its bytes
+ * and resident bytes count its adapters on their devices; an adapter whose
+ * load found no room (room_blocked) makes m look partly resident, short of
+ * the adapter's bytes, so the policy makes that room as for a load. */
+static void view_fold(struct engine *e, struct engine_model *m, enum residency r,
+                      struct sched_model *s, int n_devices)
+{
+    bool base_in = r == RES_LOADING || r == RES_ON_DEVICE;
+    /* while one of its adapters is on its devices, the room a blocked one
+     * lacks comes from that one once it is idle (adapter_victim): the base
+     * stays servable so that it gets there */
+    bool any_on = false;
+    for (struct engine_model *a = m->adapters; a && !any_on; a = a->next_adapter) {
+        enum residency ar = swap_residency(e->mgr, a->sm);
+        any_on = ar == RES_ON_DEVICE || ar == RES_LOADING;
+    }
+    for (struct engine_model *a = m->adapters; a; a = a->next_adapter) {
+        enum residency ar = swap_residency(e->mgr, a->sm);
+        bool on = ar == RES_ON_DEVICE || ar == RES_LOADING;
+        bool blocked = base_in && !any_on && a->room_blocked && a->queue_len > 0;
+        if (a->head && (!base_in || ar == RES_ON_DEVICE || blocked)) {
+            s->queue_len += a->queue_len;
+            if (!s->head_arrival || a->head->t.t_arrival < s->head_arrival)
+                s->head_arrival = a->head->t.t_arrival;
+        }
+        if (blocked)
+            s->resident = false;
+        for (int d = 0; d < n_devices && (on || blocked); d++) {
+            uint64_t w = swap_model_device_bytes(a->sm, d);
+            s->bytes[d] += w;
+            if (on && base_in)
+                s->resident_bytes[d] += w;
+        }
+    }
+}
+
 /* The policy's snapshot of the models being served: view index i is model
  * map[i] (lock held). */
 static void view_build(struct engine *e, struct engine_model **map, struct sched_model *sm,
@@ -164,10 +208,12 @@ static void view_build(struct engine *e, struct engine_model **map, struct sched
         struct engine_model *m = model_get(e, id);
         if (!m)
             continue;
-        int i = n++;
-        map[i] = m;
         enum residency r = swap_residency(e->mgr, m->sm);
         load_check(e, m, r == RES_LOADING); /* a failed load empties the queue */
+        if (m->base)
+            continue; /* folded into its base (view_fold) */
+        int i = n++;
+        map[i] = m;
         memset(&sm[i], 0, sizeof(sm[i]));
         /* this view counts a trimmed model's reserve free already */
         memset(m->trim_credit, 0, sizeof(m->trim_credit));
@@ -222,6 +268,7 @@ static void view_build(struct engine *e, struct engine_model **map, struct sched
                     ? swap_model_resident_bytes(e->mgr, m->sm, d)
                     : 0;
         }
+        view_fold(e, m, r, &sm[i], v->n_devices);
         v->any_loading |= sm[i].loading;
         v->any_running |= m->running;
     }
@@ -234,7 +281,12 @@ static void view_build(struct engine *e, struct engine_model **map, struct sched
 static void load_started(struct engine *e, struct engine_model *m, double now, uint64_t bytes,
                          double frac)
 {
-    e->stats.loads++;
+    if (m->base) { /* an adapter's load: counted apart from the models' */
+        e->stats.adapter_loads++;
+        e->stats.adapter_bytes_loaded += bytes;
+    } else {
+        e->stats.loads++;
+    }
     m->loads++;
     m->bytes_loaded += bytes;
     m->load_bytes = bytes;
@@ -300,6 +352,123 @@ static bool defrag_batches(struct engine *e, struct engine_model **map, struct s
         moved = true;
     }
     return moved;
+}
+
+/* ---- adapters: loads for their queued requests, room among them ---- */
+
+/* The idle adapter on device d that leaves first to make room for another
+ * adapter's load (lock held): on its devices, not pinned, no sequence in a
+ * batch and none waiting, least recently used; NULL when none may leave. */
+static struct engine_model *adapter_victim(struct engine *e, int d,
+                                           const struct engine_model *for_a)
+{
+    struct engine_model *best = NULL;
+    for (int id = 0; id < e->n_ids; id++) {
+        struct engine_model *v = model_get(e, id);
+        if (!v || !v->base || v == for_a || v->pinned || v->seq_uses > 0 || v->queue_len > 0 ||
+            swap_model_device_bytes(v->sm, d) == 0 ||
+            swap_residency(e->mgr, v->sm) != RES_ON_DEVICE)
+            continue;
+        if (!best || v->last_used < best->last_used)
+            best = v;
+    }
+    return best;
+}
+
+/* An adapter leaves its devices (its base stays), counted as the policy's
+ * eviction of a model or its idle unload (lock held). */
+static bool adapter_leave(struct engine *e, struct engine_model *v,
+                          const struct engine_model *for_a)
+{
+    uint64_t held = model_held_bytes(e, v);
+    if (swap_offload(e->mgr, v->sm, false) < 0)
+        return false;
+    if (for_a) {
+        e->stats.evictions++;
+        v->evictions++;
+    } else {
+        v->idle_unloads++;
+    }
+    move_leave(e, v, for_a ? ENGINE_MOVE_EVICTED : ENGINE_MOVE_IDLE, for_a, false, held);
+    return true;
+}
+
+/* Starts the load of adapter a, whose base is resident, making room among
+ * the idle adapters on its devices first: room as the view counts it (the
+ * budget less what is allocated and the resident models' batch reserves),
+ * so an adapter never takes its base's batch memory. Sets a->room_blocked
+ * when no idle adapter can make the room and nothing is leaving. Returns
+ * whether it started (lock held). */
+static bool adapter_load(struct engine *e, struct engine_model *a)
+{
+    const int n_dev = swap_device_count(e->mgr);
+    uint64_t over[SCHED_MAX_DEVICES], free_bytes[SCHED_MAX_DEVICES];
+    for (;;) {
+        room_over(e, over, free_bytes);
+        int short_on = -1;
+        for (int d = 0; d < n_dev && short_on < 0; d++)
+            if (swap_model_device_bytes(a->sm, d) > free_bytes[d])
+                short_on = d;
+        struct swap_room why = {.kind = SWAP_ROOM_OK, .device = short_on};
+        uint64_t bytes = swap_model_missing_bytes(e->mgr, a->sm);
+        int rc = short_on >= 0 ? ERR_BUSY : swap_load(e->mgr, a->sm, &why);
+        if (rc == 0) {
+            load_started(e, a, time_now(), bytes, 1);
+            a->room_blocked = false;
+            return true;
+        }
+        if (why.kind != SWAP_ROOM_OK && why.kind != SWAP_ROOM_BYTES &&
+            why.kind != SWAP_ROOM_FRAGMENTED)
+            return false; /* moving, the host tier, its base leaving: an end wakes us */
+        if (why.leaving > 0)
+            return false; /* an offload under way frees it: its end wakes us */
+        struct engine_model *v = adapter_victim(e, why.device, a);
+        if (!v || !adapter_leave(e, v, a)) {
+            a->room_blocked = true;
+            return false;
+        }
+    }
+}
+
+/* Adapters whose base is on its devices: those with requests waiting (or
+ * pinned) are loaded; an idle one past its keep_alive leaves. Returns
+ * whether a load started or an adapter left; lowers wake_at to the next
+ * keep_alive's end (lock held). */
+static bool adapters_run(struct engine *e)
+{
+    bool progress = false;
+    double now = time_now();
+    for (int id = 0; id < e->n_ids; id++) {
+        struct engine_model *m = model_get(e, id);
+        if (!m || m->base || !m->adapters)
+            continue;
+        enum residency r = swap_residency(e->mgr, m->sm);
+        bool base_in = (r == RES_LOADING || r == RES_ON_DEVICE) && !m->offload_pending;
+        for (struct engine_model *a = m->adapters; a; a = a->next_adapter) {
+            if (a->removed)
+                continue;
+            enum residency ar = swap_residency(e->mgr, a->sm);
+            if (!base_in) {
+                a->room_blocked = false;
+                continue;
+            }
+            if (ar == RES_ON_DISK || ar == RES_IN_HOST || ar == RES_PARTIAL) {
+                if ((a->queue_len > 0 || a->pinned) && adapter_load(e, a))
+                    progress = true;
+                continue;
+            }
+            /* on its devices: an idle one leaves past its keep_alive */
+            double since = a->idle_since > a->loaded_at ? a->idle_since : a->loaded_at;
+            if (ar != RES_ON_DEVICE || a->pinned || a->seq_uses > 0 || a->queue_len > 0 ||
+                isnan(a->keep_alive) || isinf(a->keep_alive))
+                continue;
+            if (now - since >= a->keep_alive)
+                progress |= adapter_leave(e, a, NULL);
+            else if (since + a->keep_alive < e->wake_at)
+                e->wake_at = since + a->keep_alive;
+        }
+    }
+    return progress;
 }
 
 /* ---- carrying out the policy's actions (sched_act), lock held ---- */
@@ -402,7 +571,15 @@ static bool exec_load(void *ctx, int model)
          * offloads' ends (the listener) or batches' ends wake us */
         uint64_t over[SCHED_MAX_DEVICES];
         room_over(x->e, over, NULL);
-        return !room_short(x->e, m, over);
+        if (room_short(x->e, m, over))
+            return false;
+        /* short of an adapter's room (view_fold): the adapter's load is
+         * tried again once the victims' memory is free (adapters_run), and
+         * an offload's end or a batch's wakes us; not progress by itself */
+        for (struct engine_model *a = m->adapters; a; a = a->next_adapter)
+            if (a->room_blocked)
+                return false;
+        return true;
     }
     uint64_t bytes = swap_model_missing_bytes(x->e->mgr, m->sm);
     double frac = missing_share(x->e, m);
@@ -671,6 +848,8 @@ static bool sched_decide(struct engine *e, struct snapshot *s)
         x.incoming = actions[i].kind == SCHED_LOAD ? actions[i].model : -1;
         progress |= sched_act(&exec_ops, &x, &v, &actions[i]);
     }
+    /* the adapters of resident bases, once the policy has moved the bases */
+    progress |= adapters_run(e);
     return progress;
 }
 

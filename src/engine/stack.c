@@ -11,6 +11,7 @@
 
 #include "backend/device.h"
 #include "core/error.h"
+#include "model/adapter.h"
 #include "sched/sched.h"
 
 static int model_tp(const struct stack_model_config *m)
@@ -288,6 +289,37 @@ static int model_check(const struct stack_config *c, int i)
                           procs, &setting);
 }
 
+/* Adapter i of c: named uniquely among models and adapters, over a model
+ * of c, with a path. */
+static int adapter_check(const struct stack_config *c, int i)
+{
+    const struct stack_adapter_config *a = &c->adapters[i];
+    if (!a->name || !a->name[0])
+        return err_set(ERR_INVALID, "adapter %d: expected a name", i);
+    if (!a->path || !a->path[0])
+        return err_set(ERR_INVALID, "adapter %s: expected a PEFT adapter directory (path)",
+                       a->name);
+    for (int k = 0; k < c->n_models; k++)
+        if (c->models[k].name && strcmp(c->models[k].name, a->name) == 0)
+            return err_set(ERR_INVALID, "adapter %s: a model has that name too", a->name);
+    for (int k = 0; k < i; k++)
+        if (strcmp(c->adapters[k].name, a->name) == 0)
+            return err_set(ERR_INVALID, "adapter %s is configured twice", a->name);
+    bool found = false;
+    for (int k = 0; k < c->n_models && !found; k++)
+        found = a->base && c->models[k].name && strcmp(c->models[k].name, a->base) == 0;
+    if (!found)
+        return err_set(ERR_INVALID, "adapter %s: its base '%s' is not a configured model", a->name,
+                       a->base ? a->base : "");
+    if (a->priority < -ENGINE_PRIORITY_MAX || a->priority > ENGINE_PRIORITY_MAX)
+        return err_set(ERR_INVALID, "adapter %s: priority %d is outside %d..%d", a->name,
+                       a->priority, -ENGINE_PRIORITY_MAX, ENGINE_PRIORITY_MAX);
+    if (a->keep_alive_set && !(a->keep_alive >= 0))
+        return err_set(ERR_INVALID, "adapter %s: keep_alive %g: expected seconds >= 0", a->name,
+                       a->keep_alive);
+    return 0;
+}
+
 int stack_config_check(const struct stack_config *c)
 {
     int rc = settings_check(c);
@@ -297,6 +329,11 @@ int stack_config_check(const struct stack_config *c)
         return err_set(ERR_INVALID, "a stack's models: %d given without a list", c->n_models);
     for (int i = 0; i < c->n_models; i++)
         if ((rc = model_check(c, i)) < 0)
+            return rc;
+    if (c->n_adapters < 0 || (c->n_adapters > 0 && !c->adapters))
+        return err_set(ERR_INVALID, "a stack's adapters: %d given without a list", c->n_adapters);
+    for (int i = 0; i < c->n_adapters; i++)
+        if ((rc = adapter_check(c, i)) < 0)
             return rc;
     return 0;
 }
@@ -323,10 +360,29 @@ static int size_devices(const struct stack_config *c, uint64_t *device_bytes, ui
             return err_wrap(rc, "model %s", m->name);
         const struct model_info info = mc->info;
         const int max_pos = info.max_pos;
+        /* its adapters: their bytes beside it, every one at once, and its
+         * batches sized for their largest rank */
+        uint64_t lora = 0;
+        int rank = 0, n_lora = 0;
+        for (int k = 0; k < c->n_adapters && rc == 0; k++) {
+            const struct stack_adapter_config *a = &c->adapters[k];
+            uint64_t b;
+            int r;
+            if (strcmp(a->base, m->name) != 0)
+                continue;
+            if ((rc = model_adapter_bytes(a->path, mc, m->path, &b, &r)) < 0)
+                err_wrap(rc, "adapter %s", a->name);
+            lora += rc == 0 ? b : 0;
+            n_lora += rc == 0;
+            rank = rc == 0 && r > rank ? r : rank;
+        }
         model_config_free(mc);
+        if (rc < 0)
+            return rc;
         int n = m->max_batch > 0 ? m->max_batch : engine_batch;
         int p = prompt < max_pos ? prompt : max_pos - 1;
         struct model_exec_shape shape = engine_batch_shape(max_pos, n, p, p + gen, gen > 1);
+        shape.max_lora_rank = rank;
         uint64_t shard[STACK_MAX_DEVICES], host = 0;
         if (model_tp(m) * model_pp(m) > STACK_MAX_DEVICES)
             return err_set(ERR_INVALID, "model %s: %d x %d shards exceed %d devices", m->name,
@@ -337,13 +393,16 @@ static int size_devices(const struct stack_config *c, uint64_t *device_bytes, ui
          * once where the CPU's takes one sequence's (swap_layout_bytes sizes
          * the CPU's): room for it, as model_exec_bytes_bound leaves */
         const uint64_t scratch = cuda ? model_exec_scratch_bound(&info, model_tp(m), &shape) : 0;
-        for (int s = 0; s < model_tp(m) * model_pp(m); s++) {
+        const int n_shards = model_tp(m) * model_pp(m);
+        for (int s = 0; s < n_shards; s++) {
             int d = model_device(m, s);
-            uint64_t b = shard[s] + scratch;
+            /* a shard of each adapter: its share, each layer's blob rounded */
+            uint64_t b =
+                shard[s] + scratch + lora / n_shards + 64ull * n_lora * (info.n_layers + 1);
             need[d] = b > need[d] ? b : need[d];
             all[d] += b;
         }
-        *host_bytes += host;
+        *host_bytes += host + lora;
     }
     for (int d = 0; d < c->n_devices; d++) {
         uint64_t b = fit > 0 ? need[d] * (uint64_t)fit : all[d];
@@ -578,7 +637,10 @@ int stack_open(const struct stack_config *c, struct stack **out)
         return err_set(ERR_NOMEM, "out of memory for a stack");
     s->models = calloc((size_t)(c->n_models ? c->n_models : 1), sizeof(*s->models));
     s->ids = calloc((size_t)(c->n_models ? c->n_models : 1), sizeof(*s->ids));
-    if (!s->models || !s->ids) {
+    s->adapters = calloc((size_t)(c->n_adapters > 0 ? c->n_adapters : 1), sizeof(*s->adapters));
+    s->adapter_ids =
+        calloc((size_t)(c->n_adapters > 0 ? c->n_adapters : 1), sizeof(*s->adapter_ids));
+    if (!s->models || !s->ids || !s->adapters || !s->adapter_ids) {
         rc = err_set(ERR_NOMEM, "out of memory for a stack");
         goto fail;
     }
@@ -617,6 +679,12 @@ int stack_open(const struct stack_config *c, struct stack **out)
             goto fail;
         s->ids[i] = rc;
         s->n_models = i + 1;
+    }
+    for (int i = 0; i < c->n_adapters; i++) {
+        if ((rc = stack_add_adapter(s, &c->adapters[i], &s->adapters[i], NULL)) < 0)
+            goto fail;
+        s->adapter_ids[i] = rc;
+        s->n_adapters = i + 1;
     }
     *out = s;
     return 0;
@@ -694,6 +762,72 @@ int stack_add_model(struct stack *s, const struct stack_model_config *m, struct 
         return id;
     }
     if ((rc = model_controls(s, m, id, sm, setting)) < 0) {
+        remove_refused(s, id);
+        return rc;
+    }
+    *model = sm;
+    return id;
+}
+
+int stack_add_adapter(struct stack *s, const struct stack_adapter_config *a,
+                      struct swap_model **model, const char **setting)
+{
+    const char *unused;
+    setting = setting ? setting : &unused;
+    *model = NULL;
+    *setting = "name";
+    if (!a->name || !a->name[0])
+        return err_set(ERR_INVALID, "an adapter: expected a name");
+    *setting = "base";
+    if (!a->base || !a->base[0])
+        return err_set(ERR_INVALID, "adapter %s: expected the name of its base model (base)",
+                       a->name);
+    int base_id = engine_find_model(s->engine, a->base);
+    if (base_id < 0)
+        return err_set(ERR_INVALID, "adapter %s: no model named '%s' is served (base)", a->name,
+                       a->base);
+    if (engine_model_base(s->engine, base_id) >= 0)
+        return err_set(ERR_INVALID, "adapter %s: its base %s is an adapter (expected a model)",
+                       a->name, a->base);
+    *setting = "path";
+    if (!a->path || !a->path[0])
+        return err_set(ERR_INVALID, "adapter %s: expected a PEFT adapter directory (path)",
+                       a->name);
+    *setting = "name";
+    if (engine_find_model(s->engine, a->name) >= 0)
+        return err_set(ERR_INVALID, "adapter %s: a model of that name is served already", a->name);
+    /* the base's registration: the stack's configured models, or one added
+     * since (the engine knows it by name; the swap manager by pointer) */
+    struct swap_model *base = NULL;
+    for (int i = 0; i < s->n_models && !base; i++)
+        if (s->ids[i] == base_id)
+            base = s->models[i];
+    if (!base)
+        base = engine_model_swap(s->engine, base_id);
+    *setting = "base";
+    if (!base)
+        return err_set(ERR_INVALID, "adapter %s: base %s is not one of this stack's models",
+                       a->name, a->base);
+    struct swap_model *sm;
+    int rc;
+    *setting = "path";
+    if ((rc = swap_register_adapter(s->mgr, a->name, a->path, base, &sm)) < 0)
+        return rc;
+    int id = engine_add_adapter(s->engine, sm);
+    if (id < 0) {
+        *setting = strstr(err_msg(), "served already") ? "name" : "";
+        swap_unregister(s->mgr, sm); /* never served: idle */
+        return id;
+    }
+    rc = 0;
+    if (a->keep_alive_set && (rc = engine_set_keep_alive(s->engine, id, a->keep_alive)) < 0)
+        *setting = "keep_alive";
+    else if (a->priority != 0 && (rc = engine_set_priority(s->engine, id, a->priority, 0)) < 0)
+        *setting = "priority";
+    else if (a->pinned && (rc = engine_pin_model(s->engine, id, true)) < 0)
+        *setting = "";
+    if (rc < 0) {
+        err_wrap(rc, "adapter %s", a->name);
         remove_refused(s, id);
         return rc;
     }
@@ -818,5 +952,7 @@ void stack_close(struct stack *s)
         device_close(s->devices[d]);
     free(s->models);
     free(s->ids);
+    free(s->adapters);
+    free(s->adapter_ids);
     free(s);
 }

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/workq.h"
 #include "engine/step.h"
+#include "model/adapter.h"
 #include "swap/peers.h"
 
 struct fwd_call; /* one group_forward: a countdown over its shard tasks */
@@ -256,6 +257,30 @@ int group_exec_room(const struct group_exec *gb)
 int group_exec_max_step(const struct group_exec *gb)
 {
     return gb_shape(gb)->max_tokens / gb_shape(gb)->batch;
+}
+
+int group_exec_lora_rank(const struct group_exec *gb)
+{
+    return gb_shape(gb)->max_lora_rank;
+}
+
+int group_exec_set_adapters(struct group_exec *gb, struct swap_model *const *per)
+{
+    const int B = gb_shape(gb)->batch;
+    const struct model *shard_of[B];
+    for (int i = 0; i < gb->n_shards; i++) {
+        if (!gb->ex[i])
+            continue;
+        bool any = false;
+        for (int b = 0; b < B; b++) {
+            shard_of[b] = per && per[b] ? swap_shard_model(swap_model_shard(per[b], i)) : NULL;
+            any |= shard_of[b] != NULL;
+        }
+        int rc = model_exec_set_adapters(gb->ex[i], any ? shard_of : NULL);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
 }
 
 int group_exec_routed(const struct group_exec *gb, uint64_t *out)

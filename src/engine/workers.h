@@ -56,6 +56,15 @@ int group_exec_room(const struct group_exec *gb);
 /* The longest step (positions per sequence) the batch was sized for. */
 int group_exec_max_step(const struct group_exec *gb);
 void group_exec_free(struct group_exec *gb); /* NULL-safe */
+/* The largest LoRA adapter rank the batch was sized for (max_lora_rank). */
+int group_exec_lora_rank(const struct group_exec *gb);
+/* Sequence b's adapter from the next step on: per[b], an adapter
+ * (swap_register_adapter's) of the batch's model that is on its devices
+ * and in use, or NULL for the base alone (per NULL: every one). Each
+ * shard's context gets the adapter's shard of the same index
+ * (model_exec_set_adapters). Between steps, on the thread that runs them;
+ * host memory only. ERR_INVALID naming a rank the batch was not sized for. */
+int group_exec_set_adapters(struct group_exec *gb, struct swap_model *const *per);
 /* The router's counts since gb was created (model_exec_routed): for a
  * model with experts, the experts per layer, and when out is not NULL the
  * real tokens routed to each expert of each layer of the whole model,
