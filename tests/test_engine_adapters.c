@@ -15,6 +15,7 @@
 
 #include "backend/device.h"
 #include "core/error.h"
+#include "core/timing.h"
 #include "engine/stack.h"
 #include "model/adapter.h"
 #include "swap/swap.h"
@@ -408,6 +409,51 @@ TEST(remove)
     for (int k = 1; k < N_AD; k++)
         CHECK(engine_remove_model(s->engine, s->adapter_ids[k], NULL) == 0);
     CHECK_MSG(engine_remove_model(s->engine, s->ids[0], NULL) == 0, "%s", err_msg());
+    stack_close(s);
+}
+
+/* stack_add_adapter's checks name the key; an adapter past its keep_alive
+ * leaves its devices while its base stays; one added at runtime serves. */
+TEST(stack_add)
+{
+    struct stack *s = stack_with(1, 64u << 20, 1, 1, NULL);
+    if (!s)
+        return;
+    char dir[1024];
+    adapter_path(adapters[1], dir, sizeof(dir));
+    struct swap_model *sm;
+    const char *key;
+    struct stack_adapter_config a = {.name = "late", .base = "nope", .path = dir};
+    CHECK(stack_add_adapter(s, &a, &sm, &key) == ERR_INVALID && strcmp(key, "base") == 0);
+    a.base = "a0";
+    CHECK(stack_add_adapter(s, &a, &sm, &key) == ERR_INVALID && strcmp(key, "base") == 0);
+    a.base = "base";
+    a.name = "a0";
+    CHECK(stack_add_adapter(s, &a, &sm, &key) == ERR_INVALID && strcmp(key, "name") == 0);
+    a.name = "late";
+    a.path = base_path; /* a model's directory, not an adapter's */
+    CHECK(stack_add_adapter(s, &a, &sm, &key) < 0 && strcmp(key, "path") == 0);
+    printf("not an adapter: %s\n", err_msg());
+    a.path = dir;
+    a.keep_alive_set = true;
+    a.keep_alive = 0;
+    int id = stack_add_adapter(s, &a, &sm, &key);
+    CHECK_MSG(id >= 0 && sm, "%s", err_msg());
+    CHECK(engine_model_base(s->engine, id) == s->ids[0] && engine_model_swap(s->engine, id) == sm);
+    struct ask q = {.id = id, .k = 1, .i = 2};
+    ask_submit(s->engine, &q);
+    ask_check(&q, 0);
+    engine_drain(s->engine);
+    /* it leaves at once once idle; the base stays (a wake-up, not a time,
+     * decides: the wait is bounded only against a hang) */
+    double until = time_now() + 60;
+    while (swap_residency(s->mgr, sm) != RES_ON_DISK && swap_residency(s->mgr, sm) != RES_IN_HOST &&
+           time_now() < until)
+        usleep(1000);
+    CHECK(swap_residency(s->mgr, sm) == RES_IN_HOST || swap_residency(s->mgr, sm) == RES_ON_DISK);
+    CHECK(swap_residency(s->mgr, s->models[0]) == RES_ON_DEVICE);
+    struct engine_model_stats ms;
+    CHECK(engine_model_stats(s->engine, id, &ms) == 0 && ms.idle_unloads == 1 && ms.loads == 1);
     stack_close(s);
 }
 
