@@ -1,5 +1,5 @@
 /* libFuzzer target: YAML text through the server's config parser, then
- * serve_config_check and serve_config_stack. Whatever the parser accepts
+ * serve_config_check and serve_config_stack (and its adapters). Whatever the parser accepts
  * must lie in the ranges config.h gives; the check must accept or refuse
  * without crashing; everything is freed. */
 #include <stddef.h>
@@ -13,6 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static struct serve_config c; /* large (256 models): not on the stack */
     static struct stack_model_config mc[SERVE_MAX_MODELS];
+    static struct stack_adapter_config ac[SERVE_MAX_MODELS];
     serve_config_init(&c);
     if (serve_config_parse_yaml((const char *)data, size, "fuzz.yaml", &c) == 0) {
         if (!c.host || c.port < 0 || c.port > 65535 || c.n_devices < 1 ||
@@ -25,10 +26,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 m->n_devices > STACK_MAX_DEVICES)
                 abort();
         }
+        for (int i = 0; i < c.n_adapters; i++) {
+            const struct serve_adapter *a = &c.adapters[i];
+            if (!a->name || !a->base || !a->path || a->priority < -ENGINE_PRIORITY_MAX ||
+                a->priority > ENGINE_PRIORITY_MAX)
+                abort();
+        }
         if (serve_config_check(&c) == 0) {
             struct stack_config sc;
             serve_config_stack(&c, &sc, mc);
-            if (sc.n_models != c.n_models)
+            serve_config_stack_adapters(&c, &sc, ac);
+            if (sc.n_models != c.n_models || sc.n_adapters != c.n_adapters)
                 abort();
         }
     }

@@ -796,6 +796,128 @@ TEST(aliases)
     json_decref(obj);
 }
 
+/* adapters: the YAML list, --adapter, the admin body, and the check's
+ * refusals, each one line naming the key */
+TEST(adapters)
+{
+    struct serve_config c;
+    serve_config_init(&c);
+    const char *text = "keep_alive: 60\n"
+                       "models:\n  - {name: llama, path: /m/llama, aliases: [chat]}\n"
+                       "  - {name: org/b:v1, path: /m/b}\n"
+                       "adapters:\n"
+                       "  - {name: sql, base: llama, path: /a/sql, pinned: true, keep_alive: 5m,\n"
+                       "     priority: 3}\n"
+                       "  - name: poet\n    base: llama\n    path: /a/poet\n";
+    CHECK_MSG(serve_config_parse_yaml(text, strlen(text), "a.yaml", &c) == 0, "%s", err_msg());
+    CHECK(c.n_adapters == 2);
+    if (c.n_adapters == 2) {
+        const struct serve_adapter *a = &c.adapters[0];
+        CHECK(!strcmp(a->name, "sql") && !strcmp(a->base, "llama") && !strcmp(a->path, "/a/sql"));
+        CHECK(a->pinned && a->keep_alive == 300 && a->priority == 3);
+        CHECK(!c.adapters[1].pinned && isnan(c.adapters[1].keep_alive) &&
+              c.adapters[1].priority == 0);
+        struct stack_adapter_config ac;
+        serve_adapter_stack(&c, &c.adapters[1], &ac);
+        CHECK(ac.keep_alive_set && ac.keep_alive == 60); /* the server's */
+        serve_adapter_stack(&c, &c.adapters[0], &ac);
+        CHECK(ac.pinned && ac.keep_alive_set && ac.keep_alive == 300 && ac.priority == 3);
+        CHECK(!strcmp(ac.name, "sql") && !strcmp(ac.base, "llama") && !strcmp(ac.path, "/a/sql"));
+    }
+    CHECK_MSG(serve_config_check(&c) == 0, "%s", err_msg());
+    /* --adapter: a base whose name holds ':', a directory with one */
+    CHECK(serve_config_add_adapter(&c, "b1=org/b:v1:/a/b1") == 0);
+    CHECK(c.n_adapters == 3 && !strcmp(c.adapters[2].base, "org/b:v1") &&
+          !strcmp(c.adapters[2].path, "/a/b1"));
+    CHECK(serve_config_add_adapter(&c, "b2=llama:/a/x:y") == 0 &&
+          !strcmp(c.adapters[3].base, "llama") && !strcmp(c.adapters[3].path, "/a/x:y"));
+    CHECK_MSG(serve_config_check(&c) == 0, "%s", err_msg());
+    static const char *const bad_flags[] = {"x", "=llama:/a", "x=llama", "x=:/a", "x=llama:"};
+    for (size_t i = 0; i < sizeof(bad_flags) / sizeof(bad_flags[0]); i++)
+        CHECK_MSG(serve_config_add_adapter(&c, bad_flags[i]) == ERR_INVALID &&
+                      strstr(err_msg(), "expected NAME=BASE:DIR"),
+                  "%s: %s", bad_flags[i], err_msg());
+    static const struct {
+        const char *arg, *needle;
+    } bad[] = {
+        {"x=nosuch:/a", "adapters[4].base 'nosuch': no model of that name"},
+        {"x=chat:/a", "adapters[4].base 'chat': an alias of model llama"},
+        {"x=sql:/a", "adapters[4].base 'sql': an adapter (adapters[0])"},
+        {"sql=llama:/a", "adapters[4].name 'sql': also the name of adapters[0]"},
+        {"llama=llama:/a", "adapters[4].name 'llama': also the name of model llama"},
+        {"chat=llama:/a", "adapters[4].name 'chat': also an alias of model llama"},
+        {"a/../b=llama:/a", "adapters[4].name 'a/../b': expected 1 to 63 bytes"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK(serve_config_add_adapter(&c, bad[i].arg) == 0);
+        CHECK_MSG(serve_config_check(&c) == ERR_INVALID && strstr(err_msg(), bad[i].needle) &&
+                      !strchr(err_msg(), '\n'),
+                  "%s: %s", bad[i].arg, err_msg());
+        serve_adapter_free(&c.adapters[--c.n_adapters]);
+    }
+    CHECK_MSG(serve_config_check(&c) == 0, "%s", err_msg());
+    serve_config_free(&c);
+
+    /* the file's refusals name the line and key */
+    static const struct {
+        const char *text, *needle;
+    } errs[] = {
+        {"adapters: {name: a}\n", "key 'adapters': expected a list of adapters"},
+        {"adapters:\n  - {name: a, base: b}\n",
+         "key 'adapters[0]': expected a mapping with 'name' and 'base' and 'path'"},
+        {"adapters:\n  - {name: a, base: b, path: /p, tp: 2}\n",
+         "t.yaml:2: key 'adapters[0].tp': unknown key"},
+        {"adapters:\n  - {name: a, base: b, path: /p, priority: 5000}\n",
+         "key 'adapters[0].priority': expected an integer from -1000 to 1000"},
+        {"adapters:\n  - {name: a, base: null, path: /p}\n", "key 'adapters[0].base'"},
+        {"adapters:\n  - {name: a, base: b, path: /p, keep_alive: soon}\n",
+         "key 'adapters[0].keep_alive': expected a duration"},
+        {"adapters:\n  - [a, b]\n", "key 'adapters[0]': expected a mapping"},
+    };
+    for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++) {
+        int rc = parse(errs[i].text);
+        CHECK_MSG(rc == ERR_FORMAT && strstr(err_msg(), errs[i].needle) && !strchr(err_msg(), '\n'),
+                  "case %zu: rc %d, '%s'", i, rc, err_msg());
+    }
+
+    /* the admin body's */
+    static const struct {
+        const char *json, *key, *needle;
+    } bodies[] = {
+        {"{\"name\": \"a\", \"base\": \"b\", \"path\": \"/p\", \"keep_alive\": \"1h\"}", "", NULL},
+        {"{\"name\": \"a\", \"base\": \"b\", \"path\": \"/p\", \"tp\": 2}", "tp",
+         "'tp': unknown key (expected one of name, base, path, pinned, keep_alive, priority)"},
+        {"{\"name\": \"a\", \"base\": 7, \"path\": \"/p\"}", "base",
+         "base: expected a non-empty string, got 7"},
+        {"{\"name\": \"a\", \"base\": null, \"path\": \"/p\"}", "base",
+         "base: expected a non-empty string, got none"},
+        {"{\"name\": \"a\", \"base\": \"b\", \"path\": \"/p\", \"pinned\": 1}", "pinned",
+         "pinned: expected true or false, got 1"},
+        {"{\"name\": \"a\", \"base\": \"b\"}", "path",
+         "path: expected a non-empty string, got none"},
+        {"{\"name\": \"x/../y\", \"base\": \"b\", \"path\": \"/p\"}", "name",
+         "name 'x/../y': expected 1 to 63 bytes"},
+    };
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        json_t *obj = json_loads(bodies[i].json, 0, NULL);
+        struct serve_adapter a;
+        serve_adapter_init(&a);
+        const char *key = "";
+        int rc = serve_adapter_from_json(obj, &a, &key);
+        if (rc == 0)
+            rc = serve_adapter_check(&a, "", &key);
+        if (!bodies[i].needle) {
+            CHECK_MSG(rc == 0 && a.keep_alive == 3600, "case %zu: %s", i, err_msg());
+        } else {
+            CHECK_MSG(rc == ERR_INVALID && !strcmp(key, bodies[i].key) &&
+                          strstr(err_msg(), bodies[i].needle),
+                      "case %zu: rc %d key %s '%s'", i, rc, key, err_msg());
+        }
+        serve_adapter_free(&a);
+        json_decref(obj);
+    }
+}
+
 int main(int argc, char **argv)
 {
     return test_main(argc, argv, NULL);

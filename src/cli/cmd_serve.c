@@ -141,7 +141,7 @@ struct key_flag {
         int i;
         float f;
     } v;
-    struct flag_strs list; /* the repeatable ones: --model, --model-root */
+    struct flag_strs list; /* the repeatable ones: --model, --model-root, --alias, --adapter */
     char range[64], help[512];
 };
 
@@ -177,7 +177,7 @@ static int key_flags_build(struct key_flag *kf, struct flag *flags, int argc)
         if (k->type == SK_INT || k->type == SK_DOUBLE) {
             f->kind = k->type == SK_INT ? FLAG_INT : FLAG_FLOAT;
             f->dst = k->type == SK_INT ? (void *)&e->v.i : (void *)&e->v.f;
-        } else if (k->type == SK_MODELS || k->type == SK_STRINGS) {
+        } else if (k->type == SK_MODELS || k->type == SK_ADAPTERS || k->type == SK_STRINGS) {
             e->list =
                 (struct flag_strs){.v = calloc((size_t)argc + 1, sizeof(char *)), .cap = argc};
             if (!e->list.v)
@@ -214,6 +214,10 @@ static int key_flags_apply(const struct key_flag *kf, const struct flag *flags, 
         case SK_MODELS:
             for (int j = 0; j < kf[i].list.n && rc == 0; j++)
                 rc = serve_config_add_model(c, kf[i].list.v[j]);
+            break;
+        case SK_ADAPTERS: /* after --model and --alias: the table's order */
+            for (int j = 0; j < kf[i].list.n && rc == 0; j++)
+                rc = serve_config_add_adapter(c, kf[i].list.v[j]);
             break;
         case SK_STRINGS: /* --model-root, --alias */
             if (strcmp(k->path, "model_roots") == 0)

@@ -128,6 +128,36 @@ void serve_model_free(struct serve_model *m)
     memset(m, 0, sizeof(*m));
 }
 
+void serve_adapter_init(struct serve_adapter *a)
+{
+    memset(a, 0, sizeof(*a));
+    serve_keys_defaults("adapters[]", a);
+}
+
+void serve_adapter_free(struct serve_adapter *a)
+{
+    free(a->name);
+    free(a->base);
+    free(a->path);
+    memset(a, 0, sizeof(*a));
+}
+
+/* Appends a (its strings taken) to c's adapters; on failure a is left to
+ * the caller. */
+static int adapters_push(struct serve_config *c, const struct serve_adapter *a)
+{
+    if (c->n_adapters == c->adapters_cap) {
+        int cap = c->adapters_cap ? c->adapters_cap * 2 : 8;
+        struct serve_adapter *g = realloc(c->adapters, (size_t)cap * sizeof(*g));
+        if (!g)
+            return err_set(ERR_NOMEM, "out of memory for the adapters' list");
+        c->adapters = g;
+        c->adapters_cap = cap;
+    }
+    c->adapters[c->n_adapters++] = *a;
+    return 0;
+}
+
 /* Appends m (its strings taken) to c's models; on failure m is left to the
  * caller. */
 static int models_push(struct serve_config *c, const struct serve_model *m)
@@ -159,6 +189,9 @@ void serve_config_free(struct serve_config *c)
     for (int i = 0; i < c->n_models; i++)
         serve_model_free(&c->models[i]);
     free(c->models);
+    for (int i = 0; i < c->n_adapters; i++)
+        serve_adapter_free(&c->adapters[i]);
+    free(c->adapters);
     memset(c, 0, sizeof(*c));
 }
 
@@ -204,6 +237,37 @@ int serve_config_add_alias(struct serve_config *c, const char *arg)
         return err_set(ERR_NOMEM, "--alias: out of memory");
     m->n_aliases++;
     return 0;
+}
+
+int serve_config_add_adapter(struct serve_config *c, const char *arg)
+{
+    const char *eq = strchr(arg, '='), *rest = eq ? eq + 1 : NULL, *colon = NULL;
+    if (!eq || eq == arg || !(colon = strchr(rest, ':')) || colon == rest || !colon[1])
+        return err_set(ERR_INVALID,
+                       "--adapter '%.*s': expected NAME=BASE:DIR (BASE a model's name, DIR the "
+                       "adapter's directory)",
+                       QUOTE_MAX, arg);
+    if (c->n_models + c->n_adapters >= SERVE_MAX_MODELS)
+        return err_set(ERR_INVALID, "--adapter '%.*s': more than %d models and adapters", QUOTE_MAX,
+                       arg, SERVE_MAX_MODELS);
+    /* the longest model name that a colon follows: names may hold ':' */
+    size_t base_len = (size_t)(colon - rest);
+    for (int i = 0; i < c->n_models; i++) {
+        size_t n = strlen(c->models[i].name);
+        if (n > base_len && strncmp(rest, c->models[i].name, n) == 0 && rest[n] == ':' &&
+            rest[n + 1])
+            base_len = n;
+    }
+    struct serve_adapter a;
+    serve_adapter_init(&a);
+    a.name = strndup(arg, (size_t)(eq - arg));
+    a.base = strndup(rest, base_len);
+    a.path = strdup(rest + base_len + 1);
+    int rc = a.name && a.base && a.path ? adapters_push(c, &a)
+                                        : err_set(ERR_NOMEM, "--adapter: out of memory");
+    if (rc < 0)
+        serve_adapter_free(&a);
+    return rc;
 }
 
 /* ---- the walk ---- */
@@ -323,6 +387,7 @@ static int walk_list(const struct walk *w, const struct serve_key *k, const stru
 }
 
 static int walk_model(const struct walk *w, const struct ynode *y, int index);
+static int walk_adapter(const struct walk *w, const struct ynode *y, int index);
 static int walk_map(const struct walk *w, const struct ynode *y, const char *scope,
                     const char *prefix, void *base);
 
@@ -353,10 +418,12 @@ static int walk_value(const struct walk *w, const struct serve_key *k, const str
             c->n_devices = c->n_gpus;
         return rc;
     case SK_MODELS:
+    case SK_ADAPTERS:
         if (v->kind != Y_SEQ)
             return bad(w, v, key, k->expected);
         for (int j = 0; j < v->n && rc == 0; j++)
-            rc = walk_model(w, v->items[j], j);
+            rc = k->type == SK_MODELS ? walk_model(w, v->items[j], j)
+                                      : walk_adapter(w, v->items[j], j);
         return rc;
     case SK_INTS:
     case SK_STRINGS:
@@ -436,13 +503,14 @@ static int walk_map(const struct walk *w, const struct ynode *y, const char *sco
     return rc;
 }
 
-/* "'name' and 'path'": the keys every model must give. */
-static void required_text(char *buf, size_t cap)
+/* "'name' and 'path'": the keys every item of the list scope ("models[]",
+ * "adapters[]") must give. */
+static void required_text(const char *scope, char *buf, size_t cap)
 {
     size_t len = 0;
     buf[0] = '\0';
     for (int i = 0; i < serve_n_keys && len < cap; i++) {
-        const char *leaf = serve_key_leaf(&serve_keys[i], "models[]");
+        const char *leaf = serve_key_leaf(&serve_keys[i], scope);
         if (leaf && serve_keys[i].null == SK_NULL_REFUSED)
             len += (size_t)snprintf(buf + len, cap - len, "%s'%s'", len ? " and " : "", leaf);
     }
@@ -462,7 +530,7 @@ static int walk_model(const struct walk *w, const struct ynode *y, int index)
     serve_model_init(&m);
     int rc = walk_map(w, y, "models[]", prefix, &m);
     if (rc == 0 && (!m.name || !m.path)) {
-        required_text(required, sizeof(required));
+        required_text("models[]", required, sizeof(required));
         rc = err_set(ERR_FORMAT, "%s:%d: key '%s': expected a mapping with %s", w->name, y->line,
                      prefix, required);
     }
@@ -470,6 +538,31 @@ static int walk_model(const struct walk *w, const struct ynode *y, int index)
         rc = models_push(c, &m);
     if (rc < 0)
         serve_model_free(&m);
+    return rc;
+}
+
+static int walk_adapter(const struct walk *w, const struct ynode *y, int index)
+{
+    struct serve_config *c = w->c;
+    char prefix[32], required[64];
+    snprintf(prefix, sizeof(prefix), "adapters[%d]", index);
+    if (y->kind != Y_MAP)
+        return bad(w, y, prefix, "a mapping such as {name: sql, base: llama, path: /adapters/sql}");
+    if (c->n_models + c->n_adapters >= SERVE_MAX_MODELS)
+        return err_set(ERR_FORMAT, "%s:%d: key '%s': more than %d models and adapters", w->name,
+                       y->line, prefix, SERVE_MAX_MODELS);
+    struct serve_adapter a;
+    serve_adapter_init(&a);
+    int rc = walk_map(w, y, "adapters[]", prefix, &a);
+    if (rc == 0 && (!a.name || !a.base || !a.path)) {
+        required_text("adapters[]", required, sizeof(required));
+        rc = err_set(ERR_FORMAT, "%s:%d: key '%s': expected a mapping with %s", w->name, y->line,
+                     prefix, required);
+    }
+    if (rc == 0)
+        rc = adapters_push(c, &a);
+    if (rc < 0)
+        serve_adapter_free(&a);
     return rc;
 }
 
@@ -583,47 +676,85 @@ void serve_model_stack(const struct serve_config *c, const struct serve_model *m
         mc->keep_alive_set = true, mc->keep_alive = ka;
 }
 
+void serve_config_stack_adapters(const struct serve_config *c, struct stack_config *sc,
+                                 struct stack_adapter_config *ac)
+{
+    for (int i = 0; i < c->n_adapters; i++)
+        serve_adapter_stack(c, &c->adapters[i], &ac[i]);
+    sc->adapters = ac;
+    sc->n_adapters = c->n_adapters;
+}
+
+void serve_adapter_stack(const struct serve_config *c, const struct serve_adapter *a,
+                         struct stack_adapter_config *ac)
+{
+    *ac = (struct stack_adapter_config){
+        .name = a->name,
+        .base = a->base,
+        .path = a->path,
+        .pinned = a->pinned,
+        .priority = a->priority,
+    };
+    double ka = !isnan(a->keep_alive) ? a->keep_alive : c->keep_alive;
+    if (!isnan(ka))
+        ac->keep_alive_set = true, ac->keep_alive = ka;
+}
+
 /* ---- a model from JSON ---- */
 
-/* "name, path, tp, ...": the keys of a model, for a message. */
-static void model_keys_text(char *buf, size_t cap)
+/* "name, path, tp, ...": the keys of an item of scope ("models[]",
+ * "adapters[]"), for a message. */
+static void item_keys_text(const char *scope, char *buf, size_t cap)
 {
     size_t len = 0;
     buf[0] = '\0';
     for (int i = 0; i < serve_n_keys && len < cap; i++) {
-        const char *leaf = serve_key_leaf(&serve_keys[i], "models[]");
+        const char *leaf = serve_key_leaf(&serve_keys[i], scope);
         if (leaf)
             len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? ", " : "", leaf);
     }
 }
 
-int serve_model_from_json(const json_t *obj, struct serve_model *m, const char **key)
+/* The keys of scope from the JSON object obj into base (a struct
+ * serve_model or serve_adapter); what serve_model_from_json says. */
+static int item_from_json(const json_t *obj, const char *scope, const char *what, void *base,
+                          void *zero, const char **key)
 {
     const char *leaf;
     json_t *v;
     *key = "";
     if (!json_is_object(obj))
-        return err_set(ERR_INVALID, "expected a JSON object of a model's keys");
+        return err_set(ERR_INVALID, "expected a JSON object of %s keys", what);
     json_object_foreach((json_t *)obj, leaf, v)
     {
-        const struct serve_key *k = key_in("models[]", leaf);
+        const struct serve_key *k = key_in(scope, leaf);
         *key = leaf;
         if (!k) {
             char keys[512];
-            model_keys_text(keys, sizeof(keys));
+            item_keys_text(scope, keys, sizeof(keys));
             return err_set(ERR_INVALID, "'%.*s': unknown key (expected one of %s)", QUOTE_MAX, leaf,
                            keys);
         }
-        *key = serve_key_leaf(k, "models[]"); /* the table's, valid always */
+        *key = serve_key_leaf(k, scope); /* the table's, valid always */
         int rc = 0;
         if (!json_is_null(v))
-            rc = serve_key_set_json(k, m, v, *key);
+            rc = serve_key_set_json(k, base, v, *key);
         else if (k->null == SK_NULL_REFUSED)
-            rc = serve_key_check(k, &(struct serve_model){0}, *key); /* "got none" */
+            rc = serve_key_check(k, zero, *key); /* "got none" */
         else if (k->null == SK_NULL_CLEARS)
-            key_clear(k, m);
+            key_clear(k, base);
         if (rc < 0)
             return rc;
     }
     return 0;
+}
+
+int serve_model_from_json(const json_t *obj, struct serve_model *m, const char **key)
+{
+    return item_from_json(obj, "models[]", "a model's", m, &(struct serve_model){0}, key);
+}
+
+int serve_adapter_from_json(const json_t *obj, struct serve_adapter *a, const char **key)
+{
+    return item_from_json(obj, "adapters[]", "an adapter's", a, &(struct serve_adapter){0}, key);
 }

@@ -83,6 +83,17 @@ struct serve_model {
     double min_resident;   /* seconds; 0: none (default) */
 };
 
+/* A LoRA adapter served over a model (stack_adapter_config's settings):
+ * requests naming it run its base with its weights added. */
+struct serve_adapter {
+    char *name;        /* what requests name (owned); unique among models, aliases and adapters */
+    char *base;        /* the name of a model served (not an adapter) (owned) */
+    char *path;        /* the PEFT adapter directory (owned) */
+    bool pinned;       /* kept on the devices whenever its base is resident */
+    double keep_alive; /* seconds; INFINITY: never; NAN: the server's */
+    int priority;      /* engine_set_priority's (default 0) */
+};
+
 struct serve_config {
     /* listener */
     char *host;                 /* default "127.0.0.1" */
@@ -129,6 +140,8 @@ struct serve_config {
                                    INFINITY: never; NAN: the policy's own */
     struct serve_model *models; /* n_models of them (owned; grown as models are added) */
     int n_models, models_cap;
+    struct serve_adapter *adapters; /* n_adapters of them (owned; grown as they are added) */
+    int n_adapters, adapters_cap;
 };
 
 /* A keep_alive: how long an idle model stays resident, counted from the end
@@ -146,6 +159,10 @@ void serve_config_init(struct serve_config *c);
 void serve_model_init(struct serve_model *m);
 void serve_model_free(struct serve_model *m);
 void serve_config_free(struct serve_config *c); /* frees what c owns; NULL-safe */
+/* An adapter with the table's defaults; serve_adapter_free frees what it
+ * owns (and zeroes it). */
+void serve_adapter_init(struct serve_adapter *a);
+void serve_adapter_free(struct serve_adapter *a);
 
 /* Parses a YAML document (len bytes; name is what messages call it) into c,
  * overriding the keys it sets and appending its models. Errors: ERR_FORMAT
@@ -160,6 +177,11 @@ int serve_config_add_model(struct serve_config *c, const char *arg);
 /* "ALIAS=NAME" (--alias): another name of the model named NAME, which c
  * must have by then (the file's and the --model flags' are). */
 int serve_config_add_alias(struct serve_config *c, const char *arg);
+/* "NAME=BASE:DIR" (--adapter): an adapter over the model named BASE. A
+ * model's name may hold ':' itself, so BASE is the longest name of c's
+ * models (the file's and the --model flags') that DIR's colon follows, else
+ * what comes before the first ':' (then serve_config_check names it). */
+int serve_config_add_adapter(struct serve_config *c, const char *arg);
 int serve_config_check(const struct serve_config *c);
 /* A model as the key table reads one from a JSON object (POST
  * /admin/models' body), with the same rows, ranges and messages as a
@@ -177,6 +199,26 @@ int serve_model_from_json(const struct json_t *obj, struct serve_model *m, const
  * ("models[2]"; "" for the keys alone: "max_batch: ..."); *key is the key
  * a refusal is about. */
 int serve_model_check(const struct serve_model *m, const char *name, const char **key);
+/* An adapter as the key table reads one from a JSON object (POST
+ * /admin/models' body with a "base"), as serve_model_from_json reads a
+ * model: the adapters[] rows, the same ranges and messages, *key the key a
+ * refusal is about. */
+int serve_adapter_from_json(const struct json_t *obj, struct serve_adapter *a, const char **key);
+/* What must hold of one adapter on its own, file's, flag's or admin's:
+ * every adapters[] key against its row, a name safe in URLs. name names
+ * it in messages ("adapters[2]"; "" for the keys alone); *key the key. Its
+ * base and name against the models served are the caller's (the config's
+ * check, the admin route). */
+int serve_adapter_check(const struct serve_adapter *a, const char *name, const char **key);
+/* The adapters of c into ac[0 .. c->n_adapters) and sc->adapters (after
+ * serve_config_stack): stack_open serves them after the models. ac points
+ * into c. */
+void serve_config_stack_adapters(const struct serve_config *c, struct stack_config *sc,
+                                 struct stack_adapter_config *ac);
+/* One adapter as stack_add_adapter takes it (pointing into a): its
+ * keep_alive, else the server's. */
+void serve_adapter_stack(const struct serve_config *c, const struct serve_adapter *a,
+                         struct stack_adapter_config *ac);
 /* The connections one client address may hold: max_connections_per_client,
  * or when 0 half of max_connections (at least 1). */
 int serve_config_per_client(const struct serve_config *c);

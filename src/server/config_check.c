@@ -35,7 +35,8 @@ static int check_keys_values(const struct serve_config *c)
 {
     int rc = 0;
     for (int i = 0; i < serve_n_keys && rc == 0; i++)
-        if (strncmp(serve_keys[i].path, "models[].", 9) != 0)
+        if (strncmp(serve_keys[i].path, "models[].", 9) != 0 &&
+            strncmp(serve_keys[i].path, "adapters[].", 11) != 0)
             rc = serve_key_check(&serve_keys[i], c, serve_keys[i].path);
     return rc;
 }
@@ -81,6 +82,93 @@ int serve_model_check(const struct serve_model *m, const char *name, const char 
     if (m->n_devices != 0 && m->n_devices != m->tp * m->pp)
         return err_set(ERR_INVALID, "model %s: devices: expected tp x pp = %d of them, got %d",
                        m->name, m->tp * m->pp, m->n_devices);
+    return 0;
+}
+
+int serve_adapter_check(const struct serve_adapter *a, const char *name, const char **key)
+{
+    char what[KEY_MAX];
+    int rc = 0;
+    for (int i = 0; i < serve_n_keys && rc == 0; i++) {
+        const struct serve_key *k = &serve_keys[i];
+        const char *leaf = serve_key_leaf(k, "adapters[]");
+        if (!leaf)
+            continue;
+        *key = leaf;
+        snprintf(what, sizeof(what), "%s%s%s", name, name[0] ? "." : "", leaf);
+        rc = serve_key_check(k, a, what);
+    }
+    if (rc < 0)
+        return rc;
+    *key = "name";
+    if (!serve_model_name_ok(a->name))
+        return err_set(ERR_INVALID,
+                       "%s%sname '%.*s': expected 1 to %d bytes of A-Z a-z 0-9 . _ : / -, not "
+                       "starting with '/' and without '..'",
+                       name, name[0] ? "." : "", QUOTE_MAX, a->name, SERVE_MODEL_NAME_MAX);
+    return 0;
+}
+
+/* The model of c that answers to name (its name or an alias), or NULL;
+ * *alias says which. */
+static const struct serve_model *model_named(const struct serve_config *c, const char *name,
+                                             bool *alias)
+{
+    for (int i = 0; i < c->n_models; i++) {
+        *alias = false;
+        if (strcmp(c->models[i].name, name) == 0)
+            return &c->models[i];
+        *alias = true;
+        for (int a = 0; a < c->models[i].n_aliases; a++)
+            if (strcmp(c->models[i].aliases[a], name) == 0)
+                return &c->models[i];
+    }
+    return NULL;
+}
+
+/* Each adapter on its own, then against the models: a base that is a
+ * model's name (not an alias, not an adapter), a name no model, alias or
+ * other adapter has. */
+static int check_adapters(const struct serve_config *c)
+{
+    if (c->n_models + c->n_adapters > SERVE_MAX_MODELS)
+        return err_set(ERR_INVALID, "%d models and %d adapters: at most %d together", c->n_models,
+                       c->n_adapters, SERVE_MAX_MODELS);
+    for (int i = 0; i < c->n_adapters; i++) {
+        const struct serve_adapter *a = &c->adapters[i];
+        char name[32];
+        const char *key;
+        bool alias;
+        snprintf(name, sizeof(name), "adapters[%d]", i);
+        int rc = serve_adapter_check(a, name, &key);
+        if (rc < 0)
+            return rc;
+        const struct serve_model *m = model_named(c, a->name, &alias);
+        if (m)
+            return err_set(ERR_INVALID, "%s.name '%s': also %s of model %s", name, a->name,
+                           alias ? "an alias" : "the name", m->name);
+        for (int j = 0; j < i; j++)
+            if (strcmp(c->adapters[j].name, a->name) == 0)
+                return err_set(ERR_INVALID, "%s.name '%s': also the name of adapters[%d]", name,
+                               a->name, j);
+        m = model_named(c, a->base, &alias);
+        if (m && alias)
+            return err_set(ERR_INVALID,
+                           "%s.base '%s': an alias of model %s (expected the model's "
+                           "name)",
+                           name, a->base, m->name);
+        for (int j = 0; !m && j < c->n_adapters; j++)
+            if (strcmp(c->adapters[j].name, a->base) == 0)
+                return err_set(ERR_INVALID,
+                               "%s.base '%s': an adapter (adapters[%d]); expected a model's name "
+                               "(an adapter adapts a model, not another adapter)",
+                               name, a->base, j);
+        if (!m)
+            return err_set(ERR_INVALID,
+                           "%s.base '%.*s': no model of that name (expected a name of models: or "
+                           "--model)",
+                           name, QUOTE_MAX, a->base);
+    }
     return 0;
 }
 
@@ -138,16 +226,23 @@ static int check_server(const struct serve_config *c)
 int serve_config_check(const struct serve_config *c)
 {
     int rc;
-    if ((rc = check_keys_values(c)) < 0 || (rc = check_server(c)) < 0)
+    if ((rc = check_keys_values(c)) < 0 || (rc = check_server(c)) < 0 ||
+        (rc = check_adapters(c)) < 0)
         return rc;
     /* the rest is the stack's: devices, policy, precisions, unique names,
      * placements on the devices there are */
     struct stack_model_config *mc = calloc((size_t)c->n_models, sizeof(*mc));
-    if (!mc)
+    struct stack_adapter_config *ac = calloc((size_t)c->n_adapters + 1, sizeof(*ac));
+    if (!mc || !ac) {
+        free(mc);
+        free(ac);
         return err_set(ERR_NOMEM, "out of memory checking the config");
+    }
     struct stack_config sc;
     serve_config_stack(c, &sc, mc);
+    serve_config_stack_adapters(c, &sc, ac);
     rc = stack_config_check(&sc);
     free(mc);
+    free(ac);
     return rc;
 }

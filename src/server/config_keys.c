@@ -24,6 +24,7 @@ static const char *const device_kinds[] = {"cpu", "cuda", NULL};
 
 #define CFG(field) offsetof(struct serve_config, field)
 #define MODEL(field) offsetof(struct serve_model, field)
+#define ADAPTER(field) offsetof(struct serve_adapter, field)
 
 /* one key a paragraph */
 /* clang-format off */
@@ -184,6 +185,27 @@ const struct serve_key serve_keys[] = {
              "other model can make the room; 0: none; swapwise and lru"},
     {.path = "models[].chat_template", .type = SK_STRING, .offset = MODEL(chat_template),
      .help = "a Jinja file for /v1/chat/completions; unset: the checkpoint's"},
+    /* ---- LoRA adapters served over the models ---- */
+    {.path = "adapters", .flag = "adapter", .metavar = "NAME=BASE:DIR", .type = SK_ADAPTERS,
+     .expected = "a list of adapters ({name: ..., base: ..., path: ...})",
+     .help = "serve the PEFT LoRA adapter in DIR as NAME over the model named BASE: requests "
+             "naming NAME run BASE with it (repeatable; added to the config file's)"},
+    {.path = "adapters[].name", .type = SK_STRING, .null = SK_NULL_REFUSED,
+     .offset = ADAPTER(name), .help = "what requests name in \"model\""},
+    {.path = "adapters[].base", .type = SK_STRING, .null = SK_NULL_REFUSED,
+     .offset = ADAPTER(base), .help = "the name of the model it adapts"},
+    {.path = "adapters[].path", .type = SK_STRING, .null = SK_NULL_REFUSED,
+     .offset = ADAPTER(path), .help = "the adapter directory (adapter_config.json, "
+                                      "adapter_model.safetensors)"},
+    {.path = "adapters[].pinned", .type = SK_BOOL, .offset = ADAPTER(pinned),
+     .help = "kept on the devices whenever its base is"},
+    {.path = "adapters[].keep_alive", .type = SK_DURATION, .null = SK_NULL_CLEARS, .def = NAN,
+     .offset = ADAPTER(keep_alive),
+     .help = "how long idle before it leaves its devices (its base stays); unset: the "
+             "server's keep_alive"},
+    {.path = "adapters[].priority", .type = SK_INT, .lo = -ENGINE_PRIORITY_MAX,
+     .hi = ENGINE_PRIORITY_MAX, .offset = ADAPTER(priority),
+     .help = "the order of its requests among its base's"},
 };
 /* clang-format on */
 

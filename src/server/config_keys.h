@@ -4,16 +4,18 @@
  *   - config.c's YAML walk (the known keys of each mapping, each scalar's
  *     parse and range, the defaults of serve_config_init and of a model);
  *   - serve_config_check (every scalar's range again, for the flags too);
- *   - POST /admin/models (a model's keys from its JSON body:
- *     serve_model_from_json, serve_key_set_json, the same words);
+ *   - POST /admin/models (a model's or, with "base", an adapter's keys
+ *     from its JSON body: serve_model_from_json, serve_adapter_from_json,
+ *     serve_key_set_json, the same words);
  *   - cmd_serve.c (the flags, their ranges and the --help lines);
  *   - tests/test_serve_config.c (the table and docs/serve.example.yaml
  *     name the same keys).
  *
  * Paths: "port" (the root mapping), "devices.count" (a mapping below a
  * key), "models[].tp" (a key of each mapping in a list). A key whose field
- * is in struct serve_model has a path beginning "models[]."; every other
- * key's field is in struct serve_config.
+ * is in struct serve_model has a path beginning "models[].", one in struct
+ * serve_adapter "adapters[]."; every other key's field is in struct
+ * serve_config.
  */
 #ifndef SHARDSWAP_SERVER_CONFIG_KEYS_H
 #define SHARDSWAP_SERVER_CONFIG_KEYS_H
@@ -35,6 +37,7 @@ enum serve_key_type {
     SK_STRINGS,  /* char *[max_items] (owned) and its count; non-empty items */
     SK_SECTION,  /* a mapping of the keys below this path */
     SK_MODELS,   /* a list of mappings, each a struct serve_model (models[].*) */
+    SK_ADAPTERS, /* a list of mappings, each a struct serve_adapter (adapters[].*) */
 };
 
 /* what null means for a key (any key that says nothing: its default stays) */

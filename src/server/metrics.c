@@ -32,6 +32,7 @@ static void family(FILE *f, const char *name, const char *type, const char *help
  * engine's statistics, whose gauges only served models show. */
 struct model_row {
     const char *name;
+    const char *base; /* an adapter's base; "" for a model */
     struct srv_counts c;
     const struct engine_model_stats *st;
 };
@@ -95,6 +96,49 @@ static void expert_tokens(FILE *f, struct server *s, const struct model_row *row
                         (unsigned long long)c[(size_t)l * experts + x]);
             }
         free(c);
+    }
+}
+
+/* An adapter's sample: {model="NAME",base="BASE"} V */
+static void adapter_sample(FILE *f, const char *name, const struct model_row *row, const char *v)
+{
+    fprintf(f, "%s{model=\"", name);
+    put_label(f, row->name);
+    fputs("\",base=\"", f);
+    put_label(f, row->base);
+    fprintf(f, "\"} %s\n", v);
+}
+
+/* The adapters' loads, bytes and seconds (the families whole, also when
+ * no adapter is served: a scrape's families do not come and go). */
+static void adapter_loads(FILE *f, const struct model_row *rows, int n, const char *note)
+{
+    static const struct {
+        const char *name, *help;
+    } fams[] = {
+        {"shardswap_adapter_loads_total", "Loads of the LoRA adapter onto its base's devices."},
+        {"shardswap_adapter_load_bytes_total",
+         "Bytes copied host to device over the adapter's loads."},
+        {"shardswap_adapter_load_seconds_total",
+         "Seconds from the request of each of the adapter's loads to every shard on its "
+         "device, summed."},
+    };
+    char help[512], v[64];
+    for (size_t k = 0; k < sizeof(fams) / sizeof(fams[0]); k++) {
+        snprintf(help, sizeof(help), "%s %s", fams[k].help, note);
+        family(f, fams[k].name, "counter", help);
+        for (int i = 0; i < n; i++) {
+            if (!rows[i].base[0])
+                continue;
+            const struct srv_counts *c = &rows[i].c;
+            if (k == 0)
+                snprintf(v, sizeof(v), "%llu", (unsigned long long)c->loads);
+            else if (k == 1)
+                snprintf(v, sizeof(v), "%llu", (unsigned long long)c->bytes_loaded);
+            else
+                snprintf(v, sizeof(v), "%.9g", c->load.sum);
+            adapter_sample(f, fams[k].name, &rows[i], v);
+        }
     }
 }
 
@@ -213,6 +257,7 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
     }
 
     expert_tokens(f, s, rows, n_live);
+    adapter_loads(f, rows, n, retained_note);
 
     static const enum residency res[] = {RES_ON_DISK,   RES_IN_HOST,    RES_LOADING,
                                          RES_ON_DEVICE, RES_OFFLOADING, RES_PARTIAL};
@@ -291,6 +336,7 @@ enum MHD_Result srv_metrics(struct srv_req *r)
     for (int i = 0; i < n; i++)
         if (engine_model_stats(s->stack->engine, ms[i]->id, &st[k]) == 0) {
             rows[k].name = ms[i]->name;
+            rows[k].base = ms[i]->base_name;
             rows[k].st = &st[k];
             srv_counts_of(ms[i], &st[k], &rows[k].c);
             k++;
@@ -298,6 +344,7 @@ enum MHD_Result srv_metrics(struct srv_req *r)
     int n_live = k;
     for (int i = 0; i < n_ret; i++, k++) {
         rows[k].name = ret[i].name;
+        rows[k].base = ret[i].base;
         rows[k].c = ret[i].c;
     }
     write_metrics(f, s, rows, n_live, k);

@@ -61,6 +61,17 @@ static void turn_end_probe(struct srv_model *m)
     }
 }
 
+/* The ids that end an assistant's turn in m->chat, in m->tok's ids. */
+static void turn_ends_find(struct srv_model *m)
+{
+    m->n_turn_end = 0;
+    turn_end_probe(m);
+    turn_end_add(m, bpe_eot_id(m->tok));
+    const char *eos = chat_template_eos(m->chat);
+    if (eos[0])
+        turn_end_add(m, bpe_token_id(m->tok, eos, strlen(eos)));
+}
+
 /* m's chat template: the file the config names (an error when it does not
  * load), else the checkpoint's (a warning when it does not). Needs m->tok. */
 static int chat_load(struct srv_model *m, const char *path, const char *override)
@@ -106,11 +117,7 @@ static int chat_load(struct srv_model *m, const char *path, const char *override
                  "config's chat_template: FILE)");
         return 0;
     }
-    turn_end_probe(m);
-    turn_end_add(m, bpe_eot_id(m->tok));
-    const char *eos = chat_template_eos(m->chat);
-    if (eos[0])
-        turn_end_add(m, bpe_token_id(m->tok, eos, strlen(eos)));
+    turn_ends_find(m);
     return 0;
 }
 
@@ -133,17 +140,21 @@ static bool tokenizer_files(const char *dir)
     return false;
 }
 
-/* What an entry is charged for: 1 MiB (its swap model's layouts and
- * events, the checkpoint's tensor table, the engine's statistics) and 4x
- * the bytes of its tokenizer and chat template files, which is what their
+/* What an entry is charged for: fixed bytes (a model's MODEL_CHARGE: its
+ * swap model's layouts and events, the checkpoint's tensor table, the
+ * engine's statistics; an adapter's ADAPTER_CHARGE: the same for a few
+ * small tensors per layer, its tokenizer and template its base's) and 4x
+ * the bytes of its own tokenizer and chat template files, which is what their
  * parsed tables take (OPT's 1.36 MB of vocab.json + merges.txt held 5.7 MB
  * resident). An estimate: the bound is on memory, not only on a count. */
-static uint64_t model_charge(const char *dir)
+#define MODEL_CHARGE (1u << 20)
+#define ADAPTER_CHARGE (64u << 10)
+static uint64_t model_charge(const char *dir, uint64_t fixed)
 {
     static const char *names[] = {"tokenizer.json",     "vocab.json", "merges.txt",
                                   "encoder.json",       "vocab.bpe",  "tokenizer_config.json",
                                   "chat_template.jinja"};
-    uint64_t n = 1u << 20;
+    uint64_t n = fixed;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         char p[4096];
         struct stat sb;
@@ -248,7 +259,8 @@ static void retained_take(struct server *s, struct srv_model *m)
 /* Retains c under name, the newest; the oldest name goes when
  * SRV_MAX_RETAINED are kept (server.lock held). Out of memory, the counters
  * are dropped (logged): a series restarts, nothing fails. */
-static void retained_put(struct server *s, const char *name, const struct srv_counts *c)
+static void retained_put(struct server *s, const char *name, const char *base,
+                         const struct srv_counts *c)
 {
     if (s->n_retained == SRV_MAX_RETAINED) {
         memmove(&s->retained[0], &s->retained[1],
@@ -268,14 +280,30 @@ static void retained_put(struct server *s, const char *name, const struct srv_co
     }
     struct srv_retained *r = &s->retained[s->n_retained++];
     snprintf(r->name, sizeof(r->name), "%s", name);
+    snprintf(r->base, sizeof(r->base), "%s", base);
     r->c = *c;
 }
 
-/* Any non-engine thread; opens the tokenizer and the chat template outside
- * s->lock. What the entry needs of sm is copied now: the entry outlives the
- * swap model (the engine's removal unregisters it). */
-int srv_model_add(struct server *s, const struct swap_model *sm, const char *path,
-                  const char *chat_template, char *const *aliases, int n_aliases, int id)
+/* Frees an entry that never entered the table (what it owns, its
+ * reference to its parent). */
+static void entry_free(struct srv_model *m)
+{
+    if (!m)
+        return;
+    if (!m->parent || m->own_tok)
+        bpe_close(m->tok);
+    if (!m->parent || m->own_chat)
+        chat_template_free(m->chat);
+    srv_model_put(m->parent);
+    free(m->aliases);
+    free(m->path);
+    free(m);
+}
+
+/* A new entry for sm served as id, what it needs of sm copied: the entry
+ * outlives the swap model (the engine's removal unregisters it). */
+static struct srv_model *entry_new(struct server *s, const struct swap_model *sm, const char *path,
+                                   int n_aliases, int id)
 {
     struct srv_model *m = calloc(1, sizeof(*m));
     if (m && n_aliases > 0 && !(m->aliases = calloc((size_t)n_aliases, sizeof(*m->aliases)))) {
@@ -286,11 +314,9 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
         if (m)
             free(m->aliases);
         free(m);
-        return err_set(ERR_NOMEM, "out of memory for model %s", swap_model_name(sm));
+        err_set(ERR_NOMEM, "out of memory for model %s", swap_model_name(sm));
+        return NULL;
     }
-    for (int i = 0; i < n_aliases; i++)
-        snprintf(m->aliases[i], sizeof(m->aliases[i]), "%s", aliases[i]);
-    m->n_aliases = n_aliases;
     snprintf(m->name, sizeof(m->name), "%s", swap_model_name(sm));
     m->id = id;
     m->tp = swap_model_tp(sm);
@@ -306,6 +332,48 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
     snprintf(m->architecture, sizeof(m->architecture), "%s", swap_model_info(sm)->architecture);
     m->created = (long long)time(NULL);
     m->s = s;
+    return m;
+}
+
+/* Puts m (charged) into the table with the table's reference. */
+static void entry_insert(struct server *s, struct srv_model *m)
+{
+    atomic_init(&m->refs, 1); /* the table's */
+    pthread_mutex_lock(&s->lock);
+    retained_take(s, m);
+    /* the admin lock and srv_model_find keep names unique: nothing to replace */
+    m->next = s->models;
+    s->models = m;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Charges m for what it holds (m->charge); on failure that is 0 again. */
+static int entry_charge(struct server *s, struct srv_model *m)
+{
+    int rc = charge_take(s, m->name, m->charge);
+    if (rc < 0)
+        m->charge = 0;
+    return rc;
+}
+
+/* Undoes entry_charge and frees m (never in the table). */
+static void entry_drop(struct server *s, struct srv_model *m)
+{
+    atomic_fetch_sub(&s->registered_bytes, m->charge);
+    entry_free(m);
+}
+
+/* Any non-engine thread; opens the tokenizer and the chat template outside
+ * s->lock. */
+int srv_model_add(struct server *s, const struct swap_model *sm, const char *path,
+                  const char *chat_template, char *const *aliases, int n_aliases, int id)
+{
+    struct srv_model *m = entry_new(s, sm, path, n_aliases, id);
+    if (!m)
+        return ERR_NOMEM;
+    for (int i = 0; i < n_aliases; i++)
+        snprintf(m->aliases[i], sizeof(m->aliases[i]), "%s", aliases[i]);
+    m->n_aliases = n_aliases;
     int rc = bpe_open(path, &m->tok);
     /* a GGUF file without tokenizer.ggml.model is a model without a tokenizer */
     bool gguf_without = rc == ERR_NOT_FOUND && gguf_is_checkpoint(path);
@@ -314,9 +382,8 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
          * root, a malformed vocabulary) are the model's error, not a model
          * without a tokenizer whose completions would all fail later */
         err_wrap(rc, "model %s: its tokenizer does not load", m->name);
-        free(m->aliases);
-        free(m->path);
-        free(m);
+        m->tok = NULL;
+        entry_free(m);
         return rc;
     }
     if (rc < 0) {
@@ -325,33 +392,78 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
                  m->name);
         m->tok = NULL;
     }
-    /* after the tokenizer's own checks (a file over its cap is named as
-     * such), before anything else is built on it */
-    m->charge = model_charge(path);
-    if ((rc = charge_take(s, m->name, m->charge)) < 0) {
-        bpe_close(m->tok);
-        free(m->aliases);
-        free(m->path);
-        free(m);
+    /* charged after the tokenizer's own checks (a file over its cap is
+     * named as such), before anything else is built on it */
+    m->charge = model_charge(path, MODEL_CHARGE);
+    if ((rc = entry_charge(s, m)) < 0 || (rc = chat_load(m, path, chat_template)) < 0) {
+        entry_drop(s, m);
         return rc;
     }
-    rc = chat_load(m, path, chat_template);
+    entry_insert(s, m);
+    return 0;
+}
+
+/* Whether dir holds a chat template's files (by name, whatever they are). */
+static bool template_files(const char *dir)
+{
+    static const char *names[] = {"tokenizer_config.json", "chat_template.jinja"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char p[4096];
+        struct stat sb;
+        snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+        if (lstat(p, &sb) == 0)
+            return true;
+    }
+    return false;
+}
+
+int srv_adapter_add(struct server *s, const struct swap_model *sm, const char *dir,
+                    struct srv_model *parent, int id)
+{
+    struct srv_model *m = entry_new(s, sm, dir, 0, id);
+    if (!m)
+        return ERR_NOMEM;
+    atomic_fetch_add(&parent->refs, 1);
+    m->parent = parent;
+    m->compute = parent->compute; /* its matrices run in its base's precision */
+    snprintf(m->base_name, sizeof(m->base_name), "%s", parent->name);
+    int rc = 0;
+    /* the adapter directory's own tokenizer, else its base's */
+    m->own_tok = tokenizer_files(dir);
+    if (m->own_tok && (rc = bpe_open(dir, &m->tok)) < 0) {
+        err_wrap(rc, "adapter %s: its tokenizer does not load", m->name);
+        m->tok = NULL;
+        entry_free(m);
+        return rc;
+    }
+    if (!m->own_tok)
+        m->tok = parent->tok;
+    m->charge = model_charge(dir, ADAPTER_CHARGE);
+    if ((rc = entry_charge(s, m)) < 0) {
+        entry_free(m);
+        return rc;
+    }
+    /* its own template when it has the files, else its base's (whose
+     * end-of-turn ids are found again in its own tokenizer's ids) */
+    m->own_chat = template_files(dir);
+    if (m->own_chat) {
+        rc = chat_load(m, dir, NULL);
+    } else if (parent->chat && m->tok) {
+        m->chat = parent->chat;
+        if (m->own_tok) {
+            turn_ends_find(m);
+        } else {
+            memcpy(m->turn_end, parent->turn_end, sizeof(m->turn_end));
+            m->n_turn_end = parent->n_turn_end;
+        }
+    } else {
+        snprintf(m->no_chat, sizeof(m->no_chat), "%s", parent->no_chat);
+    }
     if (rc < 0) {
-        atomic_fetch_sub(&s->registered_bytes, m->charge);
-        chat_template_free(m->chat);
-        bpe_close(m->tok);
-        free(m->aliases);
-        free(m->path);
-        free(m);
+        entry_drop(s, m);
         return rc;
     }
-    atomic_init(&m->refs, 1); /* the table's */
-    pthread_mutex_lock(&s->lock);
-    retained_take(s, m);
-    /* the admin lock and srv_model_find keep names unique: nothing to replace */
-    m->next = s->models;
-    s->models = m;
-    pthread_mutex_unlock(&s->lock);
+    entry_insert(s, m);
     return 0;
 }
 
@@ -383,11 +495,7 @@ void srv_model_put(struct srv_model *m)
     if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
         return;
     atomic_fetch_sub(&m->s->registered_bytes, m->charge);
-    bpe_close(m->tok);
-    chat_template_free(m->chat);
-    free(m->aliases);
-    free(m->path);
-    free(m);
+    entry_free(m);
 }
 
 void srv_model_remove(struct server *s, struct srv_model *m, const struct engine_model_stats *last)
@@ -401,7 +509,7 @@ void srv_model_remove(struct server *s, struct srv_model *m, const struct engine
         /* in the same hold as it leaves the table: a scrape sees the name
          * in one place or the other, never both */
         if (last)
-            retained_put(s, m->name, &c);
+            retained_put(s, m->name, m->base_name, &c);
         struct srv_model **p = &s->models;
         while (*p && *p != m)
             p = &(*p)->next;

@@ -75,7 +75,11 @@ static json_t *model_json(struct server *s, const struct srv_model *m, const cha
          json_object_set_new(o, "format", json_string(m->format)) |
          json_object_set_new(o, "weight_types", types_json(m)) |
          (as && strcmp(as, m->name) != 0 ? json_object_set_new(o, "alias_of", json_string(m->name))
-                                         : 0)) < 0) {
+                                         : 0) |
+         /* an adapter: vLLM's "parent" (its base's name), and the admin's "base" */
+         (m->parent ? json_object_set_new(o, "parent", json_string(m->base_name)) |
+                          json_object_set_new(o, "base", json_string(m->base_name))
+                    : 0)) < 0) {
         json_decref(o);
         o = NULL;
     }
@@ -168,6 +172,11 @@ enum MHD_Result srv_admin_delete(struct srv_req *r)
     free(last);
     srv_model_put(m);
     pthread_mutex_unlock(&s->admin_lock);
+    if (rc == ERR_BUSY) {
+        /* a base whose adapters are still served: they go first */
+        json_decref(o);
+        return srv_reply_errorf(r, 409, "invalid_request_error", "conflict", "", "%s", err_msg());
+    }
     if (rc < 0) {
         json_decref(o);
         return model_not_found(r, r->arg);
@@ -207,9 +216,99 @@ static void remove_unserved(struct server *s, int id)
     err_set(ERR_INVALID, "%s", why);
 }
 
+/* POST /admin/models with a "base": the body is an adapter as the config
+ * file's adapters[] list gives one (serve_adapter_from_json), its base a
+ * model served (by name or alias; not an adapter), its path a directory
+ * below a root, served as the file's are (stack_add_adapter). Called with
+ * the body parsed; the caller frees it. */
+static enum MHD_Result admin_add_adapter(struct srv_req *r, const json_t *body)
+{
+    struct server *s = r->s;
+    const struct serve_config *c = s->cfg;
+    struct oai_error e;
+    char *dir = NULL;
+    struct srv_model *base = NULL;
+    struct serve_adapter a;
+    serve_adapter_init(&a);
+    const char *key;
+    if (serve_adapter_from_json(body, &a, &key) < 0 || serve_adapter_check(&a, "", &key) < 0) {
+        oai_error_set(&e, 400, "invalid_request_error", NULL, key, "%s", err_msg());
+        goto refuse;
+    }
+    if (!(dir = realpath(a.path, NULL)) || !under_root(c, dir)) {
+        oai_error_set(&e, 403, "permission_error", "path_not_allowed", "path",
+                      "'path' must name an existing directory under a --model-root.");
+        goto refuse;
+    }
+    pthread_mutex_lock(&s->admin_lock);
+    struct srv_model *same = srv_model_find(s, a.name);
+    srv_model_put(same);
+    base = srv_model_find(s, a.base);
+    if (same || !base || base->parent) {
+        pthread_mutex_unlock(&s->admin_lock);
+        if (same)
+            oai_error_set(&e, 409, "invalid_request_error", "model_exists", "name",
+                          "A model named '%s' is served already.", a.name);
+        else if (!base)
+            oai_error_set(&e, 400, "invalid_request_error", "model_not_found", "base",
+                          "base: no model named '%s' is served (expected a model's name).", a.base);
+        else
+            oai_error_set(&e, 400, "invalid_request_error", NULL, "base",
+                          "base: '%s' is an adapter (of %s); expected a model's name.", a.base,
+                          base->base_name);
+        goto refuse;
+    }
+    struct stack_adapter_config ac;
+    serve_adapter_stack(c, &a, &ac);
+    ac.base = base->name; /* an alias named the model */
+    ac.path = dir;
+    /* every file read from the adapter's directory (its config, weights,
+     * tokenizer, chat template) must resolve below a root, links included;
+     * the base's directory, whose config.json the adapter's is read
+     * against, was vetted when the base was added */
+    const char *roots[SERVE_MAX_ROOTS + 1];
+    int n_roots = 0;
+    for (int i = 0; i < c->n_model_roots; i++)
+        roots[n_roots++] = c->model_roots[i];
+    roots[n_roots++] = base->path;
+    fs_confine(roots, n_roots);
+    struct swap_model *sm;
+    const char *param = "path";
+    int id = stack_add_adapter(s->stack, &ac, &sm, &param), rc = id;
+    if (id >= 0 && (rc = srv_adapter_add(s, sm, dir, base, id)) < 0) {
+        param = "path";
+        remove_unserved(s, id);
+    }
+    fs_confine(NULL, 0);
+    pthread_mutex_unlock(&s->admin_lock);
+    if (rc < 0) {
+        /* what registering refuses (an adapter config against its base's,
+         * its tensors, a file outside the roots), the model limit, a
+         * tokenizer or template that does not load: nothing of it is left */
+        oai_error_set(&e, 400, "invalid_request_error", NULL, param && param[0] ? param : "",
+                      "Adapter '%s' could not be added: %s", a.name, err_msg());
+        goto refuse;
+    }
+    log_info("admin: added adapter %s of %s from %s", a.name, base->name, dir);
+    srv_model_put(base);
+    struct srv_model *added = srv_model_find(s, a.name);
+    json_t *o = added ? model_json(s, added, NULL) : NULL;
+    srv_model_put(added);
+    enum MHD_Result ret = o ? srv_reply_json(r, 200, o) : model_not_found(r, a.name);
+    free(dir);
+    serve_adapter_free(&a);
+    return ret;
+refuse:
+    srv_model_put(base);
+    free(dir);
+    serve_adapter_free(&a);
+    return srv_reply_error(r, &e);
+}
+
 /* POST /admin/models: the body is a model as the config file's models[]
  * list gives one, read through the same key table (serve_model_from_json),
- * then served as the file's models are (stack_add_model), below a root. */
+ * then served as the file's models are (stack_add_model), below a root; a
+ * body with "base" is an adapter (admin_add_adapter). */
 enum MHD_Result srv_admin_add(struct srv_req *r)
 {
     struct server *s = r->s;
@@ -230,6 +329,12 @@ enum MHD_Result srv_admin_add(struct srv_req *r)
         oai_error_set(&e, 400, "invalid_request_error", NULL, "",
                       "The body must be a JSON object: %s", body ? "got another type" : je.text);
         goto refuse;
+    }
+    if (json_object_get(body, "base")) {
+        enum MHD_Result ret = admin_add_adapter(r, body);
+        json_decref(body);
+        serve_model_free(&m);
+        return ret;
     }
     const char *key;
     if (serve_model_from_json(body, &m, &key) < 0 || serve_model_check(&m, "", &key) < 0) {

@@ -726,14 +726,34 @@ static void log_budgets(const struct server *s, const struct stack_config *sc)
 /* The stack a config serves: what server_open opens and what every
  * follower sizes its devices by (the same numbers on every process). */
 static void server_stack_config(const struct serve_config *c, struct stack_config *sc,
-                                struct stack_model_config *mc)
+                                struct stack_model_config *mc, struct stack_adapter_config *ac)
 {
     serve_config_stack(c, sc, mc);
+    serve_config_stack_adapters(c, sc, ac);
     /* budgets left 0 are sized for batches of requests this long (the
      * stack's defaults fit a benchmark's short prompts, not a client's) */
     sc->fit_prompt = SRV_FIT_PROMPT;
     sc->fit_max_tokens = SRV_FIT_MAX_TOKENS;
     sc->engine.on_move = log_move;
+}
+
+/* The entries of the config's adapters, which stack_open served after the
+ * models (stack.adapters, in the config's order). */
+static int serve_adapters(struct server *s, const struct serve_config *c)
+{
+    for (int i = 0; i < s->stack->n_adapters; i++) {
+        const struct serve_adapter *a = &c->adapters[i];
+        struct srv_model *base = srv_model_find(s, a->base);
+        int rc = base ? srv_adapter_add(s, s->stack->adapters[i], a->path, base,
+                                        s->stack->adapter_ids[i])
+                      : err_set(ERR_INVALID, "no model named '%s' is served", a->base);
+        srv_model_put(base);
+        if (rc < 0)
+            return err_wrap(rc, "adapters[%d] (%s).path", i, a->name);
+        log_info("adapter %s: %s over model %s%s", a->name, a->path, a->base,
+                 a->pinned ? " (pinned)" : "");
+    }
+    return 0;
 }
 
 int server_open(const struct serve_config *c, struct cluster_job *job, struct server **out)
@@ -758,18 +778,23 @@ int server_open(const struct serve_config *c, struct cluster_job *job, struct se
     int rc;
     struct stack_config sc;
     struct stack_model_config *mc = calloc((size_t)(c->n_models ? c->n_models : 1), sizeof(*mc));
-    if (!mc) {
+    struct stack_adapter_config *ac = calloc((size_t)c->n_adapters + 1, sizeof(*ac));
+    if (!mc || !ac) {
+        free(mc);
+        free(ac);
         rc = err_set(ERR_NOMEM, "out of memory for the server");
         goto fail;
     }
-    server_stack_config(c, &sc, mc);
-    log_info("opening %d model(s) on %d %s device(s)%s", c->n_models, sc.n_devices,
-             sc.device_kind ? sc.device_kind : "cpu", job ? " across processes" : "");
+    server_stack_config(c, &sc, mc, ac);
+    log_info("opening %d model(s) and %d adapter(s) on %d %s device(s)%s", c->n_models,
+             c->n_adapters, sc.n_devices, sc.device_kind ? sc.device_kind : "cpu",
+             job ? " across processes" : "");
     s->job = job;
     rc = job ? cluster_job_lead(job, &sc) : 0;
     if (rc == 0)
         rc = stack_open(&sc, &s->stack);
     free(mc);
+    free(ac);
     if (rc < 0)
         goto fail;
     log_budgets(s, &sc);
@@ -781,6 +806,8 @@ int server_open(const struct serve_config *c, struct cluster_job *job, struct se
         log_info("model %s: %s (tp %d, pp %d%s)", m->name, m->path, m->tp, m->pp,
                  m->pinned ? ", pinned" : "");
     }
+    if ((rc = serve_adapters(s, c)) < 0)
+        goto fail;
     /* pinned models are on their devices before the first request */
     if ((rc = stack_load_pinned(s->stack)) < 0)
         goto fail;

@@ -61,6 +61,7 @@ struct srv_counts {
 /* A removed model's counters, by name (server.retained). */
 struct srv_retained {
     char name[64];
+    char base[64]; /* an adapter's base; "" for a model */
     struct srv_counts c;
 };
 
@@ -77,8 +78,14 @@ struct srv_model {
     char (*aliases)[64];
     int n_aliases;
     char *path;            /* owned */
-    struct bpe *tok;       /* owned; NULL when none loads: token-id prompts only, and
-                              completions carry their ids (token_ids) */
+    /* an adapter: its base's entry (a reference held, so what it borrows
+     * from it stays valid) and name; NULL and "" for a model */
+    struct srv_model *parent;
+    char base_name[64];
+    struct bpe *tok;        /* owned (an adapter's: when own_tok, else its base's); NULL when
+                               none loads: token-id prompts only, and completions carry their
+                               ids (token_ids) */
+    bool own_tok, own_chat; /* an adapter's tok and chat are its own, not its base's */
     int id;                /* engine id */
     /* the swap model's, copied at add: no pointer into it, which
      * engine_remove_model frees */
@@ -95,7 +102,7 @@ struct srv_model {
      * no_chat says why), and the tokens that end an assistant's turn beside
      * the model's EOS ids (the template's end-of-turn token, the tokenizer's
      * eos_token), which end a chat completion and are never in its text */
-    struct chat_template *chat;
+    struct chat_template *chat; /* owned (an adapter's: when own_chat) */
     char no_chat[256];
     int32_t turn_end[4];
     int n_turn_end;
@@ -311,6 +318,13 @@ void srv_count_status(struct server *s, int status);
  * warning, and no_chat says why). */
 int srv_model_add(struct server *s, const struct swap_model *sm, const char *path,
                   const char *chat_template, char *const *aliases, int n_aliases, int id);
+/* Adds an adapter the engine serves as id over parent's model (parent: a
+ * model's entry, whose reference the adapter's entry takes). Its tokenizer
+ * and chat template are parent's unless dir has its own files (tokenizer
+ * files: its own tokenizer; tokenizer_config.json or chat_template.jinja:
+ * its own template), read with a model's checks. */
+int srv_adapter_add(struct server *s, const struct swap_model *sm, const char *dir,
+                    struct srv_model *parent, int id);
 /* The served model of that name or alias with a reference the caller gives
  * back with srv_model_put, or NULL. */
 struct srv_model *srv_model_find(struct server *s, const char *name);
