@@ -121,8 +121,10 @@ void cpu_ctlinear_random_blocks(enum dtype t, void *dst, size_t n_blocks, uint64
     for (size_t i = 0; i < n_blocks * bb; i++)
         p[i] = (unsigned char)(rng_u64(&r) >> 56);
     for (size_t b = 0; b < n_blocks; b++, p += bb) {
-        /* a finite scale in [2^-12, 2^-6): exponent 115..120 */
-        const uint32_t u = (uint32_t)(115 + rng_u64(&r) % 6) << 23 | (uint32_t)(rng_u64(&r) >> 41);
+        /* a finite scale of either sign, magnitude in [2^-12, 2^-6):
+         * exponent 115..120 */
+        const uint32_t u =
+            (uint32_t)(115 + rng_u64(&r) % 6) << 23 | (uint32_t)(rng_u64(&r) & 0x807fffffu);
         memcpy(p, &u, 4);
         if (t == DTYPE_CT_I4)
             p[4] = (unsigned char)(int8_t)((int)(p[4] % 16) - 8);

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/ctlinear.h"
 #include "backend/cpu/gemv_isa.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/qdot.h"
@@ -227,25 +228,16 @@ static void q_read_env(void)
 
 void cpu_qlinear_random_blocks(enum dtype t, void *dst, size_t n_blocks, uint64_t seed)
 {
+    if (quant_ct_is(t)) {
+        cpu_ctlinear_random_blocks(t, dst, n_blocks, seed);
+        return;
+    }
     const size_t bb = quant_block_bytes(t);
     struct rng r;
     rng_seed(&r, seed, 0);
     unsigned char *p = dst;
     for (size_t i = 0; i < n_blocks * bb; i++)
         p[i] = (unsigned char)(rng_u64(&r) >> 56);
-    if (quant_ct_is(t)) {
-        /* an f32 scale in [2^-12, 2^-6) of either sign */
-        for (size_t b = 0; b < n_blocks; b++, p += bb) {
-            const uint32_t u =
-                (uint32_t)(115 + rng_u64(&r) % 6) << 23 | (uint32_t)(rng_u64(&r) & 0x807fffffu);
-            memcpy(p, &u, 4);
-            if (t == DTYPE_CT_I4)
-                p[4] = (unsigned char)(int8_t)((int)(rng_u64(&r) % 16) - 8);
-            for (int j = 4; t == DTYPE_CT_F8 && j < (int)bb; j++)
-                p[j] &= (p[j] & 0x7f) == 0x7f ? 0xfe : 0xff; /* NaN -> 448 */
-        }
-        return;
-    }
     /* finite scales of a few magnitudes: f16 in [2^-12, 2^-6) */
     for (size_t b = 0; b < n_blocks; b++, p += bb) {
         const size_t at[2] = {t == DTYPE_Q6_K ? 208 : 0, 2};

@@ -17,8 +17,7 @@ int cpu_qlinear(float *y, const float *x, int m, const struct weight_view *w, en
 /* n_blocks random blocks of type t at dst with finite f16 scales (between
  * 2^-12 and 2^-6) and every other bit random (seeded): for the
  * calibration, tests and benchmarks. For compressed-tensors' types (core/
- * quant_ct.h) the same: f32 scales in that range, CT_I4 zero points in
- * [-8, 7], no e4m3 NaN. */
+ * quant_ct.h): cpu_ctlinear_random_blocks. */
 void cpu_qlinear_random_blocks(enum dtype t, void *dst, size_t n_blocks, uint64_t seed);
 
 #endif
