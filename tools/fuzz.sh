@@ -12,7 +12,7 @@ shift || true
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DSHARDSWAP_FUZZ=ON -DSHARDSWAP_CUDA=OFF \
   -DSHARDSWAP_WERROR=ON >/dev/null
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config safetensors gguf tokenizer_gguf index tokenizer_files encode oai serve_config template proto adapter_config)
+[ ${#targets[@]} -gt 0 ] || targets=(config safetensors gguf tokenizer_gguf index tokenizer_files encode oai serve_config template proto adapter_config ct)
 for t in "${targets[@]}"; do
   cmake --build build-fuzz -j"$(nproc)" --target "fuzz_$t" >/dev/null
 done
