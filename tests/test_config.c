@@ -304,6 +304,12 @@ TEST(moe)
     expect_error("{" MIXTRAL ", \"num_local_experts\": 4, \"num_experts_per_tok\": 5}", ERR_FORMAT,
                  "num_experts_per_tok 5 exceeds the 4 experts");
     expect_error("{" MIXTRAL ", \"num_experts_per_tok\": -1}", ERR_FORMAT, "num_experts_per_tok");
+    expect_error("{" MIXTRAL ", \"num_experts_per_tok\": 0}", ERR_FORMAT, "num_experts_per_tok");
+    expect_error("{" MIXTRAL ", \"num_local_experts\": 1e12}", ERR_FORMAT, "num_local_experts");
+    expect_error("{" MIXTRAL ", \"sliding_window\": -1}", ERR_FORMAT, "sliding_window");
+    expect_error("{\"model_type\": \"qwen2_moe\", " LHEADS ", \"use_sliding_window\": true, "
+                 "\"sliding_window\": 8, \"max_window_layers\": -1}",
+                 ERR_FORMAT, "max_window_layers");
     expect_error("{" QMOE ", \"num_experts\": \"many\"}", ERR_FORMAT, "num_experts");
     expect_error("{" QMOE ", \"moe_intermediate_size\": 0}", ERR_FORMAT, "moe_intermediate_size");
     expect_error("{" QMOE ", \"decoder_sparse_step\": 0}", ERR_FORMAT, "decoder_sparse_step");
@@ -417,6 +423,13 @@ TEST(gemma)
                  "num_hidden_layers");
     expect_error("{\"model_type\": \"gemma2\", " GDIMS ", \"layer_types\": \"sliding\"}",
                  ERR_FORMAT, "layer_types");
+    expect_error("{\"model_type\": \"gemma3_text\", " GDIMS ", \"sliding_window_pattern\": 0}",
+                 ERR_FORMAT, "sliding_window_pattern");
+    expect_error("{\"model_type\": \"gemma3_text\", " GDIMS ", \"layer_types\": "
+                 "[\"full_attention\", \"sliding_attention\", \"full_attention\"]}",
+                 ERR_FORMAT, "must be an array of 4 strings");
+    expect_error("{\"model_type\": \"gemma2\", " GDIMS ", \"sliding_window\": -4096}", ERR_FORMAT,
+                 "sliding_window");
 }
 
 TEST(opt_defaults)

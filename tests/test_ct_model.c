@@ -389,6 +389,38 @@ static void expect_refused(const char *dir, const char *want)
     model_close(m);
 }
 
+/* model_open refuses a copy of fixture fix (in tmpdir/name) whose
+ * safetensors header has its first `from` replaced by `to` (the same length)
+ * with a one-line message holding want. */
+static void refused_header(const char *fix, const char *name, const char *from, const char *to,
+                           const char *want)
+{
+    CHECK(strlen(from) == strlen(to));
+    const char *dir = patched(fix, name, "x", NULL);
+    char p[600];
+    snprintf(p, sizeof(p), "%s/model.safetensors", dir);
+    FILE *f = fopen(p, "r+b");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    char head[8192];
+    size_t n = fread(head, 1, sizeof(head), f);
+    char *at = memmem(head, n, from, strlen(from));
+    CHECK_MSG(at != NULL, "%s: no %s", fix, from);
+    if (at) {
+        memcpy(at, to, strlen(to));
+        fseek(f, 0, SEEK_SET);
+        CHECK(fwrite(head, 1, n, f) == n);
+    }
+    fclose(f);
+    struct model *m = NULL;
+    int rc = model_open(dir, &m);
+    CHECK_MSG(rc < 0 && !m && strstr(err_msg(), want) && !strchr(err_msg(), '\n'),
+              "%s: %d %s (expected '%s')", name, rc, err_msg(), want);
+    printf("refused at open: %s\n", err_msg());
+    model_close(m);
+}
+
 TEST(refused)
 {
     static const struct {
@@ -495,31 +527,21 @@ TEST(refused)
     }
     /* activation reordering: the int4 fixture with down_proj's
      * weight_shape renamed weight_g_idx (the same length) */
-    const char *dir = patched("llama_w4_group", "gidx", "x", NULL);
-    char p[600];
-    snprintf(p, sizeof(p), "%s/model.safetensors", dir);
-    FILE *f = fopen(p, "r+b");
-    CHECK(f != NULL);
-    if (f) {
-        char head[8192];
-        size_t n = fread(head, 1, sizeof(head), f);
-        const char *from = "layers.0.mlp.down_proj.weight_shape";
-        char *at = memmem(head, n, from, strlen(from));
-        CHECK(at != NULL);
-        if (at) {
-            memcpy(at + strlen(from) - strlen("shape"), "g_idx", 5);
-            fseek(f, 0, SEEK_SET);
-            CHECK(fwrite(head, 1, n, f) == n);
-        }
-        fclose(f);
-        struct model *m = NULL;
-        int rc = model_open(dir, &m);
-        CHECK_MSG(rc < 0 && strstr(err_msg(), "weight_g_idx") &&
-                      strstr(err_msg(), "activation reordering") && !strchr(err_msg(), '\n'),
-                  "g_idx: %d %s", rc, err_msg());
-        printf("refused at open: %s\n", err_msg());
-        model_close(m);
-    }
+    refused_header("llama_w4_group", "gidx", "layers.0.mlp.down_proj.weight_shape",
+                   "layers.0.mlp.down_proj.weight_g_idx", "activation reordering");
+    /* tensors of the wrong dtype, the header's dtype changed to one of the same width */
+    refused_header("llama_w4_group", "packed_f32",
+                   "layers.0.mlp.down_proj.weight_packed\":{\"dtype\":\"I32",
+                   "layers.0.mlp.down_proj.weight_packed\":{\"dtype\":\"F32",
+                   "is F32, but packed weights are I32");
+    refused_header("llama_w4_group", "scale_i32",
+                   "layers.0.mlp.down_proj.weight_scale\":{\"dtype\":\"F32",
+                   "layers.0.mlp.down_proj.weight_scale\":{\"dtype\":\"I32",
+                   "is not an F32, F16 or BF16 scale");
+    refused_header("llama_fp8_tensor", "fp8_int8",
+                   "layers.0.mlp.down_proj.weight\":{\"dtype\":\"F8_E4M3\"",
+                   "layers.0.mlp.down_proj.weight\":{\"dtype\":\"I8\"     ",
+                   "is I8, but its scheme's weights are float 8 bits");
 }
 
 static void setup(void)

@@ -19,8 +19,9 @@
  * truncated: a GGUF truncated while registered fails the load with the
  *   store's message naming the file.
  * quantized: a tensor of a block type not computed is an error naming it.
- * bad_metadata: an unknown architecture, a key out of range and a key of
- *   the wrong type are one-line errors naming the file and the key. */
+ * bad_metadata: an unknown architecture, a key out of range, a key of
+ *   the wrong type and a mixture of experts (expert_count) are one-line
+ *   errors naming the file and the key. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -413,6 +414,39 @@ TEST(bad_metadata)
     CHECK(model_config_load(path, &c) < 0);
     CHECK_MSG(strstr(err_msg(), "'llama.block_count' is a f32, expected an integer"), "%s",
               err_msg());
+    model_config_free(c);
+    c = NULL;
+    /* a mixture of experts (llama.cpp's Mixtral: llama.expert_count, 3-D expert
+     * tensors): refused by its metadata, not by the dense tensor it lacks */
+    static const char key1[] = "general.architecture", val1[] = "llama";
+    static const char key2[] = "llama.expert_count";
+    snprintf(path, sizeof(path), "%s/moe.gguf", tmpdir);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (f) {
+        const uint32_t version = 3, t_str = GGUF_STR, t_u32 = GGUF_U32, experts = 8;
+        const uint64_t n_tensors = 0, n_kv = 2, n1 = strlen(key1), v1 = strlen(val1),
+                       n2 = strlen(key2);
+        fwrite("GGUF", 1, 4, f);
+        fwrite(&version, 4, 1, f);
+        fwrite(&n_tensors, 8, 1, f);
+        fwrite(&n_kv, 8, 1, f);
+        fwrite(&n1, 8, 1, f);
+        fwrite(key1, 1, n1, f);
+        fwrite(&t_str, 4, 1, f);
+        fwrite(&v1, 8, 1, f);
+        fwrite(val1, 1, v1, f);
+        fwrite(&n2, 8, 1, f);
+        fwrite(key2, 1, n2, f);
+        fwrite(&t_u32, 4, 1, f);
+        fwrite(&experts, 4, 1, f);
+        CHECK(fclose(f) == 0);
+    }
+    CHECK(model_config_load(path, &c) == ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(err_msg(), "llama.expert_count is 8: a mixture of experts in GGUF is not "
+                                "supported") &&
+                  !strchr(err_msg(), '\n'),
+              "%s", err_msg());
     model_config_free(c);
 }
 

@@ -32,7 +32,7 @@ if [ "$mode" != build ] || [ ! -f build-fuzz/CMakeCache.txt ]; then
 fi
 [ "$mode" != configure ] || exit 0
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config safetensors gguf tokenizer_gguf index tokenizer_files encode oai serve_config template proto adapter_config)
+[ ${#targets[@]} -gt 0 ] || targets=(config safetensors gguf tokenizer_gguf index tokenizer_files encode oai serve_config template proto adapter_config ct)
 cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]/#/fuzz_}" >/dev/null
 [ "$mode" != build ] || exit 0
 mkdir -p build-fuzz/artifacts

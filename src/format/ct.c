@@ -481,6 +481,10 @@ static int weight_build(const struct ct_group *g, const struct st_tensor *ts, si
     ct->q = *q;
     ct->scale = *sc;
     ct->packed = q->raw == ST_RAW_I32;
+    size_t stem;
+    if (has_suffix(q->name, ".weight_packed", &stem) && !ct->packed)
+        return t_err(q, "is %s, but packed weights are I32",
+                     q->raw == ST_RAW_NONE ? dtype_name(q->dtype) : st_raw_name(q->raw));
     int64_t rows, cols;
     if (ct->packed) {
         const struct st_tensor *shp = find(ts, n, module, ".weight_shape");

@@ -11,6 +11,7 @@
  */
 #include "format/gguf_hf.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,10 +175,19 @@ int gguf_hf_config(const struct gguf_file *g, json_t **out)
     int rc = arch_of(g, &a);
     if (rc < 0)
         return rc;
+    char k[96];
+    int64_t experts;
+    if ((rc = gguf_get_int(g, akey(k, sizeof(k), a, "expert_count"), false, 0, 0, INT64_MAX,
+                           &experts)) < 0)
+        return rc;
+    if (experts > 0) /* llama.cpp's mixtures of experts: 3-D expert tensors and a router */
+        return err_set(ERR_UNSUPPORTED,
+                       "%s: %s is %lld: a mixture of experts in GGUF is not supported "
+                       "(expected a dense model; load its safetensors checkpoint instead)",
+                       gguf_path(g), k, (long long)experts);
     json_t *root = json_object();
     if (!root)
         return err_set(ERR_NOMEM, "out of memory");
-    char k[96];
     int64_t heads, kv_heads, vocab;
     bool present;
     json_object_set_new(root, "model_type", json_string(a->model_type));
