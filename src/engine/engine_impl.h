@@ -297,7 +297,7 @@ void adapter_unuse(struct engine_model *a);
  * its devices past its bound: not on them, its oldest request older than
  * its max_queue_wait (SCHED_PREEMPT_WAIT_S when none is set) at now; the
  * oldest such, or NULL (lock held). While one is, requests of m's other
- * adapters that arrived after its oldest do not join m's batch
+ * adapters (not pinned) that arrived after its oldest do not join m's batch
  * (queue_peek), and those adapters, once no sequence holds them, may leave
  * for it though requests wait for them (sched_loop.c: adapter_victim). */
 struct engine_model *adapter_starving(struct engine_model *m, double now, int max_rank);

@@ -82,8 +82,9 @@ struct engine_req *queue_peek(struct engine_model *m, int max_rank)
 {
     struct engine *e = m->e;
     /* an adapter waiting for room past its bound: no request of another
-     * adapter that arrived after its oldest joins, so the others' sequences
-     * drain and leave room for it (adapter_victim) */
+     * adapter (one that may leave: not pinned) that arrived after its
+     * oldest joins, so the others' sequences drain and leave room for it
+     * (adapter_victim) */
     const struct engine_model *starving = adapter_starving(m, time_now(), max_rank);
     double cut = starving ? starving->head->t.t_arrival : INFINITY;
     /* the higher priority first (an adapter's engine_set_priority), then
@@ -92,7 +93,7 @@ struct engine_req *queue_peek(struct engine_model *m, int max_rank)
     int best_prio = m->priority;
     for (struct engine_model *a = m->adapters; a; a = a->next_adapter) {
         struct engine_req *r = a->head;
-        if (!r || a->removed || a->offload_pending || r->t.t_arrival > cut ||
+        if (!r || a->removed || a->offload_pending || (!a->pinned && r->t.t_arrival > cut) ||
             (best && (best_prio > a->priority ||
                       (best_prio == a->priority && best->t.t_arrival <= r->t.t_arrival))) ||
             swap_model_lora_rank(a->sm) > max_rank ||

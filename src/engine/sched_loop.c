@@ -174,7 +174,7 @@ static void view_fold(struct engine *e, struct engine_model *m, enum residency r
         enum residency ar = swap_residency(e->mgr, a->sm);
         bool on = ar == RES_ON_DEVICE || ar == RES_LOADING;
         bool blocked = base_in && !any_on && a->room_blocked && a->queue_len > 0;
-        bool held_back = a->head && a != starving && a->head->t.t_arrival > cut;
+        bool held_back = a->head && a != starving && !a->pinned && a->head->t.t_arrival > cut;
         if (a->head && !held_back && (!base_in || ar == RES_ON_DEVICE || blocked)) {
             s->queue_len += a->queue_len;
             if (!s->head_arrival || a->head->t.t_arrival < s->head_arrival)
