@@ -215,7 +215,9 @@ int engine_pin_model(struct engine *e, int id, bool pinned);
 /* Whether model id can ever run beside the models pinned now (the others
  * pinned, when it is): on every device of it, their weights and batch
  * reserves (a batch of one sequence of one position at the least) plus its
- * own weights and such a batch within the budget. ERR_NOMEM naming the
+ * own weights and such a batch within the budget (of an adapter: its base's
+ * weights, its own and such a batch at its rank, beside the pinned models
+ * other than its base). ERR_NOMEM naming the
  * pinned models, the model, the device and the bytes when not (an admin's
  * add is refused for it, as the config check at start refuses such a
  * pinned set); ERR_NOT_FOUND when id is not served. */
@@ -224,13 +226,18 @@ int engine_check_pinned_room(struct engine *e, int id);
  * thread, evicting nothing: ERR_BUSY when it does not fit the devices' free
  * memory now (or that memory is not in one piece). Returns once the load is
  * under way (or the model was resident already); swap_wait_loaded() waits
- * for its end. */
+ * for its end. Of an adapter whose base is not on its devices: the base's
+ * load first (evicting nothing), then, once it is there, the adapter's; a
+ * refusal of either names the adapter and its base. */
 int engine_load_model(struct engine *e, int id);
 /* Offloads the model from its devices, through the scheduler thread: at once
  * when idle, at the end of its batch in flight (which takes no more joiners),
  * or at the end of a load in progress. Its queued requests stay queued, and
  * the model is loaded again on demand when the policy serves them. Returns
- * once the offload has started or been deferred. ERR_BUSY when it is pinned. */
+ * once the offload has started or been deferred. ERR_BUSY when it is pinned.
+ * An adapter leaves (its base stays) at once when no sequence of its base's
+ * batch holds it, else with the last of them, no new one of it joining
+ * meanwhile. */
 int engine_unload_model(struct engine *e, int id);
 
 /* The shape of the execution context of a batch of n sequences whose

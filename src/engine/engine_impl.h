@@ -138,7 +138,10 @@ struct engine_model {
     int n_running;        /* [lock] sequences in its batch */
     bool running;         /* [lock] its runner task is posted or running: the scheduler
                            * dispatched a batch (or a removal drops its paused one) */
-    bool offload_pending; /* [lock] chosen as a victim, or unloaded, while running */
+    bool offload_pending; /* [lock] chosen as a victim, or unloaded, while running; an
+                           * adapter unloaded while sequences hold it: no new one joins,
+                           * it leaves with the last (adapter_unuse clears it) */
+    bool admin_base;      /* [lock] an adapter's admin load started its base's load first */
     bool was_loading;     /* [lock] */
     bool pinned;          /* [lock] */
     bool removed;         /* [lock] engine_remove_model began: no submission, no action */
@@ -290,6 +293,14 @@ void queue_give_back(struct engine_model *m, struct engine_req **r, int n,
  * lets go of the adapter (swap_use_end, then seq_uses; no lock: it takes
  * it). Nothing for a model's. */
 void adapter_unuse(struct engine_model *a);
+/* The adapter of base m (of rank max_rank at most) that waits for room on
+ * its devices past its bound: not on them, its oldest request older than
+ * its max_queue_wait (SCHED_PREEMPT_WAIT_S when none is set) at now; the
+ * oldest such, or NULL (lock held). While one is, requests of m's other
+ * adapters (not pinned) that arrived after its oldest do not join m's batch
+ * (queue_peek), and those adapters, once no sequence holds them, may leave
+ * for it though requests wait for them (sched_loop.c: adapter_victim). */
+struct engine_model *adapter_starving(struct engine_model *m, double now, int max_rank);
 /* The request queue_take_ranked would take next, or NULL (lock held). */
 struct engine_req *queue_peek(struct engine_model *m, int max_rank);
 /* As queue_take, taking adapters' requests of rank max_rank at most. */
@@ -301,10 +312,11 @@ void reserve_grow(struct engine *e, struct engine_model *m, int n_prompt,
                   int max_tokens); /* lock held */
 /* Every model's reserve again, beside the pinned models (lock held). */
 void reserves_refit(struct engine *e);
-/* Of device d, a batch of one request of n_prompt + max_tokens of model sm
- * (UINT64_MAX: none can be had; no lock needed). */
+/* Of device d, a batch of one request of n_prompt + max_tokens of model sm,
+ * with room for adapters of rank lora_rank (0: none) (UINT64_MAX: none can
+ * be had; no lock needed). */
 uint64_t request_batch_bytes(struct engine *e, struct swap_model *sm, int n_prompt, int max_tokens,
-                             int d);
+                             int lora_rank, int d);
 /* ERR_INVALID with the bytes when a batch of this request can never fit (no lock). */
 int request_fits_ever(struct engine *e, struct swap_model *sm, int n_prompt, int max_tokens);
 void mem_wait_clear(struct engine *e); /* lock held */

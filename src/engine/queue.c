@@ -63,16 +63,37 @@ static bool same_sampling(const struct sampler_params *a, const struct sampler_p
 
 /* The next request m's runner may take (lock held): the oldest head among
  * m's queue and its adapters' on their devices within max_rank, or NULL. */
+struct engine_model *adapter_starving(struct engine_model *m, double now, int max_rank)
+{
+    struct engine_model *best = NULL;
+    for (struct engine_model *a = m->adapters; a; a = a->next_adapter) {
+        if (a->removed || !a->head || swap_model_lora_rank(a->sm) > max_rank ||
+            swap_residency(m->e->mgr, a->sm) == RES_ON_DEVICE)
+            continue;
+        double bound = a->max_queue_wait > 0 ? a->max_queue_wait : SCHED_PREEMPT_WAIT_S;
+        if (now - a->head->t.t_arrival >= bound &&
+            (!best || a->head->t.t_arrival < best->head->t.t_arrival))
+            best = a;
+    }
+    return best;
+}
+
 struct engine_req *queue_peek(struct engine_model *m, int max_rank)
 {
     struct engine *e = m->e;
+    /* an adapter waiting for room past its bound: no request of another
+     * adapter (one that may leave: not pinned) that arrived after its
+     * oldest joins, so the others' sequences drain and leave room for it
+     * (adapter_victim) */
+    const struct engine_model *starving = adapter_starving(m, time_now(), max_rank);
+    double cut = starving ? starving->head->t.t_arrival : INFINITY;
     /* the higher priority first (an adapter's engine_set_priority), then
      * the older request */
     struct engine_req *best = m->head;
     int best_prio = m->priority;
     for (struct engine_model *a = m->adapters; a; a = a->next_adapter) {
         struct engine_req *r = a->head;
-        if (!r || a->removed ||
+        if (!r || a->removed || a->offload_pending || (!a->pinned && r->t.t_arrival > cut) ||
             (best && (best_prio > a->priority ||
                       (best_prio == a->priority && best->t.t_arrival <= r->t.t_arrival))) ||
             swap_model_lora_rank(a->sm) > max_rank ||
@@ -84,11 +105,6 @@ struct engine_req *queue_peek(struct engine_model *m, int max_rank)
     return best;
 }
 
-/* Takes up to n requests for m's runner (lock held), by the batch rule
- * (sched_batch_joins): with same_params, stops at the first whose sampling
- * differs from the first one's (Computron). Requests already past their
- * deadline time out instead. An adapter's request takes the adapter into
- * use; one that cannot (it is leaving) stays queued, and taking stops. */
 int queue_take_ranked(struct engine_model *m, struct engine_req **out, int n, bool same_params,
                       int max_rank)
 {
@@ -160,7 +176,10 @@ void adapter_unuse(struct engine_model *a)
     struct engine *e = a->e;
     swap_use_end(e->mgr, a->sm);
     pthread_mutex_lock(&e->lock);
-    a->seq_uses--;
+    /* its last sequence left: a deferred offload (engine_unload_model) was
+     * carried out by swap_use_end */
+    if (--a->seq_uses == 0)
+        a->offload_pending = false;
     a->last_used = a->idle_since = time_now(); /* its keep_alive and LRU count from here */
     pthread_cond_broadcast(&e->admin);         /* a removal waits for its last sequence */
     pthread_cond_signal(&e->wake);             /* it may leave now, for another adapter */

@@ -125,11 +125,13 @@ void reserves_refit(struct engine *e)
             reserve_fit(e, e->models[id], pinned);
 }
 
-/* Of bytes on device d, a batch of one sequence of one position of m: what
- * it needs there at the least beside its weights (UINT64_MAX: never). */
-static uint64_t least_batch(struct engine *e, const struct engine_model *m, int d)
+/* Of bytes on device d, a batch of one sequence of one position of m, with
+ * room for adapters of rank lora_rank (0: none): what it needs there at the
+ * least beside its weights (UINT64_MAX: never). */
+static uint64_t least_batch(struct engine *e, const struct engine_model *m, int lora_rank, int d)
 {
     struct model_exec_shape one = batch_shape(m->sm, 1, 1, 1, false);
+    one.max_lora_rank = lora_rank;
     return group_exec_bytes(m->sm, e->mgr, &one, d);
 }
 
@@ -152,7 +154,7 @@ static uint64_t pinned_beside(struct engine *e, const struct engine_model *m, in
         uint64_t w = p && p != m && p->pinned ? swap_model_device_bytes(p->sm, d) : 0;
         if (w == 0)
             continue;
-        uint64_t b = least_batch(e, p, d);
+        uint64_t b = least_batch(e, p, 0, d);
         b = b == UINT64_MAX || p->reserve[d] > b ? p->reserve[d] : b;
         total += w + b;
         k++;
@@ -171,23 +173,34 @@ int engine_check_pinned_room(struct engine *e, int id)
     pthread_mutex_lock(&e->lock);
     const struct engine_model *m = id >= 0 && id < e->n_ids ? e->models[id] : NULL;
     int rc = m ? 0 : err_set(ERR_NOT_FOUND, "no model with id %d is served", id);
-    if (m && m->base) /* an adapter runs in its base's batches: its room is the base's */
-        m = NULL;
+    /* an adapter runs in its base's batches: its room is the base's weights,
+     * its own and a batch of one for its rank, beside the pinned models
+     * other than its base */
+    const struct engine_model *base = m && m->base ? m->base : m;
+    int rank = m && m->base ? swap_model_lora_rank(m->sm) : 0;
     for (int d = 0; rc == 0 && m && d < swap_device_count(e->mgr); d++) {
-        uint64_t w = swap_model_device_bytes(m->sm, d);
+        uint64_t w = swap_model_device_bytes(base->sm, d);
         if (w == 0)
             continue;
+        if (m != base)
+            w += swap_model_device_bytes(m->sm, d);
         char names[256];
-        uint64_t pinned = pinned_beside(e, m, d, names, sizeof names), b = least_batch(e, m, d),
-                 budget = device_budget(swap_device(e->mgr, d));
+        uint64_t pinned = pinned_beside(e, base, d, names, sizeof names),
+                 b = least_batch(e, base, rank, d), budget = device_budget(swap_device(e->mgr, d));
         if (pinned == 0 || (b != UINT64_MAX && pinned + w + b <= budget))
             continue;
         bool several = strstr(names, " and ") != NULL;
+        char what[160];
+        if (m != base)
+            snprintf(what, sizeof what, "adapter %s of model %s", swap_model_name(m->sm),
+                     swap_model_name(base->sm));
+        else
+            snprintf(what, sizeof what, "model %s", swap_model_name(m->sm));
         rc = err_set(ERR_NOMEM,
-                     "pinned model%s %s leave%s no room for model %s on device %s: %llu bytes "
+                     "pinned model%s %s leave%s no room for %s on device %s: %llu bytes "
                      "pinned plus its %llu (weights and a batch of one each) pass the budget of "
                      "%llu; unpin one, or raise the device budget",
-                     several ? "s" : "", names, several ? "" : "s", swap_model_name(m->sm),
+                     several ? "s" : "", names, several ? "" : "s", what,
                      device_name(swap_device(e->mgr, d)), (unsigned long long)pinned,
                      (unsigned long long)(b == UINT64_MAX ? UINT64_MAX : w + b),
                      (unsigned long long)budget);
@@ -196,13 +209,15 @@ int engine_check_pinned_room(struct engine *e, int id)
     return rc;
 }
 
-/* Of bytes on device d, a batch of this one request of model sm: its KV
- * cache and activations (UINT64_MAX: it cannot be had). */
+/* Of bytes on device d, a batch of this one request of model sm, with room
+ * for adapters of rank lora_rank (0: none): its KV cache and activations
+ * (UINT64_MAX: it cannot be had). */
 uint64_t request_batch_bytes(struct engine *e, struct swap_model *sm, int n_prompt, int max_tokens,
-                             int d)
+                             int lora_rank, int d)
 {
     struct model_exec_shape one =
         batch_shape(sm, 1, n_prompt, n_prompt + max_tokens, max_tokens > 1);
+    one.max_lora_rank = lora_rank;
     return group_exec_bytes(sm, e->mgr, &one, d);
 }
 
@@ -214,7 +229,7 @@ int request_fits_ever(struct engine *e, struct swap_model *sm, int n_prompt, int
         uint64_t w = swap_model_device_bytes(sm, d);
         if (w == 0)
             continue;
-        uint64_t b = request_batch_bytes(e, sm, n_prompt, max_tokens, d),
+        uint64_t b = request_batch_bytes(e, sm, n_prompt, max_tokens, 0, d),
                  budget = device_budget(swap_device(e->mgr, d));
         if (b == UINT64_MAX || w + b > budget)
             return err_set(ERR_INVALID, "model %s cannot run a request of %d + %d tokens on "

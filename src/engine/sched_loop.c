@@ -165,11 +165,17 @@ static void view_fold(struct engine *e, struct engine_model *m, enum residency r
         enum residency ar = swap_residency(e->mgr, a->sm);
         any_on = ar == RES_ON_DEVICE || ar == RES_LOADING;
     }
+    /* requests held back for an adapter that waits past its bound
+     * (queue_peek) do not count */
+    const struct engine_model *starving =
+        base_in ? adapter_starving(m, time_now(), atomic_load(&m->lora_rank)) : NULL;
+    double cut = starving ? starving->head->t.t_arrival : INFINITY;
     for (struct engine_model *a = m->adapters; a; a = a->next_adapter) {
         enum residency ar = swap_residency(e->mgr, a->sm);
         bool on = ar == RES_ON_DEVICE || ar == RES_LOADING;
         bool blocked = base_in && !any_on && a->room_blocked && a->queue_len > 0;
-        if (a->head && (!base_in || ar == RES_ON_DEVICE || blocked)) {
+        bool held_back = a->head && a != starving && !a->pinned && a->head->t.t_arrival > cut;
+        if (a->head && !held_back && (!base_in || ar == RES_ON_DEVICE || blocked)) {
             s->queue_len += a->queue_len;
             if (!s->head_arrival || a->head->t.t_arrival < s->head_arrival)
                 s->head_arrival = a->head->t.t_arrival;
@@ -358,14 +364,17 @@ static bool defrag_batches(struct engine *e, struct engine_model **map, struct s
 
 /* The idle adapter on device d that leaves first to make room for another
  * adapter's load (lock held): on its devices, not pinned, no sequence in a
- * batch and none waiting, least recently used; NULL when none may leave. */
-static struct engine_model *adapter_victim(struct engine *e, int d,
-                                           const struct engine_model *for_a)
+ * batch and none waiting, least recently used; NULL when none may leave.
+ * For an adapter that waits past its bound (adapter_starving), one with
+ * requests waiting may leave too when its oldest arrived after for_a's. */
+static struct engine_model *adapter_victim(struct engine *e, int d, struct engine_model *for_a)
 {
     struct engine_model *best = NULL;
+    bool starving = for_a->head && adapter_starving(for_a->base, time_now(), INT32_MAX) == for_a;
     for (int id = 0; id < e->n_ids; id++) {
         struct engine_model *v = model_get(e, id);
-        if (!v || !v->base || v == for_a || v->pinned || v->seq_uses > 0 || v->queue_len > 0 ||
+        if (!v || !v->base || v == for_a || v->pinned || v->seq_uses > 0 ||
+            (v->queue_len > 0 && (!starving || v->head->t.t_arrival <= for_a->head->t.t_arrival)) ||
             swap_model_device_bytes(v->sm, d) == 0 ||
             swap_residency(e->mgr, v->sm) != RES_ON_DEVICE)
             continue;
@@ -432,7 +441,8 @@ static bool adapter_load(struct engine *e, struct engine_model *a)
 
 /* Adapters whose base is on its devices: those with requests waiting (or
  * pinned) are loaded; an idle one past its keep_alive leaves. Returns
- * whether a load started or an adapter left; lowers wake_at to the next
+ * whether a load started, an adapter left or one's load found no room
+ * where it had not (room_blocked set: the view changed); lowers wake_at to the next
  * keep_alive's end (lock held). */
 static bool adapters_run(struct engine *e)
 {
@@ -453,7 +463,11 @@ static bool adapters_run(struct engine *e)
                 continue;
             }
             if (ar == RES_ON_DISK || ar == RES_IN_HOST || ar == RES_PARTIAL) {
-                if ((a->queue_len > 0 || a->pinned) && adapter_load(e, a))
+                /* a load that just found no room changes the view (view_fold,
+                 * pinned_block): the caller looks again */
+                bool was_blocked = a->room_blocked;
+                if ((a->queue_len > 0 || a->pinned) &&
+                    (adapter_load(e, a) || (a->room_blocked && !was_blocked)))
                     progress = true;
                 continue;
             }
@@ -661,6 +675,40 @@ static const struct sched_exec_ops exec_ops = {
     .carried = exec_carried,
 };
 
+/* For adapter a's admin load: its base on its devices first. Returns 0 when
+ * the base is there (the adapter's load may start), 1 while the base's load
+ * (started here) or its leaving is under way, or the error: the base's load
+ * refused, or the base gone again after its load (lock held). */
+static int admin_load_base(struct engine *e, struct engine_model *a)
+{
+    struct engine_model *b = a->base;
+    enum residency br = swap_residency(e->mgr, b->sm);
+    if (br == RES_ON_DEVICE && !b->offload_pending)
+        return 0;
+    if (br == RES_LOADING || br == RES_OFFLOADING || br == RES_ON_DEVICE)
+        return 1; /* loading, or leaving (a deferred offload too): its end wakes us */
+    char why[512];
+    if (a->admin_base) /* its load ended without it on its devices */
+        return swap_model_load_error(e->mgr, b->sm, why, sizeof(why)) < 0
+                   ? err_set(ERR_BUSY, "adapter %s: its base %s did not load: %s",
+                             swap_model_name(a->sm), swap_model_name(b->sm), why)
+                   : err_set(ERR_BUSY,
+                             "adapter %s: its base %s left its devices before the "
+                             "adapter's load; load it again",
+                             swap_model_name(a->sm), swap_model_name(b->sm));
+    uint64_t bytes = swap_model_missing_bytes(e->mgr, b->sm);
+    double frac = missing_share(e, b);
+    int rc = swap_load(e->mgr, b->sm, NULL);
+    if (rc < 0) {
+        snprintf(why, sizeof(why), "%s", err_msg());
+        return err_set(rc, "adapter %s: its base %s cannot be loaded first: %s",
+                       swap_model_name(a->sm), swap_model_name(b->sm), why);
+    }
+    load_started(e, b, time_now(), bytes, frac);
+    a->admin_base = true;
+    return 1;
+}
+
 /* Carries out the admin loads and unloads asked for (lock held). */
 static void admin_run(struct engine *e)
 {
@@ -675,15 +723,23 @@ static void admin_run(struct engine *e)
         if (r == RES_OFFLOADING) {
             continue; /* its end wakes us (a trim's copy back too) */
         } else if (m->admin == ADMIN_LOAD) {
+            /* an adapter whose base is not on its devices: the base's load
+             * first, then the adapter's once it is there */
+            int base_rc = resident || !m->base ? 0 : admin_load_base(e, m);
+            if (base_rc > 0)
+                continue; /* the base's load under way: its end wakes us */
             /* a partly resident model loads what it lacks */
             struct swap_room why;
             uint64_t bytes = swap_model_missing_bytes(e->mgr, m->sm);
             double frac = missing_share(e, m);
-            if (!resident && (rc = swap_load(e->mgr, m->sm, &why)) == 0)
+            if ((rc = base_rc) == 0 && !resident && (rc = swap_load(e->mgr, m->sm, &why)) == 0)
                 load_started(e, m, time_now(), bytes, frac);
+            m->admin_base = false;
         } else if (resident || r == RES_PARTIAL) { /* a partly resident one: the rest goes */
             uint64_t held = model_held_bytes(e, m);
-            if (m->running) {
+            /* an adapter that sequences of its base's batch hold leaves
+             * with the last of them, as a model's batch defers its unload */
+            if (m->running || (m->base && m->seq_uses > 0)) {
                 if ((rc = swap_offload(e->mgr, m->sm, true)) == 0)
                     m->offload_pending = true;
             } else if (r == RES_LOADING) {
@@ -722,64 +778,125 @@ static double queue_expire(struct engine *e, double now)
     return next;
 }
 
+/* Whether view entry i is a pinned model on its devices (lock held). */
+static bool pinned_in(struct engine *e, struct engine_model **map, const struct sched_model *sm,
+                      int i)
+{
+    enum residency r = swap_residency(e->mgr, map[i]->sm);
+    return sm[i].pinned && (r == RES_LOADING || r == RES_ON_DEVICE);
+}
+
+/* The pinned models on their devices with bytes on device d, as "a and b"
+ * into names (lock held). */
+static void pinned_names(struct engine *e, struct engine_model **map, const struct sched_model *sm,
+                         const struct sched_view *v, int d, char *names, size_t cap)
+{
+    int n = 0, k = 0;
+    size_t len = 0;
+    names[0] = '\0';
+    for (int i = 0; i < v->n_models; i++)
+        n += pinned_in(e, map, sm, i) && sm[i].bytes[d] > 0;
+    for (int i = 0; i < v->n_models && len < cap; i++)
+        if (pinned_in(e, map, sm, i) && sm[i].bytes[d] > 0)
+            len += (size_t)snprintf(names + len, cap - len, "%s%s",
+                                    ++k == 1 ? ""
+                                    : k == n ? " and "
+                                             : ", ",
+                                    swap_model_name(map[i]->sm));
+}
+
+/* Whether request r of m (a model, or an adapter run by its base) can never
+ * run while the pinned models hold pinned[d] of each device: the weights
+ * (the base's and the adapter's) and a batch of r alone (for the adapter's
+ * rank) pass a device's budget beside them. Such a request is failed
+ * (ERR_BUSY, naming the device, the bytes and the pinned models) and true
+ * returned (lock held). */
+static bool pinned_fails(struct engine *e, struct engine_model **map, const struct sched_model *sm,
+                         const struct sched_view *v, struct engine_model *m, struct engine_req *r,
+                         const uint64_t *pinned)
+{
+    struct engine_model *base = m->base ? m->base : m;
+    int rank = m->base ? swap_model_lora_rank(m->sm) : 0;
+    for (int d = 0; d < v->n_devices; d++) {
+        uint64_t w = swap_model_device_bytes(base->sm, d);
+        if (w == 0 || pinned[d] == 0)
+            continue;
+        uint64_t aw = m->base ? swap_model_device_bytes(m->sm, d) : 0;
+        uint64_t b = request_batch_bytes(e, base->sm, r->n_prompt, r->max_tokens, rank, d);
+        uint64_t budget = device_budget(swap_device(e->mgr, d));
+        if (b != UINT64_MAX && w + aw + b + pinned[d] <= budget)
+            continue;
+        char why[512];
+        if (!m->base) {
+            snprintf(why, sizeof(why),
+                     "model %s cannot run this request while pinned models hold device %s: "
+                     "its weights take %llu bytes and a batch of it alone %llu, pinned "
+                     "models hold %llu of %llu (unpin one)",
+                     swap_model_name(m->sm), device_name(swap_device(e->mgr, d)),
+                     (unsigned long long)w, (unsigned long long)b, (unsigned long long)pinned[d],
+                     (unsigned long long)budget);
+        } else {
+            char names[256];
+            pinned_names(e, map, sm, v, d, names, sizeof(names));
+            snprintf(why, sizeof(why),
+                     "adapter %s of model %s cannot run this request while pinned models hold "
+                     "device %s: its base's weights take %llu bytes, its own %llu and a batch "
+                     "of it alone %llu, pinned models (%s) hold %llu of %llu (unpin one)",
+                     swap_model_name(m->sm), swap_model_name(base->sm),
+                     device_name(swap_device(e->mgr, d)), (unsigned long long)w,
+                     (unsigned long long)aw, (unsigned long long)b, names,
+                     (unsigned long long)pinned[d], (unsigned long long)budget);
+        }
+        queue_fail(m, r, ERR_BUSY, why);
+        return true;
+    }
+    return false;
+}
+
 /* Fails the queued requests that cannot run while the pinned models stay
  * (lock held): one whose model's weights and a batch of that request alone
  * (its KV cache and activations: the least it runs with) pass, on some
  * device, the budget less what resident pinned models hold there (their
  * weights and batch reserves) would otherwise wait until an admin unpins,
  * unanswered. A model the view shows not resident (a resident one short of
- * its batch's room included) is checked. Returns whether it failed any. */
+ * its batch's room, or of an adapter's, included) is checked, with the
+ * requests of its adapters (their weights and rank counted with the
+ * base's). Returns whether it failed any. */
 static bool pinned_block(struct engine *e, struct engine_model **map, const struct sched_model *sm,
                          const struct sched_view *v)
 {
     uint64_t pinned[SCHED_MAX_DEVICES] = {0};
     bool any = false;
-    for (int i = 0; i < v->n_models; i++) {
-        enum residency r = swap_residency(e->mgr, map[i]->sm);
-        if (sm[i].pinned && (r == RES_LOADING || r == RES_ON_DEVICE))
+    for (int i = 0; i < v->n_models; i++)
+        if (pinned_in(e, map, sm, i))
             for (int d = 0; d < v->n_devices; d++) {
                 pinned[d] += sm[i].bytes[d];
                 any |= sm[i].bytes[d] > 0;
             }
-    }
     bool failed = false;
     for (int i = 0; any && i < v->n_models; i++) {
         struct engine_model *m = map[i];
-        if (sm[i].resident || sm[i].pinned || m->queue_len == 0)
+        if (sm[i].resident || sm[i].pinned)
             continue;
         /* a batch of its longest prompt and answer holds every one of its
          * requests' alone: when it fits, they all do */
         bool all_fit = true;
-        for (int d = 0; all_fit && d < v->n_devices; d++) {
+        for (int d = 0; all_fit && m->queue_len > 0 && d < v->n_devices; d++) {
             uint64_t w = swap_model_device_bytes(m->sm, d);
-            uint64_t b = w && pinned[d]
-                             ? request_batch_bytes(e, m->sm, m->longest_prompt, m->longest_out, d)
-                             : 0;
+            uint64_t b = w && pinned[d] ? request_batch_bytes(e, m->sm, m->longest_prompt,
+                                                              m->longest_out, 0, d)
+                                        : 0;
             all_fit = b != UINT64_MAX && w + b + pinned[d] <= device_budget(swap_device(e->mgr, d));
         }
         for (struct engine_req *r = all_fit ? NULL : m->head, *nx; r; r = nx) {
             nx = r->next;
-            for (int d = 0; d < v->n_devices; d++) {
-                uint64_t w = swap_model_device_bytes(m->sm, d);
-                if (w == 0 || pinned[d] == 0)
-                    continue;
-                uint64_t b = request_batch_bytes(e, m->sm, r->n_prompt, r->max_tokens, d);
-                uint64_t budget = device_budget(swap_device(e->mgr, d));
-                if (b != UINT64_MAX && w + b + pinned[d] <= budget)
-                    continue;
-                char why[320];
-                snprintf(why, sizeof(why),
-                         "model %s cannot run this request while pinned models hold device %s: "
-                         "its weights take %llu bytes and a batch of it alone %llu, pinned "
-                         "models hold %llu of %llu (unpin one)",
-                         swap_model_name(m->sm), device_name(swap_device(e->mgr, d)),
-                         (unsigned long long)w, (unsigned long long)b,
-                         (unsigned long long)pinned[d], (unsigned long long)budget);
-                queue_fail(m, r, ERR_BUSY, why);
-                failed = true;
-                break;
-            }
+            failed |= pinned_fails(e, map, sm, v, m, r, pinned);
         }
+        for (struct engine_model *a = m->adapters; a; a = a->next_adapter)
+            for (struct engine_req *r = a->removed ? NULL : a->head, *nx; r; r = nx) {
+                nx = r->next;
+                failed |= pinned_fails(e, map, sm, v, a, r, pinned);
+            }
     }
     return failed;
 }

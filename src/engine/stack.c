@@ -840,12 +840,14 @@ int stack_add_adapter(struct stack *s, const struct stack_adapter_config *a,
 }
 
 /* Of device d, what model m needs at least to serve: its weights there and
- * a batch of one sequence of one position (its KV cache and activations);
- * 0 when it has no shard there. */
-static int least_on(const struct swap_model *m, int d, uint64_t *bytes)
+ * a batch of one sequence of one position (its KV cache and activations),
+ * with room for adapters of rank lora_rank (0: none); 0 when it has no
+ * shard there. */
+static int least_on(const struct swap_model *m, int lora_rank, int d, uint64_t *bytes)
 {
     const struct model_info *info = swap_model_info(m);
     struct model_exec_shape one = engine_batch_shape(info->max_pos, 1, 1, 1, false);
+    one.max_lora_rank = lora_rank;
     uint64_t need[STACK_MAX_DEVICES], host;
     int rc = swap_layout_bytes_ep(swap_model_path(m), swap_model_tp(m), swap_model_pp(m),
                                   swap_model_expert_parallel(m), &one, need, &host);
@@ -873,7 +875,7 @@ static int pinned_on(const struct stack *s, int d, char *buf, size_t cap, uint64
         if (!swap_model_pinned(s->models[i]) || swap_model_device_bytes(s->models[i], d) == 0)
             continue;
         uint64_t b;
-        int rc = least_on(s->models[i], d, &b);
+        int rc = least_on(s->models[i], 0, d, &b);
         if (rc < 0)
             return rc;
         *bytes += b;
@@ -898,7 +900,7 @@ static int pinned_room_for(const struct stack *s, const struct swap_model *m)
         int rc;
         if (swap_model_device_bytes(m, d) == 0)
             continue;
-        if ((rc = least_on(m, d, &need)) < 0 ||
+        if ((rc = least_on(m, 0, d, &need)) < 0 ||
             (rc = pinned_on(s, d, names, sizeof names, &pinned)) < 0)
             return rc;
         if (pinned && pinned + need > budget)
@@ -910,6 +912,41 @@ static int pinned_room_for(const struct stack *s, const struct swap_model *m)
                            strstr(names, " and ") ? "" : "s", swap_model_name(m),
                            device_name(s->devices[d]), (unsigned long long)pinned,
                            (unsigned long long)need, (unsigned long long)budget);
+    }
+    return 0;
+}
+
+/* Whether the pinned models leave adapter a room on each of its devices
+ * for its base's weights (unless the base is pinned itself), its own and a
+ * batch of one for its rank: ERR_NOMEM naming the adapter, its base and the
+ * pinned models. */
+static int pinned_room_for_adapter(const struct stack *s, const struct swap_model *a)
+{
+    const struct swap_model *base = swap_model_base(a);
+    for (int d = 0; d < s->n_devices; d++) {
+        uint64_t need = 0, pinned, budget = device_budget(s->devices[d]);
+        char names[256];
+        int rc;
+        if (swap_model_device_bytes(base, d) == 0)
+            continue;
+        if ((!swap_model_pinned(base) &&
+             (rc = least_on(base, swap_model_lora_rank(a), d, &need)) < 0) ||
+            (rc = pinned_on(s, d, names, sizeof names, &pinned)) < 0)
+            return rc;
+        need += swap_model_device_bytes(a, d);
+        if (pinned && pinned + need > budget)
+            return err_set(ERR_NOMEM,
+                           "pinned model%s %s leave%s no room for adapter %s of model %s on "
+                           "device %s: %llu bytes pinned plus its %llu (%s) pass the budget "
+                           "of %llu; unpin one, or raise the device budget",
+                           strstr(names, " and ") ? "s" : "", names,
+                           strstr(names, " and ") ? "" : "s", swap_model_name(a),
+                           swap_model_name(base), device_name(s->devices[d]),
+                           (unsigned long long)pinned, (unsigned long long)need,
+                           swap_model_pinned(base) ? "its own weights"
+                                                   : "its base's weights, its own and a batch "
+                                                     "of one",
+                           (unsigned long long)budget);
     }
     return 0;
 }
@@ -932,6 +969,9 @@ int stack_load_pinned(struct stack *s)
     }
     for (int i = 0; i < s->n_models; i++)
         if (!swap_model_pinned(s->models[i]) && (rc = pinned_room_for(s, s->models[i])) < 0)
+            return rc;
+    for (int i = 0; i < s->n_adapters; i++)
+        if ((rc = pinned_room_for_adapter(s, s->adapters[i])) < 0)
             return rc;
     /* every load started, then every one waited for: they overlap */
     for (int i = 0; i < s->n_models; i++)

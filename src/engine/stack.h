@@ -232,8 +232,10 @@ int stack_add_adapter(struct stack *s, const struct stack_adapter_config *a,
  * refuses, with ERR_NOMEM naming both models and the device, a pinned set
  * that leaves no room on a device for a configured model that is not
  * pinned (its weights plus the working memory of a batch of one sequence
- * of one token, what it needs at the least to run), or pinned models that
- * do not fit a device together. What a server does at start; stack_open
+ * of one token, what it needs at the least to run) or for a configured
+ * adapter (its base's weights, its own and such a batch at its rank, the
+ * adapter and its base named), or pinned models that do not fit a device
+ * together. What a server does at start; stack_open
  * leaves pinned models on disk until they are asked for. */
 int stack_load_pinned(struct stack *s);
 

@@ -33,7 +33,9 @@
  * stopped: the process owning device 2 stopped (SIGSTOP) while "far" is
  *   resident there: a request to far completes (never hangs) with an error
  *   naming that process once its heartbeats stop; with 3 processes, "tp"
- *   (processes 0 and 1) still serves; continued, the job closes. */
+ *   (processes 0 and 1) still serves; continued, the job closes.
+ * adapters: a LoRA adapter over tp (its shards on processes 0 and 1) is
+ *   refused in one line, leaving nothing registered; tp still serves. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -386,6 +388,28 @@ TEST(remove)
     CHECK(engine_find_model(s->engine, names[M_FAR]) < 0);
     check_output(submit(s, M_TP, 1), M_TP, 1);
     check_output(submit(s, M_PPLAST, 2), M_PPLAST, 2);
+    stack_close(s);
+    cluster_job_release(job);
+}
+
+TEST(adapters)
+{
+    struct stack *s = lead_open();
+    if (!s)
+        return;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/lora/llama_r8_qv", SHARDSWAP_SOURCE_DIR);
+    struct stack_adapter_config a = {.name = "ad", .base = names[M_TP], .path = dir};
+    struct swap_model *sm = NULL;
+    const char *key = NULL;
+    int rc = stack_add_adapter(s, &a, &sm, &key);
+    CHECK_MSG(rc < 0 && !sm, "an adapter over a model spanning processes: %d", rc);
+    printf("adapter over tp: %s\n", err_msg());
+    CHECK_MSG(strstr(err_msg(), "adapters of a model spanning processes are not served yet") &&
+                  !strchr(err_msg(), '\n'),
+              "%s", err_msg());
+    CHECK(engine_find_model(s->engine, "ad") < 0);
+    check_output(submit(s, M_TP, 0), M_TP, 0);
     stack_close(s);
     cluster_job_release(job);
 }
