@@ -275,6 +275,16 @@ static enum MHD_Result admin_add_adapter(struct srv_req *r, const json_t *body)
     struct swap_model *sm;
     const char *param = "path";
     int id = stack_add_adapter(s->stack, &ac, &sm, &param), rc = id;
+    if (id >= 0 && (rc = engine_check_pinned_room(s->stack->engine, id)) < 0) {
+        /* its base, it and a batch of one could never run beside the
+         * pinned models: refused as a model is, naming them */
+        remove_unserved(s, id);
+        fs_confine(NULL, 0);
+        pthread_mutex_unlock(&s->admin_lock);
+        oai_error_set(&e, 409, "invalid_request_error", "no_room_beside_pinned", "",
+                      "Adapter '%s' could not be added: %s", a.name, err_msg());
+        goto refuse;
+    }
     if (id >= 0 && (rc = srv_adapter_add(s, sm, dir, base, id)) < 0) {
         param = "path";
         remove_unserved(s, id);
