@@ -402,7 +402,9 @@ static void test_bench_flags(void)
          "--pinned: \"maybe\" is not true or false"},
         {"bench workload --simulate --config computron:all --max-queue-wait 1,2 --cache T/c",
          "--max-queue-wait 1,2: one value only here"},
-        {"bench workload --adapters 2 --cache T/c", "--adapters needs --simulate"},
+        {"bench workload --adapter-dir T/a --cache T/c", "--adapter-dir needs --adapters"},
+        {"bench workload --config round-robin --models 2 --adapters 2 --cache T/c",
+         "--adapters replays open-loop arrivals"},
         {"bench workload --simulate --config custom --rates 1,1,1 --adapters 2 --cache T/c",
          "--adapters 2: the workload has 3 models; expected one per fine-tune"},
         {"bench swap --preset opt-125m --layers -2 --cache T/c", "--layers -2 is out of range"},
@@ -1349,6 +1351,49 @@ int main(void)
         CHECK(json_integer_value(json_object_get(p, "requests")) > 0);
     }
     json_decref(wj);
+
+    /* the same fine-tunes as adapters of model 0 (generated beside it), in
+     * real time: both rows per policy, every request answered once in each,
+     * the adapters loaded, fewer bytes moved than as models */
+    snprintf(cmd, sizeof(cmd),
+             "%s bench workload --config custom --rates 4,4,4 --cv 1 --duration 1 "
+             "--max-loaded 2 --adapters 3 --adapter-rank 4 --preset opt-125m "
+             "--layers 1 --cache %s/wl --out-dir %s/ad --json",
+             BIN, tmp, tmp);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    wj = parse_json_line(cmd, out);
+    pols = json_object_get(wj, "policies");
+    json_t *ad_rows = json_object_get(json_object_get(wj, "adapters"), "rows");
+    CHECK_MSG(json_array_size(pols) == 2 && json_array_size(ad_rows) == 4, "%s", out);
+    for (size_t i = 0; i + 1 < json_array_size(ad_rows); i += 2) {
+        json_t *m = json_array_get(ad_rows, i), *a = json_array_get(ad_rows, i + 1);
+        json_int_t n = json_integer_value(json_object_get(json_array_get(pols, i / 2), "requests"));
+        CHECK(json_str_eq(json_object_get(m, "served_as"), "models") &&
+              json_str_eq(json_object_get(a, "served_as"), "adapters"));
+        for (int k = 0; k < 2; k++) {
+            json_t *r = k ? a : m;
+            CHECK_MSG(n > 0 && json_integer_value(json_object_get(r, "requests")) == n &&
+                          json_integer_value(json_object_get(r, "failed")) == 0,
+                      "row %zu: %lld requests of %lld", i + (size_t)k,
+                      (long long)json_integer_value(json_object_get(r, "requests")), (long long)n);
+        }
+        json_int_t ab = json_integer_value(json_object_get(a, "bytes_moved"));
+        json_int_t mb = json_integer_value(json_object_get(m, "bytes_moved"));
+        CHECK_MSG(json_integer_value(json_object_get(a, "adapter_loads")) > 0 &&
+                      json_integer_value(json_object_get(m, "adapter_loads")) == 0 && ab > 0 &&
+                      ab < mb,
+                  "adapters: %lld loads, %lld bytes; models: %lld bytes",
+                  (long long)json_integer_value(json_object_get(a, "adapter_loads")), (long long)ab,
+                  (long long)mb);
+    }
+    json_decref(wj);
+    /* an --adapter-dir without adapter_2: one line naming it */
+    snprintf(cmd, sizeof(cmd),
+             "%s bench workload --config custom --rates 4,4,4 --duration 1 "
+             "--adapters 3 --adapter-dir %s/wl --preset opt-125m --layers 1 "
+             "--cache %s/wl --out-dir %s/ad",
+             BIN, tmp, tmp, tmp);
+    expect_fail(cmd, 1, "no directory adapter_0");
 
     /* the same on a simulated clock: costs measured on those models, 3 seeds */
     snprintf(cmd, sizeof(cmd), "%s bench workload --simulate --seeds 3 --config custom --rates 4,4 "

@@ -18,6 +18,7 @@
 #include "cluster/job.h"
 #include "core/error.h"
 #include "core/jsonout.h"
+#include "model/adapter.h"
 #include "model/random.h"
 #include "sched/sched.h"
 #include "sched/sim.h"
@@ -432,6 +433,79 @@ static int simulate(const struct replay_rig *rig, const struct workload_config *
 
 /* The latency fields of a summary: mean_s, p50_s, p90_s, p99_s, max_s and
  * slo_attainment (null when it counted no request). */
+static int summary_json_set(json_t *o, const struct summary *s);
+
+/* --adapters in real time: per policy the fine-tunes as full models (full)
+ * and as adapters of one base (ad), the same arrivals: a table, or (json)
+ * the "adapters" object of the JSON. rank: the adapters' (0: read from
+ * dir). */
+static json_t *adapters_realtime(const struct workload_config *c, const char *const *policies,
+                                 int n_pol, const struct replay_result *full,
+                                 const struct replay_result *ad, double slo, const char *dir,
+                                 int rank, bool json, int *rc)
+{
+    json_t *rows = json ? json_array() : NULL;
+    *rc = 0;
+    if (!json) {
+        printf("\n%d fine-tunes as full models against LoRA adapters of rank %d over one base "
+               "(%s), the same arrivals and devices\n",
+               c->n_models, rank, dir);
+        printf("%-10s %-9s %6s %6s %8s %8s %8s %8s %6s %6s %8s %9s", "policy", "served as", "reqs",
+               "failed", "mean ms", "p50 ms", "p99 ms", "max ms", "SLO%", "loads", "adapter",
+               "GB moved");
+        if (c->chat)
+            printf(" %9s %9s %7s %8s", "ttft99 ms", "tpot99 ms", "tokSLO%", "good r/s");
+        printf("\n");
+    }
+    for (int p = 0; p < n_pol && *rc == 0; p++)
+        for (int k = 0; k < 2 && *rc == 0; k++) {
+            const struct replay_result *r = k ? &ad[p] : &full[p];
+            const char *as = k ? "adapters" : "models";
+            struct summary m;
+            struct token_summary t = {0};
+            if ((*rc = summary_compute(r->recs, r->n, -1, slo, &m, NULL, NULL)) < 0 ||
+                (c->chat &&
+                 (*rc = summary_tokens(r->recs, r->n, -1, c->slo_ttft_s, c->slo_tpot_s, &t)) < 0))
+                break;
+            uint64_t model_loads = r->st.loads; /* the adapters' are counted apart */
+            if (json) {
+                json_t *o =
+                    json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:o}", "policy", policies[p],
+                              "served_as", as, "requests", (json_int_t)m.all.n, "failed",
+                              (json_int_t)m.failed, "model_loads", (json_int_t)model_loads,
+                              "adapter_loads", (json_int_t)r->st.adapter_loads, "bytes_moved",
+                              (json_int_t)r->bytes_loaded, "swap_s", jsonout_real(r->st.swap_s, 4));
+                if (o &&
+                    (summary_json_set(o, &m) != 0 ||
+                     (c->chat &&
+                      (json_object_set_new(o, "ttft_p99_s", jsonout_real(t.ttft.p99, 6)) |
+                       json_object_set_new(o, "tpot_p99_s", jsonout_real(t.tpot.p99, 6)) |
+                       json_object_set_new(o, "token_slo_attainment", jsonout_real(t.attain, 4)) |
+                       json_object_set_new(o, "goodput_rps", jsonout_real(t.goodput, 3)))))) {
+                    json_decref(o);
+                    o = NULL;
+                }
+                json_array_append_new(rows, o);
+                continue;
+            }
+            printf("%-10s %-9s %6zu %6zu %8.1f %8.1f %8.1f %8.1f %6.1f %6llu %8llu %9.3f",
+                   k ? "" : policies[p], as, m.all.n, m.failed, m.all.mean * 1e3, m.all.p50 * 1e3,
+                   m.all.p99 * 1e3, m.all.max * 1e3, 100 * m.slo_attain,
+                   (unsigned long long)model_loads, (unsigned long long)r->st.adapter_loads,
+                   (double)r->bytes_loaded / 1e9);
+            if (c->chat)
+                printf(" %9.1f %9.2f %7.1f %8.2f", t.ttft.p99 * 1e3, t.tpot.p99 * 1e3,
+                       100 * t.attain, t.goodput);
+            printf("\n");
+        }
+    if (!json || *rc < 0) {
+        json_decref(rows);
+        return NULL;
+    }
+    return json_pack("{s:i, s:i, s:s, s:o}", "fine_tunes", c->n_models, "rank", rank, "dir", dir,
+                     "rows", rows);
+}
+
 static int summary_json_set(json_t *o, const struct summary *s)
 {
     return json_object_set_new(o, "mean_s", jsonout_real(s->all.mean, 6)) |
@@ -445,9 +519,10 @@ static int summary_json_set(json_t *o, const struct summary *s)
 /* One JSON object for a real-time run: the workload, then per policy its
  * summary, engine counters, per-model summaries and its CSV (csv_prefix-POLICY.csv). */
 static int print_json(const struct workload_config *c, const char *config_s,
-                      const struct replay_rig *rig, double warm, double slo, const char *plot, const char *csv_prefix,
-                      const char **policies, int n_pol, const struct replay_result *res,
-                      const struct summary *sum, const struct token_summary *tok)
+                      const struct replay_rig *rig, double warm, double slo, const char *plot,
+                      const char *csv_prefix, const char **policies, int n_pol,
+                      const struct replay_result *res, const struct summary *sum,
+                      const struct token_summary *tok, json_t *adapters)
 {
     json_t *rates = json_array(), *pols = json_array();
     int bad = !rates || !pols;
@@ -492,6 +567,7 @@ static int print_json(const struct workload_config *c, const char *config_s,
     if (bad) {
         json_decref(rates);
         json_decref(pols);
+        json_decref(adapters);
         return jsonout_print(NULL); /* the out-of-memory error */
     }
     /* the rig's budgets, so a server can be given the same (bench serve's comparisons) */
@@ -513,6 +589,12 @@ static int print_json(const struct workload_config *c, const char *config_s,
         jsonout_real(rig->link_gbps, 6),
         "warm_latency_s", jsonout_real(warm, 6), "slo_s", jsonout_real(slo, 6), "plot",
         jsonout_string(plot), "policies", pols);
+    if (top && adapters && json_object_set_new(top, "adapters", adapters) != 0) {
+        json_decref(top);
+        top = NULL;
+    } else if (!top) {
+        json_decref(adapters);
+    }
     if (top && procs_json_set(top, rig) != 0) {
         json_decref(top);
         top = NULL;
@@ -545,6 +627,7 @@ int bench_workload(int argc, char **argv)
     int seeds = 20, n_adapters = 0, adapter_rank = 16;
     struct sim_controls_flags cf = {0};
     const char *costs_file = NULL, *costs_out = NULL, *batch_cost = NULL;
+    const char *adapter_dir = NULL;
     float load_per_gb = 0;
     struct flag flags[] = {
         FLAG("config", FLAG_STR, &config_s, "computron:K|chat:M:R[:CV[:ZIPF]]|round-robin|custom",
@@ -656,13 +739,19 @@ int bench_workload(int argc, char **argv)
              "--simulate: a pinned model is loaded on demand and never a victim (default "
              "false)"),
         FLAG_RANGE("adapters", FLAG_INT, &n_adapters, "N",
-                   "with --simulate: the workload's N models are fine-tunes; also serve them as "
-                   "LoRA adapters of one base and print both (the workload must have N models)",
+                   "the workload's N models are fine-tunes: also serve them as LoRA adapters "
+                   "of model 0 (adapter k takes model k's requests) on the same devices, and "
+                   "print both per policy (the workload must have N models); in real time the "
+                   "adapters are --adapter-dir's or generated beside model 0 in --cache",
                    1, MAX_MODELS, "1..256"),
         FLAG_RANGE("adapter-rank", FLAG_INT, &adapter_rank, "R",
                    "--adapters: every adapter's rank, over all of the family's projections "
-                   "(default 16)",
+                   "(default 16; generated ones in real time)",
                    1, 1024, "1..1024"),
+        FLAG("adapter-dir", FLAG_STR, &adapter_dir, "DIR",
+             "--adapters in real time: DIR/adapter_0 .. DIR/adapter_{N-1}, PEFT adapters of "
+             "model 0's shape (e.g. tools/make_random_lora.py's; default: generated, random, "
+             "rank --adapter-rank)"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of tables"),
     };
     int rc = args_parse("bench workload",
@@ -701,7 +790,7 @@ int bench_workload(int argc, char **argv)
     struct workload_config c = {0};
     const char *policies[MAX_POLICIES];
     int n_pol = 0;
-    char pol_buf[256], (*dirs)[512] = NULL;
+    char pol_buf[256], (*dirs)[512] = NULL, (*ad_bufs)[1100] = NULL;
     const char *paths[MAX_MODELS];
     struct replay_rig rig = {.paths = paths, .tp = tp, .link_gbps = link, .compute = compute_s};
     bool compute_set;
@@ -739,13 +828,15 @@ int bench_workload(int argc, char **argv)
         tp = 2;
     rig.tp = tp;
     rig.job = cli_job(); /* under mpirun: device d on process d % P unless listed */
-    struct replay_result res[MAX_POLICIES];
+    struct replay_result res[MAX_POLICIES], res_ad[MAX_POLICIES];
+    json_t *ad_json = NULL;
     double *lat[MAX_POLICIES] = {0}; /* each policy's latencies, for the plot */
     size_t n_lat[MAX_POLICIES] = {0};
     struct arrival *ev = NULL;
     struct chat_request *lens = NULL; /* chat: (n_ev) each request's lengths */
     size_t n_ev = 0;
     memset(res, 0, sizeof(res));
+    memset(res_ad, 0, sizeof(res_ad));
     snprintf(pol_buf, sizeof(pol_buf), "%s", policies_s);
     /* every flag is checked here, before a model is generated or run */
     for (char *tok = strtok(pol_buf, ","); tok; tok = strtok(NULL, ",")) {
@@ -799,9 +890,17 @@ int bench_workload(int argc, char **argv)
                                                 : "--seeds must be >= 1");
         goto out;
     }
-    if (n_adapters > 0 && !simulated) {
-        rc = err_set(ERR_INVALID, "--adapters needs --simulate (served adapters are not replayed "
-                                  "in real time yet)");
+    if (adapter_dir && (n_adapters == 0 || simulated)) {
+        rc = err_set(ERR_INVALID, "--adapter-dir needs --adapters, in real time (--simulate "
+                                  "sizes adapters from --adapter-rank)");
+        goto bad_flag;
+    }
+    if (n_adapters > 0 && !simulated && (c.round_robin || rig.job)) {
+        rc = err_set(ERR_INVALID, c.round_robin ? "--adapters replays open-loop arrivals; "
+                                                  "round-robin is a closed loop"
+                                                : "--adapters in real time runs in one process "
+                                                  "(adapters of a model spanning processes are "
+                                                  "not served yet)");
         goto bad_flag;
     }
     if (n_adapters > 0 && (all || n_adapters != c.n_models)) {
@@ -855,6 +954,32 @@ int bench_workload(int argc, char **argv)
         paths[i] = dirs[i];
     }
     rig.n_models = n_gen;
+    /* --adapters in real time: the fine-tunes as adapters of model 0 too */
+    char ad_dir[1024];
+    const char *ad_paths[MAX_MODELS];
+    if (n_adapters > 0 && !simulated) {
+        if (adapter_dir)
+            snprintf(ad_dir, sizeof(ad_dir), "%s", adapter_dir);
+        else if ((rc = model_cache_adapters(paths[0], n_adapters, adapter_rank, dtype_s, ad_dir,
+                                            sizeof(ad_dir))) < 0)
+            goto out;
+        if (!(ad_bufs = calloc((size_t)n_adapters, sizeof(*ad_bufs)))) {
+            rc = err_set(ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        for (int k = 0; k < n_adapters; k++) {
+            struct stat st;
+            snprintf(ad_bufs[k], sizeof(ad_bufs[k]), "%s/adapter_%d", ad_dir, k);
+            if (stat(ad_bufs[k], &st) != 0 || !S_ISDIR(st.st_mode)) {
+                rc = err_set(ERR_NOT_FOUND,
+                             "--adapter-dir %s: no directory adapter_%d (expected adapter_0 .. "
+                             "adapter_%d, one PEFT adapter per fine-tune)",
+                             ad_dir, k, n_adapters - 1);
+                goto out;
+            }
+            ad_paths[k] = ad_bufs[k];
+        }
+    }
     /* --simulate draws its own, per seed */
     if (!c.round_robin && !simulated && (rc = replay_arrivals(&c, duration, seed, &ev, &n_ev)) < 0)
         goto out;
@@ -881,6 +1006,16 @@ int bench_workload(int argc, char **argv)
         if ((rc = lens ? replay_run_chat(&rig, &c, policies[p], ev, n_ev, lens, &res[p])
                        : replay_run(&rig, &c, policies[p], ev, n_ev, rr_requests, &res[p])) < 0)
             goto out;
+        if (n_adapters == 0)
+            continue;
+        struct replay_rig ar = rig; /* the same arrivals, to adapters of model 0 */
+        ar.adapters = ad_paths;
+        ar.n_adapters = n_adapters;
+        fprintf(stderr, "running %s with policy %s, the fine-tunes as adapters...\n", config_s,
+                policies[p]);
+        if ((rc = lens ? replay_run_chat(&ar, &c, policies[p], ev, n_ev, lens, &res_ad[p])
+                       : replay_run(&ar, &c, policies[p], ev, n_ev, 0, &res_ad[p])) < 0)
+            goto out;
     }
     /* files: a CSV per policy and one CDF plot, in out_dir (checked above) */
     char tag[64], path[1024];
@@ -896,6 +1031,12 @@ int bench_workload(int argc, char **argv)
                                            c.slo_tpot_s, &tok[p])) < 0)
             goto out;
         snprintf(path, sizeof(path), "%s/%s-%s.csv", out_dir, tag, policies[p]);
+        if (n_adapters > 0) {
+            char ap[1100];
+            snprintf(ap, sizeof(ap), "%s/%s-%s-adapters.csv", out_dir, tag, policies[p]);
+            if ((rc = report_write_csv(ap, res_ad[p].recs, res_ad[p].n)) < 0)
+                goto out;
+        }
         if ((rc = report_write_csv(path, res[p].recs, res[p].n)) < 0 ||
             (rc = summary_compute(res[p].recs, res[p].n, -1, slo, &sum[p], &lat[p],
                                   &n_lat[p])) < 0)
@@ -909,11 +1050,27 @@ int bench_workload(int argc, char **argv)
                                    n_pol)) < 0)
         goto out;
     /* the table */
+    int ad_rank = adapter_rank; /* --adapter-dir's: adapter 0's */
+    if (n_adapters > 0 && adapter_dir) {
+        struct model_config *bc = NULL;
+        uint64_t b;
+        ad_rank = 0;
+        if (model_config_load(paths[0], &bc) == 0 &&
+            model_adapter_bytes(ad_paths[0], bc, paths[0], &b, &ad_rank) < 0)
+            ad_rank = 0;
+        model_config_free(bc);
+    }
+    if (json && n_adapters > 0 &&
+        !(ad_json = adapters_realtime(&c, policies, n_pol, res, res_ad, slo, ad_dir, ad_rank, true,
+                                      &rc)) &&
+        rc < 0)
+        goto out;
     if (json) {
         char csv_prefix[1024];
         snprintf(csv_prefix, sizeof(csv_prefix), "%s/%s", out_dir, tag);
-        rc = print_json(&c, config_s, &rig, warm, slo, plot, csv_prefix, policies, n_pol, res,
-                        sum, tok);
+        rc = print_json(&c, config_s, &rig, warm, slo, plot, csv_prefix, policies, n_pol, res, sum,
+                        tok, ad_json);
+        ad_json = NULL; /* print_json's */
     } else {
         printf("%s: %d models, rates", config_s, c.n_models);
         for (int i = 0; i < c.n_models && !c.round_robin; i++)
@@ -959,10 +1116,18 @@ int bench_workload(int argc, char **argv)
                        m.all.n, m.all.mean * 1e3, m.all.p50 * 1e3, m.all.p90 * 1e3,
                        m.all.p99 * 1e3, m.all.max * 1e3, 100 * m.slo_attain);
             }
-        printf("plot %s, requests %s/%s-<policy>.csv\n", plot, out_dir, tag);
+        if (n_adapters > 0 &&
+            (adapters_realtime(&c, policies, n_pol, res, res_ad, slo, ad_dir, ad_rank, false, &rc),
+             rc < 0))
+            goto out;
+        printf("plot %s, requests %s/%s-<policy>.csv%s\n", plot, out_dir, tag,
+               n_adapters > 0 ? " (-<policy>-adapters.csv: as adapters)" : "");
     }
 out:
+    json_decref(ad_json);
+    free(ad_bufs);
     for (int p = 0; p < MAX_POLICIES; p++) {
+        replay_result_free(&res_ad[p]);
         replay_result_free(&res[p]);
         free(lat[p]);
     }

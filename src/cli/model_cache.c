@@ -118,3 +118,47 @@ out:
     model_config_free(cfg);
     return rc;
 }
+
+int model_cache_adapters(const char *base_dir, int n, int rank, const char *dtype_s, char *dir,
+                         size_t cap)
+{
+    struct model_config *cfg = NULL;
+    struct model_random_opts o = {0};
+    if (dtype_parse(dtype_s, &o.dtype) < 0)
+        return err_set(ERR_INVALID, "--dtype \"%s\" is not one of f16, bf16, f32", dtype_s);
+    int rc = model_config_load(base_dir, &cfg);
+    if (rc < 0)
+        return rc;
+    snprintf(dir, cap, "%s-lora-r%d", base_dir, rank);
+    int said = 0;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        rc = err_set(ERR_IO, "cannot create %s: %s", dir, strerror(errno));
+        goto out;
+    }
+    for (int k = 0; k < n && rc == 0; k++) {
+        char ad[4200], partial[4300];
+        snprintf(ad, sizeof(ad), "%s/adapter_%d", dir, k);
+        if (is_dir(ad))
+            continue;
+        snprintf(partial, sizeof(partial), "%s.partial", ad);
+        if ((rc = fs_tree_remove(partial)) < 0) /* a previous interrupted attempt */
+            break;
+        if (mkdir(partial, 0755) != 0) {
+            rc = err_set(ERR_IO, "cannot create %s: %s", partial, strerror(errno));
+            break;
+        }
+        if (!said++)
+            fprintf(stderr, "generating LoRA adapters of rank %d into %s (cached for next time)\n",
+                    rank, dir);
+        o.seed = (uint64_t)k;
+        if ((rc = model_random_adapter_write(cfg, partial, rank, &o)) < 0) {
+            fs_tree_remove(partial);
+            break;
+        }
+        if (rename(partial, ad) != 0)
+            rc = err_set(ERR_IO, "cannot rename %s to %s: %s", partial, ad, strerror(errno));
+    }
+out:
+    model_config_free(cfg);
+    return rc;
+}

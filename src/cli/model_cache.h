@@ -13,6 +13,13 @@
 int model_cache_preset(const char *cache, const char *preset, int layers, const char *dtype_s,
                        uint64_t seed, char *dir, size_t cap);
 
+/* The directory of n random LoRA adapters of rank rank over the checkpoint
+ * in base_dir (model_random_adapter_write's, in dtype_s, adapter k with
+ * seed k): BASE_DIR-lora-rRANK/adapter_0 .. adapter_{n-1}, each generated on
+ * first use into adapter_k.partial and renamed once complete. */
+int model_cache_adapters(const char *base_dir, int n, int rank, const char *dtype_s, char *dir,
+                         size_t cap);
+
 /* Fails, writing nothing, when the models of seeds 0..n_seeds-1 that are not
  * in the cache yet need more bytes than its file system has free. */
 int model_cache_check(const char *cache, const char *preset, int layers, const char *dtype_s,

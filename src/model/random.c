@@ -222,3 +222,65 @@ out:
     free(s);
     return rc;
 }
+
+int model_random_adapter_write(const struct model_config *base, const char *dir, int rank,
+                               const struct model_random_opts *o)
+{
+    const struct arch_ops *a = base->arch;
+    const struct model_info *in = &base->info;
+    if (!a->lora_layer)
+        return err_set(ERR_UNSUPPORTED, "the %s family takes no LoRA adapters", a->name);
+    const int64_t h = in->hidden, q = (int64_t)in->n_heads * in->head_dim,
+                  kv = (int64_t)in->n_kv_heads * in->head_dim, f = in->ffn;
+    const int64_t io[LORA_SLOTS][2] = {{h, q}, {h, kv}, {h, kv}, {q, h}, {h, f}, {h, f}, {f, h}};
+    /* the config: every projection the family adapts, by its last name */
+    json_t *targets = json_array();
+    for (int s = 0; targets && s < LORA_SLOTS; s++) {
+        const char *m = a->lora_modules[s], *dot = m ? strrchr(m, '.') : NULL;
+        if (m)
+            json_array_append_new(targets, json_string(dot ? dot + 1 : m));
+    }
+    json_t *cfg =
+        json_pack("{s:s, s:i, s:i, s:o, s:f, s:s, s:b, s:b, s:b}", "peft_type", "LORA", "r", rank,
+                  "lora_alpha", 2 * rank, "target_modules", targets, "lora_dropout", 0.0, "bias",
+                  "none", "use_rslora", 0, "use_dora", 0, "fan_in_fan_out", 0);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/adapter_config.json", dir);
+    int rc = 0;
+    if (!cfg || json_dump_file(cfg, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
+        rc = err_set(ERR_IO, "%s: cannot write", path);
+    json_decref(cfg);
+    if (rc < 0)
+        return rc;
+    /* the pairs, A (rank, in) and B (out, rank) of each, in PEFT's names */
+    int n = 0;
+    struct tensor_spec *s = calloc((size_t)in->n_layers * LORA_SLOTS * 2, sizeof(*s));
+    if (!s)
+        return err_set(ERR_NOMEM, "out of memory");
+    char layer[128];
+    for (int l = 0; l < in->n_layers; l++) {
+        snprintf(layer, sizeof(layer), a->lora_layer, l);
+        for (int k = 0; k < LORA_SLOTS; k++) {
+            if (!a->lora_modules[k])
+                continue;
+            tensor_spec_set(&s[n++], 2, rank, io[k][0], TENSOR_NORMAL,
+                            "base_model.model.%s%s.lora_A.weight", layer, a->lora_modules[k]);
+            tensor_spec_set(&s[n++], 2, io[k][1], rank, TENSOR_NORMAL,
+                            "base_model.model.%s%s.lora_B.weight", layer, a->lora_modules[k]);
+        }
+    }
+    struct writer_state ws = {.o = o};
+    for (int i = 0; i < n; i++)
+        ws.total += spec_numel(&s[i]) * dtype_size(o->dtype);
+    ws.f32 = malloc(CHUNK_ELEMS * sizeof(float));
+    ws.out = malloc(CHUNK_ELEMS * sizeof(float));
+    if (!ws.f32 || !ws.out)
+        rc = err_set(ERR_NOMEM, "out of memory");
+    snprintf(path, sizeof(path), "%s/adapter_model.safetensors", dir);
+    if (rc == 0)
+        rc = write_file(path, s, 0, n, &ws);
+    free(ws.f32);
+    free(ws.out);
+    free(s);
+    return rc;
+}

@@ -31,6 +31,14 @@ struct model_random_opts {
 int model_random_write(const struct model_config *cfg, const char *dir,
                        const struct model_random_opts *opts);
 
+/* Writes a random PEFT LoRA adapter of base's shape into dir (which must
+ * exist): adapter_config.json (r = rank, lora_alpha = 2 rank, every
+ * projection the family adapts) and adapter_model.safetensors, A and B of
+ * every layer's pairs in PEFT's names, normal std 0.02, in o->dtype with
+ * o->seed. Only shapes and bytes: no reference of anything. */
+int model_random_adapter_write(const struct model_config *base, const char *dir, int rank,
+                               const struct model_random_opts *o);
+
 /* Total bytes of the weights cfg describes in dtype (a tied head not stored). */
 uint64_t model_checkpoint_bytes(const struct model_config *cfg, enum dtype dtype);
 

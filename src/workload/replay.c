@@ -4,6 +4,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,18 +150,37 @@ void replay_stack_config(const struct replay_rig *rig, int n_models, int max_loa
 }
 
 /* A stack of rig's first n_models models, as replay_stack_config makes it
- * with link (the rig's, or 0 for memory speed); under mpirun led, the other
- * processes opening their devices first. Closed by replay_stack_close. */
+ * with link (the rig's, or 0 for memory speed); with adapters, of model 0
+ * and rig's adapters over it ("a0", "a1", ...) on the devices the n_models
+ * would be given; under mpirun led, the other processes opening their
+ * devices first. Closed by replay_stack_close. */
 static int replay_stack_open(const struct replay_rig *rig, int n_models, int max_loaded,
-                             int max_batch, const char *policy, double link, struct stack **out)
+                             int max_batch, const char *policy, double link, bool adapters,
+                             struct stack **out)
 {
     struct stack_config sc;
     struct stack_model_config mc[WORKLOAD_MAX_MODELS];
-    char names[WORKLOAD_MAX_MODELS][16];
+    struct stack_adapter_config ac[WORKLOAD_MAX_MODELS];
+    char names[WORKLOAD_MAX_MODELS][16], ad_names[WORKLOAD_MAX_MODELS][16];
     struct replay_rig r = *rig;
     r.link_gbps = link;
     *out = NULL;
     replay_stack_config(&r, n_models, max_loaded, max_batch, policy, &sc, mc, names);
+    if (adapters) { /* the same devices: the models' sizing, then model 0 and the adapters */
+        uint64_t dev[STACK_MAX_DEVICES] = {0}, host = 0;
+        int rc = stack_size(&sc, dev, &host);
+        if (rc < 0)
+            return rc;
+        replay_stack_config(&r, 1, max_loaded, max_batch, policy, &sc, mc, names);
+        memcpy(sc.device_budget, dev, sizeof(dev));
+        for (int k = 0; k < rig->n_adapters; k++) {
+            snprintf(ad_names[k], sizeof(ad_names[k]), "a%d", k);
+            ac[k] = (struct stack_adapter_config){
+                .name = ad_names[k], .base = names[0], .path = rig->adapters[k]};
+        }
+        sc.adapters = ac;
+        sc.n_adapters = rig->n_adapters;
+    }
     int rc = cluster_job_lead(rig->job, &sc);
     if (rc == 0 && (rc = stack_open(&sc, out)) < 0)
         cluster_job_release(rig->job);
@@ -213,8 +233,10 @@ static int run_lens(const struct replay_rig *rig, const struct workload_config *
     memset(out, 0, sizeof(*out));
     out->policy = policy;
     out->n = n;
+    const bool ad = rig->n_adapters > 0;
+    assert(!ad || (rig->n_adapters == c->n_models && rig->adapters));
     int rc = replay_stack_open(rig, c->n_models, c->max_loaded, c->max_batch, policy,
-                               rig->link_gbps, &s);
+                               rig->link_gbps, ad, &s);
     struct replay_job *jobs = calloc(n ? n : 1, sizeof(*jobs));
     out->recs = calloc(n ? n : 1, sizeof(*out->recs));
     struct replay_sync sync;
@@ -226,8 +248,8 @@ static int run_lens(const struct replay_rig *rig, const struct workload_config *
         goto out;
     }
     int32_t prompts[WORKLOAD_MAX_MODELS][REPLAY_PROMPT_LEN];
-    for (int m = 0; m < c->n_models; m++)
-        replay_prompt_for(swap_model_info(s->models[m]), prompts[m]);
+    for (int m = 0; m < c->n_models; m++) /* an adapter takes its base's prompt */
+        replay_prompt_for(swap_model_info(s->models[ad ? 0 : m]), prompts[m]);
     /* chat: each model's longest prompt, (n_models, max) */
     int max_prompt = lens ? c->lengths.prompt.max : 0;
     if (lens && !(chat_prompts = malloc(sizeof(int32_t) * (size_t)c->n_models *
@@ -236,7 +258,7 @@ static int run_lens(const struct replay_rig *rig, const struct workload_config *
         goto out;
     }
     for (int m = 0; lens && m < c->n_models; m++)
-        replay_prompt_fill(swap_model_info(s->models[m]),
+        replay_prompt_fill(swap_model_info(s->models[ad ? 0 : m]),
                            chat_prompts + (size_t)m * (size_t)max_prompt, max_prompt);
     double t0 = time_now();
     for (size_t i = 0; i < n; i++) {
@@ -248,12 +270,16 @@ static int run_lens(const struct replay_rig *rig, const struct workload_config *
         int n_prompt = lens ? lens[i].n_prompt : REPLAY_PROMPT_LEN;
         *j->rec = (struct request_record){.id = i, .model = model, .n_prompt = n_prompt};
         struct engine_request_params p = {
-            .model = s->ids[model],
+            .model = ad ? s->adapter_ids[model] : s->ids[model],
             .prompt = lens ? chat_prompts + (size_t)model * (size_t)max_prompt : prompts[model],
-            .n_prompt = n_prompt, .max_tokens = lens ? lens[i].n_output : REPLAY_MAX_TOKENS,
-            .sampling = {.temperature = REPLAY_TEMPERATURE, .top_k = REPLAY_TOP_K,
-                         .top_p = REPLAY_TOP_P, .seed = i},
-            .on_done = replay_on_done, .ctx = j};
+            .n_prompt = n_prompt,
+            .max_tokens = lens ? lens[i].n_output : REPLAY_MAX_TOKENS,
+            .sampling = {.temperature = REPLAY_TEMPERATURE,
+                         .top_k = REPLAY_TOP_K,
+                         .top_p = REPLAY_TOP_P,
+                         .seed = i},
+            .on_done = replay_on_done,
+            .ctx = j};
         int st = engine_submit(s->engine, &p, NULL); /* replay_on_done records the times */
         if (st < 0) {
             j->rec->t_arrival = time_now() - t0;
@@ -270,6 +296,12 @@ static int run_lens(const struct replay_rig *rig, const struct workload_config *
         fprintf(stderr, "%s: %d of %zu requests failed; the first: %s\n", policy, sync.failed, n,
                 sync.first);
     engine_get_stats(s->engine, &out->st);
+    for (int i = 0; i < s->n_models + s->n_adapters; i++) {
+        struct engine_model_stats ms;
+        int id = i < s->n_models ? s->ids[i] : s->adapter_ids[i - s->n_models];
+        if (engine_model_stats(s->engine, id, &ms) == 0)
+            out->bytes_loaded += ms.bytes_loaded;
+    }
     /* times relative to the start of the run */
     for (size_t i = 0; i < n; i++) {
         struct request_record *r = &out->recs[i];
@@ -342,7 +374,7 @@ static int submit_greedy(struct stack *s, int n, struct replay_job *jobs,
 int replay_warm_latency(const struct replay_rig *rig, double *secs)
 {
     struct stack *s = NULL;
-    int rc = replay_stack_open(rig, 1, 1, 1, "swapwise", 0, &s);
+    int rc = replay_stack_open(rig, 1, 1, 1, "swapwise", 0, false, &s);
     struct replay_job j;
     struct request_record rec;
     *secs = 0;
@@ -389,7 +421,7 @@ int replay_measure_costs(const struct replay_rig *rig, int max_batch, struct sim
 {
     assert(max_batch >= 1 && max_batch <= SIM_MAX_BATCH);
     struct stack *s = NULL;
-    int rc = replay_stack_open(rig, 1, 1, max_batch, "swapwise", rig->link_gbps, &s);
+    int rc = replay_stack_open(rig, 1, 1, max_batch, "swapwise", rig->link_gbps, false, &s);
     struct replay_job *jobs = calloc((size_t)max_batch, sizeof(*jobs));
     struct request_record *recs = calloc((size_t)max_batch, sizeof(*recs));
     int sizes[64], n_sizes = probe_sizes(max_batch, sizes);
@@ -431,7 +463,7 @@ int replay_measure_chat_costs(const struct replay_rig *rig, int max_batch, struc
 {
     assert(max_batch >= 1 && max_batch <= SIM_MAX_BATCH);
     struct stack *s = NULL;
-    int rc = replay_stack_open(rig, 1, 1, max_batch, "swapwise", rig->link_gbps, &s);
+    int rc = replay_stack_open(rig, 1, 1, max_batch, "swapwise", rig->link_gbps, false, &s);
     struct replay_job *jobs = calloc((size_t)max_batch, sizeof(*jobs));
     struct request_record *recs = calloc((size_t)max_batch, sizeof(*recs));
     int sizes[64], n_sizes = probe_sizes(max_batch, sizes);

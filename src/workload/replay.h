@@ -71,6 +71,13 @@ struct replay_rig {
     const char *compute;      /* stack_config.compute: "f32", "bf16", NULL: auto */
     int fit_prompt, fit_max_tokens; /* the largest request the stack sizes for (chat:
                                      * the lengths' max); 0: Computron's, 8 and 1 */
+    /* replay_run's adapters form: with n_adapters > 0 (the workload's
+     * models), the workload's model k is served as LoRA adapter k
+     * (adapters[k], a PEFT directory; the caller's) over paths[0], the one
+     * model on the stack, whose device budget is what the same workload's
+     * models would be sized (room for max_loaded of them) */
+    const char *const *adapters;
+    int n_adapters;
     /* under mpirun, the job (cluster/job.h; process 0's side, not owned);
      * NULL: every device is this process's */
     struct cluster_job *job;
@@ -83,6 +90,7 @@ struct replay_result {
     struct request_record *recs;   /* (n) owned; times from the start of the run */
     size_t n;
     struct engine_stats st;        /* the engine's counters once drained */
+    uint64_t bytes_loaded;         /* host -> device over every load, models' and adapters' */
     double wall_s;                 /* first submission -> drained */
 };
 
@@ -100,7 +108,9 @@ void replay_stack_config(const struct replay_rig *rig, int n_models, int max_loa
 int replay_arrivals(const struct workload_config *c, double duration, uint64_t seed,
                     struct arrival **ev, size_t *n);
 
-/* Replays c with policy on a fresh stack of rig's first c->n_models models:
+/* Replays c with policy on a fresh stack of rig's first c->n_models models
+ * (with rig->n_adapters, of model 0 and the adapters, request of model k to
+ * adapter k):
  * ev[0..n_ev) released at their times, or, when c->round_robin,
  * rr_requests blocking requests alternating over the models (ev unused).
  * *out is the caller's (replay_result_free), also after an error. A request
