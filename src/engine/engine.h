@@ -330,7 +330,8 @@ struct engine_stats {
     uint64_t ok, failed, cancelled, timed_out; /* completed, by outcome */
     double swap_s;        /* summed load times (request of a load -> on device) */
     double compute_s;     /* summed batch run times (counted as batches run) */
-    /* loads of adapters (of loads), the bytes they copied and their summed times */
+    /* loads of adapters, the bytes they copied and their summed times
+     * (counted apart: loads and swap_s are the models' alone) */
     uint64_t adapter_loads, adapter_bytes_loaded;
     double adapter_load_s;
 };
