@@ -1470,6 +1470,72 @@ static void test_split_exact(void)
     free(y[1]);
 }
 
+/* ---- kern_linear_group ---- */
+
+/* kern_linear_group against kern_linear on each job, bit for bit: jobs of
+ * every plain type, of 1 to 17 rows (past the GEMV's reach, a matrix
+ * product), pairs reading the same x (a gate and an up projection), and
+ * more jobs than one run of the pool takes. */
+static void test_linear_group(void)
+{
+    enum { N_JOBS = 70, K_MAX = 160, ROWS_MAX = 96, M_MAX = 17 };
+    static const enum dtype types[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    static const int ms[] = {1, 1, 2, 3, 8, 16, 17};
+    struct kern_linear_job jobs[N_JOBS];
+    struct dbuf *wb[N_JOBS], *xb[N_JOBS], *yb[N_JOBS], *rb[N_JOBS];
+    float x[M_MAX * K_MAX], wf[ROWS_MAX * K_MAX];
+    uint16_t wh[ROWS_MAX * K_MAX];
+    for (int cm = 0; cm < 2; cm++) {
+        const enum kern_compute c = cm ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
+        for (int i = 0; i < N_JOBS; i++) {
+            const enum dtype t = types[i % 3];
+            const bool shares = i % 4 == 1; /* reads job i - 1's x */
+            const int m = shares ? jobs[i - 1].m : ms[i % 7];
+            const int k = shares ? jobs[i - 1].w.cols : 32 * (1 + i % 5);
+            const int rows = 16 + 8 * (i % 11);
+            fill_uniform(wf, (size_t)rows * k, -1, 1);
+            for (int j = 0; j < rows * k; j++)
+                wh[j] = t == DTYPE_F16 ? f32_to_f16(wf[j]) : f32_to_bf16(wf[j]);
+            wb[i] = upload(t == DTYPE_F32 ? (const void *)wf : (const void *)wh,
+                           (size_t)rows * k * dtype_size(t));
+            xb[i] = NULL;
+            if (!shares) {
+                fill_uniform(x, (size_t)m * k, -1, 1);
+                xb[i] = upload(x, (size_t)m * k * sizeof(float));
+            }
+            yb[i] = upload(NULL, (size_t)m * rows * sizeof(float));
+            rb[i] = upload(NULL, (size_t)m * rows * sizeof(float));
+            jobs[i] = (struct kern_linear_job){
+                dbuf_ptr(yb[i]),
+                shares ? jobs[i - 1].x : dbuf_ptr(xb[i]),
+                m,
+                {.dtype = t, .data = dbuf_ptr(wb[i]), .rows = rows, .cols = k, .ld = (size_t)k}};
+        }
+        CHECK(kern_linear_group(st, jobs, N_JOBS, c) == 0);
+        int same = 0;
+        for (int i = 0; i < N_JOBS; i++) {
+            const struct kern_linear_job *j = &jobs[i];
+            CHECK(kern_linear(st, dbuf_ptr(rb[i]), j->x, j->m, &j->w, NULL, c) == 0);
+            const size_t n = (size_t)j->m * j->w.rows;
+            float *got = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float));
+            download(got, j->y, n * sizeof(float));
+            download(ref, dbuf_ptr(rb[i]), n * sizeof(float));
+            same += memcmp(got, ref, n * sizeof(float)) == 0;
+            free(got);
+            free(ref);
+        }
+        CHECK_MSG(same == N_JOBS, "%d of %d jobs bit for bit as kern_linear (%s)", same, N_JOBS,
+                  kern_compute_name(c));
+        CHECK(kern_linear_group(st, jobs, 0, c) == 0);
+        for (int i = 0; i < N_JOBS; i++) {
+            device_free(wb[i]);
+            device_free(xb[i]);
+            device_free(yb[i]);
+            device_free(rb[i]);
+        }
+    }
+}
+
 int main(void)
 {
     int rc = device_open_cpu(0, 16 * MiB, &dev);
@@ -1485,6 +1551,7 @@ int main(void)
     CHECK(stream_device(st) == dev);
 
     test_linear();
+    test_linear_group();
     test_matmul_cache();
     test_gemv_choice();
     test_matmul_choice();

@@ -289,6 +289,34 @@ int kern_linear(struct stream *s, float *y, const float *x, int m, const struct 
     return k->linear(s, y, x, m, w, bias, c);
 }
 
+int kern_linear_group(struct stream *s, const struct kern_linear_job *jobs, int n,
+                      enum kern_compute c)
+{
+    assert(n >= 0 && (jobs || n == 0));
+    const struct kernel_ops *k = kern_of(s);
+    bool plain = true;
+    for (int i = 0; i < n; i++) {
+        const struct kern_linear_job *j = &jobs[i];
+        assert(j->y && j->x && j->m > 0 && j->y != j->x);
+        plain = plain && weight_op(j->w.dtype) == KERN_OP_COUNT;
+    }
+    /* block and repacked types need their own ops, which kern_linear checks */
+    if (!k->linear_group || !plain || !table_runs(k, KERN_OP_LINEAR)) {
+        for (int i = 0; i < n; i++) {
+            int rc = kern_linear(s, jobs[i].y, jobs[i].x, jobs[i].m, &jobs[i].w, NULL, c);
+            if (rc < 0)
+                return rc;
+        }
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        const struct weight_view *w = &jobs[i].w;
+        assert(w->data && w->rows > 0 && w->cols > 0 && w->ld >= (size_t)w->cols);
+    }
+    assert(c == KERN_COMPUTE_F32 || c == KERN_COMPUTE_BF16);
+    return n ? k->linear_group(s, jobs, n, c) : 0;
+}
+
 /* A plain (f32, f16 or bf16) view with its shape and stride. */
 static bool plain_view(const struct weight_view *w)
 {

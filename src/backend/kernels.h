@@ -161,6 +161,22 @@ int kern_compute_choice(const char *s, bool *set, enum kern_compute *out);
  * and do not overlap. A block-type w: cols and ld whole blocks. */
 int kern_linear(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
                 const float *bias, enum kern_compute c);
+/* One product of kern_linear_group: y[m, w.rows] = x[m, w.cols] @ w^T. */
+struct kern_linear_job {
+    float *y;
+    const float *x;
+    int m;
+    struct weight_view w;
+};
+/* The n products of jobs (host memory, read before the call returns), each
+ * as kern_linear without a bias computes it (bitwise the same on the CPU),
+ * in one call so that a backend can spread all of their rows over its
+ * threads at once: the experts of a mixture for a few tokens are many small
+ * products, each too short to pay for a start of the threads. No job's y
+ * overlaps another job's y or any job's x. A backend without the kernel runs
+ * them one kern_linear each, so every device runs it. */
+int kern_linear_group(struct stream *s, const struct kern_linear_job *jobs, int n,
+                      enum kern_compute c);
 /* One adapter's low-rank pair for one linear layer, this shard's part:
  * a (r, in) and b (out, r) as PEFT stores lora_A.weight and lora_B.weight
  * (f32, f16 or bf16), and scale = lora_alpha / r (lora_alpha / sqrt(r)

@@ -16,6 +16,9 @@
 struct kernel_ops {
     int (*linear)(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
                   const float *bias, enum kern_compute c);
+    /* optional: NULL runs the jobs one linear each (kernels.c) */
+    int (*linear_group)(struct stream *s, const struct kern_linear_job *jobs, int n,
+                        enum kern_compute c);
     int (*embed)(struct stream *s, float *y, const struct weight_view *w, const int32_t *ids, int n,
                  int row0);
     int (*layernorm)(struct stream *s, float *y, const float *x, int m, int n, const float *gamma,

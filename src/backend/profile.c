@@ -29,6 +29,21 @@ static int p_linear(struct stream *s, float *y, const float *x, int m, const str
     return rc;
 }
 
+static int p_linear_group(struct stream *s, const struct kern_linear_job *jobs, int n,
+                          enum kern_compute c)
+{
+    double t0 = time_now();
+    int rc = inner->linear_group(s, jobs, n, c);
+    count(KERN_PROFILE_LINEAR_GROUP, t0);
+    for (int i = 0; i < n; i++) {
+        const double b = (double)jobs[i].w.rows *
+                         (double)dtype_row_bytes(jobs[i].w.dtype, (size_t)jobs[i].w.cols);
+        counts.linear_bytes += b;
+        counts.group_bytes += b;
+    }
+    return rc;
+}
+
 static int p_embed(struct stream *s, float *y, const struct weight_view *w, const int32_t *ids,
                    int n, int row0)
 {
@@ -190,6 +205,8 @@ const char *kern_profile_name(int i)
         return "to host";
     if (i == KERN_PROFILE_TO_DEVICE)
         return "to device";
+    if (i == KERN_PROFILE_LINEAR_GROUP)
+        return "linear group";
     return kern_op_name((enum kern_op)i);
 }
 
@@ -204,6 +221,7 @@ int kern_profile_start(struct device *d)
     inner = d->kern;
     timed = *inner;
     TIME_SLOT(linear)
+    TIME_SLOT(linear_group)
     TIME_SLOT(embed)
     TIME_SLOT(layernorm)
     TIME_SLOT(rmsnorm)
@@ -240,4 +258,5 @@ void kern_profile_stop(struct device *d, struct kern_profile *out)
         out->calls[i] += counts.calls[i];
     }
     out->linear_bytes += counts.linear_bytes;
+    out->group_bytes += counts.group_bytes;
 }

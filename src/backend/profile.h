@@ -17,16 +17,24 @@
 #include "backend/device.h"
 #include "backend/kernels.h"
 
-/* The ops, then the two copies that are not ops. */
-enum { KERN_PROFILE_TO_HOST = KERN_OP_COUNT, KERN_PROFILE_TO_DEVICE, KERN_PROFILE_SLOTS };
+/* The ops, then the two copies that are not ops, then kern_linear_group
+ * (its products count into linear_bytes too). */
+enum {
+    KERN_PROFILE_TO_HOST = KERN_OP_COUNT,
+    KERN_PROFILE_TO_DEVICE,
+    KERN_PROFILE_LINEAR_GROUP,
+    KERN_PROFILE_SLOTS
+};
 
 struct kern_profile {
     double seconds[KERN_PROFILE_SLOTS];
     uint64_t calls[KERN_PROFILE_SLOTS];
     double linear_bytes; /* weight bytes the linear calls read */
+    double group_bytes;  /* of which kern_linear_group's */
 };
 
-/* The name of profile slot i: kern_op_name, or "to host" / "to device". */
+/* The name of profile slot i: kern_op_name, or "to host" / "to device" /
+ * "linear group". */
 const char *kern_profile_name(int i);
 
 /* 0, or ERR_UNSUPPORTED when d's streams are not synchronous (a GPU), or

@@ -377,7 +377,8 @@ static json_t *profile_report(const struct forward_run *r, bool json)
 {
     const struct kern_profile *p = &r->prof;
     const double steps = (double)r->gen * r->repeat, step_s = r->prof_decode_s / steps;
-    double in_kernels = 0, linear_s = p->seconds[KERN_OP_LINEAR] + p->seconds[KERN_OP_LINEAR_BIAS];
+    double in_kernels = 0, linear_s = p->seconds[KERN_OP_LINEAR] + p->seconds[KERN_OP_LINEAR_BIAS] +
+                                      p->seconds[KERN_PROFILE_LINEAR_GROUP];
     json_t *parts = json ? json_array() : NULL;
     if (!json)
         printf("\ndecode step, kernel by kernel (%.0f steps of %d runs; %.3f ms a step)\n"
@@ -400,17 +401,24 @@ static json_t *profile_report(const struct forward_run *r, bool json)
     }
     double other = r->prof_decode_s - in_kernels;
     double lin_gbs = linear_s > 0 ? p->linear_bytes / linear_s / 1e9 : 0;
+    const double grp_s = p->seconds[KERN_PROFILE_LINEAR_GROUP];
+    const double grp_gbs = grp_s > 0 ? p->group_bytes / grp_s / 1e9 : 0;
     if (!json) {
         printf("%-22s %10s %10.3f %7.1f%%\n", "outside the kernels", "", 1e3 * other / steps,
                100 * other / r->prof_decode_s);
         printf("linear layers alone stream %.2f GB/s (%.2f of the read limit)\n", lin_gbs,
                r->rbw > 0 ? lin_gbs * 1e9 / r->rbw : 0);
+        if (grp_s > 0)
+            printf("grouped linears (a mixture's experts) alone stream %.2f GB/s (%.2f of the "
+                   "read limit)\n",
+                   grp_gbs, r->rbw > 0 ? grp_gbs * 1e9 / r->rbw : 0);
         return NULL;
     }
-    return json_pack("{s:o, s:o, s:o, s:o, s:o}", "steps", json_integer((json_int_t)steps),
+    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "steps", json_integer((json_int_t)steps),
                      "ms_per_step", jsonout_real(1e3 * step_s, 4), "kernels", parts,
                      "outside_kernels_ms_per_step", jsonout_real(1e3 * other / steps, 4),
-                     "linear_weight_gb_s", jsonout_real(lin_gbs, 3));
+                     "linear_weight_gb_s", jsonout_real(lin_gbs, 3), "grouped_linear_gb_s",
+                     jsonout_real(grp_gbs, 3));
 }
 
 /* With adapters: the base alone's figures and the adapters' cost (their

@@ -152,6 +152,42 @@ static int moe_expert(const struct model *m, struct model_exec *ex, float *y, co
     return kern_linear(s, y, f, c, &w->down, NULL, m->compute);
 }
 
+/* moe_expert for every expert in [eb, ee) with rows (count[e] of them, in
+ * expert order from row 0 of g, nl in all), each over its rows of g and
+ * into their place, the products of a phase as one kern_linear_group call:
+ * for a few tokens each expert's product is small, so one call per product
+ * costs more in starting the threads than in reading the weights. The same
+ * products as moe_expert's, so the same results; f holds every expert's
+ * gate then up outputs, (nl, fr) each (nl <= max_tokens: f has
+ * max_tokens * 2 * fr floats). */
+static int moe_experts(const struct model *m, struct model_exec *ex, float *g, int nl,
+                       const int *count, int eb, int ee, int fr, const struct moe_weights *w,
+                       enum kern_act act)
+{
+    struct stream *s = ex->stream;
+    const int H = m->info->hidden;
+    float *f = ex->f, *up = ex->f + (size_t)nl * fr;
+    struct kern_linear_job jobs[2 * MODEL_MAX_EXPERTS];
+    int n = 0;
+    /* gate and up of every expert, each pair on the same rows */
+    for (int e = eb, off = 0; e < ee; off += count[e], e++) {
+        if (count[e] == 0)
+            continue;
+        const float *x = g + (size_t)off * H;
+        jobs[n++] = (struct kern_linear_job){f + (size_t)off * fr, x, count[e], w->experts[e].gate};
+        jobs[n++] = (struct kern_linear_job){up + (size_t)off * fr, x, count[e], w->experts[e].up};
+    }
+    TRY(kern_linear_group(s, jobs, n, m->compute));
+    TRY(kern_gated_act(s, f, f, up, (size_t)nl * fr, act));
+    /* down of every expert into its rows' place */
+    n = 0;
+    for (int e = eb, off = 0; e < ee; off += count[e], e++)
+        if (count[e] > 0)
+            jobs[n++] = (struct kern_linear_job){g + (size_t)off * H, f + (size_t)off * fr,
+                                                 count[e], w->experts[e].down};
+    return kern_linear_group(s, jobs, n, m->compute);
+}
+
 /* y = zeros (width floats on the device), copied from the host: no kernel
  * of the table writes a constant. */
 static int moe_zero_row(struct stream *s, float *y, int width)
@@ -283,10 +319,13 @@ int model_block_moe(const struct model *m, struct model_exec *ex, int layer, int
         TRY(moe_zero_row(s, g + (size_t)nl * H, H));
     /* each expert once over its rows: act(gate(x)) * up(x), down into the
      * rows' place; the shared expert over every row, after them */
-    for (int e = eb, off = 0; e < ee; off += count[e], e++)
-        if (count[e] > 0)
-            TRY(moe_expert(m, ex, g + (size_t)off * H, g + (size_t)off * H, count[e], fr,
-                           &w->experts[e], o->act));
+    if (nl <= (int)T)
+        TRY(moe_experts(m, ex, g, nl, count, eb, ee, fr, w, o->act));
+    else
+        for (int e = eb, off = 0; e < ee; off += count[e], e++)
+            if (count[e] > 0)
+                TRY(moe_expert(m, ex, g + (size_t)off * H, g + (size_t)off * H, count[e], fr,
+                               &w->experts[e], o->act));
     if (shared)
         TRY(moe_expert(m, ex, g + (size_t)nk * H, ex->h, n, o->shared_local, &w->shared, o->act));
     /* each token's outputs weighted and summed, over the TP ranks, into the

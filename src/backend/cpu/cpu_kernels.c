@@ -5,6 +5,7 @@
 
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/linear.h"
 #include "backend/kernels_impl.h"
 
 static int k_linear(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
@@ -12,6 +13,33 @@ static int k_linear(struct stream *s, float *y, const float *x, int m, const str
 {
     (void)s;
     return cpu_linear(y, x, m, w, bias, c);
+}
+
+/* The jobs of a few rows each as one run of the pool (cpu_gemv_group, in
+ * batches of CPU_GEMV_GROUP_MAX), the others one cpu_linear each. */
+static int k_linear_group(struct stream *s, const struct kern_linear_job *jobs, int n,
+                          enum kern_compute c)
+{
+    (void)s;
+    struct kern_linear_job few[CPU_GEMV_GROUP_MAX];
+    int nf = 0;
+    for (int i = 0; i < n; i++) {
+        const struct kern_linear_job *j = &jobs[i];
+        if (j->m > CPU_GEMV_MAX_M) {
+            int rc = cpu_linear(j->y, j->x, j->m, &j->w, NULL, c);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        few[nf++] = *j;
+        if (nf == CPU_GEMV_GROUP_MAX || i == n - 1) {
+            int rc = cpu_gemv_group(few, nf, c);
+            if (rc < 0)
+                return rc;
+            nf = 0;
+        }
+    }
+    return nf ? cpu_gemv_group(few, nf, c) : 0;
 }
 
 static int k_embed(struct stream *s, float *y, const struct weight_view *w, const int32_t *ids,
@@ -172,6 +200,7 @@ static int k_lora(struct stream *s, float *y, const float *x, int m, int nseg, c
 
 const struct kernel_ops cpu_kernel_ops = {
     .linear = k_linear,
+    .linear_group = k_linear_group,
     .embed = k_embed,
     .layernorm = k_layernorm,
     .rmsnorm = k_rmsnorm,

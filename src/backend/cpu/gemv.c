@@ -9,6 +9,7 @@
  * SHARDSWAP_GEMV names one kernel for every call instead. */
 #include "backend/cpu/linear.h"
 
+#include <assert.h>
 #include <pthread.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -258,8 +259,29 @@ static size_t gemv_ldx(int m, int k)
  * 32 columns in even-then-odd order (xp) where k reads those for bf16
  * weights; all in the calling thread's scratch (valid until its next call).
  * Fills a for rows of w into y. */
-static int gemv_prepare(const struct gemv_kernel *k, float *y, const float *x, int m,
-                        const struct weight_view *w, enum kern_compute cm, struct gemv_args *a)
+/* Bytes of the buffer gemv_fill needs (0: it reads x as it is). */
+static size_t gemv_prep_bytes(const struct gemv_kernel *k, int m, const struct weight_view *w,
+                              enum kern_compute cm)
+{
+    const bool bf16w = w->dtype == DTYPE_BF16, round = cm == KERN_COMPUTE_BF16;
+    const bool want_xv = k->input == GEMV_IN_AMX && bf16w && round;
+    const bool want_xb = (k->input == GEMV_IN_BF16 || want_xv) && bf16w && round;
+    const bool want_xp = k->input == GEMV_IN_PAIRS && bf16w;
+    const size_t ldx = gemv_ldx(m, w->cols);
+    if (ldx == (size_t)w->cols && !round && !want_xp)
+        return 0;
+    const size_t n = (size_t)m * ldx;
+    /* rounded up to whole cache lines, so buffers laid end to end align */
+    return (n * (sizeof(float) + (want_xb ? sizeof(uint16_t) : 0) +
+                 (want_xv ? sizeof(uint16_t) : 0) + (want_xp ? sizeof(float) : 0)) +
+            63) /
+           64 * 64;
+}
+
+/* gemv_prepare into pad (gemv_prep_bytes of them; NULL when that is 0). */
+static void gemv_fill(const struct gemv_kernel *k, float *y, const float *x, int m,
+                      const struct weight_view *w, enum kern_compute cm, struct gemv_args *a,
+                      float *pad)
 {
     const int cols = w->cols;
     const bool bf16w = w->dtype == DTYPE_BF16, round = cm == KERN_COMPUTE_BF16;
@@ -268,14 +290,9 @@ static int gemv_prepare(const struct gemv_kernel *k, float *y, const float *x, i
     const bool want_xp = k->input == GEMV_IN_PAIRS && bf16w;
     const size_t ldx = gemv_ldx(m, cols);
     *a = (struct gemv_args){.y = y, .ldy = (size_t)w->rows, .x = x, .ldx = ldx, .m = m, .w = w};
-    if (ldx == (size_t)cols && !round && !want_xp)
-        return 0;
-    const size_t n = (size_t)m * ldx;
-    const size_t bytes = n * (sizeof(float) + (want_xb ? sizeof(uint16_t) : 0) +
-                              (want_xv ? sizeof(uint16_t) : 0) + (want_xp ? sizeof(float) : 0));
-    float *pad = cpu_scratch(CPU_SCRATCH_GEMV_X, bytes);
     if (!pad)
-        return err_set(ERR_NOMEM, "out of host memory for %d x %d activations", m, cols);
+        return;
+    const size_t n = (size_t)m * ldx;
     float *xp = want_xp ? pad + n : NULL;
     uint16_t *xb = want_xb ? (uint16_t *)(pad + n) : NULL;
     uint16_t *xv = want_xv ? xb + n : NULL;
@@ -305,6 +322,16 @@ static int gemv_prepare(const struct gemv_kernel *k, float *y, const float *x, i
     a->xb = xb;
     a->xp = xp;
     a->xv = xv;
+}
+
+static int gemv_prepare(const struct gemv_kernel *k, float *y, const float *x, int m,
+                        const struct weight_view *w, enum kern_compute cm, struct gemv_args *a)
+{
+    const size_t bytes = gemv_prep_bytes(k, m, w, cm);
+    float *pad = bytes ? cpu_scratch(CPU_SCRATCH_GEMV_X, bytes) : NULL;
+    if (bytes && !pad)
+        return err_set(ERR_NOMEM, "out of host memory for %d x %d activations", m, w->cols);
+    gemv_fill(k, y, x, m, w, cm, a, pad);
     return 0;
 }
 
@@ -578,5 +605,72 @@ int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
     if (rc < 0)
         return rc;
     cpu_kernels_run(gemv_task, &j, (w->rows + j.task_rows - 1) / j.task_rows);
+    return 0;
+}
+
+/* One pool run over every job's tasks: job i's tasks are [first[i],
+ * first[i + 1]). */
+struct gemv_group {
+    const struct gemv_job *jobs;
+    const int *first;
+    int n;
+};
+
+static void gemv_group_task(void *ctx, int task)
+{
+    const struct gemv_group *g = ctx;
+    int lo = 0, hi = g->n - 1; /* the last job whose first task is <= task */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (g->first[mid] <= task)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    gemv_task((void *)&g->jobs[lo], task - g->first[lo]);
+}
+
+int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute cm)
+{
+    /* each job's kernel, task split and prepared x exactly as cpu_gemv's;
+     * a job that reads the same x as the one before it (a gate and an up
+     * projection) with the same kernel and width shares its preparation */
+    size_t bytes = 0;
+    const struct gemv_kernel *kern[CPU_GEMV_GROUP_MAX];
+    bool shares[CPU_GEMV_GROUP_MAX];
+    assert(n <= CPU_GEMV_GROUP_MAX);
+    for (int i = 0; i < n; i++) {
+        const struct kern_linear_job *j = &jobs[i];
+        assert(j->m <= CPU_GEMV_MAX_M);
+        kern[i] = gemv_pick(gemv_class_of(&j->w, cm), j->m);
+        shares[i] = i > 0 && j->x == jobs[i - 1].x && j->m == jobs[i - 1].m &&
+                    j->w.cols == jobs[i - 1].w.cols && j->w.dtype == jobs[i - 1].w.dtype &&
+                    kern[i] == kern[i - 1];
+        if (!shares[i])
+            bytes += gemv_prep_bytes(kern[i], j->m, &j->w, cm);
+    }
+    struct gemv_job gj[CPU_GEMV_GROUP_MAX];
+    int first[CPU_GEMV_GROUP_MAX + 1];
+    char *pad = bytes ? cpu_scratch(CPU_SCRATCH_GEMV_X, bytes) : NULL;
+    if (bytes && !pad)
+        return err_set(ERR_NOMEM, "out of host memory for the activations of %d products", n);
+    first[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const struct kern_linear_job *j = &jobs[i];
+        gj[i] = (struct gemv_job){.rows = kern[i]->rows, .task_rows = gemv_task_rows(&j->w)};
+        if (shares[i]) {
+            gj[i].a = gj[i - 1].a;
+            gj[i].a.y = j->y;
+            gj[i].a.ldy = (size_t)j->w.rows;
+            gj[i].a.w = &j->w;
+        } else {
+            const size_t b = gemv_prep_bytes(kern[i], j->m, &j->w, cm);
+            gemv_fill(kern[i], j->y, j->x, j->m, &j->w, cm, &gj[i].a, b ? (float *)pad : NULL);
+            pad += b;
+        }
+        first[i + 1] = first[i] + (j->w.rows + gj[i].task_rows - 1) / gj[i].task_rows;
+    }
+    struct gemv_group g = {.jobs = gj, .first = first, .n = n};
+    cpu_kernels_run(gemv_group_task, &g, first[n]);
     return 0;
 }

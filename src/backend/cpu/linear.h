@@ -21,6 +21,12 @@
 /* Fused matrix-vector product: one pass over the weights for all m rows. */
 int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
              enum kern_compute cm);
+/* Up to this many products in one cpu_gemv_group call. */
+#define CPU_GEMV_GROUP_MAX 64
+/* cpu_gemv of each of the n jobs (n <= CPU_GEMV_GROUP_MAX, each m <=
+ * CPU_GEMV_MAX_M, plain weights), bitwise the same, as one run of the pool
+ * over all of their tasks. */
+int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute cm);
 /* The f32 GEMV kernel cpu_gemv runs for m rows of f32 weights (measured,
  * or as requested): qlinear.c's dequantized blocks go through it. */
 #include "backend/cpu/gemv_isa.h"
