@@ -281,6 +281,36 @@ static void test_gemv_same_bits(void)
             free(y4);
             free(yo);
         }
+    /* f32 mode, every plain dtype: the AVX-512 kernel over 4 and 1 rows */
+    static const enum dtype ts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    for (size_t it = 0; it < sizeof(ts) / sizeof(ts[0]); it++)
+        for (size_t is = 0; is < sizeof(shapes) / sizeof(shapes[0]); is++)
+            for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]); im++) {
+                const int n = shapes[is][0], k = shapes[is][1], m = ms[im];
+                const size_t es = dtype_size(ts[it]);
+                float *wf = malloc((size_t)n * k * sizeof(float));
+                void *wt = malloc((size_t)n * k * es);
+                float *x = malloc((size_t)m * k * sizeof(float));
+                float *y4 = malloc((size_t)m * n * sizeof(float));
+                float *y1 = malloc((size_t)m * n * sizeof(float));
+                fill_uniform(wf, (size_t)n * k, -1, 1);
+                dtype_from_f32(ts[it], wf, wt, (size_t)n * k);
+                fill_uniform(x, (size_t)m * k, -1, 1);
+                struct weight_view w = {
+                    .dtype = ts[it], .data = wt, .rows = n, .cols = k, .ld = (size_t)k};
+                CHECK(cpu_gemv_force("avx512") == 0);
+                CHECK(cpu_linear(y4, x, m, &w, NULL, KERN_COMPUTE_F32) == 0);
+                CHECK(cpu_gemv_force("avx512-r1") == 0);
+                CHECK(cpu_linear(y1, x, m, &w, NULL, KERN_COMPUTE_F32) == 0);
+                CHECK_MSG(memcmp(y4, y1, (size_t)m * n * sizeof(float)) == 0,
+                          "avx512 and avx512-r1 differ: %s, m %d, %d x %d", dtype_name(ts[it]), m,
+                          n, k);
+                free(wf);
+                free(wt);
+                free(x);
+                free(y4);
+                free(y1);
+            }
     CHECK(cpu_gemv_force(NULL) == 0);
 }
 
@@ -290,7 +320,7 @@ static void test_linear(void)
     static const int blas_ms[] = {17, 64};
     static const char *const isas[] = {"amx",           "avx512bf16",  "avx512bf16-r1",
                                        "avx512bf16-r8", "avx512pairs", "avx512",
-                                       "avx2",          "scalar"};
+                                       "avx512-r1",     "avx2",        "scalar"};
     int cases = linear_cases(blas_ms, sizeof(blas_ms) / sizeof(blas_ms[0]));
     /* the GEMV: every kernel this CPU runs, then the measured choices */
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {

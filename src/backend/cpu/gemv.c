@@ -157,6 +157,7 @@ static const struct gemv_kernel gemv_kernels[] = {
     {"avx512pairs", gemv_rows_avx512pairs, has_avx512, GEMV_IN_PAIRS,
      C(GEMV_BF16) | C(GEMV_BF16_MODE)},
     {"avx512", gemv_rows_avx512, has_avx512, GEMV_IN_F32, ALL_CLASSES},
+    {"avx512-r1", gemv_rows_avx512_r1, has_avx512, GEMV_IN_F32, ALL_CLASSES},
     {"avx2", gemv_rows_avx2, has_avx2, GEMV_IN_F32, ALL_CLASSES},
     /* never a candidate where a vector kernel runs: only by request */
     {"scalar", gemv_rows_scalar, has_scalar, GEMV_IN_F32, 0},
