@@ -239,12 +239,88 @@ static int linear_cases(const int *ms, size_t n_ms)
     return cases;
 }
 
+/* Kernels that sum each row in the same order give the same bits: the
+ * bf16 mode's VDPBF16PS kernel over 4, 1 and 8 weight rows at a time, with
+ * rows that fill no whole block and columns past the last whole 32 (summed
+ * after the vector part, in the same order by each). */
+static void test_gemv_same_bits(void)
+{
+    static const int ms[] = {1, 2, 3, 4, 5, 8, 16};
+    static const int shapes[][2] = {{37, 75}, {64, 2048}, {200, 300}};
+    static const char *const others[] = {"avx512bf16-r1", "avx512bf16-r8"};
+    if (cpu_gemv_force("avx512bf16") < 0) {
+        printf("gemv same bits: skipped (%s)\n", err_msg());
+        CHECK(cpu_gemv_force(NULL) == 0);
+        return;
+    }
+    for (size_t is = 0; is < sizeof(shapes) / sizeof(shapes[0]); is++)
+        for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]); im++) {
+            const int n = shapes[is][0], k = shapes[is][1], m = ms[im];
+            uint16_t *wb = malloc((size_t)n * k * sizeof(uint16_t));
+            float *x = malloc((size_t)m * k * sizeof(float));
+            float *y4 = malloc((size_t)m * n * sizeof(float));
+            float *yo = malloc((size_t)m * n * sizeof(float));
+            for (size_t i = 0; i < (size_t)n * k; i++)
+                wb[i] = f32_to_bf16(rng_uniform(-1, 1));
+            fill_uniform(x, (size_t)m * k, -1, 1);
+            struct weight_view w = {.dtype = DTYPE_BF16,
+                                    .data = (const char *)wb,
+                                    .rows = n,
+                                    .cols = k,
+                                    .ld = (size_t)k};
+            CHECK(cpu_gemv_force("avx512bf16") == 0);
+            CHECK(cpu_linear(y4, x, m, &w, NULL, KERN_COMPUTE_BF16) == 0);
+            for (size_t io = 0; io < sizeof(others) / sizeof(others[0]); io++) {
+                CHECK(cpu_gemv_force(others[io]) == 0);
+                CHECK(cpu_linear(yo, x, m, &w, NULL, KERN_COMPUTE_BF16) == 0);
+                CHECK_MSG(memcmp(y4, yo, (size_t)m * n * sizeof(float)) == 0,
+                          "avx512bf16 and %s differ at m %d, %d x %d", others[io], m, n, k);
+            }
+            free(wb);
+            free(x);
+            free(y4);
+            free(yo);
+        }
+    /* f32 mode, every plain dtype: the AVX-512 kernel over 4 and 1 rows */
+    static const enum dtype ts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    for (size_t it = 0; it < sizeof(ts) / sizeof(ts[0]); it++)
+        for (size_t is = 0; is < sizeof(shapes) / sizeof(shapes[0]); is++)
+            for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]); im++) {
+                const int n = shapes[is][0], k = shapes[is][1], m = ms[im];
+                const size_t es = dtype_size(ts[it]);
+                float *wf = malloc((size_t)n * k * sizeof(float));
+                void *wt = malloc((size_t)n * k * es);
+                float *x = malloc((size_t)m * k * sizeof(float));
+                float *y4 = malloc((size_t)m * n * sizeof(float));
+                float *y1 = malloc((size_t)m * n * sizeof(float));
+                fill_uniform(wf, (size_t)n * k, -1, 1);
+                dtype_from_f32(ts[it], wf, wt, (size_t)n * k);
+                fill_uniform(x, (size_t)m * k, -1, 1);
+                struct weight_view w = {
+                    .dtype = ts[it], .data = wt, .rows = n, .cols = k, .ld = (size_t)k};
+                CHECK(cpu_gemv_force("avx512") == 0);
+                CHECK(cpu_linear(y4, x, m, &w, NULL, KERN_COMPUTE_F32) == 0);
+                CHECK(cpu_gemv_force("avx512-r1") == 0);
+                CHECK(cpu_linear(y1, x, m, &w, NULL, KERN_COMPUTE_F32) == 0);
+                CHECK_MSG(memcmp(y4, y1, (size_t)m * n * sizeof(float)) == 0,
+                          "avx512 and avx512-r1 differ: %s, m %d, %d x %d", dtype_name(ts[it]), m,
+                          n, k);
+                free(wf);
+                free(wt);
+                free(x);
+                free(y4);
+                free(y1);
+            }
+    CHECK(cpu_gemv_force(NULL) == 0);
+}
+
 static void test_linear(void)
 {
     static const int gemv_ms[] = {1, 2, 3, 4, 5, 8, 15, 16};
     static const int blas_ms[] = {17, 64};
-    static const char *const isas[] = {"amx",    "avx512bf16", "avx512pairs",
-                                       "avx512", "avx2",       "scalar"};
+    static const char *const isas[] = {"amx",           "avx512bf16",  "avx512bf16-r1",
+                                       "avx512bf16-r8", "avx512pairs", "avx512",
+                                       "avx512-r1",     "avx2",        "scalar"};
     int cases = linear_cases(blas_ms, sizeof(blas_ms) / sizeof(blas_ms[0]));
     /* the GEMV: every kernel this CPU runs, then the measured choices */
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
@@ -1552,6 +1628,7 @@ int main(void)
 
     test_linear();
     test_linear_group();
+    test_gemv_same_bits();
     test_matmul_cache();
     test_gemv_choice();
     test_matmul_choice();

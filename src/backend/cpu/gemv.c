@@ -151,9 +151,14 @@ bool cpu_amx_granted(void)
 static const struct gemv_kernel gemv_kernels[] = {
     {"amx", gemv_rows_amx, has_amx, GEMV_IN_AMX, C(GEMV_BF16_MODE)},
     {"avx512bf16", gemv_rows_avx512bf16, has_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
+    /* the same sums read another way: one weight row at a time (a single
+     * stream), or eight at once without software prefetch */
+    {"avx512bf16-r1", gemv_rows_avx512bf16_r1, has_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
+    {"avx512bf16-r8", gemv_rows_avx512bf16_r8, has_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
     {"avx512pairs", gemv_rows_avx512pairs, has_avx512, GEMV_IN_PAIRS,
      C(GEMV_BF16) | C(GEMV_BF16_MODE)},
     {"avx512", gemv_rows_avx512, has_avx512, GEMV_IN_F32, ALL_CLASSES},
+    {"avx512-r1", gemv_rows_avx512_r1, has_avx512, GEMV_IN_F32, ALL_CLASSES},
     {"avx2", gemv_rows_avx2, has_avx2, GEMV_IN_F32, ALL_CLASSES},
     /* never a candidate where a vector kernel runs: only by request */
     {"scalar", gemv_rows_scalar, has_scalar, GEMV_IN_F32, 0},
@@ -215,10 +220,11 @@ static int gemv_find(const char *name, const struct gemv_kernel **out)
             *out = &gemv_kernels[i];
             return 0;
         }
-    return err_set(ERR_INVALID,
-                   "unknown GEMV kernel \"%s\" (expected amx, avx512bf16, avx512pairs, avx512, avx2 or "
-                   "scalar)",
-                   name);
+    return err_set(
+        ERR_INVALID,
+        "unknown GEMV kernel \"%s\" (expected amx, avx512bf16, avx512bf16-r1, avx512bf16-r8, "
+        "avx512pairs, avx512, avx2 or scalar)",
+        name);
 }
 
 static void gemv_read_env(void)

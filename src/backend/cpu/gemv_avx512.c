@@ -3,6 +3,12 @@
  * where gemv.c found them. */
 #include "backend/cpu/gemv_isa.h"
 
+/* the function this file defines: gemv_avx512_r1.c includes it again with
+ * one weight row per block (GEMV_R) */
+#ifndef GEMV_AVX512_EXPORT
+#define GEMV_AVX512_EXPORT gemv_rows_avx512
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
@@ -40,12 +46,12 @@ static inline float gv_hsum(gv_t v)
     return _mm512_reduce_add_ps(v);
 }
 
-#define GEMV_ROWS_FN gemv_rows_avx512
+#define GEMV_ROWS_FN GEMV_AVX512_EXPORT
 #include "backend/cpu/gemv_body.h"
 
 #else
 /* not x86: gemv.c never picks it */
-void gemv_rows_avx512(const struct gemv_args *a, int r0, int r1)
+void GEMV_AVX512_EXPORT(const struct gemv_args *a, int r0, int r1)
 {
     gemv_rows_scalar(a, r0, r1);
 }

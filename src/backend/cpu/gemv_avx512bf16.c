@@ -9,6 +9,12 @@
  * them; other dtypes, or no rounded inputs, go to gemv_rows_avx512. */
 #include "backend/cpu/gemv_isa.h"
 
+/* the function this file defines: gemv_avx512bf16_r1.c and _r8.c include
+ * it again with other numbers of weight rows per block (GEMV_R) */
+#ifndef GEMV_BF16_EXPORT
+#define GEMV_BF16_EXPORT gemv_rows_avx512bf16
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
@@ -51,7 +57,7 @@ static void gemv_rows_dpbf16(const struct gemv_args *a, int r0, int r1);
 #define GEMV_ROWS_FN gemv_rows_dpbf16
 #include "backend/cpu/gemv_body.h"
 
-void gemv_rows_avx512bf16(const struct gemv_args *a, int r0, int r1)
+void GEMV_BF16_EXPORT(const struct gemv_args *a, int r0, int r1)
 {
     if (a->xb && a->w->dtype == DTYPE_BF16)
         gemv_rows_dpbf16(a, r0, r1);
@@ -61,7 +67,7 @@ void gemv_rows_avx512bf16(const struct gemv_args *a, int r0, int r1)
 
 #else
 /* not x86: gemv.c never picks it */
-void gemv_rows_avx512bf16(const struct gemv_args *a, int r0, int r1)
+void GEMV_BF16_EXPORT(const struct gemv_args *a, int r0, int r1)
 {
     gemv_rows_scalar(a, r0, r1);
 }

@@ -26,7 +26,9 @@
 
 #include "core/dtype.h"
 
-#define GEMV_R 4   /* weight rows per block */
+#ifndef GEMV_R
+#define GEMV_R 4 /* weight rows per block (a kernel file may set more) */
+#endif
 #define GEMV_MB 4  /* input rows per block */
 #define GEMV_MT 16 /* input rows sharing one pass over the weights */
 /* Weight bytes prefetched ahead of the loads: the hardware prefetcher alone
@@ -35,7 +37,9 @@
  * only for up to 4 rows, or for short weight rows (opt-125m's 768 columns:
  * 8 rows from 2.1x to 1.6x one row); with more rows of 4096 f16/bf16
  * columns it cost 15-20% (the FMAs bind there, and it takes load slots). */
-#define GEMV_PF_BYTES 2048
+#ifndef GEMV_PF_BYTES
+#define GEMV_PF_BYTES 2048 /* a kernel file may set 0: no software prefetch */
+#endif
 #define GEMV_PF_ROW_BYTES 4096
 #ifndef GEMV_KC
 #define GEMV_KC 256 /* columns per span when more than GEMV_MB rows share it */
@@ -87,48 +91,56 @@ GEMV_INLINE float gv_elem_w(enum dtype t, const char *row, int c)
     }
 }
 
+#if GEMV_PF_BYTES == 0
+#define GEMV_UNUSED_PF __attribute__((unused))
+#else
+#define GEMV_UNUSED_PF
+#endif
+
 /* Columns [c0, c1) (whole vectors) of weight rows r .. r + R - 1 times
  * input rows i0 .. i0 + M - 1, added to part[p][i0 + i]. R and M are
  * constants after inlining, so the accumulators live in registers. */
 GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
-                            const int M, int c0, int c1, bool pf, gv_t part[GEMV_R][GEMV_MT])
+                            const int M, int c0, int c1, GEMV_UNUSED_PF bool pf,
+                            gv_t part[GEMV_R][GEMV_MT])
 {
     const char *wr[GEMV_R];
     const GV_XELEM *xr[GEMV_MB];
     gv_t acc[GEMV_R][GEMV_MB];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int p = 0; p < R; p++)
         wr[p] = weight_row(a->w, r + p);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < M; i++)
         xr[i] = GV_XROWS(a) + (size_t)(i0 + i) * a->ldx;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int p = 0; p < R; p++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int i = 0; i < M; i++)
             acc[p][i] = part[p][i0 + i];
     for (int c = c0; c < c1; c += GV_COLS) {
         GV_WT wv[GEMV_R];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int p = 0; p < R; p++)
             wv[p] = gv_load_w(t, wr[p], c);
-#if GV_COLS >= 8
+#if GV_COLS >= 8 && GEMV_PF_BYTES > 0
         if (M <= 2 || pf)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int p = 0; p < R; p++)
                 __builtin_prefetch(wr[p] + (size_t)c * (t == DTYPE_F32 ? 4 : 2) + GEMV_PF_BYTES);
 #endif
-#pragma GCC unroll 4
+
+#pragma GCC unroll 8
         for (int i = 0; i < M; i++) {
             GV_XT xv = gv_load_x(xr[i] + c);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int p = 0; p < R; p++)
                 acc[p][i] = gv_fma(wv[p], xv, acc[p][i]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int p = 0; p < R; p++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int i = 0; i < M; i++)
             part[p][i0 + i] = acc[p][i];
 }
@@ -145,7 +157,7 @@ GEMV_INLINE void gemv_rowgroup(const struct gemv_args *a, enum dtype t, int r, c
     /* prefetching in blocks of 3-4 input rows: see GEMV_PF_BYTES */
     const bool pf = mt <= GEMV_MB || (size_t)k * (t == DTYPE_F32 ? 4 : 2) <= GEMV_PF_ROW_BYTES;
     gv_t part[GEMV_R][GEMV_MT];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int p = 0; p < R; p++)
         for (int i = 0; i < mt; i++)
             part[p][i] = gv_zero();

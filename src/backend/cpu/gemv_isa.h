@@ -38,9 +38,16 @@ typedef void (*gemv_rows_fn)(const struct gemv_args *a, int r0, int r1);
 void gemv_rows_scalar(const struct gemv_args *a, int r0, int r1);
 void gemv_rows_avx2(const struct gemv_args *a, int r0, int r1);
 void gemv_rows_avx512(const struct gemv_args *a, int r0, int r1);
+/* the same one weight row at a time: the same results bitwise */
+void gemv_rows_avx512_r1(const struct gemv_args *a, int r0, int r1);
 /* gemv_rows_avx512 with bf16 weights times xb by VDPBF16PS (AVX512-BF16);
  * other dtypes, or xb NULL, as gemv_rows_avx512. */
 void gemv_rows_avx512bf16(const struct gemv_args *a, int r0, int r1);
+/* the same one weight row at a time (one stream of weights), and 8 rows at
+ * a time without software prefetch: the same results bitwise, other ways of
+ * reading memory */
+void gemv_rows_avx512bf16_r1(const struct gemv_args *a, int r0, int r1);
+void gemv_rows_avx512bf16_r8(const struct gemv_args *a, int r0, int r1);
 /* gemv_rows_avx512 with bf16 weights widened in pairs against xp; other
  * dtypes, or xp NULL, as gemv_rows_avx512. */
 void gemv_rows_avx512pairs(const struct gemv_args *a, int r0, int r1);
