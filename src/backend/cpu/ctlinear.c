@@ -27,6 +27,7 @@
 
 #include "backend/cpu/ctdot.h"
 #include "backend/cpu/gemv_isa.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/scratch.h"
 #include "backend/cpu/vec.h"
@@ -47,42 +48,6 @@ static bool has_any(void)
     return true;
 }
 
-#if defined(__x86_64__) || defined(__i386__)
-static bool has_avx2(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-
-static bool has_avx512(void)
-{
-    __builtin_cpu_init();
-    return has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
-}
-
-static bool has_avx512bf16(void)
-{
-    __builtin_cpu_init();
-    return has_avx512() && __builtin_cpu_supports("avx512bf16");
-}
-#else
-static bool has_avx2(void)
-{
-    return false;
-}
-
-static bool has_avx512(void)
-{
-    return false;
-}
-
-static bool has_avx512bf16(void)
-{
-    return false;
-}
-#endif
-
 struct ct_kernel {
     const char *name;
     ctdot_rows_fn rows; /* NULL: dequantized blocks and the f32 GEMV */
@@ -92,9 +57,9 @@ struct ct_kernel {
 
 /* in order of preference on a near-tie; scalar only by request */
 static const struct ct_kernel ct_kernels[] = {
-    {"avx512bf16", ctdot_rows_avx512bf16, has_avx512bf16, true},
-    {"avx512", ctdot_rows_avx512, has_avx512, false},
-    {"avx2", ctdot_rows_avx2, has_avx2, false},
+    {"avx512bf16", ctdot_rows_avx512bf16, cpu_isa_avx512bf16, true},
+    {"avx512", ctdot_rows_avx512, cpu_isa_avx512, false},
+    {"avx2", ctdot_rows_avx2, cpu_isa_avx2, false},
     {"deq", NULL, has_any, false},
     {"scalar", ctdot_rows_scalar, has_any, false},
 };
@@ -104,9 +69,9 @@ static const struct ct_kernel ct_kernels[] = {
 
 void cpu_ct_dequantize(enum dtype t, const void *src, void *dst, size_t n, bool to_bf16)
 {
-    if (has_avx512())
+    if (cpu_isa_avx512())
         ctdot_dequant_avx512(t, src, dst, n, to_bf16);
-    else if (has_avx2())
+    else if (cpu_isa_avx2())
         ctdot_dequant_avx2(t, src, dst, n, to_bf16);
     else
         ctdot_dequant_scalar(t, src, dst, n, to_bf16);

@@ -25,6 +25,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/gemv_isa.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/pool.h"
 #include "backend/cpu/scratch.h"
 #include "backend/cpu/vec.h"
@@ -44,32 +45,6 @@ static bool has_scalar(void)
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-/* F16C from CPUID leaf 1 (ECX bit 29): clang does not know "f16c" as a
- * __builtin_cpu_supports name */
-static bool has_f16c(void)
-{
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-}
-
-static bool has_avx2(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
-}
-
-static bool has_avx512(void)
-{
-    __builtin_cpu_init();
-    return has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
-}
-
-static bool has_avx512bf16(void)
-{
-    return has_avx512() && __builtin_cpu_supports("avx512bf16");
-}
-
 /* AMX-TILE and AMX-BF16 (CPUID leaf 7 EDX bits 24, 22), and Linux's grant
  * of the tile data to this process (asked once) */
 static bool amx_granted;
@@ -84,27 +59,12 @@ static void amx_ask(void)
 
 static bool has_amx(void)
 {
-    if (!has_avx512bf16())
+    if (!cpu_isa_avx512bf16())
         return false;
     pthread_once(&amx_once, amx_ask);
     return amx_granted;
 }
 #else
-static bool has_avx2(void)
-{
-    return false;
-}
-
-static bool has_avx512(void)
-{
-    return false;
-}
-
-static bool has_avx512bf16(void)
-{
-    return false;
-}
-
 static bool has_amx(void)
 {
     return false;
@@ -150,16 +110,16 @@ bool cpu_amx_granted(void)
 
 static const struct gemv_kernel gemv_kernels[] = {
     {"amx", gemv_rows_amx, has_amx, GEMV_IN_AMX, C(GEMV_BF16_MODE)},
-    {"avx512bf16", gemv_rows_avx512bf16, has_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
+    {"avx512bf16", gemv_rows_avx512bf16, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
     /* the same sums read another way: one weight row at a time (a single
      * stream), or eight at once without software prefetch */
-    {"avx512bf16-r1", gemv_rows_avx512bf16_r1, has_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
-    {"avx512bf16-r8", gemv_rows_avx512bf16_r8, has_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
-    {"avx512pairs", gemv_rows_avx512pairs, has_avx512, GEMV_IN_PAIRS,
+    {"avx512bf16-r1", gemv_rows_avx512bf16_r1, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
+    {"avx512bf16-r8", gemv_rows_avx512bf16_r8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
+    {"avx512pairs", gemv_rows_avx512pairs, cpu_isa_avx512, GEMV_IN_PAIRS,
      C(GEMV_BF16) | C(GEMV_BF16_MODE)},
-    {"avx512", gemv_rows_avx512, has_avx512, GEMV_IN_F32, ALL_CLASSES},
-    {"avx512-r1", gemv_rows_avx512_r1, has_avx512, GEMV_IN_F32, ALL_CLASSES},
-    {"avx2", gemv_rows_avx2, has_avx2, GEMV_IN_F32, ALL_CLASSES},
+    {"avx512", gemv_rows_avx512, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES},
+    {"avx512-r1", gemv_rows_avx512_r1, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES},
+    {"avx2", gemv_rows_avx2, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES},
     /* never a candidate where a vector kernel runs: only by request */
     {"scalar", gemv_rows_scalar, has_scalar, GEMV_IN_F32, 0},
 };

@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/scratch.h"
@@ -100,18 +101,6 @@ struct lora_isa {
 static const struct lora_isa isa_avx512 = {"avx512", lora_shrink_avx512, lora_expand_avx512};
 static const struct lora_isa isa_scalar = {"scalar", lora_shrink_scalar, lora_expand_scalar};
 
-static bool has_avx512(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
-           __builtin_cpu_supports("fma");
-#else
-    return false;
-#endif
-}
-
 /* Per process, never per call: a row's bits must not depend on the call. */
 static const struct lora_isa *_Atomic isa_forced;
 static const struct lora_isa *isa_best;
@@ -119,7 +108,7 @@ static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 
 static void isa_pick(void)
 {
-    isa_best = has_avx512() ? &isa_avx512 : &isa_scalar;
+    isa_best = cpu_isa_avx512() ? &isa_avx512 : &isa_scalar;
 }
 
 static const struct lora_isa *isa_get(void)
@@ -142,7 +131,7 @@ int cpu_lora_force(const char *name)
         return 0;
     }
     if (strcmp(name, "avx512") == 0) {
-        if (!has_avx512())
+        if (!cpu_isa_avx512())
             return err_set(ERR_UNSUPPORTED, "this CPU lacks avx512");
         isa_forced = &isa_avx512;
         return 0;
