@@ -121,16 +121,11 @@ static int chat_load(struct srv_model *m, const char *path, const char *override
     return 0;
 }
 
-/* Whether dir has any tokenizer file (by name, whatever it is: a link that
- * leads nowhere counts), or is a GGUF checkpoint (whose metadata holds its
- * tokenizer), so that one that does not load is an error. */
-static bool tokenizer_files(const char *dir)
+/* Whether dir holds an entry under any of the n names (lstat: a link that
+ * leads nowhere counts). */
+static bool any_file(const char *dir, const char *const *names, size_t n)
 {
-    if (gguf_is_checkpoint(dir))
-        return true;
-    static const char *names[] = {"tokenizer.json", "vocab.json", "merges.txt", "encoder.json",
-                                  "vocab.bpe"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+    for (size_t i = 0; i < n; i++) {
         char p[4096];
         struct stat sb;
         snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
@@ -138,6 +133,16 @@ static bool tokenizer_files(const char *dir)
             return true;
     }
     return false;
+}
+
+/* Whether dir has any tokenizer file (by name, whatever it is), or is a
+ * GGUF checkpoint (whose metadata holds its tokenizer), so that one that
+ * does not load is an error. */
+static bool tokenizer_files(const char *dir)
+{
+    static const char *const names[] = {"tokenizer.json", "vocab.json", "merges.txt",
+                                        "encoder.json", "vocab.bpe"};
+    return gguf_is_checkpoint(dir) || any_file(dir, names, sizeof(names) / sizeof(names[0]));
 }
 
 /* What an entry is charged for: fixed bytes (a model's MODEL_CHARGE: its
@@ -406,15 +411,8 @@ int srv_model_add(struct server *s, const struct swap_model *sm, const char *pat
 /* Whether dir holds a chat template's files (by name, whatever they are). */
 static bool template_files(const char *dir)
 {
-    static const char *names[] = {"tokenizer_config.json", "chat_template.jinja"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        char p[4096];
-        struct stat sb;
-        snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
-        if (lstat(p, &sb) == 0)
-            return true;
-    }
-    return false;
+    static const char *const names[] = {"tokenizer_config.json", "chat_template.jinja"};
+    return any_file(dir, names, sizeof(names) / sizeof(names[0]));
 }
 
 int srv_adapter_add(struct server *s, const struct swap_model *sm, const char *dir,
