@@ -890,63 +890,45 @@ static int pinned_on(const struct stack *s, int d, char *buf, size_t cap, uint64
     return 0;
 }
 
-/* Whether the pinned models leave model m (not pinned) room on each of its
- * devices for its weights and a batch of one: ERR_NOMEM naming both. */
+/* Whether the pinned models leave model m room on each of its devices for
+ * what it needs at the least: a model (not pinned) its weights and a batch
+ * of one; an adapter its base's weights and a batch of one at its rank
+ * (unless the base is pinned itself) and its own weights. ERR_NOMEM naming
+ * the model (the adapter and its base) and the pinned models. */
 static int pinned_room_for(const struct stack *s, const struct swap_model *m)
 {
-    for (int d = 0; d < s->n_devices; d++) {
-        uint64_t need, pinned, budget = device_budget(s->devices[d]);
-        char names[256];
-        int rc;
-        if (swap_model_device_bytes(m, d) == 0)
-            continue;
-        if ((rc = least_on(m, 0, d, &need)) < 0 ||
-            (rc = pinned_on(s, d, names, sizeof names, &pinned)) < 0)
-            return rc;
-        if (pinned && pinned + need > budget)
-            return err_set(ERR_NOMEM,
-                           "pinned model%s %s leave%s no room for model %s on device %s: %llu "
-                           "bytes pinned plus its %llu (weights and a batch of one each) pass "
-                           "the budget of %llu; unpin one, or raise the device budget",
-                           strstr(names, " and ") ? "s" : "", names,
-                           strstr(names, " and ") ? "" : "s", swap_model_name(m),
-                           device_name(s->devices[d]), (unsigned long long)pinned,
-                           (unsigned long long)need, (unsigned long long)budget);
-    }
-    return 0;
-}
-
-/* Whether the pinned models leave adapter a room on each of its devices
- * for its base's weights (unless the base is pinned itself), its own and a
- * batch of one for its rank: ERR_NOMEM naming the adapter, its base and the
- * pinned models. */
-static int pinned_room_for_adapter(const struct stack *s, const struct swap_model *a)
-{
-    const struct swap_model *base = swap_model_base(a);
+    const struct swap_model *base = swap_model_base(m);
+    const struct swap_model *model = base ? base : m;
     for (int d = 0; d < s->n_devices; d++) {
         uint64_t need = 0, pinned, budget = device_budget(s->devices[d]);
-        char names[256];
+        char names[256], who[200];
         int rc;
-        if (swap_model_device_bytes(base, d) == 0)
+        if (swap_model_device_bytes(model, d) == 0)
             continue;
-        if ((!swap_model_pinned(base) &&
-             (rc = least_on(base, swap_model_lora_rank(a), d, &need)) < 0) ||
+        if ((!swap_model_pinned(model) &&
+             (rc = least_on(model, swap_model_lora_rank(m), d, &need)) < 0) ||
             (rc = pinned_on(s, d, names, sizeof names, &pinned)) < 0)
             return rc;
-        need += swap_model_device_bytes(a, d);
-        if (pinned && pinned + need > budget)
-            return err_set(ERR_NOMEM,
-                           "pinned model%s %s leave%s no room for adapter %s of model %s on "
-                           "device %s: %llu bytes pinned plus its %llu (%s) pass the budget "
-                           "of %llu; unpin one, or raise the device budget",
-                           strstr(names, " and ") ? "s" : "", names,
-                           strstr(names, " and ") ? "" : "s", swap_model_name(a),
-                           swap_model_name(base), device_name(s->devices[d]),
-                           (unsigned long long)pinned, (unsigned long long)need,
-                           swap_model_pinned(base) ? "its own weights"
-                                                   : "its base's weights, its own and a batch "
-                                                     "of one",
-                           (unsigned long long)budget);
+        if (base)
+            need += swap_model_device_bytes(m, d);
+        if (!pinned || pinned + need <= budget)
+            continue;
+        if (base)
+            snprintf(who, sizeof who, "adapter %s of model %s", swap_model_name(m),
+                     swap_model_name(base));
+        else
+            snprintf(who, sizeof who, "model %s", swap_model_name(m));
+        return err_set(ERR_NOMEM,
+                       "pinned model%s %s leave%s no room for %s on device %s: %llu bytes "
+                       "pinned plus its %llu (%s) pass the budget of %llu; unpin one, or "
+                       "raise the device budget",
+                       strstr(names, " and ") ? "s" : "", names,
+                       strstr(names, " and ") ? "" : "s", who, device_name(s->devices[d]),
+                       (unsigned long long)pinned, (unsigned long long)need,
+                       !base                     ? "weights and a batch of one each"
+                       : swap_model_pinned(base) ? "its own weights"
+                                                 : "its base's weights, its own and a batch of one",
+                       (unsigned long long)budget);
     }
     return 0;
 }
@@ -971,7 +953,7 @@ int stack_load_pinned(struct stack *s)
         if (!swap_model_pinned(s->models[i]) && (rc = pinned_room_for(s, s->models[i])) < 0)
             return rc;
     for (int i = 0; i < s->n_adapters; i++)
-        if ((rc = pinned_room_for_adapter(s, s->adapters[i])) < 0)
+        if ((rc = pinned_room_for(s, s->adapters[i])) < 0)
             return rc;
     /* every load started, then every one waited for: they overlap */
     for (int i = 0; i < s->n_models; i++)
