@@ -626,6 +626,15 @@ static uint64_t exec_trim(void *ctx, int model, int device, uint64_t bytes)
             memset(m->trim_credit, 0, sizeof(m->trim_credit));
             return 0;
         }
+        /* expert residency: its cold experts went, it is still resident
+         * and its reserve stays held */
+        if (resident && swap_residency(x->e->mgr, m->sm) == RES_ON_DEVICE) {
+            memset(m->trim_credit, 0, sizeof(m->trim_credit));
+            m->trims++;
+            m->bytes_trimmed += got;
+            x->e->stats.trims++;
+            return got;
+        }
     }
     m->trim_credit[device] = 0;
     if (got > 0) {

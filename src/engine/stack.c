@@ -748,7 +748,8 @@ int stack_add_model(struct stack *s, const struct stack_model_config *m, struct 
     struct placement pl = {.tp = model_tp(m),
                            .pp = model_pp(m),
                            .devices = placement,
-                           .expert_parallel = m->expert_parallel};
+                           .expert_parallel = m->expert_parallel,
+                           .expert_residency = m->expert_residency};
     struct swap_model *sm;
     *setting = "path";
     if ((rc = swap_register(s->mgr, m->name, m->path, &pl, m->pinned, &sm)) < 0)

@@ -56,6 +56,9 @@ struct stack_model_config {
     /* a mixture of experts' routed experts whole on the TP ranks
      * (placement.expert_parallel); refused for a model without them */
     bool expert_parallel;
+    /* each routed expert a unit of residency of its own
+     * (placement.expert_residency); refused for a model without them */
+    bool expert_residency;
     /* shard (stage s, rank r) on device devices[s * tp + r]; NULL: devices
      * 0 .. tp * pp - 1 */
     const int *devices;

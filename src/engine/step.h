@@ -8,7 +8,10 @@
  * loading computes on the layers already there. A blob whose load failed
  * still lets the forward run through its collectives in step with the
  * other shards (the memory stays mapped, garbage), and the step then fails
- * with the loader's message. */
+ * with the loader's message. With expert residency a sparse layer asks
+ * for the routed experts the shard lacks and waits on their events the
+ * same way; one that finds no room fails the step with the manager's
+ * message, after the forward ran on without it. */
 #ifndef SHARDSWAP_ENGINE_STEP_H
 #define SHARDSWAP_ENGINE_STEP_H
 
@@ -17,6 +20,7 @@
 
 #include "model/model.h"
 #include "swap/store.h"
+#include "swap/swap.h"
 
 struct shard_step {
     const struct store_shard *sh;  /* the shard: its view, layout and blob events */
@@ -30,6 +34,11 @@ struct shard_step {
                     * of the last stage writes them */
     const char
         *who; /* what a failed load's message starts with ("model m stage 0 rank 1"), or NULL */
+    /* expert-level residency (process 0's steps of a model with it): the
+     * manager that brings the shard's routed experts in on demand
+     * (swap_experts_request), and the shard; NULL: every expert is there */
+    struct swap_manager *mgr;
+    const struct swap_shard *shard;
 };
 
 /* On the shard's device compute thread. 0, or the forward's error, or,

@@ -75,6 +75,7 @@ struct workers {
 
 struct group_exec {
     const struct swap_model *model;
+    struct swap_manager *mgr;         /* its manager: a step's experts come on demand there */
     int n_shards, tp, pp;             /* the model's, so freeing gb reads nothing of it */
     struct model_exec_shape shape;    /* resolved, as every shard's context has it */
     int len;                          /* positions filled (every context's len) */
@@ -160,6 +161,7 @@ int group_exec_create(struct swap_manager *mgr, const struct swap_model *model,
     if (!gb)
         return err_set(ERR_NOMEM, "out of memory");
     gb->model = model;
+    gb->mgr = mgr;
     atomic_init(&gb->failed, 0);
     gb->tp = swap_model_tp(model);
     gb->pp = swap_model_pp(model);
@@ -295,7 +297,7 @@ int group_exec_routed(const struct group_exec *gb, uint64_t *out)
     memset(out, 0, (size_t)n_layers * experts * sizeof(*out));
     for (int st = 0, begin = 0; st < gb->pp; st++) {
         /* a shard's blobs: the embeddings and head, then its layers */
-        const int layers = swap_shard_n_blobs(swap_model_shard(gb->model, st * gb->tp)) - 1;
+        const int layers = swap_shard_n_dense_blobs(swap_model_shard(gb->model, st * gb->tp)) - 1;
         for (int r = 0; r < gb->tp; r++) {
             const struct model_exec *ex = gb->ex[st * gb->tp + r];
             int e = 0;
@@ -355,6 +357,8 @@ static int task_run(struct shard_task *t)
         .overlap = t->overlap,
         .logits = t->logits,
         .who = who,
+        .mgr = swap_model_expert_residency(gb->model) ? gb->mgr : NULL,
+        .shard = sh,
     };
     return shard_step_run(&st);
 }

@@ -126,11 +126,12 @@ int plan_matrix(struct model_planner *p, int blob, const char *name, int rows, i
  * (the head). */
 int plan_head(struct model_planner *p, int blob, const char *name, int rows, int cols, int r0,
               int nr, int c0, int nc, struct weight_view *view);
-/* The same for a matrix of one routed expert, which multiplies only the
- * tokens routed to it: counted apart from what every token reads
- * (model_expert_cost). */
-int plan_expert(struct model_planner *p, int blob, const char *name, int rows, int cols, int r0,
-                int nr, int c0, int nc, struct weight_view *view);
+/* The same for a matrix of routed expert `expert` of the layer, which
+ * multiplies only the tokens routed to it: counted apart from what every
+ * token reads (model_expert_cost); with model_shard.expert_blobs it goes
+ * into that expert's own blob instead of the layer's. */
+int plan_expert(struct model_planner *p, int blob, int expert, const char *name, int rows, int cols,
+                int r0, int nr, int c0, int nc, struct weight_view *view);
 /* The same for a lookup table (embeddings): not counted as streamed. */
 int plan_table(struct model_planner *p, int blob, const char *name, int rows, int cols, int r0,
                int nr, int c0, int nc, struct weight_view *view);

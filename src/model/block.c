@@ -4,6 +4,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <string.h>
 
 #include "backend/kernels.h"
 #include "model/adapter_impl.h"
@@ -264,6 +265,7 @@ int model_block_moe(const struct model *m, struct model_exec *ex, int layer, int
     TRY(kern_to_host(s, hl, logits, (size_t)n * (E + shared) * sizeof(float)));
     uint64_t *routed =
         ex->routed && ex->experts >= E ? ex->routed + (size_t)layer * ex->experts : NULL;
+    int real_n[MODEL_MAX_EXPERTS] = {0};
     for (int i = 0; i < n; i++) {
         /* token i is sequence b's position ex->len + t of the step */
         const int b = i / t_new, t = i % t_new;
@@ -271,9 +273,22 @@ int model_block_moe(const struct model *m, struct model_exec *ex, int layer, int
         moe_choose(hl + (size_t)i * E, o, sel + (size_t)i * k, sel_w + (size_t)i * k);
         for (int j = 0; j < k; j++) {
             count[sel[(size_t)i * k + j]]++;
+            real_n[sel[(size_t)i * k + j]] += real;
             if (routed && real)
                 routed[sel[(size_t)i * k + j]]++;
         }
+    }
+    /* expert-level residency: this rank's experts with rows are brought in
+     * and waited for (model_stage_io.experts); one it cannot have is
+     * computed as another rank's would be, weight 0 */
+    uint8_t ok[MODEL_MAX_EXPERTS];
+    memset(ok, 1, sizeof(ok));
+    if (ex->io && ex->io->experts) {
+        int rc = ex->io->experts(ex->io->arg, layer, count, real_n, E, ok);
+        if (rc < 0 && *ex->io_rc == 0)
+            *ex->io_rc = rc;
+        for (int e = eb; e < ee; e++)
+            count[e] = ok[e] ? count[e] : 0;
     }
     /* rows grouped by expert, each group in token order; each token's slots
      * and weights in its experts' order (the order torch sums them in). Only
@@ -297,7 +312,7 @@ int model_block_moe(const struct model *m, struct model_exec *ex, int layer, int
                 sw[q - 1] = tw;
             }
         for (int j = 0; j < k; j++) {
-            const bool mine = se[j] >= eb && se[j] < ee;
+            const bool mine = se[j] >= eb && se[j] < ee && ok[se[j]];
             const int slot = mine ? at[se[j]]++ : nl;
             if (mine)
                 h_rows[slot] = i;

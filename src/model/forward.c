@@ -45,15 +45,31 @@ static void stage_wait(const struct model_stage_io *io, int blob, int *wait_rc)
         *wait_rc = rc;
 }
 
+static int stage_run(const struct model *m, struct model_exec *ex, const struct model_stage_io *io,
+                     const int32_t *ids, const uint8_t *mask, int t_new, bool all_positions,
+                     float *logits, int *wait_rc);
+
 int model_forward_stage(const struct model *m, struct model_exec *ex,
                         const struct model_stage_io *io, const int32_t *ids, const uint8_t *mask,
                         int t_new, bool all_positions, float *logits, int *wait_rc)
 {
-    const size_t n = (size_t)ex->shape.batch * (size_t)t_new * (size_t)m->info->hidden;
-    const int n_local = m->shard.layer_end - m->shard.layer_begin;
     *wait_rc = 0;
     /* the inputs: embeddings on the first stage, the previous stage's output elsewhere */
     TRY(model_exec_begin(m, ex, mask, t_new));
+    ex->io = io; /* for the sparse layers' experts hook */
+    ex->io_rc = wait_rc;
+    int rc = stage_run(m, ex, io, ids, mask, t_new, all_positions, logits, wait_rc);
+    ex->io = NULL;
+    ex->io_rc = NULL;
+    return rc;
+}
+
+static int stage_run(const struct model *m, struct model_exec *ex, const struct model_stage_io *io,
+                     const int32_t *ids, const uint8_t *mask, int t_new, bool all_positions,
+                     float *logits, int *wait_rc)
+{
+    const size_t n = (size_t)ex->shape.batch * (size_t)t_new * (size_t)m->info->hidden;
+    const int n_local = m->shard.layer_end - m->shard.layer_begin;
     if (!io->in) {
         stage_wait(io, 0, wait_rc);
         TRY(model_forward_embed(m, ex, ids, mask, t_new));

@@ -19,7 +19,9 @@
 /* One tensor slice a shard holds. */
 struct model_part {
     char name[128];            /* checkpoint tensor name */
-    int blob;                  /* 0: embeddings and head, 1 + i: local layer i */
+    int blob;                  /* 0: embeddings and head, 1 + i: local layer i, or an
+                                * expert's own (model_layout.expert_blob) */
+    int expert;                /* a routed expert's index in its layer, else -1 */
     bool matrix;               /* else a vector (rows = length, cols = 1) */
     enum part_use {
         PART_TOKEN, /* multiplies every token */
@@ -157,6 +159,7 @@ static struct model_part *plan_add(struct model_planner *p, int blob, const char
     memset(q, 0, sizeof(*q));
     snprintf(q->name, sizeof(q->name), "%s", name);
     q->blob = blob;
+    q->expert = -1;
     return q;
 }
 
@@ -198,10 +201,12 @@ int plan_head(struct model_planner *p, int blob, const char *name, int rows, int
     return plan_slice(p, blob, name, rows, cols, r0, nr, c0, nc, view, PART_ROW);
 }
 
-int plan_expert(struct model_planner *p, int blob, const char *name, int rows, int cols, int r0,
-                int nr, int c0, int nc, struct weight_view *view)
+int plan_expert(struct model_planner *p, int blob, int expert, const char *name, int rows, int cols,
+                int r0, int nr, int c0, int nc, struct weight_view *view)
 {
-    return plan_slice(p, blob, name, rows, cols, r0, nr, c0, nc, view, PART_EXPERT);
+    TRY(plan_slice(p, blob, name, rows, cols, r0, nr, c0, nc, view, PART_EXPERT));
+    p->parts[p->n - 1].expert = expert;
+    return 0;
 }
 
 int plan_table(struct model_planner *p, int blob, const char *name, int rows, int cols, int r0,
@@ -382,6 +387,39 @@ static void part_count(struct model *m, const struct model_part *q, enum dtype d
 
 /* ---- blobs ---- */
 
+/* With expert blobs: each routed expert's parts move from their layer's
+ * blob to one of the expert's own, numbered from n_dense in the order the
+ * plan lists them (local layer by local layer, the shard's experts in
+ * order); sets the layout's map and n_blobs. */
+static int layout_expert_blobs(struct model_layout *layout, int n_local)
+{
+    int experts = 0;
+    for (int i = 0; i < layout->n_parts; i++)
+        if (layout->parts[i].use == PART_EXPERT && layout->parts[i].expert >= experts)
+            experts = layout->parts[i].expert + 1;
+    if (experts == 0)
+        return 0; /* no routed experts on this shard: nothing to split */
+    layout->expert_blob = malloc((size_t)n_local * experts * sizeof(int));
+    if (!layout->expert_blob)
+        return err_set(ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n_local * experts; i++)
+        layout->expert_blob[i] = -1;
+    layout->n_experts = experts;
+    int next = layout->n_dense;
+    for (int i = 0; i < layout->n_parts; i++) {
+        struct model_part *q = &layout->parts[i];
+        if (q->use != PART_EXPERT)
+            continue;
+        assert(q->blob >= 1 && q->blob < layout->n_dense && q->expert >= 0);
+        int *b = &layout->expert_blob[(size_t)(q->blob - 1) * experts + q->expert];
+        if (*b < 0)
+            *b = next++;
+        q->blob = *b;
+    }
+    layout->n_blobs = next;
+    return 0;
+}
+
 int model_shard_open(const struct model_config *cfg, const struct st_checkpoint *ck,
                      const struct model_shard *shard, struct model **out,
                      struct model_layout *layout)
@@ -394,7 +432,10 @@ int model_shard_open(const struct model_config *cfg, const struct st_checkpoint 
         return rc;
     if ((rc = plan_run(m, ck, &layout->parts, &layout->n_parts)) < 0)
         goto fail;
-    layout->n_blobs = 1 + shard->layer_end - shard->layer_begin;
+    layout->n_blobs = layout->n_dense = 1 + shard->layer_end - shard->layer_begin;
+    if (shard->expert_blobs &&
+        (rc = layout_expert_blobs(layout, shard->layer_end - shard->layer_begin)) < 0)
+        goto fail;
     layout->blob_bytes = calloc((size_t)layout->n_blobs, sizeof(size_t));
     if (!layout->blob_bytes) {
         rc = err_set(ERR_NOMEM, "out of memory");
@@ -428,6 +469,7 @@ const char *model_part_name(const struct model_layout *layout, int i)
 
 void model_layout_free(struct model_layout *layout)
 {
+    free(layout->expert_blob);
     free(layout->parts);
     free(layout->blob_bytes);
     memset(layout, 0, sizeof(*layout));

@@ -100,6 +100,10 @@ struct model_shard {
      * dense layers and a shared expert stay split. Refused for a model
      * without routed experts. */
     bool expert_parallel;
+    /* expert-level residency: each routed expert the shard holds gets a
+     * blob of its own (model_layout.expert_blob), after the layer blobs, so
+     * it can come and go alone; the layer's blob keeps the rest */
+    bool expert_blobs;
 };
 
 /* Checks that shard is valid for c (TP divides what it must, the layer
@@ -195,10 +199,17 @@ enum kern_compute model_compute_default(enum dtype weights);
 
 /* The blobs of a shard: blob 0 holds the first/last-stage tensors
  * (embeddings, head, final norm; empty on middle stages), blob 1 + i the
- * tensors of local layer i. */
+ * tensors of local layer i. With model_shard.expert_blobs, blobs
+ * [n_dense, n_blobs) hold one routed expert each (its gate, up and down
+ * slices), local layer by local layer and in the shard's expert order;
+ * expert_blob maps (local layer, expert) to its blob, -1 where the shard
+ * holds no such expert (a dense layer, another rank's expert). */
 struct model_part;
 struct model_layout {
     int n_blobs;
+    int n_dense;              /* 1 + local layers: the blobs every step reads */
+    int n_experts;            /* expert_blob's columns (0: no expert blobs) */
+    int *expert_blob;         /* (local layers, n_experts), or NULL */
     size_t *blob_bytes;       /* (n_blobs) */
     struct model_part *parts; /* every tensor slice of the shard */
     int n_parts;
@@ -360,6 +371,17 @@ void model_exec_commit(struct model_exec *ex, const uint8_t *mask, int t_new);
 struct model_stage_io {
     struct comm_channel *in, *out;
     int (*wait)(void *arg, int blob);
+    /* when not NULL, called by a sparse layer (local index `layer`) once
+     * the router chose, on the compute thread: rows[e] of the step's rows
+     * go to expert e and real[e] of them are real tokens (not padding), for
+     * each of the layer's n_experts; the shard computes those of its
+     * experts with rows. It returns once they can be read on the compute
+     * stream (loaded on demand, waited for as blobs are); an expert it
+     * cannot have gets ok[e] = 0 (ok starts all 1) and the block computes
+     * without it, weight 0, and goes on so the collectives stay in step;
+     * its error is remembered as a wait's */
+    int (*experts)(void *arg, int layer, const int *rows, const int *real, int n_experts,
+                   uint8_t *ok);
     void *arg;
 };
 int model_forward_stage(const struct model *m, struct model_exec *ex,

@@ -83,6 +83,10 @@ struct model_exec {
      * shape's max_lora_rank (device; NULL when 0); a step's runs of
      * sequences and their pairs (host, batch + 1 and batch) */
     const struct model **adapters;
+    /* during model_forward_stage: its io (the experts hook) and where a
+     * failed wait is remembered; NULL outside it */
+    const struct model_stage_io *io;
+    int *io_rc;
     float *lora_scratch;
     int *lora_seg;
     struct lora_pair *lora_pairs;

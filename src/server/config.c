@@ -662,6 +662,7 @@ void serve_model_stack(const struct serve_config *c, const struct serve_model *m
         .tp = m->tp,
         .pp = m->pp,
         .expert_parallel = m->expert_parallel,
+        .expert_residency = m->expert_residency,
         .devices = m->n_devices ? m->devices : NULL,
         .pinned = m->pinned,
         .max_batch = m->max_batch,

@@ -69,6 +69,7 @@ struct serve_model {
     char *path;          /* checkpoint directory (owned) */
     int tp, pp;          /* >= 1 */
     bool expert_parallel;           /* routed experts whole on the tp ranks (stack.h) */
+    bool expert_residency;          /* each routed expert resident on its own (stack.h) */
     int devices[STACK_MAX_DEVICES]; /* when n_devices: shard placement (stack.h) */
     int n_devices;       /* 0: devices 0 .. tp * pp - 1 */
     bool pinned;

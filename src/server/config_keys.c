@@ -157,6 +157,9 @@ const struct serve_key serve_keys[] = {
     {.path = "models[].expert_parallel", .type = SK_BOOL, .offset = MODEL(expert_parallel),
      .help = "a mixture of experts' routed experts placed whole on the tp ranks, not split "
              "(attention and a shared expert stay split)"},
+    {.path = "models[].expert_residency", .type = SK_BOOL, .offset = MODEL(expert_residency),
+     .help = "a mixture of experts resident expert by expert: cold experts leave first under "
+             "memory pressure and come back on demand when a token routes to them"},
     {.path = "models[].devices", .type = SK_INTS, .lo = 0, .hi = STACK_MAX_DEVICES - 1,
      .offset = MODEL(devices), .count_offset = MODEL(n_devices), .max_items = STACK_MAX_DEVICES,
      .expected = "a list of 1 to 64 device indices such as [0, 1]",

@@ -99,6 +99,84 @@ static void expert_tokens(FILE *f, struct server *s, const struct model_row *row
     }
 }
 
+static int float_desc(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Expert-level residency, for the served models with it: how skewed the
+ * router is (the share of the decayed routed tokens that the hottest 1%,
+ * 10% and 25% of the (layer, expert) pairs hold: three samples a model,
+ * whatever its experts), how many expert blobs are on its devices and the
+ * bytes it lacks there; the on-demand loads and evictions of the manager. */
+static void expert_residency(FILE *f, struct server *s, const struct model_row *rows, int n_live,
+                             const struct swap_stats *ss)
+{
+    static const double tops[] = {0.01, 0.1, 0.25};
+    bool head = false;
+    for (int i = 0; i < n_live; i++) {
+        struct swap_model *sm = engine_model_swap(s->stack->engine, rows[i].st->id);
+        int layers = 0, experts = 0;
+        if (!sm || !swap_model_expert_residency(sm) ||
+            swap_model_expert_hot(s->stack->mgr, sm, NULL, 0, &layers, &experts) < 0 || !experts)
+            continue;
+        const size_t n = (size_t)layers * experts;
+        float *hot = malloc(n * sizeof(*hot));
+        if (!hot || swap_model_expert_hot(s->stack->mgr, sm, hot, n, &layers, &experts) < 0) {
+            free(hot);
+            continue;
+        }
+        qsort(hot, n, sizeof(*hot), float_desc);
+        double sum = 0;
+        for (size_t k = 0; k < n; k++)
+            sum += hot[k];
+        if (!head)
+            family(f, "shardswap_expert_hot_share", "gauge",
+                   "Of the model's routed tokens, decayed by half every 64 steps of each layer, "
+                   "the share the hottest top fraction of its (layer, expert) pairs took "
+                   "(expert residency only; 0 before any step).");
+        head = true;
+        for (size_t t = 0; t < sizeof(tops) / sizeof(tops[0]); t++) {
+            size_t m = (size_t)(tops[t] * (double)n + 0.5);
+            double part = 0;
+            for (size_t k = 0; k < (m ? m : 1); k++)
+                part += hot[k];
+            fputs("shardswap_expert_hot_share{model=\"", f);
+            put_label(f, rows[i].name);
+            fprintf(f, "\",top=\"%g\"} %.6g\n", tops[t], sum > 0 ? part / sum : 0.0);
+        }
+        free(hot);
+    }
+    if (!head)
+        return;
+    family(f, "shardswap_experts_resident", "gauge",
+           "Expert blobs of the model on its devices now (one per expert per shard holding "
+           "it; expert residency only).");
+    for (int i = 0; i < n_live; i++) {
+        struct swap_model *sm = engine_model_swap(s->stack->engine, rows[i].st->id);
+        if (sm && swap_model_expert_residency(sm))
+            model_sample(f, "shardswap_experts_resident", &rows[i],
+                         swap_model_experts_resident(s->stack->mgr, sm));
+    }
+    family(f, "shardswap_expert_missing_bytes", "gauge",
+           "Bytes a load of the model would copy now: with expert residency a resident model "
+           "counts the experts it lacks.");
+    for (int i = 0; i < n_live; i++) {
+        struct swap_model *sm = engine_model_swap(s->stack->engine, rows[i].st->id);
+        if (sm && swap_model_expert_residency(sm))
+            model_sample(f, "shardswap_expert_missing_bytes", &rows[i],
+                         swap_model_missing_bytes(s->stack->mgr, sm));
+    }
+    family(f, "shardswap_expert_loads_total", "counter",
+           "Experts a step brought onto their devices on demand (expert residency).");
+    fprintf(f, "shardswap_expert_loads_total %llu\n", (unsigned long long)ss->experts_loaded);
+    family(f, "shardswap_expert_evictions_total", "counter",
+           "Experts that left their devices for room while their model stayed resident (trims, "
+           "and other models' on-demand loads).");
+    fprintf(f, "shardswap_expert_evictions_total %llu\n", (unsigned long long)ss->experts_evicted);
+}
+
 /* An adapter's sample: {model="NAME",base="BASE"} V */
 static void adapter_sample(FILE *f, const char *name, const struct model_row *row, const char *v)
 {
@@ -300,6 +378,7 @@ static void write_metrics(FILE *f, struct server *s, struct model_row *rows, int
     family(f, "shardswap_host_bytes_budget", "gauge",
            "Host memory budget of the host tier, in bytes.");
     fprintf(f, "shardswap_host_bytes_budget %llu\n", (unsigned long long)ss.host_budget);
+    expert_residency(f, s, rows, n_live, &ss);
     uint64_t cut;
     int n_conns = srv_conns_count(s, &cut);
     family(f, "shardswap_http_connections", "gauge", "Open HTTP connections.");

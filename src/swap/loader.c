@@ -50,7 +50,12 @@ static int loader_load_remote(struct loader *l, struct swap_shard *sh)
 
 static int loader_load(struct loader *l, struct swap_shard *sh, bool to_device)
 {
-    const int first = to_device ? sh->kept : 0;
+    /* with expert blobs, the holes among the kept ones too (the blobs
+     * there already have complete events: store_shard_load passes them) */
+    const int n_dense = sh->st.layout.n_dense;
+    const int first = !to_device                                          ? 0
+                      : sh->st.layout.n_experts > 0 && n_dense < sh->kept ? n_dense
+                                                                          : sh->kept;
     if (first == sh->st.layout.n_blobs) /* a partly resident model's shard that kept every blob */
         return 0;
     if (sh->remote) /* a prefetch has nothing to stage here */
@@ -60,6 +65,24 @@ static int loader_load(struct loader *l, struct swap_shard *sh, bool to_device)
     struct store_load how = {.mode = STORE_HOST_RESERVED, .to_device = to_device};
     int rc = store_shard_load(&l->ld, &sh->st, first, &how);
     swap_count_bytes(l->mgr, how.disk, how.h2d, 0);
+    return rc;
+}
+
+/* The expert blobs placed on demand (swap_experts_request): every one
+ * armed, in order, each from its host copy (made when the tier has room,
+ * else staged) or the checkpoint, with its event. */
+static int loader_experts(struct loader *l, struct swap_shard *sh)
+{
+    struct swap_manager *mgr = l->mgr;
+    pthread_mutex_lock(&mgr->lock);
+    sh->xjob_state = XJOB_RUNNING;
+    pthread_mutex_unlock(&mgr->lock);
+    struct tier_room r = {.mgr = mgr, .keep = sh->model};
+    struct store_drop drop = {
+        .droppable = swap_tier_droppable, .dropped = swap_tier_dropped, .arg = &r};
+    struct store_load how = {.mode = STORE_HOST_IF_ROOM, .how = &drop, .to_device = true};
+    int rc = store_shard_load(&l->ld, &sh->st, sh->st.layout.n_dense, &how);
+    swap_count_bytes(mgr, how.disk, how.h2d, 0);
     return rc;
 }
 
@@ -110,10 +133,12 @@ static int loader_offload(struct loader *l, struct swap_shard *sh)
 static void loader_run(struct workq_item *item, void *arg)
 {
     struct loader *l = arg;
-    struct swap_shard *sh = queue_data(item, struct swap_shard, job);
-    enum loader_kind kind = (enum loader_kind)sh->job_kind;
-    int rc = kind == LOADER_OFFLOAD ? loader_offload(l, sh)
-                                    : loader_load(l, sh, kind == LOADER_LOAD);
+    struct shard_job *job = queue_data(item, struct shard_job, item);
+    struct swap_shard *sh = job->sh;
+    enum loader_kind kind = (enum loader_kind)job->kind;
+    int rc = kind == LOADER_OFFLOAD   ? loader_offload(l, sh)
+             : kind == LOADER_EXPERTS ? loader_experts(l, sh)
+                                      : loader_load(l, sh, kind == LOADER_LOAD);
     swap_shard_done(l->mgr, sh, kind, rc);
 }
 
@@ -134,6 +159,8 @@ void loader_stop(struct loader *l)
 
 void loader_submit(struct loader *l, struct swap_shard *sh, enum loader_kind kind)
 {
-    sh->job_kind = kind;
-    workq_post(&l->ld.q, &sh->job);
+    struct shard_job *job = kind == LOADER_EXPERTS ? &sh->xjob : &sh->job;
+    job->sh = sh;
+    job->kind = kind;
+    workq_post(&l->ld.q, &job->item);
 }

@@ -70,6 +70,11 @@ static uint64_t blob_device_bytes(const struct swap_shard *sh, int b)
     return round_blob(sh->st.layout.blob_bytes[b]);
 }
 
+uint64_t swap_blob_device_bytes(const struct swap_shard *sh, int b)
+{
+    return blob_device_bytes(sh, b);
+}
+
 /* Device bytes of the shard's blobs [from, n_blobs) on its device now. */
 static uint64_t shard_bytes_from(const struct swap_shard *sh, int from)
 {
@@ -117,6 +122,7 @@ static void model_free(struct swap_model *model)
     for (int i = 0; model->shards && i < model->tp * model->pp; i++)
         shard_free(&model->shards[i]);
     free(model->shards);
+    free(model->hot);
     st_close(model->ck);
     model_config_free(model->cfg);
     free(model->dir);
@@ -283,6 +289,11 @@ int swap_model_tp(const struct swap_model *model)
     return model->tp;
 }
 
+bool swap_model_expert_residency(const struct swap_model *model)
+{
+    return model->expert_residency;
+}
+
 bool swap_model_expert_parallel(const struct swap_model *model)
 {
     return model->expert_parallel;
@@ -337,6 +348,11 @@ uint64_t swap_shard_device_bytes(const struct swap_shard *sh)
 int swap_shard_n_blobs(const struct swap_shard *sh)
 {
     return sh->st.layout.n_blobs;
+}
+
+int swap_shard_n_dense_blobs(const struct swap_shard *sh)
+{
+    return sh->st.layout.n_dense;
 }
 
 uint64_t swap_shard_blob_bytes(const struct swap_shard *sh, int b)
@@ -421,8 +437,8 @@ uint64_t swap_model_resident_bytes(struct swap_manager *mgr, const struct swap_m
     uint64_t n = 0;
     for (int i = 0; i < model->tp * model->pp; i++) {
         const struct swap_shard *sh = &model->shards[i];
-        if (sh->device == d)
-            n += resident ? sh->device_bytes
+        if (sh->device == d) /* (a resident model's expert holes are not held) */
+            n += resident ? shard_bytes_from(sh, 0)
                           : shard_bytes_from(sh, 0) - shard_bytes_from(sh, sh->kept);
     }
     pthread_mutex_unlock(&mgr->lock);
@@ -437,6 +453,7 @@ uint64_t swap_model_missing_bytes(struct swap_manager *mgr, const struct swap_mo
         const struct swap_shard *sh = &model->shards[i];
         for (int b = sh->kept; !sh->remote && b < sh->st.layout.n_blobs; b++)
             n += sh->st.layout.blob_bytes[b];
+        n += swap_experts_missing(sh);
     }
     pthread_mutex_unlock(&mgr->lock);
     return n;
@@ -525,9 +542,12 @@ static int shard_init(struct swap_manager *mgr, struct swap_model *model, struct
     sh->device = device;
     sh->remote = device_proc(mgr->devices[device]) > 0;
     sh->state = RES_ON_DISK;
-    struct model_shard spec = {
-        .tp_rank = rank, .tp_size = model->tp, .expert_parallel = model->expert_parallel};
+    struct model_shard spec = {.tp_rank = rank,
+                               .tp_size = model->tp,
+                               .expert_parallel = model->expert_parallel,
+                               .expert_blobs = model->expert_residency};
     stage_range(model->info->n_layers, model->pp, stage, &spec.layer_begin, &spec.layer_end);
+    sh->layer_begin = spec.layer_begin;
     int rc = store_shard_init(&sh->st, &mgr->tier, mgr->devices[device], model, model->name,
                               model->cfg, model->ck, &spec);
     if (rc < 0)
@@ -590,6 +610,29 @@ static int model_publish(struct swap_manager *mgr, struct swap_model *model)
     return 0;
 }
 
+/* Expert-level residency's checks and hotness table: routed experts on
+ * its shards, none on another process's device. */
+static int experts_init(struct swap_model *model)
+{
+    int experts = 0;
+    for (int i = 0; i < model->tp * model->pp; i++) {
+        const struct swap_shard *sh = &model->shards[i];
+        if (sh->remote)
+            return err_set(ERR_UNSUPPORTED,
+                           "model %s: expert residency is not served for a model spanning "
+                           "processes (a shard is on another process's device)",
+                           model->name);
+        if (sh->st.layout.n_experts > experts)
+            experts = sh->st.layout.n_experts;
+    }
+    if (experts == 0)
+        return err_set(ERR_INVALID, "model %s: expert residency needs routed experts; it has none",
+                       model->name);
+    model->hot_experts = experts;
+    model->hot = calloc((size_t)model->info->n_layers * experts, sizeof(float));
+    return model->hot ? 0 : err_set(ERR_NOMEM, "out of memory");
+}
+
 int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
                   const struct placement *pl, bool pinned, struct swap_model **out)
 {
@@ -622,6 +665,7 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
     model->tp = pl->tp;
     model->pp = pl->pp;
     model->expert_parallel = pl->expert_parallel;
+    model->expert_residency = pl->expert_residency;
     model->pinned = pinned;
     int rc;
     if (!(model->dir = strdup(dir))) {
@@ -652,6 +696,8 @@ int swap_register(struct swap_manager *mgr, const char *name, const char *dir,
             if ((rc = shard_init(mgr, model, &model->shards[s * pl->tp + r], s, r,
                                  pl->devices[s * pl->tp + r])) < 0)
                 goto fail;
+    if (model->expert_residency && (rc = experts_init(model)) < 0)
+        goto fail;
     if ((rc = model_publish(mgr, model)) < 0)
         goto fail;
     *out = model;
@@ -739,6 +785,11 @@ static bool model_in_transition(const struct swap_model *model)
     return model->shards_busy > 0;
 }
 
+bool swap_model_in_transition(const struct swap_model *model)
+{
+    return model_in_transition(model);
+}
+
 bool swap_model_partial(const struct swap_model *model)
 {
     for (int s = 0; s < model->tp * model->pp; s++) {
@@ -773,19 +824,14 @@ bool swap_model_idle(const struct swap_model *model)
 
 /* The host tier may drop the copies of idle models but keep (tier_room's
  * arg), and a shard whose copies went is on disk (mgr->lock held). */
-struct tier_room {
-    struct swap_manager *mgr;
-    const struct swap_model *keep;
-};
-
-static bool tier_droppable(void *arg, const struct store_shard *st)
+bool swap_tier_droppable(void *arg, const struct store_shard *st)
 {
     const struct tier_room *r = arg;
     const struct swap_model *m = st->owner;
     return m != r->keep && !model_in_transition(m);
 }
 
-static void tier_dropped(void *arg, struct store_shard *st)
+void swap_tier_dropped(void *arg, struct store_shard *st)
 {
     (void)arg;
     struct swap_shard *sh = queue_data(st, struct swap_shard, st);
@@ -799,7 +845,8 @@ static void tier_dropped(void *arg, struct store_shard *st)
 static int host_make_room(struct swap_manager *mgr, const struct swap_model *keep, uint64_t need)
 {
     struct tier_room r = {.mgr = mgr, .keep = keep};
-    struct store_drop how = {.droppable = tier_droppable, .dropped = tier_dropped, .arg = &r};
+    struct store_drop how = {
+        .droppable = swap_tier_droppable, .dropped = swap_tier_dropped, .arg = &r};
     return store_tier_make_room(&mgr->tier, need, &how);
 }
 
@@ -821,6 +868,11 @@ static uint64_t host_missing(const struct swap_model *model, bool from_kept)
     for (int s = 0; s < model->tp * model->pp; s++) {
         const struct swap_shard *sh = &model->shards[s];
         n += sh->remote ? 0 : store_host_missing(&sh->st, from_kept ? sh->kept : 0);
+        /* a load's holes among the kept expert blobs (placed, not there:
+         * their events are reset) */
+        for (int b = sh->st.layout.n_dense; from_kept && b < sh->kept; b++)
+            if (!sh->st.host[b] && !device_event_done(sh->st.ready[b]))
+                n += sh->st.layout.blob_bytes[b];
     }
     return n;
 }
@@ -880,13 +932,23 @@ void swap_offload_locked(struct swap_manager *mgr, struct swap_model *model)
     pthread_cond_broadcast(&mgr->changed);
 }
 
-/* Frees the device blobs a load allocated: each shard's [kept, n_blobs),
+/* Whether a load of sh brings blob b: one of [kept, n_blobs), or a hole
+ * among the kept expert blobs (absent, its event reset; once placed for
+ * the load, still reset until it lands). */
+static bool blob_arriving(const struct swap_shard *sh, int b)
+{
+    return b >= sh->kept || (b >= sh->st.layout.n_dense && !device_event_done(sh->st.ready[b]));
+}
+
+/* Frees the device blobs a load allocated: each shard's arriving ones,
  * never the blobs a partly resident model kept. */
 static void device_free_arriving(struct swap_model *model)
 {
     for (int s = 0; s < model->tp * model->pp; s++) {
         struct swap_shard *sh = &model->shards[s];
-        for (int b = sh->kept; b < sh->st.layout.n_blobs; b++) {
+        for (int b = 0; b < sh->st.layout.n_blobs; b++) {
+            if (!blob_arriving(sh, b))
+                continue;
             device_free(sh->st.dev[b]);
             sh->st.dev[b] = NULL;
         }
@@ -901,8 +963,8 @@ static int device_alloc_all(struct swap_manager *mgr, struct swap_model *model, 
 {
     for (int s = 0; s < model->tp * model->pp; s++) {
         struct swap_shard *sh = &model->shards[s];
-        for (int b = sh->kept; b < sh->st.layout.n_blobs; b++) {
-            if (!sh->st.layout.blob_bytes[b])
+        for (int b = 0; b < sh->st.layout.n_blobs; b++) {
+            if (!sh->st.layout.blob_bytes[b] || !blob_arriving(sh, b))
                 continue;
             assert(!sh->st.dev[b]);
             int rc =
@@ -1025,8 +1087,9 @@ int swap_load_locked(struct swap_manager *mgr, struct swap_model *model, struct 
     for (int s = 0; s < model->tp * model->pp; s++) {
         struct swap_shard *sh = &model->shards[s];
         /* the kept blobs stay bound and complete: a forward starts on them */
-        for (int b = sh->kept; b < sh->st.layout.n_blobs; b++)
-            store_blob_arm(&sh->st, b);
+        for (int b = 0; b < sh->st.layout.n_blobs; b++)
+            if (blob_arriving(sh, b))
+                store_blob_arm(&sh->st, b);
         sh->state = RES_LOADING;
         sh->st.load_error[0] = '\0'; /* no loader holds it yet: this load's own */
         sh->load_t0 = model->load_t0;
@@ -1192,13 +1255,26 @@ int swap_trim(struct swap_manager *mgr, struct swap_model *model, int device, ui
         pthread_mutex_unlock(&mgr->lock);
         return rc;
     }
-    /* the last layers first, never blob 0 (embeddings and head) */
+    /* with expert residency its coldest experts first (it stays resident:
+     * they come back on demand), then the last layers, never blob 0
+     * (embeddings and head) */
     struct swap_shard *sh = shard_on(model, device);
+    uint64_t got = 0, all = 0;
+    if (model->expert_residency) {
+        got = swap_experts_trim_locked(mgr, model, device, bytes, &all);
+        if (all > 0) {
+            mgr->stats.trims++;
+            mgr->stats.bytes_trimmed += all;
+            pthread_cond_broadcast(&mgr->changed);
+        }
+    }
+    uint64_t experts_got = got;
     int keep = sh->kept;
-    uint64_t got = 0;
-    while (keep > 1 && got < bytes)
-        got += blob_device_bytes(sh, --keep);
-    if (got > 0) {
+    while (keep > 1 && got < bytes) { /* (a hole frees nothing) */
+        keep--;
+        got += sh->st.dev[keep] ? blob_device_bytes(sh, keep) : 0;
+    }
+    if (got > experts_got) {
         adapters_leave_locked(mgr, model); /* a base that is not resident keeps none */
         /* not servable from here: every shard is PARTIAL, the untouched
          * ones keeping all of their blobs */
@@ -1206,8 +1282,8 @@ int swap_trim(struct swap_manager *mgr, struct swap_model *model, int device, ui
             if (model->shards[s].state == RES_ON_DEVICE)
                 model->shards[s].state = RES_PARTIAL;
         shard_trim(mgr, sh, keep);
-        mgr->stats.trims++;
-        mgr->stats.bytes_trimmed += got;
+        mgr->stats.trims += experts_got == 0;
+        mgr->stats.bytes_trimmed += got - experts_got;
         pthread_cond_broadcast(&mgr->changed);
     }
     *released = got;
@@ -1313,6 +1389,21 @@ void swap_shard_done(struct swap_manager *mgr, struct swap_shard *sh, enum loade
     case LOADER_PREFETCH:
         if (sh->state == RES_ON_DISK && store_host_complete(&sh->st))
             sh->state = RES_IN_HOST;
+        break;
+    case LOADER_EXPERTS:
+        /* a failed expert (its memory garbage, a step may still read it)
+         * leaves with the model once idle, as a failed load does */
+        sh->xjob_state = XJOB_IDLE;
+        if (status < 0) {
+            model->load_status = status;
+            model->offload_pending = true;
+        }
+        if (sh->xjob_again) { /* blobs armed while it ran, which it may have passed */
+            sh->xjob_again = false;
+            sh->xjob_state = XJOB_QUEUED;
+            model->shards_busy++;
+            loader_submit(&mgr->loaders[sh->device], sh, LOADER_EXPERTS);
+        }
         break;
     }
     if (--model->shards_busy == 0) {

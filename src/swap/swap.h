@@ -87,6 +87,10 @@ struct placement {
     /* a mixture of experts' routed experts whole on the TP ranks
      * (model_shard.expert_parallel), not split */
     bool expert_parallel;
+    /* expert-level residency: each routed expert a unit of residency of
+     * its own (swap_experts_request, swap_trim); refused for a model
+     * without routed experts or with a shard on another process */
+    bool expert_residency;
 };
 
 /* A registered model and its shards: opaque handles, the manager's
@@ -103,6 +107,10 @@ struct swap_stats {
     uint64_t compactions; /* swap_compact calls that offloaded a model */
     uint64_t trims;       /* swap_trim calls that released blobs */
     uint64_t bytes_trimmed; /* device bytes they released */
+    /* expert-level residency: experts brought in on demand by a step, and
+     * experts that left (trims and evictions for a step's room); an
+     * expert counts once for all the shards holding it */
+    uint64_t experts_loaded, experts_evicted;
     uint64_t host_used, host_high_water, host_budget;
 };
 
@@ -249,7 +257,12 @@ int swap_prefetch_host(struct swap_manager *mgr, struct swap_model *model);
  * back): ERR_BUSY, or with defer the offload happens as soon as that ends
  * (0). Nothing on its devices (or leaving them already): 0. */
 int swap_offload(struct swap_manager *mgr, struct swap_model *model, bool defer);
-/* Partial residency: model gives up its last layers on device, so that
+/* Partial residency: with expert residency, model first gives up its
+ * coldest experts on device (swap_experts.c: every layer's, the lowest
+ * hotness first, each leaving all the shards that hold it at once, at
+ * once and without a copy back: the host tier's copy stays, else the
+ * checkpoint's is read again) and stays resident if that freed enough;
+ * then, or without expert residency, it gives up its last layers on device, so that
  * another model's load fits there while it keeps its first ones. model must
  * be idle (no swap_use_begin in flight, not in transition: ERR_BUSY) and
  * resident or partly resident (ERR_INVALID otherwise, and when it has no
@@ -267,6 +280,31 @@ int swap_offload(struct swap_manager *mgr, struct swap_model *model, bool defer)
  * stats.bytes_trimmed. Any thread; never waits. */
 int swap_trim(struct swap_manager *mgr, struct swap_model *model, int device, uint64_t bytes,
               uint64_t *released);
+
+/* Expert-level residency, on the compute thread of shard's step (its
+ * model in use: swap_use_begin): the step's sparse layer `layer` (local)
+ * routed rows[e] rows, real[e] of them real tokens, to each of n_experts
+ * experts. Adds real to the model's hotness (TP rank 0 only: every rank
+ * routes alike) and, for each expert the shard holds with rows and lacks,
+ * places it on every shard that holds it (evicting the coldest experts of
+ * other idle models on a device without room) and queues its copy on
+ * their loaders, all of the layer's at once; the caller then waits on
+ * each one's blob event (swap_shard_blob_ready, store_shard's
+ * layout.expert_blob). An expert it cannot place gets ok[e] = 0 and the
+ * call returns ERR_BUSY naming the device and bytes (the other experts
+ * are still brought). 0 at once for a model without expert residency.
+ * Never waits. */
+int swap_experts_request(struct swap_manager *mgr, const struct swap_shard *shard, int layer,
+                         const int *rows, const int *real, int n_experts, uint8_t *ok);
+/* The model's expert hotness, (layers, experts) row-major into out (cap
+ * floats; NULL: just the shape): each (layer, expert)'s routed real
+ * tokens decayed by 2^(-1/64) at each step of that layer. 0 layers for a
+ * model without expert residency. Takes the manager's lock. */
+int swap_model_expert_hot(struct swap_manager *mgr, const struct swap_model *model, float *out,
+                          size_t cap, int *layers, int *experts);
+/* Expert blobs on the model's devices now (one per expert per shard
+ * holding it). Takes the manager's lock. */
+uint64_t swap_model_experts_resident(struct swap_manager *mgr, const struct swap_model *model);
 
 /* Waits until no shard of the model is in transition. */
 void swap_wait_idle(struct swap_manager *mgr, struct swap_model *model);
@@ -306,8 +344,9 @@ const struct model_info *swap_model_info(const struct swap_model *model);
 const struct st_checkpoint *swap_model_checkpoint(const struct swap_model *model);
 int swap_model_tp(const struct swap_model *model);
 int swap_model_pp(const struct swap_model *model);
-/* Its placement's expert_parallel. */
+/* Its placement's expert_parallel, expert_residency. */
 bool swap_model_expert_parallel(const struct swap_model *model);
+bool swap_model_expert_residency(const struct swap_model *model);
 /* As registered (the engine keeps its own pinned flag from there). */
 bool swap_model_pinned(const struct swap_model *model);
 /* tp * pp, and shard i of them, stage-major (stage i / tp, rank i % tp).
@@ -332,6 +371,10 @@ uint64_t swap_shard_device_bytes(const struct swap_shard *sh);
  * 0 .. n_blobs - 1. The event is the manager's: wait on it, never reset,
  * signal or destroy it. */
 int swap_shard_n_blobs(const struct swap_shard *sh);
+/* Of them, 1 + its layers: the ones every step reads; with expert
+ * residency blobs [n_dense, n_blobs) are one routed expert each, read
+ * when routed to (model_layout.expert_blob). */
+int swap_shard_n_dense_blobs(const struct swap_shard *sh);
 uint64_t swap_shard_blob_bytes(const struct swap_shard *sh, int b);
 struct device_event *swap_shard_blob_ready(const struct swap_shard *sh, int b);
 /* Why the shard's last load failed (its loader's message: a checkpoint file
@@ -369,7 +412,8 @@ uint64_t swap_model_total_bytes(const struct swap_model *model);
 uint64_t swap_model_resident_bytes(struct swap_manager *mgr, const struct swap_model *model, int d);
 /* Of swap_model_total_bytes, those a load copies now: all of them from the
  * disk or host tier, the missing ones of a partly resident model (during a
- * load: the ones it brings), 0 when resident. Any thread; takes the
+ * load: the ones it brings), 0 when resident but for the experts it lacks
+ * (expert residency). Any thread; takes the
  * manager's lock. */
 uint64_t swap_model_missing_bytes(struct swap_manager *mgr, const struct swap_model *model);
 /* The precision its shards compute in (the checkpoint's default at

@@ -10,15 +10,24 @@
 #include "swap/store.h"
 #include "swap/swap.h"
 
+/* A loader job: the shard it moves and what it does (enum loader_kind). */
+struct shard_job {
+    struct workq_item item;
+    struct swap_shard *sh;
+    int kind;
+};
+
 /* One TP x PP shard: its blobs in the shard store (st: the model view,
  * layout, host and device copies, events, load error) and its residency.
  * Fixed from registration to unregistration, read without the lock:
  * model, stage, rank, device, remote, st's fixed part, device_bytes,
  * host_bytes. Under mgr->lock (the tier's lock): st.host[], st.dev[],
  * state, failed, the load times (a loader fills the bytes of host[b] and
- * dev[b] outside it, for the job it holds). job_kind: written by
+ * dev[b] outside it, for the job it holds). job.kind: written by
  * loader_submit before it posts job, read by the loader thread; job: its
- * loader's work queue's. */
+ * loader's work queue's. With expert residency, an expert blob's dev[b]
+ * (b >= n_dense, b < kept) may be freed (a hole: its event reset) and
+ * placed again under the lock while the model stays resident. */
 struct swap_shard {
     struct swap_model *model;
     int stage, rank, device;
@@ -36,9 +45,14 @@ struct swap_shard {
     int kept;
     bool failed;               /* the last load failed: the device copy is garbage */
     double load_t0, load_t1;   /* last load: queued, last blob on the device */
-    /* the shard's place in its loader's queue (a shard has one job at a time) */
-    int job_kind;
-    struct workq_item job;
+    int layer_begin;           /* its first layer (fixed) */
+    /* the shard's place in its loader's queue: job, one transition at a
+     * time; xjob, the on-demand expert loads (swap_experts.c), beside it.
+     * Under mgr->lock: xjob_state, and xjob_again (a blob armed while xjob
+     * ran, which it may have passed: xjob runs once more) */
+    struct shard_job job, xjob;
+    enum { XJOB_IDLE, XJOB_QUEUED, XJOB_RUNNING } xjob_state;
+    bool xjob_again;
 };
 
 /* A registered model. Fixed from swap_register to swap_unregister, read
@@ -65,6 +79,13 @@ struct swap_model {
     int shards_busy;           /* shards still loading or offloading */
     int load_status;           /* 0, or the error of the last load */
     double load_t0, load_t1;   /* last load: requested, every shard on its device */
+    /* expert-level residency (placement.expert_residency, fixed): each
+     * routed expert is a blob of its own on each shard holding it; under
+     * mgr->lock, hot (n_layers, hot_experts): every (layer, expert)'s
+     * routed tokens, decayed (swap_experts.c) */
+    bool expert_residency;
+    int hot_experts;
+    float *hot;
 };
 
 enum loader_kind {
@@ -72,6 +93,7 @@ enum loader_kind {
                       * copy, blob by blob */
     LOADER_PREFETCH, /* host copy only */
     LOADER_OFFLOAD,  /* device -> host copy of the leaving blobs ([kept, n)) the host lacks */
+    LOADER_EXPERTS,  /* the expert blobs placed on demand (swap_experts_request) */
 };
 
 /* One thread per device moving that device's shards: FIFO jobs (the
@@ -113,6 +135,30 @@ bool swap_model_resident(const struct swap_model *model);
 bool swap_model_partial(const struct swap_model *model);
 /* Device bytes of the model's blobs on device d now (mgr->lock held). */
 uint64_t swap_model_held_locked(const struct swap_model *model, int d);
+
+/* The host tier's drop rules of a load of keep (mgr->lock held when
+ * used): idle models' copies, not keep's. */
+struct tier_room {
+    struct swap_manager *mgr;
+    const struct swap_model *keep;
+};
+bool swap_tier_droppable(void *arg, const struct store_shard *st);
+void swap_tier_dropped(void *arg, struct store_shard *st);
+uint64_t swap_blob_device_bytes(const struct swap_shard *sh, int b);
+bool swap_model_in_transition(const struct swap_model *model);
+
+/* ---- expert-level residency (swap_experts.c), mgr->lock held ---- */
+
+/* Blob of routed expert e of layer l (global) on sh, or -1. */
+int swap_expert_blob(const struct swap_shard *sh, int l, int e);
+/* Frees model's experts on device, coldest first (any layer), until at
+ * least bytes are freed there or none is left there; each expert leaves
+ * every shard holding it (its TP slices together). Returns the bytes freed
+ * on device; *all, those freed on every device. The model is idle. */
+uint64_t swap_experts_trim_locked(struct swap_manager *mgr, struct swap_model *model, int device,
+                                  uint64_t bytes, uint64_t *all);
+/* Device bytes of the expert blobs missing among sh's kept blobs (holes). */
+uint64_t swap_experts_missing(const struct swap_shard *sh);
 
 int loader_start(struct loader *l, struct swap_manager *mgr, int device);
 void loader_stop(struct loader *l);

@@ -149,11 +149,11 @@ static int plan_moe(struct model_planner *p, const char *prefix, const struct mo
                     &L->moe.router));
     for (int e = eb; e < ee; e++) {
         struct expert_weights *x = &L->experts[e];
-        TRY(plan_expert(p, blob, NAME2("%s.experts.%d.%s.weight", moe, e, nm[0]), F, H, f0, fr, 0,
-                        H, &x->gate));
-        TRY(plan_expert(p, blob, NAME2("%s.experts.%d.%s.weight", moe, e, nm[1]), F, H, f0, fr, 0,
-                        H, &x->up));
-        TRY(plan_expert(p, blob, NAME2("%s.experts.%d.%s.weight", moe, e, nm[2]), H, F, 0, H, f0,
+        TRY(plan_expert(p, blob, e, NAME2("%s.experts.%d.%s.weight", moe, e, nm[0]), F, H, f0, fr,
+                        0, H, &x->gate));
+        TRY(plan_expert(p, blob, e, NAME2("%s.experts.%d.%s.weight", moe, e, nm[1]), F, H, f0, fr,
+                        0, H, &x->up));
+        TRY(plan_expert(p, blob, e, NAME2("%s.experts.%d.%s.weight", moe, e, nm[2]), H, F, 0, H, f0,
                         fr, &x->down));
     }
     L->moe.experts = L->experts;
