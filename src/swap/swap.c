@@ -199,6 +199,9 @@ void swap_manager_destroy(struct swap_manager *mgr)
 /* What a model in transition is doing, for refusals (mgr->lock held). */
 static const char *transition_name(const struct swap_model *model)
 {
+    for (int s = 0; s < model->tp * model->pp; s++)
+        if (model->shards[s].xjob_state != XJOB_IDLE)
+            return "an expert a step needed is still being copied in";
     for (int s = 0; s < model->tp * model->pp; s++) {
         if (model->shards[s].state == RES_LOADING)
             return "it is still loading";
