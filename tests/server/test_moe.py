@@ -5,7 +5,9 @@ in /metrics (ctest: server_moe).
 One server serves the committed Mixtral fixture (mixtral_moe_f32, no
 tokenizer: token-id prompts) twice: whole on one device, and over two
 devices with its experts placed whole on the TP ranks (expert_parallel,
-from a config file), whose counts still cover every expert. Before any request no
+from a config file), whose counts still cover every expert, and a third
+time with expert-level residency (expert_residency, the same file), which
+answers alike and shows its experts' hotness summary and residency. Before any request no
 shardswap_expert_tokens_total sample is shown; after requests alone and
 then at once (left-padded in one batch), each layer's samples sum to
 top-k x the real tokens the model ran (each prompt's tokens and every
@@ -28,7 +30,7 @@ import harness  # noqa: E402
 from harness import check  # noqa: E402
 
 FX = "mixtral_moe_f32"
-NAMES = ("fx_moe", "fx_moe_ep")  # whole; tp 2 with expert_parallel
+NAMES = ("fx_moe", "fx_moe_ep", "fx_moe_xr")  # whole; tp 2 with expert_parallel; expert residency
 A = None
 S = {}
 RAN = {n: 0 for n in NAMES}  # real tokens each model ran so far
@@ -102,6 +104,28 @@ def test_counts_batched():
     check_counts("requests at once")
 
 
+def test_expert_residency_metrics():
+    """Only the model with expert residency has the hotness summary: three
+    shares in [0, 1], growing with the fraction, the top quarter's > 0 after
+    requests; every expert blob resident (nothing trimmed), none missing."""
+    hot, resident, missing = {}, {}, {}
+    for name, lab, v in harness.parse_metrics(srv().metrics()):
+        if name == "shardswap_expert_hot_share":
+            hot.setdefault(lab["model"], {})[lab["top"]] = v
+        elif name == "shardswap_experts_resident":
+            resident[lab["model"]] = v
+        elif name == "shardswap_expert_missing_bytes":
+            missing[lab["model"]] = v
+    check(set(hot) == {"fx_moe_xr"} and set(resident) == {"fx_moe_xr"}, "models %s" % hot)
+    h = hot["fx_moe_xr"]
+    check(set(h) == {"0.01", "0.1", "0.25"}, "tops %s" % h)
+    check(0 < h["0.01"] <= h["0.1"] <= h["0.25"] <= 1, "shares %s" % h)
+    cfg = config()
+    check(resident["fx_moe_xr"] == cfg["num_hidden_layers"] * cfg["num_local_experts"],
+          "resident %s" % resident)
+    check(missing["fx_moe_xr"] == 0, "missing %s" % missing)
+
+
 def test_metrics_promtool():
     promtool = shutil.which("promtool")
     if promtool is None:
@@ -121,12 +145,15 @@ def main():
     cfg = os.path.join(A.work_dir, "moe-ep.yaml")
     with open(cfg, "w") as f:
         f.write("models:\n  - name: %s\n    path: %s\n    tp: 2\n    devices: [0, 1]\n"
-                "    expert_parallel: true\n" % (NAMES[1], json.dumps(d)))
+                "    expert_parallel: true\n"
+                "  - name: %s\n    path: %s\n    expert_residency: true\n"
+                % (NAMES[1], json.dumps(d), NAMES[2], json.dumps(d)))
     s = harness.Server(A.bin, {NAMES[0]: d}, A.work_dir, devices=2, max_batch=4,
                        extra=["--config", cfg])
     S.update(srv=s)
     s.start()
-    tests = [test_none_before_requests, test_counts_alone, test_counts_batched, test_metrics_promtool]
+    tests = [test_none_before_requests, test_counts_alone, test_counts_batched,
+             test_expert_residency_metrics, test_metrics_promtool]
     return harness.run_and_stop(tests, S, A)
 
 
