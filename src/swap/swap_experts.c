@@ -132,7 +132,8 @@ uint64_t swap_experts_trim_locked(struct swap_manager *mgr, struct swap_model *m
         free(list);
         return 0; /* nothing freed: the layers are trimmed instead */
     }
-    qsort(list, (size_t)n, sizeof(*list), cold_cmp);
+    if (n > 1)
+        qsort(list, (size_t)n, sizeof(*list), cold_cmp);
     for (int i = 0; i < n && got < bytes; i++) {
         got += unit_release(model, list[i].l, list[i].e, device, all);
         mgr->stats.experts_evicted++;
@@ -159,7 +160,8 @@ static int place_blob(struct swap_manager *mgr, struct swap_shard *sh, int b)
             (swap_model_resident(m) || swap_model_partial(m)))
             rc = cold_add(m, sh->device, &list, &count, &cap);
     }
-    qsort(list, (size_t)count, sizeof(*list), cold_cmp);
+    if (count > 1)
+        qsort(list, (size_t)count, sizeof(*list), cold_cmp);
     rc = ERR_NOMEM;
     for (int i = 0; i < count && rc < 0; i++) {
         uint64_t all = 0;
