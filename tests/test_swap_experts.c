@@ -11,6 +11,7 @@
  *     later layer, the higher expert), freeing exactly its bytes, the model
  *     still resident; then every other expert before the last layer; a
  *     load brings every byte back, and the logits are the same;
+ *   - refused: a model without routed experts, in one line;
  *   - room: a step lacking device room for an expert evicts the coldest
  *     experts of another idle model (which stays resident) and computes the
  *     same logits; with nothing to evict it fails at once with a one-line
@@ -342,6 +343,25 @@ TEST(room)
     CHECK(memcmp(got, ref, nl * sizeof(float)) == 0);
     free(ref);
     free(got);
+    xrig_close(&g);
+}
+
+/* A model without routed experts is refused in one line, nothing kept. */
+TEST(refused)
+{
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/qwen2_bias_f32", FIXTURES);
+    struct xrig g;
+    xrig_open(&g, 1, 64u << 20);
+    static const int dev0[1] = {0};
+    struct placement pl = {.tp = 1, .pp = 1, .devices = dev0, .expert_residency = true};
+    struct swap_model *m = NULL;
+    int rc = swap_register(g.mgr, "dense", dir, &pl, false, &m);
+    CHECK_MSG(rc == ERR_INVALID && !m && strstr(err_msg(), "expert residency needs routed experts"),
+              "rc %d: '%s'", rc, err_msg());
+    struct swap_stats st;
+    swap_get_stats(g.mgr, &st);
+    CHECK(st.host_used == 0 && device_used(g.devs[0]) == 0);
     xrig_close(&g);
 }
 
