@@ -70,7 +70,12 @@ static int loader_load(struct loader *l, struct swap_shard *sh, bool to_device)
 
 /* The expert blobs placed on demand (swap_experts_request): every one
  * armed, in order, each from its host copy (made when the tier has room,
- * else staged) or the checkpoint, with its event. */
+ * else staged) or the checkpoint, with its event. A step may place and
+ * arm more of the shard's expert blobs meanwhile (under the manager's
+ * lock, which it holds from placing to arming): one this run sees placed
+ * is copied only after blob_source took that lock, so never before its
+ * event was reset; one it passed is taken by the run posted again
+ * (xjob_again). */
 static int loader_experts(struct loader *l, struct swap_shard *sh)
 {
     struct swap_manager *mgr = l->mgr;
