@@ -9,9 +9,10 @@
 
 #include "core/error.h"
 #include "sched/sim.h"
-#include "sim_setup.h"
 #include "test.h"
 #include "workload/arrival.h"
+
+#include "sim_setup.h" /* after test.h, whose test_main names a parameter setup */
 
 /* One device of 130 MB, a load of 1 s per whole model, a batch of 0.1 s.
  * Model 0: 100 MB, 2 sparse layers of 4 experts of 10 MB (20 MB dense);
