@@ -8,9 +8,12 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/random.h"
 #include "sched/sim.h"
 #include "test.h"
 #include "workload/arrival.h"
+#include "workload/computron.h"
+#include "workload/simulate.h"
 
 #include "sim_setup.h" /* after test.h, whose test_main names a parameter setup */
 
@@ -246,8 +249,75 @@ static void test_bad_shapes(void)
     CHECK(sim_run(&c, &r, 1, &st) == ERR_INVALID && strstr(err_msg(), "copy_latency_s"));
 }
 
+/* The MoE presets' shapes as the simulator takes them: their weights the
+ * bytes gen-model writes for the preset in bf16 (within 0.01%: norms of
+ * another width aside), most of them routed experts. */
+static void test_shapes(void)
+{
+    const char *names[] = {"mixtral-8x7b", "qwen3-30b-a3b"};
+    for (int i = 0; i < 2; i++) {
+        struct simulate_moe_shape sh;
+        struct model_config *cfg = NULL;
+        CHECK(simulate_moe_shape(names[i], 0, &sh) == 0 && model_preset(names[i], &cfg) == 0);
+        if (!cfg)
+            continue;
+        double gen = (double)model_checkpoint_bytes(cfg, DTYPE_BF16);
+        double routed = (double)sh.expert * sh.n_experts * sh.layers;
+        CHECK_MSG(fabs((double)sh.weights - gen) <= 1e-4 * gen && routed > 0.9 * gen &&
+                      routed < (double)sh.weights,
+                  "%s: %.0f bytes, gen-model writes %.0f; %.0f routed", names[i],
+                  (double)sh.weights, gen, routed);
+        model_config_free(cfg);
+    }
+    struct simulate_moe_shape sh;
+    CHECK(simulate_moe_shape("opt-1.3b", 0, &sh) == ERR_INVALID && strstr(err_msg(), "opt-1.3b"));
+}
+
+/* simulate_workload_experts on chat traffic (3 mixtral-shaped models cut
+ * to 2 layers, room for 1.5): off, no expert is copied and the routing
+ * skew changes nothing; on, experts are copied and a second run gives the
+ * same numbers (deterministic). */
+static void test_workload(void)
+{
+    struct workload_config c;
+    struct workload_flags wf = {.config = "chat:3:0.5"};
+    CHECK(workload_config_from_flags(&wf, &c) == 0);
+    struct sim_config costs;
+    memset(&costs, 0, sizeof(costs));
+    costs.max_batch = c.max_batch;
+    costs.load_s = 0.2;
+    costs.overlap_tail = 0.5;
+    costs.overlap_loads = true;
+    costs.base_prompt = 8;
+    costs.prefill_token_s = 0.0001;
+    for (int b = 1; b <= SIM_MAX_BATCH; b++) {
+        costs.batch_s[b] = 0.01 + 0.002 * b;
+        costs.step_s[b] = 0.005 + 0.001 * b;
+    }
+    struct simulate_moe m = {.tp = 2, .room = 1.5, .copy_latency_s = 5e-5, .zipf = 1};
+    CHECK(simulate_moe_shape("mixtral-8x7b", 2, &m.shape) == 0 && m.shape.layers == 2);
+    const char *pol[] = {"swapwise"};
+    struct simulate_summary off[2], on[2];
+    for (int k = 0; k < 2; k++) {
+        m.residency = false;
+        m.zipf = k;
+        CHECK_MSG(simulate_workload_experts(&c, &costs, pol, 1, 1, 2, 30, 1, &m, &off[k]) == 0,
+                  "%s", err_msg());
+        m.residency = true;
+        m.zipf = 1;
+        CHECK_MSG(simulate_workload_experts(&c, &costs, pol, 1, 1, 2, 30, 1, &m, &on[k]) == 0, "%s",
+                  err_msg());
+    }
+    CHECK(memcmp(&off[0], &off[1], sizeof(off[0])) == 0 && off[0].expert_loads_per_step == 0 &&
+          off[0].throughput > 0);
+    CHECK(memcmp(&on[0], &on[1], sizeof(on[0])) == 0 && on[0].expert_loads_per_step > 0 &&
+          on[0].throughput > 0);
+}
+
 int main(void)
 {
+    test_shapes();
+    test_workload();
     test_on_demand_time();
     test_cold_first();
     test_off_unchanged();
