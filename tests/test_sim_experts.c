@@ -53,14 +53,14 @@ static void two_models(struct sim_config *c, uint64_t *bytes, struct sim_moe *mo
 
 /* a (model 0) at 0, b (model 1) at 2, a again at 4. Every expert is routed
  * (top_k 4): a loads 0..1 and runs 1..1.1; b's load lacks 20 MB, so a gives
- * up two experts, the first two of layer 0 (all are equally hot), stays
- * resident, and b loads 2..3 and runs 3..3.1. At 4 a's step finds layer
- * 0's two experts missing: their room comes from idle b's two coldest
- * experts (its own ones are all routed), and the step waits 0.01 + 20 MB /
- * 100 MB/s = 0.21 s: done at 4 + 0.21 + 0.1 (three steps in all, each
- * routed: two of a, one of b). Without expert residency b's
- * load evicts a whole, and a's second request reloads it over b: 4..5,
- * done 5.1. */
+ * up two experts, the last two of layer 1 (all are equally hot: the later
+ * layer and the higher expert go first), stays resident, and b loads 2..3
+ * and runs 3..3.1. At 4 a's step finds layer 1's two experts missing:
+ * their room comes from idle b's two coldest experts (never a's own), and
+ * the step waits 0.01 + 20 MB / 100 MB/s = 0.21 s: done at 4 + 0.21 + 0.1
+ * (three steps in all, each routed: two of a, one of b). Without expert
+ * residency b's load evicts a whole, and a's second request reloads it
+ * over b: 4..5, done 5.1. */
 static void test_on_demand_time(void)
 {
     for (int on = 0; on < 2; on++) {
@@ -83,8 +83,9 @@ static void test_on_demand_time(void)
         if (on) {
             CHECK_MSG(st.loads == 2 && st.evictions == 0 && st.bytes_loaded == 150 * MB &&
                           st.expert_loads == 2 && st.expert_bytes_loaded == 20 * MB &&
-                          st.expert_trims == 4 && fabs(st.expert_wait_s - 0.21) < 1e-12 &&
-                          st.steps == 3 && st.high_water[0] == 130 * MB,
+                          st.expert_trims == 4 && st.expert_streamed == 0 &&
+                          fabs(st.expert_wait_s - 0.21) < 1e-12 && st.steps == 3 &&
+                          st.high_water[0] == 130 * MB,
                       "loads %llu evictions %llu bytes %llu experts %llu (%llu B, %llu "
                       "trimmed) wait %g steps %llu high %llu",
                       (unsigned long long)st.loads, (unsigned long long)st.evictions,

@@ -66,6 +66,7 @@ struct sim_experts {
     unsigned char *mark;          /* (experts) the experts one layer of a step routes to */
     uint64_t rng, steps;
     uint64_t gone[SCHED_MAX_DEVICES]; /* bytes of the absent ones, counted out of used */
+    uint64_t credit[SCHED_MAX_DEVICES]; /* freed on d by the current load's trims elsewhere */
     int n_gone[SCHED_MAX_DEVICES];
 };
 
@@ -248,22 +249,27 @@ static unsigned char *present_at(struct sim_experts *x, int d, int l)
     return x->present + ((size_t)d * (size_t)x->layers + (size_t)l) * (size_t)x->experts;
 }
 
-/* Expert (l, e) of model leaves device d: its bytes are free there. */
-static void expert_drop(struct sim *s, int model, int d, int l, int e)
+/* Expert (l, e) of model leaves every device it is on (its slices on the
+ * devices go together): its bytes are free there. */
+static void expert_drop(struct sim *s, int model, int l, int e)
 {
     struct sim_experts *x = s->m[model].x;
-    uint64_t eb = s->c->moe[model].expert_bytes[d];
-    present_at(x, d, l)[e] = 0;
-    x->gone[d] += eb;
-    x->n_gone[d]++;
-    s->used[d] -= eb;
+    for (int d = 0; d < x->devices; d++) {
+        uint64_t eb = s->c->moe[model].expert_bytes[d];
+        if (!present_at(x, d, l)[e])
+            continue;
+        present_at(x, d, l)[e] = 0;
+        x->gone[d] += eb;
+        x->n_gone[d]++;
+        s->used[d] -= eb;
+    }
     s->st->expert_trims++;
 }
 
-/* Of model's experts on d, the coldest (lowest hotness; the first in
- * (layer, expert) order among equals) that is not one of layer skip's
- * marked ones (skip < 0: none spared); false when none is there. */
-static bool expert_coldest(const struct sim *s, int model, int d, int skip, int *lo, int *eo)
+/* Of model's experts on d, the coldest: lowest hotness, among equals the
+ * later layer, then the higher expert (the swap manager's order); its
+ * hotness, unscaled, into *hot. False when none is there. */
+static bool expert_coldest(const struct sim *s, int model, int d, int *lo, int *eo, double *hot)
 {
     struct sim_experts *x = s->m[model].x;
     double best = INFINITY;
@@ -272,60 +278,74 @@ static bool expert_coldest(const struct sim *s, int model, int d, int skip, int 
         const unsigned char *p = present_at(x, d, l);
         const double *h = x->hot + (size_t)l * (size_t)x->experts;
         for (int e = 0; e < x->experts; e++)
-            if (p[e] && !(l == skip && x->mark[e]) && (!found || h[e] < best)) {
+            if (p[e] && h[e] <= best) {
                 best = h[e];
                 *lo = l;
                 *eo = e;
                 found = true;
             }
     }
+    *hot = best / x->hot_w;
     return found;
 }
 
-/* A trim of model on d under expert residency: its coldest experts leave
- * until `bytes` are free or none is left there. Returns the bytes freed. */
+/* A trim of model on d under expert residency: what earlier trims of the
+ * same load freed on d (credit: an expert leaves every device), then its
+ * coldest experts until `bytes` are free or none is left there. Returns
+ * the bytes freed on d; what they freed elsewhere is credit there. */
 static uint64_t experts_give(struct sim *s, int model, int d, uint64_t bytes)
 {
-    uint64_t gave = 0;
+    struct sim_experts *x = s->m[model].x;
+    uint64_t gave = x->credit[d], before[SCHED_MAX_DEVICES];
+    x->credit[d] = 0;
+    memcpy(before, s->used, sizeof(before));
     int l, e;
-    while (gave < bytes && expert_coldest(s, model, d, -1, &l, &e)) {
-        expert_drop(s, model, d, l, e);
-        gave += s->c->moe[model].expert_bytes[d];
+    double h;
+    while (gave < bytes && expert_coldest(s, model, d, &l, &e, &h)) {
+        uint64_t was = s->used[d];
+        expert_drop(s, model, l, e);
+        gave += was - s->used[d];
     }
+    for (int o = 0; o < x->devices; o++)
+        if (o != d)
+            x->credit[o] += before[o] - s->used[o];
     return gave;
 }
 
-/* Room on d for one more of model's experts (eb bytes) for its layer l,
- * whose routed experts are marked: free bytes, then the coldest expert of
- * an idle model (resident, no batch, not loading or leaving; the least
- * recently used first), then model's own coldest one the layer does not
- * use. False when none of that makes it (the expert streams through). */
-static bool expert_room(struct sim *s, int model, int d, int l, uint64_t eb)
+/* Room on every device for one more of model's experts: free bytes, then
+ * the coldest expert of the other idle models with experts (resident, no
+ * batch, not loading, leaving or paused; among equals the later model),
+ * never one of model's own. False when none is left to give (the expert
+ * streams through: the engine's step fails there instead). */
+static bool expert_room(struct sim *s, int model)
 {
     const struct sim_config *c = s->c;
-    while (c->budget[d] - s->used[d] < eb) {
+    for (;;) {
+        int d = 0;
+        while (d < c->n_devices && c->moe[model].expert_bytes[d] <= c->budget[d] - s->used[d])
+            d++;
+        if (d == c->n_devices)
+            return true;
         int v = -1, vl = 0, ve = 0;
+        double best = INFINITY;
         for (int j = 0; j < c->n_models; j++) {
             const struct sim_model *o = &s->m[j];
             int jl, je;
+            double h;
             if (j == model || !o->x || !o->resident || o->running || o->loading ||
                 o->offload_pending || o->paused || o->pause_pending)
                 continue;
-            if ((v < 0 || o->last_used < s->m[v].last_used) &&
-                expert_coldest(s, j, d, -1, &jl, &je)) {
+            if (expert_coldest(s, j, d, &jl, &je, &h) && h <= best) {
+                best = h;
                 v = j;
                 vl = jl;
                 ve = je;
             }
         }
-        if (v < 0) {
-            v = model;
-            if (!expert_coldest(s, model, d, l, &vl, &ve))
-                return false;
-        }
-        expert_drop(s, v, d, vl, ve);
+        if (v < 0)
+            return false;
+        expert_drop(s, v, vl, ve);
     }
-    return true;
 }
 
 /* splitmix64: each model's routing generator. */
@@ -373,7 +393,7 @@ static double experts_step(struct sim *s, int model, int tokens)
     }
     x->steps++;
     s->st->steps++;
-    x->hot_w /= SIM_EXPERT_DECAY;
+    x->hot_w *= exp2(1.0 / SIM_EXPERT_HALF_LIFE);
     if (x->hot_w > 1e200) { /* the same order, rescaled */
         for (size_t k = 0; k < (size_t)x->layers * (size_t)x->experts; k++)
             x->hot[k] /= x->hot_w;
@@ -406,29 +426,37 @@ static double experts_step(struct sim *s, int model, int tokens)
                 x->mark[e] = 1;
                 hot[e] += x->hot_w;
             }
-        double most = 0;
-        for (int d = 0; d < c->n_devices; d++) {
-            uint64_t eb = mo->expert_bytes[d], copied = 0;
-            unsigned char *p = present_at(x, d, l);
-            for (int e = 0; eb > 0 && e < x->experts; e++) {
-                if (!x->mark[e] || p[e])
+        uint64_t copied[SCHED_MAX_DEVICES] = {0}, most = 0;
+        for (int e = 0; e < x->experts; e++) {
+            bool missing = false;
+            for (int d = 0; d < c->n_devices; d++)
+                missing |= mo->expert_bytes[d] > 0 && !present_at(x, d, l)[e];
+            if (!x->mark[e] || !missing)
+                continue;
+            bool kept = expert_room(s, model); /* else it streams through */
+            for (int d = 0; d < c->n_devices; d++) {
+                unsigned char *p = present_at(x, d, l);
+                uint64_t eb = mo->expert_bytes[d];
+                if (eb == 0 || p[e])
                     continue;
-                if (expert_room(s, model, d, l, eb)) { /* kept; else streamed */
-                    p[e] = 1;
-                    x->gone[d] -= eb;
-                    x->n_gone[d]--;
-                    s->used[d] += eb;
-                    if (s->used[d] > s->st->high_water[d])
-                        s->st->high_water[d] = s->used[d];
-                }
-                copied += eb;
-                s->st->expert_loads++;
+                copied[d] += eb;
+                s->st->expert_bytes_loaded += eb;
+                if (!kept)
+                    continue;
+                p[e] = 1;
+                x->gone[d] -= eb;
+                x->n_gone[d]--;
+                s->used[d] += eb;
+                if (s->used[d] > s->st->high_water[d])
+                    s->st->high_water[d] = s->used[d];
             }
-            s->st->expert_bytes_loaded += copied;
-            most = (double)copied > most ? (double)copied : most;
+            s->st->expert_loads++;
+            s->st->expert_streamed += !kept;
         }
+        for (int d = 0; d < c->n_devices; d++)
+            most = copied[d] > most ? copied[d] : most;
         if (most > 0)
-            wait += c->copy_latency_s + most / rate;
+            wait += c->copy_latency_s + (double)most / rate;
     }
     s->st->expert_wait_s += wait;
     return wait;
@@ -1036,6 +1064,9 @@ static const struct sched_exec_ops exec_ops = {
 static bool act(struct sim *s, const struct sched_view *v, const struct sched_action *a)
 {
     struct sched_action trimming;
+    for (int i = 0; s->experts && i < s->c->n_models; i++)
+        if (s->m[i].x) /* credit is within one load's trims */
+            memset(s->m[i].x->credit, 0, sizeof(s->m[i].x->credit));
     if (s->experts && a->kind == SCHED_LOAD && !a->trim) { /* victims give cold experts first */
         trimming = *a;
         trimming.trim = s->forced = true;
