@@ -78,14 +78,15 @@ static json_t *row_json(double skew, const char *policy, bool on, const struct s
                         bool chat)
 {
     json_t *o =
-        json_pack("{s:o, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "routing_skew",
-                  jsonout_real(skew, 4), "policy", policy, "experts", on ? "resident" : "whole",
-                  "mean_s", jsonout_real(x->mean, 6), "p50_s", jsonout_real(x->p50, 6), "p99_s",
-                  jsonout_real(x->p99, 6), "slo_attainment", jsonout_real(x->slo, 4),
-                  "throughput_rps", jsonout_real(x->throughput, 4), "loads",
-                  jsonout_real(x->swaps, 2), "bytes_moved", jsonout_real(x->bytes, 0),
+        json_pack("{s:o, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+                  "routing_skew", jsonout_real(skew, 4), "policy", policy, "experts",
+                  on ? "resident" : "whole", "mean_s", jsonout_real(x->mean, 6), "p50_s",
+                  jsonout_real(x->p50, 6), "p99_s", jsonout_real(x->p99, 6), "slo_attainment",
+                  jsonout_real(x->slo, 4), "throughput_rps", jsonout_real(x->throughput, 4),
+                  "loads", jsonout_real(x->swaps, 2), "bytes_moved", jsonout_real(x->bytes, 0),
                   "expert_loads_per_step", jsonout_real(x->expert_loads_per_step, 3),
-                  "expert_wait_s", jsonout_real(x->expert_wait_s, 4));
+                  "expert_wait_s", jsonout_real(x->expert_wait_s, 4), "expert_streamed_per_step",
+                  jsonout_real(x->expert_streamed_per_step, 3));
     if (o && chat &&
         (json_object_set_new(o, "ttft_p50_s", jsonout_real(x->ttft_p50, 6)) |
          json_object_set_new(o, "ttft_p99_s", jsonout_real(x->ttft_p99, 6)) |
@@ -141,7 +142,8 @@ int bench_experts_run(const struct bench_experts_flags *f, const struct bench_ex
         printf("%-5s %-11s %-8s %8s %8s", "skew", "policy", "experts", "p50 ms", "p99 ms");
         if (c->chat)
             printf(" %9s %9s %9s", "ttft50 ms", "ttft99 ms", "tpot99 ms");
-        printf(" %7s %6s %8s %9s %8s\n", "req/s", "loads", "GB moved", "exp/step", "wait s");
+        printf(" %7s %6s %8s %9s %9s %8s\n", "req/s", "loads", "GB moved", "exp/step", "streamed",
+               "wait s");
     }
     for (int k = 0; k < plan->n_skews && rc == 0; k++) {
         m.zipf = plan->skews[k];
@@ -167,8 +169,9 @@ int bench_experts_run(const struct bench_experts_flags *f, const struct bench_ex
                 if (c->chat)
                     printf(" %9.1f %9.1f %9.2f", x->ttft_p50 * 1e3, x->ttft_p99 * 1e3,
                            x->tpot_p99 * 1e3);
-                printf(" %7.3f %6.1f %8.1f %9.2f %8.2f\n", x->throughput, x->swaps, x->bytes / 1e9,
-                       x->expert_loads_per_step, x->expert_wait_s);
+                printf(" %7.3f %6.1f %8.1f %9.2f %9.2f %8.2f\n", x->throughput, x->swaps,
+                       x->bytes / 1e9, x->expert_loads_per_step, x->expert_streamed_per_step,
+                       x->expert_wait_s);
             }
     }
     if (!json || rc < 0) {

@@ -34,8 +34,10 @@ static int summary_add_seed(struct simulate_summary *o, const double *lat, size_
         o->bytes +=
             (double)(st->bytes_loaded + st->adapter_bytes_loaded + st->expert_bytes_loaded) / seeds;
         o->expert_wait_s += st->expert_wait_s / seeds;
-        if (st->steps > 0)
+        if (st->steps > 0) {
             o->expert_loads_per_step += (double)st->expert_loads / (double)st->steps / seeds;
+            o->expert_streamed_per_step += (double)st->expert_streamed / (double)st->steps / seeds;
+        }
     }
     *p99 = ls.p99;
     return 0;

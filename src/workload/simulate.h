@@ -30,6 +30,8 @@ struct simulate_summary {
      * step (one per layer, expert and device), and seconds steps waited
      * for them; bytes counts those copies too */
     double throughput, expert_loads_per_step, expert_wait_s;
+    double expert_streamed_per_step; /* of those copies, the ones streamed through for want of
+                                      * room (sim_stats.expert_streamed) */
 };
 
 /* The bytes a load of rig's model 0 copies to its busiest device (its
