@@ -64,7 +64,7 @@ static void two_models(struct sim_config *c, uint64_t *bytes, struct sim_moe *mo
 static void test_on_demand_time(void)
 {
     for (int on = 0; on < 2; on++) {
-        uint64_t bytes[2];
+        uint64_t bytes[4]; /* setup fills two devices' */
         struct sim_moe moe[2];
         struct sim_config c;
         two_models(&c, bytes, moe, 4);
@@ -106,7 +106,7 @@ static void test_on_demand_time(void)
  * for nothing: done at 4.1, no expert copied. */
 static void test_cold_first(void)
 {
-    uint64_t bytes[2];
+    uint64_t bytes[4]; /* setup fills two devices' */
     struct sim_moe moe[2];
     struct sim_config c;
     two_models(&c, bytes, moe, 2);
@@ -233,7 +233,7 @@ static void test_churn(void)
 /* Shapes that do not fit their model: one-line errors naming them. */
 static void test_bad_shapes(void)
 {
-    uint64_t bytes[2];
+    uint64_t bytes[4]; /* setup fills two devices' */
     struct sim_moe moe[2];
     struct sim_config c;
     two_models(&c, bytes, moe, 2);
