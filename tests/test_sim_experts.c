@@ -24,7 +24,7 @@
  * rank 1, ...), so which experts are hot does not depend on the seed. */
 static void two_models(struct sim_config *c, uint64_t *bytes, struct sim_moe *moe, int top_k)
 {
-    setup(c, "swapwise", 2, 1, bytes);
+    setup(c, "swapwise-partial", 2, 1, bytes); /* its loads trim their victims */
     c->n_devices = 1;
     bytes[0] = 100 * MB;
     bytes[1] = 50 * MB;
@@ -126,7 +126,7 @@ static void test_cold_first(void)
  * arrivals: chat requests, so batches run prefills and decode steps. */
 static struct sim_request *churn(struct sim_config *c, uint64_t *bytes, size_t *n)
 {
-    setup(c, "swapwise", 6, 2, bytes);
+    setup(c, "swapwise-partial", 6, 2, bytes);
     c->budget[0] = c->budget[1] = 500 * MB;
     c->max_loaded = 0;
     c->base_prompt = 8;
@@ -297,7 +297,7 @@ static void test_workload(void)
     }
     struct simulate_moe m = {.tp = 2, .room = 1.5, .copy_latency_s = 5e-5, .zipf = 1};
     CHECK(simulate_moe_shape("mixtral-8x7b", 2, &m.shape) == 0 && m.shape.layers == 2);
-    const char *pol[] = {"swapwise"};
+    const char *pol[] = {"swapwise-partial"}; /* its loads trim: experts go */
     struct simulate_summary off[2], on[2];
     for (int k = 0; k < 2; k++) {
         m.residency = false;

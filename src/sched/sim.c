@@ -94,7 +94,6 @@ struct sim {
     double now;
     double wake_at; /* the earliest SCHED_WAKE asked for */
     bool experts;   /* some model's experts are units of residency */
-    bool forced;    /* a load carried out as trimming for them: dense victims leave whole */
 };
 
 /* Of sim_config.kv_bytes, model's on d (0 without). */
@@ -992,8 +991,6 @@ static uint64_t exec_trim(void *ctx, int model, int d, uint64_t bytes)
     uint64_t lb = layer_of(s, model, d);
     if (m->x)
         return experts_trim(s, model, d, bytes);
-    if (s->forced)
-        return 0;
     if ((!m->resident && !m->kept) || m->running || m->loading || m->offload_pending ||
         s->c->layers <= 0)
         return 0;
@@ -1063,17 +1060,10 @@ static const struct sched_exec_ops exec_ops = {
  * queue and state per model" */
 static bool act(struct sim *s, const struct sched_view *v, const struct sched_action *a)
 {
-    struct sched_action trimming;
     for (int i = 0; s->experts && i < s->c->n_models; i++)
         if (s->m[i].x) /* credit is within one load's trims */
             memset(s->m[i].x->credit, 0, sizeof(s->m[i].x->credit));
-    if (s->experts && a->kind == SCHED_LOAD && !a->trim) { /* victims give cold experts first */
-        trimming = *a;
-        trimming.trim = s->forced = true;
-        a = &trimming;
-    }
     bool ok = sched_act(&exec_ops, s, v, a);
-    s->forced = false;
     FILE *f = s->c->trace;
     if (!f || !ok || a->kind == SCHED_WAKE)
         return ok;

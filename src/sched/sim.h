@@ -120,12 +120,13 @@ struct sim_config {
      * weights and nothing below happens (the results are those of moe
      * NULL, bit for bit). With it true, each sparse layer's routed experts
      * are units of residency (an expert's slices on every device come and
-     * go together), as the swap manager keeps them: a load's victims give
-     * up their coldest experts first (every SCHED_LOAD is carried out as
-     * one with sched_action.trim; a victim that gave only experts stays
-     * resident, and the policy sees it resident, holding what it holds;
-     * dense victims leave whole), then whole layers as partial residency
-     * does (only once every expert on the device is gone); a batch routes
+     * go together), as the swap manager keeps them: the victims of a
+     * trimming load (sched_action.trim: swapwise-partial's and
+     * clairvoyant-partial's) give up their coldest experts first (one
+     * that gave only experts stays resident, and the policy sees it
+     * resident, holding what it holds), then whole layers as partial
+     * residency does (only once every expert on the device is gone); other
+     * policies' victims leave whole, as without it; a batch routes
      * each token of each step to top_k experts per sparse layer (sim_moe's
      * Zipf trace), and a step whose routing picks experts not on the
      * devices waits, layer by layer, copy_latency_s plus the most bytes
