@@ -760,10 +760,11 @@ int bench_workload(int argc, char **argv)
         FLAG("expert-residency", FLAG_STR, &ef.mode, "on|off|both",
              "--simulate, --preset mixtral-8x7b or qwen3-30b-a3b: the models are mixtures of "
              "experts of the preset's shape (no weights: every cost must be given), served "
-             "with whole-model swapping (off), with expert-level residency (on: a load's "
-             "victims give up their coldest experts first and stay resident, a step waits "
-             "for the experts its routing picks that are not on the devices), or both side by "
-             "side (default both, once any expert flag is given), per --routing-skew"),
+             "without expert-level residency (off), with it (on: the victims of a trimming "
+             "policy's load, swapwise-partial's or clairvoyant-partial's, give up their "
+             "coldest experts first and stay resident, other policies' leave whole; a step "
+             "waits for the experts its routing picks that are not on the devices), or both "
+             "side by side (default both, once any expert flag is given), per --routing-skew"),
         FLAG("routing-skew", FLAG_STR, &ef.skews, "S1,S2,...",
              "--expert-residency: Zipf exponents of the routing trace, each token of each step "
              "picking top_k experts per layer, expert of popularity rank r with weight "
