@@ -139,7 +139,7 @@ int bench_experts_run(const struct bench_experts_flags *f, const struct bench_ex
         if (f->drift > 0)
             printf("routing drift: the popularity ranking rotates by one every %d steps\n",
                    f->drift);
-        printf("%-5s %-11s %-8s %8s %8s", "skew", "policy", "experts", "p50 ms", "p99 ms");
+        printf("%-5s %-16s %-8s %8s %8s", "skew", "policy", "experts", "p50 ms", "p99 ms");
         if (c->chat)
             printf(" %9s %9s %9s", "ttft50 ms", "ttft99 ms", "tpot99 ms");
         printf(" %7s %6s %8s %9s %9s %8s\n", "req/s", "loads", "GB moved", "exp/step", "streamed",
@@ -164,7 +164,7 @@ int bench_experts_run(const struct bench_experts_flags *f, const struct bench_ex
                     json_array_append_new(rows, row_json(m.zipf, policies[p], on, x, c->chat));
                     continue;
                 }
-                printf("%-5g %-11s %-8s %8.1f %8.1f", m.zipf, policies[p],
+                printf("%-5g %-16s %-8s %8.1f %8.1f", m.zipf, policies[p],
                        on ? "resident" : "whole", x->p50 * 1e3, x->p99 * 1e3);
                 if (c->chat)
                     printf(" %9.1f %9.1f %9.2f", x->ttft_p50 * 1e3, x->ttft_p99 * 1e3,
