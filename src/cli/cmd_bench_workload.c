@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli/args.h"
+#include "cli/bench_experts.h"
 #include "cli/commands.h"
 #include "cli/model_cache.h"
 #include "cli/sim_controls.h"
@@ -619,7 +620,9 @@ int bench_workload(int argc, char **argv)
     const char *preset = "opt-1.3b", *dtype_s = "f16", *cache = "models", *out_dir = "bench-out";
     const char *compute_s = NULL;
     const char *devices_s = NULL;
-    int layers = 2, tp = 0 /* 2, or --devices' count */, n_models = 0, max_loaded = 0, max_batch = 0, rr_requests = 40;
+    int layers = 0 /* 2, or with --expert-residency the preset's */,
+        tp = 0 /* 2, or --devices' count */, n_models = 0, max_loaded = 0, max_batch = 0,
+        rr_requests = 40;
     float cv = 0, duration = 20, alpha = -1, total_rate = 0, slo = 0, slo_scale = 5, link = 0;
     float slo_ttft = CHAT_SLO_TTFT_S, slo_tpot = CHAT_SLO_TPOT_S;
     uint64_t seed = 1;
@@ -629,6 +632,7 @@ int bench_workload(int argc, char **argv)
     const char *costs_file = NULL, *costs_out = NULL, *batch_cost = NULL;
     const char *adapter_dir = NULL;
     float load_per_gb = 0;
+    struct bench_experts_flags ef = {0};
     struct flag flags[] = {
         FLAG("config", FLAG_STR, &config_s, "computron:K|chat:M:R[:CV[:ZIPF]]|round-robin|custom",
              "Computron's config K (0..18), chat traffic (M models with Zipf(ZIPF, default 1) "
@@ -678,7 +682,8 @@ int bench_workload(int argc, char **argv)
                    1e6, "0 < X <= 1000000"),
         FLAG_CHOICE("preset", &preset, "NAME", "model shape (default opt-1.3b)",
                     model_preset_names()),
-        FLAG_RANGE("layers", FLAG_INT, &layers, "N", "layers per model (default 2)", 1, 4096,
+        FLAG_RANGE("layers", FLAG_INT, &layers, "N",
+                   "layers per model (default 2; --expert-residency: the preset's)", 1, 4096,
                    "1..4096"),
         FLAG("dtype", FLAG_STR, &dtype_s, "f16|bf16|f32", "model dtype (default f16)"),
         COMPUTE_FLAG(&compute_s),
@@ -752,6 +757,30 @@ int bench_workload(int argc, char **argv)
              "--adapters in real time: DIR/adapter_0 .. DIR/adapter_{N-1}, PEFT adapters of "
              "model 0's shape (e.g. tools/make_random_lora.py's; default: generated, random, "
              "rank --adapter-rank)"),
+        FLAG("expert-residency", FLAG_STR, &ef.mode, "on|off|both",
+             "--simulate, --preset mixtral-8x7b or qwen3-30b-a3b: the models are mixtures of "
+             "experts of the preset's shape (no weights: every cost must be given), served "
+             "without expert-level residency (off), with it (on: the victims of a trimming "
+             "policy's load, swapwise-partial's or clairvoyant-partial's, give up their "
+             "coldest experts first and stay resident, other policies' leave whole; a step "
+             "waits for the experts its routing picks that are not on the devices), or both "
+             "side by side (default both, once any expert flag is given), per --routing-skew"),
+        FLAG("routing-skew", FLAG_STR, &ef.skews, "S1,S2,...",
+             "--expert-residency: Zipf exponents of the routing trace, each token of each step "
+             "picking top_k experts per layer, expert of popularity rank r with weight "
+             "1/(r+1)^S (0: uniform; default 0,0.6,1.2,2; at most 8)"),
+        FLAG_RANGE("routing-drift", FLAG_INT, &ef.drift, "N",
+                   "--expert-residency: the popularity ranking rotates by one expert every N "
+                   "steps of a model (default: never)",
+                   1, 100000000, "1..100000000"),
+        FLAG_RANGE("room", FLAG_FLOAT, &ef.room, "X",
+                   "--expert-residency: each device's memory, in models' shards (weights and "
+                   "batch reserve; default --max-loaded + 0.5)",
+                   1, 1e6, "1..1000000"),
+        FLAG_RANGE("copy-latency-s", FLAG_FLOAT, &ef.copy_latency_s, "S",
+                   "--expert-residency: the fixed cost of one layer's on-demand expert copies, "
+                   "on top of their bytes at the load's rate (default 0.00005)",
+                   FLT_TRUE_MIN, 10, "0 < S <= 10"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of tables"),
     };
     int rc = args_parse("bench workload",
@@ -787,6 +816,9 @@ int bench_workload(int argc, char **argv)
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
+    const int moe_layers = layers; /* 0: the preset's */
+    if (layers == 0)
+        layers = 2;
     struct workload_config c = {0};
     const char *policies[MAX_POLICIES];
     int n_pol = 0;
@@ -934,6 +966,29 @@ int bench_workload(int argc, char **argv)
     if (batch_cost && (rc = sim_costs_parse_curve("--batch-cost", batch_cost, given.c.batch_s,
                                                   &given.c.batch_max)) < 0)
         goto bad_flag;
+    if (bench_experts_any(&ef)) { /* shapes, not models: nothing is generated */
+        struct bench_experts_plan plan;
+        char from[600];
+        if (!simulated || all || n_adapters > 0) {
+            rc = err_set(ERR_INVALID, "--expert-residency, --routing-skew, --routing-drift, "
+                                      "--room and --copy-latency-s need --simulate and one "
+                                      "config, without --adapters");
+            goto bad_flag;
+        }
+        if ((rc = bench_experts_parse(&ef, &plan)) < 0 ||
+            (rc = simulate_moe_shape(preset, 0, &(struct simulate_moe_shape){0})) < 0)
+            goto bad_flag;
+        if (given.out) {
+            rc = err_set(ERR_INVALID, "--costs-out: --expert-residency measures nothing; its "
+                                      "costs are the ones given");
+            goto bad_flag;
+        }
+        costs_from(&given, false, from, sizeof(from));
+        rc = bench_experts_run(&ef, &plan, &c, config_s, preset, moe_layers, tp, &given.c, from,
+                               &ctl, policies, n_pol, seed, seeds, duration, slo, slo_scale, json);
+        usage = rc == ERR_INVALID;
+        goto out;
+    }
     if (all) /* one model measures the costs; every config's models have its shape */
         c.n_models = 1;
     /* --simulate measures on model 0 only: every simulated model has its shape */

@@ -50,6 +50,24 @@ struct sim_model {
     /* its adapters' bytes on the devices (resident or loading), counted
      * in used */
     uint64_t adapters_held[SCHED_MAX_DEVICES];
+    struct sim_experts *x; /* expert residency (NULL: off, or a dense model) */
+};
+
+/* A model's routed experts under expert residency (sim_config.moe): which
+ * are on each device while it is resident or kept (all of them otherwise:
+ * a load brings them all), their hotness and its routing trace. */
+struct sim_experts {
+    int devices, layers, experts; /* n_devices, sparse layers, experts per layer */
+    unsigned char *present;       /* (n_devices, layers, experts) */
+    double *hot;                  /* (layers, experts) routed tokens, decayed: x hot_w */
+    double hot_w;                 /* a routed token's weight now (1 / decay per step) */
+    int *perm;                    /* (layers, experts) popularity rank -> expert */
+    double *cdf;                  /* (experts) cumulative rank weights, the last 1 */
+    unsigned char *mark;          /* (experts) the experts one layer of a step routes to */
+    uint64_t rng, steps;
+    uint64_t gone[SCHED_MAX_DEVICES]; /* bytes of the absent ones, counted out of used */
+    uint64_t credit[SCHED_MAX_DEVICES]; /* freed on d by the current load's trims elsewhere */
+    int n_gone[SCHED_MAX_DEVICES];
 };
 
 /* An adapter (sim_config.n_adapters): on its base's devices (resident;
@@ -75,6 +93,7 @@ struct sim {
     struct sim_stats *st;
     double now;
     double wake_at; /* the earliest SCHED_WAKE asked for */
+    bool experts;   /* some model's experts are units of residency */
 };
 
 /* Of sim_config.kv_bytes, model's on d (0 without). */
@@ -167,12 +186,28 @@ static uint64_t layer_of(const struct sim *s, int model, int d)
 }
 
 /* m holds all of itself or nothing again: no layer given up, no reserve
- * left to count. */
+ * left to count, every expert there (or to come with its next load). */
 static void kept_clear(struct sim_model *m)
 {
     m->kept = false;
     memset(m->trimmed, 0, sizeof(m->trimmed));
     memset(m->uncounted, 0, sizeof(m->uncounted));
+    struct sim_experts *x = m->x;
+    if (x) {
+        memset(x->present, 1, (size_t)x->devices * (size_t)x->layers * (size_t)x->experts);
+        memset(x->gone, 0, sizeof(x->gone));
+        memset(x->n_gone, 0, sizeof(x->n_gone));
+    }
+}
+
+/* Of one of model's layers on d, what a layer trim frees once its experts
+ * are gone: the k-th layer given up, counted from the last, is sparse for k
+ * < sparse_layers (its experts already out of used), dense otherwise. */
+static uint64_t layer_rest(const struct sim *s, int model, int d, int k)
+{
+    const struct sim_experts *x = s->m[model].x;
+    uint64_t lb = layer_of(s, model, d);
+    return x && k < x->layers ? lb - (uint64_t)x->experts * s->c->moe[model].expert_bytes[d] : lb;
 }
 
 /* What model holds on device d now, counted in used[d]: moving_of while
@@ -182,9 +217,248 @@ static void kept_clear(struct sim_model *m)
 static uint64_t held_on(const struct sim *s, int model, int d)
 {
     const struct sim_model *m = &s->m[model];
+    if (m->x && (m->resident || m->kept)) { /* less its absent experts */
+        uint64_t held =
+            (m->resident ? moving_of(s, model, d) : weights_of(s, model, d)) - m->x->gone[d];
+        for (int k = 0; !m->resident && k < m->trimmed[d]; k++)
+            held -= layer_rest(s, model, d, k);
+        return held;
+    }
     if (m->resident)
         return moving_of(s, model, d);
     return m->kept ? weights_of(s, model, d) - (uint64_t)m->trimmed[d] * layer_of(s, model, d) : 0;
+}
+
+/* ---- expert residency (sim_config.expert_residency) ---- */
+
+static void experts_free(struct sim_experts *x)
+{
+    if (!x)
+        return;
+    free(x->present);
+    free(x->hot);
+    free(x->perm);
+    free(x->cdf);
+    free(x->mark);
+    free(x);
+}
+
+static unsigned char *present_at(struct sim_experts *x, int d, int l)
+{
+    return x->present + ((size_t)d * (size_t)x->layers + (size_t)l) * (size_t)x->experts;
+}
+
+/* Expert (l, e) of model leaves every device it is on (its slices on the
+ * devices go together): its bytes are free there. */
+static void expert_drop(struct sim *s, int model, int l, int e)
+{
+    struct sim_experts *x = s->m[model].x;
+    for (int d = 0; d < x->devices; d++) {
+        uint64_t eb = s->c->moe[model].expert_bytes[d];
+        if (!present_at(x, d, l)[e])
+            continue;
+        present_at(x, d, l)[e] = 0;
+        x->gone[d] += eb;
+        x->n_gone[d]++;
+        s->used[d] -= eb;
+    }
+    s->st->expert_trims++;
+}
+
+/* Of model's experts on d, the coldest: lowest hotness, among equals the
+ * later layer, then the higher expert (the swap manager's order); its
+ * hotness, unscaled, into *hot. False when none is there. */
+static bool expert_coldest(const struct sim *s, int model, int d, int *lo, int *eo, double *hot)
+{
+    struct sim_experts *x = s->m[model].x;
+    double best = INFINITY;
+    bool found = false;
+    for (int l = 0; l < x->layers; l++) {
+        const unsigned char *p = present_at(x, d, l);
+        const double *h = x->hot + (size_t)l * (size_t)x->experts;
+        for (int e = 0; e < x->experts; e++)
+            if (p[e] && h[e] <= best) {
+                best = h[e];
+                *lo = l;
+                *eo = e;
+                found = true;
+            }
+    }
+    *hot = best / x->hot_w;
+    return found;
+}
+
+/* A trim of model on d under expert residency: what earlier trims of the
+ * same load freed on d (credit: an expert leaves every device), then its
+ * coldest experts until `bytes` are free or none is left there. Returns
+ * the bytes freed on d; what they freed elsewhere is credit there. */
+static uint64_t experts_give(struct sim *s, int model, int d, uint64_t bytes)
+{
+    struct sim_experts *x = s->m[model].x;
+    uint64_t gave = x->credit[d], before[SCHED_MAX_DEVICES];
+    x->credit[d] = 0;
+    memcpy(before, s->used, sizeof(before));
+    int l, e;
+    double h;
+    while (gave < bytes && expert_coldest(s, model, d, &l, &e, &h)) {
+        uint64_t was = s->used[d];
+        expert_drop(s, model, l, e);
+        gave += was - s->used[d];
+    }
+    for (int o = 0; o < x->devices; o++)
+        if (o != d)
+            x->credit[o] += before[o] - s->used[o];
+    return gave;
+}
+
+/* Room on every device for one more of model's experts: free bytes, then
+ * the coldest expert of the other idle models with experts (resident, no
+ * batch, not loading, leaving or paused; among equals the later model),
+ * never one of model's own. False when none is left to give (the expert
+ * streams through: the engine's step fails there instead). */
+static bool expert_room(struct sim *s, int model)
+{
+    const struct sim_config *c = s->c;
+    for (;;) {
+        int d = 0;
+        while (d < c->n_devices && c->moe[model].expert_bytes[d] <= c->budget[d] - s->used[d])
+            d++;
+        if (d == c->n_devices)
+            return true;
+        int v = -1, vl = 0, ve = 0;
+        double best = INFINITY;
+        for (int j = 0; j < c->n_models; j++) {
+            const struct sim_model *o = &s->m[j];
+            int jl, je;
+            double h;
+            if (j == model || !o->x || !o->resident || o->running || o->loading ||
+                o->offload_pending || o->paused || o->pause_pending)
+                continue;
+            if (expert_coldest(s, j, d, &jl, &je, &h) && h <= best) {
+                best = h;
+                v = j;
+                vl = jl;
+                ve = je;
+            }
+        }
+        if (v < 0)
+            return false;
+        expert_drop(s, v, vl, ve);
+    }
+}
+
+/* splitmix64: each model's routing generator. */
+static uint64_t route_next(uint64_t *st)
+{
+    uint64_t z = (*st += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* One popularity rank of the Zipf trace (sim_moe.zipf). */
+static int route_rank(struct sim_experts *x)
+{
+    double u = (double)(route_next(&x->rng) >> 11) * 0x1.0p-53;
+    int lo = 0, hi = x->experts - 1;
+    while (lo < hi) { /* the first rank whose cumulative weight passes u */
+        int mid = (lo + hi) / 2;
+        if (x->cdf[mid] > u)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* One step of model over `tokens` tokens under expert residency: each token
+ * picks top_k distinct experts per sparse layer (rejection, then after 8
+ * top_k tries the most popular rank not yet picked), each routed expert's
+ * hotness grows, and the experts missing on a device are copied there
+ * (expert_room, else streamed). Returns the time the step waits for them:
+ * per layer with any missing, copy_latency_s plus the most bytes one
+ * device copies over the link. */
+static double experts_step(struct sim *s, int model, int tokens)
+{
+    const struct sim_config *c = s->c;
+    const struct sim_moe *mo = &c->moe[model];
+    struct sim_experts *x = s->m[model].x;
+    double rate = c->link_bytes_per_s, wait = 0;
+    if (rate <= 0) { /* a whole load's: the largest shard's weights over load_s */
+        uint64_t w = 0;
+        for (int d = 0; d < c->n_devices; d++)
+            w = weights_of(s, model, d) > w ? weights_of(s, model, d) : w;
+        rate = c->load_s > 0 ? (double)w / c->load_s : INFINITY;
+    }
+    x->steps++;
+    s->st->steps++;
+    x->hot_w *= exp2(1.0 / SIM_EXPERT_HALF_LIFE);
+    if (x->hot_w > 1e200) { /* the same order, rescaled */
+        for (size_t k = 0; k < (size_t)x->layers * (size_t)x->experts; k++)
+            x->hot[k] /= x->hot_w;
+        x->hot_w = 1;
+    }
+    int shift = mo->drift_steps > 0
+                    ? (int)((x->steps / (uint64_t)mo->drift_steps) % (uint64_t)x->experts)
+                    : 0;
+    int picked[SIM_MAX_TOP_K];
+    for (int l = 0; l < x->layers; l++) {
+        const int *perm = x->perm + (size_t)l * (size_t)x->experts;
+        double *hot = x->hot + (size_t)l * (size_t)x->experts;
+        memset(x->mark, 0, (size_t)x->experts);
+        for (int t = 0; t < tokens; t++)
+            for (int k = 0; k < mo->top_k; k++) {
+                int r = -1;
+                for (int tries = 0; r < 0 && tries < 8 * mo->top_k; tries++) {
+                    r = route_rank(x);
+                    for (int j = 0; j < k && r >= 0; j++)
+                        r = picked[j] == r ? -1 : r;
+                }
+                for (int q = 0; r < 0; q++) { /* the most popular rank not picked */
+                    bool taken = false;
+                    for (int j = 0; j < k; j++)
+                        taken |= picked[j] == q;
+                    r = taken ? -1 : q;
+                }
+                picked[k] = r;
+                int e = perm[(r + shift) % x->experts];
+                x->mark[e] = 1;
+                hot[e] += x->hot_w;
+            }
+        uint64_t copied[SCHED_MAX_DEVICES] = {0}, most = 0;
+        for (int e = 0; e < x->experts; e++) {
+            bool missing = false;
+            for (int d = 0; d < c->n_devices; d++)
+                missing |= mo->expert_bytes[d] > 0 && !present_at(x, d, l)[e];
+            if (!x->mark[e] || !missing)
+                continue;
+            bool kept = expert_room(s, model); /* else it streams through */
+            for (int d = 0; d < c->n_devices; d++) {
+                unsigned char *p = present_at(x, d, l);
+                uint64_t eb = mo->expert_bytes[d];
+                if (eb == 0 || p[e])
+                    continue;
+                copied[d] += eb;
+                s->st->expert_bytes_loaded += eb;
+                if (!kept)
+                    continue;
+                p[e] = 1;
+                x->gone[d] -= eb;
+                x->n_gone[d]--;
+                s->used[d] += eb;
+                if (s->used[d] > s->st->high_water[d])
+                    s->st->high_water[d] = s->used[d];
+            }
+            s->st->expert_loads++;
+            s->st->expert_streamed += !kept;
+        }
+        for (int d = 0; d < c->n_devices; d++)
+            most = copied[d] > most ? copied[d] : most;
+        if (most > 0)
+            wait += c->copy_latency_s + (double)most / rate;
+    }
+    s->st->expert_wait_s += wait;
+    return wait;
 }
 
 /* ---- adapters ---- */
@@ -403,6 +677,8 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
         for (int d = 0; d < c->n_devices; d++) {
             sm[i].bytes[d] = moving_of(s, i, d) + lack_of(s, i, d) + m->adapters_held[d] +
                              (stuck >= 0 ? adapter_bytes_on(s, stuck, d) : 0);
+            if (m->x && m->resident) /* what it holds: its absent experts are no load's */
+                sm[i].bytes[d] -= m->x->gone[d];
             sm[i].resident_bytes[d] = held_on(s, i, d) + m->adapters_held[d];
             sm[i].batch_bytes[d] = m->running || m->paused ? kv_of(s, i, d) : 0;
         }
@@ -445,17 +721,21 @@ static bool exec_running(void *ctx, int model)
 static double batch_compute(struct sim *s, struct sim_model *m, const size_t *batch, int b)
 {
     const struct sim_config *c = s->c;
+    const int model = (int)(m - s->m);
     double t = c->batch_s[b];
     m->n_steps = 0;
-    int steps = 0;
+    int steps = 0, tokens = 0;
     for (int k = 0; k < b; k++) {
         const struct sim_request *q = &s->reqs[batch[k]];
+        tokens += q->n_prompt > 0 ? q->n_prompt : 1;
         if (q->n_output <= 0)
             continue;
         if (q->n_prompt > c->base_prompt)
             t += c->prefill_token_s * (q->n_prompt - c->base_prompt);
         steps = q->n_output - 1 > steps ? q->n_output - 1 : steps;
     }
+    if (m->x) /* the prefill's routing: its experts first */
+        t += experts_step(s, model, tokens);
     for (int k = 0; k < b; k++) {
         struct sim_request *q = &s->reqs[batch[k]];
         if (q->n_output > 0)
@@ -475,6 +755,8 @@ static double batch_compute(struct sim *s, struct sim_model *m, const size_t *ba
         for (int k = 0; k < b; k++)
             live += s->reqs[batch[k]].n_output > j;
         t += c->step_s[live];
+        if (m->x)
+            t += experts_step(s, model, live);
         m->step_end[m->n_steps++] = t;
         for (int k = 0; k < b; k++) {
             struct sim_request *q = &s->reqs[batch[k]];
@@ -672,6 +954,31 @@ static void keep_part(struct sim *s, int model)
     m->paused_kv = m->paused > 0;
 }
 
+/* exec_trim under expert residency: model's coldest experts on d leave
+ * first (it stays resident, or kept); only once none is left there does
+ * a resident model become kept (keep_part) and give up whole layers, last
+ * first, each freeing what its experts had not (layer_rest). */
+static uint64_t experts_trim(struct sim *s, int model, int d, uint64_t bytes)
+{
+    struct sim_model *m = &s->m[model];
+    if ((!m->resident && !m->kept) || m->running || m->loading || m->offload_pending)
+        return 0;
+    uint64_t gave = experts_give(s, model, d, bytes);
+    s->st->trims++;
+    if (gave >= bytes || m->x->n_gone[d] < m->x->layers * m->x->experts || s->c->layers <= 0)
+        return gave;
+    if (m->resident)
+        keep_part(s, model);
+    gave += m->uncounted[d];
+    m->uncounted[d] = 0;
+    for (; gave < bytes && m->trimmed[d] < s->c->layers; m->trimmed[d]++) {
+        uint64_t r = layer_rest(s, model, d, m->trimmed[d]);
+        s->used[d] -= r;
+        gave += r;
+    }
+    return gave;
+}
+
 /* As the swap manager gives up a shard's last layers: a resident model
  * first becomes kept (keep_part: its reserve is free, on d counted now),
  * then whole layers go, last first, until at least `bytes` are free on d or
@@ -682,6 +989,8 @@ static uint64_t exec_trim(void *ctx, int model, int d, uint64_t bytes)
     struct sim *s = ctx;
     struct sim_model *m = &s->m[model];
     uint64_t lb = layer_of(s, model, d);
+    if (m->x)
+        return experts_trim(s, model, d, bytes);
     if ((!m->resident && !m->kept) || m->running || m->loading || m->offload_pending ||
         s->c->layers <= 0)
         return 0;
@@ -751,6 +1060,9 @@ static const struct sched_exec_ops exec_ops = {
  * queue and state per model" */
 static bool act(struct sim *s, const struct sched_view *v, const struct sched_action *a)
 {
+    for (int i = 0; s->experts && i < s->c->n_models; i++)
+        if (s->m[i].x) /* credit is within one load's trims */
+            memset(s->m[i].x->credit, 0, sizeof(s->m[i].x->credit));
     bool ok = sched_act(&exec_ops, s, v, a);
     FILE *f = s->c->trace;
     if (!f || !ok || a->kind == SCHED_WAKE)
@@ -812,6 +1124,93 @@ static size_t batch_pause(struct sim *s, struct sim_model *m)
     else
         m->idle_since = s->now;
     return n_done;
+}
+
+/* Model's expert state (sim_moe): every expert there, none hot, its
+ * trace's rank weights and per-layer permutations from its seed. */
+static int experts_init(struct sim *s, int model)
+{
+    const struct sim_moe *mo = &s->c->moe[model];
+    struct sim_experts *x = calloc(1, sizeof(*x));
+    size_t le = (size_t)mo->sparse_layers * (size_t)mo->n_experts;
+    if (!x || !(x->present = malloc(le * (size_t)s->c->n_devices)) ||
+        !(x->hot = calloc(le, sizeof(double))) || !(x->perm = malloc(le * sizeof(int))) ||
+        !(x->cdf = malloc((size_t)mo->n_experts * sizeof(double))) ||
+        !(x->mark = calloc((size_t)mo->n_experts, 1))) {
+        experts_free(x);
+        return err_set(ERR_NOMEM, "out of memory for model %d's experts", model);
+    }
+    x->devices = s->c->n_devices;
+    x->layers = mo->sparse_layers;
+    x->experts = mo->n_experts;
+    x->hot_w = 1;
+    x->rng = mo->seed;
+    double sum = 0;
+    for (int r = 0; r < x->experts; r++)
+        sum += pow(r + 1.0, -mo->zipf);
+    double acc = 0;
+    for (int r = 0; r < x->experts; r++) {
+        acc += pow(r + 1.0, -mo->zipf);
+        x->cdf[r] = r == x->experts - 1 ? 1.0 : acc / sum;
+    }
+    for (int l = 0; l < x->layers; l++) { /* Fisher-Yates, from the seed */
+        int *p = x->perm + (size_t)l * (size_t)x->experts;
+        for (int e = 0; e < x->experts; e++)
+            p[e] = e;
+        for (int e = x->experts - 1; e > 0; e--) {
+            int j = (int)(route_next(&x->rng) % (uint64_t)(e + 1)), t = p[e];
+            p[e] = p[j];
+            p[j] = t;
+        }
+    }
+    s->m[model].x = x;
+    kept_clear(&s->m[model]);
+    return 0;
+}
+
+/* The shapes sim_config.moe gives, within each model's weights and layers,
+ * and the link's terms. */
+static int experts_check(const struct sim_config *c)
+{
+    if (!(c->copy_latency_s >= 0) || !isfinite(c->copy_latency_s) || !(c->link_bytes_per_s >= 0) ||
+        !isfinite(c->link_bytes_per_s))
+        return err_set(ERR_INVALID,
+                       "simulation: copy_latency_s %g, link_bytes_per_s %g: "
+                       "expected finite values >= 0",
+                       c->copy_latency_s, c->link_bytes_per_s);
+    for (int i = 0; c->moe && i < c->n_models; i++) {
+        const struct sim_moe *mo = &c->moe[i];
+        if (mo->n_experts == 0)
+            continue;
+        if (mo->n_experts < 1 || mo->n_experts > SIM_MAX_EXPERTS || mo->top_k < 1 ||
+            mo->top_k > mo->n_experts || mo->top_k > SIM_MAX_TOP_K || mo->sparse_layers < 1 ||
+            mo->sparse_layers > 65536 || !(mo->zipf >= 0) || !isfinite(mo->zipf) ||
+            mo->drift_steps < 0 || (c->layers > 0 && mo->sparse_layers > c->layers))
+            return err_set(ERR_INVALID,
+                           "model %d: %d experts, top_k %d, %d sparse layers, zipf %g, drift "
+                           "%d: expected 1..%d experts, top_k 1..min(experts, %d), 1..layers "
+                           "sparse layers, zipf >= 0, drift >= 0",
+                           i, mo->n_experts, mo->top_k, mo->sparse_layers, mo->zipf,
+                           mo->drift_steps, SIM_MAX_EXPERTS, SIM_MAX_TOP_K);
+        for (int d = 0; d < c->n_devices; d++) {
+            size_t k = (size_t)i * (size_t)c->n_devices + (size_t)d;
+            uint64_t w = c->bytes[k] - (c->kv_bytes ? c->kv_bytes[k] : 0);
+            uint64_t per = (uint64_t)mo->n_experts * mo->expert_bytes[d];
+            uint64_t lb = c->layers <= 0   ? 0
+                          : c->layer_bytes ? c->layer_bytes[k]
+                                           : w / (uint64_t)c->layers;
+            if (mo->expert_bytes[d] > w || per / mo->n_experts != mo->expert_bytes[d] ||
+                per > w / (uint64_t)mo->sparse_layers || (c->layers > 0 && per > lb))
+                return err_set(ERR_INVALID,
+                               "model %d: %d x %d experts of %llu bytes on device %d exceed "
+                               "its weights (%llu bytes) or a layer (%llu): expected them "
+                               "within both",
+                               i, mo->sparse_layers, mo->n_experts,
+                               (unsigned long long)mo->expert_bytes[d], d, (unsigned long long)w,
+                               (unsigned long long)lb);
+        }
+    }
+    return 0;
 }
 
 /* The controls in their ranges (the engine's: engine_set_*), and room on every device
@@ -949,6 +1348,8 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
     int crc = adapters_check(c, reqs, n);
     if (crc < 0)
         return crc;
+    if ((crc = experts_check(c)) < 0)
+        return crc;
     crc = controls_check(c);
     if (crc < 0)
         return crc;
@@ -974,6 +1375,9 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
         s.next_of[i] = m->upcoming;
         m->upcoming = i;
     }
+    for (int i = 0; rc == 0 && c->expert_residency && c->moe && i < c->n_models; i++)
+        if (c->moe[i].n_experts > 0 && (rc = experts_init(&s, i)) == 0)
+            s.experts = true;
     for (int i = 0; rc == 0 && i < c->n_models; i++) {
         s.m[i].queue = malloc((n ? n : 1) * sizeof(size_t));
         s.m[i].batch = malloc((size_t)c->max_batch * sizeof(size_t));
@@ -1063,6 +1467,7 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
         free(s.m[i].queue);
         free(s.m[i].batch);
         free(s.m[i].step_end);
+        experts_free(s.m[i].x);
     }
     free(s.m);
     free(s.a);

@@ -114,12 +114,64 @@ struct sim_config {
     const int *adapter_base;
     const uint64_t *adapter_bytes;
     const double *adapter_load_s;
+    /* Expert-level residency (sim_moe below): moe is NULL (no model has
+     * routed experts) or n_models shapes, a model with n_experts 0 being
+     * dense. With expert_residency false the experts are part of the
+     * weights and nothing below happens (the results are those of moe
+     * NULL, bit for bit). With it true, each sparse layer's routed experts
+     * are units of residency (an expert's slices on every device come and
+     * go together), as the swap manager keeps them: the victims of a
+     * trimming load (sched_action.trim: swapwise-partial's and
+     * clairvoyant-partial's) give up their coldest experts first (one
+     * that gave only experts stays resident, and the policy sees it
+     * resident, holding what it holds), then whole layers as partial
+     * residency does (only once every expert on the device is gone); other
+     * policies' victims leave whole, as without it; a batch routes
+     * each token of each step to top_k experts per sparse layer (sim_moe's
+     * Zipf trace), and a step whose routing picks experts not on the
+     * devices waits, layer by layer, copy_latency_s plus the most bytes
+     * one device copies (link_bytes_per_s per device; 0: the rate of a
+     * whole load, the largest shard's weights over load_s) before its
+     * compute. Their room comes from free bytes, then the coldest experts
+     * of the other idle models, never the model's own; with none left
+     * they stream through (copied, used, not kept; expert_streamed: the
+     * engine's step fails there). The routing and the copies of a batch's
+     * steps are drawn when it starts, against the residency then. A load
+     * of a model brings back all its experts. */
+    const struct sim_moe *moe;
+    bool expert_residency;
+    double link_bytes_per_s;
+    double copy_latency_s;
     FILE *trace;            /* non-NULL: one line per action carried out */
     /* optional: told of each operation carried out (sched_act's carried),
      * at simulated time now; model is the request's model index */
     void (*on_op)(void *ctx, double now, const struct sched_carried *op);
     void *on_op_ctx;
 };
+
+/* A mixture of experts' shape and routing trace, per model (sim_config.moe).
+ * Of each device's weights, sparse_layers x n_experts experts of
+ * expert_bytes[d] each; the sparse layers are the last sparse_layers of
+ * sim_config.layers when layers > 0 (each layer's layer_bytes holding its
+ * experts). Each token of a step picks top_k distinct experts per sparse
+ * layer (top_k <= SIM_MAX_TOP_K, n_experts <= SIM_MAX_EXPERTS): the expert
+ * of popularity rank r with weight 1 / (r + 1)^zipf (0: uniform), drawn
+ * from the model's own generator (seed; deterministic), ranks mapped to
+ * experts by a per-layer permutation that rotates by one every
+ * drift_steps of the model's steps (0: never). Hotness: per (layer,
+ * expert) the tokens routed there, each step's worth halving over
+ * SIM_EXPERT_HALF_LIFE steps (the swap manager's). */
+struct sim_moe {
+    int sparse_layers, n_experts, top_k;
+    uint64_t expert_bytes[SCHED_MAX_DEVICES];
+    double zipf;
+    uint64_t seed;
+    int drift_steps;
+};
+
+#define SIM_EXPERT_HALF_LIFE 64 /* steps */
+#define SIM_MAX_TOP_K 64
+#define SIM_MAX_EXPERTS 4096
 
 struct sim_request {
     double arrival; /* input; requests sorted by arrival */
@@ -157,6 +209,15 @@ struct sim_stats {
      * bytes_loaded count models only, adapter_swap_s the adapters' loads */
     uint64_t adapter_loads, adapter_bytes_loaded, adapter_evictions;
     double adapter_swap_s;
+    /* expert residency (sim_config.expert_residency): the steps batches ran
+     * (a prefill and each decode step), the experts copied on demand (one per
+     * layer and expert, its slices on every device) and their bytes over
+     * every device (not in bytes_loaded), of those the ones streamed
+     * through for want of room (the engine's step fails there), the time
+     * steps waited for them (in compute_s too), and the experts victims
+     * and room-making gave up (one per layer and expert) */
+    uint64_t steps, expert_loads, expert_bytes_loaded, expert_streamed, expert_trims;
+    double expert_wait_s;
     double swap_s, compute_s;
     uint64_t high_water[SCHED_MAX_DEVICES]; /* most bytes resident at once, per device */
 };

@@ -31,7 +31,13 @@ static int summary_add_seed(struct simulate_summary *o, const double *lat, size_
     if (st) {
         o->swaps += (double)st->loads / seeds;
         o->adapter_loads += (double)st->adapter_loads / seeds;
-        o->bytes += (double)(st->bytes_loaded + st->adapter_bytes_loaded) / seeds;
+        o->bytes +=
+            (double)(st->bytes_loaded + st->adapter_bytes_loaded + st->expert_bytes_loaded) / seeds;
+        o->expert_wait_s += st->expert_wait_s / seeds;
+        if (st->steps > 0) {
+            o->expert_loads_per_step += (double)st->expert_loads / (double)st->steps / seeds;
+            o->expert_streamed_per_step += (double)st->expert_streamed / (double)st->steps / seeds;
+        }
     }
     *p99 = ls.p99;
     return 0;
@@ -339,5 +345,151 @@ static int simulate_run(const struct replay_rig *rig, const struct workload_conf
     free(bytes);
     free(ad_base);
     free(ad_load);
+    return rc;
+}
+
+/* The mixtures of experts gen-model makes (model/llama/llama_random.c's
+ * presets), as published: widths, attention heads, vocabulary, experts. */
+static const struct moe_preset {
+    const char *name;
+    int hidden, layers, heads, kv_heads, head_dim, vocab, experts, top_k, ffn;
+    bool qk_norm; /* a per-head norm of queries and keys (Qwen3) */
+} moe_presets[] = {
+    {"mixtral-8x7b", 4096, 32, 32, 8, 128, 32000, 8, 2, 14336, false},
+    {"qwen3-30b-a3b", 2048, 48, 32, 4, 128, 151936, 128, 8, 768, true},
+};
+
+int simulate_moe_shape(const char *preset, int layers, struct simulate_moe_shape *sh)
+{
+    const struct moe_preset *p = NULL;
+    for (size_t i = 0; i < sizeof(moe_presets) / sizeof(moe_presets[0]); i++)
+        if (strcmp(preset, moe_presets[i].name) == 0)
+            p = &moe_presets[i];
+    if (!p)
+        return err_set(ERR_INVALID,
+                       "preset %s has no routed experts: expected mixtral-8x7b or "
+                       "qwen3-30b-a3b",
+                       preset);
+    const uint64_t h = (uint64_t)p->hidden, q = (uint64_t)p->heads * (uint64_t)p->head_dim,
+                   kv = (uint64_t)p->kv_heads * (uint64_t)p->head_dim, bf16 = 2;
+    sh->layers = layers > 0 ? layers : p->layers;
+    sh->n_experts = p->experts;
+    sh->top_k = p->top_k;
+    sh->expert = 3 * h * (uint64_t)p->ffn * bf16;
+    /* q, k, v, o; two norms (and q/k norms); the router; the experts */
+    sh->layer = (h * q + 2 * h * kv + q * h + 2 * h + (p->qk_norm ? 2 * (uint64_t)p->head_dim : 0) +
+                 (uint64_t)p->experts * h) *
+                    bf16 +
+                (uint64_t)p->experts * sh->expert;
+    /* the embeddings, the untied head and the final norm */
+    sh->weights = (2 * (uint64_t)p->vocab * h + h) * bf16 + (uint64_t)sh->layers * sh->layer;
+    sh->kv_per_token = 2 * (uint64_t)sh->layers * kv * bf16;
+    return 0;
+}
+
+void simulate_moe_shard(const struct simulate_moe_shape *sh, int tp,
+                        const struct workload_config *c, uint64_t *weights, uint64_t *kv)
+{
+    uint64_t tokens = c->chat ? (uint64_t)(c->lengths.prompt.max + c->lengths.output.max) : 16;
+    *weights = (sh->weights + (uint64_t)tp - 1) / (uint64_t)tp;
+    *kv = ((uint64_t)c->max_batch * tokens * sh->kv_per_token + (uint64_t)tp - 1) / (uint64_t)tp;
+}
+
+int simulate_workload_experts(const struct workload_config *c, const struct sim_config *costs,
+                              const char *const *policies, int n_pol, uint64_t seed, int seeds,
+                              double duration, double slo, const struct simulate_moe *m,
+                              struct simulate_summary *s)
+{
+    const int tp = m->tp, n_models = c->n_models;
+    if (tp < 1 || tp > SCHED_MAX_DEVICES || !(m->room >= 1))
+        return err_set(ERR_INVALID,
+                       "%d devices, room for %g models: expected 1..%d devices and "
+                       "room for at least one model",
+                       tp, m->room, SCHED_MAX_DEVICES);
+    uint64_t w, kv;
+    simulate_moe_shard(&m->shape, tp, c, &w, &kv);
+    uint64_t *bytes = calloc((size_t)n_models * (size_t)tp * 3, sizeof(uint64_t));
+    struct sim_moe *moe = calloc((size_t)n_models, sizeof(*moe));
+    if (!bytes || !moe) {
+        free(bytes);
+        free(moe);
+        return err_set(ERR_NOMEM, "out of memory for %d models' sizes", n_models);
+    }
+    uint64_t *kvb = bytes + (size_t)n_models * tp, *lb = kvb + (size_t)n_models * tp;
+    for (size_t k = 0; k < (size_t)n_models * (size_t)tp; k++) {
+        bytes[k] = w + kv;
+        kvb[k] = kv;
+        lb[k] = m->shape.layer / (uint64_t)tp;
+    }
+    memset(s, 0, sizeof(*s) * (size_t)n_pol);
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < seeds; k++) {
+        struct arrival *ev = NULL;
+        size_t n = 0;
+        if ((rc = replay_arrivals(c, duration, seed + (uint64_t)k, &ev, &n)) < 0)
+            break;
+        struct sim_request *rq = calloc(n ? n : 1, sizeof(*rq));
+        double *lat = calloc(n ? n : 1, sizeof(double));
+        struct chat_request *cr = c->chat ? calloc(n ? n : 1, sizeof(*cr)) : NULL;
+        if (!rq || !lat || (c->chat && !cr))
+            rc = err_set(ERR_NOMEM, "out of memory for %zu simulated requests", n);
+        if (rc == 0 && cr)
+            chat_requests_make(&c->lengths, seed + (uint64_t)k, ev, n, cr);
+        for (int i = 0; i < n_models; i++) {
+            moe[i] = (struct sim_moe){.sparse_layers = m->shape.layers,
+                                      .n_experts = m->shape.n_experts,
+                                      .top_k = m->shape.top_k,
+                                      .zipf = m->zipf,
+                                      .seed = (seed + (uint64_t)k) * 1000 + (uint64_t)i,
+                                      .drift_steps = m->drift_steps};
+            for (int d = 0; d < tp; d++)
+                moe[i].expert_bytes[d] = m->shape.expert / (uint64_t)tp;
+        }
+        for (int p = 0; rc == 0 && n > 0 && p < n_pol; p++) {
+            struct sim_config sc = *costs;
+            if (!(sc.policy = sched_policy_find_sim(policies[p]))) {
+                rc = ERR_INVALID; /* sched_policy_find_sim says which */
+                break;
+            }
+            sc.n_models = n_models;
+            sc.n_devices = tp;
+            sc.bytes = bytes;
+            sc.kv_bytes = kvb;
+            sc.layers = m->shape.layers;
+            sc.layer_bytes = lb;
+            sc.max_loaded = 0;
+            sc.max_batch = c->max_batch;
+            sc.moe = moe;
+            sc.expert_residency = m->residency;
+            sc.copy_latency_s = m->copy_latency_s;
+            for (int d = 0; d < tp; d++)
+                sc.budget[d] = (uint64_t)(m->room * (double)(w + kv));
+            for (size_t i = 0; i < n; i++)
+                rq[i] = (struct sim_request){.arrival = ev[i].t,
+                                             .model = ev[i].model,
+                                             .n_prompt = cr ? cr[i].n_prompt : 0,
+                                             .n_output = cr ? cr[i].n_output : 0};
+            struct sim_stats st;
+            double p99, last = 0;
+            if ((rc = sim_run(&sc, rq, n, &st)) < 0)
+                break;
+            for (size_t i = 0; i < n; i++) {
+                lat[i] = rq[i].done - rq[i].arrival;
+                last = rq[i].done > last ? rq[i].done : last;
+            }
+            if ((rc = summary_add_seed(&s[p], lat, n, slo, &st, seeds, &p99)) < 0)
+                break;
+            if (cr && (rc = tokens_add_seed(&s[p], c, rq, n, seeds)) < 0)
+                break;
+            if (last > rq[0].arrival)
+                s[p].throughput += (double)n / (last - rq[0].arrival) / seeds;
+        }
+        free(rq);
+        free(lat);
+        free(cr);
+        free(ev);
+    }
+    free(bytes);
+    free(moe);
     return rc;
 }

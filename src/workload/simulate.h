@@ -25,6 +25,13 @@ struct simulate_summary {
     double ttft_p50, ttft_p99, tpot_p50, tpot_p99; /* seconds */
     double token_slo;                /* fraction meeting TTFT and TPOT */
     double goodput;                  /* requests/s meeting them */
+    /* simulate_workload_experts only (0 otherwise): requests/s from the
+     * first arrival to the last completion, experts copied on demand per
+     * step (one per layer, expert and device), and seconds steps waited
+     * for them; bytes counts those copies too */
+    double throughput, expert_loads_per_step, expert_wait_s;
+    double expert_streamed_per_step; /* of those copies, the ones streamed through for want of
+                                      * room (sim_stats.expert_streamed) */
 };
 
 /* The bytes a load of rig's model 0 copies to its busiest device (its
@@ -82,5 +89,51 @@ int simulate_workload_adapters(const struct replay_rig *rig, const struct worklo
                                const struct sim_config *costs, const char *const *policies,
                                int n_pol, uint64_t seed, int seeds, double duration, double slo,
                                int rank, struct simulate_summary *s);
+
+/* A mixture of experts' shape, from a gen-model preset's published
+ * numbers (no weights needed), in bf16: its layers (all sparse), routed
+ * experts per layer, experts per token, the weights' bytes, one expert's
+ * bytes (its gate, up and down matrices), one layer's (attention, router
+ * and its experts) and a token's KV cache over all layers. */
+struct simulate_moe_shape {
+    int layers, n_experts, top_k;
+    uint64_t weights, expert, layer, kv_per_token;
+};
+
+/* The shape of preset ("mixtral-8x7b" or "qwen3-30b-a3b") cut to layers
+ * (0: all of them). ERR_INVALID naming the presets otherwise. */
+int simulate_moe_shape(const char *preset, int layers, struct simulate_moe_shape *sh);
+
+/* What simulate_workload_experts simulates beyond the workload. */
+struct simulate_moe {
+    struct simulate_moe_shape shape; /* every model's */
+    int tp;                          /* devices every model spans, each expert split over them */
+    double room;           /* each device's memory, in models' shards (weights and reserve) */
+    double zipf;           /* routing skew (sched/sim.h's sim_moe.zipf) */
+    int drift_steps;       /* sim_moe.drift_steps */
+    double copy_latency_s; /* sim_config.copy_latency_s */
+    bool residency;        /* sim_config.expert_residency */
+};
+
+/* policies[0..n_pol) on the arrivals (and chat lengths) of workload c for
+ * seeds seed .. seed + seeds - 1, as simulate_workload draws them, with c's
+ * models mixtures of experts of m's shape on m->tp devices: each model's
+ * shard its weights / tp and the KV reserve of c->max_batch requests of
+ * the longest lengths (chat) or 16 tokens, the budgets m->room such
+ * shards, no count limit (max_loaded 0), the layers partial residency and
+ * expert trims give up those of the shape. costs gives the batch, step and
+ * prefill terms and load_s (a whole shard's load; on-demand copies at its
+ * rate); model i's routing seed is the arrival seed's, times 1000, plus i.
+ * s[p]: policy p's averages over seeds. Errors name the policy, the
+ * arrivals or the allocation. */
+int simulate_workload_experts(const struct workload_config *c, const struct sim_config *costs,
+                              const char *const *policies, int n_pol, uint64_t seed, int seeds,
+                              double duration, double slo, const struct simulate_moe *m,
+                              struct simulate_summary *s);
+
+/* Of a shape, a shard's weights and its batch reserve on each of tp
+ * devices for c (simulate_workload_experts' sizes). */
+void simulate_moe_shard(const struct simulate_moe_shape *sh, int tp,
+                        const struct workload_config *c, uint64_t *weights, uint64_t *kv);
 
 #endif
