@@ -49,7 +49,8 @@ void ctdot_rows_avx512(const struct ctdot_args *a, int r0, int r1);
 void ctdot_rows_avx512bf16(const struct ctdot_args *a, int r0, int r1);
 /* bf16 mode only: CT_I4 and CT_F8 widened through a table of the bf16
  * weights a block's scale (and zero point) gives, rebuilt when they change
- * from one block to the next; CT_I8 as ctdot_rows_avx512bf16. */
+ * (CT_F8: when a changed scale repeats in the next block); CT_I8 as
+ * ctdot_rows_avx512bf16. */
 void ctdot_rows_avx512bf16_lut(const struct ctdot_args *a, int r0, int r1);
 
 /* n elements (whole blocks) of CT type t at src as exact f32 (quant_ct.h),

@@ -29,9 +29,12 @@ void ctdot_rows_avx512bf16(const struct ctdot_args *a, int r0, int r1)
  * A block's 32 weights rounded to bf16 take at most 16 values for CT_I4
  * (d * (n - 8 - z), n a nibble) and 128 magnitudes for CT_F8 (d times an
  * e4m3 magnitude, the sign apart): a table of those bf16 values, built when
- * a block's scale (and zero point) differs from the block before it, so
- * once per group, channel or tensor the checkpoint shares them, turns the
- * widening into word permutes (VPERMW, VPERMT2W) of the packed values. The
+ * a block's scale (and zero point) differs from the table's, so once per
+ * group, channel or tensor the checkpoint shares them, turns the widening
+ * into word permutes (VPERMW, VPERMT2W) of the packed values. CT_F8's
+ * table (12 instructions, about two widenings) is built only when a
+ * block's scale equals the block before's: a block whose scale is its
+ * own is widened as above. The
  * table holds what the widening above computes (the product in f32,
  * rounded once to bf16 by VCVTNE2PS2BF16), so the weights are the same
  * bits; only the sums' order differs (several sums a row in flight).
@@ -52,9 +55,12 @@ static void ct_f8_mag_init(void)
  * row is not bound by VDPBF16PS's latency */
 #define LUT_ACC(nm) ((nm) == 1 ? 4 : (nm) <= 3 ? 2 : 1)
 
+/* no block's key (a key has at most 40 bits) */
+#define LUT_NO_KEY UINT64_MAX
+
 struct lut_tab {
-    uint64_t key; /* the scale's bytes (and CT_I4's zero point) it was built for */
-    bool valid;
+    uint64_t key;  /* the scale's bytes (and CT_I4's zero point) it was built for */
+    uint64_t last; /* the block before's key */
     __m512i t[4]; /* CT_I4: t[0], its 16 values twice; CT_F8: magnitudes 0-127 */
 };
 
@@ -107,8 +113,9 @@ CT_INLINE uint64_t lut_key(enum dtype t, const unsigned char *p)
 
 /* weight rows [r0, r1) times nm input rows from i0 */
 CT_INLINE void lut_rows_nm(const struct ctdot_args *a, int r0, int r1, enum dtype t, int i0, int nm,
-                           struct lut_tab *tab)
+                           struct lut_tab *tab_io)
 {
+    struct lut_tab tab_ = *tab_io, *tab = &tab_; /* in registers */
     const struct weight_view *w = a->w;
     const int nb = w->cols / QK, na = LUT_ACC(nm);
     const size_t bb = ct_bb(t);
@@ -129,12 +136,21 @@ CT_INLINE void lut_rows_nm(const struct ctdot_args *a, int r0, int r1, enum dtyp
                     break;
                 const unsigned char *p = row + (size_t)b * bb;
                 const uint64_t key = lut_key(t, p);
-                if (__builtin_expect(!tab->valid || key != tab->key, 0)) {
+                __m512bh wb;
+                if (__builtin_expect(key == tab->key, 1)) {
+                    wb = (__m512bh)lut_block(t, p, tab);
+                } else if (t == DTYPE_CT_I4 || key == tab->last) {
+                    /* a CT_I4 table costs about one widening; CT_F8's 128
+                     * entries are built only for a scale that repeats */
                     lut_build(t, p, tab);
                     tab->key = key;
-                    tab->valid = true;
+                    wb = (__m512bh)lut_block(t, p, tab);
+                } else {
+                    __m512 w0, w1;
+                    ct_block(t, p, &w0, &w1);
+                    wb = _mm512_cvtne2ps_pbh(w1, w0);
                 }
-                const __m512bh wb = (__m512bh)lut_block(t, p, tab);
+                tab->last = key;
 #pragma GCC unroll 8
                 for (int i = 0; i < nm; i++)
                     acc[i][u] = _mm512_dpbf16_ps(
@@ -151,11 +167,12 @@ CT_INLINE void lut_rows_nm(const struct ctdot_args *a, int r0, int r1, enum dtyp
             a->y[(size_t)(i0 + i) * a->ldy + r] = ct_tree(s);
         }
     }
+    *tab_io = tab_;
 }
 
 CT_INLINE void lut_rows_t(const struct ctdot_args *a, int r0, int r1, enum dtype t)
 {
-    struct lut_tab tab = {.valid = false};
+    struct lut_tab tab = {.key = LUT_NO_KEY, .last = LUT_NO_KEY};
     for (int i0 = 0; i0 < a->m; i0 += CT_GROUP) {
         switch (a->m - i0 < CT_GROUP ? a->m - i0 : CT_GROUP) {
         case 1:
