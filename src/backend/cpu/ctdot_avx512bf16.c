@@ -51,6 +51,12 @@ static void ct_f8_mag_init(void)
         ct_f8_mag[v] = quant_f8e4m3_to_f32((uint8_t)v);
 }
 
+/* input rows per pass over a task's weight rows: 4 rows of x (16 KiB at
+ * 2048 columns) stay in the 32 KiB L1 while the weights stream through it,
+ * 8 did not (8 rows cost 3-4x 4 rows from memory); a later pass reads the
+ * task's weights (ctlinear.c: 128 KiB) from L2 */
+#define LUT_GROUP 4
+
 /* sums a weight row keeps per input row: several in flight so one input
  * row is not bound by VDPBF16PS's latency */
 #define LUT_ACC(nm) ((nm) == 1 ? 4 : (nm) <= 3 ? 2 : 1)
@@ -122,7 +128,7 @@ CT_INLINE void lut_rows_nm(const struct ctdot_args *a, int r0, int r1, enum dtyp
     const uint16_t *xb = a->xb + (size_t)i0 * w->cols;
     for (int r = r0; r < r1; r++) {
         const unsigned char *row = weight_row(w, r);
-        __m512 acc[CT_GROUP][4];
+        __m512 acc[LUT_GROUP][4];
 #pragma GCC unroll 8
         for (int i = 0; i < nm; i++)
 #pragma GCC unroll 4
@@ -173,8 +179,8 @@ CT_INLINE void lut_rows_nm(const struct ctdot_args *a, int r0, int r1, enum dtyp
 CT_INLINE void lut_rows_t(const struct ctdot_args *a, int r0, int r1, enum dtype t)
 {
     struct lut_tab tab = {.key = LUT_NO_KEY, .last = LUT_NO_KEY};
-    for (int i0 = 0; i0 < a->m; i0 += CT_GROUP) {
-        switch (a->m - i0 < CT_GROUP ? a->m - i0 : CT_GROUP) {
+    for (int i0 = 0; i0 < a->m; i0 += LUT_GROUP) {
+        switch (a->m - i0 < LUT_GROUP ? a->m - i0 : LUT_GROUP) {
         case 1:
             lut_rows_nm(a, r0, r1, t, i0, 1, &tab);
             break;
@@ -184,22 +190,20 @@ CT_INLINE void lut_rows_t(const struct ctdot_args *a, int r0, int r1, enum dtype
         case 3:
             lut_rows_nm(a, r0, r1, t, i0, 3, &tab);
             break;
-        case 4:
+        default:
             lut_rows_nm(a, r0, r1, t, i0, 4, &tab);
             break;
-        case 5:
-            lut_rows_nm(a, r0, r1, t, i0, 5, &tab);
-            break;
-        case 6:
-            lut_rows_nm(a, r0, r1, t, i0, 6, &tab);
-            break;
-        case 7:
-            lut_rows_nm(a, r0, r1, t, i0, 7, &tab);
-            break;
-        default:
-            lut_rows_nm(a, r0, r1, t, i0, 8, &tab);
-            break;
         }
+    }
+}
+
+/* CT_I8: the widening above, input rows LUT_GROUP at a time */
+static void lut_rows_i8(const struct ctdot_args *a, int r0, int r1)
+{
+    for (int i0 = 0; i0 < a->m; i0 += LUT_GROUP) {
+        const int nm = a->m - i0 < LUT_GROUP ? a->m - i0 : LUT_GROUP;
+        for (int r = r0; r < r1; r++)
+            ct_tile1(a, DTYPE_CT_I8, true, r, i0, nm);
     }
 }
 
@@ -214,7 +218,7 @@ void ctdot_rows_avx512bf16_lut(const struct ctdot_args *a, int r0, int r1)
         lut_rows_t(a, r0, r1, DTYPE_CT_F8);
         break;
     default:
-        ct_rows(a, r0, r1);
+        lut_rows_i8(a, r0, r1);
         break;
     }
 }
