@@ -68,14 +68,24 @@ static const struct ct_kernel ct_kernels[] = {
 #define CT_K_AVX512 2
 #define CT_K_SCALAR (CT_N_KERNELS - 1)
 
+typedef void (*ct_dequant_fn)(enum dtype t, const void *src, void *dst, size_t n, bool to_bf16);
+static ct_dequant_fn ct_dequant;
+static pthread_once_t ct_dequant_once = PTHREAD_ONCE_INIT;
+
+/* Once: the ISA checks run CPUID, which a virtual machine traps (tens of
+ * microseconds); asked per weight row, they made a prefill's conversion
+ * 20x slower than its product. */
+static void ct_dequant_pick(void)
+{
+    ct_dequant = cpu_isa_avx512() ? ctdot_dequant_avx512
+                 : cpu_isa_avx2() ? ctdot_dequant_avx2
+                                  : ctdot_dequant_scalar;
+}
+
 void cpu_ct_dequantize(enum dtype t, const void *src, void *dst, size_t n, bool to_bf16)
 {
-    if (cpu_isa_avx512())
-        ctdot_dequant_avx512(t, src, dst, n, to_bf16);
-    else if (cpu_isa_avx2())
-        ctdot_dequant_avx2(t, src, dst, n, to_bf16);
-    else
-        ctdot_dequant_scalar(t, src, dst, n, to_bf16);
+    pthread_once(&ct_dequant_once, ct_dequant_pick);
+    ct_dequant(t, src, dst, n, to_bf16);
 }
 
 void cpu_ctlinear_random_blocks(enum dtype t, void *dst, size_t n_blocks, uint64_t seed)
