@@ -6,7 +6,9 @@
  * Every kernel widens each 32-element block of a weight row once (the
  * scale and zero point applied: core/quant_ct.h's exact f32 weights, then
  * rounded to bf16 in bf16 mode) and multiplies it with up to 8 input rows
- * while it is in registers, so a decode batch reads its weights once.
+ * (avx512bf16-lut: 4, its later passes over a task's rows reading them
+ * from L2) while it is in registers, so a decode batch reads its weights
+ * from memory once.
  *
  * The order of the sums, which scalar, avx2 and avx512 share bit for bit:
  * 16 partial sums per (weight row, input row), element j of every block
