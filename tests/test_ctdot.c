@@ -2,8 +2,10 @@
  * ctdot.h) against references, over odd shapes (37 rows, 13 blocks a row
  * in a wider matrix, every count of input rows 1 .. 17):
  * - avx512 and avx2 give the scalar reference's bits, in f32 and bf16 mode;
- * - avx512bf16 (bf16 mode) and deq, whose sums run in another order, are
- *   within 1e-5 * sum |w x| of it;
+ * - avx512bf16, avx512bf16-lut (bf16 mode) and deq, whose sums run in
+ *   another order, are within 1e-5 * sum |w x| of it;
+ * - so are they with scales shared by 4 blocks (a group of 128) and by the
+ *   whole matrix (per tensor), where avx512bf16-lut reuses its tables;
  * - every kernel, and the prefill's matrix product (40 and 70 rows), within
  *   1e-5 * sum |w x| of the weights (exact, or rounded to bf16 with x in
  *   bf16 mode) times x in double;
@@ -52,18 +54,26 @@ static float urand(void)
 }
 
 /* A weight slice: rows [1, 1 + rows) and blocks [2, 2 + nb) of a matrix of
- * nb + 3 blocks a row, random blocks (seeded). Owner: *buf, to free. */
-static struct weight_view slice(enum dtype t, int rows, int nb, uint64_t s, void **buf)
+ * nb + 3 blocks a row, random blocks (seeded), each run of `group` blocks
+ * of the matrix sharing a scale (and zero point). Owner: *buf, to free. */
+static struct weight_view slice_grouped(enum dtype t, int rows, int nb, uint64_t s, size_t group,
+                                        void **buf)
 {
     const int ld = (nb + 3) * QK;
     const size_t rb = dtype_row_bytes(t, (size_t)ld);
     *buf = malloc((rows + 1) * rb);
     cpu_ctlinear_random_blocks(t, *buf, (size_t)(rows + 1) * (nb + 3), s);
+    cpu_ctlinear_share_scales(t, *buf, (size_t)(rows + 1) * (nb + 3), group);
     return (struct weight_view){.dtype = t,
                                 .data = (char *)*buf + rb + 2 * quant_ct_block_bytes(t),
                                 .rows = rows,
                                 .cols = nb * QK,
                                 .ld = (size_t)ld};
+}
+
+static struct weight_view slice(enum dtype t, int rows, int nb, uint64_t s, void **buf)
+{
+    return slice_grouped(t, rows, nb, s, 1, buf);
 }
 
 /* x's m rows of mixed magnitudes (a zero block in some rows) */
@@ -122,7 +132,7 @@ static bool run(const char *name, const struct weight_view *w, const float *x, i
 TEST(kernels_match_scalar)
 {
     static const char *const bitwise[] = {"avx512", "avx2"};
-    static const char *const close[] = {"avx512bf16", "deq"};
+    static const char *const close[] = {"avx512bf16", "avx512bf16-lut", "deq"};
     const int rows = 37, nb = 13, mmax = 17;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         void *buf;
@@ -156,6 +166,70 @@ TEST(kernels_match_scalar)
     const char *k = cpu_ctlinear_kernels();
     printf("compressed-tensors kernels: %s\n", k);
     CHECK(strstr(k, "CT_I8:") && strstr(k, "CT_I4:") && strstr(k, "CT_F8:"));
+}
+
+/* Scales shared by runs of blocks (a group of 128 elements; the whole
+ * tensor): every kernel within the bound of the reference in double. */
+TEST(shared_scales)
+{
+    static const char *const names[] = {"avx512bf16", "avx512bf16-lut", "avx512", "deq"};
+    const int rows = 37, nb = 13, ms[] = {1, 2, 3, 5, 8, 9};
+    for (size_t ti = 0; ti < N_TYPES; ti++)
+        for (int g = 0; g < 2; g++) {
+            void *buf;
+            const size_t group = g ? (size_t)(rows + 1) * (nb + 3) : 4;
+            const struct weight_view w = slice_grouped(types[ti], rows, nb, 50 + ti, group, &buf);
+            float *x = make_x(9, w.cols), *y = malloc((size_t)9 * rows * sizeof(float));
+            for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
+                for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
+                    if (run(names[k], &w, x, ms[mi], y, true))
+                        check_ref(&w, x, ms[mi], y, true, names[k]);
+            free(x);
+            free(y);
+            free(buf);
+        }
+    CHECK(cpu_ctlinear_force(NULL) == 0);
+}
+
+/* x's rows unit vectors: y is each weight as the kernel widened it, which
+ * for the bf16 kernels is the reference's weight rounded to bf16, exactly
+ * (one product of 1, the other products 0), with scales of every block
+ * their own, shared by 4 blocks and by the whole matrix. */
+TEST(bf16_weights_exact)
+{
+    static const char *const names[] = {"avx512bf16", "avx512bf16-lut"};
+    const int rows = 21, nb = 13, m = 16;
+    for (size_t ti = 0; ti < N_TYPES; ti++)
+        for (int g = 0; g < 3; g++) {
+            void *buf;
+            const size_t group = g == 2 ? (size_t)(rows + 1) * (nb + 3) : g == 1 ? 4 : 1;
+            const struct weight_view w = slice_grouped(types[ti], rows, nb, 60 + ti, group, &buf);
+            const int k = w.cols;
+            float *wf = malloc((size_t)rows * k * sizeof(float));
+            for (int r = 0; r < rows; r++)
+                quant_ct_dequantize(w.dtype, weight_row(&w, r), wf + (size_t)r * k, (size_t)k);
+            float *x = malloc((size_t)m * k * sizeof(float)), *y = malloc((size_t)m * rows * 4);
+            for (size_t n = 0; n < sizeof(names) / sizeof(names[0]); n++)
+                for (int c0 = 0; c0 < k; c0 += m) {
+                    memset(x, 0, (size_t)m * k * sizeof(float));
+                    for (int i = 0; i < m; i++)
+                        x[(size_t)i * k + c0 + i] = 1.0f;
+                    if (!run(names[n], &w, x, m, y, true))
+                        continue;
+                    int bad = 0;
+                    for (int i = 0; i < m; i++)
+                        for (int r = 0; r < rows; r++)
+                            bad +=
+                                y[(size_t)i * rows + r] != bf16_round(wf[(size_t)r * k + c0 + i]);
+                    CHECK_MSG(bad == 0, "%s %s group %zu: %d weights of columns %d.. differ",
+                              dtype_name(w.dtype), names[n], group, bad, c0);
+                }
+            free(wf);
+            free(x);
+            free(y);
+            free(buf);
+        }
+    CHECK(cpu_ctlinear_force(NULL) == 0);
 }
 
 /* A prefill's rows (the matrix product over converted blocks) and the

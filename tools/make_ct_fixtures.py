@@ -3,6 +3,11 @@
 
 Regenerate (from the repository root, CPU only):
     python3 tools/make_ct_fixtures.py [--out DIR]
+
+A benchmark checkpoint of a real shape instead (random weights, no references; not committed):
+    python3 tools/make_ct_fixtures.py --bench qwen2.5-0.5b --out DIR
+writes a Qwen2.5-0.5B-shaped Qwen2 in bf16 with its Linear layers int4, group 128, symmetric
+(pack-quantized, llm-compressor's W4A16 scheme), for `shardswap bench forward --model DIR`.
 (any interpreter with torch, transformers, safetensors and compressed-tensors will do).
 
 Each fixture is a tiny random Llama or Qwen2 (seeded; hidden 64, intermediate 128, 2 layers,
@@ -110,6 +115,52 @@ def make_model(family, dtype):
     return cfg, model.to(dtype)
 
 
+BENCH_SHAPES = {
+    "qwen2.5-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864,
+                         num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                         max_position_embeddings=32768, rms_norm_eps=1e-6,
+                         rope_theta=1000000.0, tie_word_embeddings=True),
+}
+
+
+def build_bench(shape, out):
+    """A random model of a real shape, int4 group 128 symmetric, written to out."""
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import (QuantizationArgs, QuantizationConfig,
+                                                 QuantizationScheme, apply_quantization_config)
+    from compressed_tensors.quantization.utils import calculate_qparams
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    torch.manual_seed(0)
+    cfg = Qwen2Config(bos_token_id=1, eos_token_id=2, **BENCH_SHAPES[shape])
+    model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(1.0 + 0.1 * torch.randn_like(p) if "norm" in n else 0.02 * torch.randn_like(p))
+    w = QuantizationArgs(num_bits=4, type="int", symmetric=True, strategy="group",
+                         group_size=128)
+    sch = QuantizationScheme(targets=["Linear"], weights=w)
+    apply_quantization_config(model, QuantizationConfig(config_groups={"group_0": sch},
+                                                        ignore=["lm_head"]))
+    with torch.no_grad():
+        for _, m in model.named_modules():
+            if getattr(m, "quantization_scheme", None) is None:
+                continue
+            lo, hi = minmax(m.weight.float(), w)
+            s, _ = calculate_qparams(lo.to(torch.bfloat16), hi.to(torch.bfloat16), w)
+            m.weight_scale.data.copy_(s.reshape(m.weight_scale.shape))
+    comp = ModelCompressor.from_pretrained_model(model, quantization_format="pack-quantized")
+    comp.compress_model(model)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    sd = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    save_file(sd, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    cfg.torch_dtype = torch.bfloat16
+    cfg.save_pretrained(out)
+    comp.update_config(out)
+    size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+    print(f"{shape} int4 group 128: {out}, {size} bytes")
+
+
 def build(name, family, kind, dtype, out_root):
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import (QuantizationConfig, apply_quantization_config)
@@ -175,7 +226,12 @@ FIXTURES = [
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "fixtures", "ctensors"))
+    ap.add_argument("--bench", choices=sorted(BENCH_SHAPES),
+                    help="write one benchmark checkpoint of this shape to --out instead")
     args = ap.parse_args()
+    if args.bench:
+        build_bench(args.bench, args.out)
+        return
     for f in FIXTURES:
         build(*f, args.out)
 

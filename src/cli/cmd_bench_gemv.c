@@ -126,7 +126,7 @@ static int bench_gemv_types(const char *list, enum dtype *out, int *n)
 
 int bench_gemv(int argc, char **argv)
 {
-    int rows = 4096, cols = 4096, footprint_mb = 1024, max_m = CPU_GEMV_MAX_M;
+    int rows = 4096, cols = 4096, footprint_mb = 1024, max_m = CPU_GEMV_MAX_M, ct_group = 128;
     const char *kernel = NULL, *compute = "f32", *type_list = "f32,f16,bf16", *qkernel = NULL,
                *ctkernel = NULL, *devices = NULL;
     bool json = false;
@@ -148,8 +148,12 @@ int bench_gemv(int argc, char **argv)
              "run one quantized kernel: vnni, avx2, vnni-m8, avx2-m8 or scalar (default: measured "
              "per type and rows)"),
         FLAG("ctkernel", FLAG_STR, &ctkernel, "NAME",
-             "run one compressed-tensors kernel: avx512bf16, avx512, avx2, deq or scalar "
-             "(default: measured per type, mode and rows)"),
+             "run one compressed-tensors kernel: avx512bf16, avx512bf16-lut, avx512, avx2, deq or "
+             "scalar (default: measured per type, mode and rows)"),
+        FLAG_RANGE("ct-group", FLAG_INT, &ct_group, "N",
+                   "elements of a compressed-tensors weight row sharing a scale (and zero point), "
+                   "a multiple of 32 (default 128)",
+                   32, 1 << 20, "32..1048576"),
         FLAG_RANGE("footprint-mb", FLAG_INT, &footprint_mb, "MB",
                    "weights cycled through per dtype, above the last-level cache (default 1024)", 1,
                    1 << 20, "1..1048576"),
@@ -181,6 +185,11 @@ int bench_gemv(int argc, char **argv)
         return args_usage_fail("bench gemv");
     if (ctkernel && cpu_ctlinear_force(ctkernel) < 0)
         return args_usage_fail("bench gemv");
+    if (ct_group % QUANT_CT_QK) {
+        char v[16];
+        snprintf(v, sizeof(v), "%d", ct_group);
+        return args_range_fail("bench gemv", "ct-group", v, "a multiple of 32");
+    }
     enum dtype dtypes[BENCH_GEMV_MAX_TYPES];
     int n_types = 0;
     bool any_block = false, any_ct = false;
@@ -268,10 +277,11 @@ int bench_gemv(int argc, char **argv)
         }
         /* small values of every dtype: 0x3c00-ish halves and a few floats;
          * random blocks with finite scales */
-        if (quant_ct_is(dtypes[d]))
-            cpu_ctlinear_random_blocks(dtypes[d], wbuf, wbytes / quant_ct_block_bytes(dtypes[d]),
-                                       1);
-        else if (dtype_is_block(dtypes[d]))
+        if (quant_ct_is(dtypes[d])) {
+            const size_t nb = wbytes / quant_ct_block_bytes(dtypes[d]);
+            cpu_ctlinear_random_blocks(dtypes[d], wbuf, nb, 1);
+            cpu_ctlinear_share_scales(dtypes[d], wbuf, nb, (size_t)ct_group / QUANT_CT_QK);
+        } else if (dtype_is_block(dtypes[d]))
             cpu_qlinear_random_blocks(
                 dtypes[d], wbuf,
                 wbytes / dtype_row_bytes(dtypes[d], (size_t)dtype_block(dtypes[d])), 1);

@@ -6,7 +6,9 @@
  * Every kernel widens each 32-element block of a weight row once (the
  * scale and zero point applied: core/quant_ct.h's exact f32 weights, then
  * rounded to bf16 in bf16 mode) and multiplies it with up to 8 input rows
- * while it is in registers, so a decode batch reads its weights once.
+ * (avx512bf16-lut: 4, its later passes over a task's rows reading them
+ * from L2) while it is in registers, so a decode batch reads its weights
+ * from memory once.
  *
  * The order of the sums, which scalar, avx2 and avx512 share bit for bit:
  * 16 partial sums per (weight row, input row), element j of every block
@@ -47,6 +49,11 @@ void ctdot_rows_avx2(const struct ctdot_args *a, int r0, int r1);
 void ctdot_rows_avx512(const struct ctdot_args *a, int r0, int r1);
 /* bf16 mode only (a.bf16 and a.xb set). */
 void ctdot_rows_avx512bf16(const struct ctdot_args *a, int r0, int r1);
+/* bf16 mode only: CT_I4 and CT_F8 widened through a table of the bf16
+ * weights a block's scale (and zero point) gives, rebuilt when they change
+ * (CT_F8: when a changed scale repeats in the next block); CT_I8 as
+ * ctdot_rows_avx512bf16. */
+void ctdot_rows_avx512bf16_lut(const struct ctdot_args *a, int r0, int r1);
 
 /* n elements (whole blocks) of CT type t at src as exact f32 (quant_ct.h),
  * or rounded to bf16 when to_bf16 (dst then n uint16_t): the same values

@@ -58,23 +58,34 @@ struct ct_kernel {
 /* in order of preference on a near-tie; scalar only by request */
 static const struct ct_kernel ct_kernels[] = {
     {"avx512bf16", ctdot_rows_avx512bf16, cpu_isa_avx512bf16, true},
+    {"avx512bf16-lut", ctdot_rows_avx512bf16_lut, cpu_isa_avx512bf16, true},
     {"avx512", ctdot_rows_avx512, cpu_isa_avx512, false},
     {"avx2", ctdot_rows_avx2, cpu_isa_avx2, false},
     {"deq", NULL, has_any, false},
     {"scalar", ctdot_rows_scalar, has_any, false},
 };
 #define CT_N_KERNELS (int)(sizeof(ct_kernels) / sizeof(ct_kernels[0]))
-#define CT_K_AVX512 1
+#define CT_K_AVX512 2
 #define CT_K_SCALAR (CT_N_KERNELS - 1)
+
+typedef void (*ct_dequant_fn)(enum dtype t, const void *src, void *dst, size_t n, bool to_bf16);
+static ct_dequant_fn ct_dequant;
+static pthread_once_t ct_dequant_once = PTHREAD_ONCE_INIT;
+
+/* Once: the ISA checks run CPUID, which a virtual machine traps (tens of
+ * microseconds); asked per weight row, they made a prefill's conversion
+ * 20x slower than its product. */
+static void ct_dequant_pick(void)
+{
+    ct_dequant = cpu_isa_avx512() ? ctdot_dequant_avx512
+                 : cpu_isa_avx2() ? ctdot_dequant_avx2
+                                  : ctdot_dequant_scalar;
+}
 
 void cpu_ct_dequantize(enum dtype t, const void *src, void *dst, size_t n, bool to_bf16)
 {
-    if (cpu_isa_avx512())
-        ctdot_dequant_avx512(t, src, dst, n, to_bf16);
-    else if (cpu_isa_avx2())
-        ctdot_dequant_avx2(t, src, dst, n, to_bf16);
-    else
-        ctdot_dequant_scalar(t, src, dst, n, to_bf16);
+    pthread_once(&ct_dequant_once, ct_dequant_pick);
+    ct_dequant(t, src, dst, n, to_bf16);
 }
 
 void cpu_ctlinear_random_blocks(enum dtype t, void *dst, size_t n_blocks, uint64_t seed)
@@ -97,6 +108,15 @@ void cpu_ctlinear_random_blocks(enum dtype t, void *dst, size_t n_blocks, uint64
             if ((p[4 + j] & 0x7f) == 0x7f)
                 p[4 + j] ^= 1; /* not NaN */
     }
+}
+
+void cpu_ctlinear_share_scales(enum dtype t, void *blocks, size_t n_blocks, size_t group)
+{
+    const size_t bb = quant_ct_block_bytes(t), head = t == DTYPE_CT_F8 ? 4 : 5;
+    unsigned char *p = blocks;
+    for (size_t b = 0; group > 1 && b < n_blocks; b++)
+        if (b % group)
+            memcpy(p + b * bb, p + (b - b % group) * bb, head);
 }
 
 /* ---- a call ---- */
@@ -200,6 +220,10 @@ static const char *const ct_bucket_name[CT_BUCKETS] = {"m1", "m2-16"};
 #define CT_CAL_BYTES ((size_t)4 << 20)
 #define CT_CAL_COLS 2048
 #define CT_CAL_MARGIN 0.03
+/* elements sharing a scale in the calibration's weights: compressed-tensors'
+ * default group, and a 128x128 FP8 block's width; per-channel and
+ * per-tensor scales share more */
+#define CT_CAL_GROUP 128
 
 static struct {
     pthread_mutex_t lock; /* guards the calibration */
@@ -225,8 +249,8 @@ static int ct_find(const char *name, const struct ct_kernel **out)
             return 0;
         }
     return err_set(ERR_INVALID,
-                   "unknown compressed-tensors kernel \"%s\" (expected avx512bf16, avx512, avx2, "
-                   "deq or scalar)",
+                   "unknown compressed-tensors kernel \"%s\" (expected avx512bf16, "
+                   "avx512bf16-lut, avx512, avx2, deq or scalar)",
                    name);
 }
 
@@ -257,6 +281,8 @@ static void ct_calibrate(enum dtype t)
     float *y = malloc((size_t)mmax * rows * sizeof(float));
     if (wd && x && y) {
         cpu_ctlinear_random_blocks(t, wd, (size_t)rows * CT_CAL_COLS / QUANT_CT_QK, 7);
+        cpu_ctlinear_share_scales(t, wd, (size_t)rows * CT_CAL_COLS / QUANT_CT_QK,
+                                  CT_CAL_GROUP / QUANT_CT_QK);
         for (size_t i = 0; i < (size_t)mmax * CT_CAL_COLS; i++)
             x[i] = (float)((int)(i % 11) - 5) * 0.1f;
     }

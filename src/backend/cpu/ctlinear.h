@@ -29,4 +29,9 @@ void cpu_ct_dequantize(enum dtype t, const void *src, void *dst, size_t n, bool 
  * other bit random. For the calibration, tests and benchmarks. */
 void cpu_ctlinear_random_blocks(enum dtype t, void *dst, size_t n_blocks, uint64_t seed);
 
+/* Every run of `group` blocks from the first at `blocks` given its first
+ * block's scale (and zero point), as a checkpoint's group of group * 32
+ * elements shares them: for the calibration, tests and benchmarks. */
+void cpu_ctlinear_share_scales(enum dtype t, void *blocks, size_t n_blocks, size_t group);
+
 #endif
