@@ -1,5 +1,5 @@
 /* What instruction sets this CPU runs, as the CPU kernels need them: one
- * probe for every chooser (the GEMV, the compressed-tensors dots, the LoRA
+ * probe, run once per process, for every chooser (the GEMV, the compressed-tensors dots, the LoRA
  * update), so they agree on what "avx2" and "avx512" mean. Internal to
  * backend/cpu/. */
 #ifndef SHARDSWAP_BACKEND_CPU_ISA_H
