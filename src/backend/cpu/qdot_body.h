@@ -350,7 +350,7 @@ QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
     for (int i0 = 0; i0 < a->m; i0 += QD_MB) {                                                     \
         const int i1 = i0 + QD_MB < a->m ? i0 + QD_MB : a->m;                                      \
         for (int r = r0; r < r1; r++) {                                                            \
-            const char *row = weight_row(w, r);                                                    \
+            const char *row = (const char *)w->data + (size_t)r * w_ld;                            \
             for (int i = i0; i < i1; i++) {                                                        \
                 const char *x = a->xq + (size_t)i * a->xq_ld;                                      \
                 a->y[(size_t)i * a->ldy + r] = call;                                               \
@@ -362,6 +362,7 @@ void QDOT_ROWS_FN(const struct qdot_args *a, int r0, int r1)
 {
     const struct weight_view *w = a->w;
     const int nb = w->cols / dtype_block(w->dtype);
+    const size_t w_ld = dtype_row_bytes(w->dtype, w->ld); /* weight_row's, once */
     switch (w->dtype) {
     case DTYPE_Q8_0:
         QD_LOOP(qd_q8_0(row, x, nb));

@@ -43,16 +43,21 @@ QD_INLINE __m256 qd5_f16x8(const char *p, size_t stride, int n)
     return _mm256_cvtph_ps(h);
 }
 
-/* x's block scales (Q8_K: f32 at the block's start) of n <= 8 blocks */
+/* x's block scales (Q8_K: f32 at the block's start) of n <= 8 blocks, in
+ * a register (8 stores and a wide load back would stall on store
+ * forwarding) */
+QD_INLINE float qd5_f32(const char *x, int i, int n)
+{
+    float v = 0.0f;
+    if (i < n)
+        memcpy(&v, x + (size_t)i * sizeof(struct quant_q8_k), 4);
+    return v;
+}
+
 QD_INLINE __m256 qd5_dx8(const char *x, int n)
 {
-    float v[8];
-    for (int i = 0; i < 8; i++)
-        if (i < n)
-            memcpy(&v[i], x + (size_t)i * sizeof(struct quant_q8_k), 4);
-        else
-            v[i] = 0.0f;
-    return _mm256_loadu_ps(v);
+    return _mm256_setr_ps(qd5_f32(x, 0, n), qd5_f32(x, 1, n), qd5_f32(x, 2, n), qd5_f32(x, 3, n),
+                          qd5_f32(x, 4, n), qd5_f32(x, 5, n), qd5_f32(x, 6, n), qd5_f32(x, 7, n));
 }
 
 /* lane k = the sum of s[k]'s 16 lanes */
@@ -129,7 +134,7 @@ QD_INLINE __m512i qd5_idx2(int a, int b)
 
 /* the constants of qd5_blk_45k */
 struct qd5_k45 {
-    __m512i lo4, sixteen, bit[4], sc[4];
+    __m512i lo4, sixteen, bit, sc[4]; /* bit: Q5_K's fifth bits of vector 0 */
     __m256i mins; /* each min twice, against x's sums of 16 */
 };
 
@@ -138,11 +143,10 @@ QD_INLINE struct qd5_k45 qd5_k45_init(void)
     struct qd5_k45 c;
     c.lo4 = _mm512_set1_epi8(15);
     c.sixteen = _mm512_set1_epi8(16);
+    c.bit = _mm512_inserti64x4(_mm512_set1_epi8(1), _mm256_set1_epi8(4), 1);
     /* vector v holds sub-blocks (v / 2) * 4 + (v & 1) and that plus 2 */
     for (int v = 0; v < 4; v++) {
         const int s = v / 2 * 4 + (v & 1);
-        c.bit[v] = _mm512_inserti64x4(_mm512_set1_epi8((char)(1u << s)),
-                                      _mm256_set1_epi8((char)(1u << (s + 2))), 1);
         c.sc[v] = qd5_idx2(s, s + 2);
     }
     c.mins = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
@@ -164,12 +168,17 @@ QD_INLINE void qd5_blk_45k(const char *w, const char *x, const bool five, const 
         _mm512_and_si512(p0, c->lo4), _mm512_and_si512(_mm512_srli_epi16(p0, 4), c->lo4),
         _mm512_and_si512(p1, c->lo4), _mm512_and_si512(_mm512_srli_epi16(p1, 4), c->lo4)};
     if (five) {
+        /* vector v's bits: vector 0's shifted by v / 2 * 4 + (v & 1) (made
+         * here: four more constants would not stay in registers) */
         const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 16)));
+        const __m512i bits[4] = {c->bit, _mm512_add_epi8(c->bit, c->bit),
+                                 _mm512_slli_epi16(c->bit, 4), _mm512_slli_epi16(c->bit, 5)};
+#pragma GCC unroll 4
         for (int v = 0; v < 4; v++)
-            q[v] =
-                _mm512_mask_add_epi8(q[v], _mm512_test_epi8_mask(qh, c->bit[v]), q[v], c->sixteen);
+            q[v] = _mm512_mask_add_epi8(q[v], _mm512_test_epi8_mask(qh, bits[v]), q[v], c->sixteen);
     }
     __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
         const int s = v / 2 * 4 + (v & 1);
         acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q[v], qd5_x2(xq, s, s + 2)),
@@ -180,34 +189,44 @@ QD_INLINE void qd5_blk_45k(const char *w, const char *x, const bool five, const 
                             _mm256_permutexvar_epi16(c->mins, sm));
 }
 
-QD_INLINE float qd5_q45_k(const char *w, const char *x, int nb, const bool five)
+/* n <= 8 blocks' steps (qdot.h's, lane k for block k: a missing block
+ * adds 0 * 0) */
+QD_INLINE __m256 qd5_group_45k(__m256 acc, const char *w, const char *x, const int n,
+                               const bool five, const struct qd5_k45 *c)
+{
+    const size_t wb = five ? sizeof(struct quant_q5_k) : sizeof(struct quant_q4_k);
+    const size_t xb = sizeof(struct quant_q8_k);
+    __m512i is[8];
+    __m256i ms[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        if (k < n) {
+            qd5_blk_45k(w + k * wb, x + k * xb, five, c, &is[k], &ms[k]);
+        } else {
+            is[k] = _mm512_setzero_si512();
+            ms[k] = _mm256_setzero_si256();
+        }
+    }
+    const __m256 dx = qd5_dx8(x, n);
+    const __m256 d = _mm256_mul_ps(qd5_f16x8(w, wb, n), dx);
+    const __m256 dm =
+        _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(qd5_f16x8(w + 2, wb, n), dx));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(qd5_hsum16x8(is)), acc);
+    return _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(qd5_hsum8x8(ms)), acc);
+}
+
+/* whole groups of 8 blocks straight, then the rest */
+QD_INLINE float qd5_q45_k_body(const char *w, const char *x, int nb, const bool five)
 {
     const size_t wb = five ? sizeof(struct quant_q5_k) : sizeof(struct quant_q4_k);
     const size_t xb = sizeof(struct quant_q8_k);
     const struct qd5_k45 c = qd5_k45_init();
     __m256 acc = _mm256_setzero_ps();
-    for (int b0 = 0; b0 < nb; b0 += 8) {
-        const int n = nb - b0 < 8 ? nb - b0 : 8;
-        const char *wg = w + (size_t)b0 * wb, *xg = x + (size_t)b0 * xb;
-        __m512i is[8];
-        __m256i ms[8];
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            if (k < n) {
-                qd5_blk_45k(wg + k * wb, xg + k * xb, five, &c, &is[k], &ms[k]);
-            } else {
-                is[k] = _mm512_setzero_si512();
-                ms[k] = _mm256_setzero_si256();
-            }
-        }
-        /* qdot.h's steps, lane k for block b0 + k (a missing block adds 0 * 0) */
-        const __m256 dx = qd5_dx8(xg, n);
-        const __m256 d = _mm256_mul_ps(qd5_f16x8(wg, wb, n), dx);
-        const __m256 dm =
-            _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(qd5_f16x8(wg + 2, wb, n), dx));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(qd5_hsum16x8(is)), acc);
-        acc = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(qd5_hsum8x8(ms)), acc);
-    }
+    int b0 = 0;
+    for (; b0 + 8 <= nb; b0 += 8)
+        acc = qd5_group_45k(acc, w + (size_t)b0 * wb, x + (size_t)b0 * xb, 8, five, &c);
+    if (b0 < nb)
+        acc = qd5_group_45k(acc, w + (size_t)b0 * wb, x + (size_t)b0 * xb, nb - b0, five, &c);
     return qd_sum8(acc);
 }
 
@@ -259,6 +278,7 @@ QD_INLINE __m512i qd5_blk_6k(const char *w, const char *x, const struct qd5_k6 *
         _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l1, 4), c->lo4),
                                   _mm512_srlv_epi16(h1, c->down), c->top, 0xf8)};
     __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
     for (int v = 0; v < 4; v++)
         acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q[v], _mm512_loadu_si512(xq + 64 * v)),
                                   _mm512_permutexvar_epi16(c->sc[v], scz));
@@ -268,22 +288,48 @@ QD_INLINE __m512i qd5_blk_6k(const char *w, const char *x, const struct qd5_k6 *
     return _mm512_sub_epi32(acc, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
 }
 
-QD_INLINE float qd5_q6_k(const char *w, const char *x, int nb)
+QD_INLINE __m256 qd5_group_6k(__m256 acc, const char *w, const char *x, const int n,
+                              const struct qd5_k6 *c)
+{
+    const size_t wb = sizeof(struct quant_q6_k), xb = sizeof(struct quant_q8_k);
+    __m512i is[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++)
+        is[k] = k < n ? qd5_blk_6k(w + k * wb, x + k * xb, c) : _mm512_setzero_si512();
+    /* qdot.h's first step; its second adds -(0 * dx) * 0, which leaves a
+     * partial as it was */
+    const __m256 d = _mm256_mul_ps(qd5_f16x8(w + 208, wb, n), qd5_dx8(x, n));
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(qd5_hsum16x8(is)), acc);
+}
+
+QD_INLINE float qd5_q6_k_body(const char *w, const char *x, int nb)
 {
     const size_t wb = sizeof(struct quant_q6_k), xb = sizeof(struct quant_q8_k);
     const struct qd5_k6 c = qd5_k6_init();
     __m256 acc = _mm256_setzero_ps();
-    for (int b0 = 0; b0 < nb; b0 += 8) {
-        const int n = nb - b0 < 8 ? nb - b0 : 8;
-        const char *wg = w + (size_t)b0 * wb, *xg = x + (size_t)b0 * xb;
-        __m512i is[8];
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++)
-            is[k] = k < n ? qd5_blk_6k(wg + k * wb, xg + k * xb, &c) : _mm512_setzero_si512();
-        /* qdot.h's first step; its second adds -(0 * dx) * 0, which leaves
-         * a partial as it was */
-        const __m256 d = _mm256_mul_ps(qd5_f16x8(wg + 208, wb, n), qd5_dx8(xg, n));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(qd5_hsum16x8(is)), acc);
-    }
+    int b0 = 0;
+    for (; b0 + 8 <= nb; b0 += 8)
+        acc = qd5_group_6k(acc, w + (size_t)b0 * wb, x + (size_t)b0 * xb, 8, &c);
+    if (b0 < nb)
+        acc = qd5_group_6k(acc, w + (size_t)b0 * wb, x + (size_t)b0 * xb, nb - b0, &c);
     return qd_sum8(acc);
 }
+
+/* One call per row and type (GCC unrolls the 8 blocks of a step only in a
+ * function of its own, not inlined into the rows' loops) */
+static __attribute__((noinline)) float qd5_q4_k(const char *w, const char *x, int nb)
+{
+    return qd5_q45_k_body(w, x, nb, false);
+}
+
+static __attribute__((noinline)) float qd5_q5_k(const char *w, const char *x, int nb)
+{
+    return qd5_q45_k_body(w, x, nb, true);
+}
+
+static __attribute__((noinline)) float qd5_q6_k(const char *w, const char *x, int nb)
+{
+    return qd5_q6_k_body(w, x, nb);
+}
+
+#define qd5_q45_k(w, x, nb, five) ((five) ? qd5_q5_k(w, x, nb) : qd5_q4_k(w, x, nb))
