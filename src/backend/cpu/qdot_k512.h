@@ -17,8 +17,10 @@
  * of 64 low-nibble bytes holds 64 consecutive quants (its top bits are the
  * same 32 bytes of qh shifted by 0/2 or 4/6), so its x is one load. */
 
-/* Weight bytes prefetched ahead of the block being read: a core's own
- * stream, a few rows ahead of where the hardware's prefetcher has got to */
+/* Weight bytes prefetched ahead of the block being read (a row of 2048
+ * columns is 1-2 KiB): on the shared Zen 4 here, streaming from memory
+ * measured 0-30% faster than without (noisy), with the weights in cache 3%
+ * slower */
 #ifndef QD5_PREFETCH
 #define QD5_PREFETCH 2048
 #endif
