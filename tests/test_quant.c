@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/qdot.h"
 #include "backend/cpu/qlinear.h"
 #include "backend/device.h"
 #include "backend/kernels.h"
@@ -325,6 +326,32 @@ TEST(multirow_bitwise)
         free(wd);
     }
     CHECK(cpu_qlinear_force(NULL) == 0);
+}
+
+/* x quantized for Q8_0 weights as the kernels do it (the AVX2 one where
+ * the CPU has it) gives quant_q8_0_from_f32's bytes: ties of roundf (half
+ * away from zero, both signs), zero and NaN-free blocks of every magnitude */
+TEST(x_q8_0_bitwise)
+{
+    const int n = 64 * 32;
+    float *x = malloc((size_t)n * sizeof(float));
+    char *a = malloc((size_t)n / 32 * sizeof(struct quant_q8_0));
+    char *b = malloc((size_t)n / 32 * sizeof(struct quant_q8_0));
+    for (int i = 0; i < n; i++) {
+        const int blk = i / 32;
+        if (blk == 0) /* amax 127: scale 1, so x * id = x, halves are ties */
+            x[i] = i == 0 ? 127.0f : (float)((i % 2 ? 1 : -1) * (i % 40)) + 0.5f;
+        else if (blk == 1)
+            x[i] = 0.0f;
+        else
+            x[i] = urand() * ldexpf(1.0f, blk % 30 - 15);
+    }
+    quant_q8_0_from_f32(x, a, n);
+    qdot_quantize_x(DTYPE_Q8_0, x, b, n);
+    CHECK(memcmp(a, b, (size_t)n / 32 * sizeof(struct quant_q8_0)) == 0);
+    free(x);
+    free(a);
+    free(b);
 }
 
 /* Quantized token embeddings: the rows dequantized, zeros outside a

@@ -38,6 +38,43 @@ static inline __m256i qdt_dot4_q8(__m256i acc, __m256i xv, const void *wp)
 #define QDOT_TILE_FN qdot_tile_avx2
 #include "backend/cpu/qdot_tile_body.h"
 
+void qdot_x_q8_0_avx2(const float *x, void *xq, int n)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    char *o = xq;
+    for (int b = 0; b < n / QUANT_QK0; b++, x += QUANT_QK0, o += sizeof(struct quant_q8_0)) {
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            /* a NaN leaves the maximum as it was, as fmaxf does */
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m);
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float d = _mm_cvtss_f32(h) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const uint16_t dh = f32_to_f16(d);
+        memcpy(o, &dh, 2);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) {
+            /* roundf: toward zero, then one away from zero where the rest
+             * (exact) is at least a half */
+            const __m256 s = _mm256_mul_ps(v[k], _mm256_set1_ps(id));
+            const __m256 t = _mm256_round_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const __m256 big =
+                _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(s, t)), half, _CMP_GE_OQ);
+            const __m256 away = _mm256_and_ps(big, _mm256_or_ps(one, _mm256_and_ps(sign, s)));
+            q[k] = _mm256_cvttps_epi32(_mm256_add_ps(t, away));
+        }
+        /* |q| <= 127: the packs saturate nothing */
+        const __m256i p =
+            _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)(o + 2), _mm256_permutevar8x32_epi32(p, order));
+    }
+}
+
 #else
 void qdot_rows_avx2(const struct qdot_args *a, int r0, int r1)
 {
@@ -48,5 +85,10 @@ int qdot_tile_avx2(const struct qdot_args *a, int r0, int r1)
 {
     qdot_rows_scalar(a, r0, r1);
     return 0;
+}
+
+void qdot_x_q8_0_avx2(const float *x, void *xq, int n)
+{
+    quant_q8_0_from_f32(x, xq, n);
 }
 #endif

@@ -7,6 +7,8 @@
  *                           the operands below: |u| <= 128 with |s| <= 127,
  *                           or u <= 63)
  *   QDOT_ROWS_FN            the name of the qdot_rows_fn to define
+ *   QD_K512                 (optional) the K-quants on 512-bit vectors
+ *                           instead (qdot_k512.h: AVX-512 BW and VNNI)
  *
  * Each block's integer sums are exact and combined as qdot.h says, so the
  * result is the scalar reference's (qdot_scalar.c) bit for bit. */
@@ -329,6 +331,15 @@ QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
     return qd_sum8(sum);
 }
 
+#ifdef QD_K512
+#include "backend/cpu/qdot_k512.h"
+#define QD_Q45_K qd5_q45_k
+#define QD_Q6_K qd5_q6_k
+#else
+#define QD_Q45_K qd_q45_k
+#define QD_Q6_K qd_q6_k
+#endif
+
 /* Input rows per pass over a task's weight rows: a prefill's rows go by in
  * groups that stay in L1/L2 while the task's weights (about 128 KiB) stay
  * in L2. */
@@ -339,7 +350,7 @@ QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
     for (int i0 = 0; i0 < a->m; i0 += QD_MB) {                                                     \
         const int i1 = i0 + QD_MB < a->m ? i0 + QD_MB : a->m;                                      \
         for (int r = r0; r < r1; r++) {                                                            \
-            const char *row = weight_row(w, r);                                                    \
+            const char *row = (const char *)w->data + (size_t)r * w_ld;                            \
             for (int i = i0; i < i1; i++) {                                                        \
                 const char *x = a->xq + (size_t)i * a->xq_ld;                                      \
                 a->y[(size_t)i * a->ldy + r] = call;                                               \
@@ -351,6 +362,7 @@ void QDOT_ROWS_FN(const struct qdot_args *a, int r0, int r1)
 {
     const struct weight_view *w = a->w;
     const int nb = w->cols / dtype_block(w->dtype);
+    const size_t w_ld = dtype_row_bytes(w->dtype, w->ld); /* weight_row's, once */
     switch (w->dtype) {
     case DTYPE_Q8_0:
         QD_LOOP(qd_q8_0(row, x, nb));
@@ -359,13 +371,13 @@ void QDOT_ROWS_FN(const struct qdot_args *a, int r0, int r1)
         QD_LOOP(qd_q4_0(row, x, nb));
         break;
     case DTYPE_Q4_K:
-        QD_LOOP(qd_q45_k(row, x, nb, false));
+        QD_LOOP(QD_Q45_K(row, x, nb, false));
         break;
     case DTYPE_Q5_K:
-        QD_LOOP(qd_q45_k(row, x, nb, true));
+        QD_LOOP(QD_Q45_K(row, x, nb, true));
         break;
     case DTYPE_Q6_K:
-        QD_LOOP(qd_q6_k(row, x, nb));
+        QD_LOOP(QD_Q6_K(row, x, nb));
         break;
     case DTYPE_Q5_0:
         QD_LOOP(qd_q5_0(row, x, nb));

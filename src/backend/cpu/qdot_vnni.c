@@ -1,7 +1,8 @@
-/* The quantized dot products for AVX512-VNNI on 256-bit vectors
- * (AVX512VL): four byte products summed into 32 bits by one VPDPBUSD. This
- * file alone is compiled with those sets (CMakeLists.txt); qlinear.c runs
- * it only where the CPU has them. */
+/* The quantized dot products for AVX512-VNNI: on 256-bit vectors
+ * (AVX512VL) four byte products summed into 32 bits by one VPDPBUSD, and
+ * the K-quants on 512-bit vectors (AVX512BW, qdot_k512.h). This file alone
+ * is compiled with those sets (CMakeLists.txt); qlinear.c runs it only
+ * where the CPU has them. */
 #include "backend/cpu/qdot.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -9,6 +10,7 @@
 
 #define QD_DOT(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
 #define QDOT_ROWS_FN qdot_rows_vnni
+#define QD_K512
 #include "backend/cpu/qdot_body.h"
 
 /* the multi-row kernel: the weights' quads broadcast against x + 128 */

@@ -57,12 +57,16 @@ size_t qdot_x_row_bytes(enum dtype t, int n)
                                            : (size_t)n / QUANT_QKK * sizeof(struct quant_q8_k);
 }
 
+static bool has_avx2(void);
+
 void qdot_quantize_x(enum dtype t, const float *x, void *xq, int n)
 {
-    if (qdot_xtype_of(t) == QDOT_X_Q8_0)
-        quant_q8_0_from_f32(x, xq, n);
-    else
+    if (qdot_xtype_of(t) == QDOT_X_Q8_K)
         quant_q8_k_from_f32(x, xq, n);
+    else if (has_avx2())
+        qdot_x_q8_0_avx2(x, xq, n);
+    else
+        quant_q8_0_from_f32(x, xq, n);
 }
 
 /* qdot.h's packed group: per block the quads (qk / 4 of QDOT_GROUP int32),
@@ -140,7 +144,8 @@ static bool has_avx2(void)
 static bool has_vnni(void)
 {
     __builtin_cpu_init();
-    return has_avx2() && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    return has_avx2() && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vnni");
 }
 #else
 static bool has_avx2(void)
