@@ -115,10 +115,14 @@ static const struct gemv_kernel gemv_kernels[] = {
      * stream), or eight at once without software prefetch */
     {"avx512bf16-r1", gemv_rows_avx512bf16_r1, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
     {"avx512bf16-r8", gemv_rows_avx512bf16_r8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
+    /* the same sums over blocks of 3 weight rows x 8 input rows: fewer
+     * loads per multiply-add where several input rows bind the product */
+    {"avx512bf16-m8", gemv_rows_avx512bf16_m8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
     {"avx512pairs", gemv_rows_avx512pairs, cpu_isa_avx512, GEMV_IN_PAIRS,
      C(GEMV_BF16) | C(GEMV_BF16_MODE)},
     {"avx512", gemv_rows_avx512, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES},
     {"avx512-r1", gemv_rows_avx512_r1, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES},
+    {"avx512-m8", gemv_rows_avx512_m8, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES},
     {"avx2", gemv_rows_avx2, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES},
     /* never a candidate where a vector kernel runs: only by request */
     {"scalar", gemv_rows_scalar, has_scalar, GEMV_IN_F32, 0},
@@ -183,7 +187,7 @@ static int gemv_find(const char *name, const struct gemv_kernel **out)
     return err_set(
         ERR_INVALID,
         "unknown GEMV kernel \"%s\" (expected amx, avx512bf16, avx512bf16-r1, avx512bf16-r8, "
-        "avx512pairs, avx512, avx2 or scalar)",
+        "avx512bf16-m8, avx512pairs, avx512, avx512-r1, avx512-m8, avx2 or scalar)",
         name);
 }
 

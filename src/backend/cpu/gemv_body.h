@@ -29,7 +29,9 @@
 #ifndef GEMV_R
 #define GEMV_R 4 /* weight rows per block (a kernel file may set more) */
 #endif
-#define GEMV_MB 4  /* input rows per block */
+#ifndef GEMV_MB
+#define GEMV_MB 4 /* input rows per block (a kernel file may set up to 8) */
+#endif
 #define GEMV_MT 16 /* input rows sharing one pass over the weights */
 /* Weight bytes prefetched ahead of the loads: the hardware prefetcher alone
  * left a single input row at 0.87 of read bandwidth with f16/bf16 weights,
@@ -165,16 +167,21 @@ GEMV_INLINE void gemv_rowgroup(const struct gemv_args *a, enum dtype t, int r, c
         int c1 = c0 + kc < kv ? c0 + kc : kv, ib = 0;
         for (; ib + GEMV_MB <= mt; ib += GEMV_MB)
             gemv_block(a, t, r, R, i0 + ib, GEMV_MB, c0, c1, pf, part);
+        /* the rest, fewer than GEMV_MB rows, as one block of constant size */
         switch (mt - ib) {
-        case 1:
-            gemv_block(a, t, r, R, i0 + ib, 1, c0, c1, pf, part);
-            break;
-        case 2:
-            gemv_block(a, t, r, R, i0 + ib, 2, c0, c1, pf, part);
-            break;
-        case 3:
-            gemv_block(a, t, r, R, i0 + ib, 3, c0, c1, pf, part);
-            break;
+#define GEMV_REST(n)                                                                               \
+    case n:                                                                                        \
+        if (n < GEMV_MB)                                                                           \
+            gemv_block(a, t, r, R, i0 + ib, n < GEMV_MB ? n : 1, c0, c1, pf, part);                \
+        break;
+            GEMV_REST(1)
+            GEMV_REST(2)
+            GEMV_REST(3)
+            GEMV_REST(4)
+            GEMV_REST(5)
+            GEMV_REST(6)
+            GEMV_REST(7)
+#undef GEMV_REST
         }
     }
     /* the sums, the columns after the last whole vector, the results */
