@@ -241,15 +241,17 @@ static int linear_cases(const int *ms, size_t n_ms)
 
 /* Kernels that sum each row in the same order give the same bits: the
  * bf16 mode's VDPBF16PS kernel over 4, 1 and 8 weight rows at a time and
- * over blocks of 3 weight rows x 8 input rows (m 5-7, 9-15 leave every rest
- * of its input rows, n = 37 and 200 of its weight rows), with
+ * over blocks of 3 weight rows x 8 input rows, whole rows or in column spans
+ * over 12 weight rows (m 5-7, 9-15 leave every rest of its input rows,
+ * n = 37 and 200 of its weight rows, k = 2048 four spans), with
  * rows that fill no whole block and columns past the last whole 32 (summed
  * after the vector part, in the same order by each). */
 static void test_gemv_same_bits(void)
 {
     static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 11, 16};
     static const int shapes[][2] = {{37, 75}, {64, 2048}, {200, 300}};
-    static const char *const others[] = {"avx512bf16-r1", "avx512bf16-r8", "avx512bf16-m8"};
+    static const char *const others[] = {"avx512bf16-r1", "avx512bf16-r8", "avx512bf16-m8",
+                                         "avx512bf16-m8s"};
     if (cpu_gemv_force("avx512bf16") < 0) {
         printf("gemv same bits: skipped (%s)\n", err_msg());
         CHECK(cpu_gemv_force(NULL) == 0);
@@ -325,8 +327,9 @@ static void test_linear(void)
     static const int gemv_ms[] = {1, 2, 3, 4, 5, 8, 15, 16};
     static const int blas_ms[] = {17, 64};
     static const char *const isas[] = {
-        "amx",    "avx512bf16", "avx512bf16-r1", "avx512bf16-r8", "avx512bf16-m8", "avx512pairs",
-        "avx512", "avx512-r1",  "avx512-m8",     "avx2",          "scalar"};
+        "amx",         "avx512bf16",     "avx512bf16-r1", "avx512bf16-r8", "avx512bf16-m8",
+        "avx512pairs", "avx512bf16-m8s", "avx512",        "avx512-r1",     "avx512-m8",
+        "avx2",        "matmul",         "scalar"};
     int cases = linear_cases(blas_ms, sizeof(blas_ms) / sizeof(blas_ms[0]));
     /* the GEMV: every kernel this CPU runs, then the measured choices */
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
