@@ -1637,6 +1637,11 @@ int main(void)
 
     test_linear();
     test_linear_group();
+    /* again with the matrix product taking every bf16-mode job: those run
+     * on their own, the rest in the pool run */
+    CHECK(cpu_gemv_force("matmul") == 0);
+    test_linear_group();
+    CHECK(cpu_gemv_force(NULL) == 0);
     test_gemv_same_bits();
     test_matmul_cache();
     test_gemv_choice();
