@@ -240,14 +240,18 @@ static int linear_cases(const int *ms, size_t n_ms)
 }
 
 /* Kernels that sum each row in the same order give the same bits: the
- * bf16 mode's VDPBF16PS kernel over 4, 1 and 8 weight rows at a time, with
+ * bf16 mode's VDPBF16PS kernel over 4, 1 and 8 weight rows at a time and
+ * over blocks of 3 weight rows x 8 input rows, whole rows or in column spans
+ * over 12 weight rows (m 5-7, 9-15 leave every rest of its input rows,
+ * n = 37 and 200 of its weight rows, k = 2048 four spans), with
  * rows that fill no whole block and columns past the last whole 32 (summed
  * after the vector part, in the same order by each). */
 static void test_gemv_same_bits(void)
 {
-    static const int ms[] = {1, 2, 3, 4, 5, 8, 16};
+    static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 11, 16};
     static const int shapes[][2] = {{37, 75}, {64, 2048}, {200, 300}};
-    static const char *const others[] = {"avx512bf16-r1", "avx512bf16-r8"};
+    static const char *const others[] = {"avx512bf16-r1", "avx512bf16-r8", "avx512bf16-m8",
+                                         "avx512bf16-m8s"};
     if (cpu_gemv_force("avx512bf16") < 0) {
         printf("gemv same bits: skipped (%s)\n", err_msg());
         CHECK(cpu_gemv_force(NULL) == 0);
@@ -281,7 +285,8 @@ static void test_gemv_same_bits(void)
             free(y4);
             free(yo);
         }
-    /* f32 mode, every plain dtype: the AVX-512 kernel over 4 and 1 rows */
+    /* f32 mode, every plain dtype: the AVX-512 kernel over 4 and 1 rows and
+     * over blocks of 3 x 8 */
     static const enum dtype ts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
     for (size_t it = 0; it < sizeof(ts) / sizeof(ts[0]); it++)
         for (size_t is = 0; is < sizeof(shapes) / sizeof(shapes[0]); is++)
@@ -300,11 +305,14 @@ static void test_gemv_same_bits(void)
                     .dtype = ts[it], .data = wt, .rows = n, .cols = k, .ld = (size_t)k};
                 CHECK(cpu_gemv_force("avx512") == 0);
                 CHECK(cpu_linear(y4, x, m, &w, NULL, KERN_COMPUTE_F32) == 0);
-                CHECK(cpu_gemv_force("avx512-r1") == 0);
-                CHECK(cpu_linear(y1, x, m, &w, NULL, KERN_COMPUTE_F32) == 0);
-                CHECK_MSG(memcmp(y4, y1, (size_t)m * n * sizeof(float)) == 0,
-                          "avx512 and avx512-r1 differ: %s, m %d, %d x %d", dtype_name(ts[it]), m,
-                          n, k);
+                for (int io = 0; io < 2; io++) {
+                    const char *other = io ? "avx512-m8" : "avx512-r1";
+                    CHECK(cpu_gemv_force(other) == 0);
+                    CHECK(cpu_linear(y1, x, m, &w, NULL, KERN_COMPUTE_F32) == 0);
+                    CHECK_MSG(memcmp(y4, y1, (size_t)m * n * sizeof(float)) == 0,
+                              "avx512 and %s differ: %s, m %d, %d x %d", other, dtype_name(ts[it]),
+                              m, n, k);
+                }
                 free(wf);
                 free(wt);
                 free(x);
@@ -318,9 +326,10 @@ static void test_linear(void)
 {
     static const int gemv_ms[] = {1, 2, 3, 4, 5, 8, 15, 16};
     static const int blas_ms[] = {17, 64};
-    static const char *const isas[] = {"amx",           "avx512bf16",  "avx512bf16-r1",
-                                       "avx512bf16-r8", "avx512pairs", "avx512",
-                                       "avx512-r1",     "avx2",        "scalar"};
+    static const char *const isas[] = {
+        "amx",         "avx512bf16",     "avx512bf16-r1", "avx512bf16-r8", "avx512bf16-m8",
+        "avx512pairs", "avx512bf16-m8s", "avx512",        "avx512-r1",     "avx512-m8",
+        "avx2",        "matmul",         "scalar"};
     int cases = linear_cases(blas_ms, sizeof(blas_ms) / sizeof(blas_ms[0]));
     /* the GEMV: every kernel this CPU runs, then the measured choices */
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
@@ -1628,6 +1637,11 @@ int main(void)
 
     test_linear();
     test_linear_group();
+    /* again with the matrix product taking every bf16-mode job: those run
+     * on their own, the rest in the pool run */
+    CHECK(cpu_gemv_force("matmul") == 0);
+    test_linear_group();
+    CHECK(cpu_gemv_force(NULL) == 0);
     test_gemv_same_bits();
     test_matmul_cache();
     test_gemv_choice();

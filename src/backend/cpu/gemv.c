@@ -5,8 +5,9 @@
  * with a class of weights (f32, f16, bf16, bf16 in bf16 mode) every kernel
  * this CPU runs for it is timed at 1, 4, 8 and 16 input rows on weights
  * read from memory (10-40 ms a class), and each bucket of rows takes the
- * fastest.
- * SHARDSWAP_GEMV names one kernel for every call instead. */
+ * fastest; for bf16 weights in bf16 mode the matrix product (matmul.c) is
+ * a candidate too, which wins once enough rows make the product bound by
+ * multiplying. SHARDSWAP_GEMV names one kernel for every call instead. */
 #include "backend/cpu/linear.h"
 
 #include <assert.h>
@@ -97,7 +98,7 @@ static const char *const gemv_class_names[GEMV_CLASSES] = {"f32", "f16", "bf16",
 
 struct gemv_kernel {
     const char *name;
-    gemv_rows_fn rows;
+    gemv_rows_fn rows; /* NULL: the call runs cpu_matmul instead */
     bool (*supported)(void);
     enum gemv_input input;
     unsigned classes;
@@ -115,11 +116,22 @@ static const struct gemv_kernel gemv_kernels[] = {
      * stream), or eight at once without software prefetch */
     {"avx512bf16-r1", gemv_rows_avx512bf16_r1, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
     {"avx512bf16-r8", gemv_rows_avx512bf16_r8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
+    /* the same sums over blocks of 3 weight rows x 8 input rows: fewer
+     * loads per multiply-add where several input rows bind the product */
+    {"avx512bf16-m8", gemv_rows_avx512bf16_m8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
+    /* and in column spans over 12 weight rows, x's span kept in L1 */
+    {"avx512bf16-m8s", gemv_rows_avx512bf16_m8s, cpu_isa_avx512bf16, GEMV_IN_BF16,
+     C(GEMV_BF16_MODE)},
     {"avx512pairs", gemv_rows_avx512pairs, cpu_isa_avx512, GEMV_IN_PAIRS,
      C(GEMV_BF16) | C(GEMV_BF16_MODE)},
     {"avx512", gemv_rows_avx512, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES},
     {"avx512-r1", gemv_rows_avx512_r1, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES},
+    {"avx512-m8", gemv_rows_avx512_m8, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES},
     {"avx2", gemv_rows_avx2, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES},
+    /* the matrix product's primitive (matmul.c): its micro-kernels keep more
+     * sums in registers than a GEMV's blocks, which wins once enough input
+     * rows make the product bound by multiplying rather than by reading */
+    {"matmul", NULL, has_scalar, GEMV_IN_F32, C(GEMV_BF16_MODE)},
     /* never a candidate where a vector kernel runs: only by request */
     {"scalar", gemv_rows_scalar, has_scalar, GEMV_IN_F32, 0},
 };
@@ -183,7 +195,8 @@ static int gemv_find(const char *name, const struct gemv_kernel **out)
     return err_set(
         ERR_INVALID,
         "unknown GEMV kernel \"%s\" (expected amx, avx512bf16, avx512bf16-r1, avx512bf16-r8, "
-        "avx512pairs, avx512, avx2 or scalar)",
+        "avx512bf16-m8, avx512bf16-m8s, avx512pairs, avx512, avx512-r1, avx512-m8, avx2, matmul "
+        "or scalar)",
         name);
 }
 
@@ -458,9 +471,14 @@ static void gemv_calibrate(enum gemv_class c)
                     struct gemv_job j = {.rows = cand[i]->rows, .task_rows = task_rows};
                     cpu_cache_flush(wd, CAL_BYTES);
                     double s = time_now();
-                    if (gemv_prepare(cand[i], y, x, gemv_bucket_m[b], &w, cm, &j.a) < 0)
-                        continue;
-                    cpu_kernels_run(gemv_task, &j, (rows + task_rows - 1) / task_rows);
+                    if (!j.rows) {
+                        if (cpu_matmul(y, x, gemv_bucket_m[b], &w, cm) < 0)
+                            continue;
+                    } else {
+                        if (gemv_prepare(cand[i], y, x, gemv_bucket_m[b], &w, cm, &j.a) < 0)
+                            continue;
+                        cpu_kernels_run(gemv_task, &j, (rows + task_rows - 1) / task_rows);
+                    }
                     s = time_now() - s;
                     if (s < best[i])
                         best[i] = s;
@@ -497,7 +515,9 @@ static const struct gemv_kernel *gemv_pick(enum gemv_class c, int m)
 {
     pthread_once(&gemv_env_once, gemv_read_env);
     const struct gemv_kernel *k = gemv_forced;
-    if (k)
+    /* a forced kernel runs every class, but the matrix product only its own
+     * (cpu_gemv_rows_f32's callers need a kernel of rows) */
+    if (k && (k->rows || (k->classes & C(c))))
         return k;
     gemv_ensure(c);
     return gemv_chosen[c][gemv_bucket(m)];
@@ -566,6 +586,8 @@ int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
              enum kern_compute cm)
 {
     const struct gemv_kernel *k = gemv_pick(gemv_class_of(w, cm), m);
+    if (!k->rows)
+        return cpu_matmul(y, x, m, w, cm);
     struct gemv_job j = {.rows = k->rows, .task_rows = gemv_task_rows(w)};
     int rc = gemv_prepare(k, y, x, m, w, cm, &j.a);
     if (rc < 0)
@@ -605,6 +627,22 @@ int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute 
     const struct gemv_kernel *kern[CPU_GEMV_GROUP_MAX];
     bool shares[CPU_GEMV_GROUP_MAX];
     assert(n <= CPU_GEMV_GROUP_MAX);
+    /* jobs the matrix product takes run first, each on its own */
+    int rest = 0;
+    struct kern_linear_job left[CPU_GEMV_GROUP_MAX];
+    for (int i = 0; i < n; i++) {
+        if (gemv_pick(gemv_class_of(&jobs[i].w, cm), jobs[i].m)->rows) {
+            left[rest++] = jobs[i];
+            continue;
+        }
+        int rc = cpu_matmul(jobs[i].y, jobs[i].x, jobs[i].m, &jobs[i].w, cm);
+        if (rc < 0)
+            return rc;
+    }
+    if (rest == 0)
+        return 0;
+    jobs = left;
+    n = rest;
     for (int i = 0; i < n; i++) {
         const struct kern_linear_job *j = &jobs[i];
         assert(j->m <= CPU_GEMV_MAX_M);

@@ -29,7 +29,9 @@
 #ifndef GEMV_R
 #define GEMV_R 4 /* weight rows per block (a kernel file may set more) */
 #endif
-#define GEMV_MB 4  /* input rows per block */
+#ifndef GEMV_MB
+#define GEMV_MB 4 /* input rows per block (a kernel file may set up to 8) */
+#endif
 #define GEMV_MT 16 /* input rows sharing one pass over the weights */
 /* Weight bytes prefetched ahead of the loads: the hardware prefetcher alone
  * left a single input row at 0.87 of read bandwidth with f16/bf16 weights,
@@ -145,39 +147,37 @@ GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, cons
             part[p][i0 + i] = acc[p][i];
 }
 
-/* Input rows i0 .. i0 + mt - 1 (mt <= GEMV_MT) against R weight rows from
- * r. Up to GEMV_MB rows run over all columns at once; more go by in groups
- * of GEMV_MB over GEMV_KC columns at a time, so that the weights' and the
- * inputs' columns of that span stay in L1 while every group uses them. */
-GEMV_INLINE void gemv_rowgroup(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
-                               int mt)
+/* Columns [c0, c1) of R weight rows from r against input rows i0 .. i0 +
+ * mt - 1 (mt <= GEMV_MT): groups of GEMV_MB rows, then the rest as one
+ * block of constant size. */
+GEMV_INLINE void gemv_span(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
+                           int mt, int c0, int c1, bool pf, gv_t part[GEMV_R][GEMV_MT])
+{
+    int ib = 0;
+    for (; ib + GEMV_MB <= mt; ib += GEMV_MB)
+        gemv_block(a, t, r, R, i0 + ib, GEMV_MB, c0, c1, pf, part);
+    switch (mt - ib) {
+#define GEMV_REST(n)                                                                               \
+    case n:                                                                                        \
+        if (n < GEMV_MB)                                                                           \
+            gemv_block(a, t, r, R, i0 + ib, n < GEMV_MB ? n : 1, c0, c1, pf, part);                \
+        break;
+        GEMV_REST(1)
+        GEMV_REST(2)
+        GEMV_REST(3)
+        GEMV_REST(4)
+        GEMV_REST(5)
+        GEMV_REST(6)
+        GEMV_REST(7)
+#undef GEMV_REST
+    }
+}
+
+/* The sums of part, the columns after the last whole vector, the results. */
+GEMV_INLINE void gemv_finish(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
+                             int mt, gv_t part[GEMV_R][GEMV_MT])
 {
     const int k = a->w->cols, kv = k / GV_COLS * GV_COLS;
-    const int kc = mt <= GEMV_MB ? kv : GEMV_KC;
-    /* prefetching in blocks of 3-4 input rows: see GEMV_PF_BYTES */
-    const bool pf = mt <= GEMV_MB || (size_t)k * (t == DTYPE_F32 ? 4 : 2) <= GEMV_PF_ROW_BYTES;
-    gv_t part[GEMV_R][GEMV_MT];
-#pragma GCC unroll 8
-    for (int p = 0; p < R; p++)
-        for (int i = 0; i < mt; i++)
-            part[p][i] = gv_zero();
-    for (int c0 = 0; c0 < kv; c0 += kc) {
-        int c1 = c0 + kc < kv ? c0 + kc : kv, ib = 0;
-        for (; ib + GEMV_MB <= mt; ib += GEMV_MB)
-            gemv_block(a, t, r, R, i0 + ib, GEMV_MB, c0, c1, pf, part);
-        switch (mt - ib) {
-        case 1:
-            gemv_block(a, t, r, R, i0 + ib, 1, c0, c1, pf, part);
-            break;
-        case 2:
-            gemv_block(a, t, r, R, i0 + ib, 2, c0, c1, pf, part);
-            break;
-        case 3:
-            gemv_block(a, t, r, R, i0 + ib, 3, c0, c1, pf, part);
-            break;
-        }
-    }
-    /* the sums, the columns after the last whole vector, the results */
     for (int p = 0; p < R; p++) {
         const char *wr = weight_row(a->w, r + p);
         for (int i = 0; i < mt; i++) {
@@ -190,6 +190,33 @@ GEMV_INLINE void gemv_rowgroup(const struct gemv_args *a, enum dtype t, int r, c
     }
 }
 
+/* prefetching in blocks of 3-4 input rows: see GEMV_PF_BYTES */
+GEMV_INLINE bool gemv_pf(enum dtype t, int k, int mt)
+{
+    return mt <= GEMV_MB || (size_t)k * (t == DTYPE_F32 ? 4 : 2) <= GEMV_PF_ROW_BYTES;
+}
+
+#ifndef GEMV_XSPAN_COLS
+/* Input rows i0 .. i0 + mt - 1 (mt <= GEMV_MT) against R weight rows from
+ * r. Up to GEMV_MB rows run over all columns at once; more go by in groups
+ * of GEMV_MB over GEMV_KC columns at a time, so that the weights' and the
+ * inputs' columns of that span stay in L1 while every group uses them. */
+GEMV_INLINE void gemv_rowgroup(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
+                               int mt)
+{
+    const int k = a->w->cols, kv = k / GV_COLS * GV_COLS;
+    const int kc = mt <= GEMV_MB ? kv : GEMV_KC;
+    const bool pf = gemv_pf(t, k, mt);
+    gv_t part[GEMV_R][GEMV_MT];
+#pragma GCC unroll 8
+    for (int p = 0; p < R; p++)
+        for (int i = 0; i < mt; i++)
+            part[p][i] = gv_zero();
+    for (int c0 = 0; c0 < kv; c0 += kc)
+        gemv_span(a, t, r, R, i0, mt, c0, c0 + kc < kv ? c0 + kc : kv, pf, part);
+    gemv_finish(a, t, r, R, i0, mt, part);
+}
+
 GEMV_INLINE void gemv_rows_typed(const struct gemv_args *a, enum dtype t, int r0, int r1)
 {
     for (int i0 = 0; i0 < a->m; i0 += GEMV_MT) {
@@ -200,6 +227,48 @@ GEMV_INLINE void gemv_rows_typed(const struct gemv_args *a, enum dtype t, int r0
             gemv_rowgroup(a, t, r, 1, i0, mt);
     }
 }
+#else
+/* A kernel file that sets GEMV_XSPAN_COLS goes over the columns in spans of
+ * that many, each span against GEMV_XSPAN_ROWS weight rows before the next
+ * one: the input rows' span (8 rows of 512 bf16 columns: 8 KiB) stays in L1
+ * while every weight row of the chunk uses it, where a whole pass per block
+ * of weight rows streams all of x again from L2 (8 rows of 8192 columns:
+ * 128 KiB) per block. The partial sums of the chunk wait in a local array
+ * between spans; each accumulator still adds its columns in order, so the
+ * results are bitwise those of the whole passes. */
+#define GEMV_XSPAN_ROWS (4 * GEMV_R)
+#define GEMV_XSPAN_TILES (GEMV_XSPAN_ROWS / GEMV_R + GEMV_R - 1)
+
+GEMV_INLINE void gemv_rows_typed(const struct gemv_args *a, enum dtype t, int r0, int r1)
+{
+    const int k = a->w->cols, kv = k / GV_COLS * GV_COLS;
+    gv_t part[GEMV_XSPAN_TILES][GEMV_R][GEMV_MT];
+    for (int i0 = 0; i0 < a->m; i0 += GEMV_MT) {
+        const int mt = a->m - i0 < GEMV_MT ? a->m - i0 : GEMV_MT;
+        const bool pf = gemv_pf(t, k, mt);
+        for (int rc = r0; rc < r1; rc += GEMV_XSPAN_ROWS) {
+            const int re = r1 - rc < GEMV_XSPAN_ROWS ? r1 : rc + GEMV_XSPAN_ROWS;
+            for (int j = 0; j < GEMV_XSPAN_TILES; j++)
+                for (int p = 0; p < GEMV_R; p++)
+                    for (int i = 0; i < mt; i++)
+                        part[j][p][i] = gv_zero();
+            for (int c0 = 0; c0 < kv; c0 += GEMV_XSPAN_COLS) {
+                const int c1 = c0 + GEMV_XSPAN_COLS < kv ? c0 + GEMV_XSPAN_COLS : kv;
+                int r = rc, j = 0;
+                for (; r + GEMV_R <= re; r += GEMV_R, j++)
+                    gemv_span(a, t, r, GEMV_R, i0, mt, c0, c1, pf, part[j]);
+                for (; r < re; r++, j++)
+                    gemv_span(a, t, r, 1, i0, mt, c0, c1, pf, part[j]);
+            }
+            int r = rc, j = 0;
+            for (; r + GEMV_R <= re; r += GEMV_R, j++)
+                gemv_finish(a, t, r, GEMV_R, i0, mt, part[j]);
+            for (; r < re; r++, j++)
+                gemv_finish(a, t, r, 1, i0, mt, part[j]);
+        }
+    }
+}
+#endif
 
 void GEMV_ROWS_FN(const struct gemv_args *a, int r0, int r1)
 {

@@ -40,6 +40,9 @@ void gemv_rows_avx2(const struct gemv_args *a, int r0, int r1);
 void gemv_rows_avx512(const struct gemv_args *a, int r0, int r1);
 /* the same one weight row at a time: the same results bitwise */
 void gemv_rows_avx512_r1(const struct gemv_args *a, int r0, int r1);
+/* the same over blocks of 3 weight rows x 8 input rows: the same results
+ * bitwise, fewer loads per multiply-add from 5 input rows on */
+void gemv_rows_avx512_m8(const struct gemv_args *a, int r0, int r1);
 /* gemv_rows_avx512 with bf16 weights times xb by VDPBF16PS (AVX512-BF16);
  * other dtypes, or xb NULL, as gemv_rows_avx512. */
 void gemv_rows_avx512bf16(const struct gemv_args *a, int r0, int r1);
@@ -48,6 +51,12 @@ void gemv_rows_avx512bf16(const struct gemv_args *a, int r0, int r1);
  * reading memory */
 void gemv_rows_avx512bf16_r1(const struct gemv_args *a, int r0, int r1);
 void gemv_rows_avx512bf16_r8(const struct gemv_args *a, int r0, int r1);
+/* the same over blocks of 3 weight rows x 8 input rows (the same results
+ * bitwise): fewer loads per VDPBF16PS when several input rows share a call */
+void gemv_rows_avx512bf16_m8(const struct gemv_args *a, int r0, int r1);
+/* the same with the columns in spans over 12 weight rows at a time, so the
+ * input rows' span stays in L1 (the same results bitwise) */
+void gemv_rows_avx512bf16_m8s(const struct gemv_args *a, int r0, int r1);
 /* gemv_rows_avx512 with bf16 weights widened in pairs against xp; other
  * dtypes, or xp NULL, as gemv_rows_avx512. */
 void gemv_rows_avx512pairs(const struct gemv_args *a, int r0, int r1);
