@@ -41,6 +41,9 @@
  *   untouched positions included), kern_gather_rows, kern_combine_rows, kern_copy,
  *   kern_to_host/kern_to_device: exact (copies, or one correctly rounded
  *   f32 operation).
+ * - kern_route_topk: choices, rows, slots and counts exact, weights within
+ *   2e-6 relative (expf a few ulps apart), on logits whose probabilities
+ *   are equal (ties) or far apart (route_case says why).
  *
  * - kern_linear with GGUF block types (linear_quant): per element against
  *   sum |w x| and x's quantization bound, as qlinear_case states: f32 mode
@@ -1298,6 +1301,99 @@ TEST(moves)
         device_host_free(gpu_dev, pinned, big);
     }
     printf("gather_rows, combine_rows, copy, to_host/to_device (pinned): exact\n");
+}
+
+/* ---- route_topk ---- */
+
+/* kern_route_topk and kern_route_group on both devices from the same logits: the choices, rows,
+ * slots and counts exact, the weights within 2e-6 relative (expf of two
+ * libms, a few ulps apart, through a sum and two divisions). The logits
+ * lie on a grid of 0.05 with many repeats, so two probabilities are either
+ * equal on both devices (the same expf of the same input: ties to the
+ * lower index on both) or at least 5% apart (the same order on both). */
+static void route_case(const char *what, int n, int E, int k, bool norm, int eb, int ee,
+                       bool shared, bool masked, bool holes)
+{
+    const int K = k + shared, group = 3, stride = 11;
+    uint8_t have[256]; /* with holes, every seventh expert is not there */
+    for (int e = 0; e < 256; e++)
+        have[e] = e % 7 != 3;
+    float *logits = test_xmalloc((size_t)n * E * sizeof(float));
+    float gate[64];
+    uint8_t real[(64 / 3 + 1) * 11];
+    for (size_t i = 0; i < (size_t)n * E; i++)
+        logits[i] = 0.05f * (float)(int)urand(0, (float)(E / 2 + 1)) - 2.0f;
+    fill(gate, 64, -3, 3);
+    for (size_t i = 0; i < sizeof(real); i++)
+        real[i] = urand(0, 1) < 0.7f;
+    /* the outputs in one buffer: choice, rows, slots, counts (int32), then
+     * choice_w and slot_w (f32) */
+    const size_t ni = (size_t)n * k * 2 + (size_t)n * K + 2 * (size_t)E,
+                 nf = (size_t)n * k + (size_t)n * K;
+    int32_t *ic = test_xmalloc(ni * 4), *ig = test_xmalloc(ni * 4);
+    float *fc = test_xmalloc(nf * 4), *fg = test_xmalloc(nf * 4);
+    struct twin tl = twin_upload(logits, (size_t)n * E * sizeof(float));
+    struct twin tg = twin_upload(gate, sizeof(gate)), tr = twin_upload(real, sizeof(real));
+    struct twin ti = twin_alloc(ni * 4), tf = twin_alloc(nf * 4);
+    for (int dev = 0; dev < 2; dev++) {
+        struct stream *s = dev ? gpu_st : cpu_st;
+        int32_t *i0 = dbuf_ptr(dev ? ti.g : ti.c);
+        float *f0 = dbuf_ptr(dev ? tf.g : tf.c);
+        const struct kern_route r = {.n = n,
+                                     .n_experts = E,
+                                     .top_k = k,
+                                     .norm = norm,
+                                     .expert_begin = eb,
+                                     .expert_end = ee,
+                                     .slot_stride = K,
+                                     .have = holes ? have : NULL,
+                                     .shared_gate = shared ? dbuf_ptr(dev ? tg.g : tg.c) : NULL,
+                                     .real = masked ? dbuf_ptr(dev ? tr.g : tr.c) : NULL,
+                                     .real_group = group,
+                                     .real_stride = stride};
+        const struct kern_route_out o = {.choice = i0,
+                                         .rows = i0 + (size_t)n * k,
+                                         .slots = i0 + 2 * (size_t)n * k,
+                                         .counts = i0 + 2 * (size_t)n * k + (size_t)n * K,
+                                         .choice_w = f0,
+                                         .slot_w = f0 + (size_t)n * k};
+        RUN(dev ? "route_topk cuda" : "route_topk cpu",
+            kern_route_topk(s, dbuf_ptr(dev ? tl.g : tl.c), &r, &o));
+        RUN(dev ? "route_group cuda" : "route_group cpu", kern_route_group(s, &r, &o));
+    }
+    twin_download(ti, ic, ig, ni * 4);
+    twin_download(tf, fc, fg, nf * 4);
+    CHECK_MSG(memcmp(ic, ig, ni * 4) == 0, "route_topk %s: choices, rows, slots or counts differ",
+              what);
+    double worst = 0;
+    for (size_t i = 0; i < nf; i++) {
+        const double d = fabs((double)fg[i] - fc[i]) / (fabs(fc[i]) > 0 ? fabs(fc[i]) : 1);
+        worst = d > worst ? d : worst;
+    }
+    CHECK_MSG(worst <= 2e-6, "route_topk %s: weights differ by %.3g relative", what, worst);
+    twin_free(&tl);
+    twin_free(&tg);
+    twin_free(&tr);
+    twin_free(&ti);
+    twin_free(&tf);
+    free(logits);
+    free(ic);
+    free(ig);
+    free(fc);
+    free(fg);
+}
+
+TEST(route_topk)
+{
+    need_gpu();
+    route_case("mixtral", 5, 8, 2, true, 0, 8, false, false, false);
+    route_case("qwen3-moe", 7, 128, 8, false, 0, 128, false, true, false);
+    route_case("shared, experts 15-29", 9, 60, 4, false, 15, 30, true, true, false);
+    route_case("256 experts, top 16", 3, 256, 16, true, 0, 256, false, false, false);
+    route_case("one token", 1, 64, 6, true, 0, 64, false, false, false);
+    route_case("64 tokens over several blocks", 64, 16, 4, true, 3, 16, true, true, false);
+    route_case("experts missing", 40, 128, 8, true, 0, 128, false, true, true);
+    printf("route_topk: choices, rows, slots and counts exact, weights within 2e-6\n");
 }
 
 /* Every buffer a case made is freed by the end of the run; then the

@@ -73,7 +73,8 @@
     X(COMBINE_ROWS, combine_rows)                                                                  \
     X(W_CT_I8, linear)                                                                             \
     X(W_CT_I4, linear)                                                                             \
-    X(W_CT_F8, linear)
+    X(W_CT_F8, linear)                                                                             \
+    X(ROUTE_TOPK, route_topk)
 
 static bool slot_filled(const struct kernel_ops *k, enum kern_op op)
 {
@@ -327,9 +328,9 @@ static const struct {
     {"gemma2_softcap_f32", (LLAMA & ~BIT(SWIGLU)) | BIT(GEGLU_TANH) | BIT(ATTENTION_WINDOW) |
                                BIT(ATTENTION_SOFTCAP) | BIT(SOFTCAP)},
     {"gemma3_qknorm_bf16", (LLAMA & ~BIT(SWIGLU)) | BIT(GEGLU_TANH) | BIT(ATTENTION_WINDOW)},
-    {"mixtral_moe_f32", LLAMA | BIT(COMBINE_ROWS)},
-    {"qwen3_moe_bf16", LLAMA | BIT(COMBINE_ROWS)},
-    {"qwen2_moe_f32", LLAMA | BIT(LINEAR_BIAS) | BIT(COMBINE_ROWS)},
+    {"mixtral_moe_f32", LLAMA | BIT(COMBINE_ROWS) | BIT(ROUTE_TOPK)},
+    {"qwen3_moe_bf16", LLAMA | BIT(COMBINE_ROWS) | BIT(ROUTE_TOPK)},
+    {"qwen2_moe_f32", LLAMA | BIT(LINEAR_BIAS) | BIT(COMBINE_ROWS) | BIT(ROUTE_TOPK)},
 #undef HEAD
 #undef OPT
 #undef LLAMA

@@ -24,6 +24,10 @@
  * - kern_embed, kern_add, kern_scale, kern_copy, kern_kv_append,
  *   kern_gather_rows, kern_combine_rows: exact (copies, or one correctly rounded f32 operation
  *   at a time).
+ * - kern_route_topk, kern_route_group: every output bit for bit against a
+ *   reference that ranks by a stable sort and groups by a pass per expert
+ *   (the same f32 softmax operations in the same order), with ties, a
+ *   padding mask, a shared expert, a range of experts and experts missing.
  * Each masked kernel also checks that its data make the mask matter: the
  * reference without the causal mask, or without the padding mask, differs
  * from the real one by far more than the tolerance; likewise with query
@@ -34,8 +38,10 @@
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
@@ -1621,6 +1627,249 @@ static void test_linear_group(void)
     }
 }
 
+/* ---- kern_route_topk, kern_route_group ---- */
+
+/* One routing case as a plain reference computes it: each token's
+ * probabilities in f32 as the contract orders them (max, expf, a sum in
+ * expert order, a division), the experts ranked by a stable sort
+ * (probability down, index up), the weights summed in that order; the
+ * groups by a counting pass per expert. */
+struct route_ref {
+    int32_t choice[64 * 16], rows[64 * 16], slots[64 * 17], counts[2 * 256];
+    float choice_w[64 * 16], slot_w[64 * 17];
+};
+
+static void route_reference(const float *logits, const struct kern_route *r, struct route_ref *o)
+{
+    const int n = r->n, E = r->n_experts, k = r->top_k, K = r->slot_stride;
+    memset(o->counts, 0, sizeof(o->counts));
+    for (int i = 0; i < n; i++) {
+        const float *l = logits + (size_t)i * E;
+        float p[256], mx = l[0], sum = 0, top = 0;
+        int idx[256];
+        for (int e = 0; e < E; e++)
+            mx = l[e] > mx ? l[e] : mx;
+        for (int e = 0; e < E; e++) {
+            p[e] = expf(l[e] - mx);
+            sum += p[e];
+            idx[e] = e;
+        }
+        for (int e = 0; e < E; e++)
+            p[e] /= sum;
+        for (int a = 1; a < E; a++) /* stable: equal probabilities keep index order */
+            for (int b = a; b > 0 && p[idx[b]] > p[idx[b - 1]]; b--) {
+                int t = idx[b];
+                idx[b] = idx[b - 1];
+                idx[b - 1] = t;
+            }
+        for (int j = 0; j < k; j++)
+            top += p[idx[j]];
+        for (int e = 0, j = 0; e < E; e++) /* the chosen ones by ascending expert */
+            for (int q = 0; q < k; q++)
+                if (idx[q] == e) {
+                    o->choice[i * k + j] = e;
+                    o->choice_w[i * k + j] = r->norm ? p[e] / top : p[e];
+                    j++;
+                }
+        const bool real =
+            !r->real || r->real[(i / r->real_group) * r->real_stride + i % r->real_group];
+        for (int j = 0; j < k; j++) {
+            o->counts[o->choice[i * k + j]]++;
+            o->counts[E + o->choice[i * k + j]] += real;
+        }
+    }
+    int nl = 0;
+    for (int e = r->expert_begin; e < r->expert_end; e++)
+        for (int i = 0; i < n && (!r->have || r->have[e]); i++)
+            for (int j = 0; j < k; j++)
+                if (o->choice[i * k + j] == e) {
+                    o->rows[nl] = i;
+                    o->slots[i * K + j] = nl++;
+                    o->slot_w[i * K + j] = o->choice_w[i * k + j];
+                }
+    for (int q = nl; q < n * k; q++)
+        o->rows[q] = 0;
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < k; j++)
+            if (o->choice[i * k + j] < r->expert_begin || o->choice[i * k + j] >= r->expert_end ||
+                (r->have && !r->have[o->choice[i * k + j]])) {
+                o->slots[i * K + j] = nl;
+                o->slot_w[i * K + j] = 0;
+            }
+        if (r->shared_gate) {
+            o->slots[i * K + k] = n * k + i;
+            o->slot_w[i * K + k] = 1.0f / (1.0f + expf(-r->shared_gate[i]));
+        }
+    }
+}
+
+/* Runs r (its pointers host copies of logits, gate and real) on the
+ * device and compares every output with the reference bit for bit; the
+ * device's outputs are left in got. */
+static void route_case(const char *what, const float *logits, struct kern_route r,
+                       struct route_ref *got)
+{
+    const int n = r.n, E = r.n_experts, k = r.top_k, K = r.slot_stride;
+    struct route_ref *want = calloc(1, sizeof(*want));
+    CHECK(want != NULL);
+    if (!want)
+        return;
+    route_reference(logits, &r, want);
+    struct dbuf *dl = upload(logits, (size_t)n * E * sizeof(float));
+    struct dbuf *dg = upload(r.shared_gate ? r.shared_gate : logits, (size_t)n * sizeof(float));
+    const size_t real_bytes = r.real ? (size_t)((n - 1) / r.real_group + 1) * r.real_stride : 1;
+    struct dbuf *dr = upload(r.real ? (const void *)r.real : (const void *)logits, real_bytes);
+    struct dbuf *dc = upload(NULL, sizeof(*want)); /* the outputs, laid out as struct route_ref */
+    char *base = dbuf_ptr(dc);
+    const struct kern_route_out out = {
+        .choice = (int32_t *)(base + offsetof(struct route_ref, choice)),
+        .choice_w = (float *)(base + offsetof(struct route_ref, choice_w)),
+        .rows = (int32_t *)(base + offsetof(struct route_ref, rows)),
+        .slots = (int32_t *)(base + offsetof(struct route_ref, slots)),
+        .slot_w = (float *)(base + offsetof(struct route_ref, slot_w)),
+        .counts = (int32_t *)(base + offsetof(struct route_ref, counts))};
+    if (r.shared_gate)
+        r.shared_gate = dbuf_ptr(dg);
+    if (r.real)
+        r.real = dbuf_ptr(dr);
+    CHECK_MSG(kern_route_topk(st, dbuf_ptr(dl), &r, &out) == 0, "%s: %s", what, err_msg());
+    CHECK_MSG(kern_route_group(st, &r, &out) == 0, "%s: %s", what, err_msg());
+    download(got, base, sizeof(*got));
+#define SAME(field, count)                                                                         \
+    CHECK_MSG(memcmp(got->field, want->field, (size_t)(count) * sizeof(got->field[0])) == 0,       \
+              "route_topk %s: " #field " differs from the reference", what)
+    SAME(choice, n * k);
+    SAME(choice_w, n * k);
+    SAME(rows, n * k);
+    SAME(slots, n * K);
+    SAME(slot_w, n * K);
+    SAME(counts, 2 * E);
+#undef SAME
+    device_free(dl);
+    device_free(dg);
+    device_free(dr);
+    device_free(dc);
+    free(want);
+}
+
+static void test_route_topk(void)
+{
+    static float logits[64 * 256], gate[64];
+    static uint8_t real[8 * 20];
+    struct route_ref *got = calloc(1, sizeof(*got));
+    CHECK(got != NULL);
+    if (!got)
+        return;
+    fill_uniform(logits, sizeof(logits) / sizeof(logits[0]), -4, 4);
+    fill_uniform(gate, 64, -3, 3);
+    for (size_t i = 0; i < sizeof(real); i++) /* every fifth a pad */
+        real[i] = i % 5 != 0;
+
+    /* Mixtral's router: 8 experts, top 2, renormalised, every token real */
+    route_case("mixtral", logits,
+               (struct kern_route){.n = 5,
+                                   .n_experts = 8,
+                                   .top_k = 2,
+                                   .norm = true,
+                                   .expert_begin = 0,
+                                   .expert_end = 8,
+                                   .slot_stride = 2},
+               got);
+    /* Qwen3-MoE's: 128 experts, top 8, not renormalised; 7 tokens as a batch
+     * of sequences of 3 new tokens each in a (batch, 20) padding mask */
+    route_case("qwen3", logits,
+               (struct kern_route){.n = 7,
+                                   .n_experts = 128,
+                                   .top_k = 8,
+                                   .expert_begin = 0,
+                                   .expert_end = 128,
+                                   .slot_stride = 8,
+                                   .real = real + 4,
+                                   .real_group = 3,
+                                   .real_stride = 20},
+               got);
+    int real_total = 0, real_want = 0;
+    for (int e = 0; e < 128; e++)
+        real_total += got->counts[128 + e];
+    for (int i = 0; i < 7; i++)
+        real_want += 8 * (real[4 + (i / 3) * 20 + i % 3] != 0);
+    CHECK(real_total == real_want && real_want > 0 && real_want < 7 * 8);
+    /* Qwen2-MoE's shared expert, under expert parallelism: rows for
+     * experts [15, 30) of 60 only, the rest read row nl with weight 0 */
+    route_case("shared, experts 15-29", logits,
+               (struct kern_route){.n = 9,
+                                   .n_experts = 60,
+                                   .top_k = 4,
+                                   .expert_begin = 15,
+                                   .expert_end = 30,
+                                   .slot_stride = 5,
+                                   .shared_gate = gate},
+               got);
+    /* expert-level residency: experts 2, 5 and 11 of this device's are not
+     * there, so they get no rows and their slots read the zeros */
+    uint8_t have[16];
+    for (int e = 0; e < 16; e++)
+        have[e] = e != 2 && e != 5 && e != 11;
+    route_case("without experts 2, 5, 11", logits,
+               (struct kern_route){.n = 12,
+                                   .n_experts = 16,
+                                   .top_k = 4,
+                                   .norm = true,
+                                   .expert_begin = 0,
+                                   .expert_end = 16,
+                                   .have = have,
+                                   .slot_stride = 4},
+               got);
+    for (int i = 0; i < 12 * 4; i++)
+        CHECK(have[got->choice[i]] || (got->slot_w[i] == 0 && got->slots[i] < 12 * 4));
+    /* the widest the op takes, and many tokens (a prefill) */
+    route_case("256 experts, top 16", logits,
+               (struct kern_route){.n = 3,
+                                   .n_experts = 256,
+                                   .top_k = 16,
+                                   .norm = true,
+                                   .expert_begin = 0,
+                                   .expert_end = 256,
+                                   .slot_stride = 16},
+               got);
+    route_case("64 tokens", logits,
+               (struct kern_route){.n = 64,
+                                   .n_experts = 16,
+                                   .top_k = 4,
+                                   .norm = true,
+                                   .expert_begin = 3,
+                                   .expert_end = 16,
+                                   .slot_stride = 4},
+               got);
+
+    /* ties go to the lower index: a row of equal logits takes experts 0 and
+     * 1 at 1/2 each; a row whose two largest are equal (at 5 and 2) takes
+     * 2 then 5; the third row's top 2 are 7 and 6 */
+    float tie[3 * 8] = {0};
+    for (int e = 0; e < 8; e++)
+        tie[8 + e] = tie[16 + e] = (float)e * 0.25f;
+    tie[8 + 5] = tie[8 + 2] = 3.0f;
+    route_case("ties", tie,
+               (struct kern_route){.n = 3,
+                                   .n_experts = 8,
+                                   .top_k = 2,
+                                   .norm = true,
+                                   .expert_begin = 0,
+                                   .expert_end = 8,
+                                   .slot_stride = 2},
+               got);
+    CHECK(got->choice[0] == 0 && got->choice[1] == 1 && got->choice_w[0] == 0.5f &&
+          got->choice_w[1] == 0.5f);
+    CHECK(got->choice[2] == 2 && got->choice[3] == 5 && got->choice_w[2] == got->choice_w[3]);
+    CHECK(got->choice[4] == 6 && got->choice[5] == 7 && got->choice_w[5] > got->choice_w[4]);
+    /* grouped by expert, token order within: 0 (token 0), 1 (0), 2 (1),
+     * 5 (1), 6 (2), 7 (2) */
+    static const int32_t rows_want[6] = {0, 0, 1, 1, 2, 2};
+    CHECK(memcmp(got->rows, rows_want, sizeof(rows_want)) == 0);
+    CHECK(got->counts[0] == 1 && got->counts[3] == 0 && got->counts[8 + 7] == 1);
+    free(got);
+}
+
 int main(void)
 {
     int rc = device_open_cpu(0, 16 * MiB, &dev);
@@ -1656,6 +1905,7 @@ int main(void)
     test_elementwise();
     test_split_exact();
     test_attention();
+    test_route_topk();
 
     CHECK(device_used(dev) == 0); /* every buffer freed */
     device_stream_destroy(st);

@@ -56,6 +56,7 @@ static const char *const op_names[KERN_OP_COUNT] = {
     [KERN_OP_W_CT_F8] = "CT_F8 weights",
     [KERN_OP_LORA] = "lora",
     [KERN_OP_COMBINE_ROWS] = "combine_rows",
+    [KERN_OP_ROUTE_TOPK] = "route_topk",
 };
 
 const char *kern_op_name(enum kern_op op)
@@ -140,6 +141,8 @@ static bool table_runs(const struct kernel_ops *k, enum kern_op op)
         return k->lora != NULL;
     case KERN_OP_COMBINE_ROWS:
         return k->combine_rows != NULL;
+    case KERN_OP_ROUTE_TOPK:
+        return k->route_topk != NULL && k->route_group != NULL;
     case KERN_OP_COUNT:
         break;
     }
@@ -513,6 +516,38 @@ int kern_combine_rows(struct stream *s, float *y, const float *x, const int32_t 
     if (!table_runs(kt, KERN_OP_COMBINE_ROWS))
         return absent(s, KERN_OP_COMBINE_ROWS);
     return kt->combine_rows(s, y, x, rows, w, n, k, width);
+}
+
+static void route_check(const struct kern_route *r, const struct kern_route_out *out)
+{
+    assert(r && out && r->n > 0 && r->n_experts > 0 && r->n_experts <= KERN_ROUTE_MAX_EXPERTS &&
+           r->top_k > 0 && r->top_k <= r->n_experts && r->top_k <= KERN_ROUTE_MAX_K);
+    assert(!r->real || (r->real_group > 0 && r->real_stride >= r->real_group));
+    assert(out->choice && out->choice_w && out->counts);
+}
+
+int kern_route_topk(struct stream *s, const float *logits, const struct kern_route *r,
+                    const struct kern_route_out *out)
+{
+    route_check(r, out);
+    assert(logits);
+    const struct kernel_ops *k = kern_of(s);
+    if (!table_runs(k, KERN_OP_ROUTE_TOPK))
+        return absent(s, KERN_OP_ROUTE_TOPK);
+    return k->route_topk(s, logits, r, out);
+}
+
+int kern_route_group(struct stream *s, const struct kern_route *r, const struct kern_route_out *out)
+{
+    route_check(r, out);
+    assert(0 <= r->expert_begin && r->expert_begin < r->expert_end &&
+           r->expert_end <= r->n_experts);
+    assert(r->slot_stride == r->top_k + (r->shared_gate != NULL));
+    assert(out->rows && out->slots && out->slot_w);
+    const struct kernel_ops *k = kern_of(s);
+    if (!table_runs(k, KERN_OP_ROUTE_TOPK))
+        return absent(s, KERN_OP_ROUTE_TOPK);
+    return k->route_group(s, r, out);
 }
 
 int kern_copy(struct stream *s, void *dst, const void *src, size_t n)

@@ -118,9 +118,10 @@ enum kern_op {
     KERN_OP_W_Q5_1,
     KERN_OP_LORA,         /* kern_lora */
     KERN_OP_COMBINE_ROWS, /* kern_combine_rows */
-    KERN_OP_W_CT_I8, /* compressed-tensors' repacked types (core/quant_ct.h) */
+    KERN_OP_W_CT_I8,      /* compressed-tensors' repacked types (core/quant_ct.h) */
     KERN_OP_W_CT_I4,
     KERN_OP_W_CT_F8,
+    KERN_OP_ROUTE_TOPK, /* kern_route_topk and kern_route_group */
     KERN_OP_COUNT
 };
 /* A set of ops: a mask of these bits. */
@@ -276,6 +277,70 @@ int kern_gather_rows(struct stream *s, float *y, const float *x, const int32_t *
  * the device; y does not overlap x. */
 int kern_combine_rows(struct stream *s, float *y, const float *x, const int32_t *rows,
                       const float *w, int n, int k, int width);
+/* The most experts and the most choices per token kern_route_topk takes. */
+#define KERN_ROUTE_MAX_EXPERTS 256
+#define KERN_ROUTE_MAX_K 16
+
+/* What a mixture of experts' routing reads besides its logits. */
+struct kern_route {
+    int n, n_experts, top_k; /* tokens; 1 <= top_k <= n_experts */
+    bool norm;               /* each token's top_k weights renormalised to sum to 1 */
+    /* token i is real (counted in the second row of counts) when
+     * real[(i / real_group) * real_stride + i % real_group] != 0; real
+     * NULL: every token */
+    const uint8_t *real;
+    int real_group, real_stride;
+    /* kern_route_group: the experts that get rows on this device, those in
+     * [expert_begin, expert_end) with have[e] != 0 (have: host memory,
+     * n_experts bytes, read before the call returns; NULL: all of them) */
+    int expert_begin, expert_end;
+    const uint8_t *have;
+    /* slots per token in the output: top_k, or top_k + 1 with shared_gate */
+    int slot_stride;
+    /* (n) logits of a shared expert's gate, or NULL: slot top_k of token i
+     * is then row n * top_k + i, weighted by sigmoid(shared_gate[i]) */
+    const float *shared_gate;
+};
+
+/* What the routing writes, every buffer on the device. */
+struct kern_route_out {
+    int32_t *choice; /* (n, top_k) each token's experts, ascending */
+    float *choice_w; /* (n, top_k) their weights */
+    int32_t *counts; /* (2, n_experts) tokens per expert: all of them, the real ones */
+    int32_t *rows;   /* (n * top_k) the routed rows, grouped by expert */
+    int32_t *slots;  /* (n, slot_stride) each choice's row of the experts' outputs */
+    float *slot_w;   /* (n, slot_stride) its weight */
+};
+
+/* A mixture of experts' routing on the device, as transformers computes
+ * Mixtral's and Qwen-MoE's routers, in two calls: between them the host
+ * reads the counts (the products' row counts, the router's statistics,
+ * the experts to load) and says which experts it has.
+ * kern_route_topk: logits (n, n_experts) -> choice, choice_w, counts:
+ * - p = softmax(logits[i]) in f32: the max subtracted, expf, summed in
+ *   expert order, each divided by the sum;
+ * - the top_k experts by p, the higher first, ties to the lower index;
+ *   their weights p, divided by their sum (added in that order) when
+ *   r->norm; choice and choice_w list them by ascending expert;
+ * - counts[e] the tokens that chose e, counts[n_experts + e] the real ones
+ *   among them.
+ * kern_route_group: choice, choice_w and counts as kern_route_topk wrote
+ * them -> rows, slots, slot_w, the grouping kern_gather_rows and
+ * kern_combine_rows take. With at[e] = the counts of the experts with rows
+ * (struct kern_route) below e and nl = their sum:
+ * - rows[at[e] + c] = the c-th token (in token order) that chose e, for
+ *   each expert with rows; rows[nl, n * top_k) = 0;
+ * - slots[i * slot_stride + j] = the row of token i's j-th choice (at[e] +
+ *   c), weighted by its choice_w, or nl weighted by 0 for an expert
+ *   without rows (that row is the caller's zeros); then the shared
+ *   expert's slot.
+ * The CPU computes this bit for bit as the model step did on the host; a
+ * GPU's expf may differ by an ulp or two, so its weights may, and its
+ * choices only where two probabilities are that close. */
+int kern_route_topk(struct stream *s, const float *logits, const struct kern_route *r,
+                    const struct kern_route_out *out);
+int kern_route_group(struct stream *s, const struct kern_route *r,
+                     const struct kern_route_out *out);
 /* dst = src, n bytes on the device (ranges do not overlap). */
 int kern_copy(struct stream *s, void *dst, const void *src, size_t n);
 /* Copies n bytes from the device to host memory once the stream's earlier

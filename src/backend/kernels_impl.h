@@ -44,6 +44,11 @@ struct kernel_ops {
     int (*copy)(struct stream *s, void *dst, const void *src, size_t n);
     int (*combine_rows)(struct stream *s, float *y, const float *x, const int32_t *rows,
                         const float *w, int n, int k, int width);
+    /* both or neither: KERN_OP_ROUTE_TOPK */
+    int (*route_topk)(struct stream *s, const float *logits, const struct kern_route *r,
+                      const struct kern_route_out *out);
+    int (*route_group)(struct stream *s, const struct kern_route *r,
+                       const struct kern_route_out *out);
     int (*lora)(struct stream *s, float *y, const float *x, int m, int nseg, const int *seg,
                 const struct lora_pair *pairs, enum kern_compute c, float *scratch);
     int (*to_host)(struct stream *s, void *host, const void *src, size_t n);

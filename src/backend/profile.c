@@ -166,6 +166,24 @@ static int p_combine_rows(struct stream *s, float *y, const float *x, const int3
     return rc;
 }
 
+static int p_route_topk(struct stream *s, const float *logits, const struct kern_route *r,
+                        const struct kern_route_out *out)
+{
+    double t0 = time_now();
+    int rc = inner->route_topk(s, logits, r, out);
+    count(KERN_OP_ROUTE_TOPK, t0);
+    return rc;
+}
+
+static int p_route_group(struct stream *s, const struct kern_route *r,
+                         const struct kern_route_out *out)
+{
+    double t0 = time_now();
+    int rc = inner->route_group(s, r, out);
+    count(KERN_OP_ROUTE_TOPK, t0);
+    return rc;
+}
+
 static int p_lora(struct stream *s, float *y, const float *x, int m, int nseg, const int *seg,
                   const struct lora_pair *pairs, enum kern_compute c, float *scratch)
 {
@@ -236,6 +254,8 @@ int kern_profile_start(struct device *d)
     TIME_SLOT(gather_rows)
     TIME_SLOT(copy)
     TIME_SLOT(combine_rows)
+    TIME_SLOT(route_topk)
+    TIME_SLOT(route_group)
     TIME_SLOT(lora)
     TIME_SLOT(to_host)
     TIME_SLOT(to_device)

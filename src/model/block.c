@@ -124,10 +124,11 @@ int model_block_mlp(const struct model *m, struct model_exec *ex, int layer, int
 int model_block_moe_extra(const struct model *m, const struct moe_opts *o)
 {
     /* the gathered rows (then each expert's output in their place), the
-     * router's logits, and the rows, slots and weights of the step's
-     * choices */
+     * router's logits, the rows, slots and weights of the step's choices,
+     * the choices and their weights, and the counts per expert (2 *
+     * n_experts in all: per token is more than enough) */
     const int k = o->top_k + (o->shared_local > 0);
-    return k * m->info->hidden + o->n_experts + 1 + 3 * k;
+    return k * m->info->hidden + o->n_experts + 1 + 3 * k + 2 * o->top_k + 2 * o->n_experts;
 }
 
 int model_block_moe_ffn(const struct moe_opts *o)
@@ -137,8 +138,7 @@ int model_block_moe_ffn(const struct moe_opts *o)
 
 int model_block_moe_host(const struct moe_opts *o)
 {
-    const int k = o->top_k + (o->shared_local > 0);
-    return o->n_experts + 1 + 2 * o->top_k + 3 * k;
+    return 2 * o->n_experts; /* the counts per expert, read back */
 }
 
 /* y = down(act(gate(x)) * up(x)) over c rows, f the scratch (c, 2 * fr). */
@@ -201,37 +201,6 @@ static int moe_zero_row(struct stream *s, float *y, int width)
     return 0;
 }
 
-/* Token i's choice from its router logits l (n_experts): the top_k experts
- * by softmax probability (f32, as torch computes softmax(logits.float())),
- * the higher first and ties to the lower index, renormalised when asked. */
-static void moe_choose(const float *l, const struct moe_opts *o, int32_t *sel, float *wt)
-{
-    const int E = o->n_experts, k = o->top_k;
-    float p[MODEL_MAX_EXPERTS], mx = l[0], sum = 0;
-    for (int e = 1; e < E; e++)
-        mx = l[e] > mx ? l[e] : mx;
-    for (int e = 0; e < E; e++)
-        sum += p[e] = expf(l[e] - mx);
-    for (int e = 0; e < E; e++)
-        p[e] /= sum;
-    float top = 0;
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            bool taken = false;
-            for (int i = 0; i < j; i++)
-                taken |= sel[i] == e;
-            if (!taken && (best < 0 || p[e] > p[best]))
-                best = e;
-        }
-        sel[j] = best;
-        wt[j] = p[best];
-        top += p[best];
-    }
-    for (int j = 0; o->norm_topk && j < k; j++)
-        wt[j] /= top;
-}
-
 int model_block_moe(const struct model *m, struct model_exec *ex, int layer, int t_new,
                     const struct moe_weights *w, const struct moe_opts *o)
 {
@@ -243,45 +212,52 @@ int model_block_moe(const struct model *m, struct model_exec *ex, int layer, int
     assert(E <= MODEL_MAX_EXPERTS && k <= E && ex->e && ex->host);
     /* device: gathered rows (T * K, H: the routed n * k, then the shared
      * expert's n), logits (T, E + 1: the router's n * E, then the shared
-     * gate's n), rows (n * k) | slots | weights (n * K each) */
+     * gate's n), rows (n * k) | slots | weights (n * K each) | choices |
+     * their weights (n * k each) | counts (2, E) */
     float *g = ex->e, *logits = g + T * K * H;
     int32_t *rows = (int32_t *)(logits + T * (E + 1)), *slots = rows + nk;
     float *cw = (float *)(slots + nK);
-    /* host: logits (T, E + 1), each token's experts and weights (T, k),
-     * then the rows, slots and weights as the device takes them */
-    float *hl = ex->host, *sel_w = hl + T * (E + 1) + T * k;
-    int32_t *sel = (int32_t *)(hl + T * (E + 1)), *h_rows = (int32_t *)(sel_w + T * k);
-    int32_t *h_slots = h_rows + nk;
-    float *h_cw = (float *)(h_slots + nK);
-    int count[MODEL_MAX_EXPERTS] = {0}, at[MODEL_MAX_EXPERTS];
+    int32_t *choice = (int32_t *)(cw + nK), *counts = choice + 2 * nk;
+    /* host: the counts read back, every token's then the real ones' */
+    int32_t *count = ex->host, *real_n = count + E;
+    uint8_t ok[MODEL_MAX_EXPERTS];
     const int eb = o->expert_begin, ee = o->expert_end;
     assert(0 <= eb && eb < ee && ee <= E);
+    /* token i is sequence b = i / t_new's position ex->len + i % t_new;
+     * the experts with rows here are this rank's that it has (ok) */
+    const struct kern_route r = {.n = n,
+                                 .n_experts = E,
+                                 .top_k = k,
+                                 .norm = o->norm_topk,
+                                 .real = ex->key_ok + ex->len,
+                                 .real_group = t_new,
+                                 .real_stride = ex->shape.max_len,
+                                 .expert_begin = eb,
+                                 .expert_end = ee,
+                                 .have = ok,
+                                 .slot_stride = K,
+                                 .shared_gate = shared ? logits + (size_t)n * E : NULL};
+    const struct kern_route_out ro = {.choice = choice,
+                                      .choice_w = (float *)(choice + nk),
+                                      .counts = counts,
+                                      .rows = rows,
+                                      .slots = slots,
+                                      .slot_w = cw};
 
-    /* the router's logits (and the shared expert's gate), read back to
-     * choose each token's experts */
+    /* the router's logits (and the shared expert's gate), each token's
+     * experts chosen on the device; only the counts per expert come back */
     TRY(kern_linear(s, logits, ex->h, n, &w->router, NULL, m->compute));
     if (shared)
         TRY(kern_linear(s, logits + (size_t)n * E, ex->h, n, &w->shared_gate, NULL, m->compute));
-    TRY(kern_to_host(s, hl, logits, (size_t)n * (E + shared) * sizeof(float)));
+    TRY(kern_route_topk(s, logits, &r, &ro));
+    TRY(kern_to_host(s, count, counts, (size_t)2 * E * sizeof(int32_t)));
     uint64_t *routed =
         ex->routed && ex->experts >= E ? ex->routed + (size_t)layer * ex->experts : NULL;
-    int real_n[MODEL_MAX_EXPERTS] = {0};
-    for (int i = 0; i < n; i++) {
-        /* token i is sequence b's position ex->len + t of the step */
-        const int b = i / t_new, t = i % t_new;
-        const bool real = ex->key_ok_host[(size_t)b * ex->shape.max_len + ex->len + t];
-        moe_choose(hl + (size_t)i * E, o, sel + (size_t)i * k, sel_w + (size_t)i * k);
-        for (int j = 0; j < k; j++) {
-            count[sel[(size_t)i * k + j]]++;
-            real_n[sel[(size_t)i * k + j]] += real;
-            if (routed && real)
-                routed[sel[(size_t)i * k + j]]++;
-        }
-    }
+    for (int e = 0; routed && e < E; e++)
+        routed[e] += (uint64_t)real_n[e];
     /* expert-level residency: this rank's experts with rows are brought in
      * and waited for (model_stage_io.experts); one it cannot have is
      * computed as another rank's would be, weight 0 */
-    uint8_t ok[MODEL_MAX_EXPERTS];
     memset(ok, 1, sizeof(ok));
     if (ex->io && ex->io->experts) {
         int rc = ex->io->experts(ex->io->arg, layer, count, real_n, E, ok);
@@ -291,43 +267,13 @@ int model_block_moe(const struct model *m, struct model_exec *ex, int layer, int
             count[e] = ok[e] ? count[e] : 0;
     }
     /* rows grouped by expert, each group in token order; each token's slots
-     * and weights in its experts' order (the order torch sums them in). Only
-     * this rank's experts have rows (nl of them); a slot of another rank's
-     * expert reads row nl, zeros, weighted by 0 */
+     * and weights in its experts' order (the order torch sums them in), on
+     * the device. Only the experts with rows here have rows (nl of them); a
+     * slot of another expert reads row nl, zeros, weighted by 0 */
+    TRY(kern_route_group(s, &r, &ro));
     int nl = 0;
-    for (int e = eb; e < ee; e++) {
-        at[e] = nl;
+    for (int e = eb; e < ee; e++)
         nl += count[e];
-    }
-    for (int i = 0; i < n; i++) {
-        int32_t *se = sel + (size_t)i * k;
-        float *sw = sel_w + (size_t)i * k;
-        for (int j = 1; j < k; j++) /* insertion sort of k by expert */
-            for (int q = j; q > 0 && se[q - 1] > se[q]; q--) {
-                int32_t te = se[q];
-                float tw = sw[q];
-                se[q] = se[q - 1];
-                sw[q] = sw[q - 1];
-                se[q - 1] = te;
-                sw[q - 1] = tw;
-            }
-        for (int j = 0; j < k; j++) {
-            const bool mine = se[j] >= eb && se[j] < ee && ok[se[j]];
-            const int slot = mine ? at[se[j]]++ : nl;
-            if (mine)
-                h_rows[slot] = i;
-            h_slots[(size_t)i * K + j] = slot;
-            h_cw[(size_t)i * K + j] = mine ? sw[j] : 0.0f;
-        }
-        if (shared) { /* last, as torch adds it: sigmoid(gate) in f32 */
-            const float z = hl[(size_t)n * E + i];
-            h_slots[(size_t)i * K + k] = nk + i;
-            h_cw[(size_t)i * K + k] = 1.0f / (1.0f + expf(-z));
-        }
-    }
-    for (int i = nl; i < nk; i++) /* unused past this rank's rows */
-        h_rows[i] = 0;
-    TRY(kern_to_device(s, rows, h_rows, (size_t)(nk + 2 * nK) * sizeof(int32_t)));
     if (nl > 0)
         TRY(kern_gather_rows(s, g, ex->h, rows, nl, H));
     if (nl < nk) /* the zeros that other ranks' experts' slots read */

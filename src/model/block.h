@@ -123,8 +123,10 @@ int model_block_moe_host(const struct moe_opts *o);
  * when o->norm_topk; each expert's gated MLP run once over the rows routed
  * to it (gathered, in token order), and every token's outputs weighted and
  * summed in the experts' order, then the shared expert's output weighted by
- * sigmoid(shared_gate(h)) when there is one. The router's logits are read back to the
- * host to choose (a sync point per layer), and every rank chooses alike.
+ * sigmoid(shared_gate(h)) when there is one. The choices and their
+ * grouping are made on the device (kern_route_topk, kern_route_group);
+ * only the counts per expert come back to the host between the two (a
+ * small sync point per layer), and every rank chooses alike.
  * The choices for real tokens are counted in local layer `layer`'s row of
  * ex->routed when the family asked for counters (exec_dims.experts), for
  * every expert on every rank.

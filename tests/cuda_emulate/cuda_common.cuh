@@ -70,4 +70,93 @@ static inline float cuda_bf16_round(float f)
     return bf16_round(f);
 }
 
+/* ---- the threads of a block, for route.cuh (route_emulate.cpp) ----
+ * Each CUDA thread of a launch is a host thread, one block at a time
+ * (emu_launch): __syncthreads and __syncwarp are barriers over the block
+ * and over the thread's warp of 32, a shuffle is a slot per thread written,
+ * a warp barrier, the source's slot read, a warp barrier. __shared__
+ * arrays are function statics, which the one block running shares. The
+ * kernels launch whole warps, and a warp leaves a kernel whole, or with
+ * its other lanes gone past their last warp operation. */
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+#define __global__
+#define __shared__ static
+#define CUDA_ROUTE_MAX_EXPERTS 256
+#define CUDA_ROUTE_MAX_K 16
+struct emu_dim {
+    unsigned x, y, z;
+};
+static thread_local emu_dim threadIdx, blockIdx;
+static emu_dim blockDim;
+struct emu_barrier {
+    std::mutex m;
+    std::condition_variable cv;
+    int n = 0, waiting = 0;
+    unsigned gen = 0;
+    void wait()
+    {
+        std::unique_lock<std::mutex> l(m);
+        const unsigned g = gen;
+        if (++waiting == n) {
+            waiting = 0;
+            gen++;
+            cv.notify_all();
+        } else {
+            cv.wait(l, [&] { return gen != g; });
+        }
+    }
+};
+static emu_barrier emu_block_bar, emu_warp_bar[32];
+static uint64_t emu_xchg[1024];
+static inline void __syncthreads()
+{
+    emu_block_bar.wait();
+}
+static inline void __syncwarp()
+{
+    emu_warp_bar[threadIdx.x / 32].wait();
+}
+template <class T> static T emu_shfl(T v, unsigned lane)
+{
+    const unsigned t = threadIdx.x;
+    memcpy(&emu_xchg[t], &v, sizeof(v));
+    __syncwarp();
+    T r;
+    memcpy(&r, &emu_xchg[(t & ~31u) | lane], sizeof(r));
+    __syncwarp();
+    return r;
+}
+template <class T> static T __shfl_xor_sync(unsigned, T v, int o)
+{
+    return emu_shfl(v, (threadIdx.x & 31u) ^ (unsigned)o);
+}
+template <class T> static T __shfl_sync(unsigned, T v, int src)
+{
+    return emu_shfl(v, (unsigned)src);
+}
+/* kernel<<<grid, block>>>, f calling the kernel: block a multiple of 32,
+ * at most 1024 */
+static void emu_launch(unsigned grid, unsigned block, const std::function<void()> &f)
+{
+    blockDim = {block, 1, 1};
+    for (unsigned b = 0; b < grid; b++) {
+        emu_block_bar.n = (int)block;
+        for (unsigned w = 0; w < block / 32; w++)
+            emu_warp_bar[w].n = 32;
+        std::vector<std::thread> th;
+        for (unsigned t = 0; t < block; t++)
+            th.emplace_back([&f, b, t] {
+                threadIdx = {t, 0, 0};
+                blockIdx = {b, 0, 0};
+                f();
+            });
+        for (auto &x : th)
+            x.join();
+    }
+}
+
 #endif

@@ -35,3 +35,9 @@ done
 "$cxx" -std=c++17 -O2 -ffp-contract=off -D_Static_assert=static_assert -I"$work" -I"$src" \
   "$here/ct_emulate.cpp" "$work"/*.o -o "$work/ct_emulate" -lm
 "$work/ct_emulate"
+# route.cuh's kernels, each CUDA thread a host thread, against cpu_route_topk
+cp "$src/backend/cuda/route.cuh" "$work/"
+"$cc" -std=c11 -O2 -D_GNU_SOURCE -I"$src" -c "$src/backend/cpu/route.c" -o "$work/route_c.o"
+"$cxx" -std=c++17 -O2 -ffp-contract=off -pthread -D_Static_assert=static_assert -I"$work" -I"$src" \
+  "$here/route_emulate.cpp" "$work/route_c.o" -o "$work/route_emulate" -lm
+"$work/route_emulate"

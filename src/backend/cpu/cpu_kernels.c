@@ -184,6 +184,20 @@ static int k_combine_rows(struct stream *s, float *y, const float *x, const int3
     return 0;
 }
 
+static int k_route_topk(struct stream *s, const float *logits, const struct kern_route *r,
+                        const struct kern_route_out *out)
+{
+    (void)s;
+    return cpu_route_topk(logits, r, out);
+}
+
+static int k_route_group(struct stream *s, const struct kern_route *r,
+                         const struct kern_route_out *out)
+{
+    (void)s;
+    return cpu_route_group(r, out);
+}
+
 static int k_copy(struct stream *s, void *dst, const void *src, size_t n)
 {
     (void)s;
@@ -215,6 +229,8 @@ const struct kernel_ops cpu_kernel_ops = {
     .attention_scratch = k_attention_scratch,
     .gather_rows = k_gather_rows,
     .combine_rows = k_combine_rows,
+    .route_topk = k_route_topk,
+    .route_group = k_route_group,
     .copy = k_copy,
     .lora = k_lora,
     .to_host = k_copy,

@@ -56,6 +56,12 @@ void cpu_add(float *y, const float *x, size_t n);
 /* x[i] = cap * tanh(x[i] / cap) */
 void cpu_softcap(float *x, size_t n, float cap);
 
+/* kern_route_topk and kern_route_group (backend/kernels.h) on host
+ * pointers (route.c). */
+int cpu_route_topk(const float *logits, const struct kern_route *r,
+                   const struct kern_route_out *out);
+int cpu_route_group(const struct kern_route *r, const struct kern_route_out *out);
+
 /* Causal attention of every sequence's t_new queries against its KV cache,
  * over the kernel pool (scores in each task thread's scratch).
  * q:      (batch, t_new, heads * head_dim) dense; already scaled.

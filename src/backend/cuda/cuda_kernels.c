@@ -260,6 +260,37 @@ static int k_combine_rows(struct stream *s, float *y, const float *x, const int3
     return 0;
 }
 
+_Static_assert(KERN_ROUTE_MAX_EXPERTS == CUDA_ROUTE_MAX_EXPERTS &&
+                   KERN_ROUTE_MAX_K == CUDA_ROUTE_MAX_K,
+               "the router kernels take what kern_route_topk allows");
+
+static int k_route_topk(struct stream *s, const float *logits, const struct kern_route *r,
+                        const struct kern_route_out *o)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cuda_launch_route_topk(cs->s, logits, r->n, r->n_experts, r->top_k,
+                                                    r->norm, r->real, r->real_group, r->real_stride,
+                                                    o->choice, o->choice_w, o->counts));
+    return 0;
+}
+
+static int k_route_group(struct stream *s, const struct kern_route *r,
+                         const struct kern_route_out *o)
+{
+    struct cuda_stream *cs;
+    int rc = cuda_kern_enter(s, &cs);
+    if (rc < 0)
+        return rc;
+    CUDA_CHECK(s->dev->name, cuda_launch_route_group(cs->s, o->choice, o->choice_w, o->counts, r->n,
+                                                     r->n_experts, r->top_k, r->expert_begin,
+                                                     r->expert_end, r->have, r->slot_stride,
+                                                     r->shared_gate, o->rows, o->slots, o->slot_w));
+    return 0;
+}
+
 static int k_copy(struct stream *s, void *dst, const void *src, size_t n)
 {
     struct cuda_stream *cs;
@@ -359,6 +390,8 @@ const struct kernel_ops cuda_kernel_ops = {
     .attention_scratch = k_attention_scratch,
     .gather_rows = k_gather_rows,
     .combine_rows = k_combine_rows,
+    .route_topk = k_route_topk,
+    .route_group = k_route_group,
     .copy = k_copy,
     .lora = k_lora,
     .to_host = k_to_host,

@@ -225,6 +225,27 @@ cudaError_t cuda_launch_lora(cudaStream_t st, float *y, const float *x, int in, 
 cudaError_t cuda_launch_combine_rows(cudaStream_t st, float *y, const float *x, const int32_t *rows,
                                      const float *w, int n, int k, int width);
 
+/* The most experts and choices per token cuda_launch_route_topk takes
+ * (backend/kernels.h's KERN_ROUTE_MAX_EXPERTS and KERN_ROUTE_MAX_K). */
+#define CUDA_ROUTE_MAX_EXPERTS 256
+#define CUDA_ROUTE_MAX_K 16
+
+/* kern_route_topk (backend/kernels.h) for logits (n, E) (route.cu): choice
+ * and choice_w (n, k), counts (2, E); real NULL or read at (i /
+ * real_group) * real_stride + i % real_group. Two launches, the second
+ * one block. */
+cudaError_t cuda_launch_route_topk(cudaStream_t st, const float *logits, int n, int E, int k,
+                                   int norm, const uint8_t *real, int real_group, int real_stride,
+                                   int32_t *choice, float *choice_w, int32_t *counts);
+/* kern_route_group from what cuda_launch_route_topk wrote: rows (n * k),
+ * slots and slot_w (n, K) with K = k + (gate != NULL); the experts in
+ * [eb, ee) with have[e] (host memory, E bytes, or NULL: all) get rows.
+ * One block. */
+cudaError_t cuda_launch_route_group(cudaStream_t st, const int32_t *choice, const float *choice_w,
+                                    const int32_t *counts, int n, int E, int k, int eb, int ee,
+                                    const uint8_t *have, int K, const float *gate, int32_t *rows,
+                                    int32_t *slots, float *slot_w);
+
 #ifdef __cplusplus
 }
 #endif

@@ -64,7 +64,8 @@ uint64_t llama_required_ops(const struct model_config *mc)
     if (c->sliding_window > 0)
         ops |= KERN_OP_BIT(KERN_OP_ATTENTION_WINDOW);
     if (c->n_experts > 0)
-        ops |= KERN_OP_BIT(KERN_OP_GATHER_ROWS) | KERN_OP_BIT(KERN_OP_COMBINE_ROWS);
+        ops |= KERN_OP_BIT(KERN_OP_GATHER_ROWS) | KERN_OP_BIT(KERN_OP_COMBINE_ROWS) |
+               KERN_OP_BIT(KERN_OP_ROUTE_TOPK);
     return ops;
 }
 
