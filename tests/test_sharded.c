@@ -225,9 +225,9 @@ static void check_ep_bytes(const char *name, const char *dir)
     for (int i = 0; i < 2; i++) {
         const int tp = tps[i];
         uint64_t dev_ep[4], dev_tp[4], host_ep, host_tp;
-        CHECK_MSG(swap_layout_bytes_ep(dir, tp, 1, true, NULL, dev_ep, &host_ep) == 0, "%s",
+        CHECK_MSG(swap_layout_bytes_ep(dir, tp, 1, true, false, NULL, dev_ep, &host_ep) == 0, "%s",
                   err_msg());
-        CHECK(swap_layout_bytes_ep(dir, tp, 1, false, NULL, dev_tp, &host_tp) == 0);
+        CHECK(swap_layout_bytes_ep(dir, tp, 1, false, false, NULL, dev_tp, &host_tp) == 0);
         for (int r = 0; r < tp; r++) {
             size_t bytes[2], blobs[2] = {0, 0};
             for (int ep = 0; ep < 2; ep++) {

@@ -103,11 +103,42 @@ static uint64_t reserve_rest(const struct engine_model *m, int d)
     return m->reserve[d] > m->batch_bytes[d] ? m->reserve[d] - m->batch_bytes[d] : 0;
 }
 
+/* Expert-level residency: device bytes on d of the experts m lacks while
+ * its batch may load them on demand (swap_experts_request), that is while
+ * it is resident with requests queued, a batch in flight or one paused;
+ * 0 otherwise (an idle model's absent experts are free memory). They are
+ * held for it as its batch's reserve is (room_over), so no other load or
+ * batch takes them and a step never finds its device short (lock held). */
+static uint64_t experts_wanted(struct engine *e, const struct engine_model *m, int d)
+{
+    if (!swap_model_expert_residency(m->sm) ||
+        (m->queue_len == 0 && !m->running && m->n_paused == 0) ||
+        swap_residency(e->mgr, m->sm) != RES_ON_DEVICE)
+        return 0;
+    uint64_t all = swap_model_device_bytes(m->sm, d);
+    uint64_t held = swap_model_resident_bytes(e->mgr, m->sm, d);
+    return all > held ? all - held : 0;
+}
+
+/* What m's weights take on d in the view: all of them, but for a resident
+ * model with expert residency the experts it holds and those it wants
+ * (experts_wanted), so evicting an idle one frees what it holds (lock
+ * held). */
+static uint64_t weights_in_view(struct engine *e, const struct engine_model *m, enum residency r,
+                                int d)
+{
+    if (r != RES_ON_DEVICE || !swap_model_expert_residency(m->sm))
+        return swap_model_device_bytes(m->sm, d);
+    return swap_model_resident_bytes(e->mgr, m->sm, d) + experts_wanted(e, m, d);
+}
+
 /* Per device, what is allocated plus what resident models' batches may
- * still allocate (their reserves, held for them) beyond the budget, into
- * over (0: the reserves fit); the budget less those, into free (lock
- * held). A reserve grows with the requests a resident model takes, so it
- * can pass what its weights' load left free. */
+ * still allocate (their reserves, and the experts they load on demand:
+ * experts_wanted, held for them) beyond the budget, into over (0: they
+ * fit); the budget less those, into free (lock held). A reserve grows with
+ * the requests a resident model takes, and a trimmed model's experts are
+ * wanted again with its first request, so they can pass what its weights'
+ * load left free. */
 static void room_over(struct engine *e, uint64_t *over, uint64_t *free_bytes)
 {
     uint64_t held[SCHED_MAX_DEVICES] = {0};
@@ -118,7 +149,7 @@ static void room_over(struct engine *e, uint64_t *over, uint64_t *free_bytes)
         if (r != RES_LOADING && r != RES_ON_DEVICE)
             continue;
         for (int d = 0; d < n_dev; d++)
-            held[d] += reserve_rest(m, d);
+            held[d] += reserve_rest(m, d) + experts_wanted(e, m, d);
     }
     for (int d = 0; d < n_dev; d++) {
         struct device *dev = swap_device(e->mgr, d);
@@ -131,17 +162,20 @@ static void room_over(struct engine *e, uint64_t *over, uint64_t *free_bytes)
 
 /* Whether m, resident, is short of room for its batch: it waits for one
  * (requests queued, no batch in flight or paused), holds an unallocated
- * reserve on a device whose reserves pass the budget (over), and so could
- * not allocate its batch. Such a model is shown to the policy as partly
- * resident, lacking over[d] there: the policy makes that room as for a
- * load, with the victims it would choose for one (lock held). */
+ * reserve, or wants absent experts (experts_wanted), on a device whose
+ * reserves pass the budget (over), and so could not allocate its batch or
+ * load the experts its steps route to. Such a model is shown to the
+ * policy as partly resident, lacking over[d] there: the policy makes that
+ * room as for a load, with the victims it would choose for one (trims of
+ * other idle models' cold experts first under a trimming policy); then it
+ * is served in place, its experts loaded on demand (lock held). */
 static bool room_short(struct engine *e, const struct engine_model *m, const uint64_t *over)
 {
     if (swap_residency(e->mgr, m->sm) != RES_ON_DEVICE || m->queue_len == 0 || m->running ||
         m->n_paused > 0 || atomic_load(&m->pause))
         return false;
     for (int d = 0; d < swap_device_count(e->mgr); d++)
-        if (over[d] > 0 && reserve_rest(m, d) > 0)
+        if (over[d] > 0 && (reserve_rest(m, d) > 0 || experts_wanted(e, m, d) > 0))
             return true;
     return false;
 }
@@ -261,8 +295,7 @@ static void view_build(struct engine *e, struct engine_model **map, struct sched
         for (int d = 0; d < v->n_devices; d++) {
             uint64_t rest = m->reserve[d] > m->batch_bytes[d] ? m->reserve[d] - m->batch_bytes[d]
                                                               : 0;
-            sm[i].bytes[d] = swap_model_device_bytes(m->sm, d) + rest +
-                             (keeps ? 0 : m->batch_bytes[d]);
+            sm[i].bytes[d] = weights_in_view(e, m, r, d) + rest + (keeps ? 0 : m->batch_bytes[d]);
             sm[i].batch_bytes[d] = m->batch_bytes[d];
             /* partly resident (trimmed): its kept weights only, its reserve
              * is not held (above) */
@@ -620,8 +653,17 @@ static uint64_t exec_trim(void *ctx, int model, int device, uint64_t bytes)
     for (int d = 0; resident && d < SCHED_MAX_DEVICES; d++)
         m->trim_credit[d] = reserve_rest(m, d);
     uint64_t credit = m->trim_credit[device], got = 0;
+    uint64_t ask = bytes > credit ? bytes - credit : 1;
+    if (resident && swap_model_expert_residency(m->sm)) {
+        /* expert residency: when its cold experts there cover all of bytes
+         * it stays resident (its reserve held), so it is asked for all of
+         * it; else it gives up every expert there and a layer at least, and
+         * its reserve goes with its residency */
+        uint64_t xb = swap_model_expert_bytes(x->e->mgr, m->sm, device);
+        ask = xb >= bytes ? bytes : ask > xb ? ask : xb + 1;
+    }
     if (resident || bytes > credit) {
-        int rc = swap_trim(x->e->mgr, m->sm, device, bytes > credit ? bytes - credit : 1, &got);
+        int rc = swap_trim(x->e->mgr, m->sm, device, ask, &got);
         if (resident && (rc < 0 || got == 0)) { /* still resident: its reserve stays held */
             memset(m->trim_credit, 0, sizeof(m->trim_credit));
             return 0;

@@ -388,7 +388,7 @@ static int size_devices(const struct stack_config *c, uint64_t *device_bytes, ui
             return err_set(ERR_INVALID, "model %s: %d x %d shards exceed %d devices", m->name,
                            model_tp(m), model_pp(m), STACK_MAX_DEVICES);
         if ((rc = swap_layout_bytes_ep(m->path, model_tp(m), model_pp(m), m->expert_parallel,
-                                       &shape, shard, &host)) < 0)
+                                       m->expert_residency, &shape, shard, &host)) < 0)
             return err_wrap(rc, "model %s", m->name);
         /* a GPU's attention may take scratch for every head of the batch at
          * once where the CPU's takes one sequence's (swap_layout_bytes sizes
@@ -851,7 +851,8 @@ static int least_on(const struct swap_model *m, int lora_rank, int d, uint64_t *
     one.max_lora_rank = lora_rank;
     uint64_t need[STACK_MAX_DEVICES], host;
     int rc = swap_layout_bytes_ep(swap_model_path(m), swap_model_tp(m), swap_model_pp(m),
-                                  swap_model_expert_parallel(m), &one, need, &host);
+                                  swap_model_expert_parallel(m), swap_model_expert_residency(m),
+                                  &one, need, &host);
     if (rc < 0)
         return err_wrap(rc, "model %s", swap_model_name(m));
     *bytes = 0;

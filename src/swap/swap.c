@@ -487,10 +487,10 @@ static void stage_range(int n, int pp, int s, int *begin, int *end)
 int swap_layout_bytes(const char *dir, int tp, int pp, const struct model_exec_shape *batch,
                       uint64_t *device_bytes, uint64_t *host_bytes)
 {
-    return swap_layout_bytes_ep(dir, tp, pp, false, batch, device_bytes, host_bytes);
+    return swap_layout_bytes_ep(dir, tp, pp, false, false, batch, device_bytes, host_bytes);
 }
 
-int swap_layout_bytes_ep(const char *dir, int tp, int pp, bool expert_parallel,
+int swap_layout_bytes_ep(const char *dir, int tp, int pp, bool expert_parallel, bool expert_blobs,
                          const struct model_exec_shape *batch, uint64_t *device_bytes,
                          uint64_t *host_bytes)
 {
@@ -509,8 +509,10 @@ int swap_layout_bytes_ep(const char *dir, int tp, int pp, bool expert_parallel,
         rc = err_set(ERR_INVALID, "%s: a %dx%d layout does not fit its %d layers", dir, tp, pp,
                      n_layers);
     for (int i = 0; rc == 0 && i < tp * pp; i++) {
-        struct model_shard s = {
-            .tp_rank = i % tp, .tp_size = tp, .expert_parallel = expert_parallel};
+        struct model_shard s = {.tp_rank = i % tp,
+                                .tp_size = tp,
+                                .expert_parallel = expert_parallel,
+                                .expert_blobs = expert_blobs};
         stage_range(n_layers, pp, i / tp, &s.layer_begin, &s.layer_end);
         struct model *m = NULL;
         struct model_layout lay;

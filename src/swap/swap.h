@@ -209,8 +209,10 @@ int swap_layout_bytes(const char *dir, int tp, int pp, const struct model_exec_s
                       uint64_t *host_bytes);
 /* The same with the routed experts placed whole on the TP ranks when
  * expert_parallel (placement.expert_parallel): each shard counts its own
- * experts only. */
-int swap_layout_bytes_ep(const char *dir, int tp, int pp, bool expert_parallel,
+ * experts only; with expert_blobs (placement.expert_residency) each routed
+ * expert a blob of its own, rounded as the load places it, so the device
+ * bytes are exactly what a whole load places. */
+int swap_layout_bytes_ep(const char *dir, int tp, int pp, bool expert_parallel, bool expert_blobs,
                          const struct model_exec_shape *batch, uint64_t *device_bytes,
                          uint64_t *host_bytes);
 
@@ -305,6 +307,10 @@ int swap_model_expert_hot(struct swap_manager *mgr, const struct swap_model *mod
 /* Expert blobs on the model's devices now (one per expert per shard
  * holding it). Takes the manager's lock. */
 uint64_t swap_model_experts_resident(struct swap_manager *mgr, const struct swap_model *model);
+/* Device bytes of the model's expert blobs on device d now (placed, their
+ * copy done or under way): what trimming every expert there frees. 0 for
+ * a model without expert residency. Takes the manager's lock. */
+uint64_t swap_model_expert_bytes(struct swap_manager *mgr, const struct swap_model *model, int d);
 
 /* Waits until no shard of the model is in transition. */
 void swap_wait_idle(struct swap_manager *mgr, struct swap_model *model);

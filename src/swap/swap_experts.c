@@ -282,3 +282,16 @@ uint64_t swap_model_experts_resident(struct swap_manager *mgr, const struct swap
     pthread_mutex_unlock(&mgr->lock);
     return n;
 }
+
+uint64_t swap_model_expert_bytes(struct swap_manager *mgr, const struct swap_model *model, int d)
+{
+    uint64_t n = 0;
+    pthread_mutex_lock(&mgr->lock);
+    for (int s = 0; model->expert_residency && s < model->tp * model->pp; s++) {
+        const struct swap_shard *sh = &model->shards[s];
+        for (int b = sh->st.layout.n_dense; sh->device == d && b < sh->st.layout.n_blobs; b++)
+            n += sh->st.dev[b] ? swap_blob_device_bytes(sh, b) : 0;
+    }
+    pthread_mutex_unlock(&mgr->lock);
+    return n;
+}

@@ -404,8 +404,8 @@ static int size_budgets(const struct swapbench_config *c, uint64_t adapter,
         uint64_t shard[SWAPBENCH_MAX_WORKERS], host;
         /* the weights and the cold request's batch (KV cache, activations) */
         struct model_exec_shape cold = {.batch = 1, .max_len = c->prompt_len + 1};
-        rc = swap_layout_bytes_ep(c->dir, c->tp[i], c->pp[i], c->expert_parallel, &cold, shard,
-                                  &host);
+        rc = swap_layout_bytes_ep(c->dir, c->tp[i], c->pp[i], c->expert_parallel, false, &cold,
+                                  shard, &host);
         if (rc == ERR_INVALID) { /* the tensors cannot be cut so (heads and layers were checked) */
             snprintf(lay[i].skipped, sizeof(lay[i].skipped), "%s", err_msg());
             if (++skipped == c->n_layouts)

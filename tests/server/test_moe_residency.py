@@ -6,10 +6,16 @@ Two models with expert_residency (the committed Mixtral fixture twice) on
 one device whose budget is a little short of both resident at once, under
 the swapwise-partial policy: each load trims the other model, whose cold
 experts go first. First a server with the default budget measures the
-device bytes the two take; then the real one runs with 1 KiB less. Every
-answer is transformers' greedy ids, experts were evicted
-(shardswap_expert_evictions_total > 0) and trims counted; the exposition
-stays well formed.
+device bytes the two take; then the real one runs with 1 KiB less.
+
+First, one-token answers (their batches' reserves small, so a model's
+cold experts cover what the other lacks): each model, trimmed of experts
+for the other, stays resident and is served in place, loading the experts
+its prompts route to on demand (shardswap_expert_loads_total > 0), and no
+model is evicted whole. Then whole answers, whose reserves pass what the
+experts cover (layers are trimmed too). Every answer is transformers'
+greedy ids, experts were evicted (shardswap_expert_evictions_total > 0)
+and trims counted; the exposition stays well formed.
 
     test_moe_residency.py --bin build/shardswap [--work-dir DIR] [--keep]
 """
@@ -39,17 +45,26 @@ def metric(name, model=None):
     return total
 
 
-def serve_all(rounds):
+def serve_all(rounds, tokens=None):
     cases = harness.fixture_expected(FX)
     for _ in range(rounds):
         for model in NAMES:
             for prompt, out in cases:
+                out = out[:tokens] if tokens else out
                 st, j = srv().json("POST", "/v1/completions",
                                    {"model": model, "prompt": [prompt], "max_tokens": len(out),
                                     "temperature": 0})
                 check(st == 200, "%s: %d %s" % (model, st, j))
                 got = j["choices"][0]["token_ids"]
                 check(got == out, "%s %s: token_ids %s, transformers %s" % (model, prompt, got, out))
+
+
+def test_served_in_place():
+    serve_all(2, tokens=1)
+    check(metric("shardswap_expert_loads_total") > 0, "no expert was loaded on demand")
+    check(metric("shardswap_trims_total") > 0, "no trim")
+    check(metric("shardswap_evictions_total") == 0,
+          "%d whole evictions" % metric("shardswap_evictions_total"))
 
 
 def test_answers_under_pressure():
@@ -90,7 +105,7 @@ def main():
         s.stop()
     check(both > 0, "device bytes used %d" % both)
     start(A, d, cfg, both - 1024)
-    return harness.run_and_stop([test_answers_under_pressure, test_summary_per_model], S, A)
+    return harness.run_and_stop([test_served_in_place, test_answers_under_pressure, test_summary_per_model], S, A)
 
 
 if __name__ == "__main__":
