@@ -13,6 +13,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/device_model.h"
+#include "cli/read_limit.h"
 #include "core/blas_core.h"
 #include "core/cpus.h"
 #include "core/error.h"
@@ -212,6 +213,7 @@ struct forward_run {
     char weight_mix[160];          /* every type's share: "Q5_0 49%, Q4_K 38%, Q6_K 13%" */
     enum kern_compute compute;
     double bw, rbw;                /* memcpy (STREAM count), read bytes/s; NaN on a GPU */
+    struct read_limit lim;         /* rbw's samples: before each timed run and after the last */
     struct bench_ceilings ceil;
     const char *gemv, *matmul, *blas; /* CPU only, else NULL */
     bool profile;                     /* --profile: */
@@ -292,7 +294,12 @@ static int forward_measure(struct forward_run *r)
                              r->prompt_len < 8 ? r->prompt_len : 8, 2, &one, NULL, NULL)) < 0)
             goto out;
     double pairs = 0; /* (layer, expert) pairs: sparse layers x experts */
+    read_limit_init(&r->lim, r->threads, READ_LIMIT_BYTES_PER_THREAD, 2);
     for (int i = 0; i < r->repeat; i++) {
+        /* the read limit between the runs it judges, so that the machine's
+         * drift meets both */
+        if (on_cpu)
+            read_limit_sample(&r->lim);
         /* with adapters, the base's run beside each, before it and after
          * it in turn, so that neither takes the machine's better moments */
         const bool base_first = lora && (i & 1) == 0;
@@ -328,8 +335,11 @@ static int forward_measure(struct forward_run *r)
      * device only: NaN (n/a, null in JSON) on a GPU */
     /* STREAM's count: a copy reads and writes each byte; decode only reads */
     r->bw = on_cpu ? 2 * membw_memcpy(r->threads, (size_t)256 << 20, 5) : NAN;
-    /* decode only reads its weights: read bandwidth is its ceiling */
-    r->rbw = on_cpu ? membw_read(r->threads, (size_t)256 << 20, 5) : NAN;
+    /* decode only reads its weights: read bandwidth is its ceiling, the
+     * best sample of those around the runs */
+    if (on_cpu)
+        read_limit_sample(&r->lim);
+    r->rbw = on_cpu ? read_limit_bps(&r->lim) : NAN;
     r->ceil = (struct bench_ceilings){.f32.gflops = NAN, .bf16.gflops = NAN, .impl = "n/a"};
     if (on_cpu && (rc = bench_ceilings(r->threads, &r->ceil)) < 0)
         goto out;
@@ -474,6 +484,10 @@ static int forward_print_json(const struct forward_run *r)
         json_object_set_new(j, "decode_weight_bytes_per_step", jsonout_real(f.step_bytes, 0));
         json_object_set_new(j, "expert_bytes", json_integer((json_int_t)r->expert_bytes));
         json_object_set_new(j, "expert_reads_per_step", jsonout_real(f.expert_reads, 3));
+        json_object_set_new(j, "read_limit",
+                            on_cpu ? read_limit_json(&r->lim, false) : json_null());
+        json_object_set_new(j, "read_min_gb_s",
+                            jsonout_real(on_cpu ? read_limit_min_bps(&r->lim) / 1e9 : NAN, 3));
     }
     if (j && r->profile)
         json_object_set_new(j, "profile", profile_report(r, true));
@@ -513,7 +527,11 @@ static void forward_print_table(const struct forward_run *r)
     metric_row("memcpy GB/s (STREAM count)", r->bw / 1e9, 2);
     metric_row("decode / memcpy", f.stream / r->bw, 2);
     metric_row("read GB/s", r->rbw / 1e9, 2);
+    metric_row("read GB/s, slowest sample",
+               r->dev.gpu < 0 ? read_limit_min_bps(&r->lim) / 1e9 : NAN, 2);
     metric_row("decode / read", f.decode_vs_read, 2);
+    if (r->dev.gpu < 0)
+        read_limit_print(&r->lim, false, "");
     if (r->dev.n_adapters) {
         printf("\nthe same batch over %d adapters (sequence b: adapter b mod %d) against the base "
                "alone, interleaved\n",
@@ -633,6 +651,8 @@ const struct cli_command bench_commands[] = {
     {"comm", bench_comm, "all-reduce and pipeline channel latency against memcpy"},
     {"gemv", bench_gemv, "the CPU's fused GEMV (decode's linear layers) against memory read speed"},
     {"lora", bench_lora, "the CPU's mixed-adapter LoRA update against the base layer's product"},
+    {"read", bench_read,
+     "the memory's read limit: every way of reading, its spread, the machine's state"},
     {"tokenize", bench_tokenize,
      "one tokenizer's encode and decode speed (tools/bench_tokenizer.py: against HF)"},
 };
