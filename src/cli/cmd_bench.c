@@ -309,7 +309,7 @@ static int forward_measure(struct forward_run *r)
                              r->prompt_len < 8 ? r->prompt_len : 8, 2, &one, NULL, NULL, NULL)) < 0)
             goto out;
     double pairs = 0; /* (layer, expert) pairs: sparse layers x experts */
-    read_limit_init(&r->lim, r->threads, READ_LIMIT_BYTES_PER_THREAD, 2);
+    read_limit_init(&r->lim, r->threads, READ_LIMIT_BYTES_PER_THREAD, 1);
     for (int i = 0; i < r->repeat; i++) {
         /* the read limit between the runs it judges, so that the machine's
          * drift meets both */
