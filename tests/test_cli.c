@@ -1319,7 +1319,7 @@ int main(void)
               attn);
     /* the named parts add up to the step too: the head is the one linear
      * call with the vocabulary's rows, the greedy pick one a step, and the
-     * remainder is the step less the layers' GEMVs */
+     * remainder is the step less the layers' GEMVs, grouped or not */
     double parts_ms = 0, gemv_ms = -1, head_calls = 0, pick_calls = 0;
     json_array_foreach(json_object_get(prof, "parts"), ki, kp)
     {
@@ -1327,8 +1327,9 @@ int main(void)
         const double ms = json_real_value(json_object_get(kp, "ms_per_step"));
         const double calls = json_real_value(json_object_get(kp, "calls_per_step"));
         parts_ms += ms;
-        if (name && strcmp(name, "GEMVs (layers)") == 0)
-            gemv_ms = ms;
+        if (name && (strcmp(name, "GEMVs (layers)") == 0 ||
+                     strcmp(name, "grouped GEMVs (layers)") == 0))
+            gemv_ms = (gemv_ms < 0 ? 0 : gemv_ms) + ms;
         if (name && strcmp(name, "the head") == 0)
             head_calls = calls;
         if (name && strncmp(name, "sampling", 8) == 0)

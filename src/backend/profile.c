@@ -58,12 +58,20 @@ static int p_linear_group(struct stream *s, const struct kern_linear_job *jobs, 
 {
     double t0 = time_now();
     int rc = inner->linear_group(s, jobs, n, c);
+    const double dt = time_now() - t0;
     count(KERN_PROFILE_LINEAR_GROUP, t0);
+    double all = 0;
+    for (int i = 0; i < n; i++)
+        all += (double)jobs[i].w.rows *
+               (double)dtype_row_bytes(jobs[i].w.dtype, (size_t)jobs[i].w.cols);
+    /* each job's shape gets the call's time by its share of the bytes */
     for (int i = 0; i < n; i++) {
         const double b = (double)jobs[i].w.rows *
                          (double)dtype_row_bytes(jobs[i].w.dtype, (size_t)jobs[i].w.cols);
         counts.linear_bytes += b;
         counts.group_bytes += b;
+        shape_add(&counts, jobs[i].w.rows, jobs[i].w.cols, jobs[i].w.dtype, 1,
+                  all > 0 ? dt * b / all : 0, b);
     }
     return rc;
 }

@@ -26,7 +26,9 @@ enum {
     KERN_PROFILE_SLOTS
 };
 
-/* The linear calls (kern_linear) of one weight shape and type. */
+/* The linear products of one weight shape and type: kern_linear's calls,
+ * and kern_linear_group's jobs (each job's share of its call's time by
+ * its share of the call's bytes). */
 struct kern_profile_shape {
     int rows, cols; /* 0 x 0: every shape past the table's room */
     enum dtype dtype;

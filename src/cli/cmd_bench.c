@@ -400,9 +400,9 @@ static struct forward_figures forward_figures(const struct forward_run *r)
  * the layers' GEMVs and the head (split out of the linear calls by shape):
  * each kernel slot's part. */
 enum step_part {
-    PART_GEMV, /* the layers' linear calls */
-    PART_HEAD, /* the linear calls with the vocabulary's rows */
-    PART_GROUP,
+    PART_GEMV,  /* the layers' linear calls */
+    PART_GROUP, /* their grouped calls (q/k/v, gate/up, a mixture's experts) */
+    PART_HEAD,  /* the linear calls with the vocabulary's rows */
     PART_ATTENTION,
     PART_KV,
     PART_NORMS,
@@ -420,7 +420,7 @@ enum step_part {
 static const char *const PART_NAMES[PART_COUNT] = {
     [PART_GEMV] = "GEMVs (layers)",
     [PART_HEAD] = "the head",
-    [PART_GROUP] = "grouped GEMVs (experts)",
+    [PART_GROUP] = "grouped GEMVs (layers)",
     [PART_ATTENTION] = "attention over the cache",
     [PART_KV] = "kv append",
     [PART_NORMS] = "norms",
@@ -517,7 +517,7 @@ static json_t *profile_report(const struct forward_run *r, bool json)
     part_s[PART_SAMPLING] = r->prof_pick_s;
     part_calls[PART_SAMPLING] = steps;
     part_s[PART_OWN] = other - r->prof_pick_s;
-    const double remainder = r->prof_decode_s - part_s[PART_GEMV];
+    const double remainder = r->prof_decode_s - part_s[PART_GEMV] - part_s[PART_GROUP];
     double lin_gbs = linear_s > 0 ? p->linear_bytes / linear_s / 1e9 : 0;
     const double grp_s = p->seconds[KERN_PROFILE_LINEAR_GROUP];
     const double grp_gbs = grp_s > 0 ? p->group_bytes / grp_s / 1e9 : 0;
@@ -532,13 +532,14 @@ static json_t *profile_report(const struct forward_run *r, bool json)
             if (part_calls[k] > 0 || k == PART_OWN)
                 printf("%-28s %10.1f %10.3f %7.1f%%\n", PART_NAMES[k], part_calls[k] / steps,
                        1e3 * part_s[k] / steps, 100 * part_s[k] / r->prof_decode_s);
-        printf("remainder (all but the layers' GEMVs): %.3f ms a step, %.1f%% of it\n",
+        printf("remainder (all but the layers' GEMVs, grouped or not): %.3f ms a step, %.1f%% "
+               "of it\n",
                1e3 * remainder / steps, 100 * remainder / r->prof_decode_s);
         printf("kernel pool (inside the kernels above): %.1f jobs a step; the caller waited "
                "%.3f ms a step (%.1f%%) for the last task, a worker took the first task "
                "%.1f us after submission on average\n",
                jobs, wait_ms, 100 * r->pool.wait_s / r->prof_decode_s, wake_us);
-        printf("\nlinear calls by weight shape\n%-24s %10s %10s %8s %8s\n", "rows x cols type",
+        printf("\nlinear products by weight shape (a grouped call's time shared by bytes)\n%-24s %10s %10s %8s %8s\n", "rows x cols type",
                "calls/step", "ms/step", "share", "GB/s");
         for (int i = 0; i < p->n_shapes; i++) {
             const struct kern_profile_shape *sh = &p->shape[i];
