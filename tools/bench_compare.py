@@ -231,7 +231,7 @@ def main():
                     help="more llama-bench flags, e.g. '--repack 0' (shown in the header)")
     ap.add_argument("--bin", default=BIN)
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the table")
-    ap.add_argument("--json-out", help="also write the JSON to this file")
+    ap.add_argument("--json-out", help="also write the JSON to this file (after each checkpoint)")
     a = ap.parse_args()
     precs = [p for p in a.precisions.split(",") if p]
     step_batches = [int(b) for b in a.step_batches.split(",") if b]
@@ -288,9 +288,9 @@ def main():
             row["read_samples"].append(read_sample(a))
         row["llamacpp_version"] = ll_ver or {"error": ll_err}
         rows.append(row)
-    if a.json_out:
-        with open(a.json_out, "w") as fh:
-            json.dump(rows, fh, indent=1)
+        if a.json_out:  # after every checkpoint: a long run interrupted keeps what it measured
+            with open(a.json_out, "w") as fh:
+                json.dump(rows, fh, indent=1)
     if a.json:
         print(json.dumps(rows, indent=1))
         return
