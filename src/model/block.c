@@ -61,7 +61,7 @@ static int block_linears(const struct model *m, struct stream *s, const float *x
             TRY(kern_linear(s, y[i], x, n, w[i], b[i], m->compute));
         return 0;
     }
-    struct kern_linear_job jobs[3];
+    struct kern_linear_job jobs[3] = {{0}};
     assert(k <= 3);
     for (int i = 0; i < k; i++)
         jobs[i] = (struct kern_linear_job){y[i], x, n, *w[i]};
