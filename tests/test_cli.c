@@ -988,7 +988,8 @@ static void test_chat_template(void)
 static const char *const commands[] = {
     "serve",       "generate",   "tokenize",      "chat-template", "forward",
     "gen-model",   "inspect",    "bench forward", "bench swap",    "bench workload",
-    "bench serve", "bench comm", "bench gemv",    "bench lora",    "bench tokenize"};
+    "bench serve", "bench comm", "bench gemv",    "bench lora",    "bench tokenize",
+    "bench read"};
 
 /* The top-level help, asked for (stdout, exit 0) or not (no command: the
  * same on stderr, exit 2), lists every command, one line each, serve's
@@ -1332,7 +1333,70 @@ int main(void)
               "profile: kernels + outside %.4f ms, step %.4f ms", sum_ms, step_ms);
     CHECK_MSG(head == 1 && attn >= 1 && attn == (int)attn, "profile: head %g, attention %g", head,
               attn);
+    /* the named parts add up to the step too: the head is the one linear
+     * call with the vocabulary's rows, the greedy pick one a step, and the
+     * remainder is the step less the layers' GEMVs, grouped or not */
+    double parts_ms = 0, gemv_ms = -1, head_calls = 0, pick_calls = 0;
+    json_array_foreach(json_object_get(prof, "parts"), ki, kp)
+    {
+        const char *name = json_string_value(json_object_get(kp, "part"));
+        const double ms = json_real_value(json_object_get(kp, "ms_per_step"));
+        const double calls = json_real_value(json_object_get(kp, "calls_per_step"));
+        parts_ms += ms;
+        if (name && (strcmp(name, "GEMVs (layers)") == 0 ||
+                     strcmp(name, "grouped GEMVs (layers)") == 0))
+            gemv_ms = (gemv_ms < 0 ? 0 : gemv_ms) + ms;
+        if (name && strcmp(name, "the head") == 0)
+            head_calls = calls;
+        if (name && strncmp(name, "sampling", 8) == 0)
+            pick_calls = calls;
+    }
+    const double rem_ms = json_real_value(json_object_get(prof, "remainder_ms_per_step"));
+    CHECK_MSG(fabs(parts_ms - step_ms) <= 1e-3 * step_ms + 1e-3 &&
+                  fabs(step_ms - gemv_ms - rem_ms) <= 1e-3 * step_ms + 1e-3,
+              "profile: parts %.4f ms, step %.4f ms, GEMVs %.4f + remainder %.4f", parts_ms,
+              step_ms, gemv_ms, rem_ms);
+    CHECK_MSG(head_calls == 1 && pick_calls == 1, "profile parts: head %g calls, sampling %g",
+              head_calls, pick_calls);
+    int head_shapes = 0;
+    json_array_foreach(json_object_get(prof, "shapes"), ki, kp)
+    {
+        head_shapes += json_is_true(json_object_get(kp, "head"));
+        CHECK(json_real_value(json_object_get(kp, "calls_per_step")) > 0);
+    }
+    CHECK(head_shapes == 1);
+    json_t *pool = json_object_get(prof, "pool");
+    CHECK(pool && json_real_value(json_object_get(pool, "wait_ms_per_step")) >= 0);
+    /* the read limit: one sample before each timed run and one after */
+    json_t *rl = json_object_get(fj, "read_limit");
+    CHECK_MSG(json_array_size(json_object_get(rl, "samples")) == 3, "read_limit: %zu samples",
+              json_array_size(json_object_get(rl, "samples")));
     json_decref(fj);
+
+    /* bench read: the limit is its best sample, every way is listed, and
+     * the machine's state comes with each sample */
+    snprintf(cmd, sizeof(cmd),
+             "%s bench read --threads 1 --mb-per-thread 8 --rounds 1 --samples 2 --json", BIN);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    fj = parse_json_line(cmd, out);
+    json_t *samples = json_object_get(fj, "samples");
+    double best = 0, least = 1e30;
+    json_array_foreach(samples, ki, kp)
+    {
+        const double g = json_real_value(json_object_get(kp, "gb_s"));
+        best = g > best ? g : best;
+        least = g < least ? g : least;
+        CHECK(json_string_value(json_object_get(kp, "best_way")) != NULL);
+        CHECK(json_object_get(kp, "huge_page_share") && json_object_get(kp, "best_on_cpu"));
+    }
+    CHECK_MSG(json_array_size(samples) == 2 && best > 0 &&
+                  fabs(json_real_value(json_object_get(fj, "gb_s")) - best) < 2e-3 &&
+                  fabs(json_real_value(json_object_get(fj, "min_gb_s")) - least) < 2e-3,
+              "bench read: %zu samples, best %g, least %g", json_array_size(samples), best, least);
+    CHECK(json_array_size(json_object_get(fj, "ways")) >= 2);
+    json_decref(fj);
+    expect_fail(BIN " bench read --rounds 0", 2, "--rounds");
+    expect_fail(BIN " bench read --threads 100000", 2, "--threads");
 
     /* bench swap end to end on a fixture: every layout loads and answers */
     snprintf(cmd, sizeof(cmd), "%s bench swap --model '%s' --layouts 1x1,2x1,1x2 --tp 4 --repeat 1 "

@@ -49,11 +49,18 @@ llama-bench is killed by a signal (seen: Q8_0 prefill through ggml's AMX
 repacked weights, SIGSEGV) is rerun once with --repack 0, and its GGUF cell
 says so ("q8_0 (--repack 0 after ...)", "retried" in the JSON).
 
-"read limit GB/s" is the machine's read bandwidth as `bench forward` measures
-it in the same run (the best of several ways of reading, core/membw.h), or
-llama.cpp's decode weight bytes per second on the paired GGUF where that is
-higher (marked "(llama.cpp)"): the limit is never below what a peer streams
-on the same machine, so "decode / limit" does not flatter us.
+The read limit is measured in the same run, around every peer: `shardswap
+bench read` (the best of every way of reading, core/membw.h through
+cli/read_limit.h, one sample of 2 rounds) before our run, before
+transformers' and before and after llama.cpp's, beside the samples `bench
+forward` takes between its own repetitions. "read GB/s" is the best of all of
+a checkpoint's samples, with the slowest in brackets (the machine's drift
+over that checkpoint's runs). "peer GB/s" is what each peer's decode streamed
+on the same machine: llama.cpp's GGUF bytes times its decode steps per
+second, transformers' weight bytes (ours per step, twice that when it
+computes in float32 from 2-byte weights) times its steps per second. "limit
+GB/s" is the largest of these, marked with where it came from, so the limit
+is never below what a peer achieves and "decode / limit" does not flatter us.
 """
 import argparse
 import hashlib
@@ -93,6 +100,41 @@ def run_peer(cmd, what):
         errs = [ln for ln in lines if "ERROR" in ln or "error" in ln] or lines or ["no output"]
         raise PeerError(f"{what}: {errs[-1][:160]}".replace("|", "/"))
     return p.stdout
+
+
+def read_sample(a):
+    """One sample of the machine's read limit on a.threads threads (shardswap bench
+    read --json), or {"error": reason}."""
+    try:
+        return run_json([a.bin, "bench", "read", "--threads", str(a.threads), "--samples", "1",
+                         "--rounds", "2", "--json"])
+    except (subprocess.CalledProcessError, ValueError, IndexError) as e:
+        return {"error": f"bench read: {e}"}
+
+
+def read_figures(o, samples):
+    """(best, slowest) GB/s over bench forward's own samples (its JSON o) and the
+    bench read samples taken around the peers."""
+    vals = [s["gb_s"] for s in samples if "error" not in s and s.get("gb_s")]
+    rl = o.get("read_limit") or {}
+    vals += [s["gb_s"] for s in rl.get("samples", []) if s.get("gb_s")]
+    if not vals and o.get("read_gb_s"):
+        vals = [o["read_gb_s"]]
+    return (max(vals), min(vals)) if vals else (0, 0)
+
+
+def peer_gbs(o, p, t, ll):
+    """GB/s each peer's decode streamed: llama.cpp's GGUF bytes x its steps/s, and
+    transformers' weight bytes (ours per step; x2 when it computes in float32 from
+    2-byte weights) x its steps/s; 0 where a peer did not run."""
+    llb = (ll["model_size"] * ll["decode_tok_s"] / 1e9
+           if "error" not in ll and ll.get("model_size") else 0)
+    hfb = 0
+    if "error" not in t and t.get("decode_tok_s") and o.get("decode_weight_bytes_per_step"):
+        widen = 2 if p == "f32" and o["weight_dtype"] in ("BF16", "F16") else 1
+        steps = t["decode_tok_s"] / max(1, t.get("batch", 1))
+        hfb = o["decode_weight_bytes_per_step"] * widen * steps / 1e9
+    return llb, hfb
 
 
 def hf_bench(a, m, p, shape):
@@ -189,7 +231,7 @@ def main():
                     help="more llama-bench flags, e.g. '--repack 0' (shown in the header)")
     ap.add_argument("--bin", default=BIN)
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the table")
-    ap.add_argument("--json-out", help="also write the JSON to this file")
+    ap.add_argument("--json-out", help="also write the JSON to this file (after each checkpoint)")
     a = ap.parse_args()
     precs = [p for p in a.precisions.split(",") if p]
     step_batches = [int(b) for b in a.step_batches.split(",") if b]
@@ -218,10 +260,13 @@ def main():
     rows = []
     for m in a.models:
         row = {"model": m, "shardswap": {}, "transformers": {}, "steps": {}, "llamacpp": {},
-               "loadavg": os.getloadavg()}
+               "loadavg": os.getloadavg(), "read_samples": []}
         for p in precs:
+            row["read_samples"].append(read_sample(a))
             row["shardswap"][p] = run_json([a.bin, "bench", "forward", "--model", m,
                                             "--compute", p] + shape)
+            if "hf" in peers:
+                row["read_samples"].append(read_sample(a))
             row["transformers"][p] = (hf_bench(a, m, p, shape) if "hf" in peers
                                       else {"error": "skipped: --peers"})
             row["steps"][p] = {}
@@ -231,17 +276,21 @@ def main():
                 sh[sh.index("--repeat") + 1] = str(min(a.repeat, 2))
                 row["steps"][p][b] = run_json([a.bin, "bench", "forward", "--model", m,
                                                "--compute", p] + sh)
+        if not ll_err:
+            row["read_samples"].append(read_sample(a))
         for t in ll_types:
             row["llamacpp"][t] = ({"error": ll_err} if ll_err else llamacpp_bench(a, ll_bench, m, t))
             if "error" in row["llamacpp"][t] and row["llamacpp"][t]["error"].startswith("convert"):
                 for t2 in ll_types:  # one converter, one answer: do not retry each type
                     row["llamacpp"].setdefault(t2, row["llamacpp"][t])
                 break
+        if not ll_err:
+            row["read_samples"].append(read_sample(a))
         row["llamacpp_version"] = ll_ver or {"error": ll_err}
         rows.append(row)
-    if a.json_out:
-        with open(a.json_out, "w") as fh:
-            json.dump(rows, fh, indent=1)
+        if a.json_out:  # after every checkpoint: a long run interrupted keeps what it measured
+            with open(a.json_out, "w") as fh:
+                json.dump(rows, fh, indent=1)
     if a.json:
         print(json.dumps(rows, indent=1))
         return
@@ -260,10 +309,11 @@ def main():
         print(f"llama.cpp: n/a ({ll_err})")
     steps_h = "".join(f" | decode ms/step b{a.batch} / b{b} (ratio)" for b in step_batches)
     print("| checkpoint | weights | compute | prefill ours / HF | ratio | vs best HF "
-          "| decode ours / HF | ratio | vs best HF | decode GB/s | read limit GB/s | decode / limit"
+          "| decode ours / HF | ratio | vs best HF | decode GB/s | read GB/s best (slowest) "
+          "| peer GB/s llama.cpp / HF | limit GB/s | decode / limit"
           + steps_h + " | llama.cpp GGUF | prefill ours / llama.cpp | ratio "
           "| decode ours / llama.cpp | ratio |")
-    print("|---" * (17 + len(step_batches)) + "|")
+    print("|---" * (19 + len(step_batches)) + "|")
     for r in rows:
         hf_ok = [t for t in r["transformers"].values() if "error" not in t]
         best_pf = max((t["prefill_tok_s"] for t in hf_ok), default=0)
@@ -271,18 +321,19 @@ def main():
         for p in precs:
             o, t = r["shardswap"][p], r["transformers"][p]
             ll = r["llamacpp"].get(pair[p], {"error": ll_err or "not run"})
-            read = o.get("read_gb_s") or o.get("memcpy_gb_s") or 0
+            read, read_min = read_figures(o, r["read_samples"])
             # the limit is never below what a peer streams on the same machine in this run
-            ll_bw = (ll["model_size"] * ll["decode_tok_s"] / 1e9
-                     if "error" not in ll and ll.get("model_size") else 0)
-            limit = max(read, ll_bw)
+            ll_bw, hf_bw = peer_gbs(o, p, t, ll)
+            limit = max(read, ll_bw, hf_bw)
+            src = ("" if limit == read else " (llama.cpp)" if limit == ll_bw else " (HF)")
+            peer_cell = " / ".join(f"{v:.1f}" if v else "n/a" for v in (ll_bw, hf_bw))
             best = (lambda key, b: f"| {o[key] / b:.2f}x " if b else "| n/a ")
             print(f"| {os.path.basename(r['model'].rstrip('/'))} "
                   f"| {o['weight_dtype']} {o['weight_bytes'] / 1e9:.2f} GB | {p} "
                   + cell_ratio(o, t, "prefill_tok_s", ".0f") + best("prefill_tok_s", best_pf)
                   + cell_ratio(o, t, "decode_tok_s", ".1f") + best("decode_tok_s", best_dc)
-                  + f"| {o['decode_weight_gb_s']:.1f} "
-                  f"| {limit:.1f}{' (llama.cpp)' if limit > read else ''} "
+                  + f"| {o['decode_weight_gb_s']:.1f} | {read:.1f} ({read_min:.1f}) | {peer_cell} "
+                  f"| {limit:.1f}{src} "
                   f"| {o['decode_weight_gb_s'] / limit if limit else 0:.2f} "
                   + "".join(f"| {o['decode_ms_per_step']:.1f} / {sb['decode_ms_per_step']:.1f} "
                             f"({sb['decode_ms_per_step'] / o['decode_ms_per_step']:.2f}x) "

@@ -19,13 +19,37 @@ static void count(int slot, double t0)
     counts.calls[slot]++;
 }
 
+/* Adds one shape's calls into p's table (the last entry takes what finds no
+ * room). */
+static void shape_add(struct kern_profile *p, int rows, int cols, enum dtype dt, uint64_t calls,
+                      double seconds, double bytes)
+{
+    int i = 0;
+    while (i < p->n_shapes &&
+           !(p->shape[i].rows == rows && p->shape[i].cols == cols && p->shape[i].dtype == dt))
+        i++;
+    if (i == p->n_shapes) {
+        if (i == KERN_PROFILE_SHAPES) {
+            i = KERN_PROFILE_SHAPES - 1;
+            p->shape[i].rows = p->shape[i].cols = 0;
+        } else
+            p->shape[p->n_shapes++] = (struct kern_profile_shape){rows, cols, dt, 0, 0, 0};
+    }
+    p->shape[i].calls += calls;
+    p->shape[i].seconds += seconds;
+    p->shape[i].bytes += bytes;
+}
+
 static int p_linear(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
                     const float *bias, enum kern_compute c)
 {
     double t0 = time_now();
     int rc = inner->linear(s, y, x, m, w, bias, c);
+    const double dt = time_now() - t0;
     count(bias ? KERN_OP_LINEAR_BIAS : KERN_OP_LINEAR, t0);
-    counts.linear_bytes += (double)w->rows * (double)dtype_row_bytes(w->dtype, (size_t)w->cols);
+    const double bytes = (double)w->rows * (double)dtype_row_bytes(w->dtype, (size_t)w->cols);
+    counts.linear_bytes += bytes;
+    shape_add(&counts, w->rows, w->cols, w->dtype, 1, dt, bytes);
     return rc;
 }
 
@@ -34,12 +58,20 @@ static int p_linear_group(struct stream *s, const struct kern_linear_job *jobs, 
 {
     double t0 = time_now();
     int rc = inner->linear_group(s, jobs, n, c);
+    const double dt = time_now() - t0;
     count(KERN_PROFILE_LINEAR_GROUP, t0);
+    double all = 0;
+    for (int i = 0; i < n; i++)
+        all += (double)jobs[i].w.rows *
+               (double)dtype_row_bytes(jobs[i].w.dtype, (size_t)jobs[i].w.cols);
+    /* each job's shape gets the call's time by its share of the bytes */
     for (int i = 0; i < n; i++) {
         const double b = (double)jobs[i].w.rows *
                          (double)dtype_row_bytes(jobs[i].w.dtype, (size_t)jobs[i].w.cols);
         counts.linear_bytes += b;
         counts.group_bytes += b;
+        shape_add(&counts, jobs[i].w.rows, jobs[i].w.cols, jobs[i].w.dtype, 1,
+                  all > 0 ? dt * b / all : 0, b);
     }
     return rc;
 }
@@ -279,4 +311,7 @@ void kern_profile_stop(struct device *d, struct kern_profile *out)
     }
     out->linear_bytes += counts.linear_bytes;
     out->group_bytes += counts.group_bytes;
+    for (int i = 0; i < counts.n_shapes; i++)
+        shape_add(out, counts.shape[i].rows, counts.shape[i].cols, counts.shape[i].dtype,
+                  counts.shape[i].calls, counts.shape[i].seconds, counts.shape[i].bytes);
 }

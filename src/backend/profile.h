@@ -26,11 +26,24 @@ enum {
     KERN_PROFILE_SLOTS
 };
 
+/* The linear products of one weight shape and type: kern_linear's calls,
+ * and kern_linear_group's jobs (each job's share of its call's time by
+ * its share of the call's bytes). */
+struct kern_profile_shape {
+    int rows, cols; /* 0 x 0: every shape past the table's room */
+    enum dtype dtype;
+    uint64_t calls;
+    double seconds, bytes;
+};
+#define KERN_PROFILE_SHAPES 32
+
 struct kern_profile {
     double seconds[KERN_PROFILE_SLOTS];
     uint64_t calls[KERN_PROFILE_SLOTS];
     double linear_bytes; /* weight bytes the linear calls read */
     double group_bytes;  /* of which kern_linear_group's */
+    int n_shapes;        /* the linear calls by weight shape, in first-call order */
+    struct kern_profile_shape shape[KERN_PROFILE_SHAPES];
 };
 
 /* The name of profile slot i: kern_op_name, or "to host" / "to device" /

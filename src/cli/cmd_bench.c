@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/pool.h"
 #include "backend/profile.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/device_model.h"
+#include "cli/read_limit.h"
 #include "core/blas_core.h"
 #include "core/cpus.h"
 #include "core/error.h"
@@ -32,6 +34,7 @@ struct bench_result {
      * once for all of them), and the layers whose router ran */
     uint64_t prefill_routed, decode_reads;
     int sparse_layers, experts;
+    double pick_s; /* the decode steps' greedy picks over the logits (sampling) */
 };
 
 /* bench_once's step: the prefill's end timed, then greedy ids for every
@@ -78,6 +81,7 @@ static int greedy_step(void *ctx, int step, float *logits, int32_t *next)
         int rc = kern_profile_start(g->profile_dev);
         if (rc < 0)
             return rc;
+        pool_timing(true);
     }
     if (step == 0)
         g->prefill_end = time_now();
@@ -85,6 +89,7 @@ static int greedy_step(void *ctx, int step, float *logits, int32_t *next)
         greedy_routed(g, step);
     if (step == g->gen)
         return 1;
+    const double t0 = time_now();
     for (int b = 0; b < g->batch; b++) {
         const float *l = logits + (size_t)b * g->vocab;
         int best = 0;
@@ -93,6 +98,7 @@ static int greedy_step(void *ctx, int step, float *logits, int32_t *next)
                 best = v;
         next[b] = best;
     }
+    g->r->pick_s += time_now() - t0;
     return 0;
 }
 
@@ -103,7 +109,7 @@ static int greedy_step(void *ctx, int step, float *logits, int32_t *next)
  * queued work is inside the times. */
 static int bench_once(const struct cli_model *cm, bool lora, int batch, int prompt_len, int gen,
                       struct bench_result *r, struct device *profile_dev,
-                      struct kern_profile *profile)
+                      struct kern_profile *profile, struct pool_stats *pool)
 {
     struct model *m = cm->m;
     const int V = model_info(m)->vocab;
@@ -147,8 +153,15 @@ static int bench_once(const struct cli_model *cm, bool lora, int batch, int prom
     double t0 = time_now();
     rc = model_generate_steps(m, ex, ids, prompt_len, logits, next, greedy_step, &g);
     double t1 = time_now();
-    if (profile_dev)
+    if (profile_dev) {
         kern_profile_stop(profile_dev, profile);
+        struct pool_stats ps;
+        pool_stats_get(&ps);
+        pool_timing(false);
+        pool->jobs += ps.jobs;
+        pool->wait_s += ps.wait_s;
+        pool->wake_s += ps.wake_s;
+    }
     if (rc < 0)
         goto out;
     r->prefill_s = g.prefill_end - t0;
@@ -212,11 +225,15 @@ struct forward_run {
     char weight_mix[160];          /* every type's share: "Q5_0 49%, Q4_K 38%, Q6_K 13%" */
     enum kern_compute compute;
     double bw, rbw;                /* memcpy (STREAM count), read bytes/s; NaN on a GPU */
+    struct read_limit lim;         /* rbw's samples: before each timed run and after the last */
     struct bench_ceilings ceil;
     const char *gemv, *matmul, *blas; /* CPU only, else NULL */
     bool profile;                     /* --profile: */
     struct kern_profile prof;         /* the timed runs' decode steps, kernel by kernel */
     double prof_decode_s;             /* and their decode time, all runs together */
+    double prof_pick_s;               /* of which the greedy picks (sampling) */
+    struct pool_stats pool;           /* the kernel pool's jobs meanwhile */
+    int vocab;                        /* the head's rows */
     const char *qdot;                 /* CPU with quantized weights only, else NULL */
 };
 
@@ -259,7 +276,7 @@ static void weight_mix(struct forward_run *r)
 static int base_once(const struct cli_model *cm, struct forward_run *r)
 {
     struct bench_result b;
-    int rc = bench_once(cm, false, r->batch, r->prompt_len, r->gen, &b, NULL, NULL);
+    int rc = bench_once(cm, false, r->batch, r->prompt_len, r->gen, &b, NULL, NULL, NULL);
     r->base.prefill_s = fmin(r->base.prefill_s, b.prefill_s);
     r->base.decode_s = fmin(r->base.decode_s, b.decode_s);
     return rc;
@@ -289,18 +306,24 @@ static int forward_measure(struct forward_run *r)
     r->base = r->best;
     for (int pass = 0; pass <= lora; pass++)
         if ((rc = bench_once(&cmod, pass == 0 && lora, r->batch,
-                             r->prompt_len < 8 ? r->prompt_len : 8, 2, &one, NULL, NULL)) < 0)
+                             r->prompt_len < 8 ? r->prompt_len : 8, 2, &one, NULL, NULL, NULL)) < 0)
             goto out;
     double pairs = 0; /* (layer, expert) pairs: sparse layers x experts */
+    read_limit_init(&r->lim, r->threads, READ_LIMIT_BYTES_PER_THREAD, 1);
     for (int i = 0; i < r->repeat; i++) {
+        /* the read limit between the runs it judges, so that the machine's
+         * drift meets both */
+        if (on_cpu)
+            read_limit_sample(&r->lim);
         /* with adapters, the base's run beside each, before it and after
          * it in turn, so that neither takes the machine's better moments */
         const bool base_first = lora && (i & 1) == 0;
         if (base_first && (rc = base_once(&cmod, r)) < 0)
             goto out;
         if ((rc = bench_once(&cmod, lora, r->batch, r->prompt_len, r->gen, &one,
-                             r->profile ? cmod.dev : NULL, &r->prof)) < 0)
+                             r->profile ? cmod.dev : NULL, &r->prof, &r->pool)) < 0)
             goto out;
+        r->prof_pick_s += one.pick_s;
         if (lora && !base_first && (rc = base_once(&cmod, r)) < 0)
             goto out;
         r->prof_decode_s += one.decode_s;
@@ -313,6 +336,7 @@ static int forward_measure(struct forward_run *r)
             r->best.decode_s = one.decode_s;
     }
     r->wbytes = (double)model_weight_bytes(m);
+    r->vocab = model_info(m)->vocab;
     model_macs(m, &r->macs_token, &r->macs_row);
     size_t expert_bytes;
     double expert_macs;
@@ -328,8 +352,11 @@ static int forward_measure(struct forward_run *r)
      * device only: NaN (n/a, null in JSON) on a GPU */
     /* STREAM's count: a copy reads and writes each byte; decode only reads */
     r->bw = on_cpu ? 2 * membw_memcpy(r->threads, (size_t)256 << 20, 5) : NAN;
-    /* decode only reads its weights: read bandwidth is its ceiling */
-    r->rbw = on_cpu ? membw_read(r->threads, (size_t)256 << 20, 5) : NAN;
+    /* decode only reads its weights: read bandwidth is its ceiling, the
+     * best sample of those around the runs */
+    if (on_cpu)
+        read_limit_sample(&r->lim);
+    r->rbw = on_cpu ? read_limit_bps(&r->lim) : NAN;
     r->ceil = (struct bench_ceilings){.f32.gflops = NAN, .bf16.gflops = NAN, .impl = "n/a"};
     if (on_cpu && (rc = bench_ceilings(r->threads, &r->ceil)) < 0)
         goto out;
@@ -369,43 +396,163 @@ static struct forward_figures forward_figures(const struct forward_run *r)
     return f;
 }
 
-/* --profile: the decode steps of the timed runs, kernel by kernel, per step;
- * what the kernels do not account for is the step's own code (the pool's
- * wakes between kernels, the greedy pick over the logits, the step's
- * bookkeeping). JSON, or a table on stdout when json is false. */
+/* The named parts of a decode step that --profile sums it into, besides
+ * the layers' GEMVs and the head (split out of the linear calls by shape):
+ * each kernel slot's part. */
+enum step_part {
+    PART_GEMV,  /* the layers' linear calls */
+    PART_GROUP, /* their grouped calls (q/k/v, gate/up, a mixture's experts) */
+    PART_HEAD,  /* the linear calls with the vocabulary's rows */
+    PART_ATTENTION,
+    PART_KV,
+    PART_NORMS,
+    PART_ROPE,
+    PART_ACT,
+    PART_ADD,
+    PART_COPIES,
+    PART_LORA,
+    PART_TRANSFER,
+    PART_SAMPLING,
+    PART_OWN,
+    PART_COUNT
+};
+
+static const char *const PART_NAMES[PART_COUNT] = {
+    [PART_GEMV] = "GEMVs (layers)",
+    [PART_HEAD] = "the head",
+    [PART_GROUP] = "grouped GEMVs (layers)",
+    [PART_ATTENTION] = "attention over the cache",
+    [PART_KV] = "kv append",
+    [PART_NORMS] = "norms",
+    [PART_ROPE] = "rope",
+    [PART_ACT] = "activations",
+    [PART_ADD] = "adds and scales",
+    [PART_COPIES] = "embed, gathers, copies",
+    [PART_LORA] = "adapters (lora)",
+    [PART_TRANSFER] = "to host, to device",
+    [PART_SAMPLING] = "sampling (greedy pick)",
+    [PART_OWN] = "the step's own code",
+};
+
+static enum step_part slot_part(int slot)
+{
+    switch (slot) {
+    case KERN_OP_LINEAR:
+    case KERN_OP_LINEAR_BIAS:
+        return PART_GEMV;
+    case KERN_PROFILE_LINEAR_GROUP:
+        return PART_GROUP;
+    case KERN_OP_ATTENTION:
+    case KERN_OP_ATTENTION_WINDOW:
+    case KERN_OP_ATTENTION_SOFTCAP:
+        return PART_ATTENTION;
+    case KERN_OP_KV_APPEND:
+        return PART_KV;
+    case KERN_OP_LAYERNORM:
+    case KERN_OP_RMSNORM:
+        return PART_NORMS;
+    case KERN_OP_ROPE:
+        return PART_ROPE;
+    case KERN_OP_RELU:
+    case KERN_OP_GELU:
+    case KERN_OP_GELU_TANH:
+    case KERN_OP_SILU:
+    case KERN_OP_REGLU:
+    case KERN_OP_GEGLU:
+    case KERN_OP_GEGLU_TANH:
+    case KERN_OP_SWIGLU:
+        return PART_ACT;
+    case KERN_OP_LORA:
+        return PART_LORA;
+    case KERN_PROFILE_TO_HOST:
+    case KERN_PROFILE_TO_DEVICE:
+        return PART_TRANSFER;
+    case KERN_OP_ADD:
+    case KERN_OP_SCALE:
+    case KERN_OP_SOFTCAP:
+    case KERN_OP_COMBINE_ROWS:
+        return PART_ADD;
+    default:
+        return PART_COPIES;
+    }
+}
+
+/* --profile: the decode steps of the timed runs per step, as named parts
+ * that add up to the step: the layers' GEMVs, the head (the linear calls
+ * with the vocabulary's rows), every other kernel by kind, the greedy pick
+ * over the logits (sampling) and the step's own code (what no kernel
+ * accounts for: its bookkeeping, the model's host-side work); then the
+ * linear calls by weight shape, and what the kernel pool's jobs cost the
+ * calling thread (inside the kernels' times). The remainder is the step
+ * less the layers' GEMVs. JSON, or a table on stdout when json is false. */
 static json_t *profile_report(const struct forward_run *r, bool json)
 {
     const struct kern_profile *p = &r->prof;
     const double steps = (double)r->gen * r->repeat, step_s = r->prof_decode_s / steps;
     double in_kernels = 0, linear_s = p->seconds[KERN_OP_LINEAR] + p->seconds[KERN_OP_LINEAR_BIAS] +
                                       p->seconds[KERN_PROFILE_LINEAR_GROUP];
-    json_t *parts = json ? json_array() : NULL;
-    if (!json)
-        printf("\ndecode step, kernel by kernel (%.0f steps of %d runs; %.3f ms a step)\n"
-               "%-22s %10s %10s %8s\n",
-               steps, r->repeat, 1e3 * step_s, "kernel", "calls/step", "ms/step", "share");
+    double part_s[PART_COUNT] = {0}, part_calls[PART_COUNT] = {0};
+    json_t *kernels = json ? json_array() : NULL;
     for (int i = 0; i < KERN_PROFILE_SLOTS; i++) {
         if (!p->calls[i])
             continue;
         in_kernels += p->seconds[i];
-        double ms = 1e3 * p->seconds[i] / steps, share = p->seconds[i] / r->prof_decode_s;
+        part_s[slot_part(i)] += p->seconds[i];
+        part_calls[slot_part(i)] += (double)p->calls[i];
         if (json)
-            json_array_append_new(parts,
-                                  json_pack("{s:s, s:o, s:o, s:o}", "kernel", kern_profile_name(i),
-                                            "calls_per_step", jsonout_real(p->calls[i] / steps, 2),
-                                            "ms_per_step", jsonout_real(ms, 4), "share",
-                                            jsonout_real(share, 4)));
-        else
-            printf("%-22s %10.1f %10.3f %7.1f%%\n", kern_profile_name(i), p->calls[i] / steps, ms,
-                   100 * share);
+            json_array_append_new(
+                kernels, json_pack("{s:s, s:o, s:o, s:o}", "kernel", kern_profile_name(i),
+                                   "calls_per_step", jsonout_real(p->calls[i] / steps, 2),
+                                   "ms_per_step", jsonout_real(1e3 * p->seconds[i] / steps, 4),
+                                   "share", jsonout_real(p->seconds[i] / r->prof_decode_s, 4)));
     }
-    double other = r->prof_decode_s - in_kernels;
+    for (int i = 0; i < p->n_shapes; i++)
+        if (p->shape[i].rows == r->vocab && r->vocab > 0) {
+            part_s[PART_GEMV] -= p->shape[i].seconds;
+            part_calls[PART_GEMV] -= (double)p->shape[i].calls;
+            part_s[PART_HEAD] += p->shape[i].seconds;
+            part_calls[PART_HEAD] += (double)p->shape[i].calls;
+        }
+    const double other = r->prof_decode_s - in_kernels;
+    part_s[PART_SAMPLING] = r->prof_pick_s;
+    part_calls[PART_SAMPLING] = steps;
+    part_s[PART_OWN] = other - r->prof_pick_s;
+    const double remainder = r->prof_decode_s - part_s[PART_GEMV] - part_s[PART_GROUP];
     double lin_gbs = linear_s > 0 ? p->linear_bytes / linear_s / 1e9 : 0;
     const double grp_s = p->seconds[KERN_PROFILE_LINEAR_GROUP];
     const double grp_gbs = grp_s > 0 ? p->group_bytes / grp_s / 1e9 : 0;
+    const double jobs = r->pool.jobs / steps, wait_ms = 1e3 * r->pool.wait_s / steps;
+    const double wake_us = r->pool.jobs > 0 ? 1e6 * r->pool.wake_s / r->pool.jobs : 0;
     if (!json) {
-        printf("%-22s %10s %10.3f %7.1f%%\n", "outside the kernels", "", 1e3 * other / steps,
-               100 * other / r->prof_decode_s);
+        printf("\ndecode step, part by part (%.0f steps of %d runs, batch %d; %.3f ms a step)\n"
+               "%-28s %10s %10s %8s\n",
+               steps, r->repeat, r->batch, 1e3 * step_s, "part", "calls/step", "ms/step",
+               "share");
+        for (int k = 0; k < PART_COUNT; k++)
+            if (part_calls[k] > 0 || k == PART_OWN)
+                printf("%-28s %10.1f %10.3f %7.1f%%\n", PART_NAMES[k], part_calls[k] / steps,
+                       1e3 * part_s[k] / steps, 100 * part_s[k] / r->prof_decode_s);
+        printf("remainder (all but the layers' GEMVs, grouped or not): %.3f ms a step, %.1f%% "
+               "of it\n",
+               1e3 * remainder / steps, 100 * remainder / r->prof_decode_s);
+        printf("kernel pool (inside the kernels above): %.1f jobs a step; the caller waited "
+               "%.3f ms a step (%.1f%%) for the last task, a worker took the first task "
+               "%.1f us after submission on average\n",
+               jobs, wait_ms, 100 * r->pool.wait_s / r->prof_decode_s, wake_us);
+        printf("\nlinear products by weight shape (a grouped call's time shared by bytes)\n%-24s %10s %10s %8s %8s\n", "rows x cols type",
+               "calls/step", "ms/step", "share", "GB/s");
+        for (int i = 0; i < p->n_shapes; i++) {
+            const struct kern_profile_shape *sh = &p->shape[i];
+            char name[48];
+            if (sh->rows == 0)
+                snprintf(name, sizeof name, "(other shapes)");
+            else
+                snprintf(name, sizeof name, "%d x %d %s%s", sh->rows, sh->cols,
+                         dtype_name(sh->dtype), sh->rows == r->vocab ? " head" : "");
+            printf("%-24s %10.1f %10.3f %7.1f%% %8.2f\n", name, sh->calls / steps,
+                   1e3 * sh->seconds / steps, 100 * sh->seconds / r->prof_decode_s,
+                   sh->seconds > 0 ? sh->bytes / sh->seconds / 1e9 : 0);
+        }
         printf("linear layers alone stream %.2f GB/s (%.2f of the read limit)\n", lin_gbs,
                r->rbw > 0 ? lin_gbs * 1e9 / r->rbw : 0);
         if (grp_s > 0)
@@ -414,11 +561,44 @@ static json_t *profile_report(const struct forward_run *r, bool json)
                    grp_gbs, r->rbw > 0 ? grp_gbs * 1e9 / r->rbw : 0);
         return NULL;
     }
-    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "steps", json_integer((json_int_t)steps),
-                     "ms_per_step", jsonout_real(1e3 * step_s, 4), "kernels", parts,
-                     "outside_kernels_ms_per_step", jsonout_real(1e3 * other / steps, 4),
-                     "linear_weight_gb_s", jsonout_real(lin_gbs, 3), "grouped_linear_gb_s",
-                     jsonout_real(grp_gbs, 3));
+    json_t *parts = json_array(), *shapes = json_array();
+    for (int k = 0; k < PART_COUNT; k++)
+        if (part_calls[k] > 0 || k == PART_OWN)
+            json_array_append_new(
+                parts, json_pack("{s:s, s:o, s:o, s:o}", "part", PART_NAMES[k], "calls_per_step",
+                                 jsonout_real(part_calls[k] / steps, 2), "ms_per_step",
+                                 jsonout_real(1e3 * part_s[k] / steps, 4), "share",
+                                 jsonout_real(part_s[k] / r->prof_decode_s, 4)));
+    for (int i = 0; i < p->n_shapes; i++) {
+        const struct kern_profile_shape *sh = &p->shape[i];
+        json_array_append_new(
+            shapes,
+            json_pack("{s:i, s:i, s:s, s:b, s:o, s:o, s:o}", "rows", sh->rows, "cols", sh->cols,
+                      "dtype", dtype_name(sh->dtype), "head", sh->rows == r->vocab,
+                      "calls_per_step", jsonout_real(sh->calls / steps, 2), "ms_per_step",
+                      jsonout_real(1e3 * sh->seconds / steps, 4), "gb_s",
+                      jsonout_real(sh->seconds > 0 ? sh->bytes / sh->seconds / 1e9 : 0, 3)));
+    }
+    json_t *j = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "steps",
+                          json_integer((json_int_t)steps), "ms_per_step",
+                          jsonout_real(1e3 * step_s, 4), "kernels", kernels,
+                          "outside_kernels_ms_per_step", jsonout_real(1e3 * other / steps, 4),
+                          "linear_weight_gb_s", jsonout_real(lin_gbs, 3), "grouped_linear_gb_s",
+                          jsonout_real(grp_gbs, 3));
+    if (j) {
+        json_object_set_new(j, "parts", parts);
+        json_object_set_new(j, "shapes", shapes);
+        json_object_set_new(j, "remainder_ms_per_step", jsonout_real(1e3 * remainder / steps, 4));
+        json_object_set_new(j, "remainder_share", jsonout_real(remainder / r->prof_decode_s, 4));
+        json_object_set_new(j, "pool",
+                            json_pack("{s:o, s:o, s:o}", "jobs_per_step", jsonout_real(jobs, 2),
+                                      "wait_ms_per_step", jsonout_real(wait_ms, 4), "wake_us",
+                                      jsonout_real(wake_us, 2)));
+    } else {
+        json_decref(parts);
+        json_decref(shapes);
+    }
+    return j;
 }
 
 /* With adapters: the base alone's figures and the adapters' cost (their
@@ -474,6 +654,10 @@ static int forward_print_json(const struct forward_run *r)
         json_object_set_new(j, "decode_weight_bytes_per_step", jsonout_real(f.step_bytes, 0));
         json_object_set_new(j, "expert_bytes", json_integer((json_int_t)r->expert_bytes));
         json_object_set_new(j, "expert_reads_per_step", jsonout_real(f.expert_reads, 3));
+        json_object_set_new(j, "read_limit",
+                            on_cpu ? read_limit_json(&r->lim, false) : json_null());
+        json_object_set_new(j, "read_min_gb_s",
+                            jsonout_real(on_cpu ? read_limit_min_bps(&r->lim) / 1e9 : NAN, 3));
     }
     if (j && r->profile)
         json_object_set_new(j, "profile", profile_report(r, true));
@@ -513,7 +697,11 @@ static void forward_print_table(const struct forward_run *r)
     metric_row("memcpy GB/s (STREAM count)", r->bw / 1e9, 2);
     metric_row("decode / memcpy", f.stream / r->bw, 2);
     metric_row("read GB/s", r->rbw / 1e9, 2);
+    metric_row("read GB/s, slowest sample",
+               r->dev.gpu < 0 ? read_limit_min_bps(&r->lim) / 1e9 : NAN, 2);
     metric_row("decode / read", f.decode_vs_read, 2);
+    if (r->dev.gpu < 0)
+        read_limit_print(&r->lim, false, "");
     if (r->dev.n_adapters) {
         printf("\nthe same batch over %d adapters (sequence b: adapter b mod %d) against the base "
                "alone, interleaved\n",
@@ -560,9 +748,10 @@ static int bench_forward(int argc, char **argv)
         FLAG("adapters", FLAG_STR, &adapters_csv, "DIR,DIR,...",
              "adapters as --adapter, comma-separated (after any --adapter)"),
         FLAG("profile", FLAG_BOOL, &r.profile, NULL,
-             "also time every kernel of the decode steps (CPU only): calls, ms and share of a "
-             "step per kernel, what falls outside the kernels, and the linear layers' own "
-             "GB/s"),
+             "also time the decode steps part by part (CPU only): the layers' GEMVs, the head, "
+             "attention, norms, rope, activations, adds, copies, sampling and the step's own "
+             "code, summing to the step, with the remainder's share; the linear calls by "
+             "weight shape with their GB/s; and the kernel pool's jobs, wake and wait"),
         FLAG("json", FLAG_BOOL, &json, NULL, "print one JSON object instead of a table"),
     };
     int rc = args_parse("bench forward",
@@ -633,6 +822,8 @@ const struct cli_command bench_commands[] = {
     {"comm", bench_comm, "all-reduce and pipeline channel latency against memcpy"},
     {"gemv", bench_gemv, "the CPU's fused GEMV (decode's linear layers) against memory read speed"},
     {"lora", bench_lora, "the CPU's mixed-adapter LoRA update against the base layer's product"},
+    {"read", bench_read,
+     "the memory's read limit: every way of reading, its spread, the machine's state"},
     {"tokenize", bench_tokenize,
      "one tokenizer's encode and decode speed (tools/bench_tokenizer.py: against HF)"},
 };

@@ -1,15 +1,14 @@
 /* shardswap bench gemv: the CPU backend's fused GEMV (decode's linear
  * layers) per weight dtype, thread count and number of input rows, its
- * weight bytes per second set against a plain read of memory measured in
- * the same run with the same threads, and each row count's cost against one
- * row's. Several copies of the matrix are cycled through so that the
- * weights come from memory, not from the last-level cache, as a model's
- * layers do. GGUF's block types (--types q8_0,q4_k,...) run the quantized
- * linear layer (x quantized in bf16 mode, dequantized blocks in f32 mode),
- * compressed-tensors' (--types ct_i8,ct_i4,ct_f8) theirs, their bytes
- * counted as stored. --max-m above 16 adds a prefill's row counts (64 to
- * 512), which run the matrix product (cpu_matmul). --devices cuda:G measures kern_linear on
- * a GPU instead (cmd_bench_gemv_device.c). */
+ * weight bytes per second set against the memory's read limit
+ * (cli/read_limit.h) sampled in the same run with the same threads, and each row count's cost
+ * against one row's. Several copies of the matrix are cycled through so that the weights come from
+ * memory, not from the last-level cache, as a model's layers do. GGUF's block types (--types
+ * q8_0,q4_k,...) run the quantized linear layer (x quantized in bf16 mode, dequantized blocks in
+ * f32 mode), compressed-tensors' (--types ct_i8,ct_i4,ct_f8) theirs, their bytes counted as stored.
+ * --max-m above 16 adds a prefill's row counts (64 to 512), which run the matrix product
+ * (cpu_matmul). --devices cuda:G measures kern_linear on a GPU instead (cmd_bench_gemv_device.c).
+ */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,11 +24,11 @@
 #include "cli/bench_gemv.h"
 #include "cli/commands.h"
 #include "cli/device_model.h"
+#include "cli/read_limit.h"
 #include "core/cpus.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/jsonout.h"
-#include "core/membw.h"
 #include "core/timing.h"
 
 #define BENCH_GEMV_MAX_M 512
@@ -240,25 +239,15 @@ int bench_gemv(int argc, char **argv)
     if (!json && any_ct)
         printf("compressed-tensors %s\n", cpu_ctlinear_kernels());
     /* the read limit and how each way of reading reaches it, on each
-     * thread count: the best is the "read GB/s" every row below is set
-     * against (taken again right before each dtype's rows) */
-    json_t *reads = json ? json_array() : NULL;
+     * thread count (cli/read_limit.h); every row below is set against a
+     * sample taken right before its dtype's rows, and the JSON and the
+     * last line give every sample, so the drift between them shows */
+    struct read_limit lim[2];
     for (int t = 1; t <= max_threads; t++) {
-        struct membw_read_methods rm;
-        membw_read_detail(t, (size_t)256 << 20, BENCH_GEMV_PASSES, &rm);
+        read_limit_init(&lim[t - 1], t, READ_LIMIT_BYTES_PER_THREAD, 3);
+        read_limit_sample(&lim[t - 1]);
         if (!json)
-            printf("read, %d thread%s:", t, t > 1 ? "s" : "");
-        for (int k = 0; k < rm.n; k++) {
-            if (json)
-                json_array_append_new(reads, json_pack("{s:i, s:s, s:o}", "threads", t, "method",
-                                                       rm.name[k], "gb_s",
-                                                       jsonout_real(rm.bps[k] / 1e9, 3)));
-            else
-                printf(" %s %.1f%s", rm.name[k], rm.bps[k] / 1e9,
-                       strcmp(rm.name[k], rm.best) == 0 ? "*" : "");
-        }
-        if (!json)
-            printf(" GB/s\n");
+            read_limit_print(&lim[t - 1], true, "");
     }
     if (!json)
         printf("gemv %s, %d x %d weights, compute %s, %d MB cycled per dtype\n"
@@ -296,7 +285,7 @@ int bench_gemv(int argc, char **argv)
             /* the pool keeps the threads it started with: one thread is
              * this one computing alone */
             cpu_kernels_single_thread(t == 1);
-            double read = membw_read(t, (size_t)256 << 20, BENCH_GEMV_PASSES), one = 0;
+            double read = read_limit_sample(&lim[t - 1]), one = 0;
             for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]) && ms[im] <= max_m && rc == 0;
                  im++) {
                 double s = bench_gemv_time(&b, w, mbytes, y, x, ms[im], &rc);
@@ -320,16 +309,24 @@ int bench_gemv(int argc, char **argv)
             }
         }
     }
-    if (rc == 0 && json)
+    if (rc == 0) {
+        for (int t = 1; t <= max_threads; t++)
+            read_limit_sample(&lim[t - 1]); /* after: the drift over the run */
+        if (!json)
+            for (int t = 1; t <= max_threads; t++)
+                read_limit_print(&lim[t - 1], false, "");
+    }
+    if (rc == 0 && json) {
+        json_t *reads = json_array();
+        for (int t = 1; t <= max_threads; t++)
+            json_array_append_new(reads, read_limit_json(&lim[t - 1], true));
         rc = jsonout_print(json_pack(
             "{s:s, s:s, s:s, s:i, s:i, s:s, s:o, s:o}", "gemv_kernels", cpu_gemv_kernels(),
             "quantized_kernels", any_block ? cpu_qlinear_kernels() : "", "ct_kernels",
             any_ct ? cpu_ctlinear_kernels() : "", "rows", rows, "cols", cols, "compute", compute,
-            "read_methods", reads, "results", results));
-    else {
+            "read_limits", reads, "results", results));
+    } else
         json_decref(results);
-        json_decref(reads);
-    }
 out:
     bench_gemv_unmap(wbuf, wbytes);
     free(x);

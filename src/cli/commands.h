@@ -19,6 +19,7 @@ int bench_comm(int argc, char **argv);
 int bench_gemv(int argc, char **argv);
 int bench_lora(int argc, char **argv);
 int bench_tokenize(int argc, char **argv);
+int bench_read(int argc, char **argv);
 
 /* A command: its name, what runs it (the arguments after its name; the
  * exit status) and one line of help. */

@@ -1,11 +1,17 @@
 #include "core/membw.h"
 
+#include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "core/copy.h"
 #include "core/timing.h"
@@ -21,7 +27,18 @@ struct copy_job {
     enum membw_op op;
     const struct read_method *rm; /* MEMBW_READ: how */
     uint64_t sum;                 /* MEMBW_READ: kept so the reads are not optimised away */
+    int cpu;      /* pin the thread to this CPU first; -1: the scheduler places it */
+    double cpu_s; /* the thread's own CPU time over its part */
 };
+
+/* This thread's CPU seconds so far. */
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* The sum of n bytes at p (64-byte aligned, n a multiple of 64) as 64-bit
  * words, read as four streams side by side (the quarters of the buffer):
@@ -134,6 +151,14 @@ static uint64_t read_with(const struct read_method *m, const char *p, size_t n)
 static void *copy_run(void *arg)
 {
     struct copy_job *j = arg;
+    if (j->cpu >= 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(j->cpu, &one);
+        (void)pthread_setaffinity_np(pthread_self(), sizeof one,
+                                     &one); /* a hint: unpinned reads too */
+    }
+    const double c0 = thread_cpu_s();
     switch (j->op) {
     case MEMBW_STREAM:
         copy_stream(j->dst, j->src, j->n);
@@ -145,111 +170,302 @@ static void *copy_run(void *arg)
         memcpy(j->dst, j->src, j->n);
         break;
     }
+    j->cpu_s = thread_cpu_s() - c0;
     return NULL;
 }
 
 /* One pass of op over src (and dst) on `threads` threads, each its own
- * bytes_per_thread: bytes per second. */
+ * bytes_per_thread from its slice's start (slices `stride` apart); thread t
+ * pinned to cpus[t] when cpus is not NULL: bytes per second, and in *on_cpu
+ * (may be NULL) the share of the pass the threads held a CPU (below 1 when
+ * the scheduler gave their CPU to another process meanwhile). */
 static double membw_pass(char *dst, const char *src, int threads, size_t bytes_per_thread,
-                         enum membw_op op, const struct read_method *rm)
+                         size_t stride, enum membw_op op, const struct read_method *rm,
+                         const int *cpus, double *on_cpu)
 {
     pthread_t tid[MEMBW_MAX_THREADS];
     struct copy_job jobs[MEMBW_MAX_THREADS];
     bool started[MEMBW_MAX_THREADS];
     double t0 = time_now();
     for (int t = 0; t < threads; t++) {
-        size_t a = bytes_per_thread * t;
-        jobs[t] = (struct copy_job){op == MEMBW_READ ? dst : dst + a, src + a, bytes_per_thread,
-                                    op, rm, 0};
+        size_t a = stride * t;
+        jobs[t] = (struct copy_job){op == MEMBW_READ ? dst : dst + a,
+                                    src + a,
+                                    bytes_per_thread,
+                                    op,
+                                    rm,
+                                    0,
+                                    cpus ? cpus[t] : -1,
+                                    0};
         started[t] = pthread_create(&tid[t], NULL, copy_run, &jobs[t]) == 0;
-        if (!started[t])
+        if (!started[t]) {
+            jobs[t].cpu = -1;   /* never pin the caller */
             copy_run(&jobs[t]); /* no thread: copy here, still correct */
+        }
     }
-    for (int t = 0; t < threads; t++)
+    double cpu_s = 0;
+    for (int t = 0; t < threads; t++) {
         if (started[t])
             pthread_join(tid[t], NULL);
-    return (double)bytes_per_thread * threads / (time_now() - t0);
+        cpu_s += jobs[t].cpu_s;
+    }
+    const double wall = time_now() - t0;
+    if (on_cpu)
+        *on_cpu = fmin(1, cpu_s / (wall * threads));
+    return (double)bytes_per_thread * threads / wall;
 }
 
-/* The best of reps passes of op; for MEMBW_READ every method of
- * READ_METHODS the machine runs, taken in turn within each rep (so a drift of
- * the machine's rate meets them all), each one's best in per_method. */
-static double membw_measure(int threads, size_t bytes_per_thread, int reps, enum membw_op op,
-                            double per_method[N_READ_METHODS])
+/* bytes rounded up to the readers' unit, in huge pages where the kernel
+ * allows (as the device arenas and host-tier blobs have them), every page
+ * written (faulted in) with `fill`; MAP_FAILED when it cannot. */
+static char *membw_buffer(size_t bytes, int fill)
+{
+    char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return p;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    memset(p, fill, bytes);
+    return p;
+}
+
+/* The best of reps passes of memcpy or copy_stream. */
+static double membw_copy(int threads, size_t bytes_per_thread, int reps, enum membw_op op)
 {
     if (threads < 1)
         threads = 1;
     if (threads > MEMBW_MAX_THREADS)
         threads = MEMBW_MAX_THREADS;
-    bytes_per_thread = (bytes_per_thread + 127) / 128 * 128; /* the readers' unit */
-    size_t bytes = bytes_per_thread * (size_t)threads;
-    /* the best copy the machine can do: huge pages where the kernel allows,
-     * as the device arenas and host-tier blobs have */
-    char *src = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    /* reading needs no destination */
-    size_t dst_bytes = op == MEMBW_READ ? 4096 : bytes;
-    char *dst = mmap(NULL, dst_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    bytes_per_thread = (bytes_per_thread + 127) / 128 * 128;
+    const size_t bytes = bytes_per_thread * (size_t)threads;
+    char *src = membw_buffer(bytes, 1), *dst = membw_buffer(bytes, 2);
     double best = 0;
-    if (per_method)
-        for (size_t k = 0; k < N_READ_METHODS; k++)
-            per_method[k] = 0;
-    if (src == MAP_FAILED || dst == MAP_FAILED)
-        goto out;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(src, bytes, MADV_HUGEPAGE);
-    (void)madvise(dst, dst_bytes, MADV_HUGEPAGE);
-#endif
-    memset(src, 1, bytes);
-    memset(dst, 2, dst_bytes);
-    for (int rep = 0; rep < reps; rep++) {
-        for (size_t k = 0; k < (op == MEMBW_READ ? N_READ_METHODS : 1); k++) {
-            if (op == MEMBW_READ && !read_method_runs(&READ_METHODS[k]))
-                continue;
-            double bw = membw_pass(dst, src, threads, bytes_per_thread, op, &READ_METHODS[k]);
-            if (per_method && bw > per_method[k])
-                per_method[k] = bw;
-            if (bw > best)
-                best = bw;
-        }
+    for (int rep = 0; rep < reps && src != MAP_FAILED && dst != MAP_FAILED; rep++) {
+        double bw =
+            membw_pass(dst, src, threads, bytes_per_thread, bytes_per_thread, op, NULL, NULL, NULL);
+        if (bw > best)
+            best = bw;
     }
-out:
     if (src != MAP_FAILED)
         munmap(src, bytes);
     if (dst != MAP_FAILED)
-        munmap(dst, dst_bytes);
+        munmap(dst, bytes);
     return best;
 }
 
 double membw_memcpy(int threads, size_t bytes_per_thread, int reps)
 {
-    return membw_measure(threads, bytes_per_thread, reps, MEMBW_MEMCPY, NULL);
+    return membw_copy(threads, bytes_per_thread, reps, MEMBW_MEMCPY);
 }
 
 double membw_stream(int threads, size_t bytes_per_thread, int reps)
 {
-    return membw_measure(threads, bytes_per_thread, reps, MEMBW_STREAM, NULL);
+    return membw_copy(threads, bytes_per_thread, reps, MEMBW_STREAM);
 }
 
 double membw_read(int threads, size_t bytes_per_thread, int reps)
 {
-    return membw_read_detail(threads, bytes_per_thread, reps, NULL);
+    return membw_read_report(threads, bytes_per_thread, reps, NULL);
 }
 
-double membw_read_detail(int threads, size_t bytes_per_thread, int reps,
-                         struct membw_read_methods *out)
+/* The share of [p, p + bytes) in transparent huge pages, from
+ * /proc/self/smaps (the mapping that starts at p); NaN when unreadable. */
+static double huge_share(const void *p)
 {
-    double per[N_READ_METHODS];
-    double best = membw_measure(threads, bytes_per_thread, reps, MEMBW_READ, per);
-    if (out) {
-        *out = (struct membw_read_methods){.best = "none"};
-        for (size_t k = 0; k < N_READ_METHODS && out->n < MEMBW_READ_METHODS_MAX; k++) {
-            if (!read_method_runs(&READ_METHODS[k]))
-                continue;
-            out->name[out->n] = READ_METHODS[k].name;
-            out->bps[out->n++] = per[k];
-            if (per[k] == best && best > 0)
-                out->best = READ_METHODS[k].name;
-        }
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return NAN;
+    char line[256];
+    bool in = false;
+    double rss = -1, huge = -1;
+    while (fgets(line, sizeof line, f) && (rss < 0 || huge < 0)) {
+        unsigned long lo, hi;
+        double kb;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, ' ') > strchr(line, '-'))
+            in = lo == (unsigned long)(uintptr_t)p;
+        else if (in && sscanf(line, "Rss: %lf kB", &kb) == 1)
+            rss = kb;
+        else if (in && sscanf(line, "AnonHugePages: %lf kB", &kb) == 1)
+            huge = kb;
+    }
+    fclose(f);
+    return rss > 0 && huge >= 0 ? huge / rss : NAN;
+}
+
+/* The machine's CPU time so far from /proc/stat's first line, in ticks: all
+ * of it, the busy part (not idle or iowait) and the hypervisor's steal;
+ * false when unreadable. */
+static bool cpu_ticks(double *total, double *busy, double *steal)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long v[8] = {0};
+    int n = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                       &v[4], &v[5], &v[6], &v[7])
+              : 0;
+    if (f)
+        fclose(f);
+    if (n < 8)
+        return false;
+    *total = 0;
+    for (int i = 0; i < 8; i++)
+        *total += (double)v[i];
+    *steal = (double)v[7];
+    *busy = *total - (double)v[3] - (double)v[4] - *steal;
+    return true;
+}
+
+/* This process's CPU seconds so far. */
+static double self_cpu_s(void)
+{
+    struct rusage u;
+    if (getrusage(RUSAGE_SELF, &u) != 0)
+        return 0;
+    return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec +
+           (double)u.ru_stime.tv_sec + 1e-6 * (double)u.ru_stime.tv_usec;
+}
+
+/* Dependent adds per second on this thread over about 2 ms, in GHz: one add
+ * a cycle, so the clock this thread gets (a core shared with another
+ * tenant or clocked down reads low). NaN where there is no such loop. */
+static double chain_ghz(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    uint64_t x = 0;
+    const long n = 1000000;
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = time_now();
+        for (long i = 0; i < n; i++)
+            __asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                             "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0"
+                             : "+r"(x));
+        double g = 8.0 * (double)n / (time_now() - t0) / 1e9;
+        if (g > best)
+            best = g;
     }
     return best;
+#else
+    return NAN;
+#endif
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The CPUs this process may run on, the first `threads` of them into cpus
+ * (repeating when there are fewer); false when the mask is unreadable. */
+static bool membw_cpus(int threads, int *cpus)
+{
+    cpu_set_t set;
+    int have[MEMBW_MAX_THREADS], n = 0;
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return false;
+    for (int c = 0; c < CPU_SETSIZE && n < MEMBW_MAX_THREADS; c++)
+        if (CPU_ISSET(c, &set))
+            have[n++] = c;
+    for (int t = 0; t < threads && n > 0; t++)
+        cpus[t] = have[t % n];
+    return n > 0;
+}
+
+#define MEMBW_PLACES 2     /* the scheduler's placement, then pinned */
+#define MEMBW_FOOTPRINTS 2 /* the whole buffer, then a quarter of each slice */
+
+double membw_read_report(int threads, size_t bytes_per_thread, int reps,
+                         struct membw_read_report *out)
+{
+    struct membw_read_report r = {.huge_share = NAN, .others = NAN, .steal = NAN};
+    double t_start = time_now();
+    if (threads < 1)
+        threads = 1;
+    if (threads > MEMBW_MAX_THREADS)
+        threads = MEMBW_MAX_THREADS;
+    if (reps < 1)
+        reps = 1;
+    bytes_per_thread = (bytes_per_thread + 127) / 128 * 128;
+    const size_t bytes = bytes_per_thread * (size_t)threads;
+    long llc_l = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    const double llc =
+        llc_l > 0 ? (double)llc_l : 256.0 * (1 << 20); /* unknown: assume a large one */
+    int cpus[MEMBW_MAX_THREADS];
+    const bool can_pin = membw_cpus(threads, cpus);
+    /* the ways, in the order a round takes them */
+    int way_method[MEMBW_READ_WAYS_MAX], way_place[MEMBW_READ_WAYS_MAX];
+    size_t way_bytes[MEMBW_READ_WAYS_MAX];
+    for (size_t k = 0; k < N_READ_METHODS; k++)
+        for (int pl = 0; pl < (can_pin ? MEMBW_PLACES : 1); pl++)
+            for (int fp = 0; fp < MEMBW_FOOTPRINTS && r.n < MEMBW_READ_WAYS_MAX; fp++) {
+                if (!read_method_runs(&READ_METHODS[k]))
+                    continue;
+                way_method[r.n] = (int)k;
+                way_place[r.n] = pl;
+                way_bytes[r.n] = fp ? bytes_per_thread / 4 / 128 * 128 : bytes_per_thread;
+                /* the smaller footprint only where it is still 4x the
+                 * last-level cache: a read from the cache is no limit */
+                if (fp && (double)way_bytes[r.n] * threads < 4 * llc)
+                    continue;
+                snprintf(r.name[r.n], sizeof r.name[r.n], "%s %s %zuM", READ_METHODS[k].name,
+                         pl ? "pin" : "free", way_bytes[r.n] >> 20);
+                r.n++;
+            }
+    r.ghz = chain_ghz();
+    char *src = membw_buffer(bytes, 1);
+    /* the reads need no destination */
+    char *dst = membw_buffer(4096, 2);
+    double *round_best = calloc((size_t)reps, sizeof(double));
+    double *oncpu = calloc((size_t)reps * MEMBW_READ_WAYS_MAX, sizeof(double));
+    double total0 = 0, busy0 = 0, steal0 = 0, total1, busy1, steal1;
+    const bool ticks = cpu_ticks(&total0, &busy0, &steal0);
+    const double self0 = self_cpu_s();
+    if (src == MAP_FAILED || dst == MAP_FAILED || !round_best || !oncpu)
+        goto out;
+    r.huge_share = huge_share(src);
+    (void)membw_pass(dst, src, threads, bytes_per_thread, bytes_per_thread, MEMBW_READ,
+                     &READ_METHODS[0], NULL,
+                     NULL); /* untimed: the first pass's TLB and cache misses */
+    for (int rep = 0; rep < reps; rep++) {
+        for (int w = 0; w < r.n; w++) {
+            double on;
+            double bw = membw_pass(dst, src, threads, way_bytes[w], bytes_per_thread, MEMBW_READ,
+                                   &READ_METHODS[way_method[w]], way_place[w] ? cpus : NULL, &on);
+            oncpu[rep * r.n + w] = on;
+            if (bw > r.way_bps[w])
+                r.way_bps[w] = bw;
+            if (bw > round_best[rep])
+                round_best[rep] = bw;
+            if (bw > r.bps) {
+                r.bps = bw;
+                r.best = w;
+                r.best_on_cpu = on;
+            }
+        }
+    }
+    r.rounds = reps;
+    qsort(oncpu, (size_t)reps * r.n, sizeof(double), cmp_double);
+    r.on_cpu_median = oncpu[(size_t)reps * r.n / 2];
+    qsort(round_best, (size_t)reps, sizeof(double), cmp_double);
+    r.round_min = round_best[0];
+    r.round_median =
+        reps % 2 ? round_best[reps / 2] : (round_best[reps / 2 - 1] + round_best[reps / 2]) / 2;
+    if (ticks && cpu_ticks(&total1, &busy1, &steal1) && total1 > total0) {
+        /* our own CPU time in /proc/stat's unit */
+        const double self = (double)sysconf(_SC_CLK_TCK) * (self_cpu_s() - self0);
+        r.steal = (steal1 - steal0) / (total1 - total0);
+        r.others = fmax(0, (busy1 - busy0) - self) / (total1 - total0);
+    }
+out:
+    free(round_best);
+    free(oncpu);
+    if (src != MAP_FAILED)
+        munmap(src, bytes);
+    if (dst != MAP_FAILED)
+        munmap(dst, 4096);
+    r.seconds = time_now() - t_start;
+    if (out)
+        *out = r;
+    return r.bps;
 }

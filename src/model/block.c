@@ -43,6 +43,36 @@ static int block_rope(struct model_exec *ex, float *x, int t_new, int heads, con
     return 0;
 }
 
+/* Past this many rows a linear layer is a matrix product, whose threads a
+ * product pays for alone: block_linears groups below it (decode). */
+#define BLOCK_GROUP_MAX_ROWS 16
+
+/* y[i] = x @ w[i]^T (+ b[i] when not NULL) for the k products of one input
+ * that a phase runs side by side (q, k and v; gate and up). For a few rows
+ * as one kern_linear_group call, so the kernel threads start once for all
+ * of them (a 128-row k or v alone is too short to pay for a start), then
+ * each bias added row by row after its product, as kern_linear adds it: the
+ * same sums. For more rows one kern_linear each. */
+static int block_linears(const struct model *m, struct stream *s, const float *x, int n, int k,
+                         float *const *y, const struct weight_view *const *w,
+                         const float *const *b)
+{
+    if (n > BLOCK_GROUP_MAX_ROWS) {
+        for (int i = 0; i < k; i++)
+            TRY(kern_linear(s, y[i], x, n, w[i], b[i], m->compute));
+        return 0;
+    }
+    struct kern_linear_job jobs[3] = {{0}};
+    assert(k <= 3);
+    for (int i = 0; i < k; i++)
+        jobs[i] = (struct kern_linear_job){y[i], x, n, *w[i]};
+    TRY(kern_linear_group(s, jobs, k, m->compute));
+    for (int i = 0; i < k; i++)
+        for (int r = 0; b[i] && r < n; r++)
+            TRY(kern_add(s, y[i] + (size_t)r * w[i]->rows, b[i], (size_t)w[i]->rows));
+    return 0;
+}
+
 int model_block_attn(const struct model *m, struct model_exec *ex, int layer, int t_new,
                      const struct attn_weights *w, const struct attn_opts *o)
 {
@@ -58,11 +88,11 @@ int model_block_attn(const struct model *m, struct model_exec *ex, int layer, in
     g.softcap = o->softcap;
 
     /* q, k, v of this rank's heads (and each sequence's adapter's) */
-    TRY(kern_linear(s, ex->q, h, n, &w->q, w->q_b, m->compute));
+    TRY(block_linears(m, s, h, n, 3, (float *const[]){ex->q, ex->kn, ex->vn},
+                      (const struct weight_view *const[]){&w->q, &w->k, &w->v},
+                      (const float *const[]){w->q_b, w->k_b, w->v_b}));
     TRY(model_block_lora(m, ex, layer, LORA_Q, ex->q, h, t_new));
-    TRY(kern_linear(s, ex->kn, h, n, &w->k, w->k_b, m->compute));
     TRY(model_block_lora(m, ex, layer, LORA_K, ex->kn, h, t_new));
-    TRY(kern_linear(s, ex->vn, h, n, &w->v, w->v_b, m->compute));
     TRY(model_block_lora(m, ex, layer, LORA_V, ex->vn, h, t_new));
     /* per-head norms of q and k: rows of head_dim */
     if (w->q_norm)
@@ -102,9 +132,10 @@ int model_block_mlp(const struct model *m, struct model_exec *ex, int layer, int
     /* this rank's hidden units: act(gate(h)) * up(h), or act(up(h)) */
     if (o->gated) {
         float *up = ex->f + (size_t)n * fr;
-        TRY(kern_linear(s, f, h, n, &w->gate, w->gate_b, m->compute));
+        TRY(block_linears(m, s, h, n, 2, (float *const[]){f, up},
+                          (const struct weight_view *const[]){&w->gate, &w->up},
+                          (const float *const[]){w->gate_b, w->up_b}));
         TRY(model_block_lora(m, ex, layer, LORA_GATE, f, h, t_new));
-        TRY(kern_linear(s, up, h, n, &w->up, w->up_b, m->compute));
         TRY(model_block_lora(m, ex, layer, LORA_UP, up, h, t_new));
         TRY(kern_gated_act(s, f, f, up, (size_t)n * fr, o->act));
     } else {

@@ -28,6 +28,12 @@ static struct {
     void *ctx;
     atomic_int done;            /* tasks finished */
     atomic_int want_threads; /* set by any compute thread's start-up, read once at start */
+    /* pool_timing: on, this job's submission and first claim (seconds), and
+     * the totals (kept by the submitting thread, under `submit`) */
+    atomic_bool timing;
+    double submitted;
+    _Atomic double first_claim;
+    struct pool_stats stats;
 } pool = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .wake = PTHREAD_COND_INITIALIZER,
@@ -64,6 +70,10 @@ static void *pool_worker(void *arg)
             pthread_mutex_unlock(&pool.lock);
         }
         seen = atomic_load(&pool.generation);
+        if (atomic_load_explicit(&pool.timing, memory_order_relaxed)) {
+            double none = 0;
+            atomic_compare_exchange_strong(&pool.first_claim, &none, time_now());
+        }
         pool_work(seen);
     }
     return NULL;
@@ -116,12 +126,41 @@ void pool_run(pool_task_fn fn, void *ctx, int n_tasks)
     pool.ctx = ctx;
     atomic_store(&pool.n_tasks, n_tasks);
     atomic_store(&pool.done, 0);
+    const bool timing = atomic_load_explicit(&pool.timing, memory_order_relaxed);
+    if (timing) {
+        atomic_store(&pool.first_claim, 0.0);
+        pool.submitted = time_now();
+    }
     pthread_mutex_lock(&pool.lock);
     atomic_store(&pool.generation, gen);
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
     pool_work(gen);
+    const double own_done = timing ? time_now() : 0;
     while (atomic_load(&pool.done) < n_tasks)
         ;
+    if (timing) {
+        const double end = time_now(), claim = atomic_load(&pool.first_claim);
+        pool.stats.jobs++;
+        pool.stats.wait_s += end - own_done;
+        /* no worker claimed before the end: the whole job waited for one */
+        pool.stats.wake_s += (claim > 0 ? claim : end) - pool.submitted;
+    }
+    pthread_mutex_unlock(&pool.submit);
+}
+
+void pool_timing(bool on)
+{
+    pthread_mutex_lock(&pool.submit);
+    if (on)
+        pool.stats = (struct pool_stats){0};
+    atomic_store(&pool.timing, on);
+    pthread_mutex_unlock(&pool.submit);
+}
+
+void pool_stats_get(struct pool_stats *out)
+{
+    pthread_mutex_lock(&pool.submit);
+    *out = pool.stats;
     pthread_mutex_unlock(&pool.submit);
 }
