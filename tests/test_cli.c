@@ -585,6 +585,17 @@ static void test_bench_experts(void)
                       layers * experts);
         const double want = all - eb + reads * eb / (layers * experts);
         CHECK_MSG(fabs(step - want) <= 1, "%s: %g bytes a step, want %g", cmd, step, want);
+        /* the touched figures: the experts' share of the step, and its
+         * bandwidth, the decode's over those bytes */
+        double ebs = json_number_value(json_object_get(j, "decode_expert_bytes_per_step"));
+        CHECK_MSG(fabs(ebs - reads * eb / (layers * experts)) <= 1,
+                  "%s: %g expert bytes a step, want %g", cmd, ebs, reads * eb / (layers * experts));
+        double touched = json_number_value(json_object_get(j, "decode_touched_gb_s"));
+        double gbs = json_number_value(json_object_get(j, "decode_weight_gb_s"));
+        CHECK_MSG(touched > 0 && fabs(touched - gbs) <= 1e-3 * gbs, "%s: touched %g GB/s, want %g",
+                  cmd, touched, gbs);
+        CHECK_MSG(json_is_number(json_object_get(j, "touched_vs_read")), "%s: no touched_vs_read",
+                  cmd);
         json_decref(j);
     }
     snprintf(cmd, sizeof(cmd),
@@ -598,6 +609,8 @@ static void test_bench_experts(void)
                       json_number_value(json_object_get(j, "decode_weight_bytes_per_step")) ==
                           json_number_value(json_object_get(j, "weight_bytes")),
                   "%s: a dense model's step reads every weight: %s", cmd, out);
+        CHECK_MSG(!json_object_get(j, "decode_touched_gb_s"),
+                  "%s: a dense model has no touched figures: %s", cmd, out);
         json_decref(j);
     }
 }

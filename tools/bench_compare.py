@@ -2,7 +2,8 @@
 """Runs `shardswap bench forward` and tools/bench_hf.py (transformers on the
 CPU, same thread count, same shapes) on each checkpoint, in f32 and in bf16,
 and prints one markdown table of ours/theirs ratios. Any family both load:
-OPT, Llama, Mistral, Qwen2 (bench_hf.py loads AutoModelForCausalLM and
+OPT, Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, Phi-3, Mixtral, Qwen3-MoE
+(bench_hf.py loads AutoModelForCausalLM and
 refuses a checkpoint with missing or unexpected tensors).
 
     python3 tools/bench_compare.py --models DIR [DIR ...] [--batch 1] \
@@ -49,6 +50,11 @@ llama-bench is killed by a signal (seen: Q8_0 prefill through ggml's AMX
 repacked weights, SIGSEGV) is rerun once with --repack 0, and its GGUF cell
 says so ("q8_0 (--repack 0 after ...)", "retried" in the JSON).
 
+A mixture of experts (Mixtral, Qwen3-MoE) gets a third table: decode over the bytes
+a step touches (every weight but the experts, plus each expert that some token of
+the step routed to, counted from the router in the run), its ratio to the read
+limit, and the peers' decode over the same bytes.
+
 The read limit is measured in the same run, around every peer: `shardswap
 bench read` (the best of every way of reading, core/membw.h through
 cli/read_limit.h, one sample of 2 rounds) before our run, before
@@ -56,7 +62,8 @@ transformers' and before and after llama.cpp's, beside the samples `bench
 forward` takes between its own repetitions. "read GB/s" is the best of all of
 a checkpoint's samples, with the slowest in brackets (the machine's drift
 over that checkpoint's runs). "peer GB/s" is what each peer's decode streamed
-on the same machine: llama.cpp's GGUF bytes times its decode steps per
+on the same machine: llama.cpp's GGUF bytes (for a mixture, the share a step
+touches) times its decode steps per
 second, transformers' weight bytes (ours per step, twice that when it
 computes in float32 from 2-byte weights) times its steps per second. "limit
 GB/s" is the largest of these, marked with where it came from, so the limit
@@ -127,7 +134,7 @@ def peer_gbs(o, p, t, ll):
     """GB/s each peer's decode streamed: llama.cpp's GGUF bytes x its steps/s, and
     transformers' weight bytes (ours per step; x2 when it computes in float32 from
     2-byte weights) x its steps/s; 0 where a peer did not run."""
-    llb = (ll["model_size"] * ll["decode_tok_s"] / 1e9
+    llb = (ll_step_bytes(o, ll) * ll["decode_tok_s"] / 1e9
            if "error" not in ll and ll.get("model_size") else 0)
     hfb = 0
     if "error" not in t and t.get("decode_tok_s") and o.get("decode_weight_bytes_per_step"):
@@ -202,6 +209,47 @@ def llamacpp_bench(a, bench, m, gtype):
 def gguf_label(gtype, ll):
     """The GGUF's type, and how llama-bench had to be rerun for it, if it was."""
     return f"{gtype} ({ll['retried']})" if ll.get("retried") else gtype
+
+
+def ll_step_bytes(o, ll):
+    """The bytes llama.cpp's decode step reads on the paired GGUF: the whole file for a
+    dense model; for a mixture, the file less the experts no token of the step routed to,
+    in our share (same shapes, same routing at batch 1: top-k experts per layer); 0 when
+    unknown."""
+    size = ll.get("model_size") or 0
+    if o.get("expert_bytes") and o.get("weight_bytes"):
+        size *= o["decode_weight_bytes_per_step"] / o["weight_bytes"]
+    return size
+
+
+def moe_table(rows, precs, pair, ll_err):
+    """Mixtures of experts: decode judged on the bytes a step touches (every weight but
+    the experts, plus each expert some token of the step routed to), not the checkpoint."""
+    moe = [(r, p) for r in rows for p in precs if r["shardswap"][p].get("expert_bytes")]
+    if not moe:
+        return
+    print()
+    print("mixtures of experts: decode over the bytes a step touches (dense weights, head, and "
+          "the distinct experts the step routed to, per layer)")
+    print("| checkpoint | compute | all weights GB | touched MB/step | of which experts MB "
+          "| experts/step | touched GB/s | read limit GB/s | touched / read limit "
+          "| llama.cpp touched GB/s | HF touched GB/s |")
+    print("|---" * 11 + "|")
+    for r, p in moe:
+        o = r["shardswap"][p]
+        ll = r["llamacpp"].get(pair[p], {"error": ll_err or "not run"})
+        t = r["transformers"][p]
+        step = o["decode_weight_bytes_per_step"]
+        read, _ = read_figures(o, r["read_samples"])
+        ll_bw, hf_bw = peer_gbs(o, p, t, ll)
+        limit = max(read, ll_bw, hf_bw)
+        hf = f"{hf_bw:.1f}" if hf_bw else "n/a"
+        print(f"| {os.path.basename(r['model'].rstrip('/'))} | {p} | {o['weight_bytes'] / 1e9:.2f} "
+              f"| {step / 1e6:.0f} | {o.get('decode_expert_bytes_per_step', 0) / 1e6:.0f} "
+              f"| {o['expert_reads_per_step']:.1f} | {o['decode_weight_gb_s']:.1f} "
+              f"| {limit:.1f}{'' if limit == read else ' (llama.cpp)' if limit == ll_bw else ' (HF)'} "
+              f"| {o['decode_weight_gb_s'] / limit if limit else 0:.2f} "
+              f"| {f'{ll_bw:.1f}' if ll_bw else 'n/a'} | {hf} |")
 
 
 def cell_ratio(ours, theirs, key, fmt):
@@ -341,6 +389,7 @@ def main():
                   + (f"| n/a ({ll['error']}) | n/a | n/a | n/a | n/a " if "error" in ll
                      else f"| {gguf_label(pair[p], ll)} " + cell_ratio(o, ll, "prefill_tok_s", ".0f")
                      + cell_ratio(o, ll, "decode_tok_s", ".1f")) + "|")
+    moe_table(rows, precs, pair, ll_err)
     if not ll_types or not rows or "llamacpp" not in peers:
         return
     # llama.cpp's own rows: every GGUF it ran, the reference types too, against our bf16

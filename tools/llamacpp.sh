@@ -139,17 +139,44 @@ convert() {
     local dir=$1 type=$2 out=$3 py
     case $type in f32 | f16 | bf16 | q8_0) ;; *) die "convert: type '$type' is not f32|f16|bf16|q8_0" ;; esac
     [[ -f $dir/config.json ]] || die "$dir: no config.json"
-    # GGUF carries the vocabulary, so the converter needs the checkpoint's tokenizer
-    # (llama-bench itself feeds random ids); gen-model writes none for the Llama family.
-    if [[ ! -f $dir/tokenizer.json && ! -f $dir/tokenizer.model && ! -f $dir/vocab.json ]]; then
-        die "convert: $dir has no tokenizer (make it with gen-model --tokenizer-from DIR)"
-    fi
     py=$(venv)
+    # GGUF carries the vocabulary, so the converter needs a tokenizer (llama-bench itself
+    # feeds random ids); gen-model writes none where data/tokenizer has none of the family
+    # (Gemma): such a checkpoint is converted from a folder of links to its files beside a
+    # placeholder SentencePiece model, which the converter pads to config.json's vocab_size
+    # with unused tokens, so the GGUF keeps every row of the embedding and the head.
+    local src=$dir stage=
+    if [[ ! -f $dir/tokenizer.json && ! -f $dir/tokenizer.model && ! -f $dir/vocab.json ]]; then
+        stage=$(mktemp -d)
+        local f
+        for f in "$dir"/*; do ln -s "$(realpath "$f")" "$stage/"; done
+        say "convert: $dir has no tokenizer: a placeholder SentencePiece vocabulary stands in"
+        placeholder_spm "$py" "$stage/tokenizer.model" ||
+            { rm -rf "$stage"; die "convert: could not make a placeholder tokenizer for $dir"; }
+        src=$stage
+    fi
     mkdir -p "$(dirname "$out")"
-    PYTHONPATH=$LL/gguf-py "$py" "$LL/convert_hf_to_gguf.py" "$dir" --outtype "$type" \
-        --outfile "$out.tmp" >&2 || { rm -f "$out.tmp"; die "convert_hf_to_gguf.py $dir --outtype $type failed"; }
+    PYTHONPATH=$LL/gguf-py "$py" "$LL/convert_hf_to_gguf.py" "$src" --outtype "$type" \
+        --outfile "$out.tmp" >&2 ||
+        { rm -f "$out.tmp"; [[ -z $stage ]] || rm -rf "$stage"; die "convert_hf_to_gguf.py $dir --outtype $type failed"; }
+    [[ -z $stage ]] || rm -rf "$stage"
     mv "$out.tmp" "$out"
     echo "$out"
+}
+
+# placeholder_spm PY OUT: a tiny SentencePiece model (unknown, bos, eos, the 256 bytes and
+# a few pieces), for a checkpoint converted only to be timed.
+placeholder_spm() {
+    "$1" - "$2" >&2 <<'PY'
+import io, sys
+import sentencepiece as spm
+text = ["the quick brown fox jumps over the lazy dog %d" % i for i in range(200)]
+buf = io.BytesIO()
+spm.SentencePieceTrainer.train(sentence_iterator=iter(text), model_writer=buf, vocab_size=300,
+                               model_type="bpe", byte_fallback=True, hard_vocab_limit=False,
+                               minloglevel=2)
+open(sys.argv[1], "wb").write(buf.getvalue())
+PY
 }
 
 # vocab HF_DIR OUT: the vocabulary-only GGUF of a tokenizer directory.

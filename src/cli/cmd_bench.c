@@ -658,6 +658,14 @@ static int forward_print_json(const struct forward_run *r)
                             on_cpu ? read_limit_json(&r->lim, false) : json_null());
         json_object_set_new(j, "read_min_gb_s",
                             jsonout_real(on_cpu ? read_limit_min_bps(&r->lim) / 1e9 : NAN, 3));
+        if (r->expert_bytes > 0) {
+            /* a mixture: what a step touches (every weight but the experts,
+             * and the experts its tokens routed to), not the checkpoint */
+            json_object_set_new(j, "decode_expert_bytes_per_step",
+                                jsonout_real(f.expert_reads * r->pair_bytes, 0));
+            json_object_set_new(j, "decode_touched_gb_s", jsonout_real(f.stream / 1e9, 3));
+            json_object_set_new(j, "touched_vs_read", jsonout_real(f.decode_vs_read, 3));
+        }
     }
     if (j && r->profile)
         json_object_set_new(j, "profile", profile_report(r, true));
@@ -691,8 +699,10 @@ static void forward_print_table(const struct forward_run *r)
     metric_row("decode tokens/s", f.decode_tps, 1);
     metric_row("decode ms/step", 1e3 * r->best.decode_s / r->gen, 2);
     metric_row("decode weight MB/step", f.step_bytes / 1e6, 3);
-    if (r->expert_bytes > 0)
+    if (r->expert_bytes > 0) {
         metric_row("experts read/step", f.expert_reads, 2);
+        metric_row("of which experts MB/step", f.expert_reads * r->pair_bytes / 1e6, 3);
+    }
     metric_row("decode weight GB/s", f.stream / 1e9, 2);
     metric_row("memcpy GB/s (STREAM count)", r->bw / 1e9, 2);
     metric_row("decode / memcpy", f.stream / r->bw, 2);
@@ -702,6 +712,12 @@ static void forward_print_table(const struct forward_run *r)
     metric_row("decode / read", f.decode_vs_read, 2);
     if (r->dev.gpu < 0)
         read_limit_print(&r->lim, false, "");
+    if (r->expert_bytes > 0) {
+        /* the same figures under the names a mixture is judged by: the
+         * bytes a step touches, not the whole checkpoint's */
+        metric_row("touched GB/s", f.stream / 1e9, 2);
+        metric_row("touched / read limit", f.decode_vs_read, 2);
+    }
     if (r->dev.n_adapters) {
         printf("\nthe same batch over %d adapters (sequence b: adapter b mod %d) against the base "
                "alone, interleaved\n",
