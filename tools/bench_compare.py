@@ -63,9 +63,9 @@ forward` takes between its own repetitions. "read GB/s" is the best of all of
 a checkpoint's samples, with the slowest in brackets (the machine's drift
 over that checkpoint's runs). "peer GB/s" is what each peer's decode streamed
 on the same machine: llama.cpp's GGUF bytes (for a mixture, the share a step
-touches) times its decode steps per
-second, transformers' weight bytes (ours per step, twice that when it
-computes in float32 from 2-byte weights) times its steps per second. "limit
+touches) times its decode steps per second, transformers' weight bytes (ours
+per step, twice that when it computes in float32 from 2-byte weights) times
+its steps per second. "limit
 GB/s" is the largest of these, marked with where it came from, so the limit
 is never below what a peer achieves and "decode / limit" does not flatter us.
 """
