@@ -1,9 +1,11 @@
 /* Expert-level residency on the simulated clock (sched/sim.h's
  * sim_config.moe): an expert loaded on demand adds exactly its copy to the
  * step, a load's victims give up their coldest experts first and stay
- * resident, and with expert residency off a mixture of experts simulates
- * bit for bit as it did without its shape. */
+ * resident, a model with work holds room for its absent experts (made by
+ * the policy before its batch, as for a load) and with expert residency off
+ * a mixture of experts simulates bit for bit as it did without its shape. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,10 +57,13 @@ static void two_models(struct sim_config *c, uint64_t *bytes, struct sim_moe *mo
  * (top_k 4): a loads 0..1 and runs 1..1.1; b's load lacks 20 MB, so a gives
  * up two experts, the last two of layer 1 (all are equally hot: the later
  * layer and the higher expert go first), stays resident, and b loads 2..3
- * and runs 3..3.1. At 4 a's step finds layer 1's two experts missing:
- * their room comes from idle b's two coldest experts (never a's own), and
- * the step waits 0.01 + 20 MB / 100 MB/s = 0.21 s: done at 4 + 0.21 + 0.1
- * (three steps in all, each routed: two of a, one of b). Without expert
+ * and runs 3..3.1. At 4 a has a request and wants room for its two absent
+ * experts (20 MB), which the full device lacks: it is shown partly
+ * resident, and its "load" trims idle b's two coldest experts (b stays
+ * resident) and copies nothing; a is served in place, its step copies
+ * layer 1's two experts into the room held for them and waits 0.01 + 20
+ * MB / 100 MB/s = 0.21 s: done at 4 + 0.21 + 0.1 (three steps in all, each
+ * routed: two of a, one of b; two trims, nothing streamed). Without expert
  * residency b's load evicts a whole, and a's second request reloads it
  * over b: 4..5, done 5.1. */
 static void test_on_demand_time(void)
@@ -81,11 +86,11 @@ static void test_on_demand_time(void)
                   "expected %.9f",
                   on, r[2].done, want);
         if (on) {
-            CHECK_MSG(st.loads == 2 && st.evictions == 0 && st.bytes_loaded == 150 * MB &&
-                          st.expert_loads == 2 && st.expert_bytes_loaded == 20 * MB &&
-                          st.expert_trims == 4 && st.expert_streamed == 0 &&
-                          fabs(st.expert_wait_s - 0.21) < 1e-12 && st.steps == 3 &&
-                          st.high_water[0] == 130 * MB,
+            CHECK_MSG(st.loads == 2 && st.evictions == 0 && st.trims == 2 &&
+                          st.bytes_loaded == 150 * MB && st.expert_loads == 2 &&
+                          st.expert_bytes_loaded == 20 * MB && st.expert_trims == 4 &&
+                          st.expert_streamed == 0 && fabs(st.expert_wait_s - 0.21) < 1e-12 &&
+                          st.steps == 3 && st.high_water[0] == 130 * MB,
                       "loads %llu evictions %llu bytes %llu experts %llu (%llu B, %llu "
                       "trimmed) wait %g steps %llu high %llu",
                       (unsigned long long)st.loads, (unsigned long long)st.evictions,
@@ -102,8 +107,9 @@ static void test_on_demand_time(void)
 
 /* The same trace with top_k 2: a's tokens route to its two most popular
  * experts of each layer, so six of its eight are cold. b's load takes two
- * of the cold ones; a's second request finds its hot ones there and waits
- * for nothing: done at 4.1, no expert copied. */
+ * of the cold ones; at 4 a wants room for those two, and its "load" trims
+ * b's two cold ones for it (four trimmed in all); its step finds its hot
+ * ones there and waits for nothing: done at 4.1, no expert copied. */
 static void test_cold_first(void)
 {
     uint64_t bytes[4]; /* setup fills two devices' */
@@ -115,11 +121,88 @@ static void test_cold_first(void)
         {.arrival = 0, .model = 0}, {.arrival = 2, .model = 1}, {.arrival = 4, .model = 0}};
     struct sim_stats st;
     CHECK_MSG(sim_run(&c, r, 3, &st) == 0, "%s", err_msg());
-    CHECK_MSG(fabs(r[2].done - 4.1) < 1e-12 && st.expert_loads == 0 && st.expert_trims == 2 &&
-                  st.loads == 2,
+    CHECK_MSG(fabs(r[2].done - 4.1) < 1e-12 && st.expert_loads == 0 && st.expert_trims == 4 &&
+                  st.loads == 2 && st.evictions == 0,
               "done %.9f, %llu experts copied, %llu trimmed, %llu loads", r[2].done,
               (unsigned long long)st.expert_loads, (unsigned long long)st.expert_trims,
               (unsigned long long)st.loads);
+}
+
+/* The trace's actions (sim_config.trace) of a run of two_models' rig with
+ * top_k 4 over r, into buf (NUL-terminated); its statistics into st. */
+static void traced(struct sim_config *c, struct sim_request *r, size_t n, struct sim_stats *st,
+                   char *buf, size_t size)
+{
+    FILE *f = fmemopen(buf, size, "w");
+    CHECK(f != NULL);
+    c->trace = f;
+    CHECK_MSG(sim_run(c, r, n, st) == 0, "%s", err_msg());
+    fclose(f);
+    c->trace = NULL;
+}
+
+/* The room for absent experts is made before the batch, by the policy, as
+ * for a load (the trace of test_on_demand_time's run): at 4 a "loads" with
+ * b as its victim (b stays resident, its two coldest experts trimmed: the
+ * trace shows it R), then a is served in place, nothing copied by the
+ * load. An idle model's absent experts are free memory: a request of b at
+ * 5, after a's batch, needs b's two trimmed experts back, and their room
+ * is a's two coldest (a idle again, its held room given back): b is served
+ * at 5 after a trimming "load" of its own, done 5 + 0.21 + 0.1. */
+static void test_room_before_batch(void)
+{
+    uint64_t bytes[4]; /* setup fills two devices' */
+    struct sim_moe moe[2];
+    struct sim_config c;
+    two_models(&c, bytes, moe, 4);
+    c.expert_residency = true;
+    struct sim_request r[4] = {{.arrival = 0, .model = 0},
+                               {.arrival = 2, .model = 1},
+                               {.arrival = 4, .model = 0},
+                               {.arrival = 5, .model = 1}};
+    struct sim_stats st;
+    char buf[4096];
+    traced(&c, r, 4, &st, buf, sizeof(buf));
+    CHECK_MSG(strstr(buf, "   4.0000 load  0 -1 | 1R 0R\n   4.0000 serve 0 batch 1 |") &&
+                  strstr(buf, "   5.0000 load  1 -0 | 0R 1R\n   5.0000 serve 1 batch 1 |"),
+              "trace:\n%s", buf);
+    CHECK_MSG(fabs(r[2].done - 4.31) < 1e-12 && fabs(r[3].done - 5.31) < 1e-12 && st.loads == 2 &&
+                  st.evictions == 0 && st.trims == 3 && st.expert_loads == 4 &&
+                  st.expert_trims == 6 && st.expert_streamed == 0 && st.high_water[0] == 130 * MB,
+              "done %.9f %.9f, %llu loads %llu evictions %llu trims, %llu experts copied "
+              "(%llu trimmed, %llu streamed)",
+              r[2].done, r[3].done, (unsigned long long)st.loads, (unsigned long long)st.evictions,
+              (unsigned long long)st.trims, (unsigned long long)st.expert_loads,
+              (unsigned long long)st.expert_trims, (unsigned long long)st.expert_streamed);
+}
+
+/* A trimming load whose resident victim's experts on the device do not
+ * cover what it lacks: the victim gives every expert there and at least
+ * one layer, and is partly resident after. a (100 MB: 80 of experts, 2
+ * layers of 50) at 0, then c (model 1 made 120 MB, its 4 experts 10 MB)
+ * at 2: c lacks 90 MB of 130, a's experts give 80 and its last layer's
+ * rest 10 (layer_rest: 50 - 40), so a keeps 10 MB, partly resident (p),
+ * and c loads 2..3 (no eviction). With c's needs within a's experts
+ * (test_on_demand_time) a stays resident. */
+static void test_trim_past_experts(void)
+{
+    uint64_t bytes[4]; /* setup fills two devices' */
+    struct sim_moe moe[2];
+    struct sim_config c;
+    two_models(&c, bytes, moe, 4);
+    c.expert_residency = true;
+    c.layers = 2;
+    bytes[1] = 120 * MB;
+    struct sim_request r[2] = {{.arrival = 0, .model = 0}, {.arrival = 2, .model = 1}};
+    struct sim_stats st;
+    char buf[4096];
+    traced(&c, r, 2, &st, buf, sizeof(buf));
+    CHECK_MSG(strstr(buf, "   2.0000 load  1 -0 | 0p 1L\n"), "trace:\n%s", buf);
+    CHECK_MSG(fabs(r[1].done - 3.1) < 1e-12 && st.evictions == 0 && st.trims == 1 &&
+                  st.expert_trims == 8 && st.expert_streamed == 0 && st.high_water[0] == 130 * MB,
+              "done %.9f, %llu evictions %llu trims %llu experts trimmed, high %llu", r[1].done,
+              (unsigned long long)st.evictions, (unsigned long long)st.trims,
+              (unsigned long long)st.expert_trims, (unsigned long long)st.high_water[0]);
 }
 
 /* Six models of 200 MB on 2 devices with room for 2.5, churned by Gamma
@@ -321,6 +404,8 @@ int main(void)
     test_workload();
     test_on_demand_time();
     test_cold_first();
+    test_room_before_batch();
+    test_trim_past_experts();
     test_off_unchanged();
     test_churn();
     test_bad_shapes();

@@ -66,6 +66,9 @@ struct sim_experts {
     unsigned char *mark;          /* (experts) the experts one layer of a step routes to */
     uint64_t rng, steps;
     uint64_t gone[SCHED_MAX_DEVICES]; /* bytes of the absent ones, counted out of used */
+    /* of gone, the room held for them (counted in used) while they are
+     * wanted (experts_wanted): what its steps' on-demand copies take */
+    uint64_t held[SCHED_MAX_DEVICES];
     uint64_t credit[SCHED_MAX_DEVICES]; /* freed on d by the current load's trims elsewhere */
     int n_gone[SCHED_MAX_DEVICES];
 };
@@ -116,11 +119,29 @@ static uint64_t kv_of(const struct sim *s, int model, int d)
     return base_kv(s->c, model, d) + s->m[model].grow[d];
 }
 
+/* Under expert residency, the bytes on d of model's absent experts while
+ * its steps may copy them on demand: while it is resident with requests
+ * queued, a batch in flight or one paused (a batch never gives up an expert
+ * it loaded, so over its life it may need them all); 0 otherwise (an idle
+ * model's absent experts are free memory). Their room is held for it as its
+ * batch's reserve is (sim_experts.held), as the engine's room_over holds
+ * experts_wanted. */
+static uint64_t experts_wanted(const struct sim *s, int model, int d)
+{
+    const struct sim_model *m = &s->m[model];
+    if (!m->x || !m->resident || (m->tail == m->head && !m->running && !m->paused))
+        return 0;
+    return m->x->gone[d];
+}
+
 /* Of its batches' reserve, the growth its requests asked for and it has not
- * taken: room it lacks for its batch. */
+ * taken, and of the room its wanted experts need, what is not held: room it
+ * lacks for its batch. */
 static uint64_t lack_of(const struct sim *s, int model, int d)
 {
-    return s->m[model].want[d] - s->m[model].grow[d];
+    const struct sim_model *m = &s->m[model];
+    uint64_t xw = experts_wanted(s, model, d), xh = m->x ? m->x->held[d] : 0;
+    return m->want[d] - m->grow[d] + (xw > xh ? xw - xh : 0);
 }
 
 /* A resident model takes the growth of its reserve its requests asked for
@@ -139,11 +160,28 @@ static bool reserve_settle(struct sim *s, int model)
         return !lacks;
     for (int d = 0; d < s->c->n_devices; d++) {
         s->used[d] += lack_of(s, model, d);
+        if (m->x && experts_wanted(s, model, d) > m->x->held[d])
+            m->x->held[d] = experts_wanted(s, model, d);
         m->grow[d] = m->want[d];
         if (s->used[d] > s->st->high_water[d])
             s->st->high_water[d] = s->used[d];
     }
     return true;
+}
+
+/* The room held for model's absent experts beyond what it wants now
+ * (experts_wanted) is free again: an idle or no longer resident model
+ * holds none. */
+static void experts_release(struct sim *s, int model)
+{
+    struct sim_experts *x = s->m[model].x;
+    for (int d = 0; x && d < s->c->n_devices; d++) {
+        uint64_t w = experts_wanted(s, model, d);
+        if (x->held[d] > w) {
+            s->used[d] -= x->held[d] - w;
+            x->held[d] = w;
+        }
+    }
 }
 
 /* Resident, waiting for a batch, and short of its batch's room. */
@@ -196,6 +234,7 @@ static void kept_clear(struct sim_model *m)
     if (x) {
         memset(x->present, 1, (size_t)x->devices * (size_t)x->layers * (size_t)x->experts);
         memset(x->gone, 0, sizeof(x->gone));
+        memset(x->held, 0, sizeof(x->held));
         memset(x->n_gone, 0, sizeof(x->n_gone));
     }
 }
@@ -213,13 +252,14 @@ static uint64_t layer_rest(const struct sim *s, int model, int d, int k)
 /* What model holds on device d now, counted in used[d]: moving_of while
  * resident; while kept, its weights less its trimmed layers (its reserve
  * left with its residency); else nothing (a paused batch's memory aside:
- * paused_kv). */
+ * paused_kv). Under expert residency less its absent experts, plus the
+ * room held for them (sim_experts.held). */
 static uint64_t held_on(const struct sim *s, int model, int d)
 {
     const struct sim_model *m = &s->m[model];
-    if (m->x && (m->resident || m->kept)) { /* less its absent experts */
-        uint64_t held =
-            (m->resident ? moving_of(s, model, d) : weights_of(s, model, d)) - m->x->gone[d];
+    if (m->x && (m->resident || m->kept)) {
+        uint64_t held = (m->resident ? moving_of(s, model, d) : weights_of(s, model, d)) -
+                        m->x->gone[d] + m->x->held[d];
         for (int k = 0; !m->resident && k < m->trimmed[d]; k++)
             held -= layer_rest(s, model, d, k);
         return held;
@@ -432,7 +472,13 @@ static double experts_step(struct sim *s, int model, int tokens)
                 missing |= mo->expert_bytes[d] > 0 && !present_at(x, d, l)[e];
             if (!x->mark[e] || !missing)
                 continue;
-            bool kept = expert_room(s, model); /* else it streams through */
+            /* its room held for it (experts_wanted), else the fallback:
+             * expert_room, else it streams through */
+            bool held = true;
+            for (int d = 0; d < c->n_devices; d++)
+                held &= mo->expert_bytes[d] == 0 || present_at(x, d, l)[e] ||
+                        x->held[d] >= mo->expert_bytes[d];
+            bool kept = held || expert_room(s, model);
             for (int d = 0; d < c->n_devices; d++) {
                 unsigned char *p = present_at(x, d, l);
                 uint64_t eb = mo->expert_bytes[d];
@@ -445,6 +491,10 @@ static double experts_step(struct sim *s, int model, int tokens)
                 p[e] = 1;
                 x->gone[d] -= eb;
                 x->n_gone[d]--;
+                if (held) {
+                    x->held[d] -= eb;
+                    continue;
+                }
                 s->used[d] += eb;
                 if (s->used[d] > s->st->high_water[d])
                     s->st->high_water[d] = s->used[d];
@@ -677,8 +727,11 @@ static void view_build(struct sim *s, double now, struct sched_model *sm, struct
         for (int d = 0; d < c->n_devices; d++) {
             sm[i].bytes[d] = moving_of(s, i, d) + lack_of(s, i, d) + m->adapters_held[d] +
                              (stuck >= 0 ? adapter_bytes_on(s, stuck, d) : 0);
-            if (m->x && m->resident) /* what it holds: its absent experts are no load's */
-                sm[i].bytes[d] -= m->x->gone[d];
+            /* resident: what it holds and the room its wanted experts
+             * lack (in lack_of); an idle one's absent experts are no
+             * load's (the engine's weights_in_view) */
+            if (m->x && m->resident)
+                sm[i].bytes[d] -= m->x->gone[d] - m->x->held[d];
             sm[i].resident_bytes[d] = held_on(s, i, d) + m->adapters_held[d];
             sm[i].batch_bytes[d] = m->running || m->paused ? kv_of(s, i, d) : 0;
         }
@@ -952,26 +1005,35 @@ static void keep_part(struct sim *s, int model)
     m->resident = false;
     m->kept = true;
     m->paused_kv = m->paused > 0;
+    experts_release(s, model); /* not counted by the trims, as the engine's */
 }
 
 /* exec_trim under expert residency: model's coldest experts on d leave
  * first (it stays resident, or kept); only once none is left there does
  * a resident model become kept (keep_part) and give up whole layers, last
- * first, each freeing what its experts had not (layer_rest). */
+ * first, each freeing what its experts had not (layer_rest). A resident
+ * model whose experts on d (and what the load's trims freed there
+ * already: credit) cover `bytes` gives exactly those and stays resident,
+ * its reserve held and not counted; else it gives every expert there and
+ * at least one layer, and its reserve counts as freed (the engine's
+ * exec_trim). */
 static uint64_t experts_trim(struct sim *s, int model, int d, uint64_t bytes)
 {
     struct sim_model *m = &s->m[model];
     if ((!m->resident && !m->kept) || m->running || m->loading || m->offload_pending)
         return 0;
+    struct sim_experts *x = m->x;
+    bool resident = m->resident;
     uint64_t gave = experts_give(s, model, d, bytes);
     s->st->trims++;
-    if (gave >= bytes || m->x->n_gone[d] < m->x->layers * m->x->experts || s->c->layers <= 0)
+    if (gave >= bytes || x->n_gone[d] < x->layers * x->experts || s->c->layers <= 0)
         return gave;
-    if (m->resident)
+    if (resident)
         keep_part(s, model);
     gave += m->uncounted[d];
     m->uncounted[d] = 0;
-    for (; gave < bytes && m->trimmed[d] < s->c->layers; m->trimmed[d]++) {
+    for (; (gave < bytes || (resident && m->trimmed[d] == 0)) && m->trimmed[d] < s->c->layers;
+         m->trimmed[d]++) {
         uint64_t r = layer_rest(s, model, d, m->trimmed[d]);
         s->used[d] -= r;
         gave += r;
@@ -1433,7 +1495,8 @@ int sim_run(const struct sim_config *c, struct sim_request *reqs, size_t n, stru
             struct sched_view v;
             struct sched_action a[16];
             for (int i = 0; i < c->n_models; i++) {
-                reserve_settle(&s, i); /* what has room now is taken */
+                experts_release(&s, i); /* an idle model's absent experts are free */
+                reserve_settle(&s, i);  /* what has room now is taken */
                 if (c->n_adapters)
                     adapters_load(&s, i);
             }
