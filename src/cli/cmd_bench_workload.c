@@ -762,8 +762,10 @@ int bench_workload(int argc, char **argv)
              "experts of the preset's shape (no weights: every cost must be given), served "
              "without expert-level residency (off), with it (on: the victims of a trimming "
              "policy's load, swapwise-partial's or clairvoyant-partial's, give up their "
-             "coldest experts first and stay resident, other policies' leave whole; a step "
-             "waits for the experts its routing picks that are not on the devices), or both "
+             "coldest experts first and stay resident, other policies' leave whole; a model "
+             "with work holds room for its absent experts, made by the policy before its "
+             "batch, and a step waits for the experts its routing picks that are not on the "
+             "devices), or both "
              "side by side (default both, once any expert flag is given), per --routing-skew"),
         FLAG("routing-skew", FLAG_STR, &ef.skews, "S1,S2,...",
              "--expert-residency: Zipf exponents of the routing trace, each token of each step "
