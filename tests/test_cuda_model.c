@@ -26,7 +26,12 @@
  * - the quantized GGUF fixtures (gguf_quant: the CUDA block-type kernels in
  *   a model), GPU against the references and the CPU as that case says;
  * - the compressed-tensors fixtures (ct_models: the CUDA CT kernels in a
- *   model), the same way. */
+ *   model), the same way;
+ * - expert-level residency (expert_residency): every MoE fixture on
+ *   partitions of GPU 0 (TP 1, TP 2, TP 2 with expert parallelism, PP 2),
+ *   every expert trimmed away and loaded on demand by the next forward,
+ *   logits bit for bit those of the model without expert residency on the
+ *   same devices, which are within the fixtures' tolerance of the CPU's. */
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
@@ -38,8 +43,10 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/stack.h"
+#include "engine/workers.h"
 #include "model/generate.h"
 #include "model/model.h"
+#include "swap/swap.h"
 #include "test.h"
 
 #include "fixture_expect.h"
@@ -789,6 +796,225 @@ TEST(ct_models)
             placed_close(&cpu);
         }
         json_decref(exp);
+    }
+}
+
+/* ---- expert-level residency ---- */
+
+#define X_DEVICES 2
+#define X_B 3
+#define X_T 6
+
+/* test_swap_experts' batch (sharded_ref.h's make_batch): 3 left-padded
+ * sequences of 6, 3 and 1 tokens over 6 positions */
+static void x_batch(int vocab, int32_t *ids, uint8_t *mask)
+{
+    const int len[X_B] = {6, 3, 1};
+    uint32_t x = 7;
+    for (int b = 0; b < X_B; b++)
+        for (int t = 0; t < X_T; t++) {
+            x = x * 1103515245u + 12345u;
+            const bool real = t >= X_T - len[b];
+            mask[b * X_T + t] = real;
+            ids[b * X_T + t] =
+                real ? (t == X_T - len[b] ? 2 : 4 + (int32_t)((x >> 8) % (vocab - 4))) : 1;
+        }
+}
+
+/* A swap manager and its workers on n devices: partitions 0..n-1 of GPU 0,
+ * or cpu:0..n-1. */
+struct xrig {
+    struct device *devs[X_DEVICES];
+    int n;
+    struct swap_manager *mgr;
+    struct workers *w;
+};
+
+static void xrig_close(struct xrig *g)
+{
+    workers_destroy(g->w);
+    swap_manager_destroy(g->mgr);
+    for (int i = 0; i < g->n; i++) {
+        CHECK_MSG(device_used(g->devs[i]) == 0, "%s: %llu bytes left", device_name(g->devs[i]),
+                  (unsigned long long)device_used(g->devs[i]));
+        device_close(g->devs[i]);
+    }
+    memset(g, 0, sizeof(*g));
+}
+
+static bool xrig_open(struct xrig *g, bool gpu, int n)
+{
+    memset(g, 0, sizeof(*g));
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        rc = gpu ? device_open_cuda(0, i, 64 * MIB, &g->devs[i])
+                 : device_open_cpu(i, 64 * MIB, &g->devs[i]);
+        CHECK_MSG(rc == 0, "open %s%d: %s", gpu ? "cuda:0 partition " : "cpu:", i, err_msg());
+        g->n += rc == 0;
+    }
+    struct swap_config cfg = {.host_budget = 256 * MIB};
+    if (rc == 0 && (rc = swap_manager_create(g->devs, n, &cfg, &g->mgr)) == 0)
+        rc = workers_create(g->mgr, &g->w);
+    CHECK_MSG(rc == 0, "swap manager on %d %s devices: %s", n, gpu ? "cuda" : "cpu", err_msg());
+    if (rc < 0)
+        xrig_close(g);
+    return rc == 0;
+}
+
+static struct swap_model *xrig_add(struct xrig *g, const char *name, const char *dir, int tp,
+                                   int pp, bool ep, bool experts)
+{
+    static const int devices[X_DEVICES] = {0, 1};
+    struct placement pl = {
+        .tp = tp, .pp = pp, .devices = devices, .expert_parallel = ep, .expert_residency = experts};
+    struct swap_model *m = NULL;
+    int rc = swap_register(g->mgr, name, dir, &pl, false, &m);
+    CHECK_MSG(rc == 0, "register %s on %s: %s", name, device_name(g->devs[0]), err_msg());
+    return rc == 0 ? m : NULL;
+}
+
+static bool x_load(struct xrig *g, struct swap_model *m)
+{
+    int rc = swap_load(g->mgr, m, NULL);
+    if (rc == 0)
+        rc = swap_wait_loaded(g->mgr, m);
+    CHECK_MSG(rc == 0, "load %s: %s", swap_model_name(m), err_msg());
+    return rc == 0;
+}
+
+/* The batch's prefill, every position's logits into out (X_B, X_T, V), on
+ * a context of its own; returns once the model is idle again (an expert's
+ * copy job ends just after its event). */
+static int x_forward(struct xrig *g, struct swap_model *m, float *out)
+{
+    static const struct model_exec_shape shape = {
+        .batch = X_B, .max_len = X_T, .max_tokens = X_B * X_T, .max_rows = X_B * X_T};
+    int32_t ids[X_B * X_T];
+    uint8_t mask[X_B * X_T];
+    x_batch(swap_model_info(m)->vocab, ids, mask);
+    struct group_exec *gb = NULL;
+    int rc = swap_use_begin(g->mgr, m);
+    if (rc == 0) {
+        rc = group_exec_create(g->mgr, m, &shape, &gb);
+        if (rc == 0)
+            rc = group_forward(g->w, gb, ids, mask, X_T, true, true, out);
+        group_exec_free(gb);
+        swap_use_end(g->mgr, m);
+    }
+    swap_wait_idle(g->mgr, m);
+    CHECK_MSG(rc == 0, "forward %s on %s: %s", swap_model_name(m), device_name(g->devs[0]),
+              err_msg());
+    return rc;
+}
+
+/* test_swap_experts' bitwise on CUDA devices: the model registered without
+ * expert residency, the same with every expert resident (bit for bit), then
+ * with every expert trimmed away and the next forward loading the routed
+ * ones on demand through the engine's step (bit for bit); the plain
+ * model's logits against the CPU's in the same layout and precision within
+ * the fixtures' tolerance (f32 1e-4, bf16 3e-2), over real positions. */
+static void check_experts(const char *name, int tp, int pp, bool ep)
+{
+    char dir[512], label[600];
+    snprintf(dir, sizeof(dir), "%s/%s", FIXTURES, name);
+    snprintf(label, sizeof(label), "%s tp %d pp %d%s", name, tp, pp, ep ? " ep" : "");
+    const int n = tp * pp;
+    struct xrig g, c;
+    if (!xrig_open(&g, true, n))
+        return;
+    if (!xrig_open(&c, false, n)) {
+        xrig_close(&g);
+        return;
+    }
+    float *ref = NULL, *all = NULL, *got = NULL, *cpu = NULL;
+    struct swap_model *plain = xrig_add(&g, "plain", dir, tp, pp, ep, false);
+    struct swap_model *m = xrig_add(&g, "experts", dir, tp, pp, ep, true);
+    struct swap_model *cm = xrig_add(&c, "cpu", dir, tp, pp, ep, false);
+    if (!plain || !m || !cm)
+        goto out;
+    const int V = swap_model_info(m)->vocab;
+    const size_t nl = (size_t)X_B * X_T * V;
+    ref = malloc(nl * sizeof(float));
+    all = malloc(nl * sizeof(float));
+    got = malloc(nl * sizeof(float));
+    cpu = malloc(nl * sizeof(float));
+    if (!ref || !all || !got || !cpu)
+        goto out;
+    /* the plain model on the GPU, and on the CPU */
+    if (!x_load(&g, plain) || x_forward(&g, plain, ref) < 0 || !x_load(&c, cm) ||
+        x_forward(&c, cm, cpu) < 0)
+        goto out;
+    CHECK(swap_offload(g.mgr, plain, false) == 0);
+    swap_wait_idle(g.mgr, plain);
+    int32_t ids[X_B * X_T];
+    uint8_t mask[X_B * X_T];
+    x_batch(V, ids, mask);
+    const struct batch_in in = {.B = X_B, .T = X_T, .ids = ids, .mask = mask};
+    const double tol = swap_model_compute(plain) == KERN_COMPUTE_BF16 ? 3e-2 : 1e-4;
+    const double e_cpu = batch_err(&in, ref, cpu, V);
+    CHECK_MSG(e_cpu <= tol, "%s: cuda vs cpu rel err %.3e > %.0e", label, e_cpu, tol);
+    /* every expert resident: the layout differs, the computation does not */
+    if (!x_load(&g, m))
+        goto out;
+    CHECK(swap_model_missing_bytes(g.mgr, m) == 0);
+    if (x_forward(&g, m, all) < 0)
+        goto out;
+    CHECK_MSG(memcmp(all, ref, nl * sizeof(float)) == 0, "%s: all resident differs (%g)", label,
+              test_rel_err(all, ref, nl));
+    /* every expert trimmed away, device by device: still resident */
+    struct swap_stats st0, st1;
+    swap_get_stats(g.mgr, &st0);
+    for (int d = 0; d < n; d++) {
+        const uint64_t want = swap_model_expert_bytes(g.mgr, m, d), used = device_used(g.devs[d]);
+        uint64_t freed = 0;
+        CHECK(want > 0);
+        CHECK(swap_trim(g.mgr, m, d, want, &freed) == 0);
+        CHECK_MSG(freed == want && device_used(g.devs[d]) == used - want,
+                  "%s: %s: trim freed %llu of %llu", label, device_name(g.devs[d]),
+                  (unsigned long long)freed, (unsigned long long)want);
+        CHECK(swap_model_expert_bytes(g.mgr, m, d) == 0);
+    }
+    CHECK(swap_residency(g.mgr, m) == RES_ON_DEVICE);
+    CHECK(swap_model_experts_resident(g.mgr, m) == 0);
+    CHECK(swap_model_missing_bytes(g.mgr, m) > 0);
+    /* the next forward brings the routed ones back on demand */
+    if (x_forward(&g, m, got) < 0)
+        goto out;
+    CHECK_MSG(memcmp(got, ref, nl * sizeof(float)) == 0,
+              "%s: experts loaded on demand differ (%g)", label, test_rel_err(got, ref, nl));
+    swap_get_stats(g.mgr, &st1);
+    CHECK(st1.experts_loaded > st0.experts_loaded);
+    CHECK(swap_model_experts_resident(g.mgr, m) > 0);
+    CHECK(swap_residency(g.mgr, m) == RES_ON_DEVICE);
+    /* a whole load of a model offloaded with holes brings every expert */
+    CHECK(swap_offload(g.mgr, m, false) == 0);
+    swap_wait_idle(g.mgr, m);
+    if (!x_load(&g, m))
+        goto out;
+    CHECK(swap_model_missing_bytes(g.mgr, m) == 0);
+    printf("%-16s tp %d pp %d%s on %s: bitwise after %llu experts loaded on demand; cuda vs cpu "
+           "%.2e (tolerance %.0e)\n",
+           name, tp, pp, ep ? " ep" : "", device_name(g.devs[0]),
+           (unsigned long long)(st1.experts_loaded - st0.experts_loaded), e_cpu, tol);
+out:
+    free(ref);
+    free(all);
+    free(got);
+    free(cpu);
+    xrig_close(&g);
+    xrig_close(&c);
+}
+
+/* Expert-level residency on two partitions of GPU 0: every MoE fixture in
+ * TP 1, TP 2, TP 2 with expert parallelism and PP 2 (check_experts). */
+TEST(expert_residency)
+{
+    static const char *const fixtures[] = {"mixtral_moe_f32", "qwen3_moe_bf16", "qwen2_moe_f32"};
+    for (size_t i = 0; i < sizeof(fixtures) / sizeof(fixtures[0]); i++) {
+        check_experts(fixtures[i], 1, 1, false);
+        check_experts(fixtures[i], 2, 1, false);
+        check_experts(fixtures[i], 2, 1, true);
+        check_experts(fixtures[i], 1, 2, false);
     }
 }
 
