@@ -961,13 +961,14 @@ static void check_experts(const char *name, int tp, int pp, bool ep)
         goto out;
     CHECK_MSG(memcmp(all, ref, nl * sizeof(float)) == 0, "%s: all resident differs (%g)", label,
               test_rel_err(all, ref, nl));
-    /* every expert trimmed away, device by device: still resident */
+    /* every expert trimmed away, device by device (a trim takes
+     * the expert off every shard holding it): still resident */
     struct swap_stats st0, st1;
     swap_get_stats(g.mgr, &st0);
+    CHECK(swap_model_expert_bytes(g.mgr, m, 0) > 0);
     for (int d = 0; d < n; d++) {
         const uint64_t want = swap_model_expert_bytes(g.mgr, m, d), used = device_used(g.devs[d]);
         uint64_t freed = 0;
-        CHECK(want > 0);
         CHECK(swap_trim(g.mgr, m, d, want, &freed) == 0);
         CHECK_MSG(freed == want && device_used(g.devs[d]) == used - want,
                   "%s: %s: trim freed %llu of %llu", label, device_name(g.devs[d]),

@@ -48,7 +48,8 @@
 # The steps, in order of what matters most (later ones get what time is left):
 #   deps, configure, build      build-gpu/ (Release, CUDA on, portable: SHARDSWAP_NATIVE=OFF)
 #   ctest-backend               the CUDA backend's tests (kernels vs CPU, device, NCCL, model:
-#                               every fixture, OPT and the Llama family, against transformers)
+#                               every fixture, OPT and the Llama family, against transformers;
+#                               expert residency: MoE experts trimmed, loaded on demand, bitwise)
 #   ctest-quant, gguf-forward   GGUF block-type weights: the kernels vs CPU, the quantized
 #                               fixtures as models, the CLI's forward on cuda:0 vs cpu:0
 #   ct-forward                  compressed-tensors fixtures: the CLI's forward on cuda:0 vs
