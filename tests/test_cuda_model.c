@@ -981,8 +981,8 @@ static void check_experts(const char *name, int tp, int pp, bool ep)
     /* the next forward brings the routed ones back on demand */
     if (x_forward(&g, m, got) < 0)
         goto out;
-    CHECK_MSG(memcmp(got, ref, nl * sizeof(float)) == 0,
-              "%s: experts loaded on demand differ (%g)", label, test_rel_err(got, ref, nl));
+    CHECK_MSG(memcmp(got, ref, nl * sizeof(float)) == 0, "%s: experts loaded on demand differ (%g)",
+              label, test_rel_err(got, ref, nl));
     swap_get_stats(g.mgr, &st1);
     CHECK(st1.experts_loaded > st0.experts_loaded);
     CHECK(swap_model_experts_resident(g.mgr, m) > 0);
