@@ -71,6 +71,27 @@ static int tokens_add_seed(struct simulate_summary *o, const struct workload_con
     return 0;
 }
 
+/* One seed of one policy: run the requests on sc, then add their latencies
+ * (and tokens, for chat traffic) to o; *p99 is this seed's, *last the last
+ * request's end. */
+static int run_seed(const struct sim_config *sc, struct sim_request *rq, size_t n, double *lat,
+                    const struct workload_config *c, bool chat, double slo, int seeds,
+                    struct simulate_summary *o, double *p99, double *last)
+{
+    struct sim_stats st;
+    int rc = sim_run(sc, rq, n, &st);
+    if (rc < 0)
+        return rc;
+    *last = 0;
+    for (size_t i = 0; i < n; i++) {
+        lat[i] = rq[i].done - rq[i].arrival;
+        *last = rq[i].done > *last ? rq[i].done : *last;
+    }
+    if ((rc = summary_add_seed(o, lat, n, slo, &st, seeds, p99)) < 0)
+        return rc;
+    return chat ? tokens_add_seed(o, c, rq, n, seeds) : 0;
+}
+
 /* Each request's floor (simulate.h): its own compute at the cheapest batch
  * size, and no earlier than the first moment any load can end. */
 static void floor_latencies(const struct sim_config *sc, const struct sim_request *rq, size_t n,
@@ -314,15 +335,9 @@ static int simulate_run(const struct replay_rig *rig, const struct workload_conf
                                              .adapter = n_ad ? ev[i].model + 1 : 0,
                                              .n_prompt = cr ? cr[i].n_prompt : 0,
                                              .n_output = cr ? cr[i].n_output : 0};
-            struct sim_stats st;
-            double p99;
-            if ((rc = sim_run(&sc, rq, n, &st)) < 0)
-                break;
-            for (size_t i = 0; i < n; i++)
-                lat[i] = rq[i].done - rq[i].arrival;
-            if ((rc = summary_add_seed(&s[p], lat, n, slo, &st, seeds, &p99)) < 0)
-                break;
-            if (cr && (rc = tokens_add_seed(&s[p], c, rq, n, seeds)) < 0)
+            double p99, last;
+            rc = run_seed(&sc, rq, n, lat, c, cr != NULL, slo, seeds, &s[p], &p99, &last);
+            if (rc < 0)
                 break;
             if (p == 0)
                 first_p99 = p99;
@@ -469,17 +484,9 @@ int simulate_workload_experts(const struct workload_config *c, const struct sim_
                                              .model = ev[i].model,
                                              .n_prompt = cr ? cr[i].n_prompt : 0,
                                              .n_output = cr ? cr[i].n_output : 0};
-            struct sim_stats st;
-            double p99, last = 0;
-            if ((rc = sim_run(&sc, rq, n, &st)) < 0)
-                break;
-            for (size_t i = 0; i < n; i++) {
-                lat[i] = rq[i].done - rq[i].arrival;
-                last = rq[i].done > last ? rq[i].done : last;
-            }
-            if ((rc = summary_add_seed(&s[p], lat, n, slo, &st, seeds, &p99)) < 0)
-                break;
-            if (cr && (rc = tokens_add_seed(&s[p], c, rq, n, seeds)) < 0)
+            double p99, last;
+            rc = run_seed(&sc, rq, n, lat, c, cr != NULL, slo, seeds, &s[p], &p99, &last);
+            if (rc < 0)
                 break;
             if (last > rq[0].arrival)
                 s[p].throughput += (double)n / (last - rq[0].arrival) / seeds;
