@@ -192,6 +192,46 @@ TEST(nonfinite)
     }
 }
 
+/* logits_argmax against the one-pass first-largest scan: every length
+ * around the 16 lanes, the maximum in the tail, ties to the first index, an
+ * infinity, NaNs never winning (all NaN: 0) */
+static int32_t scan_first_largest(const float *x, int n)
+{
+    int32_t best = -1;
+    for (int i = 0; i < n; i++)
+        if (!isnan(x[i]) && (best < 0 || x[i] > x[best]))
+            best = i;
+    return best < 0 ? 0 : best;
+}
+
+TEST(argmax_lanes)
+{
+    float x[70];
+    for (int n = 1; n <= 70; n++)
+        for (int at = 0; at < n; at += 3) {
+            for (int i = 0; i < n; i++)
+                x[i] = (float)((i * 37) % 11) - 5.0f;
+            x[at] = 9.0f;
+            if (at + 17 < n)
+                x[at + 17] = 9.0f; /* a tie later on: the first wins */
+            bool finite;
+            int32_t got = logits_argmax(x, n, &finite);
+            CHECK(got == at && got == scan_first_largest(x, n) && finite);
+            x[(at + 5) % n] = NAN;
+            got = logits_argmax(x, n, &finite);
+            CHECK(got == scan_first_largest(x, n) && !finite);
+        }
+    float inf[20];
+    for (int i = 0; i < 20; i++)
+        inf[i] = (float)i;
+    inf[18] = INFINITY;
+    bool finite;
+    CHECK(logits_argmax(inf, 20, &finite) == 18 && !finite);
+    for (int i = 0; i < 20; i++)
+        inf[i] = NAN;
+    CHECK(logits_argmax(inf, 20, &finite) == 0 && !finite);
+}
+
 int main(int argc, char **argv)
 {
     return test_main(argc, argv, NULL);

@@ -24,6 +24,7 @@
 #include "format/safetensors.h"
 #include "model/generate.h"
 #include "model/model.h"
+#include "model/sampler.h"
 
 struct bench_result {
     double prefill_s, decode_s;
@@ -91,12 +92,8 @@ static int greedy_step(void *ctx, int step, float *logits, int32_t *next)
         return 1;
     const double t0 = time_now();
     for (int b = 0; b < g->batch; b++) {
-        const float *l = logits + (size_t)b * g->vocab;
-        int best = 0;
-        for (int v = 1; v < g->vocab; v++)
-            if (l[v] > l[best])
-                best = v;
-        next[b] = best;
+        bool finite;
+        next[b] = logits_argmax(logits + (size_t)b * g->vocab, g->vocab, &finite);
     }
     g->r->pick_s += time_now() - t0;
     return 0;

@@ -33,6 +33,10 @@ static inline bool sampler_nonfinite(const struct sampler *s)
     return s->nonfinite;
 }
 
+/* The first index of the largest of x[0..n) (NaNs never win; 0 when all are
+ * NaN), with *all_finite false when some x is NaN or infinite. */
+int32_t logits_argmax(const float *x, int n, bool *all_finite);
+
 /* Validates p: temperature >= 0, top_k >= 0, 0 < top_p <= 1. */
 int sampler_init(struct sampler *s, const struct sampler_params *p);
 void sampler_free(struct sampler *s); /* frees scratch; s itself is the caller's */
