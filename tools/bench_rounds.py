@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Decode (and prefill) of shardswap against llama.cpp on the same weights, in
+interleaved rounds, judged per round against the read limit measured in that
+round: the comparison that holds on a shared machine whose memory speed drifts
+by tens of percent within minutes.
+
+    python3 tools/bench_rounds.py --models M [M ...] [--rounds 4] [--threads 2] \
+        [--prompt-len 16] [--gen 64] [--repeat 3] [--baseline-bin OLD] [--json]
+
+Each M is a Hugging Face checkpoint directory (ours with --compute bf16,
+llama.cpp on its bf16 GGUF, converted and cached as tools/bench_compare.py
+does) or a .gguf file (both run that file; ours in bf16 mode, x quantized per
+block as llama.cpp does). A round runs, in this order: a read sample (`bench
+read`), ours (`bench forward --batch 1 --repeat R`), llama-bench's decode
+(`-p 0 -n GEN -d PROMPT -r R`) and prefill (`-p PROMPT -n 0`), and with
+--baseline-bin the old binary's `bench forward` too, then the next round.
+Every figure is the best of its R repetitions. A round's read limit is the
+largest of the read samples around it (the one before it and the one before
+the next round), `bench forward`'s own samples in that round, and llama.cpp's
+GGUF bytes x its decode steps/s in that round, so the limit is never below
+what the peer streamed. The table gives each round and the medians: ours /
+llama.cpp per round (its median is the comparison), ours' weight GB/s / the
+round's limit, and with --baseline-bin new / old per round.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_compare as bc  # noqa: E402  (same folder: its llama.cpp and read helpers)
+
+
+def llama_bench(bench, gguf, a):
+    """llama-bench's decode and prefill tok/s (best of --repeat) and the file's bytes."""
+    common = [bench, "-m", gguf, "-t", str(a.threads), "-r", str(a.repeat), "-o", "json"]
+    tg = json.loads(bc.run_peer(common + ["-p", "0", "-n", str(a.gen), "-d", str(a.prompt_len)],
+                                "llama-bench decode"))[0]
+    pp = json.loads(bc.run_peer(common + ["-p", str(a.prompt_len), "-n", "0"],
+                                "llama-bench prefill"))[0]
+    return {"decode_tok_s": max(tg["samples_ts"]), "prefill_tok_s": max(pp["samples_ts"]),
+            "model_size": tg.get("model_size")}
+
+
+def ours(binary, m, a):
+    out = bc.run_peer([binary, "bench", "forward", "--model", m, "--compute", "bf16",
+                       "--batch", "1", "--prompt-len", str(a.prompt_len), "--gen", str(a.gen),
+                       "--threads", str(a.threads), "--repeat", str(a.repeat), "--json"],
+                      f"{binary} bench forward")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def own_samples(o):
+    rl = o.get("read_limit") or {}
+    return [s["gb_s"] for s in rl.get("samples", []) if s.get("gb_s")] or (
+        [o["read_gb_s"]] if o.get("read_gb_s") else [])
+
+
+def one_model(m, a, bench):
+    gguf = m if m.endswith(".gguf") else bc.gguf_path(m, "bf16")
+    rounds, reads = [], [bc.read_sample(a)]
+    for i in range(a.rounds):
+        r = {"round": i + 1, "loadavg": os.getloadavg()[0], "ours": ours(a.bin, m, a)}
+        r["llamacpp"] = llama_bench(bench, gguf, a)
+        if a.baseline_bin:
+            r["baseline"] = ours(a.baseline_bin, m, a)
+        reads.append(bc.read_sample(a))
+        rounds.append(r)
+    for i, r in enumerate(rounds):
+        o, ll = r["ours"], r["llamacpp"]
+        around = [s["gb_s"] for s in reads[i:i + 2] if "error" not in s and s.get("gb_s")]
+        ll_gbs = (ll["model_size"] or 0) * ll["decode_tok_s"] / 1e9
+        r["read_gb_s"] = max(around + own_samples(o) + own_samples(r.get("baseline", {})))
+        r["limit_gb_s"] = max(r["read_gb_s"], ll_gbs)
+        r["limit_source"] = "read" if r["limit_gb_s"] == r["read_gb_s"] else "llama.cpp"
+        r["llamacpp"]["gb_s"] = ll_gbs
+        r["decode_ratio"] = o["decode_tok_s"] / ll["decode_tok_s"]
+        r["prefill_ratio"] = o["prefill_tok_s"] / ll["prefill_tok_s"]
+        r["ours_of_limit"] = o["decode_weight_gb_s"] / r["limit_gb_s"]
+        r["llamacpp_of_limit"] = ll_gbs / r["limit_gb_s"]
+        if a.baseline_bin:
+            r["new_over_old"] = o["decode_tok_s"] / r["baseline"]["decode_tok_s"]
+    med = {k: statistics.median(r[k] for r in rounds)
+           for k in ("decode_ratio", "prefill_ratio", "ours_of_limit", "llamacpp_of_limit",
+                     "limit_gb_s") + (("new_over_old",) if a.baseline_bin else ())}
+    return {"model": m, "gguf": gguf, "rounds": rounds, "median": med}
+
+
+def print_table(res, a):
+    print(f"batch 1, prompt {a.prompt_len}, gen {a.gen}, {a.threads} threads, best of {a.repeat} "
+          f"per run, {a.rounds} interleaved rounds; tok/s")
+    old = " | old decode | new / old" if a.baseline_bin else ""
+    print("| model | round | load | decode ours / llama.cpp | ratio | prefill ours / llama.cpp "
+          "| ratio | ours GB/s | llama.cpp GB/s | limit GB/s | ours / limit | llama.cpp / limit"
+          + old + " |")
+    print("|---" * (13 + (2 if a.baseline_bin else 0)) + "|")
+    for x in res:
+        name = os.path.basename(x["model"].rstrip("/"))
+        for r in x["rounds"]:
+            o, ll = r["ours"], r["llamacpp"]
+            src = "" if r["limit_source"] == "read" else " (llama.cpp)"
+            tail = (f" | {r['baseline']['decode_tok_s']:.1f} | {r['new_over_old']:.2f}x"
+                    if a.baseline_bin else "")
+            print(f"| {name} | {r['round']} | {r['loadavg']:.1f} "
+                  f"| {o['decode_tok_s']:.1f} / {ll['decode_tok_s']:.1f} | {r['decode_ratio']:.2f}x "
+                  f"| {o['prefill_tok_s']:.0f} / {ll['prefill_tok_s']:.0f} | {r['prefill_ratio']:.2f}x "
+                  f"| {o['decode_weight_gb_s']:.1f} | {ll['gb_s']:.1f} | {r['limit_gb_s']:.1f}{src} "
+                  f"| {r['ours_of_limit']:.2f} | {r['llamacpp_of_limit']:.2f}{tail} |")
+        md = x["median"]
+        tail = f" | | {md['new_over_old']:.2f}x" if a.baseline_bin else ""
+        print(f"| {name} | median | | | **{md['decode_ratio']:.2f}x** | | **{md['prefill_ratio']:.2f}x** "
+              f"| | | {md['limit_gb_s']:.1f} | **{md['ours_of_limit']:.2f}** "
+              f"| {md['llamacpp_of_limit']:.2f}{tail} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", required=True,
+                    help="checkpoint directories or .gguf files")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--prompt-len", type=int, default=16)
+    ap.add_argument("--gen", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--bin", default=bc.BIN)
+    ap.add_argument("--baseline-bin", help="an older shardswap binary, run in every round too")
+    ap.add_argument("--json", action="store_true", help="print the JSON instead of the table")
+    a = ap.parse_args()
+    if a.rounds < 1 or a.repeat < 1 or a.gen < 1 or a.prompt_len < 1:
+        sys.exit("--rounds, --repeat, --gen and --prompt-len must be at least 1")
+    for m in a.models:
+        if not os.path.exists(m):
+            sys.exit(f"--models: {m}: no such file or directory")
+    try:
+        bench, _ = bc.llamacpp_build()
+        res = [one_model(m, a, bench) for m in a.models]
+    except bc.PeerError as e:
+        sys.exit(f"bench_rounds: {e}")
+    if a.json:
+        print(json.dumps(res, indent=1))
+    else:
+        print_table(res, a)
+
+
+if __name__ == "__main__":
+    main()
