@@ -5,7 +5,7 @@ round: the comparison that holds on a shared machine whose memory speed drifts
 by tens of percent within minutes.
 
     python3 tools/bench_rounds.py --models M [M ...] [--rounds 4] [--threads 2] \
-        [--prompt-len 16] [--gen 64] [--repeat 3] [--baseline-bin OLD] [--json]
+        [--prompt-len 16] [--gen 64] [--repeat 3] [--step-batches 8] [--baseline-bin OLD] [--json]
 
 Each M is a Hugging Face checkpoint directory (ours with --compute bf16,
 llama.cpp on its bf16 GGUF, converted and cached as tools/bench_compare.py
@@ -13,7 +13,9 @@ does) or a .gguf file (both run that file; ours in bf16 mode, x quantized per
 block as llama.cpp does). A round runs, in this order: a read sample (`bench
 read`), ours (`bench forward --batch 1 --repeat R`), llama-bench's decode
 (`-p 0 -n GEN -d PROMPT -r R`) and prefill (`-p PROMPT -n 0`), and with
---baseline-bin the old binary's `bench forward` too, then the next round.
+--baseline-bin the old binary's `bench forward` too, and with --step-batches
+B[,B...] ours at those batches (its step time over batch 1's, per round),
+then the next round.
 Every figure is the best of its R repetitions. A round's read limit is the
 largest of the read samples around it (the one before it and the one before
 the next round), `bench forward`'s own samples in that round, and llama.cpp's
@@ -43,9 +45,9 @@ def llama_bench(bench, gguf, a):
             "model_size": tg.get("model_size")}
 
 
-def ours(binary, m, a):
+def ours(binary, m, a, batch=1):
     out = bc.run_peer([binary, "bench", "forward", "--model", m, "--compute", "bf16",
-                       "--batch", "1", "--prompt-len", str(a.prompt_len), "--gen", str(a.gen),
+                       "--batch", str(batch), "--prompt-len", str(a.prompt_len), "--gen", str(a.gen),
                        "--threads", str(a.threads), "--repeat", str(a.repeat), "--json"],
                       f"{binary} bench forward")
     return json.loads(out.strip().splitlines()[-1])
@@ -65,6 +67,7 @@ def one_model(m, a, bench):
         r["llamacpp"] = llama_bench(bench, gguf, a)
         if a.baseline_bin:
             r["baseline"] = ours(a.baseline_bin, m, a)
+        r["steps"] = {b: ours(a.bin, m, a, b) for b in a.step_batches}
         reads.append(bc.read_sample(a))
         rounds.append(r)
     for i, r in enumerate(rounds):
@@ -81,34 +84,40 @@ def one_model(m, a, bench):
         r["llamacpp_of_limit"] = ll_gbs / r["limit_gb_s"]
         if a.baseline_bin:
             r["new_over_old"] = o["decode_tok_s"] / r["baseline"]["decode_tok_s"]
-    med = {k: statistics.median(r[k] for r in rounds)
-           for k in ("decode_ratio", "prefill_ratio", "ours_of_limit", "llamacpp_of_limit",
-                     "limit_gb_s") + (("new_over_old",) if a.baseline_bin else ())}
+        for b, sb in r["steps"].items():
+            r[f"step_b{b}_over_b1"] = sb["decode_ms_per_step"] / o["decode_ms_per_step"]
+    keys = (("decode_ratio", "prefill_ratio", "ours_of_limit", "llamacpp_of_limit", "limit_gb_s")
+            + (("new_over_old",) if a.baseline_bin else ())
+            + tuple(f"step_b{b}_over_b1" for b in a.step_batches))
+    med = {k: statistics.median(r[k] for r in rounds) for k in keys}
     return {"model": m, "gguf": gguf, "rounds": rounds, "median": med}
 
 
 def print_table(res, a):
     print(f"batch 1, prompt {a.prompt_len}, gen {a.gen}, {a.threads} threads, best of {a.repeat} "
           f"per run, {a.rounds} interleaved rounds; tok/s")
-    old = " | old decode | new / old" if a.baseline_bin else ""
+    old = (" | old decode | new / old" if a.baseline_bin else "") + "".join(
+        f" | b{b} step / b1" for b in a.step_batches)
     print("| model | round | load | decode ours / llama.cpp | ratio | prefill ours / llama.cpp "
           "| ratio | ours GB/s | llama.cpp GB/s | limit GB/s | ours / limit | llama.cpp / limit"
           + old + " |")
-    print("|---" * (13 + (2 if a.baseline_bin else 0)) + "|")
+    print("|---" * (13 + (2 if a.baseline_bin else 0) + len(a.step_batches)) + "|")
     for x in res:
         name = os.path.basename(x["model"].rstrip("/"))
         for r in x["rounds"]:
             o, ll = r["ours"], r["llamacpp"]
             src = "" if r["limit_source"] == "read" else " (llama.cpp)"
             tail = (f" | {r['baseline']['decode_tok_s']:.1f} | {r['new_over_old']:.2f}x"
-                    if a.baseline_bin else "")
+                    if a.baseline_bin else "") + "".join(
+                f" | {r[f'step_b{b}_over_b1']:.2f}x" for b in a.step_batches)
             print(f"| {name} | {r['round']} | {r['loadavg']:.1f} "
                   f"| {o['decode_tok_s']:.1f} / {ll['decode_tok_s']:.1f} | {r['decode_ratio']:.2f}x "
                   f"| {o['prefill_tok_s']:.0f} / {ll['prefill_tok_s']:.0f} | {r['prefill_ratio']:.2f}x "
                   f"| {o['decode_weight_gb_s']:.1f} | {ll['gb_s']:.1f} | {r['limit_gb_s']:.1f}{src} "
                   f"| {r['ours_of_limit']:.2f} | {r['llamacpp_of_limit']:.2f}{tail} |")
         md = x["median"]
-        tail = f" | | {md['new_over_old']:.2f}x" if a.baseline_bin else ""
+        tail = (f" | | {md['new_over_old']:.2f}x" if a.baseline_bin else "") + "".join(
+            f" | **{md[f'step_b{b}_over_b1']:.2f}x**" for b in a.step_batches)
         print(f"| {name} | median | | | **{md['decode_ratio']:.2f}x** | | **{md['prefill_ratio']:.2f}x** "
               f"| | | {md['limit_gb_s']:.1f} | **{md['ours_of_limit']:.2f}** "
               f"| {md['llamacpp_of_limit']:.2f}{tail} |")
@@ -124,9 +133,15 @@ def main():
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--bin", default=bc.BIN)
+    ap.add_argument("--step-batches", default="",
+                    help="ours also at these batches each round (B[,B...]): step cost over batch 1's")
     ap.add_argument("--baseline-bin", help="an older shardswap binary, run in every round too")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the table")
     a = ap.parse_args()
+    try:
+        a.step_batches = [int(b) for b in a.step_batches.split(",") if b]
+    except ValueError:
+        sys.exit(f"--step-batches: '{a.step_batches}' is not a comma list of batch sizes")
     if a.rounds < 1 or a.repeat < 1 or a.gen < 1 or a.prompt_len < 1:
         sys.exit("--rounds, --repeat, --gen and --prompt-len must be at least 1")
     for m in a.models:
