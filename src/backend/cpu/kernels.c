@@ -285,16 +285,6 @@ static inline float act_relu(float v)
     return v > 0 ? v : 0;
 }
 
-static inline float act_gelu(float v)
-{
-    return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-}
-
-static inline float act_gelu_tanh(float v)
-{
-    return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-}
-
 struct act_args {
     float *y;
     const float *x, *up; /* up: NULL for a plain activation */
@@ -322,10 +312,8 @@ static void act_range(const void *ctx, size_t i0, size_t i1)
         ACT_LOOP(act_relu);
         return;
     case KERN_ACT_GELU:
-        ACT_LOOP(act_gelu);
-        return;
     case KERN_ACT_GELU_TANH:
-        ACT_LOOP(act_gelu_tanh);
+        vec_gelu(y + i0, x + i0, up ? up + i0 : NULL, i1 - i0, a->act == KERN_ACT_GELU_TANH);
         return;
     case KERN_ACT_SILU:
         vec_silu(y + i0, x + i0, up ? up + i0 : NULL, i1 - i0);

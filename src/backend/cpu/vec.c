@@ -67,6 +67,23 @@ void vec_silu(float *y, const float *g, const float *up, size_t n)
     }
 }
 
+void vec_gelu(float *y, const float *g, const float *up, size_t n, bool tanh_approx)
+{
+#if defined(__x86_64__)
+    if (have_avx512()) {
+        vec_gelu_avx512(y, g, up, n, tanh_approx);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++) {
+        const float v = g[i];
+        float a = tanh_approx
+                      ? 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)))
+                      : 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+        y[i] = up ? a * up[i] : a;
+    }
+}
+
 void vec_softmax_masked(float *s, const uint8_t *ok, int visible, int n)
 {
 #if defined(__x86_64__)

@@ -1,7 +1,8 @@
 /* vec.h's loops for AVX-512 F + BW + VL, sixteen lanes: this file alone is compiled
  * with that instruction set (CMakeLists.txt), and runs only where vec.c
  * found it. The exponential is glibc's vector expf (libmvec, the x86-64
- * vector function ABI's name for the 16-lane AVX-512 variant). */
+ * vector function ABI's name for the 16-lane AVX-512 variant), as are the
+ * GELUs' tanhf and erff (glibc 2.35 and later). */
 #include "backend/cpu/vec.h"
 
 #if defined(__x86_64__)
@@ -12,6 +13,8 @@
 #include "core/dtype.h"
 
 __m512 _ZGVeN16v_expf(__m512 x);
+__m512 _ZGVeN16v_tanhf(__m512 x);
+__m512 _ZGVeN16v_erff(__m512 x);
 
 /* bf16_round on 16 lanes, as bits: nearest even; NaNs quieted */
 static inline __m512i round_bits(__m512 v)
@@ -84,6 +87,37 @@ void vec_silu_avx512(float *y, const float *g, const float *up, size_t n)
     }
     if (i < n) {
         __m512 v = silu16(load_tail(g + i, n - i));
+        if (up)
+            v = _mm512_mul_ps(v, load_tail(up + i, n - i));
+        store_tail(y + i, v, n - i);
+    }
+}
+
+static inline __m512 gelu16(__m512 v, bool tanh_approx)
+{
+    const __m512 half_v = _mm512_mul_ps(_mm512_set1_ps(0.5f), v);
+    __m512 t;
+    if (tanh_approx) {
+        const __m512 v3 = _mm512_mul_ps(_mm512_mul_ps(v, v), v);
+        const __m512 in = _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), v3, v);
+        t = _ZGVeN16v_tanhf(_mm512_mul_ps(_mm512_set1_ps(0.79788456080286536f), in));
+    } else {
+        t = _ZGVeN16v_erff(_mm512_mul_ps(v, _mm512_set1_ps(0.70710678118654752f)));
+    }
+    return _mm512_fmadd_ps(half_v, t, half_v);
+}
+
+void vec_gelu_avx512(float *y, const float *g, const float *up, size_t n, bool tanh_approx)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = gelu16(_mm512_loadu_ps(g + i), tanh_approx);
+        if (up)
+            v = _mm512_mul_ps(v, _mm512_loadu_ps(up + i));
+        _mm512_storeu_ps(y + i, v);
+    }
+    if (i < n) {
+        __m512 v = gelu16(load_tail(g + i, n - i), tanh_approx);
         if (up)
             v = _mm512_mul_ps(v, load_tail(up + i, n - i));
         store_tail(y + i, v, n - i);
