@@ -969,6 +969,30 @@ static void test_activation(void)
     CHECK(gap > 1e-4);
 }
 
+/* ---- kern_softcap: tanh(x / cap) * cap over the vocabulary ---- */
+
+static void test_softcap(void)
+{
+    enum { N = 1003 }; /* not a multiple of 16: the masked tail too */
+    static float x[N], y[N];
+    for (int i = 0; i < N; i++)
+        x[i] = -100.0f + 200.0f * (float)i / (N - 1);
+    const float cap = 30.0f;
+    struct dbuf *dx = upload(x, sizeof(x));
+    CHECK(kern_softcap(st, dbuf_ptr(dx), N, cap) == 0);
+    download(y, dbuf_ptr(dx), sizeof(y));
+    int bad = 0;
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        double r = tanh((double)x[i] / cap) * cap, d = fabs(y[i] - r);
+        if (!(d <= 1e-6 * fabs(r) + 1e-6))
+            bad++;
+        worst = d > worst ? d : worst;
+    }
+    CHECK_MSG(bad == 0, "softcap: %d of %d values off, worst abs err %.3g", bad, N, worst);
+    device_free(dx);
+}
+
 /* ---- kern_gated_act ---- */
 
 static void test_gated_act(void)
@@ -1901,6 +1925,7 @@ int main(void)
     test_rmsnorm();
     test_rope();
     test_activation();
+    test_softcap();
     test_gated_act();
     test_elementwise();
     test_split_exact();

@@ -336,11 +336,21 @@ void cpu_add(float *y, const float *x, size_t n)
     split_run(n, 1, add_range, &(struct add_args){y, x});
 }
 
+struct softcap_args {
+    float *x;
+    float cap;
+};
+
+static void softcap_range(const void *ctx, size_t i0, size_t i1)
+{
+    const struct softcap_args *a = ctx;
+    vec_softcap(a->x + i0, i1 - i0, a->cap);
+}
+
 void cpu_softcap(float *x, size_t n, float cap)
 {
     /* as torch: (x / cap).tanh() * cap, each step rounded to f32 */
-    for (size_t i = 0; i < n; i++)
-        x[i] = tanhf(x[i] / cap) * cap;
+    split_run(n, 1, softcap_range, &(struct softcap_args){x, cap});
 }
 
 /* Query rows of one head per task in a prefill: a task's scores are

@@ -84,6 +84,18 @@ void vec_gelu(float *y, const float *g, const float *up, size_t n, bool tanh_app
     }
 }
 
+void vec_softcap(float *x, size_t n, float cap)
+{
+#if defined(__x86_64__)
+    if (have_avx512()) {
+        vec_softcap_avx512(x, n, cap);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        x[i] = tanhf(x[i] / cap) * cap;
+}
+
 void vec_softmax_masked(float *s, const uint8_t *ok, int visible, int n)
 {
 #if defined(__x86_64__)

@@ -24,6 +24,8 @@ void vec_silu(float *y, const float *g, const float *up, size_t n);
  * 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))), else exact, 0.5 v (1 +
  * erf(v / sqrt 2)); y may equal g or up. */
 void vec_gelu(float *y, const float *g, const float *up, size_t n, bool tanh_approx);
+/* x[i] = tanh(x[i] / cap) * cap, each step rounded to f32 as torch does. */
+void vec_softcap(float *x, size_t n, float cap);
 
 /* Softmax in place over the keys s[j], j < visible, with ok[j]; every other
  * s[j], j < n, becomes 0, and all n when no key is ok. */
@@ -36,6 +38,7 @@ void vec_to_bf16_avx512(uint16_t *dst, const float *src, size_t n);
 void vec_exp_avx512(float *x, size_t n);
 void vec_silu_avx512(float *y, const float *g, const float *up, size_t n);
 void vec_gelu_avx512(float *y, const float *g, const float *up, size_t n, bool tanh_approx);
+void vec_softcap_avx512(float *x, size_t n, float cap);
 void vec_softmax_masked_avx512(float *s, const uint8_t *ok, int visible, int n);
 
 #endif

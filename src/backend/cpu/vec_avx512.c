@@ -124,6 +124,18 @@ void vec_gelu_avx512(float *y, const float *g, const float *up, size_t n, bool t
     }
 }
 
+void vec_softcap_avx512(float *x, size_t n, float cap)
+{
+    const __m512 c = _mm512_set1_ps(cap);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(
+            x + i, _mm512_mul_ps(_ZGVeN16v_tanhf(_mm512_div_ps(_mm512_loadu_ps(x + i), c)), c));
+    if (i < n)
+        store_tail(x + i, _mm512_mul_ps(_ZGVeN16v_tanhf(_mm512_div_ps(load_tail(x + i, n - i), c)), c),
+                   n - i);
+}
+
 /* lanes j of 16 whose ok byte is set, up to n */
 static inline __mmask16 ok_mask(const uint8_t *ok, size_t n)
 {
