@@ -5,7 +5,7 @@ round: the comparison that holds on a shared machine whose memory speed drifts
 by tens of percent within minutes.
 
     python3 tools/bench_rounds.py --models M [M ...] [--rounds 4] [--threads 2] \
-        [--prompt-len 16] [--gen 64] [--repeat 3] [--step-batches 8] [--baseline-bin OLD] [--json]
+        [--prompt-len 16] [--gen 64] [--repeat 3] [--step-batches 8] [--baseline-bin OLD] [--json] [--json-out FILE]
 
 Each M is a Hugging Face checkpoint directory (ours with --compute bf16,
 llama.cpp on its bf16 GGUF, converted and cached as tools/bench_compare.py
@@ -137,6 +137,7 @@ def main():
                     help="ours also at these batches each round (B[,B...]): step cost over batch 1's")
     ap.add_argument("--baseline-bin", help="an older shardswap binary, run in every round too")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the table")
+    ap.add_argument("--json-out", help="also write the JSON to this file")
     a = ap.parse_args()
     try:
         a.step_batches = [int(b) for b in a.step_batches.split(",") if b]
@@ -152,6 +153,9 @@ def main():
         res = [one_model(m, a, bench) for m in a.models]
     except bc.PeerError as e:
         sys.exit(f"bench_rounds: {e}")
+    if a.json_out:
+        with open(a.json_out, "w") as fh:
+            json.dump(res, fh, indent=1)
     if a.json:
         print(json.dumps(res, indent=1))
     else:
