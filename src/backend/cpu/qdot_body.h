@@ -115,6 +115,22 @@ QD_INLINE __m256i qd_w_q4_0(const char *w)
     return _mm256_sub_epi8(wq, _mm256_set1_epi8(8));
 }
 
+/* Weight bytes prefetched ahead of the ones being read: a row of 2048
+ * columns is 1-2 KiB, so about 4-8 rows ahead. On the Zen 4 here, one
+ * thread streaming from memory: Q8_0 0.79 -> 0.92 of a plain read against
+ * none, Q6_K 0.73 -> 0.90 against 2048 bytes ahead; in cache no slower. */
+#ifndef QD_PREFETCH
+#define QD_PREFETCH 8192
+#endif
+/* The n bytes at p + QD_PREFETCH toward L1: a line every 64 bytes, so that
+ * calls for consecutive spans miss no line (the gaps between the addresses
+ * are at most 64 bytes) */
+QD_INLINE void qd_prefetch(const char *p, size_t n)
+{
+    for (size_t i = 0; QD_PREFETCH > 0 && i < n; i += 64)
+        _mm_prefetch(p + QD_PREFETCH + i, _MM_HINT_T0);
+}
+
 /* Q8_0 / Q4_0 (WB bytes a block) against Q8_0 x: 8 blocks a step, their
  * integer sums reduced together and scaled in the partials' lanes; the
  * last step's missing blocks are zeros (a partial plus 0 * 0 is itself) */
@@ -129,6 +145,7 @@ QD_INLINE __m256i qd_w_q4_0(const char *w)
         int b = 0;                                                                                 \
         for (; b + 8 <= nb; b += 8) {                                                              \
             const char *wb = w + (size_t)b * (WB), *xb = x + (size_t)b * 34;                       \
+            qd_prefetch(wb, 8 * (WB));                                                             \
             const __m256i v[8] = {name##_blk(wb, xb, 0), name##_blk(wb, xb, 1),                    \
                                   name##_blk(wb, xb, 2), name##_blk(wb, xb, 3),                    \
                                   name##_blk(wb, xb, 4), name##_blk(wb, xb, 5),                    \
@@ -254,6 +271,7 @@ QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
     struct qd_lanes l;
     memset(&l, 0, sizeof(l));
     for (int b = 0; b < nb; b++, w += wb, x += sizeof(struct quant_q8_k)) {
+        qd_prefetch(w, wb);
         const char *qs = w + (five ? 48 : 16);
         const int8_t *xq = (const int8_t *)x + 4;
         const __m128i sm = qd_scales_mins((const uint8_t *)w + 4);
@@ -294,6 +312,7 @@ QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
     struct qd_lanes l;
     memset(&l, 0, sizeof(l));
     for (int b = 0; b < nb; b++, w += sizeof(struct quant_q6_k), x += sizeof(struct quant_q8_k)) {
+        qd_prefetch(w, sizeof(struct quant_q6_k));
         const int8_t *xq = (const int8_t *)x + 4;
         const __m128i sc = _mm_loadu_si128((const __m128i *)(w + 192));
         const __m128i sco = _mm_shuffle_epi8(sc, order);

@@ -11,25 +11,14 @@
  * per block, and those 8 lanes scaled as qdot.h says: each block's integer
  * sums are exact, so the bits are the scalar reference's.
  *
- * Where the quants sit: a Q4_K/Q5_K vector of 64 packed bytes holds sub-
- * blocks 2j and 2j + 2 in its low nibbles and 2j + 1, 2j + 3 in its high
- * ones (j = 0, 2), so its x is two runs of 32 put together; a Q6_K vector
- * of 64 low-nibble bytes holds 64 consecutive quants (its top bits are the
- * same 32 bytes of qh shifted by 0/2 or 4/6), so its x is one load. */
-
-/* Weight bytes prefetched ahead of the block being read (a row of 2048
- * columns is 1-2 KiB): on the shared Zen 4 here, streaming from memory
- * measured 0-30% faster than without (noisy), with the weights in cache 3%
- * slower */
-#ifndef QD5_PREFETCH
-#define QD5_PREFETCH 2048
-#endif
-
-QD_INLINE void qd5_prefetch(const char *p, int lines)
-{
-    for (int i = 0; QD5_PREFETCH > 0 && i < lines; i++)
-        _mm_prefetch(p + QD5_PREFETCH + 64 * i, _MM_HINT_T0);
-}
+ * Where the quants sit: a Q4_K/Q5_K run of 32 packed bytes holds sub-block
+ * 2v in its low nibbles and 2v + 1 in its high ones, so the run broadcast
+ * to both halves of a vector, shifted by 0 in the low half and 4 in the
+ * high one (one VPSRLVW) and masked, is quants 64v .. 64v + 63 in order,
+ * and its x is one load (two loads of x put together cost 11% more a
+ * block); a Q6_K vector of 64 low-nibble bytes holds 64 consecutive quants
+ * (its top bits are the same 32 bytes of qh shifted by 0/2 or 4/6), so its
+ * x is one load too. */
 
 /* 8 f16 `stride` bytes apart, lanes n and above 0 */
 QD_INLINE __m256 qd5_f16x8(const char *p, size_t stride, int n)
@@ -120,14 +109,6 @@ QD_INLINE __m256i qd5_scales_mins(const char *p)
     return _mm256_ternarylogic_epi32(low, a, b, 0xca);
 }
 
-/* x's runs of 32 bytes i and j as one vector */
-QD_INLINE __m512i qd5_x2(const int8_t *x, int i, int j)
-{
-    return _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x + 32 * i))),
-        _mm256_loadu_si256((const __m256i *)(x + 32 * j)), 1);
-}
-
 /* words 0-15 index a, 16-31 index b */
 QD_INLINE __m512i qd5_idx2(int a, int b)
 {
@@ -137,6 +118,7 @@ QD_INLINE __m512i qd5_idx2(int a, int b)
 /* the constants of qd5_blk_45k */
 struct qd5_k45 {
     __m512i lo4, sixteen, bit, sc[4]; /* bit: Q5_K's fifth bits of vector 0 */
+    __m512i nib; /* shifts: the low nibbles in the low half, the high ones above */
     __m256i mins; /* each min twice, against x's sums of 16 */
 };
 
@@ -145,12 +127,11 @@ QD_INLINE struct qd5_k45 qd5_k45_init(void)
     struct qd5_k45 c;
     c.lo4 = _mm512_set1_epi8(15);
     c.sixteen = _mm512_set1_epi8(16);
-    c.bit = _mm512_inserti64x4(_mm512_set1_epi8(1), _mm256_set1_epi8(4), 1);
-    /* vector v holds sub-blocks (v / 2) * 4 + (v & 1) and that plus 2 */
-    for (int v = 0; v < 4; v++) {
-        const int s = v / 2 * 4 + (v & 1);
-        c.sc[v] = qd5_idx2(s, s + 2);
-    }
+    c.bit = _mm512_inserti64x4(_mm512_set1_epi8(1), _mm256_set1_epi8(2), 1);
+    c.nib = qd5_idx2(0, 4);
+    /* vector v holds sub-blocks 2v and 2v + 1 */
+    for (int v = 0; v < 4; v++)
+        c.sc[v] = qd5_idx2(2 * v, 2 * v + 1);
     c.mins = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     return c;
 }
@@ -160,32 +141,32 @@ QD_INLINE struct qd5_k45 qd5_k45_init(void)
 QD_INLINE void qd5_blk_45k(const char *w, const char *x, const bool five, const struct qd5_k45 *c,
                            __m512i *is, __m256i *ms)
 {
+    const size_t wb = five ? sizeof(struct quant_q5_k) : sizeof(struct quant_q4_k);
     const int8_t *xq = (const int8_t *)x + 4;
-    qd5_prefetch(w, five ? 3 : 2);
+    qd_prefetch(w, wb);
     const __m256i sm = qd5_scales_mins(w + 4);
     const __m512i smz = _mm512_castsi256_si512(sm);
     const char *qs = w + (five ? 48 : 16);
-    const __m512i p0 = _mm512_loadu_si512(qs), p1 = _mm512_loadu_si512(qs + 64);
-    __m512i q[4] = {
-        _mm512_and_si512(p0, c->lo4), _mm512_and_si512(_mm512_srli_epi16(p0, 4), c->lo4),
-        _mm512_and_si512(p1, c->lo4), _mm512_and_si512(_mm512_srli_epi16(p1, 4), c->lo4)};
+    __m512i q[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * v)));
+        q[v] = _mm512_and_si512(_mm512_srlv_epi16(b, c->nib), c->lo4);
+    }
     if (five) {
-        /* vector v's bits: vector 0's shifted by v / 2 * 4 + (v & 1) (made
-         * here: four more constants would not stay in registers) */
         const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 16)));
-        const __m512i bits[4] = {c->bit, _mm512_add_epi8(c->bit, c->bit),
-                                 _mm512_slli_epi16(c->bit, 4), _mm512_slli_epi16(c->bit, 5)};
+        const __m512i b2 = _mm512_slli_epi16(c->bit, 2);
+        const __m512i bits[4] = {c->bit, b2, _mm512_slli_epi16(c->bit, 4),
+                                 _mm512_slli_epi16(b2, 4)};
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++)
             q[v] = _mm512_mask_add_epi8(q[v], _mm512_test_epi8_mask(qh, bits[v]), q[v], c->sixteen);
     }
     __m512i acc = _mm512_setzero_si512();
 #pragma GCC unroll 4
-    for (int v = 0; v < 4; v++) {
-        const int s = v / 2 * 4 + (v & 1);
-        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q[v], qd5_x2(xq, s, s + 2)),
+    for (int v = 0; v < 4; v++)
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q[v], _mm512_loadu_si512(xq + 64 * v)),
                                   _mm512_permutexvar_epi16(c->sc[v], smz));
-    }
     *is = acc;
     *ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(x + 4 + QUANT_QKK)),
                             _mm256_permutexvar_epi16(c->mins, sm));
@@ -263,7 +244,7 @@ QD_INLINE struct qd5_k6 qd5_k6_init(void)
 QD_INLINE __m512i qd5_blk_6k(const char *w, const char *x, const struct qd5_k6 *c)
 {
     const int8_t *xq = (const int8_t *)x + 4;
-    qd5_prefetch(w, 4);
+    qd_prefetch(w, sizeof(struct quant_q6_k));
     const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 192)));
     const __m512i scz = _mm512_castsi256_si512(sc);
     const __m512i l0 = _mm512_loadu_si512(w), l1 = _mm512_loadu_si512(w + 64);
