@@ -118,7 +118,7 @@ QD_INLINE __m512i qd5_idx2(int a, int b)
 /* the constants of qd5_blk_45k */
 struct qd5_k45 {
     __m512i lo4, sixteen, bit, sc[4]; /* bit: Q5_K's fifth bits of vector 0 */
-    __m512i nib; /* shifts: the low nibbles in the low half, the high ones above */
+    __m512i nib;  /* shifts: the low nibbles in the low half, the high ones above */
     __m256i mins; /* each min twice, against x's sums of 16 */
 };
 
@@ -150,7 +150,8 @@ QD_INLINE void qd5_blk_45k(const char *w, const char *x, const bool five, const 
     __m512i q[4];
 #pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
-        const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * v)));
+        const __m512i b =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * v)));
         q[v] = _mm512_and_si512(_mm512_srlv_epi16(b, c->nib), c->lo4);
     }
     if (five) {
