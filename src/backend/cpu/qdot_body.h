@@ -383,9 +383,11 @@ QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
 #include "backend/cpu/qdot_k512.h"
 #define QD_Q45_K qd5_q45_k
 #define QD_Q6_K qd5_q6_k
+#define QD_Q4_0 qd5_q4_0
 #else
 #define QD_Q45_K qd_q45_k
 #define QD_Q6_K qd_q6_k
+#define QD_Q4_0 qd_q4_0
 #endif
 
 /* Input rows per pass over a task's weight rows: a prefill's rows go by in
@@ -416,7 +418,7 @@ void QDOT_ROWS_FN(const struct qdot_args *a, int r0, int r1)
         QD_LOOP(qd_q8_0(row, x, nb));
         break;
     case DTYPE_Q4_0:
-        QD_LOOP(qd_q4_0(row, x, nb));
+        QD_LOOP(QD_Q4_0(row, x, nb));
         break;
     case DTYPE_Q4_K:
         QD_LOOP(QD_Q45_K(row, x, nb, false));

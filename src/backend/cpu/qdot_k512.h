@@ -299,6 +299,68 @@ QD_INLINE float qd5_q6_k_body(const char *w, const char *x, int nb)
     return qd_sum8(acc);
 }
 
+/* Q4_0 against Q8_0 x, 8 blocks a step: blocks k and k + 4 in one vector
+ * (each block's 16 packed bytes broadcast to two 128-bit lanes, shifted by
+ * 0 and 4 and masked: its quants 0-31 in order, so its x is one run of
+ * 32), the unsigned quants times x by VPDPBUSD less 8 times x's sums (the
+ * same exact sums as |w| against x with w's sign), the four vectors'
+ * 16-lane sums reduced into one lane a block in block order. The rest of
+ * the row is qd_q4_0's. */
+QD_INLINE float qd5_q4_0_body(const char *w, const char *x, int nb)
+{
+    const size_t wb = sizeof(struct quant_q4_0), xb = sizeof(struct quant_q8_0);
+    const __m512i lo4 = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
+    const long long f = 0x0004000400040004LL; /* words shifted by 4 */
+    const __m512i nib = _mm512_set_epi64(f, f, 0, 0, f, f, 0, 0);
+    __m256 acc = _mm256_setzero_ps();
+    int b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        const char *w8 = w + (size_t)b * wb, *x8 = x + (size_t)b * xb;
+        qd_prefetch(w8, 8 * wb);
+        __m512i t[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            __m512i n = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(w8 + i * wb + 2)));
+            n = _mm512_mask_broadcast_i32x4(
+                n, 0xff00, _mm_loadu_si128((const __m128i *)(w8 + (i + 4) * wb + 2)));
+            const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(n, nib), lo4);
+            const __m512i xv = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x8 + i * xb + 2))),
+                _mm256_loadu_si256((const __m256i *)(x8 + (i + 4) * xb + 2)), 1);
+            t[i] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv),
+                                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xv));
+        }
+        /* per 128-bit lane the sums of t0 .. t3, then the lanes of each
+         * half added: blocks 0-3 (low halves), 4-7 (high) */
+        const __m512i u0 =
+            _mm512_add_epi32(_mm512_unpacklo_epi32(t[0], t[1]), _mm512_unpackhi_epi32(t[0], t[1]));
+        const __m512i u1 =
+            _mm512_add_epi32(_mm512_unpacklo_epi32(t[2], t[3]), _mm512_unpackhi_epi32(t[2], t[3]));
+        const __m512i v =
+            _mm512_add_epi32(_mm512_unpacklo_epi64(u0, u1), _mm512_unpackhi_epi64(u0, u1));
+        const __m512i r = _mm512_add_epi32(_mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(2, 0, 2, 0)),
+                                           _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 3, 1)));
+        const __m256 d = _mm256_mul_ps(qd_f16x8_span(w8, wb), qd_f16x8_span(x8, xb));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm512_castsi512_si256(r)), acc);
+    }
+    if (b < nb) {
+        const int n = nb - b;
+        const char *w8 = w + (size_t)b * wb, *x8 = x + (size_t)b * xb;
+        __m256i v[8];
+        float dw[8] = {0}, dx[8] = {0};
+        for (int k = 0; k < 8; k++) {
+            v[k] = k < n ? qd_q4_0_blk(w8, x8, k) : _mm256_setzero_si256();
+            if (k < n) {
+                dw[k] = qd_f16(w8 + (size_t)k * wb);
+                dx[k] = qd_f16(x8 + (size_t)k * xb);
+            }
+        }
+        const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_loadu_ps(dx));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(qd_hsum8(v)), acc);
+    }
+    return qd_sum8(acc);
+}
+
 /* One call per row and type (GCC unrolls the 8 blocks of a step only in a
  * function of its own, not inlined into the rows' loops) */
 static __attribute__((noinline)) float qd5_q4_k(const char *w, const char *x, int nb)
@@ -314,6 +376,11 @@ static __attribute__((noinline)) float qd5_q5_k(const char *w, const char *x, in
 static __attribute__((noinline)) float qd5_q6_k(const char *w, const char *x, int nb)
 {
     return qd5_q6_k_body(w, x, nb);
+}
+
+static __attribute__((noinline)) float qd5_q4_0(const char *w, const char *x, int nb)
+{
+    return qd5_q4_0_body(w, x, nb);
 }
 
 #define qd5_q45_k(w, x, nb, five) ((five) ? qd5_q5_k(w, x, nb) : qd5_q4_k(w, x, nb))
