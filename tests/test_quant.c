@@ -354,6 +354,37 @@ TEST(x_q8_0_bitwise)
     free(b);
 }
 
+/* x quantized for K-quant weights as the kernels do it (the AVX-512 one
+ * where the CPU has it) gives quant_q8_k_from_f32's bytes: ties of
+ * nearbyintf (to even, both signs), a zero block, the first of two equal
+ * magnitudes of either sign giving the scale, blocks of every magnitude */
+TEST(x_q8_k_bitwise)
+{
+    const int nb = 40, n = nb * QUANT_QKK;
+    float *x = malloc((size_t)n * sizeof(float));
+    char *a = malloc((size_t)nb * sizeof(struct quant_q8_k));
+    char *b = malloc((size_t)nb * sizeof(struct quant_q8_k));
+    for (int i = 0; i < n; i++) {
+        const int blk = i / QUANT_QKK, e = i % QUANT_QKK;
+        if (blk == 0) /* max -127 first: iscale 1, so halves are ties */
+            x[i] = e == 0 ? -127.0f : (float)((e % 2 ? 1 : -1) * (e % 120)) + 0.5f;
+        else if (blk == 1)
+            x[i] = 0.0f;
+        else if (blk == 2) /* +3 at 17 before -3 at 40 */
+            x[i] = e == 17 ? 3.0f : e == 40 ? -3.0f : urand();
+        else if (blk == 3) /* -3 at 5 before +3 at 200 */
+            x[i] = e == 5 ? -3.0f : e == 200 ? 3.0f : urand();
+        else
+            x[i] = urand() * ldexpf(1.0f, blk % 30 - 15);
+    }
+    quant_q8_k_from_f32(x, a, n);
+    qdot_quantize_x(DTYPE_Q4_K, x, b, n);
+    CHECK(memcmp(a, b, (size_t)nb * sizeof(struct quant_q8_k)) == 0);
+    free(x);
+    free(a);
+    free(b);
+}
+
 /* Quantized token embeddings: the rows dequantized, zeros outside a
  * vocabulary shard */
 TEST(embed)

@@ -30,6 +30,8 @@ void qdot_quantize_x(enum dtype t, const float *x, void *xq, int n);
 /* quant_q8_0_from_f32's bits 32 at a time on AVX2 (the scalar one spent 5
  * ns an element in roundf, a tenth of a Q8_0 decode step) */
 void qdot_x_q8_0_avx2(const float *x, void *xq, int n);
+/* quant_q8_k_from_f32's bits on AVX-512 (F, BW, VL and VNNI) */
+void qdot_x_q8_k_avx512(const float *x, void *xq, int n);
 
 /* The multi-row kernels' x: the quantized rows packed in groups of
  * QDOT_GROUP, one lane per row, so that a weight block's integer sums

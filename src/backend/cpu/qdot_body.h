@@ -78,6 +78,34 @@ QD_INLINE __m256 qd_f16x8(const char *p, size_t stride)
     return _mm256_cvtph_ps(h);
 }
 
+#ifdef QD_K512
+/* qd_f16x8's 8 f16 for an even stride of at most 36 bytes from the 8
+ * strides' bytes (masked loads: nothing past them is read) by VPERMT2W, a
+ * few instructions where the inserts took 16 */
+QD_INLINE __m256 qd_f16x8_span(const char *p, size_t stride)
+{
+    const int words = 4 * (int)stride; /* in the 8 strides */
+    __m512i z[4];
+    for (int j = 0; j < 4; j++) {
+        const int n = words - 32 * j < 0 ? 0 : words - 32 * j > 32 ? 32 : words - 32 * j;
+        z[j] = _mm512_maskz_loadu_epi16(n == 32 ? 0xffffffffu : (1u << n) - 1u, p + 64 * j);
+    }
+    const int st = (int)stride / 2;
+    const __m512i idx = _mm512_zextsi128_si512(_mm_setr_epi16(
+        0, (short)st, (short)(2 * st), (short)(3 * st), (short)(4 * st), (short)(5 * st),
+        (short)(6 * st), (short)(7 * st)));
+    /* words 0-63 from z0:z1, 64-127 from z2:z3 (the index's bit 6 dropped) */
+    const __m512i lo = _mm512_permutex2var_epi16(z[0], idx, z[1]);
+    const __m512i hi = _mm512_permutex2var_epi16(z[2], idx, z[3]);
+    const __mmask32 high = _mm512_cmpge_epi16_mask(idx, _mm512_set1_epi16(64));
+    const __m512i d = _mm512_mask_blend_epi16(high, lo, hi);
+    return _mm256_cvtph_ps(_mm512_castsi512_si128(d));
+}
+#define QD_F16X8_SPAN qd_f16x8_span
+#else
+#define QD_F16X8_SPAN qd_f16x8
+#endif
+
 /* lane k = the sum of v[k]'s lanes: the integer sums of 8 blocks */
 QD_INLINE __m256i qd_hsum8(const __m256i v[8])
 {
@@ -115,6 +143,23 @@ QD_INLINE __m256i qd_w_q4_0(const char *w)
     return _mm256_sub_epi8(wq, _mm256_set1_epi8(8));
 }
 
+/* Weight bytes prefetched ahead of the ones being read: a row of 2048
+ * columns is 1-2 KiB, so about 4-8 rows ahead. On the Zen 4 here, one
+ * thread streaming 8192 x 2048 weights from memory (CPU time, against a
+ * plain read): Q8_0 0.75 -> 0.88 of the read against none, Q6_K 0.73 ->
+ * 0.90 against 2048 bytes ahead; with the weights in L2, 5% slower. */
+#ifndef QD_PREFETCH
+#define QD_PREFETCH 8192
+#endif
+/* The n bytes at p + QD_PREFETCH toward L1: a line every 64 bytes, so that
+ * calls for consecutive spans miss no line (the gaps between the addresses
+ * are at most 64 bytes) */
+QD_INLINE void qd_prefetch(const char *p, size_t n)
+{
+    for (size_t i = 0; QD_PREFETCH > 0 && i < n; i += 64)
+        _mm_prefetch(p + QD_PREFETCH + i, _MM_HINT_T0);
+}
+
 /* Q8_0 / Q4_0 (WB bytes a block) against Q8_0 x: 8 blocks a step, their
  * integer sums reduced together and scaled in the partials' lanes; the
  * last step's missing blocks are zeros (a partial plus 0 * 0 is itself) */
@@ -129,11 +174,12 @@ QD_INLINE __m256i qd_w_q4_0(const char *w)
         int b = 0;                                                                                 \
         for (; b + 8 <= nb; b += 8) {                                                              \
             const char *wb = w + (size_t)b * (WB), *xb = x + (size_t)b * 34;                       \
+            qd_prefetch(wb, 8 * (WB));                                                             \
             const __m256i v[8] = {name##_blk(wb, xb, 0), name##_blk(wb, xb, 1),                    \
                                   name##_blk(wb, xb, 2), name##_blk(wb, xb, 3),                    \
                                   name##_blk(wb, xb, 4), name##_blk(wb, xb, 5),                    \
                                   name##_blk(wb, xb, 6), name##_blk(wb, xb, 7)};                   \
-            __m256 d = _mm256_mul_ps(qd_f16x8(wb, (WB)), qd_f16x8(xb, 34));                        \
+            __m256 d = _mm256_mul_ps(QD_F16X8_SPAN(wb, (WB)), QD_F16X8_SPAN(xb, 34));              \
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(qd_hsum8(v)), acc);                        \
         }                                                                                          \
         if (b < nb) {                                                                              \
@@ -254,6 +300,7 @@ QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
     struct qd_lanes l;
     memset(&l, 0, sizeof(l));
     for (int b = 0; b < nb; b++, w += wb, x += sizeof(struct quant_q8_k)) {
+        qd_prefetch(w, wb);
         const char *qs = w + (five ? 48 : 16);
         const int8_t *xq = (const int8_t *)x + 4;
         const __m128i sm = qd_scales_mins((const uint8_t *)w + 4);
@@ -294,6 +341,7 @@ QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
     struct qd_lanes l;
     memset(&l, 0, sizeof(l));
     for (int b = 0; b < nb; b++, w += sizeof(struct quant_q6_k), x += sizeof(struct quant_q8_k)) {
+        qd_prefetch(w, sizeof(struct quant_q6_k));
         const int8_t *xq = (const int8_t *)x + 4;
         const __m128i sc = _mm_loadu_si128((const __m128i *)(w + 192));
         const __m128i sco = _mm_shuffle_epi8(sc, order);
@@ -335,9 +383,11 @@ QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
 #include "backend/cpu/qdot_k512.h"
 #define QD_Q45_K qd5_q45_k
 #define QD_Q6_K qd5_q6_k
+#define QD_Q4_0 qd5_q4_0
 #else
 #define QD_Q45_K qd_q45_k
 #define QD_Q6_K qd_q6_k
+#define QD_Q4_0 qd_q4_0
 #endif
 
 /* Input rows per pass over a task's weight rows: a prefill's rows go by in
@@ -368,7 +418,7 @@ void QDOT_ROWS_FN(const struct qdot_args *a, int r0, int r1)
         QD_LOOP(qd_q8_0(row, x, nb));
         break;
     case DTYPE_Q4_0:
-        QD_LOOP(qd_q4_0(row, x, nb));
+        QD_LOOP(QD_Q4_0(row, x, nb));
         break;
     case DTYPE_Q4_K:
         QD_LOOP(QD_Q45_K(row, x, nb, false));

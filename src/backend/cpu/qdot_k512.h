@@ -11,25 +11,14 @@
  * per block, and those 8 lanes scaled as qdot.h says: each block's integer
  * sums are exact, so the bits are the scalar reference's.
  *
- * Where the quants sit: a Q4_K/Q5_K vector of 64 packed bytes holds sub-
- * blocks 2j and 2j + 2 in its low nibbles and 2j + 1, 2j + 3 in its high
- * ones (j = 0, 2), so its x is two runs of 32 put together; a Q6_K vector
- * of 64 low-nibble bytes holds 64 consecutive quants (its top bits are the
- * same 32 bytes of qh shifted by 0/2 or 4/6), so its x is one load. */
-
-/* Weight bytes prefetched ahead of the block being read (a row of 2048
- * columns is 1-2 KiB): on the shared Zen 4 here, streaming from memory
- * measured 0-30% faster than without (noisy), with the weights in cache 3%
- * slower */
-#ifndef QD5_PREFETCH
-#define QD5_PREFETCH 2048
-#endif
-
-QD_INLINE void qd5_prefetch(const char *p, int lines)
-{
-    for (int i = 0; QD5_PREFETCH > 0 && i < lines; i++)
-        _mm_prefetch(p + QD5_PREFETCH + 64 * i, _MM_HINT_T0);
-}
+ * Where the quants sit: a Q4_K/Q5_K run of 32 packed bytes holds sub-block
+ * 2v in its low nibbles and 2v + 1 in its high ones, so the run broadcast
+ * to both halves of a vector, shifted by 0 in the low half and 4 in the
+ * high one (one VPSRLVW) and masked, is quants 64v .. 64v + 63 in order,
+ * and its x is one load (two loads of x put together cost 11% more a
+ * block); a Q6_K vector of 64 low-nibble bytes holds 64 consecutive quants
+ * (its top bits are the same 32 bytes of qh shifted by 0/2 or 4/6), so its
+ * x is one load too. */
 
 /* 8 f16 `stride` bytes apart, lanes n and above 0 */
 QD_INLINE __m256 qd5_f16x8(const char *p, size_t stride, int n)
@@ -120,14 +109,6 @@ QD_INLINE __m256i qd5_scales_mins(const char *p)
     return _mm256_ternarylogic_epi32(low, a, b, 0xca);
 }
 
-/* x's runs of 32 bytes i and j as one vector */
-QD_INLINE __m512i qd5_x2(const int8_t *x, int i, int j)
-{
-    return _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x + 32 * i))),
-        _mm256_loadu_si256((const __m256i *)(x + 32 * j)), 1);
-}
-
 /* words 0-15 index a, 16-31 index b */
 QD_INLINE __m512i qd5_idx2(int a, int b)
 {
@@ -137,6 +118,7 @@ QD_INLINE __m512i qd5_idx2(int a, int b)
 /* the constants of qd5_blk_45k */
 struct qd5_k45 {
     __m512i lo4, sixteen, bit, sc[4]; /* bit: Q5_K's fifth bits of vector 0 */
+    __m512i nib;  /* shifts: the low nibbles in the low half, the high ones above */
     __m256i mins; /* each min twice, against x's sums of 16 */
 };
 
@@ -145,12 +127,11 @@ QD_INLINE struct qd5_k45 qd5_k45_init(void)
     struct qd5_k45 c;
     c.lo4 = _mm512_set1_epi8(15);
     c.sixteen = _mm512_set1_epi8(16);
-    c.bit = _mm512_inserti64x4(_mm512_set1_epi8(1), _mm256_set1_epi8(4), 1);
-    /* vector v holds sub-blocks (v / 2) * 4 + (v & 1) and that plus 2 */
-    for (int v = 0; v < 4; v++) {
-        const int s = v / 2 * 4 + (v & 1);
-        c.sc[v] = qd5_idx2(s, s + 2);
-    }
+    c.bit = _mm512_inserti64x4(_mm512_set1_epi8(1), _mm256_set1_epi8(2), 1);
+    c.nib = qd5_idx2(0, 4);
+    /* vector v holds sub-blocks 2v and 2v + 1 */
+    for (int v = 0; v < 4; v++)
+        c.sc[v] = qd5_idx2(2 * v, 2 * v + 1);
     c.mins = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     return c;
 }
@@ -160,32 +141,33 @@ QD_INLINE struct qd5_k45 qd5_k45_init(void)
 QD_INLINE void qd5_blk_45k(const char *w, const char *x, const bool five, const struct qd5_k45 *c,
                            __m512i *is, __m256i *ms)
 {
+    const size_t wb = five ? sizeof(struct quant_q5_k) : sizeof(struct quant_q4_k);
     const int8_t *xq = (const int8_t *)x + 4;
-    qd5_prefetch(w, five ? 3 : 2);
+    qd_prefetch(w, wb);
     const __m256i sm = qd5_scales_mins(w + 4);
     const __m512i smz = _mm512_castsi256_si512(sm);
     const char *qs = w + (five ? 48 : 16);
-    const __m512i p0 = _mm512_loadu_si512(qs), p1 = _mm512_loadu_si512(qs + 64);
-    __m512i q[4] = {
-        _mm512_and_si512(p0, c->lo4), _mm512_and_si512(_mm512_srli_epi16(p0, 4), c->lo4),
-        _mm512_and_si512(p1, c->lo4), _mm512_and_si512(_mm512_srli_epi16(p1, 4), c->lo4)};
+    __m512i q[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        const __m512i b =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * v)));
+        q[v] = _mm512_and_si512(_mm512_srlv_epi16(b, c->nib), c->lo4);
+    }
     if (five) {
-        /* vector v's bits: vector 0's shifted by v / 2 * 4 + (v & 1) (made
-         * here: four more constants would not stay in registers) */
         const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 16)));
-        const __m512i bits[4] = {c->bit, _mm512_add_epi8(c->bit, c->bit),
-                                 _mm512_slli_epi16(c->bit, 4), _mm512_slli_epi16(c->bit, 5)};
+        const __m512i b2 = _mm512_slli_epi16(c->bit, 2);
+        const __m512i bits[4] = {c->bit, b2, _mm512_slli_epi16(c->bit, 4),
+                                 _mm512_slli_epi16(b2, 4)};
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++)
             q[v] = _mm512_mask_add_epi8(q[v], _mm512_test_epi8_mask(qh, bits[v]), q[v], c->sixteen);
     }
     __m512i acc = _mm512_setzero_si512();
 #pragma GCC unroll 4
-    for (int v = 0; v < 4; v++) {
-        const int s = v / 2 * 4 + (v & 1);
-        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q[v], qd5_x2(xq, s, s + 2)),
+    for (int v = 0; v < 4; v++)
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q[v], _mm512_loadu_si512(xq + 64 * v)),
                                   _mm512_permutexvar_epi16(c->sc[v], smz));
-    }
     *is = acc;
     *ms = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(x + 4 + QUANT_QKK)),
                             _mm256_permutexvar_epi16(c->mins, sm));
@@ -263,7 +245,7 @@ QD_INLINE struct qd5_k6 qd5_k6_init(void)
 QD_INLINE __m512i qd5_blk_6k(const char *w, const char *x, const struct qd5_k6 *c)
 {
     const int8_t *xq = (const int8_t *)x + 4;
-    qd5_prefetch(w, 4);
+    qd_prefetch(w, sizeof(struct quant_q6_k));
     const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 192)));
     const __m512i scz = _mm512_castsi256_si512(sc);
     const __m512i l0 = _mm512_loadu_si512(w), l1 = _mm512_loadu_si512(w + 64);
@@ -317,6 +299,68 @@ QD_INLINE float qd5_q6_k_body(const char *w, const char *x, int nb)
     return qd_sum8(acc);
 }
 
+/* Q4_0 against Q8_0 x, 8 blocks a step: blocks k and k + 4 in one vector
+ * (each block's 16 packed bytes broadcast to two 128-bit lanes, shifted by
+ * 0 and 4 and masked: its quants 0-31 in order, so its x is one run of
+ * 32), the unsigned quants times x by VPDPBUSD less 8 times x's sums (the
+ * same exact sums as |w| against x with w's sign), the four vectors'
+ * 16-lane sums reduced into one lane a block in block order. The rest of
+ * the row is qd_q4_0's. */
+QD_INLINE float qd5_q4_0_body(const char *w, const char *x, int nb)
+{
+    const size_t wb = sizeof(struct quant_q4_0), xb = sizeof(struct quant_q8_0);
+    const __m512i lo4 = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
+    const long long f = 0x0004000400040004LL; /* words shifted by 4 */
+    const __m512i nib = _mm512_set_epi64(f, f, 0, 0, f, f, 0, 0);
+    __m256 acc = _mm256_setzero_ps();
+    int b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        const char *w8 = w + (size_t)b * wb, *x8 = x + (size_t)b * xb;
+        qd_prefetch(w8, 8 * wb);
+        __m512i t[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            __m512i n = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(w8 + i * wb + 2)));
+            n = _mm512_mask_broadcast_i32x4(
+                n, 0xff00, _mm_loadu_si128((const __m128i *)(w8 + (i + 4) * wb + 2)));
+            const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(n, nib), lo4);
+            const __m512i xv = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x8 + i * xb + 2))),
+                _mm256_loadu_si256((const __m256i *)(x8 + (i + 4) * xb + 2)), 1);
+            t[i] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv),
+                                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xv));
+        }
+        /* per 128-bit lane the sums of t0 .. t3, then the lanes of each
+         * half added: blocks 0-3 (low halves), 4-7 (high) */
+        const __m512i u0 =
+            _mm512_add_epi32(_mm512_unpacklo_epi32(t[0], t[1]), _mm512_unpackhi_epi32(t[0], t[1]));
+        const __m512i u1 =
+            _mm512_add_epi32(_mm512_unpacklo_epi32(t[2], t[3]), _mm512_unpackhi_epi32(t[2], t[3]));
+        const __m512i v =
+            _mm512_add_epi32(_mm512_unpacklo_epi64(u0, u1), _mm512_unpackhi_epi64(u0, u1));
+        const __m512i r = _mm512_add_epi32(_mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(2, 0, 2, 0)),
+                                           _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 3, 1)));
+        const __m256 d = _mm256_mul_ps(qd_f16x8_span(w8, wb), qd_f16x8_span(x8, xb));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm512_castsi512_si256(r)), acc);
+    }
+    if (b < nb) {
+        const int n = nb - b;
+        const char *w8 = w + (size_t)b * wb, *x8 = x + (size_t)b * xb;
+        __m256i v[8];
+        float dw[8] = {0}, dx[8] = {0};
+        for (int k = 0; k < 8; k++) {
+            v[k] = k < n ? qd_q4_0_blk(w8, x8, k) : _mm256_setzero_si256();
+            if (k < n) {
+                dw[k] = qd_f16(w8 + (size_t)k * wb);
+                dx[k] = qd_f16(x8 + (size_t)k * xb);
+            }
+        }
+        const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_loadu_ps(dx));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(qd_hsum8(v)), acc);
+    }
+    return qd_sum8(acc);
+}
+
 /* One call per row and type (GCC unrolls the 8 blocks of a step only in a
  * function of its own, not inlined into the rows' loops) */
 static __attribute__((noinline)) float qd5_q4_k(const char *w, const char *x, int nb)
@@ -332,6 +376,11 @@ static __attribute__((noinline)) float qd5_q5_k(const char *w, const char *x, in
 static __attribute__((noinline)) float qd5_q6_k(const char *w, const char *x, int nb)
 {
     return qd5_q6_k_body(w, x, nb);
+}
+
+static __attribute__((noinline)) float qd5_q4_0(const char *w, const char *x, int nb)
+{
+    return qd5_q4_0_body(w, x, nb);
 }
 
 #define qd5_q45_k(w, x, nb, five) ((five) ? qd5_q5_k(w, x, nb) : qd5_q4_k(w, x, nb))

@@ -58,10 +58,13 @@ size_t qdot_x_row_bytes(enum dtype t, int n)
 }
 
 static bool has_avx2(void);
+static bool has_vnni(void);
 
 void qdot_quantize_x(enum dtype t, const float *x, void *xq, int n)
 {
-    if (qdot_xtype_of(t) == QDOT_X_Q8_K)
+    if (qdot_xtype_of(t) == QDOT_X_Q8_K && has_vnni())
+        qdot_x_q8_k_avx512(x, xq, n);
+    else if (qdot_xtype_of(t) == QDOT_X_Q8_K)
         quant_q8_k_from_f32(x, xq, n);
     else if (has_avx2())
         qdot_x_q8_0_avx2(x, xq, n);
