@@ -27,6 +27,8 @@ static inline __m256i qdt_dot4(__m256i acc, __m256i xv, const void *wp)
 #define QDOT_TILE_FN qdot_tile_vnni
 #include "backend/cpu/qdot_tile_body.h"
 
+#include "backend/cpu/qdot_mr_body.h"
+
 #else
 void qdot_rows_vnni(const struct qdot_args *a, int r0, int r1)
 {
@@ -34,6 +36,12 @@ void qdot_rows_vnni(const struct qdot_args *a, int r0, int r1)
 }
 
 int qdot_tile_vnni(const struct qdot_args *a, int r0, int r1)
+{
+    qdot_rows_scalar(a, r0, r1);
+    return 0;
+}
+
+int qdot_mr_vnni(const struct qdot_args *a, int r0, int r1)
 {
     qdot_rows_scalar(a, r0, r1);
     return 0;
