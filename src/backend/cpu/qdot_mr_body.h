@@ -66,15 +66,20 @@ QD_INLINE void qmr_transpose(const char *a, const char *b, size_t bb, int n, int
     }
 }
 
-/* 16 f16 `bb` bytes apart from a's and b's blocks (n of each, the rest 0) */
-QD_INLINE __m512 qmr_f16(const char *a, const char *b, size_t bb, int n)
+/* 16 f16 `bb` bytes apart: the high half of the 32 bits at a + off (hi:
+ * 1) or the low half (hi: 0) of a's and b's blocks (n of each, the rest 0) */
+QD_INLINE __m512 qmr_f16(const char *a, const char *b, size_t bb, int n, int off, int hi)
 {
-    uint16_t h[16];
-    for (int k = 0; k < 8; k++) {
-        h[k] = k < n ? qd_u16(a + (size_t)k * bb) : 0;
-        h[8 + k] = k < n && b ? qd_u16(b + (size_t)k * bb) : 0;
-    }
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+    const __m512i k = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4,
+                                                           5, 6, 7),
+                                         _mm512_set1_epi32((int)bb));
+    const __m512i idx = _mm512_add_epi32(
+        k, _mm512_inserti64x4(_mm512_setzero_si512(),
+                              _mm256_set1_epi32(b ? (int)(b - a) : 0), 1));
+    const __mmask16 lanes = (__mmask16)(((1u << n) - 1) | (b ? ((1u << n) - 1) << 8 : 0));
+    __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), lanes, idx, a + off, 1);
+    v = hi ? _mm512_srli_epi32(v, 16) : v;
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
 }
 
 /* byte `i` of each lane of v, bits `bits` of it from `shift`, as a lane */
@@ -112,7 +117,7 @@ QD_INLINE void qmr_unpack(enum dtype t, const char *a, const char *b, int n, __m
         for (int q = 0; q < 8; q++)
             c = _mm512_dpbusd_epi32(c, _mm512_set1_epi8(-128), u[QMR_W + q]);
         u[QMR_CORR] = _mm512_sub_epi32(_mm512_setzero_si512(), c);
-        u[QMR_D] = _mm512_castps_si512(qmr_f16(a, b, bb, n));
+        u[QMR_D] = _mm512_castps_si512(qmr_f16(a, b, bb, n, 0, 0));
         break;
     }
     case DTYPE_Q4_K:
@@ -190,7 +195,7 @@ QD_INLINE void qmr_unpack(enum dtype t, const char *a, const char *b, int n, __m
             u[QMR_PR + 2 * v] = _mm512_srai_epi16(_mm512_slli_epi16(tr[v], 8), 8);
             u[QMR_PR + 2 * v + 1] = _mm512_srai_epi16(tr[v], 8);
         }
-        u[QMR_D] = _mm512_castps_si512(qmr_f16(a + 208, b ? b + 208 : NULL, bb, n));
+        u[QMR_D] = _mm512_castps_si512(qmr_f16(a, b, bb, n, 206, 1));
         break;
     }
     default:
@@ -198,16 +203,16 @@ QD_INLINE void qmr_unpack(enum dtype t, const char *a, const char *b, int n, __m
     }
 }
 
-/* x's 256 bits at p in both halves */
-QD_INLINE __m512i qmr_x(const char *p)
+/* x's vector v of a run (qdot.h: its 256 bits in both halves) */
+QD_INLINE __m512i qmr_xv(const char *run, int v)
 {
-    return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_loadu_si512(run + 64 * v);
 }
 
 /* One unpacked run u times M (<= 8) input rows' runs xr[i] (qdot_pack_x_mr's
  * layout), their partial sums p[i] (both rows' lanes) updated */
-QD_INLINE void qmr_run(enum dtype t, const __m512i *u, const char *const *xr, __m512 *p,
-                       const int M)
+QD_INLINE void qmr_run1(enum dtype t, const __m512i *u, const char *const *xr, __m512 *p,
+                        const int M)
 {
     __m512i is[8];
     switch (t) {
@@ -220,12 +225,12 @@ QD_INLINE void qmr_run(enum dtype t, const __m512i *u, const char *const *xr, __
             const __m512i w = u[QMR_W + q];
 #pragma GCC unroll 8
             for (int i = 0; i < M; i++)
-                is[i] = _mm512_dpbusd_epi32(is[i], qmr_x(xr[i] + 32 * q), w);
+                is[i] = _mm512_dpbusd_epi32(is[i], qmr_xv(xr[i], q), w);
         }
 #pragma GCC unroll 8
         for (int i = 0; i < M; i++) {
             const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(u[QMR_D]),
-                                           _mm512_castsi512_ps(qmr_x(xr[i] + 32 * 8)));
+                                           _mm512_castsi512_ps(qmr_xv(xr[i], 8)));
             p[i] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(is[i]), p[i]);
         }
         break;
@@ -237,6 +242,8 @@ QD_INLINE void qmr_run(enum dtype t, const __m512i *u, const char *const *xr, __
         const int nsub = k6 ? 16 : 8, per = 64 / nsub, npr = k6 ? 8 : 4;
         for (int i = 0; i < M; i++)
             is[i] = _mm512_setzero_si512();
+        /* a sub-block at a time (unrolled further, GCC spills the sums) */
+#pragma GCC unroll 1
         for (int s = 0; s < nsub; s++) {
             __m512i acc[8];
             for (int i = 0; i < M; i++)
@@ -246,7 +253,7 @@ QD_INLINE void qmr_run(enum dtype t, const __m512i *u, const char *const *xr, __
                 const __m512i w = u[QMR_W + per * s + q];
 #pragma GCC unroll 8
                 for (int i = 0; i < M; i++)
-                    acc[i] = _mm512_dpbusd_epi32(acc[i], w, qmr_x(xr[i] + 32 * (per * s + q)));
+                    acc[i] = _mm512_dpbusd_epi32(acc[i], w, qmr_xv(xr[i], (per * s + q)));
             }
             const __m512i sc = u[QMR_SC + s];
 #pragma GCC unroll 8
@@ -257,8 +264,8 @@ QD_INLINE void qmr_run(enum dtype t, const __m512i *u, const char *const *xr, __
         for (int i = 0; i < M; i++) {
             __m512i ms = _mm512_setzero_si512();
             for (int pr = 0; pr < npr; pr++)
-                ms = _mm512_dpwssd_epi32(ms, u[QMR_PR + pr], qmr_x(xr[i] + 32 * (64 + pr)));
-            const __m512 dx = _mm512_castsi512_ps(qmr_x(xr[i] + 32 * (64 + npr)));
+                ms = _mm512_dpwssd_epi32(ms, u[QMR_PR + pr], qmr_xv(xr[i], (64 + pr)));
+            const __m512 dx = _mm512_castsi512_ps(qmr_xv(xr[i], (64 + npr)));
             const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(u[QMR_D]), dx);
             if (k6) {
                 /* the quants' bias of 32 */
@@ -278,36 +285,73 @@ QD_INLINE void qmr_run(enum dtype t, const __m512i *u, const char *const *xr, __
     }
 }
 
-/* rows i0 .. i0 + M of x against one run (M a constant in each copy) */
-static __attribute__((noinline)) void qmr_run_m(enum dtype t, const __m512i *u,
-                                                const char *const *xr, __m512 *p, int M)
+/* nrun runs from u on (QMR_VECS vectors apart) times M input rows (row i's
+ * runs from xr[i] on, run_bytes apart); the partials p[i] kept in registers */
+QD_INLINE void qmr_run(enum dtype t, const __m512i *u, int nrun, size_t run_bytes,
+                       const char *const *xr0, __m512 *pm, const int M)
 {
-    switch (M) {
-    case 1:
-        qmr_run(t, u, xr, p, 1);
-        break;
-    case 2:
-        qmr_run(t, u, xr, p, 2);
-        break;
-    case 3:
-        qmr_run(t, u, xr, p, 3);
-        break;
-    case 4:
-        qmr_run(t, u, xr, p, 4);
-        break;
-    case 5:
-        qmr_run(t, u, xr, p, 5);
-        break;
-    case 6:
-        qmr_run(t, u, xr, p, 6);
-        break;
-    case 7:
-        qmr_run(t, u, xr, p, 7);
-        break;
-    default:
-        qmr_run(t, u, xr, p, 8);
-        break;
+    __m512 p[8];
+    const char *xr[8];
+    for (int i = 0; i < M; i++) {
+        p[i] = pm[i];
+        xr[i] = xr0[i];
     }
+    for (int c = 0; c < nrun; c++, u += QMR_VECS) {
+        qmr_run1(t, u, xr, p, M);
+        for (int i = 0; i < M; i++)
+            xr[i] += run_bytes;
+    }
+    for (int i = 0; i < M; i++)
+        pm[i] = p[i];
+}
+
+/* rows i0 .. i0 + M of x against one run: one copy per class of type and
+ * count of rows, so that each loop unrolls whole */
+#define QMR_RUN_M(name, T)                                                                         \
+    static __attribute__((noinline)) void name(const __m512i *u, int nrun, size_t rb,             \
+                                               const char *const *xr, __m512 *p, int M)            \
+    {                                                                                              \
+        switch (M) {                                                                               \
+        case 1:                                                                                    \
+            qmr_run(T, u, nrun, rb, xr, p, 1);                                                              \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            qmr_run(T, u, nrun, rb, xr, p, 2);                                                              \
+            break;                                                                                 \
+        case 3:                                                                                    \
+            qmr_run(T, u, nrun, rb, xr, p, 3);                                                              \
+            break;                                                                                 \
+        case 4:                                                                                    \
+            qmr_run(T, u, nrun, rb, xr, p, 4);                                                              \
+            break;                                                                                 \
+        case 5:                                                                                    \
+            qmr_run(T, u, nrun, rb, xr, p, 5);                                                              \
+            break;                                                                                 \
+        case 6:                                                                                    \
+            qmr_run(T, u, nrun, rb, xr, p, 6);                                                              \
+            break;                                                                                 \
+        case 7:                                                                                    \
+            qmr_run(T, u, nrun, rb, xr, p, 7);                                                              \
+            break;                                                                                 \
+        default:                                                                                   \
+            qmr_run(T, u, nrun, rb, xr, p, 8);                                                              \
+            break;                                                                                 \
+        }                                                                                          \
+    }
+
+QMR_RUN_M(qmr_run_32, DTYPE_Q8_0)
+QMR_RUN_M(qmr_run_45k, DTYPE_Q4_K)
+QMR_RUN_M(qmr_run_6k, DTYPE_Q6_K)
+
+static void qmr_run_m(enum dtype t, const __m512i *u, int nrun, size_t rb, const char *const *xr,
+                      __m512 *p, int M)
+{
+    if (t == DTYPE_Q8_0 || t == DTYPE_Q4_0)
+        qmr_run_32(u, nrun, rb, xr, p, M);
+    else if (t == DTYPE_Q6_K)
+        qmr_run_6k(u, nrun, rb, xr, p, M);
+    else
+        qmr_run_45k(u, nrun, rb, xr, p, M);
 }
 
 /* qdot_sum8 of lanes 8 h .. 8 h + 7 */
@@ -347,12 +391,10 @@ int qdot_mr_vnni(const struct qdot_args *a, int r0, int r1)
             p[i] = _mm512_setzero_ps();
         for (int i0 = 0; i0 < a->m; i0 += 8) {
             const int M = a->m - i0 < 8 ? a->m - i0 : 8;
-            for (int c = 0; c < nrun; c++) {
-                const char *xr[8];
-                for (int i = 0; i < M; i++)
-                    xr[i] = a->xp + (size_t)(i0 + i) * a->xp_ld + (size_t)c * qdot_xmr_run_bytes(t);
-                qmr_run_m(t, u + (size_t)c * QMR_VECS, xr, p + i0, M);
-            }
+            const char *xr[8];
+            for (int i = 0; i < M; i++)
+                xr[i] = a->xp + (size_t)(i0 + i) * a->xp_ld;
+            qmr_run_m(t, u, nrun, qdot_xmr_run_bytes(t), xr, p + i0, M);
         }
         for (int i = 0; i < a->m; i++) {
             a->y[(size_t)i * a->ldy + r] = qmr_sum8(p[i], 0);

@@ -134,7 +134,7 @@ static int xmr_pairs(enum dtype t)
 
 size_t qdot_xmr_run_bytes(enum dtype t)
 {
-    return (size_t)32 * ((qdot_xtype_of(t) == QDOT_X_Q8_0 ? 8 : 64) + xmr_pairs(t) + 1);
+    return (size_t)64 * ((qdot_xtype_of(t) == QDOT_X_Q8_0 ? 8 : 64) + xmr_pairs(t) + 1);
 }
 
 size_t qdot_xmr_row_bytes(enum dtype t, int n)
@@ -149,37 +149,40 @@ void qdot_pack_x_mr(enum dtype t, const char *xq, int n, char *xr)
     const int nb = n / dtype_block(t), nq = kq ? 64 : 8, npr = xmr_pairs(t);
     const size_t xb = kq ? sizeof(struct quant_q8_k) : sizeof(struct quant_q8_0);
     for (int b0 = 0; b0 < nb; b0 += 8, xr += qdot_xmr_run_bytes(t)) {
-        memset(xr, kq ? 0 : 0x80, (size_t)32 * nq);
-        memset(xr + 32 * nq, 0, (size_t)32 * (npr + 1));
+        memset(xr, kq ? 0 : 0x80, (size_t)64 * nq);
+        memset(xr + 64 * nq, 0, (size_t)64 * (npr + 1));
         for (int k = 0; k < 8 && b0 + k < nb; k++) {
             const char *blk = xq + (size_t)(b0 + k) * xb;
             const unsigned char *qs = (const unsigned char *)blk + (kq ? 4 : 2);
             for (int j = 0; j < nq; j++)
                 for (int e = 0; e < 4; e++)
-                    xr[32 * j + 4 * k + e] = (char)(kq ? qs[4 * j + e] : qs[4 * j + e] ^ 0x80);
+                    xr[64 * j + 4 * k + e] = (char)(kq ? qs[4 * j + e] : qs[4 * j + e] ^ 0x80);
             float d;
             if (kq) {
-                int16_t bs[QUANT_QKK / 16], pr[16];
+                int16_t bs[QUANT_QKK / 16], pr[2];
                 memcpy(&d, blk, 4);
                 memcpy(bs, blk + 4 + QUANT_QKK, sizeof(bs));
                 for (int p = 0; p < npr; p++) {
                     if (t == DTYPE_Q6_K) {
                         const int s = 4 * (p / 2) + p % 2;
-                        pr[2 * p] = bs[s];
-                        pr[2 * p + 1] = bs[s + 2];
+                        pr[0] = bs[s];
+                        pr[1] = bs[s + 2];
                     } else {
-                        pr[2 * p] = (int16_t)(bs[4 * p] + bs[4 * p + 1]);
-                        pr[2 * p + 1] = (int16_t)(bs[4 * p + 2] + bs[4 * p + 3]);
+                        pr[0] = (int16_t)(bs[4 * p] + bs[4 * p + 1]);
+                        pr[1] = (int16_t)(bs[4 * p + 2] + bs[4 * p + 3]);
                     }
-                    memcpy(xr + 32 * (nq + p) + 4 * k, &pr[2 * p], 4);
+                    memcpy(xr + 64 * (nq + p) + 4 * k, pr, 4);
                 }
             } else {
                 uint16_t h;
                 memcpy(&h, blk, 2);
                 d = f16_to_f32(h);
             }
-            memcpy(xr + 32 * (nq + npr) + 4 * k, &d, 4);
+            memcpy(xr + 64 * (nq + npr) + 4 * k, &d, 4);
         }
+        /* the same 32 bytes for the second row's lanes */
+        for (int v = 0; v < nq + npr + 1; v++)
+            memcpy(xr + 64 * v + 32, xr + 64 * v, 32);
     }
 }
 
