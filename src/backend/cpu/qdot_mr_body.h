@@ -28,19 +28,25 @@
 #define QMR_CORR 90
 #define QMR_VECS 91
 
-/* 16 lanes of 32 bits: dword j (from `off`, `bytes` <= 32 read) of block k of
- * rows a (lanes 0-7) and b (8-15, b may be NULL) in t[j], blocks n.. zero */
+/* 16 lanes of 32 bits: dword j (from `off`, `bytes` = 16 or 32 read, all
+ * inside the block) of block k of rows a (lanes 0-7) and b (8-15, b may be
+ * NULL) in t[j], blocks n.. zero. (Plain loads: masked ones ran 6x slower
+ * from memory.) */
+QD_INLINE __m256i qmr_load(const char *p, int bytes)
+{
+    return bytes == 32 ? _mm256_loadu_si256((const __m256i *)p)
+                       : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p));
+}
+
 QD_INLINE void qmr_transpose(const char *a, const char *b, size_t bb, int n, int off, int bytes,
                              __m512i t[8])
 {
-    const __mmask32 mask = bytes >= 32 ? 0xffffffffu : ((__mmask32)1 << bytes) - 1;
     __m512i r[8];
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) {
-        const __m256i lo = k < n ? _mm256_maskz_loadu_epi8(mask, a + (size_t)k * bb + off)
-                                 : _mm256_setzero_si256();
-        const __m256i hi = k < n && b ? _mm256_maskz_loadu_epi8(mask, b + (size_t)k * bb + off)
-                                      : _mm256_setzero_si256();
+        const __m256i lo = k < n ? qmr_load(a + (size_t)k * bb + off, bytes) : _mm256_setzero_si256();
+        const __m256i hi =
+            k < n && b ? qmr_load(b + (size_t)k * bb + off, bytes) : _mm256_setzero_si256();
         r[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
     }
     __m512i u[8], v[8];
@@ -361,6 +367,11 @@ QD_INLINE float qmr_sum8(__m512 p, int h)
                      : _mm512_castps512_ps256(p));
 }
 
+/* weight rows prefetched ahead of the pair being unpacked */
+#ifndef QMR_AHEAD
+#define QMR_AHEAD 4
+#endif
+
 int qdot_mr_vnni(const struct qdot_args *a, int r0, int r1)
 {
     const struct weight_view *w = a->w;
@@ -379,9 +390,15 @@ int qdot_mr_vnni(const struct qdot_args *a, int r0, int r1)
         return ERR_NOMEM;
     __m512i *u = (__m512i *)buf;
     __m512 *p = (__m512 *)(buf + ubytes);
+    const size_t row_bytes = dtype_row_bytes(t, (size_t)w->cols);
     for (int r = r0; r < r1; r += 2) {
         const char *ra = (const char *)w->data + (size_t)r * w_ld;
         const char *rb = r + 1 < r1 ? ra + w_ld : NULL;
+        /* the pair after next: the transposes read a row in several passes,
+         * which the hardware's prefetchers follow poorly */
+        for (int k = QMR_AHEAD; k < QMR_AHEAD + 2 && r + k < r1; k++)
+            for (size_t o = 0; o < row_bytes; o += 64)
+                _mm_prefetch(ra + (size_t)k * w_ld + o, _MM_HINT_T0);
         for (int c = 0; c < nrun; c++) {
             const int n = nb - 8 * c < 8 ? nb - 8 * c : 8;
             qmr_unpack(t, ra + (size_t)c * 8 * bb, rb ? rb + (size_t)c * 8 * bb : NULL, n,
