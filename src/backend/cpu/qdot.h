@@ -88,8 +88,8 @@ int qdot_tile_vnni(const struct qdot_args *a, int r0, int r1);
  * weight rows' runs of 8 blocks unpacked once into one vector per quad
  * (lane 8 h + k: block k of row h), and multiplied with every input row,
  * whose quantized rows q_prepare lays out to match (qdot_pack_x_mr). Per
- * run of 8 blocks of x, in order, 64 bytes each (lane k and 8 + k: block k of the run,
- * zero past the row's blocks):
+ * run of 8 blocks of x, in order, 64 bytes each (lanes k and 8 + k: block
+ * k of the run, zero past the row's blocks):
  *   Q8_0 x:  u[q], q < 8     the block's quad q, each byte plus 128
  *   Q8_K x:  s[j], j < 64    the block's quad j
  *            pr[p]           two int16 sums of x a lane, against the

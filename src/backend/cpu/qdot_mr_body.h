@@ -11,7 +11,7 @@
  * own block, so a block's integer sum never needs a horizontal sum; the
  * sub-block scales multiply a lane each (VPMULLD), the mins and Q6_K's bias
  * come from x's sums in pairs (VPDPWSSD). x is laid out to match once per
- * call (qdot_pack_x_mr: the same transpose, 256 bits broadcast to both
+ * call (qdot_pack_x_mr: the same transpose, its 256 bits twice, for both
  * rows). The lanes are then the blocks' lanes of qdot.h's partial sums (block
  * b into b % 8), so the f32 steps are the single-row kernels' in the same
  * order: the same bits. A run short of 8 blocks, or a missing second row,

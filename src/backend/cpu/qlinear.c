@@ -8,16 +8,20 @@
  * - bf16 mode, llama.cpp's: each input row quantized once per call (to
  *   Q8_0 blocks for the 32-element types, Q8_K for the K-quants) and every
  *   weight row times it in integer dot products (qdot.h), split by weight
- *   rows over the pool. Two kinds of kernel: one weight row at a time
- *   against each input row (vnni, avx2), or each weight row unpacked once
- *   and multiplied with 8 input rows at a time, packed one row a lane
- *   (vnni-m8, avx2-m8; qdot_tile_body.h); both give the same bits. The
- *   kernel is chosen per process, type and bucket of rows (1, 2-15, 16 and
- *   more) by measurement, as the GEMV's are: at the first call with a type,
- *   each candidate is timed on 4 MiB of that type's blocks flushed from the
- *   caches, at 1, 8 and 32 input rows, best of 5, 3 and 3, interleaved; a
- *   later candidate must win by 3%. SHARDSWAP_QDOT=NAME (vnni, avx2,
- *   vnni-m8, avx2-m8, scalar) runs one kernel for every call instead. */
+ *   rows over the pool. Three kinds of kernel: one weight row at a time
+ *   against each input row (vnni, avx2); two weight rows' blocks unpacked
+ *   once into the lanes of one vector a quad and multiplied with every
+ *   input row, x laid out to match (vnni-mr; qdot_mr_body.h: decode
+ *   batches); or each weight row unpacked once and multiplied with 8 input
+ *   rows at a time, packed one row a lane (vnni-m8, avx2-m8;
+ *   qdot_tile_body.h); all give the same bits. The kernel is chosen per
+ *   process, type and bucket of rows (1, 2-4, 5-8, 9-15, 16 and more) by
+ *   measurement, as the GEMV's are: at the first call with a type, each
+ *   candidate is timed on 4 MiB of that type's blocks flushed from the
+ *   caches, at 1, 3, 6, 12 and 32 input rows, best of 5, 3, 3, 3 and 3,
+ *   interleaved; a later candidate must win by 3%. SHARDSWAP_QDOT=NAME
+ *   (vnni, avx2, vnni-mr, vnni-m8, avx2-m8, scalar) runs one kernel for
+ *   every call instead. */
 #include "backend/cpu/qlinear.h"
 
 #include <math.h>
