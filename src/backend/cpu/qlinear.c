@@ -19,7 +19,9 @@
  *   measurement, as the GEMV's are: at the first call with a type, each
  *   candidate is timed on 4 MiB of that type's blocks flushed from the
  *   caches, at 1, 3, 6, 12 and 32 input rows, best of 5, 3, 3, 3 and 3,
- *   interleaved; a later candidate must win by 3%. SHARDSWAP_QDOT=NAME
+ *   interleaved (vnni-mr not at 32: every row's x goes by each pair of
+ *   weight rows, which a prefill's many rows stream from L3); a later
+ *   candidate must win by 3%. SHARDSWAP_QDOT=NAME
  *   (vnni, avx2, vnni-mr, vnni-m8, avx2-m8, scalar) runs one kernel for
  *   every call instead. */
 #include "backend/cpu/qlinear.h"
@@ -466,6 +468,8 @@ static void q_calibrate(enum dtype t)
                 for (int i = 0; i < n; i++) {
                     if (cand[i]->tile && q_bucket_m[b] == 1)
                         continue; /* 7 of its 8 lanes idle */
+                    if (cand[i]->x == Q_X_RUNS && q_bucket_m[b] >= 16)
+                        continue; /* x's runs for every row go by each pair */
                     cpu_cache_flush(wd, (size_t)rows * row_bytes);
                     double s = time_now();
                     if (q_run(cand[i], y, x, q_bucket_m[b], &w) < 0)
