@@ -258,7 +258,7 @@ static void isas_match_scalar(const char *const *isas, size_t n, const struct we
 /* Every instruction set's kernel gives the scalar reference's bits. */
 TEST(isa_bitwise)
 {
-    static const char *const isas[] = {"vnni", "avx2", "vnni-m8", "avx2-m8"};
+    static const char *const isas[] = {"vnni", "avx2", "vnni-mr", "vnni-m8", "avx2-m8"};
     const int rows = 45;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const enum dtype t = types[ti];
@@ -297,7 +297,7 @@ TEST(isa_bitwise)
  * so zero scales). */
 TEST(multirow_bitwise)
 {
-    static const char *const isas[] = {"vnni-m8", "avx2-m8"};
+    static const char *const isas[] = {"vnni-mr", "vnni-m8", "avx2-m8"};
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const enum dtype t = types[ti];
         const int qk = dtype_block(t);

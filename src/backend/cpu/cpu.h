@@ -47,16 +47,17 @@ const char *cpu_gemv_kernels(void);
  * unchanged). */
 int cpu_gemv_force(const char *name);
 
-/* Which quantized dot-product kernel (vnni, avx2, vnni-m8, avx2-m8,
- * scalar) runs per GGUF block type with a bf16-mode linear layer (x
- * quantized), for one input row, 2-15 and 16 or more, as one line: "Q8_0:
- * m1 vnni, m2-15 vnni, m16+ vnni-m8; ... (measured in 40 ms)", calibrating every
+/* Which quantized dot-product kernel (vnni, avx2, vnni-mr, vnni-m8,
+ * avx2-m8, scalar) runs per GGUF block type with a bf16-mode linear layer
+ * (x quantized), for one input row, 2-4, 5-8, 9-15 and 16 or more, as one
+ * line: "Q8_0: m1 vnni, m2-4 vnni-mr, m5-8 vnni-mr, m9-15 vnni-mr, m16+
+ * vnni-m8; ... (measured in 40 ms)", calibrating every
  * type not measured yet; or "NAME (every call, by request)" under
  * SHARDSWAP_QDOT or cpu_qlinear_force.
  * Valid until this thread's next call. */
 const char *cpu_qlinear_kernels(void);
-/* Makes the quantized linear layer run kernel `name` (vnni, avx2, vnni-m8,
- * avx2-m8, scalar) for every call (NULL: the measured choices again), for tests and
+/* Makes the quantized linear layer run kernel `name` (vnni, avx2, vnni-mr,
+ * vnni-m8, avx2-m8, scalar) for every call (NULL: the measured choices again), for tests and
  * benchmarks; not while a product runs. 0, ERR_UNSUPPORTED when the CPU
  * lacks it, ERR_INVALID for an unknown name. */
 int cpu_qlinear_force(const char *name);

@@ -86,6 +86,28 @@ typedef int (*qdot_tile_fn)(const struct qdot_args *a, int r0, int r1);
 int qdot_tile_avx2(const struct qdot_args *a, int r0, int r1);
 int qdot_tile_vnni(const struct qdot_args *a, int r0, int r1);
 
+/* The multi-row kernel with the blocks in the lanes (qdot_mr_body.h): two
+ * weight rows' runs of 8 blocks unpacked once into one vector per quad
+ * (lane 8 h + k: block k of row h), and multiplied with every input row,
+ * whose quantized rows q_prepare lays out to match (qdot_pack_x_mr). Per
+ * run of 8 blocks of x, in order, 64 bytes each (lanes k and 8 + k: block
+ * k of the run, zero past the row's blocks):
+ *   Q8_0 x:  u[q], q < 8     the block's quad q, each byte plus 128
+ *   Q8_K x:  s[j], j < 64    the block's quad j
+ *            pr[p]           two int16 sums of x a lane, against the
+ *                            weights' pairs: Q4_K/Q5_K sub-blocks of 32
+ *                            (2p, 2p + 1), p < 4; Q6_K sub-blocks of 16
+ *                            (4v, 4v + 2) at p = 2v, (4v + 1, 4v + 3) at
+ *                            p = 2v + 1, v < 4
+ *   then     dx[k]           f32: the block's scale
+ * Q5_0 and Q5_1 go to the single-row kernel. Returns as qdot_tile_fn. */
+/* Bytes of one run of x for weights of type t, and of a row of n */
+size_t qdot_xmr_run_bytes(enum dtype t);
+size_t qdot_xmr_row_bytes(enum dtype t, int n);
+/* Input row xq (qdot_quantize_x's, n activations) laid out into xr */
+void qdot_pack_x_mr(enum dtype t, const char *xq, int n, char *xr);
+int qdot_mr_vnni(const struct qdot_args *a, int r0, int r1);
+
 /* The blocks' combination, shared by every kernel: block b of a row adds
  * to partial sum b % QDOT_LANES (with explicit fmaf: a contraction left to
  * each compiler would differ between the files), and the partials are

@@ -86,6 +86,8 @@ void qdot_x_q8_k_avx512(const float *x, void *xq, int n)
     }
 }
 
+#include "backend/cpu/qdot_mr_body.h"
+
 #else
 void qdot_rows_vnni(const struct qdot_args *a, int r0, int r1)
 {
@@ -101,5 +103,11 @@ int qdot_tile_vnni(const struct qdot_args *a, int r0, int r1)
 void qdot_x_q8_k_avx512(const float *x, void *xq, int n)
 {
     quant_q8_k_from_f32(x, xq, n);
+}
+
+int qdot_mr_vnni(const struct qdot_args *a, int r0, int r1)
+{
+    qdot_rows_scalar(a, r0, r1);
+    return 0;
 }
 #endif

@@ -8,16 +8,22 @@
  * - bf16 mode, llama.cpp's: each input row quantized once per call (to
  *   Q8_0 blocks for the 32-element types, Q8_K for the K-quants) and every
  *   weight row times it in integer dot products (qdot.h), split by weight
- *   rows over the pool. Two kinds of kernel: one weight row at a time
- *   against each input row (vnni, avx2), or each weight row unpacked once
- *   and multiplied with 8 input rows at a time, packed one row a lane
- *   (vnni-m8, avx2-m8; qdot_tile_body.h); both give the same bits. The
- *   kernel is chosen per process, type and bucket of rows (1, 2-15, 16 and
- *   more) by measurement, as the GEMV's are: at the first call with a type,
- *   each candidate is timed on 4 MiB of that type's blocks flushed from the
- *   caches, at 1, 8 and 32 input rows, best of 5, 3 and 3, interleaved; a
- *   later candidate must win by 3%. SHARDSWAP_QDOT=NAME (vnni, avx2,
- *   vnni-m8, avx2-m8, scalar) runs one kernel for every call instead. */
+ *   rows over the pool. Three kinds of kernel: one weight row at a time
+ *   against each input row (vnni, avx2); two weight rows' blocks unpacked
+ *   once into the lanes of one vector a quad and multiplied with every
+ *   input row, x laid out to match (vnni-mr; qdot_mr_body.h: decode
+ *   batches); or each weight row unpacked once and multiplied with 8 input
+ *   rows at a time, packed one row a lane (vnni-m8, avx2-m8;
+ *   qdot_tile_body.h); all give the same bits. The kernel is chosen per
+ *   process, type and bucket of rows (1, 2-4, 5-8, 9-15, 16 and more) by
+ *   measurement, as the GEMV's are: at the first call with a type, each
+ *   candidate is timed on 4 MiB of that type's blocks flushed from the
+ *   caches, at 1, 3, 6, 12 and 32 input rows, best of 5, 3, 3, 3 and 3,
+ *   interleaved (vnni-mr not at 32: every row's x goes by each pair of
+ *   weight rows, which a prefill's many rows stream from L3); a later
+ *   candidate must win by 3%. SHARDSWAP_QDOT=NAME
+ *   (vnni, avx2, vnni-mr, vnni-m8, avx2-m8, scalar) runs one kernel for
+ *   every call instead. */
 #include "backend/cpu/qlinear.h"
 
 #include <math.h>
@@ -130,6 +136,65 @@ void qdot_pack_x(enum dtype t, const char *xq, size_t xq_ld, int m, int n, int g
     }
 }
 
+static int xmr_pairs(enum dtype t)
+{
+    return qdot_xtype_of(t) == QDOT_X_Q8_0 ? 0 : t == DTYPE_Q6_K ? 8 : 4;
+}
+
+size_t qdot_xmr_run_bytes(enum dtype t)
+{
+    return (size_t)64 * ((qdot_xtype_of(t) == QDOT_X_Q8_0 ? 8 : 64) + xmr_pairs(t) + 1);
+}
+
+size_t qdot_xmr_row_bytes(enum dtype t, int n)
+{
+    const int nb = n / dtype_block(t);
+    return (size_t)(nb + 7) / 8 * qdot_xmr_run_bytes(t);
+}
+
+void qdot_pack_x_mr(enum dtype t, const char *xq, int n, char *xr)
+{
+    const bool kq = qdot_xtype_of(t) == QDOT_X_Q8_K;
+    const int nb = n / dtype_block(t), nq = kq ? 64 : 8, npr = xmr_pairs(t);
+    const size_t xb = kq ? sizeof(struct quant_q8_k) : sizeof(struct quant_q8_0);
+    for (int b0 = 0; b0 < nb; b0 += 8, xr += qdot_xmr_run_bytes(t)) {
+        memset(xr, kq ? 0 : 0x80, (size_t)64 * nq);
+        memset(xr + 64 * nq, 0, (size_t)64 * (npr + 1));
+        for (int k = 0; k < 8 && b0 + k < nb; k++) {
+            const char *blk = xq + (size_t)(b0 + k) * xb;
+            const unsigned char *qs = (const unsigned char *)blk + (kq ? 4 : 2);
+            for (int j = 0; j < nq; j++)
+                for (int e = 0; e < 4; e++)
+                    xr[64 * j + 4 * k + e] = (char)(kq ? qs[4 * j + e] : qs[4 * j + e] ^ 0x80);
+            float d;
+            if (kq) {
+                int16_t bs[QUANT_QKK / 16], pr[2];
+                memcpy(&d, blk, 4);
+                memcpy(bs, blk + 4 + QUANT_QKK, sizeof(bs));
+                for (int p = 0; p < npr; p++) {
+                    if (t == DTYPE_Q6_K) {
+                        const int s = 4 * (p / 2) + p % 2;
+                        pr[0] = bs[s];
+                        pr[1] = bs[s + 2];
+                    } else {
+                        pr[0] = (int16_t)(bs[4 * p] + bs[4 * p + 1]);
+                        pr[1] = (int16_t)(bs[4 * p + 2] + bs[4 * p + 3]);
+                    }
+                    memcpy(xr + 64 * (nq + p) + 4 * k, pr, 4);
+                }
+            } else {
+                uint16_t h;
+                memcpy(&h, blk, 2);
+                d = f16_to_f32(h);
+            }
+            memcpy(xr + 64 * (nq + npr) + 4 * k, &d, 4);
+        }
+        /* the same 32 bytes for the second row's lanes */
+        for (int v = 0; v < nq + npr + 1; v++)
+            memcpy(xr + 64 * v + 32, xr + 64 * v, 32);
+    }
+}
+
 /* ---- the kernels and their choice ---- */
 
 static bool has_scalar(void)
@@ -162,34 +227,44 @@ static bool has_vnni(void)
 }
 #endif
 
+/* the layout of x a kernel reads: its quantized rows, packed groups of 8
+ * (qdot_pack_x), or runs of 8 blocks (qdot_pack_x_mr) */
+enum q_xlayout { Q_X_ROWS, Q_X_GROUPS, Q_X_RUNS };
+
 struct qdot_kernel {
     const char *name;
     qdot_rows_fn rows; /* one weight row at a time, or */
-    qdot_tile_fn tile; /* 8 input rows at a time (x packed) */
+    qdot_tile_fn tile; /* many input rows at a time (x laid out) */
+    enum q_xlayout x;
     bool (*supported)(void);
 };
 
 /* best first by instruction set; scalar only by request where another runs */
 static const struct qdot_kernel q_kernels[] = {
-    {"vnni", qdot_rows_vnni, NULL, has_vnni},       /* a weight row against one input row */
-    {"avx2", qdot_rows_avx2, NULL, has_avx2},       /* (the same) */
-    {"vnni-m8", NULL, qdot_tile_vnni, has_vnni},    /* a weight row against 8 input rows */
-    {"avx2-m8", NULL, qdot_tile_avx2, has_avx2},    /* (the same) */
-    {"scalar", qdot_rows_scalar, NULL, has_scalar}, /* the reference */
+    /* a weight row against one input row */
+    {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni},
+    {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2},
+    /* two weight rows' blocks in the lanes against each input row */
+    {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni},
+    /* a weight row against 8 input rows in the lanes */
+    {"vnni-m8", NULL, qdot_tile_vnni, Q_X_GROUPS, has_vnni},
+    {"avx2-m8", NULL, qdot_tile_avx2, Q_X_GROUPS, has_avx2},
+    {"scalar", qdot_rows_scalar, NULL, Q_X_ROWS, has_scalar}, /* the reference */
 };
 #define Q_N_KERNELS (int)(sizeof(q_kernels) / sizeof(q_kernels[0]))
 
 /* the types, in enum dtype's order from DTYPE_Q8_0 */
 #define Q_TYPES (DTYPE_Q5_1 - DTYPE_Q8_0 + 1)
-#define Q_BUCKETS 3 /* one input row; 2-15 (decode batches); 16 and more (prefill) */
-/* a bucket's rows are timed at 1, 8 and 32: a decode batch's products read
- * their weights from memory, which at 8 rows hides much of the kernels'
- * difference; a prefill's are bound by the integer work, which 32 rows
- * show (past 8 the multi-row kernels repeat a pass per 8 rows and the
- * others a pass per row, so the ranking holds above) */
-static const int q_bucket_m[Q_BUCKETS] = {1, 8, 32};
-static const int q_cal_reps[Q_BUCKETS] = {5, 3, 3};
-static const char *const q_bucket_name[Q_BUCKETS] = {"m1", "m2-15", "m16+"};
+/* one input row; decode batches of 2-4, 5-8 and 9-15; 16 and more (prefill) */
+#define Q_BUCKETS 5
+/* each bucket timed at a count of rows inside it: a decode batch's
+ * products read their weights from memory, a prefill's are bound by the
+ * integer work, which 32 rows show (past 8 the multi-row kernels repeat a
+ * pass per 8 rows and the others a pass per row, so the ranking holds
+ * above) */
+static const int q_bucket_m[Q_BUCKETS] = {1, 3, 6, 12, 32};
+static const int q_cal_reps[Q_BUCKETS] = {5, 3, 3, 3, 3};
+static const char *const q_bucket_name[Q_BUCKETS] = {"m1", "m2-4", "m5-8", "m9-15", "m16+"};
 #define Q_CAL_BYTES ((size_t)4 << 20)
 #define Q_CAL_COLS 2048
 #define Q_CAL_MARGIN 0.03
@@ -216,8 +291,8 @@ static int q_find(const char *name, const struct qdot_kernel **out)
             return 0;
         }
     return err_set(ERR_INVALID,
-                   "unknown quantized kernel \"%s\" (expected vnni, avx2, vnni-m8, avx2-m8 or "
-                   "scalar)",
+                   "unknown quantized kernel \"%s\" (expected vnni, avx2, vnni-mr, vnni-m8, "
+                   "avx2-m8 or scalar)",
                    name);
 }
 
@@ -290,7 +365,8 @@ struct qx_job {
     enum dtype t;
     const float *x;
     int m, cols;
-    char *xq, *xp; /* xp: NULL, or the packed groups */
+    enum q_xlayout lay;
+    char *xq, *xp; /* xp: NULL, or the packed groups or runs */
     size_t xq_ld, xp_ld;
 };
 
@@ -299,26 +375,34 @@ static void qx_task(void *ctx, int g)
 {
     const struct qx_job *j = ctx;
     const int i1 = (g + 1) * QDOT_GROUP < j->m ? (g + 1) * QDOT_GROUP : j->m;
-    for (int i = g * QDOT_GROUP; i < i1; i++)
+    for (int i = g * QDOT_GROUP; i < i1; i++) {
         qdot_quantize_x(j->t, j->x + (size_t)i * j->cols, j->xq + (size_t)i * j->xq_ld, j->cols);
-    if (j->xp)
+        if (j->lay == Q_X_RUNS)
+            qdot_pack_x_mr(j->t, j->xq + (size_t)i * j->xq_ld, j->cols,
+                           j->xp + (size_t)i * j->xp_ld);
+    }
+    if (j->lay == Q_X_GROUPS)
         qdot_pack_x(j->t, j->xq, j->xq_ld, j->m, j->cols, g, j->xp + (size_t)g * j->xp_ld);
 }
 
-/* x's rows quantized (and packed for a multi-row kernel) into the calling
- * thread's scratch, over the pool for a prefill's many */
-static int q_prepare(float *y, const float *x, int m, const struct weight_view *w, bool packed,
-                     struct qdot_args *a)
+/* x's rows quantized (and laid out for a multi-row kernel) into the
+ * calling thread's scratch, over the pool for a prefill's many */
+static int q_prepare(float *y, const float *x, int m, const struct weight_view *w,
+                     enum q_xlayout lay, struct qdot_args *a)
 {
     const size_t ld = qdot_x_row_bytes(w->dtype, w->cols);
-    const size_t xp_ld = packed ? qdot_xp_group_bytes(w->dtype, w->cols) : 0;
+    const size_t xp_ld = lay == Q_X_GROUPS ? qdot_xp_group_bytes(w->dtype, w->cols)
+                         : lay == Q_X_RUNS ? qdot_xmr_row_bytes(w->dtype, w->cols)
+                                           : 0;
     const int ng = (m + QDOT_GROUP - 1) / QDOT_GROUP;
     const size_t xq_bytes = ((size_t)m * ld + 63) / 64 * 64;
-    char *xq = cpu_scratch(CPU_SCRATCH_Q_X, xq_bytes + (size_t)ng * xp_ld);
+    const size_t xp_bytes = (size_t)(lay == Q_X_RUNS ? m : ng) * xp_ld;
+    char *xq = cpu_scratch(CPU_SCRATCH_Q_X, xq_bytes + xp_bytes);
     if (!xq)
         return err_set(ERR_NOMEM, "out of host memory for %d x %d quantized activations", m,
                        w->cols);
-    struct qx_job j = {w->dtype, x, m, w->cols, xq, packed ? xq + xq_bytes : NULL, ld, xp_ld};
+    struct qx_job j = {w->dtype, x,    m, w->cols, lay, xq, lay != Q_X_ROWS ? xq + xq_bytes : NULL,
+                       ld,       xp_ld};
     if (m > CPU_GEMV_MAX_M)
         cpu_kernels_run(qx_task, &j, ng);
     else
@@ -340,7 +424,7 @@ static int q_run(const struct qdot_kernel *k, float *y, const float *x, int m,
 {
     struct q_job j = {.k = k, .task_rows = q_task_rows(w)};
     atomic_init(&j.rc, 0);
-    int rc = q_prepare(y, x, m, w, k->tile != NULL, &j.a);
+    int rc = q_prepare(y, x, m, w, k->x, &j.a);
     if (rc < 0)
         return rc;
     cpu_kernels_run(q_task, &j, (w->rows + j.task_rows - 1) / j.task_rows);
@@ -387,6 +471,8 @@ static void q_calibrate(enum dtype t)
                 for (int i = 0; i < n; i++) {
                     if (cand[i]->tile && q_bucket_m[b] == 1)
                         continue; /* 7 of its 8 lanes idle */
+                    if (cand[i]->x == Q_X_RUNS && q_bucket_m[b] >= 16)
+                        continue; /* x's runs for every row go by each pair */
                     cpu_cache_flush(wd, (size_t)rows * row_bytes);
                     double s = time_now();
                     if (q_run(cand[i], y, x, q_bucket_m[b], &w) < 0)
@@ -428,12 +514,12 @@ static const struct qdot_kernel *q_pick(enum dtype t, int m)
     if (k)
         return k;
     q_ensure(t);
-    return q_chosen[q_index(t)][m == 1 ? 0 : m < 16 ? 1 : 2];
+    return q_chosen[q_index(t)][m == 1 ? 0 : m <= 4 ? 1 : m <= 8 ? 2 : m < 16 ? 3 : 4];
 }
 
 const char *cpu_qlinear_kernels(void)
 {
-    static _Thread_local char buf[768];
+    static _Thread_local char buf[1024];
     pthread_once(&q_env_once, q_read_env);
     const struct qdot_kernel *f = q_forced;
     if (f) {
