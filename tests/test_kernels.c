@@ -44,9 +44,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/attn_vec.h"
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/linear.h"
-#include "backend/cpu/cpu.h"
 #include "backend/cpu/vec.h"
 #include "backend/device.h"
 #include "backend/kernels.h"
@@ -1111,10 +1112,14 @@ static void test_elementwise(void)
 
 /* ---- kern_kv_append + kern_attention ---- */
 
-/* Batch, query heads, head_dim, max_t; the KV heads are each case's. */
+/* Batch, query heads, max_t; the KV heads are each case's, head_dim (KD)
+ * each round's of test_attention. */
 /* KT: room for a prefill of more query rows than one CPU attention task
  * takes (64) */
-enum { KB = 3, KH = 4, KD = 5, KT = 150, KW = KH * KD };
+enum { KB = 3, KH = 4, KT = 150 };
+static int attn_head_dim = 5;
+#define KD attn_head_dim
+#define KW (KH * KD)
 
 /* Cache index of (sequence b, KV head h, position p, element i):
  * (batch, kv_heads, max_t, head_dim). */
@@ -1359,7 +1364,9 @@ static void attention_case(int kv_heads, int prompt)
  * the window), one and three positions in turn up to KT, sequences 1 and 2
  * left-padded: after every append the ring holds each position's latest
  * writer exactly; kern_attention over it equals the reference within 1e-5
- * and the whole cache's output within 1e-6, bitwise while no step reads
+ * and the whole cache's output within 1e-6 per 16 of head_dim (sgemm
+ * blocks a span's keys by its length: the scores' sums over head_dim in
+ * another order), bitwise while no step reads
  * across the ring's end (before it first fills: the same products in the
  * same order; after, a read across it sums the two parts apart). */
 static void ring_case(int kv_heads, int window, int step, float softcap)
@@ -1438,7 +1445,7 @@ static void ring_case(int kv_heads, int window, int step, float softcap)
         double e = test_rel_err(out, ref, nq), w = test_rel_err(out, out_whole, nq);
         worst_ref = e > worst_ref ? e : worst_ref;
         worst_whole = w > worst_whole ? w : worst_whole;
-        CHECK_MSG(e <= 1e-5 && w <= 1e-6,
+        CHECK_MSG(e <= 1e-5 && w <= 1e-6 * ((KD + 15) / 16),
                   "ring of %d, %d at %d: rel err %.3g vs the reference, "
                   "%.3g vs the whole cache",
                   g.ring, t_new, past, e, w);
@@ -1472,7 +1479,89 @@ static void ring_case(int kv_heads, int window, int step, float softcap)
     free(rv);
 }
 
-static void test_attention(void)
+/* attn_vec.h's two products against double sums: rows 1-16 (every
+ * shape of its blocks of rows), head widths of whole vectors, of a masked
+ * last one and of one, 0 to 40 keys (whole blocks of 16 and a tail), the
+ * values written and added. Where the CPU has them. */
+static void test_attn_vec(void)
+{
+    if (!attn_vec_have()) {
+        printf("attn_vec: not on this CPU\n");
+        return;
+    }
+    static const int rows_of[] = {1, 2, 3, 4, 5, 7, 8, 16};
+    static const int hd_of[] = {5, 16, 20, 64, 80, 128, 136, 256};
+    static const int n_of[] = {1, 15, 16, 17, 40};
+    enum { R = 16, HD = 256, N = 40, LD = 300 };
+    float *q = malloc(R * LD * sizeof(float)), *k = malloc(N * HD * sizeof(float));
+    float *s = malloc(R * LD * sizeof(float)), *out = malloc(R * LD * sizeof(float));
+    float *init = malloc(R * LD * sizeof(float));
+    double worst_s = 0, worst_v = 0;
+    fill_uniform(q, R * LD, -1, 1);
+    fill_uniform(k, N * HD, -1, 1);
+    fill_uniform(init, R * LD, -1, 1);
+    for (size_t a = 0; a < sizeof(rows_of) / sizeof(rows_of[0]); a++)
+        for (size_t b = 0; b < sizeof(hd_of) / sizeof(hd_of[0]); b++)
+            for (size_t c = 0; c < sizeof(n_of) / sizeof(n_of[0]); c++) {
+                const int rows = rows_of[a], hd = hd_of[b], n = n_of[c];
+                /* scores, q at a row stride past head_dim */
+                for (int i = 0; i < R * LD; i++)
+                    s[i] = 9.0f;
+                attn_scores_avx512(s, LD, q, LD, rows, hd, k, n % 2 ? k : NULL, n);
+                double err = 0, top = 0;
+                int spilled = 0;
+                for (int r = 0; r < R; r++)
+                    for (int j = 0; j < LD; j++) {
+                        if (r >= rows || j >= n) {
+                            spilled += s[r * LD + j] != 9.0f;
+                            continue;
+                        }
+                        double want = 0;
+                        for (int i = 0; i < hd; i++)
+                            want += (double)q[r * LD + i] * k[j * hd + i];
+                        err = fmax(err, fabs(s[r * LD + j] - want));
+                        top = fmax(top, fabs(want));
+                    }
+                CHECK_MSG(spilled == 0 && err <= 1e-5 * top,
+                          "attn_scores rows %d head_dim %d keys %d: err %.3g of %.3g, %d written "
+                          "outside",
+                          rows, hd, n, err, top, spilled);
+                worst_s = fmax(worst_s, err / top);
+                /* values: weights from q, written, then added to init */
+                for (int add = 0; add < 2; add++) {
+                    memcpy(out, init, R * LD * sizeof(float));
+                    attn_values_avx512(out, LD, q, LD, rows, hd, k, n, add);
+                    err = top = 0;
+                    spilled = 0;
+                    for (int r = 0; r < R; r++)
+                        for (int i = 0; i < LD; i++) {
+                            if (r >= rows || i >= hd) {
+                                spilled += out[r * LD + i] != init[r * LD + i];
+                                continue;
+                            }
+                            double want = add ? init[r * LD + i] : 0;
+                            for (int j = 0; j < n; j++)
+                                want += (double)q[r * LD + j] * k[j * hd + i];
+                            err = fmax(err, fabs(out[r * LD + i] - want));
+                            top = fmax(top, fabs(want));
+                        }
+                    CHECK_MSG(spilled == 0 && err <= 1e-5 * top,
+                              "attn_values rows %d head_dim %d keys %d add %d: err %.3g of %.3g, "
+                              "%d written outside",
+                              rows, hd, n, add, err, top, spilled);
+                    worst_v = fmax(worst_v, err / top);
+                }
+            }
+    printf("attn_vec: scores rel err %.3g, values %.3g (tolerance 1e-5)\n", worst_s, worst_v);
+    free(q);
+    free(k);
+    free(s);
+    free(out);
+    free(init);
+}
+
+/* Every attention case at the current head width. */
+static void attention_cases(void)
 {
     /* a sliding window shorter than the prompt (prefill rows in one task
      * block and across blocks, decode past it), soft-capped scores, both */
@@ -1491,6 +1580,24 @@ static void test_attention(void)
     ring_case(2, 4, 6, 0);
     ring_case(KH, 7, 70, 0);
     ring_case(1, 5, 9, 0.5f);
+}
+
+static void test_attention(void)
+{
+    /* head widths of a masked vector alone, of whole vectors (64: the
+     * products' chunks in registers) and of both; a few rows through
+     * attn_vec.h's products and through sgemm */
+    static const int widths[] = {5, 64, 20};
+    for (size_t w = 0; w < sizeof(widths) / sizeof(widths[0]); w++)
+        for (int vec = 1; vec >= 0; vec--) {
+            attn_head_dim = widths[w];
+            cpu_attention_vec(vec);
+            printf("attention cases, head_dim %d, %s\n", KD, vec ? "vector products" : "sgemm");
+            attention_cases();
+        }
+    cpu_attention_vec(true);
+    attn_head_dim = 5;
+    test_attn_vec();
 
     /* the CPU's scores live in its task threads' scratch: an execution
      * context carries none for them (attention_step checks that nothing is

@@ -76,6 +76,11 @@ int cpu_route_group(const struct kern_route *r, const struct kern_route_out *out
  * token) gets 0. 0, or ERR_NOMEM with a message when a scratch buffer cannot grow. */
 int cpu_attention(const struct kv_geom *g, float *out, const float *q, const float *kc,
                   const float *vc, const uint8_t *key_ok, int past, int t_new);
+/* Whether cpu_attention gives a few query rows (a decode step's group of
+ * heads) attn_vec.h's products where the CPU has them (the default), or
+ * sgemm as a prefill's blocks: for tests and A/B timings. Not while an
+ * attention runs. */
+void cpu_attention_vec(bool on);
 
 #include "backend/cpu/cpu.h"
 
