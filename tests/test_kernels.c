@@ -855,11 +855,16 @@ static void test_rope(void)
     static const struct {
         int n, heads, head_dim, rot_dim;
         float scale;
+        int repeat; /* consecutive rows at one position */
     } cases[] = {
-        {5, 3, 8, 8, 1.0f},      /* the whole head rotates */
-        {4, 2, 10, 6, 1.0f},     /* dims 6..9 of each head stay */
-        {3, 2, 160, 160, 0.75f}, /* 80 pairs: more than one block of the CPU's; a scale */
-        {1, 4, 64, 32, 1.0f},    /* a decode step, half the head */
+        {5, 3, 8, 8, 1.0f, 1},      /* the whole head rotates */
+        {4, 2, 10, 6, 1.0f, 1},     /* dims 6..9 of each head stay */
+        {3, 2, 160, 160, 0.75f, 1}, /* 80 pairs: more than one block of the CPU's; a scale */
+        {1, 4, 64, 32, 1.0f, 1},    /* a decode step, half the head */
+        /* a batch's decode step, its sequences at one position in turn
+         * (the CPU's table shared), with more than one block and without */
+        {8, 2, 64, 64, 1.0f, 3},
+        {10, 2, 160, 160, 0.75f, 2},
     };
     /* 0 and 1, and one whose f32 angles are far from the double ones in
      * every case (131071: an f32 angle there is 2^-7 rad coarse) */
@@ -878,7 +883,8 @@ static void test_rope(void)
         for (int i = 0; i < half; i++) /* Llama's, base 10000 */
             inv_freq[i] = (float)(1.0 / pow(10000.0, 2.0 * i / rot));
         for (int r = 0; r < n; r++)
-            pos[r] = pos_choices[(ci + (size_t)r) % (sizeof(pos_choices) / sizeof(pos_choices[0]))];
+            pos[r] = pos_choices[(ci + (size_t)(r / cases[ci].repeat)) %
+                                 (sizeof(pos_choices) / sizeof(pos_choices[0]))];
         ref_rope(ref, x, n, heads, hd, rot, pos, inv_freq, scale, ROPE_REF);
 
         struct dbuf *dx = upload(x, cnt * sizeof(float));
@@ -915,7 +921,8 @@ static void test_rope(void)
         free(pos);
     }
     CHECK(angle_gap > 1e-3);
-    printf("rope: 4 cases, worst rel err %.3g (tolerance 1e-6)\n", worst);
+    printf("rope: %zu cases, worst rel err %.3g (tolerance 1e-6)\n", sizeof(cases) / sizeof(cases[0]),
+           worst);
 }
 
 /* ---- kern_activation ---- */
@@ -1625,12 +1632,12 @@ static void test_split_exact(void)
     fill_uniform(up, n, -2, 2);
     fill_uniform(g, W, 0.5f, 1.5f);
     fill_uniform(b, W, -1, 1);
-    for (int r = 0; r < ROWS; r++)
-        pos[r] = 3 * r + 1;
+    for (int r = 0; r < ROWS; r++) /* runs of 3 rows at one position, across tasks too */
+        pos[r] = 3 * (r / 3) + 1;
     for (int i = 0; i < HD / 2; i++)
         inv_freq[i] = powf(10000.0f, -2.0f * i / HD);
-    const char *names[] = {"layernorm", "rmsnorm", "rope", "relu", "gelu", "gelu_tanh",
-                           "silu", "gated gelu", "gated silu", "add", "linear bias"};
+    const char *names[] = {"layernorm", "rmsnorm", "rope", "relu",       "gelu",       "gelu_tanh",
+                           "silu",      "gated gelu", "gated silu", "add", "linear bias", "scale"};
     const int n_ops = (int)(sizeof(names) / sizeof(names[0]));
     float wdata[W * 4];
     fill_uniform(wdata, W * 4, -1, 1);
@@ -1654,6 +1661,7 @@ static void test_split_exact(void)
             case 10: /* 256 rows of 1024 outputs: a matmul, then the bias over the pool */
                 CHECK(cpu_linear(o, up, 256, &wv, g, KERN_COMPUTE_F32) == 0);
                 break;
+            case 11: cpu_scale(o, n, -0.37f); break;
             }
         }
         cpu_kernels_single_thread(false);

@@ -249,9 +249,13 @@ static void rope_rows(const void *ctx, size_t r0, size_t r1)
     for (size_t r = r0; r < r1; r++) {
         float *row = a->x + r * heads * head_dim;
         const float p = (float)a->pos[r];
+        /* a batch's sequences at one position (a decode step of equal
+         * prompts) share the table: the sines and cosines were most of
+         * the kernel's time, not the rotation */
+        const bool same = r > r0 && half <= ROPE_BLOCK && a->pos[r] == a->pos[r - 1];
         for (int i0 = 0; i0 < half; i0 += ROPE_BLOCK) {
             const int nb = half - i0 < ROPE_BLOCK ? half - i0 : ROPE_BLOCK;
-            for (int i = 0; i < nb; i++) {
+            for (int i = 0; i < nb && !same; i++) {
                 const float ang = p * a->inv_freq[i0 + i];
                 c[i] = cosf(ang) * a->scale;
                 s[i] = sinf(ang) * a->scale;
@@ -347,6 +351,23 @@ void cpu_gated_act(float *y, const float *gate, const float *up, size_t n, enum 
 void cpu_add(float *y, const float *x, size_t n)
 {
     split_run(n, 1, add_range, &(struct add_args){y, x});
+}
+
+struct scale_args {
+    float *x;
+    float a;
+};
+
+static void scale_range(const void *ctx, size_t i0, size_t i1)
+{
+    const struct scale_args *a = ctx;
+    for (size_t i = i0; i < i1; i++)
+        a->x[i] *= a->a;
+}
+
+void cpu_scale(float *x, size_t n, float a)
+{
+    split_run(n, 1, scale_range, &(struct scale_args){x, a});
 }
 
 void cpu_softcap(float *x, size_t n, float cap)

@@ -53,6 +53,9 @@ void cpu_gated_act(float *y, const float *gate, const float *up, size_t n, enum 
 /* y[i] += x[i] */
 void cpu_add(float *y, const float *x, size_t n);
 
+/* x[i] *= a */
+void cpu_scale(float *x, size_t n, float a);
+
 /* x[i] = cap * tanh(x[i] / cap) */
 void cpu_softcap(float *x, size_t n, float cap);
 
