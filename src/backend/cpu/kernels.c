@@ -109,6 +109,23 @@ static void add_range(const void *ctx, size_t i0, size_t i1)
         a->y[i] += a->x[i];
 }
 
+struct scale_args {
+    float *x;
+    float a;
+};
+
+static void scale_range(const void *ctx, size_t i0, size_t i1)
+{
+    const struct scale_args *a = ctx;
+    for (size_t i = i0; i < i1; i++)
+        a->x[i] *= a->a;
+}
+
+void cpu_scale(float *x, size_t n, float a)
+{
+    split_run(n, 1, scale_range, &(struct scale_args){x, a});
+}
+
 struct bias_args {
     float *y;
     const float *bias;
@@ -351,23 +368,6 @@ void cpu_gated_act(float *y, const float *gate, const float *up, size_t n, enum 
 void cpu_add(float *y, const float *x, size_t n)
 {
     split_run(n, 1, add_range, &(struct add_args){y, x});
-}
-
-struct scale_args {
-    float *x;
-    float a;
-};
-
-static void scale_range(const void *ctx, size_t i0, size_t i1)
-{
-    const struct scale_args *a = ctx;
-    for (size_t i = i0; i < i1; i++)
-        a->x[i] *= a->a;
-}
-
-void cpu_scale(float *x, size_t n, float a)
-{
-    split_run(n, 1, scale_range, &(struct scale_args){x, a});
 }
 
 void cpu_softcap(float *x, size_t n, float cap)
