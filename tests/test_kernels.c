@@ -44,9 +44,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/attn_vec.h"
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/linear.h"
-#include "backend/cpu/cpu.h"
 #include "backend/cpu/vec.h"
 #include "backend/device.h"
 #include "backend/kernels.h"
@@ -854,11 +855,16 @@ static void test_rope(void)
     static const struct {
         int n, heads, head_dim, rot_dim;
         float scale;
+        int repeat; /* consecutive rows at one position */
     } cases[] = {
-        {5, 3, 8, 8, 1.0f},      /* the whole head rotates */
-        {4, 2, 10, 6, 1.0f},     /* dims 6..9 of each head stay */
-        {3, 2, 160, 160, 0.75f}, /* 80 pairs: more than one block of the CPU's; a scale */
-        {1, 4, 64, 32, 1.0f},    /* a decode step, half the head */
+        {5, 3, 8, 8, 1.0f, 1},      /* the whole head rotates */
+        {4, 2, 10, 6, 1.0f, 1},     /* dims 6..9 of each head stay */
+        {3, 2, 160, 160, 0.75f, 1}, /* 80 pairs: more than one block of the CPU's; a scale */
+        {1, 4, 64, 32, 1.0f, 1},    /* a decode step, half the head */
+        /* a batch's decode step, its sequences at one position in turn
+         * (the CPU's table shared), with more than one block and without */
+        {8, 2, 64, 64, 1.0f, 3},
+        {10, 2, 160, 160, 0.75f, 2},
     };
     /* 0 and 1, and one whose f32 angles are far from the double ones in
      * every case (131071: an f32 angle there is 2^-7 rad coarse) */
@@ -877,7 +883,8 @@ static void test_rope(void)
         for (int i = 0; i < half; i++) /* Llama's, base 10000 */
             inv_freq[i] = (float)(1.0 / pow(10000.0, 2.0 * i / rot));
         for (int r = 0; r < n; r++)
-            pos[r] = pos_choices[(ci + (size_t)r) % (sizeof(pos_choices) / sizeof(pos_choices[0]))];
+            pos[r] = pos_choices[(ci + (size_t)(r / cases[ci].repeat)) %
+                                 (sizeof(pos_choices) / sizeof(pos_choices[0]))];
         ref_rope(ref, x, n, heads, hd, rot, pos, inv_freq, scale, ROPE_REF);
 
         struct dbuf *dx = upload(x, cnt * sizeof(float));
@@ -914,7 +921,8 @@ static void test_rope(void)
         free(pos);
     }
     CHECK(angle_gap > 1e-3);
-    printf("rope: 4 cases, worst rel err %.3g (tolerance 1e-6)\n", worst);
+    printf("rope: %zu cases, worst rel err %.3g (tolerance 1e-6)\n", sizeof(cases) / sizeof(cases[0]),
+           worst);
 }
 
 /* ---- kern_activation ---- */
@@ -1135,10 +1143,14 @@ static void test_elementwise(void)
 
 /* ---- kern_kv_append + kern_attention ---- */
 
-/* Batch, query heads, head_dim, max_t; the KV heads are each case's. */
+/* Batch, query heads, max_t; the KV heads are each case's, head_dim (KD)
+ * each round's of test_attention. */
 /* KT: room for a prefill of more query rows than one CPU attention task
  * takes (64) */
-enum { KB = 3, KH = 4, KD = 5, KT = 150, KW = KH * KD };
+enum { KB = 3, KH = 4, KT = 150 };
+static int attn_head_dim = 5;
+#define KD attn_head_dim
+#define KW (KH * KD)
 
 /* Cache index of (sequence b, KV head h, position p, element i):
  * (batch, kv_heads, max_t, head_dim). */
@@ -1383,7 +1395,9 @@ static void attention_case(int kv_heads, int prompt)
  * the window), one and three positions in turn up to KT, sequences 1 and 2
  * left-padded: after every append the ring holds each position's latest
  * writer exactly; kern_attention over it equals the reference within 1e-5
- * and the whole cache's output within 1e-6, bitwise while no step reads
+ * and the whole cache's output within 1e-6 per 16 of head_dim (sgemm
+ * blocks a span's keys by its length: the scores' sums over head_dim in
+ * another order), bitwise while no step reads
  * across the ring's end (before it first fills: the same products in the
  * same order; after, a read across it sums the two parts apart). */
 static void ring_case(int kv_heads, int window, int step, float softcap)
@@ -1462,7 +1476,7 @@ static void ring_case(int kv_heads, int window, int step, float softcap)
         double e = test_rel_err(out, ref, nq), w = test_rel_err(out, out_whole, nq);
         worst_ref = e > worst_ref ? e : worst_ref;
         worst_whole = w > worst_whole ? w : worst_whole;
-        CHECK_MSG(e <= 1e-5 && w <= 1e-6,
+        CHECK_MSG(e <= 1e-5 && w <= 1e-6 * ((KD + 15) / 16),
                   "ring of %d, %d at %d: rel err %.3g vs the reference, "
                   "%.3g vs the whole cache",
                   g.ring, t_new, past, e, w);
@@ -1496,7 +1510,89 @@ static void ring_case(int kv_heads, int window, int step, float softcap)
     free(rv);
 }
 
-static void test_attention(void)
+/* attn_vec.h's two products against double sums: rows 1-16 (every
+ * shape of its blocks of rows), head widths of whole vectors, of a masked
+ * last one and of one, 0 to 40 keys (whole blocks of 16 and a tail), the
+ * values written and added. Where the CPU has them. */
+static void test_attn_vec(void)
+{
+    if (!attn_vec_have()) {
+        printf("attn_vec: not on this CPU\n");
+        return;
+    }
+    static const int rows_of[] = {1, 2, 3, 4, 5, 7, 8, 16};
+    static const int hd_of[] = {5, 16, 20, 64, 80, 128, 136, 256};
+    static const int n_of[] = {1, 15, 16, 17, 40};
+    enum { R = 16, HD = 256, N = 40, LD = 300 };
+    float *q = malloc(R * LD * sizeof(float)), *k = malloc(N * HD * sizeof(float));
+    float *s = malloc(R * LD * sizeof(float)), *out = malloc(R * LD * sizeof(float));
+    float *init = malloc(R * LD * sizeof(float));
+    double worst_s = 0, worst_v = 0;
+    fill_uniform(q, R * LD, -1, 1);
+    fill_uniform(k, N * HD, -1, 1);
+    fill_uniform(init, R * LD, -1, 1);
+    for (size_t a = 0; a < sizeof(rows_of) / sizeof(rows_of[0]); a++)
+        for (size_t b = 0; b < sizeof(hd_of) / sizeof(hd_of[0]); b++)
+            for (size_t c = 0; c < sizeof(n_of) / sizeof(n_of[0]); c++) {
+                const int rows = rows_of[a], hd = hd_of[b], n = n_of[c];
+                /* scores, q at a row stride past head_dim */
+                for (int i = 0; i < R * LD; i++)
+                    s[i] = 9.0f;
+                attn_scores_avx512(s, LD, q, LD, rows, hd, k, n % 2 ? k : NULL, n);
+                double err = 0, top = 0;
+                int spilled = 0;
+                for (int r = 0; r < R; r++)
+                    for (int j = 0; j < LD; j++) {
+                        if (r >= rows || j >= n) {
+                            spilled += s[r * LD + j] != 9.0f;
+                            continue;
+                        }
+                        double want = 0;
+                        for (int i = 0; i < hd; i++)
+                            want += (double)q[r * LD + i] * k[j * hd + i];
+                        err = fmax(err, fabs(s[r * LD + j] - want));
+                        top = fmax(top, fabs(want));
+                    }
+                CHECK_MSG(spilled == 0 && err <= 1e-5 * top,
+                          "attn_scores rows %d head_dim %d keys %d: err %.3g of %.3g, %d written "
+                          "outside",
+                          rows, hd, n, err, top, spilled);
+                worst_s = fmax(worst_s, err / top);
+                /* values: weights from q, written, then added to init */
+                for (int add = 0; add < 2; add++) {
+                    memcpy(out, init, R * LD * sizeof(float));
+                    attn_values_avx512(out, LD, q, LD, rows, hd, k, n, add);
+                    err = top = 0;
+                    spilled = 0;
+                    for (int r = 0; r < R; r++)
+                        for (int i = 0; i < LD; i++) {
+                            if (r >= rows || i >= hd) {
+                                spilled += out[r * LD + i] != init[r * LD + i];
+                                continue;
+                            }
+                            double want = add ? init[r * LD + i] : 0;
+                            for (int j = 0; j < n; j++)
+                                want += (double)q[r * LD + j] * k[j * hd + i];
+                            err = fmax(err, fabs(out[r * LD + i] - want));
+                            top = fmax(top, fabs(want));
+                        }
+                    CHECK_MSG(spilled == 0 && err <= 1e-5 * top,
+                              "attn_values rows %d head_dim %d keys %d add %d: err %.3g of %.3g, "
+                              "%d written outside",
+                              rows, hd, n, add, err, top, spilled);
+                    worst_v = fmax(worst_v, err / top);
+                }
+            }
+    printf("attn_vec: scores rel err %.3g, values %.3g (tolerance 1e-5)\n", worst_s, worst_v);
+    free(q);
+    free(k);
+    free(s);
+    free(out);
+    free(init);
+}
+
+/* Every attention case at the current head width. */
+static void attention_cases(void)
 {
     /* a sliding window shorter than the prompt (prefill rows in one task
      * block and across blocks, decode past it), soft-capped scores, both */
@@ -1515,6 +1611,24 @@ static void test_attention(void)
     ring_case(2, 4, 6, 0);
     ring_case(KH, 7, 70, 0);
     ring_case(1, 5, 9, 0.5f);
+}
+
+static void test_attention(void)
+{
+    /* head widths of a masked vector alone, of whole vectors (64: the
+     * products' chunks in registers) and of both; a few rows through
+     * attn_vec.h's products and through sgemm */
+    static const int widths[] = {5, 64, 20};
+    for (size_t w = 0; w < sizeof(widths) / sizeof(widths[0]); w++)
+        for (int vec = 1; vec >= 0; vec--) {
+            attn_head_dim = widths[w];
+            cpu_attention_vec(vec);
+            printf("attention cases, head_dim %d, %s\n", KD, vec ? "vector products" : "sgemm");
+            attention_cases();
+        }
+    cpu_attention_vec(true);
+    attn_head_dim = 5;
+    test_attn_vec();
 
     /* the CPU's scores live in its task threads' scratch: an execution
      * context carries none for them (attention_step checks that nothing is
@@ -1542,12 +1656,12 @@ static void test_split_exact(void)
     fill_uniform(up, n, -2, 2);
     fill_uniform(g, W, 0.5f, 1.5f);
     fill_uniform(b, W, -1, 1);
-    for (int r = 0; r < ROWS; r++)
-        pos[r] = 3 * r + 1;
+    for (int r = 0; r < ROWS; r++) /* runs of 3 rows at one position, across tasks too */
+        pos[r] = 3 * (r / 3) + 1;
     for (int i = 0; i < HD / 2; i++)
         inv_freq[i] = powf(10000.0f, -2.0f * i / HD);
-    const char *names[] = {"layernorm", "rmsnorm", "rope", "relu", "gelu", "gelu_tanh",
-                           "silu", "gated gelu", "gated silu", "add", "linear bias"};
+    const char *names[] = {"layernorm", "rmsnorm", "rope", "relu",       "gelu",       "gelu_tanh",
+                           "silu",      "gated gelu", "gated silu", "add", "linear bias", "scale"};
     const int n_ops = (int)(sizeof(names) / sizeof(names[0]));
     float wdata[W * 4];
     fill_uniform(wdata, W * 4, -1, 1);
@@ -1571,6 +1685,7 @@ static void test_split_exact(void)
             case 10: /* 256 rows of 1024 outputs: a matmul, then the bias over the pool */
                 CHECK(cpu_linear(o, up, 256, &wv, g, KERN_COMPUTE_F32) == 0);
                 break;
+            case 11: cpu_scale(o, n, -0.37f); break;
             }
         }
         cpu_kernels_single_thread(false);

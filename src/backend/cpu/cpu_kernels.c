@@ -105,8 +105,7 @@ static int k_add(struct stream *s, float *y, const float *x, size_t n)
 static int k_scale(struct stream *s, float *x, size_t n, float a)
 {
     (void)s;
-    for (size_t i = 0; i < n; i++)
-        x[i] *= a;
+    cpu_scale(x, n, a);
     return 0;
 }
 

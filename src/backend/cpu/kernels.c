@@ -2,6 +2,7 @@
  * halves of the linear layer (gemv.c, matmul.c). */
 #include "backend/cpu/kernels.h"
 
+#include "backend/cpu/attn_vec.h"
 #include "backend/cpu/ctlinear.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/pool.h"
@@ -106,6 +107,23 @@ static void add_range(const void *ctx, size_t i0, size_t i1)
     const struct add_args *a = ctx;
     for (size_t i = i0; i < i1; i++)
         a->y[i] += a->x[i];
+}
+
+struct scale_args {
+    float *x;
+    float a;
+};
+
+static void scale_range(const void *ctx, size_t i0, size_t i1)
+{
+    const struct scale_args *a = ctx;
+    for (size_t i = i0; i < i1; i++)
+        a->x[i] *= a->a;
+}
+
+void cpu_scale(float *x, size_t n, float a)
+{
+    split_run(n, 1, scale_range, &(struct scale_args){x, a});
 }
 
 struct bias_args {
@@ -248,9 +266,13 @@ static void rope_rows(const void *ctx, size_t r0, size_t r1)
     for (size_t r = r0; r < r1; r++) {
         float *row = a->x + r * heads * head_dim;
         const float p = (float)a->pos[r];
+        /* a batch's sequences at one position (a decode step of equal
+         * prompts) share the table: the sines and cosines were most of
+         * the kernel's time, not the rotation */
+        const bool same = r > r0 && half <= ROPE_BLOCK && a->pos[r] == a->pos[r - 1];
         for (int i0 = 0; i0 < half; i0 += ROPE_BLOCK) {
             const int nb = half - i0 < ROPE_BLOCK ? half - i0 : ROPE_BLOCK;
-            for (int i = 0; i < nb; i++) {
+            for (int i = 0; i < nb && !same; i++) {
                 const float ang = p * a->inv_freq[i0 + i];
                 c[i] = cosf(ang) * a->scale;
                 s[i] = sinf(ang) * a->scale;
@@ -374,18 +396,29 @@ struct kv_span {
  * that sees none gets 0. Scores are soft-capped first under g->softcap. The
  * span covers the last row's position: the keys past it are seen by no row.
  * scores: rows * sp->n floats. A wrapped span is scored and summed in two
- * products, its second part added to the first's output. */
+ * products, its second part added to the first's output. A few rows (a
+ * decode step's group of query heads) take attn_vec.h's products, which
+ * read the keys and values once for all of them; a prefill's blocks take
+ * sgemm. */
 static void attend(const struct kv_geom *g, float *out, size_t ldo, const float *q, size_t ldq,
                    int rows, int pos0, int step, const struct kv_span *sp, const uint8_t *key_ok,
-                   float *scores)
+                   float *scores, bool vec)
 {
     const int head_dim = g->head_dim, t_all = sp->n, n1 = sp->n1;
+    const bool few = vec && rows <= ATTN_VEC_MAX_ROWS && head_dim <= ATTN_VEC_MAX_HEAD_DIM;
     /* scores = q @ k^T over the keys */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n1, head_dim, 1.0f, q, (int)ldq,
-                sp->k, head_dim, 0.0f, scores, t_all);
-    if (n1 < t_all)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t_all - n1, head_dim, 1.0f, q,
-                    (int)ldq, sp->k2, head_dim, 0.0f, scores + n1, t_all);
+    if (few) {
+        attn_scores_avx512(scores, (size_t)t_all, q, ldq, rows, head_dim, sp->k, sp->v, n1);
+        if (n1 < t_all)
+            attn_scores_avx512(scores + n1, (size_t)t_all, q, ldq, rows, head_dim, sp->k2, sp->v2,
+                               t_all - n1);
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n1, head_dim, 1.0f, q, (int)ldq,
+                    sp->k, head_dim, 0.0f, scores, t_all);
+        if (n1 < t_all)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t_all - n1, head_dim, 1.0f,
+                        q, (int)ldq, sp->k2, head_dim, 0.0f, scores + n1, t_all);
+    }
     /* soft-capping, causal + window + padding mask, softmax per query row */
     for (int t = 0; t < rows; t++) {
         float *s = scores + (size_t)t * t_all;
@@ -398,6 +431,13 @@ static void attend(const struct kv_geom *g, float *out, size_t ldo, const float 
         vec_softmax_masked(s + lo, key_ok + lo, visible - lo, t_all - lo);
     }
     /* out = P @ v */
+    if (few) {
+        attn_values_avx512(out, ldo, scores, (size_t)t_all, rows, head_dim, sp->v, n1, false);
+        if (n1 < t_all)
+            attn_values_avx512(out, ldo, scores + n1, (size_t)t_all, rows, head_dim, sp->v2,
+                               t_all - n1, true);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, n1, 1.0f, scores, t_all,
                 sp->v, head_dim, 0.0f, out, (int)ldo);
     if (n1 < t_all)
@@ -417,6 +457,7 @@ struct attn_job {
     const uint8_t *key_ok;
     int past, t_new;
     bool grouped;   /* decode: a task per KV head */
+    bool vec;       /* a few rows take attn_vec.h's products */
     int blocks;     /* row blocks per head (not grouped) */
     atomic_int rc;  /* the first failure (ERR_NOMEM); its message in msg */
     char msg[160];
@@ -469,19 +510,38 @@ static void attn_task(void *ctx, int task)
     if (j->grouped) {
         const size_t h0 = row0 + (size_t)kv * group * hd; /* the group's first query column */
         attend(g, j->out + h0, (size_t)hd, j->q + h0, (size_t)hd, group, pos0 - k0, 0, &sp, key_ok,
-               scores);
+               scores, j->vec);
         return;
     }
     const size_t at = row0 + (size_t)r0 * width + (size_t)h * hd;
-    attend(g, j->out + at, width, j->q + at, width, rows, pos0 - k0, 1, &sp, key_ok, scores);
+    attend(g, j->out + at, width, j->q + at, width, rows, pos0 - k0, 1, &sp, key_ok, scores,
+           j->vec);
+}
+
+/* -1: not yet looked at; 0: sgemm only; 1: attn_vec.h's products */
+static atomic_int attn_vec_on = -1;
+
+void cpu_attention_vec(bool on)
+{
+    atomic_store(&attn_vec_on, on && attn_vec_have());
 }
 
 int cpu_attention(const struct kv_geom *g, float *out, const float *q, const float *kc,
                   const float *vc, const uint8_t *key_ok, int past, int t_new)
 {
     const int group = g->heads / g->kv_heads;
-    struct attn_job j = {.g = g, .out = out, .q = q, .kc = kc, .vc = vc, .key_ok = key_ok,
-                         .past = past, .t_new = t_new, .grouped = t_new == 1 && group > 1,
+    if (atomic_load_explicit(&attn_vec_on, memory_order_relaxed) < 0)
+        cpu_attention_vec(true);
+    struct attn_job j = {.g = g,
+                         .out = out,
+                         .q = q,
+                         .kc = kc,
+                         .vc = vc,
+                         .key_ok = key_ok,
+                         .past = past,
+                         .t_new = t_new,
+                         .grouped = t_new == 1 && group > 1,
+                         .vec = atomic_load_explicit(&attn_vec_on, memory_order_relaxed) > 0,
                          .blocks = (t_new + ATTN_ROWS - 1) / ATTN_ROWS};
     atomic_init(&j.rc, 0);
     int tasks = g->batch * (j.grouped ? g->kv_heads : g->heads * j.blocks);

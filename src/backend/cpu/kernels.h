@@ -53,6 +53,9 @@ void cpu_gated_act(float *y, const float *gate, const float *up, size_t n, enum 
 /* y[i] += x[i] */
 void cpu_add(float *y, const float *x, size_t n);
 
+/* x[i] *= a */
+void cpu_scale(float *x, size_t n, float a);
+
 /* x[i] = cap * tanh(x[i] / cap) */
 void cpu_softcap(float *x, size_t n, float cap);
 
@@ -76,6 +79,11 @@ int cpu_route_group(const struct kern_route *r, const struct kern_route_out *out
  * token) gets 0. 0, or ERR_NOMEM with a message when a scratch buffer cannot grow. */
 int cpu_attention(const struct kv_geom *g, float *out, const float *q, const float *kc,
                   const float *vc, const uint8_t *key_ok, int past, int t_new);
+/* Whether cpu_attention gives a few query rows (a decode step's group of
+ * heads) attn_vec.h's products where the CPU has them (the default), or
+ * sgemm as a prefill's blocks: for tests and A/B timings. Not while an
+ * attention runs. */
+void cpu_attention_vec(bool on);
 
 #include "backend/cpu/cpu.h"
 
