@@ -8,5 +8,6 @@
 #define GEMV_R 3
 #define GEMV_MB 8
 #define GEMV_PF_NEXT
+#define GEMV_HSUM8
 #define GEMV_AVX512_EXPORT gemv_rows_avx512_m8
 #include "backend/cpu/gemv_avx512.c"

@@ -12,5 +12,6 @@
 #define GEMV_R 3
 #define GEMV_MB 8
 #define GEMV_PF_NEXT
+#define GEMV_HSUM8
 #define GEMV_BF16_EXPORT gemv_rows_avx512bf16_m8
 #include "backend/cpu/gemv_avx512bf16.c"

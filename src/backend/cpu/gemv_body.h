@@ -16,6 +16,10 @@
  * GV_XROWS(a) (the input rows' element type and start), gv_fma(w, x, acc),
  * and GEMV_BF16_ONLY when it takes bf16 weights alone.
  *
+ * A kernel file that defines GEMV_HSUM8 has its vector file define
+ * gv_hsum8(v, out): out[j] = gv_hsum(v[j]) for 8 vectors, bitwise the same
+ * sums, in fewer instructions than 8 reductions one by one.
+ *
  * The product is bound by reading the weights, so each widened weight vector
  * feeds GEMV_MB input rows and each input vector GEMV_R weight rows: a
  * GEMV_R x GEMV_MB block of accumulators, with the weight rows of a block
@@ -198,9 +202,17 @@ GEMV_INLINE void gemv_finish(const struct gemv_args *a, enum dtype t, int r, con
     const int k = a->w->cols, kv = k / GV_COLS * GV_COLS;
     for (int p = 0; p < R; p++) {
         const char *wr = weight_row(a->w, r + p);
-        for (int i = 0; i < mt; i++) {
+        float sum[GEMV_MT];
+        int i = 0;
+#ifdef GEMV_HSUM8
+        for (; i + 8 <= mt; i += 8)
+            gv_hsum8(&part[p][i], &sum[i]);
+#endif
+        for (; i < mt; i++)
+            sum[i] = gv_hsum(part[p][i]);
+        for (i = 0; i < mt; i++) {
             const float *xr = a->x + (size_t)(i0 + i) * a->ldx;
-            float s = gv_hsum(part[p][i]);
+            float s = sum[i];
             for (int c = kv; c < k; c++)
                 s += gv_elem_w(t, wr, c) * xr[c];
             a->y[(size_t)(i0 + i) * a->ldy + r + p] = s;
