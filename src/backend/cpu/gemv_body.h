@@ -253,6 +253,13 @@ GEMV_INLINE void gemv_rows_typed(const struct gemv_args *a, enum dtype t, int r0
         int mt = a->m - i0 < GEMV_MT ? a->m - i0 : GEMV_MT, r = r0;
         for (; r + GEMV_R <= r1; r += GEMV_R)
             gemv_rowgroup(a, t, r, GEMV_R, i0, mt);
+        /* a rest of 2 or more rows (a task of 16n rows in blocks of 3
+         * leaves 1 or 2) starts with a block of 2, whose weight vectors
+         * feed 2 rows each, not with blocks of 1 */
+        if (GEMV_R > 2 && r1 - r >= 2) {
+            gemv_rowgroup(a, t, r, 2, i0, mt);
+            r += 2;
+        }
         for (; r < r1; r++)
             gemv_rowgroup(a, t, r, 1, i0, mt);
     }
