@@ -46,6 +46,8 @@ static inline float gv_hsum(gv_t v)
     return _mm512_reduce_add_ps(v);
 }
 
+#include "backend/cpu/gemv_hsum512.h"
+
 #define GEMV_ROWS_FN GEMV_AVX512_EXPORT
 #include "backend/cpu/gemv_body.h"
 

@@ -53,6 +53,8 @@ static inline float gv_hsum(gv_t v)
     return _mm512_reduce_add_ps(v);
 }
 
+#include "backend/cpu/gemv_hsum512.h"
+
 static void gemv_rows_dpbf16(const struct gemv_args *a, int r0, int r1);
 #define GEMV_ROWS_FN gemv_rows_dpbf16
 #include "backend/cpu/gemv_body.h"
