@@ -90,10 +90,26 @@ def one_model(m, a, bench):
             + (("new_over_old",) if a.baseline_bin else ())
             + tuple(f"step_b{b}_over_b1" for b in a.step_batches))
     med = {k: statistics.median(r[k] for r in rounds) for k in keys}
-    return {"model": m, "gguf": gguf, "rounds": rounds, "median": med}
+    return {"model": m, "gguf": gguf, "cpu": cpu_name(), "rounds": rounds, "median": med}
+
+
+def cpu_name():
+    """The CPU's model name, family and model number, as /proc/cpuinfo gives them (AMD
+    family 25 is Zen 3/4, 26 Zen 5): machines of one kind can differ."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for ln in fh:
+                k, _, v = ln.partition(":")
+                info.setdefault(k.strip(), v.strip())
+    except OSError:
+        return "unknown CPU"
+    return (f"{info.get('model name', '?')}, family {info.get('cpu family', '?')} "
+            f"model {info.get('model', '?')}")
 
 
 def print_table(res, a):
+    print(cpu_name())
     print(f"batch 1, prompt {a.prompt_len}, gen {a.gen}, {a.threads} threads, best of {a.repeat} "
           f"per run, {a.rounds} interleaved rounds; tok/s")
     old = (" | old decode | new / old" if a.baseline_bin else "") + "".join(
