@@ -12,7 +12,7 @@
 /* How far ahead of the products the keys are prefetched, in blocks of 16
  * keys. With the values prefetched beside them, 1.1-2x faster than the
  * hardware's prefetcher alone at batch 8 over 144 and 1040 keys (the
- * 2-core Zen 4, interleaved, loaded); 1, 4 or 8 blocks within the noise. */
+ * 2-core Zen 5, interleaved, loaded); 1, 4 or 8 blocks within the noise. */
 #define ATTN_PF_BLOCKS 2
 
 bool attn_vec_have(void)

@@ -144,7 +144,7 @@ QD_INLINE __m256i qd_w_q4_0(const char *w)
 }
 
 /* Weight bytes prefetched ahead of the ones being read: a row of 2048
- * columns is 1-2 KiB, so about 4-8 rows ahead. On the Zen 4 here, one
+ * columns is 1-2 KiB, so about 4-8 rows ahead. On the Zen 5 here, one
  * thread streaming 8192 x 2048 weights from memory (CPU time, against a
  * plain read): Q8_0 0.75 -> 0.88 of the read against none, Q6_K 0.73 ->
  * 0.90 against 2048 bytes ahead; with the weights in L2, 5% slower. */
