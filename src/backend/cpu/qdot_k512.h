@@ -51,22 +51,21 @@ QD_INLINE __m256 qd5_dx8(const char *x, int n)
                           qd5_f32(x, 4, n), qd5_f32(x, 5, n), qd5_f32(x, 6, n), qd5_f32(x, 7, n));
 }
 
-/* lane k = the sum of s[k]'s 16 lanes */
-QD_INLINE __m256i qd5_hsum16x8(const __m512i s[8])
+/* Dword 4 l + k = the sum of s[k]'s four dwords in 128-bit lane l. */
+QD_INLINE __m512i qd5_sum4_lanes(const __m512i s[4])
 {
     const __m512i u0 =
         _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
     const __m512i u1 =
         _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
-    const __m512i u2 =
-        _mm512_add_epi32(_mm512_unpacklo_epi32(s[4], s[5]), _mm512_unpackhi_epi32(s[4], s[5]));
-    const __m512i u3 =
-        _mm512_add_epi32(_mm512_unpacklo_epi32(s[6], s[7]), _mm512_unpackhi_epi32(s[6], s[7]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(u0, u1), _mm512_unpackhi_epi64(u0, u1));
+}
+
+/* lane k = the sum of s[k]'s 16 lanes */
+QD_INLINE __m256i qd5_hsum16x8(const __m512i s[8])
+{
     /* each 128-bit lane: the partial sums of s0 .. s3, and of s4 .. s7 */
-    const __m512i v0 =
-        _mm512_add_epi32(_mm512_unpacklo_epi64(u0, u1), _mm512_unpackhi_epi64(u0, u1));
-    const __m512i v1 =
-        _mm512_add_epi32(_mm512_unpacklo_epi64(u2, u3), _mm512_unpackhi_epi64(u2, u3));
+    const __m512i v0 = qd5_sum4_lanes(s), v1 = qd5_sum4_lanes(s + 4);
     /* lanes [v0.0 + v0.2, v0.1 + v0.3, v1.0 + v1.2, v1.1 + v1.3] */
     const __m512i w = _mm512_add_epi32(_mm512_shuffle_i64x2(v0, v1, _MM_SHUFFLE(1, 0, 1, 0)),
                                        _mm512_shuffle_i64x2(v0, v1, _MM_SHUFFLE(3, 2, 3, 2)));
@@ -332,12 +331,7 @@ QD_INLINE float qd5_q4_0_body(const char *w, const char *x, int nb)
         }
         /* per 128-bit lane the sums of t0 .. t3, then the lanes of each
          * half added: blocks 0-3 (low halves), 4-7 (high) */
-        const __m512i u0 =
-            _mm512_add_epi32(_mm512_unpacklo_epi32(t[0], t[1]), _mm512_unpackhi_epi32(t[0], t[1]));
-        const __m512i u1 =
-            _mm512_add_epi32(_mm512_unpacklo_epi32(t[2], t[3]), _mm512_unpackhi_epi32(t[2], t[3]));
-        const __m512i v =
-            _mm512_add_epi32(_mm512_unpacklo_epi64(u0, u1), _mm512_unpackhi_epi64(u0, u1));
+        const __m512i v = qd5_sum4_lanes(t);
         const __m512i r = _mm512_add_epi32(_mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(2, 0, 2, 0)),
                                            _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 3, 1)));
         const __m256 d = _mm256_mul_ps(qd_f16x8_span(w8, wb), qd_f16x8_span(x8, xb));

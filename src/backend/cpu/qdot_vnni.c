@@ -73,12 +73,7 @@ void qdot_x_q8_k_avx512(const float *x, void *xq, int n)
         for (int i = 0; i < 4; i++)
             s[i] =
                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(qs + 64 * i));
-        const __m512i u0 =
-            _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
-        const __m512i u1 =
-            _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
-        const __m512i sums =
-            _mm512_add_epi32(_mm512_unpacklo_epi64(u0, u1), _mm512_unpackhi_epi64(u0, u1));
+        const __m512i sums = qd5_sum4_lanes(s);
         _mm256_storeu_si256((__m256i *)(o + 4 + QUANT_QKK),
                             _mm512_cvtepi32_epi16(_mm512_permutexvar_epi32(order, sums)));
         const float d = 1.0f / iscale;
