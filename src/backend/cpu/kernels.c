@@ -424,8 +424,7 @@ static void attend(const struct kv_geom *g, float *out, size_t ldo, const float 
         float *s = scores + (size_t)t * t_all;
         const int visible = pos0 + t * step + 1;
         if (g->softcap > 0)
-            for (int j = 0; j < visible; j++)
-                s[j] = tanhf(s[j] / g->softcap) * g->softcap;
+            vec_softcap(s, (size_t)visible, g->softcap);
         const int lo = g->window > 0 && visible > g->window ? visible - g->window : 0;
         memset(s, 0, (size_t)lo * sizeof(float));
         vec_softmax_masked(s + lo, key_ok + lo, visible - lo, t_all - lo);
