@@ -15,23 +15,11 @@
 #include "model/model.h"
 #include "test.h"
 
-#define B 3
-#define T 6
-#define SHARDED_STEPS 4
+#include "ref_batch.h"
 
-static void make_batch(int vocab, int32_t *ids, uint8_t *mask)
-{
-    const int len[B] = {6, 3, 1};
-    uint32_t x = 7;
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            x = x * 1103515245u + 12345u;
-            bool real = t >= T - len[b];
-            mask[b * T + t] = real;
-            ids[b * T + t] =
-                real ? (t == T - len[b] ? 2 : 4 + (int32_t)((x >> 8) % (vocab - 4))) : 1;
-        }
-}
+#define B REF_BATCH_B
+#define T REF_BATCH_T
+#define SHARDED_STEPS 4
 
 /* Runs m over the batch (made here, for the caller in ids and mask): the
  * prefill's logits at every position into pre (B, T, V), then SHARDED_STEPS
@@ -40,7 +28,7 @@ static inline void greedy_run(struct model *m, int32_t *ids, uint8_t *mask, floa
                               float *steps, int32_t *step_ids)
 {
     const int V = model_info(m)->vocab;
-    make_batch(V, ids, mask);
+    ref_batch(V, ids, mask);
     struct model_exec *kv;
     struct model_exec_shape shape = {
         .batch = B, .max_len = T + SHARDED_STEPS, .max_rows = B * (T + SHARDED_STEPS)};
@@ -115,7 +103,7 @@ static inline bool sharded_case_open(const char *dir, struct sharded_case *c)
     c->pre = malloc(sizeof(float) * B * T * c->vocab);
     c->steps = malloc(sizeof(float) * SHARDED_STEPS * B * c->vocab);
     reference(dir, KERN_COMPUTE_F32, c->pre, c->steps, c->step_ids);
-    make_batch(c->vocab, c->ids, c->mask);
+    ref_batch(c->vocab, c->ids, c->mask);
     return true;
 }
 

@@ -51,6 +51,7 @@
 
 #include "fixture_expect.h"
 #include "fixture_greedy.h"
+#include "ref_batch.h"
 
 #define MIB (1ull << 20)
 
@@ -802,24 +803,8 @@ TEST(ct_models)
 /* ---- expert-level residency ---- */
 
 #define X_DEVICES 2
-#define X_B 3
-#define X_T 6
-
-/* test_swap_experts' batch (sharded_ref.h's make_batch): 3 left-padded
- * sequences of 6, 3 and 1 tokens over 6 positions */
-static void x_batch(int vocab, int32_t *ids, uint8_t *mask)
-{
-    const int len[X_B] = {6, 3, 1};
-    uint32_t x = 7;
-    for (int b = 0; b < X_B; b++)
-        for (int t = 0; t < X_T; t++) {
-            x = x * 1103515245u + 12345u;
-            const bool real = t >= X_T - len[b];
-            mask[b * X_T + t] = real;
-            ids[b * X_T + t] =
-                real ? (t == X_T - len[b] ? 2 : 4 + (int32_t)((x >> 8) % (vocab - 4))) : 1;
-        }
-}
+#define X_B REF_BATCH_B
+#define X_T REF_BATCH_T
 
 /* A swap manager and its workers on n devices: partitions 0..n-1 of GPU 0,
  * or cpu:0..n-1. */
@@ -891,7 +876,7 @@ static int x_forward(struct xrig *g, struct swap_model *m, float *out)
         .batch = X_B, .max_len = X_T, .max_tokens = X_B * X_T, .max_rows = X_B * X_T};
     int32_t ids[X_B * X_T];
     uint8_t mask[X_B * X_T];
-    x_batch(swap_model_info(m)->vocab, ids, mask);
+    ref_batch(swap_model_info(m)->vocab, ids, mask);
     struct group_exec *gb = NULL;
     int rc = swap_use_begin(g->mgr, m);
     if (rc == 0) {
@@ -948,7 +933,7 @@ static void check_experts(const char *name, int tp, int pp, bool ep)
     swap_wait_idle(g.mgr, plain);
     int32_t ids[X_B * X_T];
     uint8_t mask[X_B * X_T];
-    x_batch(V, ids, mask);
+    ref_batch(V, ids, mask);
     const struct batch_in in = {.B = X_B, .T = X_T, .ids = ids, .mask = mask};
     const double tol = swap_model_compute(plain) == KERN_COMPUTE_BF16 ? 3e-2 : 1e-4;
     const double e_cpu = batch_err(&in, ref, cpu, V);

@@ -231,7 +231,7 @@ TEST(logits)
                     continue;
                 int32_t mids[B * T];
                 uint8_t mask[B * T];
-                make_batch((int)V, mids, mask);
+                ref_batch((int)V, mids, mask);
                 double worst = 0, worst_step;
                 for (int r = 0; r < B * T; r++)
                     if (mask[r])

@@ -63,7 +63,7 @@ static void check_layout(const char *name, const char *dir, int tp, int pp, bool
         const int V = swap_model_info(model)->vocab;
         int32_t ids[B * T];
         uint8_t mask[B * T];
-        make_batch(V, ids, mask);
+        ref_batch(V, ids, mask);
         float *got = malloc((size_t)B * T * V * sizeof(float));
         CHECK(swap_load(mgr, model, NULL) == 0);
         CHECK(swap_use_begin(mgr, model) == 0);
@@ -123,7 +123,7 @@ static void check_failure(const char *dir, int tp, int pp)
     const struct model_exec_shape shape = {.batch = B, .max_len = T + 4, .max_rows = B * (T + 4)};
     int32_t ids[B * T];
     uint8_t mask[B * T];
-    make_batch(V, ids, mask);
+    ref_batch(V, ids, mask);
     float *got = malloc((size_t)B * T * V * sizeof(float));
     CHECK(group_exec_create(mgr, model, &shape, &gb) == 0);
     ids[T - 1] = V + 5;
@@ -135,7 +135,7 @@ static void check_failure(const char *dir, int tp, int pp)
               "tp %d pp %d: rc %d, message '%s'", tp, pp, rc, err_msg());
     CHECK(group_exec_failed(gb) == ERR_INVALID);
     /* the failed batch runs no more steps, even valid ones... */
-    make_batch(V, ids, mask);
+    ref_batch(V, ids, mask);
     alarm(20);
     rc = group_forward(w, gb, ids, mask, T, true, true, got);
     alarm(0);

@@ -88,7 +88,7 @@ static int forward(struct xrig *g, struct swap_model *m, float *out, uint64_t *r
 {
     int32_t ids[B * T];
     uint8_t mask[B * T];
-    make_batch(swap_model_info(m)->vocab, ids, mask);
+    ref_batch(swap_model_info(m)->vocab, ids, mask);
     struct group_exec *gb = NULL;
     CHECK(swap_use_begin(g->mgr, m) == 0);
     int rc = group_exec_create(g->mgr, m, &shape, &gb);
