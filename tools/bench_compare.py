@@ -173,11 +173,20 @@ def gguf_path(m, gtype):
 
 
 def llamacpp_bench(a, bench, m, gtype):
-    """llama-bench on m's GGUF of gtype: prefill (-p L -n 0) and decode at depth L
+    """llama-bench on m's GGUF of gtype (llamacpp_bench_file); {"error": reason} when it
+    cannot convert or run."""
+    try:
+        g = gguf_path(m, gtype)
+    except PeerError as e:
+        return {"error": str(e)}
+    return llamacpp_bench_file(a, bench, g, gtype)
+
+
+def llamacpp_bench_file(a, bench, g, gtype):
+    """llama-bench on the GGUF file g: prefill (-p L -n 0) and decode at depth L
     (-p 0 -n N -d L), best of -r repetitions; {"error": reason} when it cannot."""
     extra, retried = shlex.split(a.llamacpp_args), None
     try:
-        g = gguf_path(m, gtype)
         while True:
             common = ([bench, "-m", g, "-t", str(a.threads), "-r", str(a.repeat), "-o", "json"]
                       + extra)

@@ -34,17 +34,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_compare as bc  # noqa: E402  (same folder: its llama.cpp and read helpers)
 
 
-def llama_bench(bench, gguf, a):
-    """llama-bench's decode and prefill tok/s (best of --repeat) and the file's bytes."""
-    common = [bench, "-m", gguf, "-t", str(a.threads), "-r", str(a.repeat), "-o", "json"]
-    tg = json.loads(bc.run_peer(common + ["-p", "0", "-n", str(a.gen), "-d", str(a.prompt_len)],
-                                "llama-bench decode"))[0]
-    pp = json.loads(bc.run_peer(common + ["-p", str(a.prompt_len), "-n", "0"],
-                                "llama-bench prefill"))[0]
-    return {"decode_tok_s": max(tg["samples_ts"]), "prefill_tok_s": max(pp["samples_ts"]),
-            "model_size": tg.get("model_size")}
-
-
 def ours(binary, m, a, batch=1):
     out = bc.run_peer([binary, "bench", "forward", "--model", m, "--compute", "bf16",
                        "--batch", str(batch), "--prompt-len", str(a.prompt_len), "--gen", str(a.gen),
@@ -53,18 +42,14 @@ def ours(binary, m, a, batch=1):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def own_samples(o):
-    rl = o.get("read_limit") or {}
-    return [s["gb_s"] for s in rl.get("samples", []) if s.get("gb_s")] or (
-        [o["read_gb_s"]] if o.get("read_gb_s") else [])
-
-
 def one_model(m, a, bench):
     gguf = m if m.endswith(".gguf") else bc.gguf_path(m, "bf16")
     rounds, reads = [], [bc.read_sample(a)]
     for i in range(a.rounds):
         r = {"round": i + 1, "loadavg": os.getloadavg()[0], "ours": ours(a.bin, m, a)}
-        r["llamacpp"] = llama_bench(bench, gguf, a)
+        r["llamacpp"] = bc.llamacpp_bench_file(a, bench, gguf, os.path.basename(gguf))
+        if "error" in r["llamacpp"]:
+            raise bc.PeerError(r["llamacpp"]["error"])
         if a.baseline_bin:
             r["baseline"] = ours(a.baseline_bin, m, a)
         r["steps"] = {b: ours(a.bin, m, a, b) for b in a.step_batches}
@@ -72,9 +57,10 @@ def one_model(m, a, bench):
         rounds.append(r)
     for i, r in enumerate(rounds):
         o, ll = r["ours"], r["llamacpp"]
-        around = [s["gb_s"] for s in reads[i:i + 2] if "error" not in s and s.get("gb_s")]
         ll_gbs = (ll["model_size"] or 0) * ll["decode_tok_s"] / 1e9
-        r["read_gb_s"] = max(around + own_samples(o) + own_samples(r.get("baseline", {})))
+        # the samples on either side of the round and bench forward's own in it
+        r["read_gb_s"] = max(bc.read_figures(o, reads[i:i + 2])[0],
+                             bc.read_figures(r.get("baseline", {}), [])[0])
         r["limit_gb_s"] = max(r["read_gb_s"], ll_gbs)
         r["limit_source"] = "read" if r["limit_gb_s"] == r["read_gb_s"] else "llama.cpp"
         r["llamacpp"]["gb_s"] = ll_gbs
@@ -149,6 +135,8 @@ def main():
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--bin", default=bc.BIN)
+    ap.add_argument("--llamacpp-args", default="",
+                    help="more llama-bench flags, e.g. '--repack 0'")
     ap.add_argument("--step-batches", default="",
                     help="ours also at these batches each round (B[,B...]): step cost over batch 1's")
     ap.add_argument("--baseline-bin", help="an older shardswap binary, run in every round too")
