@@ -29,6 +29,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/jsonout.h"
+#include "core/membw.h"
 #include "core/timing.h"
 
 #define BENCH_GEMV_MAX_M 512
@@ -85,13 +86,7 @@ static double bench_gemv_time(const struct bench_gemv *b, struct weight_view w, 
 
 char *bench_gemv_map(size_t bytes)
 {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-    return p;
+    return membw_map(bytes);
 }
 
 void bench_gemv_unmap(char *p, size_t bytes)

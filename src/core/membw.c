@@ -215,17 +215,25 @@ static double membw_pass(char *dst, const char *src, int threads, size_t bytes_p
     return (double)bytes_per_thread * threads / wall;
 }
 
+char *membw_map(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
 /* bytes rounded up to the readers' unit, in huge pages where the kernel
  * allows (as the device arenas and host-tier blobs have them), every page
  * written (faulted in) with `fill`; MAP_FAILED when it cannot. */
 static char *membw_buffer(size_t bytes, int fill)
 {
-    char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return p;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, bytes, MADV_HUGEPAGE);
-#endif
+    char *p = membw_map(bytes);
+    if (!p)
+        return MAP_FAILED;
     memset(p, fill, bytes);
     return p;
 }
