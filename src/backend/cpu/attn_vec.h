@@ -3,18 +3,16 @@
  * the weighted sum of the values P v, each reading the keys or values once
  * from memory in a single pass for all the rows. Bound by that read, not
  * by the multiplies: OpenBLAS's sgemm at 4 x 144 x 64 spent more in its
- * call and packing than in the products. kernels.c uses them where
- * attn_vec_have() (AVX-512 F, this file's vectors) and falls back to sgemm
- * elsewhere and for a prefill's blocks of rows. Internal to backend/cpu/. */
+ * call and packing than in the products. Each row's sums are the same
+ * whatever the number of rows. kernels.c uses them for every block where
+ * attn_vec_have() (AVX-512 F, this file's vectors) and the head fits, and
+ * sgemm elsewhere. Internal to backend/cpu/. */
 #ifndef SHARDSWAP_BACKEND_CPU_ATTN_VEC_H
 #define SHARDSWAP_BACKEND_CPU_ATTN_VEC_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-/* The most query rows the kernels below take at once (a group of query
- * heads); more go to sgemm. */
-#define ATTN_VEC_MAX_ROWS 16
 /* The widest head they take. */
 #define ATTN_VEC_MAX_HEAD_DIM 256
 

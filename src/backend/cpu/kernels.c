@@ -396,16 +396,19 @@ struct kv_span {
  * that sees none gets 0. Scores are soft-capped first under g->softcap. The
  * span covers the last row's position: the keys past it are seen by no row.
  * scores: rows * sp->n floats. A wrapped span is scored and summed in two
- * products, its second part added to the first's output. A few rows (a
- * decode step's group of query heads) take attn_vec.h's products, which
- * read the keys and values once for all of them; a prefill's blocks take
- * sgemm. */
+ * products, its second part added to the first's output. Where vec (the
+ * CPU has attn_vec.h's products and the head fits them) every block takes
+ * them, a decode step's group of query heads and a prefill's rows alike,
+ * else sgemm: each row's sums are then the same whatever block it is in,
+ * so a sequence's logits do not depend on what else shares its batch (a
+ * decode row beside another sequence's prompt sits in a block of many
+ * rows, alone in a group of a few). */
 static void attend(const struct kv_geom *g, float *out, size_t ldo, const float *q, size_t ldq,
                    int rows, int pos0, int step, const struct kv_span *sp, const uint8_t *key_ok,
                    float *scores, bool vec)
 {
     const int head_dim = g->head_dim, t_all = sp->n, n1 = sp->n1;
-    const bool few = vec && rows <= ATTN_VEC_MAX_ROWS && head_dim <= ATTN_VEC_MAX_HEAD_DIM;
+    const bool few = vec && head_dim <= ATTN_VEC_MAX_HEAD_DIM;
     /* scores = q @ k^T over the keys */
     if (few) {
         attn_scores_avx512(scores, (size_t)t_all, q, ldq, rows, head_dim, sp->k, sp->v, n1);
