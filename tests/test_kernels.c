@@ -1510,6 +1510,46 @@ static void ring_case(int kv_heads, int window, int step, float softcap)
     free(rv);
 }
 
+/* attn_vec.h's products give each row the same bits whatever the number of
+ * rows beside it: every row of a 64-row call (a prefill's block) against
+ * the same row alone (a decode step's), scores and values, head widths of
+ * a masked vector and of whole ones. The batch's other sequences must not
+ * change a sequence's logits. */
+static void test_attn_vec_rows(void)
+{
+    if (!attn_vec_have())
+        return;
+    enum { R = 64, HD = 80, N = 40 };
+    static const int hd_of[] = {20, 64, 80};
+    float *q = malloc(R * HD * sizeof(float)), *k = malloc(N * HD * sizeof(float));
+    float *all = malloc(R * HD * sizeof(float)), *one = malloc(HD * sizeof(float));
+    fill_uniform(q, R * HD, -1, 1);
+    fill_uniform(k, N * HD, -1, 1);
+    int differ = 0;
+    for (size_t b = 0; b < sizeof(hd_of) / sizeof(hd_of[0]); b++) {
+        const int hd = hd_of[b];
+        attn_scores_avx512(all, N, q, hd, R, hd, k, NULL, N);
+        for (int r = 0; r < R; r++) {
+            attn_scores_avx512(one, N, q + (size_t)r * hd, hd, 1, hd, k, NULL, N);
+            differ += memcmp(one, all + (size_t)r * N, N * sizeof(float)) != 0;
+        }
+        /* values weighted by q's first N columns (rows of hd >= N floats
+         * would be needed for more: hd 20 takes its 20 keys) */
+        const int n = hd < N ? hd : N;
+        attn_values_avx512(all, hd, q, hd, R, hd, k, n, false);
+        for (int r = 0; r < R; r++) {
+            attn_values_avx512(one, hd, q + (size_t)r * hd, hd, 1, hd, k, n, false);
+            differ += memcmp(one, all + (size_t)r * hd, hd * sizeof(float)) != 0;
+        }
+    }
+    CHECK_MSG(differ == 0, "attn_vec: %d rows differ between a 64-row call and the row alone",
+              differ);
+    free(q);
+    free(k);
+    free(all);
+    free(one);
+}
+
 /* attn_vec.h's two products against double sums: rows 1-16 (every
  * shape of its blocks of rows), head widths of whole vectors, of a masked
  * last one and of one, 0 to 40 keys (whole blocks of 16 and a tail), the
@@ -1629,6 +1669,7 @@ static void test_attention(void)
     cpu_attention_vec(true);
     attn_head_dim = 5;
     test_attn_vec();
+    test_attn_vec_rows();
 
     /* the CPU's scores live in its task threads' scratch: an execution
      * context carries none for them (attention_step checks that nothing is
