@@ -103,7 +103,7 @@ def print_table(res, a):
     print("| model | round | load | decode ours / llama.cpp | ratio | prefill ours / llama.cpp "
           "| ratio | ours GB/s | llama.cpp GB/s | limit GB/s | ours / limit | llama.cpp / limit"
           + old + " |")
-    print("|---" * (13 + (2 if a.baseline_bin else 0) + len(a.step_batches)) + "|")
+    print("|---" * (12 + (2 if a.baseline_bin else 0) + len(a.step_batches)) + "|")
     for x in res:
         name = os.path.basename(x["model"].rstrip("/"))
         for r in x["rounds"]:
