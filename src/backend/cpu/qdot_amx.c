@@ -101,8 +101,6 @@ void qdot_pack_x_tiles(enum dtype t, const char *xq, size_t xq_ld, int m, int n,
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#include "backend/cpu/amx_tiles.h"
-
 #define QA_INLINE static inline __attribute__((always_inline))
 
 /* A tile's blocks' scales, one lane a weight row */
@@ -224,7 +222,8 @@ QA_INLINE void qa_unpack_6k(const char *w, int8_t *q, struct qa_scales *sc, int 
 /* ---- the products ---- */
 
 /* tiles: 0-3 C (two blocks of K-quants' lo and hi, or four blocks of the
- * 32-element types), 4 and 5 A, 6 and 7 B */
+ * 32-element types), 4 and 5 A, 6 and 7 B (amx_tiles.h's helper gives
+ * every tile 16 rows; B of K = 32 has 8) */
 static void qa_configure(bool kq)
 {
     struct {
@@ -350,6 +349,45 @@ QA_INLINE void qa_steps(__m512 p[8], const int32_t *cbuf, const struct qa_scales
     }
 }
 
+/* a unit's f32 steps: blocks b0 .. b0 + n - 1 of group xg (C tiles cb)
+ * for the tile's nr weight rows, their partials from pbuf (unless first)
+ * and back to it, or (last) summed into y */
+struct qa_unit {
+    const int32_t *cb;
+    const struct qa_scales *sc;
+    const char *xg;
+    size_t xbb;
+    int nq, b0, n, nr;
+    bool first, last;
+    __m512 *pbuf;
+    float *y;
+    size_t ldy;
+    int rows;
+};
+
+QA_INLINE void qa_unit_steps(const struct qa_unit *u, const int n, const int ncomp, const bool mins)
+{
+    for (int r = 0; r < u->nr; r++) {
+        __m512 p[8];
+        for (int k = 0; k < 8; k++)
+            p[k] = u->first ? _mm512_setzero_ps() : u->pbuf[8 * r + k];
+        qa_steps(p, u->cb, u->sc, u->xg, u->xbb, u->nq, u->b0, n, r, ncomp, mins);
+        if (u->last)
+            qa_store(p, u->y + r, u->ldy, u->rows);
+        else
+            for (int k = 0; k < 8; k++)
+                u->pbuf[8 * r + k] = p[k];
+    }
+}
+
+QA_INLINE void qa_unit_steps_n(const struct qa_unit *u, const int ncomp, const bool mins)
+{
+    if (u->n == QA_CHUNK)
+        qa_unit_steps(u, QA_CHUNK, ncomp, mins);
+    else
+        qa_unit_steps(u, u->n, ncomp, mins);
+}
+
 int qdot_tile_amx(const struct qdot_args *a, int r0, int r1)
 {
     const struct weight_view *w = a->w;
@@ -366,7 +404,7 @@ int qdot_tile_amx(const struct qdot_args *a, int r0, int r1)
      * tiles of a chunk, the partials between chunks */
     const size_t abytes = (size_t)nb * ncomp * QA_ROWS * qk;
     const size_t sbytes = (size_t)nb * sizeof(struct qa_scales);
-    const size_t cbytes = (size_t)QA_CHUNK * ncomp * 1024, pbytes = (size_t)QA_ROWS * 8 * 64;
+    const size_t cbytes = (size_t)2 * QA_CHUNK * ncomp * 1024, pbytes = (size_t)QA_ROWS * 8 * 64;
     char *buf = cpu_scratch(CPU_SCRATCH_Q_DEQ, abytes + sbytes + cbytes + pbytes);
     if (!buf)
         return ERR_NOMEM;
@@ -417,37 +455,46 @@ int qdot_tile_amx(const struct qdot_args *a, int r0, int r1)
             a_ld = w_ld;
             a_bstep = bb;
         }
-        for (int g = 0; g < ng; g++) {
-            const char *xg = a->xp + (size_t)g * a->xp_ld;
-            const int rows = a->m - g * QA_ROWS < QA_ROWS ? a->m - g * QA_ROWS : QA_ROWS;
-            float *y = a->y + (size_t)g * QA_ROWS * a->ldy + rt;
-            for (int b0 = 0; b0 < nb; b0 += QA_CHUNK) {
+        /* units of (group, chunk of blocks) in order: each unit's products
+         * are issued before the previous unit's f32 steps, so the tile unit
+         * works while the vector units read the last C tiles */
+        const int nch = (nb + QA_CHUNK - 1) / QA_CHUNK, nu = ng * nch;
+        for (int u = 0; u <= nu; u++) {
+            if (u < nu) {
+                const int g = u / nch, b0 = (u % nch) * QA_CHUNK;
                 const int n = nb - b0 < QA_CHUNK ? nb - b0 : QA_CHUNK;
-                /* the chunk's C tiles */
+                const char *xg = a->xp + (size_t)g * a->xp_ld;
+                int32_t *cb = cbuf + (size_t)(u & 1) * QA_CHUNK * ncomp * 256;
                 if (kq) {
                     for (int k = 0; k < n; k++)
                         qa_block_k(a0 + (size_t)(b0 + k) * a_bstep, a_ld, (size_t)QA_ROWS * qk,
-                                   xg + (size_t)(b0 + k) * xbb, cbuf + (size_t)k * 512, k & 1);
+                                   xg + (size_t)(b0 + k) * xbb, cb + (size_t)k * 512, k & 1);
                 } else {
                     for (int k = 0; k < n; k += 4)
                         qa_blocks_32(a0 + (size_t)(b0 + k) * a_bstep, a_bstep, a_ld,
-                                     xg + (size_t)(b0 + k) * xbb, xbb, cbuf + (size_t)k * 256,
+                                     xg + (size_t)(b0 + k) * xbb, xbb, cb + (size_t)k * 256,
                                      n - k < 4 ? n - k : 4);
                 }
-                /* their f32 steps, a weight row at a time */
-                const bool first = b0 == 0, last = b0 + QA_CHUNK >= nb;
-                for (int r = 0; r < nr; r++) {
-                    __m512 p[8];
-                    for (int k = 0; k < 8; k++)
-                        p[k] = first ? _mm512_setzero_ps() : pbuf[8 * r + k];
-                    qa_steps(p, cbuf, sc, xg, xbb, nq, b0, n, r, ncomp, mins);
-                    if (last)
-                        qa_store(p, y + r, a->ldy, rows);
-                    else
-                        for (int k = 0; k < 8; k++)
-                            pbuf[8 * r + k] = p[k];
-                }
             }
+            if (u == 0)
+                continue;
+            /* the previous unit's f32 steps, a weight row at a time */
+            const int v = u - 1, g = v / nch, b0 = (v % nch) * QA_CHUNK;
+            const int n = nb - b0 < QA_CHUNK ? nb - b0 : QA_CHUNK;
+            const char *xg = a->xp + (size_t)g * a->xp_ld;
+            const int32_t *cb = cbuf + (size_t)(v & 1) * QA_CHUNK * ncomp * 256;
+            const int rows = a->m - g * QA_ROWS < QA_ROWS ? a->m - g * QA_ROWS : QA_ROWS;
+            float *y = a->y + (size_t)g * QA_ROWS * a->ldy + rt;
+            const struct qa_unit un = {cb, sc, xg, xbb, nq, b0, n, nr, b0 == 0, b0 + QA_CHUNK >= nb,
+                                       pbuf, y, a->ldy, rows};
+            /* the steps with their shape known to the compiler, so that a
+             * row's 8 partials stay in registers */
+            if (!kq)
+                qa_unit_steps_n(&un, 1, false);
+            else if (mins)
+                qa_unit_steps_n(&un, 2, true);
+            else
+                qa_unit_steps_n(&un, 2, false);
         }
     }
     _tile_release();
@@ -455,6 +502,45 @@ int qdot_tile_amx(const struct qdot_args *a, int r0, int r1)
 }
 
 #else
+/* a unit's f32 steps: blocks b0 .. b0 + n - 1 of group xg (C tiles cb)
+ * for the tile's nr weight rows, their partials from pbuf (unless first)
+ * and back to it, or (last) summed into y */
+struct qa_unit {
+    const int32_t *cb;
+    const struct qa_scales *sc;
+    const char *xg;
+    size_t xbb;
+    int nq, b0, n, nr;
+    bool first, last;
+    __m512 *pbuf;
+    float *y;
+    size_t ldy;
+    int rows;
+};
+
+QA_INLINE void qa_unit_steps(const struct qa_unit *u, const int n, const int ncomp, const bool mins)
+{
+    for (int r = 0; r < u->nr; r++) {
+        __m512 p[8];
+        for (int k = 0; k < 8; k++)
+            p[k] = u->first ? _mm512_setzero_ps() : u->pbuf[8 * r + k];
+        qa_steps(p, u->cb, u->sc, u->xg, u->xbb, u->nq, u->b0, n, r, ncomp, mins);
+        if (u->last)
+            qa_store(p, u->y + r, u->ldy, u->rows);
+        else
+            for (int k = 0; k < 8; k++)
+                u->pbuf[8 * r + k] = p[k];
+    }
+}
+
+QA_INLINE void qa_unit_steps_n(const struct qa_unit *u, const int ncomp, const bool mins)
+{
+    if (u->n == QA_CHUNK)
+        qa_unit_steps(u, QA_CHUNK, ncomp, mins);
+    else
+        qa_unit_steps(u, u->n, ncomp, mins);
+}
+
 int qdot_tile_amx(const struct qdot_args *a, int r0, int r1)
 {
     qdot_rows_scalar(a, r0, r1);

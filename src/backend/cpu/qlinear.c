@@ -14,7 +14,9 @@
  *   input row, x laid out to match (vnni-mr; qdot_mr_body.h: decode
  *   batches); or each weight row unpacked once and multiplied with 8 input
  *   rows at a time, packed one row a lane (vnni-m8, avx2-m8;
- *   qdot_tile_body.h); all give the same bits. The kernel is chosen per
+ *   qdot_tile_body.h); or AMX-INT8 tiles of 16 weight rows x 16 input
+ *   rows (amx, qdot_amx.c: the K-quants' sub-block scales folded into the
+ *   unpacked weights); all give the same bits. The kernel is chosen per
  *   process, type and bucket of rows (1, 2-4, 5-8, 9-15, 16 and more) by
  *   measurement, as the GEMV's are: at the first call with a type, each
  *   candidate is timed on 4 MiB of that type's blocks flushed from the
@@ -22,8 +24,8 @@
  *   interleaved (vnni-mr not at 32: every row's x goes by each pair of
  *   weight rows, which a prefill's many rows stream from L3); a later
  *   candidate must win by 3%. SHARDSWAP_QDOT=NAME
- *   (vnni, avx2, vnni-mr, vnni-m8, avx2-m8, scalar) runs one kernel for
- *   every call instead. */
+ *   (vnni, avx2, vnni-mr, vnni-m8, amx, avx2-m8, scalar) runs one kernel
+ *   for every call instead (amx offered for its types only: not Q5_1). */
 #include "backend/cpu/qlinear.h"
 
 #include <math.h>
