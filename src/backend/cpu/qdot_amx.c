@@ -208,8 +208,8 @@ QA_INLINE void qa_unpack_6k(const char *w, int8_t *q, struct qa_scales *sc, int 
                 const __m256i hi =
                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), three), 4);
                 const int s0 = 8 * h + 2 * k;
-                const __m512i scale = _mm512_inserti64x4(
-                    _mm512_set1_epi16(s[s0]), _mm256_set1_epi16(s[s0 + 1]), 1);
+                const __m512i scale =
+                    _mm512_inserti64x4(_mm512_set1_epi16(s[s0]), _mm256_set1_epi16(s[s0 + 1]), 1);
                 int8_t *e = q + 128 * h + 32 * k;
                 qa_fold(_mm256_or_si256(lows[k], hi), scale, 32, e, e + QA_ROWS * 256);
             }
@@ -286,8 +286,8 @@ QA_INLINE void qa_blocks_32(const int8_t *a, size_t a_bstep, size_t a_ld, const 
 #define QA_32(C, k, A, B)                                                                          \
     if (k < n) {                                                                                   \
         _tile_zero(C);                                                                             \
-        _tile_loadd(A, a + (k) * a_bstep, a_ld);                                                   \
-        _tile_loadd(B, xb + (k) * x_bstep, 64);                                                    \
+        _tile_loadd(A, a + (k)*a_bstep, a_ld);                                                     \
+        _tile_loadd(B, xb + (k)*x_bstep, 64);                                                      \
         _tile_dpbssd(C, A, B);                                                                     \
     }
     QA_32(0, 0, 4, 6)
@@ -311,9 +311,9 @@ QA_INLINE void qa_store(const __m512 p[8], float *y, size_t ldy, int rows)
     const __m512 s =
         _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(p[0], p[4]), _mm512_add_ps(p[2], p[6])),
                       _mm512_add_ps(_mm512_add_ps(p[1], p[5]), _mm512_add_ps(p[3], p[7])));
-    const __m512i idx = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32((int)ldy));
+    const __m512i idx =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32((int)ldy));
     _mm512_mask_i32scatter_ps(y, (__mmask16)((1u << rows) - 1u), idx, s, 4);
 }
 
@@ -342,8 +342,8 @@ QA_INLINE void qa_steps(__m512 p[8], const int32_t *cbuf, const struct qa_scales
             for (int q = 0; q < 4; q++)
                 ms = _mm512_dpwssd_epi32(ms, _mm512_loadu_si512(xb + 64 + 64 * q),
                                          _mm512_set1_epi32(sc[b].mn[r][q]));
-            const __m512 dm =
-                _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(_mm512_set1_ps(sc[b].dmin[r]), dx));
+            const __m512 dm = _mm512_sub_ps(_mm512_setzero_ps(),
+                                            _mm512_mul_ps(_mm512_set1_ps(sc[b].dmin[r]), dx));
             p[k] = _mm512_fmadd_ps(dm, _mm512_cvtepi32_ps(ms), p[k]);
         }
     }
@@ -485,8 +485,20 @@ int qdot_tile_amx(const struct qdot_args *a, int r0, int r1)
             const int32_t *cb = cbuf + (size_t)(v & 1) * QA_CHUNK * ncomp * 256;
             const int rows = a->m - g * QA_ROWS < QA_ROWS ? a->m - g * QA_ROWS : QA_ROWS;
             float *y = a->y + (size_t)g * QA_ROWS * a->ldy + rt;
-            const struct qa_unit un = {cb, sc, xg, xbb, nq, b0, n, nr, b0 == 0, b0 + QA_CHUNK >= nb,
-                                       pbuf, y, a->ldy, rows};
+            const struct qa_unit un = {.cb = cb,
+                                       .sc = sc,
+                                       .xg = xg,
+                                       .xbb = xbb,
+                                       .nq = nq,
+                                       .b0 = b0,
+                                       .n = n,
+                                       .nr = nr,
+                                       .first = b0 == 0,
+                                       .last = b0 + QA_CHUNK >= nb,
+                                       .pbuf = pbuf,
+                                       .y = y,
+                                       .ldy = a->ldy,
+                                       .rows = rows};
             /* the steps with their shape known to the compiler, so that a
              * row's 8 partials stay in registers */
             if (!kq)
