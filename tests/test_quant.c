@@ -258,7 +258,7 @@ static void isas_match_scalar(const char *const *isas, size_t n, const struct we
 /* Every instruction set's kernel gives the scalar reference's bits. */
 TEST(isa_bitwise)
 {
-    static const char *const isas[] = {"vnni", "avx2", "vnni-mr", "vnni-m8", "avx2-m8"};
+    static const char *const isas[] = {"vnni", "avx2", "vnni-mr", "vnni-m8", "amx", "avx2-m8"};
     const int rows = 45;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const enum dtype t = types[ti];
@@ -291,13 +291,16 @@ TEST(isa_bitwise)
 }
 
 /* The multi-row kernels give the single-row reference's bits for every
- * row, whatever m: every count of input rows 1 .. 33 (partial groups of 8),
+ * row, whatever m: every count of input rows 1 .. 33 (partial groups of 8
+ * and of AMX's 16), 64 and 100,
  * odd numbers of blocks a row (a rest of the 8 partial sums), a weight
  * slice with a row stride, and x's of mixed magnitudes (some zero blocks,
  * so zero scales). */
 TEST(multirow_bitwise)
 {
-    static const char *const isas[] = {"vnni-mr", "vnni-m8", "avx2-m8"};
+    static const char *const isas[] = {"vnni-mr", "vnni-m8", "amx", "avx2-m8"};
+    if (cpu_qlinear_force("amx") == ERR_UNSUPPORTED)
+        printf("amx: this CPU (or its kernel) lacks AMX-INT8; not tested\n");
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const enum dtype t = types[ti];
         const int qk = dtype_block(t);
@@ -311,13 +314,16 @@ TEST(multirow_bitwise)
                                       .rows = rows,
                                       .cols = cols,
                                       .ld = (size_t)ld};
-        const int mmax = 33;
+        /* every m to 33 (AMX's groups of 16 and a rest), then a prefill's */
+        static const int more[] = {64, 100};
+        const int mmax = 100;
         float *x = malloc((size_t)mmax * cols * sizeof(float));
         float *ref = malloc((size_t)mmax * rows * sizeof(float));
         float *y = malloc((size_t)mmax * rows * sizeof(float));
         for (size_t i = 0; i < (size_t)mmax * cols; i++)
             x[i] = urand() * (i % 7 == 0 ? 40.0f : 1.0f) * ((i / qk) % 5 == 3 ? 0.0f : 1.0f);
-        for (int m = 1; m <= mmax; m++) {
+        for (int k = 0; k < 33 + 2; k++) {
+            const int m = k < 33 ? k + 1 : more[k - 33];
             isas_match_scalar(isas, sizeof(isas) / sizeof(isas[0]), &w, x, m, ref, y, false);
         }
         free(x);

@@ -11,6 +11,7 @@
 #define SHARDSWAP_BACKEND_CPU_QDOT_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -107,6 +108,26 @@ size_t qdot_xmr_row_bytes(enum dtype t, int n);
 /* Input row xq (qdot_quantize_x's, n activations) laid out into xr */
 void qdot_pack_x_mr(enum dtype t, const char *xq, int n, char *xr);
 int qdot_mr_vnni(const struct qdot_args *a, int r0, int r1);
+
+/* The AMX-INT8 kernel (qdot_amx.c): 16 weight rows a tile (A, the quants
+ * as int8, Q8_0's in place, the K-quants' with their sub-block scales
+ * folded in) times 16 input rows (B) into exact int32 sums per block, then
+ * the f32 steps below per block: the same bits as the kernels above. Its x
+ * is laid out once per call in groups of QDOT_TGROUP rows, per block of x
+ * (Q8_0: 32 elements, Q8_K: 256), in order:
+ *   t[q][row]   4 bytes: elements 4q .. 4q + 3 of the row, as they are
+ *               (signed; B's VNNI layout: tile row q, one input row a
+ *               4-byte column)
+ *   dx[row]     f32: the block's scale
+ *   Q8_K: bs[p][row] two int16: the sums of 32 of sub-blocks 2p and 2p + 1
+ * A group's rows past m are zeros. Types it lacks (Q5_1) go to the
+ * single-row kernel. Returns as qdot_tile_fn; only where AMX-INT8 was
+ * granted. */
+#define QDOT_TGROUP 16
+bool qdot_amx_takes(enum dtype t);
+size_t qdot_xt_group_bytes(enum dtype t, int n);
+void qdot_pack_x_tiles(enum dtype t, const char *xq, size_t xq_ld, int m, int n, int g, char *xt);
+int qdot_tile_amx(const struct qdot_args *a, int r0, int r1);
 
 /* The blocks' combination, shared by every kernel: block b of a row adds
  * to partial sum b % QDOT_LANES (with explicit fmaf: a contraction left to

@@ -14,7 +14,9 @@
  *   input row, x laid out to match (vnni-mr; qdot_mr_body.h: decode
  *   batches); or each weight row unpacked once and multiplied with 8 input
  *   rows at a time, packed one row a lane (vnni-m8, avx2-m8;
- *   qdot_tile_body.h); all give the same bits. The kernel is chosen per
+ *   qdot_tile_body.h); or AMX-INT8 tiles of 16 weight rows x 16 input
+ *   rows (amx, qdot_amx.c: the K-quants' sub-block scales folded into the
+ *   unpacked weights); all give the same bits. The kernel is chosen per
  *   process, type and bucket of rows (1, 2-4, 5-8, 9-15, 16 and more) by
  *   measurement, as the GEMV's are: at the first call with a type, each
  *   candidate is timed on 4 MiB of that type's blocks flushed from the
@@ -22,12 +24,15 @@
  *   interleaved (vnni-mr not at 32: every row's x goes by each pair of
  *   weight rows, which a prefill's many rows stream from L3); a later
  *   candidate must win by 3%. SHARDSWAP_QDOT=NAME
- *   (vnni, avx2, vnni-mr, vnni-m8, avx2-m8, scalar) runs one kernel for
- *   every call instead. */
+ *   (vnni, avx2, vnni-mr, vnni-m8, amx, avx2-m8, scalar) runs one kernel
+ *   for every call instead (amx offered for its types only: not Q5_1). */
 #include "backend/cpu/qlinear.h"
 
 #include <math.h>
 #include <pthread.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,6 +214,15 @@ static bool has_avx2(void)
     return __builtin_cpu_supports("avx2");
 }
 
+/* AMX-INT8 (CPUID leaf 7 EDX bit 25) beside AMX-TILE, and Linux's grant
+ * of the tile data (gemv.c asks once per process) */
+static bool has_amx_int8(void)
+{
+    unsigned a, b, c, d;
+    return has_vnni() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 25)) &&
+           cpu_amx_granted();
+}
+
 static bool has_vnni(void)
 {
     __builtin_cpu_init();
@@ -225,11 +239,17 @@ static bool has_vnni(void)
 {
     return false;
 }
+
+static bool has_amx_int8(void)
+{
+    return false;
+}
 #endif
 
 /* the layout of x a kernel reads: its quantized rows, packed groups of 8
- * (qdot_pack_x), or runs of 8 blocks (qdot_pack_x_mr) */
-enum q_xlayout { Q_X_ROWS, Q_X_GROUPS, Q_X_RUNS };
+ * (qdot_pack_x), runs of 8 blocks (qdot_pack_x_mr), or AMX's groups of 16
+ * (qdot_pack_x_tiles) */
+enum q_xlayout { Q_X_ROWS, Q_X_GROUPS, Q_X_RUNS, Q_X_TILES };
 
 struct qdot_kernel {
     const char *name;
@@ -237,19 +257,22 @@ struct qdot_kernel {
     qdot_tile_fn tile; /* many input rows at a time (x laid out) */
     enum q_xlayout x;
     bool (*supported)(void);
+    bool (*takes)(enum dtype t); /* NULL: every type; else calibrated only for these */
 };
 
 /* best first by instruction set; scalar only by request where another runs */
 static const struct qdot_kernel q_kernels[] = {
     /* a weight row against one input row */
-    {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni},
-    {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2},
+    {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni, NULL},
+    {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL},
     /* two weight rows' blocks in the lanes against each input row */
-    {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni},
+    {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL},
     /* a weight row against 8 input rows in the lanes */
-    {"vnni-m8", NULL, qdot_tile_vnni, Q_X_GROUPS, has_vnni},
-    {"avx2-m8", NULL, qdot_tile_avx2, Q_X_GROUPS, has_avx2},
-    {"scalar", qdot_rows_scalar, NULL, Q_X_ROWS, has_scalar}, /* the reference */
+    {"vnni-m8", NULL, qdot_tile_vnni, Q_X_GROUPS, has_vnni, NULL},
+    /* 16 weight rows x 16 input rows a tile product */
+    {"amx", NULL, qdot_tile_amx, Q_X_TILES, has_amx_int8, qdot_amx_takes},
+    {"avx2-m8", NULL, qdot_tile_avx2, Q_X_GROUPS, has_avx2, NULL},
+    {"scalar", qdot_rows_scalar, NULL, Q_X_ROWS, has_scalar, NULL}, /* the reference */
 };
 #define Q_N_KERNELS (int)(sizeof(q_kernels) / sizeof(q_kernels[0]))
 
@@ -292,7 +315,7 @@ static int q_find(const char *name, const struct qdot_kernel **out)
         }
     return err_set(ERR_INVALID,
                    "unknown quantized kernel \"%s\" (expected vnni, avx2, vnni-mr, vnni-m8, "
-                   "avx2-m8 or scalar)",
+                   "amx, avx2-m8 or scalar)",
                    name);
 }
 
@@ -370,12 +393,18 @@ struct qx_job {
     size_t xq_ld, xp_ld;
 };
 
-/* the rows of group g (QDOT_GROUP of them) quantized, and packed */
+static int q_group_rows(enum q_xlayout lay)
+{
+    return lay == Q_X_TILES ? QDOT_TGROUP : QDOT_GROUP;
+}
+
+/* the rows of group g (q_group_rows of them) quantized, and packed */
 static void qx_task(void *ctx, int g)
 {
     const struct qx_job *j = ctx;
-    const int i1 = (g + 1) * QDOT_GROUP < j->m ? (g + 1) * QDOT_GROUP : j->m;
-    for (int i = g * QDOT_GROUP; i < i1; i++) {
+    const int gr = q_group_rows(j->lay);
+    const int i1 = (g + 1) * gr < j->m ? (g + 1) * gr : j->m;
+    for (int i = g * gr; i < i1; i++) {
         qdot_quantize_x(j->t, j->x + (size_t)i * j->cols, j->xq + (size_t)i * j->xq_ld, j->cols);
         if (j->lay == Q_X_RUNS)
             qdot_pack_x_mr(j->t, j->xq + (size_t)i * j->xq_ld, j->cols,
@@ -383,6 +412,8 @@ static void qx_task(void *ctx, int g)
     }
     if (j->lay == Q_X_GROUPS)
         qdot_pack_x(j->t, j->xq, j->xq_ld, j->m, j->cols, g, j->xp + (size_t)g * j->xp_ld);
+    else if (j->lay == Q_X_TILES)
+        qdot_pack_x_tiles(j->t, j->xq, j->xq_ld, j->m, j->cols, g, j->xp + (size_t)g * j->xp_ld);
 }
 
 /* x's rows quantized (and laid out for a multi-row kernel) into the
@@ -391,10 +422,11 @@ static int q_prepare(float *y, const float *x, int m, const struct weight_view *
                      enum q_xlayout lay, struct qdot_args *a)
 {
     const size_t ld = qdot_x_row_bytes(w->dtype, w->cols);
-    const size_t xp_ld = lay == Q_X_GROUPS ? qdot_xp_group_bytes(w->dtype, w->cols)
-                         : lay == Q_X_RUNS ? qdot_xmr_row_bytes(w->dtype, w->cols)
-                                           : 0;
-    const int ng = (m + QDOT_GROUP - 1) / QDOT_GROUP;
+    const size_t xp_ld = lay == Q_X_GROUPS  ? qdot_xp_group_bytes(w->dtype, w->cols)
+                         : lay == Q_X_RUNS  ? qdot_xmr_row_bytes(w->dtype, w->cols)
+                         : lay == Q_X_TILES ? qdot_xt_group_bytes(w->dtype, w->cols)
+                                            : 0;
+    const int ng = (m + q_group_rows(lay) - 1) / q_group_rows(lay);
     const size_t xq_bytes = ((size_t)m * ld + 63) / 64 * 64;
     const size_t xp_bytes = (size_t)(lay == Q_X_RUNS ? m : ng) * xp_ld;
     char *xq = cpu_scratch(CPU_SCRATCH_Q_X, xq_bytes + xp_bytes);
@@ -473,6 +505,8 @@ static void q_calibrate(enum dtype t)
                         continue; /* 7 of its 8 lanes idle */
                     if (cand[i]->x == Q_X_RUNS && q_bucket_m[b] >= 16)
                         continue; /* x's runs for every row go by each pair */
+                    if (cand[i]->takes && !cand[i]->takes(t))
+                        continue;
                     cpu_cache_flush(wd, (size_t)rows * row_bytes);
                     double s = time_now();
                     if (q_run(cand[i], y, x, q_bucket_m[b], &w) < 0)
