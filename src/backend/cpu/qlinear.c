@@ -243,6 +243,7 @@ struct qdot_kernel {
 static const struct qdot_kernel q_kernels[] = {
     /* a weight row against one input row */
     {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni},
+    {"vnni-near", qdot_rows_vnni_near, NULL, Q_X_ROWS, has_vnni}, /* vnni, prefetch 2 KiB ahead */
     {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2},
     /* two weight rows' blocks in the lanes against each input row */
     {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni},
