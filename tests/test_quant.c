@@ -258,7 +258,8 @@ static void isas_match_scalar(const char *const *isas, size_t n, const struct we
 /* Every instruction set's kernel gives the scalar reference's bits. */
 TEST(isa_bitwise)
 {
-    static const char *const isas[] = {"vnni", "avx2", "vnni-mr", "vnni-m8", "amx", "avx2-m8"};
+    static const char *const isas[] = {"vnni", "vnni-near", "avx2", "vnni-mr", "vnni-m8", "amx",
+                                       "avx2-m8"};
     const int rows = 45;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const enum dtype t = types[ti];
@@ -282,6 +283,27 @@ TEST(isa_bitwise)
         }
         free(wd);
     }
+    /* rows of Q8_0 / Q4_0 longer than vnni-near lays x out for (1024
+     * blocks, qdot_xr.h), which it takes as vnni does, and just inside */
+    static const enum dtype longs[] = {DTYPE_Q8_0, DTYPE_Q4_0};
+    static const char *const near[] = {"vnni-near"};
+    for (size_t li = 0; li < 2; li++)
+        for (int nb = 1023; nb <= 1027; nb += 4) {
+            const enum dtype t = longs[li];
+            const int cols = nb * 32, lrows = 5;
+            const size_t bytes = (size_t)lrows * dtype_row_bytes(t, cols);
+            unsigned char *wd = malloc(bytes);
+            cpu_qlinear_random_blocks(t, wd, bytes / quant_block_bytes(t), 200 + li);
+            const struct weight_view w = {
+                .dtype = t, .data = wd, .rows = lrows, .cols = cols, .ld = cols};
+            float *x = malloc((size_t)cols * sizeof(float));
+            float ref[5], y[5];
+            for (int i = 0; i < cols; i++)
+                x[i] = urand();
+            isas_match_scalar(near, 1, &w, x, 1, ref, y, false);
+            free(x);
+            free(wd);
+        }
     CHECK(cpu_qlinear_force(NULL) == 0);
     CHECK(cpu_qlinear_force("sse9") == ERR_INVALID);
     /* the measured choice names every type */
@@ -298,7 +320,7 @@ TEST(isa_bitwise)
  * so zero scales). */
 TEST(multirow_bitwise)
 {
-    static const char *const isas[] = {"vnni-mr", "vnni-m8", "amx", "avx2-m8"};
+    static const char *const isas[] = {"vnni-near", "vnni-mr", "vnni-m8", "amx", "avx2-m8"};
     if (cpu_qlinear_force("amx") == ERR_UNSUPPORTED)
         printf("amx: this CPU (or its kernel) lacks AMX-INT8; not tested\n");
     for (size_t ti = 0; ti < N_TYPES; ti++) {

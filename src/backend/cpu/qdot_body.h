@@ -9,6 +9,9 @@
  *   QDOT_ROWS_FN            the name of the qdot_rows_fn to define
  *   QD_K512                 (optional) the K-quants on 512-bit vectors
  *                           instead (qdot_k512.h: AVX-512 BW and VNNI)
+ *   QD_XR                   (optional, with QD_K512) Q8_0 and Q4_0
+ *                           against x laid out per call (qdot_xr.h)
+ *   QD_PREFETCH             (optional) the software prefetch's distance
  *
  * Each block's integer sums are exact and combined as qdot.h says, so the
  * result is the scalar reference's (qdot_scalar.c) bit for bit. */
@@ -147,7 +150,8 @@ QD_INLINE __m256i qd_w_q4_0(const char *w)
  * columns is 1-2 KiB, so about 4-8 rows ahead. On the Zen 5 here, one
  * thread streaming 8192 x 2048 weights from memory (CPU time, against a
  * plain read): Q8_0 0.75 -> 0.88 of the read against none, Q6_K 0.73 ->
- * 0.90 against 2048 bytes ahead; with the weights in L2, 5% slower. */
+ * 0.90 against 2048 bytes ahead; with the weights in L2, 5% slower. An
+ * includer may set another (qdot_vnni_near.c: 2 KiB, for an Intel Xeon). */
 #ifndef QD_PREFETCH
 #define QD_PREFETCH 8192
 #endif
@@ -413,6 +417,10 @@ void QDOT_ROWS_FN(const struct qdot_args *a, int r0, int r1)
     const struct weight_view *w = a->w;
     const int nb = w->cols / dtype_block(w->dtype);
     const size_t w_ld = dtype_row_bytes(w->dtype, w->ld); /* weight_row's, once */
+#ifdef QD_XR
+    if (qd5_rows_xr(a, r0, r1, nb, w_ld))
+        return;
+#endif
     switch (w->dtype) {
     case DTYPE_Q8_0:
         QD_LOOP(qd_q8_0(row, x, nb));

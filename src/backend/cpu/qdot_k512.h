@@ -378,3 +378,7 @@ static __attribute__((noinline)) float qd5_q4_0(const char *w, const char *x, in
 }
 
 #define qd5_q45_k(w, x, nb, five) ((five) ? qd5_q5_k(w, x, nb) : qd5_q4_k(w, x, nb))
+
+#ifdef QD_XR
+#include "backend/cpu/qdot_xr.h"
+#endif

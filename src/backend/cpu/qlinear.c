@@ -24,7 +24,7 @@
  *   interleaved (vnni-mr not at 32: every row's x goes by each pair of
  *   weight rows, which a prefill's many rows stream from L3); a later
  *   candidate must win by 3%. SHARDSWAP_QDOT=NAME
- *   (vnni, avx2, vnni-mr, vnni-m8, amx, avx2-m8, scalar) runs one kernel
+ *   (vnni, vnni-near, avx2, vnni-mr, vnni-m8, amx, avx2-m8, scalar) runs one kernel
  *   for every call instead (amx offered for its types only: not Q5_1). */
 #include "backend/cpu/qlinear.h"
 
@@ -264,6 +264,7 @@ struct qdot_kernel {
 static const struct qdot_kernel q_kernels[] = {
     /* a weight row against one input row */
     {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni, NULL},
+    {"vnni-near", qdot_rows_vnni_near, NULL, Q_X_ROWS, has_vnni, NULL}, /* vnni, prefetch 2 KiB ahead */
     {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL},
     /* two weight rows' blocks in the lanes against each input row */
     {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL},
@@ -314,7 +315,7 @@ static int q_find(const char *name, const struct qdot_kernel **out)
             return 0;
         }
     return err_set(ERR_INVALID,
-                   "unknown quantized kernel \"%s\" (expected vnni, avx2, vnni-mr, vnni-m8, "
+                   "unknown quantized kernel \"%s\" (expected vnni, vnni-near, avx2, vnni-mr, vnni-m8, "
                    "amx, avx2-m8 or scalar)",
                    name);
 }
