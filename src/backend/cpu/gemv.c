@@ -180,8 +180,12 @@ static int gemv_bucket(int m)
 #define CAL_BYTES ((size_t)4 << 20)
 #define CAL_COLS 1024
 /* repetitions per bucket: more for one row, decode's case, where the
- * kernels differ by 10-20% and a pause of the machine can flip them */
-static const int cal_reps[GEMV_BUCKETS] = {5, 3, 3, 3};
+ * kernels differ by 10-20% and a pause of the machine can flip them (on
+ * the 2-core Xeon with AMX, with 5 under other builds' load, m1 went to
+ * amx in some processes and to avx512bf16-r1 in others, though amx read
+ * 10-20% slower in steady state; each repetition of m1 costs about 6 ms
+ * there, 13 candidates on 4 MiB) */
+static const int cal_reps[GEMV_BUCKETS] = {9, 3, 3, 3};
 #define CAL_MARGIN 0.03
 
 /* The choice per class and bucket (calibrated on first use of the class),
