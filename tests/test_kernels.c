@@ -257,8 +257,8 @@ static void test_gemv_same_bits(void)
 {
     static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 11, 16};
     static const int shapes[][2] = {{37, 75}, {64, 2048}, {200, 300}};
-    static const char *const others[] = {"avx512bf16-r1", "avx512bf16-r8", "avx512bf16-m8",
-                                         "avx512bf16-m8s"};
+    static const char *const others[] = {"avx512bf16-r1", "avx512bf16-r1f", "avx512bf16-r8",
+                                         "avx512bf16-m8", "avx512bf16-m8s"};
     if (cpu_gemv_force("avx512bf16") < 0) {
         printf("gemv same bits: skipped (%s)\n", err_msg());
         CHECK(cpu_gemv_force(NULL) == 0);
@@ -329,14 +329,103 @@ static void test_gemv_same_bits(void)
     CHECK(cpu_gemv_force(NULL) == 0);
 }
 
+/* The GEMV's tasks spread over the threads in lanes (each thread a run of
+ * contiguous chunks, stealing the last chunk of the fullest lane when its
+ * own is done) and in the pool's order, and on this thread alone: every
+ * output row written once, by the same code, so the same bits. y starts as
+ * NaN, so a chunk that no task took shows; the shapes give 1, 7 and 17
+ * chunks (rows not a multiple of a chunk's), one call and three in a
+ * group. */
+static void test_gemv_lanes(void)
+{
+    static const int shapes[][2] = {{37, 75}, {530, 256}, {2100, 512}};
+    static const char *const kernels[] = {NULL, "avx512bf16-r1f", "amx", "avx512"};
+    static const int ms[] = {1, 3};
+    enum { N_SHAPES = sizeof(shapes) / sizeof(shapes[0]) };
+    uint16_t *wb[N_SHAPES];
+    size_t ny = 0;
+    for (int is = 0; is < N_SHAPES; is++) {
+        const size_t n = (size_t)shapes[is][0] * shapes[is][1];
+        wb[is] = malloc(n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++)
+            wb[is][i] = f32_to_bf16(rng_uniform(-1, 1));
+        ny += (size_t)3 * shapes[is][0];
+    }
+    float *x = malloc((size_t)3 * 512 * sizeof(float));
+    float *ya = malloc(ny * sizeof(float)), *yb = malloc(ny * sizeof(float));
+    fill_uniform(x, (size_t)3 * 512, -1, 1);
+    for (size_t ik = 0; ik < sizeof(kernels) / sizeof(kernels[0]); ik++) {
+        if (cpu_gemv_force(kernels[ik]) < 0) {
+            printf("gemv lanes: %s skipped (%s)\n", kernels[ik], err_msg());
+            continue;
+        }
+        for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]); im++)
+            for (int cm = KERN_COMPUTE_F32; cm <= KERN_COMPUTE_BF16; cm++) {
+                struct kern_linear_job jobs[N_SHAPES];
+                size_t off = 0;
+                for (int is = 0; is < N_SHAPES; is++) {
+                    jobs[is] = (struct kern_linear_job){
+                        .x = x,
+                        .m = ms[im],
+                        .w = {.dtype = DTYPE_BF16,
+                              .data = (const char *)wb[is],
+                              .rows = shapes[is][0],
+                              .cols = shapes[is][1],
+                              .ld = (size_t)shapes[is][1]}};
+                    off += (size_t)ms[im] * shapes[is][0];
+                }
+                /* 0: tasks in the pool's order, 1: lanes, 2: this thread alone */
+                for (int way = 0; way < 3; way++) {
+                    float *y = way == 0 ? ya : yb;
+                    for (size_t i = 0; i < off; i++)
+                        y[i] = NAN;
+                    cpu_gemv_split_lanes(way != 0);
+                    cpu_kernels_single_thread(way == 2);
+                    size_t o = 0;
+                    for (int is = 0; is < N_SHAPES; is++) {
+                        jobs[is].y = y + o;
+                        CHECK(cpu_gemv(y + o, x, ms[im], &jobs[is].w, cm) == 0);
+                        o += (size_t)ms[im] * shapes[is][0];
+                    }
+                    cpu_kernels_single_thread(false);
+                    for (size_t i = 0; i < off; i++)
+                        CHECK_MSG(!isnan(y[i]), "gemv lanes: %s way %d left row %zu unwritten",
+                                  kernels[ik] ? kernels[ik] : "measured", way, i);
+                    if (way)
+                        CHECK_MSG(memcmp(ya, yb, off * sizeof(float)) == 0,
+                                  "gemv lanes: %s m %d way %d differs from the pool's order",
+                                  kernels[ik] ? kernels[ik] : "measured", ms[im], way);
+                    /* the same three as one group */
+                    for (size_t i = 0; i < off; i++)
+                        yb[i] = NAN;
+                    for (int is = 0; is < N_SHAPES; is++)
+                        jobs[is].y = yb + (jobs[is].y - y);
+                    cpu_kernels_single_thread(way == 2);
+                    CHECK(cpu_gemv_group(jobs, N_SHAPES, cm) == 0);
+                    cpu_kernels_single_thread(false);
+                    CHECK_MSG(memcmp(ya, yb, off * sizeof(float)) == 0,
+                              "gemv lanes: %s m %d, a group (way %d) differs from one by one",
+                              kernels[ik] ? kernels[ik] : "measured", ms[im], way);
+                }
+            }
+    }
+    cpu_gemv_split_lanes(true);
+    CHECK(cpu_gemv_force(NULL) == 0);
+    for (int is = 0; is < N_SHAPES; is++)
+        free(wb[is]);
+    free(x);
+    free(ya);
+    free(yb);
+}
+
 static void test_linear(void)
 {
     static const int gemv_ms[] = {1, 2, 3, 4, 5, 8, 15, 16};
     static const int blas_ms[] = {17, 64};
     static const char *const isas[] = {
-        "amx",         "avx512bf16",     "avx512bf16-r1", "avx512bf16-r8", "avx512bf16-m8",
-        "avx512pairs", "avx512bf16-m8s", "avx512",        "avx512-r1",     "avx512-m8",
-        "avx2",        "matmul",         "scalar"};
+        "amx",           "avx512bf16",    "avx512bf16-r1", "avx512bf16-r1f", "avx512bf16-r8",
+        "avx512bf16-m8", "avx512pairs",   "avx512bf16-m8s", "avx512",       "avx512-r1",
+        "avx512-m8",     "avx2",          "matmul",        "scalar"};
     int cases = linear_cases(blas_ms, sizeof(blas_ms) / sizeof(blas_ms[0]));
     /* the GEMV: every kernel this CPU runs, then the measured choices */
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
@@ -2072,6 +2161,7 @@ int main(void)
     test_linear_group();
     CHECK(cpu_gemv_force(NULL) == 0);
     test_gemv_same_bits();
+    test_gemv_lanes();
     test_matmul_cache();
     test_gemv_choice();
     test_matmul_choice();

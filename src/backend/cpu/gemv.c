@@ -47,12 +47,19 @@ static bool has_scalar(void)
 
 #if defined(__x86_64__) || defined(__i386__)
 /* AMX-TILE and AMX-BF16 (CPUID leaf 7 EDX bits 24, 22), and Linux's grant
- * of the tile data to this process (asked once) */
+ * of the tile data to this process (asked once), unless SHARDSWAP_AMX=off
+ * (or 0) turns our AMX kernels off: then the GEMV's and the matrix
+ * product's AMX paths are no candidates, and an AMX machine runs what a
+ * CPU with AVX512-BF16 alone runs (oneDNN's own AMX is ONEDNN_MAX_CPU_ISA's
+ * to limit). */
 static bool amx_granted;
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 
 static void amx_ask(void)
 {
+    const char *env = getenv("SHARDSWAP_AMX");
+    if (env && (strcmp(env, "off") == 0 || strcmp(env, "0") == 0))
+        return;
     unsigned a, b, c, d;
     amx_granted = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24)) &&
                   (d & (1u << 22)) && gemv_amx_enable();
@@ -116,6 +123,9 @@ static const struct gemv_kernel gemv_kernels[] = {
      * stream), or eight at once without software prefetch */
     {"avx512bf16-r1", gemv_rows_avx512bf16_r1, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
     {"avx512bf16-r8", gemv_rows_avx512bf16_r8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
+    /* the single stream with its prefetch to L1 and, further ahead, to L2 */
+    {"avx512bf16-r1f", gemv_rows_avx512bf16_r1f, cpu_isa_avx512bf16, GEMV_IN_BF16,
+     C(GEMV_BF16_MODE)},
     /* the same sums over blocks of 3 weight rows x 8 input rows: fewer
      * loads per multiply-add where several input rows bind the product */
     {"avx512bf16-m8", gemv_rows_avx512bf16_m8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
@@ -170,8 +180,12 @@ static int gemv_bucket(int m)
 #define CAL_BYTES ((size_t)4 << 20)
 #define CAL_COLS 1024
 /* repetitions per bucket: more for one row, decode's case, where the
- * kernels differ by 10-20% and a pause of the machine can flip them */
-static const int cal_reps[GEMV_BUCKETS] = {5, 3, 3, 3};
+ * kernels differ by 10-20% and a pause of the machine can flip them (on
+ * the 2-core Xeon with AMX, with 5 under other builds' load, m1 went to
+ * amx in some processes and to avx512bf16-r1 in others, though amx read
+ * 10-20% slower in steady state; each repetition of m1 costs about 6 ms
+ * there, 13 candidates on 4 MiB) */
+static const int cal_reps[GEMV_BUCKETS] = {9, 3, 3, 3};
 #define CAL_MARGIN 0.03
 
 /* The choice per class and bucket (calibrated on first use of the class),
@@ -182,6 +196,8 @@ static atomic_bool gemv_ready[GEMV_CLASSES];
 static pthread_mutex_t gemv_lock = PTHREAD_MUTEX_INITIALIZER; /* guards the calibration */
 static const struct gemv_kernel *_Atomic gemv_forced;
 static pthread_once_t gemv_env_once = PTHREAD_ONCE_INIT;
+/* tasks in lanes (1) or in the pool's order (0): see struct gemv_job */
+static bool gemv_split_lanes = true;
 
 static int gemv_find(const char *name, const struct gemv_kernel **out)
 {
@@ -194,14 +210,16 @@ static int gemv_find(const char *name, const struct gemv_kernel **out)
         }
     return err_set(
         ERR_INVALID,
-        "unknown GEMV kernel \"%s\" (expected amx, avx512bf16, avx512bf16-r1, avx512bf16-r8, "
-        "avx512bf16-m8, avx512bf16-m8s, avx512pairs, avx512, avx512-r1, avx512-m8, avx2, matmul "
-        "or scalar)",
+        "unknown GEMV kernel \"%s\" (expected amx, avx512bf16, avx512bf16-r1, avx512bf16-r1f, "
+        "avx512bf16-r8, avx512bf16-m8, avx512bf16-m8s, avx512pairs, avx512, avx512-r1, avx512-m8, "
+        "avx2, matmul or scalar)",
         name);
 }
 
 static void gemv_read_env(void)
 {
+    const char *split = getenv("SHARDSWAP_GEMV_SPLIT");
+    gemv_split_lanes = !(split && strcmp(split, "tasks") == 0);
     const char *req = getenv("SHARDSWAP_GEMV");
     const struct gemv_kernel *k;
     if (!req || !*req)
@@ -379,18 +397,37 @@ void cpu_cache_flush(const void *p, size_t n)
     cpu_kernels_run(flush_task, &j, (int)((n + FLUSH_TASK_BYTES - 1) / FLUSH_TASK_BYTES));
 }
 
+/* How a call's tasks are spread over the threads. A task is a chunk of
+ * about GEMV_TASK_BYTES of weight rows; the pool hands tasks out in order,
+ * so with the chunks in that order two threads took alternate chunks and
+ * each thread's stream of weights broke every 128 KiB: its software
+ * prefetch ran into the other thread's chunk and its next chunk began with
+ * the prefetchers cold (2-core Xeon with AMX, 8192 x 2048 bf16, one input
+ * row, 2 threads: 0.73-0.81 of the read limit, against 0.97 with 1 MiB
+ * chunks). In lanes instead, the rows are cut into one contiguous lane per
+ * thread, as the read limit reads them: the first task a thread runs in a
+ * call gives it a lane of its own, each of its tasks takes its lane's next
+ * chunk (so its stream runs on across chunks, the prefetch already fetching
+ * the next one), and a thread whose lane is done takes the last chunk of
+ * the lane with the most left, so a thread that the scheduler holds up is
+ * still relieved one chunk at a time. Each row is computed by the same code
+ * either way: the results do not change. SHARDSWAP_GEMV_SPLIT=tasks gives
+ * back the alternate chunks (for comparison). */
+#define GEMV_LANES_MAX 16
+
 struct gemv_job {
     struct gemv_args a;
     gemv_rows_fn rows;
     int task_rows;
+    int tasks;
+    int lanes;      /* 0: task i is chunk i (the pool's order) */
+    uint64_t seq;   /* this call's number: a thread's lane is kept per call */
+    atomic_int arrived; /* threads given a lane so far */
+    /* per lane: (its last chunk + 1) << 32 | its next chunk */
+    _Atomic uint64_t lane[GEMV_LANES_MAX];
 };
 
-static void gemv_task(void *ctx, int task)
-{
-    const struct gemv_job *j = ctx;
-    int r0 = task * j->task_rows, r1 = r0 + j->task_rows;
-    j->rows(&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows);
-}
+static atomic_uint_fast64_t gemv_seq;
 
 /* Rows per task: about GEMV_TASK_BYTES of weights, at least
  * GEMV_MIN_TASKS tasks when the matrix allows, a multiple of 16. */
@@ -403,6 +440,83 @@ static int gemv_task_rows(const struct weight_view *w)
         rows = most;
     rows = (rows + 15) / 16 * 16;
     return rows ? (int)rows : 16;
+}
+
+/* j's tasks over w's rows, in lanes for the threads a call from this thread
+ * uses (one when it runs alone). */
+static void gemv_job_init(struct gemv_job *j, gemv_rows_fn rows, const struct weight_view *w)
+{
+    j->rows = rows;
+    j->task_rows = gemv_task_rows(w);
+    j->tasks = (w->rows + j->task_rows - 1) / j->task_rows;
+    int threads = cpu_kernels_alone() ? 1 : cpu_threads();
+    if (threads > GEMV_LANES_MAX)
+        threads = GEMV_LANES_MAX;
+    j->lanes = gemv_split_lanes ? (j->tasks < threads ? j->tasks : threads) : 0;
+    j->seq = atomic_fetch_add(&gemv_seq, 1) + 1;
+    atomic_init(&j->arrived, 0);
+    for (int l = 0; l < j->lanes; l++) {
+        const uint64_t lo = (uint64_t)j->tasks * l / j->lanes;
+        const uint64_t hi = (uint64_t)j->tasks * (l + 1) / j->lanes;
+        atomic_init(&j->lane[l], hi << 32 | lo);
+    }
+}
+
+/* The next chunk of lane l (front), or its last one (back): -1 when the
+ * lane has none left. */
+static int lane_take(struct gemv_job *j, int l, bool back)
+{
+    uint64_t v = atomic_load(&j->lane[l]);
+    for (;;) {
+        const uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
+        if (lo >= hi)
+            return -1;
+        const uint64_t nv = back ? (uint64_t)(hi - 1) << 32 | lo : (uint64_t)hi << 32 | (lo + 1);
+        if (atomic_compare_exchange_weak(&j->lane[l], &v, nv))
+            return (int)(back ? hi - 1 : lo);
+    }
+}
+
+/* The chunk for one of the pool's tasks of j: this thread's lane's next, or
+ * the last of the fullest lane. The pool runs exactly j->tasks tasks and
+ * each takes one chunk, so while a task looks, a chunk is left. */
+static int gemv_chunk(struct gemv_job *j)
+{
+    static _Thread_local uint64_t seen_seq;
+    static _Thread_local int my_lane;
+    if (seen_seq != j->seq) {
+        seen_seq = j->seq;
+        my_lane = atomic_fetch_add(&j->arrived, 1);
+    }
+    if (my_lane < j->lanes) {
+        const int c = lane_take(j, my_lane, false);
+        if (c >= 0)
+            return c;
+    }
+    for (;;) {
+        int best = -1;
+        uint32_t most = 0;
+        for (int l = 0; l < j->lanes; l++) {
+            const uint64_t v = atomic_load(&j->lane[l]);
+            const uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
+            if (hi > lo && hi - lo > most) {
+                most = hi - lo;
+                best = l;
+            }
+        }
+        assert(best >= 0);
+        const int c = lane_take(j, best, true);
+        if (c >= 0)
+            return c;
+    }
+}
+
+static void gemv_task(void *ctx, int task)
+{
+    struct gemv_job *j = ctx;
+    const int c = j->lanes ? gemv_chunk(j) : task;
+    int r0 = c * j->task_rows, r1 = r0 + j->task_rows;
+    j->rows(&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows);
 }
 
 /* The calibration's weights in memory like a device arena's: whole huge
@@ -460,7 +574,6 @@ static void gemv_calibrate(enum gemv_class c)
             x[i] = (float)((int)(i % 11) - 5) * 0.1f;
         struct weight_view w = {.dtype = t, .data = wd, .rows = rows, .cols = CAL_COLS,
                                 .ld = CAL_COLS};
-        const int task_rows = gemv_task_rows(&w);
         const enum kern_compute cm = c == GEMV_BF16_MODE ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
         for (int b = 0; b < GEMV_BUCKETS; b++) {
             double best[GEMV_N_KERNELS];
@@ -468,7 +581,8 @@ static void gemv_calibrate(enum gemv_class c)
                 best[i] = 1e30;
             for (int rep = 0; rep < cal_reps[b]; rep++)
                 for (int i = 0; i < n; i++) {
-                    struct gemv_job j = {.rows = cand[i]->rows, .task_rows = task_rows};
+                    struct gemv_job j;
+                    gemv_job_init(&j, cand[i]->rows, &w);
                     cpu_cache_flush(wd, CAL_BYTES);
                     double s = time_now();
                     if (!j.rows) {
@@ -477,7 +591,7 @@ static void gemv_calibrate(enum gemv_class c)
                     } else {
                         if (gemv_prepare(cand[i], y, x, gemv_bucket_m[b], &w, cm, &j.a) < 0)
                             continue;
-                        cpu_kernels_run(gemv_task, &j, (rows + task_rows - 1) / task_rows);
+                        cpu_kernels_run(gemv_task, &j, j.tasks);
                     }
                     s = time_now() - s;
                     if (s < best[i])
@@ -565,6 +679,12 @@ int cpu_gemv_force(const char *name)
     return rc;
 }
 
+void cpu_gemv_split_lanes(bool lanes)
+{
+    pthread_once(&gemv_env_once, gemv_read_env);
+    gemv_split_lanes = lanes;
+}
+
 static enum gemv_class gemv_class_of(const struct weight_view *w, enum kern_compute cm)
 {
     switch (w->dtype) {
@@ -588,18 +708,19 @@ int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
     const struct gemv_kernel *k = gemv_pick(gemv_class_of(w, cm), m);
     if (!k->rows)
         return cpu_matmul(y, x, m, w, cm);
-    struct gemv_job j = {.rows = k->rows, .task_rows = gemv_task_rows(w)};
+    struct gemv_job j;
+    gemv_job_init(&j, k->rows, w);
     int rc = gemv_prepare(k, y, x, m, w, cm, &j.a);
     if (rc < 0)
         return rc;
-    cpu_kernels_run(gemv_task, &j, (w->rows + j.task_rows - 1) / j.task_rows);
+    cpu_kernels_run(gemv_task, &j, j.tasks);
     return 0;
 }
 
 /* One pool run over every job's tasks: job i's tasks are [first[i],
  * first[i + 1]). */
 struct gemv_group {
-    const struct gemv_job *jobs;
+    struct gemv_job *jobs;
     const int *first;
     int n;
 };
@@ -615,7 +736,7 @@ static void gemv_group_task(void *ctx, int task)
         else
             hi = mid - 1;
     }
-    gemv_task((void *)&g->jobs[lo], task - g->first[lo]);
+    gemv_task(&g->jobs[lo], task - g->first[lo]);
 }
 
 int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute cm)
@@ -661,7 +782,7 @@ int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute 
     first[0] = 0;
     for (int i = 0; i < n; i++) {
         const struct kern_linear_job *j = &jobs[i];
-        gj[i] = (struct gemv_job){.rows = kern[i]->rows, .task_rows = gemv_task_rows(&j->w)};
+        gemv_job_init(&gj[i], kern[i]->rows, &j->w);
         if (shares[i]) {
             gj[i].a = gj[i - 1].a;
             gj[i].a.y = j->y;
@@ -672,7 +793,7 @@ int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute 
             gemv_fill(kern[i], j->y, j->x, j->m, &j->w, cm, &gj[i].a, b ? (float *)pad : NULL);
             pad += b;
         }
-        first[i + 1] = first[i] + (j->w.rows + gj[i].task_rows - 1) / gj[i].task_rows;
+        first[i + 1] = first[i] + gj[i].tasks;
     }
     struct gemv_group g = {.jobs = gj, .first = first, .n = n};
     cpu_kernels_run(gemv_group_task, &g, first[n]);

@@ -47,6 +47,13 @@
 #define GEMV_PF_BYTES 2048 /* a kernel file may set 0: no software prefetch */
 #endif
 #define GEMV_PF_ROW_BYTES 4096
+/* A kernel file may also set GEMV_PF_LOCALITY (__builtin_prefetch's, 3 by
+ * default: to L1) and GEMV_PF_FAR_BYTES, a second prefetch that far ahead
+ * into L2 only (locality 2), so that one stream keeps more lines on their
+ * way from memory than the L1 prefetch alone (gemv_avx512bf16_r1f.c). */
+#ifndef GEMV_PF_LOCALITY
+#define GEMV_PF_LOCALITY 3
+#endif
 /* A kernel file that defines GEMV_PF_NEXT has the prefetch that runs past
  * the end of a weight row go on in the same row of the next block (row r +
  * GEMV_R) instead of into row r + 1, which this block reads already: then
@@ -150,7 +157,12 @@ GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, cons
 #endif
 #pragma GCC unroll 8
             for (int p = 0; p < R; p++)
-                __builtin_prefetch(wr[p] + off);
+                __builtin_prefetch(wr[p] + off, 0, GEMV_PF_LOCALITY);
+#ifdef GEMV_PF_FAR_BYTES
+#pragma GCC unroll 8
+            for (int p = 0; p < R; p++)
+                __builtin_prefetch(wr[p] + off + (GEMV_PF_FAR_BYTES - GEMV_PF_BYTES), 0, 2);
+#endif
         }
 #endif
 

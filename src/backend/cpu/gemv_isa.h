@@ -51,6 +51,8 @@ void gemv_rows_avx512bf16(const struct gemv_args *a, int r0, int r1);
  * reading memory */
 void gemv_rows_avx512bf16_r1(const struct gemv_args *a, int r0, int r1);
 void gemv_rows_avx512bf16_r8(const struct gemv_args *a, int r0, int r1);
+/* the one stream again, prefetched to L1 and further ahead to L2 */
+void gemv_rows_avx512bf16_r1f(const struct gemv_args *a, int r0, int r1);
 /* the same over blocks of 3 weight rows x 8 input rows (the same results
  * bitwise): fewer loads per VDPBF16PS when several input rows share a call */
 void gemv_rows_avx512bf16_m8(const struct gemv_args *a, int r0, int r1);
