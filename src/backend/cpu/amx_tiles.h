@@ -1,6 +1,7 @@
 /* AMX's tile configuration (LDTILECFG's 64-byte operand, palette 1) for
- * the files compiled for AMX-TILE (gemv_amx.c, matmul_amx.c): every tile
- * 16 rows, tile t colsb[t] bytes wide. Internal to backend/cpu/. */
+ * the files compiled for AMX-TILE (gemv_amx.c, matmul_amx.c, qdot_amx.c):
+ * tile t colsb[t] bytes wide and rows[t] rows (NULL: every tile 16).
+ * Internal to backend/cpu/. */
 #ifndef SHARDSWAP_BACKEND_CPU_AMX_TILES_H
 #define SHARDSWAP_BACKEND_CPU_AMX_TILES_H
 
@@ -8,7 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline void amx_tiles_configure(const uint16_t *colsb, int n_tiles)
+static inline void amx_tiles_configure(const uint16_t *colsb, const uint8_t *rows, int n_tiles)
 {
     struct {
         uint8_t palette;
@@ -20,7 +21,7 @@ static inline void amx_tiles_configure(const uint16_t *colsb, int n_tiles)
     memset(&c, 0, sizeof(c));
     c.palette = 1;
     for (int t = 0; t < n_tiles; t++) {
-        c.rows[t] = 16;
+        c.rows[t] = rows ? rows[t] : 16;
         c.colsb[t] = colsb[t];
     }
     _tile_loadconfig(&c);

@@ -36,7 +36,7 @@ bool gemv_amx_enable(void)
 static void tiles_configure(int m)
 {
     const uint16_t w = (uint16_t)(m * 4);
-    amx_tiles_configure((const uint16_t[]){w, w, 64, 64, w, w}, 6);
+    amx_tiles_configure((const uint16_t[]){w, w, 64, 64, w, w}, NULL, 6);
 }
 
 void gemv_rows_amx(const struct gemv_args *a, int r0, int r1)

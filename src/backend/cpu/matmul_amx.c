@@ -67,7 +67,7 @@ void matmul_amx_pack(uint16_t *xv, const float *x, int m, int k, int b0, int b1)
 /* every tile 64 bytes wide: 16 f32, 32 bf16 or 16 pairs */
 static void tiles_configure(void)
 {
-    amx_tiles_configure((const uint16_t[]){64, 64, 64, 64, 64, 64, 64}, 7);
+    amx_tiles_configure((const uint16_t[]){64, 64, 64, 64, 64, 64, 64}, NULL, 7);
 }
 
 /* The 16 x 16 floats of r transposed in registers: r[j] becomes column j. */

@@ -101,6 +101,8 @@ void qdot_pack_x_tiles(enum dtype t, const char *xq, size_t xq_ld, int m, int n,
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "backend/cpu/amx_tiles.h"
+
 #define QA_INLINE static inline __attribute__((always_inline))
 
 /* A tile's blocks' scales, one lane a weight row */
@@ -222,28 +224,14 @@ QA_INLINE void qa_unpack_6k(const char *w, int8_t *q, struct qa_scales *sc, int 
 /* ---- the products ---- */
 
 /* tiles: 0-3 C (two blocks of K-quants' lo and hi, or four blocks of the
- * 32-element types), 4 and 5 A, 6 and 7 B (amx_tiles.h's helper gives
- * every tile 16 rows; B of K = 32 has 8) */
+ * 32-element types), 4 and 5 A, 6 and 7 B; for K = 32 (the 32-element
+ * types) A is 32 bytes a row and B 8 rows of quads */
 static void qa_configure(bool kq)
 {
-    struct {
-        uint8_t palette;
-        uint8_t start_row;
-        uint8_t reserved[14];
-        uint16_t colsb[16];
-        uint8_t rows[16];
-    } c;
-    memset(&c, 0, sizeof(c));
-    c.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        c.rows[t] = QA_ROWS;
-        c.colsb[t] = 64;
-    }
-    if (!kq) { /* K = 32: A 32 bytes a row, B 8 rows of quads */
-        c.colsb[4] = c.colsb[5] = 32;
-        c.rows[6] = c.rows[7] = 8;
-    }
-    _tile_loadconfig(&c);
+    const uint16_t k = kq ? 64 : 32;
+    const uint8_t kr = kq ? 16 : 8;
+    amx_tiles_configure((const uint16_t[]){64, 64, 64, 64, k, k, 64, 64},
+                        (const uint8_t[]){16, 16, 16, 16, 16, 16, kr, kr}, 8);
 }
 
 /* Block b of the tile of weight rows against a group of x: its C tiles to
@@ -514,45 +502,6 @@ int qdot_tile_amx(const struct qdot_args *a, int r0, int r1)
 }
 
 #else
-/* a unit's f32 steps: blocks b0 .. b0 + n - 1 of group xg (C tiles cb)
- * for the tile's nr weight rows, their partials from pbuf (unless first)
- * and back to it, or (last) summed into y */
-struct qa_unit {
-    const int32_t *cb;
-    const struct qa_scales *sc;
-    const char *xg;
-    size_t xbb;
-    int nq, b0, n, nr;
-    bool first, last;
-    __m512 *pbuf;
-    float *y;
-    size_t ldy;
-    int rows;
-};
-
-QA_INLINE void qa_unit_steps(const struct qa_unit *u, const int n, const int ncomp, const bool mins)
-{
-    for (int r = 0; r < u->nr; r++) {
-        __m512 p[8];
-        for (int k = 0; k < 8; k++)
-            p[k] = u->first ? _mm512_setzero_ps() : u->pbuf[8 * r + k];
-        qa_steps(p, u->cb, u->sc, u->xg, u->xbb, u->nq, u->b0, n, r, ncomp, mins);
-        if (u->last)
-            qa_store(p, u->y + r, u->ldy, u->rows);
-        else
-            for (int k = 0; k < 8; k++)
-                u->pbuf[8 * r + k] = p[k];
-    }
-}
-
-QA_INLINE void qa_unit_steps_n(const struct qa_unit *u, const int ncomp, const bool mins)
-{
-    if (u->n == QA_CHUNK)
-        qa_unit_steps(u, QA_CHUNK, ncomp, mins);
-    else
-        qa_unit_steps(u, u->n, ncomp, mins);
-}
-
 int qdot_tile_amx(const struct qdot_args *a, int r0, int r1)
 {
     qdot_rows_scalar(a, r0, r1);
