@@ -47,10 +47,11 @@ const char *cpu_gemv_kernels(void);
  * ERR_UNSUPPORTED when the CPU lacks it, ERR_INVALID for an unknown name (the choice is then
  * unchanged). */
 int cpu_gemv_force(const char *name);
-/* Spreads cpu_gemv's tasks over the threads in lanes (true: each thread a
- * contiguous run of rows, the default) or in the pool's order (false, as
- * SHARDSWAP_GEMV_SPLIT=tasks), for benchmarks comparing the two; not while
- * a cpu_gemv runs. The results are the same either way. */
+/* Spreads cpu_gemv's and the quantized products' tasks over the threads in
+ * lanes (true: each thread a contiguous run of rows, the default; lanes.h)
+ * or in the pool's order (false, as SHARDSWAP_GEMV_SPLIT=tasks), for
+ * benchmarks comparing the two; not while a product runs. The results are
+ * the same either way. */
 void cpu_gemv_split_lanes(bool lanes);
 
 /* Which quantized dot-product kernel (vnni, avx2, vnni-mr, vnni-m8,

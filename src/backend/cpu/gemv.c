@@ -27,6 +27,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/gemv_isa.h"
 #include "backend/cpu/isa.h"
+#include "backend/cpu/lanes.h"
 #include "backend/cpu/pool.h"
 #include "backend/cpu/scratch.h"
 #include "backend/cpu/vec.h"
@@ -196,8 +197,6 @@ static atomic_bool gemv_ready[GEMV_CLASSES];
 static pthread_mutex_t gemv_lock = PTHREAD_MUTEX_INITIALIZER; /* guards the calibration */
 static const struct gemv_kernel *_Atomic gemv_forced;
 static pthread_once_t gemv_env_once = PTHREAD_ONCE_INIT;
-/* tasks in lanes (1) or in the pool's order (0): see struct gemv_job */
-static bool gemv_split_lanes = true;
 
 static int gemv_find(const char *name, const struct gemv_kernel **out)
 {
@@ -218,8 +217,6 @@ static int gemv_find(const char *name, const struct gemv_kernel **out)
 
 static void gemv_read_env(void)
 {
-    const char *split = getenv("SHARDSWAP_GEMV_SPLIT");
-    gemv_split_lanes = !(split && strcmp(split, "tasks") == 0);
     const char *req = getenv("SHARDSWAP_GEMV");
     const struct gemv_kernel *k;
     if (!req || !*req)
@@ -397,37 +394,15 @@ void cpu_cache_flush(const void *p, size_t n)
     cpu_kernels_run(flush_task, &j, (int)((n + FLUSH_TASK_BYTES - 1) / FLUSH_TASK_BYTES));
 }
 
-/* How a call's tasks are spread over the threads. A task is a chunk of
- * about GEMV_TASK_BYTES of weight rows; the pool hands tasks out in order,
- * so with the chunks in that order two threads took alternate chunks and
- * each thread's stream of weights broke every 128 KiB: its software
- * prefetch ran into the other thread's chunk and its next chunk began with
- * the prefetchers cold (2-core Xeon with AMX, 8192 x 2048 bf16, one input
- * row, 2 threads: 0.73-0.81 of the read limit, against 0.97 with 1 MiB
- * chunks). In lanes instead, the rows are cut into one contiguous lane per
- * thread, as the read limit reads them: the first task a thread runs in a
- * call gives it a lane of its own, each of its tasks takes its lane's next
- * chunk (so its stream runs on across chunks, the prefetch already fetching
- * the next one), and a thread whose lane is done takes the last chunk of
- * the lane with the most left, so a thread that the scheduler holds up is
- * still relieved one chunk at a time. Each row is computed by the same code
- * either way: the results do not change. SHARDSWAP_GEMV_SPLIT=tasks gives
- * back the alternate chunks (for comparison). */
-#define GEMV_LANES_MAX 16
-
+/* A call's tasks are chunks of about GEMV_TASK_BYTES of weight rows, run in
+ * lanes (lanes.h). */
 struct gemv_job {
     struct gemv_args a;
     gemv_rows_fn rows;
     int task_rows;
     int tasks;
-    int lanes;      /* 0: task i is chunk i (the pool's order) */
-    uint64_t seq;   /* this call's number: a thread's lane is kept per call */
-    atomic_int arrived; /* threads given a lane so far */
-    /* per lane: (its last chunk + 1) << 32 | its next chunk */
-    _Atomic uint64_t lane[GEMV_LANES_MAX];
+    struct cpu_lanes lanes;
 };
-
-static atomic_uint_fast64_t gemv_seq;
 
 /* Rows per task: about GEMV_TASK_BYTES of weights, at least
  * GEMV_MIN_TASKS tasks when the matrix allows, a multiple of 16. */
@@ -443,78 +418,19 @@ static int gemv_task_rows(const struct weight_view *w)
 }
 
 /* j's tasks over w's rows, in lanes for the threads a call from this thread
- * uses (one when it runs alone). */
+ * uses. */
 static void gemv_job_init(struct gemv_job *j, gemv_rows_fn rows, const struct weight_view *w)
 {
     j->rows = rows;
     j->task_rows = gemv_task_rows(w);
     j->tasks = (w->rows + j->task_rows - 1) / j->task_rows;
-    int threads = cpu_kernels_alone() ? 1 : cpu_threads();
-    if (threads > GEMV_LANES_MAX)
-        threads = GEMV_LANES_MAX;
-    j->lanes = gemv_split_lanes ? (j->tasks < threads ? j->tasks : threads) : 0;
-    j->seq = atomic_fetch_add(&gemv_seq, 1) + 1;
-    atomic_init(&j->arrived, 0);
-    for (int l = 0; l < j->lanes; l++) {
-        const uint64_t lo = (uint64_t)j->tasks * l / j->lanes;
-        const uint64_t hi = (uint64_t)j->tasks * (l + 1) / j->lanes;
-        atomic_init(&j->lane[l], hi << 32 | lo);
-    }
-}
-
-/* The next chunk of lane l (front), or its last one (back): -1 when the
- * lane has none left. */
-static int lane_take(struct gemv_job *j, int l, bool back)
-{
-    uint64_t v = atomic_load(&j->lane[l]);
-    for (;;) {
-        const uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
-        if (lo >= hi)
-            return -1;
-        const uint64_t nv = back ? (uint64_t)(hi - 1) << 32 | lo : (uint64_t)hi << 32 | (lo + 1);
-        if (atomic_compare_exchange_weak(&j->lane[l], &v, nv))
-            return (int)(back ? hi - 1 : lo);
-    }
-}
-
-/* The chunk for one of the pool's tasks of j: this thread's lane's next, or
- * the last of the fullest lane. The pool runs exactly j->tasks tasks and
- * each takes one chunk, so while a task looks, a chunk is left. */
-static int gemv_chunk(struct gemv_job *j)
-{
-    static _Thread_local uint64_t seen_seq;
-    static _Thread_local int my_lane;
-    if (seen_seq != j->seq) {
-        seen_seq = j->seq;
-        my_lane = atomic_fetch_add(&j->arrived, 1);
-    }
-    if (my_lane < j->lanes) {
-        const int c = lane_take(j, my_lane, false);
-        if (c >= 0)
-            return c;
-    }
-    for (;;) {
-        int best = -1;
-        uint32_t most = 0;
-        for (int l = 0; l < j->lanes; l++) {
-            const uint64_t v = atomic_load(&j->lane[l]);
-            const uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
-            if (hi > lo && hi - lo > most) {
-                most = hi - lo;
-                best = l;
-            }
-        }
-        assert(best >= 0);
-        const int c = lane_take(j, best, true);
-        if (c >= 0)
-            return c;
-    }
+    cpu_lanes_init(&j->lanes, j->tasks);
 }
 
 static void gemv_task(void *ctx, int task)
 {
     struct gemv_job *j = ctx;
-    const int c = j->lanes ? gemv_chunk(j) : task;
+    const int c = cpu_lanes_chunk(&j->lanes, task);
     int r0 = c * j->task_rows, r1 = r0 + j->task_rows;
     j->rows(&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows);
 }
@@ -677,12 +593,6 @@ int cpu_gemv_force(const char *name)
     if (rc == 0)
         gemv_forced = k;
     return rc;
-}
-
-void cpu_gemv_split_lanes(bool lanes)
-{
-    pthread_once(&gemv_env_once, gemv_read_env);
-    gemv_split_lanes = lanes;
 }
 
 static enum gemv_class gemv_class_of(const struct weight_view *w, enum kern_compute cm)

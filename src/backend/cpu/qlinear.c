@@ -40,6 +40,7 @@
 
 #include "backend/cpu/ctlinear.h"
 #include "backend/cpu/gemv_isa.h"
+#include "backend/cpu/lanes.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/qdot.h"
 #include "backend/cpu/scratch.h"
@@ -360,13 +361,14 @@ struct q_job {
     struct qdot_args a;
     const struct qdot_kernel *k;
     int task_rows;
+    struct cpu_lanes lanes; /* the tasks in a lane per thread, as the GEMV's */
     atomic_int rc;
 };
 
 static void q_task(void *ctx, int task)
 {
     struct q_job *j = ctx;
-    int r0 = task * j->task_rows, r1 = r0 + j->task_rows;
+    int r0 = cpu_lanes_chunk(&j->lanes, task) * j->task_rows, r1 = r0 + j->task_rows;
     r1 = r1 < j->a.w->rows ? r1 : j->a.w->rows;
     if (j->k->rows)
         j->k->rows(&j->a, r0, r1);
@@ -460,7 +462,9 @@ static int q_run(const struct qdot_kernel *k, float *y, const float *x, int m,
     int rc = q_prepare(y, x, m, w, k->x, &j.a);
     if (rc < 0)
         return rc;
-    cpu_kernels_run(q_task, &j, (w->rows + j.task_rows - 1) / j.task_rows);
+    const int tasks = (w->rows + j.task_rows - 1) / j.task_rows;
+    cpu_lanes_init(&j.lanes, tasks);
+    cpu_kernels_run(q_task, &j, tasks);
     if (atomic_load(&j.rc) < 0)
         return err_set(ERR_NOMEM, "out of host memory for unpacked %s weight rows of %d columns",
                        dtype_name(w->dtype), w->cols);

@@ -1,0 +1,91 @@
+#include "backend/cpu/lanes.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/linear.h"
+
+static atomic_uint_fast64_t lanes_seq;
+static atomic_bool lanes_on = true;
+static pthread_once_t lanes_env_once = PTHREAD_ONCE_INIT;
+
+static void lanes_read_env(void)
+{
+    const char *split = getenv("SHARDSWAP_GEMV_SPLIT");
+    atomic_store(&lanes_on, !(split && strcmp(split, "tasks") == 0));
+}
+
+void cpu_gemv_split_lanes(bool lanes)
+{
+    pthread_once(&lanes_env_once, lanes_read_env);
+    atomic_store(&lanes_on, lanes);
+}
+
+void cpu_lanes_init(struct cpu_lanes *l, int tasks)
+{
+    pthread_once(&lanes_env_once, lanes_read_env);
+    int threads = cpu_kernels_alone() ? 1 : cpu_threads();
+    if (threads > CPU_LANES_MAX)
+        threads = CPU_LANES_MAX;
+    l->lanes = atomic_load(&lanes_on) ? (tasks < threads ? tasks : threads) : 0;
+    l->seq = atomic_fetch_add(&lanes_seq, 1) + 1;
+    atomic_init(&l->arrived, 0);
+    for (int i = 0; i < l->lanes; i++) {
+        const uint64_t lo = (uint64_t)tasks * i / l->lanes;
+        const uint64_t hi = (uint64_t)tasks * (i + 1) / l->lanes;
+        atomic_init(&l->lane[i], hi << 32 | lo);
+    }
+}
+
+/* The next chunk of lane i (front), or its last one (back): -1 when the
+ * lane has none left. */
+static int lane_take(struct cpu_lanes *l, int i, bool back)
+{
+    uint64_t v = atomic_load(&l->lane[i]);
+    for (;;) {
+        const uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
+        if (lo >= hi)
+            return -1;
+        const uint64_t nv = back ? (uint64_t)(hi - 1) << 32 | lo : (uint64_t)hi << 32 | (lo + 1);
+        if (atomic_compare_exchange_weak(&l->lane[i], &v, nv))
+            return (int)(back ? hi - 1 : lo);
+    }
+}
+
+int cpu_lanes_chunk(struct cpu_lanes *l, int task)
+{
+    if (!l->lanes)
+        return task;
+    static _Thread_local uint64_t seen_seq;
+    static _Thread_local int my_lane;
+    if (seen_seq != l->seq) {
+        seen_seq = l->seq;
+        my_lane = atomic_fetch_add(&l->arrived, 1);
+    }
+    if (my_lane < l->lanes) {
+        const int c = lane_take(l, my_lane, false);
+        if (c >= 0)
+            return c;
+    }
+    /* while a task looks, a chunk is left */
+    for (;;) {
+        int best = -1;
+        uint32_t most = 0;
+        for (int i = 0; i < l->lanes; i++) {
+            const uint64_t v = atomic_load(&l->lane[i]);
+            const uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
+            if (hi > lo && hi - lo > most) {
+                most = hi - lo;
+                best = i;
+            }
+        }
+        assert(best >= 0);
+        const int c = lane_take(l, best, true);
+        if (c >= 0)
+            return c;
+    }
+}

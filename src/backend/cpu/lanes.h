@@ -1,0 +1,43 @@
+/* How a call's tasks (chunks of weight rows) are spread over the pool's
+ * threads. The pool hands tasks out in order, so with the chunks in that
+ * order two threads took alternate chunks and each thread's stream of
+ * weights broke every chunk: its software prefetch ran into the other
+ * thread's chunk and its next chunk began with the prefetchers cold (2-core
+ * Xeon with AMX, 8192 x 2048 bf16, one input row, 2 threads: 0.73-0.81 of
+ * the read limit, against 0.97 in lanes). In lanes instead, the rows are cut
+ * into one contiguous lane per thread, as the read limit reads them: the
+ * first task a thread runs in a call gives it a lane of its own, each of its
+ * tasks takes its lane's next chunk (so its stream runs on across chunks,
+ * the prefetch already fetching the next one), and a thread whose lane is
+ * done takes the last chunk of the lane with the most left, so a thread
+ * that the scheduler holds up is still relieved one chunk at a time. Each
+ * row is computed by the same code either way: the results do not change.
+ * The GEMV (gemv.c) and the quantized products (qlinear.c) split their
+ * calls so. SHARDSWAP_GEMV_SPLIT=tasks (or cpu_gemv_split_lanes(false))
+ * gives back the alternate chunks, for comparison. Internal to
+ * backend/cpu/. */
+#ifndef SHARDSWAP_BACKEND_CPU_LANES_H
+#define SHARDSWAP_BACKEND_CPU_LANES_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define CPU_LANES_MAX 16
+
+struct cpu_lanes {
+    int lanes;          /* 0: task i is chunk i (the pool's order) */
+    uint64_t seq;       /* this call's number: a thread's lane is kept per call */
+    atomic_int arrived; /* threads given a lane so far */
+    /* per lane: (its last chunk + 1) << 32 | its next chunk */
+    _Atomic uint64_t lane[CPU_LANES_MAX];
+};
+
+/* l for a call of `tasks` chunks run by the threads a call from this thread
+ * uses (one when it runs alone), in lanes unless SHARDSWAP_GEMV_SPLIT=tasks. */
+void cpu_lanes_init(struct cpu_lanes *l, int tasks);
+/* The chunk the pool's task `task` of l's call runs: this thread's lane's
+ * next, or the last of the fullest lane (task itself without lanes). The
+ * pool runs exactly `tasks` tasks and each takes one chunk. */
+int cpu_lanes_chunk(struct cpu_lanes *l, int task);
+
+#endif
