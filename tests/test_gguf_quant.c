@@ -6,9 +6,9 @@
  *
  * logits: every position of each prompt in f32 mode (our dequantized rows,
  *   computed in f32) within 1e-4 relative of transformers'; in bf16 mode
- *   (x quantized per block as llama.cpp does) within 1e-4 of llama.cpp's
- *   own logits of the file, with its greedy ids, and within TOL_QX of
- *   transformers'; the default
+ *   (x quantized per block as llama.cpp does) within TOL_FLIP of
+ *   llama.cpp's own logits of the file, with its greedy ids, in both ways
+ *   of summing the attention, and within TOL_QX of transformers'; the default
  *   compute of a quantized model is bf16 mode; KV decode equals
  *   recomputation within 1e-4; both ways of opening a model (views of the
  *   mapping; a copy on a CPU device) agree.
@@ -43,20 +43,30 @@
 #define TOL 1e-4
 /* bf16 mode quantizes x to 8 bits per block before each quantized matrix
  * (Q8_0 blocks of 32 for Q8_0 / Q4_0 rows, Q8_K blocks of 256 for the
- * K-quants), as llama.cpp's CPU backend does: against llama.cpp's own
- * logits of the file (f32 KV cache, no flash attention) it is within 1e-4
- * (measured 1.2e-7 Q8_0, 2.2e-7 Q4_0, 3.2e-7 Q4_K_M) with the same greedy id
- * at every position. Against transformers on the dequantized weights (exact
- * x) both differ by the method's own error, which llama.cpp shows too:
- * measured 2.4e-2 (Q8_0), 2.2e-2 (Q4_0), 4.1e-2 (Q4_K_M: one scale per 256
- * elements of x); TOL_QX bounds all three with room.
- * Matching llama.cpp to 1e-4 needs every rounding of x to 8 bits to fall
- * the same way, and an f32 sum taken in another order (the decode
- * attention's vector products against llama.cpp's) can move one element
- * of x across a rounding boundary: one step of 1/127 of its block's
- * maximum, measured 7.5e-3 on the Q8_0 file. TOL_FLIP admits such a flip
- * (the greedy ids must still agree everywhere); the same run with the
- * attention on sgemm (cpu_attention_vec(false)) is held to 1e-4. */
+ * K-quants), as llama.cpp's CPU backend does. Against transformers on the
+ * dequantized weights (exact x) both differ by the method's own error,
+ * which llama.cpp shows too: measured 2.4e-2 (Q8_0), 2.2e-2 (Q4_0), 4.1e-2
+ * (Q4_K_M: one scale per 256 elements of x); TOL_QX bounds all three with
+ * room.
+ * Against llama.cpp's own logits of the file (f32 KV cache, no flash
+ * attention) no bound tighter than one rounding of x is true by
+ * construction: our f32 activations are not llama.cpp's bits (its norms
+ * and attention sum in other orders: 2026-12-05, Q8_0 file, prompt 1, 170
+ * to 220 of the 256 elements of each row of layer 1's o_proj input differ
+ * in the last bits, whichever way we sum the attention), so an element of
+ * x within those bits of a midpoint between two 8-bit steps rounds either
+ * way, by chance of the summation order. The Q8_0 file has one: prompt 1,
+ * position 3, layer 1's o_proj input, element 192 at 25.4999962 steps in
+ * llama.cpp, 25.5000019 in ours with attn_vec.h's products and with
+ * OpenBLAS's SkylakeX, Cooperlake, Sandybridge, Nehalem or Prescott sgemm
+ * (7.5e-3 at that position), below 25.5 with its Haswell or Zen sgemm
+ * (1.2e-7 over every position; 2.2e-7 Q4_0, 3.2e-7 Q4_K_M: the Zen 5's
+ * numbers, whose OpenBLAS ran such kernels): a 1e-4 bound on the sgemm run
+ * passed there and failed on the Xeon (family 6 model 167), whose OpenBLAS
+ * runs SkylakeX's.
+ * TOL_FLIP admits such a flip, the greedy ids must agree everywhere, and it
+ * still fails x left unquantized: f32 mode is 2.3e-2 to 4.1e-2 from
+ * llama.cpp on these files, checked to stay beyond TOL_FLIP. */
 #define TOL_QX 6e-2
 #define TOL_FLIP 1.5e-2
 #define MAXT 16
@@ -178,20 +188,30 @@ TEST(logits)
                            worst, dec, lc, same, npos);
                     CHECK_MSG(worst <= (mode ? TOL_QX : TOL) && dec <= TOL, "%s %s: %.3e %.3e",
                               files[i], kern_compute_name(c), worst, dec);
-                    if (mode) {
-                        CHECK_MSG(lc <= TOL_FLIP && same == npos,
-                                  "%s bf16 vs llama.cpp: %.3e, greedy ids equal at %d of %d",
-                                  files[i], lc, same, npos);
-                        /* with attention summed in sgemm's order, every
-                         * rounding of x falls as llama.cpp's: 1e-4 */
-                        cpu_attention_vec(false);
-                        (void)compare(m, files[i], &dec, &lc, &same, &npos);
-                        cpu_attention_vec(true);
-                        CHECK_MSG(lc <= TOL && same == npos,
-                                  "%s bf16, sgemm attention, vs llama.cpp: %.3e, greedy ids "
-                                  "equal at %d of %d",
-                                  files[i], lc, same, npos);
+                    if (!mode) {
+                        /* TOL_FLIP tells quantized x from exact x */
+                        CHECK_MSG(lc > TOL_FLIP,
+                                  "%s f32 vs llama.cpp: %.3e, within TOL_FLIP %.1e: the bound "
+                                  "below would not see x left unquantized",
+                                  files[i], lc, TOL_FLIP);
+                        continue;
                     }
+                    CHECK_MSG(lc <= TOL_FLIP && same == npos,
+                              "%s bf16 vs llama.cpp: %.3e, greedy ids equal at %d of %d", files[i],
+                              lc, same, npos);
+                    /* the other way of summing the attention (sgemm; the
+                     * run above took attn_vec.h's products where the CPU
+                     * has them) */
+                    cpu_attention_vec(false);
+                    (void)compare(m, files[i], &dec, &lc, &same, &npos);
+                    cpu_attention_vec(true);
+                    printf("%-18s %s bf16, sgemm attention: vs llama.cpp %.1e, greedy ids equal "
+                           "at %d of %d positions\n",
+                           files[i], how ? "device copy" : "mapped     ", lc, same, npos);
+                    CHECK_MSG(lc <= TOL_FLIP && same == npos,
+                              "%s bf16, sgemm attention, vs llama.cpp: %.3e, greedy ids equal "
+                              "at %d of %d",
+                              files[i], lc, same, npos);
                 }
             }
             model_close(m);

@@ -6,7 +6,7 @@
  *
  * Prints one JSON array: per prompt, per position, the vocabulary's logits (one context per
  * prompt, one thread, every position's logits from one batch; f32 KV cache, no flash
- * attention). */
+ * attention, no repacked weights). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +28,14 @@ int main(int argc, char **argv)
     }
     llama_log_set(quiet, NULL);
     llama_backend_init();
-    struct llama_model *model = llama_model_load_from_file(argv[1], llama_model_default_params());
+    /* the CPU backend's own kernels, not its extra buffer types: those
+     * repack the weights per machine (AVX2 repacked Q4_0 / Q4_K; AMX tiles
+     * where the CPU has AMX, which crashed in ggml_backend_amx_mul_mat on
+     * the Xeon of 2026-12-05), so the reference would depend on where it
+     * was made */
+    struct llama_model_params mp = llama_model_default_params();
+    mp.use_extra_bufts = false;
+    struct llama_model *model = llama_model_load_from_file(argv[1], mp);
     if (!model) {
         fprintf(stderr, "llamacpp_logits: %s does not load\n", argv[1]);
         return 1;
