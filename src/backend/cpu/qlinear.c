@@ -228,7 +228,7 @@ static bool has_vnni(void)
 {
     __builtin_cpu_init();
     return has_avx2() && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vnni");
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
 }
 #else
 static bool has_avx2(void)
