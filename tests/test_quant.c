@@ -283,8 +283,8 @@ TEST(isa_bitwise)
         }
         free(wd);
     }
-    /* rows of Q8_0 / Q4_0 longer than vnni-near lays x out for (1024
-     * blocks, qdot_xr.h), which it takes as vnni does, and just inside */
+    /* long rows of Q8_0 / Q4_0 (vnni-near's x laid out in its scratch,
+     * qdot_xr.h; a run of 8 blocks whole and one cut short) */
     static const enum dtype longs[] = {DTYPE_Q8_0, DTYPE_Q4_0};
     static const char *const near[] = {"vnni-near"};
     for (size_t li = 0; li < 2; li++)

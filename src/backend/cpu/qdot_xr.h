@@ -16,18 +16,18 @@
  * sum is exact and the float steps are qdot.h's in its order, so the bits
  * are the scalar reference's. */
 
-/* x's Q8_0 blocks laid out for qd5_run_32; rows of more blocks (32768
- * columns) run as in `vnni` */
-#define QD5_XR_MAX 1024
+#include "backend/cpu/scratch.h"
+
+/* x's Q8_0 blocks laid out for qd5_run_32, in the thread's scratch
+ * (CPU_SCRATCH_Q_XR: 40 bytes a block) */
 struct qd5_xr {
-    /* run g's quants: its pair k (k < 4) = blocks 8 g + k, 8 g + k + 4 */
-    _Alignas(64) int8_t q[QD5_XR_MAX * 32];
-    float d[QD5_XR_MAX];   /* each block's scale */
-    int32_t s[QD5_XR_MAX]; /* each block's sum of quants */
+    int8_t *q; /* run g's quants: its pair k (k < 4) = blocks 8 g + k, 8 g + k + 4 */
+    float *d;  /* each block's scale */
+    int32_t *s; /* each block's sum of quants */
 };
 
 /* x's nb Q8_0 blocks into r (the quants of whole runs only) */
-QD_INLINE void qd5_xr_fill(struct qd5_xr *r, const char *x, int nb)
+QD_INLINE void qd5_xr_fill(const struct qd5_xr *r, const char *x, int nb)
 {
     const size_t xb = sizeof(struct quant_q8_0);
     const __m256i flip = _mm256_set1_epi8((char)0x80);
@@ -146,14 +146,21 @@ static __attribute__((noinline)) float qd5_q4_0_xr(const char *w, const char *x,
 /* Rows [r0, r1) of a's Q8_0 or Q4_0 weights (nb blocks, w_ld bytes apart)
  * for every input row, each row's x laid out once (the task's weight rows,
  * about 128 KiB, stay in L2 from one input row to the next); false, with
- * nothing done, for the other types and for rows longer than QD5_XR_MAX
- * blocks */
+ * nothing done, for the other types and where the scratch cannot grow (the
+ * caller's code computes the same bits) */
 QD_INLINE bool qd5_rows_xr(const struct qdot_args *a, int r0, int r1, int nb, size_t w_ld)
 {
     const enum dtype t = a->w->dtype;
-    if ((t != DTYPE_Q8_0 && t != DTYPE_Q4_0) || nb > QD5_XR_MAX)
+    if (t != DTYPE_Q8_0 && t != DTYPE_Q4_0)
         return false;
-    struct qd5_xr xr; /* 41 KiB: the pool's threads have the default stacks of 8 MiB */
+    /* whole runs of 8 blocks of quants (qd5_xr_fill rounds up), then d and s */
+    const size_t qbytes = (size_t)(nb + 7) / 8 * 8 * 32;
+    char *buf = cpu_scratch(CPU_SCRATCH_Q_XR, qbytes + (size_t)nb * 8);
+    if (!buf)
+        return false;
+    const struct qd5_xr xr = {.q = (int8_t *)buf,
+                              .d = (float *)(buf + qbytes),
+                              .s = (int32_t *)(buf + qbytes + (size_t)nb * 4)};
     for (int i = 0; i < a->m; i++) {
         const char *x = a->xq + (size_t)i * a->xq_ld;
         float *y = a->y + (size_t)i * a->ldy;
@@ -164,4 +171,3 @@ QD_INLINE bool qd5_rows_xr(const struct qdot_args *a, int r0, int r1, int nb, si
     }
     return true;
 }
-
