@@ -258,8 +258,8 @@ static void isas_match_scalar(const char *const *isas, size_t n, const struct we
 /* Every instruction set's kernel gives the scalar reference's bits. */
 TEST(isa_bitwise)
 {
-    static const char *const isas[] = {"vnni", "vnni-near", "avx2", "vnni-mr", "vnni-m8", "amx",
-                                       "avx2-m8"};
+    static const char *const isas[] = {"vnni",    "vnni-near", "avx2",   "vnni-mr",
+                                       "vnni-m8", "amx",       "avx2-m8"};
     const int rows = 45;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const enum dtype t = types[ti];
@@ -283,17 +283,27 @@ TEST(isa_bitwise)
         }
         free(wd);
     }
-    /* long rows of Q8_0 / Q4_0 (vnni-near's x laid out in its scratch,
-     * qdot_xr.h; a run of 8 blocks whole and one cut short) */
-    static const enum dtype longs[] = {DTYPE_Q8_0, DTYPE_Q4_0};
+    /* the types of 32 against vnni-near's x laid out in its scratch
+     * (qdot_xr.h): long rows (a run of 8 blocks whole and one cut short)
+     * and rows of 1 .. 17 blocks (every length of the last run, whose
+     * loads are masked), the scales and Q5_1's mins of both signs */
+    static const enum dtype t32[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q5_0, DTYPE_Q5_1};
     static const char *const near[] = {"vnni-near"};
-    for (size_t li = 0; li < 2; li++)
-        for (int nb = 1023; nb <= 1027; nb += 4) {
-            const enum dtype t = longs[li];
-            const int cols = nb * 32, lrows = 5;
-            const size_t bytes = (size_t)lrows * dtype_row_bytes(t, cols);
+    static const int lens[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,    10,
+                               11, 12, 13, 14, 15, 16, 17, 28, 1023, 1027};
+    for (size_t li = 0; li < sizeof(t32) / sizeof(t32[0]); li++)
+        for (size_t ni = 0; ni < sizeof(lens) / sizeof(lens[0]); ni++) {
+            const enum dtype t = t32[li];
+            const int nb = lens[ni], cols = nb * 32, lrows = 5;
+            const size_t bb = quant_block_bytes(t),
+                         bytes = (size_t)lrows * dtype_row_bytes(t, cols);
             unsigned char *wd = malloc(bytes);
-            cpu_qlinear_random_blocks(t, wd, bytes / quant_block_bytes(t), 200 + li);
+            cpu_qlinear_random_blocks(t, wd, bytes / bb, 200 + li + 10 * ni);
+            for (size_t b = 0; b < bytes / bb; b++) {
+                wd[b * bb + 1] |= (unsigned char)(b % 3 == 1 ? 0x80 : 0); /* d < 0 */
+                if (t == DTYPE_Q5_1)
+                    wd[b * bb + 3] |= (unsigned char)(b % 2 ? 0x80 : 0); /* m < 0 */
+            }
             const struct weight_view w = {
                 .dtype = t, .data = wd, .rows = lrows, .cols = cols, .ld = cols};
             float *x = malloc((size_t)cols * sizeof(float));

@@ -75,7 +75,7 @@ void qdot_rows_scalar(const struct qdot_args *a, int r0, int r1);
 void qdot_rows_avx2(const struct qdot_args *a, int r0, int r1);
 /* AVX512-VNNI (256-bit, VL): quads of bytes by VPDPBUSD */
 void qdot_rows_vnni(const struct qdot_args *a, int r0, int r1);
-/* vnni's with a shorter prefetch and Q8_0/Q4_0 against x laid out (qdot_xr.h) */
+/* vnni's with a shorter prefetch and the types of 32 against x laid out (qdot_xr.h) */
 void qdot_rows_vnni_near(const struct qdot_args *a, int r0, int r1);
 
 /* The multi-row kernels (qdot_tile_body.h): each weight row's blocks

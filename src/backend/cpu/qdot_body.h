@@ -9,8 +9,9 @@
  *   QDOT_ROWS_FN            the name of the qdot_rows_fn to define
  *   QD_K512                 (optional) the K-quants on 512-bit vectors
  *                           instead (qdot_k512.h: AVX-512 BW and VNNI)
- *   QD_XR                   (optional, with QD_K512) Q8_0 and Q4_0
- *                           against x laid out per call (qdot_xr.h)
+ *   QD_XR                   (optional, with QD_K512) the types of 32
+ *                           (Q8_0, Q4_0, Q5_0, Q5_1) against x laid
+ *                           out per call (qdot_xr.h)
  *   QD_PREFETCH             (optional) the software prefetch's distance
  *
  * Each block's integer sums are exact and combined as qdot.h says, so the

@@ -1,12 +1,13 @@
 /* `vnni-near`: qdot_vnni.c's single-row kernels with the software prefetch
- * 2 KiB ahead instead of 8 KiB, and Q8_0 and Q4_0 against x laid out per
- * call (qdot_xr.h). A candidate beside `vnni`, not its replacement: each
- * machine's calibration (qlinear.c) times both and keeps the faster. On a
- * Zen 5 8 KiB was measured best; on an Intel Xeon (KVM, 2026-12-05) 8 KiB
- * ahead into L1 left the core waiting on L1's few line fill buffers, and
- * one thread streamed 9-10 GB/s of 20 where 1-2 KiB ahead streams 13-15
- * (8192 x 2048 weights from memory, every type). Compiled with
- * qdot_vnni.c's sets; qlinear.c runs it only where the CPU has them. */
+ * 2 KiB ahead instead of 8 KiB, and the types of 32 (Q8_0, Q4_0, Q5_0,
+ * Q5_1) against x laid out per call (qdot_xr.h). A candidate beside
+ * `vnni`, not its replacement: each machine's calibration (qlinear.c)
+ * times both and keeps the faster. On a Zen 5 8 KiB was measured best; on
+ * an Intel Xeon (KVM, 2026-12-05) 8 KiB ahead into L1 left the core
+ * waiting on L1's few line fill buffers, and one thread streamed 9-10 GB/s
+ * of 20 where 1-2 KiB ahead streams 13-15 (8192 x 2048 weights from
+ * memory, every type). Compiled with qdot_vnni.c's sets; qlinear.c runs it
+ * only where the CPU has them. */
 #include "backend/cpu/qdot.h"
 
 #if defined(__x86_64__) || defined(__i386__)
