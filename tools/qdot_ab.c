@@ -64,8 +64,7 @@ int main(int argc, char **argv)
     static const enum dtype types[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q5_0, DTYPE_Q5_1};
 #ifdef QDOT_AB_BEFORE
     static const char *const names[] = {"vnni", "vnni-near", "vnni-near before"};
-    static const qdot_rows_fn fns[] = {qdot_rows_vnni, qdot_rows_vnni_near,
-                                       qdot_rows_near_before};
+    static const qdot_rows_fn fns[] = {qdot_rows_vnni, qdot_rows_vnni_near, qdot_rows_near_before};
 #else
     static const char *const names[] = {"vnni", "vnni-near"};
     static const qdot_rows_fn fns[] = {qdot_rows_vnni, qdot_rows_vnni_near};
@@ -101,9 +100,11 @@ int main(int argc, char **argv)
                         sink += read_sum(w + (size_t)c * mb, mb);
                         continue;
                     }
-                    const struct weight_view wv = {
-                        .dtype = t, .data = w + (size_t)c * mb, .rows = rows, .cols = cols,
-                        .ld = (size_t)cols};
+                    const struct weight_view wv = {.dtype = t,
+                                                   .data = w + (size_t)c * mb,
+                                                   .rows = rows,
+                                                   .cols = cols,
+                                                   .ld = (size_t)cols};
                     const struct qdot_args a = {
                         .y = y, .ldy = (size_t)rows, .xq = xq, .m = 1, .w = &wv};
                     for (int r0 = 0; r0 < rows; r0 += task)
