@@ -1875,7 +1875,8 @@ static void test_linear_group(void)
                 dbuf_ptr(yb[i]),
                 shares ? jobs[i - 1].x : dbuf_ptr(xb[i]),
                 m,
-                {.dtype = t, .data = dbuf_ptr(wb[i]), .rows = rows, .cols = k, .ld = (size_t)k}};
+                {.dtype = t, .data = dbuf_ptr(wb[i]), .rows = rows, .cols = k, .ld = (size_t)k},
+                NULL};
         }
         CHECK(kern_linear_group(st, jobs, N_JOBS, c) == 0);
         int same = 0;
@@ -1907,8 +1908,8 @@ static void test_linear_group(void)
  * them (q, k and v on one x, their types mixed as a GGUF Q4_K_M file mixes
  * them; gate and up; a mixture's experts on rows of their own), GGUF's and
  * compressed-tensors' types side by side in one call, odd row counts, m =
- * 1..16 (and one 17-row job, which runs on its own), every job bit for bit
- * what kern_linear gives it. Run once per kernel forced (each layout of x
+ * 1..16 (and one 17-row job, which runs on its own), half of the groups
+ * with biases, every job bit for bit what kern_linear gives it. Run once per kernel forced (each layout of x
  * the group prepares and shares) and once with the calibration's choice. */
 static void quant_group_case(enum kern_compute c, int round)
 {
@@ -1926,8 +1927,8 @@ static void quant_group_case(enum kern_compute c, int round)
     enum { N_TRIPLES = sizeof(triples) / sizeof(triples[0]) };
     static const int row_counts[] = {1, 17, 31, 64, 100, 161, 7, 48};
     struct kern_linear_job jobs[N_JOBS];
-    struct dbuf *wb[N_JOBS], *xb[N_JOBS], *yb[N_JOBS], *rb[N_JOBS];
-    static float x[M_MAX * K];
+    struct dbuf *wb[N_JOBS], *xb[N_JOBS], *yb[N_JOBS], *rb[N_JOBS], *bb[N_JOBS];
+    static float x[M_MAX * K], bias[ROWS_MAX];
     static unsigned char wq[ROWS_MAX * K * 2];
     for (int i = 0; i < N_JOBS; i++) {
         /* jobs 3g, 3g + 1, 3g + 2 read one x (q, k, v) unless g is odd,
@@ -1948,17 +1949,24 @@ static void quant_group_case(enum kern_compute c, int round)
         }
         yb[i] = upload(NULL, (size_t)m * rows * sizeof(float));
         rb[i] = upload(NULL, (size_t)m * rows * sizeof(float));
+        /* qwen2's q, k and v have biases: every other group's jobs here */
+        bb[i] = NULL;
+        if (g % 2 == 1) {
+            fill_uniform(bias, (size_t)rows, -1, 1);
+            bb[i] = upload(bias, (size_t)rows * sizeof(float));
+        }
         jobs[i] = (struct kern_linear_job){
             dbuf_ptr(yb[i]),
             shares ? jobs[i - 1].x : dbuf_ptr(xb[i]),
             m,
-            {.dtype = t, .data = dbuf_ptr(wb[i]), .rows = rows, .cols = K, .ld = K}};
+            {.dtype = t, .data = dbuf_ptr(wb[i]), .rows = rows, .cols = K, .ld = K},
+            bb[i] ? dbuf_ptr(bb[i]) : NULL};
     }
     CHECK(kern_linear_group(st, jobs, N_JOBS, c) == 0);
     int same = 0;
     for (int i = 0; i < N_JOBS; i++) {
         const struct kern_linear_job *j = &jobs[i];
-        CHECK(kern_linear(st, dbuf_ptr(rb[i]), j->x, j->m, &j->w, NULL, c) == 0);
+        CHECK(kern_linear(st, dbuf_ptr(rb[i]), j->x, j->m, &j->w, j->bias, c) == 0);
         const size_t n = (size_t)j->m * j->w.rows;
         float *got = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float));
         download(got, j->y, n * sizeof(float));
@@ -1978,6 +1986,7 @@ static void quant_group_case(enum kern_compute c, int round)
         device_free(xb[i]);
         device_free(yb[i]);
         device_free(rb[i]);
+        device_free(bb[i]);
     }
 }
 

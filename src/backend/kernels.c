@@ -304,6 +304,8 @@ int kern_linear_group(struct stream *s, const struct kern_linear_job *jobs, int 
         const struct kern_linear_job *j = &jobs[i];
         const struct weight_view *w = &j->w;
         assert(j->y && j->x && j->m > 0 && j->y != j->x);
+        if (j->bias && !table_runs(k, KERN_OP_LINEAR_BIAS))
+            return absent(s, KERN_OP_LINEAR_BIAS);
         assert(w->data && w->rows > 0 && w->cols > 0 && w->ld >= (size_t)w->cols);
         const int qk = dtype_block(w->dtype);
         assert(w->cols % qk == 0 && w->ld % (size_t)qk == 0);
@@ -314,7 +316,7 @@ int kern_linear_group(struct stream *s, const struct kern_linear_job *jobs, int 
     }
     if (!k->linear_group) {
         for (int i = 0; i < n; i++) {
-            int rc = kern_linear(s, jobs[i].y, jobs[i].x, jobs[i].m, &jobs[i].w, NULL, c);
+            int rc = kern_linear(s, jobs[i].y, jobs[i].x, jobs[i].m, &jobs[i].w, jobs[i].bias, c);
             if (rc < 0)
                 return rc;
         }

@@ -162,15 +162,17 @@ int kern_compute_choice(const char *s, bool *set, enum kern_compute *out);
  * and do not overlap. A block-type w: cols and ld whole blocks. */
 int kern_linear(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
                 const float *bias, enum kern_compute c);
-/* One product of kern_linear_group: y[m, w.rows] = x[m, w.cols] @ w^T. */
+/* One product of kern_linear_group: y[m, w.rows] = x[m, w.cols] @ w^T
+ * (+ bias[w.rows] when not NULL). */
 struct kern_linear_job {
     float *y;
     const float *x;
     int m;
     struct weight_view w;
+    const float *bias;
 };
 /* The n products of jobs (host memory, read before the call returns), each
- * as kern_linear without a bias computes it (bitwise the same on the CPU),
+ * as kern_linear computes it with the job's bias (bitwise the same on the CPU),
  * in one call so that a backend can spread all of their rows over its
  * threads at once: the experts of a mixture for a few tokens are many small
  * products, each too short to pay for a start of the threads. The jobs'

@@ -27,19 +27,20 @@ static enum k_group_kind k_group_kind_of(enum dtype t)
     return quant_ct_is(t) ? K_GROUP_CT : dtype_is_block(t) ? K_GROUP_GGUF : K_GROUP_PLAIN;
 }
 
+/* The n jobs' products as one group of their kind, then each job's bias
+ * added row by row (cpu_linear's f32 adds, so the same bits). */
 static int k_group_flush(enum k_group_kind kind, const struct kern_linear_job *jobs, int n,
                          enum kern_compute c)
 {
     if (n == 0)
         return 0;
-    switch (kind) {
-    case K_GROUP_GGUF:
-        return cpu_qlinear_group(jobs, n, c);
-    case K_GROUP_CT:
-        return cpu_ctlinear_group(jobs, n, c);
-    default:
-        return cpu_gemv_group(jobs, n, c);
-    }
+    int rc = kind == K_GROUP_GGUF ? cpu_qlinear_group(jobs, n, c)
+             : kind == K_GROUP_CT ? cpu_ctlinear_group(jobs, n, c)
+                                  : cpu_gemv_group(jobs, n, c);
+    for (int i = 0; rc == 0 && i < n; i++)
+        for (int r = 0; jobs[i].bias && r < jobs[i].m; r++)
+            cpu_add(jobs[i].y + (size_t)r * jobs[i].w.rows, jobs[i].bias, (size_t)jobs[i].w.rows);
+    return rc;
 }
 
 /* The jobs of a few rows each as one run of the pool per kind of weights
@@ -55,7 +56,7 @@ static int k_linear_group(struct stream *s, const struct kern_linear_job *jobs, 
     for (int i = 0; i < n; i++) {
         const struct kern_linear_job *j = &jobs[i];
         if (j->m > CPU_GEMV_MAX_M) {
-            int rc = cpu_linear(j->y, j->x, j->m, &j->w, NULL, c);
+            int rc = cpu_linear(j->y, j->x, j->m, &j->w, j->bias, c);
             if (rc < 0)
                 return rc;
             continue;
