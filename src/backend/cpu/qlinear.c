@@ -460,8 +460,15 @@ static void q_xfill(float *y, const float *x, int m, const struct weight_view *w
                     struct qdot_args *a)
 {
     const int ng = (m + q_group_rows(lay) - 1) / q_group_rows(lay);
-    struct qx_job j = {w->dtype, quantize ? x : NULL, m, w->cols, lay, xq,
-                       lay != Q_X_ROWS ? xp : NULL, z->xq_ld, z->xp_ld};
+    struct qx_job j = {.t = w->dtype,
+                       .x = quantize ? x : NULL,
+                       .m = m,
+                       .cols = w->cols,
+                       .lay = lay,
+                       .xq = xq,
+                       .xp = lay != Q_X_ROWS ? xp : NULL,
+                       .xq_ld = z->xq_ld,
+                       .xp_ld = z->xp_ld};
     if (m > CPU_GEMV_MAX_M)
         cpu_kernels_run(qx_task, &j, ng);
     else
