@@ -48,6 +48,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/linear.h"
+#include "backend/cpu/qlinear.h"
 #include "backend/cpu/vec.h"
 #include "backend/device.h"
 #include "backend/kernels.h"
@@ -1874,7 +1875,8 @@ static void test_linear_group(void)
                 dbuf_ptr(yb[i]),
                 shares ? jobs[i - 1].x : dbuf_ptr(xb[i]),
                 m,
-                {.dtype = t, .data = dbuf_ptr(wb[i]), .rows = rows, .cols = k, .ld = (size_t)k}};
+                {.dtype = t, .data = dbuf_ptr(wb[i]), .rows = rows, .cols = k, .ld = (size_t)k},
+                NULL};
         }
         CHECK(kern_linear_group(st, jobs, N_JOBS, c) == 0);
         int same = 0;
@@ -1900,6 +1902,116 @@ static void test_linear_group(void)
         }
     }
     CHECK(cpu_matmul_force(NULL) == 0);
+}
+
+/* kern_linear_group with block-type weights: groups as a decode step makes
+ * them (q, k and v on one x, their types mixed as a GGUF Q4_K_M file mixes
+ * them; gate and up; a mixture's experts on rows of their own), GGUF's and
+ * compressed-tensors' types side by side in one call, odd row counts, m =
+ * 1..16 (and one 17-row job, which runs on its own), half of the groups
+ * with biases, every job bit for bit what kern_linear gives it. Run once per kernel forced (each layout of x
+ * the group prepares and shares) and once with the calibration's choice. */
+static void quant_group_case(enum kern_compute c, int round)
+{
+    enum { N_JOBS = 24, K = 512, ROWS_MAX = 161, M_MAX = 17 };
+    /* the types of a group of three: GGUF files' q, k, v (Q4_K_M's Q5_0,
+     * Q5_0, Q8_0 in qwen2.5's, Q4_K, Q4_K, Q6_K in llama's), the K-quants
+     * side by side (one x, laid out per type), x's two quantizations in one
+     * group, compressed-tensors' types, and both kinds on one x */
+    static const enum dtype triples[][3] = {
+        {DTYPE_Q5_0, DTYPE_Q5_0, DTYPE_Q8_0},   {DTYPE_Q4_K, DTYPE_Q4_K, DTYPE_Q6_K},
+        {DTYPE_Q6_K, DTYPE_Q5_K, DTYPE_Q4_K},   {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q5_1},
+        {DTYPE_Q4_K, DTYPE_Q4_0, DTYPE_Q6_K},   {DTYPE_CT_I4, DTYPE_CT_I4, DTYPE_CT_I8},
+        {DTYPE_CT_F8, DTYPE_Q4_K, DTYPE_CT_I4}, {DTYPE_Q5_1, DTYPE_Q5_0, DTYPE_Q4_0},
+    };
+    enum { N_TRIPLES = sizeof(triples) / sizeof(triples[0]) };
+    static const int row_counts[] = {1, 17, 31, 64, 100, 161, 7, 48};
+    struct kern_linear_job jobs[N_JOBS];
+    struct dbuf *wb[N_JOBS], *xb[N_JOBS], *yb[N_JOBS], *rb[N_JOBS], *bb[N_JOBS];
+    static float x[M_MAX * K], bias[ROWS_MAX];
+    static unsigned char wq[ROWS_MAX * K * 2];
+    for (int i = 0; i < N_JOBS; i++) {
+        /* jobs 3g, 3g + 1, 3g + 2 read one x (q, k, v) unless g is odd,
+         * where only the first two do (gate, up) and the third has its own */
+        const int g = i / 3, at = i % 3;
+        const bool shares = at > 0 && (g % 2 == 0 || at == 1);
+        const enum dtype t = triples[(g + round) % N_TRIPLES][at];
+        const int m = shares ? jobs[i - 1].m : i == N_JOBS - 1 ? 17 : 1 + (i * 5 + round) % 16;
+        const int rows = row_counts[(i + round) % 8];
+        const size_t bytes = (size_t)rows * dtype_row_bytes(t, K);
+        cpu_qlinear_random_blocks(t, wq, (size_t)rows * K / (size_t)dtype_block(t),
+                                  (uint64_t)(100 * round + i));
+        wb[i] = upload(wq, bytes);
+        xb[i] = NULL;
+        if (!shares) {
+            fill_uniform(x, (size_t)m * K, -1, 1);
+            xb[i] = upload(x, (size_t)m * K * sizeof(float));
+        }
+        yb[i] = upload(NULL, (size_t)m * rows * sizeof(float));
+        rb[i] = upload(NULL, (size_t)m * rows * sizeof(float));
+        /* qwen2's q, k and v have biases: every other group's jobs here */
+        bb[i] = NULL;
+        if (g % 2 == 1) {
+            fill_uniform(bias, (size_t)rows, -1, 1);
+            bb[i] = upload(bias, (size_t)rows * sizeof(float));
+        }
+        jobs[i] = (struct kern_linear_job){
+            dbuf_ptr(yb[i]),
+            shares ? jobs[i - 1].x : dbuf_ptr(xb[i]),
+            m,
+            {.dtype = t, .data = dbuf_ptr(wb[i]), .rows = rows, .cols = K, .ld = K},
+            bb[i] ? dbuf_ptr(bb[i]) : NULL};
+    }
+    CHECK(kern_linear_group(st, jobs, N_JOBS, c) == 0);
+    int same = 0;
+    for (int i = 0; i < N_JOBS; i++) {
+        const struct kern_linear_job *j = &jobs[i];
+        CHECK(kern_linear(st, dbuf_ptr(rb[i]), j->x, j->m, &j->w, j->bias, c) == 0);
+        const size_t n = (size_t)j->m * j->w.rows;
+        float *got = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float));
+        download(got, j->y, n * sizeof(float));
+        download(ref, dbuf_ptr(rb[i]), n * sizeof(float));
+        const bool eq = memcmp(got, ref, n * sizeof(float)) == 0;
+        same += eq;
+        if (!eq)
+            fprintf(stderr, "  job %d: %s, m %d, %d rows: differs from kern_linear\n", i,
+                    dtype_name(j->w.dtype), j->m, j->w.rows);
+        free(got);
+        free(ref);
+    }
+    CHECK_MSG(same == N_JOBS, "%d of %d quantized jobs bit for bit as kern_linear (%s, round %d)",
+              same, N_JOBS, kern_compute_name(c), round);
+    for (int i = 0; i < N_JOBS; i++) {
+        device_free(wb[i]);
+        device_free(xb[i]);
+        device_free(yb[i]);
+        device_free(rb[i]);
+        device_free(bb[i]);
+    }
+}
+
+static void test_linear_group_quant(void)
+{
+    static const char *const qk[] = {NULL,      "vnni",    "vnni-near", "avx2",  "vnni-mr",
+                                     "vnni-m8", "amx",     "avx2-m8",   "scalar"};
+    static const char *const ctk[] = {NULL, "avx512bf16", "avx512bf16-lut", "avx512", "avx2",
+                                      "deq", "scalar"};
+    int round = 0;
+    for (int cm = 0; cm < 2; cm++) {
+        const enum kern_compute c = cm ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
+        for (size_t i = 0; i < sizeof(qk) / sizeof(qk[0]); i++) {
+            if (cpu_qlinear_force(qk[i]) < 0)
+                continue; /* this CPU lacks it */
+            quant_group_case(c, round++);
+        }
+        CHECK(cpu_qlinear_force(NULL) == 0);
+        for (size_t i = 1; i < sizeof(ctk) / sizeof(ctk[0]); i++) {
+            if (cpu_ctlinear_force(ctk[i]) < 0)
+                continue;
+            quant_group_case(c, round++);
+        }
+        CHECK(cpu_ctlinear_force(NULL) == 0);
+    }
 }
 
 /* ---- kern_route_topk, kern_route_group ---- */
@@ -2166,6 +2278,7 @@ int main(void)
     CHECK(cpu_gemv_force("matmul") == 0);
     test_linear_group();
     CHECK(cpu_gemv_force(NULL) == 0);
+    test_linear_group_quant();
     test_gemv_same_bits();
     test_gemv_lanes();
     test_matmul_cache();

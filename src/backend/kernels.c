@@ -296,27 +296,32 @@ int kern_linear_group(struct stream *s, const struct kern_linear_job *jobs, int 
                       enum kern_compute c)
 {
     assert(n >= 0 && (jobs || n == 0));
+    assert(c == KERN_COMPUTE_F32 || c == KERN_COMPUTE_BF16);
     const struct kernel_ops *k = kern_of(s);
-    bool plain = true;
+    if (!table_runs(k, KERN_OP_LINEAR))
+        return absent(s, KERN_OP_LINEAR);
     for (int i = 0; i < n; i++) {
         const struct kern_linear_job *j = &jobs[i];
+        const struct weight_view *w = &j->w;
         assert(j->y && j->x && j->m > 0 && j->y != j->x);
-        plain = plain && weight_op(j->w.dtype) == KERN_OP_COUNT;
+        if (j->bias && !table_runs(k, KERN_OP_LINEAR_BIAS))
+            return absent(s, KERN_OP_LINEAR_BIAS);
+        assert(w->data && w->rows > 0 && w->cols > 0 && w->ld >= (size_t)w->cols);
+        const int qk = dtype_block(w->dtype);
+        assert(w->cols % qk == 0 && w->ld % (size_t)qk == 0);
+        /* block and repacked types need their own ops, as kern_linear's */
+        const enum kern_op wop = weight_op(w->dtype);
+        if (wop != KERN_OP_COUNT && !table_runs(k, wop))
+            return absent(s, wop);
     }
-    /* block and repacked types need their own ops, which kern_linear checks */
-    if (!k->linear_group || !plain || !table_runs(k, KERN_OP_LINEAR)) {
+    if (!k->linear_group) {
         for (int i = 0; i < n; i++) {
-            int rc = kern_linear(s, jobs[i].y, jobs[i].x, jobs[i].m, &jobs[i].w, NULL, c);
+            int rc = kern_linear(s, jobs[i].y, jobs[i].x, jobs[i].m, &jobs[i].w, jobs[i].bias, c);
             if (rc < 0)
                 return rc;
         }
         return 0;
     }
-    for (int i = 0; i < n; i++) {
-        const struct weight_view *w = &jobs[i].w;
-        assert(w->data && w->rows > 0 && w->cols > 0 && w->ld >= (size_t)w->cols);
-    }
-    assert(c == KERN_COMPUTE_F32 || c == KERN_COMPUTE_BF16);
     return n ? k->linear_group(s, jobs, n, c) : 0;
 }
 

@@ -162,20 +162,24 @@ int kern_compute_choice(const char *s, bool *set, enum kern_compute *out);
  * and do not overlap. A block-type w: cols and ld whole blocks. */
 int kern_linear(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
                 const float *bias, enum kern_compute c);
-/* One product of kern_linear_group: y[m, w.rows] = x[m, w.cols] @ w^T. */
+/* One product of kern_linear_group: y[m, w.rows] = x[m, w.cols] @ w^T
+ * (+ bias[w.rows] when not NULL). */
 struct kern_linear_job {
     float *y;
     const float *x;
     int m;
     struct weight_view w;
+    const float *bias;
 };
 /* The n products of jobs (host memory, read before the call returns), each
- * as kern_linear without a bias computes it (bitwise the same on the CPU),
+ * as kern_linear computes it with the job's bias (bitwise the same on the CPU),
  * in one call so that a backend can spread all of their rows over its
  * threads at once: the experts of a mixture for a few tokens are many small
- * products, each too short to pay for a start of the threads. No job's y
- * overlaps another job's y or any job's x. A backend without the kernel runs
- * them one kern_linear each, so every device runs it. */
+ * products, each too short to pay for a start of the threads. The jobs'
+ * weights may be of any types, block types mixed in one call (a GGUF
+ * layer's q, k and v can differ), each needing its op as for kern_linear.
+ * No job's y overlaps another job's y or any job's x. A backend without the
+ * kernel runs them one kern_linear each, so every device runs it. */
 int kern_linear_group(struct stream *s, const struct kern_linear_job *jobs, int n,
                       enum kern_compute c);
 /* One adapter's low-rank pair for one linear layer, this shard's part:

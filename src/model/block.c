@@ -49,10 +49,9 @@ static int block_rope(struct model_exec *ex, float *x, int t_new, int heads, con
 
 /* y[i] = x @ w[i]^T (+ b[i] when not NULL) for the k products of one input
  * that a phase runs side by side (q, k and v; gate and up). For a few rows
- * as one kern_linear_group call, so the kernel threads start once for all
- * of them (a 128-row k or v alone is too short to pay for a start), then
- * each bias added row by row after its product, as kern_linear adds it: the
- * same sums. For more rows one kern_linear each. */
+ * as one kern_linear_group call, biases included, so the kernel threads
+ * start once for all of them (a 128-row k or v alone is too short to pay
+ * for a start). For more rows one kern_linear each. */
 static int block_linears(const struct model *m, struct stream *s, const float *x, int n, int k,
                          float *const *y, const struct weight_view *const *w,
                          const float *const *b)
@@ -65,12 +64,8 @@ static int block_linears(const struct model *m, struct stream *s, const float *x
     struct kern_linear_job jobs[3] = {{0}};
     assert(k <= 3);
     for (int i = 0; i < k; i++)
-        jobs[i] = (struct kern_linear_job){y[i], x, n, *w[i]};
-    TRY(kern_linear_group(s, jobs, k, m->compute));
-    for (int i = 0; i < k; i++)
-        for (int r = 0; b[i] && r < n; r++)
-            TRY(kern_add(s, y[i] + (size_t)r * w[i]->rows, b[i], (size_t)w[i]->rows));
-    return 0;
+        jobs[i] = (struct kern_linear_job){y[i], x, n, *w[i], b[i]};
+    return kern_linear_group(s, jobs, k, m->compute);
 }
 
 int model_block_attn(const struct model *m, struct model_exec *ex, int layer, int t_new,
@@ -206,8 +201,10 @@ static int moe_experts(const struct model *m, struct model_exec *ex, float *g, i
         if (count[e] == 0)
             continue;
         const float *x = g + (size_t)off * H;
-        jobs[n++] = (struct kern_linear_job){f + (size_t)off * fr, x, count[e], w->experts[e].gate};
-        jobs[n++] = (struct kern_linear_job){up + (size_t)off * fr, x, count[e], w->experts[e].up};
+        jobs[n++] =
+            (struct kern_linear_job){f + (size_t)off * fr, x, count[e], w->experts[e].gate, NULL};
+        jobs[n++] =
+            (struct kern_linear_job){up + (size_t)off * fr, x, count[e], w->experts[e].up, NULL};
     }
     TRY(kern_linear_group(s, jobs, n, m->compute));
     TRY(kern_gated_act(s, f, f, up, (size_t)nl * fr, act));
@@ -216,7 +213,7 @@ static int moe_experts(const struct model *m, struct model_exec *ex, float *g, i
     for (int e = eb, off = 0; e < ee; off += count[e], e++)
         if (count[e] > 0)
             jobs[n++] = (struct kern_linear_job){g + (size_t)off * H, f + (size_t)off * fr,
-                                                 count[e], w->experts[e].down};
+                                                 count[e], w->experts[e].down, NULL};
     return kern_linear_group(s, jobs, n, m->compute);
 }
 

@@ -4,9 +4,12 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_impl.h"
+#include "backend/cpu/ctlinear.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/linear.h"
+#include "backend/cpu/qlinear.h"
 #include "backend/kernels_impl.h"
+#include "core/quant_ct.h"
 
 static int k_linear(struct stream *s, float *y, const float *x, int m, const struct weight_view *w,
                     const float *bias, enum kern_compute c)
@@ -15,31 +18,64 @@ static int k_linear(struct stream *s, float *y, const float *x, int m, const str
     return cpu_linear(y, x, m, w, bias, c);
 }
 
-/* The jobs of a few rows each as one run of the pool (cpu_gemv_group, in
- * batches of CPU_GEMV_GROUP_MAX), the others one cpu_linear each. */
+/* The kinds of weights a group's jobs of a few rows are run by: each kind
+ * has its own group entry point (one run of the pool for its jobs). */
+enum k_group_kind { K_GROUP_PLAIN, K_GROUP_GGUF, K_GROUP_CT, K_GROUP_KINDS };
+
+static enum k_group_kind k_group_kind_of(enum dtype t)
+{
+    return quant_ct_is(t) ? K_GROUP_CT : dtype_is_block(t) ? K_GROUP_GGUF : K_GROUP_PLAIN;
+}
+
+/* The n jobs' products as one group of their kind, then each job's bias
+ * added row by row (cpu_linear's f32 adds, so the same bits). */
+static int k_group_flush(enum k_group_kind kind, const struct kern_linear_job *jobs, int n,
+                         enum kern_compute c)
+{
+    if (n == 0)
+        return 0;
+    int rc = kind == K_GROUP_GGUF ? cpu_qlinear_group(jobs, n, c)
+             : kind == K_GROUP_CT ? cpu_ctlinear_group(jobs, n, c)
+                                  : cpu_gemv_group(jobs, n, c);
+    for (int i = 0; rc == 0 && i < n; i++)
+        for (int r = 0; jobs[i].bias && r < jobs[i].m; r++)
+            cpu_add(jobs[i].y + (size_t)r * jobs[i].w.rows, jobs[i].bias, (size_t)jobs[i].w.rows);
+    return rc;
+}
+
+/* The jobs of a few rows each as one run of the pool per kind of weights
+ * (plain: cpu_gemv_group; GGUF block types, mixed: cpu_qlinear_group;
+ * compressed-tensors': cpu_ctlinear_group), in batches of
+ * CPU_GEMV_GROUP_MAX; the others one cpu_linear each. */
 static int k_linear_group(struct stream *s, const struct kern_linear_job *jobs, int n,
                           enum kern_compute c)
 {
     (void)s;
-    struct kern_linear_job few[CPU_GEMV_GROUP_MAX];
-    int nf = 0;
+    struct kern_linear_job few[K_GROUP_KINDS][CPU_GEMV_GROUP_MAX];
+    int nf[K_GROUP_KINDS] = {0};
     for (int i = 0; i < n; i++) {
         const struct kern_linear_job *j = &jobs[i];
         if (j->m > CPU_GEMV_MAX_M) {
-            int rc = cpu_linear(j->y, j->x, j->m, &j->w, NULL, c);
+            int rc = cpu_linear(j->y, j->x, j->m, &j->w, j->bias, c);
             if (rc < 0)
                 return rc;
             continue;
         }
-        few[nf++] = *j;
-        if (nf == CPU_GEMV_GROUP_MAX || i == n - 1) {
-            int rc = cpu_gemv_group(few, nf, c);
+        const enum k_group_kind kind = k_group_kind_of(j->w.dtype);
+        few[kind][nf[kind]++] = *j;
+        if (nf[kind] == CPU_GEMV_GROUP_MAX) {
+            int rc = k_group_flush(kind, few[kind], nf[kind], c);
             if (rc < 0)
                 return rc;
-            nf = 0;
+            nf[kind] = 0;
         }
     }
-    return nf ? cpu_gemv_group(few, nf, c) : 0;
+    for (int kind = 0; kind < K_GROUP_KINDS; kind++) {
+        int rc = k_group_flush(kind, few[kind], nf[kind], c);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
 }
 
 static int k_embed(struct stream *s, float *y, const struct weight_view *w, const int32_t *ids,

@@ -19,6 +19,7 @@
  * product the matmul's calibration chose. */
 #include "backend/cpu/ctlinear.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 #include "backend/cpu/ctdot.h"
 #include "backend/cpu/gemv_isa.h"
 #include "backend/cpu/isa.h"
+#include "backend/cpu/lanes.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/scratch.h"
 #include "backend/cpu/vec.h"
@@ -126,6 +128,7 @@ struct ct_job {
     gemv_rows_fn deq_rows; /* the f32 GEMV kernel for "deq", else NULL */
     ctdot_rows_fn rows;
     int task_rows;
+    struct cpu_lanes lanes; /* the tasks in a lane per thread, as the GEMV's */
     atomic_int rc;
 };
 
@@ -152,14 +155,21 @@ static int ct_deq_rows(const struct ct_job *j, int r0, int r1)
     return 0;
 }
 
+/* Weight rows [r0, r1) of j's product: 0, or ERR_NOMEM. */
+static int ct_rows(const struct ct_job *j, int r0, int r1)
+{
+    if (!j->rows)
+        return ct_deq_rows(j, r0, r1);
+    j->rows(&j->a, r0, r1);
+    return 0;
+}
+
 static void ct_task(void *ctx, int task)
 {
     struct ct_job *j = ctx;
-    const int r0 = task * j->task_rows;
+    const int r0 = cpu_lanes_chunk(&j->lanes, task) * j->task_rows;
     const int r1 = r0 + j->task_rows < j->a.w->rows ? r0 + j->task_rows : j->a.w->rows;
-    if (j->rows)
-        j->rows(&j->a, r0, r1);
-    else if (ct_deq_rows(j, r0, r1) < 0)
+    if (ct_rows(j, r0, r1) < 0)
         atomic_store(&j->rc, ERR_NOMEM);
 }
 
@@ -202,7 +212,9 @@ static int ct_run(const struct ct_kernel *k, float *y, const float *x, int m,
                        .rows = k->rows,
                        .task_rows = ct_task_rows(w)};
     atomic_init(&j.rc, 0);
-    cpu_kernels_run(ct_task, &j, (w->rows + j.task_rows - 1) / j.task_rows);
+    const int tasks = (w->rows + j.task_rows - 1) / j.task_rows;
+    cpu_lanes_init(&j.lanes, tasks);
+    cpu_kernels_run(ct_task, &j, tasks);
     if (atomic_load(&j.rc) < 0)
         return err_set(ERR_NOMEM, "out of host memory for %d x %d dequantized weights", CT_DEQ_ROWS,
                        w->cols);
@@ -391,4 +403,112 @@ int cpu_ctlinear(float *y, const float *x, int m, const struct weight_view *w, e
         return cpu_matmul(y, x, m, w, cm);
     const bool bf16 = cm == KERN_COMPUTE_BF16;
     return ct_run(ct_pick(w->dtype, m, bf16), y, x, m, w, bf16);
+}
+
+/* ---- a group of products in one run of the pool ---- */
+
+/* The group's chunks, job after job (job i's are [first[i], first[i + 1])),
+ * in one set of lanes, as qlinear.c's groups. */
+struct ct_group {
+    struct ct_job *jobs;
+    const int *first;
+    int n;
+    struct cpu_lanes lanes;
+    atomic_int rc;
+};
+
+static void ct_group_task(void *ctx, int task)
+{
+    struct ct_group *g = ctx;
+    const int c = cpu_lanes_chunk(&g->lanes, task);
+    int lo = 0, hi = g->n - 1; /* the last job whose first chunk is <= c */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (g->first[mid] <= c)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const struct ct_job *j = &g->jobs[lo];
+    const int r0 = (c - g->first[lo]) * j->task_rows;
+    const int r1 = r0 + j->task_rows < j->a.w->rows ? r0 + j->task_rows : j->a.w->rows;
+    if (ct_rows(j, r0, r1) < 0)
+        atomic_store(&g->rc, ERR_NOMEM);
+}
+
+int cpu_ctlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compute cm)
+{
+    assert(n > 0 && n <= CPU_GEMV_GROUP_MAX);
+    const bool bf16 = cm == KERN_COMPUTE_BF16;
+    struct ct_job cj[CPU_GEMV_GROUP_MAX];
+    int first[CPU_GEMV_GROUP_MAX + 1];
+    /* per job: the first job with its x (itself, or an earlier one), whose
+     * x is converted for every kernel that reads it: to bf16 (xb) for the
+     * bf16-only kernels, rounded to bf16 in f32 for the others in bf16
+     * mode (what cpu_round_bf16 gives ct_run) */
+    int own[CPU_GEMV_GROUP_MAX];
+    bool want_xb[CPU_GEMV_GROUP_MAX] = {false}, want_rd[CPU_GEMV_GROUP_MAX] = {false};
+    const struct ct_kernel *kern[CPU_GEMV_GROUP_MAX];
+    for (int i = 0; i < n; i++) {
+        const struct kern_linear_job *j = &jobs[i];
+        assert(j->m <= CPU_GEMV_MAX_M && quant_ct_is(j->w.dtype));
+        kern[i] = ct_pick(j->w.dtype, j->m, bf16);
+        own[i] = i;
+        for (int e = 0; e < i && own[i] == i; e++)
+            if (own[e] == e && jobs[e].x == j->x && jobs[e].m == j->m &&
+                jobs[e].w.cols == j->w.cols)
+                own[i] = e;
+        want_xb[own[i]] |= kern[i]->bf16_only;
+        want_rd[own[i]] |= bf16 && !kern[i]->bf16_only;
+    }
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        const size_t e = (size_t)jobs[i].m * jobs[i].w.cols;
+        bytes += (want_xb[i] ? (e * sizeof(uint16_t) + 63) / 64 * 64 : 0) +
+                 (want_rd[i] ? (e * sizeof(float) + 63) / 64 * 64 : 0);
+    }
+    char *buf = bytes ? cpu_scratch(CPU_SCRATCH_CT_XB, bytes) : NULL;
+    if (bytes && !buf)
+        return err_set(ERR_NOMEM, "out of host memory for the bf16 activations of %d products", n);
+    const uint16_t *xb[CPU_GEMV_GROUP_MAX];
+    const float *rd[CPU_GEMV_GROUP_MAX];
+    first[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const struct kern_linear_job *j = &jobs[i];
+        const size_t e = (size_t)j->m * j->w.cols;
+        xb[i] = NULL;
+        rd[i] = NULL;
+        if (want_xb[i]) {
+            vec_to_bf16((uint16_t *)buf, j->x, e);
+            xb[i] = (const uint16_t *)buf;
+            buf += (e * sizeof(uint16_t) + 63) / 64 * 64;
+        }
+        if (want_rd[i]) {
+            vec_round_bf16((float *)buf, j->x, e);
+            rd[i] = (const float *)buf;
+            buf += (e * sizeof(float) + 63) / 64 * 64;
+        }
+        const struct ct_kernel *k = kern[i];
+        const int o = own[i];
+        cj[i] = (struct ct_job){.a = {.y = j->y,
+                                      .ldy = (size_t)j->w.rows,
+                                      .x = bf16 && !k->bf16_only ? rd[o] : j->x,
+                                      .ldx = (size_t)j->w.cols,
+                                      .xb = k->bf16_only ? xb[o] : NULL,
+                                      .m = j->m,
+                                      .w = &j->w,
+                                      .bf16 = bf16},
+                                .deq_rows = k->rows ? NULL : cpu_gemv_rows_f32(j->m),
+                                .rows = k->rows,
+                                .task_rows = ct_task_rows(&j->w)};
+        first[i + 1] = first[i] + (j->w.rows + cj[i].task_rows - 1) / cj[i].task_rows;
+    }
+    struct ct_group g = {.jobs = cj, .first = first, .n = n};
+    atomic_init(&g.rc, 0);
+    cpu_lanes_init(&g.lanes, first[n]);
+    cpu_kernels_run(ct_group_task, &g, first[n]);
+    if (atomic_load(&g.rc) < 0)
+        return err_set(ERR_NOMEM, "out of host memory for %d x %d dequantized weights", CT_DEQ_ROWS,
+                       jobs[0].w.cols);
+    return 0;
 }

@@ -19,6 +19,12 @@
 int cpu_ctlinear(float *y, const float *x, int m, const struct weight_view *w,
                  enum kern_compute cm);
 
+/* cpu_ctlinear of each of the n jobs (n <= CPU_GEMV_GROUP_MAX, each m <=
+ * CPU_GEMV_MAX_M, CT types, which may differ from job to job), bitwise the
+ * same, as one run of the pool over all of their rows, x converted once
+ * for the jobs that read the same rows. 0, or ERR_NOMEM. */
+int cpu_ctlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compute cm);
+
 /* n elements (whole blocks) of CT type t at src into dst as f32, or as bf16
  * (nearest even) when to_bf16: quant_ct_dequantize's values on the widest
  * vectors the CPU has. For cpu_matmul's converted blocks. */

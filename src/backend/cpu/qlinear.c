@@ -28,6 +28,7 @@
  *   for every call instead (amx offered for its types only: not Q5_1). */
 #include "backend/cpu/qlinear.h"
 
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -365,14 +366,23 @@ struct q_job {
     atomic_int rc;
 };
 
+/* Weight rows [r0, r1) of a's product by kernel k: 0, or ERR_NOMEM from a
+ * tile kernel's scratch. */
+static int q_rows(const struct qdot_kernel *k, const struct qdot_args *a, int r0, int r1)
+{
+    if (k->rows) {
+        k->rows(a, r0, r1);
+        return 0;
+    }
+    return k->tile(a, r0, r1);
+}
+
 static void q_task(void *ctx, int task)
 {
     struct q_job *j = ctx;
     int r0 = cpu_lanes_chunk(&j->lanes, task) * j->task_rows, r1 = r0 + j->task_rows;
     r1 = r1 < j->a.w->rows ? r1 : j->a.w->rows;
-    if (j->k->rows)
-        j->k->rows(&j->a, r0, r1);
-    else if (j->k->tile(&j->a, r0, r1) < 0)
+    if (q_rows(j->k, &j->a, r0, r1) < 0)
         atomic_store(&j->rc, ERR_NOMEM);
 }
 
@@ -408,7 +418,9 @@ static void qx_task(void *ctx, int g)
     const int gr = q_group_rows(j->lay);
     const int i1 = (g + 1) * gr < j->m ? (g + 1) * gr : j->m;
     for (int i = g * gr; i < i1; i++) {
-        qdot_quantize_x(j->t, j->x + (size_t)i * j->cols, j->xq + (size_t)i * j->xq_ld, j->cols);
+        if (j->x) /* NULL: quantized already (a group's shared x) */
+            qdot_quantize_x(j->t, j->x + (size_t)i * j->cols, j->xq + (size_t)i * j->xq_ld,
+                            j->cols);
         if (j->lay == Q_X_RUNS)
             qdot_pack_x_mr(j->t, j->xq + (size_t)i * j->xq_ld, j->cols,
                            j->xp + (size_t)i * j->xp_ld);
@@ -419,25 +431,44 @@ static void qx_task(void *ctx, int g)
         qdot_pack_x_tiles(j->t, j->xq, j->xq_ld, j->m, j->cols, g, j->xp + (size_t)g * j->xp_ld);
 }
 
-/* x's rows quantized (and laid out for a multi-row kernel) into the
- * calling thread's scratch, over the pool for a prefill's many */
-static int q_prepare(float *y, const float *x, int m, const struct weight_view *w,
-                     enum q_xlayout lay, struct qdot_args *a)
+/* Where x's rows go for m rows of w's product laid out as lay: the
+ * quantized rows (xq_ld bytes apart, xq_bytes in all, whole cache lines),
+ * then the layout (xp_ld bytes a row or group, xp_bytes in all). */
+struct q_xsize {
+    size_t xq_ld, xp_ld, xq_bytes, xp_bytes;
+};
+
+static struct q_xsize q_xsize_of(int m, const struct weight_view *w, enum q_xlayout lay)
 {
-    const size_t ld = qdot_x_row_bytes(w->dtype, w->cols);
-    const size_t xp_ld = lay == Q_X_GROUPS  ? qdot_xp_group_bytes(w->dtype, w->cols)
-                         : lay == Q_X_RUNS  ? qdot_xmr_row_bytes(w->dtype, w->cols)
-                         : lay == Q_X_TILES ? qdot_xt_group_bytes(w->dtype, w->cols)
-                                            : 0;
+    struct q_xsize z;
+    z.xq_ld = qdot_x_row_bytes(w->dtype, w->cols);
+    z.xp_ld = lay == Q_X_GROUPS  ? qdot_xp_group_bytes(w->dtype, w->cols)
+              : lay == Q_X_RUNS  ? qdot_xmr_row_bytes(w->dtype, w->cols)
+              : lay == Q_X_TILES ? qdot_xt_group_bytes(w->dtype, w->cols)
+                                 : 0;
     const int ng = (m + q_group_rows(lay) - 1) / q_group_rows(lay);
-    const size_t xq_bytes = ((size_t)m * ld + 63) / 64 * 64;
-    const size_t xp_bytes = (size_t)(lay == Q_X_RUNS ? m : ng) * xp_ld;
-    char *xq = cpu_scratch(CPU_SCRATCH_Q_X, xq_bytes + xp_bytes);
-    if (!xq)
-        return err_set(ERR_NOMEM, "out of host memory for %d x %d quantized activations", m,
-                       w->cols);
-    struct qx_job j = {w->dtype, x,    m, w->cols, lay, xq, lay != Q_X_ROWS ? xq + xq_bytes : NULL,
-                       ld,       xp_ld};
+    z.xq_bytes = ((size_t)m * z.xq_ld + 63) / 64 * 64;
+    z.xp_bytes = ((size_t)(lay == Q_X_RUNS ? m : ng) * z.xp_ld + 63) / 64 * 64;
+    return z;
+}
+
+/* x's m rows quantized into xq (unless quantize is false: xq holds them
+ * already) and laid out as lay into xp, over the pool for a prefill's many
+ * rows; a set for w's rows into y. */
+static void q_xfill(float *y, const float *x, int m, const struct weight_view *w,
+                    enum q_xlayout lay, const struct q_xsize *z, char *xq, char *xp, bool quantize,
+                    struct qdot_args *a)
+{
+    const int ng = (m + q_group_rows(lay) - 1) / q_group_rows(lay);
+    struct qx_job j = {.t = w->dtype,
+                       .x = quantize ? x : NULL,
+                       .m = m,
+                       .cols = w->cols,
+                       .lay = lay,
+                       .xq = xq,
+                       .xp = lay != Q_X_ROWS ? xp : NULL,
+                       .xq_ld = z->xq_ld,
+                       .xp_ld = z->xp_ld};
     if (m > CPU_GEMV_MAX_M)
         cpu_kernels_run(qx_task, &j, ng);
     else
@@ -446,11 +477,24 @@ static int q_prepare(float *y, const float *x, int m, const struct weight_view *
     *a = (struct qdot_args){.y = y,
                             .ldy = (size_t)w->rows,
                             .xq = xq,
-                            .xq_ld = ld,
+                            .xq_ld = z->xq_ld,
                             .xp = j.xp,
-                            .xp_ld = xp_ld,
+                            .xp_ld = z->xp_ld,
                             .m = m,
                             .w = w};
+}
+
+/* x's rows quantized (and laid out for a multi-row kernel) into the
+ * calling thread's scratch, over the pool for a prefill's many */
+static int q_prepare(float *y, const float *x, int m, const struct weight_view *w,
+                     enum q_xlayout lay, struct qdot_args *a)
+{
+    const struct q_xsize z = q_xsize_of(m, w, lay);
+    char *xq = cpu_scratch(CPU_SCRATCH_Q_X, z.xq_bytes + z.xp_bytes);
+    if (!xq)
+        return err_set(ERR_NOMEM, "out of host memory for %d x %d quantized activations", m,
+                       w->cols);
+    q_xfill(y, x, m, w, lay, &z, xq, xq + z.xq_bytes, true, a);
     return 0;
 }
 
@@ -605,17 +649,14 @@ struct deq_job {
     atomic_int rc;
 };
 
-static void deq_task(void *ctx, int task)
+/* Weight rows [r0, r1) of j's product: 0, or ERR_NOMEM. */
+static int deq_rows(const struct deq_job *j, int r0, int r1)
 {
-    struct deq_job *j = ctx;
     const struct weight_view *w = j->w;
-    const int k = w->cols, r0 = task * j->task_rows;
-    const int r1 = r0 + j->task_rows < w->rows ? r0 + j->task_rows : w->rows;
+    const int k = w->cols;
     float *blk = cpu_scratch(CPU_SCRATCH_Q_DEQ, (size_t)Q_DEQ_ROWS * k * sizeof(float));
-    if (!blk) {
-        atomic_store(&j->rc, ERR_NOMEM);
-        return;
-    }
+    if (!blk)
+        return ERR_NOMEM;
     for (int r = r0; r < r1; r += Q_DEQ_ROWS) {
         const int nr = r1 - r < Q_DEQ_ROWS ? r1 - r : Q_DEQ_ROWS;
         for (int i = 0; i < nr; i++)
@@ -626,6 +667,16 @@ static void deq_task(void *ctx, int task)
             .y = j->y + r, .ldy = (size_t)w->rows, .x = j->x, .ldx = (size_t)k, .m = j->m, .w = &f};
         j->rows(&a, 0, nr);
     }
+    return 0;
+}
+
+static void deq_task(void *ctx, int task)
+{
+    struct deq_job *j = ctx;
+    const int r0 = task * j->task_rows;
+    const int r1 = r0 + j->task_rows < j->w->rows ? r0 + j->task_rows : j->w->rows;
+    if (deq_rows(j, r0, r1) < 0)
+        atomic_store(&j->rc, ERR_NOMEM);
 }
 
 static int q_gemv_f32(float *y, const float *x, int m, const struct weight_view *w)
@@ -645,4 +696,128 @@ int cpu_qlinear(float *y, const float *x, int m, const struct weight_view *w, en
     if (cm == KERN_COMPUTE_F32)
         return m <= CPU_GEMV_MAX_M ? q_gemv_f32(y, x, m, w) : cpu_matmul(y, x, m, w, cm);
     return q_run(q_pick(w->dtype, m), y, x, m, w);
+}
+
+/* ---- a group of products in one run of the pool ---- */
+
+/* One job of a group: its kernel's operands (bf16 mode) or its dequantized
+ * blocks' (f32 mode), and its rows per chunk. */
+struct qg_job {
+    const struct qdot_kernel *k; /* NULL: f32 mode, deq */
+    struct qdot_args a;
+    struct deq_job d;
+    int task_rows;
+};
+
+/* The group's chunks, job after job: job i's are [first[i], first[i + 1]),
+ * all of them in one set of lanes, so a thread's lane runs on from one
+ * job's rows into the next job's as one stream. */
+struct qg_run {
+    struct qg_job *jobs;
+    const int *first;
+    int n;
+    struct cpu_lanes lanes;
+    atomic_int rc;
+};
+
+static void qg_task(void *ctx, int task)
+{
+    struct qg_run *g = ctx;
+    const int c = cpu_lanes_chunk(&g->lanes, task);
+    int lo = 0, hi = g->n - 1; /* the last job whose first chunk is <= c */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (g->first[mid] <= c)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const struct qg_job *j = &g->jobs[lo];
+    const int rows = j->k ? j->a.w->rows : j->d.w->rows;
+    const int r0 = (c - g->first[lo]) * j->task_rows;
+    const int r1 = r0 + j->task_rows < rows ? r0 + j->task_rows : rows;
+    if ((j->k ? q_rows(j->k, &j->a, r0, r1) : deq_rows(&j->d, r0, r1)) < 0)
+        atomic_store(&g->rc, ERR_NOMEM);
+}
+
+/* Whether job i's x, quantized for kernel k, is job e's (ke): the same rows
+ * quantized the same way (Q8_0 or Q8_K); and laid out the same way too
+ * (*layout). */
+static bool qg_shares(const struct kern_linear_job *ji, const struct qdot_kernel *k,
+                      const struct kern_linear_job *je, const struct qdot_kernel *ke,
+                      bool *layout)
+{
+    *layout = false;
+    if (ji->x != je->x || ji->m != je->m || ji->w.cols != je->w.cols ||
+        qdot_xtype_of(ji->w.dtype) != qdot_xtype_of(je->w.dtype))
+        return false;
+    /* the packed groups depend on the type of x alone, the runs and tiles
+     * on the weights' type too */
+    *layout = k->x == ke->x && (k->x == Q_X_GROUPS || ji->w.dtype == je->w.dtype);
+    return true;
+}
+
+int cpu_qlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compute cm)
+{
+    assert(n > 0 && n <= CPU_GEMV_GROUP_MAX);
+    struct qg_job gj[CPU_GEMV_GROUP_MAX];
+    int first[CPU_GEMV_GROUP_MAX + 1];
+    /* per job: the earlier job whose quantized x it reads (-1: its own),
+     * and whether it reads that job's layout too */
+    int from[CPU_GEMV_GROUP_MAX];
+    bool laid[CPU_GEMV_GROUP_MAX];
+    struct q_xsize z[CPU_GEMV_GROUP_MAX];
+    const bool bf16 = cm == KERN_COMPUTE_BF16;
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        const struct kern_linear_job *j = &jobs[i];
+        assert(j->m <= CPU_GEMV_MAX_M && dtype_is_block(j->w.dtype) && !quant_ct_is(j->w.dtype));
+        gj[i].k = bf16 ? q_pick(j->w.dtype, j->m) : NULL;
+        gj[i].task_rows = q_task_rows(&j->w);
+        from[i] = -1;
+        laid[i] = false;
+        if (!bf16)
+            continue;
+        for (int e = 0; e < i && from[i] < 0; e++)
+            if (from[e] < 0 && qg_shares(j, gj[i].k, &jobs[e], gj[e].k, &laid[i]))
+                from[i] = e;
+        z[i] = q_xsize_of(j->m, &j->w, gj[i].k->x);
+        bytes += (from[i] < 0 ? z[i].xq_bytes : 0) + (laid[i] ? 0 : z[i].xp_bytes);
+    }
+    char *buf = bytes ? cpu_scratch(CPU_SCRATCH_Q_X, bytes) : NULL;
+    if (bytes && !buf)
+        return err_set(ERR_NOMEM, "out of host memory for the quantized activations of %d products",
+                       n);
+    first[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const struct kern_linear_job *j = &jobs[i];
+        struct qg_job *g = &gj[i];
+        if (!bf16) {
+            g->d = (struct deq_job){.y = j->y,
+                                    .x = j->x,
+                                    .m = j->m,
+                                    .w = &j->w,
+                                    .rows = cpu_gemv_rows_f32(j->m),
+                                    .task_rows = g->task_rows};
+        } else if (laid[i]) {
+            g->a = gj[from[i]].a;
+            g->a.y = j->y;
+            g->a.ldy = (size_t)j->w.rows;
+            g->a.w = &j->w;
+        } else {
+            char *xq = from[i] < 0 ? buf : (char *)gj[from[i]].a.xq;
+            if (from[i] < 0)
+                buf += z[i].xq_bytes;
+            q_xfill(j->y, j->x, j->m, &j->w, g->k->x, &z[i], xq, buf, from[i] < 0, &g->a);
+            buf += z[i].xp_bytes;
+        }
+        first[i + 1] = first[i] + (j->w.rows + g->task_rows - 1) / g->task_rows;
+    }
+    struct qg_run run = {.jobs = gj, .first = first, .n = n};
+    atomic_init(&run.rc, 0);
+    cpu_lanes_init(&run.lanes, first[n]);
+    cpu_kernels_run(qg_task, &run, first[n]);
+    if (atomic_load(&run.rc) < 0)
+        return err_set(ERR_NOMEM, "out of host memory for the weight rows of %d products", n);
+    return 0;
 }

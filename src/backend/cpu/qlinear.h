@@ -14,6 +14,13 @@
  * message when a scratch buffer cannot grow. */
 int cpu_qlinear(float *y, const float *x, int m, const struct weight_view *w, enum kern_compute cm);
 
+/* cpu_qlinear of each of the n jobs (n <= CPU_GEMV_GROUP_MAX, each m <=
+ * CPU_GEMV_MAX_M, GGUF block types, which may differ from job to job),
+ * bitwise the same, as one run of the pool over all of their rows: each
+ * job by the kernel chosen for its type and rows, x quantized (and laid
+ * out) once for the jobs that read the same rows. 0, or ERR_NOMEM. */
+int cpu_qlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compute cm);
+
 /* n_blocks random blocks of type t at dst with finite f16 scales (between
  * 2^-12 and 2^-6) and every other bit random (seeded): for the
  * calibration, tests and benchmarks. For compressed-tensors' types (core/
