@@ -207,35 +207,61 @@ static void qf_configure(int m)
                         8);
 }
 
-/* n products of K = 32 into cb (m rows of 64 bytes each, 1 KiB apart):
- * x's at xa + k xa_step (rows xa_ld apart), B's at bt + 512 k */
-QF_INLINE void qf_products(const char *xa, size_t xa_step, size_t xa_ld, const int8_t *bt,
-                           int32_t *cb, int n)
+/* The products as a stream: product j into C tile j % 4, its store
+ * issued only when product j + 4 is (a tile store right after its
+ * TDPBSSD waits for the product, about the time of four). pend[c]: where
+ * C tile c's rows go, NULL when stored. */
+struct qf_stream {
+    long j;
+    int32_t *pend[4];
+};
+
+/* one product of K = 32: x's rows at xa (xa_ld apart), B's 8 rows at bt,
+ * C's m rows to cb (64 bytes apart) */
+QF_INLINE void qf_product(struct qf_stream *st, const char *xa, size_t xa_ld, const int8_t *bt,
+                          int32_t *cb)
 {
-#define QF_P(C, A, B, k)                                                                           \
+    const int c = (int)(st->j & 3);
+#define QF_P(C, A, B)                                                                              \
     do {                                                                                           \
+        if (st->pend[C])                                                                           \
+            _tile_stored(C, st->pend[C], 64);                                                      \
         _tile_zero(C);                                                                             \
-        _tile_loadd(A, xa + (size_t)(k)*xa_step, xa_ld);                                           \
-        _tile_loadd(B, bt + 512 * (k), 64);                                                        \
+        _tile_loadd(A, xa, xa_ld);                                                                 \
+        _tile_loadd(B, bt, 64);                                                                    \
         _tile_dpbssd(C, A, B);                                                                     \
     } while (0)
-    for (int k = 0; k < n; k += 4) {
-        QF_P(0, 4, 6, k);
-        if (k + 1 < n)
-            QF_P(1, 5, 7, k + 1);
-        if (k + 2 < n)
-            QF_P(2, 4, 6, k + 2);
-        if (k + 3 < n)
-            QF_P(3, 5, 7, k + 3);
-        _tile_stored(0, cb + 256 * k, 64);
-        if (k + 1 < n)
-            _tile_stored(1, cb + 256 * (k + 1), 64);
-        if (k + 2 < n)
-            _tile_stored(2, cb + 256 * (k + 2), 64);
-        if (k + 3 < n)
-            _tile_stored(3, cb + 256 * (k + 3), 64);
+    switch (c) {
+    case 0:
+        QF_P(0, 4, 6);
+        break;
+    case 1:
+        QF_P(1, 5, 7);
+        break;
+    case 2:
+        QF_P(2, 4, 6);
+        break;
+    default:
+        QF_P(3, 5, 7);
+        break;
     }
 #undef QF_P
+    st->pend[c] = cb;
+    st->j++;
+}
+
+/* the stream's last products stored */
+static void qf_stream_flush(struct qf_stream *st)
+{
+    if (st->pend[0])
+        _tile_stored(0, st->pend[0], 64);
+    if (st->pend[1])
+        _tile_stored(1, st->pend[1], 64);
+    if (st->pend[2])
+        _tile_stored(2, st->pend[2], 64);
+    if (st->pend[3])
+        _tile_stored(3, st->pend[3], 64);
+    memset(st->pend, 0, sizeof(st->pend));
 }
 
 /* input row i's x of block b: its scale, and (Q8_K) its sums of 32 */
@@ -252,7 +278,7 @@ QF_INLINE float qf_dx(bool kq, const char *xb)
 }
 
 /* The f32 steps of block b for the group's m input rows: C's rows at cb
- * (1 KiB a block of 32 or sub-block), partial b % 8 of row i at p[8 i] */
+ * (m rows a block of 32 or sub-block), partial b % 8 of row i at p[8 i] */
 QF_INLINE void qf_steps(bool kq, const int32_t *cb, const struct qf_wblock *s, const char *xq,
                         size_t xq_ld, size_t xbb, int b, int m, __m512 *p)
 {
@@ -266,7 +292,7 @@ QF_INLINE void qf_steps(bool kq, const int32_t *cb, const struct qf_wblock *s, c
             is = _mm512_mullo_epi32(s->sc[0], _mm512_load_si512(cb + 16 * i));
             for (int k = 1; k < 8; k++)
                 is = _mm512_add_epi32(
-                    is, _mm512_mullo_epi32(s->sc[k], _mm512_load_si512(cb + 256 * k + 16 * i)));
+                    is, _mm512_mullo_epi32(s->sc[k], _mm512_load_si512(cb + 16 * (m * k + i))));
         }
         __m512 *pk = p + 8 * i + b % 8;
         __m512 acc = _mm512_fmadd_ps(_mm512_mul_ps(s->d, dx), _mm512_cvtepi32_ps(is), *pk);
@@ -311,10 +337,11 @@ static struct qf_tile qf_tile_at(const struct weight_view *w, size_t w_ld, size_
     return tl;
 }
 
-/* units in flight: a block laid out, the one before multiplied, the one
- * before that through its f32 steps (a tile load waits for the stores of
- * its B to leave the store buffer, and C's rows for the tile store) */
-#define QF_RING 4
+/* units (blocks of a tile) in flight: one laid out, the one before
+ * multiplied, and lag units back the f32 steps, once the stream has
+ * stored its C tiles (a tile load waits for the stores of its B to leave
+ * the store buffer, and C's rows for the tile store); lag + 1 in the ring */
+#define QF_RING 8
 
 int qdot_tile_amx_few(const struct qdot_args *a, int r0, int r1)
 {
@@ -332,14 +359,15 @@ int qdot_tile_amx_few(const struct qdot_args *a, int r0, int r1)
     /* the thread's scratch: the ring's B tiles and C rows, the partials (8
      * per input row), a last tile's rows */
     const size_t btb = (size_t)nsub * 512, cbb = (size_t)nsub * 1024;
+    const int ring = kq ? 4 : 8, lag = kq ? 3 : 6;
     const size_t pb = (size_t)QF_ROWS * 8 * 64, tailb = (row_bytes * QF_ROWS + 63) / 64 * 64;
-    char *buf = cpu_scratch(CPU_SCRATCH_Q_DEQ, QF_RING * (btb + cbb) + pb + tailb);
+    char *buf = cpu_scratch(CPU_SCRATCH_Q_DEQ, (size_t)ring * (btb + cbb) + pb + tailb);
     if (!buf)
         return ERR_NOMEM;
     int8_t *bt = (int8_t *)buf;
-    int32_t *cbuf = (int32_t *)(buf + QF_RING * btb);
-    __m512 *pbuf = (__m512 *)(buf + QF_RING * (btb + cbb));
-    char *tail = buf + QF_RING * (btb + cbb) + pb;
+    int32_t *cbuf = (int32_t *)(buf + (size_t)ring * btb);
+    __m512 *pbuf = (__m512 *)(buf + (size_t)ring * (btb + cbb));
+    char *tail = buf + (size_t)ring * (btb + cbb) + pb;
     const int ntiles = (r1 - r0 + QF_ROWS - 1) / QF_ROWS, nu = ntiles * nb;
     const int lpr = (int)((row_bytes + 63) / 64);
     int configured = 0;
@@ -354,7 +382,10 @@ int qdot_tile_amx_few(const struct qdot_args *a, int r0, int r1)
         const char *xq = a->xq + (size_t)i0 * a->xq_ld;
         struct qf_tile tl = qf_tile_at(w, w_ld, row_bytes, r0, r1, tail);
         struct qf_wblock ws[QF_RING];
-        for (int u = 0; u < nu + 2; u++) {
+        struct qf_stream st = {0, {NULL, NULL, NULL, NULL}};
+        const char *pf_row = NULL; /* the next line of the next tile to prefetch */
+        int pf_off = 0, pf_left = 0, pf_per = 0;
+        for (int u = 0; u < nu + lag; u++) {
             /* unit u laid out (block b of tile T) */
             if (u < nu) {
                 const int T = u / nb, b = u % nb, rt = r0 + T * QF_ROWS;
@@ -362,37 +393,46 @@ int qdot_tile_amx_few(const struct qdot_args *a, int r0, int r1)
                     tl = qf_tile_at(w, w_ld, row_bytes, rt, r1, tail);
                 /* the next tile's lines to L1, a share per block (the
                  * 16 rows' streams are more than the hardware follows) */
-                const int nx_rows = r1 - rt - QF_ROWS < QF_ROWS ? r1 - rt - QF_ROWS : QF_ROWS;
-                const int nx_lines = nx_rows > 0 ? nx_rows * lpr : 0, per_b = (nx_lines + nb - 1) / nb;
-                const char *nx = (const char *)w->data + (size_t)(rt + QF_ROWS) * w_ld;
-                for (int li = b * per_b; li < (b + 1) * per_b && li < nx_lines; li++)
-                    _mm_prefetch(nx + (size_t)(li / lpr) * w_ld + (size_t)(li % lpr) * 64,
-                                 _MM_HINT_T0);
+                if (b == 0) {
+                    const int nx_rows = r1 - rt - QF_ROWS < QF_ROWS ? r1 - rt - QF_ROWS : QF_ROWS;
+                    pf_left = nx_rows > 0 ? nx_rows * lpr : 0;
+                    pf_per = (pf_left + nb - 1) / nb;
+                    pf_row = (const char *)w->data + (size_t)(rt + QF_ROWS) * w_ld;
+                    pf_off = 0;
+                }
+                for (int k = 0; k < pf_per && pf_left > 0; k++, pf_left--) {
+                    _mm_prefetch(pf_row + pf_off, _MM_HINT_T0);
+                    pf_off += 64;
+                    if (pf_off >= lpr * 64) {
+                        pf_off = 0;
+                        pf_row += w_ld;
+                    }
+                }
                 const char *wb = tl.w + (size_t)b * bb;
                 if (kq)
-                    qf_lay_4k(wb, tl.ld, tl.offs, bt + (size_t)(u % QF_RING) * btb, &ws[u % QF_RING]);
+                    qf_lay_4k(wb, tl.ld, tl.offs, bt + (size_t)(u % ring) * btb, &ws[u % ring]);
                 else
-                    qf_lay_32(t, wb, tl.ld, tl.offs, bt + (size_t)(u % QF_RING) * btb,
-                              &ws[u % QF_RING]);
+                    qf_lay_32(t, wb, tl.ld, tl.offs, bt + (size_t)(u % ring) * btb, &ws[u % ring]);
             }
             /* unit u - 1's products */
             if (u >= 1 && u - 1 < nu) {
                 const int v = u - 1, b = v % nb;
-                const int8_t *bv = bt + (size_t)(v % QF_RING) * btb;
-                int32_t *cb = cbuf + (size_t)(v % QF_RING) * (cbb / 4);
-                if (kq)
-                    qf_products(xq + (size_t)b * xbb + 4, 32, a->xq_ld, bv, cb, 8);
-                else
-                    qf_products(xq + (size_t)b * xbb + 2, 0, a->xq_ld, bv, cb, 1);
+                const int8_t *bv = bt + (size_t)(v % ring) * btb;
+                int32_t *cb = cbuf + (size_t)(v % ring) * (cbb / 4);
+                const char *xa = xq + (size_t)b * xbb + (kq ? 4 : 2);
+                for (int k = 0; k < nsub; k++)
+                    qf_product(&st, xa + 32 * k, a->xq_ld, bv + 512 * k, cb + 16 * mg * k);
             }
-            /* unit u - 2's f32 steps; a tile's last block sums into y */
-            if (u >= 2) {
-                const int v = u - 2, T = v / nb, b = v % nb, rt = r0 + T * QF_ROWS;
+            if (u == nu)
+                qf_stream_flush(&st);
+            /* unit u - lag's f32 steps; a tile's last block sums into y */
+            if (u >= lag) {
+                const int v = u - lag, T = v / nb, b = v % nb, rt = r0 + T * QF_ROWS;
                 if (b == 0)
                     for (int k = 0; k < 8 * mg; k++)
                         pbuf[k] = _mm512_setzero_ps();
-                qf_steps(kq, cbuf + (size_t)(v % QF_RING) * (cbb / 4), &ws[v % QF_RING], xq,
-                         a->xq_ld, xbb, b, mg, pbuf);
+                qf_steps(kq, cbuf + (size_t)(v % ring) * (cbb / 4), &ws[v % ring], xq, a->xq_ld,
+                         xbb, b, mg, pbuf);
                 if (b == nb - 1) {
                     /* qdot_sum8 per input row: 16 weight rows of y in one store */
                     const int nr = r1 - rt < QF_ROWS ? r1 - rt : QF_ROWS;
