@@ -94,8 +94,8 @@ QF_INLINE void qf_t16x4(const char *p, size_t ld, __m512i out[4])
         __m512i a = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + (size_t)r * ld)));
         a = _mm512_inserti32x4(a, _mm_loadu_si128((const __m128i *)(p + (size_t)(r + 4) * ld)), 1);
         a = _mm512_inserti32x4(a, _mm_loadu_si128((const __m128i *)(p + (size_t)(r + 8) * ld)), 2);
-        v[r] = _mm512_inserti32x4(a, _mm_loadu_si128((const __m128i *)(p + (size_t)(r + 12) * ld)),
-                                  3);
+        v[r] =
+            _mm512_inserti32x4(a, _mm_loadu_si128((const __m128i *)(p + (size_t)(r + 12) * ld)), 3);
     }
     const __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
     const __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
@@ -138,9 +138,9 @@ QF_INLINE void qf_lay_32(enum dtype t, const char *w, size_t ld, __m512i offs, i
         const __m512i eight = _mm512_set1_epi8(8);
         for (int q = 0; q < 4; q++) {
             _mm512_store_si512(bt + 64 * q, _mm512_sub_epi8(_mm512_and_si512(o[q], lo4), eight));
-            _mm512_store_si512(bt + 64 * (q + 4),
-                               _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(o[q], 4), lo4),
-                                               eight));
+            _mm512_store_si512(
+                bt + 64 * (q + 4),
+                _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(o[q], 4), lo4), eight));
         }
         return;
     }
@@ -320,8 +320,8 @@ struct qf_tile {
     __m512i offs; /* row r at r ld */
 };
 
-static struct qf_tile qf_tile_at(const struct weight_view *w, size_t w_ld, size_t row_bytes,
-                                 int rt, int r1, char *tail)
+static struct qf_tile qf_tile_at(const struct weight_view *w, size_t w_ld, size_t row_bytes, int rt,
+                                 int r1, char *tail)
 {
     const int nr = r1 - rt < QF_ROWS ? r1 - rt : QF_ROWS;
     struct qf_tile tl = {(const char *)w->data + (size_t)rt * w_ld, w_ld, _mm512_setzero_si512()};
@@ -332,8 +332,9 @@ static struct qf_tile qf_tile_at(const struct weight_view *w, size_t w_ld, size_
         tl.w = tail;
         tl.ld = row_bytes;
     }
-    tl.offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                 _mm512_set1_epi32((int)tl.ld));
+    tl.offs =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32((int)tl.ld));
     return tl;
 }
 
