@@ -258,8 +258,8 @@ static void isas_match_scalar(const char *const *isas, size_t n, const struct we
 /* Every instruction set's kernel gives the scalar reference's bits. */
 TEST(isa_bitwise)
 {
-    static const char *const isas[] = {"vnni",    "vnni-near", "avx2",   "vnni-mr",
-                                       "vnni-m8", "amx",       "avx2-m8"};
+    static const char *const isas[] = {"vnni",    "vnni-near", "avx2",    "vnni-mr",
+                                       "vnni-m8", "amx",       "amx-few", "avx2-m8"};
     const int rows = 45;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const enum dtype t = types[ti];
@@ -330,7 +330,8 @@ TEST(isa_bitwise)
  * so zero scales). */
 TEST(multirow_bitwise)
 {
-    static const char *const isas[] = {"vnni-near", "vnni-mr", "vnni-m8", "amx", "avx2-m8"};
+    static const char *const isas[] = {"vnni-near", "vnni-mr", "vnni-m8",
+                                       "amx",       "amx-few", "avx2-m8"};
     if (cpu_qlinear_force("amx") == ERR_UNSUPPORTED)
         printf("amx: this CPU (or its kernel) lacks AMX-INT8; not tested\n");
     for (size_t ti = 0; ti < N_TYPES; ti++) {

@@ -131,6 +131,16 @@ size_t qdot_xt_group_bytes(enum dtype t, int n);
 void qdot_pack_x_tiles(enum dtype t, const char *xq, size_t xq_ld, int m, int n, int g, char *xt);
 int qdot_tile_amx(const struct qdot_args *a, int r0, int r1);
 
+/* The AMX-INT8 kernel of decode batches (qdot_amx_few.c): x's rows the A
+ * operand, read in place from xq (up to 16 a product), 16 weight rows
+ * laid out as the B operand from their packed bytes once per call; sums
+ * per block (Q4_K: per sub-block of 32, times the scales after), then the
+ * f32 steps above: the same bits. Q8_0, Q4_0, Q5_0 and Q4_K; the other
+ * types go to qdot_rows_vnni_near. Returns as qdot_tile_fn; only where
+ * AMX-INT8 was granted. */
+bool qdot_amx_few_takes(enum dtype t);
+int qdot_tile_amx_few(const struct qdot_args *a, int r0, int r1);
+
 /* The blocks' combination, shared by every kernel: block b of a row adds
  * to partial sum b % QDOT_LANES (with explicit fmaf: a contraction left to
  * each compiler would differ between the files), and the partials are

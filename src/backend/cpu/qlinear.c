@@ -16,7 +16,9 @@
  *   rows at a time, packed one row a lane (vnni-m8, avx2-m8;
  *   qdot_tile_body.h); or AMX-INT8 tiles of 16 weight rows x 16 input
  *   rows (amx, qdot_amx.c: the K-quants' sub-block scales folded into the
- *   unpacked weights); all give the same bits. The kernel is chosen per
+ *   unpacked weights); or, for decode batches, x's few rows times 16
+ *   weight rows laid out in the tiles' VNNI layout (amx-few,
+ *   qdot_amx_few.c); all give the same bits. The kernel is chosen per
  *   process, type and bucket of rows (1, 2-4, 5-8, 9-15, 16 and more) by
  *   measurement, as the GEMV's are: at the first call with a type, each
  *   candidate is timed on 4 MiB of that type's blocks flushed from the
@@ -24,8 +26,9 @@
  *   interleaved (vnni-mr not at 32: every row's x goes by each pair of
  *   weight rows, which a prefill's many rows stream from L3); a later
  *   candidate must win by 3%. SHARDSWAP_QDOT=NAME
- *   (vnni, vnni-near, avx2, vnni-mr, vnni-m8, amx, avx2-m8, scalar) runs one kernel
- *   for every call instead (amx offered for its types only: not Q5_1). */
+ *   (vnni, vnni-near, avx2, vnni-mr, vnni-m8, amx, amx-few, avx2-m8, scalar) runs one
+ *   kernel for every call instead (amx offered for its types only: not Q5_1;
+ *   amx-few for Q8_0, Q4_0, Q5_0 and Q4_K). */
 #include "backend/cpu/qlinear.h"
 
 #include <assert.h>
@@ -260,22 +263,26 @@ struct qdot_kernel {
     enum q_xlayout x;
     bool (*supported)(void);
     bool (*takes)(enum dtype t); /* NULL: every type; else calibrated only for these */
+    bool few;                    /* calibrated for decode batches only (below 16 rows) */
 };
 
 /* best first by instruction set; scalar only by request where another runs */
 static const struct qdot_kernel q_kernels[] = {
     /* a weight row against one input row */
-    {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni, NULL},
-    {"vnni-near", qdot_rows_vnni_near, NULL, Q_X_ROWS, has_vnni, NULL}, /* vnni, prefetch 2 KiB ahead */
-    {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL},
+    {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni, NULL, false},
+    {"vnni-near", qdot_rows_vnni_near, NULL, Q_X_ROWS, has_vnni, NULL,
+     false}, /* vnni, prefetch 2 KiB ahead */
+    {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL, false},
     /* two weight rows' blocks in the lanes against each input row */
-    {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL},
+    {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL, true},
     /* a weight row against 8 input rows in the lanes */
-    {"vnni-m8", NULL, qdot_tile_vnni, Q_X_GROUPS, has_vnni, NULL},
+    {"vnni-m8", NULL, qdot_tile_vnni, Q_X_GROUPS, has_vnni, NULL, false},
     /* 16 weight rows x 16 input rows a tile product */
-    {"amx", NULL, qdot_tile_amx, Q_X_TILES, has_amx_int8, qdot_amx_takes},
-    {"avx2-m8", NULL, qdot_tile_avx2, Q_X_GROUPS, has_avx2, NULL},
-    {"scalar", qdot_rows_scalar, NULL, Q_X_ROWS, has_scalar, NULL}, /* the reference */
+    {"amx", NULL, qdot_tile_amx, Q_X_TILES, has_amx_int8, qdot_amx_takes, false},
+    /* x's few rows (A) x 16 weight rows laid out as B a tile product */
+    {"amx-few", NULL, qdot_tile_amx_few, Q_X_ROWS, has_amx_int8, qdot_amx_few_takes, true},
+    {"avx2-m8", NULL, qdot_tile_avx2, Q_X_GROUPS, has_avx2, NULL, false},
+    {"scalar", qdot_rows_scalar, NULL, Q_X_ROWS, has_scalar, NULL, false}, /* the reference */
 };
 #define Q_N_KERNELS (int)(sizeof(q_kernels) / sizeof(q_kernels[0]))
 
@@ -316,10 +323,11 @@ static int q_find(const char *name, const struct qdot_kernel **out)
             *out = &q_kernels[i];
             return 0;
         }
-    return err_set(ERR_INVALID,
-                   "unknown quantized kernel \"%s\" (expected vnni, vnni-near, avx2, vnni-mr, vnni-m8, "
-                   "amx, avx2-m8 or scalar)",
-                   name);
+    return err_set(
+        ERR_INVALID,
+        "unknown quantized kernel \"%s\" (expected vnni, vnni-near, avx2, vnni-mr, vnni-m8, "
+        "amx, amx-few, avx2-m8 or scalar)",
+        name);
 }
 
 static void q_read_env(void)
@@ -552,8 +560,10 @@ static void q_calibrate(enum dtype t)
                 for (int i = 0; i < n; i++) {
                     if (cand[i]->tile && q_bucket_m[b] == 1)
                         continue; /* 7 of its 8 lanes idle */
-                    if (cand[i]->x == Q_X_RUNS && q_bucket_m[b] >= 16)
-                        continue; /* x's runs for every row go by each pair */
+                    if (cand[i]->few && q_bucket_m[b] >= 16)
+                        continue; /* vnni-mr: x's runs for every row go by each
+                                     pair; amx-few: a pass over the weights
+                                     per 16 rows */
                     if (cand[i]->takes && !cand[i]->takes(t))
                         continue;
                     cpu_cache_flush(wd, (size_t)rows * row_bytes);
