@@ -37,7 +37,7 @@ void cpu_lanes_init(struct cpu_lanes *l, int tasks)
     for (int i = 0; i < l->lanes; i++) {
         const uint64_t lo = (uint64_t)tasks * i / l->lanes;
         const uint64_t hi = (uint64_t)tasks * (i + 1) / l->lanes;
-        atomic_init(&l->lane[i], hi << 32 | lo);
+        atomic_init(&l->lane[i].v, hi << 32 | lo);
     }
 }
 
@@ -45,13 +45,13 @@ void cpu_lanes_init(struct cpu_lanes *l, int tasks)
  * lane has none left. */
 static int lane_take(struct cpu_lanes *l, int i, bool back)
 {
-    uint64_t v = atomic_load(&l->lane[i]);
+    uint64_t v = atomic_load(&l->lane[i].v);
     for (;;) {
         const uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
         if (lo >= hi)
             return -1;
         const uint64_t nv = back ? (uint64_t)(hi - 1) << 32 | lo : (uint64_t)hi << 32 | (lo + 1);
-        if (atomic_compare_exchange_weak(&l->lane[i], &v, nv))
+        if (atomic_compare_exchange_weak(&l->lane[i].v, &v, nv))
             return (int)(back ? hi - 1 : lo);
     }
 }
@@ -76,7 +76,7 @@ int cpu_lanes_chunk(struct cpu_lanes *l, int task)
         int best = -1;
         uint32_t most = 0;
         for (int i = 0; i < l->lanes; i++) {
-            const uint64_t v = atomic_load(&l->lane[i]);
+            const uint64_t v = atomic_load(&l->lane[i].v);
             const uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
             if (hi > lo && hi - lo > most) {
                 most = hi - lo;

@@ -19,6 +19,7 @@
 #ifndef SHARDSWAP_BACKEND_CPU_LANES_H
 #define SHARDSWAP_BACKEND_CPU_LANES_H
 
+#include <stdalign.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -28,8 +29,11 @@ struct cpu_lanes {
     int lanes;          /* 0: task i is chunk i (the pool's order) */
     uint64_t seq;       /* this call's number: a thread's lane is kept per call */
     atomic_int arrived; /* threads given a lane so far */
-    /* per lane: (its last chunk + 1) << 32 | its next chunk */
-    _Atomic uint64_t lane[CPU_LANES_MAX];
+    /* per lane: (its last chunk + 1) << 32 | its next chunk; a line each,
+     * so one thread's steps in its lane do not move the others' line */
+    struct {
+        alignas(64) _Atomic uint64_t v;
+    } lane[CPU_LANES_MAX];
 };
 
 /* l for a call of `tasks` chunks run by the threads a call from this thread
