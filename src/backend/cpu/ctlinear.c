@@ -421,14 +421,7 @@ static void ct_group_task(void *ctx, int task)
 {
     struct ct_group *g = ctx;
     const int c = cpu_lanes_chunk(&g->lanes, task);
-    int lo = 0, hi = g->n - 1; /* the last job whose first chunk is <= c */
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (g->first[mid] <= c)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
+    const int lo = cpu_lanes_job(g->first, g->n, c);
     const struct ct_job *j = &g->jobs[lo];
     const int r0 = (c - g->first[lo]) * j->task_rows;
     const int r1 = r0 + j->task_rows < j->a.w->rows ? r0 + j->task_rows : j->a.w->rows;

@@ -427,12 +427,17 @@ static void gemv_job_init(struct gemv_job *j, gemv_rows_fn rows, const struct we
     cpu_lanes_init(&j->lanes, j->tasks);
 }
 
+/* j's rows of chunk c */
+static void gemv_chunk(const struct gemv_job *j, int c)
+{
+    int r0 = c * j->task_rows, r1 = r0 + j->task_rows;
+    j->rows(&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows);
+}
+
 static void gemv_task(void *ctx, int task)
 {
     struct gemv_job *j = ctx;
-    const int c = cpu_lanes_chunk(&j->lanes, task);
-    int r0 = c * j->task_rows, r1 = r0 + j->task_rows;
-    j->rows(&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows);
+    gemv_chunk(j, cpu_lanes_chunk(&j->lanes, task));
 }
 
 /* The calibration's weights in memory like a device arena's: whole huge
@@ -627,26 +632,24 @@ int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
     return 0;
 }
 
-/* One pool run over every job's tasks: job i's tasks are [first[i],
- * first[i + 1]). */
+/* One pool run over every job's chunks, all in one set of lanes
+ * (cpu_lanes_job): a thread's lane runs on from q's rows into k's and v's
+ * as one stream, where lanes per job gave the two threads half of each
+ * small product (a 128-row k or v, one or two chunks, to one thread while
+ * the other waited). */
 struct gemv_group {
     struct gemv_job *jobs;
     const int *first;
     int n;
+    struct cpu_lanes lanes;
 };
 
 static void gemv_group_task(void *ctx, int task)
 {
-    const struct gemv_group *g = ctx;
-    int lo = 0, hi = g->n - 1; /* the last job whose first task is <= task */
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (g->first[mid] <= task)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    gemv_task(&g->jobs[lo], task - g->first[lo]);
+    struct gemv_group *g = ctx;
+    const int c = cpu_lanes_chunk(&g->lanes, task);
+    const int i = cpu_lanes_job(g->first, g->n, c);
+    gemv_chunk(&g->jobs[i], c - g->first[i]);
 }
 
 int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute cm)
@@ -706,6 +709,7 @@ int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute 
         first[i + 1] = first[i] + gj[i].tasks;
     }
     struct gemv_group g = {.jobs = gj, .first = first, .n = n};
+    cpu_lanes_init(&g.lanes, first[n]);
     cpu_kernels_run(gemv_group_task, &g, first[n]);
     return 0;
 }

@@ -89,3 +89,16 @@ int cpu_lanes_chunk(struct cpu_lanes *l, int task)
             return c;
     }
 }
+
+int cpu_lanes_job(const int *first, int n, int c)
+{
+    int lo = 0, hi = n - 1; /* the last job whose first chunk is <= c */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (first[mid] <= c)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}

@@ -43,5 +43,10 @@ void cpu_lanes_init(struct cpu_lanes *l, int tasks);
  * next, or the last of the fullest lane (task itself without lanes). The
  * pool runs exactly `tasks` tasks and each takes one chunk. */
 int cpu_lanes_chunk(struct cpu_lanes *l, int task);
+/* A group's chunks are its n jobs' one after the other, job i's
+ * [first[i], first[i + 1]) (first ascending, first[0] == 0), in one set of
+ * lanes, so that a thread's lane runs on from one job's rows into the
+ * next's as one stream: the job that chunk c belongs to. */
+int cpu_lanes_job(const int *first, int n, int c);
 
 #endif

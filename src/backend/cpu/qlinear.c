@@ -734,14 +734,7 @@ static void qg_task(void *ctx, int task)
 {
     struct qg_run *g = ctx;
     const int c = cpu_lanes_chunk(&g->lanes, task);
-    int lo = 0, hi = g->n - 1; /* the last job whose first chunk is <= c */
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (g->first[mid] <= c)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
+    const int lo = cpu_lanes_job(g->first, g->n, c);
     const struct qg_job *j = &g->jobs[lo];
     const int rows = j->k ? j->a.w->rows : j->d.w->rows;
     const int r0 = (c - g->first[lo]) * j->task_rows;
