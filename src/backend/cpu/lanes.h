@@ -12,8 +12,9 @@
  * done takes the last chunk of the lane with the most left, so a thread
  * that the scheduler holds up is still relieved one chunk at a time. Each
  * row is computed by the same code either way: the results do not change.
- * The GEMV (gemv.c) and the quantized products (qlinear.c) split their
- * calls so. SHARDSWAP_GEMV_SPLIT=tasks (or cpu_gemv_split_lanes(false))
+ * The GEMV (gemv.c), the quantized products (qlinear.c) and the
+ * compressed-tensors ones (ctlinear.c) split their calls so, and their
+ * groups of products too (all jobs' chunks in one set of lanes). SHARDSWAP_GEMV_SPLIT=tasks (or cpu_gemv_split_lanes(false))
  * gives back the alternate chunks, for comparison. Internal to
  * backend/cpu/. */
 #ifndef SHARDSWAP_BACKEND_CPU_LANES_H
