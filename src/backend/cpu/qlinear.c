@@ -142,9 +142,11 @@ void qdot_pack_x(enum dtype t, const char *xq, size_t xq_ld, int m, int n, int g
     }
 }
 
+/* vectors between x's quads and its scales: the K-quants' pairs of sums,
+ * Q5_1's sums of 32 (its min's operand) */
 static int xmr_pairs(enum dtype t)
 {
-    return qdot_xtype_of(t) == QDOT_X_Q8_0 ? 0 : t == DTYPE_Q6_K ? 8 : 4;
+    return t == DTYPE_Q5_1 ? 1 : qdot_xtype_of(t) == QDOT_X_Q8_0 ? 0 : t == DTYPE_Q6_K ? 8 : 4;
 }
 
 size_t qdot_xmr_run_bytes(enum dtype t)
@@ -192,6 +194,12 @@ void qdot_pack_x_mr(enum dtype t, const char *xq, int n, char *xr)
                 uint16_t h;
                 memcpy(&h, blk, 2);
                 d = f16_to_f32(h);
+                if (npr) {
+                    int32_t sum = 0;
+                    for (int e = 0; e < 32; e++)
+                        sum += (int8_t)qs[e];
+                    memcpy(xr + 64 * nq + 4 * k, &sum, 4);
+                }
             }
             memcpy(xr + 64 * (nq + npr) + 4 * k, &d, 4);
         }
@@ -265,7 +273,8 @@ struct qdot_kernel {
 static const struct qdot_kernel q_kernels[] = {
     /* a weight row against one input row */
     {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni, NULL},
-    {"vnni-near", qdot_rows_vnni_near, NULL, Q_X_ROWS, has_vnni, NULL}, /* vnni, prefetch 2 KiB ahead */
+    {"vnni-near", qdot_rows_vnni_near, NULL, Q_X_ROWS, has_vnni,
+     NULL}, /* vnni, prefetch 2 KiB ahead */
     {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL},
     /* two weight rows' blocks in the lanes against each input row */
     {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL},
@@ -315,10 +324,11 @@ static int q_find(const char *name, const struct qdot_kernel **out)
             *out = &q_kernels[i];
             return 0;
         }
-    return err_set(ERR_INVALID,
-                   "unknown quantized kernel \"%s\" (expected vnni, vnni-near, avx2, vnni-mr, vnni-m8, "
-                   "amx, avx2-m8 or scalar)",
-                   name);
+    return err_set(
+        ERR_INVALID,
+        "unknown quantized kernel \"%s\" (expected vnni, vnni-near, avx2, vnni-mr, vnni-m8, "
+        "amx, avx2-m8 or scalar)",
+        name);
 }
 
 static void q_read_env(void)
