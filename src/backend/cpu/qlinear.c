@@ -273,8 +273,7 @@ struct qdot_kernel {
 static const struct qdot_kernel q_kernels[] = {
     /* a weight row against one input row */
     {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni, NULL},
-    {"vnni-near", qdot_rows_vnni_near, NULL, Q_X_ROWS, has_vnni,
-     NULL}, /* vnni, prefetch 2 KiB ahead */
+    {"vnni-near", qdot_rows_vnni_near, NULL, Q_X_ROWS, has_vnni, NULL}, /* vnni, prefetch 2 KiB ahead */
     {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL},
     /* two weight rows' blocks in the lanes against each input row */
     {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL},
@@ -324,11 +323,10 @@ static int q_find(const char *name, const struct qdot_kernel **out)
             *out = &q_kernels[i];
             return 0;
         }
-    return err_set(
-        ERR_INVALID,
-        "unknown quantized kernel \"%s\" (expected vnni, vnni-near, avx2, vnni-mr, vnni-m8, "
-        "amx, avx2-m8 or scalar)",
-        name);
+    return err_set(ERR_INVALID,
+                   "unknown quantized kernel \"%s\" (expected vnni, vnni-near, avx2, vnni-mr, vnni-m8, "
+                   "amx, avx2-m8 or scalar)",
+                   name);
 }
 
 static void q_read_env(void)
