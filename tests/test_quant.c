@@ -284,11 +284,14 @@ TEST(isa_bitwise)
         free(wd);
     }
     /* the types of 32 against vnni-near's x laid out in its scratch
-     * (qdot_xr.h): long rows (a run of 8 blocks whole and one cut short)
-     * and rows of 1 .. 17 blocks (every length of the last run, whose
-     * loads are masked), the scales and Q5_1's mins of both signs */
+     * (qdot_xr.h) and the multi-row kernels' runs of 8 blocks
+     * (qdot_mr_body.h) for 1 .. 16 input rows: long rows (a run of 8
+     * blocks whole and one cut short) and rows of 1 .. 17 blocks (every
+     * length of the last run, whose loads are masked or zero lanes), an
+     * odd count of weight rows (vnni-mr's last pair alone), the scales and
+     * Q5_1's mins of both signs */
     static const enum dtype t32[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q5_0, DTYPE_Q5_1};
-    static const char *const near[] = {"vnni-near"};
+    static const char *const near[] = {"vnni-near", "vnni-mr", "vnni-m8"};
     static const int lens[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,    10,
                                11, 12, 13, 14, 15, 16, 17, 28, 1023, 1027};
     for (size_t li = 0; li < sizeof(t32) / sizeof(t32[0]); li++)
@@ -306,11 +309,13 @@ TEST(isa_bitwise)
             }
             const struct weight_view w = {
                 .dtype = t, .data = wd, .rows = lrows, .cols = cols, .ld = cols};
-            float *x = malloc((size_t)cols * sizeof(float));
-            float ref[5], y[5];
-            for (int i = 0; i < cols; i++)
+            const int mmax = 16;
+            float *x = malloc((size_t)mmax * cols * sizeof(float));
+            float ref[16 * 5], y[16 * 5];
+            for (int i = 0; i < mmax * cols; i++)
                 x[i] = urand();
-            isas_match_scalar(near, 1, &w, x, 1, ref, y, false);
+            for (int m = 1; m <= mmax; m++)
+                isas_match_scalar(near, sizeof(near) / sizeof(near[0]), &w, x, m, ref, y, false);
             free(x);
             free(wd);
         }

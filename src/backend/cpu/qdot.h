@@ -96,14 +96,17 @@ int qdot_tile_vnni(const struct qdot_args *a, int r0, int r1);
  * run of 8 blocks of x, in order, 64 bytes each (lanes k and 8 + k: block
  * k of the run, zero past the row's blocks):
  *   Q8_0 x:  u[q], q < 8     the block's quad q, each byte plus 128
+ *            (Q8_0, Q4_0, Q5_0 and Q5_1 weights)
  *   Q8_K x:  s[j], j < 64    the block's quad j
  *            pr[p]           two int16 sums of x a lane, against the
  *                            weights' pairs: Q4_K/Q5_K sub-blocks of 32
  *                            (2p, 2p + 1), p < 4; Q6_K sub-blocks of 16
  *                            (4v, 4v + 2) at p = 2v, (4v + 1, 4v + 3) at
  *                            p = 2v + 1, v < 4
+ *   Q5_1 x:  s               int32: the sum of the block's quants (its
+ *                            min's operand)
  *   then     dx[k]           f32: the block's scale
- * Q5_0 and Q5_1 go to the single-row kernel. Returns as qdot_tile_fn. */
+ * Returns as qdot_tile_fn. */
 /* Bytes of one run of x for weights of type t, and of a row of n */
 size_t qdot_xmr_run_bytes(enum dtype t);
 size_t qdot_xmr_row_bytes(enum dtype t, int n);

@@ -44,7 +44,8 @@ QD_INLINE void qmr_transpose(const char *a, const char *b, size_t bb, int n, int
     __m512i r[8];
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) {
-        const __m256i lo = k < n ? qmr_load(a + (size_t)k * bb + off, bytes) : _mm256_setzero_si256();
+        const __m256i lo =
+            k < n ? qmr_load(a + (size_t)k * bb + off, bytes) : _mm256_setzero_si256();
         const __m256i hi =
             k < n && b ? qmr_load(b + (size_t)k * bb + off, bytes) : _mm256_setzero_si256();
         r[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
@@ -72,18 +73,23 @@ QD_INLINE void qmr_transpose(const char *a, const char *b, size_t bb, int n, int
     }
 }
 
-/* 16 f16 `bb` bytes apart: the high half of the 32 bits at a + off (hi:
- * 1) or the low half (hi: 0) of a's and b's blocks (n of each, the rest 0) */
+/* the 32 bits at a + off of a's and b's blocks, `bb` bytes apart, in the
+ * lanes (n of each, the rest 0) */
+QD_INLINE __m512i qmr_u32(const char *a, const char *b, size_t bb, int n, int off)
+{
+    const __m512i k =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7),
+                           _mm512_set1_epi32((int)bb));
+    const __m512i idx = _mm512_add_epi32(
+        k, _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(b ? (int)(b - a) : 0), 1));
+    const __mmask16 lanes = (__mmask16)(((1u << n) - 1) | (b ? ((1u << n) - 1) << 8 : 0));
+    return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), lanes, idx, a + off, 1);
+}
+
+/* the f16 in the high (hi: 1) or low (hi: 0) half of those 32 bits */
 QD_INLINE __m512 qmr_f16(const char *a, const char *b, size_t bb, int n, int off, int hi)
 {
-    const __m512i k = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4,
-                                                           5, 6, 7),
-                                         _mm512_set1_epi32((int)bb));
-    const __m512i idx = _mm512_add_epi32(
-        k, _mm512_inserti64x4(_mm512_setzero_si512(),
-                              _mm256_set1_epi32(b ? (int)(b - a) : 0), 1));
-    const __mmask16 lanes = (__mmask16)(((1u << n) - 1) | (b ? ((1u << n) - 1) << 8 : 0));
-    __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), lanes, idx, a + off, 1);
+    __m512i v = qmr_u32(a, b, bb, n, off);
     v = hi ? _mm512_srli_epi32(v, 16) : v;
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
 }
@@ -124,6 +130,42 @@ QD_INLINE void qmr_unpack(enum dtype t, const char *a, const char *b, int n, __m
             c = _mm512_dpbusd_epi32(c, _mm512_set1_epi8(-128), u[QMR_W + q]);
         u[QMR_CORR] = _mm512_sub_epi32(_mm512_setzero_si512(), c);
         u[QMR_D] = _mm512_castps_si512(qmr_f16(a, b, bb, n, 0, 0));
+        break;
+    }
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1: {
+        /* d (and Q5_1's m) in a block's first 32 bits, then qh, then qs */
+        const bool one = t == DTYPE_Q5_1;
+        const int qh_at = one ? 4 : 2;
+        const __m512i hd = qmr_u32(a, b, bb, n, 0), qh = qmr_u32(a, b, bb, n, qh_at);
+        qmr_transpose(a, b, bb, n, qh_at + 4, 16, tr);
+        /* quad j's fifth bits, qh's bits 4 j .. 4 j + 3, as 16 in the
+         * bytes: a lane's 4 bits index a table of the 16 patterns (VPERMD
+         * reads an index's low 4 bits) */
+        const __m512i spread = _mm512_setr_epi32(0x00000000, 0x00000010, 0x00001000, 0x00001010,
+                                                 0x00100000, 0x00100010, 0x00101000, 0x00101010,
+                                                 0x10000000, 0x10000010, 0x10001000, 0x10001010,
+                                                 0x10100000, 0x10100010, 0x10101000, 0x10101010);
+        /* Q5_0's quants less 16, signed; Q5_1's as stored (0-31), its min
+         * against x's sums */
+        const __m512i bias = _mm512_set1_epi8(one ? 0 : 16);
+        for (int q = 0; q < 4; q++) {
+            const __m512i lo = _mm512_and_si512(tr[q], lo4);
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(tr[q], 4), lo4);
+            const __m512i h0 = _mm512_permutexvar_epi32(_mm512_srli_epi32(qh, 4 * q), spread);
+            const __m512i h1 = _mm512_permutexvar_epi32(_mm512_srli_epi32(qh, 4 * q + 16), spread);
+            u[QMR_W + q] = _mm512_sub_epi8(_mm512_or_si512(lo, h0), bias);
+            u[QMR_W + q + 4] = _mm512_sub_epi8(_mm512_or_si512(hi, h1), bias);
+        }
+        /* x comes plus 128: take back 128 x the weights' sum */
+        __m512i c = _mm512_setzero_si512();
+        for (int q = 0; q < 8; q++)
+            c = _mm512_dpbusd_epi32(c, _mm512_set1_epi8(-128), u[QMR_W + q]);
+        u[QMR_CORR] = _mm512_sub_epi32(_mm512_setzero_si512(), c);
+        u[QMR_D] = _mm512_castps_si512(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(hd)));
+        if (one)
+            u[QMR_DMIN] = _mm512_castps_si512(
+                _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hd, 16))));
         break;
     }
     case DTYPE_Q4_K:
@@ -223,7 +265,10 @@ QD_INLINE void qmr_run1(enum dtype t, const __m512i *u, const char *const *xr, _
     __m512i is[8];
     switch (t) {
     case DTYPE_Q8_0:
-    case DTYPE_Q4_0: {
+    case DTYPE_Q4_0:
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1: {
+        const bool one = t == DTYPE_Q5_1;
         for (int i = 0; i < M; i++)
             is[i] = u[QMR_CORR];
 #pragma GCC unroll 8
@@ -235,9 +280,14 @@ QD_INLINE void qmr_run1(enum dtype t, const __m512i *u, const char *const *xr, _
         }
 #pragma GCC unroll 8
         for (int i = 0; i < M; i++) {
-            const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(u[QMR_D]),
-                                           _mm512_castsi512_ps(qmr_xv(xr[i], 8)));
+            const __m512 dx = _mm512_castsi512_ps(qmr_xv(xr[i], one ? 9 : 8));
+            const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(u[QMR_D]), dx);
             p[i] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(is[i]), p[i]);
+            /* qdot.h's -(dmin dx) with dmin = -m is m dx exactly, times
+             * the sum of x's quants */
+            if (one)
+                p[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_castsi512_ps(u[QMR_DMIN]), dx),
+                                       _mm512_cvtepi32_ps(qmr_xv(xr[i], 8)), p[i]);
         }
         break;
     }
@@ -248,7 +298,7 @@ QD_INLINE void qmr_run1(enum dtype t, const __m512i *u, const char *const *xr, _
         const int nsub = k6 ? 16 : 8, per = 64 / nsub, npr = k6 ? 8 : 4;
         for (int i = 0; i < M; i++)
             is[i] = _mm512_setzero_si512();
-        /* a sub-block at a time (unrolled further, GCC spills the sums) */
+            /* a sub-block at a time (unrolled further, GCC spills the sums) */
 #pragma GCC unroll 1
         for (int s = 0; s < nsub; s++) {
             __m512i acc[8];
@@ -314,46 +364,49 @@ QD_INLINE void qmr_run(enum dtype t, const __m512i *u, int nrun, size_t run_byte
 /* rows i0 .. i0 + M of x against one run: one copy per class of type and
  * count of rows, so that each loop unrolls whole */
 #define QMR_RUN_M(name, T)                                                                         \
-    static __attribute__((noinline)) void name(const __m512i *u, int nrun, size_t rb,             \
+    static __attribute__((noinline)) void name(const __m512i *u, int nrun, size_t rb,              \
                                                const char *const *xr, __m512 *p, int M)            \
     {                                                                                              \
         switch (M) {                                                                               \
         case 1:                                                                                    \
-            qmr_run(T, u, nrun, rb, xr, p, 1);                                                              \
+            qmr_run(T, u, nrun, rb, xr, p, 1);                                                     \
             break;                                                                                 \
         case 2:                                                                                    \
-            qmr_run(T, u, nrun, rb, xr, p, 2);                                                              \
+            qmr_run(T, u, nrun, rb, xr, p, 2);                                                     \
             break;                                                                                 \
         case 3:                                                                                    \
-            qmr_run(T, u, nrun, rb, xr, p, 3);                                                              \
+            qmr_run(T, u, nrun, rb, xr, p, 3);                                                     \
             break;                                                                                 \
         case 4:                                                                                    \
-            qmr_run(T, u, nrun, rb, xr, p, 4);                                                              \
+            qmr_run(T, u, nrun, rb, xr, p, 4);                                                     \
             break;                                                                                 \
         case 5:                                                                                    \
-            qmr_run(T, u, nrun, rb, xr, p, 5);                                                              \
+            qmr_run(T, u, nrun, rb, xr, p, 5);                                                     \
             break;                                                                                 \
         case 6:                                                                                    \
-            qmr_run(T, u, nrun, rb, xr, p, 6);                                                              \
+            qmr_run(T, u, nrun, rb, xr, p, 6);                                                     \
             break;                                                                                 \
         case 7:                                                                                    \
-            qmr_run(T, u, nrun, rb, xr, p, 7);                                                              \
+            qmr_run(T, u, nrun, rb, xr, p, 7);                                                     \
             break;                                                                                 \
         default:                                                                                   \
-            qmr_run(T, u, nrun, rb, xr, p, 8);                                                              \
+            qmr_run(T, u, nrun, rb, xr, p, 8);                                                     \
             break;                                                                                 \
         }                                                                                          \
     }
 
 QMR_RUN_M(qmr_run_32, DTYPE_Q8_0)
+QMR_RUN_M(qmr_run_51, DTYPE_Q5_1)
 QMR_RUN_M(qmr_run_45k, DTYPE_Q4_K)
 QMR_RUN_M(qmr_run_6k, DTYPE_Q6_K)
 
 static void qmr_run_m(enum dtype t, const __m512i *u, int nrun, size_t rb, const char *const *xr,
                       __m512 *p, int M)
 {
-    if (t == DTYPE_Q8_0 || t == DTYPE_Q4_0)
+    if (t == DTYPE_Q8_0 || t == DTYPE_Q4_0 || t == DTYPE_Q5_0)
         qmr_run_32(u, nrun, rb, xr, p, M);
+    else if (t == DTYPE_Q5_1)
+        qmr_run_51(u, nrun, rb, xr, p, M);
     else if (t == DTYPE_Q6_K)
         qmr_run_6k(u, nrun, rb, xr, p, M);
     else
@@ -376,8 +429,8 @@ int qdot_mr_vnni(const struct qdot_args *a, int r0, int r1)
 {
     const struct weight_view *w = a->w;
     const enum dtype t = w->dtype;
-    if (t != DTYPE_Q8_0 && t != DTYPE_Q4_0 && t != DTYPE_Q4_K && t != DTYPE_Q5_K &&
-        t != DTYPE_Q6_K) {
+    if (t != DTYPE_Q8_0 && t != DTYPE_Q4_0 && t != DTYPE_Q5_0 && t != DTYPE_Q5_1 &&
+        t != DTYPE_Q4_K && t != DTYPE_Q5_K && t != DTYPE_Q6_K) {
         qdot_rows_vnni(a, r0, r1);
         return 0;
     }

@@ -146,9 +146,11 @@ void qdot_pack_x(enum dtype t, const char *xq, size_t xq_ld, int m, int n, int g
     }
 }
 
+/* vectors between x's quads and its scales: the K-quants' pairs of sums,
+ * Q5_1's sums of 32 (its min's operand) */
 static int xmr_pairs(enum dtype t)
 {
-    return qdot_xtype_of(t) == QDOT_X_Q8_0 ? 0 : t == DTYPE_Q6_K ? 8 : 4;
+    return t == DTYPE_Q5_1 ? 1 : qdot_xtype_of(t) == QDOT_X_Q8_0 ? 0 : t == DTYPE_Q6_K ? 8 : 4;
 }
 
 size_t qdot_xmr_run_bytes(enum dtype t)
@@ -196,6 +198,12 @@ void qdot_pack_x_mr(enum dtype t, const char *xq, int n, char *xr)
                 uint16_t h;
                 memcpy(&h, blk, 2);
                 d = f16_to_f32(h);
+                if (npr) {
+                    int32_t sum = 0;
+                    for (int e = 0; e < 32; e++)
+                        sum += (int8_t)qs[e];
+                    memcpy(xr + 64 * nq + 4 * k, &sum, 4);
+                }
             }
             memcpy(xr + 64 * (nq + npr) + 4 * k, &d, 4);
         }
