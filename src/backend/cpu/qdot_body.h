@@ -13,6 +13,9 @@
  *                           (Q8_0, Q4_0, Q5_0, Q5_1) against x laid
  *                           out per call (qdot_xr.h)
  *   QD_PREFETCH             (optional) the software prefetch's distance
+ *   QD_PREFETCH_FAR         (optional) a second prefetch's distance, to L2
+ *   QD_PREFETCH_Q5          (optional, with QD_XR) Q5_0/Q5_1's own L1
+ *                           distance, with no L2 prefetch
  *
  * Each block's integer sums are exact and combined as qdot.h says, so the
  * result is the scalar reference's (qdot_scalar.c) bit for bit. */
@@ -156,13 +159,25 @@ QD_INLINE __m256i qd_w_q4_0(const char *w)
 #ifndef QD_PREFETCH
 #define QD_PREFETCH 8192
 #endif
-/* The n bytes at p + QD_PREFETCH toward L1: a line every 64 bytes, so that
- * calls for consecutive spans miss no line (the gaps between the addresses
- * are at most 64 bytes) */
+#ifndef QD_PREFETCH_FAR
+#define QD_PREFETCH_FAR 0
+#endif
+/* The n bytes at p + near toward L1 and, where far > 0, those at p + far
+ * toward L2 only: a line every 64 bytes, so that calls for consecutive spans
+ * miss no line (the gaps between the addresses are at most 64 bytes) */
+QD_INLINE void qd_prefetch_at(const char *p, size_t n, size_t near, size_t far)
+{
+    for (size_t i = 0; near > 0 && i < n; i += 64) {
+        _mm_prefetch(p + near + i, _MM_HINT_T0);
+        if (far > 0)
+            _mm_prefetch(p + far + i, _MM_HINT_T1);
+    }
+}
+
+/* qd_prefetch_at with the includer's distances */
 QD_INLINE void qd_prefetch(const char *p, size_t n)
 {
-    for (size_t i = 0; QD_PREFETCH > 0 && i < n; i += 64)
-        _mm_prefetch(p + QD_PREFETCH + i, _MM_HINT_T0);
+    qd_prefetch_at(p, n, QD_PREFETCH, QD_PREFETCH_FAR);
 }
 
 /* Q8_0 / Q4_0 (WB bytes a block) against Q8_0 x: 8 blocks a step, their

@@ -6,8 +6,14 @@
  * an Intel Xeon (KVM, 2026-12-05) 8 KiB ahead into L1 left the core
  * waiting on L1's few line fill buffers, and one thread streamed 9-10 GB/s
  * of 20 where 1-2 KiB ahead streams 13-15 (8192 x 2048 weights from
- * memory, every type). Compiled with qdot_vnni.c's sets; qlinear.c runs it
- * only where the CPU has them. */
+ * memory, every type). Since 2026-12-06 two steps, as avx512bf16-r1f: 1 KiB
+ * ahead into L1 and 4 KiB ahead into L2, which kept more of the stream in
+ * flight (same Xeon, 8192 x 2048, CPU time against a read, 1 and 2
+ * threads: Q4_K/Q5_K/Q6_K and Q4_0 4-9% faster, Q8_0 within 1-3%); Q5_0/Q5_1,
+ * whose runs take the most instructions, lost 2-5% to the L2 prefetch's
+ * and 5-8% to 1 KiB alone, so they keep one prefetch 2 KiB ahead.
+ * Compiled with qdot_vnni.c's sets; qlinear.c runs it only where the CPU
+ * has them. */
 #include "backend/cpu/qdot.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -17,7 +23,9 @@
 #define QDOT_ROWS_FN qdot_rows_vnni_near
 #define QD_K512
 #define QD_XR
-#define QD_PREFETCH 2048
+#define QD_PREFETCH 1024
+#define QD_PREFETCH_FAR 4096
+#define QD_PREFETCH_Q5 2048
 #include "backend/cpu/qdot_body.h"
 
 #else

@@ -167,7 +167,14 @@ QD_INLINE __m256 qd5_run(__m256 acc, const char *w8, const struct qd5_xr *r, int
 {
     const size_t wb = qd5_wb(T);
     const int8_t *xq = r->q + (size_t)b * 32;
-    qd_prefetch(w8, (size_t)n * wb);
+#ifdef QD_PREFETCH_Q5
+    /* the includer's distances for Q5_0/Q5_1, whose runs take the most
+     * instructions of the four (qdot_vnni_near.c) */
+    if (T == DTYPE_Q5_0 || T == DTYPE_Q5_1)
+        qd_prefetch_at(w8, (size_t)n * wb, QD_PREFETCH_Q5, 0);
+    else
+#endif
+        qd_prefetch(w8, (size_t)n * wb);
     __m512i t[4];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++)
