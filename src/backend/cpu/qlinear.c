@@ -279,7 +279,7 @@ static const struct qdot_kernel q_kernels[] = {
     /* a weight row against one input row */
     {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni, NULL, false},
     {"vnni-near", qdot_rows_vnni_near, NULL, Q_X_ROWS, has_vnni, NULL,
-     false}, /* vnni, prefetch 2 KiB ahead */
+     false}, /* vnni, prefetch 1 KiB into L1 and 4 KiB into L2 ahead */
     {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL, false},
     /* two weight rows' blocks in the lanes against each input row */
     {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL, true},
