@@ -1,6 +1,6 @@
 /* `vnni-near`: qdot_vnni.c's single-row kernels with the software prefetch
  * 2 KiB ahead instead of 8 KiB, and the types of 32 (Q8_0, Q4_0, Q5_0,
- * Q5_1) against x laid out per call (qdot_xr.h). A candidate beside
+ * Q5_1) against x laid out per task (qdot_xr.h). A candidate beside
  * `vnni`, not its replacement: each machine's calibration (qlinear.c)
  * times both and keeps the faster. On a Zen 5 8 KiB was measured best; on
  * an Intel Xeon (KVM, 2026-12-05) 8 KiB ahead into L1 left the core
