@@ -407,26 +407,13 @@ int cpu_ctlinear(float *y, const float *x, int m, const struct weight_view *w, e
 
 /* ---- a group of products in one run of the pool ---- */
 
-/* The group's chunks, job after job (job i's are [first[i], first[i + 1])),
- * in one set of lanes, as qlinear.c's groups. */
-struct ct_group {
-    struct ct_job *jobs;
-    const int *first;
-    int n;
-    struct cpu_lanes lanes;
-    atomic_int rc;
-};
-
-static void ct_group_task(void *ctx, int task)
+/* chunk c of the group's job i (cpu_lanes_chunk_fn) */
+static int ct_group_chunk(void *ctx, int i, int c)
 {
-    struct ct_group *g = ctx;
-    const int c = cpu_lanes_chunk(&g->lanes, task);
-    const int lo = cpu_lanes_job(g->first, g->n, c);
-    const struct ct_job *j = &g->jobs[lo];
-    const int r0 = (c - g->first[lo]) * j->task_rows;
+    const struct ct_job *j = (const struct ct_job *)ctx + i;
+    const int r0 = c * j->task_rows;
     const int r1 = r0 + j->task_rows < j->a.w->rows ? r0 + j->task_rows : j->a.w->rows;
-    if (ct_rows(j, r0, r1) < 0)
-        atomic_store(&g->rc, ERR_NOMEM);
+    return ct_rows(j, r0, r1);
 }
 
 int cpu_ctlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compute cm)
@@ -496,11 +483,7 @@ int cpu_ctlinear_group(const struct kern_linear_job *jobs, int n, enum kern_comp
                                 .task_rows = ct_task_rows(&j->w)};
         first[i + 1] = first[i] + (j->w.rows + cj[i].task_rows - 1) / cj[i].task_rows;
     }
-    struct ct_group g = {.jobs = cj, .first = first, .n = n};
-    atomic_init(&g.rc, 0);
-    cpu_lanes_init(&g.lanes, first[n]);
-    cpu_kernels_run(ct_group_task, &g, first[n]);
-    if (atomic_load(&g.rc) < 0)
+    if (cpu_lanes_run_group(first, n, ct_group_chunk, cj) < 0)
         return err_set(ERR_NOMEM, "out of host memory for %d x %d dequantized weights", CT_DEQ_ROWS,
                        jobs[0].w.cols);
     return 0;

@@ -632,24 +632,11 @@ int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
     return 0;
 }
 
-/* One pool run over every job's chunks, all in one set of lanes
- * (cpu_lanes_job): a thread's lane runs on from q's rows into k's and v's
- * as one stream, where lanes per job gave the two threads half of each
- * small product (a 128-row k or v, one or two chunks, to one thread while
- * the other waited). */
-struct gemv_group {
-    struct gemv_job *jobs;
-    const int *first;
-    int n;
-    struct cpu_lanes lanes;
-};
-
-static void gemv_group_task(void *ctx, int task)
+/* chunk c of the group's job i (cpu_lanes_chunk_fn) */
+static int gemv_group_chunk(void *ctx, int i, int c)
 {
-    struct gemv_group *g = ctx;
-    const int c = cpu_lanes_chunk(&g->lanes, task);
-    const int i = cpu_lanes_job(g->first, g->n, c);
-    gemv_chunk(&g->jobs[i], c - g->first[i]);
+    gemv_chunk((const struct gemv_job *)ctx + i, c);
+    return 0;
 }
 
 int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute cm)
@@ -708,8 +695,8 @@ int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute 
         }
         first[i + 1] = first[i] + gj[i].tasks;
     }
-    struct gemv_group g = {.jobs = gj, .first = first, .n = n};
-    cpu_lanes_init(&g.lanes, first[n]);
-    cpu_kernels_run(gemv_group_task, &g, first[n]);
-    return 0;
+    /* in one set of lanes: lanes per job gave the two threads half of each
+     * small product (a 128-row k or v to one thread while the other
+     * waited) */
+    return cpu_lanes_run_group(first, n, gemv_group_chunk, gj);
 }

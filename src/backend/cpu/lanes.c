@@ -90,7 +90,8 @@ int cpu_lanes_chunk(struct cpu_lanes *l, int task)
     }
 }
 
-int cpu_lanes_job(const int *first, int n, int c)
+/* the job of a group whose chunks hold chunk c */
+static int lanes_job(const int *first, int n, int c)
 {
     int lo = 0, hi = n - 1; /* the last job whose first chunk is <= c */
     while (lo < hi) {
@@ -101,4 +102,32 @@ int cpu_lanes_job(const int *first, int n, int c)
             hi = mid - 1;
     }
     return lo;
+}
+
+struct lanes_group {
+    const int *first;
+    int n;
+    cpu_lanes_chunk_fn fn;
+    void *ctx;
+    struct cpu_lanes lanes;
+    atomic_int rc;
+};
+
+static void lanes_group_task(void *ctx, int task)
+{
+    struct lanes_group *g = ctx;
+    const int c = cpu_lanes_chunk(&g->lanes, task);
+    const int i = lanes_job(g->first, g->n, c);
+    const int rc = g->fn(g->ctx, i, c - g->first[i]);
+    if (rc < 0)
+        atomic_store(&g->rc, rc);
+}
+
+int cpu_lanes_run_group(const int *first, int n, cpu_lanes_chunk_fn fn, void *ctx)
+{
+    struct lanes_group g = {.first = first, .n = n, .fn = fn, .ctx = ctx};
+    atomic_init(&g.rc, 0);
+    cpu_lanes_init(&g.lanes, first[n]);
+    cpu_kernels_run(lanes_group_task, &g, first[n]);
+    return atomic_load(&g.rc);
 }

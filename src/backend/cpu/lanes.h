@@ -44,10 +44,15 @@ void cpu_lanes_init(struct cpu_lanes *l, int tasks);
  * next, or the last of the fullest lane (task itself without lanes). The
  * pool runs exactly `tasks` tasks and each takes one chunk. */
 int cpu_lanes_chunk(struct cpu_lanes *l, int task);
-/* A group's chunks are its n jobs' one after the other, job i's
- * [first[i], first[i + 1]) (first ascending, first[0] == 0), in one set of
- * lanes, so that a thread's lane runs on from one job's rows into the
- * next's as one stream: the job that chunk c belongs to. */
-int cpu_lanes_job(const int *first, int n, int c);
+/* Chunk c of job i of a group (c counted from the job's first chunk) on
+ * ctx's jobs: 0, or a negative error code. */
+typedef int (*cpu_lanes_chunk_fn)(void *ctx, int i, int c);
+/* A group of n products as one run of the pool: their chunks one job after
+ * the other, job i's first[i + 1] - first[i] of them (first ascending,
+ * first[0] == 0), in one set of lanes, so that a thread's lane runs on from
+ * one job's rows into the next's (q into k into v) as one stream instead of
+ * each small job being split over the threads. 0, or the error code of a
+ * chunk that failed (the others still run). */
+int cpu_lanes_run_group(const int *first, int n, cpu_lanes_chunk_fn fn, void *ctx);
 
 #endif

@@ -727,28 +727,14 @@ struct qg_job {
     int task_rows;
 };
 
-/* The group's chunks, job after job: job i's are [first[i], first[i + 1]),
- * all of them in one set of lanes, so a thread's lane runs on from one
- * job's rows into the next job's as one stream. */
-struct qg_run {
-    struct qg_job *jobs;
-    const int *first;
-    int n;
-    struct cpu_lanes lanes;
-    atomic_int rc;
-};
-
-static void qg_task(void *ctx, int task)
+/* chunk c of the group's job i (cpu_lanes_chunk_fn) */
+static int qg_chunk(void *ctx, int i, int c)
 {
-    struct qg_run *g = ctx;
-    const int c = cpu_lanes_chunk(&g->lanes, task);
-    const int lo = cpu_lanes_job(g->first, g->n, c);
-    const struct qg_job *j = &g->jobs[lo];
+    const struct qg_job *j = (const struct qg_job *)ctx + i;
     const int rows = j->k ? j->a.w->rows : j->d.w->rows;
-    const int r0 = (c - g->first[lo]) * j->task_rows;
+    const int r0 = c * j->task_rows;
     const int r1 = r0 + j->task_rows < rows ? r0 + j->task_rows : rows;
-    if ((j->k ? q_rows(j->k, &j->a, r0, r1) : deq_rows(&j->d, r0, r1)) < 0)
-        atomic_store(&g->rc, ERR_NOMEM);
+    return j->k ? q_rows(j->k, &j->a, r0, r1) : deq_rows(&j->d, r0, r1);
 }
 
 /* Whether job i's x, quantized for kernel k, is job e's (ke): the same rows
@@ -824,11 +810,7 @@ int cpu_qlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compu
         }
         first[i + 1] = first[i] + (j->w.rows + g->task_rows - 1) / g->task_rows;
     }
-    struct qg_run run = {.jobs = gj, .first = first, .n = n};
-    atomic_init(&run.rc, 0);
-    cpu_lanes_init(&run.lanes, first[n]);
-    cpu_kernels_run(qg_task, &run, first[n]);
-    if (atomic_load(&run.rc) < 0)
+    if (cpu_lanes_run_group(first, n, qg_chunk, gj) < 0)
         return err_set(ERR_NOMEM, "out of host memory for the weight rows of %d products", n);
     return 0;
 }
