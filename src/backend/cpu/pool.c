@@ -32,8 +32,7 @@ static struct {
     pool_task_fn fn; /* read only after a successful claim */
     void *ctx;
     alignas(64) atomic_int done; /* tasks finished */
-    alignas(64)
-        atomic_int want_threads; /* set by any compute thread's start-up, read once at start */
+    atomic_int want_threads; /* set by any compute thread's start-up, read once at start */
     /* pool_timing: on, this job's submission and first claim (seconds), and
      * the totals (kept by the submitting thread, under `submit`) */
     atomic_bool timing;

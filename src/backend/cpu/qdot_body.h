@@ -11,7 +11,7 @@
  *                           instead (qdot_k512.h: AVX-512 BW and VNNI)
  *   QD_XR                   (optional, with QD_K512) the types of 32
  *                           (Q8_0, Q4_0, Q5_0, Q5_1) against x laid
- *                           out per call (qdot_xr.h)
+ *                           out per task (qdot_xr.h)
  *   QD_PREFETCH             (optional) the software prefetch's distance
  *   QD_PREFETCH_FAR         (optional) a second prefetch's distance, to L2
  *   QD_PREFETCH_Q5          (optional, with QD_XR) Q5_0/Q5_1's own L1
