@@ -298,7 +298,7 @@ QD_INLINE void qmr_run1(enum dtype t, const __m512i *u, const char *const *xr, _
         const int nsub = k6 ? 16 : 8, per = 64 / nsub, npr = k6 ? 8 : 4;
         for (int i = 0; i < M; i++)
             is[i] = _mm512_setzero_si512();
-            /* a sub-block at a time (unrolled further, GCC spills the sums) */
+        /* a sub-block at a time (unrolled further, GCC spills the sums) */
 #pragma GCC unroll 1
         for (int s = 0; s < nsub; s++) {
             __m512i acc[8];
