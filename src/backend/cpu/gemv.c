@@ -417,14 +417,13 @@ static int gemv_task_rows(const struct weight_view *w)
     return rows ? (int)rows : 16;
 }
 
-/* j's tasks over w's rows, in lanes for the threads a call from this thread
- * uses. */
+/* j's tasks over w's rows (a single call then puts them in lanes of their
+ * own; a group's are in the group's lanes) */
 static void gemv_job_init(struct gemv_job *j, gemv_rows_fn rows, const struct weight_view *w)
 {
     j->rows = rows;
     j->task_rows = gemv_task_rows(w);
     j->tasks = (w->rows + j->task_rows - 1) / j->task_rows;
-    cpu_lanes_init(&j->lanes, j->tasks);
 }
 
 /* j's rows of chunk c */
@@ -504,6 +503,7 @@ static void gemv_calibrate(enum gemv_class c)
                 for (int i = 0; i < n; i++) {
                     struct gemv_job j;
                     gemv_job_init(&j, cand[i]->rows, &w);
+                    cpu_lanes_init(&j.lanes, j.tasks);
                     cpu_cache_flush(wd, CAL_BYTES);
                     double s = time_now();
                     if (!j.rows) {
@@ -625,6 +625,7 @@ int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
         return cpu_matmul(y, x, m, w, cm);
     struct gemv_job j;
     gemv_job_init(&j, k->rows, w);
+    cpu_lanes_init(&j.lanes, j.tasks);
     int rc = gemv_prepare(k, y, x, m, w, cm, &j.a);
     if (rc < 0)
         return rc;
