@@ -458,6 +458,24 @@ static void expect_refused(const char *label, const char *cfg, bool weights, con
     expect_open_refused(label, dir, needle);
 }
 
+/* An adapter dir in scratch with config text cfg and llama_r8_qv's weights
+ * opens. */
+static void expect_opens(const char *label, const char *cfg)
+{
+    static int n;
+    char dir[1024], path[2048], cmd[4096];
+    snprintf(dir, sizeof(dir), "%s/ok%d", scratch, n++);
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(path, sizeof(path), "%s/adapter_config.json", dir);
+    test_write_text(path, cfg);
+    snprintf(cmd, sizeof(cmd), "cp '%s/llama_r8_qv/adapter_model.safetensors' '%s/'", LORA, dir);
+    CHECK(system(cmd) == 0);
+    struct model *ad = NULL;
+    CHECK_MSG(model_adapter_open(dir, hostile_base, hostile_base_dir, &ad) == 0, "%s: %s", label,
+              err_msg());
+    model_close(ad);
+}
+
 /* llama_r8_qv's adapter with one more tensor, `extra` (2 x 2 f32), beside
  * its config; the error of opening it must name needle. */
 static void expect_extra_refused(const char *label, const char *extra, const char *needle)
@@ -520,9 +538,17 @@ TEST(hostile)
     expect_refused("fused only",
                    "{\"peft_type\": \"LORA\", \"r\": 8, \"target_modules\": [\"qkv_proj\"]}", true,
                    "adapts no projection");
-    expect_refused("python regex",
-                   "{\"peft_type\": \"LORA\", \"r\": 8, \"target_modules\": \".*(?:q_proj)\"}",
-                   true, "target_modules");
+    /* Python's syntax is read as PEFT reads it; what would blow up a
+     * matcher is one line */
+    expect_opens("python regex", "{\"peft_type\": \"LORA\", \"r\": 8, \"target_modules\": "
+                                 "\"model\\\\.layers\\\\.\\\\d+\\\\..*(?:q_proj|v_proj)\"}");
+    expect_refused("regex repeats",
+                   "{\"peft_type\": \"LORA\", \"r\": 8, \"target_modules\": \"q+++_proj\"}", true,
+                   "target_modules pattern: \"q+++_proj\" is not a regular expression");
+    expect_refused("regex too large",
+                   "{\"peft_type\": \"LORA\", \"r\": 8, \"target_modules\": [\"q_proj\", "
+                   "\"v_proj\"], \"rank_pattern\": {\"((a|b){1000}){1000}\": 4}}",
+                   true, "rank_pattern pattern");
     expect_refused("rank 0", CFGR("0", ""), true, "r");
     expect_refused("no targets", "{\"peft_type\": \"LORA\", \"r\": 8}", true, "target_modules");
     expect_refused("targets type", "{\"peft_type\": \"LORA\", \"target_modules\": [1]}", true,

@@ -14,11 +14,10 @@
  *    "transform_config": {}, "quantization_status": "compressed", ...}
  * A weight's group is the first whose targets name it: "Linear" (every
  * quantized weight here is a Linear's), "re:REGEX" matching the module's name
- * from its start (POSIX extended syntax, compiled once at parse; Python-only
- * syntax is refused there), or the module's exact name. */
+ * from its start (Python's syntax, as the package's re.match reads it:
+ * core/pyre.h, compiled once at parse), or the module's exact name. */
 #include "format/ct.h"
 
-#include <regex.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,6 +25,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/pyre.h"
 #include "core/quant_ct.h"
 
 /* returns a failing call's code */
@@ -55,7 +55,7 @@ struct ct_group {
     bool has_weights;
     const char *format; /* into the config's JSON */
     const char *targets[CT_MAX_TARGETS];
-    regex_t *res[CT_MAX_TARGETS]; /* compiled "re:" targets, else NULL */
+    struct pyre *res[CT_MAX_TARGETS]; /* compiled "re:" targets, else NULL */
     int n_targets;
 };
 
@@ -218,17 +218,9 @@ static int group_parse(struct ct_config *c, const char *name, json_t *g)
         const char *tg = json_string_value(v);
         cg->targets[cg->n_targets] = tg;
         if (strncmp(tg, "re:", 3) == 0) {
-            regex_t *re = malloc(sizeof(*re));
-            if (!re)
-                return err_set(ERR_NOMEM, "out of memory");
-            if (regcomp(re, tg + 3, REG_EXTENDED) != 0) {
-                free(re);
-                return cfg_err(path,
-                               "%s.targets[%zu] \"%.64s\" is not a regular expression "
-                               "(POSIX extended syntax)",
-                               where, i, tg);
-            }
-            cg->res[cg->n_targets] = re;
+            int rc = pyre_compile(tg + 3, &cg->res[cg->n_targets]);
+            if (rc < 0)
+                return err_wrap(rc, "%s: quantization_config: %s.targets[%zu]", path, where, i);
         }
         cg->n_targets++;
     }
@@ -263,10 +255,7 @@ void ct_config_free(struct ct_config *c)
         return;
     for (int g = 0; g < c->n_groups; g++)
         for (int t = 0; t < c->groups[g].n_targets; t++)
-            if (c->groups[g].res[t]) {
-                regfree(c->groups[g].res[t]);
-                free(c->groups[g].res[t]);
-            }
+            pyre_free(c->groups[g].res[t]);
     json_decref(c->root);
     free(c);
 }
@@ -374,21 +363,30 @@ unsigned ct_config_dtypes(const struct ct_config *c)
 
 /* ---- the tensors ---- */
 
-static bool target_matches(const struct ct_group *g, int t, const char *module)
+static int target_matches(const struct ct_group *g, int t, const char *module, bool *match)
 {
-    regmatch_t mt;
     if (g->res[t])
-        return regexec(g->res[t], module, 1, &mt, 0) == 0 && mt.rm_so == 0;
-    return strcmp(g->targets[t], "Linear") == 0 || strcmp(g->targets[t], module) == 0;
+        return pyre_match(g->res[t], module, PYRE_MATCH, match);
+    *match = strcmp(g->targets[t], "Linear") == 0 || strcmp(g->targets[t], module) == 0;
+    return 0;
 }
 
-static const struct ct_group *group_of(const struct ct_config *c, const char *module)
+/* The first group whose targets name module, in *out (NULL when none). */
+static int group_of(const struct ct_config *c, const char *module, const struct ct_group **out)
 {
+    *out = NULL;
     for (int i = 0; i < c->n_groups; i++)
-        for (int t = 0; c->groups[i].has_weights && t < c->groups[i].n_targets; t++)
-            if (target_matches(&c->groups[i], t, module))
-                return &c->groups[i];
-    return NULL;
+        for (int t = 0; c->groups[i].has_weights && t < c->groups[i].n_targets; t++) {
+            bool m;
+            int rc = target_matches(&c->groups[i], t, module, &m);
+            if (rc < 0)
+                return rc;
+            if (m) {
+                *out = &c->groups[i];
+                return 0;
+            }
+        }
+    return 0;
 }
 
 /* ts's tensor named module + suffix, or NULL */
@@ -642,7 +640,12 @@ int ct_wrap(const struct ct_config *c, const struct st_tensor *ts, size_t n, str
             }
             memcpy(module, t->name, stem);
             module[stem] = '\0';
-            const struct ct_group *g = group_of(c, module);
+            const struct ct_group *g;
+            if ((rc = group_of(c, module, &g)) < 0) {
+                rc = err_wrap(rc, "%s: tensor '%s': quantization_config's targets", t->file,
+                              t->name);
+                break;
+            }
             if (!g) {
                 rc = t_err(t,
                            "is quantized, but no config group of config.json's "

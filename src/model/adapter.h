@@ -27,7 +27,8 @@
  * an adapter config (*out: model_config_free). One-line errors name the
  * file and the key: a peft_type other than LORA, DoRA, a bias other than
  * "none", targets the base has no LoRA for (embeddings, the head, fused
- * projections), Python regex syntax the matcher does not take,
+ * projections), a pattern that does not compile or backtracks past the
+ * bounds (core/pyre.h),
  * base_model_name_or_path naming another base. */
 int model_adapter_config_load(const char *dir, const struct model_config *base,
                               const char *base_dir, struct model_config **out);

@@ -14,65 +14,45 @@
  * absent). rank_pattern and alpha_pattern give a module the value of the
  * first pattern p such that the key matches "(.*\.)?(p)$". A target that
  * names no module is ignored, as PEFT ignores it (the weights file decides:
- * a tensor of a pair the config does not give is refused). Regular
- * expressions are POSIX extended ones: Python's own syntax ((?...), \d, lazy
- * quantifiers) is refused in one line rather than read differently. */
+ * a tensor of a pair the config does not give is refused). Patterns are
+ * read in Python's syntax, as PEFT reads them (core/pyre.h: PCRE2, with
+ * bounds on compiling and matching that a hostile file cannot pass). */
 #include <math.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "core/error.h"
+#include "core/pyre.h"
 #include "format/hf_config.h"
 #include "model/adapter_impl.h"
 
 #define KEY_MAX 256
 
-/* Refuses Python-only regex syntax in p (key names where it came from). */
-static int lora_re_check(const char *what, const char *key, const char *p)
-{
-    static const char *const python_only[] = {"(?",  "\\d", "\\D", "\\w", "\\W", "\\s", "\\S",
-                                              "\\b", "\\B", "\\A", "\\Z", "*?",  "+?",  "??"};
-    /* back-references make matching exponential; a name pattern needs none */
-    for (const char *c = p; *c; c++)
-        if (c[0] == '\\' && c[1] >= '1' && c[1] <= '9')
-            return err_set(ERR_UNSUPPORTED,
-                           "%s: %s pattern \"%s\" has a back-reference (expected a pattern "
-                           "without one)",
-                           what, key, p);
-    if (strlen(p) > 1024)
-        return err_set(ERR_UNSUPPORTED, "%s: %s pattern is %zu bytes (expected at most 1024)", what,
-                       key, strlen(p));
-    for (size_t i = 0; i < sizeof(python_only) / sizeof(python_only[0]); i++)
-        if (strstr(p, python_only[i]))
-            return err_set(ERR_UNSUPPORTED,
-                           "%s: %s pattern \"%s\" uses Python regex syntax \"%s\" (expected a "
-                           "POSIX extended regular expression)",
-                           what, key, p, python_only[i]);
-    return 0;
-}
-
-/* Whether s matches the ERE "^" pre "(" p ")" post "$"; p checked first. */
+/* Whether s matches pre "(" p ")" post whole, as PEFT writes its patterns
+ * around a config's (re.fullmatch, re.match with "$"); p compiled alone
+ * first so that a bad pattern's message shows what the file says. */
 static int lora_re_match(const char *what, const char *key, const char *pre, const char *p,
                          const char *post, const char *s, bool *match)
 {
-    TRY(lora_re_check(what, key, p));
-    size_t n = strlen(pre) + strlen(p) + strlen(post) + 8;
+    /* room for pre and post within pyre's bound */
+    if (strlen(p) > PYRE_MAX_PATTERN - 32)
+        return err_set(ERR_UNSUPPORTED, "%s: %s pattern is %zu bytes (expected at most %d)", what,
+                       key, strlen(p), PYRE_MAX_PATTERN - 32);
+    struct pyre *re;
+    int rc = pyre_compile(p, &re);
+    if (rc < 0)
+        return err_wrap(rc, "%s: %s pattern", what, key);
+    pyre_free(re);
+    size_t n = strlen(pre) + strlen(p) + strlen(post) + 3;
     char *full = malloc(n);
     if (!full)
         return err_set(ERR_NOMEM, "out of memory");
-    snprintf(full, n, "^%s(%s)%s$", pre, p, post);
-    regex_t re;
-    int rc = regcomp(&re, full, REG_EXTENDED | REG_NOSUB);
+    snprintf(full, n, "%s(%s)%s", pre, p, post);
+    rc = pyre_match_once(full, s, PYRE_FULLMATCH, match);
     free(full);
-    if (rc != 0)
-        return err_set(ERR_FORMAT, "%s: %s pattern \"%s\" is not a valid regular expression", what,
-                       key, p);
-    *match = regexec(&re, s, 0, NULL, 0) == 0;
-    regfree(&re);
-    return 0;
+    return rc < 0 ? err_wrap(rc, "%s: %s pattern", what, key) : 0;
 }
 
 /* A list entry t names key k: the whole key, or its end after a dot. */
