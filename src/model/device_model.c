@@ -1,6 +1,6 @@
 /* A whole model copied onto one device of any backend: the swap engine's
- * blob layout, one allocation per blob, filled through a host staging
- * buffer from the device's backend. What the single-device commands and the
+ * blob layout, one allocation per blob, filled in place on this process's
+ * CPU device, else through a host staging buffer from the device's backend. What the single-device commands and the
  * GPU tests run on. */
 #include <stdbool.h>
 #include <stdlib.h>
@@ -58,8 +58,9 @@ int model_device_bytes(const char *dir, const struct model_exec_shape *shape, ui
     return rc;
 }
 
-/* On this process's CPU device each blob is filled in place (its memory is the host's):
- * one pass over the weights, not a fill of the staging buffer and a copy. */
+/* On this process's CPU device each blob is filled in place (its memory is
+ * the host's): one pass over the weights, not a fill of the staging buffer
+ * and a copy. */
 int model_upload_blobs(struct model *m, const struct model_layout *lay,
                        const struct st_checkpoint *ck, struct device *dev)
 {
