@@ -1,7 +1,7 @@
 /* A whole model copied onto one device of any backend: the swap engine's
  * blob layout, one allocation per blob, filled in place on this process's
- * CPU device, else through a host staging buffer from the device's backend. What the single-device commands and the
- * GPU tests run on. */
+ * CPU device, else through a host staging buffer from the device's
+ * backend. What the single-device commands and the GPU tests run on. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
