@@ -811,7 +811,6 @@ static int bench_forward(int argc, char **argv)
     }
     r.dev.adapters = adapter_dirs;
     r.dev.n_adapters = adapter_list.n;
-    r.dev.cpu_copy = true; /* the speed serve runs at: see cli_model_open */
     cpu_set_threads(r.threads);
     r.threads = cpu_threads();
     if (forward_measure(&r) < 0) {

@@ -1,5 +1,6 @@
 #include "cli/device_model.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,12 +48,16 @@ static const char *const *adapter_names(const struct cli_device_flags *f, int *n
 
 /* The whole model on GPU gpu (or the CPU, gpu < 0), on a device sized for
  * it and shape: in the device's memory, as serve runs it. On the CPU that is
- * the arena's huge pages: computing straight from the checkpoint's mapping
- * (the page cache's 4 KiB pages) ran qwen2.5-0.5b's GEMVs 1.3-1.5x slower,
- * but the copy costs seconds per GB at start (the arena's pages faulted in,
- * here 1.1 -> 3.5 s for 1 GB), which one short generate does not win back.
- * The calling thread computes over the whole kernel pool there (--threads),
- * where an engine's CPU device runs alone on its compute thread. */
+ * the arena's huge pages (core/hugemem.h), never the checkpoint's mapping:
+ * a file's page cache is in 4 KiB pages, and the decode's weight streams
+ * ran 1.5x slower from it (llama-3.2-1b Q8_0's head: 12.5 GB/s from the
+ * GGUF mapping, 19.0 from the arena, Xeon of docs/performance.md). The copy
+ * costs time at open (docs/performance.md gives it); the mapping is
+ * closed once the weights are in (model_open_on), so one copy stays
+ * resident. Where MemAvailable has no room for the copy, the mapped
+ * checkpoint as before, with a note. The calling thread computes over the
+ * whole kernel pool there (--threads), where an engine's CPU device runs
+ * alone on its compute thread. */
 static int open_on_device(const struct cli_device_flags *f, const char *dir,
                           const struct model_exec_shape *shape, struct cli_model *out)
 {
@@ -79,11 +84,23 @@ static int open_on_device(const struct cli_device_flags *f, const char *dir,
         return rc;
     weights += lora;
     /* 1 MiB beside them: what the backend rounds or aligns */
+    const uint64_t budget = weights + exec + (1u << 20);
+    uint64_t avail, total;
+    if (f->gpu < 0 && device_cpu_memory(&avail, &total) == 0 && budget > avail) {
+        /* a copy would push out other processes' memory, or be killed:
+         * the mapping's page cache the kernel can drop and read again */
+        fprintf(stderr,
+                "shardswap: note: %s needs %.2f GB for a copy of its weights and context, more "
+                "than the %.2f GB available: computing from the checkpoint's mapping (4 KiB "
+                "pages, slower)\n",
+                dir, (double)budget / 1e9, (double)avail / 1e9);
+        return model_open(dir, &out->m);
+    }
     if (f->gpu < 0) {
-        if ((rc = device_open_cpu(0, weights + exec + (1u << 20), &out->dev)) < 0)
+        if ((rc = device_open_cpu(0, budget, &out->dev)) < 0)
             return rc;
     } else {
-        if ((rc = device_open_cuda(f->gpu, 0, weights + exec + (1u << 20), &out->dev)) < 0)
+        if ((rc = device_open_cuda(f->gpu, 0, budget, &out->dev)) < 0)
             return rc;
         /* the calling thread runs the forward: it is the device's compute thread */
         device_compute_thread_init(out->dev);
@@ -95,8 +112,7 @@ int cli_model_open(const struct cli_device_flags *f, const char *dir,
                    const struct model_exec_shape *shape, struct cli_model *out)
 {
     memset(out, 0, sizeof(*out));
-    int rc = f->gpu < 0 && !f->cpu_copy ? model_open(dir, &out->m)
-                                         : open_on_device(f, dir, shape, out);
+    int rc = open_on_device(f, dir, shape, out);
     if (rc < 0) {
         cli_model_close(out);
         return rc;

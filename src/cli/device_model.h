@@ -13,7 +13,7 @@
 /* --devices LIST for a command that runs on one device. */
 #define DEVICE_FLAG(dst)                                                                           \
     FLAG("devices", FLAG_STR, dst, "cpu:0|cuda:G",                                                 \
-         "the device to compute on: cpu:0 (default; the weights mapped from the checkpoint) or "   \
+         "the device to compute on: cpu:0 (default; the weights copied into huge pages) or "       \
          "cuda:G, GPU G (the weights copied there; needs a CUDA build)")
 
 /* --adapter DIR for a one-device command. */
@@ -40,7 +40,6 @@ struct cli_device_flags {
     int gpu;                   /* --devices cuda:G: G; else -1 (cpu:0) */
     bool compute_set;          /* --compute given: */
     enum kern_compute compute; /* the model computes in it */
-    bool cpu_copy;             /* on the CPU: the weights copied onto a CPU device, as serve runs them */
     const char *adapter;       /* --adapter DIR, or NULL */
     /* several adapters (bench forward), used instead of adapter when
      * n_adapters > 0: at most CLI_MAX_ADAPTERS */
@@ -53,18 +52,17 @@ struct cli_device_flags {
  * message naming the flag (a usage error). */
 int cli_device_flags_parse(const char *compute, const char *devices, struct cli_device_flags *out);
 
-/* Opens the checkpoint in dir (and f->adapter, or f->adapters, beside it, their weights on the
- * same device, the device's budget and shape's context sized for it) on
- * the device f->gpu names: -1, the host's
- * mapped views (model_open, zero copies; model_exec_open then computes on
- * a CPU device of its own), or with f->cpu_copy a CPU device with a budget
- * of the weights plus a model_exec of shape (max_len capped at the model's
- * positions) and the weights copied there (model_open_on), the calling
- * thread computing over the kernel pool; else GPU f->gpu, sized alike, the
- * weights copied there, and the calling thread made its compute thread
- * (device_compute_thread_init). With f->compute_set the
- * model computes in f->compute. The caller runs model_exec_open (at most
- * shape's size) on out->m and closes with cli_model_close. */
+/* Opens the checkpoint in dir (and f->adapter, or f->adapters, beside it)
+ * on the device f->gpu names, sized for the weights (adapters' too) plus a
+ * model_exec of shape (max_len capped at the model's positions), the
+ * weights copied there (model_open_on) and the checkpoint closed: -1, a
+ * CPU device, whose arena is in huge pages, the calling thread computing
+ * over the kernel pool (or, when the machine's available memory is short
+ * of that, the mapped checkpoint: out->dev NULL, a note on stderr); else
+ * GPU f->gpu, the calling thread made its compute thread
+ * (device_compute_thread_init). With f->compute_set the model computes in
+ * f->compute. The caller runs model_exec_open (at most shape's size) on
+ * out->m and closes with cli_model_close. */
 int cli_model_open(const struct cli_device_flags *f, const char *dir,
                    const struct model_exec_shape *shape, struct cli_model *out);
 void cli_model_close(struct cli_model *cm); /* NULL-safe; the model, then its device */

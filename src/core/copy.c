@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "core/hugemem.h"
 #include "core/timing.h"
 
 #if defined(__AVX2__)
@@ -89,13 +90,9 @@ static double copy_time(enum copy_method m, char *dst, const char *src, size_t n
  * load (other processes) falls on both; keeps memcpy when allocation fails. */
 static void choose_by_measurement(void)
 {
-    char *buf =
-        mmap(NULL, 2 * CAL_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED)
+    char *buf = hugemem_map(2 * CAL_BYTES); /* as the device arenas have */
+    if (!buf)
         return;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(buf, 2 * CAL_BYTES, MADV_HUGEPAGE); /* as the device arenas have */
-#endif
     memset(buf, 1, 2 * CAL_BYTES);
     char *src = buf, *dst = buf + CAL_BYTES;
     double best[2] = {1e30, 1e30};

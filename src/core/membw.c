@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/copy.h"
+#include "core/hugemem.h"
 #include "core/timing.h"
 
 #define MEMBW_MAX_THREADS 64
@@ -217,13 +218,7 @@ static double membw_pass(char *dst, const char *src, int threads, size_t bytes_p
 
 char *membw_map(size_t bytes)
 {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-    return p;
+    return hugemem_map(bytes);
 }
 
 /* bytes rounded up to the readers' unit, in huge pages where the kernel
@@ -277,28 +272,12 @@ double membw_read(int threads, size_t bytes_per_thread, int reps)
     return membw_read_report(threads, bytes_per_thread, reps, NULL);
 }
 
-/* The share of [p, p + bytes) in transparent huge pages, from
- * /proc/self/smaps (the mapping that starts at p); NaN when unreadable. */
+/* The share of the mapping holding p in transparent huge pages
+ * (core/hugemem.h); NaN when unreadable. */
 static double huge_share(const void *p)
 {
-    FILE *f = fopen("/proc/self/smaps", "r");
-    if (!f)
-        return NAN;
-    char line[256];
-    bool in = false;
-    double rss = -1, huge = -1;
-    while (fgets(line, sizeof line, f) && (rss < 0 || huge < 0)) {
-        unsigned long lo, hi;
-        double kb;
-        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, ' ') > strchr(line, '-'))
-            in = lo == (unsigned long)(uintptr_t)p;
-        else if (in && sscanf(line, "Rss: %lf kB", &kb) == 1)
-            rss = kb;
-        else if (in && sscanf(line, "AnonHugePages: %lf kB", &kb) == 1)
-            huge = kb;
-    }
-    fclose(f);
-    return rss > 0 && huge >= 0 ? huge / rss : NAN;
+    struct hugemem_info h;
+    return hugemem_query(p, &h) == 0 && h.rss_kb > 0 ? h.huge_kb / h.rss_kb : NAN;
 }
 
 /* The machine's CPU time so far from /proc/stat's first line, in ticks: all

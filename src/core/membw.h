@@ -5,8 +5,9 @@
 
 #include <stddef.h>
 
-/* bytes of anonymous memory, in huge pages where the kernel allows, not
- * yet touched; NULL when it cannot be mapped (munmap it). */
+/* bytes of anonymous memory at a huge-page boundary, in huge pages where
+ * the kernel allows (hugemem_map), not yet touched; NULL when it cannot be
+ * mapped (munmap it). */
 char *membw_map(size_t bytes);
 
 /* Bytes copied per second by memcpy on `threads` threads at once, each

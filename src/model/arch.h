@@ -164,8 +164,9 @@ const char *plan_name(struct model_planner *p, const char *fmt, ...)
 
 /* The checkpoint tensor name of a layout's part i. */
 const char *model_part_name(const struct model_layout *layout, int i);
-/* Allocates m's blobs on dev (m->blobs, m->dev), fills them from ck through
- * one host staging buffer of the largest blob's size, copies and binds them
+/* Allocates m's blobs on dev (m->blobs, m->dev), fills them from ck (on
+ * this process's CPU device in place; elsewhere through one host staging
+ * buffer of the largest blob's size, then copied) and binds them
  * (device_model.c; model_open_on and adapters). */
 int model_upload_blobs(struct model *m, const struct model_layout *lay,
                        const struct st_checkpoint *ck, struct device *dev);

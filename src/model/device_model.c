@@ -1,7 +1,8 @@
 /* A whole model copied onto one device of any backend: the swap engine's
- * blob layout, one allocation per blob, filled through a host staging
- * buffer from the device's backend. What the single-device commands and the
- * GPU tests run on. */
+ * blob layout, one allocation per blob, filled in place on this process's
+ * CPU device, else through a host staging buffer from the device's
+ * backend. What the single-device commands and the GPU tests run on. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +58,9 @@ int model_device_bytes(const char *dir, const struct model_exec_shape *shape, ui
     return rc;
 }
 
+/* On this process's CPU device each blob is filled in place (its memory is
+ * the host's): one pass over the weights, not a fill of the staging buffer
+ * and a copy. */
 int model_upload_blobs(struct model *m, const struct model_layout *lay,
                        const struct st_checkpoint *ck, struct device *dev)
 {
@@ -64,13 +68,14 @@ int model_upload_blobs(struct model *m, const struct model_layout *lay,
     if (!(m->blobs = calloc((size_t)lay->n_blobs, sizeof(*m->blobs))))
         return err_set(ERR_NOMEM, "out of memory");
     m->n_blobs = lay->n_blobs;
+    const bool in_place = device_kind(dev) == DEVICE_CPU && device_proc(dev) < 0;
     size_t max = 0;
     for (int b = 0; b < lay->n_blobs; b++)
         max = lay->blob_bytes[b] > max ? lay->blob_bytes[b] : max;
     if (max == 0)
         return 0;
     void *host = NULL;
-    int rc = device_host_alloc(dev, max, &host);
+    int rc = in_place ? 0 : device_host_alloc(dev, max, &host);
     if (rc < 0)
         return err_wrap(rc, "a %zu-byte staging buffer for %s", max, device_name(dev));
     for (int b = 0; b < lay->n_blobs; b++) {
@@ -81,16 +86,22 @@ int model_upload_blobs(struct model *m, const struct model_layout *lay,
             err_wrap(rc, "the model's weights (blob %d of %d)", b, lay->n_blobs);
             break;
         }
-        if ((rc = model_shard_fill(m, lay, ck, b, host)) < 0)
-            break;
-        /* the staging buffer is refilled for the next blob: wait for this copy */
-        if ((rc = device_copy_h2d(dev, m->blobs[b], 0, host, n, NULL)) < 0)
-            break;
-        device_sync(dev);
+        if (in_place) {
+            if ((rc = model_shard_fill(m, lay, ck, b, dbuf_ptr(m->blobs[b]))) < 0)
+                break;
+        } else {
+            if ((rc = model_shard_fill(m, lay, ck, b, host)) < 0)
+                break;
+            /* the staging buffer is refilled for the next blob: wait for this copy */
+            if ((rc = device_copy_h2d(dev, m->blobs[b], 0, host, n, NULL)) < 0)
+                break;
+            device_sync(dev);
+        }
         model_shard_bind(m, lay, b, dbuf_ptr(m->blobs[b]));
     }
     device_sync(dev); /* nothing may still read host when it is freed */
-    device_host_free(dev, host, max);
+    if (host)
+        device_host_free(dev, host, max);
     return rc;
 }
 

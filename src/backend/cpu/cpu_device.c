@@ -26,9 +26,10 @@
 #include "backend/device.h"
 #include "backend/device_impl.h"
 #include "core/copy.h"
-#include "core/timing.h"
 #include "core/error.h"
 #include "core/event.h"
+#include "core/hugemem.h"
+#include "core/timing.h"
 #include "core/workq.h"
 
 static_assert(ARENA_ALIGN == DEVICE_ALIGN, "the arena hands out device-aligned blocks");
@@ -189,23 +190,17 @@ static size_t cpu_free_blocks(const struct device *d)
 
 /* Host-tier blobs of this size or more get their own mapping with huge
  * pages, as the arena has: copies between them then pay no TLB misses. */
-#define HOST_MAP_MIN ((size_t)2 << 20)
+#define HOST_MAP_MIN HUGEMEM_PAGE
 
 /* Nothing to pin on a CPU: 64-byte aligned memory; large blocks are their
- * own mappings backed by huge pages where the kernel allows. */
+ * own mappings at a huge-page boundary, in huge pages where the kernel
+ * allows (core/hugemem.h). */
 static int cpu_host_alloc(struct device *d, size_t bytes, void **out)
 {
     if (bytes >= HOST_MAP_MIN) {
-        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) {
-            *out = NULL;
-            return err_set(ERR_NOMEM, "device %s: cannot map %zu bytes of host memory: %s",
-                           d->name, bytes, strerror(errno));
-        }
-#ifdef MADV_HUGEPAGE
-        (void)madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-        *out = p;
+        if (!(*out = hugemem_map(bytes)))
+            return err_set(ERR_NOMEM, "device %s: cannot map %zu bytes of host memory: %s", d->name,
+                           bytes, strerror(errno));
         return ERR_OK;
     }
     int rc = posix_memalign(out, DEVICE_ALIGN, bytes);
@@ -367,20 +362,21 @@ static const struct device_ops cpu_ops = {
     .stream_sync = cpu_stream_sync,
 };
 
-/* Maps budget bytes and faults every page in. Transparent huge pages are
- * asked for first (fewer TLB misses in big copies); failing that is fine. */
+/* Maps budget bytes and faults every page in. The weights computed from
+ * live here (serve's resident models, a swap-in's copies, the one-device
+ * commands' whole model), so the map starts at a huge-page boundary with
+ * transparent huge pages asked for (core/hugemem.h: 1.5x faster weight
+ * streams on the Xeon of docs/performance.md); where the kernel refuses
+ * them, 4 KiB pages work the same, slower. */
 static int cpu_map_arena(struct cpu_device *c, const char *name, uint64_t budget)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     c->map_bytes = (size_t)((budget + page - 1) / page * page);
-    void *p = mmap(NULL, c->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
+    void *p = hugemem_map(c->map_bytes);
+    if (!p)
         return err_set(ERR_NOMEM, "device %s: cannot map a %" PRIu64 "-byte arena: %s", name,
                        budget, strerror(errno));
     c->base = p;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(c->base, c->map_bytes, MADV_HUGEPAGE);
-#endif
     volatile char *v = (volatile char *)c->base;
     for (size_t off = 0; off < c->map_bytes; off += page)
         v[off] = 0;
