@@ -274,9 +274,9 @@ static __attribute__((noinline)) float qd5_q5_1_xr(const char *w, const struct q
 
 /* Rows [r0, r1) of a's weights of a type of 32 (nb blocks, w_ld bytes
  * apart) for every input row, against each row's x laid out: once per
- * call by qlinear.c (a->xp, qdot_pack_x_xr: a task of 16 rows of a wide
- * down projection had spent a sixteenth of its blocks' work laying out x
- * again), or, where a->xp is NULL (a kernel calling this one for the
+ * call by qlinear.c (a->xp, qdot_pack_x_xr: a task of 16 rows of 8192
+ * columns had spent 14-20% of its CPU time laying out x again, weights in
+ * L2), or, where a->xp is NULL (a kernel calling this one for the
  * types it does not take), once per task here (the task's weight rows,
  * about 128 KiB, stay in L2 from one input row to the next); false, with
  * nothing done, for the K-quants and where the scratch cannot grow (the
