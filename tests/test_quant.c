@@ -429,6 +429,71 @@ TEST(x_q8_k_bitwise)
     free(b);
 }
 
+/* vnni-near's types of 32 against x laid out once per call by qlinear.c
+ * (a->xp, qdot_pack_x_xr) and laid out per task in the kernel (a->xp NULL,
+ * as amx-few calls it for the types it does not take): the same bits, for
+ * 1-3 input rows, rows of 1-17 and 28 blocks (a whole run of 8, every
+ * length of the last one), a slice of a wider matrix's rows, each row's
+ * layout only in its own xp_ld bytes (the rest of the buffer poisoned) */
+TEST(xr_per_call_bitwise)
+{
+    if (cpu_qlinear_force("vnni-near") == ERR_UNSUPPORTED) {
+        printf("vnni-near: this CPU lacks it\n");
+        return;
+    }
+    CHECK(cpu_qlinear_force(NULL) == 0);
+    static const enum dtype t32[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q5_0, DTYPE_Q5_1};
+    static const int lens[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 28};
+    for (size_t li = 0; li < sizeof(t32) / sizeof(t32[0]); li++)
+        for (size_t ni = 0; ni < sizeof(lens) / sizeof(lens[0]); ni++) {
+            const enum dtype t = t32[li];
+            const int nb = lens[ni], cols = nb * 32, rows = 19, mmax = 3;
+            const size_t bb = quant_block_bytes(t), rb = dtype_row_bytes(t, cols);
+            unsigned char *wd = malloc((size_t)rows * rb);
+            cpu_qlinear_random_blocks(t, wd, (size_t)rows * rb / bb, 300 + li + 10 * ni);
+            /* rows [2, 2 + 13) */
+            const struct weight_view w = {
+                .dtype = t, .data = wd + 2 * rb, .rows = 13, .cols = cols, .ld = cols};
+            const size_t xq_ld = qdot_x_row_bytes(t, cols), xp_ld = qdot_xr_row_bytes(cols);
+            CHECK(xp_ld % 64 == 0 && xp_ld >= (size_t)(nb + 7) / 8 * 8 * 40);
+            char *xq = malloc((size_t)mmax * xq_ld);
+            char *xp = aligned_alloc(64, (size_t)mmax * xp_ld);
+            float *x = malloc((size_t)cols * sizeof(float));
+            memset(xp, 0x5a, (size_t)mmax * xp_ld);
+            for (int i = 0; i < mmax; i++) {
+                for (int c = 0; c < cols; c++)
+                    x[c] = urand();
+                qdot_quantize_x(t, x, xq + (size_t)i * xq_ld, cols);
+                qdot_pack_x_xr(xq + (size_t)i * xq_ld, cols, xp + (size_t)i * xp_ld);
+            }
+            for (int m = 1; m <= mmax; m++) {
+                float a[3 * 13], b[3 * 13];
+                memset(a, 0xff, sizeof(a));
+                memset(b, 0xff, sizeof(b));
+                struct qdot_args q = {.y = a, .ldy = 13, .xq = xq, .xq_ld = xq_ld, .m = m, .w = &w};
+                qdot_rows_vnni_near(&q, 0, 13);
+                q.y = b;
+                q.xp = xp;
+                q.xp_ld = xp_ld;
+                qdot_rows_vnni_near(&q, 0, 13);
+                CHECK_MSG(memcmp(a, b, sizeof(float) * 13 * (size_t)m) == 0,
+                          "%s, %d blocks, m=%d: x laid out per call differs from per task",
+                          dtype_name(t), nb, m);
+                /* and the scalar reference's bits */
+                q.y = a;
+                q.xp = NULL;
+                qdot_rows_scalar(&q, 0, 13);
+                CHECK_MSG(memcmp(a, b, sizeof(float) * 13 * (size_t)m) == 0,
+                          "%s, %d blocks, m=%d: differs from the scalar reference", dtype_name(t),
+                          nb, m);
+            }
+            free(x);
+            free(xp);
+            free(xq);
+            free(wd);
+        }
+}
+
 /* Quantized token embeddings: the rows dequantized, zeros outside a
  * vocabulary shard */
 TEST(embed)

@@ -9,8 +9,11 @@
  *     qdot_ab [ROWS [COLS [FOOTPRINT_MB [REPS]]]]   (defaults 4864, 896, 256, 7)
  *
  * Built with -DQDOT_AB_BEFORE and another tree's src/ first on the include
- * path, a third kernel joins: that tree's `vnni-near` (its qdot_body.h
- * compiled here), for a before/after in one process.
+ * path, another kernel joins: that tree's `vnni-near` (its qdot_body.h
+ * compiled here), for a before/after in one process. `vnni-near x per
+ * call` is this tree's kernel against x laid out once per call
+ * (qdot_pack_x_xr, as qlinear.c does), `vnni-near` the same kernel laying
+ * x out per task (a.xp NULL).
  * Not part of the build: it links the library's internals. From a build
  * directory (a CUDA build also needs -L for CUDA's lib and lib/stubs):
  *     gcc -O2 -march=native [-DQDOT_AB_BEFORE -I OLD/src] -I../src ../tools/qdot_ab.c \
@@ -32,9 +35,9 @@
 #define QD_XR
 #define QD_PREFETCH 2048
 #include "backend/cpu/qdot_body.h"
-#define N_KERNELS 3
+#define N_KERNELS 4
 #else
-#define N_KERNELS 2
+#define N_KERNELS 3
 #endif
 
 int main(int argc, char **argv)
@@ -43,15 +46,22 @@ int main(int argc, char **argv)
     const size_t footprint = (size_t)(argc > 3 ? atoi(argv[3]) : 256) << 20;
     const int reps = argc > 4 ? atoi(argv[4]) : 7;
     static const enum dtype types[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q5_0, DTYPE_Q5_1};
+    /* vnni-near twice: x laid out per task in the kernel (a.xp NULL), and
+     * once per call as qlinear.c lays it out (qdot_pack_x_xr, its time
+     * counted in the call's) */
 #ifdef QDOT_AB_BEFORE
-    static const char *const names[] = {"vnni", "vnni-near", "vnni-near before"};
-    static const qdot_rows_fn fns[] = {qdot_rows_vnni, qdot_rows_vnni_near, qdot_rows_near_before};
+    static const char *const names[] = {"vnni", "vnni-near", "vnni-near x per call",
+                                        "vnni-near before"};
+    static const qdot_rows_fn fns[] = {qdot_rows_vnni, qdot_rows_vnni_near, qdot_rows_vnni_near,
+                                       qdot_rows_near_before};
 #else
-    static const char *const names[] = {"vnni", "vnni-near"};
-    static const qdot_rows_fn fns[] = {qdot_rows_vnni, qdot_rows_vnni_near};
+    static const char *const names[] = {"vnni", "vnni-near", "vnni-near x per call"};
+    static const qdot_rows_fn fns[] = {qdot_rows_vnni, qdot_rows_vnni_near, qdot_rows_vnni_near};
 #endif
+    const int per_call = 2; /* fns[per_call] reads x laid out per call */
     float *x = malloc((size_t)cols * sizeof(float)), *y = malloc((size_t)rows * sizeof(float));
     char *xq = malloc(qdot_x_row_bytes(DTYPE_Q8_0, cols) + 64);
+    char *xr = aligned_alloc(64, qdot_xr_row_bytes(cols));
     for (int i = 0; i < cols; i++)
         x[i] = (float)(i % 11 - 5) * 0.1f;
     qdot_quantize_x(DTYPE_Q8_0, x, xq, cols);
@@ -86,8 +96,15 @@ int main(int argc, char **argv)
                                                    .rows = rows,
                                                    .cols = cols,
                                                    .ld = (size_t)cols};
-                    const struct qdot_args a = {
-                        .y = y, .ldy = (size_t)rows, .xq = xq, .m = 1, .w = &wv};
+                    if (k == per_call)
+                        qdot_pack_x_xr(xq, cols, xr);
+                    const struct qdot_args a = {.y = y,
+                                                .ldy = (size_t)rows,
+                                                .xq = xq,
+                                                .xp = k == per_call ? xr : NULL,
+                                                .xp_ld = qdot_xr_row_bytes(cols),
+                                                .m = 1,
+                                                .w = &wv};
                     for (int r0 = 0; r0 < rows; r0 += task)
                         fns[k](&a, r0, r0 + task < rows ? r0 + task : rows);
                 }
@@ -104,5 +121,6 @@ int main(int argc, char **argv)
     free(x);
     free(y);
     free(xq);
+    free(xr);
     return 0;
 }

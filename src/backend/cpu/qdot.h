@@ -75,8 +75,17 @@ void qdot_rows_scalar(const struct qdot_args *a, int r0, int r1);
 void qdot_rows_avx2(const struct qdot_args *a, int r0, int r1);
 /* AVX512-VNNI (256-bit, VL): quads of bytes by VPDPBUSD */
 void qdot_rows_vnni(const struct qdot_args *a, int r0, int r1);
-/* vnni's with a shorter prefetch and the types of 32 against x laid out (qdot_xr.h) */
+/* vnni's with a shorter prefetch and the types of 32 against x laid out
+ * (qdot_xr.h): a->xp NULL, or for a type of 32 each input row laid out by
+ * qdot_pack_x_xr, xp_ld bytes apart (otherwise laid out per task) */
 void qdot_rows_vnni_near(const struct qdot_args *a, int r0, int r1);
+/* The bytes of a row of n columns of Q8_0 x laid out for vnni-near's types
+ * of 32 (whole runs of 8 blocks: the quants, block k and k + 4 of a run
+ * side by side, then the scales in f32 and the sums of the quants), a
+ * multiple of 64; and a quantized row (qdot_quantize_x's Q8_0) laid out so
+ * into xr (64-byte aligned). Only where the CPU has VNNI (AVX-512 VL/BW). */
+size_t qdot_xr_row_bytes(int n);
+void qdot_pack_x_xr(const char *xq, int n, char *xr);
 
 /* The multi-row kernels (qdot_tile_body.h): each weight row's blocks
  * unpacked once into the task's scratch, then multiplied with every group

@@ -15,8 +15,8 @@
  * over the block, subtracted once the four vectors are reduced to one lane
  * a block (Q5_1's quants are unsigned as they are: x's sum is its min's
  * operand instead). x's sums, its scales in f32 and its quants in the
- * vectors' order are laid out once per input row for all of a task's
- * weight rows (qd5_xr). A row's last run of fewer than 8 blocks (a row of
+ * vectors' order are laid out once per input row (qd5_xr): by qlinear.c
+ * once per call, else here once per task. A row's last run of fewer than 8 blocks (a row of
  * 896 columns is 3 runs and 4 blocks) is the same code with its loads
  * masked to the blocks there, x zero past them. With the weights in L2
  * (2026-12-05, that Xeon, one thread): Q8_0 29 -> 41 GB/s, Q4_0 15 -> 21
@@ -32,6 +32,21 @@ struct qd5_xr {
     float *d;   /* each block's scale */
     int32_t *s; /* each block's sum of quants */
 };
+
+/* The bytes of a row of nb blocks laid out (qdot_xr_row_bytes): whole runs
+ * of 8 blocks, the quants (32 bytes a block), then d and s (4 each) */
+QD_INLINE size_t qd5_xr_bytes(int nb)
+{
+    return (size_t)(nb + 7) / 8 * 8 * 40;
+}
+
+/* the layout of nb blocks at buf (64-byte aligned) */
+QD_INLINE struct qd5_xr qd5_xr_at(char *buf, int nb)
+{
+    const size_t nr = (size_t)(nb + 7) / 8 * 8, qbytes = nr * 32;
+    return (struct qd5_xr){
+        .q = (int8_t *)buf, .d = (float *)(buf + qbytes), .s = (int32_t *)(buf + qbytes + nr * 4)};
+}
 
 /* x's nb Q8_0 blocks into r; the last run's blocks past nb zero */
 QD_INLINE void qd5_xr_fill(const struct qd5_xr *r, const char *x, int nb)
@@ -258,10 +273,14 @@ static __attribute__((noinline)) float qd5_q5_1_xr(const char *w, const struct q
 }
 
 /* Rows [r0, r1) of a's weights of a type of 32 (nb blocks, w_ld bytes
- * apart) for every input row, each row's x laid out once (the task's
- * weight rows, about 128 KiB, stay in L2 from one input row to the next);
- * false, with nothing done, for the K-quants and where the scratch cannot
- * grow (the caller's code computes the same bits) */
+ * apart) for every input row, against each row's x laid out: once per
+ * call by qlinear.c (a->xp, qdot_pack_x_xr: a task of 16 rows of 8192
+ * columns had spent 14-20% of its CPU time laying out x again, weights in
+ * L2), or, where a->xp is NULL (a kernel calling this one for the
+ * types it does not take), once per task here (the task's weight rows,
+ * about 128 KiB, stay in L2 from one input row to the next); false, with
+ * nothing done, for the K-quants and where the scratch cannot grow (the
+ * caller's code computes the same bits) */
 QD_INLINE bool qd5_rows_xr(const struct qdot_args *a, int r0, int r1, int nb, size_t w_ld)
 {
     const enum dtype t = a->w->dtype;
@@ -282,16 +301,16 @@ QD_INLINE bool qd5_rows_xr(const struct qdot_args *a, int r0, int r1, int nb, si
     default:
         return false;
     }
-    /* whole runs of 8 blocks: the quants, then d and s */
-    const size_t nr = (size_t)(nb + 7) / 8 * 8, qbytes = nr * 32;
-    char *buf = cpu_scratch(CPU_SCRATCH_Q_XR, qbytes + nr * 8);
-    if (!buf)
+    /* x laid out once per call by the caller (qdot_pack_x_xr, a->xp), or
+     * here per task into the thread's scratch */
+    char *buf = a->xp ? NULL : cpu_scratch(CPU_SCRATCH_Q_XR, qd5_xr_bytes(nb));
+    if (!a->xp && !buf)
         return false;
-    const struct qd5_xr xr = {
-        .q = (int8_t *)buf, .d = (float *)(buf + qbytes), .s = (int32_t *)(buf + qbytes + nr * 4)};
     for (int i = 0; i < a->m; i++) {
         float *y = a->y + (size_t)i * a->ldy;
-        qd5_xr_fill(&xr, a->xq + (size_t)i * a->xq_ld, nb);
+        const struct qd5_xr xr = qd5_xr_at(a->xp ? (char *)a->xp + (size_t)i * a->xp_ld : buf, nb);
+        if (!a->xp)
+            qd5_xr_fill(&xr, a->xq + (size_t)i * a->xq_ld, nb);
         const char *row = (const char *)a->w->data + (size_t)r0 * w_ld;
         for (int r = r0; r < r1; r++, row += w_ld)
             y[r] = dot(row, &xr, nb);

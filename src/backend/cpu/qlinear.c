@@ -97,6 +97,11 @@ static size_t xp_block_bytes(enum dtype t)
                                            : (size_t)(QUANT_QKK + 4 + 16) * QDOT_GROUP;
 }
 
+size_t qdot_xr_row_bytes(int n)
+{
+    return ((size_t)(n / QUANT_QK0 + 7) / 8 * 8 * 40 + 63) / 64 * 64;
+}
+
 size_t qdot_xp_group_bytes(enum dtype t, int n)
 {
     const int qk = qdot_xtype_of(t) == QDOT_X_Q8_0 ? QUANT_QK0 : QUANT_QKK;
@@ -260,9 +265,10 @@ static bool has_amx_int8(void)
 #endif
 
 /* the layout of x a kernel reads: its quantized rows, packed groups of 8
- * (qdot_pack_x), runs of 8 blocks (qdot_pack_x_mr), or AMX's groups of 16
- * (qdot_pack_x_tiles) */
-enum q_xlayout { Q_X_ROWS, Q_X_GROUPS, Q_X_RUNS, Q_X_TILES };
+ * (qdot_pack_x), runs of 8 blocks (qdot_pack_x_mr), AMX's groups of 16
+ * (qdot_pack_x_tiles), or each Q8_0 row as vnni-near's types of 32 read it
+ * (qdot_pack_x_xr: q_layout) */
+enum q_xlayout { Q_X_ROWS, Q_X_GROUPS, Q_X_RUNS, Q_X_TILES, Q_X_XR };
 
 struct qdot_kernel {
     const char *name;
@@ -382,6 +388,15 @@ struct q_job {
     atomic_int rc;
 };
 
+/* The layout of x kernel k reads for weights of type t: its own, except
+ * vnni-near's types of 32, whose x is laid out once per call here instead
+ * of once per task in the kernel (a task of 16 rows of llama-3.2-1b's Q8_0
+ * down projection laid out its 256 blocks of x again for 16 rows' work) */
+static enum q_xlayout q_layout(const struct qdot_kernel *k, enum dtype t)
+{
+    return k->rows == qdot_rows_vnni_near && qdot_xtype_of(t) == QDOT_X_Q8_0 ? Q_X_XR : k->x;
+}
+
 /* Weight rows [r0, r1) of a's product by kernel k: 0, or ERR_NOMEM from a
  * tile kernel's scratch. */
 static int q_rows(const struct qdot_kernel *k, const struct qdot_args *a, int r0, int r1)
@@ -440,6 +455,8 @@ static void qx_task(void *ctx, int g)
         if (j->lay == Q_X_RUNS)
             qdot_pack_x_mr(j->t, j->xq + (size_t)i * j->xq_ld, j->cols,
                            j->xp + (size_t)i * j->xp_ld);
+        else if (j->lay == Q_X_XR)
+            qdot_pack_x_xr(j->xq + (size_t)i * j->xq_ld, j->cols, j->xp + (size_t)i * j->xp_ld);
     }
     if (j->lay == Q_X_GROUPS)
         qdot_pack_x(j->t, j->xq, j->xq_ld, j->m, j->cols, g, j->xp + (size_t)g * j->xp_ld);
@@ -461,10 +478,11 @@ static struct q_xsize q_xsize_of(int m, const struct weight_view *w, enum q_xlay
     z.xp_ld = lay == Q_X_GROUPS  ? qdot_xp_group_bytes(w->dtype, w->cols)
               : lay == Q_X_RUNS  ? qdot_xmr_row_bytes(w->dtype, w->cols)
               : lay == Q_X_TILES ? qdot_xt_group_bytes(w->dtype, w->cols)
+              : lay == Q_X_XR    ? qdot_xr_row_bytes(w->cols)
                                  : 0;
     const int ng = (m + q_group_rows(lay) - 1) / q_group_rows(lay);
     z.xq_bytes = ((size_t)m * z.xq_ld + 63) / 64 * 64;
-    z.xp_bytes = ((size_t)(lay == Q_X_RUNS ? m : ng) * z.xp_ld + 63) / 64 * 64;
+    z.xp_bytes = ((size_t)(lay == Q_X_RUNS || lay == Q_X_XR ? m : ng) * z.xp_ld + 63) / 64 * 64;
     return z;
 }
 
@@ -519,7 +537,7 @@ static int q_run(const struct qdot_kernel *k, float *y, const float *x, int m,
 {
     struct q_job j = {.k = k, .task_rows = q_task_rows(w)};
     atomic_init(&j.rc, 0);
-    int rc = q_prepare(y, x, m, w, k->x, &j.a);
+    int rc = q_prepare(y, x, m, w, q_layout(k, w->dtype), &j.a);
     if (rc < 0)
         return rc;
     const int tasks = (w->rows + j.task_rows - 1) / j.task_rows;
@@ -748,9 +766,10 @@ static bool qg_shares(const struct kern_linear_job *ji, const struct qdot_kernel
     if (ji->x != je->x || ji->m != je->m || ji->w.cols != je->w.cols ||
         qdot_xtype_of(ji->w.dtype) != qdot_xtype_of(je->w.dtype))
         return false;
-    /* the packed groups depend on the type of x alone, the runs and tiles
-     * on the weights' type too */
-    *layout = k->x == ke->x && (k->x == Q_X_GROUPS || ji->w.dtype == je->w.dtype);
+    /* the packed groups and vnni-near's rows depend on the type of x
+     * alone, the runs and tiles on the weights' type too */
+    const enum q_xlayout li = q_layout(k, ji->w.dtype), le = q_layout(ke, je->w.dtype);
+    *layout = li == le && (li == Q_X_GROUPS || li == Q_X_XR || ji->w.dtype == je->w.dtype);
     return true;
 }
 
@@ -778,7 +797,7 @@ int cpu_qlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compu
         for (int e = 0; e < i && from[i] < 0; e++)
             if (from[e] < 0 && qg_shares(j, gj[i].k, &jobs[e], gj[e].k, &laid[i]))
                 from[i] = e;
-        z[i] = q_xsize_of(j->m, &j->w, gj[i].k->x);
+        z[i] = q_xsize_of(j->m, &j->w, q_layout(gj[i].k, j->w.dtype));
         bytes += (from[i] < 0 ? z[i].xq_bytes : 0) + (laid[i] ? 0 : z[i].xp_bytes);
     }
     char *buf = bytes ? cpu_scratch(CPU_SCRATCH_Q_X, bytes) : NULL;
@@ -805,7 +824,8 @@ int cpu_qlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compu
             char *xq = from[i] < 0 ? buf : (char *)gj[from[i]].a.xq;
             if (from[i] < 0)
                 buf += z[i].xq_bytes;
-            q_xfill(j->y, j->x, j->m, &j->w, g->k->x, &z[i], xq, buf, from[i] < 0, &g->a);
+            q_xfill(j->y, j->x, j->m, &j->w, q_layout(g->k, j->w.dtype), &z[i], xq, buf,
+                    from[i] < 0, &g->a);
             buf += z[i].xp_bytes;
         }
         first[i + 1] = first[i] + (j->w.rows + g->task_rows - 1) / g->task_rows;
