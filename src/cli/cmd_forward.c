@@ -108,7 +108,7 @@ int cmd_forward(int argc, char **argv)
                         argc, argv, flags, sizeof(flags) / sizeof(flags[0]));
     if (rc)
         return rc;
-    struct cli_device_flags f = {.adapter = adapter};
+    struct cli_device_flags f = {.adapter = adapter, .cpu_mapped = true};
     if (cli_device_flags_parse(compute_s, devices, &f) < 0)
         return args_usage_fail("forward");
     return forward_run(dir, ids_s, path, &f) < 0 ? cli_fail("forward") : 0;

@@ -48,14 +48,15 @@ static const char *const *adapter_names(const struct cli_device_flags *f, int *n
 
 /* The whole model on GPU gpu (or the CPU, gpu < 0), on a device sized for
  * it and shape: in the device's memory, as serve runs it. On the CPU that is
- * the arena's huge pages (core/hugemem.h), never the checkpoint's mapping:
+ * the arena's huge pages (core/hugemem.h), not the checkpoint's mapping:
  * a file's page cache is in 4 KiB pages, and the decode's weight streams
  * ran 1.5x slower from it (llama-3.2-1b Q8_0's head: 12.5 GB/s from the
  * GGUF mapping, 19.0 from the arena, Xeon of docs/performance.md). The copy
  * costs time at open (docs/performance.md gives it); the mapping is
  * closed once the weights are in (model_open_on), so one copy stays
  * resident. Where MemAvailable has no room for the copy, the mapped
- * checkpoint as before, with a note. The calling thread computes over the
+ * checkpoint as before, with a note; and for forward (f->cpu_mapped), whose
+ * single pass a copy would not pay for. The calling thread computes over the
  * whole kernel pool there (--threads), where an engine's CPU device runs
  * alone on its compute thread. */
 static int open_on_device(const struct cli_device_flags *f, const char *dir,
@@ -85,6 +86,8 @@ static int open_on_device(const struct cli_device_flags *f, const char *dir,
     weights += lora;
     /* 1 MiB beside them: what the backend rounds or aligns */
     const uint64_t budget = weights + exec + (1u << 20);
+    if (f->gpu < 0 && f->cpu_mapped)
+        return model_open(dir, &out->m);
     uint64_t avail, total;
     if (f->gpu < 0 && device_cpu_memory(&avail, &total) == 0 && budget > avail) {
         /* a copy would push out other processes' memory, or be killed:

@@ -13,7 +13,8 @@
 /* --devices LIST for a command that runs on one device. */
 #define DEVICE_FLAG(dst)                                                                           \
     FLAG("devices", FLAG_STR, dst, "cpu:0|cuda:G",                                                 \
-         "the device to compute on: cpu:0 (default; the weights copied into huge pages) or "       \
+         "the device to compute on: cpu:0 (default; the weights copied into huge pages, but "      \
+         "forward's one pass reads the checkpoint's mapping) or "                                 \
          "cuda:G, GPU G (the weights copied there; needs a CUDA build)")
 
 /* --adapter DIR for a one-device command. */
@@ -40,6 +41,10 @@ struct cli_device_flags {
     int gpu;                   /* --devices cuda:G: G; else -1 (cpu:0) */
     bool compute_set;          /* --compute given: */
     enum kern_compute compute; /* the model computes in it */
+    /* on the CPU: compute from the checkpoint's mapping, no copy (forward:
+     * one pass reads each weight once, where a copy costs a pass and the
+     * first touch of its memory) */
+    bool cpu_mapped;
     const char *adapter;       /* --adapter DIR, or NULL */
     /* several adapters (bench forward), used instead of adapter when
      * n_adapters > 0: at most CLI_MAX_ADAPTERS */
@@ -57,8 +62,9 @@ int cli_device_flags_parse(const char *compute, const char *devices, struct cli_
  * model_exec of shape (max_len capped at the model's positions), the
  * weights copied there (model_open_on) and the checkpoint closed: -1, a
  * CPU device, whose arena is in huge pages, the calling thread computing
- * over the kernel pool (or, when the machine's available memory is short
- * of that, the mapped checkpoint: out->dev NULL, a note on stderr); else
+ * over the kernel pool (or, with f->cpu_mapped or when the machine's
+ * available memory is short of that, the mapped checkpoint: out->dev NULL,
+ * a note on stderr for the second); else
  * GPU f->gpu, the calling thread made its compute thread
  * (device_compute_thread_init). With f->compute_set the model computes in
  * f->compute. The caller runs model_exec_open (at most shape's size) on
