@@ -24,7 +24,7 @@
 #include "test.h"
 #include "tiny_opt.h"
 
-static char tmp[] = "/tmp/shardswap_hugemem_XXXXXX";
+static char tmp[96];
 
 /* Whether this kernel has transparent huge pages at all: without them
  * MADV_HUGEPAGE is refused and no VmFlags say hg. */
@@ -46,7 +46,7 @@ static void check_eligible(const void *p, const char *what)
 
 static void setup(void)
 {
-    CHECK(mkdtemp(tmp) != NULL);
+    test_scratch_dir(tmp, sizeof(tmp), "hugemem");
 }
 
 /* aligned, exactly the asked length (page-rounded), advised; munmap frees it */
@@ -168,10 +168,5 @@ TEST(model_weights)
 
 int main(int argc, char **argv)
 {
-    int rc = test_main(argc, argv, setup);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp);
-    return rc;
+    return test_main(argc, argv, setup);
 }
