@@ -31,6 +31,11 @@
 #define QD_PREFETCH_Q5 2048
 #include "backend/cpu/qdot_body.h"
 
+size_t qdot_xr_row_bytes(int n)
+{
+    return (qd5_xr_bytes(n / QUANT_QK0) + 63) / 64 * 64;
+}
+
 void qdot_pack_x_xr(const char *xq, int n, char *xr)
 {
     const int nb = n / QUANT_QK0;
@@ -39,6 +44,12 @@ void qdot_pack_x_xr(const char *xq, int n, char *xr)
 }
 
 #else
+size_t qdot_xr_row_bytes(int n)
+{
+    (void)n;
+    return 0; /* no layout: vnni-near is never offered without x86 */
+}
+
 void qdot_pack_x_xr(const char *xq, int n, char *xr)
 {
     (void)xq, (void)n, (void)xr;

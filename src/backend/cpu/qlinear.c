@@ -97,11 +97,6 @@ static size_t xp_block_bytes(enum dtype t)
                                            : (size_t)(QUANT_QKK + 4 + 16) * QDOT_GROUP;
 }
 
-size_t qdot_xr_row_bytes(int n)
-{
-    return ((size_t)(n / QUANT_QK0 + 7) / 8 * 8 * 40 + 63) / 64 * 64;
-}
-
 size_t qdot_xp_group_bytes(enum dtype t, int n)
 {
     const int qk = qdot_xtype_of(t) == QDOT_X_Q8_0 ? QUANT_QK0 : QUANT_QKK;
