@@ -29,7 +29,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/jsonout.h"
-#include "core/membw.h"
+#include "core/hugemem.h"
 #include "core/timing.h"
 
 #define BENCH_GEMV_MAX_M 512
@@ -86,7 +86,7 @@ static double bench_gemv_time(const struct bench_gemv *b, struct weight_view w, 
 
 char *bench_gemv_map(size_t bytes)
 {
-    return membw_map(bytes);
+    return hugemem_map(bytes);
 }
 
 void bench_gemv_unmap(char *p, size_t bytes)

@@ -216,17 +216,12 @@ static double membw_pass(char *dst, const char *src, int threads, size_t bytes_p
     return (double)bytes_per_thread * threads / wall;
 }
 
-char *membw_map(size_t bytes)
-{
-    return hugemem_map(bytes);
-}
-
 /* bytes rounded up to the readers' unit, in huge pages where the kernel
  * allows (as the device arenas and host-tier blobs have them), every page
  * written (faulted in) with `fill`; MAP_FAILED when it cannot. */
 static char *membw_buffer(size_t bytes, int fill)
 {
-    char *p = membw_map(bytes);
+    char *p = hugemem_map(bytes);
     if (!p)
         return MAP_FAILED;
     memset(p, fill, bytes);

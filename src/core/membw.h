@@ -5,11 +5,6 @@
 
 #include <stddef.h>
 
-/* bytes of anonymous memory at a huge-page boundary, in huge pages where
- * the kernel allows (hugemem_map), not yet touched; NULL when it cannot be
- * mapped (munmap it). */
-char *membw_map(size_t bytes);
-
 /* Bytes copied per second by memcpy on `threads` threads at once, each
  * copying its own `bytes_per_thread` between buffers touched beforehand (no
  * page faults in the timing, and long enough that starting the threads does
