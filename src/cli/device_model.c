@@ -86,8 +86,6 @@ static int open_on_device(const struct cli_device_flags *f, const char *dir,
     weights += lora;
     /* 1 MiB beside them: what the backend rounds or aligns */
     const uint64_t budget = weights + exec + (1u << 20);
-    if (f->gpu < 0 && f->cpu_mapped)
-        return model_open(dir, &out->m);
     uint64_t avail, total;
     if (f->gpu < 0 && device_cpu_memory(&avail, &total) == 0 && budget > avail) {
         /* a copy would push out other processes' memory, or be killed:
@@ -115,7 +113,8 @@ int cli_model_open(const struct cli_device_flags *f, const char *dir,
                    const struct model_exec_shape *shape, struct cli_model *out)
 {
     memset(out, 0, sizeof(*out));
-    int rc = open_on_device(f, dir, shape, out);
+    int rc = f->gpu < 0 && f->cpu_mapped ? model_open(dir, &out->m)
+                                          : open_on_device(f, dir, shape, out);
     if (rc < 0) {
         cli_model_close(out);
         return rc;
