@@ -55,8 +55,8 @@ static const char *const *adapter_names(const struct cli_device_flags *f, int *n
  * costs time at open (docs/performance.md gives it); the mapping is
  * closed once the weights are in (model_open_on), so one copy stays
  * resident. Where MemAvailable has no room for the copy, the mapped
- * checkpoint as before, with a note; and for forward (f->cpu_mapped), whose
- * single pass a copy would not pay for. The calling thread computes over the
+ * checkpoint as before, with a note (cli_model_open maps it for forward,
+ * f->cpu_mapped, whose single pass a copy would not pay for). The calling thread computes over the
  * whole kernel pool there (--threads), where an engine's CPU device runs
  * alone on its compute thread. */
 static int open_on_device(const struct cli_device_flags *f, const char *dir,
