@@ -47,6 +47,7 @@
 #include "backend/cpu/attn_vec.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/lanes.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/qlinear.h"
 #include "backend/cpu/vec.h"
@@ -253,17 +254,22 @@ static int linear_cases(const int *ms, size_t n_ms)
 }
 
 /* Kernels that sum each row in the same order give the same bits: the
- * bf16 mode's VDPBF16PS kernel over 4, 1 and 8 weight rows at a time and
- * over blocks of 3 weight rows x 8 input rows, whole rows or in column spans
- * over 12 weight rows (m 5-7, 9-15 leave every rest of its input rows,
- * n = 37 and 200 of its weight rows, k = 2048 four spans), with
- * rows that fill no whole block and columns past the last whole 32 (summed
- * after the vector part, in the same order by each). */
+ * bf16 mode's VDPBF16PS kernel over 4, 1 and 8 weight rows at a time, over
+ * 2, 4 and 8 far-apart streams of rows in lockstep (sub-lanes of unequal
+ * length: 2100 rows of 96 columns make 2 lanes of 33 units, 1000 of 300
+ * lanes of 16 and 17), and over blocks of 3 weight rows x 8 input rows,
+ * whole rows or in column spans over 12 weight rows (m 5-7, 9-15 leave
+ * every rest of its input rows, n = 37 and 200 of its weight rows, k = 2048
+ * four spans), with rows that fill no whole block and columns past the last
+ * whole 32 (summed after the vector part, in the same order by each). The
+ * weights and inputs are random, so a row summed in another order, or its
+ * sum stored at another row, changes the bits. */
 static void test_gemv_same_bits(void)
 {
     static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 11, 16};
-    static const int shapes[][2] = {{37, 75}, {64, 2048}, {200, 300}};
-    static const char *const others[] = {"avx512bf16-r1", "avx512bf16-r1f", "avx512bf16-r8",
+    static const int shapes[][2] = {{37, 75}, {64, 2048}, {200, 300}, {1000, 300}, {2100, 96}};
+    static const char *const others[] = {"avx512bf16-r1", "avx512bf16-r1f", "avx512bf16-s2",
+                                         "avx512bf16-s4", "avx512bf16-s8",  "avx512bf16-r8",
                                          "avx512bf16-m8", "avx512bf16-m8s"};
     if (cpu_gemv_force("avx512bf16") < 0) {
         printf("gemv same bits: skipped (%s)\n", err_msg());
@@ -345,7 +351,8 @@ static void test_gemv_same_bits(void)
 static void test_gemv_lanes(void)
 {
     static const int shapes[][2] = {{37, 75}, {530, 256}, {2100, 512}};
-    static const char *const kernels[] = {NULL, "avx512bf16-r1f", "amx", "avx512"};
+    static const char *const kernels[] = {NULL,  "avx512bf16-r1f", "avx512bf16-s4", "avx512bf16-s8",
+                                          "amx", "avx512"};
     static const int ms[] = {1, 3};
     enum { N_SHAPES = sizeof(shapes) / sizeof(shapes[0]) };
     uint16_t *wb[N_SHAPES];
@@ -424,14 +431,70 @@ static void test_gemv_lanes(void)
     free(yb);
 }
 
+/* Lanes cut in sub-lanes (lanes.h): the pool's tasks, each a step with its
+ * units (at most one per stream, ascending), take every unit exactly once,
+ * and the steps of a lane are as many as its longest sub-lane: for units from 1 to 70 (fewer than
+ * the threads or the streams, and not a multiple of either), 1 to 8 streams, run here alone (every
+ * lane's steps taken by this thread, the others' stolen from the back) and over the pool. */
+struct lanes_seen {
+    struct cpu_lanes l;
+    _Atomic int seen[80];
+    atomic_int bad;
+};
+
+static void lanes_seen_task(void *ctx, int task)
+{
+    struct lanes_seen *t = ctx;
+    int u[CPU_LANES_STREAMS_MAX];
+    const int step = cpu_lanes_chunk(&t->l, task);
+    const int n = cpu_lanes_units(&t->l, step, u);
+    if (n < 1 || n > t->l.streams)
+        atomic_store(&t->bad, 1);
+    for (int k = 0; k < n; k++) {
+        if (u[k] < 0 || u[k] >= 80 || (k && u[k] <= u[k - 1]))
+            atomic_store(&t->bad, 1);
+        else
+            atomic_fetch_add(&t->seen[u[k]], 1);
+    }
+}
+
+static void test_lanes_streams(void)
+{
+    static struct lanes_seen t;
+    for (int alone = 0; alone < 2; alone++)
+        for (int streams = 1; streams <= CPU_LANES_STREAMS_MAX; streams++)
+            for (int units = 1; units <= 70; units++) {
+                cpu_kernels_single_thread(alone);
+                for (int i = 0; i < 80; i++)
+                    atomic_init(&t.seen[i], 0);
+                atomic_init(&t.bad, 0);
+                const int tasks = cpu_lanes_init_streams(&t.l, units, streams);
+                CHECK(tasks == t.l.tasks);
+                int steps = 0;
+                for (int i = 0; i < t.l.lanes; i++) {
+                    const int n = t.l.unit0[i + 1] - t.l.unit0[i];
+                    steps += (n + t.l.streams - 1) / t.l.streams;
+                }
+                CHECK(t.l.lanes == 0 || tasks == steps);
+                cpu_kernels_run(lanes_seen_task, &t, tasks);
+                cpu_kernels_single_thread(false);
+                CHECK_MSG(!atomic_load(&t.bad), "lanes: %d units, %d streams: a bad step", units,
+                          streams);
+                for (int i = 0; i < 80; i++)
+                    CHECK_MSG(atomic_load(&t.seen[i]) == (i < units),
+                              "lanes: %d units, %d streams: unit %d taken %d times", units, streams,
+                              i, atomic_load(&t.seen[i]));
+            }
+}
+
 static void test_linear(void)
 {
     static const int gemv_ms[] = {1, 2, 3, 4, 5, 8, 15, 16};
     static const int blas_ms[] = {17, 64};
     static const char *const isas[] = {
-        "amx",           "avx512bf16",    "avx512bf16-r1", "avx512bf16-r1f", "avx512bf16-r8",
-        "avx512bf16-m8", "avx512pairs",   "avx512bf16-m8s", "avx512",       "avx512-r1",
-        "avx512-m8",     "avx2",          "matmul",        "scalar"};
+        "amx",           "avx512bf16",    "avx512bf16-r1", "avx512bf16-r1f", "avx512bf16-s4",
+        "avx512bf16-r8", "avx512bf16-m8", "avx512pairs",   "avx512bf16-m8s", "avx512",
+        "avx512-r1",     "avx512-m8",     "avx2",          "matmul",         "scalar"};
     int cases = linear_cases(blas_ms, sizeof(blas_ms) / sizeof(blas_ms[0]));
     /* the GEMV: every kernel this CPU runs, then the measured choices */
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
@@ -2287,6 +2350,7 @@ int main(void)
     CHECK(cpu_gemv_force(NULL) == 0);
     test_linear_group_quant();
     test_gemv_same_bits();
+    test_lanes_streams();
     test_gemv_lanes();
     test_matmul_cache();
     test_gemv_choice();

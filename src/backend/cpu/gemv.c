@@ -110,6 +110,11 @@ struct gemv_kernel {
     bool (*supported)(void);
     enum gemv_input input;
     unsigned classes;
+    /* > 1: a task runs `streams` pieces by `pieces` (a lane in sub-lanes,
+     * lanes.h), a candidate for one input row alone (other calls run its
+     * pieces one by one: its rows fn) */
+    int streams;
+    gemv_pieces_fn pieces;
 };
 
 bool cpu_amx_granted(void)
@@ -118,33 +123,46 @@ bool cpu_amx_granted(void)
 }
 
 static const struct gemv_kernel gemv_kernels[] = {
-    {"amx", gemv_rows_amx, has_amx, GEMV_IN_AMX, C(GEMV_BF16_MODE)},
-    {"avx512bf16", gemv_rows_avx512bf16, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
+    {"amx", gemv_rows_amx, has_amx, GEMV_IN_AMX, C(GEMV_BF16_MODE), 1, NULL},
+    {"avx512bf16", gemv_rows_avx512bf16, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE), 1,
+     NULL},
     /* the same sums read another way: one weight row at a time (a single
      * stream), or eight at once without software prefetch */
-    {"avx512bf16-r1", gemv_rows_avx512bf16_r1, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
-    {"avx512bf16-r8", gemv_rows_avx512bf16_r8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
+    {"avx512bf16-r1", gemv_rows_avx512bf16_r1, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
+     1, NULL},
+    {"avx512bf16-r8", gemv_rows_avx512bf16_r8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
+     1, NULL},
     /* the single stream with its prefetch to L1 and, further ahead, to L2 */
     {"avx512bf16-r1f", gemv_rows_avx512bf16_r1f, cpu_isa_avx512bf16, GEMV_IN_BF16,
-     C(GEMV_BF16_MODE)},
+     C(GEMV_BF16_MODE), 1, NULL},
+    /* that stream's rows and prefetch over 2, 4 or 8 far-apart streams of
+     * the thread's lane at once (its sub-lanes): one core keeps more lines
+     * in flight for a few streams than for one */
+    {"avx512bf16-s2", gemv_rows_avx512bf16_r1f, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
+     2, gemv_pieces_avx512bf16_s},
+    {"avx512bf16-s4", gemv_rows_avx512bf16_r1f, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
+     4, gemv_pieces_avx512bf16_s},
+    {"avx512bf16-s8", gemv_rows_avx512bf16_r1f, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
+     8, gemv_pieces_avx512bf16_s},
     /* the same sums over blocks of 3 weight rows x 8 input rows: fewer
      * loads per multiply-add where several input rows bind the product */
-    {"avx512bf16-m8", gemv_rows_avx512bf16_m8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE)},
+    {"avx512bf16-m8", gemv_rows_avx512bf16_m8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
+     1, NULL},
     /* and in column spans over 12 weight rows, x's span kept in L1 */
     {"avx512bf16-m8s", gemv_rows_avx512bf16_m8s, cpu_isa_avx512bf16, GEMV_IN_BF16,
-     C(GEMV_BF16_MODE)},
+     C(GEMV_BF16_MODE), 1, NULL},
     {"avx512pairs", gemv_rows_avx512pairs, cpu_isa_avx512, GEMV_IN_PAIRS,
-     C(GEMV_BF16) | C(GEMV_BF16_MODE)},
-    {"avx512", gemv_rows_avx512, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES},
-    {"avx512-r1", gemv_rows_avx512_r1, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES},
-    {"avx512-m8", gemv_rows_avx512_m8, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES},
-    {"avx2", gemv_rows_avx2, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES},
+     C(GEMV_BF16) | C(GEMV_BF16_MODE), 1, NULL},
+    {"avx512", gemv_rows_avx512, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
+    {"avx512-r1", gemv_rows_avx512_r1, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
+    {"avx512-m8", gemv_rows_avx512_m8, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
+    {"avx2", gemv_rows_avx2, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
     /* the matrix product's primitive (matmul.c): its micro-kernels keep more
      * sums in registers than a GEMV's blocks, which wins once enough input
      * rows make the product bound by multiplying rather than by reading */
-    {"matmul", NULL, has_scalar, GEMV_IN_F32, C(GEMV_BF16_MODE)},
+    {"matmul", NULL, has_scalar, GEMV_IN_F32, C(GEMV_BF16_MODE), 1, NULL},
     /* never a candidate where a vector kernel runs: only by request */
-    {"scalar", gemv_rows_scalar, has_scalar, GEMV_IN_F32, 0},
+    {"scalar", gemv_rows_scalar, has_scalar, GEMV_IN_F32, 0, 1, NULL},
 };
 #define GEMV_N_KERNELS (int)(sizeof(gemv_kernels) / sizeof(gemv_kernels[0]))
 static const struct gemv_kernel *const gemv_scalar_kernel = &gemv_kernels[GEMV_N_KERNELS - 1];
@@ -210,7 +228,8 @@ static int gemv_find(const char *name, const struct gemv_kernel **out)
     return err_set(
         ERR_INVALID,
         "unknown GEMV kernel \"%s\" (expected amx, avx512bf16, avx512bf16-r1, avx512bf16-r1f, "
-        "avx512bf16-r8, avx512bf16-m8, avx512bf16-m8s, avx512pairs, avx512, avx512-r1, avx512-m8, "
+        "avx512bf16-s2, avx512bf16-s4, avx512bf16-s8, avx512bf16-r8, avx512bf16-m8, "
+        "avx512bf16-m8s, avx512pairs, avx512, avx512-r1, avx512-m8, "
         "avx2, matmul or scalar)",
         name);
 }
@@ -395,22 +414,27 @@ void cpu_cache_flush(const void *p, size_t n)
 }
 
 /* A call's tasks are chunks of about GEMV_TASK_BYTES of weight rows, run in
- * lanes (lanes.h). */
+ * lanes (lanes.h); with a kernel of several streams, a task is one unit of
+ * each of `streams` sub-lanes, units of about GEMV_TASK_BYTES / streams. */
 struct gemv_job {
     struct gemv_args a;
     gemv_rows_fn rows;
-    int task_rows;
-    int tasks;
+    gemv_pieces_fn pieces; /* with streams > 1 */
+    int streams;
+    int task_rows; /* rows per chunk (unit) */
+    int tasks;     /* chunks (units) */
     struct cpu_lanes lanes;
 };
 
-/* Rows per task: about GEMV_TASK_BYTES of weights, at least
- * GEMV_MIN_TASKS tasks when the matrix allows, a multiple of 16. */
-static int gemv_task_rows(const struct weight_view *w)
+/* Rows per chunk: about GEMV_TASK_BYTES / streams of weights, at least
+ * GEMV_MIN_TASKS chunks per stream when the matrix allows, a multiple of
+ * 16. */
+static int gemv_task_rows(const struct weight_view *w, int streams)
 {
     size_t row_bytes = (size_t)w->cols * dtype_size(w->dtype);
-    size_t rows = GEMV_TASK_BYTES / (row_bytes ? row_bytes : 1);
-    size_t most = ((size_t)w->rows + GEMV_MIN_TASKS - 1) / GEMV_MIN_TASKS;
+    size_t rows = GEMV_TASK_BYTES / (size_t)streams / (row_bytes ? row_bytes : 1);
+    size_t most = ((size_t)w->rows + GEMV_MIN_TASKS * (size_t)streams - 1) /
+                  (GEMV_MIN_TASKS * (size_t)streams);
     if (rows > most)
         rows = most;
     rows = (rows + 15) / 16 * 16;
@@ -419,11 +443,21 @@ static int gemv_task_rows(const struct weight_view *w)
 
 /* j's tasks over w's rows (a single call then puts them in lanes of their
  * own; a group's are in the group's lanes) */
-static void gemv_job_init(struct gemv_job *j, gemv_rows_fn rows, const struct weight_view *w)
+static void gemv_job_init(struct gemv_job *j, const struct gemv_kernel *k,
+                          const struct weight_view *w)
 {
-    j->rows = rows;
-    j->task_rows = gemv_task_rows(w);
+    j->rows = k->rows;
+    j->pieces = k->streams > 1 ? k->pieces : NULL;
+    j->streams = k->streams > 1 ? k->streams : 1;
+    j->task_rows = gemv_task_rows(w, j->streams);
     j->tasks = (w->rows + j->task_rows - 1) / j->task_rows;
+}
+
+/* the rows of j's chunk c as a piece */
+static struct gemv_piece gemv_chunk_piece(const struct gemv_job *j, int c)
+{
+    const int r0 = c * j->task_rows, r1 = r0 + j->task_rows;
+    return (struct gemv_piece){&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows};
 }
 
 /* j's rows of chunk c */
@@ -436,7 +470,23 @@ static void gemv_chunk(const struct gemv_job *j, int c)
 static void gemv_task(void *ctx, int task)
 {
     struct gemv_job *j = ctx;
-    gemv_chunk(j, cpu_lanes_chunk(&j->lanes, task));
+    const int step = cpu_lanes_chunk(&j->lanes, task);
+    if (!j->pieces) {
+        gemv_chunk(j, step);
+        return;
+    }
+    int units[CPU_LANES_STREAMS_MAX];
+    struct gemv_piece p[CPU_LANES_STREAMS_MAX];
+    const int n = cpu_lanes_units(&j->lanes, step, units);
+    for (int k = 0; k < n; k++)
+        p[k] = gemv_chunk_piece(j, units[k]);
+    j->pieces(p, n);
+}
+
+/* j's call on the pool: its chunks in lanes (of sub-lanes) */
+static void gemv_job_run(struct gemv_job *j)
+{
+    cpu_kernels_run(gemv_task, j, cpu_lanes_init_streams(&j->lanes, j->tasks, j->streams));
 }
 
 /* The calibration's weights in memory like a device arena's: whole huge
@@ -501,9 +551,10 @@ static void gemv_calibrate(enum gemv_class c)
                 best[i] = 1e30;
             for (int rep = 0; rep < cal_reps[b]; rep++)
                 for (int i = 0; i < n; i++) {
+                    if (cand[i]->streams > 1 && gemv_bucket_m[b] > 1)
+                        continue; /* one row's kernel: best stays 1e30 */
                     struct gemv_job j;
-                    gemv_job_init(&j, cand[i]->rows, &w);
-                    cpu_lanes_init(&j.lanes, j.tasks);
+                    gemv_job_init(&j, cand[i], &w);
                     cpu_cache_flush(wd, CAL_BYTES);
                     double s = time_now();
                     if (!j.rows) {
@@ -512,7 +563,7 @@ static void gemv_calibrate(enum gemv_class c)
                     } else {
                         if (gemv_prepare(cand[i], y, x, gemv_bucket_m[b], &w, cm, &j.a) < 0)
                             continue;
-                        cpu_kernels_run(gemv_task, &j, j.tasks);
+                        gemv_job_run(&j);
                     }
                     s = time_now() - s;
                     if (s < best[i])
@@ -624,12 +675,11 @@ int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
     if (!k->rows)
         return cpu_matmul(y, x, m, w, cm);
     struct gemv_job j;
-    gemv_job_init(&j, k->rows, w);
-    cpu_lanes_init(&j.lanes, j.tasks);
+    gemv_job_init(&j, k, w);
     int rc = gemv_prepare(k, y, x, m, w, cm, &j.a);
     if (rc < 0)
         return rc;
-    cpu_kernels_run(gemv_task, &j, j.tasks);
+    gemv_job_run(&j);
     return 0;
 }
 
@@ -637,6 +687,18 @@ int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
 static int gemv_group_chunk(void *ctx, int i, int c)
 {
     gemv_chunk((const struct gemv_job *)ctx + i, c);
+    return 0;
+}
+
+/* chunks c[k] of the group's jobs job[k] as one task's pieces
+ * (cpu_lanes_units_fn); every job has the same pieces kernel */
+static int gemv_group_units(void *ctx, const int *job, const int *c, int count)
+{
+    const struct gemv_job *gj = ctx;
+    struct gemv_piece p[CPU_LANES_STREAMS_MAX];
+    for (int k = 0; k < count; k++)
+        p[k] = gemv_chunk_piece(&gj[job[k]], c[k]);
+    gj[job[0]].pieces(p, count);
     return 0;
 }
 
@@ -683,7 +745,7 @@ int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute 
     first[0] = 0;
     for (int i = 0; i < n; i++) {
         const struct kern_linear_job *j = &jobs[i];
-        gemv_job_init(&gj[i], kern[i]->rows, &j->w);
+        gemv_job_init(&gj[i], kern[i], &j->w);
         if (shares[i]) {
             gj[i].a = gj[i - 1].a;
             gj[i].a.y = j->y;
@@ -698,6 +760,12 @@ int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute 
     }
     /* in one set of lanes: lanes per job gave the two threads half of each
      * small product (a 128-row k or v to one thread while the other
-     * waited) */
+     * waited); in sub-lanes when every job has the same kernel of streams
+     * (a stream may then run from one job's rows into the next's) */
+    bool streams = gj[0].pieces != NULL;
+    for (int i = 1; i < n; i++)
+        streams = streams && kern[i] == kern[0];
+    if (streams)
+        return cpu_lanes_run_group_streams(first, n, gj[0].streams, gemv_group_units, gj);
     return cpu_lanes_run_group(first, n, gemv_group_chunk, gj);
 }

@@ -66,6 +66,21 @@ void gemv_rows_avx512pairs(const struct gemv_args *a, int r0, int r1);
  * the last whole 16 and for columns not a multiple of 32); other dtypes as
  * gemv_rows_avx512bf16. Only after gemv_amx_enable returned true. */
 void gemv_rows_amx(const struct gemv_args *a, int r0, int r1);
+/* A run of rows [r0, r1) of a's product: one stream of a task that reads
+ * several far-apart streams at once (lanes.h's sub-lanes). */
+struct gemv_piece {
+    const struct gemv_args *a;
+    int r0, r1;
+};
+#define GEMV_STREAMS_MAX 8
+
+/* Every piece's rows (n <= GEMV_STREAMS_MAX). Runs on a pool thread; reads
+ * and writes nothing but their operands. */
+typedef void (*gemv_pieces_fn)(const struct gemv_piece *p, int n);
+/* the bf16 mode's one input row over the n pieces' streams in lockstep,
+ * each row summed as gemv_rows_avx512bf16_r1 sums it (the same results
+ * bitwise); other shapes piece by piece through gemv_rows_avx512bf16_r1f */
+void gemv_pieces_avx512bf16_s(const struct gemv_piece *p, int n);
 /* Asks Linux for the AMX tile data (once per process suffices; repeating
  * is harmless): true when granted. */
 bool gemv_amx_enable(void);

@@ -25,20 +25,54 @@ void cpu_gemv_split_lanes(bool lanes)
     atomic_store(&lanes_on, lanes);
 }
 
-void cpu_lanes_init(struct cpu_lanes *l, int tasks)
+int cpu_lanes_init_streams(struct cpu_lanes *l, int units, int streams)
 {
     pthread_once(&lanes_env_once, lanes_read_env);
+    assert(streams >= 1 && streams <= CPU_LANES_STREAMS_MAX);
     int threads = cpu_kernels_alone() ? 1 : cpu_threads();
     if (threads > CPU_LANES_MAX)
         threads = CPU_LANES_MAX;
-    l->lanes = atomic_load(&lanes_on) ? (tasks < threads ? tasks : threads) : 0;
+    l->lanes = atomic_load(&lanes_on) ? (units < threads ? units : threads) : 0;
+    l->streams = l->lanes ? streams : 1;
     l->seq = atomic_fetch_add(&lanes_seq, 1) + 1;
     atomic_init(&l->arrived, 0);
+    l->unit0[0] = l->step0[0] = 0;
     for (int i = 0; i < l->lanes; i++) {
-        const uint64_t lo = (uint64_t)tasks * i / l->lanes;
-        const uint64_t hi = (uint64_t)tasks * (i + 1) / l->lanes;
-        atomic_init(&l->lane[i].v, hi << 32 | lo);
+        l->unit0[i + 1] = (int)((int64_t)units * (i + 1) / l->lanes);
+        /* a lane of n units in `streams` sub-lanes: as many steps as its
+         * longest sub-lane */
+        const int n = l->unit0[i + 1] - l->unit0[i];
+        l->step0[i + 1] = l->step0[i] + (n + l->streams - 1) / l->streams;
+        atomic_init(&l->lane[i].v, (uint64_t)l->step0[i + 1] << 32 | (uint32_t)l->step0[i]);
     }
+    l->tasks = l->lanes ? l->step0[l->lanes] : units;
+    return l->tasks;
+}
+
+void cpu_lanes_init(struct cpu_lanes *l, int tasks)
+{
+    (void)cpu_lanes_init_streams(l, tasks, 1);
+}
+
+int cpu_lanes_units(const struct cpu_lanes *l, int step, int units[CPU_LANES_STREAMS_MAX])
+{
+    if (l->streams == 1) {
+        units[0] = step;
+        return 1;
+    }
+    int i = 0;
+    while (step >= l->step0[i + 1])
+        i++;
+    /* sub-lane s of lane i: its units [b + n s / S, b + n (s + 1) / S) */
+    const int b = l->unit0[i], n = l->unit0[i + 1] - b, k = step - l->step0[i];
+    int count = 0;
+    for (int s = 0; s < l->streams; s++) {
+        const int lo = b + n * s / l->streams, hi = b + n * (s + 1) / l->streams;
+        if (lo + k < hi)
+            units[count++] = lo + k;
+    }
+    assert(count > 0);
+    return count;
 }
 
 /* The next chunk of lane i (front), or its last one (back): -1 when the
@@ -107,7 +141,8 @@ static int lanes_job(const int *first, int n, int c)
 struct lanes_group {
     const int *first;
     int n;
-    cpu_lanes_chunk_fn fn;
+    cpu_lanes_chunk_fn fn;       /* one stream */
+    cpu_lanes_units_fn units_fn; /* streams */
     void *ctx;
     struct cpu_lanes lanes;
     atomic_int rc;
@@ -116,18 +151,39 @@ struct lanes_group {
 static void lanes_group_task(void *ctx, int task)
 {
     struct lanes_group *g = ctx;
-    const int c = cpu_lanes_chunk(&g->lanes, task);
-    const int i = lanes_job(g->first, g->n, c);
-    const int rc = g->fn(g->ctx, i, c - g->first[i]);
+    const int step = cpu_lanes_chunk(&g->lanes, task);
+    int units[CPU_LANES_STREAMS_MAX], job[CPU_LANES_STREAMS_MAX];
+    const int count = cpu_lanes_units(&g->lanes, step, units);
+    int rc = 0;
+    for (int k = 0; k < count; k++) {
+        job[k] = lanes_job(g->first, g->n, units[k]);
+        units[k] -= g->first[job[k]];
+    }
+    if (g->units_fn)
+        rc = g->units_fn(g->ctx, job, units, count);
+    else
+        rc = g->fn(g->ctx, job[0], units[0]);
     if (rc < 0)
         atomic_store(&g->rc, rc);
+}
+
+static int lanes_group_run(struct lanes_group *g, int streams)
+{
+    atomic_init(&g->rc, 0);
+    cpu_kernels_run(lanes_group_task, g,
+                    cpu_lanes_init_streams(&g->lanes, g->first[g->n], streams));
+    return atomic_load(&g->rc);
 }
 
 int cpu_lanes_run_group(const int *first, int n, cpu_lanes_chunk_fn fn, void *ctx)
 {
     struct lanes_group g = {.first = first, .n = n, .fn = fn, .ctx = ctx};
-    atomic_init(&g.rc, 0);
-    cpu_lanes_init(&g.lanes, first[n]);
-    cpu_kernels_run(lanes_group_task, &g, first[n]);
-    return atomic_load(&g.rc);
+    return lanes_group_run(&g, 1);
+}
+
+int cpu_lanes_run_group_streams(const int *first, int n, int streams, cpu_lanes_units_fn fn,
+                                void *ctx)
+{
+    struct lanes_group g = {.first = first, .n = n, .units_fn = fn, .ctx = ctx};
+    return lanes_group_run(&g, streams);
 }

@@ -14,9 +14,17 @@
  * row is computed by the same code either way: the results do not change.
  * The GEMV (gemv.c), the quantized products (qlinear.c) and the
  * compressed-tensors ones (ctlinear.c) split their calls so, and their
- * groups of products too (all jobs' chunks in one set of lanes). SHARDSWAP_GEMV_SPLIT=tasks (or cpu_gemv_split_lanes(false))
- * gives back the alternate chunks, for comparison. Internal to
- * backend/cpu/. */
+ * groups of products too (all jobs' chunks in one set of lanes). SHARDSWAP_GEMV_SPLIT=tasks (or
+ * cpu_gemv_split_lanes(false)) gives back the alternate chunks, for comparison.
+ *
+ * A call may also cut each lane into `streams` sub-lanes (contiguous runs
+ * of its chunks, here called units) and have each task take the next unit
+ * of every sub-lane: a thread then reads its lane as that many far-apart
+ * streams at once, each running on across the thread's tasks, as the read
+ * limit's multi-stream ways read a thread's region (one core keeps more
+ * lines in flight for a few streams than for one: gemv_avx512bf16_s.c).
+ * A task is then a step of the lane; stealing takes a lane's last step.
+ * Internal to backend/cpu/. */
 #ifndef SHARDSWAP_BACKEND_CPU_LANES_H
 #define SHARDSWAP_BACKEND_CPU_LANES_H
 
@@ -26,11 +34,18 @@
 
 #define CPU_LANES_MAX 16
 
+#define CPU_LANES_STREAMS_MAX 8
+
 struct cpu_lanes {
     int lanes;          /* 0: task i is chunk i (the pool's order) */
+    int streams;        /* sub-lanes per lane: units a task takes */
+    int tasks;          /* the pool's tasks for the call (steps of every lane) */
     uint64_t seq;       /* this call's number: a thread's lane is kept per call */
     atomic_int arrived; /* threads given a lane so far */
-    /* per lane: (its last chunk + 1) << 32 | its next chunk; a line each,
+    /* lane i's units [unit0[i], unit0[i + 1]) and steps [step0[i],
+     * step0[i + 1]) (the same with one stream) */
+    int unit0[CPU_LANES_MAX + 1], step0[CPU_LANES_MAX + 1];
+    /* per lane: (its last step + 1) << 32 | its next step; a line each,
      * so one thread's steps in its lane do not move the others' line */
     struct {
         alignas(64) _Atomic uint64_t v;
@@ -40,10 +55,20 @@ struct cpu_lanes {
 /* l for a call of `tasks` chunks run by the threads a call from this thread
  * uses (one when it runs alone), in lanes unless SHARDSWAP_GEMV_SPLIT=tasks. */
 void cpu_lanes_init(struct cpu_lanes *l, int tasks);
+/* The same over `units` chunks in lanes of `streams` (1 to
+ * CPU_LANES_STREAMS_MAX) sub-lanes each: l->tasks (the value returned) is
+ * the number of tasks the pool must run, each taking cpu_lanes_chunk's
+ * step and its units from cpu_lanes_units. Without lanes a task is one
+ * unit. */
+int cpu_lanes_init_streams(struct cpu_lanes *l, int units, int streams);
 /* The chunk the pool's task `task` of l's call runs: this thread's lane's
  * next, or the last of the fullest lane (task itself without lanes). The
- * pool runs exactly `tasks` tasks and each takes one chunk. */
+ * pool runs exactly `tasks` tasks and each takes one chunk (with streams,
+ * one step: a number for cpu_lanes_units). */
 int cpu_lanes_chunk(struct cpu_lanes *l, int task);
+/* The units of step `step` (one per sub-lane that has its step-th unit, in
+ * sub-lane order) into units: how many (at least 1). */
+int cpu_lanes_units(const struct cpu_lanes *l, int step, int units[CPU_LANES_STREAMS_MAX]);
 /* Chunk c of job i of a group (c counted from the job's first chunk) on
  * ctx's jobs: 0, or a negative error code. */
 typedef int (*cpu_lanes_chunk_fn)(void *ctx, int i, int c);
@@ -54,5 +79,12 @@ typedef int (*cpu_lanes_chunk_fn)(void *ctx, int i, int c);
  * each small job being split over the threads. 0, or the error code of a
  * chunk that failed (the others still run). */
 int cpu_lanes_run_group(const int *first, int n, cpu_lanes_chunk_fn fn, void *ctx);
+/* Units of a group's jobs that one task runs together: job[k]'s unit c[k]
+ * (counted from the job's first) for k < count; 0 or a negative error. */
+typedef int (*cpu_lanes_units_fn)(void *ctx, const int *job, const int *c, int count);
+/* cpu_lanes_run_group with each lane in `streams` sub-lanes (the jobs'
+ * chunks are its units): a task's units may lie in different jobs. */
+int cpu_lanes_run_group_streams(const int *first, int n, int streams, cpu_lanes_units_fn fn,
+                                void *ctx);
 
 #endif
