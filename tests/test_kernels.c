@@ -2060,8 +2060,8 @@ static void quant_group_case(enum kern_compute c, int round)
 
 static void test_linear_group_quant(void)
 {
-    static const char *const qk[] = {NULL,      "vnni", "vnni-near", "avx2",    "vnni-mr",
-                                     "vnni-m8", "amx",  "amx-few",   "avx2-m8", "scalar"};
+    static const char *const qk[] = {NULL,      "vnni", "vnni-near", "vnni-far", "avx2",  "vnni-mr",
+                                     "vnni-m8", "amx",  "amx-few",   "avx2-m8",  "scalar"};
     static const char *const ctk[] = {NULL, "avx512bf16", "avx512bf16-lut", "avx512", "avx2",
                                       "deq", "scalar"};
     int round = 0;

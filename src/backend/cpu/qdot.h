@@ -79,6 +79,11 @@ void qdot_rows_vnni(const struct qdot_args *a, int r0, int r1);
  * (qdot_xr.h): a->xp NULL, or for a type of 32 each input row laid out by
  * qdot_pack_x_xr, xp_ld bytes apart (otherwise laid out per task) */
 void qdot_rows_vnni_near(const struct qdot_args *a, int r0, int r1);
+/* vnni-near's kernels over a task's rows cut into 4 contiguous sub-ranges
+ * read in lockstep, each prefetched half as far ahead (qdot_far.h,
+ * qdot_vnni_far.c); its x as vnni-near's (xp as qdot_pack_x_xr lays it
+ * out for the types of 32, or NULL) */
+void qdot_rows_vnni_far(const struct qdot_args *a, int r0, int r1);
 /* The bytes of a row of n columns of Q8_0 x laid out for vnni-near's types
  * of 32 (whole runs of 8 blocks: the quants, block k and k + 4 of a run
  * side by side, then the scales in f32 and the sums of the quants), a

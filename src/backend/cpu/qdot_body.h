@@ -16,6 +16,9 @@
  *   QD_PREFETCH_FAR         (optional) a second prefetch's distance, to L2
  *   QD_PREFETCH_Q5          (optional, with QD_XR) Q5_0/Q5_1's own L1
  *                           distance, with no L2 prefetch
+ *   QDOT_ROWS_FAR_FN        (optional, with QD_XR) the name of a second
+ *                           qdot_rows_fn, the same kernels over far-apart
+ *                           streams of rows (qdot_far.h)
  *
  * Each block's integer sums are exact and combined as qdot.h says, so the
  * result is the scalar reference's (qdot_scalar.c) bit for bit. */
@@ -468,3 +471,7 @@ void QDOT_ROWS_FN(const struct qdot_args *a, int r0, int r1)
         break;
     }
 }
+
+#ifdef QDOT_ROWS_FAR_FN
+#include "backend/cpu/qdot_far.h"
+#endif

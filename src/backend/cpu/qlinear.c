@@ -9,11 +9,13 @@
  *   Q8_0 blocks for the 32-element types, Q8_K for the K-quants) and every
  *   weight row times it in integer dot products (qdot.h), split by weight
  *   rows over the pool. Three kinds of kernel: one weight row at a time
- *   against each input row (vnni, avx2); two weight rows' blocks unpacked
- *   once into the lanes of one vector a quad and multiplied with every
- *   input row, x laid out to match (vnni-mr; qdot_mr_body.h: decode
- *   batches); or each weight row unpacked once and multiplied with 8 input
- *   rows at a time, packed one row a lane (vnni-m8, avx2-m8;
+ *   against each input row (vnni, vnni-near, avx2; vnni-far the same over
+ *   four far-apart sub-ranges of a task's rows in lockstep, qdot_far.h);
+ *   two weight rows' blocks unpacked once into the lanes of one vector a
+ *   quad and multiplied with every input row, x laid out to match
+ *   (vnni-mr; qdot_mr_body.h: decode batches); or each weight row
+ *   unpacked once and multiplied with 8 input rows at a time, packed one
+ *   row a lane (vnni-m8, avx2-m8;
  *   qdot_tile_body.h); or AMX-INT8 tiles of 16 weight rows x 16 input
  *   rows (amx, qdot_amx.c: the K-quants' sub-block scales folded into the
  *   unpacked weights); or, for decode batches, x's few rows times 16
@@ -25,8 +27,8 @@
  *   caches, at 1, 3, 6, 12 and 32 input rows, best of 5, 3, 3, 3 and 3,
  *   interleaved (vnni-mr not at 32: every row's x goes by each pair of
  *   weight rows, which a prefill's many rows stream from L3); a later
- *   candidate must win by 3%. SHARDSWAP_QDOT=NAME
- *   (vnni, vnni-near, avx2, vnni-mr, vnni-m8, amx, amx-few, avx2-m8, scalar) runs one
+ *   candidate must win by 3%. SHARDSWAP_QDOT=NAME (vnni, vnni-near,
+ *   vnni-far, avx2, vnni-mr, vnni-m8, amx, amx-few, avx2-m8, scalar) runs one
  *   kernel for every call instead (amx offered for its types only: not Q5_1;
  *   amx-few for Q8_0, Q4_0, Q5_0 and Q4_K). */
 #include "backend/cpu/qlinear.h"
@@ -281,6 +283,8 @@ static const struct qdot_kernel q_kernels[] = {
     {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni, NULL, false},
     {"vnni-near", qdot_rows_vnni_near, NULL, Q_X_ROWS, has_vnni, NULL,
      false}, /* vnni, prefetch 1 KiB into L1 and 4 KiB into L2 ahead */
+    {"vnni-far", qdot_rows_vnni_far, NULL, Q_X_ROWS, has_vnni, NULL,
+     false}, /* vnni-near over 4 far-apart streams of a task's rows */
     {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL, false},
     /* two weight rows' blocks in the lanes against each input row */
     {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL, true},
@@ -332,11 +336,10 @@ static int q_find(const char *name, const struct qdot_kernel **out)
             *out = &q_kernels[i];
             return 0;
         }
-    return err_set(
-        ERR_INVALID,
-        "unknown quantized kernel \"%s\" (expected vnni, vnni-near, avx2, vnni-mr, vnni-m8, "
-        "amx, amx-few, avx2-m8 or scalar)",
-        name);
+    return err_set(ERR_INVALID,
+                   "unknown quantized kernel \"%s\" (expected vnni, vnni-near, vnni-far, avx2, "
+                   "vnni-mr, vnni-m8, amx, amx-few, avx2-m8 or scalar)",
+                   name);
 }
 
 static void q_read_env(void)
@@ -389,7 +392,10 @@ struct q_job {
  * down projection laid out its 256 blocks of x again for 16 rows' work) */
 static enum q_xlayout q_layout(const struct qdot_kernel *k, enum dtype t)
 {
-    return k->rows == qdot_rows_vnni_near && qdot_xtype_of(t) == QDOT_X_Q8_0 ? Q_X_XR : k->x;
+    return (k->rows == qdot_rows_vnni_near || k->rows == qdot_rows_vnni_far) &&
+                   qdot_xtype_of(t) == QDOT_X_Q8_0
+               ? Q_X_XR
+               : k->x;
 }
 
 /* Weight rows [r0, r1) of a's product by kernel k: 0, or ERR_NOMEM from a
