@@ -524,6 +524,27 @@ static void qlinear_case(const struct qlin_shape *sh, enum dtype t, int m, enum 
     twin_download(ty, yc, yg, (size_t)m * n * sizeof(float));
 
     const bool bf16 = c == KERN_COMPUTE_BF16, gemv = m <= 8, ct = quant_ct_is(t);
+    /* what qbound needs per block, computed once per row of x and of w
+     * rather than once per output element (the same doubles, summed in the
+     * same order); the bf16-rounded product only where it is compared */
+    const int nb = k / qk;
+    const bool want_b = gpu_dev && ct && bf16;
+    double *xamax = test_xmalloc((size_t)m * nb * sizeof(double)); /* (m, nb): max |x| */
+    double *wabs = test_xmalloc((size_t)n * nb * sizeof(double));  /* (n, nb): sum |w| */
+    for (int i = 0; i < m; i++)
+        for (int b = 0; b < nb; b++) {
+            double amax = 0;
+            for (int j = b * qk; j < (b + 1) * qk; j++)
+                amax = fmax(amax, fabs(x[(size_t)i * k + j]));
+            xamax[(size_t)i * nb + b] = amax;
+        }
+    for (int r = 0; r < n; r++)
+        for (int b = 0; b < nb; b++) {
+            double wsum = 0;
+            for (int j = b * qk; j < (b + 1) * qk; j++)
+                wsum += fabs(wf[(size_t)r * k + j]);
+            wabs[(size_t)r * nb + b] = wsum;
+        }
     int bad = 0;
     for (int i = 0; i < m; i++)
         for (int r = 0; r < n; r++) {
@@ -531,16 +552,18 @@ static void qlinear_case(const struct qlin_shape *sh, enum dtype t, int m, enum 
             double ref = with_bias ? bias[r] : 0, mag = 0, qbound = 0;
             double refb = ref, magb = 0; /* bf16-rounded w and x */
             for (int b0 = 0; b0 < k; b0 += qk) {
-                double amax = 0, wsum = 0;
                 for (int j = b0; j < b0 + qk; j++) {
                     ref += (double)wr[j] * xi[j];
                     mag += fabs((double)wr[j] * xi[j]);
-                    refb += (double)bf16_round(wr[j]) * bf16_round(xi[j]);
-                    magb += fabs((double)bf16_round(wr[j]) * bf16_round(xi[j]));
-                    amax = fmax(amax, fabs(xi[j]));
-                    wsum += fabs(wr[j]);
                 }
-                qbound += amax * (1.0 / 254 + 1.0 / 2000) * wsum;
+                if (want_b)
+                    for (int j = b0; j < b0 + qk; j++) {
+                        refb += (double)bf16_round(wr[j]) * bf16_round(xi[j]);
+                        magb += fabs((double)bf16_round(wr[j]) * bf16_round(xi[j]));
+                    }
+                const int b = b0 / qk;
+                qbound +=
+                    xamax[(size_t)i * nb + b] * (1.0 / 254 + 1.0 / 2000) * wabs[(size_t)r * nb + b];
             }
             const size_t e = (size_t)i * n + r;
             double err, tol;
@@ -585,6 +608,8 @@ static void qlinear_case(const struct qlin_shape *sh, enum dtype t, int m, enum 
     free(bias);
     free(yc);
     free(yg);
+    free(xamax);
+    free(wabs);
 }
 
 /* kern_linear with every block type, both precisions, m in {1, 3, 8, 64,
