@@ -45,8 +45,7 @@ int cpu_lanes_init_streams(struct cpu_lanes *l, int units, int streams)
         l->step0[i + 1] = l->step0[i] + (n + l->streams - 1) / l->streams;
         atomic_init(&l->lane[i].v, (uint64_t)l->step0[i + 1] << 32 | (uint32_t)l->step0[i]);
     }
-    l->tasks = l->lanes ? l->step0[l->lanes] : units;
-    return l->tasks;
+    return l->lanes ? l->step0[l->lanes] : units;
 }
 
 void cpu_lanes_init(struct cpu_lanes *l, int tasks)

@@ -39,7 +39,6 @@
 struct cpu_lanes {
     int lanes;          /* 0: task i is chunk i (the pool's order) */
     int streams;        /* sub-lanes per lane: units a task takes */
-    int tasks;          /* the pool's tasks for the call (steps of every lane) */
     uint64_t seq;       /* this call's number: a thread's lane is kept per call */
     atomic_int arrived; /* threads given a lane so far */
     /* lane i's units [unit0[i], unit0[i + 1]) and steps [step0[i],
@@ -56,10 +55,8 @@ struct cpu_lanes {
  * uses (one when it runs alone), in lanes unless SHARDSWAP_GEMV_SPLIT=tasks. */
 void cpu_lanes_init(struct cpu_lanes *l, int tasks);
 /* The same over `units` chunks in lanes of `streams` (1 to
- * CPU_LANES_STREAMS_MAX) sub-lanes each: l->tasks (the value returned) is
- * the number of tasks the pool must run, each taking cpu_lanes_chunk's
- * step and its units from cpu_lanes_units. Without lanes a task is one
- * unit. */
+ * CPU_LANES_STREAMS_MAX) sub-lanes each: the number of tasks the pool must run, each taking
+ * cpu_lanes_chunk's step and its units from cpu_lanes_units. Without lanes a task is one unit. */
 int cpu_lanes_init_streams(struct cpu_lanes *l, int units, int streams);
 /* The chunk the pool's task `task` of l's call runs: this thread's lane's
  * next, or the last of the fullest lane (task itself without lanes). The
