@@ -453,6 +453,10 @@ static void gemv_job_init(struct gemv_job *j, const struct gemv_kernel *k,
     j->tasks = (w->rows + j->task_rows - 1) / j->task_rows;
 }
 
+/* a task's units (lanes.h) are the pieces a pieces kernel takes */
+_Static_assert(CPU_LANES_STREAMS_MAX <= GEMV_STREAMS_MAX,
+               "a step of sub-lanes must fit a gemv_pieces_fn call");
+
 /* the rows of j's chunk c as a piece */
 static struct gemv_piece gemv_chunk_piece(const struct gemv_job *j, int c)
 {
