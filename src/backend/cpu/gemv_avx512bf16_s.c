@@ -77,8 +77,8 @@ static inline __attribute__((always_inline)) void s_step(struct s_stream *st, co
     }
 }
 
-/* n streams in lockstep until one ends; false when none is left */
-static bool s_run(struct s_stream *st, int n, int kv, int cols)
+/* n streams in lockstep until one ends */
+static void s_run(struct s_stream *st, int n, int kv, int cols)
 {
     int left = 1 << 30;
     for (int s = 0; s < n; s++)
@@ -100,7 +100,6 @@ static bool s_run(struct s_stream *st, int n, int kv, int cols)
             S_CASE(8)
 #undef S_CASE
         }
-    return left > 0;
 }
 
 void gemv_pieces_avx512bf16_s(const struct gemv_piece *p, int n)
