@@ -487,6 +487,109 @@ static void test_lanes_streams(void)
             }
 }
 
+/* Lanes in claims (lanes.h): every step and every unit taken exactly once,
+ * a claim's steps in one lane, at most `per` of them, its runs the units of
+ * its steps (as cpu_lanes_units gives them one step at a time); on this
+ * thread alone (one lane, claims in order from the front) the claims go
+ * per, per, ..., then one by one for the lane's last `tail` steps; over the
+ * pool, a task per lane; for units from 1 to 70, 1 to 8 streams, per 1 to
+ * 5, tail 1 to 4. */
+struct lanes_claimed {
+    struct cpu_lanes l;
+    _Atomic int seen[80], step_seen[80];
+    atomic_int bad;
+    int log[80], logged; /* alone: each claim's count, in order */
+};
+
+static void lanes_claimed_steps(void *ctx, int step, int count)
+{
+    struct lanes_claimed *t = ctx;
+    int first[CPU_LANES_STREAMS_MAX], n[CPU_LANES_STREAMS_MAX], u[CPU_LANES_STREAMS_MAX];
+    if (count < 1 || count > t->l.per || step < 0 || step + count > 80) {
+        atomic_store(&t->bad, 1);
+        return;
+    }
+    if (t->logged < 80)
+        t->log[t->logged++] = count;
+    int lane = 0;
+    while (t->l.lanes && step >= t->l.step0[lane + 1])
+        lane++;
+    if (t->l.lanes && step + count > t->l.step0[lane + 1])
+        atomic_store(&t->bad, 1); /* a claim across lanes */
+    const int runs = cpu_lanes_runs(&t->l, step, count, first, n);
+    int total = 0;
+    for (int k = 0; k < runs; k++)
+        total += n[k];
+    for (int s = step; s < step + count; s++) {
+        atomic_fetch_add(&t->step_seen[s], 1);
+        const int m = cpu_lanes_units(&t->l, s, u);
+        total -= m;
+        for (int k = 0; k < m; k++) {
+            /* unit u[k] is step s's in its sub-lane's run */
+            bool in_run = false;
+            for (int r = 0; r < runs; r++)
+                in_run = in_run || (u[k] == first[r] + (s - step) && s - step < n[r]);
+            if (!in_run || u[k] < 0 || u[k] >= 80)
+                atomic_store(&t->bad, 1);
+            else
+                atomic_fetch_add(&t->seen[u[k]], 1);
+        }
+    }
+    if (total != 0)
+        atomic_store(&t->bad, 1);
+}
+
+static void lanes_claimed_task(void *ctx, int task)
+{
+    struct lanes_claimed *t = ctx;
+    cpu_lanes_task(&t->l, task, lanes_claimed_steps, t);
+}
+
+static void test_lanes_claims(void)
+{
+    static struct lanes_claimed t;
+    for (int alone = 0; alone < 2; alone++)
+        for (int streams = 1; streams <= CPU_LANES_STREAMS_MAX; streams++)
+            for (int per = 1; per <= 5; per++)
+                for (int tail = 1; tail <= 4; tail++)
+                    for (int units = 1; units <= 70; units++) {
+                        cpu_kernels_single_thread(alone);
+                        for (int i = 0; i < 80; i++) {
+                            atomic_init(&t.seen[i], 0);
+                            atomic_init(&t.step_seen[i], 0);
+                        }
+                        atomic_init(&t.bad, 0);
+                        t.logged = 0;
+                        const int tasks = cpu_lanes_init_claims(&t.l, units, streams, per, tail);
+                        CHECK(tasks == t.l.lanes);
+                        const int steps = t.l.step0[t.l.lanes];
+                        cpu_kernels_run(lanes_claimed_task, &t, tasks);
+                        cpu_kernels_single_thread(false);
+                        CHECK_MSG(!atomic_load(&t.bad),
+                                  "claims: %d units, %d streams, per %d, tail %d: a bad claim",
+                                  units, streams, per, tail);
+                        for (int i = 0; i < 80; i++) {
+                            CHECK_MSG(atomic_load(&t.seen[i]) == (i < units),
+                                      "claims: %d units, %d streams, per %d, tail %d: unit %d "
+                                      "taken %d times",
+                                      units, streams, per, tail, i, atomic_load(&t.seen[i]));
+                            CHECK(atomic_load(&t.step_seen[i]) == (i < steps));
+                        }
+                        if (!alone)
+                            continue;
+                        /* one lane from the front: per at a time, the last tail alone */
+                        int left = steps;
+                        for (int c = 0; c < t.logged; c++) {
+                            const int want = left <= tail ? 1 : left - tail < per ? left - tail : per;
+                            CHECK_MSG(t.log[c] == want,
+                                      "claims: %d steps, per %d, tail %d: claim %d of %d, not %d",
+                                      steps, per, tail, c, t.log[c], want);
+                            left -= t.log[c];
+                        }
+                        CHECK(left == 0);
+                    }
+}
+
 static void test_linear(void)
 {
     static const int gemv_ms[] = {1, 2, 3, 4, 5, 8, 15, 16};
@@ -2351,6 +2454,7 @@ int main(void)
     test_linear_group_quant();
     test_gemv_same_bits();
     test_lanes_streams();
+    test_lanes_claims();
     test_gemv_lanes();
     test_matmul_cache();
     test_gemv_choice();

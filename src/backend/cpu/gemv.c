@@ -35,10 +35,16 @@
 #include "core/error.h"
 #include "core/timing.h"
 
-/* A pool task reads about this many weight bytes: long enough that claiming
- * it costs nothing, short enough that two threads end together. Rows come
- * in multiples of 16 so tasks write whole cache lines of y. */
+/* A claim of a thread reads about GEMV_TASK_BYTES of weights: long enough
+ * that claiming it costs nothing. It is made of steps of about
+ * GEMV_STEP_BYTES, and the last steps of a lane are claimed one by one
+ * (lanes.h), so two threads end a call within one step of each other. A
+ * unit's rows come in multiples of 16, so claims write whole cache lines
+ * of y, but for the kernels of several streams (one input row, a row at a
+ * time): multiples of 4 there, so that a 4864-column row (9.5 KiB) still
+ * makes small steps. */
 #define GEMV_TASK_BYTES (128 << 10)
+#define GEMV_STEP_BYTES (32 << 10)
 #define GEMV_MIN_TASKS 8
 
 static bool has_scalar(void)
@@ -413,84 +419,103 @@ void cpu_cache_flush(const void *p, size_t n)
     cpu_kernels_run(flush_task, &j, (int)((n + FLUSH_TASK_BYTES - 1) / FLUSH_TASK_BYTES));
 }
 
-/* A call's tasks are chunks of about GEMV_TASK_BYTES of weight rows, run in
- * lanes (lanes.h); with a kernel of several streams, a task is one unit of
- * each of `streams` sub-lanes, units of about GEMV_TASK_BYTES / streams. */
+/* A call's steps are units of about GEMV_STEP_BYTES of weight rows, or,
+ * with a kernel of several streams, one unit of each of `streams`
+ * sub-lanes (units of about GEMV_STEP_BYTES / streams); the pool's tasks
+ * take them in claims of `per` steps from their lanes, the last `tail` of
+ * a lane one by one (lanes.h). */
 struct gemv_job {
     struct gemv_args a;
     gemv_rows_fn rows;
     gemv_pieces_fn pieces; /* with streams > 1 */
     int streams;
-    int task_rows; /* rows per chunk (unit) */
-    int tasks;     /* chunks (units) */
+    int task_rows; /* rows per unit */
+    int tasks;     /* units */
+    int per, tail; /* steps per claim; steps at a lane's end claimed alone */
     struct cpu_lanes lanes;
 };
 
-/* Rows per chunk: about GEMV_TASK_BYTES / streams of weights, at least
- * GEMV_MIN_TASKS chunks per stream when the matrix allows, a multiple of
- * 16. */
-static int gemv_task_rows(const struct weight_view *w, int streams)
+/* Rows per unit: about GEMV_STEP_BYTES / streams of weights, at least
+ * GEMV_MIN_TASKS units per stream when the matrix allows, a multiple of
+ * `gran` (16, or 4 for the kernels of streams). */
+static int gemv_task_rows(const struct weight_view *w, int streams, int gran)
 {
     size_t row_bytes = (size_t)w->cols * dtype_size(w->dtype);
-    size_t rows = GEMV_TASK_BYTES / (size_t)streams / (row_bytes ? row_bytes : 1);
+    size_t rows = GEMV_STEP_BYTES / (size_t)streams / (row_bytes ? row_bytes : 1);
     size_t most = ((size_t)w->rows + GEMV_MIN_TASKS * (size_t)streams - 1) /
                   (GEMV_MIN_TASKS * (size_t)streams);
     if (rows > most)
         rows = most;
-    rows = (rows + 15) / 16 * 16;
-    return rows ? (int)rows : 16;
+    rows = (rows + (size_t)gran / 2) / (size_t)gran * (size_t)gran;
+    return rows ? (int)rows : gran;
 }
 
-/* j's tasks over w's rows (a single call then puts them in lanes of their
- * own; a group's are in the group's lanes) */
+/* j's units over w's rows and its claims (a single call then puts them in
+ * lanes of their own; a group's are in the group's lanes) */
 static void gemv_job_init(struct gemv_job *j, const struct gemv_kernel *k,
                           const struct weight_view *w)
 {
     j->rows = k->rows;
     j->pieces = k->streams > 1 ? k->pieces : NULL;
     j->streams = k->streams > 1 ? k->streams : 1;
-    j->task_rows = gemv_task_rows(w, j->streams);
+    j->task_rows = gemv_task_rows(w, j->streams, j->pieces ? 4 : 16);
     j->tasks = (w->rows + j->task_rows - 1) / j->task_rows;
+    const size_t step_bytes =
+        (size_t)j->streams * (size_t)j->task_rows * (size_t)w->cols * dtype_size(w->dtype);
+    const size_t per = (GEMV_TASK_BYTES + step_bytes / 2) / (step_bytes ? step_bytes : 1);
+    j->per = per > 1 ? (int)per : 1;
+    /* as many single steps as a claim holds: a thread whose lane is done
+     * while the other's last claim runs still finds steps to take */
+    j->tail = j->per > 2 ? j->per : 2;
 }
 
 /* a task's units (lanes.h) are the pieces a pieces kernel takes */
 _Static_assert(CPU_LANES_STREAMS_MAX <= GEMV_STREAMS_MAX,
                "a step of sub-lanes must fit a gemv_pieces_fn call");
 
-/* the rows of j's chunk c as a piece */
-static struct gemv_piece gemv_chunk_piece(const struct gemv_job *j, int c)
+/* j's rows of units [c, c + n) as a piece */
+static struct gemv_piece gemv_units_piece(const struct gemv_job *j, int c, int n)
 {
-    const int r0 = c * j->task_rows, r1 = r0 + j->task_rows;
+    const int r0 = c * j->task_rows, r1 = r0 + n * j->task_rows;
     return (struct gemv_piece){&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows};
 }
 
-/* j's rows of chunk c */
+/* j's rows of unit c */
 static void gemv_chunk(const struct gemv_job *j, int c)
 {
-    int r0 = c * j->task_rows, r1 = r0 + j->task_rows;
-    j->rows(&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows);
+    const struct gemv_piece p = gemv_units_piece(j, c, 1);
+    j->rows(&j->a, p.r0, p.r1);
+}
+
+/* steps [step, step + count) of j (cpu_lanes_steps_fn): each sub-lane's
+ * run of units as one piece (its rows are contiguous) */
+static void gemv_steps(void *ctx, int step, int count)
+{
+    struct gemv_job *j = ctx;
+    int first[CPU_LANES_STREAMS_MAX], n[CPU_LANES_STREAMS_MAX];
+    struct gemv_piece p[CPU_LANES_STREAMS_MAX];
+    const int runs = cpu_lanes_runs(&j->lanes, step, count, first, n);
+    for (int k = 0; k < runs; k++)
+        p[k] = gemv_units_piece(j, first[k], n[k]);
+    if (j->pieces) {
+        j->pieces(p, runs);
+        return;
+    }
+    for (int k = 0; k < runs; k++)
+        j->rows(&j->a, p[k].r0, p[k].r1);
 }
 
 static void gemv_task(void *ctx, int task)
 {
     struct gemv_job *j = ctx;
-    const int step = cpu_lanes_chunk(&j->lanes, task);
-    if (!j->pieces) {
-        gemv_chunk(j, step);
-        return;
-    }
-    int units[CPU_LANES_STREAMS_MAX];
-    struct gemv_piece p[CPU_LANES_STREAMS_MAX];
-    const int n = cpu_lanes_units(&j->lanes, step, units);
-    for (int k = 0; k < n; k++)
-        p[k] = gemv_chunk_piece(j, units[k]);
-    j->pieces(p, n);
+    cpu_lanes_task(&j->lanes, task, gemv_steps, j);
 }
 
-/* j's call on the pool: its chunks in lanes (of sub-lanes) */
+/* j's call on the pool: its units in lanes (of sub-lanes), in claims */
 static void gemv_job_run(struct gemv_job *j)
 {
-    cpu_kernels_run(gemv_task, j, cpu_lanes_init_streams(&j->lanes, j->tasks, j->streams));
+    cpu_kernels_run(gemv_task, j,
+                    cpu_lanes_init_claims(&j->lanes, j->tasks, j->streams, j->per, j->tail));
 }
 
 /* The calibration's weights in memory like a device arena's: whole huge
@@ -687,21 +712,20 @@ int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
     return 0;
 }
 
-/* chunk c of the group's job i (cpu_lanes_chunk_fn) */
-static int gemv_group_chunk(void *ctx, int i, int c)
-{
-    gemv_chunk((const struct gemv_job *)ctx + i, c);
-    return 0;
-}
-
-/* chunks c[k] of the group's jobs job[k] as one task's pieces
- * (cpu_lanes_units_fn); every job has the same pieces kernel */
+/* units c[k] of the group's jobs job[k] as one step's pieces
+ * (cpu_lanes_units_fn): a pieces kernel (every job has the same one) takes
+ * them together, another kernel one by one (one stream: one unit) */
 static int gemv_group_units(void *ctx, const int *job, const int *c, int count)
 {
     const struct gemv_job *gj = ctx;
+    if (!gj[job[0]].pieces) {
+        for (int k = 0; k < count; k++)
+            gemv_chunk(&gj[job[k]], c[k]);
+        return 0;
+    }
     struct gemv_piece p[CPU_LANES_STREAMS_MAX];
     for (int k = 0; k < count; k++)
-        p[k] = gemv_chunk_piece(&gj[job[k]], c[k]);
+        p[k] = gemv_units_piece(&gj[job[k]], c[k], 1);
     gj[job[0]].pieces(p, count);
     return 0;
 }
@@ -769,7 +793,12 @@ int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute 
     bool streams = gj[0].pieces != NULL;
     for (int i = 1; i < n; i++)
         streams = streams && kern[i] == kern[0];
+    /* claims as long as the jobs' (the first's: they differ only where the
+     * shapes do), the last few steps alone */
     if (streams)
-        return cpu_lanes_run_group_streams(first, n, gj[0].streams, gemv_group_units, gj);
-    return cpu_lanes_run_group(first, n, gemv_group_chunk, gj);
+        return cpu_lanes_run_group_claims(first, n, gj[0].streams, gj[0].per, gj[0].tail,
+                                          gemv_group_units, gj);
+    for (int i = 0; i < n; i++)
+        gj[i].pieces = NULL; /* a step of one stream: one unit, run by rows */
+    return cpu_lanes_run_group_claims(first, n, 1, gj[0].per, gj[0].tail, gemv_group_units, gj);
 }

@@ -25,15 +25,19 @@ void cpu_gemv_split_lanes(bool lanes)
     atomic_store(&lanes_on, lanes);
 }
 
-int cpu_lanes_init_streams(struct cpu_lanes *l, int units, int streams)
+/* l's lanes over `units` units (steps of `streams` units, claims of `per`
+ * steps until `tail` are left): the steps in all */
+static int lanes_init(struct cpu_lanes *l, int units, int streams, int per, int tail)
 {
     pthread_once(&lanes_env_once, lanes_read_env);
-    assert(streams >= 1 && streams <= CPU_LANES_STREAMS_MAX);
+    assert(streams >= 1 && streams <= CPU_LANES_STREAMS_MAX && per >= 1 && tail >= 0);
     int threads = cpu_kernels_alone() ? 1 : cpu_threads();
     if (threads > CPU_LANES_MAX)
         threads = CPU_LANES_MAX;
     l->lanes = atomic_load(&lanes_on) ? (units < threads ? units : threads) : 0;
     l->streams = l->lanes ? streams : 1;
+    l->per = per;
+    l->tail = tail;
     l->seq = atomic_fetch_add(&lanes_seq, 1) + 1;
     atomic_init(&l->arrived, 0);
     l->unit0[0] = l->step0[0] = 0;
@@ -48,51 +52,81 @@ int cpu_lanes_init_streams(struct cpu_lanes *l, int units, int streams)
     return l->lanes ? l->step0[l->lanes] : units;
 }
 
+int cpu_lanes_init_streams(struct cpu_lanes *l, int units, int streams)
+{
+    return lanes_init(l, units, streams, 1, 0);
+}
+
+int cpu_lanes_init_claims(struct cpu_lanes *l, int units, int streams, int per, int tail)
+{
+    assert(tail >= 1);
+    const int steps = lanes_init(l, units, streams, per, tail);
+    return l->lanes ? l->lanes : steps;
+}
+
 void cpu_lanes_init(struct cpu_lanes *l, int tasks)
 {
     (void)cpu_lanes_init_streams(l, tasks, 1);
 }
 
-int cpu_lanes_units(const struct cpu_lanes *l, int step, int units[CPU_LANES_STREAMS_MAX])
+int cpu_lanes_runs(const struct cpu_lanes *l, int step, int count,
+                   int first[CPU_LANES_STREAMS_MAX], int n[CPU_LANES_STREAMS_MAX])
 {
     if (l->streams == 1) {
-        units[0] = step;
+        first[0] = step;
+        n[0] = count;
         return 1;
     }
     int i = 0;
     while (step >= l->step0[i + 1])
         i++;
-    /* sub-lane s of lane i: its units [b + n s / S, b + n (s + 1) / S) */
-    const int b = l->unit0[i], n = l->unit0[i + 1] - b, k = step - l->step0[i];
-    int count = 0;
+    assert(step + count <= l->step0[i + 1]);
+    /* sub-lane s of lane i: its units [b + u s / S, b + u (s + 1) / S) */
+    const int b = l->unit0[i], u = l->unit0[i + 1] - b, k = step - l->step0[i];
+    int runs = 0;
     for (int s = 0; s < l->streams; s++) {
-        const int lo = b + n * s / l->streams, hi = b + n * (s + 1) / l->streams;
-        if (lo + k < hi)
-            units[count++] = lo + k;
+        const int lo = b + u * s / l->streams, hi = b + u * (s + 1) / l->streams;
+        if (lo + k < hi) {
+            first[runs] = lo + k;
+            n[runs++] = hi - (lo + k) < count ? hi - (lo + k) : count;
+        }
     }
-    assert(count > 0);
-    return count;
+    assert(runs > 0);
+    return runs;
 }
 
-/* The next chunk of lane i (front), or its last one (back): -1 when the
- * lane has none left. */
-static int lane_take(struct cpu_lanes *l, int i, bool back)
+int cpu_lanes_units(const struct cpu_lanes *l, int step, int units[CPU_LANES_STREAMS_MAX])
+{
+    int n[CPU_LANES_STREAMS_MAX];
+    return cpu_lanes_runs(l, step, 1, units, n);
+}
+
+/* A claim of lane i, its first step (and *count steps): from the front
+ * (its owner) or the back; -1 when the lane has none left. `per` steps
+ * while more than `tail` are left, so the last `tail` go one by one
+ * whichever end takes them. */
+static int lane_take(struct cpu_lanes *l, int i, bool back, int *count)
 {
     uint64_t v = atomic_load(&l->lane[i].v);
     for (;;) {
         const uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
         if (lo >= hi)
             return -1;
-        const uint64_t nv = back ? (uint64_t)(hi - 1) << 32 | lo : (uint64_t)hi << 32 | (lo + 1);
-        if (atomic_compare_exchange_weak(&l->lane[i].v, &v, nv))
-            return (int)(back ? hi - 1 : lo);
+        const uint32_t left = hi - lo, more = left - (uint32_t)l->tail;
+        const uint32_t c = left <= (uint32_t)l->tail ? 1 : more < (uint32_t)l->per ? more
+                                                                                  : (uint32_t)l->per;
+        const uint64_t nv = back ? (uint64_t)(hi - c) << 32 | lo : (uint64_t)hi << 32 | (lo + c);
+        if (atomic_compare_exchange_weak(&l->lane[i].v, &v, nv)) {
+            *count = (int)c;
+            return (int)(back ? hi - c : lo);
+        }
     }
 }
 
-int cpu_lanes_chunk(struct cpu_lanes *l, int task)
+/* This thread's next claim in l's call: its lane's next steps, or the last
+ * ones of the fullest lane; -1 when every lane is done. */
+static int lanes_claim(struct cpu_lanes *l, int *count)
 {
-    if (!l->lanes)
-        return task;
     static _Thread_local uint64_t seen_seq;
     static _Thread_local int my_lane;
     if (seen_seq != l->seq) {
@@ -100,11 +134,10 @@ int cpu_lanes_chunk(struct cpu_lanes *l, int task)
         my_lane = atomic_fetch_add(&l->arrived, 1);
     }
     if (my_lane < l->lanes) {
-        const int c = lane_take(l, my_lane, false);
+        const int c = lane_take(l, my_lane, false, count);
         if (c >= 0)
             return c;
     }
-    /* while a task looks, a chunk is left */
     for (;;) {
         int best = -1;
         uint32_t most = 0;
@@ -116,11 +149,34 @@ int cpu_lanes_chunk(struct cpu_lanes *l, int task)
                 best = i;
             }
         }
-        assert(best >= 0);
-        const int c = lane_take(l, best, true);
+        if (best < 0)
+            return -1;
+        const int c = lane_take(l, best, true, count);
         if (c >= 0)
             return c;
     }
+}
+
+int cpu_lanes_chunk(struct cpu_lanes *l, int task)
+{
+    if (!l->lanes)
+        return task;
+    int count;
+    /* the pool runs one task per step: while a task looks, a step is left */
+    const int c = lanes_claim(l, &count);
+    assert(c >= 0 && count == 1);
+    return c;
+}
+
+void cpu_lanes_task(struct cpu_lanes *l, int task, cpu_lanes_steps_fn fn, void *ctx)
+{
+    if (!l->lanes) {
+        fn(ctx, task, 1);
+        return;
+    }
+    int count, step;
+    while ((step = lanes_claim(l, &count)) >= 0)
+        fn(ctx, step, count);
 }
 
 /* the job of a group whose chunks hold chunk c */
@@ -143,46 +199,69 @@ struct lanes_group {
     cpu_lanes_chunk_fn fn;       /* one stream */
     cpu_lanes_units_fn units_fn; /* streams */
     void *ctx;
+    bool claims;
     struct cpu_lanes lanes;
     atomic_int rc;
 };
 
+/* step `step` of the group's call: its units, job by job */
+static void lanes_group_step(void *ctx, int step, int count)
+{
+    struct lanes_group *g = ctx;
+    for (int s = step; s < step + count; s++) {
+        int units[CPU_LANES_STREAMS_MAX], job[CPU_LANES_STREAMS_MAX];
+        const int n = cpu_lanes_units(&g->lanes, s, units);
+        int rc = 0;
+        for (int k = 0; k < n; k++) {
+            job[k] = lanes_job(g->first, g->n, units[k]);
+            units[k] -= g->first[job[k]];
+        }
+        if (g->units_fn)
+            rc = g->units_fn(g->ctx, job, units, n);
+        else
+            rc = g->fn(g->ctx, job[0], units[0]);
+        if (rc < 0)
+            atomic_store(&g->rc, rc);
+    }
+}
+
 static void lanes_group_task(void *ctx, int task)
 {
     struct lanes_group *g = ctx;
-    const int step = cpu_lanes_chunk(&g->lanes, task);
-    int units[CPU_LANES_STREAMS_MAX], job[CPU_LANES_STREAMS_MAX];
-    const int count = cpu_lanes_units(&g->lanes, step, units);
-    int rc = 0;
-    for (int k = 0; k < count; k++) {
-        job[k] = lanes_job(g->first, g->n, units[k]);
-        units[k] -= g->first[job[k]];
-    }
-    if (g->units_fn)
-        rc = g->units_fn(g->ctx, job, units, count);
+    if (g->claims)
+        cpu_lanes_task(&g->lanes, task, lanes_group_step, g);
     else
-        rc = g->fn(g->ctx, job[0], units[0]);
-    if (rc < 0)
-        atomic_store(&g->rc, rc);
+        lanes_group_step(g, cpu_lanes_chunk(&g->lanes, task), 1);
 }
 
-static int lanes_group_run(struct lanes_group *g, int streams)
+static int lanes_group_run(struct lanes_group *g, int streams, int per, int tail)
 {
     atomic_init(&g->rc, 0);
+    const int units = g->first[g->n];
+    g->claims = tail > 0;
     cpu_kernels_run(lanes_group_task, g,
-                    cpu_lanes_init_streams(&g->lanes, g->first[g->n], streams));
+                    g->claims ? cpu_lanes_init_claims(&g->lanes, units, streams, per, tail)
+                              : cpu_lanes_init_streams(&g->lanes, units, streams));
     return atomic_load(&g->rc);
 }
 
 int cpu_lanes_run_group(const int *first, int n, cpu_lanes_chunk_fn fn, void *ctx)
 {
     struct lanes_group g = {.first = first, .n = n, .fn = fn, .ctx = ctx};
-    return lanes_group_run(&g, 1);
+    return lanes_group_run(&g, 1, 1, 0);
 }
 
 int cpu_lanes_run_group_streams(const int *first, int n, int streams, cpu_lanes_units_fn fn,
                                 void *ctx)
 {
     struct lanes_group g = {.first = first, .n = n, .units_fn = fn, .ctx = ctx};
-    return lanes_group_run(&g, streams);
+    return lanes_group_run(&g, streams, 1, 0);
+}
+
+int cpu_lanes_run_group_claims(const int *first, int n, int streams, int per, int tail,
+                               cpu_lanes_units_fn fn, void *ctx)
+{
+    assert(tail >= 1);
+    struct lanes_group g = {.first = first, .n = n, .units_fn = fn, .ctx = ctx};
+    return lanes_group_run(&g, streams, per, tail);
 }

@@ -24,6 +24,18 @@
  * limit's multi-stream ways read a thread's region (one core keeps more
  * lines in flight for a few streams than for one: gemv_avx512bf16_s.c).
  * A task is then a step of the lane; stealing takes a lane's last step.
+ *
+ * In claims (cpu_lanes_init_claims, the GEMV's calls) the pool runs one
+ * task per lane and each task takes its steps itself, a claim at a time,
+ * until none is left anywhere: `per` steps of its lane at once while more
+ * than `tail` are left there, then one at a time, and a thread whose lane
+ * is done takes the fullest lane's last steps by the same rule. With small
+ * steps the end of a call is then balanced to one small step (both threads
+ * finish within one of them), while most claims stay as long as a chunk of
+ * one step each was: a stolen 128 KiB chunk had left one thread reading
+ * alone for up to 5-10 us at the end of every call (a 896 x 896 call is
+ * 50 us), and the pool's claim and done words no longer move between the
+ * cores for every chunk.
  * Internal to backend/cpu/. */
 #ifndef SHARDSWAP_BACKEND_CPU_LANES_H
 #define SHARDSWAP_BACKEND_CPU_LANES_H
@@ -39,6 +51,7 @@
 struct cpu_lanes {
     int lanes;          /* 0: task i is chunk i (the pool's order) */
     int streams;        /* sub-lanes per lane: units a task takes */
+    int per, tail;      /* claims: steps a claim takes while more than tail are left */
     uint64_t seq;       /* this call's number: a thread's lane is kept per call */
     atomic_int arrived; /* threads given a lane so far */
     /* lane i's units [unit0[i], unit0[i + 1]) and steps [step0[i],
@@ -58,6 +71,23 @@ void cpu_lanes_init(struct cpu_lanes *l, int tasks);
  * CPU_LANES_STREAMS_MAX) sub-lanes each: the number of tasks the pool must run, each taking
  * cpu_lanes_chunk's step and its units from cpu_lanes_units. Without lanes a task is one unit. */
 int cpu_lanes_init_streams(struct cpu_lanes *l, int units, int streams);
+/* Claims (above): l over `units` units in lanes of `streams` sub-lanes,
+ * claims of `per` steps until `tail` steps of a lane are left, then of one
+ * (per, tail >= 1). The number of tasks the pool must run, each calling
+ * cpu_lanes_task; without lanes a task is one step. */
+int cpu_lanes_init_claims(struct cpu_lanes *l, int units, int streams, int per, int tail);
+/* Steps [step, step + count) of l's call (cpu_lanes_task_fn): runs on a
+ * pool thread, once per claim. */
+typedef void (*cpu_lanes_steps_fn)(void *ctx, int step, int count);
+/* The pool's task `task` of l's call in claims: fn on every claim this
+ * thread takes, its own lane's first, until no step is left. */
+void cpu_lanes_task(struct cpu_lanes *l, int task, cpu_lanes_steps_fn fn, void *ctx);
+/* The units of steps [step, step + count) as runs, one per sub-lane that
+ * has any of them, in sub-lane order: run k is first[k], first[k] + 1, ...,
+ * first[k] + n[k] - 1 (step after step). How many runs (at least 1); the
+ * steps lie in one lane, as a claim's do. */
+int cpu_lanes_runs(const struct cpu_lanes *l, int step, int count,
+                   int first[CPU_LANES_STREAMS_MAX], int n[CPU_LANES_STREAMS_MAX]);
 /* The chunk the pool's task `task` of l's call runs: this thread's lane's
  * next, or the last of the fullest lane (task itself without lanes). The
  * pool runs exactly `tasks` tasks and each takes one chunk (with streams,
@@ -83,5 +113,9 @@ typedef int (*cpu_lanes_units_fn)(void *ctx, const int *job, const int *c, int c
  * chunks are its units): a task's units may lie in different jobs. */
 int cpu_lanes_run_group_streams(const int *first, int n, int streams, cpu_lanes_units_fn fn,
                                 void *ctx);
+/* The same in claims of `per` steps (then of one for the last `tail` of a
+ * lane), fn called once per step of a claim. */
+int cpu_lanes_run_group_claims(const int *first, int n, int streams, int per, int tail,
+                               cpu_lanes_units_fn fn, void *ctx);
 
 #endif
