@@ -387,12 +387,14 @@ static void test_gemv_lanes(void)
                               .ld = (size_t)shapes[is][1]}};
                     off += (size_t)ms[im] * shapes[is][0];
                 }
-                /* 0: tasks in the pool's order, 1: lanes, 2: this thread alone */
-                for (int way = 0; way < 3; way++) {
+                /* 0: tasks in the pool's order, 1: lanes in claims, 2: this
+                 * thread alone, 3: lanes of a step per task */
+                for (int way = 0; way < 4; way++) {
                     float *y = way == 0 ? ya : yb;
                     for (size_t i = 0; i < off; i++)
                         y[i] = NAN;
                     cpu_gemv_split_lanes(way != 0);
+                    cpu_gemv_split_claims(way != 3);
                     cpu_kernels_single_thread(way == 2);
                     size_t o = 0;
                     for (int is = 0; is < N_SHAPES; is++) {
@@ -423,6 +425,7 @@ static void test_gemv_lanes(void)
             }
     }
     cpu_gemv_split_lanes(true);
+    cpu_gemv_split_claims(true);
     CHECK(cpu_gemv_force(NULL) == 0);
     for (int is = 0; is < N_SHAPES; is++)
         free(wb[is]);

@@ -431,17 +431,18 @@ struct gemv_job {
     int streams;
     int task_rows; /* rows per unit */
     int tasks;     /* units */
-    int per, tail; /* steps per claim; steps at a lane's end claimed alone */
+    int per, tail; /* steps per claim; steps at a lane's end claimed alone (0: a
+                    * step per pool task, cpu_gemv_split_claims) */
     struct cpu_lanes lanes;
 };
 
-/* Rows per unit: about GEMV_STEP_BYTES / streams of weights, at least
+/* Rows per unit: about `bytes` / streams of weights, at least
  * GEMV_MIN_TASKS units per stream when the matrix allows, a multiple of
  * `gran` (16, or 4 for the kernels of streams). */
-static int gemv_task_rows(const struct weight_view *w, int streams, int gran)
+static int gemv_task_rows(const struct weight_view *w, int streams, int gran, size_t bytes)
 {
     size_t row_bytes = (size_t)w->cols * dtype_size(w->dtype);
-    size_t rows = GEMV_STEP_BYTES / (size_t)streams / (row_bytes ? row_bytes : 1);
+    size_t rows = bytes / (size_t)streams / (row_bytes ? row_bytes : 1);
     size_t most = ((size_t)w->rows + GEMV_MIN_TASKS * (size_t)streams - 1) /
                   (GEMV_MIN_TASKS * (size_t)streams);
     if (rows > most)
@@ -458,7 +459,15 @@ static void gemv_job_init(struct gemv_job *j, const struct gemv_kernel *k,
     j->rows = k->rows;
     j->pieces = k->streams > 1 ? k->pieces : NULL;
     j->streams = k->streams > 1 ? k->streams : 1;
-    j->task_rows = gemv_task_rows(w, j->streams, j->pieces ? 4 : 16);
+    if (!cpu_gemv_claims()) {
+        /* a step of GEMV_TASK_BYTES per pool task, as before the claims */
+        j->task_rows = gemv_task_rows(w, j->streams, 16, GEMV_TASK_BYTES);
+        j->tasks = (w->rows + j->task_rows - 1) / j->task_rows;
+        j->per = 1;
+        j->tail = 0;
+        return;
+    }
+    j->task_rows = gemv_task_rows(w, j->streams, j->pieces ? 4 : 16, GEMV_STEP_BYTES);
     j->tasks = (w->rows + j->task_rows - 1) / j->task_rows;
     const size_t step_bytes =
         (size_t)j->streams * (size_t)j->task_rows * (size_t)w->cols * dtype_size(w->dtype);
@@ -508,14 +517,19 @@ static void gemv_steps(void *ctx, int step, int count)
 static void gemv_task(void *ctx, int task)
 {
     struct gemv_job *j = ctx;
-    cpu_lanes_task(&j->lanes, task, gemv_steps, j);
+    if (j->tail)
+        cpu_lanes_task(&j->lanes, task, gemv_steps, j);
+    else
+        gemv_steps(j, cpu_lanes_chunk(&j->lanes, task), 1);
 }
 
 /* j's call on the pool: its units in lanes (of sub-lanes), in claims */
 static void gemv_job_run(struct gemv_job *j)
 {
     cpu_kernels_run(gemv_task, j,
-                    cpu_lanes_init_claims(&j->lanes, j->tasks, j->streams, j->per, j->tail));
+                    j->tail ? cpu_lanes_init_claims(&j->lanes, j->tasks, j->streams, j->per,
+                                                    j->tail)
+                            : cpu_lanes_init_streams(&j->lanes, j->tasks, j->streams));
 }
 
 /* The calibration's weights in memory like a device arena's: whole huge
@@ -795,10 +809,14 @@ int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute 
         streams = streams && kern[i] == kern[0];
     /* claims as long as the jobs' (the first's: they differ only where the
      * shapes do), the last few steps alone */
+    const bool claims = gj[0].tail > 0;
     if (streams)
-        return cpu_lanes_run_group_claims(first, n, gj[0].streams, gj[0].per, gj[0].tail,
-                                          gemv_group_units, gj);
+        return claims ? cpu_lanes_run_group_claims(first, n, gj[0].streams, gj[0].per,
+                                                   gj[0].tail, gemv_group_units, gj)
+                      : cpu_lanes_run_group_streams(first, n, gj[0].streams, gemv_group_units, gj);
     for (int i = 0; i < n; i++)
         gj[i].pieces = NULL; /* a step of one stream: one unit, run by rows */
-    return cpu_lanes_run_group_claims(first, n, 1, gj[0].per, gj[0].tail, gemv_group_units, gj);
+    return claims ? cpu_lanes_run_group_claims(first, n, 1, gj[0].per, gj[0].tail,
+                                               gemv_group_units, gj)
+                  : cpu_lanes_run_group_streams(first, n, 1, gemv_group_units, gj);
 }

@@ -11,12 +11,14 @@
 
 static atomic_uint_fast64_t lanes_seq;
 static atomic_bool lanes_on = true;
+static atomic_bool claims_on = true;
 static pthread_once_t lanes_env_once = PTHREAD_ONCE_INIT;
 
 static void lanes_read_env(void)
 {
     const char *split = getenv("SHARDSWAP_GEMV_SPLIT");
     atomic_store(&lanes_on, !(split && strcmp(split, "tasks") == 0));
+    atomic_store(&claims_on, !(split && strcmp(split, "steps") == 0));
 }
 
 void cpu_gemv_split_lanes(bool lanes)
@@ -50,6 +52,18 @@ static int lanes_init(struct cpu_lanes *l, int units, int streams, int per, int 
         atomic_init(&l->lane[i].v, (uint64_t)l->step0[i + 1] << 32 | (uint32_t)l->step0[i]);
     }
     return l->lanes ? l->step0[l->lanes] : units;
+}
+
+void cpu_gemv_split_claims(bool claims)
+{
+    pthread_once(&lanes_env_once, lanes_read_env);
+    atomic_store(&claims_on, claims);
+}
+
+bool cpu_gemv_claims(void)
+{
+    pthread_once(&lanes_env_once, lanes_read_env);
+    return atomic_load(&claims_on);
 }
 
 int cpu_lanes_init_streams(struct cpu_lanes *l, int units, int streams)

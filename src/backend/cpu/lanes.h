@@ -35,7 +35,8 @@
  * one step each was: a stolen 128 KiB chunk had left one thread reading
  * alone for up to 5-10 us at the end of every call (a 896 x 896 call is
  * 50 us), and the pool's claim and done words no longer move between the
- * cores for every chunk.
+ * cores for every chunk. SHARDSWAP_GEMV_SPLIT=steps (or
+ * cpu_gemv_split_claims(false)) gives back one 128 KiB step per task.
  * Internal to backend/cpu/. */
 #ifndef SHARDSWAP_BACKEND_CPU_LANES_H
 #define SHARDSWAP_BACKEND_CPU_LANES_H
