@@ -77,7 +77,7 @@ int cpu_lanes_init_streams(struct cpu_lanes *l, int units, int streams);
  * (per, tail >= 1). The number of tasks the pool must run, each calling
  * cpu_lanes_task; without lanes a task is one step. */
 int cpu_lanes_init_claims(struct cpu_lanes *l, int units, int streams, int per, int tail);
-/* Steps [step, step + count) of l's call (cpu_lanes_task_fn): runs on a
+/* Steps [step, step + count) of l's call, one claim (cpu_lanes_task): runs on a
  * pool thread, once per claim. */
 typedef void (*cpu_lanes_steps_fn)(void *ctx, int step, int count);
 /* The pool's task `task` of l's call in claims: fn on every claim this
