@@ -49,9 +49,10 @@ static void tiles_configure(int m)
     amx_tiles_configure((const uint16_t[]){w, w, 64, 64, w, w}, NULL, 6);
 }
 
-/* the previous block's sums are put into y after this many column chunks
- * of the next block (2-14 measured alike; 0, right after the block's own
- * tile stores, was 3-8% slower at 4-16 input rows) */
+/* the previous block's sums are put into y once this many column chunks
+ * of the next block are issued and 2 more (2-14 measured alike; 0 was
+ * 2-8% slower at 4-16 input rows, and putting them at once, before the
+ * next block, up to 12% slower) */
 #define PUT_AFTER_CHUNKS 4
 
 /* y[i * ldy + j] = c[0][j][i] + c[1][j][i] for i < m, j < 16: a block's two
