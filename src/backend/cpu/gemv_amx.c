@@ -11,7 +11,17 @@
  * exact bf16 products: bf16 mode's result, in another order than the vector
  * kernels. Two accumulators alternate over the column chunks. Rows past the
  * last whole 16, and matrices whose columns are not a multiple of 32, go
- * to the AVX512-BF16 kernel (every AMX CPU has it). */
+ * to the AVX512-BF16 kernel (every AMX CPU has it).
+ *
+ * A block's sums leave as two stored tiles (16 weight rows x m floats),
+ * which y wants transposed (m rows x 16). They are put into y only once
+ * the next block's first weight loads are in flight (PUT_AFTER_CHUNKS), and
+ * from 3 input rows on with vector shuffles (block_put). Why: put at once,
+ * in scalar code, the epilogue waited on the block's last multiply and so
+ * on its last loads from memory, and its 4 instructions an output kept the
+ * next block's loads out of the window; at 8 input rows (128 outputs a
+ * block) that cost a 4864 x 896 product 15-20% of its read rate against
+ * one row (2026-12-06, the 2-core Xeon with AMX; cpu-kernels.md). */
 #include "backend/cpu/gemv_isa.h"
 
 #if defined(__x86_64__)
@@ -39,6 +49,56 @@ static void tiles_configure(int m)
     amx_tiles_configure((const uint16_t[]){w, w, 64, 64, w, w}, NULL, 6);
 }
 
+/* the previous block's sums are put into y once this many column chunks
+ * of the next block are issued and 2 more (2-14 measured alike; 0 was
+ * 2-8% slower at 4-16 input rows, and putting them at once, before the
+ * next block, up to 12% slower) */
+#define PUT_AFTER_CHUNKS 4
+
+/* y[i * ldy + j] = c[0][j][i] + c[1][j][i] for i < m, j < 16: a block's two
+ * stored accumulators (16 weight rows x 16 floats, the first m used) added,
+ * the same sums the scalar loop makes, and transposed to y's rows. */
+static void block_put(float c[2][16][16], int m, float *y, size_t ldy)
+{
+    if (m < 3) {
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < 16; j++)
+                y[(size_t)i * ldy + j] = c[0][j][i] + c[1][j][i];
+        return;
+    }
+    __m512 r[16], t[16];
+    for (int j = 0; j < 16; j++)
+        r[j] = _mm512_add_ps(_mm512_load_ps(c[0][j]), _mm512_load_ps(c[1][j]));
+    /* 16 x 16 transpose: pairs of rows interleaved by element, then by
+     * element pair; each 128-bit lane l of r[4k + q] then holds column
+     * 4l + q of rows 4k..4k+3, and two rounds of lane shuffles gather a
+     * column's four lanes */
+    for (int k = 0; k < 8; k++) {
+        t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+        t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    for (int k = 0; k < 4; k++) {
+        const __m512d a = _mm512_castps_pd(t[4 * k]), b = _mm512_castps_pd(t[4 * k + 1]);
+        const __m512d c2 = _mm512_castps_pd(t[4 * k + 2]), d = _mm512_castps_pd(t[4 * k + 3]);
+        r[4 * k] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c2));
+        r[4 * k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c2));
+        r[4 * k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[4 * k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int q = 0; q < 4; q++) {
+        const __m512 a0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88);
+        const __m512 a1 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xdd);
+        const __m512 b0 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88);
+        const __m512 b1 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xdd);
+        t[q] = _mm512_shuffle_f32x4(a0, b0, 0x88);
+        t[8 + q] = _mm512_shuffle_f32x4(a0, b0, 0xdd);
+        t[4 + q] = _mm512_shuffle_f32x4(a1, b1, 0x88);
+        t[12 + q] = _mm512_shuffle_f32x4(a1, b1, 0xdd);
+    }
+    for (int i = 0; i < m; i++)
+        _mm512_storeu_ps(y + (size_t)i * ldy, t[i]);
+}
+
 void gemv_rows_amx(const struct gemv_args *a, int r0, int r1)
 {
     const struct weight_view *w = a->w;
@@ -51,10 +111,14 @@ void gemv_rows_amx(const struct gemv_args *a, int r0, int r1)
     const size_t stride = w->ld * sizeof(uint16_t);
     const size_t chunk_x = (size_t)16 * 2 * m; /* bf16 of x per chunk */
     const int whole = r0 + (r1 - r0) / 16 * 16;
-    float c0[16][16], c1[16][16];
+    /* two blocks' stored accumulators: this one's and the previous one's,
+     * whose sums wait (from row `waiting`, -1: none) to be put into y */
+    _Alignas(64) float acc[2][2][16][16];
+    int waiting = -1;
     tiles_configure(m);
     for (int r = r0; r < whole; r += 16) {
         const uint16_t *wr = (const uint16_t *)w->data + (size_t)r * w->ld;
+        float(*mine)[16][16] = acc[((r - r0) / 16) & 1];
         _tile_zero(0);
         _tile_zero(1);
         int c = 0;
@@ -65,18 +129,24 @@ void gemv_rows_amx(const struct gemv_args *a, int r0, int r1)
             _tile_loadd(3, wr + (size_t)(c + 1) * 32, stride);
             _tile_loadd(5, a->xv + (size_t)(c + 1) * chunk_x, m * 4);
             _tile_dpbf16ps(1, 3, 5);
+            if (c == PUT_AFTER_CHUNKS && waiting >= 0) {
+                block_put(acc[((waiting - r0) / 16) & 1], m, a->y + waiting, a->ldy);
+                waiting = -1;
+            }
         }
         if (c < chunks) {
             _tile_loadd(2, wr + (size_t)c * 32, stride);
             _tile_loadd(4, a->xv + (size_t)c * chunk_x, m * 4);
             _tile_dpbf16ps(0, 2, 4);
         }
-        _tile_stored(0, c0, 64);
-        _tile_stored(1, c1, 64);
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < 16; j++)
-                a->y[(size_t)i * a->ldy + r + j] = c0[j][i] + c1[j][i];
+        _tile_stored(0, mine[0], 64);
+        _tile_stored(1, mine[1], 64);
+        if (waiting >= 0) /* a block too narrow to reach PUT_AFTER_CHUNKS */
+            block_put(acc[((waiting - r0) / 16) & 1], m, a->y + waiting, a->ldy);
+        waiting = r;
     }
+    if (waiting >= 0)
+        block_put(acc[((waiting - r0) / 16) & 1], m, a->y + waiting, a->ldy);
     _tile_release();
     if (whole < r1)
         gemv_rows_avx512bf16(a, whole, r1);
