@@ -394,23 +394,24 @@ QD_INLINE float qd5_q4_0_body(const char *w, const char *x, int nb)
 }
 
 /* One call per row and type (GCC unrolls the 8 blocks of a step only in a
- * function of its own, not inlined into the rows' loops) */
-static __attribute__((noinline)) float qd5_q4_k(const char *w, const char *x, int nb)
+ * function of its own, not inlined into the rows' loops); unused where the
+ * includer defines no rows function (qdot_vnni_far.c) */
+static __attribute__((noinline, unused)) float qd5_q4_k(const char *w, const char *x, int nb)
 {
     return qd5_q45_k_body(w, x, nb, false);
 }
 
-static __attribute__((noinline)) float qd5_q5_k(const char *w, const char *x, int nb)
+static __attribute__((noinline, unused)) float qd5_q5_k(const char *w, const char *x, int nb)
 {
     return qd5_q45_k_body(w, x, nb, true);
 }
 
-static __attribute__((noinline)) float qd5_q6_k(const char *w, const char *x, int nb)
+static __attribute__((noinline, unused)) float qd5_q6_k(const char *w, const char *x, int nb)
 {
     return qd5_q6_k_body(w, x, nb);
 }
 
-static __attribute__((noinline)) float qd5_q4_0(const char *w, const char *x, int nb)
+static __attribute__((noinline, unused)) float qd5_q4_0(const char *w, const char *x, int nb)
 {
     return qd5_q4_0_body(w, x, nb);
 }
