@@ -98,6 +98,10 @@ typedef void (*qdot_pieces_fn)(const struct qdot_piece *p, int n);
  * vnni-near's (xp as qdot_pack_x_xr lays it out for the types of 32, or
  * NULL); pieces that differ go one by one to qdot_rows_vnni_near. */
 void qdot_pieces_vnni_far(const struct qdot_piece *p, int n);
+/* vnni-near and vnni-far built again with GFNI (qdot_vnni_near_gfni.c,
+ * qdot_vnni_far_gfni.c): the same bits; only where the CPU has GFNI */
+void qdot_rows_vnni_near_gfni(const struct qdot_args *a, int r0, int r1);
+void qdot_pieces_vnni_far_gfni(const struct qdot_piece *p, int n);
 /* The bytes of a row of n columns of Q8_0 x laid out for vnni-near's types
  * of 32 (whole runs of 8 blocks: the quants, block k and k + 4 of a run
  * side by side, then the scales in f32 and the sums of the quants), a

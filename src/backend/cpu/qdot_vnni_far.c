@@ -9,11 +9,14 @@
 
 #include <assert.h>
 
+#ifndef QDOT_PIECES_FN /* qdot_vnni_far_gfni.c names its own */
+#define QDOT_PIECES_FN qdot_pieces_vnni_far
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
 #define QD_DOT(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
-#define QDOT_PIECES_FN qdot_pieces_vnni_far
 #define QD_K512
 #define QD_XR
 #define QD_PREFETCH 512
@@ -22,7 +25,7 @@
 #include "backend/cpu/qdot_body.h"
 
 #else
-void qdot_pieces_vnni_far(const struct qdot_piece *p, int n)
+void QDOT_PIECES_FN(const struct qdot_piece *p, int n)
 {
     for (int k = 0; k < n; k++)
         qdot_rows_scalar(p[k].a, p[k].r0, p[k].r1);

@@ -262,6 +262,49 @@ static bool has_amx_int8(void)
 }
 #endif
 
+/* vnni-near's and vnni-far's builds with GFNI (the same bits) where the
+ * CPU has it, unless turned off (cpu_qlinear_gfni) */
+static atomic_bool q_gfni_on = true;
+static pthread_once_t q_gfni_once = PTHREAD_ONCE_INIT;
+
+static void q_gfni_read_env(void)
+{
+    const char *v = getenv("SHARDSWAP_QDOT_GFNI");
+    atomic_store(&q_gfni_on, !(v && strcmp(v, "off") == 0));
+}
+
+void cpu_qlinear_gfni(bool on)
+{
+    pthread_once(&q_gfni_once, q_gfni_read_env);
+    atomic_store(&q_gfni_on, on);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+static bool q_gfni(void)
+{
+    pthread_once(&q_gfni_once, q_gfni_read_env);
+    __builtin_cpu_init();
+    return atomic_load_explicit(&q_gfni_on, memory_order_relaxed) && __builtin_cpu_supports("gfni");
+}
+#else
+static bool q_gfni(void)
+{
+    return false;
+}
+#endif
+
+/* vnni-near's rows and vnni-far's pieces, by the build q_gfni says (a
+ * task's choice: one test per 128 KiB of weights) */
+static void q_rows_near(const struct qdot_args *a, int r0, int r1)
+{
+    (q_gfni() ? qdot_rows_vnni_near_gfni : qdot_rows_vnni_near)(a, r0, r1);
+}
+
+static void q_pieces_far(const struct qdot_piece *p, int n)
+{
+    (q_gfni() ? qdot_pieces_vnni_far_gfni : qdot_pieces_vnni_far)(p, n);
+}
+
 /* the layout of x a kernel reads: its quantized rows, packed groups of 8
  * (qdot_pack_x), runs of 8 blocks (qdot_pack_x_mr), AMX's groups of 16
  * (qdot_pack_x_tiles), or each Q8_0 row as vnni-near's types of 32 read it
@@ -287,10 +330,10 @@ struct qdot_kernel {
 static const struct qdot_kernel q_kernels[] = {
     /* a weight row against one input row */
     {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni, NULL, false, 1, NULL},
-    {"vnni-near", qdot_rows_vnni_near, NULL, Q_X_ROWS, has_vnni, NULL, false, 1,
+    {"vnni-near", q_rows_near, NULL, Q_X_ROWS, has_vnni, NULL, false, 1,
      NULL}, /* vnni, prefetch 1 KiB into L1 and 4 KiB into L2 ahead */
-    {"vnni-far", qdot_rows_vnni_near, NULL, Q_X_ROWS, has_vnni, NULL, false, 4,
-     qdot_pieces_vnni_far}, /* vnni-near over 4 far-apart streams of a thread's lane */
+    {"vnni-far", q_rows_near, NULL, Q_X_ROWS, has_vnni, NULL, false, 4,
+     q_pieces_far}, /* vnni-near over 4 far-apart streams of a thread's lane */
     {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL, false, 1, NULL},
     /* two weight rows' blocks in the lanes against each input row */
     {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL, true, 1, NULL},
@@ -405,7 +448,7 @@ struct q_job {
  * for 16 rows' work) */
 static enum q_xlayout q_layout(const struct qdot_kernel *k, enum dtype t)
 {
-    return k->rows == qdot_rows_vnni_near && qdot_xtype_of(t) == QDOT_X_Q8_0 ? Q_X_XR : k->x;
+    return k->rows == q_rows_near && qdot_xtype_of(t) == QDOT_X_Q8_0 ? Q_X_XR : k->x;
 }
 
 /* Weight rows [r0, r1) of a's product by kernel k: 0, or ERR_NOMEM from a
