@@ -56,6 +56,7 @@
 #include "backend/weight.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/quant.h"
 #include "test.h"
 
 #define MiB ((size_t)1 << 20)
@@ -432,6 +433,100 @@ static void test_gemv_lanes(void)
     free(x);
     free(ya);
     free(yb);
+}
+
+/* The quantized products in lanes of sub-lanes (vnni-far: a task's units
+ * of several sub-lanes read in lockstep, qdot_far.h) and without (vnni-near,
+ * one stream): in lanes, in the pool's order and on this thread alone, one
+ * call and a group, every row the scalar reference's bits. y starts as NaN,
+ * so a row no task wrote shows. The shapes give many units a sub-lane (2100
+ * rows), sub-lanes of unequal length and a short last unit (1000, 530),
+ * one unit (37); the group mixes the types of one step's pieces (Q5_0 into
+ * Q8_0, as a Q4_K_M file's q, k and v) and K-quants of two widths. */
+static void test_qlinear_lanes(void)
+{
+    static const struct {
+        enum dtype t;
+        int rows, cols;
+    } shapes[] = {{DTYPE_Q4_K, 2100, 256}, {DTYPE_Q6_K, 1000, 512}, {DTYPE_Q8_0, 530, 96},
+                  {DTYPE_Q5_0, 37, 64},    {DTYPE_Q5_0, 530, 96},   {DTYPE_Q8_0, 1000, 96},
+                  {DTYPE_Q4_K, 37, 512}};
+    enum { N_SHAPES = sizeof(shapes) / sizeof(shapes[0]), M_MAX = 3, COLS_MAX = 512 };
+    static const char *const kernels[] = {"vnni-far", "vnni-near"};
+    static const int ms[] = {1, M_MAX};
+    void *wd[N_SHAPES];
+    size_t ny = 0;
+    for (int is = 0; is < N_SHAPES; is++) {
+        const size_t blocks = (size_t)shapes[is].rows * shapes[is].cols / dtype_block(shapes[is].t);
+        wd[is] = malloc(blocks * quant_block_bytes(shapes[is].t));
+        cpu_qlinear_random_blocks(shapes[is].t, wd[is], blocks, 40 + (uint64_t)is);
+        ny += (size_t)M_MAX * shapes[is].rows;
+    }
+    float *x = malloc((size_t)M_MAX * COLS_MAX * sizeof(float));
+    float *ref = malloc(ny * sizeof(float)), *y = malloc(ny * sizeof(float));
+    struct kern_linear_job jobs[N_SHAPES];
+    for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]); im++) {
+        const int m = ms[im];
+        /* the group's jobs share x where their widths agree */
+        size_t o = 0;
+        for (int is = 0; is < N_SHAPES; is++) {
+            jobs[is] = (struct kern_linear_job){.x = x,
+                                                .m = m,
+                                                .y = ref + o,
+                                                .w = {.dtype = shapes[is].t,
+                                                      .data = wd[is],
+                                                      .rows = shapes[is].rows,
+                                                      .cols = shapes[is].cols,
+                                                      .ld = (size_t)shapes[is].cols}};
+            o += (size_t)m * shapes[is].rows;
+        }
+        fill_uniform(x, (size_t)M_MAX * COLS_MAX, -1, 1);
+        CHECK(cpu_qlinear_force("scalar") == 0);
+        for (int is = 0; is < N_SHAPES; is++)
+            CHECK(cpu_qlinear(jobs[is].y, x, m, &jobs[is].w, KERN_COMPUTE_BF16) == 0);
+        for (size_t ik = 0; ik < sizeof(kernels) / sizeof(kernels[0]); ik++) {
+            if (cpu_qlinear_force(kernels[ik]) < 0) {
+                printf("qlinear lanes: %s skipped (%s)\n", kernels[ik], err_msg());
+                continue;
+            }
+            /* 0: tasks in the pool's order, 1: lanes, 2: this thread alone;
+             * each call alone, then all as one group */
+            for (int way = 0; way < 3; way++)
+                for (int group = 0; group < 2; group++) {
+                    for (size_t i = 0; i < o; i++)
+                        y[i] = NAN;
+                    struct kern_linear_job g[N_SHAPES];
+                    for (int is = 0; is < N_SHAPES; is++) {
+                        g[is] = jobs[is];
+                        g[is].y = y + (jobs[is].y - ref);
+                    }
+                    cpu_gemv_split_lanes(way != 0);
+                    cpu_kernels_single_thread(way == 2);
+                    if (group)
+                        CHECK(cpu_qlinear_group(g, N_SHAPES, KERN_COMPUTE_BF16) == 0);
+                    else
+                        for (int is = 0; is < N_SHAPES; is++)
+                            CHECK(cpu_qlinear(g[is].y, x, m, &g[is].w, KERN_COMPUTE_BF16) == 0);
+                    cpu_kernels_single_thread(false);
+                    cpu_gemv_split_lanes(true);
+                    size_t bad = o;
+                    for (size_t i = 0; i < o && bad == o; i++)
+                        if (memcmp(&y[i], &ref[i], sizeof(float)) != 0)
+                            bad = i;
+                    CHECK_MSG(bad == o,
+                              "qlinear lanes: %s m %d way %d %s: output %zu is %g, the scalar "
+                              "reference's %g",
+                              kernels[ik], m, way, group ? "group" : "one by one", bad,
+                              bad < o ? y[bad] : 0.0, bad < o ? ref[bad] : 0.0);
+                }
+        }
+    }
+    CHECK(cpu_qlinear_force(NULL) == 0);
+    for (int is = 0; is < N_SHAPES; is++)
+        free(wd[is]);
+    free(x);
+    free(ref);
+    free(y);
 }
 
 /* Lanes cut in sub-lanes (lanes.h): the pool's tasks, each a step with its
@@ -2459,6 +2554,7 @@ int main(void)
     test_lanes_streams();
     test_lanes_claims();
     test_gemv_lanes();
+    test_qlinear_lanes();
     test_matmul_cache();
     test_gemv_choice();
     test_matmul_choice();

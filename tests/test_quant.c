@@ -232,7 +232,8 @@ TEST(linear)
 }
 
 /* The scalar kernel's bf16-mode product of m rows of x with w into ref,
- * then each kernel of isas (n of them) into y: its bits must equal ref's.
+ * then each kernel of isas (n of them) into y (vnni-near and vnni-far with
+ * and without GFNI): its bits must equal ref's.
  * A kernel this CPU lacks is skipped (and said so when say_lacking). */
 static void isas_match_scalar(const char *const *isas, size_t n, const struct weight_view *w,
                               const float *x, int m, float *ref, float *y, bool say_lacking)
@@ -248,10 +249,16 @@ static void isas_match_scalar(const char *const *isas, size_t n, const struct we
             continue;
         }
         CHECK(rc == 0);
-        memset(y, 0xff, ybytes);
-        CHECK(kern_linear(st, y, x, m, w, NULL, KERN_COMPUTE_BF16) == 0);
-        CHECK_MSG(memcmp(y, ref, ybytes) == 0, "%s %s m=%d differs from the scalar reference",
-                  dtype_name(w->dtype), isas[k], m);
+        /* vnni-near and vnni-far also without their GFNI builds */
+        const bool two = strcmp(isas[k], "vnni-near") == 0 || strcmp(isas[k], "vnni-far") == 0;
+        for (int g = 1; g >= (two ? 0 : 1); g--) {
+            cpu_qlinear_gfni(g);
+            memset(y, 0xff, ybytes);
+            CHECK(kern_linear(st, y, x, m, w, NULL, KERN_COMPUTE_BF16) == 0);
+            CHECK_MSG(memcmp(y, ref, ybytes) == 0, "%s %s%s m=%d differs from the scalar reference",
+                      dtype_name(w->dtype), isas[k], g ? "" : " (no GFNI)", m);
+        }
+        cpu_qlinear_gfni(true);
     }
 }
 

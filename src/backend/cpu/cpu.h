@@ -74,6 +74,11 @@ const char *cpu_qlinear_kernels(void);
  * benchmarks; not while a product runs. 0, ERR_UNSUPPORTED when the CPU
  * lacks it, ERR_INVALID for an unknown name. */
 int cpu_qlinear_force(const char *name);
+/* Whether vnni-near and vnni-far run their builds with GFNI where the CPU
+ * has it (true, the default; SHARDSWAP_QDOT_GFNI=off starts a process with
+ * false): the same bits either way, for tests and A/B timing; not while a
+ * product runs. */
+void cpu_qlinear_gfni(bool on);
 
 /* Which compressed-tensors kernel (avx512bf16, avx512, avx2, deq, scalar)
  * runs per CT type, compute mode and bucket of input rows (1; 2-16), as one

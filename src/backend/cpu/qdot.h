@@ -79,11 +79,29 @@ void qdot_rows_vnni(const struct qdot_args *a, int r0, int r1);
  * (qdot_xr.h): a->xp NULL, or for a type of 32 each input row laid out by
  * qdot_pack_x_xr, xp_ld bytes apart (otherwise laid out per task) */
 void qdot_rows_vnni_near(const struct qdot_args *a, int r0, int r1);
-/* vnni-near's kernels over a task's rows cut into 4 contiguous sub-ranges
- * read in lockstep, each prefetched half as far ahead (qdot_far.h,
- * qdot_vnni_far.c); its x as vnni-near's (xp as qdot_pack_x_xr lays it
- * out for the types of 32, or NULL) */
-void qdot_rows_vnni_far(const struct qdot_args *a, int r0, int r1);
+/* A run of weight rows [r0, r1) of a's product: one stream of a task that
+ * reads several at once (a sub-lane's unit: lanes.h). */
+struct qdot_piece {
+    const struct qdot_args *a;
+    int r0, r1;
+};
+/* The most pieces a qdot_pieces_fn takes at once */
+#define QDOT_PIECES_MAX 4
+/* Every piece's rows (n <= QDOT_PIECES_MAX), each row's bits those of the
+ * single-row kernel. Runs on a pool thread; reads and writes nothing but
+ * its operands. */
+typedef void (*qdot_pieces_fn)(const struct qdot_piece *p, int n);
+/* vnni-far: vnni-near's kernels over the n pieces' rows in lockstep (one
+ * row of each at a time, a step of 8 blocks of each in turn), each stream
+ * prefetched half as far ahead (qdot_far.h, qdot_vnni_far.c); pieces of
+ * one type, width and count of input rows (their x may differ), x as
+ * vnni-near's (xp as qdot_pack_x_xr lays it out for the types of 32, or
+ * NULL); pieces that differ go one by one to qdot_rows_vnni_near. */
+void qdot_pieces_vnni_far(const struct qdot_piece *p, int n);
+/* vnni-near and vnni-far built again with GFNI (qdot_vnni_near_gfni.c,
+ * qdot_vnni_far_gfni.c): the same bits; only where the CPU has GFNI */
+void qdot_rows_vnni_near_gfni(const struct qdot_args *a, int r0, int r1);
+void qdot_pieces_vnni_far_gfni(const struct qdot_piece *p, int n);
 /* The bytes of a row of n columns of Q8_0 x laid out for vnni-near's types
  * of 32 (whole runs of 8 blocks: the quants, block k and k + 4 of a run
  * side by side, then the scales in f32 and the sums of the quants), a

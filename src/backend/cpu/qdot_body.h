@@ -6,7 +6,8 @@
  *                           and s (signed), exactly (no lane saturates for
  *                           the operands below: |u| <= 128 with |s| <= 127,
  *                           or u <= 63)
- *   QDOT_ROWS_FN            the name of the qdot_rows_fn to define
+ *   QDOT_ROWS_FN            the name of the qdot_rows_fn to define (or,
+ *                           with QDOT_PIECES_FN, none)
  *   QD_K512                 (optional) the K-quants on 512-bit vectors
  *                           instead (qdot_k512.h: AVX-512 BW and VNNI)
  *   QD_XR                   (optional, with QD_K512) the types of 32
@@ -16,9 +17,9 @@
  *   QD_PREFETCH_FAR         (optional) a second prefetch's distance, to L2
  *   QD_PREFETCH_Q5          (optional, with QD_XR) Q5_0/Q5_1's own L1
  *                           distance, with no L2 prefetch
- *   QDOT_ROWS_FAR_FN        (optional, with QD_XR) the name of a second
- *                           qdot_rows_fn, the same kernels over far-apart
- *                           streams of rows (qdot_far.h)
+ *   QDOT_PIECES_FN          (optional, with QD_XR) the name of a
+ *                           qdot_pieces_fn to define: the same kernels
+ *                           over far-apart streams of rows (qdot_far.h)
  *
  * Each block's integer sums are exact and combined as qdot.h says, so the
  * result is the scalar reference's (qdot_scalar.c) bit for bit. */
@@ -431,6 +432,7 @@ QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
         }                                                                                          \
     }
 
+#ifdef QDOT_ROWS_FN
 void QDOT_ROWS_FN(const struct qdot_args *a, int r0, int r1)
 {
     const struct weight_view *w = a->w;
@@ -472,6 +474,8 @@ void QDOT_ROWS_FN(const struct qdot_args *a, int r0, int r1)
     }
 }
 
-#ifdef QDOT_ROWS_FAR_FN
+#endif
+
+#ifdef QDOT_PIECES_FN
 #include "backend/cpu/qdot_far.h"
 #endif

@@ -135,6 +135,32 @@ QD_INLINE __m256i qd5_scales_mins(const char *p)
     return _mm256_ternarylogic_epi32(low, a, b, 0xca);
 }
 
+#ifdef QD_GFNI_BUILD
+/* With QD_GFNI_BUILD (qdot_vnni_near_gfni.c, qdot_vnni_far_gfni.c, built
+ * with -mgfni and run only where the CPU has GFNI) the nibbles and Q6_K's
+ * top bits are moved and masked by GF2P8AFFINEQB, one instruction where a
+ * shift and a mask (Q6_K's high nibbles: two shifts and a mask) took two
+ * or three; the same bytes, so the same bits. */
+
+/* GF2P8AFFINEQB's matrix (one per 64-bit lane) that moves each byte's bits
+ * lo .. lo + 3 (bits past 7: none) to bits at .. at + 3 and clears the
+ * rest: output bit i is the parity of the matrix's byte 7 - i with the
+ * input, so byte 7 - (at + k) holds bit lo + k */
+QD_INLINE long long qd5_gf_bits(int lo, int at, int n)
+{
+    unsigned long long m = 0;
+    for (int k = 0; k < n; k++)
+        m |= (unsigned long long)(1u << (lo + k)) << (8 * (7 - (at + k)));
+    return (long long)m;
+}
+
+/* the matrix a in the low 256 bits, b in the high */
+QD_INLINE __m512i qd5_gf2(long long a, long long b)
+{
+    return _mm512_inserti64x4(_mm512_set1_epi64(a), _mm256_set1_epi64x(b), 1);
+}
+#endif
+
 /* words 0-15 index a, 16-31 index b */
 QD_INLINE __m512i qd5_idx2(int a, int b)
 {
@@ -144,7 +170,8 @@ QD_INLINE __m512i qd5_idx2(int a, int b)
 /* the constants of qd5_blk_45k */
 struct qd5_k45 {
     __m512i lo4, sixteen, bit, sc[4]; /* bit: Q5_K's fifth bits of vector 0 */
-    __m512i nib;  /* shifts: the low nibbles in the low half, the high ones above */
+    __m512i nib;  /* shifts: the low nibbles in the low half, the high ones above
+                   * (with GFNI: the matrices that take them to bits 0-3) */
     __m256i mins; /* each min twice, against x's sums of 16 */
 };
 
@@ -154,7 +181,11 @@ QD_INLINE struct qd5_k45 qd5_k45_init(void)
     c.lo4 = _mm512_set1_epi8(15);
     c.sixteen = _mm512_set1_epi8(16);
     c.bit = _mm512_inserti64x4(_mm512_set1_epi8(1), _mm256_set1_epi8(2), 1);
+#ifdef QD_GFNI_BUILD
+    c.nib = qd5_gf2(qd5_gf_bits(0, 0, 4), qd5_gf_bits(4, 0, 4));
+#else
     c.nib = qd5_idx2(0, 4);
+#endif
     /* vector v holds sub-blocks 2v and 2v + 1 */
     for (int v = 0; v < 4; v++)
         c.sc[v] = qd5_idx2(2 * v, 2 * v + 1);
@@ -178,7 +209,12 @@ QD_INLINE void qd5_blk_45k(const char *w, const char *x, const bool five, const 
     for (int v = 0; v < 4; v++) {
         const __m512i b =
             _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * v)));
+#ifdef QD_GFNI_BUILD
+        /* one GF2P8AFFINEQB for the shift and the mask */
+        q[v] = _mm512_gf2p8affine_epi64_epi8(b, c->nib, 0);
+#else
         q[v] = _mm512_and_si512(_mm512_srlv_epi16(b, c->nib), c->lo4);
+#endif
     }
     if (five) {
         const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 16)));
@@ -263,6 +299,9 @@ QD_INLINE __m512i qd5_idx4(int v)
 
 struct qd5_k6 {
     __m512i lo4, top, up, down, sc[4];
+#ifdef QD_GFNI_BUILD
+    __m512i hi4; /* the high nibbles to bits 0-3 */
+#endif
 };
 
 QD_INLINE struct qd5_k6 qd5_k6_init(void)
@@ -271,8 +310,15 @@ QD_INLINE struct qd5_k6 qd5_k6_init(void)
     c.lo4 = _mm512_set1_epi8(15);
     c.top = _mm512_set1_epi8(0x30);
     /* qh's bits 0-1 and 2-3 up to 4-5 (low nibbles), 4-5 and 6-7 down to them (high) */
+#ifdef QD_GFNI_BUILD
+    /* the same moves as GF2P8AFFINEQB matrices, each clearing the rest */
+    c.up = qd5_gf2(qd5_gf_bits(0, 4, 2), qd5_gf_bits(2, 4, 2));
+    c.down = qd5_gf2(qd5_gf_bits(4, 4, 2), qd5_gf_bits(6, 4, 2));
+    c.hi4 = _mm512_set1_epi64(qd5_gf_bits(4, 0, 4));
+#else
     c.up = qd5_idx2(4, 2);
     c.down = qd5_idx2(0, 2);
+#endif
     for (int v = 0; v < 4; v++)
         c.sc[v] = qd5_idx4(v);
     return c;
@@ -288,6 +334,17 @@ QD_INLINE __m512i qd5_blk_6k(const char *w, const char *x, const struct qd5_k6 *
     const __m512i l0 = _mm512_loadu_si512(w), l1 = _mm512_loadu_si512(w + 64);
     const __m512i h0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 128)));
     const __m512i h1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + 160)));
+#ifdef QD_GFNI_BUILD
+    /* quants 64 v .. 64 v + 63: nibbles | top bits, each moved into place
+     * and masked by one GF2P8AFFINEQB (0xea: (a & b) | c) */
+    const __m512i q[4] = {
+        _mm512_ternarylogic_epi32(l0, c->lo4, _mm512_gf2p8affine_epi64_epi8(h0, c->up, 0), 0xea),
+        _mm512_or_si512(_mm512_gf2p8affine_epi64_epi8(l0, c->hi4, 0),
+                        _mm512_gf2p8affine_epi64_epi8(h0, c->down, 0)),
+        _mm512_ternarylogic_epi32(l1, c->lo4, _mm512_gf2p8affine_epi64_epi8(h1, c->up, 0), 0xea),
+        _mm512_or_si512(_mm512_gf2p8affine_epi64_epi8(l1, c->hi4, 0),
+                        _mm512_gf2p8affine_epi64_epi8(h1, c->down, 0))};
+#else
     /* quants 64 v .. 64 v + 63: nibbles | top bits (0xf8: a | (b & c)) */
     const __m512i q[4] = {
         _mm512_ternarylogic_epi32(_mm512_and_si512(l0, c->lo4), _mm512_sllv_epi16(h0, c->up),
@@ -298,6 +355,7 @@ QD_INLINE __m512i qd5_blk_6k(const char *w, const char *x, const struct qd5_k6 *
                                   c->top, 0xf8),
         _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l1, 4), c->lo4),
                                   _mm512_srlv_epi16(h1, c->down), c->top, 0xf8)};
+#endif
     __m512i acc = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int v = 0; v < 4; v++)
@@ -394,23 +452,24 @@ QD_INLINE float qd5_q4_0_body(const char *w, const char *x, int nb)
 }
 
 /* One call per row and type (GCC unrolls the 8 blocks of a step only in a
- * function of its own, not inlined into the rows' loops) */
-static __attribute__((noinline)) float qd5_q4_k(const char *w, const char *x, int nb)
+ * function of its own, not inlined into the rows' loops); unused where the
+ * includer defines no rows function (qdot_vnni_far.c) */
+static __attribute__((noinline, unused)) float qd5_q4_k(const char *w, const char *x, int nb)
 {
     return qd5_q45_k_body(w, x, nb, false);
 }
 
-static __attribute__((noinline)) float qd5_q5_k(const char *w, const char *x, int nb)
+static __attribute__((noinline, unused)) float qd5_q5_k(const char *w, const char *x, int nb)
 {
     return qd5_q45_k_body(w, x, nb, true);
 }
 
-static __attribute__((noinline)) float qd5_q6_k(const char *w, const char *x, int nb)
+static __attribute__((noinline, unused)) float qd5_q6_k(const char *w, const char *x, int nb)
 {
     return qd5_q6_k_body(w, x, nb);
 }
 
-static __attribute__((noinline)) float qd5_q4_0(const char *w, const char *x, int nb)
+static __attribute__((noinline, unused)) float qd5_q4_0(const char *w, const char *x, int nb)
 {
     return qd5_q4_0_body(w, x, nb);
 }

@@ -19,11 +19,14 @@
 
 #include <assert.h>
 
+#ifndef QDOT_ROWS_FN /* qdot_vnni_near_gfni.c names its own */
+#define QDOT_ROWS_FN qdot_rows_vnni_near
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
 #define QD_DOT(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
-#define QDOT_ROWS_FN qdot_rows_vnni_near
 #define QD_K512
 #define QD_XR
 #define QD_PREFETCH 1024
@@ -31,6 +34,7 @@
 #define QD_PREFETCH_Q5 2048
 #include "backend/cpu/qdot_body.h"
 
+#ifndef QD_GFNI_BUILD
 size_t qdot_xr_row_bytes(int n)
 {
     return (qd5_xr_bytes(n / QUANT_QK0) + 63) / 64 * 64;
@@ -42,8 +46,10 @@ void qdot_pack_x_xr(const char *xq, int n, char *xr)
     const struct qd5_xr r = qd5_xr_at(xr, nb);
     qd5_xr_fill(&r, xq, nb);
 }
+#endif
 
 #else
+#ifndef QD_GFNI_BUILD
 size_t qdot_xr_row_bytes(int n)
 {
     (void)n;
@@ -55,8 +61,9 @@ void qdot_pack_x_xr(const char *xq, int n, char *xr)
     (void)xq, (void)n, (void)xr;
     assert(!"qdot_pack_x_xr without x86"); /* qlinear.c offers vnni-near only with VNNI */
 }
+#endif
 
-void qdot_rows_vnni_near(const struct qdot_args *a, int r0, int r1)
+void QDOT_ROWS_FN(const struct qdot_args *a, int r0, int r1)
 {
     qdot_rows_scalar(a, r0, r1);
 }

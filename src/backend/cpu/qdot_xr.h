@@ -251,23 +251,27 @@ QD_INLINE float qd5_row(const char *w, const struct qd5_xr *r, int nb, const enu
 }
 
 /* one function per type (GCC unrolls a run's products only in a function
- * of its own) */
-static __attribute__((noinline)) float qd5_q8_0_xr(const char *w, const struct qd5_xr *r, int nb)
+ * of its own; unused where the includer defines no rows function) */
+static __attribute__((noinline, unused)) float qd5_q8_0_xr(const char *w, const struct qd5_xr *r,
+                                                           int nb)
 {
     return qd5_row(w, r, nb, DTYPE_Q8_0);
 }
 
-static __attribute__((noinline)) float qd5_q4_0_xr(const char *w, const struct qd5_xr *r, int nb)
+static __attribute__((noinline, unused)) float qd5_q4_0_xr(const char *w, const struct qd5_xr *r,
+                                                           int nb)
 {
     return qd5_row(w, r, nb, DTYPE_Q4_0);
 }
 
-static __attribute__((noinline)) float qd5_q5_0_xr(const char *w, const struct qd5_xr *r, int nb)
+static __attribute__((noinline, unused)) float qd5_q5_0_xr(const char *w, const struct qd5_xr *r,
+                                                           int nb)
 {
     return qd5_row(w, r, nb, DTYPE_Q5_0);
 }
 
-static __attribute__((noinline)) float qd5_q5_1_xr(const char *w, const struct qd5_xr *r, int nb)
+static __attribute__((noinline, unused)) float qd5_q5_1_xr(const char *w, const struct qd5_xr *r,
+                                                           int nb)
 {
     return qd5_row(w, r, nb, DTYPE_Q5_1);
 }

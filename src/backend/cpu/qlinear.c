@@ -10,7 +10,8 @@
  *   weight row times it in integer dot products (qdot.h), split by weight
  *   rows over the pool. Three kinds of kernel: one weight row at a time
  *   against each input row (vnni, vnni-near, avx2; vnni-far the same over
- *   four far-apart sub-ranges of a task's rows in lockstep, qdot_far.h);
+ *   four far-apart streams of a thread's lane in lockstep, its sub-lanes:
+ *   lanes.h, qdot_far.h);
  *   two weight rows' blocks unpacked once into the lanes of one vector a
  *   quad and multiplied with every input row, x laid out to match
  *   (vnni-mr; qdot_mr_body.h: decode batches); or each weight row
@@ -261,6 +262,49 @@ static bool has_amx_int8(void)
 }
 #endif
 
+/* vnni-near's and vnni-far's builds with GFNI (the same bits) where the
+ * CPU has it, unless turned off (cpu_qlinear_gfni) */
+static atomic_bool q_gfni_on = true;
+static pthread_once_t q_gfni_once = PTHREAD_ONCE_INIT;
+
+static void q_gfni_read_env(void)
+{
+    const char *v = getenv("SHARDSWAP_QDOT_GFNI");
+    atomic_store(&q_gfni_on, !(v && strcmp(v, "off") == 0));
+}
+
+void cpu_qlinear_gfni(bool on)
+{
+    pthread_once(&q_gfni_once, q_gfni_read_env);
+    atomic_store(&q_gfni_on, on);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+static bool q_gfni(void)
+{
+    pthread_once(&q_gfni_once, q_gfni_read_env);
+    __builtin_cpu_init();
+    return atomic_load_explicit(&q_gfni_on, memory_order_relaxed) && __builtin_cpu_supports("gfni");
+}
+#else
+static bool q_gfni(void)
+{
+    return false;
+}
+#endif
+
+/* vnni-near's rows and vnni-far's pieces, by the build q_gfni says (a
+ * task's choice: one test per 128 KiB of weights) */
+static void q_rows_near(const struct qdot_args *a, int r0, int r1)
+{
+    (q_gfni() ? qdot_rows_vnni_near_gfni : qdot_rows_vnni_near)(a, r0, r1);
+}
+
+static void q_pieces_far(const struct qdot_piece *p, int n)
+{
+    (q_gfni() ? qdot_pieces_vnni_far_gfni : qdot_pieces_vnni_far)(p, n);
+}
+
 /* the layout of x a kernel reads: its quantized rows, packed groups of 8
  * (qdot_pack_x), runs of 8 blocks (qdot_pack_x_mr), AMX's groups of 16
  * (qdot_pack_x_tiles), or each Q8_0 row as vnni-near's types of 32 read it
@@ -275,27 +319,33 @@ struct qdot_kernel {
     bool (*supported)(void);
     bool (*takes)(enum dtype t); /* NULL: every type; else calibrated only for these */
     bool few;                    /* calibrated for decode batches only (below 16 rows) */
+    /* > 1: a task runs `streams` pieces by `pieces` (a lane in sub-lanes,
+     * lanes.h), as gemv.c's kernels of several streams (calls the lanes
+     * cannot cut run the pieces one by one through `rows`) */
+    int streams;
+    qdot_pieces_fn pieces;
 };
 
 /* best first by instruction set; scalar only by request where another runs */
 static const struct qdot_kernel q_kernels[] = {
     /* a weight row against one input row */
-    {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni, NULL, false},
-    {"vnni-near", qdot_rows_vnni_near, NULL, Q_X_ROWS, has_vnni, NULL,
-     false}, /* vnni, prefetch 1 KiB into L1 and 4 KiB into L2 ahead */
-    {"vnni-far", qdot_rows_vnni_far, NULL, Q_X_ROWS, has_vnni, NULL,
-     false}, /* vnni-near over 4 far-apart streams of a task's rows */
-    {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL, false},
+    {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni, NULL, false, 1, NULL},
+    {"vnni-near", q_rows_near, NULL, Q_X_ROWS, has_vnni, NULL, false, 1,
+     NULL}, /* vnni, prefetch 1 KiB into L1 and 4 KiB into L2 ahead */
+    {"vnni-far", q_rows_near, NULL, Q_X_ROWS, has_vnni, NULL, false, 4,
+     q_pieces_far}, /* vnni-near over 4 far-apart streams of a thread's lane */
+    {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL, false, 1, NULL},
     /* two weight rows' blocks in the lanes against each input row */
-    {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL, true},
+    {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL, true, 1, NULL},
     /* a weight row against 8 input rows in the lanes */
-    {"vnni-m8", NULL, qdot_tile_vnni, Q_X_GROUPS, has_vnni, NULL, false},
+    {"vnni-m8", NULL, qdot_tile_vnni, Q_X_GROUPS, has_vnni, NULL, false, 1, NULL},
     /* 16 weight rows x 16 input rows a tile product */
-    {"amx", NULL, qdot_tile_amx, Q_X_TILES, has_amx_int8, qdot_amx_takes, false},
+    {"amx", NULL, qdot_tile_amx, Q_X_TILES, has_amx_int8, qdot_amx_takes, false, 1, NULL},
     /* x's few rows (A) x 16 weight rows laid out as B a tile product */
-    {"amx-few", NULL, qdot_tile_amx_few, Q_X_ROWS, has_amx_int8, qdot_amx_few_takes, true},
-    {"avx2-m8", NULL, qdot_tile_avx2, Q_X_GROUPS, has_avx2, NULL, false},
-    {"scalar", qdot_rows_scalar, NULL, Q_X_ROWS, has_scalar, NULL, false}, /* the reference */
+    {"amx-few", NULL, qdot_tile_amx_few, Q_X_ROWS, has_amx_int8, qdot_amx_few_takes, true, 1, NULL},
+    {"avx2-m8", NULL, qdot_tile_avx2, Q_X_GROUPS, has_avx2, NULL, false, 1, NULL},
+    {"scalar", qdot_rows_scalar, NULL, Q_X_ROWS, has_scalar, NULL, false, 1,
+     NULL}, /* the reference */
 };
 #define Q_N_KERNELS (int)(sizeof(q_kernels) / sizeof(q_kernels[0]))
 
@@ -378,24 +428,27 @@ void cpu_qlinear_random_blocks(enum dtype t, void *dst, size_t n_blocks, uint64_
     }
 }
 
+/* A call's tasks are chunks of about Q_TASK_BYTES of weight rows, run in
+ * lanes (lanes.h); with a kernel of several streams, a task is one unit of
+ * each of `streams` sub-lanes, units of about Q_TASK_BYTES / streams. */
 struct q_job {
     struct qdot_args a;
     const struct qdot_kernel *k;
-    int task_rows;
+    int streams;            /* 1, or k->streams with k->pieces */
+    int task_rows;          /* rows per chunk (unit) */
+    int tasks;              /* chunks (units) */
     struct cpu_lanes lanes; /* the tasks in a lane per thread, as the GEMV's */
     atomic_int rc;
 };
 
 /* The layout of x kernel k reads for weights of type t: its own, except
- * vnni-near's types of 32, whose x is laid out once per call here instead
- * of once per task in the kernel (a task of 16 rows of llama-3.2-1b's Q8_0
- * down projection laid out its 256 blocks of x again for 16 rows' work) */
+ * vnni-near's (and vnni-far's) types of 32, whose x is laid out once per
+ * call here instead of once per task in the kernel (a task of 16 rows of
+ * llama-3.2-1b's Q8_0 down projection laid out its 256 blocks of x again
+ * for 16 rows' work) */
 static enum q_xlayout q_layout(const struct qdot_kernel *k, enum dtype t)
 {
-    return (k->rows == qdot_rows_vnni_near || k->rows == qdot_rows_vnni_far) &&
-                   qdot_xtype_of(t) == QDOT_X_Q8_0
-               ? Q_X_XR
-               : k->x;
+    return k->rows == q_rows_near && qdot_xtype_of(t) == QDOT_X_Q8_0 ? Q_X_XR : k->x;
 }
 
 /* Weight rows [r0, r1) of a's product by kernel k: 0, or ERR_NOMEM from a
@@ -409,24 +462,65 @@ static int q_rows(const struct qdot_kernel *k, const struct qdot_args *a, int r0
     return k->tile(a, r0, r1);
 }
 
+/* a task's units (lanes.h) are the pieces a pieces kernel takes */
+_Static_assert(QDOT_PIECES_MAX <= CPU_LANES_STREAMS_MAX,
+               "a pieces kernel's streams must fit a step of sub-lanes");
+
+/* the rows of j's chunk c as a piece */
+static struct qdot_piece q_chunk_piece(const struct q_job *j, int c)
+{
+    const int r0 = c * j->task_rows, r1 = r0 + j->task_rows;
+    return (struct qdot_piece){&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows};
+}
+
+/* j's rows of chunk c: 0, or ERR_NOMEM */
+static int q_chunk(const struct q_job *j, int c)
+{
+    const struct qdot_piece p = q_chunk_piece(j, c);
+    return q_rows(j->k, &j->a, p.r0, p.r1);
+}
+
 static void q_task(void *ctx, int task)
 {
     struct q_job *j = ctx;
-    int r0 = cpu_lanes_chunk(&j->lanes, task) * j->task_rows, r1 = r0 + j->task_rows;
-    r1 = r1 < j->a.w->rows ? r1 : j->a.w->rows;
-    if (q_rows(j->k, &j->a, r0, r1) < 0)
-        atomic_store(&j->rc, ERR_NOMEM);
+    const int step = cpu_lanes_chunk(&j->lanes, task);
+    if (j->streams == 1) {
+        if (q_chunk(j, step) < 0)
+            atomic_store(&j->rc, ERR_NOMEM);
+        return;
+    }
+    int units[CPU_LANES_STREAMS_MAX];
+    struct qdot_piece p[CPU_LANES_STREAMS_MAX];
+    const int n = cpu_lanes_units(&j->lanes, step, units);
+    for (int k = 0; k < n; k++)
+        p[k] = q_chunk_piece(j, units[k]);
+    j->k->pieces(p, n);
 }
 
-static int q_task_rows(const struct weight_view *w)
+/* Rows per chunk: about Q_TASK_BYTES / streams of weights, at least
+ * Q_MIN_TASKS chunks per stream when the matrix allows, a multiple of 16 */
+static int q_task_rows(const struct weight_view *w, int streams)
 {
     size_t row_bytes = dtype_row_bytes(w->dtype, (size_t)w->cols);
-    size_t rows = Q_TASK_BYTES / (row_bytes ? row_bytes : 1);
-    size_t most = ((size_t)w->rows + Q_MIN_TASKS - 1) / Q_MIN_TASKS;
+    size_t rows = Q_TASK_BYTES / (size_t)streams / (row_bytes ? row_bytes : 1);
+    size_t most =
+        ((size_t)w->rows + Q_MIN_TASKS * (size_t)streams - 1) / (Q_MIN_TASKS * (size_t)streams);
     if (rows > most)
         rows = most;
     rows = (rows + 15) / 16 * 16;
     return rows ? (int)rows : 16;
+}
+
+/* j's tasks over w's rows by kernel k (k NULL: f32 mode's dequantized
+ * blocks, one stream) */
+static void q_job_init(struct q_job *j, const struct qdot_kernel *k, const struct weight_view *w)
+{
+    j->k = k;
+    j->streams = k && k->streams > 1 && k->pieces ? k->streams : 1;
+    assert(j->streams <= QDOT_PIECES_MAX);
+    j->task_rows = q_task_rows(w, j->streams);
+    j->tasks = (w->rows + j->task_rows - 1) / j->task_rows;
+    atomic_init(&j->rc, 0);
 }
 
 struct qx_job {
@@ -536,14 +630,12 @@ static int q_prepare(float *y, const float *x, int m, const struct weight_view *
 static int q_run(const struct qdot_kernel *k, float *y, const float *x, int m,
                  const struct weight_view *w)
 {
-    struct q_job j = {.k = k, .task_rows = q_task_rows(w)};
-    atomic_init(&j.rc, 0);
+    struct q_job j;
+    q_job_init(&j, k, w);
     int rc = q_prepare(y, x, m, w, q_layout(k, w->dtype), &j.a);
     if (rc < 0)
         return rc;
-    const int tasks = (w->rows + j.task_rows - 1) / j.task_rows;
-    cpu_lanes_init(&j.lanes, tasks);
-    cpu_kernels_run(q_task, &j, tasks);
+    cpu_kernels_run(q_task, &j, cpu_lanes_init_streams(&j.lanes, j.tasks, j.streams));
     if (atomic_load(&j.rc) < 0)
         return err_set(ERR_NOMEM, "out of host memory for unpacked %s weight rows of %d columns",
                        dtype_name(w->dtype), w->cols);
@@ -718,8 +810,12 @@ static void deq_task(void *ctx, int task)
 
 static int q_gemv_f32(float *y, const float *x, int m, const struct weight_view *w)
 {
-    struct deq_job j = {
-        .y = y, .x = x, .m = m, .w = w, .rows = cpu_gemv_rows_f32(m), .task_rows = q_task_rows(w)};
+    struct deq_job j = {.y = y,
+                        .x = x,
+                        .m = m,
+                        .w = w,
+                        .rows = cpu_gemv_rows_f32(m),
+                        .task_rows = q_task_rows(w, 1)};
     atomic_init(&j.rc, 0);
     cpu_kernels_run(deq_task, &j, (w->rows + j.task_rows - 1) / j.task_rows);
     if (atomic_load(&j.rc) < 0)
@@ -756,6 +852,21 @@ static int qg_chunk(void *ctx, int i, int c)
     return j->k ? q_rows(j->k, &j->a, r0, r1) : deq_rows(&j->d, r0, r1);
 }
 
+/* chunks c[k] of the group's jobs job[k] as one task's pieces
+ * (cpu_lanes_units_fn); every job has the same pieces kernel */
+static int qg_units(void *ctx, const int *job, const int *c, int count)
+{
+    const struct qg_job *gj = ctx;
+    struct qdot_piece p[CPU_LANES_STREAMS_MAX];
+    for (int k = 0; k < count; k++) {
+        const struct qg_job *j = &gj[job[k]];
+        const int r0 = c[k] * j->task_rows, r1 = r0 + j->task_rows;
+        p[k] = (struct qdot_piece){&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows};
+    }
+    gj[job[0]].k->pieces(p, count);
+    return 0;
+}
+
 /* Whether job i's x, quantized for kernel k, is job e's (ke): the same rows
  * quantized the same way (Q8_0 or Q8_K); and laid out the same way too
  * (*layout). */
@@ -790,7 +901,6 @@ int cpu_qlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compu
         const struct kern_linear_job *j = &jobs[i];
         assert(j->m <= CPU_GEMV_MAX_M && dtype_is_block(j->w.dtype) && !quant_ct_is(j->w.dtype));
         gj[i].k = bf16 ? q_pick(j->w.dtype, j->m) : NULL;
-        gj[i].task_rows = q_task_rows(&j->w);
         from[i] = -1;
         laid[i] = false;
         if (!bf16)
@@ -801,6 +911,13 @@ int cpu_qlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compu
         z[i] = q_xsize_of(j->m, &j->w, q_layout(gj[i].k, j->w.dtype));
         bytes += (from[i] < 0 ? z[i].xq_bytes : 0) + (laid[i] ? 0 : z[i].xp_bytes);
     }
+    /* in sub-lanes when every job has the same kernel of streams (a stream
+     * may then run from one job's rows into the next's), as gemv.c's */
+    bool streams = bf16 && gj[0].k->pieces && gj[0].k->streams > 1;
+    for (int i = 1; i < n; i++)
+        streams = streams && gj[i].k == gj[0].k;
+    for (int i = 0; i < n; i++)
+        gj[i].task_rows = q_task_rows(&jobs[i].w, streams ? gj[0].k->streams : 1);
     char *buf = bytes ? cpu_scratch(CPU_SCRATCH_Q_X, bytes) : NULL;
     if (bytes && !buf)
         return err_set(ERR_NOMEM, "out of host memory for the quantized activations of %d products",
@@ -831,6 +948,8 @@ int cpu_qlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compu
         }
         first[i + 1] = first[i] + (j->w.rows + g->task_rows - 1) / g->task_rows;
     }
+    if (streams)
+        return cpu_lanes_run_group_streams(first, n, gj[0].k->streams, qg_units, gj);
     if (cpu_lanes_run_group(first, n, qg_chunk, gj) < 0)
         return err_set(ERR_NOMEM, "out of host memory for the weight rows of %d products", n);
     return 0;
