@@ -66,37 +66,12 @@ static void block_put(float c[2][16][16], int m, float *y, size_t ldy)
                 y[(size_t)i * ldy + j] = c[0][j][i] + c[1][j][i];
         return;
     }
-    __m512 r[16], t[16];
+    __m512 r[16];
     for (int j = 0; j < 16; j++)
         r[j] = _mm512_add_ps(_mm512_load_ps(c[0][j]), _mm512_load_ps(c[1][j]));
-    /* 16 x 16 transpose: pairs of rows interleaved by element, then by
-     * element pair; each 128-bit lane l of r[4k + q] then holds column
-     * 4l + q of rows 4k..4k+3, and two rounds of lane shuffles gather a
-     * column's four lanes */
-    for (int k = 0; k < 8; k++) {
-        t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
-        t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
-    }
-    for (int k = 0; k < 4; k++) {
-        const __m512d a = _mm512_castps_pd(t[4 * k]), b = _mm512_castps_pd(t[4 * k + 1]);
-        const __m512d c2 = _mm512_castps_pd(t[4 * k + 2]), d = _mm512_castps_pd(t[4 * k + 3]);
-        r[4 * k] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c2));
-        r[4 * k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c2));
-        r[4 * k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        r[4 * k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-    for (int q = 0; q < 4; q++) {
-        const __m512 a0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88);
-        const __m512 a1 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xdd);
-        const __m512 b0 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88);
-        const __m512 b1 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xdd);
-        t[q] = _mm512_shuffle_f32x4(a0, b0, 0x88);
-        t[8 + q] = _mm512_shuffle_f32x4(a0, b0, 0xdd);
-        t[4 + q] = _mm512_shuffle_f32x4(a1, b1, 0x88);
-        t[12 + q] = _mm512_shuffle_f32x4(a1, b1, 0xdd);
-    }
+    amx_transpose16(r);
     for (int i = 0; i < m; i++)
-        _mm512_storeu_ps(y + (size_t)i * ldy, t[i]);
+        _mm512_storeu_ps(y + (size_t)i * ldy, r[i]);
 }
 
 void gemv_rows_amx(const struct gemv_args *a, int r0, int r1)

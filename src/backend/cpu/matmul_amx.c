@@ -70,38 +70,6 @@ static void tiles_configure(void)
     amx_tiles_configure((const uint16_t[]){64, 64, 64, 64, 64, 64, 64}, NULL, 7);
 }
 
-/* The 16 x 16 floats of r transposed in registers: r[j] becomes column j. */
-static void transpose16(__m512 r[ROWS])
-{
-    __m512 t[ROWS];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    /* r[4i + q], lane L: rows 4i..4i+3 of column 4L + q */
-    for (int i = 0; i < 4; i++) {
-        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-    /* column 4L + q: lane L of r[q], r[4 + q], r[8 + q], r[12 + q] */
-    for (int q = 0; q < 4; q++) {
-        const __m512 lo0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x44);
-        const __m512 hi0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xee);
-        const __m512 lo1 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x44);
-        const __m512 hi1 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xee);
-        t[q] = _mm512_shuffle_f32x4(lo0, lo1, 0x88);
-        t[4 + q] = _mm512_shuffle_f32x4(lo0, lo1, 0xdd);
-        t[8 + q] = _mm512_shuffle_f32x4(hi0, hi1, 0x88);
-        t[12 + q] = _mm512_shuffle_f32x4(hi0, hi1, 0xdd);
-    }
-    for (int j = 0; j < ROWS; j++)
-        r[j] = t[j];
-}
-
 /* C block (weight rows r.., input rows 16 b..) from tile memory to y: a
  * tile row is one weight row over the inputs, a row of y one input over
  * the weights. */
@@ -111,7 +79,7 @@ static void store_block(float *y, size_t ldy, int m, int r, int b, const float c
     __m512 v[ROWS];
     for (int i = 0; i < ROWS; i++)
         v[i] = _mm512_loadu_ps(c[i]);
-    transpose16(v);
+    amx_transpose16(v);
     for (int j = 0; j < n; j++)
         _mm512_storeu_ps(y + (size_t)(b * ROWS + j) * ldy + r, v[j]);
 }
