@@ -517,10 +517,7 @@ static void gemv_steps(void *ctx, int step, int count)
 static void gemv_task(void *ctx, int task)
 {
     struct gemv_job *j = ctx;
-    if (j->tail)
-        cpu_lanes_task(&j->lanes, task, gemv_steps, j);
-    else
-        gemv_steps(j, cpu_lanes_chunk(&j->lanes, task), 1);
+    cpu_lanes_task(&j->lanes, task, gemv_steps, j);
 }
 
 /* j's call on the pool: its units in lanes (of sub-lanes), in claims */

@@ -184,6 +184,10 @@ int cpu_lanes_chunk(struct cpu_lanes *l, int task)
 
 void cpu_lanes_task(struct cpu_lanes *l, int task, cpu_lanes_steps_fn fn, void *ctx)
 {
+    if (!l->tail) { /* not in claims: the pool's task is one step */
+        fn(ctx, cpu_lanes_chunk(l, task), 1);
+        return;
+    }
     if (!l->lanes) {
         fn(ctx, task, 1);
         return;
@@ -213,7 +217,6 @@ struct lanes_group {
     cpu_lanes_chunk_fn fn;       /* one stream */
     cpu_lanes_units_fn units_fn; /* streams */
     void *ctx;
-    bool claims;
     struct cpu_lanes lanes;
     atomic_int rc;
 };
@@ -242,20 +245,16 @@ static void lanes_group_step(void *ctx, int step, int count)
 static void lanes_group_task(void *ctx, int task)
 {
     struct lanes_group *g = ctx;
-    if (g->claims)
-        cpu_lanes_task(&g->lanes, task, lanes_group_step, g);
-    else
-        lanes_group_step(g, cpu_lanes_chunk(&g->lanes, task), 1);
+    cpu_lanes_task(&g->lanes, task, lanes_group_step, g);
 }
 
 static int lanes_group_run(struct lanes_group *g, int streams, int per, int tail)
 {
     atomic_init(&g->rc, 0);
     const int units = g->first[g->n];
-    g->claims = tail > 0;
     cpu_kernels_run(lanes_group_task, g,
-                    g->claims ? cpu_lanes_init_claims(&g->lanes, units, streams, per, tail)
-                              : cpu_lanes_init_streams(&g->lanes, units, streams));
+                    tail > 0 ? cpu_lanes_init_claims(&g->lanes, units, streams, per, tail)
+                             : cpu_lanes_init_streams(&g->lanes, units, streams));
     return atomic_load(&g->rc);
 }
 

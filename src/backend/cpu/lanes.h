@@ -80,8 +80,9 @@ int cpu_lanes_init_claims(struct cpu_lanes *l, int units, int streams, int per, 
 /* Steps [step, step + count) of l's call, one claim (cpu_lanes_task): runs on a
  * pool thread, once per claim. */
 typedef void (*cpu_lanes_steps_fn)(void *ctx, int step, int count);
-/* The pool's task `task` of l's call in claims: fn on every claim this
- * thread takes, its own lane's first, until no step is left. */
+/* The pool's task `task` of l's call: in claims, fn on every claim this
+ * thread takes, its own lane's first, until no step is left; otherwise
+ * (cpu_lanes_init, cpu_lanes_init_streams) fn on its one step. */
 void cpu_lanes_task(struct cpu_lanes *l, int task, cpu_lanes_steps_fn fn, void *ctx);
 /* The units of steps [step, step + count) as runs, one per sub-lane that
  * has any of them, in sub-lane order: run k is first[k], first[k] + 1, ...,
