@@ -263,35 +263,33 @@ static bool has_amx_int8(void)
 #endif
 
 /* vnni-near's and vnni-far's builds with GFNI (the same bits) where the
- * CPU has it, unless turned off (cpu_qlinear_gfni) */
+ * CPU has it (asked once: a task only reads the answer), unless turned off
+ * (cpu_qlinear_gfni) */
 static atomic_bool q_gfni_on = true;
+static bool q_gfni_cpu;
 static pthread_once_t q_gfni_once = PTHREAD_ONCE_INIT;
 
-static void q_gfni_read_env(void)
+static void q_gfni_init(void)
 {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    q_gfni_cpu = __builtin_cpu_supports("gfni");
+#endif
     const char *v = getenv("SHARDSWAP_QDOT_GFNI");
     atomic_store(&q_gfni_on, !(v && strcmp(v, "off") == 0));
 }
 
 void cpu_qlinear_gfni(bool on)
 {
-    pthread_once(&q_gfni_once, q_gfni_read_env);
+    pthread_once(&q_gfni_once, q_gfni_init);
     atomic_store(&q_gfni_on, on);
 }
 
-#if defined(__x86_64__) || defined(__i386__)
 static bool q_gfni(void)
 {
-    pthread_once(&q_gfni_once, q_gfni_read_env);
-    __builtin_cpu_init();
-    return atomic_load_explicit(&q_gfni_on, memory_order_relaxed) && __builtin_cpu_supports("gfni");
+    pthread_once(&q_gfni_once, q_gfni_init);
+    return q_gfni_cpu && atomic_load_explicit(&q_gfni_on, memory_order_relaxed);
 }
-#else
-static bool q_gfni(void)
-{
-    return false;
-}
-#endif
 
 /* vnni-near's rows and vnni-far's pieces, by the build q_gfni says (a
  * task's choice: one test per 128 KiB of weights) */
@@ -466,11 +464,18 @@ static int q_rows(const struct qdot_kernel *k, const struct qdot_args *a, int r0
 _Static_assert(QDOT_PIECES_MAX <= CPU_LANES_STREAMS_MAX,
                "a pieces kernel's streams must fit a step of sub-lanes");
 
+/* chunk c of a's rows, task_rows a chunk, as a piece (a single call's or
+ * a group's job's) */
+static struct qdot_piece q_piece(const struct qdot_args *a, int task_rows, int c)
+{
+    const int r0 = c * task_rows, r1 = r0 + task_rows;
+    return (struct qdot_piece){a, r0, r1 < a->w->rows ? r1 : a->w->rows};
+}
+
 /* the rows of j's chunk c as a piece */
 static struct qdot_piece q_chunk_piece(const struct q_job *j, int c)
 {
-    const int r0 = c * j->task_rows, r1 = r0 + j->task_rows;
-    return (struct qdot_piece){&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows};
+    return q_piece(&j->a, j->task_rows, c);
 }
 
 /* j's rows of chunk c: 0, or ERR_NOMEM */
@@ -858,11 +863,8 @@ static int qg_units(void *ctx, const int *job, const int *c, int count)
 {
     const struct qg_job *gj = ctx;
     struct qdot_piece p[CPU_LANES_STREAMS_MAX];
-    for (int k = 0; k < count; k++) {
-        const struct qg_job *j = &gj[job[k]];
-        const int r0 = c[k] * j->task_rows, r1 = r0 + j->task_rows;
-        p[k] = (struct qdot_piece){&j->a, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows};
-    }
+    for (int k = 0; k < count; k++)
+        p[k] = q_piece(&gj[job[k]].a, gj[job[k]].task_rows, c[k]);
     gj[job[0]].k->pieces(p, count);
     return 0;
 }
