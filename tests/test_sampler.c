@@ -252,6 +252,48 @@ TEST(argmax_lanes)
     CHECK(logits_argmax(inf, 20, &finite) == 0 && !finite);
 }
 
+/* top-p sorts only the ids that can reach its mass (nucleus_candidates);
+ * the full sort is what top-k = vocab - 1 does (the one id it leaves out
+ * is a -inf logit, probability 0): the same seed must draw the same tokens
+ * both ways, over flat and peaked distributions, many exact ties, a few
+ * -inf, a vocabulary that is not a multiple of 16, and tiny top-p */
+TEST(top_p_candidates)
+{
+    enum { NV = 5003, DRAWS = 400 };
+    static float base[NV], a[NV], b[NV];
+    uint64_t x = 11;
+    const float scales[] = {0.5f, 2.0f, 8.0f, 30.0f};
+    const float ps[] = {0.05f, 0.5f, 0.9f, 0.99f};
+    int differ = 0, draws = 0;
+    for (int sc = 0; sc < 4; sc++)
+        for (int pi = 0; pi < 4; pi++) {
+            for (int i = 0; i < NV; i++) {
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                const unsigned u = (unsigned)(x >> 40);
+                base[i] = scales[sc] * (float)(u % 1000) / 1000.0f;
+                if (pi % 2) /* a few distinct values: ties everywhere */
+                    base[i] = floorf(base[i]);
+                if (u % 251 == 0)
+                    base[i] = -INFINITY;
+            }
+            base[NV - 1] = -INFINITY; /* the id top-k = NV - 1 leaves out */
+            struct sampler sa, sb;
+            struct sampler_params pa = {.temperature = 0.8f, .top_p = ps[pi], .seed = 5};
+            struct sampler_params pb = pa;
+            pb.top_k = NV - 1;
+            CHECK(sampler_init(&sa, &pa) == 0 && sampler_init(&sb, &pb) == 0);
+            for (int d = 0; d < DRAWS; d++) {
+                memcpy(a, base, sizeof(a));
+                memcpy(b, base, sizeof(b));
+                differ += sampler_pick(&sa, a, NV) != sampler_pick(&sb, b, NV);
+                draws++;
+            }
+            sampler_free(&sa);
+            sampler_free(&sb);
+        }
+    CHECK_MSG(differ == 0, "%d of %d top-p draws differ from the full sort's", differ, draws);
+}
+
 int main(int argc, char **argv)
 {
     return test_main(argc, argv, NULL);

@@ -1,6 +1,8 @@
 /* shardswap bench forward: prefill and decode throughput of one checkpoint,
  * with decode's weight streaming rate set against this machine's memcpy
  * bandwidth measured in the same run. */
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -50,6 +52,7 @@ struct greedy {
     uint64_t *seen;
     int layers, experts;
     struct bench_result *r;
+    struct sampler *samplers; /* each sequence's, with --temperature; NULL: greedy */
 };
 
 /* What the step that just ran routed: its counts less the last step's. */
@@ -92,8 +95,10 @@ static int greedy_step(void *ctx, int step, float *logits, int32_t *next)
         return 1;
     const double t0 = time_now();
     for (int b = 0; b < g->batch; b++) {
+        float *row = logits + (size_t)b * g->vocab;
         bool finite;
-        next[b] = logits_argmax(logits + (size_t)b * g->vocab, g->vocab, &finite);
+        next[b] = g->samplers ? sampler_pick(&g->samplers[b], row, g->vocab)
+                              : logits_argmax(row, g->vocab, &finite);
     }
     g->r->pick_s += time_now() - t0;
     return 0;
@@ -105,7 +110,8 @@ static int greedy_step(void *ctx, int step, float *logits, int32_t *next)
  * returns its logits to the host (kern_to_host, a sync point), so a GPU's
  * queued work is inside the times. */
 static int bench_once(const struct cli_model *cm, bool lora, int batch, int prompt_len, int gen,
-                      struct bench_result *r, struct device *profile_dev,
+                      const struct sampler_params *sp, struct bench_result *r,
+                      struct device *profile_dev,
                       struct kern_profile *profile, struct pool_stats *pool)
 {
     struct model *m = cm->m;
@@ -114,6 +120,8 @@ static int bench_once(const struct cli_model *cm, bool lora, int batch, int prom
     int32_t *ids = NULL, *next = NULL;
     float *logits = NULL;
     uint64_t *seen = NULL;
+    struct sampler *samplers = NULL;
+    int n_samplers = 0;
     *r = (struct bench_result){0};
     /* the context checks the shape against the model before anything is
      * sized by it */
@@ -129,9 +137,18 @@ static int bench_once(const struct cli_model *cm, bool lora, int batch, int prom
     const int layers = model_info(m)->n_layers;
     if (experts)
         seen = calloc((size_t)layers * experts, sizeof(*seen));
-    if (!ids || !next || !logits || (experts && !seen)) {
+    if (sp->temperature > 0)
+        samplers = calloc((size_t)batch, sizeof(*samplers));
+    if (!ids || !next || !logits || (experts && !seen) || (sp->temperature > 0 && !samplers)) {
         rc = err_set(ERR_NOMEM, "out of memory");
         goto out;
+    }
+    /* sequence b draws with seed b: the same tokens every run */
+    for (; n_samplers < (samplers ? batch : 0); n_samplers++) {
+        struct sampler_params p = *sp;
+        p.seed = (uint64_t)n_samplers;
+        if ((rc = sampler_init(&samplers[n_samplers], &p)) < 0)
+            goto out;
     }
     uint64_t x = 12345;
     for (int i = 0; i < batch * prompt_len; i++) {
@@ -146,7 +163,8 @@ static int bench_once(const struct cli_model *cm, bool lora, int batch, int prom
                        .seen = seen,
                        .layers = layers,
                        .experts = experts,
-                       .r = r};
+                       .r = r,
+                       .samplers = samplers};
     double t0 = time_now();
     rc = model_generate_steps(m, ex, ids, prompt_len, logits, next, greedy_step, &g);
     double t1 = time_now();
@@ -165,6 +183,9 @@ static int bench_once(const struct cli_model *cm, bool lora, int batch, int prom
     r->decode_s = t1 - g.prefill_end;
 out:
     model_exec_free(ex);
+    for (int b = 0; b < n_samplers; b++)
+        sampler_free(&samplers[b]);
+    free(samplers);
     free(seen);
     free(ids);
     free(next);
@@ -202,6 +223,7 @@ static void metric_row(const char *name, double v, int decimals)
 struct forward_run {
     const char *dir;
     int batch, prompt_len, gen, repeat;
+    struct sampler_params sp; /* the decode's picks: temperature 0 is greedy */
     struct cli_device_flags dev;
     /* results: */
     char device[32];
@@ -273,7 +295,7 @@ static void weight_mix(struct forward_run *r)
 static int base_once(const struct cli_model *cm, struct forward_run *r)
 {
     struct bench_result b;
-    int rc = bench_once(cm, false, r->batch, r->prompt_len, r->gen, &b, NULL, NULL, NULL);
+    int rc = bench_once(cm, false, r->batch, r->prompt_len, r->gen, &r->sp, &b, NULL, NULL, NULL);
     r->base.prefill_s = fmin(r->base.prefill_s, b.prefill_s);
     r->base.decode_s = fmin(r->base.decode_s, b.decode_s);
     return rc;
@@ -303,7 +325,8 @@ static int forward_measure(struct forward_run *r)
     r->base = r->best;
     for (int pass = 0; pass <= lora; pass++)
         if ((rc = bench_once(&cmod, pass == 0 && lora, r->batch,
-                             r->prompt_len < 8 ? r->prompt_len : 8, 2, &one, NULL, NULL, NULL)) < 0)
+                             r->prompt_len < 8 ? r->prompt_len : 8, 2, &r->sp, &one, NULL, NULL,
+                             NULL)) < 0)
             goto out;
     double pairs = 0; /* (layer, expert) pairs: sparse layers x experts */
     read_limit_init(&r->lim, r->threads, READ_LIMIT_BYTES_PER_THREAD, 1);
@@ -317,7 +340,7 @@ static int forward_measure(struct forward_run *r)
         const bool base_first = lora && (i & 1) == 0;
         if (base_first && (rc = base_once(&cmod, r)) < 0)
             goto out;
-        if ((rc = bench_once(&cmod, lora, r->batch, r->prompt_len, r->gen, &one,
+        if ((rc = bench_once(&cmod, lora, r->batch, r->prompt_len, r->gen, &r->sp, &one,
                              r->profile ? cmod.dev : NULL, &r->prof, &r->pool)) < 0)
             goto out;
         r->prof_pick_s += one.pick_s;
@@ -427,7 +450,7 @@ static const char *const PART_NAMES[PART_COUNT] = {
     [PART_COPIES] = "embed, gathers, copies",
     [PART_LORA] = "adapters (lora)",
     [PART_TRANSFER] = "to host, to device",
-    [PART_SAMPLING] = "sampling (greedy pick)",
+    [PART_SAMPLING] = "sampling (the picks)",
     [PART_OWN] = "the step's own code",
 };
 
@@ -614,6 +637,16 @@ static json_t *lora_json(const struct forward_run *r)
                      jsonout_real(r->best.decode_s / r->base.decode_s, 4));
 }
 
+/* How the decode picks its tokens: "greedy", or the sampling parameters. */
+static void picks_describe(const struct sampler_params *sp, char *out, size_t n)
+{
+    if (sp->temperature > 0)
+        snprintf(out, n, "sampled: temperature %g, top-k %d, top-p %g", (double)sp->temperature,
+                 sp->top_k, (double)sp->top_p);
+    else
+        snprintf(out, n, "greedy");
+}
+
 static int forward_print_json(const struct forward_run *r)
 {
     const bool on_cpu = r->dev.gpu < 0;
@@ -648,6 +681,9 @@ static int forward_print_json(const struct forward_run *r)
                             jsonout_string(r->dev.n_adapters ? r->dev.adapters[0] : NULL));
         if (r->dev.n_adapters)
             json_object_set_new(j, "lora", lora_json(r));
+        char picks[96];
+        picks_describe(&r->sp, picks, sizeof(picks));
+        json_object_set_new(j, "picks", jsonout_string(picks));
         json_object_set_new(j, "decode_weight_bytes_per_step", jsonout_real(f.step_bytes, 0));
         json_object_set_new(j, "expert_bytes", json_integer((json_int_t)r->expert_bytes));
         json_object_set_new(j, "expert_reads_per_step", jsonout_real(f.expert_reads, 3));
@@ -677,13 +713,16 @@ static void forward_print_table(const struct forward_run *r)
         snprintf(with, sizeof(with), " with %d adapters, the first ", r->dev.n_adapters);
     else if (r->dev.n_adapters)
         snprintf(with, sizeof(with), " with adapter ");
+    char picks[96];
+    picks_describe(&r->sp, picks, sizeof(picks));
     printf("model %s%s%s on %s: %.1f MB of weights (%s), compute %s, %d threads, batch %d, "
-           "prompt %d, gen %d, best of %d, openblas core %s, gemv %s, matmul paths %s, "
+           "prompt %d, gen %d (%s), best of %d, openblas core %s, gemv %s, matmul paths %s, "
            "ceiling matmul %s\n",
            r->dir, with, r->dev.n_adapters ? r->dev.adapters[0] : "", r->device,
            (r->wbytes + r->expert_bytes) / 1e6,
            r->weight_mix[0] ? r->weight_mix : dtype_name(r->weight_dtype),
-           kern_compute_name(r->compute), r->threads, r->batch, r->prompt_len, r->gen, r->repeat,
+           kern_compute_name(r->compute), r->threads, r->batch, r->prompt_len, r->gen, picks,
+           r->repeat,
            r->blas ? r->blas : "n/a", r->gemv ? r->gemv : "n/a", r->matmul ? r->matmul : "n/a",
            r->ceil.impl);
     if (r->qdot)
@@ -738,7 +777,8 @@ static int bench_forward(int argc, char **argv)
     const char *adapter_dirs[CLI_MAX_ADAPTERS];
     struct flag_strs adapter_list = {.v = adapter_dirs, .cap = CLI_MAX_ADAPTERS};
     char *csv = NULL;
-    struct forward_run r = {.batch = 1, .prompt_len = 128, .gen = 32, .repeat = 3};
+    struct forward_run r = {
+        .batch = 1, .prompt_len = 128, .gen = 32, .repeat = 3, .sp = {.top_p = 1}};
     bool json = false;
     struct flag flags[] = {
         MODEL_FLAG(&r.dir),
@@ -752,6 +792,16 @@ static int bench_forward(int argc, char **argv)
              "threads, at most the CPUs this process may use (default 0: all of them)"),
         FLAG_RANGE("repeat", FLAG_INT, &r.repeat, "R", "best of R runs (default 3)", 1, 1000,
                    "1..1000"),
+        FLAG_RANGE("temperature", FLAG_FLOAT, &r.sp.temperature, "T",
+                   "the decode's picks: 0 = greedy (default 0), else sampled as serve samples, "
+                   "sequence b with seed b",
+                   0, FLT_MAX, "a finite T >= 0"),
+        FLAG_RANGE("top-k", FLAG_INT, &r.sp.top_k, "K",
+                   "with --temperature, sample among the K most likely (default 0 = off)", 0,
+                   INT_MAX, "K >= 0"),
+        FLAG_RANGE("top-p", FLAG_FLOAT, &r.sp.top_p, "P",
+                   "with --temperature, nucleus sampling mass (default 1 = off)", FLT_TRUE_MIN, 1,
+                   "0 < P <= 1"),
         COMPUTE_FLAG(&compute),
         DEVICE_FLAG(&devices),
         FLAG("adapter", FLAG_STRS, &adapter_list, "DIR",
@@ -769,7 +819,7 @@ static int bench_forward(int argc, char **argv)
     };
     int rc = args_parse("bench forward",
                         "Measures prefill and decode tokens/s of one checkpoint (random prompt "
-                        "ids, no padding, greedy decode through the KV cache) on one device, the "
+                        "ids, no padding, greedy decode through the KV cache unless --temperature) on one device, the "
                         "weights copied onto it as serve runs them (on the CPU too), and "
                         "on a CPU decode's weight bytes streamed per second against the "
                         "memory's read limit (the best of several ways of reading) and memcpy "

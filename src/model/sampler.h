@@ -22,7 +22,7 @@ struct sampler {
     struct rng rng;
     /* scratch for sorting candidates; grown on demand, owned */
     float *prob;
-    int32_t *idx;
+    int32_t *idx, *tmp;
     int cap;
     bool nonfinite; /* some pick saw NaN or Inf logits (sticky) */
 };
