@@ -1406,6 +1406,54 @@ static void test_gated_act(void)
     }
 }
 
+/* Activations long enough to split over the pool (from 8192 elements one
+ * task a thread, from 65536 the tasks of every split kernel), lengths not a
+ * multiple of 16 among them: bit for bit the same values computed in
+ * pieces short enough to stay on the calling thread. */
+static void test_act_split(void)
+{
+    static const size_t lens[] = {8191, 8192, 8 * 4864 + 5, 70001};
+    enum { PIECE = 4000 };
+    for (size_t il = 0; il < sizeof(lens) / sizeof(lens[0]); il++) {
+        const size_t n = lens[il];
+        float *gate = malloc(n * sizeof(float)), *up = malloc(n * sizeof(float));
+        float *whole = malloc(n * sizeof(float)), *pieces = malloc(n * sizeof(float));
+        CHECK(gate && up && whole && pieces);
+        if (!gate || !up || !whole || !pieces)
+            goto next;
+        fill_uniform(gate, n, -10, 10);
+        fill_uniform(up, n, -3, 3);
+        for (int gated = 0; gated < 2; gated++) {
+            struct dbuf *dg = upload(gate, n * sizeof(float)), *du = upload(up, n * sizeof(float));
+            struct dbuf *dy = upload(NULL, n * sizeof(float));
+            float *g = dbuf_ptr(dg), *u = dbuf_ptr(du), *y = dbuf_ptr(dy);
+            CHECK((gated ? kern_gated_act(st, y, g, u, n, KERN_ACT_SILU)
+                         : kern_activation(st, g, n, KERN_ACT_SILU)) == 0);
+            download(whole, gated ? y : g, n * sizeof(float));
+            device_free(dg);
+            dg = upload(gate, n * sizeof(float));
+            g = dbuf_ptr(dg);
+            for (size_t i = 0; i < n; i += PIECE) {
+                const size_t k = n - i < PIECE ? n - i : PIECE;
+                CHECK((gated ? kern_gated_act(st, y + i, g + i, u + i, k, KERN_ACT_SILU)
+                             : kern_activation(st, g + i, k, KERN_ACT_SILU)) == 0);
+            }
+            download(pieces, gated ? y : g, n * sizeof(float));
+            CHECK_MSG(memcmp(whole, pieces, n * sizeof(float)) == 0,
+                      "silu%s over %zu elements split differs from its pieces",
+                      gated ? " * up" : "", n);
+            device_free(dg);
+            device_free(du);
+            device_free(dy);
+        }
+    next:
+        free(gate);
+        free(up);
+        free(whole);
+        free(pieces);
+    }
+}
+
 /* ---- kern_add, kern_scale, kern_copy, kern_gather_rows ---- */
 
 static void test_elementwise(void)
@@ -2566,6 +2614,7 @@ int main(void)
     test_activation();
     test_softcap();
     test_gated_act();
+    test_act_split();
     test_elementwise();
     test_split_exact();
     test_attention();
