@@ -325,9 +325,16 @@ static void gemv_fill(const struct gemv_kernel *k, float *y, const float *x, int
             memcpy(dst, src, (size_t)cols * sizeof(float));
         if (xb)
             vec_to_bf16(xb + (size_t)i * ldx, src, (size_t)cols);
-        if (xv)
-            for (int c = 0; c < cols; c++)
-                xv[((size_t)(c / 2) * m + i) * 2 + c % 2] = xb[(size_t)i * ldx + c];
+        if (xv) {
+            /* a column pair at a time (4 bytes, the pair layout's unit),
+             * not a column at a time with a division and a remainder each:
+             * the calling thread does this while the pool waits */
+            const uint16_t *row = xb + (size_t)i * ldx;
+            for (int p = 0; p < cols / 2; p++)
+                memcpy(xv + ((size_t)p * m + i) * 2, row + 2 * p, 2 * sizeof(uint16_t));
+            if (cols % 2)
+                xv[((size_t)(cols / 2) * m + i) * 2] = row[cols - 1];
+        }
         if (xp) {
             float *p = xp + (size_t)i * ldx;
             for (int c = 0; c < whole; c += 32)
@@ -741,6 +748,45 @@ static int gemv_group_units(void *ctx, const int *job, const int *c, int count)
     return 0;
 }
 
+/* A group's call in one stream a lane: its units are the jobs' units one
+ * job after the other (job i's [first[i], first[i + 1])). */
+struct gemv_group {
+    const struct gemv_job *jobs;
+    const int *first;
+    struct cpu_lanes lanes;
+};
+
+/* steps [step, step + count) of a group in one stream (cpu_lanes_steps_fn):
+ * the claim's run of units, each job's part of it one call of the job's
+ * rows kernel. Why not unit by unit: the AMX kernel configures its tiles
+ * per call, puts a block's sums into y during the next block, and takes
+ * its rows in groups (gemv_amx.c), so a call of one unit (16 rows) did
+ * all of that per block; each row is computed by the same code either
+ * way, so the results do not change. */
+static void gemv_group_steps(void *ctx, int step, int count)
+{
+    const struct gemv_group *g = ctx;
+    int first[CPU_LANES_STREAMS_MAX], n[CPU_LANES_STREAMS_MAX];
+    const int runs = cpu_lanes_runs(&g->lanes, step, count, first, n);
+    for (int k = 0; k < runs; k++) {
+        int i = 0;
+        for (int u = first[k], end = first[k] + n[k]; u < end;) {
+            while (g->first[i + 1] <= u)
+                i++;
+            const int stop = end < g->first[i + 1] ? end : g->first[i + 1];
+            const struct gemv_piece p = gemv_units_piece(&g->jobs[i], u - g->first[i], stop - u);
+            g->jobs[i].rows(&g->jobs[i].a, p.r0, p.r1);
+            u = stop;
+        }
+    }
+}
+
+static void gemv_group_task(void *ctx, int task)
+{
+    struct gemv_group *g = ctx;
+    cpu_lanes_task(&g->lanes, task, gemv_group_steps, g);
+}
+
 int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute cm)
 {
     /* each job's kernel, task split and prepared x exactly as cpu_gemv's;
@@ -813,7 +859,10 @@ int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute 
                       : cpu_lanes_run_group_streams(first, n, gj[0].streams, gemv_group_units, gj);
     for (int i = 0; i < n; i++)
         gj[i].pieces = NULL; /* a step of one stream: one unit, run by rows */
-    return claims ? cpu_lanes_run_group_claims(first, n, 1, gj[0].per, gj[0].tail,
-                                               gemv_group_units, gj)
-                  : cpu_lanes_run_group_streams(first, n, 1, gemv_group_units, gj);
+    if (!claims)
+        return cpu_lanes_run_group_streams(first, n, 1, gemv_group_units, gj);
+    struct gemv_group g = {.jobs = gj, .first = first};
+    cpu_kernels_run(gemv_group_task, &g,
+                    cpu_lanes_init_claims(&g.lanes, first[n], 1, gj[0].per, gj[0].tail));
+    return 0;
 }
