@@ -78,6 +78,12 @@ static void tiles_configure(int m)
 #define GROUP_STRIDE_BYTES 9216
 #define GROUPS_MAX 8
 
+int gemv_amx_groups(size_t row_bytes)
+{
+    const size_t g = (GROUP_STRIDE_BYTES + row_bytes - 1) / (row_bytes ? row_bytes : 1);
+    return g > GROUPS_MAX ? GROUPS_MAX : (int)g;
+}
+
 /* y[i * ldy + j * gs] = c[0][j][i] + c[1][j][i] for i < m, j < 16: a
  * block's two stored accumulators (16 weight rows x 16 floats, the first m
  * used) added, the same sums the scalar loop makes, and transposed to y's
@@ -160,9 +166,7 @@ void gemv_rows_amx(const struct gemv_args *a, int r0, int r1)
     }
     const int chunks = cols / 32;
     const size_t stride = w->ld * sizeof(uint16_t);
-    size_t groups = (GROUP_STRIDE_BYTES + stride - 1) / stride;
-    if (groups > GROUPS_MAX)
-        groups = GROUPS_MAX;
+    const size_t groups = (size_t)gemv_amx_groups(stride);
     /* two blocks' stored accumulators: this one's and the waiting one's */
     _Alignas(64) float acc[2][2][16][16];
     struct waiting wt = {NULL, NULL, 1};
