@@ -84,6 +84,41 @@ int gemv_amx_groups(size_t row_bytes)
     return g > GROUPS_MAX ? GROUPS_MAX : (int)g;
 }
 
+/* input rows from which xv is made by transposes: they cost the same
+ * whatever m, a pair at a time costs m stores (a 16 x 4864 call,
+ * 2026-12-06, the 2-core Xeon with AMX, best of 2000: 12 rows 26.0 ->
+ * 22.7-23.8 us, 16 rows 33.2 -> 27.0-29.1; 8 rows alike, 4 rows 12 -> 13.7
+ * from 4 on) */
+#define PACK_TRANSPOSE_M 12
+
+void gemv_amx_pack_x(uint16_t *xv, const uint16_t *xb, size_t ldx, int m, int cols)
+{
+    const int pairs = cols / 2;
+    const __mmask16 rows = (__mmask16)((1u << m) - 1);
+    int p = 0;
+    if (m == 1) { /* the pair layout of one row is the row */
+        memcpy(xv, xb, (size_t)cols * sizeof(uint16_t));
+        return;
+    }
+    /* 16 pairs at a time: m rows' 16 pairs (one vector each, the rest
+     * zero) transposed, so vector q is pair p + q's m values in row order */
+    for (; m >= PACK_TRANSPOSE_M && p + 16 <= pairs; p += 16) {
+        __m512 r[16];
+        for (int i = 0; i < 16; i++)
+            r[i] = i < m ? _mm512_castsi512_ps(_mm512_loadu_si512(xb + (size_t)i * ldx + 2 * p))
+                         : _mm512_setzero_ps();
+        amx_transpose16(r);
+        for (int q = 0; q < 16; q++)
+            _mm512_mask_storeu_ps(xv + (size_t)(p + q) * m * 2, rows, r[q]);
+    }
+    for (; p < pairs; p++)
+        for (int i = 0; i < m; i++)
+            memcpy(xv + ((size_t)p * m + i) * 2, xb + (size_t)i * ldx + 2 * p, 2 * sizeof(uint16_t));
+    if (cols % 2)
+        for (int i = 0; i < m; i++)
+            xv[((size_t)pairs * m + i) * 2] = xb[(size_t)i * ldx + cols - 1];
+}
+
 /* y[i * ldy + j * gs] = c[0][j][i] + c[1][j][i] for i < m, j < 16: a
  * block's two stored accumulators (16 weight rows x 16 floats, the first m
  * used) added, the same sums the scalar loop makes, and transposed to y's
