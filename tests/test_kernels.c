@@ -404,7 +404,8 @@ static void test_gemv_amx_rows(void)
                     for (int r = 0; r < n && bad < 3; r++) {
                         const double e = fabs(y[(size_t)i * n + r] - ref[(size_t)i * n + r]);
                         if (!(e <= 1e-5 * mag[(size_t)i * n + r] + 1e-30)) {
-                            CHECK_MSG(0, "gemv amx rows: %d x %d (ld %d) m %d%s: row %d of input %d "
+                            CHECK_MSG(0,
+                                      "gemv amx rows: %d x %d (ld %d) m %d%s: row %d of input %d "
                                       "is %g, not %g",
                                       n, k, ld, m, alone ? " alone" : "", r, i,
                                       y[(size_t)i * n + r], ref[(size_t)i * n + r]);

@@ -113,7 +113,8 @@ void gemv_amx_pack_x(uint16_t *xv, const uint16_t *xb, size_t ldx, int m, int co
     }
     for (; p < pairs; p++)
         for (int i = 0; i < m; i++)
-            memcpy(xv + ((size_t)p * m + i) * 2, xb + (size_t)i * ldx + 2 * p, 2 * sizeof(uint16_t));
+            memcpy(xv + ((size_t)p * m + i) * 2, xb + (size_t)i * ldx + 2 * p,
+                   2 * sizeof(uint16_t));
     if (cols % 2)
         for (int i = 0; i < m; i++)
             xv[((size_t)pairs * m + i) * 2] = xb[(size_t)i * ldx + cols - 1];
@@ -140,8 +141,9 @@ static void block_put(float c[2][16][16], int m, float *y, size_t ldy, int gs)
             _mm512_storeu_ps(y + (size_t)i * ldy, r[i]);
         return;
     }
-    const __m512i at = _mm512_mullo_epi32(
-        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(gs));
+    const __m512i at =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(gs));
     for (int i = 0; i < m; i++)
         _mm512_i32scatter_ps(y + (size_t)i * ldy, at, r[i], 4);
 }
