@@ -342,6 +342,102 @@ static void test_gemv_same_bits(void)
     CHECK(cpu_gemv_force(NULL) == 0);
 }
 
+/* The AMX GEMV takes a tile's 16 weight rows several rows apart where rows
+ * are narrow (gemv_amx.c: 16 x G rows as G tiles of rows G apart, fewer at
+ * a piece's end), and puts each tile's sums into y with that step. Every
+ * row of every input row, against bf16 products summed in double within
+ * 1e-5 x sum |w x| (a row dropped stays NaN; one put at another row's place
+ * is off by about that row's size): widths of 32 and 128 columns (rows of
+ * 64 and 256 bytes: 8 tiles a run), 896 (qwen2.5's, 6), 4608 (one: rows
+ * of 9 KiB) and a column slice (296 of ld 336); row counts that leave runs
+ * of fewer tiles and rows past the last whole 16; m 1-16; in the pool and
+ * on this thread alone. Then the same rows from a view that starts 16 and
+ * 48 rows later, so the runs start elsewhere: each row's sums do not
+ * depend on the tiles it shared, so the same bits. */
+static void test_gemv_amx_rows(void)
+{
+    static const struct {
+        int n, k, ld;
+    } shapes[] = {{37, 32, 32}, {531, 128, 128}, {200, 896, 896}, {70, 4608, 4608},
+                  {150, 288, 336}};
+    if (cpu_gemv_force("amx") < 0) {
+        printf("gemv amx rows: skipped (%s)\n", err_msg());
+        CHECK(cpu_gemv_force(NULL) == 0);
+        return;
+    }
+    for (size_t is = 0; is < sizeof(shapes) / sizeof(shapes[0]); is++) {
+        const int n = shapes[is].n, k = shapes[is].k, ld = shapes[is].ld;
+        uint16_t *wb = malloc((size_t)n * ld * sizeof(uint16_t));
+        float *x = malloc((size_t)16 * k * sizeof(float));
+        float *y = malloc((size_t)16 * n * sizeof(float));
+        float *yv = malloc((size_t)16 * n * sizeof(float));
+        double *ref = malloc((size_t)16 * n * sizeof(double));
+        double *mag = malloc((size_t)16 * n * sizeof(double));
+        for (size_t i = 0; i < (size_t)n * ld; i++)
+            wb[i] = f32_to_bf16(rng_uniform(-1, 1));
+        fill_uniform(x, (size_t)16 * k, -1, 1);
+        for (int i = 0; i < 16; i++)
+            for (int r = 0; r < n; r++) {
+                double acc = 0, a = 0;
+                for (int c = 0; c < k; c++) {
+                    const double p = (double)bf16_to_f32(wb[(size_t)r * ld + c]) *
+                                     bf16_to_f32(f32_to_bf16(x[(size_t)i * k + c]));
+                    acc += p;
+                    a += fabs(p);
+                }
+                ref[(size_t)i * n + r] = acc;
+                mag[(size_t)i * n + r] = a;
+            }
+        for (int m = 1; m <= 16; m++)
+            for (int alone = 0; alone < 2; alone++) {
+                struct weight_view w = {.dtype = DTYPE_BF16,
+                                        .data = (const char *)wb,
+                                        .rows = n,
+                                        .cols = k,
+                                        .ld = (size_t)ld};
+                for (size_t i = 0; i < (size_t)m * n; i++)
+                    y[i] = NAN;
+                cpu_kernels_single_thread(alone);
+                CHECK(cpu_gemv(y, x, m, &w, KERN_COMPUTE_BF16) == 0);
+                int bad = 0;
+                for (int i = 0; i < m && bad < 3; i++)
+                    for (int r = 0; r < n && bad < 3; r++) {
+                        const double e = fabs(y[(size_t)i * n + r] - ref[(size_t)i * n + r]);
+                        if (!(e <= 1e-5 * mag[(size_t)i * n + r] + 1e-30)) {
+                            CHECK_MSG(0,
+                                      "gemv amx rows: %d x %d (ld %d) m %d%s: row %d of input %d "
+                                      "is %g, not %g",
+                                      n, k, ld, m, alone ? " alone" : "", r, i,
+                                      y[(size_t)i * n + r], ref[(size_t)i * n + r]);
+                            bad++;
+                        }
+                    }
+                for (int o = 16; o <= 48 && o + 16 <= n; o += 32) {
+                    struct weight_view v = w;
+                    v.data = (const char *)(wb + (size_t)o * ld);
+                    v.rows = n - o;
+                    for (size_t i = 0; i < (size_t)m * v.rows; i++)
+                        yv[i] = NAN;
+                    CHECK(cpu_gemv(yv, x, m, &v, KERN_COMPUTE_BF16) == 0);
+                    for (int i = 0; i < m; i++)
+                        CHECK_MSG(memcmp(yv + (size_t)i * v.rows, y + (size_t)i * n + o,
+                                         (size_t)v.rows * sizeof(float)) == 0,
+                                  "gemv amx rows: %d x %d m %d%s: rows from %d differ in a view "
+                                  "that starts there",
+                                  n, k, m, alone ? " alone" : "", o);
+                }
+                cpu_kernels_single_thread(false);
+            }
+        free(wb);
+        free(x);
+        free(y);
+        free(yv);
+        free(ref);
+        free(mag);
+    }
+    CHECK(cpu_gemv_force(NULL) == 0);
+}
+
 /* The GEMV's tasks spread over the threads in lanes (each thread a run of
  * contiguous chunks, stealing the last chunk of the fullest lane when its
  * own is done) and in the pool's order, and on this thread alone: every
@@ -2602,6 +2698,7 @@ int main(void)
     test_lanes_streams();
     test_lanes_claims();
     test_gemv_lanes();
+    test_gemv_amx_rows();
     test_qlinear_lanes();
     test_matmul_cache();
     test_gemv_choice();

@@ -25,7 +25,11 @@ static inline void amx_tiles_configure(const uint16_t *colsb, const uint8_t *row
         c.rows[t] = rows ? rows[t] : 16;
         c.colsb[t] = colsb[t];
     }
-    _tile_loadconfig(&c);
+    /* not _tile_loadconfig: GCC 12's names only the pointer's 8 bytes as the
+     * asm's input, so once inlined the stores to the rest of c can be
+     * dropped as dead (a standalone loop's LDTILECFG then read garbage and
+     * faulted); the whole struct as the operand keeps them */
+    __asm__ volatile("ldtilecfg %0" : : "m"(c));
 }
 
 /* The 16 x 16 floats of r transposed in registers: r[j] becomes column j

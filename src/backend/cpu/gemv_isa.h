@@ -66,6 +66,12 @@ void gemv_rows_avx512pairs(const struct gemv_args *a, int r0, int r1);
  * the last whole 16 and for columns not a multiple of 32); other dtypes as
  * gemv_rows_avx512bf16. Only after gemv_amx_enable returned true. */
 void gemv_rows_amx(const struct gemv_args *a, int r0, int r1);
+/* How many 16-row tiles gemv_rows_amx takes together, rows that many
+ * apart, for rows of row_bytes (row stride): 1 for rows of 9 KiB and more. */
+int gemv_amx_groups(size_t row_bytes);
+/* xv (gemv_args) from xb's m rows of ldx (m <= 16): the same values, in
+ * xv's order pair by pair, from 12 rows by transposes of 16 pairs. */
+void gemv_amx_pack_x(uint16_t *xv, const uint16_t *xb, size_t ldx, int m, int cols);
 /* A run of rows [r0, r1) of a's product: one stream of a task that reads
  * several far-apart streams at once (lanes.h's sub-lanes). */
 struct gemv_piece {
