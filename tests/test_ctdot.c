@@ -10,7 +10,10 @@
  *   1e-5 * sum |w x| of the weights (exact, or rounded to bf16 with x in
  *   bf16 mode) times x in double;
  * - the vector dequantizations equal quant_ct_dequantize's values (and
- *   their bf16 roundings) bit for bit. */
+ *   their bf16 roundings) bit for bit;
+ * - a call's rows split over the threads in claims, in one unit per task,
+ *   in the pool's order or on one thread give the same bits (1000, 530
+ *   and 37 rows, alone and as a group). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -253,6 +256,80 @@ TEST(prefill_and_choice)
             free(y);
         }
         free(buf);
+    }
+}
+
+/* A call's units in lanes in claims, in lanes of one unit per pool task,
+ * in the pool's order and on this thread alone, one call at a time and as
+ * a group: every row the bits of the same kernel alone in order (each row
+ * is computed by the same code whichever thread takes it). y starts as
+ * NaN, so a row no task wrote shows. 1000 rows make many units a lane
+ * (claims of several, the last ones alone), 530 a short last unit, 37 one
+ * unit. */
+TEST(lanes_bitwise)
+{
+    static const char *const names[] = {"avx512", "avx512bf16", "deq"};
+    static const int rows[] = {1000, 530, 37};
+    enum { N_JOBS = sizeof(rows) / sizeof(rows[0]), NB = 13, M_MAX = 3 };
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        void *buf[N_JOBS];
+        struct kern_linear_job jobs[N_JOBS];
+        size_t o = 0;
+        float *x = make_x(M_MAX, NB * QK);
+        for (int i = 0; i < N_JOBS; i++) {
+            jobs[i] = (struct kern_linear_job){
+                .x = x, .w = slice(types[ti], rows[i], NB, 110 + ti * 4 + (size_t)i, &buf[i])};
+            o += (size_t)M_MAX * rows[i];
+        }
+        float *ref = malloc(o * sizeof(float)), *y = malloc(o * sizeof(float));
+        for (int m = 1; m <= M_MAX; m += M_MAX - 1)
+            for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+                int rc = cpu_ctlinear_force(names[k]);
+                if (rc == ERR_UNSUPPORTED)
+                    continue;
+                CHECK(rc == 0);
+                /* 0: the reference, alone in order; 1: lanes in claims, 2:
+                 * the pool's order, 3: this thread alone, 4: lanes of one
+                 * unit per pool task */
+                for (int way = 0; way < 5; way++)
+                    for (int group = 0; group < (way ? 2 : 1); group++) {
+                        float *out = way ? y : ref;
+                        size_t at = 0;
+                        for (int i = 0; i < N_JOBS; i++) {
+                            jobs[i].m = m;
+                            jobs[i].y = out + at;
+                            at += (size_t)m * rows[i];
+                        }
+                        for (size_t i = 0; i < at; i++)
+                            out[i] = NAN;
+                        cpu_gemv_split_lanes(way != 0 && way != 2);
+                        cpu_gemv_split_claims(way != 4);
+                        cpu_kernels_single_thread(way == 0 || way == 3);
+                        if (group)
+                            CHECK(cpu_ctlinear_group(jobs, N_JOBS, KERN_COMPUTE_BF16) == 0);
+                        else
+                            for (int i = 0; i < N_JOBS; i++)
+                                CHECK(cpu_ctlinear(jobs[i].y, x, m, &jobs[i].w,
+                                                   KERN_COMPUTE_BF16) == 0);
+                        cpu_kernels_single_thread(false);
+                        cpu_gemv_split_claims(true);
+                        cpu_gemv_split_lanes(true);
+                        size_t bad = at;
+                        for (size_t i = 0; i < at && bad == at; i++)
+                            if (isnan(out[i]) || (way && memcmp(&y[i], &ref[i], 4) != 0))
+                                bad = i;
+                        CHECK_MSG(bad == at, "%s %s m=%d way %d %s: output %zu is %g, alone %g",
+                                  dtype_name(types[ti]), names[k], m, way,
+                                  group ? "group" : "one by one", bad, bad < at ? out[bad] : 0.0,
+                                  bad < at ? ref[bad] : 0.0);
+                    }
+            }
+        CHECK(cpu_ctlinear_force(NULL) == 0);
+        for (int i = 0; i < N_JOBS; i++)
+            free(buf[i]);
+        free(x);
+        free(ref);
+        free(y);
     }
 }
 

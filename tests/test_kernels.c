@@ -531,10 +531,12 @@ static void test_gemv_lanes(void)
     free(yb);
 }
 
-/* The quantized products in lanes of sub-lanes (vnni-far: a task's units
+/* The quantized products in lanes of sub-lanes (vnni-far: a claim's runs
  * of several sub-lanes read in lockstep, qdot_far.h) and without (vnni-near,
- * one stream): in lanes, in the pool's order and on this thread alone, one
- * call and a group, every row the scalar reference's bits. y starts as NaN,
+ * one stream; vnni-m8 and amx-few, whole tiles): in lanes in claims, in
+ * lanes of one step per pool task, in the pool's order and on this thread
+ * alone, one call and a group, every row the scalar reference's bits. y
+ * starts as NaN,
  * so a row no task wrote shows. The shapes give many units a sub-lane (2100
  * rows), sub-lanes of unequal length and a short last unit (1000, 530),
  * one unit (37); the group mixes the types of one step's pieces (Q5_0 into
@@ -548,7 +550,9 @@ static void test_qlinear_lanes(void)
                   {DTYPE_Q5_0, 37, 64},    {DTYPE_Q5_0, 530, 96},   {DTYPE_Q8_0, 1000, 96},
                   {DTYPE_Q4_K, 37, 512}};
     enum { N_SHAPES = sizeof(shapes) / sizeof(shapes[0]), M_MAX = 3, COLS_MAX = 512 };
-    static const char *const kernels[] = {"vnni-far", "vnni-near"};
+    /* a kernel of streams (sub-lanes), one of a row at a time and two of
+     * many rows at a time (units of whole tiles) */
+    static const char *const kernels[] = {"vnni-far", "vnni-near", "vnni-m8", "amx-few"};
     static const int ms[] = {1, M_MAX};
     void *wd[N_SHAPES];
     size_t ny = 0;
@@ -577,17 +581,24 @@ static void test_qlinear_lanes(void)
             o += (size_t)m * shapes[is].rows;
         }
         fill_uniform(x, (size_t)M_MAX * COLS_MAX, -1, 1);
+        /* the reference on this thread alone, a unit per task in order:
+         * nothing of the lanes' claims or stealing */
         CHECK(cpu_qlinear_force("scalar") == 0);
+        cpu_gemv_split_lanes(false);
+        cpu_kernels_single_thread(true);
         for (int is = 0; is < N_SHAPES; is++)
             CHECK(cpu_qlinear(jobs[is].y, x, m, &jobs[is].w, KERN_COMPUTE_BF16) == 0);
+        cpu_kernels_single_thread(false);
+        cpu_gemv_split_lanes(true);
         for (size_t ik = 0; ik < sizeof(kernels) / sizeof(kernels[0]); ik++) {
             if (cpu_qlinear_force(kernels[ik]) < 0) {
                 printf("qlinear lanes: %s skipped (%s)\n", kernels[ik], err_msg());
                 continue;
             }
-            /* 0: tasks in the pool's order, 1: lanes, 2: this thread alone;
-             * each call alone, then all as one group */
-            for (int way = 0; way < 3; way++)
+            /* 0: tasks in the pool's order, 1: lanes in claims, 2: this
+             * thread alone, 3: lanes of one step per pool task; each call
+             * alone, then all as one group */
+            for (int way = 0; way < 4; way++)
                 for (int group = 0; group < 2; group++) {
                     for (size_t i = 0; i < o; i++)
                         y[i] = NAN;
@@ -597,6 +608,7 @@ static void test_qlinear_lanes(void)
                         g[is].y = y + (jobs[is].y - ref);
                     }
                     cpu_gemv_split_lanes(way != 0);
+                    cpu_gemv_split_claims(way != 3);
                     cpu_kernels_single_thread(way == 2);
                     if (group)
                         CHECK(cpu_qlinear_group(g, N_SHAPES, KERN_COMPUTE_BF16) == 0);
@@ -604,6 +616,7 @@ static void test_qlinear_lanes(void)
                         for (int is = 0; is < N_SHAPES; is++)
                             CHECK(cpu_qlinear(g[is].y, x, m, &g[is].w, KERN_COMPUTE_BF16) == 0);
                     cpu_kernels_single_thread(false);
+                    cpu_gemv_split_claims(true);
                     cpu_gemv_split_lanes(true);
                     size_t bad = o;
                     for (size_t i = 0; i < o && bad == o; i++)

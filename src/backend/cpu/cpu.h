@@ -52,12 +52,14 @@ int cpu_gemv_force(const char *name);
  * benchmarks comparing the two; not while a product runs. The results are
  * the same either way. */
 void cpu_gemv_split_lanes(bool lanes);
-/* cpu_gemv's calls in claims (true, the default: a task per lane taking
- * small steps, lanes.h) or one 128 KiB step per pool task (false, as
- * SHARDSWAP_GEMV_SPLIT=steps), for benchmarks comparing the two; not while
- * a product runs. The results are the same either way. */
+/* cpu_gemv's and the quantized products' calls in claims (true, the
+ * default: a task per lane taking small steps, lanes.h) or one 128 KiB step
+ * per pool task (false, as SHARDSWAP_GEMV_SPLIT=steps), for benchmarks
+ * comparing the two; not while a product runs. The results are the same
+ * either way. */
 void cpu_gemv_split_claims(bool claims);
-/* whether cpu_gemv's calls run in claims (cpu_gemv_split_claims) */
+/* whether cpu_gemv's and the quantized products' calls run in claims
+ * (cpu_gemv_split_claims) */
 bool cpu_gemv_claims(void);
 
 /* Which quantized dot-product kernel (vnni, avx2, vnni-mr, vnni-m8,

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/ctdot.h"
 #include "backend/cpu/gemv_isa.h"
 #include "backend/cpu/isa.h"
@@ -39,8 +40,14 @@
 
 /* weight rows dequantized at a time by "deq" */
 #define CT_DEQ_ROWS 16
-/* weight bytes a pool task reads, and the fewest tasks a call is split into */
+/* As qlinear.c's: a thread claims about CT_TASK_BYTES of weight rows at a
+ * time, made of steps (units) of about CT_STEP_BYTES, whole blocks of
+ * CT_DEQ_ROWS rows, the last steps of a lane one by one (lanes.h), and a
+ * call makes at least CT_MIN_TASKS units where its rows allow; without
+ * claims (cpu_gemv_split_claims(false)) a pool task is one unit of
+ * CT_TASK_BYTES, as before them. */
 #define CT_TASK_BYTES (128 << 10)
+#define CT_STEP_BYTES (32 << 10)
 #define CT_MIN_TASKS 8
 
 /* ---- the kernels ---- */
@@ -127,8 +134,9 @@ struct ct_job {
     struct ctdot_args a;
     gemv_rows_fn deq_rows; /* the f32 GEMV kernel for "deq", else NULL */
     ctdot_rows_fn rows;
-    int task_rows;
-    struct cpu_lanes lanes; /* the tasks in a lane per thread, as the GEMV's */
+    int task_rows;          /* rows per unit */
+    int per, tail;          /* steps per claim, the last `tail` alone (0: a unit per pool task) */
+    struct cpu_lanes lanes; /* the units in a lane per thread, as the GEMV's */
     atomic_int rc;
 };
 
@@ -164,24 +172,43 @@ static int ct_rows(const struct ct_job *j, int r0, int r1)
     return 0;
 }
 
-static void ct_task(void *ctx, int task)
+/* steps [step, step + count) of j, one unit each (cpu_lanes_steps_fn):
+ * their rows at once */
+static void ct_steps(void *ctx, int step, int count)
 {
     struct ct_job *j = ctx;
-    const int r0 = cpu_lanes_chunk(&j->lanes, task) * j->task_rows;
-    const int r1 = r0 + j->task_rows < j->a.w->rows ? r0 + j->task_rows : j->a.w->rows;
-    if (ct_rows(j, r0, r1) < 0)
+    const int r0 = step * j->task_rows, r1 = r0 + count * j->task_rows;
+    if (ct_rows(j, r0, r1 < j->a.w->rows ? r1 : j->a.w->rows) < 0)
         atomic_store(&j->rc, ERR_NOMEM);
 }
 
-static int ct_task_rows(const struct weight_view *w)
+static void ct_task(void *ctx, int task)
 {
-    size_t row_bytes = dtype_row_bytes(w->dtype, (size_t)w->cols);
-    size_t rows = CT_TASK_BYTES / (row_bytes ? row_bytes : 1);
+    struct ct_job *j = ctx;
+    cpu_lanes_task(&j->lanes, task, ct_steps, j);
+}
+
+/* j's units over w's rows (about `bytes` each, at least CT_MIN_TASKS where
+ * the rows allow, whole blocks of CT_DEQ_ROWS) and its claims */
+static void ct_units_of(struct ct_job *j, const struct weight_view *w)
+{
+    const bool claims = cpu_gemv_claims();
+    const size_t row_bytes = dtype_row_bytes(w->dtype, (size_t)w->cols);
+    size_t rows = (claims ? CT_STEP_BYTES : CT_TASK_BYTES) / (row_bytes ? row_bytes : 1);
     size_t most = ((size_t)w->rows + CT_MIN_TASKS - 1) / CT_MIN_TASKS;
     if (rows > most)
         rows = most;
     rows = (rows + CT_DEQ_ROWS - 1) / CT_DEQ_ROWS * CT_DEQ_ROWS;
-    return rows ? (int)rows : CT_DEQ_ROWS;
+    j->task_rows = rows ? (int)rows : CT_DEQ_ROWS;
+    j->per = 1;
+    j->tail = 0;
+    if (claims) {
+        const size_t step_bytes = (size_t)j->task_rows * row_bytes;
+        const size_t p = (CT_TASK_BYTES + step_bytes / 2) / (step_bytes ? step_bytes : 1);
+        j->per = p > 1 ? (int)p : 1;
+        /* as many single steps as a claim holds (gemv.c's rule) */
+        j->tail = j->per > 2 ? j->per : 2;
+    }
 }
 
 /* Kernel k (bf16_only ones in bf16 mode only) on m <= CPU_GEMV_MAX_M rows. */
@@ -209,12 +236,13 @@ static int ct_run(const struct ct_kernel *k, float *y, const float *x, int m,
                              .w = w,
                              .bf16 = bf16},
                        .deq_rows = k->rows ? NULL : cpu_gemv_rows_f32(m),
-                       .rows = k->rows,
-                       .task_rows = ct_task_rows(w)};
+                       .rows = k->rows};
     atomic_init(&j.rc, 0);
-    const int tasks = (w->rows + j.task_rows - 1) / j.task_rows;
-    cpu_lanes_init(&j.lanes, tasks);
-    cpu_kernels_run(ct_task, &j, tasks);
+    ct_units_of(&j, w);
+    const int units = (w->rows + j.task_rows - 1) / j.task_rows;
+    cpu_kernels_run(ct_task, &j,
+                    j.tail ? cpu_lanes_init_claims(&j.lanes, units, 1, j.per, j.tail)
+                           : cpu_lanes_init_streams(&j.lanes, units, 1));
     if (atomic_load(&j.rc) < 0)
         return err_set(ERR_NOMEM, "out of host memory for %d x %d dequantized weights", CT_DEQ_ROWS,
                        w->cols);
@@ -407,11 +435,13 @@ int cpu_ctlinear(float *y, const float *x, int m, const struct weight_view *w, e
 
 /* ---- a group of products in one run of the pool ---- */
 
-/* chunk c of the group's job i (cpu_lanes_chunk_fn) */
-static int ct_group_chunk(void *ctx, int i, int c)
+/* unit c[0] of the group's job job[0] (cpu_lanes_units_fn, one stream) */
+static int ct_group_unit(void *ctx, const int *job, const int *c, int count)
 {
-    const struct ct_job *j = (const struct ct_job *)ctx + i;
-    const int r0 = c * j->task_rows;
+    assert(count == 1);
+    (void)count;
+    const struct ct_job *j = (const struct ct_job *)ctx + job[0];
+    const int r0 = c[0] * j->task_rows;
     const int r1 = r0 + j->task_rows < j->a.w->rows ? r0 + j->task_rows : j->a.w->rows;
     return ct_rows(j, r0, r1);
 }
@@ -479,11 +509,15 @@ int cpu_ctlinear_group(const struct kern_linear_job *jobs, int n, enum kern_comp
                                       .w = &j->w,
                                       .bf16 = bf16},
                                 .deq_rows = k->rows ? NULL : cpu_gemv_rows_f32(j->m),
-                                .rows = k->rows,
-                                .task_rows = ct_task_rows(&j->w)};
+                                .rows = k->rows};
+        ct_units_of(&cj[i], &j->w);
         first[i + 1] = first[i] + (j->w.rows + cj[i].task_rows - 1) / cj[i].task_rows;
     }
-    if (cpu_lanes_run_group(first, n, ct_group_chunk, cj) < 0)
+    /* claims as long as the first job's, the last few steps alone */
+    const int rc = cj[0].tail ? cpu_lanes_run_group_claims(first, n, 1, cj[0].per, cj[0].tail,
+                                                           ct_group_unit, cj)
+                              : cpu_lanes_run_group_streams(first, n, 1, ct_group_unit, cj);
+    if (rc < 0)
         return err_set(ERR_NOMEM, "out of host memory for %d x %d dequantized weights", CT_DEQ_ROWS,
                        jobs[0].w.cols);
     return 0;

@@ -25,7 +25,8 @@
  * lines in flight for a few streams than for one: gemv_avx512bf16_s.c).
  * A task is then a step of the lane; stealing takes a lane's last step.
  *
- * In claims (cpu_lanes_init_claims, the GEMV's calls) the pool runs one
+ * In claims (cpu_lanes_init_claims: the GEMV's, the quantized products'
+ * and the compressed-tensors ones' calls) the pool runs one
  * task per lane and each task takes its steps itself, a claim at a time,
  * until none is left anywhere: `per` steps of its lane at once while more
  * than `tail` are left there, then one at a time, and a thread whose lane

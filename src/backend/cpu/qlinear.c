@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/ctlinear.h"
 #include "backend/cpu/gemv_isa.h"
 #include "backend/cpu/lanes.h"
@@ -56,9 +57,16 @@
 #include "core/rng.h"
 #include "core/timing.h"
 
-/* Weight bytes a pool task reads (gemv.c's GEMV_TASK_BYTES), rows a
- * multiple of 16 */
+/* As gemv.c's: a thread claims about Q_TASK_BYTES of weight rows at a
+ * time, made of steps of about Q_STEP_BYTES, and the last steps of a lane
+ * go one by one (lanes.h), so two threads end a call within one small
+ * step of each other; a unit's rows come in multiples of 16 (whole cache
+ * lines of y, whole tiles), for the kernels of several streams (a row at a
+ * time) of 32 or 4 (q_units_of). Without claims
+ * (cpu_gemv_split_claims(false)) a pool task is one step of Q_TASK_BYTES,
+ * as before them. */
 #define Q_TASK_BYTES (128 << 10)
+#define Q_STEP_BYTES (32 << 10)
 #define Q_MIN_TASKS 8
 /* weight rows dequantized at a time in f32 mode */
 #define Q_DEQ_ROWS 16
@@ -426,16 +434,20 @@ void cpu_qlinear_random_blocks(enum dtype t, void *dst, size_t n_blocks, uint64_
     }
 }
 
-/* A call's tasks are chunks of about Q_TASK_BYTES of weight rows, run in
- * lanes (lanes.h); with a kernel of several streams, a task is one unit of
- * each of `streams` sub-lanes, units of about Q_TASK_BYTES / streams. */
+/* A call's steps are units of about Q_STEP_BYTES of weight rows, or, with
+ * a kernel of several streams, one unit of each of `streams` sub-lanes
+ * (units of about Q_STEP_BYTES / streams); the pool's tasks take them in
+ * claims of `per` steps from their lanes, the last `tail` of a lane one by
+ * one (lanes.h). */
 struct q_job {
     struct qdot_args a;
     const struct qdot_kernel *k;
     int streams;            /* 1, or k->streams with k->pieces */
-    int task_rows;          /* rows per chunk (unit) */
-    int tasks;              /* chunks (units) */
-    struct cpu_lanes lanes; /* the tasks in a lane per thread, as the GEMV's */
+    int task_rows;          /* rows per unit */
+    int tasks;              /* units */
+    int per, tail;          /* steps per claim; steps at a lane's end claimed
+                             * alone (0: a step per pool task) */
+    struct cpu_lanes lanes; /* the units in a lane per thread, as the GEMV's */
     atomic_int rc;
 };
 
@@ -464,66 +476,90 @@ static int q_rows(const struct qdot_kernel *k, const struct qdot_args *a, int r0
 _Static_assert(QDOT_PIECES_MAX <= CPU_LANES_STREAMS_MAX,
                "a pieces kernel's streams must fit a step of sub-lanes");
 
-/* chunk c of a's rows, task_rows a chunk, as a piece (a single call's or
- * a group's job's) */
-static struct qdot_piece q_piece(const struct qdot_args *a, int task_rows, int c)
+/* units [c, c + n) of a's rows, task_rows a unit, as a piece (a single
+ * call's or a group's job's) */
+static struct qdot_piece q_piece(const struct qdot_args *a, int task_rows, int c, int n)
 {
-    const int r0 = c * task_rows, r1 = r0 + task_rows;
+    const int r0 = c * task_rows, r1 = r0 + n * task_rows;
     return (struct qdot_piece){a, r0, r1 < a->w->rows ? r1 : a->w->rows};
 }
 
-/* the rows of j's chunk c as a piece */
-static struct qdot_piece q_chunk_piece(const struct q_job *j, int c)
+/* steps [step, step + count) of j (cpu_lanes_steps_fn): each sub-lane's
+ * run of units as one piece (its rows are contiguous) */
+static void q_steps(void *ctx, int step, int count)
 {
-    return q_piece(&j->a, j->task_rows, c);
-}
-
-/* j's rows of chunk c: 0, or ERR_NOMEM */
-static int q_chunk(const struct q_job *j, int c)
-{
-    const struct qdot_piece p = q_chunk_piece(j, c);
-    return q_rows(j->k, &j->a, p.r0, p.r1);
+    struct q_job *j = ctx;
+    int first[CPU_LANES_STREAMS_MAX], n[CPU_LANES_STREAMS_MAX];
+    struct qdot_piece p[CPU_LANES_STREAMS_MAX];
+    const int runs = cpu_lanes_runs(&j->lanes, step, count, first, n);
+    for (int k = 0; k < runs; k++)
+        p[k] = q_piece(&j->a, j->task_rows, first[k], n[k]);
+    if (j->streams > 1) {
+        j->k->pieces(p, runs);
+        return;
+    }
+    for (int k = 0; k < runs; k++)
+        if (q_rows(j->k, &j->a, p[k].r0, p[k].r1) < 0)
+            atomic_store(&j->rc, ERR_NOMEM);
 }
 
 static void q_task(void *ctx, int task)
 {
     struct q_job *j = ctx;
-    const int step = cpu_lanes_chunk(&j->lanes, task);
-    if (j->streams == 1) {
-        if (q_chunk(j, step) < 0)
-            atomic_store(&j->rc, ERR_NOMEM);
-        return;
-    }
-    int units[CPU_LANES_STREAMS_MAX];
-    struct qdot_piece p[CPU_LANES_STREAMS_MAX];
-    const int n = cpu_lanes_units(&j->lanes, step, units);
-    for (int k = 0; k < n; k++)
-        p[k] = q_chunk_piece(j, units[k]);
-    j->k->pieces(p, n);
+    cpu_lanes_task(&j->lanes, task, q_steps, j);
 }
 
-/* Rows per chunk: about Q_TASK_BYTES / streams of weights, at least
- * Q_MIN_TASKS chunks per stream when the matrix allows, a multiple of 16 */
-static int q_task_rows(const struct weight_view *w, int streams)
+/* Rows per unit: about `bytes` / streams of weights, at least Q_MIN_TASKS
+ * units per stream when the matrix allows, a multiple of `gran` */
+static int q_task_rows(const struct weight_view *w, int streams, int gran, size_t bytes)
 {
     size_t row_bytes = dtype_row_bytes(w->dtype, (size_t)w->cols);
-    size_t rows = Q_TASK_BYTES / (size_t)streams / (row_bytes ? row_bytes : 1);
+    size_t rows = bytes / (size_t)streams / (row_bytes ? row_bytes : 1);
     size_t most =
         ((size_t)w->rows + Q_MIN_TASKS * (size_t)streams - 1) / (Q_MIN_TASKS * (size_t)streams);
     if (rows > most)
         rows = most;
-    rows = (rows + 15) / 16 * 16;
-    return rows ? (int)rows : 16;
+    rows = (rows + (size_t)gran - 1) / (size_t)gran * (size_t)gran;
+    return rows ? (int)rows : gran;
 }
 
-/* j's tasks over w's rows by kernel k (k NULL: f32 mode's dequantized
- * blocks, one stream) */
+/* The units (*task_rows each) of a product of w's rows in `streams`
+ * sub-lanes, and its claims (*per steps, the last *tail alone; *tail 0:
+ * a step of Q_TASK_BYTES per pool task, claims turned off) */
+static void q_units_of(const struct weight_view *w, int streams, int *task_rows, int *per,
+                       int *tail)
+{
+    if (!cpu_gemv_claims()) {
+        *task_rows = q_task_rows(w, streams, 16, Q_TASK_BYTES);
+        *per = 1;
+        *tail = 0;
+        return;
+    }
+    /* a kernel of streams: units of whole runs of 32 rows where 32 rows
+     * fit a step's bytes (rows of 1 KiB and less), so that no sub-lane's
+     * piece is a few rows of a small matrix (qwen2.5-0.5b's 128 x 896 Q5_0
+     * k and v were units of 4 rows, its 896 x 896 of 16: claims were 4-8%
+     * slower than one 128 KiB step per task there, 2-4% faster with runs
+     * of 32; tools/qstep_ab.c), else of 4 (a 4864-column row is 2.7-4
+     * KiB) */
+    const size_t row_bytes = dtype_row_bytes(w->dtype, (size_t)w->cols);
+    const int gran = streams == 1 ? 16 : row_bytes * 32 <= Q_STEP_BYTES ? 32 : 4;
+    *task_rows = q_task_rows(w, streams, gran, Q_STEP_BYTES);
+    const size_t step_bytes = (size_t)streams * (size_t)*task_rows * row_bytes;
+    const size_t p = (Q_TASK_BYTES + step_bytes / 2) / (step_bytes ? step_bytes : 1);
+    *per = p > 1 ? (int)p : 1;
+    /* as many single steps as a claim holds: a thread whose lane is done
+     * while the other's last claim runs still finds steps to take */
+    *tail = *per > 2 ? *per : 2;
+}
+
+/* j's units over w's rows by kernel k */
 static void q_job_init(struct q_job *j, const struct qdot_kernel *k, const struct weight_view *w)
 {
     j->k = k;
-    j->streams = k && k->streams > 1 && k->pieces ? k->streams : 1;
+    j->streams = k->streams > 1 && k->pieces ? k->streams : 1;
     assert(j->streams <= QDOT_PIECES_MAX);
-    j->task_rows = q_task_rows(w, j->streams);
+    q_units_of(w, j->streams, &j->task_rows, &j->per, &j->tail);
     j->tasks = (w->rows + j->task_rows - 1) / j->task_rows;
     atomic_init(&j->rc, 0);
 }
@@ -640,7 +676,9 @@ static int q_run(const struct qdot_kernel *k, float *y, const float *x, int m,
     int rc = q_prepare(y, x, m, w, q_layout(k, w->dtype), &j.a);
     if (rc < 0)
         return rc;
-    cpu_kernels_run(q_task, &j, cpu_lanes_init_streams(&j.lanes, j.tasks, j.streams));
+    cpu_kernels_run(q_task, &j,
+                    j.tail ? cpu_lanes_init_claims(&j.lanes, j.tasks, j.streams, j.per, j.tail)
+                           : cpu_lanes_init_streams(&j.lanes, j.tasks, j.streams));
     if (atomic_load(&j.rc) < 0)
         return err_set(ERR_NOMEM, "out of host memory for unpacked %s weight rows of %d columns",
                        dtype_name(w->dtype), w->cols);
@@ -820,7 +858,7 @@ static int q_gemv_f32(float *y, const float *x, int m, const struct weight_view 
                         .m = m,
                         .w = w,
                         .rows = cpu_gemv_rows_f32(m),
-                        .task_rows = q_task_rows(w, 1)};
+                        .task_rows = q_task_rows(w, 1, Q_DEQ_ROWS, Q_TASK_BYTES)};
     atomic_init(&j.rc, 0);
     cpu_kernels_run(deq_task, &j, (w->rows + j.task_rows - 1) / j.task_rows);
     if (atomic_load(&j.rc) < 0)
@@ -839,34 +877,34 @@ int cpu_qlinear(float *y, const float *x, int m, const struct weight_view *w, en
 /* ---- a group of products in one run of the pool ---- */
 
 /* One job of a group: its kernel's operands (bf16 mode) or its dequantized
- * blocks' (f32 mode), and its rows per chunk. */
+ * blocks' (f32 mode), its rows per unit and its claims (q_units_of). */
 struct qg_job {
     const struct qdot_kernel *k; /* NULL: f32 mode, deq */
     struct qdot_args a;
     struct deq_job d;
-    int task_rows;
+    int task_rows, per, tail;
+    bool pieces; /* the group runs in sub-lanes: a step's units are k's pieces */
 };
 
-/* chunk c of the group's job i (cpu_lanes_chunk_fn) */
-static int qg_chunk(void *ctx, int i, int c)
-{
-    const struct qg_job *j = (const struct qg_job *)ctx + i;
-    const int rows = j->k ? j->a.w->rows : j->d.w->rows;
-    const int r0 = c * j->task_rows;
-    const int r1 = r0 + j->task_rows < rows ? r0 + j->task_rows : rows;
-    return j->k ? q_rows(j->k, &j->a, r0, r1) : deq_rows(&j->d, r0, r1);
-}
-
-/* chunks c[k] of the group's jobs job[k] as one task's pieces
- * (cpu_lanes_units_fn); every job has the same pieces kernel */
+/* units c[k] of the group's jobs job[k], one step (cpu_lanes_units_fn):
+ * one piece per unit for a group in sub-lanes (every job has the same
+ * pieces kernel), else the one unit's rows */
 static int qg_units(void *ctx, const int *job, const int *c, int count)
 {
     const struct qg_job *gj = ctx;
-    struct qdot_piece p[CPU_LANES_STREAMS_MAX];
-    for (int k = 0; k < count; k++)
-        p[k] = q_piece(&gj[job[k]].a, gj[job[k]].task_rows, c[k]);
-    gj[job[0]].k->pieces(p, count);
-    return 0;
+    if (gj[job[0]].pieces) {
+        struct qdot_piece p[CPU_LANES_STREAMS_MAX];
+        for (int k = 0; k < count; k++)
+            p[k] = q_piece(&gj[job[k]].a, gj[job[k]].task_rows, c[k], 1);
+        gj[job[0]].k->pieces(p, count);
+        return 0;
+    }
+    assert(count == 1);
+    const struct qg_job *j = &gj[job[0]];
+    const int rows = j->k ? j->a.w->rows : j->d.w->rows;
+    const int r0 = c[0] * j->task_rows;
+    const int r1 = r0 + j->task_rows < rows ? r0 + j->task_rows : rows;
+    return j->k ? q_rows(j->k, &j->a, r0, r1) : deq_rows(&j->d, r0, r1);
 }
 
 /* Whether job i's x, quantized for kernel k, is job e's (ke): the same rows
@@ -918,8 +956,11 @@ int cpu_qlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compu
     bool streams = bf16 && gj[0].k->pieces && gj[0].k->streams > 1;
     for (int i = 1; i < n; i++)
         streams = streams && gj[i].k == gj[0].k;
-    for (int i = 0; i < n; i++)
-        gj[i].task_rows = q_task_rows(&jobs[i].w, streams ? gj[0].k->streams : 1);
+    for (int i = 0; i < n; i++) {
+        q_units_of(&jobs[i].w, streams ? gj[0].k->streams : 1, &gj[i].task_rows, &gj[i].per,
+                   &gj[i].tail);
+        gj[i].pieces = streams;
+    }
     char *buf = bytes ? cpu_scratch(CPU_SCRATCH_Q_X, bytes) : NULL;
     if (bytes && !buf)
         return err_set(ERR_NOMEM, "out of host memory for the quantized activations of %d products",
@@ -950,9 +991,13 @@ int cpu_qlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compu
         }
         first[i + 1] = first[i] + (j->w.rows + g->task_rows - 1) / g->task_rows;
     }
-    if (streams)
-        return cpu_lanes_run_group_streams(first, n, gj[0].k->streams, qg_units, gj);
-    if (cpu_lanes_run_group(first, n, qg_chunk, gj) < 0)
+    /* claims as long as the jobs' (the first's: they differ only where the
+     * shapes do), the last few steps alone */
+    const int nstreams = streams ? gj[0].k->streams : 1;
+    const int rc = gj[0].tail ? cpu_lanes_run_group_claims(first, n, nstreams, gj[0].per,
+                                                           gj[0].tail, qg_units, gj)
+                              : cpu_lanes_run_group_streams(first, n, nstreams, qg_units, gj);
+    if (rc < 0)
         return err_set(ERR_NOMEM, "out of host memory for the weight rows of %d products", n);
     return 0;
 }
