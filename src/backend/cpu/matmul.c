@@ -193,6 +193,33 @@ static dnnl_status_t matmul_pd_create(dnnl_primitive_desc_t *pd, const struct md
     return s;
 }
 
+/* Whether oneDNN makes a bf16 x bf16 -> f32 matmul on this CPU: it needs
+ * AVX-512 (or AVX2-VNNI-2 in oneDNN 3.3 and later) for one, and says
+ * "unimplemented" where the CPU has AVX2 alone (AMD EPYC Zen 2). Asked once,
+ * of a small product's descriptor. */
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+static bool bf16_onednn;
+
+static void bf16_probe(void)
+{
+    pthread_once(&engine_once, engine_make);
+    if (engine_status != dnnl_success)
+        return;
+    const struct md_spec src = {{16, 32}, {32, 1}, dnnl_bf16};
+    const struct md_spec wei = {{32, 16}, {1, 32}, dnnl_bf16};
+    const struct md_spec dst = {{16, 16}, {16, 1}, dnnl_f32};
+    dnnl_primitive_desc_t pd = NULL;
+    bf16_onednn = matmul_pd_create(&pd, &src, &wei, &dst, NULL) == dnnl_success;
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+}
+
+static bool onednn_has_bf16(void)
+{
+    pthread_once(&bf16_once, bf16_probe);
+    return bf16_onednn;
+}
+
 /* ---- the primitive cache ---- */
 
 /* y[m, n] (row stride ldy) = a[m, k] @ b where b is W^T of a row-major W
@@ -567,6 +594,11 @@ static int mm_path_find(const char *name, int *cls, int *path)
                     return err_set(ERR_UNSUPPORTED,
                                    "matmul path amx needs AMX-TILE and AMX-BF16 and the tile "
                                    "data granted by Linux, which this process does not have");
+                if (c == MM_BF16 && p == 1 && !onednn_has_bf16())
+                    return err_set(ERR_UNSUPPORTED,
+                                   "matmul path onednn-bf16: oneDNN %d.%d makes no bf16 matmul "
+                                   "on this CPU (it needs AVX-512)",
+                                   dnnl_version()->major, dnnl_version()->minor);
                 return 0;
             }
     return err_set(ERR_INVALID,
@@ -703,8 +735,10 @@ static void mm_calibrate(int c)
         double best[MM_PATHS] = {1e30, 1e30, 1e30};
         bool ok[MM_PATHS];
         for (int p = 0; p < MM_PATHS; p++) {
-            /* AMX only where the tile data was granted */
-            ok[p] = mm_path_names[c][p] && (p != 2 || cpu_amx_granted());
+            /* AMX only where the tile data was granted, oneDNN's bf16
+             * product only where it makes one */
+            ok[p] = mm_path_names[c][p] && (p != 2 || cpu_amx_granted()) &&
+                    (c != MM_BF16 || p != 1 || onednn_has_bf16());
             double s = time_now();
             ok[p] = ok[p] && mm_run(c, p, y, x, MM_CAL_M, &w, blas) == 0 &&
                     time_now() - s < MM_CAL_SLOW_S;
