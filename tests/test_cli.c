@@ -1418,6 +1418,15 @@ int main(void)
             two_step = two_step || (way && strncmp(way, "avx512x4+pf1k+4k ", 17) == 0);
         }
         CHECK_MSG(two_step, "bench read: no avx512x4+pf1k+4k way");
+    } else if (__builtin_cpu_supports("avx2")) {
+        /* AVX2 alone (AMD EPYC Zen 2): its 32-byte ways, streaming among them */
+        bool nt = false;
+        json_array_foreach(json_object_get(fj, "ways"), ki, kp)
+        {
+            const char *way = json_string_value(json_object_get(kp, "way"));
+            nt = nt || (way && strncmp(way, "avx2x4-nt ", 10) == 0);
+        }
+        CHECK_MSG(nt, "bench read: no avx2x4-nt way");
     }
 #endif
     json_decref(fj);

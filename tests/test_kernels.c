@@ -266,6 +266,57 @@ static int linear_cases(const int *ms, size_t n_ms)
  * whole 32 (summed after the vector part, in the same order by each). The
  * weights and inputs are random, so a row summed in another order, or its
  * sum stored at another row, changes the bits. */
+/* AVX2's kernels sum each row in the same order whatever their blocks
+ * and prefetch: the same bits in f32 mode for every plain dtype and in bf16
+ * mode, at every input row count (rests of 1-3 rows past its blocks of 4,
+ * rows past its blocks of 2, columns past its spans of 512 and past the
+ * last whole 8). */
+static void test_gemv_same_bits_avx2(void)
+{
+    static const int ms[] = {1, 2, 3, 4, 5, 7, 8, 11, 16};
+    static const int shapes[][2] = {{37, 75}, {64, 2048}, {201, 1100}};
+    static const enum dtype ts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    static const char *const others[] = {"avx2-npf", "avx2-m8"};
+    if (cpu_gemv_force("avx2") < 0) {
+        printf("gemv same bits (avx2): skipped (%s)\n", err_msg());
+        CHECK(cpu_gemv_force(NULL) == 0);
+        return;
+    }
+    for (int cm = 0; cm < 2; cm++)
+        for (size_t it = 0; it < sizeof(ts) / sizeof(ts[0]); it++)
+            for (size_t is = 0; is < sizeof(shapes) / sizeof(shapes[0]); is++)
+                for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]); im++) {
+                    const enum kern_compute c = cm ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
+                    const int n = shapes[is][0], k = shapes[is][1], m = ms[im];
+                    const size_t es = dtype_size(ts[it]);
+                    float *wf = malloc((size_t)n * k * sizeof(float));
+                    void *wt = malloc((size_t)n * k * es);
+                    float *x = malloc((size_t)m * k * sizeof(float));
+                    float *y0 = malloc((size_t)m * n * sizeof(float));
+                    float *yo = malloc((size_t)m * n * sizeof(float));
+                    fill_uniform(wf, (size_t)n * k, -1, 1);
+                    dtype_from_f32(ts[it], wf, wt, (size_t)n * k);
+                    fill_uniform(x, (size_t)m * k, -1, 1);
+                    struct weight_view w = {
+                        .dtype = ts[it], .data = wt, .rows = n, .cols = k, .ld = (size_t)k};
+                    CHECK(cpu_gemv_force("avx2") == 0);
+                    CHECK(cpu_linear(y0, x, m, &w, NULL, c) == 0);
+                    for (size_t io = 0; io < sizeof(others) / sizeof(others[0]); io++) {
+                        CHECK(cpu_gemv_force(others[io]) == 0);
+                        CHECK(cpu_linear(yo, x, m, &w, NULL, c) == 0);
+                        CHECK_MSG(memcmp(y0, yo, (size_t)m * n * sizeof(float)) == 0,
+                                  "avx2 and %s differ at m %d, %d x %d %s %s", others[io], m, n,
+                                  k, dtype_name(ts[it]), kern_compute_name(c));
+                    }
+                    free(wf);
+                    free(wt);
+                    free(x);
+                    free(y0);
+                    free(yo);
+                }
+    CHECK(cpu_gemv_force(NULL) == 0);
+}
+
 static void test_gemv_same_bits(void)
 {
     static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 11, 16};
@@ -805,7 +856,8 @@ static void test_linear(void)
     static const char *const isas[] = {
         "amx",           "avx512bf16",    "avx512bf16-r1", "avx512bf16-r1f", "avx512bf16-s4",
         "avx512bf16-r8", "avx512bf16-m8", "avx512pairs",   "avx512bf16-m8s", "avx512",
-        "avx512-r1",     "avx512-m8",     "avx2",          "matmul",         "scalar"};
+        "avx512-r1",     "avx512-m8",     "avx2",          "avx2-npf",       "avx2-m8",
+        "matmul",        "scalar"};
     int cases = linear_cases(blas_ms, sizeof(blas_ms) / sizeof(blas_ms[0]));
     /* the GEMV: every kernel this CPU runs, then the measured choices */
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
@@ -2733,6 +2785,7 @@ int main(void)
     test_linear_group();
     CHECK(cpu_gemv_force(NULL) == 0);
     test_linear_group_quant();
+    test_gemv_same_bits_avx2();
     test_gemv_same_bits();
     test_lanes_streams();
     test_lanes_claims();

@@ -163,6 +163,10 @@ static const struct gemv_kernel gemv_kernels[] = {
     {"avx512-r1", gemv_rows_avx512_r1, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
     {"avx512-m8", gemv_rows_avx512_m8, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
     {"avx2", gemv_rows_avx2, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
+    /* the same sums without software prefetch, and over blocks of 2 weight
+     * rows x 4 input rows (AVX2's 16 registers hold their sums) */
+    {"avx2-npf", gemv_rows_avx2_npf, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
+    {"avx2-m8", gemv_rows_avx2_m8, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
     /* the matrix product's primitive (matmul.c): its micro-kernels keep more
      * sums in registers than a GEMV's blocks, which wins once enough input
      * rows make the product bound by multiplying rather than by reading */
@@ -236,7 +240,7 @@ static int gemv_find(const char *name, const struct gemv_kernel **out)
         "unknown GEMV kernel \"%s\" (expected amx, avx512bf16, avx512bf16-r1, avx512bf16-r1f, "
         "avx512bf16-s2, avx512bf16-s4, avx512bf16-s8, avx512bf16-r8, avx512bf16-m8, "
         "avx512bf16-m8s, avx512pairs, avx512, avx512-r1, avx512-m8, "
-        "avx2, matmul or scalar)",
+        "avx2, avx2-npf, avx2-m8, matmul or scalar)",
         name);
 }
 

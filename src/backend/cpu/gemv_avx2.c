@@ -1,7 +1,12 @@
-/* The fused GEMV for AVX2 + FMA + F16C, eight lanes: this file alone is
- * compiled with -mavx2 -mfma -mf16c (CMakeLists.txt), and runs only where
- * gemv.c found them. */
+/* The fused GEMV for AVX2 + FMA + F16C, eight lanes: this file (and the
+ * two that include it with other blocks and prefetch, gemv_avx2_npf.c and
+ * gemv_avx2_m8.c) alone is compiled with -mavx2 -mfma -mf16c
+ * (CMakeLists.txt), and runs only where gemv.c found them. */
 #include "backend/cpu/gemv_isa.h"
+
+#ifndef GEMV_AVX2_EXPORT
+#define GEMV_AVX2_EXPORT gemv_rows_avx2
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -43,12 +48,12 @@ static inline float gv_hsum(gv_t v)
     return _mm_cvtss_f32(s);
 }
 
-#define GEMV_ROWS_FN gemv_rows_avx2
+#define GEMV_ROWS_FN GEMV_AVX2_EXPORT
 #include "backend/cpu/gemv_body.h"
 
 #else
 /* not x86: gemv.c never picks it */
-void gemv_rows_avx2(const struct gemv_args *a, int r0, int r1)
+void GEMV_AVX2_EXPORT(const struct gemv_args *a, int r0, int r1)
 {
     gemv_rows_scalar(a, r0, r1);
 }
