@@ -163,7 +163,7 @@ static const struct gemv_kernel gemv_kernels[] = {
     {"avx512-r1", gemv_rows_avx512_r1, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
     {"avx512-m8", gemv_rows_avx512_m8, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
     {"avx2", gemv_rows_avx2, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
-    /* the same sums without software prefetch, and over blocks of 2 weight
+    /* the same sums without software prefetch, and over blocks of 3 weight
      * rows x 4 input rows (AVX2's 16 registers hold their sums) */
     {"avx2-npf", gemv_rows_avx2_npf, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
     {"avx2-m8", gemv_rows_avx2_m8, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},

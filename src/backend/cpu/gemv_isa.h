@@ -37,7 +37,7 @@ typedef void (*gemv_rows_fn)(const struct gemv_args *a, int r0, int r1);
 
 void gemv_rows_scalar(const struct gemv_args *a, int r0, int r1);
 void gemv_rows_avx2(const struct gemv_args *a, int r0, int r1);
-/* the same without software prefetch, and over blocks of 2 weight rows x 4
+/* the same without software prefetch, and over blocks of 3 weight rows x 4
  * input rows: the same results bitwise */
 void gemv_rows_avx2_npf(const struct gemv_args *a, int r0, int r1);
 void gemv_rows_avx2_m8(const struct gemv_args *a, int r0, int r1);
