@@ -18,8 +18,8 @@
 #endif
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -68,8 +68,8 @@ static void amx_ask(void)
     if (env && (strcmp(env, "off") == 0 || strcmp(env, "0") == 0))
         return;
     unsigned a, b, c, d;
-    amx_granted = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24)) &&
-                  (d & (1u << 22)) && gemv_amx_enable();
+    amx_granted = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24)) && (d & (1u << 22)) &&
+                  gemv_amx_enable();
 }
 
 static bool has_amx(void)
@@ -179,14 +179,23 @@ static const struct gemv_kernel *const gemv_scalar_kernel = &gemv_kernels[GEMV_N
 
 /* Input rows per call, in buckets chosen for separately: one row is bound
  * by reading the weights; from a few rows on, by widening and multiplying,
- * where the kernels differ. Calibrated at the bucket's largest m. */
-#define GEMV_BUCKETS 4
-static const int gemv_bucket_m[GEMV_BUCKETS] = {1, 4, 8, 16};
-static const char *const gemv_bucket_names[GEMV_BUCKETS] = {"m1", "m2-4", "m5-8", "m9-16"};
+ * where the kernels differ. Calibrated at the bucket's largest m. One row
+ * of weights longer than GEMV_LONG_ROW_BYTES has a bucket of its own,
+ * calibrated on rows of CAL_LONG_COLS: how a kernel reads memory depends
+ * on where its rows end (AMD EPYC Zen 2, one input row, 2 threads: the
+ * AVX2 kernel's software prefetch made 4864 x 896 bf16 weights 11% faster
+ * and 8192 x 2048 ones 34% slower). */
+#define GEMV_BUCKETS 5
+#define GEMV_LONG_ROW_BYTES 2048
+static const int gemv_bucket_m[GEMV_BUCKETS] = {1, 1, 4, 8, 16};
+static const char *const gemv_bucket_names[GEMV_BUCKETS] = {"m1", "m1-long", "m2-4", "m5-8",
+                                                            "m9-16"};
 
-static int gemv_bucket(int m)
+static int gemv_bucket(int m, size_t row_bytes)
 {
-    int b = 0;
+    if (m <= 1)
+        return row_bytes > GEMV_LONG_ROW_BYTES ? 1 : 0;
+    int b = 2;
     while (b < GEMV_BUCKETS - 1 && m > gemv_bucket_m[b])
         b++;
     return b;
@@ -208,13 +217,14 @@ static int gemv_bucket(int m)
  * (the reordering avx512pairs needs), as a real call does. */
 #define CAL_BYTES ((size_t)4 << 20)
 #define CAL_COLS 1024
+#define CAL_LONG_COLS 4096 /* the m1-long bucket's */
 /* repetitions per bucket: more for one row, decode's case, where the
  * kernels differ by 10-20% and a pause of the machine can flip them (on
  * the 2-core Xeon with AMX, with 5 under other builds' load, m1 went to
  * amx in some processes and to avx512bf16-r1 in others, though amx read
  * 10-20% slower in steady state; each repetition of m1 costs about 6 ms
  * there, 13 candidates on 4 MiB) */
-static const int cal_reps[GEMV_BUCKETS] = {9, 3, 3, 3};
+static const int cal_reps[GEMV_BUCKETS] = {9, 5, 3, 3, 3};
 #define CAL_MARGIN 0.03
 
 /* The choice per class and bucket (calibrated on first use of the class),
@@ -549,9 +559,9 @@ static void gemv_task(void *ctx, int task)
 static void gemv_job_run(struct gemv_job *j)
 {
     cpu_kernels_run(gemv_task, j,
-                    j->tail ? cpu_lanes_init_claims(&j->lanes, j->tasks, j->streams, j->per,
-                                                    j->tail)
-                            : cpu_lanes_init_streams(&j->lanes, j->tasks, j->streams));
+                    j->tail
+                        ? cpu_lanes_init_claims(&j->lanes, j->tasks, j->streams, j->per, j->tail)
+                        : cpu_lanes_init_streams(&j->lanes, j->tasks, j->streams));
 }
 
 /* The calibration's weights in memory like a device arena's: whole huge
@@ -594,6 +604,7 @@ static void gemv_calibrate(enum gemv_class c)
     const int mmax = gemv_bucket_m[GEMV_BUCKETS - 1];
     const int rows = (int)(CAL_BYTES / (CAL_COLS * dtype_size(t)));
     char *wd = cal_weights_alloc(CAL_BYTES);
+    /* x long enough for the m1-long bucket's one row too */
     float *x = malloc((size_t)mmax * CAL_COLS * sizeof(float));
     float *y = malloc((size_t)mmax * rows * sizeof(float));
     if (wd && x && y) {
@@ -607,10 +618,15 @@ static void gemv_calibrate(enum gemv_class c)
         }
         for (size_t i = 0; i < (size_t)mmax * CAL_COLS; i++)
             x[i] = (float)((int)(i % 11) - 5) * 0.1f;
-        struct weight_view w = {.dtype = t, .data = wd, .rows = rows, .cols = CAL_COLS,
-                                .ld = CAL_COLS};
         const enum kern_compute cm = c == GEMV_BF16_MODE ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
         for (int b = 0; b < GEMV_BUCKETS; b++) {
+            /* the same bytes as rows of CAL_LONG_COLS for m1-long */
+            const int cols = b == 1 ? CAL_LONG_COLS : CAL_COLS;
+            struct weight_view w = {.dtype = t,
+                                    .data = wd,
+                                    .rows = (int)(CAL_BYTES / ((size_t)cols * dtype_size(t))),
+                                    .cols = cols,
+                                    .ld = (size_t)cols};
             double best[GEMV_N_KERNELS];
             for (int i = 0; i < n; i++)
                 best[i] = 1e30;
@@ -662,7 +678,13 @@ static void gemv_ensure(enum gemv_class c)
     pthread_mutex_unlock(&gemv_lock);
 }
 
-static const struct gemv_kernel *gemv_pick(enum gemv_class c, int m)
+/* a weight row's bytes, which pick one row's bucket */
+static size_t gemv_row_bytes(const struct weight_view *w)
+{
+    return (size_t)w->cols * dtype_size(w->dtype);
+}
+
+static const struct gemv_kernel *gemv_pick(enum gemv_class c, int m, size_t row_bytes)
 {
     pthread_once(&gemv_env_once, gemv_read_env);
     const struct gemv_kernel *k = gemv_forced;
@@ -671,12 +693,12 @@ static const struct gemv_kernel *gemv_pick(enum gemv_class c, int m)
     if (k && (k->rows || (k->classes & C(c))))
         return k;
     gemv_ensure(c);
-    return gemv_chosen[c][gemv_bucket(m)];
+    return gemv_chosen[c][gemv_bucket(m, row_bytes)];
 }
 
 const char *cpu_gemv_kernels(void)
 {
-    static _Thread_local char buf[512];
+    static _Thread_local char buf[768];
     pthread_once(&gemv_env_once, gemv_read_env);
     const struct gemv_kernel *f = gemv_forced;
     if (f) {
@@ -695,9 +717,9 @@ const char *cpu_gemv_kernels(void)
         for (int b = 1; b < GEMV_BUCKETS; b++)
             same = same && gemv_chosen[c][b] == gemv_chosen[c][0];
         for (int b = 0; b < (same ? 1 : GEMV_BUCKETS) && used < sizeof(buf); b++)
-            used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s %s%s%s",
-                                     b ? "," : "", same ? "" : gemv_bucket_names[b],
-                                     same ? "" : " ", gemv_chosen[c][b]->name);
+            used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s %s%s%s", b ? "," : "",
+                                     same ? "" : gemv_bucket_names[b], same ? "" : " ",
+                                     gemv_chosen[c][b]->name);
         if (used >= sizeof(buf))
             break;
     }
@@ -730,13 +752,12 @@ static enum gemv_class gemv_class_of(const struct weight_view *w, enum kern_comp
 
 gemv_rows_fn cpu_gemv_rows_f32(int m)
 {
-    return gemv_pick(GEMV_F32, m)->rows;
+    return gemv_pick(GEMV_F32, m, 0)->rows;
 }
 
-int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w,
-             enum kern_compute cm)
+int cpu_gemv(float *y, const float *x, int m, const struct weight_view *w, enum kern_compute cm)
 {
-    const struct gemv_kernel *k = gemv_pick(gemv_class_of(w, cm), m);
+    const struct gemv_kernel *k = gemv_pick(gemv_class_of(w, cm), m, gemv_row_bytes(w));
     if (!k->rows)
         return cpu_matmul(y, x, m, w, cm);
     struct gemv_job j;
@@ -818,7 +839,7 @@ int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute 
     int rest = 0;
     struct kern_linear_job left[CPU_GEMV_GROUP_MAX];
     for (int i = 0; i < n; i++) {
-        if (gemv_pick(gemv_class_of(&jobs[i].w, cm), jobs[i].m)->rows) {
+        if (gemv_pick(gemv_class_of(&jobs[i].w, cm), jobs[i].m, gemv_row_bytes(&jobs[i].w))->rows) {
             left[rest++] = jobs[i];
             continue;
         }
@@ -833,7 +854,7 @@ int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute 
     for (int i = 0; i < n; i++) {
         const struct kern_linear_job *j = &jobs[i];
         assert(j->m <= CPU_GEMV_MAX_M);
-        kern[i] = gemv_pick(gemv_class_of(&j->w, cm), j->m);
+        kern[i] = gemv_pick(gemv_class_of(&j->w, cm), j->m, gemv_row_bytes(&j->w));
         shares[i] = i > 0 && j->x == jobs[i - 1].x && j->m == jobs[i - 1].m &&
                     j->w.cols == jobs[i - 1].w.cols && j->w.dtype == jobs[i - 1].w.dtype &&
                     kern[i] == kern[i - 1];
@@ -872,8 +893,8 @@ int cpu_gemv_group(const struct kern_linear_job *jobs, int n, enum kern_compute 
      * shapes do), the last few steps alone */
     const bool claims = gj[0].tail > 0;
     if (streams)
-        return claims ? cpu_lanes_run_group_claims(first, n, gj[0].streams, gj[0].per,
-                                                   gj[0].tail, gemv_group_units, gj)
+        return claims ? cpu_lanes_run_group_claims(first, n, gj[0].streams, gj[0].per, gj[0].tail,
+                                                   gemv_group_units, gj)
                       : cpu_lanes_run_group_streams(first, n, gj[0].streams, gemv_group_units, gj);
     for (int i = 0; i < n; i++)
         gj[i].pieces = NULL; /* a step of one stream: one unit, run by rows */
