@@ -198,16 +198,16 @@ static void linear_case(int m, int n, int k, enum dtype t, bool with_bias, size_
     struct dbuf *dy = upload(NULL, (size_t)m * n * sizeof(float));
     struct weight_view w = {
         .dtype = t, .data = (const char *)dbuf_ptr(dw) + c0 * es, .rows = n, .cols = k, .ld = ld};
-    int rc = kern_linear(st, dbuf_ptr(dy), dbuf_ptr(dx), m, &w, with_bias ? dbuf_ptr(db) : NULL,
-                         cm);
+    int rc =
+        kern_linear(st, dbuf_ptr(dy), dbuf_ptr(dx), m, &w, with_bias ? dbuf_ptr(db) : NULL, cm);
     CHECK_MSG(rc == 0, "%s", err_msg());
     download(y, dbuf_ptr(dy), (size_t)m * n * sizeof(float));
     double e = test_rel_err(y, ref, (size_t)m * n);
     /* bf16 mode may keep f16/f32 weights unrounded: the reference rounded
      * them, a difference of up to 2^-9 of each weight */
     double tol = cm == KERN_COMPUTE_BF16 && t != DTYPE_BF16 ? 1e-2 : 1e-5;
-    CHECK_MSG(e <= tol, "linear m=%d n=%d k=%d %s bias=%d ld=%zu c0=%zu %s: rel err %.3g", m, n,
-              k, dtype_name(t), with_bias, ld, c0, kern_compute_name(cm), e);
+    CHECK_MSG(e <= tol, "linear m=%d n=%d k=%d %s bias=%d ld=%zu c0=%zu %s: rel err %.3g", m, n, k,
+              dtype_name(t), with_bias, ld, c0, kern_compute_name(cm), e);
     double *worst = cm == KERN_COMPUTE_BF16 ? &worst_linear_bf16 : &worst_linear;
     if (t == DTYPE_BF16 || cm == KERN_COMPUTE_F32)
         if (e > *worst)
@@ -276,7 +276,7 @@ static void test_gemv_same_bits_avx2(void)
     static const int ms[] = {1, 2, 3, 4, 5, 7, 8, 11, 16};
     static const int shapes[][2] = {{37, 75}, {64, 2048}, {201, 1100}};
     static const enum dtype ts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
-    static const char *const others[] = {"avx2-npf", "avx2-m8"};
+    static const char *const others[] = {"avx2-next", "avx2-m8"};
     if (cpu_gemv_force("avx2") < 0) {
         printf("gemv same bits (avx2): skipped (%s)\n", err_msg());
         CHECK(cpu_gemv_force(NULL) == 0);
@@ -305,8 +305,8 @@ static void test_gemv_same_bits_avx2(void)
                         CHECK(cpu_gemv_force(others[io]) == 0);
                         CHECK(cpu_linear(yo, x, m, &w, NULL, c) == 0);
                         CHECK_MSG(memcmp(y0, yo, (size_t)m * n * sizeof(float)) == 0,
-                                  "avx2 and %s differ at m %d, %d x %d %s %s", others[io], m, n,
-                                  k, dtype_name(ts[it]), kern_compute_name(c));
+                                  "avx2 and %s differ at m %d, %d x %d %s %s", others[io], m, n, k,
+                                  dtype_name(ts[it]), kern_compute_name(c));
                     }
                     free(wf);
                     free(wt);
@@ -410,8 +410,8 @@ static void test_gemv_amx_rows(void)
 {
     static const struct {
         int n, k, ld;
-    } shapes[] = {{37, 32, 32}, {531, 128, 128}, {200, 896, 896}, {70, 4608, 4608},
-                  {150, 288, 336}};
+    } shapes[] = {
+        {37, 32, 32}, {531, 128, 128}, {200, 896, 896}, {70, 4608, 4608}, {150, 288, 336}};
     if (cpu_gemv_force("amx") < 0) {
         printf("gemv amx rows: skipped (%s)\n", err_msg());
         CHECK(cpu_gemv_force(NULL) == 0);
@@ -526,14 +526,13 @@ static void test_gemv_lanes(void)
                 struct kern_linear_job jobs[N_SHAPES];
                 size_t off = 0;
                 for (int is = 0; is < N_SHAPES; is++) {
-                    jobs[is] = (struct kern_linear_job){
-                        .x = x,
-                        .m = ms[im],
-                        .w = {.dtype = DTYPE_BF16,
-                              .data = (const char *)wb[is],
-                              .rows = shapes[is][0],
-                              .cols = shapes[is][1],
-                              .ld = (size_t)shapes[is][1]}};
+                    jobs[is] = (struct kern_linear_job){.x = x,
+                                                        .m = ms[im],
+                                                        .w = {.dtype = DTYPE_BF16,
+                                                              .data = (const char *)wb[is],
+                                                              .rows = shapes[is][0],
+                                                              .cols = shapes[is][1],
+                                                              .ld = (size_t)shapes[is][1]}};
                     off += (size_t)ms[im] * shapes[is][0];
                 }
                 /* 0: tasks in the pool's order, 1: lanes in claims, 2: this
@@ -839,7 +838,9 @@ static void test_lanes_claims(void)
                         /* one lane from the front: per at a time, the last tail alone */
                         int left = steps;
                         for (int c = 0; c < t.logged; c++) {
-                            const int want = left <= tail ? 1 : left - tail < per ? left - tail : per;
+                            const int want = left <= tail        ? 1
+                                             : left - tail < per ? left - tail
+                                                                 : per;
                             CHECK_MSG(t.log[c] == want,
                                       "claims: %d steps, per %d, tail %d: claim %d of %d, not %d",
                                       steps, per, tail, c, t.log[c], want);
@@ -856,7 +857,7 @@ static void test_linear(void)
     static const char *const isas[] = {
         "amx",           "avx512bf16",    "avx512bf16-r1", "avx512bf16-r1f", "avx512bf16-s4",
         "avx512bf16-r8", "avx512bf16-m8", "avx512pairs",   "avx512bf16-m8s", "avx512",
-        "avx512-r1",     "avx512-m8",     "avx2",          "avx2-npf",       "avx2-m8",
+        "avx512-r1",     "avx512-m8",     "avx2",          "avx2-next",      "avx2-m8",
         "matmul",        "scalar"};
     int cases = linear_cases(blas_ms, sizeof(blas_ms) / sizeof(blas_ms[0]));
     /* the GEMV: every kernel this CPU runs, then the measured choices */
@@ -878,9 +879,11 @@ static void test_linear(void)
     static const int big_ks[] = {75, 300};
     static const int big_ns[] = {37, 530};
     static const enum dtype ts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
-    static const char *const paths[][2] = {
-        {"onednn", "round-f32"}, {"openblas", "round-f32"}, {"onednn", "onednn-bf16"},
-        {"onednn", "amx"},       {NULL, NULL}};
+    static const char *const paths[][2] = {{"onednn", "round-f32"},
+                                           {"openblas", "round-f32"},
+                                           {"onednn", "onednn-bf16"},
+                                           {"onednn", "amx"},
+                                           {NULL, NULL}};
     for (size_t ip = 0; ip < sizeof(paths) / sizeof(paths[0]); ip++) {
         CHECK(cpu_matmul_force(NULL) == 0);
         if (ip == 3 && !cpu_amx_granted()) {
@@ -929,8 +932,8 @@ static void test_linear(void)
                         const int kk = amx_ks[ik];
                         linear_case(amx_ms[im], amx_ns[in], kk, DTYPE_BF16, in, (size_t)kk, 0,
                                     KERN_COMPUTE_BF16);
-                        linear_case(amx_ms[im], amx_ns[in], kk, DTYPE_BF16, !in, (size_t)kk + 13,
-                                    5, KERN_COMPUTE_BF16);
+                        linear_case(amx_ms[im], amx_ns[in], kk, DTYPE_BF16, !in, (size_t)kk + 13, 5,
+                                    KERN_COMPUTE_BF16);
                         cases += 2;
                     }
         }
@@ -946,7 +949,8 @@ static void test_linear(void)
                   cpu_matmul_paths());
     }
     printf("linear: %d cases, worst rel err %.3g in f32 mode, %.3g in bf16 mode with bf16 weights "
-           "(tolerance 1e-5)\n", cases, worst_linear, worst_linear_bf16);
+           "(tolerance 1e-5)\n",
+           cases, worst_linear, worst_linear_bf16);
 }
 
 /* ---- the matmul's primitive cache, from two threads ---- */
@@ -1028,8 +1032,7 @@ static void test_matmul_cache(void)
     /* 52 shapes, two passes, two threads: at least every shape once, and
      * more than the cache holds, so the second pass evicted and re-made */
     uint64_t misses = cpu_matmul_cache_misses() - misses0;
-    CHECK_MSG(misses >= 52, "matmul cache: %llu misses for 52 shapes",
-              (unsigned long long)misses);
+    CHECK_MSG(misses >= 52, "matmul cache: %llu misses for 52 shapes", (unsigned long long)misses);
 
     /* a shape just used is a hit */
     struct cpu_matmul_ceiling c;
@@ -1066,7 +1069,7 @@ static void run_version(const char *env, char *out, size_t size)
 
 static void test_gemv_choice(void)
 {
-    char measured[512];
+    char measured[1536];
     snprintf(measured, sizeof(measured), "%s", cpu_gemv_kernels());
     static const char *const classes[] = {"f32:", "f16:", "bf16:", "bf16/bf16:", "measured in"};
     for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++)
@@ -1463,8 +1466,8 @@ static void test_rope(void)
         free(pos);
     }
     CHECK(angle_gap > 1e-3);
-    printf("rope: %zu cases, worst rel err %.3g (tolerance 1e-6)\n", sizeof(cases) / sizeof(cases[0]),
-           worst);
+    printf("rope: %zu cases, worst rel err %.3g (tolerance 1e-6)\n",
+           sizeof(cases) / sizeof(cases[0]), worst);
 }
 
 /* ---- kern_activation ---- */
@@ -2291,32 +2294,56 @@ static void test_split_exact(void)
         pos[r] = 3 * (r / 3) + 1;
     for (int i = 0; i < HD / 2; i++)
         inv_freq[i] = powf(10000.0f, -2.0f * i / HD);
-    const char *names[] = {"layernorm", "rmsnorm", "rope", "relu",       "gelu",       "gelu_tanh",
-                           "silu",      "gated gelu", "gated silu", "add", "linear bias", "scale"};
+    const char *names[] = {"layernorm",  "rmsnorm",   "rope",        "relu",
+                           "gelu",       "gelu_tanh", "silu",        "gated gelu",
+                           "gated silu", "add",       "linear bias", "scale"};
     const int n_ops = (int)(sizeof(names) / sizeof(names[0]));
     float wdata[W * 4];
     fill_uniform(wdata, W * 4, -1, 1);
-    const struct weight_view wv = {.dtype = DTYPE_F32, .data = wdata, .rows = W, .cols = 4, .ld = 4};
+    const struct weight_view wv = {
+        .dtype = DTYPE_F32, .data = wdata, .rows = W, .cols = 4, .ld = 4};
     for (int op = 0; op < n_ops; op++) {
         for (int alone = 0; alone < 2; alone++) {
             cpu_kernels_single_thread(alone);
             float *o = y[alone];
             memcpy(o, x, n * sizeof(float));
             switch (op) {
-            case 0: cpu_layernorm(o, x, ROWS, W, g, b, 1e-5f); break;
-            case 1: cpu_rmsnorm(o, x, ROWS, W, g, 1e-6f); break;
-            case 2: cpu_rope(o, ROWS, HEADS, HD, HD, pos, inv_freq, 1.0f); break;
-            case 3: cpu_activation(o, n, KERN_ACT_RELU); break;
-            case 4: cpu_activation(o, n, KERN_ACT_GELU); break;
-            case 5: cpu_activation(o, n, KERN_ACT_GELU_TANH); break;
-            case 6: cpu_activation(o, n, KERN_ACT_SILU); break;
-            case 7: cpu_gated_act(o, x, up, n, KERN_ACT_GELU); break;
-            case 8: cpu_gated_act(o, x, up, n, KERN_ACT_SILU); break;
-            case 9: cpu_add(o, up, n); break;
+            case 0:
+                cpu_layernorm(o, x, ROWS, W, g, b, 1e-5f);
+                break;
+            case 1:
+                cpu_rmsnorm(o, x, ROWS, W, g, 1e-6f);
+                break;
+            case 2:
+                cpu_rope(o, ROWS, HEADS, HD, HD, pos, inv_freq, 1.0f);
+                break;
+            case 3:
+                cpu_activation(o, n, KERN_ACT_RELU);
+                break;
+            case 4:
+                cpu_activation(o, n, KERN_ACT_GELU);
+                break;
+            case 5:
+                cpu_activation(o, n, KERN_ACT_GELU_TANH);
+                break;
+            case 6:
+                cpu_activation(o, n, KERN_ACT_SILU);
+                break;
+            case 7:
+                cpu_gated_act(o, x, up, n, KERN_ACT_GELU);
+                break;
+            case 8:
+                cpu_gated_act(o, x, up, n, KERN_ACT_SILU);
+                break;
+            case 9:
+                cpu_add(o, up, n);
+                break;
             case 10: /* 256 rows of 1024 outputs: a matmul, then the bias over the pool */
                 CHECK(cpu_linear(o, up, 256, &wv, g, KERN_COMPUTE_F32) == 0);
                 break;
-            case 11: cpu_scale(o, n, -0.37f); break;
+            case 11:
+                cpu_scale(o, n, -0.37f);
+                break;
             }
         }
         cpu_kernels_single_thread(false);
@@ -2413,8 +2440,8 @@ static void test_linear_group(void)
  * them; gate and up; a mixture's experts on rows of their own), GGUF's and
  * compressed-tensors' types side by side in one call, odd row counts, m =
  * 1..16 (and one 17-row job, which runs on its own), half of the groups
- * with biases, every job bit for bit what kern_linear gives it. Run once per kernel forced (each layout of x
- * the group prepares and shares) and once with the calibration's choice. */
+ * with biases, every job bit for bit what kern_linear gives it. Run once per kernel forced (each
+ * layout of x the group prepares and shares) and once with the calibration's choice. */
 static void quant_group_case(enum kern_compute c, int round)
 {
     enum { N_JOBS = 24, K = 512, ROWS_MAX = 161, M_MAX = 17 };
@@ -2498,8 +2525,8 @@ static void test_linear_group_quant(void)
 {
     static const char *const qk[] = {NULL,      "vnni", "vnni-near", "vnni-far", "avx2",  "vnni-mr",
                                      "vnni-m8", "amx",  "amx-few",   "avx2-m8",  "scalar"};
-    static const char *const ctk[] = {NULL, "avx512bf16", "avx512bf16-lut", "avx512", "avx2",
-                                      "deq", "scalar"};
+    static const char *const ctk[] = {NULL,   "avx512bf16", "avx512bf16-lut", "avx512",
+                                      "avx2", "deq",        "scalar"};
     int round = 0;
     for (int cm = 0; cm < 2; cm++) {
         const enum kern_compute c = cm ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;

@@ -163,9 +163,10 @@ static const struct gemv_kernel gemv_kernels[] = {
     {"avx512-r1", gemv_rows_avx512_r1, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
     {"avx512-m8", gemv_rows_avx512_m8, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
     {"avx2", gemv_rows_avx2, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
-    /* the same sums without software prefetch, and over blocks of 3 weight
+    /* the same sums with the prefetch run on into the next block's rows
+     * (GEMV_PF_NEXT), and without it over blocks of 3 weight
      * rows x 4 input rows (AVX2's 16 registers hold their sums) */
-    {"avx2-npf", gemv_rows_avx2_npf, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
+    {"avx2-next", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
     {"avx2-m8", gemv_rows_avx2_m8, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
     /* the matrix product's primitive (matmul.c): its micro-kernels keep more
      * sums in registers than a GEMV's blocks, which wins once enough input
@@ -179,26 +180,27 @@ static const struct gemv_kernel *const gemv_scalar_kernel = &gemv_kernels[GEMV_N
 
 /* Input rows per call, in buckets chosen for separately: one row is bound
  * by reading the weights; from a few rows on, by widening and multiplying,
- * where the kernels differ. Calibrated at the bucket's largest m. One row
- * of weights longer than GEMV_LONG_ROW_BYTES has a bucket of its own,
- * calibrated on rows of CAL_LONG_COLS: how a kernel reads memory depends
- * on where its rows end (AMD EPYC Zen 2, one input row, 2 threads: the
- * AVX2 kernel's software prefetch made 4864 x 896 bf16 weights 11% faster
- * and 8192 x 2048 ones 34% slower). */
-#define GEMV_BUCKETS 5
+ * where the kernels differ. Calibrated at the bucket's largest m. Weight
+ * rows longer than GEMV_LONG_ROW_BYTES have buckets of their own,
+ * calibrated on rows of CAL_LONG_COLS: how a kernel reads memory depends on
+ * where its rows end (AMD EPYC Zen 2, 2 threads, bf16: one input row over
+ * 4864 x 896 weights took 0.45 ms with gemv_avx2.c's prefetch and 0.48 with
+ * none, over 8192 x 2048 1.31-1.37 and 1.11-1.17; 4 input rows over 4864 x
+ * 896 0.46 ms by blocks of 4 x 4 and 0.68 by 3 x 4, over 8192 x 2048 1.63
+ * and 1.39). */
+#define GEMV_M_BUCKETS 4
+#define GEMV_BUCKETS (2 * GEMV_M_BUCKETS)
 #define GEMV_LONG_ROW_BYTES 2048
-static const int gemv_bucket_m[GEMV_BUCKETS] = {1, 1, 4, 8, 16};
-static const char *const gemv_bucket_names[GEMV_BUCKETS] = {"m1", "m1-long", "m2-4", "m5-8",
-                                                            "m9-16"};
+static const int gemv_bucket_m[GEMV_BUCKETS] = {1, 4, 8, 16, 1, 4, 8, 16};
+static const char *const gemv_bucket_names[GEMV_BUCKETS] = {
+    "m1", "m2-4", "m5-8", "m9-16", "m1-long", "m2-4-long", "m5-8-long", "m9-16-long"};
 
 static int gemv_bucket(int m, size_t row_bytes)
 {
-    if (m <= 1)
-        return row_bytes > GEMV_LONG_ROW_BYTES ? 1 : 0;
-    int b = 2;
-    while (b < GEMV_BUCKETS - 1 && m > gemv_bucket_m[b])
+    int b = 0;
+    while (b < GEMV_M_BUCKETS - 1 && m > gemv_bucket_m[b])
         b++;
-    return b;
+    return b + (row_bytes > GEMV_LONG_ROW_BYTES ? GEMV_M_BUCKETS : 0);
 }
 
 /* The calibration's operands: 4 MiB of weights (twice L2's size here),
@@ -217,14 +219,14 @@ static int gemv_bucket(int m, size_t row_bytes)
  * (the reordering avx512pairs needs), as a real call does. */
 #define CAL_BYTES ((size_t)4 << 20)
 #define CAL_COLS 1024
-#define CAL_LONG_COLS 4096 /* the m1-long bucket's */
+#define CAL_LONG_COLS 4096 /* the long rows' buckets' */
 /* repetitions per bucket: more for one row, decode's case, where the
  * kernels differ by 10-20% and a pause of the machine can flip them (on
  * the 2-core Xeon with AMX, with 5 under other builds' load, m1 went to
  * amx in some processes and to avx512bf16-r1 in others, though amx read
  * 10-20% slower in steady state; each repetition of m1 costs about 6 ms
  * there, 13 candidates on 4 MiB) */
-static const int cal_reps[GEMV_BUCKETS] = {9, 5, 3, 3, 3};
+static const int cal_reps[GEMV_BUCKETS] = {9, 3, 3, 3, 5, 3, 3, 3};
 #define CAL_MARGIN 0.03
 
 /* The choice per class and bucket (calibrated on first use of the class),
@@ -250,7 +252,7 @@ static int gemv_find(const char *name, const struct gemv_kernel **out)
         "unknown GEMV kernel \"%s\" (expected amx, avx512bf16, avx512bf16-r1, avx512bf16-r1f, "
         "avx512bf16-s2, avx512bf16-s4, avx512bf16-s8, avx512bf16-r8, avx512bf16-m8, "
         "avx512bf16-m8s, avx512pairs, avx512, avx512-r1, avx512-m8, "
-        "avx2, avx2-npf, avx2-m8, matmul or scalar)",
+        "avx2, avx2-next, avx2-m8, matmul or scalar)",
         name);
 }
 
@@ -604,8 +606,8 @@ static void gemv_calibrate(enum gemv_class c)
     const int mmax = gemv_bucket_m[GEMV_BUCKETS - 1];
     const int rows = (int)(CAL_BYTES / (CAL_COLS * dtype_size(t)));
     char *wd = cal_weights_alloc(CAL_BYTES);
-    /* x long enough for the m1-long bucket's one row too */
-    float *x = malloc((size_t)mmax * CAL_COLS * sizeof(float));
+    /* x long enough for the long rows' buckets too */
+    float *x = malloc((size_t)mmax * CAL_LONG_COLS * sizeof(float));
     float *y = malloc((size_t)mmax * rows * sizeof(float));
     if (wd && x && y) {
         /* small values of every sign: no subnormals, no overflow */
@@ -616,12 +618,12 @@ static void gemv_calibrate(enum gemv_class c)
             else
                 ((uint16_t *)wd)[i] = t == DTYPE_F16 ? f32_to_f16(v) : f32_to_bf16(v);
         }
-        for (size_t i = 0; i < (size_t)mmax * CAL_COLS; i++)
+        for (size_t i = 0; i < (size_t)mmax * CAL_LONG_COLS; i++)
             x[i] = (float)((int)(i % 11) - 5) * 0.1f;
         const enum kern_compute cm = c == GEMV_BF16_MODE ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
         for (int b = 0; b < GEMV_BUCKETS; b++) {
-            /* the same bytes as rows of CAL_LONG_COLS for m1-long */
-            const int cols = b == 1 ? CAL_LONG_COLS : CAL_COLS;
+            /* the same bytes as rows of CAL_LONG_COLS for long rows */
+            const int cols = b >= GEMV_M_BUCKETS ? CAL_LONG_COLS : CAL_COLS;
             struct weight_view w = {.dtype = t,
                                     .data = wd,
                                     .rows = (int)(CAL_BYTES / ((size_t)cols * dtype_size(t))),
@@ -698,7 +700,7 @@ static const struct gemv_kernel *gemv_pick(enum gemv_class c, int m, size_t row_
 
 const char *cpu_gemv_kernels(void)
 {
-    static _Thread_local char buf[768];
+    static _Thread_local char buf[1536];
     pthread_once(&gemv_env_once, gemv_read_env);
     const struct gemv_kernel *f = gemv_forced;
     if (f) {

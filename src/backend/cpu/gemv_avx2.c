@@ -1,5 +1,5 @@
 /* The fused GEMV for AVX2 + FMA + F16C, eight lanes: this file (and the
- * two that include it with other blocks and prefetch, gemv_avx2_npf.c and
+ * two that include it with other blocks and prefetch, gemv_avx2_next.c and
  * gemv_avx2_m8.c) alone is compiled with -mavx2 -mfma -mf16c
  * (CMakeLists.txt), and runs only where gemv.c found them. */
 #include "backend/cpu/gemv_isa.h"

@@ -37,9 +37,10 @@ typedef void (*gemv_rows_fn)(const struct gemv_args *a, int r0, int r1);
 
 void gemv_rows_scalar(const struct gemv_args *a, int r0, int r1);
 void gemv_rows_avx2(const struct gemv_args *a, int r0, int r1);
-/* the same without software prefetch, and over blocks of 3 weight rows x 4
- * input rows: the same results bitwise */
-void gemv_rows_avx2_npf(const struct gemv_args *a, int r0, int r1);
+/* the same with the prefetch run on into the next block's rows, and
+ * without prefetch over blocks of 3 weight rows x 4 input rows: the same
+ * results bitwise */
+void gemv_rows_avx2_next(const struct gemv_args *a, int r0, int r1);
 void gemv_rows_avx2_m8(const struct gemv_args *a, int r0, int r1);
 void gemv_rows_avx512(const struct gemv_args *a, int r0, int r1);
 /* the same one weight row at a time: the same results bitwise */
