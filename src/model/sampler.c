@@ -159,7 +159,7 @@ static void select_top_k(int32_t *out, int k, const float *prob, int vocab)
 typedef float v16sf __attribute__((vector_size(64)));
 typedef float v8sf __attribute__((vector_size(32)));
 typedef double v8df __attribute__((vector_size(64)));
-extern v16sf _ZGVeN16v_expf(v16sf);
+__attribute__((target("avx512f"))) extern v16sf _ZGVeN16v_expf(v16sf);
 
 /* prob[i] = exp((logits[i] - mx) / t) for i < n, 16 at a time by libmvec;
  * returns their sum. */
