@@ -1095,8 +1095,14 @@ def random_request(rnd):
 def test_random_valid_requests():
     """--random-requests valid requests drawn at random, 8 at a time: every
     one is a 200 (a stream ending in data: [DONE]), never an error or a
-    crash; the deterministic ones (greedy, seeded, top_k 1) sent again with
-    stream flipped give the same text and finish reason."""
+    crash. Then the deterministic ones (greedy, seeded, top_k 1), each sent
+    again with nothing else in flight and once more with stream flipped,
+    give the same text and finish reason both ways. Not under the
+    concurrent load: there a sequence's rows go through products with
+    whatever other rows share its step (the GEMV up to 16 rows, the matrix
+    product past them), whose rounding differs, and a seeded draw from
+    random weights' near-flat distribution can turn on the last bit
+    (docs/serving.md, "seed")."""
     import random
     rnd = random.Random(2026)
     reqs = [random_request(rnd) for _ in range(A.random_requests)]
@@ -1124,21 +1130,24 @@ def test_random_valid_requests():
             ok = st == 200 and (b"data: [DONE]" in body[-40:] if b.get("stream") else body.startswith(b"{"))
             if not ok:
                 bad.append("%s -> %s %r" % (json.dumps(b)[:300], st, body[-300:]))
-                continue
-            # a deterministic one again with stream flipped: the same text and finish
-            if b.get("temperature", 1) == 0 or "seed" in b or b.get("top_k") == 1:
-                twin = dict(b, stream=not b.get("stream"))
-                twin.pop("stream_options", None)
-                st2, _, body2 = send_raw(req("POST", path(twin), twin), timeout=120)
-                if st2 != 200 or outcome(b, body) != outcome(twin, body2):
-                    bad.append("%s: %r, with stream %s: %s %r" % (json.dumps(b)[:300], outcome(b, body), twin["stream"],
-                                                               st2, outcome(twin, body2) if st2 == 200 else body2[-200:]))
 
     ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
+    # the deterministic ones alone, then alone again with stream flipped:
+    # the same text and finish
+    det = [b for b in reqs if b.get("temperature", 1) == 0 or "seed" in b or b.get("top_k") == 1]
+    for b in det:
+        twin = dict(b, stream=not b.get("stream"))
+        twin.pop("stream_options", None)
+        st, _, body = send_raw(req("POST", path(b), b), timeout=120)
+        st2, _, body2 = send_raw(req("POST", path(twin), twin), timeout=120)
+        if st != 200 or st2 != 200 or outcome(b, body) != outcome(twin, body2):
+            bad.append("%s: %s %r, with stream %s: %s %r" % (
+                json.dumps(b)[:300], st, outcome(b, body) if st == 200 else body[-200:], twin["stream"],
+                st2, outcome(twin, body2) if st2 == 200 else body2[-200:]))
     check(not bad, "%d of %d valid requests failed:\n        %s" %
           (len(bad), len(reqs), "\n        ".join(bad[:5])))
 
