@@ -157,7 +157,6 @@ static void select_top_k(int32_t *out, int k, const float *prob, int vocab)
 /* __m512 _ZGVeN16v_expf(__m512): glibc's vector expf (libmvec), as the CPU
  * backend's element-wise loops use it (backend/cpu/vec_avx512.c) */
 typedef float v16sf __attribute__((vector_size(64)));
-typedef float v8sf __attribute__((vector_size(32)));
 typedef double v8df __attribute__((vector_size(64)));
 __attribute__((target("avx512f"))) extern v16sf _ZGVeN16v_expf(v16sf);
 

@@ -204,10 +204,8 @@ static void ct_units_of(struct ct_job *j, const struct weight_view *w)
     j->tail = 0;
     if (claims) {
         const size_t step_bytes = (size_t)j->task_rows * row_bytes;
-        const size_t p = (CT_TASK_BYTES + step_bytes / 2) / (step_bytes ? step_bytes : 1);
-        j->per = p > 1 ? (int)p : 1;
-        /* as many single steps as a claim holds (gemv.c's rule) */
-        j->tail = j->per > 2 ? j->per : 2;
+        j->per = cpu_lanes_claim_steps(CT_TASK_BYTES, step_bytes);
+        j->tail = cpu_lanes_claim_tail(j->per);
     }
 }
 

@@ -498,21 +498,18 @@ static void gemv_job_init(struct gemv_job *j, const struct gemv_kernel *k,
     j->tasks = (w->rows + j->task_rows - 1) / j->task_rows;
     const size_t step_bytes =
         (size_t)j->streams * (size_t)j->task_rows * (size_t)w->cols * dtype_size(w->dtype);
-    const size_t per = (GEMV_TASK_BYTES + step_bytes / 2) / (step_bytes ? step_bytes : 1);
-    j->per = per > 1 ? (int)per : 1;
+    j->per = cpu_lanes_claim_steps(GEMV_TASK_BYTES, step_bytes);
 #if defined(__x86_64__)
     if (k->rows == gemv_rows_amx && j->task_rows == 16) {
         /* claims of whole runs of the tiles it takes together, and of 2
          * blocks at least, so a block's sums are put while the next one's
          * loads are in flight (gemv_amx.c; a claim is one call) */
         const int g = gemv_amx_groups(w->ld * dtype_size(w->dtype));
-        const int want = j->per > 2 ? j->per : 2;
+        const int want = cpu_lanes_claim_tail(j->per);
         j->per = (want + g - 1) / g * g;
     }
 #endif
-    /* as many single steps as a claim holds: a thread whose lane is done
-     * while the other's last claim runs still finds steps to take */
-    j->tail = j->per > 2 ? j->per : 2;
+    j->tail = cpu_lanes_claim_tail(j->per);
 }
 
 /* a task's units (lanes.h) are the pieces a pieces kernel takes */

@@ -76,6 +76,13 @@ static void split_task(void *ctx, int task)
     j->fn(j->ctx, u0, u1);
 }
 
+/* fn(ctx, u0, u1) over [0, units), `per` units a pool task */
+static void split_over(size_t units, size_t per, split_fn fn, const void *ctx)
+{
+    struct split_job j = {.fn = fn, .ctx = ctx, .units = units, .per = per};
+    cpu_kernels_run(split_task, &j, (int)((units + per - 1) / per));
+}
+
 /* fn(ctx, u0, u1) over [0, units), units of unit_elems elements each. */
 static void split_run(size_t units, size_t unit_elems, split_fn fn, const void *ctx)
 {
@@ -83,9 +90,7 @@ static void split_run(size_t units, size_t unit_elems, split_fn fn, const void *
         fn(ctx, 0, units);
         return;
     }
-    size_t per = unit_elems >= SPLIT_TASK_ELEMS ? 1 : SPLIT_TASK_ELEMS / unit_elems;
-    struct split_job j = {.fn = fn, .ctx = ctx, .units = units, .per = per};
-    cpu_kernels_run(split_task, &j, (int)((units + per - 1) / per));
+    split_over(units, unit_elems >= SPLIT_TASK_ELEMS ? 1 : SPLIT_TASK_ELEMS / unit_elems, fn, ctx);
 }
 
 /* The activations' exponentials cost 10-20x an add an element: a decode
@@ -101,9 +106,7 @@ static void split_run_act(size_t n, split_fn fn, const void *ctx)
         split_run(n, 1, fn, ctx);
         return;
     }
-    const size_t per = ((n + threads - 1) / threads + 15) / 16 * 16;
-    struct split_job j = {.fn = fn, .ctx = ctx, .units = n, .per = per};
-    cpu_kernels_run(split_task, &j, (int)((n + per - 1) / per));
+    split_over(n, ((n + threads - 1) / threads + 15) / 16 * 16, fn, ctx);
 }
 
 const float *cpu_round_bf16(const float *x, size_t n)

@@ -71,6 +71,17 @@ int cpu_lanes_init_streams(struct cpu_lanes *l, int units, int streams)
     return lanes_init(l, units, streams, 1, 0);
 }
 
+int cpu_lanes_claim_steps(size_t claim_bytes, size_t step_bytes)
+{
+    const size_t per = (claim_bytes + step_bytes / 2) / (step_bytes ? step_bytes : 1);
+    return per > 1 ? (int)per : 1;
+}
+
+int cpu_lanes_claim_tail(int per)
+{
+    return per > 2 ? per : 2;
+}
+
 int cpu_lanes_init_claims(struct cpu_lanes *l, int units, int streams, int per, int tail)
 {
     assert(tail >= 1);
@@ -78,13 +89,8 @@ int cpu_lanes_init_claims(struct cpu_lanes *l, int units, int streams, int per, 
     return l->lanes ? l->lanes : steps;
 }
 
-void cpu_lanes_init(struct cpu_lanes *l, int tasks)
-{
-    (void)cpu_lanes_init_streams(l, tasks, 1);
-}
-
-int cpu_lanes_runs(const struct cpu_lanes *l, int step, int count,
-                   int first[CPU_LANES_STREAMS_MAX], int n[CPU_LANES_STREAMS_MAX])
+int cpu_lanes_runs(const struct cpu_lanes *l, int step, int count, int first[CPU_LANES_STREAMS_MAX],
+                   int n[CPU_LANES_STREAMS_MAX])
 {
     if (l->streams == 1) {
         first[0] = step;
@@ -127,8 +133,9 @@ static int lane_take(struct cpu_lanes *l, int i, bool back, int *count)
         if (lo >= hi)
             return -1;
         const uint32_t left = hi - lo, more = left - (uint32_t)l->tail;
-        const uint32_t c = left <= (uint32_t)l->tail ? 1 : more < (uint32_t)l->per ? more
-                                                                                  : (uint32_t)l->per;
+        const uint32_t c = left <= (uint32_t)l->tail ? 1
+                           : more < (uint32_t)l->per ? more
+                                                     : (uint32_t)l->per;
         const uint64_t nv = back ? (uint64_t)(hi - c) << 32 | lo : (uint64_t)hi << 32 | (lo + c);
         if (atomic_compare_exchange_weak(&l->lane[i].v, &v, nv)) {
             *count = (int)c;
@@ -214,8 +221,7 @@ static int lanes_job(const int *first, int n, int c)
 struct lanes_group {
     const int *first;
     int n;
-    cpu_lanes_chunk_fn fn;       /* one stream */
-    cpu_lanes_units_fn units_fn; /* streams */
+    cpu_lanes_units_fn units_fn;
     void *ctx;
     struct cpu_lanes lanes;
     atomic_int rc;
@@ -228,15 +234,11 @@ static void lanes_group_step(void *ctx, int step, int count)
     for (int s = step; s < step + count; s++) {
         int units[CPU_LANES_STREAMS_MAX], job[CPU_LANES_STREAMS_MAX];
         const int n = cpu_lanes_units(&g->lanes, s, units);
-        int rc = 0;
         for (int k = 0; k < n; k++) {
             job[k] = lanes_job(g->first, g->n, units[k]);
             units[k] -= g->first[job[k]];
         }
-        if (g->units_fn)
-            rc = g->units_fn(g->ctx, job, units, n);
-        else
-            rc = g->fn(g->ctx, job[0], units[0]);
+        const int rc = g->units_fn(g->ctx, job, units, n);
         if (rc < 0)
             atomic_store(&g->rc, rc);
     }
@@ -256,12 +258,6 @@ static int lanes_group_run(struct lanes_group *g, int streams, int per, int tail
                     tail > 0 ? cpu_lanes_init_claims(&g->lanes, units, streams, per, tail)
                              : cpu_lanes_init_streams(&g->lanes, units, streams));
     return atomic_load(&g->rc);
-}
-
-int cpu_lanes_run_group(const int *first, int n, cpu_lanes_chunk_fn fn, void *ctx)
-{
-    struct lanes_group g = {.first = first, .n = n, .fn = fn, .ctx = ctx};
-    return lanes_group_run(&g, 1, 1, 0);
 }
 
 int cpu_lanes_run_group_streams(const int *first, int n, int streams, cpu_lanes_units_fn fn,

@@ -44,6 +44,7 @@
 
 #include <stdalign.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define CPU_LANES_MAX 16
@@ -66,11 +67,10 @@ struct cpu_lanes {
     } lane[CPU_LANES_MAX];
 };
 
-/* l for a call of `tasks` chunks run by the threads a call from this thread
- * uses (one when it runs alone), in lanes unless SHARDSWAP_GEMV_SPLIT=tasks. */
-void cpu_lanes_init(struct cpu_lanes *l, int tasks);
-/* The same over `units` chunks in lanes of `streams` (1 to
- * CPU_LANES_STREAMS_MAX) sub-lanes each: the number of tasks the pool must run, each taking
+/* l for a call of `units` chunks, run by the threads a call from this
+ * thread uses (one when it runs alone), in lanes unless
+ * SHARDSWAP_GEMV_SPLIT=tasks, each of `streams` (1 to CPU_LANES_STREAMS_MAX)
+ * sub-lanes: the number of tasks the pool must run, each taking
  * cpu_lanes_chunk's step and its units from cpu_lanes_units. Without lanes a task is one unit. */
 int cpu_lanes_init_streams(struct cpu_lanes *l, int units, int streams);
 /* Claims (above): l over `units` units in lanes of `streams` sub-lanes,
@@ -78,19 +78,26 @@ int cpu_lanes_init_streams(struct cpu_lanes *l, int units, int streams);
  * (per, tail >= 1). The number of tasks the pool must run, each calling
  * cpu_lanes_task; without lanes a task is one step. */
 int cpu_lanes_init_claims(struct cpu_lanes *l, int units, int streams, int per, int tail);
+/* Steps of step_bytes in a claim of about claim_bytes (at least 1), and the
+ * steps at a lane's end claimed one by one: as many as a claim holds, at
+ * least 2, so a thread whose lane is done while the other's last claim runs
+ * still finds steps to take (the GEMV's, the quantized and compressed-tensors
+ * products' rule). */
+int cpu_lanes_claim_steps(size_t claim_bytes, size_t step_bytes);
+int cpu_lanes_claim_tail(int per);
 /* Steps [step, step + count) of l's call, one claim (cpu_lanes_task): runs on a
  * pool thread, once per claim. */
 typedef void (*cpu_lanes_steps_fn)(void *ctx, int step, int count);
 /* The pool's task `task` of l's call: in claims, fn on every claim this
  * thread takes, its own lane's first, until no step is left; otherwise
- * (cpu_lanes_init, cpu_lanes_init_streams) fn on its one step. */
+ * (cpu_lanes_init_streams) fn on its one step. */
 void cpu_lanes_task(struct cpu_lanes *l, int task, cpu_lanes_steps_fn fn, void *ctx);
 /* The units of steps [step, step + count) as runs, one per sub-lane that
  * has any of them, in sub-lane order: run k is first[k], first[k] + 1, ...,
  * first[k] + n[k] - 1 (step after step). How many runs (at least 1); the
  * steps lie in one lane, as a claim's do. */
-int cpu_lanes_runs(const struct cpu_lanes *l, int step, int count,
-                   int first[CPU_LANES_STREAMS_MAX], int n[CPU_LANES_STREAMS_MAX]);
+int cpu_lanes_runs(const struct cpu_lanes *l, int step, int count, int first[CPU_LANES_STREAMS_MAX],
+                   int n[CPU_LANES_STREAMS_MAX]);
 /* The chunk the pool's task `task` of l's call runs: this thread's lane's
  * next, or the last of the fullest lane (task itself without lanes). The
  * pool runs exactly `tasks` tasks and each takes one chunk (with streams,
@@ -99,21 +106,16 @@ int cpu_lanes_chunk(struct cpu_lanes *l, int task);
 /* The units of step `step` (one per sub-lane that has its step-th unit, in
  * sub-lane order) into units: how many (at least 1). */
 int cpu_lanes_units(const struct cpu_lanes *l, int step, int units[CPU_LANES_STREAMS_MAX]);
-/* Chunk c of job i of a group (c counted from the job's first chunk) on
- * ctx's jobs: 0, or a negative error code. */
-typedef int (*cpu_lanes_chunk_fn)(void *ctx, int i, int c);
-/* A group of n products as one run of the pool: their chunks one job after
- * the other, job i's first[i + 1] - first[i] of them (first ascending,
- * first[0] == 0), in one set of lanes, so that a thread's lane runs on from
- * one job's rows into the next's (q into k into v) as one stream instead of
- * each small job being split over the threads. 0, or the error code of a
- * chunk that failed (the others still run). */
-int cpu_lanes_run_group(const int *first, int n, cpu_lanes_chunk_fn fn, void *ctx);
 /* Units of a group's jobs that one task runs together: job[k]'s unit c[k]
  * (counted from the job's first) for k < count; 0 or a negative error. */
 typedef int (*cpu_lanes_units_fn)(void *ctx, const int *job, const int *c, int count);
-/* cpu_lanes_run_group with each lane in `streams` sub-lanes (the jobs'
- * chunks are its units): a task's units may lie in different jobs. */
+/* A group of n products as one run of the pool: their chunks (units) one
+ * job after the other, job i's first[i + 1] - first[i] of them (first
+ * ascending, first[0] == 0), in one set of lanes, so that a thread's lane
+ * runs on from one job's rows into the next's (q into k into v) as one
+ * stream instead of each small job being split over the threads; each lane
+ * in `streams` sub-lanes, so a task's units may lie in different jobs. 0, or
+ * the error code of a unit that failed (the others still run). */
 int cpu_lanes_run_group_streams(const int *first, int n, int streams, cpu_lanes_units_fn fn,
                                 void *ctx);
 /* The same in claims of `per` steps (then of one for the last `tail` of a

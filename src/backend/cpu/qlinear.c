@@ -546,11 +546,8 @@ static void q_units_of(const struct weight_view *w, int streams, int *task_rows,
     const int gran = streams == 1 ? 16 : row_bytes * 32 <= Q_STEP_BYTES ? 32 : 4;
     *task_rows = q_task_rows(w, streams, gran, Q_STEP_BYTES);
     const size_t step_bytes = (size_t)streams * (size_t)*task_rows * row_bytes;
-    const size_t p = (Q_TASK_BYTES + step_bytes / 2) / (step_bytes ? step_bytes : 1);
-    *per = p > 1 ? (int)p : 1;
-    /* as many single steps as a claim holds: a thread whose lane is done
-     * while the other's last claim runs still finds steps to take */
-    *tail = *per > 2 ? *per : 2;
+    *per = cpu_lanes_claim_steps(Q_TASK_BYTES, step_bytes);
+    *tail = cpu_lanes_claim_tail(*per);
 }
 
 /* j's units over w's rows by kernel k */
