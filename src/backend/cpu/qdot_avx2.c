@@ -32,7 +32,14 @@ static inline __m256i qdt_dot4_q8(__m256i acc, __m256i xv, const void *wp)
     const __m256i xs = _mm256_xor_si256(xv, _mm256_set1_epi8(-128));
     return _mm256_add_epi32(acc, QD_DOT(_mm256_sign_epi8(wb, wb), _mm256_sign_epi8(xs, wb)));
 }
+static inline __m256i qdt_mul16(__m256i xv, const void *wp)
+{
+    int32_t w4;
+    memcpy(&w4, wp, 4);
+    return _mm256_maddubs_epi16(xv, _mm256_set1_epi32(w4));
+}
 #define QDT_DOT4 qdt_dot4
+#define QDT_MUL16 qdt_mul16
 #define QDT_NW 2
 #define QDT_DOT4_Q8 qdt_dot4_q8
 #define QDT_Q8_BIAS 0

@@ -8,6 +8,11 @@
  *   QDT_Q8_BIAS               1 where QDT_DOT4_Q8 multiplies xv as it is
  *                             (x + 128), 0 where it takes back the 128
  *   QDT_NW                    weight rows a pass (at most 4)
+ *   QDT_MUL16(xv, wp)         (optional) xv's bytes (unsigned) times the 4
+ *                             signed bytes at wp, adjacent products summed
+ *                             to 16 bits (VPMADDUBSW): the K-quants then
+ *                             add a few of them in 16 bits and widen them
+ *                             once, times the sub-block's scale (VPMADDWD)
  *   QDOT_TILE_FN              the name of the qdot_tile_fn to define
  *
  * A lane is an input row (qdot.h's packed groups), so a block's integer sum
@@ -200,16 +205,47 @@ QD_INLINE void qdt_blk32(__m256 *p, const char *xb, const int8_t *const *q,
     }
 }
 
-/* K-quants: nsub sub-blocks (8 of 32 or Q6_K's 16 of 16) */
+/* K-quants: nsub sub-blocks (8 of 32 or Q6_K's 16 of 16); with QDT_MUL16,
+ * grp quads' 16-bit pair sums added before they widen: no sum leaves 16
+ * bits where x + 128 <= 255 and |w| <= 15 for 4 (Q4_K), 31 or 32 for 2
+ * (Q5_K, Q6_K) */
 QD_INLINE void qdt_blkk(__m256 *p, const char *xb, const int8_t *const *q,
                         const struct qdt_blk *const *k, const int nsub, const bool mins,
-                        const int nw)
+                        const int grp, const int nw)
 {
     const int per = 64 / nsub; /* quads of a sub-block */
     __m256i is[QDT_NW];
     for (int r = 0; r < nw; r++)
         is[r] = _mm256_setzero_si256();
-        /* unrolled whole: the sub-blocks' chains of sums are independent */
+#ifdef QDT_MUL16
+    /* one multiply per quad and one per grp quads, where QDT_DOT4 and the
+     * scale took two per quad and a VPMULLD per sub-block (AMD EPYC Zen 2,
+     * where both multiplies issue on one pipe) */
+#pragma GCC unroll 16
+    for (int s = 0; s < nsub; s++) {
+        __m256i sc16[QDT_NW];
+        for (int r = 0; r < nw; r++)
+            sc16[r] = _mm256_set1_epi16((short)k[r]->sc[s]);
+#pragma GCC unroll 8
+        for (int d0 = s * per; d0 < (s + 1) * per; d0 += grp) {
+            __m256i p16[QDT_NW];
+            for (int r = 0; r < nw; r++)
+                p16[r] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int d = d0; d < d0 + grp; d++) {
+                const __m256i xv = qd_load(xb + 32 * d);
+#pragma GCC unroll 4
+                for (int r = 0; r < nw; r++)
+                    p16[r] = _mm256_add_epi16(p16[r], QDT_MUL16(xv, q[r] + 4 * d));
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < nw; r++)
+                is[r] = _mm256_add_epi32(is[r], _mm256_madd_epi16(p16[r], sc16[r]));
+        }
+    }
+#else
+    (void)grp;
+    /* unrolled whole: the sub-blocks' chains of sums are independent */
 #pragma GCC unroll 16
     for (int s = 0; s < nsub; s++) {
         __m256i acc[QDT_NW];
@@ -227,6 +263,7 @@ QD_INLINE void qdt_blkk(__m256 *p, const char *xb, const int8_t *const *q,
             is[r] =
                 _mm256_add_epi32(is[r], _mm256_mullo_epi32(acc[r], _mm256_set1_epi32(k[r]->sc[s])));
     }
+#endif
     const __m256 dx = _mm256_loadu_ps((const float *)(xb + 2048));
 #pragma GCC unroll 4
     for (int r = 0; r < nw; r++) {
@@ -284,8 +321,8 @@ QD_INLINE void qdt_rows32(const char *xg, const int8_t *const *q, size_t qstride
 }
 
 QD_INLINE void qdt_rowsk(const char *xg, const int8_t *const *q, const struct qdt_blk *const *k,
-                         int nb, const int nsub, const bool mins, float *y, size_t ldy, int rows,
-                         const int nw)
+                         int nb, const int nsub, const bool mins, const int grp, float *y,
+                         size_t ldy, int rows, const int nw)
 {
     __m256 p[8][QDT_NW];
     for (int i = 0; i < 8; i++)
@@ -298,7 +335,7 @@ QD_INLINE void qdt_rowsk(const char *xg, const int8_t *const *q, const struct qd
             qb[r] = q[r] + (size_t)b * 256;
             kb[r] = k[r] + b;
         }
-        qdt_blkk(p[b % 8], xg + (size_t)b * QDT_XBK, qb, kb, nsub, mins, nw);
+        qdt_blkk(p[b % 8], xg + (size_t)b * QDT_XBK, qb, kb, nsub, mins, grp, nw);
     }
     for (int r = 0; r < nw; r++) {
         const __m256 pr[8] = {p[0][r], p[1][r], p[2][r], p[3][r],
@@ -389,11 +426,13 @@ int QDOT_TILE_FN(const struct qdot_args *a, int r0, int r1)
                 QDT_PASS(qdt_rows32(xg, q + i, 32, bl + i, nb, QDT_MIN, y + i, a->ldy, rows, nw));
                 break;
             case DTYPE_Q4_K:
+                QDT_PASS(qdt_rowsk(xg, q + i, bl + i, nb, 8, true, 4, y + i, a->ldy, rows, nw));
+                break;
             case DTYPE_Q5_K:
-                QDT_PASS(qdt_rowsk(xg, q + i, bl + i, nb, 8, true, y + i, a->ldy, rows, nw));
+                QDT_PASS(qdt_rowsk(xg, q + i, bl + i, nb, 8, true, 2, y + i, a->ldy, rows, nw));
                 break;
             case DTYPE_Q6_K:
-                QDT_PASS(qdt_rowsk(xg, q + i, bl + i, nb, 16, false, y + i, a->ldy, rows, nw));
+                QDT_PASS(qdt_rowsk(xg, q + i, bl + i, nb, 16, false, 2, y + i, a->ldy, rows, nw));
                 break;
             case DTYPE_F32:
             case DTYPE_F16:
