@@ -480,8 +480,7 @@ QD_INLINE float qd2_q45_k(const char *w, const char *x, int nb, const bool five)
             qd_prefetch(w8 + (size_t)k * wb, wb);
             qd2_q45_k_blk(w8 + (size_t)k * wb, x8 + (size_t)k * xb, five, &is[k], &ms[k]);
         }
-        sum = qd2_lanes_add(sum, is, ms, qd_f16x8(w8, wb), qd_f16x8(w8 + 2, wb),
-                            qd2_f32x8(x8, xb));
+        sum = qd2_lanes_add(sum, is, ms, qd_f16x8(w8, wb), qd_f16x8(w8 + 2, wb), qd2_f32x8(x8, xb));
     }
     if (b < nb) {
         float d[8] = {0}, dmin[8] = {0}, dx[8] = {0};
@@ -525,14 +524,14 @@ QD_INLINE __m256i qd2_q6_k_blk(const char *w, const char *x)
         for (int k = 0; k < 4; k++) {
             const __m256i hb =
                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), three), 4);
-            const __m256i p = _mm256_maddubs_epi16(_mm256_or_si256(lows[k], hb),
-                                                   qd_load(xq + 128 * h + 32 * k));
+            const __m256i p =
+                _mm256_maddubs_epi16(_mm256_or_si256(lows[k], hb), qd_load(xq + 128 * h + 32 * k));
             /* sub-blocks 8 h + 2 k (low lane) and 8 h + 2 k + 1 (high):
              * words 2 k and 2 k + 1 of h's scales */
-            const __m256i pick = _mm256_add_epi8(
-                _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2,
-                                 3, 2, 3, 2, 3, 2, 3, 2, 3),
-                _mm256_set1_epi8((char)(4 * k)));
+            const __m256i pick =
+                _mm256_add_epi8(_mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2,
+                                                 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3),
+                                _mm256_set1_epi8((char)(4 * k)));
             const __m256i sw = _mm256_shuffle_epi8(h ? hi : lo, pick);
             acc[k % 2] = _mm256_add_epi32(acc[k % 2], _mm256_madd_epi16(p, sw));
         }

@@ -215,12 +215,12 @@ QD_INLINE void qdt_blkk(__m256 *p, const char *xb, const int8_t *const *q,
 {
     const int per = 64 / nsub; /* quads of a sub-block */
     __m256i is[QDT_NW];
+    /* with QDT_MUL16: one multiply per quad and one per grp quads, where
+     * QDT_DOT4 and the scale took two per quad and a VPMULLD per sub-block
+     * (AMD EPYC Zen 2, where both multiplies issue on one pipe) */
     for (int r = 0; r < nw; r++)
         is[r] = _mm256_setzero_si256();
 #ifdef QDT_MUL16
-    /* one multiply per quad and one per grp quads, where QDT_DOT4 and the
-     * scale took two per quad and a VPMULLD per sub-block (AMD EPYC Zen 2,
-     * where both multiplies issue on one pipe) */
 #pragma GCC unroll 16
     for (int s = 0; s < nsub; s++) {
         __m256i sc16[QDT_NW];
