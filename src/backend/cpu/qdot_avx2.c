@@ -10,7 +10,6 @@
 /* no pair saturates 16 bits: at most 2 * 128 * 127 (qdot_body.h) */
 #define QD_DOT(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 #define QDOT_ROWS_FN qdot_rows_avx2
-#define QD_MADD_SCALES /* the K-quants' scales by VPMADDWD (qdot_body.h) */
 #include "backend/cpu/qdot_body.h"
 
 /* the multi-row kernel: the weights' quads broadcast against x + 128; for

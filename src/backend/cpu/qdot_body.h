@@ -102,9 +102,9 @@ QD_INLINE __m256 qd_f16x8_span(const char *p, size_t stride)
         z[j] = _mm512_maskz_loadu_epi16(n == 32 ? 0xffffffffu : (1u << n) - 1u, p + 64 * j);
     }
     const int st = (int)stride / 2;
-    const __m512i idx = _mm512_zextsi128_si512(_mm_setr_epi16(
-        0, (short)st, (short)(2 * st), (short)(3 * st), (short)(4 * st), (short)(5 * st),
-        (short)(6 * st), (short)(7 * st)));
+    const __m512i idx = _mm512_zextsi128_si512(
+        _mm_setr_epi16(0, (short)st, (short)(2 * st), (short)(3 * st), (short)(4 * st),
+                       (short)(5 * st), (short)(6 * st), (short)(7 * st)));
     /* words 0-63 from z0:z1, 64-127 from z2:z3 (the index's bit 6 dropped) */
     const __m512i lo = _mm512_permutex2var_epi16(z[0], idx, z[1]);
     const __m512i hi = _mm512_permutex2var_epi16(z[2], idx, z[3]);
@@ -254,8 +254,8 @@ QD_DOT_32(qd_q8_0, 34, qd_w_q8_0)
 QD_DOT_32(qd_q5_0, 22, qd_w_q5_0)
 QD_DOT_32(qd_q4_0, 18, qd_w_q4_0)
 
-/* The K-quants' partials: each block's sums and scales kept per lane, 8
- * blocks added at once */
+/* Q5_1's partials (as a K-quant's): each block's sums and scales kept per
+ * lane, 8 blocks added at once */
 struct qd_lanes {
     int32_t is[8], ms[8];
     float d[8], dmin[8], dx[8];
@@ -286,13 +286,6 @@ QD_INLINE __m128i qd_scales_mins(const uint8_t *q)
     return _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
 }
 
-/* x's 16 sums of 16 as 8 sums of 32 (lane s: sub-block s of 32) */
-QD_INLINE __m256i qd_bsums32(const char *x)
-{
-    __m256i b = qd_load(x + 4 + 256);
-    return _mm256_madd_epi16(b, _mm256_set1_epi16(1));
-}
-
 /* Q5_1: unsigned quants against x, and x's sum for the offsets m */
 QD_INLINE float qd_q5_1(const char *w, const char *x, int nb)
 {
@@ -315,112 +308,22 @@ QD_INLINE float qd_q5_1(const char *w, const char *x, int nb)
     return qd_sum8(sum);
 }
 
-/* Q4_K / Q5_K (FIVE: the fifth bits of qh); x is Q8_K. Each sub-block's
- * integer sum, then all 8 times their scales at once. */
-QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
-{
-    const size_t wb = five ? sizeof(struct quant_q5_k) : sizeof(struct quant_q4_k);
-    __m256 sum = _mm256_setzero_ps();
-    struct qd_lanes l;
-    memset(&l, 0, sizeof(l));
-    for (int b = 0; b < nb; b++, w += wb, x += sizeof(struct quant_q8_k)) {
-        qd_prefetch(w, wb);
-        const char *qs = w + (five ? 48 : 16);
-        const int8_t *xq = (const int8_t *)x + 4;
-        const __m128i sm = qd_scales_mins((const uint8_t *)w + 4);
-        const __m256i qh = five ? qd_load(w + 16) : _mm256_setzero_si256();
-        __m256i v[8];
-        for (int j = 0; j < 4; j++) {
-            const __m256i q = qd_load(qs + 32 * j);
-            __m256i q0, q1;
-            qd_unpack_45k(q, qh, j, five, &q0, &q1);
-            v[2 * j] = QD_DOT(q0, qd_load(xq + 64 * j));
-            v[2 * j + 1] = QD_DOT(q1, qd_load(xq + 64 * j + 32));
-        }
-        const __m256i sc = _mm256_cvtepu8_epi32(sm);
-        const __m256i mn = _mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8));
-        const int k = b % 8;
-        l.is[k] = qd_hsum(_mm256_mullo_epi32(qd_hsum8(v), sc));
-        l.ms[k] = qd_hsum(_mm256_mullo_epi32(qd_bsums32(x), mn));
-        l.d[k] = qd_f16(w);
-        l.dmin[k] = qd_f16(w + 2);
-        memcpy(&l.dx[k], x, 4);
-        if (k == 7 || b == nb - 1) {
-            sum = qd_lanes_add(sum, &l);
-            memset(&l, 0, sizeof(l));
-        }
-    }
-    return qd_sum8(sum);
-}
-
-/* Q6_K: each 32-element dot covers two sub-blocks of 16 (its lanes 0-3 and
- * 4-7); per half of the block the four dots' halves are reduced together
- * into sub-blocks 0, 2, 4, 6, 1, 3, 5, 7 and scaled at once. */
-QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
-{
-    const __m256i lo4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
-    /* the scales of a half in the reduced order */
-    const __m128i order = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
-    __m256 sum = _mm256_setzero_ps();
-    struct qd_lanes l;
-    memset(&l, 0, sizeof(l));
-    for (int b = 0; b < nb; b++, w += sizeof(struct quant_q6_k), x += sizeof(struct quant_q8_k)) {
-        qd_prefetch(w, sizeof(struct quant_q6_k));
-        const int8_t *xq = (const int8_t *)x + 4;
-        const __m128i sc = _mm_loadu_si128((const __m128i *)(w + 192));
-        const __m128i sco = _mm_shuffle_epi8(sc, order);
-        __m256i acc = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i la = qd_load(w + 64 * h), lb = qd_load(w + 64 * h + 32);
-            const __m256i qh = qd_load(w + 128 + 32 * h);
-            const __m256i lows[4] = {_mm256_and_si256(la, lo4), _mm256_and_si256(lb, lo4),
-                                     _mm256_and_si256(_mm256_srli_epi16(la, 4), lo4),
-                                     _mm256_and_si256(_mm256_srli_epi16(lb, 4), lo4)};
-            __m256i v[4];
-            for (int k = 0; k < 4; k++) {
-                /* the two high bits, as bits 4-5 of each byte (no carry
-                 * between bytes: each is at most 3 before the shift) */
-                __m256i hi =
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), three), 4);
-                v[k] = QD_DOT(_mm256_or_si256(lows[k], hi), qd_load(xq + 128 * h + 32 * k));
-            }
-            const __m256i r =
-                _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-            const __m256i s8 = _mm256_cvtepi8_epi32(h ? _mm_srli_si128(sco, 8) : sco);
-            acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(r, s8));
-        }
-        /* the quants' bias of 32: sum of scale times x's sum of 16 */
-        const __m256i off = _mm256_madd_epi16(qd_load(x + 4 + 256), _mm256_cvtepi8_epi16(sc));
-        const int k = b % 8;
-        l.is[k] = qd_hsum(acc) - 32 * qd_hsum(off);
-        l.d[k] = qd_f16(w + 208);
-        memcpy(&l.dx[k], x, 4);
-        if (k == 7 || b == nb - 1) {
-            sum = qd_lanes_add(sum, &l);
-            memset(&l, 0, sizeof(l));
-        }
-    }
-    return qd_sum8(sum);
-}
-
-#ifdef QD_MADD_SCALES
-/* The K-quants with each sub-block's scale applied by VPMADDWD, in place of
- * the pairs' sum by ones (qdot_avx2.c): one multiply per 32 quants for the
- * pairs and one for the pairs times their scale, and the block's sums kept
- * in a vector, 8 blocks reduced at once (no horizontal sum per block). On
- * an AMD EPYC Zen 2 the sums by ones, the horizontal sums and a scalar
- * store per block took 53 cycles a Q4_K block on one thread; the integer
- * sums are the same (exact), so are the bits. */
+/* The K-quants on 256-bit vectors (x is Q8_K): VPMADDUBSW per 32 quants,
+ * then VPMADDWD by the sub-block's scale, the block's sums kept in a
+ * vector and 8 blocks reduced at once. The form before widened each 32
+ * quants' pairs by ones, summed the 8 sub-blocks horizontally, multiplied
+ * the scales by VPMULLD and stored each block's sums (53 cycles a Q4_K
+ * block on one thread of an AMD EPYC Zen 2, against 31). */
 
 /* 16-bit word s (0-7) of each 128-bit lane in all its words */
-QD_INLINE __m256i qd2_word(__m256i v, int s)
+QD_INLINE __m256i qd_word(__m256i v, int s)
 {
     return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)((2 * s + 1) << 8 | 2 * s)));
 }
 
 /* 8 blocks' integer sums (lane k: the sum of v[k]'s lanes) and their
  * scales, added to the partials as qd_lanes_add does */
-QD_INLINE __m256 qd2_lanes_add(__m256 acc, const __m256i is[8], const __m256i ms[8], __m256 d,
+QD_INLINE __m256 qd_lanes_add8(__m256 acc, const __m256i is[8], const __m256i ms[8], __m256 d,
                                __m256 dmin, __m256 dx)
 {
     const __m256 dd = _mm256_mul_ps(d, dx);
@@ -430,7 +333,7 @@ QD_INLINE __m256 qd2_lanes_add(__m256 acc, const __m256i is[8], const __m256i ms
 }
 
 /* 8 floats `stride` bytes apart */
-QD_INLINE __m256 qd2_f32x8(const char *p, size_t stride)
+QD_INLINE __m256 qd_f32x8(const char *p, size_t stride)
 {
     float f[8];
     for (int k = 0; k < 8; k++)
@@ -440,8 +343,7 @@ QD_INLINE __m256 qd2_f32x8(const char *p, size_t stride)
 
 /* One Q4_K/Q5_K block against Q8_K x: the scaled sums (is) and the mins
  * times x's sums of 32 (ms), each the sum of a vector's lanes */
-QD_INLINE void qd2_q45_k_blk(const char *w, const char *x, const bool five, __m256i *is,
-                             __m256i *ms)
+QD_INLINE void qd_q45_k_blk(const char *w, const char *x, const bool five, __m256i *is, __m256i *ms)
 {
     const char *qs = w + (five ? 48 : 16);
     const int8_t *xq = (const int8_t *)x + 4;
@@ -457,8 +359,8 @@ QD_INLINE void qd2_q45_k_blk(const char *w, const char *x, const bool five, __m2
         qd_unpack_45k(qd_load(qs + 32 * j), qh, j, five, &q0, &q1);
         const __m256i p0 = _mm256_maddubs_epi16(q0, qd_load(xq + 64 * j));
         const __m256i p1 = _mm256_maddubs_epi16(q1, qd_load(xq + 64 * j + 32));
-        acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(p0, qd2_word(sc, 2 * j)));
-        acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(p1, qd2_word(sc, 2 * j + 1)));
+        acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(p0, qd_word(sc, 2 * j)));
+        acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(p1, qd_word(sc, 2 * j + 1)));
     }
     *is = _mm256_add_epi32(acc0, acc1);
     /* each min twice, against x's two sums of 16 of its sub-block */
@@ -467,7 +369,7 @@ QD_INLINE void qd2_q45_k_blk(const char *w, const char *x, const bool five, __m2
     *ms = _mm256_madd_epi16(qd_load(x + 4 + 256), _mm256_cvtepu8_epi16(mins2));
 }
 
-QD_INLINE float qd2_q45_k(const char *w, const char *x, int nb, const bool five)
+QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
 {
     const size_t wb = five ? sizeof(struct quant_q5_k) : sizeof(struct quant_q4_k);
     const size_t xb = sizeof(struct quant_q8_k);
@@ -478,9 +380,9 @@ QD_INLINE float qd2_q45_k(const char *w, const char *x, int nb, const bool five)
         const char *w8 = w + (size_t)b * wb, *x8 = x + (size_t)b * xb;
         for (int k = 0; k < 8; k++) {
             qd_prefetch(w8 + (size_t)k * wb, wb);
-            qd2_q45_k_blk(w8 + (size_t)k * wb, x8 + (size_t)k * xb, five, &is[k], &ms[k]);
+            qd_q45_k_blk(w8 + (size_t)k * wb, x8 + (size_t)k * xb, five, &is[k], &ms[k]);
         }
-        sum = qd2_lanes_add(sum, is, ms, qd_f16x8(w8, wb), qd_f16x8(w8 + 2, wb), qd2_f32x8(x8, xb));
+        sum = qd_lanes_add8(sum, is, ms, qd_f16x8(w8, wb), qd_f16x8(w8 + 2, wb), qd_f32x8(x8, xb));
     }
     if (b < nb) {
         float d[8] = {0}, dmin[8] = {0}, dx[8] = {0};
@@ -488,13 +390,13 @@ QD_INLINE float qd2_q45_k(const char *w, const char *x, int nb, const bool five)
             is[k] = ms[k] = _mm256_setzero_si256();
             if (b + k < nb) {
                 const char *wk = w + (size_t)(b + k) * wb, *xk = x + (size_t)(b + k) * xb;
-                qd2_q45_k_blk(wk, xk, five, &is[k], &ms[k]);
+                qd_q45_k_blk(wk, xk, five, &is[k], &ms[k]);
                 d[k] = qd_f16(wk);
                 dmin[k] = qd_f16(wk + 2);
                 memcpy(&dx[k], xk, 4);
             }
         }
-        sum = qd2_lanes_add(sum, is, ms, _mm256_loadu_ps(d), _mm256_loadu_ps(dmin),
+        sum = qd_lanes_add8(sum, is, ms, _mm256_loadu_ps(d), _mm256_loadu_ps(dmin),
                             _mm256_loadu_ps(dx));
     }
     return qd_sum8(sum);
@@ -503,7 +405,7 @@ QD_INLINE float qd2_q45_k(const char *w, const char *x, int nb, const bool five)
 /* One Q6_K block: each 32 quants' pairs (two sub-blocks of 16, one a
  * 128-bit lane) times their sub-blocks' scales, less the quants' bias of
  * 32 times each scale times x's sum of 16 */
-QD_INLINE __m256i qd2_q6_k_blk(const char *w, const char *x)
+QD_INLINE __m256i qd_q6_k_blk(const char *w, const char *x)
 {
     const __m256i lo4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
     const int8_t *xq = (const int8_t *)x + 4;
@@ -540,7 +442,7 @@ QD_INLINE __m256i qd2_q6_k_blk(const char *w, const char *x)
     return _mm256_sub_epi32(_mm256_add_epi32(acc[0], acc[1]), _mm256_slli_epi32(off, 5));
 }
 
-QD_INLINE float qd2_q6_k(const char *w, const char *x, int nb)
+QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
 {
     const size_t wb = sizeof(struct quant_q6_k), xb = sizeof(struct quant_q8_k);
     const __m256i zero[8] = {0};
@@ -551,10 +453,10 @@ QD_INLINE float qd2_q6_k(const char *w, const char *x, int nb)
         const char *w8 = w + (size_t)b * wb, *x8 = x + (size_t)b * xb;
         for (int k = 0; k < 8; k++) {
             qd_prefetch(w8 + (size_t)k * wb, wb);
-            is[k] = qd2_q6_k_blk(w8 + (size_t)k * wb, x8 + (size_t)k * xb);
+            is[k] = qd_q6_k_blk(w8 + (size_t)k * wb, x8 + (size_t)k * xb);
         }
-        sum = qd2_lanes_add(sum, is, zero, qd_f16x8(w8 + 208, wb), _mm256_setzero_ps(),
-                            qd2_f32x8(x8, xb));
+        sum = qd_lanes_add8(sum, is, zero, qd_f16x8(w8 + 208, wb), _mm256_setzero_ps(),
+                            qd_f32x8(x8, xb));
     }
     if (b < nb) {
         float d[8] = {0}, dx[8] = {0};
@@ -562,27 +464,22 @@ QD_INLINE float qd2_q6_k(const char *w, const char *x, int nb)
             is[k] = _mm256_setzero_si256();
             if (b + k < nb) {
                 const char *wk = w + (size_t)(b + k) * wb, *xk = x + (size_t)(b + k) * xb;
-                is[k] = qd2_q6_k_blk(wk, xk);
+                is[k] = qd_q6_k_blk(wk, xk);
                 d[k] = qd_f16(wk + 208);
                 memcpy(&dx[k], xk, 4);
             }
         }
-        sum = qd2_lanes_add(sum, is, zero, _mm256_loadu_ps(d), _mm256_setzero_ps(),
+        sum = qd_lanes_add8(sum, is, zero, _mm256_loadu_ps(d), _mm256_setzero_ps(),
                             _mm256_loadu_ps(dx));
     }
     return qd_sum8(sum);
 }
-#endif
 
 #ifdef QD_K512
 #include "backend/cpu/qdot_k512.h"
 #define QD_Q45_K qd5_q45_k
 #define QD_Q6_K qd5_q6_k
 #define QD_Q4_0 qd5_q4_0
-#elif defined(QD_MADD_SCALES)
-#define QD_Q45_K qd2_q45_k
-#define QD_Q6_K qd2_q6_k
-#define QD_Q4_0 qd_q4_0
 #else
 #define QD_Q45_K qd_q45_k
 #define QD_Q6_K qd_q6_k
