@@ -157,8 +157,8 @@ TEST(reproducible)
     struct arrival_spec b = a;
     b.n_models = 21;
     b.rates[20] = 7;
-    struct arrival *ea, *ea2, *eb;
-    size_t na, na2, nb;
+    struct arrival *ea = NULL, *ea2 = NULL, *eb = NULL;
+    size_t na = 0, na2 = 0, nb = 0;
     CHECK(arrival_generate(&a, &ea, &na) == 0 && arrival_generate(&a, &ea2, &na2) == 0 &&
           arrival_generate(&b, &eb, &nb) == 0 && na == na2 && nb > na);
     struct chat_request *la = calloc(na, sizeof(*la)), *la2 = calloc(na, sizeof(*la2)),

@@ -308,7 +308,7 @@ TEST(round_trip)
             size_t off = offs[io], n = sizes[is];
             fill_random(src, n, seed++);
             memset(back, 0, n);
-            struct device_event *e1, *e2;
+            struct device_event *e1 = NULL, *e2 = NULL;
             CHECK(device_event_create(d, &e1) == 0 && device_event_create(d, &e2) == 0);
             int rc1 = device_copy_h2d(d, b, off, src, n, e1);
             int rc2 = device_copy_d2h(d, back, b, off, n, e2);

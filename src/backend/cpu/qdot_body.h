@@ -308,6 +308,19 @@ QD_INLINE float qd_q5_1(const char *w, const char *x, int nb)
     return qd_sum8(sum);
 }
 
+/* Q6_K's quants 128 h + 32 j .. + 31 of block w (0-63: before their bias
+ * of 32): the low 4 bits from ql, the two high ones from qh as bits 4-5
+ * (no carry between bytes: each is at most 3 before the shift) */
+QD_INLINE __m256i qd_q6_quants(const char *w, int h, int j)
+{
+    const __m256i lo4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
+    const __m256i l = qd_load(w + 64 * h + 32 * (j & 1));
+    const __m256i low = _mm256_and_si256(j < 2 ? l : _mm256_srli_epi16(l, 4), lo4);
+    const __m256i qh = qd_load(w + 128 + 32 * h);
+    return _mm256_or_si256(
+        low, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), three), 4));
+}
+
 /* The K-quants on 256-bit vectors (x is Q8_K): VPMADDUBSW per 32 quants,
  * then VPMADDWD by the sub-block's scale, the block's sums kept in a
  * vector and 8 blocks reduced at once. The form before widened each 32
@@ -407,7 +420,6 @@ QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
  * 32 times each scale times x's sum of 16 */
 QD_INLINE __m256i qd_q6_k_blk(const char *w, const char *x)
 {
-    const __m256i lo4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
     const int8_t *xq = (const int8_t *)x + 4;
     const __m128i sc = _mm_loadu_si128((const __m128i *)(w + 192));
     /* the 16 scales as words, twice: both lanes */
@@ -417,17 +429,10 @@ QD_INLINE __m256i qd_q6_k_blk(const char *w, const char *x)
     __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
-        const __m256i la = qd_load(w + 64 * h), lb = qd_load(w + 64 * h + 32);
-        const __m256i qh = qd_load(w + 128 + 32 * h);
-        const __m256i lows[4] = {_mm256_and_si256(la, lo4), _mm256_and_si256(lb, lo4),
-                                 _mm256_and_si256(_mm256_srli_epi16(la, 4), lo4),
-                                 _mm256_and_si256(_mm256_srli_epi16(lb, 4), lo4)};
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
-            const __m256i hb =
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), three), 4);
             const __m256i p =
-                _mm256_maddubs_epi16(_mm256_or_si256(lows[k], hb), qd_load(xq + 128 * h + 32 * k));
+                _mm256_maddubs_epi16(qd_q6_quants(w, h, k), qd_load(xq + 128 * h + 32 * k));
             /* sub-blocks 8 h + 2 k (low lane) and 8 h + 2 k + 1 (high):
              * words 2 k and 2 k + 1 of h's scales */
             const __m256i pick =

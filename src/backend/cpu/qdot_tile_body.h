@@ -127,7 +127,6 @@ QD_INLINE void qdt_unpack_45k(const char *w, int8_t *q, struct qdt_blk *bl, int 
 /* Q6_K: the quants less their bias of 32 (so no sums of x are needed) */
 QD_INLINE void qdt_unpack_6k(const char *w, int8_t *q, struct qdt_blk *bl, int nb)
 {
-    const __m256i lo4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3);
     for (int b = 0; b < nb; b++, w += sizeof(struct quant_q6_k), q += 256) {
         struct qdt_blk *k = &bl[b];
         const __m128i sc = _mm_loadu_si128((const __m128i *)(w + 192));
@@ -136,16 +135,9 @@ QD_INLINE void qdt_unpack_6k(const char *w, int8_t *q, struct qdt_blk *bl, int n
         __m256i acc = _mm256_setzero_si256();
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            const __m256i la = qd_load(w + 64 * h), lb = qd_load(w + 64 * h + 32);
-            const __m256i qh = qd_load(w + 128 + 32 * h);
-            const __m256i lows[4] = {_mm256_and_si256(la, lo4), _mm256_and_si256(lb, lo4),
-                                     _mm256_and_si256(_mm256_srli_epi16(la, 4), lo4),
-                                     _mm256_and_si256(_mm256_srli_epi16(lb, 4), lo4)};
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) {
-                const __m256i hi =
-                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), three), 4);
-                const __m256i v = _mm256_or_si256(lows[j], hi);
+                const __m256i v = qd_q6_quants(w, h, j);
                 _mm256_storeu_si256((__m256i *)(q + 128 * h + 32 * j),
                                     _mm256_sub_epi8(v, _mm256_set1_epi8(32)));
                 /* sub-blocks 8h + 2j and 8h + 2j + 1: the two halves, each
