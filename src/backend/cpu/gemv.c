@@ -505,7 +505,7 @@ static void gemv_job_init(struct gemv_job *j, const struct gemv_kernel *k,
          * blocks at least, so a block's sums are put while the next one's
          * loads are in flight (gemv_amx.c; a claim is one call) */
         const int g = gemv_amx_groups(w->ld * dtype_size(w->dtype));
-        const int want = cpu_lanes_claim_tail(j->per);
+        const int want = j->per > 2 ? j->per : 2;
         j->per = (want + g - 1) / g * g;
     }
 #endif
