@@ -382,39 +382,6 @@ QD_INLINE void qd_q45_k_blk(const char *w, const char *x, const bool five, __m25
     *ms = _mm256_madd_epi16(qd_load(x + 4 + 256), _mm256_cvtepu8_epi16(mins2));
 }
 
-QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
-{
-    const size_t wb = five ? sizeof(struct quant_q5_k) : sizeof(struct quant_q4_k);
-    const size_t xb = sizeof(struct quant_q8_k);
-    __m256 sum = _mm256_setzero_ps();
-    __m256i is[8], ms[8];
-    int b = 0;
-    for (; b + 8 <= nb; b += 8) {
-        const char *w8 = w + (size_t)b * wb, *x8 = x + (size_t)b * xb;
-        for (int k = 0; k < 8; k++) {
-            qd_prefetch(w8 + (size_t)k * wb, wb);
-            qd_q45_k_blk(w8 + (size_t)k * wb, x8 + (size_t)k * xb, five, &is[k], &ms[k]);
-        }
-        sum = qd_lanes_add8(sum, is, ms, qd_f16x8(w8, wb), qd_f16x8(w8 + 2, wb), qd_f32x8(x8, xb));
-    }
-    if (b < nb) {
-        float d[8] = {0}, dmin[8] = {0}, dx[8] = {0};
-        for (int k = 0; k < 8; k++) {
-            is[k] = ms[k] = _mm256_setzero_si256();
-            if (b + k < nb) {
-                const char *wk = w + (size_t)(b + k) * wb, *xk = x + (size_t)(b + k) * xb;
-                qd_q45_k_blk(wk, xk, five, &is[k], &ms[k]);
-                d[k] = qd_f16(wk);
-                dmin[k] = qd_f16(wk + 2);
-                memcpy(&dx[k], xk, 4);
-            }
-        }
-        sum = qd_lanes_add8(sum, is, ms, _mm256_loadu_ps(d), _mm256_loadu_ps(dmin),
-                            _mm256_loadu_ps(dx));
-    }
-    return qd_sum8(sum);
-}
-
 /* One Q6_K block: each 32 quants' pairs (two sub-blocks of 16, one a
  * 128-bit lane) times their sub-blocks' scales, less the quants' bias of
  * 32 times each scale times x's sum of 16 */
@@ -447,37 +414,66 @@ QD_INLINE __m256i qd_q6_k_blk(const char *w, const char *x)
     return _mm256_sub_epi32(_mm256_add_epi32(acc[0], acc[1]), _mm256_slli_epi32(off, 5));
 }
 
-QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
+/* Block w of a K-quant row (t: Q4_K, Q5_K or Q6_K) against Q8_K x */
+QD_INLINE void qd_k_blk(const char *w, const char *x, const enum dtype t, __m256i *is, __m256i *ms)
 {
-    const size_t wb = sizeof(struct quant_q6_k), xb = sizeof(struct quant_q8_k);
-    const __m256i zero[8] = {0};
+    if (t == DTYPE_Q6_K) {
+        *is = qd_q6_k_blk(w, x);
+        *ms = _mm256_setzero_si256();
+    } else
+        qd_q45_k_blk(w, x, t == DTYPE_Q5_K, is, ms);
+}
+
+/* A K-quant row against Q8_K x: 8 blocks' sums reduced at once, their
+ * scales gathered; the rest of the row's blocks with zeros in the lanes
+ * past it (a partial plus 0 x 0 is itself). Runs of 8 and the rest are
+ * separate loops: one loop checking each block against the row's end made
+ * Q5_K 25% slower (Zen 2). */
+QD_INLINE float qd_k_row(const char *w, const char *x, int nb, const enum dtype t)
+{
+    const size_t wb = t == DTYPE_Q6_K   ? sizeof(struct quant_q6_k)
+                      : t == DTYPE_Q5_K ? sizeof(struct quant_q5_k)
+                                        : sizeof(struct quant_q4_k);
+    const size_t xb = sizeof(struct quant_q8_k);
+    const size_t d_at = t == DTYPE_Q6_K ? 208 : 0; /* Q4_K/Q5_K: dmin 2 bytes on */
     __m256 sum = _mm256_setzero_ps();
-    __m256i is[8];
+    __m256i is[8], ms[8];
     int b = 0;
     for (; b + 8 <= nb; b += 8) {
         const char *w8 = w + (size_t)b * wb, *x8 = x + (size_t)b * xb;
         for (int k = 0; k < 8; k++) {
             qd_prefetch(w8 + (size_t)k * wb, wb);
-            is[k] = qd_q6_k_blk(w8 + (size_t)k * wb, x8 + (size_t)k * xb);
+            qd_k_blk(w8 + (size_t)k * wb, x8 + (size_t)k * xb, t, &is[k], &ms[k]);
         }
-        sum = qd_lanes_add8(sum, is, zero, qd_f16x8(w8 + 208, wb), _mm256_setzero_ps(),
-                            qd_f32x8(x8, xb));
+        const __m256 dmin = t == DTYPE_Q6_K ? _mm256_setzero_ps() : qd_f16x8(w8 + 2, wb);
+        sum = qd_lanes_add8(sum, is, ms, qd_f16x8(w8 + d_at, wb), dmin, qd_f32x8(x8, xb));
     }
     if (b < nb) {
-        float d[8] = {0}, dx[8] = {0};
+        float d[8] = {0}, dmin[8] = {0}, dx[8] = {0};
         for (int k = 0; k < 8; k++) {
-            is[k] = _mm256_setzero_si256();
+            is[k] = ms[k] = _mm256_setzero_si256();
             if (b + k < nb) {
                 const char *wk = w + (size_t)(b + k) * wb, *xk = x + (size_t)(b + k) * xb;
-                is[k] = qd_q6_k_blk(wk, xk);
-                d[k] = qd_f16(wk + 208);
+                qd_k_blk(wk, xk, t, &is[k], &ms[k]);
+                d[k] = qd_f16(wk + d_at);
+                dmin[k] = t == DTYPE_Q6_K ? 0.0f : qd_f16(wk + 2);
                 memcpy(&dx[k], xk, 4);
             }
         }
-        sum = qd_lanes_add8(sum, is, zero, _mm256_loadu_ps(d), _mm256_setzero_ps(),
+        sum = qd_lanes_add8(sum, is, ms, _mm256_loadu_ps(d), _mm256_loadu_ps(dmin),
                             _mm256_loadu_ps(dx));
     }
     return qd_sum8(sum);
+}
+
+QD_INLINE float qd_q45_k(const char *w, const char *x, int nb, const bool five)
+{
+    return qd_k_row(w, x, nb, five ? DTYPE_Q5_K : DTYPE_Q4_K);
+}
+
+QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
+{
+    return qd_k_row(w, x, nb, DTYPE_Q6_K);
 }
 
 #ifdef QD_K512
