@@ -290,15 +290,15 @@ TEST(isa_bitwise)
         }
         free(wd);
     }
-    /* the types of 32 against vnni-near's x laid out in its scratch
-     * (qdot_xr.h) and the multi-row kernels' runs of 8 blocks
+    /* the types of 32 against vnni-near's and avx2's x laid out (qd_xr)
+     * and the multi-row kernels' runs of 8 blocks
      * (qdot_mr_body.h) for 1 .. 16 input rows: long rows (a run of 8
      * blocks whole and one cut short) and rows of 1 .. 17 blocks (every
      * length of the last run, whose loads are masked or zero lanes), an
      * odd count of weight rows (vnni-mr's last pair alone), the scales and
      * Q5_1's mins of both signs */
     static const enum dtype t32[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q5_0, DTYPE_Q5_1};
-    static const char *const near[] = {"vnni-near", "vnni-far", "vnni-mr", "vnni-m8"};
+    static const char *const near[] = {"vnni-near", "vnni-far", "avx2", "vnni-mr", "vnni-m8"};
     static const int lens[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,    10,
                                11, 12, 13, 14, 15, 16, 17, 28, 1023, 1027};
     for (size_t li = 0; li < sizeof(t32) / sizeof(t32[0]); li++)
@@ -436,19 +436,9 @@ TEST(x_q8_k_bitwise)
     free(b);
 }
 
-/* vnni-near's types of 32 against x laid out once per call by qlinear.c
- * (a->xp, qdot_pack_x_xr) and laid out per task in the kernel (a->xp NULL,
- * as amx-few calls it for the types it does not take): the same bits, for
- * 1-3 input rows, rows of 1-17 and 28 blocks (a whole run of 8, every
- * length of the last one), a slice of a wider matrix's rows, each row's
- * layout only in its own xp_ld bytes (the rest of the buffer poisoned) */
-TEST(xr_per_call_bitwise)
+/* xr_per_call_bitwise's checks of one kernel's rows */
+static void xr_per_call_check(const char *name, qdot_rows_fn rows_fn)
 {
-    if (cpu_qlinear_force("vnni-near") == ERR_UNSUPPORTED) {
-        printf("vnni-near: this CPU lacks it\n");
-        return;
-    }
-    CHECK(cpu_qlinear_force(NULL) == 0);
     static const enum dtype t32[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q5_0, DTYPE_Q5_1};
     static const int lens[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 28};
     for (size_t li = 0; li < sizeof(t32) / sizeof(t32[0]); li++)
@@ -478,27 +468,49 @@ TEST(xr_per_call_bitwise)
                 memset(a, 0xff, sizeof(a));
                 memset(b, 0xff, sizeof(b));
                 struct qdot_args q = {.y = a, .ldy = 13, .xq = xq, .xq_ld = xq_ld, .m = m, .w = &w};
-                qdot_rows_vnni_near(&q, 0, 13);
+                rows_fn(&q, 0, 13);
                 q.y = b;
                 q.xp = xp;
                 q.xp_ld = xp_ld;
-                qdot_rows_vnni_near(&q, 0, 13);
+                rows_fn(&q, 0, 13);
                 CHECK_MSG(memcmp(a, b, sizeof(float) * 13 * (size_t)m) == 0,
-                          "%s, %d blocks, m=%d: x laid out per call differs from per task",
+                          "%s %s, %d blocks, m=%d: x laid out per call differs from per task", name,
                           dtype_name(t), nb, m);
                 /* and the scalar reference's bits */
                 q.y = a;
                 q.xp = NULL;
                 qdot_rows_scalar(&q, 0, 13);
                 CHECK_MSG(memcmp(a, b, sizeof(float) * 13 * (size_t)m) == 0,
-                          "%s, %d blocks, m=%d: differs from the scalar reference", dtype_name(t),
-                          nb, m);
+                          "%s %s, %d blocks, m=%d: differs from the scalar reference", name,
+                          dtype_name(t), nb, m);
             }
             free(x);
             free(xp);
             free(xq);
             free(wd);
         }
+}
+
+/* vnni-near's and avx2's types of 32 against x laid out once per call by
+ * qlinear.c (a->xp, qdot_pack_x_xr) and laid out per task in the kernel
+ * (a->xp NULL, as amx-few calls vnni-near for the types it does not
+ * take): the same bits, for 1-3 input rows, rows of 1-17 and 28 blocks (a
+ * whole run of 8, every length of the last one), a slice of a wider
+ * matrix's rows, each row's layout only in its own xp_ld bytes (the rest
+ * of the buffer poisoned) */
+TEST(xr_per_call_bitwise)
+{
+    static const struct {
+        const char *name;
+        qdot_rows_fn rows;
+    } ks[] = {{"vnni-near", qdot_rows_vnni_near}, {"avx2", qdot_rows_avx2}};
+    for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
+        if (cpu_qlinear_force(ks[ki].name) == ERR_UNSUPPORTED)
+            printf("%s: this CPU lacks it\n", ks[ki].name);
+        else
+            xr_per_call_check(ks[ki].name, ks[ki].rows);
+    }
+    CHECK(cpu_qlinear_force(NULL) == 0);
 }
 
 /* Quantized token embeddings: the rows dequantized, zeros outside a

@@ -71,7 +71,9 @@ struct qdot_args {
 typedef void (*qdot_rows_fn)(const struct qdot_args *a, int r0, int r1);
 
 void qdot_rows_scalar(const struct qdot_args *a, int r0, int r1);
-/* AVX2: pairs of bytes multiplied and summed by VPMADDUBSW + VPMADDWD */
+/* AVX2: pairs of bytes multiplied and summed by VPMADDUBSW + VPMADDWD;
+ * x of the types of 32 as vnni-near's (a->xp laid out by qdot_pack_x_xr,
+ * or NULL: laid out per task) */
 void qdot_rows_avx2(const struct qdot_args *a, int r0, int r1);
 /* AVX512-VNNI (256-bit, VL): quads of bytes by VPDPBUSD */
 void qdot_rows_vnni(const struct qdot_args *a, int r0, int r1);
@@ -102,11 +104,11 @@ void qdot_pieces_vnni_far(const struct qdot_piece *p, int n);
  * qdot_vnni_far_gfni.c): the same bits; only where the CPU has GFNI */
 void qdot_rows_vnni_near_gfni(const struct qdot_args *a, int r0, int r1);
 void qdot_pieces_vnni_far_gfni(const struct qdot_piece *p, int n);
-/* The bytes of a row of n columns of Q8_0 x laid out for vnni-near's types
- * of 32 (whole runs of 8 blocks: the quants, block k and k + 4 of a run
- * side by side, then the scales in f32 and the sums of the quants), a
- * multiple of 64; and a quantized row (qdot_quantize_x's Q8_0) laid out so
- * into xr (64-byte aligned). Only where the CPU has VNNI (AVX-512 VL/BW). */
+/* The bytes of a row of n columns of Q8_0 x laid out for vnni-near's and
+ * avx2's types of 32 (whole runs of 8 blocks: the quants, block k and k + 4
+ * of a run side by side, then the scales in f32 and the sums of the
+ * quants), a multiple of 64; and a quantized row (qdot_quantize_x's Q8_0)
+ * laid out so into xr (64-byte aligned). Only where the CPU has AVX2. */
 size_t qdot_xr_row_bytes(int n);
 void qdot_pack_x_xr(const char *xq, int n, char *xr);
 

@@ -4,13 +4,30 @@
  * CPU has it. */
 #include "backend/cpu/qdot.h"
 
+#include <assert.h>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
 /* no pair saturates 16 bits: at most 2 * 128 * 127 (qdot_body.h) */
 #define QD_DOT(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 #define QDOT_ROWS_FN qdot_rows_avx2
+#define QD_XR
 #include "backend/cpu/qdot_body.h"
+
+/* x's layout for the types of 32 (qd_xr), read by this file's and by
+ * vnni-near's kernels: AVX2 alone lays it out */
+size_t qdot_xr_row_bytes(int n)
+{
+    return (qd_xr_bytes(n / QUANT_QK0) + 63) / 64 * 64;
+}
+
+void qdot_pack_x_xr(const char *xq, int n, char *xr)
+{
+    const int nb = n / QUANT_QK0;
+    const struct qd_xr r = qd_xr_at(xr, nb);
+    qd_xr_fill(&r, xq, nb);
+}
 
 /* the multi-row kernel: the weights' quads broadcast against x + 128; for
  * Q8_0's full range |w| against x with w's sign, as above */
@@ -83,6 +100,18 @@ void qdot_x_q8_0_avx2(const float *x, void *xq, int n)
 }
 
 #else
+size_t qdot_xr_row_bytes(int n)
+{
+    (void)n;
+    return 0; /* no layout: avx2 and vnni-near are never offered without x86 */
+}
+
+void qdot_pack_x_xr(const char *xq, int n, char *xr)
+{
+    (void)xq, (void)n, (void)xr;
+    assert(!"qdot_pack_x_xr without x86");
+}
+
 void qdot_rows_avx2(const struct qdot_args *a, int r0, int r1)
 {
     qdot_rows_scalar(a, r0, r1);

@@ -10,9 +10,10 @@
  *                           with QDOT_PIECES_FN, none)
  *   QD_K512                 (optional) the K-quants on 512-bit vectors
  *                           instead (qdot_k512.h: AVX-512 BW and VNNI)
- *   QD_XR                   (optional, with QD_K512) the types of 32
- *                           (Q8_0, Q4_0, Q5_0, Q5_1) against x laid
- *                           out per task (qdot_xr.h)
+ *   QD_XR                   (optional) the types of 32 (Q8_0, Q4_0,
+ *                           Q5_0, Q5_1) against x laid out (qd_xr):
+ *                           with QD_K512 on 512-bit vectors (qdot_xr.h),
+ *                           else on 256-bit ones (qd2_run)
  *   QD_PREFETCH             (optional) the software prefetch's distance
  *   QD_PREFETCH_FAR         (optional) a second prefetch's distance, to L2
  *   QD_PREFETCH_Q5          (optional, with QD_XR) Q5_0/Q5_1's own L1
@@ -87,6 +88,80 @@ QD_INLINE __m256 qd_f16x8(const char *p, size_t stride)
     h = _mm_insert_epi16(h, qd_u16(p + 6 * stride), 6);
     h = _mm_insert_epi16(h, qd_u16(p + 7 * stride), 7);
     return _mm256_cvtph_ps(h);
+}
+
+/* The types of 32 (Q8_0, Q4_0, Q5_0, Q5_1) against x laid out once per
+ * input row (where the includer defines QD_XR): x's quants 32-byte
+ * aligned in runs of 8 blocks, its scales in f32 and the sums of its
+ * quants, so that a weight row's run reads them with no conversion or
+ * gather. The 512-bit kernels read blocks k and k + 4 of a run as one
+ * vector (qdot_xr.h); the 256-bit ones block by block (qd_xr_q). */
+#include "backend/cpu/scratch.h"
+
+/* x's Q8_0 blocks laid out for the runs, in the thread's scratch
+ * (CPU_SCRATCH_Q_XR: 40 bytes a block, the row rounded up to whole runs) */
+struct qd_xr {
+    int8_t *q;  /* run g's quants: its pair k (k < 4) = blocks 8 g + k, 8 g + k + 4 */
+    float *d;   /* each block's scale */
+    int32_t *s; /* each block's sum of quants */
+};
+
+/* block k (< 8) of the run from block b's quants */
+QD_INLINE int8_t *qd_xr_q(const struct qd_xr *r, int b, int k)
+{
+    return r->q + (size_t)b * 32 + 64 * (k & 3) + 32 * (k >> 2);
+}
+
+/* The bytes of a row of nb blocks laid out (qdot_xr_row_bytes): whole runs
+ * of 8 blocks, the quants (32 bytes a block), then d and s (4 each) */
+QD_INLINE size_t qd_xr_bytes(int nb)
+{
+    return (size_t)(nb + 7) / 8 * 8 * 40;
+}
+
+/* the layout of nb blocks at buf (64-byte aligned) */
+QD_INLINE struct qd_xr qd_xr_at(char *buf, int nb)
+{
+    const size_t nr = (size_t)(nb + 7) / 8 * 8, qbytes = nr * 32;
+    return (struct qd_xr){
+        .q = (int8_t *)buf, .d = (float *)(buf + qbytes), .s = (int32_t *)(buf + qbytes + nr * 4)};
+}
+
+/* x's nb Q8_0 blocks into r; the last run's blocks past nb zero */
+QD_INLINE void qd_xr_fill(const struct qd_xr *r, const char *x, int nb)
+{
+    const size_t xb = sizeof(struct quant_q8_0);
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    const int nr = (nb + 7) & ~7;
+    if (nr > nb) {
+        memset(r->q + (size_t)(nb & ~7) * 32, 0, 8 * 32);
+        memset(r->d + nb, 0, (size_t)(nr - nb) * sizeof(float));
+        memset(r->s + nb, 0, (size_t)(nr - nb) * sizeof(int32_t));
+    }
+    for (int b = 0; b < nb; b++) {
+        const __m256i q = qd_load(x + (size_t)b * xb + 2);
+        /* sums of 8 of the quants plus 128, then the four added */
+        const __m256i s8 = _mm256_sad_epu8(_mm256_xor_si256(q, flip), _mm256_setzero_si256());
+        const __m128i s4 =
+            _mm_add_epi64(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+        r->s[b] = _mm_cvtsi128_si32(s4) + _mm_extract_epi32(s4, 2) - 32 * 128;
+        r->d[b] = qd_f16(x + (size_t)b * xb);
+        _mm256_store_si256((__m256i *)qd_xr_q(r, b & ~7, b & 7), q);
+    }
+}
+
+/* A weight block's bytes for T, and where its quants and fifth bits start */
+QD_INLINE size_t qd_xr_wb(const enum dtype T)
+{
+    return T == DTYPE_Q8_0   ? sizeof(struct quant_q8_0)
+           : T == DTYPE_Q4_0 ? sizeof(struct quant_q4_0)
+           : T == DTYPE_Q5_0 ? sizeof(struct quant_q5_0)
+                             : sizeof(struct quant_q5_1);
+}
+
+QD_INLINE size_t qd_xr_qs_at(const enum dtype T)
+{
+    return T == DTYPE_Q5_0 ? 6 : T == DTYPE_Q5_1 ? 8 : 2;
 }
 
 #ifdef QD_K512
@@ -476,6 +551,106 @@ QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
     return qd_k_row(w, x, nb, DTYPE_Q6_K);
 }
 
+#if defined(QD_XR) && !defined(QD_K512)
+/* The types of 32 on 256-bit vectors against x laid out (qd_xr): each
+ * block's weights as bytes for VPMADDUBSW, Q8_0's signed (its sign moved
+ * onto x, qd_dot_signed: Q8_0's full range against x + 128 could saturate
+ * a pair's 16 bits), the others unsigned as stored (Q4_0 0-15, Q5_0/Q5_1
+ * 0-31: a pair is at most 2 x 31 x 128), whose sums exceed the exact
+ * ones by 8 (Q4_0) or 16 (Q5_0) times x's sum over the block, subtracted
+ * once 8 blocks are reduced to a lane each; Q5_1's x sum is its min's
+ * operand instead. The form before (qd_q8_0 and the others above, still
+ * `vnni`'s) re-gathered and converted x's f16 scales for every weight row
+ * and moved every block's sign onto x. */
+QD_INLINE __m256i qd2_wq(const char *wk, const enum dtype T)
+{
+    if (T == DTYPE_Q8_0)
+        return qd_load(wk + 2);
+    /* the 16 packed bytes in both lanes, the high lane's shifted by 4 */
+    const __m128i v = _mm_loadu_si128((const __m128i *)(wk + qd_xr_qs_at(T)));
+    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(15));
+    if (T == DTYPE_Q5_0 || T == DTYPE_Q5_1)
+        q = _mm256_or_si256(
+            q, _mm256_and_si256(qd_bits32(wk + qd_xr_qs_at(T) - 4), _mm256_set1_epi8(16)));
+    return q;
+}
+
+/* qd_hsum8 of v[0..3], lanes 4-7 zero */
+QD_INLINE __m256i qd_hsum4(const __m256i v[4])
+{
+    const __m256i a =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    return _mm256_zextsi128_si256(
+        _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)));
+}
+
+/* qd_hsum8 of the blocks' 16-bit pair sums (VPMADDUBSW's) where four
+ * pairs add in 16 bits (unsigned weights of at most 31 against x of at
+ * least -128: four pairs at most 31744): the pairs of two, then four,
+ * blocks added by VPHADDW and widened by one VPMADDWD per four blocks,
+ * where a VPMADDWD by ones per block had widened them first (VPMADDUBSW
+ * and VPMADDWD share one pipe on AMD Zen 2) */
+QD_INLINE __m256i qd_hsum8_w16(const __m256i p[8])
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    /* dword k of each 128-bit lane: block k's (a) and 4 + k's (b) half */
+    const __m256i a = _mm256_madd_epi16(
+        _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3])), ones);
+    const __m256i b = _mm256_madd_epi16(
+        _mm256_hadd_epi16(_mm256_hadd_epi16(p[4], p[5]), _mm256_hadd_epi16(p[6], p[7])), ones);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* qd_f16x8's first n (a constant) scales, the lanes past them zero */
+QD_INLINE __m256 qd_f16xn(const char *p, size_t stride, const int n)
+{
+    if (n == 8)
+        return qd_f16x8(p, stride);
+    /* each insert's lane a constant, as the instruction needs */
+    __m128i h = _mm_cvtsi32_si128(qd_u16(p));
+    h = n > 1 ? _mm_insert_epi16(h, qd_u16(p + stride), 1) : h;
+    h = n > 2 ? _mm_insert_epi16(h, qd_u16(p + 2 * stride), 2) : h;
+    h = n > 3 ? _mm_insert_epi16(h, qd_u16(p + 3 * stride), 3) : h;
+    h = n > 4 ? _mm_insert_epi16(h, qd_u16(p + 4 * stride), 4) : h;
+    h = n > 5 ? _mm_insert_epi16(h, qd_u16(p + 5 * stride), 5) : h;
+    h = n > 6 ? _mm_insert_epi16(h, qd_u16(p + 6 * stride), 6) : h;
+    return _mm256_cvtph_ps(h);
+}
+
+/* qdot.h's steps for the run of 8 blocks from block b of a T row (n of
+ * them there, the rest of the lanes adding 0 x 0), w8 its first */
+QD_INLINE __m256 qd2_run(__m256 acc, const char *w8, const struct qd_xr *r, int b,
+                         const enum dtype T, const int n)
+{
+    const size_t wb = qd_xr_wb(T);
+    qd_prefetch(w8, (size_t)n * wb);
+    __m256i v[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        if (k >= n) {
+            v[k] = _mm256_setzero_si256();
+            continue;
+        }
+        const __m256i wq = qd2_wq(w8 + (size_t)k * wb, T);
+        const __m256i xv = _mm256_load_si256((const __m256i *)qd_xr_q(r, b, k));
+        v[k] = T == DTYPE_Q8_0 ? qd_dot_signed(wq, xv) : _mm256_maddubs_epi16(wq, xv);
+    }
+    const __m256i s = _mm256_loadu_si256((const __m256i *)(r->s + b));
+    __m256i is = T != DTYPE_Q8_0 ? qd_hsum8_w16(v) : n <= 4 ? qd_hsum4(v) : qd_hsum8(v);
+    if (T == DTYPE_Q4_0 || T == DTYPE_Q5_0) /* the bias of the unsigned weights */
+        is = _mm256_sub_epi32(is, _mm256_slli_epi32(s, T == DTYPE_Q4_0 ? 3 : 4));
+    const __m256 dx = _mm256_loadu_ps(r->d + b);
+    const __m256 dw = qd_f16xn(w8, wb, n);
+    const __m256 m = T == DTYPE_Q5_1 ? qd_f16xn(w8 + 2, wb, n) : _mm256_setzero_ps();
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(is), acc);
+    if (T == DTYPE_Q5_1) /* qdot.h's -(dmin dx) with dmin = -m: m dx exactly */
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(m, dx), _mm256_cvtepi32_ps(s), acc);
+    return acc;
+}
+#define QD_XR_RUN qd2_run
+#endif
+
 #ifdef QD_K512
 #include "backend/cpu/qdot_k512.h"
 #define QD_Q45_K qd5_q45_k
@@ -485,6 +660,116 @@ QD_INLINE float qd_q6_k(const char *w, const char *x, int nb)
 #define QD_Q45_K qd_q45_k
 #define QD_Q6_K qd_q6_k
 #define QD_Q4_0 qd_q4_0
+#endif
+
+#ifdef QD_XR
+/* a row w of nb T blocks times x (laid out in r) */
+QD_INLINE float qd_xr_row(const char *w, const struct qd_xr *r, int nb, const enum dtype T)
+{
+    const size_t wb = qd_xr_wb(T);
+    __m256 acc = _mm256_setzero_ps();
+    int b = 0;
+    for (; b + 8 <= nb; b += 8)
+        acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, 8);
+    switch (nb - b) { /* n a constant in each, so each folds its masks */
+    case 1:
+        acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, 1);
+        break;
+    case 2:
+        acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, 2);
+        break;
+    case 3:
+        acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, 3);
+        break;
+    case 4:
+        acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, 4);
+        break;
+    case 5:
+        acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, 5);
+        break;
+    case 6:
+        acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, 6);
+        break;
+    case 7:
+        acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, 7);
+        break;
+    default:
+        break;
+    }
+    return qd_sum8(acc);
+}
+
+/* one function per type (GCC unrolls a run's products only in a function
+ * of its own; unused where the includer defines no rows function) */
+static __attribute__((noinline, unused)) float qd_q8_0_xr(const char *w, const struct qd_xr *r,
+                                                          int nb)
+{
+    return qd_xr_row(w, r, nb, DTYPE_Q8_0);
+}
+
+static __attribute__((noinline, unused)) float qd_q4_0_xr(const char *w, const struct qd_xr *r,
+                                                          int nb)
+{
+    return qd_xr_row(w, r, nb, DTYPE_Q4_0);
+}
+
+static __attribute__((noinline, unused)) float qd_q5_0_xr(const char *w, const struct qd_xr *r,
+                                                          int nb)
+{
+    return qd_xr_row(w, r, nb, DTYPE_Q5_0);
+}
+
+static __attribute__((noinline, unused)) float qd_q5_1_xr(const char *w, const struct qd_xr *r,
+                                                          int nb)
+{
+    return qd_xr_row(w, r, nb, DTYPE_Q5_1);
+}
+
+/* Rows [r0, r1) of a's weights of a type of 32 (nb blocks, w_ld bytes
+ * apart) for every input row, against each row's x laid out: once per
+ * call by qlinear.c (a->xp, qdot_pack_x_xr: a task of 16 rows of 8192
+ * columns had spent 14-20% of its CPU time laying out x again, weights in
+ * L2), or, where a->xp is NULL (a kernel calling this one for the
+ * types it does not take), once per task here (the task's weight rows,
+ * about 128 KiB, stay in L2 from one input row to the next); false, with
+ * nothing done, for the K-quants and where the scratch cannot grow (the
+ * caller's code computes the same bits) */
+QD_INLINE bool qd_rows_xr(const struct qdot_args *a, int r0, int r1, int nb, size_t w_ld)
+{
+    const enum dtype t = a->w->dtype;
+    float (*dot)(const char *, const struct qd_xr *, int);
+    switch (t) {
+    case DTYPE_Q8_0:
+        dot = qd_q8_0_xr;
+        break;
+    case DTYPE_Q4_0:
+        dot = qd_q4_0_xr;
+        break;
+    case DTYPE_Q5_0:
+        dot = qd_q5_0_xr;
+        break;
+    case DTYPE_Q5_1:
+        dot = qd_q5_1_xr;
+        break;
+    default:
+        return false;
+    }
+    /* x laid out once per call by the caller (qdot_pack_x_xr, a->xp), or
+     * here per task into the thread's scratch */
+    char *buf = a->xp ? NULL : cpu_scratch(CPU_SCRATCH_Q_XR, qd_xr_bytes(nb));
+    if (!a->xp && !buf)
+        return false;
+    for (int i = 0; i < a->m; i++) {
+        float *y = a->y + (size_t)i * a->ldy;
+        const struct qd_xr xr = qd_xr_at(a->xp ? (char *)a->xp + (size_t)i * a->xp_ld : buf, nb);
+        if (!a->xp)
+            qd_xr_fill(&xr, a->xq + (size_t)i * a->xq_ld, nb);
+        const char *row = (const char *)a->w->data + (size_t)r0 * w_ld;
+        for (int r = r0; r < r1; r++, row += w_ld)
+            y[r] = dot(row, &xr, nb);
+    }
+    return true;
+}
 #endif
 
 /* Input rows per pass over a task's weight rows: a prefill's rows go by in
@@ -512,7 +797,7 @@ void QDOT_ROWS_FN(const struct qdot_args *a, int r0, int r1)
     const int nb = w->cols / dtype_block(w->dtype);
     const size_t w_ld = dtype_row_bytes(w->dtype, w->ld); /* weight_row's, once */
 #ifdef QD_XR
-    if (qd5_rows_xr(a, r0, r1, nb, w_ld))
+    if (qd_rows_xr(a, r0, r1, nb, w_ld))
         return;
 #endif
     switch (w->dtype) {

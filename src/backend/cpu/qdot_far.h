@@ -23,10 +23,10 @@
 
 /* where one stream stands: its next row, its end, and its input row */
 struct qdf_stream {
-    float *y;         /* the input row's outputs, indexed by weight row */
-    const char *w;    /* the next row's weights */
-    const char *x;    /* the K-quants: the input row's Q8_K blocks */
-    struct qd5_xr xr; /* the types of 32: the input row laid out */
+    float *y;        /* the input row's outputs, indexed by weight row */
+    const char *w;   /* the next row's weights */
+    const char *x;   /* the K-quants: the input row's Q8_K blocks */
+    struct qd_xr xr; /* the types of 32: the input row laid out */
     size_t w_ld;
     int r, r1;
 };
@@ -64,8 +64,8 @@ QD_INLINE void qdf_step(struct qdf_stream *st, const int n, int nb, const enum d
                                                          st[s].x + (size_t)b0 * xb, nb - b0,
                                                          T == DTYPE_Q5_K, c45);
     } else {
-        /* qd5_row's runs */
-        const size_t wb = qd5_wb(T);
+        /* qd_xr_row's runs */
+        const size_t wb = qd_xr_wb(T);
         int b = 0;
         for (; b + 8 <= nb; b += 8)
 #pragma GCC unroll 4
@@ -76,7 +76,7 @@ QD_INLINE void qdf_step(struct qdf_stream *st, const int n, int nb, const enum d
         for (int s = 0; s < n; s++)                                                                \
             acc[s] = qd5_run(acc[s], st[s].w + (size_t)b * wb, &st[s].xr, b, T, k);                \
         break;
-        switch (nb - b) { /* k a constant in each, as qd5_row's */
+        switch (nb - b) { /* k a constant in each, as qd_xr_row's */
             QDF_TAIL(1)
             QDF_TAIL(2)
             QDF_TAIL(3)
@@ -223,8 +223,8 @@ void QDOT_PIECES_FN(const struct qdot_piece *p, int n)
                     .y = a->y + (size_t)i * a->ldy,
                     .w = (const char *)a->w->data + (size_t)q->r0 * w_ld,
                     .x = a->xq + (size_t)i * a->xq_ld,
-                    .xr = a->xp ? qd5_xr_at((char *)a->xp + (size_t)i * a->xp_ld, nb)
-                                : (struct qd5_xr){0},
+                    .xr = a->xp ? qd_xr_at((char *)a->xp + (size_t)i * a->xp_ld, nb)
+                                : (struct qd_xr){0},
                     .w_ld = w_ld,
                     .r = q->r0,
                     .r1 = q->r1,

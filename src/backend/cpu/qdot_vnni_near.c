@@ -1,7 +1,7 @@
 /* `vnni-near`: qdot_vnni.c's single-row kernels with the software prefetch
  * 2 KiB ahead instead of 8 KiB, and the types of 32 (Q8_0, Q4_0, Q5_0,
  * Q5_1) against x laid out (qdot_xr.h; once per call by qlinear.c, with
- * qdot_pack_x_xr below). A candidate beside
+ * qdot_pack_x_xr, qdot_avx2.c). A candidate beside
  * `vnni`, not its replacement: each machine's calibration (qlinear.c)
  * times both and keeps the faster. On a Zen 5 8 KiB was measured best; on
  * an Intel Xeon (KVM, 2026-12-05) 8 KiB ahead into L1 left the core
@@ -16,8 +16,6 @@
  * Compiled with qdot_vnni.c's sets; qlinear.c runs it only where the CPU
  * has them. */
 #include "backend/cpu/qdot.h"
-
-#include <assert.h>
 
 #ifndef QDOT_ROWS_FN /* qdot_vnni_near_gfni.c names its own */
 #define QDOT_ROWS_FN qdot_rows_vnni_near
@@ -34,35 +32,7 @@
 #define QD_PREFETCH_Q5 2048
 #include "backend/cpu/qdot_body.h"
 
-#ifndef QD_GFNI_BUILD
-size_t qdot_xr_row_bytes(int n)
-{
-    return (qd5_xr_bytes(n / QUANT_QK0) + 63) / 64 * 64;
-}
-
-void qdot_pack_x_xr(const char *xq, int n, char *xr)
-{
-    const int nb = n / QUANT_QK0;
-    const struct qd5_xr r = qd5_xr_at(xr, nb);
-    qd5_xr_fill(&r, xq, nb);
-}
-#endif
-
 #else
-#ifndef QD_GFNI_BUILD
-size_t qdot_xr_row_bytes(int n)
-{
-    (void)n;
-    return 0; /* no layout: vnni-near is never offered without x86 */
-}
-
-void qdot_pack_x_xr(const char *xq, int n, char *xr)
-{
-    (void)xq, (void)n, (void)xr;
-    assert(!"qdot_pack_x_xr without x86"); /* qlinear.c offers vnni-near only with VNNI */
-}
-#endif
-
 void QDOT_ROWS_FN(const struct qdot_args *a, int r0, int r1)
 {
     qdot_rows_scalar(a, r0, r1);

@@ -452,13 +452,15 @@ struct q_job {
 };
 
 /* The layout of x kernel k reads for weights of type t: its own, except
- * vnni-near's (and vnni-far's) types of 32, whose x is laid out once per
+ * vnni-near's, vnni-far's and avx2's types of 32, whose x is laid out once per
  * call here instead of once per task in the kernel (a task of 16 rows of
  * llama-3.2-1b's Q8_0 down projection laid out its 256 blocks of x again
  * for 16 rows' work) */
 static enum q_xlayout q_layout(const struct qdot_kernel *k, enum dtype t)
 {
-    return k->rows == q_rows_near && qdot_xtype_of(t) == QDOT_X_Q8_0 ? Q_X_XR : k->x;
+    return (k->rows == q_rows_near || k->rows == qdot_rows_avx2) && qdot_xtype_of(t) == QDOT_X_Q8_0
+               ? Q_X_XR
+               : k->x;
 }
 
 /* Weight rows [r0, r1) of a's product by kernel k: 0, or ERR_NOMEM from a
