@@ -54,8 +54,16 @@ static inline __m256i qdt_mul16(__m256i xv, const void *wp)
     memcpy(&w4, wp, 4);
     return _mm256_maddubs_epi16(xv, _mm256_set1_epi32(w4));
 }
+/* the 4 unsigned bytes at wp (each row's 4 elements) times xs (signed) */
+static inline __m256i qdt_mul16u(const void *wp, __m256i xs)
+{
+    int32_t w4;
+    memcpy(&w4, wp, 4);
+    return _mm256_maddubs_epi16(_mm256_set1_epi32(w4), xs);
+}
 #define QDT_DOT4 qdt_dot4
 #define QDT_MUL16 qdt_mul16
+#define QDT_MUL16U qdt_mul16u
 #define QDT_NW 2
 #define QDT_DOT4_Q8 qdt_dot4_q8
 #define QDT_Q8_BIAS 0

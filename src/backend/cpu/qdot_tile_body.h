@@ -13,6 +13,9 @@
  *                             to 16 bits (VPMADDUBSW): the K-quants then
  *                             add a few of them in 16 bits and widen them
  *                             once, times the sub-block's scale (VPMADDWD)
+ *   QDT_MUL16U(wp, xs)        (with QDT_MUL16) the 4 unsigned bytes at wp
+ *                             times xs's bytes (signed), as QDT_MUL16: the
+ *                             types of 32 but Q8_0 (qdt_blk32)
  *   QDOT_TILE_FN              the name of the qdot_tile_fn to define
  *
  * A lane is an input row (qdot.h's packed groups), so a block's integer sum
@@ -56,6 +59,7 @@ QD_INLINE void qdt_unpack_32(enum dtype t, const char *w, int8_t *q, struct qdt_
     const size_t wb = quant_block_bytes(t);
     for (int b = 0; b < nb; b++, w += wb, q += 32) {
         struct qdt_blk *k = &bl[b];
+        qd_prefetch(w, wb);
         __m256i u;
         int off;
         k->d = qd_f16(w);
@@ -82,8 +86,15 @@ QD_INLINE void qdt_unpack_32(enum dtype t, const char *w, int8_t *q, struct qdt_
             off = 0;
             break;
         }
+#ifdef QDT_MUL16
+        /* unsigned, against signed x (qdt_blk32): no sum of the quants */
+        (void)off;
+        _mm256_storeu_si256((__m256i *)q, u);
+        k->corr = 0;
+#else
         _mm256_storeu_si256((__m256i *)q, _mm256_sub_epi8(u, _mm256_set1_epi8((char)off)));
         k->corr = 128 * (qdt_usum(u) - 32 * off);
+#endif
     }
 }
 
@@ -92,6 +103,7 @@ QD_INLINE void qdt_unpack_45k(const char *w, int8_t *q, struct qdt_blk *bl, int 
     const size_t wb = five ? sizeof(struct quant_q5_k) : sizeof(struct quant_q4_k);
     for (int b = 0; b < nb; b++, w += wb, q += 256) {
         struct qdt_blk *k = &bl[b];
+        qd_prefetch(w, wb);
         const char *qs = w + (five ? 48 : 16);
         const __m256i qh = five ? qd_load(w + 16) : _mm256_setzero_si256();
         const __m128i sm = qd_scales_mins((const uint8_t *)w + 4);
@@ -129,6 +141,7 @@ QD_INLINE void qdt_unpack_6k(const char *w, int8_t *q, struct qdt_blk *bl, int n
 {
     for (int b = 0; b < nb; b++, w += sizeof(struct quant_q6_k), q += 256) {
         struct qdt_blk *k = &bl[b];
+        qd_prefetch(w, sizeof(struct quant_q6_k));
         const __m128i sc = _mm_loadu_si128((const __m128i *)(w + 192));
         const __m256i scb = _mm256_broadcastsi128_si256(sc);
         /* corr's sum of each quant times its scale, as qdt_unpack_45k's */
@@ -184,20 +197,60 @@ QD_INLINE __m256 qdt_scale(__m256 p, __m256i is, const struct qdt_blk *k, __m256
     return _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(ms), p);
 }
 
+/* With QDT_MUL16 (AVX2) the types of 32 other than Q8_0 are unpacked as
+ * unsigned quants (Q4_0 0-15, Q5_0/Q5_1 0-31) and multiplied against x as
+ * signed bytes (the packed x + 128 flipped back, one XOR a quad for every
+ * weight row of the pass), grp quads' 16-bit pair sums added before they
+ * widen, as qdt_blkk's: 8 for Q4_0, 4 for Q5_0/Q5_1 (a pair at most 2 x 31
+ * x 128, four 31744); the sums exceed the exact ones by off (8 or 16) times
+ * x's sum over the block, taken back with x's sums of the packed group
+ * (Q5_1's off is 0: x's sum is its min's operand). Where the unpacking
+ * summed each block's quants for the correction of x + 128 (signed weights
+ * against it, as vnni's), it took about half of an 8-row call (Zen 2). */
 QD_INLINE void qdt_blk32(__m256 *p, const char *xb, const int8_t *const *q,
-                         const struct qdt_blk *const *k, const int kind, const int nw)
+                         const struct qdt_blk *const *k, const int kind, const int grp,
+                         const int off, const int nw)
 {
     /* two chains of sums a row (exact: their order is free) */
     __m256i acc[QDT_NW][2];
     for (int r = 0; r < nw; r++)
         acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+#ifdef QDT_MUL16
+    if (kind != QDT_Q8) {
 #pragma GCC unroll 8
-    for (int d = 0; d < 8; d++) {
-        const __m256i xv = qd_load(xb + 32 * d);
+        for (int d0 = 0; d0 < 8; d0 += grp) {
+            __m256i p16[QDT_NW];
+            for (int r = 0; r < nw; r++)
+                p16[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int d = d0; d < d0 + grp; d++) {
+                const __m256i xs = _mm256_xor_si256(qd_load(xb + 32 * d), _mm256_set1_epi8(-128));
 #pragma GCC unroll 4
-        for (int r = 0; r < nw; r++)
-            acc[r][d & 1] = kind == QDT_Q8 ? QDT_DOT4_Q8(acc[r][d & 1], xv, q[r] + 4 * d)
-                                           : QDT_DOT4(acc[r][d & 1], xv, q[r] + 4 * d);
+                for (int r = 0; r < nw; r++)
+                    p16[r] = _mm256_add_epi16(p16[r], QDT_MUL16U(q[r] + 4 * d, xs));
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < nw; r++)
+                acc[r][(d0 / grp) & 1] = _mm256_add_epi32(
+                    acc[r][(d0 / grp) & 1], _mm256_madd_epi16(p16[r], _mm256_set1_epi16(1)));
+        }
+        if (off) {
+            const __m256i bias = _mm256_slli_epi32(qd_load(xb + 288), off == 8 ? 3 : 4);
+            for (int r = 0; r < nw; r++)
+                acc[r][0] = _mm256_sub_epi32(acc[r][0], bias);
+        }
+    } else
+#endif
+    {
+        (void)grp, (void)off;
+#pragma GCC unroll 8
+        for (int d = 0; d < 8; d++) {
+            const __m256i xv = qd_load(xb + 32 * d);
+#pragma GCC unroll 4
+            for (int r = 0; r < nw; r++)
+                acc[r][d & 1] = kind == QDT_Q8 ? QDT_DOT4_Q8(acc[r][d & 1], xv, q[r] + 4 * d)
+                                               : QDT_DOT4(acc[r][d & 1], xv, q[r] + 4 * d);
+        }
     }
     const __m256 dx = _mm256_loadu_ps((const float *)(xb + 256));
     const __m256i xs = kind == QDT_MIN ? qd_load(xb + 288) : _mm256_setzero_si256();
@@ -297,8 +350,8 @@ QD_INLINE void qdt_store(const __m256 p[8], float *y, size_t ldy, int rows)
  * packed group; the types of 32 in steps of 8 blocks, so each block's
  * partial stays in a register */
 QD_INLINE void qdt_rows32(const char *xg, const int8_t *const *q, size_t qstride,
-                          const struct qdt_blk *const *k, int nb, const int kind, float *y,
-                          size_t ldy, int rows, const int nw)
+                          const struct qdt_blk *const *k, int nb, const int kind, const int grp,
+                          const int off, float *y, size_t ldy, int rows, const int nw)
 {
     __m256 p[8][QDT_NW];
     for (int i = 0; i < 8; i++)
@@ -315,7 +368,7 @@ QD_INLINE void qdt_rows32(const char *xg, const int8_t *const *q, size_t qstride
                 qb[r] = q[r] + (size_t)(b + i) * qstride;
                 kb[r] = k[r] + b + i;
             }
-            qdt_blk32(p[i], xg + (size_t)(b + i) * QDT_XB0, qb, kb, kind, nw);
+            qdt_blk32(p[i], xg + (size_t)(b + i) * QDT_XB0, qb, kb, kind, grp, off, nw);
         }
     for (int r = 0; r < nw; r++) {
         const __m256 pr[8] = {p[0][r], p[1][r], p[2][r], p[3][r],
@@ -419,15 +472,20 @@ int QDOT_TILE_FN(const struct qdot_args *a, int r0, int r1)
             float *y = a->y + (size_t)g * QDOT_GROUP * a->ldy + rb;
             switch (t) {
             case DTYPE_Q8_0:
-                QDT_PASS(
-                    qdt_rows32(xg, q + i, qstride, bl + i, nb, QDT_Q8, y + i, a->ldy, rows, nw));
+                QDT_PASS(qdt_rows32(xg, q + i, qstride, bl + i, nb, QDT_Q8, 1, 0, y + i, a->ldy,
+                                    rows, nw));
                 break;
             case DTYPE_Q4_0:
+                QDT_PASS(qdt_rows32(xg, q + i, 32, bl + i, nb, QDT_SMALL, 8, 8, y + i, a->ldy, rows,
+                                    nw));
+                break;
             case DTYPE_Q5_0:
-                QDT_PASS(qdt_rows32(xg, q + i, 32, bl + i, nb, QDT_SMALL, y + i, a->ldy, rows, nw));
+                QDT_PASS(qdt_rows32(xg, q + i, 32, bl + i, nb, QDT_SMALL, 4, 16, y + i, a->ldy,
+                                    rows, nw));
                 break;
             case DTYPE_Q5_1:
-                QDT_PASS(qdt_rows32(xg, q + i, 32, bl + i, nb, QDT_MIN, y + i, a->ldy, rows, nw));
+                QDT_PASS(
+                    qdt_rows32(xg, q + i, 32, bl + i, nb, QDT_MIN, 4, 0, y + i, a->ldy, rows, nw));
                 break;
             case DTYPE_Q4_K:
                 QDT_PASS(qdt_rowsk(xg, q + i, bl + i, nb, 8, true, 4, y + i, a->ldy, rows, nw));
