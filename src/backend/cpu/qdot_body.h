@@ -699,31 +699,28 @@ QD_INLINE float qd_xr_row(const char *w, const struct qd_xr *r, int nb, const en
     return qd_sum8(acc);
 }
 
+/* n rows of T, w_ld bytes apart from w, times x laid out (r) into y[0 ..
+ * n): a row's loop inside the function, so that its constants stay in
+ * registers from one row to the next (a call per row had rebuilt them) */
+QD_INLINE void qd_xr_rows(const char *w, size_t w_ld, int n, const struct qd_xr *r, int nb,
+                          const enum dtype T, float *y)
+{
+    for (int i = 0; i < n; i++, w += w_ld)
+        y[i] = qd_xr_row(w, r, nb, T);
+}
+
 /* one function per type (GCC unrolls a run's products only in a function
  * of its own; unused where the includer defines no rows function) */
-static __attribute__((noinline, unused)) float qd_q8_0_xr(const char *w, const struct qd_xr *r,
-                                                          int nb)
-{
-    return qd_xr_row(w, r, nb, DTYPE_Q8_0);
-}
-
-static __attribute__((noinline, unused)) float qd_q4_0_xr(const char *w, const struct qd_xr *r,
-                                                          int nb)
-{
-    return qd_xr_row(w, r, nb, DTYPE_Q4_0);
-}
-
-static __attribute__((noinline, unused)) float qd_q5_0_xr(const char *w, const struct qd_xr *r,
-                                                          int nb)
-{
-    return qd_xr_row(w, r, nb, DTYPE_Q5_0);
-}
-
-static __attribute__((noinline, unused)) float qd_q5_1_xr(const char *w, const struct qd_xr *r,
-                                                          int nb)
-{
-    return qd_xr_row(w, r, nb, DTYPE_Q5_1);
-}
+#define QD_XR_ROWS_FN(name, T)                                                                     \
+    static __attribute__((noinline, unused)) void name(const char *w, size_t w_ld, int n,          \
+                                                       const struct qd_xr *r, int nb, float *y)    \
+    {                                                                                              \
+        qd_xr_rows(w, w_ld, n, r, nb, T, y);                                                       \
+    }
+QD_XR_ROWS_FN(qd_q8_0_xr, DTYPE_Q8_0)
+QD_XR_ROWS_FN(qd_q4_0_xr, DTYPE_Q4_0)
+QD_XR_ROWS_FN(qd_q5_0_xr, DTYPE_Q5_0)
+QD_XR_ROWS_FN(qd_q5_1_xr, DTYPE_Q5_1)
 
 /* Rows [r0, r1) of a's weights of a type of 32 (nb blocks, w_ld bytes
  * apart) for every input row, against each row's x laid out: once per
@@ -737,7 +734,7 @@ static __attribute__((noinline, unused)) float qd_q5_1_xr(const char *w, const s
 QD_INLINE bool qd_rows_xr(const struct qdot_args *a, int r0, int r1, int nb, size_t w_ld)
 {
     const enum dtype t = a->w->dtype;
-    float (*dot)(const char *, const struct qd_xr *, int);
+    void (*dot)(const char *, size_t, int, const struct qd_xr *, int, float *);
     switch (t) {
     case DTYPE_Q8_0:
         dot = qd_q8_0_xr;
@@ -764,9 +761,7 @@ QD_INLINE bool qd_rows_xr(const struct qdot_args *a, int r0, int r1, int nb, siz
         const struct qd_xr xr = qd_xr_at(a->xp ? (char *)a->xp + (size_t)i * a->xp_ld : buf, nb);
         if (!a->xp)
             qd_xr_fill(&xr, a->xq + (size_t)i * a->xq_ld, nb);
-        const char *row = (const char *)a->w->data + (size_t)r0 * w_ld;
-        for (int r = r0; r < r1; r++, row += w_ld)
-            y[r] = dot(row, &xr, nb);
+        dot((const char *)a->w->data + (size_t)r0 * w_ld, w_ld, r1 - r0, &xr, nb, y + r0);
     }
     return true;
 }
