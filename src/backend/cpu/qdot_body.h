@@ -75,19 +75,27 @@ QD_INLINE void qd_unpack_45k(__m256i v, __m256i qh, int j, bool five, __m256i *q
     }
 }
 
-/* 8 f16 scales `stride` bytes apart (inserted into a register: a store
- * to the stack and a wide load back stalled on store forwarding) */
-QD_INLINE __m256 qd_f16x8(const char *p, size_t stride)
+/* The first n (a constant, 1-8) of 8 f16 scales `stride` bytes apart,
+ * the lanes past them zero (inserted into a register: a store to the
+ * stack and a wide load back stalled on store forwarding; each insert's
+ * lane a constant, as the instruction needs) */
+QD_INLINE __m256 qd_f16xn(const char *p, size_t stride, const int n)
 {
     __m128i h = _mm_cvtsi32_si128(qd_u16(p));
-    h = _mm_insert_epi16(h, qd_u16(p + stride), 1);
-    h = _mm_insert_epi16(h, qd_u16(p + 2 * stride), 2);
-    h = _mm_insert_epi16(h, qd_u16(p + 3 * stride), 3);
-    h = _mm_insert_epi16(h, qd_u16(p + 4 * stride), 4);
-    h = _mm_insert_epi16(h, qd_u16(p + 5 * stride), 5);
-    h = _mm_insert_epi16(h, qd_u16(p + 6 * stride), 6);
-    h = _mm_insert_epi16(h, qd_u16(p + 7 * stride), 7);
+    h = n > 1 ? _mm_insert_epi16(h, qd_u16(p + stride), 1) : h;
+    h = n > 2 ? _mm_insert_epi16(h, qd_u16(p + 2 * stride), 2) : h;
+    h = n > 3 ? _mm_insert_epi16(h, qd_u16(p + 3 * stride), 3) : h;
+    h = n > 4 ? _mm_insert_epi16(h, qd_u16(p + 4 * stride), 4) : h;
+    h = n > 5 ? _mm_insert_epi16(h, qd_u16(p + 5 * stride), 5) : h;
+    h = n > 6 ? _mm_insert_epi16(h, qd_u16(p + 6 * stride), 6) : h;
+    h = n > 7 ? _mm_insert_epi16(h, qd_u16(p + 7 * stride), 7) : h;
     return _mm256_cvtph_ps(h);
+}
+
+/* 8 f16 scales `stride` bytes apart */
+QD_INLINE __m256 qd_f16x8(const char *p, size_t stride)
+{
+    return qd_f16xn(p, stride, 8);
 }
 
 /* The types of 32 (Q8_0, Q4_0, Q5_0, Q5_1) against x laid out once per
@@ -602,22 +610,6 @@ QD_INLINE __m256i qd_hsum8_w16(const __m256i p[8])
                             _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-/* qd_f16x8's first n (a constant) scales, the lanes past them zero */
-QD_INLINE __m256 qd_f16xn(const char *p, size_t stride, const int n)
-{
-    if (n == 8)
-        return qd_f16x8(p, stride);
-    /* each insert's lane a constant, as the instruction needs */
-    __m128i h = _mm_cvtsi32_si128(qd_u16(p));
-    h = n > 1 ? _mm_insert_epi16(h, qd_u16(p + stride), 1) : h;
-    h = n > 2 ? _mm_insert_epi16(h, qd_u16(p + 2 * stride), 2) : h;
-    h = n > 3 ? _mm_insert_epi16(h, qd_u16(p + 3 * stride), 3) : h;
-    h = n > 4 ? _mm_insert_epi16(h, qd_u16(p + 4 * stride), 4) : h;
-    h = n > 5 ? _mm_insert_epi16(h, qd_u16(p + 5 * stride), 5) : h;
-    h = n > 6 ? _mm_insert_epi16(h, qd_u16(p + 6 * stride), 6) : h;
-    return _mm256_cvtph_ps(h);
-}
-
 /* qdot.h's steps for the run of 8 blocks from block b of a T row (n of
  * them there, the rest of the lanes adding 0 x 0), w8 its first */
 QD_INLINE __m256 qd2_run(__m256 acc, const char *w8, const struct qd_xr *r, int b,
@@ -671,31 +663,22 @@ QD_INLINE float qd_xr_row(const char *w, const struct qd_xr *r, int nb, const en
     int b = 0;
     for (; b + 8 <= nb; b += 8)
         acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, 8);
+#define QD_XR_TAIL(n)                                                                              \
+    case n:                                                                                        \
+        acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, n);                                      \
+        break;
     switch (nb - b) { /* n a constant in each, so each folds its masks */
-    case 1:
-        acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, 1);
-        break;
-    case 2:
-        acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, 2);
-        break;
-    case 3:
-        acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, 3);
-        break;
-    case 4:
-        acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, 4);
-        break;
-    case 5:
-        acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, 5);
-        break;
-    case 6:
-        acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, 6);
-        break;
-    case 7:
-        acc = QD_XR_RUN(acc, w + (size_t)b * wb, r, b, T, 7);
-        break;
+        QD_XR_TAIL(1)
+        QD_XR_TAIL(2)
+        QD_XR_TAIL(3)
+        QD_XR_TAIL(4)
+        QD_XR_TAIL(5)
+        QD_XR_TAIL(6)
+        QD_XR_TAIL(7)
     default:
         break;
     }
+#undef QD_XR_TAIL
     return qd_sum8(acc);
 }
 

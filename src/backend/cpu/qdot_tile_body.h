@@ -176,9 +176,6 @@ QD_INLINE void qdt_unpack_6k(const char *w, int8_t *q, struct qdt_blk *bl, int n
 
 /* ---- one unpacked weight row times one packed group ---- */
 
-/* kinds of the types of 32 */
-enum { QDT_Q8, QDT_SMALL, QDT_MIN };
-
 /* QDT_NW weight rows are multiplied in one pass (4 where 32 vector
  * registers hold their partials, 2 with 16): each load of x's quads goes to
  * all of them. p[r] is row r's partial sum of this block's lane (qdot.h). */
@@ -208,15 +205,16 @@ QD_INLINE __m256 qdt_scale(__m256 p, __m256i is, const struct qdt_blk *k, __m256
  * summed each block's quants for the correction of x + 128 (signed weights
  * against it, as vnni's), it took about half of an 8-row call (Zen 2). */
 QD_INLINE void qdt_blk32(__m256 *p, const char *xb, const int8_t *const *q,
-                         const struct qdt_blk *const *k, const int kind, const int grp,
-                         const int off, const int nw)
+                         const struct qdt_blk *const *k, const enum dtype t, const int nw)
 {
+    const int grp = t == DTYPE_Q4_0 ? 8 : 4;
+    const int off = t == DTYPE_Q4_0 ? 8 : t == DTYPE_Q5_0 ? 16 : 0;
     /* two chains of sums a row (exact: their order is free) */
     __m256i acc[QDT_NW][2];
     for (int r = 0; r < nw; r++)
         acc[r][0] = acc[r][1] = _mm256_setzero_si256();
 #ifdef QDT_MUL16
-    if (kind != QDT_Q8) {
+    if (t != DTYPE_Q8_0) {
 #pragma GCC unroll 8
         for (int d0 = 0; d0 < 8; d0 += grp) {
             __m256i p16[QDT_NW];
@@ -248,17 +246,17 @@ QD_INLINE void qdt_blk32(__m256 *p, const char *xb, const int8_t *const *q,
             const __m256i xv = qd_load(xb + 32 * d);
 #pragma GCC unroll 4
             for (int r = 0; r < nw; r++)
-                acc[r][d & 1] = kind == QDT_Q8 ? QDT_DOT4_Q8(acc[r][d & 1], xv, q[r] + 4 * d)
-                                               : QDT_DOT4(acc[r][d & 1], xv, q[r] + 4 * d);
+                acc[r][d & 1] = t == DTYPE_Q8_0 ? QDT_DOT4_Q8(acc[r][d & 1], xv, q[r] + 4 * d)
+                                                : QDT_DOT4(acc[r][d & 1], xv, q[r] + 4 * d);
         }
     }
     const __m256 dx = _mm256_loadu_ps((const float *)(xb + 256));
-    const __m256i xs = kind == QDT_MIN ? qd_load(xb + 288) : _mm256_setzero_si256();
+    const __m256i xs = t == DTYPE_Q5_1 ? qd_load(xb + 288) : _mm256_setzero_si256();
 #pragma GCC unroll 4
     for (int r = 0; r < nw; r++) {
         const __m256i is =
             _mm256_sub_epi32(_mm256_add_epi32(acc[r][0], acc[r][1]), _mm256_set1_epi32(k[r]->corr));
-        p[r] = qdt_scale(p[r], is, k[r], dx, kind == QDT_MIN, xs);
+        p[r] = qdt_scale(p[r], is, k[r], dx, t == DTYPE_Q5_1, xs);
     }
 }
 
@@ -350,8 +348,8 @@ QD_INLINE void qdt_store(const __m256 p[8], float *y, size_t ldy, int rows)
  * packed group; the types of 32 in steps of 8 blocks, so each block's
  * partial stays in a register */
 QD_INLINE void qdt_rows32(const char *xg, const int8_t *const *q, size_t qstride,
-                          const struct qdt_blk *const *k, int nb, const int kind, const int grp,
-                          const int off, float *y, size_t ldy, int rows, const int nw)
+                          const struct qdt_blk *const *k, int nb, const enum dtype t, float *y,
+                          size_t ldy, int rows, const int nw)
 {
     __m256 p[8][QDT_NW];
     for (int i = 0; i < 8; i++)
@@ -368,7 +366,7 @@ QD_INLINE void qdt_rows32(const char *xg, const int8_t *const *q, size_t qstride
                 qb[r] = q[r] + (size_t)(b + i) * qstride;
                 kb[r] = k[r] + b + i;
             }
-            qdt_blk32(p[i], xg + (size_t)(b + i) * QDT_XB0, qb, kb, kind, grp, off, nw);
+            qdt_blk32(p[i], xg + (size_t)(b + i) * QDT_XB0, qb, kb, t, nw);
         }
     for (int r = 0; r < nw; r++) {
         const __m256 pr[8] = {p[0][r], p[1][r], p[2][r], p[3][r],
@@ -471,21 +469,22 @@ int QDOT_TILE_FN(const struct qdot_args *a, int r0, int r1)
                 a->m - g * QDOT_GROUP < QDOT_GROUP ? a->m - g * QDOT_GROUP : QDOT_GROUP;
             float *y = a->y + (size_t)g * QDOT_GROUP * a->ldy + rb;
             switch (t) {
+            /* each type a constant of its own call, so its steps fold */
             case DTYPE_Q8_0:
-                QDT_PASS(qdt_rows32(xg, q + i, qstride, bl + i, nb, QDT_Q8, 1, 0, y + i, a->ldy,
-                                    rows, nw));
+                QDT_PASS(qdt_rows32(xg, q + i, qstride, bl + i, nb, DTYPE_Q8_0, y + i, a->ldy, rows,
+                                    nw));
                 break;
             case DTYPE_Q4_0:
-                QDT_PASS(qdt_rows32(xg, q + i, 32, bl + i, nb, QDT_SMALL, 8, 8, y + i, a->ldy, rows,
+                QDT_PASS(qdt_rows32(xg, q + i, qstride, bl + i, nb, DTYPE_Q4_0, y + i, a->ldy, rows,
                                     nw));
                 break;
             case DTYPE_Q5_0:
-                QDT_PASS(qdt_rows32(xg, q + i, 32, bl + i, nb, QDT_SMALL, 4, 16, y + i, a->ldy,
-                                    rows, nw));
+                QDT_PASS(qdt_rows32(xg, q + i, qstride, bl + i, nb, DTYPE_Q5_0, y + i, a->ldy, rows,
+                                    nw));
                 break;
             case DTYPE_Q5_1:
-                QDT_PASS(
-                    qdt_rows32(xg, q + i, 32, bl + i, nb, QDT_MIN, 4, 0, y + i, a->ldy, rows, nw));
+                QDT_PASS(qdt_rows32(xg, q + i, qstride, bl + i, nb, DTYPE_Q5_1, y + i, a->ldy, rows,
+                                    nw));
                 break;
             case DTYPE_Q4_K:
                 QDT_PASS(qdt_rowsk(xg, q + i, bl + i, nb, 8, true, 4, y + i, a->ldy, rows, nw));
