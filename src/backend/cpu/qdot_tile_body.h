@@ -196,8 +196,8 @@ QD_INLINE __m256 qdt_scale(__m256 p, __m256i is, const struct qdt_blk *k, __m256
 
 /* With QDT_MUL16 (AVX2) the types of 32 other than Q8_0 are unpacked as
  * unsigned quants (Q4_0 0-15, Q5_0/Q5_1 0-31) and multiplied against x as
- * signed bytes (the packed x + 128 flipped back, one XOR a quad for every
- * weight row of the pass), grp quads' 16-bit pair sums added before they
+ * signed bytes (the packed x + 128 flipped back, one XOR a quad shared by
+ * the pass's weight rows), grp quads' 16-bit pair sums added before they
  * widen, as qdt_blkk's: 8 for Q4_0, 4 for Q5_0/Q5_1 (a pair at most 2 x 31
  * x 128, four 31744); the sums exceed the exact ones by off (8 or 16) times
  * x's sum over the block, taken back with x's sums of the packed group
