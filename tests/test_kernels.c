@@ -276,7 +276,7 @@ static void test_gemv_same_bits_avx2(void)
     static const int ms[] = {1, 2, 3, 4, 5, 7, 8, 11, 16};
     static const int shapes[][2] = {{37, 75}, {64, 2048}, {201, 1100}};
     static const enum dtype ts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
-    static const char *const others[] = {"avx2-next", "avx2-m8"};
+    static const char *const others[] = {"avx2-next", "avx2-m8", "avx2-s2", "avx2-s4", "avx2-s8"};
     if (cpu_gemv_force("avx2") < 0) {
         printf("gemv same bits (avx2): skipped (%s)\n", err_msg());
         CHECK(cpu_gemv_force(NULL) == 0);
@@ -501,7 +501,7 @@ static void test_gemv_lanes(void)
 {
     static const int shapes[][2] = {{37, 75}, {530, 256}, {2100, 512}};
     static const char *const kernels[] = {NULL,  "avx512bf16-r1f", "avx512bf16-s4", "avx512bf16-s8",
-                                          "amx", "avx512"};
+                                          "amx", "avx512",         "avx2-s4",       "avx2-s8"};
     static const int ms[] = {1, 3};
     enum { N_SHAPES = sizeof(shapes) / sizeof(shapes[0]) };
     uint16_t *wb[N_SHAPES];
@@ -858,7 +858,7 @@ static void test_linear(void)
         "amx",           "avx512bf16",    "avx512bf16-r1", "avx512bf16-r1f", "avx512bf16-s4",
         "avx512bf16-r8", "avx512bf16-m8", "avx512pairs",   "avx512bf16-m8s", "avx512",
         "avx512-r1",     "avx512-m8",     "avx2",          "avx2-next",      "avx2-m8",
-        "matmul",        "scalar"};
+        "avx2-s4",       "matmul",        "scalar"};
     int cases = linear_cases(blas_ms, sizeof(blas_ms) / sizeof(blas_ms[0]));
     /* the GEMV: every kernel this CPU runs, then the measured choices */
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {

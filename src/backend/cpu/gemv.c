@@ -168,6 +168,11 @@ static const struct gemv_kernel gemv_kernels[] = {
      * rows x 4 input rows (AVX2's 16 registers hold their sums) */
     {"avx2-next", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
     {"avx2-m8", gemv_rows_avx2_m8, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
+    /* avx2-next's rows over 2, 4 or 8 far-apart streams of the thread's
+     * lane at once (its sub-lanes), a row of each in turn */
+    {"avx2-s2", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 2, gemv_pieces_avx2_s},
+    {"avx2-s4", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 4, gemv_pieces_avx2_s},
+    {"avx2-s8", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 8, gemv_pieces_avx2_s},
     /* the matrix product's primitive (matmul.c): its micro-kernels keep more
      * sums in registers than a GEMV's blocks, which wins once enough input
      * rows make the product bound by multiplying rather than by reading */
@@ -252,7 +257,7 @@ static int gemv_find(const char *name, const struct gemv_kernel **out)
         "unknown GEMV kernel \"%s\" (expected amx, avx512bf16, avx512bf16-r1, avx512bf16-r1f, "
         "avx512bf16-s2, avx512bf16-s4, avx512bf16-s8, avx512bf16-r8, avx512bf16-m8, "
         "avx512bf16-m8s, avx512pairs, avx512, avx512-r1, avx512-m8, "
-        "avx2, avx2-next, avx2-m8, matmul or scalar)",
+        "avx2, avx2-next, avx2-m8, avx2-s2, avx2-s4, avx2-s8, matmul or scalar)",
         name);
 }
 

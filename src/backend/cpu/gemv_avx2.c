@@ -57,4 +57,11 @@ void GEMV_AVX2_EXPORT(const struct gemv_args *a, int r0, int r1)
 {
     gemv_rows_scalar(a, r0, r1);
 }
+#ifdef GEMV_PIECES_FN
+void GEMV_PIECES_FN(const struct gemv_piece *p, int n)
+{
+    for (int i = 0; i < n; i++)
+        gemv_rows_scalar(p[i].a, p[i].r0, p[i].r1);
+}
+#endif
 #endif

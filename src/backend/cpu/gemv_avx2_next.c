@@ -8,5 +8,7 @@
  * and 1.11-1.17. The same sums in the same order, so the same bits.
  * Compiled with gemv_avx2.c's flags (CMakeLists.txt). */
 #define GEMV_PF_NEXT
+/* and its rows over 2, 4 or 8 far-apart streams at once (gemv_streams.h) */
+#define GEMV_PIECES_FN gemv_pieces_avx2_s
 #define GEMV_AVX2_EXPORT gemv_rows_avx2_next
 #include "backend/cpu/gemv_avx2.c"

@@ -338,3 +338,7 @@ void GEMV_ROWS_FN(const struct gemv_args *a, int r0, int r1)
     }
 #endif
 }
+
+#ifdef GEMV_PIECES_FN
+#include "backend/cpu/gemv_streams.h"
+#endif

@@ -1,0 +1,134 @@
+/* One input row over several far-apart streams of weight rows in lockstep:
+ * included by gemv_body.h where its kernel file defines GEMV_PIECES_FN
+ * (gemv_avx2_next.c), after the body's loaders, with GEMV_ROWS_FN the
+ * kernel whose rows it falls back to.
+ *
+ * A task brings up to GEMV_STREAMS_MAX pieces (runs of rows, each the next
+ * part of one sub-lane of the thread's lane: lanes.h), and each step reads
+ * one vector of the current row of every piece, so a thread reads its lane
+ * as that many streams, each running on across its rows (the next row is
+ * next in memory) and across the thread's tasks. The blocks of GEMV_R
+ * adjacent rows read the same bytes as GEMV_R streams a row's length apart,
+ * which short rows start and end every few lines: on AMD EPYC Zen 2, one
+ * thread, a loop outside the tree over 4864 x 896 bf16 (1792-byte rows) read
+ * 12.6 GB/s in blocks of 4 adjacent rows and 24.8 over four quarters of the
+ * rows (2026-12-07; a plain read of one stream 18.5, of four 27).
+ *
+ * Each row is summed as the body sums one input row (its whole vectors in
+ * order into one accumulator from zero, gv_hsum, then the columns past the
+ * last whole vector one by one), so the results are bitwise those of the
+ * body's blocks; only the order in which rows are visited differs. Pieces
+ * of another shape (more input rows, a piece whose dtype or columns differ
+ * from the first's) run one after the other through GEMV_ROWS_FN. */
+
+/* where one stream stands: its operands, its next row, its end */
+struct gs_stream {
+    const struct gemv_args *a;
+    const char *w; /* its next row's weights */
+    size_t ld_bytes;
+    int r, r1;
+};
+
+/* One row of each of the n streams (n and t constant after inlining), and
+ * each stream moved to its next row. */
+GEMV_INLINE void gs_step(struct gs_stream *st, const int n, enum dtype t, int kv, int cols)
+{
+    gv_t acc[GEMV_STREAMS_MAX];
+    const char *wr[GEMV_STREAMS_MAX];
+    const float *xr[GEMV_STREAMS_MAX];
+#pragma GCC unroll 8
+    for (int s = 0; s < n; s++) {
+        acc[s] = gv_zero();
+        wr[s] = st[s].w;
+        xr[s] = st[s].a->x;
+    }
+    for (int c = 0; c < kv; c += GV_LANES)
+#pragma GCC unroll 8
+        for (int s = 0; s < n; s++)
+            acc[s] = gv_fma(gv_load_w(t, wr[s], c), gv_load_f32(xr[s] + c), acc[s]);
+#pragma GCC unroll 8
+    for (int s = 0; s < n; s++) {
+        float sum = gv_hsum(acc[s]);
+        for (int c = kv; c < cols; c++)
+            sum += gv_elem_w(t, wr[s], c) * xr[s][c];
+        st[s].a->y[st[s].r] = sum;
+        st[s].r++;
+        st[s].w += st[s].ld_bytes;
+    }
+}
+
+/* n streams in lockstep until one ends */
+GEMV_INLINE void gs_run_typed(struct gs_stream *st, int n, enum dtype t, int kv, int cols)
+{
+    int left = 1 << 30;
+    for (int s = 0; s < n; s++)
+        if (st[s].r1 - st[s].r < left)
+            left = st[s].r1 - st[s].r;
+    for (int i = 0; i < left; i++)
+        switch (n) {
+#define GS_CASE(k)                                                                                 \
+    case k:                                                                                        \
+        gs_step(st, k, t, kv, cols);                                                               \
+        break;
+            GS_CASE(1)
+            GS_CASE(2)
+            GS_CASE(3)
+            GS_CASE(4)
+            GS_CASE(5)
+            GS_CASE(6)
+            GS_CASE(7)
+            GS_CASE(8)
+#undef GS_CASE
+        }
+}
+
+/* one loop per dtype, as GEMV_ROWS_FN's */
+static void gs_run(struct gs_stream *st, int n, enum dtype t, int kv, int cols)
+{
+    switch (t) {
+    case DTYPE_F16:
+        gs_run_typed(st, n, DTYPE_F16, kv, cols);
+        break;
+    case DTYPE_BF16:
+        gs_run_typed(st, n, DTYPE_BF16, kv, cols);
+        break;
+    default:
+        gs_run_typed(st, n, DTYPE_F32, kv, cols);
+        break;
+    }
+}
+
+void GEMV_PIECES_FN(const struct gemv_piece *p, int n)
+{
+    bool lockstep = n <= GEMV_STREAMS_MAX;
+    for (int i = 0; i < n && lockstep; i++)
+        lockstep = p[i].a->m == 1 && p[i].a->w->dtype == p[0].a->w->dtype &&
+                   p[i].a->w->cols == p[0].a->w->cols;
+    if (!lockstep) {
+        for (int i = 0; i < n; i++)
+            GEMV_ROWS_FN(p[i].a, p[i].r0, p[i].r1);
+        return;
+    }
+    const enum dtype t = p[0].a->w->dtype;
+    const int cols = p[0].a->w->cols, kv = cols / GV_LANES * GV_LANES;
+    struct gs_stream st[GEMV_STREAMS_MAX];
+    int live = 0;
+    for (int i = 0; i < n; i++)
+        if (p[i].r1 > p[i].r0)
+            st[live++] = (struct gs_stream){
+                .a = p[i].a,
+                .w = weight_row(p[i].a->w, p[i].r0),
+                .ld_bytes = dtype_row_bytes(t, p[i].a->w->ld),
+                .r = p[i].r0,
+                .r1 = p[i].r1,
+            };
+    /* in lockstep while every stream has rows; the ones left go on */
+    while (live > 0) {
+        gs_run(st, live, t, kv, cols);
+        int k = 0;
+        for (int s = 0; s < live; s++)
+            if (st[s].r < st[s].r1)
+                st[k++] = st[s];
+        live = k;
+    }
+}
