@@ -100,6 +100,9 @@ typedef void (*qdot_pieces_fn)(const struct qdot_piece *p, int n);
  * vnni-near's (xp as qdot_pack_x_xr lays it out for the types of 32, or
  * NULL); pieces that differ go one by one to qdot_rows_vnni_near. */
 void qdot_pieces_vnni_far(const struct qdot_piece *p, int n);
+/* avx2-far: avx2's kernels over the pieces' rows in lockstep, as vnni-far
+ * (qdot_avx2_far.c); pieces that differ go one by one to qdot_rows_avx2 */
+void qdot_pieces_avx2_far(const struct qdot_piece *p, int n);
 /* vnni-near and vnni-far built again with GFNI (qdot_vnni_near_gfni.c,
  * qdot_vnni_far_gfni.c): the same bits; only where the CPU has GFNI */
 void qdot_rows_vnni_near_gfni(const struct qdot_args *a, int r0, int r1);

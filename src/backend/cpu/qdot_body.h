@@ -507,45 +507,56 @@ QD_INLINE void qd_k_blk(const char *w, const char *x, const enum dtype t, __m256
         qd_q45_k_blk(w, x, t == DTYPE_Q5_K, is, ms);
 }
 
-/* A K-quant row against Q8_K x: 8 blocks' sums reduced at once, their
- * scales gathered; the rest of the row's blocks with zeros in the lanes
- * past it (a partial plus 0 x 0 is itself). Runs of 8 and the rest are
- * separate loops: one loop checking each block against the row's end made
- * Q5_K 25% slower (Zen 2). */
-QD_INLINE float qd_k_row(const char *w, const char *x, int nb, const enum dtype t)
+/* Blocks [b, b + n) (n <= 8) of a K-quant row from w8 (block b) against
+ * Q8_K x from x8, added to acc: the 8 blocks' sums reduced at once, their
+ * scales gathered; a group of fewer than 8 with zeros in the lanes past it
+ * (a partial plus 0 x 0 is itself) */
+QD_INLINE __m256 qd_k_group(__m256 acc, const char *w8, const char *x8, int n, const enum dtype t)
 {
     const size_t wb = t == DTYPE_Q6_K   ? sizeof(struct quant_q6_k)
                       : t == DTYPE_Q5_K ? sizeof(struct quant_q5_k)
                                         : sizeof(struct quant_q4_k);
     const size_t xb = sizeof(struct quant_q8_k);
     const size_t d_at = t == DTYPE_Q6_K ? 208 : 0; /* Q4_K/Q5_K: dmin 2 bytes on */
-    __m256 sum = _mm256_setzero_ps();
     __m256i is[8], ms[8];
-    int b = 0;
-    for (; b + 8 <= nb; b += 8) {
-        const char *w8 = w + (size_t)b * wb, *x8 = x + (size_t)b * xb;
+    if (n == 8) {
         for (int k = 0; k < 8; k++) {
             qd_prefetch(w8 + (size_t)k * wb, wb);
             qd_k_blk(w8 + (size_t)k * wb, x8 + (size_t)k * xb, t, &is[k], &ms[k]);
         }
         const __m256 dmin = t == DTYPE_Q6_K ? _mm256_setzero_ps() : qd_f16x8(w8 + 2, wb);
-        sum = qd_lanes_add8(sum, is, ms, qd_f16x8(w8 + d_at, wb), dmin, qd_f32x8(x8, xb));
+        return qd_lanes_add8(acc, is, ms, qd_f16x8(w8 + d_at, wb), dmin, qd_f32x8(x8, xb));
     }
-    if (b < nb) {
-        float d[8] = {0}, dmin[8] = {0}, dx[8] = {0};
-        for (int k = 0; k < 8; k++) {
-            is[k] = ms[k] = _mm256_setzero_si256();
-            if (b + k < nb) {
-                const char *wk = w + (size_t)(b + k) * wb, *xk = x + (size_t)(b + k) * xb;
-                qd_k_blk(wk, xk, t, &is[k], &ms[k]);
-                d[k] = qd_f16(wk + d_at);
-                dmin[k] = t == DTYPE_Q6_K ? 0.0f : qd_f16(wk + 2);
-                memcpy(&dx[k], xk, 4);
-            }
+    float d[8] = {0}, dmin[8] = {0}, dx[8] = {0};
+    for (int k = 0; k < 8; k++) {
+        is[k] = ms[k] = _mm256_setzero_si256();
+        if (k < n) {
+            const char *wk = w8 + (size_t)k * wb, *xk = x8 + (size_t)k * xb;
+            qd_k_blk(wk, xk, t, &is[k], &ms[k]);
+            d[k] = qd_f16(wk + d_at);
+            dmin[k] = t == DTYPE_Q6_K ? 0.0f : qd_f16(wk + 2);
+            memcpy(&dx[k], xk, 4);
         }
-        sum = qd_lanes_add8(sum, is, ms, _mm256_loadu_ps(d), _mm256_loadu_ps(dmin),
-                            _mm256_loadu_ps(dx));
     }
+    return qd_lanes_add8(acc, is, ms, _mm256_loadu_ps(d), _mm256_loadu_ps(dmin),
+                         _mm256_loadu_ps(dx));
+}
+
+/* A K-quant row against Q8_K x: its groups of 8 blocks, then the rest as
+ * one. Runs of 8 and the rest are separate calls: one loop checking each
+ * block against the row's end made Q5_K 25% slower (Zen 2). */
+QD_INLINE float qd_k_row(const char *w, const char *x, int nb, const enum dtype t)
+{
+    const size_t wb = t == DTYPE_Q6_K   ? sizeof(struct quant_q6_k)
+                      : t == DTYPE_Q5_K ? sizeof(struct quant_q5_k)
+                                        : sizeof(struct quant_q4_k);
+    const size_t xb = sizeof(struct quant_q8_k);
+    __m256 sum = _mm256_setzero_ps();
+    int b = 0;
+    for (; b + 8 <= nb; b += 8)
+        sum = qd_k_group(sum, w + (size_t)b * wb, x + (size_t)b * xb, 8, t);
+    if (b < nb)
+        sum = qd_k_group(sum, w + (size_t)b * wb, x + (size_t)b * xb, nb - b, t);
     return qd_sum8(sum);
 }
 

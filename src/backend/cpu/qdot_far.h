@@ -1,7 +1,10 @@
-/* `vnni-far`: vnni-near's single-row kernels over several far-apart
- * streams of weight rows in lockstep: included by qdot_body.h where its
- * includer defines QDOT_PIECES_FN (qdot_vnni_far.c), after qdot_k512.h and
- * qdot_xr.h, whose per-row steps it calls.
+/* `vnni-far` and `avx2-far`: the single-row kernels (vnni-near's, avx2's)
+ * over several far-apart streams of weight rows in lockstep: included by
+ * qdot_body.h where its includer defines QDOT_PIECES_FN (qdot_vnni_far.c,
+ * qdot_avx2_far.c) and QDOT_PIECES_ROWS (the rows function its pieces of
+ * another shape go to), after the per-row steps it calls: on 512-bit
+ * vectors (QD_K512) qdot_k512.h's groups and qdot_xr.h's runs, else
+ * qd_k_group and qd2_run.
  *
  * Why: a thread's rows read as one stream keep the core's misses on one
  * run of lines; read as S far-apart streams in lockstep, one step of each
@@ -19,7 +22,48 @@
  *
  * Each row's steps are its single-row kernel's, in the same order, with
  * accumulators of its own: the same bits (test_quant's isa_bitwise and
- * multirow_bitwise, test_kernels' test_qlinear_lanes). */
+ * multirow_bitwise, test_kernels' test_qlinear_lanes).
+ *
+ * On AMD EPYC Zen 2 (AVX2 alone) the same held for the float GEMV more
+ * strongly (gemv_streams.h: 4864 x 896 bf16 on one thread from 12.6 to
+ * 24.8 GB/s as four streams). */
+
+/* the K-quants' group of up to 8 blocks, and the constants it keeps in
+ * registers from one group to the next */
+#ifdef QD_K512
+struct qdf_k {
+    struct qd5_k45 c45;
+    struct qd5_k6 c6;
+};
+
+QD_INLINE struct qdf_k qdf_k_init(void)
+{
+    return (struct qdf_k){qd5_k45_init(), qd5_k6_init()};
+}
+
+QD_INLINE __m256 qdf_group_k(__m256 acc, const char *w8, const char *x8, int n, const enum dtype T,
+                             const struct qdf_k *k)
+{
+    return T == DTYPE_Q6_K ? qd5_group_6k(acc, w8, x8, n, &k->c6)
+                           : qd5_group_45k(acc, w8, x8, n, T == DTYPE_Q5_K, &k->c45);
+}
+#else
+struct qdf_k {
+    char none;
+};
+
+QD_INLINE struct qdf_k qdf_k_init(void)
+{
+    return (struct qdf_k){0};
+}
+
+QD_INLINE __m256 qdf_group_k(__m256 acc, const char *w8, const char *x8, int n, const enum dtype T,
+                             const struct qdf_k *k)
+{
+    (void)k;
+    return qd_k_group(acc, w8, x8, n, T);
+}
+#endif
 
 /* where one stream stands: its next row, its end, and its input row */
 struct qdf_stream {
@@ -34,14 +78,14 @@ struct qdf_stream {
 /* One row of each of the n streams (n and T constant after inlining), nb
  * blocks each, then each stream moved to its next row */
 QD_INLINE void qdf_step(struct qdf_stream *st, const int n, int nb, const enum dtype T,
-                        const struct qd5_k45 *c45, const struct qd5_k6 *c6)
+                        const struct qdf_k *ck)
 {
     __m256 acc[QDOT_PIECES_MAX];
 #pragma GCC unroll 4
     for (int s = 0; s < n; s++)
         acc[s] = _mm256_setzero_ps();
     if (T == DTYPE_Q4_K || T == DTYPE_Q5_K || T == DTYPE_Q6_K) {
-        /* qd5_q45_k_body's and qd5_q6_k_body's groups */
+        /* the single-row kernel's groups */
         const size_t wb = T == DTYPE_Q4_K   ? sizeof(struct quant_q4_k)
                           : T == DTYPE_Q5_K ? sizeof(struct quant_q5_k)
                                             : sizeof(struct quant_q6_k);
@@ -50,19 +94,13 @@ QD_INLINE void qdf_step(struct qdf_stream *st, const int n, int nb, const enum d
         for (; b0 + 8 <= nb; b0 += 8)
 #pragma GCC unroll 4
             for (int s = 0; s < n; s++)
-                acc[s] = T == DTYPE_Q6_K
-                             ? qd5_group_6k(acc[s], st[s].w + (size_t)b0 * wb,
-                                            st[s].x + (size_t)b0 * xb, 8, c6)
-                             : qd5_group_45k(acc[s], st[s].w + (size_t)b0 * wb,
-                                             st[s].x + (size_t)b0 * xb, 8, T == DTYPE_Q5_K, c45);
+                acc[s] = qdf_group_k(acc[s], st[s].w + (size_t)b0 * wb, st[s].x + (size_t)b0 * xb,
+                                     8, T, ck);
         if (b0 < nb)
 #pragma GCC unroll 4
             for (int s = 0; s < n; s++)
-                acc[s] = T == DTYPE_Q6_K ? qd5_group_6k(acc[s], st[s].w + (size_t)b0 * wb,
-                                                        st[s].x + (size_t)b0 * xb, nb - b0, c6)
-                                         : qd5_group_45k(acc[s], st[s].w + (size_t)b0 * wb,
-                                                         st[s].x + (size_t)b0 * xb, nb - b0,
-                                                         T == DTYPE_Q5_K, c45);
+                acc[s] = qdf_group_k(acc[s], st[s].w + (size_t)b0 * wb, st[s].x + (size_t)b0 * xb,
+                                     nb - b0, T, ck);
     } else {
         /* qd_xr_row's runs */
         const size_t wb = qd_xr_wb(T);
@@ -70,11 +108,11 @@ QD_INLINE void qdf_step(struct qdf_stream *st, const int n, int nb, const enum d
         for (; b + 8 <= nb; b += 8)
 #pragma GCC unroll 4
             for (int s = 0; s < n; s++)
-                acc[s] = qd5_run(acc[s], st[s].w + (size_t)b * wb, &st[s].xr, b, T, 8);
+                acc[s] = QD_XR_RUN(acc[s], st[s].w + (size_t)b * wb, &st[s].xr, b, T, 8);
 #define QDF_TAIL(k)                                                                                \
     case k:                                                                                        \
         for (int s = 0; s < n; s++)                                                                \
-            acc[s] = qd5_run(acc[s], st[s].w + (size_t)b * wb, &st[s].xr, b, T, k);                \
+            acc[s] = QD_XR_RUN(acc[s], st[s].w + (size_t)b * wb, &st[s].xr, b, T, k);              \
         break;
         switch (nb - b) { /* k a constant in each, as qd_xr_row's */
             QDF_TAIL(1)
@@ -100,13 +138,12 @@ QD_INLINE void qdf_step(struct qdf_stream *st, const int n, int nb, const enum d
 /* the n streams in lockstep until one ends */
 QD_INLINE void qdf_run(struct qdf_stream *st, const int n, int nb, const enum dtype T)
 {
-    const struct qd5_k45 c45 = qd5_k45_init();
-    const struct qd5_k6 c6 = qd5_k6_init();
+    const struct qdf_k ck = qdf_k_init();
     int left = st[0].r1 - st[0].r;
     for (int s = 1; s < n; s++)
         left = st[s].r1 - st[s].r < left ? st[s].r1 - st[s].r : left;
     for (int i = 0; i < left; i++)
-        qdf_step(st, n, nb, T, &c45, &c6);
+        qdf_step(st, n, nb, T, &ck);
 }
 
 /* one function per type, n a constant in each case (GCC unrolls a step's
@@ -167,7 +204,7 @@ static void qdf_streams(struct qdf_stream *st, int n, enum dtype t, int nb)
             qdf_q6_k(st, n, nb);
             break;
         default:
-            assert(!"qdot_pieces_vnni_far: not a GGUF block type");
+            assert(!"qdot_far.h: not a GGUF block type");
             return;
         }
         int k = 0;
@@ -189,7 +226,7 @@ static bool qdf_same(const struct qdot_args *a, const struct qdot_args *b)
 /* The pieces in classes of qdf_same, each class's in lockstep for one
  * input row after the other (a task's rows, about 128 KiB, stay in L2
  * between them); a type of 32 without its x laid out (a->xp NULL) goes
- * to qdot_rows_vnni_near, which lays it out per task. */
+ * to QDOT_PIECES_ROWS, which lays it out per task. */
 void QDOT_PIECES_FN(const struct qdot_piece *p, int n)
 {
     assert(n >= 1 && n <= QDOT_PIECES_MAX);
@@ -200,7 +237,7 @@ void QDOT_PIECES_FN(const struct qdot_piece *p, int n)
         const struct qdot_args *a0 = p[k0].a;
         const enum dtype t = a0->w->dtype;
         if (qdot_xtype_of(t) == QDOT_X_Q8_0 && !a0->xp) {
-            qdot_rows_vnni_near(a0, p[k0].r0, p[k0].r1);
+            QDOT_PIECES_ROWS(a0, p[k0].r0, p[k0].r1);
             continue;
         }
         int cls[QDOT_PIECES_MAX], nc = 0;

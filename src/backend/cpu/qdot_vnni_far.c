@@ -22,6 +22,7 @@
 #define QD_PREFETCH 512
 #define QD_PREFETCH_FAR 2048
 #define QD_PREFETCH_Q5 1024
+#define QDOT_PIECES_ROWS qdot_rows_vnni_near
 #include "backend/cpu/qdot_body.h"
 
 #else

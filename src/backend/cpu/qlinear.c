@@ -341,6 +341,8 @@ static const struct qdot_kernel q_kernels[] = {
     {"vnni-far", q_rows_near, NULL, Q_X_ROWS, has_vnni, NULL, false, 4,
      q_pieces_far}, /* vnni-near over 4 far-apart streams of a thread's lane */
     {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL, false, 1, NULL},
+    {"avx2-far", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL, false, 4,
+     qdot_pieces_avx2_far}, /* avx2 over 4 far-apart streams of a thread's lane */
     /* two weight rows' blocks in the lanes against each input row */
     {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL, true, 1, NULL},
     /* a weight row against 8 input rows in the lanes */
@@ -394,7 +396,7 @@ static int q_find(const char *name, const struct qdot_kernel **out)
         }
     return err_set(ERR_INVALID,
                    "unknown quantized kernel \"%s\" (expected vnni, vnni-near, vnni-far, avx2, "
-                   "vnni-mr, vnni-m8, amx, amx-few, avx2-m8 or scalar)",
+                   "avx2-far, vnni-mr, vnni-m8, amx, amx-few, avx2-m8 or scalar)",
                    name);
 }
 
@@ -910,8 +912,7 @@ static int qg_units(void *ctx, const int *job, const int *c, int count)
  * quantized the same way (Q8_0 or Q8_K); and laid out the same way too
  * (*layout). */
 static bool qg_shares(const struct kern_linear_job *ji, const struct qdot_kernel *k,
-                      const struct kern_linear_job *je, const struct qdot_kernel *ke,
-                      bool *layout)
+                      const struct kern_linear_job *je, const struct qdot_kernel *ke, bool *layout)
 {
     *layout = false;
     if (ji->x != je->x || ji->m != je->m || ji->w.cols != je->w.cols ||
