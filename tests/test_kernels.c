@@ -1128,6 +1128,31 @@ static void test_vec(void)
     CHECK(e[5] == 0.0f);
     CHECK_MSG(bad == 0, "vec_exp/vec_silu: %d values off by more than 1e-6 relative", bad);
 
+    /* the GELUs (erf, and tanh's approximation) and the soft cap: within a
+     * few ulp of the double results, relative to the input where 1 + erf
+     * or 1 + tanh cancels */
+    fill_uniform(g, N, -8, 8);
+    for (int ta = 0; ta < 2; ta++) {
+        vec_gelu(y, g, up, N, ta);
+        bad = 0;
+        for (int i = 0; i < N; i++) {
+            const double v = g[i],
+                         t = ta ? tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))
+                                : erf(v / sqrt(2.0)),
+                         want = 0.5 * v * (1 + t) * up[i];
+            bad += !(fabs(y[i] - want) <= 1e-6 * fabs(v * up[i]) + 1e-30);
+        }
+        CHECK_MSG(bad == 0, "vec_gelu (tanh %d): %d of %d values off", ta, bad, N);
+    }
+    memcpy(y, g, sizeof(y));
+    vec_softcap(y, N, 5.0f);
+    bad = 0;
+    for (int i = 0; i < N; i++) {
+        const double want = tanh(g[i] / 5.0) * 5.0;
+        bad += !(fabs(y[i] - want) <= 1e-6 * fabs(want) + 1e-30);
+    }
+    CHECK_MSG(bad == 0, "vec_softcap: %d of %d values off", bad, N);
+
     /* the masked softmax: keys past `visible` and those not ok get 0, the
      * rest sum to 1; no key ok gives a row of zeros */
     uint8_t ok[N];

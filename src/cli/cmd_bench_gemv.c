@@ -141,8 +141,8 @@ int bench_gemv(int argc, char **argv)
              "weight types, comma-separated: f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, "
              "q6_k, ct_i8, ct_i4, ct_f8 (default f32,f16,bf16)"),
         FLAG("qkernel", FLAG_STR, &qkernel, "NAME",
-             "run one quantized kernel: vnni, vnni-near, vnni-far, avx2, vnni-mr, vnni-m8, amx, "
-             "amx-few, avx2-m8 or scalar "
+             "run one quantized kernel: vnni, vnni-near, vnni-far, avx2, avx2-far, vnni-mr, "
+             "vnni-m8, amx, amx-few, avx2-m8 or scalar "
              "(default: measured per type and rows)"),
         FLAG("ctkernel", FLAG_STR, &ctkernel, "NAME",
              "run one compressed-tensors kernel: avx512bf16, avx512bf16-lut, avx512, avx2, deq or "

@@ -9,9 +9,9 @@
  *   Q8_0 blocks for the 32-element types, Q8_K for the K-quants) and every
  *   weight row times it in integer dot products (qdot.h), split by weight
  *   rows over the pool. Three kinds of kernel: one weight row at a time
- *   against each input row (vnni, vnni-near, avx2; vnni-far the same over
- *   four far-apart streams of a thread's lane in lockstep, its sub-lanes:
- *   lanes.h, qdot_far.h);
+ *   against each input row (vnni, vnni-near, avx2; vnni-far and avx2-far
+ *   the same over four far-apart streams of a thread's lane in lockstep,
+ *   its sub-lanes: lanes.h, qdot_far.h);
  *   two weight rows' blocks unpacked once into the lanes of one vector a
  *   quad and multiplied with every input row, x laid out to match
  *   (vnni-mr; qdot_mr_body.h: decode batches); or each weight row
@@ -29,9 +29,9 @@
  *   interleaved (vnni-mr not at 32: every row's x goes by each pair of
  *   weight rows, which a prefill's many rows stream from L3); a later
  *   candidate must win by 3%. SHARDSWAP_QDOT=NAME (vnni, vnni-near,
- *   vnni-far, avx2, vnni-mr, vnni-m8, amx, amx-few, avx2-m8, scalar) runs one
- *   kernel for every call instead (amx offered for its types only: not Q5_1;
- *   amx-few for Q8_0, Q4_0, Q5_0 and Q4_K). */
+ *   vnni-far, avx2, avx2-far, vnni-mr, vnni-m8, amx, amx-few, avx2-m8,
+ *   scalar) runs one kernel for every call instead (amx offered for its
+ *   types only: not Q5_1; amx-few for Q8_0, Q4_0, Q5_0 and Q4_K). */
 #include "backend/cpu/qlinear.h"
 
 #include <assert.h>

@@ -1,4 +1,5 @@
-/* vec.h: AVX-512 where the CPU has it (AVX-512 F, BW and VL), else plain C. */
+/* vec.h: AVX-512 where the CPU has it (AVX-512 F, BW and VL), else AVX2 +
+ * FMA for the loops of exponentials (vec_avx2.c), else plain C. */
 #include "backend/cpu/vec.h"
 
 #include <math.h>
@@ -12,6 +13,15 @@ static bool have_avx512(void)
 #if defined(__x86_64__)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl");
+#else
+    return false;
+#endif
+}
+
+static bool have_avx2(void)
+{
+#if defined(__x86_64__)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
     return false;
 #endif
@@ -48,6 +58,10 @@ void vec_exp(float *x, size_t n)
         vec_exp_avx512(x, n);
         return;
     }
+    if (have_avx2()) {
+        vec_exp_avx2(x, n);
+        return;
+    }
 #endif
     for (size_t i = 0; i < n; i++)
         x[i] = expf(x[i]);
@@ -58,6 +72,10 @@ void vec_silu(float *y, const float *g, const float *up, size_t n)
 #if defined(__x86_64__)
     if (have_avx512()) {
         vec_silu_avx512(y, g, up, n);
+        return;
+    }
+    if (have_avx2()) {
+        vec_silu_avx2(y, g, up, n);
         return;
     }
 #endif
@@ -72,6 +90,10 @@ void vec_gelu(float *y, const float *g, const float *up, size_t n, bool tanh_app
 #if defined(__x86_64__)
     if (have_avx512()) {
         vec_gelu_avx512(y, g, up, n, tanh_approx);
+        return;
+    }
+    if (have_avx2()) {
+        vec_gelu_avx2(y, g, up, n, tanh_approx);
         return;
     }
 #endif
@@ -91,6 +113,10 @@ void vec_softcap(float *x, size_t n, float cap)
         vec_softcap_avx512(x, n, cap);
         return;
     }
+    if (have_avx2()) {
+        vec_softcap_avx2(x, n, cap);
+        return;
+    }
 #endif
     for (size_t i = 0; i < n; i++)
         x[i] = tanhf(x[i] / cap) * cap;
@@ -101,6 +127,10 @@ void vec_softmax_masked(float *s, const uint8_t *ok, int visible, int n)
 #if defined(__x86_64__)
     if (have_avx512()) {
         vec_softmax_masked_avx512(s, ok, visible, n);
+        return;
+    }
+    if (have_avx2()) {
+        vec_softmax_masked_avx2(s, ok, visible, n);
         return;
     }
 #endif

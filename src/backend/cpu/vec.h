@@ -1,9 +1,11 @@
 /* The CPU kernels' element-wise loops that the compiler cannot vectorise
  * for the baseline instruction set: rounding to bf16 and the exponential
- * (SiLU, softmax), the GELUs' erf and tanh, and the masked softmax around it. vec.c picks the AVX-512 versions (vec_avx512.c,
- * compiled for that set alone) where the CPU has it, else plain C; each gives the same results on
- * every path: the roundings bit for bit, the exponential within glibc's vector expf's error (a few
- * ulp) of expf. Internal to backend/cpu/. */
+ * (SiLU, softmax), the GELUs' erf and tanh, and the masked softmax around
+ * it. vec.c picks the AVX-512 versions (vec_avx512.c, compiled for that set
+ * alone) where the CPU has it, else for the loops of exponentials the AVX2
+ * ones (vec_avx2.c), else plain C; each gives the same results on every
+ * path: the roundings bit for bit, the exponential within glibc's vector
+ * expf's error (a few ulp) of expf. Internal to backend/cpu/. */
 #ifndef SHARDSWAP_BACKEND_CPU_VEC_H
 #define SHARDSWAP_BACKEND_CPU_VEC_H
 
@@ -40,5 +42,12 @@ void vec_silu_avx512(float *y, const float *g, const float *up, size_t n);
 void vec_gelu_avx512(float *y, const float *g, const float *up, size_t n, bool tanh_approx);
 void vec_softcap_avx512(float *x, size_t n, float cap);
 void vec_softmax_masked_avx512(float *s, const uint8_t *ok, int visible, int n);
+
+/* The AVX2 + FMA versions (vec_avx2.c): only where the CPU has them. */
+void vec_exp_avx2(float *x, size_t n);
+void vec_silu_avx2(float *y, const float *g, const float *up, size_t n);
+void vec_gelu_avx2(float *y, const float *g, const float *up, size_t n, bool tanh_approx);
+void vec_softcap_avx2(float *x, size_t n, float cap);
+void vec_softmax_masked_avx2(float *s, const uint8_t *ok, int visible, int n);
 
 #endif
