@@ -2147,17 +2147,17 @@ static void test_attn_vec_rows(void)
     int differ = 0;
     for (size_t b = 0; b < sizeof(hd_of) / sizeof(hd_of[0]); b++) {
         const int hd = hd_of[b];
-        attn_scores_avx512(all, N, q, hd, R, hd, k, NULL, N);
+        attn_scores(all, N, q, hd, R, hd, k, NULL, N);
         for (int r = 0; r < R; r++) {
-            attn_scores_avx512(one, N, q + (size_t)r * hd, hd, 1, hd, k, NULL, N);
+            attn_scores(one, N, q + (size_t)r * hd, hd, 1, hd, k, NULL, N);
             differ += memcmp(one, all + (size_t)r * N, N * sizeof(float)) != 0;
         }
         /* values weighted by q's first N columns (rows of hd >= N floats
          * would be needed for more: hd 20 takes its 20 keys) */
         const int n = hd < N ? hd : N;
-        attn_values_avx512(all, hd, q, hd, R, hd, k, n, false);
+        attn_values(all, hd, q, hd, R, hd, k, n, false);
         for (int r = 0; r < R; r++) {
-            attn_values_avx512(one, hd, q + (size_t)r * hd, hd, 1, hd, k, n, false);
+            attn_values(one, hd, q + (size_t)r * hd, hd, 1, hd, k, n, false);
             differ += memcmp(one, all + (size_t)r * hd, hd * sizeof(float)) != 0;
         }
     }
@@ -2197,7 +2197,7 @@ static void test_attn_vec(void)
                 /* scores, q at a row stride past head_dim */
                 for (int i = 0; i < R * LD; i++)
                     s[i] = 9.0f;
-                attn_scores_avx512(s, LD, q, LD, rows, hd, k, n % 2 ? k : NULL, n);
+                attn_scores(s, LD, q, LD, rows, hd, k, n % 2 ? k : NULL, n);
                 double err = 0, top = 0;
                 int spilled = 0;
                 for (int r = 0; r < R; r++)
@@ -2220,7 +2220,7 @@ static void test_attn_vec(void)
                 /* values: weights from q, written, then added to init */
                 for (int add = 0; add < 2; add++) {
                     memcpy(out, init, R * LD * sizeof(float));
-                    attn_values_avx512(out, LD, q, LD, rows, hd, k, n, add);
+                    attn_values(out, LD, q, LD, rows, hd, k, n, add);
                     err = top = 0;
                     spilled = 0;
                     for (int r = 0; r < R; r++)

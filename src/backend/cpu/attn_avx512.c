@@ -1,6 +1,6 @@
 /* attn_vec.h's two products in AVX-512 F, sixteen lanes: this file alone
  * is compiled with that instruction set (CMakeLists.txt), and runs only
- * where attn_vec_have() found it. A row of head_dim floats is C = head_dim
+ * where attn_vec.c found it. A row of head_dim floats is C = head_dim
  * / 16 vectors rounded up, the last one masked. */
 #include "backend/cpu/attn_vec.h"
 
@@ -14,11 +14,6 @@
  * hardware's prefetcher alone at batch 8 over 144 and 1040 keys (the
  * 2-core Zen 5, interleaved, loaded); 1, 4 or 8 blocks within the noise. */
 #define ATTN_PF_BLOCKS 2
-
-bool attn_vec_have(void)
-{
-    return __builtin_cpu_supports("avx512f");
-}
 
 /* lanes [0, n) of 16 */
 static inline __mmask16 lanes(int n)
@@ -193,11 +188,6 @@ void attn_values_avx512(float *out, size_t ldo, const float *p, size_t ldp, int 
     }
 }
 #else
-bool attn_vec_have(void)
-{
-    return false;
-}
-
 void attn_scores_avx512(float *s, size_t lds, const float *q, size_t ldq, int rows, int head_dim,
                         const float *k, const float *v, int n)
 {

@@ -12,11 +12,11 @@
 #include "core/error.h"
 
 #include <assert.h>
+#include <cblas.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <cblas.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -316,8 +316,12 @@ void cpu_rope(float *x, int n, int heads, int head_dim, int rot_dim, const int32
               const float *inv_freq, float scale)
 {
     split_run((size_t)n, (size_t)heads * head_dim, rope_rows,
-              &(struct rope_args){.x = x, .heads = heads, .head_dim = head_dim,
-                                  .rot_dim = rot_dim, .pos = pos, .inv_freq = inv_freq,
+              &(struct rope_args){.x = x,
+                                  .heads = heads,
+                                  .head_dim = head_dim,
+                                  .rot_dim = rot_dim,
+                                  .pos = pos,
+                                  .inv_freq = inv_freq,
                                   .scale = scale});
 }
 
@@ -432,10 +436,10 @@ static void attend(const struct kv_geom *g, float *out, size_t ldo, const float 
     const bool few = vec && head_dim <= ATTN_VEC_MAX_HEAD_DIM;
     /* scores = q @ k^T over the keys */
     if (few) {
-        attn_scores_avx512(scores, (size_t)t_all, q, ldq, rows, head_dim, sp->k, sp->v, n1);
+        attn_scores(scores, (size_t)t_all, q, ldq, rows, head_dim, sp->k, sp->v, n1);
         if (n1 < t_all)
-            attn_scores_avx512(scores + n1, (size_t)t_all, q, ldq, rows, head_dim, sp->k2, sp->v2,
-                               t_all - n1);
+            attn_scores(scores + n1, (size_t)t_all, q, ldq, rows, head_dim, sp->k2, sp->v2,
+                        t_all - n1);
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n1, head_dim, 1.0f, q, (int)ldq,
                     sp->k, head_dim, 0.0f, scores, t_all);
@@ -455,10 +459,10 @@ static void attend(const struct kv_geom *g, float *out, size_t ldo, const float 
     }
     /* out = P @ v */
     if (few) {
-        attn_values_avx512(out, ldo, scores, (size_t)t_all, rows, head_dim, sp->v, n1, false);
+        attn_values(out, ldo, scores, (size_t)t_all, rows, head_dim, sp->v, n1, false);
         if (n1 < t_all)
-            attn_values_avx512(out, ldo, scores + n1, (size_t)t_all, rows, head_dim, sp->v2,
-                               t_all - n1, true);
+            attn_values(out, ldo, scores + n1, (size_t)t_all, rows, head_dim, sp->v2, t_all - n1,
+                        true);
         return;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, n1, 1.0f, scores, t_all,
@@ -479,10 +483,10 @@ struct attn_job {
     const float *q, *kc, *vc;
     const uint8_t *key_ok;
     int past, t_new;
-    bool grouped;   /* decode: a task per KV head */
-    bool vec;       /* a few rows take attn_vec.h's products */
-    int blocks;     /* row blocks per head (not grouped) */
-    atomic_int rc;  /* the first failure (ERR_NOMEM); its message in msg */
+    bool grouped;  /* decode: a task per KV head */
+    bool vec;      /* a few rows take attn_vec.h's products */
+    int blocks;    /* row blocks per head (not grouped) */
+    atomic_int rc; /* the first failure (ERR_NOMEM); its message in msg */
     char msg[160];
 };
 
