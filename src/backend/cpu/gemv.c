@@ -117,10 +117,11 @@ struct gemv_kernel {
     enum gemv_input input;
     unsigned classes;
     /* > 1: a task runs `streams` pieces by `pieces` (a lane in sub-lanes,
-     * lanes.h), a candidate for one input row alone (other calls run its
-     * pieces one by one: its rows fn) */
+     * lanes.h), a candidate for calls of at most `pieces_m` input rows
+     * (others run its pieces one by one: its rows fn) */
     int streams;
     gemv_pieces_fn pieces;
+    int pieces_m;
 };
 
 bool cpu_amx_granted(void)
@@ -129,56 +130,65 @@ bool cpu_amx_granted(void)
 }
 
 static const struct gemv_kernel gemv_kernels[] = {
-    {"amx", gemv_rows_amx, has_amx, GEMV_IN_AMX, C(GEMV_BF16_MODE), 1, NULL},
+    {"amx", gemv_rows_amx, has_amx, GEMV_IN_AMX, C(GEMV_BF16_MODE), 1, NULL, 0},
     {"avx512bf16", gemv_rows_avx512bf16, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE), 1,
-     NULL},
+     NULL, 0},
     /* the same sums read another way: one weight row at a time (a single
      * stream), or eight at once without software prefetch */
     {"avx512bf16-r1", gemv_rows_avx512bf16_r1, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
-     1, NULL},
+     1, NULL, 0},
     {"avx512bf16-r8", gemv_rows_avx512bf16_r8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
-     1, NULL},
+     1, NULL, 0},
     /* the single stream with its prefetch to L1 and, further ahead, to L2 */
     {"avx512bf16-r1f", gemv_rows_avx512bf16_r1f, cpu_isa_avx512bf16, GEMV_IN_BF16,
-     C(GEMV_BF16_MODE), 1, NULL},
+     C(GEMV_BF16_MODE), 1, NULL, 0},
     /* that stream's rows and prefetch over 2, 4 or 8 far-apart streams of
      * the thread's lane at once (its sub-lanes): one core keeps more lines
      * in flight for a few streams than for one */
     {"avx512bf16-s2", gemv_rows_avx512bf16_r1f, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
-     2, gemv_pieces_avx512bf16_s},
+     2, gemv_pieces_avx512bf16_s, 1},
     {"avx512bf16-s4", gemv_rows_avx512bf16_r1f, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
-     4, gemv_pieces_avx512bf16_s},
+     4, gemv_pieces_avx512bf16_s, 1},
     {"avx512bf16-s8", gemv_rows_avx512bf16_r1f, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
-     8, gemv_pieces_avx512bf16_s},
+     8, gemv_pieces_avx512bf16_s, 1},
     /* the same sums over blocks of 3 weight rows x 8 input rows: fewer
      * loads per multiply-add where several input rows bind the product */
     {"avx512bf16-m8", gemv_rows_avx512bf16_m8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
-     1, NULL},
+     1, NULL, 0},
     /* and in column spans over 12 weight rows, x's span kept in L1 */
     {"avx512bf16-m8s", gemv_rows_avx512bf16_m8s, cpu_isa_avx512bf16, GEMV_IN_BF16,
-     C(GEMV_BF16_MODE), 1, NULL},
+     C(GEMV_BF16_MODE), 1, NULL, 0},
     {"avx512pairs", gemv_rows_avx512pairs, cpu_isa_avx512, GEMV_IN_PAIRS,
-     C(GEMV_BF16) | C(GEMV_BF16_MODE), 1, NULL},
-    {"avx512", gemv_rows_avx512, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
-    {"avx512-r1", gemv_rows_avx512_r1, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
-    {"avx512-m8", gemv_rows_avx512_m8, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
-    {"avx2", gemv_rows_avx2, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
+     C(GEMV_BF16) | C(GEMV_BF16_MODE), 1, NULL, 0},
+    {"avx512", gemv_rows_avx512, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL, 0},
+    {"avx512-r1", gemv_rows_avx512_r1, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL, 0},
+    {"avx512-m8", gemv_rows_avx512_m8, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL, 0},
+    /* blocks of 3 weight rows x 4 input rows without prefetch (AVX2's 16
+     * registers hold their sums; gemv_avx2_m8.c), and avx2-next's rows over
+     * 4, 8 or 2 far-apart streams of the thread's lane at once (its
+     * sub-lanes), a row of each in turn, every input row: listed before
+     * avx2 and avx2-next so that near-ties keep them (AMD EPYC Zen 2, from
+     * memory: -s4 as fast as the others or faster at one input row and at
+     * 2-16 on rows of 896 columns, -m8 4-8% faster than -s4 at 8-16 input
+     * rows of 2048 and 4864 columns, where the calibration's 4 MiB timed
+     * them alike) */
+    {"avx2-m8", gemv_rows_avx2_m8, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL, 0},
+    {"avx2-s4", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 4, gemv_pieces_avx2_s,
+     CPU_GEMV_MAX_M},
+    {"avx2-s8", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 8, gemv_pieces_avx2_s,
+     CPU_GEMV_MAX_M},
+    {"avx2-s2", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 2, gemv_pieces_avx2_s,
+     CPU_GEMV_MAX_M},
+    {"avx2", gemv_rows_avx2, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL, 0},
     /* the same sums with the prefetch run on into the next block's rows
-     * (GEMV_PF_NEXT), and without it over blocks of 3 weight
-     * rows x 4 input rows (AVX2's 16 registers hold their sums) */
-    {"avx2-next", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
-    {"avx2-m8", gemv_rows_avx2_m8, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
-    /* avx2-next's rows over 2, 4 or 8 far-apart streams of the thread's
-     * lane at once (its sub-lanes), a row of each in turn */
-    {"avx2-s2", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 2, gemv_pieces_avx2_s},
-    {"avx2-s4", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 4, gemv_pieces_avx2_s},
-    {"avx2-s8", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 8, gemv_pieces_avx2_s},
+     * (GEMV_PF_NEXT) */
+    {"avx2-next", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL, 0},
     /* the matrix product's primitive (matmul.c): its micro-kernels keep more
      * sums in registers than a GEMV's blocks, which wins once enough input
      * rows make the product bound by multiplying rather than by reading */
-    {"matmul", NULL, has_scalar, GEMV_IN_F32, C(GEMV_BF16_MODE), 1, NULL},
+    {"matmul", NULL, has_scalar, GEMV_IN_F32, C(GEMV_BF16_MODE), 1, NULL, 0},
     /* never a candidate where a vector kernel runs: only by request */
-    {"scalar", gemv_rows_scalar, has_scalar, GEMV_IN_F32, 0, 1, NULL},
+    {"scalar", gemv_rows_scalar, has_scalar, GEMV_IN_F32, 0, 1, NULL, 0},
 };
 #define GEMV_N_KERNELS (int)(sizeof(gemv_kernels) / sizeof(gemv_kernels[0]))
 static const struct gemv_kernel *const gemv_scalar_kernel = &gemv_kernels[GEMV_N_KERNELS - 1];
@@ -225,13 +235,21 @@ static int gemv_bucket(int m, size_t row_bytes)
 #define CAL_BYTES ((size_t)4 << 20)
 #define CAL_COLS 1024
 #define CAL_LONG_COLS 4096 /* the long rows' buckets' */
+/* One input row over long rows from 4 MiB ranked the kernels otherwise
+ * than a model's calls do (AMD EPYC Zen 2, bf16: avx2-next won 6 of 8
+ * processes over avx2-s4, whose decode of llama-3.2-1b was 1.13-1.18x
+ * avx2-next's; from 16 MiB, avx2-s4 or -s8 in 5 of 5): its bucket is
+ * timed over more */
+#define CAL_LONG1_BYTES ((size_t)16 << 20)
 /* repetitions per bucket: more for one row, decode's case, where the
  * kernels differ by 10-20% and a pause of the machine can flip them (on
  * the 2-core Xeon with AMX, with 5 under other builds' load, m1 went to
  * amx in some processes and to avx512bf16-r1 in others, though amx read
  * 10-20% slower in steady state; each repetition of m1 costs about 6 ms
- * there, 13 candidates on 4 MiB) */
-static const int cal_reps[GEMV_BUCKETS] = {9, 3, 3, 3, 5, 3, 3, 3};
+ * there, 13 candidates on 4 MiB; on AMD EPYC Zen 2 with 5 for long rows,
+ * m1-long went to avx2-next in 2 of 8 processes, which read 896 x 4864
+ * bf16 20% slower than avx2-s4 in steady state) */
+static const int cal_reps[GEMV_BUCKETS] = {9, 3, 3, 3, 9, 3, 3, 3};
 #define CAL_MARGIN 0.03
 
 /* The choice per class and bucket (calibrated on first use of the class),
@@ -606,8 +624,8 @@ static void gemv_calibrate(enum gemv_class c)
     double t0 = time_now();
     const enum dtype t = gemv_class_dtype(c);
     const int mmax = gemv_bucket_m[GEMV_BUCKETS - 1];
-    const int rows = (int)(CAL_BYTES / (CAL_COLS * dtype_size(t)));
-    char *wd = cal_weights_alloc(CAL_BYTES);
+    const int rows = (int)(CAL_LONG1_BYTES / (CAL_COLS * dtype_size(t)));
+    char *wd = cal_weights_alloc(CAL_LONG1_BYTES);
     /* x long enough for the long rows' buckets too */
     float *x = malloc((size_t)mmax * CAL_LONG_COLS * sizeof(float));
     float *y = malloc((size_t)mmax * rows * sizeof(float));
@@ -626,9 +644,10 @@ static void gemv_calibrate(enum gemv_class c)
         for (int b = 0; b < GEMV_BUCKETS; b++) {
             /* the same bytes as rows of CAL_LONG_COLS for long rows */
             const int cols = b >= GEMV_M_BUCKETS ? CAL_LONG_COLS : CAL_COLS;
+            const size_t bytes = b == GEMV_M_BUCKETS ? CAL_LONG1_BYTES : CAL_BYTES;
             struct weight_view w = {.dtype = t,
                                     .data = wd,
-                                    .rows = (int)(CAL_BYTES / ((size_t)cols * dtype_size(t))),
+                                    .rows = (int)(bytes / ((size_t)cols * dtype_size(t))),
                                     .cols = cols,
                                     .ld = (size_t)cols};
             double best[GEMV_N_KERNELS];
@@ -636,11 +655,11 @@ static void gemv_calibrate(enum gemv_class c)
                 best[i] = 1e30;
             for (int rep = 0; rep < cal_reps[b]; rep++)
                 for (int i = 0; i < n; i++) {
-                    if (cand[i]->streams > 1 && gemv_bucket_m[b] > 1)
-                        continue; /* one row's kernel: best stays 1e30 */
+                    if (cand[i]->streams > 1 && gemv_bucket_m[b] > cand[i]->pieces_m)
+                        continue; /* fewer rows' kernel: best stays 1e30 */
                     struct gemv_job j;
                     gemv_job_init(&j, cand[i], &w);
-                    cpu_cache_flush(wd, CAL_BYTES);
+                    cpu_cache_flush(wd, bytes);
                     double s = time_now();
                     if (!j.rows) {
                         if (cpu_matmul(y, x, gemv_bucket_m[b], &w, cm) < 0)
