@@ -166,19 +166,16 @@ static const struct gemv_kernel gemv_kernels[] = {
     /* blocks of 3 weight rows x 4 input rows without prefetch (AVX2's 16
      * registers hold their sums; gemv_avx2_m8.c), and avx2-next's rows over
      * 4, 8 or 2 far-apart streams of the thread's lane at once (its
-     * sub-lanes), a row of each in turn, every input row: listed before
+     * sub-lanes), a row of each in turn, for one input row: listed before
      * avx2 and avx2-next so that near-ties keep them (AMD EPYC Zen 2, from
-     * memory: -s4 as fast as the others or faster at one input row and at
-     * 2-16 on rows of 896 columns, -m8 4-8% faster than -s4 at 8-16 input
-     * rows of 2048 and 4864 columns, where the calibration's 4 MiB timed
-     * them alike) */
+     * memory: -s4 as fast as the others or faster at one input row) */
     {"avx2-m8", gemv_rows_avx2_m8, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL, 0},
     {"avx2-s4", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 4, gemv_pieces_avx2_s,
-     CPU_GEMV_MAX_M},
+     1},
     {"avx2-s8", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 8, gemv_pieces_avx2_s,
-     CPU_GEMV_MAX_M},
+     1},
     {"avx2-s2", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 2, gemv_pieces_avx2_s,
-     CPU_GEMV_MAX_M},
+     1},
     {"avx2", gemv_rows_avx2, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL, 0},
     /* the same sums with the prefetch run on into the next block's rows
      * (GEMV_PF_NEXT) */

@@ -29,64 +29,36 @@ struct gs_stream {
     int r, r1;
 };
 
-/* Input rows [i0, i0 + M) against the current row of each of the n
- * streams (n, M and t constant after inlining): n x M accumulators. Each
- * stream loads its own x vectors (a group's streams may run over jobs of
- * other inputs): loading them once for streams that share their x was
- * slower (Zen 2, 4864 x 896 bf16, 2 threads, 2 input rows: 0.223 against
- * 0.24-0.25 ms). */
-GEMV_INLINE void gs_pass(const struct gs_stream *st, const int n, enum dtype t, int kv, int cols,
-                         int i0, const int M)
-{
-    gv_t acc[GEMV_STREAMS_MAX][2];
-    const float *xr[GEMV_STREAMS_MAX][2];
-#pragma GCC unroll 8
-    for (int s = 0; s < n; s++)
-#pragma GCC unroll 2
-        for (int i = 0; i < M; i++) {
-            acc[s][i] = gv_zero();
-            xr[s][i] = st[s].a->x + (size_t)(i0 + i) * st[s].a->ldx;
-        }
-    for (int c = 0; c < kv; c += GV_LANES)
-#pragma GCC unroll 8
-        for (int s = 0; s < n; s++) {
-            const gv_t w = gv_load_w(t, st[s].w, c);
-#pragma GCC unroll 2
-            for (int i = 0; i < M; i++)
-                acc[s][i] = gv_fma(w, gv_load_f32(xr[s][i] + c), acc[s][i]);
-        }
-#pragma GCC unroll 8
-    for (int s = 0; s < n; s++)
-#pragma GCC unroll 2
-        for (int i = 0; i < M; i++) {
-            float sum = gv_hsum(acc[s][i]);
-            for (int c = kv; c < cols; c++)
-                sum += gv_elem_w(t, st[s].w, c) * xr[s][i][c];
-            st[s].a->y[(size_t)(i0 + i) * st[s].a->ldy + st[s].r] = sum;
-        }
-}
-
-/* One row of each of the n streams against the m input rows, two at a time
- * while the n x 2 accumulators fit AVX2's 16 registers beside the vectors
- * they take (n <= 4), else one (the row from L1 again for each pass), and
+/* One row of each of the n streams (n and t constant after inlining), and
  * each stream moved to its next row. */
-GEMV_INLINE void gs_step(struct gs_stream *st, const int n, enum dtype t, int kv, int cols, int m)
+GEMV_INLINE void gs_step(struct gs_stream *st, const int n, enum dtype t, int kv, int cols)
 {
-    const int M = n <= 4 ? 2 : 1;
-    int i0 = 0;
-    for (; i0 + M <= m; i0 += M)
-        gs_pass(st, n, t, kv, cols, i0, M);
-    if (i0 < m)
-        gs_pass(st, n, t, kv, cols, i0, 1);
+    gv_t acc[GEMV_STREAMS_MAX];
+    const char *wr[GEMV_STREAMS_MAX];
+    const float *xr[GEMV_STREAMS_MAX];
 #pragma GCC unroll 8
     for (int s = 0; s < n; s++) {
+        acc[s] = gv_zero();
+        wr[s] = st[s].w;
+        xr[s] = st[s].a->x;
+    }
+    for (int c = 0; c < kv; c += GV_LANES)
+#pragma GCC unroll 8
+        for (int s = 0; s < n; s++)
+            acc[s] = gv_fma(gv_load_w(t, wr[s], c), gv_load_f32(xr[s] + c), acc[s]);
+#pragma GCC unroll 8
+    for (int s = 0; s < n; s++) {
+        float sum = gv_hsum(acc[s]);
+        for (int c = kv; c < cols; c++)
+            sum += gv_elem_w(t, wr[s], c) * xr[s][c];
+        st[s].a->y[st[s].r] = sum;
         st[s].r++;
         st[s].w += st[s].ld_bytes;
     }
 }
 
 /* n streams in lockstep until one ends */
-GEMV_INLINE void gs_run_typed(struct gs_stream *st, int n, enum dtype t, int kv, int cols, int m)
+GEMV_INLINE void gs_run_typed(struct gs_stream *st, int n, enum dtype t, int kv, int cols)
 {
     int left = 1 << 30;
     for (int s = 0; s < n; s++)
@@ -96,7 +68,7 @@ GEMV_INLINE void gs_run_typed(struct gs_stream *st, int n, enum dtype t, int kv,
         switch (n) {
 #define GS_CASE(k)                                                                                 \
     case k:                                                                                        \
-        gs_step(st, k, t, kv, cols, m);                                                            \
+        gs_step(st, k, t, kv, cols);                                                               \
         break;
             GS_CASE(1)
             GS_CASE(2)
@@ -111,17 +83,17 @@ GEMV_INLINE void gs_run_typed(struct gs_stream *st, int n, enum dtype t, int kv,
 }
 
 /* one loop per dtype, as GEMV_ROWS_FN's */
-static void gs_run(struct gs_stream *st, int n, enum dtype t, int kv, int cols, int m)
+static void gs_run(struct gs_stream *st, int n, enum dtype t, int kv, int cols)
 {
     switch (t) {
     case DTYPE_F16:
-        gs_run_typed(st, n, DTYPE_F16, kv, cols, m);
+        gs_run_typed(st, n, DTYPE_F16, kv, cols);
         break;
     case DTYPE_BF16:
-        gs_run_typed(st, n, DTYPE_BF16, kv, cols, m);
+        gs_run_typed(st, n, DTYPE_BF16, kv, cols);
         break;
     default:
-        gs_run_typed(st, n, DTYPE_F32, kv, cols, m);
+        gs_run_typed(st, n, DTYPE_F32, kv, cols);
         break;
     }
 }
@@ -130,7 +102,7 @@ void GEMV_PIECES_FN(const struct gemv_piece *p, int n)
 {
     bool lockstep = n <= GEMV_STREAMS_MAX;
     for (int i = 0; i < n && lockstep; i++)
-        lockstep = p[i].a->m == p[0].a->m && p[i].a->w->dtype == p[0].a->w->dtype &&
+        lockstep = p[i].a->m == 1 && p[i].a->w->dtype == p[0].a->w->dtype &&
                    p[i].a->w->cols == p[0].a->w->cols;
     if (!lockstep) {
         for (int i = 0; i < n; i++)
@@ -152,7 +124,7 @@ void GEMV_PIECES_FN(const struct gemv_piece *p, int n)
             };
     /* in lockstep while every stream has rows; the ones left go on */
     while (live > 0) {
-        gs_run(st, live, t, kv, cols, p[0].a->m);
+        gs_run(st, live, t, kv, cols);
         int k = 0;
         for (int s = 0; s < live; s++)
             if (st[s].r < st[s].r1)
