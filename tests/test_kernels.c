@@ -276,7 +276,8 @@ static void test_gemv_same_bits_avx2(void)
     static const int ms[] = {1, 2, 3, 4, 5, 7, 8, 11, 16};
     static const int shapes[][2] = {{37, 75}, {64, 2048}, {201, 1100}};
     static const enum dtype ts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
-    static const char *const others[] = {"avx2-next", "avx2-m8", "avx2-s2", "avx2-s4", "avx2-s8"};
+    static const char *const others[] = {"avx2-next", "avx2-m8", "avx2-s2",
+                                         "avx2-s3",   "avx2-s4", "avx2-s8"};
     if (cpu_gemv_force("avx2") < 0) {
         printf("gemv same bits (avx2): skipped (%s)\n", err_msg());
         CHECK(cpu_gemv_force(NULL) == 0);

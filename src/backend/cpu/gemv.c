@@ -121,6 +121,9 @@ struct gemv_kernel {
      * pieces one by one: its rows fn) */
     int streams;
     gemv_pieces_fn pieces;
+    /* its pieces fn takes several input rows in lockstep too: a candidate
+     * for every bucket */
+    bool streams_m;
 };
 
 bool cpu_amx_granted(void)
@@ -129,59 +132,64 @@ bool cpu_amx_granted(void)
 }
 
 static const struct gemv_kernel gemv_kernels[] = {
-    {"amx", gemv_rows_amx, has_amx, GEMV_IN_AMX, C(GEMV_BF16_MODE), 1, NULL},
+    {"amx", gemv_rows_amx, has_amx, GEMV_IN_AMX, C(GEMV_BF16_MODE), 1, NULL, false},
     {"avx512bf16", gemv_rows_avx512bf16, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE), 1,
-     NULL},
+     NULL, false},
     /* the same sums read another way: one weight row at a time (a single
      * stream), or eight at once without software prefetch */
     {"avx512bf16-r1", gemv_rows_avx512bf16_r1, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
-     1, NULL},
+     1, NULL, false},
     {"avx512bf16-r8", gemv_rows_avx512bf16_r8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
-     1, NULL},
+     1, NULL, false},
     /* the single stream with its prefetch to L1 and, further ahead, to L2 */
     {"avx512bf16-r1f", gemv_rows_avx512bf16_r1f, cpu_isa_avx512bf16, GEMV_IN_BF16,
-     C(GEMV_BF16_MODE), 1, NULL},
+     C(GEMV_BF16_MODE), 1, NULL, false},
     /* that stream's rows and prefetch over 2, 4 or 8 far-apart streams of
      * the thread's lane at once (its sub-lanes): one core keeps more lines
      * in flight for a few streams than for one */
     {"avx512bf16-s2", gemv_rows_avx512bf16_r1f, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
-     2, gemv_pieces_avx512bf16_s},
+     2, gemv_pieces_avx512bf16_s, false},
     {"avx512bf16-s4", gemv_rows_avx512bf16_r1f, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
-     4, gemv_pieces_avx512bf16_s},
+     4, gemv_pieces_avx512bf16_s, false},
     {"avx512bf16-s8", gemv_rows_avx512bf16_r1f, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
-     8, gemv_pieces_avx512bf16_s},
+     8, gemv_pieces_avx512bf16_s, false},
     /* the same sums over blocks of 3 weight rows x 8 input rows: fewer
      * loads per multiply-add where several input rows bind the product */
     {"avx512bf16-m8", gemv_rows_avx512bf16_m8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
-     1, NULL},
+     1, NULL, false},
     /* and in column spans over 12 weight rows, x's span kept in L1 */
     {"avx512bf16-m8s", gemv_rows_avx512bf16_m8s, cpu_isa_avx512bf16, GEMV_IN_BF16,
-     C(GEMV_BF16_MODE), 1, NULL},
+     C(GEMV_BF16_MODE), 1, NULL, false},
     {"avx512pairs", gemv_rows_avx512pairs, cpu_isa_avx512, GEMV_IN_PAIRS,
-     C(GEMV_BF16) | C(GEMV_BF16_MODE), 1, NULL},
-    {"avx512", gemv_rows_avx512, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
-    {"avx512-r1", gemv_rows_avx512_r1, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
-    {"avx512-m8", gemv_rows_avx512_m8, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
+     C(GEMV_BF16) | C(GEMV_BF16_MODE), 1, NULL, false},
+    {"avx512", gemv_rows_avx512, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL, false},
+    {"avx512-r1", gemv_rows_avx512_r1, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL, false},
+    {"avx512-m8", gemv_rows_avx512_m8, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL, false},
     /* blocks of 3 weight rows x 4 input rows without prefetch (AVX2's 16
      * registers hold their sums; gemv_avx2_m8.c), and avx2-next's rows over
      * 4, 8 or 2 far-apart streams of the thread's lane at once (its
      * sub-lanes), a row of each in turn, for one input row: listed before
      * avx2 and avx2-next so that near-ties keep them (AMD EPYC Zen 2, from
      * memory: -s4 as fast as the others or faster at one input row) */
-    {"avx2-m8", gemv_rows_avx2_m8, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
-    {"avx2-s4", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 4, gemv_pieces_avx2_s},
-    {"avx2-s8", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 8, gemv_pieces_avx2_s},
-    {"avx2-s2", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 2, gemv_pieces_avx2_s},
-    {"avx2", gemv_rows_avx2, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
+    {"avx2-m8", gemv_rows_avx2_m8, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL, false},
+    {"avx2-s4", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 4, gemv_pieces_avx2_s,
+     true},
+    {"avx2-s8", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 8, gemv_pieces_avx2_s,
+     true},
+    {"avx2-s2", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 2, gemv_pieces_avx2_s,
+     true},
+    {"avx2-s3", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 3, gemv_pieces_avx2_s,
+     true},
+    {"avx2", gemv_rows_avx2, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL, false},
     /* the same sums with the prefetch run on into the next block's rows
      * (GEMV_PF_NEXT) */
-    {"avx2-next", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL},
+    {"avx2-next", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL, false},
     /* the matrix product's primitive (matmul.c): its micro-kernels keep more
      * sums in registers than a GEMV's blocks, which wins once enough input
      * rows make the product bound by multiplying rather than by reading */
-    {"matmul", NULL, has_scalar, GEMV_IN_F32, C(GEMV_BF16_MODE), 1, NULL},
+    {"matmul", NULL, has_scalar, GEMV_IN_F32, C(GEMV_BF16_MODE), 1, NULL, false},
     /* never a candidate where a vector kernel runs: only by request */
-    {"scalar", gemv_rows_scalar, has_scalar, GEMV_IN_F32, 0, 1, NULL},
+    {"scalar", gemv_rows_scalar, has_scalar, GEMV_IN_F32, 0, 1, NULL, false},
 };
 #define GEMV_N_KERNELS (int)(sizeof(gemv_kernels) / sizeof(gemv_kernels[0]))
 static const struct gemv_kernel *const gemv_scalar_kernel = &gemv_kernels[GEMV_N_KERNELS - 1];
@@ -268,7 +276,7 @@ static int gemv_find(const char *name, const struct gemv_kernel **out)
         "unknown GEMV kernel \"%s\" (expected amx, avx512bf16, avx512bf16-r1, avx512bf16-r1f, "
         "avx512bf16-s2, avx512bf16-s4, avx512bf16-s8, avx512bf16-r8, avx512bf16-m8, "
         "avx512bf16-m8s, avx512pairs, avx512, avx512-r1, avx512-m8, "
-        "avx2, avx2-next, avx2-m8, avx2-s2, avx2-s4, avx2-s8, matmul or scalar)",
+        "avx2, avx2-next, avx2-m8, avx2-s2, avx2-s3, avx2-s4, avx2-s8, matmul or scalar)",
         name);
 }
 
@@ -648,7 +656,7 @@ static void gemv_calibrate(enum gemv_class c)
                 best[i] = 1e30;
             for (int rep = 0; rep < cal_reps[b]; rep++)
                 for (int i = 0; i < n; i++) {
-                    if (cand[i]->streams > 1 && gemv_bucket_m[b] > 1)
+                    if (cand[i]->streams > 1 && !cand[i]->streams_m && gemv_bucket_m[b] > 1)
                         continue; /* one row's kernel: best stays 1e30 */
                     struct gemv_job j;
                     gemv_job_init(&j, cand[i], &w);

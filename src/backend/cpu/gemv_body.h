@@ -118,26 +118,50 @@ GEMV_INLINE float gv_elem_w(enum dtype t, const char *row, int c)
 #define GEMV_UNUSED_PF
 #endif
 
-/* Columns [c0, c1) (whole vectors) of weight rows r .. r + R - 1 times
+/* A block's operands: R weight rows wherever they lie (adjacent rows of one
+ * product, or a row of each of several far-apart streams: gemv_streams.h)
+ * against the same input rows, and where each row's results go. */
+struct gemv_at {
+    const char *w[GEMV_R]; /* weight row p */
+    float *y[GEMV_R];      /* row p's result for input row 0, the next ldy apart */
+    const GV_XELEM *xv;    /* the input rows as the vector loop reads them */
+    const float *x;        /* and in f32, for the columns past the last whole vector */
+    size_t ldx, ldy;
+    /* the software prefetch, pf_bytes ahead of the loads (0: none); past
+     * pf_row bytes of a row it skips pf_skip more (GEMV_PF_NEXT) */
+    size_t pf_bytes, pf_row, pf_skip;
+};
+
+/* rows r .. r + R - 1 of a's product */
+GEMV_INLINE struct gemv_at gemv_at_rows(const struct gemv_args *a, enum dtype t, int r, const int R)
+{
+    struct gemv_at at = {.xv = GV_XROWS(a),
+                         .x = a->x,
+                         .ldx = a->ldx,
+                         .ldy = a->ldy,
+                         .pf_bytes = GEMV_PF_BYTES,
+                         .pf_row = (size_t)a->w->cols * (t == DTYPE_F32 ? 4 : 2)};
+    at.pf_skip = (size_t)R * dtype_row_bytes(t, a->w->ld) - at.pf_row;
+#pragma GCC unroll 8
+    for (int p = 0; p < R; p++) {
+        at.w[p] = weight_row(a->w, r + p);
+        at.y[p] = a->y + r + p;
+    }
+    return at;
+}
+
+/* Columns [c0, c1) (whole vectors) of the R weight rows of `at` times
  * input rows i0 .. i0 + M - 1, added to part[p][i0 + i]. R and M are
  * constants after inlining, so the accumulators live in registers. */
-GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
+GEMV_INLINE void gemv_block(const struct gemv_at *at, enum dtype t, const int R, int i0,
                             const int M, int c0, int c1, GEMV_UNUSED_PF bool pf,
                             gv_t part[GEMV_R][GEMV_MT])
 {
-    const char *wr[GEMV_R];
     const GV_XELEM *xr[GEMV_MB];
     gv_t acc[GEMV_R][GEMV_MB];
-#ifdef GEMV_PF_NEXT
-    const size_t pf_row = (size_t)a->w->cols * (t == DTYPE_F32 ? 4 : 2);
-    const size_t pf_skip = (size_t)R * dtype_row_bytes(t, a->w->ld) - pf_row;
-#endif
-#pragma GCC unroll 8
-    for (int p = 0; p < R; p++)
-        wr[p] = weight_row(a->w, r + p);
 #pragma GCC unroll 8
     for (int i = 0; i < M; i++)
-        xr[i] = GV_XROWS(a) + (size_t)(i0 + i) * a->ldx;
+        xr[i] = at->xv + (size_t)(i0 + i) * at->ldx;
 #pragma GCC unroll 8
     for (int p = 0; p < R; p++)
 #pragma GCC unroll 8
@@ -147,21 +171,21 @@ GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, cons
         GV_WT wv[GEMV_R];
 #pragma GCC unroll 8
         for (int p = 0; p < R; p++)
-            wv[p] = gv_load_w(t, wr[p], c);
+            wv[p] = gv_load_w(t, at->w[p], c);
 #if GV_COLS >= 8 && GEMV_PF_BYTES > 0
-        if (M <= 2 || pf) {
-            size_t off = (size_t)c * (t == DTYPE_F32 ? 4 : 2) + GEMV_PF_BYTES;
+        if (at->pf_bytes && (M <= 2 || pf)) {
+            size_t off = (size_t)c * (t == DTYPE_F32 ? 4 : 2) + at->pf_bytes;
 #ifdef GEMV_PF_NEXT
-            if (off >= pf_row)
-                off += pf_skip;
+            if (off >= at->pf_row)
+                off += at->pf_skip;
 #endif
 #pragma GCC unroll 8
             for (int p = 0; p < R; p++)
-                __builtin_prefetch(wr[p] + off, 0, GEMV_PF_LOCALITY);
+                __builtin_prefetch(at->w[p] + off, 0, GEMV_PF_LOCALITY);
 #ifdef GEMV_PF_FAR_BYTES
 #pragma GCC unroll 8
             for (int p = 0; p < R; p++)
-                __builtin_prefetch(wr[p] + off + (GEMV_PF_FAR_BYTES - GEMV_PF_BYTES), 0, 2);
+                __builtin_prefetch(at->w[p] + off + (GEMV_PF_FAR_BYTES - GEMV_PF_BYTES), 0, 2);
 #endif
         }
 #endif
@@ -181,20 +205,20 @@ GEMV_INLINE void gemv_block(const struct gemv_args *a, enum dtype t, int r, cons
             part[p][i0 + i] = acc[p][i];
 }
 
-/* Columns [c0, c1) of R weight rows from r against input rows i0 .. i0 +
- * mt - 1 (mt <= GEMV_MT): groups of GEMV_MB rows, then the rest as one
- * block of constant size. */
-GEMV_INLINE void gemv_span(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
-                           int mt, int c0, int c1, bool pf, gv_t part[GEMV_R][GEMV_MT])
+/* Columns [c0, c1) of the R rows of `at` against input rows i0 .. i0 + mt
+ * - 1 (mt <= GEMV_MT): groups of GEMV_MB rows, then the rest as one block
+ * of constant size. */
+GEMV_INLINE void gemv_span(const struct gemv_at *at, enum dtype t, const int R, int i0, int mt,
+                           int c0, int c1, bool pf, gv_t part[GEMV_R][GEMV_MT])
 {
     int ib = 0;
     for (; ib + GEMV_MB <= mt; ib += GEMV_MB)
-        gemv_block(a, t, r, R, i0 + ib, GEMV_MB, c0, c1, pf, part);
+        gemv_block(at, t, R, i0 + ib, GEMV_MB, c0, c1, pf, part);
     switch (mt - ib) {
 #define GEMV_REST(n)                                                                               \
     case n:                                                                                        \
         if (n < GEMV_MB)                                                                           \
-            gemv_block(a, t, r, R, i0 + ib, n < GEMV_MB ? n : 1, c0, c1, pf, part);                \
+            gemv_block(at, t, R, i0 + ib, n < GEMV_MB ? n : 1, c0, c1, pf, part);                  \
         break;
         GEMV_REST(1)
         GEMV_REST(2)
@@ -207,13 +231,12 @@ GEMV_INLINE void gemv_span(const struct gemv_args *a, enum dtype t, int r, const
     }
 }
 
-/* The sums of part, the columns after the last whole vector, the results. */
-GEMV_INLINE void gemv_finish(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
-                             int mt, gv_t part[GEMV_R][GEMV_MT])
+/* The sums of part, the columns [kv, k) after the last whole vector, the
+ * results. */
+GEMV_INLINE void gemv_finish(const struct gemv_at *at, enum dtype t, const int R, int i0, int mt,
+                             int kv, int k, gv_t part[GEMV_R][GEMV_MT])
 {
-    const int k = a->w->cols, kv = k / GV_COLS * GV_COLS;
     for (int p = 0; p < R; p++) {
-        const char *wr = weight_row(a->w, r + p);
         float sum[GEMV_MT];
         int i = 0;
 #ifdef GEMV_HSUM8
@@ -223,11 +246,11 @@ GEMV_INLINE void gemv_finish(const struct gemv_args *a, enum dtype t, int r, con
         for (; i < mt; i++)
             sum[i] = gv_hsum(part[p][i]);
         for (i = 0; i < mt; i++) {
-            const float *xr = a->x + (size_t)(i0 + i) * a->ldx;
+            const float *xr = at->x + (size_t)(i0 + i) * at->ldx;
             float s = sum[i];
             for (int c = kv; c < k; c++)
-                s += gv_elem_w(t, wr, c) * xr[c];
-            a->y[(size_t)(i0 + i) * a->ldy + r + p] = s;
+                s += gv_elem_w(t, at->w[p], c) * xr[c];
+            at->y[p][(size_t)(i0 + i) * at->ldy] = s;
         }
     }
 }
@@ -238,25 +261,33 @@ GEMV_INLINE bool gemv_pf(enum dtype t, int k, int mt)
     return mt <= GEMV_MB || (size_t)k * (t == DTYPE_F32 ? 4 : 2) <= GEMV_PF_ROW_BYTES;
 }
 
-#ifndef GEMV_XSPAN_COLS
-/* Input rows i0 .. i0 + mt - 1 (mt <= GEMV_MT) against R weight rows from
- * r. Up to GEMV_MB rows run over all columns at once; more go by in groups
- * of GEMV_MB over GEMV_KC columns at a time, so that the weights' and the
- * inputs' columns of that span stay in L1 while every group uses them. */
-GEMV_INLINE void gemv_rowgroup(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
-                               int mt)
+/* Input rows i0 .. i0 + mt - 1 (mt <= GEMV_MT) of k columns against the R
+ * rows of `at`. Up to GEMV_MB rows run over all columns at once; more go by
+ * in groups of GEMV_MB over GEMV_KC columns at a time, so that the
+ * weights' and the inputs' columns of that span stay in L1 while every
+ * group uses them. */
+GEMV_INLINE void gemv_rowgroup_at(const struct gemv_at *at, enum dtype t, const int R, int i0,
+                                  int mt, int k, bool pf)
 {
-    const int k = a->w->cols, kv = k / GV_COLS * GV_COLS;
+    const int kv = k / GV_COLS * GV_COLS;
     const int kc = mt <= GEMV_MB ? kv : GEMV_KC;
-    const bool pf = gemv_pf(t, k, mt);
     gv_t part[GEMV_R][GEMV_MT];
 #pragma GCC unroll 8
     for (int p = 0; p < R; p++)
         for (int i = 0; i < mt; i++)
             part[p][i] = gv_zero();
     for (int c0 = 0; c0 < kv; c0 += kc)
-        gemv_span(a, t, r, R, i0, mt, c0, c0 + kc < kv ? c0 + kc : kv, pf, part);
-    gemv_finish(a, t, r, R, i0, mt, part);
+        gemv_span(at, t, R, i0, mt, c0, c0 + kc < kv ? c0 + kc : kv, pf, part);
+    gemv_finish(at, t, R, i0, mt, kv, k, part);
+}
+
+#ifndef GEMV_XSPAN_COLS
+/* rows r .. r + R - 1 of a's product against input rows i0 .. i0 + mt - 1 */
+GEMV_INLINE void gemv_rowgroup(const struct gemv_args *a, enum dtype t, int r, const int R, int i0,
+                               int mt)
+{
+    const struct gemv_at at = gemv_at_rows(a, t, r, R);
+    gemv_rowgroup_at(&at, t, R, i0, mt, a->w->cols, gemv_pf(t, a->w->cols, mt));
 }
 
 GEMV_INLINE void gemv_rows_typed(const struct gemv_args *a, enum dtype t, int r0, int r1)
@@ -304,16 +335,24 @@ GEMV_INLINE void gemv_rows_typed(const struct gemv_args *a, enum dtype t, int r0
             for (int c0 = 0; c0 < kv; c0 += GEMV_XSPAN_COLS) {
                 const int c1 = c0 + GEMV_XSPAN_COLS < kv ? c0 + GEMV_XSPAN_COLS : kv;
                 int r = rc, j = 0;
-                for (; r + GEMV_R <= re; r += GEMV_R, j++)
-                    gemv_span(a, t, r, GEMV_R, i0, mt, c0, c1, pf, part[j]);
-                for (; r < re; r++, j++)
-                    gemv_span(a, t, r, 1, i0, mt, c0, c1, pf, part[j]);
+                for (; r + GEMV_R <= re; r += GEMV_R, j++) {
+                    const struct gemv_at at = gemv_at_rows(a, t, r, GEMV_R);
+                    gemv_span(&at, t, GEMV_R, i0, mt, c0, c1, pf, part[j]);
+                }
+                for (; r < re; r++, j++) {
+                    const struct gemv_at at = gemv_at_rows(a, t, r, 1);
+                    gemv_span(&at, t, 1, i0, mt, c0, c1, pf, part[j]);
+                }
             }
             int r = rc, j = 0;
-            for (; r + GEMV_R <= re; r += GEMV_R, j++)
-                gemv_finish(a, t, r, GEMV_R, i0, mt, part[j]);
-            for (; r < re; r++, j++)
-                gemv_finish(a, t, r, 1, i0, mt, part[j]);
+            for (; r + GEMV_R <= re; r += GEMV_R, j++) {
+                const struct gemv_at at = gemv_at_rows(a, t, r, GEMV_R);
+                gemv_finish(&at, t, GEMV_R, i0, mt, kv, k, part[j]);
+            }
+            for (; r < re; r++, j++) {
+                const struct gemv_at at = gemv_at_rows(a, t, r, 1);
+                gemv_finish(&at, t, 1, i0, mt, kv, k, part[j]);
+            }
         }
     }
 }

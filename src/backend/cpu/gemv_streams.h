@@ -126,12 +126,90 @@ static void gs_run(struct gs_stream *st, int n, enum dtype t, int kv, int cols)
     }
 }
 
+/* Several input rows: the streams' current rows in blocks of up to GS_RB,
+ * each block summed as gemv_body.h sums a block of adjacent rows (the same
+ * bits), prefetched GS_PF_BYTES ahead in every stream. A block's 3 x
+ * GEMV_MB sums, 3 weight vectors and an input vector fill AVX2's 16
+ * registers (gemv_avx2_m8.c); 4 streams go as 2 + 2, not 3 + 1, whose
+ * block of one row loads an input vector for each multiply-add. */
+#define GS_RB 3
+
+GEMV_INLINE void gs_rows_block(struct gs_stream *st, const int R, enum dtype t, int cols)
+{
+    const struct gemv_args *a = st[0].a;
+    struct gemv_at at = {.xv = GV_XROWS(a),
+                         .x = a->x,
+                         .ldx = a->ldx,
+                         .ldy = a->ldy,
+                         .pf_bytes = GS_PF_BYTES,
+                         .pf_row = SIZE_MAX, /* a stream's next row follows its last */
+                         .pf_skip = 0};
+#pragma GCC unroll 8
+    for (int p = 0; p < R; p++) {
+        at.w[p] = st[p].w;
+        at.y[p] = st[p].a->y + st[p].r;
+    }
+    for (int i0 = 0; i0 < a->m; i0 += GEMV_MT)
+        gemv_rowgroup_at(&at, t, R, i0, a->m - i0 < GEMV_MT ? a->m - i0 : GEMV_MT, cols, true);
+#pragma GCC unroll 8
+    for (int p = 0; p < R; p++) {
+        st[p].r++;
+        st[p].w += st[p].ld_bytes;
+    }
+}
+
+/* n streams in lockstep until one ends, several input rows */
+GEMV_INLINE void gs_rows_typed(struct gs_stream *st, int n, enum dtype t, int cols)
+{
+    int left = 1 << 30;
+    for (int s = 0; s < n; s++)
+        if (st[s].r1 - st[s].r < left)
+            left = st[s].r1 - st[s].r;
+    for (int i = 0; i < left; i++)
+        for (int s = 0; s < n;) {
+            const int rest = n - s, r = rest == 4 ? 2 : rest < GS_RB ? rest : GS_RB;
+            if (r == 3)
+                gs_rows_block(st + s, 3, t, cols);
+            else if (r == 2)
+                gs_rows_block(st + s, 2, t, cols);
+            else
+                gs_rows_block(st + s, 1, t, cols);
+            s += r;
+        }
+}
+
+static void gs_rows(struct gs_stream *st, int n, enum dtype t, int cols)
+{
+    switch (t) {
+    case DTYPE_F16:
+        gs_rows_typed(st, n, DTYPE_F16, cols);
+        break;
+    case DTYPE_BF16:
+        gs_rows_typed(st, n, DTYPE_BF16, cols);
+        break;
+    default:
+        gs_rows_typed(st, n, DTYPE_F32, cols);
+        break;
+    }
+}
+
+/* whether piece i can go in lockstep with piece 0: the same weight shape,
+ * and for several input rows the same input rows and output stride (a
+ * block's input vectors feed every stream's row) */
+static bool gs_fits(const struct gemv_piece *p, int i)
+{
+    const struct gemv_args *a = p[i].a, *a0 = p[0].a;
+    if (a->m != a0->m || a->w->dtype != a0->w->dtype || a->w->cols != a0->w->cols)
+        return false;
+    return a->m == 1 ||
+           (GV_XROWS(a) == GV_XROWS(a0) && a->x == a0->x && a->ldx == a0->ldx && a->ldy == a0->ldy);
+}
+
 void GEMV_PIECES_FN(const struct gemv_piece *p, int n)
 {
     bool lockstep = n <= GEMV_STREAMS_MAX;
     for (int i = 0; i < n && lockstep; i++)
-        lockstep = p[i].a->m == 1 && p[i].a->w->dtype == p[0].a->w->dtype &&
-                   p[i].a->w->cols == p[0].a->w->cols;
+        lockstep = gs_fits(p, i);
     if (!lockstep) {
         for (int i = 0; i < n; i++)
             GEMV_ROWS_FN(p[i].a, p[i].r0, p[i].r1);
@@ -152,7 +230,10 @@ void GEMV_PIECES_FN(const struct gemv_piece *p, int n)
             };
     /* in lockstep while every stream has rows; the ones left go on */
     while (live > 0) {
-        gs_run(st, live, t, kv, cols);
+        if (p[0].a->m == 1)
+            gs_run(st, live, t, kv, cols);
+        else
+            gs_rows(st, live, t, cols);
         int k = 0;
         for (int s = 0; s < live; s++)
             if (st[s].r < st[s].r1)
