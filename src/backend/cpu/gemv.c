@@ -117,8 +117,8 @@ struct gemv_kernel {
     enum gemv_input input;
     unsigned classes;
     /* > 1: a task runs `streams` pieces by `pieces` (a lane in sub-lanes,
-     * lanes.h), a candidate for one input row alone (other calls run its
-     * pieces one by one: its rows fn) */
+     * lanes.h), a candidate for one input row alone unless streams_m (other
+     * calls run its pieces one by one: its rows fn) */
     int streams;
     gemv_pieces_fn pieces;
     /* its pieces fn takes several input rows in lockstep too: a candidate
@@ -167,10 +167,12 @@ static const struct gemv_kernel gemv_kernels[] = {
     {"avx512-m8", gemv_rows_avx512_m8, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL, false},
     /* blocks of 3 weight rows x 4 input rows without prefetch (AVX2's 16
      * registers hold their sums; gemv_avx2_m8.c), and avx2-next's rows over
-     * 4, 8 or 2 far-apart streams of the thread's lane at once (its
-     * sub-lanes), a row of each in turn, for one input row: listed before
-     * avx2 and avx2-next so that near-ties keep them (AMD EPYC Zen 2, from
-     * memory: -s4 as fast as the others or faster at one input row) */
+     * 4, 8, 2 or 3 far-apart streams of the thread's lane at once (its
+     * sub-lanes), a row of each in turn, for any number of input rows
+     * (gemv_streams.h): listed before avx2 and avx2-next so that near-ties
+     * keep them (AMD EPYC Zen 2, from memory: -s4 as fast as the others or
+     * faster at one input row; -s2/-s3/-s4 faster at 2-16 rows on short
+     * weight rows) */
     {"avx2-m8", gemv_rows_avx2_m8, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 1, NULL, false},
     {"avx2-s4", gemv_rows_avx2_next, cpu_isa_avx2, GEMV_IN_F32, ALL_CLASSES, 4, gemv_pieces_avx2_s,
      true},

@@ -92,9 +92,10 @@ typedef void (*gemv_pieces_fn)(const struct gemv_piece *p, int n);
  * each row summed as gemv_rows_avx512bf16_r1 sums it (the same results
  * bitwise); other shapes piece by piece through gemv_rows_avx512bf16_r1f */
 void gemv_pieces_avx512bf16_s(const struct gemv_piece *p, int n);
-/* one input row over the n pieces' streams in lockstep, each row summed as
- * gemv_rows_avx2_next sums it (the same results bitwise), any weight dtype;
- * other shapes piece by piece through gemv_rows_avx2_next */
+/* the n pieces' streams in lockstep (one input row, or several the pieces
+ * share), each row summed as gemv_rows_avx2_next sums it (the same results
+ * bitwise), any weight dtype; other shapes piece by piece through
+ * gemv_rows_avx2_next */
 void gemv_pieces_avx2_s(const struct gemv_piece *p, int n);
 /* Asks Linux for the AMX tile data (once per process suffices; repeating
  * is harmless): true when granted. */
