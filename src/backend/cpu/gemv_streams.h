@@ -37,9 +37,10 @@
  * few lines ahead). AMD EPYC Zen 2, bf16, one input row, 1 thread, bench gemv
  * --kernel avx2-s4 (2026-12-07): 4864 x 896 at 0.36 ms a call with none,
  * 0.34 at 192-256 bytes, 0.33 at 384-512, 0.36 at 1 KiB, 0.37-0.38 at 2 KiB;
- * 896 x 896, 896 x 4864, 2048 x 2048 and 8192 x 2048 3-7% faster at 512;
- * qwen2.5-0.5b's decode 39.3-39.8 -> 44.8-45.1 tok/s, llama-3.2-1b's
- * 16.7-18.2 -> 18.5-19.3 (interleaved). 0: none. */
+ * 896 x 896, 896 x 4864, 2048 x 2048 and 8192 x 2048 3-7% faster at 512.
+ * Against the loop before it (a vector a step, no prefetch), one thread over
+ * 4864 x 896 took 0.34-0.36 ms a call against 0.36-0.375, and decode moved
+ * within the machine's noise (1.02-1.07x). 0: none. */
 #ifndef GS_PF_BYTES
 #define GS_PF_BYTES 512
 #endif
@@ -187,6 +188,9 @@ GEMV_INLINE void gs_rows_typed(struct gs_stream *st, int n, enum dtype t, int co
         }
 }
 
+/* apart from gs_run: with both loops in one function per dtype, the
+ * one-row loop ran 10-15% slower on one thread (AMD EPYC Zen 2, 4864 x 896
+ * bf16, 0.388 against 0.339-0.364 ms a call, interleaved) */
 static void gs_rows(struct gs_stream *st, int n, enum dtype t, int cols)
 {
     switch (t) {
