@@ -496,13 +496,16 @@ static void test_gemv_amx_rows(void)
  * own is done) and in the pool's order, and on this thread alone: every
  * output row written once, by the same code, so the same bits. y starts as
  * NaN, so a chunk that no task took shows; the shapes give 1, 7 and 17
- * chunks (rows not a multiple of a chunk's), one call and three in a
- * group. */
+ * chunks (rows not a multiple of a chunk's), one call and four in a
+ * group, two of them of the same columns and input rows (a step's pieces
+ * of both products then go in lockstep, avx2-s*'s several input rows
+ * included). */
 static void test_gemv_lanes(void)
 {
-    static const int shapes[][2] = {{37, 75}, {530, 256}, {2100, 512}};
-    static const char *const kernels[] = {NULL,  "avx512bf16-r1f", "avx512bf16-s4", "avx512bf16-s8",
-                                          "amx", "avx512",         "avx2-s4",       "avx2-s8"};
+    static const int shapes[][2] = {{37, 75}, {530, 256}, {300, 256}, {2100, 512}};
+    static const char *const kernels[] = {
+        NULL,     "avx512bf16-r1f", "avx512bf16-s4", "avx512bf16-s8", "amx",
+        "avx512", "avx2-s3",        "avx2-s4",       "avx2-s8"};
     static const int ms[] = {1, 3};
     enum { N_SHAPES = sizeof(shapes) / sizeof(shapes[0]) };
     uint16_t *wb[N_SHAPES];

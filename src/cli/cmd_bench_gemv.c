@@ -133,9 +133,9 @@ int bench_gemv(int argc, char **argv)
              "run one kernel: amx, avx512bf16, avx512bf16-r1, avx512bf16-r1f, avx512bf16-s2, "
              "avx512bf16-s4, avx512bf16-s8, avx512bf16-r8, avx512bf16-m8, avx512bf16-m8s, "
              "avx512pairs, avx512, avx512-r1, avx512-m8, avx2, avx2-next, avx2-m8, avx2-s2, "
-             "avx2-s3, avx2-s4, avx2-s8, matmul or scalar (default: each class of weights and rows "
-             "takes "
-             "the fastest, measured at first use; SHARDSWAP_AMX=off leaves the AMX kernels out)"),
+             "avx2-s3, avx2-s4, avx2-s8, matmul or scalar (default: each class of weights and "
+             "rows takes the fastest, measured at first use; SHARDSWAP_AMX=off leaves the AMX "
+             "kernels out)"),
         FLAG("compute", FLAG_STR, &compute, "f32|bf16",
              "compute mode (default f32; bf16 quantizes x for the block types)"),
         FLAG("types", FLAG_STR, &type_list, "LIST",

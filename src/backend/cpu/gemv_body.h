@@ -185,7 +185,7 @@ GEMV_INLINE void gemv_block(const struct gemv_at *at, enum dtype t, const int R,
 #ifdef GEMV_PF_FAR_BYTES
 #pragma GCC unroll 8
             for (int p = 0; p < R; p++)
-                __builtin_prefetch(at->w[p] + off + (GEMV_PF_FAR_BYTES - GEMV_PF_BYTES), 0, 2);
+                __builtin_prefetch(at->w[p] + off + (GEMV_PF_FAR_BYTES - at->pf_bytes), 0, 2);
 #endif
         }
 #endif

@@ -95,13 +95,20 @@ GEMV_INLINE void gs_step(struct gs_stream *st, const int n, enum dtype t, int kv
     }
 }
 
+/* the rows the n streams take in lockstep: until the first one ends */
+static inline int gs_left(const struct gs_stream *st, int n)
+{
+    int left = st[0].r1 - st[0].r;
+    for (int s = 1; s < n; s++)
+        if (st[s].r1 - st[s].r < left)
+            left = st[s].r1 - st[s].r;
+    return left;
+}
+
 /* n streams in lockstep until one ends */
 GEMV_INLINE void gs_run_typed(struct gs_stream *st, int n, enum dtype t, int kv, int cols)
 {
-    int left = 1 << 30;
-    for (int s = 0; s < n; s++)
-        if (st[s].r1 - st[s].r < left)
-            left = st[s].r1 - st[s].r;
+    const int left = gs_left(st, n);
     for (int i = 0; i < left; i++)
         switch (n) {
 #define GS_CASE(k)                                                                                 \
@@ -171,10 +178,7 @@ GEMV_INLINE void gs_rows_block(struct gs_stream *st, const int R, enum dtype t, 
 /* n streams in lockstep until one ends, several input rows */
 GEMV_INLINE void gs_rows_typed(struct gs_stream *st, int n, enum dtype t, int cols)
 {
-    int left = 1 << 30;
-    for (int s = 0; s < n; s++)
-        if (st[s].r1 - st[s].r < left)
-            left = st[s].r1 - st[s].r;
+    const int left = gs_left(st, n);
     for (int i = 0; i < left; i++)
         for (int s = 0; s < n;) {
             const int rest = n - s, r = rest == 4 ? 2 : rest < GS_RB ? rest : GS_RB;
