@@ -82,23 +82,23 @@ void AT_FN(attn_scores)(float *s, size_t lds, const float *q, size_t ldq, int ro
 {
     const int C = (head_dim + AT_LANES - 1) / AT_LANES;
     const at_m last = at_lanes(head_dim - AT_LANES * (C - 1));
+    const bool full = head_dim % AT_LANES == 0;
+    /* C and whether rows fill their vectors constants in each call */
+#define SCORES_C(CC)                                                                               \
+    (full ? scores_c(s, lds, q, ldq, rows, CC, true, last, k, v, head_dim, n)                      \
+          : scores_c(s, lds, q, ldq, rows, CC, false, last, k, v, head_dim, n))
     switch (C) { /* the usual head widths (64, 128) with their vectors in registers */
     case 64 / AT_LANES:
-        if (head_dim == 64)
-            scores_c(s, lds, q, ldq, rows, 64 / AT_LANES, true, last, k, v, head_dim, n);
-        else
-            scores_c(s, lds, q, ldq, rows, 64 / AT_LANES, false, last, k, v, head_dim, n);
+        SCORES_C(64 / AT_LANES);
         return;
     case 128 / AT_LANES:
-        if (head_dim == 128)
-            scores_c(s, lds, q, ldq, rows, 128 / AT_LANES, true, last, k, v, head_dim, n);
-        else
-            scores_c(s, lds, q, ldq, rows, 128 / AT_LANES, false, last, k, v, head_dim, n);
+        SCORES_C(128 / AT_LANES);
         return;
-    default:
+    default: /* masked loads whatever the width (GCC 12 warned of unset vectors otherwise) */
         scores_c(s, lds, q, ldq, rows, C, false, last, k, v, head_dim, n);
         return;
     }
+#undef SCORES_C
 }
 
 /* out (+)= P v for rows [r0, r0 + NR) (a row past `rows` recomputes the
