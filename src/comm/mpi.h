@@ -77,8 +77,8 @@ int mpi_world_recv(struct mpi_world *w, int peer, int tag, void **p, size_t *n);
  * dropped the message, and the order of (peer, tag) is lost. A send given
  * up may still be read by MPI: the caller must then leave p allocated and
  * unchanged for good (leak it), as it must a peer that is gone. */
-int mpi_world_recv_unless(struct mpi_world *w, int peer, int tag, const atomic_bool *stop,
-                          void **p, size_t *n);
+int mpi_world_recv_unless(struct mpi_world *w, int peer, int tag, const atomic_bool *stop, void **p,
+                          size_t *n);
 int mpi_world_send_unless(struct mpi_world *w, int peer, int tag, const void *p, size_t n,
                           const atomic_bool *stop);
 /* A send that is only posted: returns at once (any thread but the progress
@@ -103,7 +103,9 @@ int mpi_world_send_post(struct mpi_world *w, int peer, int tag, const void *p, s
  * found(arg, proc). A process stopped (SIGSTOP) or cut off is lost; one
  * that dies ends the whole job under OpenMPI's default (mpirun names it).
  * mpi_world_close with a peer still lost ends the job (MPI_Abort) instead
- * of hanging in MPI_Finalize, which waits for every process. Once per
+ * of hanging in MPI_Finalize, which waits for every process; a peer that
+ * closed its world first said so in its last heartbeat and is never lost
+ * (it waits in MPI_Finalize, however long the others take). Once per
  * world; ERR_INVALID unless 0 < interval_s < timeout_s. */
 struct mpi_watch_config {
     double interval_s, timeout_s;

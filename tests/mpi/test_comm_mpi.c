@@ -486,3 +486,43 @@ TEST(heartbeats)
     CHECK(comm_barrier(comm_group_rank(all, me)) == 0);
     comm_group_destroy(all);
 }
+
+/* Closing one after another: the processes that close first (the
+ * followers in `followers_close_first`, process 0 in `leader_closes_first`)
+ * return at once, and the other waits three heartbeat timeouts before it
+ * closes: the early ones wait in MPI_Finalize, silent, and are never lost
+ * (their last heartbeat said they were closing), so the late one neither
+ * calls `lost` nor ends the job at its close (before, it did: MPI_Abort,
+ * the whole job failing after its work was done). */
+static void close_apart(bool leader_first)
+{
+    struct mpi_watch_config cfg = {
+        .interval_s = 0.05, .timeout_s = 0.5, .lost = on_lost, .found = on_found};
+    CHECK(mpi_world_watch(world, &cfg) == 0);
+    int every[8];
+    for (int p = 0; p < procs; p++)
+        every[p] = p;
+    struct comm_group *all = NULL;
+    CHECK(comm_group_create_mpi(world, procs, every, 802, &all) == 0);
+    if (!all)
+        return;
+    CHECK(comm_barrier(comm_group_rank(all, me)) == 0); /* everyone watching and up */
+    comm_group_destroy(all);
+    if ((me == 0) == leader_first)
+        return; /* closes now */
+    struct timespec late = {1, 500 * 1000 * 1000};
+    nanosleep(&late, NULL);
+    for (int p = 0; p < procs; p++)
+        CHECK_MSG(!mpi_world_proc_lost(world, p) && atomic_load(&lost_count[p]) == 0,
+                  "process %d, closed first, counted lost", p);
+}
+
+TEST(followers_close_first)
+{
+    close_apart(false);
+}
+
+TEST(leader_closes_first)
+{
+    close_apart(true);
+}

@@ -33,7 +33,14 @@ struct beat {
     uint64_t in, out;       /* the received and sent counters (the payload) */
     double heard;           /* when the last one arrived (or watching began) */
     bool lost;              /* silent for longer than the timeout */
+    bool closed;            /* its last one said it is closing (BEAT_CLOSING) */
 };
+
+/* The payload of a process's last heartbeat, sent as it closes its world:
+ * from then on it is silent because it waits in MPI_Finalize for the
+ * others, not because it is gone, so its peers never count it lost (one
+ * that closes a few seconds after another would otherwise end the job). */
+static const uint64_t BEAT_CLOSING = UINT64_MAX;
 
 struct mpi_world {
     int proc, procs, max_tag;
@@ -86,6 +93,7 @@ static bool beats_step(struct mpi_world *w)
             MPI_Irecv(&b->in, 1, MPI_UINT64_T, p, beat_tag(w), w->data, &b->recv);
         else if (MPI_Test(&b->recv, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
             b->heard = now;
+            b->closed |= b->in == BEAT_CLOSING;
             moved = true;
             MPI_Irecv(&b->in, 1, MPI_UINT64_T, p, beat_tag(w), w->data, &b->recv);
         }
@@ -95,7 +103,7 @@ static bool beats_step(struct mpi_world *w)
             b->out++;
             MPI_Isend(&b->out, 1, MPI_UINT64_T, p, beat_tag(w), w->data, &b->send);
         }
-        bool lost = now - b->heard > w->watch.timeout_s;
+        bool lost = !b->closed && now - b->heard > w->watch.timeout_s;
         if (lost != b->lost) { /* the callbacks under the lock: mpi_world_unwatch */
             pthread_mutex_lock(&w->lock);
             b->lost = lost;
@@ -109,12 +117,19 @@ static bool beats_step(struct mpi_world *w)
     return moved;
 }
 
-/* At close: the standing receives cancelled, the sends let go (a send to a
- * peer that is gone may never complete). */
+/* At close: the last heartbeat (BEAT_CLOSING) to every watched peer, the
+ * standing receives cancelled, the sends let go (a send to a peer that is
+ * gone may never complete; MPI_Finalize finishes the others). */
 static void beats_end(struct mpi_world *w)
 {
     for (int p = 0; w->beats && p < w->procs; p++) {
         struct beat *b = &w->beats[p];
+        if (b->watched) {
+            MPI_Request last;
+            if (MPI_Isend(&BEAT_CLOSING, 1, MPI_UINT64_T, p, beat_tag(w), w->data, &last) ==
+                MPI_SUCCESS)
+                MPI_Request_free(&last);
+        }
         if (b->recv != MPI_REQUEST_NULL) {
             MPI_Cancel(&b->recv);
             MPI_Wait(&b->recv, MPI_STATUS_IGNORE);
@@ -575,8 +590,8 @@ int mpi_world_send(struct mpi_world *w, int peer, int tag, const void *p, size_t
     return mpi_world_send_unless(w, peer, tag, p, n, NULL);
 }
 
-int mpi_world_recv_unless(struct mpi_world *w, int peer, int tag, const atomic_bool *stop,
-                          void **p, size_t *n)
+int mpi_world_recv_unless(struct mpi_world *w, int peer, int tag, const atomic_bool *stop, void **p,
+                          size_t *n)
 {
     struct mpi_op op = {.kind = MPI_OP_RECV, .peer = peer, .tag = tag, .stop = stop};
     int rc = message_run(w, &op);
