@@ -131,7 +131,8 @@ int bench_gemv(int argc, char **argv)
                    1 << 20, "16..1048576"),
         FLAG("kernel", FLAG_STR, &kernel, "NAME",
              "run one kernel: amx, avx512bf16, avx512bf16-r1, avx512bf16-r1f, avx512bf16-s2, "
-             "avx512bf16-s4, avx512bf16-s8, avx512bf16-r8, avx512bf16-m8, avx512bf16-m8s, "
+             "avx512bf16-s4, avx512bf16-s8, avx512bf16-s2n, avx512bf16-s4n, avx512bf16-r8, "
+             "avx512bf16-m8, avx512bf16-m8s, "
              "avx512pairs, avx512, avx512-r1, avx512-m8, avx2, avx2-next, avx2-m8, avx2-s2, "
              "avx2-s3, avx2-s4, avx2-s8, matmul or scalar (default: each class of weights and "
              "rows takes the fastest, measured at first use; SHARDSWAP_AMX=off leaves the AMX "

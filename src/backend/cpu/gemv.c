@@ -153,6 +153,12 @@ static const struct gemv_kernel gemv_kernels[] = {
      4, gemv_pieces_avx512bf16_s, false},
     {"avx512bf16-s8", gemv_rows_avx512bf16_r1f, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
      8, gemv_pieces_avx512bf16_s, false},
+    /* and with no software prefetch: on AMD EPYC Zen 4 the prefetches cost
+     * more than they bring (gemv_avx512bf16_s.c) */
+    {"avx512bf16-s2n", gemv_rows_avx512bf16_r1, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
+     2, gemv_pieces_avx512bf16_sn, false},
+    {"avx512bf16-s4n", gemv_rows_avx512bf16_r1, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
+     4, gemv_pieces_avx512bf16_sn, false},
     /* the same sums over blocks of 3 weight rows x 8 input rows: fewer
      * loads per multiply-add where several input rows bind the product */
     {"avx512bf16-m8", gemv_rows_avx512bf16_m8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
@@ -276,7 +282,8 @@ static int gemv_find(const char *name, const struct gemv_kernel **out)
     return err_set(
         ERR_INVALID,
         "unknown GEMV kernel \"%s\" (expected amx, avx512bf16, avx512bf16-r1, avx512bf16-r1f, "
-        "avx512bf16-s2, avx512bf16-s4, avx512bf16-s8, avx512bf16-r8, avx512bf16-m8, "
+        "avx512bf16-s2, avx512bf16-s4, avx512bf16-s8, avx512bf16-s2n, avx512bf16-s4n, "
+        "avx512bf16-r8, avx512bf16-m8, "
         "avx512bf16-m8s, avx512pairs, avx512, avx512-r1, avx512-m8, "
         "avx2, avx2-next, avx2-m8, avx2-s2, avx2-s3, avx2-s4, avx2-s8, matmul or scalar)",
         name);

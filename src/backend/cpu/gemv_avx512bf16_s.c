@@ -17,7 +17,17 @@
  * in which rows are visited differs. Pieces of another shape (more input
  * rows, weights not bf16, a piece whose columns differ from the first's)
  * run one after the other through gemv_rows_avx512bf16_r1f. Compiled with
- * the same flags as gemv_avx512bf16.c (CMakeLists.txt). */
+ * the same flags as gemv_avx512bf16.c (CMakeLists.txt).
+ *
+ * gemv_pieces_avx512bf16_sn (`avx512bf16-s2n`, `-s4n`) reads the same
+ * streams with no software prefetch (its other pieces through
+ * gemv_rows_avx512bf16_r1, which has none either): on AMD EPYC Zen 4 the
+ * two prefetches a line cost more than they bring. Zen 4 (family 25 model
+ * 17, 2 vCPUs), 2 threads, one input row, kernels alternated in one process
+ * over 1 GB of bf16 weights, 13-15 rounds, median ratio of each round's
+ * GB/s to avx2-s3's (2026-12-07, the machine's read rate moving between 16
+ * and 70 GB/s meanwhile): 4864 x 896 s2 0.91, s2n 1.09, s4n 1.14; 896 x
+ * 4864 s2 1.14, s4 1.18, s2n 1.36, s4n 1.14; 896 x 896 s2 1.01, s2n 1.09. */
 #include "backend/cpu/gemv_isa.h"
 
 #include "core/dtype.h"
@@ -39,9 +49,10 @@ struct s_stream {
 
 /* One row of each of the n streams (n constant after inlining), cols
  * columns (kv of them whole vectors of 32), and each stream moved to its
- * next row. */
+ * next row; each line prefetched twice ahead where pf (constant after
+ * inlining). */
 static inline __attribute__((always_inline)) void s_step(struct s_stream *st, const int n, int kv,
-                                                         int cols)
+                                                         int cols, const bool pf)
 {
     __m512 acc[GEMV_STREAMS_MAX];
     const char *wr[GEMV_STREAMS_MAX];
@@ -55,8 +66,10 @@ static inline __attribute__((always_inline)) void s_step(struct s_stream *st, co
 #pragma GCC unroll 8
         for (int s = 0; s < n; s++) {
             const __m512bh wv = (__m512bh)_mm512_loadu_si512(wr[s] + off);
-            _mm_prefetch(wr[s] + off + S_PF_NEAR, _MM_HINT_T0);
-            _mm_prefetch(wr[s] + off + S_PF_FAR, _MM_HINT_T1);
+            if (pf) {
+                _mm_prefetch(wr[s] + off + S_PF_NEAR, _MM_HINT_T0);
+                _mm_prefetch(wr[s] + off + S_PF_FAR, _MM_HINT_T1);
+            }
             const __m512bh xv = (__m512bh)_mm512_loadu_si512(st[s].xb + c);
             acc[s] = _mm512_dpbf16_ps(acc[s], wv, xv);
         }
@@ -78,7 +91,8 @@ static inline __attribute__((always_inline)) void s_step(struct s_stream *st, co
 }
 
 /* n streams in lockstep until one ends */
-static void s_run(struct s_stream *st, int n, int kv, int cols)
+static inline __attribute__((always_inline)) void s_run(struct s_stream *st, int n, int kv,
+                                                        int cols, const bool pf)
 {
     int left = 1 << 30;
     for (int s = 0; s < n; s++)
@@ -88,7 +102,7 @@ static void s_run(struct s_stream *st, int n, int kv, int cols)
         switch (n) {
 #define S_CASE(k)                                                                                  \
     case k:                                                                                        \
-        s_step(st, k, kv, cols);                                                                   \
+        s_step(st, k, kv, cols, pf);                                                               \
         break;
             S_CASE(1)
             S_CASE(2)
@@ -102,7 +116,8 @@ static void s_run(struct s_stream *st, int n, int kv, int cols)
         }
 }
 
-void gemv_pieces_avx512bf16_s(const struct gemv_piece *p, int n)
+static inline __attribute__((always_inline)) void s_pieces(const struct gemv_piece *p, int n,
+                                                           const bool pf)
 {
     bool lockstep = n <= GEMV_STREAMS_MAX;
     for (int i = 0; i < n && lockstep; i++)
@@ -110,7 +125,7 @@ void gemv_pieces_avx512bf16_s(const struct gemv_piece *p, int n)
                    p[i].a->w->cols == p[0].a->w->cols;
     if (!lockstep) {
         for (int i = 0; i < n; i++)
-            gemv_rows_avx512bf16_r1f(p[i].a, p[i].r0, p[i].r1);
+            (pf ? gemv_rows_avx512bf16_r1f : gemv_rows_avx512bf16_r1)(p[i].a, p[i].r0, p[i].r1);
         return;
     }
     const int cols = p[0].a->w->cols, kv = cols / 32 * 32;
@@ -128,7 +143,7 @@ void gemv_pieces_avx512bf16_s(const struct gemv_piece *p, int n)
             };
     /* in lockstep while every stream has rows; the ones left go on */
     while (live > 0) {
-        s_run(st, live, kv, cols);
+        s_run(st, live, kv, cols, pf);
         int k = 0;
         for (int s = 0; s < live; s++)
             if (st[s].r < st[s].r1)
@@ -137,11 +152,26 @@ void gemv_pieces_avx512bf16_s(const struct gemv_piece *p, int n)
     }
 }
 
+void gemv_pieces_avx512bf16_s(const struct gemv_piece *p, int n)
+{
+    s_pieces(p, n, true);
+}
+
+void gemv_pieces_avx512bf16_sn(const struct gemv_piece *p, int n)
+{
+    s_pieces(p, n, false);
+}
+
 #else
 /* not x86: gemv.c never picks it */
 void gemv_pieces_avx512bf16_s(const struct gemv_piece *p, int n)
 {
     for (int i = 0; i < n; i++)
         gemv_rows_scalar(p[i].a, p[i].r0, p[i].r1);
+}
+
+void gemv_pieces_avx512bf16_sn(const struct gemv_piece *p, int n)
+{
+    gemv_pieces_avx512bf16_s(p, n);
 }
 #endif

@@ -92,6 +92,8 @@ typedef void (*gemv_pieces_fn)(const struct gemv_piece *p, int n);
  * each row summed as gemv_rows_avx512bf16_r1 sums it (the same results
  * bitwise); other shapes piece by piece through gemv_rows_avx512bf16_r1f */
 void gemv_pieces_avx512bf16_s(const struct gemv_piece *p, int n);
+/* the same with no software prefetch (`avx512bf16-s2n`, `-s4n`) */
+void gemv_pieces_avx512bf16_sn(const struct gemv_piece *p, int n);
 /* the n pieces' streams in lockstep (one input row, or several the pieces
  * share), each row summed as gemv_rows_avx2_next sums it (the same results
  * bitwise), any weight dtype; other shapes piece by piece through
