@@ -154,7 +154,8 @@ static const struct gemv_kernel gemv_kernels[] = {
     {"avx512bf16-s8", gemv_rows_avx512bf16_r1f, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
      8, gemv_pieces_avx512bf16_s, false},
     /* and with no software prefetch: on AMD EPYC Zen 4 the prefetches cost
-     * more than they bring (gemv_avx512bf16_s.c) */
+     * more than they bring over large products in steady state, though a
+     * whole decode there did not show it (gemv_avx512bf16_s.c) */
     {"avx512bf16-s2n", gemv_rows_avx512bf16_r1, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
      2, gemv_pieces_avx512bf16_sn, false},
     {"avx512bf16-s4n", gemv_rows_avx512bf16_r1, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
