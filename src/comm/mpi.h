@@ -104,8 +104,10 @@ int mpi_world_send_post(struct mpi_world *w, int peer, int tag, const void *p, s
  * that dies ends the whole job under OpenMPI's default (mpirun names it).
  * mpi_world_close with a peer still lost ends the job (MPI_Abort) instead
  * of hanging in MPI_Finalize, which waits for every process; a peer that
- * closed its world first said so in its last heartbeat and is never lost
- * (it waits in MPI_Finalize, however long the others take). Once per
+ * closed its world first said so in its last heartbeat and ends nothing
+ * (it waits in MPI_Finalize, however long the others take; it is still
+ * lost once silent for the timeout, so a follower leaves a process 0 that
+ * has gone). Once per
  * world; ERR_INVALID unless 0 < interval_s < timeout_s. */
 struct mpi_watch_config {
     double interval_s, timeout_s;

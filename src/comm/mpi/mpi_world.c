@@ -38,8 +38,10 @@ struct beat {
 
 /* The payload of a process's last heartbeat, sent as it closes its world:
  * from then on it is silent because it waits in MPI_Finalize for the
- * others, not because it is gone, so its peers never count it lost (one
- * that closes a few seconds after another would otherwise end the job). */
+ * others. It is lost all the same once the timeout passes (a follower
+ * still leaves when process 0 has gone), but a peer closing later does not
+ * end the job for it: MPI_Finalize will find it there (one that closed a
+ * few seconds after another used to abort the finished job). */
 static const uint64_t BEAT_CLOSING = UINT64_MAX;
 
 struct mpi_world {
@@ -103,7 +105,7 @@ static bool beats_step(struct mpi_world *w)
             b->out++;
             MPI_Isend(&b->out, 1, MPI_UINT64_T, p, beat_tag(w), w->data, &b->send);
         }
-        bool lost = !b->closed && now - b->heard > w->watch.timeout_s;
+        bool lost = now - b->heard > w->watch.timeout_s;
         if (lost != b->lost) { /* the callbacks under the lock: mpi_world_unwatch */
             pthread_mutex_lock(&w->lock);
             b->lost = lost;
@@ -372,9 +374,9 @@ void mpi_world_close(struct mpi_world *w)
     pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->lock);
     pthread_join(w->thread, NULL);
-    int lost = -1;
+    int lost = -1; /* and not waiting in MPI_Finalize already */
     for (int p = 0; w->beats && p < w->procs && lost < 0; p++)
-        if (w->beats[p].lost)
+        if (w->beats[p].lost && !w->beats[p].closed)
             lost = p;
     if (lost >= 0) {
         /* MPI_Finalize waits for every process: a silent one would hang it */
