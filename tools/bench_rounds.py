@@ -10,12 +10,14 @@ by tens of percent within minutes.
 Each M is a Hugging Face checkpoint directory (ours with --compute bf16,
 llama.cpp on its bf16 GGUF, converted and cached as tools/bench_compare.py
 does) or a .gguf file (both run that file; ours in bf16 mode, x quantized per
-block as llama.cpp does). A round runs, in this order: a read sample (`bench
-read`), ours (`bench forward --batch 1 --repeat R`), llama-bench's decode
-(`-p 0 -n GEN -d PROMPT -r R`) and prefill (`-p PROMPT -n 0`), and with
---baseline-bin the old binary's `bench forward` too, and with --step-batches
-B[,B...] ours at those batches (its step time over batch 1's, per round),
-then the next round.
+block as llama.cpp does). A round runs a read sample (`bench read`), then
+ours (`bench forward --batch 1 --repeat R`), llama-bench's decode (`-p 0 -n
+GEN -d PROMPT -r R`) and prefill (`-p PROMPT -n 0`), and with --baseline-bin
+the old binary's `bench forward`, in an order that rotates by one each round
+(ours first in round 1, llama.cpp in round 2, ...: a phase of the machine
+favours no program by its place; the JSON's "order" says which), then with
+--step-batches B[,B...] ours at those batches (its step time over batch 1's,
+per round), then the next round.
 Every figure is the best of its R repetitions. A round's read limit is the
 largest of the read samples around it (the one before it and the one before
 the next round), `bench forward`'s own samples in that round, and llama.cpp's
@@ -45,13 +47,22 @@ def ours(binary, m, a, batch=1):
 def one_model(m, a, bench):
     gguf = m if m.endswith(".gguf") else bc.gguf_path(m, "bf16")
     rounds, reads = [], [bc.read_sample(a)]
+    # the runs of a round in a rotating order: a machine whose read rate
+    # moves in phases of a minute or so (AMD EPYC Zen 4, 2026-12-07: every
+    # first run of a round in the slow phase, three rounds running) should
+    # not favour one program by its place in the round
+    runs = [("ours", lambda: ours(a.bin, m, a)),
+            ("llamacpp", lambda: bc.llamacpp_bench_file(a, bench, gguf, os.path.basename(gguf)))]
+    if a.baseline_bin:
+        runs.append(("baseline", lambda: ours(a.baseline_bin, m, a)))
     for i in range(a.rounds):
-        r = {"round": i + 1, "loadavg": os.getloadavg()[0], "ours": ours(a.bin, m, a)}
-        r["llamacpp"] = bc.llamacpp_bench_file(a, bench, gguf, os.path.basename(gguf))
-        if "error" in r["llamacpp"]:
-            raise bc.PeerError(r["llamacpp"]["error"])
-        if a.baseline_bin:
-            r["baseline"] = ours(a.baseline_bin, m, a)
+        r = {"round": i + 1, "loadavg": os.getloadavg()[0]}
+        k = i % len(runs)
+        r["order"] = [name for name, _ in runs[k:] + runs[:k]]
+        for name, run in runs[k:] + runs[:k]:
+            r[name] = run()
+            if name == "llamacpp" and "error" in r["llamacpp"]:
+                raise bc.PeerError(r["llamacpp"]["error"])
         r["steps"] = {b: ours(a.bin, m, a, b) for b in a.step_batches}
         reads.append(bc.read_sample(a))
         rounds.append(r)
