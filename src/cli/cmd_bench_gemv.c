@@ -124,19 +124,17 @@ int bench_gemv(int argc, char **argv)
     const char *kernel = NULL, *compute = "f32", *type_list = "f32,f16,bf16", *qkernel = NULL,
                *ctkernel = NULL, *devices = NULL;
     bool json = false;
+    char kernel_help[1024];
+    snprintf(kernel_help, sizeof kernel_help,
+             "run one kernel: %s (default: each class of weights and rows takes the fastest, "
+             "measured at first use; SHARDSWAP_AMX=off leaves the AMX kernels out)",
+             cpu_gemv_kernel_names());
     struct flag flags[] = {
         FLAG_RANGE("rows", FLAG_INT, &rows, "N", "weight rows, outputs (default 4096)", 16, 1 << 20,
                    "16..1048576"),
         FLAG_RANGE("cols", FLAG_INT, &cols, "K", "weight columns, inputs (default 4096)", 16,
                    1 << 20, "16..1048576"),
-        FLAG("kernel", FLAG_STR, &kernel, "NAME",
-             "run one kernel: amx, avx512bf16, avx512bf16-r1, avx512bf16-r1f, avx512bf16-s2, "
-             "avx512bf16-s4, avx512bf16-s8, avx512bf16-s2n, avx512bf16-s4n, avx512bf16-r8, "
-             "avx512bf16-m8, avx512bf16-m8s, "
-             "avx512pairs, avx512, avx512-r1, avx512-m8, avx2, avx2-next, avx2-m8, avx2-s2, "
-             "avx2-s3, avx2-s4, avx2-s8, matmul or scalar (default: each class of weights and "
-             "rows takes the fastest, measured at first use; SHARDSWAP_AMX=off leaves the AMX "
-             "kernels out)"),
+        FLAG("kernel", FLAG_STR, &kernel, "NAME", kernel_help),
         FLAG("compute", FLAG_STR, &compute, "f32|bf16",
              "compute mode (default f32; bf16 quantizes x for the block types)"),
         FLAG("types", FLAG_STR, &type_list, "LIST",

@@ -436,6 +436,18 @@ static bool is_found(int proc)
     return atomic_load(&found_count[proc]) > 0 && !mpi_world_proc_lost(world, proc);
 }
 
+/* A group of every process, process p its rank p, on `tag` (NULL, a
+ * failed check, when it cannot be made). */
+static struct comm_group *group_of_all(int tag)
+{
+    int every[8];
+    for (int p = 0; p < procs; p++)
+        every[p] = p;
+    struct comm_group *all = NULL;
+    CHECK(comm_group_create_mpi(world, procs, every, tag, &all) == 0);
+    return all;
+}
+
 /* Heartbeats: quiet processes are never lost; a process that stops
  * (SIGSTOP) is lost on process 0 and found again once it continues; and
  * the job then closes normally (no peer lost at MPI_Finalize). */
@@ -454,11 +466,7 @@ TEST(heartbeats)
     for (int p = 0; p < procs; p++)
         CHECK_MSG(atomic_load(&lost_count[p]) == 0, "process %d lost while everyone was up", p);
 
-    int every[8];
-    for (int p = 0; p < procs; p++)
-        every[p] = p;
-    struct comm_group *all = NULL;
-    CHECK(comm_group_create_mpi(world, procs, every, 801, &all) == 0);
+    struct comm_group *all = group_of_all(801);
     if (!all)
         return;
     if (me == 0) {
@@ -502,11 +510,7 @@ static void close_apart(bool leader_first)
     struct mpi_watch_config cfg = {
         .interval_s = 0.05, .timeout_s = 2.0, .lost = on_lost, .found = on_found};
     CHECK(mpi_world_watch(world, &cfg) == 0);
-    int every[8];
-    for (int p = 0; p < procs; p++)
-        every[p] = p;
-    struct comm_group *all = NULL;
-    CHECK(comm_group_create_mpi(world, procs, every, 802, &all) == 0);
+    struct comm_group *all = group_of_all(802);
     if (!all)
         return;
     CHECK(comm_barrier(comm_group_rank(all, me)) == 0); /* everyone watching and up */

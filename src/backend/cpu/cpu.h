@@ -40,12 +40,12 @@ int cpu_matmul_ceiling(int m, int n, int k, enum kern_compute cm, int threads,
  * one kernel SHARDSWAP_GEMV or cpu_gemv_force names, "NAME (every call, by
  * request)". Valid until this thread's next call. */
 const char *cpu_gemv_kernels(void);
-/* Makes cpu_gemv run kernel `name` (amx, avx512bf16, avx512bf16-r1, avx512bf16-r1f,
- * avx512bf16-s2, avx512bf16-s4, avx512bf16-s8, avx512bf16-s2n, avx512bf16-s4n, avx512bf16-r8,
- * avx512bf16-m8, avx512bf16-m8s, avx512pairs, avx512, avx512-r1, avx512-m8, avx2, avx2-next,
- * avx2-m8, matmul, scalar) for every call (NULL: the measured choices again), for tests and
- * benchmarks; not while a cpu_gemv runs. 0, ERR_UNSUPPORTED when the CPU lacks it, ERR_INVALID for
- * an unknown name (the choice is then unchanged). */
+/* The GEMV kernels' names, as one line: "amx, avx512bf16, ... matmul or
+ * scalar" (gemv.c's table, whether this CPU runs each or not). */
+const char *cpu_gemv_kernel_names(void);
+/* Makes cpu_gemv run kernel `name` (one of cpu_gemv_kernel_names) for every call (NULL: the
+ * measured choices again), for tests and benchmarks; not while a cpu_gemv runs. 0, ERR_UNSUPPORTED
+ * when the CPU lacks it, ERR_INVALID for an unknown name (the choice is then unchanged). */
 int cpu_gemv_force(const char *name);
 /* Spreads cpu_gemv's and the quantized products' tasks over the threads in
  * lanes (true: each thread a contiguous run of rows, the default; lanes.h)

@@ -271,6 +271,27 @@ static pthread_mutex_t gemv_lock = PTHREAD_MUTEX_INITIALIZER; /* guards the cali
 static const struct gemv_kernel *_Atomic gemv_forced;
 static pthread_once_t gemv_env_once = PTHREAD_ONCE_INIT;
 
+/* "amx, avx512bf16, ... matmul or scalar": the table's names, made once */
+static char gemv_names[GEMV_N_KERNELS * 24];
+static pthread_once_t gemv_names_once = PTHREAD_ONCE_INIT;
+
+static void gemv_names_make(void)
+{
+    size_t used = 0;
+    for (int i = 0; i < GEMV_N_KERNELS; i++)
+        used += (size_t)snprintf(gemv_names + used, sizeof gemv_names - used, "%s%s",
+                                 i == 0                    ? ""
+                                 : i == GEMV_N_KERNELS - 1 ? " or "
+                                                           : ", ",
+                                 gemv_kernels[i].name);
+}
+
+const char *cpu_gemv_kernel_names(void)
+{
+    pthread_once(&gemv_names_once, gemv_names_make);
+    return gemv_names;
+}
+
 static int gemv_find(const char *name, const struct gemv_kernel **out)
 {
     for (int i = 0; i < GEMV_N_KERNELS; i++)
@@ -280,14 +301,8 @@ static int gemv_find(const char *name, const struct gemv_kernel **out)
             *out = &gemv_kernels[i];
             return 0;
         }
-    return err_set(
-        ERR_INVALID,
-        "unknown GEMV kernel \"%s\" (expected amx, avx512bf16, avx512bf16-r1, avx512bf16-r1f, "
-        "avx512bf16-s2, avx512bf16-s4, avx512bf16-s8, avx512bf16-s2n, avx512bf16-s4n, "
-        "avx512bf16-r8, avx512bf16-m8, "
-        "avx512bf16-m8s, avx512pairs, avx512, avx512-r1, avx512-m8, "
-        "avx2, avx2-next, avx2-m8, avx2-s2, avx2-s3, avx2-s4, avx2-s8, matmul or scalar)",
-        name);
+    return err_set(ERR_INVALID, "unknown GEMV kernel \"%s\" (expected %s)", name,
+                   cpu_gemv_kernel_names());
 }
 
 static void gemv_read_env(void)

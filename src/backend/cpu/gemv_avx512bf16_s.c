@@ -28,11 +28,13 @@
  * GB/s to avx2-s3's (2026-12-07, the machine's read rate moving between 16
  * and 70 GB/s meanwhile): 4864 x 896 s2 0.91, s2n 1.09, s4n 1.14; 896 x
  * 4864 s2 1.14, s4 1.18, s2n 1.36, s4n 1.14; 896 x 896 s2 1.01, s2n 1.09;
- * later, GB/s medians of 9 rounds, 8192 x 2048 s2 57.4, s2n 66.3, r1f 60.1;
- * 2048 x 8192 s2 43.4, s4n 54.5, r1f 38.2. A whole decode did not show it:
- * llama-3.2-1b with -s2n against -s2 forced (SHARDSWAP_GEMV), alternated,
- * 1.44x, 1.05x, 0.89x, as the machine's read rate moved 36-65 GB/s. The
- * calibration takes them only where it measures them faster. */
+ * against a plain read of memory taking its turn in the same rotation
+ * (membw_read, 2 threads), median of 9 rounds of kernel / read: 8192 x 2048
+ * s2 0.86, s2n 0.98, r1f 0.87; 2048 x 8192 s2 0.70, s4n 0.88, r1f 0.88.
+ * A whole decode did not show it: llama-3.2-1b with -s2n against -s2
+ * forced (SHARDSWAP_GEMV), alternated, 1.44x, 1.05x, 0.89x, as the
+ * machine's read rate moved 36-65 GB/s. The calibration takes them only
+ * where it measures them faster. */
 #include "backend/cpu/gemv_isa.h"
 
 #include "core/dtype.h"
