@@ -48,8 +48,8 @@ def one_model(m, a, bench):
     gguf = m if m.endswith(".gguf") else bc.gguf_path(m, "bf16")
     rounds, reads = [], [bc.read_sample(a)]
     # the runs of a round in a rotating order: a machine whose read rate
-    # moves in phases of a minute or so (AMD EPYC Zen 4, 2026-12-07: every
-    # first run of a round in the slow phase, three rounds running) should
+    # moves in phases of a minute or so (AMD EPYC Zen 4, 2026-12-07: ours,
+    # first in every round, in the slow phase three rounds running) should
     # not favour one program by its place in the round
     runs = [("ours", lambda: ours(a.bin, m, a)),
             ("llamacpp", lambda: bc.llamacpp_bench_file(a, bench, gguf, os.path.basename(gguf)))]
@@ -57,9 +57,9 @@ def one_model(m, a, bench):
         runs.append(("baseline", lambda: ours(a.baseline_bin, m, a)))
     for i in range(a.rounds):
         r = {"round": i + 1, "loadavg": os.getloadavg()[0]}
-        k = i % len(runs)
-        r["order"] = [name for name, _ in runs[k:] + runs[:k]]
-        for name, run in runs[k:] + runs[:k]:
+        order = runs[i % len(runs):] + runs[:i % len(runs)]
+        r["order"] = [name for name, _ in order]
+        for name, run in order:
             r[name] = run()
             if name == "llamacpp" and "error" in r["llamacpp"]:
                 raise bc.PeerError(r["llamacpp"]["error"])
