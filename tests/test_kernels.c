@@ -322,9 +322,10 @@ static void test_gemv_same_bits(void)
 {
     static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 11, 16};
     static const int shapes[][2] = {{37, 75}, {64, 2048}, {200, 300}, {1000, 300}, {2100, 96}};
-    static const char *const others[] = {
-        "avx512bf16-r1",  "avx512bf16-r1f", "avx512bf16-s2", "avx512bf16-s4", "avx512bf16-s8",
-        "avx512bf16-s2n", "avx512bf16-s4n", "avx512bf16-r8", "avx512bf16-m8", "avx512bf16-m8s"};
+    static const char *const others[] = {"avx512bf16-r1",  "avx512bf16-r1f", "avx512bf16-s2",
+                                         "avx512bf16-s4",  "avx512bf16-s8",  "avx512bf16-s2n",
+                                         "avx512bf16-s4n", "avx512bf16-r8",  "avx512bf16-m8",
+                                         "avx512bf16-m8f", "avx512bf16-m8s"};
     if (cpu_gemv_force("avx512bf16") < 0) {
         printf("gemv same bits: skipped (%s)\n", err_msg());
         CHECK(cpu_gemv_force(NULL) == 0);
@@ -860,10 +861,10 @@ static void test_linear(void)
     static const int gemv_ms[] = {1, 2, 3, 4, 5, 8, 15, 16};
     static const int blas_ms[] = {17, 64};
     static const char *const isas[] = {
-        "amx",           "avx512bf16",    "avx512bf16-r1", "avx512bf16-r1f", "avx512bf16-s4",
-        "avx512bf16-r8", "avx512bf16-m8", "avx512pairs",   "avx512bf16-m8s", "avx512",
-        "avx512-r1",     "avx512-m8",     "avx2",          "avx2-next",      "avx2-m8",
-        "avx2-s4",       "matmul",        "scalar"};
+        "amx",           "avx512bf16",    "avx512bf16-r1",  "avx512bf16-r1f", "avx512bf16-s4",
+        "avx512bf16-r8", "avx512bf16-m8", "avx512bf16-m8f", "avx512pairs",    "avx512bf16-m8s",
+        "avx512",        "avx512-r1",     "avx512-m8",      "avx2",           "avx2-next",
+        "avx2-m8",       "avx2-s4",       "matmul",         "scalar"};
     int cases = linear_cases(blas_ms, sizeof(blas_ms) / sizeof(blas_ms[0]));
     /* the GEMV: every kernel this CPU runs, then the measured choices */
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {

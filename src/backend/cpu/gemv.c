@@ -164,6 +164,9 @@ static const struct gemv_kernel gemv_kernels[] = {
      * loads per multiply-add where several input rows bind the product */
     {"avx512bf16-m8", gemv_rows_avx512bf16_m8, cpu_isa_avx512bf16, GEMV_IN_BF16, C(GEMV_BF16_MODE),
      1, NULL, false},
+    /* and with a second prefetch, to L2 further ahead */
+    {"avx512bf16-m8f", gemv_rows_avx512bf16_m8f, cpu_isa_avx512bf16, GEMV_IN_BF16,
+     C(GEMV_BF16_MODE), 1, NULL, false},
     /* and in column spans over 12 weight rows, x's span kept in L1 */
     {"avx512bf16-m8s", gemv_rows_avx512bf16_m8s, cpu_isa_avx512bf16, GEMV_IN_BF16,
      C(GEMV_BF16_MODE), 1, NULL, false},
