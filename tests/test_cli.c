@@ -847,6 +847,9 @@ static void test_devices(void)
                                                 "command runs on one device (got 2)"},
         {"bench forward --model F --devices cuda:0 --profile",
          "shardswap bench forward: --profile times CPU kernels"},
+        {"bench forward --model F --step-batch 4097", "--step-batch"},
+        {"bench forward --model F --step-batch 2 --adapters F",
+         "shardswap bench forward: --step-batch times the base model; not with --adapter"},
         {"bench swap --preset opt-125m --devices cuda:0 --layouts 1x1,2x1 --cache T/c",
          "shardswap bench swap: layout 2x1 needs 2 devices; --devices cuda:0 lists 1"},
         {"bench swap --preset opt-125m --devices cuda:0,cpu:1 --cache T/c",
@@ -1314,6 +1317,23 @@ int main(void)
     CHECK(json_real_value(json_object_get(fj, "decode_tok_s")) > 0 &&
           json_integer_value(json_object_get(fj, "weight_bytes")) > 0);
     CHECK(json_object_get(fj, "profile") == NULL);
+    CHECK(json_object_get(fj, "step_ratio") == NULL);
+    json_decref(fj);
+
+    /* --step-batch: a second batch timed beside the first in this process,
+     * its step time over the first's per run, median inside the runs' range */
+    snprintf(cmd, sizeof(cmd),
+             "%s bench forward --model %s --prompt-len 4 --gen 2 --repeat 3 --threads 1 "
+             "--step-batch 3 --json",
+             BIN, FIXTURE);
+    CHECK_MSG(run(cmd, out, sizeof(out), err, sizeof(err)) == 0, "%s: %s", cmd, err);
+    fj = parse_json_line(cmd, out);
+    const double sr = json_real_value(json_object_get(fj, "step_ratio"));
+    CHECK(json_integer_value(json_object_get(fj, "step_batch")) == 3);
+    CHECK(json_real_value(json_object_get(fj, "step_decode_ms_per_step")) > 0);
+    CHECK_MSG(sr > 0 && json_real_value(json_object_get(fj, "step_ratio_min")) <= sr &&
+                  sr <= json_real_value(json_object_get(fj, "step_ratio_max")),
+              "%s: %s", cmd, out);
     json_decref(fj);
 
     /* --profile: every decode step's kernels add up to the step, less what

@@ -16,8 +16,9 @@ GEN -d PROMPT -r R`) and prefill (`-p PROMPT -n 0`), and with --baseline-bin
 the old binary's `bench forward`, in an order that rotates by one each round
 (ours first in round 1, llama.cpp in round 2, ...: a phase of the machine
 favours no program by its place; the JSON's "order" says which), then with
---step-batches B[,B...] ours at those batches (its step time over batch 1's,
-per round), then the next round.
+--step-batches B[,B...] ours again, batch B timed beside batch 1 in one process
+(`bench forward --step-batch B`: the median of its runs' step-time ratios, which
+the machine's drift between processes does not move), then the next round.
 Every figure is the best of its R repetitions. A round's read limit is the
 largest of the read samples around it (the one before it and the one before
 the next round), `bench forward`'s own samples in that round, and llama.cpp's
@@ -36,10 +37,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_compare as bc  # noqa: E402  (same folder: its llama.cpp and read helpers)
 
 
-def ours(binary, m, a, batch=1):
+def ours(binary, m, a, step_batch=0):
+    """bench forward at batch 1 (with step_batch, batch step_batch timed beside it in the
+    same process: its JSON's step_ratio)"""
     out = bc.run_peer([binary, "bench", "forward", "--model", m, "--compute", "bf16",
-                       "--batch", str(batch), "--prompt-len", str(a.prompt_len), "--gen", str(a.gen),
-                       "--threads", str(a.threads), "--repeat", str(a.repeat), "--json"],
+                       "--batch", "1", "--prompt-len", str(a.prompt_len), "--gen", str(a.gen),
+                       "--threads", str(a.threads), "--repeat", str(a.repeat), "--json"]
+                      + (["--step-batch", str(step_batch)] if step_batch else []),
                       f"{binary} bench forward")
     return json.loads(out.strip().splitlines()[-1])
 
@@ -82,7 +86,7 @@ def one_model(m, a, bench):
         if a.baseline_bin:
             r["new_over_old"] = o["decode_tok_s"] / r["baseline"]["decode_tok_s"]
         for b, sb in r["steps"].items():
-            r[f"step_b{b}_over_b1"] = sb["decode_ms_per_step"] / o["decode_ms_per_step"]
+            r[f"step_b{b}_over_b1"] = sb["step_ratio"]
     keys = (("decode_ratio", "prefill_ratio", "ours_of_limit", "llamacpp_of_limit", "limit_gb_s")
             + (("new_over_old",) if a.baseline_bin else ())
             + tuple(f"step_b{b}_over_b1" for b in a.step_batches))
@@ -149,7 +153,8 @@ def main():
     ap.add_argument("--llamacpp-args", default="",
                     help="more llama-bench flags, e.g. '--repack 0'")
     ap.add_argument("--step-batches", default="",
-                    help="ours also at these batches each round (B[,B...]): step cost over batch 1's")
+                    help="ours again per round with batch B beside batch 1 in one process "
+                    "(B[,B...]): the step cost of B over 1")
     ap.add_argument("--baseline-bin", help="an older shardswap binary, run in every round too")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the table")
     ap.add_argument("--json-out", help="also write the JSON to this file")

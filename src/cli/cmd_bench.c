@@ -223,6 +223,7 @@ static void metric_row(const char *name, double v, int decimals)
 struct forward_run {
     const char *dir;
     int batch, prompt_len, gen, repeat;
+    int step_batch;           /* --step-batch: 0, or a second batch timed beside batch */
     struct sampler_params sp; /* the decode's picks: temperature 0 is greedy */
     struct cli_device_flags dev;
     /* results: */
@@ -233,6 +234,10 @@ struct forward_run {
      * then the batch with them, base the same batch on the base alone,
      * the two interleaved (a repetition of each, in turn) */
     struct bench_result base;
+    /* --step-batch: its runs' best decode, and its step time over batch's
+     * per repetition (the two in one process, in turn): median and range */
+    struct bench_result step;
+    double step_ratio, step_ratio_lo, step_ratio_hi;
     double wbytes;                 /* the weights' bytes every step reads (all but routed experts) */
     double macs_token, macs_row;   /* the model's linear MACs per token, per head row (the same) */
     /* the routed experts (0 without): all their bytes, and one (layer,
@@ -301,16 +306,41 @@ static int base_once(const struct cli_model *cm, struct forward_run *r)
     return rc;
 }
 
+/* The --step-batch run of repetition i: its decode time, the best kept */
+static int step_once(const struct cli_model *cm, struct forward_run *r, double *decode_s)
+{
+    struct bench_result b;
+    int rc =
+        bench_once(cm, false, r->step_batch, r->prompt_len, r->gen, &r->sp, &b, NULL, NULL, NULL);
+    r->step.prefill_s = fmin(r->step.prefill_s, b.prefill_s);
+    r->step.decode_s = fmin(r->step.decode_s, b.decode_s);
+    *decode_s = b.decode_s;
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 /* Opens the model on r->dev, times it (a warm-up, then the best of repeat)
  * and, on a CPU, the host's bandwidth and matmul ceilings beside it. */
 static int forward_measure(struct forward_run *r)
 {
     const bool on_cpu = r->dev.gpu < 0;
     struct cli_model cmod = {0};
-    struct model_exec_shape shape = {.batch = r->batch, .max_len = r->prompt_len + r->gen};
+    /* the device's budget holds the larger of the two batches' contexts */
+    struct model_exec_shape shape = {.batch = r->batch > r->step_batch ? r->batch : r->step_batch,
+                                     .max_len = r->prompt_len + r->gen};
+    double *ratios = r->step_batch ? malloc((size_t)r->repeat * sizeof(double)) : NULL;
+    if (r->step_batch && !ratios)
+        return err_set(ERR_NOMEM, "out of memory");
     int rc = cli_model_open(&r->dev, r->dir, &shape, &cmod);
-    if (rc < 0)
+    if (rc < 0) {
+        free(ratios);
         return rc;
+    }
     struct model *m = cmod.m;
     if (r->prompt_len + r->gen > model_info(m)->max_pos) {
         rc = err_set(ERR_INVALID, "--prompt-len + --gen = %d exceeds the model's %d positions",
@@ -323,11 +353,17 @@ static int forward_measure(struct forward_run *r)
     const bool lora = cmod.n_adapters > 0;
     r->best = (struct bench_result){.prefill_s = 1e30, .decode_s = 1e30};
     r->base = r->best;
+    r->step = r->best;
     for (int pass = 0; pass <= lora; pass++)
         if ((rc = bench_once(&cmod, pass == 0 && lora, r->batch,
                              r->prompt_len < 8 ? r->prompt_len : 8, 2, &r->sp, &one, NULL, NULL,
                              NULL)) < 0)
             goto out;
+    /* and the step batch's calibrations (a bucket of rows of its own) */
+    if (r->step_batch &&
+        (rc = bench_once(&cmod, false, r->step_batch, r->prompt_len < 8 ? r->prompt_len : 8, 2,
+                         &r->sp, &one, NULL, NULL, NULL)) < 0)
+        goto out;
     double pairs = 0; /* (layer, expert) pairs: sparse layers x experts */
     read_limit_init(&r->lim, r->threads, READ_LIMIT_BYTES_PER_THREAD, 1);
     for (int i = 0; i < r->repeat; i++) {
@@ -340,12 +376,21 @@ static int forward_measure(struct forward_run *r)
         const bool base_first = lora && (i & 1) == 0;
         if (base_first && (rc = base_once(&cmod, r)) < 0)
             goto out;
+        /* the step batch likewise before the batch's run and after it in turn */
+        const bool step_first = r->step_batch && (i & 1) == 1;
+        double step_s = 0;
+        if (step_first && (rc = step_once(&cmod, r, &step_s)) < 0)
+            goto out;
         if ((rc = bench_once(&cmod, lora, r->batch, r->prompt_len, r->gen, &r->sp, &one,
                              r->profile ? cmod.dev : NULL, &r->prof, &r->pool)) < 0)
             goto out;
         r->prof_pick_s += one.pick_s;
         if (lora && !base_first && (rc = base_once(&cmod, r)) < 0)
             goto out;
+        if (r->step_batch && !step_first && (rc = step_once(&cmod, r, &step_s)) < 0)
+            goto out;
+        if (r->step_batch)
+            ratios[i] = step_s / one.decode_s;
         r->prof_decode_s += one.decode_s;
         r->prefill_routed = one.prefill_routed;
         r->decode_reads = one.decode_reads;
@@ -384,7 +429,15 @@ static int forward_measure(struct forward_run *r)
     r->qdot = on_cpu && quantized ? cpu_qlinear_kernels() : NULL;
     r->matmul = on_cpu ? cpu_matmul_paths() : NULL;
     r->blas = on_cpu ? blas_core_name() : NULL;
+    if (r->step_batch) {
+        qsort(ratios, (size_t)r->repeat, sizeof(double), cmp_double);
+        r->step_ratio = r->repeat % 2 ? ratios[r->repeat / 2]
+                                      : (ratios[r->repeat / 2 - 1] + ratios[r->repeat / 2]) / 2;
+        r->step_ratio_lo = ratios[0];
+        r->step_ratio_hi = ratios[r->repeat - 1];
+    }
 out:
+    free(ratios);
     cli_model_close(&cmod);
     return rc;
 }
@@ -685,6 +738,14 @@ static int forward_print_json(const struct forward_run *r)
         picks_describe(&r->sp, picks, sizeof(picks));
         json_object_set_new(j, "picks", jsonout_string(picks));
         json_object_set_new(j, "decode_weight_bytes_per_step", jsonout_real(f.step_bytes, 0));
+        if (r->step_batch) {
+            json_object_set_new(j, "step_batch", json_integer(r->step_batch));
+            json_object_set_new(j, "step_decode_ms_per_step",
+                                jsonout_real(1e3 * r->step.decode_s / r->gen, 3));
+            json_object_set_new(j, "step_ratio", jsonout_real(r->step_ratio, 3));
+            json_object_set_new(j, "step_ratio_min", jsonout_real(r->step_ratio_lo, 3));
+            json_object_set_new(j, "step_ratio_max", jsonout_real(r->step_ratio_hi, 3));
+        }
         json_object_set_new(j, "expert_bytes", json_integer((json_int_t)r->expert_bytes));
         json_object_set_new(j, "expert_reads_per_step", jsonout_real(f.expert_reads, 3));
         json_object_set_new(j, "read_limit",
@@ -767,6 +828,16 @@ static void forward_print_table(const struct forward_run *r)
                1e3 * r->base.decode_s / r->gen, r->best.decode_s / r->base.decode_s);
         printf("(ratio: the adapters' time over the base's)\n");
     }
+    if (r->step_batch) {
+        printf("\nbatch %d beside batch %d in this process, a run of each in turn\n", r->step_batch,
+               r->batch);
+        printf("%-28s %12.2f\n", "decode ms/step", 1e3 * r->step.decode_s / r->gen);
+        printf("%-28s %12.3f (runs %.3f-%.3f)\n", "step / batch's step", r->step_ratio,
+               r->step_ratio_lo, r->step_ratio_hi);
+        printf("(the median of the runs' ratios: each the step time of batch %d over that of "
+               "batch %d run next to it)\n",
+               r->step_batch, r->batch);
+    }
     if (r->profile)
         profile_report(r, false);
 }
@@ -810,6 +881,12 @@ static int bench_forward(int argc, char **argv)
              "both printed with their ratio"),
         FLAG("adapters", FLAG_STR, &adapters_csv, "DIR,DIR,...",
              "adapters as --adapter, comma-separated (after any --adapter)"),
+        FLAG_RANGE("step-batch", FLAG_INT, &r.step_batch, "B",
+                   "also decode at batch B in the same process, a run of it before and after "
+                   "each run of --batch in turn, and print the step time of B over --batch's "
+                   "(the median of the runs' ratios): a comparison the machine's drift "
+                   "between processes does not move (default 0 = off)",
+                   0, 4096, "0..4096"),
         FLAG("profile", FLAG_BOOL, &r.profile, NULL,
              "also time the decode steps part by part (CPU only): the layers' GEMVs, the head, "
              "attention, norms, rope, activations, adds, copies, sampling and the step's own "
@@ -845,6 +922,10 @@ static int bench_forward(int argc, char **argv)
                 "--profile times CPU kernels (their calls are synchronous); not "
                 "with --devices cuda:%d",
                 r.dev.gpu);
+        return args_usage_fail("bench forward");
+    }
+    if (r.step_batch && (adapter_list.n || adapters_csv)) {
+        err_set(ERR_INVALID, "--step-batch times the base model; not with --adapter/--adapters");
         return args_usage_fail("bench forward");
     }
     /* --adapters' list after --adapter's, in adapter_dirs */
