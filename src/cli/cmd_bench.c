@@ -306,7 +306,7 @@ static int base_once(const struct cli_model *cm, struct forward_run *r)
     return rc;
 }
 
-/* The --step-batch run of repetition i: its decode time, the best kept */
+/* One run of the --step-batch batch: its decode time, the best kept */
 static int step_once(const struct cli_model *cm, struct forward_run *r, double *decode_s)
 {
     struct bench_result b;
