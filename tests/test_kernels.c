@@ -360,7 +360,8 @@ static void test_gemv_same_bits(void)
             free(yo);
         }
     /* f32 mode, every plain dtype: the AVX-512 kernel over 4 and 1 rows and
-     * over blocks of 3 x 8 */
+     * over blocks of 3 x 8, with and without the far prefetch */
+    static const char *const f32_others[] = {"avx512-r1", "avx512-m8", "avx512-m8f"};
     static const enum dtype ts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
     for (size_t it = 0; it < sizeof(ts) / sizeof(ts[0]); it++)
         for (size_t is = 0; is < sizeof(shapes) / sizeof(shapes[0]); is++)
@@ -379,8 +380,8 @@ static void test_gemv_same_bits(void)
                     .dtype = ts[it], .data = wt, .rows = n, .cols = k, .ld = (size_t)k};
                 CHECK(cpu_gemv_force("avx512") == 0);
                 CHECK(cpu_linear(y4, x, m, &w, NULL, KERN_COMPUTE_F32) == 0);
-                for (int io = 0; io < 2; io++) {
-                    const char *other = io ? "avx512-m8" : "avx512-r1";
+                for (size_t io = 0; io < sizeof(f32_others) / sizeof(f32_others[0]); io++) {
+                    const char *other = f32_others[io];
                     CHECK(cpu_gemv_force(other) == 0);
                     CHECK(cpu_linear(y1, x, m, &w, NULL, KERN_COMPUTE_F32) == 0);
                     CHECK_MSG(memcmp(y4, y1, (size_t)m * n * sizeof(float)) == 0,
@@ -863,8 +864,8 @@ static void test_linear(void)
     static const char *const isas[] = {
         "amx",           "avx512bf16",    "avx512bf16-r1",  "avx512bf16-r1f", "avx512bf16-s4",
         "avx512bf16-r8", "avx512bf16-m8", "avx512bf16-m8f", "avx512pairs",    "avx512bf16-m8s",
-        "avx512",        "avx512-r1",     "avx512-m8",      "avx2",           "avx2-next",
-        "avx2-m8",       "avx2-s4",       "matmul",         "scalar"};
+        "avx512",        "avx512-r1",     "avx512-m8",      "avx512-m8f",     "avx2",
+        "avx2-next",     "avx2-m8",       "avx2-s4",        "matmul",         "scalar"};
     int cases = linear_cases(blas_ms, sizeof(blas_ms) / sizeof(blas_ms[0]));
     /* the GEMV: every kernel this CPU runs, then the measured choices */
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {

@@ -175,6 +175,8 @@ static const struct gemv_kernel gemv_kernels[] = {
     {"avx512", gemv_rows_avx512, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL, false},
     {"avx512-r1", gemv_rows_avx512_r1, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL, false},
     {"avx512-m8", gemv_rows_avx512_m8, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL, false},
+    /* its blocks with the far prefetch too (gemv_avx512_m8f.c) */
+    {"avx512-m8f", gemv_rows_avx512_m8f, cpu_isa_avx512, GEMV_IN_F32, ALL_CLASSES, 1, NULL, false},
     /* blocks of 3 weight rows x 4 input rows without prefetch (AVX2's 16
      * registers hold their sums; gemv_avx2_m8.c), and avx2-next's rows over
      * 4, 8, 2 or 3 far-apart streams of the thread's lane at once (its

@@ -48,6 +48,8 @@ void gemv_rows_avx512_r1(const struct gemv_args *a, int r0, int r1);
 /* the same over blocks of 3 weight rows x 8 input rows: the same results
  * bitwise, fewer loads per multiply-add from 5 input rows on */
 void gemv_rows_avx512_m8(const struct gemv_args *a, int r0, int r1);
+/* and with its prefetch to L1 and further ahead to L2 (gemv_avx512_m8f.c) */
+void gemv_rows_avx512_m8f(const struct gemv_args *a, int r0, int r1);
 /* gemv_rows_avx512 with bf16 weights times xb by VDPBF16PS (AVX512-BF16);
  * other dtypes, or xb NULL, as gemv_rows_avx512. */
 void gemv_rows_avx512bf16(const struct gemv_args *a, int r0, int r1);
