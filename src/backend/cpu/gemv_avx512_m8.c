@@ -9,5 +9,7 @@
 #define GEMV_MB 8
 #define GEMV_PF_NEXT
 #define GEMV_HSUM8
+#ifndef GEMV_AVX512_EXPORT /* gemv_avx512_m8f.c names its own */
 #define GEMV_AVX512_EXPORT gemv_rows_avx512_m8
+#endif
 #include "backend/cpu/gemv_avx512.c"

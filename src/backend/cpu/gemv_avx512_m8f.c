@@ -7,12 +7,9 @@
  * and did not move. Each row's sum
  * runs in the same order as in gemv_avx512.c, so the results are bitwise
  * equal; gemv.c measures it beside the others for every class of weights.
- * Compiled with gemv_avx512.c's flags (CMakeLists.txt). */
-#define GEMV_R 3
-#define GEMV_MB 8
-#define GEMV_PF_NEXT
-#define GEMV_HSUM8
+ * Compiled with gemv_avx512.c's flags (CMakeLists.txt); the block is
+ * gemv_avx512_m8.c's, included with these distances. */
 #define GEMV_PF_BYTES 1024
 #define GEMV_PF_FAR_BYTES 12288
 #define GEMV_AVX512_EXPORT gemv_rows_avx512_m8f
-#include "backend/cpu/gemv_avx512.c"
+#include "backend/cpu/gemv_avx512_m8.c"

@@ -13,5 +13,7 @@
 #define GEMV_MB 8
 #define GEMV_PF_NEXT
 #define GEMV_HSUM8
+#ifndef GEMV_BF16_EXPORT /* gemv_avx512bf16_m8f.c names its own */
 #define GEMV_BF16_EXPORT gemv_rows_avx512bf16_m8
+#endif
 #include "backend/cpu/gemv_avx512bf16.c"

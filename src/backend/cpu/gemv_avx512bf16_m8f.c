@@ -9,12 +9,9 @@
  * ms on 1; 4 KiB ahead to L2 helped less, 16 KiB as much, and 2 KiB to L1
  * as much as 1. gemv.c measures it beside the others; each row's sum runs
  * in the same order, so the results are bitwise equal. Compiled with the
- * same flags as gemv_avx512bf16.c (CMakeLists.txt). */
-#define GEMV_R 3
-#define GEMV_MB 8
-#define GEMV_PF_NEXT
-#define GEMV_HSUM8
+ * same flags as gemv_avx512bf16.c (CMakeLists.txt); the block is
+ * gemv_avx512bf16_m8.c's, included with these distances. */
 #define GEMV_PF_BYTES 1024
 #define GEMV_PF_FAR_BYTES 12288
 #define GEMV_BF16_EXPORT gemv_rows_avx512bf16_m8f
-#include "backend/cpu/gemv_avx512bf16.c"
+#include "backend/cpu/gemv_avx512bf16_m8.c"
