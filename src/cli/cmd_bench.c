@@ -27,6 +27,7 @@
 #include "model/generate.h"
 #include "model/model.h"
 #include "model/sampler.h"
+#include "workload/stats.h"
 
 struct bench_result {
     double prefill_s, decode_s;
@@ -234,10 +235,10 @@ struct forward_run {
      * then the batch with them, base the same batch on the base alone,
      * the two interleaved (a repetition of each, in turn) */
     struct bench_result base;
-    /* --step-batch: its runs' best decode, and its step time over batch's
-     * per repetition (the two in one process, in turn): median and range */
-    struct bench_result step;
-    double step_ratio, step_ratio_lo, step_ratio_hi;
+    /* --step-batch: its runs' best decode time, and its step time over
+     * batch's per repetition (the two in one process, in turn): p50, min, max */
+    double step_decode_s;
+    struct latency_stats step_ratio;
     double wbytes;                 /* the weights' bytes every step reads (all but routed experts) */
     double macs_token, macs_row;   /* the model's linear MACs per token, per head row (the same) */
     /* the routed experts (0 without): all their bytes, and one (layer,
@@ -312,16 +313,9 @@ static int step_once(const struct cli_model *cm, struct forward_run *r, double *
     struct bench_result b;
     int rc =
         bench_once(cm, false, r->step_batch, r->prompt_len, r->gen, &r->sp, &b, NULL, NULL, NULL);
-    r->step.prefill_s = fmin(r->step.prefill_s, b.prefill_s);
-    r->step.decode_s = fmin(r->step.decode_s, b.decode_s);
+    r->step_decode_s = fmin(r->step_decode_s, b.decode_s);
     *decode_s = b.decode_s;
     return rc;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* Opens the model on r->dev, times it (a warm-up, then the best of repeat)
@@ -333,13 +327,13 @@ static int forward_measure(struct forward_run *r)
     /* the device's budget holds the larger of the two batches' contexts */
     struct model_exec_shape shape = {.batch = r->batch > r->step_batch ? r->batch : r->step_batch,
                                      .max_len = r->prompt_len + r->gen};
-    double *ratios = r->step_batch ? malloc((size_t)r->repeat * sizeof(double)) : NULL;
-    if (r->step_batch && !ratios)
-        return err_set(ERR_NOMEM, "out of memory");
+    double *ratios = NULL; /* --step-batch's per repetition */
     int rc = cli_model_open(&r->dev, r->dir, &shape, &cmod);
-    if (rc < 0) {
-        free(ratios);
+    if (rc < 0)
         return rc;
+    if (r->step_batch && !(ratios = malloc((size_t)r->repeat * sizeof(double)))) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto out;
     }
     struct model *m = cmod.m;
     if (r->prompt_len + r->gen > model_info(m)->max_pos) {
@@ -353,7 +347,7 @@ static int forward_measure(struct forward_run *r)
     const bool lora = cmod.n_adapters > 0;
     r->best = (struct bench_result){.prefill_s = 1e30, .decode_s = 1e30};
     r->base = r->best;
-    r->step = r->best;
+    r->step_decode_s = 1e30;
     for (int pass = 0; pass <= lora; pass++)
         if ((rc = bench_once(&cmod, pass == 0 && lora, r->batch,
                              r->prompt_len < 8 ? r->prompt_len : 8, 2, &r->sp, &one, NULL, NULL,
@@ -429,13 +423,8 @@ static int forward_measure(struct forward_run *r)
     r->qdot = on_cpu && quantized ? cpu_qlinear_kernels() : NULL;
     r->matmul = on_cpu ? cpu_matmul_paths() : NULL;
     r->blas = on_cpu ? blas_core_name() : NULL;
-    if (r->step_batch) {
-        qsort(ratios, (size_t)r->repeat, sizeof(double), cmp_double);
-        r->step_ratio = r->repeat % 2 ? ratios[r->repeat / 2]
-                                      : (ratios[r->repeat / 2 - 1] + ratios[r->repeat / 2]) / 2;
-        r->step_ratio_lo = ratios[0];
-        r->step_ratio_hi = ratios[r->repeat - 1];
-    }
+    if (r->step_batch)
+        rc = stats_latency_compute(ratios, (size_t)r->repeat, &r->step_ratio);
 out:
     free(ratios);
     cli_model_close(&cmod);
@@ -741,10 +730,10 @@ static int forward_print_json(const struct forward_run *r)
         if (r->step_batch) {
             json_object_set_new(j, "step_batch", json_integer(r->step_batch));
             json_object_set_new(j, "step_decode_ms_per_step",
-                                jsonout_real(1e3 * r->step.decode_s / r->gen, 3));
-            json_object_set_new(j, "step_ratio", jsonout_real(r->step_ratio, 3));
-            json_object_set_new(j, "step_ratio_min", jsonout_real(r->step_ratio_lo, 3));
-            json_object_set_new(j, "step_ratio_max", jsonout_real(r->step_ratio_hi, 3));
+                                jsonout_real(1e3 * r->step_decode_s / r->gen, 3));
+            json_object_set_new(j, "step_ratio", jsonout_real(r->step_ratio.p50, 3));
+            json_object_set_new(j, "step_ratio_min", jsonout_real(r->step_ratio.min, 3));
+            json_object_set_new(j, "step_ratio_max", jsonout_real(r->step_ratio.max, 3));
         }
         json_object_set_new(j, "expert_bytes", json_integer((json_int_t)r->expert_bytes));
         json_object_set_new(j, "expert_reads_per_step", jsonout_real(f.expert_reads, 3));
@@ -831,9 +820,9 @@ static void forward_print_table(const struct forward_run *r)
     if (r->step_batch) {
         printf("\nbatch %d beside batch %d in this process, a run of each in turn\n", r->step_batch,
                r->batch);
-        printf("%-28s %12.2f\n", "decode ms/step", 1e3 * r->step.decode_s / r->gen);
-        printf("%-28s %12.3f (runs %.3f-%.3f)\n", "step / batch's step", r->step_ratio,
-               r->step_ratio_lo, r->step_ratio_hi);
+        printf("%-28s %12.2f\n", "decode ms/step", 1e3 * r->step_decode_s / r->gen);
+        printf("%-28s %12.3f (runs %.3f-%.3f)\n", "step / batch's step", r->step_ratio.p50,
+               r->step_ratio.min, r->step_ratio.max);
         printf("(the median of the runs' ratios: each the step time of batch %d over that of "
                "batch %d run next to it)\n",
                r->step_batch, r->batch);
