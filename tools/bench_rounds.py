@@ -16,9 +16,10 @@ GEN -d PROMPT -r R`) and prefill (`-p PROMPT -n 0`), and with --baseline-bin
 the old binary's `bench forward`, in an order that rotates by one each round
 (ours first in round 1, llama.cpp in round 2, ...: a phase of the machine
 favours no program by its place; the JSON's "order" says which), then with
---step-batches B[,B...] ours again, batch B timed beside batch 1 in one process
-(`bench forward --step-batch B`: the median of its runs' step-time ratios, which
-the machine's drift between processes does not move), then the next round.
+--step-batches B[,B...] batch B timed beside batch 1 in one process (`bench
+forward --step-batch B`: the median of its runs' step-time ratios, which the
+machine's drift between processes does not move): the first B in ours' run of
+the round, any other B in a run of its own after the round's programs.
 Every figure is the best of its R repetitions. A round's read limit is the
 largest of the read samples around it (the one before it and the one before
 the next round), `bench forward`'s own samples in that round, and llama.cpp's
@@ -55,7 +56,8 @@ def one_model(m, a, bench):
     # moves in phases of a minute or so (AMD EPYC Zen 4, 2026-12-07: ours,
     # first in every round, in the slow phase three rounds running) should
     # not favour one program by its place in the round
-    runs = [("ours", lambda: ours(a.bin, m, a)),
+    first = a.step_batches[0] if a.step_batches else 0
+    runs = [("ours", lambda: ours(a.bin, m, a, first)),
             ("llamacpp", lambda: bc.llamacpp_bench_file(a, bench, gguf, os.path.basename(gguf)))]
     if a.baseline_bin:
         runs.append(("baseline", lambda: ours(a.baseline_bin, m, a)))
@@ -67,7 +69,8 @@ def one_model(m, a, bench):
             r[name] = run()
             if name == "llamacpp" and "error" in r["llamacpp"]:
                 raise bc.PeerError(r["llamacpp"]["error"])
-        r["steps"] = {b: ours(a.bin, m, a, b) for b in a.step_batches}
+        r["steps"] = {b: r["ours"] if b == first else ours(a.bin, m, a, b)
+                      for b in a.step_batches}
         reads.append(bc.read_sample(a))
         rounds.append(r)
     for i, r in enumerate(rounds):
@@ -153,7 +156,7 @@ def main():
     ap.add_argument("--llamacpp-args", default="",
                     help="more llama-bench flags, e.g. '--repack 0'")
     ap.add_argument("--step-batches", default="",
-                    help="ours again per round with batch B beside batch 1 in one process "
+                    help="batch B timed beside batch 1 in one process, per round "
                     "(B[,B...]): the step cost of B over 1")
     ap.add_argument("--baseline-bin", help="an older shardswap binary, run in every round too")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the table")
