@@ -1111,6 +1111,8 @@ int main(void)
     test_gen_model_fifo();
     /* bench gemv refuses an ISA it does not know before measuring anything */
     expect_fail(BIN " bench gemv --kernel sse9", 2, "unknown GEMV kernel");
+    expect_fail(BIN " bench gemv --qkernel vnni-m9", 2,
+                "unknown quantized kernel \"vnni-m9\" (expected vnni, ");
     /* bench lora refuses more adapters than rows, and a kernel it does not know */
     expect_fail(BIN " bench lora --adapters 9", 2, "--adapters 9 is out of range (expected 1..8");
     expect_fail(BIN " bench lora --kernel sse9", 2, "--kernel");

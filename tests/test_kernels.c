@@ -609,7 +609,7 @@ static void test_qlinear_lanes(void)
     enum { N_SHAPES = sizeof(shapes) / sizeof(shapes[0]), M_MAX = 3, COLS_MAX = 512 };
     /* a kernel of streams (sub-lanes), one of a row at a time and two of
      * many rows at a time (units of whole tiles) */
-    static const char *const kernels[] = {"vnni-far", "vnni-near", "vnni-m8",
+    static const char *const kernels[] = {"vnni-far", "vnni-near", "vnni-m8", "vnni-m8z",
                                           "amx-few",  "avx2-far",  "avx2"};
     static const int ms[] = {1, M_MAX};
     void *wd[N_SHAPES];
@@ -2555,9 +2555,9 @@ static void quant_group_case(enum kern_compute c, int round)
 
 static void test_linear_group_quant(void)
 {
-    static const char *const qk[] = {NULL,   "vnni",     "vnni-near", "vnni-far",
-                                     "avx2", "avx2-far", "vnni-mr",   "vnni-m8",
-                                     "amx",  "amx-few",  "avx2-m8",   "scalar"};
+    static const char *const qk[] = {NULL,       "vnni",    "vnni-near", "vnni-far", "avx2",
+                                     "avx2-far", "vnni-mr", "vnni-m8",   "vnni-m8z", "amx",
+                                     "amx-few",  "avx2-m8", "scalar"};
     static const char *const ctk[] = {NULL,   "avx512bf16", "avx512bf16-lut", "avx512",
                                       "avx2", "deq",        "scalar"};
     int round = 0;

@@ -265,8 +265,9 @@ static void isas_match_scalar(const char *const *isas, size_t n, const struct we
 /* Every instruction set's kernel gives the scalar reference's bits. */
 TEST(isa_bitwise)
 {
-    static const char *const isas[] = {"vnni",    "vnni-near", "vnni-far", "avx2",    "avx2-far",
-                                       "vnni-mr", "vnni-m8",   "amx",      "amx-few", "avx2-m8"};
+    static const char *const isas[] = {"vnni",     "vnni-near", "vnni-far", "avx2",
+                                       "avx2-far", "vnni-mr",   "vnni-m8",  "vnni-m8z",
+                                       "amx",      "amx-few",   "avx2-m8"};
     const int rows = 45;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const enum dtype t = types[ti];
@@ -298,8 +299,8 @@ TEST(isa_bitwise)
      * odd count of weight rows (vnni-mr's last pair alone), the scales and
      * Q5_1's mins of both signs */
     static const enum dtype t32[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q5_0, DTYPE_Q5_1};
-    static const char *const near[] = {"vnni-near", "vnni-far", "avx2",
-                                       "avx2-far",  "vnni-mr",  "vnni-m8"};
+    static const char *const near[] = {"vnni-near", "vnni-far", "avx2",    "avx2-far",
+                                       "vnni-mr",   "vnni-m8",  "vnni-m8z"};
     static const int lens[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,    10,
                                11, 12, 13, 14, 15, 16, 17, 28, 1023, 1027};
     for (size_t li = 0; li < sizeof(t32) / sizeof(t32[0]); li++)
@@ -343,8 +344,8 @@ TEST(isa_bitwise)
  * so zero scales). */
 TEST(multirow_bitwise)
 {
-    static const char *const isas[] = {"vnni-near", "vnni-far", "avx2-far", "vnni-mr",
-                                       "vnni-m8",   "amx",      "amx-few",  "avx2-m8"};
+    static const char *const isas[] = {"vnni-near", "vnni-far", "avx2-far", "vnni-mr", "vnni-m8",
+                                       "vnni-m8z",  "amx",      "amx-few",  "avx2-m8"};
     if (cpu_qlinear_force("amx") == ERR_UNSUPPORTED)
         printf("amx: this CPU (or its kernel) lacks AMX-INT8; not tested\n");
     for (size_t ti = 0; ti < N_TYPES; ti++) {

@@ -124,11 +124,14 @@ int bench_gemv(int argc, char **argv)
     const char *kernel = NULL, *compute = "f32", *type_list = "f32,f16,bf16", *qkernel = NULL,
                *ctkernel = NULL, *devices = NULL;
     bool json = false;
-    char kernel_help[1024];
+    char kernel_help[1024], qkernel_help[512];
     snprintf(kernel_help, sizeof kernel_help,
              "run one kernel: %s (default: each class of weights and rows takes the fastest, "
              "measured at first use; SHARDSWAP_AMX=off leaves the AMX kernels out)",
              cpu_gemv_kernel_names());
+    snprintf(qkernel_help, sizeof qkernel_help,
+             "run one quantized kernel: %s (default: measured per type and rows)",
+             cpu_qlinear_kernel_names());
     struct flag flags[] = {
         FLAG_RANGE("rows", FLAG_INT, &rows, "N", "weight rows, outputs (default 4096)", 16, 1 << 20,
                    "16..1048576"),
@@ -140,10 +143,7 @@ int bench_gemv(int argc, char **argv)
         FLAG("types", FLAG_STR, &type_list, "LIST",
              "weight types, comma-separated: f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, "
              "q6_k, ct_i8, ct_i4, ct_f8 (default f32,f16,bf16)"),
-        FLAG("qkernel", FLAG_STR, &qkernel, "NAME",
-             "run one quantized kernel: vnni, vnni-near, vnni-far, avx2, avx2-far, vnni-mr, "
-             "vnni-m8, amx, amx-few, avx2-m8 or scalar "
-             "(default: measured per type and rows)"),
+        FLAG("qkernel", FLAG_STR, &qkernel, "NAME", qkernel_help),
         FLAG("ctkernel", FLAG_STR, &ctkernel, "NAME",
              "run one compressed-tensors kernel: avx512bf16, avx512bf16-lut, avx512, avx2, deq or "
              "scalar (default: measured per type, mode and rows)"),

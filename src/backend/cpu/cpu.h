@@ -63,17 +63,18 @@ void cpu_gemv_split_claims(bool claims);
  * (cpu_gemv_split_claims) */
 bool cpu_gemv_claims(void);
 
-/* Which quantized dot-product kernel (vnni, avx2, vnni-mr, vnni-m8,
- * avx2-m8, scalar) runs per GGUF block type with a bf16-mode linear layer
- * (x quantized), for one input row, 2-4, 5-8, 9-15 and 16 or more, as one
- * line: "Q8_0: m1 vnni, m2-4 vnni-mr, m5-8 vnni-mr, m9-15 vnni-mr, m16+
- * vnni-m8; ... (measured in 40 ms)", calibrating every
- * type not measured yet; or "NAME (every call, by request)" under
+/* "vnni, vnni-near, ... or scalar": the quantized dot-product kernels'
+ * names, for errors and help (made once, from the table in qlinear.c) */
+const char *cpu_qlinear_kernel_names(void);
+/* Which quantized dot-product kernel (one of cpu_qlinear_kernel_names) runs per GGUF block type
+ * with a bf16-mode linear layer (x quantized), for one input row, 2-4, 5-8, 9-15 and 16 or more, as
+ * one line: "Q8_0: m1 vnni, m2-4 vnni-mr, m5-8 vnni-mr, m9-15 vnni-mr, m16+ vnni-m8; ... (measured
+ * in 40 ms)", calibrating every type not measured yet; or "NAME (every call, by request)" under
  * SHARDSWAP_QDOT or cpu_qlinear_force.
  * Valid until this thread's next call. */
 const char *cpu_qlinear_kernels(void);
-/* Makes the quantized linear layer run kernel `name` (vnni, avx2, vnni-mr,
- * vnni-m8, avx2-m8, scalar) for every call (NULL: the measured choices again), for tests and
+/* Makes the quantized linear layer run kernel `name` (one of
+ * cpu_qlinear_kernel_names) for every call (NULL: the measured choices again), for tests and
  * benchmarks; not while a product runs. 0, ERR_UNSUPPORTED when the CPU
  * lacks it, ERR_INVALID for an unknown name. */
 int cpu_qlinear_force(const char *name);

@@ -18,6 +18,7 @@
 #endif
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 #include <sys/mman.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/gemv_isa.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/lanes.h"
@@ -280,15 +282,12 @@ static pthread_once_t gemv_env_once = PTHREAD_ONCE_INIT;
 static char gemv_names[GEMV_N_KERNELS * 24];
 static pthread_once_t gemv_names_once = PTHREAD_ONCE_INIT;
 
+_Static_assert(offsetof(struct gemv_kernel, name) == 0, "cpu_names_join reads the name first");
+
 static void gemv_names_make(void)
 {
-    size_t used = 0;
-    for (int i = 0; i < GEMV_N_KERNELS; i++)
-        used += (size_t)snprintf(gemv_names + used, sizeof gemv_names - used, "%s%s",
-                                 i == 0                    ? ""
-                                 : i == GEMV_N_KERNELS - 1 ? " or "
-                                                           : ", ",
-                                 gemv_kernels[i].name);
+    cpu_names_join(gemv_names, sizeof gemv_names, gemv_kernels, sizeof gemv_kernels[0],
+                   GEMV_N_KERNELS);
 }
 
 const char *cpu_gemv_kernel_names(void)

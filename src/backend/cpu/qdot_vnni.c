@@ -27,6 +27,9 @@ static inline __m256i qdt_dot4(__m256i acc, __m256i xv, const void *wp)
 #define QDOT_TILE_FN qdot_tile_vnni
 #include "backend/cpu/qdot_tile_body.h"
 
+/* the multi-row kernel of the types of 32 on 512 bits */
+#include "backend/cpu/qdot_tile512.h"
+
 /* quant_q8_k_from_f32's bytes 16 at a time (the scalar one spent 1.5 us on
  * a row of 2048, on the calling thread while the pool waits) */
 void qdot_x_q8_k_avx512(const float *x, void *xq, int n)
@@ -90,6 +93,12 @@ void qdot_rows_vnni(const struct qdot_args *a, int r0, int r1)
 }
 
 int qdot_tile_vnni(const struct qdot_args *a, int r0, int r1)
+{
+    qdot_rows_scalar(a, r0, r1);
+    return 0;
+}
+
+int qdot_tile_vnni_z(const struct qdot_args *a, int r0, int r1)
 {
     qdot_rows_scalar(a, r0, r1);
     return 0;

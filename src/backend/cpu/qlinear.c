@@ -16,22 +16,22 @@
  *   quad and multiplied with every input row, x laid out to match
  *   (vnni-mr; qdot_mr_body.h: decode batches); or each weight row
  *   unpacked once and multiplied with 8 input rows at a time, packed one
- *   row a lane (vnni-m8, avx2-m8;
- *   qdot_tile_body.h); or AMX-INT8 tiles of 16 weight rows x 16 input
- *   rows (amx, qdot_amx.c: the K-quants' sub-block scales folded into the
- *   unpacked weights); or, for decode batches, x's few rows times 16
- *   weight rows laid out in the tiles' VNNI layout (amx-few,
- *   qdot_amx_few.c); all give the same bits. The kernel is chosen per
- *   process, type and bucket of rows (1, 2-4, 5-8, 9-15, 16 and more) by
- *   measurement, as the GEMV's are: at the first call with a type, each
- *   candidate is timed on 4 MiB of that type's blocks flushed from the
+ *   row a lane (vnni-m8, avx2-m8; qdot_tile_body.h), or for the types of
+ *   32 two weight rows at a time, an input row a pair of lanes on 512 bits
+ *   (vnni-m8z, qdot_tile512.h: x packed by qdot_pack_x_pairs); or AMX-INT8 tiles of 16 weight rows
+ * x 16 input rows (amx, qdot_amx.c: the K-quants' sub-block scales folded into the unpacked
+ * weights); or, for decode batches, x's few rows times 16 weight rows laid out in the tiles' VNNI
+ * layout (amx-few, qdot_amx_few.c); all give the same bits. The kernel is chosen per process, type
+ * and bucket of rows (1, 2-4, 5-8, 9-15, 16 and more) by measurement, as the GEMV's are: at the
+ * first call with a type, each candidate is timed on 4 MiB of that type's blocks flushed from the
  *   caches, at 1, 3, 6, 12 and 32 input rows, best of 5, 3, 3, 3 and 3,
  *   interleaved (vnni-mr not at 32: every row's x goes by each pair of
  *   weight rows, which a prefill's many rows stream from L3); a later
- *   candidate must win by 3%. SHARDSWAP_QDOT=NAME (vnni, vnni-near,
- *   vnni-far, avx2, avx2-far, vnni-mr, vnni-m8, amx, amx-few, avx2-m8,
- *   scalar) runs one kernel for every call instead (amx offered for its
- *   types only: not Q5_1; amx-few for Q8_0, Q4_0, Q5_0 and Q4_K). */
+ *   candidate must win by 3%. SHARDSWAP_QDOT=NAME (one of q_kernels'
+ *   names: cpu_qlinear_kernel_names) runs one kernel for every call
+ *   instead (amx offered for its types only: not Q5_1; amx-few for Q8_0,
+ *   Q4_0, Q5_0 and Q4_K; vnni-m8z for the types of 32, its K-quants are
+ *   vnni-m8's). */
 #include "backend/cpu/qlinear.h"
 
 #include <assert.h>
@@ -41,11 +41,13 @@
 #include <cpuid.h>
 #endif
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/ctlinear.h"
 #include "backend/cpu/gemv_isa.h"
 #include "backend/cpu/lanes.h"
@@ -153,6 +155,41 @@ void qdot_pack_x(enum dtype t, const char *xq, size_t xq_ld, int m, int n, int g
                 }
             }
             memcpy(dx + 4 * j, &d, 4);
+        }
+    }
+}
+
+size_t qdot_xz_group_bytes(int n)
+{
+    return (size_t)(n / QUANT_QK0) * QDOT_XZ_BLOCK;
+}
+
+void qdot_pack_x_pairs(const char *xq, size_t xq_ld, int m, int n, int g, char *xp)
+{
+    const int nb = n / QUANT_QK0, i0 = g * QDOT_GROUP;
+    const int rows = m - i0 < QDOT_GROUP ? m - i0 : QDOT_GROUP;
+    for (int b = 0; b < nb; b++, xp += QDOT_XZ_BLOCK) {
+        char *dx = xp + 256, *sums = xp + 320;
+        for (int j = 0; j < QDOT_GROUP; j++) {
+            const char *blk =
+                j < rows ? xq + (size_t)(i0 + j) * xq_ld + (size_t)b * sizeof(struct quant_q8_0)
+                         : NULL;
+            int32_t xs = 0;
+            for (int e = 0; e < QUANT_QK0; e++) {
+                const int8_t v = blk ? (int8_t)blk[2 + e] : 0;
+                xp[(size_t)(e / 8) * 64 + 8 * j + e % 8] = (char)v;
+                xs += v;
+            }
+            float d = 0.0f;
+            if (blk) {
+                uint16_t h;
+                memcpy(&h, blk, 2);
+                d = f16_to_f32(h);
+            }
+            for (int h = 0; h < 2; h++) {
+                memcpy(dx + 4 * (2 * j + h), &d, 4);
+                memcpy(sums + 4 * (2 * j + h), &xs, 4);
+            }
         }
     }
 }
@@ -312,10 +349,11 @@ static void q_pieces_far(const struct qdot_piece *p, int n)
 }
 
 /* the layout of x a kernel reads: its quantized rows, packed groups of 8
- * (qdot_pack_x), runs of 8 blocks (qdot_pack_x_mr), AMX's groups of 16
+ * (qdot_pack_x, or qdot_pack_x_pairs's for vnni-m8z's types of 32: q_layout),
+ * runs of 8 blocks (qdot_pack_x_mr), AMX's groups of 16
  * (qdot_pack_x_tiles), or each Q8_0 row as vnni-near's types of 32 read it
  * (qdot_pack_x_xr: q_layout) */
-enum q_xlayout { Q_X_ROWS, Q_X_GROUPS, Q_X_RUNS, Q_X_TILES, Q_X_XR };
+enum q_xlayout { Q_X_ROWS, Q_X_GROUPS, Q_X_PAIRS, Q_X_RUNS, Q_X_TILES, Q_X_XR };
 
 struct qdot_kernel {
     const char *name;
@@ -332,6 +370,11 @@ struct qdot_kernel {
     qdot_pieces_fn pieces;
 };
 
+static bool q_takes_32(enum dtype t)
+{
+    return qdot_xtype_of(t) == QDOT_X_Q8_0;
+}
+
 /* best first by instruction set; scalar only by request where another runs */
 static const struct qdot_kernel q_kernels[] = {
     /* a weight row against one input row */
@@ -347,6 +390,9 @@ static const struct qdot_kernel q_kernels[] = {
     {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL, true, 1, NULL},
     /* a weight row against 8 input rows in the lanes */
     {"vnni-m8", NULL, qdot_tile_vnni, Q_X_GROUPS, has_vnni, NULL, false, 1, NULL},
+    /* two weight rows against 8 input rows, two quads a lane pair (the
+     * types of 32; calibrated for those only) */
+    {"vnni-m8z", NULL, qdot_tile_vnni_z, Q_X_PAIRS, has_vnni, q_takes_32, false, 1, NULL},
     /* 16 weight rows x 16 input rows a tile product */
     {"amx", NULL, qdot_tile_amx, Q_X_TILES, has_amx_int8, qdot_amx_takes, false, 1, NULL},
     /* x's few rows (A) x 16 weight rows laid out as B a tile product */
@@ -385,6 +431,23 @@ static int q_index(enum dtype t)
     return (int)t - (int)DTYPE_Q8_0;
 }
 
+/* "vnni, vnni-near, ... avx2-m8 or scalar": the table's names, made once */
+static char q_names[Q_N_KERNELS * 16];
+static pthread_once_t q_names_once = PTHREAD_ONCE_INIT;
+
+_Static_assert(offsetof(struct qdot_kernel, name) == 0, "cpu_names_join reads the name first");
+
+static void q_names_make(void)
+{
+    cpu_names_join(q_names, sizeof q_names, q_kernels, sizeof q_kernels[0], Q_N_KERNELS);
+}
+
+const char *cpu_qlinear_kernel_names(void)
+{
+    pthread_once(&q_names_once, q_names_make);
+    return q_names;
+}
+
 static int q_find(const char *name, const struct qdot_kernel **out)
 {
     for (int i = 0; i < Q_N_KERNELS; i++)
@@ -394,10 +457,8 @@ static int q_find(const char *name, const struct qdot_kernel **out)
             *out = &q_kernels[i];
             return 0;
         }
-    return err_set(ERR_INVALID,
-                   "unknown quantized kernel \"%s\" (expected vnni, vnni-near, vnni-far, avx2, "
-                   "avx2-far, vnni-mr, vnni-m8, amx, amx-few, avx2-m8 or scalar)",
-                   name);
+    return err_set(ERR_INVALID, "unknown quantized kernel \"%s\" (expected %s)", name,
+                   cpu_qlinear_kernel_names());
 }
 
 static void q_read_env(void)
@@ -460,6 +521,8 @@ struct q_job {
  * for 16 rows' work) */
 static enum q_xlayout q_layout(const struct qdot_kernel *k, enum dtype t)
 {
+    if (k->x == Q_X_PAIRS && qdot_xtype_of(t) != QDOT_X_Q8_0)
+        return Q_X_GROUPS; /* vnni-m8z's K-quants are vnni-m8's */
     return (k->rows == q_rows_near || k->rows == qdot_rows_avx2) && qdot_xtype_of(t) == QDOT_X_Q8_0
                ? Q_X_XR
                : k->x;
@@ -597,6 +660,8 @@ static void qx_task(void *ctx, int g)
     }
     if (j->lay == Q_X_GROUPS)
         qdot_pack_x(j->t, j->xq, j->xq_ld, j->m, j->cols, g, j->xp + (size_t)g * j->xp_ld);
+    else if (j->lay == Q_X_PAIRS)
+        qdot_pack_x_pairs(j->xq, j->xq_ld, j->m, j->cols, g, j->xp + (size_t)g * j->xp_ld);
     else if (j->lay == Q_X_TILES)
         qdot_pack_x_tiles(j->t, j->xq, j->xq_ld, j->m, j->cols, g, j->xp + (size_t)g * j->xp_ld);
 }
@@ -613,6 +678,7 @@ static struct q_xsize q_xsize_of(int m, const struct weight_view *w, enum q_xlay
     struct q_xsize z;
     z.xq_ld = qdot_x_row_bytes(w->dtype, w->cols);
     z.xp_ld = lay == Q_X_GROUPS  ? qdot_xp_group_bytes(w->dtype, w->cols)
+              : lay == Q_X_PAIRS ? qdot_xz_group_bytes(w->cols)
               : lay == Q_X_RUNS  ? qdot_xmr_row_bytes(w->dtype, w->cols)
               : lay == Q_X_TILES ? qdot_xt_group_bytes(w->dtype, w->cols)
               : lay == Q_X_XR    ? qdot_xr_row_bytes(w->cols)
@@ -921,7 +987,8 @@ static bool qg_shares(const struct kern_linear_job *ji, const struct qdot_kernel
     /* the packed groups and vnni-near's rows depend on the type of x
      * alone, the runs and tiles on the weights' type too */
     const enum q_xlayout li = q_layout(k, ji->w.dtype), le = q_layout(ke, je->w.dtype);
-    *layout = li == le && (li == Q_X_GROUPS || li == Q_X_XR || ji->w.dtype == je->w.dtype);
+    *layout = li == le &&
+              (li == Q_X_GROUPS || li == Q_X_PAIRS || li == Q_X_XR || ji->w.dtype == je->w.dtype);
     return true;
 }
 
