@@ -170,13 +170,11 @@ QD_INLINE void qdz_rows32(const char *xg, int8_t *const *q, const struct qdz_pai
             qdz_rows32(xg, q, &pr, nb, off, two, y, a->ldy, rows, nr, pf, pf_step, 1);             \
     } while (0)
 
-/* the types of 32; the K-quants go to vnni-m8 */
-int qdot_tile_vnni_z(const struct qdot_args *a, int r0, int r1)
+/* the kernel for type t (of 32), a constant of each of its callers below
+ * so that each type's steps fold and take registers of their own */
+QD_INLINE int qdz_tile(const struct qdot_args *a, int r0, int r1, const enum dtype t)
 {
     const struct weight_view *w = a->w;
-    const enum dtype t = w->dtype;
-    if (qdot_xtype_of(t) != QDOT_X_Q8_0)
-        return qdot_tile_vnni(a, r0, r1);
     const int nb = w->cols / QUANT_QK0;
     const size_t wbytes = quant_block_bytes(t);
     const size_t qbytes = ((size_t)nb * QUANT_QK0 + 63) / 64 * 64;
@@ -192,7 +190,6 @@ int qdot_tile_vnni_z(const struct qdot_args *a, int r0, int r1)
     const int ng = (a->m + QDOT_GROUP - 1) / QDOT_GROUP;
     for (int rb = r0; rb < r1; rb += 2 * QDZ_NP) {
         const int nr = r1 - rb < 2 * QDZ_NP ? r1 - rb : 2 * QDZ_NP, np = (nr + 1) / 2;
-        /* each type a constant of its own call, so its steps fold */
         switch (t) {
         case DTYPE_Q8_0:
             qdz_unpack32(DTYPE_Q8_0, w, rb, nr, np, q, &pr, nb);
@@ -236,4 +233,33 @@ int qdot_tile_vnni_z(const struct qdot_args *a, int r0, int r1)
         }
     }
     return 0;
+}
+
+#define QDZ_TYPE(name, t)                                                                          \
+    static __attribute__((noinline)) int name(const struct qdot_args *a, int r0, int r1)           \
+    {                                                                                              \
+        return qdz_tile(a, r0, r1, t);                                                             \
+    }
+QDZ_TYPE(qdz_q8_0, DTYPE_Q8_0)
+QDZ_TYPE(qdz_q4_0, DTYPE_Q4_0)
+QDZ_TYPE(qdz_q5_0, DTYPE_Q5_0)
+QDZ_TYPE(qdz_q5_1, DTYPE_Q5_1)
+
+/* the types of 32; the K-quants go to vnni-m8 (the same scheme for them,
+ * 16 or 32 quad pairs a block and their sub-block scales by VPDPWSSD, was
+ * 1.1-1.2x slower than vnni-m8 on Zen 4) */
+int qdot_tile_vnni_z(const struct qdot_args *a, int r0, int r1)
+{
+    switch (a->w->dtype) {
+    case DTYPE_Q8_0:
+        return qdz_q8_0(a, r0, r1);
+    case DTYPE_Q4_0:
+        return qdz_q4_0(a, r0, r1);
+    case DTYPE_Q5_0:
+        return qdz_q5_0(a, r0, r1);
+    case DTYPE_Q5_1:
+        return qdz_q5_1(a, r0, r1);
+    default:
+        return qdot_tile_vnni(a, r0, r1);
+    }
 }
