@@ -126,17 +126,18 @@ typedef int (*qdot_tile_fn)(const struct qdot_args *a, int r0, int r1);
 int qdot_tile_avx2(const struct qdot_args *a, int r0, int r1);
 int qdot_tile_vnni(const struct qdot_args *a, int r0, int r1);
 
-/* vnni-m8z (qdot_tile512.h): two weight rows at a time against groups of
- * QDOT_GROUP input rows on 512-bit vectors, a pair of a weight row's quads
- * (8 bytes) broadcast against the same pair of each of the group's rows,
- * lane 2i for row i's even quads and 2i + 1 for its odd ones. The types of
- * 32 (Q8_0 x) read x packed in pairs; per block of 32, in order:
- *   u[k][row]     8 bytes: elements 8k .. 8k + 7 of the row, each plus 128
- *                 (x ^ 0x80), k = 0 .. 3
+/* vnni-m8z (qdot_tile512.h): the types of 32, four weight rows a pass
+ * (two pairs) against groups of QDOT_GROUP input rows on 512-bit vectors,
+ * a pair of a weight row's quads (8 bytes, unsigned) broadcast against the
+ * same pair of each of the group's rows, lane 2i for row i's even quads
+ * and 2i + 1 for its odd ones. Its x, packed in pairs, per block of 32, in
+ * order:
+ *   u[k][row]     8 bytes: elements 8k .. 8k + 7 of the row, as they are
+ *                 (signed), k = 0 .. 3
  *   dx[row][2]    f32: the block's scale, twice
  *   xs[row][2]    int32: the sum of the block's 32 quants, twice
- * (rows past m x = 0: u = 128, dx = 0); the K-quants are vnni-m8's (x in
- * qdot_pack_x's groups). The same bits as the kernels above. */
+ * (rows past m x = 0); the K-quants are vnni-m8's (x in qdot_pack_x's
+ * groups: q_layout). The same bits as the kernels above. */
 #define QDOT_XZ_BLOCK (256 + 64 + 64)
 size_t qdot_xz_group_bytes(int n);
 void qdot_pack_x_pairs(const char *xq, size_t xq_ld, int m, int n, int g, char *xp);
