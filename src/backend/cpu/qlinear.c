@@ -175,11 +175,14 @@ void qdot_pack_x_pairs(const char *xq, size_t xq_ld, int m, int n, int g, char *
                 j < rows ? xq + (size_t)(i0 + j) * xq_ld + (size_t)b * sizeof(struct quant_q8_0)
                          : NULL;
             int32_t xs = 0;
-            for (int e = 0; e < QUANT_QK0; e++) {
-                const int8_t v = blk ? (int8_t)blk[2 + e] : 0;
-                xp[(size_t)(e / 8) * 64 + 8 * j + e % 8] = (char)v;
-                xs += v;
+            for (int k = 0; k < QUANT_QK0 / 8; k++) {
+                if (blk)
+                    memcpy(xp + 64 * k + 8 * j, blk + 2 + 8 * k, 8);
+                else
+                    memset(xp + 64 * k + 8 * j, 0, 8);
             }
+            for (int e = 0; blk && e < QUANT_QK0; e++)
+                xs += (int8_t)blk[2 + e];
             float d = 0.0f;
             if (blk) {
                 uint16_t h;
