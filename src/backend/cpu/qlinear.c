@@ -17,15 +17,17 @@
  *   (vnni-mr; qdot_mr_body.h: decode batches); or each weight row
  *   unpacked once and multiplied with 8 input rows at a time, packed one
  *   row a lane (vnni-m8, avx2-m8; qdot_tile_body.h), or for the types of
- *   32 two weight rows at a time, an input row a pair of lanes on 512 bits
- *   (vnni-m8z, qdot_tile512.h: x packed by qdot_pack_x_pairs); or AMX-INT8 tiles of 16 weight rows
- * x 16 input rows (amx, qdot_amx.c: the K-quants' sub-block scales folded into the unpacked
- * weights); or, for decode batches, x's few rows times 16 weight rows laid out in the tiles' VNNI
- * layout (amx-few, qdot_amx_few.c); all give the same bits. The kernel is chosen per process, type
- * and bucket of rows (1, 2-4, 5-8, 9-15, 16 and more) by measurement, as the GEMV's are: at the
- * first call with a type, each candidate is timed on 4 MiB of that type's blocks flushed from the
- *   caches, at 1, 3, 6, 12 and 32 input rows, best of 5, 3, 3, 3 and 3,
- *   interleaved (vnni-mr not at 32: every row's x goes by each pair of
+ *   32 four weight rows at a time, an input row a pair of lanes on 512
+ *   bits (vnni-m8z, qdot_tile512.h: x packed by qdot_pack_x_pairs); or
+ *   AMX-INT8 tiles of 16 weight rows x 16 input rows (amx, qdot_amx.c:
+ *   the K-quants' sub-block scales folded into the unpacked weights); or,
+ *   for decode batches, x's few rows times 16 weight rows laid out in the
+ *   tiles' VNNI layout (amx-few, qdot_amx_few.c); all give the same bits.
+ *   The kernel is chosen per process, type and bucket of rows (1, 2-4,
+ *   5-8, 9-15, 16 and more) by measurement, as the GEMV's are: at the
+ *   first call with a type, each candidate is timed on 4 MiB of that
+ *   type's blocks flushed from the caches, at 1, 3, 6, 12 and 32 input
+ *   rows, best of 5, 3, 3, 3 and 3, interleaved (vnni-mr not at 32: every row's x goes by each pair of
  *   weight rows, which a prefill's many rows stream from L3); a later
  *   candidate must win by 3%. SHARDSWAP_QDOT=NAME (one of q_kernels'
  *   names: cpu_qlinear_kernel_names) runs one kernel for every call
@@ -352,8 +354,8 @@ static void q_pieces_far(const struct qdot_piece *p, int n)
 }
 
 /* the layout of x a kernel reads: its quantized rows, packed groups of 8
- * (qdot_pack_x, or qdot_pack_x_pairs's for vnni-m8z's types of 32: q_layout),
- * runs of 8 blocks (qdot_pack_x_mr), AMX's groups of 16
+ * (qdot_pack_x; or in pairs, qdot_pack_x_pairs, for vnni-m8z's types of
+ * 32: q_layout), runs of 8 blocks (qdot_pack_x_mr), AMX's groups of 16
  * (qdot_pack_x_tiles), or each Q8_0 row as vnni-near's types of 32 read it
  * (qdot_pack_x_xr: q_layout) */
 enum q_xlayout { Q_X_ROWS, Q_X_GROUPS, Q_X_PAIRS, Q_X_RUNS, Q_X_TILES, Q_X_XR };
@@ -393,8 +395,8 @@ static const struct qdot_kernel q_kernels[] = {
     {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL, true, 1, NULL},
     /* a weight row against 8 input rows in the lanes */
     {"vnni-m8", NULL, qdot_tile_vnni, Q_X_GROUPS, has_vnni, NULL, false, 1, NULL},
-    /* two weight rows against 8 input rows, two quads a lane pair (the
-     * types of 32; calibrated for those only) */
+    /* two pairs of weight rows against 8 input rows, two quads a lane
+     * pair (the types of 32; calibrated for those only) */
     {"vnni-m8z", NULL, qdot_tile_vnni_z, Q_X_PAIRS, has_vnni, q_takes_32, false, 1, NULL},
     /* 16 weight rows x 16 input rows a tile product */
     {"amx", NULL, qdot_tile_amx, Q_X_TILES, has_amx_int8, qdot_amx_takes, false, 1, NULL},
