@@ -27,8 +27,9 @@
  *   5-8, 9-15, 16 and more) by measurement, as the GEMV's are: at the
  *   first call with a type, each candidate is timed on 4 MiB of that
  *   type's blocks flushed from the caches, at 1, 3, 6, 12 and 32 input
- *   rows, best of 5, 3, 3, 3 and 3, interleaved (vnni-mr not at 32: every row's x goes by each pair of
- *   weight rows, which a prefill's many rows stream from L3); a later
+ *   rows, best of 5, 3, 3, 3 and 3, interleaved (vnni-mr not at 32: every
+ *   row's x goes by each pair of weight rows, which a prefill's many rows
+ *   stream from L3); a later
  *   candidate must win by 3%. SHARDSWAP_QDOT=NAME (one of q_kernels'
  *   names: cpu_qlinear_kernel_names) runs one kernel for every call
  *   instead (amx offered for its types only: not Q5_1; amx-few for Q8_0,
