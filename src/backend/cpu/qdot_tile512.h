@@ -77,11 +77,18 @@ QD_INLINE __m512i qdz_bcast8(const void *p)
  * to all of them (their 8 partials each stay in registers) */
 #define QDZ_NP 2
 
-/* one block of the pairs' rows (unsigned quants at q[2h], q[2h + 1], bias
- * off) against a group's block xb into partials p[h], as qdt_scale's
- * steps; Q5_1 (two) adds its min's */
+/* log2 of type t's bias in its unsigned quants (Q8_0 128, Q4_0 8, Q5_0
+ * 16), 0 for Q5_1's (none: its min takes x's sums) */
+QD_INLINE int qdz_bias_log2(const enum dtype t)
+{
+    return t == DTYPE_Q8_0 ? 7 : t == DTYPE_Q4_0 ? 3 : t == DTYPE_Q5_0 ? 4 : 0;
+}
+
+/* one block of the pairs' rows (unsigned quants at q[2h], q[2h + 1]) of
+ * type t against a group's block xb into partials p[h], as qdt_scale's
+ * steps; Q5_1 adds its min's */
 QD_INLINE void qdz_blk32(__m512 *p, const char *xb, const int8_t *const *q, const float *d,
-                         const float *dmin, const int off, const bool two, const int np)
+                         const float *dmin, const enum dtype t, const int np)
 {
     __m512i a[2 * QDZ_NP];
     for (int r = 0; r < 2 * np; r++)
@@ -95,9 +102,8 @@ QD_INLINE void qdz_blk32(__m512 *p, const char *xb, const int8_t *const *q, cons
     }
     const __m512i xs = _mm512_loadu_si512(xb + 320);
     const __m512 dx = _mm512_loadu_ps(xb + 256);
-    __m512i bias = _mm512_setzero_si512();
-    if (off)
-        bias = _mm512_slli_epi32(xs, off == 128 ? 7 : off == 16 ? 4 : 3);
+    const __m512i bias =
+        qdz_bias_log2(t) ? _mm512_slli_epi32(xs, qdz_bias_log2(t)) : _mm512_setzero_si512();
 #pragma GCC unroll 2
     for (int h = 0; h < np; h++) {
         /* lane 2i: row 0's even quads plus its odd ones (from lane 2i + 1),
@@ -107,7 +113,7 @@ QD_INLINE void qdz_blk32(__m512 *p, const char *xb, const int8_t *const *q, cons
         const __m512i is =
             _mm512_sub_epi32(_mm512_add_epi32(t0, _mm512_shuffle_epi32(t1, 0xB1)), bias);
         const __m512 dd = _mm512_mul_ps(_mm512_castsi512_ps(qdz_bcast8(d + 2 * h)), dx);
-        if (!two) {
+        if (t != DTYPE_Q5_1) {
             p[h] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(is), p[h]);
         } else {
             const __m512 dm =
@@ -123,7 +129,7 @@ QD_INLINE void qdz_blk32(__m512 *p, const char *xb, const int8_t *const *q, cons
  * scales pr) times one packed group: y[i ldy + r] for its rows, the pass's
  * nr rows r */
 QD_INLINE void qdz_rows32(const char *xg, int8_t *const *q, const struct qdz_pair *pr, int nb,
-                          const int off, const bool two, float *y, size_t ldy, int rows, int nr,
+                          const enum dtype t, float *y, size_t ldy, int rows, int nr,
                           const char *pf, size_t pf_step, const int np)
 {
     __m512 p[8][QDZ_NP];
@@ -143,8 +149,7 @@ QD_INLINE void qdz_rows32(const char *xg, int8_t *const *q, const struct qdz_pai
             for (int r = 0; r < 2 * np; r++)
                 qb[r] = q[r] + 32 * (size_t)(b + i);
             qdz_blk32(p[i], xg + (size_t)(b + i) * QDOT_XZ_BLOCK, qb,
-                      pr->d + 2 * (size_t)np * (b + i), pr->dmin + 2 * (size_t)np * (b + i), off,
-                      two, np);
+                      pr->d + 2 * (size_t)np * (b + i), pr->dmin + 2 * (size_t)np * (b + i), t, np);
         }
     for (int h = 0; h < np; h++) {
         /* qdot_sum8, lane by lane */
@@ -160,15 +165,6 @@ QD_INLINE void qdz_rows32(const char *xg, int8_t *const *q, const struct qdz_pai
         }
     }
 }
-
-/* one type's pass over a group: QDZ_NP pairs at a time, a last pair alone */
-#define QDZ_PASS(off, two)                                                                         \
-    do {                                                                                           \
-        if (np == QDZ_NP)                                                                          \
-            qdz_rows32(xg, q, &pr, nb, off, two, y, a->ldy, rows, nr, pf, pf_step, QDZ_NP);        \
-        else                                                                                       \
-            qdz_rows32(xg, q, &pr, nb, off, two, y, a->ldy, rows, nr, pf, pf_step, 1);             \
-    } while (0)
 
 /* the kernel for type t (of 32), a constant of each of its callers below
  * so that each type's steps fold and take registers of their own */
@@ -190,20 +186,7 @@ QD_INLINE int qdz_tile(const struct qdot_args *a, int r0, int r1, const enum dty
     const int ng = (a->m + QDOT_GROUP - 1) / QDOT_GROUP;
     for (int rb = r0; rb < r1; rb += 2 * QDZ_NP) {
         const int nr = r1 - rb < 2 * QDZ_NP ? r1 - rb : 2 * QDZ_NP, np = (nr + 1) / 2;
-        switch (t) {
-        case DTYPE_Q8_0:
-            qdz_unpack32(DTYPE_Q8_0, w, rb, nr, np, q, &pr, nb);
-            break;
-        case DTYPE_Q4_0:
-            qdz_unpack32(DTYPE_Q4_0, w, rb, nr, np, q, &pr, nb);
-            break;
-        case DTYPE_Q5_0:
-            qdz_unpack32(DTYPE_Q5_0, w, rb, nr, np, q, &pr, nb);
-            break;
-        default:
-            qdz_unpack32(DTYPE_Q5_1, w, rb, nr, np, q, &pr, nb);
-            break;
-        }
+        qdz_unpack32(t, w, rb, nr, np, q, &pr, nb);
         /* the next pass's rows (those of the matrix past the task's too:
          * the next task is likely theirs), prefetched during the first group */
         const int rn = rb + 2 * QDZ_NP, nn = w->rows - rn < 2 * QDZ_NP ? w->rows - rn : 2 * QDZ_NP;
@@ -216,20 +199,11 @@ QD_INLINE int qdz_tile(const struct qdot_args *a, int r0, int r1, const enum dty
             float *y = a->y + (size_t)g * QDOT_GROUP * a->ldy + rb;
             const size_t pf_step =
                 g == 0 ? (pf_all + 64 * (size_t)nb - 1) / (64 * (size_t)nb) * 64 : 0;
-            switch (t) {
-            case DTYPE_Q8_0:
-                QDZ_PASS(128, false);
-                break;
-            case DTYPE_Q4_0:
-                QDZ_PASS(8, false);
-                break;
-            case DTYPE_Q5_0:
-                QDZ_PASS(16, false);
-                break;
-            default: /* Q5_1 */
-                QDZ_PASS(0, true);
-                break;
-            }
+            /* QDZ_NP pairs, or a last pair alone */
+            if (np == QDZ_NP)
+                qdz_rows32(xg, q, &pr, nb, t, y, a->ldy, rows, nr, pf, pf_step, QDZ_NP);
+            else
+                qdz_rows32(xg, q, &pr, nb, t, y, a->ldy, rows, nr, pf, pf_step, 1);
         }
     }
     return 0;
