@@ -66,16 +66,17 @@ bool cpu_gemv_claims(void);
 /* "vnni, vnni-near, ... or scalar": the quantized dot-product kernels'
  * names, for errors and help (made once, from the table in qlinear.c) */
 const char *cpu_qlinear_kernel_names(void);
-/* Which quantized dot-product kernel (one of cpu_qlinear_kernel_names) runs per GGUF block type
- * with a bf16-mode linear layer (x quantized), for one input row, 2-4, 5-8, 9-15 and 16 or more, as
- * one line: "Q8_0: m1 vnni, m2-4 vnni-mr, m5-8 vnni-mr, m9-15 vnni-mr, m16+ vnni-m8; ... (measured
- * in 40 ms)", calibrating every type not measured yet; or "NAME (every call, by request)" under
- * SHARDSWAP_QDOT or cpu_qlinear_force.
+/* Which quantized dot-product kernel (one of cpu_qlinear_kernel_names)
+ * runs per GGUF block type with a bf16-mode linear layer (x quantized), for
+ * one input row, 2-4, 5-8, 9-15 and 16 or more, as one line: "Q8_0: m1
+ * vnni, m2-4 vnni-mr, m5-8 vnni-mr, m9-15 vnni-mr, m16+ vnni-m8; ...
+ * (measured in 40 ms)", calibrating every type not measured yet; or "NAME
+ * (every call, by request)" under SHARDSWAP_QDOT or cpu_qlinear_force.
  * Valid until this thread's next call. */
 const char *cpu_qlinear_kernels(void);
 /* Makes the quantized linear layer run kernel `name` (one of
- * cpu_qlinear_kernel_names) for every call (NULL: the measured choices again), for tests and
- * benchmarks; not while a product runs. 0, ERR_UNSUPPORTED when the CPU
+ * cpu_qlinear_kernel_names) for every call (NULL: the measured choices
+ * again), for tests and benchmarks; not while a product runs. 0, ERR_UNSUPPORTED when the CPU
  * lacks it, ERR_INVALID for an unknown name. */
 int cpu_qlinear_force(const char *name);
 /* Whether vnni-near and vnni-far run their builds with GFNI where the CPU
