@@ -76,8 +76,8 @@ const char *cpu_qlinear_kernel_names(void);
 const char *cpu_qlinear_kernels(void);
 /* Makes the quantized linear layer run kernel `name` (one of
  * cpu_qlinear_kernel_names) for every call (NULL: the measured choices
- * again), for tests and benchmarks; not while a product runs. 0, ERR_UNSUPPORTED when the CPU
- * lacks it, ERR_INVALID for an unknown name. */
+ * again), for tests and benchmarks; not while a product runs. 0,
+ * ERR_UNSUPPORTED when the CPU lacks it, ERR_INVALID for an unknown name. */
 int cpu_qlinear_force(const char *name);
 /* Whether vnni-near and vnni-far run their builds with GFNI where the CPU
  * has it (true, the default; SHARDSWAP_QDOT_GFNI=off starts a process with
