@@ -24,6 +24,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/qpack.h"
 #include "core/quant.h"
 #include "test.h"
 
@@ -513,6 +514,101 @@ TEST(xr_per_call_bitwise)
             xr_per_call_check(ks[ki].name, ks[ki].rows);
     }
     CHECK(cpu_qlinear_force(NULL) == 0);
+}
+
+/* Rows packed in groups of 16 (core/qpack.h, weight.h's WEIGHT_PACK_X16):
+ * the layout's inverse gives the rows back, and the products of a packed
+ * view give the rows' bits: bf16 mode by every kernel that reads packed
+ * rows (vnni-x16 where the CPU has it, scalar-x16, the default) against
+ * the scalar reference on the rows, f32 mode (dequantized blocks, and the
+ * matrix product past 16 input rows) against the rows' f32 mode, and a
+ * group of products mixing packed and unpacked jobs; rows past the
+ * groups (37 = 2 x 16 + 5), one group alone, rows of 1 and 9 blocks,
+ * scales of both signs, every m to 20, then 33 and 64. */
+TEST(packed_bitwise)
+{
+    static const int shapes[][2] = {{37, 9 * 256}, {16, 256}, {64, 2 * 256}, {5, 256}};
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        const enum dtype t = DTYPE_Q4_K;
+        const int rows = shapes[si][0], cols = shapes[si][1];
+        const size_t rb = dtype_row_bytes(t, cols), bytes = (size_t)rows * rb;
+        unsigned char *wd = malloc(bytes), *wp = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        unsigned char *tmp = malloc(16 * rb), *back = malloc(bytes);
+        cpu_qlinear_random_blocks(t, wd, bytes / quant_block_bytes(t), 500 + si);
+        for (size_t b = 0; b < bytes / quant_block_bytes(t); b++) /* d, dmin < 0 */
+            wd[b * quant_block_bytes(t) + (b % 3 == 1 ? 1 : 3)] |= 0x80;
+        memcpy(wp, wd, bytes);
+        qpack_matrix(t, wp, rows, cols, tmp);
+        /* the inverse, by group and by row */
+        memcpy(back, wp, bytes);
+        for (int g = 0; g < rows / 16; g++)
+            qpack_group_unpack(t, wp + (size_t)g * 16 * rb, cols, back + (size_t)g * 16 * rb, rb);
+        CHECK(memcmp(back, wd, bytes) == 0);
+        for (int r = 0; r < rows / 16 * 16; r++) {
+            qpack_row_unpack(t, wp + (size_t)(r / 16) * 16 * rb, cols, r % 16, tmp);
+            CHECK_MSG(memcmp(tmp, wd + (size_t)r * rb, rb) == 0, "row %d written back", r);
+        }
+        CHECK(rows < 16 || memcmp(wp, wd, bytes) != 0);
+        const struct weight_view w = {
+            .dtype = t, .data = wd, .rows = rows, .cols = cols, .ld = cols};
+        struct weight_view wx = w;
+        wx.data = wp;
+        wx.pack = WEIGHT_PACK_X16;
+        const int mmax = 64;
+        float *x = malloc((size_t)mmax * cols * sizeof(float));
+        float *ref = malloc((size_t)mmax * rows * sizeof(float));
+        float *y = malloc((size_t)mmax * rows * sizeof(float));
+        for (size_t i = 0; i < (size_t)mmax * cols; i++)
+            x[i] = urand() * (i % 7 == 0 ? 40.0f : 1.0f) * ((i / 256) % 5 == 3 ? 0.0f : 1.0f);
+        static const char *const ks[] = {"vnni-x16", "scalar-x16", "scalar", NULL};
+        for (int k = 0; k < 22; k++) {
+            const int m = k < 20 ? k + 1 : k == 20 ? 33 : 64;
+            const size_t yb = (size_t)m * rows * sizeof(float);
+            CHECK(cpu_qlinear_force("scalar") == 0);
+            CHECK(kern_linear(st, ref, x, m, &w, NULL, KERN_COMPUTE_BF16) == 0);
+            for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
+                const int rc = cpu_qlinear_force(ks[ki]);
+                if (rc == ERR_UNSUPPORTED)
+                    continue;
+                CHECK(rc == 0);
+                memset(y, 0xff, yb);
+                CHECK(kern_linear(st, y, x, m, &wx, NULL, KERN_COMPUTE_BF16) == 0);
+                CHECK_MSG(memcmp(y, ref, yb) == 0, "%d x %d packed, %s, m=%d", rows, cols,
+                          ks[ki] ? ks[ki] : "measured", m);
+            }
+            CHECK(cpu_qlinear_force(NULL) == 0);
+            CHECK(kern_linear(st, ref, x, m, &w, NULL, KERN_COMPUTE_F32) == 0);
+            memset(y, 0xff, yb);
+            CHECK(kern_linear(st, y, x, m, &wx, NULL, KERN_COMPUTE_F32) == 0);
+            CHECK_MSG(memcmp(y, ref, yb) == 0, "%d x %d packed, f32 mode, m=%d", rows, cols, m);
+        }
+        /* a group: packed, rows, packed again, sharing x */
+        for (int c = 0; c < 2; c++) {
+            const enum kern_compute cm = c ? KERN_COMPUTE_F32 : KERN_COMPUTE_BF16;
+            const int m = 3;
+            float *yg = malloc(3 * (size_t)m * rows * sizeof(float));
+            struct kern_linear_job jobs[3];
+            for (int j = 0; j < 3; j++)
+                jobs[j] = (struct kern_linear_job){.y = yg + (size_t)j * m * rows,
+                                                   .x = x,
+                                                   .m = m,
+                                                   .w = j == 1 ? w : wx};
+            CHECK(kern_linear(st, ref, x, m, &w, NULL, cm) == 0);
+            CHECK(kern_linear_group(st, jobs, 3, cm) == 0);
+            for (int j = 0; j < 3; j++)
+                CHECK_MSG(memcmp(yg + (size_t)j * m * rows, ref,
+                                 (size_t)m * rows * sizeof(float)) == 0,
+                          "%d x %d, group job %d, %s", rows, cols, j, c ? "f32" : "bf16");
+            free(yg);
+        }
+        free(x);
+        free(ref);
+        free(y);
+        free(wd);
+        free(wp);
+        free(tmp);
+        free(back);
+    }
 }
 
 /* Quantized token embeddings: the rows dequantized, zeros outside a

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/qpack.h"
 
 #include "backend/cpu/cpu_impl.h"
 #include "backend/device_impl.h"
@@ -207,6 +208,15 @@ uint64_t kern_supported(const struct device *d)
 {
     assert(d && d->kern);
     return kern_table_ops(d->kern);
+}
+
+enum weight_pack kern_weight_pack(const struct device *d, enum dtype t, int rows, int cols)
+{
+    assert(d && d->kern);
+    (void)cols;
+    if (device_proc(d) >= 0 || !d->kern->weight_pack || rows < QPACK_ROWS || !qpack_takes(t))
+        return WEIGHT_PACK_ROWS;
+    return d->kern->weight_pack(t);
 }
 
 int kern_attention_max_head_dim(const struct device *d)

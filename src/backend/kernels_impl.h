@@ -53,6 +53,8 @@ struct kernel_ops {
                 const struct lora_pair *pairs, enum kern_compute c, float *scratch);
     int (*to_host)(struct stream *s, void *host, const void *src, size_t n);
     int (*to_device)(struct stream *s, void *dst, const void *host, size_t n);
+    /* kern_weight_pack's answer for a block type (NULL: rows) */
+    enum weight_pack (*weight_pack)(enum dtype t);
 
     /* What the filled slots declare they refuse: ops (KERN_OP_BITs: an
      * activation kind, a linear's bias, attention's window or soft-cap) and the largest head_dim

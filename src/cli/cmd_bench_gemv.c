@@ -30,6 +30,7 @@
 #include "core/error.h"
 #include "core/hugemem.h"
 #include "core/jsonout.h"
+#include "core/qpack.h"
 #include "core/timing.h"
 
 #define BENCH_GEMV_MAX_M 512
@@ -122,7 +123,7 @@ int bench_gemv(int argc, char **argv)
 {
     int rows = 4096, cols = 4096, footprint_mb = 1024, max_m = CPU_GEMV_MAX_M, ct_group = 128;
     const char *kernel = NULL, *compute = "f32", *type_list = "f32,f16,bf16", *qkernel = NULL,
-               *ctkernel = NULL, *devices = NULL;
+               *ctkernel = NULL, *devices = NULL, *pack = "auto";
     bool json = false;
     char kernel_help[1024], qkernel_help[512];
     snprintf(kernel_help, sizeof kernel_help,
@@ -144,6 +145,10 @@ int bench_gemv(int argc, char **argv)
              "weight types, comma-separated: f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, "
              "q6_k, ct_i8, ct_i4, ct_f8 (default f32,f16,bf16)"),
         FLAG("qkernel", FLAG_STR, &qkernel, "NAME", qkernel_help),
+        FLAG("pack", FLAG_STR, &pack, "auto|on|off",
+             "lay out the weights of a type with a packed layout (Q4_K: 16 rows interleaved) as "
+             "a model's blob on this CPU holds them (auto, default: where the calibration found "
+             "the packed kernel faster), always (on) or never (off)"),
         FLAG("ctkernel", FLAG_STR, &ctkernel, "NAME",
              "run one compressed-tensors kernel: avx512bf16, avx512bf16-lut, avx512, avx2, deq or "
              "scalar (default: measured per type, mode and rows)"),
@@ -182,6 +187,8 @@ int bench_gemv(int argc, char **argv)
         return args_usage_fail("bench gemv");
     if (ctkernel && cpu_ctlinear_force(ctkernel) < 0)
         return args_usage_fail("bench gemv");
+    if (strcmp(pack, "auto") && strcmp(pack, "on") && strcmp(pack, "off"))
+        return args_range_fail("bench gemv", "pack", pack, "auto, on or off");
     if (ct_group % QUANT_CT_QK) {
         char v[16];
         snprintf(v, sizeof(v), "%d", ct_group);
@@ -248,7 +255,7 @@ int bench_gemv(int argc, char **argv)
     }
     if (!json)
         printf("gemv %s, %d x %d weights, compute %s, %d MB cycled per dtype\n"
-               "%-5s %7s %3s %9s %9s %9s %8s %8s\n",
+               "%-8s %7s %3s %9s %9s %9s %8s %8s\n",
                cpu_gemv_kernels(), rows, cols, compute, footprint_mb, "dtype", "threads", "m",
                "ms/call", "GB/s", "read GB/s", "/read", "/m=1");
     for (int d = 0; d < n_types && rc == 0; d++) {
@@ -278,6 +285,22 @@ int bench_gemv(int argc, char **argv)
                     (char)(dtypes[d] == DTYPE_F32 ? (i % 4 == 3 ? 0x3c : i) : (i % 2 ? 0x3c : i));
         struct weight_view w = {
             .dtype = dtypes[d], .data = wbuf, .rows = rows, .cols = cols, .ld = (size_t)cols};
+        /* each copy packed as a CPU device's blob would hold it */
+        if (qpack_takes(dtypes[d]) && rows >= QPACK_ROWS &&
+            (!strcmp(pack, "on") || (!strcmp(pack, "auto") && cpu_qlinear_packs(dtypes[d])))) {
+            void *tmp = malloc(QPACK_ROWS * dtype_row_bytes(dtypes[d], (size_t)cols));
+            if (!tmp) {
+                rc = err_set(ERR_NOMEM, "out of memory");
+                break;
+            }
+            for (int c = 0; c < b.copies; c++)
+                qpack_matrix(dtypes[d], wbuf + (size_t)c * mbytes, rows, cols, tmp);
+            free(tmp);
+            w.pack = WEIGHT_PACK_X16;
+        }
+        char name[32];
+        snprintf(name, sizeof name, "%s%s", dtype_name(dtypes[d]),
+                 w.pack == WEIGHT_PACK_X16 ? " x16" : "");
         for (int t = 1; t <= max_threads && rc == 0; t++) {
             /* the pool keeps the threads it started with: one thread is
              * this one computing alone */
@@ -294,14 +317,15 @@ int bench_gemv(int argc, char **argv)
                 if (json)
                     json_array_append_new(
                         results,
-                        json_pack("{s:s, s:i, s:i, s:o, s:o, s:o, s:o, s:o}", "dtype",
-                                  dtype_name(dtypes[d]), "threads", t, "m", ms[im], "ms_per_call",
+                        json_pack("{s:s, s:b, s:i, s:i, s:o, s:o, s:o, s:o, s:o}", "dtype",
+                                  dtype_name(dtypes[d]), "packed", w.pack == WEIGHT_PACK_X16,
+                                  "threads", t, "m", ms[im], "ms_per_call",
                                   jsonout_real(s * 1e3, 4), "weight_gb_s", jsonout_real(gbs, 3),
                                   "read_gb_s", jsonout_real(read / 1e9, 3), "vs_read",
                                   jsonout_real(gbs * 1e9 / read, 3), "vs_m1",
                                   jsonout_real(s / one, 3)));
                 else
-                    printf("%-5s %7d %3d %9.3f %9.2f %9.2f %8.2f %8.2f\n", dtype_name(dtypes[d]), t,
+                    printf("%-8s %7d %3d %9.3f %9.2f %9.2f %8.2f %8.2f\n", name, t,
                            ms[im], s * 1e3, gbs, read / 1e9, gbs * 1e9 / read, s / one);
             }
         }

@@ -121,6 +121,7 @@ int model_open_on(const char *dir, struct device *dev, const enum kern_compute *
     }
     if (compute)
         model_layout_set_compute(m, &lay, *compute);
+    model_layout_set_pack(&lay, dev);
     if ((rc = model_upload_blobs(m, &lay, ck, dev)) < 0) {
         err_wrap(rc, "%s on %s", dir, device_name(dev));
         goto out;

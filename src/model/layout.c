@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/kernels.h"
 #include "core/error.h"
+#include "core/qpack.h"
 #include "format/ct.h"
 #include "format/gguf_hf.h"
 #include "model/arch.h"
@@ -34,6 +36,7 @@ struct model_part {
     enum dtype dtype;          /* in the blob: the checkpoint's for matrices (or bf16 for f16,
                                 * model_layout_set_compute), F32 for vectors */
     enum dtype ck_dtype;       /* in the checkpoint */
+    enum weight_pack pack;     /* how the blob holds a matrix's rows (model_layout_set_pack) */
     size_t offset;             /* in the blob */
     struct weight_view *view;  /* where a matrix binds */
     struct weight_view *also;  /* and a second place (a tied head), or NULL */
@@ -533,17 +536,34 @@ int model_shard_fill(const struct model *m, const struct model_layout *layout,
                      const struct st_checkpoint *ck, int b, void *dst)
 {
     (void)m;
-    for (int i = 0; i < layout->n_parts; i++) {
+    void *tmp = NULL; /* 16 rows, for packing */
+    size_t tmp_bytes = 0;
+    int rc = 0;
+    for (int i = 0; i < layout->n_parts && rc == 0; i++) {
         const struct model_part *q = &layout->parts[i];
         if (q->blob != b)
             continue;
-        int rc;
         const struct st_tensor *t = part_tensor(ck, q, &rc);
         if (!t)
-            return rc;
-        part_copy(q, t, (char *)dst + q->offset, q->matrix ? q->dtype : DTYPE_F32);
+            break;
+        char *out = (char *)dst + q->offset;
+        part_copy(q, t, out, q->matrix ? q->dtype : DTYPE_F32);
+        if (q->pack != WEIGHT_PACK_X16)
+            continue;
+        const size_t need = QPACK_ROWS * dtype_row_bytes(q->dtype, (size_t)q->nc);
+        if (need > tmp_bytes) {
+            free(tmp);
+            tmp_bytes = 0;
+            if (!(tmp = malloc(need))) {
+                rc = err_set(ERR_NOMEM, "out of memory packing %s", q->name);
+                break;
+            }
+            tmp_bytes = need;
+        }
+        qpack_matrix(q->dtype, out, q->nr, q->nc, tmp);
     }
-    return 0;
+    free(tmp);
+    return rc;
 }
 
 void model_layout_set_compute(struct model *m, struct model_layout *layout, enum kern_compute c)
@@ -558,6 +578,16 @@ void model_layout_set_compute(struct model *m, struct model_layout *layout, enum
     }
 }
 
+void model_layout_set_pack(struct model_layout *layout, struct device *dev)
+{
+    for (int i = 0; i < layout->n_parts; i++) {
+        struct model_part *q = &layout->parts[i];
+        q->pack = q->matrix && q->use != PART_TABLE && !q->also
+                      ? kern_weight_pack(dev, q->dtype, q->nr, q->nc)
+                      : WEIGHT_PACK_ROWS;
+    }
+}
+
 void model_shard_bind(struct model *m, const struct model_layout *layout, int b, const void *base)
 {
     (void)m;
@@ -567,8 +597,12 @@ void model_shard_bind(struct model *m, const struct model_layout *layout, int b,
             continue;
         const char *p = (const char *)base + q->offset;
         if (q->matrix) {
-            *q->view = (struct weight_view){
-                .dtype = q->dtype, .data = p, .rows = q->nr, .cols = q->nc, .ld = (size_t)q->nc};
+            *q->view = (struct weight_view){.dtype = q->dtype,
+                                            .data = p,
+                                            .rows = q->nr,
+                                            .cols = q->nc,
+                                            .ld = (size_t)q->nc,
+                                            .pack = q->pack};
             if (q->also) /* re-bound on every load: the blob moves */
                 *q->also = *q->view;
         } else {

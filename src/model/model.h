@@ -232,6 +232,13 @@ int model_shard_fill(const struct model *m, const struct model_layout *layout,
  * and decode then run the bf16 kernels (AMX, VDPBF16PS) instead of rounding
  * f16 blocks on every call. Before the layout's first model_shard_fill. */
 void model_layout_set_compute(struct model *m, struct model_layout *layout, enum kern_compute c);
+/* Lays out each matrix its blob holds as dev's kernels want it
+ * (kern_weight_pack: on a CPU that measured it faster, a Q4_K matrix's rows
+ * packed in groups of 16, core/qpack.h; the same bytes, so sizes and
+ * offsets stay), packed as the blobs are filled; an embedding table (one
+ * a tied head shares too) keeps its rows. Before the layout's first
+ * model_shard_fill, with the device the blobs are filled for. */
+void model_layout_set_pack(struct model_layout *layout, struct device *dev);
 /* Points the shard's views for blob b at base (a filled copy of the blob). */
 void model_shard_bind(struct model *m, const struct model_layout *layout, int b,
                       const void *base);

@@ -125,6 +125,7 @@ int store_shard_init(struct store_shard *sh, struct store_tier *tier, struct dev
     int rc = model_shard_open(cfg, ck, spec, &sh->m, &sh->layout);
     if (rc < 0)
         return rc;
+    model_layout_set_pack(&sh->layout, dev); /* before any blob is filled */
     const size_t nb = (size_t)sh->layout.n_blobs;
     if (!(sh->host = calloc(nb, sizeof *sh->host)) || !(sh->dev = calloc(nb, sizeof *sh->dev)) ||
         !(sh->ready = calloc(nb, sizeof *sh->ready)))

@@ -247,6 +247,11 @@ static int k_lora(struct stream *s, float *y, const float *x, int m, int nseg, c
     return cpu_lora(y, x, m, nseg, seg, pairs, c, scratch);
 }
 
+static enum weight_pack k_weight_pack(enum dtype t)
+{
+    return cpu_qlinear_packs(t) ? WEIGHT_PACK_X16 : WEIGHT_PACK_ROWS;
+}
+
 const struct kernel_ops cpu_kernel_ops = {
     .linear = k_linear,
     .linear_group = k_linear_group,
@@ -270,4 +275,5 @@ const struct kernel_ops cpu_kernel_ops = {
     .lora = k_lora,
     .to_host = k_copy,
     .to_device = k_copy,
+    .weight_pack = k_weight_pack,
 };

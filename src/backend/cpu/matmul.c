@@ -46,6 +46,7 @@
 
 #include "backend/cpu/ctlinear.h"
 #include "backend/cpu/matmul_amx.h"
+#include "backend/cpu/qlinear.h"
 #include "backend/cpu/pool.h"
 #include "backend/cpu/scratch.h"
 #include "backend/cpu/vec.h"
@@ -441,13 +442,17 @@ struct mm_job {
  * mode's. */
 #define CONVERT_SPAN 1024
 
-static void convert_rows(void *dst, bool to_bf16, bool round, const struct weight_view *w, int r0,
-                         int nb)
+static int convert_rows(void *dst, bool to_bf16, bool round, const struct weight_view *w, int r0,
+                        int nb)
 {
     const int k = w->cols;
     float span[CONVERT_SPAN];
     for (int r = 0; r < nb; r++) {
-        const char *src = weight_row(w, r0 + r);
+        /* a packed view's row written back first (qlinear.h) */
+        const char *src = w->pack == WEIGHT_PACK_X16 ? cpu_qlinear_row(w, r0 + r)
+                                                     : weight_row(w, r0 + r);
+        if (!src)
+            return err_set(ERR_NOMEM, "out of host memory for a packed weight row");
         if (quant_ct_is(w->dtype)) {
             /* compressed-tensors blocks widen on vectors, straight to bf16
              * for the bf16 primitives; bf16 mode's f32 product gets the
@@ -477,6 +482,7 @@ static void convert_rows(void *dst, bool to_bf16, bool round, const struct weigh
             vec_to_bf16(d + c, f, len);
         }
     }
+    return 0;
 }
 
 /* Runs on a pool thread (or the caller): errors go to the job, since the
@@ -497,7 +503,8 @@ static void mm_task(void *ctx, int task)
             rc = err_set(ERR_NOMEM, "out of host memory for a %d x %d weight block", nb, k);
             goto out;
         }
-        convert_rows(blk, to_bf16, j->plan.round, w, r0, nb);
+        if ((rc = convert_rows(blk, to_bf16, j->plan.round, w, r0, nb)) < 0)
+            goto out;
         b = blk;
         ld = (size_t)k;
     }

@@ -198,6 +198,17 @@ int qdot_tile_amx(const struct qdot_args *a, int r0, int r1);
 bool qdot_amx_few_takes(enum dtype t);
 int qdot_tile_amx_few(const struct qdot_args *a, int r0, int r1);
 
+/* The products with weights packed in groups of 16 rows (weight.h's
+ * WEIGHT_PACK_X16, core/qpack.h), x's rows in place (q_prepare's, no
+ * layout); r0 a multiple of 16 or past the groups. vnni-x16
+ * (qdot_x16.c): a group's block multiplied with the rows in the lanes,
+ * each input row's quads broadcast (Q4_K; another type goes to
+ * qdot_x16_rows); qdot_x16_rows, on any CPU: each group written back as
+ * rows into the scratch, then the scalar reference. The same bits as the
+ * kernels above. Return as qdot_tile_fn. */
+int qdot_x16_vnni(const struct qdot_args *a, int r0, int r1);
+int qdot_x16_rows(const struct qdot_args *a, int r0, int r1);
+
 /* The blocks' combination, shared by every kernel: block b of a row adds
  * to partial sum b % QDOT_LANES (with explicit fmaf: a contraction left to
  * each compiler would differ between the files), and the partials are

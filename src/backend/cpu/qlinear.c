@@ -58,6 +58,7 @@
 #include "backend/cpu/qdot.h"
 #include "backend/cpu/scratch.h"
 #include "core/error.h"
+#include "core/qpack.h"
 #include "core/quant_ct.h"
 #include "core/rng.h"
 #include "core/timing.h"
@@ -374,6 +375,9 @@ struct qdot_kernel {
      * cannot cut run the pieces one by one through `rows`) */
     int streams;
     qdot_pieces_fn pieces;
+    /* reads weights packed in groups of 16 rows (weight.h's
+     * WEIGHT_PACK_X16) only: never a candidate for rows */
+    bool packed;
 };
 
 static bool q_takes_32(enum dtype t)
@@ -384,28 +388,33 @@ static bool q_takes_32(enum dtype t)
 /* best first by instruction set; scalar only by request where another runs */
 static const struct qdot_kernel q_kernels[] = {
     /* a weight row against one input row */
-    {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni, NULL, false, 1, NULL},
+    {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni, NULL, false, 1, NULL, false},
     {"vnni-near", q_rows_near, NULL, Q_X_ROWS, has_vnni, NULL, false, 1,
-     NULL}, /* vnni, prefetch 1 KiB into L1 and 4 KiB into L2 ahead */
+     NULL, false}, /* vnni, prefetch 1 KiB into L1 and 4 KiB into L2 ahead */
     {"vnni-far", q_rows_near, NULL, Q_X_ROWS, has_vnni, NULL, false, 4,
-     q_pieces_far}, /* vnni-near over 4 far-apart streams of a thread's lane */
-    {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL, false, 1, NULL},
+     q_pieces_far, false}, /* vnni-near over 4 far-apart streams of a thread's lane */
+    {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL, false, 1, NULL, false},
     {"avx2-far", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL, false, 4,
-     qdot_pieces_avx2_far}, /* avx2 over 4 far-apart streams of a thread's lane */
+     qdot_pieces_avx2_far, false}, /* avx2 over 4 far-apart streams of a thread's lane */
     /* two weight rows' blocks in the lanes against each input row */
-    {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL, true, 1, NULL},
+    {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL, true, 1, NULL, false},
     /* a weight row against 8 input rows in the lanes */
-    {"vnni-m8", NULL, qdot_tile_vnni, Q_X_GROUPS, has_vnni, NULL, false, 1, NULL},
+    {"vnni-m8", NULL, qdot_tile_vnni, Q_X_GROUPS, has_vnni, NULL, false, 1, NULL, false},
     /* two pairs of weight rows against 8 input rows, two quads a lane
      * pair (the types of 32; calibrated for those only) */
-    {"vnni-m8z", NULL, qdot_tile_vnni_z, Q_X_PAIRS, has_vnni, q_takes_32, false, 1, NULL},
+    {"vnni-m8z", NULL, qdot_tile_vnni_z, Q_X_PAIRS, has_vnni, q_takes_32, false, 1, NULL, false},
     /* 16 weight rows x 16 input rows a tile product */
-    {"amx", NULL, qdot_tile_amx, Q_X_TILES, has_amx_int8, qdot_amx_takes, false, 1, NULL},
+    {"amx", NULL, qdot_tile_amx, Q_X_TILES, has_amx_int8, qdot_amx_takes, false, 1, NULL, false},
     /* x's few rows (A) x 16 weight rows laid out as B a tile product */
-    {"amx-few", NULL, qdot_tile_amx_few, Q_X_ROWS, has_amx_int8, qdot_amx_few_takes, true, 1, NULL},
-    {"avx2-m8", NULL, qdot_tile_avx2, Q_X_GROUPS, has_avx2, NULL, false, 1, NULL},
-    {"scalar", qdot_rows_scalar, NULL, Q_X_ROWS, has_scalar, NULL, false, 1,
-     NULL}, /* the reference */
+    {"amx-few", NULL, qdot_tile_amx_few, Q_X_ROWS, has_amx_int8, qdot_amx_few_takes, true, 1, NULL, false},
+    {"avx2-m8", NULL, qdot_tile_avx2, Q_X_GROUPS, has_avx2, NULL, false, 1, NULL, false},
+    /* weights packed in groups of 16 rows: a group's block against each
+     * input row's broadcast quads (Q4_K), or the groups written back as
+     * rows for the reference (any CPU) */
+    {"vnni-x16", NULL, qdot_x16_vnni, Q_X_ROWS, has_vnni, qpack_takes, false, 1, NULL, true},
+    {"scalar-x16", NULL, qdot_x16_rows, Q_X_ROWS, has_scalar, qpack_takes, false, 1, NULL, true},
+    {"scalar", qdot_rows_scalar, NULL, Q_X_ROWS, has_scalar, NULL, false, 1, NULL,
+     false}, /* the reference */
 };
 #define Q_N_KERNELS (int)(sizeof(q_kernels) / sizeof(q_kernels[0]))
 
@@ -426,6 +435,10 @@ static const char *const q_bucket_name[Q_BUCKETS] = {"m1", "m2-4", "m5-8", "m9-1
 #define Q_CAL_MARGIN 0.03
 
 static const struct qdot_kernel *q_chosen[Q_TYPES][Q_BUCKETS];
+/* the types whose packed rows (vnni-x16) measured faster than q_chosen */
+static bool q_packs[Q_TYPES];
+/* each bucket's time of q_chosen and of vnni-x16 on packed rows, ms */
+static double q_chosen_ms[Q_TYPES][Q_BUCKETS], q_x16_ms[Q_TYPES][Q_BUCKETS];
 static double q_cal_ms[Q_TYPES];
 static atomic_bool q_ready[Q_TYPES];
 static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER; /* guards the calibration */
@@ -467,8 +480,31 @@ static int q_find(const char *name, const struct qdot_kernel **out)
                    cpu_qlinear_kernel_names());
 }
 
+/* the table's kernel of that name (one that is there) */
+static const struct qdot_kernel *q_named(const char *name)
+{
+    for (int i = 0; i < Q_N_KERNELS; i++)
+        if (strcmp(q_kernels[i].name, name) == 0)
+            return &q_kernels[i];
+    assert(0 && "a kernel the table has");
+    return &q_kernels[Q_N_KERNELS - 1];
+}
+
+/* SHARDSWAP_QPACK: -1 unset (by measurement), 0 off, 1 on */
+static int q_pack_env = -1;
+
 static void q_read_env(void)
 {
+    const char *pk = getenv("SHARDSWAP_QPACK");
+    if (pk && *pk) {
+        if (!strcmp(pk, "on") || !strcmp(pk, "off"))
+            q_pack_env = !strcmp(pk, "on");
+        else
+            fprintf(stderr,
+                    "shardswap: SHARDSWAP_QPACK: \"%s\" is not on or off; choosing by "
+                    "measurement\n",
+                    pk);
+    }
     const char *req = getenv("SHARDSWAP_QDOT");
     const struct qdot_kernel *k;
     if (!req || !*req)
@@ -602,8 +638,10 @@ static int q_task_rows(const struct weight_view *w, int streams, int gran, size_
 static void q_units_of(const struct weight_view *w, int streams, int *task_rows, int *per,
                        int *tail)
 {
+    /* packed rows: whole passes of two groups (qdot_x16.c) */
+    const int packed_gran = w->pack == WEIGHT_PACK_X16 ? 32 : 0;
     if (!cpu_gemv_claims()) {
-        *task_rows = q_task_rows(w, streams, 16, Q_TASK_BYTES);
+        *task_rows = q_task_rows(w, streams, packed_gran ? packed_gran : 16, Q_TASK_BYTES);
         *per = 1;
         *tail = 0;
         return;
@@ -616,7 +654,10 @@ static void q_units_of(const struct weight_view *w, int streams, int *task_rows,
      * of 32; tools/qstep_ab.c), else of 4 (a 4864-column row is 2.7-4
      * KiB) */
     const size_t row_bytes = dtype_row_bytes(w->dtype, (size_t)w->cols);
-    const int gran = streams == 1 ? 16 : row_bytes * 32 <= Q_STEP_BYTES ? 32 : 4;
+    const int gran = packed_gran     ? packed_gran
+                     : streams == 1  ? 16
+                     : row_bytes * 32 <= Q_STEP_BYTES ? 32
+                                                      : 4;
     *task_rows = q_task_rows(w, streams, gran, Q_STEP_BYTES);
     const size_t step_bytes = (size_t)streams * (size_t)*task_rows * row_bytes;
     *per = cpu_lanes_claim_steps(Q_TASK_BYTES, step_bytes);
@@ -766,7 +807,7 @@ static void q_calibrate(enum dtype t)
     const struct qdot_kernel *cand[Q_N_KERNELS];
     int n = 0;
     for (int i = 0; i < Q_N_KERNELS - 1; i++)
-        if (q_kernels[i].supported())
+        if (q_kernels[i].supported() && !q_kernels[i].packed)
             cand[n++] = &q_kernels[i];
     if (n == 0)
         cand[n++] = &q_kernels[Q_N_KERNELS - 1];
@@ -778,17 +819,29 @@ static void q_calibrate(enum dtype t)
     const size_t row_bytes = dtype_row_bytes(t, Q_CAL_COLS);
     const int rows = (int)(Q_CAL_BYTES / row_bytes);
     const int mmax = q_bucket_m[Q_BUCKETS - 1];
+    const struct qdot_kernel *x16 = q_named("vnni-x16");
+    const bool try_x16 = qpack_takes(t) && x16->supported() && rows >= 2 * QPACK_ROWS;
     char *wd = malloc((size_t)rows * row_bytes);
+    char *wp = try_x16 ? aligned_alloc(64, (size_t)rows * row_bytes) : NULL;
+    char *tmp = try_x16 ? malloc(QPACK_ROWS * row_bytes) : NULL;
     float *x = malloc((size_t)mmax * Q_CAL_COLS * sizeof(float));
     float *y = malloc((size_t)mmax * rows * sizeof(float));
-    if (wd && x && y) {
+    if (wd && x && y && (!try_x16 || (wp && tmp))) {
         cpu_qlinear_random_blocks(t, wd, (size_t)rows * Q_CAL_COLS / (size_t)dtype_block(t), 7);
         for (size_t i = 0; i < (size_t)mmax * Q_CAL_COLS; i++)
             x[i] = (float)((int)(i % 11) - 5) * 0.1f;
         struct weight_view w = {
             .dtype = t, .data = wd, .rows = rows, .cols = Q_CAL_COLS, .ld = Q_CAL_COLS};
+        /* the same rows packed, for vnni-x16 */
+        struct weight_view wx = w;
+        if (try_x16) {
+            memcpy(wp, wd, (size_t)rows * row_bytes);
+            qpack_matrix(t, wp, rows, Q_CAL_COLS, tmp);
+            wx.data = wp;
+            wx.pack = WEIGHT_PACK_X16;
+        }
         for (int b = 0; b < Q_BUCKETS; b++) {
-            double best[Q_N_KERNELS];
+            double best[Q_N_KERNELS], bx = 1e30;
             for (int i = 0; i < n; i++)
                 best[i] = 1e30;
             for (int rep = 0; rep < q_cal_reps[b]; rep++)
@@ -809,13 +862,31 @@ static void q_calibrate(enum dtype t)
                     if (s < best[i])
                         best[i] = s;
                 }
+            for (int rep = 0; try_x16 && rep < q_cal_reps[b]; rep++) {
+                cpu_cache_flush(wp, (size_t)rows * row_bytes);
+                double s = time_now();
+                if (q_run(x16, y, x, q_bucket_m[b], &wx) < 0)
+                    break;
+                s = time_now() - s;
+                bx = s < bx ? s : bx;
+            }
             int win = 0;
             for (int i = 1; i < n; i++)
                 if (best[i] * (1.0 + Q_CAL_MARGIN) < best[win])
                     win = i;
             q_chosen[ti][b] = cand[win];
+            q_chosen_ms[ti][b] = best[win] * 1e3;
+            q_x16_ms[ti][b] = try_x16 ? bx * 1e3 : NAN;
         }
+        /* packed when vnni-x16 wins a decode step (one row) and loses no
+         * bucket by more than the margin: a prefill on AMX tiles keeps
+         * the rows */
+        q_packs[ti] = try_x16 && q_x16_ms[ti][0] * (1.0 + Q_CAL_MARGIN) < q_chosen_ms[ti][0];
+        for (int b = 1; b < Q_BUCKETS && q_packs[ti]; b++)
+            q_packs[ti] = q_x16_ms[ti][b] <= q_chosen_ms[ti][b] * (1.0 + Q_CAL_MARGIN);
     }
+    free(wp);
+    free(tmp);
     free(wd);
     free(x);
     free(y);
@@ -835,14 +906,35 @@ static void q_ensure(enum dtype t)
     pthread_mutex_unlock(&q_lock);
 }
 
-static const struct qdot_kernel *q_pick(enum dtype t, int m)
+/* The kernel of m rows of w's product: packed rows' own (a forced kernel
+ * for rows only where it reads them: scalar as scalar-x16), else the
+ * forced one or the measured one */
+static const struct qdot_kernel *q_pick(const struct weight_view *w, int m)
 {
     pthread_once(&q_env_once, q_read_env);
     const struct qdot_kernel *k = q_forced;
-    if (k)
+    if (w->pack == WEIGHT_PACK_X16) {
+        if (k && k->packed)
+            return k;
+        if ((k && !strcmp(k->name, "scalar")) || !has_vnni())
+            return q_named("scalar-x16");
+        return q_named("vnni-x16");
+    }
+    if (k && !k->packed)
         return k;
+    q_ensure(w->dtype);
+    return q_chosen[q_index(w->dtype)][m == 1 ? 0 : m <= 4 ? 1 : m <= 8 ? 2 : m < 16 ? 3 : 4];
+}
+
+bool cpu_qlinear_packs(enum dtype t)
+{
+    if (!qpack_takes(t) || t < DTYPE_Q8_0 || t > DTYPE_Q5_1)
+        return false;
+    pthread_once(&q_env_once, q_read_env);
+    if (q_pack_env >= 0)
+        return q_pack_env && has_vnni();
     q_ensure(t);
-    return q_chosen[q_index(t)][m == 1 ? 0 : m <= 4 ? 1 : m <= 8 ? 2 : m < 16 ? 3 : 4];
+    return q_packs[q_index(t)];
 }
 
 const char *cpu_qlinear_kernels(void)
@@ -866,6 +958,12 @@ const char *cpu_qlinear_kernels(void)
         for (int b = 0; b < Q_BUCKETS && used < sizeof(buf); b++)
             used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s %s %s", b ? "," : "",
                                      q_bucket_name[b], c[b]->name);
+        if (q_packs[ti] && used < sizeof(buf)) /* the chosen's time over vnni-x16's */
+            used += (size_t)snprintf(buf + used, sizeof(buf) - used,
+                                     ", packed rows vnni-x16 (m1 %.2fx, m5-8 %.2fx, m16+ %.2fx)",
+                                     q_chosen_ms[ti][0] / q_x16_ms[ti][0],
+                                     q_chosen_ms[ti][2] / q_x16_ms[ti][2],
+                                     q_chosen_ms[ti][4] / q_x16_ms[ti][4]);
     }
     if (used < sizeof(buf))
         snprintf(buf + used, sizeof(buf) - used, " (measured in %.0f ms)", ms);
@@ -883,6 +981,17 @@ int cpu_qlinear_force(const char *name)
 }
 
 /* ---- f32 mode: dequantized blocks of rows ---- */
+
+const void *cpu_qlinear_row(const struct weight_view *w, int r)
+{
+    if (w->pack != WEIGHT_PACK_X16 || r >= w->rows / QPACK_ROWS * QPACK_ROWS)
+        return weight_row(w, r);
+    void *row = cpu_scratch(CPU_SCRATCH_Q_ROW, dtype_row_bytes(w->dtype, (size_t)w->cols));
+    if (row)
+        qpack_row_unpack(w->dtype, weight_row(w, r / QPACK_ROWS * QPACK_ROWS), w->cols,
+                         r % QPACK_ROWS, row);
+    return row;
+}
 
 struct deq_job {
     float *y;
@@ -904,8 +1013,12 @@ static int deq_rows(const struct deq_job *j, int r0, int r1)
         return ERR_NOMEM;
     for (int r = r0; r < r1; r += Q_DEQ_ROWS) {
         const int nr = r1 - r < Q_DEQ_ROWS ? r1 - r : Q_DEQ_ROWS;
-        for (int i = 0; i < nr; i++)
-            quant_dequantize(w->dtype, weight_row(w, r + i), blk + (size_t)i * k, (size_t)k);
+        for (int i = 0; i < nr; i++) {
+            const void *row = cpu_qlinear_row(w, r + i);
+            if (!row)
+                return ERR_NOMEM;
+            quant_dequantize(w->dtype, row, blk + (size_t)i * k, (size_t)k);
+        }
         const struct weight_view f = {
             .dtype = DTYPE_F32, .data = blk, .rows = nr, .cols = k, .ld = (size_t)k};
         const struct gemv_args a = {
@@ -944,7 +1057,7 @@ int cpu_qlinear(float *y, const float *x, int m, const struct weight_view *w, en
 {
     if (cm == KERN_COMPUTE_F32)
         return m <= CPU_GEMV_MAX_M ? q_gemv_f32(y, x, m, w) : cpu_matmul(y, x, m, w, cm);
-    return q_run(q_pick(w->dtype, m), y, x, m, w);
+    return q_run(q_pick(w, m), y, x, m, w);
 }
 
 /* ---- a group of products in one run of the pool ---- */
@@ -1013,7 +1126,7 @@ int cpu_qlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compu
     for (int i = 0; i < n; i++) {
         const struct kern_linear_job *j = &jobs[i];
         assert(j->m <= CPU_GEMV_MAX_M && dtype_is_block(j->w.dtype) && !quant_ct_is(j->w.dtype));
-        gj[i].k = bf16 ? q_pick(j->w.dtype, j->m) : NULL;
+        gj[i].k = bf16 ? q_pick(&j->w, j->m) : NULL;
         from[i] = -1;
         laid[i] = false;
         if (!bf16)

@@ -3,6 +3,7 @@
 #ifndef SHARDSWAP_BACKEND_CPU_QLINEAR_H
 #define SHARDSWAP_BACKEND_CPU_QLINEAR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +21,18 @@ int cpu_qlinear(float *y, const float *x, int m, const struct weight_view *w, en
  * job by the kernel chosen for its type and rows, x quantized (and laid
  * out) once for the jobs that read the same rows. 0, or ERR_NOMEM. */
 int cpu_qlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compute cm);
+
+/* Whether this CPU's kernels want weights of type t packed in groups of
+ * 16 rows (weight.h's WEIGHT_PACK_X16, core/qpack.h): where vnni-x16
+ * measured faster than the chosen kernels at one input row and no slower
+ * in any bucket (the calibration's), or as SHARDSWAP_QPACK=on|off says
+ * (on only where the CPU has AVX-512 VNNI). */
+bool cpu_qlinear_packs(enum dtype t);
+
+/* Row r of block-type w in its own layout: in place, or for a packed
+ * view's row written back into the calling thread's scratch (valid until
+ * its next call); NULL when the scratch cannot grow. */
+const void *cpu_qlinear_row(const struct weight_view *w, int r);
 
 /* n_blocks random blocks of type t at dst with finite f16 scales (between
  * 2^-12 and 2^-6) and every other bit random (seeded): for the

@@ -19,6 +19,7 @@ enum cpu_scratch_slot {
     CPU_SCRATCH_Q_X,        /* qlinear: x quantized to Q8_0 / Q8_K blocks */
     CPU_SCRATCH_Q_DEQ,      /* qlinear: a block of weight rows dequantized */
     CPU_SCRATCH_Q_XR,       /* qlinear's vnni-near: a row of x laid out (qdot_xr.h) */
+    CPU_SCRATCH_Q_ROW,      /* qlinear: a packed weight row written back (cpu_qlinear_row) */
     CPU_SCRATCH_LORA_X,     /* lora: x rounded to bf16 */
     CPU_SCRATCH_LORA_TASKS, /* lora: each segment's first task */
     CPU_SCRATCH_CT_DEQ,     /* ctlinear: a block of weight rows dequantized */

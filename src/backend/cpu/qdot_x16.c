@@ -1,0 +1,286 @@
+/* vnni-x16: the quantized products with weights packed once in groups of
+ * 16 rows (weight.h's WEIGHT_PACK_X16, core/qpack.h; qdot.h's
+ * qdot_x16_vnni). This file alone is compiled with AVX-512 (F, BW, VL,
+ * DQ) and VNNI (CMakeLists.txt); qlinear.c runs it only where the CPU has
+ * them.
+ *
+ * A vector of a group's quants holds the same 4 packed bytes of its 16
+ * rows (a row a lane), so its low nibbles are a quad of elements of one
+ * sub-block of every row and its high nibbles a quad of the next; each
+ * input row's quads, read in place from its Q8_K row, are broadcast
+ * against them: one VPDPBUSD adds a quad of 16 weight rows, and a
+ * sub-block's sums come out one lane per row, times the lanes' scales
+ * (VPMULLD) without a horizontal sum. The high nibbles are taken as they
+ * sit (times 16, an exact multiple, shifted back once a sub-block), so
+ * unpacking a vector costs two ANDs. The mins multiply x's sums of 32 in
+ * word pairs (VPDPWSSD). What vnni-few computed after laying out 16 rows
+ * per call (53 cycles a Q4_K block on Zen 4) is here laid out once, when
+ * the blob was filled.
+ *
+ * The integer sums are each block's exact ones and the f32 steps qdot.h's
+ * (block b into partial b % 8, reduced as qdot_sum8): the same bits as
+ * every other kernel (test_quant's packed tests). Rows past the groups
+ * (rows % 16 of them) go to vnni-near. */
+#include "backend/cpu/qdot.h"
+
+#include "backend/cpu/scratch.h"
+#include "core/error.h"
+#include "core/qpack.h"
+
+#include <assert.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define XV_INLINE static inline __attribute__((always_inline))
+/* groups a pass: each broadcast of an input row's quad goes to all */
+#define XV_TILES 2
+/* input rows a pass over a block's quads (their sums in registers) */
+#define XV_XR 2
+/* a packed Q4_K block of 16 rows (core/qpack.h) */
+#define XV_BLOCK (QPACK_ROWS * sizeof(struct quant_q4_k))
+
+XV_INLINE __m512i xv_bcast4(const char *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* A packed block's lanes: d, -dmin, the sub-blocks' scales as int32 and
+ * the mins of sub-blocks 2p, 2p + 1 as int16 pairs */
+struct xv_scales {
+    __m512 d, ndmin;
+    __m512i sc[8], mn[4];
+};
+
+XV_INLINE void xv_scales_of(const char *blk, struct xv_scales *s)
+{
+    s->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+    s->ndmin = _mm512_xor_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32))),
+                             _mm512_set1_ps(-0.0f));
+    const __m512i d0 = _mm512_loadu_si512(blk + 64), d1 = _mm512_loadu_si512(blk + 128);
+    const __m512i d2 = _mm512_loadu_si512(blk + 192);
+    const __m512i m3f = _mm512_set1_epi8(0x3f), m0f = _mm512_set1_epi8(0x0f);
+    const __m512i m30 = _mm512_set1_epi8(0x30);
+    /* each lane's bytes: scales 0-3, mins 0-3, scales 4-7, mins 4-7
+     * (quant_scale_min) */
+    const __m512i slo = _mm512_and_si512(d0, m3f), mlo = _mm512_and_si512(d1, m3f);
+    const __m512i shi =
+        _mm512_or_si512(_mm512_and_si512(d2, m0f), _mm512_and_si512(_mm512_srli_epi32(d0, 2), m30));
+    const __m512i mhi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(d2, 4), m0f),
+                                        _mm512_and_si512(_mm512_srli_epi32(d1, 2), m30));
+    /* VPSHUFB within each 128-bit lane: byte k of a row's lane (4i + k) to
+     * an int32 (the scales), bytes 2p and 2p + 1 to a pair of int16 (the
+     * mins); 0x80 makes a zero */
+    const __m512i at = _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const __m512i c =
+            _mm512_or_si512(_mm512_add_epi32(at, _mm512_set1_epi32(k)),
+                            _mm512_set1_epi32((int)0x80808000u));
+        s->sc[k] = _mm512_shuffle_epi8(slo, c);
+        s->sc[4 + k] = _mm512_shuffle_epi8(shi, c);
+    }
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; p++) {
+        const __m512i c = _mm512_or_si512(
+            _mm512_add_epi32(_mm512_mullo_epi32(at, _mm512_set1_epi32(0x10001)),
+                             _mm512_set1_epi32(2 * p | (2 * p + 1) << 16)),
+            _mm512_set1_epi32((int)0x80008000u));
+        s->mn[p] = _mm512_shuffle_epi8(mlo, c);
+        s->mn[2 + p] = _mm512_shuffle_epi8(mhi, c);
+    }
+}
+
+/* Block b of nt groups (g[T]: the group's block) times input rows [i0, i0
+ * + nx): each row's scaled sums, then the f32 steps into partials p[(i nt
+ * + T) 8 + b % 8] */
+XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const char *xq,
+                      size_t xq_ld, int b, int i0, const int nx, const int nt, __m512 *p)
+{
+    const __m512i lo4 = _mm512_set1_epi8(0x0f), hi4 = _mm512_set1_epi8((char)0xf0);
+    __m512i is[XV_XR][XV_TILES];
+    #pragma GCC unroll 4
+    for (int i = 0; i < nx; i++)
+        #pragma GCC unroll 4
+        for (int T = 0; T < nt; T++)
+            is[i][T] = _mm512_setzero_si512();
+    const char *xb = xq + (size_t)i0 * xq_ld + (size_t)b * sizeof(struct quant_q8_k) + 4;
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        /* eight chains of VPDPBUSD at least (four did not hide their
+         * latency): fewer rows and groups, a vector's sums split by quads
+         * k mod 2 or 4 */
+        const int split = 4 / (nx * nt);
+        __m512i al[XV_XR][XV_TILES][4], ah[XV_XR][XV_TILES][4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < nx; i++)
+            #pragma GCC unroll 4
+            for (int T = 0; T < nt; T++)
+#pragma GCC unroll 4
+                for (int h = 0; h < split; h++)
+                    al[i][T][h] = ah[i][T][h] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m512i wl[XV_TILES], wh[XV_TILES];
+            #pragma GCC unroll 4
+            for (int T = 0; T < nt; T++) {
+                const __m512i v = _mm512_loadu_si512(g[T] + 256 + 64 * (8 * j + k));
+                wl[T] = _mm512_and_si512(v, lo4);
+                wh[T] = _mm512_and_si512(v, hi4);
+            }
+            #pragma GCC unroll 4
+            for (int i = 0; i < nx; i++) {
+                const char *xi = xb + (size_t)i * xq_ld + 64 * j + 4 * k;
+                const __m512i xl = xv_bcast4(xi), xh = xv_bcast4(xi + 32);
+                #pragma GCC unroll 4
+                for (int T = 0; T < nt; T++) {
+                    const int h = k % split;
+                    al[i][T][h] = _mm512_dpbusd_epi32(al[i][T][h], wl[T], xl);
+                    ah[i][T][h] = _mm512_dpbusd_epi32(ah[i][T][h], wh[T], xh);
+                }
+            }
+        }
+        #pragma GCC unroll 4
+        for (int i = 0; i < nx; i++)
+            #pragma GCC unroll 4
+            for (int T = 0; T < nt; T++) {
+                __m512i sl = al[i][T][0], sh = ah[i][T][0];
+#pragma GCC unroll 4
+                for (int h = 1; h < split; h++) {
+                    sl = _mm512_add_epi32(sl, al[i][T][h]);
+                    sh = _mm512_add_epi32(sh, ah[i][T][h]);
+                }
+                const __m512i a = _mm512_mullo_epi32(s[T].sc[2 * j], sl);
+                const __m512i h = _mm512_mullo_epi32(s[T].sc[2 * j + 1], _mm512_srai_epi32(sh, 4));
+                is[i][T] = _mm512_add_epi32(is[i][T], _mm512_add_epi32(a, h));
+            }
+    }
+    #pragma GCC unroll 4
+    for (int i = 0; i < nx; i++) {
+        const char *xi = xb - 4 + (size_t)i * xq_ld;
+        float dxs;
+        memcpy(&dxs, xi, 4);
+        const __m512 dx = _mm512_set1_ps(dxs);
+        int16_t bs[QUANT_QKK / 16];
+        memcpy(bs, xi + 4 + QUANT_QKK, sizeof(bs));
+        __m512i xp[4];
+        #pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            const int l = bs[4 * q] + bs[4 * q + 1], h = bs[4 * q + 2] + bs[4 * q + 3];
+            xp[q] = _mm512_set1_epi32((int)((uint32_t)(uint16_t)l | (uint32_t)(uint16_t)h << 16));
+        }
+        #pragma GCC unroll 4
+        for (int T = 0; T < nt; T++) {
+            __m512 *pk = p + ((size_t)(i0 + i) * nt + T) * 8 + b % 8;
+            const __m512 acc =
+                _mm512_fmadd_ps(_mm512_mul_ps(s[T].d, dx), _mm512_cvtepi32_ps(is[i][T]), *pk);
+            __m512i ms = _mm512_setzero_si512();
+            #pragma GCC unroll 4
+            for (int q = 0; q < 4; q++)
+                ms = _mm512_dpwssd_epi32(ms, s[T].mn[q], xp[q]);
+            *pk = _mm512_fmadd_ps(_mm512_mul_ps(s[T].ndmin, dx), _mm512_cvtepi32_ps(ms), acc);
+        }
+    }
+}
+
+/* xv_blk for each count of input rows and groups, each its own function:
+ * inlined into the pass, its loads of the weights (the same for each
+ * input row) were hoisted out of the loop over the input rows, all 64
+ * vectors of a block unpacked to the stack and read back, 1.8x slower at
+ * one row */
+#define XV_BLK(nx, nt)                                                                             \
+    static __attribute__((noinline)) void xv_blk_##nx##_##nt(                                      \
+        const char *const *g, const struct xv_scales *s, const char *xq, size_t xq_ld, int b,     \
+        int i0, __m512 *p)                                                                         \
+    {                                                                                              \
+        xv_blk(g, s, xq, xq_ld, b, i0, nx, nt, p);                                                 \
+    }
+XV_BLK(1, 1)
+XV_BLK(2, 1)
+XV_BLK(1, 2)
+XV_BLK(2, 2)
+
+/* The nt groups from weight row rt times every input row, into y */
+XV_INLINE void xv_pass(const struct qdot_args *a, int rt, __m512 *p, const int nt)
+{
+    const struct weight_view *w = a->w;
+    const int nb = w->cols / QUANT_QKK;
+    const size_t gb = (size_t)nb * XV_BLOCK;
+    const char *g0 = (const char *)w->data + (size_t)(rt / QPACK_ROWS) * gb;
+    for (int k = 0; k < a->m * nt * 8; k++)
+        p[k] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const char *g[XV_TILES];
+        struct xv_scales s[XV_TILES];
+#pragma GCC unroll 2
+        for (int T = 0; T < nt; T++) {
+            g[T] = g0 + (size_t)T * gb + (size_t)b * XV_BLOCK;
+            xv_scales_of(g[T], &s[T]);
+        }
+        for (int i0 = 0; i0 < a->m; i0 += XV_XR) {
+            const bool two = a->m - i0 >= 2;
+            if (nt == 2)
+                (two ? xv_blk_2_2 : xv_blk_1_2)(g, s, a->xq, a->xq_ld, b, i0, p);
+            else
+                (two ? xv_blk_2_1 : xv_blk_1_1)(g, s, a->xq, a->xq_ld, b, i0, p);
+        }
+    }
+    /* qdot_sum8 per input row and group: 16 weight rows of y a store */
+    for (int T = 0; T < nt; T++)
+        for (int i = 0; i < a->m; i++) {
+            const __m512 *q = p + ((size_t)i * nt + T) * 8;
+            const __m512 sum =
+                _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(q[0], q[4]), _mm512_add_ps(q[2], q[6])),
+                              _mm512_add_ps(_mm512_add_ps(q[1], q[5]), _mm512_add_ps(q[3], q[7])));
+            _mm512_storeu_ps(a->y + (size_t)i * a->ldy + rt + QPACK_ROWS * T, sum);
+        }
+}
+
+static __attribute__((noinline)) int xv_q4_k(const struct qdot_args *a, int r0, int r1)
+{
+    const int gend = a->w->rows / QPACK_ROWS * QPACK_ROWS;
+    const int g1 = r1 < gend ? r1 : gend;
+    assert(r0 % QPACK_ROWS == 0 || r0 >= gend);
+    if (r0 < g1) {
+        __m512 *p = cpu_scratch(CPU_SCRATCH_Q_DEQ, (size_t)a->m * XV_TILES * 8 * sizeof(__m512));
+        if (!p)
+            return ERR_NOMEM;
+        /* one or two input rows: a group a pass, the task's groups one
+         * stream (two groups a pass were two streams of 18 KiB each, for
+         * llama-3.2-1b's 2048 columns, that the hardware's prefetch
+         * restarted on every pass: one thread read 18 GB/s of weights
+         * instead of 29); more rows: two, each broadcast of x to both */
+        int rt = r0;
+        for (; a->m > 2 && g1 - rt >= XV_TILES * QPACK_ROWS; rt += XV_TILES * QPACK_ROWS)
+            xv_pass(a, rt, p, XV_TILES);
+        for (; rt < g1; rt += QPACK_ROWS)
+            xv_pass(a, rt, p, 1);
+    }
+    if (r1 > gend) { /* the rows past the groups, as rows */
+        struct weight_view tw = *a->w;
+        tw.pack = WEIGHT_PACK_ROWS;
+        struct qdot_args ta = *a;
+        ta.w = &tw;
+        ta.xp = NULL;
+        qdot_rows_vnni_near(&ta, r0 > gend ? r0 : gend, r1);
+    }
+    return 0;
+}
+
+int qdot_x16_vnni(const struct qdot_args *a, int r0, int r1)
+{
+    assert(a->w->pack == WEIGHT_PACK_X16 && a->w->ld == (size_t)a->w->cols);
+    if (a->w->dtype == DTYPE_Q4_K)
+        return xv_q4_k(a, r0, r1);
+    return qdot_x16_rows(a, r0, r1);
+}
+
+#else
+int qdot_x16_vnni(const struct qdot_args *a, int r0, int r1)
+{
+    return qdot_x16_rows(a, r0, r1);
+}
+#endif

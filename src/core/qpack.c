@@ -1,0 +1,82 @@
+#include "core/qpack.h"
+
+#include <string.h>
+
+#include "core/quant.h"
+
+bool qpack_takes(enum dtype t)
+{
+    return t == DTYPE_Q4_K;
+}
+
+/* Q4_K's pieces: bytes [at, at + width) of a row's block go to packed
+ * offset base + width r for row r (qpack.h); 2 + 3 + 32 of them */
+#define Q4K_PIECES 37
+
+static void q4k_piece(int i, size_t *at, size_t *base, size_t *width)
+{
+    if (i < 2) { /* d, dmin */
+        *at = 2 * (size_t)i;
+        *base = 32 * (size_t)i;
+        *width = 2;
+    } else if (i < 5) { /* the scales' words */
+        *at = 4 + 4 * (size_t)(i - 2);
+        *base = 64 + 64 * (size_t)(i - 2);
+        *width = 4;
+    } else { /* the quants' words */
+        *at = 16 + 4 * (size_t)(i - 5);
+        *base = 256 + 64 * (size_t)(i - 5);
+        *width = 4;
+    }
+}
+
+/* A block of rows [r0, r1) of 16 (row r at rows + (r - r0) row_bytes) to
+ * or from its packed place at packed */
+static void q4k_block(char *packed, char *rows, size_t row_bytes, int r0, int r1, bool unpack)
+{
+    for (int i = 0; i < Q4K_PIECES; i++) {
+        size_t at, base, width;
+        q4k_piece(i, &at, &base, &width);
+        for (int r = r0; r < r1; r++) {
+            char *p = packed + base + width * (size_t)r, *b = rows + (size_t)(r - r0) * row_bytes + at;
+            if (unpack)
+                memcpy(b, p, width);
+            else
+                memcpy(p, b, width);
+        }
+    }
+}
+
+/* Group at packed to or from its rows [r0, r1) at rows, row_bytes apart
+ * (block b of row r at rows + (r - r0) row_bytes + 144 b) */
+static void q4k_group(char *packed, char *rows, size_t row_bytes, int cols, int r0, int r1,
+                      bool unpack)
+{
+    const size_t bb = sizeof(struct quant_q4_k), gb = QPACK_ROWS * bb;
+    for (int b = 0; b < cols / QUANT_QKK; b++)
+        q4k_block(packed + (size_t)b * gb, rows + (size_t)b * bb, row_bytes, r0, r1, unpack);
+}
+
+void qpack_matrix(enum dtype t, void *data, int rows, int cols, void *tmp)
+{
+    if (!qpack_takes(t))
+        return;
+    const size_t row_bytes = dtype_row_bytes(t, (size_t)cols);
+    for (int g = 0; g < rows / QPACK_ROWS; g++) {
+        char *at = (char *)data + (size_t)g * QPACK_ROWS * row_bytes;
+        memcpy(tmp, at, QPACK_ROWS * row_bytes);
+        q4k_group(at, tmp, row_bytes, cols, 0, QPACK_ROWS, false);
+    }
+}
+
+void qpack_group_unpack(enum dtype t, const void *src, int cols, void *dst, size_t row_bytes)
+{
+    if (qpack_takes(t))
+        q4k_group((char *)src, dst, row_bytes, cols, 0, QPACK_ROWS, true);
+}
+
+void qpack_row_unpack(enum dtype t, const void *src, int cols, int r, void *dst)
+{
+    if (qpack_takes(t))
+        q4k_group((char *)src, dst, dtype_row_bytes(t, (size_t)cols), cols, r, r + 1, true);
+}

@@ -1,0 +1,47 @@
+/* Quantized weight rows laid out for the CPU's kernels once, when a blob is
+ * filled for a CPU device: 16 rows at a time, each block's bytes of the 16
+ * rows interleaved so that one 512-bit load holds the same 4-byte piece of
+ * every row (a row a 32-bit lane), and the product of the 16 rows with an
+ * input row needs no horizontal sum and no per-call transposition.
+ *
+ * A packed matrix of `rows` rows keeps its size and its row addresses at
+ * multiples of 16: rows [16 g, 16 g + 16) for g < rows / 16 are group g,
+ * in the same bytes the 16 rows took; the last rows % 16 rows stay as
+ * they were (weight.h's WEIGHT_PACK_X16).
+ *
+ * Q4_K, per block b of a group (2304 bytes, 16 x 144, at b x 2304):
+ *     0  f16 d[16]            row r's d
+ *    32  f16 dmin[16]         row r's dmin
+ *    64  u32 sc[3][16]        bytes 4j .. 4j + 3 of row r's 12 scale bytes at [j][r]
+ *   256  u32 qs[32][16]       bytes 4k .. 4k + 3 of row r's 128 quant bytes at [k][r]
+ * so vector k of qs holds, in its low nibbles, elements 64 (k / 8) + 4 (k % 8)
+ * .. + 3 of each row (sub-block 2 (k / 8)) and in its high nibbles the same
+ * of sub-block 2 (k / 8) + 1. */
+#ifndef SHARDSWAP_CORE_QPACK_H
+#define SHARDSWAP_CORE_QPACK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/dtype.h"
+
+/* rows a group */
+#define QPACK_ROWS 16
+
+/* Whether rows of type t have a packed layout (Q4_K). */
+bool qpack_takes(enum dtype t);
+
+/* Rows [0, rows / 16 x 16) of a dense matrix of type t (cols elements a
+ * row, whole blocks) rearranged in place into groups; the rest as they
+ * are. tmp: 16 rows' bytes of scratch. */
+void qpack_matrix(enum dtype t, void *data, int rows, int cols, void *tmp);
+
+/* Group src (16 rows of cols elements, the packed layout) written back as
+ * 16 rows at dst, row_bytes apart: the inverse. */
+void qpack_group_unpack(enum dtype t, const void *src, int cols, void *dst, size_t row_bytes);
+
+/* Row r (< 16) of packed group src back in its own layout at dst
+ * (dtype_row_bytes(t, cols) bytes). */
+void qpack_row_unpack(enum dtype t, const void *src, int cols, int r, void *dst);
+
+#endif
