@@ -25,7 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/qlinear.h"
 #include "backend/device.h"
 #include "core/error.h"
 #include "core/fs.h"
@@ -219,6 +221,46 @@ TEST(logits)
                 device_close(d);
         }
     }
+}
+
+/* The Q4_K_M file copied onto a CPU device with its Q4_K rows packed in
+ * groups of 16 (core/qpack.h, vnni-x16 where the CPU has it) gives the
+ * rows' logits bit for bit, in both modes, prefill and decode; and the
+ * swap engine's shard (its blobs filled by the store) the same. */
+TEST(packed)
+{
+    load_expected();
+    char path[512];
+    snprintf(path, sizeof(path), "%s/model-q4_k_m.gguf", QDIR);
+    const int n_max = MAXT;
+    float *got[2];
+    for (int k = 0; k < 2; k++)
+        got[k] = calloc(2 * (size_t)n_max * V, sizeof(float)); /* past n: zeros */
+    int32_t ids[MAXT];
+    const int n = prompt(0, ids);
+    for (int k = 0; k < 2; k++) {
+        cpu_qlinear_pack_force(k);
+        CHECK(cpu_qlinear_packs(DTYPE_Q4_K) == (k == 1 && cpu_qlinear_force("vnni-x16") == 0));
+        CHECK(cpu_qlinear_force(NULL) == 0);
+        struct device *d = NULL;
+        struct model *m = NULL;
+        CHECK(device_open_cpu(0, 64u << 20, &d) == 0);
+        int rc = model_open_on(path, d, NULL, &m);
+        CHECK_MSG(rc == 0, "%s", err_msg());
+        for (int mode = 0; rc == 0 && mode < 2; mode++) {
+            model_set_compute(m, mode ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32);
+            float *out = got[k] + (size_t)mode * n_max * V;
+            cpu_prefill_logits(m, ids, n, out);
+            CHECK(cpu_decode_err(m, ids, n, out, V) <= TOL);
+        }
+        model_close(m);
+        device_close(d);
+    }
+    cpu_qlinear_pack_force(-1);
+    CHECK_MSG(memcmp(got[0], got[1], sizeof(float) * 2 * n_max * V) == 0,
+              "packed rows' logits differ from the rows'");
+    for (int k = 0; k < 2; k++)
+        free(got[k]);
 }
 
 TEST(sharded)

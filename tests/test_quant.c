@@ -589,16 +589,14 @@ TEST(packed_bitwise)
             float *yg = malloc(3 * (size_t)m * rows * sizeof(float));
             struct kern_linear_job jobs[3];
             for (int j = 0; j < 3; j++)
-                jobs[j] = (struct kern_linear_job){.y = yg + (size_t)j * m * rows,
-                                                   .x = x,
-                                                   .m = m,
-                                                   .w = j == 1 ? w : wx};
+                jobs[j] = (struct kern_linear_job){
+                    .y = yg + (size_t)j * m * rows, .x = x, .m = m, .w = j == 1 ? w : wx};
             CHECK(kern_linear(st, ref, x, m, &w, NULL, cm) == 0);
             CHECK(kern_linear_group(st, jobs, 3, cm) == 0);
             for (int j = 0; j < 3; j++)
-                CHECK_MSG(memcmp(yg + (size_t)j * m * rows, ref,
-                                 (size_t)m * rows * sizeof(float)) == 0,
-                          "%d x %d, group job %d, %s", rows, cols, j, c ? "f32" : "bf16");
+                CHECK_MSG(
+                    memcmp(yg + (size_t)j * m * rows, ref, (size_t)m * rows * sizeof(float)) == 0,
+                    "%d x %d, group job %d, %s", rows, cols, j, c ? "f32" : "bf16");
             free(yg);
         }
         free(x);

@@ -315,18 +315,18 @@ int bench_gemv(int argc, char **argv)
                     one = s;
                 double gbs = mbytes / s / 1e9;
                 if (json)
-                    json_array_append_new(
-                        results,
-                        json_pack("{s:s, s:b, s:i, s:i, s:o, s:o, s:o, s:o, s:o}", "dtype",
-                                  dtype_name(dtypes[d]), "packed", w.pack == WEIGHT_PACK_X16,
-                                  "threads", t, "m", ms[im], "ms_per_call",
-                                  jsonout_real(s * 1e3, 4), "weight_gb_s", jsonout_real(gbs, 3),
-                                  "read_gb_s", jsonout_real(read / 1e9, 3), "vs_read",
-                                  jsonout_real(gbs * 1e9 / read, 3), "vs_m1",
-                                  jsonout_real(s / one, 3)));
+                    json_array_append_new(results,
+                                          json_pack("{s:s, s:b, s:i, s:i, s:o, s:o, s:o, s:o, s:o}",
+                                                    "dtype", dtype_name(dtypes[d]), "packed",
+                                                    w.pack == WEIGHT_PACK_X16, "threads", t, "m",
+                                                    ms[im], "ms_per_call", jsonout_real(s * 1e3, 4),
+                                                    "weight_gb_s", jsonout_real(gbs, 3),
+                                                    "read_gb_s", jsonout_real(read / 1e9, 3),
+                                                    "vs_read", jsonout_real(gbs * 1e9 / read, 3),
+                                                    "vs_m1", jsonout_real(s / one, 3)));
                 else
-                    printf("%-8s %7d %3d %9.3f %9.2f %9.2f %8.2f %8.2f\n", name, t,
-                           ms[im], s * 1e3, gbs, read / 1e9, gbs * 1e9 / read, s / one);
+                    printf("%-8s %7d %3d %9.3f %9.2f %9.2f %8.2f %8.2f\n", name, t, ms[im], s * 1e3,
+                           gbs, read / 1e9, gbs * 1e9 / read, s / one);
             }
         }
     }

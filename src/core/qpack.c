@@ -38,7 +38,8 @@ static void q4k_block(char *packed, char *rows, size_t row_bytes, int r0, int r1
         size_t at, base, width;
         q4k_piece(i, &at, &base, &width);
         for (int r = r0; r < r1; r++) {
-            char *p = packed + base + width * (size_t)r, *b = rows + (size_t)(r - r0) * row_bytes + at;
+            char *p = packed + base + width * (size_t)r,
+                 *b = rows + (size_t)(r - r0) * row_bytes + at;
             if (unpack)
                 memcpy(b, p, width);
             else

@@ -46,8 +46,8 @@
 
 #include "backend/cpu/ctlinear.h"
 #include "backend/cpu/matmul_amx.h"
-#include "backend/cpu/qlinear.h"
 #include "backend/cpu/pool.h"
+#include "backend/cpu/qlinear.h"
 #include "backend/cpu/scratch.h"
 #include "backend/cpu/vec.h"
 #include "core/dtype.h"
@@ -449,8 +449,8 @@ static int convert_rows(void *dst, bool to_bf16, bool round, const struct weight
     float span[CONVERT_SPAN];
     for (int r = 0; r < nb; r++) {
         /* a packed view's row written back first (qlinear.h) */
-        const char *src = w->pack == WEIGHT_PACK_X16 ? cpu_qlinear_row(w, r0 + r)
-                                                     : weight_row(w, r0 + r);
+        const char *src =
+            w->pack == WEIGHT_PACK_X16 ? cpu_qlinear_row(w, r0 + r) : weight_row(w, r0 + r);
         if (!src)
             return err_set(ERR_NOMEM, "out of host memory for a packed weight row");
         if (quant_ct_is(w->dtype)) {

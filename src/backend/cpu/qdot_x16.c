@@ -77,18 +77,17 @@ XV_INLINE void xv_scales_of(const char *blk, struct xv_scales *s)
     const __m512i at = _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
-        const __m512i c =
-            _mm512_or_si512(_mm512_add_epi32(at, _mm512_set1_epi32(k)),
-                            _mm512_set1_epi32((int)0x80808000u));
+        const __m512i c = _mm512_or_si512(_mm512_add_epi32(at, _mm512_set1_epi32(k)),
+                                          _mm512_set1_epi32((int)0x80808000u));
         s->sc[k] = _mm512_shuffle_epi8(slo, c);
         s->sc[4 + k] = _mm512_shuffle_epi8(shi, c);
     }
 #pragma GCC unroll 2
     for (int p = 0; p < 2; p++) {
-        const __m512i c = _mm512_or_si512(
-            _mm512_add_epi32(_mm512_mullo_epi32(at, _mm512_set1_epi32(0x10001)),
-                             _mm512_set1_epi32(2 * p | (2 * p + 1) << 16)),
-            _mm512_set1_epi32((int)0x80008000u));
+        const __m512i c =
+            _mm512_or_si512(_mm512_add_epi32(_mm512_mullo_epi32(at, _mm512_set1_epi32(0x10001)),
+                                             _mm512_set1_epi32(2 * p | (2 * p + 1) << 16)),
+                            _mm512_set1_epi32((int)0x80008000u));
         s->mn[p] = _mm512_shuffle_epi8(mlo, c);
         s->mn[2 + p] = _mm512_shuffle_epi8(mhi, c);
     }
@@ -97,14 +96,14 @@ XV_INLINE void xv_scales_of(const char *blk, struct xv_scales *s)
 /* Block b of nt groups (g[T]: the group's block) times input rows [i0, i0
  * + nx): each row's scaled sums, then the f32 steps into partials p[(i nt
  * + T) 8 + b % 8] */
-XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const char *xq,
-                      size_t xq_ld, int b, int i0, const int nx, const int nt, __m512 *p)
+XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const char *xq, size_t xq_ld,
+                      int b, int i0, const int nx, const int nt, __m512 *p)
 {
     const __m512i lo4 = _mm512_set1_epi8(0x0f), hi4 = _mm512_set1_epi8((char)0xf0);
     __m512i is[XV_XR][XV_TILES];
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int i = 0; i < nx; i++)
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int T = 0; T < nt; T++)
             is[i][T] = _mm512_setzero_si512();
     const char *xb = xq + (size_t)i0 * xq_ld + (size_t)b * sizeof(struct quant_q8_k) + 4;
@@ -115,9 +114,9 @@ XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const cha
          * k mod 2 or 4 */
         const int split = 4 / (nx * nt);
         __m512i al[XV_XR][XV_TILES][4], ah[XV_XR][XV_TILES][4];
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int i = 0; i < nx; i++)
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int T = 0; T < nt; T++)
 #pragma GCC unroll 4
                 for (int h = 0; h < split; h++)
@@ -125,17 +124,17 @@ XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const cha
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             __m512i wl[XV_TILES], wh[XV_TILES];
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int T = 0; T < nt; T++) {
                 const __m512i v = _mm512_loadu_si512(g[T] + 256 + 64 * (8 * j + k));
                 wl[T] = _mm512_and_si512(v, lo4);
                 wh[T] = _mm512_and_si512(v, hi4);
             }
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int i = 0; i < nx; i++) {
                 const char *xi = xb + (size_t)i * xq_ld + 64 * j + 4 * k;
                 const __m512i xl = xv_bcast4(xi), xh = xv_bcast4(xi + 32);
-                #pragma GCC unroll 4
+#pragma GCC unroll 4
                 for (int T = 0; T < nt; T++) {
                     const int h = k % split;
                     al[i][T][h] = _mm512_dpbusd_epi32(al[i][T][h], wl[T], xl);
@@ -143,9 +142,9 @@ XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const cha
                 }
             }
         }
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int i = 0; i < nx; i++)
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int T = 0; T < nt; T++) {
                 __m512i sl = al[i][T][0], sh = ah[i][T][0];
 #pragma GCC unroll 4
@@ -158,7 +157,7 @@ XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const cha
                 is[i][T] = _mm512_add_epi32(is[i][T], _mm512_add_epi32(a, h));
             }
     }
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int i = 0; i < nx; i++) {
         const char *xi = xb - 4 + (size_t)i * xq_ld;
         float dxs;
@@ -167,18 +166,18 @@ XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const cha
         int16_t bs[QUANT_QKK / 16];
         memcpy(bs, xi + 4 + QUANT_QKK, sizeof(bs));
         __m512i xp[4];
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
             const int l = bs[4 * q] + bs[4 * q + 1], h = bs[4 * q + 2] + bs[4 * q + 3];
             xp[q] = _mm512_set1_epi32((int)((uint32_t)(uint16_t)l | (uint32_t)(uint16_t)h << 16));
         }
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int T = 0; T < nt; T++) {
             __m512 *pk = p + ((size_t)(i0 + i) * nt + T) * 8 + b % 8;
             const __m512 acc =
                 _mm512_fmadd_ps(_mm512_mul_ps(s[T].d, dx), _mm512_cvtepi32_ps(is[i][T]), *pk);
             __m512i ms = _mm512_setzero_si512();
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int q = 0; q < 4; q++)
                 ms = _mm512_dpwssd_epi32(ms, s[T].mn[q], xp[q]);
             *pk = _mm512_fmadd_ps(_mm512_mul_ps(s[T].ndmin, dx), _mm512_cvtepi32_ps(ms), acc);
@@ -193,7 +192,7 @@ XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const cha
  * one row */
 #define XV_BLK(nx, nt)                                                                             \
     static __attribute__((noinline)) void xv_blk_##nx##_##nt(                                      \
-        const char *const *g, const struct xv_scales *s, const char *xq, size_t xq_ld, int b,     \
+        const char *const *g, const struct xv_scales *s, const char *xq, size_t xq_ld, int b,      \
         int i0, __m512 *p)                                                                         \
     {                                                                                              \
         xv_blk(g, s, xq, xq_ld, b, i0, nx, nt, p);                                                 \

@@ -389,13 +389,13 @@ static bool q_takes_32(enum dtype t)
 static const struct qdot_kernel q_kernels[] = {
     /* a weight row against one input row */
     {"vnni", qdot_rows_vnni, NULL, Q_X_ROWS, has_vnni, NULL, false, 1, NULL, false},
-    {"vnni-near", q_rows_near, NULL, Q_X_ROWS, has_vnni, NULL, false, 1,
-     NULL, false}, /* vnni, prefetch 1 KiB into L1 and 4 KiB into L2 ahead */
-    {"vnni-far", q_rows_near, NULL, Q_X_ROWS, has_vnni, NULL, false, 4,
-     q_pieces_far, false}, /* vnni-near over 4 far-apart streams of a thread's lane */
+    {"vnni-near", q_rows_near, NULL, Q_X_ROWS, has_vnni, NULL, false, 1, NULL,
+     false}, /* vnni, prefetch 1 KiB into L1 and 4 KiB into L2 ahead */
+    {"vnni-far", q_rows_near, NULL, Q_X_ROWS, has_vnni, NULL, false, 4, q_pieces_far,
+     false}, /* vnni-near over 4 far-apart streams of a thread's lane */
     {"avx2", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL, false, 1, NULL, false},
-    {"avx2-far", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL, false, 4,
-     qdot_pieces_avx2_far, false}, /* avx2 over 4 far-apart streams of a thread's lane */
+    {"avx2-far", qdot_rows_avx2, NULL, Q_X_ROWS, has_avx2, NULL, false, 4, qdot_pieces_avx2_far,
+     false}, /* avx2 over 4 far-apart streams of a thread's lane */
     /* two weight rows' blocks in the lanes against each input row */
     {"vnni-mr", NULL, qdot_mr_vnni, Q_X_RUNS, has_vnni, NULL, true, 1, NULL, false},
     /* a weight row against 8 input rows in the lanes */
@@ -406,7 +406,8 @@ static const struct qdot_kernel q_kernels[] = {
     /* 16 weight rows x 16 input rows a tile product */
     {"amx", NULL, qdot_tile_amx, Q_X_TILES, has_amx_int8, qdot_amx_takes, false, 1, NULL, false},
     /* x's few rows (A) x 16 weight rows laid out as B a tile product */
-    {"amx-few", NULL, qdot_tile_amx_few, Q_X_ROWS, has_amx_int8, qdot_amx_few_takes, true, 1, NULL, false},
+    {"amx-few", NULL, qdot_tile_amx_few, Q_X_ROWS, has_amx_int8, qdot_amx_few_takes, true, 1, NULL,
+     false},
     {"avx2-m8", NULL, qdot_tile_avx2, Q_X_GROUPS, has_avx2, NULL, false, 1, NULL, false},
     /* weights packed in groups of 16 rows: a group's block against each
      * input row's broadcast quads (Q4_K), or the groups written back as
@@ -654,8 +655,8 @@ static void q_units_of(const struct weight_view *w, int streams, int *task_rows,
      * of 32; tools/qstep_ab.c), else of 4 (a 4864-column row is 2.7-4
      * KiB) */
     const size_t row_bytes = dtype_row_bytes(w->dtype, (size_t)w->cols);
-    const int gran = packed_gran     ? packed_gran
-                     : streams == 1  ? 16
+    const int gran = packed_gran                      ? packed_gran
+                     : streams == 1                   ? 16
                      : row_bytes * 32 <= Q_STEP_BYTES ? 32
                                                       : 4;
     *task_rows = q_task_rows(w, streams, gran, Q_STEP_BYTES);
@@ -924,6 +925,12 @@ static const struct qdot_kernel *q_pick(const struct weight_view *w, int m)
         return k;
     q_ensure(w->dtype);
     return q_chosen[q_index(w->dtype)][m == 1 ? 0 : m <= 4 ? 1 : m <= 8 ? 2 : m < 16 ? 3 : 4];
+}
+
+void cpu_qlinear_pack_force(int on)
+{
+    pthread_once(&q_env_once, q_read_env);
+    q_pack_env = on < 0 ? -1 : on > 0;
 }
 
 bool cpu_qlinear_packs(enum dtype t)
