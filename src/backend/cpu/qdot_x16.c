@@ -14,7 +14,7 @@
  * sit (times 16, an exact multiple, shifted back once a sub-block), so
  * unpacking a vector costs two ANDs. The mins multiply x's sums of 32 in
  * word pairs (VPDPWSSD). What vnni-few computed after laying out 16 rows
- * per call (53 cycles a Q4_K block on Zen 4) is here laid out once, when
+ * per call (54 cycles a Q4_K block on Zen 4) is here laid out once, when
  * the blob was filled.
  *
  * The integer sums are each block's exact ones and the f32 steps qdot.h's

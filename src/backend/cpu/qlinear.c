@@ -22,7 +22,12 @@
  *   AMX-INT8 tiles of 16 weight rows x 16 input rows (amx, qdot_amx.c:
  *   the K-quants' sub-block scales folded into the unpacked weights); or,
  *   for decode batches, x's few rows times 16 weight rows laid out in the
- *   tiles' VNNI layout (amx-few, qdot_amx_few.c); all give the same bits.
+ *   tiles' VNNI layout (amx-few, qdot_amx_few.c); or, for weights packed
+ *   once in groups of 16 rows when their blob was filled (weight.h's
+ *   WEIGHT_PACK_X16, core/qpack.h: Q4_K where cpu_qlinear_packs says so),
+ *   a group's block with a row a lane against each input row's broadcast
+ *   quads (vnni-x16, qdot_x16.c), the only kernel those views take (and
+ *   scalar-x16, the reference on them); all give the same bits.
  *   The kernel is chosen per process, type and bucket of rows (1, 2-4,
  *   5-8, 9-15, 16 and more) by measurement, as the GEMV's are: at the
  *   first call with a type, each candidate is timed on 4 MiB of that
