@@ -516,7 +516,8 @@ TEST(xr_per_call_bitwise)
     CHECK(cpu_qlinear_force(NULL) == 0);
 }
 
-/* Rows packed in groups of 16 (core/qpack.h, weight.h's WEIGHT_PACK_X16):
+/* Rows packed in groups of 16 (core/qpack.h, weight.h's WEIGHT_PACK_X16;
+ * Q4_K and Q6_K):
  * the layout's inverse gives the rows back, and the products of a packed
  * view give the rows' bits: bf16 mode by every kernel that reads packed
  * rows (vnni-x16 where the CPU has it, scalar-x16, the default) against
@@ -524,19 +525,26 @@ TEST(xr_per_call_bitwise)
  * matrix product past 16 input rows) against the rows' f32 mode, and a
  * group of products mixing packed and unpacked jobs; rows past the
  * groups (37 = 2 x 16 + 5), one group alone, rows of 1 and 9 blocks,
+ * embedding rows looked up in a packed table,
  * scales of both signs, every m to 20, then 33 and 64. */
 TEST(packed_bitwise)
 {
     static const int shapes[][2] = {{37, 9 * 256}, {16, 256}, {64, 2 * 256}, {5, 256}};
-    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
-        const enum dtype t = DTYPE_Q4_K;
+    static const enum dtype packed[] = {DTYPE_Q4_K, DTYPE_Q6_K};
+    for (size_t ci = 0; ci < 2 * sizeof(shapes) / sizeof(shapes[0]); ci++) {
+        const size_t si = ci / 2;
+        const enum dtype t = packed[ci % 2];
+        CHECK(qpack_takes(t));
         const int rows = shapes[si][0], cols = shapes[si][1];
         const size_t rb = dtype_row_bytes(t, cols), bytes = (size_t)rows * rb;
         unsigned char *wd = malloc(bytes), *wp = aligned_alloc(64, (bytes + 63) / 64 * 64);
         unsigned char *tmp = malloc(16 * rb), *back = malloc(bytes);
-        cpu_qlinear_random_blocks(t, wd, bytes / quant_block_bytes(t), 500 + si);
-        for (size_t b = 0; b < bytes / quant_block_bytes(t); b++) /* d, dmin < 0 */
-            wd[b * quant_block_bytes(t) + (b % 3 == 1 ? 1 : 3)] |= 0x80;
+        cpu_qlinear_random_blocks(t, wd, bytes / quant_block_bytes(t), 500 + ci);
+        for (size_t b = 0; b < bytes / quant_block_bytes(t); b++) /* d (dmin) < 0 */
+            wd[b * quant_block_bytes(t) + (t == DTYPE_Q6_K ? 209
+                                           : b % 3 == 1    ? 1
+                                                           : 3)] |=
+                (unsigned char)(t == DTYPE_Q6_K && b % 2 ? 0 : 0x80);
         memcpy(wp, wd, bytes);
         qpack_matrix(t, wp, rows, cols, tmp);
         /* the inverse, by group and by row */
@@ -573,14 +581,26 @@ TEST(packed_bitwise)
                 CHECK(rc == 0);
                 memset(y, 0xff, yb);
                 CHECK(kern_linear(st, y, x, m, &wx, NULL, KERN_COMPUTE_BF16) == 0);
-                CHECK_MSG(memcmp(y, ref, yb) == 0, "%d x %d packed, %s, m=%d", rows, cols,
-                          ks[ki] ? ks[ki] : "measured", m);
+                CHECK_MSG(memcmp(y, ref, yb) == 0, "%s %d x %d packed, %s, m=%d", dtype_name(t),
+                          rows, cols, ks[ki] ? ks[ki] : "measured", m);
             }
             CHECK(cpu_qlinear_force(NULL) == 0);
             CHECK(kern_linear(st, ref, x, m, &w, NULL, KERN_COMPUTE_F32) == 0);
             memset(y, 0xff, yb);
             CHECK(kern_linear(st, y, x, m, &wx, NULL, KERN_COMPUTE_F32) == 0);
             CHECK_MSG(memcmp(y, ref, yb) == 0, "%d x %d packed, f32 mode, m=%d", rows, cols, m);
+        }
+        /* embedding rows from the packed view: those of the rows */
+        {
+            const int32_t ids[4] = {0, rows - 1, rows / 2, rows > 17 ? 17 : 1};
+            float *e0 = malloc(4 * (size_t)cols * sizeof(float));
+            float *e1 = malloc(4 * (size_t)cols * sizeof(float));
+            CHECK(kern_embed(st, e0, &w, ids, 4, 4) == 0);
+            CHECK(kern_embed(st, e1, &wx, ids, 4, 4) == 0);
+            CHECK_MSG(memcmp(e0, e1, 4 * (size_t)cols * sizeof(float)) == 0,
+                      "%s %d x %d packed embedding rows", dtype_name(t), rows, cols);
+            free(e0);
+            free(e1);
         }
         /* a group: packed, rows, packed again, sharing x */
         for (int c = 0; c < 2; c++) {

@@ -6,37 +6,55 @@
 
 bool qpack_takes(enum dtype t)
 {
-    return t == DTYPE_Q4_K;
+    return t == DTYPE_Q4_K || t == DTYPE_Q6_K;
 }
 
-/* Q4_K's pieces: bytes [at, at + width) of a row's block go to packed
- * offset base + width r for row r (qpack.h); 2 + 3 + 32 of them */
-#define Q4K_PIECES 37
-
-static void q4k_piece(int i, size_t *at, size_t *base, size_t *width)
+/* A type's pieces: bytes [at, at + width) of a row's block go to packed
+ * offset base + width r for row r (qpack.h) */
+static int n_pieces(enum dtype t)
 {
-    if (i < 2) { /* d, dmin */
+    return t == DTYPE_Q4_K ? 2 + 3 + 32 : 32 + 16 + 4 + 1;
+}
+
+static void piece(enum dtype t, int i, size_t *at, size_t *base, size_t *width)
+{
+    *width = 4;
+    if (t == DTYPE_Q6_K) {
+        if (i < 32) { /* ql's words */
+            *at = 4 * (size_t)i;
+            *base = qpack_q6k_ql(i);
+        } else if (i < 48) { /* qh's */
+            *at = 128 + 4 * (size_t)(i - 32);
+            *base = qpack_q6k_qh(i - 32);
+        } else if (i < 52) { /* the scales' */
+            *at = 192 + 4 * (size_t)(i - 48);
+            *base = 64 * (size_t)(i - 48);
+        } else { /* d */
+            *at = 208;
+            *base = 3328;
+            *width = 2;
+        }
+    } else if (i < 2) { /* Q4_K's d, dmin */
         *at = 2 * (size_t)i;
         *base = 32 * (size_t)i;
         *width = 2;
     } else if (i < 5) { /* the scales' words */
         *at = 4 + 4 * (size_t)(i - 2);
         *base = 64 + 64 * (size_t)(i - 2);
-        *width = 4;
     } else { /* the quants' words */
         *at = 16 + 4 * (size_t)(i - 5);
         *base = 256 + 64 * (size_t)(i - 5);
-        *width = 4;
     }
 }
 
 /* A block of rows [r0, r1) of 16 (row r at rows + (r - r0) row_bytes) to
  * or from its packed place at packed */
-static void q4k_block(char *packed, char *rows, size_t row_bytes, int r0, int r1, bool unpack)
+static void block_of(enum dtype t, char *packed, char *rows, size_t row_bytes, int r0, int r1,
+                     bool unpack)
 {
-    for (int i = 0; i < Q4K_PIECES; i++) {
+    for (int i = 0; i < n_pieces(t); i++) {
         size_t at, base, width;
-        q4k_piece(i, &at, &base, &width);
+        piece(t, i, &at, &base, &width);
         for (int r = r0; r < r1; r++) {
             char *p = packed + base + width * (size_t)r,
                  *b = rows + (size_t)(r - r0) * row_bytes + at;
@@ -50,12 +68,12 @@ static void q4k_block(char *packed, char *rows, size_t row_bytes, int r0, int r1
 
 /* Group at packed to or from its rows [r0, r1) at rows, row_bytes apart
  * (block b of row r at rows + (r - r0) row_bytes + 144 b) */
-static void q4k_group(char *packed, char *rows, size_t row_bytes, int cols, int r0, int r1,
-                      bool unpack)
+static void group_of(enum dtype t, char *packed, char *rows, size_t row_bytes, int cols, int r0,
+                     int r1, bool unpack)
 {
-    const size_t bb = sizeof(struct quant_q4_k), gb = QPACK_ROWS * bb;
+    const size_t bb = quant_block_bytes(t), gb = QPACK_ROWS * bb;
     for (int b = 0; b < cols / QUANT_QKK; b++)
-        q4k_block(packed + (size_t)b * gb, rows + (size_t)b * bb, row_bytes, r0, r1, unpack);
+        block_of(t, packed + (size_t)b * gb, rows + (size_t)b * bb, row_bytes, r0, r1, unpack);
 }
 
 void qpack_matrix(enum dtype t, void *data, int rows, int cols, void *tmp)
@@ -66,18 +84,18 @@ void qpack_matrix(enum dtype t, void *data, int rows, int cols, void *tmp)
     for (int g = 0; g < rows / QPACK_ROWS; g++) {
         char *at = (char *)data + (size_t)g * QPACK_ROWS * row_bytes;
         memcpy(tmp, at, QPACK_ROWS * row_bytes);
-        q4k_group(at, tmp, row_bytes, cols, 0, QPACK_ROWS, false);
+        group_of(t, at, tmp, row_bytes, cols, 0, QPACK_ROWS, false);
     }
 }
 
 void qpack_group_unpack(enum dtype t, const void *src, int cols, void *dst, size_t row_bytes)
 {
     if (qpack_takes(t))
-        q4k_group((char *)src, dst, row_bytes, cols, 0, QPACK_ROWS, true);
+        group_of(t, (char *)src, dst, row_bytes, cols, 0, QPACK_ROWS, true);
 }
 
 void qpack_row_unpack(enum dtype t, const void *src, int cols, int r, void *dst)
 {
     if (qpack_takes(t))
-        q4k_group((char *)src, dst, dtype_row_bytes(t, (size_t)cols), cols, r, r + 1, true);
+        group_of(t, (char *)src, dst, dtype_row_bytes(t, (size_t)cols), cols, r, r + 1, true);
 }

@@ -16,7 +16,23 @@
  *   256  u32 qs[32][16]       bytes 4k .. 4k + 3 of row r's 128 quant bytes at [k][r]
  * so vector k of qs holds, in its low nibbles, elements 64 (k / 8) + 4 (k % 8)
  * .. + 3 of each row (sub-block 2 (k / 8)) and in its high nibbles the same
- * of sub-block 2 (k / 8) + 1. */
+ * of sub-block 2 (k / 8) + 1.
+ *
+ * Q6_K, per block b of a group (3360 bytes, 16 x 210, at b x 3360), in
+ * the order its kernel reads them:
+ *     0  u32 sc[4][16]        row r's 16 int8 scales, 4 a word
+ *   256  per half h of the block, 1536 bytes at 256 + 1536 h:
+ *          ql words 16 h + 0..3, qh words 8 h + 0..3, ql 16 h + 4..7,
+ *          qh 8 h + 4..7, ql 16 h + 8..15 (qpack_q6k_ql, qpack_q6k_qh),
+ *          each word k of the 16 rows' 128 low-bit bytes (ql) or 64
+ *          high-bit bytes (qh) as [r]
+ *  3328  f16 d[16]
+ * so ql word 16 h + k (k < 16) holds, in its low nibbles, the low bits of
+ * elements 128 h + 4 k .. + 3 of each row and in its high nibbles those
+ * of the same + 64; their top two bits are in qh word 8 h + k % 8, bits
+ * 2 (k / 8) and 2 (k / 8) + 4. (Laid out in this order the kernel reads
+ * a block front to back: in the file's order, ql then qh, one thread read
+ * 8 GB/s.) */
 #ifndef SHARDSWAP_CORE_QPACK_H
 #define SHARDSWAP_CORE_QPACK_H
 
@@ -28,7 +44,24 @@
 /* rows a group */
 #define QPACK_ROWS 16
 
-/* Whether rows of type t have a packed layout (Q4_K). */
+/* Where ql word v (< 32) and qh word u (< 16) of a packed Q6_K block
+ * start (qpack.h's order above). */
+static inline size_t qpack_q6k_ql(int v)
+{
+    const int h = v / 16, k = v % 16;
+    return 256 + 1536 * (size_t)h +
+           (size_t)(k < 4   ? 64 * k
+                    : k < 8 ? 512 + 64 * (k - 4)
+                            : 1024 + 64 * (k - 8));
+}
+
+static inline size_t qpack_q6k_qh(int u)
+{
+    const int h = u / 8, k = u % 8;
+    return 256 + 1536 * (size_t)h + (size_t)(k < 4 ? 256 + 64 * k : 768 + 64 * (k - 4));
+}
+
+/* Whether rows of type t have a packed layout (Q4_K, Q6_K). */
 bool qpack_takes(enum dtype t);
 
 /* Rows [0, rows / 16 x 16) of a dense matrix of type t (cols elements a

@@ -582,7 +582,9 @@ void model_layout_set_pack(struct model_layout *layout, struct device *dev)
 {
     for (int i = 0; i < layout->n_parts; i++) {
         struct model_part *q = &layout->parts[i];
-        q->pack = q->matrix && q->use != PART_TABLE && !q->also
+        /* a table only looked up keeps its rows; one a tied head shares
+         * is multiplied too (kern_embed reads a packed row back) */
+        q->pack = q->matrix && (q->use != PART_TABLE || q->also)
                       ? kern_weight_pack(dev, q->dtype, q->nr, q->nc)
                       : WEIGHT_PACK_ROWS;
     }

@@ -235,8 +235,9 @@ void model_layout_set_compute(struct model *m, struct model_layout *layout, enum
 /* Lays out each matrix its blob holds as dev's kernels want it
  * (kern_weight_pack: on a CPU that measured it faster, a Q4_K matrix's rows
  * packed in groups of 16, core/qpack.h; the same bytes, so sizes and
- * offsets stay), packed as the blobs are filled; an embedding table (one
- * a tied head shares too) keeps its rows. Before the layout's first
+ * offsets stay), packed as the blobs are filled; an embedding table only
+ * looked up keeps its rows (one a tied head shares is packed: kern_embed
+ * reads its rows back). Before the layout's first
  * model_shard_fill, with the device the blobs are filled for. */
 void model_layout_set_pack(struct model_layout *layout, struct device *dev);
 /* Points the shard's views for blob b at base (a filled copy of the blob). */

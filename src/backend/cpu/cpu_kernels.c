@@ -84,10 +84,13 @@ static int k_embed(struct stream *s, float *y, const struct weight_view *w, cons
     (void)s;
     for (int i = 0; i < n; i++) {
         int32_t r = ids[i] - row0;
-        if (r >= 0 && r < w->rows)
-            cpu_embed(y + (size_t)i * w->cols, w, &r, 1);
-        else
+        if (r >= 0 && r < w->rows) {
+            const int rc = cpu_embed(y + (size_t)i * w->cols, w, &r, 1);
+            if (rc < 0)
+                return rc;
+        } else {
             memset(y + (size_t)i * w->cols, 0, (size_t)w->cols * sizeof(float));
+        }
     }
     return 0;
 }

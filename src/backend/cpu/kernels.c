@@ -175,12 +175,17 @@ int cpu_linear(float *y, const float *x, int m, const struct weight_view *w, con
     return 0;
 }
 
-void cpu_embed(float *y, const struct weight_view *w, const int32_t *ids, int n)
+int cpu_embed(float *y, const struct weight_view *w, const int32_t *ids, int n)
 {
     for (int i = 0; i < n; i++) {
         assert(ids[i] >= 0 && ids[i] < w->rows);
-        dtype_to_f32(w->dtype, weight_row(w, ids[i]), y + (size_t)i * w->cols, (size_t)w->cols);
+        const void *row =
+            w->pack == WEIGHT_PACK_X16 ? cpu_qlinear_row(w, ids[i]) : weight_row(w, ids[i]);
+        if (!row)
+            return err_set(ERR_NOMEM, "out of host memory for a packed embedding row");
+        dtype_to_f32(w->dtype, row, y + (size_t)i * w->cols, (size_t)w->cols);
     }
+    return 0;
 }
 
 struct norm_args {

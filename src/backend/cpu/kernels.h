@@ -27,8 +27,10 @@ int cpu_linear(float *y, const float *x, int m, const struct weight_view *w, con
 int cpu_lora(float *y, const float *x, int m, int nseg, const int *seg,
              const struct lora_pair *pairs, enum kern_compute c, float *scratch);
 
-/* Copies rows ids[i] of table w (widened to f32) into y[i, w.cols]. */
-void cpu_embed(float *y, const struct weight_view *w, const int32_t *ids, int n);
+/* Copies rows ids[i] of table w (widened to f32) into y[i, w.cols]; a
+ * packed table's row written back first (cpu_qlinear_row). 0, or
+ * ERR_NOMEM when the row's scratch cannot grow. */
+int cpu_embed(float *y, const struct weight_view *w, const int32_t *ids, int n);
 
 /* y = LayerNorm(x) over rows of width n; gamma/beta may be NULL (no affine).
  * y may equal x. */

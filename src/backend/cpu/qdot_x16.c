@@ -38,8 +38,6 @@
 #define XV_TILES 2
 /* input rows a pass over a block's quads (their sums in registers) */
 #define XV_XR 2
-/* a packed Q4_K block of 16 rows (core/qpack.h) */
-#define XV_BLOCK (QPACK_ROWS * sizeof(struct quant_q4_k))
 
 XV_INLINE __m512i xv_bcast4(const char *p)
 {
@@ -202,29 +200,179 @@ XV_BLK(2, 1)
 XV_BLK(1, 2)
 XV_BLK(2, 2)
 
-/* The nt groups from weight row rt times every input row, into y */
-XV_INLINE void xv_pass(const struct qdot_args *a, int rt, __m512 *p, const int nt)
+/* ---- Q6_K ---- */
+
+/* A packed Q6_K block's lanes: d and the 16 sub-blocks' scales as int32 */
+struct xv6_scales {
+    __m512 d;
+    __m512i sc[16];
+};
+
+XV_INLINE void xv6_scales_of(const char *blk, struct xv6_scales *s)
+{
+    s->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 3328)));
+    /* byte k of each lane's word to its top byte (VPSHUFB), then shifted
+     * down with its sign */
+    const __m512i at = _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m512i v = _mm512_loadu_si512(blk + 64 * j);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m512i c =
+                _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(at, _mm512_set1_epi32(k)), 24),
+                                _mm512_set1_epi32(0x808080));
+            s->sc[4 * j + k] = _mm512_srai_epi32(_mm512_shuffle_epi8(v, c), 24);
+        }
+    }
+}
+
+/* Block b of nt Q6_K groups times input rows [i0, i0 + nx), as xv_blk:
+ * per half h and quarter c, the 4 ql vectors' low nibbles (sub-block 8 h
+ * + c) and high ones (8 h + 4 + c) with their top bits from qh, each
+ * sub-block's sum less 32 times x's sum of its 16 (the quants' bias),
+ * times its scale */
+XV_INLINE void xv6_blk(const char *const *g, const struct xv6_scales *s, const char *xq,
+                       size_t xq_ld, int b, int i0, const int nx, const int nt, __m512 *p)
+{
+    const __m512i lo4 = _mm512_set1_epi8(0x0f), top2 = _mm512_set1_epi8(0x30);
+    __m512i is[XV_XR][XV_TILES];
+#pragma GCC unroll 4
+    for (int i = 0; i < nx; i++)
+#pragma GCC unroll 4
+        for (int T = 0; T < nt; T++)
+            is[i][T] = _mm512_setzero_si512();
+    const char *xb = xq + (size_t)i0 * xq_ld + (size_t)b * sizeof(struct quant_q8_k);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            const int split = 4 / (nx * nt);
+            __m512i al[XV_XR][XV_TILES][4], ah[XV_XR][XV_TILES][4];
+#pragma GCC unroll 4
+            for (int i = 0; i < nx; i++)
+#pragma GCC unroll 4
+                for (int T = 0; T < nt; T++)
+#pragma GCC unroll 4
+                    for (int e = 0; e < split; e++)
+                        al[i][T][e] = ah[i][T][e] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m512i wl[XV_TILES], wh[XV_TILES];
+#pragma GCC unroll 4
+                for (int T = 0; T < nt; T++) {
+                    const __m512i ql = _mm512_loadu_si512(g[T] + qpack_q6k_ql(16 * h + 4 * c + k));
+                    const __m512i qh =
+                        _mm512_loadu_si512(g[T] + qpack_q6k_qh(8 * h + 4 * (c % 2) + k));
+                    /* top bits 2 (c / 2) and 4 + 2 (c / 2) to bits 4-5 */
+                    const __m512i tl = c / 2 ? _mm512_slli_epi32(qh, 2) : _mm512_slli_epi32(qh, 4);
+                    const __m512i th = c / 2 ? _mm512_srli_epi32(qh, 2) : qh;
+                    wl[T] = _mm512_or_si512(_mm512_and_si512(ql, lo4), _mm512_and_si512(tl, top2));
+                    wh[T] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(ql, 4), lo4),
+                                            _mm512_and_si512(th, top2));
+                }
+#pragma GCC unroll 4
+                for (int i = 0; i < nx; i++) {
+                    const char *xi = xb + 4 + (size_t)i * xq_ld + 128 * h + 16 * c + 4 * k;
+                    const __m512i xl = xv_bcast4(xi), xh = xv_bcast4(xi + 64);
+#pragma GCC unroll 4
+                    for (int T = 0; T < nt; T++) {
+                        const int e = k % split;
+                        al[i][T][e] = _mm512_dpbusd_epi32(al[i][T][e], wl[T], xl);
+                        ah[i][T][e] = _mm512_dpbusd_epi32(ah[i][T][e], wh[T], xh);
+                    }
+                }
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < nx; i++) {
+                int16_t bs[2];
+                memcpy(&bs[0], xb + (size_t)i * xq_ld + 260 + 2 * (8 * h + c), 2);
+                memcpy(&bs[1], xb + (size_t)i * xq_ld + 260 + 2 * (8 * h + 4 + c), 2);
+                const __m512i bl = _mm512_set1_epi32(32 * bs[0]),
+                              bh = _mm512_set1_epi32(32 * bs[1]);
+#pragma GCC unroll 4
+                for (int T = 0; T < nt; T++) {
+                    __m512i sl = al[i][T][0], sh = ah[i][T][0];
+#pragma GCC unroll 4
+                    for (int e = 1; e < split; e++) {
+                        sl = _mm512_add_epi32(sl, al[i][T][e]);
+                        sh = _mm512_add_epi32(sh, ah[i][T][e]);
+                    }
+                    const __m512i a =
+                        _mm512_mullo_epi32(s[T].sc[8 * h + c], _mm512_sub_epi32(sl, bl));
+                    const __m512i d =
+                        _mm512_mullo_epi32(s[T].sc[8 * h + 4 + c], _mm512_sub_epi32(sh, bh));
+                    is[i][T] = _mm512_add_epi32(is[i][T], _mm512_add_epi32(a, d));
+                }
+            }
+        }
+        /* qdot.h's step with dmin = msum = 0: the second adds -0, p as it was */
+#pragma GCC unroll 4
+    for (int i = 0; i < nx; i++) {
+        float dxs;
+        memcpy(&dxs, xb + (size_t)i * xq_ld, 4);
+        const __m512 dx = _mm512_set1_ps(dxs);
+#pragma GCC unroll 4
+        for (int T = 0; T < nt; T++) {
+            __m512 *pk = p + ((size_t)(i0 + i) * nt + T) * 8 + b % 8;
+            *pk = _mm512_fmadd_ps(_mm512_mul_ps(s[T].d, dx), _mm512_cvtepi32_ps(is[i][T]), *pk);
+        }
+    }
+}
+
+#define XV6_BLK(nx, nt)                                                                            \
+    static __attribute__((noinline)) void xv6_blk_##nx##_##nt(                                     \
+        const char *const *g, const struct xv6_scales *s, const char *xq, size_t xq_ld, int b,     \
+        int i0, __m512 *p)                                                                         \
+    {                                                                                              \
+        xv6_blk(g, s, xq, xq_ld, b, i0, nx, nt, p);                                                \
+    }
+XV6_BLK(1, 1)
+XV6_BLK(2, 1)
+XV6_BLK(1, 2)
+XV6_BLK(2, 2)
+
+/* ---- the passes ---- */
+
+/* The nt groups of type t from weight row rt times every input row, into y */
+XV_INLINE void xv_pass(const struct qdot_args *a, int rt, __m512 *p, const int nt,
+                       const enum dtype t)
 {
     const struct weight_view *w = a->w;
     const int nb = w->cols / QUANT_QKK;
-    const size_t gb = (size_t)nb * XV_BLOCK;
+    const size_t bb = QPACK_ROWS * quant_block_bytes(t), gb = (size_t)nb * bb;
     const char *g0 = (const char *)w->data + (size_t)(rt / QPACK_ROWS) * gb;
     for (int k = 0; k < a->m * nt * 8; k++)
         p[k] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const char *g[XV_TILES];
-        struct xv_scales s[XV_TILES];
 #pragma GCC unroll 2
-        for (int T = 0; T < nt; T++) {
-            g[T] = g0 + (size_t)T * gb + (size_t)b * XV_BLOCK;
-            xv_scales_of(g[T], &s[T]);
-        }
-        for (int i0 = 0; i0 < a->m; i0 += XV_XR) {
-            const bool two = a->m - i0 >= 2;
-            if (nt == 2)
-                (two ? xv_blk_2_2 : xv_blk_1_2)(g, s, a->xq, a->xq_ld, b, i0, p);
-            else
-                (two ? xv_blk_2_1 : xv_blk_1_1)(g, s, a->xq, a->xq_ld, b, i0, p);
+        for (int T = 0; T < nt; T++)
+            g[T] = g0 + (size_t)T * gb + (size_t)b * bb;
+        if (t == DTYPE_Q4_K) {
+            struct xv_scales s[XV_TILES];
+#pragma GCC unroll 2
+            for (int T = 0; T < nt; T++)
+                xv_scales_of(g[T], &s[T]);
+            for (int i0 = 0; i0 < a->m; i0 += XV_XR) {
+                const bool two = a->m - i0 >= 2;
+                if (nt == 2)
+                    (two ? xv_blk_2_2 : xv_blk_1_2)(g, s, a->xq, a->xq_ld, b, i0, p);
+                else
+                    (two ? xv_blk_2_1 : xv_blk_1_1)(g, s, a->xq, a->xq_ld, b, i0, p);
+            }
+        } else {
+            struct xv6_scales s[XV_TILES];
+#pragma GCC unroll 2
+            for (int T = 0; T < nt; T++)
+                xv6_scales_of(g[T], &s[T]);
+            for (int i0 = 0; i0 < a->m; i0 += XV_XR) {
+                const bool two = a->m - i0 >= 2;
+                if (nt == 2)
+                    (two ? xv6_blk_2_2 : xv6_blk_1_2)(g, s, a->xq, a->xq_ld, b, i0, p);
+                else
+                    (two ? xv6_blk_2_1 : xv6_blk_1_1)(g, s, a->xq, a->xq_ld, b, i0, p);
+            }
         }
     }
     /* qdot_sum8 per input row and group: 16 weight rows of y a store */
@@ -238,7 +386,8 @@ XV_INLINE void xv_pass(const struct qdot_args *a, int rt, __m512 *p, const int n
         }
 }
 
-static __attribute__((noinline)) int xv_q4_k(const struct qdot_args *a, int r0, int r1)
+/* weight rows [r0, r1) of type t, a constant of each caller below */
+XV_INLINE int xv_rows(const struct qdot_args *a, int r0, int r1, const enum dtype t)
 {
     const int gend = a->w->rows / QPACK_ROWS * QPACK_ROWS;
     const int g1 = r1 < gend ? r1 : gend;
@@ -254,9 +403,9 @@ static __attribute__((noinline)) int xv_q4_k(const struct qdot_args *a, int r0, 
          * instead of 29); more rows: two, each broadcast of x to both */
         int rt = r0;
         for (; a->m > 2 && g1 - rt >= XV_TILES * QPACK_ROWS; rt += XV_TILES * QPACK_ROWS)
-            xv_pass(a, rt, p, XV_TILES);
+            xv_pass(a, rt, p, XV_TILES, t);
         for (; rt < g1; rt += QPACK_ROWS)
-            xv_pass(a, rt, p, 1);
+            xv_pass(a, rt, p, 1, t);
     }
     if (r1 > gend) { /* the rows past the groups, as rows */
         struct weight_view tw = *a->w;
@@ -269,11 +418,23 @@ static __attribute__((noinline)) int xv_q4_k(const struct qdot_args *a, int r0, 
     return 0;
 }
 
+static __attribute__((noinline)) int xv_q4_k(const struct qdot_args *a, int r0, int r1)
+{
+    return xv_rows(a, r0, r1, DTYPE_Q4_K);
+}
+
+static __attribute__((noinline)) int xv_q6_k(const struct qdot_args *a, int r0, int r1)
+{
+    return xv_rows(a, r0, r1, DTYPE_Q6_K);
+}
+
 int qdot_x16_vnni(const struct qdot_args *a, int r0, int r1)
 {
     assert(a->w->pack == WEIGHT_PACK_X16 && a->w->ld == (size_t)a->w->cols);
     if (a->w->dtype == DTYPE_Q4_K)
         return xv_q4_k(a, r0, r1);
+    if (a->w->dtype == DTYPE_Q6_K)
+        return xv_q6_k(a, r0, r1);
     return qdot_x16_rows(a, r0, r1);
 }
 

@@ -817,8 +817,10 @@ static void q_calibrate(enum dtype t)
             cand[n++] = &q_kernels[i];
     if (n == 0)
         cand[n++] = &q_kernels[Q_N_KERNELS - 1];
-    for (int b = 0; b < Q_BUCKETS; b++)
+    for (int b = 0; b < Q_BUCKETS; b++) {
         q_chosen[ti][b] = cand[0];
+        q_x16_ms[ti][b] = NAN; /* not timed */
+    }
     if (n == 1)
         return;
     double t0 = time_now();
@@ -884,12 +886,15 @@ static void q_calibrate(enum dtype t)
             q_chosen_ms[ti][b] = best[win] * 1e3;
             q_x16_ms[ti][b] = try_x16 ? bx * 1e3 : NAN;
         }
-        /* packed when vnni-x16 wins a decode step (one row) and loses no
-         * bucket by more than the margin: a prefill on AMX tiles keeps
-         * the rows */
-        q_packs[ti] = try_x16 && q_x16_ms[ti][0] * (1.0 + Q_CAL_MARGIN) < q_chosen_ms[ti][0];
-        for (int b = 1; b < Q_BUCKETS && q_packs[ti]; b++)
-            q_packs[ti] = q_x16_ms[ti][b] <= q_chosen_ms[ti][b] * (1.0 + Q_CAL_MARGIN);
+        /* packed when vnni-x16 wins a bucket by the margin and loses none
+         * by more (one row is often the memory's speed either way; a
+         * prefill on AMX tiles keeps the rows) */
+        bool wins = false, loses = false;
+        for (int b = 0; b < Q_BUCKETS && try_x16; b++) {
+            wins |= q_x16_ms[ti][b] * (1.0 + Q_CAL_MARGIN) < q_chosen_ms[ti][b];
+            loses |= q_x16_ms[ti][b] > q_chosen_ms[ti][b] * (1.0 + Q_CAL_MARGIN);
+        }
+        q_packs[ti] = wins && !loses;
     }
     free(wp);
     free(tmp);
@@ -970,12 +975,15 @@ const char *cpu_qlinear_kernels(void)
         for (int b = 0; b < Q_BUCKETS && used < sizeof(buf); b++)
             used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s %s %s", b ? "," : "",
                                      q_bucket_name[b], c[b]->name);
-        if (q_packs[ti] && used < sizeof(buf)) /* the chosen's time over vnni-x16's */
-            used += (size_t)snprintf(buf + used, sizeof(buf) - used,
-                                     ", packed rows vnni-x16 (m1 %.2fx, m5-8 %.2fx, m16+ %.2fx)",
-                                     q_chosen_ms[ti][0] / q_x16_ms[ti][0],
-                                     q_chosen_ms[ti][2] / q_x16_ms[ti][2],
-                                     q_chosen_ms[ti][4] / q_x16_ms[ti][4]);
+        /* the chosen's time over vnni-x16's, and what blobs hold */
+        const bool packs = q_pack_env >= 0 ? q_pack_env && has_vnni() : q_packs[ti];
+        if (!isnan(q_x16_ms[ti][0]) && used < sizeof(buf))
+            used += (size_t)snprintf(
+                buf + used, sizeof(buf) - used,
+                ", %s vnni-x16 (m1 %.2fx, m5-8 %.2fx, m16+ %.2fx)%s",
+                packs ? "packed rows" : "rows kept, not", q_chosen_ms[ti][0] / q_x16_ms[ti][0],
+                q_chosen_ms[ti][2] / q_x16_ms[ti][2], q_chosen_ms[ti][4] / q_x16_ms[ti][4],
+                q_pack_env >= 0 ? " by SHARDSWAP_QPACK" : "");
     }
     if (used < sizeof(buf))
         snprintf(buf + used, sizeof(buf) - used, " (measured in %.0f ms)", ms);
