@@ -1,6 +1,6 @@
 /* vnni-x16: the quantized products with weights packed once in groups of
  * 16 rows (weight.h's WEIGHT_PACK_X16, core/qpack.h; qdot.h's
- * qdot_x16_vnni). This file alone is compiled with AVX-512 (F, BW, VL,
+ * qdot_x16_vnni): Q4_K, and Q6_K below. This file alone is compiled with AVX-512 (F, BW, VL,
  * DQ) and VNNI (CMakeLists.txt); qlinear.c runs it only where the CPU has
  * them.
  *
@@ -91,6 +91,48 @@ XV_INLINE void xv_scales_of(const char *blk, struct xv_scales *s)
     }
 }
 
+/* Sums a vector: al[i][T][e] (ah) for input row i, group T and a split e
+ * of the quads (xv_blk's) */
+typedef __m512i xv_sums[XV_XR][XV_TILES][4];
+
+XV_INLINE void xv_zero(xv_sums al, xv_sums ah, const int nx, const int nt, const int split)
+{
+#pragma GCC unroll 4
+    for (int i = 0; i < nx; i++)
+#pragma GCC unroll 4
+        for (int T = 0; T < nt; T++)
+#pragma GCC unroll 4
+            for (int e = 0; e < split; e++)
+                al[i][T][e] = ah[i][T][e] = _mm512_setzero_si512();
+}
+
+/* One step of quads: group T's vectors wl[T] and wh[T] times input row
+ * i's quads at xl + i xq_ld and xh + i xq_ld (broadcast), into split e */
+XV_INLINE void xv_quads(xv_sums al, xv_sums ah, const __m512i *wl, const __m512i *wh,
+                        const char *xl, const char *xh, size_t xq_ld, const int nx, const int nt,
+                        const int e)
+{
+#pragma GCC unroll 4
+    for (int i = 0; i < nx; i++) {
+        const __m512i l = xv_bcast4(xl + (size_t)i * xq_ld), h = xv_bcast4(xh + (size_t)i * xq_ld);
+#pragma GCC unroll 4
+        for (int T = 0; T < nt; T++) {
+            al[i][T][e] = _mm512_dpbusd_epi32(al[i][T][e], wl[T], l);
+            ah[i][T][e] = _mm512_dpbusd_epi32(ah[i][T][e], wh[T], h);
+        }
+    }
+}
+
+/* a vector's splits summed */
+XV_INLINE __m512i xv_fold(const __m512i *a, const int split)
+{
+    __m512i v = a[0];
+#pragma GCC unroll 4
+    for (int e = 1; e < split; e++)
+        v = _mm512_add_epi32(v, a[e]);
+    return v;
+}
+
 /* Block b of nt groups (g[T]: the group's block) times input rows [i0, i0
  * + nx): each row's scaled sums, then the f32 steps into partials p[(i nt
  * + T) 8 + b % 8] */
@@ -111,14 +153,8 @@ XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const cha
          * latency): fewer rows and groups, a vector's sums split by quads
          * k mod 2 or 4 */
         const int split = 4 / (nx * nt);
-        __m512i al[XV_XR][XV_TILES][4], ah[XV_XR][XV_TILES][4];
-#pragma GCC unroll 4
-        for (int i = 0; i < nx; i++)
-#pragma GCC unroll 4
-            for (int T = 0; T < nt; T++)
-#pragma GCC unroll 4
-                for (int h = 0; h < split; h++)
-                    al[i][T][h] = ah[i][T][h] = _mm512_setzero_si512();
+        xv_sums al, ah;
+        xv_zero(al, ah, nx, nt, split);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             __m512i wl[XV_TILES], wh[XV_TILES];
@@ -128,28 +164,14 @@ XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const cha
                 wl[T] = _mm512_and_si512(v, lo4);
                 wh[T] = _mm512_and_si512(v, hi4);
             }
-#pragma GCC unroll 4
-            for (int i = 0; i < nx; i++) {
-                const char *xi = xb + (size_t)i * xq_ld + 64 * j + 4 * k;
-                const __m512i xl = xv_bcast4(xi), xh = xv_bcast4(xi + 32);
-#pragma GCC unroll 4
-                for (int T = 0; T < nt; T++) {
-                    const int h = k % split;
-                    al[i][T][h] = _mm512_dpbusd_epi32(al[i][T][h], wl[T], xl);
-                    ah[i][T][h] = _mm512_dpbusd_epi32(ah[i][T][h], wh[T], xh);
-                }
-            }
+            const char *xi = xb + 64 * j + 4 * k;
+            xv_quads(al, ah, wl, wh, xi, xi + 32, xq_ld, nx, nt, k % split);
         }
 #pragma GCC unroll 4
         for (int i = 0; i < nx; i++)
 #pragma GCC unroll 4
             for (int T = 0; T < nt; T++) {
-                __m512i sl = al[i][T][0], sh = ah[i][T][0];
-#pragma GCC unroll 4
-                for (int h = 1; h < split; h++) {
-                    sl = _mm512_add_epi32(sl, al[i][T][h]);
-                    sh = _mm512_add_epi32(sh, ah[i][T][h]);
-                }
+                const __m512i sl = xv_fold(al[i][T], split), sh = xv_fold(ah[i][T], split);
                 const __m512i a = _mm512_mullo_epi32(s[T].sc[2 * j], sl);
                 const __m512i h = _mm512_mullo_epi32(s[T].sc[2 * j + 1], _mm512_srai_epi32(sh, 4));
                 is[i][T] = _mm512_add_epi32(is[i][T], _mm512_add_epi32(a, h));
@@ -248,14 +270,8 @@ XV_INLINE void xv6_blk(const char *const *g, const struct xv6_scales *s, const c
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             const int split = 4 / (nx * nt);
-            __m512i al[XV_XR][XV_TILES][4], ah[XV_XR][XV_TILES][4];
-#pragma GCC unroll 4
-            for (int i = 0; i < nx; i++)
-#pragma GCC unroll 4
-                for (int T = 0; T < nt; T++)
-#pragma GCC unroll 4
-                    for (int e = 0; e < split; e++)
-                        al[i][T][e] = ah[i][T][e] = _mm512_setzero_si512();
+            xv_sums al, ah;
+            xv_zero(al, ah, nx, nt, split);
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
                 __m512i wl[XV_TILES], wh[XV_TILES];
@@ -271,17 +287,8 @@ XV_INLINE void xv6_blk(const char *const *g, const struct xv6_scales *s, const c
                     wh[T] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(ql, 4), lo4),
                                             _mm512_and_si512(th, top2));
                 }
-#pragma GCC unroll 4
-                for (int i = 0; i < nx; i++) {
-                    const char *xi = xb + 4 + (size_t)i * xq_ld + 128 * h + 16 * c + 4 * k;
-                    const __m512i xl = xv_bcast4(xi), xh = xv_bcast4(xi + 64);
-#pragma GCC unroll 4
-                    for (int T = 0; T < nt; T++) {
-                        const int e = k % split;
-                        al[i][T][e] = _mm512_dpbusd_epi32(al[i][T][e], wl[T], xl);
-                        ah[i][T][e] = _mm512_dpbusd_epi32(ah[i][T][e], wh[T], xh);
-                    }
-                }
+                const char *xi = xb + 4 + 128 * h + 16 * c + 4 * k;
+                xv_quads(al, ah, wl, wh, xi, xi + 64, xq_ld, nx, nt, k % split);
             }
 #pragma GCC unroll 4
             for (int i = 0; i < nx; i++) {
@@ -292,12 +299,7 @@ XV_INLINE void xv6_blk(const char *const *g, const struct xv6_scales *s, const c
                               bh = _mm512_set1_epi32(32 * bs[1]);
 #pragma GCC unroll 4
                 for (int T = 0; T < nt; T++) {
-                    __m512i sl = al[i][T][0], sh = ah[i][T][0];
-#pragma GCC unroll 4
-                    for (int e = 1; e < split; e++) {
-                        sl = _mm512_add_epi32(sl, al[i][T][e]);
-                        sh = _mm512_add_epi32(sh, ah[i][T][e]);
-                    }
+                    const __m512i sl = xv_fold(al[i][T], split), sh = xv_fold(ah[i][T], split);
                     const __m512i a =
                         _mm512_mullo_epi32(s[T].sc[8 * h + c], _mm512_sub_epi32(sl, bl));
                     const __m512i d =
