@@ -210,10 +210,17 @@ uint64_t kern_supported(const struct device *d)
     return kern_table_ops(d->kern);
 }
 
-enum weight_pack kern_weight_pack(const struct device *d, enum dtype t, int rows, int cols)
+/* A packed view only where the table packs (the blob was filled for it),
+ * whole and dense */
+static inline bool packed_ok(const struct kernel_ops *k, const struct weight_view *w)
+{
+    return w->pack == WEIGHT_PACK_ROWS ||
+           (k->weight_pack && qpack_takes(w->dtype) && w->ld == (size_t)w->cols);
+}
+
+enum weight_pack kern_weight_pack(const struct device *d, enum dtype t, int rows)
 {
     assert(d && d->kern);
-    (void)cols;
     if (device_proc(d) >= 0 || !d->kern->weight_pack || rows < QPACK_ROWS || !qpack_takes(t))
         return WEIGHT_PACK_ROWS;
     return d->kern->weight_pack(t);
@@ -295,6 +302,7 @@ int kern_linear(struct stream *s, float *y, const float *x, int m, const struct 
     const enum kern_op op = bias ? KERN_OP_LINEAR_BIAS : KERN_OP_LINEAR;
     const enum kern_op wop = weight_op(w->dtype);
     const struct kernel_ops *k = kern_of(s);
+    assert(packed_ok(k, w));
     if (!table_runs(k, op))
         return absent(s, op);
     if (wop != KERN_OP_COUNT && !table_runs(k, wop))
@@ -318,7 +326,7 @@ int kern_linear_group(struct stream *s, const struct kern_linear_job *jobs, int 
             return absent(s, KERN_OP_LINEAR_BIAS);
         assert(w->data && w->rows > 0 && w->cols > 0 && w->ld >= (size_t)w->cols);
         const int qk = dtype_block(w->dtype);
-        assert(w->cols % qk == 0 && w->ld % (size_t)qk == 0);
+        assert(w->cols % qk == 0 && w->ld % (size_t)qk == 0 && packed_ok(k, w));
         /* block and repacked types need their own ops, as kern_linear's */
         const enum kern_op wop = weight_op(w->dtype);
         if (wop != KERN_OP_COUNT && !table_runs(k, wop))
@@ -382,6 +390,7 @@ int kern_embed(struct stream *s, float *y, const struct weight_view *w, const in
     assert(w->cols % dtype_block(w->dtype) == 0);
     const enum kern_op wop = weight_op(w->dtype);
     const struct kernel_ops *k = kern_of(s);
+    assert(packed_ok(k, w));
     if (!table_runs(k, KERN_OP_EMBED))
         return absent(s, KERN_OP_EMBED);
     if (wop != KERN_OP_COUNT && !table_runs(k, wop))

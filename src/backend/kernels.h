@@ -142,12 +142,12 @@ uint64_t kern_weight_ops(enum dtype t);
 bool kern_supports(const struct device *d, enum kern_op op);
 /* Every op d runs, as KERN_OP_BITs. */
 uint64_t kern_supported(const struct device *d);
-/* The layout d's kernels want for a matrix of type t, rows x cols, in a
+/* The layout d's kernels want for a matrix of type t and `rows` rows in a
  * blob filled for d (weight.h's pack): WEIGHT_PACK_X16 where this
  * process's CPU measured its kernels on packed rows faster (a block type
  * with a packed layout, core/qpack.h, and 16 rows or more), else
  * WEIGHT_PACK_ROWS (another process's device, CUDA). */
-enum weight_pack kern_weight_pack(const struct device *d, enum dtype t, int rows, int cols);
+enum weight_pack kern_weight_pack(const struct device *d, enum dtype t, int rows);
 /* The largest head_dim d's kern_attention takes (0: no limit). */
 int kern_attention_max_head_dim(const struct device *d);
 /* 0 when d runs every op of ops (KERN_OP_BITs) and, when ops holds

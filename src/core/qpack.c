@@ -67,7 +67,7 @@ static void block_of(enum dtype t, char *packed, char *rows, size_t row_bytes, i
 }
 
 /* Group at packed to or from its rows [r0, r1) at rows, row_bytes apart
- * (block b of row r at rows + (r - r0) row_bytes + 144 b) */
+ * (block b of row r at rows + (r - r0) row_bytes + b x the block's bytes) */
 static void group_of(enum dtype t, char *packed, char *rows, size_t row_bytes, int cols, int r0,
                      int r1, bool unpack)
 {

@@ -585,7 +585,7 @@ void model_layout_set_pack(struct model_layout *layout, struct device *dev)
         /* a table only looked up keeps its rows; one a tied head shares
          * is multiplied too (kern_embed reads a packed row back) */
         q->pack = q->matrix && (q->use != PART_TABLE || q->also)
-                      ? kern_weight_pack(dev, q->dtype, q->nr, q->nc)
+                      ? kern_weight_pack(dev, q->dtype, q->nr)
                       : WEIGHT_PACK_ROWS;
     }
 }

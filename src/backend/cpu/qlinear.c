@@ -830,7 +830,7 @@ static void q_calibrate(enum dtype t)
     const struct qdot_kernel *x16 = q_named("vnni-x16");
     const bool try_x16 = qpack_takes(t) && x16->supported() && rows >= 2 * QPACK_ROWS;
     char *wd = malloc((size_t)rows * row_bytes);
-    char *wp = try_x16 ? aligned_alloc(64, (size_t)rows * row_bytes) : NULL;
+    char *wp = try_x16 ? aligned_alloc(64, ((size_t)rows * row_bytes + 63) / 64 * 64) : NULL;
     char *tmp = try_x16 ? malloc(QPACK_ROWS * row_bytes) : NULL;
     float *x = malloc((size_t)mmax * Q_CAL_COLS * sizeof(float));
     float *y = malloc((size_t)mmax * rows * sizeof(float));
