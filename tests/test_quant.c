@@ -517,7 +517,7 @@ TEST(xr_per_call_bitwise)
 }
 
 /* Rows packed in groups of 16 (core/qpack.h, weight.h's WEIGHT_PACK_X16;
- * Q4_K and Q6_K):
+ * Q4_K, Q5_K and Q6_K):
  * the layout's inverse gives the rows back, and the products of a packed
  * view give the rows' bits: bf16 mode by every kernel that reads packed
  * rows (vnni-x16 where the CPU has it, scalar-x16, the default) against
@@ -530,10 +530,10 @@ TEST(xr_per_call_bitwise)
 TEST(packed_bitwise)
 {
     static const int shapes[][2] = {{37, 9 * 256}, {16, 256}, {64, 2 * 256}, {5, 256}};
-    static const enum dtype packed[] = {DTYPE_Q4_K, DTYPE_Q6_K};
-    for (size_t ci = 0; ci < 2 * sizeof(shapes) / sizeof(shapes[0]); ci++) {
-        const size_t si = ci / 2;
-        const enum dtype t = packed[ci % 2];
+    static const enum dtype packed[] = {DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K};
+    for (size_t ci = 0; ci < 3 * sizeof(shapes) / sizeof(shapes[0]); ci++) {
+        const size_t si = ci / 3;
+        const enum dtype t = packed[ci % 3];
         CHECK(qpack_takes(t));
         const int rows = shapes[si][0], cols = shapes[si][1];
         const size_t rb = dtype_row_bytes(t, cols), bytes = (size_t)rows * rb;

@@ -6,14 +6,14 @@
 
 bool qpack_takes(enum dtype t)
 {
-    return t == DTYPE_Q4_K || t == DTYPE_Q6_K;
+    return t == DTYPE_Q4_K || t == DTYPE_Q5_K || t == DTYPE_Q6_K;
 }
 
 /* A type's pieces: bytes [at, at + width) of a row's block go to packed
  * offset base + width r for row r (qpack.h) */
 static int n_pieces(enum dtype t)
 {
-    return t == DTYPE_Q4_K ? 2 + 3 + 32 : 32 + 16 + 4 + 1;
+    return t == DTYPE_Q4_K ? 2 + 3 + 32 : t == DTYPE_Q5_K ? 2 + 3 + 8 + 32 : 32 + 16 + 4 + 1;
 }
 
 static void piece(enum dtype t, int i, size_t *at, size_t *base, size_t *width)
@@ -34,7 +34,15 @@ static void piece(enum dtype t, int i, size_t *at, size_t *base, size_t *width)
             *base = 3328;
             *width = 2;
         }
-    } else if (i < 2) { /* Q4_K's d, dmin */
+    } else if (t == DTYPE_Q5_K && i >= 5) { /* Q4_K's d, dmin and scales, then */
+        if (i < 13) {                       /* qh's words */
+            *at = 16 + 4 * (size_t)(i - 5);
+            *base = qpack_q5k_qh(i - 5);
+        } else { /* the quants' */
+            *at = 48 + 4 * (size_t)(i - 13);
+            *base = qpack_q5k_qs(i - 13);
+        }
+    } else if (i < 2) { /* Q4_K's (and Q5_K's) d, dmin */
         *at = 2 * (size_t)i;
         *base = 32 * (size_t)i;
         *width = 2;

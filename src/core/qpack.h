@@ -18,6 +18,12 @@
  * .. + 3 of each row (sub-block 2 (k / 8)) and in its high nibbles the same
  * of sub-block 2 (k / 8) + 1.
  *
+ * Q5_K, per block b of a group (2816 bytes, 16 x 176, at b x 2816): Q4_K's
+ * first 256 bytes, then qs words 0..7 each followed by qh word 0..7, then
+ * qs words 8..31 (qpack_q5k_qs, qpack_q5k_qh; the order its kernel reads
+ * them): qh word k holds bytes 4k .. 4k + 3 of each row's 32 fifth-bit
+ * bytes, bit s the fifth bit of sub-block s's elements 4k .. 4k + 3.
+ *
  * Q6_K, per block b of a group (3360 bytes, 16 x 210, at b x 3360), in
  * the order its kernel reads them:
  *     0  u32 sc[4][16]        row r's 16 int8 scales, 4 a word
@@ -61,7 +67,19 @@ static inline size_t qpack_q6k_qh(int u)
     return 256 + 1536 * (size_t)h + (size_t)(k < 4 ? 256 + 64 * k : 768 + 64 * (k - 4));
 }
 
-/* Whether rows of type t have a packed layout (Q4_K, Q6_K). */
+/* Where qs word v (< 32) and qh word u (< 8) of a packed Q5_K block
+ * start (qpack.h's order above). */
+static inline size_t qpack_q5k_qs(int v)
+{
+    return v < 8 ? 256 + 128 * (size_t)v : 1280 + 64 * (size_t)(v - 8);
+}
+
+static inline size_t qpack_q5k_qh(int u)
+{
+    return 256 + 128 * (size_t)u + 64;
+}
+
+/* Whether rows of type t have a packed layout (Q4_K, Q5_K, Q6_K). */
 bool qpack_takes(enum dtype t);
 
 /* Rows [0, rows / 16 x 16) of a dense matrix of type t (cols elements a

@@ -80,7 +80,7 @@ const char *cpu_qlinear_kernels(void);
  * ERR_UNSUPPORTED when the CPU lacks it, ERR_INVALID for an unknown name. */
 int cpu_qlinear_force(const char *name);
 /* Whether blobs filled for this CPU pack the rows of the types that have
- * a packed layout (cpu_qlinear_packs: Q4_K, Q6_K in groups of 16, vnni-x16): by
+ * a packed layout (cpu_qlinear_packs: the K-quants in groups of 16, vnni-x16): by
  * measurement (-1, the default), never (0) or wherever the CPU has AVX-512
  * VNNI (1), as SHARDSWAP_QPACK=on|off starts a process; for tests and
  * benchmarks, before the blobs are filled (a view keeps its layout). */

@@ -202,7 +202,7 @@ int qdot_tile_amx_few(const struct qdot_args *a, int r0, int r1);
  * WEIGHT_PACK_X16, core/qpack.h), x's rows in place (q_prepare's, no
  * layout); r0 a multiple of 16 or past the groups. vnni-x16
  * (qdot_x16.c): a group's block multiplied with the rows in the lanes,
- * each input row's quads broadcast (Q4_K, Q6_K; another type goes to
+ * each input row's quads broadcast (Q4_K, Q5_K, Q6_K; another type goes to
  * qdot_x16_rows); qdot_x16_rows, on any CPU: each group written back as
  * rows into the scratch, then the scalar reference. The same bits as the
  * kernels above. Return as qdot_tile_fn. */

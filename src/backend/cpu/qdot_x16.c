@@ -1,6 +1,6 @@
 /* vnni-x16: the quantized products with weights packed once in groups of
  * 16 rows (weight.h's WEIGHT_PACK_X16, core/qpack.h; qdot.h's
- * qdot_x16_vnni): Q4_K, and Q6_K below. This file alone is compiled with AVX-512 (F, BW, VL,
+ * qdot_x16_vnni): Q4_K and Q5_K (its fifth bits beside), and Q6_K below. This file alone is compiled with AVX-512 (F, BW, VL,
  * DQ) and VNNI (CMakeLists.txt); qlinear.c runs it only where the CPU has
  * them.
  *
@@ -137,9 +137,10 @@ XV_INLINE __m512i xv_fold(const __m512i *a, const int split)
  * + nx): each row's scaled sums, then the f32 steps into partials p[(i nt
  * + T) 8 + b % 8] */
 XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const char *xq, size_t xq_ld,
-                      int b, int i0, const int nx, const int nt, __m512 *p)
+                      int b, int i0, const int nx, const int nt, __m512 *p, const bool five)
 {
     const __m512i lo4 = _mm512_set1_epi8(0x0f), hi4 = _mm512_set1_epi8((char)0xf0);
+    const __m512i bit4 = _mm512_set1_epi8(0x10);
     __m512i is[XV_XR][XV_TILES];
 #pragma GCC unroll 4
     for (int i = 0; i < nx; i++)
@@ -160,9 +161,23 @@ XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const cha
             __m512i wl[XV_TILES], wh[XV_TILES];
 #pragma GCC unroll 4
             for (int T = 0; T < nt; T++) {
-                const __m512i v = _mm512_loadu_si512(g[T] + 256 + 64 * (8 * j + k));
+                const __m512i v = _mm512_loadu_si512(
+                    g[T] + (five ? qpack_q5k_qs(8 * j + k) : 256 + 64 * (size_t)(8 * j + k)));
                 wl[T] = _mm512_and_si512(v, lo4);
-                wh[T] = _mm512_and_si512(v, hi4);
+                if (!five) {
+                    wh[T] = _mm512_and_si512(v, hi4);
+                    continue;
+                }
+                /* Q5_K: the fifth bits of sub-blocks 2j and 2j + 1 (bits
+                 * 2j, 2j + 1 of qh) to bit 4, the high nibble shifted down */
+                const __m512i qh = _mm512_loadu_si512(g[T] + qpack_q5k_qh(k));
+                const __m512i l5 = 2 * j <= 4 ? _mm512_slli_epi32(qh, 4 - 2 * j)
+                                              : _mm512_srli_epi32(qh, 2 * j - 4);
+                const __m512i h5 = 2 * j + 1 <= 4 ? _mm512_slli_epi32(qh, 3 - 2 * j)
+                                                  : _mm512_srli_epi32(qh, 2 * j - 3);
+                wl[T] = _mm512_or_si512(wl[T], _mm512_and_si512(l5, bit4));
+                wh[T] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), lo4),
+                                        _mm512_and_si512(h5, bit4));
             }
             const char *xi = xb + 64 * j + 4 * k;
             xv_quads(al, ah, wl, wh, xi, xi + 32, xq_ld, nx, nt, k % split);
@@ -173,7 +188,9 @@ XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const cha
             for (int T = 0; T < nt; T++) {
                 const __m512i sl = xv_fold(al[i][T], split), sh = xv_fold(ah[i][T], split);
                 const __m512i a = _mm512_mullo_epi32(s[T].sc[2 * j], sl);
-                const __m512i h = _mm512_mullo_epi32(s[T].sc[2 * j + 1], _mm512_srai_epi32(sh, 4));
+                /* Q4_K's high nibbles were 16 times their value */
+                const __m512i h =
+                    _mm512_mullo_epi32(s[T].sc[2 * j + 1], five ? sh : _mm512_srai_epi32(sh, 4));
                 is[i][T] = _mm512_add_epi32(is[i][T], _mm512_add_epi32(a, h));
             }
     }
@@ -215,7 +232,13 @@ XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const cha
         const char *const *g, const struct xv_scales *s, const char *xq, size_t xq_ld, int b,      \
         int i0, __m512 *p)                                                                         \
     {                                                                                              \
-        xv_blk(g, s, xq, xq_ld, b, i0, nx, nt, p);                                                 \
+        xv_blk(g, s, xq, xq_ld, b, i0, nx, nt, p, false);                                          \
+    }                                                                                              \
+    static __attribute__((noinline)) void xv5_blk_##nx##_##nt(                                     \
+        const char *const *g, const struct xv_scales *s, const char *xq, size_t xq_ld, int b,      \
+        int i0, __m512 *p)                                                                         \
+    {                                                                                              \
+        xv_blk(g, s, xq, xq_ld, b, i0, nx, nt, p, true);                                           \
     }
 XV_BLK(1, 1)
 XV_BLK(2, 1)
@@ -363,6 +386,18 @@ XV_INLINE void xv_pass(const struct qdot_args *a, int rt, __m512 *p, const int n
                 else
                     (two ? xv_blk_2_1 : xv_blk_1_1)(g, s, a->xq, a->xq_ld, b, i0, p);
             }
+        } else if (t == DTYPE_Q5_K) { /* Q4_K's, the fifth bits beside */
+            struct xv_scales s[XV_TILES];
+#pragma GCC unroll 2
+            for (int T = 0; T < nt; T++)
+                xv_scales_of(g[T], &s[T]);
+            for (int i0 = 0; i0 < a->m; i0 += XV_XR) {
+                const bool two = a->m - i0 >= 2;
+                if (nt == 2)
+                    (two ? xv5_blk_2_2 : xv5_blk_1_2)(g, s, a->xq, a->xq_ld, b, i0, p);
+                else
+                    (two ? xv5_blk_2_1 : xv5_blk_1_1)(g, s, a->xq, a->xq_ld, b, i0, p);
+            }
         } else {
             struct xv6_scales s[XV_TILES];
 #pragma GCC unroll 2
@@ -425,6 +460,11 @@ static __attribute__((noinline)) int xv_q4_k(const struct qdot_args *a, int r0, 
     return xv_rows(a, r0, r1, DTYPE_Q4_K);
 }
 
+static __attribute__((noinline)) int xv_q5_k(const struct qdot_args *a, int r0, int r1)
+{
+    return xv_rows(a, r0, r1, DTYPE_Q5_K);
+}
+
 static __attribute__((noinline)) int xv_q6_k(const struct qdot_args *a, int r0, int r1)
 {
     return xv_rows(a, r0, r1, DTYPE_Q6_K);
@@ -435,6 +475,8 @@ int qdot_x16_vnni(const struct qdot_args *a, int r0, int r1)
     assert(a->w->pack == WEIGHT_PACK_X16 && a->w->ld == (size_t)a->w->cols);
     if (a->w->dtype == DTYPE_Q4_K)
         return xv_q4_k(a, r0, r1);
+    if (a->w->dtype == DTYPE_Q5_K)
+        return xv_q5_k(a, r0, r1);
     if (a->w->dtype == DTYPE_Q6_K)
         return xv_q6_k(a, r0, r1);
     return qdot_x16_rows(a, r0, r1);

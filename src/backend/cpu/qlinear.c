@@ -24,7 +24,7 @@
  *   for decode batches, x's few rows times 16 weight rows laid out in the
  *   tiles' VNNI layout (amx-few, qdot_amx_few.c); or, for weights packed
  *   once in groups of 16 rows when their blob was filled (weight.h's
- *   WEIGHT_PACK_X16, core/qpack.h: Q4_K where cpu_qlinear_packs says so),
+ *   WEIGHT_PACK_X16, core/qpack.h: the K-quants where cpu_qlinear_packs says so),
  *   a group's block with a row a lane against each input row's broadcast
  *   quads (vnni-x16, qdot_x16.c), the only kernel those views take (and
  *   scalar-x16, the reference on them); all give the same bits.

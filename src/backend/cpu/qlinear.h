@@ -23,7 +23,7 @@ int cpu_qlinear(float *y, const float *x, int m, const struct weight_view *w, en
 int cpu_qlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compute cm);
 
 /* Whether this CPU's kernels want weights of type t packed in groups of
- * 16 rows (weight.h's WEIGHT_PACK_X16, core/qpack.h: Q4_K, Q6_K): where
+ * 16 rows (weight.h's WEIGHT_PACK_X16, core/qpack.h: Q4_K, Q5_K, Q6_K): where
  * vnni-x16 measured faster than the chosen kernels in a bucket of input
  * rows and slower in none (the calibration's, by 3%), or as
  * SHARDSWAP_QPACK=on|off says (on only where the CPU has AVX-512 VNNI). */
