@@ -1,8 +1,8 @@
 /* vnni-x16: the quantized products with weights packed once in groups of
  * 16 rows (weight.h's WEIGHT_PACK_X16, core/qpack.h; qdot.h's
- * qdot_x16_vnni): Q4_K and Q5_K (its fifth bits beside), and Q6_K below. This file alone is compiled with AVX-512 (F, BW, VL,
- * DQ) and VNNI (CMakeLists.txt); qlinear.c runs it only where the CPU has
- * them.
+ * qdot_x16_vnni): Q4_K and Q5_K (its fifth bits beside), and Q6_K below. This file alone is
+ * compiled with AVX-512 (F, BW, VL, DQ) and VNNI (CMakeLists.txt); qlinear.c runs it only where the
+ * CPU has them.
  *
  * A vector of a group's quants holds the same 4 packed bytes of its 16
  * rows (a row a lane), so its low nibbles are a quad of elements of one
