@@ -227,6 +227,8 @@ XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const cha
  * input row) were hoisted out of the loop over the input rows, all 64
  * vectors of a block unpacked to the stack and read back, 1.8x slower at
  * one row */
+typedef void (*xv_blk_fn)(const char *const *g, const struct xv_scales *s, const char *xq,
+                          size_t xq_ld, int b, int i0, __m512 *p);
 #define XV_BLK(nx, nt)                                                                             \
     static __attribute__((noinline)) void xv_blk_##nx##_##nt(                                      \
         const char *const *g, const struct xv_scales *s, const char *xq, size_t xq_ld, int b,      \
@@ -345,6 +347,8 @@ XV_INLINE void xv6_blk(const char *const *g, const struct xv6_scales *s, const c
     }
 }
 
+typedef void (*xv6_blk_fn)(const char *const *g, const struct xv6_scales *s, const char *xq,
+                           size_t xq_ld, int b, int i0, __m512 *p);
 #define XV6_BLK(nx, nt)                                                                            \
     static __attribute__((noinline)) void xv6_blk_##nx##_##nt(                                     \
         const char *const *g, const struct xv6_scales *s, const char *xq, size_t xq_ld, int b,     \
@@ -374,42 +378,26 @@ XV_INLINE void xv_pass(const struct qdot_args *a, int rt, __m512 *p, const int n
 #pragma GCC unroll 2
         for (int T = 0; T < nt; T++)
             g[T] = g0 + (size_t)T * gb + (size_t)b * bb;
-        if (t == DTYPE_Q4_K) {
-            struct xv_scales s[XV_TILES];
+        /* each case's block function: [Q5_K][groups - 1][two input rows] */
+        static const xv_blk_fn k45[2][2][2] = {
+            {{xv_blk_1_1, xv_blk_2_1}, {xv_blk_1_2, xv_blk_2_2}},
+            {{xv5_blk_1_1, xv5_blk_2_1}, {xv5_blk_1_2, xv5_blk_2_2}}};
+        static const xv6_blk_fn k6[2][2] = {{xv6_blk_1_1, xv6_blk_2_1}, {xv6_blk_1_2, xv6_blk_2_2}};
+        struct xv_scales s[XV_TILES];
+        struct xv6_scales s6[XV_TILES];
 #pragma GCC unroll 2
-            for (int T = 0; T < nt; T++)
+        for (int T = 0; T < nt; T++) {
+            if (t == DTYPE_Q6_K)
+                xv6_scales_of(g[T], &s6[T]);
+            else /* Q4_K's, and Q5_K's beside its fifth bits */
                 xv_scales_of(g[T], &s[T]);
-            for (int i0 = 0; i0 < a->m; i0 += XV_XR) {
-                const bool two = a->m - i0 >= 2;
-                if (nt == 2)
-                    (two ? xv_blk_2_2 : xv_blk_1_2)(g, s, a->xq, a->xq_ld, b, i0, p);
-                else
-                    (two ? xv_blk_2_1 : xv_blk_1_1)(g, s, a->xq, a->xq_ld, b, i0, p);
-            }
-        } else if (t == DTYPE_Q5_K) { /* Q4_K's, the fifth bits beside */
-            struct xv_scales s[XV_TILES];
-#pragma GCC unroll 2
-            for (int T = 0; T < nt; T++)
-                xv_scales_of(g[T], &s[T]);
-            for (int i0 = 0; i0 < a->m; i0 += XV_XR) {
-                const bool two = a->m - i0 >= 2;
-                if (nt == 2)
-                    (two ? xv5_blk_2_2 : xv5_blk_1_2)(g, s, a->xq, a->xq_ld, b, i0, p);
-                else
-                    (two ? xv5_blk_2_1 : xv5_blk_1_1)(g, s, a->xq, a->xq_ld, b, i0, p);
-            }
-        } else {
-            struct xv6_scales s[XV_TILES];
-#pragma GCC unroll 2
-            for (int T = 0; T < nt; T++)
-                xv6_scales_of(g[T], &s[T]);
-            for (int i0 = 0; i0 < a->m; i0 += XV_XR) {
-                const bool two = a->m - i0 >= 2;
-                if (nt == 2)
-                    (two ? xv6_blk_2_2 : xv6_blk_1_2)(g, s, a->xq, a->xq_ld, b, i0, p);
-                else
-                    (two ? xv6_blk_2_1 : xv6_blk_1_1)(g, s, a->xq, a->xq_ld, b, i0, p);
-            }
+        }
+        for (int i0 = 0; i0 < a->m; i0 += XV_XR) {
+            const bool two = a->m - i0 >= 2;
+            if (t == DTYPE_Q6_K)
+                k6[nt - 1][two](g, s6, a->xq, a->xq_ld, b, i0, p);
+            else
+                k45[t == DTYPE_Q5_K][nt - 1][two](g, s, a->xq, a->xq_ld, b, i0, p);
         }
     }
     /* qdot_sum8 per input row and group: 16 weight rows of y a store */
