@@ -579,10 +579,16 @@ TEST(packed_bitwise)
                 if (rc == ERR_UNSUPPORTED)
                     continue;
                 CHECK(rc == 0);
-                memset(y, 0xff, yb);
-                CHECK(kern_linear(st, y, x, m, &wx, NULL, KERN_COMPUTE_BF16) == 0);
-                CHECK_MSG(memcmp(y, ref, yb) == 0, "%s %d x %d packed, %s, m=%d", dtype_name(t),
-                          rows, cols, ks[ki] ? ks[ki] : "measured", m);
+                /* vnni-x16 also without its GFNI build */
+                for (int gf = 1; gf >= (ki == 0 ? 0 : 1); gf--) {
+                    cpu_qlinear_gfni(gf);
+                    memset(y, 0xff, yb);
+                    CHECK(kern_linear(st, y, x, m, &wx, NULL, KERN_COMPUTE_BF16) == 0);
+                    CHECK_MSG(memcmp(y, ref, yb) == 0, "%s %d x %d packed, %s%s, m=%d",
+                              dtype_name(t), rows, cols, ks[ki] ? ks[ki] : "measured",
+                              gf ? "" : " (no GFNI)", m);
+                }
+                cpu_qlinear_gfni(true);
             }
             CHECK(cpu_qlinear_force(NULL) == 0);
             CHECK(kern_linear(st, ref, x, m, &w, NULL, KERN_COMPUTE_F32) == 0);

@@ -9,14 +9,14 @@ bool qpack_takes(enum dtype t)
     return t == DTYPE_Q4_K || t == DTYPE_Q5_K || t == DTYPE_Q6_K;
 }
 
-/* A type's pieces: bytes [at, at + width) of a row's block go to packed
- * offset base + width r for row r (qpack.h) */
+/* A type's pieces: bytes [at, at + width) of a row's block go to offset
+ * base + width r of the packed block for row r (qpack.h; Q6_K's d: piece) */
 static int n_pieces(enum dtype t)
 {
     return t == DTYPE_Q4_K ? 2 + 3 + 32 : t == DTYPE_Q5_K ? 2 + 3 + 8 + 32 : 32 + 16 + 4 + 1;
 }
 
-static void piece(enum dtype t, int i, size_t *at, size_t *base, size_t *width)
+static void piece_in(enum dtype t, int i, size_t *at, size_t *base, size_t *width)
 {
     *width = 4;
     if (t == DTYPE_Q6_K) {
@@ -29,9 +29,9 @@ static void piece(enum dtype t, int i, size_t *at, size_t *base, size_t *width)
         } else if (i < 52) { /* the scales' */
             *at = 192 + 4 * (size_t)(i - 48);
             *base = 64 * (size_t)(i - 48);
-        } else { /* d */
+        } else { /* d (piece: where) */
             *at = 208;
-            *base = 3328;
+            *base = 0;
             *width = 2;
         }
     } else if (t == DTYPE_Q5_K && i >= 5) { /* Q4_K's d, dmin and scales, then */
@@ -55,33 +55,44 @@ static void piece(enum dtype t, int i, size_t *at, size_t *base, size_t *width)
     }
 }
 
-/* A block of rows [r0, r1) of 16 (row r at rows + (r - r0) row_bytes) to
- * or from its packed place at packed */
-static void block_of(enum dtype t, char *packed, char *rows, size_t row_bytes, int r0, int r1,
-                     bool unpack)
+/* where packed block b of a group's nb starts */
+static size_t block_base(enum dtype t, int b, int nb)
 {
-    for (int i = 0; i < n_pieces(t); i++) {
-        size_t at, base, width;
-        piece(t, i, &at, &base, &width);
-        for (int r = r0; r < r1; r++) {
-            char *p = packed + base + width * (size_t)r,
-                 *b = rows + (size_t)(r - r0) * row_bytes + at;
-            if (unpack)
-                memcpy(b, p, width);
-            else
-                memcpy(p, b, width);
-        }
-    }
+    return t == DTYPE_Q6_K ? qpack_q6k_blk(b, nb) : (size_t)b * QPACK_ROWS * quant_block_bytes(t);
 }
 
-/* Group at packed to or from its rows [r0, r1) at rows, row_bytes apart
- * (block b of row r at rows + (r - r0) row_bytes + b x the block's bytes) */
+/* Piece i of block b (of nb): bytes [at, at + width) of a row's block go
+ * to the group's offset base + width r for row r */
+static void piece(enum dtype t, int i, int b, int nb, size_t *at, size_t *base, size_t *width)
+{
+    piece_in(t, i, at, base, width);
+    if (t == DTYPE_Q6_K && i == 52)
+        *base = qpack_q6k_d(b, nb);
+    else
+        *base += block_base(t, b, nb);
+}
+
+/* Group at packed to or from its rows [r0, r1) of 16 at rows, row_bytes
+ * apart (block b of row r at rows + (r - r0) row_bytes + b x the block's
+ * bytes) */
 static void group_of(enum dtype t, char *packed, char *rows, size_t row_bytes, int cols, int r0,
                      int r1, bool unpack)
 {
-    const size_t bb = quant_block_bytes(t), gb = QPACK_ROWS * bb;
-    for (int b = 0; b < cols / QUANT_QKK; b++)
-        block_of(t, packed + (size_t)b * gb, rows + (size_t)b * bb, row_bytes, r0, r1, unpack);
+    const size_t bb = quant_block_bytes(t);
+    const int nb = cols / QUANT_QKK;
+    for (int b = 0; b < nb; b++)
+        for (int i = 0; i < n_pieces(t); i++) {
+            size_t at, base, width;
+            piece(t, i, b, nb, &at, &base, &width);
+            for (int r = r0; r < r1; r++) {
+                char *p = packed + base + width * (size_t)r,
+                     *q = rows + (size_t)(r - r0) * row_bytes + (size_t)b * bb + at;
+                if (unpack)
+                    memcpy(q, p, width);
+                else
+                    memcpy(p, q, width);
+            }
+        }
 }
 
 void qpack_matrix(enum dtype t, void *data, int rows, int cols, void *tmp)

@@ -24,21 +24,27 @@
  * them): qh word k holds bytes 4k .. 4k + 3 of each row's 32 fifth-bit
  * bytes, bit s the fifth bit of sub-block s's elements 4k .. 4k + 3.
  *
- * Q6_K, per block b of a group (3360 bytes, 16 x 210, at b x 3360), in
- * the order its kernel reads them:
+ * Q6_K, per pair of blocks b, b + 1 of a group (6720 bytes, 2 x 16 x 210, at
+ * b / 2 x 6720): the two blocks' d (f16 d[16] each), then block b's 3328
+ * bytes and block b + 1's, so that every vector of both sits on a cache
+ * line and the pair is read front to back (a group's odd last block: its
+ * 3328 bytes, then its d); a block's 3328 bytes, in the order its kernel
+ * reads them:
  *     0  u32 sc[4][16]        row r's 16 int8 scales, 4 a word
- *   256  per half h of the block, 1536 bytes at 256 + 1536 h:
- *          ql words 16 h + 0..3, qh words 8 h + 0..3, ql 16 h + 4..7,
- *          qh 8 h + 4..7, ql 16 h + 8..15 (qpack_q6k_ql, qpack_q6k_qh),
- *          each word k of the 16 rows' 128 low-bit bytes (ql) or 64
- *          high-bit bytes (qh) as [r]
- *  3328  f16 d[16]
- * so ql word 16 h + k (k < 16) holds, in its low nibbles, the low bits of
- * elements 128 h + 4 k .. + 3 of each row and in its high nibbles those
- * of the same + 64; their top two bits are in qh word 8 h + k % 8, bits
- * 2 (k / 8) and 2 (k / 8) + 4. (Laid out in this order the kernel reads
- * a block front to back: in the file's order, ql then qh, one thread read
- * 8 GB/s.) */
+ *   256  per half h of the block, 1536 bytes at 256 + 1536 h, per part
+ *        p < 2 (768 bytes at + 768 p), per k < 4 (192 bytes at + 192 k):
+ *          ql word 16 h + 4 p + k, qh word 8 h + 4 p + k, ql word 16 h +
+ *          8 + 4 p + k (qpack_q6k_ql, qpack_q6k_qh), each word of the 16
+ *          rows' 128 low-bit bytes (ql) or 64 high-bit bytes (qh) as [r]
+ * (qpack_q6k_d: where a block's d is). So ql word 16 h + k (k < 16) holds, in its
+ * low nibbles, the low bits of elements 128 h + 4 k .. + 3 of each row and
+ * in its high nibbles those of the same + 64; their top two bits are in
+ * qh word 8 h + k % 8, bits 2 (k / 8) and 2 (k / 8) + 4: the two ql words
+ * beside a qh word are all that read it. (Laid out in the order the
+ * kernel reads a block, front to back and each byte once: in the file's
+ * order, ql then qh, one thread read 8 GB/s; with qh words read twice,
+ * and half of the blocks' vectors across two cache lines, 20-22 where a
+ * plain read took 25-27.) */
 #ifndef SHARDSWAP_CORE_QPACK_H
 #define SHARDSWAP_CORE_QPACK_H
 
@@ -50,21 +56,30 @@
 /* rows a group */
 #define QPACK_ROWS 16
 
-/* Where ql word v (< 32) and qh word u (< 16) of a packed Q6_K block
- * start (qpack.h's order above). */
+/* Where ql word v (< 32) and qh word u (< 16) of a packed Q6_K block's
+ * 3328 bytes start, where block b of a group's nb starts in the group, and
+ * where its d is (qpack.h's order above). */
 static inline size_t qpack_q6k_ql(int v)
 {
     const int h = v / 16, k = v % 16;
-    return 256 + 1536 * (size_t)h +
-           (size_t)(k < 4   ? 64 * k
-                    : k < 8 ? 512 + 64 * (k - 4)
-                            : 1024 + 64 * (k - 8));
+    return 256 + 1536 * (size_t)h + 768 * (size_t)(k % 8 / 4) + 192 * (size_t)(k % 4) +
+           (k < 8 ? 0 : 128);
 }
 
 static inline size_t qpack_q6k_qh(int u)
 {
     const int h = u / 8, k = u % 8;
-    return 256 + 1536 * (size_t)h + (size_t)(k < 4 ? 256 + 64 * k : 768 + 64 * (k - 4));
+    return 256 + 1536 * (size_t)h + 768 * (size_t)(k / 4) + 192 * (size_t)(k % 4) + 64;
+}
+
+static inline size_t qpack_q6k_blk(int b, int nb)
+{
+    return 6720 * (size_t)(b / 2) + (b % 2 ? 64 + 3328 : b + 1 < nb ? 64 : 0);
+}
+
+static inline size_t qpack_q6k_d(int b, int nb)
+{
+    return 6720 * (size_t)(b / 2) + (b % 2 ? 32 : b + 1 < nb ? 0 : 3328);
 }
 
 /* Where qs word v (< 32) and qh word u (< 8) of a packed Q5_K block

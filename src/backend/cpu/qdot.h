@@ -207,6 +207,9 @@ int qdot_tile_amx_few(const struct qdot_args *a, int r0, int r1);
  * rows into the scratch, then the scalar reference. The same bits as the
  * kernels above. Return as qdot_tile_fn. */
 int qdot_x16_vnni(const struct qdot_args *a, int r0, int r1);
+/* vnni-x16 built again with GFNI (qdot_x16_gfni.c): the same bits; only
+ * where the CPU has GFNI */
+int qdot_x16_vnni_gfni(const struct qdot_args *a, int r0, int r1);
 int qdot_x16_rows(const struct qdot_args *a, int r0, int r1);
 
 /* The blocks' combination, shared by every kernel: block b of a row adds

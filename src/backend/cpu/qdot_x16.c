@@ -38,6 +38,8 @@
 #define XV_TILES 2
 /* input rows a pass over a block's quads (their sums in registers) */
 #define XV_XR 2
+/* blocks ahead a pass of several input rows prefetches (xv_pass) */
+#define XV_PF_BLOCKS 2
 
 XV_INLINE __m512i xv_bcast4(const char *p)
 {
@@ -249,15 +251,15 @@ XV_BLK(2, 2)
 
 /* ---- Q6_K ---- */
 
-/* A packed Q6_K block's lanes: d and the 16 sub-blocks' scales as int32 */
+/* A packed Q6_K block's lanes: d, the 16 sub-blocks' scales as int32, and
+ * 32 times the scales of sub-blocks 2p and 2p + 1 as int16 pairs (against
+ * x's sums of 16 for the quants' bias) */
 struct xv6_scales {
-    __m512 d;
-    __m512i sc[16];
+    __m512i sc[16], sp[8];
 };
 
 XV_INLINE void xv6_scales_of(const char *blk, struct xv6_scales *s)
 {
-    s->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 3328)));
     /* byte k of each lane's word to its top byte (VPSHUFB), then shifted
      * down with its sign */
     const __m512i at = _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12);
@@ -271,95 +273,143 @@ XV_INLINE void xv6_scales_of(const char *blk, struct xv6_scales *s)
                                 _mm512_set1_epi32(0x808080));
             s->sc[4 * j + k] = _mm512_srai_epi32(_mm512_shuffle_epi8(v, c), 24);
         }
+        /* bytes 2p' and 2p' + 1 of each lane's word to the top bytes of
+         * its words, shifted down with the sign: 256 s / 8 = 32 s */
+#pragma GCC unroll 2
+        for (int q = 0; q < 2; q++) {
+            const __m512i c = _mm512_or_si512(
+                _mm512_add_epi32(_mm512_mullo_epi32(at, _mm512_set1_epi32(0x01000100)),
+                                 _mm512_set1_epi32((2 * q) << 8 | (2 * q + 1) << 24)),
+                _mm512_set1_epi32(0x00800080));
+            s->sp[2 * j + q] = _mm512_srai_epi16(_mm512_shuffle_epi8(v, c), 3);
+        }
     }
 }
 
-/* Block b of nt Q6_K groups times input rows [i0, i0 + nx), as xv_blk:
- * per half h and quarter c, the 4 ql vectors' low nibbles (sub-block 8 h
- * + c) and high ones (8 h + 4 + c) with their top bits from qh, each
- * sub-block's sum less 32 times x's sum of its 16 (the quants' bias),
- * times its scale */
-XV_INLINE void xv6_blk(const char *const *g, const struct xv6_scales *s, const char *xq,
-                       size_t xq_ld, int b, int i0, const int nx, const int nt, __m512 *p)
+#ifdef XV_GFNI_BUILD
+/* GF2P8AFFINEQB's matrix that moves each byte's bits lo and lo + 1 to bits
+ * 4 and 5 and clears the rest: output bit i is the parity of the matrix's
+ * byte 7 - i with the input */
+XV_INLINE __m512i xv_gf_top2(int lo)
 {
-    const __m512i lo4 = _mm512_set1_epi8(0x0f), top2 = _mm512_set1_epi8(0x30);
-    __m512i is[XV_XR][XV_TILES];
+    return _mm512_set1_epi64((long long)((1ull << lo) << 8 * 3 | (1ull << (lo + 1)) << 8 * 2));
+}
+#endif
+
+/* Input rows a Q6_K pass over a block's vectors (their sums in
+ * registers; a group a pass: two groups' sums of two input rows did not
+ * fit the 32 registers) */
+#define XV6_XR 4
+
+/* Block b of a Q6_K group (g: its 3328 bytes, gd: its d) times input rows
+ * [i0, i0 + nx), as xv_blk: per half h and part q, for each qh vector its
+ * two ql vectors' low nibbles (sub-blocks 8 h + q, 8 h + 2 + q) and high
+ * ones (8 h + 4 + q, 8 h + 6 + q), each with its top bits; each
+ * sub-block's sum times its scale; then less the quants' bias, 32 times
+ * x's sums of 16 times the scales (VPDPWSSD) */
+XV_INLINE void xv6_blk(const char *g, const char *gd, const struct xv6_scales *s, const char *xq,
+                       size_t xq_ld, int b, int i0, const int nx, __m512 *p)
+{
+    /* d first, where its pair of blocks begins */
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gd));
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+#ifdef XV_GFNI_BUILD
+    /* qh's bits 0-1, 2-3, 4-5, 6-7 to bits 4-5, the rest cleared */
+    const __m512i top[4] = {xv_gf_top2(0), xv_gf_top2(2), xv_gf_top2(4), xv_gf_top2(6)};
+#else
+    const __m512i top2 = _mm512_set1_epi8(0x30);
+#endif
+    __m512i is[XV6_XR];
 #pragma GCC unroll 4
     for (int i = 0; i < nx; i++)
-#pragma GCC unroll 4
-        for (int T = 0; T < nt; T++)
-            is[i][T] = _mm512_setzero_si512();
+        is[i] = _mm512_setzero_si512();
     const char *xb = xq + (size_t)i0 * xq_ld + (size_t)b * sizeof(struct quant_q8_k);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++)
+#pragma GCC unroll 2
+        for (int q = 0; q < 2; q++) {
+            /* acc[i][e]: input row i, sub-block 8 h + q + (0, 2, 4, 6)[e] */
+            __m512i acc[XV6_XR][4];
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            const int split = 4 / (nx * nt);
-            xv_sums al, ah;
-            xv_zero(al, ah, nx, nt, split);
+            for (int i = 0; i < nx; i++)
+#pragma GCC unroll 4
+                for (int e = 0; e < 4; e++)
+                    acc[i][e] = _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
-                __m512i wl[XV_TILES], wh[XV_TILES];
+                const __m512i qa = _mm512_loadu_si512(g + qpack_q6k_ql(16 * h + 4 * q + k));
+                const __m512i qh = _mm512_loadu_si512(g + qpack_q6k_qh(8 * h + 4 * q + k));
+                const __m512i qb = _mm512_loadu_si512(g + qpack_q6k_ql(16 * h + 8 + 4 * q + k));
+                __m512i t[4]; /* qh's bits 2e, 2e + 1 at bits 4-5 */
+#ifdef XV_GFNI_BUILD
 #pragma GCC unroll 4
-                for (int T = 0; T < nt; T++) {
-                    const __m512i ql = _mm512_loadu_si512(g[T] + qpack_q6k_ql(16 * h + 4 * c + k));
-                    const __m512i qh =
-                        _mm512_loadu_si512(g[T] + qpack_q6k_qh(8 * h + 4 * (c % 2) + k));
-                    /* top bits 2 (c / 2) and 4 + 2 (c / 2) to bits 4-5 */
-                    const __m512i tl = c / 2 ? _mm512_slli_epi32(qh, 2) : _mm512_slli_epi32(qh, 4);
-                    const __m512i th = c / 2 ? _mm512_srli_epi32(qh, 2) : qh;
-                    wl[T] = _mm512_or_si512(_mm512_and_si512(ql, lo4), _mm512_and_si512(tl, top2));
-                    wh[T] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(ql, 4), lo4),
-                                            _mm512_and_si512(th, top2));
-                }
-                const char *xi = xb + 4 + 128 * h + 16 * c + 4 * k;
-                xv_quads(al, ah, wl, wh, xi, xi + 64, xq_ld, nx, nt, k % split);
+                for (int e = 0; e < 4; e++)
+                    t[e] = _mm512_gf2p8affine_epi64_epi8(qh, top[e], 0);
+#else
+                t[0] = _mm512_and_si512(_mm512_slli_epi32(qh, 4), top2);
+                t[1] = _mm512_and_si512(_mm512_slli_epi32(qh, 2), top2);
+                t[2] = _mm512_and_si512(qh, top2);
+                t[3] = _mm512_and_si512(_mm512_srli_epi32(qh, 2), top2);
+#endif
+                /* (nibble & lo4) | top: 0xec */
+                const __m512i w[4] = {
+                    _mm512_ternarylogic_epi32(qa, t[0], lo4, 0xec),
+                    _mm512_ternarylogic_epi32(qb, t[1], lo4, 0xec),
+                    _mm512_ternarylogic_epi32(_mm512_srli_epi16(qa, 4), t[2], lo4, 0xec),
+                    _mm512_ternarylogic_epi32(_mm512_srli_epi16(qb, 4), t[3], lo4, 0xec)};
+                /* x's quads of the four sub-blocks: 16 (q + (0, 2, 4, 6)) + 4 k */
+#pragma GCC unroll 4
+                for (int i = 0; i < nx; i++)
+#pragma GCC unroll 4
+                    for (int e = 0; e < 4; e++)
+                        acc[i][e] =
+                            _mm512_dpbusd_epi32(acc[i][e], w[e],
+                                                xv_bcast4(xb + (size_t)i * xq_ld + 4 + 128 * h +
+                                                          16 * (q + 2 * e) + 4 * k));
             }
 #pragma GCC unroll 4
-            for (int i = 0; i < nx; i++) {
-                int16_t bs[2];
-                memcpy(&bs[0], xb + (size_t)i * xq_ld + 260 + 2 * (8 * h + c), 2);
-                memcpy(&bs[1], xb + (size_t)i * xq_ld + 260 + 2 * (8 * h + 4 + c), 2);
-                const __m512i bl = _mm512_set1_epi32(32 * bs[0]),
-                              bh = _mm512_set1_epi32(32 * bs[1]);
+            for (int i = 0; i < nx; i++)
 #pragma GCC unroll 4
-                for (int T = 0; T < nt; T++) {
-                    const __m512i sl = xv_fold(al[i][T], split), sh = xv_fold(ah[i][T], split);
-                    const __m512i a =
-                        _mm512_mullo_epi32(s[T].sc[8 * h + c], _mm512_sub_epi32(sl, bl));
-                    const __m512i d =
-                        _mm512_mullo_epi32(s[T].sc[8 * h + 4 + c], _mm512_sub_epi32(sh, bh));
-                    is[i][T] = _mm512_add_epi32(is[i][T], _mm512_add_epi32(a, d));
-                }
-            }
+                for (int e = 0; e < 4; e++)
+                    is[i] = _mm512_add_epi32(
+                        is[i], _mm512_mullo_epi32(s->sc[8 * h + q + 2 * e], acc[i][e]));
+                    /* the part's sums done here: GCC otherwise kept all 16
+                     * sub-blocks' sums of every input row for the end, on the
+                     * stack */
+#pragma GCC unroll 4
+            for (int i = 0; i < nx; i++)
+                __asm__("" : "+v"(is[i]));
         }
-        /* qdot.h's step with dmin = msum = 0: the second adds -0, p as it was */
+        /* less the bias; then qdot.h's step with dmin = msum = 0: the second
+         * adds -0, p as it was */
 #pragma GCC unroll 4
     for (int i = 0; i < nx; i++) {
+        const char *xi = xb + (size_t)i * xq_ld;
+        __m512i bias = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++)
+            bias = _mm512_dpwssd_epi32(bias, s->sp[q], xv_bcast4(xi + 260 + 4 * q));
         float dxs;
-        memcpy(&dxs, xb + (size_t)i * xq_ld, 4);
-        const __m512 dx = _mm512_set1_ps(dxs);
-#pragma GCC unroll 4
-        for (int T = 0; T < nt; T++) {
-            __m512 *pk = p + ((size_t)(i0 + i) * nt + T) * 8 + b % 8;
-            *pk = _mm512_fmadd_ps(_mm512_mul_ps(s[T].d, dx), _mm512_cvtepi32_ps(is[i][T]), *pk);
-        }
+        memcpy(&dxs, xi, 4);
+        __m512 *pk = p + (size_t)(i0 + i) * 8 + b % 8;
+        *pk = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dxs)),
+                              _mm512_cvtepi32_ps(_mm512_sub_epi32(is[i], bias)), *pk);
     }
 }
 
-typedef void (*xv6_blk_fn)(const char *const *g, const struct xv6_scales *s, const char *xq,
-                           size_t xq_ld, int b, int i0, __m512 *p);
-#define XV6_BLK(nx, nt)                                                                            \
-    static __attribute__((noinline)) void xv6_blk_##nx##_##nt(                                     \
-        const char *const *g, const struct xv6_scales *s, const char *xq, size_t xq_ld, int b,     \
-        int i0, __m512 *p)                                                                         \
+typedef void (*xv6_blk_fn)(const char *g, const char *gd, const struct xv6_scales *s,
+                           const char *xq, size_t xq_ld, int b, int i0, __m512 *p);
+#define XV6_BLK(nx)                                                                                \
+    static __attribute__((noinline)) void xv6_blk_##nx(const char *g, const char *gd,              \
+                                                       const struct xv6_scales *s, const char *xq, \
+                                                       size_t xq_ld, int b, int i0, __m512 *p)     \
     {                                                                                              \
-        xv6_blk(g, s, xq, xq_ld, b, i0, nx, nt, p);                                                \
+        xv6_blk(g, gd, s, xq, xq_ld, b, i0, nx, p);                                                \
     }
-XV6_BLK(1, 1)
-XV6_BLK(2, 1)
-XV6_BLK(1, 2)
-XV6_BLK(2, 2)
+XV6_BLK(1)
+XV6_BLK(2)
+XV6_BLK(3)
+XV6_BLK(4)
 
 /* ---- the passes ---- */
 
@@ -377,27 +427,40 @@ XV_INLINE void xv_pass(const struct qdot_args *a, int rt, __m512 *p, const int n
         const char *g[XV_TILES];
 #pragma GCC unroll 2
         for (int T = 0; T < nt; T++)
-            g[T] = g0 + (size_t)T * gb + (size_t)b * bb;
+            g[T] = g0 + (size_t)T * gb + (t == DTYPE_Q6_K ? qpack_q6k_blk(b, nb) : (size_t)b * bb);
+        /* with several input rows, a block's compute outlasts what the
+         * hardware's prefetch brings: the block two ahead asked for into
+         * L2 (Zen 4, 8192 x 2048, 8 input rows: Q6_K 1.3 ms a call on one
+         * thread instead of 2.0-2.4, Q4_K 1.18 instead of 1.33-1.38; for
+         * one row it cost) */
+        if (a->m >= (t == DTYPE_Q6_K ? 2 : 4))
+            for (int T = 0; T < nt; T++)
+                for (size_t o = 0; o < bb + 64; o += 64)
+                    _mm_prefetch(g[T] + XV_PF_BLOCKS * bb + o, _MM_HINT_T1);
+        if (t == DTYPE_Q6_K) { /* a group a pass: up to 4 input rows a call */
+            assert(nt == 1);
+            static const xv6_blk_fn k6[XV6_XR] = {xv6_blk_1, xv6_blk_2, xv6_blk_3, xv6_blk_4};
+            struct xv6_scales s6;
+            xv6_scales_of(g[0], &s6);
+            const char *gd = g0 + qpack_q6k_d(b, nb);
+
+            for (int i0 = 0; i0 < a->m; i0 += XV6_XR) {
+                const int nx = a->m - i0 < XV6_XR ? a->m - i0 : XV6_XR;
+                k6[nx - 1](g[0], gd, &s6, a->xq, a->xq_ld, b, i0, p);
+            }
+            continue;
+        }
         /* each case's block function: [Q5_K][groups - 1][two input rows] */
         static const xv_blk_fn k45[2][2][2] = {
             {{xv_blk_1_1, xv_blk_2_1}, {xv_blk_1_2, xv_blk_2_2}},
             {{xv5_blk_1_1, xv5_blk_2_1}, {xv5_blk_1_2, xv5_blk_2_2}}};
-        static const xv6_blk_fn k6[2][2] = {{xv6_blk_1_1, xv6_blk_2_1}, {xv6_blk_1_2, xv6_blk_2_2}};
         struct xv_scales s[XV_TILES];
-        struct xv6_scales s6[XV_TILES];
 #pragma GCC unroll 2
-        for (int T = 0; T < nt; T++) {
-            if (t == DTYPE_Q6_K)
-                xv6_scales_of(g[T], &s6[T]);
-            else /* Q4_K's, and Q5_K's beside its fifth bits */
-                xv_scales_of(g[T], &s[T]);
-        }
+        for (int T = 0; T < nt; T++) /* Q4_K's, and Q5_K's beside its fifth bits */
+            xv_scales_of(g[T], &s[T]);
         for (int i0 = 0; i0 < a->m; i0 += XV_XR) {
             const bool two = a->m - i0 >= 2;
-            if (t == DTYPE_Q6_K)
-                k6[nt - 1][two](g, s6, a->xq, a->xq_ld, b, i0, p);
-            else
-                k45[t == DTYPE_Q5_K][nt - 1][two](g, s, a->xq, a->xq_ld, b, i0, p);
+            k45[t == DTYPE_Q5_K][nt - 1][two](g, s, a->xq, a->xq_ld, b, i0, p);
         }
     }
     /* qdot_sum8 per input row and group: 16 weight rows of y a store */
@@ -427,7 +490,8 @@ XV_INLINE int xv_rows(const struct qdot_args *a, int r0, int r1, const enum dtyp
          * restarted on every pass: one thread read 18 GB/s of weights
          * instead of 29); more rows: two, each broadcast of x to both */
         int rt = r0;
-        for (; a->m > 2 && g1 - rt >= XV_TILES * QPACK_ROWS; rt += XV_TILES * QPACK_ROWS)
+        for (; a->m > 2 && t != DTYPE_Q6_K && g1 - rt >= XV_TILES * QPACK_ROWS;
+             rt += XV_TILES * QPACK_ROWS)
             xv_pass(a, rt, p, XV_TILES, t);
         for (; rt < g1; rt += QPACK_ROWS)
             xv_pass(a, rt, p, 1, t);
@@ -458,7 +522,11 @@ static __attribute__((noinline)) int xv_q6_k(const struct qdot_args *a, int r0, 
     return xv_rows(a, r0, r1, DTYPE_Q6_K);
 }
 
-int qdot_x16_vnni(const struct qdot_args *a, int r0, int r1)
+#ifndef QDOT_X16_FN /* qdot_x16_gfni.c names its own */
+#define QDOT_X16_FN qdot_x16_vnni
+#endif
+
+int QDOT_X16_FN(const struct qdot_args *a, int r0, int r1)
 {
     assert(a->w->pack == WEIGHT_PACK_X16 && a->w->ld == (size_t)a->w->cols);
     if (a->w->dtype == DTYPE_Q4_K)
@@ -471,7 +539,7 @@ int qdot_x16_vnni(const struct qdot_args *a, int r0, int r1)
 }
 
 #else
-int qdot_x16_vnni(const struct qdot_args *a, int r0, int r1)
+int QDOT_X16_FN(const struct qdot_args *a, int r0, int r1)
 {
     return qdot_x16_rows(a, r0, r1);
 }
