@@ -85,7 +85,7 @@ int cpu_qlinear_force(const char *name);
  * VNNI (1), as SHARDSWAP_QPACK=on|off starts a process; for tests and
  * benchmarks, before the blobs are filled (a view keeps its layout). */
 void cpu_qlinear_pack_force(int on);
-/* Whether vnni-near and vnni-far run their builds with GFNI where the CPU
+/* Whether vnni-near, vnni-far and vnni-x16 run their builds with GFNI where the CPU
  * has it (true, the default; SHARDSWAP_QDOT_GFNI=off starts a process with
  * false): the same bits either way, for tests and A/B timing; not while a
  * product runs. */

@@ -135,14 +135,47 @@ XV_INLINE __m512i xv_fold(const __m512i *a, const int split)
     return v;
 }
 
+/* A block's integer sums is[i ld + T] of input rows [i0, i0 + nx) and
+ * groups T < nt through qdot.h's f32 steps (the mins against x's sums of
+ * 32) into the partials p[(i nt + T) 8 + b % 8] */
+XV_INLINE void xv_blk_end(const struct xv_scales *s, const char *xb, size_t xq_ld, int b, int i0,
+                          const int nx, const int nt, const __m512i *is, const int ld, __m512 *p)
+{
+#pragma GCC unroll 4
+    for (int i = 0; i < nx; i++) {
+        const char *xi = xb - 4 + (size_t)i * xq_ld;
+        float dxs;
+        memcpy(&dxs, xi, 4);
+        const __m512 dx = _mm512_set1_ps(dxs);
+        int16_t bs[QUANT_QKK / 16];
+        memcpy(bs, xi + 4 + QUANT_QKK, sizeof(bs));
+        __m512i xp[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            const int l = bs[4 * q] + bs[4 * q + 1], h = bs[4 * q + 2] + bs[4 * q + 3];
+            xp[q] = _mm512_set1_epi32((int)((uint32_t)(uint16_t)l | (uint32_t)(uint16_t)h << 16));
+        }
+#pragma GCC unroll 4
+        for (int T = 0; T < nt; T++) {
+            __m512 *pk = p + ((size_t)(i0 + i) * nt + T) * 8 + b % 8;
+            const __m512 acc = _mm512_fmadd_ps(_mm512_mul_ps(s[T].d, dx),
+                                               _mm512_cvtepi32_ps(is[(size_t)i * ld + T]), *pk);
+            __m512i ms = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++)
+                ms = _mm512_dpwssd_epi32(ms, s[T].mn[q], xp[q]);
+            *pk = _mm512_fmadd_ps(_mm512_mul_ps(s[T].ndmin, dx), _mm512_cvtepi32_ps(ms), acc);
+        }
+    }
+}
+
 /* Block b of nt groups (g[T]: the group's block) times input rows [i0, i0
  * + nx): each row's scaled sums, then the f32 steps into partials p[(i nt
  * + T) 8 + b % 8] */
 XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const char *xq, size_t xq_ld,
-                      int b, int i0, const int nx, const int nt, __m512 *p, const bool five)
+                      int b, int i0, const int nx, const int nt, __m512 *p)
 {
     const __m512i lo4 = _mm512_set1_epi8(0x0f), hi4 = _mm512_set1_epi8((char)0xf0);
-    const __m512i bit4 = _mm512_set1_epi8(0x10);
     __m512i is[XV_XR][XV_TILES];
 #pragma GCC unroll 4
     for (int i = 0; i < nx; i++)
@@ -163,23 +196,9 @@ XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const cha
             __m512i wl[XV_TILES], wh[XV_TILES];
 #pragma GCC unroll 4
             for (int T = 0; T < nt; T++) {
-                const __m512i v = _mm512_loadu_si512(
-                    g[T] + (five ? qpack_q5k_qs(8 * j + k) : 256 + 64 * (size_t)(8 * j + k)));
+                const __m512i v = _mm512_loadu_si512(g[T] + 256 + 64 * (size_t)(8 * j + k));
                 wl[T] = _mm512_and_si512(v, lo4);
-                if (!five) {
-                    wh[T] = _mm512_and_si512(v, hi4);
-                    continue;
-                }
-                /* Q5_K: the fifth bits of sub-blocks 2j and 2j + 1 (bits
-                 * 2j, 2j + 1 of qh) to bit 4, the high nibble shifted down */
-                const __m512i qh = _mm512_loadu_si512(g[T] + qpack_q5k_qh(k));
-                const __m512i l5 = 2 * j <= 4 ? _mm512_slli_epi32(qh, 4 - 2 * j)
-                                              : _mm512_srli_epi32(qh, 2 * j - 4);
-                const __m512i h5 = 2 * j + 1 <= 4 ? _mm512_slli_epi32(qh, 3 - 2 * j)
-                                                  : _mm512_srli_epi32(qh, 2 * j - 3);
-                wl[T] = _mm512_or_si512(wl[T], _mm512_and_si512(l5, bit4));
-                wh[T] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), lo4),
-                                        _mm512_and_si512(h5, bit4));
+                wh[T] = _mm512_and_si512(v, hi4);
             }
             const char *xi = xb + 64 * j + 4 * k;
             xv_quads(al, ah, wl, wh, xi, xi + 32, xq_ld, nx, nt, k % split);
@@ -191,37 +210,96 @@ XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const cha
                 const __m512i sl = xv_fold(al[i][T], split), sh = xv_fold(ah[i][T], split);
                 const __m512i a = _mm512_mullo_epi32(s[T].sc[2 * j], sl);
                 /* Q4_K's high nibbles were 16 times their value */
-                const __m512i h =
-                    _mm512_mullo_epi32(s[T].sc[2 * j + 1], five ? sh : _mm512_srai_epi32(sh, 4));
+                const __m512i h = _mm512_mullo_epi32(s[T].sc[2 * j + 1], _mm512_srai_epi32(sh, 4));
                 is[i][T] = _mm512_add_epi32(is[i][T], _mm512_add_epi32(a, h));
             }
     }
+    xv_blk_end(s, xb, xq_ld, b, i0, nx, nt, &is[0][0], XV_TILES, p);
+}
+
+#ifdef XV_GFNI_BUILD
+/* GF2P8AFFINEQB's matrix that moves each byte's bit lo to bit 4 and clears
+ * the rest (output bit i: the parity of the matrix's byte 7 - i with the
+ * input) */
+XV_INLINE __m512i xv_gf_bit4(int lo)
+{
+    return _mm512_set1_epi64((long long)((1ull << lo) << 8 * 3));
+}
+#endif
+
+/* Input rows a Q5_K pass over a block's vectors (their sums in registers;
+ * a group a pass: two groups' sums of two rows went to the stack) */
+#define XV5_XR 4
+
+/* Block b of a Q5_K group (g) times input rows [i0, i0 + nx), as xv_blk
+ * (s: its scales): per quarter j, each quant vector's nibbles (sub-blocks
+ * 2 j and 2 j + 1) with their fifth bits from qh moved to bit 4 (one
+ * GF2P8AFFINEQB each with GFNI, a shift and a mask without) by one
+ * VPTERNLOGD each */
+XV_INLINE void xv5_blk(const char *g, const struct xv_scales *s, const char *xq, size_t xq_ld,
+                       int b, int i0, const int nx, __m512 *p)
+{
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+#ifndef XV_GFNI_BUILD
+    const __m512i bit4 = _mm512_set1_epi8(0x10);
+#endif
+    __m512i is[XV5_XR];
 #pragma GCC unroll 4
-    for (int i = 0; i < nx; i++) {
-        const char *xi = xb - 4 + (size_t)i * xq_ld;
-        float dxs;
-        memcpy(&dxs, xi, 4);
-        const __m512 dx = _mm512_set1_ps(dxs);
-        int16_t bs[QUANT_QKK / 16];
-        memcpy(bs, xi + 4 + QUANT_QKK, sizeof(bs));
-        __m512i xp[4];
+    for (int i = 0; i < nx; i++)
+        is[i] = _mm512_setzero_si512();
+    const char *xb = xq + (size_t)i0 * xq_ld + (size_t)b * sizeof(struct quant_q8_k) + 4;
 #pragma GCC unroll 4
-        for (int q = 0; q < 4; q++) {
-            const int l = bs[4 * q] + bs[4 * q + 1], h = bs[4 * q + 2] + bs[4 * q + 3];
-            xp[q] = _mm512_set1_epi32((int)((uint32_t)(uint16_t)l | (uint32_t)(uint16_t)h << 16));
+    for (int j = 0; j < 4; j++) {
+#ifdef XV_GFNI_BUILD
+        const __m512i gl = xv_gf_bit4(2 * j), gh = xv_gf_bit4(2 * j + 1);
+#endif
+        /* eight chains of VPDPBUSD at least: fewer rows, a vector's sums
+         * split by quads k mod 2 or 4 */
+        const int split = nx >= 4 ? 1 : nx == 1 ? 4 : 2;
+        __m512i al[XV5_XR][4], ah[XV5_XR][4];
+#pragma GCC unroll 4
+        for (int i = 0; i < nx; i++)
+#pragma GCC unroll 4
+            for (int e = 0; e < split; e++)
+                al[i][e] = ah[i][e] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m512i v = _mm512_loadu_si512(g + qpack_q5k_qs(8 * j + k));
+            const __m512i qh = _mm512_loadu_si512(g + qpack_q5k_qh(k));
+#ifdef XV_GFNI_BUILD
+            const __m512i l5 = _mm512_gf2p8affine_epi64_epi8(qh, gl, 0);
+            const __m512i h5 = _mm512_gf2p8affine_epi64_epi8(qh, gh, 0);
+#else
+            /* bits 2j and 2j + 1 of qh to bit 4 */
+            const __m512i l5 = _mm512_and_si512(2 * j <= 4 ? _mm512_slli_epi32(qh, 4 - 2 * j)
+                                                           : _mm512_srli_epi32(qh, 2 * j - 4),
+                                                bit4);
+            const __m512i h5 = _mm512_and_si512(2 * j + 1 <= 4 ? _mm512_slli_epi32(qh, 3 - 2 * j)
+                                                               : _mm512_srli_epi32(qh, 2 * j - 3),
+                                                bit4);
+#endif
+            /* (nibble & lo4) | fifth bit: 0xec */
+            const __m512i wl = _mm512_ternarylogic_epi32(v, l5, lo4, 0xec);
+            const __m512i wh = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), h5, lo4, 0xec);
+            const char *xi = xb + 64 * j + 4 * k;
+#pragma GCC unroll 4
+            for (int i = 0; i < nx; i++) {
+                al[i][k % split] =
+                    _mm512_dpbusd_epi32(al[i][k % split], wl, xv_bcast4(xi + (size_t)i * xq_ld));
+                ah[i][k % split] = _mm512_dpbusd_epi32(ah[i][k % split], wh,
+                                                       xv_bcast4(xi + 32 + (size_t)i * xq_ld));
+            }
         }
 #pragma GCC unroll 4
-        for (int T = 0; T < nt; T++) {
-            __m512 *pk = p + ((size_t)(i0 + i) * nt + T) * 8 + b % 8;
-            const __m512 acc =
-                _mm512_fmadd_ps(_mm512_mul_ps(s[T].d, dx), _mm512_cvtepi32_ps(is[i][T]), *pk);
-            __m512i ms = _mm512_setzero_si512();
-#pragma GCC unroll 4
-            for (int q = 0; q < 4; q++)
-                ms = _mm512_dpwssd_epi32(ms, s[T].mn[q], xp[q]);
-            *pk = _mm512_fmadd_ps(_mm512_mul_ps(s[T].ndmin, dx), _mm512_cvtepi32_ps(ms), acc);
+        for (int i = 0; i < nx; i++) {
+            const __m512i a = _mm512_mullo_epi32(s->sc[2 * j], xv_fold(al[i], split));
+            const __m512i h = _mm512_mullo_epi32(s->sc[2 * j + 1], xv_fold(ah[i], split));
+            is[i] = _mm512_add_epi32(is[i], _mm512_add_epi32(a, h));
+            /* the quarter's sums done here (as xv6_blk) */
+            __asm__("" : "+v"(is[i]));
         }
     }
+    xv_blk_end(s, xb, xq_ld, b, i0, nx, 1, is, 1, p);
 }
 
 /* xv_blk for each count of input rows and groups, each its own function:
@@ -236,18 +314,26 @@ typedef void (*xv_blk_fn)(const char *const *g, const struct xv_scales *s, const
         const char *const *g, const struct xv_scales *s, const char *xq, size_t xq_ld, int b,      \
         int i0, __m512 *p)                                                                         \
     {                                                                                              \
-        xv_blk(g, s, xq, xq_ld, b, i0, nx, nt, p, false);                                          \
-    }                                                                                              \
-    static __attribute__((noinline)) void xv5_blk_##nx##_##nt(                                     \
-        const char *const *g, const struct xv_scales *s, const char *xq, size_t xq_ld, int b,      \
-        int i0, __m512 *p)                                                                         \
-    {                                                                                              \
-        xv_blk(g, s, xq, xq_ld, b, i0, nx, nt, p, true);                                           \
+        xv_blk(g, s, xq, xq_ld, b, i0, nx, nt, p);                                                 \
     }
 XV_BLK(1, 1)
 XV_BLK(2, 1)
 XV_BLK(1, 2)
 XV_BLK(2, 2)
+
+typedef void (*xv5_blk_fn)(const char *g, const struct xv_scales *s, const char *xq, size_t xq_ld,
+                           int b, int i0, __m512 *p);
+#define XV5_BLK(nx)                                                                                \
+    static __attribute__((noinline)) void xv5_blk_##nx(const char *g, const struct xv_scales *s,   \
+                                                       const char *xq, size_t xq_ld, int b,        \
+                                                       int i0, __m512 *p)                          \
+    {                                                                                              \
+        xv5_blk(g, s, xq, xq_ld, b, i0, nx, p);                                                    \
+    }
+XV5_BLK(1)
+XV5_BLK(2)
+XV5_BLK(3)
+XV5_BLK(4)
 
 /* ---- Q6_K ---- */
 
@@ -450,18 +536,25 @@ XV_INLINE void xv_pass(const struct qdot_args *a, int rt, __m512 *p, const int n
             }
             continue;
         }
-        /* each case's block function: [Q5_K][groups - 1][two input rows] */
-        static const xv_blk_fn k45[2][2][2] = {
-            {{xv_blk_1_1, xv_blk_2_1}, {xv_blk_1_2, xv_blk_2_2}},
-            {{xv5_blk_1_1, xv5_blk_2_1}, {xv5_blk_1_2, xv5_blk_2_2}}};
+        if (t == DTYPE_Q5_K) { /* a group a pass, as Q6_K's */
+            assert(nt == 1);
+            static const xv5_blk_fn k5[XV5_XR] = {xv5_blk_1, xv5_blk_2, xv5_blk_3, xv5_blk_4};
+            struct xv_scales s5;
+            xv_scales_of(g[0], &s5);
+            for (int i0 = 0; i0 < a->m; i0 += XV5_XR) {
+                const int nx = a->m - i0 < XV5_XR ? a->m - i0 : XV5_XR;
+                k5[nx - 1](g[0], &s5, a->xq, a->xq_ld, b, i0, p);
+            }
+            continue;
+        }
+        /* Q4_K: each case's block function, [groups - 1][two input rows] */
+        static const xv_blk_fn k4[2][2] = {{xv_blk_1_1, xv_blk_2_1}, {xv_blk_1_2, xv_blk_2_2}};
         struct xv_scales s[XV_TILES];
 #pragma GCC unroll 2
-        for (int T = 0; T < nt; T++) /* Q4_K's, and Q5_K's beside its fifth bits */
+        for (int T = 0; T < nt; T++)
             xv_scales_of(g[T], &s[T]);
-        for (int i0 = 0; i0 < a->m; i0 += XV_XR) {
-            const bool two = a->m - i0 >= 2;
-            k45[t == DTYPE_Q5_K][nt - 1][two](g, s, a->xq, a->xq_ld, b, i0, p);
-        }
+        for (int i0 = 0; i0 < a->m; i0 += XV_XR)
+            k4[nt - 1][a->m - i0 >= 2](g, s, a->xq, a->xq_ld, b, i0, p);
     }
     /* qdot_sum8 per input row and group: 16 weight rows of y a store */
     for (int T = 0; T < nt; T++)
@@ -490,7 +583,7 @@ XV_INLINE int xv_rows(const struct qdot_args *a, int r0, int r1, const enum dtyp
          * restarted on every pass: one thread read 18 GB/s of weights
          * instead of 29); more rows: two, each broadcast of x to both */
         int rt = r0;
-        for (; a->m > 2 && t != DTYPE_Q6_K && g1 - rt >= XV_TILES * QPACK_ROWS;
+        for (; a->m > 2 && t == DTYPE_Q4_K && g1 - rt >= XV_TILES * QPACK_ROWS;
              rt += XV_TILES * QPACK_ROWS)
             xv_pass(a, rt, p, XV_TILES, t);
         for (; rt < g1; rt += QPACK_ROWS)
