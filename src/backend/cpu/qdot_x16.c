@@ -1,8 +1,10 @@
 /* vnni-x16: the quantized products with weights packed once in groups of
  * 16 rows (weight.h's WEIGHT_PACK_X16, core/qpack.h; qdot.h's
- * qdot_x16_vnni): Q4_K and Q5_K (its fifth bits beside), and Q6_K below. This file alone is
- * compiled with AVX-512 (F, BW, VL, DQ) and VNNI (CMakeLists.txt); qlinear.c runs it only where the
- * CPU has them.
+ * qdot_x16_vnni): Q4_K, Q5_K (its fifth bits beside) and Q6_K. This file
+ * is compiled with AVX-512 (F, BW, VL, DQ) and VNNI (CMakeLists.txt), and
+ * again with GFNI as qdot_x16_gfni.c (XV_GFNI_BUILD: Q5_K's fifth bits
+ * and Q6_K's top bits moved by GF2P8AFFINEQB); qlinear.c runs a build
+ * only where the CPU has what it was compiled for.
  *
  * A vector of a group's quants holds the same 4 packed bytes of its 16
  * rows (a row a lane), so its low nibbles are a quad of elements of one
@@ -34,9 +36,9 @@
 #include <immintrin.h>
 
 #define XV_INLINE static inline __attribute__((always_inline))
-/* groups a pass: each broadcast of an input row's quad goes to all */
+/* Q4_K's groups a pass: each broadcast of an input row's quad goes to all */
 #define XV_TILES 2
-/* input rows a pass over a block's quads (their sums in registers) */
+/* Q4_K's input rows a pass over a block's quads (their sums in registers) */
 #define XV_XR 2
 /* blocks ahead a pass of several input rows prefetches (xv_pass) */
 #define XV_PF_BLOCKS 2
@@ -529,7 +531,6 @@ XV_INLINE void xv_pass(const struct qdot_args *a, int rt, __m512 *p, const int n
             struct xv6_scales s6;
             xv6_scales_of(g[0], &s6);
             const char *gd = g0 + qpack_q6k_d(b, nb);
-
             for (int i0 = 0; i0 < a->m; i0 += XV6_XR) {
                 const int nx = a->m - i0 < XV6_XR ? a->m - i0 : XV6_XR;
                 k6[nx - 1](g[0], gd, &s6, a->xq, a->xq_ld, b, i0, p);
@@ -581,7 +582,8 @@ XV_INLINE int xv_rows(const struct qdot_args *a, int r0, int r1, const enum dtyp
          * stream (two groups a pass were two streams of 18 KiB each, for
          * llama-3.2-1b's 2048 columns, that the hardware's prefetch
          * restarted on every pass: one thread read 18 GB/s of weights
-         * instead of 29); more rows: two, each broadcast of x to both */
+         * instead of 29); more rows: Q4_K's two, each broadcast of x to
+         * both; Q5_K's and Q6_K's one, up to four input rows a call */
         int rt = r0;
         for (; a->m > 2 && t == DTYPE_Q4_K && g1 - rt >= XV_TILES * QPACK_ROWS;
              rt += XV_TILES * QPACK_ROWS)
