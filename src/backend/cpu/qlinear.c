@@ -421,7 +421,7 @@ static const struct qdot_kernel q_kernels[] = {
      false},
     {"avx2-m8", NULL, qdot_tile_avx2, Q_X_GROUPS, has_avx2, NULL, false, 1, NULL, false},
     /* weights packed in groups of 16 rows: a group's block against each
-     * input row's broadcast quads (Q4_K), or the groups written back as
+     * input row's broadcast quads (the K-quants), or the groups written back as
      * rows for the reference (any CPU) */
     {"vnni-x16", NULL, q_x16, Q_X_ROWS, has_vnni, qpack_takes, false, 1, NULL, true},
     {"scalar-x16", NULL, qdot_x16_rows, Q_X_ROWS, has_scalar, qpack_takes, false, 1, NULL, true},
@@ -440,13 +440,15 @@ static const struct qdot_kernel q_kernels[] = {
  * pass per 8 rows and the others a pass per row, so the ranking holds
  * above) */
 static const int q_bucket_m[Q_BUCKETS] = {1, 3, 6, 12, 32};
-static const int q_cal_reps[Q_BUCKETS] = {5, 3, 3, 3, 3};
+/* rounds a bucket: one row's calls are the shortest (a 4 MiB cold call is
+ * about 0.13 ms on two threads) and their best of 5 was the noisiest (Zen
+ * 4, Q6_K packed against its rows: 0.90-1.46x over six processes; best of
+ * 11: 0.98-1.44x over eight, the calibration as long within its noise) */
+static const int q_cal_reps[Q_BUCKETS] = {11, 3, 3, 3, 3};
 static const char *const q_bucket_name[Q_BUCKETS] = {"m1", "m2-4", "m5-8", "m9-15", "m16+"};
 #define Q_CAL_BYTES ((size_t)4 << 20)
 #define Q_CAL_COLS 2048
 #define Q_CAL_MARGIN 0.03
-/* how much slower packed rows may be at one input row (q_calibrate) */
-#define Q_CAL_MARGIN_M1 0.10
 
 static const struct qdot_kernel *q_chosen[Q_TYPES][Q_BUCKETS];
 /* the types whose packed rows (vnni-x16) measured faster than q_chosen */
@@ -899,17 +901,12 @@ static void q_calibrate(enum dtype t)
             q_x16_ms[ti][b] = try_x16 ? bx * 1e3 : NAN;
         }
         /* packed when vnni-x16 wins a bucket by the margin and loses none
-         * by more (a prefill on AMX tiles keeps the rows); one row, the
-         * memory's speed for both on all threads, by more than
-         * Q_CAL_MARGIN_M1: its cold 4 MiB call is short, its time noisy
-         * (Zen 4, Q6_K: 0.90-1.46x in six processes, while 8 input rows
-         * took 1.77-2.03x; over 1 GB in bench gemv, equal on two threads,
-         * 1.1-1.3x on one) */
+         * by more (one row is often the memory's speed either way; a
+         * prefill on AMX tiles keeps the rows) */
         bool wins = false, loses = false;
         for (int b = 0; b < Q_BUCKETS && try_x16; b++) {
-            const double margin = q_bucket_m[b] == 1 ? Q_CAL_MARGIN_M1 : Q_CAL_MARGIN;
             wins |= q_x16_ms[ti][b] * (1.0 + Q_CAL_MARGIN) < q_chosen_ms[ti][b];
-            loses |= q_x16_ms[ti][b] > q_chosen_ms[ti][b] * (1.0 + margin);
+            loses |= q_x16_ms[ti][b] > q_chosen_ms[ti][b] * (1.0 + Q_CAL_MARGIN);
         }
         q_packs[ti] = wins && !loses;
     }

@@ -25,9 +25,8 @@ int cpu_qlinear_group(const struct kern_linear_job *jobs, int n, enum kern_compu
 /* Whether this CPU's kernels want weights of type t packed in groups of
  * 16 rows (weight.h's WEIGHT_PACK_X16, core/qpack.h: Q4_K, Q5_K, Q6_K): where
  * vnni-x16 measured faster than the chosen kernels in a bucket of input
- * rows and slower in none (the calibration's, by 3%; one input row by
- * 10%), or as SHARDSWAP_QPACK=on|off says (on only where the CPU has
- * AVX-512 VNNI). */
+ * rows and slower in none (the calibration's, by 3%), or as
+ * SHARDSWAP_QPACK=on|off says (on only where the CPU has AVX-512 VNNI). */
 bool cpu_qlinear_packs(enum dtype t);
 
 /* Row r of block-type w in its own layout: in place, or for a packed
