@@ -413,7 +413,7 @@ XV_INLINE void xv6_blk(const char *g, const char *gd, const struct xv6_scales *s
         is[i] = _mm512_setzero_si512();
     const char *xb = xq + (size_t)i0 * xq_ld + (size_t)b * sizeof(struct quant_q8_k);
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; h++)
+    for (int h = 0; h < 2; h++) {
 #pragma GCC unroll 2
         for (int q = 0; q < 2; q++) {
             /* acc[i][e]: input row i, sub-block 8 h + q + (0, 2, 4, 6)[e] */
@@ -456,20 +456,20 @@ XV_INLINE void xv6_blk(const char *g, const char *gd, const struct xv6_scales *s
                                                           16 * (q + 2 * e) + 4 * k));
             }
 #pragma GCC unroll 4
-            for (int i = 0; i < nx; i++)
+            for (int i = 0; i < nx; i++) {
 #pragma GCC unroll 4
                 for (int e = 0; e < 4; e++)
                     is[i] = _mm512_add_epi32(
                         is[i], _mm512_mullo_epi32(s->sc[8 * h + q + 2 * e], acc[i][e]));
-                    /* the part's sums done here: GCC otherwise kept all 16
-                     * sub-blocks' sums of every input row for the end, on the
-                     * stack */
-#pragma GCC unroll 4
-            for (int i = 0; i < nx; i++)
+                /* the part's sums done here: GCC otherwise kept all 16
+                 * sub-blocks' sums of every input row for the end, on the
+                 * stack */
                 __asm__("" : "+v"(is[i]));
+            }
         }
-        /* less the bias; then qdot.h's step with dmin = msum = 0: the second
-         * adds -0, p as it was */
+    }
+    /* less the bias; then qdot.h's step with dmin = msum = 0: the second
+     * adds -0, p as it was */
 #pragma GCC unroll 4
     for (int i = 0; i < nx; i++) {
         const char *xi = xb + (size_t)i * xq_ld;
