@@ -140,19 +140,8 @@ QD_INLINE __m256i qd5_scales_mins(const char *p)
  * with -mgfni and run only where the CPU has GFNI) the nibbles and Q6_K's
  * top bits are moved and masked by GF2P8AFFINEQB, one instruction where a
  * shift and a mask (Q6_K's high nibbles: two shifts and a mask) took two
- * or three; the same bytes, so the same bits. */
-
-/* GF2P8AFFINEQB's matrix (one per 64-bit lane) that moves each byte's bits
- * lo .. lo + 3 (bits past 7: none) to bits at .. at + 3 and clears the
- * rest: output bit i is the parity of the matrix's byte 7 - i with the
- * input, so byte 7 - (at + k) holds bit lo + k */
-QD_INLINE long long qd5_gf_bits(int lo, int at, int n)
-{
-    unsigned long long m = 0;
-    for (int k = 0; k < n; k++)
-        m |= (unsigned long long)(1u << (lo + k)) << (8 * (7 - (at + k)));
-    return (long long)m;
-}
+ * or three; the same bytes, so the same bits (the matrices: qdot_gf.h). */
+#include "backend/cpu/qdot_gf.h"
 
 /* the matrix a in the low 256 bits, b in the high */
 QD_INLINE __m512i qd5_gf2(long long a, long long b)
@@ -182,7 +171,7 @@ QD_INLINE struct qd5_k45 qd5_k45_init(void)
     c.sixteen = _mm512_set1_epi8(16);
     c.bit = _mm512_inserti64x4(_mm512_set1_epi8(1), _mm256_set1_epi8(2), 1);
 #ifdef QD_GFNI_BUILD
-    c.nib = qd5_gf2(qd5_gf_bits(0, 0, 4), qd5_gf_bits(4, 0, 4));
+    c.nib = qd5_gf2(qdot_gf_bits(0, 0, 4), qdot_gf_bits(4, 0, 4));
 #else
     c.nib = qd5_idx2(0, 4);
 #endif
@@ -312,9 +301,9 @@ QD_INLINE struct qd5_k6 qd5_k6_init(void)
     /* qh's bits 0-1 and 2-3 up to 4-5 (low nibbles), 4-5 and 6-7 down to them (high) */
 #ifdef QD_GFNI_BUILD
     /* the same moves as GF2P8AFFINEQB matrices, each clearing the rest */
-    c.up = qd5_gf2(qd5_gf_bits(0, 4, 2), qd5_gf_bits(2, 4, 2));
-    c.down = qd5_gf2(qd5_gf_bits(4, 4, 2), qd5_gf_bits(6, 4, 2));
-    c.hi4 = _mm512_set1_epi64(qd5_gf_bits(4, 0, 4));
+    c.up = qd5_gf2(qdot_gf_bits(0, 4, 2), qdot_gf_bits(2, 4, 2));
+    c.down = qd5_gf2(qdot_gf_bits(4, 4, 2), qdot_gf_bits(6, 4, 2));
+    c.hi4 = _mm512_set1_epi64(qdot_gf_bits(4, 0, 4));
 #else
     c.up = qd5_idx2(4, 2);
     c.down = qd5_idx2(0, 2);

@@ -25,6 +25,7 @@
  * (rows % 16 of them) go to vnni-near. */
 #include "backend/cpu/qdot.h"
 
+#include "backend/cpu/qdot_gf.h"
 #include "backend/cpu/scratch.h"
 #include "core/error.h"
 #include "core/qpack.h"
@@ -219,15 +220,6 @@ XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const cha
     xv_blk_end(s, xb, xq_ld, b, i0, nx, nt, &is[0][0], XV_TILES, p);
 }
 
-#ifdef XV_GFNI_BUILD
-/* GF2P8AFFINEQB's matrix that moves each byte's bit lo to bit 4 and clears
- * the rest (output bit i: the parity of the matrix's byte 7 - i with the
- * input) */
-XV_INLINE __m512i xv_gf_bit4(int lo)
-{
-    return _mm512_set1_epi64((long long)((1ull << lo) << 8 * 3));
-}
-#endif
 
 /* Input rows a Q5_K pass over a block's vectors (their sums in registers;
  * a group a pass: two groups' sums of two rows went to the stack) */
@@ -253,7 +245,9 @@ XV_INLINE void xv5_blk(const char *g, const struct xv_scales *s, const char *xq,
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
 #ifdef XV_GFNI_BUILD
-        const __m512i gl = xv_gf_bit4(2 * j), gh = xv_gf_bit4(2 * j + 1);
+        /* qh's bits 2j and 2j + 1 to bit 4, the rest cleared */
+        const __m512i gl = _mm512_set1_epi64(qdot_gf_bits(2 * j, 4, 1));
+        const __m512i gh = _mm512_set1_epi64(qdot_gf_bits(2 * j + 1, 4, 1));
 #endif
         /* eight chains of VPDPBUSD at least: fewer rows, a vector's sums
          * split by quads k mod 2 or 4 */
@@ -374,15 +368,6 @@ XV_INLINE void xv6_scales_of(const char *blk, struct xv6_scales *s)
     }
 }
 
-#ifdef XV_GFNI_BUILD
-/* GF2P8AFFINEQB's matrix that moves each byte's bits lo and lo + 1 to bits
- * 4 and 5 and clears the rest: output bit i is the parity of the matrix's
- * byte 7 - i with the input */
-XV_INLINE __m512i xv_gf_top2(int lo)
-{
-    return _mm512_set1_epi64((long long)((1ull << lo) << 8 * 3 | (1ull << (lo + 1)) << 8 * 2));
-}
-#endif
 
 /* Input rows a Q6_K pass over a block's vectors (their sums in
  * registers; a group a pass: two groups' sums of two input rows did not
@@ -403,7 +388,10 @@ XV_INLINE void xv6_blk(const char *g, const char *gd, const struct xv6_scales *s
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
 #ifdef XV_GFNI_BUILD
     /* qh's bits 0-1, 2-3, 4-5, 6-7 to bits 4-5, the rest cleared */
-    const __m512i top[4] = {xv_gf_top2(0), xv_gf_top2(2), xv_gf_top2(4), xv_gf_top2(6)};
+    __m512i top[4];
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++)
+        top[e] = _mm512_set1_epi64(qdot_gf_bits(2 * e, 4, 2));
 #else
     const __m512i top2 = _mm512_set1_epi8(0x30);
 #endif
