@@ -322,10 +322,10 @@ static void test_gemv_same_bits(void)
 {
     static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 11, 16};
     static const int shapes[][2] = {{37, 75}, {64, 2048}, {200, 300}, {1000, 300}, {2100, 96}};
-    static const char *const others[] = {"avx512bf16-r1",  "avx512bf16-r1f", "avx512bf16-s2",
-                                         "avx512bf16-s4",  "avx512bf16-s8",  "avx512bf16-s2n",
-                                         "avx512bf16-s4n", "avx512bf16-r8",  "avx512bf16-m8",
-                                         "avx512bf16-m8f", "avx512bf16-m8s"};
+    static const char *const others[] = {"avx512bf16-r1",  "avx512bf16-r1f",  "avx512bf16-s2",
+                                         "avx512bf16-s4",  "avx512bf16-s8",   "avx512bf16-s2n",
+                                         "avx512bf16-s4n", "avx512bf16-r8",   "avx512bf16-m8",
+                                         "avx512bf16-m8f", "avx512bf16-m8f3", "avx512bf16-m8s"};
     if (cpu_gemv_force("avx512bf16") < 0) {
         printf("gemv same bits: skipped (%s)\n", err_msg());
         CHECK(cpu_gemv_force(NULL) == 0);

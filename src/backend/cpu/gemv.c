@@ -169,6 +169,9 @@ static const struct gemv_kernel gemv_kernels[] = {
     /* and with a second prefetch, to L2 further ahead */
     {"avx512bf16-m8f", gemv_rows_avx512bf16_m8f, cpu_isa_avx512bf16, GEMV_IN_BF16,
      C(GEMV_BF16_MODE), 1, NULL, false},
+    /* and with that prefetch 3 KiB ahead in each row's stream */
+    {"avx512bf16-m8f3", gemv_rows_avx512bf16_m8f3, cpu_isa_avx512bf16, GEMV_IN_BF16,
+     C(GEMV_BF16_MODE), 1, NULL, false},
     /* and in column spans over 12 weight rows, x's span kept in L1 */
     {"avx512bf16-m8s", gemv_rows_avx512bf16_m8s, cpu_isa_avx512bf16, GEMV_IN_BF16,
      C(GEMV_BF16_MODE), 1, NULL, false},
@@ -221,18 +224,28 @@ static const struct gemv_kernel *const gemv_scalar_kernel = &gemv_kernels[GEMV_N
  * 896 0.46 ms by blocks of 4 x 4 and 0.68 by 3 x 4, over 8192 x 2048 1.63
  * and 1.39). */
 #define GEMV_M_BUCKETS 4
-#define GEMV_BUCKETS (2 * GEMV_M_BUCKETS)
+#define GEMV_BUCKETS (3 * GEMV_M_BUCKETS)
 #define GEMV_LONG_ROW_BYTES 2048
-static const int gemv_bucket_m[GEMV_BUCKETS] = {1, 4, 8, 16, 1, 4, 8, 16};
+/* Rows longer than this (a down projection's: llama-3.2-1b's 8192 bf16
+ * columns, 16 KiB) have a third set, calibrated on rows of CAL_XLONG_COLS:
+ * where a block's far prefetch lands depends on the rows' length
+ * (gemv_body.h, gemv_avx512bf16_m8f3.c), and on AMD EPYC Zen 4 at 8 input
+ * rows -m8f read rows of 4 KiB 8-15% faster than -m8f3 and rows of 16 KiB
+ * 20-30% slower, while rows of 8 KiB, which the long set is calibrated on,
+ * ran about as fast with either. */
+#define GEMV_XLONG_ROW_BYTES 12288
+static const int gemv_bucket_m[GEMV_BUCKETS] = {1, 4, 8, 16, 1, 4, 8, 16, 1, 4, 8, 16};
 static const char *const gemv_bucket_names[GEMV_BUCKETS] = {
-    "m1", "m2-4", "m5-8", "m9-16", "m1-long", "m2-4-long", "m5-8-long", "m9-16-long"};
+    "m1",        "m2-4",       "m5-8",     "m9-16",      "m1-long",    "m2-4-long",
+    "m5-8-long", "m9-16-long", "m1-xlong", "m2-4-xlong", "m5-8-xlong", "m9-16-xlong"};
 
 static int gemv_bucket(int m, size_t row_bytes)
 {
     int b = 0;
     while (b < GEMV_M_BUCKETS - 1 && m > gemv_bucket_m[b])
         b++;
-    return b + (row_bytes > GEMV_LONG_ROW_BYTES ? GEMV_M_BUCKETS : 0);
+    const int tier = row_bytes > GEMV_XLONG_ROW_BYTES ? 2 : row_bytes > GEMV_LONG_ROW_BYTES ? 1 : 0;
+    return b + tier * GEMV_M_BUCKETS;
 }
 
 /* The calibration's operands: 4 MiB of weights (twice L2's size here),
@@ -252,6 +265,7 @@ static int gemv_bucket(int m, size_t row_bytes)
 #define CAL_BYTES ((size_t)4 << 20)
 #define CAL_COLS 1024
 #define CAL_LONG_COLS 4096 /* the long rows' buckets' */
+#define CAL_XLONG_COLS 8192 /* the extra long rows' */
 /* One input row over long rows from 4 MiB ranked the kernels otherwise
  * than a model's calls do (AMD EPYC Zen 2, bf16: avx2-next won 6 of 8
  * processes over avx2-s4, whose decode of llama-3.2-1b was 1.13-1.18x
@@ -266,7 +280,7 @@ static int gemv_bucket(int m, size_t row_bytes)
  * there, 13 candidates on 4 MiB; on AMD EPYC Zen 2 with 5 for long rows,
  * m1-long went to avx2-next in 2 of 8 processes, which read 896 x 4864
  * bf16 20% slower than avx2-s4 in steady state) */
-static const int cal_reps[GEMV_BUCKETS] = {9, 3, 3, 3, 9, 3, 3, 3};
+static const int cal_reps[GEMV_BUCKETS] = {9, 3, 3, 3, 9, 3, 3, 3, 9, 3, 3, 3};
 #define CAL_MARGIN 0.03
 
 /* The choice per class and bucket (calibrated on first use of the class),
@@ -657,7 +671,7 @@ static void gemv_calibrate(enum gemv_class c)
     const int rows = (int)(CAL_LONG1_BYTES / (CAL_COLS * dtype_size(t)));
     char *wd = cal_weights_alloc(CAL_LONG1_BYTES);
     /* x long enough for the long rows' buckets too */
-    float *x = malloc((size_t)mmax * CAL_LONG_COLS * sizeof(float));
+    float *x = malloc((size_t)mmax * CAL_XLONG_COLS * sizeof(float));
     float *y = malloc((size_t)mmax * rows * sizeof(float));
     if (wd && x && y) {
         /* small values of every sign: no subnormals, no overflow */
@@ -668,13 +682,15 @@ static void gemv_calibrate(enum gemv_class c)
             else
                 ((uint16_t *)wd)[i] = t == DTYPE_F16 ? f32_to_f16(v) : f32_to_bf16(v);
         }
-        for (size_t i = 0; i < (size_t)mmax * CAL_LONG_COLS; i++)
+        for (size_t i = 0; i < (size_t)mmax * CAL_XLONG_COLS; i++)
             x[i] = (float)((int)(i % 11) - 5) * 0.1f;
         const enum kern_compute cm = c == GEMV_BF16_MODE ? KERN_COMPUTE_BF16 : KERN_COMPUTE_F32;
         for (int b = 0; b < GEMV_BUCKETS; b++) {
-            /* the same bytes as rows of CAL_LONG_COLS for long rows */
-            const int cols = b >= GEMV_M_BUCKETS ? CAL_LONG_COLS : CAL_COLS;
-            const size_t bytes = b == GEMV_M_BUCKETS ? CAL_LONG1_BYTES : CAL_BYTES;
+            /* the same bytes as rows of CAL_LONG_COLS for long rows, of
+             * CAL_XLONG_COLS for extra long ones */
+            const int tier = b / GEMV_M_BUCKETS;
+            const int cols = tier == 2 ? CAL_XLONG_COLS : tier == 1 ? CAL_LONG_COLS : CAL_COLS;
+            const size_t bytes = tier > 0 && b % GEMV_M_BUCKETS == 0 ? CAL_LONG1_BYTES : CAL_BYTES;
             struct weight_view w = {.dtype = t,
                                     .data = wd,
                                     .rows = (int)(bytes / ((size_t)cols * dtype_size(t))),

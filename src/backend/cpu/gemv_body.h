@@ -50,7 +50,15 @@
 /* A kernel file may also set GEMV_PF_LOCALITY (__builtin_prefetch's, 3 by
  * default: to L1) and GEMV_PF_FAR_BYTES, a second prefetch that far ahead
  * into L2 only (locality 2), so that one stream keeps more lines on their
- * way from memory than the L1 prefetch alone (gemv_avx512bf16_r1f.c). */
+ * way from memory than the L1 prefetch alone (gemv_avx512bf16_r1f.c). In a
+ * block of several weight rows that second prefetch is at the first one's
+ * address plus the difference of their distances, in memory: with rows of
+ * a few KiB it lands in the next blocks' rows, ahead of the whole block's
+ * reading, but with rows much longer than the distance mostly in this
+ * block's next row, which is read already. A kernel file that defines
+ * GEMV_PF_FAR_IN_ROWS has it GEMV_PF_FAR_BYTES ahead in each row's own
+ * stream instead, wrapped into the next blocks' rows (gemv_block;
+ * gemv_avx512bf16_m8f3.c). */
 #ifndef GEMV_PF_LOCALITY
 #define GEMV_PF_LOCALITY 3
 #endif
@@ -167,6 +175,17 @@ GEMV_INLINE void gemv_block(const struct gemv_at *at, enum dtype t, const int R,
 #pragma GCC unroll 8
         for (int i = 0; i < M; i++)
             acc[p][i] = part[p][i0 + i];
+#if GV_COLS >= 8 && GEMV_PF_BYTES > 0 && defined(GEMV_PF_FAR_IN_ROWS)
+    const size_t esz = t == DTYPE_F32 ? 4 : 2;
+    /* GEMV_PF_FAR_IN_ROWS: the far prefetch at column byte c * esz +
+     * far_add, GEMV_PF_FAR_BYTES ahead in each weight row's own stream,
+     * which goes on in the same row of the next block, then of the one
+     * after, as often as the distance passes a row's end; far_add counts
+     * the wraps so far, the next one when c * esz reaches far_next. */
+    const size_t far_wraps = ((size_t)c0 * esz + GEMV_PF_FAR_BYTES) / at->pf_row;
+    size_t far_add = GEMV_PF_FAR_BYTES + far_wraps * at->pf_skip;
+    size_t far_next = (far_wraps + 1) * at->pf_row - GEMV_PF_FAR_BYTES;
+#endif
     for (int c = c0; c < c1; c += GV_COLS) {
         GV_WT wv[GEMV_R];
 #pragma GCC unroll 8
@@ -182,7 +201,15 @@ GEMV_INLINE void gemv_block(const struct gemv_at *at, enum dtype t, const int R,
 #pragma GCC unroll 8
             for (int p = 0; p < R; p++)
                 __builtin_prefetch(at->w[p] + off, 0, GEMV_PF_LOCALITY);
-#ifdef GEMV_PF_FAR_BYTES
+#if defined(GEMV_PF_FAR_IN_ROWS)
+            if ((size_t)c * esz >= far_next) {
+                far_add += at->pf_skip;
+                far_next += at->pf_row;
+            }
+#pragma GCC unroll 8
+            for (int p = 0; p < R; p++)
+                __builtin_prefetch(at->w[p] + (size_t)c * esz + far_add, 0, 2);
+#elif defined(GEMV_PF_FAR_BYTES)
 #pragma GCC unroll 8
             for (int p = 0; p < R; p++)
                 __builtin_prefetch(at->w[p] + off + (GEMV_PF_FAR_BYTES - at->pf_bytes), 0, 2);

@@ -65,6 +65,8 @@ void gemv_rows_avx512bf16_r1f(const struct gemv_args *a, int r0, int r1);
 void gemv_rows_avx512bf16_m8(const struct gemv_args *a, int r0, int r1);
 /* and with its prefetch to L1 and further ahead to L2 (gemv_avx512bf16_m8f.c) */
 void gemv_rows_avx512bf16_m8f(const struct gemv_args *a, int r0, int r1);
+/* and with that prefetch ahead in each row's stream (gemv_avx512bf16_m8f3.c) */
+void gemv_rows_avx512bf16_m8f3(const struct gemv_args *a, int r0, int r1);
 /* the same with the columns in spans over 12 weight rows at a time, so the
  * input rows' span stays in L1 (the same results bitwise) */
 void gemv_rows_avx512bf16_m8s(const struct gemv_args *a, int r0, int r1);
