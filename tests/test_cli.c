@@ -1336,6 +1336,12 @@ int main(void)
     CHECK_MSG(sr > 0 && json_real_value(json_object_get(fj, "step_ratio_min")) <= sr &&
                   sr <= json_real_value(json_object_get(fj, "step_ratio_max")),
               "%s: %s", cmd, out);
+    /* each run against the read samples around it: median inside the range */
+    const double pr = json_real_value(json_object_get(fj, "decode_vs_read_paired"));
+    CHECK_MSG(json_real_value(json_object_get(fj, "decode_vs_read_paired_min")) > 0 &&
+                  json_real_value(json_object_get(fj, "decode_vs_read_paired_min")) <= pr &&
+                  pr <= json_real_value(json_object_get(fj, "decode_vs_read_paired_max")),
+              "%s: %s", cmd, out);
     json_decref(fj);
 
     /* --profile: every decode step's kernels add up to the step, less what

@@ -26,7 +26,10 @@ the next round), `bench forward`'s own samples in that round, and llama.cpp's
 GGUF bytes x its decode steps/s in that round, so the limit is never below
 what the peer streamed. The table gives each round and the medians: ours /
 llama.cpp per round (its median is the comparison), ours' weight GB/s / the
-round's limit, and with --baseline-bin new / old per round.
+round's limit, ours' `decode / read, paired` (`bench forward`: each of its
+runs against the read samples just before and just after it, the median over
+the runs, which a read rate drifting between phases moves less), and with
+--baseline-bin new / old per round.
 """
 import argparse
 import json
@@ -86,11 +89,14 @@ def one_model(m, a, bench):
         r["prefill_ratio"] = o["prefill_tok_s"] / ll["prefill_tok_s"]
         r["ours_of_limit"] = o["decode_weight_gb_s"] / r["limit_gb_s"]
         r["llamacpp_of_limit"] = ll_gbs / r["limit_gb_s"]
+        # each of our runs against the read samples just before and after it
+        r["ours_paired"] = o["decode_vs_read_paired"]
         if a.baseline_bin:
             r["new_over_old"] = o["decode_tok_s"] / r["baseline"]["decode_tok_s"]
         for b, sb in r["steps"].items():
             r[f"step_b{b}_over_b1"] = sb["step_ratio"]
-    keys = (("decode_ratio", "prefill_ratio", "ours_of_limit", "llamacpp_of_limit", "limit_gb_s")
+    keys = (("decode_ratio", "prefill_ratio", "ours_of_limit", "llamacpp_of_limit", "limit_gb_s",
+             "ours_paired")
             + (("new_over_old",) if a.baseline_bin else ())
             + tuple(f"step_b{b}_over_b1" for b in a.step_batches))
     med = {k: statistics.median(r[k] for r in rounds) for k in keys}
@@ -120,8 +126,8 @@ def print_table(res, a):
         f" | b{b} step / b1" for b in a.step_batches)
     print("| model | round | load | decode ours / llama.cpp | ratio | prefill ours / llama.cpp "
           "| ratio | ours GB/s | llama.cpp GB/s | limit GB/s | ours / limit | llama.cpp / limit"
-          + old + " |")
-    print("|---" * (12 + (2 if a.baseline_bin else 0) + len(a.step_batches)) + "|")
+          " | ours / read, paired" + old + " |")
+    print("|---" * (13 + (2 if a.baseline_bin else 0) + len(a.step_batches)) + "|")
     for x in res:
         name = os.path.basename(x["model"].rstrip("/"))
         for r in x["rounds"]:
@@ -134,13 +140,14 @@ def print_table(res, a):
                   f"| {o['decode_tok_s']:.1f} / {ll['decode_tok_s']:.1f} | {r['decode_ratio']:.2f}x "
                   f"| {o['prefill_tok_s']:.0f} / {ll['prefill_tok_s']:.0f} | {r['prefill_ratio']:.2f}x "
                   f"| {o['decode_weight_gb_s']:.1f} | {ll['gb_s']:.1f} | {r['limit_gb_s']:.1f}{src} "
-                  f"| {r['ours_of_limit']:.2f} | {r['llamacpp_of_limit']:.2f}{tail} |")
+                  f"| {r['ours_of_limit']:.2f} | {r['llamacpp_of_limit']:.2f} "
+                  f"| {r['ours_paired']:.2f}{tail} |")
         md = x["median"]
         tail = (f" | | {md['new_over_old']:.2f}x" if a.baseline_bin else "") + "".join(
             f" | **{md[f'step_b{b}_over_b1']:.2f}x**" for b in a.step_batches)
         print(f"| {name} | median | | | **{md['decode_ratio']:.2f}x** | | **{md['prefill_ratio']:.2f}x** "
               f"| | | {md['limit_gb_s']:.1f} | **{md['ours_of_limit']:.2f}** "
-              f"| {md['llamacpp_of_limit']:.2f}{tail} |")
+              f"| {md['llamacpp_of_limit']:.2f} | **{md['ours_paired']:.2f}**{tail} |")
 
 
 def main():

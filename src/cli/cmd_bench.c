@@ -251,6 +251,11 @@ struct forward_run {
     enum kern_compute compute;
     double bw, rbw;                /* memcpy (STREAM count), read bytes/s; NaN on a GPU */
     struct read_limit lim;         /* rbw's samples: before each timed run and after the last */
+    /* each run's decode bytes/s over the better of the read samples just
+     * before and just after it (CPU only): p50, min, max. Beside the best
+     * run over the best sample, a figure the read rate's drift between
+     * runs does not move */
+    struct latency_stats paired;
     struct bench_ceilings ceil;
     const char *gemv, *matmul, *blas; /* CPU only, else NULL */
     bool profile;                     /* --profile: */
@@ -331,7 +336,11 @@ static int forward_measure(struct forward_run *r)
     int rc = cli_model_open(&r->dev, r->dir, &shape, &cmod);
     if (rc < 0)
         return rc;
-    if (r->step_batch && !(ratios = malloc((size_t)r->repeat * sizeof(double)))) {
+    /* each run's decode seconds, and the read samples around the runs */
+    double *run_s = malloc((size_t)r->repeat * sizeof(double));
+    double *reads = malloc(((size_t)r->repeat + 1) * sizeof(double));
+    if (!run_s || !reads ||
+        (r->step_batch && !(ratios = malloc((size_t)r->repeat * sizeof(double))))) {
         rc = err_set(ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -364,7 +373,7 @@ static int forward_measure(struct forward_run *r)
         /* the read limit between the runs it judges, so that the machine's
          * drift meets both */
         if (on_cpu)
-            read_limit_sample(&r->lim);
+            reads[i] = read_limit_sample(&r->lim);
         /* with adapters, the base's run beside each, before it and after
          * it in turn, so that neither takes the machine's better moments */
         const bool base_first = lora && (i & 1) == 0;
@@ -385,6 +394,7 @@ static int forward_measure(struct forward_run *r)
             goto out;
         if (r->step_batch)
             ratios[i] = step_s / one.decode_s;
+        run_s[i] = one.decode_s;
         r->prof_decode_s += one.decode_s;
         r->prefill_routed = one.prefill_routed;
         r->decode_reads = one.decode_reads;
@@ -414,7 +424,7 @@ static int forward_measure(struct forward_run *r)
     /* decode only reads its weights: read bandwidth is its ceiling, the
      * best sample of those around the runs */
     if (on_cpu)
-        read_limit_sample(&r->lim);
+        reads[r->repeat] = read_limit_sample(&r->lim);
     r->rbw = on_cpu ? read_limit_bps(&r->lim) : NAN;
     r->ceil = (struct bench_ceilings){.f32.gflops = NAN, .bf16.gflops = NAN, .impl = "n/a"};
     if (on_cpu && (rc = bench_ceilings(r->threads, &r->ceil)) < 0)
@@ -423,10 +433,22 @@ static int forward_measure(struct forward_run *r)
     r->qdot = on_cpu && quantized ? cpu_qlinear_kernels() : NULL;
     r->matmul = on_cpu ? cpu_matmul_paths() : NULL;
     r->blas = on_cpu ? blas_core_name() : NULL;
+    if (on_cpu) {
+        /* the bytes a step read, as forward_figures counts them */
+        const double step_bytes = r->wbytes + (double)r->decode_reads / r->gen * r->pair_bytes;
+        for (int i = 0; i < r->repeat; i++) {
+            const double around = reads[i] > reads[i + 1] ? reads[i] : reads[i + 1];
+            run_s[i] = around > 0 ? step_bytes * r->gen / run_s[i] / around : 0;
+        }
+        if ((rc = stats_latency_compute(run_s, (size_t)r->repeat, &r->paired)) < 0)
+            goto out;
+    }
     if (r->step_batch)
         rc = stats_latency_compute(ratios, (size_t)r->repeat, &r->step_ratio);
 out:
     free(ratios);
+    free(run_s);
+    free(reads);
     cli_model_close(&cmod);
     return rc;
 }
@@ -741,6 +763,12 @@ static int forward_print_json(const struct forward_run *r)
                             on_cpu ? read_limit_json(&r->lim, false) : json_null());
         json_object_set_new(j, "read_min_gb_s",
                             jsonout_real(on_cpu ? read_limit_min_bps(&r->lim) / 1e9 : NAN, 3));
+        json_object_set_new(j, "decode_vs_read_paired",
+                            jsonout_real(on_cpu ? r->paired.p50 : NAN, 3));
+        json_object_set_new(j, "decode_vs_read_paired_min",
+                            jsonout_real(on_cpu ? r->paired.min : NAN, 3));
+        json_object_set_new(j, "decode_vs_read_paired_max",
+                            jsonout_real(on_cpu ? r->paired.max : NAN, 3));
         if (r->expert_bytes > 0) {
             /* a mixture: what a step touches (every weight but the experts,
              * and the experts its tokens routed to), not the checkpoint */
@@ -796,8 +824,11 @@ static void forward_print_table(const struct forward_run *r)
     metric_row("read GB/s, slowest sample",
                r->dev.gpu < 0 ? read_limit_min_bps(&r->lim) / 1e9 : NAN, 2);
     metric_row("decode / read", f.decode_vs_read, 2);
-    if (r->dev.gpu < 0)
+    if (r->dev.gpu < 0) {
+        printf("%-28s %12.2f (runs %.2f-%.2f)\n", "decode / read, paired", r->paired.p50,
+               r->paired.min, r->paired.max);
         read_limit_print(&r->lim, false, "");
+    }
     if (r->expert_bytes > 0) {
         /* the same figures under the names a mixture is judged by: the
          * bytes a step touches, not the whole checkpoint's */
