@@ -224,7 +224,8 @@ static const struct gemv_kernel *const gemv_scalar_kernel = &gemv_kernels[GEMV_N
  * 896 0.46 ms by blocks of 4 x 4 and 0.68 by 3 x 4, over 8192 x 2048 1.63
  * and 1.39). */
 #define GEMV_M_BUCKETS 4
-#define GEMV_BUCKETS (3 * GEMV_M_BUCKETS)
+#define GEMV_TIERS 3 /* short, long and extra long rows */
+#define GEMV_BUCKETS (GEMV_TIERS * GEMV_M_BUCKETS)
 #define GEMV_LONG_ROW_BYTES 2048
 /* Rows longer than this (a down projection's: llama-3.2-1b's 8192 bf16
  * columns, 16 KiB) have a third set, calibrated on rows of CAL_XLONG_COLS:
@@ -234,7 +235,8 @@ static const struct gemv_kernel *const gemv_scalar_kernel = &gemv_kernels[GEMV_N
  * 20-30% slower, while rows of 8 KiB, which the long set is calibrated on,
  * ran about as fast with either. */
 #define GEMV_XLONG_ROW_BYTES 12288
-static const int gemv_bucket_m[GEMV_BUCKETS] = {1, 4, 8, 16, 1, 4, 8, 16, 1, 4, 8, 16};
+/* the input rows a bucket is calibrated at, the same in every tier */
+static const int gemv_tier_m[GEMV_M_BUCKETS] = {1, 4, 8, 16};
 static const char *const gemv_bucket_names[GEMV_BUCKETS] = {
     "m1",        "m2-4",       "m5-8",     "m9-16",      "m1-long",    "m2-4-long",
     "m5-8-long", "m9-16-long", "m1-xlong", "m2-4-xlong", "m5-8-xlong", "m9-16-xlong"};
@@ -242,7 +244,7 @@ static const char *const gemv_bucket_names[GEMV_BUCKETS] = {
 static int gemv_bucket(int m, size_t row_bytes)
 {
     int b = 0;
-    while (b < GEMV_M_BUCKETS - 1 && m > gemv_bucket_m[b])
+    while (b < GEMV_M_BUCKETS - 1 && m > gemv_tier_m[b])
         b++;
     const int tier = row_bytes > GEMV_XLONG_ROW_BYTES ? 2 : row_bytes > GEMV_LONG_ROW_BYTES ? 1 : 0;
     return b + tier * GEMV_M_BUCKETS;
@@ -280,7 +282,7 @@ static int gemv_bucket(int m, size_t row_bytes)
  * there, 13 candidates on 4 MiB; on AMD EPYC Zen 2 with 5 for long rows,
  * m1-long went to avx2-next in 2 of 8 processes, which read 896 x 4864
  * bf16 20% slower than avx2-s4 in steady state) */
-static const int cal_reps[GEMV_BUCKETS] = {9, 3, 3, 3, 9, 3, 3, 3, 9, 3, 3, 3};
+static const int cal_reps[GEMV_M_BUCKETS] = {9, 3, 3, 3};
 #define CAL_MARGIN 0.03
 
 /* The choice per class and bucket (calibrated on first use of the class),
@@ -667,7 +669,7 @@ static void gemv_calibrate(enum gemv_class c)
         return;
     double t0 = time_now();
     const enum dtype t = gemv_class_dtype(c);
-    const int mmax = gemv_bucket_m[GEMV_BUCKETS - 1];
+    const int mmax = gemv_tier_m[GEMV_M_BUCKETS - 1];
     const int rows = (int)(CAL_LONG1_BYTES / (CAL_COLS * dtype_size(t)));
     char *wd = cal_weights_alloc(CAL_LONG1_BYTES);
     /* x long enough for the long rows' buckets too */
@@ -688,9 +690,10 @@ static void gemv_calibrate(enum gemv_class c)
         for (int b = 0; b < GEMV_BUCKETS; b++) {
             /* the same bytes as rows of CAL_LONG_COLS for long rows, of
              * CAL_XLONG_COLS for extra long ones */
-            const int tier = b / GEMV_M_BUCKETS;
-            const int cols = tier == 2 ? CAL_XLONG_COLS : tier == 1 ? CAL_LONG_COLS : CAL_COLS;
-            const size_t bytes = tier > 0 && b % GEMV_M_BUCKETS == 0 ? CAL_LONG1_BYTES : CAL_BYTES;
+            static const int tier_cols[GEMV_TIERS] = {CAL_COLS, CAL_LONG_COLS, CAL_XLONG_COLS};
+            const int tier = b / GEMV_M_BUCKETS, bm = b % GEMV_M_BUCKETS, m = gemv_tier_m[bm];
+            const int cols = tier_cols[tier];
+            const size_t bytes = tier > 0 && bm == 0 ? CAL_LONG1_BYTES : CAL_BYTES;
             struct weight_view w = {.dtype = t,
                                     .data = wd,
                                     .rows = (int)(bytes / ((size_t)cols * dtype_size(t))),
@@ -699,19 +702,19 @@ static void gemv_calibrate(enum gemv_class c)
             double best[GEMV_N_KERNELS];
             for (int i = 0; i < n; i++)
                 best[i] = 1e30;
-            for (int rep = 0; rep < cal_reps[b]; rep++)
+            for (int rep = 0; rep < cal_reps[bm]; rep++)
                 for (int i = 0; i < n; i++) {
-                    if (cand[i]->streams > 1 && !cand[i]->streams_m && gemv_bucket_m[b] > 1)
+                    if (cand[i]->streams > 1 && !cand[i]->streams_m && m > 1)
                         continue; /* one row's kernel: best stays 1e30 */
                     struct gemv_job j;
                     gemv_job_init(&j, cand[i], &w);
                     cpu_cache_flush(wd, bytes);
                     double s = time_now();
                     if (!j.rows) {
-                        if (cpu_matmul(y, x, gemv_bucket_m[b], &w, cm) < 0)
+                        if (cpu_matmul(y, x, m, &w, cm) < 0)
                             continue;
                     } else {
-                        if (gemv_prepare(cand[i], y, x, gemv_bucket_m[b], &w, cm, &j.a) < 0)
+                        if (gemv_prepare(cand[i], y, x, m, &w, cm, &j.a) < 0)
                             continue;
                         gemv_job_run(&j);
                     }
