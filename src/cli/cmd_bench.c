@@ -323,6 +323,14 @@ static int step_once(const struct cli_model *cm, struct forward_run *r, double *
     return rc;
 }
 
+/* The weight bytes a decode step of r's runs read, on average: every
+ * weight but the routed experts, and of those the experts its tokens
+ * routed to, once each (counted in the run). */
+static double forward_step_bytes(const struct forward_run *r)
+{
+    return r->wbytes + (double)r->decode_reads / r->gen * r->pair_bytes;
+}
+
 /* Opens the model on r->dev, times it (a warm-up, then the best of repeat)
  * and, on a CPU, the host's bandwidth and matmul ceilings beside it. */
 static int forward_measure(struct forward_run *r)
@@ -336,10 +344,11 @@ static int forward_measure(struct forward_run *r)
     int rc = cli_model_open(&r->dev, r->dir, &shape, &cmod);
     if (rc < 0)
         return rc;
-    /* each run's decode seconds, and the read samples around the runs */
-    double *run_s = malloc((size_t)r->repeat * sizeof(double));
+    /* each run's decode seconds (then its decode / read, paired), and the
+     * read samples around the runs */
+    double *per_run = malloc((size_t)r->repeat * sizeof(double));
     double *reads = malloc(((size_t)r->repeat + 1) * sizeof(double));
-    if (!run_s || !reads ||
+    if (!per_run || !reads ||
         (r->step_batch && !(ratios = malloc((size_t)r->repeat * sizeof(double))))) {
         rc = err_set(ERR_NOMEM, "out of memory");
         goto out;
@@ -394,7 +403,7 @@ static int forward_measure(struct forward_run *r)
             goto out;
         if (r->step_batch)
             ratios[i] = step_s / one.decode_s;
-        run_s[i] = one.decode_s;
+        per_run[i] = one.decode_s;
         r->prof_decode_s += one.decode_s;
         r->prefill_routed = one.prefill_routed;
         r->decode_reads = one.decode_reads;
@@ -434,20 +443,19 @@ static int forward_measure(struct forward_run *r)
     r->matmul = on_cpu ? cpu_matmul_paths() : NULL;
     r->blas = on_cpu ? blas_core_name() : NULL;
     if (on_cpu) {
-        /* the bytes a step read, as forward_figures counts them */
-        const double step_bytes = r->wbytes + (double)r->decode_reads / r->gen * r->pair_bytes;
+        const double step_bytes = forward_step_bytes(r);
         for (int i = 0; i < r->repeat; i++) {
             const double around = reads[i] > reads[i + 1] ? reads[i] : reads[i + 1];
-            run_s[i] = around > 0 ? step_bytes * r->gen / run_s[i] / around : 0;
+            per_run[i] = around > 0 ? step_bytes * r->gen / per_run[i] / around : 0;
         }
-        if ((rc = stats_latency_compute(run_s, (size_t)r->repeat, &r->paired)) < 0)
+        if ((rc = stats_latency_compute(per_run, (size_t)r->repeat, &r->paired)) < 0)
             goto out;
     }
     if (r->step_batch)
         rc = stats_latency_compute(ratios, (size_t)r->repeat, &r->step_ratio);
 out:
     free(ratios);
-    free(run_s);
+    free(per_run);
     free(reads);
     cli_model_close(&cmod);
     return rc;
@@ -465,10 +473,8 @@ static struct forward_figures forward_figures(const struct forward_run *r)
     struct forward_figures f;
     f.prefill_tps = r->batch * r->prompt_len / r->best.prefill_s;
     f.decode_tps = r->batch * r->gen / r->best.decode_s;
-    /* a step reads every weight but the routed experts, and of those the
-     * experts its tokens routed to, once each (counted in the run) */
     f.expert_reads = (double)r->decode_reads / r->gen;
-    f.step_bytes = r->wbytes + f.expert_reads * r->pair_bytes;
+    f.step_bytes = forward_step_bytes(r);
     f.stream = f.step_bytes * r->gen / r->best.decode_s;
     /* every token through the layers (and its top-k experts), each
      * sequence's last through the head */
