@@ -220,7 +220,6 @@ XV_INLINE void xv_blk(const char *const *g, const struct xv_scales *s, const cha
     xv_blk_end(s, xb, xq_ld, b, i0, nx, nt, &is[0][0], XV_TILES, p);
 }
 
-
 /* Input rows a Q5_K pass over a block's vectors (their sums in registers;
  * a group a pass: two groups' sums of two rows went to the stack) */
 #define XV5_XR 4
